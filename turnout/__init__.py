@@ -1,0 +1,130 @@
+"""Turnout: dynamic control flow in dataflow machine learning.
+
+The language of the EuroSys 2018 paper "Dynamic Control Flow in Large-Scale Machine Learning":
+dataflow graphs of tensor ops plus the control-flow primitives Switch, Merge, Enter, Exit,
+NextIteration and LoopCond, built by hand (``tn.raw``) or by the builders ``cond``, ``case``,
+``while_loop``, ``scan``, ``map_fn``, ``foldl``. Importing ``turnout`` needs only numpy; the fast
+backend (JAX) and the z3 encodings load on first use.
+"""
+
+from turnout import raw
+from turnout.control_flow.cond import case, cond
+from turnout.control_flow.functional import foldl, map_fn, scan
+from turnout.control_flow.tensor_array import TensorArray
+from turnout.control_flow.while_loop import while_loop
+from turnout.dtypes import DType, as_dtype, float32, float64, int32, int64
+from turnout.dtypes import bool_ as bool  # noqa: A001
+from turnout.errors import (
+    DeadFetchError,
+    DeadlockError,
+    DTypeError,
+    ExecutionError,
+    FeedError,
+    GradientError,
+    GraphBuildError,
+    KernelError,
+    NonTerminationError,
+    SerializationError,
+    ShapeError,
+    TurnoutError,
+    UnsupportedError,
+    ValidationError,
+)
+from turnout.graph import Graph, Node, Tensor, get_default_graph, reset_default_graph
+from turnout.ops import (
+    abs,
+    add,
+    broadcast_like,
+    cast,
+    concat,
+    constant,
+    control_dependencies,
+    convert_to_tensor,
+    divide,
+    equal,
+    exp,
+    expand_dims,
+    fill,
+    gather,
+    greater,
+    greater_equal,
+    group,
+    identity,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    maximum,
+    minimum,
+    mod,
+    multiply,
+    negative,
+    no_op,
+    not_equal,
+    ones,
+    ones_like,
+    placeholder,
+    pow,
+    reduce_max,
+    reduce_mean,
+    reduce_sum,
+    relu,
+    reshape,
+    select,
+    shape,
+    sigmoid,
+    sign,
+    size,
+    sqrt,
+    square,
+    stack,
+    stop_gradient,
+    subtract,
+    sum_to_like,
+    tanh,
+    tile,
+    transpose,
+    where,
+    zeros,
+    zeros_like,
+)
+from turnout.variables import Variable, global_variables, trainable_variables
+
+__version__ = "0.1.0"
+
+
+def device(name: str | None):  # type: ignore[no-untyped-def]
+    """``with tn.device("cpu:1"):`` places the ops created inside on that device."""
+    return get_default_graph().device(name)
+
+
+def name_scope(name: str):  # type: ignore[no-untyped-def]
+    return get_default_graph().name_scope(name)
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # Lazy entry points: they import heavier modules (or jax / z3) only when used.
+    lazy = {
+        "Session": ("turnout.session", "Session"),
+        "gradients": ("turnout.gradients", "gradients"),
+        "memory_report": ("turnout.gradients", "memory_report"),
+        "train": ("turnout.train", None),
+        "validate": ("turnout.validate", "validate"),
+        "pretty": ("turnout.inspect", "pretty"),
+        "to_dot": ("turnout.inspect", "to_dot"),
+        "save": ("turnout.serialize", "save"),
+        "load": ("turnout.serialize", "load"),
+        "dumps": ("turnout.serialize", "dumps"),
+        "loads": ("turnout.serialize", "loads"),
+        "static_frames": ("turnout.frames", "static_frames"),
+    }
+    if name in lazy:
+        import importlib
+
+        mod, attr = lazy[name]
+        m = importlib.import_module(mod)
+        return m if attr is None else getattr(m, attr)
+    raise AttributeError(f"module 'turnout' has no attribute {name!r}")

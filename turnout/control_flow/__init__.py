@@ -1,0 +1,1 @@
+"""The builders: cond, case, while_loop, scan/map_fn/foldl, TensorArray, lowered to the primitives."""

@@ -1,0 +1,235 @@
+"""Control-flow contexts: the structured form that builders leave on the graph.
+
+While a builder runs the user's branch or body function, the graph's *current context* is a
+``CondContext`` or ``WhileContext``. Every op created then is recorded in the context, and every
+input from outside is *captured*: routed through ``Switch(value, pred)[branch]`` for a cond branch, or
+``Enter(value, is_constant=True)`` for a loop (once per tensor per nesting level), exactly as the paper's
+lowering prescribes (Sec. 4). Ops with no inputs get a control dependency on the context's pivot so
+they belong to the right frame and die on an untaken branch.
+
+The contexts stay on the graph afterwards (``graph.contexts``): gradients, the structured evaluator
+and the fast backend read them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from turnout.errors import GraphBuildError
+from turnout.graph import Graph, Node, Tensor
+
+
+class ControlFlowContext(ABC):
+    """Base class. ``outer`` is the enclosing context (None at the root)."""
+
+    kind = "context"
+
+    def __init__(self, graph: Graph, outer: Optional[ControlFlowContext], outer_deps: list[Node]) -> None:
+        self.graph = graph
+        self.outer = outer
+        self.outer_deps = list(outer_deps)
+        self.nodes: list[Node] = []
+        self._captured: dict[tuple[int, int], Tensor] = {}
+        self._captured_ctrl: dict[int, Node] = {}
+        self.id = len(graph.contexts)
+        graph.contexts.append(self)
+
+    # -- structure ---------------------------------------------------------------------------------
+    def is_within(self, other: Optional[ControlFlowContext]) -> bool:
+        """True when self is ``other`` or nested inside it (everything is within the root, None)."""
+        c: Optional[ControlFlowContext] = self
+        while c is not None:
+            if c is other:
+                return True
+            c = c.outer
+        return other is None
+
+    @property
+    def while_context(self) -> Optional[WhileContext]:
+        """The innermost enclosing loop (self included)."""
+        c: Optional[ControlFlowContext] = self
+        while c is not None and not isinstance(c, WhileContext):
+            c = c.outer
+        return c
+
+    def add_node(self, node: Node) -> None:
+        self.nodes.append(node)
+
+    def describe(self) -> str:
+        return self.kind
+
+    # -- capture -----------------------------------------------------------------------------------
+    def _outer_value(self, t: Tensor) -> Tensor:
+        """``t`` made available in the outer context (recursively captured)."""
+        if self.outer is not None:
+            return self.outer.capture(t)
+        if t.node.context is not None:
+            raise GraphBuildError(
+                f"tensor {t.name} was created inside {t.node.context.describe()} and cannot be used "
+                "outside it; return it from the branch or loop body instead"
+            )
+        return t
+
+    def capture(self, t: Tensor) -> Tensor:
+        """``t`` as seen from this context: itself if made here, else captured from outside."""
+        c = t.node.context
+        if c is self:
+            return t
+        if c is not None and c.is_within(self):
+            raise GraphBuildError(
+                f"tensor {t.name} was created inside {c.describe()} and cannot be used outside it; "
+                "return it from the branch or loop body instead"
+            )
+        key = (t.node.id, t.index)
+        if key not in self._captured:
+            self._captured[key] = self._make_capture(self._outer_value(t))
+        return self._captured[key]
+
+    @abstractmethod
+    def _make_capture(self, t: Tensor) -> Tensor:
+        """Route an outside value (already available in ``outer``) into this context."""
+
+    def capture_control(self, node: Node) -> Node:
+        """A control input from outside becomes a captured proxy value (so it respects frames)."""
+        if node.context is self:
+            return node
+        if node.context is not None and node.context.is_within(self):
+            raise GraphBuildError(
+                f"control dependency on {node.name}, created inside {node.context.describe()}, "
+                "cannot be used outside it"
+            )
+        if node.id not in self._captured_ctrl:
+            g = self.graph
+            with g._in_context(self.outer), g._no_capture():
+                if self.outer is not None:
+                    node_o = self.outer.capture_control(node)
+                else:
+                    if node.context is not None:
+                        raise GraphBuildError(
+                            f"control dependency on {node.name}, created inside {node.context.describe()}, "
+                            "cannot be used outside it"
+                        )
+                    node_o = node
+                import numpy as np
+
+                proxy = g.create_node(
+                    "Const", (), {"value": np.asarray(True), "dtype": "bool"}, name="ctrl_proxy",
+                    control_inputs=[node_o],
+                ).outputs[0]
+            self._captured_ctrl[node.id] = self.capture(proxy).node
+        return self._captured_ctrl[node.id]
+
+    @abstractmethod
+    def pivot_node_for_sources(self) -> Node:
+        """The node an op without inputs gets a control dependency on, so it joins this context."""
+
+
+@dataclass
+class CondInfo:
+    """One ``cond``: its predicate, its two branch contexts and the Merges that join the outputs."""
+
+    pred: Tensor
+    pivot_switch: Node
+    branches: dict[int, CondContext] = field(default_factory=dict)
+    branch_outputs: dict[int, list[Tensor]] = field(default_factory=dict)
+    merges: list[Node] = field(default_factory=list)
+    name: str = "cond"
+
+
+class CondContext(ControlFlowContext):
+    """One branch (``branch`` 1 = true, 0 = false) of a cond."""
+
+    kind = "cond"
+
+    def __init__(self, graph: Graph, outer: Optional[ControlFlowContext], info: CondInfo, branch: int,
+                 outer_deps: list[Node]) -> None:
+        super().__init__(graph, outer, outer_deps)
+        self.info = info
+        self.branch = branch
+        self.pivot: Optional[Node] = None
+        info.branches[branch] = self
+
+    def describe(self) -> str:
+        return f'the {"true" if self.branch else "false"} branch of cond "{self.info.name}"'
+
+    def _make_capture(self, t: Tensor) -> Tensor:
+        """[lowering: cond] an outside value read by a branch is routed through Switch(value, pred)."""
+        g = self.graph
+        with g._in_context(self.outer), g._no_capture():
+            sw = g.create_node("Switch", [t, self.info.pred], name="switch", control_inputs=self.outer_deps)
+        return sw.outputs[self.branch]
+
+    def pivot_node_for_sources(self) -> Node:
+        assert self.pivot is not None
+        return self.pivot
+
+
+@dataclass
+class LoopVar:
+    """The primitives of one loop variable: Enter -> Merge -> Switch -> (Identity body input, Exit),
+    with NextIteration closing the Merge's back edge."""
+
+    enter: Node
+    merge: Node
+    switch: Optional[Node] = None
+    body_input: Optional[Node] = None
+    next_iteration: Optional[Node] = None
+    exit: Optional[Node] = None
+
+
+class WhileContext(ControlFlowContext):
+    """One ``while_loop``: a frame. Loop variable 0 is always the iteration counter the builder adds
+    (gradients use it as the trip count; ``maximum_iterations`` tests it)."""
+
+    kind = "while"
+
+    def __init__(self, graph: Graph, outer: Optional[ControlFlowContext], frame_name: str,
+                 parallel_iterations: int, back_prop: bool, swap_memory: bool,
+                 maximum_iterations: Optional[Tensor], outer_deps: list[Node], name: str) -> None:
+        super().__init__(graph, outer, outer_deps)
+        self.frame_name = frame_name
+        self.parallel_iterations = parallel_iterations
+        self.back_prop = back_prop
+        self.swap_memory = swap_memory
+        self.maximum_iterations = maximum_iterations
+        self.name = name
+        self.loop_vars: list[LoopVar] = []
+        self.invariants: dict[tuple[int, int], Node] = {}  # outer tensor -> Enter(is_constant)
+        self.pred: Optional[Tensor] = None  # the predicate value before LoopCond
+        self.pivot: Optional[Node] = None  # the LoopCond node
+        self.pivot_for_pred: Optional[Node] = None
+        self.pivot_for_body: Optional[Node] = None
+        self.mode = "pred"
+        self.structure: Any = None  # the user's loop_vars structure (without the counter)
+        self.pred_nodes: list[Node] = []
+
+    def describe(self) -> str:
+        return f'the body of while_loop "{self.name}" (frame {self.frame_name})'
+
+    def add_node(self, node: Node) -> None:
+        super().add_node(node)
+        if self.mode == "pred":
+            self.pred_nodes.append(node)
+
+    def _make_capture(self, t: Tensor) -> Tensor:
+        """[lowering: while_loop] an outside value enters as a loop invariant: Enter(is_constant=True)."""
+        g = self.graph
+        with g._in_context(self), g._no_capture():
+            e = g.create_node(
+                "Enter", [t],
+                {"frame_name": self.frame_name, "is_constant": True, "parallel_iterations": self.parallel_iterations},
+                name="enter_const", control_inputs=self.outer_deps,
+            )
+        self.invariants[(t.node.id, t.index)] = e
+        return e.outputs[0]
+
+    def pivot_node_for_sources(self) -> Node:
+        p = self.pivot_for_pred if self.mode == "pred" else self.pivot_for_body
+        assert p is not None
+        return p
+
+    @property
+    def counter(self) -> LoopVar:
+        return self.loop_vars[0]

@@ -1,0 +1,126 @@
+"""``scan``, ``map_fn`` and ``foldl``, built on ``while_loop`` and TensorArray (as TensorFlow does).
+
+Meaning, as plain Python::
+
+    def scan(fn, elems, initializer):          # ys[i] = carry after element i
+        carry, ys = initializer, []
+        for x in elems:
+            carry = fn(carry, x); ys.append(carry)
+        return stack(ys)
+
+    def map_fn(fn, elems):  return stack([fn(x) for x in elems])
+
+    def foldl(fn, elems, initializer):
+        carry = initializer
+        for x in elems:
+            carry = fn(carry, x)
+        return carry
+
+``elems`` may be a nested structure of tensors sharing their leading dimension; without an
+initializer, ``scan`` and ``foldl`` start from ``elems[0]`` (and ``scan`` emits it as ``ys[0]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+from turnout import dtypes as dt
+from turnout import nest
+from turnout.control_flow.tensor_array import TensorArray, unstack
+from turnout.control_flow.while_loop import while_loop
+from turnout.errors import GraphBuildError
+from turnout.graph import Tensor
+from turnout.ops import constant, convert_to_tensor, getitem, shape
+
+
+def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
+    flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
+    if not flat:
+        raise GraphBuildError("elems must contain at least one tensor")
+    for t in flat:
+        if t.shape is not None and len(t.shape) == 0:
+            raise GraphBuildError(f"elems must have a leading dimension to iterate over; {t.name} is a scalar")
+    return flat, getitem(shape(flat[0]), 0)
+
+
+def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: bool, kw: dict[str, Any]) -> Any:
+    flat, n = _elems(elems)
+    xs = [unstack(t) for t in flat]
+    if initializer is None:
+        init = nest.pack_as(elems, [ta.read(0) for ta in xs])
+        start = constant(1)
+    else:
+        init = initializer
+        start = constant(0)
+    flat_init = [convert_to_tensor(v) for v in nest.flatten(init)]
+    outs = [TensorArray(t.dtype, size=n, element_shape=t.shape) for t in flat_init] if keep else []
+    if keep and initializer is None:
+        outs = [ta.write(0, v) for ta, v in zip(outs, flat_init, strict=True)]
+
+    def cond(i: Tensor, carry: Any, tas: Any) -> Tensor:
+        return i < n
+
+    def body(i: Tensor, carry: Any, tas: Any) -> Any:
+        x = nest.pack_as(elems, [ta.read(i) for ta in xs])
+        new = fn(carry, x)
+        nest.assert_same_structure(init, new, "the function's output and the accumulator")
+        flat_new = [convert_to_tensor(v) for v in nest.flatten(new)]
+        tas = [ta.write(i, v) for ta, v in zip(tas, flat_new, strict=True)]
+        return i + 1, nest.pack_as(init, flat_new), tas
+
+    _, carry, tas = while_loop(cond, body, (start, nest.pack_as(init, flat_init), outs), **kw)
+    if not keep:
+        return carry
+    return nest.pack_as(init, [ta.stack() for ta in tas])
+
+
+def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
+         back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
+    """Accumulate ``fn(carry, x)`` over the leading dimension of ``elems``; returns every carry, stacked."""
+    kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
+              name=name or "scan")
+    return _fold(fn, elems, initializer, True, kw)
+
+
+def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
+          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
+    """Fold ``fn(carry, x)`` over the leading dimension of ``elems``; returns the final carry."""
+    kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
+              name=name or "foldl")
+    return _fold(fn, elems, initializer, False, kw)
+
+
+def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_iterations: int = 10,
+           back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
+    """Apply ``fn`` to each slice ``elems[i]``; returns the results stacked.
+
+    ``dtype`` (a dtype or a structure of dtypes) describes ``fn``'s output when it differs from
+    ``elems``' structure and dtypes.
+    """
+    flat, n = _elems(elems)
+    xs = [unstack(t) for t in flat]
+    if dtype is None:
+        out_struct: Any = elems
+        out_dtypes = [t.dtype for t in flat]
+    else:
+        out_struct = dtype
+        out_dtypes = [dt.as_dtype(d) for d in nest.flatten(dtype)]
+    outs = [TensorArray(d, size=n) for d in out_dtypes]
+
+    def body(i: Tensor, tas: Any) -> Any:
+        y = fn(nest.pack_as(elems, [ta.read(i) for ta in xs]))
+        flat_y = [convert_to_tensor(v) for v in nest.flatten(y)]
+        if len(flat_y) != len(tas):
+            raise GraphBuildError(
+                f"map_fn: fn returned {len(flat_y)} tensors but {len(tas)} were expected; pass dtype= to "
+                "describe fn's output"
+            )
+        for k, (v, d) in enumerate(zip(flat_y, out_dtypes, strict=True)):
+            if v.dtype != d:
+                raise GraphBuildError(f"map_fn: output {k} of fn is {v.dtype.name}, expected {d.name}; pass dtype=")
+        return i + 1, [ta.write(i, v) for ta, v in zip(tas, flat_y, strict=True)]
+
+    _, tas = while_loop(lambda i, tas: i < n, body, (constant(0), outs), parallel_iterations=parallel_iterations,
+                        back_prop=back_prop, swap_memory=swap_memory, name=name or "map")
+    return nest.pack_as(out_struct, [ta.stack() for ta in tas])

@@ -1,0 +1,103 @@
+"""TensorArray: a per-iteration accumulator, as an immutable value.
+
+Why a value and not a mutable resource: every write returns a new TensorArray, so a TensorArray can be
+a loop variable, crosses frames like any tensor, and its meaning under non-strict execution is plain
+(slot i holds whatever iteration i wrote). Slots are write-once; reading an unwritten slot is an error.
+
+Meaning, as plain Python::
+
+    ta = [None] * size; ta[i] = v (write); ta[i] (read); np.stack(ta) (stack); len(ta) (size)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from turnout import dtypes as dt
+from turnout import shapes as sh
+from turnout.errors import GraphBuildError
+from turnout.graph import Tensor, get_default_graph
+
+
+class TensorArray:
+    """``tn.TensorArray(tn.float32, size=n)``; ``ta = ta.write(i, v)``; ``ta.read(i)``; ``ta.stack()``."""
+
+    def __init__(self, dtype: Any = None, size: Any = None, element_shape: Any = None,
+                 name: Optional[str] = None, *, _tensor: Optional[Tensor] = None) -> None:
+        if _tensor is not None:
+            if _tensor.dtype != dt.tensor_array:
+                raise GraphBuildError(f"{_tensor.name} is not a TensorArray value")
+            self.tensor = _tensor
+            return
+        from turnout.ops import convert_to_tensor
+
+        if dtype is None or size is None:
+            raise GraphBuildError("TensorArray needs a dtype and a size")
+        d = dt.as_dtype(dtype)
+        n = convert_to_tensor(size, dtype=dt.int32)
+        es = sh.as_shape(element_shape)
+        self.tensor = n.graph.create_node(
+            "TensorArrayNew", [n], {"dtype": d.name, "element_shape": None if es is None else list(es)},
+            name=name or "TensorArray",
+        ).outputs[0]
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self.tensor.spec.elem_dtype  # type: ignore[return-value]
+
+    @property
+    def element_shape(self) -> sh.Shape:
+        return self.tensor.spec.elem_shape
+
+    def _as_tensor(self) -> Tensor:
+        return self.tensor
+
+    def write(self, index: Any, value: Any, name: Optional[str] = None) -> TensorArray:
+        from turnout.ops import convert_to_tensor
+
+        i = convert_to_tensor(index, dtype=dt.int32)
+        v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) else value
+        node = self.tensor.graph.create_node("TensorArrayWrite", [self.tensor, i, v], name=name or "ta_write")
+        return TensorArray(_tensor=node.outputs[0])
+
+    def read(self, index: Any, name: Optional[str] = None) -> Tensor:
+        from turnout.ops import convert_to_tensor
+
+        i = convert_to_tensor(index, dtype=dt.int32)
+        return self.tensor.graph.create_node("TensorArrayRead", [self.tensor, i], name=name or "ta_read").outputs[0]
+
+    def stack(self, name: Optional[str] = None) -> Tensor:
+        return self.tensor.graph.create_node("TensorArrayStack", [self.tensor], name=name or "ta_stack").outputs[0]
+
+    def unstack(self, value: Any, name: Optional[str] = None) -> TensorArray:
+        """A TensorArray whose slot i is ``value[i]`` (its size is ``value``'s leading dimension)."""
+        from turnout.ops import convert_to_tensor
+
+        v = convert_to_tensor(value)
+        node = v.graph.create_node("TensorArrayUnstack", [v], name=name or "ta_unstack")
+        return TensorArray(_tensor=node.outputs[0])
+
+    def size(self, name: Optional[str] = None) -> Tensor:
+        return self.tensor.graph.create_node("TensorArraySize", [self.tensor], name=name or "ta_size").outputs[0]
+
+    def __repr__(self) -> str:
+        return f"<tn.TensorArray {self.tensor.name} of {self.dtype.name}{sh.fmt(self.element_shape)}>"
+
+
+def unstack(value: Any, name: Optional[str] = None) -> TensorArray:
+    from turnout.ops import convert_to_tensor
+
+    v = convert_to_tensor(value)
+    node = (v.graph if isinstance(v, Tensor) else get_default_graph()).create_node(
+        "TensorArrayUnstack", [v], name=name or "ta_unstack")
+    return TensorArray(_tensor=node.outputs[0])
+
+
+def to_graph_value(v: Any) -> Any:
+    """TensorArray -> its tensor (builders thread tensors through the primitives)."""
+    return v.tensor if isinstance(v, TensorArray) else v
+
+
+def from_graph_value(t: Tensor) -> Any:
+    """A tensor of TensorArray type -> a TensorArray object (what user functions see)."""
+    return TensorArray(_tensor=t) if t.dtype == dt.tensor_array else t

@@ -1,0 +1,172 @@
+"""``while_loop``, lowered to Enter / Merge / LoopCond / Switch / NextIteration / Exit (the paper, Sec. 4.2).
+
+Meaning, as plain Python::
+
+    def while_loop(cond, body, loop_vars, maximum_iterations=None):
+        i = 0
+        while (maximum_iterations is None or i < maximum_iterations) and cond(*loop_vars):
+            loop_vars = body(*loop_vars)
+            i += 1
+        return loop_vars
+
+Lowering, per loop variable: ``Enter -> Merge(enter, next)``; ``LoopCond(cond(merges))`` is the
+pivot; ``Switch(merge, pivot)``; the body reads ``Identity(Switch[1])``; ``NextIteration(body_out)``
+closes the Merge's back edge; ``Exit(Switch[0])`` is the result. Outside tensors enter as
+``Enter(is_constant=True)``, once per nesting level. The builder always adds an int32 iteration
+counter as loop variable 0: ``maximum_iterations`` tests it, and gradients read the trip count from it
+(the paper's forward counter, Sec. 5.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout import nest
+from turnout import shapes as sh
+from turnout.control_flow.contexts import LoopVar, WhileContext
+from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
+from turnout.errors import DTypeError, GraphBuildError, ShapeError
+from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
+from turnout.ops import convert_to_tensor, logical_and
+
+
+def _call(fn: Callable[..., Any], structure: Any, values: Any) -> Any:
+    """Lists and plain tuples are spread as positional arguments (TensorFlow's convention); a single
+    tensor, a dict or a namedtuple is passed as one argument."""
+    if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
+        return fn(*values)
+    return fn(values)
+
+
+def _graph_for(flat: list[Any]) -> Any:
+    for v in flat:
+        if isinstance(v, Tensor):
+            return v.graph
+    return get_default_graph()
+
+
+def while_loop(
+    cond: Callable[..., Any],
+    body: Callable[..., Any],
+    loop_vars: Any,
+    parallel_iterations: int = 10,
+    maximum_iterations: Any = None,
+    shape_invariants: Any = None,
+    back_prop: bool = True,
+    swap_memory: bool = False,
+    name: Optional[str] = None,
+) -> Any:
+    """Repeat ``body`` while ``cond`` holds, starting from ``loop_vars``; returns the final values.
+
+    ``parallel_iterations`` bounds how many iterations may run at once (the results never depend on
+    it). ``shape_invariants`` (same structure as ``loop_vars``) allows a loop variable whose shape
+    changes across iterations. ``swap_memory`` asks the fast backend to keep this loop's gradient
+    stacks in host memory.
+    """
+    if not callable(cond) or not callable(body):
+        raise GraphBuildError("while_loop: cond and body must be callables")
+    if not isinstance(parallel_iterations, int) or isinstance(parallel_iterations, bool) or parallel_iterations < 1:
+        raise GraphBuildError(f"while_loop: parallel_iterations must be a positive int, got {parallel_iterations!r}")
+    leaves = nest.flatten(loop_vars)
+    if not leaves:
+        raise GraphBuildError("while_loop: loop_vars must contain at least one tensor")
+    g = _graph_for(leaves)
+    outer = g.current_context
+    init = [convert_to_tensor(to_graph_value(v)) for v in leaves]
+    if outer is not None:
+        init = [outer.capture(t) for t in init]
+    else:
+        for t in init:
+            if t.node.context is not None:
+                raise GraphBuildError(f"while_loop: loop variable {t.name} was created inside {t.node.context.describe()}")
+    invariants: list[Any] = [None] * len(init)
+    if shape_invariants is not None:
+        nest.assert_same_structure(loop_vars, shape_invariants, "while_loop: shape_invariants and loop_vars")
+        invariants = [sh.as_shape(s) for s in nest.flatten(shape_invariants)]
+        for t, s in zip(init, invariants, strict=True):
+            if not sh.compatible(t.shape, s):
+                raise ShapeError(
+                    f"while_loop: shape invariant {sh.fmt(s)} does not fit the initial value {t.name} "
+                    f"of shape {sh.fmt(t.shape)}"
+                )
+    max_iter = None
+    if maximum_iterations is not None:
+        max_iter = convert_to_tensor(maximum_iterations)
+        if max_iter.dtype != dt.int32 or (max_iter.shape is not None and max_iter.shape != ()):
+            raise DTypeError(f"while_loop: maximum_iterations must be an int32 scalar, got {max_iter!r}")
+    deps = [n for group in g._control_deps for n in group]
+    lname = g.unique_name(name or "while")
+    frame = g.unique_frame_name(lname)
+    with g.control_dependencies(None):
+        zero = g.create_node("Const", (), {"value": np.asarray(0, np.int32), "dtype": "int32"},
+                             name=f"{lname}/counter_init").outputs[0]
+    ctx = WhileContext(g, outer, frame, parallel_iterations, back_prop, swap_memory, max_iter, deps, lname)
+    ctx.structure = loop_vars
+    enter_attrs = {"frame_name": frame, "is_constant": False, "parallel_iterations": parallel_iterations}
+
+    # Enter -> Merge(enter, <back edge>) for the counter and every loop variable.
+    with g._in_context(ctx), g._no_capture():
+        for k, (t, inv) in enumerate(zip([zero, *init], [(), *invariants], strict=True)):
+            e = g.create_node("Enter", [t], enter_attrs, name=f"{lname}/enter", control_inputs=deps)
+            spec = e.outputs[0].spec
+            if inv is not None and k > 0:
+                spec = TensorSpec(spec.dtype, inv, spec.elem_dtype, spec.elem_shape)
+            m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{lname}/merge",
+                              specs=[spec, TensorSpec(dt.int32, ())])
+            ctx.loop_vars.append(LoopVar(enter=e, merge=m))
+    ctx.pivot_for_pred = ctx.counter.merge
+    merged = [from_graph_value(lv.merge.outputs[0]) for lv in ctx.loop_vars]
+
+    # The predicate, and LoopCond: the pivot.
+    with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/cond"):
+        ctx.mode = "pred"
+        p = _call(cond, loop_vars, nest.pack_as(loop_vars, merged[1:]))
+        p = convert_to_tensor(p)
+        p = ctx.capture(p)
+        if p.dtype != dt.bool_ or (p.shape is not None and p.shape != ()):
+            raise DTypeError(f'while_loop "{lname}": cond must return a bool scalar, got {p!r}')
+        if max_iter is not None:
+            p = logical_and(ctx.counter.merge.outputs[0] < ctx.capture(max_iter), p)
+    ctx.pred = p
+    with g._in_context(ctx), g._no_capture():
+        ctx.pivot = g.create_node("LoopCond", [p], name=f"{lname}/loop_cond")
+        for lv in ctx.loop_vars:
+            lv.switch = g.create_node("Switch", [lv.merge.outputs[0], ctx.pivot.outputs[0]], name=f"{lname}/switch")
+            lv.body_input = g.create_node("Identity", [lv.switch.outputs[1]], name=f"{lname}/body_in")
+    with g._in_context(outer), g._no_capture():
+        for lv in ctx.loop_vars:
+            lv.exit = g.create_node("Exit", [lv.switch.outputs[0]], name=f"{lname}/exit")  # type: ignore[union-attr]
+    ctx.pivot_for_body = ctx.counter.body_input
+
+    # The body.
+    with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/body"):
+        ctx.mode = "body"
+        body_in = [from_graph_value(lv.body_input.outputs[0]) for lv in ctx.loop_vars]  # type: ignore[union-attr]
+        out = _call(body, loop_vars, nest.pack_as(loop_vars, body_in[1:]))
+        if isinstance(loop_vars, (list, tuple)) and not isinstance(out, (list, tuple)) and len(loop_vars) == 1:
+            out = [out]
+        if isinstance(loop_vars, (list, tuple)) and isinstance(out, (list, tuple)) and not hasattr(out, "_fields"):
+            out = type(loop_vars)(out) if not hasattr(loop_vars, "_fields") else out
+        try:
+            nest.assert_same_structure(loop_vars, out, f'while_loop "{lname}": body output and loop_vars')
+        except GraphBuildError:
+            if not (len(nest.flatten(out)) == len(leaves) and nest.is_nested(out) == nest.is_nested(loop_vars)):
+                raise
+        flat_out = [ctx.capture(convert_to_tensor(to_graph_value(v))) for v in nest.flatten(out)]
+        counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
+    with g._in_context(ctx), g._no_capture():
+        for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):
+            if t.dtype != lv.merge.outputs[0].dtype:
+                raise DTypeError(
+                    f'while_loop "{lname}": loop variable {k - 1} enters as {lv.merge.outputs[0].dtype.name} '
+                    f"but the body returns {t.dtype.name} ({t.name})"
+                )
+            lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
+            lv.merge.close_back_edge(lv.next_iteration.outputs[0])
+    ctx.mode = "done"
+    results = [from_graph_value(lv.exit.outputs[0]) for lv in ctx.loop_vars[1:]]  # type: ignore[union-attr]
+    return nest.pack_as(loop_vars, results)

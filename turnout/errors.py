@@ -1,0 +1,80 @@
+"""Every error Turnout raises, in one module.
+
+Why: users (and the tests of every backend) must be able to catch the same error type for the same
+mistake whichever executor ran the program, and every message names the op, its frame and, where
+known, the user's source line that created it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TurnoutError(Exception):
+    """Base class of all Turnout errors."""
+
+
+def describe_node(node: Any) -> str:
+    """'op Add "add_3" (created at model.py:12)': the standard way an error names a node."""
+    if node is None:
+        return "<no node>"
+    where = f" (created at {node.source})" if getattr(node, "source", None) else ""
+    return f'{node.op} node "{node.name}"{where}'
+
+
+class GraphBuildError(TurnoutError, ValueError):
+    """A builder or op constructor was called with arguments it cannot accept."""
+
+
+class ShapeError(GraphBuildError):
+    """Static shapes are incompatible (build-time shape inference)."""
+
+
+class DTypeError(GraphBuildError, TypeError):
+    """Static dtypes are incompatible."""
+
+
+class ValidationError(TurnoutError):
+    """A graph is ill-formed and is rejected before it runs. ``rule`` names the well-formedness rule."""
+
+    def __init__(self, message: str, rule: str = "", node: Any = None) -> None:
+        self.rule = rule
+        self.node = node
+        prefix = f"[{rule}] " if rule else ""
+        super().__init__(prefix + message)
+
+
+class ExecutionError(TurnoutError, RuntimeError):
+    """An error while running a graph."""
+
+
+class DeadFetchError(ExecutionError):
+    """A fetched tensor was dead (it lies on an untaken branch)."""
+
+
+class DeadlockError(ExecutionError):
+    """No node can fire, yet some fetches were never produced. The message lists the blocked nodes."""
+
+
+class NonTerminationError(ExecutionError):
+    """The configured limit on firings or iterations was exceeded (a loop that does not end?)."""
+
+
+class KernelError(ExecutionError):
+    """An op's kernel failed on the values it received (bad feed, out-of-range index, ...)."""
+
+
+class FeedError(ExecutionError, ValueError):
+    """A fed value does not match the tensor it feeds (dtype, shape, or an unknown key)."""
+
+
+class SerializationError(TurnoutError, ValueError):
+    """A serialized graph is malformed, of an unknown version, or fails schema validation."""
+
+
+class GradientError(TurnoutError):
+    """A gradient was requested that Turnout cannot build (the message says why and what to do)."""
+
+
+class UnsupportedError(TurnoutError):
+    """A backend does not support a feature of the program; the message names the op and the backend."""

@@ -1,0 +1,439 @@
+"""Graphs, nodes and tensors.
+
+A graph is built append-only: once a node exists its op, inputs and attrs never change. The single
+exception is the back edge of a loop ``Merge``: a loop is a cycle, so one edge must be closed after its
+source (the ``NextIteration``) exists. ``Node.close_back_edge`` fills a slot that was explicitly left
+pending at creation, once; validation rejects graphs with pending slots left open.
+
+The graph also carries the *structured form* the builders produced (``Graph.contexts``): every
+``cond`` and ``while_loop`` leaves a context object describing its pivots, merges and frame, so later
+passes (gradients, the structured evaluator, the fast backend) need not rediscover it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from turnout import dtypes as _dt
+from turnout import shapes as _sh
+from turnout.errors import GraphBuildError, describe_node
+
+if TYPE_CHECKING:
+    from turnout.control_flow.contexts import ControlFlowContext
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Static type of a tensor. For TensorArray values, elem_* describe the elements."""
+
+    dtype: _dt.DType
+    shape: _sh.Shape
+    elem_dtype: Optional[_dt.DType] = None
+    elem_shape: _sh.Shape = None
+
+
+class _PendingBackEdge:
+    """Marker for a Merge input slot that a NextIteration will fill later."""
+
+    def __repr__(self) -> str:
+        return "BACK_EDGE"
+
+
+BACK_EDGE = _PendingBackEdge()
+
+
+class Tensor:
+    """The ``index``-th output of a node. Operators build ops in the tensor's graph."""
+
+    __slots__ = ("node", "index", "spec")
+    __array_priority__ = 100  # numpy defers to our operators
+
+    def __init__(self, node: Node, index: int, spec: TensorSpec) -> None:
+        self.node = node
+        self.index = index
+        self.spec = spec
+
+    @property
+    def dtype(self) -> _dt.DType:
+        return self.spec.dtype
+
+    @property
+    def shape(self) -> _sh.Shape:
+        return self.spec.shape
+
+    @property
+    def graph(self) -> Graph:
+        return self.node.graph
+
+    @property
+    def op(self) -> Node:
+        return self.node
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.name}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"<tn.Tensor {self.name} {self.dtype.name}{_sh.fmt(self.shape)}>"
+
+    def __bool__(self) -> bool:
+        raise GraphBuildError(
+            f"the truth value of tensor {self.name} is not known while the graph is built; "
+            "use tn.cond / tn.while_loop instead of Python `if`/`while` on tensors"
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        raise GraphBuildError(f"tensor {self.name} is not iterable while the graph is built; index it instead")
+
+    def __len__(self) -> int:
+        raise GraphBuildError(f"len() of tensor {self.name} is not known while the graph is built; use tn.size")
+
+    # Operator overloading is installed by turnout.ops (it needs the op constructors).
+
+
+class Node:
+    """One op in a graph. Create nodes with ``Graph.create_node`` (or the op constructors)."""
+
+    __slots__ = (
+        "graph", "id", "name", "op", "_inputs", "control_inputs", "attrs", "outputs", "device",
+        "context", "source",
+    )
+
+    def __init__(
+        self,
+        graph: Graph,
+        id: int,
+        name: str,
+        op: str,
+        inputs: Sequence[Tensor | _PendingBackEdge],
+        control_inputs: Sequence[Node],
+        attrs: dict[str, Any],
+        specs: Sequence[TensorSpec],
+        device: Optional[str],
+        context: Optional[ControlFlowContext],
+        source: Optional[str],
+    ) -> None:
+        self.graph = graph
+        self.id = id
+        self.name = name
+        self.op = op
+        self._inputs = list(inputs)
+        self.control_inputs = tuple(control_inputs)
+        self.attrs = dict(attrs)
+        self.outputs = tuple(Tensor(self, i, s) for i, s in enumerate(specs))
+        self.device = device
+        self.context = context
+        self.source = source
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """Data inputs. Raises if a back edge is still pending (use ``raw_inputs`` to see the marker)."""
+        if any(isinstance(t, _PendingBackEdge) for t in self._inputs):
+            raise GraphBuildError(f"{describe_node(self)} has an unbound back edge; close it with close_back_edge")
+        return tuple(self._inputs)  # type: ignore[arg-type]
+
+    @property
+    def raw_inputs(self) -> tuple[Tensor | _PendingBackEdge, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def has_pending_back_edge(self) -> bool:
+        return any(isinstance(t, _PendingBackEdge) for t in self._inputs)
+
+    def close_back_edge(self, tensor: Tensor, slot: Optional[int] = None) -> None:
+        """Bind a pending Merge input slot to ``tensor`` (normally a NextIteration output).
+
+        The only mutation a node allows: a loop is a cycle, so its back edge is closed after its source
+        exists. Each pending slot can be bound once.
+        """
+        if self.op != "Merge":
+            raise GraphBuildError(f"close_back_edge applies to Merge nodes, not to {describe_node(self)}")
+        pending = [i for i, t in enumerate(self._inputs) if isinstance(t, _PendingBackEdge)]
+        if not pending:
+            raise GraphBuildError(f"{describe_node(self)} has no pending back edge to close")
+        if slot is None:
+            slot = pending[0]
+        if slot not in pending:
+            raise GraphBuildError(f"input {slot} of {describe_node(self)} is not a pending back edge")
+        if not isinstance(tensor, Tensor) or tensor.graph is not self.graph:
+            raise GraphBuildError(f"back edge of {describe_node(self)} must be a tensor of the same graph")
+        self.graph._check_merge_input(self, tensor)
+        self._inputs[slot] = tensor
+        self.graph._version += 1
+
+    @property
+    def frame_name(self) -> Optional[str]:
+        return self.attrs.get("frame_name")
+
+    def __repr__(self) -> str:
+        return f"<tn.Node {self.op} {self.name!r}>"
+
+
+_TURNOUT_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_ROOT = os.path.dirname(_TURNOUT_DIR)
+_INTERNAL_DIRS = tuple(
+    os.path.join(_PKG_ROOT, d) + os.sep for d in ("turnout", "reference", "semantics", "fast", "devices")
+)
+
+
+def user_source_line() -> Optional[str]:
+    """file:line of the innermost stack frame outside Turnout: where the user created the op."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_INTERNAL_DIRS) and "contextlib" not in fn:
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back  # type: ignore[assignment]
+    return None
+
+
+class Graph:
+    """A dataflow graph. Use ``with g.as_default():`` to build into it."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._by_name: dict[str, Node] = {}
+        self._name_counts: dict[str, int] = {}
+        self._scope: list[str] = []
+        self._control_deps: list[list[Node]] = []
+        self._devices: list[Optional[str]] = []
+        self._context: Optional[ControlFlowContext] = None
+        self.contexts: list[ControlFlowContext] = []
+        self.variables: dict[str, Node] = {}
+        self._version = 0
+        self._frame_counter = itertools.count()
+        self._capture_enabled = True
+
+    # ---- default graph ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Graph]:
+        _default.stack.append(self)
+        try:
+            yield self
+        finally:
+            _default.stack.pop()
+
+    # ---- naming and scopes -----------------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        base = "/".join([*self._scope, base]) if self._scope else base
+        if base not in self._by_name and base not in self._name_counts:
+            self._name_counts[base] = 0
+            return base
+        while True:
+            self._name_counts[base] = self._name_counts.get(base, 0) + 1
+            cand = f"{base}_{self._name_counts[base]}"
+            if cand not in self._by_name:
+                return cand
+
+    def unique_frame_name(self, base: str) -> str:
+        return f"{base}/frame{next(self._frame_counter)}"
+
+    @contextlib.contextmanager
+    def name_scope(self, name: str) -> Iterator[None]:
+        self._scope.append(name)
+        try:
+            yield
+        finally:
+            self._scope.pop()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, deps: Optional[Sequence[Any]]) -> Iterator[None]:
+        """Ops created inside run after ``deps`` (nodes or tensors). ``None`` clears outer dependencies."""
+        if deps is None:
+            saved = self._control_deps
+            self._control_deps = []
+            try:
+                yield
+            finally:
+                self._control_deps = saved
+            return
+        nodes = []
+        for d in deps:
+            if hasattr(d, "_as_control_node"):
+                d = d._as_control_node()
+            if isinstance(d, Tensor):
+                d = d.node
+            if not isinstance(d, Node):
+                raise GraphBuildError(f"control_dependencies takes nodes or tensors, got {d!r}")
+            if d.graph is not self:
+                raise GraphBuildError(f"control dependency {d.name} belongs to another graph")
+            nodes.append(d)
+        self._control_deps.append(nodes)
+        try:
+            yield
+        finally:
+            self._control_deps.pop()
+
+    @contextlib.contextmanager
+    def device(self, name: Optional[str]) -> Iterator[None]:
+        self._devices.append(name)
+        try:
+            yield
+        finally:
+            self._devices.pop()
+
+    @contextlib.contextmanager
+    def _in_context(self, ctx: Optional[ControlFlowContext]) -> Iterator[None]:
+        saved = self._context
+        self._context = ctx
+        try:
+            yield
+        finally:
+            self._context = saved
+
+    @contextlib.contextmanager
+    def _no_capture(self) -> Iterator[None]:
+        saved = self._capture_enabled
+        self._capture_enabled = False
+        try:
+            yield
+        finally:
+            self._capture_enabled = saved
+
+    @property
+    def current_context(self) -> Optional[ControlFlowContext]:
+        return self._context
+
+    # ---- node creation ---------------------------------------------------------------------------
+    def create_node(
+        self,
+        op: str,
+        inputs: Sequence[Tensor | _PendingBackEdge] = (),
+        attrs: Optional[dict[str, Any]] = None,
+        name: Optional[str] = None,
+        control_inputs: Sequence[Node] = (),
+        specs: Optional[Sequence[TensorSpec]] = None,
+    ) -> Node:
+        """Create a node, inferring output specs with the shape rule of ``op``.
+
+        Inside a ``cond`` branch or ``while_loop`` body, inputs from outside are *captured* first
+        (routed through Switch, or entered as loop invariants) so every node's inputs share its frame.
+        """
+        from turnout import primitives
+        from turnout.shape_rules import infer
+
+        primitives.get(op)
+        attrs = dict(attrs or {})
+        ctx = self._context
+        ins: list[Tensor | _PendingBackEdge] = []
+        for t in inputs:
+            if isinstance(t, _PendingBackEdge):
+                ins.append(t)
+                continue
+            if not isinstance(t, Tensor):
+                raise GraphBuildError(f"input of {op} must be a tensor, got {type(t).__name__}")
+            if t.graph is not self:
+                raise GraphBuildError(f"input {t.name} of {op} belongs to another graph")
+            if self._capture_enabled and ctx is not None:
+                t = ctx.capture(t)
+            elif self._capture_enabled and t.node.context is not None:
+                _check_visible(t, None, op)
+            ins.append(t)
+        ctrl: list[Node] = list(control_inputs)
+        for group in self._control_deps:
+            ctrl.extend(group)
+        if self._capture_enabled and ctx is not None:
+            ctrl = [ctx.capture_control(c) for c in ctrl]
+            if not any(isinstance(t, Tensor) for t in ins) and not ctrl:
+                ctrl = [ctx.pivot_node_for_sources()]
+        seen: set[int] = set()
+        ctrl = [c for c in ctrl if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
+        if specs is None:
+            specs = infer(op, [t for t in ins if isinstance(t, Tensor)], attrs, ins)
+        node = Node(
+            self,
+            len(self.nodes),
+            self.unique_name(name or op),
+            op,
+            ins,
+            ctrl,
+            attrs,
+            specs,
+            self._devices[-1] if self._devices else None,
+            ctx,
+            user_source_line(),
+        )
+        self.nodes.append(node)
+        self._by_name[node.name] = node
+        self._version += 1
+        if ctx is not None:
+            ctx.add_node(node)
+        return node
+
+    def _check_merge_input(self, merge: Node, t: Tensor) -> None:
+        from turnout.shape_rules import check_merge_input
+
+        check_merge_input(merge, t)
+
+    # ---- lookup ----------------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no node named {name!r} in this graph") from None
+
+    def tensor(self, name: str) -> Tensor:
+        """Look up ``'node:index'`` (index defaults to 0)."""
+        node_name, _, idx = name.rpartition(":") if ":" in name else (name, "", "0")
+        return self.node(node_name).outputs[int(idx)]
+
+    def consumers(self) -> dict[int, list[tuple[Node, int]]]:
+        """node id -> [(consumer, input slot)] for data edges."""
+        out: dict[int, list[tuple[Node, int]]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for slot, t in enumerate(n.raw_inputs):
+                if isinstance(t, Tensor):
+                    out[t.node.id].append((n, slot))
+        return out
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the graph changes: caches key on (id(graph), version)."""
+        return self._version
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"<tn.Graph with {len(self.nodes)} nodes>"
+
+
+def _check_visible(t: Tensor, ctx: Optional[ControlFlowContext], op: str) -> None:
+    """A tensor made inside a cond branch or loop body cannot be used outside it (except via the
+    builder's outputs)."""
+    c = t.node.context
+    while c is not None:
+        if c is ctx:
+            return
+        c = c.outer
+    if ctx is None or t.node.context is not None:
+        raise GraphBuildError(
+            f"tensor {t.name} was created inside {t.node.context.describe()} and cannot be used by {op} "  # type: ignore[union-attr]
+            f"outside it; return it from the branch or loop body instead"
+        )
+
+
+class _DefaultStack(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Graph] = []
+
+
+_default = _DefaultStack()
+_global_graph = Graph()
+
+
+def get_default_graph() -> Graph:
+    return _default.stack[-1] if _default.stack else _global_graph
+
+
+def reset_default_graph() -> Graph:
+    global _global_graph
+    _global_graph = Graph()
+    return _global_graph

@@ -1,0 +1,395 @@
+"""numpy kernels of the pure compute primitives (``KERNELS``), keyed by primitive name.
+
+Why here and not in ``reference/``: the reference interpreter and the structured evaluator in
+``semantics/`` must be independent statements of the *control-flow* meaning, yet compute the same
+arithmetic. They share these kernels and nothing else of each other.
+
+A kernel takes a list of input values and the node attrs and returns a list of output values. Values
+are numpy arrays (0-d for scalars) or ``TensorArrayValue``. Kernels never see dead values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import KernelError
+
+Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
+KERNELS: dict[str, Kernel] = {}
+
+
+@dataclass(frozen=True)
+class TensorArrayValue:
+    """An immutable TensorArray: ``size`` slots, each None (unwritten) or an array.
+
+    Writes return a new value, so TensorArrays are ordinary values flowing on edges: this keeps them
+    deterministic under non-strict execution and lets them be loop variables.
+    """
+
+    dtype: str
+    element_shape: Any
+    items: tuple[Any, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.items)
+
+
+def _k(*names: str) -> Callable[[Kernel], Kernel]:
+    def reg(f: Kernel) -> Kernel:
+        for n in names:
+            KERNELS[n] = f
+        return f
+
+    return reg
+
+
+def _np(d: Any) -> Any:
+    return dt.as_dtype(d).numpy
+
+
+def _elementwise(fn: Callable[..., Any]) -> Kernel:
+    def k(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        with np.errstate(all="ignore"):
+            r = np.asarray(fn(*xs))
+        return [r.astype(np.result_type(*xs), copy=False) if r.dtype != np.bool_ else r]
+
+    return k
+
+
+def _compare(fn: Callable[..., Any]) -> Kernel:
+    return lambda xs, attrs: [np.asarray(fn(*xs))]
+
+
+@_k("Const")
+def _const(xs, attrs):
+    return [np.asarray(attrs["value"], dtype=_np(attrs["dtype"]))]
+
+
+@_k("Identity", "StopGradient")
+def _identity(xs, attrs):
+    return [xs[0]]
+
+
+def _div(a: Any, b: Any) -> Any:
+    if np.issubdtype(np.asarray(a).dtype, np.integer):
+        if np.any(np.asarray(b) == 0):
+            raise KernelError("Div: integer division by zero")
+        return np.floor_divide(a, b)
+    return np.divide(a, b)
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if np.issubdtype(np.asarray(a).dtype, np.integer) and np.any(np.asarray(b) == 0):
+        raise KernelError("FloorMod: integer modulo by zero")
+    return np.mod(a, b)
+
+
+def _pow(a: Any, b: Any) -> Any:
+    if np.issubdtype(np.asarray(a).dtype, np.integer) and np.any(np.asarray(b) < 0):
+        raise KernelError("Pow: integers to negative integer powers are not allowed")
+    return np.power(a, b)
+
+
+KERNELS.update({
+    "Add": _elementwise(np.add),
+    "Sub": _elementwise(np.subtract),
+    "Mul": _elementwise(np.multiply),
+    "Div": _elementwise(_div),
+    "FloorMod": _elementwise(_mod),
+    "Pow": _elementwise(_pow),
+    "Maximum": _elementwise(np.maximum),
+    "Minimum": _elementwise(np.minimum),
+    "Neg": _elementwise(np.negative),
+    "Abs": _elementwise(np.abs),
+    "Sign": _elementwise(np.sign),
+    "Square": _elementwise(np.square),
+    "Relu": _elementwise(lambda x: np.maximum(x, np.zeros((), x.dtype))),
+    "Tanh": _elementwise(np.tanh),
+    "Sigmoid": _elementwise(lambda x: 1 / (1 + np.exp(-x))),
+    "Exp": _elementwise(np.exp),
+    "Log": _elementwise(np.log),
+    "Sqrt": _elementwise(np.sqrt),
+    "Less": _compare(np.less),
+    "LessEqual": _compare(np.less_equal),
+    "Greater": _compare(np.greater),
+    "GreaterEqual": _compare(np.greater_equal),
+    "Equal": _compare(np.equal),
+    "NotEqual": _compare(np.not_equal),
+    "LogicalAnd": _compare(np.logical_and),
+    "LogicalOr": _compare(np.logical_or),
+    "LogicalNot": _compare(np.logical_not),
+})
+
+
+@_k("Select")
+def _select(xs, attrs):
+    c, a, b = xs
+    return [np.where(c, a, b)]
+
+
+@_k("Cast")
+def _cast(xs, attrs):
+    return [np.asarray(xs[0]).astype(_np(attrs["dtype"]))]
+
+
+@_k("MatMul")
+def _matmul(xs, attrs):
+    a, b = xs
+    if attrs.get("transpose_a"):
+        a = a.T
+    if attrs.get("transpose_b"):
+        b = b.T
+    if a.shape[1] != b.shape[0]:
+        raise KernelError(f"MatMul: inner dimensions differ at run time: {a.shape} @ {b.shape}")
+    return [np.matmul(a, b)]
+
+
+@_k("Reshape")
+def _reshape(xs, attrs):
+    try:
+        return [np.reshape(xs[0], attrs["shape"])]
+    except ValueError as e:
+        raise KernelError(f"Reshape: {e}") from None
+
+
+@_k("Transpose")
+def _transpose(xs, attrs):
+    return [np.transpose(xs[0], attrs.get("perm"))]
+
+
+@_k("ExpandDims")
+def _expand(xs, attrs):
+    return [np.expand_dims(xs[0], attrs["axis"])]
+
+
+@_k("Concat")
+def _concat(xs, attrs):
+    try:
+        return [np.concatenate(xs, axis=attrs["axis"])]
+    except ValueError as e:
+        raise KernelError(f"Concat: {e}") from None
+
+
+@_k("Pack")
+def _pack(xs, attrs):
+    try:
+        return [np.stack(xs, axis=0)]
+    except ValueError as e:
+        raise KernelError(f"Pack: {e}") from None
+
+
+def build_index(x_shape: Sequence[int], spec: Sequence[dict[str, Any]], dyn: Sequence[Any]) -> tuple[Any, ...]:
+    """Turn a GetItem spec (+ dynamic scalar inputs) into a numpy index tuple, bounds-checking indices."""
+
+    def val(v: Any) -> Any:
+        if isinstance(v, dict):
+            return int(dyn[v["input"]])
+        return v
+
+    idx: list[Any] = []
+    for i, e in enumerate(spec):
+        if e["kind"] == "index":
+            v = val(e["value"])
+            n = x_shape[i]
+            if not -n <= v < n:
+                raise KernelError(f"GetItem: index {v} out of range for dimension {i} of size {n}")
+            idx.append(v)
+        else:
+            idx.append(slice(val(e["start"]), val(e["stop"]), val(e["step"])))
+    return tuple(idx)
+
+
+@_k("GetItem")
+def _getitem(xs, attrs):
+    x = np.asarray(xs[0])
+    return [np.asarray(x[build_index(x.shape, attrs["spec"], xs[1:])])]
+
+
+@_k("GetItemGrad")
+def _getitem_grad(xs, attrs):
+    like, g = np.asarray(xs[0]), xs[1]
+    out = np.zeros(like.shape, dtype=np.asarray(g).dtype)
+    out[build_index(like.shape, attrs["spec"], xs[2:])] += g
+    return [out]
+
+
+@_k("Gather")
+def _gather(xs, attrs):
+    x, idx = xs
+    ax = attrs.get("axis", 0)
+    n = np.shape(x)[ax]
+    if np.any((idx < -n) | (idx >= n)):
+        raise KernelError(f"Gather: index out of range for axis {ax} of size {n}: {idx}")
+    return [np.take(x, idx, axis=ax)]
+
+
+@_k("ScatterAddLike")
+def _scatter_add_like(xs, attrs):
+    like, idx, upd = xs
+    ax = attrs.get("axis", 0)
+    out = np.zeros(np.shape(like), dtype=np.asarray(upd).dtype)
+    moved = np.moveaxis(out, ax, 0)
+    upd_m = np.asarray(upd)
+    idx = np.asarray(idx)
+    # bring the indexed axes of upd to the front, matching moved's layout
+    upd_m = np.moveaxis(upd_m, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
+    np.add.at(moved, idx, upd_m)
+    return [out]
+
+
+@_k("Tile")
+def _tile(xs, attrs):
+    return [np.tile(xs[0], attrs["multiples"])]
+
+
+def _axis_arg(attrs: dict[str, Any]) -> Any:
+    a = attrs.get("axis")
+    return tuple(a) if isinstance(a, list) else a
+
+
+@_k("Sum")
+def _sum(xs, attrs):
+    x = np.asarray(xs[0])
+    return [np.asarray(np.sum(x, axis=_axis_arg(attrs), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+
+
+@_k("Mean")
+def _mean(xs, attrs):
+    x = np.asarray(xs[0])
+    return [np.asarray(np.mean(x, axis=_axis_arg(attrs), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+
+
+@_k("Max")
+def _max(xs, attrs):
+    x = np.asarray(xs[0])
+    if x.size == 0:
+        raise KernelError("Max: reduction over an empty tensor")
+    return [np.asarray(np.max(x, axis=_axis_arg(attrs), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+
+
+@_k("ZerosLike")
+def _zeros_like(xs, attrs):
+    return [np.zeros_like(xs[0])]
+
+
+@_k("OnesLike")
+def _ones_like(xs, attrs):
+    return [np.ones_like(xs[0])]
+
+
+@_k("Fill")
+def _fill(xs, attrs):
+    shp, v = xs
+    if np.any(np.asarray(shp) < 0):
+        raise KernelError(f"Fill: negative dimension in shape {shp}")
+    return [np.full(tuple(int(d) for d in shp), v, dtype=np.asarray(v).dtype)]
+
+
+@_k("Shape")
+def _shape(xs, attrs):
+    return [np.asarray(np.shape(xs[0]), dtype=np.int32)]
+
+
+@_k("Size")
+def _size(xs, attrs):
+    return [np.asarray(np.size(xs[0]), dtype=np.int32)]
+
+
+@_k("BroadcastLike")
+def _broadcast_like(xs, attrs):
+    x, like = xs
+    try:
+        return [np.array(np.broadcast_to(x, np.shape(like)))]
+    except ValueError as e:
+        raise KernelError(f"BroadcastLike: {e}") from None
+
+
+def sum_to_shape(x: Any, shape: tuple[int, ...]) -> Any:
+    """Sum ``x`` over the axes that broadcasting to ``x.shape`` added to ``shape``."""
+    x = np.asarray(x)
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape) if d == 1 and x.shape[i + lead] != 1)
+    r = np.sum(x, axis=axes, keepdims=True) if axes else x
+    return np.reshape(r, shape).astype(x.dtype, copy=False)
+
+
+@_k("SumToLike")
+def _sum_to_like(xs, attrs):
+    return [sum_to_shape(xs[0], np.shape(xs[1]))]
+
+
+# ---- TensorArray -----------------------------------------------------------------------------------
+def _check_ta_index(op: str, ta: TensorArrayValue, i: Any) -> int:
+    i = int(i)
+    if not 0 <= i < ta.size:
+        raise KernelError(f"{op}: index {i} out of range for a TensorArray of size {ta.size}")
+    return i
+
+
+@_k("TensorArrayNew")
+def _ta_new(xs, attrs):
+    n = int(xs[0])
+    if n < 0:
+        raise KernelError(f"TensorArrayNew: negative size {n}")
+    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, attrs.get("element_shape"), (None,) * n)]
+
+
+@_k("TensorArrayWrite")
+def _ta_write(xs, attrs):
+    ta, i, v = xs
+    i = _check_ta_index("TensorArrayWrite", ta, i)
+    if ta.items[i] is not None:
+        raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
+    items = list(ta.items)
+    items[i] = np.asarray(v)
+    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items))]
+
+
+@_k("TensorArrayRead")
+def _ta_read(xs, attrs):
+    ta, i = xs
+    i = _check_ta_index("TensorArrayRead", ta, i)
+    if ta.items[i] is None:
+        raise KernelError(f"TensorArrayRead: slot {i} was never written")
+    return [ta.items[i]]
+
+
+@_k("TensorArrayStack")
+def _ta_stack(xs, attrs):
+    (ta,) = xs
+    missing = [i for i, v in enumerate(ta.items) if v is None]
+    if missing:
+        raise KernelError(f"TensorArrayStack: slots {missing[:5]} were never written")
+    if not ta.items:
+        es = ta.element_shape
+        if es is None or any(d is None for d in es):
+            raise KernelError("TensorArrayStack: empty TensorArray with an unknown element shape")
+        return [np.zeros((0, *es), dtype=_np(ta.dtype))]
+    return [np.stack(ta.items, axis=0)]
+
+
+@_k("TensorArrayUnstack")
+def _ta_unstack(xs, attrs):
+    v = np.asarray(xs[0])
+    return [TensorArrayValue(dt.as_dtype(v.dtype).name, tuple(v.shape[1:]), tuple(v[i] for i in range(v.shape[0])))]
+
+
+@_k("TensorArraySize")
+def _ta_size(xs, attrs):
+    return [np.asarray(xs[0].size, dtype=np.int32)]
+
+
+def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any], node_desc: str = "") -> list[Any]:
+    """Run a compute kernel, turning numpy failures into KernelError naming the node."""
+    try:
+        return KERNELS[op](inputs, attrs)
+    except KernelError as e:
+        raise KernelError(f"{node_desc}: {e}" if node_desc else str(e)) from None
+    except (ValueError, TypeError, IndexError, FloatingPointError) as e:
+        raise KernelError(f"{node_desc or op}: kernel failed: {e}") from None

@@ -1,0 +1,80 @@
+"""Nested structures of tensors: flatten and pack back.
+
+Builders take and return nested tuples, lists, dicts (keys sorted) and namedtuples. Leaves are
+tensors, TensorArrays, Variables and Python/numpy values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnout.errors import GraphBuildError
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def is_nested(x: Any) -> bool:
+    return isinstance(x, (list, tuple, dict))
+
+
+def flatten(x: Any) -> list[Any]:
+    if isinstance(x, dict):
+        return [leaf for k in sorted(x) for leaf in flatten(x[k])]
+    if isinstance(x, (list, tuple)):
+        return [leaf for v in x for leaf in flatten(v)]
+    return [x]
+
+
+def pack_as(structure: Any, flat: list[Any]) -> Any:
+    """Inverse of flatten: rebuild ``structure`` with the leaves of ``flat``."""
+    it = iter(flat)
+
+    def build(s: Any) -> Any:
+        if isinstance(s, dict):
+            return {k: build(s[k]) for k in sorted(s)} if not hasattr(s, "__class__") or type(s) is dict else \
+                type(s)((k, build(s[k])) for k in sorted(s))
+        if _is_namedtuple(s):
+            return type(s)(*[build(v) for v in s])
+        if isinstance(s, tuple):
+            return tuple(build(v) for v in s)
+        if isinstance(s, list):
+            return [build(v) for v in s]
+        return next(it)
+
+    out = build(structure)
+    rest = list(it)
+    if rest:
+        raise GraphBuildError(f"pack_as: {len(rest)} leaves left over")
+    return out
+
+
+def structure_signature(x: Any) -> Any:
+    """A hashable description of the structure (lists and tuples are treated alike)."""
+    if isinstance(x, dict):
+        return ("dict", tuple((k, structure_signature(x[k])) for k in sorted(x)))
+    if _is_namedtuple(x):
+        return (type(x).__name__, tuple(structure_signature(v) for v in x))
+    if isinstance(x, (list, tuple)):
+        return ("seq", tuple(structure_signature(v) for v in x))
+    return "*"
+
+
+def assert_same_structure(a: Any, b: Any, what: str) -> None:
+    sa, sb = structure_signature(a), structure_signature(b)
+    if sa != sb:
+        raise GraphBuildError(f"{what}: structures differ: {_show(a)} vs {_show(b)}")
+
+
+def _show(x: Any) -> str:
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {_show(v)}" for k, v in sorted(x.items())) + "}"
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(_show(v) for v in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+    return type(x).__name__
+
+
+def map_structure(fn: Any, x: Any) -> Any:
+    return pack_as(x, [fn(v) for v in flatten(x)])

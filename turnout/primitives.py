@@ -1,0 +1,125 @@
+"""The one place where every primitive of the language is declared.
+
+Why: each interpreter (reference kernels, the structured evaluator, the small-step rules, JAX lowering,
+gradient rules, z3 encodings, shape inference) is a *table keyed by primitive name*. A test walks this
+declaration and checks that every primitive has an entry in every table, or is listed as deliberately
+unsupported there. Adding a primitive therefore starts here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """A primitive op.
+
+    kind: ``compute`` (pure kernel over values), ``control`` (the paper's control-flow primitives),
+    ``state`` (reads or writes run-time state: Variables, gradient stacks), ``source`` (Const,
+    Placeholder), ``structural`` (NoOp).
+    """
+
+    name: str
+    kind: str
+    differentiable: bool = True
+    doc: str = ""
+
+
+_P = Primitive
+_DECLS: list[Primitive] = [
+    # sources
+    _P("Const", "source", False, "a constant value (attr value)"),
+    _P("Placeholder", "source", False, "a value that must be fed"),
+    # control flow: the paper, Sec. 3
+    _P("Switch", "control", True, "forward data to output pred; the other output is dead"),
+    _P("Merge", "control", True, "forward the first live input, with its index"),
+    _P("Enter", "control", True, "move a value into a child frame"),
+    _P("Exit", "control", True, "move a value out of a frame to its parent"),
+    _P("NextIteration", "control", True, "move a value to the next iteration"),
+    _P("LoopCond", "control", False, "the loop predicate: the pivot"),
+    _P("NoOp", "structural", False, "does nothing; used to group control dependencies"),
+    # elementwise
+    _P("Identity", "compute"),
+    _P("Add", "compute"),
+    _P("Sub", "compute"),
+    _P("Mul", "compute"),
+    _P("Div", "compute"),
+    _P("Neg", "compute"),
+    _P("Tanh", "compute"),
+    _P("Sigmoid", "compute"),
+    _P("Exp", "compute"),
+    _P("Log", "compute"),
+    _P("Sqrt", "compute"),
+    _P("Square", "compute"),
+    _P("Abs", "compute"),
+    _P("Sign", "compute", False),
+    _P("Relu", "compute"),
+    _P("Maximum", "compute"),
+    _P("Minimum", "compute"),
+    _P("Pow", "compute"),
+    _P("FloorMod", "compute"),
+    _P("Less", "compute", False),
+    _P("LessEqual", "compute", False),
+    _P("Greater", "compute", False),
+    _P("GreaterEqual", "compute", False),
+    _P("Equal", "compute", False),
+    _P("NotEqual", "compute", False),
+    _P("LogicalAnd", "compute", False),
+    _P("LogicalOr", "compute", False),
+    _P("LogicalNot", "compute", False),
+    _P("Select", "compute"),
+    _P("Cast", "compute"),
+    _P("StopGradient", "compute", False, "identity whose gradient is not propagated"),
+    # linear algebra and structure
+    _P("MatMul", "compute"),
+    _P("Reshape", "compute"),
+    _P("Transpose", "compute"),
+    _P("ExpandDims", "compute"),
+    _P("Concat", "compute"),
+    _P("Pack", "compute", True, "stack equally shaped tensors along a new axis 0"),
+    _P("GetItem", "compute", True, "numpy-style basic indexing: x[i], x[i:j], with static or tensor bounds"),
+    _P("GetItemGrad", "compute", True, "scatter a gradient into zeros shaped like x, at a GetItem index"),
+    _P("Gather", "compute"),
+    _P("ScatterAddLike", "compute", True, "zeros like x with updates added at indices (Gather's gradient)"),
+    _P("Tile", "compute"),
+    _P("Sum", "compute"),
+    _P("Mean", "compute"),
+    _P("Max", "compute"),
+    _P("ZerosLike", "compute", False),
+    _P("OnesLike", "compute", False),
+    _P("Fill", "compute", False, "a tensor of a run-time shape filled with a scalar"),
+    _P("Shape", "compute", False),
+    _P("Size", "compute", False),
+    _P("BroadcastLike", "compute", True, "broadcast x to the shape of another tensor"),
+    _P("SumToLike", "compute", True, "sum x down to the shape of another tensor (undo broadcasting)"),
+    # TensorArray: a per-iteration accumulator, as an immutable value
+    _P("TensorArrayNew", "compute", False),
+    _P("TensorArrayWrite", "compute"),
+    _P("TensorArrayRead", "compute"),
+    _P("TensorArrayStack", "compute"),
+    _P("TensorArrayUnstack", "compute"),
+    _P("TensorArraySize", "compute", False),
+    # state
+    _P("VarHandle", "state", False, "a handle to a Variable (attr name, dtype, shape, initial value)"),
+    _P("ReadVariable", "state"),
+    _P("AssignVariable", "state", False),
+    _P("AssignAddVariable", "state", False),
+    _P("AssignSubVariable", "state", False),
+    _P("StackNew", "state", False, "a gradient stack (the paper, Sec. 5)"),
+    _P("StackPush", "state", False, "save a forward value under an iteration index"),
+    _P("StackPop", "state", False, "read back a saved forward value in the backward loop"),
+]
+
+PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _DECLS}
+
+CONTROL_FLOW = frozenset(p.name for p in _DECLS if p.kind == "control")
+STATEFUL = frozenset(p.name for p in _DECLS if p.kind == "state")
+COMPUTE = frozenset(p.name for p in _DECLS if p.kind == "compute")
+
+
+def get(name: str) -> Primitive:
+    try:
+        return PRIMITIVES[name]
+    except KeyError:
+        raise KeyError(f"unknown primitive {name!r}") from None

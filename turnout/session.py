@@ -1,0 +1,154 @@
+"""``Session``: run a graph on a backend, with feeds, nested fetches and persistent Variables.
+
+Why a thin layer: every backend (reference, fast, partitioned) takes the same flat request — fetch
+tensors, fed values, the variable store, run options — so feed checking, fetch structures and
+Variable persistence are written once here, and the backends agree on errors by construction.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout import nest
+from turnout import shapes as sh
+from turnout.errors import FeedError, GraphBuildError
+from turnout.graph import Graph, Node, Tensor, get_default_graph
+
+#: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
+BACKENDS: dict[str, str] = {
+    "reference": "turnout.reference.executor:ReferenceBackend",
+    "fast": "turnout.fast.backend:FastBackend",
+}
+
+
+@dataclass
+class RunOptions:
+    """Per-run options. ``scheduler``: "fifo", "lifo" or "random" (with ``seed``) — the order in which
+    the reference interpreter fires ready nodes; results never depend on it. ``trace`` records every
+    firing. ``max_firings`` / ``max_iterations`` guard against non-termination."""
+
+    scheduler: str = "fifo"
+    seed: int = 0
+    trace: bool = False
+    max_firings: Optional[int] = 10_000_000
+    max_iterations: Optional[int] = 1_000_000
+
+
+@dataclass
+class RunResult:
+    """What a backend returns: fetched values, and optionally a trace and firing counts."""
+
+    values: list[Any]
+    trace: Optional[Any] = None
+    counts: Optional[dict[tuple[str, tuple[Any, ...]], int]] = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    def __init__(self, graph: Graph, **options: Any) -> None: ...
+
+    def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+            options: RunOptions) -> RunResult: ...
+
+
+def load_backend(name: str) -> type:
+    try:
+        spec = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+    mod, cls = spec.split(":")
+    return getattr(importlib.import_module(mod), cls)  # type: ignore[no-any-return]
+
+
+def check_feed(t: Tensor, value: Any) -> np.ndarray:
+    """A fed value, converted to the tensor's dtype, with its shape checked against the static shape."""
+    if t.dtype.is_opaque:
+        raise FeedError(f"cannot feed {t.name}: it is a {t.dtype.name} tensor")
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise FeedError(f"cannot feed {t.name} with {type(value).__name__}")
+    if t.dtype.is_bool and arr.dtype != np.bool_:
+        raise FeedError(f"feeding {t.name} (bool) with a {arr.dtype} value")
+    if t.dtype.is_integer and arr.dtype.kind == "f":
+        raise FeedError(f"feeding {t.name} ({t.dtype.name}) with a floating value; cast it first")
+    if not sh.compatible(t.shape, arr.shape):
+        raise FeedError(f"feeding {t.name}: value of shape {list(arr.shape)} for a tensor of shape {sh.fmt(t.shape)}")
+    return arr.astype(t.dtype.numpy, copy=False)
+
+
+class Session:
+    """``tn.Session(graph, backend="reference")``; ``sess.run(fetches, feed_dict)``.
+
+    Variables live in the session and persist across runs. ``last_result`` holds the trace / firing
+    counts of the last run when requested.
+    """
+
+    def __init__(self, graph: Optional[Graph] = None, backend: str = "reference", **backend_options: Any) -> None:
+        self.graph = graph if graph is not None else get_default_graph()
+        self.backend_name = backend
+        self.backend = load_backend(backend)(self.graph, **backend_options)
+        self.variables: dict[str, np.ndarray] = {}
+        self.last_result: Optional[RunResult] = None
+
+    def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
+            options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
+        """Compute ``fetches`` (a tensor, a node, or any nested structure of them)."""
+        opts = options if isinstance(options, RunOptions) else RunOptions(**{**(options or {}), **kw})
+        flat = nest.flatten(fetches)
+        tensors: list[Tensor] = []
+        targets: list[Node] = []
+        for f in flat:
+            if hasattr(f, "_as_tensor"):
+                f = f._as_tensor()
+            if isinstance(f, Tensor):
+                if f.graph is not self.graph:
+                    raise GraphBuildError(f"fetch {f.name} belongs to another graph")
+                tensors.append(f)
+            elif isinstance(f, Node):
+                targets.append(f)
+            else:
+                raise GraphBuildError(f"cannot fetch {f!r}: fetches are tensors, nodes or structures of them")
+        feeds: dict[Tensor, Any] = {}
+        for k, v in (feed_dict or {}).items():
+            if isinstance(k, str):
+                k = self.graph.tensor(k)
+            if hasattr(k, "_as_tensor") and not isinstance(k, Tensor):
+                raise FeedError("feed a Variable by assigning it, not through feed_dict")
+            if not isinstance(k, Tensor) or k.graph is not self.graph:
+                raise FeedError(f"feed_dict key {k!r} is not a tensor of this graph")
+            feeds[k] = check_feed(k, v)
+        # Node targets are run for their effects: fetch a proxy that depends on them.
+        proxies = [_target_proxy(n) for n in targets]
+        result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
+        self.last_result = result
+        values = iter(result.values[: len(tensors)])
+        out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
+               for f in (x._as_tensor() if hasattr(x, "_as_tensor") else x for x in flat)]
+        return nest.pack_as(fetches, out)
+
+    def close(self) -> None:
+        self.variables.clear()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self.close()
+
+
+def _target_proxy(node: Node) -> Tensor:
+    """A root-frame bool constant with a control dependency on ``node``: fetching it runs ``node``."""
+    g = node.graph
+    cache = g.__dict__.setdefault("_target_proxies", {})
+    if node.id not in cache:
+        with g._in_context(None), g._no_capture():
+            cache[node.id] = g.create_node(
+                "Const", (), {"value": np.asarray(True), "dtype": dt.bool_.name}, name=f"{node.name}/target",
+                control_inputs=[node],
+            ).outputs[0]
+    return cache[node.id]  # type: ignore[no-any-return]

@@ -1,0 +1,555 @@
+"""Build-time shape and dtype inference: one rule per primitive (``SHAPE_RULES``).
+
+Why at build time: a mismatch found while the graph is built points at the user's source line; the
+same mismatch found at run time inside a loop would surface as a numpy or XLA error far from its cause.
+Rules take the input specs and the node attrs and return the output specs, raising ShapeError /
+DTypeError with the op named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout import shapes as sh
+from turnout.errors import DTypeError, GraphBuildError, ShapeError
+from turnout.graph import Node, Tensor, TensorSpec, _PendingBackEdge
+
+Rule = Callable[[str, Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
+SHAPE_RULES: dict[str, Rule] = {}
+
+
+def _rule(*names: str) -> Callable[[Rule], Rule]:
+    def reg(f: Rule) -> Rule:
+        for n in names:
+            SHAPE_RULES[n] = f
+        return f
+
+    return reg
+
+
+def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequence[Any] = ()) -> list[TensorSpec]:
+    try:
+        rule = SHAPE_RULES[op]
+    except KeyError:
+        raise GraphBuildError(f"no shape rule for primitive {op}") from None
+    return rule(op, [t.spec for t in inputs], attrs)
+
+
+def _same_dtype(op: str, specs: Sequence[TensorSpec]) -> dt.DType:
+    d = specs[0].dtype
+    for s in specs[1:]:
+        if s.dtype != d:
+            raise DTypeError(
+                f"{op}: operands have different dtypes {d.name} and {s.dtype.name}; use tn.cast to convert"
+            )
+    return d
+
+
+def _numeric(op: str, d: dt.DType) -> None:
+    if not d.is_numeric:
+        raise DTypeError(f"{op}: expected a numeric dtype, got {d.name}")
+
+
+def _floating(op: str, d: dt.DType) -> None:
+    if not d.is_floating:
+        raise DTypeError(f"{op}: expected a floating dtype (float32/float64), got {d.name}; use tn.cast")
+
+
+def _bcast(op: str, a: sh.Shape, b: sh.Shape) -> sh.Shape:
+    try:
+        return sh.broadcast(a, b)
+    except ValueError as e:
+        raise ShapeError(f"{op}: {e}") from None
+
+
+def _axis(op: str, axis: int, rank: int | None) -> int:
+    if rank is None:
+        return axis
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"{op}: axis {axis} out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+# ---- sources ---------------------------------------------------------------------------------------
+@_rule("Const")
+def _const(op, specs, attrs):
+    v = np.asarray(attrs["value"])
+    return [TensorSpec(dt.as_dtype(attrs["dtype"]), sh.from_value(v))]
+
+
+@_rule("Placeholder")
+def _placeholder(op, specs, attrs):
+    return [TensorSpec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("shape")))]
+
+
+# ---- control flow ----------------------------------------------------------------------------------
+@_rule("Switch")
+def _switch(op, specs, attrs):
+    data, pred = specs
+    if pred.dtype != dt.bool_:
+        raise DTypeError(f"Switch: the predicate must be bool, got {pred.dtype.name}")
+    if pred.shape is not None and pred.shape != ():
+        raise ShapeError(f"Switch: the predicate must be a scalar, got shape {sh.fmt(pred.shape)}")
+    return [data, data]
+
+
+@_rule("Merge")
+def _merge(op, specs, attrs):
+    if not specs:
+        raise GraphBuildError("Merge needs at least one bound input")
+    d = _same_dtype("Merge", specs)
+    shape = specs[0].shape
+    for s in specs[1:]:
+        shape = sh.most_specific_common(shape, s.shape)
+    out = specs[0]
+    return [TensorSpec(d, shape, out.elem_dtype, out.elem_shape), TensorSpec(dt.int32, ())]
+
+
+@_rule("Enter", "Exit", "NextIteration", "Identity", "StopGradient")
+def _identity(op, specs, attrs):
+    return [specs[0]]
+
+
+@_rule("LoopCond")
+def _loopcond(op, specs, attrs):
+    (p,) = specs
+    if p.dtype != dt.bool_:
+        raise DTypeError(f"LoopCond: the loop predicate must be bool, got {p.dtype.name}")
+    if p.shape is not None and p.shape != ():
+        raise ShapeError(f"LoopCond: the loop predicate must be a scalar, got shape {sh.fmt(p.shape)}")
+    return [p]
+
+
+@_rule("NoOp")
+def _noop(op, specs, attrs):
+    return []
+
+
+def check_merge_input(merge: Node, t: Tensor) -> None:
+    """A back edge's dtype and shape must fit the Merge's (shape_invariants decide the Merge shape)."""
+    out = merge.outputs[0].spec
+    if t.dtype != out.dtype:
+        raise DTypeError(
+            f'Merge "{merge.name}": back edge {t.name} has dtype {t.dtype.name}, the loop variable {out.dtype.name}'
+        )
+    if not sh.compatible(out.shape, t.shape) or (
+        out.shape is not None and t.shape is not None and _more_general(t.shape, out.shape)
+    ):
+        raise ShapeError(
+            f'Merge "{merge.name}": the loop variable has shape {sh.fmt(out.shape)} on entry but '
+            f"{sh.fmt(t.shape)} after one iteration ({t.name}); pass shape_invariants to while_loop "
+            "to allow a shape that changes across iterations"
+        )
+
+
+def _more_general(a: sh.Shape, b: sh.Shape) -> bool:
+    """True when ``a`` leaves unknown a dimension that ``b`` fixes."""
+    assert a is not None and b is not None
+    return any(x is None and y is not None for x, y in zip(a, b))
+
+
+# ---- elementwise -----------------------------------------------------------------------------------
+@_rule("Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Pow", "FloorMod")
+def _binary(op, specs, attrs):
+    a, b = specs
+    d = _same_dtype(op, specs)
+    _numeric(op, d)
+    return [TensorSpec(d, _bcast(op, a.shape, b.shape))]
+
+
+@_rule("Less", "LessEqual", "Greater", "GreaterEqual")
+def _compare(op, specs, attrs):
+    a, b = specs
+    d = _same_dtype(op, specs)
+    _numeric(op, d)
+    return [TensorSpec(dt.bool_, _bcast(op, a.shape, b.shape))]
+
+
+@_rule("Equal", "NotEqual")
+def _equal(op, specs, attrs):
+    a, b = specs
+    _same_dtype(op, specs)
+    return [TensorSpec(dt.bool_, _bcast(op, a.shape, b.shape))]
+
+
+@_rule("LogicalAnd", "LogicalOr")
+def _logical(op, specs, attrs):
+    a, b = specs
+    for s in specs:
+        if s.dtype != dt.bool_:
+            raise DTypeError(f"{op}: expected bool operands, got {s.dtype.name}")
+    return [TensorSpec(dt.bool_, _bcast(op, a.shape, b.shape))]
+
+
+@_rule("LogicalNot")
+def _lnot(op, specs, attrs):
+    if specs[0].dtype != dt.bool_:
+        raise DTypeError(f"{op}: expected a bool operand, got {specs[0].dtype.name}")
+    return [specs[0]]
+
+
+@_rule("Neg", "Abs", "Square", "Sign", "Relu")
+def _unary_numeric(op, specs, attrs):
+    _numeric(op, specs[0].dtype)
+    return [TensorSpec(specs[0].dtype, specs[0].shape)]
+
+
+@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt")
+def _unary_float(op, specs, attrs):
+    _floating(op, specs[0].dtype)
+    return [TensorSpec(specs[0].dtype, specs[0].shape)]
+
+
+@_rule("Select")
+def _select(op, specs, attrs):
+    c, a, b = specs
+    if c.dtype != dt.bool_:
+        raise DTypeError(f"Select: the condition must be bool, got {c.dtype.name}")
+    d = _same_dtype(op, [a, b])
+    return [TensorSpec(d, _bcast(op, c.shape, _bcast(op, a.shape, b.shape)))]
+
+
+@_rule("Cast")
+def _cast(op, specs, attrs):
+    d = dt.as_dtype(attrs["dtype"])
+    if d.is_opaque or specs[0].dtype.is_opaque:
+        raise DTypeError(f"Cast: cannot cast {specs[0].dtype.name} to {d.name}")
+    return [TensorSpec(d, specs[0].shape)]
+
+
+# ---- structure -------------------------------------------------------------------------------------
+@_rule("MatMul")
+def _matmul(op, specs, attrs):
+    a, b = specs
+    d = _same_dtype(op, specs)
+    _numeric(op, d)
+    if a.shape is not None and len(a.shape) != 2 or b.shape is not None and len(b.shape) != 2:
+        raise ShapeError(f"MatMul: operands must be matrices, got {sh.fmt(a.shape)} @ {sh.fmt(b.shape)}")
+    ta, tb = attrs.get("transpose_a", False), attrs.get("transpose_b", False)
+    if a.shape is None or b.shape is None:
+        return [TensorSpec(d, (None, None))]
+    m, k1 = (a.shape[1], a.shape[0]) if ta else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if k1 is not None and k2 is not None and k1 != k2:
+        raise ShapeError(f"MatMul: inner dimensions differ: {sh.fmt(a.shape)} @ {sh.fmt(b.shape)}")
+    return [TensorSpec(d, (m, n))]
+
+
+@_rule("Reshape")
+def _reshape(op, specs, attrs):
+    x = specs[0]
+    target = list(attrs["shape"])
+    if target.count(-1) > 1:
+        raise ShapeError("Reshape: at most one dimension may be -1")
+    n = sh.num_elements(x.shape)
+    known = int(np.prod([d for d in target if d != -1])) if target else 1
+    if -1 in target:
+        out = [None if d == -1 else d for d in target]
+        if n is not None:
+            if known == 0 or n % known:
+                raise ShapeError(f"Reshape: cannot reshape {sh.fmt(x.shape)} to {target}")
+            out[target.index(-1)] = n // known
+        return [TensorSpec(x.dtype, tuple(out))]
+    if n is not None and n != known:
+        raise ShapeError(f"Reshape: cannot reshape {sh.fmt(x.shape)} ({n} elements) to {target} ({known})")
+    return [TensorSpec(x.dtype, tuple(target))]
+
+
+@_rule("Transpose")
+def _transpose(op, specs, attrs):
+    x = specs[0]
+    perm = attrs.get("perm")
+    if x.shape is None:
+        return [TensorSpec(x.dtype, None)]
+    if perm is None:
+        return [TensorSpec(x.dtype, tuple(reversed(x.shape)))]
+    if sorted(perm) != list(range(len(x.shape))):
+        raise ShapeError(f"Transpose: perm {perm} is not a permutation of the {len(x.shape)} axes")
+    return [TensorSpec(x.dtype, tuple(x.shape[p] for p in perm))]
+
+
+@_rule("ExpandDims")
+def _expand(op, specs, attrs):
+    x = specs[0]
+    if x.shape is None:
+        return [TensorSpec(x.dtype, None)]
+    ax = attrs["axis"]
+    r = len(x.shape) + 1
+    if not -r <= ax < r:
+        raise ShapeError(f"ExpandDims: axis {ax} out of range for rank {len(x.shape)}")
+    s = list(x.shape)
+    s.insert(ax % r, 1)
+    return [TensorSpec(x.dtype, tuple(s))]
+
+
+@_rule("Concat")
+def _concat(op, specs, attrs):
+    d = _same_dtype(op, specs)
+    ax = attrs["axis"]
+    ranks = {len(s.shape) for s in specs if s.shape is not None}
+    if len(ranks) > 1:
+        raise ShapeError(f"Concat: operands have different ranks {sorted(ranks)}")
+    if not ranks:
+        return [TensorSpec(d, None)]
+    r = ranks.pop()
+    ax = _axis(op, ax, r)
+    out: list[Any] = [None] * r
+    for i in range(r):
+        dims = [s.shape[i] for s in specs if s.shape is not None]
+        if i == ax:
+            out[i] = None if any(x is None for x in dims) or len(dims) < len(specs) else sum(dims)
+        else:
+            known = {x for x in dims if x is not None}
+            if len(known) > 1:
+                raise ShapeError(f"Concat: dimension {i} differs among operands: {sorted(known)}")
+            out[i] = known.pop() if known else None
+    return [TensorSpec(d, tuple(out))]
+
+
+@_rule("Pack")
+def _pack(op, specs, attrs):
+    d = _same_dtype(op, specs)
+    shape = specs[0].shape
+    for s in specs[1:]:
+        if not sh.compatible(shape, s.shape):
+            raise ShapeError(f"Pack: operands have different shapes {sh.fmt(shape)} and {sh.fmt(s.shape)}")
+        shape = sh.merge(shape, s.shape)
+    return [TensorSpec(d, None if shape is None else (len(specs), *shape))]
+
+
+def getitem_shape(shape: sh.Shape, spec: Sequence[dict[str, Any]]) -> sh.Shape:
+    """Static result shape of basic indexing (see ops.getitem for the spec format)."""
+    if shape is None:
+        return None
+    if len(spec) > len(shape):
+        raise ShapeError(f"GetItem: {len(spec)} indices for a tensor of rank {len(shape)}")
+    out: list[Any] = []
+    for i, e in enumerate(spec):
+        n = shape[i]
+        if e["kind"] == "index":
+            v = e["value"]
+            if isinstance(v, int) and n is not None and not -n <= v < n:
+                raise ShapeError(f"GetItem: index {v} out of range for dimension {i} of size {n}")
+        else:
+            start, stop, step = e["start"], e["stop"], e["step"]
+            if n is not None and all(isinstance(x, int) or x is None for x in (start, stop)):
+                out.append(len(range(*slice(start, stop, step).indices(n))))
+            else:
+                out.append(None)
+    out.extend(shape[len(spec):])
+    return tuple(out)
+
+
+@_rule("GetItem")
+def _getitem(op, specs, attrs):
+    x = specs[0]
+    for s in specs[1:]:
+        if not s.dtype.is_integer or (s.shape is not None and s.shape != ()):
+            raise DTypeError(f"GetItem: tensor indices must be integer scalars, got {s.dtype.name}{sh.fmt(s.shape)}")
+    return [TensorSpec(x.dtype, getitem_shape(x.shape, attrs["spec"]))]
+
+
+@_rule("GetItemGrad")
+def _getitem_grad(op, specs, attrs):
+    return [TensorSpec(specs[1].dtype, specs[0].shape)]
+
+
+@_rule("Gather")
+def _gather(op, specs, attrs):
+    x, idx = specs
+    if not idx.dtype.is_integer:
+        raise DTypeError(f"Gather: indices must be integers, got {idx.dtype.name}")
+    ax = attrs.get("axis", 0)
+    if x.shape is None or idx.shape is None:
+        return [TensorSpec(x.dtype, None)]
+    ax = _axis(op, ax, len(x.shape))
+    return [TensorSpec(x.dtype, (*x.shape[:ax], *idx.shape, *x.shape[ax + 1:]))]
+
+
+@_rule("ScatterAddLike")
+def _scatter_add_like(op, specs, attrs):
+    like, idx, upd = specs
+    return [TensorSpec(upd.dtype, like.shape)]
+
+
+@_rule("Tile")
+def _tile(op, specs, attrs):
+    x = specs[0]
+    mult = attrs["multiples"]
+    if x.shape is None:
+        return [TensorSpec(x.dtype, None)]
+    if len(mult) != len(x.shape):
+        raise ShapeError(f"Tile: {len(mult)} multiples for a tensor of rank {len(x.shape)}")
+    return [TensorSpec(x.dtype, tuple(None if d is None else d * m for d, m in zip(x.shape, mult)))]
+
+
+def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
+    if shape is None:
+        return None
+    r = len(shape)
+    axes = range(r) if axis is None else [a % r if r else 0 for a in (axis if isinstance(axis, (list, tuple)) else [axis])]
+    for a in (axis if isinstance(axis, (list, tuple)) else ([] if axis is None else [axis])):
+        if not -r <= a < max(r, 1):
+            raise ShapeError(f"reduction axis {a} out of range for rank {r}")
+    axes = set(axes)
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+@_rule("Sum", "Mean", "Max")
+def _reduce(op, specs, attrs):
+    x = specs[0]
+    _numeric(op, x.dtype)
+    if op == "Mean":
+        _floating(op, x.dtype)
+    try:
+        return [TensorSpec(x.dtype, reduced_shape(x.shape, attrs.get("axis"), attrs.get("keepdims", False)))]
+    except ShapeError as e:
+        raise ShapeError(f"{op}: {e}") from None
+
+
+@_rule("ZerosLike", "OnesLike")
+def _like(op, specs, attrs):
+    return [TensorSpec(specs[0].dtype, specs[0].shape)]
+
+
+@_rule("Fill")
+def _fill(op, specs, attrs):
+    shp, val = specs
+    if shp.dtype != dt.int32 or (shp.shape is not None and len(shp.shape) != 1):
+        raise DTypeError("Fill: the shape must be an int32 vector")
+    n = None if shp.shape is None else shp.shape[0]
+    return [TensorSpec(val.dtype, None if n is None else (None,) * n)]
+
+
+@_rule("Shape")
+def _shape(op, specs, attrs):
+    return [TensorSpec(dt.int32, (None if specs[0].shape is None else len(specs[0].shape),))]
+
+
+@_rule("Size")
+def _size(op, specs, attrs):
+    return [TensorSpec(dt.int32, ())]
+
+
+@_rule("BroadcastLike")
+def _broadcast_like(op, specs, attrs):
+    return [TensorSpec(specs[0].dtype, specs[1].shape)]
+
+
+@_rule("SumToLike")
+def _sum_to_like(op, specs, attrs):
+    return [TensorSpec(specs[0].dtype, specs[1].shape)]
+
+
+# ---- TensorArray -----------------------------------------------------------------------------------
+def _ta_spec(d: dt.DType, shape: sh.Shape) -> TensorSpec:
+    return TensorSpec(dt.tensor_array, (), d, shape)
+
+
+def _need_ta(op: str, s: TensorSpec) -> None:
+    if s.dtype != dt.tensor_array:
+        raise DTypeError(f"{op}: expected a TensorArray, got a {s.dtype.name} tensor")
+
+
+def _need_index(op: str, s: TensorSpec) -> None:
+    if s.dtype != dt.int32 or (s.shape is not None and s.shape != ()):
+        raise DTypeError(f"{op}: the index must be an int32 scalar, got {s.dtype.name}{sh.fmt(s.shape)}")
+
+
+@_rule("TensorArrayNew")
+def _ta_new(op, specs, attrs):
+    _need_index(op, specs[0])
+    return [_ta_spec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("element_shape")))]
+
+
+@_rule("TensorArrayWrite")
+def _ta_write(op, specs, attrs):
+    ta, i, v = specs
+    _need_ta(op, ta)
+    _need_index(op, i)
+    if v.dtype != ta.elem_dtype:
+        raise DTypeError(f"{op}: writing {v.dtype.name} into a TensorArray of {ta.elem_dtype.name}")  # type: ignore[union-attr]
+    if not sh.compatible(ta.elem_shape, v.shape):
+        raise ShapeError(f"{op}: writing shape {sh.fmt(v.shape)} into a TensorArray of {sh.fmt(ta.elem_shape)}")
+    return [_ta_spec(ta.elem_dtype, sh.merge(ta.elem_shape, v.shape))]  # type: ignore[arg-type]
+
+
+@_rule("TensorArrayRead")
+def _ta_read(op, specs, attrs):
+    ta, i = specs
+    _need_ta(op, ta)
+    _need_index(op, i)
+    return [TensorSpec(ta.elem_dtype, ta.elem_shape)]  # type: ignore[arg-type]
+
+
+@_rule("TensorArrayStack")
+def _ta_stack(op, specs, attrs):
+    (ta,) = specs
+    _need_ta(op, ta)
+    es = ta.elem_shape
+    return [TensorSpec(ta.elem_dtype, None if es is None else (None, *es))]  # type: ignore[arg-type]
+
+
+@_rule("TensorArrayUnstack")
+def _ta_unstack(op, specs, attrs):
+    (v,) = specs
+    if v.shape is not None and len(v.shape) == 0:
+        raise ShapeError("TensorArrayUnstack: cannot unstack a scalar")
+    return [_ta_spec(v.dtype, None if v.shape is None else tuple(v.shape[1:]))]
+
+
+@_rule("TensorArraySize")
+def _ta_size(op, specs, attrs):
+    _need_ta(op, specs[0])
+    return [TensorSpec(dt.int32, ())]
+
+
+# ---- state -----------------------------------------------------------------------------------------
+@_rule("VarHandle", "StackNew")
+def _handle(op, specs, attrs):
+    return [TensorSpec(dt.resource, ())]
+
+
+def _need_resource(op: str, s: TensorSpec) -> None:
+    if s.dtype != dt.resource:
+        raise DTypeError(f"{op}: expected a Variable or stack handle, got a {s.dtype.name} tensor")
+
+
+@_rule("ReadVariable")
+def _read(op, specs, attrs):
+    _need_resource(op, specs[0])
+    return [TensorSpec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("shape")))]
+
+
+@_rule("AssignVariable", "AssignAddVariable", "AssignSubVariable")
+def _assign(op, specs, attrs):
+    h, v = specs
+    _need_resource(op, h)
+    want = dt.as_dtype(attrs["dtype"])
+    if v.dtype != want:
+        raise DTypeError(f"{op}: assigning {v.dtype.name} to a {want.name} variable")
+    vshape = sh.as_shape(attrs.get("shape"))
+    if not sh.compatible(vshape, v.shape):
+        raise ShapeError(f"{op}: assigning shape {sh.fmt(v.shape)} to a variable of shape {sh.fmt(vshape)}")
+    return [TensorSpec(want, vshape)]
+
+
+@_rule("StackPush")
+def _push(op, specs, attrs):
+    h, idx, v = specs
+    _need_resource(op, h)
+    return [v]
+
+
+@_rule("StackPop")
+def _pop(op, specs, attrs):
+    _need_resource(op, specs[0])
+    return [TensorSpec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("shape")),
+                       dt.as_dtype(attrs["elem_dtype"]) if attrs.get("elem_dtype") else None,
+                       sh.as_shape(attrs.get("elem_shape")))]

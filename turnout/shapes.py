@@ -1,0 +1,109 @@
+"""Static shapes, possibly partially known.
+
+A shape is ``None`` (unknown rank) or a tuple whose entries are ints or ``None`` (unknown size).
+Shapes are plain tuples so they serialize, hash and compare without ceremony.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+Shape = Optional[tuple[Optional[int], ...]]
+
+
+def as_shape(s: Any) -> Shape:
+    """Normalizes a user-given shape (None, list, tuple) to a Shape."""
+    if s is None:
+        return None
+    if isinstance(s, int):
+        raise TypeError(f"a shape is a sequence of dimensions, got the int {s}; write [{s}]")
+    out = []
+    for d in s:
+        if d is None or d == -1:
+            out.append(None)
+        elif isinstance(d, int) and d >= 0:
+            out.append(int(d))
+        else:
+            raise TypeError(f"invalid dimension {d!r} in shape {s!r}")
+    return tuple(out)
+
+
+def is_fully_defined(s: Shape) -> bool:
+    return s is not None and all(d is not None for d in s)
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """True when some concrete shape satisfies both."""
+    if a is None or b is None:
+        return True
+    if len(a) != len(b):
+        return False
+    return all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def merge(a: Shape, b: Shape) -> Shape:
+    """The most specific shape compatible with both (call only when ``compatible``)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return tuple(x if x is not None else y for x, y in zip(a, b, strict=True))
+
+
+def most_specific_common(a: Shape, b: Shape) -> Shape:
+    """The least specific shape that describes both (used where values of either shape flow, e.g. Merge)."""
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
+
+
+def broadcast(a: Shape, b: Shape) -> Shape:
+    """numpy broadcasting on static shapes; raises ValueError when the known sizes cannot broadcast."""
+    if a is None or b is None:
+        return None
+    n = max(len(a), len(b))
+    pa = (1,) * (n - len(a)) + tuple(a)
+    pb = (1,) * (n - len(b)) + tuple(b)
+    out: list[Optional[int]] = []
+    for x, y in zip(pa, pb):
+        if x == 1:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif x is None or y is None:
+            out.append(x if y is None else y)
+        elif x == y:
+            out.append(x)
+        else:
+            raise ValueError(f"shapes {fmt(a)} and {fmt(b)} cannot broadcast")
+    return tuple(out)
+
+
+def num_elements(s: Shape) -> Optional[int]:
+    if not is_fully_defined(s):
+        return None
+    n = 1
+    for d in s:  # type: ignore[union-attr]
+        n *= d  # type: ignore[operator]
+    return n
+
+
+def fmt(s: Shape) -> str:
+    if s is None:
+        return "<unknown>"
+    return "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
+
+
+def from_value(v: Any) -> tuple[int, ...]:
+    import numpy as np
+
+    return tuple(int(d) for d in np.shape(v))
+
+
+def rank(s: Shape) -> Optional[int]:
+    return None if s is None else len(s)
+
+
+def seq(s: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(d) for d in s)

@@ -1,0 +1,105 @@
+"""Variables: mutable state that persists across ``Session.run`` calls.
+
+As in the paper, a Variable is a handle (``VarHandle``); reads and assigns are ops whose effects are
+ordered only by data and control edges, never by program order. Each use of a Variable as a tensor is
+a fresh ``ReadVariable`` op, so write ``with tn.control_dependencies([v.assign(...)])`` to read after a
+write.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import GraphBuildError
+from turnout.graph import Graph, Node, Tensor, get_default_graph
+
+
+class Variable:
+    """A mutable tensor. ``initial_value`` is a constant (Python or numpy value)."""
+
+    def __init__(self, initial_value: Any, dtype: Any = None, name: Optional[str] = None,
+                 trainable: bool = True) -> None:
+        if isinstance(initial_value, Tensor):
+            raise GraphBuildError("Variable: the initial value must be a constant (numpy or Python value), not a tensor")
+        d = dt.as_dtype(dtype) if dtype is not None else dt.infer_from_python(initial_value)
+        value = np.asarray(initial_value).astype(d.numpy)
+        g = get_default_graph()
+        self._graph: Graph = g
+        base = name or "Variable"
+        vname = base
+        k = 0
+        while vname in g.variables:
+            k += 1
+            vname = f"{base}_{k}"
+        with g._in_context(None), g.control_dependencies(None), g.device(None):
+            self.handle_node: Node = g.create_node(
+                "VarHandle", (), {"var_name": vname, "dtype": d.name, "shape": list(value.shape),
+                                  "initial_value": value}, name=vname,
+            )
+        self.name = vname
+        self.dtype = d
+        self.shape = tuple(value.shape)
+        self.trainable = trainable
+        g.variables[vname] = self.handle_node
+        g.__dict__.setdefault("variable_objects", []).append(self)
+
+    @property
+    def handle(self) -> Tensor:
+        return self.handle_node.outputs[0]
+
+    def _attrs(self) -> dict[str, Any]:
+        return {"dtype": self.dtype.name, "shape": list(self.shape), "var_name": self.name}
+
+    def read(self, name: Optional[str] = None) -> Tensor:
+        return self._graph.create_node("ReadVariable", [self.handle], self._attrs(),
+                                       name=name or f"{self.name}/read").outputs[0]
+
+    value = read
+
+    def _as_tensor(self) -> Tensor:
+        return self.read()
+
+    def _assign(self, op: str, v: Any, name: Optional[str]) -> Tensor:
+        from turnout.ops import convert_to_tensor
+
+        t = convert_to_tensor(v, dtype=self.dtype) if not isinstance(v, Tensor) else v
+        return self._graph.create_node(op, [self.handle, t], self._attrs(), name=name or f"{self.name}/{op}").outputs[0]
+
+    def assign(self, v: Any, name: Optional[str] = None) -> Tensor:
+        """Write ``v``; the result is the new value (use it, or a control dependency on it, to order)."""
+        return self._assign("AssignVariable", v, name)
+
+    def assign_add(self, v: Any, name: Optional[str] = None) -> Tensor:
+        return self._assign("AssignAddVariable", v, name)
+
+    def assign_sub(self, v: Any, name: Optional[str] = None) -> Tensor:
+        return self._assign("AssignSubVariable", v, name)
+
+    def __repr__(self) -> str:
+        return f"<tn.Variable {self.name!r} {self.dtype.name}{list(self.shape)}>"
+
+
+def _install_operators() -> None:
+    for k in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__",
+              "__neg__", "__pow__", "__getitem__", "__mod__"):
+        def f(self: Variable, *args: Any, _k: str = k) -> Any:
+            return getattr(self.read(), _k)(*args)
+
+        setattr(Variable, k, f)
+
+
+_install_operators()
+
+
+def trainable_variables(graph: Optional[Graph] = None) -> list[Variable]:
+    g = graph or get_default_graph()
+    return [v for v in g.__dict__.get("variable_objects", []) if v.trainable]
+
+
+def global_variables(graph: Optional[Graph] = None) -> list[Variable]:
+    g = graph or get_default_graph()
+    return list(g.__dict__.get("variable_objects", []))
