@@ -22,7 +22,7 @@ COLUMNS = (("Rule", 14), ("Premises", 36), ("Conclusion", 28), ("Summary", 22))
 
 
 def _kind(argument: str | None) -> str:
-    return directives.choice(argument, KINDS)
+    return str(directives.choice(argument, KINDS))
 
 
 def _literal(text: str) -> nodes.paragraph:

@@ -1,0 +1,431 @@
+"""The reference interpreter's main loop, frame instances and the Session backend.
+
+Execution, in one paragraph: the fetches' ancestors (through data and control edges; a fed tensor
+cuts the walk) take part. Source nodes are ready at the root tag. The loop pops a ready ``(node, tag)``,
+computes its output tokens with ``rules.FIRE`` and sends them on with ``rules.ROUTE``; each delivery
+fills the consumer's inbox for that tag, and ``rules.ARRIVE`` says when the consumer is ready. Frame
+instances keep what the rules need: started and retired iterations (the ``parallel_iterations``
+window), loop invariants, parked values and remembered dead exits. When nothing is ready the run is
+over: every fetch must have been produced, or it is a deadlock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.errors import (
+    DeadFetchError,
+    DeadlockError,
+    ExecutionError,
+    FeedError,
+    NonTerminationError,
+    describe_node,
+)
+from turnout.frames import Frame, FrameAnalysis
+from turnout.graph import Graph, Node, Tensor
+from turnout.reference import rules
+from turnout.reference.rules import DEAD, Inbox, Tag, Token
+from turnout.reference.scheduler import ReadyQueue
+from turnout.reference.trace import Trace, fmt_tag
+from turnout.session import RunOptions, RunResult
+
+
+@dataclass
+class Plan:
+    """What one (graph version, fetches, feeds) needs, computed once: the pruned node set and its
+    consumers, the back-edge slots of each Merge, and the static frames."""
+
+    nodes: list[Node]
+    consumers: dict[tuple[int, int], list[tuple[Node, int]]]
+    control_consumers: dict[int, list[Node]]
+    back_edge_slots: dict[int, frozenset[int]]
+    frames: FrameAnalysis
+    enters_per_frame: dict[Frame, int]
+    exits_per_frame: dict[Frame, list[Node]]
+    sources: list[Node]
+
+
+def _validate(graph: Graph, fetches: list[Tensor]) -> FrameAnalysis:
+    try:
+        from turnout.validate import validate
+    except ImportError:  # TEMPORARY until turnout.validate lands
+        from turnout.frames import static_frames
+
+        return static_frames(graph)
+    return validate(graph, fetches)
+
+
+def make_plan(graph: Graph, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Plan:
+    """Prune to the ancestors of the fetches, like TensorFlow: only what the fetches need runs."""
+    fa = _validate(graph, fetches)
+    keep: dict[int, Node] = {}
+    stack = [t.node for t in fetches if (t.node.id, t.index) not in fed]
+    while stack:
+        n = stack.pop()
+        if n.id in keep:
+            continue
+        keep[n.id] = n
+        for t in n.raw_inputs:
+            if isinstance(t, Tensor) and (t.node.id, t.index) not in fed:
+                stack.append(t.node)
+        stack.extend(n.control_inputs)
+    nodes = sorted(keep.values(), key=lambda n: n.id)
+    consumers: dict[tuple[int, int], list[tuple[Node, int]]] = {}
+    control_consumers: dict[int, list[Node]] = {}
+    back: dict[int, frozenset[int]] = {}
+    for n in nodes:
+        for slot, t in enumerate(n.inputs):
+            consumers.setdefault((t.node.id, t.index), []).append((n, slot))
+        for c in n.control_inputs:
+            control_consumers.setdefault(c.id, []).append(n)
+        back[n.id] = frozenset(
+            s for s, t in enumerate(n.inputs) if n.op == "Merge" and t.node.op == "NextIteration"
+        )
+    enters: dict[Frame, int] = {}
+    exits: dict[Frame, list[Node]] = {}
+    for n in nodes:
+        if n.op == "Enter":
+            f = fa.node_frame[n.id]
+            enters[f] = enters.get(f, 0) + 1
+        elif n.op == "Exit":
+            exits.setdefault(fa.node_frame[n.inputs[0].node.id], []).append(n)
+    sources = [n for n in nodes if not n.inputs and not n.control_inputs]
+    return Plan(nodes, consumers, control_consumers, back, fa, enters, exits, sources)
+
+
+@dataclass
+class FrameInstance:
+    """One instance of a loop frame: identified by its parent tag and frame name."""
+
+    it: Interpreter
+    parent_tag: Tag
+    name: str
+    path: Frame
+    parallel_iterations: int
+    enters_expected: int
+    enters_seen: int = 0
+    started: int = 0  # iterations 0 .. started-1 have started
+    oldest: int = 0  # iterations below this have retired
+    ready: dict[int, int] = field(default_factory=dict)  # ready items per iteration
+    children: dict[int, int] = field(default_factory=dict)  # incomplete nested instances per iteration
+    invariants: list[tuple[Node, Token]] = field(default_factory=list)
+    parked: dict[int, list[tuple[Node, Token]]] = field(default_factory=dict)
+    dead_exits: set[int] = field(default_factory=set)
+    live_exits: set[int] = field(default_factory=set)
+
+    def tag(self, k: int) -> Tag:
+        return (*self.parent_tag, (self.name, k))
+
+    def start_iteration(self, k: int) -> None:
+        """Iteration k begins: it receives every invariant ([E-Enter-Const])."""
+        assert k == self.started, (k, self.started)
+        limit = self.it.options.max_iterations
+        if limit is not None and k >= limit:
+            raise NonTerminationError(
+                f"frame {self.name!r} (instance {fmt_tag(self.parent_tag)}) started iteration {k}, over the "
+                f"limit max_iterations={limit}; does the loop terminate?"
+            )
+        self.started += 1
+        for enter, tok in self.invariants:
+            self.it.emit(enter, 0, self.tag(k), tok)
+            self.it.emit_control(enter, self.tag(k), tok)
+
+    def add_invariant(self, enter: Node, tok: Token) -> None:
+        """[E-Enter-Const]: deliver to the iterations already started, and remember for later ones."""
+        self.invariants.append((enter, tok))
+        for k in range(self.oldest, self.started):
+            self.it.emit(enter, 0, self.tag(k), tok)
+            self.it.emit_control(enter, self.tag(k), tok)
+
+    def enter_arrived(self) -> None:
+        self.enters_seen += 1
+        self.it.check_retire(self)
+
+    def send_to_next(self, node: Node, tag: Tag, tok: Token) -> None:
+        """[E-Next-Live] / [E-Next-Park]: deliver to iteration k+1 if inside the window, else park."""
+        k = tag[-1][1] + 1
+        if k < self.started:
+            self._deliver_next(node, k, tok)
+        elif k < self.oldest + self.parallel_iterations:
+            self.start_iteration(k)
+            self._deliver_next(node, k, tok)
+        else:
+            self.parked.setdefault(k, []).append((node, tok))
+
+    def _deliver_next(self, node: Node, k: int, tok: Token) -> None:
+        self.it.emit(node, 0, self.tag(k), tok)
+        self.it.emit_control(node, self.tag(k), tok)
+
+    def unpark(self) -> None:
+        """After a retirement the window moves: parked values for newly admitted iterations go on."""
+        for k in sorted(self.parked):
+            if k >= self.oldest + self.parallel_iterations:
+                break
+            if k == self.started:
+                self.start_iteration(k)
+            for node, tok in self.parked.pop(k):
+                self._deliver_next(node, k, tok)
+
+    @property
+    def complete(self) -> bool:
+        return self.enters_seen == self.enters_expected and self.oldest == self.started and not self.parked
+
+
+class Interpreter:
+    """One run: the state of the tagged-token machine."""
+
+    def __init__(self, plan: Plan, feeds: dict[tuple[int, int], Any], variables: dict[str, np.ndarray],
+                 options: RunOptions) -> None:
+        self.plan = plan
+        self.options = options
+        self.variables = variables
+        self.stacks: dict[str, dict[tuple[int, ...], Any]] = {}
+        self.feeds = feeds
+        self.queue = ReadyQueue(options.scheduler, options.seed)
+        self.inboxes: dict[tuple[int, Tag], Inbox] = {}
+        self.fired: set[tuple[int, Tag]] = set()
+        self.frames: dict[tuple[Tag, str], FrameInstance] = {}
+        self.produced: dict[tuple[int, int], Token] = {}
+        self.counts: dict[tuple[str, Tag], int] = {}
+        self.trace = Trace() if options.trace else None
+        self.firings = 0
+
+    # ---- frames ----------------------------------------------------------------------------------
+    def frame_of(self, tag: Tag) -> FrameInstance:
+        return self.frames[(tag[:-1], tag[-1][0])]
+
+    def enter_frame(self, enter: Node, tag: Tag) -> FrameInstance:
+        """The instance an Enter at parent tag ``tag`` enters; created with iteration 0 on first use."""
+        name = enter.attrs["frame_name"]
+        key = (tag, name)
+        inst = self.frames.get(key)
+        if inst is None:
+            path = self.plan.frames.node_frame[enter.id]
+            inst = FrameInstance(self, tag, name, path, int(enter.attrs.get("parallel_iterations", 10)),
+                                 self.plan.enters_per_frame[path])
+            self.frames[key] = inst
+            if tag:
+                parent = self.frame_of(tag)
+                parent.children[tag[-1][1]] = parent.children.get(tag[-1][1], 0) + 1
+            inst.start_iteration(0)
+        return inst
+
+    def check_retire(self, inst: FrameInstance) -> None:
+        """[E-Iter-Retire]: retire the oldest iteration while it is idle; then [E-Frame-Done]."""
+        while (
+            inst.enters_seen == inst.enters_expected
+            and inst.oldest < inst.started
+            and inst.ready.get(inst.oldest, 0) == 0
+            and inst.children.get(inst.oldest, 0) == 0
+        ):
+            inst.ready.pop(inst.oldest, None)
+            inst.children.pop(inst.oldest, None)
+            inst.oldest += 1
+            self._trace_event(f"{inst.name}#retire", "Retire", inst.tag(inst.oldest - 1), False, "E-Iter-Retire")
+            inst.unpark()
+        if inst.complete:
+            self._frame_done(inst)
+
+    def _frame_done(self, inst: FrameInstance) -> None:
+        """[E-Frame-Done]: release a dead token for every Exit that sent nothing live; delete the instance."""
+        del self.frames[(inst.parent_tag, inst.name)]
+        for ex in self.plan.exits_per_frame.get(inst.path, []):
+            if ex.id in inst.dead_exits and ex.id not in inst.live_exits:
+                self._trace_event(ex.name, "Exit", inst.parent_tag, True, "E-Frame-Done")
+                self.emit(ex, 0, inst.parent_tag, DEAD)
+                self.emit_control(ex, inst.parent_tag, DEAD)
+        if inst.parent_tag:
+            parent = self.frame_of(inst.parent_tag)
+            k = inst.parent_tag[-1][1]
+            parent.children[k] -= 1
+            self.check_retire(parent)
+
+    # ---- tokens ----------------------------------------------------------------------------------
+    def emit(self, node: Node, index: int, tag: Tag, tok: Token) -> None:
+        """Send output ``index`` of ``node`` to its consumers at ``tag``."""
+        key = (node.id, index)
+        if key in self.feeds:
+            return  # a fed tensor's consumers already received the fed value
+        if not tag:
+            self.produced[key] = tok
+        for consumer, slot in self.plan.consumers.get(key, ()):
+            self.deliver(consumer, slot, tag, tok)
+
+    def emit_control(self, node: Node, tag: Tag, tok: Token) -> None:
+        for consumer in self.plan.control_consumers.get(node.id, ()):
+            self.deliver(consumer, -1, tag, tok)
+
+    def deliver(self, node: Node, slot: int, tag: Tag, tok: Token) -> None:
+        key = (node.id, tag)
+        box = self.inboxes.get(key)
+        if box is None:
+            box = self.inboxes[key] = Inbox([None] * len(node.inputs))
+        if box.fired:
+            return  # [E-Merge-Live]: inputs arriving after a Merge fired at this tag are ignored
+        if slot < 0:
+            box.control.append(tok)
+        else:
+            if box.values[slot] is not None:
+                raise ExecutionError(f"{describe_node(node)} received input {slot} twice at {fmt_tag(tag)}")
+            box.values[slot] = tok
+            box.arrival_order.append(slot)
+        rule = rules.arrive_rule(node.op)(self, node, tag, box)
+        if rule is not None:
+            box.fired = True
+            self._make_ready(node, tag, rule)
+
+    def _make_ready(self, node: Node, tag: Tag, rule: str) -> None:
+        if tag:
+            inst = self.frame_of(tag)
+            k = tag[-1][1]
+            inst.ready[k] = inst.ready.get(k, 0) + 1
+        self.queue.push((node, tag, rule))
+
+    # ---- the main loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        for (nid, idx), value in self.feeds.items():
+            for consumer, slot in self.plan.consumers.get((nid, idx), ()):
+                self.deliver(consumer, slot, (), Token(value))
+        for n in self.plan.sources:
+            self._make_ready(n, (), "E-Op")
+        limit = self.options.max_firings
+        while self.queue:
+            node, tag, rule = self.queue.pop()
+            self.firings += 1
+            if limit is not None and self.firings > limit:
+                raise NonTerminationError(
+                    f"more than max_firings={limit} firings (last: {describe_node(node)} at {fmt_tag(tag)}); "
+                    "does a loop fail to terminate?"
+                )
+            self.fire(node, tag, rule)
+
+    def fire(self, node: Node, tag: Tag, rule: str) -> None:
+        key = (node.id, tag)
+        if key in self.fired:
+            raise ExecutionError(f"{describe_node(node)} fired twice at {fmt_tag(tag)} (exactly-once violated)")
+        self.fired.add(key)
+        box = self.inboxes.pop(key, None) or Inbox([])
+        if node.op == "Merge":
+            self.inboxes[key] = _FIRED  # [E-Merge-Live]: later arrivals at this tag are ignored
+        outs = rules.fire_rule(node.op)(self, node, tag, box)
+        dead = bool(outs) and all(t.dead for t in outs)
+        if node.op == "Switch" and not box.any_dead():
+            rule = "E-Switch"
+        elif node.op == "Switch":
+            rule = "E-Switch-Dead"
+        self.counts[(node.name, tag)] = self.counts.get((node.name, tag), 0) + 1
+        self._trace_event(node.name, node.op, tag, dead, _rule_name(node, rule, dead))
+        rules.route_rule(node.op)(self, node, tag, outs)
+        if tag:
+            inst = self.frames.get((tag[:-1], tag[-1][0]))
+            if inst is not None:
+                inst.ready[tag[-1][1]] -= 1
+                self.check_retire(inst)
+
+    def _trace_event(self, node: str, op: str, tag: Tag, dead: bool, rule: str) -> None:
+        if self.trace is not None:
+            self.trace.record(node, op, tag, dead, rule)
+
+    # ---- the end ---------------------------------------------------------------------------------
+    def blocked_report(self) -> str:
+        lines = []
+        for (nid, tag), box in sorted(self.inboxes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            if box is _FIRED or box.fired:
+                continue
+            node = next(n for n in self.plan.nodes if n.id == nid)
+            missing = [f"input {s} ({node.inputs[s].name})" for s, v in enumerate(box.values) if v is None]
+            if len(box.control) < len(node.control_inputs):
+                missing.append(f"{len(node.control_inputs) - len(box.control)} control input(s)")
+            lines.append(f"  {describe_node(node)} at {fmt_tag(tag)} waits for {', '.join(missing)}")
+        for inst in self.frames.values():
+            if inst.parked:
+                lines.append(f"  frame {inst.name!r} at {fmt_tag(inst.parent_tag)} has parked values for "
+                             f"iterations {sorted(inst.parked)}")
+            if inst.enters_seen < inst.enters_expected:
+                lines.append(f"  frame {inst.name!r} at {fmt_tag(inst.parent_tag)} received "
+                             f"{inst.enters_seen} of {inst.enters_expected} Enters")
+        return "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
+
+    def result(self, fetches: list[Tensor]) -> list[Any]:
+        values = []
+        missing = []
+        for t in fetches:
+            key = (t.node.id, t.index)
+            if key in self.feeds:
+                values.append(self.feeds[key])
+                continue
+            tok = self.produced.get(key)
+            if tok is None:
+                missing.append(t)
+                values.append(None)
+            elif tok.dead:
+                raise DeadFetchError(
+                    f"fetched tensor {t.name} is dead: {describe_node(t.node)} lies on a branch that was not "
+                    "taken in this run"
+                )
+            else:
+                values.append(tok.value)
+        if missing:
+            names = ", ".join(t.name for t in missing)
+            raise DeadlockError(f"no node can fire, but fetches {names} were never produced. Blocked:\n"
+                                f"{self.blocked_report() or '  (nothing is waiting: the fetches are unreachable)'}")
+        return values
+
+
+_FIRED = Inbox([], fired=True)
+
+
+def _rule_name(node: Node, rule: str, dead: bool) -> str:
+    if node.op in ("Enter", "Exit", "NextIteration", "LoopCond"):
+        base = {"Enter": "E-Enter-Const" if node.attrs.get("is_constant") else "E-Enter",
+                "Exit": "E-Exit", "NextIteration": "E-Next", "LoopCond": "E-LoopCond"}[node.op]
+        if node.op in ("Exit", "NextIteration"):
+            return f"{base}-{'Dead' if dead else 'Live'}"
+        return base
+    return rule
+
+
+class ReferenceBackend:
+    """``tn.Session(graph, backend="reference")``: runs each request with a fresh Interpreter."""
+
+    def __init__(self, graph: Graph, **options: Any) -> None:
+        if options:
+            raise TypeError(f"the reference backend takes no options, got {sorted(options)}")
+        self.graph = graph
+        self._plans: dict[Any, Plan] = {}
+
+    def plan(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Plan:
+        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        if key not in self._plans:
+            self._plans[key] = make_plan(self.graph, fetches, fed)
+        return self._plans[key]
+
+    def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+            options: RunOptions) -> RunResult:
+        fed = {(t.node.id, t.index): v for t, v in feeds.items()}
+        plan = self.plan(fetches, set(fed))
+        for t in feeds:
+            if plan.frames.node_frame.get(t.node.id, ()) != ():
+                raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+        for n in plan.nodes:
+            if n.op == "Placeholder" and (n.id, 0) not in fed:
+                raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
+        interp = Interpreter(plan, fed, variables, options)
+        interp.run()
+        values = interp.result(fetches)
+        return RunResult(
+            values=values,
+            trace=interp.trace,
+            counts=interp.counts,
+            stats={"firings": interp.firings, "stranded_inboxes": sum(
+                1 for b in interp.inboxes.values() if b is not _FIRED and not b.fired)},
+        )
+
+
+def run_graph(graph: Graph, fetches: list[Tensor], feeds: Optional[dict[Tensor, Any]] = None,
+              options: Optional[RunOptions] = None) -> RunResult:
+    """Convenience: one run without a Session (no persistent variables)."""
+    return ReferenceBackend(graph).run(fetches, feeds or {}, {}, options or RunOptions())
