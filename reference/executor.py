@@ -49,12 +49,9 @@ class Plan:
 
 
 def _validate(graph: Graph, fetches: list[Tensor]) -> FrameAnalysis:
-    try:
-        from turnout.validate import validate
-    except ImportError:  # TEMPORARY until turnout.validate lands
-        from turnout.frames import static_frames
+    """Ill-formed graphs are rejected before anything runs ([T4-Quiescence])."""
+    from turnout.validate import validate
 
-        return static_frames(graph)
     return validate(graph, fetches)
 
 

@@ -210,6 +210,7 @@ class Graph:
         self._version = 0
         self._frame_counter = itertools.count()
         self._capture_enabled = True
+        self.variable_objects: list[Any] = []
 
     # ---- default graph ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -221,8 +222,16 @@ class Graph:
             _default.stack.pop()
 
     # ---- naming and scopes -----------------------------------------------------------------------
+    def _in_scope(self, name: str) -> str:
+        """``name`` under the current name scope. A name that already starts with the scope (the
+        builders pass names they got from ``unique_name``) is not prefixed twice."""
+        prefix = "/".join(self._scope)
+        if not prefix or name.startswith(prefix + "/"):
+            return name
+        return f"{prefix}/{name}"
+
     def unique_name(self, base: str) -> str:
-        base = "/".join([*self._scope, base]) if self._scope else base
+        base = self._in_scope(base)
         if base not in self._by_name and base not in self._name_counts:
             self._name_counts[base] = 0
             return base
@@ -237,11 +246,12 @@ class Graph:
 
     @contextlib.contextmanager
     def name_scope(self, name: str) -> Iterator[None]:
-        self._scope.append(name)
+        saved = self._scope
+        self._scope = [self._in_scope(name)]
         try:
             yield
         finally:
-            self._scope.pop()
+            self._scope = saved
 
     @contextlib.contextmanager
     def control_dependencies(self, deps: Optional[Sequence[Any]]) -> Iterator[None]:
@@ -254,8 +264,10 @@ class Graph:
             finally:
                 self._control_deps = saved
             return
+        from turnout.nest import flatten
+
         nodes = []
-        for d in deps:
+        for d in flatten(list(deps)):
             if hasattr(d, "_as_control_node"):
                 d = d._as_control_node()
             if isinstance(d, Tensor):

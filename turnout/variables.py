@@ -44,7 +44,7 @@ class Variable:
         self.shape = tuple(value.shape)
         self.trainable = trainable
         g.variables[vname] = self.handle_node
-        g.__dict__.setdefault("variable_objects", []).append(self)
+        g.variable_objects.append(self)
 
     @property
     def handle(self) -> Tensor:
@@ -97,9 +97,9 @@ _install_operators()
 
 def trainable_variables(graph: Optional[Graph] = None) -> list[Variable]:
     g = graph or get_default_graph()
-    return [v for v in g.__dict__.get("variable_objects", []) if v.trainable]
+    return [v for v in g.variable_objects if v.trainable]
 
 
 def global_variables(graph: Optional[Graph] = None) -> list[Variable]:
     g = graph or get_default_graph()
-    return list(g.__dict__.get("variable_objects", []))
+    return list(g.variable_objects)
