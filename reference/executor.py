@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
+from turnout.reference import rules
+from turnout.reference.rules import DEAD, Inbox, Tag, Token
+from turnout.reference.scheduler import ReadyQueue
+from turnout.reference.trace import Trace, fmt_tag
 
 from turnout.errors import (
     DeadFetchError,
@@ -26,10 +30,6 @@ from turnout.errors import (
 )
 from turnout.frames import Frame, FrameAnalysis
 from turnout.graph import Graph, Node, Tensor
-from turnout.reference import rules
-from turnout.reference.rules import DEAD, Inbox, Tag, Token
-from turnout.reference.scheduler import ReadyQueue
-from turnout.reference.trace import Trace, fmt_tag
 from turnout.session import RunOptions, RunResult
 
 
@@ -352,34 +352,28 @@ class Interpreter:
         return [k for k, b in self.inboxes.items() if b is not _FIRED and not b.fired]
 
     def result(self, fetches: list[Tensor]) -> list[Any]:
-        if self.stranded():
-            raise DeadlockError(
-                "the run stalled: no node can fire, yet some nodes received only part of their inputs "
-                "(for example an op in iteration k > 0 reading a non-constant Enter, which only delivers "
-                f"to iteration 0). Blocked:\n{self.blocked_report()}"
-            )
+        """The fetched values; DeadFetchError for a dead fetch, DeadlockError for a stall."""
+        missing = [t for t in fetches if (t.node.id, t.index) not in self.feeds
+                   and (t.node.id, t.index) not in self.produced]
+        stalled = self.stranded()
+        if missing or stalled:
+            names = ", ".join(t.name for t in missing)
+            msg = f"no node can fire, but fetches {names} were never produced. " if missing else ""
+            if stalled:
+                msg += ("The run stalled: some nodes received only part of their inputs (for example an op "
+                        "in iteration k > 0 reading a non-constant Enter, which only delivers to iteration 0). ")
+            report = self.blocked_report() or "  (nothing is waiting: the fetches are unreachable)"
+            raise DeadlockError(f"{msg}Blocked:\n{report}")
         values = []
-        missing = []
         for t in fetches:
             key = (t.node.id, t.index)
-            if key in self.feeds:
-                values.append(self.feeds[key])
-                continue
-            tok = self.produced.get(key)
-            if tok is None:
-                missing.append(t)
-                values.append(None)
-            elif tok.dead:
+            tok = Token(self.feeds[key]) if key in self.feeds else self.produced[key]
+            if tok.dead:
                 raise DeadFetchError(
                     f"fetched tensor {t.name} is dead: {describe_node(t.node)} lies on a branch that was not "
                     "taken in this run"
                 )
-            else:
-                values.append(tok.value)
-        if missing:
-            names = ", ".join(t.name for t in missing)
-            raise DeadlockError(f"no node can fire, but fetches {names} were never produced. Blocked:\n"
-                                f"{self.blocked_report() or '  (nothing is waiting: the fetches are unreachable)'}")
+            values.append(tok.value)
         return values
 
 

@@ -200,7 +200,9 @@ def _assign(update: Callable[[Any, Any], Any]) -> Callable[[Interpreter, Node, l
         old = it.variables[h]
         new = np.asarray(update(old, v), dtype=old.dtype)
         if new.shape != old.shape:
-            raise ExecutionError(f"{describe_node(node)}: assigning shape {new.shape} to a variable of shape {old.shape}")
+            raise ExecutionError(
+                f"{describe_node(node)}: assigning shape {new.shape} to a variable of shape {old.shape}"
+            )
         it.variables[h] = new
         return np.array(new, copy=True)
 

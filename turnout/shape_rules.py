@@ -16,7 +16,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
-from turnout.graph import Node, Tensor, TensorSpec, _PendingBackEdge
+from turnout.graph import Node, Tensor, TensorSpec
 
 Rule = Callable[[str, Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
 SHAPE_RULES: dict[str, Rule] = {}
@@ -391,7 +391,8 @@ def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
     if shape is None:
         return None
     r = len(shape)
-    axes = range(r) if axis is None else [a % r if r else 0 for a in (axis if isinstance(axis, (list, tuple)) else [axis])]
+    listed = axis if isinstance(axis, (list, tuple)) else [axis]
+    axes = range(r) if axis is None else [a % r if r else 0 for a in listed]
     for a in (axis if isinstance(axis, (list, tuple)) else ([] if axis is None else [axis])):
         if not -r <= a < max(r, 1):
             raise ShapeError(f"reduction axis {a} out of range for rank {r}")
@@ -508,6 +509,32 @@ def _ta_unstack(op, specs, attrs):
 def _ta_size(op, specs, attrs):
     _need_ta(op, specs[0])
     return [TensorSpec(dt.int32, ())]
+
+
+@_rule("TensorArrayAdd")
+def _ta_add(op, specs, attrs):
+    a, b = specs
+    _need_ta(op, a)
+    _need_ta(op, b)
+    if a.elem_dtype != b.elem_dtype:
+        raise DTypeError(f"{op}: TensorArrays of {a.elem_dtype.name} and {b.elem_dtype.name}")  # type: ignore[union-attr]
+    return [_ta_spec(a.elem_dtype, sh.most_specific_common(a.elem_shape, b.elem_shape))]  # type: ignore[arg-type]
+
+
+@_rule("TensorArrayReadOrZeros")
+def _ta_read_or_zeros(op, specs, attrs):
+    ta, i, shp = specs
+    _need_ta(op, ta)
+    _need_index(op, i)
+    return [TensorSpec(ta.elem_dtype, ta.elem_shape)]  # type: ignore[arg-type]
+
+
+@_rule("TensorArrayStackOrZeros")
+def _ta_stack_or_zeros(op, specs, attrs):
+    ta, shp = specs
+    _need_ta(op, ta)
+    es = ta.elem_shape
+    return [TensorSpec(ta.elem_dtype, None if es is None else (None, *es))]  # type: ignore[arg-type]
 
 
 # ---- state -----------------------------------------------------------------------------------------

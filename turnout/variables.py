@@ -23,7 +23,9 @@ class Variable:
     def __init__(self, initial_value: Any, dtype: Any = None, name: Optional[str] = None,
                  trainable: bool = True) -> None:
         if isinstance(initial_value, Tensor):
-            raise GraphBuildError("Variable: the initial value must be a constant (numpy or Python value), not a tensor")
+            raise GraphBuildError(
+                "Variable: the initial value must be a constant (numpy or Python value), not a tensor"
+            )
         d = dt.as_dtype(dtype) if dtype is not None else dt.infer_from_python(initial_value)
         value = np.asarray(initial_value).astype(d.numpy)
         g = get_default_graph()

@@ -102,7 +102,7 @@ class ControlFlowContext(ABC):
             )
         if node.id not in self._captured_ctrl:
             g = self.graph
-            with g._in_context(self.outer), g._no_capture():
+            with g._in_context(self.outer), g._no_capture(), g.control_dependencies(None):
                 if self.outer is not None:
                     node_o = self.outer.capture_control(node)
                 else:
@@ -157,7 +157,7 @@ class CondContext(ControlFlowContext):
     def _make_capture(self, t: Tensor) -> Tensor:
         """[lowering: cond] an outside value read by a branch is routed through Switch(value, pred)."""
         g = self.graph
-        with g._in_context(self.outer), g._no_capture():
+        with g._in_context(self.outer), g._no_capture(), g.control_dependencies(None):
             sw = g.create_node("Switch", [t, self.info.pred], name="switch", control_inputs=self.outer_deps)
         return sw.outputs[self.branch]
 
@@ -216,7 +216,7 @@ class WhileContext(ControlFlowContext):
     def _make_capture(self, t: Tensor) -> Tensor:
         """[lowering: while_loop] an outside value enters as a loop invariant: Enter(is_constant=True)."""
         g = self.graph
-        with g._in_context(self), g._no_capture():
+        with g._in_context(self), g._no_capture(), g.control_dependencies(None):
             e = g.create_node(
                 "Enter", [t],
                 {"frame_name": self.frame_name, "is_constant": True, "parallel_iterations": self.parallel_iterations},

@@ -66,7 +66,8 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
         new = fn(carry, x)
         nest.assert_same_structure(init, new, "the function's output and the accumulator")
         flat_new = [convert_to_tensor(v) for v in nest.flatten(new)]
-        tas = [ta.write(i, v) for ta, v in zip(tas, flat_new, strict=True)]
+        if keep:  # foldl carries no TensorArrays
+            tas = [ta.write(i, v) for ta, v in zip(tas, flat_new, strict=True)]
         return i + 1, nest.pack_as(init, flat_new), tas
 
     _, carry, tas = while_loop(cond, body, (start, nest.pack_as(init, flat_init), outs), **kw)

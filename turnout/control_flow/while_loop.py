@@ -42,6 +42,20 @@ def _call(fn: Callable[..., Any], structure: Any, values: Any) -> Any:
     return fn(values)
 
 
+def _shapes_like(structure: Any, shapes: Any) -> list[Any]:
+    """Flatten ``shapes`` up to the structure of ``structure``: a shape is itself a list or tuple
+    (``[None, 3]``), so it is a leaf wherever ``structure`` has a tensor, not a nested structure."""
+    if isinstance(structure, dict):
+        if not isinstance(shapes, dict) or sorted(shapes) != sorted(structure):
+            raise GraphBuildError(f"while_loop: shape_invariants {shapes!r} do not match loop_vars")
+        return [s for k in sorted(structure) for s in _shapes_like(structure[k], shapes[k])]
+    if isinstance(structure, (list, tuple)):
+        if not isinstance(shapes, (list, tuple)) or len(shapes) != len(structure):
+            raise GraphBuildError(f"while_loop: shape_invariants {shapes!r} do not match loop_vars")
+        return [s for v, sv in zip(structure, shapes, strict=True) for s in _shapes_like(v, sv)]
+    return [shapes]
+
+
 def _graph_for(flat: list[Any]) -> Any:
     for v in flat:
         if isinstance(v, Tensor):
@@ -82,11 +96,12 @@ def while_loop(
     else:
         for t in init:
             if t.node.context is not None:
-                raise GraphBuildError(f"while_loop: loop variable {t.name} was created inside {t.node.context.describe()}")
+                raise GraphBuildError(
+                    f"while_loop: loop variable {t.name} was created inside {t.node.context.describe()}"
+                )
     invariants: list[Any] = [None] * len(init)
     if shape_invariants is not None:
-        nest.assert_same_structure(loop_vars, shape_invariants, "while_loop: shape_invariants and loop_vars")
-        invariants = [sh.as_shape(s) for s in nest.flatten(shape_invariants)]
+        invariants = [sh.as_shape(s) for s in _shapes_like(loop_vars, shape_invariants)]
         for t, s in zip(init, invariants, strict=True):
             if not sh.compatible(t.shape, s):
                 raise ShapeError(
