@@ -124,7 +124,7 @@ def while_loop(
     enter_attrs = {"frame_name": frame, "is_constant": False, "parallel_iterations": parallel_iterations}
 
     # Enter -> Merge(enter, <back edge>) for the counter and every loop variable.
-    with g._in_context(ctx), g._no_capture():
+    with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (t, inv) in enumerate(zip([zero, *init], [(), *invariants], strict=True)):
             e = g.create_node("Enter", [t], enter_attrs, name=f"{lname}/enter", control_inputs=deps)
             spec = e.outputs[0].spec
@@ -147,12 +147,12 @@ def while_loop(
         if max_iter is not None:
             p = logical_and(ctx.counter.merge.outputs[0] < ctx.capture(max_iter), p)
     ctx.pred = p
-    with g._in_context(ctx), g._no_capture():
+    with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         ctx.pivot = g.create_node("LoopCond", [p], name=f"{lname}/loop_cond")
         for lv in ctx.loop_vars:
             lv.switch = g.create_node("Switch", [lv.merge.outputs[0], ctx.pivot.outputs[0]], name=f"{lname}/switch")
             lv.body_input = g.create_node("Identity", [lv.switch.outputs[1]], name=f"{lname}/body_in")
-    with g._in_context(outer), g._no_capture():
+    with g._in_context(outer), g._no_capture(), g.control_dependencies(None):
         for lv in ctx.loop_vars:
             lv.exit = g.create_node("Exit", [lv.switch.outputs[0]], name=f"{lname}/exit")  # type: ignore[union-attr]
     ctx.pivot_for_body = ctx.counter.body_input
@@ -173,7 +173,7 @@ def while_loop(
                 raise
         flat_out = [ctx.capture(convert_to_tensor(to_graph_value(v))) for v in nest.flatten(out)]
         counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
-    with g._in_context(ctx), g._no_capture():
+    with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):
             if t.dtype != lv.merge.outputs[0].dtype:
                 raise DTypeError(
