@@ -385,6 +385,45 @@ def _ta_size(xs, attrs):
     return [np.asarray(xs[0].size, dtype=np.int32)]
 
 
+def _slot_sum(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return np.asarray(a + b)
+
+
+@_k("TensorArrayAdd")
+def _ta_add(xs, attrs):
+    """Gradients of a TensorArray-valued tensor are TensorArrays; contributions add slotwise."""
+    a, b = xs
+    if a.size != b.size:
+        raise KernelError(f"TensorArrayAdd: sizes differ ({a.size} and {b.size})")
+    items = tuple(_slot_sum(x, y) for x, y in zip(a.items, b.items, strict=True))
+    return [TensorArrayValue(a.dtype, a.element_shape, items)]
+
+
+@_k("TensorArrayReadOrZeros")
+def _ta_read_or_zeros(xs, attrs):
+    ta, i, shp = xs
+    i = _check_ta_index("TensorArrayReadOrZeros", ta, i)
+    v = ta.items[i]
+    return [np.zeros(tuple(int(d) for d in shp), dtype=_np(ta.dtype)) if v is None else v]
+
+
+@_k("TensorArrayStackOrZeros")
+def _ta_stack_or_zeros(xs, attrs):
+    ta, shp = xs
+    shape = tuple(int(d) for d in shp)
+    if shape[0] != ta.size:
+        raise KernelError(f"TensorArrayStackOrZeros: {ta.size} slots for a leading dimension of {shape[0]}")
+    out = np.zeros(shape, dtype=_np(ta.dtype))
+    for i, v in enumerate(ta.items):
+        if v is not None:
+            out[i] = v
+    return [out]
+
+
 def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any], node_desc: str = "") -> list[Any]:
     """Run a compute kernel, turning numpy failures into KernelError naming the node."""
     try:

@@ -58,7 +58,7 @@ _DECLS: list[Primitive] = [
     _P("Maximum", "compute"),
     _P("Minimum", "compute"),
     _P("Pow", "compute"),
-    _P("FloorMod", "compute"),
+    _P("FloorMod", "compute", False),
     _P("Less", "compute", False),
     _P("LessEqual", "compute", False),
     _P("Greater", "compute", False),
@@ -100,6 +100,10 @@ _DECLS: list[Primitive] = [
     _P("TensorArrayStack", "compute"),
     _P("TensorArrayUnstack", "compute"),
     _P("TensorArraySize", "compute", False),
+    # TensorArray gradients (turnout.gradients): unwritten slots of a gradient TensorArray count as zero
+    _P("TensorArrayAdd", "compute", True, "slotwise sum of two TensorArrays; an unwritten slot counts as zero"),
+    _P("TensorArrayReadOrZeros", "compute", True, "read slot i, or zeros of the given shape if it is unwritten"),
+    _P("TensorArrayStackOrZeros", "compute", True, "stack to the given shape; unwritten slots are zeros"),
     # state
     _P("VarHandle", "state", False, "a handle to a Variable (attr name, dtype, shape, initial value)"),
     _P("ReadVariable", "state"),

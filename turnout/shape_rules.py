@@ -526,7 +526,8 @@ def _ta_read_or_zeros(op, specs, attrs):
     ta, i, shp = specs
     _need_ta(op, ta)
     _need_index(op, i)
-    return [TensorSpec(ta.elem_dtype, ta.elem_shape)]  # type: ignore[arg-type]
+    known = sh.as_shape(attrs.get("static_shape"))  # the written value's static shape, when the builder knew it
+    return [TensorSpec(ta.elem_dtype, sh.merge(ta.elem_shape, known))]  # type: ignore[arg-type]
 
 
 @_rule("TensorArrayStackOrZeros")
@@ -534,7 +535,8 @@ def _ta_stack_or_zeros(op, specs, attrs):
     ta, shp = specs
     _need_ta(op, ta)
     es = ta.elem_shape
-    return [TensorSpec(ta.elem_dtype, None if es is None else (None, *es))]  # type: ignore[arg-type]
+    known = sh.as_shape(attrs.get("static_shape"))  # the unstacked tensor's static shape, when known
+    return [TensorSpec(ta.elem_dtype, sh.merge(None if es is None else (None, *es), known))]  # type: ignore[arg-type]
 
 
 # ---- state -----------------------------------------------------------------------------------------

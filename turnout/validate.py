@@ -14,7 +14,7 @@ implements one well-formedness rule of ``specs/semantics.rst`` (section "Well-fo
 - ``[W-Merge-Bound]``: every back edge is bound, and a loop Merge's other inputs are non-constant
   Enters (its entry), so inputs arrive at iteration 0 only and back edges at iterations >= 1 only;
 - ``[W-Types]``: every node's output specs are re-inferred on the final graph and compared with the
-  recorded ones, Merge data inputs (back edges included) share a dtype, stack indices are int32 vectors;
+  recorded ones (equal dtypes, compatible shapes), Merge data inputs (back edges included) share a dtype, stack indices are int32 vectors;
 - ``[W-Fetch-Root]``: fetched tensors belong to this graph and lie in the root frame.
 
 ``[W-Merge-Unique]`` is a condition on runs, not on graphs; the builders guarantee it and it is not
@@ -25,29 +25,30 @@ Results are cached per graph and graph version, so repeated ``Session.run`` call
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, Optional
+from typing import Any
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
-from turnout.errors import TurnoutError, ValidationError, describe_node
+from turnout.errors import ValidationError, describe_node
 from turnout.frames import FrameAnalysis, static_frames
 from turnout.graph import Graph, Node, Tensor, TensorSpec
 
 __all__ = ["validate", "clear_cache"]
 
-#: graph -> (graph.version, analysis). Weak keys: a cached analysis never keeps a graph alive.
-_CACHE: weakref.WeakKeyDictionary[Graph, tuple[int, FrameAnalysis]] = weakref.WeakKeyDictionary()
+#: Where a graph keeps its last validation result, ``(graph.version, analysis)``. It lives on the
+#: graph itself: a module-level table, even a weak one, would keep every graph alive, because the
+#: analysis refers to the graph's nodes and the nodes to their graph.
+_CACHE_ATTR = "_turnout_validation"
 
 
-def clear_cache() -> None:
-    """Forget every cached validation result (tests use it to measure uncached work)."""
-    _CACHE.clear()
+def clear_cache(graph: Graph) -> None:
+    """Forget the cached validation result of ``graph``."""
+    graph.__dict__.pop(_CACHE_ATTR, None)
 
 
-def validate(graph: Graph, fetches: Optional[Iterable[Any]] = None,
-             feeds: Optional[Iterable[Any]] = None) -> FrameAnalysis:
+def validate(graph: Graph, fetches: Iterable[Any] | None = None,
+             feeds: Iterable[Any] | None = None) -> FrameAnalysis:
     """Check every well-formedness rule; return the static frame analysis of the graph.
 
     ``fetches`` (tensors or nodes) must belong to ``graph`` and lie in its root frame
@@ -56,18 +57,20 @@ def validate(graph: Graph, fetches: Optional[Iterable[Any]] = None,
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"validate expects a tn.Graph, got {type(graph).__name__}")
-    cached = _CACHE.get(graph)
+    cached = graph.__dict__.get(_CACHE_ATTR)
     if cached is not None and cached[0] == graph.version:
-        analysis = cached[1]
+        analysis: FrameAnalysis = cached[1]
     else:
         analysis = _validate_graph(graph)
-        _CACHE[graph] = (graph.version, analysis)
+        graph.__dict__[_CACHE_ATTR] = (graph.version, analysis)
     for f in fetches or ():
         _check_fetch(graph, analysis, f)
     for f in feeds or ():
-        if not isinstance(f, Tensor) or not _owns(graph, f.node):
-            raise ValidationError(f"feed {f!r} is not a tensor of this graph", "W-Fetch-Root",
-                                  f.node if isinstance(f, Tensor) else None)
+        if not isinstance(f, Tensor):
+            raise ValidationError(f"feed {f!r} is not a tensor", "W-Fetch-Root")
+        if not _owns(graph, f.node):
+            raise ValidationError(f"feed {f.name} ({describe_node(f.node)}) belongs to another graph",
+                                  "W-Fetch-Root", f.node)
     return analysis
 
 
@@ -156,14 +159,14 @@ def _check_next_iteration_consumers(graph: Graph) -> None:
         for t in n.raw_inputs:
             if isinstance(t, Tensor) and t.node.op == "NextIteration" and n.op != "Merge":
                 raise ValidationError(
-                    f"{describe_node(n)} reads {t.name}, the output of a NextIteration; a NextIteration may "
-                    "only feed a loop Merge (its back edge)", "W-Next-In-Frame", t.node,
+                    f"{describe_node(n)} reads {t.name}, the output of {describe_node(t.node)}; a NextIteration "
+                    "may only feed a loop Merge (its back edge)", "W-Next-In-Frame", n,
                 )
         for c in n.control_inputs:
             if c.op == "NextIteration":
                 raise ValidationError(
                     f"{describe_node(n)} has a control input on {describe_node(c)}; a NextIteration may only "
-                    "feed a loop Merge (its back edge)", "W-Next-In-Frame", c,
+                    "feed a loop Merge (its back edge)", "W-Next-In-Frame", n,
                 )
 
 
@@ -218,7 +221,8 @@ _EXTRA_TYPE_CHECKS: dict[str, Callable[[Node], None]] = {
 
 
 def _check_types(n: Node) -> None:
-    """[W-Types]: re-infer the node's output specs on the final graph and compare with the recorded ones.
+    """[W-Types]: re-infer the node's output specs on the final graph and compare with the recorded ones
+    (``spec_mismatch``).
 
     Merge is the exception: a loop Merge's spec is its shape invariant, recorded at creation before
     its back edge existed, so it is checked against all of its inputs by ``_check_merge_types``.
@@ -232,16 +236,29 @@ def _check_types(n: Node) -> None:
         return
     try:
         specs = infer(n.op, list(n.inputs), n.attrs, n.raw_inputs)
-    except (TurnoutError, KeyError, TypeError, ValueError, IndexError) as e:
+    except Exception as e:  # any failure of the rule means it does not accept this node
         detail = e.args[0] if isinstance(e, KeyError) and e.args else e
         raise _types_error(n, f"its inputs or attrs are not accepted by the {n.op} shape rule: {detail}") from e
-    recorded = [t.spec for t in n.outputs]
-    if len(specs) != len(recorded):
-        raise _types_error(n, f"{n.op} produces {len(specs)} outputs but the node records {len(recorded)}")
-    for i, (want, got) in enumerate(zip(specs, recorded, strict=True)):
-        if want != got:
-            raise _types_error(n, f"output {i} is recorded as {_fmt_spec(got)} but its inputs and attrs give "
-                                  f"{_fmt_spec(want)}")
+    problem = spec_mismatch([t.spec for t in n.outputs], specs)
+    if problem:
+        raise _types_error(n, problem)
+
+
+def spec_mismatch(recorded: list[TensorSpec], inferred: list[TensorSpec]) -> str | None:
+    """Why a node's recorded output specs disagree with the ones its shape rule gives, or None.
+
+    They agree when the dtypes (and TensorArray element dtypes) are equal and the shapes compatible.
+    A recorded shape may be more precise or more general than the inferred one: a node created with
+    explicit ``specs`` (a loop Merge's shape invariant, an op whose creator knew more) is well typed as
+    long as some value fits both.
+    """
+    if len(recorded) != len(inferred):
+        return f"the op produces {len(inferred)} outputs but the node records {len(recorded)}"
+    for i, (got, want) in enumerate(zip(recorded, inferred, strict=True)):
+        if (got.dtype, got.elem_dtype) != (want.dtype, want.elem_dtype) or not (
+                sh.compatible(got.shape, want.shape) and sh.compatible(got.elem_shape, want.elem_shape)):
+            return f"output {i} is recorded as {_fmt_spec(got)} but its inputs and attrs give {_fmt_spec(want)}"
+    return None
 
 
 # ---- fetches ---------------------------------------------------------------------------------------

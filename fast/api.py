@@ -1,0 +1,62 @@
+"""``to_jax``: a Turnout graph as a pure JAX function.
+
+Why: users with their own JAX code can call a Turnout program inside ``jax.jit`` (and ``jax.vmap``
+where the program allows: ``lax.cond`` under vmap becomes a select, ``lax.while_loop`` runs until
+every lane is done). The function is the same lowering the fast backend compiles, with these limits:
+Variables are read at their *initial* values and assignments are dropped (the function is pure);
+gradient stacks are single device buffers of ``stack_capacity`` entries (no host swapping inside a
+user's trace); run-time kernel errors and dead fetches cannot raise inside a trace, so a fetch that is
+dead whenever the program runs raises ``DeadFetchError`` at trace time and run-time checks are skipped.
+float64 / int64 values need ``jax.enable_x64`` in the caller, as for any JAX code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from turnout.errors import DeadFetchError
+from turnout.fast import stacks as stk
+from turnout.fast.emit import Emitter, ErrorCodes, stack_key, var_key
+from turnout.fast.functionalize import functionalize
+from turnout.fast.regions import key
+from turnout.fast.values import DEAD, TA, Handle
+from turnout.graph import Graph, Tensor
+
+
+def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capacity: int = 4096,
+           max_iterations: int = 2**31 - 1) -> Callable[..., Any]:
+    """``f(*input_values) -> outputs`` (a tensor gives one value, a list/tuple gives a tuple)."""
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+    ins = list(inputs)
+    program = functionalize(graph, outs, ins)
+    nodes = {n.id: n for it in program.items for n in ([it] if not hasattr(it, "nodes") else it.nodes)}
+    var_nodes = [n for n in nodes.values() if n.op == "VarHandle"]
+    stack_nodes = [n for n in nodes.values() if n.op == "StackNew"]
+
+    def fn(*args: Any) -> Any:
+        if len(args) != len(ins):
+            raise TypeError(f"to_jax function takes {len(ins)} inputs, got {len(args)}")
+        em = Emitter(program, ErrorCodes(), stack_capacity, jnp.int32(max_iterations))
+        em.fed = {t.node.id for t in ins}
+        em.state = {"err": jnp.int32(0)}
+        for vn in var_nodes:
+            em.state[var_key(vn.attrs["var_name"])] = jnp.asarray(
+                np.asarray(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"])))
+        for sn in stack_nodes:
+            em.state[stack_key(Handle("stack", sn.id))] = stk.StackValue(stack_capacity, np.float32)
+        env = {key(t): jnp.asarray(a, t.dtype.numpy) for t, a in zip(ins, args, strict=True)}
+        em.run_items(program.items, env)
+        res = []
+        for t in outs:
+            v = env[key(t)]
+            if v is DEAD:
+                raise DeadFetchError(f"output {t.name} is dead: it lies on a branch that never runs")
+            res.append(v.buf if isinstance(v, TA) else v)
+        return res[0] if single else tuple(res)
+
+    return fn

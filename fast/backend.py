@@ -1,0 +1,415 @@
+"""``FastBackend``: ``tn.Session(graph, backend="fast")``.
+
+Why stages: a program without gradient stacks is one ``jax.jit`` function — the whole root frame,
+with its conds and loops as ``lax`` control flow. A top-level loop that pushes or pops a gradient stack
+is instead *driven* (see ``stacks``): compiled so that one call runs at most a chunk of iterations, and
+re-entered by a Python loop that swaps full stack buffers to host memory. The root frame is therefore
+cut into stages — compiled segments and driven loops — that pass values to each other.
+
+Compiled plans are cached per (graph identity and version, fetches, feed signature, variable
+signature, stack capacity); a stage is retraced only when one of those changes, so new fed values and
+new trip counts (a fed ``N``) never recompile. ``compile_count`` counts traces, for tests.
+
+Errors keep the reference backend's types: kernel failures detected in compiled code (integer division
+by zero, out-of-range TensorArray reads) are recorded in an error word and raised as ``KernelError``
+after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops' iteration counters
+(``NonTerminationError``); a fetch whose branch did not run raises ``DeadFetchError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout.errors import DeadFetchError, KernelError, NonTerminationError
+from turnout.fast import stacks as stk
+from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
+from turnout.fast.functionalize import functionalize
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, walk
+from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.graph import Graph, Node, Tensor
+from turnout.kernels import TensorArrayValue
+
+_INT32_MAX = 2**31 - 1
+_MAX_CAPACITY = 1 << 24
+
+
+class _Retry(Exception):
+    """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
+
+
+def item_nodes(it: Item) -> list[Node]:
+    return [it] if isinstance(it, Node) else it.nodes
+
+
+def program_nodes(program: Program) -> list[Node]:
+    out: dict[int, Node] = {}
+    for it in program.items:
+        for n in item_nodes(it):
+            out[n.id] = n
+    return list(out.values())
+
+
+@dataclass
+class Stage:
+    """A compiled segment of root items, or one driven (chunked) top-level loop."""
+
+    items: list[Item]
+    reads: list[Key]
+    writes: list[Key] = field(default_factory=list)
+    driven: Optional[WhileRegion] = None
+    push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
+    pop_stacks: dict[str, int] = field(default_factory=dict)
+    fns: dict[str, Any] = field(default_factory=dict)
+
+
+def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
+    """StackPush / StackPop nodes per stack in one iteration of a loop body, conds included, nested
+    loops not (those are measured at run time, see ``stacks``)."""
+    out: dict[str, int] = {}
+    for it in items:
+        if isinstance(it, Node) and it.op == op:
+            src = stack_source(it.inputs[0])
+            if src is not None:
+                out[f"stack:{src.id}"] = out.get(f"stack:{src.id}", 0) + 1
+        elif isinstance(it, CondRegion):
+            for b in (False, True):
+                for k, v in _direct_counts(it.branches[b], op).items():
+                    out[k] = out.get(k, 0) + v  # an upper bound: at most one branch runs
+    return out
+
+
+def _all_stacks(nodes: list[Node], op: str) -> set[str]:
+    out = set()
+    for n in nodes:
+        if n.op == op:
+            src = stack_source(n.inputs[0])
+            if src is not None:
+                out.add(f"stack:{src.id}")
+    return out
+
+
+class Plan:
+    """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
+
+    def __init__(self, backend: FastBackend, program: Program, fed: set[int], capacity: int) -> None:
+        self.backend = backend
+        self.program = program
+        self.fed = fed
+        self.capacity = capacity
+        self.codes = ErrorCodes()
+        self.fed = fed
+        nodes = program_nodes(program)
+        self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
+        self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
+        self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
+        self.stages = self._stages()
+
+    def _stages(self) -> list[Stage]:
+        stages: list[Stage] = []
+        seg: list[Item] = []
+        for it in self.program.items:
+            if isinstance(it, WhileRegion) and any(n.op in ("StackPush", "StackPop") for n in it.nodes):
+                if seg:
+                    stages.append(Stage(seg, []))
+                    seg = []
+                st = Stage([it], [], driven=it)
+                pushes = _all_stacks(it.nodes, "StackPush")
+                pops = _all_stacks(it.nodes, "StackPop")
+                direct_push = _direct_counts(it.body, "StackPush")
+                direct_pop = _direct_counts(it.body, "StackPop")
+                st.push_stacks = {s: direct_push.get(s, 0) for s in pushes}
+                st.pop_stacks = {s: direct_pop.get(s, 0) for s in pops}
+                stages.append(st)
+            else:
+                seg.append(it)
+        if seg or not stages:
+            stages.append(Stage(seg, []))
+        fetch = set(self.program.fetch_keys)
+        produced: list[set[Key]] = []
+        for st in stages:
+            ns = [n for it in st.items for n in item_nodes(it)]
+            ids = {n.id for n in ns}
+            produced.append({key(o) for n in ns for o in n.outputs})
+            st.reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
+                              | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
+        for i, st in enumerate(stages):
+            later = set().union(*(set(s.reads) for s in stages[i + 1:])) | fetch
+            st.writes = sorted(produced[i] & later)
+        return stages
+
+    # ---- compiled functions ---------------------------------------------------------------------
+    def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
+        self.backend.compile_count += 1  # runs only while tracing
+        em = Emitter(self.program, self.codes, self.capacity, max_iter)
+        em.state = dict(state)
+        em.fed = self.fed
+        return em
+
+    def segment_fn(self, st: Stage) -> Any:
+        fetch = set(self.program.fetch_keys)
+
+        def seg(env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter(state, max_iter)
+            env = dict(env_in)
+            em.run_items(st.items, env)
+            out = {k: wrap_static(env[k]) for k in st.writes}
+            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
+            return out, lives, em.state
+
+        return jax.jit(seg)
+
+    def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
+        r = st.driven
+        assert r is not None
+        cap = self.capacity
+
+        def init(env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter(state, max_iter)
+            start, body, _ = em.while_fns(r, dict(env_in))
+            c0 = start(em.state)
+            if c0 is None:
+                return None
+            from turnout.fast.emit import _jnp_tree
+
+            return em.discover(body, _jnp_tree(c0))
+
+        def chunk(env_in: dict[Key, Any], c: Any, aux: Any, max_iter: Any, host_has: dict[str, Any]) -> Any:
+            em = self.emitter(c[2], max_iter)
+            _, body, _ = em.while_fns(r, dict(env_in))
+
+            def ptrs(state: dict[str, Any]) -> dict[str, Any]:
+                return {s: (jnp.int32(0) if state[s].pending else state[s].ptr)
+                        for s in set(st.push_stacks) | set(st.pop_stacks)}
+
+            def cond(ca: Any) -> Any:
+                (vals, pred, state, iters), (grow, shrink) = ca
+                ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
+                p = ptrs(state)
+                for s, n in st.push_stacks.items():
+                    ok &= p[s] + jnp.maximum(n, grow[s]) <= cap
+                for s, n in st.pop_stacks.items():
+                    ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
+                return ok
+
+            def body2(ca: Any) -> Any:
+                c, (grow, shrink) = ca
+                before = ptrs(c[2])
+                c2 = body(c)
+                after = ptrs(c2[2])
+                grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
+                shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
+                return c2, (grow, shrink)
+
+            return jax.lax.while_loop(cond, body2, (c, aux))
+
+        def finish(env_in: dict[Key, Any], c: Any, state: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter(c[2] if c is not None else state, max_iter)
+            _, _, fin = em.while_fns(r, dict(env_in))
+            out_env: dict[Key, Any] = {}
+            fin(c, out_env)
+            return {k: wrap_static(out_env[k]) for k in st.writes}, em.state
+
+        return jax.jit(init), jax.jit(chunk), jax.jit(finish)
+
+
+def stack_source_var(n: Node) -> Optional[str]:
+    src = n.inputs[0].node
+    while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
+        src = src.inputs[0].node
+    return src.attrs.get("var_name") if src.op == "VarHandle" else None
+
+
+class FastBackend:
+    """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
+    one device-resident chunk; default 1024)."""
+
+    def __init__(self, graph: Graph, stack_chunk: int = 1024, **options: Any) -> None:
+        if options:
+            raise TypeError(f"FastBackend: unknown options {sorted(options)}")
+        if not isinstance(stack_chunk, int) or stack_chunk < 1:
+            raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+        self.graph = graph
+        self.stack_chunk = stack_chunk
+        self.compile_count = 0
+        self._plans: dict[Any, Plan] = {}
+        self._dev_vars: dict[str, tuple[Any, Any]] = {}
+        self._validated: Optional[int] = None
+
+    def _validate(self) -> None:
+        if self._validated == self.graph.version:
+            return
+        try:
+            from turnout.validate import validate
+        except ImportError:
+            validate = None
+        if validate is not None:
+            validate(self.graph)
+        self._validated = self.graph.version
+
+    def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+            options: Any) -> Any:
+        from turnout.session import RunResult
+
+        self._validate()
+        cap = self.stack_chunk
+        retries = 0
+        with jax.enable_x64(True):
+            while True:
+                try:
+                    values, stats = self._run(fetches, feeds, variables, options, cap)
+                    break
+                except _Retry:
+                    if cap * 2 > _MAX_CAPACITY:
+                        raise KernelError(
+                            f"fast backend: a gradient stack needs more than {_MAX_CAPACITY} entries per chunk") from None
+                    cap *= 2
+                    retries += 1
+        stats["stack_capacity_retries"] = retries
+        return RunResult(values=values, stats=stats)
+
+    def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+              cap: int) -> Plan:
+        sig = (
+            id(self.graph), self.graph.version, tuple(key(t) for t in fetches),
+            tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
+            tuple(sorted((k, np.asarray(v).dtype.str, np.shape(v)) for k, v in variables.items())), cap,
+        )
+        plan = self._plans.get(sig)
+        if plan is None:
+            program = functionalize(self.graph, fetches, feeds)
+            plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
+        return plan
+
+    def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray]) -> dict[str, Any]:
+        state: dict[str, Any] = {"err": jnp.int32(0)}
+        for name, vn in plan.var_nodes.items():
+            if name not in variables:
+                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            host = variables[name]
+            cached = self._dev_vars.get(name)
+            dev = cached[1] if cached is not None and cached[0] is host else jnp.asarray(host)
+            state[var_key(name)] = dev
+        for sn in plan.stack_nodes:
+            state[stack_key(Handle("stack", sn.id))] = stk.StackValue(plan.capacity, _stack_dtype(sn))
+        return state
+
+    def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+             options: Any, cap: int) -> tuple[list[Any], dict[str, Any]]:
+        plan = self._plan(fetches, feeds, variables, cap)
+        mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
+        max_iter = jnp.int32(min(int(mi), _INT32_MAX))
+        state = self._initial_state(plan, variables)
+        env: dict[Key, Any] = {key(t): jnp.asarray(v) for t, v in feeds.items()}
+        lives: dict[Key, Any] = {}
+        host = stk.HostChunks()
+        peak = 0
+        for st in plan.stages:
+            env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
+            if st.driven is None:
+                if "seg" not in st.fns:
+                    st.fns["seg"] = plan.segment_fn(st)
+                out, lv, state = st.fns["seg"](env_in, state, max_iter)
+                lives.update(lv)
+            else:
+                out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
+                peak = max(peak, peak_loop)
+            peak = max(peak, _stack_bytes(state))
+            self._raise_errors(plan, state, host.swapped)
+            env.update(out)
+        values = []
+        for t in fetches:
+            v = env[key(t)]
+            live = lives.get(key(t), True)
+            if v is DEAD or not bool(live):
+                raise DeadFetchError(
+                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
+                    f"(op {t.node.op} \"{t.node.name}\")")
+            values.append(_to_host(v, t))
+        for name in plan.var_nodes:
+            dev = state[var_key(name)]
+            if name in plan.written_vars:
+                variables[name] = np.asarray(dev)
+            self._dev_vars[name] = (variables[name], dev)
+        stats = {
+            "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages),
+            "stack_capacity": cap, "peak_device_stack_bytes": peak, "stack_chunks_swapped": host.swapped,
+            "peak_host_stack_bytes": host.peak_host_bytes,
+        }
+        return values, stats
+
+    def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
+               max_iter_py: int, host: stk.HostChunks) -> tuple[dict[Key, Any], dict[str, Any], int]:
+        """Run a top-level loop chunk by chunk, swapping its stacks between device and host."""
+        if not st.fns:
+            st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
+        c = st.fns["init"](env_in, state, max_iter)
+        peak = 0
+        if c is not None:
+            aux = ({s: jnp.int32(0) for s in st.push_stacks}, {s: jnp.int32(0) for s in st.pop_stacks})
+            while True:
+                host_has = {s: jnp.asarray(host.has(s)) for s in st.pop_stacks}
+                before = int(c[3])
+                c, aux = st.fns["chunk"](env_in, c, aux, max_iter, host_has)
+                vals, pred, state, iters = c
+                peak = max(peak, _stack_bytes(state))
+                if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
+                    break
+                grow, shrink = aux
+                acted = False
+                for s, n in st.push_stacks.items():
+                    sv = state[s]
+                    if not sv.pending and int(sv.ptr) + max(n, int(grow[s])) > plan.capacity and int(sv.ptr) > 0:
+                        state[s] = host.spill(s, sv)
+                        acted = True
+                for s, n in st.pop_stacks.items():
+                    sv = state[s]
+                    if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and host.has(s):
+                        state[s] = host.refill(s, sv)
+                        acted = True
+                if not acted and int(iters) == before:
+                    raise _Retry()
+                c = (vals, pred, state, iters)
+        out, state = st.fns["finish"](env_in, c, state, max_iter)
+        return out, state, peak
+
+    def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
+        code = int(state["err"])
+        if not code:
+            return
+        kind, message = plan.codes.lookup(code)
+        # A nested loop's stack outgrew its chunk (overflow), or was swapped out at a point its
+        # backward loop could not refill (underflow after swaps): retry with a larger capacity.
+        if kind == "overflow" or (kind == "underflow" and swapped):
+            raise _Retry()
+        if kind == "nonterm":
+            raise NonTerminationError(message)
+        raise KernelError(message)
+
+
+def _stack_dtype(sn: Node) -> Any:
+    for k in ("elem_dtype", "dtype"):
+        if sn.attrs.get(k):
+            try:
+                return np.dtype(sn.attrs[k])
+            except TypeError:
+                pass
+    return np.float32
+
+
+def _stack_bytes(state: dict[str, Any]) -> int:
+    return sum(v.nbytes() for v in state.values() if isinstance(v, stk.StackValue))
+
+
+def _to_host(v: Any, t: Tensor) -> Any:
+    if isinstance(v, TA):
+        items = tuple(None for _ in range(v.size)) if v.pending else tuple(
+            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(v.size))
+        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items)
+    if isinstance(v, Handle):
+        return v
+    return np.asarray(v)

@@ -1,0 +1,342 @@
+"""Lower a region tree to ``jax.lax`` while tracing: the heart of the fast backend.
+
+Why tracing an interpreter: a Turnout program becomes one JAX function by *running* the region tree
+on tracers. A ``CondRegion`` becomes ``lax.cond`` (or, when its predicate is known at trace time,
+just the taken branch); a ``WhileRegion`` becomes ``lax.while_loop`` whose carry holds the values the
+header computed (the loop state) and the predicate, plus the run-time state. Run-time state —
+Variables, gradient stacks, and an error word — is threaded functionally through every region, so
+effects inside untaken branches or unrun loops simply do not happen.
+
+Dead values only exist at trace time here (``DEAD``: the other output of a Switch inside a branch).
+A fetched tensor that lies on a branch leaves its ``lax.cond`` with a *live* flag, so fetching it when
+its branch did not run still raises ``DeadFetchError`` ([E-Fetch-Dead]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout import kernels
+from turnout.errors import KernelError, UnsupportedError, describe_node
+from turnout.fast import stacks as stk
+from turnout.fast.lowering import LOWERING_RULES
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
+from turnout.fast.values import DEAD, TA, Handle, is_static
+from turnout.graph import Node, Tensor
+from turnout.primitives import COMPUTE
+
+_NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray"))
+
+Env = dict[Key, Any]
+
+
+class ErrorCodes:
+    """Error word codes -> (kind, message). Shared by every trace of one compiled plan, so a code
+    read back after a run names the op that failed. Kinds: ``kernel``, ``nonterm``, ``overflow``,
+    ``underflow``."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str]] = []
+        self._index: dict[tuple[str, str], int] = {}
+
+    def code(self, kind: str, message: str) -> int:
+        k = (kind, message)
+        if k not in self._index:
+            self.entries.append(k)
+            self._index[k] = len(self.entries)
+        return self._index[k]
+
+    def lookup(self, code: int) -> tuple[str, str]:
+        return self.entries[code - 1]
+
+
+def stack_key(h: Handle) -> str:
+    return f"stack:{h.name}"
+
+
+def var_key(name: str) -> str:
+    return f"var:{name}"
+
+
+def stack_source(t: Tensor) -> Optional[Node]:
+    """The StackNew a handle tensor comes from (through Enter / Switch / Identity / Merge)."""
+    seen = 0
+    n = t.node
+    while n.op != "StackNew" and seen < 10_000:
+        if n.op in ("Enter", "Switch", "Identity", "Merge", "Exit", "NextIteration") and n.raw_inputs:
+            n = n.inputs[0].node
+            seen += 1
+        else:
+            return None
+    return n if n.op == "StackNew" else None
+
+
+def _jnp_tree(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x), tree)
+
+
+def _zeros_of(aval_tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), aval_tree)
+
+
+def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
+    """``value`` with its pending TensorArrays / stacks and dead slots made concrete like ``other``
+    (an abstract value of the same place). Why: a loop carry or a cond result must have one type, but
+    a TensorArray's element shape is only known after its first write."""
+    if isinstance(value, (TA, stk.StackValue)) and value.pending and not getattr(other, "pending", True):
+        return _zeros_of(other), True
+    if value is DEAD and other is not DEAD:
+        return _zeros_of(other), True
+    if isinstance(value, dict) and isinstance(other, dict):
+        out, ch = {}, False
+        for k, v in value.items():
+            out[k], c = reconcile(v, other[k]) if k in other else (v, False)
+            ch |= c
+        return out, ch
+    if isinstance(value, (list, tuple)) and isinstance(other, (list, tuple)) and len(value) == len(other):
+        pairs = [reconcile(v, o) for v, o in zip(value, other, strict=True)]
+        return type(value)(p[0] for p in pairs), any(p[1] for p in pairs)
+    return value, False
+
+
+class Emitter:
+    """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
+    ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods."""
+
+    def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any) -> None:
+        self.program = program
+        self.codes = codes
+        self.capacity = capacity
+        self.max_iter = max_iter
+        self.fetch_set = set(program.fetch_keys)
+        self.state: dict[str, Any] = {}
+        self.lives: dict[Key, Any] = {}
+        self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
+
+    # ---- LoweringContext ------------------------------------------------------------------------
+    def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+        if is_static(ok) and bool(ok):
+            return
+        c = self.codes.code(code, message)
+        err = self.state["err"]
+        self.state["err"] = jnp.where((err == 0) & ~jnp.asarray(ok, bool), jnp.int32(c), err)
+
+    def read_var(self, node: Node, h: Handle) -> Any:
+        try:
+            return self.state[var_key(h.name)]
+        except KeyError:
+            raise UnsupportedError(f"fast backend: {describe_node(node)} reads unknown Variable {h.name!r}") from None
+
+    def write_var(self, h: Handle, value: Any) -> None:
+        old = self.state[var_key(h.name)]
+        if jnp.shape(old) != jnp.shape(value):
+            raise UnsupportedError(f"fast backend: Variable {h.name!r} changes shape from {jnp.shape(old)} to "
+                                   f"{jnp.shape(value)}")
+        self.state[var_key(h.name)] = value
+
+    def get_stack(self, node: Node, h: Handle) -> stk.StackValue:
+        k = stack_key(h)
+        if k not in self.state:
+            dtype = node.inputs[2].dtype.numpy if node.op == "StackPush" else np.dtype(node.attrs["dtype"])
+            self.state[k] = stk.StackValue(self.capacity, dtype)
+        return self.state[k]  # type: ignore[no-any-return]
+
+    def set_stack(self, h: Handle, s: stk.StackValue) -> None:
+        self.state[stack_key(h)] = s
+
+    # ---- items ----------------------------------------------------------------------------------
+    def run_items(self, items: list[Item], env: Env) -> None:
+        for it in items:
+            if isinstance(it, Node):
+                self.run_node(it, env)
+            elif isinstance(it, CondRegion):
+                self.run_cond(it, env)
+            else:
+                self.run_while(it, env)
+
+    def run_node(self, n: Node, env: Env) -> None:
+        if n.id in self.fed:
+            return
+        xs = [env[key(t)] for t in n.inputs]
+        dead_ctrl = any(env.get((c.id, -1)) is DEAD for c in n.control_inputs)
+        if dead_ctrl or (n.op != "Merge" and any(x is DEAD for x in xs)):
+            env[(n.id, -1)] = DEAD
+            for o in n.outputs:
+                env[key(o)] = DEAD
+            return
+        outs = None
+        if n.op in COMPUTE and n.op not in _NO_FOLD and all(is_static(x) for x in xs):
+            try:  # constant folding with the reference kernels themselves
+                outs = [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
+            except KernelError:
+                outs = None
+        if outs is None:
+            try:
+                outs = LOWERING_RULES[n.op](self, n, xs)
+            except (TypeError, ValueError) as e:
+                raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
+        for o, v in zip(n.outputs, outs, strict=True):
+            env[key(o)] = v
+
+    # ---- conditionals ---------------------------------------------------------------------------
+    def run_cond(self, r: CondRegion, env: Env) -> None:
+        p = env[key(r.pred)]
+        joins = {m.id for m, _ in r.merges}
+        exports = sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in self.fetch_set}
+                         | set(r.exports))
+        if p is DEAD:
+            for m, _ in r.merges:
+                env[key(m.outputs[0])] = env[key(m.outputs[1])] = DEAD
+            for k in exports:
+                env[k] = DEAD
+            return
+
+        def branch(b: bool) -> Callable[[Any], Any]:
+            def fn(state: Any) -> Any:
+                self.state = dict(state)
+                benv = dict(env)
+                for s in r.switches:
+                    benv[key(s.outputs[int(b)])] = benv[key(s.inputs[0])]
+                    benv[key(s.outputs[1 - int(b)])] = DEAD
+                saved, self.lives = self.lives, {}
+                self.run_items(r.branches[b], benv)
+                merges = []
+                for m, slots in r.merges:
+                    if b in slots:
+                        merges.append((benv[key(m.inputs[slots[b]])], np.asarray(slots[b], np.int32)))
+                    else:
+                        merges.append((DEAD, DEAD))
+                vals = [benv.get(k, DEAD) for k in exports]
+                lives = [np.asarray(False) if v is DEAD else self.lives.get(k, np.asarray(True))
+                         for k, v in zip(exports, vals, strict=True)]
+                self.lives = saved
+                return merges, vals, lives, self.state
+
+            return fn
+
+        if is_static(p):
+            merges, vals, lives, self.state = branch(bool(p))(self.state)
+        else:
+            state0 = self.state
+            fns = {b: branch(b) for b in (False, True)}
+            shapes = {b: jax.eval_shape(fns[b], state0) for b in (False, True)}
+
+            def filled(b: bool) -> Callable[[Any], Any]:
+                def fn(state: Any) -> Any:
+                    out, _ = reconcile(fns[b](state), shapes[not b])
+                    return _jnp_tree(out)
+
+                return fn
+
+            try:
+                merges, vals, lives, self.state = jax.lax.cond(jnp.asarray(p, bool), filled(True), filled(False),
+                                                               state0)
+            except TypeError as e:
+                m = r.merges[0][0] if r.merges else r.nodes[0]
+                raise UnsupportedError(
+                    f"fast backend: the two branches of the {r.describe()} near {describe_node(m)} produce values of "
+                    f"different types or shapes: {e}") from None
+        for (m, _), (v, idx) in zip(r.merges, merges, strict=True):
+            env[key(m.outputs[0])] = v
+            env[key(m.outputs[1])] = idx
+        for k, v, live in zip(exports, vals, lives, strict=True):
+            env[k] = v
+            self.lives[k] = live
+
+    # ---- loops ----------------------------------------------------------------------------------
+    def while_fns(self, r: WhileRegion, env: Env) -> tuple[Callable[..., Any], ...]:
+        """(start, body, finish) of a While region closed over ``env``.
+
+        The carry is ``(carried values, predicate, state, iteration count)``: the header runs once
+        before the loop and at the end of each body, so the predicate is computed once per iteration.
+        """
+        base = dict(env)
+        for inv in r.invariants:
+            base[key(inv.outputs[0])] = env[key(inv.inputs[0])]
+        ckeys = [key(t) for t in r.carried]
+        pkey = key(r.loop_cond.inputs[0])
+        lck = key(r.loop_cond.outputs[0])
+
+        def header(vals: list[Any], first: bool, state: dict[str, Any]) -> tuple[Any, ...]:
+            self.state = dict(state)
+            henv = dict(base)
+            for (_, m, _, es, ns), v in zip(r.loop_vars, vals, strict=True):
+                henv[key(m.outputs[0])] = v
+                henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
+            self.run_items(r.header, henv)
+            return [henv[k] for k in ckeys], henv[pkey], self.state
+
+        def start(state: dict[str, Any]) -> Any:
+            vals0 = [env[key(e.inputs[0])] for e, _, _, _, _ in r.loop_vars]
+            if any(v is DEAD for v in vals0):
+                return None
+            vals, pred, st = header(vals0, True, state)
+            return (vals, pred, st, np.asarray(0, np.int32))
+
+        def body(c: Any) -> Any:
+            vals, pred, state, iters = c
+            self.state = dict(state)
+            benv = dict(base)
+            benv.update(zip(ckeys, vals, strict=True))
+            benv[lck] = pred
+            for s in r.switches:
+                benv[key(s.outputs[1])] = benv[key(s.inputs[0])]
+                benv[key(s.outputs[0])] = DEAD
+            self.run_items(r.body, benv)
+            nxt = [benv[key(nx.inputs[0])] for _, _, nx, _, _ in r.loop_vars]
+            vals2, pred2, st2 = header(nxt, False, self.state)
+            return _jnp_tree((vals2, pred2, st2, iters + 1))
+
+        def finish(c: Any, out_env: Env) -> None:
+            if c is None:
+                for x in r.exits:
+                    out_env[key(x.outputs[0])] = DEAD
+                return
+            vals, pred, state, iters = c
+            self.state = dict(state)
+            eenv = dict(base)
+            eenv.update(zip(ckeys, vals, strict=True))
+            eenv[lck] = pred
+            for s in r.switches:
+                eenv[key(s.outputs[0])] = eenv[key(s.inputs[0])]
+                eenv[key(s.outputs[1])] = DEAD
+            self.run_items(r.exit_side, eenv)
+            self.check(~(jnp.asarray(pred) & (iters >= self.max_iter)),
+                       f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
+                       "does the loop end?", code="nonterm")
+            for x in r.exits:
+                out_env[key(x.outputs[0])] = eenv[key(x.inputs[0])]
+
+        return start, body, finish
+
+    def discover(self, body: Callable[[Any], Any], c0: Any) -> Any:
+        """Make pending TensorArrays / stacks in the initial carry concrete, by tracing the body once
+        abstractly to see what it writes (a loop carry must keep one type)."""
+        saved = self.state
+        for _ in range(8):
+            out = jax.eval_shape(body, c0)
+            c0, changed = reconcile(c0, out)
+            if not changed:
+                break
+        self.state = saved
+        return c0
+
+    def run_while(self, r: WhileRegion, env: Env) -> None:
+        start, body, finish = self.while_fns(r, env)
+        c0 = start(self.state)
+        if c0 is None or (is_static(c0[1]) and not bool(c0[1])):
+            finish(c0, env)
+            return
+        c0 = self.discover(body, _jnp_tree(c0))
+        try:
+            c = jax.lax.while_loop(lambda c: c[1] & (c[3] < self.max_iter), body, c0)
+        except TypeError as e:
+            raise UnsupportedError(
+                f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
+                f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
+        finish(c, env)

@@ -1,0 +1,517 @@
+"""Lowering rules: one JAX rule per primitive, keyed by primitive name (``LOWERING_RULES``).
+
+Why a table: every interpreter of Turnout is a table keyed by primitive, and a test checks that
+every primitive of ``turnout.primitives`` is here or in ``UNSUPPORTED`` with a reason. The arithmetic
+has the same meaning as ``turnout.kernels`` (the reference kernels): integer ``Div`` is floor
+division, ``FloorMod`` is numpy's ``mod``, ``Sigmoid`` is ``1 / (1 + exp(-x))``, reductions keep the
+input dtype. Run-time kernel errors that numpy raises (integer division by zero, an out-of-range
+TensorArray read) cannot raise inside compiled code: ``ctx.check(ok, message)`` records them in an
+error word that the backend turns into ``KernelError`` after the run.
+
+Rules take ``(ctx, node, inputs)`` and return the list of output values. Values are numpy arrays
+when known at trace time (constants, shapes) — the emitter then folds pure ops with the reference
+kernels themselves — or jax arrays, ``TA`` TensorArrays and ``Handle`` s. The control-flow primitives
+have rules that the region emitter (``emit``) applies as part of a Cond or While region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import FeedError, UnsupportedError, describe_node
+from turnout.fast import stacks as stk
+from turnout.fast.values import DEAD, TA, Handle, is_static
+from turnout.graph import Node
+from turnout.primitives import PRIMITIVES
+
+
+class LoweringContext(Protocol):
+    def check(self, ok: Any, message: str, code: str = "kernel") -> None: ...
+    def read_var(self, node: Node, h: Handle) -> Any: ...
+    def write_var(self, h: Handle, value: Any) -> None: ...
+    def get_stack(self, node: Node, h: Handle) -> stk.StackValue: ...
+    def set_stack(self, h: Handle, s: stk.StackValue) -> None: ...
+
+
+Rule = Callable[[LoweringContext, Node, Sequence[Any]], list[Any]]
+LOWERING_RULES: dict[str, Rule] = {}
+
+#: primitives the fast backend deliberately does not lower, with the reason.
+UNSUPPORTED: dict[str, str] = {}
+
+
+def _r(*names: str) -> Callable[[Rule], Rule]:
+    def reg(f: Rule) -> Rule:
+        for n in names:
+            LOWERING_RULES[n] = f
+        return f
+
+    return reg
+
+
+def _np(d: Any) -> Any:
+    return dt.as_dtype(d).numpy
+
+
+def _is_int(x: Any) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.integer)
+
+
+# ---- sources and control flow --------------------------------------------------------------------
+@_r("Const")
+def _const(ctx, n, xs):
+    return [np.asarray(n.attrs["value"], dtype=_np(n.attrs["dtype"]))]
+
+
+@_r("Placeholder")
+def _placeholder(ctx, n, xs):
+    raise FeedError(f"{describe_node(n)} must be fed: pass a value for {n.outputs[0].name} in feed_dict")
+
+
+@_r("Switch", "Enter", "Exit", "NextIteration")
+def _structural(ctx, n, xs):
+    # Applied by the region emitter: a Switch is part of a CondRegion or of its loop's WhileRegion,
+    # Enter / Exit / NextIteration are the edges of a WhileRegion ([E-Enter], [E-Exit], [E-Next]).
+    raise UnsupportedError(f"fast backend: {describe_node(n)} is not part of any structured region")
+
+
+@_r("Merge")
+def _merge(ctx, n, xs):
+    # A Merge that is not the join of a CondRegion has at most one input that can be live
+    # ([E-Merge-Live]); the others are statically dead.
+    for i, x in enumerate(xs):
+        if x is not DEAD:
+            return [x, np.asarray(i, np.int32)]
+    return [DEAD, DEAD]
+
+
+@_r("LoopCond", "Identity")
+def _identity(ctx, n, xs):
+    return [xs[0]]
+
+
+@_r("StopGradient")
+def _stop_gradient(ctx, n, xs):
+    return [xs[0] if is_static(xs[0]) else jax.lax.stop_gradient(xs[0])]
+
+
+@_r("NoOp")
+def _noop(ctx, n, xs):
+    return []
+
+
+# ---- elementwise -----------------------------------------------------------------------------------
+def _ew(fn: Callable[..., Any]) -> Rule:
+    def rule(ctx, n, xs):
+        r = fn(*xs)
+        if r.dtype != jnp.bool_:
+            r = r.astype(jnp.result_type(*xs))
+        return [r]
+
+    return rule
+
+
+def _div_rule(ctx, n, xs):
+    a, b = xs
+    if _is_int(a):
+        ctx.check(jnp.all(b != 0), f"{describe_node(n)}: Div: integer division by zero")
+        return [jnp.floor_divide(a, jnp.where(b == 0, 1, b)).astype(jnp.result_type(a, b))]
+    return [jnp.divide(a, b).astype(jnp.result_type(a, b))]
+
+
+def _mod_rule(ctx, n, xs):
+    a, b = xs
+    if _is_int(a):
+        ctx.check(jnp.all(b != 0), f"{describe_node(n)}: FloorMod: integer modulo by zero")
+        b = jnp.where(b == 0, 1, b)
+    return [jnp.mod(a, b).astype(jnp.result_type(*xs))]
+
+
+def _pow_rule(ctx, n, xs):
+    a, b = xs
+    if _is_int(a):
+        ctx.check(jnp.all(b >= 0), f"{describe_node(n)}: Pow: integers to negative integer powers are not allowed")
+        b = jnp.maximum(b, 0)
+    return [jnp.power(a, b).astype(jnp.result_type(*xs))]
+
+
+LOWERING_RULES.update({
+    "Add": _ew(jnp.add), "Sub": _ew(jnp.subtract), "Mul": _ew(jnp.multiply),
+    "Div": _div_rule, "FloorMod": _mod_rule, "Pow": _pow_rule,
+    "Maximum": _ew(jnp.maximum), "Minimum": _ew(jnp.minimum), "Neg": _ew(jnp.negative),
+    "Abs": _ew(jnp.abs), "Sign": _ew(jnp.sign), "Square": _ew(jnp.square),
+    "Relu": _ew(lambda x: jnp.maximum(x, jnp.zeros((), jnp.result_type(x)))),
+    "Tanh": _ew(jnp.tanh), "Sigmoid": _ew(lambda x: 1 / (1 + jnp.exp(-x))),
+    "Exp": _ew(jnp.exp), "Log": _ew(jnp.log), "Sqrt": _ew(jnp.sqrt),
+    "Less": _ew(jnp.less), "LessEqual": _ew(jnp.less_equal), "Greater": _ew(jnp.greater),
+    "GreaterEqual": _ew(jnp.greater_equal), "Equal": _ew(jnp.equal), "NotEqual": _ew(jnp.not_equal),
+    "LogicalAnd": _ew(jnp.logical_and), "LogicalOr": _ew(jnp.logical_or), "LogicalNot": _ew(jnp.logical_not),
+})
+
+
+@_r("Select")
+def _select(ctx, n, xs):
+    c, a, b = xs
+    return [jnp.where(c, a, b)]
+
+
+@_r("Cast")
+def _cast(ctx, n, xs):
+    return [jnp.asarray(xs[0]).astype(_np(n.attrs["dtype"]))]
+
+
+# ---- linear algebra and structure ------------------------------------------------------------------
+@_r("MatMul")
+def _matmul(ctx, n, xs):
+    a, b = xs
+    if n.attrs.get("transpose_a"):
+        a = a.T
+    if n.attrs.get("transpose_b"):
+        b = b.T
+    return [jnp.matmul(a, b)]
+
+
+@_r("Reshape")
+def _reshape(ctx, n, xs):
+    return [jnp.reshape(xs[0], n.attrs["shape"])]
+
+
+@_r("Transpose")
+def _transpose(ctx, n, xs):
+    return [jnp.transpose(xs[0], n.attrs.get("perm"))]
+
+
+@_r("ExpandDims")
+def _expand(ctx, n, xs):
+    return [jnp.expand_dims(xs[0], n.attrs["axis"])]
+
+
+@_r("Concat")
+def _concat(ctx, n, xs):
+    return [jnp.concatenate(xs, axis=n.attrs["axis"])]
+
+
+@_r("Pack")
+def _pack(ctx, n, xs):
+    return [jnp.stack(xs, axis=0)]
+
+
+def _index(ctx: LoweringContext, n: Node, shape: Sequence[int], dyn: Sequence[Any]) -> tuple[Any, ...]:
+    """A GetItem spec as a JAX index; dynamic indices are bounds-checked like ``kernels.build_index``."""
+
+    def val(v: Any, what: str) -> Any:
+        if isinstance(v, dict):
+            d = dyn[v["input"]]
+            if is_static(d):
+                return int(d)
+            if what == "slice":
+                raise UnsupportedError(
+                    f"fast backend: {describe_node(n)} slices with a bound known only at run time; XLA needs "
+                    "static slice sizes")
+            return d
+        return v
+
+    idx: list[Any] = []
+    for i, e in enumerate(n.attrs["spec"]):
+        if e["kind"] == "index":
+            v = val(e["value"], "index")
+            ctx.check((v >= -shape[i]) & (v < shape[i]),
+                      f"{describe_node(n)}: GetItem: index out of range for dimension {i} of size {shape[i]}")
+            idx.append(v)
+        else:
+            idx.append(slice(val(e["start"], "slice"), val(e["stop"], "slice"), val(e["step"], "slice")))
+    return tuple(idx)
+
+
+@_r("GetItem")
+def _getitem(ctx, n, xs):
+    x = jnp.asarray(xs[0])
+    return [x[_index(ctx, n, x.shape, xs[1:])]]
+
+
+@_r("GetItemGrad")
+def _getitem_grad(ctx, n, xs):
+    like, g = xs[0], jnp.asarray(xs[1])
+    out = jnp.zeros(jnp.shape(like), g.dtype)
+    return [out.at[_index(ctx, n, jnp.shape(like), xs[2:])].add(g)]
+
+
+@_r("Gather")
+def _gather(ctx, n, xs):
+    x, idx = xs
+    ax = n.attrs.get("axis", 0)
+    size = jnp.shape(x)[ax]
+    ctx.check(jnp.all((idx >= -size) & (idx < size)),
+              f"{describe_node(n)}: Gather: index out of range for axis {ax} of size {size}")
+    return [jnp.take(x, jnp.where(idx < 0, idx + size, idx), axis=ax)]
+
+
+@_r("ScatterAddLike")
+def _scatter_add_like(ctx, n, xs):
+    like, idx, upd = xs
+    upd = jnp.asarray(upd)
+    idx = jnp.asarray(idx)
+    ax = n.attrs.get("axis", 0)
+    out = jnp.moveaxis(jnp.zeros(jnp.shape(like), upd.dtype), ax, 0)
+    upd_m = jnp.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
+    return [jnp.moveaxis(out.at[idx].add(upd_m), 0, ax)]
+
+
+@_r("Tile")
+def _tile(ctx, n, xs):
+    return [jnp.tile(xs[0], n.attrs["multiples"])]
+
+
+def _axis(n: Node) -> Any:
+    a = n.attrs.get("axis")
+    return tuple(a) if isinstance(a, list) else a
+
+
+def _reduce(fn: Callable[..., Any]) -> Rule:
+    def rule(ctx, n, xs):
+        x = jnp.asarray(xs[0])
+        return [fn(x, axis=_axis(n), keepdims=n.attrs.get("keepdims", False)).astype(x.dtype)]
+
+    return rule
+
+
+LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max)})
+
+
+@_r("ZerosLike")
+def _zeros_like(ctx, n, xs):
+    return [jnp.zeros_like(xs[0])]
+
+
+@_r("OnesLike")
+def _ones_like(ctx, n, xs):
+    return [jnp.ones_like(xs[0])]
+
+
+@_r("Fill")
+def _fill(ctx, n, xs):
+    shp, v = xs
+    if not is_static(shp):
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: the shape of Fill must be known when compiling")
+    return [jnp.full(tuple(int(d) for d in shp), v, dtype=jnp.result_type(v))]
+
+
+@_r("Shape")
+def _shape(ctx, n, xs):
+    return [np.asarray(jnp.shape(xs[0]), dtype=np.int32)]
+
+
+@_r("Size")
+def _size(ctx, n, xs):
+    return [np.asarray(int(np.prod(jnp.shape(xs[0]))), dtype=np.int32)]
+
+
+@_r("BroadcastLike")
+def _broadcast_like(ctx, n, xs):
+    return [jnp.broadcast_to(xs[0], jnp.shape(xs[1]))]
+
+
+def sum_to_shape(x: Any, shape: tuple[int, ...]) -> Any:
+    """``kernels.sum_to_shape`` in jax.numpy."""
+    x = jnp.asarray(x)
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape) if d == 1 and x.shape[i + lead] != 1)
+    r = jnp.sum(x, axis=axes, keepdims=True) if axes else x
+    return jnp.reshape(r, shape).astype(x.dtype)
+
+
+@_r("SumToLike")
+def _sum_to_like(ctx, n, xs):
+    return [sum_to_shape(xs[0], tuple(jnp.shape(xs[1])))]
+
+
+# ---- TensorArray -----------------------------------------------------------------------------------
+def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
+    ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: {op}: index out of range for a TensorArray of "
+              f"size {ta.size}")
+    return jnp.clip(i, 0, max(ta.size - 1, 0))
+
+
+@_r("TensorArrayNew")
+def _ta_new(ctx, n, xs):
+    if not is_static(xs[0]):
+        raise UnsupportedError(
+            f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may depend "
+            "on the shapes of fed values, not on fed values); use a fixed-size TensorArray")
+    size = int(xs[0])
+    if size < 0:
+        ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayNew: negative size {size}")
+        size = 0
+    es = n.attrs.get("element_shape")
+    ta = TA(size, _np(n.attrs["dtype"]), None)
+    if es is not None and all(d is not None for d in es):
+        ta = ta.materialize(tuple(es))
+    return [ta]
+
+
+@_r("TensorArrayWrite")
+def _ta_write(ctx, n, xs):
+    ta, i, v = xs
+    v = jnp.asarray(v, ta.dtype)
+    if ta.pending:
+        ta = ta.materialize(tuple(v.shape))
+    j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
+    if ta.size:
+        ctx.check(~ta.mask[j], f"{describe_node(n)}: TensorArrayWrite: a slot was written twice (TensorArray "
+                  "slots are write-once)")
+        return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].set(v), ta.mask.at[j].set(True))]
+    return [ta]
+
+
+@_r("TensorArrayRead")
+def _ta_read(ctx, n, xs):
+    ta, i = xs
+    if ta.pending:
+        raise UnsupportedError(f"fast backend: {describe_node(n)} reads a TensorArray whose element shape is unknown "
+                               "(nothing was written to it); give element_shape")
+    j = _ta_index(ctx, n, ta, i, "TensorArrayRead")
+    if not ta.size:
+        return [jnp.zeros(ta.elem_shape, ta.dtype)]
+    ctx.check(ta.mask[j], f"{describe_node(n)}: TensorArrayRead: slot was never written")
+    return [ta.buf[j]]
+
+
+@_r("TensorArrayStack")
+def _ta_stack(ctx, n, xs):
+    (ta,) = xs
+    if ta.pending:
+        if ta.size:
+            raise UnsupportedError(f"fast backend: {describe_node(n)} stacks a TensorArray nothing was written to")
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: empty TensorArray with an unknown element shape")
+    if ta.size:
+        ctx.check(jnp.all(ta.mask), f"{describe_node(n)}: TensorArrayStack: some slots were never written")
+    return [ta.buf]
+
+
+@_r("TensorArrayUnstack")
+def _ta_unstack(ctx, n, xs):
+    v = jnp.asarray(xs[0])
+    return [TA(v.shape[0], v.dtype, tuple(v.shape[1:]), v, jnp.ones((v.shape[0],), bool))]
+
+
+@_r("TensorArraySize")
+def _ta_size(ctx, n, xs):
+    return [np.asarray(xs[0].size, np.int32)]
+
+
+# ---- state: Variables and gradient stacks ----------------------------------------------------------
+@_r("VarHandle")
+def _var_handle(ctx, n, xs):
+    return [Handle("var", n.attrs["var_name"])]
+
+
+@_r("ReadVariable")
+def _read_var(ctx, n, xs):
+    return [ctx.read_var(n, xs[0])]
+
+
+def _assign(combine: Callable[[Any, Any], Any]) -> Rule:
+    def rule(ctx, n, xs):
+        h, v = xs
+        new = jnp.asarray(combine(ctx.read_var(n, h), v)).astype(_np(n.attrs["dtype"]))
+        ctx.write_var(h, new)
+        return [new]
+
+    return rule
+
+
+LOWERING_RULES.update({
+    "AssignVariable": _assign(lambda old, v: v),
+    "AssignAddVariable": _assign(lambda old, v: old + v),
+    "AssignSubVariable": _assign(lambda old, v: old - v),
+})
+
+
+@_r("StackNew")
+def _stack_new(ctx, n, xs):
+    return [Handle("stack", n.id)]
+
+
+@_r("StackPush")
+def _stack_push(ctx, n, xs):
+    h, index, v = xs
+    s, ok = stk.push(ctx.get_stack(n, h), index, v)
+    ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
+    ctx.set_stack(h, s)
+    return [v]
+
+
+@_r("StackPop")
+def _stack_pop(ctx, n, xs):
+    h, index = xs
+    s0 = ctx.get_stack(n, h)
+    if s0.pending:
+        ctx.check(np.asarray(False), f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
+        shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
+        return [jnp.zeros(shape, _np(n.attrs["dtype"]))]
+    s, v, ok, match = stk.pop(s0, index)
+    ctx.check(ok, f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
+    ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
+              "(pushes and pops are not in reverse order)")
+    ctx.set_stack(h, s)
+    return [v]
+
+
+def missing_rules() -> list[str]:
+    """Primitives with neither a rule nor an UNSUPPORTED reason (the completeness test wants [])."""
+    return sorted(p for p in PRIMITIVES if p not in LOWERING_RULES and p not in UNSUPPORTED)
+
+
+# ---- TensorArray gradients: unwritten slots count as zeros -----------------------------------------
+def _zeroed(ta: TA) -> Any:
+    """The buffer with unwritten slots as zeros (buffers start as zeros, but say so explicitly)."""
+    m = ta.mask.reshape(ta.mask.shape + (1,) * (ta.buf.ndim - 1))
+    return jnp.where(m, ta.buf, jnp.zeros((), ta.dtype))
+
+
+@_r("TensorArrayAdd")
+def _ta_add(ctx, n, xs):
+    a, b = xs
+    if a.size != b.size:
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: TensorArrayAdd of sizes {a.size} and {b.size}")
+    if a.pending:
+        return [b]
+    if b.pending:
+        return [a]
+    return [TA(a.size, a.dtype, a.elem_shape, _zeroed(a) + _zeroed(b), a.mask | b.mask)]
+
+
+def _static_shape(n: Node, shp: Any) -> tuple[int, ...]:
+    if not is_static(shp):
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: the shape must be known when compiling")
+    return tuple(int(d) for d in np.asarray(shp))
+
+
+@_r("TensorArrayReadOrZeros")
+def _ta_read_or_zeros(ctx, n, xs):
+    ta, i, shp = xs
+    shape = _static_shape(n, shp)
+    if ta.pending or not ta.size:
+        ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: TensorArrayReadOrZeros: index out of range "
+                  f"for a TensorArray of size {ta.size}")
+        return [jnp.zeros(shape, ta.dtype)]
+    j = _ta_index(ctx, n, ta, i, "TensorArrayReadOrZeros")
+    return [jnp.where(ta.mask[j], ta.buf[j], jnp.zeros((), ta.dtype)).reshape(shape)]
+
+
+@_r("TensorArrayStackOrZeros")
+def _ta_stack_or_zeros(ctx, n, xs):
+    ta, shp = xs
+    shape = _static_shape(n, shp)
+    if shape[0] != ta.size:
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: {ta.size} slots for a leading dimension of "
+                               f"{shape[0]}")
+    if ta.pending:
+        return [jnp.zeros(shape, ta.dtype)]
+    return [_zeroed(ta).reshape(shape)]

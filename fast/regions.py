@@ -1,0 +1,111 @@
+"""Structured regions: what ``functionalize`` raises a primitive graph to.
+
+Why a structured form: XLA (and therefore ``jax.lax``) knows conditionals and loops as *structured*
+operations — ``lax.cond(p, t, f)`` and ``lax.while_loop(c, b, init)`` — while a Turnout graph states
+control flow with the paper's primitives and dead values. A region tree is the bridge: each loop
+frame is a :class:`WhileRegion` (predicate header, body, exit side), each group of Switch/Merge on
+one predicate a :class:`CondRegion` (two branches and the Merges that join them). Lowering then only
+walks this tree; it never sees a dead value.
+
+A *liveness guard* is a frozenset of literals ``(predicate key, branch)``: a node fires live exactly
+when every literal holds (a conjunction, as an op with any dead input is dead, [E-Op-Dead]).
+Switch output ``b`` adds the literal ``(pred, b)``; a Merge of complementary sides removes it
+([E-Merge-Live]). Guards are per frame: a loop's body and header are guarded by the loop's own
+predicate, and the whole loop sits at the guard of its Enters in the parent frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from turnout.frames import Frame
+from turnout.graph import Node, Tensor
+
+#: (node id, output index) of a tensor: the key under which values live in an environment.
+Key = tuple[int, int]
+#: (predicate key, branch taken)
+Literal = tuple[Key, bool]
+Guard = frozenset[Literal]
+EMPTY: Guard = frozenset()
+
+
+def key(t: Tensor) -> Key:
+    return (t.node.id, t.index)
+
+
+@dataclass
+class CondRegion:
+    """Switches and Merges on one predicate at one scope, with what each branch computes.
+
+    ``switches``: Switch nodes on ``pred`` firing at ``scope``; in branch ``b`` their output ``b``
+    is their data and output ``1 - b`` is dead. ``merges``: (Merge node, {branch: input slot}).
+    ``branches[b]``: the items run when ``pred == b`` (a ``lax.cond`` branch).
+    """
+
+    pred: Tensor
+    scope: Guard
+    switches: list[Node]
+    merges: list[tuple[Node, dict[bool, int]]]
+    branches: dict[bool, list[Item]]
+    nodes: list[Node] = field(default_factory=list)  # every node inside, at any depth
+    #: branch values read outside the region (by a later cond on the same predicate): they leave the
+    #: ``lax.cond`` as extra results, zeros on the other side
+    exports: list[Key] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"cond on {self.pred.name}"
+
+
+@dataclass
+class WhileRegion:
+    """One loop frame: ``Enter -> Merge -> header -> LoopCond -> Switch -> body -> NextIteration``.
+
+    ``loop_vars``: (Enter, Merge, NextIteration, enter slot, next slot) per loop variable.
+    ``invariants``: ``Enter(is_constant=True)`` nodes: their value is the parent's, in every iteration.
+    ``header`` computes the predicate from the Merges; ``carried`` are header tensors that the body,
+    the exit side or the NextIterations read (the loop state, with the predicate).
+    """
+
+    frame: Frame
+    loop_cond: Node
+    loop_vars: list[tuple[Node, Node, Node, int, int]]
+    invariants: list[Node]
+    switches: list[Node]
+    exits: list[Node]
+    header: list[Item]
+    body: list[Item]
+    exit_side: list[Item]
+    carried: list[Tensor]
+    parallel_iterations: int
+    swap_memory: bool = False
+    nodes: list[Node] = field(default_factory=list)  # every node of the frame, nested frames and Exits
+
+    def describe(self) -> str:
+        return f"loop frame {self.frame[-1]!r}"
+
+
+Item = Union[Node, CondRegion, WhileRegion]
+
+
+@dataclass
+class Program:
+    """The raised form of the part of a graph a set of fetches needs."""
+
+    items: list[Item]                    # the root frame, in a dependency order
+    guards: dict[Key, Guard]             # liveness guard of every needed tensor (per frame)
+    fetch_keys: list[Key]
+    stacks_pushed: dict[int, set[int]] = field(default_factory=dict)  # id(WhileRegion) -> StackNew ids
+    stacks_popped: dict[int, set[int]] = field(default_factory=dict)
+
+
+def walk(items: list[Item]) -> list[Item]:
+    """Every item, depth first (regions before their contents)."""
+    out: list[Item] = []
+    for it in items:
+        out.append(it)
+        if isinstance(it, CondRegion):
+            out += walk(it.branches[False]) + walk(it.branches[True])
+        elif isinstance(it, WhileRegion):
+            out += walk(it.header) + walk(it.body) + walk(it.exit_side)
+    return out

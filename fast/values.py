@@ -1,0 +1,121 @@
+"""Run-time values of the fast backend that are not plain arrays.
+
+Why pytrees: these values cross ``lax.cond`` branches, ``lax.while_loop`` carries and ``jax.jit``
+boundaries. Registering them as pytrees lets their static parts (a TensorArray's size, a handle's
+name) travel as tree structure, so they stay static, while buffers travel as arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.tree_util.register_pytree_node_class
+class _Dead:
+    """A value that is dead at trace time (the untaken output of a Switch inside a branch). A pytree
+    without leaves, so it can stand in a branch's outputs while their shapes are worked out."""
+
+    def __repr__(self) -> str:
+        return "DEAD"
+
+    def tree_flatten(self) -> tuple[tuple[()], None]:
+        return (), None
+
+    @classmethod
+    def tree_unflatten(cls, aux: None, children: tuple[()]) -> _Dead:
+        return DEAD
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Dead)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+DEAD = _Dead()
+
+
+@jax.tree_util.register_pytree_node_class
+class TA:
+    """A TensorArray: ``buf`` of shape ``(size, *elem)`` and a written-mask ``(size,)``.
+
+    The size is static (part of the tree structure): XLA needs static shapes, so a TensorArray's
+    size must be known when the program is compiled (it may depend on feed *shapes*, not values).
+    ``buf is None`` while no element shape is known yet (no write so far): a *pending* array, which
+    becomes concrete at its first write.
+    """
+
+    def __init__(self, size: int, dtype: Any, elem_shape: Optional[tuple[int, ...]],
+                 buf: Any = None, mask: Any = None) -> None:
+        self.size, self.dtype, self.elem_shape, self.buf, self.mask = size, np.dtype(dtype), elem_shape, buf, mask
+
+    @property
+    def pending(self) -> bool:
+        return self.buf is None
+
+    def materialize(self, elem_shape: tuple[int, ...]) -> TA:
+        return TA(self.size, self.dtype, tuple(elem_shape), jnp.zeros((self.size, *elem_shape), self.dtype),
+                  jnp.zeros((self.size,), bool))
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        aux = (self.size, self.dtype.str, self.elem_shape)
+        return ((), aux + (True,)) if self.pending else ((self.buf, self.mask), aux + (False,))
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> TA:
+        size, d, es, pending = aux
+        return cls(size, d, es) if pending else cls(size, d, es, *children)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class Handle:
+    """A Variable or gradient-stack handle: static, compared by (kind, name)."""
+
+    kind: str  # "var" or "stack"
+    name: Any
+    attrs_key: Any = None
+
+    def tree_flatten(self) -> tuple[tuple[()], tuple[str, Any, Any]]:
+        return (), (self.kind, self.name, self.attrs_key)
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[str, Any, Any], children: tuple[()]) -> Handle:
+        return cls(*aux)
+
+
+@jax.tree_util.register_pytree_node_class
+class Static:
+    """A numpy value known at trace time, carried across a ``jax.jit`` boundary as structure (so
+    constant folding survives from one compiled stage to the next)."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+        self._key = (value.dtype.str, value.shape, value.tobytes())
+
+    def tree_flatten(self) -> tuple[tuple[()], Any]:
+        return (), self
+
+    @classmethod
+    def tree_unflatten(cls, aux: Any, children: tuple[()]) -> np.ndarray:
+        return aux.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Static) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+def wrap_static(v: Any) -> Any:
+    return Static(v) if isinstance(v, np.ndarray) else v
+
+
+def is_static(v: Any) -> bool:
+    """A value known while tracing (numpy), as opposed to a traced jax value."""
+    return isinstance(v, (np.ndarray, np.generic))

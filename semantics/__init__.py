@@ -1,0 +1,1 @@
+"""The formal semantics of Turnout made executable: small-step rules, a structured evaluator, z3 encodings."""

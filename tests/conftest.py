@@ -1,0 +1,27 @@
+"""Hypothesis profiles for the whole test suite.
+
+- ``ci`` (the default): derandomized, so every run of the default suite tries the same examples and a
+  failure reproduces; few examples, no deadline (the first run of a graph pays for validation and
+  planning), and the ``too_slow`` health check off (generated programs are deliberately nested).
+- ``dev``: random, a few more examples, prints statistics-friendly output; for local exploration.
+- ``nightly``: random, thousands of examples; select it with ``TURNOUT_HYPOTHESIS_PROFILE=nightly``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hypothesis import HealthCheck, settings
+
+# tests/ holds shared helper modules (programs.py, strategies.py) imported by bare name.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None, suppress_health_check=_SLOW,
+                          print_blob=True)
+settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=_SLOW, print_blob=True)
+settings.register_profile("nightly", max_examples=5000, deadline=None, suppress_health_check=_SLOW,
+                          print_blob=True)
+settings.load_profile(os.environ.get("TURNOUT_HYPOTHESIS_PROFILE", "ci"))

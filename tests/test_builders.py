@@ -1,0 +1,602 @@
+"""The builders (cond, case, while_loop, scan/map_fn/foldl, TensorArray) on the reference backend.
+
+Every expectation is a closed form a person can check by hand (the plain-Python meaning in each
+builder's docstring); firing-count tests check the exactly-once claim (T3) and trip counts, and the
+scheduler tests check confluence (T1) on one nested program.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.primitives import PRIMITIVES
+from turnout.session import RunOptions
+
+Pair = collections.namedtuple("Pair", ["a", "b"])
+
+
+def run(g: tn.Graph, fetches: Any, feed: dict[Any, Any] | None = None, **opts: Any) -> Any:
+    return tn.Session(g).run(fetches, feed_dict=feed, **opts)
+
+
+def ints(xs: Any) -> list[int]:
+    return [int(x) for x in xs]
+
+
+# ---- cond ------------------------------------------------------------------------------------------
+def test_cond_takes_the_branch_the_predicate_selects() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = tn.cond(x > 0.0, lambda: x * 2.0, lambda: -x)
+    assert y.shape == () and y.dtype == tn.float32
+    assert float(run(g, y, {x: 3.0})) == 6.0
+    assert float(run(g, y, {x: -3.0})) == 3.0
+
+
+def test_cond_runs_only_the_taken_branch() -> None:
+    """The untaken branch divides by zero; it receives dead values, so its kernel never runs."""
+    g = tn.Graph()
+    with g.as_default():
+        d = tn.placeholder(tn.int32, [], name="d")
+        y = tn.cond(tn.equal(d, 0), lambda: tn.constant(-1), lambda: 100 // d)
+    assert int(run(g, y, {d: 0})) == -1
+    assert int(run(g, y, {d: 4})) == 25
+
+
+@pytest.mark.parametrize("a,b,want", [(True, True, 1), (True, False, 2), (False, True, 3), (False, False, 4)])
+def test_nested_cond(a: bool, b: bool, want: int) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        pa = tn.placeholder(tn.bool, [], name="a")
+        pb = tn.placeholder(tn.bool, [], name="b")
+        one, two, three, four = (tn.constant(k) for k in (1, 2, 3, 4))
+        y = tn.cond(pa, lambda: tn.cond(pb, lambda: one, lambda: two),
+                    lambda: tn.cond(pb, lambda: three, lambda: four))
+    assert int(run(g, y, {pa: a, pb: b})) == want
+
+
+def test_cond_multi_output_and_structures() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.constant(5)
+        tup = tn.cond(p, lambda: (x + 1, x * 2), lambda: (x - 1, x * 3))
+        dct = tn.cond(p, lambda: {"s": x + 10, "t": [x, x + 1]}, lambda: {"s": x - 10, "t": [x * 0, x]})
+        nt = tn.cond(p, lambda: Pair(x, x + x), lambda: Pair(a=x * x, b=x))
+    assert isinstance(tup, tuple) and len(tup) == 2
+    assert set(dct) == {"s", "t"} and isinstance(dct["t"], list)
+    assert isinstance(nt, Pair)
+    vt, vd, vn = run(g, [tup, dct, nt], {p: True})
+    assert ints(vt) == [6, 10] and int(vd["s"]) == 15 and ints(vd["t"]) == [5, 6] and ints(vn) == [5, 10]
+    vt, vd, vn = run(g, [tup, dct, nt], {p: False})
+    assert ints(vt) == [4, 15] and int(vd["s"]) == -5 and ints(vd["t"]) == [0, 5] and ints(vn) == [25, 5]
+    assert isinstance(vn, Pair)
+
+
+def test_cond_branches_returning_outside_tensors() -> None:
+    """A branch that returns an outside tensor unchanged still routes it through a Switch."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        a, b = tn.constant(7.0), tn.constant(8.0)
+        y = tn.cond(p, lambda: a, lambda: b)
+    assert y.node.op == "Merge"
+    assert all(t.node.op == "Switch" for t in y.node.inputs)
+    assert float(run(g, y, {p: True})) == 7.0
+    assert float(run(g, y, {p: False})) == 8.0
+
+
+def test_cond_branch_with_only_constants_dies_with_its_branch() -> None:
+    """Ops without inputs in a branch hang on the branch pivot: the untaken branch's constant is dead."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        y = tn.cond(p, lambda: tn.constant(1.0), lambda: tn.constant(2.0))
+        consts = [n for n in g.nodes if n.op == "Const" and n.context is not None]
+        assert len(consts) == 2 and all(n.control_inputs for n in consts)
+    assert float(run(g, y, {p: True})) == 1.0
+    assert float(run(g, y, {p: False})) == 2.0
+
+
+def test_control_dependencies_inside_branches_only_run_when_taken() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        v = tn.Variable(0, name="hits")
+
+        def hit() -> tn.Tensor:
+            with tn.control_dependencies([v.assign_add(1)]):
+                return tn.constant(1)
+
+        y = tn.cond(p, hit, lambda: tn.constant(0))
+        read = v.read()
+    sess = tn.Session(g)
+    assert int(sess.run(y, {p: False})) == 0
+    assert int(sess.run(read)) == 0  # the untaken branch's assign never ran
+    assert int(sess.run(y, {p: True})) == 1
+    assert int(sess.run(y, {p: True})) == 1
+    assert int(sess.run(read)) == 2
+
+
+def test_cond_build_errors() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.constant(True)
+        with pytest.raises(tn.DTypeError, match="bool"):
+            tn.cond(tn.constant(1), lambda: tn.constant(1), lambda: tn.constant(2))
+        with pytest.raises(tn.ShapeError, match="scalar"):
+            tn.cond(tn.constant([True]), lambda: tn.constant(1), lambda: tn.constant(2))
+        with pytest.raises(tn.GraphBuildError, match="structures differ"):
+            tn.cond(p, lambda: (tn.constant(1), tn.constant(2)), lambda: tn.constant(1))
+        with pytest.raises(tn.DTypeError, match="float32"):
+            tn.cond(p, lambda: tn.constant(1.0), lambda: tn.constant(1))
+        with pytest.raises(tn.GraphBuildError, match="callables"):
+            tn.cond(p, tn.constant(1), lambda: tn.constant(1))
+        inside: list[tn.Tensor] = []
+
+        def leak() -> tn.Tensor:
+            t = tn.constant(3) + 1
+            inside.append(t)
+            return t
+
+        tn.cond(p, leak, lambda: tn.constant(0))
+        with pytest.raises(tn.GraphBuildError, match="cannot be used"):
+            inside[0] * 2
+
+
+# ---- case ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("index,want", [(0, 10), (1, 11), (2, 12), (3, -1), (-1, -1), (99, -1)])
+def test_case_with_default(index: int, want: int) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [], name="i")
+        y = tn.case(i, [lambda k=k: tn.constant(10 + k) for k in range(3)], default=lambda: tn.constant(-1))
+    assert int(run(g, y, {i: index})) == want
+
+
+@pytest.mark.parametrize("index,want", [(0, 0), (1, 100), (2, 200), (7, 200)])
+def test_case_without_default_uses_the_last_branch(index: int, want: int) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [], name="i")
+        x = tn.constant(100)
+        y = tn.case(i, [lambda: x * 0, lambda: x, lambda: x * 2])
+    assert int(run(g, y, {i: index})) == want
+
+
+def test_case_errors() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        with pytest.raises(tn.GraphBuildError):
+            tn.case(tn.constant(0), [])
+        with pytest.raises(tn.DTypeError):
+            tn.case(tn.constant(0.0), [lambda: tn.constant(1)])
+
+
+# ---- while_loop ------------------------------------------------------------------------------------
+def test_while_loop_doubling() -> None:
+    """DESIGN.md's example: 10 doublings of x."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        i, y = tn.while_loop(lambda i, y: i < 10, lambda i, y: (i + 1, y * 2.0), [tn.constant(0), x])
+    vi, vy = run(g, [i, y], {x: 3.0})
+    assert int(vi) == 10 and float(vy) == 3.0 * 1024
+
+
+def test_while_loop_single_tensor_and_list() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.while_loop(lambda v: v < 100, lambda v: v * 3, tn.constant(1))  # 1,3,9,27,81,243
+        b = tn.while_loop(lambda v: v < 100, lambda v: [v * 3], [tn.constant(1)])
+    assert isinstance(a, tn.Tensor) and isinstance(b, list)
+    va, vb = run(g, [a, b])
+    assert int(va) == 243 and ints(vb) == [243]
+
+
+def test_while_loop_nested_structures() -> None:
+    """Fibonacci in several structures: after n steps (a, b) = (F(n), F(n+1))."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        i0 = tn.constant(0)
+        zero, one = tn.constant(0), tn.constant(1)
+        tup = tn.while_loop(lambda i, ab: i < n, lambda i, ab: (i + 1, (ab[1], ab[0] + ab[1])),
+                            (i0, (zero, one)))
+        lst = tn.while_loop(lambda i, ab: i < n, lambda i, ab: [i + 1, [ab[1], ab[0] + ab[1]]],
+                            [i0, [zero, one]])
+        dct = tn.while_loop(lambda d: d["i"] < n,
+                            lambda d: {"i": d["i"] + 1, "a": d["b"], "b": d["a"] + d["b"]},
+                            {"i": i0, "a": zero, "b": one})
+        nt = tn.while_loop(lambda p: p.a < 30, lambda p: Pair(p.b, p.a + p.b), Pair(zero, one))
+    assert isinstance(tup[1], tuple) and isinstance(lst[1], list) and isinstance(nt, Pair)
+    vt, vl, vd, vn = run(g, [tup, lst, dct, nt], {n: 10})
+    assert int(vt[0]) == 10 and ints(vt[1]) == [55, 89]
+    assert ints(vl[1]) == [55, 89]
+    assert {k: int(v) for k, v in vd.items()} == {"i": 10, "a": 55, "b": 89}
+    assert ints(vn) == [34, 55]  # first Fibonacci number >= 30 is 34
+
+
+@pytest.mark.parametrize("max_iter,want", [(0, 0), (1, 1), (5, 5), (100, 20)])
+def test_maximum_iterations(max_iter: int, want: int) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.while_loop(lambda i: i < 20, lambda i: i + 1, tn.constant(0), maximum_iterations=max_iter)
+    assert int(run(g, i)) == want
+
+
+def test_maximum_iterations_as_a_tensor() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        m = tn.placeholder(tn.int32, [], name="m")
+        s = tn.while_loop(lambda s: s > -1, lambda s: s + 2, tn.constant(0), maximum_iterations=m)
+    assert int(run(g, s, {m: 4})) == 8
+    assert int(run(g, s, {m: 0})) == 0
+
+
+def test_parallel_iterations_do_not_change_results() -> None:
+    def build(pi: int) -> tuple[tn.Graph, Any]:
+        g = tn.Graph()
+        with g.as_default():
+            out = tn.while_loop(lambda i, s: i < 25, lambda i, s: (i + 1, s + i * i),
+                                [tn.constant(0), tn.constant(0)], parallel_iterations=pi)
+        return g, out
+
+    results = [ints(run(*build(pi))) for pi in (1, 2, 10)]
+    assert results == [[25, sum(k * k for k in range(25))]] * 3
+
+
+def test_parallel_iterations_must_be_positive() -> None:
+    g = tn.Graph()
+    with g.as_default(), pytest.raises(tn.GraphBuildError, match="parallel_iterations"):
+        tn.while_loop(lambda i: i < 1, lambda i: i + 1, tn.constant(0), parallel_iterations=0)
+
+
+def test_loop_invariants_read_by_index() -> None:
+    """sum of xs[i] over i: xs enters the frame once, as a constant (loop invariant)."""
+    xs = np.array([3.0, 1.0, 4.0, 1.0, 5.0], np.float32)
+    g = tn.Graph()
+    with g.as_default():
+        c = tn.constant(xs)
+        _, s = tn.while_loop(lambda i, s: i < 5, lambda i, s: (i + 1, s + c[i]),
+                             [tn.constant(0), tn.constant(0.0)])
+    enters = [n for n in g.nodes if n.op == "Enter" and n.attrs["is_constant"]]
+    assert [n.inputs[0] for n in enters].count(c) == 1
+    assert float(run(g, s)) == float(xs.sum())
+
+
+def test_shape_invariants_allow_a_growing_variable() -> None:
+    """x doubles its length each iteration: [1] -> [1,1] -> ... (length 2**3 after 3 iterations)."""
+    g = tn.Graph()
+    with g.as_default():
+        x0 = tn.constant([1.0])
+        i, x = tn.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, tn.concat([x, x], 0)),
+                             [tn.constant(0), x0], shape_invariants=[[], [None]])
+    assert x.shape == (None,)
+    np.testing.assert_array_equal(run(g, x), np.ones(8, np.float32))
+
+
+def test_shape_change_without_invariants_is_a_build_time_shape_error() -> None:
+    g = tn.Graph()
+    with g.as_default(), pytest.raises(tn.ShapeError, match="shape_invariants"):
+        tn.while_loop(lambda x: tn.size(x) < 8, lambda x: tn.concat([x, x], 0), tn.constant([1.0]))
+
+
+def test_shape_invariant_that_does_not_fit_the_initial_value() -> None:
+    g = tn.Graph()
+    with g.as_default(), pytest.raises(tn.ShapeError):
+        tn.while_loop(lambda x: tn.size(x) < 8, lambda x: x, tn.constant([1.0, 2.0]), shape_invariants=[3])
+
+
+def test_loop_body_dtype_change_is_an_error() -> None:
+    g = tn.Graph()
+    with g.as_default(), pytest.raises(tn.DTypeError, match="loop variable"):
+        tn.while_loop(lambda x: x < 3, lambda x: tn.cast(x, tn.float32), tn.constant(0))
+
+
+def test_loop_pred_must_be_bool_scalar() -> None:
+    g = tn.Graph()
+    with g.as_default(), pytest.raises(tn.DTypeError):
+        tn.while_loop(lambda x: x, lambda x: x + 1, tn.constant(0))
+
+
+def nested_loops_graph() -> tuple[tn.Graph, dict[str, Any]]:
+    """for i in range(4): for j in range(max(0, 2 - i)): s += 10 * i + j + 1
+
+    inner trip counts are 2, 1, 0, 0: the inner body runs zero times in the later outer iterations.
+    s = (1 + 2) + (11) = 14; total inner iterations = 3.
+    """
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def outer_body(i: tn.Tensor, s: tn.Tensor, count: tn.Tensor) -> Any:
+            trips = tn.maximum(2 - i, 0)
+            _, s2, c2 = tn.while_loop(lambda j, s, c: j < trips,
+                                      lambda j, s, c: (j + 1, s + 10 * i + j + 1, c + 1),
+                                      [tn.constant(0), s, count], name="inner")
+            return i + 1, s2, c2
+
+        zeros = [tn.constant(0), tn.constant(0), tn.constant(0)]
+        out = tn.while_loop(lambda i, s, c: i < n, outer_body, zeros, name="outer")
+    return g, {"n": n, "out": out}
+
+
+def test_loops_in_loops_with_zero_trip_inner_loop() -> None:
+    g, t = nested_loops_graph()
+    assert ints(run(g, t["out"], {t["n"]: 4})) == [4, 14, 3]
+    assert ints(run(g, t["out"], {t["n"]: 0})) == [0, 0, 0]
+    assert ints(run(g, t["out"], {t["n"]: 1})) == [1, 3, 2]
+
+
+def test_cond_in_loop_body_collatz() -> None:
+    """Collatz steps from 6: 6 3 10 5 16 8 4 2 1 -> 8 steps; from 27 -> 111 steps."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        _, steps = tn.while_loop(
+            lambda v, k: tn.not_equal(v, 1),
+            lambda v, k: (tn.cond(tn.equal(v % 2, 0), lambda: v // 2, lambda: 3 * v + 1), k + 1),
+            [x, tn.constant(0)])
+    assert int(run(g, steps, {x: 6})) == 8
+    assert int(run(g, steps, {x: 27})) == 111
+    assert int(run(g, steps, {x: 1})) == 0
+
+
+@pytest.mark.parametrize("flag,want", [(True, 3), (False, 7)])
+def test_cond_in_loop_predicate(flag: bool, want: int) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        f = tn.placeholder(tn.bool, [], name="flag")
+        i = tn.while_loop(lambda i: tn.cond(f, lambda: i < 3, lambda: i < 7), lambda i: i + 1, tn.constant(0))
+    assert int(run(g, i, {f: flag})) == want
+
+
+@pytest.mark.parametrize("pred,want", [(True, 5.0), (False, -100.0)])
+def test_loop_in_cond_branch_taken_and_untaken(pred: bool, want: float) -> None:
+    """When p is false the loop sits on the untaken branch: its Enters receive dead values, the whole
+    loop dies at once, and the Merge after the cond takes the false branch."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.constant(1.0)
+        y = tn.cond(p, lambda: tn.while_loop(lambda v: v < 5.0, lambda v: v + 1.0, x), lambda: x * -100.0)
+    assert float(run(g, y, {p: pred})) == want
+
+
+def test_loop_in_both_branches_and_cond_in_loop_in_cond() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        k = tn.constant(4)
+
+        def evens_sum() -> tn.Tensor:  # 0 + 2 + 4 + 6 = 12
+            return tn.while_loop(lambda i, s: i < 2 * k, lambda i, s: (i + 1, s + tn.cond(
+                tn.equal(i % 2, 0), lambda: i, lambda: i * 0)), [tn.constant(0), tn.constant(0)])[1]
+
+        def product() -> tn.Tensor:  # 1 * 2 * 3 * 4 = 24
+            return tn.while_loop(lambda i, s: i <= k, lambda i, s: (i + 1, s * i),
+                                 [tn.constant(1), tn.constant(1)])[1]
+
+        y = tn.cond(p, evens_sum, product)
+    assert int(run(g, y, {p: True})) == 12
+    assert int(run(g, y, {p: False})) == 24
+
+
+def test_tensor_from_inside_a_loop_used_outside_is_a_build_error() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        leaked: list[tn.Tensor] = []
+
+        def body(i: tn.Tensor) -> tn.Tensor:
+            j = i + 1
+            leaked.append(j)
+            return j
+
+        tn.while_loop(lambda i: i < 3, body, tn.constant(0))
+        with pytest.raises(tn.GraphBuildError, match="cannot be used"):
+            leaked[0] * 2
+        with pytest.raises(tn.GraphBuildError):
+            tn.while_loop(lambda i: i < leaked[0], lambda i: i + 1, tn.constant(0))
+
+
+def test_while_loop_structure_errors() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        with pytest.raises(tn.GraphBuildError, match="structures differ"):
+            tn.while_loop(lambda a, b: a < 3, lambda a, b: (a + 1, (b, b)), [tn.constant(0), tn.constant(1)])
+        with pytest.raises(tn.GraphBuildError):
+            tn.while_loop(lambda: tn.constant(True), lambda: (), [])
+
+
+def test_while_loop_records_its_context() -> None:
+    """Builders leave their structure on the graph; loop variable 0 is the iteration counter."""
+    g = tn.Graph()
+    with g.as_default():
+        tn.while_loop(lambda a: a < 3, lambda a: a + 1, tn.constant(0))
+    from turnout.control_flow.contexts import WhileContext
+
+    loops = [c for c in g.contexts if isinstance(c, WhileContext)]
+    assert len(loops) == 1
+    ctx = loops[0]
+    assert len(ctx.loop_vars) == 2 and ctx.counter.merge.outputs[0].dtype == tn.int32
+    assert ctx.pivot is not None and ctx.pivot.op == "LoopCond"
+    ops = {lv.enter.op for lv in ctx.loop_vars} | {lv.exit.op for lv in ctx.loop_vars}  # type: ignore[union-attr]
+    assert ops == {"Enter", "Exit"}
+
+
+# ---- scan / map_fn / foldl / TensorArray -----------------------------------------------------------
+def test_scan_map_fn_foldl() -> None:
+    xs = np.array([1, 2, 3, 4], np.int32)
+    g = tn.Graph()
+    with g.as_default():
+        c = tn.constant(xs)
+        cum = tn.scan(lambda acc, x: acc + x, c, tn.constant(0))
+        cum_no_init = tn.scan(lambda acc, x: acc + x, c)
+        sq = tn.map_fn(lambda x: x * x, c)
+        total = tn.foldl(lambda acc, x: acc + x, c, tn.constant(0))
+        prod = tn.foldl(lambda acc, x: acc * x, c)
+        halves = tn.map_fn(lambda x: tn.cast(x, tn.float32) / 2.0, c, dtype=tn.float32)
+    v = run(g, [cum, cum_no_init, sq, total, prod, halves])
+    assert ints(v[0]) == [1, 3, 6, 10]
+    assert ints(v[1]) == [1, 3, 6, 10]
+    assert ints(v[2]) == [1, 4, 9, 16]
+    assert int(v[3]) == 10 and int(v[4]) == 24
+    np.testing.assert_array_equal(v[5], [0.5, 1.0, 1.5, 2.0])
+
+
+def test_scan_with_structured_carry_and_elems() -> None:
+    """Running (min, max) over pairs of rows."""
+    a = np.array([3, 1, 4, 1, 5], np.int32)
+    b = np.array([2, 7, 1, 8, 2], np.int32)
+    g = tn.Graph()
+    with g.as_default():
+        out = tn.scan(lambda acc, x: (tn.minimum(acc[0], x["a"] + x["b"]),
+                                      tn.maximum(acc[1], x["a"] * x["b"])),
+                      {"a": tn.constant(a), "b": tn.constant(b)}, (tn.constant(100), tn.constant(0)))
+    lo, hi = run(g, out)
+    assert ints(lo) == list(np.minimum.accumulate(a + b)) and ints(hi) == list(np.maximum.accumulate(a * b))
+
+
+def test_tensor_array_accumulation_in_a_loop() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        ta0 = tn.TensorArray(tn.int32, size=n)
+        _, ta = tn.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, i * i)),
+                              [tn.constant(0), ta0])
+        assert isinstance(ta, tn.TensorArray)
+        stacked, size, third = ta.stack(), ta.size(), ta.read(2)
+    s, sz, r = run(g, [stacked, size, third], {n: 4})
+    assert ints(s) == [0, 1, 4, 9] and int(sz) == 4 and int(r) == 4
+
+
+def test_tensor_array_unstack_read() -> None:
+    from turnout.control_flow.tensor_array import unstack
+
+    g = tn.Graph()
+    with g.as_default():
+        row = unstack(tn.constant([[1, 2], [3, 4]])).read(1)
+        size = unstack(tn.constant([[1, 2], [3, 4]])).size()
+    assert ints(run(g, row)) == [3, 4] and int(run(g, size)) == 2
+
+
+def test_tensor_array_slots_are_write_once() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        twice = tn.TensorArray(tn.float32, size=2).write(0, 1.5).write(0, 2.5)
+    with pytest.raises(tn.KernelError, match="already written"):
+        run(g, twice.size())
+
+
+def test_tensor_array_unwritten_slot() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        ta = tn.TensorArray(tn.float32, size=2)
+        unread = ta.write(0, 1.5).read(1)
+        with pytest.raises(tn.DTypeError, match="TensorArrayWrite"):
+            ta.write(1, tn.constant(1))
+    with pytest.raises(tn.KernelError, match="never written"):
+        run(g, unread)
+
+
+def test_map_fn_on_an_empty_input_with_known_shape() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [None], name="x")
+        y = tn.foldl(lambda a, v: a + v, x, tn.constant(0))
+    assert int(run(g, y, {x: np.zeros(0, np.int32)})) == 0
+    assert int(run(g, y, {x: np.arange(5, dtype=np.int32)})) == 10
+
+
+# ---- firing counts (T3) ----------------------------------------------------------------------------
+def firings(result: Any, node: tn.Node) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(tags where ``node`` fired live, tags where it fired dead) in one traced run."""
+    live = [e.tag for e in result.trace.events if e.node == node.name and not e.dead]
+    dead = [e.tag for e in result.trace.events if e.node == node.name and e.dead]
+    return live, dead
+
+
+@pytest.mark.parametrize("k", [0, 1, 4])
+def test_firing_counts_match_the_trip_count(k: int) -> None:
+    """A loop with trip count k: its Merge fires at iterations 0..k (k+1 times, all live), its body
+    fires live at iterations 0..k-1 and dead at iteration k, its Exit delivers one live value."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        out = tn.while_loop(lambda i: i < n, lambda i: tn.add(i, 1, name="step"), tn.constant(0), name="L")
+    from turnout.control_flow.contexts import WhileContext
+
+    ctx = next(c for c in g.contexts if isinstance(c, WhileContext))
+    frame = ctx.frame_name
+    sess = tn.Session(g)
+    assert int(sess.run(out, {n: k}, trace=True)) == k
+    res = sess.last_result
+    assert res is not None and res.counts is not None and res.trace is not None
+    assert res.counts and all(c == 1 for c in res.counts.values()), "each (node, tag) fires at most once"
+    assert len({(e.node, e.tag) for e in res.trace.events}) == len(res.trace.events)
+    live, dead = firings(res, ctx.loop_vars[1].merge)
+    assert sorted(live) == [((frame, it),) for it in range(k + 1)] and dead == []
+    live, dead = firings(res, g.node("L/body/step"))
+    assert sorted(live) == [((frame, it),) for it in range(k)]
+    assert dead == [((frame, k),)]
+    live, dead = firings(res, ctx.loop_vars[1].next_iteration)  # type: ignore[arg-type]
+    assert len(live) == k
+    live, _ = firings(res, ctx.loop_vars[1].exit)  # type: ignore[arg-type]
+    assert live == [((frame, k),)]  # the Exit fires in the frame; its value lands in the root
+    assert res.trace.summary()["iterations_per_frame"][frame] == k + 1
+
+
+def test_firing_counts_of_nested_loops() -> None:
+    """Inner trip counts 2, 1, 0, 0 (see nested_loops_graph): the inner body's step fires live 3 times."""
+    g, t = nested_loops_graph()
+    sess = tn.Session(g)
+    sess.run(t["out"], {t["n"]: 4}, trace=True)
+    res = sess.last_result
+    assert res is not None and all(c == 1 for c in res.counts.values())  # type: ignore[union-attr]
+    inner_adds = [n for n in g.nodes if n.name.startswith("outer/body/inner/body/") and n.op == "Add"]
+    assert inner_adds
+    for node in inner_adds:
+        live, _ = firings(res, node)
+        assert len(live) == 3, node.name
+    # one inner frame instance per outer iteration: 4 that run, and a dead one at outer iteration 4,
+    # where the outer predicate is false and the inner loop's Enters receive dead values
+    inner = [e for e in res.trace.events if len(e.tag) == 2]  # type: ignore[union-attr]
+    assert len({e.tag[0] for e in inner}) == 5
+    assert {e.tag[0][1] for e in inner if not e.dead and e.op in PRIMITIVES} == {0, 1, 2, 3}
+
+
+def test_untaken_loop_fires_only_dead() -> None:
+    """A loop on the untaken branch of a cond fires nothing live: deadness reaches all of it (T5)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        y = tn.cond(p, lambda: tn.while_loop(lambda v: v < 5, lambda v: v + 1, tn.constant(0), name="W"),
+                    lambda: tn.constant(-1))
+    sess = tn.Session(g)
+    assert int(sess.run(y, {p: False}, trace=True)) == -1
+    res = sess.last_result
+    loop_events = [e for e in res.trace.events if e.tag and e.op in PRIMITIVES]  # type: ignore[union-attr]
+    assert loop_events and all(e.dead for e in loop_events)
+    assert all(tag[0][1] == 0 for tag in (e.tag for e in loop_events))  # only iteration 0 ever starts
+
+
+# ---- scheduler independence (T1) -------------------------------------------------------------------
+def test_scheduler_independence_on_a_nested_program() -> None:
+    g, t = nested_loops_graph()
+    with g.as_default():
+        out = t["out"]
+        extra = tn.cond(out[1] > 10, lambda: out[1] * 2, lambda: out[1] - 1)
+    fetch = [*out, extra]
+    want = [4, 14, 3, 28]
+    sess = tn.Session(g)
+    runs = [RunOptions(scheduler="fifo"), RunOptions(scheduler="lifo")]
+    runs += [RunOptions(scheduler="random", seed=s) for s in range(20)]
+    for opts in runs:
+        assert ints(sess.run(fetch, {t["n"]: 4}, options=opts)) == want, opts

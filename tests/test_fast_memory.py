@@ -1,0 +1,57 @@
+"""Gradient stacks stay within the configured chunk on the device, whatever the trip count.
+
+The loop ``y <- y * x`` run N = 100,000 times gives ``y = x**N`` and ``dy/dx = N x**(N-1)``; its
+gradient needs every ``y_k`` (pushed by the forward loop, popped in reverse by the backward loop).
+With ``stack_chunk=C`` the device holds at most C entries per stack, the rest is swapped to host
+memory in about N / C chunks, and the gradient is the same as with one chunk big enough for all.
+The numbers asserted are the executor's own accounting (``RunResult.stats``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+pytest.importorskip("jax")
+
+N = 100_000
+CHUNK = 2_000
+
+
+def power_loop() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    return g, x, n, y, dx
+
+
+def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
+    g, x, n, y, dx = power_loop()
+    xv = 1.0 + 1e-6
+    sess = tn.Session(g, backend="fast", stack_chunk=CHUNK)
+    yv, dv = sess.run([y, dx], {x: xv, n: N})
+    stats = sess.last_result.stats
+    np.testing.assert_allclose([yv, dv], [xv**N, N * xv ** (N - 1)], rtol=1e-9)
+
+    stacks = sum(1 for node in g.nodes if node.op == "StackNew")
+    per_entry = 8 + 4  # a float64 value and its int32 iteration index (one enclosing loop)
+    assert stacks >= 1
+    assert 0 < stats["peak_device_stack_bytes"] <= stacks * CHUNK * per_entry
+    assert stats["stack_chunks_swapped"] >= N // CHUNK - 1
+    assert stats["peak_host_stack_bytes"] >= (N - CHUNK) * 8
+
+    # the device footprint does not grow with the trip count
+    sess.run([y, dx], {x: xv, n: 10 * CHUNK})
+    assert sess.last_result.stats["peak_device_stack_bytes"] == stats["peak_device_stack_bytes"]
+
+    # one chunk for everything: no swaps, the same gradient
+    whole = tn.Session(g, backend="fast", stack_chunk=N + 1)
+    yw, dw = whole.run([y, dx], {x: xv, n: N})
+    assert whole.last_result.stats["stack_chunks_swapped"] == 0
+    assert whole.last_result.stats["peak_device_stack_bytes"] > stats["peak_device_stack_bytes"]
+    assert float(yw) == float(yv) and float(dw) == float(dv)

@@ -1,0 +1,88 @@
+"""Automatic differentiation, graph to graph, through cond and while_loop (the paper, Sec. 5).
+
+``gradients(ys, xs)`` returns ``d(sum ys)/dx`` for each ``x`` as new tensors of the same graph;
+``memory_report(graph)`` lists what the gradient stacks of each loop hold per iteration.
+Modules: ``rules`` (one gradient rule per primitive), ``control_flow`` (conds and loops as whole
+constructs), ``stacks`` (StackNew / StackPush / StackPop and the sync variable), ``core`` (the
+reverse-mode walk), ``memory`` (the report).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from turnout import nest, ops
+from turnout.errors import GradientError
+from turnout.gradients.core import Backward, Grads, key
+from turnout.gradients.memory import MemoryReport, memory_report
+from turnout.gradients.rules import GRAD_RULES, NON_DIFFERENTIABLE
+from turnout.graph import Tensor
+
+__all__ = ["GRAD_RULES", "NON_DIFFERENTIABLE", "MemoryReport", "gradients", "memory_report"]
+
+
+def _as_x(x: Any) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if hasattr(x, "handle_node"):  # a Variable: its gradient is the sum over its reads
+        return x.handle  # type: ignore[no-any-return]
+    raise GradientError(f"gradients: xs must be tensors or Variables, got {type(x).__name__}")
+
+
+def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none") -> list[Optional[Tensor]]:
+    """Gradients of ``sum(ys)`` (weighted by ``grad_ys``, default ones) with respect to each of ``xs``.
+
+    ``xs`` may hold Variables (the gradient w.r.t. all reads of the Variable). A gradient that does not
+    exist (no differentiable path) is ``None``, or zeros with ``unconnected_gradients="zero"``. Call it
+    inside a loop body or cond branch to differentiate within that iteration / branch.
+    """
+    if unconnected_gradients not in ("none", "zero"):
+        raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
+    y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys)]
+    x_list = [_as_x(x) for x in (xs if isinstance(xs, (list, tuple)) else [xs])]
+    if not y_list:
+        raise GradientError("gradients: ys is empty")
+    g = y_list[0].graph
+    root = g.current_context
+    for t in [*y_list, *x_list]:
+        c = t.node.context
+        if c is not None and not (root is not None and root.is_within(c)) and c is not root:
+            raise GradientError(
+                f"gradients: {t.name} was created inside {c.describe()}; call tn.gradients inside it"
+            )
+    gy_list: list[Any] = [None] * len(y_list)
+    if grad_ys is not None:
+        gy_list = [ops.convert_to_tensor(v) for v in nest.flatten(grad_ys)]
+        if len(gy_list) != len(y_list):
+            raise GradientError(f"gradients: {len(gy_list)} grad_ys for {len(y_list)} ys")
+    b = Backward(g, root, x_list, y_list)
+    grads = Grads()
+    with g.name_scope("gradients"):
+        for y, gy in zip(y_list, gy_list, strict=True):
+            if gy is not None and gy.dtype != y.dtype:
+                raise GradientError(f"gradients: grad_ys for {y.name} is {gy.dtype.name}, expected {y.dtype.name}")
+            grads.add(y, gy if gy is not None else ops.ones_like(y))
+        b.backprop_region(root, grads)
+        out: list[Optional[Tensor]] = []
+        for x in x_list:
+            seen = x
+            if root is not None and x.node.context is not root and key(x) in root._captured:
+                seen = root._captured[key(x)]
+            d = grads.total(seen)
+            if d is None and unconnected_gradients == "zero":
+                d = b.zeros_like(x)
+            out.append(d)
+    return out
+
+
+class _CallableModule(type(sys)):  # type: ignore[misc]
+    """``tn.gradients`` is wired lazily to this package's ``gradients`` function, but once the package
+    is imported Python sets ``turnout.gradients`` to the package itself. Making the package callable
+    keeps ``tn.gradients(ys, xs)`` working either way."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Optional[Tensor]]:
+        return gradients(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

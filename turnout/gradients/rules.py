@@ -1,0 +1,394 @@
+"""Gradient rules of the ordinary primitives: one short function per primitive (``GRAD_RULES``).
+
+A rule receives ``b`` (the backward builder, see ``turnout.gradients.core.Backward``), the forward node
+and the gradients of its outputs (None where an output has none), and returns one gradient per data
+input (None where there is none). Rules never read forward tensors directly: ``b.value(t)`` gives the
+forward value ``t`` as seen from the backward code being built, which is where loop gradients pop saved
+values off a stack (the paper, Sec. 5.2). Reading only what a rule needs is what keeps stacks small.
+
+Control-flow primitives have no entry here: builder-made conds and loops are differentiated as whole
+constructs (``turnout.gradients.control_flow``), which is the Switch <-> Merge and Enter <-> Exit
+duality of the paper, Sec. 5.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+from turnout import dtypes as dt
+from turnout import ops
+from turnout.graph import Node, Tensor
+
+if TYPE_CHECKING:
+    from turnout.gradients.core import Backward
+
+Grads = list[Optional[Tensor]]
+Rule = Callable[["Backward", Node, Sequence[Optional[Tensor]]], Grads]
+GRAD_RULES: dict[str, Rule] = {}
+
+#: primitives that have no gradient by nature: gradients stop here silently.
+NON_DIFFERENTIABLE: frozenset[str] = frozenset({
+    "Const", "Placeholder", "LoopCond", "NoOp", "Sign", "FloorMod",
+    "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
+    "LogicalAnd", "LogicalOr", "LogicalNot", "StopGradient",
+    "ZerosLike", "OnesLike", "Fill", "Shape", "Size", "TensorArrayNew", "TensorArraySize",
+    "VarHandle", "AssignVariable", "AssignAddVariable", "AssignSubVariable", "StackNew", "StackPush",
+})
+
+#: differentiated as whole builder constructs (conds and loops), not op by op.
+STRUCTURED: frozenset[str] = frozenset({"Switch", "Merge", "Enter", "Exit", "NextIteration"})
+
+#: a gradient path through these cannot be built (StackPop: the forward value it stands for is hidden
+#: behind the stack, so second-order gradients through loops would silently be wrong).
+UNSUPPORTED: dict[str, str] = {
+    "StackPop": "gradients of gradients through while loops are not supported (the backward loop reads "
+                "forward values from stacks); differentiate a loop-free program, or take the second "
+                "gradient of a program without while_loop",
+}
+
+
+def _grad(*names: str) -> Callable[[Rule], Rule]:
+    def reg(f: Rule) -> Rule:
+        for n in names:
+            GRAD_RULES[n] = f
+        return f
+
+    return reg
+
+
+def _in(n: Node, i: int) -> Tensor:
+    return n.inputs[i]
+
+
+# ---- elementwise: d/dx f(x) -------------------------------------------------------------------------
+@_grad("Identity")
+def _identity(b, n, dys):
+    return [dys[0]]  # d x = dy
+
+
+@_grad("ReadVariable")
+def _read_variable(b, n, dys):
+    return [dys[0]]  # the gradient w.r.t. a Variable is the sum over its reads: it flows to the handle
+
+
+@_grad("Neg")
+def _neg(b, n, dys):
+    return [-dys[0]]  # d(-x) = -dy
+
+
+@_grad("Add")
+def _add(b, n, dys):
+    x, y = n.inputs
+    return [b.unbroadcast(dys[0], x, n.outputs[0]), b.unbroadcast(dys[0], y, n.outputs[0])]
+
+
+@_grad("Sub")
+def _sub(b, n, dys):
+    x, y = n.inputs
+    return [b.unbroadcast(dys[0], x, n.outputs[0]), b.unbroadcast(-dys[0], y, n.outputs[0])]
+
+
+@_grad("Mul")
+def _mul(b, n, dys):
+    x, y = n.inputs
+    dy = dys[0]
+    return [b.unbroadcast(dy * b.value(y), x, n.outputs[0]), b.unbroadcast(dy * b.value(x), y, n.outputs[0])]
+
+
+@_grad("Div")
+def _div(b, n, dys):
+    x, y = n.inputs
+    dy, yv = dys[0], b.value(y)
+    dx = dy / yv  # d(x/y)/dx = 1/y
+    dyy = -dy * b.value(n.outputs[0]) / yv  # d(x/y)/dy = -x/y^2 = -(x/y)/y
+    return [b.unbroadcast(dx, x, n.outputs[0]), b.unbroadcast(dyy, y, n.outputs[0])]
+
+
+@_grad("Pow")
+def _pow(b, n, dys):
+    x, y = n.inputs
+    dy, xv, yv, zv = dys[0], b.value(x), b.value(y), b.value(n.outputs[0])
+    dx = dy * yv * ops.pow(xv, yv - 1)  # d x^y / dx = y x^(y-1)
+    safe = ops.where(xv > 0, xv, ops.ones_like(xv))
+    dyy = dy * zv * ops.where(xv > 0, ops.log(safe), ops.zeros_like(xv))  # d x^y / dy = x^y log x (x > 0)
+    return [b.unbroadcast(dx, x, n.outputs[0]), b.unbroadcast(dyy, y, n.outputs[0])]
+
+
+@_grad("Square")
+def _square(b, n, dys):
+    return [dys[0] * (b.value(_in(n, 0)) * 2)]  # d x^2 = 2 x dy
+
+
+@_grad("Abs")
+def _abs(b, n, dys):
+    return [dys[0] * ops.sign(b.value(_in(n, 0)))]
+
+
+@_grad("Relu")
+def _relu(b, n, dys):
+    y = b.value(n.outputs[0])
+    return [ops.where(y > 0, dys[0], ops.zeros_like(dys[0]))]
+
+
+@_grad("Tanh")
+def _tanh(b, n, dys):
+    y = b.value(n.outputs[0])
+    return [dys[0] * (1 - y * y)]  # d tanh x = 1 - tanh^2 x
+
+
+@_grad("Sigmoid")
+def _sigmoid(b, n, dys):
+    y = b.value(n.outputs[0])
+    return [dys[0] * (y * (1 - y))]
+
+
+@_grad("Exp")
+def _exp(b, n, dys):
+    return [dys[0] * b.value(n.outputs[0])]
+
+
+@_grad("Log")
+def _log(b, n, dys):
+    return [dys[0] / b.value(_in(n, 0))]
+
+
+@_grad("Sqrt")
+def _sqrt(b, n, dys):
+    return [dys[0] / (b.value(n.outputs[0]) * 2)]  # d sqrt x = 1 / (2 sqrt x)
+
+
+def _select_where(b: Backward, n: Node, dy: Tensor, pick_x: Tensor) -> Grads:
+    x, y = n.inputs
+    z = ops.zeros_like(dy)
+    return [b.unbroadcast(ops.where(pick_x, dy, z), x, n.outputs[0]),
+            b.unbroadcast(ops.where(pick_x, z, dy), y, n.outputs[0])]
+
+
+@_grad("Maximum")
+def _maximum(b, n, dys):
+    x, y = n.inputs
+    return _select_where(b, n, dys[0], b.value(x) >= b.value(y))  # ties go to x, as in TensorFlow
+
+
+@_grad("Minimum")
+def _minimum(b, n, dys):
+    x, y = n.inputs
+    return _select_where(b, n, dys[0], b.value(x) <= b.value(y))
+
+
+@_grad("Select")
+def _select(b, n, dys):
+    c, x, y = n.inputs
+    dy = dys[0]
+    cv = b.value(c)
+    z = ops.zeros_like(dy)
+    return [None, b.unbroadcast(ops.where(cv, dy, z), x, n.outputs[0]),
+            b.unbroadcast(ops.where(cv, z, dy), y, n.outputs[0])]
+
+
+@_grad("Cast")
+def _cast(b, n, dys):
+    x = _in(n, 0)
+    if not (x.dtype.is_floating and n.outputs[0].dtype.is_floating):
+        return [None]  # casts to or from integers carry no gradient
+    return [ops.cast(dys[0], x.dtype)]
+
+
+# ---- linear algebra and structure ---------------------------------------------------------------------
+@_grad("MatMul")
+def _matmul(b, n, dys):
+    a, c = n.inputs
+    dy, av, cv = dys[0], b.value(a), b.value(c)
+    ta, tb = n.attrs.get("transpose_a", False), n.attrs.get("transpose_b", False)
+    # z = op(a) @ op(c): d op(a) = dy @ op(c)^T, d op(c) = op(a)^T @ dy; transpose back where op transposed.
+    if not ta and not tb:
+        return [ops.matmul(dy, cv, transpose_b=True), ops.matmul(av, dy, transpose_a=True)]
+    if ta and not tb:
+        return [ops.matmul(cv, dy, transpose_b=True), ops.matmul(av, dy)]
+    if not ta and tb:
+        return [ops.matmul(dy, cv), ops.matmul(dy, av, transpose_a=True)]
+    return [ops.matmul(cv, dy, transpose_a=True, transpose_b=True),
+            ops.matmul(dy, av, transpose_a=True, transpose_b=True)]
+
+
+@_grad("Reshape")
+def _reshape(b, n, dys):
+    return [b.reshape_like(dys[0], _in(n, 0))]
+
+
+@_grad("ExpandDims")
+def _expand_dims(b, n, dys):
+    return [b.reshape_like(dys[0], _in(n, 0))]
+
+
+@_grad("Transpose")
+def _transpose(b, n, dys):
+    perm = n.attrs.get("perm")
+    if perm is None:
+        return [ops.transpose(dys[0])]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return [ops.transpose(dys[0], inv)]
+
+
+@_grad("Concat")
+def _concat(b, n, dys):
+    """Slice dy back into the pieces; sizes along the axis come from the inputs' shapes."""
+    dy = dys[0]
+    ax = n.attrs["axis"]
+    rank = len(n.outputs[0].shape) if n.outputs[0].shape is not None else None
+    if rank is None:
+        from turnout.errors import GradientError
+
+        raise GradientError(f'Concat node "{n.name}": its gradient needs the rank of the output')
+    ax = ax % rank
+    out: Grads = []
+    start: Any = 0
+    for x in n.inputs:
+        d = x.shape[ax] if x.shape is not None else None
+        size = d if d is not None else ops.getitem(b.shape_of(x), ax)
+        stop = start + size
+        key = tuple([slice(None)] * ax + [slice(start, stop)])
+        out.append(ops.getitem(dy, key))
+        start = stop
+    return out
+
+
+@_grad("Pack")
+def _pack(b, n, dys):
+    return [ops.getitem(dys[0], i) for i in range(len(n.inputs))]
+
+
+@_grad("GetItem")
+def _getitem(b, n, dys):
+    x, *dyn = n.inputs
+    like = b.zeros_like(x)
+    node = like.graph.create_node("GetItemGrad", [like, dys[0], *[b.value(d) for d in dyn]], dict(n.attrs))
+    return [node.outputs[0], *[None] * len(dyn)]
+
+
+@_grad("GetItemGrad")
+def _getitem_grad(b, n, dys):
+    like, g, *dyn = n.inputs
+    dyn_v = [b.value(d) for d in dyn]
+    dg = dys[0].graph.create_node("GetItem", [dys[0], *dyn_v], dict(n.attrs)).outputs[0]
+    return [None, dg, *[None] * len(dyn)]
+
+
+@_grad("Gather")
+def _gather(b, n, dys):
+    x, idx = n.inputs
+    node = dys[0].graph.create_node("ScatterAddLike", [b.zeros_like(x), b.value(idx), dys[0]],
+                                    {"axis": n.attrs.get("axis", 0)})
+    return [node.outputs[0], None]
+
+
+@_grad("ScatterAddLike")
+def _scatter_add_like(b, n, dys):
+    like, idx, upd = n.inputs
+    return [None, None, ops.gather(dys[0], b.value(idx), axis=n.attrs.get("axis", 0))]
+
+
+@_grad("Tile")
+def _tile(b, n, dys):
+    """dx = sum of dy over the tiles: reshape dy to (m0, d0, m1, d1, ...) and sum the m axes."""
+    x = _in(n, 0)
+    mult = n.attrs["multiples"]
+    if x.shape is None or any(d is None for d in x.shape):
+        from turnout.errors import GradientError
+
+        raise GradientError(f'Tile node "{n.name}": its gradient needs the static shape of the input')
+    split = [s for m, d in zip(mult, x.shape, strict=True) for s in (m, d)]
+    r = ops.reshape(dys[0], split)
+    return [ops.reduce_sum(r, axis=list(range(0, 2 * len(mult), 2)))]
+
+
+@_grad("Sum")
+def _sum(b, n, dys):
+    x = _in(n, 0)
+    return [b.broadcast_to(b.keepdims(dys[0], n), x)]
+
+
+@_grad("Mean")
+def _mean(b, n, dys):
+    x = _in(n, 0)
+    g = b.broadcast_to(b.keepdims(dys[0], n), x)
+    count = ops.cast(ops.size(b.value(x)), x.dtype) / ops.cast(ops.size(b.value(n.outputs[0])), x.dtype)
+    return [g / count]
+
+
+@_grad("Max")
+def _max(b, n, dys):
+    """The gradient goes to the maxima, shared equally among ties."""
+    x = _in(n, 0)
+    xv = b.value(x)
+    yk = b.broadcast_to(b.keepdims(b.value(n.outputs[0]), n), x)
+    hit = ops.cast(ops.equal(xv, yk), x.dtype)
+    count = b.broadcast_to(ops.reduce_sum(hit, axis=n.attrs.get("axis"), keepdims=True), x)
+    return [hit / count * b.broadcast_to(b.keepdims(dys[0], n), x)]
+
+
+@_grad("BroadcastLike")
+def _broadcast_like(b, n, dys):
+    x, like = n.inputs
+    return [b.unbroadcast(dys[0], x, n.outputs[0]), None]
+
+
+@_grad("SumToLike")
+def _sum_to_like(b, n, dys):
+    x, like = n.inputs
+    return [b.broadcast_to(dys[0], x), None]
+
+
+# ---- TensorArray: the gradient of a TensorArray value is a TensorArray of gradients ---------------------
+@_grad("TensorArrayRead")
+def _ta_read(b, n, dys):
+    ta, i = n.inputs
+    zeros = b.zeros_like(ta)
+    w = zeros.graph.create_node("TensorArrayWrite", [zeros, b.value(i), dys[0]])
+    return [w.outputs[0], None]  # slot i gets dy; the other slots stay unwritten (zero)
+
+
+@_grad("TensorArrayWrite")
+def _ta_write(b, n, dys):
+    ta, i, v = n.inputs
+    dta = dys[0]
+    static = None if v.shape is None else list(v.shape)  # the slot holds what was written: v's type
+    dv = dta.graph.create_node("TensorArrayReadOrZeros", [dta, b.value(i), b.shape_of(v)],
+                               {"static_shape": static}).outputs[0]
+    return [dta, None, dv]  # slot i of ``ta`` was unwritten (slots are write-once): passing dta on is exact
+
+
+@_grad("TensorArrayReadOrZeros")
+def _ta_read_or_zeros(b, n, dys):
+    return _ta_read(b, n, dys)[:2] + [None]
+
+
+@_grad("TensorArrayStack")
+def _ta_stack(b, n, dys):
+    return [ops.convert_to_tensor(dys[0]).graph.create_node("TensorArrayUnstack", [dys[0]]).outputs[0]]
+
+
+@_grad("TensorArrayStackOrZeros")
+def _ta_stack_or_zeros(b, n, dys):
+    return [_ta_stack(b, n, dys)[0], None]
+
+
+@_grad("TensorArrayUnstack")
+def _ta_unstack(b, n, dys):
+    x = _in(n, 0)
+    node = dys[0].graph.create_node("TensorArrayStackOrZeros", [dys[0], b.shape_of(x)],
+                                    {"static_shape": None if x.shape is None else list(x.shape)})
+    return [node.outputs[0]]
+
+
+@_grad("TensorArrayAdd")
+def _ta_add(b, n, dys):
+    return [dys[0], dys[0]]
+
+
+def is_differentiable_dtype(d: dt.DType) -> bool:
+    """Gradients flow through floats, TensorArrays (of floats) and Variable handles."""
+    return d.is_floating or d in (dt.tensor_array, dt.resource)
