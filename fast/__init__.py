@@ -1,8 +1,28 @@
 """The JAX backend (``turnout.fast``): raise primitive graphs to structured regions and lower them to
 ``jax.lax`` control flow inside ``jax.jit`` (DESIGN.md sec. 6).
 
-``FastBackend`` is what ``tn.Session(graph, backend="fast")`` runs; ``to_jax`` turns a graph into a
-pure JAX function. Importing this package imports jax; ``turnout`` itself never does.
+``FastBackend`` is what ``tn.Session(graph, backend="fast", stack_chunk=1024)`` runs; ``to_jax`` turns
+a graph into a pure JAX function. Importing this package imports jax; ``turnout`` itself never does.
+
+Pipeline: ``functionalize`` (graph -> ``regions``: While and Cond regions, computed from the
+primitives alone, so hand-built and loaded graphs work) -> ``emit`` (regions -> ``lax.while_loop`` /
+``lax.cond`` while tracing, per-primitive rules from ``lowering.LOWERING_RULES``) -> ``backend``
+(compiled stages, caching, chunked gradient stacks from ``stacks``, errors).
+
+Limits, by design or not yet done:
+
+- A Merge must join the two sides of one predicate's Switch (or be a loop Merge); a Merge fed by two
+  paths live together, or by unrelated predicates, is rejected with ``UnsupportedError``.
+- A TensorArray's size must be known when compiling (it may depend on fed *shapes*, not values); it
+  is a ``(size, *elem)`` buffer with a written-mask. Slices with run-time bounds are rejected (XLA
+  needs static shapes), as are loop variables whose shape changes across iterations.
+- ``parallel_iterations`` does not change values and is ignored; loops run as ``lax.while_loop``
+  (``lax.scan`` for static trip counts is not implemented).
+- Gradient stacks of top-level loops are chunked and swapped to host memory; stacks pushed by nested
+  loops live in the outer loop's chunk, and a run whose outer iteration overflows the chunk is
+  repeated with twice the capacity (``stats['stack_capacity_retries']``). ``swap_memory`` is
+  recorded on the stacks but every full chunk goes to host memory either way.
+- Fetches must be in the root frame (as for the reference backend).
 """
 
 from turnout.fast.api import to_jax

@@ -18,6 +18,7 @@ after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -29,7 +30,7 @@ from turnout.errors import DeadFetchError, KernelError, NonTerminationError
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, walk
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
 from turnout.fast.values import DEAD, TA, Handle, wrap_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import TensorArrayValue
@@ -238,24 +239,21 @@ class FastBackend:
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
-        self._validated: Optional[int] = None
 
-    def _validate(self) -> None:
-        if self._validated == self.graph.version:
-            return
+    def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
+        """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
+        (``turnout.validate`` caches the graph part per graph version)."""
         try:
             from turnout.validate import validate
-        except ImportError:
-            validate = None
-        if validate is not None:
-            validate(self.graph)
-        self._validated = self.graph.version
+        except ImportError:  # pragma: no cover - validation is part of turnout
+            return
+        validate(self.graph, fetches, list(feeds))
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
         from turnout.session import RunResult
 
-        self._validate()
+        self._validate(fetches, feeds)
         cap = self.stack_chunk
         retries = 0
         with jax.enable_x64(True):
@@ -265,8 +263,8 @@ class FastBackend:
                     break
                 except _Retry:
                     if cap * 2 > _MAX_CAPACITY:
-                        raise KernelError(
-                            f"fast backend: a gradient stack needs more than {_MAX_CAPACITY} entries per chunk") from None
+                        raise KernelError(f"fast backend: a gradient stack needs more than {_MAX_CAPACITY} "
+                                          "entries per chunk") from None
                     cap *= 2
                     retries += 1
         stats["stack_capacity_retries"] = retries
@@ -277,7 +275,9 @@ class FastBackend:
         sig = (
             id(self.graph), self.graph.version, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
-            tuple(sorted((k, np.asarray(v).dtype.str, np.shape(v)) for k, v in variables.items())), cap,
+            tuple((name, np.asarray(v).dtype.str, np.shape(v)) for name, v in
+                  ((name, variables.get(name, vn.attrs.get("initial_value"))) for name, vn in
+                   sorted(self.graph.variables.items()))), cap,
         )
         plan = self._plans.get(sig)
         if plan is None:
@@ -308,7 +308,9 @@ class FastBackend:
         lives: dict[Key, Any] = {}
         host = stk.HostChunks()
         peak = 0
+        stage_s = []
         for st in plan.stages:
+            t0 = time.perf_counter()
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
             if st.driven is None:
                 if "seg" not in st.fns:
@@ -321,6 +323,7 @@ class FastBackend:
             peak = max(peak, _stack_bytes(state))
             self._raise_errors(plan, state, host.swapped)
             env.update(out)
+            stage_s.append(time.perf_counter() - t0)
         values = []
         for t in fetches:
             v = env[key(t)]
@@ -338,7 +341,7 @@ class FastBackend:
         stats = {
             "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages),
             "stack_capacity": cap, "peak_device_stack_bytes": peak, "stack_chunks_swapped": host.swapped,
-            "peak_host_stack_bytes": host.peak_host_bytes,
+            "peak_host_stack_bytes": host.peak_host_bytes, "stage_seconds": stage_s,
         }
         return values, stats
 

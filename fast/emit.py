@@ -9,7 +9,7 @@ effects inside untaken branches or unrun loops simply do not happen.
 
 Dead values only exist at trace time here (``DEAD``: the other output of a Switch inside a branch).
 A fetched tensor that lies on a branch leaves its ``lax.cond`` with a *live* flag, so fetching it when
-its branch did not run still raises ``DeadFetchError`` ([E-Fetch-Dead]).
+its branch did not run still raises ``DeadFetchError`` ([T5-Deadness-Soundness]).
 """
 
 from __future__ import annotations

@@ -36,15 +36,43 @@ def _preds(n: Node) -> list[Node]:
     return [t.node for t in _data_inputs(n)] + list(n.control_inputs)
 
 
-def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor], fed: frozenset[int] = frozenset()) -> set[int]:
-    """Nodes the fetches depend on (fed nodes are needed, their inputs are not). A needed loop frame
-    is needed whole (its body runs for its effects: stack pushes, TensorArray writes), with all its
-    Exits."""
+#: ops run for their effects: needed whenever their frame runs, even if nothing reads them
+_EFFECTS = frozenset({"AssignVariable", "AssignAddVariable", "AssignSubVariable"})
+
+
+def _stack_of(t: Tensor) -> Optional[int]:
+    n = t.node
+    for _ in range(10_000):
+        if n.op == "StackNew":
+            return n.id
+        if n.op not in ("Enter", "Switch", "Identity", "Merge", "Exit") or not n.raw_inputs:
+            return None
+        n = n.inputs[0].node
+    return None
+
+
+def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor],
+                 fed: frozenset[int] = frozenset()) -> set[int]:
+    """Nodes the fetches depend on (dead-code elimination, frames included).
+
+    Fed nodes are needed, their inputs are not. A needed frame brings its LoopCond (it decides the
+    trip count) and its effectful ops (Variable assignments). A gradient stack's pushes are needed
+    only when one of its pops is: a gradient that is not fetched (say, with respect to a loop's
+    inputs when only the weights' gradient is asked for) then costs nothing, neither its backward
+    computation nor the saved values. Control edges from pushes (the gradient builder's sync
+    variable) do not by themselves make a push needed.
+    """
+    pushes: dict[int, list[Node]] = {}
     by_frame: dict[Frame, list[Node]] = {}
     for n in graph.nodes:
         by_frame.setdefault(fa.node_frame[n.id], []).append(n)
+        if n.op == "StackPush":
+            sid = _stack_of(n.inputs[0])
+            if sid is not None:
+                pushes.setdefault(sid, []).append(n)
     need: set[int] = set()
     frames_done: set[Frame] = set()
+    popped: set[int] = set()
     work = [t.node for t in fetches]
     while work:
         n = work.pop()
@@ -53,13 +81,19 @@ def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor], fed: fr
         need.add(n.id)
         if n.id in fed:
             continue
-        work += _preds(n)
+        work += [t.node for t in _data_inputs(n)]
+        work += [c for c in n.control_inputs if c.op != "StackPush" or _stack_of(c.inputs[0]) is None]
+        if n.op == "StackPop":
+            sid = _stack_of(n.inputs[0])
+            if sid is not None and sid not in popped:
+                popped.add(sid)
+                work += pushes.get(sid, [])
         f = fa.node_frame[n.id]
         for d in range(1, len(f) + 1):
             sub = f[:d]
             if sub not in frames_done:
                 frames_done.add(sub)
-                work += by_frame.get(sub, []) + fa.frames[sub].exits
+                work += fa.frames[sub].loop_cond + [m for m in by_frame.get(sub, []) if m.op in _EFFECTS]
     return need
 
 
@@ -162,7 +196,7 @@ class _Raiser:
     def _guards(self) -> None:
         for n in self.order:
             ins = _data_inputs(n)
-            ctrl = [self.node_g[c.id] for c in n.control_inputs] if n.id not in self.fed else []
+            ctrl = [self.node_g[c.id] for c in n.control_inputs if c.id in self.need] if n.id not in self.fed else []
             if n.id in self.fed:
                 self._set(n, EMPTY)
             elif n.op == "Enter":
@@ -369,8 +403,8 @@ class _Raiser:
             else:
                 it = items[remaining[0]]
                 raise UnsupportedError(
-                    f"fast backend: cannot order the regions around {describe_node(self.nodes_of(it)[0])}: a conditional "
-                    "both feeds and reads another computation on the same predicate")
+                    f"fast backend: cannot order the regions around {describe_node(self.nodes_of(it)[0])}: a "
+                    "conditional both feeds and reads another computation on the same predicate")
             remaining.remove(i)
             placed.add(i)
             done.append(items[i])

@@ -77,7 +77,7 @@ def _placeholder(ctx, n, xs):
 @_r("Switch", "Enter", "Exit", "NextIteration")
 def _structural(ctx, n, xs):
     # Applied by the region emitter: a Switch is part of a CondRegion or of its loop's WhileRegion,
-    # Enter / Exit / NextIteration are the edges of a WhileRegion ([E-Enter], [E-Exit], [E-Next]).
+    # Enter / Exit / NextIteration are the edges of a WhileRegion ([E-Enter], [E-Exit-Live], [E-Next-Live]).
     raise UnsupportedError(f"fast backend: {describe_node(n)} is not part of any structured region")
 
 

@@ -36,7 +36,8 @@ def key(t: Tensor) -> Key:
 
 @dataclass
 class CondRegion:
-    """Switches and Merges on one predicate at one scope, with what each branch computes.
+    """Switches and Merges on one predicate at one scope, with what each branch computes: the
+    structured conditional of [S-Cond] (a ``case`` is a chain of these, [S-Case]).
 
     ``switches``: Switch nodes on ``pred`` firing at ``scope``; in branch ``b`` their output ``b``
     is their data and output ``1 - b`` is dead. ``merges``: (Merge node, {branch: input slot}).
@@ -59,7 +60,8 @@ class CondRegion:
 
 @dataclass
 class WhileRegion:
-    """One loop frame: ``Enter -> Merge -> header -> LoopCond -> Switch -> body -> NextIteration``.
+    """One loop frame: ``Enter -> Merge -> header -> LoopCond -> Switch -> body -> NextIteration``,
+    the structured loop of [S-While].
 
     ``loop_vars``: (Enter, Merge, NextIteration, enter slot, next slot) per loop variable.
     ``invariants``: ``Enter(is_constant=True)`` nodes: their value is the parent's, in every iteration.

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from turnout.errors import NonTerminationError, TurnoutError
+from turnout.graph import Graph
+from turnout.kernels import TensorArrayValue
 from turnout.semantics.smallstep import (
     Config,
     Firing,
@@ -29,10 +33,6 @@ from turnout.semantics.smallstep import (
     freeze,
     initial,
 )
-
-from turnout.errors import NonTerminationError, TurnoutError
-from turnout.graph import Graph
-from turnout.kernels import TensorArrayValue
 
 
 def value_repr(v: Any) -> Hashable:
@@ -73,7 +73,7 @@ class ExplorationResult:
     stuck_paths: list[list[Firing]] = field(default_factory=list)
 
 
-def _path(parent: dict[Config, tuple[Config, Firing]] | None, c: Config,
+def _path(parent: dict[Config, tuple[Config, Firing] | None], c: Config,
           last: Firing | None = None) -> list[Firing]:
     """The firing sequence that first reached ``c`` (then ``last``, if given)."""
     steps: list[Firing] = [] if last is None else [last]
@@ -90,7 +90,7 @@ def explore(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
             variables: Mapping[str, Any] | None = None, max_states: int = 50_000) -> ExplorationResult:
     """Visit every configuration reachable from ``initial(graph, fetches, feeds, variables)``."""
     start = initial(graph, fetches, feeds, variables)
-    parent: dict[Config, tuple[Config, Firing]] | None = {start: None}
+    parent: dict[Config, tuple[Config, Firing] | None] = {start: None}
     stack = [start]
     result = ExplorationResult(set(), 0, [], True)
     while stack:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from turnout.dtypes import as_dtype
 from turnout.errors import (
     DeadFetchError,
     DeadlockError,
@@ -47,6 +48,7 @@ from turnout.errors import (
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import TensorArrayValue, run_kernel
+from turnout.session import RunOptions, RunResult
 
 Tag = tuple[tuple[str, int], ...]
 InstKey = tuple[Tag, str]  # (parent tag, frame name)
@@ -55,7 +57,7 @@ EdgeKey = tuple[int, Tag]  # (consumer node id, tag)
 __all__ = [
     "Config", "Firing", "Instance", "SmallStepResult", "StackHandleValue", "Token", "VarHandleValue",
     "enabled", "fire", "fmt_tag", "freeze", "initial", "is_final", "is_quiescent", "outputs", "run",
-    "stranded", "deadlock_report",
+    "stranded", "deadlock_report", "SmallStepBackend", "RULES",
 ]
 
 
@@ -147,7 +149,6 @@ class Program:
     sources: tuple[int, ...]  # nodes with no inputs at all: enabled at the root tag
     fetches: tuple[tuple[int, int], ...]
     fetch_names: tuple[str, ...]
-    feeds: dict[int, Any]
 
     def slot_source(self, nid: int, slot: int) -> str:
         node = self.nodes[nid]
@@ -245,62 +246,74 @@ def _as_tensor(graph: Graph, t: Any) -> Tensor:
     return t
 
 
-def _prune(fetches: Sequence[Tensor]) -> dict[int, Node]:
-    """The nodes the fetches depend on through data and control edges, back edges included (the
-    pruning a session does; the semantics runs only these)."""
+def _prune(fetches: Sequence[Tensor], fed: Mapping[tuple[int, int], Any]) -> dict[int, Node]:
+    """The nodes the fetches depend on through data and control edges, back edges included, stopping
+    at fed tensors (the pruning a session does; the semantics runs only these)."""
     keep: dict[int, Node] = {}
-    stack = [t.node for t in fetches]
+    stack = [t.node for t in fetches if (t.node.id, t.index) not in fed]
     while stack:
         n = stack.pop()
         if n.id in keep:
             continue
         keep[n.id] = n
-        stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor))
+        stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor) and (t.node.id, t.index) not in fed)
         stack.extend(n.control_inputs)
     return dict(sorted(keep.items()))
 
 
+def _feed_value(t: Tensor, v: Any) -> Any:
+    return np.asarray(v) if t.dtype.numpy is None else np.asarray(v).astype(t.dtype.numpy)
+
+
 def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
             variables: Mapping[str, Any] | None = None) -> Config:
-    """The initial configuration ``<{}, {}, {}, sigma0, {}>`` for a run computing ``fetches``.
+    """The initial configuration for a run computing ``fetches``.
 
-    Only the nodes the fetches depend on take part. ``feeds`` maps Placeholders (tensors or
-    ``"name:0"``) to values; ``variables`` overrides the ``initial_value`` of the graph's Variables.
+    Only the nodes the fetches depend on take part. ``feeds`` maps root-frame tensors (Tensor objects
+    or ``"name:0"``), usually Placeholders, to values. A fed tensor is cut out of the graph, as a
+    session does: its producer is not run for it, and the initial ``Q`` holds the fed value as a live
+    token at the root tag on every edge it feeds (the spec's ``Q`` is otherwise empty at the start).
+    ``variables`` overrides the ``initial_value`` of the graph's Variables.
+
     Raises ``ValidationError`` for an unbound back edge ([W-Merge-Bound]), inconsistent frames, or a
-    fetch inside a loop ([W-Fetch-Root]); ``ExecutionError`` for a needed Placeholder not fed.
+    fetch inside a loop ([W-Fetch-Root]); ``FeedError`` for a needed Placeholder that is not fed or a
+    fed tensor inside a loop.
     """
     fetch_ts = [_as_tensor(graph, f) for f in fetches]
-    keep = _prune(fetch_ts)
     analysis = static_frames(graph)
+    fed: dict[tuple[int, int], Any] = {}
+    for k, v in (feeds or {}).items():
+        t = _as_tensor(graph, k)
+        if analysis.node_frame[t.node.id]:
+            raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+        fed[(t.node.id, t.index)] = _feed_value(t, v)
+    keep = _prune(fetch_ts, fed)
     for n in keep.values():
         if n.has_pending_back_edge:
             raise ValidationError(f"{describe_node(n)} has a back edge that was never closed",
                                   "W-Merge-Bound", n)
+        if n.op == "Placeholder":
+            raise FeedError(f"{describe_node(n)} must be fed a value: a fetched value depends on it")
     for t in fetch_ts:
         if analysis.node_frame[t.node.id]:
             raise ValidationError(
                 f"fetch {t.name} is inside frame {'/'.join(analysis.node_frame[t.node.id])}; fetch the "
                 "value of an Exit instead", "W-Fetch-Root", t.node)
 
-    fed: dict[int, Any] = {}
-    for k, v in (feeds or {}).items():
-        t = _as_tensor(graph, k)
-        if t.node.op != "Placeholder":
-            raise FeedError(f"the small-step semantics feeds Placeholders only, not {describe_node(t.node)}")
-        fed[t.node.id] = np.asarray(v) if t.dtype.numpy is None else np.asarray(v).astype(t.dtype.numpy)
-    for n in keep.values():
-        if n.op == "Placeholder" and n.id not in fed:
-            raise ExecutionError(f"{describe_node(n)} must be fed: a fetched value depends on it")
-
     n_data = {i: len(n.raw_inputs) for i, n in keep.items()}
     n_slots = {i: n_data[i] + len(n.control_inputs) for i, n in keep.items()}
     outs: dict[int, list[list[tuple[int, int]]]] = {i: [[] for _ in n.outputs] for i, n in keep.items()}
     ctl: dict[int, list[tuple[int, int]]] = {i: [] for i in keep}
     back: dict[int, frozenset[int]] = {}
+    pending: dict[EdgeKey, frozenset[tuple[int, Token]]] = {}
     for i, n in keep.items():
-        for slot, t in enumerate(n.raw_inputs):
-            assert isinstance(t, Tensor)
-            outs[t.node.id][t.index].append((i, slot))
+        for slot, src in enumerate(n.raw_inputs):
+            assert isinstance(src, Tensor)  # unbound back edges were rejected above
+            key = (src.node.id, src.index)
+            if key in fed:
+                pending[(i, ())] = pending.get((i, ()), frozenset()) | {(slot, Token.live(fed[key], ()))}
+            else:
+                outs[src.node.id][src.index].append((i, slot))
         for j, c in enumerate(n.control_inputs):
             ctl[c.id].append((i, n_data[i] + j))
         if n.op == "Merge":
@@ -313,6 +326,8 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
         if n.op == "Enter":
             f = analysis.node_frame[i]
             enter_count[f] = enter_count.get(f, 0) + 1
+    produced = {(t.node.id, t.index): Token.live(fed[(t.node.id, t.index)], ())
+                for t in fetch_ts if (t.node.id, t.index) in fed}
 
     program = Program(
         graph=graph, nodes=keep, n_data=n_data, n_slots=n_slots,
@@ -323,7 +338,6 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
         sources=tuple(i for i in keep if n_slots[i] == 0),
         fetches=tuple((t.node.id, t.index) for t in fetch_ts),
         fetch_names=tuple(t.name for t in fetch_ts),
-        feeds=fed,
     )
     store: dict[str, Any] = {}
     for n in graph.nodes:
@@ -331,7 +345,7 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
             store[n.attrs["var_name"]] = np.asarray(n.attrs["initial_value"])
     for name, v in (variables or {}).items():
         store[name] = np.asarray(v)
-    return Config(program, {}, frozenset(), {}, store, {}, {})
+    return Config(program, pending, frozenset(), {}, store, {}, produced)
 
 
 # ---- updates: take, put, emit, open, start ---------------------------------------------------------------
@@ -575,7 +589,8 @@ def _k_pure(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
 
 
 def _k_placeholder(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
-    return [u.p.feeds[node.id]]
+    # unreachable: ``initial`` cuts fed tensors out and rejects a needed Placeholder that is not fed
+    raise FeedError(f"{describe_node(node)} must be fed a value")
 
 
 def _k_noop(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
@@ -613,8 +628,6 @@ def _k_assign(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
         raise ExecutionError(f"{_describe(node, tag)} updates variable {name!r}, which has no value")
     new = np.asarray(_ASSIGN[node.op](old, vals[1]))
     if "dtype" in node.attrs:
-        from turnout.dtypes import as_dtype
-
         new = new.astype(as_dtype(node.attrs["dtype"]).numpy, copy=False)
     u.variables = {**u.variables, name: new}
     return [new]
@@ -925,3 +938,23 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
         if pick.is_node_firing:
             counts[(pick.node, pick.tag)] = counts.get((pick.node, pick.tag), 0) + 1
     return SmallStepResult(outputs(c), log, counts, dict(c.variables), c)
+
+
+class SmallStepBackend:
+    """The ``Backend`` protocol of ``turnout.session`` over ``run``, so the small-step semantics can
+    stand beside the other executors in backend-parametrized tests. Variables persist in the
+    session's store (updated in place, as the other backends do)."""
+
+    def __init__(self, graph: Graph, **options: Any) -> None:
+        self.graph = graph
+        self.options = options
+
+    def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, Any],
+            options: RunOptions) -> RunResult:
+        limit = options.max_firings
+        r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
+                max_steps=limit if limit is not None else 10**9, variables=variables)
+        variables.clear()
+        variables.update(r.variables)
+        return RunResult(values=r.values, trace=r.firings if options.trace else None,
+                         counts=r.counts, stats={"firings": len(r.firings)})

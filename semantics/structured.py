@@ -69,8 +69,8 @@ class WhileItem:
     ctx: WhileContext
 
 
-Item = Union[Node, CondItem, WhileItem]  # noqa: UP007 (a runtime alias)
-Region = Optional[ControlFlowContext]  # noqa: UP045  # None is the root region
+Item = Union[Node, CondItem, WhileItem]
+Region = Optional[ControlFlowContext]  # None is the root region
 
 _HAND_BUILT = (
     "is not part of a cond or while_loop made by the builders; hand-built control flow has no structured "

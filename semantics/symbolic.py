@@ -46,7 +46,6 @@ from typing import Any
 
 import numpy as np
 import z3
-from turnout.semantics.structured import StructuredForm, Tag, Walker, in_loop
 
 from turnout.control_flow.contexts import CondInfo, WhileContext
 from turnout.errors import (
@@ -58,6 +57,7 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.graph import Graph, Node, Tensor, TensorSpec
+from turnout.semantics.structured import StructuredForm, Tag, Walker, in_loop
 
 __all__ = [
     "BeyondBound", "EquivalenceResult", "SolverUnknown", "Z3_RULES", "Z3_UNSUPPORTED", "encode", "equivalent",
@@ -740,7 +740,9 @@ def synthesize_branch(graph: Graph, cond: CondInfo | str, branch: int, inputs: S
 class EquivalenceResult:
     """``equal``: True when the two graphs agree on every input for which both finish within the bound
     without a division by zero; False with a ``counterexample`` (first graph's placeholder -> value);
-    None when z3 could not decide within the timeout (``reason`` says why)."""
+    None when z3 could not decide within the timeout (``reason`` says why). With ``uninterpreted=True``
+    a counterexample is an input on which *some* meaning of the uninterpreted ops tells the graphs
+    apart: a difference of structure, not necessarily one under the real kernels."""
 
     equal: bool | None
     counterexample: dict[Tensor, Any] | None = None

@@ -88,7 +88,9 @@ class _Gen:
     """One program's generator state: the draw function, the flags and a fresh-name counter."""
 
     def __init__(self, draw: Any, feats: Features, max_depth: int, differentiable: bool, float_dtype: str,
-                 max_stmts: int) -> None:
+                 max_stmts: int, max_bound: int = 4, max_vars: int = 2) -> None:
+        self.max_bound = max_bound
+        self.max_vars = max_vars
         self.draw = draw
         self.f = feats
         self.max_depth = max_depth
@@ -223,7 +225,7 @@ class _Gen:
     def loop(self, scope: list[tuple[str, str]], level: int, in_branch: bool) -> Loop:
         lid = self.fresh("loop")
         counter = self.fresh("i")
-        var_dtypes = self.draw(st.lists(st.sampled_from(self.dtypes()), min_size=0, max_size=2))
+        var_dtypes = self.draw(st.lists(st.sampled_from(self.dtypes()), min_size=0, max_size=self.max_vars))
         vars_ = tuple((self.fresh("v"), self.expr(scope, d)) for d in var_dtypes)
         inner = [(counter, INT), *((n, d) for (n, _), d in zip(vars_, var_dtypes, strict=True))]
         if self.f.captures:
@@ -233,8 +235,8 @@ class _Gen:
         pred = Block(pred.stmts, (self.pred(pscope),))
         body = self.block(inner + self._vectors(scope) if self.f.captures else inner, level + 1, var_dtypes,
                           in_branch=in_branch)
-        bound = self.draw(st.integers(0, 4))
-        mi = self.draw(st.one_of(st.none(), st.integers(0, 4))) if self.f.max_iterations else None
+        bound = self.draw(st.integers(0, self.max_bound))
+        mi = self.draw(st.one_of(st.none(), st.integers(0, self.max_bound))) if self.f.max_iterations else None
         targets = (self.fresh("v"), *(self.fresh("v") for _ in vars_))
         return Loop(lid, targets, counter, bound, vars_, pred, body, self._pi(), mi)
 
@@ -242,7 +244,7 @@ class _Gen:
         vname, vdt = self.draw(st.sampled_from(self._vectors(scope)))
         d = vdt[len("vec:"):]
         sid = self.fresh("scan")
-        carry, elem = self.fresh("c"), self.fresh("x")
+        carry, elem = self.fresh("c"), self.fresh("e")
         inner = [(carry, d), (elem, d)]
         if self.f.captures:
             inner = scalars(scope) + inner
@@ -271,10 +273,11 @@ def _bound(s: Stmt) -> list[tuple[str, str]]:
 @st.composite
 def programs(draw: Any, int_only: bool = False, max_depth: int = 3, max_stmts: int = 3,
              feats: Optional[Features] = None, differentiable: bool = False, float_dtype: str = F64,
-             **fixed: bool) -> Program:
-    """A structured program. ``fixed`` pins swarm flags (e.g. ``programs(loops=True)``)."""
+             max_bound: int = 4, max_vars: int = 2, **fixed: bool) -> Program:
+    """A structured program. ``fixed`` pins swarm flags (e.g. ``programs(loops=True)``); loops run at
+    most ``max_bound`` iterations and carry at most ``max_vars`` variables besides their counter."""
     f = feats if feats is not None else draw(features(int_only=int_only, **fixed))
-    g = _Gen(draw, f, max_depth, differentiable, float_dtype, max_stmts)
+    g = _Gen(draw, f, max_depth, differentiable, float_dtype, max_stmts, max_bound, max_vars)
     inputs = [InputDecl("x0", INT), InputDecl("x1", INT)]
     if f.floats:
         inputs.append(InputDecl("f0", float_dtype))

@@ -349,3 +349,13 @@ def test_run_stats_report_the_backend() -> None:
     sess.run(y, {x: 0})
     stats = sess.last_result.stats
     assert stats["backend"] == "fast" and stats["stages"] == 1 and stats["stack_chunks_swapped"] == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ill_formed_graph_is_rejected_before_running(backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])  # the back edge is never bound
+        y = raw.exit(m)
+    with pytest.raises(tn.ValidationError):
+        run(g, backend, y)

@@ -161,3 +161,21 @@ def test_gradient_program_is_not_recompiled_for_a_new_trip_count() -> None:
         np.testing.assert_allclose(sess.run([y, dx], {x: 0.7, N: n}), ref.run([y, dx], {x: 0.7, N: n}), rtol=1e-9)
     assert sess.backend.compile_count == compiles
     assert sess.last_result.stats["stack_chunks_swapped"] > 0
+
+
+def test_nested_stack_outgrowing_its_chunk_is_rerun_with_a_larger_chunk() -> None:
+    # inner loop pushes 5 values per outer iteration into a chunk of 1: the run is repeated with a
+    # larger capacity (see turnout.fast.stacks) and the gradient is unchanged: y = x**15, 15 x**14
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def outer(i, y):
+            _, y2 = tn.while_loop(lambda j, y: j < 5, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
+            return i + 1, y2
+
+        _, y = tn.while_loop(lambda i, y: i < 3, outer, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", stack_chunk=1)
+    np.testing.assert_allclose(sess.run([y, dx], {x: 1.01}), [1.01**15, 15 * 1.01**14], rtol=1e-12)
+    assert sess.last_result.stats["stack_capacity_retries"] > 0

@@ -272,3 +272,33 @@ def test_memory_report_without_loops_is_empty() -> None:
         tn.gradients(x * x, [x])
     rep = tn.memory_report(g)
     assert rep.loops == [] and str(rep) == "no gradient stacks"
+
+
+def test_hand_built_cond_switch_merge_duality() -> None:
+    """A conditional built from raw Switch / Merge: y = (x^2 c if p else 2x) * x.
+    p: dy/dx = 3 x^2 c = 54, dy/dc = x^3 = 27 (x=3, c=2); not p: dy/dx = 4x = 12, dy/dc = 0."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [], name="x")
+        c = tn.placeholder(F, [], name="c")
+        p = tn.placeholder(tn.bool, [], name="p")
+        xf, xt = tn.raw.switch(x, p)
+        _, ct = tn.raw.switch(c, p)
+        m, _ = tn.raw.merge([xf * 2.0, xt * xt * ct])
+        grads = tn.gradients(m * x, [x, c])
+    assert run(g, grads, {x: 3.0, c: 2.0, p: True}) == [54.0, 27.0]
+    assert run(g, grads, {x: 3.0, c: 2.0, p: False}) == [12.0, 0.0]
+
+
+def test_hand_built_loop_is_refused_clearly() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [], name="x")
+        e = tn.raw.enter(x, "raw_frame")
+        m, _ = tn.raw.merge([e, tn.graph.BACK_EDGE])
+        pred = tn.raw.loop_cond(m < 10.0)
+        out, body = tn.raw.switch(m, pred)
+        tn.raw.close_back_edge(m, tn.raw.next_iteration(body * 2.0))
+        y = tn.raw.exit(out)
+        with pytest.raises(tn.GradientError, match="hand-built control flow"):
+            tn.gradients(y, [x])

@@ -98,8 +98,10 @@ def test_feed_key_errors() -> None:
     sess = tn.Session(g)
     with pytest.raises(tn.FeedError):
         sess.run(t["z"], {ot["x"]: [1.0, 2.0]})
-    with pytest.raises(KeyError):
+    with pytest.raises(tn.FeedError, match="no_such_node"):
         sess.run(t["z"], {"no_such_node:0": 1.0})
+    with pytest.raises(tn.FeedError, match="x:7"):
+        sess.run(t["z"], {"x:7": 1.0})
     with pytest.raises(tn.FeedError):
         sess.run(t["z"], {3: 1.0})
 

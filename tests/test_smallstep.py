@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from turnout.semantics import explore as ex
-from turnout.semantics import smallstep as ss
 
 import turnout as tn
 from turnout.frames import static_frames
 from turnout.kernels import KERNELS
 from turnout.primitives import PRIMITIVES
+from turnout.semantics import explore as ex
+from turnout.semantics import smallstep as ss
 
 SCHEDULES = [("fifo", 0), ("lifo", 0)] + [("random", s) for s in range(10)]
 
@@ -374,6 +374,38 @@ def test_stacks_are_keyed_by_index_not_by_push_order():
                               control_inputs=[p0, p1]).outputs[0] for k in (0, 1)]
     r = run_all(g, pops)
     assert [float(v) for v in r.values] == [5.0, 7.0]
+
+
+def test_a_fed_tensor_is_cut_out_of_the_graph():
+    """Feeding replaces a root-frame tensor: its producer does not run for it, so a Placeholder behind
+    it need not be fed, and a fed Placeholder never fires."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+        y = tn.multiply(x, 2, name="double")
+        z = tn.add(y, 1, name="inc")
+    r = ss.run(g, [z, y], {y: 10})
+    assert [int(v) for v in r.values] == [11, 10]
+    assert {name for name, _ in r.counts} == {"inc", "Const_1"}
+    r = ss.run(g, [z], {"x:0": 4})
+    assert int(r.values[0]) == 9 and ("x", ()) not in r.counts and ("double", ()) in r.counts
+    with pytest.raises(tn.FeedError, match="x"):
+        ss.run(g, [z])
+
+
+def test_the_backend_adapter_runs_under_a_session_and_keeps_variables(monkeypatch):
+    from turnout.session import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, "smallstep", "turnout.semantics.smallstep:SmallStepBackend")
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(1.0, name="v")
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        total = v.assign_add(x)
+    sess = tn.Session(g, backend="smallstep")
+    assert [float(sess.run(total, {x: 2.0})) for _ in range(3)] == [3.0, 5.0, 7.0]
+    assert float(sess.variables["v"]) == 7.0
+    assert sess.last_result.counts is not None and max(sess.last_result.counts.values()) == 1
 
 
 # ---- the state space: exhaustive exploration -------------------------------------------------------------

@@ -9,6 +9,7 @@ next to the well-formed counting loop it was derived from.
 from __future__ import annotations
 
 import gc
+import importlib
 import weakref
 from typing import Any
 
@@ -17,10 +18,12 @@ import pytest
 
 import turnout as tn
 from turnout import raw
-from turnout import validate as validate_mod
 from turnout.errors import ValidationError
 from turnout.graph import TensorSpec
 from turnout.validate import validate
+
+# The module, not the function that ``tn.validate`` (and so ``from turnout import validate``) names.
+validate_mod = importlib.import_module("turnout.validate")
 
 SRC = "test_validation.py"
 
@@ -347,3 +350,9 @@ def test_cached_results_do_not_keep_graphs_alive() -> None:
     del n
     gc.collect()
     assert ref() is None
+
+
+def test_tn_validate_stays_the_function_after_a_run() -> None:
+    n = counting_loop()
+    tn.Session(n["g"]).run(n["exit"])  # the reference interpreter imports turnout.validate
+    assert tn.validate is validate and callable(tn.validate)

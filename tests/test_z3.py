@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from turnout.semantics import symbolic as sy
-from turnout.semantics.structured import evaluate
 
 import turnout as tn
 from turnout.primitives import PRIMITIVES
+from turnout.semantics import symbolic as sy
+from turnout.semantics.structured import evaluate
 
 z3 = pytest.importorskip("z3")
 
@@ -320,12 +320,13 @@ def test_equivalence_checks_its_arguments() -> None:
 
 
 # ---- generated integer programs: predict == evaluate ------------------------------------------------
+@settings(max_examples=40)
 @given(st.data())
 def test_predict_equals_evaluate_on_generated_int_programs(data: st.DataObject) -> None:
     import programs
     import strategies
 
-    p = data.draw(strategies.programs(int_only=True, scan=False, max_depth=2))
+    p = data.draw(strategies.programs(int_only=True, scan=False, loops=True, conds=True, max_depth=3))
     built = programs.build(p)
     inputs = data.draw(strategies.inputs_for(p))
     feeds = built.feed_dict(inputs)

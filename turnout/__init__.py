@@ -91,6 +91,7 @@ from turnout.ops import (
     zeros,
     zeros_like,
 )
+from turnout.validate import validate  # eager: a lazy name would be shadowed by the submodule once imported
 from turnout.variables import Variable, global_variables, trainable_variables
 
 __version__ = "0.1.0"
@@ -112,7 +113,6 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         "gradients": ("turnout.gradients", "gradients"),
         "memory_report": ("turnout.gradients", "memory_report"),
         "train": ("turnout.train", None),
-        "validate": ("turnout.validate", "validate"),
         "pretty": ("turnout.inspect", "pretty"),
         "to_dot": ("turnout.inspect", "to_dot"),
         "save": ("turnout.serialize", "save"),

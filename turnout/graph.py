@@ -353,7 +353,11 @@ class Graph:
             ctrl.extend(group)
         if self._capture_enabled and ctx is not None:
             ctrl = [ctx.capture_control(c) for c in ctrl]
-            if not any(isinstance(t, Tensor) for t in ins) and not ctrl:
+            # An op with no inputs, or reading only loop invariants (constant Enters, live at every
+            # iteration), gets a control dependency on the pivot: otherwise it would run live at the
+            # exit iteration too and, feeding a NextIteration, keep the loop going forever
+            # (TensorFlow's _MaybeAddControlDependency does the same).
+            if not ctrl and all(_is_loop_invariant(t) for t in ins if isinstance(t, Tensor)):
                 ctrl = [ctx.pivot_node_for_sources()]
         seen: set[int] = set()
         ctrl = [c for c in ctrl if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
@@ -415,6 +419,10 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<tn.Graph with {len(self.nodes)} nodes>"
+
+
+def _is_loop_invariant(t: Tensor) -> bool:
+    return t.node.op == "Enter" and bool(t.node.attrs.get("is_constant"))
 
 
 def _check_visible(t: Tensor, ctx: Optional[ControlFlowContext], op: str) -> None:

@@ -2,13 +2,17 @@
 
 These create exactly one node each, with no capture and no pivots: what you build is what runs.
 A loop needs a cycle, so create its Merge with a pending slot (``BACK_EDGE``) and bind it with
-``close_back_edge`` once the NextIteration exists::
+``close_back_edge`` once the NextIteration exists. With no capture, a constant used inside the
+frame must be entered too (``is_constant=True``), or validation rejects the graph
+([W-Frame-Consistent])::
 
     e = raw.enter(x, "loop")
+    ten = raw.enter(tn.constant(10), "loop", is_constant=True)
+    one = raw.enter(tn.constant(1), "loop", is_constant=True)
     m, _ = raw.merge([e, raw.BACK_EDGE])
-    p = raw.loop_cond(m < 10)
+    p = raw.loop_cond(m < ten)
     f, t = raw.switch(m, p)
-    raw.close_back_edge(m, raw.next_iteration(t + 1))
+    raw.close_back_edge(m, raw.next_iteration(t + one))
     y = raw.exit(f)
 """
 

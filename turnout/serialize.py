@@ -41,6 +41,9 @@ from turnout import primitives
 from turnout import shapes as sh
 from turnout.errors import SerializationError, TurnoutError, ValidationError
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, _PendingBackEdge
+from turnout.shape_rules import infer
+from turnout.validate import spec_mismatch
+from turnout.validate import validate as _validate
 
 __all__ = [
     "FORMAT", "VERSION", "MAX_TEXT_CHARS", "MAX_NODES", "MAX_ARRAY_ELEMENTS", "MAX_DEPTH", "MAX_RANK",
@@ -109,6 +112,9 @@ def _encode_node(n: Node, i: int, pos: dict[str, int]) -> dict[str, Any]:
                 "back edge of a Merge; such a graph cannot be listed in creation order")
         inputs.append(f"{t.node.name}:{t.index}")
     try:
+        bad = [k for k in n.attrs if not isinstance(k, str) or not k or k.startswith("__")]
+        if bad:
+            raise _Fail(f"attr name {bad[0]!r} is not allowed (empty or starting with '__')")
         attrs = {k: _encode_value(n.attrs[k], 0) for k in sorted(n.attrs)}
     except _Fail as e:
         raise SerializationError(f"{where}, field 'attrs': {e}") from None
@@ -137,11 +143,17 @@ def _encode_float(x: float) -> Any:
 def _encode_value(v: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise _Fail(f"value nested deeper than {MAX_DEPTH} levels")
-    if v is None or isinstance(v, (bool, str)):
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        if len(v) > MAX_NAME_CHARS:
+            raise _Fail(f"string of {len(v)} characters exceeds the limit of {MAX_NAME_CHARS}")
         return v
     if isinstance(v, np.bool_):
         return bool(v)
     if isinstance(v, (int, np.integer)):
+        if not _INT64_MIN <= int(v) <= _INT64_MAX:
+            raise _Fail(f"integer {_short(v)} is outside the int64 range")
         return int(v)
     if isinstance(v, (float, np.floating)):
         return _encode_float(float(v))
@@ -150,8 +162,8 @@ def _encode_value(v: Any, depth: int) -> Any:
     if isinstance(v, (list, tuple)):
         return [_encode_value(x, depth + 1) for x in v]
     if isinstance(v, dict):
-        if not all(isinstance(k, str) for k in v):
-            raise _Fail(f"dict keys must be strings, got {sorted(map(repr, v))}")
+        if not all(isinstance(k, str) and not k.startswith("__") for k in v):
+            raise _Fail(f"dict keys must be strings not starting with '__', got {sorted(map(repr, v))}")
         out = {k: _encode_value(x, depth + 1) for k, x in v.items()}
         return {"dict": out} if len(out) == 1 and next(iter(out)) in _TAGS else out
     raise _Fail(f"a value of type {type(v).__name__} has no JSON form (only None, bool, int, float, str, "
@@ -163,6 +175,8 @@ def _encode_array(a: np.ndarray) -> dict[str, Any]:
         d = dt.as_dtype(a.dtype)
     except TypeError as e:
         raise _Fail(str(e)) from None
+    if a.size > MAX_ARRAY_ELEMENTS:
+        raise _Fail(f"array of {a.size} elements exceeds the limit of {MAX_ARRAY_ELEMENTS}")
     flat = a.ravel(order="C").tolist()
     if d.is_floating and not np.all(np.isfinite(a)):
         flat = [x if math.isfinite(x) else _nonfinite_name(x) for x in flat]
@@ -690,8 +704,6 @@ class _Builder:
                 raise SerializationError(f"{r.where}, field 'inputs'[{slot}]: cannot bind back edge {name}:{idx}: "
                                          f"{e}") from e
         if validate:
-            from turnout.validate import validate as _validate
-
             try:
                 _validate(g)
             except ValidationError as e:
@@ -759,9 +771,6 @@ class _Builder:
     def _checked_specs(self, r: _Record, ins: list[Tensor | _PendingBackEdge]) -> list[TensorSpec]:
         """Run the shape rule and check the recorded specs against it (``[W-Types]``: equal dtypes,
         compatible shapes); the node keeps its recorded specs, so the text round-trips exactly."""
-        from turnout.shape_rules import infer
-        from turnout.validate import spec_mismatch
-
         try:
             inferred = infer(r.op, [t for t in ins if isinstance(t, Tensor)], r.attrs, ins)
         except Exception as e:  # whatever the shape rule trips on, the document is at fault
@@ -774,8 +783,6 @@ class _Builder:
     def _merge_specs(self, r: _Record, ins: list[Tensor | _PendingBackEdge]) -> list[TensorSpec]:
         """A Merge keeps its recorded spec (a loop variable's shape invariant may be more general than
         its entry's shape), once checked against its bound inputs."""
-        from turnout.shape_rules import infer
-
         bound = [t for t in ins if isinstance(t, Tensor)]
         try:
             inferred = infer("Merge", bound, r.attrs)

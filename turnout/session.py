@@ -116,7 +116,10 @@ class Session:
         feeds: dict[Tensor, Any] = {}
         for k, v in (feed_dict or {}).items():
             if isinstance(k, str):
-                k = self.graph.tensor(k)
+                try:
+                    k = self.graph.tensor(k)
+                except (KeyError, IndexError, ValueError):
+                    raise FeedError(f"feed_dict key {k!r} names no tensor of this graph") from None
             if hasattr(k, "_as_tensor") and not isinstance(k, Tensor):
                 raise FeedError("feed a Variable by assigning it, not through feed_dict")
             if not isinstance(k, Tensor) or k.graph is not self.graph:

@@ -14,7 +14,8 @@ implements one well-formedness rule of ``specs/semantics.rst`` (section "Well-fo
 - ``[W-Merge-Bound]``: every back edge is bound, and a loop Merge's other inputs are non-constant
   Enters (its entry), so inputs arrive at iteration 0 only and back edges at iterations >= 1 only;
 - ``[W-Types]``: every node's output specs are re-inferred on the final graph and compared with the
-  recorded ones (equal dtypes, compatible shapes), Merge data inputs (back edges included) share a dtype, stack indices are int32 vectors;
+  recorded ones (equal dtypes, compatible shapes), Merge data inputs (back edges included) share a
+  dtype, stack indices are int32 vectors;
 - ``[W-Fetch-Root]``: fetched tensors belong to this graph and lie in the root frame.
 
 ``[W-Merge-Unique]`` is a condition on runs, not on graphs; the builders guarantee it and it is not

@@ -31,7 +31,7 @@ from turnout.control_flow.contexts import LoopVar, WhileContext
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
-from turnout.ops import convert_to_tensor, logical_and
+from turnout.ops import convert_to_tensor, identity, logical_and
 
 
 def _call(fn: Callable[..., Any], structure: Any, values: Any) -> Any:
@@ -172,6 +172,11 @@ def while_loop(
             if not (len(nest.flatten(out)) == len(leaves) and nest.is_nested(out) == nest.is_nested(loop_vars)):
                 raise
         flat_out = [ctx.capture(convert_to_tensor(to_graph_value(v))) for v in nest.flatten(out)]
+        # A body output that is a loop invariant itself goes through an Identity, which (reading only
+        # invariants) depends on the pivot: a NextIteration fed straight from a constant Enter would
+        # stay live after the predicate turns false, and the loop would never end.
+        flat_out = [identity(t) if t.node.op == "Enter" and t.node.attrs.get("is_constant") else t
+                    for t in flat_out]
         counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
     with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):

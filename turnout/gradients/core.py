@@ -139,7 +139,7 @@ class Backward:
         work: list[Node] = []
         for x in xs:
             for n, slot in cons[x.node.id]:
-                if n.raw_inputs[slot] is x or key(n.raw_inputs[slot]) == key(x):  # type: ignore[arg-type]
+                if key(n.raw_inputs[slot]) == key(x):  # type: ignore[arg-type]
                     work.append(n)
         while work:
             n = work.pop()
@@ -155,8 +155,6 @@ class Backward:
                 t = c.raw_inputs[slot]
                 if isinstance(t, Tensor) and is_differentiable_dtype(t.dtype):
                     work.append(c)
-            if n.op == "StackPop":
-                continue
         if tainted_stacks:  # values hidden behind a stack: their pops depend on xs too
             for n in self.g.nodes:
                 if n.op == "StackPop" and _stack_root(n.inputs[0]).id in tainted_stacks and n.id not in seen:
@@ -336,10 +334,11 @@ class Backward:
         g = self.g
         other = info.branches[1 - branch]
         assert other.pivot is not None
-        with g._in_context(other), g._no_capture(), g.control_dependencies(None):
+        with g._in_context(other), g._no_capture(), g.control_dependencies(None), stacks.no_scope(g):
             filler = _filler(g, t, other.pivot)
         pair = [filler, t] if branch == 1 else [t, filler]
-        with g._in_context(info.branches[branch].outer), g._no_capture(), g.control_dependencies(None):
+        with g._in_context(info.branches[branch].outer), g._no_capture(), g.control_dependencies(None), \
+                stacks.no_scope(g):
             m = g.create_node("Merge", pair, name=f"{info.name}/gradient_export",
                               specs=[t.spec, TensorSpec(dt.int32, ())])
         info.merges.append(m)
@@ -375,9 +374,9 @@ class Backward:
         """[counters of all enclosing forward loops, outermost first], inside ``w``."""
         if w.id not in self._fwd_index:
             g = self.g
-            with g._in_context(w), g.control_dependencies(None), g.name_scope("gradients"):
+            with g._in_context(w), g.control_dependencies(None), stacks.no_scope(g):
                 cs = [lp.counter.body_input.outputs[0] for lp in self._enclosing_loops(w)]  # type: ignore[union-attr]
-                self._fwd_index[w.id] = ops.stack(cs, name="stack_index")
+                self._fwd_index[w.id] = ops.stack(cs, name=f"{w.name}/gradient_stack_index")
         return self._fwd_index[w.id]
 
     def _backward_index(self, i: int) -> Tensor:
@@ -439,9 +438,9 @@ class Backward:
         k = (kind, key(t))
         if k not in self._aux:
             g = self.g
-            with g._in_context(t.node.context), g.control_dependencies(None), g.name_scope("gradients"):
+            with g._in_context(t.node.context), g.control_dependencies(None), stacks.no_scope(g):
                 op = "Shape" if kind == "shape" else "TensorArraySize"
-                self._aux[k] = g.create_node(op, [t]).outputs[0]
+                self._aux[k] = g.create_node(op, [t], name=f"{t.node.name}/gradient_{kind}").outputs[0]
         return self.value(self._aux[k])
 
     # ---- helpers for rules --------------------------------------------------------------------------
@@ -451,7 +450,19 @@ class Backward:
         return self._forward_aux("shape", t)
 
     def size_of(self, ta: Tensor) -> Tensor:
-        return self._forward_aux("size", ta)
+        """The size of TensorArray ``ta``, from where it was made when that is visible (a static
+        unstacked shape, or the size given to TensorArrayNew), so nothing need be saved for it."""
+        t = self.canonical(ta)
+        while t.node.op in ("TensorArrayWrite", "TensorArrayAdd"):
+            t = self.canonical(t.node.inputs[0])
+        if t.node.op == "TensorArrayUnstack":
+            x = t.node.inputs[0]
+            if x.shape is not None and x.shape[0] is not None:
+                return ops.constant(np.asarray(x.shape[0], np.int32), dtype=dt.int32)
+            return ops.getitem(self.shape_of(x), 0)
+        if t.node.op == "TensorArrayNew":
+            return self.value(t.node.inputs[0])
+        return self._forward_aux("size", t)
 
     def zeros_like(self, t: Tensor) -> Tensor:
         """Zeros of ``t``'s type, built in the current backward context."""

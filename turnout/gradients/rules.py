@@ -6,9 +6,9 @@ input (None where there is none). Rules never read forward tensors directly: ``b
 forward value ``t`` as seen from the backward code being built, which is where loop gradients pop saved
 values off a stack (the paper, Sec. 5.2). Reading only what a rule needs is what keeps stacks small.
 
-Control-flow primitives have no entry here: builder-made conds and loops are differentiated as whole
-constructs (``turnout.gradients.control_flow``), which is the Switch <-> Merge and Enter <-> Exit
-duality of the paper, Sec. 5.1.
+Builder-made conds and loops are differentiated as whole constructs (``turnout.gradients.control_flow``),
+which is the Switch <-> Merge and Enter <-> Exit duality of the paper, Sec. 5. The Switch and Merge
+rules below serve hand-built conditionals (``tn.raw``): the same duality, op by op.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ NON_DIFFERENTIABLE: frozenset[str] = frozenset({
     "VarHandle", "AssignVariable", "AssignAddVariable", "AssignSubVariable", "StackNew", "StackPush",
 })
 
-#: differentiated as whole builder constructs (conds and loops), not op by op.
-STRUCTURED: frozenset[str] = frozenset({"Switch", "Merge", "Enter", "Exit", "NextIteration"})
+#: differentiated only as parts of whole builder-made loops (a hand-built loop has no trip count or
+#: frame the backward loop could mirror): met on their own, they raise a GradientError.
+STRUCTURED: frozenset[str] = frozenset({"Enter", "Exit", "NextIteration"})
 
 #: a gradient path through these cannot be built (StackPop: the forward value it stands for is hidden
 #: behind the stack, so second-order gradients through loops would silently be wrong).
@@ -193,6 +194,31 @@ def _cast(b, n, dys):
     if not (x.dtype.is_floating and n.outputs[0].dtype.is_floating):
         return [None]  # casts to or from integers carry no gradient
     return [ops.cast(dys[0], x.dtype)]
+
+
+# ---- hand-built conditionals: Switch <-> Merge ------------------------------------------------------
+@_grad("Merge")
+def _merge(b, n, dys):
+    """The gradient of Merge is a Switch: input i gets dy exactly when it was the live one
+    (value_index == i); on the other inputs' paths the gradient is dead, as their values were."""
+    if dys[0] is None:
+        return [None] * len(n.inputs)
+    idx = b.value(n.outputs[1])
+    return [dys[0].graph.create_node("Switch", [dys[0], ops.equal(idx, i)], name="gradients/merge_grad").outputs[1]
+            for i in range(len(n.inputs))]
+
+
+@_grad("Switch")
+def _switch(b, n, dys):
+    """The gradient of Switch is a Merge of its outputs' gradients; an output without one contributes
+    zeros that are live exactly when that output was (a Switch of zeros on the same predicate)."""
+    x, p = n.inputs
+    pv = b.value(p)
+    ds = list(dys)
+    for k in (0, 1):
+        if ds[k] is None:
+            ds[k] = pv.graph.create_node("Switch", [b.zeros_like(x), pv], name="gradients/switch_zeros").outputs[k]
+    return [ds[0].graph.create_node("Merge", ds, name="gradients/switch_grad").outputs[0], None]
 
 
 # ---- linear algebra and structure ---------------------------------------------------------------------

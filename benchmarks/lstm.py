@@ -1,0 +1,127 @@
+"""An LSTM training step (forward + gradient w.r.t. the weights) over a run-time sequence length.
+
+Turnout: one graph with a ``while_loop`` whose trip count ``T`` is fed, over inputs padded to the
+longest length; ``tn.gradients`` builds the backward loop with stacks, which the fast backend lowers
+to chunked device buffers. It compiles once for every length. Baseline: ``jax.value_and_grad`` of a
+``lax.scan`` over ``xs[:T]`` — the length is a static shape there, so every new length recompiles.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+import turnout as tn
+from benchmarks.common import timed
+
+
+def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    w0 = (rng.normal(size=(inp + hidden, 4 * hidden)) * 0.05).astype(np.float32)
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [t_max, batch, inp], name="xs")
+        T = tn.placeholder(tn.int32, [], name="T")
+        W = tn.Variable(w0, name="W")
+        b = tn.Variable(np.zeros(4 * hidden, np.float32), name="b")
+        H = hidden
+        # Read the weights once, outside the loop: they are then loop invariants (Enter(is_constant)),
+        # which the backward loop accumulates into, instead of a ReadVariable per iteration whose value
+        # the gradient would have to save on a stack every iteration.
+        w, bb = W.read(), b.read()
+
+        def body(t, h, c, loss):
+            z = tn.matmul(tn.concat([xs[t], h], 1), w) + bb
+            i, f = tn.sigmoid(z[:, 0:H]), tn.sigmoid(z[:, H:2 * H])
+            o, gg = tn.sigmoid(z[:, 2 * H:3 * H]), tn.tanh(z[:, 3 * H:])
+            c2 = f * c + i * gg
+            h2 = o * tn.tanh(c2)
+            return t + 1, h2, c2, loss + tn.reduce_mean(h2 * h2)
+
+        zeros = tn.zeros([batch, hidden], tn.float32)
+        _, _, _, loss = tn.while_loop(lambda t, h, c, loss: t < T, body,
+                                      [tn.constant(0), zeros, zeros, tn.constant(0.0)])
+        dW, db = tn.gradients(loss, [W, b])
+    return {"graph": g, "xs": xs, "T": T, "loss": loss, "grads": [dW, db], "w0": w0}
+
+
+def jax_step(hidden: int) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    traces = {"n": 0}
+
+    def loss_fn(params: Any, xs: Any) -> Any:
+        traces["n"] += 1
+        W, b = params
+        batch = xs.shape[1]
+
+        def cell(carry: Any, x: Any) -> Any:
+            h, c = carry
+            z = jnp.concatenate([x, h], 1) @ W + b
+            H = hidden
+            i, f = jax.nn.sigmoid(z[:, :H]), jax.nn.sigmoid(z[:, H:2 * H])
+            o, gg = jax.nn.sigmoid(z[:, 2 * H:3 * H]), jnp.tanh(z[:, 3 * H:])
+            c2 = f * c + i * gg
+            h2 = o * jnp.tanh(c2)
+            return (h2, c2), jnp.mean(h2 * h2)
+
+        zeros = jnp.zeros((batch, hidden), jnp.float32)
+        _, losses = jax.lax.scan(cell, (zeros, zeros), xs)
+        return jnp.sum(losses)
+
+    return jax.jit(jax.value_and_grad(loss_fn)), traces
+
+
+def run(quick: bool) -> dict[str, Any]:
+    import jax.numpy as jnp
+
+    if quick:
+        batch, inp, hidden, lengths, repeat, chunk = 16, 32, 32, [10, 20, 50], 2, 16
+    else:
+        batch, inp, hidden, lengths, repeat, chunk = 64, 256, 256, [100, 200, 500, 1000], 2, 128
+    t_max = max(lengths)
+    m = build(batch, inp, hidden, t_max)
+    rng = np.random.default_rng(1)
+    xs = rng.normal(size=(t_max, batch, inp)).astype(np.float32)
+    sess = tn.Session(m["graph"], backend="fast", stack_chunk=chunk)
+    step, traces = jax_step(hidden)
+    params = (jnp.asarray(m["w0"]), jnp.zeros(4 * hidden, jnp.float32))
+    rows = []
+    compiles0 = None
+    for T in lengths:
+        print(f"  lstm T={T}", flush=True)
+        fetch = [m["loss"], *m["grads"]]
+        feed = {m["xs"]: xs, m["T"]: T}
+        t0 = time.perf_counter()
+        got = sess.run(fetch, feed)
+        first = time.perf_counter() - t0
+        if compiles0 is None:
+            compiles0 = sess.backend.compile_count
+        tt = timed(lambda: sess.run(fetch, feed), repeat)  # noqa: B023
+        tt["first_s"] = first
+        stats = sess.last_result.stats
+        xs_t = jnp.asarray(xs[:T])
+        jt = timed(lambda: [np.asarray(a) for a in jax_tree_leaves(step(params, xs_t))], repeat)  # noqa: B023
+        (jl, (jdw, jdb)) = step(params, xs_t)
+        agree = bool(np.allclose(got[0], jl, rtol=2e-3) and np.allclose(got[1], jdw, rtol=2e-2, atol=1e-5))
+        rows.append({
+            "T": T, "fast": tt, "jax_scan": jt, "fast_over_jax": tt["median_s"] / jt["median_s"], "agree": agree,
+            "stack_chunks_swapped": stats["stack_chunks_swapped"],
+            "peak_device_stack_bytes": stats["peak_device_stack_bytes"],
+            "peak_host_stack_bytes": stats["peak_host_stack_bytes"],
+        })
+    return {
+        "name": "lstm", "batch": batch, "input": inp, "hidden": hidden, "lengths": lengths, "stack_chunk": chunk,
+        "rows": rows,
+        "fast_recompiles_after_first_length": sess.backend.compile_count - (compiles0 or 0),
+        "jax_traces": traces["n"],
+    }
+
+
+def jax_tree_leaves(x: Any) -> list[Any]:
+    import jax
+
+    return jax.tree_util.tree_leaves(x)

@@ -1,0 +1,101 @@
+"""Run every benchmark, write ``benchmarks/results/latest.json`` and a Markdown summary.
+
+Usage: ``python benchmarks/run.py [--quick] [--only NAME ...]``. All benchmarks run in this one
+process, one after the other, so every ratio compares runs on the same machine under the same load.
+Optional peers (TensorFlow, PyTorch) are not required and are not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import cond_in_loop, loop_trivial, lstm  # noqa: E402
+from benchmarks.common import machine  # noqa: E402
+
+BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm}
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+
+def _ms(s: float) -> str:
+    return f"{1e3 * s:.2f}"
+
+
+def summary(res: dict[str, Any]) -> str:
+    lines = [f"# Turnout benchmarks ({'quick' if res['quick'] else 'full'})", "",
+             f"Machine: {res['machine']['cpu_count']} CPUs, devices {res['machine']['devices']}, "
+             f"jax {res['machine']['jax']}, {res['machine']['platform']}", ""]
+    b = res["benchmarks"]
+    if "loop_trivial" in b:
+        r = b["loop_trivial"]
+        lines += ["## Trivial-body loop", "",
+                  "| N | Turnout fast (ms) | jax.jit(lax.while_loop) (ms) | ratio | first call fast / jax (ms) |",
+                  "|---|---|---|---|---|",
+                  f"| {r['N']} | {_ms(r['fast']['median_s'])} | {_ms(r['jax_while_loop']['median_s'])} | "
+                  f"{r['fast_over_jax']:.2f} | {_ms(r['fast']['first_s'])} / {_ms(r['jax_while_loop']['first_s'])} |",
+                  ""]
+    if "cond_in_loop" in b:
+        r = b["cond_in_loop"]
+        lines += ["## Cond inside a loop", "",
+                  "| N | Turnout fast (ms) | lax.cond in lax.while_loop (ms) | ratio |", "|---|---|---|---|",
+                  f"| {r['N']} | {_ms(r['fast']['median_s'])} | {_ms(r['jax_cond_in_while']['median_s'])} | "
+                  f"{r['fast_over_jax']:.2f} |", ""]
+    if "lstm" in b:
+        r = b["lstm"]
+        lines += [f"## LSTM training step (batch {r['batch']}, input {r['input']}, hidden {r['hidden']}, "
+                  f"stack_chunk {r['stack_chunk']})", "",
+                  "| T | Turnout fast (ms) | first call (ms) | jax value_and_grad(scan) (ms) | first call (ms) | ratio "
+                  "| chunks swapped | agree |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            lines.append(f"| {row['T']} | {_ms(row['fast']['median_s'])} | {_ms(row['fast']['first_s'])} | "
+                         f"{_ms(row['jax_scan']['median_s'])} | {_ms(row['jax_scan']['first_s'])} | "
+                         f"{row['fast_over_jax']:.2f} | {row['stack_chunks_swapped']} | {row['agree']} |")
+        lines += ["", f"Recompilations across lengths: Turnout fast {r['fast_recompiles_after_first_length']} "
+                      f"(after the first length), JAX scan {r['jax_traces']} traces for "
+                      f"{len(r['lengths'])} lengths.", ""]
+    refs = [(k, v["reference"]) for k, v in b.items() if "reference" in v]
+    if refs:
+        lines += ["## Reference interpreter", "", "| program | N | firings | firings/s |", "|---|---|---|---|"]
+        for k, v in refs:
+            fps = f"{v['firings_per_s']:.0f}" if v.get("firings_per_s") else "n/a"
+            lines.append(f"| {k} | {v['N']} | {v['firings']} | {fps} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), help="run only these")
+    args = ap.parse_args(argv)
+    import jax
+
+    res: dict[str, Any] = {"quick": args.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "machine": machine(), "benchmarks": {}}
+    with jax.enable_x64(True):
+        for name in args.only or list(BENCHMARKS):
+            print(f"running {name} ...", flush=True)
+            t0 = time.perf_counter()
+            res["benchmarks"][name] = BENCHMARKS[name].run(args.quick)
+            res["benchmarks"][name]["wall_s"] = time.perf_counter() - t0
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    text = summary(res)
+    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""Named regression tests: each is a minimal closed-form program that once failed a property test.
+
+Each docstring says which check found it, what went wrong and why the expected value is right.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from programs import assert_values_equal
+
+import turnout as tn
+from turnout.semantics import smallstep, structured
+from turnout.session import RunOptions
+
+GUARD = RunOptions(max_firings=20_000, max_iterations=100)
+
+
+def _all_executors(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, object]) -> dict[str, list]:
+    return {
+        "reference": tn.Session(g).run(fetches, feeds, options=GUARD),
+        "structured": structured.evaluate(g, fetches, feeds).values,
+        "smallstep": smallstep.run(g, fetches, feeds, max_steps=5_000).values,
+    }
+
+
+def test_regression_loop_body_returning_a_loop_invariant_terminates() -> None:
+    """Found by T2 (the generator's first loop program). A body that returns an outside tensor
+    unchanged made ``NextIteration(Enter_const(x))``: an invariant is live at *every* iteration, so the
+    NextIteration stayed live after the predicate turned false and the loop never ended in the dataflow
+    executors (the structured evaluator, which reads the loop as a Python ``while``, was right).
+
+    Two trips: ``v`` becomes ``x`` = 5."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        _, v = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, x), [tn.constant(0), tn.constant(7)])
+    for name, got in _all_executors(g, [v], {x: 5}).items():
+        assert_values_equal(got, [np.asarray(5, np.int32)], name)
+
+
+def test_regression_loop_body_op_on_invariants_only_terminates() -> None:
+    """Same bug, one op later: ``x * x`` reads only loop invariants, so without a control dependency on
+    the loop's pivot it fires live at every iteration, including the one where the loop exits.
+    TensorFlow's builder adds that dependency (``_MaybeAddControlDependency``); so must Turnout's.
+
+    Two trips: ``v`` becomes ``x * x`` = 25."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        _, v = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, x * x), [tn.constant(0), tn.constant(7)])
+    for name, got in _all_executors(g, [v], {x: 5}).items():
+        assert_values_equal(got, [np.asarray(25, np.int32)], name)
+
+
+def test_regression_zero_trip_loop_returning_invariant_keeps_initial_value() -> None:
+    """Zero trips of the same shape of body: the result is the initial value 7, not ``x``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        _, v = tn.while_loop(lambda i, v: i < 0, lambda i, v: (i + 1, x), [tn.constant(0), tn.constant(7)])
+    for name, got in _all_executors(g, [v], {x: 5}).items():
+        assert_values_equal(got, [np.asarray(7, np.int32)], name)
