@@ -27,6 +27,7 @@ Conventions (the spec's notation in Python):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -416,7 +417,7 @@ class _Update:
 
 
 def _replace(rec: Instance, **changes: Any) -> Instance:
-    return Instance(**{**rec.__dict__, **changes})
+    return dataclasses.replace(rec, **changes)
 
 
 # ---- enabling: which firings the rules allow ------------------------------------------------------------

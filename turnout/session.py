@@ -23,6 +23,7 @@ from turnout.graph import Graph, Node, Tensor, get_default_graph
 BACKENDS: dict[str, str] = {
     "reference": "turnout.reference.executor:ReferenceBackend",
     "fast": "turnout.fast.backend:FastBackend",
+    "smallstep": "turnout.semantics.smallstep:SmallStepBackend",
 }
 
 
