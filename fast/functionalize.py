@@ -434,7 +434,6 @@ class _Raiser:
         exit_side = self.build_items(frozenset({(lck, False)}), phases["exit"])
         header_ids = {n.id for it in header for n in self.nodes_of(it)}
         header_ids |= {m.id for _, m, _, _, _ in sh["loop_vars"]}  # type: ignore[attr-defined]
-        header_ids |= {e.id for e in sh["invariants"]}  # type: ignore[attr-defined]
         readers = [n for it in body + exit_side for n in self.nodes_of(it)]
         readers += [lc, *sh["switches"], *sh["nexts"]]  # type: ignore[list-item]
         carried: dict[Key, Tensor] = {}

@@ -132,9 +132,9 @@ class StructuredForm:
             if isinstance(ctx, WhileContext):
                 for lv in ctx.loop_vars:
                     self.loop_merges.add(lv.merge.id)
-                    for n, s in ((lv.switch, self.loop_switches), (lv.body_input, self.body_inputs)):
-                        if n is not None:
-                            s.add(n.id)
+                    for part, ids in ((lv.switch, self.loop_switches), (lv.body_input, self.body_inputs)):
+                        if part is not None:
+                            ids.add(part.id)
                     if lv.exit is not None:
                         self.while_of_exit[lv.exit.id] = ctx
             elif isinstance(ctx, CondContext) and ctx.branch == 1:
@@ -143,9 +143,9 @@ class StructuredForm:
                 for m in info.merges:
                     self.cond_of[m.id] = info
         for n in self.graph.nodes:
-            ctx = n.context
-            if n.op == "Enter" and isinstance(ctx, WhileContext) and n.attrs.get("frame_name") == ctx.frame_name:
-                self.while_of_enter[n.id] = n.context
+            home = n.context
+            if n.op == "Enter" and isinstance(home, WhileContext) and n.attrs.get("frame_name") == home.frame_name:
+                self.while_of_enter[n.id] = home
             elif n.op == "Switch" and n.id not in self.cond_of:
                 # [S-Cond] lowering: an outside value read by a branch goes through Switch(value, pred);
                 # its consumers are nodes of the branch itself, or the cond's Merges.

@@ -16,13 +16,12 @@ negative half.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 from hypothesis import strategies as st
-
-import turnout as tn
 from programs import (
     BOOL,
     F64,
@@ -47,6 +46,8 @@ from programs import (
     Stmt,
     Unary,
 )
+
+import turnout as tn
 
 
 @dataclass(frozen=True)

@@ -346,7 +346,7 @@ def _programs() -> list[tuple[str, Any]]:
             v = tn.Variable(2, name="v")
 
             def body(i: tn.Tensor) -> tn.Tensor:
-                with tn.control_dependencies([i]):  # see the xfail test below for why
+                with tn.control_dependencies([i]):  # an assign ordered by a control edge on i
                     a = v.assign(v.read() * 2)
                 with tn.control_dependencies([a]):
                     return i + 1
@@ -379,10 +379,9 @@ def test_agrees_with_the_reference_interpreter(name: str, make: Any) -> None:
     assert {k: v.tolist() for k, v in r.variables.items()} == {k: v.tolist() for k, v in store.items()}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lowering bug outside semantics/: a body op whose inputs are all loop invariants (Enter is_constant) "
-    "gets no control dependency on the body pivot, so the dataflow runs it once more, at the exit iteration"))
 def test_body_op_with_only_invariant_inputs_runs_once_per_trip() -> None:
+    """Regression: the lowering once gave an op reading only loop invariants (Enter is_constant) no
+    control dependency on the body pivot, so the dataflow ran it again at the exit iteration."""
     g = tn.Graph()
     with g.as_default():
         v = tn.Variable(0, name="v")
@@ -396,9 +395,10 @@ def test_body_op_with_only_invariant_inputs_runs_once_per_trip() -> None:
         n = tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
         with tn.control_dependencies([n]):
             after = v.read()
-    assert int(evaluate(g, [after]).values[0]) == 21  # the structured meaning: 3 trips of v += 7
+    r = evaluate(g, [after])
+    assert int(r.values[0]) == 21  # the structured meaning: 3 trips of v += 7
     values, live, _ = _reference(g, [after], {})
-    assert int(values[0]) == 21
+    assert int(values[0]) == 21 and set(r.live) == live
 
 
 # ---- generated programs: the evaluator against the AST interpreter and the reference ------------------
@@ -406,7 +406,8 @@ def test_body_op_with_only_invariant_inputs_runs_once_per_trip() -> None:
 @given(st.data())
 def test_generated_programs_agree_with_the_ast_interpreter_and_the_reference(data: st.DataObject) -> None:
     """Values and loop trip counts equal those of ``tests/programs.interpret`` (a direct Python reading
-    of the AST that owes nothing to the graph), and values equal the reference interpreter's."""
+    of the AST that owes nothing to the graph); values and the set of live firings equal the reference
+    interpreter's ([T2-Adequacy], [T5-Deadness-Soundness])."""
     import programs
     import strategies
 
@@ -421,4 +422,6 @@ def test_generated_programs_agree_with_the_ast_interpreter_and_the_reference(dat
         got = sorted(v for (frame, _), v in r.trip_counts.items() if frame == ctx.frame_name)
         if got:  # a loop whose results nothing fetched is pruned, as in the dataflow interpreters
             assert got == sorted(want.trips.get(loop_id, [])), f"trip counts of {loop_id}"
-    programs.assert_values_equal(r.values, tn.Session(built.graph).run(built.fetches, feeds), "structured vs reference")
+    values, live, _ = _reference(built.graph, built.fetches, feeds)
+    programs.assert_values_equal(r.values, values, "structured vs reference")
+    assert set(r.live) == live, "[T5-Deadness-Soundness]: the ops that ran live differ"
