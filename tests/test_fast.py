@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turnout as tn
 from turnout import raw
@@ -359,3 +361,19 @@ def test_ill_formed_graph_is_rejected_before_running(backend: str) -> None:
         y = raw.exit(m)
     with pytest.raises(tn.ValidationError):
         run(g, backend, y)
+
+
+@settings(max_examples=15)
+@given(st.data())
+def test_generated_programs_agree_with_the_ast_interpreter(data: st.DataObject) -> None:
+    """Generated nested loops / conds / cases / scans (tests/strategies.py): the fast backend gives the
+    values of ``programs.interpret``, a direct Python reading of the program's AST."""
+    import programs
+    import strategies
+
+    p = data.draw(strategies.programs(loops=True, conds=True, max_depth=3))
+    built = programs.build(p)
+    inputs = data.draw(strategies.inputs_for(p))
+    want = programs.interpret(p, inputs)
+    got = tn.Session(built.graph, backend="fast").run(built.fetches, feed_dict=built.feed_dict(inputs))
+    programs.assert_values_equal(got, want.values, "fast vs AST")

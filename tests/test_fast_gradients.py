@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import turnout as tn
 
@@ -179,3 +181,27 @@ def test_nested_stack_outgrowing_its_chunk_is_rerun_with_a_larger_chunk() -> Non
     sess = tn.Session(g, backend="fast", stack_chunk=1)
     np.testing.assert_allclose(sess.run([y, dx], {x: 1.01}), [1.01**15, 15 * 1.01**14], rtol=1e-12)
     assert sess.last_result.stats["stack_capacity_retries"] > 0
+
+
+@settings(max_examples=10)
+@given(st.data())
+def test_generated_program_gradients_agree_with_the_reference(data: st.DataObject) -> None:
+    """Gradients of generated float programs (nested loops, conds, scans; tests/strategies.py) on the
+    fast backend with tiny chunks (2 entries: many swaps) equal the reference backend's."""
+    import programs
+    import strategies
+
+    p = data.draw(strategies.float_programs(max_depth=2))
+    built = programs.build(p)
+    inputs = data.draw(strategies.inputs_for(p, wide=False))
+    xs = [t for t in built.placeholders.values() if t.dtype.is_floating]
+    ys = [f for f in built.fetches if f.dtype.is_floating]
+    assume(xs and ys)
+    with built.graph.as_default():
+        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+    assume(grads)
+    feeds = built.feed_dict(inputs)
+    ref = tn.Session(built.graph).run(grads, feed_dict=feeds)
+    got = tn.Session(built.graph, backend="fast", stack_chunk=2).run(grads, feed_dict=feeds)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import Built, Program, assert_values_equal, build, interpret, to_source
-from strategies import inputs_for, programs, programs_with_inputs, raw_graphs_ill_formed
+from strategies import float_programs, inputs_for, programs, programs_with_inputs, raw_graphs_ill_formed
 
 import turnout as tn
 from turnout.errors import ValidationError
@@ -175,9 +175,9 @@ def test_T1_confluence_schedulers(pi: tuple[Program, dict[str, Any]]) -> None:
     check_confluence_schedulers(*pi)
 
 
-@settings(max_examples=10)
+@settings(max_examples=20)
 @given(programs_with_inputs(int_only=True, max_depth=1, max_stmts=1, max_bound=2, max_vars=1, scan=False,
-                            case=False))
+                            case=False, loops=True))
 def test_T1_confluence_exhaustive(pi: tuple[Program, dict[str, Any]]) -> None:
     from turnout.semantics.explore import check_confluence
 
@@ -258,3 +258,30 @@ def test_generated_programs_print_and_build(p: Program, data: Any) -> None:
     a, c = interpret(p, inputs), interpret(p, inputs)
     assert_values_equal(a.values, c.values, "AST interpreter re-run")
     assert a.trips == c.trips and a.branches == c.branches
+
+
+@given(float_programs(), st.data())
+def test_T2_adequacy_float_programs(p: Program, data: Any) -> None:
+    """The gradient generator's programs (T6 uses them) run alike everywhere, and keep their promise:
+    float values use only differentiable ops, and only int values steer control flow."""
+    from programs import FLOATS, Bin, Case, Cast, Cmp, If, Let, Loop, Unary, walk
+
+    def exprs(e: Any) -> list[Any]:
+        out = [e]
+        for k in ("lhs", "rhs", "operand"):
+            if hasattr(e, k):
+                out += exprs(getattr(e, k))
+        return out
+
+    for s, _ in walk(p.body):
+        steering = [s.pred] if isinstance(s, If) else [s.index] if isinstance(s, Case) else []
+        if isinstance(s, Loop):
+            steering = list(s.pred.results)
+        for e in (x for root in steering for x in exprs(root)):
+            assert not (isinstance(e, Cmp) and e.lhs.dtype in FLOATS), f"a float steers control flow:\n{to_source(p)}"
+        if isinstance(s, Let):
+            for e in exprs(s.expr):
+                assert not isinstance(e, Cast)
+                if e.dtype in FLOATS and isinstance(e, (Bin, Unary)):
+                    assert e.op in ("add", "sub", "mul", "neg", "tanh", "sigmoid", "exp"), e.op
+    check_adequacy(p, data.draw(inputs_for(p)), smallstep_too=False)

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import numpy as np  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.database import InMemoryExampleDatabase  # noqa: E402
 from programs import Program, assert_values_equal, build, interpret, summarize, to_source  # noqa: E402
 from strategies import programs_with_inputs  # noqa: E402
@@ -38,9 +38,6 @@ from test_properties import (  # noqa: E402
     check_exactly_once,
     check_window,
 )
-
-
-DB_KEY = b"turnout-campaign"
 
 
 class _Stop(Exception):
@@ -123,15 +120,18 @@ class Campaign:
             print(f"  {self.tried} programs, {len(self.failures)} failure kinds, {left:.0f}s left", flush=True)
 
     def search(self) -> None:
+        # Reproducible search: hypothesis draws each run's seed from this generator. (An explicit
+        # @seed would switch the example database off, and the shrink phase needs it.)
+        from random import Random
+
+        from hypothesis.core import threadlocal
+
+        threadlocal._hypothesis_global_random = Random(self.seed)
         chunk = 0
         while time.monotonic() < self.deadline:
             run = settings(max_examples=200, database=self.db, deadline=None, phases=[Phase.generate],
                            suppress_health_check=list(HealthCheck), derandomize=False)(
                 given(programs_with_inputs())(self.body))
-            run = seed(self.seed * 1_000_003 + chunk)(run)
-            # A seeded hypothesis test does not use the example database unless given a key; give every
-            # run the same key so the shrink phase finds what the search saved.
-            run._hypothesis_internal_database_key = DB_KEY  # type: ignore[attr-defined]
             try:
                 run()
             except _Stop:
@@ -146,7 +146,6 @@ class Campaign:
         run = settings(max_examples=1, database=self.db, deadline=None, phases=[Phase.reuse, Phase.shrink],
                        suppress_health_check=list(HealthCheck), report_multiple_bugs=True)(
             given(programs_with_inputs())(self.body))
-        run._hypothesis_internal_database_key = DB_KEY  # type: ignore[attr-defined]
         try:
             run()
         except Exception:  # noqa: BLE001 - the shrunk failures were recorded by body
@@ -167,7 +166,7 @@ class Campaign:
         print(f"disagreements: {len(self.failures)} kind(s)")
         for kind, msg in self.failures.items():
             print(f"- {kind}: {msg}")
-        for kind, (p, inputs, msg) in self.shrunk.items():
+        for p, inputs, msg in self.shrunk.values():
             print(f"\nshrunk example ({msg[:200]}):\n{to_source(p)}\ninputs: {inputs}")
 
 
