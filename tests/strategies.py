@@ -23,7 +23,6 @@ from typing import Any, Optional
 import numpy as np
 from hypothesis import strategies as st
 from programs import (
-    BOOL,
     F64,
     FLOATS,
     INT,
@@ -410,6 +409,6 @@ def raw_graphs_ill_formed(draw: Any, kinds: Optional[list[str]] = None) -> IllFo
 
 
 __all__ = [
-    "BOOL", "Features", "IllFormed", "features", "float_programs", "inputs_for", "programs",
+    "Features", "IllFormed", "features", "float_programs", "inputs_for", "programs",
     "programs_with_inputs", "raw_graphs_ill_formed",
 ]

@@ -153,8 +153,7 @@ class Campaign:
 
     def report(self) -> None:
         print("\n=== Turnout differential campaign ===")
-        print(f"programs tried: {self.tried} (feature counts below are over the {self.tried - len(self.failures)}+ "
-              "that passed)")
+        print(f"programs tried: {self.tried} (the feature counts below are over those that passed every check)")
         print(f"checks: {', '.join(c.__name__ for c in self.checks)}")
         print(f"max nesting depth: {self.max_depth}")
         for k, v in sorted(self.features.items()):
