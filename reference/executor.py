@@ -15,10 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
-from turnout.reference import rules
-from turnout.reference.rules import DEAD, Inbox, Tag, Token
-from turnout.reference.scheduler import ReadyQueue
-from turnout.reference.trace import Trace, fmt_tag
 
 from turnout.errors import (
     DeadFetchError,
@@ -29,7 +25,11 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.frames import Frame, FrameAnalysis
-from turnout.graph import Graph, Node, Tensor
+from turnout.graph import Graph, Node, Tensor, ancestors
+from turnout.reference import rules
+from turnout.reference.rules import DEAD, Inbox, Tag, Token
+from turnout.reference.scheduler import ReadyQueue
+from turnout.reference.trace import Trace, fmt_tag
 from turnout.session import RunOptions, RunResult
 
 
@@ -58,18 +58,7 @@ def _validate(graph: Graph, fetches: list[Tensor]) -> FrameAnalysis:
 def make_plan(graph: Graph, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Plan:
     """Prune to the ancestors of the fetches, like TensorFlow: only what the fetches need runs."""
     fa = _validate(graph, fetches)
-    keep: dict[int, Node] = {}
-    stack = [t.node for t in fetches if (t.node.id, t.index) not in fed]
-    while stack:
-        n = stack.pop()
-        if n.id in keep:
-            continue
-        keep[n.id] = n
-        for t in n.raw_inputs:
-            if isinstance(t, Tensor) and (t.node.id, t.index) not in fed:
-                stack.append(t.node)
-        stack.extend(n.control_inputs)
-    nodes = sorted(keep.values(), key=lambda n: n.id)
+    nodes = list(ancestors(fetches, fed).values())
     consumers: dict[tuple[int, int], list[tuple[Node, int]]] = {}
     control_consumers: dict[int, list[Node]] = {}
     back: dict[int, frozenset[int]] = {}

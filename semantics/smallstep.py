@@ -47,7 +47,7 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.frames import Frame, static_frames
-from turnout.graph import Graph, Node, Tensor
+from turnout.graph import Graph, Node, Tensor, ancestors
 from turnout.kernels import TensorArrayValue, run_kernel
 from turnout.session import RunOptions, RunResult
 
@@ -248,18 +248,9 @@ def _as_tensor(graph: Graph, t: Any) -> Tensor:
 
 
 def _prune(fetches: Sequence[Tensor], fed: Mapping[tuple[int, int], Any]) -> dict[int, Node]:
-    """The nodes the fetches depend on through data and control edges, back edges included, stopping
-    at fed tensors (the pruning a session does; the semantics runs only these)."""
-    keep: dict[int, Node] = {}
-    stack = [t.node for t in fetches if (t.node.id, t.index) not in fed]
-    while stack:
-        n = stack.pop()
-        if n.id in keep:
-            continue
-        keep[n.id] = n
-        stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor) and (t.node.id, t.index) not in fed)
-        stack.extend(n.control_inputs)
-    return dict(sorted(keep.items()))
+    """The nodes the fetches depend on, stopping at fed tensors (the pruning a session does; the
+    semantics runs only these). A graph utility, not control-flow machinery."""
+    return ancestors(fetches, fed)
 
 
 def _feed_value(t: Tensor, v: Any) -> Any:

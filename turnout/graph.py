@@ -425,6 +425,22 @@ def _is_loop_invariant(t: Tensor) -> bool:
     return t.node.op == "Enter" and bool(t.node.attrs.get("is_constant"))
 
 
+def ancestors(fetches: Sequence[Tensor], fed: Any = ()) -> dict[int, Node]:
+    """The nodes ``fetches`` depend on through data and control edges (back edges included), stopping
+    at fed tensors — the pruning a session does (TensorFlow's too): only these nodes run. ``fed`` is a
+    collection of ``(node id, output index)`` keys. Returned by node id, in creation order."""
+    keep: dict[int, Node] = {}
+    stack = [t.node for t in fetches if (t.node.id, t.index) not in fed]
+    while stack:
+        n = stack.pop()
+        if n.id in keep:
+            continue
+        keep[n.id] = n
+        stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor) and (t.node.id, t.index) not in fed)
+        stack.extend(n.control_inputs)
+    return dict(sorted(keep.items()))
+
+
 def _check_visible(t: Tensor, ctx: Optional[ControlFlowContext], op: str) -> None:
     """A tensor made inside a cond branch or loop body cannot be used outside it (except via the
     builder's outputs)."""
