@@ -45,6 +45,7 @@ from turnout.errors import (
 )
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import run_kernel
+from turnout.tables import registrar
 
 Tag = tuple[tuple[str, int], ...]
 
@@ -370,13 +371,7 @@ NodeRule = Callable[["_Evaluator", Node, Tag, list[Any]], list[Any]]
 RULES: dict[str, NodeRule] = {}
 
 
-def _rule(*names: str) -> Callable[[NodeRule], NodeRule]:
-    def reg(f: NodeRule) -> NodeRule:
-        for name in names:
-            RULES[name] = f
-        return f
-
-    return reg
+_rule = registrar(RULES)
 
 
 class _Evaluator(Walker):

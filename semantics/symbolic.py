@@ -58,6 +58,7 @@ from turnout.errors import (
 )
 from turnout.graph import Graph, Node, Tensor, TensorSpec
 from turnout.semantics.structured import StructuredForm, Tag, Walker, in_loop
+from turnout.tables import registrar
 
 __all__ = [
     "BeyondBound", "EquivalenceResult", "SolverUnknown", "Z3_RULES", "Z3_UNSUPPORTED", "encode", "equivalent",
@@ -143,13 +144,7 @@ Rule = Callable[["_SymExec", Node, list[Sym]], list[Sym]]
 Z3_RULES: dict[str, Rule] = {}
 
 
-def _rule(*names: str) -> Callable[[Rule], Rule]:
-    def reg(f: Rule) -> Rule:
-        for n in names:
-            Z3_RULES[n] = f
-        return f
-
-    return reg
+_rule = registrar(Z3_RULES)
 
 
 def _out(n: Node, k: int = 0) -> TensorSpec:

@@ -18,6 +18,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout.errors import KernelError
+from turnout.tables import registrar
 
 Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
 KERNELS: dict[str, Kernel] = {}
@@ -40,13 +41,7 @@ class TensorArrayValue:
         return len(self.items)
 
 
-def _k(*names: str) -> Callable[[Kernel], Kernel]:
-    def reg(f: Kernel) -> Kernel:
-        for n in names:
-            KERNELS[n] = f
-        return f
-
-    return reg
+_k = registrar(KERNELS)
 
 
 def _np(d: Any) -> Any:

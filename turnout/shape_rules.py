@@ -17,18 +17,13 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Node, Tensor, TensorSpec
+from turnout.tables import registrar
 
 Rule = Callable[[str, Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
 SHAPE_RULES: dict[str, Rule] = {}
 
 
-def _rule(*names: str) -> Callable[[Rule], Rule]:
-    def reg(f: Rule) -> Rule:
-        for n in names:
-            SHAPE_RULES[n] = f
-        return f
-
-    return reg
+_rule = registrar(SHAPE_RULES)
 
 
 def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequence[Any] = ()) -> list[TensorSpec]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from turnout import dtypes as dt
 from turnout import ops
 from turnout.graph import Node, Tensor
+from turnout.tables import registrar
 
 if TYPE_CHECKING:
     from turnout.gradients.core import Backward
@@ -49,13 +50,7 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-def _grad(*names: str) -> Callable[[Rule], Rule]:
-    def reg(f: Rule) -> Rule:
-        for n in names:
-            GRAD_RULES[n] = f
-        return f
-
-    return reg
+_grad = registrar(GRAD_RULES)
 
 
 def _in(n: Node, i: int) -> Tensor:
