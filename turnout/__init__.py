@@ -30,6 +30,9 @@ from turnout.errors import (
     UnsupportedError,
     ValidationError,
 )
+
+# Eager, not lazy: a lazy name would be shadowed by the submodule of the same name once it is imported.
+from turnout.gradients import gradients, memory_report
 from turnout.graph import Graph, Node, Tensor, get_default_graph, reset_default_graph
 from turnout.ops import (
     abs,
@@ -91,7 +94,7 @@ from turnout.ops import (
     zeros,
     zeros_like,
 )
-from turnout.validate import validate  # eager: a lazy name would be shadowed by the submodule once imported
+from turnout.validate import validate
 from turnout.variables import Variable, global_variables, trainable_variables
 
 __version__ = "0.1.0"
@@ -110,8 +113,6 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # Lazy entry points: they import heavier modules (or jax / z3) only when used.
     lazy = {
         "Session": ("turnout.session", "Session"),
-        "gradients": ("turnout.gradients", "gradients"),
-        "memory_report": ("turnout.gradients", "memory_report"),
         "train": ("turnout.train", None),
         "pretty": ("turnout.inspect", "pretty"),
         "to_dot": ("turnout.inspect", "to_dot"),

@@ -74,15 +74,3 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
                 d = b.zeros_like(x)
             out.append(d)
     return out
-
-
-class _CallableModule(type(sys)):  # type: ignore[misc]
-    """``tn.gradients`` is wired lazily to this package's ``gradients`` function, but once the package
-    is imported Python sets ``turnout.gradients`` to the package itself. Making the package callable
-    keeps ``tn.gradients(ys, xs)`` working either way."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> list[Optional[Tensor]]:
-        return gradients(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
