@@ -95,11 +95,15 @@ class Session:
         self.backend = load_backend(backend)(self.graph, **backend_options)
         self.variables: dict[str, np.ndarray] = {}
         self.last_result: Optional[RunResult] = None
+        self._feeds_ok: set[tuple[Tensor, np.dtype, tuple[int, ...]]] = set()
 
     def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
         """Compute ``fetches`` (a tensor, a node, or any nested structure of them)."""
         opts = options if isinstance(options, RunOptions) else RunOptions(**{**(options or {}), **kw})
+        fast = self._run_fast(fetches, feed_dict, opts)
+        if fast is not _SLOW:
+            return fast
         flat = nest.flatten(fetches)
         tensors: list[Tensor] = []
         targets: list[Node] = []
@@ -125,7 +129,7 @@ class Session:
                 raise FeedError("feed a Variable by assigning it, not through feed_dict")
             if not isinstance(k, Tensor) or k.graph is not self.graph:
                 raise FeedError(f"feed_dict key {k!r} is not a tensor of this graph")
-            feeds[k] = check_feed(k, v)
+            feeds[k] = self._check_feed(k, v)
         # Node targets are run for their effects: fetch a proxy that depends on them.
         proxies = [_target_proxy(n) for n in targets]
         result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
@@ -135,6 +139,46 @@ class Session:
                for f in (x._as_tensor() if hasattr(x, "_as_tensor") else x for x in flat)]
         return nest.pack_as(fetches, out)
 
+    def _run_fast(self, fetches: Any, feed_dict: Optional[dict[Any, Any]], opts: RunOptions) -> Any:
+        """The common case — one tensor, or a flat list / tuple of tensors, fed by tensor keys — without
+        the generic flatten / pack walk. It performs the same checks as the general path, in the same
+        order, so it raises the same errors; anything else returns ``_SLOW`` (per-run overhead matters
+        for small programs run many times, see ``docs/benchmarks.rst``)."""
+        tp = type(fetches)
+        if tp is Tensor:
+            tensors = [fetches]
+        elif (tp is list or tp is tuple) and all(type(f) is Tensor for f in fetches):
+            tensors = list(fetches)
+        else:
+            return _SLOW
+        graph = self.graph
+        for f in tensors:
+            if f.node.graph is not graph:
+                raise GraphBuildError(f"fetch {f.name} belongs to another graph")
+        feeds: dict[Tensor, Any] = {}
+        if feed_dict:
+            for k, v in feed_dict.items():
+                if type(k) is not Tensor or k.node.graph is not graph:
+                    return _SLOW
+                feeds[k] = self._check_feed(k, v)
+        result = self.backend.run(tensors, feeds, self.variables, opts)
+        self.last_result = result
+        if tp is Tensor:
+            return result.values[0]
+        return tp(result.values[: len(tensors)])
+
+    def _check_feed(self, t: Tensor, value: Any) -> np.ndarray:
+        """``check_feed``, remembering which (tensor, dtype, shape) combinations passed: every check it
+        makes depends only on those, so a repeated feed signature skips straight to the conversion."""
+        if type(value) is np.ndarray and value.dtype != object:
+            sig = (t, value.dtype, value.shape)
+            if sig in self._feeds_ok:
+                return value if value.dtype == t.dtype.numpy else value.astype(t.dtype.numpy)
+            arr = check_feed(t, value)
+            self._feeds_ok.add(sig)
+            return arr
+        return check_feed(t, value)
+
     def close(self) -> None:
         self.variables.clear()
 
@@ -143,6 +187,9 @@ class Session:
 
     def __exit__(self, *a: Any) -> None:
         self.close()
+
+
+_SLOW = object()  # _run_fast's "take the general path"
 
 
 def _target_proxy(node: Node) -> Tensor:

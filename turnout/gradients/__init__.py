@@ -9,7 +9,6 @@ reverse-mode walk), ``memory`` (the report).
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
 from turnout import nest, ops
