@@ -108,6 +108,7 @@ class Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
+        self.prealloc = _static_stack_shapes(nodes)
         self.stages = self._stages()
 
     def _stages(self) -> list[Stage]:
@@ -143,7 +144,35 @@ class Plan:
             st.writes = sorted(produced[i] & later)
         return stages
 
+    @property
+    def direct_ok(self) -> bool:
+        return (not self.no_direct and len(self.stages) == 1 and self.stages[0].driven is None
+                and not self.stack_nodes)
+
+    no_direct = False
+
     # ---- compiled functions ---------------------------------------------------------------------
+    def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
+                  var_names: tuple[str, ...]) -> Any:
+        """``f(feed values, variable values, max_iter) -> (fetched, live flags, error word, variables)``,
+        the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``)."""
+        st = self.stages[0]
+
+        def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
+            state: dict[str, Any] = {"err": jnp.int32(0)}
+            state.update({var_key(n): v for n, v in zip(var_names, var_vals, strict=True)})
+            em = self.emitter(state, max_iter)
+            env: dict[Key, Any] = dict(zip(feed_keys, feed_vals, strict=True))
+            em.run_items(st.items, env)
+            vals = tuple(env[k] for k in fetch_keys)
+            if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals):
+                raise _NotDirect()
+            lives = tuple(jnp.asarray(em.lives.get(k, True)) for k in fetch_keys)
+            return vals, lives, em.state["err"], tuple(em.state[var_key(n)] for n in var_names)
+
+        return jax.jit(direct)
+
+
     def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
         self.backend.compile_count += 1  # runs only while tracing
         em = Emitter(self.program, self.codes, self.capacity, max_iter)
@@ -154,32 +183,34 @@ class Plan:
     def segment_fn(self, st: Stage) -> Any:
         fetch = set(self.program.fetch_keys)
 
-        def seg(env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter(state, max_iter)
+        def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter({**state, **stacks}, max_iter)
             env = dict(env_in)
             em.run_items(st.items, env)
             out = {k: wrap_static(env[k]) for k in st.writes}
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
-        return jax.jit(seg)
+        return jax.jit(seg, donate_argnums=(2,))
 
     def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
         r = st.driven
         assert r is not None
         cap = self.capacity
 
-        def init(env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter(state, max_iter)
+        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter({**state, **stacks}, max_iter)
             start, body, _ = em.while_fns(r, dict(env_in))
             c0 = start(em.state)
-            if c0 is None:
-                return None
+            if c0 is None:  # the loop does not run: hand the (donated) state back for ``finish``
+                return None, em.state
             from turnout.fast.emit import _jnp_tree
 
-            return em.discover(body, _jnp_tree(c0))
+            return em.discover(body, _jnp_tree(c0)), None
 
-        def chunk(env_in: dict[Key, Any], c: Any, aux: Any, max_iter: Any, host_has: dict[str, Any]) -> Any:
+        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
+                  host_has: dict[str, Any]) -> Any:
+            c = _join_carry(c_rest, stacks)
             em = self.emitter(c[2], max_iter)
             _, body, _ = em.while_fns(r, dict(env_in))
 
@@ -208,14 +239,83 @@ class Plan:
 
             return jax.lax.while_loop(cond, body2, (c, aux))
 
-        def finish(env_in: dict[Key, Any], c: Any, state: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter(c[2] if c is not None else state, max_iter)
+        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
+                   max_iter: Any) -> Any:
+            c = None if c_rest is None else _join_carry(c_rest, stacks)
+            em = self.emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
             _, _, fin = em.while_fns(r, dict(env_in))
             out_env: dict[Key, Any] = {}
             fin(c, out_env)
             return {k: wrap_static(out_env[k]) for k in st.writes}, em.state
 
-        return jax.jit(init), jax.jit(chunk), jax.jit(finish)
+        # The stack buffers are donated: each call updates them in place instead of copying every
+        # buffer in and out (``Plan`` docstring).
+        return (jax.jit(init, donate_argnums=(2,)), jax.jit(chunk, donate_argnums=(2,)),
+                jax.jit(finish, donate_argnums=(2,)))
+
+
+class _NotDirect(Exception):
+    """A fetched value is not a plain array (a TensorArray, a handle, a value dead at trace time):
+    the plan takes the general staged path instead."""
+
+
+@dataclass
+class Direct:
+    """The one-call path of a plan with a single compiled stage and no gradient stacks.
+
+    Why: for small programs the per-run Python work of the general path (building env and state
+    dicts, ``jnp.asarray`` of every feed and scalar — each an eager dispatch of tens of
+    microseconds —, reading the error word, the live flags and the outputs back one by one) costs more
+    than the computation. Here everything that depends only on (graph version, fetches, feed
+    signature, variable signature) is fixed once; a run is one jitted call on the fed numpy arrays and
+    one ``np.asarray`` per output.
+    """
+
+    plan: Plan
+    fn: Any
+    feed_keys: tuple[Key, ...]
+    var_names: tuple[str, ...]
+    written: tuple[bool, ...]
+
+
+def _static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """StackNew id -> (element shape, index shape), for stacks whose every push has fully static
+    shapes. Those stacks are allocated before the first stage (and their buffers reused by the next
+    run), instead of materialized at their first push while tracing."""
+    shapes: dict[int, Any] = {}
+    for n in nodes:
+        if n.op != "StackPush":
+            continue
+        src = stack_source(n.inputs[0])
+        if src is None:
+            continue
+        v, i = n.inputs[2].shape, n.inputs[1].shape
+        ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
+        got = (tuple(v), tuple(i)) if ok else None
+        shapes[src.id] = got if shapes.get(src.id, got) == got else None
+    return {k: v for k, v in shapes.items() if v is not None}
+
+
+def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(everything but the gradient stacks, the stacks): the stacks are passed as their own, donated,
+    argument of every compiled stage; Variables and the error word are not donated (the backend keeps
+    device copies of Variables between runs)."""
+    rest: dict[str, Any] = {}
+    stacks: dict[str, Any] = {}
+    for k, v in state.items():
+        (stacks if isinstance(v, stk.StackValue) else rest)[k] = v
+    return rest, stacks
+
+
+def _split_carry(c: Any) -> tuple[Any, dict[str, Any]]:
+    vals, pred, state, iters = c
+    rest, stacks = _split_state(state)
+    return (vals, pred, rest, iters), stacks
+
+
+def _join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
+    vals, pred, rest, iters = c_rest
+    return vals, pred, {**rest, **stacks}, iters
 
 
 def stack_source_var(n: Node) -> Optional[str]:
@@ -239,6 +339,8 @@ class FastBackend:
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
+        self._direct: dict[Any, Direct] = {}
+        self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
 
     def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
         """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
@@ -253,6 +355,23 @@ class FastBackend:
             options: Any) -> Any:
         from turnout.session import RunResult
 
+        dsig = (self.graph.version, tuple([(t.node.id, t.index) for t in fetches]),
+                tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
+                self._var_sig(variables))
+        d = self._direct.get(dsig)
+        if d is None:
+            self._validate(fetches, feeds)
+            with jax.enable_x64(True):
+                plan = self._plan(fetches, feeds, variables, self.stack_chunk)
+            if plan.direct_ok:
+                d = self._direct[dsig] = self._make_direct(plan, fetches, feeds)
+        if d is not None:
+            try:
+                with jax.enable_x64(True):
+                    return self._run_direct(d, fetches, feeds, variables, options)
+            except _NotDirect:
+                d.plan.no_direct = True
+                del self._direct[dsig]
         self._validate(fetches, feeds)
         cap = self.stack_chunk
         retries = 0
@@ -268,6 +387,66 @@ class FastBackend:
                     cap *= 2
                     retries += 1
         stats["stack_capacity_retries"] = retries
+        return RunResult(values=values, stats=stats)
+
+    def _var_sig(self, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
+        """(dtype, shape) of every Variable of the graph, as the plan signature takes them."""
+        gv = self.graph.variables
+        if not gv:
+            return ()
+        out = []
+        for name in sorted(gv):
+            v = variables.get(name)
+            if v is None:
+                v = np.asarray(gv[name].attrs.get("initial_value"))
+            out.append((name, v.dtype.str, np.shape(v)))
+        return tuple(out)
+
+    def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
+        feed_keys = tuple(sorted(key(t) for t in feeds))
+        var_names = tuple(plan.var_nodes)
+        fn = plan.direct_fn(feed_keys, tuple(key(t) for t in fetches), var_names)
+        written = tuple(n in plan.written_vars for n in var_names)
+        return Direct(plan, fn, feed_keys, var_names, written)
+
+    def _run_direct(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                    variables: dict[str, np.ndarray], options: Any) -> Any:
+        """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
+        from turnout.session import RunResult
+
+        t0 = time.perf_counter()
+        plan = d.plan
+        by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
+        feed_vals = tuple([by_key[k] for k in d.feed_keys])
+        var_vals = []
+        for name in d.var_names:
+            if name not in variables:
+                vn = plan.var_nodes[name]
+                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            host = variables[name]
+            cached = self._dev_vars.get(name)
+            var_vals.append(cached[1] if cached is not None and cached[0] is host else host)
+        mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
+        vals, lives, err, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
+        code = int(err)
+        if code:
+            self._raise_errors(plan, {"err": code}, 0)
+        values = []
+        for t, v, live in zip(fetches, vals, lives, strict=True):
+            if not live:
+                raise DeadFetchError(
+                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
+                    f"(op {t.node.op} \"{t.node.name}\")")
+            values.append(np.asarray(v))
+        for name, dev, w in zip(d.var_names, var_out, d.written, strict=True):
+            if w:
+                variables[name] = np.asarray(dev)
+            self._dev_vars[name] = (variables[name], dev)
+        stats = {
+            "backend": "fast", "compiles": self.compile_count, "stages": 1, "stack_capacity": plan.capacity,
+            "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
+            "stage_seconds": [time.perf_counter() - t0], "stack_capacity_retries": 0,
+        }
         return RunResult(values=values, stats=stats)
 
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -294,8 +473,21 @@ class FastBackend:
             cached = self._dev_vars.get(name)
             dev = cached[1] if cached is not None and cached[0] is host else jnp.asarray(host)
             state[var_key(name)] = dev
+        reuse = self._stack_bufs.pop(id(plan), {})
         for sn in plan.stack_nodes:
-            state[stack_key(Handle("stack", sn.id))] = stk.StackValue(plan.capacity, _stack_dtype(sn))
+            k = stack_key(Handle("stack", sn.id))
+            dtype = _stack_dtype(sn)
+            shapes = plan.prealloc.get(sn.id)
+            if shapes is None:
+                state[k] = stk.StackValue(plan.capacity, dtype)
+                continue
+            old = reuse.get(k)
+            if old is not None and not old.pending:
+                # the last run's buffers, donated to this run: no allocation; entries above the
+                # pointer are never read ([E-Stack-Pop] reads only what this run pushed)
+                state[k] = stk.StackValue(plan.capacity, dtype, old.buf, old.idx, jnp.zeros((), jnp.int32))
+            else:
+                state[k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
         return state
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -315,7 +507,8 @@ class FastBackend:
             if st.driven is None:
                 if "seg" not in st.fns:
                     st.fns["seg"] = plan.segment_fn(st)
-                out, lv, state = st.fns["seg"](env_in, state, max_iter)
+                rest, stacks = _split_state(state)
+                out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                 lives.update(lv)
             else:
                 out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
@@ -333,6 +526,9 @@ class FastBackend:
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(_to_host(v, t))
+        if plan.prealloc:
+            self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
+                                          if isinstance(v, stk.StackValue) and not v.pending}
         for name in plan.var_nodes:
             dev = state[var_key(name)]
             if name in plan.written_vars:
@@ -350,14 +546,16 @@ class FastBackend:
         """Run a top-level loop chunk by chunk, swapping its stacks between device and host."""
         if not st.fns:
             st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
-        c = st.fns["init"](env_in, state, max_iter)
+        rest, stacks = _split_state(state)
+        c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         peak = 0
         if c is not None:
             aux = ({s: jnp.int32(0) for s in st.push_stacks}, {s: jnp.int32(0) for s in st.pop_stacks})
             while True:
                 host_has = {s: jnp.asarray(host.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
-                c, aux = st.fns["chunk"](env_in, c, aux, max_iter, host_has)
+                c_rest, c_stacks = _split_carry(c)
+                c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
                 vals, pred, state, iters = c
                 peak = max(peak, _stack_bytes(state))
                 if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
@@ -377,7 +575,12 @@ class FastBackend:
                 if not acted and int(iters) == before:
                     raise _Retry()
                 c = (vals, pred, state, iters)
-        out, state = st.fns["finish"](env_in, c, state, max_iter)
+        if c is None:
+            rest, stacks = _split_state(state)
+            out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
+        else:
+            c_rest, c_stacks = _split_carry(c)
+            out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
         return out, state, peak
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:

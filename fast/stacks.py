@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.errors import UnsupportedError
+
 
 @jax.tree_util.register_pytree_node_class
 class StackValue:
@@ -68,6 +70,10 @@ def push(s: StackValue, index: Any, value: Any) -> tuple[StackValue, Any]:
     index = jnp.asarray(index, jnp.int32)
     if s.pending:
         s = s.materialize(tuple(value.shape), tuple(index.shape))
+    elif value.shape != s.buf.shape[1:] or index.shape != s.idx.shape[1:]:
+        # a preallocated stack (static shapes, see backend._static_stack_shapes) must not broadcast
+        raise UnsupportedError(f"fast backend: a value of shape {value.shape} (index {index.shape}) pushed "
+                               f"on a stack of elements {s.buf.shape[1:]} (index {s.idx.shape[1:]})")
     ok = s.ptr < s.capacity
     p = jnp.minimum(s.ptr, s.capacity - 1)
     buf = s.buf.at[p].set(jnp.where(ok, value, s.buf[p]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # tests/ holds shared helper modules (programs.py, strategies.py) imported by bare name.
@@ -25,3 +26,11 @@ settings.register_profile("dev", max_examples=300, deadline=None, suppress_healt
 settings.register_profile("nightly", max_examples=5000, deadline=None, suppress_health_check=_SLOW,
                           print_blob=True)
 settings.load_profile(os.environ.get("TURNOUT_HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(params=["reference", "fast"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend a closed-form test runs on: every such test runs on both, so the fast (JAX) backend
+    is held to the reference interpreter's expectations (and error types) case by case. A test that
+    inspects reference-only machinery (traces, firing counts, schedulers) does not take this fixture."""
+    return request.param

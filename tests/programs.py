@@ -458,6 +458,61 @@ def interpret(p: Program, inputs: dict[str, Any]) -> Outcome:
     return it.out
 
 
+class _JaxReplay(_Interp):
+    """The same interpretation with float values as jax.numpy arrays, so ``jax.grad`` can differentiate
+    it. Control decisions are made by Python on concrete ints (float programs steer control by ints
+    only), so what jax sees is the straight-line replay of the path the program took."""
+
+    def expr(self, e: Expr, env: dict[str, Any]) -> Any:
+        import jax.numpy as jnp
+
+        if isinstance(e, Bin) and e.op in _BIN_NP:
+            a, b = self.expr(e.lhs, env), self.expr(e.rhs, env)
+            if _is_float(a):
+                return {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "max": jnp.maximum,
+                        "min": jnp.minimum}[e.op](a, b)
+        if isinstance(e, Unary):
+            a = self.expr(e.operand, env)
+            if _is_float(a):
+                return {"neg": jnp.negative, "tanh": jnp.tanh, "exp": jnp.exp, "square": jnp.square,
+                        "sigmoid": lambda x: 1 / (1 + jnp.exp(-x))}[e.op](a)
+        if isinstance(e, Cmp) and _is_float(self.expr(e.lhs, env)):
+            raise TypeError("a float comparison steers control: not a float program")
+        return super().expr(e, env)
+
+    def scan(self, s: Scan, env: dict[str, Any]) -> Any:
+        carry = self.expr(s.init, env)
+        if not _is_float(carry):
+            return super().scan(s, env)
+        total = 0.0
+        for x in env[s.elems]:
+            carry = self.block(s.body, {**env, s.carry: carry, s.elem: x})[0]
+            total = total + carry
+        self.out.trips.setdefault(s.id, []).append(len(env[s.elems]))
+        return total
+
+
+def _is_float(v: Any) -> bool:
+    return np.issubdtype(np.asarray(v).dtype, np.floating) if not hasattr(v, "aval") else True
+
+
+def replay_gradients(p: Program, inputs: dict[str, Any], which: list[int], wrt: list[str]) -> list[np.ndarray]:
+    """``jax.grad`` of ``sum(results[which])`` w.r.t. the inputs ``wrt``, through the straight-line replay
+    of the control decisions the program takes on ``inputs`` ([T6], oracle (a))."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(*xs: Any) -> Any:
+        env: dict[str, Any] = {d.name: np.asarray(inputs[d.name], dtype=np.dtype(d.dtype)) for d in p.inputs}
+        env.update({n: x for n, x in zip(wrt, xs, strict=True)})
+        vals = _JaxReplay().block(p.body, env)
+        return sum(jnp.asarray(vals[i], jnp.float64) for i in which)
+
+    with jax.enable_x64(True):
+        args = [jnp.asarray(inputs[n], jnp.float64) for n in wrt]
+        return [np.asarray(g) for g in jax.grad(loss, argnums=tuple(range(len(wrt))))(*args)]
+
+
 # ---------------------------------------------------------------------------------------------------
 # build: emission with the Turnout builders
 # ---------------------------------------------------------------------------------------------------

@@ -39,6 +39,15 @@ class RunOptions:
     max_firings: Optional[int] = 10_000_000
     max_iterations: Optional[int] = 1_000_000
 
+    def __post_init__(self) -> None:
+        # Checked here, once, so every backend rejects the same bad options the same way.
+        if self.scheduler not in ("fifo", "lifo", "random"):
+            raise ValueError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
+        for name in ("max_firings", "max_iterations"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
+
 
 @dataclass
 class RunResult:
@@ -170,14 +179,19 @@ class Session:
     def _check_feed(self, t: Tensor, value: Any) -> np.ndarray:
         """``check_feed``, remembering which (tensor, dtype, shape) combinations passed: every check it
         makes depends only on those, so a repeated feed signature skips straight to the conversion."""
-        if type(value) is np.ndarray and value.dtype != object:
-            sig = (t, value.dtype, value.shape)
-            if sig in self._feeds_ok:
-                return value if value.dtype == t.dtype.numpy else value.astype(t.dtype.numpy)
-            arr = check_feed(t, value)
+        tv = type(value)
+        if tv is np.ndarray:
+            arr = value
+        elif tv is int or tv is float or tv is bool:
+            arr = np.asarray(value)
+        else:
+            return check_feed(t, value)
+        sig = (t, arr.dtype, arr.shape)
+        if arr.dtype == object or sig not in self._feeds_ok:
+            checked = check_feed(t, value)
             self._feeds_ok.add(sig)
-            return arr
-        return check_feed(t, value)
+            return checked
+        return arr.astype(t.dtype.numpy, copy=False)
 
     def close(self) -> None:
         self.variables.clear()
