@@ -78,15 +78,19 @@ def jax_step(hidden: int) -> Any:
 def run(quick: bool) -> dict[str, Any]:
     import jax.numpy as jnp
 
+    # ``chunk``: the fast backend's stack capacity for the main rows (None: its default, 1024, so
+    # every length fits on the device); ``swap_chunk``: a second session with a small capacity, run at
+    # the longest length, to show the cost of swapping stack chunks to host memory.
     if quick:
-        batch, inp, hidden, lengths, repeat, chunk = 16, 32, 32, [10, 20, 50], 2, 16
+        batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 16, 32, 32, [10, 20, 50], 2, 16, 8
     else:
-        batch, inp, hidden, lengths, repeat, chunk = 64, 256, 256, [100, 200, 500, 1000], 2, 128
+        batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 64, 256, 256, [100, 200, 500, 1000], 3, None, 128
     t_max = max(lengths)
     m = build(batch, inp, hidden, t_max)
     rng = np.random.default_rng(1)
     xs = rng.normal(size=(t_max, batch, inp)).astype(np.float32)
-    sess = tn.Session(m["graph"], backend="fast", stack_chunk=chunk)
+    opts = {} if chunk is None else {"stack_chunk": chunk}
+    sess = tn.Session(m["graph"], backend="fast", **opts)
     step, traces = jax_step(hidden)
     params = (jnp.asarray(m["w0"]), jnp.zeros(4 * hidden, jnp.float32))
     rows = []
@@ -100,8 +104,10 @@ def run(quick: bool) -> dict[str, Any]:
         first = time.perf_counter() - t0
         if compiles0 is None:
             compiles0 = sess.backend.compile_count
+        rss0 = _max_rss()
         tt = timed(lambda: sess.run(fetch, feed), repeat)  # noqa: B023
         tt["first_s"] = first
+        rss_growth = _max_rss() - rss0
         stats = sess.last_result.stats
         xs_t = jnp.asarray(xs[:T])
         jt = timed(lambda: [np.asarray(a) for a in jax_tree_leaves(step(params, xs_t))], repeat)  # noqa: B023
@@ -112,13 +118,36 @@ def run(quick: bool) -> dict[str, Any]:
             "stack_chunks_swapped": stats["stack_chunks_swapped"],
             "peak_device_stack_bytes": stats["peak_device_stack_bytes"],
             "peak_host_stack_bytes": stats["peak_host_stack_bytes"],
+            "max_rss_growth_bytes_during_steps": rss_growth,
         })
+    recompiles = sess.backend.compile_count - (compiles0 or 0)
+    # the same step with a small stack capacity: device stack memory bounded by ``swap_chunk``
+    T = t_max
+    print(f"  lstm T={T} stack_chunk={swap_chunk}", flush=True)
+    small = tn.Session(m["graph"], backend="fast", stack_chunk=swap_chunk)
+    fetch, feed = [m["loss"], *m["grads"]], {m["xs"]: xs, m["T"]: T}
+    got = small.run(fetch, feed)
+    st = timed(lambda: small.run(fetch, feed), repeat)
+    stats = small.last_result.stats
+    swap = {"T": T, "stack_chunk": swap_chunk, "fast": st,
+            "fast_over_jax": st["median_s"] / rows[-1]["jax_scan"]["median_s"],
+            "agree": bool(np.allclose(got[0], jl, rtol=2e-3) and np.allclose(got[1], jdw, rtol=2e-2, atol=1e-5)),
+            "stack_chunks_swapped": stats["stack_chunks_swapped"],
+            "peak_device_stack_bytes": stats["peak_device_stack_bytes"],
+            "peak_host_stack_bytes": stats["peak_host_stack_bytes"]}
     return {
-        "name": "lstm", "batch": batch, "input": inp, "hidden": hidden, "lengths": lengths, "stack_chunk": chunk,
-        "rows": rows,
-        "fast_recompiles_after_first_length": sess.backend.compile_count - (compiles0 or 0),
+        "name": "lstm", "batch": batch, "input": inp, "hidden": hidden, "lengths": lengths,
+        "stack_chunk": sess.backend.stack_chunk, "rows": rows, "swapping": swap,
+        "fast_recompiles_after_first_length": recompiles,
         "jax_traces": traces["n"],
     }
+
+
+def _max_rss() -> int:
+    """The process's peak resident memory so far, in bytes (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def jax_tree_leaves(x: Any) -> list[Any]:

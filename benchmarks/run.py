@@ -53,15 +53,22 @@ def summary(res: dict[str, Any]) -> str:
         lines += [f"## LSTM training step (batch {r['batch']}, input {r['input']}, hidden {r['hidden']}, "
                   f"stack_chunk {r['stack_chunk']})", "",
                   "| T | Turnout fast (ms) | first call (ms) | jax value_and_grad(scan) (ms) | first call (ms) | ratio "
-                  "| chunks swapped | agree |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| device stack MB | peak RSS growth during steps (MB) | chunks swapped | agree |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for row in r["rows"]:
             lines.append(f"| {row['T']} | {_ms(row['fast']['median_s'])} | {_ms(row['fast']['first_s'])} | "
                          f"{_ms(row['jax_scan']['median_s'])} | {_ms(row['jax_scan']['first_s'])} | "
-                         f"{row['fast_over_jax']:.2f} | {row['stack_chunks_swapped']} | {row['agree']} |")
+                         f"{row['fast_over_jax']:.2f} | {row['peak_device_stack_bytes'] / 2**20:.0f} | "
+                         f"{row['max_rss_growth_bytes_during_steps'] / 2**20:.0f} | "
+                         f"{row['stack_chunks_swapped']} | {row['agree']} |")
+        sw = r["swapping"]
         lines += ["", f"Recompilations across lengths: Turnout fast {r['fast_recompiles_after_first_length']} "
                       f"(after the first length), JAX scan {r['jax_traces']} traces for "
-                      f"{len(r['lengths'])} lengths.", ""]
+                      f"{len(r['lengths'])} lengths.", "",
+                  f"With stack_chunk {sw['stack_chunk']} at T={sw['T']}: {_ms(sw['fast']['median_s'])} ms "
+                  f"(ratio {sw['fast_over_jax']:.2f} to the JAX row above), {sw['stack_chunks_swapped']} chunks "
+                  f"swapped, device stacks {sw['peak_device_stack_bytes'] / 2**20:.0f} MB, host stacks "
+                  f"{sw['peak_host_stack_bytes'] / 2**20:.0f} MB, agree {sw['agree']}.", ""]
     refs = [(k, v["reference"]) for k, v in b.items() if "reference" in v]
     if refs:
         lines += ["## Reference interpreter", "", "| program | N | firings | firings/s |", "|---|---|---|---|"]

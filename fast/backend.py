@@ -154,7 +154,7 @@ class Plan:
     # ---- compiled functions ---------------------------------------------------------------------
     def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
                   var_names: tuple[str, ...]) -> Any:
-        """``f(feed values, variable values, max_iter) -> (fetched, live flags, error word, variables)``,
+        """``f(feed values, variable values, max_iter) -> (fetched, [error word, *live flags], variables)``,
         the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``)."""
         st = self.stages[0]
 
@@ -167,8 +167,10 @@ class Plan:
             vals = tuple(env[k] for k in fetch_keys)
             if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals):
                 raise _NotDirect()
-            lives = tuple(jnp.asarray(em.lives.get(k, True)) for k in fetch_keys)
-            return vals, lives, em.state["err"], tuple(em.state[var_key(n)] for n in var_names)
+            # the error word and the live flags in one int32 vector: one read-back instead of one each
+            flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
+                              + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in fetch_keys])
+            return vals, flags, tuple(em.state[var_key(n)] for n in var_names)
 
         return jax.jit(direct)
 
@@ -427,12 +429,13 @@ class FastBackend:
             cached = self._dev_vars.get(name)
             var_vals.append(cached[1] if cached is not None and cached[0] is host else host)
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
-        vals, lives, err, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
-        code = int(err)
+        vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
+        flags = np.asarray(flags)
+        code = int(flags[0])
         if code:
             self._raise_errors(plan, {"err": code}, 0)
         values = []
-        for t, v, live in zip(fetches, vals, lives, strict=True):
+        for t, v, live in zip(fetches, vals, flags[1:].tolist(), strict=True):
             if not live:
                 raise DeadFetchError(
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
