@@ -28,6 +28,25 @@ def timed(fn: Callable[[], Any], repeat: int) -> dict[str, float]:
     return {"first_s": first, "median_s": statistics.median(times), "min_s": min(times), "repeat": repeat}
 
 
+def timed_pair(fa: Callable[[], Any], fb: Callable[[], Any], repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """``timed`` for two functions, their timed calls interleaved (a, b, a, b, ...): on a shared
+    machine whose load changes from second to second, both sides then see the same conditions."""
+    first = []
+    for fn in (fa, fb):
+        t0 = time.perf_counter()
+        fn()
+        first.append(time.perf_counter() - t0)
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for fn, ts in zip((fa, fb), times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return tuple(  # type: ignore[return-value]
+        {"first_s": f, "median_s": statistics.median(ts), "min_s": min(ts), "repeat": repeat}
+        for f, ts in zip(first, times, strict=True))
+
+
 def machine() -> dict[str, Any]:
     import jax
 

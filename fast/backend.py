@@ -10,6 +10,14 @@ Compiled plans are cached per (graph identity and version, fetches, feed signatu
 signature, stack capacity); a stage is retraced only when one of those changes, so new fed values and
 new trip counts (a fed ``N``) never recompile. ``compile_count`` counts traces, for tests.
 
+Per-run cost (see ``docs/benchmarks.rst``): a plan of one compiled stage without gradient stacks runs
+on the ``Direct`` path — one jitted call on the fed numpy arrays, one read-back of the error word and
+live flags. Gradient stacks whose pushes have static shapes are allocated before the first stage and
+passed to every stage as a separate, *donated* argument, so the compiled stages update them in place;
+after a successful run their buffers are kept for the next run of the same plan (the pointer is reset,
+and entries above it are never read), so steady-state runs allocate no stack memory. The price: the
+backend holds ``stack_chunk`` entries per stack between runs.
+
 Errors keep the reference backend's types: kernel failures detected in compiled code (integer division
 by zero, out-of-range TensorArray reads) are recorded in an error word and raised as ``KernelError``
 after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops' iteration counters
@@ -66,6 +74,7 @@ class Stage:
     push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
     pop_stacks: dict[str, int] = field(default_factory=dict)
     fns: dict[str, Any] = field(default_factory=dict)
+    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
 
 
 def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
@@ -189,7 +198,10 @@ class Plan:
             em = self.emitter({**state, **stacks}, max_iter)
             env = dict(env_in)
             em.run_items(st.items, env)
-            out = {k: wrap_static(env[k]) for k in st.writes}
+            # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
+            # returned: returning it would copy it; the caller's env still holds it.
+            st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
+            out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
@@ -468,7 +480,9 @@ class FastBackend:
         return plan
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray]) -> dict[str, Any]:
-        state: dict[str, Any] = {"err": jnp.int32(0)}
+        # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
+        # and the compiled stages take numpy leaves as the same int32 / bool arguments
+        state: dict[str, Any] = {"err": np.int32(0)}
         for name, vn in plan.var_nodes.items():
             if name not in variables:
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
@@ -488,7 +502,7 @@ class FastBackend:
             if old is not None and not old.pending:
                 # the last run's buffers, donated to this run: no allocation; entries above the
                 # pointer are never read ([E-Stack-Pop] reads only what this run pushed)
-                state[k] = stk.StackValue(plan.capacity, dtype, old.buf, old.idx, jnp.zeros((), jnp.int32))
+                state[k] = stk.StackValue(plan.capacity, dtype, old.buf, old.idx, np.int32(0))
             else:
                 state[k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
         return state
@@ -497,9 +511,11 @@ class FastBackend:
              options: Any, cap: int) -> tuple[list[Any], dict[str, Any]]:
         plan = self._plan(fetches, feeds, variables, cap)
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
-        max_iter = jnp.int32(min(int(mi), _INT32_MAX))
+        max_iter = np.int32(min(int(mi), _INT32_MAX))
         state = self._initial_state(plan, variables)
-        env: dict[Key, Any] = {key(t): jnp.asarray(v) for t, v in feeds.items()}
+        # device_put, not jnp.asarray: on CPU it aliases a 64-byte-aligned host array (such as the
+        # host view of a jax array) instead of copying it; the run reads it only until it returns
+        env: dict[Key, Any] = {key(t): jax.device_put(v) for t, v in feeds.items()}
         lives: dict[Key, Any] = {}
         host = stk.HostChunks()
         peak = 0
@@ -553,9 +569,9 @@ class FastBackend:
         c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         peak = 0
         if c is not None:
-            aux = ({s: jnp.int32(0) for s in st.push_stacks}, {s: jnp.int32(0) for s in st.pop_stacks})
+            aux = ({s: np.int32(0) for s in st.push_stacks}, {s: np.int32(0) for s in st.pop_stacks})
             while True:
-                host_has = {s: jnp.asarray(host.has(s)) for s in st.pop_stacks}
+                host_has = {s: np.bool_(host.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
                 c_rest, c_stacks = _split_carry(c)
                 c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)

@@ -22,6 +22,7 @@ gradient.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -52,7 +53,7 @@ class StackValue:
     def nbytes(self) -> int:
         if self.pending:
             return 0
-        return int(np.prod(self.buf.shape)) * self.buf.dtype.itemsize + int(np.prod(self.idx.shape)) * 4
+        return math.prod(self.buf.shape) * self.buf.dtype.itemsize + math.prod(self.idx.shape) * 4
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         aux = (self.capacity, self.dtype.str)

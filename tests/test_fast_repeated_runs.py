@@ -1,0 +1,139 @@
+"""Repeated runs of one session on the fast backend behave like fresh runs.
+
+Why: to cut per-run overhead the session and the fast backend cache what depends only on the fetches
+and the feed signature (feed checks, the one-call ``Direct`` plan) and reuse gradient-stack buffers
+from one run to the next (donated to the compiled stages). These tests run the same session again with
+values that must fail, or with trip counts that shrink, and check the same errors and closed-form
+results as a fresh session.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout import raw
+
+pytest.importorskip("jax")
+
+
+def _feed_error(sess: tn.Session, fetch: tn.Tensor, feed: dict) -> str:
+    with pytest.raises(tn.FeedError) as e:
+        sess.run(fetch, feed)
+    return str(e.value)
+
+
+def test_feed_checks_still_run_after_a_good_feed() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [2], name="n")
+        y = n * 2
+    sess = tn.Session(g, backend="fast")
+    assert sess.run(y, {n: np.array([1, 2], np.int32)}).tolist() == [2, 4]
+    assert sess.run(y, {n: np.array([3, 4], np.int32)}).tolist() == [6, 8]
+    for bad in (np.array([1.5, 2.0]), np.array([1, 2, 3], np.int32), [1.5, 2.0]):
+        fresh = tn.Session(g, backend="fast")
+        assert _feed_error(sess, y, {n: bad}) == _feed_error(fresh, y, {n: bad})
+
+
+def test_fetch_structures_are_kept() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        a, b = x + 1.0, x * 3.0
+    sess = tn.Session(g, backend="fast")
+    for _ in range(2):
+        got_t = sess.run((a, b), {x: 2.0})
+        got_l = sess.run([a, b], {x: 2.0})
+        got_d = sess.run({"p": a, "q": [b]}, {"x:0": 2.0})
+        assert isinstance(got_t, tuple) and [float(v) for v in got_t] == [3.0, 6.0]
+        assert isinstance(got_l, list) and [float(v) for v in got_l] == [3.0, 6.0]
+        assert float(got_d["p"]) == 3.0 and float(got_d["q"][0]) == 6.0
+
+
+def test_run_time_errors_after_a_good_run() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        d = tn.placeholder(tn.int32, [], name="d")
+        _, t = raw.switch(tn.constant(3.0), p)
+        tt = t * 2.0
+        q = tn.constant(7) // d
+    sess = tn.Session(g, backend="fast")
+    assert float(sess.run(tt, {p: True})) == 6.0
+    with pytest.raises(tn.DeadFetchError, match="is dead"):
+        sess.run(tt, {p: False})
+    assert float(sess.run(tt, {p: True})) == 6.0
+    assert int(sess.run(q, {d: 2})) == 3
+    with pytest.raises(tn.KernelError):
+        sess.run(q, {d: 0})
+    assert int(sess.run(q, {d: -2})) == -4
+
+
+def test_statically_dead_fetch_still_raises() -> None:
+    # the predicate is a constant, so the fetched branch is dead while tracing: the one-call plan
+    # refuses it and the general path raises DeadFetchError
+    g = tn.Graph()
+    with g.as_default():
+        _, t = raw.switch(tn.constant(3.0), tn.constant(False))
+        tt = t * 2.0
+    sess = tn.Session(g, backend="fast")
+    for _ in range(2):
+        with pytest.raises(tn.DeadFetchError):
+            sess.run(tt)
+
+
+def test_max_iterations_is_read_on_every_run() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y + 2), [tn.constant(0), tn.constant(0)])
+    sess = tn.Session(g, backend="fast")
+    assert int(sess.run(y, {n: 100})) == 200
+    with pytest.raises(tn.NonTerminationError):
+        sess.run(y, {n: 100}, max_iterations=50)
+    assert int(sess.run(y, {n: 100})) == 200
+
+
+def test_fed_arrays_and_variables_survive_runs() -> None:
+    # stack buffers are donated to the compiled stages; fed arrays and Variables must not be
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float64, [4], name="xs")
+        w = tn.Variable(np.float64(2.0), name="w")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * w.read()), [tn.constant(0), xs])
+        loss = tn.reduce_sum(y)
+        (dw,) = tn.gradients(loss, [w])
+    sess = tn.Session(g, backend="fast")
+    feed = np.array([1.0, 2.0, 3.0, 4.0])
+    for nv in (3, 1, 3):
+        lv, dv = sess.run([loss, dw], {xs: feed, n: nv})
+        # loss = 10 w**n, d loss / dw = 10 n w**(n-1)
+        assert float(lv) == 10 * 2.0**nv and float(dv) == pytest.approx(10 * nv * 2.0 ** (nv - 1))
+    assert feed.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert float(sess.variables["w"]) == 2.0
+
+
+@pytest.mark.parametrize("chunk", [1024, 4])
+def test_stack_buffers_reused_for_shorter_and_failed_runs(chunk: int) -> None:
+    # y = x**n, dy/dx = n x**(n-1): the second run pushes fewer values than the first left in the
+    # reused buffers, and a run stopped by max_iterations must not spoil the next one
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", stack_chunk=chunk)
+    for nv in (30, 3, 30):
+        yv, dv = sess.run([y, dx], {x: 1.5, n: nv})
+        assert float(yv) == pytest.approx(1.5**nv, rel=1e-12)
+        assert float(dv) == pytest.approx(nv * 1.5 ** (nv - 1), rel=1e-12)
+    compiles = sess.backend.compile_count
+    with pytest.raises(tn.NonTerminationError):
+        sess.run([y, dx], {x: 1.5, n: 30}, max_iterations=10)
+    yv, dv = sess.run([y, dx], {x: 1.5, n: 5})
+    assert float(dv) == pytest.approx(5 * 1.5**4, rel=1e-12)
+    assert sess.backend.compile_count == compiles
