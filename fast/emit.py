@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout import kernels
-from turnout.errors import KernelError, UnsupportedError, describe_node
+from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
@@ -178,6 +178,8 @@ class Emitter:
         if outs is None:
             try:
                 outs = LOWERING_RULES[n.op](self, n, xs)
+            except TurnoutError:
+                raise  # already says what is wrong (e.g. FeedError for an unfed Placeholder)
             except (TypeError, ValueError) as e:
                 raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
         for o, v in zip(n.outputs, outs, strict=True):

@@ -363,7 +363,7 @@ def _ta_write(ctx, n, xs):
         ta = ta.materialize(tuple(v.shape))
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
     if ta.size:
-        ctx.check(~ta.mask[j], f"{describe_node(n)}: TensorArrayWrite: a slot was written twice (TensorArray "
+        ctx.check(~ta.mask[j], f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
                   "slots are write-once)")
         return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].set(v), ta.mask.at[j].set(True))]
     return [ta]

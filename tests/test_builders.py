@@ -494,10 +494,6 @@ def test_tensor_array_unstack_read(backend: str) -> None:
     assert ints(run(backend, g, row)) == [3, 4] and int(run(backend, g, size)) == 2
 
 
-@pytest.mark.parametrize("backend", ["reference", pytest.param("fast", marks=pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="fast backend: the KernelError of a second write to a TensorArray slot says 'a slot was written "
-           "twice' where the reference says 'already written'"))])
 def test_tensor_array_slots_are_write_once(backend: str) -> None:
     g = tn.Graph()
     with g.as_default():

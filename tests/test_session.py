@@ -110,10 +110,6 @@ def test_feed_key_errors(backend: str) -> None:
         sess.run(t["z"], {3: 1.0})
 
 
-@pytest.mark.parametrize("backend", ["reference", pytest.param("fast", marks=pytest.mark.xfail(
-    strict=True, raises=tn.UnsupportedError,
-    reason="fast backend: an unfed Placeholder's FeedError (a ValueError) is caught by the emitter's "
-           "`except (TypeError, ValueError)` and re-raised as UnsupportedError"))])
 def test_missing_placeholder_feed_names_it(backend: str) -> None:
     g, t = small_graph()
     with pytest.raises(tn.FeedError, match='"x"'):
