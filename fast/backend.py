@@ -305,7 +305,7 @@ def _static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], 
             continue
         v, i = n.inputs[2].shape, n.inputs[1].shape
         ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
-        got = (tuple(v), tuple(i)) if ok else None
+        got = (tuple(v), tuple(i)) if ok and v is not None and i is not None else None
         shapes[src.id] = got if shapes.get(src.id, got) == got else None
     return {k: v for k, v in shapes.items() if v is not None}
 
@@ -469,7 +469,7 @@ class FastBackend:
         sig = (
             id(self.graph), self.graph.version, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
-            tuple((name, np.asarray(v).dtype.str, np.shape(v)) for name, v in
+            tuple((name, np.asarray(v).dtype.str, np.asarray(v).shape) for name, v in
                   ((name, variables.get(name, vn.attrs.get("initial_value"))) for name, vn in
                    sorted(self.graph.variables.items()))), cap,
         )

@@ -435,7 +435,7 @@ class _Raiser:
         header_ids = {n.id for it in header for n in self.nodes_of(it)}
         header_ids |= {m.id for _, m, _, _, _ in sh["loop_vars"]}  # type: ignore[attr-defined]
         readers = [n for it in body + exit_side for n in self.nodes_of(it)]
-        readers += [lc, *sh["switches"], *sh["nexts"]]  # type: ignore[list-item]
+        readers += [lc, *sh["switches"], *sh["nexts"]]  # type: ignore[list-item, misc]
         carried: dict[Key, Tensor] = {}
         for n in readers:
             for t in _data_inputs(n):

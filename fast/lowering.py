@@ -29,6 +29,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Node
 from turnout.primitives import PRIMITIVES
+from turnout.tables import registrar
 
 
 class LoweringContext(Protocol):
@@ -46,13 +47,7 @@ LOWERING_RULES: dict[str, Rule] = {}
 UNSUPPORTED: dict[str, str] = {}
 
 
-def _r(*names: str) -> Callable[[Rule], Rule]:
-    def reg(f: Rule) -> Rule:
-        for n in names:
-            LOWERING_RULES[n] = f
-        return f
-
-    return reg
+_r = registrar(LOWERING_RULES)
 
 
 def _np(d: Any) -> Any:

@@ -120,7 +120,8 @@ class HostChunks:
         """Fill the free room below the device items with the newest host items (LIFO order kept)."""
         n = int(s.ptr)
         room = s.capacity - n
-        parts_b, parts_i = [], []
+        parts_b: list[Any] = []
+        parts_i: list[Any] = []
         got = 0
         chunks = self.chunks.get(k, [])
         while chunks and got < room:

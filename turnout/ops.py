@@ -369,7 +369,7 @@ def placeholder(dtype: Any, shape: Any = None, name: Optional[str] = None) -> Te
     """A value fed at run time through ``feed_dict``."""
     d = dt.as_dtype(dtype)
     return get_default_graph().create_node(
-        "Placeholder", (), {"dtype": d.name, "shape": None if shape is None else list(sh.as_shape(shape))},
+        "Placeholder", (), {"dtype": d.name, "shape": None if shape is None else list(sh.as_shape(shape) or ())},
         name=name or "Placeholder",
     ).outputs[0]
 

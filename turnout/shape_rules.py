@@ -386,12 +386,11 @@ def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
     if shape is None:
         return None
     r = len(shape)
-    listed = axis if isinstance(axis, (list, tuple)) else [axis]
-    axes = range(r) if axis is None else [a % r if r else 0 for a in listed]
-    for a in (axis if isinstance(axis, (list, tuple)) else ([] if axis is None else [axis])):
+    listed = [] if axis is None else (list(axis) if isinstance(axis, (list, tuple)) else [axis])
+    for a in listed:
         if not -r <= a < max(r, 1):
             raise ShapeError(f"reduction axis {a} out of range for rank {r}")
-    axes = set(axes)
+    axes = set(range(r)) if axis is None else {a % r if r else 0 for a in listed}
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)

@@ -18,7 +18,7 @@ def as_shape(s: Any) -> Shape:
         return None
     if isinstance(s, int):
         raise TypeError(f"a shape is a sequence of dimensions, got the int {s}; write [{s}]")
-    out = []
+    out: list[Optional[int]] = []
     for d in s:
         if d is None or d == -1:
             out.append(None)
