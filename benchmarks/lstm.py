@@ -80,10 +80,11 @@ def run(quick: bool) -> dict[str, Any]:
     import jax.numpy as jnp
 
     # ``chunk``: the fast backend's stack capacity for the main rows (None: its default, 1024, so
-    # every length fits on the device); ``swap_chunk``: a second session with a small capacity, run at
-    # the longest length, to show the cost of swapping stack chunks to host memory.
+    # every length fits on the device and each step is one fused call); ``swap_chunk``: a second
+    # session with a small capacity, run at the longest length, to show the cost of swapping stack
+    # chunks to host memory (the staged path).
     if quick:
-        batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 16, 32, 32, [10, 20, 50], 2, 16, 8
+        batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 16, 32, 32, [10, 20, 50], 5, None, 8
     else:
         batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 64, 256, 256, [100, 200, 500, 1000], 5, None, 128
     t_max = max(lengths)

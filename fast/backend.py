@@ -6,6 +6,16 @@ is instead *driven* (see ``stacks``): compiled so that one call runs at most a c
 re-entered by a Python loop that swaps full stack buffers to host memory. The root frame is therefore
 cut into stages — compiled segments and driven loops — that pass values to each other.
 
+Why a fused stage too: the staged path costs a few jitted calls and Python driving per run (2 to 3
+ms for a small LSTM step), which dominates small models. A plan with driven loops therefore also
+has ``Plan.fused`` — the whole root frame as ONE compiled stage, every loop a plain ``lax`` loop —
+and a run tries it first. It cannot swap: a push beyond the chunk sets the error word (``overflow``),
+the loops that push or pop stop there, and the attempt is discarded (no Variable update, no error
+raised) and the staged path runs from the start. A plan's first run runs both (so that neither path
+compiles later, on a longer or shorter trip count), and a run right after a staged run that swapped
+skips the attempt: an overflowing attempt wastes at most one chunk of iterations, and runs of long
+loops in a row waste nothing after the first.
+
 Compiled plans are cached per (graph identity and version, fetches, feed signature, variable
 signature, stack capacity); a stage is retraced only when one of those changes, so new fed values and
 new trip counts (a fed ``N``) never recompile. ``compile_count`` counts traces, for tests.
@@ -34,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.errors import DeadFetchError, KernelError, NonTerminationError
+from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
@@ -119,6 +129,11 @@ class Plan:
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
         self.prealloc = _static_stack_shapes(nodes)
         self.stages = self._stages()
+        self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
+        self.fused_warm = False  # the fused stage has run once (and the staged path was compiled then)
+        # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
+        # it skips the fused attempt (a loop of a million iterations would not fit either time)
+        self.predict_overflow = False
 
     def _stages(self) -> list[Stage]:
         stages: list[Stage] = []
@@ -152,6 +167,23 @@ class Plan:
             later = set().union(*(set(s.reads) for s in stages[i + 1:])) | fetch
             st.writes = sorted(produced[i] & later)
         return stages
+
+    def _fused_stage(self) -> Stage:
+        """The whole root frame as one compiled stage, driven loops included as plain ``lax``
+        loops: the fast path of a program with gradient stacks whose pushes all fit their chunk.
+
+        Why: the staged path costs several jitted calls and Python driving per run (milliseconds),
+        which dominates small models. The fused stage cannot swap: a push beyond the chunk sets the
+        error word (``overflow``), the loops that push or pop stop there (``Emitter.stop_on_error``),
+        and ``FastBackend._run_fused`` discards the attempt — values, Variables, errors — and runs
+        the staged path instead.
+        """
+        ns = program_nodes(self.program)
+        ids = {n.id for n in ns}
+        reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
+                       | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
+        produced = {key(o) for n in ns for o in n.outputs}
+        return Stage(list(self.program.items), reads, sorted(produced & set(self.program.fetch_keys)))
 
     @property
     def direct_ok(self) -> bool:
@@ -191,11 +223,12 @@ class Plan:
         em.fed = self.fed
         return em
 
-    def segment_fn(self, st: Stage) -> Any:
+    def segment_fn(self, st: Stage, fused: bool = False) -> Any:
         fetch = set(self.program.fetch_keys)
 
         def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
             em = self.emitter({**state, **stacks}, max_iter)
+            em.stop_on_error = fused
             env = dict(env_in)
             em.run_items(st.items, env)
             # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
@@ -458,7 +491,8 @@ class FastBackend:
                 variables[name] = np.asarray(dev)
             self._dev_vars[name] = (variables[name], dev)
         stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": 1, "stack_capacity": plan.capacity,
+            "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": False,
+            "stack_capacity": plan.capacity,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stage_seconds": [time.perf_counter() - t0], "stack_capacity_retries": 0,
         }
@@ -512,6 +546,10 @@ class FastBackend:
         plan = self._plan(fetches, feeds, variables, cap)
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
         max_iter = np.int32(min(int(mi), _INT32_MAX))
+        if plan.fused is not None and not plan.predict_overflow:
+            got = self._run_fused(plan, fetches, feeds, variables, max_iter)
+            if got is not None:
+                return got
         state = self._initial_state(plan, variables)
         # device_put, not jnp.asarray: on CPU it aliases a 64-byte-aligned host array (such as the
         # host view of a jax array) instead of copying it; the run reads it only until it returns
@@ -536,6 +574,61 @@ class FastBackend:
             self._raise_errors(plan, state, host.swapped)
             env.update(out)
             stage_s.append(time.perf_counter() - t0)
+        plan.predict_overflow = host.swapped > 0
+        values = self._finish(plan, fetches, env, lives, state, variables)
+        stats = {
+            "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages), "fused": False,
+            "stack_capacity": cap, "peak_device_stack_bytes": peak, "stack_chunks_swapped": host.swapped,
+            "peak_host_stack_bytes": host.peak_host_bytes, "stage_seconds": stage_s,
+        }
+        return values, stats
+
+    def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                   variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:
+        """Run ``plan.fused`` (one jitted call); ``None``: the staged path must run instead.
+
+        It must when a stack overflowed its chunk (or underflowed: the staged path decides whether
+        that is an error), and on the plan's first run, so that the staged functions are compiled
+        now and a later, longer run does not recompile. Nothing of a discarded attempt is applied:
+        Variables are written back by ``_finish`` only, and errors are raised only for a kept
+        attempt. The stack buffers are kept either way (the staged path reuses them).
+        """
+        st = plan.fused
+        assert st is not None
+        first = not plan.fused_warm
+        t0 = time.perf_counter()
+        state = self._initial_state(plan, variables)
+        env: dict[Key, Any] = {key(t): jax.device_put(v) for t, v in feeds.items()}
+        try:
+            if "seg" not in st.fns:
+                st.fns["seg"] = plan.segment_fn(st, fused=True)
+            env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
+            rest, stacks = _split_state(state)
+            out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+        except UnsupportedError:
+            plan.fused = None  # something only the staged path can lower: use it from now on
+            return None
+        plan.fused_warm = True
+        if plan.prealloc:
+            self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
+                                          if isinstance(v, stk.StackValue) and not v.pending}
+        code = int(state["err"])
+        if first or (code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
+            return None
+        self._raise_errors(plan, state, 0)
+        env.update(out)
+        values = self._finish(plan, fetches, env, lives, state, variables)
+        stats = {
+            "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": True,
+            "stack_capacity": plan.capacity, "peak_device_stack_bytes": _stack_bytes(state),
+            "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
+            "stage_seconds": [time.perf_counter() - t0],
+        }
+        return values, stats
+
+    def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
+                state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
+        """The fetched values on the host, and the Variables written back: the last step of a run."""
         values = []
         for t in fetches:
             v = env[key(t)]
@@ -553,12 +646,7 @@ class FastBackend:
             if name in plan.written_vars:
                 variables[name] = np.asarray(dev)
             self._dev_vars[name] = (variables[name], dev)
-        stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages),
-            "stack_capacity": cap, "peak_device_stack_bytes": peak, "stack_chunks_swapped": host.swapped,
-            "peak_host_stack_bytes": host.peak_host_bytes, "stage_seconds": stage_s,
-        }
-        return values, stats
+        return values
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
                max_iter_py: int, host: stk.HostChunks) -> tuple[dict[Key, Any], dict[str, Any], int]:

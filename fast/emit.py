@@ -117,6 +117,10 @@ class Emitter:
         self.state: dict[str, Any] = {}
         self.lives: dict[Key, Any] = {}
         self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
+        # Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
+        # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
+        # overflows costs at most one chunk of iterations before the staged path takes over.
+        self.stop_on_error = False
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -335,8 +339,14 @@ class Emitter:
             finish(c0, env)
             return
         c0 = self.discover(body, _jnp_tree(c0))
+        stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
+
+        def cond(c: Any) -> Any:
+            ok = c[1] & (c[3] < self.max_iter)
+            return ok & (c[2]["err"] == 0) if stop else ok
+
         try:
-            c = jax.lax.while_loop(lambda c: c[1] & (c[3] < self.max_iter), body, c0)
+            c = jax.lax.while_loop(cond, body, c0)
         except TypeError as e:
             raise UnsupportedError(
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "

@@ -7,7 +7,8 @@ is compiled to run at most as many iterations as fit (an extra predicate ``ptr +
 when the real predicate is still true, a Python driver moves the full buffer out to host memory (this
 *is* memory swapping), resets the pointer and re-enters. The backward loop pops in reverse and, when
 its buffer runs low, refills it from the host chunks, last first. Device-resident stack memory is
-therefore bounded by ``capacity`` whatever the trip count.
+therefore bounded by ``capacity`` whatever the trip count. (When every push fits one chunk the
+backend runs the whole program as one fused call instead, with no driver: see ``backend``.)
 
 Design for nested loops: an inner loop's pushes go to the same buffers, inside the outer loop's chunk.
 The outer chunk also stops when a stack's free room is smaller than the largest number of values one

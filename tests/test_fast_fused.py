@@ -1,0 +1,91 @@
+"""A gradient program whose stacks fit their chunk runs as one fused call on the fast backend.
+
+Why: the staged path (a Python driver between several compiled calls, able to swap stack chunks to
+host memory) costs milliseconds per run, which dominates small models. The fused call cannot swap: a
+push beyond the chunk discards the attempt and the staged path runs instead. These tests check that
+both paths give the same closed-form results, that a discarded attempt applies no Variable update,
+and that neither a new trip count nor a switch between the paths recompiles.
+
+The program is ``y <- y * x`` run ``n`` times: ``y = x**n``, ``dy/dx = n x**(n-1)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+pytest.importorskip("jax")
+
+
+def power_loop(with_variables: bool = False) -> dict[str, object]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+        out: dict[str, object] = {"g": g, "x": x, "n": n, "y": y, "dx": dx}
+        if with_variables:
+            runs = tn.Variable(np.int32(0), name="runs")
+            acc = tn.Variable(np.float64(0.0), name="acc")
+            out["count"] = runs.assign_add(np.int32(1))
+            out["acc"] = acc.assign_add(dx)
+    return out
+
+
+def test_stacks_that_fit_run_fused_and_agree_with_the_staged_path() -> None:
+    p = power_loop()
+    fused = tn.Session(p["g"], backend="fast", stack_chunk=64)
+    staged = tn.Session(p["g"], backend="fast", stack_chunk=4)
+    fetch, x, n = [p["y"], p["dx"]], p["x"], p["n"]
+    fused.run(fetch, {x: 1.5, n: 2})  # first run of a plan: compiles both paths
+    staged.run(fetch, {x: 1.5, n: 2})
+    compiles = fused.backend.compile_count, staged.backend.compile_count
+    kinds = []
+    for nv in (7, 30, 1, 2):
+        yf, df = fused.run(fetch, {x: 1.5, n: nv})
+        sf = fused.last_result.stats
+        assert sf["fused"] and sf["stages"] == 1 and sf["stack_chunks_swapped"] == 0
+        assert sf["peak_device_stack_bytes"] > 0
+        assert float(yf) == pytest.approx(1.5**nv, rel=1e-12)
+        assert float(df) == pytest.approx(nv * 1.5 ** (nv - 1), rel=1e-12)
+        ys, ds = staged.run(fetch, {x: 1.5, n: nv})
+        st = staged.last_result.stats
+        kinds.append(st["fused"])
+        assert (st["stack_chunks_swapped"] > 0) == (nv > 4)  # more pushes than the chunk holds
+        assert float(ys) == float(yf) and float(ds) == float(df)
+    # n = 7: the fused attempt overflows a chunk of 4 and the staged path runs; after a run that
+    # swapped, the next one (n = 30, then n = 1) skips the attempt; after one that did not, it is fused
+    assert kinds == [False, False, False, True]
+    assert (fused.backend.compile_count, staged.backend.compile_count) == compiles
+
+
+def test_a_discarded_fused_attempt_applies_no_variable_update() -> None:
+    # ``runs`` counts runs and ``acc`` sums dy/dx: after runs with n = 30, 3, 3, 30 on a chunk of 4,
+    # runs == 4 and acc == 2 (30 x**29) + 2 (3 x**2). The first run of a plan and the last run
+    # (a fused attempt that overflows) are fused attempts that are discarded, then run staged.
+    p = power_loop(with_variables=True)
+    sess = tn.Session(p["g"], backend="fast", stack_chunk=4)
+    fetch = [p["dx"], p["count"], p["acc"]]
+    kinds = []
+    for nv in (30, 3, 3, 30):
+        sess.run(fetch, {p["x"]: 1.5, p["n"]: nv})
+        kinds.append(sess.last_result.stats["fused"])
+    assert kinds == [False, False, True, False]
+    assert int(sess.variables["runs"]) == 4
+    assert float(sess.variables["acc"]) == pytest.approx(2 * 30 * 1.5**29 + 2 * 3 * 1.5**2, rel=1e-12)
+
+
+def test_errors_of_a_fused_run_are_the_staged_errors() -> None:
+    # max_iterations stops the forward loop: NonTerminationError on both paths, no Variable update
+    p = power_loop(with_variables=True)
+    for chunk in (1024, 4):
+        sess = tn.Session(p["g"], backend="fast", stack_chunk=chunk)
+        fetch = [p["dx"], p["count"], p["acc"]]
+        sess.run(fetch, {p["x"]: 1.5, p["n"]: 3})
+        with pytest.raises(tn.NonTerminationError):
+            sess.run(fetch, {p["x"]: 1.5, p["n"]: 30}, max_iterations=10)
+        assert int(sess.variables["runs"]) == 1
+        assert float(sess.variables["acc"]) == pytest.approx(3 * 1.5**2, rel=1e-12)
