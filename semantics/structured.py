@@ -26,6 +26,7 @@ replace values by formulas.
 from __future__ import annotations
 
 import heapq
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -294,7 +295,7 @@ def in_loop(node: Node) -> WhileContext | None:
 # ---------------------------------------------------------------------------------------------------
 # The walk over regions, shared with the z3 encodings
 # ---------------------------------------------------------------------------------------------------
-class Walker:
+class Walker(ABC):
     """Runs the items of a region in order; subclasses say what a node, a cond and a loop mean.
 
     Values live in ``env[tag][(node id, output index)]``; a missing entry is a dead value.
@@ -324,14 +325,17 @@ class Walker:
             else:
                 self.node(it, tag)
 
+    @abstractmethod
     def node(self, n: Node, tag: Tag) -> None:
-        raise NotImplementedError
+        """Evaluate one ordinary node at ``tag``."""
 
+    @abstractmethod
     def cond(self, info: CondInfo, tag: Tag) -> None:
-        raise NotImplementedError
+        """Evaluate one cond region at ``tag`` ([S-Cond])."""
 
+    @abstractmethod
     def loop(self, ctx: WhileContext, tag: Tag) -> None:
-        raise NotImplementedError
+        """Evaluate one while region at ``tag`` ([S-While])."""
 
 
 def fmt_tag(tag: Tag) -> str:

@@ -12,6 +12,7 @@ race-free in the sense of the semantics' [T1-Confluence].
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -23,7 +24,7 @@ from turnout.graph import Node, Tensor
 from turnout.variables import Variable, trainable_variables
 
 
-class Optimizer:
+class Optimizer(ABC):
     """Base class: ``minimize`` = ``compute_gradients`` + ``apply_gradients``."""
 
     def compute_gradients(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None
@@ -49,8 +50,9 @@ class Optimizer:
         """One training step: the op to run. Fetch ``loss`` alongside it to watch it decrease."""
         return self.apply_gradients(self.compute_gradients(loss, var_list), after=[loss])
 
+    @abstractmethod
     def _updates(self, grads_and_vars: Sequence[tuple[Tensor, Variable]]) -> list[Tensor]:
-        raise NotImplementedError
+        """The assign ops of one step, one per variable (SGD, Adam define them)."""
 
 
 class SGD(Optimizer):
