@@ -284,15 +284,21 @@ class Emitter:
             vals, pred, st = header(vals0, True, state)
             return (vals, pred, st, np.asarray(0, np.int32))
 
+        def side_env(vals: Any, pred: Any, taken: int) -> Env:
+            """The loop's environment on one side of its Switches ([E-Switch] with the predicate
+            decided): output ``taken`` carries the loop value, the other output is dead."""
+            env = dict(base)
+            env.update(zip(ckeys, vals, strict=True))
+            env[lck] = pred
+            for s in r.switches:
+                env[key(s.outputs[taken])] = env[key(s.inputs[0])]
+                env[key(s.outputs[1 - taken])] = DEAD
+            return env
+
         def body(c: Any) -> Any:
             vals, pred, state, iters = c
             self.state = dict(state)
-            benv = dict(base)
-            benv.update(zip(ckeys, vals, strict=True))
-            benv[lck] = pred
-            for s in r.switches:
-                benv[key(s.outputs[1])] = benv[key(s.inputs[0])]
-                benv[key(s.outputs[0])] = DEAD
+            benv = side_env(vals, pred, 1)
             self.run_items(r.body, benv)
             nxt = [benv[key(nx.inputs[0])] for _, _, nx, _, _ in r.loop_vars]
             vals2, pred2, st2 = header(nxt, False, self.state)
@@ -305,12 +311,7 @@ class Emitter:
                 return
             vals, pred, state, iters = c
             self.state = dict(state)
-            eenv = dict(base)
-            eenv.update(zip(ckeys, vals, strict=True))
-            eenv[lck] = pred
-            for s in r.switches:
-                eenv[key(s.outputs[0])] = eenv[key(s.inputs[0])]
-                eenv[key(s.outputs[1])] = DEAD
+            eenv = side_env(vals, pred, 0)
             self.run_items(r.exit_side, eenv)
             self.check(~(jnp.asarray(pred) & (iters >= self.max_iter)),
                        f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
