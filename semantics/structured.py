@@ -316,6 +316,25 @@ class Walker(ABC):
     def write(self, node: Node, index: int, tag: Tag, value: Any) -> None:
         self.env.setdefault(tag, {})[(node.id, index)] = value
 
+    def loop_entry(self, ctx: WhileContext, tag: Tag) -> tuple[list[Node], dict[int, Any], list[Any], list[Any]]:
+        """What a loop instance starts from: its Enter nodes, the values they enter, its loop variables
+        and their initial values."""
+        enters = self.form.enters(ctx)
+        entered = {e.id: self.read(e.inputs[0], tag) for e in enters}
+        lvs = self.form.loop_vars(ctx)
+        return enters, entered, lvs, [entered[lv.enter.id] for lv in lvs]
+
+    def seed_iteration(self, tj: Tag, enters: list[Node], entered: dict[int, Any], lvs: list[Any],
+                       vals: list[Any], value_index: Any) -> None:
+        """Iteration ``tj`` sees every invariant ([E-Enter-Const]) and the loop variables through their
+        Merges, whose value_index is 0 on entry and 1 after ([E-Merge-Live])."""
+        for e in enters:
+            if e.attrs.get("is_constant"):
+                self.write(e, 0, tj, entered[e.id])
+        for lv, v in zip(lvs, vals, strict=True):
+            self.write(lv.merge, 0, tj, v)
+            self.write(lv.merge, 1, tj, value_index)
+
     def run_region(self, region: Region, tag: Tag, part: str = "all") -> None:
         for it in self.form.items(region, part):
             if isinstance(it, CondItem):
@@ -431,21 +450,13 @@ class _Evaluator(Walker):
         k times. Each iteration j runs at tag ``tag + ((frame, j),)``; its values are dropped once the
         next iteration's loop variables are known."""
         frame = ctx.frame_name
-        enters = self.form.enters(ctx)
-        entered = {e.id: self.read(e.inputs[0], tag) for e in enters}
+        enters, entered, lvs, vals = self.loop_entry(ctx, tag)
         for e in enters:
             self.mark(e, tag)
-        consts = [e for e in enters if e.attrs.get("is_constant")]
-        lvs = self.form.loop_vars(ctx)
-        vals = [entered[lv.enter.id] for lv in lvs]
         j = 0
         while True:
             tj = (*tag, (frame, j))
-            for e in consts:
-                self.write(e, 0, tj, entered[e.id])
-            for lv, v in zip(lvs, vals, strict=True):
-                self.write(lv.merge, 0, tj, v)
-                self.write(lv.merge, 1, tj, np.asarray(0 if j == 0 else 1, np.int32))
+            self.seed_iteration(tj, enters, entered, lvs, vals, np.asarray(0 if j == 0 else 1, np.int32))
             self.run_region(ctx, tj, "test")
             if not bool(self.read(ctx.pivot.outputs[0], tj)):  # type: ignore[union-attr]
                 break

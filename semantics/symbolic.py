@@ -490,12 +490,8 @@ class _SymExec(Walker):
         """[S-While], unrolled: iteration j runs under ``active_j``; the Exit values are the loop
         variables at the iteration where the loop stops."""
         frame = ctx.frame_name
-        enters = self.form.enters(ctx)
-        entered = {e.id: self.read(e.inputs[0], tag) for e in enters}
-        consts = [e for e in enters if e.attrs.get("is_constant")]
-        lvs = self.form.loop_vars(ctx)
+        enters, entered, lvs, vals = self.loop_entry(ctx, tag)
         exits = self.form.exits(ctx)
-        vals = [entered[lv.enter.id] for lv in lvs]
         inst = LoopInstance(tag)
         self.loops.setdefault(ctx.id, []).append(inst)
         result: dict[int, Sym] = {}
@@ -504,11 +500,7 @@ class _SymExec(Walker):
         j = 0
         while True:
             tj = (*tag, (frame, j))
-            for e in consts:
-                self.write(e, 0, tj, entered[e.id])
-            for lv, v in zip(lvs, vals, strict=True):
-                self.write(lv.merge, 0, tj, v)
-                self.write(lv.merge, 1, tj, z3.BitVecVal(0 if j == 0 else 1, 32))
+            self.seed_iteration(tj, enters, entered, lvs, vals, z3.BitVecVal(0 if j == 0 else 1, 32))
             self.guard = active
             self.run_region(ctx, tj, "test")
             test = self.read(ctx.pivot.outputs[0], tj)  # type: ignore[union-attr]
