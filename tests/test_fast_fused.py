@@ -11,6 +11,7 @@ The program is ``y <- y * x`` run ``n`` times: ``y = x**n``, ``dy/dx = n x**(n-1
 
 from __future__ import annotations
 
+import graphs
 import numpy as np
 import pytest
 
@@ -20,18 +21,14 @@ pytest.importorskip("jax")
 
 
 def power_loop(with_variables: bool = False) -> dict[str, object]:
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
-        (dx,) = tn.gradients(y, [x])
-        out: dict[str, object] = {"g": g, "x": x, "n": n, "y": y, "dx": dx}
-        if with_variables:
+    base = graphs.power_loop()
+    out: dict[str, object] = base._asdict()
+    if with_variables:
+        with base.g.as_default():
             runs = tn.Variable(np.int32(0), name="runs")
             acc = tn.Variable(np.float64(0.0), name="acc")
             out["count"] = runs.assign_add(np.int32(1))
-            out["acc"] = acc.assign_add(dx)
+            out["acc"] = acc.assign_add(base.dx)
     return out
 
 

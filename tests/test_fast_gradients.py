@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import graphs
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -48,12 +49,7 @@ def test_squaring_loop_gradient_is_1024() -> None:
 
 @pytest.mark.parametrize("n,chunks", [(0, CHUNKS), (7, [1, 3, 1024])])
 def test_power_loop_with_run_time_trip_count(n: int, chunks: list[int]) -> None:
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        N = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < N, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
-        (dx,) = tn.gradients(y, [x])
+    g, x, N, y, dx = graphs.power_loop()
     check(g, [y, dx], {x: 1.5, N: n}, [1.5**n, n * 1.5 ** (n - 1) if n else 0.0], chunks=chunks)
 
 

@@ -9,6 +9,7 @@ The numbers asserted are the executor's own accounting (``RunResult.stats``).
 
 from __future__ import annotations
 
+import graphs
 import numpy as np
 import pytest
 
@@ -20,18 +21,8 @@ N = 100_000
 CHUNK = 2_000
 
 
-def power_loop() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor, tn.Tensor]:
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
-        (dx,) = tn.gradients(y, [x])
-    return g, x, n, y, dx
-
-
 def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
-    g, x, n, y, dx = power_loop()
+    g, x, n, y, dx = graphs.power_loop()
     xv = 1.0 + 1e-6
     sess = tn.Session(g, backend="fast", stack_chunk=CHUNK)
     yv, dv = sess.run([y, dx], {x: xv, n: N})

@@ -9,6 +9,7 @@ results as a fresh session.
 
 from __future__ import annotations
 
+import graphs
 import numpy as np
 import pytest
 
@@ -120,12 +121,7 @@ def test_fed_arrays_and_variables_survive_runs() -> None:
 def test_stack_buffers_reused_for_shorter_and_failed_runs(chunk: int) -> None:
     # y = x**n, dy/dx = n x**(n-1): the second run pushes fewer values than the first left in the
     # reused buffers, and a run stopped by max_iterations must not spoil the next one
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
-        (dx,) = tn.gradients(y, [x])
+    g, x, n, y, dx = graphs.power_loop()
     sess = tn.Session(g, backend="fast", stack_chunk=chunk)
     for nv in (30, 3, 30):
         yv, dv = sess.run([y, dx], {x: 1.5, n: nv})

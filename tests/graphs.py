@@ -1,0 +1,28 @@
+"""Small graphs that several test files build alike (imported by bare name: conftest puts tests/ on
+sys.path, as for programs.py and strategies.py)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import turnout as tn
+
+
+class PowerLoop(NamedTuple):
+    g: tn.Graph
+    x: tn.Tensor
+    n: tn.Tensor
+    y: tn.Tensor
+    dx: tn.Tensor
+
+
+def power_loop() -> PowerLoop:
+    """``y = x**n`` by a while_loop whose trip count ``n`` is fed at run time, and ``dy/dx = n x**(n-1)``:
+    one stacked value per iteration, the smallest gradient that exercises the stacks."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    return PowerLoop(g, x, n, y, dx)
