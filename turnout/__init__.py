@@ -114,6 +114,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     lazy = {
         "Session": ("turnout.session", "Session"),
         "train": ("turnout.train", None),
+        "checkpoint": ("turnout.checkpoint", None),
         "pretty": ("turnout.inspect", "pretty"),
         "to_dot": ("turnout.inspect", "to_dot"),
         "save": ("turnout.serialize", "save"),
