@@ -505,7 +505,20 @@ def _enable_merge(c: Config, node: Node, tag: Tag, arr: Arrivals) -> list[Firing
     return out
 
 
+def _enable_transfer(c: Config, node: Node, tag: Tag, arr: Arrivals) -> list[Firing]:
+    """Send and Recv: this system runs one graph; a partitioned run (a set of partitions over a shared
+    rendezvous) is the partitioned reference executor's (``turnout.devices``), checked against this
+    system's unpartitioned runs by T7. A graph with transfers is refused, naming the node."""
+    from turnout.errors import UnsupportedError
+
+    raise UnsupportedError(f"small-step semantics: {node.op} node {node.name!r} moves a token between partitions; "
+                           "the small-step system runs unpartitioned graphs only (run partitions with "
+                           "tn.Session(graph, devices=[...]))")
+
+
 _ENABLE: dict[str, Enabler] = {
+    "Send": _enable_transfer,
+    "Recv": _enable_transfer,
     "Switch": _strict("E-Switch", "E-Switch-Dead"),
     "Merge": _enable_merge,
     "Enter": _enable_enter,

@@ -235,6 +235,9 @@ class Graph:
         self._scope: list[str] = []
         self._control_deps: list[list[Node]] = []
         self._devices: list[Optional[str]] = []
+        self._colocate: list[Optional[Node]] = []
+        #: node id -> id of the node it must be placed with (``tn.colocate_with``; read by placement)
+        self.colocation: dict[int, int] = {}
         self._context: Optional[ControlFlowContext] = None
         self.contexts: list[ControlFlowContext] = []
         self.variables: dict[str, Node] = {}
@@ -321,6 +324,16 @@ class Graph:
             yield
         finally:
             self._devices.pop()
+
+    @contextlib.contextmanager
+    def colocate_with(self, op: Optional[Node]) -> Iterator[None]:
+        """Ops created inside are placed on the device of ``op`` (``None`` clears an outer scope).
+        Placement (``turnout.devices.place``) honours it, and reports a conflict with a device scope."""
+        self._colocate.append(op)
+        try:
+            yield
+        finally:
+            self._colocate.pop()
 
     @contextlib.contextmanager
     def _in_context(self, ctx: Optional[ControlFlowContext]) -> Iterator[None]:
@@ -410,6 +423,8 @@ class Graph:
         self.nodes.append(node)
         self._by_name[node.name] = node
         self._version += 1
+        if self._colocate and self._colocate[-1] is not None:
+            self.colocation[node.id] = self._colocate[-1].id
         if ctx is not None:
             ctx.add_node(node)
         return node
