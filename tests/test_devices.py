@@ -396,3 +396,20 @@ def test_partitions_serialize_and_validate() -> None:
         back = tn.loads(tn.dumps(part.graph))
         assert [n.op for n in back.nodes] == [n.op for n in part.graph.nodes]
         tn.validate(back)
+
+
+def test_pretty_and_dot_show_partitions_frames_and_transfers() -> None:
+    from turnout.inspect import partitions_to_dot, pretty_partitions
+
+    g, x, y = _loop_graph()
+    parted = partition(g, place(g, D2), [y], {(x.node.id, 0)})
+    text = pretty_partitions(parted)
+    assert "device 'cpu:0' {" in text and "device 'cpu:1' {" in text
+    assert text.count('frame "loop/') >= 2  # the loop frame appears in both partitions
+    assert "_cloop/" in text and "transfers {" in text
+    assert sum(1 for line in text.splitlines() if "@cpu:" in line and "->" in line) == len(parted.transfers)
+    sess = tn.Session(g, devices=D2)
+    sess.run(y, {x: 1.0}, trace=True)
+    dot = partitions_to_dot(parted, sess.last_result.trace)  # type: ignore[union-attr]
+    assert dot.startswith("digraph") and dot.count('color="red"') == len(parted.transfers)
+    assert 'label="device cpu:0"' in dot and "live x" in dot

@@ -21,6 +21,8 @@ import turnout as tn
 from turnout.session import RunOptions
 
 GUARD = dict(max_firings=200_000, max_iterations=1_000)
+#: the loaded profile's budget (100 in ``ci``, thousands in ``nightly``); the narrower tests take a share
+BUDGET = settings.default.max_examples
 
 
 def _outcome(sess: tn.Session, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
@@ -56,19 +58,18 @@ def _check_program(p: Any, inputs: dict[str, Any], data: st.DataObject) -> None:
     check_partition_equivalence(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
 
 
-@settings(max_examples=60)
 @given(programs_with_inputs(), st.data())
 def test_T7_partition_equivalence(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
     _check_program(*pi, data)
 
 
-@settings(max_examples=25)
+@settings(max_examples=max(1, BUDGET // 4))
 @given(programs_with_inputs(loops=True, nesting=True), st.data())
 def test_T7_partition_equivalence_nested_loops(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
     _check_program(*pi, data)
 
 
-@settings(max_examples=20)
+@settings(max_examples=max(1, BUDGET // 4))
 @given(st.data())
 def test_T7_partition_equivalence_gradient_programs(data: st.DataObject) -> None:
     p = data.draw(float_programs(max_depth=2))
