@@ -195,7 +195,8 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
             group_device[root] = (d, why)
         d, why = group_device[root]
         device_of[n.id] = d
-        reasons[n.id] = why if groups.find(n.id) == n.id or why != "default device" else why
-        if groups.ties.get(root) and n.device is None and not why.startswith("device scope of " + n.name):
-            reasons[n.id] = f"{why}; colocated ({'; '.join(groups.ties[root])})"
+        tied = groups.ties.get(root, [])
+        own = why in (f"device scope of {n.name}", f"follows its input {n.raw_inputs[0].name}"
+                      if n.raw_inputs and isinstance(n.raw_inputs[0], Tensor) else "")
+        reasons[n.id] = f"{why}; colocated ({'; '.join(tied)})" if tied and not own else why
     return Placement(graph, devs, device_of, reasons)

@@ -236,7 +236,7 @@ def pretty_partitions(parted: Any) -> str:
     lines = []
     for part in parted.partitions.values():
         lines.append(f"device {part.short!r} {{")
-        lines += ["  " + line for line in pretty(part.graph).splitlines()]
+        lines += ["  " + line.removesuffix(f" @{part.device}") for line in pretty(part.graph).splitlines()]
         lines.append("}")
     lines.append("transfers {")
     for t in parted.transfers:
