@@ -9,9 +9,11 @@ Three sources decide, strongest first:
    op. Constrained nodes form groups that are placed as one.
 2. **Device scopes** (``tn.device``): a group takes the device its members ask for; two members asking
    for different devices is a conflict, reported with the nodes and the rule that ties them.
-3. **Defaults** for groups nobody placed: the device of the first data input (so a Switch follows its
-   data, an Exit its value, an op its operands), else of the first control input, else the first device
-   of the list.
+3. **Defaults** for groups nobody placed: a backward op built by ``tn.gradients`` goes with its forward
+   op (TensorFlow's ``colocate_gradients_with_ops``, here a default rather than a constraint, so it never
+   conflicts with a scope); any other op takes the device of its first data input (so a Switch follows
+   its data, an Exit its value, an op its operands), else of its first control input, else the first
+   device of the list.
 
 ``place`` also takes *soft requests* (node name -> device) that yield to constraints instead of
 raising; the property tests use them to draw random placements of generated programs.
@@ -131,6 +133,36 @@ def colocation_groups(graph: Graph, nodes: Sequence[Node]) -> _Groups:
     return groups
 
 
+def _order(graph: Graph) -> list[Node]:
+    """A topological order (back edges ignored) in which every forward op comes before the backward ops
+    of its gradient, so they can follow it; the plain order if that would make a cycle."""
+    base = topological_order(graph)
+    if not graph.gradient_of:
+        return base
+    pos = {n.id: k for k, n in enumerate(base)}
+    succ: dict[int, list[int]] = {n.id: [] for n in base}
+    indeg = dict.fromkeys(pos, 0)
+    for n in base:
+        preds = [t.node.id for t in n.raw_inputs if isinstance(t, Tensor)
+                 and not (n.op == "Merge" and t.node.op == "NextIteration")]
+        preds += [c.id for c in n.control_inputs]
+        if n.id in graph.gradient_of:
+            preds.append(graph.gradient_of[n.id])
+        for p in preds:
+            succ[p].append(n.id)
+            indeg[n.id] += 1
+    ready = sorted((i for i, d in indeg.items() if d == 0), key=pos.__getitem__, reverse=True)
+    out: list[Node] = []
+    while ready:
+        i = ready.pop()
+        out.append(graph.nodes[i])
+        for s in succ[i]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return out if len(out) == len(base) else base
+
+
 def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[Mapping[str, str]] = None,
           ) -> Placement:
     """Place every node of ``graph`` on one of ``devices`` (see the module docstring for the rules).
@@ -183,12 +215,15 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
         group_device[root] = (distinct[0], f"device scope of {n0.name}")
     for root, d in soft.items():
         group_device.setdefault(root, (d, "requested"))
-    for n in topological_order(graph):
+    for n in _order(graph):
         root = groups.find(n.id)
         if root not in group_device:
             d, why = devs[0], "default device"
+            fwd = graph.gradient_of.get(n.id)
             data = [t for t in n.raw_inputs if isinstance(t, Tensor) and t.node.id in device_of]
-            if data:
+            if fwd is not None and fwd in device_of:
+                d, why = device_of[fwd], f"with its forward op {graph.nodes[fwd].name}"
+            elif data:
                 d, why = device_of[data[0].node.id], f"follows its input {data[0].name}"
             elif n.control_inputs and n.control_inputs[0].id in device_of:
                 d, why = device_of[n.control_inputs[0].id], f"follows its control input {n.control_inputs[0].name}"

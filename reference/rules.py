@@ -93,7 +93,7 @@ def arrive_merge(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> Optional[
 
 
 def arrive_transfer(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> Optional[str]:
-    """Send / Recv: a Send or Recv waits for its inputs at its tag, then asks the rendezvous (a
+    """[E-Send] / [E-Recv]: a Send or Recv waits for its inputs at its tag, then asks the rendezvous (a
     Send for a credit on its edge, a Recv for the token keyed (edge, tag)). When the rendezvous cannot
     serve it yet, the partitioned executor (``turnout.devices``) makes it ready later."""
     if not box.arrived_all(node):
@@ -255,7 +255,7 @@ def _stack_pop(it: Interpreter, node: Node, vals: list[Any]) -> Any:
 
 
 def fire_send(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
-    """Send: the input token goes into the rendezvous under (edge, tag), live or dead: a dead Send
+    """[E-Send]: the input token goes into the rendezvous under (edge, tag), live or dead: a dead Send
     still sends, so deadness crosses devices as values do. A control Send sends its control inputs'
     deadness."""
     tok = box.values[0] if box.values else (DEAD if box.any_dead() else Token(None))
@@ -265,7 +265,7 @@ def fire_send(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
 
 
 def fire_recv(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
-    """Recv: output the token taken from the rendezvous, live or dead. The Recv's own
+    """[E-Recv] / [E-Recv-Dead]: output the token taken from the rendezvous, live or dead. The Recv's own
     control input (from its device's control loop) only gives it its tag."""
     return [_port(it, node).take(node, tag)]
 

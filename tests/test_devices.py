@@ -413,3 +413,35 @@ def test_pretty_and_dot_show_partitions_frames_and_transfers() -> None:
     dot = partitions_to_dot(parted, sess.last_result.trace)  # type: ignore[union-attr]
     assert dot.startswith("digraph") and dot.count('color="red"') == len(parted.transfers)
     assert 'label="device cpu:0"' in dot and "live x" in dot
+
+
+def test_backward_ops_go_with_their_forward_op() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, shape=[], name="x")
+        with tn.device("cpu:1"):
+            t = tn.tanh(x, name="t")
+        y = t * 3.0
+        (dx,) = tn.gradients(y, [x])
+    p = place(g, D2)
+    backward = [n for n in g.nodes if g.gradient_of.get(n.id) == t.node.id]
+    assert backward and all(p[n] == CPU[1] for n in backward)
+    assert any("with its forward op t" in p.why(n) for n in backward)
+    np.testing.assert_allclose(run_both(g, dx, {x: 0.2}), 3.0 * (1 - np.tanh(0.2) ** 2))
+
+
+def test_a_loop_spanning_devices_without_a_loop_cond_is_a_partition_error() -> None:
+    from turnout import raw
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.constant(1.0, name="x")
+        e = raw.enter(x, "f", name="e")
+        with tn.device("cpu:1"):
+            y = tn.identity(e, name="y")
+        with tn.device("cpu:0"):
+            out = raw.exit(y, name="out")
+    with pytest.raises(tn.PartitionError, match=r"loop frame 'f' spans devices .'cpu:0', 'cpu:1'. but has 0 LoopCond"):
+        partition(g, place(g, D2), [out], set())
+    with pytest.raises(tn.PartitionError, match="another graph"):
+        partition(tn.Graph(), place(g, D2), [out], set())
