@@ -71,6 +71,7 @@ class Port:
     def __init__(self, it: PartitionInterpreter, rv: Rendezvous) -> None:
         self.it = it
         self.rv = rv
+        self.last_sent_dead = False
 
     def arrive(self, node: Node, tag: Tag) -> Optional[str]:
         rule = (self.rv.arrive_send if node.op == "Send" else self.rv.arrive_recv)(self.it, node, tag)
@@ -79,6 +80,7 @@ class Port:
         return rule
 
     def send(self, node: Node, tag: Tag, tok: Token) -> None:
+        self.last_sent_dead = tok.dead
         self.rv.send(node, tag, tok)
 
     def take(self, node: Node, tag: Tag) -> Token:
@@ -97,6 +99,12 @@ class PartitionInterpreter(Interpreter):
         self.mailbox: deque[tuple[Node, Tag, str]] = deque()
         if options.trace:
             self.trace = DeviceTrace(device, clock)
+
+    def _trace_event(self, node: str, op: str, tag: Tag, dead: bool, rule: str) -> None:
+        """A Send has no outputs, so its trace event takes its deadness from the token it sent."""
+        if op == "Send":
+            dead = self.port.last_sent_dead
+        super()._trace_event(node, op, tag, dead, rule)
 
     def arm(self, tag: Tag) -> None:
         """A Send or Recv waits on the rendezvous: its iteration stays busy until it fires."""

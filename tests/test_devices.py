@@ -392,7 +392,14 @@ def test_the_credit_bounds_unconsumed_messages() -> None:
 def test_partitions_serialize_and_validate() -> None:
     g, x, y = _loop_graph()
     parted = partition(g, place(g, D2), [y], {(x.node.id, 0)})
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    import turnout.serialize as ser
+
+    schema = json.loads((Path(ser.__file__).parent / "schema" / "graph.schema.json").read_text())
     for part in parted.partitions.values():
+        jsonschema.validate(json.loads(tn.dumps(part.graph)), schema)
         back = tn.loads(tn.dumps(part.graph))
         assert [n.op for n in back.nodes] == [n.op for n in part.graph.nodes]
         tn.validate(back)
@@ -445,3 +452,20 @@ def test_a_loop_spanning_devices_without_a_loop_cond_is_a_partition_error() -> N
         partition(g, place(g, D2), [out], set())
     with pytest.raises(tn.PartitionError, match="another graph"):
         partition(tn.Graph(), place(g, D2), [out], set())
+
+
+def test_a_dead_send_is_traced_dead() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=[], name="p")
+
+        def t() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return tn.constant(1.0) * 2.0
+
+        z = tn.cond(p, t, lambda: tn.constant(0.0))
+    sess = tn.Session(g, devices=D2)
+    for pv in (False, True):
+        sess.run(z, {p: pv}, trace=True)
+        sends = [e.dead for _, e in sess.last_result.trace.events if e.op == "Send"]  # type: ignore[union-attr]
+        assert len(sends) == 2 and all(dead == (not pv) for dead in sends)
