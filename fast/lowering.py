@@ -44,7 +44,10 @@ Rule = Callable[[LoweringContext, Node, Sequence[Any]], list[Any]]
 LOWERING_RULES: dict[str, Rule] = {}
 
 #: primitives the fast backend deliberately does not lower, with the reason.
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED: dict[str, str] = {
+    "Send": "unsupported: partitioned fast execution is a later issue (run partitions with backend='reference')",
+    "Recv": "unsupported: partitioned fast execution is a later issue (run partitions with backend='reference')",
+}
 
 
 _r = registrar(LOWERING_RULES)

@@ -92,7 +92,23 @@ def arrive_merge(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> Optional[
     return None
 
 
-ARRIVE: dict[str, Arrive] = {"Merge": arrive_merge}
+def arrive_transfer(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> Optional[str]:
+    """[E-Send] / [E-Recv]: a Send or Recv waits for its inputs at its tag, then asks the rendezvous (a
+    Send for a credit on its edge, a Recv for the token keyed (edge, tag)). When the rendezvous cannot
+    serve it yet, the partitioned executor (``turnout.devices``) makes it ready later."""
+    if not box.arrived_all(node):
+        return None
+    return _port(it, node).arrive(node, tag)  # type: ignore[no-any-return]
+
+
+def _port(it: Interpreter, node: Node) -> Any:
+    port = getattr(it, "port", None)
+    if port is None:
+        raise ExecutionError(f"{describe_node(node)} runs only in a partitioned run (turnout.devices)")
+    return port
+
+
+ARRIVE: dict[str, Arrive] = {"Merge": arrive_merge, "Send": arrive_transfer, "Recv": arrive_transfer}
 
 
 def arrive_rule(op: str) -> Arrive:
@@ -238,7 +254,25 @@ def _stack_pop(it: Interpreter, node: Node, vals: list[Any]) -> Any:
         raise ExecutionError(f"{describe_node(node)}: no value was pushed for index {key}") from None
 
 
+def fire_send(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
+    """[E-Send]: the input token goes into the rendezvous under (edge, tag), live or dead: a dead Send
+    still sends, so deadness crosses devices as values do. A control Send sends its control inputs'
+    deadness."""
+    tok = box.values[0] if box.values else (DEAD if box.any_dead() else Token(None))
+    assert tok is not None
+    _port(it, node).send(node, tag, tok)
+    return []
+
+
+def fire_recv(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
+    """[E-Recv] / [E-Recv-Dead]: output the token taken from the rendezvous, live or dead. The Recv's own
+    control input (from its device's control loop) only gives it its tag."""
+    return [_port(it, node).take(node, tag)]
+
+
 FIRE: dict[str, Fire] = {
+    "Send": fire_send,
+    "Recv": fire_recv,
     "Switch": fire_switch,
     "Merge": fire_merge,
     "Enter": fire_forward,

@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["getting_started.rst", "paper_examples.rst"]
+PAGES = ["getting_started.rst", "paper_examples.rst", "devices.rst"]
 BLOCK = re.compile(r"^\.\. code-block:: (\w+)\n   :name: (\S+)\n\n((?:   .*\n|[ \t]*\n)+)", re.M)
 
 

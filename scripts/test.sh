@@ -6,4 +6,4 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 python3 -m pytest "$@"
 python3 -m sphinx -W --keep-going -q -b html docs docs/_build/html
 python3 -m ruff check .
-python3 -m mypy turnout reference semantics fast
+python3 -m mypy turnout reference semantics fast devices

@@ -190,6 +190,8 @@ class Config:
     variables: Mapping[str, Any]
     stacks: Mapping[tuple[StackHandleValue, tuple[int, ...]], Any]
     produced: Mapping[tuple[int, int], Token]  # fetch edges: (node id, output) -> token
+    #: Rv: the rendezvous tokens addressed to this graph's Recvs and not yet received, ((edge, tag), token)
+    mailbox: frozenset[tuple[tuple[str, Tag], Token]] = frozenset()
     _key_cache: list[Any] = field(default_factory=list, repr=False)
 
     def key(self) -> Hashable:
@@ -201,6 +203,7 @@ class Config:
                 frozenset((k, freeze(v)) for k, v in self.variables.items()),
                 frozenset((k, freeze(v)) for k, v in self.stacks.items()),
                 frozenset(self.produced.items()),
+                self.mailbox,
             ))
         return self._key_cache[0]
 
@@ -258,7 +261,7 @@ def _feed_value(t: Tensor, v: Any) -> Any:
 
 
 def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
-            variables: Mapping[str, Any] | None = None) -> Config:
+            variables: Mapping[str, Any] | None = None, whole_graph: bool = False) -> Config:
     """The initial configuration for a run computing ``fetches``.
 
     Only the nodes the fetches depend on take part. ``feeds`` maps root-frame tensors (Tensor objects
@@ -279,7 +282,11 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
         if analysis.node_frame[t.node.id]:
             raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
         fed[(t.node.id, t.index)] = _feed_value(t, v)
-    keep = _prune(fetch_ts, fed)
+    if whole_graph:  # a partition: already pruned, and its Sends are roots that fetch nothing
+        keep = {n.id: n for n in graph.nodes
+                if not n.outputs or any((n.id, i) not in fed for i in range(len(n.outputs)))}
+    else:
+        keep = _prune(fetch_ts, fed)
     for n in keep.values():
         if n.has_pending_back_edge:
             raise ValidationError(f"{describe_node(n)} has a back edge that was never closed",
@@ -352,6 +359,8 @@ class _Update:
         self.variables = c.variables
         self.stacks = c.stacks
         self.produced = c.produced
+        self.mailbox = c.mailbox
+        self.outbox: list[tuple[tuple[str, Tag], Token]] = []  # tokens a Send put into the rendezvous
 
     def take(self, nid: int, tag: Tag) -> None:
         """take(n, t): remove every token of n at t and add (n, t) to Fired."""
@@ -404,7 +413,7 @@ class _Update:
 
     def done(self) -> Config:
         return Config(self.p, self.pending, self.fired, self.instances, self.variables, self.stacks,
-                      self.produced)
+                      self.produced, self.mailbox)
 
 
 def _replace(rec: Instance, **changes: Any) -> Instance:
@@ -505,7 +514,46 @@ def _enable_merge(c: Config, node: Node, tag: Tag, arr: Arrivals) -> list[Firing
     return out
 
 
+def _transfer_key(node: Node, tag: Tag) -> tuple[str, Tag]:
+    return (node.attrs["edge"], tag)
+
+
+def _enable_transfer(c: Config, node: Node, tag: Tag, arr: Arrivals) -> list[Firing]:
+    """[E-Send]: a Send fires once its inputs are full at t, live or dead. [E-Recv] / [E-Recv-Dead]: a Recv
+    fires once its control inputs are full at t (a root Recv has none) and the rendezvous holds the token
+    keyed (edge, t); it takes that token, whose deadness it passes on whatever its control input says.
+    In one graph alone a Recv waits forever: the tokens come from the other partitions of a run
+    (``turnout.devices.smallstep`` runs a set of partitions over a shared rendezvous)."""
+    out = []
+    for combo in _full_choices(c, node, arr):
+        if node.op == "Send":
+            out.append(Firing("E-Send", node.name, tag, any(tok.is_dead for tok in combo), node.id, combo))
+            continue
+        key = _transfer_key(node, tag)
+        for k, msg in c.mailbox:
+            if k == key:
+                rule = "E-Recv-Dead" if msg.is_dead else "E-Recv"
+                out.append(Firing(rule, node.name, tag, msg.is_dead, node.id, (*combo, msg)))
+    return out
+
+
+def _blocked_transfers(c: Config) -> list[Tag]:
+    """Tags of Recvs whose control inputs are full but whose token has not come: their iteration is
+    busy (it cannot retire under them), exactly as if they were enabled."""
+    p = c.program
+    out = []
+    keys = {k for k, _ in c.mailbox}
+    for (nid, tag), toks in c.pending.items():
+        node = p.nodes[nid]
+        if node.op == "Recv" and (nid, tag) not in c.fired and len(toks) == p.n_slots[nid] \
+                and _transfer_key(node, tag) not in keys:
+            out.append(tag)
+    return out
+
+
 _ENABLE: dict[str, Enabler] = {
+    "Send": _enable_transfer,
+    "Recv": _enable_transfer,
     "Switch": _strict("E-Switch", "E-Switch-Dead"),
     "Merge": _enable_merge,
     "Enter": _enable_enter,
@@ -565,7 +613,8 @@ def _instance_steps(c: Config, busy: Iterable[Tag]) -> list[Firing]:
 def enabled(config: Config) -> list[Firing]:
     """Every firing the ``E-`` rules allow in ``config`` (node firings first, then instance steps)."""
     nodes = _node_firings(config)
-    return nodes + _instance_steps(config, (f.tag for f in nodes))
+    busy = [f.tag for f in nodes] + _blocked_transfers(config)
+    return nodes + _instance_steps(config, busy)
 
 
 # ---- firing ---------------------------------------------------------------------------------------------
@@ -787,7 +836,34 @@ def _fire_frame_done(c: Config, f: Firing, u: _Update) -> None:
         u.emit_dead(x, t)
 
 
+def _fire_send(c: Config, f: Firing, u: _Update) -> None:
+    """[E-Send]: the data input's token (a control Send: its control inputs' deadness) goes into the
+    rendezvous under (edge, t); a dead Send still sends."""
+    node = c.program.nodes[f.node_id]
+    nd = c.program.n_data[f.node_id]
+    if nd:
+        tok = f.inputs[0]
+        msg = Token(tok.value, tok.is_dead, ())
+    else:
+        msg = Token(None, f.dead, ())
+    u.take(f.node_id, f.tag)
+    u.outbox.append((_transfer_key(node, f.tag), msg))
+    u.emit(f.node_id, f.tag, [], True)
+
+
+def _fire_recv(c: Config, f: Firing, u: _Update) -> None:
+    """[E-Recv] / [E-Recv-Dead]: take the token keyed (edge, t) out of the rendezvous and emit it at t."""
+    node = c.program.nodes[f.node_id]
+    msg = f.inputs[-1]
+    u.take(f.node_id, f.tag)
+    u.mailbox = u.mailbox - {(_transfer_key(node, f.tag), msg)}
+    u.emit(f.node_id, f.tag, [Token(msg.value, msg.is_dead, f.tag)], not msg.is_dead)
+
+
 _FIRE: dict[str, Callable[[Config, Firing, _Update], None]] = {
+    "E-Send": _fire_send,
+    "E-Recv": _fire_recv,
+    "E-Recv-Dead": _fire_recv,
     "E-Op": _fire_op,
     "E-Var-Read": _fire_op,
     "E-Var-Assign": _fire_op,
@@ -817,11 +893,16 @@ RULES = frozenset(_FIRE)
 
 def fire(config: Config, firing: Firing) -> Config:
     """Take one enabled firing; returns a new configuration and leaves ``config`` untouched."""
+    return fire_sending(config, firing)[0]
+
+
+def fire_sending(config: Config, firing: Firing) -> tuple[Config, list[tuple[tuple[str, Tag], Token]]]:
+    """``fire``, also returning the tokens an [E-Send] put into the rendezvous (for a set of partitions)."""
     if firing.is_node_firing and (firing.node_id, firing.tag) in config.fired:
         raise ValueError(f"{firing.node} has already fired at tag {fmt_tag(firing.tag)}")
     u = _Update(config)
     _FIRE[firing.rule](config, firing, u)
-    return u.done()
+    return u.done(), u.outbox
 
 
 # ---- reading the outcome ---------------------------------------------------------------------------------

@@ -487,6 +487,13 @@ def _unsupported(ev: _Evaluator, n: Node, tag: Tag, ins: list[Any]) -> list[Any]
     raise UnsupportedError(f"structured evaluator: {describe_node(n)} {_HAND_BUILT}")
 
 
+@_rule("Send", "Recv")
+def _transfer(ev: _Evaluator, n: Node, tag: Tag, ins: list[Any]) -> list[Any]:
+    """Transfers exist only in partitions; the structured evaluator runs the unpartitioned graph."""
+    raise UnsupportedError(f"structured evaluator: {describe_node(n)} belongs to a partitioned graph; evaluate "
+                           "the unpartitioned graph instead")
+
+
 @_rule("Placeholder")
 def _placeholder(ev: _Evaluator, n: Node, tag: Tag, ins: list[Any]) -> list[Any]:
     raise FeedError(f"{describe_node(n)} must be fed a value (feeds)")

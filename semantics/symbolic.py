@@ -323,6 +323,7 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "TensorArraySize", "TensorArrayAdd", "TensorArrayReadOrZeros", "TensorArrayStackOrZeros",
     "VarHandle", "ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
     "StackNew", "StackPush", "StackPop",
+    "Send", "Recv",  # transfers between partitions: z3 encodes the unpartitioned graph, which T7 equates
 })
 
 #: Kept interpreted even with ``uninterpreted=True``: the Boolean structure and value plumbing, so
@@ -330,7 +331,7 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
 _ALWAYS_INTERPRETED = frozenset({"Const", "Identity", "StopGradient", "LogicalAnd", "LogicalOr", "LogicalNot",
                                  "Select", "NoOp"})
 _STATEFUL = frozenset({"VarHandle", "ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
-                       "StackNew", "StackPush", "StackPop"})
+                       "StackNew", "StackPush", "StackPop", "Send", "Recv"})
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -408,7 +408,36 @@ def raw_graphs_ill_formed(draw: Any, kinds: Optional[list[str]] = None) -> IllFo
     return IllFormed(kind, rule, g, fetches)
 
 
+# ---- placements (T7) -------------------------------------------------------------------------------
+DEVICE_ORDERS = ("round_robin", "random", "threads")
+
+
+@dataclass(frozen=True)
+class PlacementDraw:
+    """A random placement of a graph's nodes over ``devices`` (soft requests: colocation constraints win),
+    with the partition order and seed of the partitioned run and the ready-queue scheduler inside."""
+
+    devices: tuple[str, ...]
+    requests: dict[str, str]
+    order: str
+    seed: int
+    scheduler: str
+
+
+@st.composite
+def placements(draw: Any, graph: tn.Graph, min_devices: int = 2, max_devices: int = 4,
+               orders: tuple[str, ...] = DEVICE_ORDERS) -> PlacementDraw:
+    """Every node of ``graph`` requested on a device drawn from 2-4 devices (shrinks towards device 0)."""
+    n = draw(st.integers(min_devices, max_devices))
+    devices = tuple(f"/job:localhost/task:0/device:CPU:{i}" for i in range(n))
+    idx = draw(st.lists(st.integers(0, n - 1), min_size=len(graph.nodes), max_size=len(graph.nodes)))
+    requests = {node.name: devices[i] for node, i in zip(graph.nodes, idx)}
+    return PlacementDraw(devices, requests, draw(st.sampled_from(orders)), draw(st.integers(0, 2**16)),
+                         draw(st.sampled_from(("fifo", "lifo", "random"))))
+
+
 __all__ = [
+    "DEVICE_ORDERS", "PlacementDraw", "placements",
     "Features", "IllFormed", "features", "float_programs", "inputs_for", "programs",
     "programs_with_inputs", "raw_graphs_ill_formed",
 ]

@@ -23,7 +23,7 @@ ALL = sorted(PRIMITIVES)
 
 def test_primitive_kinds_partition_the_declarations() -> None:
     kinds = {p.kind for p in PRIMITIVES.values()}
-    assert kinds <= {"compute", "control", "state", "source", "structural"}
+    assert kinds <= {"compute", "control", "state", "source", "structural", "transfer"}
     assert CONTROL_FLOW == {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond"}
     assert not (COMPUTE & STATEFUL) and not (COMPUTE & CONTROL_FLOW)
     assert all(name == p.name for name, p in PRIMITIVES.items())

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-EXECUTED_PAGES = ["getting_started.rst", "paper_examples.rst"]
+EXECUTED_PAGES = ["getting_started.rst", "paper_examples.rst", "devices.rst"]
 
 #: a named code block: ``.. code-block:: LANG`` / ``:name: NAME`` / blank line / indented body
 BLOCK = re.compile(r"^\.\. code-block:: (\w+)\n   :name: (\S+)\n\n((?:   .*\n|[ \t]*\n)+)", re.M)

@@ -1,11 +1,14 @@
 """Differential testing campaign: run generated programs through every executor for a time budget.
 
-    python tools/campaign.py --seconds 60 [--seed N] [--fast]
+    python tools/campaign.py --seconds 60 [--seed N] [--fast] [--partitioned-only]
 
 Each generated program (``tests/strategies.py``, swarm generation) runs on the reference interpreter
 (several schedulers), the structured evaluator, the small-step semantics and the direct AST
 interpreter (``tests/programs.py``), and with ``--fast`` on the JAX backend too; the exactly-once,
-window and deadness checks of ``tests/test_properties.py`` run on it as well. Any disagreement is
+window and deadness checks of ``tests/test_properties.py`` run on it as well. Every program also runs
+partitioned (``turnout.devices``) under a random placement over 2-4 devices, a random partition order
+and scheduler, against the unpartitioned run (T7, ``tests/test_devices_properties.py``);
+``--partitioned-only`` runs that check alone. Any disagreement is
 re-run through hypothesis to shrink it, and the shrunk program is printed as source.
 
 How the budget works: the search runs in chunks of hypothesis' generate phase (no shrinking, a fresh
@@ -31,6 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.database import InMemoryExampleDatabase  # noqa: E402
 from programs import Program, assert_values_equal, build, interpret, summarize, to_source  # noqa: E402
 from strategies import programs_with_inputs  # noqa: E402
+from test_devices_properties import check_partition_equivalence  # noqa: E402
 from test_properties import (  # noqa: E402
     check_adequacy,
     check_confluence_schedulers,
@@ -63,14 +67,42 @@ def check_fast(p: Program, inputs: dict[str, Any]) -> None:
             assert_values_equal([g], [w], f"fast: result {k}")
 
 
+def random_placement(graph: Any, rng: Any) -> Any:
+    """A random placement draw (the same shape as ``strategies.placements``) from a seeded generator."""
+    from strategies import DEVICE_ORDERS, PlacementDraw
+
+    n = rng.randint(2, 4)
+    devices = tuple(f"/job:localhost/task:0/device:CPU:{i}" for i in range(n))
+    requests = {node.name: devices[rng.randrange(n)] for node in graph.nodes}
+    return PlacementDraw(devices, requests, rng.choice(DEVICE_ORDERS), rng.randrange(2**16),
+                         rng.choice(("fifo", "lifo", "random")))
+
+
+def make_check_partitioned(seed: int) -> Any:
+    from random import Random
+
+    rng = Random(seed)
+
+    def check_partitioned(p: Program, inputs: dict[str, Any]) -> None:
+        """T7: the partitioned reference run (random placement, order, scheduler) equals the unpartitioned run."""
+        b = build(p)
+        draw = random_placement(b.graph, rng)
+        check_partition_equivalence(b.graph, b.fetches, b.feed_dict(inputs), draw, f"{draw.devices} {draw.order}\n")
+
+    return check_partitioned
+
+
 class Campaign:
-    def __init__(self, seconds: float, base_seed: int, fast: bool) -> None:
+    def __init__(self, seconds: float, base_seed: int, fast: bool, partitioned_only: bool = False) -> None:
         self.deadline = time.monotonic() + seconds
         self.seconds = seconds
         self.seed = base_seed
         self.checks = [check_adequacy, check_confluence_schedulers, check_exactly_once, check_window, check_deadness]
         if fast:
             self.checks.append(check_fast)
+        self.checks.append(make_check_partitioned(base_seed))
+        if partitioned_only:
+            self.checks = self.checks[-1:]
         self.tried = 0
         self.features: Counter[str] = Counter()
         self.max_depth = 0
@@ -174,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget for the search")
     ap.add_argument("--seed", type=int, default=0, help="base seed of the search")
     ap.add_argument("--fast", action="store_true", help="also compare the fast (JAX) backend")
+    ap.add_argument("--partitioned-only", action="store_true",
+                    help="run only the partition-equivalence check (T7) on each program")
     args = ap.parse_args(argv)
     if args.fast:
         try:
@@ -181,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:
             print(f"--fast: the fast backend cannot be imported ({e}); running without it")
             args.fast = False
-    c = Campaign(args.seconds, args.seed, args.fast)
+    c = Campaign(args.seconds, args.seed, args.fast, args.partitioned_only)
     try:
         from tqdm import tqdm
 

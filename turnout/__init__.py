@@ -7,6 +7,8 @@ NextIteration and LoopCond, built by hand (``tn.raw``) or by the builders ``cond
 backend (JAX) and the z3 encodings load on first use.
 """
 
+from typing import Any
+
 from turnout import raw
 from turnout.control_flow.cond import case, cond
 from turnout.control_flow.functional import foldl, map_fn, scan
@@ -24,6 +26,8 @@ from turnout.errors import (
     GraphBuildError,
     KernelError,
     NonTerminationError,
+    PartitionError,
+    PlacementError,
     SerializationError,
     ShapeError,
     TurnoutError,
@@ -103,6 +107,16 @@ __version__ = "0.1.0"
 def device(name: str | None):  # type: ignore[no-untyped-def]
     """``with tn.device("cpu:1"):`` places the ops created inside on that device."""
     return get_default_graph().device(name)
+
+
+def colocate_with(op: Any):  # type: ignore[no-untyped-def]
+    """``with tn.colocate_with(x):`` places the ops created inside on the device of ``x`` (a tensor, a
+    node or a Variable); ``None`` clears an outer colocation."""
+    if op is not None and hasattr(op, "_as_tensor"):
+        op = op._as_tensor()
+    if op is not None and hasattr(op, "node"):
+        op = op.node
+    return get_default_graph().colocate_with(op)
 
 
 def name_scope(name: str):  # type: ignore[no-untyped-def]

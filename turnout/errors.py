@@ -78,3 +78,12 @@ class GradientError(TurnoutError):
 
 class UnsupportedError(TurnoutError):
     """A backend does not support a feature of the program; the message names the op and the backend."""
+
+
+class PlacementError(GraphBuildError):
+    """Nodes cannot be placed as asked: an unknown device, a conflicting colocation, or a device scope an
+    op cannot honour (the message names the nodes and devices)."""
+
+
+class PartitionError(GraphBuildError):
+    """A placed graph cannot be cut into per-device partitions (the message names the node or frame)."""

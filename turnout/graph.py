@@ -235,6 +235,13 @@ class Graph:
         self._scope: list[str] = []
         self._control_deps: list[list[Node]] = []
         self._devices: list[Optional[str]] = []
+        self._colocate: list[Optional[Node]] = []
+        #: node id -> id of the node it must be placed with (``tn.colocate_with``; read by placement)
+        self.colocation: dict[int, int] = {}
+        self._gradient_of: list[Node] = []
+        #: backward node id -> id of the forward op whose gradient it computes: placement puts it on the
+        #: forward op's device unless a constraint or a device scope says otherwise
+        self.gradient_of: dict[int, int] = {}
         self._context: Optional[ControlFlowContext] = None
         self.contexts: list[ControlFlowContext] = []
         self.variables: dict[str, Node] = {}
@@ -321,6 +328,25 @@ class Graph:
             yield
         finally:
             self._devices.pop()
+
+    @contextlib.contextmanager
+    def colocate_with(self, op: Optional[Node]) -> Iterator[None]:
+        """Ops created inside are placed on the device of ``op`` (``None`` clears an outer scope).
+        Placement (``turnout.devices.place``) honours it, and reports a conflict with a device scope."""
+        self._colocate.append(op)
+        try:
+            yield
+        finally:
+            self._colocate.pop()
+
+    @contextlib.contextmanager
+    def _gradient_scope(self, forward: Node) -> Iterator[None]:
+        """Ops created inside compute the gradient of ``forward`` (recorded in ``gradient_of``)."""
+        self._gradient_of.append(forward)
+        try:
+            yield
+        finally:
+            self._gradient_of.pop()
 
     @contextlib.contextmanager
     def _in_context(self, ctx: Optional[ControlFlowContext]) -> Iterator[None]:
@@ -410,6 +436,10 @@ class Graph:
         self.nodes.append(node)
         self._by_name[node.name] = node
         self._version += 1
+        if self._colocate and self._colocate[-1] is not None:
+            self.colocation[node.id] = self._colocate[-1].id
+        if self._gradient_of:
+            self.gradient_of[node.id] = self._gradient_of[-1].id
         if ctx is not None:
             ctx.add_node(node)
         return node

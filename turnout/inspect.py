@@ -5,7 +5,9 @@ node (``turnout.frames.static_frames``) is what decides which tag its values car
 group nodes by static frame, nested as the frames nest, and mark the loop back edges
 (``NextIteration -> Merge``) that close each cycle. ``to_dot`` can also paint a run: given the
 reference interpreter's trace, nodes that fired live are filled and nodes that fired only dead (the
-untaken side of a conditional, the last test of a loop's body) are grey and dashed.
+untaken side of a conditional, the last test of a loop's body) are grey and dashed. A partitioned graph
+(``turnout.devices``) has its own views: ``pretty_partitions`` and ``partitions_to_dot`` show one block
+or cluster per device, frames nested inside, and the Send -> Recv pairs between them.
 
 Both work on graphs that fail validation (the frames are then left out, with the reason), because that
 is when one most needs to look. Only text is produced: rendering DOT needs the Graphviz ``dot`` tool,
@@ -25,7 +27,7 @@ from turnout.errors import ValidationError
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, TensorSpec
 
-__all__ = ["pretty", "to_dot"]
+__all__ = ["partitions_to_dot", "pretty", "pretty_partitions", "to_dot"]
 
 _ARRAY_ELEMENTS_SHOWN = 4
 _ATTR_CHARS = 40
@@ -152,6 +154,8 @@ _DOT_SHAPES: dict[str, str] = {
     "Exit": "invtrapezium",
     "NextIteration": "cds",
     "LoopCond": "diamond",
+    "Send": "house",
+    "Recv": "invhouse",
 }
 _LIVE_STYLE = 'style="filled", fillcolor="palegreen"'
 _DEAD_STYLE = 'style="dashed", color="grey55", fontcolor="grey55"'
@@ -180,12 +184,18 @@ def to_dot(graph: Graph, trace: Any = None) -> str:
     ``node`` and ``dead``). Nodes that fired live are filled; nodes that fired only dead are grey and
     dashed; each fired node's label says how often it fired live and dead.
     """
-    root, problem = _frame_tree(graph)
-    fired = _firings(trace) if trace is not None else {}
     lines = ["digraph turnout {", '  node [shape=box, fontname="Helvetica"];']
+    lines += _dot_body(graph, "n", 0, _firings(trace) if trace is not None else {}, iter(range(1 << 30)))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _dot_body(graph: Graph, prefix: str, depth: int, fired: dict[str, tuple[int, int]], clusters: Any) -> list[str]:
+    """The node, cluster and edge statements of one graph; node ids are ``prefix`` + node id."""
+    root, problem = _frame_tree(graph)
+    lines = []
     if problem:
         lines.append(f"  // frames not shown: {problem.replace(chr(10), ' ')}")
-    clusters = iter(range(1 << 30))
 
     def node_stmt(n: Node, pad: str) -> str:
         label, style = f"{n.name}\n{n.op}", ""
@@ -193,27 +203,73 @@ def to_dot(graph: Graph, trace: Any = None) -> str:
             live, dead = fired[n.name]
             label += f"\nlive x{live}, dead x{dead}"
             style = ", " + (_LIVE_STYLE if live else _DEAD_STYLE)
-        return f"{pad}n{n.id} [label={_q(label)}, shape={_DOT_SHAPES.get(n.op, 'box')}{style}];"
+        return f"{pad}{prefix}{n.id} [label={_q(label)}, shape={_DOT_SHAPES.get(n.op, 'box')}{style}];"
 
-    def emit(b: _Block, depth: int) -> None:
-        pad = "  " * (depth + 1)
+    def emit(b: _Block, level: int) -> None:
+        pad = "  " * (level + 1)
         for item in b.items:
             if isinstance(item, Node):
                 lines.append(node_stmt(item, pad))
             else:
                 lines.append(f"{pad}subgraph cluster_{next(clusters)} {{")
                 lines.append(f'{pad}  label={_q(_frame_title(item))}; style="rounded";')
-                emit(item, depth + 1)
+                emit(item, level + 1)
                 lines.append(pad + "}")
 
-    emit(root, 0)
+    emit(root, depth)
+    pad = "  " * (depth + 1)
     for n in graph.nodes:
         for slot, t in enumerate(n.raw_inputs):
             if not isinstance(t, Tensor):
                 continue
             style = ', style="dashed", constraint=false' if n.op == "Merge" and t.node.op == "NextIteration" else ""
-            lines.append(f'  n{t.node.id} -> n{n.id} [label="{t.index}:{slot}"{style}];')
+            lines.append(f'{pad}{prefix}{t.node.id} -> {prefix}{n.id} [label="{t.index}:{slot}"{style}];')
         for c in n.control_inputs:
-            lines.append(f'  n{c.id} -> n{n.id} [style="dotted", arrowhead="odot"];')
+            lines.append(f'{pad}{prefix}{c.id} -> {prefix}{n.id} [style="dotted", arrowhead="odot"];')
+    return lines
+
+
+# ---- partitions (turnout.devices) -------------------------------------------------------------------------
+def pretty_partitions(parted: Any) -> str:
+    """A partitioned graph (``turnout.devices.partition``) as text: one ``device "cpu:0" { ... }`` block per
+    partition, its loop frames nested inside, then the Send -> Recv pairs with their frames and credits."""
+    lines = []
+    for part in parted.partitions.values():
+        lines.append(f"device {part.short!r} {{")
+        lines += ["  " + line.removesuffix(f" @{part.device}") for line in pretty(part.graph).splitlines()]
+        lines.append("}")
+    lines.append("transfers {")
+    for t in parted.transfers:
+        frame = "/".join(t.frame) or "root"
+        lines.append(f"  {t.send.name} @{_short(t.src_device)} -> {t.recv.name} @{_short(t.dst_device)}  "
+                     f"[frame {frame}, credit {t.credit}{', control' if t.control else ''}]")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def partitions_to_dot(parted: Any, trace: Any = None) -> str:
+    """Graphviz DOT of a partitioned graph: one cluster per device with its loop frames nested inside,
+    and a bold red edge from each Send to its Recv. ``trace``: a partitioned run's trace (per device)."""
+    lines = ["digraph turnout_partitions {", '  node [shape=box, fontname="Helvetica"]; compound=true;']
+    clusters = iter(range(1 << 30))
+    tracks = getattr(trace, "tracks", {}) if trace is not None else {}
+    prefixes: dict[int, str] = {}
+    for k, (d, part) in enumerate(parted.partitions.items()):
+        prefixes[id(part.graph)] = f"d{k}n"
+        lines.append(f"  subgraph cluster_{next(clusters)} {{")
+        lines.append(f'    label={_q("device " + part.short)}; style="bold"; color="steelblue";')
+        fired = _firings(tracks[d]) if d in tracks else {}
+        lines += ["  " + x for x in _dot_body(part.graph, f"d{k}n", 1, fired, clusters)]
+        lines.append("  }")
+    for t in parted.transfers:
+        src = prefixes[id(t.send.graph)] + str(t.send.id)
+        dst = prefixes[id(t.recv.graph)] + str(t.recv.id)
+        lines.append(f'  {src} -> {dst} [color="red", penwidth=2, style="bold", label={_q(t.edge)}];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _short(device: str) -> str:
+    from turnout.devices.names import parse
+
+    return parse(device).short

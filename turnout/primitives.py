@@ -17,7 +17,8 @@ class Primitive:
 
     kind: ``compute`` (pure kernel over values), ``control`` (the paper's control-flow primitives),
     ``state`` (reads or writes run-time state: Variables, gradient stacks), ``source`` (Const,
-    Placeholder), ``structural`` (NoOp).
+    Placeholder), ``structural`` (NoOp), ``transfer`` (Send and Recv: made only by partitioning, they
+    move a token, live or dead, between devices through the rendezvous).
     """
 
     name: str
@@ -113,6 +114,9 @@ _DECLS: list[Primitive] = [
     _P("StackNew", "state", False, "a gradient stack (the paper, Sec. 5)"),
     _P("StackPush", "state", False, "save a forward value under an iteration index"),
     _P("StackPop", "state", False, "read back a saved forward value in the backward loop"),
+    # transfer: made by turnout.devices.partition, never by the builders
+    _P("Send", "transfer", False, "put its input token, live or dead, into the rendezvous under (edge, tag)"),
+    _P("Recv", "transfer", False, "take the token sent under (edge, tag) from the rendezvous, live or dead"),
 ]
 
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _DECLS}
@@ -120,6 +124,7 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _DECLS}
 CONTROL_FLOW = frozenset(p.name for p in _DECLS if p.kind == "control")
 STATEFUL = frozenset(p.name for p in _DECLS if p.kind == "state")
 COMPUTE = frozenset(p.name for p in _DECLS if p.kind == "compute")
+TRANSFER = frozenset(p.name for p in _DECLS if p.kind == "transfer")
 
 
 def get(name: str) -> Primitive:

@@ -520,6 +520,16 @@ def _c_getitem_spec(v: Any, what: str) -> None:
 AttrRules = dict[str, tuple[bool, Checker]]
 _REDUCE: AttrRules = {"axis": (False, _c_axis), "keepdims": (False, _c_bool)}
 _VAR_OP: AttrRules = {"dtype": (True, _c_value_dtype), "shape": (False, _c_shape), "var_name": (False, _c_name)}
+#: Send and Recv (made by turnout.devices.partition): the edge they cut, its two devices, the credit
+#: of the edge (parallel_iterations of its frame) and whether it stands for a control edge.
+_TRANSFER: AttrRules = {"edge": (True, _c_name), "src_device": (True, _c_name), "dst_device": (True, _c_name),
+                        "credit": (True, _c_pos_int), "control": (True, _c_bool)}
+
+
+def _c_any_dtype(v: Any, what: str) -> None:
+    _parse_dtype(v, what, opaque_ok=True)
+
+
 ATTR_RULES: dict[str, AttrRules] = {
     "Const": {"value": (True, _c_ndarray), "dtype": (True, _c_value_dtype)},
     "Placeholder": {"dtype": (True, _c_value_dtype), "shape": (False, _c_shape)},
@@ -543,6 +553,9 @@ ATTR_RULES: dict[str, AttrRules] = {
     "TensorArrayNew": {"dtype": (True, _c_value_dtype), "element_shape": (False, _c_shape)},
     "StackNew": {"dtype": (False, _c_opt_value_dtype), "shape": (False, _c_shape),
                  "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape)},
+    "Send": _TRANSFER,
+    "Recv": {**_TRANSFER, "dtype": (True, _c_any_dtype), "shape": (False, _c_shape),
+             "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape)},
     "StackPop": {"dtype": (True, _c_value_dtype), "shape": (False, _c_shape),
                  "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape)},
 }

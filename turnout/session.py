@@ -24,6 +24,7 @@ BACKENDS: dict[str, str] = {
     "reference": "turnout.reference.executor:ReferenceBackend",
     "fast": "turnout.fast.backend:FastBackend",
     "smallstep": "turnout.semantics.smallstep:SmallStepBackend",
+    "partitioned": "turnout.devices.executor:PartitionedBackend",
 }
 
 
@@ -101,6 +102,8 @@ class Session:
     def __init__(self, graph: Optional[Graph] = None, backend: str = "reference", **backend_options: Any) -> None:
         self.graph = graph if graph is not None else get_default_graph()
         self.backend_name = backend
+        if backend_options.get("devices") is not None:
+            backend = _partitioned(backend)
         self.backend = load_backend(backend)(self.graph, **backend_options)
         self.variables: dict[str, np.ndarray] = {}
         self.last_result: Optional[RunResult] = None
@@ -204,6 +207,16 @@ class Session:
 
 
 _SLOW = object()  # _run_fast's "take the general path"
+
+
+def _partitioned(backend: str) -> str:
+    """``devices=[...]`` asks for a partitioned run: the reference backend has one (turnout.devices)."""
+    if backend in ("reference", "partitioned"):
+        return "partitioned"
+    from turnout.errors import UnsupportedError
+
+    raise UnsupportedError(f"backend {backend!r} cannot run a graph partitioned over devices (devices=...): "
+                           "partitioned fast execution is a later issue; use backend='reference'")
 
 
 def _target_proxy(node: Node) -> Tensor:

@@ -124,6 +124,25 @@ def _noop(op, specs, attrs):
     return []
 
 
+@_rule("Send")
+def _send(op, specs, attrs):
+    """A Send has no outputs: its token leaves through the rendezvous. A data Send takes one input; a
+    control Send (for a cross-device control edge) takes none and carries only its control inputs."""
+    if len(specs) > 1:
+        raise GraphBuildError(f"Send takes at most one input, got {len(specs)}")
+    return []
+
+
+@_rule("Recv")
+def _recv(op, specs, attrs):
+    """A Recv's output type is the type of the edge it stands for, recorded in its attrs."""
+    if specs:
+        raise GraphBuildError(f"Recv takes no data inputs, got {len(specs)}")
+    return [TensorSpec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("shape")),
+                       dt.as_dtype(attrs["elem_dtype"]) if attrs.get("elem_dtype") else None,
+                       sh.as_shape(attrs.get("elem_shape")))]
+
+
 def check_merge_input(merge: Node, t: Tensor) -> None:
     """A back edge's dtype and shape must fit the Merge's (shape_invariants decide the Merge shape)."""
     out = merge.outputs[0].spec

@@ -36,7 +36,9 @@ class Variable:
         while vname in g.variables:
             k += 1
             vname = f"{base}_{k}"
-        with g._in_context(None), g.control_dependencies(None), g.device(None):
+        # The handle leaves any cond/loop context and control dependencies, but keeps the device scope:
+        # a Variable lives on the device it was created under (its ops are colocated with it).
+        with g._in_context(None), g.control_dependencies(None), g.device(g._devices[-1] if g._devices else None):
             self.handle_node: Node = g.create_node(
                 "VarHandle", (), {"var_name": vname, "dtype": d.name, "shape": list(value.shape),
                                   "initial_value": value}, name=vname,

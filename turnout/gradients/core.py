@@ -282,7 +282,8 @@ class Backward:
         rule = GRAD_RULES.get(n.op)
         if rule is None:
             raise GradientError(f"{describe_node(n)}: no gradient rule for primitive {n.op}")
-        out = rule(self, n, dys)
+        with self.g._gradient_scope(n):  # placement puts backward ops with their forward op
+            out = rule(self, n, dys)
         if len(out) != len(n.inputs):
             raise GradientError(f"gradient rule of {n.op} returned {len(out)} gradients for {len(n.inputs)} inputs")
         return out

@@ -44,6 +44,10 @@ STRUCTURED: frozenset[str] = frozenset({"Enter", "Exit", "NextIteration"})
 #: a gradient path through these cannot be built (StackPop: the forward value it stands for is hidden
 #: behind the stack, so second-order gradients through loops would silently be wrong).
 UNSUPPORTED: dict[str, str] = {
+    "Send": "Send and Recv are made by partitioning (turnout.devices), after gradients are built; "
+            "differentiate the unpartitioned graph",
+    "Recv": "Send and Recv are made by partitioning (turnout.devices), after gradients are built; "
+            "differentiate the unpartitioned graph",
     "StackPop": "gradients of gradients through while loops are not supported (the backward loop reads "
                 "forward values from stacks); differentiate a loop-free program, or take the second "
                 "gradient of a program without while_loop",

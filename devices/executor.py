@@ -1,0 +1,356 @@
+"""The partitioned reference executor: one reference interpreter per partition, one rendezvous between.
+
+Each partition runs in a ``PartitionInterpreter``: the reference interpreter, plus a *port* to the
+rendezvous that the Send and Recv rules of ``turnout.reference.rules`` call. A Send or Recv the
+rendezvous cannot serve yet counts as busy in its iteration (so the iteration cannot retire under it)
+and is made ready later from the partition's mailbox.
+
+The driver decides which partition fires next: ``round_robin`` (one firing per partition in turn),
+``random`` (a seeded choice among the partitions that can fire) or ``threads`` (one thread per
+partition, all waiting on the rendezvous's condition variable when idle). Whatever the order, the run
+ends when no partition can fire and no wake-up is pending; then any Recv still waiting, Send still
+blocked or node still half-fed is a deadlock, reported with the waiting Recvs and their keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.devices.names import DeviceSpec, parse
+from turnout.devices.partition import Partitioned, check_partitions, partition
+from turnout.devices.placement import Placement, place
+from turnout.devices.rendezvous import Rendezvous
+from turnout.devices.trace import DeviceTrace, PartitionedTrace
+from turnout.errors import DeadFetchError, DeadlockError, FeedError, NonTerminationError, describe_node
+from turnout.frames import Frame
+from turnout.graph import Graph, Node, Tensor
+from turnout.reference.executor import Interpreter, Plan
+from turnout.reference.rules import Inbox, Tag, Token
+from turnout.session import RunOptions, RunResult
+
+ORDERS = ("round_robin", "random", "threads")
+
+
+def partition_plan(graph: Graph, fed: frozenset[int] = frozenset()) -> Plan:
+    """The reference interpreter's plan for a whole partition (it is already pruned). Recvs are not
+    sources: even a root-frame Recv waits for its token; nor are the Placeholders of ``fed``."""
+    from turnout.validate import validate
+
+    fa = validate(graph)
+    nodes = list(graph.nodes)
+    consumers: dict[tuple[int, int], list[tuple[Node, int]]] = {}
+    control_consumers: dict[int, list[Node]] = {}
+    back: dict[int, frozenset[int]] = {}
+    enters: dict[Frame, int] = {}
+    exits: dict[Frame, list[Node]] = {}
+    for n in nodes:
+        for slot, t in enumerate(n.inputs):
+            consumers.setdefault((t.node.id, t.index), []).append((n, slot))
+        for c in n.control_inputs:
+            control_consumers.setdefault(c.id, []).append(n)
+        back[n.id] = frozenset(s for s, t in enumerate(n.inputs) if n.op == "Merge" and t.node.op == "NextIteration")
+        if n.op == "Enter":
+            f = fa.node_frame[n.id]
+            enters[f] = enters.get(f, 0) + 1
+        elif n.op == "Exit":
+            exits.setdefault(fa.node_frame[n.inputs[0].node.id], []).append(n)
+    sources = [n for n in nodes if not n.inputs and not n.control_inputs and n.op != "Recv" and n.id not in fed]
+    return Plan(nodes, consumers, control_consumers, back, fa, enters, exits, sources)
+
+
+class Port:
+    """What the Send and Recv rules see of the rendezvous, for one partition."""
+
+    def __init__(self, it: PartitionInterpreter, rv: Rendezvous) -> None:
+        self.it = it
+        self.rv = rv
+        self.last_sent_dead = False
+
+    def arrive(self, node: Node, tag: Tag) -> Optional[str]:
+        rule = (self.rv.arrive_send if node.op == "Send" else self.rv.arrive_recv)(self.it, node, tag)
+        if rule is None:
+            self.it.arm(tag)
+        return rule
+
+    def send(self, node: Node, tag: Tag, tok: Token) -> None:
+        self.last_sent_dead = tok.dead
+        self.rv.send(node, tag, tok)
+
+    def take(self, node: Node, tag: Tag) -> Token:
+        return self.rv.take(node, tag)
+
+
+class PartitionInterpreter(Interpreter):
+    """The reference interpreter of one partition, stepped by a driver."""
+
+    def __init__(self, device: str, plan: Plan, feeds: dict[tuple[int, int], Any], variables: dict[str, np.ndarray],
+                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> None:
+        super().__init__(plan, feeds, variables, options)
+        self.device = device
+        self.short = parse(device).short
+        self.port = Port(self, rv)
+        self.mailbox: deque[tuple[Node, Tag, str]] = deque()
+        if options.trace:
+            self.trace = DeviceTrace(device, clock)
+
+    def _trace_event(self, node: str, op: str, tag: Tag, dead: bool, rule: str) -> None:
+        """A Send has no outputs, so its trace event takes its deadness from the token it sent."""
+        if op == "Send":
+            dead = self.port.last_sent_dead
+        super()._trace_event(node, op, tag, dead, rule)
+
+    def arm(self, tag: Tag) -> None:
+        """A Send or Recv waits on the rendezvous: its iteration stays busy until it fires."""
+        if tag:
+            inst = self.frame_of(tag)
+            inst.ready[tag[-1][1]] = inst.ready.get(tag[-1][1], 0) + 1
+
+    def start(self) -> None:
+        """Deliver the feeds, make the sources ready and ask the rendezvous for the root-frame Recvs."""
+        for (nid, idx), value in self.feeds.items():
+            for consumer, slot in self.plan.consumers.get((nid, idx), ()):
+                self.deliver(consumer, slot, (), Token(value))
+        for n in self.plan.sources:
+            self._make_ready(n, (), "E-Op")
+        for n in self.plan.nodes:
+            if n.op == "Recv" and not n.control_inputs:
+                box = self.inboxes[(n.id, ())] = Inbox([])
+                rule = self.port.arrive(n, ())
+                if rule is not None:
+                    box.fired = True
+                    self._make_ready(n, (), rule)
+
+    def drain(self) -> None:
+        """Make ready the Sends and Recvs the rendezvous woke (called by this partition's own thread)."""
+        while self.mailbox:
+            node, tag, rule = self.mailbox.popleft()
+            if tag:
+                inst = self.frame_of(tag)
+                inst.ready[tag[-1][1]] -= 1
+            self.inboxes[(node.id, tag)].fired = True
+            self._make_ready(node, tag, rule)
+
+    def step(self) -> None:
+        """Fire one ready item."""
+        node, tag, rule = self.queue.pop()
+        self.firings += 1
+        self.fire(node, tag, rule)
+
+    def waiting_report(self) -> list[str]:
+        """Nodes of this partition that received part of their inputs and never fired (Recvs and Sends
+        waiting on the rendezvous are reported by the rendezvous)."""
+        out = []
+        for line in self.blocked_report().splitlines():
+            if line.strip() and "Recv node" not in line and "Send node" not in line:
+                out.append(f"  [{self.short}]{line}")
+        return out
+
+
+def _check_limit(parts: Sequence[PartitionInterpreter], options: RunOptions) -> None:
+    limit = options.max_firings
+    if limit is not None and sum(p.firings for p in parts) > limit:
+        raise NonTerminationError(f"more than max_firings={limit} firings over all partitions; does a loop "
+                                  "fail to terminate?")
+
+
+def drive_cooperative(parts: list[PartitionInterpreter], order: str, seed: int, options: RunOptions) -> None:
+    """One thread: pick a partition that can fire (in turn, or at random with ``seed``), fire one item."""
+    rng = random.Random(seed)
+    turn = 0
+    checked = 0
+    while True:
+        for p in parts:
+            p.drain()
+        ready = [p for p in parts if p.queue]
+        if not ready:
+            return
+        if order == "random":
+            p = rng.choice(ready)
+        else:
+            p = min(ready, key=lambda q: (parts.index(q) - turn) % len(parts))
+            turn = (parts.index(p) + 1) % len(parts)
+        p.step()
+        checked += 1
+        if checked % 1024 == 0:
+            _check_limit(parts, options)
+    _check_limit(parts, options)
+
+
+def drive_threads(parts: list[PartitionInterpreter], rv: Rendezvous, options: RunOptions) -> None:
+    """One thread per partition. A thread with nothing to fire waits on the rendezvous's condition; the
+    run is over when every thread waits and every mailbox is empty."""
+    state: dict[str, Any] = {"idle": 0, "done": False, "error": None}
+    cond = rv.cond
+
+    def work(p: PartitionInterpreter) -> None:
+        try:
+            n = 0
+            while True:
+                with cond:
+                    if state["done"]:
+                        return
+                    p.drain()
+                if p.queue:
+                    p.step()
+                    n += 1
+                    if n % 1024 == 0:
+                        _check_limit(parts, options)
+                    continue
+                with cond:
+                    if p.mailbox:
+                        continue
+                    state["idle"] += 1
+                    while not state["done"] and not p.mailbox:
+                        if state["idle"] == len(parts) and all(not q.mailbox for q in parts):
+                            state["done"] = True
+                            cond.notify_all()
+                            break
+                        cond.wait()
+                    state["idle"] -= 1
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            with cond:
+                if state["error"] is None:
+                    state["error"] = e
+                state["done"] = True
+                cond.notify_all()
+
+    threads = [threading.Thread(target=work, args=(p,), name=f"turnout-{p.short}", daemon=True) for p in parts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if state["error"] is not None:
+        raise state["error"]
+    _check_limit(parts, options)
+
+
+class PartitionedRun:
+    """One run of a partitioned graph: the interpreters, the rendezvous, the trace."""
+
+    def __init__(self, parted: Partitioned, feeds: dict[tuple[int, int], Any], variables: dict[str, np.ndarray],
+                 options: RunOptions, plans: dict[str, Plan], fetches: Sequence[Tensor] = ()) -> None:
+        self.parted = parted
+        self.fetches = list(fetches)
+        self.rv = Rendezvous()
+        clock: itertools.count[int] = itertools.count()
+        self.parts: list[PartitionInterpreter] = []
+        for d, part in parted.partitions.items():
+            local_feeds = {(ph.id, 0): feeds[key] for key, ph in part.feeds.items()}
+            self.parts.append(PartitionInterpreter(d, plans[d], local_feeds, variables, options, self.rv, clock))
+        self.by_device = {p.device: p for p in self.parts}
+
+    def run(self, order: str = "round_robin", seed: int = 0) -> None:
+        for p in self.parts:
+            p.start()
+        if order == "threads":
+            drive_threads(self.parts, self.rv, self.parts[0].options)
+        else:
+            drive_cooperative(self.parts, order, seed, self.parts[0].options)
+
+    def check_finished(self) -> None:
+        """DeadlockError if a Recv still waits, a Send is blocked, a node is half-fed, or a fetch is missing."""
+        lines = self.rv.report()
+        for p in self.parts:
+            lines += p.waiting_report()
+        missing = [t.name for (d, t) in self.parted.fetches
+                   if (t.node.id, t.index) not in self.by_device[d].produced
+                   and (t.node.id, t.index) not in self.by_device[d].feeds]
+        if lines or missing:
+            head = f"no partition can fire, but fetches {', '.join(missing)} were never produced. " if missing else ""
+            body = "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
+            raise DeadlockError(f"{head}The partitioned run is stuck. Blocked:\n{body or '  (nothing waits)'}")
+
+    def values(self) -> list[Any]:
+        out = []
+        for (d, t), orig in zip(self.parted.fetches, self.fetches):
+            it = self.by_device[d]
+            key = (t.node.id, t.index)
+            tok = Token(it.feeds[key]) if key in it.feeds else it.produced[key]
+            if tok.dead:
+                raise DeadFetchError(
+                    f"fetched tensor {orig.name} is dead: {describe_node(orig.node)} lies on a branch that was not "
+                    "taken in this run"
+                )
+            out.append(tok.value)
+        return out
+
+    def trace(self) -> Optional[PartitionedTrace]:
+        tracks = {p.device: p.trace for p in self.parts if isinstance(p.trace, DeviceTrace)}
+        return PartitionedTrace(tracks) if tracks else None  # type: ignore[arg-type]
+
+
+class PartitionedBackend:
+    """``tn.Session(graph, backend="reference", devices=[...])``: place, partition, and run each partition
+    on its own reference interpreter.
+
+    Options: ``devices`` (names, at least one), ``requests`` (soft placement: node name -> device),
+    ``order`` (``"round_robin"``, ``"random"`` or ``"threads"``), ``seed`` (for ``"random"``). Per-run
+    ``RunOptions`` apply inside every partition (its ready-queue scheduler, trace, limits).
+    """
+
+    def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
+                 requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0) -> None:
+        if order not in ORDERS:
+            raise ValueError(f"unknown partition order {order!r}; choose one of {list(ORDERS)}")
+        self.graph = graph
+        self.devices = list(devices)
+        self.requests = dict(requests or {})
+        self.order = order
+        self.seed = seed
+        self._placement: Optional[tuple[int, Placement]] = None
+        self._plans: dict[Any, tuple[Partitioned, dict[str, Plan]]] = {}
+        self.last_run: Optional[PartitionedRun] = None
+        self.placement  # noqa: B018 - unknown devices and conflicts are reported when the Session is made
+
+    @property
+    def placement(self) -> Placement:
+        """The placement of the current graph version (recomputed when the graph grows)."""
+        if self._placement is None or self._placement[0] != self.graph.version:
+            self._placement = (self.graph.version, place(self.graph, self.devices, self.requests))
+        return self._placement[1]
+
+    def partitioned(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> tuple[Partitioned, dict[str, Plan]]:
+        """The partitions (and their interpreter plans) for these fetches and fed tensors, cached."""
+        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        if key not in self._plans:
+            parted = partition(self.graph, self.placement, fetches, fed)
+            check_partitions(parted)
+            plans = {d: partition_plan(p.graph, frozenset(ph.id for ph in p.feeds.values()))
+                     for d, p in parted.partitions.items()}
+            self._plans[key] = (parted, plans)
+        return self._plans[key]
+
+    def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+            options: RunOptions) -> RunResult:
+        from turnout.validate import validate
+
+        fed = {(t.node.id, t.index): v for t, v in feeds.items()}
+        fa = validate(self.graph, fetches)
+        for t in feeds:
+            if fa.node_frame.get(t.node.id, ()) != ():
+                raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+        parted, plans = self.partitioned(fetches, set(fed))
+        for part in parted.partitions.values():
+            for n in part.graph.nodes:
+                if n.op == "Placeholder" and not n.name.startswith("_feed/"):
+                    raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
+        run = PartitionedRun(parted, fed, variables, options, plans, fetches)
+        self.last_run = run
+        run.run(self.order, self.seed)
+        run.check_finished()
+        values = run.values()
+        counts: dict[tuple[str, tuple[Any, ...]], int] = {}
+        for p in run.parts:
+            for k, v in p.counts.items():
+                counts[k] = counts.get(k, 0) + v
+        stats = {"firings": sum(p.firings for p in run.parts),
+                 "firings_per_device": {p.device: p.firings for p in run.parts},
+                 **run.rv.stats()}
+        return RunResult(values=values, trace=run.trace(), counts=counts, stats=stats)

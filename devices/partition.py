@@ -1,0 +1,330 @@
+"""Partitioning: one graph per device, cut at device boundaries into Send/Recv pairs, with control loops.
+
+The pass, in the paper's terms (Sec. 4.4):
+
+* Every edge whose ends sit on different devices becomes ``Send -> Recv``. A Send fires even when its
+  value is dead and the Recv hands on the dead bit, so deadness crosses devices exactly as values do.
+  The rendezvous key is ``(edge, tag)``: a tag already names the frame instance and the iteration, so
+  every partition computes the same key without coordination. A control edge becomes a *control* Send
+  (no data input, it sends its control inputs' deadness) and a Recv the consumer takes as control input.
+* A loop frame whose nodes sit on several devices gets a **control loop** on every one of those devices:
+  ``Enter -> Merge(enter, next) -> Switch(merge, pred) -> NextIteration(switch:1)``. The predicate is the
+  frame's ``LoopCond``, local on its own device and received per iteration elsewhere. There is no
+  control Exit: a false predicate makes the NextIteration dead and the device's loop ends. Nested frames
+  feed the outer control Merge into the inner control Enter; the outermost reads a dummy constant.
+  Every Recv inside the frame takes a control edge from its device's control Merge, so it fires once
+  per iteration, at the right tag, with no data input.
+* Two refinements beyond TensorFlow's rule make this deadlock-free under any placement: control loops
+  are built on *every* device holding nodes of the frame (senders too, not only receivers: a device whose
+  loop nodes read only loop constants would otherwise never start iteration 1), and every ``Enter`` gets
+  one copy per device that consumes it, so the entered value crosses devices once per loop entry, in the
+  parent frame, and each device's frame instance counts its own Enters.
+* Each Send carries a *credit*: the ``parallel_iterations`` of its frame (1 in the root frame). The
+  rendezvous lets at most that many messages of one edge and frame instance wait unconsumed, so a sender
+  cannot run arbitrarily far ahead and memory stays bounded.
+
+Feeds become a Placeholder on each device that reads the fed tensor (feeds are root-frame tensors).
+Each partition is a well-formed graph on its own (``check_partitions`` validates them and the pairing of
+every Send with one Recv).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.devices.names import parse
+from turnout.devices.placement import Placement
+from turnout.errors import PartitionError, describe_node
+from turnout.frames import Frame
+from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, ancestors
+
+
+@dataclass
+class Transfer:
+    """One Send/Recv pair: an edge (a tensor, or a control edge) cut between two devices."""
+
+    edge: str
+    src_device: str
+    dst_device: str
+    frame: Frame
+    control: bool
+    send: Node
+    recv: Node
+    credit: int
+
+
+@dataclass
+class ControlLoop:
+    """The control loop of one frame on one device."""
+
+    frame: Frame
+    device: str
+    enter: Node
+    merge: Node
+    switch: Optional[Node] = None
+    next: Optional[Node] = None
+    pred: Optional[Tensor] = None
+
+
+@dataclass
+class Partition:
+    """The graph of one device, and where the original nodes went."""
+
+    device: str
+    graph: Graph
+    nodes: dict[int, Node] = field(default_factory=dict)  # original node id -> its copy here
+    feeds: dict[tuple[int, int], Node] = field(default_factory=dict)  # fed tensor -> Placeholder here
+    control_loops: dict[Frame, ControlLoop] = field(default_factory=dict)
+
+    @property
+    def short(self) -> str:
+        return parse(self.device).short
+
+
+@dataclass
+class Partitioned:
+    """The result of ``partition``: the partitions, the Send/Recv pairs, and where each fetch lives."""
+
+    graph: Graph
+    placement: Placement
+    partitions: dict[str, Partition]
+    transfers: list[Transfer]
+    fetches: list[tuple[str, Tensor]]  # per original fetch: (device, tensor in that partition)
+    frames: dict[Frame, set[str]]  # every frame of the pruned graph -> the devices holding its nodes
+
+    def partition_of(self, device: str) -> Partition:
+        return self.partitions[parse(device).name]
+
+    def control_loops(self) -> list[ControlLoop]:
+        return [c for p in self.partitions.values() for c in p.control_loops.values()]
+
+
+def _output_frame(n: Node, nf: dict[int, Frame]) -> Frame:
+    return nf[n.id]
+
+
+def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
+              fed: Collection[tuple[int, int]] = ()) -> Partitioned:
+    """Cut the part of ``graph`` the fetches need (fed tensors cut the walk) into one graph per device.
+
+    Raises PartitionError for a loop spanning devices with no (or several) LoopCond, or for a fetch
+    that is not produced anywhere.
+    """
+    from turnout.validate import validate
+
+    if placement.graph is not graph:
+        raise PartitionError("the placement was computed for another graph")
+    fa = validate(graph, fetches)
+    nf = fa.node_frame
+    fed = set(fed)
+    keep = ancestors(list(fetches), fed)
+    order = [n for n in fa.order if n.id in keep]
+    dev = placement.device_of
+
+    # ---- who consumes what, and where the Enter copies go -------------------------------------------
+    consumers: dict[int, list[Node]] = {n.id: [] for n in order}
+    for n in order:
+        for t in n.raw_inputs:
+            if isinstance(t, Tensor) and t.node.id in keep:
+                consumers[t.node.id].append(n)
+        for c in n.control_inputs:
+            consumers[c.id].append(n)
+    enter_devs: dict[int, list[str]] = {}
+    for n in reversed(order):  # an Enter feeding an inner Enter goes where the inner one's copies go
+        if n.op == "Enter":
+            ds = {d for c in consumers[n.id] for d in (enter_devs[c.id] if c.op == "Enter" else [dev[c.id]])}
+            enter_devs[n.id] = sorted(ds) or [dev[n.id]]
+
+    def devices_of(n: Node) -> list[str]:
+        return enter_devs[n.id] if n.op == "Enter" else [dev[n.id]]
+
+    # ---- which devices hold each frame -------------------------------------------------------------
+    hosts: dict[Frame, set[str]] = {(): set()}
+    for n in order:
+        frames = {nf[n.id]}
+        if n.op == "Enter":
+            frames.add(nf[n.id][:-1])
+        if n.op == "Exit":
+            frames.add(nf[n.inputs[0].node.id])
+        for f in frames:
+            hosts.setdefault(f, set()).update(devices_of(n))
+    for key in fed:
+        for c in consumers.get(key[0], []):
+            hosts[()].add(dev[c.id])
+    spanning: dict[Frame, set[str]] = {}
+    for f in hosts:
+        if f:
+            spanning[f] = set().union(*(hosts[g] for g in hosts if g[: len(f)] == f))
+    spanning = {f: ds for f, ds in spanning.items() if len(ds) > 1}
+    loop_conds: dict[Frame, Node] = {}
+    for f in spanning:
+        lcs = [n for n in fa.frames[f].loop_cond if n.id in keep]
+        if len(lcs) != 1:
+            raise PartitionError(
+                f"loop frame {'/'.join(f)!r} spans devices {sorted(parse(d).short for d in spanning[f])} but has "
+                f"{len(lcs)} LoopCond nodes; a control loop needs exactly one predicate to follow"
+            )
+        loop_conds[f] = lcs[0]
+
+    all_devs = sorted({d for ds in hosts.values() for d in ds} | {dev[n.id] for n in order}
+                      | {dev[t.node.id] for t in fetches}, key=placement.devices.index)
+    parts = {d: Partition(d, Graph()) for d in all_devs}
+    result = Partitioned(graph, placement, parts, [], [], {f: set(ds) for f, ds in hosts.items()})
+
+    def make(d: str, op: str, inputs: Sequence[Any], attrs: dict[str, Any], name: str,
+             control: Sequence[Node] = (), specs: Optional[list[TensorSpec]] = None,
+             source: Optional[str] = None) -> Node:
+        g = parts[d].graph
+        with g.device(d):
+            node = g.create_node(op, inputs, attrs, name=name, control_inputs=control, specs=specs)
+        node.source = source
+        return node
+
+    # ---- control loops, outer frames first: Enter and Merge now, the rest once the LoopConds exist ----
+    for f in sorted(spanning, key=len):
+        for d in sorted(spanning[f], key=placement.devices.index):
+            outer = f[:-1]
+            if outer:
+                src = parts[d].control_loops[outer].merge.outputs[0]
+            else:
+                src = make(d, "Const", [], {"value": np.asarray(0.0, np.float32), "dtype": "float32"},
+                           f"_cloop/{f[-1]}/dummy", specs=[TensorSpec(dt.float32, ())]).outputs[0]
+            pi = fa.frames[f].parallel_iterations
+            enter = make(d, "Enter", [src], {"frame_name": f[-1], "is_constant": False, "parallel_iterations": pi},
+                         f"_cloop/{f[-1]}/enter", specs=[TensorSpec(dt.float32, ())])
+            merge = make(d, "Merge", [enter.outputs[0], BACK_EDGE], {}, f"_cloop/{f[-1]}/merge",
+                         specs=[TensorSpec(dt.float32, ()), TensorSpec(dt.int32, ())])
+            parts[d].control_loops[f] = ControlLoop(f, d, enter, merge)
+
+    # ---- Send/Recv pairs, made on first use ---------------------------------------------------------
+    recvs: dict[tuple[str, str], Node] = {}
+
+    def transfer(src_node: Node, index: Optional[int], d: str) -> Node:
+        """The Recv on device ``d`` of output ``index`` of ``src_node`` (``None``: its control output)."""
+        what = src_node.name if index is None else f"{src_node.name}:{index}"
+        key = (what if index is not None else "^" + what, d)
+        if key in recvs:
+            return recvs[key]
+        s = dev[src_node.id]
+        f = _output_frame(src_node, nf)
+        edge = f"{'^' if index is None else ''}{what}->{parse(d).short}"
+        credit = fa.frames[f].parallel_iterations if f else 1
+        base = {"edge": edge, "src_device": s, "dst_device": d, "credit": credit}
+        local_src = parts[s].nodes[src_node.id]
+        if index is None:
+            send = make(s, "Send", [], {**base, "control": True}, f"_send/{edge}", control=[local_src],
+                        source=src_node.source)
+            spec = TensorSpec(dt.bool_, ())
+        else:
+            send = make(s, "Send", [local_src.outputs[index]], {**base, "control": False}, f"_send/{edge}",
+                        source=src_node.source)
+            spec = src_node.outputs[index].spec
+        attrs = {**base, "control": index is None, "dtype": spec.dtype.name,
+                 "shape": None if spec.shape is None else list(spec.shape)}
+        if spec.elem_dtype is not None:
+            attrs["elem_dtype"] = spec.elem_dtype.name
+        if spec.elem_shape is not None:
+            attrs["elem_shape"] = list(spec.elem_shape)
+        ctrl = [parts[d].control_loops[f].merge] if f else []
+        recv = make(d, "Recv", [], attrs, f"_recv/{edge}", control=ctrl, specs=[spec], source=src_node.source)
+        result.transfers.append(Transfer(edge, s, d, f, index is None, send, recv, credit))
+        recvs[key] = recv
+        return recv
+
+    def local(t: Tensor, d: str) -> Tensor:
+        """Original tensor ``t`` as seen on device ``d``: a local output, an Enter copy, a feed or a Recv."""
+        key = (t.node.id, t.index)
+        if key in fed:
+            p = parts[d]
+            if key not in p.feeds:
+                p.feeds[key] = make(d, "Placeholder", [], {"dtype": t.dtype.name, "shape": None if t.shape is None
+                                                           else list(t.shape)}, f"_feed/{t.name}", specs=[t.spec])
+            return p.feeds[key].outputs[0]
+        if t.node.id in parts[d].nodes:
+            return parts[d].nodes[t.node.id].outputs[t.index]
+        return transfer(t.node, t.index, d).outputs[0]
+
+    def local_control(c: Node, d: str) -> Node:
+        if c.id in parts[d].nodes:
+            return parts[d].nodes[c.id]
+        return transfer(c, None, d)
+
+    # ---- copy every node onto its device(s), in topological order --------------------------------------
+    back_edges: list[tuple[str, Node, int, Node]] = []
+    for n in order:
+        for d in devices_of(n):
+            ins: list[Any] = []
+            for slot, t in enumerate(n.raw_inputs):
+                assert isinstance(t, Tensor)
+                if n.op == "Merge" and t.node.op == "NextIteration":
+                    ins.append(BACK_EDGE)
+                    back_edges.append((d, n, slot, t.node))
+                else:
+                    ins.append(local(t, d))
+            ctrl = [local_control(c, d) for c in n.control_inputs]
+            copy = make(d, n.op, ins, dict(n.attrs), n.name, control=ctrl, specs=[o.spec for o in n.outputs],
+                        source=n.source)
+            parts[d].nodes[n.id] = copy
+    for d, merge, slot, nxt in back_edges:
+        if nxt.id not in parts[d].nodes:
+            raise PartitionError(
+                f"{describe_node(nxt)} is not on the device of the Merge it feeds, {describe_node(merge)}")
+        parts[d].nodes[merge.id].close_back_edge(parts[d].nodes[nxt.id].outputs[0], slot)
+
+    # ---- close the control loops ------------------------------------------------------------------------
+    for f in sorted(spanning, key=len):
+        lc = loop_conds[f]
+        for d in sorted(spanning[f], key=placement.devices.index):
+            cl = parts[d].control_loops[f]
+            pred = local(lc.outputs[0], d)
+            name = f"_cloop/{f[-1]}"
+            cl.switch = make(d, "Switch", [cl.merge.outputs[0], pred], {}, f"{name}/switch",
+                             specs=[TensorSpec(dt.float32, ()), TensorSpec(dt.float32, ())])
+            cl.next = make(d, "NextIteration", [cl.switch.outputs[1]], {}, f"{name}/next",
+                           specs=[TensorSpec(dt.float32, ())])
+            cl.merge.close_back_edge(cl.next.outputs[0], 1)
+            cl.pred = pred
+
+    for t in fetches:
+        d = dev[t.node.id]
+        if (t.node.id, t.index) in fed:
+            result.fetches.append((d, local(t, d)))
+        elif t.node.id not in parts[d].nodes:
+            raise PartitionError(f"fetch {t.name} was not placed on any partition")
+        else:
+            result.fetches.append((d, parts[d].nodes[t.node.id].outputs[t.index]))
+    return result
+
+
+def check_partitions(p: Partitioned) -> None:
+    """Partition well-formedness: each partition passes validation on its own , every Send
+    has exactly one Recv with the same edge, on the other device, in the same frame, and the reverse."""
+    from turnout.frames import static_frames
+    from turnout.validate import validate
+
+    sends: dict[str, tuple[str, Frame]] = {}
+    recvs: dict[str, tuple[str, Frame]] = {}
+    for d, part in p.partitions.items():
+        fa = validate(part.graph)
+        for n in part.graph.nodes:
+            if n.op in ("Send", "Recv"):
+                table = sends if n.op == "Send" else recvs
+                edge = n.attrs["edge"]
+                if edge in table:
+                    raise PartitionError(f"two {n.op} nodes for edge {edge!r}")
+                want = n.attrs["src_device"] if n.op == "Send" else n.attrs["dst_device"]
+                if want != d:
+                    raise PartitionError(f"{describe_node(n)} is on {d}, its attrs say {want}")
+                table[edge] = (d, fa.node_frame[n.id])
+        static_frames(part.graph)
+    if set(sends) != set(recvs):
+        raise PartitionError(f"unpaired Send/Recv edges: {sorted(set(sends) ^ set(recvs))}")
+    for edge, (d, f) in sends.items():
+        rd, rf = recvs[edge]
+        if rd == d or rf != f:
+            raise PartitionError(f"edge {edge!r}: Send on {d} in {f}, Recv on {rd} in {rf}")

@@ -1,0 +1,85 @@
+"""[T7-Partition-Equivalence]: a partitioned run equals the unpartitioned run, for any placement.
+
+Generated programs (``tests/strategies.py``; gradient programs included) are placed at random over 2 to
+4 devices (``strategies.placements``: soft requests, so the colocation constraints still hold), and run
+on the partitioned reference executor under a random partition order (round robin, seeded random,
+threads) and a random ready-queue scheduler. Values, dead fetches and error types must equal the
+unpartitioned reference run, and every ``(edge, tag)`` message must be sent once and received once.
+The ``ci`` profile keeps this to a few seconds; ``TURNOUT_HYPOTHESIS_PROFILE=nightly`` runs thousands.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from programs import Built, assert_values_equal, build, to_source
+from strategies import PlacementDraw, float_programs, inputs_for, placements, programs_with_inputs
+
+import turnout as tn
+from turnout.session import RunOptions
+
+GUARD = dict(max_firings=200_000, max_iterations=1_000)
+#: the loaded profile's budget (100 in ``ci``, thousands in ``nightly``); the narrower tests take a share
+BUDGET = settings.default.max_examples
+
+
+def _outcome(sess: tn.Session, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+             options: RunOptions) -> tuple[Optional[list[Any]], Optional[type]]:
+    try:
+        return sess.run(fetches, feeds, options=options), None
+    except tn.TurnoutError as e:
+        return None, type(e)
+
+
+def check_partition_equivalence(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+                                draw: PlacementDraw, what: str = "") -> None:
+    """The check behind T7 (shared with tools/campaign.py)."""
+    want, want_err = _outcome(tn.Session(graph), fetches, feeds, RunOptions(**GUARD))
+    sess = tn.Session(graph, devices=list(draw.devices), requests=draw.requests, order=draw.order, seed=draw.seed)
+    opts = RunOptions(draw.scheduler, draw.seed, **GUARD)
+    got, got_err = _outcome(sess, fetches, feeds, opts)
+    assert got_err == want_err, f"{what}partitioned run raised {got_err}, unpartitioned {want_err}"
+    if want is not None:
+        assert got is not None
+        assert_values_equal(list(got), list(want), f"{what}partitioned ({draw.order}, {len(draw.devices)} devices)")
+        run = sess.backend.last_run
+        assert run is not None
+        assert set(run.rv.sent) == set(run.rv.received), "a message was sent but not received, or the reverse"
+        assert all(c == 1 for c in run.rv.sent.values()), "a message was sent twice"
+        assert all(c == 1 for c in run.rv.received.values()), "a message was received twice"
+        assert not run.rv.unconsumed()
+
+
+def _check_program(p: Any, inputs: dict[str, Any], data: st.DataObject) -> None:
+    b: Built = build(p)
+    draw = data.draw(placements(b.graph))
+    check_partition_equivalence(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
+
+
+@given(programs_with_inputs(), st.data())
+def test_T7_partition_equivalence(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+    _check_program(*pi, data)
+
+
+@settings(max_examples=max(1, BUDGET // 4))
+@given(programs_with_inputs(loops=True, nesting=True), st.data())
+def test_T7_partition_equivalence_nested_loops(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+    _check_program(*pi, data)
+
+
+@settings(max_examples=max(1, BUDGET // 4))
+@given(st.data())
+def test_T7_partition_equivalence_gradient_programs(data: st.DataObject) -> None:
+    p = data.draw(float_programs(max_depth=2))
+    b = build(p)
+    inputs = data.draw(inputs_for(p, wide=False))
+    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
+    ys = [f for f in b.fetches if f.dtype.is_floating]
+    assume(xs and ys)
+    with b.graph.as_default():
+        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+    assume(grads)
+    draw = data.draw(placements(b.graph))
+    check_partition_equivalence(b.graph, grads, b.feed_dict(inputs), draw, to_source(p) + "\n")
