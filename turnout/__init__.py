@@ -121,6 +121,8 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         "dumps": ("turnout.serialize", "dumps"),
         "loads": ("turnout.serialize", "loads"),
         "static_frames": ("turnout.frames", "static_frames"),
+        "import_graph_def": ("turnout.graphdef", "import_graph_def"),
+        "export_graph_def": ("turnout.graphdef", "export_graph_def"),
     }
     if name in lazy:
         import importlib
