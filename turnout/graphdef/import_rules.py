@@ -653,3 +653,25 @@ def _ta_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         assert lab is not None
         g = _empty_ta(ctx, lab, [ins[1]], fwd=_t(ins[0]))
     return [g, g]
+
+
+@_rule("BroadcastTo")
+def _broadcast_to(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout broadcasts to the shape of another tensor: the one whose Shape this op reads, or a
+    constant of the folded shape."""
+    sname = ctx.data_inputs()[1]
+    snd = ctx.nodes[sname.split(":")[0]]
+    if snd.op == "Shape":
+        like = ctx.values[ctx.data_inputs(snd)[0]]
+    else:
+        shape = ctx.static_int_list(sname, "the target shape")
+        like = ctx.const(np.zeros(shape, _t(ins[0]).dtype.numpy), [ins[0]], suffix="like")
+    return [ctx.create("BroadcastLike", [ins[0], like]).outputs[0]]
+
+
+@_rule("FloorDiv")
+def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout's Div floors on integers; on floats it divides exactly, so float FloorDiv is refused."""
+    if not _t(ins[0]).dtype.is_integer:
+        raise UnsupportedError(f"{ctx.where()}: FloorDiv of floating values is not supported")
+    return [ctx.create("Div", ins[:2]).outputs[0]]
