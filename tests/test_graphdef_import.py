@@ -5,6 +5,7 @@ TensorFlow."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,9 @@ def test_dynamic_shape_argument_is_a_clear_error() -> None:
     nd.attr["T"].type = 1
     with pytest.raises(UnsupportedError, match='Reshape node "r": the target shape'):
         import_graph_def(gd)
+
+
+def test_interop_page_lists_exactly_the_supported_ops() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "interop.rst").read_text()
+    listed = set(re.findall(r"``(\w+)``", text.split("The supported ops", 1)[1].split("How the import", 1)[0]))
+    assert listed - {"turnout", "SUPPORTED_OPS"} == set(SUPPORTED_OPS)

@@ -106,6 +106,7 @@ def device(name: str | None):  # type: ignore[no-untyped-def]
 
 
 def name_scope(name: str):  # type: ignore[no-untyped-def]
+    """``with tn.name_scope("layer"):`` prefixes the names of the ops created inside with ``layer/``."""
     return get_default_graph().name_scope(name)
 
 

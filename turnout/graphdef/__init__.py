@@ -27,6 +27,7 @@ def __getattr__(name: str) -> Any:
     if name in ("export_graph_def", "EXPORTABLE_PRIMITIVES"):
         from turnout.graphdef import exporter
 
+        exporter._load_rules()
         return exporter.export_graph_def if name == "export_graph_def" else frozenset(exporter.EXPORT_RULES)
     if name == "EventWriter":
         from turnout.graphdef.events import EventWriter
