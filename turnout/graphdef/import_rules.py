@@ -108,12 +108,69 @@ def _merge(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [n.outputs[0], n.outputs[1]]
 
 
-@_rule("NoOp", "ControlTrigger")
+@_rule("NoOp")
 def _noop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """A NoOp. For ControlTrigger this is an approximation: TensorFlow's ControlTrigger is live even
-    when its control inputs are dead, a Turnout NoOp is dead then (see docs/interop.rst)."""
     ctx.create("NoOp", [])
     return []
+
+
+@_rule("ControlTrigger")
+def _control_trigger(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A NoOp whose waits on nodes inside a tf.cond branch go through a Merge with the other side.
+
+    TensorFlow's ControlTrigger fires live even when its control inputs are dead; a Turnout NoOp
+    would be dead then. tf.gradients hangs a loop's counter on triggers that wait for stack pushes
+    and pops made inside a tf.cond, so in every iteration whose branch is not taken a plain NoOp
+    would stop the loop. For such a wait on node ``c`` in branch ``b`` of predicate ``p``, the NoOp
+    waits instead on ``Merge(signal after c, Switch(p, p)[1 - b])``: live in either case, and
+    still after ``c`` whenever ``c`` runs."""
+    waits = []
+    for c in ctx.ctrl_inputs():
+        side = _cond_side(ctx, c.name)
+        if side is None:
+            waits.append(c)
+            continue
+        pred, branch = side
+        k = len(waits)
+        done = ctx.create("Const", [], {"value": np.asarray(True), "dtype": "bool"}, suffix=f"after{k}", control=[c])
+        pivot = ctx.create("Switch", [pred, pred], suffix=f"pivot{k}", control=[])
+        m = ctx.create("Merge", [done.outputs[0], pivot.outputs[1 - branch]], suffix=f"either{k}", control=[])
+        waits.append(m)
+    ctx.create("NoOp", [], control=waits)
+    return []
+
+
+def _cond_side(ctx: ImportContext, tn_name: str) -> tuple[Tensor, int] | None:
+    """For an imported node (by its name) inside a tf.cond branch: the predicate and the branch (the
+    first Switch on a non-loop predicate found going back along data edges within the frame)."""
+    seen: set[str] = set()
+    todo = [tn_name.split("/_tn/")[0]]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in ctx.nodes:
+            continue
+        seen.add(name)
+        nd = ctx.nodes[name]
+        if nd.op in ("Merge", "RefMerge", "Enter", "RefEnter"):
+            continue
+        for i in nd.input:
+            if i.startswith("^"):
+                continue
+            src = ctx.nodes.get(i.split(":")[0])
+            if src is None:
+                continue
+            if src.op in ("Switch", "RefSwitch"):
+                pname = ctx.data_inputs(src)[1]
+                pnd = ctx.nodes.get(pname.split(":")[0])
+                if pnd is not None and pnd.op != "LoopCond":
+                    pred = ctx.values[pname]
+                    assert isinstance(pred, Tensor)
+                    while pred.node.op == "Identity" and not pred.node.control_inputs:
+                        pred = pred.node.inputs[0]
+                    return pred, int(i.split(":")[1]) if ":" in i else 0
+                continue
+            todo.append(src.name)
+    return None
 
 
 # ---- elementwise ------------------------------------------------------------------------------------
