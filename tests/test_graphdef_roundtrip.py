@@ -162,6 +162,7 @@ def _fixture_module() -> Any:
 
 
 @pytest.mark.parametrize("case", ["while_nested", "cond_in_while", "while_in_cond", "scan_map_fn", "grad_while",
+                                  "grad_cond_in_while",
                                   "grad_nested_while", "grad_scan", "rnn_variables"])
 def test_graph_built_in_tensorflow_runs_on_turnout(case: str) -> None:
     """Built and run live in TensorFlow (not from the checked-in fixture), imported, run on Turnout."""
