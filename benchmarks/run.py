@@ -1,5 +1,9 @@
 """Run every benchmark, write ``benchmarks/results/latest.json`` and a Markdown summary.
 
+The results folder is untracked (a ``--quick`` smoke run must not overwrite recorded numbers);
+the numbers the docs cite are a run copied by hand to ``benchmarks/recorded/``. ``--out`` picks
+another folder.
+
 Usage: ``python benchmarks/run.py [--quick] [--only NAME ...]``. All benchmarks run in this one
 process, one after the other, so every ratio compares runs on the same machine under the same load.
 Optional peers (TensorFlow, PyTorch) are not required and are not measured here.
@@ -86,22 +90,38 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), help="run only these")
+    ap.add_argument("--out", default=RESULTS,
+                    help="folder for latest.json / latest.md (default: %(default)s, untracked)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     import jax
 
     res: dict[str, Any] = {"quick": args.quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "machine": machine(), "benchmarks": {}}
+    names = args.only or list(BENCHMARKS)
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(names), unit="benchmark", desc="benchmarks")
     with jax.enable_x64(True):
-        for name in args.only or list(BENCHMARKS):
-            print(f"running {name} ...", flush=True)
+        for name in names:
+            if bar is not None:
+                bar.set_postfix_str(name)
+            else:
+                print(f"running {name} ...", flush=True)
             t0 = time.perf_counter()
             res["benchmarks"][name] = BENCHMARKS[name].run(args.quick)
             res["benchmarks"][name]["wall_s"] = time.perf_counter() - t0
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "latest.json"), "w") as f:
         json.dump(res, f, indent=2)
     text = summary(res)
-    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+    with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(text)
     print(text)
     return 0

@@ -61,9 +61,17 @@ def batch_for(rng: np.random.Generator, batch: int, inputs: int, length: int) ->
 
 
 def main(backend: str = "reference", steps: int = 60, min_len: int = 3, max_len: int = 12, seed: int = 0,
-         verbose: bool = True) -> list[float]:
-    """Train for ``steps`` steps on random lengths in [min_len, max_len]; returns the losses."""
+         verbose: bool = True, logdir: str | None = None) -> list[float]:
+    """Train for ``steps`` steps on random lengths in [min_len, max_len]; returns the losses. With
+    ``logdir``, the loss per step and the graph go to a TensorBoard event file there (needs the
+    ``tf`` extra)."""
     m = build(seed=seed)
+    writer = None
+    if logdir is not None:
+        from turnout.graphdef import EventWriter
+
+        writer = EventWriter(logdir)
+        writer.add_graph(m["graph"])
     sess = tn.Session(m["graph"], backend=backend)
     rng = np.random.default_rng(seed + 1)
     losses = []
@@ -77,11 +85,15 @@ def main(backend: str = "reference", steps: int = 60, min_len: int = 3, max_len:
         loss, _ = sess.run([m["loss"], m["train_op"]], feed_dict={m["xs"]: xs, m["length"]: n, m["target"]: target})
         dt = time.perf_counter() - t0
         losses.append(float(loss))
+        if writer is not None:
+            writer.add_scalar("loss", float(loss), step)
         if verbose:
             print(f"step {step:3d}  length {n:2d}  loss {float(loss):.4f}  {dt * 1000:7.1f} ms/step")
     if verbose and steps >= 20:
         k = max(1, steps // 5)
         print(f"mean loss of the first {k} steps {np.mean(losses[:k]):.4f}, of the last {k} {np.mean(losses[-k:]):.4f}")
+    if writer is not None:
+        writer.close()
     return losses
 
 
@@ -91,7 +103,8 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-len", type=int, default=12)
+    ap.add_argument("--logdir", default=None, help="write the loss and the graph for TensorBoard here")
     args = ap.parse_args()
-    main(backend=args.backend, steps=args.steps, seed=args.seed, max_len=args.max_len)
+    main(backend=args.backend, steps=args.steps, seed=args.seed, max_len=args.max_len, logdir=args.logdir)
     if args.backend == "fast":
         print("(the first step includes compilation; every later length reuses the same executable)")

@@ -1,5 +1,5 @@
 """The JAX backend (``turnout.fast``): raise primitive graphs to structured regions and lower them to
-``jax.lax`` control flow inside ``jax.jit`` (DESIGN.md sec. 6).
+``jax.lax`` control flow inside ``jax.jit`` (docs/design.rst, "The fast backend").
 
 ``FastBackend`` is what ``tn.Session(graph, backend="fast", stack_chunk=1024)`` runs; ``to_jax`` turns
 a graph into a pure JAX function. Importing this package imports jax; ``turnout`` itself never does.

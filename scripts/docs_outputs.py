@@ -1,12 +1,14 @@
 """Rewrite the printed outputs shown in the docs from what their code prints today.
 
-``docs/getting_started.rst`` and ``docs/paper_examples.rst`` pair each named python block
+Every page of ``docs/`` pairs named python blocks
 (``.. code-block:: python`` / ``:name: X``) with a text block named ``X-output`` that shows what it
 prints. ``tests/test_docs.py`` fails when the two drift apart (for instance after a builder renames
 the nodes it creates). After checking that the new output is right, run::
 
-    python3 scripts/docs_outputs.py            # rewrite the output blocks in place
-    python3 scripts/docs_outputs.py --check    # only report pages that would change
+    bash scripts/py.sh scripts/docs_outputs.py            # rewrite the output blocks in place
+    bash scripts/py.sh scripts/docs_outputs.py --check    # only report pages that would change
+
+The code runs in a scratch directory, as in the test.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["getting_started.rst", "paper_examples.rst", "devices.rst"]
+PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.rst") if "_build" not in p.parts)
 BLOCK = re.compile(r"^\.\. code-block:: (\w+)\n   :name: (\S+)\n\n((?:   .*\n|[ \t]*\n)+)", re.M)
 
 
@@ -54,6 +56,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report pages that would change; write nothing")
     args = parser.parse_args()
+    import os
+    import tempfile
+
+    sys.path.insert(0, str(DOCS.parent / "examples"))
+    os.chdir(tempfile.mkdtemp())
     changed = []
     for page in PAGES:
         path = DOCS / page

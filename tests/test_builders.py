@@ -186,7 +186,7 @@ def test_case_errors() -> None:
 
 # ---- while_loop ------------------------------------------------------------------------------------
 def test_while_loop_doubling(backend: str) -> None:
-    """DESIGN.md's example: 10 doublings of x."""
+    """The README's example: 10 doublings of x."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")

@@ -1,7 +1,7 @@
 """Every primitive has an entry in every interpreter's table, or is listed as deliberately unsupported.
 
 Why: each interpreter (shape inference, numpy kernels, the reference interpreter, gradients, the fast
-backend) is a table keyed by primitive name (DESIGN.md section 2). Adding a primitive to
+backend) is a table keyed by primitive name (docs/design.rst, "Layers"). Adding a primitive to
 ``turnout.primitives`` without a rule everywhere would otherwise surface only when some program used
 it. The last test keeps the code's rule citations (``[E-Merge-Live]``) in step with ``specs/rules.toml``.
 """

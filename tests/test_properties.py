@@ -1,4 +1,4 @@
-"""The theorems of the Turnout semantics, checked on generated programs (DESIGN.md, section 8).
+"""The theorems of the Turnout semantics, checked on generated programs (docs/design.rst, "How correctness is checked").
 
 Each test is named after the theorem it checks. Programs come from ``tests/strategies.py`` (swarm
 generation over structured programs, lowered by the builders); every check also has a direct
@@ -96,7 +96,7 @@ def check_exactly_once(p: Program, inputs: dict[str, Any], options: RunOptions =
 
 
 def check_window(p: Program, inputs: dict[str, Any], options: RunOptions = GUARD) -> None:
-    """``parallel_iterations`` (DESIGN.md section 1): at no point of the reference trace does a frame
+    """``parallel_iterations`` (docs/design.rst, "The model"): at no point of the reference trace does a frame
     instance have more than ``parallel_iterations`` iterations started and not yet retired, and
     iterations retire in order."""
     b = build(p)

@@ -1,7 +1,7 @@
 """The paper's primitives used directly (``tn.raw``): Switch/Merge, dead values, hand-built loops.
 
 These graphs are built exactly as in the paper's figures, with no builder in between, so what runs is
-what is written here. Expected values follow from the definitions in DESIGN.md section 1.
+what is written here. Expected values follow from the definitions in docs/design.rst, "The model".
 """
 
 from __future__ import annotations

@@ -120,6 +120,7 @@ def colocate_with(op: Any):  # type: ignore[no-untyped-def]
 
 
 def name_scope(name: str):  # type: ignore[no-untyped-def]
+    """``with tn.name_scope("layer"):`` prefixes the names of the ops created inside with ``layer/``."""
     return get_default_graph().name_scope(name)
 
 
@@ -136,6 +137,8 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         "dumps": ("turnout.serialize", "dumps"),
         "loads": ("turnout.serialize", "loads"),
         "static_frames": ("turnout.frames", "static_frames"),
+        "import_graph_def": ("turnout.graphdef", "import_graph_def"),
+        "export_graph_def": ("turnout.graphdef", "export_graph_def"),
     }
     if name in lazy:
         import importlib

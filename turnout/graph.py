@@ -527,10 +527,12 @@ _global_graph = Graph()
 
 
 def get_default_graph() -> Graph:
+    """The graph new ops go into: the innermost ``with g.as_default():``, else a global graph."""
     return _default.stack[-1] if _default.stack else _global_graph
 
 
 def reset_default_graph() -> Graph:
+    """Replace the global default graph with a new, empty one (outside any ``as_default`` block)."""
     global _global_graph
     _global_graph = Graph()
     return _global_graph

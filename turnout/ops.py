@@ -82,18 +82,22 @@ def _op2(op: str, a: Any, b: Any, name: Optional[str] = None, **attrs: Any) -> T
 
 
 def identity(x: Any, name: Optional[str] = None) -> Tensor:
+    """The same value, as a new node (a name to fetch, or a point to hang control edges on)."""
     return _op1("Identity", x, name)
 
 
 def add(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a + b`` with numpy broadcasting; a Python scalar takes the other operand's dtype."""
     return _op2("Add", a, b, name)
 
 
 def subtract(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a - b`` with numpy broadcasting."""
     return _op2("Sub", a, b, name)
 
 
 def multiply(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a * b`` with numpy broadcasting."""
     return _op2("Mul", a, b, name)
 
 
@@ -108,90 +112,112 @@ def mod(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
 
 
 def pow(a: Any, b: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
+    """Elementwise ``a ** b``."""
     return _op2("Pow", a, b, name)
 
 
 def maximum(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise maximum of ``a`` and ``b``."""
     return _op2("Maximum", a, b, name)
 
 
 def minimum(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise minimum of ``a`` and ``b``."""
     return _op2("Minimum", a, b, name)
 
 
 def negative(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``-x``."""
     return _op1("Neg", x, name)
 
 
 def tanh(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise hyperbolic tangent (floating dtypes only; its gradient rule reuses the output)."""
     return _op1("Tanh", x, name)
 
 
 def sigmoid(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise logistic function ``1 / (1 + exp(-x))`` (floating dtypes only)."""
     return _op1("Sigmoid", x, name)
 
 
 def exp(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``e ** x`` (floating dtypes only)."""
     return _op1("Exp", x, name)
 
 
 def log(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise natural logarithm (floating dtypes only)."""
     return _op1("Log", x, name)
 
 
 def sqrt(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise square root (floating dtypes only)."""
     return _op1("Sqrt", x, name)
 
 
 def square(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``x * x``."""
     return _op1("Square", x, name)
 
 
 def abs(x: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
+    """Elementwise absolute value."""
     return _op1("Abs", x, name)
 
 
 def sign(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise sign: -1, 0 or 1 (it has no gradient: its derivative is zero wherever defined)."""
     return _op1("Sign", x, name)
 
 
 def relu(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``max(x, 0)``."""
     return _op1("Relu", x, name)
 
 
 def less(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a < b`` as a bool tensor (a typical loop or cond predicate)."""
     return _op2("Less", a, b, name)
 
 
 def less_equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a <= b`` as a bool tensor."""
     return _op2("LessEqual", a, b, name)
 
 
 def greater(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a > b`` as a bool tensor."""
     return _op2("Greater", a, b, name)
 
 
 def greater_equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a >= b`` as a bool tensor."""
     return _op2("GreaterEqual", a, b, name)
 
 
 def equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a == b`` as a bool tensor."""
     return _op2("Equal", a, b, name)
 
 
 def not_equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a != b`` as a bool tensor."""
     return _op2("NotEqual", a, b, name)
 
 
 def logical_and(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a and b`` on bool tensors (both sides are computed: no short circuit)."""
     return _op2("LogicalAnd", a, b, name)
 
 
 def logical_or(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a or b`` on bool tensors (both sides are computed: no short circuit)."""
     return _op2("LogicalOr", a, b, name)
 
 
 def logical_not(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``not x`` on a bool tensor."""
     return _op1("LogicalNot", x, name)
 
 
@@ -206,30 +232,37 @@ select = where
 
 
 def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
+    """``x`` converted to ``dtype`` (numpy's conversion rules; float to int truncates)."""
     return _op1("Cast", x, name, dtype=dt.as_dtype(dtype).name)
 
 
 def stop_gradient(x: Any, name: Optional[str] = None) -> Tensor:
+    """The same value, but ``tn.gradients`` treats it as a constant (no gradient flows through it)."""
     return _op1("StopGradient", x, name)
 
 
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, name: Optional[str] = None) -> Tensor:
+    """Matrix product of two rank-2 tensors, optionally transposing either operand first."""
     return _op2("MatMul", a, b, name, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
 
 
 def reshape(x: Any, shape: Sequence[int], name: Optional[str] = None) -> Tensor:
+    """``x`` with a new static ``shape`` (at most one -1, inferred); the element count must match."""
     return _op1("Reshape", x, name, shape=[int(d) for d in shape])
 
 
 def transpose(x: Any, perm: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Tensor:
+    """``x`` with its axes permuted by ``perm`` (reversed when ``perm`` is None)."""
     return _op1("Transpose", x, name, perm=None if perm is None else [int(p) for p in perm])
 
 
 def expand_dims(x: Any, axis: int, name: Optional[str] = None) -> Tensor:
+    """``x`` with a new axis of size 1 inserted at ``axis``."""
     return _op1("ExpandDims", x, name, axis=int(axis))
 
 
 def concat(values: Sequence[Any], axis: int, name: Optional[str] = None) -> Tensor:
+    """Join ``values`` (same rank and dtype) along the existing axis ``axis``."""
     if not values:
         raise GraphBuildError("concat: needs at least one tensor")
     ts = [convert_to_tensor(v) for v in values]
@@ -279,12 +312,14 @@ def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
 
 
 def gather(x: Any, indices: Any, axis: int = 0, name: Optional[str] = None) -> Tensor:
+    """The slices of ``x`` at integer ``indices`` along ``axis`` (indices may be a tensor)."""
     x = convert_to_tensor(x)
     idx = convert_to_tensor(indices)
     return x.graph.create_node("Gather", [x, idx], {"axis": int(axis)}, name=name).outputs[0]
 
 
 def tile(x: Any, multiples: Sequence[int], name: Optional[str] = None) -> Tensor:
+    """``x`` repeated ``multiples[i]`` times along each axis ``i``."""
     return _op1("Tile", x, name, multiples=[int(m) for m in multiples])
 
 
@@ -297,56 +332,69 @@ def _axis_attr(axis: Any) -> Any:
 
 
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Sum over ``axis`` (an int, a list, or None for all axes), keeping reduced axes if ``keepdims``."""
     return _op1("Sum", x, name, axis=_axis_attr(axis), keepdims=bool(keepdims))
 
 
 def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Mean over ``axis`` (floating dtypes only), like ``reduce_sum``."""
     return _op1("Mean", x, name, axis=_axis_attr(axis), keepdims=bool(keepdims))
 
 
 def reduce_max(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Maximum over ``axis``, like ``reduce_sum``."""
     return _op1("Max", x, name, axis=_axis_attr(axis), keepdims=bool(keepdims))
 
 
 def zeros_like(x: Any, name: Optional[str] = None) -> Tensor:
+    """Zeros of the shape and dtype of ``x`` (shape taken at run time)."""
     return _op1("ZerosLike", x, name)
 
 
 def ones_like(x: Any, name: Optional[str] = None) -> Tensor:
+    """Ones of the shape and dtype of ``x`` (shape taken at run time)."""
     return _op1("OnesLike", x, name)
 
 
 def zeros(shape: Sequence[int], dtype: Any = dt.float32, name: Optional[str] = None) -> Tensor:
+    """A constant of zeros with a static ``shape``."""
     return constant(np.zeros(tuple(shape), dt.as_dtype(dtype).numpy), dtype=dtype, name=name)
 
 
 def ones(shape: Sequence[int], dtype: Any = dt.float32, name: Optional[str] = None) -> Tensor:
+    """A constant of ones with a static ``shape``."""
     return constant(np.ones(tuple(shape), dt.as_dtype(dtype).numpy), dtype=dtype, name=name)
 
 
 def fill(shape: Any, value: Any, name: Optional[str] = None) -> Tensor:
+    """A tensor of run-time ``shape`` (an int32 vector tensor) filled with the scalar ``value``."""
     s = convert_to_tensor(shape, dtype=dt.int32)
     v = convert_to_tensor(value)
     return s.graph.create_node("Fill", [s, v], name=name).outputs[0]
 
 
 def shape(x: Any, name: Optional[str] = None) -> Tensor:
+    """The run-time shape of ``x`` as an int32 vector."""
     return _op1("Shape", x, name)
 
 
 def size(x: Any, name: Optional[str] = None) -> Tensor:
+    """The run-time number of elements of ``x`` as an int32 scalar."""
     return _op1("Size", x, name)
 
 
 def broadcast_like(x: Any, like: Any, name: Optional[str] = None) -> Tensor:
+    """``x`` broadcast to the run-time shape of ``like`` (the gradient of ``sum_to_like``)."""
     return _op2("BroadcastLike", x, like, name)
 
 
 def sum_to_like(x: Any, like: Any, name: Optional[str] = None) -> Tensor:
+    """``x`` summed down to the shape of ``like``, undoing broadcasting (used by gradients)."""
     return _op2("SumToLike", x, like, name)
 
 
 def no_op(name: Optional[str] = None) -> Node:
+    """A node that computes nothing: run it as a target, or group control edges through it."""
     return get_default_graph().create_node("NoOp", (), name=name)
 
 

@@ -69,7 +69,9 @@ GradientDescentOptimizer = SGD
 
 
 class Adam(Optimizer):
-    """Adam (Kingma & Ba 2015), with slots ``m``, ``v`` and the step count ``t`` as Variables::
+    """Adam (Kingma & Ba 2015), with slots ``m``, ``v`` and the step count ``t`` as Variables.
+
+    The update, per variable::
 
         t += 1; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2
         var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)

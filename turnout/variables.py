@@ -100,10 +100,13 @@ _install_operators()
 
 
 def trainable_variables(graph: Optional[Graph] = None) -> list[Variable]:
+    """The Variables of ``graph`` (default graph if None) created with ``trainable=True``: what
+    optimizers update by default."""
     g = graph or get_default_graph()
     return [v for v in g.variable_objects if v.trainable]
 
 
 def global_variables(graph: Optional[Graph] = None) -> list[Variable]:
+    """Every Variable of ``graph`` (default graph if None), in creation order."""
     g = graph or get_default_graph()
     return list(g.variable_objects)

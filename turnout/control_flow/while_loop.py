@@ -4,10 +4,18 @@ Meaning, as plain Python::
 
     def while_loop(cond, body, loop_vars, maximum_iterations=None):
         i = 0
-        while (maximum_iterations is None or i < maximum_iterations) and cond(*loop_vars):
+        while True:
+            go = cond(*loop_vars)  # runs k + 1 times for k iterations, also when the bound stops the loop
+            if maximum_iterations is not None and not i < maximum_iterations:
+                go = False
+            if not go:
+                return loop_vars
             loop_vars = body(*loop_vars)
             i += 1
-        return loop_vars
+
+The predicate is a graph, not a Python ``and``: with ``maximum_iterations`` the pivot is
+``LogicalAnd(i < maximum_iterations, cond(...))``, which evaluates both sides, so ``cond`` also runs
+(and must not fail) in the iteration that the bound stops.
 
 Lowering, per loop variable: ``Enter -> Merge(enter, next)``; ``LoopCond(cond(merges))`` is the
 pivot; ``Switch(merge, pivot)``; the body reads ``Identity(Switch[1])``; ``NextIteration(body_out)``

@@ -1,0 +1,205 @@
+"""GraphDef export: Turnout graphs (gradients included) exported, imported back and run on every
+backend with the original's values; where TensorFlow is installed, the exported GraphDef runs in
+TensorFlow v1 with the same values and TensorFlow-built graphs run on Turnout with TensorFlow's."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+
+from turnout.errors import UnsupportedError  # noqa: E402
+from turnout.graphdef import export_graph_def, import_graph_def  # noqa: E402
+
+Built = tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, Any]]
+
+
+def _while_grad() -> Built:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * x) + y), [tn.constant(0), x])
+        (gx,) = tn.gradients(y, [x])
+    return g, [y, gx], {x: 0.7, n: 4}
+
+
+def _nested_grad() -> Built:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+
+        def outer(i: Any, y: Any) -> Any:
+            _, y2 = tn.while_loop(lambda j, v: j < i, lambda j, v: (j + 1, v * x), [tn.constant(0), y])
+            return i + 1, y2 + 1.0
+
+        _, y = tn.while_loop(lambda i, y: i < 3, outer, [tn.constant(0), x])
+        (gx,) = tn.gradients(y, [x])
+    return g, [y, gx], {x: 1.1}
+
+
+def _cond_in_while() -> Built:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+
+        def body(i: Any, s: Any) -> Any:
+            return i + 1, tn.cond(i < 2, lambda: s * x, lambda: s + x)
+
+        _, s = tn.while_loop(lambda i, s: i < 5, body, [tn.constant(0), x])
+        loss = tn.reduce_sum(s * s)
+        (gx,) = tn.gradients(loss, [x])
+    return g, [s, loss, gx], {x: np.array([0.5, -1.0, 2.0], np.float32)}
+
+
+def _tensor_array_and_slices() -> Built:
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, shape=[4, 2], name="xs")
+        ta = tn.TensorArray(tn.float32, size=4, element_shape=[2])
+
+        def body(i: Any, ta: Any) -> Any:
+            return i + 1, ta.write(i, tn.tanh(xs[i]) * 2.0)
+
+        _, ta = tn.while_loop(lambda i, ta: i < 4, body, [tn.constant(0), ta])
+        out = ta.stack()
+        c = tn.scan(lambda a, v: a * 0.5 + v, xs, initializer=tn.zeros([2]))
+        m = tn.map_fn(lambda v: tn.reduce_sum(v * v), xs)
+    return g, [out, c, m], {xs: np.arange(8, dtype=np.float32).reshape(4, 2) / 4}
+
+
+def _variables() -> Built:
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), name="w")
+        x = tn.placeholder(tn.float32, shape=[1, 2], name="x")
+        y = tn.reduce_sum(tn.matmul(x, w.read()))
+        (gw,) = tn.gradients(y, [w])
+        step = w.assign_sub(gw * 0.1)
+    return g, [y, gw, step], {x: np.array([[1.0, -1.0]], np.float32)}
+
+
+BUILDERS: dict[str, Callable[[], Built]] = {f.__name__[1:]: f for f in
+                                            (_while_grad, _nested_grad, _cond_in_while, _tensor_array_and_slices,
+                                             _variables)}
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+@pytest.mark.parametrize("case", sorted(BUILDERS))
+def test_export_then_import_gives_the_same_values(case: str, backend: str) -> None:
+    g, fetches, feeds = BUILDERS[case]()
+    want = tn.Session(g).run(fetches, feeds)
+    ex = export_graph_def(g)
+    imp = import_graph_def(ex.graph_def)
+    got = imp.run(tn.Session(imp.graph, backend=backend), [ex.tf_name(t) for t in fetches],
+                  {ex.tf_name(k): v for k, v in feeds.items()})
+    for a, b, t in zip(got, want, fetches):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{case}: {t.name}")
+
+
+def test_export_keeps_frames_and_scopes() -> None:
+    g, _, _ = _while_grad()
+    gd = export_graph_def(g).graph_def
+    enters = [nd for nd in gd.node if nd.op == "Enter"]
+    frames = {nd.attr["frame_name"].s.decode() for nd in enters}
+    assert len(frames) == 2  # the forward loop and its gradient loop
+    # loops with stack pushes or pops run one iteration at a time, so LIFO stacks pair up
+    assert {nd.attr["parallel_iterations"].i for nd in enters} == {1}
+    assert any(nd.name.startswith("gradients/while/") for nd in gd.node)
+
+
+def test_unexportable_primitives_are_listed() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+        ta = tn.TensorArray(tn.float32, size=3).unstack(x)
+        y = tn.reduce_sum(ta.stack() * 2.0)
+        tn.gradients(y, [x])
+    with pytest.raises(UnsupportedError, match="no TensorFlow v1 form"):
+        export_graph_def(g)
+
+
+# ---- with TensorFlow ------------------------------------------------------------------------------
+def _tf() -> Any:
+    tf = pytest.importorskip("tensorflow")
+    tf.compat.v1.disable_v2_behavior()
+    tf.compat.v1.enable_resource_variables()
+    return tf
+
+
+@pytest.mark.parametrize("case", sorted(BUILDERS))
+def test_exported_graph_runs_in_tensorflow(case: str) -> None:
+    tf = _tf()
+    g, fetches, feeds = BUILDERS[case]()
+    want = tn.Session(g).run(fetches, feeds)
+    ex = export_graph_def(g)
+    gd = tf.compat.v1.GraphDef.FromString(ex.graph_def.SerializeToString())  # TensorFlow's own class
+    with tf.Graph().as_default() as tg:
+        tf.compat.v1.import_graph_def(gd, name="")
+        with tf.compat.v1.Session(graph=tg) as sess:
+            if ex.init_op:
+                sess.run(tg.get_operation_by_name(ex.init_op))
+            got = sess.run([ex.tf_name(t) for t in fetches], {ex.tf_name(k): v for k, v in feeds.items()})
+    for a, b, t in zip(got, want, fetches):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{case}: {t.name}")
+
+
+def _fixture_module() -> Any:
+    path = Path(__file__).resolve().parent.parent / "tools" / "tf_fixtures.py"
+    spec = importlib.util.spec_from_file_location("tf_fixtures", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("case", ["while_nested", "cond_in_while", "while_in_cond", "scan_map_fn", "grad_while",
+                                  "grad_cond_in_while",
+                                  "grad_nested_while", "grad_scan", "rnn_variables"])
+def test_graph_built_in_tensorflow_runs_on_turnout(case: str) -> None:
+    """Built and run live in TensorFlow (not from the checked-in fixture), imported, run on Turnout."""
+    tf = _tf()
+    text, runs = _fixture_module().build(tf, case)
+    from google.protobuf import text_format
+    from tensorboard.compat.proto import graph_pb2
+
+    imp = import_graph_def(text_format.Parse(text, graph_pb2.GraphDef()))
+    sess = tn.Session(imp.graph)
+    for r in runs:
+        got = imp.run(sess, r["fetches"], r["feeds"], r.get("targets", []))
+        for a, b in zip(got, r["expected"]):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-5)
+
+
+def test_lstm_example_trains_identically_in_tensorflow() -> None:
+    """The LSTM example (a while loop over a fed length, its gradient stacks, Adam) exported: two
+    training steps in TensorFlow give Turnout's losses."""
+    tf = _tf()
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import lstm  # type: ignore[import-not-found]
+
+    m = lstm.build(seed=0)
+    ex = export_graph_def(m["graph"])
+    rng = np.random.default_rng(1)
+    xs, target = lstm.batch_for(rng, m["batch"], m["inputs"], 7)
+    feeds = {m["xs"]: xs, m["length"]: 7, m["target"]: target}
+    sess = tn.Session(m["graph"])
+    want = [sess.run([m["loss"], m["train_op"]], feeds)[0] for _ in range(2)]
+    gd = tf.compat.v1.GraphDef.FromString(ex.graph_def.SerializeToString())
+    with tf.Graph().as_default() as tg:
+        tf.compat.v1.import_graph_def(gd, name="")
+        with tf.compat.v1.Session(graph=tg) as s:
+            s.run(tg.get_operation_by_name(ex.init_op))
+            tf_feeds = {ex.tf_name(k): v for k, v in feeds.items()}
+            got = [s.run([ex.tf_name(m["loss"]), ex.tf_op(m["train_op"])], tf_feeds)[0] for _ in range(2)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -1,0 +1,224 @@
+"""Write the TensorFlow-produced GraphDef fixtures under tests/data/tf/ (run where TensorFlow is installed).
+
+Each case builds a TensorFlow v1 graph (graph mode, control flow v1, TensorArrayV3, resource
+variables), runs it in a ``tf.compat.v1.Session`` and writes ``<case>.pbtxt`` (the GraphDef as text)
+and ``<case>.json`` (the runs: feeds by tensor name, fetched tensor names, TensorFlow's values).
+tests/test_graphdef_import.py replays the runs on every Turnout backend without TensorFlow.
+
+    python tools/tf_fixtures.py [--out tests/data/tf] [--check]
+
+``--check`` writes nothing: it re-runs every case in TensorFlow and compares with the checked-in values.
+TensorFlow is not a dependency of Turnout; this script is the only place that imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
+
+
+def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def names(ts: Any) -> list[str]:
+    return [t.name for t in ts]
+
+
+@case
+def while_simple(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+    _, y = tf.while_loop(lambda i, y: i < 10, lambda i, y: (i + 1, y * 2.0), [tf.constant(0), x])
+    return [{"feeds": {"x:0": 3.0}, "fetches": [y.name]}]
+
+
+@case
+def while_nested(tf: Any) -> list[dict[str, Any]]:
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+
+    def outer(i: Any, acc: Any) -> Any:
+        _, inner = tf.while_loop(lambda j, a: j < i + 1, lambda j, a: (j + 1, a + j * i), [0, acc])
+        return i + 1, inner
+
+    _, acc = tf.while_loop(lambda i, a: i < n, outer, [0, 0])
+    return [{"feeds": {"n:0": k}, "fetches": [acc.name]} for k in (0, 1, 4)]
+
+
+@case
+def cond_simple(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+    y = tf.cond(tf.reduce_sum(x) > 0.0, lambda: x * 2.0, lambda: x - 1.0)
+    return [{"feeds": {"x:0": v}, "fetches": [y.name]} for v in ([1.0, 2.0], [-3.0, 1.0])]
+
+
+@case
+def cond_in_while(tf: Any) -> list[dict[str, Any]]:
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+
+    def body(i: Any, s: Any) -> Any:
+        s2 = tf.cond(tf.equal(tf.math.floormod(i, 2), 0), lambda: s + tf.cast(i, tf.float32), lambda: s * 1.5)
+        return i + 1, s2
+
+    _, s = tf.while_loop(lambda i, s: i < n, body, [0, 1.0])
+    return [{"feeds": {"n:0": k}, "fetches": [s.name]} for k in (0, 5)]
+
+
+@case
+def while_in_cond(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+
+    def looping() -> Any:
+        return tf.while_loop(lambda v: v < 100.0, lambda v: v * 3.0, [x])
+
+    y = tf.cond(x > 0.0, lambda: looping()[0], lambda: -x)
+    return [{"feeds": {"x:0": v}, "fetches": [y.name]} for v in (2.0, -4.0)]
+
+
+@case
+def tensor_array_loop(tf: Any) -> list[dict[str, Any]]:
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    ta = tf.TensorArray(tf.float32, size=n, element_shape=[2])
+
+    def body(i: Any, ta: Any) -> Any:
+        f = tf.cast(i, tf.float32)
+        return i + 1, ta.write(i, tf.stack([f, f * f]))
+
+    _, ta = tf.while_loop(lambda i, ta: i < n, body, [0, ta])
+    out = ta.stack()
+    return [{"feeds": {"n:0": 4}, "fetches": [out.name]}]
+
+
+@case
+def scan_map_fn(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [5], name="x")
+    c = tf.scan(lambda a, v: a * 0.5 + v, x, initializer=tf.constant(1.0))
+    m = tf.map_fn(lambda v: v * v + 1.0, x)
+    return [{"feeds": {"x:0": [1.0, 2.0, 3.0, -1.0, 0.5]}, "fetches": [c.name, m.name]}]
+
+
+@case
+def grad_while(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    _, y = tf.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tf.tanh(y * x) + y), [0, x])
+    (g,) = tf.gradients(y, [x])
+    return [{"feeds": {"x:0": 0.7, "n:0": k}, "fetches": [y.name, g.name]} for k in (0, 3)]
+
+
+@case
+def grad_nested_while(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+
+    def outer(i: Any, y: Any) -> Any:
+        _, y2 = tf.while_loop(lambda j, v: j < i, lambda j, v: (j + 1, v * x), [0, y])
+        return i + 1, y2 + 1.0
+
+    _, y = tf.while_loop(lambda i, y: i < 3, outer, [0, x])
+    (g,) = tf.gradients(y, [x])
+    return [{"feeds": {"x:0": 1.1}, "fetches": [y.name, g.name]}]
+
+
+@case
+def grad_cond_in_while(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+
+    def body(i: Any, y: Any) -> Any:
+        return i + 1, tf.cond(i < 2, lambda: y * x, lambda: y + x)
+
+    _, y = tf.while_loop(lambda i, y: i < 4, body, [0, x])
+    (g,) = tf.gradients(y, [x])
+    return [{"feeds": {"x:0": 1.5}, "fetches": [y.name, g.name]}]
+
+
+@case
+def grad_scan(tf: Any) -> list[dict[str, Any]]:
+    x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
+    c = tf.scan(lambda a, v: tf.tanh(a * v), x, initializer=tf.constant(0.5))
+    loss = tf.reduce_sum(c)
+    (g,) = tf.gradients(loss, [x])
+    return [{"feeds": {"x:0": [1.0, -2.0, 0.5, 3.0]}, "fetches": [loss.name, g.name]}]
+
+
+@case
+def rnn_variables(tf: Any) -> list[dict[str, Any]]:
+    """A tanh RNN over a run-time number of steps with resource Variables, one SGD step, its loss."""
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 3], name="xs")
+    rng = np.random.default_rng(0)
+    w = tf.compat.v1.get_variable("w", initializer=rng.normal(size=(3, 4)).astype(np.float32) * 0.5)
+    u = tf.compat.v1.get_variable("u", initializer=rng.normal(size=(4, 4)).astype(np.float32) * 0.5)
+    steps = tf.compat.v1.get_variable("steps", initializer=tf.constant(0), trainable=False)
+
+    def body(i: Any, h: Any) -> Any:
+        return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
+
+    _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([1, 4])])
+    loss = tf.reduce_sum(h * h)
+    gw, gu = tf.gradients(loss, [w, u])
+    train = tf.group(w.assign_sub(0.1 * gw), u.assign_sub(0.1 * gu), steps.assign_add(1))
+    xv = rng.normal(size=(5, 1, 3)).astype(np.float32).tolist()
+    feeds = {"n:0": 5, "xs:0": xv}
+    return [
+        {"feeds": feeds, "fetches": [loss.name, gw.name, gu.name]},
+        {"feeds": feeds, "fetches": [], "targets": [train.name]},
+        {"feeds": feeds, "fetches": [loss.name, steps.value().name]},
+    ]
+
+
+def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
+    g = tf.Graph()
+    with g.as_default():
+        runs = CASES[name](tf)
+        init = tf.compat.v1.global_variables_initializer()
+    from google.protobuf import text_format
+
+    with tf.compat.v1.Session(graph=g) as sess:
+        sess.run(init)
+        for r in runs:
+            vals = sess.run(r["fetches"] + r.get("targets", []), feed_dict=r["feeds"])
+            r["expected"] = [np.asarray(v).tolist() for v in vals[: len(r["fetches"])]]
+            r["feeds"] = {k: np.asarray(v).tolist() for k, v in r["feeds"].items()}
+    return text_format.MessageToString(g.as_graph_def()), runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" / "data" / "tf"))
+    ap.add_argument("--check", action="store_true", help="compare with the checked-in values, write nothing")
+    ap.add_argument("cases", nargs="*", help="case names (default: all)")
+    a = ap.parse_args(argv)
+    import tensorflow as tf
+
+    tf.compat.v1.disable_v2_behavior()
+    tf.compat.v1.enable_resource_variables()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bad = 0
+    for name in a.cases or sorted(CASES):
+        text, runs = build(tf, name)
+        meta = {"tensorflow": tf.__version__, "runs": runs}
+        if a.check:
+            old = json.loads((out / f"{name}.json").read_text())
+            for r_old, r_new in zip(old["runs"], runs):
+                for e_old, e_new in zip(r_old["expected"], r_new["expected"]):
+                    if not np.allclose(e_old, e_new, rtol=1e-5, atol=1e-6):
+                        print(f"{name}: TensorFlow now gives {e_new}, the fixture says {e_old}")
+                        bad += 1
+            continue
+        (out / f"{name}.pbtxt").write_text(text)
+        (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"{name}: {text.count('node {')} nodes")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

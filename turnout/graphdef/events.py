@@ -1,0 +1,118 @@
+"""TensorBoard event files: scalar summaries (a training loss) and the graph, without TensorFlow.
+
+An event file is a sequence of TFRecords, each an ``Event`` protobuf: a length, a masked CRC-32C of
+the length, the bytes, a masked CRC-32C of the bytes. TensorBoard reads any file named
+``events.out.tfevents.*`` under ``--logdir``. The CRC is computed here (a small table-driven CRC-32C)
+so nothing beyond the ``tf`` extra's protobufs is needed.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from turnout.graphdef import protos
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum TFRecords use."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def masked_crc(data: bytes) -> int:
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def record(data: bytes) -> bytes:
+    """One TFRecord framing ``data``."""
+    n = struct.pack("<Q", len(data))
+    return n + struct.pack("<I", masked_crc(n)) + data + struct.pack("<I", masked_crc(data))
+
+
+class EventWriter:
+    """``EventWriter(logdir)``: ``add_scalar(tag, value, step)``, ``add_graph(graph)``, ``flush()``,
+    ``close()`` (also a context manager). Writes ``<logdir>/events.out.tfevents.<time>.<host>``,
+    which ``tensorboard --logdir <logdir>`` shows (scalars under Scalars, the graph under Graphs)."""
+
+    def __init__(self, logdir: str | Path, filename_suffix: str = "") -> None:
+        self.p = protos.pb()
+        self.logdir = Path(logdir)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.path = self.logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}{filename_suffix}"
+        self._f: Optional[Any] = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        ev = self.p.event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+        self._write(ev)
+
+    def _write(self, ev: Any) -> None:
+        if self._f is None:
+            raise ValueError("EventWriter is closed")
+        self._f.write(record(ev.SerializeToString()))
+
+    def add_scalar(self, tag: str, value: float, step: int, wall_time: Optional[float] = None) -> None:
+        """Record ``value`` for ``tag`` at ``step`` (a training loss per step, say)."""
+        summary = self.p.summary_pb2.Summary(value=[self.p.summary_pb2.Summary.Value(tag=tag,
+                                                                                      simple_value=float(value))])
+        self._write(self.p.event_pb2.Event(wall_time=wall_time or time.time(), step=int(step), summary=summary))
+
+    def add_graph(self, graph: Any) -> None:
+        """Record a Turnout graph (exported with ``export_graph_def``) or a GraphDef for the Graphs tab."""
+        from turnout.graph import Graph
+
+        gd = graph
+        if isinstance(graph, Graph):
+            from turnout.graphdef.exporter import export_graph_def
+
+            gd = export_graph_def(graph).graph_def
+        self._write(self.p.event_pb2.Event(wall_time=time.time(), graph_def=gd.SerializeToString()))
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_events(path: str | Path) -> list[Any]:
+    """The Event messages of an event file, with every checksum verified (for tests and tools)."""
+    p = protos.pb()
+    data = Path(path).read_bytes()
+    out, i = [], 0
+    while i < len(data):
+        (n,) = struct.unpack_from("<Q", data, i)
+        (c1,) = struct.unpack_from("<I", data, i + 8)
+        body = data[i + 12: i + 12 + n]
+        (c2,) = struct.unpack_from("<I", data, i + 12 + n)
+        if c1 != masked_crc(data[i: i + 8]) or c2 != masked_crc(body):
+            raise ValueError(f"{path}: corrupt record at byte {i}")
+        out.append(p.event_pb2.Event.FromString(body))
+        i += 16 + n
+    return out

@@ -1,0 +1,426 @@
+"""Export rules: one per Turnout primitive (``EXPORT_RULES``), each writing TensorFlow NodeDefs and
+returning the TensorFlow names of the node's outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import UnsupportedError, describe_node
+from turnout.graph import Node, Tensor
+from turnout.graphdef.exporter import EXPORT_RULES, Dt, ExportContext, Shape, Value
+from turnout.graphdef.exporter import Rule as _Rule
+from turnout.tables import registrar
+
+_rule = registrar(EXPORT_RULES)
+Outs = Sequence[str]
+
+
+def _ins(ctx: ExportContext, n: Node) -> list[str]:
+    return [ctx.t(t) for t in n.inputs]
+
+
+def _T(n: Node, k: int = 0) -> Dt:
+    return Dt(n.inputs[k].dtype if n.inputs else n.outputs[0].dtype)
+
+
+# ---- sources and control flow -------------------------------------------------------------------------
+@_rule("Const")
+def _const(ctx: ExportContext, n: Node) -> Outs:
+    v = np.asarray(n.attrs["value"], dtype=dt.as_dtype(n.attrs["dtype"]).numpy)
+    return [f'{ctx.add("Const", [], {"dtype": Dt(dt.as_dtype(n.attrs["dtype"])), "value": Value(v)})}:0']
+
+
+@_rule("Placeholder")
+def _placeholder(ctx: ExportContext, n: Node) -> Outs:
+    shape = n.attrs.get("shape")
+    return [f'{ctx.add("Placeholder", [], {"dtype": Dt(n.outputs[0].dtype), "shape": Shape(shape)})}:0']
+
+
+@_rule("Enter")
+def _enter(ctx: ExportContext, n: Node) -> Outs:
+    frame = ctx.frame()
+    pi = 1 if frame in ctx.serial_frames else int(n.attrs.get("parallel_iterations", 10))
+    attrs = {"T": _T(n), "frame_name": n.attrs["frame_name"], "is_constant": bool(n.attrs.get("is_constant")),
+             "parallel_iterations": pi}
+    return [f'{ctx.add("Enter", _ins(ctx, n), attrs)}:0']
+
+
+def _same(tf_op: str) -> _Rule:
+    def rule(ctx: ExportContext, n: Node) -> Outs:
+        name = ctx.add(tf_op, _ins(ctx, n), {"T": _T(n)} if tf_op != "LoopCond" else {})
+        return [f"{name}:{k}" for k in range(len(n.outputs))]
+
+    return rule
+
+
+for _op in ("Exit", "NextIteration", "Switch", "Identity", "StopGradient"):
+    _rule(_op)(_same(_op))
+_rule("LoopCond")(_same("LoopCond"))
+
+
+@_rule("Merge")
+def _merge(ctx: ExportContext, n: Node) -> Outs:
+    name = ctx.add("Merge", _ins(ctx, n), {"T": _T(n), "N": len(n.inputs)}, name=ctx.reserved[n.id])
+    return [f"{name}:0", f"{name}:1"]
+
+
+@_rule("NoOp")
+def _noop(ctx: ExportContext, n: Node) -> Outs:
+    ctx.add("NoOp", [])
+    return []
+
+
+# ---- elementwise --------------------------------------------------------------------------------------
+for _tn, _tf in [("Add", "AddV2"), ("Sub", "Sub"), ("Mul", "Mul"), ("Maximum", "Maximum"), ("Minimum", "Minimum"),
+                 ("Pow", "Pow"), ("FloorMod", "FloorMod"), ("Less", "Less"), ("LessEqual", "LessEqual"),
+                 ("Greater", "Greater"), ("GreaterEqual", "GreaterEqual"), ("Equal", "Equal"),
+                 ("NotEqual", "NotEqual"), ("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp", "Exp"),
+                 ("Log", "Log"), ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"),
+                 ("Relu", "Relu"), ("ZerosLike", "ZerosLike"), ("OnesLike", "OnesLike")]:
+    _rule(_tn)(_same(_tf))
+
+
+def _untyped(tf_op: str) -> _Rule:
+    def rule(ctx: ExportContext, n: Node) -> Outs:
+        return [f"{ctx.add(tf_op, _ins(ctx, n))}:0"]
+
+    return rule
+
+
+for _tn, _tf in [("LogicalAnd", "LogicalAnd"), ("LogicalOr", "LogicalOr"), ("LogicalNot", "LogicalNot")]:
+    _rule(_tn)(_untyped(_tf))
+
+
+@_rule("Div")
+def _div(ctx: ExportContext, n: Node) -> Outs:
+    """Turnout divides integers with floor division, as TensorFlow's FloorDiv does."""
+    op = "RealDiv" if n.inputs[0].dtype.is_floating else "FloorDiv"
+    return [f'{ctx.add(op, _ins(ctx, n), {"T": _T(n)})}:0']
+
+
+@_rule("Select")
+def _select(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("SelectV2", _ins(ctx, n), {"T": _T(n, 1)})}:0']
+
+
+@_rule("Cast")
+def _cast(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("Cast", _ins(ctx, n), {"SrcT": _T(n), "DstT": Dt(n.outputs[0].dtype)})}:0']
+
+
+@_rule("MatMul")
+def _matmul(ctx: ExportContext, n: Node) -> Outs:
+    attrs = {"T": _T(n), "transpose_a": bool(n.attrs.get("transpose_a", False)),
+             "transpose_b": bool(n.attrs.get("transpose_b", False))}
+    return [f'{ctx.add("MatMul", _ins(ctx, n), attrs)}:0']
+
+
+# ---- static attributes become constant inputs ------------------------------------------------------
+def _i32(v: Any) -> np.ndarray:
+    return np.asarray(v, np.int32)
+
+
+@_rule("Reshape")
+def _reshape(ctx: ExportContext, n: Node) -> Outs:
+    s = ctx.const(_i32(n.attrs["shape"]), "shape")
+    return [f'{ctx.add("Reshape", [ctx.t(n.inputs[0]), s], {"T": _T(n), "Tshape": Dt(dt.int32)})}:0']
+
+
+@_rule("Transpose")
+def _transpose(ctx: ExportContext, n: Node) -> Outs:
+    perm = n.attrs.get("perm")
+    if perm is None:
+        shp = n.inputs[0].shape
+        if shp is None:
+            raise UnsupportedError(f"{describe_node(n)}: a transpose without perm needs the input's rank")
+        perm = list(reversed(range(len(shp))))
+    p = ctx.const(_i32(perm), "perm")
+    return [f'{ctx.add("Transpose", [ctx.t(n.inputs[0]), p], {"T": _T(n), "Tperm": Dt(dt.int32)})}:0']
+
+
+@_rule("ExpandDims")
+def _expand_dims(ctx: ExportContext, n: Node) -> Outs:
+    a = ctx.const(_i32(n.attrs["axis"]), "axis")
+    return [f'{ctx.add("ExpandDims", [ctx.t(n.inputs[0]), a], {"T": _T(n), "Tdim": Dt(dt.int32)})}:0']
+
+
+@_rule("Concat")
+def _concat(ctx: ExportContext, n: Node) -> Outs:
+    a = ctx.const(_i32(n.attrs["axis"]), "axis")
+    attrs = {"T": _T(n), "N": len(n.inputs), "Tidx": Dt(dt.int32)}
+    return [f'{ctx.add("ConcatV2", [*_ins(ctx, n), a], attrs)}:0']
+
+
+@_rule("Pack")
+def _pack(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("Pack", _ins(ctx, n), {"T": _T(n), "N": len(n.inputs), "axis": 0})}:0']
+
+
+@_rule("Tile")
+def _tile(ctx: ExportContext, n: Node) -> Outs:
+    m = ctx.const(_i32(n.attrs["multiples"]), "multiples")
+    return [f'{ctx.add("Tile", [ctx.t(n.inputs[0]), m], {"T": _T(n), "Tmultiples": Dt(dt.int32)})}:0']
+
+
+@_rule("Gather")
+def _gather(ctx: ExportContext, n: Node) -> Outs:
+    a = ctx.const(_i32(n.attrs.get("axis", 0)), "axis")
+    attrs = {"Tparams": _T(n), "Tindices": _T(n, 1), "Taxis": Dt(dt.int32), "batch_dims": 0}
+    return [f'{ctx.add("GatherV2", [*_ins(ctx, n), a], attrs)}:0']
+
+
+@_rule("Sum", "Mean", "Max")
+def _reduce(ctx: ExportContext, n: Node) -> Outs:
+    axis = n.attrs.get("axis")
+    if axis is None:
+        shp = n.inputs[0].shape
+        if shp is None:
+            raise UnsupportedError(f"{describe_node(n)}: reducing all axes needs the input's rank")
+        axis = list(range(len(shp)))
+    a = ctx.const(_i32(axis if isinstance(axis, (list, tuple)) else [axis]), "axes")
+    attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "keep_dims": bool(n.attrs.get("keepdims", False))}
+    return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
+
+
+@_rule("Fill")
+def _fill(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("Fill", _ins(ctx, n), {"T": _T(n, 1), "index_type": Dt(dt.int32)})}:0']
+
+
+@_rule("Shape", "Size")
+def _shape(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add(n.op, _ins(ctx, n), {"T": _T(n), "out_type": Dt(dt.int32)})}:0']
+
+
+@_rule("BroadcastLike")
+def _broadcast_like(ctx: ExportContext, n: Node) -> Outs:
+    s = ctx.add("Shape", [ctx.t(n.inputs[1])], {"T": _T(n, 1), "out_type": Dt(dt.int32)}, suffix="shape")
+    return [f'{ctx.add("BroadcastTo", [ctx.t(n.inputs[0]), f"{s}:0"], {"T": _T(n), "Tidx": Dt(dt.int32)})}:0']
+
+
+@_rule("SumToLike")
+def _sum_to_like(ctx: ExportContext, n: Node) -> Outs:
+    """Sum over the axes broadcasting added (TensorFlow's BroadcastGradientArgs), then reshape."""
+    x, like = ctx.t(n.inputs[0]), ctx.t(n.inputs[1])
+    sl = ctx.add("Shape", [like], {"T": _T(n, 1), "out_type": Dt(dt.int32)}, suffix="like_shape")
+    sx = ctx.add("Shape", [x], {"T": _T(n), "out_type": Dt(dt.int32)}, suffix="x_shape")
+    axes = ctx.add("BroadcastGradientArgs", [f"{sl}:0", f"{sx}:0"], {"T": Dt(dt.int32)}, suffix="axes")
+    s = ctx.add("Sum", [x, f"{axes}:0"], {"T": _T(n), "Tidx": Dt(dt.int32), "keep_dims": True}, suffix="sum")
+    return [f'{ctx.add("Reshape", [f"{s}:0", f"{sl}:0"], {"T": _T(n), "Tshape": Dt(dt.int32)})}:0']
+
+
+# ---- indexing --------------------------------------------------------------------------------------
+def _slice_inputs(ctx: ExportContext, n: Node, spec: list[dict[str, Any]],
+                  dyn: list[Tensor]) -> tuple[list[str], dict[str, Any]]:
+    """begin / end / strides tensors and masks of the StridedSlice equal to a GetItem spec."""
+    begin: list[Any] = []
+    end: list[Any] = []
+    strides: list[int] = []
+    masks = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0, "shrink_axis_mask": 0}
+
+    def val(x: Any) -> Any:
+        return dyn[x["input"]] if isinstance(x, dict) else x
+
+    for i, e in enumerate(spec):
+        if e["kind"] == "index":
+            v = val(e["value"])
+            begin.append(v)
+            end.append(v + 1 if isinstance(v, int) and v != -1 else ("plus1", v))
+            strides.append(1)
+            masks["shrink_axis_mask"] |= 1 << i
+        else:
+            s, t, step = val(e["start"]), val(e["stop"]), e["step"] or 1
+            if s is None:
+                masks["begin_mask"] |= 1 << i
+            if t is None:
+                masks["end_mask"] |= 1 << i
+            begin.append(0 if s is None else s)
+            end.append(0 if t is None else t)
+            strides.append(step)
+
+    def vec(xs: list[Any], what: str) -> str:
+        if all(isinstance(x, int) for x in xs):
+            return ctx.const(_i32(xs), what)
+        parts = []
+        for k, x in enumerate(xs):
+            if isinstance(x, int):
+                parts.append(ctx.const(_i32(x), f"{what}{k}"))
+            elif isinstance(x, tuple):  # index i: end is i + 1 (or the end of the axis for -1)
+                one = ctx.const(_i32(1), f"{what}{k}_one")
+                parts.append(f'{ctx.add("AddV2", [ctx.t(x[1]), one], {"T": Dt(dt.int32)}, suffix=f"{what}{k}")}:0')
+            else:
+                parts.append(ctx.t(x))
+        return f'{ctx.add("Pack", parts, {"T": Dt(dt.int32), "N": len(parts), "axis": 0}, suffix=what)}:0'
+
+    for k, e in enumerate(end):
+        if isinstance(e, tuple) and isinstance(e[1], int):  # static -1: to the end of the axis
+            end[k] = 0
+            masks["end_mask"] |= 1 << k
+    return [vec(begin, "begin"), vec(end, "end"), vec(strides, "strides")], masks
+
+
+@_rule("GetItem")
+def _getitem(ctx: ExportContext, n: Node) -> Outs:
+    args, masks = _slice_inputs(ctx, n, n.attrs["spec"], list(n.inputs[1:]))
+    return [f'{ctx.add("StridedSlice", [ctx.t(n.inputs[0]), *args], {"T": _T(n), "Index": Dt(dt.int32), **masks})}:0']
+
+
+@_rule("GetItemGrad")
+def _getitem_grad(ctx: ExportContext, n: Node) -> Outs:
+    args, masks = _slice_inputs(ctx, n, n.attrs["spec"], list(n.inputs[2:]))
+    s = ctx.add("Shape", [ctx.t(n.inputs[0])], {"T": _T(n), "out_type": Dt(dt.int32)}, suffix="shape")
+    attrs = {"T": _T(n, 1), "Index": Dt(dt.int32), **masks}
+    return [f'{ctx.add("StridedSliceGrad", [f"{s}:0", *args, ctx.t(n.inputs[1])], attrs)}:0']
+
+
+# ---- Variables ---------------------------------------------------------------------------------------
+@_rule("VarHandle")
+def _var_handle(ctx: ExportContext, n: Node) -> Outs:
+    """A resource variable, and its initializer ``<name>/Assign`` (run by the GraphDef's ``init``)."""
+    d = dt.as_dtype(n.attrs["dtype"])
+    h = ctx.add("VarHandleOp", [], {"dtype": Dt(d), "shape": Shape(n.attrs.get("shape")),
+                                    "shared_name": n.attrs["var_name"], "container": ""})
+    init = ctx.const(np.asarray(n.attrs["initial_value"], d.numpy), "initial_value")
+    ctx.initializers.append(ctx.add("AssignVariableOp", [f"{h}:0", init], {"dtype": Dt(d)}, suffix="Assign"))
+    return [f"{h}:0"]
+
+
+@_rule("ReadVariable")
+def _read(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("ReadVariableOp", _ins(ctx, n), {"dtype": Dt(n.outputs[0].dtype)})}:0']
+
+
+def _assign(tf_op: str) -> _Rule:
+    def rule(ctx: ExportContext, n: Node) -> Outs:
+        """TensorFlow's resource assigns have no output; Turnout's return the new value: read it after."""
+        d = Dt(n.outputs[0].dtype)
+        a = ctx.add(tf_op, _ins(ctx, n), {"dtype": d}, suffix="assign")
+        return [f'{ctx.add("ReadVariableOp", [ctx.t(n.inputs[0])], {"dtype": d}, control=[a])}:0']
+
+    return rule
+
+
+for _tn, _tf in [("AssignVariable", "AssignVariableOp"), ("AssignAddVariable", "AssignAddVariableOp"),
+                 ("AssignSubVariable", "AssignSubVariableOp")]:
+    _rule(_tn)(_assign(_tf))
+
+
+# ---- gradient stacks ------------------------------------------------------------------------------------
+@_rule("StackNew")
+def _stack_new(ctx: ExportContext, n: Node) -> Outs:
+    """A LIFO stack. Turnout keys pushes by iteration; in the exported graph the loops that push and
+    pop run one iteration at a time, so the k-th pop meets the k-th push from the end."""
+    d = dt.as_dtype(n.attrs["elem_dtype"])
+    if d.is_opaque:
+        raise UnsupportedError(f"{describe_node(n)}: stacks of {d.name} values have no TensorFlow form")
+    m = ctx.const(_i32(-1), "max_size")
+    return [f'{ctx.add("StackV2", [m], {"elem_type": Dt(d), "stack_name": n.name})}:0']
+
+
+@_rule("StackPush")
+def _stack_push(ctx: ExportContext, n: Node) -> Outs:
+    h, idx, v = _ins(ctx, n)
+    attrs = {"T": _T(n, 2), "swap_memory": False}
+    return [f'{ctx.add("StackPushV2", [h, v], attrs, control=[idx.split(":")[0]])}:0']
+
+
+@_rule("StackPop")
+def _stack_pop(ctx: ExportContext, n: Node) -> Outs:
+    h, idx = _ins(ctx, n)
+    return [f'{ctx.add("StackPopV2", [h], {"elem_type": Dt(n.outputs[0].dtype)}, control=[idx.split(":")[0]])}:0']
+
+
+# ---- TensorArrays: a handle (found by tracing the value to where it was made) and a flow ------------
+_TA_PASS = {"Enter", "Exit", "Merge", "Switch", "NextIteration", "Identity", "TensorArrayWrite"}
+
+
+def _ta_source(ctx: ExportContext, t: Tensor) -> Node:
+    seen = set()
+    node = t.node
+    while node.op in _TA_PASS and node.id not in seen:
+        seen.add(node.id)
+        node = node.inputs[0].node
+    if node.op not in ("TensorArrayNew", "TensorArrayUnstack"):
+        raise UnsupportedError(f"{describe_node(ctx.node)}: its TensorArray comes from {describe_node(node)}, "
+                               "which has no TensorFlow form")
+    return node
+
+
+def _handle(ctx: ExportContext, ta: Tensor) -> str:
+    """The TensorArrayV3 handle of ``ta``, entered (as a loop invariant) into the current frame."""
+    src = _ta_source(ctx, ta)
+    h = ctx.ta_handles[src.name]
+    have, want = ctx.frame(src), ctx.frame()
+    if want[: len(have)] != have:
+        raise UnsupportedError(f"{describe_node(ctx.node)}: uses a TensorArray made in an inner loop frame")
+    for k in range(len(have), len(want)):
+        key = (h, want[: k + 1])
+        if key not in ctx.enter_cache:
+            fname = want[k]
+            pi = 1 if want[: k + 1] in ctx.serial_frames else 10
+            ctx.enter_cache[key] = f'{ctx.add("Enter", [h], {"T": Dt(dt.resource), "frame_name": fname, "is_constant": True, "parallel_iterations": pi}, suffix="handle_enter", control=[])}:0'  # noqa: E501
+        h = ctx.enter_cache[key]
+    return h
+
+
+def _ta_attrs(t: Tensor) -> tuple[Dt, Shape]:
+    es = t.spec.elem_shape
+    return Dt(t.spec.elem_dtype or dt.float32), Shape(None if es is None else list(es))
+
+
+@_rule("TensorArrayNew")
+def _ta_new(ctx: ExportContext, n: Node) -> Outs:
+    d, es = _ta_attrs(n.outputs[0])
+    name = ctx.add("TensorArrayV3", _ins(ctx, n), {"dtype": d, "element_shape": es, "dynamic_size": False,
+                                                   "clear_after_read": False, "identical_element_shapes": True,
+                                                   "tensor_array_name": ""})
+    ctx.ta_handles[n.name] = f"{name}:0"
+    return [f"{name}:1"]
+
+
+@_rule("TensorArrayUnstack")
+def _ta_unstack(ctx: ExportContext, n: Node) -> Outs:
+    x = ctx.t(n.inputs[0])
+    d, es = _ta_attrs(n.outputs[0])
+    shp = ctx.add("Shape", [x], {"T": _T(n), "out_type": Dt(dt.int32)}, suffix="shape")
+    b, e, s = (ctx.const(_i32([v]), k) for k, v in (("b", 0), ("e", 1), ("s", 1)))
+    size = ctx.add("StridedSlice", [f"{shp}:0", b, e, s], {"T": Dt(dt.int32), "Index": Dt(dt.int32),
+                                                           "shrink_axis_mask": 1}, suffix="size")
+    ta = ctx.add("TensorArrayV3", [f"{size}:0"], {"dtype": d, "element_shape": es, "dynamic_size": False,
+                                                  "clear_after_read": False, "identical_element_shapes": True,
+                                                  "tensor_array_name": ""}, suffix="array")
+    ctx.ta_handles[n.name] = f"{ta}:0"
+    zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
+    r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")
+    return [f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", x, f"{ta}:1"], {"T": _T(n)})}:0']
+
+
+@_rule("TensorArrayWrite")
+def _ta_write(ctx: ExportContext, n: Node) -> Outs:
+    ta, i, v = _ins(ctx, n)
+    return [f'{ctx.add("TensorArrayWriteV3", [_handle(ctx, n.inputs[0]), i, v, ta], {"T": _T(n, 2)})}:0']
+
+
+@_rule("TensorArrayRead")
+def _ta_read(ctx: ExportContext, n: Node) -> Outs:
+    ta, i = _ins(ctx, n)
+    return [f'{ctx.add("TensorArrayReadV3", [_handle(ctx, n.inputs[0]), i, ta], {"dtype": Dt(n.outputs[0].dtype)})}:0']
+
+
+@_rule("TensorArraySize")
+def _ta_size(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("TensorArraySizeV3", [_handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])])}:0']
+
+
+@_rule("TensorArrayStack")
+def _ta_stack(ctx: ExportContext, n: Node) -> Outs:
+    h, flow = _handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])
+    size = ctx.add("TensorArraySizeV3", [h, flow], suffix="size")
+    zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
+    r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")
+    d, es = _ta_attrs(n.inputs[0])
+    return [f'{ctx.add("TensorArrayGatherV3", [h, f"{r}:0", flow], {"dtype": d, "element_shape": es})}:0']

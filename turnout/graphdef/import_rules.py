@@ -1,0 +1,734 @@
+"""Import rules: one per TensorFlow op name (``IMPORT_RULES``), each building Turnout nodes.
+
+A rule gets the import context, the NodeDef and the imported values of its data inputs, and returns
+one value per TensorFlow output. Most are one Turnout node; the rest say why they are more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import UnsupportedError
+from turnout.graph import BACK_EDGE, Tensor
+from turnout.graphdef.flows import gradient_flow_start
+from turnout.graphdef.importer import IMPORT_RULES, Bundle, ImportContext, RangeMarker, Value
+from turnout.graphdef.importer import Rule as _Rule
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+Outs = Sequence[Value]
+
+
+def _t(v: Value) -> Tensor:
+    assert isinstance(v, Tensor)
+    return v
+
+
+# ---- sources and structure --------------------------------------------------------------------------
+@_rule("Const")
+def _const(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    lab = ctx.flows.label(f"{nd.name}:0")
+    if lab is not None:
+        return [_empty_ta(ctx, lab, [])]
+    value = protos_value(ctx)
+    return [ctx.create("Const", [], {"value": value, "dtype": dt.as_dtype(value.dtype).name}).outputs[0]]
+
+
+def protos_value(ctx: ImportContext) -> np.ndarray:
+    from turnout.graphdef import protos
+
+    return protos.tensor_to_numpy(ctx.attr("value"), ctx.where())
+
+
+@_rule("Placeholder")
+def _placeholder(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    shape = ctx.attr("shape")
+    return [ctx.create("Placeholder", [], {"dtype": ctx.dtype("dtype").name, "shape": shape}).outputs[0]]
+
+
+def _pass(op: str) -> _Rule:
+    def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+        x = ins[0]
+        if isinstance(x, Bundle):  # a stack handle moves into or out of a frame with both its parts
+            return [Bundle(tuple(_single(ctx, op, p, i) for i, p in enumerate(x.parts)))]
+        return [_single(ctx, op, x, None)]
+
+    return rule
+
+
+def _single(ctx: ImportContext, op: str, x: Value, part: int | None) -> Tensor:
+    attrs: dict[str, Any] = {}
+    if op == "Enter":
+        attrs = {"frame_name": ctx.attr("frame_name"), "is_constant": bool(ctx.attr("is_constant", False)),
+                 "parallel_iterations": int(ctx.attr("parallel_iterations", 10))}
+    return ctx.create(op, [x], attrs, suffix=None if part is None else f"part{part}").outputs[0]
+
+
+@_rule("Identity")
+def _identity(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    start = gradient_flow_start(ctx.nodes, nd)
+    if start is not None:  # TensorArray.grad's gradient_flow: from here the flow carries the gradient array
+        return [ctx.create("Identity", [ctx.values[start]]).outputs[0]]
+    return _pass("Identity")(ctx, nd, ins)
+
+
+for _tf, _tn in [("Enter", "Enter"), ("RefEnter", "Enter"), ("Exit", "Exit"), ("RefExit", "Exit"),
+                 ("NextIteration", "NextIteration"), ("RefNextIteration", "NextIteration"),
+                 ("RefIdentity", "Identity"), ("Snapshot", "Identity"),
+                 ("StopGradient", "StopGradient"), ("LoopCond", "LoopCond")]:
+    _rule(_tf)(_pass(_tn))
+
+
+@_rule("Switch", "RefSwitch")
+def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Switch on the predicate itself, not on tf.cond's ``pred_id`` Identity of it: the same value,
+    and one tensor per predicate lets the fast backend see the two sides of one condition."""
+    pred = _t(ins[1])
+    while pred.node.op == "Identity" and not pred.node.control_inputs:
+        pred = pred.node.inputs[0]
+    x = ins[0]
+    if isinstance(x, Bundle):  # a stack handle routed into a branch: switch both parts
+        parts = [ctx.create("Switch", [p, pred], suffix=None if k == len(x.parts) - 1 else f"part{k}")
+                 for k, p in enumerate(x.parts)]
+        return [Bundle(tuple(n.outputs[0] for n in parts)), Bundle(tuple(n.outputs[1] for n in parts))]
+    n = ctx.create("Switch", [x, pred])
+    return [n.outputs[0], n.outputs[1]]
+
+
+@_rule("Merge", "RefMerge")
+def _merge(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    n = ctx.create("Merge", ins)
+    for slot, (v, src) in enumerate(zip(ins, ctx.data_inputs())):
+        if v is BACK_EDGE:
+            ctx.back_edges.append((n, slot, src))
+    return [n.outputs[0], n.outputs[1]]
+
+
+@_rule("NoOp")
+def _noop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    ctx.create("NoOp", [])
+    return []
+
+
+@_rule("ControlTrigger")
+def _control_trigger(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A NoOp whose waits on nodes inside a tf.cond branch go through a Merge with the other side.
+
+    TensorFlow's ControlTrigger fires live even when its control inputs are dead; a Turnout NoOp
+    would be dead then. tf.gradients hangs a loop's counter on triggers that wait for stack pushes
+    and pops made inside a tf.cond, so in every iteration whose branch is not taken a plain NoOp
+    would stop the loop. For such a wait on node ``c`` in branch ``b`` of predicate ``p``, the NoOp
+    waits instead on ``Merge(signal after c, Switch(p, p)[1 - b])``: live in either case, and
+    still after ``c`` whenever ``c`` runs."""
+    waits = []
+    for c in ctx.ctrl_inputs():
+        side = _cond_side(ctx, c.name)
+        if side is None:
+            waits.append(c)
+            continue
+        pred, branch = side
+        k = len(waits)
+        done = ctx.create("Const", [], {"value": np.asarray(True), "dtype": "bool"}, suffix=f"after{k}", control=[c])
+        pivot = ctx.create("Switch", [pred, pred], suffix=f"pivot{k}", control=[])
+        m = ctx.create("Merge", [done.outputs[0], pivot.outputs[1 - branch]], suffix=f"either{k}", control=[])
+        waits.append(m)
+    ctx.create("NoOp", [], control=waits)
+    return []
+
+
+def _cond_side(ctx: ImportContext, tn_name: str) -> tuple[Tensor, int] | None:
+    """For an imported node (by its name) inside a tf.cond branch: the predicate and the branch (the
+    first Switch on a non-loop predicate found going back along data edges within the frame)."""
+    seen: set[str] = set()
+    todo = [tn_name.split("/_tn/")[0]]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in ctx.nodes:
+            continue
+        seen.add(name)
+        nd = ctx.nodes[name]
+        if nd.op in ("Merge", "RefMerge", "Enter", "RefEnter"):
+            continue
+        for i in nd.input:
+            if i.startswith("^"):
+                continue
+            src = ctx.nodes.get(i.split(":")[0])
+            if src is None:
+                continue
+            if src.op in ("Switch", "RefSwitch"):
+                pname = ctx.data_inputs(src)[1]
+                pnd = ctx.nodes.get(pname.split(":")[0])
+                if pnd is not None and pnd.op != "LoopCond":
+                    pred = ctx.values[pname]
+                    assert isinstance(pred, Tensor)
+                    while pred.node.op == "Identity" and not pred.node.control_inputs:
+                        pred = pred.node.inputs[0]
+                    return pred, int(i.split(":")[1]) if ":" in i else 0
+                continue
+            todo.append(src.name)
+    return None
+
+
+# ---- elementwise ------------------------------------------------------------------------------------
+def _simple(tn_op: str, arity: int) -> _Rule:
+    def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+        return [ctx.create(tn_op, ins[:arity]).outputs[0]]
+
+    return rule
+
+
+for _tf, _tn in [("Sub", "Sub"), ("Mul", "Mul"), ("RealDiv", "Div"), ("Div", "Div"), ("Maximum", "Maximum"),
+                 ("Minimum", "Minimum"), ("Pow", "Pow"), ("FloorMod", "FloorMod"), ("Less", "Less"),
+                 ("LessEqual", "LessEqual"), ("Greater", "Greater"), ("GreaterEqual", "GreaterEqual"),
+                 ("Equal", "Equal"), ("NotEqual", "NotEqual"), ("LogicalAnd", "LogicalAnd"),
+                 ("LogicalOr", "LogicalOr")]:
+    _rule(_tf)(_simple(_tn, 2))
+for _tf, _tn in [("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp", "Exp"), ("Log", "Log"),
+                 ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"), ("Relu", "Relu"),
+                 ("LogicalNot", "LogicalNot"), ("Size", "Size")]:
+    _rule(_tf)(_simple(_tn, 1))
+_rule("Select", "SelectV2")(_simple("Select", 3))
+
+
+@_rule("ZerosLike", "OnesLike")
+def _like(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    lab = ctx.flows.label(f"{nd.name}:0")
+    if lab is not None:  # zeros for a TensorArray gradient flow: an empty gradient TensorArray
+        return [_empty_ta(ctx, lab, ins)]
+    return [ctx.create(nd.op, ins[:1]).outputs[0]]
+
+
+@_rule("Add", "AddV2", "AddN")
+def _add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A sum; of TensorArray flows (tf.gradients aggregating TensorArray gradients) a slotwise sum."""
+    if len(ins) == 1:
+        return [ctx.create("Identity", ins).outputs[0]]
+    op = "TensorArrayAdd" if _t(ins[0]).dtype == dt.tensor_array else "Add"
+    acc = ins[0]
+    for k, x in enumerate(ins[1:]):
+        acc = ctx.create(op, [acc, x], suffix=None if k == len(ins) - 2 else f"add{k}").outputs[0]
+    return [acc]
+
+
+@_rule("TanhGrad")
+def _tanh_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """dy * (1 - y^2), from the forward output y."""
+    y, dy = ins
+    yy = ctx.create("Mul", [y, y], suffix="yy").outputs[0]
+    one = ctx.create("OnesLike", [y], suffix="one").outputs[0]
+    d = ctx.create("Sub", [one, yy], suffix="one_minus_yy").outputs[0]
+    return [ctx.create("Mul", [dy, d]).outputs[0]]
+
+
+@_rule("SigmoidGrad")
+def _sigmoid_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """dy * y * (1 - y), from the forward output y."""
+    y, dy = ins
+    one = ctx.create("OnesLike", [y], suffix="one").outputs[0]
+    d = ctx.create("Sub", [one, y], suffix="one_minus_y").outputs[0]
+    yd = ctx.create("Mul", [y, d], suffix="y_one_minus_y").outputs[0]
+    return [ctx.create("Mul", [dy, yd]).outputs[0]]
+
+
+@_rule("ReluGrad")
+def _relu_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """dy where the forward input was positive, else 0."""
+    dy, x = ins
+    z = ctx.create("ZerosLike", [x], suffix="zero").outputs[0]
+    pos = ctx.create("Greater", [x, z], suffix="positive").outputs[0]
+    zdy = ctx.create("ZerosLike", [dy], suffix="zero_dy").outputs[0]
+    return [ctx.create("Select", [pos, dy, zdy]).outputs[0]]
+
+
+@_rule("Cast")
+def _cast(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return [ctx.create("Cast", ins[:1], {"dtype": ctx.dtype("DstT").name}).outputs[0]]
+
+
+@_rule("MatMul")
+def _matmul(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    attrs = {"transpose_a": bool(ctx.attr("transpose_a", False)), "transpose_b": bool(ctx.attr("transpose_b", False))}
+    return [ctx.create("MatMul", ins[:2], attrs).outputs[0]]
+
+
+# ---- shapes: TensorFlow passes them as tensors, Turnout as static attributes ----------------------
+@_rule("Shape")
+def _shape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    s = ctx.create("Shape", ins[:1], suffix=None if ctx.attr("out_type", 3) == 3 else "int32").outputs[0]
+    if ctx.attr("out_type", 3) != 3:
+        s = ctx.create("Cast", [s], {"dtype": ctx.dtype("out_type").name}).outputs[0]
+    return [s]
+
+
+def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """An op over shapes that constant folding evaluates (all its inputs are known at import time)."""
+    names = ctx.data_inputs()
+    n_out = 2 if nd.op == "BroadcastGradientArgs" else 1
+    vals = [ctx.static(f"{nd.name}:{k}") for k in range(n_out)]
+    if any(v is None for v in vals):
+        raise UnsupportedError(f"{ctx.where()}: supported only when its inputs are known at import time "
+                               f"(here {', '.join(names)})")
+    return [ctx.const(v, [x for x in ins if isinstance(x, Tensor)], suffix=None if n_out == 1 and k == 0 else
+                      f"out{k}") for k, v in enumerate(vals)]
+
+
+for _tf in ("BroadcastGradientArgs", "Rank", "Prod"):
+    _rule(_tf)(_folded)
+
+
+@_rule("Range")
+def _range(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    v = ctx.static(f"{nd.name}:0")
+    if v is not None:
+        return [ctx.const(v, [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+    names = ctx.data_inputs()
+    start, delta = ctx.static(names[0]), ctx.static(names[2])
+    return [RangeMarker(None if start is None else int(start), ins[1], None if delta is None else int(delta),
+                        names[1].split(":")[0])]
+
+
+@_rule("Reshape")
+def _reshape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    shape = ctx.static_int_list(ctx.data_inputs()[1], "the target shape")
+    return [ctx.create("Reshape", ins[:1], {"shape": shape}).outputs[0]]
+
+
+@_rule("ExpandDims")
+def _expand_dims(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
+    return [ctx.create("ExpandDims", ins[:1], {"axis": axis}).outputs[0]]
+
+
+@_rule("Tile")
+def _tile(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    mult = ctx.static_int_list(ctx.data_inputs()[1], "the multiples")
+    return [ctx.create("Tile", ins[:1], {"multiples": mult}).outputs[0]]
+
+
+@_rule("Transpose")
+def _transpose(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    perm = ctx.static_int_list(ctx.data_inputs()[1], "the permutation")
+    return [ctx.create("Transpose", ins[:1], {"perm": perm}).outputs[0]]
+
+
+@_rule("Sum", "Mean", "Max")
+def _reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
+    attrs = {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}
+    return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
+
+
+@_rule("ConcatV2")
+def _concat(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[-1], "the axis")
+    return [ctx.create("Concat", ins[:-1], {"axis": axis}).outputs[0]]
+
+
+@_rule("Pack")
+def _pack(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    axis = int(ctx.attr("axis", 0))
+    if axis == 0:
+        return [ctx.create("Pack", ins).outputs[0]]
+    p = ctx.create("Pack", ins, suffix="pack").outputs[0]
+    if p.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: packing along axis {axis} needs the inputs' rank")
+    r = len(p.shape)
+    axis %= r
+    perm = [*range(1, axis + 1), 0, *range(axis + 1, r)]
+    return [ctx.create("Transpose", [p], {"perm": perm}).outputs[0]]
+
+
+@_rule("Fill")
+def _fill(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    lab = ctx.flows.label(f"{nd.name}:0")
+    if lab is not None:
+        return [_empty_ta(ctx, lab, ins)]
+    return [ctx.create("Fill", ins[:2]).outputs[0]]
+
+
+@_rule("GatherV2")
+def _gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[2], "the axis")
+    if ctx.attr("batch_dims", 0):
+        raise UnsupportedError(f"{ctx.where()}: batch_dims is not supported")
+    return [ctx.create("Gather", ins[:2], {"axis": axis}).outputs[0]]
+
+
+@_rule("UnsortedSegmentSum")
+def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Sum rows of ``data`` into ``num_segments`` rows (tf.gather's gradient): Turnout's
+    ScatterAddLike into zeros of shape [num_segments, *data.shape[rank(ids):]]."""
+    data, ids, n = (_t(x) for x in ins[:3])
+    if ids.shape is None or data.shape is None or any(d is None for d in data.shape[len(ids.shape):]):
+        raise UnsupportedError(f"{ctx.where()}: needs the static shapes of the data and the segment ids")
+    num = ctx.static(ctx.data_inputs()[2])
+    if num is None:
+        raise UnsupportedError(f"{ctx.where()}: num_segments must be known when importing")
+    like = ctx.const(np.zeros([int(num), *data.shape[len(ids.shape):]], data.dtype.numpy), [data], suffix="zeros")
+    return [ctx.create("ScatterAddLike", [like, ids, data]).outputs[0]]
+
+
+# ---- strided slices -------------------------------------------------------------------------------
+def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strides: Sequence[int]) -> tuple[Any, ...]:
+    """The numpy index of a StridedSlice (masks decoded); entries of begin/end may be tensors."""
+    from turnout.graphdef import protos
+
+    a = {k: int(protos.attr(nd, k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                                   "shrink_axis_mask")}
+    if a["ellipsis_mask"] or a["new_axis_mask"]:
+        raise UnsupportedError(f'StridedSlice node "{nd.name}": ellipsis and new-axis masks are not supported')
+    key: list[Any] = []
+    for i, (b, e, s) in enumerate(zip(begin, end, strides)):
+        if a["shrink_axis_mask"] >> i & 1:
+            key.append(b)
+        else:
+            key.append(slice(None if a["begin_mask"] >> i & 1 else b, None if a["end_mask"] >> i & 1 else e, s))
+    return tuple(key)
+
+
+def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
+    """The entries of a small int vector: ints where known, Turnout scalars where a Pack builds it
+    from run-time values (``x[i]`` with a tensor ``i``)."""
+    v = ctx.static(tname)
+    if v is not None:
+        return [int(x) for x in np.ravel(v)]
+    nd = ctx.nodes[tname.split(":")[0]]
+    if nd.op == "Pack":
+        out: list[Any] = []
+        for t in ctx.data_inputs(nd):
+            s = ctx.static(t)
+            out.append(int(s) if s is not None else ctx.values[t])
+        return out
+    raise UnsupportedError(f"{ctx.where()}: {what} ({tname}) must be a constant or packed from scalars")
+
+
+def _spec(key: tuple[Any, ...], dyn: list[Tensor]) -> list[dict[str, Any]]:
+    def entry(x: Any) -> Any:
+        if isinstance(x, Tensor):
+            dyn.append(x)
+            return {"input": len(dyn) - 1}
+        return x
+
+    spec: list[dict[str, Any]] = []
+    for k in key:
+        if isinstance(k, slice):
+            spec.append({"kind": "slice", "start": entry(k.start), "stop": entry(k.stop), "step": k.step})
+        else:
+            spec.append({"kind": "index", "value": entry(k)})
+    return spec
+
+
+def _slice_args(ctx: ImportContext, names: list[str]) -> tuple[list[dict[str, Any]], list[Tensor]]:
+    begin = _elems(ctx, names[0], "begin")
+    end = _elems(ctx, names[1], "end")
+    strides = ctx.static_int_list(names[2], "the strides")
+    dyn: list[Tensor] = []
+    return _spec(strided_slice_index(ctx.node, begin, end, strides), dyn), dyn
+
+
+@_rule("StridedSlice")
+def _strided_slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    spec, dyn = _slice_args(ctx, ctx.data_inputs()[1:4])
+    return [ctx.create("GetItem", [ins[0], *dyn], {"spec": spec}).outputs[0]]
+
+
+@_rule("StridedSliceGrad")
+def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    names = ctx.data_inputs()
+    shape = ctx.static_int_list(names[0], "the input shape")
+    dy = _t(ins[4])
+    like = ctx.const(np.zeros(shape, dy.dtype.numpy), [dy], suffix="zeros")
+    spec, dyn = _slice_args(ctx, names[1:4])
+    return [ctx.create("GetItemGrad", [like, dy, *dyn], {"spec": spec}).outputs[0]]
+
+
+# ---- resource variables -----------------------------------------------------------------------------
+def _var_node(ctx: ImportContext, tname: str) -> Any:
+    nd = ctx.nodes[tname.split(":")[0]]
+    while nd.op not in ("VarHandleOp",):
+        ins = ctx.data_inputs(nd)
+        if nd.op not in ("Identity", "Enter", "Switch", "Merge", "Exit", "RefEnter", "RefIdentity") or not ins:
+            raise UnsupportedError(f"{ctx.where()}: its resource does not come from a VarHandleOp")
+        nd = ctx.nodes[ins[0].split(":")[0]]
+    return nd
+
+
+def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
+    from turnout.graphdef import protos
+
+    return {"dtype": protos.tf_dtype(protos.attr(vnd, "dtype"), vnd.name).name, "shape": protos.attr(vnd, "shape")}
+
+
+@_rule("VarHandleOp")
+def _var_handle(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A Variable. Turnout variables carry their initial value: it is the constant that the
+    initializer (the AssignVariableOp TensorFlow names ``<var>/Assign``) writes."""
+    attrs = _var_attrs(ctx, nd)
+    init = None
+    candidates = []
+    for other in ctx.nodes.values():
+        if other.op == "AssignVariableOp" and _var_source(ctx, other) == nd.name:
+            candidates.append(other)
+    candidates.sort(key=lambda o: o.name != f"{nd.name}/Assign")
+    for c in candidates:
+        init = ctx.static(ctx.data_inputs(c)[1])
+        if init is not None:
+            break
+    if init is None:
+        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an AssignVariableOp "
+                               "of a value known at import time)")
+    if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
+        attrs["shape"] = list(np.shape(init))
+    name = ctx.attr("shared_name") or nd.name
+    value = np.asarray(init, dtype=dt.as_dtype(attrs["dtype"]).numpy)
+    n = ctx.create("VarHandle", [], {"var_name": ctx.prefix + name, "initial_value": value, **attrs})
+    ctx.graph.variables[ctx.prefix + name] = n
+    return [n.outputs[0]]
+
+
+def _var_source(ctx: ImportContext, nd: Any) -> str | None:
+    try:
+        return str(_var_node(ctx, ctx.data_inputs(nd)[0]).name)
+    except (UnsupportedError, KeyError):
+        return None
+
+
+@_rule("ReadVariableOp")
+def _read_var(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    return [ctx.create("ReadVariable", ins[:1], attrs).outputs[0]]
+
+
+def _assign(tn_op: str) -> _Rule:
+    def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+        attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+        ctx.create(tn_op, ins[:2], attrs)
+        return []  # TensorFlow's resource assigns have no outputs
+
+    return rule
+
+
+for _tf, _tn in [("AssignVariableOp", "AssignVariable"), ("AssignAddVariableOp", "AssignAddVariable"),
+                 ("AssignSubVariableOp", "AssignSubVariable")]:
+    _rule(_tf)(_assign(_tn))
+
+
+@_rule("VarIsInitializedOp")
+def _var_is_initialized(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Always true: an imported Variable starts at its initializer's value."""
+    return [ctx.const(np.asarray(True), [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+
+
+# ---- TensorFlow's gradient stacks (LIFO) as Turnout's keyed stacks ---------------------------------
+@_rule("StackV2")
+def _stack(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A LIFO stack: a Turnout stack keyed by depth, and an int32 depth counter (a Variable). A push
+    takes the slot ``depth`` and increments it in one AssignAdd; a pop decrements it and reads that
+    slot, so pushes and pops pair up exactly as TensorFlow's, in whatever order they fire."""
+    elem = ctx.dtype("elem_type")
+    s = ctx.create("StackNew", [], {"elem_dtype": elem.name, "elem_shape": None, "forward_tensor": nd.name,
+                                   "tf_stack": True}, suffix="stack")
+    name = f"{ctx.prefix}{nd.name}/depth"
+    depth = ctx.create("VarHandle", [], {"var_name": name, "dtype": "int32", "shape": [],
+                                         "initial_value": np.asarray(0, np.int32)})
+    return [Bundle((s.outputs[0], depth.outputs[0]))]
+
+
+def _stack_parts(ctx: ImportContext, v: Value) -> tuple[Tensor, Tensor]:
+    if not isinstance(v, Bundle):
+        raise UnsupportedError(f"{ctx.where()}: its stack handle does not come from a StackV2")
+    return v.parts[0], v.parts[1]
+
+
+@_rule("StackPushV2")
+def _push(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    stack, depth = _stack_parts(ctx, ins[0])
+    elem = _t(ins[1])
+    one = ctx.const(np.asarray(1, np.int32), [elem], suffix="one")
+    after = ctx.create("AssignAddVariable", [depth, one], {"dtype": "int32", "shape": []}, suffix="depth").outputs[0]
+    slot = ctx.create("Sub", [after, one], suffix="slot").outputs[0]
+    key = ctx.create("Reshape", [slot], {"shape": [1]}, suffix="key").outputs[0]
+    return [ctx.create("StackPush", [stack, key, elem]).outputs[0]]
+
+
+@_rule("StackPopV2")
+def _pop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    stack, depth = _stack_parts(ctx, ins[0])
+    pushed = _pushed_tensor(ctx)
+    one = ctx.const(np.asarray(1, np.int32), [depth], suffix="one")
+    slot = ctx.create("AssignSubVariable", [depth, one], {"dtype": "int32", "shape": []}, suffix="depth").outputs[0]
+    key = ctx.create("Reshape", [slot], {"shape": [1]}, suffix="key").outputs[0]
+    attrs = {"dtype": pushed.dtype.name, "shape": None if pushed.shape is None else list(pushed.shape),
+             "stack": stack.node.name, "forward_tensor": pushed.name}
+    if pushed.dtype == dt.tensor_array:
+        attrs["elem_dtype"] = pushed.spec.elem_dtype.name if pushed.spec.elem_dtype else None
+        attrs["elem_shape"] = None if pushed.spec.elem_shape is None else list(pushed.spec.elem_shape)
+    return [ctx.create("StackPop", [stack, key], attrs).outputs[0]]
+
+
+def _pushed_tensor(ctx: ImportContext) -> Tensor:
+    """The forward tensor pushed onto the popped stack (its dtype and shape are the pop's)."""
+    src = _stack_source(ctx, ctx.node)
+    for other in ctx.nodes.values():
+        if other.op == "StackPushV2" and _stack_source(ctx, other) == src:
+            v = ctx.values.get(ctx.data_inputs(other)[1])
+            if isinstance(v, Tensor):
+                return v
+    raise UnsupportedError(f"{ctx.where()}: no StackPushV2 pushes onto this stack before the pop")
+
+
+def _stack_source(ctx: ImportContext, nd: Any) -> str:
+    t = ctx.data_inputs(nd)[0].split(":")[0]
+    while ctx.nodes[t].op != "StackV2":
+        ins = ctx.data_inputs(ctx.nodes[t])
+        if not ins:
+            break
+        t = ins[0].split(":")[0]
+    return t
+
+
+# ---- TensorArrays: the value rides on the flow edge (see turnout.graphdef.flows) -------------------
+def _ta_origin(ctx: ImportContext, lab: tuple[str, str]) -> Tensor:
+    """The forward TensorArray ``lab`` names, as created (its size and element type)."""
+    v = ctx.values.get(f"{lab[1]}:0")
+    if not isinstance(v, Tensor):
+        raise UnsupportedError(f"{ctx.where()}: TensorArray {lab[1]} is used before it is created")
+    return v
+
+
+def _empty_ta(ctx: ImportContext, lab: tuple[str, str], anchors: Sequence[Value],
+              fwd: Tensor | None = None) -> Tensor:
+    """A TensorArray with no slot written, of the size and element type of forward array ``lab[1]``
+    (the zero of a gradient TensorArray, which TensorFlow writes as a float zero flow). ``fwd`` is
+    the forward array as seen in the current frame (default: where it was created)."""
+    fwd = fwd if fwd is not None else _ta_origin(ctx, lab)
+    size = ctx.create("TensorArraySize", [fwd], suffix="size", control=ctx.ctrl_inputs() + [
+        a.node for a in anchors if isinstance(a, Tensor)]).outputs[0]
+    attrs = {"dtype": fwd.spec.elem_dtype.name if fwd.spec.elem_dtype else "float32",
+             "element_shape": None if fwd.spec.elem_shape is None else list(fwd.spec.elem_shape)}
+    return ctx.create("TensorArrayNew", [size], attrs).outputs[0]
+
+
+@_rule("TensorArrayV3")
+def _ta_new(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    if ctx.attr("dynamic_size", False):
+        raise UnsupportedError(f"{ctx.where()}: dynamic_size=True TensorArrays are not supported")
+    shape = ctx.attr("element_shape")
+    attrs = {"dtype": ctx.dtype("dtype").name, "element_shape": shape}
+    ta = ctx.create("TensorArrayNew", ins[:1], attrs).outputs[0]
+    return [ta, ta]  # the handle and the flow both stand for the (empty) array
+
+
+@_rule("TensorArrayWriteV3")
+def _ta_write(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return [ctx.create("TensorArrayWrite", [ins[3], ins[1], ins[2]]).outputs[0]]
+
+
+def _is_grad(ctx: ImportContext, handle_input: int = 0) -> bool:
+    lab = ctx.flows.label(ctx.data_inputs()[handle_input])
+    return lab is not None and lab[0] == "grad"
+
+
+@_rule("TensorArrayReadV3")
+def _ta_read(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    ta = _t(ins[2])
+    es = ta.spec.elem_shape
+    if _is_grad(ctx) and es is not None and all(d is not None for d in es):
+        # a gradient array's unwritten slot is a zero gradient, as in TensorFlow
+        shp = ctx.const(np.asarray(es, np.int32), [ins[1]], suffix="shape")
+        return [ctx.create("TensorArrayReadOrZeros", [ta, ins[1], shp]).outputs[0]]
+    return [ctx.create("TensorArrayRead", [ta, ins[1]]).outputs[0]]
+
+
+@_rule("TensorArraySizeV3")
+def _ta_size(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return [ctx.create("TensorArraySize", [ins[1]]).outputs[0]]
+
+
+@_rule("TensorArrayCloseV3")
+def _ta_close(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    ctx.create("NoOp", [])
+    return []
+
+
+def _whole_prefix(ctx: ImportContext, idx: Value, tname: str) -> bool:
+    """Whether gather/scatter indices are ``range(0, n)`` (what TensorArray.stack / unstack emit)."""
+    if isinstance(idx, RangeMarker):
+        if idx.start == 0 and idx.delta == 1:
+            return True
+        raise UnsupportedError(f"{ctx.where()}: a run-time Range of indices must start at 0 with step 1")
+    v = ctx.static(tname)
+    return v is not None and np.array_equal(np.ravel(v), np.arange(np.size(v)))
+
+
+@_rule("TensorArrayGatherV3")
+def _ta_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    ta, idx = _t(ins[2]), ins[1]
+    if not _whole_prefix(ctx, idx, ctx.data_inputs()[1]):
+        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack").outputs[0]
+        return [ctx.create("Gather", [stacked, idx], {"axis": 0}).outputs[0]]
+    es = ta.spec.elem_shape
+    if _is_grad(ctx) and es is not None and all(d is not None for d in es):
+        n = ctx.create("TensorArraySize", [ta], suffix="size").outputs[0]
+        dims = [n, *(ctx.const(np.asarray(d, np.int32), [n], suffix=f"dim{k}") for k, d in enumerate(es))]
+        shp = ctx.create("Pack", dims, suffix="shape").outputs[0]
+        return [ctx.create("TensorArrayStackOrZeros", [ta, shp]).outputs[0]]
+    if isinstance(idx, RangeMarker) and ctx.nodes[idx.limit_node].op != "TensorArraySizeV3":
+        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack").outputs[0]
+        spec = [{"kind": "slice", "start": None, "stop": {"input": 0}, "step": None}]
+        return [ctx.create("GetItem", [stacked, idx.limit], {"spec": spec}).outputs[0]]
+    return [ctx.create("TensorArrayStack", [ta]).outputs[0]]
+
+
+@_rule("TensorArrayScatterV3")
+def _ta_scatter(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Scatter ``range(0, n)`` into a fresh array: an unstack (the only scatter TensorFlow's builders emit)."""
+    flow = _t(ins[3])
+    src = flow.node
+    while src.op in ("Identity", "Enter") and src.inputs:
+        src = src.inputs[0].node
+    if src.op != "TensorArrayNew" or not _whole_prefix(ctx, ins[1], ctx.data_inputs()[1]):
+        raise UnsupportedError(f"{ctx.where()}: only a scatter of range(0, n) into a fresh TensorArray "
+                               "(TensorArray.unstack) is supported")
+    return [ctx.create("TensorArrayUnstack", [ins[2]]).outputs[0]]
+
+
+@_rule("TensorArrayGradV3")
+def _ta_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The gradient array of a forward array: TensorFlow looks it up by handle; here the gradient flow
+    carries it. Called with a gradient flow, it is that array; with a forward flow, a fresh one whose
+    writes reach the others through the sums tf.gradients builds (TensorArrayAdd)."""
+    flow_lab = ctx.flows.label(ctx.data_inputs()[1])
+    if flow_lab is not None and flow_lab[0] == "grad":
+        g = ctx.create("Identity", [ins[1]]).outputs[0]
+    else:
+        lab = ctx.flows.label(f"{nd.name}:0")
+        assert lab is not None
+        g = _empty_ta(ctx, lab, [ins[1]], fwd=_t(ins[0]))
+    return [g, g]
+
+
+@_rule("BroadcastTo")
+def _broadcast_to(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout broadcasts to the shape of another tensor: the one whose Shape this op reads, or a
+    constant of the folded shape."""
+    sname = ctx.data_inputs()[1]
+    snd = ctx.nodes[sname.split(":")[0]]
+    if snd.op == "Shape":
+        like = ctx.values[ctx.data_inputs(snd)[0]]
+    else:
+        shape = ctx.static_int_list(sname, "the target shape")
+        like = ctx.const(np.zeros(shape, _t(ins[0]).dtype.numpy), [ins[0]], suffix="like")
+    return [ctx.create("BroadcastLike", [ins[0], like]).outputs[0]]
+
+
+@_rule("FloorDiv")
+def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout's Div floors on integers; on floats it divides exactly, so float FloorDiv is refused."""
+    if not _t(ins[0]).dtype.is_integer:
+        raise UnsupportedError(f"{ctx.where()}: FloorDiv of floating values is not supported")
+    return [ctx.create("Div", ins[:2]).outputs[0]]

@@ -1,0 +1,376 @@
+"""``import_graph_def``: a TensorFlow v1 GraphDef (with its control flow) as a Turnout graph.
+
+Why it can be direct: TensorFlow v1 lowers ``tf.cond`` / ``tf.while_loop`` to the same primitives as
+Turnout (Switch, Merge, Enter, Exit, NextIteration, LoopCond), with the same frames and the same dead
+values, so most NodeDefs become one Turnout node. The rules that differ live in ``import_rules``, one
+per TensorFlow op name: ops whose static arguments TensorFlow passes as tensors (Reshape's shape,
+Sum's axes) read them by constant folding; TensorArrays carry their value on the flow edge (see
+``flows``); TensorFlow's LIFO gradient stacks become Turnout's keyed stacks with a depth counter.
+
+The importer checks every op against the rule table before it builds anything, so one error lists
+every unsupported op of the graph.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import GraphBuildError, TurnoutError, UnsupportedError
+from turnout.graph import BACK_EDGE, Graph, Node, Tensor
+from turnout.graphdef import protos
+from turnout.graphdef.flows import FlowAnalysis, tensor_name
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Several Turnout tensors standing for one TensorFlow tensor (a LIFO stack: its keyed stack and
+    its depth counter). Pass-through ops apply to each part."""
+
+    parts: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class RangeMarker:
+    """``Range(start, limit, delta)`` with run-time bounds: Turnout has no such op, so it is kept
+    symbolic and accepted only where its meaning is a whole prefix (TensorArray gather / scatter)."""
+
+    start: Any
+    limit: Any
+    delta: Any
+    limit_node: str
+
+
+Value = Any  # Tensor | Bundle | RangeMarker | None (or BACK_EDGE for a Merge input not yet built)
+Rule = Callable[["ImportContext", Any, list[Value]], Sequence[Value]]
+
+#: TensorFlow op name -> import rule; filled by ``turnout.graphdef.import_rules``.
+IMPORT_RULES: dict[str, Rule] = {}
+
+
+class ImportContext:
+    """What a rule sees while its NodeDef is imported: the graph, the node's control inputs, constant
+    folding over the GraphDef, the flow labels, and ``create`` (which names and wires Turnout nodes)."""
+
+    def __init__(self, graph: Graph, nodes: dict[str, Any], flows: FlowAnalysis, prefix: str) -> None:
+        self.graph = graph
+        self.nodes = nodes
+        self.flows = flows
+        self.prefix = prefix
+        self.values: dict[str, Value] = {}  # TF tensor name -> imported value
+        self.control: dict[str, Node] = {}  # TF node name -> the Turnout node a control edge waits for
+        self.back_edges: list[tuple[Node, int, str]] = []
+        self.node: Any = None
+        self.created: list[Node] = []
+        self._static: dict[str, Optional[np.ndarray]] = {}
+
+    # ---- building --------------------------------------------------------------------------------
+    def ctrl_inputs(self) -> list[Node]:
+        return [self.control[i[1:]] for i in self.node.input if i.startswith("^") and i[1:] in self.control]
+
+    def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
+               suffix: Optional[str] = None, control: Optional[Sequence[Node]] = None) -> Node:
+        """A Turnout node for the current NodeDef. The last node a rule creates carries the NodeDef's
+        name; helpers get ``<name>/_tn/<suffix>``. Every node gets the NodeDef's control inputs."""
+        name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
+        ctrl = list(self.ctrl_inputs()) if control is None else list(control)
+        for t in inputs:
+            if isinstance(t, (Bundle, RangeMarker)) or t is None:
+                raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
+        with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
+            n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl)
+        self.created.append(n)
+        return n
+
+    def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
+        """A constant in the frame of ``anchors`` (tensors or nodes): TensorFlow puts a constant into a
+        loop frame by a control edge from a node of that frame, and so does this."""
+        arr = np.asarray(value)
+        ctrl = self.ctrl_inputs() + [a.node if isinstance(a, Tensor) else a for a in anchors
+                                     if isinstance(a, (Tensor, Node))]
+        return self.create("Const", [], {"value": arr, "dtype": dt.as_dtype(arr.dtype).name}, suffix=suffix,
+                           control=ctrl).outputs[0]
+
+    def where(self) -> str:
+        return f'{self.node.op} node "{self.node.name}"'
+
+    @staticmethod
+    def describe(v: Any) -> str:
+        if isinstance(v, Bundle):
+            return "a TensorFlow stack handle"
+        if isinstance(v, RangeMarker):
+            return "a Range with run-time bounds (supported only as TensorArray gather/scatter indices)"
+        return "an output TensorFlow defines but the importer does not produce"
+
+    # ---- attributes and constant folding ---------------------------------------------------------
+    def attr(self, key: str, default: Any = None) -> Any:
+        return protos.attr(self.node, key, default)
+
+    def dtype(self, key: str = "T") -> dt.DType:
+        return protos.tf_dtype(self.attr(key), self.where())
+
+    def data_inputs(self, nd: Any = None) -> list[str]:
+        nd = nd if nd is not None else self.node
+        return [tensor_name(i) for i in nd.input if not i.startswith("^")]
+
+    def static(self, tname: str) -> Optional[np.ndarray]:
+        """The value of a TensorFlow tensor when it is known at import time, else None."""
+        tname = tensor_name(tname)
+        if tname not in self._static:
+            self._static[tname] = None  # cycles (loops) are not constant
+            self._static[tname] = _fold(self, tname)
+        return self._static[tname]
+
+    def static_int_list(self, tname: str, what: str) -> list[int]:
+        v = self.static(tname)
+        if v is None:
+            raise UnsupportedError(f"{self.where()}: {what} ({tname}) must be known when importing; "
+                                   "Turnout takes it as a static attribute")
+        return [int(x) for x in np.ravel(v)]
+
+    def spec_shape(self, tname: str) -> Optional[tuple[Any, ...]]:
+        v = self.values.get(tensor_name(tname))
+        return v.shape if isinstance(v, Tensor) else None
+
+
+# ---- constant folding ------------------------------------------------------------------------------
+_FOLD: dict[str, Optional[Callable[..., Any]]] = {
+    "Identity": lambda x: x, "Snapshot": lambda x: x, "StopGradient": lambda x: x,
+    "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "Maximum": np.maximum,
+    "Minimum": np.minimum, "FloorDiv": np.floor_divide, "FloorMod": np.mod, "Neg": np.negative,
+    "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
+    "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
+}
+
+
+def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
+    node_name, _, idx = tname.rpartition(":")
+    nd = ctx.nodes.get(node_name)
+    if nd is None:
+        return None
+    op = nd.op
+    if op == "Const":
+        return protos.tensor_to_numpy(protos.attr(nd, "value"), f'Const node "{nd.name}"')
+    if op in ("Enter", "RefEnter") and protos.attr(nd, "is_constant", False):
+        return ctx.static(ctx.data_inputs(nd)[0])
+    if op in ("Shape", "Size", "Rank"):
+        shp = ctx.spec_shape(ctx.data_inputs(nd)[0])
+        if shp is None or (op != "Rank" and any(d is None for d in shp)):
+            return None
+        out = {"Shape": np.asarray(shp, np.int32), "Size": np.asarray(int(np.prod(shp)), np.int32),
+               "Rank": np.asarray(len(shp), np.int32)}[op]
+        return out.astype(np.int64) if protos.attr(nd, "out_type") == 9 else out
+    if op not in _FOLD:
+        return None
+    ins = [ctx.static(t) for t in ctx.data_inputs(nd)]
+    if any(v is None for v in ins):
+        return None
+    vals: list[np.ndarray] = ins  # type: ignore[assignment]
+    try:
+        if op == "Pack":
+            return np.stack(vals, axis=protos.attr(nd, "axis", 0))
+        if op == "ConcatV2":
+            return np.concatenate(vals[:-1], axis=int(vals[-1]))
+        if op == "Range":
+            return np.arange(int(vals[0]), int(vals[1]), int(vals[2])).astype(vals[0].dtype)
+        if op == "Cast":
+            return vals[0].astype(protos.tf_dtype(protos.attr(nd, "DstT"), op).numpy)
+        if op == "Fill":
+            return np.full([int(d) for d in vals[0]], vals[1])
+        if op == "Reshape":
+            return vals[0].reshape([int(d) for d in vals[1]])
+        if op == "Prod":
+            return np.prod(vals[0], axis=tuple(np.ravel(vals[1]).tolist()),
+                           keepdims=bool(protos.attr(nd, "keep_dims", False))).astype(vals[0].dtype)
+        if op == "StridedSlice":
+            from turnout.graphdef.import_rules import strided_slice_index
+
+            key = strided_slice_index(nd, [int(x) for x in vals[1]], [int(x) for x in vals[2]],
+                                      [int(x) for x in vals[3]])
+            return np.asarray(vals[0][key])
+        if op == "BroadcastGradientArgs":
+            return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
+        fn = _FOLD[op]
+        return None if fn is None else np.asarray(fn(*vals))
+    except (ValueError, IndexError, TypeError):
+        return None
+
+
+def broadcast_gradient_args(s0: Any, s1: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The axes along which each operand of a broadcasting binary op was broadcast (its gradient
+    is summed over them), as TensorFlow's BroadcastGradientArgs computes them."""
+    a, b = [int(x) for x in s0], [int(x) for x in s1]
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    r0 = [i for i in range(n) if a[i] == 1 and b[i] != 1]
+    r1 = [i for i in range(n) if b[i] == 1 and a[i] != 1]
+    return np.asarray(r0, np.int32), np.asarray(r1, np.int32)
+
+
+# ---- the driver ------------------------------------------------------------------------------------
+@dataclass
+class ImportedGraph:
+    """The result of ``import_graph_def``: the Turnout graph and the TensorFlow names of its tensors.
+
+    ``tensor("while/Exit_1:0")`` is the Turnout tensor TensorFlow calls so; ``node("init")`` is the
+    node to run for a TensorFlow target op; ``run(session, fetches, feed_dict)`` takes names for both.
+    """
+
+    graph: Graph
+    values: dict[str, Any] = field(default_factory=dict)
+    controls: dict[str, Node] = field(default_factory=dict)
+    op_counts: dict[str, int] = field(default_factory=dict)
+
+    def tensor(self, name: str) -> Tensor:
+        """The Turnout tensor for a TensorFlow tensor name (``"op:0"``, or ``"op"`` for output 0)."""
+        v = self.values.get(tensor_name(name))
+        if isinstance(v, Tensor):
+            return v
+        if v is None and tensor_name(name) not in self.values:
+            raise KeyError(f"the imported GraphDef has no tensor {name!r}")
+        raise UnsupportedError(f"tensor {name!r} has no Turnout value: it is {ImportContext.describe(v)}")
+
+    def node(self, name: str) -> Node:
+        """The Turnout node a TensorFlow op name stands for, to run it as a target."""
+        try:
+            return self.controls[name.split(":")[0]]
+        except KeyError:
+            raise KeyError(f"the imported GraphDef has no op {name!r}") from None
+
+    def run(self, session: Any, fetches: Sequence[str], feed_dict: Optional[dict[str, Any]] = None,
+            targets: Sequence[str] = ()) -> list[Any]:
+        """``session.run`` with TensorFlow tensor names for fetches and feeds, and op names as targets."""
+        feeds = {self.tensor(k): v for k, v in (feed_dict or {}).items()}
+        out = session.run([self.tensor(f) for f in fetches] + [self.node(t) for t in targets], feeds)
+        return list(out[: len(fetches)])
+
+
+def parse_graph_def(source: Any) -> Any:
+    """A GraphDef message from a message, serialized bytes, or a ``.pb`` / ``.pbtxt`` path."""
+    p = protos.pb()
+    if isinstance(source, p.graph_pb2.GraphDef):
+        return source
+    gd = p.graph_pb2.GraphDef()
+    if isinstance(source, (bytes, bytearray)):
+        gd.ParseFromString(bytes(source))
+        return gd
+    path = Path(source)
+    data = path.read_bytes()
+    if path.suffix == ".pbtxt" or path.suffix == ".txt":
+        from google.protobuf import text_format
+
+        text_format.Parse(data.decode("utf-8"), gd)
+    else:
+        gd.ParseFromString(data)
+    return gd
+
+
+def unsupported_ops(gd: Any) -> dict[str, list[str]]:
+    """Op name -> the nodes that use it, for every op of ``gd`` that has no import rule."""
+    _load_rules()
+    bad: dict[str, list[str]] = {}
+    for nd in gd.node:
+        if nd.op not in IMPORT_RULES:
+            bad.setdefault(nd.op, []).append(nd.name)
+    return bad
+
+
+def _load_rules() -> None:
+    if not IMPORT_RULES:
+        import turnout.graphdef.import_rules  # noqa: F401  (fills IMPORT_RULES)
+
+
+def _stack_of(nodes: dict[str, Any], nd: Any) -> str:
+    t = nd.input[0].split(":")[0]
+    while nodes[t].op != "StackV2" and nodes[t].input:
+        t = nodes[t].input[0].split(":")[0]
+    return t
+
+
+def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
+    """A topological order of the NodeDefs, ignoring the NextIteration -> Merge back edges. A stack
+    pop comes after every push onto its stack: state links them, not an edge, and the pop takes its
+    type from the pushed tensor."""
+    pushes: dict[str, list[str]] = {}
+    for n, nd in nodes.items():
+        if nd.op == "StackPushV2":
+            pushes.setdefault(_stack_of(nodes, nd), []).append(n)
+    deps: dict[str, set[str]] = {}
+    for n, nd in nodes.items():
+        ds = set()
+        for i in nd.input:
+            src = i.lstrip("^").split(":")[0]
+            if src not in nodes:
+                raise GraphBuildError(f'node "{n}" reads "{i}", which is not in the GraphDef')
+            if nd.op in ("Merge", "RefMerge") and nodes[src].op in ("NextIteration", "RefNextIteration"):
+                continue
+            ds.add(src)
+        if nd.op == "StackPopV2":
+            ds.update(pushes.get(_stack_of(nodes, nd), []))
+        lab = flows.label(f"{n}:0") if nd.op in ("Const", "ZerosLike", "OnesLike", "Fill") else None
+        if lab is not None:  # an empty TensorArray takes its size from the forward array
+            ds.add(lab[1])
+        deps[n] = ds
+    users: dict[str, list[str]] = {n: [] for n in nodes}
+    for n, ds in deps.items():
+        for d in ds:
+            users[d].append(n)
+    indeg = {n: len(ds) for n, ds in deps.items()}
+    ready = [n for n in nodes if indeg[n] == 0]
+    out: list[str] = []
+    while ready:
+        n = ready.pop()
+        out.append(n)
+        for u in users[n]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if len(out) != len(nodes):
+        stuck = sorted(set(nodes) - set(out))[:5]
+        raise GraphBuildError(f"the GraphDef has a cycle that is not a loop back edge (through {stuck})")
+    return out
+
+
+def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str = "") -> ImportedGraph:
+    """Import a TensorFlow v1 GraphDef (message, bytes, or a ``.pb`` / ``.pbtxt`` path) into ``graph``
+    (a new Graph by default). Returns an ``ImportedGraph`` that maps TensorFlow names to Turnout
+    tensors. Raises ``UnsupportedError`` listing every op without an import rule (see
+    ``turnout.graphdef.SUPPORTED_OPS``); needs the ``tf`` extra (``pip install 'turnout[tf]'``).
+    """
+    gd = parse_graph_def(graph_def)
+    bad = unsupported_ops(gd)
+    if bad:
+        lines = [f"  {op}: {len(ns)} node(s), e.g. {ns[0]!r}" for op, ns in sorted(bad.items())]
+        raise UnsupportedError("the GraphDef uses ops Turnout cannot import:\n" + "\n".join(lines)
+                               + "\n(the supported ops are listed in turnout.graphdef.SUPPORTED_OPS)")
+    nodes = {nd.name: nd for nd in gd.node}
+    if len(nodes) != len(gd.node):
+        raise GraphBuildError("the GraphDef has two nodes with the same name")
+    g = graph if graph is not None else Graph()
+    ctx = ImportContext(g, nodes, FlowAnalysis(nodes), prefix)
+    for name in _order(nodes, ctx.flows):
+        nd = nodes[name]
+        ctx.node, ctx.created = nd, []
+        ins = [ctx.values.get(t, BACK_EDGE) for t in ctx.data_inputs(nd)]  # type: ignore[misc]
+        try:
+            outs = IMPORT_RULES[nd.op](ctx, nd, ins)
+        except TurnoutError as e:
+            if f'"{nd.name}"' in str(e):
+                raise
+            raise type(e)(f'{ctx.where()}: {e}') from e
+        for k, v in enumerate(outs):
+            ctx.values[f"{name}:{k}"] = v
+        if ctx.created:
+            ctx.control[name] = ctx.created[-1]
+    for merge, slot, src in ctx.back_edges:
+        v = ctx.values.get(src)
+        if not isinstance(v, Tensor):
+            raise UnsupportedError(f'Merge node "{merge.name}": its back edge {src} is {ImportContext.describe(v)}')
+        merge.close_back_edge(v, slot)
+    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), dict(Counter(nd.op for nd in gd.node)))
