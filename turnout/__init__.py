@@ -24,6 +24,7 @@ from turnout.errors import (
     GraphBuildError,
     KernelError,
     NonTerminationError,
+    ResourceExhaustedError,
     SerializationError,
     ShapeError,
     TurnoutError,
@@ -113,6 +114,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # Lazy entry points: they import heavier modules (or jax / z3) only when used.
     lazy = {
         "Session": ("turnout.session", "Session"),
+        "RunOptions": ("turnout.session", "RunOptions"),
         "train": ("turnout.train", None),
         "pretty": ("turnout.inspect", "pretty"),
         "to_dot": ("turnout.inspect", "to_dot"),

@@ -64,6 +64,11 @@ class KernelError(ExecutionError):
     """An op's kernel failed on the values it received (bad feed, out-of-range index, ...)."""
 
 
+class ResourceExhaustedError(ExecutionError):
+    """A run would exceed a resource limit (a tensor over ``max_tensor_bytes``), checked before
+    allocating; the message names the op and the run option that raises the limit."""
+
+
 class FeedError(ExecutionError, ValueError):
     """A fed value does not match the tensor it feeds (dtype, shape, or an unknown key)."""
 

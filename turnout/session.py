@@ -76,19 +76,31 @@ def load_backend(name: str) -> type:
 
 
 def check_feed(t: Tensor, value: Any) -> np.ndarray:
-    """A fed value, converted to the tensor's dtype, with its shape checked against the static shape."""
+    """A fed value, converted to the tensor's dtype, with its kind, range and shape checked.
+
+    The value must hold the same number after conversion (``dtypes.as_checked_array``): ``2**40``
+    fed into an int32 placeholder, the largest uint64 fed into an int64 one, a string (even
+    ``"1.5"``), a complex number or a datetime are FeedErrors naming the tensor, never wrapped or
+    parsed."""
     if t.dtype.is_opaque:
         raise FeedError(f"cannot feed {t.name}: it is a {t.dtype.name} tensor")
-    arr = np.asarray(value)
-    if arr.dtype == object:
-        raise FeedError(f"cannot feed {t.name} with {type(value).__name__}")
-    if t.dtype.is_bool and arr.dtype != np.bool_:
-        raise FeedError(f"feeding {t.name} (bool) with a {arr.dtype} value")
-    if t.dtype.is_integer and arr.dtype.kind == "f":
+    if t.dtype.is_integer and getattr(value, "dtype", np.asarray(value).dtype if isinstance(value, float) else None) \
+            is not None and np.asarray(value).dtype.kind == "f":
         raise FeedError(f"feeding {t.name} ({t.dtype.name}) with a floating value; cast it first")
+    try:
+        arr = dt.as_checked_array(value, t.dtype, f"feeding {t.name} ({t.dtype.name})")
+    except ValueError as e:
+        raise FeedError(str(e)) from None
     if not sh.compatible(t.shape, arr.shape):
         raise FeedError(f"feeding {t.name}: value of shape {list(arr.shape)} for a tensor of shape {sh.fmt(t.shape)}")
-    return arr.astype(t.dtype.numpy, copy=False)
+    return arr
+
+
+def _range_checked(d: dt.DType, src: np.dtype) -> bool:
+    """Whether a feed of numpy dtype ``src`` into a ``d`` tensor needs a per-value check (narrowing):
+    its kind and shape checks depend only on (tensor, dtype, shape), but whether the *values* fit does
+    not, so those feeds are never served from the signature cache."""
+    return src.itemsize > d.itemsize or (d.is_integer and src.kind in "fu") or src.kind == "O"
 
 
 class Session:
@@ -138,7 +150,10 @@ class Session:
                 raise FeedError("feed a Variable by assigning it, not through feed_dict")
             if not isinstance(k, Tensor) or k.graph is not self.graph:
                 raise FeedError(f"feed_dict key {k!r} is not a tensor of this graph")
-            feeds[k] = self._check_feed(k, v)
+            checked = self._check_feed(k, v)
+            if k in feeds and not np.array_equal(feeds[k], checked):
+                raise FeedError(f"{k.name} is fed twice in one feed_dict, with different values")
+            feeds[k] = checked
         # Node targets are run for their effects: fetch a proxy that depends on them.
         proxies = [_target_proxy(n) for n in targets]
         result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
@@ -187,7 +202,7 @@ class Session:
         else:
             return check_feed(t, value)
         sig = (t, arr.dtype, arr.shape)
-        if arr.dtype == object or sig not in self._feeds_ok:
+        if sig not in self._feeds_ok or _range_checked(t.dtype, arr.dtype):
             checked = check_feed(t, value)
             self._feeds_ok.add(sig)
             return checked
