@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -898,12 +899,13 @@ SCHEDULERS = ("fifo", "lifo", "random")
 
 def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
         scheduler: str = "fifo", seed: int = 0, max_steps: int = 200_000,
-        variables: Mapping[str, Any] | None = None) -> SmallStepResult:
+        variables: Mapping[str, Any] | None = None, max_seconds: float | None = None) -> SmallStepResult:
     """Run to quiescence, choosing among enabled firings with ``scheduler``.
 
     ``fifo`` takes the firing enabled longest ago, ``lifo`` the one enabled most recently, ``random``
     a seeded uniform choice. Raises ``DeadlockError`` (quiescent with a fetch missing; lists the
-    blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps.
+    blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps or
+    ``max_seconds`` seconds of wall-clock time.
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {SCHEDULERS}")
@@ -913,6 +915,7 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
     clock = itertools.count()
     log: list[tuple[str, str, Tag, bool]] = []
     counts: dict[tuple[str, Tag], int] = {}
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     while True:
         en = enabled(c)
         if not en:
@@ -920,7 +923,11 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
         if len(log) >= max_steps:
             raise NonTerminationError(
                 f"small-step run exceeded max_steps={max_steps} firings (a loop that does not end?); "
-                f"last: {log[-1]}")
+                f"last: {log[-1]}; raise the limit with sess.run(..., max_firings=N)")
+        if deadline is not None and not len(log) & 255 and time.monotonic() > deadline:
+            raise NonTerminationError(
+                f"small-step run took more than max_seconds={max_seconds} seconds (a loop that does not end?); "
+                f"last: {log[-1] if log else None}; raise the limit with sess.run(..., max_seconds=N)")
         age = {f: age[f] if f in age else next(clock) for f in en}  # when each became enabled
         en.sort(key=age.__getitem__)
         pick = en[0] if scheduler == "fifo" else en[-1] if scheduler == "lifo" else rng.choice(en)
@@ -945,7 +952,8 @@ class SmallStepBackend:
             options: RunOptions) -> RunResult:
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
-                max_steps=limit if limit is not None else 10**9, variables=variables)
+                max_steps=limit if limit is not None else 10**9, variables=variables,
+                max_seconds=options.max_seconds)
         variables.clear()
         variables.update(r.variables)
         return RunResult(values=r.values, trace=r.firings if options.trace else None,

@@ -19,9 +19,9 @@ from typing import Optional
 
 from turnout.errors import ResourceExhaustedError
 
-#: The default largest tensor a run may create, in bytes (4 GiB). Raise it with
+#: The default largest tensor a run may create, in bytes (1 GiB). Raise it with
 #: ``sess.run(..., max_tensor_bytes=N)`` or ``RunOptions(max_tensor_bytes=N)``; None disables the guard.
-DEFAULT_MAX_TENSOR_BYTES = 4 * 2**30
+DEFAULT_MAX_TENSOR_BYTES = 2**30
 
 _LIMIT: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar(
     "turnout_max_tensor_bytes", default=DEFAULT_MAX_TENSOR_BYTES)

@@ -18,6 +18,7 @@ from turnout import nest
 from turnout import shapes as sh
 from turnout.errors import FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
+from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit
 
 #: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
 BACKENDS: dict[str, str] = {
@@ -29,24 +30,37 @@ BACKENDS: dict[str, str] = {
 
 @dataclass
 class RunOptions:
-    """Per-run options. ``scheduler``: "fifo", "lifo" or "random" (with ``seed``) — the order in which
-    the reference interpreter fires ready nodes; results never depend on it. ``trace`` records every
-    firing. ``max_firings`` / ``max_iterations`` guard against non-termination."""
+    """Per-run options (``docs/limits.rst`` lists them with their defaults and who enforces them).
+
+    ``scheduler``: "fifo", "lifo" or "random" (with ``seed``) — the order in which the reference
+    interpreter fires ready nodes; results never depend on it. ``trace`` records every firing.
+    Non-termination guards: ``max_iterations`` bounds each loop instance (every backend),
+    ``max_firings`` the firings of one run and ``max_seconds`` its wall-clock time (the interpreting
+    backends: reference and small-step). The defaults stop a runaway loop on the reference backend
+    within about ``max_seconds``; each error names the loop and the option that raises the limit.
+    ``max_tensor_bytes`` is the allocation guard: no tensor a run creates may be larger (checked
+    before allocating, on every backend). None turns a guard off.
+    """
 
     scheduler: str = "fifo"
     seed: int = 0
     trace: bool = False
-    max_firings: Optional[int] = 10_000_000
+    max_firings: Optional[int] = 2_000_000
     max_iterations: Optional[int] = 1_000_000
+    max_seconds: Optional[float] = 10.0
+    max_tensor_bytes: Optional[int] = DEFAULT_MAX_TENSOR_BYTES
 
     def __post_init__(self) -> None:
         # Checked here, once, so every backend rejects the same bad options the same way.
         if self.scheduler not in ("fifo", "lifo", "random"):
             raise ValueError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
-        for name in ("max_firings", "max_iterations"):
+        for name in ("max_firings", "max_iterations", "max_tensor_bytes"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
+        v = self.max_seconds
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise ValueError(f"RunOptions.max_seconds must be a positive number or None, got {v!r}")
 
 
 @dataclass
@@ -156,7 +170,8 @@ class Session:
             feeds[k] = checked
         # Node targets are run for their effects: fetch a proxy that depends on them.
         proxies = [_target_proxy(n) for n in targets]
-        result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
+        with allocation_limit(opts.max_tensor_bytes):
+            result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
         self.last_result = result
         values = iter(result.values[: len(tensors)])
         out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
@@ -185,7 +200,8 @@ class Session:
                 if type(k) is not Tensor or k.node.graph is not graph:
                     return _SLOW
                 feeds[k] = self._check_feed(k, v)
-        result = self.backend.run(tensors, feeds, self.variables, opts)
+        with allocation_limit(opts.max_tensor_bytes):
+            result = self.backend.run(tensors, feeds, self.variables, opts)
         self.last_result = result
         if tp is Tensor:
             return result.values[0]
