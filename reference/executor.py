@@ -22,16 +22,18 @@ from turnout.errors import (
     DeadlockError,
     ExecutionError,
     FeedError,
+    MergeConflictError,
     NonTerminationError,
     describe_node,
+    merge_conflict_message,
 )
 from turnout.frames import Frame, FrameAnalysis
 from turnout.graph import Graph, Node, Tensor, ancestors
+from turnout.limits import allocation_limit
 from turnout.reference import rules
 from turnout.reference.rules import DEAD, Inbox, Tag, Token
 from turnout.reference.scheduler import ReadyQueue
 from turnout.reference.trace import Trace, fmt_tag
-from turnout.limits import allocation_limit
 from turnout.session import RunOptions, RunResult
 
 
@@ -182,6 +184,7 @@ class Interpreter:
         self.queue = ReadyQueue(options.scheduler, options.seed)
         self.inboxes: dict[tuple[int, Tag], Inbox] = {}
         self.fired: set[tuple[int, Tag]] = set()
+        self.merge_live: set[tuple[int, Tag]] = set()  # Merges that received a live data input ([E-Merge-Conflict])
         self.frames: dict[tuple[Tag, str], FrameInstance] = {}
         self.produced: dict[tuple[int, int], Token] = {}
         self.counts: dict[tuple[str, Tag], int] = {}
@@ -255,6 +258,10 @@ class Interpreter:
 
     def deliver(self, node: Node, slot: int, tag: Tag, tok: Token) -> None:
         key = (node.id, tag)
+        if slot >= 0 and node.op == "Merge" and not tok.dead:
+            if key in self.merge_live:
+                raise MergeConflictError(merge_conflict_message(node, fmt_tag(tag)))
+            self.merge_live.add(key)
         box = self.inboxes.get(key)
         if box is None:
             box = self.inboxes[key] = Inbox([None] * len(node.inputs))
@@ -395,6 +402,7 @@ class Interpreter:
 
 
 _FIRED = Inbox([], fired=True)
+
 
 
 def _rule_name(node: Node, rule: str, dead: bool) -> str:

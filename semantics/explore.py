@@ -127,8 +127,9 @@ def explore(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
 @dataclass
 class Counterexample:
     """Two maximal runs from the same initial configuration with different outcomes
-    (``kind="divergent"``), or one run that ends stuck (``kind="stuck"``; ``run_b`` is then a run to a
-    final state if one exists, else empty). Runs are the firing sequences, as ``Firing`` records: feed
+    (``kind="divergent"``), one run that ends stuck (``kind="stuck"``; ``run_b`` is then a run to a
+    final state if one exists, else empty), or one run that ends in ``[E-Merge-Conflict]``
+    (``kind="merge-conflict"``: a Merge received two live inputs at one tag; ``run_b`` is empty). Runs are the firing sequences, as ``Firing`` records: feed
     them to ``smallstep.fire`` one by one from ``smallstep.initial`` to replay them."""
 
     kind: str
@@ -151,10 +152,13 @@ def check_confluence(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, A
                      max_states: int = 50_000,
                      variables: Mapping[str, Any] | None = None) -> Counterexample | None:
     """``[T1-Confluence]`` for one small program: None if every maximal run has the same outcome and
-    none gets stuck; otherwise a ``Counterexample``. Raises ``NonTerminationError`` if the state space
+    none gets stuck and no Merge receives two live inputs at one tag; otherwise a ``Counterexample``. Raises ``NonTerminationError`` if the state space
     exceeds ``max_states`` before any counterexample was found (no verdict can be given then)."""
     r = explore(graph, fetches, feeds, variables, max_states)
     outs = sorted(r.final_outputs, key=repr)
+    conflicts = [o for o in outs if o and o[0][0] == "error" and o[0][1] == "MergeConflictError"]
+    if conflicts:  # [E-Merge-Conflict]: the graph breaks [W-Merge-Unique]; show the run that finds it
+        return Counterexample("merge-conflict", conflicts[0], r.witnesses[conflicts[0]], None, [])
     if len(outs) > 1:
         a, b = outs[0], outs[1]
         return Counterexample("divergent", a, r.witnesses[a], b, r.witnesses[b])

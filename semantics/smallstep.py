@@ -43,9 +43,11 @@ from turnout.errors import (
     DeadlockError,
     ExecutionError,
     FeedError,
+    MergeConflictError,
     NonTerminationError,
     ValidationError,
     describe_node,
+    merge_conflict_message,
 )
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
@@ -360,10 +362,11 @@ class _Update:
         self.fired = self.fired | {(nid, tag)}
 
     def put(self, cid: int, slot: int, tok: Token) -> None:
-        """put: a token bound for a Merge that already fired at its tag is discarded."""
+        """put: a token bound for a Merge that already fired at its tag is discarded, unless it is a live
+        data token: that one is a second live input at the tag and enables [E-Merge-Conflict]."""
         key = (cid, tok.tag)
-        if self.p.nodes[cid].op == "Merge" and key in self.fired:
-            return
+        if self.p.nodes[cid].op == "Merge" and key in self.fired and (tok.is_dead or slot >= self.p.n_data[cid]):
+            return  # a live data token stays: it enables [E-Merge-Conflict]
         self.pending[key] = self.pending.get(key, frozenset()) | {(slot, tok)}
 
     def emit(self, nid: int, tag: Tag, outs: Sequence[Token], ctl_live: bool) -> None:
@@ -491,8 +494,10 @@ def _enable_merge(c: Config, node: Node, tag: Tag, arr: Arrivals) -> list[Firing
     for ctl in itertools.product(*(arr[s] for s in ctl_slots)):
         guard_live = not any(tok.is_dead for tok in ctl)
         live_data = [(j, tok) for j in range(nd) for tok in arr.get(j, ()) if not tok.is_dead]
+        if len(live_data) > 1:  # [E-Merge-Conflict]: two live data inputs at t
+            return [Firing("E-Merge-Conflict", node.name, tag, False, node.id, ())]
         if guard_live:
-            for j, tok in live_data:  # [E-Merge-Live]: one firing per live input (one, if unique)
+            for j, tok in live_data:  # [E-Merge-Live]: the one live input
                 out.append(Firing("E-Merge-Live", node.name, tag, False, node.id, (tok, *ctl), slot=j))
         elif live_data:  # [E-Merge-AllDead] (b): a dead control input where it would have fired live
             out.append(Firing("E-Merge-AllDead", node.name, tag, True, node.id, ctl))
@@ -525,6 +530,9 @@ def _node_firings(c: Config) -> list[Firing]:
             out.extend(_ENABLE.get(node.op, _enable_ordinary)(c, node, (), {}))
     for (nid, tag), toks in c.pending.items():
         if (nid, tag) in c.fired:
+            node = p.nodes[nid]
+            if node.op == "Merge" and any(j < p.n_data[nid] and not t.is_dead for j, t in toks):
+                out.append(Firing("E-Merge-Conflict", node.name, tag, False, nid, ()))  # a late live input
             continue
         arr: Arrivals = {}
         for slot, tok in toks:
@@ -702,6 +710,12 @@ def _fire_merge_live(c: Config, f: Firing, u: _Update) -> None:
                               Token.live(np.asarray(f.slot, dtype=np.int32), f.tag)], True)
 
 
+def _fire_merge_conflict(c: Config, f: Firing, u: _Update) -> None:
+    """[E-Merge-Conflict]: a Merge holds two live data inputs at one tag (both waiting, or one arriving
+    after it fired): the run stops with MergeConflictError, whichever input came first."""
+    raise MergeConflictError(merge_conflict_message(c.program.nodes[f.node_id], fmt_tag(f.tag)))
+
+
 def _fire_enter(c: Config, f: Firing, u: _Update) -> None:
     """[E-Enter] / [E-Enter-Const]: open the instance (t, F), count this Enter off, deliver."""
     node = c.program.nodes[f.node_id]
@@ -800,6 +814,7 @@ _FIRE: dict[str, Callable[[Config, Firing, _Update], None]] = {
     "E-Merge-Live": _fire_merge_live,
     "E-Merge-AllDead": _fire_dead,
     "E-Merge-DeadEnter": _fire_dead,
+    "E-Merge-Conflict": _fire_merge_conflict,
     "E-Enter": _fire_enter,
     "E-Enter-Const": _fire_enter,
     "E-Exit-Live": _fire_exit,
@@ -818,7 +833,8 @@ RULES = frozenset(_FIRE)
 
 def fire(config: Config, firing: Firing) -> Config:
     """Take one enabled firing; returns a new configuration and leaves ``config`` untouched."""
-    if firing.is_node_firing and (firing.node_id, firing.tag) in config.fired:
+    late_conflict = firing.rule == "E-Merge-Conflict"  # may follow the Merge's own firing at the tag
+    if firing.is_node_firing and not late_conflict and (firing.node_id, firing.tag) in config.fired:
         raise ValueError(f"{firing.node} has already fired at tag {fmt_tag(firing.tag)}")
     u = _Update(config)
     _FIRE[firing.rule](config, firing, u)

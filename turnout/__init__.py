@@ -23,6 +23,7 @@ from turnout.errors import (
     GradientError,
     GraphBuildError,
     KernelError,
+    MergeConflictError,
     NonTerminationError,
     ResourceExhaustedError,
     SerializationError,

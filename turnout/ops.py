@@ -14,9 +14,9 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
-from turnout.limits import check_allocation
 from turnout.errors import GraphBuildError, ResourceExhaustedError
 from turnout.graph import Graph, Node, Tensor, get_default_graph, user_source_line
+from turnout.limits import check_allocation
 
 
 def bad_value(message: str) -> GraphBuildError:
