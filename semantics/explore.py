@@ -129,8 +129,9 @@ class Counterexample:
     """Two maximal runs from the same initial configuration with different outcomes
     (``kind="divergent"``), one run that ends stuck (``kind="stuck"``; ``run_b`` is then a run to a
     final state if one exists, else empty), or one run that ends in ``[E-Merge-Conflict]``
-    (``kind="merge-conflict"``: a Merge received two live inputs at one tag; ``run_b`` is empty). Runs are the firing sequences, as ``Firing`` records: feed
-    them to ``smallstep.fire`` one by one from ``smallstep.initial`` to replay them."""
+    (``kind="merge-conflict"``: a Merge received two live inputs at one tag; ``run_b`` is empty).
+    Runs are the firing sequences, as ``Firing`` records: feed them to ``smallstep.fire`` one by one
+    from ``smallstep.initial`` to replay them."""
 
     kind: str
     outcome_a: Hashable
@@ -152,8 +153,9 @@ def check_confluence(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, A
                      max_states: int = 50_000,
                      variables: Mapping[str, Any] | None = None) -> Counterexample | None:
     """``[T1-Confluence]`` for one small program: None if every maximal run has the same outcome and
-    none gets stuck and no Merge receives two live inputs at one tag; otherwise a ``Counterexample``. Raises ``NonTerminationError`` if the state space
-    exceeds ``max_states`` before any counterexample was found (no verdict can be given then)."""
+    none gets stuck and no Merge receives two live inputs at one tag; otherwise a ``Counterexample``.
+    Raises ``NonTerminationError`` if the state space exceeds ``max_states`` before any counterexample
+    was found (no verdict can be given then)."""
     r = explore(graph, fetches, feeds, variables, max_states)
     outs = sorted(r.final_outputs, key=repr)
     conflicts = [o for o in outs if o and o[0][0] == "error" and o[0][1] == "MergeConflictError"]

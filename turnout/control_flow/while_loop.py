@@ -178,8 +178,8 @@ def while_loop(
             nest.assert_same_structure(loop_vars, out, f'while_loop "{lname}": body output and loop_vars')
         except GraphBuildError:
             # Lists and tuples may stand for each other; dict keys are names, never matched by position.
-            if (_has_dict(out) or _has_dict(loop_vars)
-                    or not (len(nest.flatten(out)) == len(leaves) and nest.is_nested(out) == nest.is_nested(loop_vars))):
+            same_leaves = len(nest.flatten(out)) == len(leaves) and nest.is_nested(out) == nest.is_nested(loop_vars)
+            if _has_dict(out) or _has_dict(loop_vars) or not same_leaves:
                 raise
         flat_out = [ctx.capture(convert_argument(to_graph_value(v), f'while_loop "{lname}"', f"body output {i}"))
                     for i, v in enumerate(nest.flatten(out))]
