@@ -292,6 +292,10 @@ class Interpreter:
             for consumer, slot in self.plan.consumers.get((nid, idx), ()):
                 self.deliver(consumer, slot, (), Token(value))
         for n in self.plan.sources:
+            if n.op == "Placeholder" and (n.id, 0) in self.feeds:
+                # Fed: its value went out above; a control dependency on it is satisfied, live.
+                self.emit_control(n, (), Token(None))
+                continue
             self._make_ready(n, (), "E-Op")
         limit = self.options.max_firings
         budget = self.options.max_seconds

@@ -283,6 +283,10 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
             raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
         fed[(t.node.id, t.index)] = _feed_value(t, v)
     keep = _prune(fetch_ts, fed)
+    # A fed Placeholder kept only for a control dependency does not run: its fed value stands for it,
+    # and its control consumers start with a live control token.
+    fed_nodes = {i for i, n in keep.items() if n.op == "Placeholder" and (i, 0) in fed}
+    keep = {i: n for i, n in keep.items() if i not in fed_nodes}
     for n in keep.values():
         if n.has_pending_back_edge:
             raise ValidationError(f"{describe_node(n)} has a back edge that was never closed",
@@ -310,7 +314,10 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
             else:
                 outs[src.node.id][src.index].append((i, slot))
         for j, c in enumerate(n.control_inputs):
-            ctl[c.id].append((i, n_data[i] + j))
+            if c.id in fed_nodes:
+                pending[(i, ())] = pending.get((i, ()), frozenset()) | {(n_data[i] + j, Token.live(None, ()))}
+            else:
+                ctl[c.id].append((i, n_data[i] + j))
         if n.op == "Merge":
             bs = frozenset(s for s, t in enumerate(n.raw_inputs)
                            if isinstance(t, Tensor) and t.node.op == "NextIteration")
