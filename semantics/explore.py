@@ -149,6 +149,11 @@ class Counterexample:
                 f"  run B -> {self.outcome_b}:\n{show(self.run_b)}")
 
 
+def _is_merge_conflict(outcome: Any) -> bool:
+    """An outcome that is the error of [E-Merge-Conflict]."""
+    return bool(outcome) and tuple(outcome[0][:2]) == ("error", "MergeConflictError")
+
+
 def check_confluence(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
                      max_states: int = 50_000,
                      variables: Mapping[str, Any] | None = None) -> Counterexample | None:
@@ -158,7 +163,7 @@ def check_confluence(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, A
     was found (no verdict can be given then)."""
     r = explore(graph, fetches, feeds, variables, max_states)
     outs = sorted(r.final_outputs, key=repr)
-    conflicts = [o for o in outs if o and o[0][0] == "error" and o[0][1] == "MergeConflictError"]
+    conflicts = [o for o in outs if _is_merge_conflict(o)]
     if conflicts:  # [E-Merge-Conflict]: the graph breaks [W-Merge-Unique]; show the run that finds it
         return Counterexample("merge-conflict", conflicts[0], r.witnesses[conflicts[0]], None, [])
     if len(outs) > 1:
