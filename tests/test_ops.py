@@ -398,7 +398,7 @@ CHECKED_ELSEWHERE = {
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
     "group", "no_op", "convert_to_tensor", "control_dependencies",
     # value checkers, not op constructors: tests/test_bad_inputs.py
-    "bad_value", "checked_scalar", "int_attr", "int_list_attr", "convert_argument",
+    "bad_value", "checked_scalar", "int_attr", "int_list_attr", "convert_argument", "checked_constant_value",
 }
 
 

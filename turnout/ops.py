@@ -43,18 +43,26 @@ def constant(value: Any, dtype: Any = None, name: Optional[str] = None) -> Tenso
 
     The value is kind- and range-checked (``dtypes.as_checked_array``): ``constant(2**40)`` is a
     GraphBuildError, not 0, and a string or complex value is refused rather than converted."""
-    what = f"constant {name!r}" if name else "constant"
-    d = dt.as_dtype(dtype) if dtype is not None else _infer(value, what)
-    if d.is_opaque:
-        raise GraphBuildError(f"cannot make a constant of dtype {d.name}")
+    d, cast = checked_constant_value(value, dtype, f"constant {name!r}" if name else "constant")
+    g = get_default_graph()
+    return g.create_node("Const", (), {"value": cast, "dtype": d.name}, name=name or "Const").outputs[0]
+
+
+def checked_constant_value(value: Any, dtype: Any, what: str) -> tuple[dt.DType, np.ndarray]:
+    """The dtype and array of a constant value (a ``constant``, a Variable's initial value), kind- and
+    range-checked by ``dtypes.as_checked_array``; a GraphBuildError naming ``what`` otherwise."""
     try:
-        cast = dt.as_checked_array(value, d, what)
+        d = dt.as_dtype(dtype) if dtype is not None else _infer(value, what)
+    except TypeError as e:
+        raise bad_value(f"{what}: {e}") from None
+    if d.is_opaque:
+        raise bad_value(f"{what}: cannot make a constant of dtype {d.name}")
+    try:
+        return d, dt.as_checked_array(value, d, what)
     except ValueError as e:
         hint = ("; pass dtype=tn.int64 for a larger integer" if d == dt.int32 and dtype is None
                 and "does not fit" in str(e) else "")
         raise bad_value(f"{e}{hint}") from None
-    g = get_default_graph()
-    return g.create_node("Const", (), {"value": cast, "dtype": d.name}, name=name or "Const").outputs[0]
 
 
 def _infer(value: Any, what: str) -> dt.DType:
@@ -281,7 +289,13 @@ select = where
 
 
 def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
-    return _op1("Cast", x, name, dtype=dt.as_dtype(dtype).name)
+    """Convert ``x`` to ``dtype``. Float to int truncates toward zero and is an error (KernelError) for
+    NaN, infinities and values out of range, on every backend (``docs/limits.rst``)."""
+    try:
+        d = dt.as_dtype(dtype)
+    except TypeError as e:
+        raise bad_value(f"cast: dtype: {e}") from None
+    return _op1("Cast", x, name, dtype=d.name)
 
 
 def stop_gradient(x: Any, name: Optional[str] = None) -> Tensor:
@@ -456,9 +470,13 @@ def control_dependencies(deps: Optional[Sequence[Any]]) -> Any:
 
 def placeholder(dtype: Any, shape: Any = None, name: Optional[str] = None) -> Tensor:
     """A value fed at run time through ``feed_dict``."""
-    d = dt.as_dtype(dtype)
+    try:
+        d = dt.as_dtype(dtype)
+        shp = None if shape is None else list(sh.as_shape(shape) or ())
+    except TypeError as e:
+        raise bad_value(f"placeholder {name or ''}: {e}".replace(" :", ":")) from None
     return get_default_graph().create_node(
-        "Placeholder", (), {"dtype": d.name, "shape": None if shape is None else list(sh.as_shape(shape) or ())},
+        "Placeholder", (), {"dtype": d.name, "shape": shp},
         name=name or "Placeholder",
     ).outputs[0]
 
