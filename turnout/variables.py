@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
-from turnout import dtypes as dt
 from turnout.errors import GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 
