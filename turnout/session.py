@@ -8,6 +8,7 @@ Variable persistence are written once here, and the backends agree on errors by 
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -108,6 +109,23 @@ def check_feed(t: Tensor, value: Any) -> np.ndarray:
     if not sh.compatible(t.shape, arr.shape):
         raise FeedError(f"feeding {t.name}: value of shape {list(arr.shape)} for a tensor of shape {sh.fmt(t.shape)}")
     return arr
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _scalar_fits(d: dt.DType, value: Any) -> bool:
+    """The per-value check of ``check_feed`` for a Python scalar whose kind already passed, without
+    numpy: a Python int in the integer range, or any int or float into a float tensor that stays
+    finite (the common feeds of small programs run many times)."""
+    tv = type(value)
+    if tv is int and d.is_integer:
+        lo, hi = _INT_RANGE[d.name]
+        return lo <= value <= hi  # type: ignore[no-any-return]
+    if (tv is float or tv is int) and d.is_floating:
+        return d.name == "float64" or not math.isfinite(value) or abs(value) <= _F32_MAX
+    return False
 
 
 def _range_checked(d: dt.DType, src: np.dtype) -> bool:
@@ -218,7 +236,7 @@ class Session:
         else:
             return check_feed(t, value)
         sig = (t, arr.dtype, arr.shape)
-        if sig not in self._feeds_ok or _range_checked(t.dtype, arr.dtype):
+        if sig not in self._feeds_ok or (_range_checked(t.dtype, arr.dtype) and not _scalar_fits(t.dtype, value)):
             checked = check_feed(t, value)
             self._feeds_ok.add(sig)
             return checked
