@@ -328,6 +328,19 @@ def test_control_dependency_on_a_fed_placeholder(any_backend: str) -> None:
         run(g, any_backend, y)
 
 
+def test_control_dependency_on_a_fed_placeholder_in_the_structured_evaluator() -> None:
+    from turnout.semantics.structured import evaluate
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.float32, [], name="p")
+        with tn.control_dependencies([p]):
+            y = tn.constant(2.0) * 3.0
+    assert float(evaluate(g, [y], {p: 1.0}).values[0]) == 6.0
+    with pytest.raises(tn.FeedError, match='"p"'):
+        evaluate(g, [y])
+
+
 # ---- 9. TensorFlow's testLoop_false: a Switch reading a non-constant Enter ------------------------
 def loop_false() -> tuple[tn.Graph, tn.Tensor]:
     """The predicate enters iteration 0 only (non-constant Enter): iteration 0 sends 10 out through the
