@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
-from turnout.errors import UnsupportedError, describe_node
+from turnout.errors import MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
 from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, walk
 from turnout.frames import Frame, FrameAnalysis, static_frames
 from turnout.graph import Graph, Node, Tensor
@@ -262,10 +262,10 @@ class _Raiser:
                 if p0 == p1 and b0 != b1:
                     self.merge_side[n.id] = (p0, {b0: i0, b1: i1})
                     return c
-            if g0 == g1:
-                raise UnsupportedError(
-                    f"fast backend: {describe_node(n)} is fed by two paths that are live together ({names}); "
-                    "it cannot be raised to a conditional")
+            if g0 == g1:  # [E-Merge-Conflict] whenever the Merge runs: the reference's error type
+                raise MergeConflictError(
+                    merge_conflict_message(n, "every tag where it runs") + f" (fast backend: inputs {names} "
+                    "are live together)")
         raise UnsupportedError(
             f"fast backend: the inputs of {describe_node(n)} ({names}) do not come from the two complementary "
             "sides of one predicate's Switch; it cannot be raised to a conditional")

@@ -24,10 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout.errors import FeedError, UnsupportedError, describe_node
+from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Node
+from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
 from turnout.tables import registrar
 
@@ -161,7 +162,18 @@ def _select(ctx, n, xs):
 
 @_r("Cast")
 def _cast(ctx, n, xs):
-    return [jnp.asarray(xs[0]).astype(_np(n.attrs["dtype"]))]
+    """float -> int has the reference kernels' meaning (``kernels.cast_float_to_int``): truncation
+    where representable, else a KernelError (through the error word), never XLA's arbitrary integer."""
+    x = jnp.asarray(xs[0])
+    target = _np(n.attrs["dtype"])
+    if jnp.issubdtype(x.dtype, jnp.floating) and np.issubdtype(target, np.integer):
+        info = np.iinfo(target)
+        t = jnp.trunc(x)
+        ok = jnp.isfinite(t) & (t >= float(info.min)) & (t < -float(info.min))
+        ctx.check(jnp.all(ok), f"{describe_node(n)}: Cast: a NaN, infinite or out-of-range value cannot be cast "
+                  f"to {np.dtype(target).name} (range [{info.min}, {info.max}]); clip it first")
+        return [jnp.where(ok, t, 0).astype(target)]
+    return [x.astype(target)]
 
 
 # ---- linear algebra and structure ------------------------------------------------------------------
@@ -261,9 +273,22 @@ def _scatter_add_like(ctx, n, xs):
     return [jnp.moveaxis(out.at[idx].add(upd_m), 0, ax)]
 
 
+def _guard(n: Node, shape: Sequence[int], dtype: Any) -> None:
+    """The allocation guard (``turnout.limits``), applied when the program is traced: shapes are static."""
+    try:
+        check_allocation(n.op, shape, np.dtype(dtype).itemsize)
+    except ResourceExhaustedError as e:
+        raise ResourceExhaustedError(f"{describe_node(n)}: {e}") from None
+
+
 @_r("Tile")
 def _tile(ctx, n, xs):
-    return [jnp.tile(xs[0], n.attrs["multiples"])]
+    x = jnp.asarray(xs[0])
+    reps = list(n.attrs["multiples"])
+    shape = [1] * (len(reps) - x.ndim) + list(x.shape)
+    reps = [1] * (len(shape) - len(reps)) + reps
+    _guard(n, [d * r for d, r in zip(shape, reps, strict=True)], x.dtype)
+    return [jnp.tile(x, n.attrs["multiples"])]
 
 
 def _axis(n: Node) -> Any:
@@ -297,6 +322,7 @@ def _fill(ctx, n, xs):
     shp, v = xs
     if not is_static(shp):
         raise UnsupportedError(f"fast backend: {describe_node(n)}: the shape of Fill must be known when compiling")
+    _guard(n, [int(d) for d in np.ravel(shp)], jnp.result_type(v))
     return [jnp.full(tuple(int(d) for d in shp), v, dtype=jnp.result_type(v))]
 
 
@@ -312,6 +338,7 @@ def _size(ctx, n, xs):
 
 @_r("BroadcastLike")
 def _broadcast_like(ctx, n, xs):
+    _guard(n, jnp.shape(xs[1]), jnp.result_type(xs[0]))
     return [jnp.broadcast_to(xs[0], jnp.shape(xs[1]))]
 
 
@@ -343,6 +370,7 @@ def _ta_new(ctx, n, xs):
             f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may depend "
             "on the shapes of fed values, not on fed values); use a fixed-size TensorArray")
     size = int(xs[0])
+    _guard(n, [max(size, 0)], np.int64)  # the slot table, counted as in the reference kernels
     if size < 0:
         ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayNew: negative size {size}")
         size = 0

@@ -11,6 +11,7 @@ over: every fetch must have been produced, or it is a deadlock.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -21,11 +22,14 @@ from turnout.errors import (
     DeadlockError,
     ExecutionError,
     FeedError,
+    MergeConflictError,
     NonTerminationError,
     describe_node,
+    merge_conflict_message,
 )
 from turnout.frames import Frame, FrameAnalysis
 from turnout.graph import Graph, Node, Tensor, ancestors
+from turnout.limits import allocation_limit
 from turnout.reference import rules
 from turnout.reference.rules import DEAD, Inbox, Tag, Token
 from turnout.reference.scheduler import ReadyQueue
@@ -101,6 +105,12 @@ class FrameInstance:
     parked: dict[int, list[tuple[Node, Token]]] = field(default_factory=dict)
     dead_exits: set[int] = field(default_factory=set)
     live_exits: set[int] = field(default_factory=set)
+    origin: str = ""  # the Enter that created the instance, as describe_node gives it
+
+    def describe(self) -> str:
+        """'loop frame "while/frame0" (instance root; entered by Enter node ... at model.py:3)'."""
+        by = f"; entered by {self.origin}" if self.origin else ""
+        return f"loop frame {self.name!r} (instance {fmt_tag(self.parent_tag)}{by})"
 
     def tag(self, k: int) -> Tag:
         return (*self.parent_tag, (self.name, k))
@@ -111,8 +121,9 @@ class FrameInstance:
         limit = self.it.options.max_iterations
         if limit is not None and k >= limit:
             raise NonTerminationError(
-                f"frame {self.name!r} (instance {fmt_tag(self.parent_tag)}) started iteration {k}, over the "
-                f"limit max_iterations={limit}; does the loop terminate?"
+                f"{self.describe()} started iteration {k}, over the limit max_iterations={limit}; does the "
+                "loop terminate? If it really needs more iterations, raise the limit with "
+                "sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)"
             )
         self.started += 1
         for enter, tok in self.invariants:
@@ -173,6 +184,7 @@ class Interpreter:
         self.queue = ReadyQueue(options.scheduler, options.seed)
         self.inboxes: dict[tuple[int, Tag], Inbox] = {}
         self.fired: set[tuple[int, Tag]] = set()
+        self.merge_live: set[tuple[int, Tag]] = set()  # Merges that received a live data input ([E-Merge-Conflict])
         self.frames: dict[tuple[Tag, str], FrameInstance] = {}
         self.produced: dict[tuple[int, int], Token] = {}
         self.counts: dict[tuple[str, Tag], int] = {}
@@ -191,7 +203,7 @@ class Interpreter:
         if inst is None:
             path = self.plan.frames.node_frame[enter.id]
             inst = FrameInstance(self, tag, name, path, int(enter.attrs.get("parallel_iterations", 10)),
-                                 self.plan.enters_per_frame[path])
+                                 self.plan.enters_per_frame[path], origin=describe_node(enter))
             self.frames[key] = inst
             if tag:
                 parent = self.frame_of(tag)
@@ -246,6 +258,10 @@ class Interpreter:
 
     def deliver(self, node: Node, slot: int, tag: Tag, tok: Token) -> None:
         key = (node.id, tag)
+        if slot >= 0 and node.op == "Merge" and not tok.dead:
+            if key in self.merge_live:
+                raise MergeConflictError(merge_conflict_message(node, fmt_tag(tag)))
+            self.merge_live.add(key)
         box = self.inboxes.get(key)
         if box is None:
             box = self.inboxes[key] = Inbox([None] * len(node.inputs))
@@ -276,17 +292,33 @@ class Interpreter:
             for consumer, slot in self.plan.consumers.get((nid, idx), ()):
                 self.deliver(consumer, slot, (), Token(value))
         for n in self.plan.sources:
+            if n.op == "Placeholder" and (n.id, 0) in self.feeds:
+                # Fed: its value went out above; a control dependency on it is satisfied, live.
+                self.emit_control(n, (), Token(None))
+                continue
             self._make_ready(n, (), "E-Op")
         limit = self.options.max_firings
+        budget = self.options.max_seconds
+        deadline = None if budget is None else time.monotonic() + budget
         while self.queue:
             node, tag, rule = self.queue.pop()
             self.firings += 1
             if limit is not None and self.firings > limit:
-                raise NonTerminationError(
-                    f"more than max_firings={limit} firings (last: {describe_node(node)} at {fmt_tag(tag)}); "
-                    "does a loop fail to terminate?"
-                )
+                raise NonTerminationError(self._runaway(f"more than max_firings={limit} firings", "max_firings",
+                                                        node, tag))
+            if deadline is not None and not self.firings & 1023 and time.monotonic() > deadline:
+                raise NonTerminationError(self._runaway(f"the run took more than max_seconds={budget} seconds",
+                                                        "max_seconds", node, tag))
             self.fire(node, tag, rule)
+
+    def _runaway(self, what: str, option: str, node: Node, tag: Tag) -> str:
+        """A non-termination message: the busiest loop instance (most iterations started) and the option."""
+        busiest = max(self.frames.values(), key=lambda i: i.started, default=None)
+        where = (f"; the busiest loop is {busiest.describe()}, at iteration {busiest.started - 1}"
+                 if busiest is not None else "")
+        return (f"{what} (last: {describe_node(node)} at {fmt_tag(tag)}){where}. Does a loop fail to terminate? "
+                f"If the program really needs more, raise the limit with sess.run(..., {option}=N) "
+                f"(RunOptions.{option}; None: no limit)")
 
     def fire(self, node: Node, tag: Tag, rule: str) -> None:
         key = (node.id, tag)
@@ -341,13 +373,18 @@ class Interpreter:
         return [k for k, b in self.inboxes.items() if b is not _FIRED and not b.fired]
 
     def result(self, fetches: list[Tensor]) -> list[Any]:
-        """The fetched values; DeadFetchError for a dead fetch, DeadlockError for a stall."""
+        """The fetched values; DeadFetchError for a dead fetch, DeadlockError when a fetch was never
+        produced. Nodes left waiting for part of their inputs do not stop a run whose fetches were all
+        produced: the run ends at quiescence, as in TensorFlow's executor (a hand-built loop whose
+        Switch reads a non-constant Enter, TensorFlow's ``testLoop_false``, returns the value its Exit
+        delivered at iteration 0; iteration 1 is left waiting for the predicate, which never comes).
+        ``stats["stranded_inboxes"]`` counts them; builder-made graphs leave none ([T4-Quiescence])."""
         missing = [t for t in fetches if (t.node.id, t.index) not in self.feeds
                    and (t.node.id, t.index) not in self.produced]
         stalled = self.stranded()
-        if missing or stalled:
+        if missing:
             names = ", ".join(t.name for t in missing)
-            msg = f"no node can fire, but fetches {names} were never produced. " if missing else ""
+            msg = f"no node can fire, but fetches {names} were never produced. "
             if stalled:
                 msg += ("The run stalled: some nodes received only part of their inputs (for example an op "
                         "in iteration k > 0 reading a non-constant Enter, which only delivers to iteration 0). ")
@@ -358,15 +395,18 @@ class Interpreter:
             key = (t.node.id, t.index)
             tok = Token(self.feeds[key]) if key in self.feeds else self.produced[key]
             if tok.dead:
+                stall = ("; note that the run left nodes waiting for inputs that never came (a loop that "
+                         f"ended because its next iteration stalled?):\n{self.blocked_report()}" if stalled else "")
                 raise DeadFetchError(
                     f"fetched tensor {t.name} is dead: {describe_node(t.node)} lies on a branch that was not "
-                    "taken in this run"
+                    f"taken in this run{stall}"
                 )
             values.append(tok.value)
         return values
 
 
 _FIRED = Inbox([], fired=True)
+
 
 
 def _rule_name(node: Node, rule: str, dead: bool) -> str:
@@ -411,11 +451,13 @@ class ReferenceBackend:
             values=values,
             trace=interp.trace,
             counts=interp.counts,
-            stats={"firings": interp.firings},
+            stats={"firings": interp.firings, "stranded_inboxes": len(interp.stranded())},
         )
 
 
 def run_graph(graph: Graph, fetches: list[Tensor], feeds: Optional[dict[Tensor, Any]] = None,
               options: Optional[RunOptions] = None) -> RunResult:
     """Convenience: one run without a Session (no persistent variables)."""
-    return ReferenceBackend(graph).run(fetches, feeds or {}, {}, options or RunOptions())
+    opts = options or RunOptions()
+    with allocation_limit(opts.max_tensor_bytes):
+        return ReferenceBackend(graph).run(fetches, feeds or {}, {}, opts)

@@ -127,9 +127,11 @@ def explore(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
 @dataclass
 class Counterexample:
     """Two maximal runs from the same initial configuration with different outcomes
-    (``kind="divergent"``), or one run that ends stuck (``kind="stuck"``; ``run_b`` is then a run to a
-    final state if one exists, else empty). Runs are the firing sequences, as ``Firing`` records: feed
-    them to ``smallstep.fire`` one by one from ``smallstep.initial`` to replay them."""
+    (``kind="divergent"``), one run that ends stuck (``kind="stuck"``; ``run_b`` is then a run to a
+    final state if one exists, else empty), or one run that ends in ``[E-Merge-Conflict]``
+    (``kind="merge-conflict"``: a Merge received two live inputs at one tag; ``run_b`` is empty).
+    Runs are the firing sequences, as ``Firing`` records: feed them to ``smallstep.fire`` one by one
+    from ``smallstep.initial`` to replay them."""
 
     kind: str
     outcome_a: Hashable
@@ -147,14 +149,23 @@ class Counterexample:
                 f"  run B -> {self.outcome_b}:\n{show(self.run_b)}")
 
 
+def _is_merge_conflict(outcome: Any) -> bool:
+    """An outcome that is the error of [E-Merge-Conflict]."""
+    return bool(outcome) and tuple(outcome[0][:2]) == ("error", "MergeConflictError")
+
+
 def check_confluence(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
                      max_states: int = 50_000,
                      variables: Mapping[str, Any] | None = None) -> Counterexample | None:
     """``[T1-Confluence]`` for one small program: None if every maximal run has the same outcome and
-    none gets stuck; otherwise a ``Counterexample``. Raises ``NonTerminationError`` if the state space
-    exceeds ``max_states`` before any counterexample was found (no verdict can be given then)."""
+    none gets stuck and no Merge receives two live inputs at one tag; otherwise a ``Counterexample``.
+    Raises ``NonTerminationError`` if the state space exceeds ``max_states`` before any counterexample
+    was found (no verdict can be given then)."""
     r = explore(graph, fetches, feeds, variables, max_states)
     outs = sorted(r.final_outputs, key=repr)
+    conflicts = [o for o in outs if _is_merge_conflict(o)]
+    if conflicts:  # [E-Merge-Conflict]: the graph breaks [W-Merge-Unique]; show the run that finds it
+        return Counterexample("merge-conflict", conflicts[0], r.witnesses[conflicts[0]], None, [])
     if len(outs) > 1:
         a, b = outs[0], outs[1]
         return Counterexample("divergent", a, r.witnesses[a], b, r.witnesses[b])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +43,11 @@ from turnout.errors import (
     DeadlockError,
     ExecutionError,
     FeedError,
+    MergeConflictError,
     NonTerminationError,
     ValidationError,
     describe_node,
+    merge_conflict_message,
 )
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
@@ -287,6 +290,10 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
                 if not n.outputs or any((n.id, i) not in fed for i in range(len(n.outputs)))}
     else:
         keep = _prune(fetch_ts, fed)
+    # A fed Placeholder kept only for a control dependency does not run: its fed value stands for it,
+    # and its control consumers start with a live control token.
+    fed_nodes = {i for i, n in keep.items() if n.op == "Placeholder" and (i, 0) in fed}
+    keep = {i: n for i, n in keep.items() if i not in fed_nodes}
     for n in keep.values():
         if n.has_pending_back_edge:
             raise ValidationError(f"{describe_node(n)} has a back edge that was never closed",
@@ -314,7 +321,10 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
             else:
                 outs[src.node.id][src.index].append((i, slot))
         for j, c in enumerate(n.control_inputs):
-            ctl[c.id].append((i, n_data[i] + j))
+            if c.id in fed_nodes:
+                pending[(i, ())] = pending.get((i, ()), frozenset()) | {(n_data[i] + j, Token.live(None, ()))}
+            else:
+                ctl[c.id].append((i, n_data[i] + j))
         if n.op == "Merge":
             bs = frozenset(s for s, t in enumerate(n.raw_inputs)
                            if isinstance(t, Tensor) and t.node.op == "NextIteration")
@@ -368,10 +378,11 @@ class _Update:
         self.fired = self.fired | {(nid, tag)}
 
     def put(self, cid: int, slot: int, tok: Token) -> None:
-        """put: a token bound for a Merge that already fired at its tag is discarded."""
+        """put: a token bound for a Merge that already fired at its tag is discarded, unless it is a live
+        data token: that one is a second live input at the tag and enables [E-Merge-Conflict]."""
         key = (cid, tok.tag)
-        if self.p.nodes[cid].op == "Merge" and key in self.fired:
-            return
+        if self.p.nodes[cid].op == "Merge" and key in self.fired and (tok.is_dead or slot >= self.p.n_data[cid]):
+            return  # a live data token stays: it enables [E-Merge-Conflict]
         self.pending[key] = self.pending.get(key, frozenset()) | {(slot, tok)}
 
     def emit(self, nid: int, tag: Tag, outs: Sequence[Token], ctl_live: bool) -> None:
@@ -499,8 +510,10 @@ def _enable_merge(c: Config, node: Node, tag: Tag, arr: Arrivals) -> list[Firing
     for ctl in itertools.product(*(arr[s] for s in ctl_slots)):
         guard_live = not any(tok.is_dead for tok in ctl)
         live_data = [(j, tok) for j in range(nd) for tok in arr.get(j, ()) if not tok.is_dead]
+        if len(live_data) > 1:  # [E-Merge-Conflict]: two live data inputs at t
+            return [Firing("E-Merge-Conflict", node.name, tag, False, node.id, ())]
         if guard_live:
-            for j, tok in live_data:  # [E-Merge-Live]: one firing per live input (one, if unique)
+            for j, tok in live_data:  # [E-Merge-Live]: the one live input
                 out.append(Firing("E-Merge-Live", node.name, tag, False, node.id, (tok, *ctl), slot=j))
         elif live_data:  # [E-Merge-AllDead] (b): a dead control input where it would have fired live
             out.append(Firing("E-Merge-AllDead", node.name, tag, True, node.id, ctl))
@@ -572,6 +585,9 @@ def _node_firings(c: Config) -> list[Firing]:
             out.extend(_ENABLE.get(node.op, _enable_ordinary)(c, node, (), {}))
     for (nid, tag), toks in c.pending.items():
         if (nid, tag) in c.fired:
+            node = p.nodes[nid]
+            if node.op == "Merge" and any(j < p.n_data[nid] and not t.is_dead for j, t in toks):
+                out.append(Firing("E-Merge-Conflict", node.name, tag, False, nid, ()))  # a late live input
             continue
         arr: Arrivals = {}
         for slot, tok in toks:
@@ -750,6 +766,12 @@ def _fire_merge_live(c: Config, f: Firing, u: _Update) -> None:
                               Token.live(np.asarray(f.slot, dtype=np.int32), f.tag)], True)
 
 
+def _fire_merge_conflict(c: Config, f: Firing, u: _Update) -> None:
+    """[E-Merge-Conflict]: a Merge holds two live data inputs at one tag (both waiting, or one arriving
+    after it fired): the run stops with MergeConflictError, whichever input came first."""
+    raise MergeConflictError(merge_conflict_message(c.program.nodes[f.node_id], fmt_tag(f.tag)))
+
+
 def _fire_enter(c: Config, f: Firing, u: _Update) -> None:
     """[E-Enter] / [E-Enter-Const]: open the instance (t, F), count this Enter off, deliver."""
     node = c.program.nodes[f.node_id]
@@ -875,6 +897,7 @@ _FIRE: dict[str, Callable[[Config, Firing, _Update], None]] = {
     "E-Merge-Live": _fire_merge_live,
     "E-Merge-AllDead": _fire_dead,
     "E-Merge-DeadEnter": _fire_dead,
+    "E-Merge-Conflict": _fire_merge_conflict,
     "E-Enter": _fire_enter,
     "E-Enter-Const": _fire_enter,
     "E-Exit-Live": _fire_exit,
@@ -898,7 +921,8 @@ def fire(config: Config, firing: Firing) -> Config:
 
 def fire_sending(config: Config, firing: Firing) -> tuple[Config, list[tuple[tuple[str, Tag], Token]]]:
     """``fire``, also returning the tokens an [E-Send] put into the rendezvous (for a set of partitions)."""
-    if firing.is_node_firing and (firing.node_id, firing.tag) in config.fired:
+    late_conflict = firing.rule == "E-Merge-Conflict"  # may follow the Merge's own firing at the tag
+    if firing.is_node_firing and not late_conflict and (firing.node_id, firing.tag) in config.fired:
         raise ValueError(f"{firing.node} has already fired at tag {fmt_tag(firing.tag)}")
     u = _Update(config)
     _FIRE[firing.rule](config, firing, u)
@@ -979,12 +1003,13 @@ SCHEDULERS = ("fifo", "lifo", "random")
 
 def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
         scheduler: str = "fifo", seed: int = 0, max_steps: int = 200_000,
-        variables: Mapping[str, Any] | None = None) -> SmallStepResult:
+        variables: Mapping[str, Any] | None = None, max_seconds: float | None = None) -> SmallStepResult:
     """Run to quiescence, choosing among enabled firings with ``scheduler``.
 
     ``fifo`` takes the firing enabled longest ago, ``lifo`` the one enabled most recently, ``random``
     a seeded uniform choice. Raises ``DeadlockError`` (quiescent with a fetch missing; lists the
-    blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps.
+    blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps or
+    ``max_seconds`` seconds of wall-clock time.
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {SCHEDULERS}")
@@ -994,6 +1019,7 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
     clock = itertools.count()
     log: list[tuple[str, str, Tag, bool]] = []
     counts: dict[tuple[str, Tag], int] = {}
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     while True:
         en = enabled(c)
         if not en:
@@ -1001,7 +1027,11 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
         if len(log) >= max_steps:
             raise NonTerminationError(
                 f"small-step run exceeded max_steps={max_steps} firings (a loop that does not end?); "
-                f"last: {log[-1]}")
+                f"last: {log[-1]}; raise the limit with sess.run(..., max_firings=N)")
+        if deadline is not None and not len(log) & 255 and time.monotonic() > deadline:
+            raise NonTerminationError(
+                f"small-step run took more than max_seconds={max_seconds} seconds (a loop that does not end?); "
+                f"last: {log[-1] if log else None}; raise the limit with sess.run(..., max_seconds=N)")
         age = {f: age[f] if f in age else next(clock) for f in en}  # when each became enabled
         en.sort(key=age.__getitem__)
         pick = en[0] if scheduler == "fifo" else en[-1] if scheduler == "lifo" else rng.choice(en)
@@ -1026,7 +1056,8 @@ class SmallStepBackend:
             options: RunOptions) -> RunResult:
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
-                max_steps=limit if limit is not None else 10**9, variables=variables)
+                max_steps=limit if limit is not None else 10**9, variables=variables,
+                max_seconds=options.max_seconds)
         variables.clear()
         variables.update(r.variables)
         return RunResult(values=r.values, trace=r.firings if options.trace else None,

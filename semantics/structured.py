@@ -119,7 +119,8 @@ class StructuredForm:
             if w is not None and w.pivot is not None:
                 stack.append(w.pivot)  # a loop that takes part runs its test ([S-While])
             stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor) and (t.node.id, t.index) not in fed)
-            stack.extend(n.control_inputs)
+            # A fed Placeholder stands for its value: a control dependency on it is already satisfied.
+            stack.extend(c for c in n.control_inputs if not (c.op == "Placeholder" and (c.id, 0) in fed))
         return keep
 
     def _index_contexts(self) -> None:

@@ -307,13 +307,14 @@ def test_lowering_table_is_complete() -> None:
     assert all(isinstance(reason, str) and reason for reason in UNSUPPORTED.values())
 
 
-def test_merge_of_two_live_paths_is_rejected_naming_it() -> None:
+def test_merge_of_two_live_paths_is_rejected_naming_it(backend: str) -> None:
+    """[E-Merge-Conflict]: the same error type on both backends (the fast one finds it when compiling)."""
     g = tn.Graph()
     with g.as_default():
         a = tn.constant(1.0)
         m, _ = raw.merge([a + 1.0, a * 3.0], name="both_live")
-    with pytest.raises(tn.UnsupportedError, match="both_live"):
-        run(g, "fast", m)
+    with pytest.raises(tn.MergeConflictError, match=r"E-Merge-Conflict.*both_live"):
+        run(g, backend, m)
 
 
 def test_merge_of_unrelated_predicates_is_rejected() -> None:

@@ -397,6 +397,8 @@ CHECKED_ELSEWHERE = {
     "reduce_sum", "reduce_mean", "reduce_max", "zeros", "ones", "shape", "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
     "group", "no_op", "convert_to_tensor", "control_dependencies",
+    # value checkers, not op constructors: tests/test_bad_inputs.py
+    "bad_value", "checked_scalar", "int_attr", "int_list_attr", "convert_argument", "checked_constant_value",
 }
 
 

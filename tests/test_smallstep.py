@@ -443,21 +443,23 @@ def test_exploring_a_two_iteration_loop_with_two_parallel_iterations_finds_one_o
 
 
 def test_a_merge_with_two_live_inputs_is_reported_with_a_counterexample():
-    """Merge(const 1, const 2) breaks [W-Merge-Unique]: which input it forwards depends on the order
-    the constants fire in, and the explorer finds two runs that say so."""
+    """Merge(const 1, const 2) breaks [W-Merge-Unique]: without [E-Merge-Conflict] the value it forwards
+    would depend on the order the constants fire in. Every run now ends in MergeConflictError (whichever
+    constant comes first), the explorer reports it with the run that reaches it, and the plain
+    schedulers agree."""
     g = tn.Graph()
     with g.as_default():
         m, idx = tn.raw.merge([tn.constant(1, name="one"), tn.constant(2, name="two")], name="racy")
+    r = ex.explore(g, [m, idx])
+    assert r.complete and len(r.final_outputs) == 1  # one outcome under every schedule: the error
     ce = ex.check_confluence(g, [m, idx])
-    assert ce is not None and ce.kind == "divergent"
-    outcomes = {ce.outcome_a, ce.outcome_b}
-    assert outcomes == {(("live", ("int32", (), 1)), ("live", ("int32", (), 0))),
-                        (("live", ("int32", (), 2)), ("live", ("int32", (), 1)))}
-    assert replay(g, [m, idx], ce.run_a) == ce.outcome_a
-    assert replay(g, [m, idx], ce.run_b) == ce.outcome_b
-    assert "racy" in str(ce)
-    # the plain schedulers see the race too: FIFO and LIFO pick different constants first
-    assert {int(ss.run(g, [m], scheduler=s).values[0]) for s in ("fifo", "lifo")} == {1, 2}
+    assert ce is not None and ce.kind == "merge-conflict"
+    assert ce.outcome_a[0][:2] == ("error", "MergeConflictError")
+    assert "E-Merge-Conflict" in str(ce) and "racy" in str(ce)
+    assert ce.run_a[-1].rule == "E-Merge-Conflict"
+    for s in ("fifo", "lifo"):
+        with pytest.raises(tn.MergeConflictError, match=r"\[E-Merge-Conflict\].*racy"):
+            ss.run(g, [m], scheduler=s)
 
 
 def test_exploration_that_hits_the_state_cap_says_so():

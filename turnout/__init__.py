@@ -25,9 +25,11 @@ from turnout.errors import (
     GradientError,
     GraphBuildError,
     KernelError,
+    MergeConflictError,
     NonTerminationError,
     PartitionError,
     PlacementError,
+    ResourceExhaustedError,
     SerializationError,
     ShapeError,
     TurnoutError,
@@ -128,6 +130,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # Lazy entry points: they import heavier modules (or jax / z3) only when used.
     lazy = {
         "Session": ("turnout.session", "Session"),
+        "RunOptions": ("turnout.session", "RunOptions"),
         "train": ("turnout.train", None),
         "checkpoint": ("turnout.checkpoint", None),
         "pretty": ("turnout.inspect", "pretty"),

@@ -100,3 +100,76 @@ def infer_from_python(value: Any) -> DType:
     if arr.dtype == np.int64 and not isinstance(value, np.ndarray):
         return int32
     return as_dtype(arr.dtype)
+
+
+# ---- kind and range checks for values entering a graph ------------------------------------------
+#: numpy kinds with no Turnout dtype: strings, bytes, complex, datetimes, timedeltas, objects, records.
+_FOREIGN_KINDS = {"U": "a string", "S": "a bytes string", "a": "a bytes string", "c": "a complex number",
+                  "M": "a datetime", "m": "a timedelta", "O": "a Python object", "V": "a raw record"}
+
+
+def describe_kind(arr: np.ndarray) -> str:
+    """What a value with no Turnout counterpart is, in words ('a string', 'a complex number', ...)."""
+    return _FOREIGN_KINDS.get(arr.dtype.kind, f"a {arr.dtype} value")
+
+
+def as_checked_array(value: Any, d: DType, what: str) -> np.ndarray:
+    """``value`` as a numpy array of dtype ``d``, or ``ValueError`` naming ``what`` (an argument or a
+    tensor) when the conversion would change the value.
+
+    Why one function: constants, Python scalars in operators, feeds and attributes all enter the
+    graph through it, so ``2**40`` is refused as an int32 wherever it is written instead of wrapping
+    to 0 in one place and not in another. The rules: strings, complex numbers, datetimes and other
+    objects are refused (a numeric string is text, not a number); bool values feed only bool tensors
+    and bool tensors take only bool values; integers must lie in the target's range; floats become
+    integers only when they are whole numbers in range; a finite float must stay finite when narrowed
+    to float32.
+    """
+    if d.is_opaque:
+        raise ValueError(f"{what}: cannot make a value of dtype {d.name}")
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise ValueError(f"{what}: cannot convert {_short(value)} to a tensor ({e})") from None
+    kind = arr.dtype.kind
+    if kind in _FOREIGN_KINDS:
+        if kind == "O" and arr.size and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.flat):
+            raise ValueError(f"{what}: integer {_short(value)} does not fit in {d.name} "
+                             f"[{np.iinfo(np.int64).min}, {np.iinfo(np.int64).max}]")
+        raise ValueError(f"{what}: {_short(value)} is {describe_kind(arr)}, which has no Turnout dtype "
+                         "(supported: bool, int32, int64, float32, float64)")
+    if d.is_bool != (kind == "b"):
+        got = "a bool" if kind == "b" else f"a {arr.dtype} (numeric)"
+        raise ValueError(f"{what}: {got} value for a {d.name} tensor; convert it explicitly (tn.cast)")
+    if d.is_integer:
+        info = np.iinfo(d.numpy)
+        if kind == "f":
+            with np.errstate(all="ignore"):
+                whole = np.isfinite(arr) & (np.trunc(arr) == arr)
+            if not np.all(whole):
+                raise ValueError(f"{what}: {_short(value)} is not a whole number, so it is not a {d.name}; "
+                                 "cast it explicitly (tn.cast)")
+            lo, hi = (arr.min(), arr.max()) if arr.size else (0, 0)
+            if lo < info.min or hi >= -float(info.min):
+                raise ValueError(f"{what}: {_short(value)} does not fit in {d.name} [{info.min}, {info.max}]")
+        elif kind in "iu" and arr.size:
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                raise ValueError(f"{what}: integer {lo if lo < info.min else hi} does not fit in {d.name} "
+                                 f"[{info.min}, {info.max}]")
+    elif d.name == "float32" and kind == "f" and arr.dtype.itemsize > 4 and arr.size:
+        with np.errstate(all="ignore"):
+            finite = np.isfinite(arr)
+            if np.any(finite & ~np.isfinite(arr.astype(np.float32))):
+                raise ValueError(f"{what}: {_short(value)} overflows float32 (largest {np.finfo(np.float32).max:g})")
+    elif d.is_floating and kind in "iu" and arr.size:
+        pass  # every int64 has a nearest float; precision loss in big ints is the usual float rounding
+    return arr.astype(d.numpy, copy=False)
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."

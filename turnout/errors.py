@@ -22,6 +22,14 @@ def describe_node(node: Any) -> str:
     return f'{node.op} node "{node.name}"{where}'
 
 
+def merge_conflict_message(node: Any, tag: str) -> str:
+    """[E-Merge-Conflict]: the one message every interpreter gives, whichever input came first, so
+    that the outcome of a conflicting run does not depend on the schedule."""
+    return (f"[E-Merge-Conflict] {describe_node(node)} received two live data inputs at tag {tag}; a Merge "
+            "takes at most one live input per tag ([W-Merge-Unique]), otherwise its value would depend on "
+            "the schedule. Route the values through Switches on one predicate (tn.cond does)")
+
+
 class GraphBuildError(TurnoutError, ValueError):
     """A builder or op constructor was called with arguments it cannot accept."""
 
@@ -60,8 +68,18 @@ class NonTerminationError(ExecutionError):
     """The configured limit on firings or iterations was exceeded (a loop that does not end?)."""
 
 
+class MergeConflictError(ExecutionError):
+    """[E-Merge-Conflict]: a Merge received two live data inputs at one tag (a hand-built graph that
+    breaks [W-Merge-Unique]); its value would depend on the schedule, so the run stops."""
+
+
 class KernelError(ExecutionError):
     """An op's kernel failed on the values it received (bad feed, out-of-range index, ...)."""
+
+
+class ResourceExhaustedError(ExecutionError):
+    """A run would exceed a resource limit (a tensor over ``max_tensor_bytes``), checked before
+    allocating; the message names the op and the run option that raises the limit."""
 
 
 class FeedError(ExecutionError, ValueError):

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout.errors import KernelError
+from turnout.errors import KernelError, ResourceExhaustedError
+from turnout.limits import check_allocation
 from turnout.tables import registrar
 
 Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
@@ -42,6 +43,9 @@ class TensorArrayValue:
 
 
 _k = registrar(KERNELS)
+
+#: Bytes counted per TensorArray slot by the allocation guard (one reference in the slot table).
+TA_SLOT_BYTES = 8
 
 
 def _np(d: Any) -> Any:
@@ -128,9 +132,30 @@ def _select(xs, attrs):
     return [np.where(c, a, b)]
 
 
+def cast_float_to_int(x: np.ndarray, target: Any) -> np.ndarray:
+    """[Cast float -> int]: truncation toward zero, defined only where the result is representable.
+
+    NaN, an infinity or a value whose truncation lies outside the target's range is a KernelError
+    (numpy and XLA would each return a different arbitrary integer). The fast backend checks the
+    same condition (``fast/lowering.py``), so both backends agree: an error, never a value."""
+    info = np.iinfo(target)
+    with np.errstate(all="ignore"):
+        t = np.trunc(x.astype(np.float64))
+        bad = ~np.isfinite(t) | (t < info.min) | (t >= -float(info.min))
+    if np.any(bad):
+        v = np.asarray(x)[bad].flat[0]
+        raise KernelError(f"Cast: {float(v)!r} cannot be cast to {np.dtype(target).name} (NaN, infinite or out of "
+                          f"range [{info.min}, {info.max}]); clip it first")
+    return t.astype(target)
+
+
 @_k("Cast")
 def _cast(xs, attrs):
-    return [np.asarray(xs[0]).astype(_np(attrs["dtype"]))]
+    x = np.asarray(xs[0])
+    target = _np(attrs["dtype"])
+    if x.dtype.kind == "f" and np.issubdtype(target, np.integer):
+        return [cast_float_to_int(x, target)]
+    return [x.astype(target)]
 
 
 @_k("MatMul")
@@ -240,7 +265,12 @@ def _scatter_add_like(xs, attrs):
 
 @_k("Tile")
 def _tile(xs, attrs):
-    return [np.tile(xs[0], attrs["multiples"])]
+    x = np.asarray(xs[0])
+    reps = list(attrs["multiples"])
+    shape = [1] * (len(reps) - x.ndim) + list(x.shape)
+    reps = [1] * (len(shape) - len(reps)) + reps
+    check_allocation("Tile", [d * r for d, r in zip(shape, reps, strict=True)], x.dtype.itemsize)
+    return [np.tile(x, attrs["multiples"])]
 
 
 def _axis_arg(attrs: dict[str, Any]) -> Any:
@@ -283,6 +313,7 @@ def _fill(xs, attrs):
     shp, v = xs
     if np.any(np.asarray(shp) < 0):
         raise KernelError(f"Fill: negative dimension in shape {shp}")
+    check_allocation("Fill", [int(d) for d in np.ravel(shp)], np.asarray(v).dtype.itemsize)
     return [np.full(tuple(int(d) for d in shp), v, dtype=np.asarray(v).dtype)]
 
 
@@ -299,6 +330,7 @@ def _size(xs, attrs):
 @_k("BroadcastLike")
 def _broadcast_like(xs, attrs):
     x, like = xs
+    check_allocation("BroadcastLike", np.shape(like), np.asarray(x).dtype.itemsize)
     try:
         return [np.array(np.broadcast_to(x, np.shape(like)))]
     except ValueError as e:
@@ -332,6 +364,7 @@ def _ta_new(xs, attrs):
     n = int(xs[0])
     if n < 0:
         raise KernelError(f"TensorArrayNew: negative size {n}")
+    check_allocation("TensorArrayNew (its slot table)", [n], TA_SLOT_BYTES)
     return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, attrs.get("element_shape"), (None,) * n)]
 
 
@@ -403,6 +436,8 @@ def _ta_read_or_zeros(xs, attrs):
     ta, i, shp = xs
     i = _check_ta_index("TensorArrayReadOrZeros", ta, i)
     v = ta.items[i]
+    if v is None:
+        check_allocation("TensorArrayReadOrZeros", [int(d) for d in shp], dt.as_dtype(ta.dtype).itemsize)
     return [np.zeros(tuple(int(d) for d in shp), dtype=_np(ta.dtype)) if v is None else v]
 
 
@@ -412,6 +447,7 @@ def _ta_stack_or_zeros(xs, attrs):
     shape = tuple(int(d) for d in shp)
     if shape[0] != ta.size:
         raise KernelError(f"TensorArrayStackOrZeros: {ta.size} slots for a leading dimension of {shape[0]}")
+    check_allocation("TensorArrayStackOrZeros", shape, dt.as_dtype(ta.dtype).itemsize)
     out = np.zeros(shape, dtype=_np(ta.dtype))
     for i, v in enumerate(ta.items):
         if v is not None:
@@ -425,5 +461,10 @@ def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any], node_desc:
         return KERNELS[op](inputs, attrs)
     except KernelError as e:
         raise KernelError(f"{node_desc}: {e}" if node_desc else str(e)) from None
+    except ResourceExhaustedError as e:
+        raise ResourceExhaustedError(f"{node_desc}: {e}" if node_desc else str(e)) from None
+    except MemoryError:
+        raise ResourceExhaustedError(f"{node_desc or op}: out of memory (the allocation guard's limit, "
+                                     "max_tensor_bytes, is above what this machine has)") from None
     except (ValueError, TypeError, IndexError, FloatingPointError) as e:
         raise KernelError(f"{node_desc or op}: kernel failed: {e}") from None

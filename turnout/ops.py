@@ -14,8 +14,15 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
-from turnout.errors import GraphBuildError
-from turnout.graph import Graph, Node, Tensor, get_default_graph
+from turnout.errors import GraphBuildError, ResourceExhaustedError
+from turnout.graph import Graph, Node, Tensor, get_default_graph, user_source_line
+from turnout.limits import check_allocation
+
+
+def bad_value(message: str) -> GraphBuildError:
+    """A GraphBuildError for a value that cannot enter the graph, with the user's source line."""
+    where = user_source_line()
+    return GraphBuildError(f"{message} (at {where})" if where else message)
 
 
 def _graph_of(*xs: Any) -> Graph:
@@ -32,18 +39,79 @@ def _graph_of(*xs: Any) -> Graph:
 
 
 def constant(value: Any, dtype: Any = None, name: Optional[str] = None) -> Tensor:
-    """A constant tensor. Python floats become float32 and ints int32 unless ``dtype`` says otherwise."""
-    d = dt.as_dtype(dtype) if dtype is not None else dt.infer_from_python(value)
-    if d.is_opaque:
-        raise GraphBuildError(f"cannot make a constant of dtype {d.name}")
-    arr = np.asarray(value)
-    if arr.dtype == object:
-        raise GraphBuildError(f"constant: cannot convert {value!r} to a tensor")
-    cast = arr.astype(d.numpy)
-    if d.is_integer and arr.dtype.kind == "f" and not np.all(cast == arr):
-        raise GraphBuildError(f"constant: {value!r} is not exactly representable as {d.name}")
+    """A constant tensor. Python floats become float32 and ints int32 unless ``dtype`` says otherwise.
+
+    The value is kind- and range-checked (``dtypes.as_checked_array``): ``constant(2**40)`` is a
+    GraphBuildError, not 0, and a string or complex value is refused rather than converted."""
+    d, cast = checked_constant_value(value, dtype, f"constant {name!r}" if name else "constant")
     g = get_default_graph()
     return g.create_node("Const", (), {"value": cast, "dtype": d.name}, name=name or "Const").outputs[0]
+
+
+def checked_constant_value(value: Any, dtype: Any, what: str) -> tuple[dt.DType, np.ndarray]:
+    """The dtype and array of a constant value (a ``constant``, a Variable's initial value), kind- and
+    range-checked by ``dtypes.as_checked_array``; a GraphBuildError naming ``what`` otherwise."""
+    try:
+        d = dt.as_dtype(dtype) if dtype is not None else _infer(value, what)
+    except TypeError as e:
+        raise bad_value(f"{what}: {e}") from None
+    if d.is_opaque:
+        raise bad_value(f"{what}: cannot make a constant of dtype {d.name}")
+    try:
+        return d, dt.as_checked_array(value, d, what)
+    except ValueError as e:
+        hint = ("; pass dtype=tn.int64 for a larger integer" if d == dt.int32 and dtype is None
+                and "does not fit" in str(e) else "")
+        raise bad_value(f"{e}{hint}") from None
+
+
+def _infer(value: Any, what: str) -> dt.DType:
+    """``dtypes.infer_from_python``, with values of no Turnout dtype reported as a GraphBuildError."""
+    try:
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise bad_value(f"{what}: cannot convert {value!r:.60} to a tensor ({e})") from None
+    if arr.dtype.kind in "OUSacMmV" or arr.dtype.kind == "u" and arr.dtype.itemsize >= 8:
+        try:
+            dt.as_checked_array(value, dt.int64 if arr.dtype.kind in "uO" else dt.float32, what)
+        except ValueError as e:
+            raise bad_value(str(e)) from None
+    try:
+        return dt.infer_from_python(value)
+    except TypeError as e:
+        raise bad_value(f"{what}: {e}") from None
+
+
+def checked_scalar(value: Any, like: Tensor, op: str) -> Tensor:
+    """A Python scalar combined with tensor ``like`` in op ``op``: a constant of ``like``'s dtype,
+    checked to hold the same value (``x + 2**40`` on an int32 ``x`` is an error, not ``x``)."""
+    try:
+        arr = dt.as_checked_array(value, like.dtype, f"{op}: operand {value!r:.60} combined with {like.name}")
+    except ValueError as e:
+        raise bad_value(str(e)) from None
+    return constant(arr, dtype=like.dtype)
+
+
+def int_attr(value: Any, op: str, argument: str) -> int:
+    """An integer attribute (an axis, a dim, a multiple). Floats and bools are refused rather than
+    truncated: ``reshape(x, [2.9])`` is a GraphBuildError naming the op and the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, Tensor):
+            raise bad_value(f"{op}: {argument} must be a Python int (a static attribute), got tensor {value.name}")
+        raise bad_value(f"{op}: {argument} must be an int, got {value!r:.60} ({type(value).__name__})")
+    v = int(value)
+    if not -(2**63) <= v < 2**63:
+        raise bad_value(f"{op}: {argument} {v} is out of the int64 range")
+    return v
+
+
+def int_list_attr(values: Any, op: str, argument: str) -> list[int]:
+    """A list of integer attributes (a shape, a permutation, multiples), each checked by ``int_attr``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, np.ndarray)):
+        if isinstance(values, Tensor):
+            raise bad_value(f"{op}: {argument} must be a list of Python ints, got tensor {values.name}")
+        raise bad_value(f"{op}: {argument} must be a list of ints, got {values!r:.60}")
+    return [int_attr(v, op, f"{argument}[{i}]") for i, v in enumerate(values)]
 
 
 def convert_to_tensor(x: Any, dtype: Any = None, name: Optional[str] = None) -> Tensor:
@@ -57,7 +125,22 @@ def convert_to_tensor(x: Any, dtype: Any = None, name: Optional[str] = None) -> 
     return constant(x, dtype=dtype, name=name)
 
 
-def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+def convert_argument(x: Any, builder: str, argument: str, dtype: Any = None) -> Tensor:
+    """``convert_to_tensor`` for an argument of a builder: None, a string or a ragged list where a
+    tensor is due is a GraphBuildError naming the builder and the argument (``cond "c": output 0 of
+    true_fn``), not numpy's message about object arrays."""
+    if x is None:
+        raise bad_value(f"{builder}: {argument} is None, where a tensor is due")
+    try:
+        return convert_to_tensor(x, dtype=dtype)
+    except (GraphBuildError, TypeError, ValueError) as e:
+        if isinstance(e, GraphBuildError) and str(e).startswith(builder):
+            raise
+        msg = f"{builder}: {argument}: {e}"
+        raise (GraphBuildError(msg) if " (at " in str(e) else bad_value(msg)) from None
+
+
+def _pair(a: Any, b: Any, op: str = "operator") -> tuple[Tensor, Tensor]:
     """Convert two operands, letting a Python scalar take the dtype of the tensor operand."""
     ta = a if isinstance(a, Tensor) else (a._as_tensor() if hasattr(a, "_as_tensor") else None)
     tb = b if isinstance(b, Tensor) else (b._as_tensor() if hasattr(b, "_as_tensor") else None)
@@ -65,9 +148,9 @@ def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
         ta = convert_to_tensor(a)
     if ta is None:
         assert tb is not None
-        ta = constant(a, dtype=tb.dtype if not tb.dtype.is_opaque else None)
+        ta = checked_scalar(a, tb, op) if not tb.dtype.is_opaque else constant(a)
     if tb is None:
-        tb = constant(b, dtype=ta.dtype if not ta.dtype.is_opaque else None)
+        tb = checked_scalar(b, ta, op) if not ta.dtype.is_opaque else constant(b)
     return ta, tb
 
 
@@ -77,7 +160,7 @@ def _op1(op: str, x: Any, name: Optional[str] = None, **attrs: Any) -> Tensor:
 
 
 def _op2(op: str, a: Any, b: Any, name: Optional[str] = None, **attrs: Any) -> Tensor:
-    a, b = _pair(a, b)
+    a, b = _pair(a, b, op)
     return a.graph.create_node(op, [a, b], attrs, name=name).outputs[0]
 
 
@@ -223,7 +306,7 @@ def logical_not(x: Any, name: Optional[str] = None) -> Tensor:
 
 def where(cond: Any, x: Any, y: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise select: ``x`` where ``cond`` else ``y`` (both computed; no control flow)."""
-    x, y = _pair(x, y)
+    x, y = _pair(x, y, "Select")
     c = convert_to_tensor(cond)
     return x.graph.create_node("Select", [c, x, y], name=name).outputs[0]
 
@@ -232,8 +315,13 @@ select = where
 
 
 def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
-    """``x`` converted to ``dtype`` (numpy's conversion rules; float to int truncates)."""
-    return _op1("Cast", x, name, dtype=dt.as_dtype(dtype).name)
+    """Convert ``x`` to ``dtype``. Float to int truncates toward zero and is an error (KernelError) for
+    NaN, infinities and values out of range, on every backend (``docs/limits.rst``)."""
+    try:
+        d = dt.as_dtype(dtype)
+    except TypeError as e:
+        raise bad_value(f"cast: dtype: {e}") from None
+    return _op1("Cast", x, name, dtype=d.name)
 
 
 def stop_gradient(x: Any, name: Optional[str] = None) -> Tensor:
@@ -248,17 +336,17 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
 
 def reshape(x: Any, shape: Sequence[int], name: Optional[str] = None) -> Tensor:
     """``x`` with a new static ``shape`` (at most one -1, inferred); the element count must match."""
-    return _op1("Reshape", x, name, shape=[int(d) for d in shape])
+    return _op1("Reshape", x, name, shape=int_list_attr(shape, "reshape", "shape"))
 
 
 def transpose(x: Any, perm: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Tensor:
     """``x`` with its axes permuted by ``perm`` (reversed when ``perm`` is None)."""
-    return _op1("Transpose", x, name, perm=None if perm is None else [int(p) for p in perm])
+    return _op1("Transpose", x, name, perm=None if perm is None else int_list_attr(perm, "transpose", "perm"))
 
 
 def expand_dims(x: Any, axis: int, name: Optional[str] = None) -> Tensor:
     """``x`` with a new axis of size 1 inserted at ``axis``."""
-    return _op1("ExpandDims", x, name, axis=int(axis))
+    return _op1("ExpandDims", x, name, axis=int_attr(axis, "expand_dims", "axis"))
 
 
 def concat(values: Sequence[Any], axis: int, name: Optional[str] = None) -> Tensor:
@@ -266,7 +354,7 @@ def concat(values: Sequence[Any], axis: int, name: Optional[str] = None) -> Tens
     if not values:
         raise GraphBuildError("concat: needs at least one tensor")
     ts = [convert_to_tensor(v) for v in values]
-    return ts[0].graph.create_node("Concat", ts, {"axis": int(axis)}, name=name).outputs[0]
+    return ts[0].graph.create_node("Concat", ts, {"axis": int_attr(axis, "concat", "axis")}, name=name).outputs[0]
 
 
 def stack(values: Sequence[Any], name: Optional[str] = None) -> Tensor:
@@ -295,8 +383,8 @@ def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
     dyn: list[Tensor] = []
     for k in keys:
         if isinstance(k, slice):
-            if isinstance(k.step, Tensor):
-                raise GraphBuildError("slice steps must be Python ints")
+            if k.step is not None:
+                int_attr(k.step, "getitem", "slice step")
             if k.step == 0:
                 raise GraphBuildError("slice step cannot be zero")
             spec.append({"kind": "slice", "start": _index_entry(k.start, dyn), "stop": _index_entry(k.stop, dyn),
@@ -315,35 +403,35 @@ def gather(x: Any, indices: Any, axis: int = 0, name: Optional[str] = None) -> T
     """The slices of ``x`` at integer ``indices`` along ``axis`` (indices may be a tensor)."""
     x = convert_to_tensor(x)
     idx = convert_to_tensor(indices)
-    return x.graph.create_node("Gather", [x, idx], {"axis": int(axis)}, name=name).outputs[0]
+    return x.graph.create_node("Gather", [x, idx], {"axis": int_attr(axis, "gather", "axis")}, name=name).outputs[0]
 
 
 def tile(x: Any, multiples: Sequence[int], name: Optional[str] = None) -> Tensor:
     """``x`` repeated ``multiples[i]`` times along each axis ``i``."""
-    return _op1("Tile", x, name, multiples=[int(m) for m in multiples])
+    return _op1("Tile", x, name, multiples=int_list_attr(multiples, "tile", "multiples"))
 
 
-def _axis_attr(axis: Any) -> Any:
+def _axis_attr(axis: Any, op: str) -> Any:
     if axis is None:
         return None
     if isinstance(axis, (list, tuple)):
-        return [int(a) for a in axis]
-    return int(axis)
+        return int_list_attr(axis, op, "axis")
+    return int_attr(axis, op, "axis")
 
 
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Sum over ``axis`` (an int, a list, or None for all axes), keeping reduced axes if ``keepdims``."""
-    return _op1("Sum", x, name, axis=_axis_attr(axis), keepdims=bool(keepdims))
+    return _op1("Sum", x, name, axis=_axis_attr(axis, "reduce_sum"), keepdims=bool(keepdims))
 
 
 def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Mean over ``axis`` (floating dtypes only), like ``reduce_sum``."""
-    return _op1("Mean", x, name, axis=_axis_attr(axis), keepdims=bool(keepdims))
+    return _op1("Mean", x, name, axis=_axis_attr(axis, "reduce_mean"), keepdims=bool(keepdims))
 
 
 def reduce_max(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Maximum over ``axis``, like ``reduce_sum``."""
-    return _op1("Max", x, name, axis=_axis_attr(axis), keepdims=bool(keepdims))
+    return _op1("Max", x, name, axis=_axis_attr(axis, "reduce_max"), keepdims=bool(keepdims))
 
 
 def zeros_like(x: Any, name: Optional[str] = None) -> Tensor:
@@ -356,14 +444,28 @@ def ones_like(x: Any, name: Optional[str] = None) -> Tensor:
     return _op1("OnesLike", x, name)
 
 
+def _static_shape(shape: Any, op: str, d: dt.DType) -> tuple[int, ...]:
+    """A build-time shape: ints >= 0, under the allocation guard (the array is made now)."""
+    dims = tuple(int_list_attr(shape, op, "shape"))
+    if any(x < 0 for x in dims):
+        raise GraphBuildError(f"{op}: negative dimension in shape {list(dims)}")
+    try:
+        check_allocation(op, dims, d.itemsize)
+    except ResourceExhaustedError as e:
+        raise GraphBuildError(str(e)) from None
+    return dims
+
+
 def zeros(shape: Sequence[int], dtype: Any = dt.float32, name: Optional[str] = None) -> Tensor:
     """A constant of zeros with a static ``shape``."""
-    return constant(np.zeros(tuple(shape), dt.as_dtype(dtype).numpy), dtype=dtype, name=name)
+    d = dt.as_dtype(dtype)
+    return constant(np.zeros(_static_shape(shape, "zeros", d), d.numpy), dtype=dtype, name=name)
 
 
 def ones(shape: Sequence[int], dtype: Any = dt.float32, name: Optional[str] = None) -> Tensor:
     """A constant of ones with a static ``shape``."""
-    return constant(np.ones(tuple(shape), dt.as_dtype(dtype).numpy), dtype=dtype, name=name)
+    d = dt.as_dtype(dtype)
+    return constant(np.ones(_static_shape(shape, "ones", d), d.numpy), dtype=dtype, name=name)
 
 
 def fill(shape: Any, value: Any, name: Optional[str] = None) -> Tensor:
@@ -415,9 +517,13 @@ def control_dependencies(deps: Optional[Sequence[Any]]) -> Any:
 
 def placeholder(dtype: Any, shape: Any = None, name: Optional[str] = None) -> Tensor:
     """A value fed at run time through ``feed_dict``."""
-    d = dt.as_dtype(dtype)
+    try:
+        d = dt.as_dtype(dtype)
+        shp = None if shape is None else list(sh.as_shape(shape) or ())
+    except TypeError as e:
+        raise bad_value(f"placeholder {name or ''}: {e}".replace(" :", ":")) from None
     return get_default_graph().create_node(
-        "Placeholder", (), {"dtype": d.name, "shape": None if shape is None else list(sh.as_shape(shape) or ())},
+        "Placeholder", (), {"dtype": d.name, "shape": shp},
         name=name or "Placeholder",
     ).outputs[0]
 

@@ -8,6 +8,7 @@ Variable persistence are written once here, and the backends agree on errors by 
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -18,6 +19,7 @@ from turnout import nest
 from turnout import shapes as sh
 from turnout.errors import FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
+from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit
 
 #: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
 BACKENDS: dict[str, str] = {
@@ -30,24 +32,37 @@ BACKENDS: dict[str, str] = {
 
 @dataclass
 class RunOptions:
-    """Per-run options. ``scheduler``: "fifo", "lifo" or "random" (with ``seed``) — the order in which
-    the reference interpreter fires ready nodes; results never depend on it. ``trace`` records every
-    firing. ``max_firings`` / ``max_iterations`` guard against non-termination."""
+    """Per-run options (``docs/limits.rst`` lists them with their defaults and who enforces them).
+
+    ``scheduler``: "fifo", "lifo" or "random" (with ``seed``) — the order in which the reference
+    interpreter fires ready nodes; results never depend on it. ``trace`` records every firing.
+    Non-termination guards: ``max_iterations`` bounds each loop instance (every backend),
+    ``max_firings`` the firings of one run and ``max_seconds`` its wall-clock time (the interpreting
+    backends: reference and small-step). The defaults stop a runaway loop on the reference backend
+    within about ``max_seconds``; each error names the loop and the option that raises the limit.
+    ``max_tensor_bytes`` is the allocation guard: no tensor a run creates may be larger (checked
+    before allocating, on every backend). None turns a guard off.
+    """
 
     scheduler: str = "fifo"
     seed: int = 0
     trace: bool = False
-    max_firings: Optional[int] = 10_000_000
+    max_firings: Optional[int] = 2_000_000
     max_iterations: Optional[int] = 1_000_000
+    max_seconds: Optional[float] = 10.0
+    max_tensor_bytes: Optional[int] = DEFAULT_MAX_TENSOR_BYTES
 
     def __post_init__(self) -> None:
         # Checked here, once, so every backend rejects the same bad options the same way.
         if self.scheduler not in ("fifo", "lifo", "random"):
             raise ValueError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
-        for name in ("max_firings", "max_iterations"):
+        for name in ("max_firings", "max_iterations", "max_tensor_bytes"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
+        v = self.max_seconds
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise ValueError(f"RunOptions.max_seconds must be a positive number or None, got {v!r}")
 
 
 @dataclass
@@ -77,19 +92,48 @@ def load_backend(name: str) -> type:
 
 
 def check_feed(t: Tensor, value: Any) -> np.ndarray:
-    """A fed value, converted to the tensor's dtype, with its shape checked against the static shape."""
+    """A fed value, converted to the tensor's dtype, with its kind, range and shape checked.
+
+    The value must hold the same number after conversion (``dtypes.as_checked_array``): ``2**40``
+    fed into an int32 placeholder, the largest uint64 fed into an int64 one, a string (even
+    ``"1.5"``), a complex number or a datetime are FeedErrors naming the tensor, never wrapped or
+    parsed."""
     if t.dtype.is_opaque:
         raise FeedError(f"cannot feed {t.name}: it is a {t.dtype.name} tensor")
-    arr = np.asarray(value)
-    if arr.dtype == object:
-        raise FeedError(f"cannot feed {t.name} with {type(value).__name__}")
-    if t.dtype.is_bool and arr.dtype != np.bool_:
-        raise FeedError(f"feeding {t.name} (bool) with a {arr.dtype} value")
-    if t.dtype.is_integer and arr.dtype.kind == "f":
+    if t.dtype.is_integer and getattr(value, "dtype", np.asarray(value).dtype if isinstance(value, float) else None) \
+            is not None and np.asarray(value).dtype.kind == "f":
         raise FeedError(f"feeding {t.name} ({t.dtype.name}) with a floating value; cast it first")
+    try:
+        arr = dt.as_checked_array(value, t.dtype, f"feeding {t.name} ({t.dtype.name})")
+    except ValueError as e:
+        raise FeedError(str(e)) from None
     if not sh.compatible(t.shape, arr.shape):
         raise FeedError(f"feeding {t.name}: value of shape {list(arr.shape)} for a tensor of shape {sh.fmt(t.shape)}")
-    return arr.astype(t.dtype.numpy, copy=False)
+    return arr
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _scalar_fits(d: dt.DType, value: Any) -> bool:
+    """The per-value check of ``check_feed`` for a Python scalar whose kind already passed, without
+    numpy: a Python int in the integer range, or any int or float into a float tensor that stays
+    finite (the common feeds of small programs run many times)."""
+    tv = type(value)
+    if tv is int and d.is_integer:
+        lo, hi = _INT_RANGE[d.name]
+        return lo <= value <= hi  # type: ignore[no-any-return]
+    if (tv is float or tv is int) and d.is_floating:
+        return d.name == "float64" or not math.isfinite(value) or abs(value) <= _F32_MAX
+    return False
+
+
+def _range_checked(d: dt.DType, src: np.dtype) -> bool:
+    """Whether a feed of numpy dtype ``src`` into a ``d`` tensor needs a per-value check (narrowing):
+    its kind and shape checks depend only on (tensor, dtype, shape), but whether the *values* fit does
+    not, so those feeds are never served from the signature cache."""
+    return src.itemsize > d.itemsize or (d.is_integer and src.kind in "fu") or src.kind == "O"
 
 
 class Session:
@@ -141,10 +185,14 @@ class Session:
                 raise FeedError("feed a Variable by assigning it, not through feed_dict")
             if not isinstance(k, Tensor) or k.graph is not self.graph:
                 raise FeedError(f"feed_dict key {k!r} is not a tensor of this graph")
-            feeds[k] = self._check_feed(k, v)
+            checked = self._check_feed(k, v)
+            if k in feeds and not np.array_equal(feeds[k], checked):
+                raise FeedError(f"{k.name} is fed twice in one feed_dict, with different values")
+            feeds[k] = checked
         # Node targets are run for their effects: fetch a proxy that depends on them.
         proxies = [_target_proxy(n) for n in targets]
-        result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
+        with allocation_limit(opts.max_tensor_bytes):
+            result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
         self.last_result = result
         values = iter(result.values[: len(tensors)])
         out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
@@ -173,7 +221,8 @@ class Session:
                 if type(k) is not Tensor or k.node.graph is not graph:
                     return _SLOW
                 feeds[k] = self._check_feed(k, v)
-        result = self.backend.run(tensors, feeds, self.variables, opts)
+        with allocation_limit(opts.max_tensor_bytes):
+            result = self.backend.run(tensors, feeds, self.variables, opts)
         self.last_result = result
         if tp is Tensor:
             return result.values[0]
@@ -190,7 +239,7 @@ class Session:
         else:
             return check_feed(t, value)
         sig = (t, arr.dtype, arr.shape)
-        if arr.dtype == object or sig not in self._feeds_ok:
+        if sig not in self._feeds_ok or (_range_checked(t.dtype, arr.dtype) and not _scalar_fits(t.dtype, value)):
             checked = check_feed(t, value)
             self._feeds_ok.add(sig)
             return checked

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
-from turnout import dtypes as dt
 from turnout.errors import GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 
@@ -26,8 +23,9 @@ class Variable:
             raise GraphBuildError(
                 "Variable: the initial value must be a constant (numpy or Python value), not a tensor"
             )
-        d = dt.as_dtype(dtype) if dtype is not None else dt.infer_from_python(initial_value)
-        value = np.asarray(initial_value).astype(d.numpy)
+        from turnout.ops import checked_constant_value
+
+        d, value = checked_constant_value(initial_value, dtype, "Variable")
         g = get_default_graph()
         self._graph: Graph = g
         base = name or "Variable"

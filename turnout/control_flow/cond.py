@@ -25,7 +25,7 @@ from turnout.control_flow.contexts import CondContext, CondInfo
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Node, Tensor, get_default_graph
-from turnout.ops import convert_to_tensor, equal
+from turnout.ops import convert_argument, equal
 
 
 def _flat_deps(graph: Any) -> list[Node]:
@@ -36,7 +36,7 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], nam
     """Run ``true_fn()`` if ``pred`` else ``false_fn()``; both must return the same structure of tensors."""
     if not callable(true_fn) or not callable(false_fn):
         raise GraphBuildError("cond: true_fn and false_fn must be callables taking no arguments")
-    p = convert_to_tensor(pred)
+    p = convert_argument(pred, "cond", "pred")
     if p.dtype != dt.bool_:
         raise DTypeError(f"cond: the predicate must be a bool tensor, got {p.dtype.name} ({p.name})")
     if p.shape is not None and p.shape != ():
@@ -60,7 +60,9 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], nam
         with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{cname}/{'true' if branch else 'false'}"):
             out = fn()
             structures[branch] = out
-            flat = [convert_to_tensor(to_graph_value(v)) for v in nest.flatten(out)]
+            fname = "true_fn" if branch else "false_fn"
+            flat = [convert_argument(to_graph_value(v), f'cond "{cname}"', f"output {i} of {fname}")
+                    for i, v in enumerate(nest.flatten(out))]
             flat = [ctx.capture(t) for t in flat]
         info.branch_outputs[branch] = flat
     nest.assert_same_structure(structures[1], structures[0], f'cond "{cname}": true_fn and false_fn outputs')
@@ -87,7 +89,7 @@ def case(branch_index: Any, branch_fns: Sequence[Callable[[], Any]], default: Op
     fns = list(branch_fns)
     if not fns:
         raise GraphBuildError("case: needs at least one branch function")
-    idx = convert_to_tensor(branch_index)
+    idx = convert_argument(branch_index, "case", "branch_index")
     if idx.dtype != dt.int32 or (idx.shape is not None and idx.shape != ()):
         raise DTypeError(f"case: branch_index must be an int32 scalar, got {idx.dtype.name} {idx.shape}")
     if default is None:

@@ -39,7 +39,7 @@ from turnout.control_flow.contexts import LoopVar, WhileContext
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
-from turnout.ops import convert_to_tensor, identity, logical_and
+from turnout.ops import convert_argument, identity, logical_and
 
 
 def _call(fn: Callable[..., Any], structure: Any, values: Any) -> Any:
@@ -48,6 +48,12 @@ def _call(fn: Callable[..., Any], structure: Any, values: Any) -> Any:
     if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
         return fn(*values)
     return fn(values)
+
+
+def _has_dict(x: Any) -> bool:
+    if isinstance(x, dict):
+        return True
+    return isinstance(x, (list, tuple)) and any(_has_dict(v) for v in x)
 
 
 def _shapes_like(structure: Any, shapes: Any) -> list[Any]:
@@ -98,7 +104,7 @@ def while_loop(
         raise GraphBuildError("while_loop: loop_vars must contain at least one tensor")
     g = _graph_for(leaves)
     outer = g.current_context
-    init = [convert_to_tensor(to_graph_value(v)) for v in leaves]
+    init = [convert_argument(to_graph_value(v), "while_loop", f"loop variable {i}") for i, v in enumerate(leaves)]
     if outer is not None:
         init = [outer.capture(t) for t in init]
     else:
@@ -118,7 +124,9 @@ def while_loop(
                 )
     max_iter = None
     if maximum_iterations is not None:
-        max_iter = convert_to_tensor(maximum_iterations)
+        if isinstance(maximum_iterations, (float, np.floating)):
+            raise DTypeError(f"while_loop: maximum_iterations must be an int32 scalar, got {maximum_iterations!r}")
+        max_iter = convert_argument(maximum_iterations, "while_loop", "maximum_iterations")
         if max_iter.dtype != dt.int32 or (max_iter.shape is not None and max_iter.shape != ()):
             raise DTypeError(f"while_loop: maximum_iterations must be an int32 scalar, got {max_iter!r}")
     deps = [n for group in g._control_deps for n in group]
@@ -148,7 +156,7 @@ def while_loop(
     with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/cond"):
         ctx.mode = "pred"
         p = _call(cond, loop_vars, nest.pack_as(loop_vars, merged[1:]))
-        p = convert_to_tensor(p)
+        p = convert_argument(p, f'while_loop "{lname}"', "the value cond returns")
         p = ctx.capture(p)
         if p.dtype != dt.bool_ or (p.shape is not None and p.shape != ()):
             raise DTypeError(f'while_loop "{lname}": cond must return a bool scalar, got {p!r}')
@@ -177,9 +185,12 @@ def while_loop(
         try:
             nest.assert_same_structure(loop_vars, out, f'while_loop "{lname}": body output and loop_vars')
         except GraphBuildError:
-            if not (len(nest.flatten(out)) == len(leaves) and nest.is_nested(out) == nest.is_nested(loop_vars)):
+            # Lists and tuples may stand for each other; dict keys are names, never matched by position.
+            same_leaves = len(nest.flatten(out)) == len(leaves) and nest.is_nested(out) == nest.is_nested(loop_vars)
+            if _has_dict(out) or _has_dict(loop_vars) or not same_leaves:
                 raise
-        flat_out = [ctx.capture(convert_to_tensor(to_graph_value(v))) for v in nest.flatten(out)]
+        flat_out = [ctx.capture(convert_argument(to_graph_value(v), f'while_loop "{lname}"', f"body output {i}"))
+                    for i, v in enumerate(nest.flatten(out))]
         # A body output that is a loop invariant itself goes through an Identity, which (reading only
         # invariants) depends on the pivot: a NextIteration fed straight from a constant Enter would
         # stay live after the predicate turns false, and the loop would never end.

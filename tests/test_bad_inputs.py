@@ -1,0 +1,544 @@
+"""Bad inputs, one test per class of mistake: never a silent wrong answer.
+
+Every value that enters a graph (constants, Python scalars in operators, feeds, attributes, builder
+arguments), every cast from float to int, every Merge that would receive two live inputs, every
+allocation a small graph can ask for and every runaway loop ends in a Turnout error that names the
+culprit, or in the one documented value. Classes that fail at run time are parametrized over every
+backend registered in ``turnout.session.BACKENDS`` (a backend added there is tested here at once);
+classes that fail while the graph is built are backend-independent and run once.
+
+``python -m tests.test_bad_inputs`` prints how many inputs the tables hold and their expected outcomes.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout import raw
+from turnout.session import BACKENDS, RunOptions
+
+ALL_BACKENDS = sorted(BACKENDS)
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def any_backend(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+def run(g: tn.Graph, backend: str, fetch: Any, feeds: Any = None, **options: Any) -> Any:
+    with tn.Session(g, backend=backend) as s:
+        return s.run(fetch, feeds, **options)
+
+
+# ---- 1. constants ---------------------------------------------------------------------------------
+BAD_CONSTANTS: list[tuple[Any, Any, str]] = [
+    (2**40, None, "does not fit in int32"),
+    (-(2**31) - 1, None, "does not fit in int32"),
+    (2**70, None, "does not fit in int64"),
+    (2**64 - 1, tn.int64, "does not fit in int64"),
+    (np.uint64(2**64 - 1), tn.int64, "does not fit in int64"),
+    ([1, 2**40], tn.int32, "does not fit in int32"),
+    ("1.5", None, "is a string"),
+    ("1.5", tn.float32, "is a string"),
+    (b"7", None, "bytes string"),
+    (1j, None, "complex number"),
+    (np.complex64(1), tn.float32, "complex number"),
+    (datetime.datetime(2020, 1, 1), None, "Python object"),
+    (np.datetime64("2020-01-01"), None, "datetime"),
+    (np.timedelta64(3, "s"), tn.int64, "timedelta"),
+    (None, None, "Python object"),
+    (object(), tn.float32, "Python object"),
+    ([[1], [1, 2]], None, "cannot convert"),
+    (1e300, None, "overflows float32"),
+    (2.5, tn.int32, "not a whole number"),
+    (float("nan"), tn.int32, "not a whole number"),
+    (float("inf"), tn.int64, "not a whole number"),
+    (3e9, tn.int32, "does not fit in int32"),
+    (True, tn.int32, "bool"),
+    (1, tn.bool, "for a bool tensor"),
+]
+
+
+@pytest.mark.parametrize("value,dtype,words", BAD_CONSTANTS, ids=[repr(c[0])[:20] for c in BAD_CONSTANTS])
+def test_constants_are_kind_and_range_checked(value: Any, dtype: Any, words: str) -> None:
+    with tn.Graph().as_default(), pytest.raises(tn.GraphBuildError, match="constant") as info:
+        tn.constant(value, dtype=dtype)
+    assert words in str(info.value)
+    assert "test_bad_inputs.py:" in str(info.value)  # the user's source line
+
+
+def test_good_constants_keep_their_value() -> None:
+    with tn.Graph().as_default():
+        assert int(tn.Session().run(tn.constant(2**40, dtype=tn.int64))) == 2**40
+        assert int(tn.Session().run(tn.constant(3.0, dtype=tn.int32))) == 3
+        assert int(tn.Session().run(tn.constant(-(2**31)))) == -(2**31)
+
+
+# ---- 2. Python scalars in operators ---------------------------------------------------------------
+BAD_SCALARS: list[tuple[Any, Callable[[Any, Any], Any], Any, str]] = [
+    (tn.int32, lambda x, v: x + v, 2**40, "does not fit in int32"),
+    (tn.int32, lambda x, v: v * x, -(2**31) - 1, "does not fit in int32"),
+    (tn.int64, lambda x, v: x - v, 2**63, "does not fit in int64"),
+    (tn.int32, lambda x, v: x + v, 1.5, "not a whole number"),
+    (tn.int32, lambda x, v: tn.maximum(x, v), 2**32, "does not fit in int32"),
+    (tn.int32, lambda x, v: x < v, 2**35, "does not fit in int32"),
+    (tn.float32, lambda x, v: x * v, 1e300, "overflows float32"),
+    (tn.float32, lambda x, v: x + v, "1", "is a string"),
+    (tn.float32, lambda x, v: x + v, 1j, "complex number"),
+    (tn.bool, lambda x, v: x & v, 2, "for a bool tensor"),
+    (tn.float32, lambda x, v: tn.where(x > 0, x, v), "0", "is a string"),
+]
+
+
+@pytest.mark.parametrize("dtype,fn,value,words", BAD_SCALARS, ids=[str(i) for i in range(len(BAD_SCALARS))])
+def test_python_scalars_in_operators_are_checked(dtype: Any, fn: Any, value: Any, words: str) -> None:
+    with tn.Graph().as_default():
+        x = tn.placeholder(dtype, [], name="xin")
+        with pytest.raises(tn.GraphBuildError, match="xin") as info:
+            fn(x, value)
+    assert words in str(info.value)
+
+
+# ---- 3. attributes: axes, dims, multiples, maximum_iterations -------------------------------------
+def _vec() -> tn.Tensor:
+    return tn.constant([[1.0, 2.0], [3.0, 4.0]])
+
+
+BAD_ATTRIBUTES: list[tuple[str, Callable[[], Any], str]] = [
+    ("reshape to 2.9", lambda: tn.reshape(_vec(), [2.9, 2]), "reshape: shape[0]"),
+    ("reshape to '4'", lambda: tn.reshape(_vec(), ["4"]), "reshape: shape[0]"),
+    ("reshape to a scalar", lambda: tn.reshape(_vec(), 4), "reshape: shape"),
+    ("reduce_sum axis 1.5", lambda: tn.reduce_sum(_vec(), axis=1.5), "reduce_sum: axis"),
+    ("reduce_mean axis [0, 1.0]", lambda: tn.reduce_mean(_vec(), axis=[0, 1.0]), "reduce_mean: axis[1]"),
+    ("reduce_max axis True", lambda: tn.reduce_max(_vec(), axis=True), "reduce_max: axis"),
+    ("expand_dims axis 0.0", lambda: tn.expand_dims(_vec(), 0.0), "expand_dims: axis"),
+    ("concat axis 1.0", lambda: tn.concat([_vec(), _vec()], 1.0), "concat: axis"),
+    ("gather axis 0.5", lambda: tn.gather(_vec(), tn.constant([0]), axis=0.5), "gather: axis"),
+    ("tile multiples 2.0", lambda: tn.tile(_vec(), [2.0, 1]), "tile: multiples[0]"),
+    ("transpose perm 1.0", lambda: tn.transpose(_vec(), [1.0, 0]), "transpose: perm[0]"),
+    ("slice step 1.5", lambda: _vec()[::1.5], "slice step"),
+    ("zeros of 10**12", lambda: tn.zeros([10**6, 10**6]), "max_tensor_bytes"),
+    ("zeros of 2.5", lambda: tn.ones([2.5]), "ones: shape[0]"),
+    ("placeholder shape 2.5", lambda: tn.placeholder(tn.float32, [2.5], name="ph"),
+     "placeholder ph: invalid dimension"),
+    ("cast to a string dtype", lambda: tn.cast(_vec(), "string"), "cast: dtype"),
+    ("cast to complex", lambda: tn.cast(_vec(), complex), "cast: dtype"),
+    ("Variable of a string", lambda: tn.Variable("abc"), "Variable: 'abc' is a string"),
+    ("Variable of None", lambda: tn.Variable(None), "Variable: None"),
+    ("Variable of 2**40", lambda: tn.Variable(2**40), "Variable: integer 1099511627776 does not fit in int32"),
+    ("TensorArray size 2**40", lambda: tn.TensorArray(tn.float32, size=2**40), "does not fit in int32"),
+    ("TensorArray size 2.5", lambda: tn.TensorArray(tn.float32, size=2.5), "not a whole number"),
+    ("fill shape 2.5", lambda: tn.fill([2.5], 1.0), "not a whole number"),
+    ("map_fn over None", lambda: tn.map_fn(lambda x: x, None), "None"),
+    ("maximum_iterations 2**40",
+     lambda: tn.while_loop(lambda i: i < 3, lambda i: i + 1, [tn.constant(0)], maximum_iterations=2**40),
+     "while_loop: maximum_iterations"),
+    ("maximum_iterations 2.0",
+     lambda: tn.while_loop(lambda i: i < 3, lambda i: i + 1, [tn.constant(0)], maximum_iterations=2.0),
+     "maximum_iterations"),
+]
+
+
+@pytest.mark.parametrize("case,fn,words", BAD_ATTRIBUTES, ids=[c[0] for c in BAD_ATTRIBUTES])
+def test_attributes_are_ints_never_truncated(case: str, fn: Callable[[], Any], words: str) -> None:
+    with tn.Graph().as_default(), pytest.raises(tn.GraphBuildError) as info:
+        fn()
+    assert words in str(info.value)
+
+
+# ---- 4. feeds -------------------------------------------------------------------------------------
+BAD_FEEDS: list[tuple[Any, Any, str]] = [
+    (tn.int32, 2**40, "does not fit in int32"),
+    (tn.int32, np.int64(2**31), "does not fit in int32"),
+    (tn.int32, [1, 2**40], "does not fit in int32"),
+    (tn.int64, np.uint64(2**64 - 1), "does not fit in int64"),
+    (tn.int64, 2**64, "does not fit in int64"),
+    (tn.int32, 2.5, "floating"),
+    (tn.int32, True, "bool"),
+    (tn.bool, 1, "for a bool tensor"),
+    (tn.float32, "1.5", "is a string"),
+    (tn.float32, "abc", "is a string"),
+    (tn.float32, b"1", "bytes string"),
+    (tn.float32, 1j, "complex number"),
+    (tn.float64, np.complex128(2), "complex number"),
+    (tn.float32, datetime.datetime(2020, 1, 1), "Python object"),
+    (tn.float32, np.datetime64("2020-01-01"), "datetime"),
+    (tn.int64, np.timedelta64(3, "s"), "timedelta"),
+    (tn.float32, object(), "Python object"),
+    (tn.float32, None, "Python object"),
+    (tn.float32, 1e300, "overflows float32"),
+    (tn.float32, [[1.0], [1.0, 2.0]], "cannot convert"),
+]
+
+
+@pytest.mark.parametrize("dtype,value,words", BAD_FEEDS, ids=[f"{c[0].name}<-{c[1]!r:.20}" for c in BAD_FEEDS])
+def test_feeds_are_kind_and_range_checked(any_backend: str, dtype: Any, value: Any, words: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(dtype, None, name="fed_x")
+        y = tn.identity(x)
+    with pytest.raises(tn.FeedError, match="fed_x") as info:
+        run(g, any_backend, y, {x: value})
+    assert words in str(info.value)
+
+
+def test_a_good_feed_after_a_bad_one_is_still_checked(any_backend: str) -> None:
+    """The feed-signature cache must not let 2**40 through after 5 passed with the same numpy dtype."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="fed_x")
+        y = x + 1
+    with tn.Session(g, backend=any_backend) as s:
+        assert int(s.run(y, {x: 5})) == 6
+        with pytest.raises(tn.FeedError, match="does not fit"):
+            s.run(y, {x: 2**40})
+        with pytest.raises(tn.FeedError, match="does not fit"):
+            s.run([y], {x: np.int64(2**40)})
+
+
+def test_two_feeds_of_one_tensor_must_agree(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="fed_x")
+        y = x * 2.0
+    with pytest.raises(tn.FeedError, match="fed twice"):
+        run(g, any_backend, y, {x: 1.0, "fed_x:0": 2.0})
+    assert float(run(g, any_backend, y, {x: 1.0, "fed_x:0": 1.0})) == 2.0
+
+
+# ---- 5. casts from float to int -------------------------------------------------------------------
+BAD_CASTS: list[tuple[Any, Any]] = [
+    ([float("nan")], tn.int32), ([float("inf")], tn.int32), ([-float("inf")], tn.int64),
+    ([3e9], tn.int32), ([-2.1475e9], tn.int32), ([1e19], tn.int64), ([1.0, float("nan")], tn.int64),
+]
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["fed", "constant"])
+@pytest.mark.parametrize("value,dtype", BAD_CASTS, ids=[f"{c[0]}->{c[1].name}" for c in BAD_CASTS])
+def test_float_to_int_cast_of_nan_inf_or_out_of_range_is_an_error(any_backend: str, value: Any, dtype: Any,
+                                                                    fold: bool) -> None:
+    """One meaning on every backend: truncation toward zero where representable, else KernelError
+    (the fast backend folds constants with the reference kernels and checks fed values in its lowering)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.constant(value, dtype=tn.float64) if fold else tn.placeholder(tn.float64, [len(value)])
+        y = tn.cast(x, dtype, name="the_cast")
+    with pytest.raises(tn.KernelError, match="the_cast"):
+        run(g, any_backend, y, None if fold else {x: value})
+
+
+def test_float_to_int_cast_truncates_toward_zero(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [6])
+        y = tn.cast(x, tn.int32)
+        z = tn.cast(tn.cast(x, tn.float64) * 1e9, tn.int64)
+    vals = [-2.7, -0.5, 0.0, 0.9, 2.5, 2147483520.0]
+    out = run(g, any_backend, [y, z], {x: vals})
+    np.testing.assert_array_equal(out[0], np.trunc(np.asarray(vals, np.float32)).astype(np.int32))
+    assert out[1].dtype == np.int64 and out[1][0] == -2700000047  # float32(-2.7) * 1e9, truncated
+
+
+# ---- 6. builder arguments where a tensor is due ---------------------------------------------------
+def _loop(cond: Any, body: Any, loop_vars: Any) -> Any:
+    return tn.while_loop(cond, body, loop_vars)
+
+
+BAD_BUILDER_ARGS: list[tuple[str, Callable[[], Any], str]] = [
+    ("cond pred None", lambda: tn.cond(None, lambda: 1.0, lambda: 2.0), "cond: pred is None"),
+    ("cond pred string", lambda: tn.cond("yes", lambda: 1.0, lambda: 2.0), "cond: pred"),
+    ("cond pred ragged list", lambda: tn.cond([True, [False]], lambda: 1.0, lambda: 2.0), "cond: pred"),
+    ("cond branch None", lambda: tn.cond(tn.constant(True), lambda: None, lambda: 2.0), "output 0 of true_fn"),
+    ("cond branch string", lambda: tn.cond(tn.constant(True), lambda: 1.0, lambda: "b"), "output 0 of false_fn"),
+    ("case index None", lambda: tn.case(None, [lambda: 1.0, lambda: 2.0]), "case: branch_index"),
+    ("loop var None", lambda: _loop(lambda i: i < 3, lambda i: i + 1, [None]), "loop variable 0 is None"),
+    ("loop var string", lambda: _loop(lambda i: i < 3, lambda i: i + 1, ["0"]), "loop variable 0"),
+    ("loop cond None", lambda: _loop(lambda i: None, lambda i: i + 1, [tn.constant(0)]), "the value cond returns"),
+    ("loop cond string", lambda: _loop(lambda i: "t", lambda i: i + 1, [tn.constant(0)]), "the value cond returns"),
+    ("loop body None", lambda: _loop(lambda i: i < 3, lambda i: None, [tn.constant(0)]), "body output 0"),
+    ("loop body string", lambda: _loop(lambda i: i < 3, lambda i: "x", [tn.constant(0)]), "body output 0"),
+    ("loop body dict keys", lambda: _loop(lambda d: d["a"] < 3, lambda d: {"b": d["a"] + 1, "c": d["c"]},
+                                          {"a": tn.constant(0), "c": tn.constant(1)}), "structures differ"),
+    ("loop body dict keys in list", lambda: _loop(lambda d: d["a"] < 3, lambda d: [{"a": d["a"] + 1, "z": d["c"]}],
+                                                  [{"a": tn.constant(0), "c": tn.constant(1)}]), "structures differ"),
+]
+
+
+@pytest.mark.parametrize("case,fn,words", BAD_BUILDER_ARGS, ids=[c[0] for c in BAD_BUILDER_ARGS])
+def test_builders_name_the_argument_where_a_tensor_is_due(case: str, fn: Callable[[], Any], words: str) -> None:
+    with tn.Graph().as_default(), pytest.raises(tn.GraphBuildError) as info:
+        fn()
+    msg = str(info.value)
+    assert words in msg
+    assert "no Turnout counterpart" not in msg
+    assert msg.startswith(("cond", "case", "while_loop")), msg  # names the builder
+
+
+def test_a_dict_body_with_the_same_keys_still_works(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        out = tn.while_loop(lambda d: d["a"] < 3, lambda d: {"c": d["c"] * 2, "a": d["a"] + 1},
+                            {"a": tn.constant(0), "c": tn.constant(1)})
+    assert run(g, any_backend, [out["a"], out["c"]]) == [3, 8]
+
+
+# ---- 7. a Merge with two live inputs at one tag ---------------------------------------------------
+def test_merge_of_two_live_inputs_is_an_error_on_every_backend(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(1.0)
+        m, _ = raw.merge([a + 1.0, a * 3.0], name="racy")
+    for scheduler in ("fifo", "lifo"):
+        with pytest.raises(tn.MergeConflictError, match=r"\[E-Merge-Conflict\].*racy"):
+            run(g, any_backend, m, scheduler=scheduler)
+
+
+def test_merge_of_two_live_inputs_in_a_loop_is_reported(any_backend: str) -> None:
+    """A cond-like Merge inside a loop body whose two inputs are both live at iteration 1."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: Any, v: Any) -> Any:
+            m, _ = raw.merge([v + 1.0, v * 2.0], name="racy_in_loop")
+            return i + 1, m
+
+        out = tn.while_loop(lambda i, v: i < 2, body, [tn.constant(0), x])
+    with pytest.raises(tn.MergeConflictError, match="racy_in_loop"):
+        run(g, any_backend, out[1], {x: 1.0})
+
+
+# ---- 8. a control dependency on a fed placeholder -------------------------------------------------
+def test_control_dependency_on_a_fed_placeholder(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.float32, [], name="p")
+        with tn.control_dependencies([p]):
+            y = tn.constant(2.0) * 3.0
+    assert float(run(g, any_backend, y, {p: 1.0})) == 6.0
+    with pytest.raises(tn.FeedError, match='"p"'):
+        run(g, any_backend, y)
+
+
+def test_control_dependency_on_a_fed_placeholder_in_the_structured_evaluator() -> None:
+    from turnout.semantics.structured import evaluate
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.float32, [], name="p")
+        with tn.control_dependencies([p]):
+            y = tn.constant(2.0) * 3.0
+    assert float(evaluate(g, [y], {p: 1.0}).values[0]) == 6.0
+    with pytest.raises(tn.FeedError, match='"p"'):
+        evaluate(g, [y])
+
+
+# ---- 9. TensorFlow's testLoop_false: a Switch reading a non-constant Enter ------------------------
+def loop_false() -> tuple[tn.Graph, tn.Tensor]:
+    """The predicate enters iteration 0 only (non-constant Enter): iteration 0 sends 10 out through the
+    Exit and, live, round the back edge; iteration 1's Switch then waits for a predicate that never
+    comes. TensorFlow returns 10: the run ends at quiescence with the fetch produced."""
+    g = tn.Graph()
+    with g.as_default():
+        enter_false = raw.enter(tn.constant(False), "foo_1")
+        enter_n = raw.enter(tn.constant(10), "foo_1")
+        m, _ = raw.merge([enter_n, raw.BACK_EDGE], name="merge_n")
+        out_f, _ = raw.switch(m, enter_false, name="switch_n")
+        y = raw.exit(out_f)
+        raw.close_back_edge(m, raw.next_iteration(out_f))
+    return g, y
+
+
+def test_loop_false_returns_the_value_as_tensorflow_does(any_backend: str) -> None:
+    g, y = loop_false()
+    if any_backend == "fast":
+        # The fast backend compiles loops to lax.while_loop from their LoopCond; this loop has none.
+        # A clear error, never a value that differs (docs/missing.rst).
+        with pytest.raises(tn.UnsupportedError, match="LoopCond"):
+            run(g, any_backend, y)
+        return
+    assert int(run(g, any_backend, y)) == 10
+
+
+def test_loop_false_is_confluent_under_the_explorer() -> None:
+    from turnout.semantics import explore
+
+    g, y = loop_false()
+    assert explore.check_confluence(g, [y]) is None
+
+
+# ---- 10. resources: the allocation guard and runaway loops ----------------------------------------
+def test_tile_by_ten_to_the_twelve_is_refused_before_allocating(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2])
+        y = tn.tile(x, [10**12], name="huge_tile")
+    with pytest.raises(tn.ResourceExhaustedError, match="huge_tile|Tile.*max_tensor_bytes"):
+        run(g, any_backend, y, {x: [1.0, 2.0]})
+
+
+def test_tensor_array_of_two_to_the_thirty_slots_is_refused(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        ta = tn.TensorArray(tn.float32, size=2**30)
+        n = ta.size()
+    with pytest.raises(tn.ResourceExhaustedError, match="max_tensor_bytes"):
+        run(g, any_backend, n)
+
+
+def test_fill_from_a_fed_huge_shape_is_refused(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        s = tn.placeholder(tn.int32, [2], name="shape_in")
+        y = tn.fill(s, 1.0)
+    if any_backend == "fast":  # a fed shape cannot size a compiled tensor: refused before anything runs
+        with pytest.raises(tn.UnsupportedError, match="Fill"):
+            run(g, any_backend, y, {s: [100_000, 100_000]})
+        return
+    with pytest.raises(tn.ResourceExhaustedError, match="Fill.*40,000,000,000 bytes"):
+        run(g, any_backend, y, {s: [100_000, 100_000]})
+
+
+def test_the_allocation_limit_is_a_run_option(any_backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4])
+        y = tn.reduce_sum(tn.tile(x, [1000]))
+    with pytest.raises(tn.ResourceExhaustedError, match="max_tensor_bytes=1,000"):
+        run(g, any_backend, y, {x: [1.0] * 4}, max_tensor_bytes=1000)
+    assert float(run(g, any_backend, y, {x: [1.0] * 4}, max_tensor_bytes=16_000)) == 4000.0
+    assert float(run(g, any_backend, y, {x: [1.0] * 4}, options=RunOptions(max_tensor_bytes=None))) == 4000.0
+
+
+def _runaway() -> tuple[tn.Graph, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        r = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="runaway")
+    return g, r
+
+
+@pytest.mark.parametrize("backend", ["reference", "smallstep"])
+def test_a_runaway_loop_stops_within_seconds_naming_the_option(backend: str) -> None:
+    g, r = _runaway()
+    t0 = time.monotonic()
+    with pytest.raises(tn.NonTerminationError, match="max_seconds") as info:
+        run(g, backend, r, max_seconds=1.0, max_iterations=None, max_firings=None)
+    assert time.monotonic() - t0 < 10
+    if backend == "reference":
+        assert "runaway" in str(info.value) and "test_bad_inputs.py" in str(info.value)  # names the loop
+
+
+def test_runaway_loop_limits(any_backend: str) -> None:
+    """Each counting guard stops a runaway loop where the backend enforces it: max_iterations on the
+    reference and fast backends (a compiled loop's counter), max_firings on the interpreters
+    (reference, small-step). Small limits keep the test quick; the defaults are test_default_limits'."""
+    g, r = _runaway()
+    if any_backend != "smallstep":
+        with pytest.raises(tn.NonTerminationError, match="max_iterations"):
+            run(g, any_backend, r, max_iterations=500)
+    if any_backend != "fast":
+        with pytest.raises(tn.NonTerminationError, match="max_firings"):
+            run(g, any_backend, r, max_firings=3000)
+
+
+def test_default_limits() -> None:
+    o = RunOptions()
+    assert o.max_seconds == 10.0 and o.max_firings == 2_000_000 and o.max_iterations == 1_000_000
+    assert o.max_tensor_bytes == 2**30
+    for bad in ({"max_seconds": 0}, {"max_seconds": "1"}, {"max_tensor_bytes": 0}, {"max_firings": 1.5}):
+        with pytest.raises(ValueError):
+            RunOptions(**bad)
+
+
+# ---- 11. the malformed-graph corpus, on every backend ---------------------------------------------
+def _counting_loop() -> dict[str, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        lim = raw.enter(tn.constant(3), "F", is_constant=True)
+        one = raw.enter(tn.constant(1), "F", is_constant=True)
+        m, _ = raw.merge([raw.enter(tn.constant(0), "F"), raw.BACK_EDGE], name="merge")
+        p = raw.loop_cond(m < lim)
+        f, t = raw.switch(m, p)
+    return {"g": g, "m": m, "f": f, "t": t, "one": one}
+
+
+def _unbound_back_edge() -> tuple[tn.Graph, Any]:
+    d = _counting_loop()
+    with d["g"].as_default():
+        y = raw.exit(d["f"])
+    return d["g"], y
+
+
+def _exit_in_root() -> tuple[tn.Graph, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        y = raw.exit(tn.constant(1.0))
+    return g, y
+
+
+def _next_iteration_in_root() -> tuple[tn.Graph, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([tn.constant(1.0), raw.BACK_EDGE])
+        raw.close_back_edge(m, raw.next_iteration(m + 1.0))
+    return g, m
+
+
+def _fetch_inside_loop() -> tuple[tn.Graph, Any]:
+    d = _counting_loop()
+    with d["g"].as_default():
+        body = d["t"] + d["one"]
+        raw.close_back_edge(d["m"], raw.next_iteration(body))
+    return d["g"], body
+
+
+def _frames_mixed() -> tuple[tn.Graph, Any]:
+    d = _counting_loop()
+    with d["g"].as_default():
+        raw.close_back_edge(d["m"], raw.next_iteration(d["t"] + d["one"]))
+        y = raw.exit(d["f"]) + d["t"]
+    return d["g"], y
+
+
+MALFORMED: dict[str, tuple[Callable[[], tuple[tn.Graph, Any]], str]] = {
+    "unbound back edge": (_unbound_back_edge, "W-Merge-Bound"),
+    "Exit in the root frame": (_exit_in_root, "W-Exit-In-Frame"),
+    "NextIteration in the root frame": (_next_iteration_in_root, "W-"),
+    "fetch inside a loop": (_fetch_inside_loop, "W-Fetch-Root"),
+    "inputs from two frames": (_frames_mixed, "W-Frame-Consistent"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_graphs_are_rejected_on_every_backend(any_backend: str, case: str) -> None:
+    make, rule = MALFORMED[case]
+    g, y = make()
+    with pytest.raises(tn.ValidationError, match=rule):
+        run(g, any_backend, y)
+
+
+# ---- the closing count ----------------------------------------------------------------------------
+def tally() -> dict[str, Any]:
+    """How many bad inputs the tables above hold, and the outcome each must have."""
+    per_backend = len(BAD_FEEDS) + 2 * len(BAD_CASTS) + len(MALFORMED)
+    once = len(BAD_CONSTANTS) + len(BAD_SCALARS) + len(BAD_ATTRIBUTES) + len(BAD_BUILDER_ARGS)
+    outcomes = collections.Counter({
+        "GraphBuildError (build time, once)": once,
+        f"FeedError (x{len(ALL_BACKENDS)} backends)": len(BAD_FEEDS),
+        f"KernelError from Cast (x{len(ALL_BACKENDS)} backends)": 2 * len(BAD_CASTS),
+        f"ValidationError (x{len(ALL_BACKENDS)} backends)": len(MALFORMED),
+    })
+    return {"backends": ALL_BACKENDS, "table_inputs": once + per_backend,
+            "runs": once + per_backend * len(ALL_BACKENDS), "outcomes": dict(outcomes)}
+
+
+if __name__ == "__main__":
+    print(tally())
