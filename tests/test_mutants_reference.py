@@ -280,3 +280,73 @@ def test_schedulers_change_the_firing_order_not_the_firings() -> None:
     assert Counter(orders["fifo"]) == Counter(orders["lifo"])
     assert orders["fifo"] != orders["lifo"]
     assert orders["fifo"][:4] == ["c0", "c1", "c2", "c3"]
+
+
+def test_random_schedules_follow_their_seed_through_a_session() -> None:
+    """``RunOptions(scheduler="random", seed=s)`` reaches the ready queue: different seeds give different
+    firing orders (with the same firings), one seed always the same order."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = [tn.constant(float(k), name=f"c{k}") for k in range(6)]
+        y = ((xs[0] + xs[1]) * (xs[2] + xs[3])) - (xs[4] * xs[5])
+
+    def order(seed: int) -> tuple[str, ...]:
+        sess = tn.Session(g)
+        assert sess.run(y, options=RunOptions("random", seed=seed, trace=True)) == 5.0 * 1.0 - 20.0 + 0.0 * 0
+        assert sess.last_result is not None and sess.last_result.trace is not None
+        return tuple(e.node for e in sess.last_result.trace.events)
+
+    orders = {order(s) for s in range(6)}
+    assert len(orders) > 1
+    assert order(4) == order(4)
+
+
+def test_a_long_deadlock_report_is_cut_after_twenty_lines() -> None:
+    def stalled(n: int) -> tuple[tn.Graph, tn.Tensor]:
+        g = tn.Graph()
+        with g.as_default():
+            m, _ = raw.merge([raw.enter(tn.constant(0.0), "f"), raw.BACK_EDGE])
+            p = raw.loop_cond(m < raw.enter(tn.constant(3.0), "f", is_constant=True))
+            sf, st = raw.switch(m, p)
+            step = raw.enter(tn.constant(1.0), "f", name="step")
+            adds = [tn.add(st, step, name=f"stalled{k}") for k in range(n)]
+            with g.control_dependencies(adds):  # one more blocked node: it waits for the adds
+                nxt = tn.identity(st, name="waiter")
+            raw.close_back_edge(m, raw.next_iteration(nxt))
+            out = raw.exit(sf)
+        return g, out
+
+    for n, cut in ((19, False), (20, True)):  # n adds + the waiter: 20 lines fit, 21 do not
+        g, out = stalled(n)
+        with pytest.raises(tn.DeadlockError) as e:
+            tn.Session(g).run(out)
+        lines = str(e.value).split("Blocked:\n", 1)[1].splitlines()
+        assert len([ln for ln in lines if " waits for " in ln]) == 20
+        assert str(e.value).endswith("\n  ...") == cut
+        assert any("waiter\" (created" in ln and f"waits for {n} control input(s)" in ln for ln in lines) != cut
+
+
+def test_the_store_never_shares_memory_with_the_initial_value() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.array([1.0, 2.0], np.float32), name="v")
+        read = v.read()
+    sess = tn.Session(g)
+    np.testing.assert_array_equal(sess.run(read), [1.0, 2.0])
+    sess.variables["v"][...] = 7.0  # the store as first created by VarHandle, written in place
+    np.testing.assert_array_equal(sess.run(read), [7.0, 7.0])
+    np.testing.assert_array_equal(tn.Session(g).run(read), [1.0, 2.0])
+
+
+def test_kernel_errors_name_the_op_and_its_tag() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+        _, s = tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + tn.divide(10, x - i, name="the_div")),
+                             [tn.constant(0), tn.constant(0)], name="lp")
+    with pytest.raises(tn.KernelError, match=r'Div node ".*the_div" .* at .*lp.*:2: Div: integer division by zero'):
+        tn.Session(g).run(s, {x: np.int32(2)})
+    with pytest.raises(tn.KernelError, match=r'Div node "root_div" .* at root: Div: integer division by zero'):
+        with g.as_default():
+            r = tn.divide(tn.constant(1), x, name="root_div")
+        tn.Session(g).run(r, {x: np.int32(0)})
