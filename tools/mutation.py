@@ -210,7 +210,7 @@ def _env(mutant: Optional[Mutant], module: str, status: str) -> dict[str, str]:
     env.setdefault("TURNOUT_HYPOTHESIS_PROFILE", "ci")
     env["TURNOUT_MUTANT_STATUS"] = status
     if mutant is not None:
-        path = os.path.join(WORK, "mutant", mutant.path)
+        path = os.path.join(WORK, f"mutant-{os.getpid()}", mutant.path)  # one per campaign process
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(mutant.source)
@@ -221,7 +221,8 @@ def _env(mutant: Optional[Mutant], module: str, status: str) -> dict[str, str]:
 
 def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: float) -> tuple[str, float, str]:
     """Run ``tests`` against ``mutant`` (None: unmutated). Returns (outcome, seconds, output tail)."""
-    status = os.path.join(WORK, "status.json")
+    os.makedirs(WORK, exist_ok=True)
+    status = os.path.join(WORK, f"status-{os.getpid()}.json")
     if os.path.exists(status):
         os.remove(status)
     env = _env(mutant, module, status)
