@@ -350,3 +350,15 @@ def test_kernel_errors_name_the_op_and_its_tag() -> None:
         with g.as_default():
             r = tn.divide(tn.constant(1), x, name="root_div")
         tn.Session(g).run(r, {x: np.int32(0)})
+
+
+def test_every_rule_table_entry_says_what_it_does() -> None:
+    """The rule tables are the reference's documentation (``rules`` module docstring): every entry,
+    including the ones ``_stateful`` wraps, carries a docstring."""
+    from turnout.reference import rules
+
+    for table in (rules.ARRIVE, rules.FIRE, rules.ROUTE):
+        for op, fn in table.items():
+            assert fn.__doc__ and fn.__doc__.strip(), f"{op}: {fn.__name__} has no docstring"
+    for fn in (rules.arrive_ordinary, rules.fire_compute, rules.fire_switch, rules.route_enter):
+        assert fn.__doc__ and "[E-" in fn.__doc__

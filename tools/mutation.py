@@ -245,8 +245,8 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     st = json.load(open(status)) if os.path.exists(status) else {}
     if mutant is not None and not st.get("loaded"):
         return "not loaded", dt, out[-3000:]  # a broken hook, not a surviving mutant
-    if mutant is not None and not st.get("reached"):
-        return "not reached", dt, out[-3000:]
+    if mutant is not None and not st.get("reached") and mutant.function != "<module>":
+        return "not reached", dt, out[-3000:]  # (a module-level mutant is reached when the module loads)
     return "survived", dt, out[-3000:]
 
 
@@ -347,11 +347,11 @@ def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], l
     }
 
 
-def write_report(sections: list[dict[str, Any]], argv: list[str]) -> str:
+def write_report(sections: list[dict[str, Any]], argv: list[str], name: str = "report") -> str:
     """``.mutation/report.json`` and ``.mutation/report.md``: scores, then every survivor and unreached
     mutant with its diff, then the equivalents with their reasons."""
     os.makedirs(WORK, exist_ok=True)
-    with open(os.path.join(WORK, "report.json"), "w") as f:
+    with open(os.path.join(WORK, f"{name}.json"), "w") as f:
         json.dump({"command": argv, "modules": sections}, f, indent=1)
     lines = ["# Mutation report", "", f"`python tools/mutation.py {' '.join(argv)}`", "",
              "| module | mutants | sampled | killed | survived | not reached | equivalent | score |",
@@ -368,7 +368,7 @@ def write_report(sections: list[dict[str, Any]], argv: list[str]) -> str:
         for m in rows:
             lines.append(f"### {m['id']} (line {m['line']})" + (f": {m['reason']}" if m["reason"] else ""))
             lines += ["", "```diff", m["diff"].rstrip(), "```", ""]
-    path = os.path.join(WORK, "report.md")
+    path = os.path.join(WORK, f"{name}.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
@@ -386,6 +386,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--all", action="store_true", help="every mutant (no sampling)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=None, help="seconds per mutant (default: 3x the unmutated run)")
+    p.add_argument("--report", default="report", help="report name under .mutation/ (default: report)")
     p.add_argument("--list", action="store_true", help="list the chosen mutants and stop")
     p.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
     p.add_argument("--run", metavar="ID", help="run one mutant (all its module's tests) and print the output")
@@ -409,7 +410,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 print(f"{m.id} line {m.line}\n{m.diff}")
         return
     sections = [campaign(path, n, a.seed, a.timeout, sys.stdout) for path in modules]
-    report = write_report(sections, argv)
+    report = write_report(sections, argv, a.report)
     for s in sections:
         score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
         print(f"{s['module']}: score {score} ({s['counts']})")
