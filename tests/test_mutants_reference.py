@@ -362,3 +362,17 @@ def test_every_rule_table_entry_says_what_it_does() -> None:
             assert fn.__doc__ and fn.__doc__.strip(), f"{op}: {fn.__name__} has no docstring"
     for fn in (rules.arrive_ordinary, rules.fire_compute, rules.fire_switch, rules.route_enter):
         assert fn.__doc__ and "[E-" in fn.__doc__
+
+
+def test_an_interpreter_given_an_unfed_placeholder_says_it_must_be_fed() -> None:
+    """Session and run_graph refuse an unfed Placeholder before the run; the interpreter's own rule is
+    the guard for direct callers of ``Interpreter``."""
+    from turnout.reference.executor import Interpreter, make_plan
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="lonely")
+        y = x + 1.0
+    it = Interpreter(make_plan(g, [y], set()), {}, {}, RunOptions())
+    with pytest.raises(tn.ExecutionError, match=r'Placeholder node "lonely".*must be fed a value'):
+        it.run()
