@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -314,8 +315,10 @@ def sample(mutants: list[Mutant], n: Optional[int], seed: int) -> list[Mutant]:
     return [m for i, m in enumerate(mutants) if i in keep]
 
 
-def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], log: Any) -> dict[str, Any]:
-    """Run a sample of the mutants of one module; return its section of the report."""
+def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], log: Any,
+             progress: Callable[[dict[str, Any]], None] = lambda section: None) -> dict[str, Any]:
+    """Run a sample of the mutants of one module; return its section of the report. ``progress`` gets
+    the section so far after every mutant (so a campaign stopped early still leaves a report)."""
     spec = MODULES[path]
     equivalents = load_equivalents()
     everything = mutants_of(path)
@@ -334,15 +337,20 @@ def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], l
             m.outcome, m.seconds, _ = run_tests(m, spec["module"], tests, limit)
         print(f"  [{k + 1}/{len(chosen)}] {m.id} line {m.line}: {m.outcome} ({m.seconds:.1f}s)", file=log,
               flush=True)
+        progress(_section(path, len(everything), chosen[: k + 1], seed, base))
+    return _section(path, len(everything), chosen, seed, base)
+
+
+def _section(path: str, total: int, done: list[Mutant], seed: int, base: float) -> dict[str, Any]:
     counts: dict[str, int] = {}
-    for m in chosen:
+    for m in done:
         counts[m.outcome] = counts.get(m.outcome, 0) + 1
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     judged = killed + counts.get("survived", 0)
     return {
-        "module": path, "total": len(everything), "sampled": len(chosen), "seed": seed, "counts": counts,
+        "module": path, "total": total, "sampled": len(done), "seed": seed, "counts": counts,
         "score": killed / judged if judged else None, "unmutated_seconds": base,
-        "mutants": [m.as_dict() for m in chosen],
+        "mutants": [m.as_dict() for m in done],
     }
 
 
@@ -408,7 +416,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             for m in sample(mutants_of(path), n, a.seed):
                 print(f"{m.id} line {m.line}\n{m.diff}")
         return
-    sections = [campaign(path, n, a.seed, a.timeout, sys.stdout) for path in modules]
+    sections: list[dict[str, Any]] = []
+    for path in modules:
+        sections.append(campaign(path, n, a.seed, a.timeout, sys.stdout,
+                                 lambda part: write_report([*sections, part], argv, a.report)))
     report = write_report(sections, argv, a.report)
     for s in sections:
         score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
