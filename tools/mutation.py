@@ -57,8 +57,8 @@ PROBE = "__turnout_mutant_reached__"
 _REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_reference.py", "test_regressions.py",
               "test_raw.py", "test_session.py", "test_variables.py", "test_mutations.py", "test_validation.py",
               "test_properties.py"]
-_FAST_TESTS = ["test_mutants_fast.py", "test_ops.py", "test_fast.py", "test_session.py", "test_raw.py", "test_variables.py",
-               "test_fast_gradients.py"]
+_FAST_TESTS = ["test_mutants_fast.py", "test_ops.py", "test_fast.py", "test_session.py", "test_raw.py",
+               "test_variables.py", "test_fast_gradients.py"]
 
 #: Each module under test: its import name and the test files that check it (run in this order, so put
 #: the fast, pointed ones first: a killed mutant stops at its first failure).
