@@ -176,6 +176,8 @@ def fire_source(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token
 
 
 def fire_placeholder(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
+    """A Placeholder never fires: a fed one is cut from the plan, and an unfed one is refused before
+    the run (``ReferenceBackend.run``); this is the last guard for callers of ``Interpreter``."""
     raise ExecutionError(f"{describe_node(node)} must be fed a value (feed_dict)")
 
 

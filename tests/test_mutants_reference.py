@@ -1,0 +1,378 @@
+"""Tests that kill what mutation testing found surviving in the reference interpreter.
+
+``python tools/mutation.py --module reference/rules.py --module reference/executor.py`` mutates the
+oracle one expression at a time; each test here fails under mutants that the rest of the suite let
+through (docs/checking.rst gives the scores). They check behaviour a user sees: values, feeds, the
+store of Variables, the words of each error and the op it names, and the order a scheduler picks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout import raw
+from turnout.reference.executor import ReferenceBackend, run_graph
+from turnout.reference.scheduler import ReadyQueue
+from turnout.session import RunOptions
+
+
+# ---- feeds ------------------------------------------------------------------------------------------
+def test_run_graph_uses_its_feeds_and_options() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        y = x * 2.0 + 1.0
+    r = run_graph(g, [y], {x: np.float32(3.0)}, RunOptions(trace=True))
+    assert r.values == [np.float32(7.0)]
+    assert r.trace is not None and len(r.trace) == r.stats["firings"] > 0
+    assert run_graph(g, [y], {x: np.float32(-1.0)}).values == [np.float32(-1.0)]
+    with pytest.raises(tn.FeedError, match="x.*must be fed"):
+        run_graph(g, [y])
+
+
+def test_a_fed_tensor_is_fetched_as_fed_and_its_producer_does_not_run() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(1.0, name="a")
+        b = tn.add(a, 1.0, name="b")
+        c = tn.multiply(b, 3.0, name="c")
+    sess = tn.Session(g)
+    assert sess.run([b, c], {b: np.float32(10.0)}, options=RunOptions(trace=True)) == [10.0, 30.0]
+    assert sess.last_result is not None and sess.last_result.trace is not None
+    fired = {e.node for e in sess.last_result.trace.events}
+    assert "c" in fired and not fired & {"a", "b"}
+
+
+def test_feeding_a_tensor_inside_a_loop_frame_is_a_feed_error() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        inside: list[tn.Tensor] = []
+
+        def body(i: Any) -> Any:
+            j = i + 1
+            inside.append(j)
+            return j
+
+        r = tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
+    with pytest.raises(tn.FeedError, match="inside a loop frame"):
+        tn.Session(g).run(r, {inside[0]: np.int32(1)})
+
+
+def test_the_reference_backend_takes_no_options() -> None:
+    with pytest.raises(TypeError, match="takes no options.*bogus"):
+        ReferenceBackend(tn.Graph(), bogus=1)
+
+
+# ---- Variables: a fetched value never aliases the store ----------------------------------------------
+def test_fetched_variable_values_are_copies_of_the_store() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.array([1.0, 2.0], np.float32), name="v")
+        read = v.read()
+        bump = v.assign_add(np.array([1.0, 1.0], np.float32))
+    sess = tn.Session(g)
+    got = sess.run(read)
+    got[...] = 99.0  # a caller scribbling on a fetched array must not change the Variable
+    np.testing.assert_array_equal(sess.run(read), [1.0, 2.0])
+    out = sess.run(bump)
+    out[...] = -5.0
+    np.testing.assert_array_equal(sess.run(read), [2.0, 3.0])
+    np.testing.assert_array_equal(sess.variables["v"], [2.0, 3.0])
+    sess.variables["v"][...] = 7.0  # nor does the store share memory with the graph's initial value
+    np.testing.assert_array_equal(tn.Session(g).run(read), [1.0, 2.0])
+
+
+def test_assign_sub_and_assign_write_the_store() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(10, name="v")
+        sub = v.assign_sub(3)
+        put = v.assign(4)
+    sess = tn.Session(g)
+    assert sess.run(sub) == 7
+    assert sess.run(sub) == 4
+    assert sess.run(put) == 4 and sess.variables["v"] == 4
+    assert sess.variables["v"].dtype == np.int32
+
+
+def test_assigning_a_run_time_shape_mismatch_names_the_op() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.zeros(2, np.float32), name="v")
+        x = tn.placeholder(tn.float32, shape=None, name="x")
+        a = v.assign(x, name="bad_assign")
+    with pytest.raises(tn.ExecutionError, match=r"bad_assign.*shape \(3,\).*shape \(2,\)"):
+        tn.Session(g).run(a, {x: np.zeros(3, np.float32)})
+
+
+# ---- stacks --------------------------------------------------------------------------------------------
+def _stack_graph(push_at: int, pop_at: int) -> tuple[tn.Graph, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        s = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk")
+        push = g.create_node("StackPush", [s.outputs[0], tn.constant([push_at]), tn.constant(5.0)], name="psh")
+        with g.control_dependencies([push]):
+            pop = g.create_node("StackPop", [s.outputs[0], tn.constant([pop_at])], {"dtype": "float32", "shape": []},
+                                name="pop_it").outputs[0]
+    return g, pop
+
+
+def test_stack_pop_returns_what_was_pushed_under_its_index() -> None:
+    g, pop = _stack_graph(2, 2)
+    assert tn.Session(g).run(pop) == 5.0
+
+
+def test_stack_pop_of_an_index_never_pushed_names_the_op_and_index() -> None:
+    g, pop = _stack_graph(2, 1)
+    with pytest.raises(tn.ExecutionError, match=r"pop_it.*no value was pushed for index \(1,\)"):
+        tn.Session(g).run(pop)
+
+
+# ---- Merge's value index, Switch's two outputs -----------------------------------------------------------
+@pytest.mark.parametrize("pred, want", [(True, 1), (False, 0)])
+def test_merge_value_index_is_the_slot_of_the_live_input(pred: bool, want: int) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=[], name="p")
+        sf, st = raw.switch(tn.constant(4.0), p)
+        value, index = raw.merge([sf * 10.0, st + 1.0])
+    v, i = tn.Session(g).run([value, index], {p: np.bool_(pred)})
+    assert i == want and i.dtype == np.int32
+    assert v == (5.0 if pred else 40.0)
+
+
+def test_switch_on_an_integer_predicate_takes_the_true_side_for_nonzero() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=[], name="p")
+        sf, st = raw.switch(tn.constant(4.0), p)
+    sess = tn.Session(g)
+    assert sess.run(st, {p: np.bool_(True)}) == 4.0
+    with pytest.raises(tn.DeadFetchError, match="not taken"):
+        sess.run(sf, {p: np.bool_(True)})
+    assert sess.run(sf, {p: np.bool_(False)}) == 4.0
+
+
+# ---- errors name what they are about -----------------------------------------------------------------
+def _stalled_loop(control: bool) -> tuple[tn.Graph, tn.Tensor]:
+    """A loop whose body reads a NON-constant Enter (delivered to iteration 0 only): iteration 1 waits
+    forever, for a data input (``control=False``) or for a control input."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0.0), "f"), raw.BACK_EDGE])
+        p = raw.loop_cond(m < raw.enter(tn.constant(3.0), "f", is_constant=True))
+        sf, st = raw.switch(m, p)
+        step = raw.enter(tn.constant(1.0), "f", name="step")
+        if control:
+            one = raw.enter(tn.constant(1.0), "f", is_constant=True)
+            with g.control_dependencies([step]):
+                nxt = tn.add(st, one, name="stalled")
+        else:
+            nxt = tn.add(st, step, name="stalled")
+        raw.close_back_edge(m, raw.next_iteration(nxt))
+        out = raw.exit(sf, name="out")
+    return g, out
+
+
+def test_deadlock_report_says_which_input_is_missing() -> None:
+    g, out = _stalled_loop(control=False)
+    with pytest.raises(tn.DeadlockError) as e:
+        tn.Session(g).run(out)
+    msg = str(e.value)
+    assert "The run stalled" in msg
+    assert "stalled" in msg and "at f:1 waits for input 1 (step:0)" in msg
+    assert "control input" not in msg
+
+
+def test_deadlock_report_counts_missing_control_inputs() -> None:
+    g, out = _stalled_loop(control=True)
+    with pytest.raises(tn.DeadlockError) as e:
+        tn.Session(g).run(out)
+    msg = str(e.value)
+    assert "at f:1 waits for 1 control input(s)" in msg
+    assert "waits for input" not in msg
+
+
+def test_dead_fetch_error_names_the_tensor_and_its_node() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        sf, st = raw.switch(tn.constant(1.0), tn.constant(True))
+        y = tn.identity(sf, name="on_false")
+    with pytest.raises(tn.DeadFetchError, match=r"fetched tensor on_false:0 is dead: .*on_false.*not taken"):
+        tn.Session(g).run(y)
+
+
+def test_non_termination_errors_name_the_frame_and_the_last_node() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        r = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="forever")
+    with pytest.raises(tn.NonTerminationError, match=r"frame '.*forever.*' \(instance root\) started iteration 7, "
+                                                     r"over the limit max_iterations=7"):
+        tn.Session(g).run(r, max_iterations=7)
+    with pytest.raises(tn.NonTerminationError, match=r"more than max_firings=30 firings \(last: .* at .*\)"):
+        tn.Session(g).run(r, max_firings=30, max_iterations=None)
+
+
+def test_iteration_limit_counts_started_iterations_exactly() -> None:
+    """A loop of 5 trips starts iterations 0..5: max_iterations=6 is enough, 5 is not."""
+    g = tn.Graph()
+    with g.as_default():
+        (r,) = tn.while_loop(lambda k: k < 5, lambda k: k + 1, [tn.constant(0)])
+    assert tn.Session(g).run(r, max_iterations=6) == 5
+    with pytest.raises(tn.NonTerminationError):
+        tn.Session(g).run(r, max_iterations=5)
+
+
+def test_firing_limit_is_exact() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        y = tn.add(tn.constant(1), tn.constant(2))
+    sess = tn.Session(g)
+    assert sess.run(y, max_firings=3) == 3
+    assert sess.last_result is not None and sess.last_result.stats["firings"] == 3
+    with pytest.raises(tn.NonTerminationError):
+        sess.run(y, max_firings=2)
+
+
+# ---- schedulers ------------------------------------------------------------------------------------------
+def test_ready_queue_policies() -> None:
+    for policy, want in (("fifo", [0, 1, 2, 3]), ("lifo", [3, 2, 1, 0])):
+        q = ReadyQueue(policy)
+        for k in range(4):
+            q.push(k)
+        assert len(q) == 4
+        assert [q.pop() for _ in range(4)] == want
+        assert len(q) == 0
+    orders = set()
+    for seed in range(6):
+        q = ReadyQueue("random", seed)
+        for k in range(6):
+            q.push(k)
+        order = tuple(q.pop() for _ in range(6))
+        assert sorted(order) == list(range(6))
+        orders.add(order)
+    assert len(orders) > 1, "the random scheduler ignores its seed"
+    q1, q2 = ReadyQueue("random", 3), ReadyQueue("random", 3)
+    for k in range(6):
+        q1.push(k)
+        q2.push(k)
+    assert [q1.pop() for _ in range(6)] == [q2.pop() for _ in range(6)]
+    with pytest.raises(ValueError, match="unknown scheduler 'bogus'"):
+        ReadyQueue("bogus")
+
+
+def test_schedulers_change_the_firing_order_not_the_firings() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        xs = [tn.constant(float(k), name=f"c{k}") for k in range(4)]
+        y = tn.add_n(xs) if hasattr(tn, "add_n") else xs[0] + xs[1] + xs[2] + xs[3]
+    orders = {}
+    for opts in (RunOptions("fifo", trace=True), RunOptions("lifo", trace=True)):
+        sess = tn.Session(g)
+        assert sess.run(y, options=opts) == 6.0
+        assert sess.last_result is not None and sess.last_result.trace is not None
+        orders[opts.scheduler] = [e.node for e in sess.last_result.trace.events]
+    assert Counter(orders["fifo"]) == Counter(orders["lifo"])
+    assert orders["fifo"] != orders["lifo"]
+    assert orders["fifo"][:4] == ["c0", "c1", "c2", "c3"]
+
+
+def test_random_schedules_follow_their_seed_through_a_session() -> None:
+    """``RunOptions(scheduler="random", seed=s)`` reaches the ready queue: different seeds give different
+    firing orders (with the same firings), one seed always the same order."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = [tn.constant(float(k), name=f"c{k}") for k in range(6)]
+        y = ((xs[0] + xs[1]) * (xs[2] + xs[3])) - (xs[4] * xs[5])
+
+    def order(seed: int) -> tuple[str, ...]:
+        sess = tn.Session(g)
+        assert sess.run(y, options=RunOptions("random", seed=seed, trace=True)) == 5.0 * 1.0 - 20.0 + 0.0 * 0
+        assert sess.last_result is not None and sess.last_result.trace is not None
+        return tuple(e.node for e in sess.last_result.trace.events)
+
+    orders = {order(s) for s in range(6)}
+    assert len(orders) > 1
+    assert order(4) == order(4)
+
+
+def test_a_long_deadlock_report_is_cut_after_twenty_lines() -> None:
+    def stalled(n: int) -> tuple[tn.Graph, tn.Tensor]:
+        g = tn.Graph()
+        with g.as_default():
+            m, _ = raw.merge([raw.enter(tn.constant(0.0), "f"), raw.BACK_EDGE])
+            p = raw.loop_cond(m < raw.enter(tn.constant(3.0), "f", is_constant=True))
+            sf, st = raw.switch(m, p)
+            step = raw.enter(tn.constant(1.0), "f", name="step")
+            adds = [tn.add(st, step, name=f"stalled{k}") for k in range(n)]
+            with g.control_dependencies(adds):  # one more blocked node: it waits for the adds
+                nxt = tn.identity(st, name="waiter")
+            raw.close_back_edge(m, raw.next_iteration(nxt))
+            out = raw.exit(sf)
+        return g, out
+
+    for n, cut in ((19, False), (20, True)):  # n adds + the waiter: 20 lines fit, 21 do not
+        g, out = stalled(n)
+        with pytest.raises(tn.DeadlockError) as e:
+            tn.Session(g).run(out)
+        lines = str(e.value).split("Blocked:\n", 1)[1].splitlines()
+        assert len([ln for ln in lines if " waits for " in ln]) == 20
+        assert str(e.value).endswith("\n  ...") == cut
+        assert any("waiter\" (created" in ln and f"waits for {n} control input(s)" in ln for ln in lines) != cut
+
+
+def test_the_store_never_shares_memory_with_the_initial_value() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.array([1.0, 2.0], np.float32), name="v")
+        read = v.read()
+    sess = tn.Session(g)
+    np.testing.assert_array_equal(sess.run(read), [1.0, 2.0])
+    sess.variables["v"][...] = 7.0  # the store as first created by VarHandle, written in place
+    np.testing.assert_array_equal(sess.run(read), [7.0, 7.0])
+    np.testing.assert_array_equal(tn.Session(g).run(read), [1.0, 2.0])
+
+
+def test_kernel_errors_name_the_op_and_its_tag() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+        _, s = tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + tn.divide(10, x - i, name="the_div")),
+                             [tn.constant(0), tn.constant(0)], name="lp")
+    with pytest.raises(tn.KernelError, match=r'Div node ".*the_div" .* at .*lp.*:2: Div: integer division by zero'):
+        tn.Session(g).run(s, {x: np.int32(2)})
+    with pytest.raises(tn.KernelError, match=r'Div node "root_div" .* at root: Div: integer division by zero'):
+        with g.as_default():
+            r = tn.divide(tn.constant(1), x, name="root_div")
+        tn.Session(g).run(r, {x: np.int32(0)})
+
+
+def test_every_rule_table_entry_says_what_it_does() -> None:
+    """The rule tables are the reference's documentation (``rules`` module docstring): every entry,
+    including the ones ``_stateful`` wraps, carries a docstring."""
+    from turnout.reference import rules
+
+    for table in (rules.ARRIVE, rules.FIRE, rules.ROUTE):
+        for op, fn in table.items():
+            assert fn.__doc__ and fn.__doc__.strip(), f"{op}: {fn.__name__} has no docstring"
+    for fn in (rules.arrive_ordinary, rules.fire_compute, rules.fire_switch, rules.route_enter):
+        assert fn.__doc__ and "[E-" in fn.__doc__
+
+
+def test_an_interpreter_given_an_unfed_placeholder_says_it_must_be_fed() -> None:
+    """Session and run_graph refuse an unfed Placeholder before the run; the interpreter's own rule is
+    the guard for direct callers of ``Interpreter``."""
+    from turnout.reference.executor import Interpreter, make_plan
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="lonely")
+        y = x + 1.0
+    it = Interpreter(make_plan(g, [y], set()), {}, {}, RunOptions())
+    with pytest.raises(tn.ExecutionError, match=r'Placeholder node "lonely".*must be fed a value'):
+        it.run()

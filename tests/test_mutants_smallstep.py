@@ -1,0 +1,76 @@
+"""Tests that kill what mutation testing found surviving in the small-step system
+(``python tools/mutation.py --module semantics/smallstep.py``): its run loop's options and errors,
+the variable store it starts from and returns, and its adapter's trace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.semantics import smallstep as ss
+from turnout.session import RunOptions
+
+
+def _counter() -> tuple[tn.Graph, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k < 3, lambda k: k + 1, [tn.constant(0)])
+    return g, k
+
+
+def test_run_rejects_an_unknown_scheduler_by_name() -> None:
+    g, k = _counter()
+    with pytest.raises(ValueError, match=r"unknown scheduler 'bogus'; choose one of \('fifo', 'lifo', 'random'\)"):
+        ss.run(g, [k], scheduler="bogus")
+
+
+def test_max_steps_is_exact_and_its_error_names_the_last_step() -> None:
+    g, k = _counter()
+    r = ss.run(g, [k])
+    n = len(r.firings)
+    assert ss.run(g, [k], max_steps=n).values == [3]
+    with pytest.raises(tn.NonTerminationError, match=rf"exceeded max_steps={n - 1} firings .*last: \('E-"):
+        ss.run(g, [k], max_steps=n - 1)
+
+
+def test_every_scheduler_gives_the_same_values_and_counts() -> None:
+    g, k = _counter()
+    runs = [ss.run(g, [k], scheduler=s, seed=seed) for s, seed in (("fifo", 0), ("lifo", 0), ("random", 5))]
+    assert all(r.values == [3] for r in runs)
+    assert all(r.counts == runs[0].counts for r in runs)
+    assert len({tuple(r.firings) for r in runs}) > 1  # the schedulers really differ
+    assert all(v == 1 for v in runs[0].counts.values())
+    assert len(runs[0].firings) > sum(runs[0].counts.values())  # instance steps are logged, not counted
+
+
+def test_variables_start_from_the_given_store_and_come_back() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(2.0, name="v")
+        a = v.assign_add(3.0)
+        s = v.assign_sub(1.0)
+    r = ss.run(g, [a])
+    assert r.values == [5.0] and float(r.variables["v"]) == 5.0
+    r = ss.run(g, [a], variables={"v": np.float32(10.0)})
+    assert r.values == [13.0] and float(r.variables["v"]) == 13.0
+    assert r.variables["v"].dtype == np.float32
+    assert ss.run(g, [s], variables={"v": np.float32(10.0)}).values == [9.0]
+    assert ss.run(g, [v.read()]).values == [2.0]
+
+
+def test_the_adapter_returns_the_trace_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnout.session import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, "smallstep", "turnout.semantics.smallstep:SmallStepBackend")
+    g, k = _counter()
+    sess = tn.Session(g, backend="smallstep")
+    assert sess.run(k) == 3
+    assert sess.last_result is not None and sess.last_result.trace is None
+    assert sess.run(k, options=RunOptions(trace=True)) == 3
+    trace = sess.last_result.trace
+    assert trace is not None and len(trace) == sess.last_result.stats["firings"]
+    assert {rule for rule, *_ in trace} >= {"E-Enter", "E-Merge-Live", "E-LoopCond", "E-Exit-Live", "E-Iter-Retire"}
+    with pytest.raises(tn.NonTerminationError):
+        sess.run(k, options=RunOptions(max_firings=5))
