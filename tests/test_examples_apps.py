@@ -1,0 +1,121 @@
+"""The application examples (examples/dqn.py, examples/seq2seq.py) in short configurations.
+
+Each learning test asserts a level that an untrained model cannot reach: a CartPole agent whose
+greedy policy is a fixed random network keeps the pole up for about 10 steps, and a random policy for
+about 22; the trained agent must average 60. Runs that must agree across backends or drivers compare
+the whole trajectory (the episode lengths, step by step) and the learned weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{name}_example", ROOT / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def dqn() -> ModuleType:
+    return _example("dqn")
+
+
+# ---- the in-graph random numbers --------------------------------------------------------------------
+def test_hash_generator_is_uniform_and_uncorrelated(dqn: ModuleType) -> None:
+    """400 steps x 32 lanes: the mean, the variance, and the correlations between lanes and between
+    consecutive steps are those of independent uniform numbers (within 5 standard errors)."""
+    g = tn.Graph()
+    with g.as_default():
+        t = tn.placeholder(tn.int32, [], name="t")
+        u = dqn.hash_uniform(t, 1, 32)
+    s = tn.Session(g, backend="fast")
+    a = np.stack([s.run(u, {t: k}) for k in range(400)])
+    assert a.min() >= 0.0 and a.max() < 1.0
+    se = 1 / np.sqrt(a.size)
+    assert abs(a.mean() - 0.5) < 5 * np.sqrt(1 / 12) * se
+    assert abs(a.var() - 1 / 12) < 0.005
+    lanes = np.corrcoef(a.T)[~np.eye(32, dtype=bool)]
+    assert np.abs(lanes).max() < 5 / np.sqrt(400)
+    lag = [np.corrcoef(a[:-1, k], a[1:, k])[0, 1] for k in range(32)]
+    assert np.abs(lag).max() < 5 / np.sqrt(400)
+
+
+def test_hash_generator_agrees_across_backends(dqn: ModuleType) -> None:
+    """Integer arithmetic only, every product below 2**31: the reference and fast backends give the
+    same bits, including near the largest counter the docstring promises."""
+    g = tn.Graph()
+    with g.as_default():
+        t = tn.placeholder(tn.int32, [], name="t")
+        x = dqn.hash_ints(t, 5, 8)
+    ref, fast = tn.Session(g, backend="reference"), tn.Session(g, backend="fast")
+    for k in [0, 1, 2, 12345, 2**25 - 1]:
+        got = ref.run(x, {t: k})
+        np.testing.assert_array_equal(got, fast.run(x, {t: k}))
+        assert got.min() >= 1 and got.max() <= 2**31 - 2
+
+
+# ---- the agent ----------------------------------------------------------------------------------------
+def test_dqn_learns_cartpole_in_graph_on_fast(dqn: ModuleType) -> None:
+    """2000 steps, 500 per Session.run: the greedy policy keeps the pole up for 60+ steps on average
+    (an untrained one: about 10)."""
+    r = dqn.train("fast", steps=2000, mode="graph", steps_per_run=500, verbose=False)
+    assert r["eval_before"] < 20
+    assert r["eval_after"] >= 60, r["eval_after"]
+    # and the episodes seen while training got longer too
+    assert np.mean(r["episodes"][-5:]) > 2 * np.mean(r["episodes"][:5])
+
+
+@pytest.fixture(scope="module")
+def dqn_30(dqn: ModuleType) -> tuple[dict, tn.Session]:
+    """A DQN graph with 30 steps per run (target copied every 10), and a fast session that ran one."""
+    m = dqn.build(dqn.Config(target_every=10), steps_per_run=30)
+    fast = tn.Session(m["graph"], backend="fast")
+    m["fast_result"] = fast.run(m["train_loop"])
+    return m, fast
+
+
+def test_dqn_python_driven_is_the_same_agent(dqn_30: tuple[dict, tn.Session]) -> None:
+    """One Session.run per step (the Python-driven agent) and 30 steps in one run (the in-graph
+    loop) on the fast backend: the same episodes and the same Variables, bit for bit."""
+    m, graph = dqn_30
+    python = tn.Session(m["graph"], backend="fast")
+    driven = np.array([python.run(m["train_step"])[0] for _ in range(30)])
+    np.testing.assert_array_equal(m["fast_result"][0], driven)
+    assert np.count_nonzero(driven) >= 1  # an episode ended
+    for v in [*m["online"], *m["target"], *m["buffer"].values(), *m["state"].values()]:
+        np.testing.assert_array_equal(graph.variables[v.name], python.variables[v.name], err_msg=v.name)
+
+
+def test_dqn_reference_agrees_with_fast(dqn_30: tuple[dict, tn.Session]) -> None:
+    """The reference interpreter (the oracle) runs the same 30 in-graph steps — an episode end,
+    epsilon-greedy conds taking both branches, 30 Adam updates, three target copies — and agrees
+    with the fast backend."""
+    m, fast = dqn_30
+    ref = tn.Session(m["graph"], backend="reference")
+    a, b = ref.run(m["train_loop"]), m["fast_result"]
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-4, atol=1e-6)
+    for v in [*m["online"], *m["target"]]:
+        np.testing.assert_allclose(ref.variables[v.name], fast.variables[v.name], rtol=1e-4, atol=1e-5,
+                                   err_msg=v.name)
+    # the target network was copied after steps 10, 20 and 30: it equals the online network now,
+    # and it is no longer the initial network
+    for v, u in zip(m["target"], m["online"]):
+        np.testing.assert_array_equal(ref.variables[v.name], ref.variables[u.name])
+    w1 = m["graph"].variables["target/w1"].attrs["initial_value"]
+    assert not np.array_equal(ref.variables["target/w1"], w1)
