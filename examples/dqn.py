@@ -26,6 +26,7 @@ episode has ended.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -328,24 +329,27 @@ def build(cfg: Config | None = None, steps_per_run: int = 500) -> dict[str, Any]
 
 
 def train(backend: str = "reference", steps: int = 3000, mode: str = "graph", steps_per_run: int = 500,
-          cfg: Config | None = None, verbose: bool = True, session: Any = None) -> dict[str, Any]:
+          cfg: Config | None = None, verbose: bool = True, eval_every: int = 500) -> dict[str, Any]:
     """Train for ``steps`` environment steps (rounded up to a multiple of ``steps_per_run`` in graph
     mode). ``mode="graph"``: ``steps_per_run`` steps per ``Session.run`` (the in-graph loop);
-    ``mode="python"``: one ``Session.run`` per step. Returns the lengths of the episodes in the order
-    they ended, the step at which each ended, the greedy evaluation before and after, and the
-    training time (``first_run_s``: the first run, which includes compiling on the fast backend)."""
+    ``mode="python"``: one ``Session.run`` per step. Every ``eval_every`` steps (a multiple of
+    ``steps_per_run`` in graph mode) the greedy policy is evaluated, outside the timed training.
+
+    Returns the lengths of the episodes in the order they ended, the step at which each ended, the
+    evaluations as (step, mean length), and the training time: ``train_s`` in all, ``first_run_s``
+    for the first run (which includes compiling on the fast backend)."""
     m = build(cfg, steps_per_run)
-    sess = session or tn.Session(m["graph"], backend=backend)
-    before = evaluate(m, sess)
+    sess = tn.Session(m["graph"], backend=backend)
+    evals = [(0, evaluate(m, sess))]
     episodes: list[int] = []
     ended_at: list[int] = []
     t = 0
-    t0 = time.perf_counter()
-    first_s = 0.0
+    train_s = first_s = 0.0
     while t < steps:
+        t0 = time.perf_counter()
         if mode == "graph":
             n = steps_per_run
-            lengths, losses = sess.run(m["train_loop"])
+            lengths, _ = sess.run(m["train_loop"])
             for k in np.nonzero(lengths)[0]:
                 episodes.append(int(lengths[k]))
                 ended_at.append(t + int(k) + 1)
@@ -357,19 +361,48 @@ def train(backend: str = "reference", steps: int = 3000, mode: str = "graph", st
                 ended_at.append(t + 1)
         else:
             raise ValueError(f"mode must be 'graph' or 'python', got {mode!r}")
+        dt = time.perf_counter() - t0
+        train_s += dt
+        first_s = first_s or dt
         t += n
-        if first_s == 0.0:
-            first_s = time.perf_counter() - t0
-        if verbose and (mode == "graph" or t % 500 == 0):
-            recent = episodes[-10:]
-            print(f"step {t:6d}  episodes {len(episodes):4d}  mean length of the last 10: "
-                  f"{np.mean(recent) if recent else 0:6.1f}  ({time.perf_counter() - t0:.1f} s)")
-    wall = time.perf_counter() - t0
-    after = evaluate(m, sess)
-    if verbose:
-        print(f"greedy evaluation, mean episode length: {before:.1f} before training, {after:.1f} after")
-    return {"episodes": episodes, "ended_at": ended_at, "eval_before": before, "eval_after": after,
-            "train_s": wall, "first_run_s": first_s, "model": m, "session": sess}
+        if t % eval_every == 0 or t >= steps:
+            evals.append((t, evaluate(m, sess)))
+            if verbose:
+                recent = episodes[-10:]
+                print(f"step {t:6d}  episodes {len(episodes):4d}  mean length of the last 10 "
+                      f"{np.mean(recent) if recent else 0:6.1f}  greedy evaluation {evals[-1][1]:6.1f}  "
+                      f"(training time {train_s:.1f} s)", flush=True)
+    return {"backend": backend, "mode": mode, "steps": t, "episodes": episodes, "ended_at": ended_at,
+            "evals": evals, "eval_before": evals[0][1], "eval_after": evals[-1][1], "train_s": train_s,
+            "first_run_s": first_s}
+
+
+def plot(run: dict[str, Any], path: str, title: str = "") -> None:
+    """The learning curve of a ``train`` result as a PNG: every episode's length at the step it
+    ended, their moving average, and the greedy evaluations. Needs matplotlib (``pip install
+    turnout[plots]``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    ends, lengths = np.asarray(run["ended_at"]), np.asarray(run["episodes"], float)
+    ax.scatter(ends, lengths, s=4, alpha=0.3, color="tab:blue", label="training episode (epsilon-greedy)")
+    k = 10
+    if len(lengths) >= k:
+        ax.plot(ends[k - 1:], np.convolve(lengths, np.ones(k) / k, mode="valid"), color="tab:blue",
+                label=f"moving average of {k} episodes")
+    ev = np.asarray(run["evals"], float)
+    ax.plot(ev[:, 0], ev[:, 1], "o-", color="tab:red", ms=3, label="greedy evaluation (16 episodes)")
+    ax.set_xlabel("environment step")
+    ax.set_ylabel("episode length (= return)")
+    ax.set_ylim(0, 210)
+    ax.set_title(title or f"DQN on CartPole, {run['backend']} backend, {run['mode']} mode")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def evaluate(m: dict[str, Any], sess: Any, seed: int = 12345) -> float:
@@ -384,5 +417,14 @@ if __name__ == "__main__":
     ap.add_argument("--mode", choices=["graph", "python"], default="graph")
     ap.add_argument("--steps-per-run", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write the run (episodes, evaluations, times) to this JSON file")
+    ap.add_argument("--plot", help="write the learning curve to this PNG (needs matplotlib)")
     args = ap.parse_args()
-    train(args.backend, args.steps, args.mode, args.steps_per_run, Config(seed=args.seed))
+    result = train(args.backend, args.steps, args.mode, args.steps_per_run, Config(seed=args.seed))
+    print(f"{result['steps']} steps in {result['train_s']:.1f} s ({result['first_run_s']:.1f} s in the first run); "
+          f"greedy evaluation {result['eval_before']:.1f} before training, {result['eval_after']:.1f} after")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f)
+    if args.plot:
+        plot(result, args.plot)
