@@ -305,6 +305,23 @@ def plot(run: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def frame_summary(graph: tn.Graph) -> str:
+    """The graph's loop frames (nested as they nest) with how many nodes each holds, and its conds:
+    the structure the tutorial shows. Gradient loops appear as frames of their own."""
+    from collections import Counter
+
+    fa = tn.static_frames(graph)
+    count = Counter(fa.node_frame.values())
+    conds = Counter(fa.node_frame[n.id] for n in graph.nodes if n.name.endswith("/switch_pred"))
+    stacks = Counter(fa.node_frame[n.id] for n in graph.nodes if n.op == "StackPush")
+    lines = [f"root: {count[()]} nodes, {conds[()]} conds"]
+    for f in sorted(fa.frames, key=lambda f: (len(f), f)):
+        if f:
+            extra = f", {stacks[f]} stack pushes" if stacks[f] else ""
+            lines.append(f"{'  ' * len(f)}frame {f[-1]!r}: {count[f]} nodes, {conds[f]} conds{extra}")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="reference")

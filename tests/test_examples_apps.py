@@ -162,3 +162,19 @@ def test_greedy_decode_python_driven_and_fast_agree(seq2seq_trained: tuple[Modul
     fast = tn.Session(m["graph"], backend="fast")
     fast.variables.update({k: v.copy() for k, v in ref.variables.items()})
     np.testing.assert_array_equal(fast.run(m["tokens"], s2s.feeds(m, data, train=False)), in_graph)
+
+
+# ---- the tutorials show the graphs as they are ------------------------------------------------------------
+@pytest.mark.parametrize("name", ["dqn", "seq2seq"])
+def test_tutorial_frame_listing_is_current(name: str) -> None:
+    """docs/tutorial_<name>.rst shows ``frame_summary`` of the example's graph; it must be what the
+    code prints today (building the graph runs nothing)."""
+    mod = sys.modules.get(f"{name}_example") or _example(name)
+    text = (ROOT / "docs" / f"tutorial_{name}.rst").read_text(encoding="utf-8")
+    shown = text.split(f"print({name}.frame_summary(", 1)[1].split(".. code-block:: text\n\n", 1)[1]
+    lines = []
+    for line in shown.splitlines():
+        if line and not line.startswith("   "):
+            break
+        lines.append(line[3:])
+    assert "\n".join(lines).strip("\n") == mod.frame_summary(mod.build()["graph"])
