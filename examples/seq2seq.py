@@ -11,7 +11,9 @@ run time. Here both phases are ``tn.while_loop``:
   through both loops (Adam updates the Variables);
 * greedy decoding: a loop that feeds back the argmax token and stops when every sequence in the
   batch has produced its end token — a trip count that depends on the model's own outputs — or at
-  ``max_len + 1`` steps.
+  ``max_len + 1`` steps;
+* beam search (``beam_search``): the same stopping rule over ``K`` beams per sequence, the beams
+  reordered each step with ``Gather`` along their parents.
 
 The decoder attends over the encoder's outputs (dot-product attention, Luong et al. 2015). The task:
 the input is 3 to 8 random digits, the target is the same digits in reverse order, then ``EOS``.
@@ -82,7 +84,8 @@ def argmax(x: tn.Tensor) -> tn.Tensor:
     """Index of the largest entry of each row of ``x`` [B, n] (the first one on ties), as int32."""
     n = x.shape[1]
     is_max = tn.equal(x, tn.reduce_max(x, axis=1, keepdims=True))
-    idx = tn.where(is_max, tn.constant(np.arange(n, dtype=np.int32)) * tn.ones_like(tn.cast(x, tn.int32)), n)
+    positions = tn.cast(is_max, tn.int32) * 0 + tn.constant(np.arange(n, dtype=np.int32))  # [B, n]
+    idx = tn.where(is_max, positions, n)
     return tn.negative(tn.reduce_max(tn.negative(idx), axis=1))
 
 
@@ -129,10 +132,11 @@ class Model:
         return tn.matmul(att, self.p["out/w"]) + self.p["out/b"], h
 
 
-def build(cfg: Config | None = None) -> dict[str, Any]:
-    """Three programs over the same Variables: ``train`` (teacher forcing; fetch ``loss`` and
-    ``train_op``), ``decode`` (greedy, fetch ``tokens`` and ``steps``) and ``decode_step`` (one
-    decoder step, for the Python-driven decode loop)."""
+def build(cfg: Config | None = None, beam_width: int = 3) -> dict[str, Any]:
+    """Four programs over the same Variables: ``train`` (teacher forcing; fetch ``loss`` and
+    ``train_op``), ``decode`` (greedy, fetch ``tokens`` and ``steps``), ``beam`` (beam search of
+    width ``beam_width``, fetch ``beam_tokens``, ``beam_scores``, ``beam_steps``) and
+    ``decode_step`` (one decoder step, for the Python-driven decode loop)."""
     cfg = cfg or Config()
     B, T = cfg.batch, cfg.max_len
     U = T + 1  # the longest output: the reversed digits and EOS
@@ -182,6 +186,9 @@ def build(cfg: Config | None = None) -> dict[str, Any]:
              tn.fill([U, B], EOS)],
             name="greedy_decode")
 
+        # ---- beam search --------------------------------------------------------------------------
+        beam = beam_search(Model(cfg, {k: v.read() for k, v in variables.items()}), src, src_len, beam_width)
+
         # ---- one decoder step, for the Python-driven loop ---------------------------------------
         y_prev = tn.placeholder(tn.int32, [B], name="y_prev")
         h_prev = tn.placeholder(tn.float32, [B, cfg.hidden], name="h_prev")
@@ -193,7 +200,68 @@ def build(cfg: Config | None = None) -> dict[str, Any]:
     return {"graph": g, "config": cfg, "variables": variables, "src": src, "src_len": src_len,
             "dec_in": dec_in, "dec_out": dec_out, "loss": loss, "train_op": train_op,
             "tokens": tokens, "steps": steps, "encoded": [enc_d, h_d, valid_d],
-            "y_prev": y_prev, "h_prev": h_prev, "enc": enc_in, "valid": valid_in, "step_out": [y1, h1]}
+            "y_prev": y_prev, "h_prev": h_prev, "enc": enc_in, "valid": valid_in, "step_out": [y1, h1],
+            "beam_width": beam_width, "beam_tokens": beam[0], "beam_scores": beam[1], "beam_steps": beam[2]}
+
+
+def top_k(x: tn.Tensor, k: int) -> tuple[tn.Tensor, tn.Tensor]:
+    """The ``k`` largest entries of each row of ``x`` [B, n], best first, and their indices (there
+    is no TopK op: ``k`` rounds of argmax, each masking out the entry it found)."""
+    n = x.shape[1]
+    values, indices = [], []
+    for _ in range(k):
+        i = argmax(x)
+        values.append(tn.reduce_max(x, axis=1))
+        indices.append(i)
+        x = tn.where(tn.equal(one_hot(i, n), 1.0), -1e30, x)
+    return tn.transpose(tn.stack(values), [1, 0]), tn.transpose(tn.stack(indices), [1, 0])
+
+
+def beam_search(d: Model, src: tn.Tensor, src_len: tn.Tensor, K: int) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+    """Beam search of width ``K``: returns the best sequence of each batch entry [max_len + 1, B],
+    the ``K`` final scores (sums of log-probabilities, best first) [B, K], and the trip count.
+
+    The batch is widened to ``B * K`` rows, row ``b * K + j`` holding beam ``j`` of entry ``b``. Each
+    step scores every (beam, token) pair, keeps the ``K`` best per entry, and reorders the beams'
+    states and token histories with ``Gather`` along their parents. A finished beam may only extend
+    itself with ``EOS`` at no cost, so it keeps its score. The loop stops when every beam of every
+    entry has finished, or after ``max_len + 1`` steps."""
+    cfg = d.cfg
+    B, U, V = cfg.batch, cfg.max_len + 1, VOCAB
+    enc, h, valid = d.encode(src, src_len)
+    rep = tn.constant(np.repeat(np.arange(B, dtype=np.int32), K))  # row b * K + j reads entry b
+    enc, h, valid = tn.gather(enc, rep, axis=1), tn.gather(h, rep), tn.gather(valid, rep, axis=1)
+    first = np.full(B * K, -1e9, np.float32)
+    first[::K] = 0.0  # at the start only beam 0 is live, so the K beams do not start out equal
+    base = tn.constant(np.repeat(np.arange(B, dtype=np.int32) * K, K))
+    rows = tn.constant(np.arange(U, dtype=np.int32))
+    eos_only = tn.constant(np.where(np.arange(V) == EOS, 0.0, -1e9).astype(np.float32))
+
+    def step(t: tn.Tensor, y: tn.Tensor, h: tn.Tensor, score: tn.Tensor, done: tn.Tensor, hist: tn.Tensor
+             ) -> tuple[tn.Tensor, ...]:
+        logits, h = d.decode_step(y, h, enc, valid)
+        z = logits - tn.reduce_max(logits, axis=1, keepdims=True)
+        logp = z - tn.log(tn.reduce_sum(tn.exp(z), axis=1, keepdims=True))
+        logp = tn.where(tn.expand_dims(done, 1) & tn.ones([1, V], tn.bool), eos_only * tn.ones_like(logp), logp)
+        cand = tn.reshape(tn.expand_dims(score, 1) + logp, [B, K * V])
+        best, idx = top_k(cand, K)
+        idx = tn.reshape(idx, [B * K])
+        parent = base + idx // V
+        token = tn.mod(idx, V)
+        hist = tn.gather(hist, parent, axis=1)
+        hist = tn.where(tn.equal(tn.expand_dims(rows, 1), t), tn.expand_dims(token, 0) * tn.ones([U, 1], tn.int32),
+                        hist)
+        done = tn.gather(done, parent) | tn.equal(token, EOS)
+        return t + 1, token, tn.gather(h, parent), tn.reshape(best, [B * K]), done, hist
+
+    steps, _, _, score, _, hist = tn.while_loop(
+        lambda t, y, h, score, done, hist: (t < U) & (tn.reduce_max(tn.cast(tn.logical_not(done), tn.int32)) > 0),
+        step,
+        [tn.constant(0), tn.fill([B * K], GO), h, tn.constant(first), tn.constant(np.zeros(B * K, bool)),
+         tn.fill([U, B * K], EOS)],
+        name="beam_search")
+    best_rows = tn.constant(np.arange(B, dtype=np.int32) * K)
+    return tn.gather(hist, best_rows, axis=1), tn.reshape(score, [B, K]), steps
 
 
 def batch(rng: np.random.Generator, cfg: Config) -> dict[str, np.ndarray]:
@@ -335,6 +403,9 @@ if __name__ == "__main__":
     src, n = r["held_out"]["src"], r["held_out"]["src_len"]
     for b in range(3):
         print("input", src[:n[b], b], "-> decoded", tokens[:n[b] + 1, b], "(10 = EOS)")
+    beam = r["session"].run(r["model"]["beam_tokens"], feeds(r["model"], r["held_out"], train=False))
+    print("held-out accuracy (tokens, sequences): greedy {:.3f} {:.3f}, beam search of width 3 {:.3f} {:.3f}".format(
+        *accuracy(tokens, r["held_out"]), *accuracy(beam, r["held_out"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({k: r[k] for k in ("backend", "losses", "evals", "train_s")}, f)

@@ -178,3 +178,22 @@ def test_tutorial_frame_listing_is_current(name: str) -> None:
             break
         lines.append(line[3:])
     assert "\n".join(lines).strip("\n") == mod.frame_summary(mod.build()["graph"])
+
+
+def test_beam_search_of_width_one_is_greedy_and_beams_are_ranked(seq2seq_trained: tuple[ModuleType, dict]) -> None:
+    """Beam search with one beam makes the greedy choices; with three, the returned scores are
+    log-probabilities (at most 0) sorted best first, and its best sequence scores at least as high
+    as the second and third beams."""
+    s2s, r = seq2seq_trained
+    m, ref, data = r["model"], r["session"], r["held_out"]
+    feed = s2s.feeds(m, data, train=False)
+    greedy_tokens, greedy_steps = ref.run([m["tokens"], m["steps"]], feed)
+    scores = ref.run(m["beam_scores"], feed)
+    assert m["beam_width"] == 3 and (scores <= 1e-6).all()
+    assert (np.diff(scores, axis=1) <= 1e-6).all()
+    one = s2s.build(m["config"], beam_width=1)
+    s1 = tn.Session(one["graph"], backend="reference")
+    s1.variables.update({k: v.copy() for k, v in ref.variables.items()})
+    tokens, steps = s1.run([one["beam_tokens"], one["beam_steps"]], s2s.feeds(one, data, train=False))
+    np.testing.assert_array_equal(tokens, greedy_tokens)
+    assert steps == greedy_steps
