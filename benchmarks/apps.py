@@ -115,9 +115,9 @@ def run_decode(quick: bool) -> dict[str, Any]:
 
     s2s = example("seq2seq")
     if quick:
-        cfg, repeat, train_steps = s2s.Config(), 5, 0
+        cfg, repeat = s2s.Config(), 5
     else:
-        cfg, repeat, train_steps = s2s.Config(batch=128, hidden=128, embed=32, max_len=20, min_len=10), 20, 0
+        cfg, repeat = s2s.Config(batch=128, hidden=128, embed=32, max_len=20, min_len=10), 20
     m = s2s.build(cfg)
     sess = tn.Session(m["graph"], backend="fast")
     data = s2s.batch(np.random.default_rng(3), cfg)
@@ -144,7 +144,7 @@ def run_decode(quick: bool) -> dict[str, Any]:
         s2s.decode_python(m, sess, data)
         py_times.append(time.perf_counter() - t0)
     py = {"first_s": py_first, "median_s": float(np.median(py_times)), "repeat": len(py_times)}
-    return {"batch": cfg.batch, "hidden": cfg.hidden, "max_len": cfg.max_len, "train_steps": train_steps,
+    return {"batch": cfg.batch, "hidden": cfg.hidden, "max_len": cfg.max_len,
             "decode_steps": int(got[1]), "fast": tt, "jax_while_loop": jt, "python_driven": py,
             "fast_over_jax": tt["median_s"] / jt["median_s"], "python_over_fast": py["median_s"] / tt["median_s"],
             "agree": bool(np.array_equal(got[0], want[0]) and got[1] == want[1]
