@@ -22,10 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import cond_in_loop, loop_trivial, lstm  # noqa: E402
+from benchmarks import apps, cond_in_loop, loop_trivial, lstm  # noqa: E402
 from benchmarks.common import machine  # noqa: E402
 
-BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm}
+BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm, "apps": apps}
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -76,6 +76,20 @@ def summary(res: dict[str, Any]) -> str:
                   f"(ratio {sw['fast_over_jax']:.2f} to the JAX row above), {sw['stack_chunks_swapped']} chunks "
                   f"swapped, device stacks {sw['peak_device_stack_bytes'] / 2**20:.0f} MB, host stacks "
                   f"{sw['peak_host_stack_bytes'] / 2**20:.0f} MB, agree {sw['agree']}.", ""]
+    if "apps" in b:
+        d, r = b["apps"]["dqn"], b["apps"]["decode"]
+        lines += ["## DQN on CartPole: in-graph loop vs Python-driven (fast backend)", "",
+                  "| steps per run | in-graph steps/s | Python-driven steps/s | speedup | agree |",
+                  "|---|---|---|---|---|",
+                  f"| {d['steps_per_run']} | {d['in_graph_steps_per_s']:.0f} | {d['python_steps_per_s']:.0f} | "
+                  f"{d['speedup']:.1f} | {d['agree']} |", "",
+                  f"## Greedy decoding (batch {r['batch']}, hidden {r['hidden']}, max_len {r['max_len']}, "
+                  f"{r['decode_steps']} decode steps)", "",
+                  "| Turnout fast (ms) | jax.jit(lax.while_loop) (ms) | ratio | Python-driven (ms) | "
+                  "Python-driven / fast | agree |", "|---|---|---|---|---|---|",
+                  f"| {_ms(r['fast']['median_s'])} | {_ms(r['jax_while_loop']['median_s'])} | "
+                  f"{r['fast_over_jax']:.2f} | {_ms(r['python_driven']['median_s'])} | "
+                  f"{r['python_over_fast']:.1f} | {r['agree']} |", ""]
     refs = [(k, v["reference"]) for k, v in b.items() if "reference" in v]
     if refs:
         lines += ["## Reference interpreter", "", "| program | N | firings | firings/s |", "|---|---|---|---|"]
