@@ -24,7 +24,6 @@ from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import CondInfo, WhileContext
 from turnout.control_flow.tensor_array import to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
-from turnout.errors import GradientError
 from turnout.gradients.rules import is_differentiable_dtype
 from turnout.graph import Tensor
 
@@ -83,10 +82,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
     from turnout.gradients.core import Frame, Grads, add_grads
 
     if not w.back_prop:
-        raise GradientError(
-            f'while_loop "{w.name}" (frame {w.frame_name}) was built with back_prop=False, but a gradient '
-            "must flow through it; build it with back_prop=True or stop the gradient before it"
-        )
+        return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
     vars_ = [(i, lv) for i, lv in enumerate(w.loop_vars)
              if i > 0 and lv.next_iteration is not None and lv.merge.id in b.on_path
              and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
