@@ -401,7 +401,7 @@ def _sum_to_like(b, n, dys):
 # ---- TensorArray: the gradient of a TensorArray value is a TensorArray of gradients ---------------------
 @_grad("TensorArrayRead")
 def _ta_read(b, n, dys):
-    ta, i = n.inputs
+    ta, i = n.inputs[0], n.inputs[1]  # also serves TensorArrayReadOrZeros (ta, i, shape)
     zeros = b.zeros_like(ta)
     w = zeros.graph.create_node("TensorArrayWrite", [zeros, b.value(i), dys[0]])
     return [w.outputs[0], None]  # slot i gets dy; the other slots stay unwritten (zero)
