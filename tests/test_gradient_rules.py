@@ -75,6 +75,14 @@ def _ta_add(x: Any, y: Any) -> Any:
     return tn.TensorArray(_tensor=s).stack()
 
 
+def _ta_accumulate(x: Any, v: Any) -> Any:
+    g = x.graph
+    ta = tn.TensorArray(F, size=3).unstack(x).tensor
+    a = g.create_node("TensorArrayAccumulate", [ta, tn.constant(1), v * v]).outputs[0]
+    b = g.create_node("TensorArrayAccumulate", [a, tn.constant(1), tn.tanh(v)]).outputs[0]
+    return tn.TensorArray(_tensor=b).stack()
+
+
 def _ta_read_or_zeros(x: Any) -> Any:
     g = x.graph
     ta = tn.TensorArray(F, size=3, element_shape=[2]).write(1, x * x).tensor
@@ -185,6 +193,8 @@ CASES: dict[str, Case] = {
     "TensorArrayWrite": Case([_arr(2), _arr(2)], _ta_write, lambda x, y: jnp.stack([x * 3.0, y])),
     "TensorArrayRead": Case([_arr(3, 2)], _ta_read, lambda x: x[1] * x[2]),
     "TensorArrayAdd": Case([_arr(2, 3), _arr(2, 3)], _ta_add, lambda x, y: x + y * y),
+    "TensorArrayAccumulate": Case([_arr(3, 2), _arr(2)], _ta_accumulate,
+                                  lambda x, v: x.at[1].add(v * v + jnp.tanh(v))),
     "TensorArrayReadOrZeros": Case([_arr(2)], _ta_read_or_zeros, lambda x: x * x),
     "TensorArrayStackOrZeros": Case([_arr(2)], _ta_stack_or_zeros,
                                     lambda x: jnp.zeros((3, 2)).at[2].set(jnp.tanh(x))),

@@ -102,6 +102,8 @@ _DECLS: list[Primitive] = [
     _P("TensorArraySize", "compute", False),
     # TensorArray gradients (turnout.gradients): unwritten slots of a gradient TensorArray count as zero
     _P("TensorArrayAdd", "compute", True, "slotwise sum of two TensorArrays; an unwritten slot counts as zero"),
+    _P("TensorArrayAccumulate", "compute", True,
+       "add a value into slot i (an unwritten slot counts as zero): O(1) gradient accumulation per read"),
     _P("TensorArrayReadOrZeros", "compute", True, "read slot i, or zeros of the given shape if it is unwritten"),
     _P("TensorArrayStackOrZeros", "compute", True, "stack to the given shape; unwritten slots are zeros"),
     # state

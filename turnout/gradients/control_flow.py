@@ -79,7 +79,7 @@ def cond_grad(b: Backward, info: CondInfo, dys: Sequence[Optional[Tensor]]) -> P
 
 def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> Pairs:
     """Gradients of a loop's initial values and invariants, given those of its Exits."""
-    from turnout.gradients.core import Frame, Grads, add_grads
+    from turnout.gradients.core import Frame, Grads
 
     if not w.back_prop:
         return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
@@ -120,8 +120,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
                 gv = gv if gv is not None else b.zeros_like(lv.body_input.outputs[0])
                 outs.append(b.refine_shape(gv, lv.merge.outputs[0].shape))
             for e, acc in zip(invs, vals[nv:], strict=True):
-                ge = grads.total(e.outputs[0])
-                new = acc if ge is None else add_grads(acc, ge)  # invariants: sum over iterations
+                new = grads.accumulate_into(e.outputs[0], acc)  # invariants: sum over iterations, in place
                 outs.append(b.refine_shape(new, acc.shape))
             return outs
         finally:

@@ -402,9 +402,10 @@ def _sum_to_like(b, n, dys):
 @_grad("TensorArrayRead")
 def _ta_read(b, n, dys):
     ta, i = n.inputs[0], n.inputs[1]  # also serves TensorArrayReadOrZeros (ta, i, shape)
-    zeros = b.zeros_like(ta)
-    w = zeros.graph.create_node("TensorArrayWrite", [zeros, b.value(i), dys[0]])
-    return [w.outputs[0], None]  # slot i gets dy; the other slots stay unwritten (zero)
+    from turnout.gradients.core import SlotGrad
+
+    # slot i gets dy, the other slots are zero: kept symbolic, so summing it costs O(1) (SlotGrad)
+    return [SlotGrad(lambda: b.zeros_like(ta), b.value(i), dys[0]), None]
 
 
 @_grad("TensorArrayWrite")
@@ -415,6 +416,16 @@ def _ta_write(b, n, dys):
     dv = dta.graph.create_node("TensorArrayReadOrZeros", [dta, b.value(i), b.shape_of(v)],
                                {"static_shape": static}).outputs[0]
     return [dta, None, dv]  # slot i of ``ta`` was unwritten (slots are write-once): passing dta on is exact
+
+
+@_grad("TensorArrayAccumulate")
+def _ta_accumulate(b, n, dys):
+    ta, i, v = n.inputs
+    dta = dys[0]
+    static = None if v.shape is None else list(v.shape)
+    dv = dta.graph.create_node("TensorArrayReadOrZeros", [dta, b.value(i), b.shape_of(v)],
+                               {"static_shape": static}).outputs[0]
+    return [dta, None, dv]  # out = ta with slot i + v: both get slot i's gradient
 
 
 @_grad("TensorArrayReadOrZeros")
