@@ -87,11 +87,12 @@ class Grads:
         if not parts:
             return None
         if len(parts) > 1 or isinstance(parts[0], SlotGrad):
-            dense = [p for p in parts if not isinstance(p, SlotGrad)]
-            slots = [p for p in parts if isinstance(p, SlotGrad)]
+            dense: list[Part] = [p for p in parts if not isinstance(p, SlotGrad)]
+            slots: list[SlotGrad] = [p for p in parts if isinstance(p, SlotGrad)]
             s = dense[0] if dense else slots[0].zeros()
-            for p in [*dense[1:], *slots]:
-                s = accumulate(s, p)
+            rest: list[Part] = [*dense[1:], *slots]
+            for p in rest:
+                s = accumulate(s, p)  # type: ignore[arg-type]
             self._parts[key(t)] = [s]
         return self._parts[key(t)][0]  # type: ignore[return-value]
 
