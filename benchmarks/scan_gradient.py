@@ -4,7 +4,8 @@ Why: the gradient of reading slot i of a TensorArray is a TensorArray of gradien
 set. Built naively (a fresh full-size TensorArray per backward iteration, added slotwise to the
 accumulator) the backward loop costs O(n) per iteration and O(n^2) in all. Turnout accumulates into
 one slot instead (``TensorArrayAccumulate``), so each backward iteration costs O(1) TensorArray work.
-This benchmark runs ``d sum(scan(c = tanh(c * x + 0.5))) / d xs`` and the same for ``map_fn`` for
+Usage: ``python -m benchmarks.scan_gradient [--quick]``; writes ``benchmarks/results/scan_gradient.json``
+and ``.md``. This benchmark runs ``d sum(scan(c = tanh(c * x + 0.5))) / d xs`` and the same for ``map_fn`` for
 several n on the reference and fast backends, and reports time per element (flat when linear) and
 the ratio of times between the largest and smallest n against the ratio of the n.
 """
@@ -76,5 +77,16 @@ def summary(r: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
+    import json
+    import os
     import sys
-    print("\n".join(summary(run("--quick" in sys.argv))))
+
+    res = run("--quick" in sys.argv)
+    text = "\n".join(summary(res))
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "scan_gradient.json"), "w", encoding="utf-8") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(out_dir, "scan_gradient.md"), "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    print(text)
