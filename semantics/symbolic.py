@@ -320,7 +320,7 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "ZerosLike", "OnesLike", "Fill", "Shape", "Size",
     "BroadcastLike", "SumToLike",
     "TensorArrayNew", "TensorArrayWrite", "TensorArrayRead", "TensorArrayStack", "TensorArrayUnstack",
-    "TensorArraySize", "TensorArrayAdd", "TensorArrayReadOrZeros", "TensorArrayStackOrZeros",
+    "TensorArraySize", "TensorArrayAdd", "TensorArrayAccumulate", "TensorArrayReadOrZeros", "TensorArrayStackOrZeros",
     "VarHandle", "ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
     "StackNew", "StackPush", "StackPop",
     "Send", "Recv",  # transfers between partitions: z3 encodes the unpartitioned graph, which T7 equates

@@ -300,15 +300,17 @@ def test_maximum_iterations_bounds_the_backward_loop_too() -> None:
     assert run(g, [y, dx], {x: 2.0}) == [16.0, 32.0]
 
 
-def test_back_prop_false_refuses_a_gradient_through_the_loop() -> None:
+def test_back_prop_false_makes_the_loop_a_constant_for_gradients() -> None:
+    """As in TensorFlow: no gradient flows through a back_prop=False loop, and nothing is stacked."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(F, [], name="x")
         _, y = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * x), [tn.constant(0), x], back_prop=False,
                              name="frozen")
-        with pytest.raises(tn.GradientError, match='"frozen".*back_prop=False'):
-            tn.gradients(y, [x])
-        assert tn.gradients(tn.stop_gradient(y) + x, [x]) != [None]  # not through it: fine
+        assert tn.gradients(y, [x]) == [None]
+        (dx,) = tn.gradients(y * x, [x])  # d(y x)/dx with y held constant is y
+        assert not [n for n in g.nodes if n.op == "StackPush"]
+    assert run(g, [y, dx], {x: 2.0}) == [8.0, 8.0]
 
 
 def test_tensor_array_scan_map_fn_foldl_match_jax() -> None:

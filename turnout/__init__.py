@@ -100,6 +100,7 @@ from turnout.ops import (
     zeros,
     zeros_like,
 )
+from turnout.shapes import ANY_SHAPE
 from turnout.validate import validate
 from turnout.variables import Variable, global_variables, trainable_variables
 

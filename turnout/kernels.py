@@ -431,6 +431,18 @@ def _ta_add(xs, attrs):
     return [TensorArrayValue(a.dtype, a.element_shape, items)]
 
 
+@_k("TensorArrayAccumulate")
+def _ta_accumulate(xs, attrs):
+    """Slot i += v, an unwritten slot counting as zero: the gradient of one TensorArrayRead, added into
+    the gradient accumulator without building a full-size TensorArray (only the tuple of slot
+    references is copied, never the slots' arrays)."""
+    ta, i, v = xs
+    i = _check_ta_index("TensorArrayAccumulate", ta, i)
+    items = list(ta.items)
+    items[i] = _slot_sum(items[i], np.asarray(v))
+    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items))]
+
+
 @_k("TensorArrayReadOrZeros")
 def _ta_read_or_zeros(xs, attrs):
     ta, i, shp = xs

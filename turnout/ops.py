@@ -15,7 +15,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import GraphBuildError, ResourceExhaustedError
-from turnout.graph import Graph, Node, Tensor, get_default_graph, user_source_line
+from turnout.graph import Graph, Node, Tensor, TensorSpec, get_default_graph, user_source_line
 from turnout.limits import check_allocation
 
 
@@ -472,7 +472,26 @@ def fill(shape: Any, value: Any, name: Optional[str] = None) -> Tensor:
     """A tensor of run-time ``shape`` (an int32 vector tensor) filled with the scalar ``value``."""
     s = convert_to_tensor(shape, dtype=dt.int32)
     v = convert_to_tensor(value)
-    return s.graph.create_node("Fill", [s, v], name=name).outputs[0]
+    known = _constant_vector(s)
+    specs = None
+    if known is not None and v.shape == () and s.dtype == dt.int32:
+        # A constant shape gives a static shape (the shape rule sees only specs): gradients and the
+        # fast backend then need no run-time Shape of the result, even inside loops.
+        specs = [TensorSpec(v.dtype, known)]
+    return s.graph.create_node("Fill", [s, v], name=name, specs=specs).outputs[0]
+
+
+def _constant_vector(t: Tensor) -> Optional[tuple[int, ...]]:
+    """The value of an int vector that is a Const (possibly entered into a loop), else None."""
+    n = t.node
+    while n.op == "Enter" and n.attrs.get("is_constant"):
+        n = n.inputs[0].node
+    if n.op != "Const":
+        return None
+    a = np.asarray(n.attrs["value"])
+    if a.ndim != 1 or (a.size and a.min() < 0):
+        return None
+    return tuple(int(d) for d in a)
 
 
 def shape(x: Any, name: Optional[str] = None) -> Tensor:

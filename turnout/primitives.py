@@ -59,7 +59,7 @@ _DECLS: list[Primitive] = [
     _P("Maximum", "compute"),
     _P("Minimum", "compute"),
     _P("Pow", "compute"),
-    _P("FloorMod", "compute", False),
+    _P("FloorMod", "compute"),
     _P("Less", "compute", False),
     _P("LessEqual", "compute", False),
     _P("Greater", "compute", False),
@@ -89,7 +89,7 @@ _DECLS: list[Primitive] = [
     _P("Max", "compute"),
     _P("ZerosLike", "compute", False),
     _P("OnesLike", "compute", False),
-    _P("Fill", "compute", False, "a tensor of a run-time shape filled with a scalar"),
+    _P("Fill", "compute", True, "a tensor of a run-time shape filled with a scalar"),
     _P("Shape", "compute", False),
     _P("Size", "compute", False),
     _P("BroadcastLike", "compute", True, "broadcast x to the shape of another tensor"),
@@ -103,6 +103,8 @@ _DECLS: list[Primitive] = [
     _P("TensorArraySize", "compute", False),
     # TensorArray gradients (turnout.gradients): unwritten slots of a gradient TensorArray count as zero
     _P("TensorArrayAdd", "compute", True, "slotwise sum of two TensorArrays; an unwritten slot counts as zero"),
+    _P("TensorArrayAccumulate", "compute", True,
+       "add a value into slot i (an unwritten slot counts as zero): O(1) gradient accumulation per read"),
     _P("TensorArrayReadOrZeros", "compute", True, "read slot i, or zeros of the given shape if it is unwritten"),
     _P("TensorArrayStackOrZeros", "compute", True, "stack to the given shape; unwritten slots are zeros"),
     # state

@@ -534,6 +534,11 @@ def _ta_add(op, specs, attrs):
     return [_ta_spec(a.elem_dtype, sh.most_specific_common(a.elem_shape, b.elem_shape))]  # type: ignore[arg-type]
 
 
+@_rule("TensorArrayAccumulate")
+def _ta_accumulate(op, specs, attrs):
+    return _ta_write(op, specs, attrs)  # the same types as a write: slot i gets a value of v's type
+
+
 @_rule("TensorArrayReadOrZeros")
 def _ta_read_or_zeros(op, specs, attrs):
     ta, i, shp = specs

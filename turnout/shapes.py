@@ -12,6 +12,29 @@ from typing import Any, Optional
 Shape = Optional[tuple[Optional[int], ...]]
 
 
+class _AnyShape:
+    """The type of ``ANY_SHAPE``: one instance, compared by identity."""
+
+    _instance: Optional[_AnyShape] = None
+
+    def __new__(cls) -> _AnyShape:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "tn.ANY_SHAPE"
+
+    def __reduce__(self) -> str:
+        return "ANY_SHAPE"
+
+
+#: A shape invariant that allows any shape, rank included (``shape_invariants=[tn.ANY_SHAPE, ...]``).
+#: Why a sentinel: in ``shape_invariants`` the entry ``None`` keeps its historical meaning "no invariant
+#: for this loop variable" (its shape stays that of the initial value), so "any shape" needs its own name.
+ANY_SHAPE = _AnyShape()
+
+
 def as_shape(s: Any) -> Shape:
     """Normalizes a user-given shape (None, list, tuple) to a Shape."""
     if s is None:

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from turnout import dtypes as dt
 from turnout import nest
-from turnout.control_flow.contexts import CondContext, CondInfo
+from turnout.control_flow.contexts import CondContext, CondInfo, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Node, Tensor, get_default_graph
@@ -50,7 +50,8 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], nam
     deps = _flat_deps(g)
     cname = g.unique_name(name or "cond")
     with g._no_capture():
-        sw = g.create_node("Switch", [p, p], name=f"{cname}/switch_pred", control_inputs=deps)
+        sw = g.create_node("Switch", [p, p], name=f"{cname}/switch_pred",
+                           control_inputs=deps + invariant_pivot(outer, [p]))
     info = CondInfo(pred=p, pivot_switch=sw, name=cname)
     structures: dict[int, Any] = {}
     for branch, fn in ((1, true_fn), (0, false_fn)):

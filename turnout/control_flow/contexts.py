@@ -157,8 +157,9 @@ class CondContext(ControlFlowContext):
     def _make_capture(self, t: Tensor) -> Tensor:
         """[lowering: cond] an outside value read by a branch is routed through Switch(value, pred)."""
         g = self.graph
+        ctrl = list(self.outer_deps) + invariant_pivot(self.outer, [t, self.info.pred])
         with g._in_context(self.outer), g._no_capture(), g.control_dependencies(None):
-            sw = g.create_node("Switch", [t, self.info.pred], name="switch", control_inputs=self.outer_deps)
+            sw = g.create_node("Switch", [t, self.info.pred], name="switch", control_inputs=ctrl)
         return sw.outputs[self.branch]
 
     def pivot_node_for_sources(self) -> Node:
@@ -233,3 +234,18 @@ class WhileContext(ControlFlowContext):
     @property
     def counter(self) -> LoopVar:
         return self.loop_vars[0]
+
+
+def invariant_pivot(ctx: Optional[ControlFlowContext], inputs: list[Tensor]) -> list[Node]:
+    """``[pivot]`` when a Switch built in loop body ``ctx`` reads only loop invariants, else ``[]``.
+
+    Why: a loop invariant (a constant Enter) is live at every iteration, the exit iteration included;
+    a cond whose predicate and captured value are both invariants would then run its branch there too
+    and, feeding a NextIteration, keep the loop going forever. Ordinary ops get this control
+    dependency from ``Graph.create_node``; the cond builder makes its Switches with capture turned off,
+    so it asks here.
+    """
+    if isinstance(ctx, WhileContext) and all(t.node.op == "Enter" and t.node.attrs.get("is_constant")
+                                             for t in inputs):
+        return [ctx.pivot_node_for_sources()]
+    return []

@@ -27,11 +27,38 @@ from typing import Any, Optional
 
 from turnout import dtypes as dt
 from turnout import nest
+from turnout import shapes as sh
 from turnout.control_flow.tensor_array import TensorArray, unstack
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import GraphBuildError
 from turnout.graph import Tensor
-from turnout.ops import constant, convert_to_tensor, getitem, shape
+from turnout.ops import concat, constant, convert_to_tensor, getitem, shape, stack
+
+
+def _leading(flat: list[Tensor]) -> Optional[int]:
+    """The static number of elements, when some leaf of ``elems`` knows it."""
+    for t in flat:
+        if t.shape is not None and t.shape[0] is not None:
+            return t.shape[0]
+    return None
+
+
+def _stack_result(ta: TensorArray, n: Tensor, count: Optional[int], elem: sh.Shape) -> Tensor:
+    """Stack the results with the static shape ``(count, *elem)`` the builder knows.
+
+    Why not a plain ``ta.stack()``: a TensorArray carried through a loop forgets its length and (for
+    map_fn) its element shape, so the stacked result would have an unknown shape, and a map_fn inside
+    a loop body would give a loop variable that no longer fits its own Merge. When ``elem`` is fully
+    known, the stack also works over zero elements (the result is ``(0, *elem)``, where a plain stack of
+    an empty TensorArray cannot know its element shape); every slot is written, so "or zeros" never
+    fills one.
+    """
+    if not sh.is_fully_defined(elem):
+        return ta.stack()
+    assert elem is not None
+    dims = stack([n]) if not elem else concat([stack([n]), constant(list(elem), dtype=dt.int32)], axis=0)
+    return ta.tensor.graph.create_node(
+        "TensorArrayStackOrZeros", [ta.tensor, dims], {"static_shape": [count, *elem]}, name="ta_stack").outputs[0]
 
 
 def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
@@ -73,7 +100,8 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
     _, carry, tas = while_loop(cond, body, (start, nest.pack_as(init, flat_init), outs), **kw)
     if not keep:
         return carry
-    return nest.pack_as(init, [ta.stack() for ta in tas])
+    count = _leading(flat)
+    return nest.pack_as(init, [_stack_result(ta, n, count, t.shape) for ta, t in zip(tas, flat_init, strict=True)])
 
 
 def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
@@ -108,10 +136,12 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
         out_struct = dtype
         out_dtypes = [dt.as_dtype(d) for d in nest.flatten(dtype)]
     outs = [TensorArray(d, size=n) for d in out_dtypes]
+    out_shapes: list[sh.Shape] = []
 
     def body(i: Tensor, tas: Any) -> Any:
         y = fn(nest.pack_as(elems, [ta.read(i) for ta in xs]))
         flat_y = [convert_to_tensor(v) for v in nest.flatten(y)]
+        out_shapes[:] = [v.shape for v in flat_y]
         if len(flat_y) != len(tas):
             raise GraphBuildError(
                 f"map_fn: fn returned {len(flat_y)} tensors but {len(tas)} were expected; pass dtype= to "
@@ -124,4 +154,5 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
 
     _, tas = while_loop(lambda i, tas: i < n, body, (constant(0), outs), parallel_iterations=parallel_iterations,
                         back_prop=back_prop, swap_memory=swap_memory, name=name or "map")
-    return nest.pack_as(out_struct, [ta.stack() for ta in tas])
+    count = _leading(flat)
+    return nest.pack_as(out_struct, [_stack_result(ta, n, count, s) for ta, s in zip(tas, out_shapes, strict=True)])

@@ -70,6 +70,9 @@ def _shapes_like(structure: Any, shapes: Any) -> list[Any]:
     return [shapes]
 
 
+_ANY: Any = sh.ANY_SHAPE
+
+
 def _graph_for(flat: list[Any]) -> Any:
     for v in flat:
         if isinstance(v, Tensor):
@@ -92,7 +95,10 @@ def while_loop(
 
     ``parallel_iterations`` bounds how many iterations may run at once (the results never depend on
     it). ``shape_invariants`` (same structure as ``loop_vars``) allows a loop variable whose shape
-    changes across iterations. ``swap_memory`` asks the fast backend to keep this loop's gradient
+    changes across iterations: an entry is a shape with ``None`` for the sizes that may change,
+    ``tn.ANY_SHAPE`` for a variable whose rank may change too, or ``None`` for no invariant (the shape of
+    the initial value). ``back_prop=False`` makes the loop a constant for ``tn.gradients`` (no gradient
+    flows through it, and nothing is saved for one). ``swap_memory`` asks the fast backend to keep this loop's gradient
     stacks in host memory.
     """
     if not callable(cond) or not callable(body):
@@ -115,9 +121,9 @@ def while_loop(
                 )
     invariants: list[Any] = [None] * len(init)
     if shape_invariants is not None:
-        invariants = [sh.as_shape(s) for s in _shapes_like(loop_vars, shape_invariants)]
+        invariants = [s if s is _ANY else sh.as_shape(s) for s in _shapes_like(loop_vars, shape_invariants)]
         for t, s in zip(init, invariants, strict=True):
-            if not sh.compatible(t.shape, s):
+            if s is not _ANY and not sh.compatible(t.shape, s):
                 raise ShapeError(
                     f"while_loop: shape invariant {sh.fmt(s)} does not fit the initial value {t.name} "
                     f"of shape {sh.fmt(t.shape)}"
@@ -145,7 +151,7 @@ def while_loop(
             e = g.create_node("Enter", [t], enter_attrs, name=f"{lname}/enter", control_inputs=deps)
             spec = e.outputs[0].spec
             if inv is not None and k > 0:
-                spec = TensorSpec(spec.dtype, inv, spec.elem_dtype, spec.elem_shape)
+                spec = TensorSpec(spec.dtype, None if inv is _ANY else inv, spec.elem_dtype, spec.elem_shape)
             m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{lname}/merge",
                               specs=[spec, TensorSpec(dt.int32, ())])
             ctx.loop_vars.append(LoopVar(enter=e, merge=m))

@@ -29,6 +29,24 @@ def _as_x(x: Any) -> Tensor:
     raise GradientError(f"gradients: xs must be tensors or Variables, got {type(x).__name__}")
 
 
+def _backprop_outward(b: Backward, root: Any, grads: Grads) -> None:
+    """Called inside a cond branch or loop body, a target may reach a source only through tensors
+    computed outside it (captured through a Switch or a constant Enter). Carry the gradients of those
+    captures to the outside tensors, then differentiate the enclosing regions too, one level at a time,
+    building the backward ops here (they read forward values of the outer regions, which are visible
+    here by capture). Without this, such a gradient would silently be None."""
+    c = root
+    while c is not None:
+        for inner in list(c._captured.values()):
+            d = grads.total(inner)
+            if d is not None and inner.node.op in ("Switch", "Enter"):
+                outer = inner.node.inputs[0]
+                if b.wants(outer):
+                    grads.add(outer, d)
+        b.backprop_region(c.outer, grads)
+        c = c.outer
+
+
 def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none") -> list[Optional[Tensor]]:
     """Gradients of ``sum(ys)`` (weighted by ``grad_ys``, default ones) with respect to each of ``xs``.
 
@@ -43,6 +61,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
     if not y_list:
         raise GradientError("gradients: ys is empty")
     g = y_list[0].graph
+    for t in [*y_list, *x_list]:
+        if t.graph is not g:
+            raise GradientError(f"gradients: {t.name} belongs to another graph than {y_list[0].name}; "
+                                "ys and xs must all be tensors of one graph")
     root = g.current_context
     for t in [*y_list, *x_list]:
         c = t.node.context
@@ -63,11 +85,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
                 raise GradientError(f"gradients: grad_ys for {y.name} is {gy.dtype.name}, expected {y.dtype.name}")
             grads.add(y, gy if gy is not None else ops.ones_like(y))
         b.backprop_region(root, grads)
+        _backprop_outward(b, root, grads)
         out: list[Optional[Tensor]] = []
         for x in x_list:
             seen = x
-            if root is not None and x.node.context is not root and key(x) in root._captured:
-                seen = root._captured[key(x)]
             d = grads.total(seen)
             if d is None and unconnected_gradients == "zero":
                 d = b.zeros_like(x)

@@ -24,7 +24,6 @@ from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import CondInfo, WhileContext
 from turnout.control_flow.tensor_array import to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
-from turnout.errors import GradientError
 from turnout.gradients.rules import is_differentiable_dtype
 from turnout.graph import Tensor
 
@@ -80,13 +79,10 @@ def cond_grad(b: Backward, info: CondInfo, dys: Sequence[Optional[Tensor]]) -> P
 
 def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> Pairs:
     """Gradients of a loop's initial values and invariants, given those of its Exits."""
-    from turnout.gradients.core import Frame, Grads, add_grads
+    from turnout.gradients.core import Frame, Grads
 
     if not w.back_prop:
-        raise GradientError(
-            f'while_loop "{w.name}" (frame {w.frame_name}) was built with back_prop=False, but a gradient '
-            "must flow through it; build it with back_prop=True or stop the gradient before it"
-        )
+        return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
     vars_ = [(i, lv) for i, lv in enumerate(w.loop_vars)
              if i > 0 and lv.next_iteration is not None and lv.merge.id in b.on_path
              and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
@@ -124,8 +120,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
                 gv = gv if gv is not None else b.zeros_like(lv.body_input.outputs[0])
                 outs.append(b.refine_shape(gv, lv.merge.outputs[0].shape))
             for e, acc in zip(invs, vals[nv:], strict=True):
-                ge = grads.total(e.outputs[0])
-                new = acc if ge is None else add_grads(acc, ge)  # invariants: sum over iterations
+                new = grads.accumulate_into(e.outputs[0], acc)  # invariants: sum over iterations, in place
                 outs.append(b.refine_shape(new, acc.shape))
             return outs
         finally:

@@ -17,9 +17,9 @@ from the forward cond through one more Merge (so the backward cond reads them th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -47,25 +47,60 @@ def key(t: Tensor) -> Key:
     return (t.node.id, t.index)
 
 
+@dataclass
+class SlotGrad:
+    """The gradient of a TensorArray that is zero except at slot ``index`` (the gradient of one
+    TensorArrayRead), kept symbolic until it is summed.
+
+    Why: materialized, it is a full-size TensorArray of zeros with one slot written, and adding it to
+    an accumulator costs O(size): in a backward loop over n iterations that is O(n^2). Kept symbolic,
+    it is added into the accumulator by ``TensorArrayAccumulate`` at O(1) TensorArray work.
+    """
+
+    zeros: Callable[[], Tensor]  # a zero TensorArray of the right size and type, built where called
+    index: Tensor
+    value: Tensor
+
+
+Part = Union[Tensor, SlotGrad]
+
+
+def accumulate(acc: Tensor, p: Part) -> Tensor:
+    """``acc + p``: slotwise for a SlotGrad (in place of one slot), else ``add_grads``."""
+    if isinstance(p, SlotGrad):
+        return acc.graph.create_node("TensorArrayAccumulate", [acc, p.index, p.value],
+                                     name="gradients/ta_accumulate").outputs[0]
+    return add_grads(acc, p)
+
+
 class Grads:
     """Gradient contributions per forward tensor; summed once, when first read."""
 
     def __init__(self) -> None:
-        self._parts: dict[Key, list[Tensor]] = {}
+        self._parts: dict[Key, list[Part]] = {}
 
-    def add(self, t: Tensor, g: Tensor) -> None:
+    def add(self, t: Tensor, g: Part) -> None:
         self._parts.setdefault(key(t), []).append(g)
 
     def total(self, t: Tensor) -> Optional[Tensor]:
         parts = self._parts.get(key(t))
         if not parts:
             return None
-        if len(parts) > 1:
-            s = parts[0]
-            for p in parts[1:]:
-                s = add_grads(s, p)
+        if len(parts) > 1 or isinstance(parts[0], SlotGrad):
+            dense: list[Part] = [p for p in parts if not isinstance(p, SlotGrad)]
+            slots: list[SlotGrad] = [p for p in parts if isinstance(p, SlotGrad)]
+            s = dense[0] if dense else slots[0].zeros()
+            rest: list[Part] = [*dense[1:], *slots]
+            for p in rest:
+                s = accumulate(s, p)  # type: ignore[arg-type]
             self._parts[key(t)] = [s]
-        return self._parts[key(t)][0]
+        return self._parts[key(t)][0]  # type: ignore[return-value]
+
+    def accumulate_into(self, t: Tensor, acc: Tensor) -> Tensor:
+        """``acc`` plus the gradient of ``t``, each slot gradient added in place (loop invariants)."""
+        for p in self._parts.get(key(t), []):
+            acc = accumulate(acc, p)
+        return acc
 
 
 def add_grads(a: Tensor, b: Tensor) -> Tensor:
@@ -454,7 +489,7 @@ class Backward:
         """The size of TensorArray ``ta``, from where it was made when that is visible (a static
         unstacked shape, or the size given to TensorArrayNew), so nothing need be saved for it."""
         t = self.canonical(ta)
-        while t.node.op in ("TensorArrayWrite", "TensorArrayAdd"):
+        while t.node.op in ("TensorArrayWrite", "TensorArrayAdd", "TensorArrayAccumulate"):
             t = self.canonical(t.node.inputs[0])
         if t.node.op == "TensorArrayUnstack":
             x = t.node.inputs[0]

@@ -28,14 +28,34 @@ Grads = list[Optional[Tensor]]
 Rule = Callable[["Backward", Node, Sequence[Optional[Tensor]]], Grads]
 GRAD_RULES: dict[str, Rule] = {}
 
-#: primitives that have no gradient by nature: gradients stop here silently.
-NON_DIFFERENTIABLE: frozenset[str] = frozenset({
-    "Const", "Placeholder", "LoopCond", "NoOp", "Sign", "FloorMod",
-    "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
-    "LogicalAnd", "LogicalOr", "LogicalNot", "StopGradient",
-    "ZerosLike", "OnesLike", "Fill", "Shape", "Size", "TensorArrayNew", "TensorArraySize",
-    "VarHandle", "AssignVariable", "AssignAddVariable", "AssignSubVariable", "StackNew", "StackPush",
-})
+# Why each primitive below has no gradient rule. A reason must *hold*: the completeness test
+# (tests/test_gradient_rules.py) checks that every primitive named "integer or boolean outputs" really
+# gives a non-float output from float inputs, and every other primitive met on a gradient path without
+# a rule raises GradientError naming it (never a silent None).
+NO_INPUTS = "a source: it has no data inputs to differentiate"
+INTEGER_OUTPUTS = "integer or boolean outputs: nothing differentiable comes out"
+CONSTANT_IN_INPUT = "its output does not depend on the value of its input: the gradient is exactly zero"
+PIECEWISE_CONSTANT = "piecewise constant: the derivative is zero wherever it exists (as in TensorFlow)"
+BY_DEFINITION = "stops gradients by definition"
+STATE_UPDATE = "a state update: it produces no value a gradient could flow back through"
+GRADIENT_MACHINERY = "gradient machinery: saves forward values for the backward loop"
+
+#: primitives without a gradient rule, each with the reason it has none: gradients stop here.
+NON_DIFFERENTIABLE: dict[str, str] = {
+    "Const": NO_INPUTS, "Placeholder": NO_INPUTS, "VarHandle": NO_INPUTS, "StackNew": NO_INPUTS,
+    "NoOp": "no outputs",
+    "LoopCond": INTEGER_OUTPUTS, "Shape": INTEGER_OUTPUTS, "Size": INTEGER_OUTPUTS,
+    "TensorArraySize": INTEGER_OUTPUTS,
+    "Less": INTEGER_OUTPUTS, "LessEqual": INTEGER_OUTPUTS, "Greater": INTEGER_OUTPUTS,
+    "GreaterEqual": INTEGER_OUTPUTS, "Equal": INTEGER_OUTPUTS, "NotEqual": INTEGER_OUTPUTS,
+    "LogicalAnd": INTEGER_OUTPUTS, "LogicalOr": INTEGER_OUTPUTS, "LogicalNot": INTEGER_OUTPUTS,
+    "TensorArrayNew": "its only input is the integer size: a fresh TensorArray holds no values",
+    "ZerosLike": CONSTANT_IN_INPUT, "OnesLike": CONSTANT_IN_INPUT,
+    "Sign": PIECEWISE_CONSTANT,
+    "StopGradient": BY_DEFINITION,
+    "AssignVariable": STATE_UPDATE, "AssignAddVariable": STATE_UPDATE, "AssignSubVariable": STATE_UPDATE,
+    "StackPush": GRADIENT_MACHINERY,
+}
 
 #: differentiated only as parts of whole builder-made loops (a hand-built loop has no trip count or
 #: frame the backward loop could mirror): met on their own, they raise a GradientError.
@@ -113,6 +133,16 @@ def _pow(b, n, dys):
     safe = ops.where(xv > 0, xv, ops.ones_like(xv))
     dyy = dy * zv * ops.where(xv > 0, ops.log(safe), ops.zeros_like(xv))  # d x^y / dy = x^y log x (x > 0)
     return [b.unbroadcast(dx, x, n.outputs[0]), b.unbroadcast(dyy, y, n.outputs[0])]
+
+
+@_grad("FloorMod")
+def _floor_mod(b, n, dys):
+    x, y = n.inputs
+    if not n.outputs[0].dtype.is_floating:
+        return [None, None]
+    # z = x - floor(x / y) * y: dz/dx = 1, dz/dy = -floor(x / y) = -(x - z) / y
+    dy, xv, yv, zv = dys[0], b.value(x), b.value(y), b.value(n.outputs[0])
+    return [b.unbroadcast(dy, x, n.outputs[0]), b.unbroadcast(-dy * ((xv - zv) / yv), y, n.outputs[0])]
 
 
 @_grad("Square")
@@ -355,6 +385,11 @@ def _max(b, n, dys):
     return [hit / count * b.broadcast_to(b.keepdims(dys[0], n), x)]
 
 
+@_grad("Fill")
+def _fill(b, n, dys):
+    return [None, ops.reduce_sum(dys[0])]  # every element is the scalar: its gradient is the sum of dy
+
+
 @_grad("BroadcastLike")
 def _broadcast_like(b, n, dys):
     x, like = n.inputs
@@ -370,10 +405,11 @@ def _sum_to_like(b, n, dys):
 # ---- TensorArray: the gradient of a TensorArray value is a TensorArray of gradients ---------------------
 @_grad("TensorArrayRead")
 def _ta_read(b, n, dys):
-    ta, i = n.inputs
-    zeros = b.zeros_like(ta)
-    w = zeros.graph.create_node("TensorArrayWrite", [zeros, b.value(i), dys[0]])
-    return [w.outputs[0], None]  # slot i gets dy; the other slots stay unwritten (zero)
+    ta, i = n.inputs[0], n.inputs[1]  # also serves TensorArrayReadOrZeros (ta, i, shape)
+    from turnout.gradients.core import SlotGrad
+
+    # slot i gets dy, the other slots are zero: kept symbolic, so summing it costs O(1) (SlotGrad)
+    return [SlotGrad(lambda: b.zeros_like(ta), b.value(i), dys[0]), None]
 
 
 @_grad("TensorArrayWrite")
@@ -384,6 +420,16 @@ def _ta_write(b, n, dys):
     dv = dta.graph.create_node("TensorArrayReadOrZeros", [dta, b.value(i), b.shape_of(v)],
                                {"static_shape": static}).outputs[0]
     return [dta, None, dv]  # slot i of ``ta`` was unwritten (slots are write-once): passing dta on is exact
+
+
+@_grad("TensorArrayAccumulate")
+def _ta_accumulate(b, n, dys):
+    ta, i, v = n.inputs
+    dta = dys[0]
+    static = None if v.shape is None else list(v.shape)
+    dv = dta.graph.create_node("TensorArrayReadOrZeros", [dta, b.value(i), b.shape_of(v)],
+                               {"static_shape": static}).outputs[0]
+    return [dta, None, dv]  # out = ta with slot i + v: both get slot i's gradient
 
 
 @_grad("TensorArrayReadOrZeros")

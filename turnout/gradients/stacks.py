@@ -83,7 +83,9 @@ def add_sync_var(g: Graph, loop: WhileContext) -> LoopVar:
     """
     assert loop.pivot is not None
     init = loop.counter.enter.inputs[0]
-    with g._in_context(loop), g._no_capture(), no_scope(g):
+    # control_dependencies(None): the forward loop's own dependencies are ``outer_deps`` (on its Enter);
+    # a tn.control_dependencies open around tn.gradients must not reach into the forward frame.
+    with g._in_context(loop), g._no_capture(), g.control_dependencies(None), no_scope(g):
         e = g.create_node("Enter", [init], {"frame_name": loop.frame_name, "is_constant": False,
                                             "parallel_iterations": loop.parallel_iterations,
                                             "gradient_sync": True},
@@ -92,7 +94,7 @@ def add_sync_var(g: Graph, loop: WhileContext) -> LoopVar:
                           specs=[TensorSpec(dt.int32, ()), TensorSpec(dt.int32, ())])
         sw = g.create_node("Switch", [m.outputs[0], loop.pivot.outputs[0]], name=f"{loop.name}/gradient_sync/switch")
         bi = g.create_node("Identity", [sw.outputs[1]], name=f"{loop.name}/gradient_sync/body_in")
-    with g._in_context(loop.outer), g._no_capture(), no_scope(g):
+    with g._in_context(loop.outer), g._no_capture(), g.control_dependencies(None), no_scope(g):
         ex = g.create_node("Exit", [sw.outputs[0]], name=f"{loop.name}/gradient_sync/exit")
     lv = LoopVar(enter=e, merge=m, switch=sw, body_input=bi, exit=ex)
     loop.loop_vars.append(lv)
@@ -103,7 +105,7 @@ def add_sync_var(g: Graph, loop: WhileContext) -> LoopVar:
 def close_sync_var(g: Graph, loop: WhileContext, lv: LoopVar, pushes: list[Node]) -> None:
     """Close the sync variable: its next value waits (control edges) for every push of the iteration."""
     assert lv.body_input is not None
-    with g._in_context(loop), g._no_capture(), no_scope(g):
+    with g._in_context(loop), g._no_capture(), g.control_dependencies(None), no_scope(g):
         s = g.create_node("Identity", [lv.body_input.outputs[0]], control_inputs=pushes,
                           name=f"{loop.name}/gradient_sync/after_pushes")
         lv.next_iteration = g.create_node("NextIteration", [s.outputs[0]],
