@@ -46,9 +46,10 @@ import numpy as np
 
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
 from turnout.fast import stacks as stk
+from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting
 from turnout.fast.values import DEAD, TA, Handle, wrap_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import TensorArrayValue
@@ -128,6 +129,7 @@ class Plan:
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
         self.prealloc = _static_stack_shapes(nodes)
+        self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
         self.fused_warm = False  # the fused stage has run once (and the staged path was compiled then)
@@ -253,7 +255,7 @@ class Plan:
                 return None, em.state
             from turnout.fast.emit import _jnp_tree
 
-            return em.discover(body, _jnp_tree(c0)), None
+            return em.discover(body, _jnp_tree(c0))[0], None
 
         def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
                   host_has: dict[str, Any]) -> Any:
@@ -388,6 +390,8 @@ class FastBackend:
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
         self._direct: dict[Any, Direct] = {}
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
+        self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
+        self._switches: Optional[tuple[int, int]] = None
 
     def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
         """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
@@ -400,6 +404,17 @@ class FastBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
+        """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
+        a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
+        if self._deep_nesting and not on_deep_thread():
+            return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
+        try:
+            return self._run_any(fetches, feeds, variables, options)
+        except NeedsDeep as e:
+            return call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
+
+    def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                 options: Any) -> Any:
         from turnout.session import RunResult
 
         dsig = (self.graph.version, tuple([(t.node.id, t.index) for t in fetches]),
@@ -509,9 +524,24 @@ class FastBackend:
         )
         plan = self._plans.get(sig)
         if plan is None:
+            deep = on_deep_thread()
+            if not deep and self._switch_count() > DEEP_NESTING:
+                raise NeedsDeep(self._switch_count())  # raising may recurse once per nested cond
             program = functionalize(self.graph, fetches, feeds)
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
+            if plan.nesting > DEEP_NESTING:
+                self._deep_nesting = max(self._deep_nesting, plan.nesting)
+                if not deep:
+                    raise NeedsDeep(plan.nesting)
         return plan
+
+    def _switch_count(self) -> int:
+        """Switch nodes and loop frames of the graph: a bound on how deep its regions can nest."""
+        got = self._switches
+        if got is None or got[0] != self.graph.version:
+            n = sum(1 for nd in self.graph.nodes if nd.op in ("Switch", "LoopCond"))
+            got = self._switches = (self.graph.version, n)
+        return got[1]
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray]) -> dict[str, Any]:
         # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,

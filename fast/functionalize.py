@@ -118,6 +118,7 @@ class _Raiser:
             self.frame_nodes.setdefault(self.fa.node_frame[n.id], []).append(n)
         self.shell: dict[Frame, dict[str, object]] = {}
         self.shell_ids: set[int] = set()
+        self.cons = graph.consumers()  # once: per loop frame it would make raising quadratic
         for f in self.fa.frames:
             if f and f in self.frame_nodes:
                 self._find_shell(f)
@@ -145,7 +146,7 @@ class _Raiser:
                 f"fast backend: loop frame {f[-1]!r} has {len(lcs)} LoopCond nodes; a While region needs exactly one")
         lc = lcs[0]
         members = self.frame_nodes[f]
-        cons = self.graph.consumers()
+        cons = self.cons
         loop_vars = []
         for m in members:
             if m.op != "Merge" or not any(isinstance(t, Tensor) and t.node.op == "NextIteration" for t in m.raw_inputs):
