@@ -53,8 +53,12 @@ from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, ke
 from turnout.fast.values import DEAD, TA, Handle, wrap_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import TensorArrayValue
+from turnout.session import RunOptions
 
 _INT32_MAX = 2**31 - 1
+#: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
+#: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
+_DEFAULT_MAX_FIRINGS = RunOptions.max_firings
 _MAX_CAPACITY = 1 << 24
 
 
@@ -406,6 +410,11 @@ class FastBackend:
             options: Any) -> Any:
         """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
         a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
+        if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
+            raise UnsupportedError(
+                f"fast backend: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code "
+                "counts loop iterations, not firings; bound loops with max_iterations (or run on the reference "
+                "backend)")
         if self._deep_nesting and not on_deep_thread():
             return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
         try:

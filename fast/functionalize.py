@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
-from turnout.errors import UnsupportedError, describe_node
+from turnout.errors import FeedError, UnsupportedError, describe_node
 from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, walk
 from turnout.frames import Frame, FrameAnalysis, static_frames
 from turnout.graph import Graph, Node, Tensor
@@ -107,7 +107,8 @@ class _Raiser:
                     f"fast backend: cannot fetch {t.name}: it lies inside a loop frame; fetch the loop's results")
         for n in graph.nodes:
             if n.id in fed and self.fa.node_frame[n.id] != ():
-                raise UnsupportedError(f"fast backend: cannot feed {describe_node(n)}: it lies inside a loop frame")
+                raise FeedError(
+                    f"cannot feed {describe_node(n)}: it is inside a loop frame; feed root-frame tensors only")
         self.fed = fed
         self.need = needed_nodes(graph, self.fa, fetches, fed)
         self.order = [n for n in self.fa.order if n.id in self.need]
