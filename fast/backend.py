@@ -37,6 +37,7 @@ after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -50,6 +51,7 @@ from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting
+from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, TA, Handle, wrap_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import TensorArrayValue
@@ -60,6 +62,9 @@ _INT32_MAX = 2**31 - 1
 #: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
 _DEFAULT_MAX_FIRINGS = RunOptions.max_firings
 _MAX_CAPACITY = 1 << 24
+
+
+_NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 
 
 class _Retry(Exception):
@@ -394,6 +399,7 @@ class FastBackend:
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
         self._direct: dict[Any, Direct] = {}
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
+        self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
         self._switches: Optional[tuple[int, int]] = None
 
@@ -415,12 +421,35 @@ class FastBackend:
                 f"fast backend: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code "
                 "counts loop iterations, not firings; bound loops with max_iterations (or run on the reference "
                 "backend)")
+        if options.trace:
+            return self._run_traced(fetches, feeds, variables, options)
         if self._deep_nesting and not on_deep_thread():
             return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
         try:
             return self._run_any(fetches, feeds, variables, options)
         except NeedsDeep as e:
             return call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
+
+    def _run_traced(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                    options: Any) -> Any:
+        """A run that records its timeline (``fast.timeline``): the same run, with each compiled call
+        waited for so that its span covers its device time."""
+        tl = self._timeline = Timeline()
+        untraced = RunOptions(options.scheduler, options.seed, False, options.max_firings, options.max_iterations)
+        try:
+            with tl.span("Session.run", "run") as args:
+                before = self.compile_count
+                result = self.run(fetches, feeds, variables, untraced)
+                args["compiled"] = self.compile_count != before
+        finally:
+            self._timeline = None
+        result.trace = tl
+        return result
+
+    def _span(self, name: str, row: str, **args: Any) -> AbstractContextManager[dict[str, Any]]:
+        """A timeline span while tracing; otherwise nothing (one attribute read)."""
+        tl = self._timeline
+        return tl.span(name, row, **args) if tl is not None else _NO_SPAN
 
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                  options: Any) -> Any:
@@ -498,8 +527,11 @@ class FastBackend:
             cached = self._dev_vars.get(name)
             var_vals.append(cached[1] if cached is not None and cached[0] is host else host)
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
-        vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
-        flags = np.asarray(flags)
+        with self._span("one compiled call", "compiled stages") as args:
+            before = self.compile_count
+            vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
+            flags = np.asarray(flags)
+            args["compiled"] = self.compile_count != before
         code = int(flags[0])
         if code:
             self._raise_errors(plan, {"err": code}, 0)
@@ -596,7 +628,7 @@ class FastBackend:
         lives: dict[Key, Any] = {}
         host = stk.HostChunks()
         peak = 0
-        stage_s = []
+        stage_s: list[float] = []
         for st in plan.stages:
             t0 = time.perf_counter()
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
@@ -604,10 +636,17 @@ class FastBackend:
                 if "seg" not in st.fns:
                     st.fns["seg"] = plan.segment_fn(st)
                 rest, stacks = _split_state(state)
-                out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                with self._span(f"stage {len(stage_s)}: compiled segment", "compiled stages") as args:
+                    before = self.compile_count
+                    out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                    args["compiled"] = self.compile_count != before
+                    args["error_word"] = int(state["err"])
                 lives.update(lv)
             else:
-                out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
+                with self._span(f"stage {len(stage_s)}: driven {st.driven.describe()}", "compiled stages") as args:
+                    before = self.compile_count
+                    out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
+                    args["compiled"] = self.compile_count != before
                 peak = max(peak, peak_loop)
             peak = max(peak, _stack_bytes(state))
             self._raise_errors(plan, state, host.swapped)
@@ -643,7 +682,11 @@ class FastBackend:
                 st.fns["seg"] = plan.segment_fn(st, fused=True)
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
             rest, stacks = _split_state(state)
-            out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+            with self._span("fused attempt (whole program, one call)", "compiled stages") as args:
+                before = self.compile_count
+                out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                args["compiled"] = self.compile_count != before
+                args["error_word"] = int(state["err"])
         except UnsupportedError:
             plan.fused = None  # something only the staged path can lower: use it from now on
             return None
@@ -701,7 +744,9 @@ class FastBackend:
                 host_has = {s: np.bool_(host.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
                 c_rest, c_stacks = _split_carry(c)
-                c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                with self._span("chunk", "driven loops") as args:
+                    c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                    args["iterations"] = int(c[3]) - before
                 vals, pred, state, iters = c
                 peak = max(peak, _stack_bytes(state))
                 if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
@@ -711,12 +756,14 @@ class FastBackend:
                 for s, n in st.push_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) + max(n, int(grow[s])) > plan.capacity and int(sv.ptr) > 0:
-                        state[s] = host.spill(s, sv)
+                        with self._span("stack chunk to host", "host swaps", stack=s):
+                            state[s] = host.spill(s, sv)
                         acted = True
                 for s, n in st.pop_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and host.has(s):
-                        state[s] = host.refill(s, sv)
+                        with self._span("stack chunk from host", "host swaps", stack=s):
+                            state[s] = host.refill(s, sv)
                         acted = True
                 if not acted and int(iters) == before:
                     raise _Retry()
