@@ -18,10 +18,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import cond_in_loop, loop_trivial, lstm  # noqa: E402
+from benchmarks import compile_time, cond_in_loop, loop_trivial, lstm  # noqa: E402
 from benchmarks.common import machine  # noqa: E402
 
-BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm}
+BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm, "compile_time": compile_time}
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -72,6 +72,8 @@ def summary(res: dict[str, Any]) -> str:
                   f"(ratio {sw['fast_over_jax']:.2f} to the JAX row above), {sw['stack_chunks_swapped']} chunks "
                   f"swapped, device stacks {sw['peak_device_stack_bytes'] / 2**20:.0f} MB, host stacks "
                   f"{sw['peak_host_stack_bytes'] / 2**20:.0f} MB, agree {sw['agree']}.", ""]
+    if "compile_time" in b:
+        lines += compile_time.summary(b["compile_time"])
     refs = [(k, v["reference"]) for k, v in b.items() if "reference" in v]
     if refs:
         lines += ["## Reference interpreter", "", "| program | N | firings | firings/s |", "|---|---|---|---|"]

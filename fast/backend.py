@@ -28,6 +28,12 @@ after a successful run their buffers are kept for the next run of the same plan 
 and entries above it are never read), so steady-state runs allocate no stack memory. The price: the
 backend holds ``stack_chunk`` entries per stack between runs.
 
+How a device partition will plug in: the partitioned executor cuts a graph into per-device subgraphs
+joined by Send/Recv pairs, and runs one ``Plan`` per partition. A Recv is a value the partition's
+stage reads from its input environment (like a feed), a Send a value the stage writes out (like a
+fetch); the partition's control loop exchanges them between stage calls, as ``_drive`` exchanges
+stack chunks with host memory between chunk calls today.
+
 Errors keep the reference backend's types: kernel failures detected in compiled code (integer division
 by zero, out-of-range TensorArray reads) are recorded in an error word and raised as ``KernelError``
 after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops' iteration counters
