@@ -391,15 +391,22 @@ def stack_source_var(n: Node) -> Optional[str]:
 
 class FastBackend:
     """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
-    one device-resident chunk; default 1024)."""
+    one device-resident chunk; default 1024) and ``keep_stack_buffers`` (default True: a plan's
+    gradient stack buffers stay on the device between runs, so steady-state runs allocate nothing;
+    False frees them at the end of every run, trading an allocation per run for memory held
+    between runs). ``release_buffers()`` frees what is held at any time."""
 
-    def __init__(self, graph: Graph, stack_chunk: int = 1024, **options: Any) -> None:
+    def __init__(self, graph: Graph, stack_chunk: int = 1024, keep_stack_buffers: bool = True,
+                 **options: Any) -> None:
         if options:
             raise TypeError(f"FastBackend: unknown options {sorted(options)}")
         if not isinstance(stack_chunk, int) or stack_chunk < 1:
             raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+        if not isinstance(keep_stack_buffers, bool):
+            raise ValueError(f"keep_stack_buffers must be a bool, got {keep_stack_buffers!r}")
         self.graph = graph
         self.stack_chunk = stack_chunk
+        self.keep_stack_buffers = keep_stack_buffers
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
@@ -408,6 +415,18 @@ class FastBackend:
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
         self._switches: Optional[tuple[int, int]] = None
+
+    def held_bytes(self) -> int:
+        """Device bytes this backend holds between runs: kept gradient stack buffers and the device
+        copies of Variables."""
+        stacks = sum(v.nbytes() for bufs in self._stack_bufs.values() for v in bufs.values())
+        return stacks + sum(int(dev.nbytes) for _, dev in self._dev_vars.values())
+
+    def release_buffers(self) -> None:
+        """Free the device buffers held between runs (see ``held_bytes``). Compiled plans are kept;
+        the next run allocates its stacks afresh and copies Variables from the session again."""
+        self._stack_bufs.clear()
+        self._dev_vars.clear()
 
     def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
         """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
@@ -726,9 +745,11 @@ class FastBackend:
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(_to_host(v, t))
-        if plan.prealloc:
+        if plan.prealloc and self.keep_stack_buffers:
             self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
                                           if isinstance(v, stk.StackValue) and not v.pending}
+        else:
+            self._stack_bufs.pop(id(plan), None)
         for name in plan.var_nodes:
             dev = state[var_key(name)]
             if name in plan.written_vars:
