@@ -11,7 +11,8 @@ primitives alone, so hand-built and loaded graphs work) -> ``emit`` (regions -> 
 ``timeline`` of ``trace=True``; ``deep`` runs programs nested deeper than the recursion limit allows).
 docs/fast_backend.rst describes the execution model.
 
-Limits, by design or not yet done:
+Limits, by design or not yet done (a program that cannot be compiled raises ``UnsupportedError`` while
+raising or tracing, and then runs on the reference interpreter unless ``fallback=False``):
 
 - A Merge must join the two sides of one predicate's Switch (or be a loop Merge); a Merge fed by two
   paths live together, or by unrelated predicates, is rejected with ``UnsupportedError``.

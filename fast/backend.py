@@ -43,6 +43,7 @@ after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -270,7 +271,7 @@ class Plan:
                 return None, em.state
             from turnout.fast.emit import _jnp_tree
 
-            return em.discover(body, _jnp_tree(c0))[0], None
+            return em.discover(body, _jnp_tree(c0), r)[0], None
 
         def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
                   host_has: dict[str, Any]) -> Any:
@@ -391,19 +392,26 @@ def stack_source_var(n: Node) -> Optional[str]:
 
 class FastBackend:
     """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
-    one device-resident chunk; default 1024) and ``keep_stack_buffers`` (default True: a plan's
+    one device-resident chunk; default 1024), ``keep_stack_buffers`` (default True: a plan's
     gradient stack buffers stay on the device between runs, so steady-state runs allocate nothing;
     False frees them at the end of every run, trading an allocation per run for memory held
-    between runs). ``release_buffers()`` frees what is held at any time."""
+    between runs; ``release_buffers()`` frees what is held at any time) and ``fallback`` (default
+    True: a program that cannot be compiled — ``UnsupportedError`` while raising or tracing it —
+    runs on the reference interpreter instead, with a ``RuntimeWarning`` once per program; False
+    raises the ``UnsupportedError``)."""
 
     def __init__(self, graph: Graph, stack_chunk: int = 1024, keep_stack_buffers: bool = True,
-                 **options: Any) -> None:
+                 fallback: bool = True, **options: Any) -> None:
         if options:
             raise TypeError(f"FastBackend: unknown options {sorted(options)}")
         if not isinstance(stack_chunk, int) or stack_chunk < 1:
             raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
-        if not isinstance(keep_stack_buffers, bool):
-            raise ValueError(f"keep_stack_buffers must be a bool, got {keep_stack_buffers!r}")
+        for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be a bool, got {flag!r}")
+        self.fallback = fallback
+        self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
+        self._reference: Any = None
         self.graph = graph
         self.stack_chunk = stack_chunk
         self.keep_stack_buffers = keep_stack_buffers
@@ -478,11 +486,39 @@ class FastBackend:
 
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                  options: Any) -> Any:
-        from turnout.session import RunResult
 
         dsig = (self.graph.version, tuple([(t.node.id, t.index) for t in fetches]),
                 tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
                 self._var_sig(variables))
+        if self._fallback and dsig in self._fallback:
+            return self._run_reference(dsig, fetches, feeds, variables, options)
+        try:
+            return self._run_compiled(dsig, fetches, feeds, variables, options)
+        except UnsupportedError as e:
+            if not self.fallback:
+                raise
+            self._fallback[dsig] = str(e)
+            warnings.warn(f"{e}; this program runs on the reference interpreter instead (at interpreter speed)",
+                          RuntimeWarning, stacklevel=4)
+            return self._run_reference(dsig, fetches, feeds, variables, options)
+
+    def _run_reference(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                       variables: dict[str, np.ndarray], options: Any) -> Any:
+        """Run a program the fast backend cannot compile on the reference interpreter: the same
+        values, Variables and errors, at interpreter speed. ``stats['executor']`` says so."""
+        if self._reference is None:
+            from turnout.reference.executor import ReferenceBackend
+
+            self._reference = ReferenceBackend(self.graph)
+        result = self._reference.run(fetches, feeds, variables, options)
+        result.stats.update({"backend": "fast", "executor": "reference interpreter (fallback)",
+                             "fallback_reason": self._fallback[dsig]})
+        return result
+
+    def _run_compiled(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                      variables: dict[str, np.ndarray], options: Any) -> Any:
+        from turnout.session import RunResult
+
         d = self._direct.get(dsig)
         if d is None:
             self._validate(fetches, feeds)

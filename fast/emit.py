@@ -353,7 +353,8 @@ class Emitter:
 
         return start, body, finish
 
-    def discover(self, body: Callable[[Any], Any], c0: Any) -> tuple[Any, Traced]:
+    def discover(self, body: Callable[[Any], Any], c0: Any, region: Optional[WhileRegion] = None
+                 ) -> tuple[Any, Traced]:
         """The initial carry with its pending TensorArrays / stacks made concrete (a loop carry must
         keep one type), and the body traced once for that carry.
 
@@ -370,7 +371,22 @@ class Emitter:
                 break
             traced = Traced(body, c0)
         self.state = saved
+        self._check_carry(c0, traced.shapes, region)
         return c0, traced
+
+    @staticmethod
+    def _check_carry(c0: Any, out: Any, region: Optional[WhileRegion]) -> None:
+        """A loop carry keeps one type: a value whose shape or dtype changes across iterations (a
+        loop variable with ``shape_invariants``) has no XLA loop; say so, naming the loop."""
+        ins, tin = jax.tree_util.tree_flatten(c0)
+        outs, tout = jax.tree_util.tree_flatten(out)
+        same_tree: bool = tin == tout  # type: ignore[operator]
+        bad = not same_tree or any(jnp.shape(a) != tuple(b.shape) or jnp.result_type(a) != b.dtype
+                                   for a, b in zip(ins, outs, strict=True))
+        if bad:
+            raise UnsupportedError(
+                f"fast backend: a loop variable of {region.describe() if region else 'a loop'} changes "
+                "type or shape across iterations (shape_invariants); XLA loops need a fixed shape")
 
     def run_while(self, r: WhileRegion, env: Env) -> None:
         start, body, finish = self.while_fns(r, env)
@@ -378,7 +394,7 @@ class Emitter:
         if c0 is None or (is_static(c0[1]) and not bool(c0[1])):
             finish(c0, env)
             return
-        c0, traced = self.discover(body, _jnp_tree(c0))
+        c0, traced = self.discover(body, _jnp_tree(c0), r)
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
         def cond(c: Any) -> Any:
