@@ -22,10 +22,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import apps, cond_in_loop, loop_trivial, lstm  # noqa: E402
+from benchmarks import apps, compile_time, cond_in_loop, loop_trivial, lstm  # noqa: E402
 from benchmarks.common import machine  # noqa: E402
 
-BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm, "apps": apps}
+BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm, "apps": apps,
+              "compile_time": compile_time}
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -90,6 +91,8 @@ def summary(res: dict[str, Any]) -> str:
                   f"| {_ms(r['fast']['median_s'])} | {_ms(r['jax_while_loop']['median_s'])} | "
                   f"{r['fast_over_jax']:.2f} | {_ms(r['python_driven']['median_s'])} | "
                   f"{r['python_over_fast']:.1f} | {r['agree']} |", ""]
+    if "compile_time" in b:
+        lines += compile_time.summary(b["compile_time"])
     refs = [(k, v["reference"]) for k, v in b.items() if "reference" in v]
     if refs:
         lines += ["## Reference interpreter", "", "| program | N | firings | firings/s |", "|---|---|---|---|"]

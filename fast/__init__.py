@@ -1,15 +1,18 @@
 """The JAX backend (``turnout.fast``): raise primitive graphs to structured regions and lower them to
-``jax.lax`` control flow inside ``jax.jit`` (docs/design.rst, "The fast backend").
+``jax.lax`` control flow inside ``jax.jit``.
 
 ``FastBackend`` is what ``tn.Session(graph, backend="fast", stack_chunk=1024)`` runs; ``to_jax`` turns
 a graph into a pure JAX function. Importing this package imports jax; ``turnout`` itself never does.
 
 Pipeline: ``functionalize`` (graph -> ``regions``: While and Cond regions, computed from the
 primitives alone, so hand-built and loaded graphs work) -> ``emit`` (regions -> ``lax.while_loop`` /
-``lax.cond`` while tracing, per-primitive rules from ``lowering.LOWERING_RULES``) -> ``backend``
-(compiled stages, caching, chunked gradient stacks from ``stacks``, errors).
+``lax.cond`` while tracing each region once, per-primitive rules from ``lowering.LOWERING_RULES``)
+-> ``backend`` (compiled stages, caching, chunked gradient stacks from ``stacks``, errors, the
+``timeline`` of ``trace=True``; ``deep`` runs programs nested deeper than the recursion limit allows).
+docs/fast_backend.rst describes the execution model.
 
-Limits, by design or not yet done:
+Limits, by design or not yet done (a program that cannot be compiled raises ``UnsupportedError`` while
+raising or tracing, and then runs on the reference interpreter unless ``fallback=False``):
 
 - A Merge must join the two sides of one predicate's Switch (or be a loop Merge); a Merge fed by two
   paths live together, or by unrelated predicates, is rejected with ``UnsupportedError``.
@@ -23,6 +26,8 @@ Limits, by design or not yet done:
   repeated with twice the capacity (``stats['stack_capacity_retries']``). ``swap_memory`` is
   recorded on the stacks but every full chunk goes to host memory either way.
 - Fetches must be in the root frame (as for the reference backend).
+- ``RunOptions.max_firings`` (a count of node firings) cannot be honoured by compiled code: a budget
+  other than the default or ``None`` raises ``UnsupportedError``.
 """
 
 from turnout.fast.api import to_jax

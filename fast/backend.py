@@ -28,6 +28,12 @@ after a successful run their buffers are kept for the next run of the same plan 
 and entries above it are never read), so steady-state runs allocate no stack memory. The price: the
 backend holds ``stack_chunk`` entries per stack between runs.
 
+How a device partition will plug in: the partitioned executor cuts a graph into per-device subgraphs
+joined by Send/Recv pairs, and runs one ``Plan`` per partition. A Recv is a value the partition's
+stage reads from its input environment (like a feed), a Send a value the stage writes out (like a
+fetch); the partition's control loop exchanges them between stage calls, as ``_drive`` exchanges
+stack chunks with host memory between chunk calls today.
+
 Errors keep the reference backend's types: kernel failures detected in compiled code (integer division
 by zero, out-of-range TensorArray reads) are recorded in an error word and raised as ``KernelError``
 after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops' iteration counters
@@ -37,6 +43,8 @@ after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -46,15 +54,24 @@ import numpy as np
 
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
 from turnout.fast import stacks as stk
+from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting
+from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, TA, Handle, wrap_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.kernels import TensorArrayValue
+from turnout.session import RunOptions
 
 _INT32_MAX = 2**31 - 1
+#: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
+#: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
+_DEFAULT_MAX_FIRINGS = RunOptions.max_firings
 _MAX_CAPACITY = 1 << 24
+
+
+_NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 
 
 class _Retry(Exception):
@@ -128,6 +145,7 @@ class Plan:
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
         self.prealloc = _static_stack_shapes(nodes)
+        self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
         self.fused_warm = False  # the fused stage has run once (and the staged path was compiled then)
@@ -253,7 +271,7 @@ class Plan:
                 return None, em.state
             from turnout.fast.emit import _jnp_tree
 
-            return em.discover(body, _jnp_tree(c0)), None
+            return em.discover(body, _jnp_tree(c0), r)[0], None
 
         def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
                   host_has: dict[str, Any]) -> Any:
@@ -374,20 +392,49 @@ def stack_source_var(n: Node) -> Optional[str]:
 
 class FastBackend:
     """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
-    one device-resident chunk; default 1024)."""
+    one device-resident chunk; default 1024), ``keep_stack_buffers`` (default True: a plan's
+    gradient stack buffers stay on the device between runs, so steady-state runs allocate nothing;
+    False frees them at the end of every run, trading an allocation per run for memory held
+    between runs; ``release_buffers()`` frees what is held at any time) and ``fallback`` (default
+    True: a program that cannot be compiled — ``UnsupportedError`` while raising or tracing it —
+    runs on the reference interpreter instead, with a ``RuntimeWarning`` once per program; False
+    raises the ``UnsupportedError``)."""
 
-    def __init__(self, graph: Graph, stack_chunk: int = 1024, **options: Any) -> None:
+    def __init__(self, graph: Graph, stack_chunk: int = 1024, keep_stack_buffers: bool = True,
+                 fallback: bool = True, **options: Any) -> None:
         if options:
             raise TypeError(f"FastBackend: unknown options {sorted(options)}")
         if not isinstance(stack_chunk, int) or stack_chunk < 1:
             raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+        for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be a bool, got {flag!r}")
+        self.fallback = fallback
+        self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
+        self._reference: Any = None
         self.graph = graph
         self.stack_chunk = stack_chunk
+        self.keep_stack_buffers = keep_stack_buffers
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
         self._direct: dict[Any, Direct] = {}
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
+        self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
+        self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
+        self._switches: Optional[tuple[int, int]] = None
+
+    def held_bytes(self) -> int:
+        """Device bytes this backend holds between runs: kept gradient stack buffers and the device
+        copies of Variables."""
+        stacks = sum(v.nbytes() for bufs in self._stack_bufs.values() for v in bufs.values())
+        return stacks + sum(int(dev.nbytes) for _, dev in self._dev_vars.values())
+
+    def release_buffers(self) -> None:
+        """Free the device buffers held between runs (see ``held_bytes``). Compiled plans are kept;
+        the next run allocates its stacks afresh and copies Variables from the session again."""
+        self._stack_bufs.clear()
+        self._dev_vars.clear()
 
     def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
         """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
@@ -400,11 +447,78 @@ class FastBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
-        from turnout.session import RunResult
+        """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
+        a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
+        if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
+            raise UnsupportedError(
+                f"fast backend: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code "
+                "counts loop iterations, not firings; bound loops with max_iterations (or run on the reference "
+                "backend)")
+        if options.trace:
+            return self._run_traced(fetches, feeds, variables, options)
+        if self._deep_nesting and not on_deep_thread():
+            return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
+        try:
+            return self._run_any(fetches, feeds, variables, options)
+        except NeedsDeep as e:
+            return call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
+
+    def _run_traced(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                    options: Any) -> Any:
+        """A run that records its timeline (``fast.timeline``): the same run, with each compiled call
+        waited for so that its span covers its device time."""
+        tl = self._timeline = Timeline()
+        untraced = RunOptions(options.scheduler, options.seed, False, options.max_firings, options.max_iterations)
+        try:
+            with tl.span("Session.run", "run") as args:
+                before = self.compile_count
+                result = self.run(fetches, feeds, variables, untraced)
+                args["compiled"] = self.compile_count != before
+        finally:
+            self._timeline = None
+        result.trace = tl
+        return result
+
+    def _span(self, name: str, row: str, **args: Any) -> AbstractContextManager[dict[str, Any]]:
+        """A timeline span while tracing; otherwise nothing (one attribute read)."""
+        tl = self._timeline
+        return tl.span(name, row, **args) if tl is not None else _NO_SPAN
+
+    def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                 options: Any) -> Any:
 
         dsig = (self.graph.version, tuple([(t.node.id, t.index) for t in fetches]),
                 tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
                 self._var_sig(variables))
+        if self._fallback and dsig in self._fallback:
+            return self._run_reference(dsig, fetches, feeds, variables, options)
+        try:
+            return self._run_compiled(dsig, fetches, feeds, variables, options)
+        except UnsupportedError as e:
+            if not self.fallback:
+                raise
+            self._fallback[dsig] = str(e)
+            warnings.warn(f"{e}; this program runs on the reference interpreter instead (at interpreter speed)",
+                          RuntimeWarning, stacklevel=4)
+            return self._run_reference(dsig, fetches, feeds, variables, options)
+
+    def _run_reference(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                       variables: dict[str, np.ndarray], options: Any) -> Any:
+        """Run a program the fast backend cannot compile on the reference interpreter: the same
+        values, Variables and errors, at interpreter speed. ``stats['executor']`` says so."""
+        if self._reference is None:
+            from turnout.reference.executor import ReferenceBackend
+
+            self._reference = ReferenceBackend(self.graph)
+        result = self._reference.run(fetches, feeds, variables, options)
+        result.stats.update({"backend": "fast", "executor": "reference interpreter (fallback)",
+                             "fallback_reason": self._fallback[dsig]})
+        return result
+
+    def _run_compiled(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                      variables: dict[str, np.ndarray], options: Any) -> Any:
+        from turnout.session import RunResult
+
         d = self._direct.get(dsig)
         if d is None:
             self._validate(fetches, feeds)
@@ -474,8 +588,11 @@ class FastBackend:
             cached = self._dev_vars.get(name)
             var_vals.append(cached[1] if cached is not None and cached[0] is host else host)
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
-        vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
-        flags = np.asarray(flags)
+        with self._span("one compiled call", "compiled stages") as args:
+            before = self.compile_count
+            vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
+            flags = np.asarray(flags)
+            args["compiled"] = self.compile_count != before
         code = int(flags[0])
         if code:
             self._raise_errors(plan, {"err": code}, 0)
@@ -509,9 +626,24 @@ class FastBackend:
         )
         plan = self._plans.get(sig)
         if plan is None:
+            deep = on_deep_thread()
+            if not deep and self._switch_count() > DEEP_NESTING:
+                raise NeedsDeep(self._switch_count())  # raising may recurse once per nested cond
             program = functionalize(self.graph, fetches, feeds)
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
+            if plan.nesting > DEEP_NESTING:
+                self._deep_nesting = max(self._deep_nesting, plan.nesting)
+                if not deep:
+                    raise NeedsDeep(plan.nesting)
         return plan
+
+    def _switch_count(self) -> int:
+        """Switch nodes and loop frames of the graph: a bound on how deep its regions can nest."""
+        got = self._switches
+        if got is None or got[0] != self.graph.version:
+            n = sum(1 for nd in self.graph.nodes if nd.op in ("Switch", "LoopCond"))
+            got = self._switches = (self.graph.version, n)
+        return got[1]
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray]) -> dict[str, Any]:
         # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
@@ -557,7 +689,7 @@ class FastBackend:
         lives: dict[Key, Any] = {}
         host = stk.HostChunks()
         peak = 0
-        stage_s = []
+        stage_s: list[float] = []
         for st in plan.stages:
             t0 = time.perf_counter()
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
@@ -565,10 +697,17 @@ class FastBackend:
                 if "seg" not in st.fns:
                     st.fns["seg"] = plan.segment_fn(st)
                 rest, stacks = _split_state(state)
-                out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                with self._span(f"stage {len(stage_s)}: compiled segment", "compiled stages") as args:
+                    before = self.compile_count
+                    out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                    args["compiled"] = self.compile_count != before
+                    args["error_word"] = int(state["err"])
                 lives.update(lv)
             else:
-                out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
+                with self._span(f"stage {len(stage_s)}: driven {st.driven.describe()}", "compiled stages") as args:
+                    before = self.compile_count
+                    out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
+                    args["compiled"] = self.compile_count != before
                 peak = max(peak, peak_loop)
             peak = max(peak, _stack_bytes(state))
             self._raise_errors(plan, state, host.swapped)
@@ -604,7 +743,11 @@ class FastBackend:
                 st.fns["seg"] = plan.segment_fn(st, fused=True)
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
             rest, stacks = _split_state(state)
-            out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+            with self._span("fused attempt (whole program, one call)", "compiled stages") as args:
+                before = self.compile_count
+                out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                args["compiled"] = self.compile_count != before
+                args["error_word"] = int(state["err"])
         except UnsupportedError:
             plan.fused = None  # something only the staged path can lower: use it from now on
             return None
@@ -638,9 +781,11 @@ class FastBackend:
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(_to_host(v, t))
-        if plan.prealloc:
+        if plan.prealloc and self.keep_stack_buffers:
             self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
                                           if isinstance(v, stk.StackValue) and not v.pending}
+        else:
+            self._stack_bufs.pop(id(plan), None)
         for name in plan.var_nodes:
             dev = state[var_key(name)]
             if name in plan.written_vars:
@@ -662,7 +807,9 @@ class FastBackend:
                 host_has = {s: np.bool_(host.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
                 c_rest, c_stacks = _split_carry(c)
-                c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                with self._span("chunk", "driven loops") as args:
+                    c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                    args["iterations"] = int(c[3]) - before
                 vals, pred, state, iters = c
                 peak = max(peak, _stack_bytes(state))
                 if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
@@ -672,12 +819,14 @@ class FastBackend:
                 for s, n in st.push_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) + max(n, int(grow[s])) > plan.capacity and int(sv.ptr) > 0:
-                        state[s] = host.spill(s, sv)
+                        with self._span("stack chunk to host", "host swaps", stack=s):
+                            state[s] = host.spill(s, sv)
                         acted = True
                 for s, n in st.pop_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and host.has(s):
-                        state[s] = host.refill(s, sv)
+                        with self._span("stack chunk from host", "host swaps", stack=s):
+                            state[s] = host.refill(s, sv)
                         acted = True
                 if not acted and int(iters) == before:
                     raise _Retry()

@@ -104,6 +104,27 @@ def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
     return value, False
 
 
+class Traced:
+    """A Python function traced once into a jaxpr, callable again at the cost of replaying the jaxpr.
+
+    Why: ``lax.cond`` and ``lax.while_loop`` trace the functions they are given; a region whose result
+    types must be known *before* the ``lax`` call (to fill dead values and pending TensorArrays) would
+    otherwise be traced twice, and a region nested ``k`` deep ``2^k`` times. Replaying binds the
+    jaxpr's top-level equations only: nested ``cond`` / ``while`` equations carry their own, already
+    traced, jaxprs. ``shapes`` is the result as a pytree of ``jax.ShapeDtypeStruct`` (dead values and
+    pending TensorArrays keep their leafless structure), as ``jax.eval_shape`` would give it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.closed, self.shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+        self.out_tree = jax.tree_util.tree_structure(self.shapes)
+
+    def __call__(self, *args: Any) -> Any:
+        flat = jax.tree_util.tree_leaves(args)
+        out = jax.core.eval_jaxpr(self.closed.jaxpr, self.closed.consts, *flat)
+        return jax.tree_util.tree_unflatten(self.out_tree, out)
+
+
 class Emitter:
     """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
     ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods."""
@@ -128,7 +149,10 @@ class Emitter:
             return
         c = self.codes.code(code, message)
         err = self.state["err"]
-        self.state["err"] = jnp.where((err == 0) & ~jnp.asarray(ok, bool), jnp.int32(c), err)
+        # lax.select, not jnp.where: jnp.where is a nested jit call, one more function per check to
+        # trace and lower
+        err = jnp.asarray(err, jnp.int32)
+        self.state["err"] = jax.lax.select((err == 0) & ~jnp.asarray(ok, bool), jnp.full_like(err, c), err)
 
     def read_var(self, node: Node, h: Handle) -> Any:
         try:
@@ -229,12 +253,16 @@ class Emitter:
             merges, vals, lives, self.state = branch(bool(p))(self.state)
         else:
             state0 = self.state
-            fns = {b: branch(b) for b in (False, True)}
-            shapes = {b: jax.eval_shape(fns[b], state0) for b in (False, True)}
+            # Each branch is traced ONCE, into a jaxpr: its result types (a dead value on one side
+            # becomes zeros of the other side's type) are read off that trace, and ``lax.cond``
+            # replays the jaxpr instead of tracing the Python again. Tracing twice (once to learn the
+            # shapes, once inside ``lax.cond``) doubles the work at every nesting level: 2^depth.
+            traced = {b: Traced(branch(b), state0) for b in (False, True)}
+            self.state = state0
 
             def filled(b: bool) -> Callable[[Any], Any]:
                 def fn(state: Any) -> Any:
-                    out, _ = reconcile(fns[b](state), shapes[not b])
+                    out, _ = reconcile(traced[b](state), traced[not b].shapes)
                     return _jnp_tree(out)
 
                 return fn
@@ -264,8 +292,8 @@ class Emitter:
         base = dict(env)
         for inv in r.invariants:
             base[key(inv.outputs[0])] = env[key(inv.inputs[0])]
-        ckeys = [key(t) for t in r.carried]
         pkey = key(r.loop_cond.inputs[0])
+        ckeys = [key(t) for t in r.carried if key(t) != pkey]  # the predicate has its own slot
         lck = key(r.loop_cond.outputs[0])
 
         def header(vals: list[Any], first: bool, state: dict[str, Any]) -> tuple[Any, ...]:
@@ -289,6 +317,7 @@ class Emitter:
             decided): output ``taken`` carries the loop value, the other output is dead."""
             env = dict(base)
             env.update(zip(ckeys, vals, strict=True))
+            env[pkey] = pred
             env[lck] = pred
             for s in r.switches:
                 env[key(s.outputs[taken])] = env[key(s.inputs[0])]
@@ -313,7 +342,10 @@ class Emitter:
             self.state = dict(state)
             eenv = side_env(vals, pred, 0)
             self.run_items(r.exit_side, eenv)
-            self.check(~(jnp.asarray(pred) & (iters >= self.max_iter)),
+            # The loop stops when its predicate is false, when the iteration budget is spent, or (in a
+            # fused attempt) on an error, which the error word already holds: a predicate still true
+            # here therefore means the budget was spent.
+            self.check(~jnp.asarray(pred),
                        f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
                        "does the loop end?", code="nonterm")
             for x in r.exits:
@@ -321,17 +353,40 @@ class Emitter:
 
         return start, body, finish
 
-    def discover(self, body: Callable[[Any], Any], c0: Any) -> Any:
-        """Make pending TensorArrays / stacks in the initial carry concrete, by tracing the body once
-        abstractly to see what it writes (a loop carry must keep one type)."""
+    def discover(self, body: Callable[[Any], Any], c0: Any, region: Optional[WhileRegion] = None
+                 ) -> tuple[Any, Traced]:
+        """The initial carry with its pending TensorArrays / stacks made concrete (a loop carry must
+        keep one type), and the body traced once for that carry.
+
+        The body is traced into a jaxpr; when the trace shows that the body writes a pending value,
+        the carry is made concrete and the body traced again (once per pending value that becomes
+        concrete, in practice once). The loop then replays the last trace, so a loop nested ``k``
+        deep is traced once, not ``2^k`` times.
+        """
         saved = self.state
+        traced = Traced(body, c0)
         for _ in range(8):
-            out = jax.eval_shape(body, c0)
-            c0, changed = reconcile(c0, out)
+            c0, changed = reconcile(c0, traced.shapes)
             if not changed:
                 break
+            traced = Traced(body, c0)
         self.state = saved
-        return c0
+        self._check_carry(c0, traced.shapes, region)
+        return c0, traced
+
+    @staticmethod
+    def _check_carry(c0: Any, out: Any, region: Optional[WhileRegion]) -> None:
+        """A loop carry keeps one type: a value whose shape or dtype changes across iterations (a
+        loop variable with ``shape_invariants``) has no XLA loop; say so, naming the loop."""
+        ins, tin = jax.tree_util.tree_flatten(c0)
+        outs, tout = jax.tree_util.tree_flatten(out)
+        same_tree: bool = tin == tout  # type: ignore[operator]
+        bad = not same_tree or any(jnp.shape(a) != tuple(b.shape) or jnp.result_type(a) != b.dtype
+                                   for a, b in zip(ins, outs, strict=True))
+        if bad:
+            raise UnsupportedError(
+                f"fast backend: a loop variable of {region.describe() if region else 'a loop'} changes "
+                "type or shape across iterations (shape_invariants); XLA loops need a fixed shape")
 
     def run_while(self, r: WhileRegion, env: Env) -> None:
         start, body, finish = self.while_fns(r, env)
@@ -339,7 +394,7 @@ class Emitter:
         if c0 is None or (is_static(c0[1]) and not bool(c0[1])):
             finish(c0, env)
             return
-        c0 = self.discover(body, _jnp_tree(c0))
+        c0, traced = self.discover(body, _jnp_tree(c0), r)
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
         def cond(c: Any) -> Any:
@@ -347,7 +402,7 @@ class Emitter:
             return ok & (c[2]["err"] == 0) if stop else ok
 
         try:
-            c = jax.lax.while_loop(cond, body, c0)
+            c = jax.lax.while_loop(cond, traced, c0)
         except TypeError as e:
             raise UnsupportedError(
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Optional
 
-from turnout.errors import MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
+from turnout.errors import FeedError, MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
 from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, walk
 from turnout.frames import Frame, FrameAnalysis, static_frames
 from turnout.graph import Graph, Node, Tensor
@@ -107,7 +107,8 @@ class _Raiser:
                     f"fast backend: cannot fetch {t.name}: it lies inside a loop frame; fetch the loop's results")
         for n in graph.nodes:
             if n.id in fed and self.fa.node_frame[n.id] != ():
-                raise UnsupportedError(f"fast backend: cannot feed {describe_node(n)}: it lies inside a loop frame")
+                raise FeedError(
+                    f"cannot feed {describe_node(n)}: it is inside a loop frame; feed root-frame tensors only")
         self.fed = fed
         self.need = needed_nodes(graph, self.fa, fetches, fed)
         self.order = [n for n in self.fa.order if n.id in self.need]
@@ -118,6 +119,7 @@ class _Raiser:
             self.frame_nodes.setdefault(self.fa.node_frame[n.id], []).append(n)
         self.shell: dict[Frame, dict[str, object]] = {}
         self.shell_ids: set[int] = set()
+        self.cons = graph.consumers()  # once: per loop frame it would make raising quadratic
         for f in self.fa.frames:
             if f and f in self.frame_nodes:
                 self._find_shell(f)
@@ -145,7 +147,7 @@ class _Raiser:
                 f"fast backend: loop frame {f[-1]!r} has {len(lcs)} LoopCond nodes; a While region needs exactly one")
         lc = lcs[0]
         members = self.frame_nodes[f]
-        cons = self.graph.consumers()
+        cons = self.cons
         loop_vars = []
         for m in members:
             if m.op != "Merge" or not any(isinstance(t, Tensor) and t.node.op == "NextIteration" for t in m.raw_inputs):

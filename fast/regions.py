@@ -102,12 +102,31 @@ class Program:
 
 
 def walk(items: list[Item]) -> list[Item]:
-    """Every item, depth first (regions before their contents)."""
+    """Every item, depth first (regions before their contents), without recursion (programs may
+    nest hundreds of regions deep)."""
     out: list[Item] = []
-    for it in items:
+    work: list[Item] = list(reversed(items))
+    while work:
+        it = work.pop()
         out.append(it)
         if isinstance(it, CondRegion):
-            out += walk(it.branches[False]) + walk(it.branches[True])
+            work += reversed(it.branches[False] + it.branches[True])
         elif isinstance(it, WhileRegion):
-            out += walk(it.header) + walk(it.body) + walk(it.exit_side)
+            work += reversed(it.header + it.body + it.exit_side)
     return out
+
+
+def nesting(items: list[Item]) -> int:
+    """How deep regions nest in ``items`` (0: no region), computed without recursion."""
+    deepest = 0
+    work: list[tuple[list[Item], int]] = [(items, 0)]
+    while work:
+        its, d = work.pop()
+        for it in its:
+            if isinstance(it, CondRegion):
+                deepest = max(deepest, d + 1)
+                work += [(it.branches[False], d + 1), (it.branches[True], d + 1)]
+            elif isinstance(it, WhileRegion):
+                deepest = max(deepest, d + 1)
+                work += [(it.header, d + 1), (it.body, d + 1), (it.exit_side, d + 1)]
+    return deepest

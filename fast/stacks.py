@@ -1,4 +1,4 @@
-"""Gradient stacks as chunked device buffers (the paper, Sec. 5; docs/design.rst, "The fast backend").
+"""Gradient stacks as chunked device buffers (the paper, Sec. 5).
 
 Why chunks: XLA needs static memory bounds, so ``jax.grad(lax.while_loop)`` is refused — the number
 of values a loop saves is only known at run time. Turnout keeps the paper's stacks instead. A stack

@@ -276,7 +276,6 @@ def test_loop_invariants_read_by_index(backend: str) -> None:
     assert float(run(backend, g, s)) == float(xs.sum())
 
 
-@REFERENCE_ONLY  # the fast backend rejects loop variables whose shape changes (XLA loops need fixed shapes)
 def test_shape_invariants_allow_a_growing_variable(backend: str) -> None:
     """x doubles its length each iteration: [1] -> [1,1] -> ... (length 2**3 after 3 iterations)."""
     g = tn.Graph()
@@ -470,7 +469,6 @@ def test_scan_with_structured_carry_and_elems(backend: str) -> None:
     assert ints(lo) == list(np.minimum.accumulate(a + b)) and ints(hi) == list(np.maximum.accumulate(a * b))
 
 
-@REFERENCE_ONLY  # the size is a fed value; the fast backend needs TensorArray sizes when compiling
 def test_tensor_array_accumulation_in_a_loop(backend: str) -> None:
     g = tn.Graph()
     with g.as_default():

@@ -7,6 +7,7 @@ the lowering table's completeness, ``to_jax``, and graphs it refuses to raise.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -326,7 +327,7 @@ def test_merge_of_unrelated_predicates_is_rejected() -> None:
         f, _ = raw.switch(tn.constant(2.0), q)
         m, _ = raw.merge([t, f], name="mixed")
     with pytest.raises(tn.UnsupportedError, match="mixed"):
-        run(g, "fast", m, {p: True, q: False})
+        tn.Session(g, backend="fast", fallback=False).run(m, {p: True, q: False})
 
 
 def test_to_jax_inside_jit_and_vmap() -> None:
@@ -378,3 +379,79 @@ def test_generated_programs_agree_with_the_ast_interpreter(data: st.DataObject) 
     want = programs.interpret(p, inputs)
     got = tn.Session(built.graph, backend="fast").run(built.fetches, feed_dict=built.feed_dict(inputs))
     programs.assert_values_equal(got, want.values, "fast vs AST")
+
+
+# ---- programs that cannot be compiled run on the reference interpreter ------------------------------
+def _fallback_run(g: tn.Graph, fetches: Any, feed: dict[Any, Any] | None = None) -> tuple[Any, tn.Session]:
+    sess = tn.Session(g, backend="fast")
+    with pytest.warns(RuntimeWarning, match="reference interpreter"):
+        got = sess.run(fetches, feed_dict=feed)
+    assert sess.last_result.stats["executor"] == "reference interpreter (fallback)"
+    assert sess.last_result.stats["fallback_reason"]
+    return got, sess
+
+
+def test_growing_loop_variable_with_gradient_falls_back() -> None:
+    """A loop variable that doubles its length (shape_invariants) and its gradient: no fixed-shape
+    XLA carry exists, so the program runs on the reference interpreter, with the reference's values."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.placeholder(tn.float32, [], name="w")
+        _, x = tn.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, tn.concat([x, x * w], 0)),
+                             [tn.constant(0), tn.reshape(w, [1])], shape_invariants=[[], [None]])
+        loss = tn.reduce_sum(x)
+        (dw,) = tn.gradients(loss, [w])
+    feed = {w: np.float32(2.0)}
+    (xv, dv), sess = _fallback_run(g, [x, dw], feed)
+    want = tn.Session(g).run([x, dw], feed)
+    np.testing.assert_allclose(xv, want[0])
+    np.testing.assert_allclose(dv, want[1])
+    assert xv.shape == (8,) and float(np.sum(xv)) == pytest.approx(2.0 * 3**3)
+    # the decision is remembered: the same fetches and feed signature neither retrace nor warn again
+    compiles = sess.backend.compile_count
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(sess.run([x, dw], {w: np.float32(1.0)})[0], np.ones(8, np.float32))
+    assert sess.backend.compile_count == compiles
+
+
+def test_run_time_sized_tensor_array_with_gradient_falls_back() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.placeholder(tn.float32, [], name="w")
+        ta0 = tn.TensorArray(tn.float32, size=n)
+        _, ta = tn.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, w * tn.cast(i, tn.float32))),
+                              [tn.constant(0), ta0])
+        total = tn.reduce_sum(ta.stack())
+        (dw,) = tn.gradients(total, [w])
+    (tv, dv), _ = _fallback_run(g, [total, dw], {n: np.int32(5), w: np.float32(3.0)})
+    assert float(tv) == 3.0 * 10 and float(dv) == 10.0
+
+
+def test_run_time_fill_and_slice_fall_back() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        filled = tn.fill(tn.stack([n, 2]), 1.5)
+        sliced = tn.constant(x)[n:]
+    (fv, sv), _ = _fallback_run(g, [filled, sliced], {n: np.int32(1)})
+    np.testing.assert_array_equal(fv, np.full((1, 2), 1.5, np.float32))
+    np.testing.assert_array_equal(sv, x[1:])
+
+
+def test_fallback_keeps_errors_and_variables() -> None:
+    """A fallen-back program raises the reference's error types and updates the session's Variables."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        v = tn.Variable(0.0, name="v")
+        filled = tn.fill(tn.stack([n]), 2.0)
+        step = v.assign_add(tn.reduce_sum(filled))
+    sess = tn.Session(g, backend="fast")
+    with pytest.warns(RuntimeWarning):
+        assert float(sess.run(step, {n: np.int32(3)})) == 6.0
+    assert float(sess.run(step, {n: np.int32(2)})) == 10.0
+    with pytest.raises(tn.FeedError):
+        sess.run(step)

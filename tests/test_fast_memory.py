@@ -46,3 +46,27 @@ def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
     assert whole.last_result.stats["stack_chunks_swapped"] == 0
     assert whole.last_result.stats["peak_device_stack_bytes"] > stats["peak_device_stack_bytes"]
     assert float(yw) == float(yv) and float(dw) == float(dv)
+
+
+def test_stack_buffers_held_between_runs_can_be_freed() -> None:
+    """By default the stack chunk stays on the device for the next run; ``keep_stack_buffers=False``
+    frees it after every run and ``release_buffers()`` frees it on demand, with the same results."""
+    g, x, n, y, dx = graphs.power_loop()
+    feed = {x: 1.5, n: 20}
+    chunk = 64
+    kept = tn.Session(g, backend="fast", stack_chunk=chunk)
+    want = kept.run([y, dx], feed)
+    np.testing.assert_allclose(want, [1.5**20, 20 * 1.5**19])
+    held = kept.backend.held_bytes()
+    assert held >= chunk * (8 + 4)  # at least one stack of float64 values and int32 indices
+    kept.backend.release_buffers()
+    assert kept.backend.held_bytes() == 0
+    np.testing.assert_allclose(kept.run([y, dx], feed), want)  # runs again after a release
+    assert kept.backend.held_bytes() == held
+
+    freed = tn.Session(g, backend="fast", stack_chunk=chunk, keep_stack_buffers=False)
+    for _ in range(2):
+        np.testing.assert_allclose(freed.run([y, dx], feed), want)
+        assert freed.backend.held_bytes() == 0
+    with pytest.raises(ValueError, match="keep_stack_buffers"):
+        tn.Session(g, backend="fast", keep_stack_buffers="no")

@@ -179,7 +179,6 @@ def test_structural_ops(backend: str, name: str, make: Callable[[], Any], want: 
     np.testing.assert_allclose(v, want, rtol=1e-6)
 
 
-@REFERENCE_ONLY  # a fed shape: the fast backend needs Fill shapes when compiling (XLA static shapes)
 def test_fill_has_run_time_shape(backend: str) -> None:
     g = tn.Graph()
     with g.as_default():
@@ -308,7 +307,6 @@ def test_getitem_int_tensor_and_slices(backend: str) -> None:
         np.testing.assert_array_equal(vals[name], want, err_msg=name)
 
 
-@REFERENCE_ONLY  # a slice bound fed at run time: the fast backend needs static slice sizes (XLA)
 def test_getitem_slice_with_a_run_time_bound(backend: str) -> None:
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     g = tn.Graph()

@@ -80,7 +80,6 @@ def test_dead_value_propagates_through_ordinary_ops(backend: str) -> None:
         run(backend, g, m, {p: True})
 
 
-@REFERENCE_ONLY  # a Merge of two unrelated predicates' Switches: the fast backend rejects it by design
 def test_merge_of_two_dead_inputs_is_dead(backend: str) -> None:
     g = tn.Graph()
     with g.as_default():

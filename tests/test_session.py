@@ -180,7 +180,6 @@ def test_guards_do_not_fire_on_a_loop_within_the_limit(backend: str) -> None:
     assert int(tn.Session(g, backend=backend).run(out, max_iterations=60)) == 50
 
 
-@REFERENCE_ONLY  # an op reading a loop Enter: the fast backend rejects this graph by design
 def test_deadlock_names_the_blocked_node(backend: str) -> None:
     """A hand-built loop in which an op reads the loop's (non-constant) Enter, a value that exists at
     iteration 0 only: at iteration 1 the op waits forever, so the inner frame it enters never receives

@@ -1,0 +1,199 @@
+"""The same mistake raises the same error type on every backend.
+
+Why one catalogue: each backend detects mistakes its own way (the reference interpreter while it
+fires nodes, the fast backend while raising regions, tracing, or from the error word of a compiled
+run), so agreement holds only if every mistake is tried on every backend. Each case builds a small
+program with one mistake and names the error type a user catches; ``BACKENDS`` lists the executors
+(a new executor, such as the partitioned one, adds itself there and inherits the whole catalogue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout import raw
+from turnout.session import RunOptions
+
+pytest.importorskip("jax")
+
+BACKENDS = ["reference", "fast"]
+
+
+@dataclass
+class Mistake:
+    """A program with one mistake: ``build()`` returns (graph, fetches, feed_dict)."""
+
+    build: Callable[[], tuple[tn.Graph, Any, dict[Any, Any]]]
+    error: type[Exception]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _loop_counter() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        i = tn.while_loop(lambda i: i < n, lambda i: i + 1, [tn.constant(0)])[0]
+    return g, i, {n: np.int32(10)}
+
+
+def unfed_placeholder() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = x + 1.0
+    return g, y, {}
+
+
+def feed_of_wrong_shape() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        y = x * 2.0
+    return g, y, {x: np.zeros(3, np.float32)}
+
+
+def feed_inside_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        inner: list[tn.Tensor] = []
+
+        def body(i: Any) -> Any:
+            j = i + 1
+            inner.append(j)
+            return j
+
+        i = tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
+    return g, i, {inner[0]: np.int32(7)}
+
+
+def fetch_inside_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        inner: list[tn.Tensor] = []
+
+        def body(i: Any) -> Any:
+            j = i + 1
+            inner.append(j)
+            return j
+
+        tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
+    return g, inner[0], {}
+
+
+def dead_fetch() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        f, _ = raw.switch(tn.constant(1.0), p)
+        y = f * 2.0
+    return g, y, {p: True}
+
+
+def endless_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g, i, feed = _loop_counter()
+    return g, i, {k: np.int32(10**6) for k in feed}
+
+
+def integer_division_by_zero() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [], name="a")
+        b = tn.placeholder(tn.int32, [], name="b")
+        y = tn.divide(a, b)
+    return g, y, {a: np.int32(7), b: np.int32(0)}
+
+
+def integer_division_by_zero_in_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        d = tn.placeholder(tn.int32, [], name="d")
+        _, acc = tn.while_loop(lambda i, acc: i < 3, lambda i, acc: (i + 1, acc + tn.divide(10, d - i)),
+                               [tn.constant(0), tn.constant(0)])
+    return g, acc, {d: np.int32(1)}  # the second iteration divides by zero
+
+
+def tensor_array_read_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        ta = tn.TensorArray(tn.float32, size=3).write(0, tn.constant(1.0))
+        y = ta.read(k)
+    return g, y, {k: np.int32(5)}
+
+
+def gather_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [1], name="k")
+        y = tn.gather(tn.constant([1.0, 2.0, 3.0]), k)
+    return g, y, {k: np.array([9], np.int32)}
+
+
+def ill_formed_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.constant(1.0)
+        e = raw.enter(x, "frame")
+        y = raw.exit(e * 2.0)  # an Exit of a frame without LoopCond
+    return g, y, {}
+
+
+CATALOGUE: dict[str, Mistake] = {
+    "unfed placeholder": Mistake(unfed_placeholder, tn.FeedError),
+    "feed of the wrong shape": Mistake(feed_of_wrong_shape, tn.FeedError),
+    "feed inside a loop": Mistake(feed_inside_a_loop, tn.FeedError),
+    "fetch inside a loop": Mistake(fetch_inside_a_loop, tn.ValidationError),
+    "dead fetch": Mistake(dead_fetch, tn.DeadFetchError),
+    "loop over max_iterations": Mistake(endless_loop, tn.NonTerminationError, {"max_iterations": 100}),
+    "integer division by zero": Mistake(integer_division_by_zero, tn.KernelError),
+    "integer division by zero in a loop": Mistake(integer_division_by_zero_in_a_loop, tn.KernelError),
+    "TensorArray read out of range": Mistake(tensor_array_read_out_of_range, tn.KernelError),
+    "gather index out of range": Mistake(gather_out_of_range, tn.KernelError),
+    "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
+    "unknown run option": Mistake(unfed_placeholder, TypeError, {"no_such_option": 1}),
+    "bad max_iterations": Mistake(_loop_counter, ValueError, {"max_iterations": 0}),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_same_mistake_same_error(backend: str, name: str) -> None:
+    m = CATALOGUE[name]
+    g, fetches, feed = m.build()
+    with pytest.raises(m.error):
+        tn.Session(g, backend=backend).run(fetches, feed_dict=feed, **m.options)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_mistake_leaves_the_session_usable(backend: str) -> None:
+    """After a run-time error, the next run of the same session computes normally."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [], name="a")
+        b = tn.placeholder(tn.int32, [], name="b")
+        y = tn.divide(a, b)
+    sess = tn.Session(g, backend=backend)
+    with pytest.raises(tn.KernelError):
+        sess.run(y, {a: np.int32(7), b: np.int32(0)})
+    assert int(sess.run(y, {a: np.int32(7), b: np.int32(2)})) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_firings_is_honoured_or_rejected(backend: str) -> None:
+    """A firing budget below what the program needs never passes silently: the reference
+    interpreter counts firings and stops; the fast backend, which runs compiled loops and counts no
+    firings, rejects the option with UnsupportedError naming ``max_iterations`` instead."""
+    g, i, feed = _loop_counter()
+    opts = RunOptions(max_firings=20)
+    with pytest.raises((tn.NonTerminationError, tn.UnsupportedError)) as info:
+        tn.Session(g, backend=backend).run(i, feed_dict=feed, options=opts)
+    want = tn.NonTerminationError if backend == "reference" else tn.UnsupportedError
+    assert info.type is want
+    # without a budget (None) or with the default one, both run
+    assert int(tn.Session(g, backend=backend).run(i, feed_dict=feed, max_firings=None)) == 10
