@@ -16,10 +16,10 @@ import turnout as tn
 API = Path(__file__).resolve().parent.parent / "docs" / "api.rst"
 #: names ``tn`` loads on first use (``turnout.__getattr__``), which ``dir(tn)`` does not show
 LAZY = ["Session", "train", "pretty", "to_dot", "save", "load", "dumps", "loads", "static_frames",
-        "import_graph_def", "export_graph_def"]
+        "import_graph_def", "export_graph_def", "checkpoint"]
 #: submodules that are part of the API (the rest are reachable as attributes only because Python
 #: binds imported submodules on their package)
-PUBLIC_MODULES = {"raw", "train"}
+PUBLIC_MODULES = {"raw", "train", "checkpoint"}
 
 
 def _automodules(text: str) -> dict[str, set[str] | None]:

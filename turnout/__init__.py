@@ -7,7 +7,7 @@ NextIteration and LoopCond, built by hand (``tn.raw``) or by the builders ``cond
 backend (JAX) and the z3 encodings load on first use.
 """
 
-from typing import Any
+from typing import Any as _Any
 
 from turnout import raw
 from turnout.control_flow.cond import case, cond
@@ -112,7 +112,7 @@ def device(name: str | None):  # type: ignore[no-untyped-def]
     return get_default_graph().device(name)
 
 
-def colocate_with(op: Any):  # type: ignore[no-untyped-def]
+def colocate_with(op: _Any):  # type: ignore[no-untyped-def]
     """``with tn.colocate_with(x):`` places the ops created inside on the device of ``x`` (a tensor, a
     node or a Variable); ``None`` clears an outer colocation."""
     if op is not None and hasattr(op, "_as_tensor"):
