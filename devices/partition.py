@@ -255,8 +255,14 @@ def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
         return transfer(c, None, d)
 
     # ---- copy every node onto its device(s), in topological order --------------------------------------
+    def fed_placeholder(n: Node) -> bool:
+        """A fed Placeholder does not run: its value stands for it, so a control edge from it is met."""
+        return n.op == "Placeholder" and (n.id, 0) in fed
+
     back_edges: list[tuple[str, Node, int, Node]] = []
     for n in order:
+        if fed_placeholder(n):
+            continue
         for d in devices_of(n):
             ins: list[Any] = []
             for slot, t in enumerate(n.raw_inputs):
@@ -266,7 +272,7 @@ def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
                     back_edges.append((d, n, slot, t.node))
                 else:
                     ins.append(local(t, d))
-            ctrl = [local_control(c, d) for c in n.control_inputs]
+            ctrl = [local_control(c, d) for c in n.control_inputs if not fed_placeholder(c)]
             copy = make(d, n.op, ins, dict(n.attrs), n.name, control=ctrl, specs=[o.spec for o in n.outputs],
                         source=n.source)
             parts[d].nodes[n.id] = copy
