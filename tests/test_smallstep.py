@@ -10,7 +10,6 @@ inputs ([W-Merge-Unique] broken).
 
 from __future__ import annotations
 
-import time
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -335,15 +334,23 @@ def test_parallel_iterations_1_and_10_give_the_same_values():
     assert len(r1.counts) == len(r10.counts)  # the same keys fire, whatever the window
 
 
-def test_fifty_iterations_run_well_under_a_second():
-    g = tn.Graph()
-    with g.as_default():
-        i, y = tn.while_loop(lambda i, y: i < 50, lambda i, y: (i + 1, y + 2),
-                             [tn.constant(0), tn.constant(1)])
-    t0 = time.perf_counter()
-    r = ss.run(g, [i, y])
-    assert time.perf_counter() - t0 < 1.0
-    assert [int(v) for v in r.values] == [50, 101]
+def test_fifty_iterations_take_firings_linear_in_the_trip_count():
+    """Each iteration costs the same fixed number of firings (no per-iteration work that grows with the
+    iteration number); speed itself is a benchmark's business, not a unit test's."""
+
+    def firings(n: int) -> tuple[int, list[int]]:
+        g = tn.Graph()
+        with g.as_default():
+            i, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y + 2),
+                                 [tn.constant(0), tn.constant(1)])
+        r = ss.run(g, [i, y])
+        return (r.firings if isinstance(r.firings, int) else len(r.firings)), [int(v) for v in r.values]
+
+    f10, v10 = firings(10)
+    f11, _ = firings(11)
+    f50, v50 = firings(50)
+    assert v10 == [10, 21] and v50 == [50, 101]
+    assert f11 > f10 and f50 - f10 == 40 * (f11 - f10)
 
 
 def test_variables_are_read_and_written_in_dependency_order():
