@@ -1,0 +1,180 @@
+"""Running on a Ray cluster: one local cluster of two nodes on 127.0.0.1 for the whole test session.
+
+Every result is compared with the unpartitioned reference run of the same graph. The cluster is started
+once (session-scoped fixture) with one CPU per node, and stopped at the end; each test that starts
+actors stops them. Skipped when Ray is not installed (it is an optional extra, installed by the test
+setup).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from cluster_programs import T0, T1, cond_across_tasks, dev, loop_across_tasks
+
+import turnout as tn
+
+ray = pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+from turnout.devices.local_cluster import LocalCluster  # noqa: E402
+from turnout.devices.ray_runtime import TaskPool  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    lc = LocalCluster(nodes=2, num_cpus=1)
+    lc.start()
+    try:
+        yield lc
+    finally:
+        lc.stop()
+
+
+@pytest.fixture(scope="session")
+def pool(local_cluster: LocalCluster) -> Iterator[TaskPool]:
+    """Two tasks, one per node, shared by the tests that neither kill nor stop a task."""
+    with TaskPool(local_cluster.spec(tasks=2, devices=2)) as p:
+        yield p
+
+
+def _gone(pids: list[int], within: float = 15.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# ---- results equal the reference ---------------------------------------------------------------------
+def test_loop_whose_body_spans_two_tasks(pool: TaskPool) -> None:
+    g, x, y = loop_across_tasks(25)
+    want = [tn.Session(g).run(y, {x: v}) for v in (1.0, -3.0)]
+    sess = tn.Session(g, cluster=pool, detail=True)
+    for v, w in zip((1.0, -3.0), want):
+        np.testing.assert_equal(sess.run(y, {x: v}), w)
+    stats = sess.backend.last_stats
+    # the LoopCond owner (task 0) sends the predicate to task 1 every iteration; the edge between the two
+    # devices of task 1 stays inside task 1
+    assert stats["messages_between_tasks"] >= 2 * 25 and stats["messages"] > stats["messages_between_tasks"]
+    sent, received = sess.backend.last_message_log
+    assert sent == received and set(sent.values()) == {1}
+    assert any(edge.startswith("loop/loop_cond:0->" + T1) for edge, _ in sent)
+    assert any(edge.endswith("->" + dev(1, 0)) and dev(1, 1) not in edge for edge, _ in sent)
+    sess.close()
+
+
+@pytest.mark.parametrize("value", [2.0, -2.0])
+def test_cond_across_two_tasks(pool: TaskPool, value: float) -> None:
+    g, x, out = cond_across_tasks()
+    with tn.Session(g, cluster=pool) as sess:
+        np.testing.assert_equal(sess.run(out, {x: value}), tn.Session(g).run(out, {x: value}))
+
+
+def _training_graph() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """A Variable on task 1 updated by a gradient step whose loop runs on task 0."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device(dev(1, 1)):
+            w = tn.Variable(0.5, name="w")
+            wr = w.read()
+        with tn.device(dev(0)):
+            _, y = tn.while_loop(lambda i, y: i < 4, lambda i, y: (i + 1, y * wr + x), [tn.constant(0), x])
+            loss = y * y
+        (gw,) = tn.gradients(loss, [wr])
+        with tn.device(dev(1, 1)):
+            step = w.assign_sub(gw * 0.01)
+    return g, x, loss, step
+
+
+def test_variables_stay_on_their_task_and_gradients_cross_tasks(pool: TaskPool) -> None:
+    g, x, loss, step = _training_graph()
+    ref = tn.Session(g)
+    want = [ref.run([loss, step], {x: 1.0}) for _ in range(3)]
+    sess = tn.Session(g, cluster=pool)
+    got = [sess.run([loss, step], {x: 1.0}) for _ in range(3)]
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+    # the value lives in task 1's actor, read on demand; task 0 holds no Variable of this session
+    assert list(sess.variables) == ["w"]
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-6)
+    uid = sess.backend.uid
+    assert ray.get(pool.actors[T0].variable_names.remote(uid)) == []
+    assert ray.get(pool.actors[T1].variable_names.remote(uid)) == ["w"]
+    # writing through the view writes the task's copy (what a checkpoint restore does)
+    sess.variables.update({"w": np.float32(2.0)})
+    ref.variables["w"] = np.float32(2.0)
+    np.testing.assert_allclose(sess.run(loss, {x: 1.0}), ref.run(loss, {x: 1.0}), rtol=1e-6)
+    sess.close()
+    assert ray.get(pool.actors[T1].variable_names.remote(uid)) == []
+
+
+def test_placement_errors_come_before_any_actor_starts(local_cluster: LocalCluster) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("/job:worker/task:5/device:CPU:0"):
+            tn.constant(1.0) + 1.0
+    with pytest.raises(tn.PlacementError):
+        tn.Session(g, cluster=local_cluster.spec())
+
+
+# ---- faults --------------------------------------------------------------------------------------
+def test_task_killed_mid_loop_fails_the_run_naming_the_task(local_cluster: LocalCluster) -> None:
+    g, x, y = loop_across_tasks(10**7)
+    sess = tn.Session(g, cluster=local_cluster.spec(), recv_timeout=60)
+    pids = dict(sess.backend.pool.pids)
+    killer = threading.Timer(1.5, os.kill, (pids[T1], signal.SIGKILL))
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(tn.TaskFailedError, match=f"task {T1} died during the run"):
+        sess.run(y, {x: 1.0}, max_firings=10**9, max_iterations=10**8)
+    assert time.monotonic() - t0 < 30  # bounded: far below the 60 s Recv timeout
+    killer.join()
+    assert _gone(list(pids.values())), "a task process outlived the failed run"
+    with pytest.raises(tn.TaskFailedError, match="stopped"):
+        sess.run(y, {x: 1.0})
+
+
+def test_silent_task_is_a_recv_timeout_naming_key_and_sender(local_cluster: LocalCluster) -> None:
+    g, x, y = loop_across_tasks(10**7)
+    sess = tn.Session(g, cluster=local_cluster.spec(), recv_timeout=2.0)
+    pids = dict(sess.backend.pool.pids)
+    stopper = threading.Timer(1.5, os.kill, (pids[T0], signal.SIGSTOP))
+    stopper.start()
+    try:
+        with pytest.raises(tn.RecvTimeoutError) as info:
+            sess.run(y, {x: 1.0}, max_firings=10**9, max_iterations=10**8)
+        msg = str(info.value)
+        assert f"task {T1}: no message for 2 s" in msg and f"from task {T0}" in msg and "(edge 'loop/" in msg
+    finally:
+        stopper.join()
+        os.kill(pids[T0], signal.SIGCONT)
+        sess.close()
+    assert _gone(list(pids.values()))
+
+
+def test_every_socket_of_the_cluster_listens_on_loopback(local_cluster: LocalCluster) -> None:
+    pids = local_cluster.pids()
+    assert len(pids) >= 4  # GCS, two raylets, their helpers
+    listening = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        listening += [(pid, c.laddr) for c in conns if c.status == psutil.CONN_LISTEN]
+    assert listening, "the cluster listens on no socket?"
+    def loopback(ip: str) -> bool:
+        a = ipaddress.ip_address(ip)
+        mapped = getattr(a, "ipv4_mapped", None)
+        return (mapped or a).is_loopback
+
+    assert all(loopback(addr.ip) for _, addr in listening), listening
