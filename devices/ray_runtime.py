@@ -77,11 +77,11 @@ class TaskActor:
             recv_timeout: float, detail: bool, store: Any) -> TaskOutcome:
         return self.runner.run(run_id, plan_key, feeds, options, recv_timeout, detail, store)
 
-    def deliver(self, run_id: Any, key: Any, value: Any, dead: bool) -> None:
-        self.runner.deliver(run_id, key, value, dead)
+    def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]]) -> None:
+        self.runner.deliver(run_id, items)
 
-    def credit(self, run_id: Any, edge: str, inst: Any, n: int) -> None:
-        self.runner.credit(run_id, edge, inst, n)
+    def credit(self, run_id: Any, items: list[tuple[str, Any, int]]) -> None:
+        self.runner.credit(run_id, items)
 
     def abort(self, run_id: Any, reason: str) -> None:
         self.runner.abort(run_id, reason)
@@ -312,6 +312,7 @@ class RayBackend:
             "firings": sum(firings.values()), "firings_per_device": firings,
             "messages": sum(o.sent for o in outcomes.values()),
             "messages_between_tasks": sum(o.remote_sent for o in outcomes.values()),
+            "deliver_calls_between_tasks": sum(o.remote_calls for o in outcomes.values()),
             "peak_unconsumed_per_edge": max((o.peak_unconsumed for o in outcomes.values()), default=0),
             "tasks": sorted(outcomes),
         }

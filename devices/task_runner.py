@@ -7,14 +7,15 @@ Why a task runs all its devices in one rendezvous: an edge between two devices o
 local Send/Recv pair (no serialization, no message). Only an edge whose ends sit in different tasks
 becomes a message, and only two kinds of message exist, both fire-and-forget:
 
-* ``deliver(run, key, value, dead)``: the token of a cross-task Send, keyed ``(edge, tag)``. Every
-  message carries its key, because messages between two processes may arrive in any order (a threaded
-  actor does not keep call order); the receiver files it under the key, waking the Recv if it waits.
-* ``credit(run, edge, frame instance, n)``: the receiver consumed ``n`` tokens of an edge. The sender
-  counts the tokens of each edge and frame instance in flight and blocks a Send past the edge's credit
-  (``parallel_iterations`` of its frame), exactly as the in-process rendezvous does, so a fast sender
-  never floods a slow receiver. Credits are batched (half the credit at a time) and flushed whenever
-  the task goes idle, so batching cannot deadlock.
+* ``deliver(run, [(key, value, dead), ...])``: the tokens of cross-task Sends, each keyed ``(edge,
+  tag)``. Every token carries its key, because messages between two processes may arrive in any order
+  (a threaded actor does not keep call order); the receiver files it under the key, waking the Recv if
+  it waits. The tokens a task sends to one peer during one round of firings travel in one message.
+* ``credit(run, [(edge, frame instance, n), ...])``: the receiver consumed ``n`` tokens of an edge.
+  The sender counts the tokens of each edge and frame instance in flight and blocks a Send past the
+  edge's credit (``parallel_iterations`` of its frame), exactly as the in-process rendezvous does, so
+  a fast sender never floods a slow receiver. Credits owed to one sender go back in one message after
+  every round of firings (so always before the task waits: batching cannot deadlock).
 
 When is a task done? When none of its partitions can fire, no Recv waits for a message and no Send
 waits for a credit: nothing can then make it fire again (a Recv only starts waiting once its own
@@ -75,6 +76,7 @@ class TaskOutcome:
     remote_sent: int
     peak_unconsumed: int
     message_log: Optional[tuple[list[Key], list[Key]]] = None  # (keys sent, keys received) with ``detail``
+    remote_calls: int = 0  # deliver messages sent to other tasks (each holds one or more tokens)
 
 
 def split_by_task(parted: Partitioned, task_of: Callable[[str], str]) -> dict[str, TaskPlan]:
@@ -120,8 +122,10 @@ class TaskRendezvous(Rendezvous):
         self.outbox: Optional[Outbox] = None
         self.run_id: Any = None
         self.owed: Counter[tuple[str, str, Tag]] = Counter()  # (src task, edge, frame instance) -> credits
+        self.pending: dict[str, list[tuple[Key, Any, bool]]] = {}  # destination task -> tokens not yet sent
         self.credit_of: dict[str, int] = {}
         self.remote_sent = 0
+        self.remote_calls = 0
         self.delivered = 0
         self.aborted: Optional[BaseException] = None
         self.events = 0  # bumped by every message; the idle loop's timeout restarts when it moves
@@ -177,8 +181,18 @@ class TaskRendezvous(Rendezvous):
                 raise ExecutionError(f"{node.name} sent {fmt_key(key)} twice (exactly-once violated)")
             self.sent[key] += 1
             self.remote_sent += 1
-        value = None if tok.dead else tok.value
-        self.outbox(dst, "deliver", self.run_id, key, value, tok.dead)
+            self.pending.setdefault(dst, []).append((key, None if tok.dead else tok.value, tok.dead))
+
+    def flush(self) -> None:
+        """Send the buffered cross-task tokens, one ``deliver`` message per destination task holding
+        them all (each still under its own key). The driver flushes after every round of firings and
+        before it waits, so a token waits at most one round."""
+        with self.cond:
+            pending, self.pending = self.pending, {}
+        assert self.outbox is not None
+        for dst, items in pending.items():
+            self.remote_calls += 1
+            self.outbox(dst, "deliver", self.run_id, items)
 
     def take(self, node: Node, tag: Tag) -> Token:
         assert self.plan is not None
@@ -187,29 +201,23 @@ class TaskRendezvous(Rendezvous):
         if src is None:
             return super().take(node, tag)
         key = key_of(node, tag)
-        batch = max(1, self.credit_of.get(edge, 1) // 2)
-        flush: Optional[tuple[str, str, Tag, int]] = None
         with self.cond:
             tok = self.messages.pop(key)
             self.received[key] += 1
-            owed = (src, edge, tag[:-1])
-            self.owed[owed] += 1
-            if self.owed[owed] >= batch:
-                flush = (*owed, self.owed.pop(owed))
-        if flush is not None:
-            self._credit_out([flush])
+            self.owed[(src, edge, tag[:-1])] += 1
         return tok
 
-    def take_owed(self) -> list[tuple[str, str, Tag, int]]:
-        """The credits owed to senders, cleared (called with the lock held, sent without it)."""
-        out = [(s, e, i, n) for (s, e, i), n in self.owed.items() if n]
-        self.owed.clear()
-        return out
-
-    def _credit_out(self, owed: list[tuple[str, str, Tag, int]]) -> None:
+    def flush_credits(self) -> None:
+        """Give back the credits owed to senders: one ``credit`` message per sending task, listing
+        ``(edge, frame instance, n)`` for each edge consumed since the last flush."""
+        with self.cond:
+            owed, self.owed = self.owed, Counter()
         assert self.outbox is not None
-        for src, edge, inst, n in owed:
-            self.outbox(src, "credit", self.run_id, edge, inst, n)
+        by_src: dict[str, list[tuple[str, Tag, int]]] = {}
+        for (src, edge, inst), n in owed.items():
+            by_src.setdefault(src, []).append((edge, inst, n))
+        for src, items in by_src.items():
+            self.outbox(src, "credit", self.run_id, items)
 
     def stuck(self) -> bool:
         """Whether something here still waits on another task (a Recv on a message, a Send on a credit)."""
@@ -252,20 +260,22 @@ class TaskRunner:
             return rv
 
     # ---- messages ---------------------------------------------------------------------------------
-    def deliver(self, run_id: Any, key: Key, value: Any, dead: bool) -> None:
-        """A token from another task (fire-and-forget)."""
+    def deliver(self, run_id: Any, items: list[tuple[Key, Any, bool]]) -> None:
+        """Tokens from another task (fire-and-forget): each ``(key, value, dead)`` carries its own key."""
         rv = self._rendezvous(run_id)
         if rv is None:
             return
-        if isinstance(value, np.ndarray) and not value.flags.writeable:
-            value = np.array(value, copy=True)  # arrays from the object store are read-only
-        rv.deliver(key, Token(None, True) if dead else Token(value))
+        for key, value, dead in items:
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                value = np.array(value, copy=True)  # arrays from the object store are read-only
+            rv.deliver(key, Token(None, True) if dead else Token(value))
 
-    def credit(self, run_id: Any, edge: str, inst: Tag, n: int) -> None:
-        """``n`` tokens of ``edge`` sent from here were consumed by their receiver."""
+    def credit(self, run_id: Any, items: list[tuple[str, Tag, int]]) -> None:
+        """``(edge, frame instance, n)``: ``n`` tokens of ``edge`` sent from here were consumed."""
         rv = self._rendezvous(run_id)
         if rv is not None:
-            rv.credit(edge, inst, n)
+            for edge, inst, n in items:
+                rv.credit(edge, inst, n)
 
     def abort(self, run_id: Any, reason: str) -> None:
         """Stop this task's share of ``run_id`` (another task failed): its ``run`` raises TaskFailedError."""
@@ -305,7 +315,8 @@ class TaskRunner:
                     counts.update(p.counts)
             log = (list(rv.sent), list(rv.received)) if detail else None
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
-                               sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log)
+                               sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
+                               rv.remote_calls)
         finally:
             with self._lock:
                 self._runs.pop(run_id, None)
@@ -330,6 +341,8 @@ class TaskRunner:
                     p.step()
                     fired += 1
                     progressed = True
+            rv.flush()
+            rv.flush_credits()
             if rv.aborted is not None:
                 raise rv.aborted
             if limit is not None and fired > limit:
@@ -337,10 +350,6 @@ class TaskRunner:
                                           "fail to terminate?")
             if progressed:
                 continue
-            with rv.cond:
-                owed = rv.take_owed()
-            if owed:
-                rv._credit_out(owed)
             with rv.cond:
                 if any(p.mailbox for p in parts):
                     continue

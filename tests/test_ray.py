@@ -14,12 +14,18 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any, Optional
 
 import numpy as np
 import pytest
 from cluster_programs import T0, T1, cond_across_tasks, dev, loop_across_tasks
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from programs import assert_values_equal, build, to_source
+from strategies import float_programs, inputs_for, programs_with_inputs
 
 import turnout as tn
+from turnout.session import RunOptions
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
@@ -178,3 +184,57 @@ def test_every_socket_of_the_cluster_listens_on_loopback(local_cluster: LocalClu
         return (mapped or a).is_loopback
 
     assert all(loopback(addr.ip) for _, addr in listening), listening
+
+
+# ---- T7 over Ray: generated programs under random placements across 2 tasks x 2 devices ---------------
+RAY_EXAMPLES = max(4, settings.default.max_examples // 4)
+GUARD = dict(max_firings=200_000, max_iterations=1_000)
+
+
+def _outcome(sess: tn.Session, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+             options: RunOptions) -> tuple[Optional[list[Any]], Optional[type]]:
+    try:
+        return sess.run(fetches, feeds, options=options), None
+    except tn.TurnoutError as e:
+        return None, type(e)
+
+
+def _check_on_cluster(pool: TaskPool, graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+                      data: st.DataObject, what: str) -> None:
+    devices = pool.spec.devices
+    idx = data.draw(st.lists(st.integers(0, len(devices) - 1), min_size=len(graph.nodes),
+                             max_size=len(graph.nodes)), label="placement")
+    requests = {n.name: devices[i] for n, i in zip(graph.nodes, idx)}
+    scheduler = data.draw(st.sampled_from(("fifo", "lifo", "random")), label="scheduler")
+    want, want_err = _outcome(tn.Session(graph), fetches, feeds, RunOptions(**GUARD))
+    with tn.Session(graph, cluster=pool, requests=requests, detail=True) as sess:
+        got, got_err = _outcome(sess, fetches, feeds, RunOptions(scheduler, 7, **GUARD))
+        assert got_err == want_err, f"{what}cluster run raised {got_err}, unpartitioned {want_err}"
+        if want is not None:
+            assert got is not None
+            assert_values_equal(list(got), list(want), what + "cluster run")
+            sent, received = sess.backend.last_message_log
+            assert sent == received and set(sent.values()) <= {1}, "a message was lost, duplicated or stranded"
+
+
+@settings(max_examples=RAY_EXAMPLES, deadline=None)
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_on_a_cluster(pool: TaskPool, pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+    p, inputs = pi
+    b = build(p)
+    _check_on_cluster(pool, b.graph, b.fetches, b.feed_dict(inputs), data, to_source(p) + "\n")
+
+
+@settings(max_examples=RAY_EXAMPLES, deadline=None)
+@given(st.data())
+def test_T7_gradients_on_a_cluster(pool: TaskPool, data: st.DataObject) -> None:
+    p = data.draw(float_programs(max_depth=2))
+    b = build(p)
+    inputs = data.draw(inputs_for(p, wide=False))
+    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
+    ys = [f for f in b.fetches if f.dtype.is_floating]
+    assume(xs and ys)
+    with b.graph.as_default():
+        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+    assume(grads)
+    _check_on_cluster(pool, b.graph, grads, b.feed_dict(inputs), data, to_source(p) + "\n")
