@@ -151,8 +151,8 @@ class RayBackend:
     """``tn.Session(graph, cluster=spec)``: run the graph partitioned over the tasks of a Ray cluster.
 
     Options: ``cluster`` (a ``ClusterSpec`` or its dict form, or a started ``TaskPool`` to share),
-    ``requests`` (soft placement: node name ->
-    device), ``recv_timeout`` (seconds a task waits with no message before RecvTimeoutError),
+    ``requests`` (soft placement: node name -> device), ``recv_timeout`` (seconds a task waits with no
+    message before RecvTimeoutError),
     ``start_timeout`` (seconds to wait for the actors to start, e.g. for resources to free up),
     ``detail`` (return firing counts and the message log of each run, for tests). Ray must already be
     running in this process: ``ray.init(address=...)`` for an existing cluster, or ``LocalCluster``.

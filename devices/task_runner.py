@@ -44,7 +44,7 @@ from turnout.reference.executor import Plan
 from turnout.reference.rules import Tag, Token
 from turnout.session import RunOptions
 
-#: outbox(destination task, method, *args): send one fire-and-forget message to another task
+#: ``outbox(task, method, *args)``: send one fire-and-forget message to another task
 Outbox = Callable[..., None]
 
 
