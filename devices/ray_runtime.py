@@ -266,30 +266,31 @@ class RayBackend:
                 try:
                     out[t] = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
-                    self._fail(t, pending, run_id)
+                    self._fail(t, list(refs), pending, run_id)
                     raise TaskFailedError(f"task {t} died during the run ({type(e).__name__}); the session's "
                                           "actors were stopped: start a new Session and restore its Variables "
                                           "from a checkpoint") from None
                 except ray.exceptions.RayTaskError as e:
                     cause = e.cause if isinstance(e.cause, BaseException) else None
-                    self._stop_others(t, pending, run_id, f"task {t} failed: {type(cause).__name__}")
+                    self._stop_others(t, list(refs), pending, run_id, f"task {t} failed: {type(cause).__name__}")
                     if isinstance(cause, TurnoutError):
                         raise cause from None
                     raise ExecutionError(f"task {t} failed: {cause!r}") from None
         return out
 
-    def _stop_others(self, failed: str, pending: Sequence[Any], run_id: Any, reason: str) -> None:
-        """Abort the run on the tasks still in it, and wait (briefly) for them to stop."""
+    def _stop_others(self, failed: str, tasks: Sequence[str], pending: Sequence[Any], run_id: Any,
+                     reason: str) -> None:
+        """Abort the run on the other tasks in it, and wait (briefly) for them to stop."""
         if run_id is None:
             return
-        for t, a in self.actors.items():
-            if t != failed:
-                a.abort.remote(run_id, reason)
+        for t in tasks:
+            if t != failed and t in self.actors:
+                self.actors[t].abort.remote(run_id, reason)
         if pending:
             ray.wait(list(pending), num_returns=len(pending), timeout=3.0)
 
-    def _fail(self, task: str, pending: Sequence[Any], run_id: Any) -> None:
-        self._stop_others(task, pending, run_id, f"task {task} died")
+    def _fail(self, task: str, tasks: Sequence[str], pending: Sequence[Any], run_id: Any) -> None:
+        self._stop_others(task, tasks, pending, run_id, f"task {task} died")
         self.pool.close(f"task {task} died during a run; the cluster's actors were stopped (start a new "
                         "Session and restore its Variables from a checkpoint)")
 

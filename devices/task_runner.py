@@ -142,7 +142,10 @@ class TaskRendezvous(Rendezvous):
         with self.cond:
             self.events += 1
             if key in self.messages or self.received[key]:
-                raise ExecutionError(f"{fmt_key(key)} was delivered twice (exactly-once violated)")
+                # raised in the run, not here: a fire-and-forget message has no caller to raise to
+                self.aborted = ExecutionError(f"{fmt_key(key)} was delivered twice (exactly-once violated)")
+                self.cond.notify_all()
+                return
             self.delivered += 1
             self.messages[key] = tok
             w = self.waiting.pop(key, None)

@@ -98,3 +98,15 @@ def test_recv_timeout_names_key_and_sending_task() -> None:
     msg = str(err)
     assert "task /job:worker/task:1: no message for 0.5 s" in msg
     assert "loop/loop_cond:0->/job:worker/task:1" in msg and f"from task {T0}" in msg
+
+
+def test_a_token_delivered_twice_fails_the_run_not_the_message() -> None:
+    from turnout.devices.task_runner import TaskRendezvous
+    from turnout.reference.rules import Token
+
+    rv = TaskRendezvous()
+    key = ("a:0->/job:worker/task:1/device:CPU:0", ())
+    rv.deliver(key, Token(np.float32(1)))
+    assert rv.aborted is None
+    rv.deliver(key, Token(np.float32(1)))
+    assert isinstance(rv.aborted, tn.ExecutionError) and "delivered twice" in str(rv.aborted)
