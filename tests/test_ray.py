@@ -123,6 +123,25 @@ def test_variables_stay_on_their_task_and_gradients_cross_tasks(pool: TaskPool) 
     assert ray.get(pool.actors[T1].variable_names.remote(uid)) == []
 
 
+def test_checkpoint_restores_variables_into_a_new_cluster_session(pool: TaskPool, tmp_path: Any) -> None:
+    """Train two steps, checkpoint, close the session (its Variables are gone from the tasks), restore
+    into a new session and train on: the same as three steps in one session (the checkpoint reads and
+    writes the tasks' copies through ``session.variables``)."""
+    checkpoint = pytest.importorskip("turnout.checkpoint", reason="tn.checkpoint comes with the main branch")
+    g, x, loss, step = _training_graph()
+    ref = tn.Session(g)
+    want = [ref.run([loss, step], {x: 1.0}) for _ in range(3)]
+    first = tn.Session(g, cluster=pool)
+    got = [first.run([loss, step], {x: 1.0}) for _ in range(2)]
+    assert checkpoint.save(first, tmp_path / "ckpt") == ["w"]
+    first.close()
+    second = tn.Session(g, cluster=pool)
+    assert checkpoint.restore(second, tmp_path / "ckpt") == ["w"]
+    got.append(second.run([loss, step], {x: 1.0}))
+    second.close()
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+
+
 def test_placement_errors_come_before_any_actor_starts(local_cluster: LocalCluster) -> None:
     g = tn.Graph()
     with g.as_default():
