@@ -17,6 +17,7 @@ from turnout.control_flow.while_loop import while_loop
 from turnout.dtypes import DType, as_dtype, float32, float64, int32, int64
 from turnout.dtypes import bool_ as bool  # noqa: A001
 from turnout.errors import (
+    ClusterSpecError,
     DeadFetchError,
     DeadlockError,
     DTypeError,
@@ -30,8 +31,10 @@ from turnout.errors import (
     PartitionError,
     PlacementError,
     ResourceExhaustedError,
+    RecvTimeoutError,
     SerializationError,
     ShapeError,
+    TaskFailedError,
     TurnoutError,
     UnsupportedError,
     ValidationError,

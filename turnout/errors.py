@@ -105,3 +105,17 @@ class PlacementError(GraphBuildError):
 
 class PartitionError(GraphBuildError):
     """A placed graph cannot be cut into per-device partitions (the message names the node or frame)."""
+
+
+class ClusterSpecError(TurnoutError, ValueError):
+    """A cluster description is malformed (rejected before any process starts); the message names the
+    job, task and field."""
+
+
+class TaskFailedError(ExecutionError):
+    """A task (one process of a cluster) died or was lost during a run; the message names the task."""
+
+
+class RecvTimeoutError(ExecutionError):
+    """A Recv waited longer than the run's timeout for its message; the message names the rendezvous key
+    and the task that should have sent it."""

@@ -27,6 +27,7 @@ BACKENDS: dict[str, str] = {
     "fast": "turnout.fast.backend:FastBackend",
     "smallstep": "turnout.semantics.smallstep:SmallStepBackend",
     "partitioned": "turnout.devices.executor:PartitionedBackend",
+    "ray": "turnout.devices.ray_runtime:RayBackend",
 }
 
 
@@ -146,10 +147,15 @@ class Session:
     def __init__(self, graph: Optional[Graph] = None, backend: str = "reference", **backend_options: Any) -> None:
         self.graph = graph if graph is not None else get_default_graph()
         self.backend_name = backend
-        if backend_options.get("devices") is not None:
+        if backend_options.get("cluster") is not None:
+            backend = _clustered(backend)
+        elif backend_options.get("devices") is not None:
             backend = _partitioned(backend)
         self.backend = load_backend(backend)(self.graph, **backend_options)
-        self.variables: dict[str, np.ndarray] = {}
+        # A backend whose Variables live elsewhere (a cluster's tasks) gives a mapping that reads and
+        # writes them there; every other backend keeps them in this dict.
+        store = getattr(self.backend, "variable_store", None)
+        self.variables: dict[str, np.ndarray] = store if store is not None else {}
         self.last_result: Optional[RunResult] = None
         self._feeds_ok: set[tuple[Tensor, np.dtype, tuple[int, ...]]] = set()
 
@@ -246,7 +252,11 @@ class Session:
         return arr.astype(t.dtype.numpy, copy=False)
 
     def close(self) -> None:
+        """Forget the Variables; a backend that holds processes (a cluster) stops them."""
         self.variables.clear()
+        stop = getattr(self.backend, "close", None)
+        if callable(stop):
+            stop()
 
     def __enter__(self) -> Session:
         return self
@@ -266,6 +276,20 @@ def _partitioned(backend: str) -> str:
 
     raise UnsupportedError(f"backend {backend!r} cannot run a graph partitioned over devices (devices=...): "
                            "partitioned fast execution is a later issue; use backend='reference'")
+
+
+def _clustered(backend: str) -> str:
+    """``cluster=...`` asks for a run on a Ray cluster (turnout.devices.ray_runtime, the ``ray`` extra)."""
+    from turnout.errors import UnsupportedError
+
+    if backend not in ("reference", "ray"):
+        raise UnsupportedError(f"backend {backend!r} cannot run a graph on a cluster (cluster=...): each task runs "
+                               "its partitions on the reference interpreter; use backend='reference'")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UnsupportedError("running on a cluster needs Ray: pip install 'turnout[ray]'") from None
+    return "ray"
 
 
 def _target_proxy(node: Node) -> Tensor:

@@ -1,0 +1,259 @@
+"""Running on a Ray cluster: one local cluster of two nodes on 127.0.0.1 for the whole test session.
+
+Every result is compared with the unpartitioned reference run of the same graph. The cluster is started
+once (session-scoped fixture) with one CPU per node, and stopped at the end; each test that starts
+actors stops them. Skipped when Ray is not installed (it is an optional extra, installed by the test
+setup).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+from cluster_programs import T0, T1, cond_across_tasks, dev, loop_across_tasks
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from programs import assert_values_equal, build, to_source
+from strategies import float_programs, inputs_for, programs_with_inputs
+
+import turnout as tn
+from turnout.session import RunOptions
+
+ray = pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+from turnout.devices.local_cluster import LocalCluster  # noqa: E402
+from turnout.devices.ray_runtime import TaskPool  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    lc = LocalCluster(nodes=2, num_cpus=1)
+    lc.start()
+    try:
+        yield lc
+    finally:
+        lc.stop()
+
+
+@pytest.fixture(scope="session")
+def pool(local_cluster: LocalCluster) -> Iterator[TaskPool]:
+    """Two tasks, one per node, shared by the tests that neither kill nor stop a task."""
+    with TaskPool(local_cluster.spec(tasks=2, devices=2)) as p:
+        yield p
+
+
+def _gone(pids: list[int], within: float = 15.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# ---- results equal the reference ---------------------------------------------------------------------
+def test_loop_whose_body_spans_two_tasks(pool: TaskPool) -> None:
+    g, x, y = loop_across_tasks(25)
+    want = [tn.Session(g).run(y, {x: v}) for v in (1.0, -3.0)]
+    sess = tn.Session(g, cluster=pool, detail=True)
+    for v, w in zip((1.0, -3.0), want):
+        np.testing.assert_equal(sess.run(y, {x: v}), w)
+    stats = sess.backend.last_stats
+    # the LoopCond owner (task 0) sends the predicate to task 1 every iteration; the edge between the two
+    # devices of task 1 stays inside task 1
+    assert stats["messages_between_tasks"] >= 2 * 25 and stats["messages"] > stats["messages_between_tasks"]
+    sent, received = sess.backend.last_message_log
+    assert sent == received and set(sent.values()) == {1}
+    assert any(edge.startswith("loop/loop_cond:0->" + T1) for edge, _ in sent)
+    assert any(edge.endswith("->" + dev(1, 0)) and dev(1, 1) not in edge for edge, _ in sent)
+    sess.close()
+
+
+@pytest.mark.parametrize("value", [2.0, -2.0])
+def test_cond_across_two_tasks(pool: TaskPool, value: float) -> None:
+    g, x, out = cond_across_tasks()
+    with tn.Session(g, cluster=pool) as sess:
+        np.testing.assert_equal(sess.run(out, {x: value}), tn.Session(g).run(out, {x: value}))
+
+
+def _training_graph() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """A Variable on task 1 updated by a gradient step whose loop runs on task 0."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device(dev(1, 1)):
+            w = tn.Variable(0.5, name="w")
+            wr = w.read()
+        with tn.device(dev(0)):
+            _, y = tn.while_loop(lambda i, y: i < 4, lambda i, y: (i + 1, y * wr + x), [tn.constant(0), x])
+            loss = y * y
+        (gw,) = tn.gradients(loss, [wr])
+        with tn.device(dev(1, 1)):
+            step = w.assign_sub(gw * 0.01)
+    return g, x, loss, step
+
+
+def test_variables_stay_on_their_task_and_gradients_cross_tasks(pool: TaskPool) -> None:
+    g, x, loss, step = _training_graph()
+    ref = tn.Session(g)
+    want = [ref.run([loss, step], {x: 1.0}) for _ in range(3)]
+    sess = tn.Session(g, cluster=pool)
+    got = [sess.run([loss, step], {x: 1.0}) for _ in range(3)]
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+    # the value lives in task 1's actor, read on demand; task 0 holds no Variable of this session
+    assert list(sess.variables) == ["w"]
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-6)
+    uid = sess.backend.uid
+    assert ray.get(pool.actors[T0].variable_names.remote(uid)) == []
+    assert ray.get(pool.actors[T1].variable_names.remote(uid)) == ["w"]
+    # writing through the view writes the task's copy (what a checkpoint restore does)
+    sess.variables.update({"w": np.float32(2.0)})
+    ref.variables["w"] = np.float32(2.0)
+    np.testing.assert_allclose(sess.run(loss, {x: 1.0}), ref.run(loss, {x: 1.0}), rtol=1e-6)
+    sess.close()
+    assert ray.get(pool.actors[T1].variable_names.remote(uid)) == []
+
+
+def test_checkpoint_restores_variables_into_a_new_cluster_session(pool: TaskPool, tmp_path: Any) -> None:
+    """Train two steps, checkpoint, close the session (its Variables are gone from the tasks), restore
+    into a new session and train on: the same as three steps in one session (the checkpoint reads and
+    writes the tasks' copies through ``session.variables``)."""
+    checkpoint = pytest.importorskip("turnout.checkpoint", reason="tn.checkpoint comes with the main branch")
+    g, x, loss, step = _training_graph()
+    ref = tn.Session(g)
+    want = [ref.run([loss, step], {x: 1.0}) for _ in range(3)]
+    first = tn.Session(g, cluster=pool)
+    got = [first.run([loss, step], {x: 1.0}) for _ in range(2)]
+    assert checkpoint.save(first, tmp_path / "ckpt") == ["w"]
+    first.close()
+    second = tn.Session(g, cluster=pool)
+    assert checkpoint.restore(second, tmp_path / "ckpt") == ["w"]
+    got.append(second.run([loss, step], {x: 1.0}))
+    second.close()
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+
+
+def test_placement_errors_come_before_any_actor_starts(local_cluster: LocalCluster) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("/job:worker/task:5/device:CPU:0"):
+            tn.constant(1.0) + 1.0
+    with pytest.raises(tn.PlacementError):
+        tn.Session(g, cluster=local_cluster.spec())
+
+
+# ---- faults --------------------------------------------------------------------------------------
+def test_task_killed_mid_loop_fails_the_run_naming_the_task(local_cluster: LocalCluster) -> None:
+    g, x, y = loop_across_tasks(10**7)
+    sess = tn.Session(g, cluster=local_cluster.spec(), recv_timeout=60)
+    pids = dict(sess.backend.pool.pids)
+    killer = threading.Timer(1.5, os.kill, (pids[T1], signal.SIGKILL))
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(tn.TaskFailedError, match=f"task {T1} died during the run"):
+        sess.run(y, {x: 1.0}, max_firings=10**9, max_iterations=10**8)
+    assert time.monotonic() - t0 < 30  # bounded: far below the 60 s Recv timeout
+    killer.join()
+    assert _gone(list(pids.values())), "a task process outlived the failed run"
+    with pytest.raises(tn.TaskFailedError, match="stopped"):
+        sess.run(y, {x: 1.0})
+
+
+def test_silent_task_is_a_recv_timeout_naming_key_and_sender(local_cluster: LocalCluster) -> None:
+    g, x, y = loop_across_tasks(10**7)
+    sess = tn.Session(g, cluster=local_cluster.spec(), recv_timeout=2.0)
+    pids = dict(sess.backend.pool.pids)
+    stopper = threading.Timer(1.5, os.kill, (pids[T0], signal.SIGSTOP))
+    stopper.start()
+    try:
+        with pytest.raises(tn.RecvTimeoutError) as info:
+            sess.run(y, {x: 1.0}, max_firings=10**9, max_iterations=10**8)
+        msg = str(info.value)
+        assert f"task {T1}: no message for 2 s" in msg and f"from task {T0}" in msg and "(edge 'loop/" in msg
+    finally:
+        stopper.join()
+        os.kill(pids[T0], signal.SIGCONT)
+        sess.close()
+    assert _gone(list(pids.values()))
+
+
+def test_every_socket_of_the_cluster_listens_on_loopback(local_cluster: LocalCluster) -> None:
+    pids = local_cluster.pids()
+    assert len(pids) >= 4  # GCS, two raylets, their helpers
+    listening = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        listening += [(pid, c.laddr) for c in conns if c.status == psutil.CONN_LISTEN]
+    assert listening, "the cluster listens on no socket?"
+    def loopback(ip: str) -> bool:
+        a = ipaddress.ip_address(ip)
+        mapped = getattr(a, "ipv4_mapped", None)
+        return (mapped or a).is_loopback
+
+    assert all(loopback(addr.ip) for _, addr in listening), listening
+
+
+# ---- T7 over Ray: generated programs under random placements across 2 tasks x 2 devices ---------------
+RAY_EXAMPLES = max(4, settings.default.max_examples // 4)
+GUARD = dict(max_firings=200_000, max_iterations=1_000)
+
+
+def _outcome(sess: tn.Session, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+             options: RunOptions) -> tuple[Optional[list[Any]], Optional[type]]:
+    try:
+        return sess.run(fetches, feeds, options=options), None
+    except tn.TurnoutError as e:
+        return None, type(e)
+
+
+def _check_on_cluster(pool: TaskPool, graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+                      data: st.DataObject, what: str) -> None:
+    devices = pool.spec.devices
+    idx = data.draw(st.lists(st.integers(0, len(devices) - 1), min_size=len(graph.nodes),
+                             max_size=len(graph.nodes)), label="placement")
+    requests = {n.name: devices[i] for n, i in zip(graph.nodes, idx)}
+    scheduler = data.draw(st.sampled_from(("fifo", "lifo", "random")), label="scheduler")
+    want, want_err = _outcome(tn.Session(graph), fetches, feeds, RunOptions(**GUARD))
+    with tn.Session(graph, cluster=pool, requests=requests, detail=True) as sess:
+        got, got_err = _outcome(sess, fetches, feeds, RunOptions(scheduler, 7, **GUARD))
+        assert got_err == want_err, f"{what}cluster run raised {got_err}, unpartitioned {want_err}"
+        if want is not None:
+            assert got is not None
+            assert_values_equal(list(got), list(want), what + "cluster run")
+            sent, received = sess.backend.last_message_log
+            assert sent == received and set(sent.values()) <= {1}, "a message was lost, duplicated or stranded"
+
+
+@settings(max_examples=RAY_EXAMPLES, deadline=None)
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_on_a_cluster(pool: TaskPool, pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+    p, inputs = pi
+    b = build(p)
+    _check_on_cluster(pool, b.graph, b.fetches, b.feed_dict(inputs), data, to_source(p) + "\n")
+
+
+@settings(max_examples=RAY_EXAMPLES, deadline=None)
+@given(st.data())
+def test_T7_gradients_on_a_cluster(pool: TaskPool, data: st.DataObject) -> None:
+    p = data.draw(float_programs(max_depth=2))
+    b = build(p)
+    inputs = data.draw(inputs_for(p, wide=False))
+    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
+    ys = [f for f in b.fetches if f.dtype.is_floating]
+    assume(xs and ys)
+    with b.graph.as_default():
+        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+    assume(grads)
+    _check_on_cluster(pool, b.graph, grads, b.feed_dict(inputs), data, to_source(p) + "\n")
