@@ -6,18 +6,40 @@ accumulator) the backward loop costs O(n) per iteration and O(n^2) in all. Turno
 one slot instead (``TensorArrayAccumulate``), so each backward iteration costs O(1) TensorArray work.
 Usage: ``python -m benchmarks.scan_gradient [--quick]``; writes ``benchmarks/results/scan_gradient.json``
 and ``.md``. This benchmark runs ``d sum(scan(c = tanh(c * x + 0.5))) / d xs`` and the same for ``map_fn`` for
-several n on the reference and fast backends, and reports time per element (flat when linear) and
-the ratio of times between the largest and smallest n against the ratio of the n.
+several n on the reference and fast backends, side by side with the full-size baseline in the same
+process, and reports time per element (flat when linear) and the growth of time against the growth
+of n.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 import turnout as tn
+
+
+@contextlib.contextmanager
+def full_size_accumulation() -> Iterator[None]:
+    """The O(n^2) baseline, for a side-by-side ratio: each backward iteration materializes the slot
+    gradient as a full-size TensorArray and adds it slotwise to the accumulator (what Turnout did
+    before ``TensorArrayAccumulate``)."""
+    from turnout.gradients import core
+
+    def naive(self: Any, t: Any, acc: Any) -> Any:
+        tot = self.total(t)
+        return acc if tot is None else core.add_grads(acc, tot)
+
+    saved = core.Grads.accumulate_into
+    core.Grads.accumulate_into = naive  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        core.Grads.accumulate_into = saved  # type: ignore[method-assign]
 
 
 def build(kind: str, n: int) -> tuple[tn.Graph, Any, Any]:
@@ -43,36 +65,46 @@ def _time(sess: tn.Session, dx: Any, feeds: dict[Any, Any], repeat: int) -> floa
 
 
 def run(quick: bool) -> dict[str, Any]:
-    sizes = {"reference": [50, 100, 200, 400] if quick else [100, 200, 400, 800, 1600],
+    sizes = {"reference": [50, 100, 200, 400] if quick else [100, 200, 400, 800],
              "fast": [500, 2000, 8000] if quick else [1000, 4000, 16000, 64000]}
     out: dict[str, Any] = {}
     for kind in ("scan", "map_fn"):
         for backend, ns in sizes.items():
             rows = []
             for n in ns:
-                g, xs, dx = build(kind, n)
-                feeds = {xs: np.random.default_rng(0).uniform(-1, 1, (n, 4))}
-                # fast: stacks sized to hold every iteration, so each n runs as one fused call (no swapping)
-                opts: dict[str, Any] = {} if backend == "reference" else {"stack_chunk": ns[-1]}
-                s = _time(tn.Session(g, backend=backend, **opts), dx, feeds, 2 if backend == "reference" else 5)
-                rows.append({"n": n, "seconds": s, "us_per_element": 1e6 * s / n})
-            growth = rows[-1]["seconds"] / rows[0]["seconds"]
-            out[f"{kind}/{backend}"] = {"rows": rows, "n_ratio": ns[-1] / ns[0], "time_ratio": growth}
+                row: dict[str, Any] = {"n": n}
+                for mode in ("accumulate", "full_size"):
+                    with full_size_accumulation() if mode == "full_size" else contextlib.nullcontext():
+                        g, xs, dx = build(kind, n)
+                    feeds = {xs: np.random.default_rng(0).uniform(-1, 1, (n, 4))}
+                    # fast: stacks sized to hold every iteration, so each n runs as one fused call
+                    opts: dict[str, Any] = {} if backend == "reference" else {"stack_chunk": ns[-1]}
+                    row[mode] = _time(tn.Session(g, backend=backend, **opts), dx, feeds,
+                                      2 if backend == "reference" else 5)
+                rows.append(row)
+            out[f"{kind}/{backend}"] = {
+                "rows": rows, "n_ratio": ns[-1] / ns[0],
+                "time_ratio": rows[-1]["accumulate"] / rows[0]["accumulate"],
+                "full_size_time_ratio": rows[-1]["full_size"] / rows[0]["full_size"]}
     return out
 
 
 def summary(r: dict[str, Any]) -> list[str]:
     lines = ["## Gradient of scan / map_fn against n", "",
-             "| program | backend | n | time (ms) | us per element |", "|---|---|---|---|---|"]
+             "| program | backend | n | accumulate (ms) | us per element | full-size baseline (ms) | baseline / "
+             "accumulate |", "|---|---|---|---|---|---|---|"]
     for key, v in r.items():
         kind, backend = key.split("/")
         for row in v["rows"]:
-            lines.append(f"| {kind} | {backend} | {row['n']} | {1e3 * row['seconds']:.1f} | "
-                         f"{row['us_per_element']:.1f} |")
-    lines += ["", "| program | backend | n grows by | time grows by |", "|---|---|---|---|"]
+            a, f = row["accumulate"], row["full_size"]
+            lines.append(f"| {kind} | {backend} | {row['n']} | {1e3 * a:.1f} | {1e6 * a / row['n']:.1f} | "
+                         f"{1e3 * f:.1f} | {f / a:.2f} |")
+    lines += ["", "| program | backend | n grows by | accumulate time grows by | baseline time grows by |",
+              "|---|---|---|---|---|"]
     for key, v in r.items():
         kind, backend = key.split("/")
-        lines.append(f"| {kind} | {backend} | {v['n_ratio']:.0f}x | {v['time_ratio']:.1f}x |")
+        lines.append(f"| {kind} | {backend} | {v['n_ratio']:.0f}x | {v['time_ratio']:.1f}x | "
+                     f"{v['full_size_time_ratio']:.1f}x |")
     return lines + [""]
 
 

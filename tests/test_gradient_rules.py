@@ -204,6 +204,8 @@ CASES: dict[str, Case] = {
 ELSEWHERE = {
     "ReadVariable": "the gradient w.r.t. a Variable (tests/test_variables.py, tests/test_train.py): a read of "
                     "state has no input array to perturb",
+    "StackPop": "a pop exists only in a backward loop: its rule is what makes second-order gradients through "
+                "loops, checked against jax.grad(jax.grad(...)) in tests/test_gradients_second_order.py",
 }
 
 

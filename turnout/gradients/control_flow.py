@@ -83,6 +83,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
 
     if not w.back_prop:
         return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
+    extra = b.stack_gradients(w)
     vars_ = [(i, lv) for i, lv in enumerate(w.loop_vars)
              if i > 0 and lv.next_iteration is not None and lv.merge.id in b.on_path
              and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
@@ -112,6 +113,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
             for (_, lv), d in zip(vars_, vals[:nv], strict=True):
                 assert lv.next_iteration is not None
                 grads.add(lv.next_iteration.inputs[0], d)
+            for t, gs, gate in extra:  # second order: gradients of this iteration's values popped later
+                grads.add(t, b.pop_stack_gradient(len(b.frames) - 1, gs, gate, t))
             b.backprop_region(w, grads)
             outs = []
             for _, lv in vars_:
@@ -126,10 +129,19 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
         finally:
             b.frames.pop()
 
-    res = build_while_loop(lambda *vs: ops.constant(True), body, init, parallel_iterations=w.parallel_iterations,
-                           maximum_iterations=trip_count, shape_invariants=shapes, swap_memory=w.swap_memory,
-                           name=f"gradients/{w.name}")
+    built: list[WhileContext] = []
+
+    def body_and_context(*vs: Any) -> list[Tensor]:
+        c = b.g.current_context
+        assert isinstance(c, WhileContext)
+        built.append(c)
+        return body(*vs)
+
+    res = build_while_loop(lambda *vs: ops.constant(True), body_and_context, init,
+                           parallel_iterations=w.parallel_iterations, maximum_iterations=trip_count,
+                           shape_invariants=shapes, swap_memory=w.swap_memory, name=f"gradients/{w.name}")
     b.close_sync(w)
+    b.close_stack_gradients(built[0])
     res = [to_graph_value(r) for r in res]
     pairs: Pairs = [(lv.enter.inputs[0], r) for (_, lv), r in zip(vars_, res[:nv], strict=True)]
     pairs += [(e.inputs[0], r) for e, r in zip(invs, res[nv:], strict=True)]

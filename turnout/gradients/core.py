@@ -165,12 +165,19 @@ class Backward:
         self._fwd_index: dict[int, Tensor] = {}
         self._sync: dict[int, _LoopSync] = {}
         self._aux: dict[tuple[str, Key], Tensor] = {}
+        self._grad_stacks: dict[int, Node] = {}  # StackNew id -> the stack of its values' gradients
+        # backward loop id -> its gradient pushes (or tokens of nested loops' pushes), with their stacks
+        self._grad_stack_pushes: dict[int, list[tuple[Node, int]]] = {}
+        self._grad_stack_gate: dict[int, Tensor] = {}  # StackNew id -> fires after all gradient pushes
 
     # ---- which nodes carry gradients --------------------------------------------------------------
     def _forward_reachable(self, xs: Sequence[Tensor]) -> set[int]:
         cons = self.g.consumers()
+        pops: dict[int, list[Node]] = {}  # StackNew id -> its pops
+        for n in self.g.nodes:
+            if n.op == "StackPop":
+                pops.setdefault(_stack_root(n.inputs[0]).id, []).append(n)
         seen: set[int] = set()
-        tainted_stacks: set[int] = set()
         work: list[Node] = []
         for x in xs:
             for n, slot in cons[x.node.id]:
@@ -181,8 +188,8 @@ class Backward:
             if n.id in seen:
                 continue
             seen.add(n.id)
-            if n.op == "StackPush":
-                tainted_stacks.add(_stack_root(n.inputs[0]).id)
+            if n.op == "StackPush":  # a value hidden behind a stack: its pops depend on xs too (to a fixpoint,
+                work.extend(pops.get(_stack_root(n.inputs[0]).id, []))  # as pops may be pushed again)
                 continue
             if n.op in NON_DIFFERENTIABLE:
                 continue
@@ -190,22 +197,13 @@ class Backward:
                 t = c.raw_inputs[slot]
                 if isinstance(t, Tensor) and is_differentiable_dtype(t.dtype):
                     work.append(c)
-        if tainted_stacks:  # values hidden behind a stack: their pops depend on xs too
-            for n in self.g.nodes:
-                if n.op == "StackPop" and _stack_root(n.inputs[0]).id in tainted_stacks and n.id not in seen:
-                    seen.add(n.id)
-                    work.append(n)
-            while work:
-                n = work.pop()
-                for c, slot in cons[n.id]:
-                    t = c.raw_inputs[slot]
-                    if c.id not in seen and isinstance(t, Tensor) and is_differentiable_dtype(t.dtype) \
-                            and c.op not in NON_DIFFERENTIABLE:
-                        seen.add(c.id)
-                        work.append(c)
         return seen
 
     def _backward_reachable(self, ys: Sequence[Tensor]) -> set[int]:
+        pushed: dict[int, list[Tensor]] = {}  # StackNew id -> the values pushed on it
+        for n in self.g.nodes:
+            if n.op == "StackPush":
+                pushed.setdefault(_stack_root(n.inputs[0]).id, []).append(n.inputs[2])
         seen: set[int] = set()
         work = [y.node for y in ys]
         while work:
@@ -213,6 +211,8 @@ class Backward:
             if n.id in seen:
                 continue
             seen.add(n.id)
+            if n.op == "StackNew":  # a pop stands for the pushed values (second order)
+                work.extend(t.node for t in pushed.get(n.id, []) if is_differentiable_dtype(t.dtype))
             if n.op in NON_DIFFERENTIABLE:
                 continue
             for t in n.raw_inputs:
@@ -295,7 +295,7 @@ class Backward:
                 assert w is not None
                 dys = [self._total(grads, lv.exit.outputs[0]) if lv.exit is not None and lv.exit.id in self.on_path
                        else None for lv in w.loop_vars]
-                if any(d is not None for d in dys[1:]):
+                if any(d is not None for d in dys[1:]) or self.has_stack_gradients(w):
                     for t, d in loop_grad(self, w, dys):
                         grads.add(t, d)
 
@@ -478,6 +478,80 @@ class Backward:
                 op = "Shape" if kind == "shape" else "TensorArraySize"
                 self._aux[k] = g.create_node(op, [t], name=f"{t.node.name}/gradient_{kind}").outputs[0]
         return self.value(self._aux[k])
+
+    # ---- second order: gradients of values popped off a stack ---------------------------------------
+    def push_stack_gradient(self, handle: Tensor, index: Tensor, dy: Tensor) -> None:
+        """Push ``dy``, the gradient of a value popped from stack ``handle`` under ``index``, on that
+        stack's gradient stack, in the current backward loop."""
+        root = _stack_root(handle)
+        if root.attrs.get("gradient_stack"):
+            raise GradientError(
+                f"{describe_node(root)}: third and higher-order gradients through while loops are not "
+                "supported (this stack holds second-order gradients); second order is")
+        ctx = self.g.current_context
+        w = ctx.while_context if ctx is not None else None
+        if w is None:
+            raise GradientError(f"{describe_node(root)}: a stack popped outside a loop cannot be differentiated")
+        gs = self._grad_stacks.get(root.id)
+        if gs is None:
+            a = root.attrs
+            with self.g._in_context(None), self.g.control_dependencies(None), self.g._no_capture(), \
+                    stacks.no_scope(self.g):
+                gs = self.g.create_node("StackNew", (), {**a, "forward_tensor": f"{a['forward_tensor']}/gradient",
+                                                         "gradient_stack": True},
+                                        name=f"gradients/gradient_stack/{root.name}")
+            self._grad_stacks[root.id] = gs
+        with self.g.control_dependencies(None):
+            p = self.g.create_node("StackPush", [gs.outputs[0], index, dy], name="gradients/push_gradient")
+        self._grad_stack_pushes.setdefault(w.id, []).append((p, root.id))
+
+    def close_stack_gradients(self, bwd: WhileContext) -> None:
+        """After backward loop ``bwd`` is built: its gradient pushes are known; give them a sync
+        variable, whose Exit gates every pop of those gradient stacks."""
+        pushes = self._grad_stack_pushes.pop(bwd.id, [])
+        if not pushes:
+            return
+        s = self._sync_for(bwd)
+        s.pushes.extend(p for p, _ in pushes)
+        self.close_sync(bwd)
+        # s.trip_count fires after every push of every iteration. Inside an enclosing backward loop
+        # still being built, it is one more "push" of that loop's iteration: the gate is set when the
+        # outermost one closes, in the root, where the forward loops' backward loops can read it.
+        outer = bwd.outer.while_context if bwd.outer is not None else None
+        if outer is not None:
+            self._grad_stack_pushes.setdefault(outer.id, []).extend((s.trip_count.node, sid) for _, sid in pushes)
+        else:
+            for _, sid in pushes:
+                self._grad_stack_gate[sid] = s.trip_count
+
+    def has_stack_gradients(self, w: WhileContext) -> bool:
+        """Do values of ``w`` or of loops nested in it have gradients waiting on gradient stacks?"""
+        return any(n.op == "StackPush" and n.context is not None and n.context.is_within(w)
+                   and _stack_root(n.inputs[0]).id in self._grad_stack_gate for n in self.g.nodes)
+
+    def stack_gradients(self, w: WhileContext) -> list[tuple[Tensor, Node, Tensor]]:
+        """(forward value, gradient stack, gate) for each value of loop ``w`` whose pops got gradients."""
+        out = []
+        for n in w.nodes:
+            if n.op == "StackPush":
+                sid = _stack_root(n.inputs[0]).id
+                if sid in self._grad_stack_gate and self.wants(n.inputs[2]):
+                    out.append((n.inputs[2], self._grad_stacks[sid], self._grad_stack_gate[sid]))
+        return out
+
+    def pop_stack_gradient(self, fr_index: int, gs: Node, gate: Tensor, t: Tensor) -> Tensor:
+        """In the backward loop of frame ``fr_index``: the gradient pushed for forward value ``t`` of
+        this iteration, popped after every gradient push is done (a control input on ``gate``)."""
+        idx = self._backward_index(fr_index)
+        a = gs.attrs
+        attrs: dict[str, Any] = {"dtype": a["elem_dtype"], "shape": a["elem_shape"], "stack": gs.name,
+                                 "forward_tensor": a["forward_tensor"]}
+        if a.get("ta_elem_dtype"):
+            attrs["elem_dtype"] = a["ta_elem_dtype"]
+            attrs["elem_shape"] = a["ta_elem_shape"]
+        with self.g.control_dependencies(None):  # the gate enters the frame as a captured control input
+            return self.g.create_node("StackPop", [gs.outputs[0], idx], attrs, control_inputs=[gate.node],
+                                      name="gradients/pop_gradient").outputs[0]
 
     # ---- helpers for rules --------------------------------------------------------------------------
     def shape_of(self, t: Tensor) -> Tensor:

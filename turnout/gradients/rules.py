@@ -61,16 +61,12 @@ NON_DIFFERENTIABLE: dict[str, str] = {
 #: frame the backward loop could mirror): met on their own, they raise a GradientError.
 STRUCTURED: frozenset[str] = frozenset({"Enter", "Exit", "NextIteration"})
 
-#: a gradient path through these cannot be built (StackPop: the forward value it stands for is hidden
-#: behind the stack, so second-order gradients through loops would silently be wrong).
+#: a gradient path through these cannot be built
 UNSUPPORTED: dict[str, str] = {
     "Send": "Send and Recv are made by partitioning (turnout.devices), after gradients are built; "
             "differentiate the unpartitioned graph",
     "Recv": "Send and Recv are made by partitioning (turnout.devices), after gradients are built; "
             "differentiate the unpartitioned graph",
-    "StackPop": "gradients of gradients through while loops are not supported (the backward loop reads "
-                "forward values from stacks); differentiate a loop-free program, or take the second "
-                "gradient of a program without while_loop",
 }
 
 
@@ -400,6 +396,19 @@ def _broadcast_like(b, n, dys):
 def _sum_to_like(b, n, dys):
     x, like = n.inputs
     return [b.broadcast_to(dys[0], x), None]
+
+
+# ---- gradients of gradients through loops ------------------------------------------------------------
+@_grad("StackPop")
+def _stack_pop(b, n, dys):
+    """A pop in a backward loop stands for the forward value pushed under the same index: its gradient
+    belongs to that value, at that forward iteration. It is pushed, under the same index, on a
+    gradient stack; the backward loop of the forward loop pops it there and adds it to the value's
+    gradient (``Backward.stack_gradient``). Pushed in order of the forward iterations, popped in
+    reverse: a LIFO, like every stack."""
+    h, idx = n.inputs
+    b.push_stack_gradient(h, b.value(idx), dys[0])
+    return [None, None]
 
 
 # ---- TensorArray: the gradient of a TensorArray value is a TensorArray of gradients ---------------------
