@@ -302,3 +302,16 @@ def test_binary_ops_on_fed_values(backend: str, name: str, op: Any, ref: Any, a:
     want = np.asarray(ref(a, b))
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [-3, -1, 0, 2])
+def test_getitem_with_a_fed_index_at_both_ends(backend: str, k: int) -> None:
+    """A run-time index may be any of -n .. n-1 (the range check is exact at both ends)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.constant(np.array([10.0, 20.0, 30.0], np.float32))
+        i = tn.placeholder(tn.int32, shape=[], name="i")
+        y = x[i]
+    assert float(tn.Session(g, backend=backend).run(y, {i: np.int32(k)})) == [10.0, 20.0, 30.0][k]
+    with pytest.raises(tn.KernelError, match="out of range"):
+        tn.Session(g, backend=backend).run(y, {i: np.int32(k - 4 if k < 0 else k + 3)})

@@ -74,3 +74,24 @@ def test_the_adapter_returns_the_trace_only_when_asked(monkeypatch: pytest.Monke
     assert {rule for rule, *_ in trace} >= {"E-Enter", "E-Merge-Live", "E-LoopCond", "E-Exit-Live", "E-Iter-Retire"}
     with pytest.raises(tn.NonTerminationError):
         sess.run(k, options=RunOptions(max_firings=5))
+
+
+def test_stranded_lists_the_tokens_left_waiting() -> None:
+    """A loop body that reads a non-constant Enter strands iteration 1's token at the Add (the Enter
+    delivers to iteration 0 only); ``stranded`` names the consumer, its tag, its slot and the live token."""
+    from turnout import raw
+
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0.0), "f"), raw.BACK_EDGE])
+        p = raw.loop_cond(m < raw.enter(tn.constant(3.0), "f", is_constant=True))
+        sf, st = raw.switch(m, p)
+        step = raw.enter(tn.constant(1.0), "f", name="step")
+        raw.close_back_edge(m, raw.next_iteration(tn.add(st, step, name="stalled")))
+        out = raw.exit(sf)
+    c = ss.initial(g, [out])
+    while en := ss.enabled(c):
+        c = ss.fire(c, en[0])
+    assert ss.is_quiescent(c)
+    left = [(name, tag, slot, tok.is_dead) for name, tag, slot, tok in ss.stranded(c)]
+    assert left == [("stalled", (("f", 1),), 0, False)]

@@ -40,6 +40,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -235,20 +236,31 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+        _cleanup()
         return "timeout", time.perf_counter() - t0, ""
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+        _cleanup()
         raise
     dt = time.perf_counter() - t0
+    st = json.load(open(status)) if os.path.exists(status) else {}
+    _cleanup()
     if proc.returncode != 0:
         return "killed", dt, out[-3000:]
-    st = json.load(open(status)) if os.path.exists(status) else {}
     if mutant is not None and not st.get("loaded"):
         return "not loaded", dt, out[-3000:]  # a broken hook, not a surviving mutant
     if mutant is not None and not st.get("reached") and mutant.function != "<module>":
         return "not reached", dt, out[-3000:]  # (a module-level mutant is reached when the module loads)
     return "survived", dt, out[-3000:]
+
+
+def _cleanup() -> None:
+    """Remove this process's mutated module and status file (reports stay)."""
+    shutil.rmtree(os.path.join(WORK, f"mutant-{os.getpid()}"), ignore_errors=True)
+    status = os.path.join(WORK, f"status-{os.getpid()}.json")
+    if os.path.exists(status):
+        os.remove(status)
 
 
 # ---- the pytest plugin side (loaded in the test process by ``-p mutation``) ------------------------
