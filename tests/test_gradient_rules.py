@@ -298,8 +298,14 @@ def test_gradient_rule_matches_finite_differences_and_jax(name: str, backend: st
     w = np.random.default_rng(1).uniform(0.5, 1.5, out_shape)
     w_feed = {w_ph: w}
     if backend == "fast" and case.fast_unsupported is not None:
+        # not compiled (fallback=False says so); by default it runs on the interpreter instead
         with pytest.raises(tn.UnsupportedError):
-            tn.Session(g, backend=backend).run(grads, feed_dict={**feeds, **w_feed})
+            tn.Session(g, backend=backend, fallback=False).run(grads, feed_dict={**feeds, **w_feed})
+        with pytest.warns(RuntimeWarning, match="reference interpreter"):
+            got = tn.Session(g, backend=backend).run(grads, feed_dict={**feeds, **w_feed})
+        want = tn.Session(g, backend="reference").run(grads, feed_dict={**feeds, **w_feed})
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
         return
     got = tn.Session(g, backend=backend).run(grads, feed_dict={**feeds, **w_feed})
     if backend == "reference":
