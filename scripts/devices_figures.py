@@ -1,15 +1,18 @@
 """Make the pictures of docs/devices.rst: the paper's distributed while loop, placed and partitioned.
 
-    python3 scripts/devices_figures.py        # writes docs/figures/devices_*.dot and devices_timeline.png
+    python3 scripts/devices_figures.py        # writes docs/figures/devices_*.dot, *.png and devices_timeline.png
 
 The DOT files (the placed graph, and the partitions with their control loops and Send/Recv pairs) are
-written always; render them with Graphviz (``dot -Tsvg``) if you have it. The trace timeline PNG needs
+written always, and rendered to PNG where Graphviz's ``dot`` is on the PATH (``apt-get install
+graphviz``); the docs show the committed PNGs, so building the docs needs no Graphviz. The trace timeline PNG needs
 matplotlib (``pip install -e ".[plots]"``): one row per device, one mark per firing at its position in
 the run, coloured by loop iteration, so iterations overlapping across devices can be seen.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,6 +51,12 @@ def main() -> int:
     parted = partition(g, sess.backend.placement, [y], {(x.node.id, 0)})
     (FIGURES / "devices_placed.dot").write_text(to_dot(g))
     (FIGURES / "devices_partitions.dot").write_text(partitions_to_dot(parted, res.trace))
+    if shutil.which("dot"):
+        for name in ("devices_placed", "devices_partitions"):
+            subprocess.run(["dot", "-Tpng", "-Gdpi=60", str(FIGURES / f"{name}.dot"), "-o",
+                            str(FIGURES / f"{name}.png")], check=True)
+    else:
+        print("Graphviz's dot is not on the PATH: the DOT files are not rendered to PNG")
     try:
         import matplotlib
 

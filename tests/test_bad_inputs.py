@@ -556,3 +556,20 @@ def tally() -> dict[str, Any]:
 
 if __name__ == "__main__":
     print(tally())
+
+
+# ---- comparing a tensor with a value in Python ----------------------------------------------------
+def test_tensor_equals_value_is_an_error_not_a_silent_false() -> None:
+    """``i % 2 == 0`` on a tensor once compared Python objects and was silently False (a cond on it
+    always took the false branch); it must name tn.equal instead. Tensors still work as dict keys."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [], name="i")
+        v = tn.Variable(1.0, name="v")
+        for bad in (lambda: i % 2 == 0, lambda: i != 1, lambda: 0 == i, lambda: i == np.int32(0),
+                    lambda: v == 1.0):
+            with pytest.raises(tn.GraphBuildError, match="tn.equal"):
+                bad()
+        assert (i == i) and not (i != i) and i != None and {i: 1}[i] == 1 and i in [v.read(), i]  # noqa: E711
+        y = tn.cond(tn.equal(i % 2, 0), lambda: tn.constant(1), lambda: tn.constant(0))
+    assert int(tn.Session(g).run(y, {i: 4})) == 1

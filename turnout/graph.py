@@ -89,6 +89,21 @@ class Tensor:
             "use tn.cond / tn.while_loop instead of Python `if`/`while` on tensors"
         )
 
+    def __eq__(self, other: object) -> bool:
+        """Identity, as in TensorFlow 1, so tensors serve as dict keys and list members. Comparing a
+        tensor with a value (``i % 2 == 0``) would silently be False, never the elementwise test the
+        user meant, so it is an error that names ``tn.equal``."""
+        if other is None or isinstance(other, (Tensor, Node)):
+            return self is other
+        raise GraphBuildError(
+            f"`{self.name} == {other!r}` would compare Python objects, not values: use "
+            f"tn.equal(tensor, value) (or tn.not_equal) for the elementwise comparison")
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
     def __iter__(self) -> Iterator[Any]:
         raise GraphBuildError(f"tensor {self.name} is not iterable while the graph is built; index it instead")
 

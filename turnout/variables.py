@@ -83,6 +83,19 @@ class Variable:
     def __repr__(self) -> str:
         return f"<tn.Variable {self.name!r} {self.dtype.name}{list(self.shape)}>"
 
+    def __eq__(self, other: object) -> bool:
+        """Identity; comparing with a value is an error naming ``tn.equal`` (see ``Tensor.__eq__``)."""
+        if other is None or isinstance(other, (Variable, Tensor, Node)):
+            return self is other
+        raise GraphBuildError(
+            f"`{self.name} == {other!r}` would compare Python objects, not values: use "
+            f"tn.equal(variable, value) for the elementwise comparison")
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
 
 def _install_operators() -> None:
     for k in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
