@@ -257,3 +257,36 @@ def test_T7_gradients_on_a_cluster(pool: TaskPool, data: st.DataObject) -> None:
         grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
     assume(grads)
     _check_on_cluster(pool, b.graph, grads, b.feed_dict(inputs), data, to_source(p) + "\n")
+
+
+# ---- the same mistakes raise the same error types as in one process -------------------------------------
+def _cast_across_tasks() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """A float fed on task 0, cast to int32 on task 1 (the kernel's error crosses a task boundary)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device(dev(0)):
+            y = x * 2.0
+        with tn.device(dev(1, 1)):
+            z = tn.cast(y, tn.int32)
+    return g, x, z
+
+
+@pytest.mark.parametrize("case", ["bad feed", "nan cast", "dead fetch"])
+def test_mistakes_raise_the_reference_error_types_across_tasks(pool: TaskPool, case: str) -> None:
+    if case == "dead fetch":
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, shape=[], name="x")
+            with tn.device(dev(0)):
+                sw_false, sw_true = tn.raw.switch(x, x > 0.0)
+            with tn.device(dev(1, 1)):
+                out = sw_true * 3.0
+        fetch, feeds, error = out, {x: -1.0}, tn.DeadFetchError
+    else:
+        g, x, fetch = _cast_across_tasks()
+        feeds, error = ({x: "1.5"}, tn.FeedError) if case == "bad feed" else ({x: float("nan")}, tn.KernelError)
+    with pytest.raises(error):
+        tn.Session(g).run(fetch, feeds)
+    with tn.Session(g, cluster=pool) as sess, pytest.raises(error):
+        sess.run(fetch, feeds)
