@@ -98,7 +98,9 @@ def test_a_merge_of_a_control_killed_op_is_run_or_refused_by_name() -> None:
     feeds = {p: np.bool_(True), x: np.float32(5.0)}
     assert float(tn.Session(g).run(m, feeds)) == 15.0
     with pytest.raises(tn.UnsupportedError, match=r'Merge node "odd_merge".*complementary sides'):
-        tn.Session(g, backend="fast").run(m, feeds)
+        tn.Session(g, backend="fast", fallback=False).run(m, feeds)
+    with pytest.warns(RuntimeWarning, match="complementary sides"):  # by default: run on the interpreter
+        assert float(tn.Session(g, backend="fast").run(m, feeds)) == 15.0
 
 
 # ---- conds whose branches disagree ----------------------------------------------------------------------
@@ -121,7 +123,9 @@ def test_cond_branches_of_different_shapes_run_on_the_reference_and_are_refused_
     np.testing.assert_array_equal(tn.Session(g).run(r, {p: np.bool_(False)}), [1.0, 2.0])
     with pytest.raises(tn.UnsupportedError, match=r"(?s)branches of the cond on p:0 near Merge node \"ragged/merge\".*"
                                                   r"different types or shapes.*float32\[1\].*float32\[2\]"):
-        tn.Session(g, backend="fast").run(r, {p: np.bool_(False)})
+        tn.Session(g, backend="fast", fallback=False).run(r, {p: np.bool_(False)})
+    with pytest.warns(RuntimeWarning, match="different types or shapes"):
+        np.testing.assert_array_equal(tn.Session(g, backend="fast").run(r, {p: np.bool_(False)}), [1.0, 2.0])
 
 
 # ---- gradient stacks ---------------------------------------------------------------------------------------
@@ -257,7 +261,10 @@ def test_gradient_tensor_array_with_an_unknown_dimension() -> None:
     np.testing.assert_array_equal(tn.Session(g).run(grads, feeds)[0],
                                   [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
     with pytest.raises(tn.UnsupportedError, match=r"node \"gradients/.*must be known when compiling"):
-        tn.Session(g, backend="fast").run(grads, feeds)
+        tn.Session(g, backend="fast", fallback=False).run(grads, feeds)
+    with pytest.warns(RuntimeWarning, match="must be known when compiling"):
+        np.testing.assert_array_equal(tn.Session(g, backend="fast").run(grads, feeds)[0],
+                                      [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
 
 
 # ---- stop_gradient on a run-time value ----------------------------------------------------------------------

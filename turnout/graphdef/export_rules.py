@@ -418,9 +418,25 @@ def _ta_size(ctx: ExportContext, n: Node) -> Outs:
 
 @_rule("TensorArrayStack")
 def _ta_stack(ctx: ExportContext, n: Node) -> Outs:
+    d, es = _ta_attrs(n.inputs[0])
+    return _gather_all(ctx, n, d, es)
+
+
+@_rule("TensorArrayStackOrZeros")
+def _ta_stack_or_zeros(ctx: ExportContext, n: Node) -> Outs:
+    """A gather of every slot with a fully known element shape: TensorFlow then fills unwritten slots
+    with zeros too, which is this primitive's meaning (scan / map_fn stack their results this way)."""
+    d, es = _ta_attrs(n.inputs[0])
+    known = n.attrs.get("static_shape")
+    if known is not None and all(x is not None for x in known[1:]):
+        es = Shape(list(known[1:]))
+    return _gather_all(ctx, n, d, es)
+
+
+def _gather_all(ctx: ExportContext, n: Node, d: Dt, es: Shape) -> Outs:
+    """``TensorArrayGatherV3`` of ``range(size)``: TensorFlow's form of stacking a whole array."""
     h, flow = _handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])
     size = ctx.add("TensorArraySizeV3", [h, flow], suffix="size")
     zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
     r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")
-    d, es = _ta_attrs(n.inputs[0])
     return [f'{ctx.add("TensorArrayGatherV3", [h, f"{r}:0", flow], {"dtype": d, "element_shape": es})}:0']
