@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+def same_graph_object(obj: object, name: str, other: object) -> bool:
+    """``==`` for tensors and Variables: identity against graph objects (and None); against a value it
+    is a GraphBuildError, because a Python comparison can never be the elementwise one meant."""
+    if other is None or isinstance(other, (Tensor, Node)) or hasattr(other, "_as_tensor"):
+        return obj is other
+    raise GraphBuildError(
+        f"`{name} == {other!r}` would compare Python objects, not values: use "
+        f"tn.equal(tensor, value) (or tn.not_equal) for the elementwise comparison")
+
+
 class TensorSpec:
     """Static type of a tensor. For TensorArray values, elem_* describe the elements."""
 
@@ -93,11 +103,7 @@ class Tensor:
         """Identity, as in TensorFlow 1, so tensors serve as dict keys and list members. Comparing a
         tensor with a value (``i % 2 == 0``) would silently be False, never the elementwise test the
         user meant, so it is an error that names ``tn.equal``."""
-        if other is None or isinstance(other, (Tensor, Node)):
-            return self is other
-        raise GraphBuildError(
-            f"`{self.name} == {other!r}` would compare Python objects, not values: use "
-            f"tn.equal(tensor, value) (or tn.not_equal) for the elementwise comparison")
+        return same_graph_object(self, self.name, other)
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)

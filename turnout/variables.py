@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from turnout.errors import GraphBuildError
-from turnout.graph import Graph, Node, Tensor, get_default_graph
+from turnout.graph import Graph, Node, Tensor, get_default_graph, same_graph_object
 
 
 class Variable:
@@ -85,11 +85,7 @@ class Variable:
 
     def __eq__(self, other: object) -> bool:
         """Identity; comparing with a value is an error naming ``tn.equal`` (see ``Tensor.__eq__``)."""
-        if other is None or isinstance(other, (Variable, Tensor, Node)):
-            return self is other
-        raise GraphBuildError(
-            f"`{self.name} == {other!r}` would compare Python objects, not values: use "
-            f"tn.equal(variable, value) for the elementwise comparison")
+        return same_graph_object(self, self.name, other)
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
