@@ -30,16 +30,6 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-def same_graph_object(obj: object, name: str, other: object) -> bool:
-    """``==`` for tensors and Variables: identity against graph objects (and None); against a value it
-    is a GraphBuildError, because a Python comparison can never be the elementwise one meant."""
-    if other is None or isinstance(other, (Tensor, Node)) or hasattr(other, "_as_tensor"):
-        return obj is other
-    raise GraphBuildError(
-        f"`{name} == {other!r}` would compare Python objects, not values: use "
-        f"tn.equal(tensor, value) (or tn.not_equal) for the elementwise comparison")
-
-
 class TensorSpec:
     """Static type of a tensor. For TensorArray values, elem_* describe the elements."""
 
@@ -57,6 +47,16 @@ class _PendingBackEdge:
 
 
 BACK_EDGE = _PendingBackEdge()
+
+
+def same_graph_object(obj: object, name: str, other: object) -> bool:
+    """``==`` for tensors and Variables: identity against graph objects (and None); against a value it
+    is a GraphBuildError, because a Python comparison can never be the elementwise one meant."""
+    if other is None or isinstance(other, (Tensor, Node)) or hasattr(other, "_as_tensor"):
+        return obj is other
+    raise GraphBuildError(
+        f"`{name} == {other!r}` would compare Python objects, not values: use "
+        f"tn.equal(tensor, value) (or tn.not_equal) for the elementwise comparison")
 
 
 class Tensor:
