@@ -153,6 +153,9 @@ class Program:
     sources: tuple[int, ...]  # nodes with no inputs at all: enabled at the root tag
     fetches: tuple[tuple[int, int], ...]
     fetch_names: tuple[str, ...]
+    #: RunOptions.max_iterations: no frame instance may start an iteration at or past it (None: no limit)
+    max_iterations: int | None = None
+    frame_origin: dict[Frame, str] = field(default_factory=dict)  # frame -> its first Enter, described
 
     def slot_source(self, nid: int, slot: int) -> str:
         node = self.nodes[nid]
@@ -264,14 +267,17 @@ def _feed_value(t: Tensor, v: Any) -> Any:
 
 
 def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
-            variables: Mapping[str, Any] | None = None, whole_graph: bool = False) -> Config:
+            variables: Mapping[str, Any] | None = None, whole_graph: bool = False,
+            max_iterations: int | None = None) -> Config:
     """The initial configuration for a run computing ``fetches``.
 
     Only the nodes the fetches depend on take part. ``feeds`` maps root-frame tensors (Tensor objects
     or ``"name:0"``), usually Placeholders, to values. A fed tensor is cut out of the graph, as a
     session does: its producer is not run for it, and the initial ``Q`` holds the fed value as a live
     token at the root tag on every edge it feeds (the spec's ``Q`` is otherwise empty at the start).
-    ``variables`` overrides the ``initial_value`` of the graph's Variables.
+    ``variables`` overrides the ``initial_value`` of the graph's Variables. ``max_iterations`` bounds
+    every frame instance: starting iteration ``max_iterations`` raises ``NonTerminationError``
+    (``RunOptions.max_iterations``; None, the default here, sets no bound).
 
     Raises ``ValidationError`` for an unbound back edge ([W-Merge-Bound]), inconsistent frames, or a
     fetch inside a loop ([W-Fetch-Root]); ``FeedError`` for a needed Placeholder that is not fed or a
@@ -331,10 +337,12 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
             if bs:
                 back[i] = bs
     enter_count: dict[Frame, int] = {}
-    for i, n in keep.items():
+    frame_origin: dict[Frame, str] = {}
+    for i, n in sorted(keep.items()):
         if n.op == "Enter":
             f = analysis.node_frame[i]
             enter_count[f] = enter_count.get(f, 0) + 1
+            frame_origin.setdefault(f, describe_node(n))
     produced = {(t.node.id, t.index): Token.live(fed[(t.node.id, t.index)], ())
                 for t in fetch_ts if (t.node.id, t.index) in fed}
 
@@ -347,6 +355,7 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
         sources=tuple(i for i in keep if n_slots[i] == 0),
         fetches=tuple((t.node.id, t.index) for t in fetch_ts),
         fetch_names=tuple(t.name for t in fetch_ts),
+        max_iterations=max_iterations, frame_origin=frame_origin,
     )
     store: dict[str, Any] = {}
     for n in graph.nodes:
@@ -402,6 +411,7 @@ class _Update:
     def open(self, inst: InstKey, window: int) -> Instance:
         """open(I, N): create the instance with iteration 0 started, if it does not exist yet."""
         if inst not in self.instances:
+            self._check_limit(inst, 0)
             t, f = inst
             path = (*(name for name, _ in t), f)
             self.instances[inst] = Instance(frozenset({0}), 0, window, frozenset(), frozenset(),
@@ -413,11 +423,27 @@ class _Update:
         rec = self.instances[inst]
         if k in rec.started:
             return
+        self._check_limit(inst, k)
         self.instances[inst] = _replace(rec, started=rec.started | {k})
         t, f = inst
         for eid, tok in sorted(rec.invariants, key=lambda e: e[0]):
             u = (*t, (f, k))
             self.emit(eid, u, [Token(tok.value, tok.is_dead, u)], not tok.is_dead)
+
+    def _check_limit(self, inst: InstKey, k: int) -> None:
+        """RunOptions.max_iterations: a loop that would start iteration k >= the limit stops the run with
+        the reference interpreter's message, naming the loop frame, its instance and the Enter (with the
+        user's source line) that opened it, so a runaway loop reads the same on both interpreters."""
+        limit = self.p.max_iterations
+        if limit is None or k < limit:
+            return
+        t, f = inst
+        origin = self.p.frame_origin.get((*(name for name, _ in t), f), "")
+        by = f"; entered by {origin}" if origin else ""
+        raise NonTerminationError(
+            f"loop frame {f!r} (instance {fmt_tag(t) if t else 'root'}{by}) started iteration {k}, over the limit "
+            f"max_iterations={limit}; does the loop terminate? If it really needs more iterations, raise "
+            "the limit with sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)")
 
     def set_instance(self, inst: InstKey, **changes: Any) -> None:
         self.instances[inst] = _replace(self.instances[inst], **changes)
@@ -1003,18 +1029,20 @@ SCHEDULERS = ("fifo", "lifo", "random")
 
 def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
         scheduler: str = "fifo", seed: int = 0, max_steps: int = 200_000,
-        variables: Mapping[str, Any] | None = None, max_seconds: float | None = None) -> SmallStepResult:
+        variables: Mapping[str, Any] | None = None, max_seconds: float | None = None,
+        max_iterations: int | None = 1_000_000) -> SmallStepResult:
     """Run to quiescence, choosing among enabled firings with ``scheduler``.
 
     ``fifo`` takes the firing enabled longest ago, ``lifo`` the one enabled most recently, ``random``
     a seeded uniform choice. Raises ``DeadlockError`` (quiescent with a fetch missing; lists the
-    blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps or
-    ``max_seconds`` seconds of wall-clock time.
+    blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps,
+    ``max_seconds`` seconds of wall-clock time, or when a frame instance starts iteration
+    ``max_iterations`` (None: no such bound).
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {SCHEDULERS}")
     rng = random.Random(seed)
-    c = initial(graph, fetches, feeds, variables)
+    c = initial(graph, fetches, feeds, variables, max_iterations=max_iterations)
     age: dict[Firing, int] = {}
     clock = itertools.count()
     log: list[tuple[str, str, Tag, bool]] = []
@@ -1057,7 +1085,7 @@ class SmallStepBackend:
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
                 max_steps=limit if limit is not None else 10**9, variables=variables,
-                max_seconds=options.max_seconds)
+                max_seconds=options.max_seconds, max_iterations=options.max_iterations)
         variables.clear()
         variables.update(r.variables)
         return RunResult(values=r.values, trace=r.firings if options.trace else None,

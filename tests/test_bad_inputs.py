@@ -453,14 +453,29 @@ def test_a_runaway_loop_stops_within_seconds_naming_the_option(backend: str) -> 
         assert "runaway" in str(info.value) and "test_bad_inputs.py" in str(info.value)  # names the loop
 
 
-def test_runaway_loop_limits(any_backend: str) -> None:
-    """Each counting guard stops a runaway loop where the backend enforces it: max_iterations on the
-    reference and fast backends (a compiled loop's counter), max_firings on the interpreters
-    (reference, small-step). Small limits keep the test quick; the defaults are test_default_limits'."""
+@pytest.mark.parametrize("backend", ["reference", "smallstep"])
+def test_a_runaway_loop_stops_at_max_iterations_naming_the_loop(backend: str) -> None:
+    """Both interpreters stop a loop instance that starts iteration max_iterations, with one message
+    naming the loop frame, the Enter's source line and the option; the other guards are off, so only
+    the iteration count can have stopped it."""
     g, r = _runaway()
-    if any_backend != "smallstep":
-        with pytest.raises(tn.NonTerminationError, match="max_iterations"):
-            run(g, any_backend, r, max_iterations=500)
+    with pytest.raises(tn.NonTerminationError, match="started iteration 40, over the limit max_iterations=40") \
+            as info:
+        run(g, backend, r, max_iterations=40, max_firings=None, max_seconds=None)
+    assert "runaway" in str(info.value) and "test_bad_inputs.py" in str(info.value)
+    g2 = tn.Graph()
+    with g2.as_default():  # 11 iterations start (the 11th finds k < 10 false): allowed at 11
+        ten = tn.while_loop(lambda k: k < 10, lambda k: k + 1, [tn.constant(0)])
+    assert int(run(g2, backend, ten, max_iterations=11)[0]) == 10
+
+
+def test_runaway_loop_limits(any_backend: str) -> None:
+    """Each counting guard stops a runaway loop where the backend enforces it: max_iterations on every
+    backend (a compiled loop's counter on fast), max_firings on the interpreters (reference,
+    small-step). Small limits keep the test quick; the defaults are test_default_limits'."""
+    g, r = _runaway()
+    with pytest.raises(tn.NonTerminationError, match="max_iterations"):
+        run(g, any_backend, r, max_iterations=500, max_firings=None)
     if any_backend != "fast":
         with pytest.raises(tn.NonTerminationError, match="max_firings"):
             run(g, any_backend, r, max_firings=3000)
