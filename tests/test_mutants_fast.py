@@ -322,3 +322,24 @@ def test_getitem_with_a_fed_index_at_both_ends(backend: str, k: int) -> None:
     assert float(tn.Session(g, backend=backend).run(y, {i: np.int32(k)})) == [10.0, 20.0, 30.0][k]
     with pytest.raises(tn.KernelError, match="out of range"):
         tn.Session(g, backend=backend).run(y, {i: np.int32(k - 4 if k < 0 else k + 3)})
+
+
+def test_a_value_fast_cannot_lower_is_refused_naming_the_op_and_its_node() -> None:
+    """TensorFlow's gradient of a scan pushes a TensorArray flow onto a stack; the fast backend
+    stacks arrays only, so (with the fallback off) it refuses the program with an UnsupportedError
+    that names the op and the node, not a bare lowering failure."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    import json
+    from pathlib import Path
+
+    from turnout.errors import UnsupportedError
+    from turnout.graphdef import import_graph_def
+
+    data = Path(__file__).parent / "data" / "tf"
+    imp = import_graph_def(data / "grad_scan.pbtxt")
+    run = json.loads((data / "grad_scan.json").read_text())["runs"][0]
+    feeds = {imp.tensor(k): np.asarray(v) for k, v in run["feeds"].items()}
+    fetches = [imp.tensor(f) for f in run["fetches"]]
+    with pytest.raises(UnsupportedError, match=r'fast backend: cannot lower StackPush node "gradients/scan/while/'
+                                                r'TensorArrayWrite/.*StackPushV2"'):
+        tn.Session(imp.graph, backend="fast", fallback=False).run(fetches, feeds)

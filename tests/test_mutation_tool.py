@@ -42,6 +42,13 @@ def test_every_module_under_test_and_its_tests_exist() -> None:
     assert set(mutation.DEFAULT_MODULES) <= set(mutation.MODULES)
 
 
+def test_a_select_expression_narrows_the_test_files_with_k() -> None:
+    spec = mutation.MODULES["devices/partition.py"]
+    args = mutation.existing_tests(spec["tests"], spec.get("select"))
+    assert args[-2:] == ["-k", spec["select"]] and "tests/test_bad_inputs.py" in args
+    assert "-k" not in mutation.existing_tests(mutation.MODULES["reference/rules.py"]["tests"])
+
+
 def test_equivalents_each_give_a_reason() -> None:
     for mid, reason in mutation.load_equivalents().items():
         assert ":" in mid and len(reason.split()) >= 4, (mid, reason)

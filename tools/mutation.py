@@ -58,11 +58,15 @@ PROBE = "__turnout_mutant_reached__"
 _REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_reference.py", "test_regressions.py",
               "test_raw.py", "test_session.py", "test_variables.py", "test_mutations.py", "test_validation.py",
               "test_properties.py"]
+_DEV_TESTS = ["test_mutants_devices.py", "test_devices.py", "test_devices_smallstep.py", "test_devices_properties.py",
+              "test_bad_inputs.py"]
+_DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
 _FAST_TESTS = ["test_mutants_fast.py", "test_ops.py", "test_fast.py", "test_session.py", "test_raw.py",
                "test_variables.py", "test_fast_gradients.py"]
 
 #: Each module under test: its import name and the test files that check it (run in this order, so put
-#: the fast, pointed ones first: a killed mutant stops at its first failure).
+#: the fast, pointed ones first: a killed mutant stops at its first failure). ``select``, where given, is
+#: a pytest ``-k`` expression narrowing those files to the tests that reach the module.
 MODULES: dict[str, dict[str, Any]] = {
     "reference/rules.py": {"module": "turnout.reference.rules", "tests": _REF_TESTS},
     "reference/executor.py": {"module": "turnout.reference.executor", "tests": _REF_TESTS},
@@ -74,6 +78,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/emit.py": {"module": "turnout.fast.emit", "tests": _FAST_TESTS},
     "fast/lowering.py": {"module": "turnout.fast.lowering", "tests": _FAST_TESTS},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
+    "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
+    "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
+    "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
+    "devices/rendezvous.py": {"module": "turnout.devices.rendezvous", "tests": _DEV_TESTS, "select": _DEV_SELECT},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 
@@ -197,9 +205,11 @@ def _is_docstring(stmt: Any) -> bool:
 
 
 # ---- running one mutant ---------------------------------------------------------------------------
-def existing_tests(tests: list[str]) -> list[str]:
-    """The test files of ``tests`` that exist, as paths from the repository root."""
-    return [os.path.join("tests", t) for t in tests if os.path.exists(os.path.join(ROOT, "tests", t))]
+def existing_tests(tests: list[str], select: Optional[str] = None) -> list[str]:
+    """The test files of ``tests`` that exist, as paths from the repository root, followed by
+    ``-k select`` where a module's tests are narrowed (pytest arguments, as ``_pytest_cmd`` takes them)."""
+    files = [os.path.join("tests", t) for t in tests if os.path.exists(os.path.join(ROOT, "tests", t))]
+    return files + (["-k", select] if select else [])
 
 
 def _pytest_cmd(files: list[str]) -> list[str]:
@@ -336,7 +346,7 @@ def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], l
     equivalents = load_equivalents()
     everything = mutants_of(path)
     chosen = sample(everything, n, seed)
-    tests = existing_tests(spec["tests"])  # fixed for the whole campaign
+    tests = existing_tests(spec["tests"], spec.get("select"))  # fixed for the whole campaign
     outcome, base, tail = run_tests(None, spec["module"], tests, timeout=3600)
     if outcome != "survived":
         raise SystemExit(f"the tests of {path} fail unmutated; fix them first:\n{tail}")
@@ -419,7 +429,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 if m.id == (a.show or a.run):
                     print(m.diff)
                     if a.run:
-                        tests = existing_tests(MODULES[path]["tests"])
+                        tests = existing_tests(MODULES[path]["tests"], MODULES[path].get("select"))
                         outcome, dt, tail = run_tests(m, MODULES[path]["module"], tests, 3600)
                         print(tail, f"\n{outcome} in {dt:.1f}s")
                     return
