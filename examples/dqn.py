@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import turnout as tn
+from turnout.inspect import frame_summary as frame_summary  # the tutorial's listing
 
 # ---- randomness without a random op ---------------------------------------------------------------
 # A counter-based generator (in the spirit of Salmon et al.'s Philox, much weaker and much simpler):
@@ -408,23 +409,6 @@ def plot(run: dict[str, Any], path: str, title: str = "") -> None:
 def evaluate(m: dict[str, Any], sess: Any, seed: int = 12345) -> float:
     """Mean length of ``eval_episodes`` greedy episodes (capped at ``max_episode_steps``)."""
     return float(np.mean(sess.run(m["evaluate"], {m["eval_seed"]: seed})))
-
-
-def frame_summary(graph: tn.Graph) -> str:
-    """The graph's loop frames (nested as they nest) with how many nodes each holds, and its conds:
-    the structure the tutorial shows. Gradient loops appear as frames of their own."""
-    from collections import Counter
-
-    fa = tn.static_frames(graph)
-    count = Counter(fa.node_frame.values())
-    conds = Counter(fa.node_frame[n.id] for n in graph.nodes if n.name.endswith("/switch_pred"))
-    stacks = Counter(fa.node_frame[n.id] for n in graph.nodes if n.op == "StackPush")
-    lines = [f"root: {count[()]} nodes, {conds[()]} conds"]
-    for f in sorted(fa.frames, key=lambda f: (len(f), f)):
-        if f:
-            extra = f", {stacks[f]} stack pushes" if stacks[f] else ""
-            lines.append(f"{'  ' * len(f)}frame {f[-1]!r}: {count[f]} nodes, {conds[f]} conds{extra}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import turnout as tn
+from turnout.inspect import frame_summary as frame_summary  # the tutorial's listing
 
 DIGITS, EOS, GO = 10, 10, 11  # tokens 0..9 are digits
 VOCAB = 12
@@ -371,23 +372,6 @@ def plot(run: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def frame_summary(graph: tn.Graph) -> str:
-    """The graph's loop frames (nested as they nest) with how many nodes each holds, and its conds:
-    the structure the tutorial shows. Gradient loops appear as frames of their own."""
-    from collections import Counter
-
-    fa = tn.static_frames(graph)
-    count = Counter(fa.node_frame.values())
-    conds = Counter(fa.node_frame[n.id] for n in graph.nodes if n.name.endswith("/switch_pred"))
-    stacks = Counter(fa.node_frame[n.id] for n in graph.nodes if n.op == "StackPush")
-    lines = [f"root: {count[()]} nodes, {conds[()]} conds"]
-    for f in sorted(fa.frames, key=lambda f: (len(f), f)):
-        if f:
-            extra = f", {stacks[f]} stack pushes" if stacks[f] else ""
-            lines.append(f"{'  ' * len(f)}frame {f[-1]!r}: {count[f]} nodes, {conds[f]} conds{extra}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ which Turnout does not require.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,3 +274,19 @@ def _short(device: str) -> str:
     from turnout.devices.names import parse
 
     return parse(device).short
+
+
+def frame_summary(graph: Graph) -> str:
+    """The graph's loop frames (nested as they nest) with how many nodes each holds, how many conds and
+    how many stack pushes: the shape of a program at a glance, shorter than ``pretty``. Gradient loops
+    appear as frames of their own (the examples' tutorials print it)."""
+    fa = static_frames(graph)
+    count = Counter(fa.node_frame.values())
+    conds = Counter(fa.node_frame[n.id] for n in graph.nodes if n.name.endswith("/switch_pred"))
+    stacks = Counter(fa.node_frame[n.id] for n in graph.nodes if n.op == "StackPush")
+    lines = [f"root: {count[()]} nodes, {conds[()]} conds"]
+    for f in sorted(fa.frames, key=lambda f: (len(f), f)):
+        if f:
+            extra = f", {stacks[f]} stack pushes" if stacks[f] else ""
+            lines.append(f"{'  ' * len(f)}frame {f[-1]!r}: {count[f]} nodes, {conds[f]} conds{extra}")
+    return "\n".join(lines)
