@@ -44,6 +44,7 @@ from programs import (
     Scan,
     Stmt,
     Unary,
+    build,
 )
 
 import turnout as tn
@@ -300,6 +301,35 @@ def float_programs(max_depth: int = 2, float_dtype: str = F64, **fixed: bool) ->
     flow is steered only by int values (loop counters, int inputs): gradients exist everywhere (T6)."""
     return programs(max_depth=max_depth, differentiable=True, float_dtype=float_dtype,
                     **{"floats": True, **fixed})
+
+
+@dataclass
+class GradientCase:
+    """A generated float program with the gradients of its first float fetch w.r.t. its float inputs."""
+
+    program: Program
+    graph: tn.Graph
+    grads: list[tn.Tensor]
+    feeds: dict[tn.Tensor, Any]
+
+
+@st.composite
+def gradient_cases(draw: Any, max_depth: int = 2) -> GradientCase:
+    """A program from ``float_programs`` with ``tn.gradients`` of its first float fetch with respect to
+    its float inputs built in its graph (programs without such a pair, or whose gradients are all None,
+    are rejected): the one recipe of the gradient property tests of every executor."""
+    from hypothesis import assume
+
+    p = draw(float_programs(max_depth=max_depth))
+    b = build(p)
+    inputs = draw(inputs_for(p, wide=False))
+    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
+    ys = [f for f in b.fetches if f.dtype.is_floating]
+    assume(xs and ys)
+    with b.graph.as_default():
+        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+    assume(grads)
+    return GradientCase(p, b.graph, grads, b.feed_dict(inputs))
 
 
 @st.composite

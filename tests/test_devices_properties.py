@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import Built, assert_values_equal, build, to_source
-from strategies import PlacementDraw, float_programs, inputs_for, placements, programs_with_inputs
+from strategies import PlacementDraw, gradient_cases, placements, programs_with_inputs
 
 import turnout as tn
 from turnout.session import RunOptions
@@ -72,14 +72,6 @@ def test_T7_partition_equivalence_nested_loops(pi: tuple[Any, dict[str, Any]], d
 @settings(max_examples=max(1, BUDGET // 4))
 @given(st.data())
 def test_T7_partition_equivalence_gradient_programs(data: st.DataObject) -> None:
-    p = data.draw(float_programs(max_depth=2))
-    b = build(p)
-    inputs = data.draw(inputs_for(p, wide=False))
-    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
-    ys = [f for f in b.fetches if f.dtype.is_floating]
-    assume(xs and ys)
-    with b.graph.as_default():
-        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
-    assume(grads)
-    draw = data.draw(placements(b.graph))
-    check_partition_equivalence(b.graph, grads, b.feed_dict(inputs), draw, to_source(p) + "\n")
+    case = data.draw(gradient_cases())
+    draw = data.draw(placements(case.graph))
+    check_partition_equivalence(case.graph, case.grads, case.feeds, draw, to_source(case.program) + "\n")

@@ -15,7 +15,7 @@ from typing import Any
 import graphs
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turnout as tn
@@ -184,20 +184,10 @@ def test_nested_stack_outgrowing_its_chunk_is_rerun_with_a_larger_chunk() -> Non
 def test_generated_program_gradients_agree_with_the_reference(data: st.DataObject) -> None:
     """Gradients of generated float programs (nested loops, conds, scans; tests/strategies.py) on the
     fast backend with tiny chunks (2 entries: many swaps) equal the reference backend's."""
-    import programs
     import strategies
 
-    p = data.draw(strategies.float_programs(max_depth=2))
-    built = programs.build(p)
-    inputs = data.draw(strategies.inputs_for(p, wide=False))
-    xs = [t for t in built.placeholders.values() if t.dtype.is_floating]
-    ys = [f for f in built.fetches if f.dtype.is_floating]
-    assume(xs and ys)
-    with built.graph.as_default():
-        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
-    assume(grads)
-    feeds = built.feed_dict(inputs)
-    ref = tn.Session(built.graph).run(grads, feed_dict=feeds)
-    got = tn.Session(built.graph, backend="fast", stack_chunk=2).run(grads, feed_dict=feeds)
+    case = data.draw(strategies.gradient_cases())
+    ref = tn.Session(case.graph).run(case.grads, feed_dict=case.feeds)
+    got = tn.Session(case.graph, backend="fast", stack_chunk=2).run(case.grads, feed_dict=case.feeds)
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -19,10 +19,10 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 from cluster_programs import T0, T1, cond_across_tasks, dev, loop_across_tasks
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import assert_values_equal, build, to_source
-from strategies import float_programs, inputs_for, programs_with_inputs
+from strategies import gradient_cases, programs_with_inputs
 
 import turnout as tn
 from turnout.session import RunOptions
@@ -247,16 +247,8 @@ def test_T7_on_a_cluster(pool: TaskPool, pi: tuple[Any, dict[str, Any]], data: s
 @settings(max_examples=RAY_EXAMPLES, deadline=None)
 @given(st.data())
 def test_T7_gradients_on_a_cluster(pool: TaskPool, data: st.DataObject) -> None:
-    p = data.draw(float_programs(max_depth=2))
-    b = build(p)
-    inputs = data.draw(inputs_for(p, wide=False))
-    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
-    ys = [f for f in b.fetches if f.dtype.is_floating]
-    assume(xs and ys)
-    with b.graph.as_default():
-        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
-    assume(grads)
-    _check_on_cluster(pool, b.graph, grads, b.feed_dict(inputs), data, to_source(p) + "\n")
+    case = data.draw(gradient_cases())
+    _check_on_cluster(pool, case.graph, case.grads, case.feeds, data, to_source(case.program) + "\n")
 
 
 # ---- the same mistakes raise the same error types as in one process -------------------------------------
