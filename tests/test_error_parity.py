@@ -58,7 +58,8 @@ def feed_of_wrong_shape() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     return g, y, {x: np.zeros(3, np.float32)}
 
 
-def feed_inside_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+def _loop_with_its_inside() -> tuple[tn.Graph, Any, tn.Tensor]:
+    """``while i < 3: i += 1``: the graph, the loop's result and the tensor ``i + 1`` inside its body."""
     g = tn.Graph()
     with g.as_default():
         inner: list[tn.Tensor] = []
@@ -69,21 +70,17 @@ def feed_inside_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
             return j
 
         i = tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
-    return g, i, {inner[0]: np.int32(7)}
+    return g, i, inner[0]
+
+
+def feed_inside_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g, i, inside = _loop_with_its_inside()
+    return g, i, {inside: np.int32(7)}
 
 
 def fetch_inside_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
-    g = tn.Graph()
-    with g.as_default():
-        inner: list[tn.Tensor] = []
-
-        def body(i: Any) -> Any:
-            j = i + 1
-            inner.append(j)
-            return j
-
-        tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
-    return g, inner[0], {}
+    g, _, inside = _loop_with_its_inside()
+    return g, inside, {}
 
 
 def dead_fetch() -> tuple[tn.Graph, Any, dict[Any, Any]]:
