@@ -12,8 +12,14 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-from hypothesis import HealthCheck, settings
+# Several host devices for the partitioned fast executor's tests: XLA reads this flag once, when jax is
+# first imported, so it is set here, before any test module imports jax. Device 0 stays the default, so
+# unpartitioned tests run exactly as on a one-device process.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # tests/ holds shared helper modules (programs.py, strategies.py) imported by bare name.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
