@@ -24,6 +24,7 @@ import numpy as np
 from turnout import kernels
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
+from turnout.fast.case_chain import MIN_LEVELS, find_chain, first_true, speculate
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
 from turnout.fast.values import DEAD, TA, Handle, is_static
@@ -138,6 +139,10 @@ class Emitter:
         self.state: dict[str, Any] = {}
         self.lives: dict[Key, Any] = {}
         self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
+        # Inside one function of a raised case chain (``case_chain``): the chain's predicates, fixed,
+        # by region id, and the speculable nodes already computed up front (never computed again).
+        self.forced: dict[int, bool] = {}
+        self.known: set[int] = set()
         # Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
         # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
         # overflows costs at most one chunk of iterations before the staged path takes over.
@@ -188,7 +193,7 @@ class Emitter:
                 self.run_while(it, env)
 
     def run_node(self, n: Node, env: Env) -> None:
-        if n.id in self.fed:
+        if n.id in self.fed or n.id in self.known:
             return
         xs = [env[key(t)] for t in n.inputs]
         dead_ctrl = any(env.get((c.id, -1)) is DEAD for c in n.control_inputs)
@@ -214,11 +219,14 @@ class Emitter:
             env[key(o)] = v
 
     # ---- conditionals ---------------------------------------------------------------------------
-    def run_cond(self, r: CondRegion, env: Env) -> None:
-        p = env[key(r.pred)]
+    def _exports(self, r: CondRegion) -> list[Key]:
         joins = {m.id for m, _ in r.merges}
-        exports = sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in self.fetch_set}
-                         | set(r.exports))
+        return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in self.fetch_set}
+                      | set(r.exports))
+
+    def run_cond(self, r: CondRegion, env: Env) -> None:
+        p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else env[key(r.pred)]
+        exports = self._exports(r)
         if p is DEAD:
             for m, _ in r.merges:
                 env[key(m.outputs[0])] = env[key(m.outputs[1])] = DEAD
@@ -249,8 +257,12 @@ class Emitter:
 
             return fn
 
+        chain = find_chain(r) if not is_static(p) else [r]
+        preds = speculate(chain, env, self.run_node) if len(chain) >= MIN_LEVELS else None
         if is_static(p):
             merges, vals, lives, self.state = branch(bool(p))(self.state)
+        elif preds is not None:
+            merges, vals, lives = self.run_case_chain(chain, preds, env, exports)
         else:
             state0 = self.state
             # Each branch is traced ONCE, into a jaxpr: its result types (a dead value on one side
@@ -281,6 +293,56 @@ class Emitter:
         for k, v, live in zip(exports, vals, lives, strict=True):
             env[k] = v
             self.lives[k] = live
+
+    def run_case_chain(self, chain: list[CondRegion], preds: tuple[list[Any], Env, set[int]], env: Env,
+                       exports: list[Key]) -> tuple[Any, Any, Any]:
+        """A chain of nested conds as ONE ``lax.switch`` (see ``case_chain``): function ``k`` runs the
+        outermost cond with the chain's predicates fixed — false above level ``k``, true at ``k`` — so
+        it is the ordinary nested emission with the decisions taken; each function is traced once."""
+        values, senv, computed = preds
+        r = chain[0]
+
+        def level(k: int) -> Callable[[Any], Any]:
+            forced = {id(c): j == k for j, c in enumerate(chain[:k + 1])}
+
+            def fn(state: Any) -> Any:
+                saved = self.forced, self.known, self.lives
+                self.forced, self.known, self.lives = {**self.forced, **forced}, self.known | computed, {}
+                self.state = dict(state)
+                benv = dict(senv)
+                self.run_cond(r, benv)
+                merges = [(benv[key(m.outputs[0])], benv[key(m.outputs[1])]) for m, _ in r.merges]
+                vals = [benv.get(k2, DEAD) for k2 in exports]
+                lives = [np.asarray(False) if v is DEAD else self.lives.get(k2, np.asarray(True))
+                         for k2, v in zip(exports, vals, strict=True)]
+                self.forced, self.known, self.lives = saved
+                return merges, vals, lives, self.state
+
+            return fn
+
+        state0 = self.state
+        traced = [Traced(level(k), state0) for k in range(len(chain) + 1)]
+        self.state = state0
+
+        def filled(k: int) -> Callable[[Any], Any]:
+            def fn(state: Any) -> Any:
+                out = traced[k](state)
+                for j, other in enumerate(traced):
+                    if j != k:
+                        out, _ = reconcile(out, other.shapes)
+                return _jnp_tree(out)
+
+            return fn
+
+        try:
+            fns = [filled(k) for k in range(len(traced))]
+            merges, vals, lives, self.state = jax.lax.switch(first_true(values), fns, state0)
+        except TypeError as e:
+            m = r.merges[0][0] if r.merges else r.nodes[0]
+            raise UnsupportedError(
+                f"fast backend: the branches of the case chain of {r.describe()} near {describe_node(m)} produce "
+                f"values of different types or shapes: {e}") from None
+        return merges, vals, lives
 
     # ---- loops ----------------------------------------------------------------------------------
     def while_fns(self, r: WhileRegion, env: Env) -> tuple[Callable[..., Any], ...]:
