@@ -140,3 +140,20 @@ def test_to_jax_gradient_stacks_keep_the_pushed_dtype() -> None:
         got = to_jax(g, [x], dx)(np.float64(1.1))
         assert np.asarray(got).dtype == np.float64
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-13)
+
+
+# ---- functionalize: the errors of raising a graph to regions --------------------------------------------
+def test_a_merge_of_two_live_paths_names_the_merge_its_inputs_and_when(backend: str) -> None:
+    """[E-Merge-Conflict] raised while compiling says where it happens (at every tag where the Merge
+    runs, since both inputs are always live together) and, on the fast backend, which inputs."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [], name="a")
+        m, _ = tn.raw.merge([tn.add(a, 1.0, name="plus"), tn.multiply(a, 3.0, name="times")], name="both_live")
+    with pytest.raises(tn.MergeConflictError) as ei:
+        _session(g, backend).run(m, {a: np.float32(1.0)})
+    msg = str(ei.value)
+    assert msg.startswith('[E-Merge-Conflict] Merge node "both_live"'), msg
+    if backend == "fast":
+        assert "received two live data inputs at tag every tag where it runs;" in msg, msg
+        assert msg.endswith("(fast backend: inputs plus:0, times:0 are live together)"), msg
