@@ -157,3 +157,24 @@ def test_a_merge_of_two_live_paths_names_the_merge_its_inputs_and_when(backend: 
     if backend == "fast":
         assert "received two live data inputs at tag every tag where it runs;" in msg, msg
         assert msg.endswith("(fast backend: inputs plus:0, times:0 are live together)"), msg
+
+
+def test_loops_nested_three_deep(backend: str) -> None:
+    """Each loop region holds exactly its own child loops (frames one level deeper), at every depth:
+    sum over i < 2, j < 3, k < 4 of (i + j + k + x)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+
+        def middle(i: tn.Tensor, acc: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            def inner(j: tn.Tensor, acc: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+                _, acc = tn.while_loop(lambda k, a: k < 4, lambda k, a: (k + 1, a + i + j + k + x),
+                                       [tn.constant(0), acc])
+                return j + 1, acc
+
+            _, acc = tn.while_loop(lambda j, a: j < 3, inner, [tn.constant(0), acc])
+            return i + 1, acc
+
+        _, total = tn.while_loop(lambda i, a: i < 2, middle, [tn.constant(0), tn.constant(0)])
+    want = sum(i + j + k + 5 for i in range(2) for j in range(3) for k in range(4))
+    assert int(_session(g, backend).run(total, {x: np.int32(5)})) == want
