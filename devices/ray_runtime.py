@@ -316,6 +316,9 @@ class RayBackend:
             "deliver_calls_between_tasks": sum(o.remote_calls for o in outcomes.values()),
             "peak_unconsumed_per_edge": max((o.peak_unconsumed for o in outcomes.values()), default=0),
             "tasks": sorted(outcomes),
+            "busy_s_per_task": {t: o.busy_s for t, o in outcomes.items()},
+            "wait_s_per_task": {t: o.wait_s for t, o in outcomes.items()},
+            "waits_per_task": {t: o.waits for t, o in outcomes.items()},
         }
         self.last_stats = stats
         counts: Optional[dict[tuple[str, tuple[Any, ...]], int]] = None

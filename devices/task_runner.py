@@ -47,6 +47,12 @@ from turnout.session import RunOptions
 #: ``outbox(task, method, *args)``: send one fire-and-forget message to another task
 Outbox = Callable[..., None]
 
+#: firings of one partition per round, before the task flushes its messages and turns to the next
+#: partition: large enough that a message carries several iterations' tokens, small enough that a
+#: peer waiting on them is not kept waiting long (16 halves the loop benchmark's rate, 64 to 128 are
+#: alike)
+ROUND = 64
+
 
 @dataclass
 class TaskPlan:
@@ -77,6 +83,9 @@ class TaskOutcome:
     peak_unconsumed: int
     message_log: Optional[tuple[list[Key], list[Key]]] = None  # (keys sent, keys received) with ``detail``
     remote_calls: int = 0  # deliver messages sent to other tasks (each holds one or more tokens)
+    busy_s: float = 0.0  # seconds spent firing and sending messages
+    wait_s: float = 0.0  # seconds spent waiting for a message from another task
+    waits: int = 0  # times the task ran out of work and waited
 
 
 def split_by_task(parted: Partitioned, task_of: Callable[[str], str]) -> dict[str, TaskPlan]:
@@ -304,7 +313,7 @@ class TaskRunner:
                      for d in plan.partitions]
             for p in parts:
                 p.start()
-            self._drive(parts, rv, options, recv_timeout)
+            busy, wait, waits = self._drive(parts, rv, options, recv_timeout)
             self._check_finished(plan, parts, rv)
             by_device = {p.device: p for p in parts}
             values: list[tuple[int, Any, bool]] = []
@@ -319,7 +328,7 @@ class TaskRunner:
             log = (list(rv.sent), list(rv.received)) if detail else None
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
-                               rv.remote_calls)
+                               rv.remote_calls, busy, wait, waits)
         finally:
             with self._lock:
                 self._runs.pop(run_id, None)
@@ -327,18 +336,23 @@ class TaskRunner:
                 del self._finished[: -self.REMEMBER]
 
     def _drive(self, parts: list[PartitionInterpreter], rv: TaskRendezvous, options: RunOptions,
-               recv_timeout: float) -> None:
+               recv_timeout: float) -> tuple[float, float, int]:
         """Fire the task's partitions in turn; when none can fire, flush owed credits and wait for a
-        message. Ends when nothing waits on another task (see the module docstring)."""
+        message. Ends when nothing waits on another task (see the module docstring). Returns the
+        seconds spent busy and waiting, and the number of waits (the benchmark's diagnosis: a task
+        that waits often is starved by its peers, one that never waits is the bottleneck)."""
         limit = options.max_firings
         fired = 0
+        busy = wait = 0.0
+        waits = 0
+        t_busy = time.perf_counter()
         while True:
             progressed = False
             for p in parts:
                 if p.mailbox:
                     with rv.cond:
                         p.drain()
-                for _ in range(64):
+                for _ in range(ROUND):
                     if not p.queue:
                         break
                     p.step()
@@ -357,7 +371,10 @@ class TaskRunner:
                 if any(p.mailbox for p in parts):
                     continue
                 if not rv.stuck():
-                    return
+                    return busy + time.perf_counter() - t_busy, wait, waits
+                t_wait = time.perf_counter()
+                busy += t_wait - t_busy
+                waits += 1
                 deadline = time.monotonic() + recv_timeout
                 seen = rv.events
                 while not any(p.mailbox for p in parts) and rv.aborted is None:
@@ -365,11 +382,13 @@ class TaskRunner:
                     if rv.events != seen:  # a credit or an early message: something moved, wait afresh
                         seen, deadline = rv.events, time.monotonic() + recv_timeout
                         if not rv.stuck():
-                            return
+                            return busy, wait + time.perf_counter() - t_wait, waits
                         continue
                     if left <= 0:
                         raise RecvTimeoutError(self._timeout_message(rv, recv_timeout))
                     rv.cond.wait(min(left, 0.5))
+                t_busy = time.perf_counter()
+                wait += t_busy - t_wait
 
     def _timeout_message(self, rv: TaskRendezvous, timeout: float) -> str:
         assert rv.plan is not None
