@@ -31,17 +31,18 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
-from turnout.devices.executor import PartitionInterpreter, partition_plan
+from turnout.devices.cluster_trace import WallClock
 from turnout.devices.partition import Partition, Partitioned
+from turnout.devices.partition_executors import ExecutorKind, PartitionExecutor, executor_kind
 from turnout.devices.rendezvous import Key, Rendezvous, fmt_key, key_of
 from turnout.errors import DeadlockError, ExecutionError, NonTerminationError, RecvTimeoutError, TaskFailedError
 from turnout.graph import Node
-from turnout.reference.executor import Plan
 from turnout.reference.rules import Tag, Token
+from turnout.reference.trace import Event
 from turnout.session import RunOptions
 
 #: ``outbox(task, method, *args)``: send one fire-and-forget message to another task
@@ -83,6 +84,7 @@ class TaskOutcome:
     peak_unconsumed: int
     message_log: Optional[tuple[list[Key], list[Key]]] = None  # (keys sent, keys received) with ``detail``
     remote_calls: int = 0  # deliver messages sent to other tasks (each holds one or more tokens)
+    traces: Optional[dict[str, list[Event]]] = None  # device -> events stamped by a WallClock, if traced
     busy_s: float = 0.0  # seconds spent firing and sending messages
     wait_s: float = 0.0  # seconds spent waiting for a message from another task
     waits: int = 0  # times the task ran out of work and waited
@@ -250,17 +252,17 @@ class TaskRunner:
         self.task = task
         self.outbox = outbox
         self.stores: dict[Any, dict[str, np.ndarray]] = {}
-        self.plans: dict[Any, tuple[TaskPlan, dict[str, Plan]]] = {}
+        self.plans: dict[Any, tuple[TaskPlan, ExecutorKind, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._runs: dict[Any, TaskRendezvous] = {}
         self._finished: list[Any] = []
 
     # ---- setup ----------------------------------------------------------------------------------------
-    def prepare(self, plan_key: Any, plan: TaskPlan) -> None:
-        """Keep ``plan`` under ``plan_key`` (and build the interpreter plan of each partition once)."""
-        plans = {d: partition_plan(p.graph, frozenset(ph.id for ph in p.feeds.values()))
-                 for d, p in plan.partitions.items()}
-        self.plans[plan_key] = (plan, plans)
+    def prepare(self, plan_key: Any, plan: TaskPlan, executor: str = "reference") -> None:
+        """Keep ``plan`` under ``plan_key``, its partitions to be run by the executor kind named
+        ``executor`` (``partition_executors``), which prepares each partition once here."""
+        kind = executor_kind(executor)
+        self.plans[plan_key] = (plan, kind, {d: kind.prepare(p) for d, p in plan.partitions.items()})
 
     def _rendezvous(self, run_id: Any) -> Optional[TaskRendezvous]:
         with self._lock:
@@ -300,16 +302,19 @@ class TaskRunner:
             recv_timeout: float = 60.0, detail: bool = False, store: Any = None) -> TaskOutcome:
         """Run this task's partitions of ``plan_key`` with the given per-device feeds; returns the task's
         fetched tokens (with ``detail``, also firing counts and the keys sent and received, for tests).
+        With ``options.trace``, each partition's events are stamped by the wall clock and returned for
+        the driver to merge (``cluster_trace``).
         Raises what the partitions raise, RecvTimeoutError, or TaskFailedError if aborted."""
-        plan, plans = self.plans[plan_key]
+        plan, kind, prepared = self.plans[plan_key]
         rv = self._rendezvous(run_id)
         if rv is None:
             raise ExecutionError(f"run {run_id!r} already ran on task {self.task}")
         rv.attach(plan, self.outbox, run_id)
         try:
-            clock: itertools.count[int] = itertools.count()
+            # a traced task stamps events with the wall clock, so that the driver can merge the tasks
+            clock = cast("itertools.count[int]", WallClock() if options.trace else itertools.count())
             variables = self.stores.setdefault(store, {})
-            parts = [PartitionInterpreter(d, plans[d], feeds.get(d, {}), variables, options, rv, clock)
+            parts = [kind.make(d, prepared[d], feeds.get(d, {}), variables, options, rv, clock)
                      for d in plan.partitions]
             for p in parts:
                 p.start()
@@ -326,16 +331,17 @@ class TaskRunner:
                 for p in parts:
                     counts.update(p.counts)
             log = (list(rv.sent), list(rv.received)) if detail else None
+            traces = {p.device: list(p.trace.events) for p in parts if p.trace is not None} if options.trace else None
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
-                               rv.remote_calls, busy, wait, waits)
+                               rv.remote_calls, traces, busy, wait, waits)
         finally:
             with self._lock:
                 self._runs.pop(run_id, None)
                 self._finished.append(run_id)
                 del self._finished[: -self.REMEMBER]
 
-    def _drive(self, parts: list[PartitionInterpreter], rv: TaskRendezvous, options: RunOptions,
+    def _drive(self, parts: list[PartitionExecutor], rv: TaskRendezvous, options: RunOptions,
                recv_timeout: float) -> tuple[float, float, int]:
         """Fire the task's partitions in turn; when none can fire, flush owed credits and wait for a
         message. Ends when nothing waits on another task (see the module docstring). Returns the
@@ -405,7 +411,7 @@ class TaskRunner:
         return (f"task {self.task}: no message for {timeout:g} s (recv_timeout); is a sending task dead, stopped "
                 f"or stuck?\n{body}")
 
-    def _check_finished(self, plan: TaskPlan, parts: list[PartitionInterpreter], rv: TaskRendezvous) -> None:
+    def _check_finished(self, plan: TaskPlan, parts: list[PartitionExecutor], rv: TaskRendezvous) -> None:
         lines = rv.report()
         for p in parts:
             lines += p.waiting_report()
