@@ -79,8 +79,8 @@ class TaskActor:
             recv_timeout: float, detail: bool, store: Any) -> TaskOutcome:
         return self.runner.run(run_id, plan_key, feeds, options, recv_timeout, detail, store)
 
-    def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]]) -> None:
-        self.runner.deliver(run_id, items)
+    def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]], credits: list[tuple[str, Any, int]]) -> None:
+        self.runner.deliver(run_id, items, credits)
 
     def credit(self, run_id: Any, items: list[tuple[str, Any, int]]) -> None:
         self.runner.credit(run_id, items)
@@ -318,6 +318,7 @@ class RayBackend:
             "messages": sum(o.sent for o in outcomes.values()),
             "messages_between_tasks": sum(o.remote_sent for o in outcomes.values()),
             "deliver_calls_between_tasks": sum(o.remote_calls for o in outcomes.values()),
+            "credit_calls_between_tasks": sum(o.credit_calls for o in outcomes.values()),
             "peak_unconsumed_per_edge": max((o.peak_unconsumed for o in outcomes.values()), default=0),
             "tasks": sorted(outcomes),
             "busy_s_per_task": {t: o.busy_s for t, o in outcomes.items()},

@@ -169,3 +169,26 @@ def test_task_traces_merge_into_the_one_process_timeline() -> None:
     recvs = [(e.node.removeprefix("_recv/"), e.tag, e.seq) for _, e in trace.events if e.op == "Recv"]
     assert recvs and all(sent[(edge, tag)] < seq for edge, tag, seq in recvs)
     assert trace.summary()["sends"] == sum(o.sent for o in out.values())
+
+
+def test_credits_ride_on_tokens_and_small_ones_wait_until_the_task_would_wait() -> None:
+    from turnout.devices.task_runner import TaskPlan, TaskRendezvous
+
+    sent: list[tuple[str, str, Any]] = []
+    rv = TaskRendezvous()
+    plan = TaskPlan(T1, {}, [], remote_out={"back": T0}, remote_in={"fwd": T0}, credits={"fwd": 10, "back": 10})
+    rv.attach(plan, lambda dst, method, run, *args: sent.append((dst, method, args)), run_id=1)
+    rv.owed[(T0, "fwd", ())] = 3  # under half the credit: held back while the task is busy
+    rv.flush(force=False)
+    assert sent == [] and rv.owed
+    rv.pending[T0] = [(("back", ()), np.float32(1), False)]  # a token for T0 takes the credits along
+    rv.flush(force=False)
+    assert sent == [(T0, "deliver", ([(("back", ()), np.float32(1), False)], [("fwd", (), 3)]))] and not rv.owed
+    sent.clear()
+    rv.owed[(T0, "fwd", ())] = 5  # half the credit: goes at once
+    rv.flush(force=False)
+    assert sent == [(T0, "credit", ([("fwd", (), 5)],))]
+    sent.clear()
+    rv.owed[(T0, "fwd", ())] = 1  # before the task waits, everything owed goes
+    rv.flush(force=True)
+    assert sent == [(T0, "credit", ([("fwd", (), 1)],))] and not rv.owed
