@@ -860,19 +860,23 @@ class FastBackend:
                 if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
                     break
                 grow, shrink = aux
-                acted = False
+                full = {}
                 for s, n in st.push_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) + max(n, int(grow[s])) > plan.capacity and int(sv.ptr) > 0:
-                        with self._span("stack chunk full", "host swaps", stack=s), _device_oom(plan, st):
-                            state[s] = store.spill(s, sv)
-                        acted = True
+                        full[s] = sv
+                low = {}
                 for s, n in st.pop_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and store.has(s):
-                        with self._span("stack chunk back", "host swaps", stack=s), _device_oom(plan, st):
-                            state[s] = store.refill(s, sv)
-                        acted = True
+                        low[s] = sv
+                if full:
+                    with self._span("stack chunks full", "host swaps", stacks=sorted(full)), _device_oom(plan, st):
+                        state.update(store.spill(full))
+                if low:
+                    with self._span("stack chunks back", "host swaps", stacks=sorted(low)), _device_oom(plan, st):
+                        state.update(store.refill(low))
+                acted = bool(full or low)
                 if not acted and int(iters) == before:
                     raise _Retry()
                 c = (vals, pred, state, iters)

@@ -336,48 +336,65 @@ class ChunkStore:
     def has(self, k: str) -> bool:
         return bool(self.chunks.get(k))
 
-    def spill(self, k: str, s: StackValue) -> StackValue:
-        """Take the full buffer of ``s`` out of the loop state and return an empty stack to go on with.
+    def spill(self, full: dict[str, StackValue]) -> dict[str, StackValue]:
+        """Take the full buffers of ``full`` (stack key -> its StackValue) out of the loop state and
+        return empty stacks to go on with.
 
-        Swapped stacks: the buffer is copied to host memory asynchronously and kept as the spare; the
-        spare of the previous spill (whose copy has had a whole chunk of compute to finish) is the new
-        empty buffer. Kept stacks: the buffer stays on the device, and a new one is allocated.
+        Swapped stacks: the buffers are copied to host memory asynchronously, all in one
+        ``device_put`` (one call per buffer costs more than the copy for small chunks), and kept as
+        spares; the spares of the previous spill (whose copy has had a whole chunk of compute to
+        finish) are the new empty buffers. Kept stacks: the buffers stay on the device, and new ones
+        are allocated.
         """
-        n = int(s.ptr)
-        if n == 0:
-            return s
-        info = self.info.get(k, StackInfo("?", "?", False))
-        lg = self.ledger(k)
-        nbytes = s.nbytes()
-        if info.swap:
-            host = _memory(s.buf, "pinned_host")
-            if host is not None:
-                hb, hi = jax.device_put(s.buf, host), jax.device_put(s.idx, host)  # queued, not waited for
+        out: dict[str, StackValue] = {}
+        swap: dict[str, tuple[StackValue, int]] = {}
+        for k, s in full.items():
+            n = int(s.ptr)
+            if n == 0:
+                out[k] = s
+            elif self.info.get(k, StackInfo("?", "?", False)).swap:
+                swap[k] = (s, n)
             else:
-                hb, hi = np.array(s.buf), np.array(s.idx)
-            chunk = Chunk(hb, hi, n, True, nbytes)
+                lg = self.ledger(k)
+                self._check(k, s.nbytes(), "a new device chunk: swap_memory=False keeps full chunks on the device")
+                self.chunks.setdefault(k, []).append(Chunk(s.buf, s.idx, n, False, s.nbytes()))
+                lg.kept += s.nbytes()
+                lg.kept_chunks += 1
+                lg.device = lg.device or device_name(s.buf)
+                out[k] = StackValue(s.capacity, s.dtype, _empty_like(s.buf), _empty_like(s.idx), scalar_on(s.buf, 0))
+        if swap:
+            out.update(self._swap_out(swap))
+        self._peaks()
+        return out
+
+    def _swap_out(self, full: dict[str, tuple[StackValue, int]]) -> dict[str, StackValue]:
+        first = next(iter(full.values()))[0]
+        host = _memory(first.buf, "pinned_host")
+        arrays = [a for s, _ in full.values() for a in (s.buf, s.idx)]
+        copies = jax.device_put(arrays, host) if host is not None else [np.array(a) for a in arrays]
+        waited = False
+        out = {}
+        for i, (k, (s, n)) in enumerate(full.items()):
+            lg = self.ledger(k)
+            chunk = Chunk(copies[2 * i], copies[2 * i + 1], n, True, s.nbytes())
             self.chunks.setdefault(k, []).append(chunk)
             lg.to_host += 1
-            lg.host += nbytes
+            lg.host += chunk.nbytes
             old = self.spares.pop(k, None)
             if old is not None:
                 buf, idx, inflight = old
-                if inflight is not None and hasattr(inflight.buf, "block_until_ready"):
-                    inflight.buf.block_until_ready()  # its source buffer is about to be overwritten
-                    inflight.idx.block_until_ready()
+                if inflight is not None and not waited:
+                    # the previous copies (one device_put) must be done before their sources are
+                    # overwritten; they had a whole chunk of compute to finish
+                    jax.block_until_ready([inflight.buf, inflight.idx])
+                    waited = True
             else:
-                self._check(k, nbytes, "a second buffer while a full chunk is copied to host memory")
+                self._check(k, chunk.nbytes, "a second buffer while a full chunk is copied to host memory")
                 buf, idx = _empty_like(s.buf), _empty_like(s.idx)
             self.spares[k] = (s.buf, s.idx, chunk if host is not None else None)
-            lg.spare = nbytes
-        else:
-            self._check(k, nbytes, "a new device chunk: swap_memory=False keeps full chunks on the device")
-            self.chunks.setdefault(k, []).append(Chunk(s.buf, s.idx, n, False, nbytes))
-            lg.kept += nbytes
-            lg.kept_chunks += 1
-            buf, idx = _empty_like(s.buf), _empty_like(s.idx)
-        self._peaks()
-        return StackValue(s.capacity, s.dtype, buf, idx, scalar_on(buf, 0))
+            lg.spare = chunk.nbytes
+            out[k] = StackValue(s.capacity, s.dtype, buf, idx, scalar_on(buf, 0))
+        return out
 
     def end_pushes(self, keys: Iterable[str]) -> None:
         """The forward loop ended: drop the spares (an in-flight copy keeps its source alive until
@@ -388,37 +405,56 @@ class ChunkStore:
         self.saved(keys)
 
     # ---- the backward loop: a stack ran low ---------------------------------------------------------
-    def prefetch(self, k: str) -> None:
-        """Queue the copy of the newest host chunk of ``k`` back to the device, ahead of its pops
-        (once: a chunk already prefetched, or kept on the device, needs nothing)."""
-        chunks = self.chunks.get(k)
-        if not chunks or not chunks[-1].on_host or chunks[-1].prefetched is not None:
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Queue the copies of the newest host chunk of each stack of ``keys`` back to the device,
+        ahead of its pops, in one ``device_put`` (a chunk already prefetched, or kept on the device,
+        needs nothing; one that does not fit under the cap is copied when the pops reach it)."""
+        todo: list[tuple[str, Chunk]] = []
+        extra = 0
+        for k in keys:
+            chunks = self.chunks.get(k)
+            if not chunks or not chunks[-1].on_host or chunks[-1].prefetched is not None:
+                continue
+            c = chunks[-1]
+            if self.limit is not None and self.device_bytes() + extra + c.nbytes > self.limit:
+                continue
+            todo.append((k, c))
+            extra += c.nbytes
+        if not todo:
             return
-        c = chunks[-1]
-        lg = self.ledger(k)
-        if self.limit is not None and self.device_bytes() + c.nbytes > self.limit:
-            return  # no room to copy ahead: ``refill`` copies it when the device buffer is empty
-        c.prefetched = self._to_device(k, c)
-        lg.prefetched += c.nbytes
+        for (k, c), got in zip(todo, self._to_device(todo), strict=True):
+            c.prefetched = got
+            self.ledger(k).prefetched += c.nbytes
         self._peaks()
 
-    def _to_device(self, k: str, c: Chunk) -> tuple[Any, Any]:
-        self.ledger(k).from_host += 1
-        dev = self.device_sharding.get(k)
-        if dev is None:
-            return jnp.asarray(c.buf), jnp.asarray(c.idx)
-        return jax.device_put(c.buf, dev), jax.device_put(c.idx, dev)
+    def _to_device(self, todo: list[tuple[str, Chunk]]) -> list[tuple[Any, Any]]:
+        """Device copies of host chunks, queued in one ``device_put`` per device."""
+        for k, _ in todo:
+            self.ledger(k).from_host += 1
+        dev = self.device_sharding.get(todo[0][0])
+        arrays = [a for _, c in todo for a in (c.buf, c.idx)]
+        if dev is None or any(self.device_sharding.get(k) != dev for k, _ in todo):
+            got = [jnp.asarray(a) for a in arrays]
+        else:
+            got = jax.device_put(arrays, dev)
+        return [(got[2 * i], got[2 * i + 1]) for i in range(len(todo))]
 
     def begin_pops(self, stacks: dict[str, Any]) -> None:
         """A loop that pops ``stacks`` (key -> its StackValue) starts: prefetch each one's newest chunk."""
         for k, sv in stacks.items():
             if isinstance(sv, StackValue) and not sv.pending:
                 self.device_sharding[k] = _memory(sv.buf, "device")
-            self.prefetch(k)
+        self.prefetch(stacks)
 
-    def refill(self, k: str, s: StackValue) -> StackValue:
-        """Fill ``s`` (low on entries) from the newest chunks, keeping LIFO order, then prefetch the
-        next. An empty buffer takes a whole chunk in its place (the usual case: a loop pops as many
+    def refill(self, low: dict[str, StackValue]) -> dict[str, StackValue]:
+        """Fill the stacks of ``low`` (key -> a StackValue low on entries) from their newest chunks,
+        keeping LIFO order, then prefetch the chunks next in line."""
+        out = {k: self._refill(k, s) for k, s in low.items()}
+        self.prefetch(low)
+        return out
+
+    def _refill(self, k: str, s: StackValue) -> StackValue:
+        """An empty buffer takes a whole chunk in its place (the usual case: a loop pops as many
         values per iteration as it pushed); a buffer with entries left gets the newest rows below them."""
         chunks = self.chunks.get(k, [])
         lg = self.ledger(k)
@@ -451,7 +487,6 @@ class ChunkStore:
             out = StackValue(s.capacity, s.dtype, new_b, new_i, scalar_on(new_b, n + got))
         lg.active = out.nbytes()
         self._peaks()
-        self.prefetch(k)
         return out
 
     def _take(self, k: str, c: Chunk) -> tuple[Any, Any]:
@@ -461,7 +496,7 @@ class ChunkStore:
         if c.prefetched is not None:
             return c.prefetched
         self._check(k, c.nbytes, "a chunk copied back from host memory")
-        c.prefetched = self._to_device(k, c)  # a partly consumed chunk keeps it for the next refill
+        (c.prefetched,) = self._to_device([(k, c)])  # a partly consumed chunk keeps it for the next refill
         self.ledger(k).prefetched += c.nbytes
         return c.prefetched
 

@@ -193,7 +193,7 @@ def test_xla_out_of_memory_becomes_resource_exhausted_naming_the_loop(monkeypatc
 
     from turnout.fast import stacks
 
-    def oom(self: Any, k: str, s: Any) -> Any:
+    def oom(self: Any, full: Any) -> Any:
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.")
 
     monkeypatch.setattr(stacks.ChunkStore, "spill", oom)
