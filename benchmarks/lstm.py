@@ -17,7 +17,8 @@ import turnout as tn
 from benchmarks.common import timed, timed_pair
 
 
-def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0) -> dict[str, Any]:
+def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_memory: bool = False) -> dict[str, Any]:
+    """The LSTM training step's graph; ``swap_memory`` is its loop's (see benchmarks/paper/memory.py)."""
     rng = np.random.default_rng(seed)
     w0 = (rng.normal(size=(inp + hidden, 4 * hidden)) * 0.05).astype(np.float32)
     g = tn.Graph()
@@ -42,7 +43,8 @@ def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0) -> dict[
 
         zeros = tn.zeros([batch, hidden], tn.float32)
         _, _, _, loss = tn.while_loop(lambda t, h, c, loss: t < T, body,
-                                      [tn.constant(0), zeros, zeros, tn.constant(0.0)])
+                                      [tn.constant(0), zeros, zeros, tn.constant(0.0)], swap_memory=swap_memory,
+                                      name="lstm")
         dW, db = tn.gradients(loss, [W, b])
     return {"graph": g, "xs": xs, "T": T, "loss": loss, "grads": [dW, db], "w0": w0}
 

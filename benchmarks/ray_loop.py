@@ -154,7 +154,11 @@ def main() -> None:
         "ratio_turnout_over_hand": th["median_s"] / tt["median_s"],
         "messages_between_tasks_per_iteration": stats["messages_between_tasks"] / args.n,
         "deliver_calls_per_iteration": stats["deliver_calls_between_tasks"] / args.n,
+        "credit_calls_per_iteration": stats["credit_calls_between_tasks"] / args.n,
         "firings_per_iteration": stats["firings"] / args.n,
+        # where each task's time went in the checked run: firing (busy) or waiting for the other task
+        "busy_s_per_task": stats["busy_s_per_task"],
+        "wait_s_per_task": stats["wait_s_per_task"],
     }
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "ray_loop.json"), "w") as f:
@@ -162,10 +166,13 @@ def main() -> None:
     print(f"loop of {args.n} iterations spanning two tasks (median of {args.repeat}, load {res['load_avg'][0]:.1f})")
     print(f"  Turnout on Ray     : {res['turnout']['iterations_per_s']:8.0f} iterations/s "
           f"({res['messages_between_tasks_per_iteration']:.2f} tokens in "
-          f"{res['deliver_calls_per_iteration']:.2f} deliver calls between tasks and "
+          f"{res['deliver_calls_per_iteration']:.2f} deliver and {res['credit_calls_per_iteration']:.2f} credit "
+          f"calls between tasks and "
           f"{res['firings_per_iteration']:.1f} firings per iteration)")
     print(f"  hand-written actors: {res['hand_written']['iterations_per_s']:8.0f} iterations/s")
     print(f"  ratio              : {res['ratio_turnout_over_hand']:.2f}x the hand-written rate")
+    for t in sorted(res["busy_s_per_task"]):
+        print(f"  {t}: busy {res['busy_s_per_task'][t]:.2f} s, waiting {res['wait_s_per_task'][t]:.2f} s")
 
 
 if __name__ == "__main__":

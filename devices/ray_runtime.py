@@ -37,8 +37,10 @@ import numpy as np
 import ray
 
 from turnout.devices.cluster import ClusterSpec
+from turnout.devices.cluster_trace import merge
 from turnout.devices.executor import partition_plan
 from turnout.devices.partition import Partitioned, check_partitions, partition
+from turnout.devices.partition_executors import executor_kind
 from turnout.devices.placement import Placement, place
 from turnout.devices.task_runner import TaskOutcome, TaskPlan, TaskRunner, split_by_task, split_feeds
 from turnout.errors import (
@@ -70,15 +72,15 @@ class TaskActor:
         self.peers = dict(peers)
         return os.getpid()
 
-    def prepare(self, plan_key: Any, plan: TaskPlan) -> None:
-        self.runner.prepare(plan_key, plan)
+    def prepare(self, plan_key: Any, plan: TaskPlan, executor: str) -> None:
+        self.runner.prepare(plan_key, plan, executor)
 
     def run(self, run_id: Any, plan_key: Any, feeds: dict[str, dict[tuple[int, int], Any]], options: RunOptions,
             recv_timeout: float, detail: bool, store: Any) -> TaskOutcome:
         return self.runner.run(run_id, plan_key, feeds, options, recv_timeout, detail, store)
 
-    def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]]) -> None:
-        self.runner.deliver(run_id, items)
+    def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]], credits: list[tuple[str, Any, int]]) -> None:
+        self.runner.deliver(run_id, items, credits)
 
     def credit(self, run_id: Any, items: list[tuple[str, Any, int]]) -> None:
         self.runner.credit(run_id, items)
@@ -154,16 +156,20 @@ class RayBackend:
     ``requests`` (soft placement: node name -> device), ``recv_timeout`` (seconds a task waits with no
     message before RecvTimeoutError),
     ``start_timeout`` (seconds to wait for the actors to start, e.g. for resources to free up),
-    ``detail`` (return firing counts and the message log of each run, for tests). Ray must already be
+    ``detail`` (return firing counts and the message log of each run, for tests),
+    ``partition_executor`` (which executor each task runs its partitions on: a name of
+    ``partition_executors.PARTITION_EXECUTORS``, default the reference interpreter). Ray must already be
     running in this process: ``ray.init(address=...)`` for an existing cluster, or ``LocalCluster``.
     """
 
     def __init__(self, graph: Graph, cluster: Any, requests: Optional[dict[str, str]] = None,
                  recv_timeout: float = 60.0, start_timeout: float = 120.0, detail: bool = False,
-                 devices: Any = None) -> None:
+                 devices: Any = None, partition_executor: str = "reference") -> None:
         if devices is not None:
             raise UnsupportedError("pass either devices=... (one process) or cluster=... (its tasks own the "
                                    "devices), not both")
+        executor_kind(partition_executor)  # an unknown kind is refused before any process starts
+        self.partition_executor = partition_executor
         self.own_pool = not isinstance(cluster, TaskPool)
         self.spec = cluster.spec if isinstance(cluster, TaskPool) else (
             cluster if isinstance(cluster, ClusterSpec) else ClusterSpec(cluster))
@@ -229,9 +235,6 @@ class RayBackend:
 
         if self.pool.closed is not None:
             raise TaskFailedError(self.pool.closed)
-        if options.trace:
-            raise UnsupportedError("tracing a run on a cluster is not supported yet (trace=True); trace it with "
-                                   "devices=[...] in one process")
         fed = {(t.node.id, t.index): v for t, v in feeds.items()}
         fa = validate(self.graph, fetches)
         for t in feeds:
@@ -242,7 +245,7 @@ class RayBackend:
             for n in part.graph.nodes:
                 if n.op == "Placeholder" and not n.name.startswith("_feed/"):
                     raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
-        shipping = [self.actors[t].prepare.remote(pid, plan) for t, plan in plans.items()
+        shipping = [self.actors[t].prepare.remote(pid, plan, self.partition_executor) for t, plan in plans.items()
                     if (t, pid) not in self._shipped]
         if shipping:
             self._wait_all(dict(zip([t for t in plans if (t, pid) not in self._shipped], shipping)), None)
@@ -252,7 +255,7 @@ class RayBackend:
         refs = {t: self.actors[t].run.remote(run_id, pid, task_feeds.get(t, {}), options, self.recv_timeout,
                                              self.detail, self.uid) for t in plans}
         outcomes = self._wait_all(refs, run_id)
-        return self._result(parted, fetches, outcomes)
+        return self._result(parted, fetches, outcomes, options.trace)
 
     def _wait_all(self, refs: dict[str, Any], run_id: Any) -> dict[str, Any]:
         """Wait for every task's call; on the first failure stop the others and raise a clear error."""
@@ -294,7 +297,8 @@ class RayBackend:
         self.pool.close(f"task {task} died during a run; the cluster's actors were stopped (start a new "
                         "Session and restore its Variables from a checkpoint)")
 
-    def _result(self, parted: Partitioned, fetches: list[Tensor], outcomes: dict[str, TaskOutcome]) -> RunResult:
+    def _result(self, parted: Partitioned, fetches: list[Tensor], outcomes: dict[str, TaskOutcome],
+                traced: bool = False) -> RunResult:
         got: dict[int, tuple[Any, bool]] = {}
         for o in outcomes.values():
             for i, value, dead in o.values:
@@ -314,8 +318,12 @@ class RayBackend:
             "messages": sum(o.sent for o in outcomes.values()),
             "messages_between_tasks": sum(o.remote_sent for o in outcomes.values()),
             "deliver_calls_between_tasks": sum(o.remote_calls for o in outcomes.values()),
+            "credit_calls_between_tasks": sum(o.credit_calls for o in outcomes.values()),
             "peak_unconsumed_per_edge": max((o.peak_unconsumed for o in outcomes.values()), default=0),
             "tasks": sorted(outcomes),
+            "busy_s_per_task": {t: o.busy_s for t, o in outcomes.items()},
+            "wait_s_per_task": {t: o.wait_s for t, o in outcomes.items()},
+            "waits_per_task": {t: o.waits for t, o in outcomes.items()},
         }
         self.last_stats = stats
         counts: Optional[dict[tuple[str, tuple[Any, ...]], int]] = None
@@ -330,7 +338,8 @@ class RayBackend:
                     received.update(o.message_log[1])
             counts = dict(c)
             self.last_message_log = (sent, received)
-        return RunResult(values=values, counts=counts, stats=stats)
+        trace = merge({d: evs for o in outcomes.values() for d, evs in (o.traces or {}).items()}) if traced else None
+        return RunResult(values=values, trace=trace, counts=counts, stats=stats)
 
 
 class TaskPool:

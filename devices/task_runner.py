@@ -7,15 +7,17 @@ Why a task runs all its devices in one rendezvous: an edge between two devices o
 local Send/Recv pair (no serialization, no message). Only an edge whose ends sit in different tasks
 becomes a message, and only two kinds of message exist, both fire-and-forget:
 
-* ``deliver(run, [(key, value, dead), ...])``: the tokens of cross-task Sends, each keyed ``(edge,
-  tag)``. Every token carries its key, because messages between two processes may arrive in any order
-  (a threaded actor does not keep call order); the receiver files it under the key, waking the Recv if
-  it waits. The tokens a task sends to one peer during one round of firings travel in one message.
+* ``deliver(run, [(key, value, dead), ...], credits)``: the tokens of cross-task Sends, each keyed
+  ``(edge, tag)``. Every token carries its key, because messages between two processes may arrive in
+  any order (a threaded actor does not keep call order); the receiver files it under the key, waking
+  the Recv if it waits. The tokens a task sends to one peer during one round of firings travel in one
+  message, with the credits it owes that peer.
 * ``credit(run, [(edge, frame instance, n), ...])``: the receiver consumed ``n`` tokens of an edge.
   The sender counts the tokens of each edge and frame instance in flight and blocks a Send past the
   edge's credit (``parallel_iterations`` of its frame), exactly as the in-process rendezvous does, so
-  a fast sender never floods a slow receiver. Credits owed to one sender go back in one message after
-  every round of firings (so always before the task waits: batching cannot deadlock).
+  a fast sender never floods a slow receiver. Credits owed to a task that gets no tokens go back in
+  their own message once an edge owes half its credit, and always before the task waits or finishes
+  (so batching cannot deadlock; see ``TaskRendezvous.flush``).
 
 When is a task done? When none of its partitions can fire, no Recv waits for a message and no Send
 waits for a credit: nothing can then make it fire again (a Recv only starts waiting once its own
@@ -29,23 +31,30 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
-from turnout.devices.executor import PartitionInterpreter, partition_plan
+from turnout.devices.cluster_trace import WallClock
 from turnout.devices.partition import Partition, Partitioned
+from turnout.devices.partition_executors import ExecutorKind, PartitionExecutor, executor_kind
 from turnout.devices.rendezvous import Key, Rendezvous, fmt_key, key_of
 from turnout.errors import DeadlockError, ExecutionError, NonTerminationError, RecvTimeoutError, TaskFailedError
 from turnout.graph import Node
-from turnout.reference.executor import Plan
 from turnout.reference.rules import Tag, Token
+from turnout.reference.trace import Event
 from turnout.session import RunOptions
 
 #: ``outbox(task, method, *args)``: send one fire-and-forget message to another task
 Outbox = Callable[..., None]
+
+#: firings of one partition per round, before the task flushes its messages and turns to the next
+#: partition: large enough that a message carries several iterations' tokens, small enough that a
+#: peer waiting on them is not kept waiting long (16 halves the loop benchmark's rate, 64 to 128 are
+#: alike)
+ROUND = 64
 
 
 @dataclass
@@ -77,6 +86,11 @@ class TaskOutcome:
     peak_unconsumed: int
     message_log: Optional[tuple[list[Key], list[Key]]] = None  # (keys sent, keys received) with ``detail``
     remote_calls: int = 0  # deliver messages sent to other tasks (each holds one or more tokens)
+    credit_calls: int = 0  # credit messages sent to other tasks (credits not piggybacked on a deliver)
+    traces: Optional[dict[str, list[Event]]] = None  # device -> events stamped by a WallClock, if traced
+    busy_s: float = 0.0  # seconds spent firing and sending messages
+    wait_s: float = 0.0  # seconds spent waiting for a message from another task
+    waits: int = 0  # times the task ran out of work and waited
 
 
 def split_by_task(parted: Partitioned, task_of: Callable[[str], str]) -> dict[str, TaskPlan]:
@@ -126,6 +140,7 @@ class TaskRendezvous(Rendezvous):
         self.credit_of: dict[str, int] = {}
         self.remote_sent = 0
         self.remote_calls = 0
+        self.credit_calls = 0
         self.delivered = 0
         self.aborted: Optional[BaseException] = None
         self.events = 0  # bumped by every message; the idle loop's timeout restarts when it moves
@@ -186,17 +201,6 @@ class TaskRendezvous(Rendezvous):
             self.remote_sent += 1
             self.pending.setdefault(dst, []).append((key, None if tok.dead else tok.value, tok.dead))
 
-    def flush(self) -> None:
-        """Send the buffered cross-task tokens, one ``deliver`` message per destination task holding
-        them all (each still under its own key). The driver flushes after every round of firings and
-        before it waits, so a token waits at most one round."""
-        with self.cond:
-            pending, self.pending = self.pending, {}
-        assert self.outbox is not None
-        for dst, items in pending.items():
-            self.remote_calls += 1
-            self.outbox(dst, "deliver", self.run_id, items)
-
     def take(self, node: Node, tag: Tag) -> Token:
         assert self.plan is not None
         edge = node.attrs["edge"]
@@ -210,17 +214,33 @@ class TaskRendezvous(Rendezvous):
             self.owed[(src, edge, tag[:-1])] += 1
         return tok
 
-    def flush_credits(self) -> None:
-        """Give back the credits owed to senders: one ``credit`` message per sending task, listing
-        ``(edge, frame instance, n)`` for each edge consumed since the last flush."""
+    def flush(self, force: bool) -> None:
+        """Send what this task owes its peers: one ``deliver`` message per task that has tokens coming,
+        holding them all (each under its own key) and, piggybacked, every credit owed to that task;
+        then a ``credit`` message to each other task owed credits, but only when ``force`` (the task
+        is about to wait or finish) or when one of its edges has half its credit (or more) owed. The
+        driver flushes after every round of firings, forced when the round fired nothing, so a token
+        waits at most one round, and credits always go back before a task waits: batching cannot
+        deadlock. Holding small credits back while busy, as a hand-written sender would (TCP's
+        delayed acknowledgements), saves a message per round in each direction that carries tokens."""
         with self.cond:
-            owed, self.owed = self.owed, Counter()
+            pending, self.pending = self.pending, {}
+            by_src: dict[str, list[tuple[str, Tag, int]]] = {}
+            due: set[str] = set(pending)
+            for (src, edge, inst), n in self.owed.items():
+                by_src.setdefault(src, []).append((edge, inst, n))
+                if force or 2 * n >= self.credit_of.get(edge, 1):
+                    due.add(src)
+            for src in due & set(by_src):
+                for edge, inst, _ in by_src[src]:
+                    del self.owed[(src, edge, inst)]
         assert self.outbox is not None
-        by_src: dict[str, list[tuple[str, Tag, int]]] = {}
-        for (src, edge, inst), n in owed.items():
-            by_src.setdefault(src, []).append((edge, inst, n))
-        for src, items in by_src.items():
-            self.outbox(src, "credit", self.run_id, items)
+        for dst, items in pending.items():
+            self.remote_calls += 1
+            self.outbox(dst, "deliver", self.run_id, items, by_src.pop(dst, []))
+        for src in due & set(by_src):
+            self.credit_calls += 1
+            self.outbox(src, "credit", self.run_id, by_src[src])
 
     def stuck(self) -> bool:
         """Whether something here still waits on another task (a Recv on a message, a Send on a credit)."""
@@ -241,17 +261,17 @@ class TaskRunner:
         self.task = task
         self.outbox = outbox
         self.stores: dict[Any, dict[str, np.ndarray]] = {}
-        self.plans: dict[Any, tuple[TaskPlan, dict[str, Plan]]] = {}
+        self.plans: dict[Any, tuple[TaskPlan, ExecutorKind, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._runs: dict[Any, TaskRendezvous] = {}
         self._finished: list[Any] = []
 
     # ---- setup ----------------------------------------------------------------------------------------
-    def prepare(self, plan_key: Any, plan: TaskPlan) -> None:
-        """Keep ``plan`` under ``plan_key`` (and build the interpreter plan of each partition once)."""
-        plans = {d: partition_plan(p.graph, frozenset(ph.id for ph in p.feeds.values()))
-                 for d, p in plan.partitions.items()}
-        self.plans[plan_key] = (plan, plans)
+    def prepare(self, plan_key: Any, plan: TaskPlan, executor: str = "reference") -> None:
+        """Keep ``plan`` under ``plan_key``, its partitions to be run by the executor kind named
+        ``executor`` (``partition_executors``), which prepares each partition once here."""
+        kind = executor_kind(executor)
+        self.plans[plan_key] = (plan, kind, {d: kind.prepare(p) for d, p in plan.partitions.items()})
 
     def _rendezvous(self, run_id: Any) -> Optional[TaskRendezvous]:
         with self._lock:
@@ -263,8 +283,10 @@ class TaskRunner:
             return rv
 
     # ---- messages ---------------------------------------------------------------------------------
-    def deliver(self, run_id: Any, items: list[tuple[Key, Any, bool]]) -> None:
-        """Tokens from another task (fire-and-forget): each ``(key, value, dead)`` carries its own key."""
+    def deliver(self, run_id: Any, items: list[tuple[Key, Any, bool]],
+                credits: Sequence[tuple[str, Tag, int]] = ()) -> None:
+        """Tokens from another task (fire-and-forget): each ``(key, value, dead)`` carries its own key;
+        ``credits``: the credits the sender owed this task, piggybacked (as in ``credit``)."""
         rv = self._rendezvous(run_id)
         if rv is None:
             return
@@ -272,6 +294,8 @@ class TaskRunner:
             if isinstance(value, np.ndarray) and not value.flags.writeable:
                 value = np.array(value, copy=True)  # arrays from the object store are read-only
             rv.deliver(key, Token(None, True) if dead else Token(value))
+        for edge, inst, n in credits:
+            rv.credit(edge, inst, n)
 
     def credit(self, run_id: Any, items: list[tuple[str, Tag, int]]) -> None:
         """``(edge, frame instance, n)``: ``n`` tokens of ``edge`` sent from here were consumed."""
@@ -291,20 +315,23 @@ class TaskRunner:
             recv_timeout: float = 60.0, detail: bool = False, store: Any = None) -> TaskOutcome:
         """Run this task's partitions of ``plan_key`` with the given per-device feeds; returns the task's
         fetched tokens (with ``detail``, also firing counts and the keys sent and received, for tests).
+        With ``options.trace``, each partition's events are stamped by the wall clock and returned for
+        the driver to merge (``cluster_trace``).
         Raises what the partitions raise, RecvTimeoutError, or TaskFailedError if aborted."""
-        plan, plans = self.plans[plan_key]
+        plan, kind, prepared = self.plans[plan_key]
         rv = self._rendezvous(run_id)
         if rv is None:
             raise ExecutionError(f"run {run_id!r} already ran on task {self.task}")
         rv.attach(plan, self.outbox, run_id)
         try:
-            clock: itertools.count[int] = itertools.count()
+            # a traced task stamps events with the wall clock, so that the driver can merge the tasks
+            clock = cast("itertools.count[int]", WallClock() if options.trace else itertools.count())
             variables = self.stores.setdefault(store, {})
-            parts = [PartitionInterpreter(d, plans[d], feeds.get(d, {}), variables, options, rv, clock)
+            parts = [kind.make(d, prepared[d], feeds.get(d, {}), variables, options, rv, clock)
                      for d in plan.partitions]
             for p in parts:
                 p.start()
-            self._drive(parts, rv, options, recv_timeout)
+            busy, wait, waits = self._drive(parts, rv, options, recv_timeout)
             self._check_finished(plan, parts, rv)
             by_device = {p.device: p for p in parts}
             values: list[tuple[int, Any, bool]] = []
@@ -317,35 +344,40 @@ class TaskRunner:
                 for p in parts:
                     counts.update(p.counts)
             log = (list(rv.sent), list(rv.received)) if detail else None
+            traces = {p.device: list(p.trace.events) for p in parts if p.trace is not None} if options.trace else None
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
-                               rv.remote_calls)
+                               rv.remote_calls, rv.credit_calls, traces, busy, wait, waits)
         finally:
             with self._lock:
                 self._runs.pop(run_id, None)
                 self._finished.append(run_id)
                 del self._finished[: -self.REMEMBER]
 
-    def _drive(self, parts: list[PartitionInterpreter], rv: TaskRendezvous, options: RunOptions,
-               recv_timeout: float) -> None:
+    def _drive(self, parts: list[PartitionExecutor], rv: TaskRendezvous, options: RunOptions,
+               recv_timeout: float) -> tuple[float, float, int]:
         """Fire the task's partitions in turn; when none can fire, flush owed credits and wait for a
-        message. Ends when nothing waits on another task (see the module docstring)."""
+        message. Ends when nothing waits on another task (see the module docstring). Returns the
+        seconds spent busy and waiting, and the number of waits (the benchmark's diagnosis: a task
+        that waits often is starved by its peers, one that never waits is the bottleneck)."""
         limit = options.max_firings
         fired = 0
+        busy = wait = 0.0
+        waits = 0
+        t_busy = time.perf_counter()
         while True:
             progressed = False
             for p in parts:
                 if p.mailbox:
                     with rv.cond:
                         p.drain()
-                for _ in range(64):
+                for _ in range(ROUND):
                     if not p.queue:
                         break
                     p.step()
                     fired += 1
                     progressed = True
-            rv.flush()
-            rv.flush_credits()
+            rv.flush(force=not progressed)
             if rv.aborted is not None:
                 raise rv.aborted
             if limit is not None and fired > limit:
@@ -357,7 +389,10 @@ class TaskRunner:
                 if any(p.mailbox for p in parts):
                     continue
                 if not rv.stuck():
-                    return
+                    return busy + time.perf_counter() - t_busy, wait, waits
+                t_wait = time.perf_counter()
+                busy += t_wait - t_busy
+                waits += 1
                 deadline = time.monotonic() + recv_timeout
                 seen = rv.events
                 while not any(p.mailbox for p in parts) and rv.aborted is None:
@@ -365,11 +400,13 @@ class TaskRunner:
                     if rv.events != seen:  # a credit or an early message: something moved, wait afresh
                         seen, deadline = rv.events, time.monotonic() + recv_timeout
                         if not rv.stuck():
-                            return
+                            return busy, wait + time.perf_counter() - t_wait, waits
                         continue
                     if left <= 0:
                         raise RecvTimeoutError(self._timeout_message(rv, recv_timeout))
                     rv.cond.wait(min(left, 0.5))
+                t_busy = time.perf_counter()
+                wait += t_busy - t_wait
 
     def _timeout_message(self, rv: TaskRendezvous, timeout: float) -> str:
         assert rv.plan is not None
@@ -386,7 +423,7 @@ class TaskRunner:
         return (f"task {self.task}: no message for {timeout:g} s (recv_timeout); is a sending task dead, stopped "
                 f"or stuck?\n{body}")
 
-    def _check_finished(self, plan: TaskPlan, parts: list[PartitionInterpreter], rv: TaskRendezvous) -> None:
+    def _check_finished(self, plan: TaskPlan, parts: list[PartitionExecutor], rv: TaskRendezvous) -> None:
         lines = rv.report()
         for p in parts:
             lines += p.waiting_report()

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -52,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
+from turnout.errors import DeadFetchError, KernelError, NonTerminationError, ResourceExhaustedError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
@@ -144,6 +145,7 @@ class Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
+        self.stack_info = _stack_info(self.stack_nodes, nodes)
         self.prealloc = _static_stack_shapes(nodes)
         self.nesting = nesting(program.items)
         self.stages = self._stages()
@@ -361,6 +363,23 @@ def _static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], 
     return {k: v for k, v in shapes.items() if v is not None}
 
 
+def _stack_info(stack_nodes: list[Node], nodes: list[Node]) -> dict[str, stk.StackInfo]:
+    """Stack key -> its forward loop's name, how errors name it (with the user's source line of the
+    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs."""
+    sources: dict[str, str] = {}
+    for n in nodes:
+        if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
+            sources[n.attrs["frame_name"]] = n.source
+    out = {}
+    for sn in stack_nodes:
+        a = sn.attrs
+        frame = a.get("frame_name", "?")
+        loop = a.get("loop_name") or frame
+        where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
+        out[stack_key(Handle("stack", sn.id))] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
+    return out
+
+
 def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(everything but the gradient stacks, the stacks): the stacks are passed as their own, donated,
     argument of every compiled stage; Variables and the error word are not donated (the backend keeps
@@ -398,14 +417,21 @@ class FastBackend:
     between runs; ``release_buffers()`` frees what is held at any time) and ``fallback`` (default
     True: a program that cannot be compiled — ``UnsupportedError`` while raising or tracing it —
     runs on the reference interpreter instead, with a ``RuntimeWarning`` once per program; False
-    raises the ``UnsupportedError``)."""
+    raises the ``UnsupportedError``) and ``device_memory_limit`` (default None: no cap; else the
+    bytes of gradient stacks a run may hold on the device — a loop whose stacks would need more raises
+    ``ResourceExhaustedError`` naming it, see ``stacks.ChunkStore``)."""
 
     def __init__(self, graph: Graph, stack_chunk: int = 1024, keep_stack_buffers: bool = True,
-                 fallback: bool = True, **options: Any) -> None:
+                 fallback: bool = True, device_memory_limit: Optional[int] = None, **options: Any) -> None:
         if options:
             raise TypeError(f"FastBackend: unknown options {sorted(options)}")
         if not isinstance(stack_chunk, int) or stack_chunk < 1:
             raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+        if device_memory_limit is not None and (not isinstance(device_memory_limit, (int, np.integer))
+                                                or isinstance(device_memory_limit, bool) or device_memory_limit < 1):
+            raise ValueError(f"device_memory_limit must be a positive int (bytes) or None, got {device_memory_limit!r}")
+        self.device_memory_limit = None if device_memory_limit is None else int(device_memory_limit)
+        self._records: list[dict[str, Any]] = []
         for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be a bool, got {flag!r}")
@@ -429,6 +455,14 @@ class FastBackend:
         copies of Variables."""
         stacks = sum(v.nbytes() for bufs in self._stack_bufs.values() for v in bufs.values())
         return stacks + sum(int(dev.nbytes) for _, dev in self._dev_vars.values())
+
+    def memory_records(self) -> list[dict[str, Any]]:
+        """Per loop and device, the gradient stack memory of the last run: ``loop``, ``device``,
+        ``device_bytes`` and ``host_bytes`` (what the loop's stacks held on each when its forward
+        loop ended), ``chunks_to_host`` / ``chunks_from_host`` (chunks copied out and back),
+        ``peak_device_bytes``, and ``swap_memory``, ``stacks``, ``chunks_kept_on_device``.
+        ``tn.memory_report(session)`` presents them."""
+        return [dict(r) for r in self._records]
 
     def release_buffers(self) -> None:
         """Free the device buffers held between runs (see ``held_bytes``). Compiled plans are kept;
@@ -607,9 +641,10 @@ class FastBackend:
             if w:
                 variables[name] = np.asarray(dev)
             self._dev_vars[name] = (variables[name], dev)
+        self._records = []
         stats = {
             "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": False,
-            "stack_capacity": plan.capacity,
+            "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stage_seconds": [time.perf_counter() - t0], "stack_capacity_retries": 0,
         }
@@ -687,8 +722,8 @@ class FastBackend:
         # host view of a jax array) instead of copying it; the run reads it only until it returns
         env: dict[Key, Any] = {key(t): jax.device_put(v) for t, v in feeds.items()}
         lives: dict[Key, Any] = {}
-        host = stk.HostChunks()
-        peak = 0
+        store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
+        store.observe(state)
         stage_s: list[float] = []
         for st in plan.stages:
             t0 = time.perf_counter()
@@ -697,7 +732,8 @@ class FastBackend:
                 if "seg" not in st.fns:
                     st.fns["seg"] = plan.segment_fn(st)
                 rest, stacks = _split_state(state)
-                with self._span(f"stage {len(stage_s)}: compiled segment", "compiled stages") as args:
+                with self._span(f"stage {len(stage_s)}: compiled segment", "compiled stages") as args, \
+                        _device_oom(plan, st):
                     before = self.compile_count
                     out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
@@ -706,19 +742,18 @@ class FastBackend:
             else:
                 with self._span(f"stage {len(stage_s)}: driven {st.driven.describe()}", "compiled stages") as args:
                     before = self.compile_count
-                    out, state, peak_loop = self._drive(plan, st, env_in, state, max_iter, int(max_iter), host)
+                    out, state = self._drive(plan, st, env_in, state, max_iter, int(max_iter), store)
                     args["compiled"] = self.compile_count != before
-                peak = max(peak, peak_loop)
-            peak = max(peak, _stack_bytes(state))
-            self._raise_errors(plan, state, host.swapped)
+            store.observe(state)
+            self._raise_errors(plan, state, store.moved())
             env.update(out)
             stage_s.append(time.perf_counter() - t0)
-        plan.predict_overflow = host.swapped > 0
+        plan.predict_overflow = store.moved() > 0
         values = self._finish(plan, fetches, env, lives, state, variables)
+        self._records = store.records()
         stats = {
             "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages), "fused": False,
-            "stack_capacity": cap, "peak_device_stack_bytes": peak, "stack_chunks_swapped": host.swapped,
-            "peak_host_stack_bytes": host.peak_host_bytes, "stage_seconds": stage_s,
+            "stack_capacity": cap, "stage_seconds": stage_s, **store.stats(),
         }
         return values, stats
 
@@ -737,13 +772,16 @@ class FastBackend:
         first = not plan.fused_warm
         t0 = time.perf_counter()
         state = self._initial_state(plan, variables)
+        store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
+        store.observe(state)
         env: dict[Key, Any] = {key(t): jax.device_put(v) for t, v in feeds.items()}
         try:
             if "seg" not in st.fns:
                 st.fns["seg"] = plan.segment_fn(st, fused=True)
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
             rest, stacks = _split_state(state)
-            with self._span("fused attempt (whole program, one call)", "compiled stages") as args:
+            with self._span("fused attempt (whole program, one call)", "compiled stages") as args, \
+                    _device_oom(plan, st):
                 before = self.compile_count
                 out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                 args["compiled"] = self.compile_count != before
@@ -759,13 +797,14 @@ class FastBackend:
         if first or (code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
             return None
         self._raise_errors(plan, state, 0)
+        store.observe(state)
         env.update(out)
         values = self._finish(plan, fetches, env, lives, state, variables)
+        store.saved(store.ledgers)
+        self._records = store.records()
         stats = {
             "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": True,
-            "stack_capacity": plan.capacity, "peak_device_stack_bytes": _stack_bytes(state),
-            "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
-            "stage_seconds": [time.perf_counter() - t0],
+            "stack_capacity": plan.capacity, "stage_seconds": [time.perf_counter() - t0], **store.stats(),
         }
         return values, stats
 
@@ -794,50 +833,62 @@ class FastBackend:
         return values
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
-               max_iter_py: int, host: stk.HostChunks) -> tuple[dict[Key, Any], dict[str, Any], int]:
-        """Run a top-level loop chunk by chunk, swapping its stacks between device and host."""
+               max_iter_py: int, store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]]:
+        """Run a top-level loop chunk by chunk. Between chunks, a stack that outgrew its buffer hands
+        the full chunk to ``store`` (to host memory, or kept on the device: the loop's
+        ``swap_memory``), and a stack that runs low takes the chunk that ``store`` brought back."""
         if not st.fns:
             st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
+        store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
         rest, stacks = _split_state(state)
-        c, state = st.fns["init"](env_in, rest, stacks, max_iter)
-        peak = 0
+        with _device_oom(plan, st):
+            c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         if c is not None:
-            aux = ({s: np.int32(0) for s in st.push_stacks}, {s: np.int32(0) for s in st.pop_stacks})
+            # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
+            like = next((v.buf for v in c[2].values() if isinstance(v, stk.StackValue) and not v.pending), None)
+            aux = ({s: stk.scalar_on(like, 0) for s in st.push_stacks},
+                   {s: stk.scalar_on(like, 0) for s in st.pop_stacks})
             while True:
-                host_has = {s: np.bool_(host.has(s)) for s in st.pop_stacks}
+                host_has = {s: np.bool_(store.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
                 c_rest, c_stacks = _split_carry(c)
-                with self._span("chunk", "driven loops") as args:
+                with self._span("chunk", "driven loops") as args, _device_oom(plan, st):
                     c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
                     args["iterations"] = int(c[3]) - before
                 vals, pred, state, iters = c
-                peak = max(peak, _stack_bytes(state))
+                store.observe(state)
                 if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
                     break
                 grow, shrink = aux
-                acted = False
+                full = {}
                 for s, n in st.push_stacks.items():
                     sv = state[s]
                     if not sv.pending and int(sv.ptr) + max(n, int(grow[s])) > plan.capacity and int(sv.ptr) > 0:
-                        with self._span("stack chunk to host", "host swaps", stack=s):
-                            state[s] = host.spill(s, sv)
-                        acted = True
+                        full[s] = sv
+                low = {}
                 for s, n in st.pop_stacks.items():
                     sv = state[s]
-                    if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and host.has(s):
-                        with self._span("stack chunk from host", "host swaps", stack=s):
-                            state[s] = host.refill(s, sv)
-                        acted = True
+                    if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and store.has(s):
+                        low[s] = sv
+                if full:
+                    with self._span("stack chunks full", "host swaps", stacks=sorted(full)), _device_oom(plan, st):
+                        state.update(store.spill(full))
+                if low:
+                    with self._span("stack chunks back", "host swaps", stacks=sorted(low)), _device_oom(plan, st):
+                        state.update(store.refill(low))
+                acted = bool(full or low)
                 if not acted and int(iters) == before:
                     raise _Retry()
                 c = (vals, pred, state, iters)
-        if c is None:
-            rest, stacks = _split_state(state)
-            out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
-        else:
-            c_rest, c_stacks = _split_carry(c)
-            out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
-        return out, state, peak
+        with _device_oom(plan, st):
+            if c is None:
+                rest, stacks = _split_state(state)
+                out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
+            else:
+                c_rest, c_stacks = _split_carry(c)
+                out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
+        store.end_pushes(st.push_stacks)
+        return out, state
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
         code = int(state["err"])
@@ -863,8 +914,21 @@ def _stack_dtype(sn: Node) -> Any:
     return np.float32
 
 
-def _stack_bytes(state: dict[str, Any]) -> int:
-    return sum(v.nbytes() for v in state.values() if isinstance(v, stk.StackValue))
+@contextmanager
+def _device_oom(plan: Plan, st: Stage) -> Iterator[None]:
+    """XLA's own out-of-memory (``RESOURCE_EXHAUSTED``, from a GPU or TPU allocator) as Turnout's
+    ``ResourceExhaustedError``, naming the loop whose stage ran and suggesting ``swap_memory=True``."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        keys = [*st.push_stacks, *st.pop_stacks]
+        loops = sorted({plan.stack_info[k].where for k in keys if k in plan.stack_info})
+        what = ", ".join(loops) if loops else (st.driven.describe() if st.driven is not None else "a compiled stage")
+        raise ResourceExhaustedError(
+            f"fast backend: the device ran out of memory running {what}: {str(e).splitlines()[0]}; run loops "
+            "with swap_memory=True to move full gradient stack chunks to host memory, or lower stack_chunk") from None
 
 
 def _to_host(v: Any, t: Tensor) -> Any:

@@ -4,11 +4,26 @@ Why chunks: XLA needs static memory bounds, so ``jax.grad(lax.while_loop)`` is r
 of values a loop saves is only known at run time. Turnout keeps the paper's stacks instead. A stack
 is a fixed-capacity device buffer plus a pointer, carried as loop state. A top-level loop that pushes
 is compiled to run at most as many iterations as fit (an extra predicate ``ptr + pushes <= capacity``);
-when the real predicate is still true, a Python driver moves the full buffer out to host memory (this
-*is* memory swapping), resets the pointer and re-enters. The backward loop pops in reverse and, when
-its buffer runs low, refills it from the host chunks, last first. Device-resident stack memory is
-therefore bounded by ``capacity`` whatever the trip count. (When every push fits one chunk the
-backend runs the whole program as one fused call instead, with no driver: see ``backend``.)
+when the real predicate is still true, a Python driver takes the full buffer out of the loop state,
+gives the loop an empty one and re-enters. What happens to the full chunk is the forward loop's
+``swap_memory`` (recorded on every ``StackNew``), kept per stack by a ``ChunkStore``:
+
+- ``swap_memory=True``: the chunk is copied to host memory *asynchronously* (``jax.device_put`` to
+  the device's ``pinned_host`` memory kind: the copy is queued and the next chunk's compute starts at
+  once). Its device buffer becomes the stack's *spare*, reused as the next empty buffer once the copy
+  has finished, so the device holds at most two chunks per stack (the one being filled and the one in
+  flight) whatever the trip count. The backward loop pops in reverse; while it pops chunk ``k`` the
+  store has already queued the copy of chunk ``k-1`` back to the device (a *prefetch*), so the swap-in
+  is ready when the pops reach it.
+- ``swap_memory=False`` (the default, as in TensorFlow): the chunk stays on the device and the stack
+  continues in a fresh device buffer: the stack grows on the device, chunk by chunk, and the backward
+  loop takes the chunks back without any copy. Nothing leaves the device.
+
+A device memory cap (``FastBackend(device_memory_limit=BYTES)``) bounds the stack bytes the store
+holds on the device: a new buffer that would cross it raises ``ResourceExhaustedError`` naming the
+loop and suggesting ``swap_memory=True``. The store also counts, per stack, the bytes on the device
+and on the host and the chunks moved, for ``tn.memory_report(session)``. (When every push fits one
+chunk the backend runs the whole program as one fused call instead, with no driver: see ``backend``.)
 
 Design for nested loops: an inner loop's pushes go to the same buffers, inside the outer loop's chunk.
 The outer chunk also stops when a stack's free room is smaller than the largest number of values one
@@ -24,13 +39,15 @@ gradient.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.errors import UnsupportedError
+from turnout.errors import ResourceExhaustedError, UnsupportedError
 
 
 @jax.tree_util.register_pytree_node_class
@@ -94,7 +111,9 @@ def pop(s: StackValue, index: Any) -> tuple[StackValue, Any, Any, Any]:
 
 
 class HostChunks:
-    """The chunks a driver moved out of the device, per stack, oldest first (host memory)."""
+    """The chunks a driver moved out of the device, per stack, oldest first (host memory), copied
+    synchronously whatever the loop's ``swap_memory``: the store of the first driver, kept for code
+    written against it. The single-device driver uses ``ChunkStore``."""
 
     def __init__(self) -> None:
         self.chunks: dict[Any, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -142,3 +161,371 @@ class HostChunks:
         buf = jnp.asarray(np.concatenate([new_b, dev_b[new_b.shape[0]:]], axis=0))
         idx = jnp.asarray(np.concatenate([new_i, dev_i[new_i.shape[0]:]], axis=0))
         return StackValue(s.capacity, s.dtype, buf, idx, jnp.asarray(new_b.shape[0], jnp.int32))
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What the store needs to know of one stack: whose it is and what its loop asked for."""
+
+    loop: str        # the forward loop's name (``StackNew`` attr ``loop_name``)
+    where: str       # how an error names the loop: 'loop "rnn" (frame ..., created at model.py:12)'
+    swap: bool       # the loop's ``swap_memory``
+
+
+@dataclass
+class Chunk:
+    """A full chunk taken out of a stack's loop state: ``n`` valid rows of full-capacity buffers,
+    in host memory (``on_host``: swapped out) or on the device (kept there)."""
+
+    buf: Any
+    idx: Any
+    n: int
+    on_host: bool
+    nbytes: int
+    prefetched: Optional[tuple[Any, Any]] = None  # device copies queued ahead of the backward loop
+
+
+@dataclass
+class Ledger:
+    """Per-stack accounting of one run (bytes are buffer bytes, values and iteration indices)."""
+
+    active: int = 0            # the buffer in the loop state
+    spare: int = 0             # swapped stacks: the last chunk's buffer, while its copy is in flight
+    kept: int = 0              # swap_memory=False: full chunks kept on the device
+    prefetched: int = 0        # device copies of host chunks, queued for the backward loop
+    host: int = 0              # chunks in host memory
+    peak_device: int = 0
+    saved_device: int = 0      # device / host bytes when the forward loop ended (every value saved)
+    saved_host: int = 0
+    to_host: int = 0           # chunks copied to host memory, and back
+    from_host: int = 0
+    kept_chunks: int = 0       # chunks that stayed on the device when the stack outgrew one
+    device: str = ""
+
+    @property
+    def device_bytes(self) -> int:
+        return self.active + self.spare + self.kept + self.prefetched
+
+
+def device_name(arr: Any) -> str:
+    """'cpu:0', 'cuda:1': the device an array lives on, as memory reports name it."""
+    try:
+        d = next(iter(arr.devices()))
+    except (AttributeError, StopIteration):
+        return "?"
+    return f"{d.platform}:{d.id}"
+
+
+def _memory(arr: Any, kind: str) -> Optional[Any]:
+    """A sharding placing a copy of ``arr`` in memory ``kind`` of its device, or None when the
+    platform has no such memory (then swapping copies through numpy, synchronously)."""
+    try:
+        d = next(iter(arr.devices()))
+        if kind != "device" and kind not in {m.kind for m in d.addressable_memories()}:
+            return None
+        return jax.sharding.SingleDeviceSharding(d, memory_kind=kind)
+    except (AttributeError, StopIteration, ValueError, TypeError):
+        return None
+
+
+class ChunkStore:
+    """The full chunks of one run's gradient stacks, and their memory accounting.
+
+    Why one object per run: the forward loop's driver fills it and the backward loop's driver, a later
+    stage of the same run, empties it; the accounting it keeps on the way is what
+    ``FastBackend.memory_records`` reports after the run. ``limit`` is the device memory cap in bytes
+    (None: no cap); ``info`` maps a stack key to its ``StackInfo``.
+    """
+
+    def __init__(self, info: dict[str, StackInfo], limit: Optional[int] = None) -> None:
+        self.info = info
+        self.limit = limit
+        self.chunks: dict[str, list[Chunk]] = {}
+        self.spares: dict[str, tuple[Any, Any, Optional[Chunk]]] = {}  # buffer, indices, its chunk in flight
+        self.ledgers: dict[str, Ledger] = {}
+        self.peak_device = 0
+        self.peak_host = 0
+        self.device_sharding: dict[str, Any] = {}  # stack key -> where its chunks come back to
+
+    # ---- accounting -------------------------------------------------------------------------------
+    def ledger(self, k: str) -> Ledger:
+        lg = self.ledgers.get(k)
+        if lg is None:
+            lg = self.ledgers[k] = Ledger()
+        return lg
+
+    def device_bytes(self) -> int:
+        return sum(lg.device_bytes for lg in self.ledgers.values())
+
+    def host_bytes(self) -> int:
+        return sum(lg.host for lg in self.ledgers.values())
+
+    def _peaks(self) -> None:
+        for lg in self.ledgers.values():
+            lg.peak_device = max(lg.peak_device, lg.device_bytes)
+        self.peak_device = max(self.peak_device, self.device_bytes())
+        self.peak_host = max(self.peak_host, self.host_bytes())
+
+    def observe(self, stacks: dict[str, Any]) -> None:
+        """Record the buffers in the loop state (``StackValue`` per key) and check the cap: called
+        after every compiled call, since a stack whose element shape is known only while tracing is
+        allocated inside it."""
+        for k, sv in stacks.items():
+            if isinstance(sv, StackValue) and not sv.pending:
+                lg = self.ledger(k)
+                lg.active = sv.nbytes()
+                if not lg.device:
+                    lg.device = device_name(sv.buf)
+        self._peaks()
+        if self.limit is not None and self.device_bytes() > self.limit:
+            worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)
+            self._exhausted(worst, 0, "its stack buffers")
+
+    def _check(self, k: str, extra: int, what: str) -> None:
+        if self.limit is not None and self.device_bytes() + extra > self.limit:
+            self._exhausted(k, extra, what)
+
+    def _exhausted(self, k: str, extra: int, what: str) -> None:
+        info = self.info.get(k, StackInfo("?", f"the loop of stack {k}", False))
+        lg = self.ledger(k)
+        hint = ("its stack chunks already go to host memory: lower stack_chunk (entries per device chunk) "
+                "or raise the limit" if info.swap else
+                "run the loop with swap_memory=True to move full stack chunks to host memory, or raise the limit")
+        raise ResourceExhaustedError(
+            f"fast backend: the gradient stacks of {info.where} need {self.device_bytes() + extra} bytes on device "
+            f"{lg.device or '?'} ({what}), over device_memory_limit={self.limit} bytes; {hint}")
+
+    def moved(self) -> int:
+        """Full chunks taken out of a loop state this run (to host memory or kept on the device)."""
+        return sum(lg.to_host + lg.kept_chunks for lg in self.ledgers.values())
+
+    def stats(self) -> dict[str, int]:
+        """The run's totals, for ``RunResult.stats``."""
+        lgs = self.ledgers.values()
+        return {"peak_device_stack_bytes": self.peak_device, "peak_host_stack_bytes": self.peak_host,
+                "stack_chunks_swapped": sum(lg.to_host for lg in lgs),
+                "stack_chunks_from_host": sum(lg.from_host for lg in lgs),
+                "stack_chunks_kept": sum(lg.kept_chunks for lg in lgs)}
+
+    def saved(self, keys: Iterable[str]) -> None:
+        """The forward loop that pushes ``keys`` has ended: note what its stacks hold now."""
+        for k in keys:
+            lg = self.ledgers.get(k)
+            if lg is not None:
+                lg.saved_device, lg.saved_host = lg.device_bytes, lg.host
+
+    def records(self) -> list[dict[str, Any]]:
+        """Per loop and device: the rows of ``FastBackend.memory_records``."""
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for k, lg in self.ledgers.items():
+            info = self.info.get(k, StackInfo("?", "?", False))
+            r = rows.setdefault((info.loop, lg.device), {
+                "loop": info.loop, "device": lg.device, "swap_memory": info.swap, "stacks": 0, "device_bytes": 0,
+                "host_bytes": 0, "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0,
+                "peak_device_bytes": 0})
+            r["stacks"] += 1
+            r["device_bytes"] += max(lg.saved_device, lg.active)
+            r["host_bytes"] += lg.saved_host
+            r["chunks_to_host"] += lg.to_host
+            r["chunks_from_host"] += lg.from_host
+            r["chunks_kept_on_device"] += lg.kept_chunks
+            r["peak_device_bytes"] += lg.peak_device
+        return list(rows.values())
+
+    # ---- the forward loop: a stack outgrew its buffer ----------------------------------------------
+    def has(self, k: str) -> bool:
+        return bool(self.chunks.get(k))
+
+    def spill(self, full: dict[str, StackValue]) -> dict[str, StackValue]:
+        """Take the full buffers of ``full`` (stack key -> its StackValue) out of the loop state and
+        return empty stacks to go on with.
+
+        Swapped stacks: the buffers are copied to host memory asynchronously, all in one
+        ``device_put`` (one call per buffer costs more than the copy for small chunks), and kept as
+        spares; the spares of the previous spill (whose copy has had a whole chunk of compute to
+        finish) are the new empty buffers. Kept stacks: the buffers stay on the device, and new ones
+        are allocated.
+        """
+        out: dict[str, StackValue] = {}
+        swap: dict[str, tuple[StackValue, int]] = {}
+        for k, s in full.items():
+            n = int(s.ptr)
+            if n == 0:
+                out[k] = s
+            elif self.info.get(k, StackInfo("?", "?", False)).swap:
+                swap[k] = (s, n)
+            else:
+                lg = self.ledger(k)
+                self._check(k, s.nbytes(), "a new device chunk: swap_memory=False keeps full chunks on the device")
+                self.chunks.setdefault(k, []).append(Chunk(s.buf, s.idx, n, False, s.nbytes()))
+                lg.kept += s.nbytes()
+                lg.kept_chunks += 1
+                lg.device = lg.device or device_name(s.buf)
+                out[k] = StackValue(s.capacity, s.dtype, _empty_like(s.buf), _empty_like(s.idx), scalar_on(s.buf, 0))
+        if swap:
+            out.update(self._swap_out(swap))
+        self._peaks()
+        return out
+
+    def _swap_out(self, full: dict[str, tuple[StackValue, int]]) -> dict[str, StackValue]:
+        first = next(iter(full.values()))[0]
+        host = _memory(first.buf, "pinned_host")
+        arrays = [a for s, _ in full.values() for a in (s.buf, s.idx)]
+        copies = jax.device_put(arrays, host) if host is not None else [np.array(a) for a in arrays]
+        waited = False
+        out = {}
+        for i, (k, (s, n)) in enumerate(full.items()):
+            lg = self.ledger(k)
+            chunk = Chunk(copies[2 * i], copies[2 * i + 1], n, True, s.nbytes())
+            self.chunks.setdefault(k, []).append(chunk)
+            lg.to_host += 1
+            lg.host += chunk.nbytes
+            old = self.spares.pop(k, None)
+            if old is not None:
+                buf, idx, inflight = old
+                if inflight is not None and not waited:
+                    # the previous copies (one device_put) must be done before their sources are
+                    # overwritten; they had a whole chunk of compute to finish
+                    jax.block_until_ready([inflight.buf, inflight.idx])
+                    waited = True
+            else:
+                self._check(k, chunk.nbytes, "a second buffer while a full chunk is copied to host memory")
+                buf, idx = _empty_like(s.buf), _empty_like(s.idx)
+            self.spares[k] = (s.buf, s.idx, chunk if host is not None else None)
+            lg.spare = chunk.nbytes
+            out[k] = StackValue(s.capacity, s.dtype, buf, idx, scalar_on(buf, 0))
+        return out
+
+    def end_pushes(self, keys: Iterable[str]) -> None:
+        """The forward loop ended: drop the spares (an in-flight copy keeps its source alive until
+        it is done) and note what the stacks hold."""
+        for k in keys:
+            if self.spares.pop(k, None) is not None:
+                self.ledger(k).spare = 0
+        self.saved(keys)
+
+    # ---- the backward loop: a stack ran low ---------------------------------------------------------
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Queue the copies of the newest host chunk of each stack of ``keys`` back to the device,
+        ahead of its pops, in one ``device_put`` (a chunk already prefetched, or kept on the device,
+        needs nothing; one that does not fit under the cap is copied when the pops reach it)."""
+        todo: list[tuple[str, Chunk]] = []
+        extra = 0
+        for k in keys:
+            chunks = self.chunks.get(k)
+            if not chunks or not chunks[-1].on_host or chunks[-1].prefetched is not None:
+                continue
+            c = chunks[-1]
+            if self.limit is not None and self.device_bytes() + extra + c.nbytes > self.limit:
+                continue
+            todo.append((k, c))
+            extra += c.nbytes
+        if not todo:
+            return
+        for (k, c), got in zip(todo, self._to_device(todo), strict=True):
+            c.prefetched = got
+            self.ledger(k).prefetched += c.nbytes
+        self._peaks()
+
+    def _to_device(self, todo: list[tuple[str, Chunk]]) -> list[tuple[Any, Any]]:
+        """Device copies of host chunks, queued in one ``device_put`` per device."""
+        for k, _ in todo:
+            self.ledger(k).from_host += 1
+        dev = self.device_sharding.get(todo[0][0])
+        arrays = [a for _, c in todo for a in (c.buf, c.idx)]
+        if dev is None or any(self.device_sharding.get(k) != dev for k, _ in todo):
+            got = [jnp.asarray(a) for a in arrays]
+        else:
+            got = jax.device_put(arrays, dev)
+        return [(got[2 * i], got[2 * i + 1]) for i in range(len(todo))]
+
+    def begin_pops(self, stacks: dict[str, Any]) -> None:
+        """A loop that pops ``stacks`` (key -> its StackValue) starts: prefetch each one's newest chunk."""
+        for k, sv in stacks.items():
+            if isinstance(sv, StackValue) and not sv.pending:
+                self.device_sharding[k] = _memory(sv.buf, "device")
+        self.prefetch(stacks)
+
+    def refill(self, low: dict[str, StackValue]) -> dict[str, StackValue]:
+        """Fill the stacks of ``low`` (key -> a StackValue low on entries) from their newest chunks,
+        keeping LIFO order, then prefetch the chunks next in line."""
+        out = {k: self._refill(k, s) for k, s in low.items()}
+        self.prefetch(low)
+        return out
+
+    def _refill(self, k: str, s: StackValue) -> StackValue:
+        """An empty buffer takes a whole chunk in its place (the usual case: a loop pops as many
+        values per iteration as it pushed); a buffer with entries left gets the newest rows below them."""
+        chunks = self.chunks.get(k, [])
+        lg = self.ledger(k)
+        n = int(s.ptr)
+        if n == 0 and chunks:
+            c = chunks.pop()
+            buf, idx = self._take(k, c)
+            out = StackValue(s.capacity, s.dtype, buf, idx, scalar_on(buf, c.n))
+            self._dropped(k, c)
+        else:
+            room = s.capacity - n
+            parts_b: list[Any] = []
+            parts_i: list[Any] = []
+            got = 0
+            while chunks and got < room:
+                c = chunks[-1]
+                buf, idx = self._take(k, c)
+                take = min(room - got, c.n)
+                parts_b.insert(0, buf[c.n - take:c.n])
+                parts_i.insert(0, idx[c.n - take:c.n])
+                got += take
+                c.n -= take
+                if c.n == 0:
+                    chunks.pop()
+                    self._dropped(k, c)
+            if not got:
+                return s
+            new_b = jnp.concatenate([*parts_b, s.buf[:n], s.buf[n + got:]], axis=0)
+            new_i = jnp.concatenate([*parts_i, s.idx[:n], s.idx[n + got:]], axis=0)
+            out = StackValue(s.capacity, s.dtype, new_b, new_i, scalar_on(new_b, n + got))
+        lg.active = out.nbytes()
+        self._peaks()
+        return out
+
+    def _take(self, k: str, c: Chunk) -> tuple[Any, Any]:
+        """``c``'s buffers on the device: its prefetched copy, a copy made now, or (kept) itself."""
+        if not c.on_host:
+            return c.buf, c.idx
+        if c.prefetched is not None:
+            return c.prefetched
+        self._check(k, c.nbytes, "a chunk copied back from host memory")
+        (c.prefetched,) = self._to_device([(k, c)])  # a partly consumed chunk keeps it for the next refill
+        self.ledger(k).prefetched += c.nbytes
+        return c.prefetched
+
+    def _dropped(self, k: str, c: Chunk) -> None:
+        """``c`` is used up: its host copy is freed, and its device copy is now the loop's buffer."""
+        lg = self.ledger(k)
+        if c.on_host:
+            lg.host -= c.nbytes
+            if c.prefetched is not None:
+                lg.prefetched -= c.nbytes
+        else:
+            lg.kept -= c.nbytes
+
+
+def scalar_on(like: Any, v: int) -> Any:
+    """An int32 scalar committed to ``like``'s device. Why: a jitted call's cache key includes
+    whether each argument is committed to a device, and the outputs of compiled calls are; a stack
+    pointer made with ``jnp.asarray`` is not, and every such mix of arguments would compile the
+    chunk function again."""
+    try:
+        return jax.device_put(np.int32(v), next(iter(like.devices())))
+    except (AttributeError, StopIteration):
+        return jnp.asarray(v, jnp.int32)
+
+
+def _empty_like(a: Any) -> Any:
+    """A new device buffer of ``a``'s shape, dtype and device (entries above a stack's pointer are
+    never read, so its contents do not matter)."""
+    try:
+        return jnp.zeros_like(a, device=next(iter(a.devices())))
+    except (AttributeError, StopIteration, TypeError):
+        return jnp.zeros_like(a)

@@ -190,6 +190,7 @@ class Interpreter:
         self.counts: dict[tuple[str, Tag], int] = {}
         self.trace = Trace() if options.trace else None
         self.firings = 0
+        self.arity = {n.id: len(n.inputs) for n in plan.nodes}  # inbox sizes (Node.inputs builds a tuple)
 
     # ---- frames ----------------------------------------------------------------------------------
     def frame_of(self, tag: Tag) -> FrameInstance:
@@ -222,7 +223,8 @@ class Interpreter:
             inst.ready.pop(inst.oldest, None)
             inst.children.pop(inst.oldest, None)
             inst.oldest += 1
-            self._trace_event(f"{inst.name}#retire", "Retire", inst.tag(inst.oldest - 1), False, "E-Iter-Retire")
+            if self.trace is not None:
+                self._trace_event(f"{inst.name}#retire", "Retire", inst.tag(inst.oldest - 1), False, "E-Iter-Retire")
             inst.unpark()
         if inst.complete:
             self._frame_done(inst)
@@ -264,7 +266,7 @@ class Interpreter:
             self.merge_live.add(key)
         box = self.inboxes.get(key)
         if box is None:
-            box = self.inboxes[key] = Inbox([None] * len(node.inputs))
+            box = self.inboxes[key] = Inbox([None] * self.arity[node.id])
         if box.fired:
             return  # [E-Merge-Live]: inputs arriving after a Merge fired at this tag are ignored
         if slot < 0:
@@ -329,13 +331,12 @@ class Interpreter:
         if node.op == "Merge":
             self.inboxes[key] = _FIRED  # [E-Merge-Live]: later arrivals at this tag are ignored
         outs = rules.fire_rule(node.op)(self, node, tag, box)
-        dead = bool(outs) and all(t.dead for t in outs)
-        if node.op == "Switch" and not box.any_dead():
-            rule = "E-Switch"
-        elif node.op == "Switch":
-            rule = "E-Switch-Dead"
         self.counts[(node.name, tag)] = self.counts.get((node.name, tag), 0) + 1
-        self._trace_event(node.name, node.op, tag, dead, _rule_name(node, rule, dead))
+        if self.trace is not None:  # the rule's name is only worked out for a trace
+            dead = bool(outs) and all(t.dead for t in outs)
+            if node.op == "Switch":
+                rule = "E-Switch-Dead" if box.any_dead() else "E-Switch"
+            self._trace_event(node.name, node.op, tag, dead, _rule_name(node, rule, dead))
         rules.route_rule(node.op)(self, node, tag, outs)
         if tag:
             inst = self.frames.get((tag[:-1], tag[-1][0]))

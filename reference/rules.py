@@ -49,11 +49,22 @@ class Inbox:
     arrival_order: list[int] = field(default_factory=list)
     fired: bool = False
 
+    # Plain loops rather than all()/any() over generators: these two run at every token delivery and
+    # every firing, and are the interpreter's hottest lines.
     def arrived_all(self, node: Node) -> bool:
-        return all(v is not None for v in self.values) and len(self.control) == len(node.control_inputs)
+        for v in self.values:
+            if v is None:
+                return False
+        return len(self.control) == len(node.control_inputs)
 
     def any_dead(self) -> bool:
-        return any(v is not None and v.dead for v in self.values) or any(c.dead for c in self.control)
+        for v in self.values:
+            if v is not None and v.dead:
+                return True
+        for c in self.control:
+            if c.dead:
+                return True
+        return False
 
 
 # ---- ARRIVE: is the node ready? ---------------------------------------------------------------------
@@ -128,10 +139,11 @@ def fire_compute(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Toke
     if box.any_dead():
         return _dead_outputs(node)
     vals = [v.value for v in box.values]  # type: ignore[union-attr]
-    return [Token(v) for v in run_kernel(node.op, vals, node.attrs, _where(node, tag))]
+    return [Token(v) for v in run_kernel(node.op, vals, node.attrs, lambda: _where(node, tag))]
 
 
 def _where(node: Node, tag: Tag) -> str:
+    """How a kernel error names the node and its tag (formatted only when a kernel fails)."""
     from turnout.reference.trace import fmt_tag
 
     return f"{describe_node(node)} at {fmt_tag(tag)}"
@@ -172,7 +184,7 @@ def fire_source(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token
     """Const: [E-Op] with no data inputs (a dead control input, e.g. an untaken pivot, kills it)."""
     if box.any_dead():
         return _dead_outputs(node)
-    return [Token(v) for v in run_kernel(node.op, [], node.attrs, _where(node, tag))]
+    return [Token(v) for v in run_kernel(node.op, [], node.attrs, lambda: _where(node, tag))]
 
 
 def fire_placeholder(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
@@ -312,7 +324,13 @@ def route_same_tag(it: Interpreter, node: Node, tag: Tag, outs: list[Token]) -> 
 
 def _control_token(outs: list[Token]) -> Token:
     """A node's control output is dead exactly when all its data outputs are dead (a NoOp is live)."""
-    return DEAD if outs and all(t.dead for t in outs) else Token(None)
+    for t in outs:
+        if not t.dead:
+            return _LIVE
+    return DEAD if outs else _LIVE
+
+
+_LIVE = Token(None)  # a live control token (Tokens are immutable, so one is shared)
 
 
 def route_enter(it: Interpreter, node: Node, tag: Tag, outs: list[Token]) -> None:

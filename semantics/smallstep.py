@@ -1077,6 +1077,8 @@ class SmallStepBackend:
     session's store (updated in place, as the other backends do)."""
 
     def __init__(self, graph: Graph, **options: Any) -> None:
+        if options:  # e.g. device_memory_limit: an option no one honours must not be silently ignored
+            raise TypeError(f"the small-step backend takes no options, got {sorted(options)}")
         self.graph = graph
         self.options = options
 

@@ -11,6 +11,7 @@ import numpy as np
 import turnout as tn
 from turnout.devices import check_partitions, partition, place
 from turnout.devices.cluster import ClusterSpec
+from turnout.devices.partition_executors import REFERENCE, ExecutorKind
 from turnout.devices.task_runner import TaskOutcome, TaskRunner, split_by_task, split_feeds
 from turnout.session import RunOptions
 
@@ -57,9 +58,11 @@ def cond_across_tasks() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
 
 
 def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
-                   recv_timeout: float = 10.0, only: Any = None) -> dict[str, Any]:
+                   recv_timeout: float = 10.0, only: Any = None, options: RunOptions | None = None,
+                   executor: str = "reference") -> dict[str, Any]:
     """Run a graph on one ``TaskRunner`` per task, in threads of this process, wired by direct calls
-    (no Ray): task -> TaskOutcome, or the exception it raised. ``only``: run just these tasks."""
+    (no Ray): task -> TaskOutcome, or the exception it raised. ``only``: run just these tasks;
+    ``executor``: the partition executor kind of every task."""
     parted = partition(g, place(g, SPEC.devices), fetches, {(t.node.id, t.index) for t in feeds})
     check_partitions(parted)
 
@@ -78,12 +81,12 @@ def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor,
     for t, plan in plans.items():
         if only is None or t in only:
             runners[t] = TaskRunner(t, outbox)
-            runners[t].prepare(0, plan)
+            runners[t].prepare(0, plan, executor)
     out: dict[str, Any] = {}
 
     def go(t: str) -> None:
         try:
-            out[t] = runners[t].run(1, 0, task_feeds.get(t, {}), RunOptions(), recv_timeout, detail=True)
+            out[t] = runners[t].run(1, 0, task_feeds.get(t, {}), options or RunOptions(), recv_timeout, detail=True)
         except Exception as e:  # noqa: BLE001 - returned to the test
             out[t] = e
 
@@ -105,3 +108,24 @@ def fetched(outcomes: dict[str, Any]) -> list[Any]:
         for i, v, dead in o.values:
             got[i] = None if dead else v
     return [got[i] for i in sorted(got)]
+
+
+class _Counted:
+    """The reference partition executor, counting how often the task runner prepares and makes one."""
+
+    prepared = 0
+    made = 0
+
+    @classmethod
+    def prepare(cls, part: Any) -> Any:
+        cls.prepared += 1
+        return REFERENCE.prepare(part)
+
+    @classmethod
+    def make(cls, *args: Any) -> Any:
+        cls.made += 1
+        return REFERENCE.make(*args)
+
+
+#: a partition executor kind for the seam's tests, loaded by path ("cluster_programs:COUNTING")
+COUNTING = ExecutorKind("counting", _Counted.prepare, _Counted.make)

@@ -16,13 +16,15 @@ class PowerLoop(NamedTuple):
     dx: tn.Tensor
 
 
-def power_loop() -> PowerLoop:
+def power_loop(swap_memory: bool = False) -> PowerLoop:
     """``y = x**n`` by a while_loop whose trip count ``n`` is fed at run time, and ``dy/dx = n x**(n-1)``:
-    one stacked value per iteration, the smallest gradient that exercises the stacks."""
+    one stacked value per iteration, the smallest gradient that exercises the stacks. ``swap_memory`` is
+    the loop's (where full stack chunks go on the fast backend)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float64, [], name="x")
         n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)],
+                             swap_memory=swap_memory)
         (dx,) = tn.gradients(y, [x])
     return PowerLoop(g, x, n, y, dx)

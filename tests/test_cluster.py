@@ -3,14 +3,16 @@ process, wired by direct calls, and must give the unpartitioned reference's resu
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pytest
-from cluster_programs import T0, T1, cond_across_tasks, fetched, loop_across_tasks, run_in_process
+from cluster_programs import SPEC, T0, T1, cond_across_tasks, fetched, loop_across_tasks, run_in_process
 
 import turnout as tn
 from turnout.devices.cluster import ClusterSpec
+from turnout.session import RunOptions
 
 
 # ---- cluster specs -----------------------------------------------------------------------------------
@@ -110,3 +112,83 @@ def test_a_token_delivered_twice_fails_the_run_not_the_message() -> None:
     assert rv.aborted is None
     rv.deliver(key, Token(np.float32(1)))
     assert isinstance(rv.aborted, tn.ExecutionError) and "delivered twice" in str(rv.aborted)
+
+
+# ---- the partition executor seam ----------------------------------------------------------------------
+def test_a_partition_executor_plugs_in_by_name_or_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster_programs import _Counted
+
+    from turnout.devices import partition_executors
+
+    g, x, y = loop_across_tasks(6)
+    want = tn.Session(g).run(y, {x: 2.0})
+    monkeypatch.setitem(partition_executors.PARTITION_EXECUTORS, "counting", "cluster_programs:COUNTING")
+    for name in ("counting", "cluster_programs:COUNTING"):
+        before = (_Counted.prepared, _Counted.made)
+        out = run_in_process(g, [y], {x: 2.0}, executor=name)
+        np.testing.assert_equal(fetched(out), [want])
+        n_parts = sum(len(o.firings) for o in out.values())
+        assert n_parts == 3 and (_Counted.prepared, _Counted.made) == (before[0] + n_parts, before[1] + n_parts)
+
+
+@pytest.mark.parametrize("name, match", [
+    ("fastest", r"unknown partition executor 'fastest'.*\['reference'\]"),
+    ("no_such_module_here:KIND", "cannot load"),
+    ("cluster_programs:SPEC", "is a ClusterSpec, not an ExecutorKind"),
+])
+def test_an_unknown_partition_executor_is_refused(name: str, match: str) -> None:
+    from turnout.devices.partition_executors import executor_kind
+
+    with pytest.raises(tn.UnsupportedError, match=match):
+        executor_kind(name)
+
+
+# ---- traces of runs over tasks ------------------------------------------------------------------------
+def _firings(trace: Any) -> Counter[tuple[str, str, str, tuple[Any, ...], bool]]:
+    return Counter((d, e.node, e.op, e.tag, e.dead) for d, e in trace.events)
+
+
+def test_task_traces_merge_into_the_one_process_timeline() -> None:
+    from turnout.devices.cluster_trace import merge
+
+    g, x, y = loop_across_tasks(5)
+    out = run_in_process(g, [y], {x: 2.0}, options=RunOptions(trace=True))
+    trace = merge({d: evs for o in out.values() for d, evs in o.traces.items()})
+    one = tn.Session(g, devices=SPEC.devices)
+    one.run(y, {x: 2.0}, trace=True)
+    assert one.last_result is not None
+    # the same firings, live or dead, on the same devices as a traced run in one process
+    assert _firings(trace) == _firings(one.last_result.trace) and len(trace) > 0
+    seqs = [e.seq for _, e in trace.events]
+    assert seqs[0] == 0 and seqs == sorted(seqs)
+    for track in trace.tracks.values():  # a task's own firing order is kept
+        own = [e.seq for e in track.events]
+        assert own == sorted(own) and len(set(own)) == len(own)
+    # every Recv comes after the Send of its key, whichever task each sits on
+    sent = {(e.node.removeprefix("_send/"), e.tag): e.seq for _, e in trace.events if e.op == "Send"}
+    recvs = [(e.node.removeprefix("_recv/"), e.tag, e.seq) for _, e in trace.events if e.op == "Recv"]
+    assert recvs and all(sent[(edge, tag)] < seq for edge, tag, seq in recvs)
+    assert trace.summary()["sends"] == sum(o.sent for o in out.values())
+
+
+def test_credits_ride_on_tokens_and_small_ones_wait_until_the_task_would_wait() -> None:
+    from turnout.devices.task_runner import TaskPlan, TaskRendezvous
+
+    sent: list[tuple[str, str, Any]] = []
+    rv = TaskRendezvous()
+    plan = TaskPlan(T1, {}, [], remote_out={"back": T0}, remote_in={"fwd": T0}, credits={"fwd": 10, "back": 10})
+    rv.attach(plan, lambda dst, method, run, *args: sent.append((dst, method, args)), run_id=1)
+    rv.owed[(T0, "fwd", ())] = 3  # under half the credit: held back while the task is busy
+    rv.flush(force=False)
+    assert sent == [] and rv.owed
+    rv.pending[T0] = [(("back", ()), np.float32(1), False)]  # a token for T0 takes the credits along
+    rv.flush(force=False)
+    assert sent == [(T0, "deliver", ([(("back", ()), np.float32(1), False)], [("fwd", (), 3)]))] and not rv.owed
+    sent.clear()
+    rv.owed[(T0, "fwd", ())] = 5  # half the credit: goes at once
+    rv.flush(force=False)
+    assert sent == [(T0, "credit", ([("fwd", (), 5)],))]
+    sent.clear()
+    rv.owed[(T0, "fwd", ())] = 1  # before the task waits, everything owed goes
+    rv.flush(force=True)
+    assert sent == [(T0, "credit", ([("fwd", (), 1)],))] and not rv.owed

@@ -1,9 +1,11 @@
-"""Gradient stacks stay within the configured chunk on the device, whatever the trip count.
+"""Gradient stacks of a ``swap_memory=True`` loop stay within the configured chunk on the device,
+whatever the trip count.
 
 The loop ``y <- y * x`` run N = 100,000 times gives ``y = x**N`` and ``dy/dx = N x**(N-1)``; its
 gradient needs every ``y_k`` (pushed by the forward loop, popped in reverse by the backward loop).
-With ``stack_chunk=C`` the device holds at most C entries per stack, the rest is swapped to host
-memory in about N / C chunks, and the gradient is the same as with one chunk big enough for all.
+With ``stack_chunk=C`` the device holds at most C entries per stack plus the chunk whose copy to the
+host is in flight, the rest is swapped to host memory in about N / C chunks, and the gradient is the
+same as with one chunk big enough for all.
 The numbers asserted are the executor's own accounting (``RunResult.stats``).
 """
 
@@ -22,7 +24,7 @@ CHUNK = 2_000
 
 
 def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
-    g, x, n, y, dx = graphs.power_loop()
+    g, x, n, y, dx = graphs.power_loop(swap_memory=True)
     xv = 1.0 + 1e-6
     sess = tn.Session(g, backend="fast", stack_chunk=CHUNK)
     yv, dv = sess.run([y, dx], {x: xv, n: N})
@@ -32,7 +34,7 @@ def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
     stacks = sum(1 for node in g.nodes if node.op == "StackNew")
     per_entry = 8 + 4  # a float64 value and its int32 iteration index (one enclosing loop)
     assert stacks >= 1
-    assert 0 < stats["peak_device_stack_bytes"] <= stacks * CHUNK * per_entry
+    assert 0 < stats["peak_device_stack_bytes"] <= 2 * stacks * CHUNK * per_entry  # filling + in flight
     assert stats["stack_chunks_swapped"] >= N // CHUNK - 1
     assert stats["peak_host_stack_bytes"] >= (N - CHUNK) * 8
 

@@ -95,3 +95,34 @@ def test_stranded_lists_the_tokens_left_waiting() -> None:
     assert ss.is_quiescent(c)
     left = [(name, tag, slot, tok.is_dead) for name, tag, slot, tok in ss.stranded(c)]
     assert left == [("stalled", (("f", 1),), 0, False)]
+
+
+def test_a_deadlock_report_lists_the_open_frame_instances() -> None:
+    """A hand-built loop whose body reads the loop's (non-constant) Enter, which exists at iteration 0
+    only: from iteration 1 on, that op and the inner frame fed by it wait forever. The report ends
+    with every frame instance still open, the iterations each started, its oldest active iteration
+    and how many of its Enters never arrived."""
+    from turnout import raw
+
+    g = tn.Graph()
+    with g.as_default():
+        e = raw.enter(tn.constant(0), "outer", name="entry")
+        m, _ = raw.merge([e, raw.BACK_EDGE], name="m")
+        p = raw.loop_cond(tn.less(m, raw.enter(tn.constant(2), "outer", is_constant=True)), name="p")
+        _, t = raw.switch(m, p, name="sw")
+        raw.close_back_edge(m, raw.next_iteration(t + raw.enter(tn.constant(1), "outer", is_constant=True)))
+        w = tn.add(e, t, name="needs_entry")
+        inner = tn.add(raw.enter(t, "inner"), raw.enter(w, "inner"), name="inner_sum")
+        xf, _ = raw.switch(raw.exit(inner, name="inner_exit"), p, name="sw_x")
+        out = raw.exit(xf, name="out")
+    with pytest.raises(tn.DeadlockError) as ei:
+        ss.run(g, [out])
+    lines = str(ei.value).splitlines()
+    assert lines[0] == "deadlock: no firing is enabled, yet fetches out:0 were never produced"
+    assert [ln for ln in lines if ln.startswith("  open frame instance")] == [
+        "  open frame instance 'outer' entered at tag (): started [0, 1, 2], oldest active 1, Enters still to arrive 0",
+        "  open frame instance 'inner' entered at tag outer[1]: started [0], oldest active 0, Enters still to arrive 1",
+        "  open frame instance 'inner' entered at tag outer[2]: started [0], oldest active 0, Enters still to arrive 1",
+    ]
+    blocked = [ln.split(" (created")[0] for ln in lines if ln.startswith("  blocked:")]
+    assert blocked.count('  blocked: Add node "needs_entry"') == 2

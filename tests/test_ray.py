@@ -9,10 +9,12 @@ setup).
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -75,7 +77,39 @@ def test_loop_whose_body_spans_two_tasks(pool: TaskPool) -> None:
     assert sent == received and set(sent.values()) == {1}
     assert any(edge.startswith("loop/loop_cond:0->" + T1) for edge, _ in sent)
     assert any(edge.endswith("->" + dev(1, 0)) and dev(1, 1) not in edge for edge, _ in sent)
+    assert set(stats["busy_s_per_task"]) == set(stats["wait_s_per_task"]) == {T0, T1}
+    assert all(v > 0 for v in stats["busy_s_per_task"].values())
     sess.close()
+
+
+def test_a_traced_cluster_run_is_one_timeline_with_a_track_per_device(pool: TaskPool, tmp_path: Any) -> None:
+    g, x, y = loop_across_tasks(4)
+    one = tn.Session(g, devices=pool.spec.devices)
+    value = one.run(y, {x: 1.0}, trace=True)
+    assert one.last_result is not None
+    want = one.last_result.trace
+    with tn.Session(g, cluster=pool) as sess:
+        np.testing.assert_equal(sess.run(y, {x: 1.0}, trace=True), value)
+        res = sess.last_result
+        assert res is not None and res.trace is not None
+        trace = res.trace
+        assert set(trace.tracks) == set(want.tracks) == {dev(0, 1), dev(1, 0), dev(1, 1)}
+        key = lambda de: Counter((d, e.node, e.tag, e.dead) for d, e in de.events)  # noqa: E731
+        assert key(trace) == key(want)
+        # stamped by the wall clock: a Recv on task 1 comes after the Send of its key on task 0
+        sent = {(e.node.removeprefix("_send/"), e.tag): e.seq for _, e in trace.events if e.op == "Send"}
+        assert all(sent[(e.node.removeprefix("_recv/"), e.tag)] < e.seq for _, e in trace.events if e.op == "Recv")
+        path = tmp_path / "cluster.json"
+        trace.save_chrome(str(path))
+        names = {e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "process_name"}
+        assert names == set(want.tracks)
+        assert sess.run(y, {x: 1.0}) == value and sess.last_result.trace is None  # type: ignore[union-attr]
+
+
+def test_an_unknown_partition_executor_is_refused_before_any_actor_starts(local_cluster: LocalCluster) -> None:
+    g, x, y = loop_across_tasks(3)
+    with pytest.raises(tn.UnsupportedError, match="unknown partition executor 'jit'"):
+        tn.Session(g, cluster=local_cluster.spec(), partition_executor="jit")
 
 
 @pytest.mark.parametrize("value", [2.0, -2.0])

@@ -61,8 +61,8 @@ _REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_referenc
 _DEV_TESTS = ["test_mutants_devices.py", "test_devices.py", "test_devices_smallstep.py", "test_devices_properties.py",
               "test_bad_inputs.py"]
 _DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
-_FAST_TESTS = ["test_mutants_fast.py", "test_ops.py", "test_fast.py", "test_session.py", "test_raw.py",
-               "test_variables.py", "test_fast_gradients.py"]
+_FAST_TESTS = ["test_mutants_fast.py", "test_mutants_fast2.py", "test_ops.py", "test_fast.py", "test_session.py",
+               "test_raw.py", "test_variables.py", "test_fast_gradients.py"]
 
 #: Each module under test: its import name and the test files that check it (run in this order, so put
 #: the fast, pointed ones first: a killed mutant stops at its first failure). ``select``, where given, is

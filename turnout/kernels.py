@@ -467,16 +467,25 @@ def _ta_stack_or_zeros(xs, attrs):
     return [out]
 
 
-def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any], node_desc: str = "") -> list[Any]:
-    """Run a compute kernel, turning numpy failures into KernelError naming the node."""
+def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any],
+               node_desc: str | Callable[[], str] = "") -> list[Any]:
+    """Run a compute kernel, turning numpy failures into KernelError naming the node. ``node_desc`` may
+    be a function returning the description: the interpreters pass one, so that the string (node,
+    source line, tag) is formatted only when a kernel fails, not at every firing."""
     try:
         return KERNELS[op](inputs, attrs)
     except KernelError as e:
-        raise KernelError(f"{node_desc}: {e}" if node_desc else str(e)) from None
+        desc = _desc(node_desc)
+        raise KernelError(f"{desc}: {e}" if desc else str(e)) from None
     except ResourceExhaustedError as e:
-        raise ResourceExhaustedError(f"{node_desc}: {e}" if node_desc else str(e)) from None
+        desc = _desc(node_desc)
+        raise ResourceExhaustedError(f"{desc}: {e}" if desc else str(e)) from None
     except MemoryError:
-        raise ResourceExhaustedError(f"{node_desc or op}: out of memory (the allocation guard's limit, "
+        raise ResourceExhaustedError(f"{_desc(node_desc) or op}: out of memory (the allocation guard's limit, "
                                      "max_tensor_bytes, is above what this machine has)") from None
     except (ValueError, TypeError, IndexError, FloatingPointError) as e:
-        raise KernelError(f"{node_desc or op}: kernel failed: {e}") from None
+        raise KernelError(f"{_desc(node_desc) or op}: kernel failed: {e}") from None
+
+
+def _desc(node_desc: str | Callable[[], str]) -> str:
+    return node_desc() if callable(node_desc) else node_desc

@@ -1,7 +1,8 @@
 """Automatic differentiation, graph to graph, through cond and while_loop (the paper, Sec. 5).
 
 ``gradients(ys, xs)`` returns ``d(sum ys)/dx`` for each ``x`` as new tensors of the same graph;
-``memory_report(graph)`` lists what the gradient stacks of each loop hold per iteration.
+``memory_report(graph)`` lists what the gradient stacks of each loop hold per iteration, and
+``memory_report(session)`` what the last run held per loop and device.
 Modules: ``rules`` (one gradient rule per primitive), ``control_flow`` (conds and loops as whole
 constructs), ``stacks`` (StackNew / StackPush / StackPop and the sync variable), ``core`` (the
 reverse-mode walk), ``memory`` (the report).
@@ -14,11 +15,12 @@ from typing import Any, Optional
 from turnout import nest, ops
 from turnout.errors import GradientError
 from turnout.gradients.core import Backward, Grads, key
-from turnout.gradients.memory import MemoryReport, memory_report
+from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
 from turnout.gradients.rules import GRAD_RULES, NON_DIFFERENTIABLE
 from turnout.graph import Tensor
 
-__all__ = ["GRAD_RULES", "NON_DIFFERENTIABLE", "MemoryReport", "gradients", "memory_report"]
+__all__ = ["GRAD_RULES", "NON_DIFFERENTIABLE", "LoopDeviceMemory", "MemoryReport", "RunMemoryReport", "gradients",
+           "memory_report"]
 
 
 def _as_x(x: Any) -> Tensor:

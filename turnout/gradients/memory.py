@@ -4,12 +4,18 @@ Every value the backward pass needs from a loop iteration is pushed on a stack (
 forward tensor, in the root frame, its attrs naming the forward tensor and frame). A loop that runs
 ``N`` iterations therefore keeps ``N x bytes_per_iteration`` alive until the backward loop pops it;
 this is what ``swap_memory`` moves to host memory (the paper, Sec. 5.3).
+
+Two reports: ``memory_report(graph)`` is static — what each loop saves per iteration, read from the
+graph alone — and ``memory_report(session)`` is what the last run actually held, per loop and per
+device, as the session's backend accounted it (``backend.memory_records()``): device and host bytes,
+chunks moved to host memory and back, peak device bytes. The first says what a trip count will cost;
+the second whether ``swap_memory`` and a device memory cap did what they say.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional, overload
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
@@ -73,8 +79,96 @@ class MemoryReport:
         return self.summary()
 
 
-def memory_report(graph: Graph) -> MemoryReport:
-    """For each forward loop that has gradient stacks: the tensors stacked per iteration and their size."""
+@dataclass(frozen=True)
+class LoopDeviceMemory:
+    """What one loop's gradient stacks held on one device during the last run.
+
+    ``device_bytes`` / ``host_bytes``: bytes of stack buffers on the device and in host memory when the
+    forward loop ended (every value it saves is held then); ``chunks_to_host`` / ``chunks_from_host``:
+    full chunks copied to host memory and back; ``chunks_kept_on_device``: full chunks that stayed on
+    the device (``swap_memory=False``); ``peak_device_bytes``: the most the stacks held on the device
+    at once during the run.
+    """
+
+    loop: str
+    device: str
+    device_bytes: int
+    host_bytes: int
+    chunks_to_host: int
+    chunks_from_host: int
+    peak_device_bytes: int
+    swap_memory: Optional[bool] = None
+    chunks_kept_on_device: int = 0
+
+
+@dataclass
+class RunMemoryReport:
+    """``memory_report(session)``: per loop and device, the last run's stack memory (``records``),
+    next to the static per-iteration report of the session's graph (``static``)."""
+
+    records: list[LoopDeviceMemory]
+    static: MemoryReport
+
+    def loop(self, name: str) -> list[LoopDeviceMemory]:
+        """The records of the loop named ``name`` (one per device its stacks lived on)."""
+        got = [r for r in self.records if r.loop == name]
+        if not got:
+            raise KeyError(f"the last run held no gradient stacks of a loop named {name!r}")
+        return got
+
+    def summary(self) -> str:
+        if not self.records:
+            return "the last run held no gradient stacks on a device"
+        lines = []
+        for r in self.records:
+            lines.append(f'loop "{r.loop}" on {r.device} (swap_memory={r.swap_memory}): device {r.device_bytes} B '
+                         f"(peak {r.peak_device_bytes} B), host {r.host_bytes} B, chunks to host {r.chunks_to_host}, "
+                         f"back {r.chunks_from_host}, kept on device {r.chunks_kept_on_device}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+_RECORD_KEYS = ("loop", "device", "device_bytes", "host_bytes", "chunks_to_host", "chunks_from_host",
+                "peak_device_bytes")
+
+
+@overload
+def memory_report(target: Graph) -> MemoryReport: ...
+
+
+@overload
+def memory_report(target: Any) -> RunMemoryReport: ...
+
+
+def memory_report(target: Any) -> MemoryReport | RunMemoryReport:
+    """``memory_report(graph)``: for each forward loop that has gradient stacks, the tensors stacked per
+    iteration and their size. ``memory_report(session)``: what the session's last run held, per loop and
+    device (``RunMemoryReport``), from ``session.backend.memory_records()``; a backend without device
+    stacks (the reference interpreter keeps its stacks in Python objects) reports no records."""
+    if isinstance(target, Graph):
+        return _static_report(target)
+    backend = getattr(target, "backend", None)
+    graph = getattr(target, "graph", None)
+    if backend is None or not isinstance(graph, Graph):
+        raise TypeError(f"memory_report takes a Graph or a Session, got {type(target).__name__}")
+    get = getattr(backend, "memory_records", None)
+    rows = get() if get is not None else []
+    records = []
+    for r in rows:
+        missing = [k for k in _RECORD_KEYS if k not in r]
+        if missing:
+            raise TypeError(f"{type(backend).__name__}.memory_records() gave a record without {missing}")
+        records.append(LoopDeviceMemory(
+            loop=str(r["loop"]), device=str(r["device"]), device_bytes=int(r["device_bytes"]),
+            host_bytes=int(r["host_bytes"]), chunks_to_host=int(r["chunks_to_host"]),
+            chunks_from_host=int(r["chunks_from_host"]), peak_device_bytes=int(r["peak_device_bytes"]),
+            swap_memory=r.get("swap_memory"), chunks_kept_on_device=int(r.get("chunks_kept_on_device", 0))))
+    return RunMemoryReport(records, _static_report(graph))
+
+
+def _static_report(graph: Graph) -> MemoryReport:
     loops: dict[str, LoopMemory] = {}
     for n in graph.nodes:
         if n.op != "StackNew":

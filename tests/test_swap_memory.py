@@ -1,0 +1,224 @@
+"""``swap_memory`` per loop, the device memory cap, and the runtime memory report (fast backend).
+
+A loop that pushes gradient stacks runs in chunks of ``stack_chunk`` entries per stack. With
+``swap_memory=True`` each full chunk is copied to host memory and brought back before the backward
+loop needs it, so the device holds at most one chunk per stack plus the one whose copy is in flight,
+at any trip count. With ``swap_memory=False`` (the default) full chunks stay on the device: the stack
+grows there and nothing is copied to the host. ``device_memory_limit`` caps the stack bytes on the
+device; crossing it is ``ResourceExhaustedError`` naming the loop. The figures asserted are the
+backend's own accounting, read through ``tn.memory_report(session)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import graphs
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.errors import ResourceExhaustedError
+
+pytest.importorskip("jax")
+
+CHUNK = 16
+PER_ENTRY = 8 + 4  # a float64 value and its int32 iteration index (one enclosing loop)
+
+
+def rnn(swap: bool, nested: bool = False) -> dict[str, Any]:
+    """``h <- tanh(h W + x_t)`` over a fed sequence, loss ``sum(h*h)``, gradients w.r.t. ``W`` and
+    ``h0``. ``nested``: each step also runs an inner loop of ``t mod 3`` extra tanh steps (irregular
+    pushes per outer iteration), in its own loop with the opposite ``swap_memory``."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float64, [None, 2], name="xs")
+        n = tn.placeholder(tn.int32, [], name="n")
+        h0 = tn.placeholder(tn.float64, [1, 2], name="h0")
+        w = tn.Variable(np.array([[0.6, -0.3], [0.2, 0.5]]), name="w")
+        wr = w.read()
+
+        def body(t: Any, h: Any) -> Any:
+            h2 = tn.tanh(tn.matmul(h, wr) + tn.reshape(xs[t], [1, 2]))
+            if nested:
+                _, h2 = tn.while_loop(lambda j, v: j < tn.mod(t, 3), lambda j, v: (j + 1, tn.tanh(v) * 0.9),
+                                      [tn.constant(0), h2], swap_memory=not swap, name="inner")
+            return t + 1, h2
+
+        _, h = tn.while_loop(lambda t, h: t < n, body, [tn.constant(0), h0], swap_memory=swap, name="rnn")
+        loss = tn.reduce_sum(h * h)
+        dw, dh0 = tn.gradients(loss, [w, h0])
+    return {"g": g, "xs": xs, "n": n, "h0": h0, "fetch": [loss, dw, dh0]}
+
+
+_MODELS: dict[tuple[bool, bool, int], dict[str, Any]] = {}
+
+
+def model(swap: bool, nested: bool = False, chunk: int = CHUNK) -> dict[str, Any]:
+    """``rnn`` with a reference session and a fast one, built once per module: a new trip count
+    runs the same compiled plan, so the trip-count cases below pay for compiling once."""
+    k = (swap, nested, chunk)
+    if k not in _MODELS:
+        m = rnn(swap, nested)
+        m["ref"] = tn.Session(m["g"])
+        m["fast"] = tn.Session(m["g"], backend="fast", stack_chunk=chunk)
+        _MODELS[k] = m
+    return _MODELS[k]
+
+
+def feed(m: dict[str, Any], steps: int) -> dict[Any, Any]:
+    """Inputs padded to 300 steps, ``n`` of them used: one feed signature, one compiled plan."""
+    rng = np.random.default_rng(steps)
+    return {m["xs"]: rng.normal(size=(300, 2)) * 0.5, m["n"]: steps, m["h0"]: rng.normal(size=(1, 2))}
+
+
+def stack_bytes_per_chunk(g: tn.Graph, frame_loop: str, chunk: int) -> int:
+    """One chunk of every stack of the loop named ``frame_loop`` (values and indices)."""
+    rep = tn.memory_report(g).loop(frame_loop)
+    return sum(chunk * (s.bytes_per_iteration + 4) for s in rep.stacked)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("steps", [10, 64, 200])
+def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> None:
+    m = model(swap=True)
+    f = feed(m, steps)
+    want = m["ref"].run(m["fetch"], f)
+    sess = m["fast"]
+    got = sess.run(m["fetch"], f)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    (rec,) = tn.memory_report(sess).loop("rnn")
+    one_chunk = stack_bytes_per_chunk(m["g"], "rnn", CHUNK)
+    assert rec.device == "cpu:0" and rec.swap_memory is True
+    assert 0 < rec.peak_device_bytes <= 2 * one_chunk  # the chunk being filled + the one in flight
+    stacks = len(tn.memory_report(m["g"]).loop("rnn").stacked)
+    full = steps // CHUNK - (1 if steps % CHUNK == 0 else 0)  # the last chunk never leaves the loop state
+    assert rec.chunks_to_host == rec.chunks_from_host == full * stacks  # counted per stack
+    assert rec.host_bytes == full * one_chunk and rec.chunks_kept_on_device == 0
+    assert sess.last_result.stats["stack_chunks_swapped"] == full * stacks
+
+
+def test_swapped_device_memory_does_not_grow_with_the_trip_count() -> None:
+    g, x, n, y, dx = graphs.power_loop(swap_memory=True)
+    sess = tn.Session(g, backend="fast", stack_chunk=64)
+    peaks = []
+    for steps in (200, 2_000, 8_000):
+        yv, dv = sess.run([y, dx], {x: 1.0001, n: steps})
+        np.testing.assert_allclose([yv, dv], [1.0001**steps, steps * 1.0001 ** (steps - 1)], rtol=1e-9)
+        (rec,) = tn.memory_report(sess).records
+        assert rec.chunks_to_host >= steps // 64 - 1 and rec.host_bytes >= (steps - 64) * PER_ENTRY
+        peaks.append(rec.peak_device_bytes)
+    assert peaks[0] == peaks[1] == peaks[2] <= 2 * 64 * PER_ENTRY
+
+
+@pytest.mark.parametrize("steps", [10, 100])
+def test_unswapped_stacks_never_leave_the_device(steps: int) -> None:
+    m = model(swap=False)
+    f = feed(m, steps)
+    want = m["ref"].run(m["fetch"], f)
+    sess = m["fast"]
+    got = sess.run(m["fetch"], f)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    (rec,) = tn.memory_report(sess).loop("rnn")
+    one_chunk = stack_bytes_per_chunk(m["g"], "rnn", CHUNK)
+    assert rec.swap_memory is False and rec.chunks_to_host == 0 and rec.chunks_from_host == 0
+    assert rec.host_bytes == 0 and sess.last_result.stats["stack_chunks_swapped"] == 0
+    chunks = -(-steps // CHUNK)
+    assert rec.chunks_kept_on_device == (chunks - 1) * len(tn.memory_report(m["g"]).loop("rnn").stacked)
+    assert rec.device_bytes == rec.peak_device_bytes == chunks * one_chunk  # grown on the device
+
+
+def test_nested_loops_with_irregular_pushes() -> None:
+    """Inner trip counts 0, 1, 2, ...: chunks end at uneven points and the backward loop refills a
+    buffer that still has entries (rows are merged below them, LIFO order kept). The outer loop
+    swaps, the inner one does not: each stack follows its own loop's ``swap_memory``."""
+    m = model(swap=True, nested=True, chunk=8)
+    f = feed(m, 24)
+    want = m["ref"].run(m["fetch"], f)
+    sess = m["fast"]
+    got = sess.run(m["fetch"], f)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    rep = tn.memory_report(sess)
+    assert {r.loop for r in rep.records} == {"rnn", "rnn/body/inner"}
+    (outer,) = rep.loop("rnn")
+    (inner,) = rep.loop("rnn/body/inner")
+    assert outer.chunks_to_host > 0 and outer.chunks_from_host >= outer.chunks_to_host
+    assert outer.chunks_kept_on_device == 0 and outer.host_bytes > 0
+    assert inner.chunks_to_host == inner.chunks_from_host == inner.host_bytes == 0
+    assert inner.chunks_kept_on_device > 0
+
+
+def test_the_device_memory_cap_names_the_unswapped_loop() -> None:
+    steps, chunk = 64 * 10, 64
+    limit = 4 * chunk * PER_ENTRY  # room for four chunks of the power loop's one stack
+    g, x, n, y, dx = graphs.power_loop(swap_memory=False)
+    sess = tn.Session(g, backend="fast", stack_chunk=chunk, device_memory_limit=limit)
+    np.testing.assert_allclose(sess.run([y, dx], {x: 1.5, n: 3 * chunk}), [1.5 ** 192, 192 * 1.5**191])
+    with pytest.raises(ResourceExhaustedError, match=r'loop "while".*created at .*graphs\.py.*swap_memory=True'):
+        sess.run([y, dx], {x: 1.0001, n: steps})
+
+    g, x, n, y, dx = graphs.power_loop(swap_memory=True)
+    sess = tn.Session(g, backend="fast", stack_chunk=chunk, device_memory_limit=limit)
+    yv, dv = sess.run([y, dx], {x: 1.0001, n: steps})
+    np.testing.assert_allclose([yv, dv], [1.0001**steps, steps * 1.0001 ** (steps - 1)], rtol=1e-9)
+    (rec,) = tn.memory_report(sess).records
+    assert rec.peak_device_bytes <= limit and rec.chunks_to_host >= 8
+
+
+def test_a_cap_below_two_chunks_stops_a_swapped_loop_with_advice() -> None:
+    g, x, n, y, dx = graphs.power_loop(swap_memory=True)
+    sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * PER_ENTRY + 1)
+    with pytest.raises(ResourceExhaustedError, match="lower stack_chunk"):
+        sess.run([y, dx], {x: 1.5, n: 200})
+    sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * PER_ENTRY - 1)
+    with pytest.raises(ResourceExhaustedError, match="device_memory_limit"):
+        sess.run([y, dx], {x: 1.5, n: 10})  # one chunk does not fit, even when nothing is swapped
+
+
+def test_the_cap_is_validated_and_rejected_where_it_cannot_be_honoured() -> None:
+    g = graphs.power_loop().g
+    for bad in (0, -5, 1.5, True, "1GB"):
+        with pytest.raises(ValueError, match="device_memory_limit"):
+            tn.Session(g, backend="fast", device_memory_limit=bad)
+    for name in ("reference", "smallstep"):
+        with pytest.raises(TypeError, match="device_memory_limit"):
+            tn.Session(g, backend=name, device_memory_limit=2**20)
+
+
+def test_xla_out_of_memory_becomes_resource_exhausted_naming_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the allocator itself may run out first; XLA's RESOURCE_EXHAUSTED is translated."""
+    import jax
+
+    from turnout.fast import stacks
+
+    def oom(self: Any, full: Any) -> Any:
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.")
+
+    monkeypatch.setattr(stacks.ChunkStore, "spill", oom)
+    g, x, n, y, dx = graphs.power_loop()
+    sess = tn.Session(g, backend="fast", stack_chunk=8)
+    with pytest.raises(ResourceExhaustedError, match=r'ran out of memory running loop "while".*swap_memory=True'):
+        sess.run([y, dx], {x: 1.5, n: 100})
+
+
+def test_memory_report_of_a_session() -> None:
+    g, x, n, y, dx = graphs.power_loop(swap_memory=True)
+    ref = tn.Session(g)
+    ref.run([y, dx], {x: 1.5, n: 5})
+    rep = tn.memory_report(ref)
+    assert rep.records == [] and "no gradient stacks" in rep.summary()
+    assert rep.static.loop("while").swap_memory is True
+    fast = tn.Session(g, backend="fast", stack_chunk=4)
+    fast.run([y, dx], {x: 1.5, n: 30})
+    rep = tn.memory_report(fast)
+    assert [r.loop for r in rep.records] == ["while"] and "chunks to host" in str(rep)
+    rows = fast.backend.memory_records()
+    assert set(rows[0]) >= {"loop", "device", "device_bytes", "host_bytes", "chunks_to_host", "chunks_from_host",
+                            "peak_device_bytes"}
+    fast.run([y, dx], {x: 1.5, n: 2})  # fits one chunk: the fused path, nothing moved
+    (rec,) = tn.memory_report(fast).records
+    assert rec.chunks_to_host == 0 and rec.device_bytes == rec.peak_device_bytes == 4 * PER_ENTRY
+    with pytest.raises(TypeError, match="Graph or a Session"):
+        tn.memory_report(42)
