@@ -62,6 +62,8 @@ _INT32_MAX = 2**31 - 1
 _STACK_OPS = frozenset({"StackNew", "StackPush", "StackPop"})
 #: ops that read or write run-time state (Variables): they always run on their owner device
 _STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable"})
+#: ops that forward their input unchanged: no computation, so no branch; a move when they cross devices
+_FORWARD = frozenset({"Identity", "StopGradient"})
 
 
 def jax_device(name: str) -> Any:
@@ -272,7 +274,8 @@ def _spmd_emitter_class() -> type:
             if hit is not None and hit[0] is v:
                 return hit[1]
             src = self.loc[t.node.id]
-            mine = jnp.where(self.idx == src, jnp.asarray(v).astype(jnp.int32), jnp.int32(0))
+            # lax.select, not jnp.where (a nested jit call in the loop body)
+            mine = jax.lax.select(self.idx == src, jnp.asarray(v).astype(jnp.int32), jnp.int32(0))
             shared = jax.lax.psum(mine, AXIS) != 0
             env[("shared", key(t))] = (v, shared)
             self.broadcasts += 1
@@ -298,6 +301,9 @@ def _spmd_emitter_class() -> type:
                 pure = n.op not in _STATEFUL
                 if dead or (pure and all(key(t) not in made and no_leaves(env[key(t)]) for t in n.inputs)):
                     Emitter.run_node(self, n, env)  # known at trace time, the same on every device
+                    continue
+                if n.op in _FORWARD and key(n.inputs[0]) not in made and not n.control_inputs:
+                    env[key(n.outputs[0])] = self.read(env, n.inputs[0], n)  # an alias on n's device
                     continue
                 d = self.loc[n.id]
                 if any(made.get(key(t), d) != d for t in n.inputs):
@@ -421,11 +427,11 @@ class SpmdPlan:
         self.compile_count = 0
 
     def describe(self) -> str:
-        """The mesh and the number of ops per device."""
+        """The mesh, in order, with the number of graph nodes each device owns."""
         counts = [0] * len(self.devices)
         for d in self.loc.values():
             counts[d] += 1
-        return ", ".join(f"{parse(n).short}: {c} ops" for n, c in zip(self.devices, counts, strict=True))
+        return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
 
     def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...]) -> _Compiled:
         import jax
