@@ -27,11 +27,15 @@ Constants, values known at trace time, fed values and Variable handles are the s
 and never move. ``parallel_iterations`` has no effect here: the devices run each iteration in
 lockstep, so device A cannot start iteration i+1 while device B runs iteration i.
 
-What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): programs with
-gradient stacks (the backward loops of ``tn.gradients`` over loops), ops without a JAX lowering,
-devices not of this process or of mixed kinds, programs the fast backend cannot raise to regions,
-and (by default) programs in which no loop spans two devices — those run as well or better as
-per-device compiled segments.
+Gradient stacks (the backward loops of ``tn.gradients`` over loops) are state like Variables: each
+device allocates every stack, the device of its pushes and pops (placement colocates them with the
+``StackNew``) writes it, and a run whose pushes overflow the buffer is repeated with a larger one.
+They are not swapped to host memory in this tier.
+
+What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): a stack whose
+pushes have run-time shapes, ops without a JAX lowering, devices not of this process or of mixed
+kinds, programs the fast backend cannot raise to regions, and (by default) programs in which no loop
+spans two devices — those run as well or better as per-device compiled segments.
 """
 
 from __future__ import annotations
@@ -58,10 +62,11 @@ from turnout.session import RunOptions, RunResult
 
 AXIS = "spmd"
 _INT32_MAX = 2**31 - 1
-#: ops of gradient stacks: their chunked, swapped buffers are not in this tier yet
-_STACK_OPS = frozenset({"StackNew", "StackPush", "StackPop"})
-#: ops that read or write run-time state (Variables): they always run on their owner device
-_STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable"})
+#: the largest gradient stack chunk (entries per stack) a run may grow to before overflow is an error
+MAX_STACK_CAPACITY = 1 << 24
+#: ops that read or write run-time state (Variables, gradient stacks): they run on their owner device
+_STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
+                       "StackPush", "StackPop"})
 #: ops that forward their input unchanged: no computation, so no branch; a move when they cross devices
 _FORWARD = frozenset({"Identity", "StopGradient"})
 
@@ -91,6 +96,33 @@ class _Analysis:
     nodes: list[Node]
     mesh_names: list[str]
     loc: dict[int, int]
+    #: StackNew id -> (element dtype, element shape, index shape)
+    stacks: dict[int, tuple[Any, tuple[int, ...], tuple[int, ...]]]
+
+
+def _stack_layouts(nodes: list[Node]) -> dict[int, tuple[Any, tuple[int, ...], tuple[int, ...]]] | str:
+    """Every gradient stack's element dtype and the static shapes of its elements and iteration
+    indices, from its pushes; or why a stack has none. Why static: each device allocates its stacks
+    before the program runs, so that every ``lax.switch`` branch carries state of one fixed type."""
+    from turnout.fast.emit import stack_source
+
+    out: dict[int, Any] = {}
+    for n in nodes:
+        if n.op != "StackPush":
+            continue
+        src = stack_source(n.inputs[0])
+        v, i = n.inputs[2].shape, n.inputs[1].shape
+        if src is None or v is None or i is None or not all(isinstance(d, int) for d in (*v, *i)):
+            return f"{describe_node(n)} pushes a value of run-time shape; stacks need static shapes in the SPMD tier"
+        got = (n.inputs[2].dtype.numpy, tuple(v), tuple(i))
+        if out.setdefault(src.id, got) != got:
+            return f"{describe_node(src)} receives pushes of different shapes"
+    for n in nodes:
+        if n.op == "StackPop":
+            src = stack_source(n.inputs[0])
+            if src is None or src.id not in out:
+                return f"{describe_node(n)} pops a stack with no push in the program"
+    return out
 
 
 def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor],
@@ -122,8 +154,6 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
         elif isinstance(it, CondRegion):
             pass
     for n in nodes.values():
-        if n.op in _STACK_OPS:
-            return f"{describe_node(n)} is a gradient stack op; gradient stacks are not in the SPMD tier yet"
         if n.op in ("Send", "Recv"):
             return f"{describe_node(n)}: the graph is already partitioned; give the SPMD tier the placed graph"
         if n.op not in LOWERING_RULES:
@@ -144,9 +174,12 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
             jax_device(d)
     except UnsupportedError as e:
         return str(e)
+    stacks = _stack_layouts(list(nodes.values()))
+    if isinstance(stacks, str):
+        return stacks
     pos = {d: i for i, d in enumerate(names)}
     loc = {i: pos[placement.device_of[i]] for i in nodes}
-    return _Analysis(program, list(nodes.values()), names, loc)
+    return _Analysis(program, list(nodes.values()), names, loc, stacks)
 
 
 def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
@@ -157,7 +190,7 @@ def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: 
 
 
 def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-              only_spanning: bool = True) -> Optional[SpmdPlan]:
+              only_spanning: bool = True, stack_capacity: int = 1024) -> Optional[SpmdPlan]:
     """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed,
     or ``None`` when the program is not eligible (``spmd_reason`` says why).
 
@@ -168,7 +201,7 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
     got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     if isinstance(got, str):
         return None
-    return SpmdPlan(graph, placement, list(fetches), [t for t in fed], got)
+    return SpmdPlan(graph, placement, list(fetches), [t for t in fed], got, stack_capacity)
 
 
 # ---- the emitter -----------------------------------------------------------------------------------------
@@ -179,7 +212,7 @@ def _spmd_emitter_class() -> type:
 
     from turnout.fast.emit import Emitter, Traced, _jnp_tree, _zeros_of
     from turnout.fast.regions import CondRegion, Key, WhileRegion, key
-    from turnout.fast.values import DEAD, is_static
+    from turnout.fast.values import DEAD, Handle, is_static
 
     def no_leaves(v: Any) -> bool:
         return is_static(v) or not jax.tree_util.tree_leaves(v)
@@ -322,6 +355,17 @@ def _spmd_emitter_class() -> type:
             self._move_all(env, [(t, n) for d in devs for n in batch[d] for t in n.inputs if key(t) not in made])
             statics: dict[Any, Any] = {}
             fetch = self.fetch_set
+            # Only the state the batch's ops touch goes through the switch (and the error word): a
+            # gradient stack's buffer that no op of the batch uses is not copied through a branch.
+            touched, full = {"err"}, False
+            for d in devs:
+                for n in batch[d]:
+                    if n.op in _STATEFUL:
+                        h = env.get(key(n.inputs[0]))
+                        if isinstance(h, Handle):
+                            touched.add(f"{h.kind}:{h.name}")
+                        else:
+                            full = True
 
             def branch(d: int) -> Any:
                 def fn(state: Any) -> Any:
@@ -348,7 +392,8 @@ def _spmd_emitter_class() -> type:
                 return fn
 
             state0 = self.state
-            traced = {d: Traced(branch(d), state0) for d in devs}
+            sub0 = dict(state0) if full else {k: state0[k] for k in touched if k in state0}
+            traced = {d: Traced(branch(d), sub0) for d in devs}
             self.state = state0
             shapes = {k: s for d in devs for k, s in traced[d].shapes[0].items()}
 
@@ -362,11 +407,12 @@ def _spmd_emitter_class() -> type:
 
             self.batches += 1
             if self.ndev == 1:
-                out, self.state = filled(devs[0])(state0)
+                out, sub = filled(devs[0])(sub0)
             elif len(devs) == 1:
-                out, self.state = jax.lax.cond(self.idx == devs[0], filled(devs[0]), filled(None), state0)
+                out, sub = jax.lax.cond(self.idx == devs[0], filled(devs[0]), filled(None), sub0)
             else:
-                out, self.state = jax.lax.switch(self.idx, [filled(d) for d in range(self.ndev)], state0)
+                out, sub = jax.lax.switch(self.idx, [filled(d) for d in range(self.ndev)], sub0)
+            self.state = {**state0, **sub}
             env.update(out)
             env.update(statics)
             batch.clear()
@@ -397,10 +443,16 @@ class SpmdPlan:
 
     ``devices`` are the canonical names of the mesh, in mesh order; ``run`` takes the fed values, the
     session's Variable store (updated in place, as every backend does) and the run options.
+
+    Gradient stacks are device buffers of ``stack_capacity`` entries, allocated on every device at the
+    start of a run (only the owner's copy is written). A run that pushes more is repeated with twice
+    the capacity (a new compilation; ``stats["stack_capacity"]`` says where it ended), up to
+    ``MAX_STACK_CAPACITY``. Unlike the one-device fast backend, this tier does not swap full chunks to
+    host memory: a stack's whole history stays on its device.
     """
 
     def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
-                 analysis: _Analysis) -> None:
+                 analysis: _Analysis, stack_capacity: int = 1024) -> None:
         from jax.sharding import Mesh
 
         from turnout.fast.backend import stack_source_var
@@ -423,6 +475,8 @@ class SpmdPlan:
         for n in analysis.nodes:
             for t in n.inputs:
                 self.readers.setdefault(key(t), set()).add(n.id)
+        self.stacks = analysis.stacks
+        self.stack_capacity = stack_capacity
         self._compiled: dict[Any, _Compiled] = {}
         self.compile_count = 0
 
@@ -433,12 +487,13 @@ class SpmdPlan:
             counts[d] += 1
         return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
 
-    def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...]) -> _Compiled:
+    def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int) -> _Compiled:
         import jax
         import jax.numpy as jnp
         from jax.sharding import PartitionSpec as P
 
         from turnout.fast.regions import key
+        from turnout.fast.stacks import StackValue
         from turnout.fast.values import DEAD, is_static
 
         comp = _Compiled(None)
@@ -451,6 +506,8 @@ class SpmdPlan:
             em = cls(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
             em.state = {"err": jnp.int32(0), **{f"var:{n}": v for n, v in zip(var_names, var_vals, strict=True)}}
+            for sid, (dtype, elem, index) in self.stacks.items():
+                em.state[f"stack:{sid}"] = StackValue(capacity, dtype).materialize(elem, index)
             env: dict[Any, Any] = dict(zip(feed_keys, feed_vals, strict=True))
             em.run_items(self.program.items, env)
             outs: list[Any] = []
@@ -501,20 +558,27 @@ class SpmdPlan:
                 vn = self.var_nodes[name]
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
         var_vals = tuple(variables[n] for n in var_names)
-        sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
-               tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_vals))
-        comp = self._compiled.get(sig)
-        if comp is None:
-            validate(self.graph, self.fetches, list(feeds))
-            comp = self._compiled[sig] = self._build(feed_keys, var_names)
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
         before = self.compile_count
-        with jax.enable_x64(True):
-            outs, flags, var_out = comp.fn(feed_vals, var_vals, np.int32(min(int(mi), _INT32_MAX)))
-            flags = np.asarray(flags)
-        errs = [int(c) for c in flags[:, 0] if int(c)]
+        while True:
+            sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
+                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_vals), self.stack_capacity)
+            comp = self._compiled.get(sig)
+            if comp is None:
+                validate(self.graph, self.fetches, list(feeds))
+                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity)
+            with jax.enable_x64(True):
+                outs, flags, var_out = comp.fn(feed_vals, var_vals, np.int32(min(int(mi), _INT32_MAX)))
+                flags = np.asarray(flags)
+            errs = sorted({int(c) for c in flags[:, 0] if int(c)})
+            if "overflow" not in [self.codes.lookup(c)[0] for c in errs]:
+                break
+            # a stack outgrew its buffer: nothing of this run is kept; run again with room for twice as many
+            if self.stack_capacity * 2 > MAX_STACK_CAPACITY:
+                raise KernelError(f"SPMD tier: a gradient stack needs more than {MAX_STACK_CAPACITY} entries")
+            self.stack_capacity *= 2
         if errs:
-            kind, message = self.codes.lookup(min(errs))
+            kind, message = self.codes.lookup(errs[0])
             raise (NonTerminationError if kind == "nonterm" else KernelError)(message)
         values: list[Any] = []
         arrays = iter(outs)
@@ -535,6 +599,7 @@ class SpmdPlan:
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
+            "stack_capacity": self.stack_capacity,
             "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, stats=stats)
