@@ -190,7 +190,7 @@ def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: 
 
 
 def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-              only_spanning: bool = True, stack_capacity: int = 1024) -> Optional[SpmdPlan]:
+              only_spanning: bool = True, stack_capacity: int = 64) -> Optional[SpmdPlan]:
     """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed,
     or ``None`` when the program is not eligible (``spmd_reason`` says why).
 
@@ -444,15 +444,17 @@ class SpmdPlan:
     ``devices`` are the canonical names of the mesh, in mesh order; ``run`` takes the fed values, the
     session's Variable store (updated in place, as every backend does) and the run options.
 
-    Gradient stacks are device buffers of ``stack_capacity`` entries, allocated on every device at the
-    start of a run (only the owner's copy is written). A run that pushes more is repeated with twice
-    the capacity (a new compilation; ``stats["stack_capacity"]`` says where it ended), up to
-    ``MAX_STACK_CAPACITY``. Unlike the one-device fast backend, this tier does not swap full chunks to
-    host memory: a stack's whole history stays on its device.
+    Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with), allocated on
+    every device at the start of a run (only the owner's copy is written). A run that pushes more is
+    repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
+    ended, and later runs keep it), up to ``MAX_STACK_CAPACITY``. Why small to start: every run
+    allocates and zeroes every stack on every device, so room that is never used costs time. Unlike
+    the one-device fast backend, this tier does not swap full chunks to host memory: a stack's whole
+    history stays on its device.
     """
 
     def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
-                 analysis: _Analysis, stack_capacity: int = 1024) -> None:
+                 analysis: _Analysis, stack_capacity: int = 64) -> None:
         from jax.sharding import Mesh
 
         from turnout.fast.backend import stack_source_var

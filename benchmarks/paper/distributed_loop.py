@@ -194,7 +194,7 @@ def plot(rows: list[dict[str, Any]], docs: bool) -> list[str]:
         sel = [r for r in rows if r["parallel_iterations"] == pi]
         ds = [r["devices"] for r in sel]
         ax.plot(ds, [r["turnout_iter_per_s"] for r in sel], "o" + styles[pi], color="C0",
-                label=f"Turnout SPMD tier, parallel_iterations={pi}")
+                label=f"Turnout ({sel[-1]['tier']} tier), parallel_iterations={pi}")
         ax.plot(ds, [r["partitioned_reference"]["iterations_per_s"] for r in sel], "^" + styles[pi], color="C2",
                 label=f"partitioned reference executor, parallel_iterations={pi}")
     sel = [r for r in rows if r["parallel_iterations"] == PARALLEL[0]]

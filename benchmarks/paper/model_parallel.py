@@ -6,10 +6,10 @@ one ``tn.while_loop`` over time whose body runs the 8 layers, each under ``tn.de
 ``l mod D``; its weights are Variables on the same device, read once outside the loop. The forward step
 (the top layer's last output) is timed for D = 1, 2, 4, 8 and the speedup is time(D=1) / time(D).
 
-Routes: ``tn.Session(graph, backend="fast", devices=...)`` when that accepts devices (then a training
-step, the gradient of the loss with respect to every layer's weights, is timed too), otherwise the
-SPMD tier directly (``turnout.devices.spmd.spmd_plan``), which runs the forward step only (gradient
-stacks are not in that tier). The unpartitioned fast backend gives the one-device baseline.
+A training step (the gradient of the loss with respect to every layer's weights: a backward loop with
+gradient stacks on each layer's device) is timed too. Routes: ``tn.Session(graph, backend="fast",
+devices=...)`` when that accepts devices, otherwise the SPMD tier directly
+(``turnout.devices.spmd.spmd_plan``). The unpartitioned fast backend gives the one-device baseline.
 
 On forced host CPU devices of a 2-core machine no speedup is expected: the "devices" share the two
 cores. The SPMD tier also runs every iteration in lockstep (no pipelining across iterations), so its
@@ -107,14 +107,17 @@ def runners(m: dict[str, Any], ndev: int) -> tuple[Callable[[Any], Any], Optiona
     plan = spmd_plan(g, pl, fetches, fed, only_spanning=False)
     if plan is None:
         raise SystemExit(f"the SPMD tier declined the LSTM: {spmd_reason(g, pl, fetches, fed, False)}")
+    grads = list(m["grads"])
+    tplan = spmd_plan(g, pl, grads, fed, only_spanning=False)
     variables: dict[str, Any] = {}
     opts = RunOptions()
-    return (lambda f: plan.run(f, variables, opts).values[0]), None, "spmd_plan"
+    train = (lambda f: tplan.run(f, variables, opts).values) if tplan is not None else None
+    return (lambda f: plan.run(f, variables, opts).values[0]), train, "spmd_plan"
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a smoke run: a small model, few repeats")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a small model on 1 and 2 devices, few repeats")
     ap.add_argument("--docs", action="store_true", help="also write the plot to docs/_static/paper/")
     args = ap.parse_args(argv)
     force_host_devices(max(DEVICE_COUNTS))
@@ -132,7 +135,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     base = tn.Session(base_m["graph"], backend="fast")
     base_feeds = {base_m["xs"]: xs, base_m["T"]: steps}
     want = base.run(base_m["top"], base_feeds)
-    for ndev in DEVICE_COUNTS:
+    want_grads = base.run(base_m["grads"], base_feeds)
+    base_train = timed(lambda: base.run(base_m["grads"], base_feeds), repeat)
+    counts = DEVICE_COUNTS[:2] if args.quick else DEVICE_COUNTS  # a smoke run compiles less
+    for ndev in counts:
         m = build(ndev, batch, hidden, steps)
         feeds = {m["xs"]: xs, m["T"]: np.int32(steps)}
         fwd, train, route = runners(m, ndev)
@@ -142,6 +148,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         row: dict[str, Any] = {"devices": ndev, "route": route, "forward": t, "fast_one_device": b,
                                "forward_ms": 1e3 * t["median_s"], "fast_one_device_ms": 1e3 * b["median_s"]}
         if train is not None:
+            for a, b_ in zip(train(feeds), want_grads, strict=True):
+                np.testing.assert_allclose(np.asarray(a), b_, rtol=1e-3, atol=1e-5)
             tr = timed(lambda f=train, fd=feeds: f(fd), repeat)
             row["train"], row["train_ms"] = tr, 1e3 * tr["median_s"]
         rows.append(row)
@@ -155,7 +163,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if "train_ms" in rows[0] and "train_ms" in r:
             r["train_speedup"] = rows[0]["train_ms"] / r["train_ms"]
     res = {"name": NAME, "quick": args.quick, "layers": LAYERS, "batch": batch, "hidden": hidden, "steps": steps,
-           "parallel_iterations": 32, "platform": jax.devices()[0].platform, "rows": rows}
+           "parallel_iterations": 32, "platform": jax.devices()[0].platform, "rows": rows,
+           "fast_one_device_train": base_train, "fast_one_device_train_ms": 1e3 * base_train["median_s"]}
+    print(f"unpartitioned fast backend training step: {res['fast_one_device_train_ms']:.1f} ms")
     res["results_path"] = write_results(NAME, res)
     res["plots"] = plot(rows, args.docs)
     return res
@@ -175,11 +185,13 @@ def plot(rows: list[dict[str, Any]], docs: bool) -> list[str]:
     a1.plot(ds, [r["forward_ms"] for r in rows], "o-", label="forward step, Turnout")
     if all("train_ms" in r for r in rows):
         a1.plot(ds, [r["train_ms"] for r in rows], "s-", label="training step, Turnout")
-    a1.plot(ds, [r["fast_one_device_ms"] for r in rows], "k:", label="unpartitioned fast backend (1 device)")
+    a1.plot(ds, [r["fast_one_device_ms"] for r in rows], "k:", label="forward, unpartitioned fast backend")
     a1.set_xlabel("devices D (layer l on device l mod D)")
     a1.set_ylabel("step time (ms)")
     a1.legend(fontsize=7)
-    a2.plot(ds, [r["speedup"] for r in rows], "o-", label="measured (forced host CPU devices)")
+    a2.plot(ds, [r["speedup"] for r in rows], "o-", label="forward, measured (forced host CPU devices)")
+    if all("train_speedup" in r for r in rows):
+        a2.plot(ds, [r["train_speedup"] for r in rows], "s-", label="training, measured")
     a2.plot(ds, [0.8 * d for d in ds], "--", color="gray", label="GPU target 0.8 x D")
     a2.set_xlabel("devices D")
     a2.set_ylabel("speedup time(1) / time(D)")
