@@ -52,7 +52,7 @@ def find_chain(r: CondRegion) -> list[CondRegion]:
     return chain
 
 
-def speculate(chain: list[CondRegion], env: dict[Key, Any], run_node: Any
+def speculate(chain: list[CondRegion], env: dict[Key, Any], emitter: Any
               ) -> Optional[tuple[list[Any], dict[Key, Any], set[int]]]:
     """Every predicate of the chain, computed outside any branch: level ``j + 1``'s predicate is computed
     as if levels ``0..j`` took their false branch. Returns the predicates, the environment with the
@@ -63,18 +63,18 @@ def speculate(chain: list[CondRegion], env: dict[Key, Any], run_node: Any
     preds: list[Any] = []
     computed: set[int] = set()
     for j, r in enumerate(chain):
-        p = senv.get(key(r.pred), DEAD)
+        p = emitter.read_pred(senv, r.pred) if key(r.pred) in senv else DEAD
         if p is DEAD:
             return None
         preds.append(p)
         if j + 1 == len(chain):
             break
         for s in r.switches:
-            senv[key(s.outputs[0])] = senv[key(s.inputs[0])]
+            senv[key(s.outputs[0])] = emitter.read(senv, s.inputs[0], s)
             senv[key(s.outputs[1])] = DEAD
         nodes, _ = _prefix(r)  # type: ignore[misc]
         for n in nodes:
-            run_node(n, senv)
+            emitter.run_node(n, senv)
             computed.add(n.id)
     return preds, senv, computed
 

@@ -182,6 +182,19 @@ class Emitter:
     def set_stack(self, h: Handle, s: stk.StackValue) -> None:
         self.state[stack_key(h)] = s
 
+    # ---- reads along control-flow edges ---------------------------------------------------------
+    def read(self, env: Env, t: Tensor, reader: Node) -> Any:
+        """The value of ``t`` as the structural node ``reader`` (a Switch, Merge, Enter, Exit) passes
+        it on. Why a method: on one device it is just the environment's value, but the SPMD tier
+        (``turnout.devices.spmd``) overrides it to move the value to ``reader``'s device first."""
+        return env[key(t)]
+
+    def read_pred(self, env: Env, t: Tensor) -> Any:
+        """The value of predicate ``t`` as a ``lax.cond`` or loop test reads it: on one device the
+        environment's value; the SPMD tier overrides it to share the predicate with every device, so
+        that all of them take the same branch and run the same number of iterations."""
+        return env[key(t)]
+
     # ---- items ----------------------------------------------------------------------------------
     def run_items(self, items: list[Item], env: Env) -> None:
         for it in items:
@@ -225,7 +238,7 @@ class Emitter:
                       | set(r.exports))
 
     def run_cond(self, r: CondRegion, env: Env) -> None:
-        p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else env[key(r.pred)]
+        p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else self.read_pred(env, r.pred)
         exports = self._exports(r)
         if p is DEAD:
             for m, _ in r.merges:
@@ -239,14 +252,14 @@ class Emitter:
                 self.state = dict(state)
                 benv = dict(env)
                 for s in r.switches:
-                    benv[key(s.outputs[int(b)])] = benv[key(s.inputs[0])]
+                    benv[key(s.outputs[int(b)])] = self.read(benv, s.inputs[0], s)
                     benv[key(s.outputs[1 - int(b)])] = DEAD
                 saved, self.lives = self.lives, {}
                 self.run_items(r.branches[b], benv)
                 merges = []
                 for m, slots in r.merges:
                     if b in slots:
-                        merges.append((benv[key(m.inputs[slots[b]])], np.asarray(slots[b], np.int32)))
+                        merges.append((self.read(benv, m.inputs[slots[b]], m), np.asarray(slots[b], np.int32)))
                     else:
                         merges.append((DEAD, DEAD))
                 vals = [benv.get(k, DEAD) for k in exports]
@@ -258,7 +271,7 @@ class Emitter:
             return fn
 
         chain = find_chain(r) if not is_static(p) else [r]
-        preds = speculate(chain, env, self.run_node) if len(chain) >= MIN_LEVELS else None
+        preds = speculate(chain, env, self) if len(chain) >= MIN_LEVELS else None
         if is_static(p):
             merges, vals, lives, self.state = branch(bool(p))(self.state)
         elif preds is not None:
@@ -353,7 +366,7 @@ class Emitter:
         """
         base = dict(env)
         for inv in r.invariants:
-            base[key(inv.outputs[0])] = env[key(inv.inputs[0])]
+            base[key(inv.outputs[0])] = self.read(env, inv.inputs[0], inv)
         pkey = key(r.loop_cond.inputs[0])
         ckeys = [key(t) for t in r.carried if key(t) != pkey]  # the predicate has its own slot
         lck = key(r.loop_cond.outputs[0])
@@ -365,10 +378,10 @@ class Emitter:
                 henv[key(m.outputs[0])] = v
                 henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
             self.run_items(r.header, henv)
-            return [henv[k] for k in ckeys], henv[pkey], self.state
+            return [henv[k] for k in ckeys], self.read_pred(henv, r.loop_cond.inputs[0]), self.state
 
         def start(state: dict[str, Any]) -> Any:
-            vals0 = [env[key(e.inputs[0])] for e, _, _, _, _ in r.loop_vars]
+            vals0 = [self.read(env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
             if any(v is DEAD for v in vals0):
                 return None
             vals, pred, st = header(vals0, True, state)
@@ -382,7 +395,7 @@ class Emitter:
             env[pkey] = pred
             env[lck] = pred
             for s in r.switches:
-                env[key(s.outputs[taken])] = env[key(s.inputs[0])]
+                env[key(s.outputs[taken])] = self.read(env, s.inputs[0], s)
                 env[key(s.outputs[1 - taken])] = DEAD
             return env
 
@@ -391,7 +404,7 @@ class Emitter:
             self.state = dict(state)
             benv = side_env(vals, pred, 1)
             self.run_items(r.body, benv)
-            nxt = [benv[key(nx.inputs[0])] for _, _, nx, _, _ in r.loop_vars]
+            nxt = [self.read(benv, nx.inputs[0], m) for _, m, nx, _, _ in r.loop_vars]
             vals2, pred2, st2 = header(nxt, False, self.state)
             return _jnp_tree((vals2, pred2, st2, iters + 1))
 
@@ -411,7 +424,7 @@ class Emitter:
                        f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
                        "does the loop end?", code="nonterm")
             for x in r.exits:
-                out_env[key(x.outputs[0])] = eenv[key(x.inputs[0])]
+                out_env[key(x.outputs[0])] = self.read(eenv, x.inputs[0], x)
 
         return start, body, finish
 

@@ -1,0 +1,210 @@
+"""Model parallelism: an 8-layer LSTM with layer l on device l mod D, step time and speedup against D.
+
+The paper splits a deep LSTM layer by layer over devices and lets ``parallel_iterations`` pipeline the
+time steps: device l may run time step t+1 of its layer while device l+1 runs step t. Here the model is
+one ``tn.while_loop`` over time whose body runs the 8 layers, each under ``tn.device`` for device
+``l mod D``; its weights are Variables on the same device, read once outside the loop. The forward step
+(the top layer's last output) is timed for D = 1, 2, 4, 8 and the speedup is time(D=1) / time(D).
+
+A training step (the gradient of the loss with respect to every layer's weights: a backward loop with
+gradient stacks on each layer's device) is timed too. Routes: ``tn.Session(graph, backend="fast",
+devices=...)`` when that accepts devices, otherwise the SPMD tier directly
+(``turnout.devices.spmd.spmd_plan``). The unpartitioned fast backend gives the one-device baseline.
+
+On forced host CPU devices of a 2-core machine no speedup is expected: the "devices" share the two
+cores. The SPMD tier also runs every iteration in lockstep (no pipelining across iterations), so its
+layers run one after the other within a step. On GPUs the paper's target is a speedup of at least
+0.8 x D. Usage: ``python benchmarks/paper/model_parallel.py [--quick] [--docs]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.paper.common import force_host_devices, save_plot, write_results  # noqa: E402
+
+NAME = "model_parallel"
+DEVICE_COUNTS = (1, 2, 4, 8)
+LAYERS = 8
+
+
+def build(ndev: int, batch: int, hidden: int, steps: int, parallel_iterations: int = 32,
+          seed: int = 0) -> dict[str, Any]:
+    """The layered LSTM; returns the graph, the placeholders, the output and the weights."""
+    import numpy as np
+
+    import turnout as tn
+
+    rng = np.random.default_rng(seed)
+    H = hidden
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [steps, batch, H], name="xs")
+        T = tn.placeholder(tn.int32, [], name="T")
+        weights, reads, state0 = [], [], []
+        for layer in range(LAYERS):
+            with tn.device(f"cpu:{layer % ndev}"):
+                W = tn.Variable((rng.normal(size=(2 * H, 4 * H)) * (0.5 / np.sqrt(H))).astype(np.float32),
+                                name=f"W{layer}")
+                b = tn.Variable(np.zeros(4 * H, np.float32), name=f"b{layer}")
+                weights += [W, b]
+                reads.append((W.read(), b.read()))
+                zeros = tn.zeros([batch, H], tn.float32)
+                state0 += [zeros, zeros]
+        with tn.device("cpu:0"):
+            t0 = tn.constant(0, name="t0")
+
+        def body(t: Any, *state: Any) -> Any:
+            out: list[Any] = []
+            with tn.device("cpu:0"):
+                x = xs[t]
+            for layer in range(LAYERS):
+                h, c = state[2 * layer], state[2 * layer + 1]
+                w, bb = reads[layer]
+                with tn.device(f"cpu:{layer % ndev}"):
+                    z = tn.matmul(tn.concat([x, h], 1), w) + bb
+                    i, f = tn.sigmoid(z[:, 0:H]), tn.sigmoid(z[:, H:2 * H])
+                    o, gg = tn.sigmoid(z[:, 2 * H:3 * H]), tn.tanh(z[:, 3 * H:])
+                    c2 = f * c + i * gg
+                    x = o * tn.tanh(c2)
+                out += [x, c2]
+            with tn.device("cpu:0"):
+                return (t + 1, *out)
+
+        res = tn.while_loop(lambda t, *s: t < T, body, [t0, *state0], parallel_iterations=parallel_iterations)
+        top = res[-2]
+        with tn.device(f"cpu:{(LAYERS - 1) % ndev}"):
+            loss = tn.reduce_mean(top * top)
+        grads = tn.gradients(loss, weights)
+    return {"graph": g, "xs": xs, "T": T, "top": top, "loss": loss, "grads": grads}
+
+
+def runners(m: dict[str, Any], ndev: int) -> tuple[Callable[[Any], Any], Optional[Callable[[Any], Any]], str]:
+    """(forward(feeds), training step(feeds) or None, route)."""
+    import turnout as tn
+    from turnout.devices import place
+    from turnout.devices.spmd import spmd_plan, spmd_reason
+    from turnout.session import RunOptions
+
+    g = m["graph"]
+    devs = [f"cpu:{k}" for k in range(ndev)]
+    try:
+        sess = tn.Session(g, backend="fast", devices=devs)
+    except tn.UnsupportedError:
+        sess = None
+    if sess is not None:
+        return (lambda f: sess.run(m["top"], f)), (lambda f: sess.run(m["grads"], f)), "session"
+    fetches, fed = [m["top"]], [m["xs"], m["T"]]
+    pl = place(g, devs)
+    plan = spmd_plan(g, pl, fetches, fed, only_spanning=False)
+    if plan is None:
+        raise SystemExit(f"the SPMD tier declined the LSTM: {spmd_reason(g, pl, fetches, fed, False)}")
+    grads = list(m["grads"])
+    tplan = spmd_plan(g, pl, grads, fed, only_spanning=False)
+    variables: dict[str, Any] = {}
+    opts = RunOptions()
+    train = (lambda f: tplan.run(f, variables, opts).values) if tplan is not None else None
+    return (lambda f: plan.run(f, variables, opts).values[0]), train, "spmd_plan"
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a small model on 1 and 2 devices, few repeats")
+    ap.add_argument("--docs", action="store_true", help="also write the plot to docs/_static/paper/")
+    args = ap.parse_args(argv)
+    force_host_devices(max(DEVICE_COUNTS))
+    import jax
+    import numpy as np
+
+    import turnout as tn
+    from benchmarks.common import timed, timed_pair
+
+    batch, hidden, steps = (4, 32, 6) if args.quick else (16, 128, 30)
+    repeat = 2 if args.quick else 5
+    xs = np.random.default_rng(1).normal(size=(steps, batch, hidden)).astype(np.float32)
+    rows = []
+    base_m = build(1, batch, hidden, steps)
+    base = tn.Session(base_m["graph"], backend="fast")
+    base_feeds = {base_m["xs"]: xs, base_m["T"]: steps}
+    want = base.run(base_m["top"], base_feeds)
+    want_grads = base.run(base_m["grads"], base_feeds)
+    base_train = timed(lambda: base.run(base_m["grads"], base_feeds), repeat)
+    counts = DEVICE_COUNTS[:2] if args.quick else DEVICE_COUNTS  # a smoke run compiles less
+    for ndev in counts:
+        m = build(ndev, batch, hidden, steps)
+        feeds = {m["xs"]: xs, m["T"]: np.int32(steps)}
+        fwd, train, route = runners(m, ndev)
+        got = fwd(feeds)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+        t, b = timed_pair(lambda f=fwd, fd=feeds: f(fd), lambda: base.run(base_m["top"], base_feeds), repeat)
+        row: dict[str, Any] = {"devices": ndev, "route": route, "forward": t, "fast_one_device": b,
+                               "forward_ms": 1e3 * t["median_s"], "fast_one_device_ms": 1e3 * b["median_s"]}
+        if train is not None:
+            for a, b_ in zip(train(feeds), want_grads, strict=True):
+                np.testing.assert_allclose(np.asarray(a), b_, rtol=1e-3, atol=1e-5)
+            tr = timed(lambda f=train, fd=feeds: f(fd), repeat)
+            row["train"], row["train_ms"] = tr, 1e3 * tr["median_s"]
+        rows.append(row)
+        print(f"D={ndev}: forward {row['forward_ms']:.1f} ms ({route}); unpartitioned fast backend "
+              f"{row['fast_one_device_ms']:.1f} ms" + (f"; training step {row['train_ms']:.1f} ms" if train else ""),
+              flush=True)
+    t1 = rows[0]["forward_ms"]
+    for r in rows:
+        r["speedup"] = t1 / r["forward_ms"]
+        r["target_speedup_gpu"] = 0.8 * r["devices"]
+        if "train_ms" in rows[0] and "train_ms" in r:
+            r["train_speedup"] = rows[0]["train_ms"] / r["train_ms"]
+    res = {"name": NAME, "quick": args.quick, "layers": LAYERS, "batch": batch, "hidden": hidden, "steps": steps,
+           "parallel_iterations": 32, "platform": jax.devices()[0].platform, "rows": rows,
+           "fast_one_device_train": base_train, "fast_one_device_train_ms": 1e3 * base_train["median_s"]}
+    print(f"unpartitioned fast backend training step: {res['fast_one_device_train_ms']:.1f} ms")
+    res["results_path"] = write_results(NAME, res)
+    res["plots"] = plot(rows, args.docs)
+    return res
+
+
+def plot(rows: list[dict[str, Any]], docs: bool) -> list[str]:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[plots]'): no plot")
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ds = [r["devices"] for r in rows]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
+    a1.plot(ds, [r["forward_ms"] for r in rows], "o-", label="forward step, Turnout")
+    if all("train_ms" in r for r in rows):
+        a1.plot(ds, [r["train_ms"] for r in rows], "s-", label="training step, Turnout")
+    a1.plot(ds, [r["fast_one_device_ms"] for r in rows], "k:", label="forward, unpartitioned fast backend")
+    a1.set_xlabel("devices D (layer l on device l mod D)")
+    a1.set_ylabel("step time (ms)")
+    a1.legend(fontsize=7)
+    a2.plot(ds, [r["speedup"] for r in rows], "o-", label="forward, measured (forced host CPU devices)")
+    if all("train_speedup" in r for r in rows):
+        a2.plot(ds, [r["train_speedup"] for r in rows], "s-", label="training, measured")
+    a2.plot(ds, [0.8 * d for d in ds], "--", color="gray", label="GPU target 0.8 x D")
+    a2.set_xlabel("devices D")
+    a2.set_ylabel("speedup time(1) / time(D)")
+    a2.legend(fontsize=7)
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_xticks(list(DEVICE_COUNTS), [str(d) for d in DEVICE_COUNTS])
+        a.grid(True, alpha=0.3)
+    fig.suptitle("8-layer LSTM, model parallel")
+    paths = save_plot(fig, NAME, docs=docs)
+    plt.close(fig)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

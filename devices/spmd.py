@@ -1,0 +1,618 @@
+"""The SPMD tier: a program whose loops span devices of one process, compiled as ONE program.
+
+Why one program: a loop whose iterations hop between devices costs, when the host drives it, one
+dispatch and one host round trip per device per iteration (tens of microseconds each). If every op
+of the program lowers to JAX, the whole placed program can instead be one ``jax.jit`` of a
+``shard_map`` over a ``Mesh`` of the devices it uses. Every device runs the same program (SPMD) on
+the region tree that ``fast.functionalize`` raises the graph to, and the placement decides which
+device does what:
+
+* **an op runs only on its owner device**: consecutive ops of one scope are grouped into *batches*
+  (a batch ends where an op reads a value that another device computed in the same batch); a batch
+  becomes one ``lax.switch`` on ``lax.axis_index``, whose branch ``d`` runs the batch's ops of device
+  ``d`` (a ``lax.cond`` when only one device has ops). The other devices' copies of those outputs are
+  zeros: a value is only meaningful on its owner device.
+* **a value that crosses devices moves by** ``lax.ppermute`` from its owner to the device of the op
+  that reads it: the Send/Recv pair of the partitioned graph. The moves a batch needs are made before
+  it, as few ``ppermute`` calls as possible (moves with distinct sources and destinations share one);
+  a moved value is remembered in its scope, so it crosses once per scope (once per loop entry for a
+  loop invariant, once per iteration for a loop variable).
+* **the predicates are shared**: a cond's predicate and a loop's ``LoopCond`` input are broadcast from
+  their owner by a ``psum``, so every device takes the same branch and runs the loop in lockstep
+  (collectives inside ``lax.cond`` and ``lax.while_loop`` need that).
+* **fetches come back from their owner device**, as do Variables: each device keeps a copy of every
+  Variable, updated only on the device of the Variable's ops (placement colocates them).
+
+Constants, values known at trace time, fed values and Variable handles are the same on every device
+and never move. ``parallel_iterations`` has no effect here: the devices run each iteration in
+lockstep, so device A cannot start iteration i+1 while device B runs iteration i.
+
+Gradient stacks (the backward loops of ``tn.gradients`` over loops) are state like Variables: each
+device allocates every stack, the device of its pushes and pops (placement colocates them with the
+``StackNew``) writes it, and a run whose pushes overflow the buffer is repeated with a larger one.
+They are not swapped to host memory in this tier.
+
+What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): a stack whose
+pushes have run-time shapes, ops without a JAX lowering, devices not of this process or of mixed
+kinds, programs the fast backend cannot raise to regions, and (by default) programs in which no loop
+spans two devices — those run as well or better as per-device compiled segments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.devices.names import parse
+from turnout.devices.placement import Placement
+from turnout.errors import (
+    DeadFetchError,
+    KernelError,
+    NonTerminationError,
+    TurnoutError,
+    UnsupportedError,
+    describe_node,
+)
+from turnout.graph import Graph, Node, Tensor
+from turnout.session import RunOptions, RunResult
+
+AXIS = "spmd"
+_INT32_MAX = 2**31 - 1
+#: the largest gradient stack chunk (entries per stack) a run may grow to before overflow is an error
+MAX_STACK_CAPACITY = 1 << 24
+#: ops that read or write run-time state (Variables, gradient stacks): they run on their owner device
+_STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
+                       "StackPush", "StackPop"})
+#: ops that forward their input unchanged: no computation, so no branch; a move when they cross devices
+_FORWARD = frozenset({"Identity", "StopGradient"})
+
+
+def jax_device(name: str) -> Any:
+    """The ``jax.Device`` of a canonical device name (``/job:localhost/task:0/device:CPU:1`` -> the second
+    CPU device of this process). Raises ``UnsupportedError`` when this process has no such device."""
+    import jax
+
+    spec = parse(name)
+    kind = spec.type.lower()
+    try:
+        devs = jax.devices(kind)
+    except RuntimeError:
+        raise UnsupportedError(f"device {spec.short}: this process has no {spec.type} devices") from None
+    if spec.index >= len(devs):
+        raise UnsupportedError(f"device {spec.short}: this process has only {len(devs)} {spec.type} devices "
+                               "(for forced host devices, set XLA_FLAGS=--xla_force_host_platform_device_count=N "
+                               "before importing jax)")
+    return devs[spec.index]
+
+
+# ---- eligibility ---------------------------------------------------------------------------------------
+@dataclass
+class _Analysis:
+    program: Any
+    nodes: list[Node]
+    mesh_names: list[str]
+    loc: dict[int, int]
+    #: StackNew id -> (element dtype, element shape, index shape)
+    stacks: dict[int, tuple[Any, tuple[int, ...], tuple[int, ...]]]
+
+
+def _stack_layouts(nodes: list[Node]) -> dict[int, tuple[Any, tuple[int, ...], tuple[int, ...]]] | str:
+    """Every gradient stack's element dtype and the static shapes of its elements and iteration
+    indices, from its pushes; or why a stack has none. Why static: each device allocates its stacks
+    before the program runs, so that every ``lax.switch`` branch carries state of one fixed type."""
+    from turnout.fast.emit import stack_source
+
+    out: dict[int, Any] = {}
+    for n in nodes:
+        if n.op != "StackPush":
+            continue
+        src = stack_source(n.inputs[0])
+        v, i = n.inputs[2].shape, n.inputs[1].shape
+        if src is None or v is None or i is None or not all(isinstance(d, int) for d in (*v, *i)):
+            return f"{describe_node(n)} pushes a value of run-time shape; stacks need static shapes in the SPMD tier"
+        got = (n.inputs[2].dtype.numpy, tuple(v), tuple(i))
+        if out.setdefault(src.id, got) != got:
+            return f"{describe_node(src)} receives pushes of different shapes"
+    for n in nodes:
+        if n.op == "StackPop":
+            src = stack_source(n.inputs[0])
+            if src is None or src.id not in out:
+                return f"{describe_node(n)} pops a stack with no push in the program"
+    return out
+
+
+def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor],
+             only_spanning: bool) -> _Analysis | str:
+    """The raised program and its device map, or the reason the SPMD tier cannot run it."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:  # pragma: no cover - jax is a dependency of the fast backend
+        return "jax is not installed"
+    from turnout.fast.functionalize import functionalize
+    from turnout.fast.lowering import LOWERING_RULES
+    from turnout.fast.regions import CondRegion, WhileRegion, walk
+
+    for t in fetches:
+        if t.dtype.is_opaque:
+            return f"fetch {t.name} is a {t.dtype.name} value; the SPMD tier fetches arrays only"
+    try:
+        program = functionalize(graph, list(fetches), list(fed))
+    except TurnoutError as e:
+        return f"no structured form: {e}"
+    nodes: dict[int, Node] = {}
+    spanning = False
+    for it in walk(program.items):
+        ns = [it] if isinstance(it, Node) else it.nodes
+        for n in ns:
+            nodes[n.id] = n
+        if isinstance(it, WhileRegion):
+            spanning |= len({placement.device_of.get(n.id) for n in it.nodes}) > 1
+        elif isinstance(it, CondRegion):
+            pass
+    for n in nodes.values():
+        if n.op in ("Send", "Recv"):
+            return f"{describe_node(n)}: the graph is already partitioned; give the SPMD tier the placed graph"
+        if n.op not in LOWERING_RULES:
+            return f"{describe_node(n)} has no JAX lowering"
+        if n.id not in placement.device_of:
+            return f"{describe_node(n)} has no device in the placement"
+    if only_spanning and not spanning:
+        return "no loop spans two devices (a program without one runs as per-device compiled segments)"
+    used = {placement.device_of[i] for i in nodes}
+    names = [d for d in placement.devices if d in used]
+    specs = [parse(d) for d in names]
+    if len({(s.job, s.task) for s in specs}) > 1:
+        return "the devices belong to several tasks; one SPMD program runs in one process"
+    if len({s.type for s in specs}) > 1:
+        return f"the devices are of several kinds ({sorted({s.type for s in specs})}); one mesh holds one kind"
+    try:
+        for d in names:
+            jax_device(d)
+    except UnsupportedError as e:
+        return str(e)
+    stacks = _stack_layouts(list(nodes.values()))
+    if isinstance(stacks, str):
+        return stacks
+    pos = {d: i for i, d in enumerate(names)}
+    loc = {i: pos[placement.device_of[i]] for i in nodes}
+    return _Analysis(program, list(nodes.values()), names, loc, stacks)
+
+
+def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
+                only_spanning: bool = True) -> Optional[str]:
+    """Why ``spmd_plan`` would decline this program (``None``: it accepts it)."""
+    got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
+    return got if isinstance(got, str) else None
+
+
+def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
+              only_spanning: bool = True, stack_capacity: int = 64) -> Optional[SpmdPlan]:
+    """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed,
+    or ``None`` when the program is not eligible (``spmd_reason`` says why).
+
+    ``only_spanning=False`` also accepts programs in which no loop spans two devices (benchmarks use it
+    to run the same program on one device). Tracing happens at the first ``SpmdPlan.run`` per feed
+    signature; a program that turns out not to lower then raises ``UnsupportedError`` there.
+    """
+    got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
+    if isinstance(got, str):
+        return None
+    return SpmdPlan(graph, placement, list(fetches), [t for t in fed], got, stack_capacity)
+
+
+# ---- the emitter -----------------------------------------------------------------------------------------
+def _spmd_emitter_class() -> type:
+    """The emitter subclass, built on first use: ``turnout.fast`` imports jax, which the core must not."""
+    import jax
+    import jax.numpy as jnp
+
+    from turnout.fast.emit import Emitter, Traced, _jnp_tree, _zeros_of
+    from turnout.fast.regions import CondRegion, Key, WhileRegion, key
+    from turnout.fast.values import DEAD, Handle, is_static
+
+    def no_leaves(v: Any) -> bool:
+        return is_static(v) or not jax.tree_util.tree_leaves(v)
+
+    class SpmdEmitter(Emitter):
+        """The fast backend's emitter, with every op run on its owner device and values moved
+        between devices where an edge crosses them (see the module docstring)."""
+
+        def __init__(self, *args: Any, loc: dict[int, int], ndev: int, readers: dict[Key, set[int]],
+                     **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.loc = loc
+            self.ndev = ndev
+            self.readers = readers
+            self.idx = jax.lax.axis_index(AXIS)
+            self.moves = 0       # ppermute calls traced
+            self.broadcasts = 0  # predicate psums traced
+            self.batches = 0     # lax.switch / lax.cond batches traced
+
+        # -- moves ---------------------------------------------------------------------------------
+        def _where(self, env: dict[Any, Any], t: Tensor, reader: Node) -> Optional[tuple[int, int]]:
+            """(source, destination) mesh positions when ``reader`` needs ``t`` moved, else None."""
+            v = env[key(t)]
+            if v is DEAD or no_leaves(v) or t.node.id in self.fed:
+                return None
+            src, dst = self.loc.get(t.node.id), self.loc.get(reader.id)
+            if src is None or dst is None or src == dst:
+                return None
+            hit = env.get(("moved", key(t), dst))
+            if hit is not None and hit[0] is v:
+                return None
+            return src, dst
+
+        def read(self, env: dict[Any, Any], t: Tensor, reader: Node) -> Any:
+            if self._where(env, t, reader) is not None:
+                self._move_all(env, [(t, reader)])
+            return self._local(env, t, reader)
+
+        def _local(self, env: dict[Any, Any], t: Tensor, reader: Node) -> Any:
+            v = env[key(t)]
+            hit = env.get(("moved", key(t), self.loc.get(reader.id)))
+            return hit[1] if hit is not None and hit[0] is v else v
+
+        def _move_all(self, env: dict[Any, Any], wants: list[tuple[Tensor, Node]]) -> None:
+            """Move every (tensor, reader) pair's value to the reader's device, with as few
+            ``ppermute`` calls as the pairs allow: arrays of one shape and dtype whose moves have
+            distinct sources and distinct destinations travel in one call, each device sending the
+            one it owns."""
+            todo: dict[tuple[Key, int], tuple[Tensor, int, int]] = {}
+            for t, reader in wants:
+                sd = self._where(env, t, reader)
+                if sd is not None:
+                    todo[(key(t), sd[1])] = (t, *sd)
+            groups: dict[Any, list[tuple[Tensor, int, int]]] = {}
+            for t, src, dst in todo.values():
+                v = env[key(t)]
+                leaves = jax.tree_util.tree_leaves(v)
+                single = len(leaves) == 1 and leaves[0] is v  # a plain array, not a TensorArray
+                sig = (jnp.shape(v), jnp.result_type(v)) if single else ("tree", key(t), dst)
+                groups.setdefault(sig, []).append((t, src, dst))
+            for members in groups.values():
+                while members:
+                    rnd, srcs, dsts, rest = [], set(), set(), []
+                    for m in members:
+                        if m[1] in srcs or m[2] in dsts:
+                            rest.append(m)
+                        else:
+                            rnd.append(m)
+                            srcs.add(m[1])
+                            dsts.add(m[2])
+                    members = rest
+                    perm = [(s, d) for _, s, d in rnd]
+                    if len(rnd) == 1:
+                        t = rnd[0][0]
+                        v = env[key(t)]
+                        moved = jax.tree_util.tree_map(lambda x, p=perm: jax.lax.ppermute(x, AXIS, p), v)
+                        env[("moved", key(t), rnd[0][2])] = (v, moved)
+                    else:
+                        send = env[key(rnd[0][0])]
+                        for t, s, _ in rnd[1:]:
+                            send = jax.lax.select(self.idx == s, jnp.asarray(env[key(t)]), jnp.asarray(send))
+                        got = jax.lax.ppermute(send, AXIS, perm)
+                        for t, _, d in rnd:
+                            env[("moved", key(t), d)] = (env[key(t)], got)
+                    self.moves += 1
+
+        def read_pred(self, env: dict[Any, Any], t: Tensor) -> Any:
+            v = env[key(t)]
+            if v is DEAD or is_static(v) or t.node.id in self.fed or self.ndev == 1:
+                return v
+            hit = env.get(("shared", key(t)))
+            if hit is not None and hit[0] is v:
+                return hit[1]
+            src = self.loc[t.node.id]
+            # lax.select, not jnp.where (a nested jit call in the loop body)
+            mine = jax.lax.select(self.idx == src, jnp.asarray(v).astype(jnp.int32), jnp.int32(0))
+            shared = jax.lax.psum(mine, AXIS) != 0
+            env[("shared", key(t))] = (v, shared)
+            self.broadcasts += 1
+            return shared
+
+        # -- batches of ops ------------------------------------------------------------------------
+        def run_items(self, items: list[Any], env: dict[Any, Any]) -> None:
+            batch: dict[int, list[Node]] = {}
+            made: dict[Key, int] = {}  # outputs of the open batch -> the device computing them
+            for it in items:
+                if isinstance(it, (CondRegion, WhileRegion)):
+                    self._flush(batch, made, env)
+                    if isinstance(it, CondRegion):
+                        self.run_cond(it, env)
+                    else:
+                        self.run_while(it, env)
+                    continue
+                n: Node = it
+                if n.id in self.fed:
+                    continue
+                ins = [env.get(key(t)) for t in n.inputs if key(t) not in made]
+                dead = any(env.get((c.id, -1)) is DEAD for c in n.control_inputs) or any(x is DEAD for x in ins)
+                pure = n.op not in _STATEFUL
+                if dead or (pure and all(key(t) not in made and no_leaves(env[key(t)]) for t in n.inputs)):
+                    Emitter.run_node(self, n, env)  # known at trace time, the same on every device
+                    continue
+                if n.op in _FORWARD and key(n.inputs[0]) not in made and not n.control_inputs:
+                    env[key(n.outputs[0])] = self.read(env, n.inputs[0], n)  # an alias on n's device
+                    continue
+                d = self.loc[n.id]
+                if any(made.get(key(t), d) != d for t in n.inputs):
+                    self._flush(batch, made, env)
+                batch.setdefault(d, []).append(n)
+                for o in n.outputs:
+                    made[key(o)] = d
+            self._flush(batch, made, env)
+
+        def _flush(self, batch: dict[int, list[Node]], made: dict[Key, int], env: dict[Any, Any]) -> None:
+            """Run the open batch: each device's ops in its own branch of one ``lax.switch``."""
+            if not batch:
+                return
+            devs = sorted(batch)
+            ids = {d: {n.id for n in batch[d]} for d in devs}
+            self._move_all(env, [(t, n) for d in devs for n in batch[d] for t in n.inputs if key(t) not in made])
+            statics: dict[Any, Any] = {}
+            fetch = self.fetch_set
+            # Only the state the batch's ops touch goes through the switch (and the error word): a
+            # gradient stack's buffer that no op of the batch uses is not copied through a branch.
+            touched, full = {"err"}, False
+            for d in devs:
+                for n in batch[d]:
+                    if n.op in _STATEFUL:
+                        h = env.get(key(n.inputs[0]))
+                        if isinstance(h, Handle):
+                            touched.add(f"{h.kind}:{h.name}")
+                        else:
+                            full = True
+
+            def branch(d: int) -> Any:
+                def fn(state: Any) -> Any:
+                    self.state = dict(state)
+                    benv = dict(env)
+                    for n in batch[d]:
+                        for t in n.inputs:
+                            if key(t) not in made:
+                                benv[key(t)] = self._local(env, t, n)
+                    for n in batch[d]:
+                        Emitter.run_node(self, n, benv)
+                    outs = {}
+                    for n in batch[d]:
+                        if (n.id, -1) in benv:
+                            statics[(n.id, -1)] = benv[(n.id, -1)]
+                        for o in n.outputs:
+                            v = benv[key(o)]
+                            if no_leaves(v):
+                                statics[key(o)] = v
+                            elif key(o) in fetch or self.readers.get(key(o), set()) - ids[d]:
+                                outs[key(o)] = v
+                    return _jnp_tree(outs), self.state
+
+                return fn
+
+            state0 = self.state
+            sub0 = dict(state0) if full else {k: state0[k] for k in touched if k in state0}
+            traced = {d: Traced(branch(d), sub0) for d in devs}
+            self.state = state0
+            shapes = {k: s for d in devs for k, s in traced[d].shapes[0].items()}
+
+            def filled(d: Optional[int]) -> Any:
+                def fn(state: Any) -> Any:
+                    outs, st = traced[d](state) if d is not None and d in traced else ({}, state)
+                    full = {k: outs[k] if k in outs else _zeros_of(s) for k, s in shapes.items()}
+                    return _jnp_tree(full), _jnp_tree(st)
+
+                return fn
+
+            self.batches += 1
+            if self.ndev == 1:
+                out, sub = filled(devs[0])(sub0)
+            elif len(devs) == 1:
+                out, sub = jax.lax.cond(self.idx == devs[0], filled(devs[0]), filled(None), sub0)
+            else:
+                out, sub = jax.lax.switch(self.idx, [filled(d) for d in range(self.ndev)], sub0)
+            self.state = {**state0, **sub}
+            env.update(out)
+            env.update(statics)
+            batch.clear()
+            made.clear()
+
+    return SpmdEmitter
+
+
+_EMITTER: Optional[type] = None
+
+
+def _emitter_class() -> type:
+    global _EMITTER
+    if _EMITTER is None:
+        _EMITTER = _spmd_emitter_class()
+    return _EMITTER
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------
+@dataclass
+class _Compiled:
+    fn: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SpmdPlan:
+    """One placed program compiled as one ``shard_map`` program (see the module docstring).
+
+    ``devices`` are the canonical names of the mesh, in mesh order; ``run`` takes the fed values, the
+    session's Variable store (updated in place, as every backend does) and the run options.
+
+    Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with), allocated on
+    every device at the start of a run (only the owner's copy is written). A run that pushes more is
+    repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
+    ended, and later runs keep it), up to ``MAX_STACK_CAPACITY``. Why small to start: every run
+    allocates and zeroes every stack on every device, so room that is never used costs time. Unlike
+    the one-device fast backend, this tier does not swap full chunks to host memory: a stack's whole
+    history stays on its device.
+    """
+
+    def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
+                 analysis: _Analysis, stack_capacity: int = 64) -> None:
+        from jax.sharding import Mesh
+
+        from turnout.fast.backend import stack_source_var
+        from turnout.fast.emit import ErrorCodes
+        from turnout.fast.regions import key
+
+        self.graph = graph
+        self.placement = placement
+        self.fetches = fetches
+        self.fed = fed
+        self.program = analysis.program
+        self.devices = analysis.mesh_names
+        self.loc = analysis.loc
+        self.jax_devices = [jax_device(d) for d in self.devices]
+        self.mesh = Mesh(np.array(self.jax_devices, dtype=object), (AXIS,))
+        self.codes = ErrorCodes()
+        self.var_nodes = {n.attrs["var_name"]: n for n in analysis.nodes if n.op == "VarHandle"}
+        self.written = {stack_source_var(n) for n in analysis.nodes if n.op.startswith("Assign")} - {None}
+        self.readers: dict[Any, set[int]] = {}
+        for n in analysis.nodes:
+            for t in n.inputs:
+                self.readers.setdefault(key(t), set()).add(n.id)
+        self.stacks = analysis.stacks
+        self.stack_capacity = stack_capacity
+        self._compiled: dict[Any, _Compiled] = {}
+        self.compile_count = 0
+
+    def describe(self) -> str:
+        """The mesh, in order, with the number of graph nodes each device owns."""
+        counts = [0] * len(self.devices)
+        for d in self.loc.values():
+            counts[d] += 1
+        return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
+
+    def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int) -> _Compiled:
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import PartitionSpec as P
+
+        from turnout.fast.regions import key
+        from turnout.fast.stacks import StackValue
+        from turnout.fast.values import DEAD, is_static
+
+        comp = _Compiled(None)
+        fetch_keys = [key(t) for t in self.fetches]
+        cls = _emitter_class()
+        ndev = len(self.devices)
+
+        def program(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
+            self.compile_count += 1
+            em = cls(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
+            em.fed = {k[0] for k in feed_keys}
+            em.state = {"err": jnp.int32(0), **{f"var:{n}": v for n, v in zip(var_names, var_vals, strict=True)}}
+            for sid, (dtype, elem, index) in self.stacks.items():
+                em.state[f"stack:{sid}"] = StackValue(capacity, dtype).materialize(elem, index)
+            env: dict[Any, Any] = dict(zip(feed_keys, feed_vals, strict=True))
+            em.run_items(self.program.items, env)
+            outs: list[Any] = []
+            kinds: list[tuple[str, Any]] = []
+            for k in fetch_keys:
+                v = env[k]
+                if v is DEAD:
+                    kinds.append(("dead", None))
+                elif is_static(v):
+                    kinds.append(("static", np.asarray(v)))
+                elif not isinstance(v, jax.Array):
+                    raise UnsupportedError(f"SPMD tier: fetch {k} is not an array ({type(v).__name__})")
+                else:
+                    kinds.append(("array", None))
+                    outs.append(v[None])
+            comp.meta = {"kinds": kinds, "moves": em.moves, "broadcasts": em.broadcasts, "batches": em.batches}
+            # the error word and the fetches' live flags, one row per device: one read-back
+            flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
+                              + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in fetch_keys])
+            return tuple(outs), flags[None], tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names)
+
+        from jax import shard_map
+
+        sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(), P()), out_specs=P(AXIS), check_vma=False)
+        comp.fn = jax.jit(sm)
+        return comp
+
+    def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
+        """Run the compiled program once. Errors keep the reference backend's types: a kernel error in
+        compiled code is ``KernelError``, a loop past ``options.max_iterations`` is
+        ``NonTerminationError``, a fetch whose branch did not run is ``DeadFetchError``."""
+        import jax
+
+        from turnout.fast.regions import key
+        from turnout.validate import validate
+
+        if options.max_firings is not None and options.max_firings != RunOptions.max_firings:
+            raise UnsupportedError(
+                f"SPMD tier: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts "
+                "loop iterations, not firings; bound loops with max_iterations")
+        t0 = time.perf_counter()
+        feed_keys = tuple(sorted(key(t) for t in feeds))
+        by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
+        feed_vals = tuple(by_key[k] for k in feed_keys)
+        var_names = tuple(sorted(self.var_nodes))
+        for name in var_names:
+            if name not in variables:
+                vn = self.var_nodes[name]
+                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+        var_vals = tuple(variables[n] for n in var_names)
+        mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
+        before = self.compile_count
+        while True:
+            sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
+                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_vals), self.stack_capacity)
+            comp = self._compiled.get(sig)
+            if comp is None:
+                validate(self.graph, self.fetches, list(feeds))
+                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity)
+            with jax.enable_x64(True):
+                outs, flags, var_out = comp.fn(feed_vals, var_vals, np.int32(min(int(mi), _INT32_MAX)))
+                flags = np.asarray(flags)
+            errs = sorted({int(c) for c in flags[:, 0] if int(c)})
+            if "overflow" not in [self.codes.lookup(c)[0] for c in errs]:
+                break
+            # a stack outgrew its buffer: nothing of this run is kept; run again with room for twice as many
+            if self.stack_capacity * 2 > MAX_STACK_CAPACITY:
+                raise KernelError(f"SPMD tier: a gradient stack needs more than {MAX_STACK_CAPACITY} entries")
+            self.stack_capacity *= 2
+        if errs:
+            kind, message = self.codes.lookup(errs[0])
+            raise (NonTerminationError if kind == "nonterm" else KernelError)(message)
+        values: list[Any] = []
+        arrays = iter(outs)
+        for i, (t, (kind, static)) in enumerate(zip(self.fetches, comp.meta["kinds"], strict=True)):
+            owner = self.loc.get(t.node.id, 0)
+            live = bool(flags[owner, 1 + i]) and kind != "dead"
+            v = next(arrays) if kind == "array" else static
+            if not live:
+                raise DeadFetchError(
+                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
+                    f"(op {t.node.op} \"{t.node.name}\")")
+            values.append(self._from_owner(v, owner) if kind == "array" else np.asarray(v))
+        for name, dev in zip(var_names, var_out, strict=True):
+            if name in self.written:
+                owner = self.loc.get(self.var_nodes[name].id, 0)
+                variables[name] = self._from_owner(dev, owner)
+        stats = {
+            "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
+            "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
+            "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
+            "stack_capacity": self.stack_capacity,
+            "seconds": time.perf_counter() - t0,
+        }
+        return RunResult(values=values, stats=stats)
+
+    def _from_owner(self, arr: Any, owner: int) -> np.ndarray:
+        """The owner device's copy of a per-device output (only that shard is copied to the host)."""
+        dev = self.jax_devices[owner]
+        for s in arr.addressable_shards:
+            if s.device == dev:
+                return np.asarray(s.data)[0, ...]
+        return np.asarray(arr)[owner]  # pragma: no cover - every shard of the mesh is addressable
+
+
+__all__ = ["AXIS", "SpmdPlan", "jax_device", "spmd_plan", "spmd_reason"]

@@ -1,0 +1,307 @@
+"""The SPMD tier (``turnout.devices.spmd``): placed programs whose loops span devices, as one
+``shard_map`` program over forced host devices (``tests/conftest.py`` forces eight).
+
+Closed-form cases first (a loop spanning 2 and 4 devices, a cond inside a loop with its branches on
+another device, Variables assigned on one device, the reference backend's error types), then a
+property test: generated programs under random placements, whose results must equal the reference
+backend's whenever ``spmd_plan`` accepts them, with a floor on the share it accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from programs import Built, assert_values_equal, build, to_source
+from strategies import gradient_cases, placements, programs_with_inputs
+
+import turnout as tn
+from turnout.devices import place
+from turnout.devices.spmd import SpmdPlan, spmd_plan, spmd_reason
+from turnout.session import RunOptions
+
+OPTS = RunOptions()
+
+
+def _cpu(i: int) -> str:
+    return f"cpu:{i}"
+
+
+def _plan(g: tn.Graph, fetches: list[tn.Tensor], fed: list[tn.Tensor], ndev: int, **kw: Any) -> SpmdPlan:
+    plan = spmd_plan(g, place(g, [_cpu(i) for i in range(ndev)]), fetches, fed, **kw)
+    assert plan is not None, spmd_reason(g, place(g, [_cpu(i) for i in range(ndev)]), fetches, fed, **kw)
+    return plan
+
+
+def _ring_loop(ndev: int) -> tuple[tn.Graph, tn.Tensor, list[tn.Tensor]]:
+    """x_k lives on device k; each iteration x_k <- x_{k-1} * 2 + k: every value crosses a device."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: Any, *xs: Any) -> Any:
+            new = []
+            for k in range(ndev):
+                with tn.device(_cpu(k)):
+                    new.append(xs[k - 1] * 2.0 + float(k))
+            with tn.device(_cpu(0)):
+                return (i + 1, *new)
+
+        init = [tn.constant(float(k)) for k in range(ndev)]
+        with tn.device(_cpu(0)):
+            _, *xs = tn.while_loop(lambda i, *xs: i < n, body, [tn.constant(0), *init])
+    return g, n, xs
+
+
+def _ring_closed_form(ndev: int, n: int) -> list[float]:
+    xs = [float(k) for k in range(ndev)]
+    for _ in range(n):
+        xs = [xs[k - 1] * 2.0 + k for k in range(ndev)]
+    return xs
+
+
+@pytest.mark.parametrize("ndev", [2, 4])
+def test_loop_spanning_devices(ndev: int) -> None:
+    g, n, xs = _ring_loop(ndev)
+    plan = _plan(g, xs, [n], ndev)
+    assert len(plan.devices) == ndev
+    for trips in (0, 1, 5):
+        r = plan.run({n: np.int32(trips)}, {}, OPTS)
+        assert [float(v) for v in r.values] == _ring_closed_form(ndev, trips)
+        assert r.stats["tier"] == "spmd"
+    assert r.stats["compiles"] == 1, "a new trip count must not recompile"
+    assert r.stats["moves_per_trace"] >= 1 and r.stats["broadcasts_per_trace"] >= 1
+
+
+def test_cond_inside_loop_with_branches_on_another_device() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: Any, acc: Any) -> Any:
+            with tn.device(_cpu(0)):
+                odd = tn.equal(i % 2, 1)
+            with tn.device(_cpu(1)):
+                step = tn.cond(odd, lambda: acc * 3, lambda: acc + 100)
+            with tn.device(_cpu(0)):
+                return i + 1, step
+
+        with tn.device(_cpu(0)):
+            _, acc = tn.while_loop(lambda i, a: i < n, body, [tn.constant(0), tn.constant(1)])
+    plan = _plan(g, [acc], [n], 2)
+    want = 1
+    for i in range(6):
+        want = want * 3 if i % 2 else want + 100
+    assert int(plan.run({n: np.int32(6)}, {}, OPTS).values[0]) == want
+    assert int(tn.Session(g).run(acc, {n: 6})) == want
+
+
+def test_variables_assigned_on_one_device() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device(_cpu(1)):
+            total = tn.Variable(np.float32(0.0), name="total")
+
+        def body(i: Any, x: Any) -> Any:
+            with tn.device(_cpu(0)):
+                x2 = x * 2.0
+            with tn.device(_cpu(1)):
+                upd = total.assign_add(x2)
+            with tn.device(_cpu(0)):
+                with tn.control_dependencies([upd]):
+                    return i + 1, tn.identity(x2)
+
+        with tn.device(_cpu(0)):
+            _, x = tn.while_loop(lambda i, x: i < n, body, [tn.constant(0), tn.constant(1.0)])
+    plan = _plan(g, [x], [n], 2)
+    variables: dict[str, np.ndarray] = {}
+    r = plan.run({n: np.int32(3)}, variables, OPTS)
+    assert float(r.values[0]) == 8.0
+    assert float(variables["total"]) == 2.0 + 4.0 + 8.0
+    plan.run({n: np.int32(1)}, variables, OPTS)  # Variables persist across runs, as in a Session
+    assert float(variables["total"]) == 14.0 + 2.0
+    sess = tn.Session(g)
+    sess.run(x, {n: 3})
+    sess.run(x, {n: 1})
+    assert float(sess.variables["total"]) == float(variables["total"])
+
+
+def test_errors_keep_reference_types() -> None:
+    g, n, xs = _ring_loop(2)
+    plan = _plan(g, xs, [n], 2)
+    with pytest.raises(tn.NonTerminationError):
+        plan.run({n: np.int32(50)}, {}, RunOptions(max_iterations=10))
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        d = tn.placeholder(tn.int32, [], name="d")
+
+        def body(i: Any, q: Any) -> Any:
+            with tn.device(_cpu(1)):
+                q2 = q + 10 // d
+            with tn.device(_cpu(0)):
+                return i + 1, q2
+
+        with tn.device(_cpu(0)):
+            _, q = tn.while_loop(lambda i, q: i < n, body, [tn.constant(0), tn.constant(0)])
+    plan = _plan(g, [q], [n, d], 2)
+    assert int(plan.run({n: np.int32(3), d: np.int32(5)}, {}, OPTS).values[0]) == 6
+    with pytest.raises(tn.KernelError):
+        plan.run({n: np.int32(3), d: np.int32(0)}, {}, OPTS)
+    with pytest.raises(tn.KernelError):
+        tn.Session(g).run(q, {n: 3, d: 0})
+
+
+def test_dead_fetch_is_an_error() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device(_cpu(0)):
+            _, x = tn.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x + 1), [tn.constant(0), tn.constant(0)])
+        p = x > 2
+        a, b = tn.raw.switch(x, p)
+        with tn.device(_cpu(1)):
+            t = b * 10  # lives only on the taken side of the switch
+
+        def body(i: Any, y: Any) -> Any:
+            with tn.device(_cpu(0)):
+                y2 = y + x
+            return i + 1, y2
+
+        with tn.device(_cpu(1)):
+            # a loop spanning both devices, so that the SPMD tier takes the program
+            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), tn.constant(0)])
+    pl = place(g, [_cpu(0), _cpu(1)])
+    plan = spmd_plan(g, pl, [t, y], [n])
+    assert plan is not None, spmd_reason(g, pl, [t, y], [n])
+    assert [int(v) for v in plan.run({n: np.int32(4)}, {}, OPTS).values] == [40, 16]
+    with pytest.raises(tn.DeadFetchError):
+        plan.run({n: np.int32(1)}, {}, OPTS)
+    with pytest.raises(tn.DeadFetchError):
+        tn.Session(g).run([t, y], {n: 1})
+
+
+def test_ineligible_programs_say_why() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        with tn.device(_cpu(0)):
+            _, y = tn.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * x), [tn.constant(0), x])
+        with tn.device(_cpu(1)):
+            z = y + 1.0
+    pl = place(g, [_cpu(0), _cpu(1)])
+    assert "no loop spans" in (spmd_reason(g, pl, [z], [x]) or "")
+    assert spmd_plan(g, pl, [z], [x]) is None
+    one = spmd_plan(g, pl, [z], [x], only_spanning=False)  # still runs when asked to
+    assert one is not None and float(one.run({x: np.float32(2.0)}, {}, OPTS).values[0]) == 17.0
+    pl8 = place(g, [f"cpu:{i}" for i in range(8)] + ["cpu:99"], {"add": "cpu:99"})
+    reason = spmd_reason(g, pl8, [z], [x], only_spanning=False)
+    assert reason is None or "cpu:99" in reason
+
+
+def test_gradient_of_a_loop_spanning_devices() -> None:
+    """Squaring 2.0 until it reaches 100 gives 256, whose gradient is 8 * 2**7 = 1024 (TensorFlow's
+    closed form); the squaring runs on another device than the loop test, and the stacks start too
+    small, so the run is repeated with larger ones."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def cond(y: Any) -> Any:
+            with tn.device(_cpu(0)):
+                return y < 100.0
+
+        def body(y: Any) -> Any:
+            with tn.device(_cpu(1)):
+                return y * y
+
+        with tn.device(_cpu(0)):
+            (y,) = tn.while_loop(cond, body, [x])
+        dx = tn.gradients(y, x)[0]
+    plan = spmd_plan(g, place(g, [_cpu(0), _cpu(1)]), [y, dx], [x], stack_capacity=4)
+    assert plan is not None
+    r = plan.run({x: np.float32(2.0)}, {}, OPTS)
+    assert [float(v) for v in r.values] == [256.0, 1024.0]
+    assert r.stats["stack_capacity"] == 4
+    r = plan.run({x: np.float32(1.01)}, {}, OPTS)  # 9 iterations: the stacks grow again
+    assert_values_equal(r.values, tn.Session(g).run([y, dx], {x: 1.01}), "gradient")
+    assert r.stats["stack_capacity"] >= 9
+
+
+# ---- generated programs under random placements ---------------------------------------------------------------
+def _outcome(run: Any) -> tuple[Optional[list[Any]], Optional[type]]:
+    try:
+        return list(run()), None
+    except tn.TurnoutError as e:
+        return None, type(e)
+
+
+def test_generated_programs_equal_reference() -> None:
+    """Whenever the SPMD tier accepts a generated program under a random placement, its values (and error
+    types) equal the reference backend's; and it accepts a good share of programs with loops."""
+    seen = {"programs": 0, "accepted": 0, "spanning": 0}
+
+    @settings(max_examples=max(8, settings.default.max_examples // 4))
+    @given(programs_with_inputs(loops=True), st.data())
+    def check(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+        p, inputs = pi
+        b: Built = build(p)
+        draw = data.draw(placements(b.graph))
+        pl = place(b.graph, list(draw.devices), draw.requests)
+        feeds = b.feed_dict(inputs)
+        seen["programs"] += 1
+        seen["spanning"] += spmd_reason(b.graph, pl, b.fetches, list(feeds)) is None
+        plan = spmd_plan(b.graph, pl, b.fetches, list(feeds), only_spanning=False)
+        if plan is None:
+            return
+        opts = RunOptions(max_iterations=1_000)
+        want, want_err = _outcome(lambda: tn.Session(b.graph).run(b.fetches, feeds, options=opts))
+        try:
+            got, got_err = _outcome(lambda: plan.run(feeds, {}, opts).values)
+        except tn.UnsupportedError:
+            return
+        seen["accepted"] += 1
+        what = to_source(p) + f"\nplacement: {pl.describe()}\n"
+        assert got_err == want_err, f"{what}SPMD raised {got_err}, reference {want_err}"
+        if want is not None:
+            assert got is not None
+            assert_values_equal(got, want, what)
+
+    check()
+    assert seen["accepted"] >= 0.5 * seen["programs"], seen
+    assert seen["spanning"] >= 0.2 * seen["programs"], seen
+
+
+def test_generated_gradient_programs_equal_reference() -> None:
+    """The same for the gradients of generated float programs (backward loops with stacks)."""
+    seen = {"programs": 0, "accepted": 0}
+
+    @settings(max_examples=max(4, settings.default.max_examples // 10))
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        case = data.draw(gradient_cases())
+        draw = data.draw(placements(case.graph))
+        pl = place(case.graph, list(draw.devices), draw.requests)
+        seen["programs"] += 1
+        plan = spmd_plan(case.graph, pl, case.grads, list(case.feeds), only_spanning=False, stack_capacity=2)
+        if plan is None:
+            return
+        opts = RunOptions(max_iterations=1_000)
+        want, want_err = _outcome(lambda: tn.Session(case.graph).run(case.grads, case.feeds, options=opts))
+        try:
+            got, got_err = _outcome(lambda: plan.run(case.feeds, {}, opts).values)
+        except tn.UnsupportedError:
+            return
+        seen["accepted"] += 1
+        what = to_source(case.program) + f"\nplacement: {pl.describe()}\n"
+        assert got_err == want_err, f"{what}SPMD raised {got_err}, reference {want_err}"
+        if want is not None:
+            assert got is not None
+            assert_values_equal(got, want, what)
+
+    check()
+    assert seen["accepted"] >= 0.5 * seen["programs"], seen
