@@ -42,6 +42,8 @@ count of firings, which compiled code does not make) is rejected unless left at 
 from __future__ import annotations
 
 import importlib
+import queue
+import threading
 import time
 import warnings
 from collections import deque
@@ -179,19 +181,26 @@ def _var_of(n: Any) -> Optional[str]:
 class DeviceTimeline:
     """The trace of a fast partitioned run: one track per device, plus the host's track.
 
-    Why callbacks: under asynchronous dispatch the host's call returns before the device runs, so a
-    host-side span says when work was *dispatched*, not when it ran. A traced run compiles each segment
-    with a host callback at its start (its inputs pass through it) and at its end (its outputs pass
-    through it), so each device span covers the segment's real execution. Exports to the Chrome
-    trace-event format (ui.perfetto.dev, chrome://tracing): one row per device.
+    Why watcher threads and not callbacks: under asynchronous dispatch the host's call returns before
+    the device runs, so a host-side span says when work was *dispatched*, not when it ran; and a host
+    callback inside a compiled segment makes its dispatch synchronous on CPU (measured: the call returns
+    only when the segment has run), which would hide the very overlap the trace is meant to show. So a
+    traced run dispatches the same compiled segments, and one watcher thread per device waits for each
+    segment's error word (every output of one execution becomes ready together) and stamps its end.
+    A segment's start is inferred as the latest of its dispatch, the end of the previous segment on its
+    device (a device runs its segments in order) and the ends of the segments that produced its inputs.
+    Exports to the Chrome trace-event format (ui.perfetto.dev, chrome://tracing): one row per device.
     """
 
     def __init__(self) -> None:
         self._t0 = time.perf_counter()
         self.spans: list[dict[str, Any]] = []
-        self._open: dict[tuple[int, int], float] = {}
+        self._queues: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        self._last: dict[str, int] = {}
 
     def now(self) -> float:
+        """Seconds since the run started."""
         return time.perf_counter() - self._t0
 
     def host(self, name: str, start: float, **args: Any) -> None:
@@ -199,16 +208,53 @@ class DeviceTimeline:
         self.spans.append({"track": "host", "name": name, "start_s": start, "dur_s": self.now() - start,
                            "args": args})
 
-    def begin(self, seg: int, tag: int) -> None:
-        self._open[(seg, tag)] = self.now()
+    def dispatched(self, device: str, name: str, iteration: int, done: Any, inputs: list[int]) -> int:
+        """Record a segment just dispatched on ``device``; ``done`` becomes ready when it has run,
+        ``inputs`` are the spans that produced its inputs. Returns the new span's index."""
+        i = len(self.spans)
+        self.spans.append({"track": device, "name": name, "start_s": self.now(), "dur_s": 0.0,
+                           "args": {"iteration": iteration}, "_inputs": inputs, "_prev": self._last.get(device),
+                           "_end": None})
+        self._last[device] = i
+        q = self._queues.get(device)
+        if q is None:
+            q = self._queues[device] = queue.SimpleQueue()
+            t = threading.Thread(target=self._watch, args=(q,), name=f"turnout-trace-{device}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        q.put((i, done))
+        return i
 
-    def end(self, seg: int, tag: int, device: str, name: str, iteration: int) -> None:
-        start = self._open.pop((seg, tag), None)
-        end = self.now()
-        if start is None:
-            start = end
-        self.spans.append({"track": device, "name": name, "start_s": start, "dur_s": end - start,
-                           "args": {"segment": seg, "iteration": iteration}})
+    def _watch(self, q: Any) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            i, done = item
+            try:
+                jax.block_until_ready(done)
+            finally:
+                self.spans[i]["_end"] = self.now()
+
+    def close(self) -> None:
+        """Wait for the watchers, then settle every device span's start and duration."""
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._threads:
+            t.join()
+        self._queues.clear()
+        self._threads.clear()
+        for s in self.spans:
+            if "_end" not in s:
+                continue
+            end = s.pop("_end")
+            deps = [self.spans[j] for j in s.pop("_inputs")]
+            prev = s.pop("_prev")
+            if prev is not None:
+                deps.append(self.spans[prev])
+            start = max([s["start_s"]] + [d["start_s"] + d["dur_s"] for d in deps])
+            s["start_s"] = min(start, end)
+            s["dur_s"] = end - s["start_s"]
 
     def device_spans(self, device: str) -> list[dict[str, Any]]:
         """The spans of one device, in start order."""
@@ -263,7 +309,9 @@ class _Run:
         self.peak: dict[str, int] = {}
         self.host_iterations: dict[str, int] = {}
         self.iteration = 0  # the innermost host loop's iteration, for trace labels
-        self.tag = 0
+        # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
+        # that its id is not reused during the run
+        self.producer: dict[int, tuple[Any, int]] = {}
 
     # ---- steps ------------------------------------------------------------------------------------
     def steps(self, steps: list[Step], env: _Env) -> None:
@@ -280,19 +328,17 @@ class _Run:
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
         rest, stacks = _split_state(self.state[dev])
-        if self.tl is None:
-            if seg.fn is None:
-                seg.fn = self.b.segment_fn(self.plan, seg)
-            out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
-        else:
-            if getattr(seg, "traced_fn", None) is None:
-                seg.traced_fn = self.b.segment_fn(self.plan, seg, self.tl)  # type: ignore[attr-defined]
-            self.tag += 1
-            self.b.pending_labels[self.tag] = (dev, seg.describe(), self.iteration)
-            t0 = self.tl.now()
-            out, lives, state = seg.traced_fn(env_in, rest, stacks, self.max_iter,  # type: ignore[attr-defined]
-                                              np.int32(self.tag))
+        if seg.fn is None:
+            seg.fn = self.b.segment_fn(self.plan, seg)
+        t0 = self.tl.now() if self.tl else 0.0
+        out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
+        if self.tl is not None:
             self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
+            inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
+                             if k in env.vals and id(env.vals[k]) in self.producer})
+            span = self.tl.dispatched(dev, seg.describe(), self.iteration, state["err"], inputs)
+            for v in out.values():
+                self.producer[id(v)] = (v, span)
         self.state[dev] = state
         for k, v in out.items():
             env.set(k, v, dev)
@@ -469,7 +515,6 @@ class FastPartitionedBackend:
         self._fallback: dict[Any, str] = {}
         self._reference: Any = None
         self._records: list[dict[str, Any]] = []
-        self.pending_labels: dict[int, tuple[str, str, int]] = {}
         self.placement  # noqa: B018 - unknown devices and conflicts are reported when the Session is made
 
     @property
@@ -598,8 +643,12 @@ class FastPartitionedBackend:
         for t, v in feeds.items():
             d = self.placement.device_of[t.node.id]
             env.set(key(t), jax.device_put(v, self.jax_devices[d]), d)
-        run.steps(plan.schedule.steps, env)
-        run.finish()
+        try:
+            run.steps(plan.schedule.steps, env)
+            run.finish()
+        finally:
+            if tl is not None:
+                tl.close()
         values = []
         for t in fetches:
             k = key(t)
@@ -639,11 +688,11 @@ class FastPartitionedBackend:
         raise KernelError(message)
 
     # ---- compiled segments ------------------------------------------------------------------------
-    def segment_fn(self, plan: _Plan, seg: Segment, tl: Optional[DeviceTimeline] = None) -> Any:
+    def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
         segment's items run by the fast backend's emitter, jitted; it runs on the device its inputs are
-        committed to (every segment receives its device's error word, so there is always one). With a
-        timeline, host callbacks at the start and the end record when the device really ran it."""
+        committed to (every segment receives its device's error word, so there is always one). The
+        stacks argument is donated: a push updates the buffer in place."""
         writes = list(seg.writes)
         fetched = set(seg.fetched)
 
@@ -658,38 +707,7 @@ class FastPartitionedBackend:
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in writes if k in fetched and k in env}
             return out, lives, em.state
 
-        if tl is None:
-            return jax.jit(body, donate_argnums=(2,))
-
-        def traced(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any,
-                   tag: Any) -> Any:
-            leaves, tree = jax.tree_util.tree_flatten((env_in, state))
-            arrays = [i for i, x in enumerate(leaves) if not isinstance(x, (np.ndarray, np.generic))]
-
-            def start(tag: Any, *xs: Any) -> Any:
-                tl.begin(seg.index, int(tag))
-                return tuple(np.asarray(x) for x in xs)
-
-            shapes = tuple(jax.ShapeDtypeStruct(jnp.shape(leaves[i]), jnp.result_type(leaves[i])) for i in arrays)
-            passed = jax.pure_callback(start, shapes, tag, *[leaves[i] for i in arrays])
-            for i, x in zip(arrays, passed, strict=True):
-                leaves[i] = x
-            env2, state2 = jax.tree_util.tree_unflatten(tree, leaves)
-            out, lives, new_state = body(env2, state2, stacks, max_iter)
-
-            def end(tag: Any, *xs: Any) -> Any:
-                dev, name, it = self.pending_labels.pop(int(tag), (seg.device, seg.describe(), -1))
-                tl.end(seg.index, int(tag), dev, name, it)
-                return np.asarray(tag)
-
-            done = jax.tree_util.tree_leaves((out, lives, new_state))
-            done = [x for x in done if not isinstance(x, (np.ndarray, np.generic))]
-            t2 = jax.pure_callback(end, jax.ShapeDtypeStruct((), jnp.int32), tag, *done)
-            new_state = dict(new_state)
-            new_state["err"] = new_state["err"] + (t2 - tag)
-            return out, lives, new_state
-
-        return jax.jit(traced, donate_argnums=(2,))
+        return jax.jit(body, donate_argnums=(2,))
 
 
 def _spmd_hook() -> Any:
