@@ -57,7 +57,7 @@ def check_fast_partitioned(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dic
     return sess
 
 
-@settings(max_examples=max(1, BUDGET // 4))
+@settings(max_examples=max(1, BUDGET // 10))
 @given(programs_with_inputs(loops=True), st.data())
 def test_T7_fast_partitioned_equals_reference(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
     p, inputs = pi
@@ -66,7 +66,7 @@ def test_T7_fast_partitioned_equals_reference(pi: tuple[Any, dict[str, Any]], da
     check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
 
 
-@settings(max_examples=max(1, BUDGET // 8))
+@settings(max_examples=max(1, BUDGET // 20))
 @given(st.data())
 def test_T7_fast_partitioned_gradient_programs(data: st.DataObject) -> None:
     case = data.draw(gradient_cases())
