@@ -48,6 +48,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 import jax
@@ -145,6 +146,34 @@ def _where(v: Any, device: Optional[str]) -> Optional[str]:
     return device if jax.tree_util.tree_leaves(v) else None
 
 
+#: ops lowered to host callbacks: on CPU a compiled call that contains one runs synchronously (the
+#: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
+HOST_CALLBACK_OPS = frozenset({"Sleep"})
+
+
+class _Lazy:
+    """A segment output the host has not needed yet, in a threaded run: the future of the segment's
+    call and the key. ``get`` waits for the call (not for the device: the value may still be computing)."""
+
+    __slots__ = ("fut", "k", "live")
+
+    def __init__(self, fut: Future[Any], k: Key, live: bool = False) -> None:
+        self.fut, self.k, self.live = fut, k, live
+
+    def get(self) -> Any:
+        out, lives, _ = self.fut.result()
+        if self.live:
+            return lives.get(self.k, True)
+        if self.k[1] == -1:  # a node's deadness marker: absent means the node fired live
+            return out.get(self.k)
+        return out.get(self.k, DEAD)
+
+
+def _now(v: Any) -> Any:
+    """The value itself, waiting for the segment call that makes it if need be."""
+    return v.get() if isinstance(v, _Lazy) else v
+
+
 class _Plan:
     """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
 
@@ -159,6 +188,8 @@ class _Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
         self.written_vars = {_var_of(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
+        self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
+                            for n in item_nodes(it))
         # stack key -> (loop name, device): the outermost loop that pushes it, for memory_records
         self.stack_owner: dict[str, tuple[str, str]] = {}
         for it in program.items:
@@ -189,6 +220,8 @@ class DeviceTimeline:
     segment's error word (every output of one execution becomes ready together) and stamps its end.
     A segment's start is inferred as the latest of its dispatch, the end of the previous segment on its
     device (a device runs its segments in order) and the ends of the segments that produced its inputs.
+    In a threaded run (segments with host callbacks, dispatched by per-device workers) the worker itself
+    waits for each traced call, so those spans are measured, not inferred.
     Exports to the Chrome trace-event format (ui.perfetto.dev, chrome://tracing): one row per device.
     """
 
@@ -198,6 +231,7 @@ class DeviceTimeline:
         self._queues: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
         self._last: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def now(self) -> float:
         """Seconds since the run started."""
@@ -205,25 +239,33 @@ class DeviceTimeline:
 
     def host(self, name: str, start: float, **args: Any) -> None:
         """A span on the host track, from ``start`` to now."""
-        self.spans.append({"track": "host", "name": name, "start_s": start, "dur_s": self.now() - start,
-                           "args": args})
+        with self._lock:
+            self.spans.append({"track": "host", "name": name, "start_s": start, "dur_s": self.now() - start,
+                               "args": args})
 
     def dispatched(self, device: str, name: str, iteration: int, done: Any, inputs: list[int]) -> int:
         """Record a segment just dispatched on ``device``; ``done`` becomes ready when it has run,
         ``inputs`` are the spans that produced its inputs. Returns the new span's index."""
-        i = len(self.spans)
-        self.spans.append({"track": device, "name": name, "start_s": self.now(), "dur_s": 0.0,
-                           "args": {"iteration": iteration}, "_inputs": inputs, "_prev": self._last.get(device),
-                           "_end": None})
-        self._last[device] = i
-        q = self._queues.get(device)
-        if q is None:
-            q = self._queues[device] = queue.SimpleQueue()
-            t = threading.Thread(target=self._watch, args=(q,), name=f"turnout-trace-{device}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        with self._lock:
+            i = len(self.spans)
+            self.spans.append({"track": device, "name": name, "start_s": self.now(),
+                               "dur_s": 0.0, "args": {"iteration": iteration}, "_inputs": inputs,
+                               "_prev": self._last.get(device), "_end": None})
+            self._last[device] = i
+            q = self._queues.get(device)
+            if q is None:
+                q = self._queues[device] = queue.SimpleQueue()
+                t = threading.Thread(target=self._watch, args=(q,), name=f"turnout-trace-{device}", daemon=True)
+                t.start()
+                self._threads.append(t)
         q.put((i, done))
         return i
+
+    def ran(self, device: str, name: str, iteration: int, start: float, end: float) -> None:
+        """A segment whose start and end are known (a threaded run's worker waited for it)."""
+        with self._lock:
+            self.spans.append({"track": device, "name": name, "start_s": start, "dur_s": end - start,
+                               "args": {"iteration": iteration}})
 
     def _watch(self, q: Any) -> None:
         while True:
@@ -312,6 +354,10 @@ class _Run:
         # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
         # that its id is not reused during the run
         self.producer: dict[int, tuple[Any, int]] = {}
+        # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
+        self.pools = backend.pools() if plan.threaded else {}
+        self.futures: list[Future[Any]] = []
+        self.last_fut: dict[str, Future[Any]] = {}
 
     # ---- steps ------------------------------------------------------------------------------------
     def steps(self, steps: list[Step], env: _Env) -> None:
@@ -324,6 +370,9 @@ class _Run:
                 self.loop(s, env)
 
     def segment(self, seg: Segment, env: _Env) -> None:
+        if self.pools:
+            self.segment_threaded(seg, env)
+            return
         dev = seg.device
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
@@ -347,9 +396,62 @@ class _Run:
         for k, nb in nbytes.items():
             self.peak[k] = max(self.peak.get(k, 0), nb)
 
+    def segment_threaded(self, seg: Segment, env: _Env) -> None:
+        """Hand the segment's call to its device's worker; its outputs become ``_Lazy`` values. The
+        worker resolves the inputs (waiting for the calls that make them), copies those from other
+        devices, and calls the segment on the device state it holds."""
+        dev = seg.device
+        jd = self.jdev[dev]
+        inputs = {k: (env.vals[k], env.where.get(k)) for k in seg.reads if k in env.vals}
+        if seg.fn is None:
+            seg.fn = self.b.segment_fn(self.plan, seg)
+        fn, tl, name, iteration = seg.fn, self.tl, seg.describe(), self.iteration
+
+        def job() -> Any:
+            env_in = {}
+            for k, (v, w) in inputs.items():
+                if isinstance(v, _Lazy):
+                    v = v.get()
+                    if isinstance(v, (np.ndarray, np.generic)):
+                        v = jax.device_put(v, jd)  # a value folded upstream enters as data, as in a loop
+                    elif v is not DEAD and w != dev:
+                        v = jax.device_put(v, jd)
+                elif w is not None and w != dev:
+                    v = jax.device_put(v, jd)
+                env_in[k] = wrap_static(v)
+            rest, stacks = _split_state(self.state[dev])
+            t0 = tl.now() if tl else 0.0
+            out, lives, state = fn(env_in, rest, stacks, self.max_iter)
+            self.state[dev] = state
+            if tl is not None:
+                # a traced worker waits for its call: the span is then exactly the segment's run
+                jax.block_until_ready(state["err"])
+                tl.ran(dev, name, iteration, t0, tl.now())
+            return out, lives, state["err"]
+
+        fut = self.pools[dev].submit(job)
+        self.futures.append(fut)
+        self.last_fut[dev] = fut
+        for k in seg.writes:
+            env.set(k, _Lazy(fut, k), dev)
+        for k in seg.fetched:
+            self.lives[k] = _Lazy(fut, k, live=True)
+
+    def drain(self) -> None:
+        """Wait for every segment call handed to a worker; raise the first failure."""
+        first: Optional[BaseException] = None
+        for f in self.futures:
+            try:
+                f.result()
+            except BaseException as e:  # noqa: BLE001 - the first one is raised below
+                first = first or e
+        self.futures.clear()
+        if first is not None:
+            raise first
+
     def cond(self, hc: HostCond, env: _Env) -> None:
         r = hc.region
-        p = env.vals[key(r.pred)]
+        p = _now(env.vals[key(r.pred)])
         joins = {m.id for m, _ in r.merges}
         exports = sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs
                           if key(o) in self.plan.program.fetch_keys} | set(r.exports))
@@ -387,7 +489,7 @@ class _Run:
         base = env.child()
         for inv in r.invariants:
             base.take(key(inv.outputs[0]), env, key(inv.inputs[0]))
-        vals = [(env.vals[key(e.inputs[0])], env.where.get(key(e.inputs[0]))) for e, _, _, _, _ in r.loop_vars]
+        vals = [(_now(env.vals[key(e.inputs[0])]), env.where.get(key(e.inputs[0]))) for e, _, _, _, _ in r.loop_vars]
         if any(v is DEAD for v, _ in vals):
             for x in r.exits:
                 env.set(key(x.outputs[0]), DEAD, None)
@@ -412,7 +514,7 @@ class _Run:
             first = False
             self.iteration = iters
             self.steps(hl.header, henv)
-            pred = henv.vals[pkey]
+            pred = _now(henv.vals[pkey])
             t0 = self.tl.now() if self.tl else 0.0
             go = pred is not DEAD and bool(np.asarray(pred))  # the host reads the predicate, and nothing else
             if self.tl:
@@ -433,7 +535,10 @@ class _Run:
             self.steps(hl.body, benv)
             vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
                     r.loop_vars]
-            window.append([self.state[d]["err"] for d in hl.devices])
+            if self.pools:
+                window.append([self.last_fut[d] for d in hl.devices if d in self.last_fut])
+            else:
+                window.append([self.state[d]["err"] for d in hl.devices])
             iters += 1
         self.iteration = outer_iteration
         name = str(r.frame[-1])
@@ -449,7 +554,7 @@ class _Run:
     def _retire(self, errs: list[Any]) -> None:
         """Wait for an iteration's segments (their error words) and stop at its first error."""
         t0 = self.tl.now() if self.tl else 0.0
-        codes = [int(np.asarray(e)) for e in errs]
+        codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
         if self.tl:
             self.tl.host("wait: parallel_iterations window", t0)
         for c in codes:
@@ -457,6 +562,7 @@ class _Run:
                 self.b.raise_code(self.plan, c)
 
     def finish(self) -> None:
+        self.drain()
         for d in self.b.devices:
             c = int(np.asarray(self.state[d]["err"]))
             if c:
@@ -515,7 +621,22 @@ class FastPartitionedBackend:
         self._fallback: dict[Any, str] = {}
         self._reference: Any = None
         self._records: list[dict[str, Any]] = []
+        self._pools: dict[str, ThreadPoolExecutor] = {}
         self.placement  # noqa: B018 - unknown devices and conflicts are reported when the Session is made
+
+    def pools(self) -> dict[str, ThreadPoolExecutor]:
+        """One single-thread worker per device, made on first use, for plans whose segments run host
+        callbacks (see ``HOST_CALLBACK_OPS``); ``close()`` stops them."""
+        if not self._pools:
+            self._pools = {d: ThreadPoolExecutor(1, thread_name_prefix=f"turnout-{parse(d).short}")
+                           for d in self.devices}
+        return self._pools
+
+    def close(self) -> None:
+        """Stop the per-device workers (``Session.close`` calls this)."""
+        for p in self._pools.values():
+            p.shutdown(wait=True)
+        self._pools = {}
 
     @property
     def placement(self) -> Placement:
@@ -647,13 +768,18 @@ class FastPartitionedBackend:
             run.steps(plan.schedule.steps, env)
             run.finish()
         finally:
+            if run.pools:
+                try:
+                    run.drain()
+                except BaseException:  # noqa: BLE001 - the run's own error (or result) is what is reported
+                    pass
             if tl is not None:
                 tl.close()
         values = []
         for t in fetches:
             k = key(t)
-            v = env.vals.get(k, DEAD)
-            live = run.lives.get(k, True)
+            v = _now(env.vals.get(k, DEAD))
+            live = _now(run.lives.get(k, True))
             if v is DEAD or not bool(np.asarray(live)):
                 raise DeadFetchError(
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "

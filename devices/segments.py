@@ -150,6 +150,13 @@ class _Builder:
                     j = owner.get(c.id)
                     if j is not None and j != i:
                         deps[i].add(j)
+        # When nothing more is ready on the current device, switch to the ready item whose first reader
+        # comes earliest in the program order (so a constant on device k is placed just before the op
+        # of device k that reads it, and joins its segment, instead of forming a segment of its own).
+        urgency = [len(items)] * len(items)
+        for j in range(len(items)):
+            for i in deps[j]:
+                urgency[i] = min(urgency[i], j)
         done: set[int] = set()
         order: list[int] = []
         current: Optional[str] = None
@@ -157,7 +164,7 @@ class _Builder:
             ready = [i for i in range(len(items)) if i not in done and deps[i] <= done]
             # the program order is a valid order, so something is always ready
             same = [i for i in ready if devs[i] is not None and devs[i] == current]
-            i = same[0] if same else ready[0]
+            i = same[0] if same else min(ready, key=lambda r: (urgency[r], r))
             order.append(i)
             done.add(i)
             current = devs[i]

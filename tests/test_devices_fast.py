@@ -325,3 +325,51 @@ def test_what_cannot_be_compiled_runs_on_the_partitioned_reference_executor() ->
     assert sess.last_result.stats["tier"] == "reference"
     with pytest.raises(tn.UnsupportedError):
         tn.Session(g, backend="fast", devices=D2, fallback=False).run(s, {w: 2.0})
+
+
+def _sleeping_pipeline(parallel_iterations: int, n: int = 6, seconds: float = 0.02) -> tuple[tn.Graph, Any, Any]:
+    """Three stages on three devices, each waiting ``seconds`` (``tn.sleep``); iteration i feeds
+    stage 0 with ``x + i``, and the last device keeps the sum."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: tn.Tensor, acc: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:0"):
+                h = tn.cast(i, tn.float32) + x
+                i2 = i + 1
+            for k in range(3):
+                with tn.device(f"cpu:{k}"):
+                    h = tn.sleep(h * 0.5 + 1.0, seconds, name=f"stage{k}")
+            with tn.device("cpu:2"):
+                acc2 = acc + h
+            return i2, acc2
+
+        with tn.device("cpu:0"):
+            i0 = tn.constant(0)
+        with tn.device("cpu:2"):
+            a0 = tn.constant(0.0)
+        _, acc = tn.while_loop(lambda i, a: i < n, body, [i0, a0], parallel_iterations=parallel_iterations)
+    return g, x, acc
+
+
+def test_sleeping_stages_run_from_per_device_workers_and_overlap() -> None:
+    """A segment with a host callback (Sleep) runs synchronously on CPU, so such a plan dispatches
+    every segment from its device's worker thread: values equal the reference, and with
+    parallel_iterations=4 the trace shows stage 1 of iteration i running while stage 0 of iteration
+    i+1 runs; with parallel_iterations=1 no two iterations overlap."""
+    for p in (4, 1):
+        g, x, acc = _sleeping_pipeline(p)
+        sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:2"])
+        assert float(sess.run(acc, {x: 1.0})) == float(tn.Session(g).run(acc, {x: 1.0}))
+        sess.run(acc, {x: 1.0}, trace=True)
+        tl = sess.last_result.trace
+        first = {s["args"]["iteration"]: s for s in tl.device_spans(canonical("cpu:0")) if s["dur_s"] > 0.01}
+        second = {s["args"]["iteration"]: s for s in tl.device_spans(canonical("cpu:1")) if s["dur_s"] > 0.01}
+        assert len(first) == len(second) == 6
+        overlapping = [i for i in range(5) if first[i + 1]["start_s"] < second[i]["start_s"] + second[i]["dur_s"]]
+        if p == 4:
+            assert overlapping, "no overlap with parallel_iterations=4"
+        else:
+            assert not overlapping, f"iterations overlapped with parallel_iterations=1: {overlapping}"
+        sess.close()
