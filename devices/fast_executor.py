@@ -651,6 +651,20 @@ class FastPartitionedBackend:
         ``chunks_from_host`` (always 0 here: this executor keeps every stack on its device)."""
         return [dict(r) for r in self._records]
 
+    def describe_schedule(self, fetches: Sequence[Tensor], feeds: Optional[dict[Tensor, Any]] = None) -> str:
+        """The steps a run of ``fetches`` takes, as indented text: which segments run on which device,
+        and which loops and conds the host drives (``describe``)."""
+        fed = {t: np.asarray(v, dtype=t.dtype.numpy) for t, v in (feeds or {}).items()}
+        sig = self._signature(list(fetches), fed, {})
+        with jax.enable_x64(True):
+            plan = self._plan(sig, list(fetches), fed, self.stack_chunk)
+        return describe(plan.schedule.steps)
+
+    def _signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]) -> Any:
+        return (self.graph.version, tuple(key(t) for t in fetches),
+                tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
+                self._var_sig(variables))
+
     # ---- run --------------------------------------------------------------------------------------
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
@@ -662,9 +676,7 @@ class FastPartitionedBackend:
                 "compiled code counts loop iterations, not firings; bound loops with max_iterations (or run "
                 "on backend='reference')")
         placement = self.placement
-        sig = (self.graph.version, tuple(key(t) for t in fetches),
-               tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
-               self._var_sig(variables))
+        sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
             return self._run_reference(sig, fetches, feeds, variables, options)
         spmd = _spmd_hook()
