@@ -31,7 +31,9 @@ from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Node, Tensor
 from turnout.primitives import COMPUTE
 
-_NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray"))
+#: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
+#: must happen when the program runs, not when it is traced)
+_NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep"}
 
 Env = dict[Key, Any]
 

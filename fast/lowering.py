@@ -16,12 +16,14 @@ have rules that the region emitter (``emit``) applies as part of a Cond or While
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
 from turnout import dtypes as dt
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
@@ -93,6 +95,21 @@ def _merge(ctx, n, xs):
 @_r("LoopCond", "Identity")
 def _identity(ctx, n, xs):
     return [xs[0]]
+
+
+@_r("Sleep")
+def _sleep(ctx, n, xs):
+    # A host callback that waits, then hands the value back. On CPU, a compiled call that contains a
+    # host callback runs synchronously (the call returns when it has run), so the fast partitioned
+    # executor dispatches such segments from per-device threads (devices/fast_executor.py).
+    seconds = float(n.attrs["seconds"])
+    x = jnp.asarray(xs[0])
+
+    def wait(v: Any) -> Any:
+        time.sleep(seconds)
+        return np.asarray(v)
+
+    return [io_callback(wait, jax.ShapeDtypeStruct(x.shape, x.dtype), x)]
 
 
 @_r("StopGradient")

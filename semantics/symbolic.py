@@ -171,7 +171,7 @@ def _const(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
     return [literal(n.attrs["value"], _out(n))]
 
 
-@_rule("Identity", "StopGradient")
+@_rule("Identity", "StopGradient", "Sleep")
 def _identity(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
     return [ins[0]]
 

@@ -37,9 +37,10 @@ def any_backend(request: pytest.FixtureRequest) -> str:
 
 
 def session(g: tn.Graph, backend: str) -> tn.Session:
-    """A session of ``backend``; the partitioned one spreads the graph's nodes over two devices (soft
-    requests, so colocation rules still hold), so a bad input meets Send/Recv on its way."""
-    if backend != "partitioned":
+    """A session of ``backend``; the partitioned ones spread the graph's nodes over two devices (soft
+    requests, so colocation rules still hold), so a bad input meets Send/Recv (or a cross-device copy)
+    on its way."""
+    if backend not in ("partitioned", "fast-partitioned"):
         return tn.Session(g, backend=backend)
     devices = ["cpu:0", "cpu:1"]
     requests = {n.name: devices[k % 2] for k, n in enumerate(g.nodes)}
@@ -380,6 +381,12 @@ def test_loop_false_returns_the_value_as_tensorflow_does(any_backend: str) -> No
         with tn.Session(g, backend="partitioned", devices=["cpu:0", "cpu:1"]) as s:  # on one device: runs
             assert int(s.run(y)) == 10
         return
+    if any_backend == "fast-partitioned":
+        # No LoopCond, so no lax.while_loop: the partitioned reference executor runs it, and refuses to
+        # split it, as above
+        with pytest.warns(RuntimeWarning, match="LoopCond"), pytest.raises(tn.PartitionError, match="0 LoopCond"):
+            run(g, any_backend, y)
+        return
     if any_backend == "fast":
         # No LoopCond, so no lax.while_loop: the fast backend runs it on the interpreter, and says so.
         with pytest.warns(RuntimeWarning, match="LoopCond"):
@@ -478,9 +485,12 @@ def test_runaway_loop_limits(any_backend: str) -> None:
     # default 10 s to reach 500 iterations, and this test is about the counting guards.
     with pytest.raises(tn.NonTerminationError, match="max_iterations"):
         run(g, any_backend, r, max_iterations=500, max_firings=None, max_seconds=None)
-    if any_backend != "fast":
+    if any_backend not in ("fast", "fast-partitioned"):
         with pytest.raises(tn.NonTerminationError, match="max_firings"):
             run(g, any_backend, r, max_firings=3000, max_seconds=None)
+    else:  # compiled code counts no firings: the budget is rejected, never ignored
+        with pytest.raises(tn.UnsupportedError, match="max_firings"):
+            run(g, any_backend, r, max_firings=3000)
 
 
 def test_default_limits() -> None:

@@ -135,8 +135,8 @@ def test_session_devices_errors() -> None:
     g, x, y = _loop_graph()
     with pytest.raises(tn.PlacementError, match="not one of the devices"):
         tn.Session(g, devices=["cpu:0"])
-    with pytest.raises(tn.UnsupportedError, match="partitioned fast execution is a later issue"):
-        tn.Session(g, backend="fast", devices=D2)
+    with pytest.raises(tn.UnsupportedError, match="cannot run a graph partitioned"):
+        tn.Session(g, backend="smallstep", devices=D2)
     with pytest.raises(ValueError, match="unknown partition order"):
         tn.Session(g, devices=D2, order="sideways")
 

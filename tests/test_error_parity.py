@@ -22,7 +22,16 @@ from turnout.session import RunOptions
 
 pytest.importorskip("jax")
 
-BACKENDS = ["reference", "fast"]
+BACKENDS = ["reference", "fast", "fast-partitioned"]
+
+
+def _session(g: tn.Graph, backend: str) -> tn.Session:
+    """A session of ``backend``; the fast partitioned one spreads the nodes over two devices."""
+    if backend != "fast-partitioned":
+        return tn.Session(g, backend=backend)
+    devices = ["cpu:0", "cpu:1"]
+    return tn.Session(g, backend=backend, devices=devices,
+                      requests={n.name: devices[k % 2] for k, n in enumerate(g.nodes)})
 
 
 @dataclass
@@ -164,7 +173,7 @@ def test_same_mistake_same_error(backend: str, name: str) -> None:
     m = CATALOGUE[name]
     g, fetches, feed = m.build()
     with pytest.raises(m.error):
-        tn.Session(g, backend=backend).run(fetches, feed_dict=feed, **m.options)
+        _session(g, backend).run(fetches, feed_dict=feed, **m.options)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -175,7 +184,7 @@ def test_a_mistake_leaves_the_session_usable(backend: str) -> None:
         a = tn.placeholder(tn.int32, [], name="a")
         b = tn.placeholder(tn.int32, [], name="b")
         y = tn.divide(a, b)
-    sess = tn.Session(g, backend=backend)
+    sess = _session(g, backend)
     with pytest.raises(tn.KernelError):
         sess.run(y, {a: np.int32(7), b: np.int32(0)})
     assert int(sess.run(y, {a: np.int32(7), b: np.int32(2)})) == 3
@@ -189,8 +198,8 @@ def test_max_firings_is_honoured_or_rejected(backend: str) -> None:
     g, i, feed = _loop_counter()
     opts = RunOptions(max_firings=20)
     with pytest.raises((tn.NonTerminationError, tn.UnsupportedError)) as info:
-        tn.Session(g, backend=backend).run(i, feed_dict=feed, options=opts)
+        _session(g, backend).run(i, feed_dict=feed, options=opts)
     want = tn.NonTerminationError if backend == "reference" else tn.UnsupportedError
     assert info.type is want
     # without a budget (None) or with the default one, both run
-    assert int(tn.Session(g, backend=backend).run(i, feed_dict=feed, max_firings=None)) == 10
+    assert int(_session(g, backend).run(i, feed_dict=feed, max_firings=None)) == 10

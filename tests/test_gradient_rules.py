@@ -136,6 +136,7 @@ HAND_BUILT = ("fast backend: the gradient of a hand-built (tn.raw) Switch/Merge 
 SQ = 2, 3
 CASES: dict[str, Case] = {
     "Identity": Case([_arr(*SQ)], lambda x: tn.identity(x), lambda x: x),
+    "Sleep": Case([_arr(*SQ)], lambda x: tn.sleep(x * x, 0.001), lambda x: x * x),
     "Neg": Case([_arr(*SQ)], lambda x: -x, lambda x: -x),
     "Add": Case([_arr(*SQ), _arr(3)], lambda x, y: x + y, lambda x, y: x + y),
     "Sub": Case([_arr(*SQ), _arr(1, 3)], lambda x, y: x - y, lambda x, y: x - y),

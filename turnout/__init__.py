@@ -90,6 +90,7 @@ from turnout.ops import (
     sigmoid,
     sign,
     size,
+    sleep,
     sqrt,
     square,
     stack,

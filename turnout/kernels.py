@@ -10,6 +10,7 @@ are numpy arrays (0-d for scalars) or ``TensorArrayValue``. Kernels never see de
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,12 @@ def _const(xs, attrs):
 
 @_k("Identity", "StopGradient")
 def _identity(xs, attrs):
+    return [xs[0]]
+
+
+@_k("Sleep")
+def _sleep(xs, attrs):
+    time.sleep(float(attrs["seconds"]))  # a stand-in for waiting on I/O: the value passes unchanged
     return [xs[0]]
 
 

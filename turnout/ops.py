@@ -169,6 +169,15 @@ def identity(x: Any, name: Optional[str] = None) -> Tensor:
     return _op1("Identity", x, name)
 
 
+def sleep(x: Any, seconds: float, name: Optional[str] = None) -> Tensor:
+    """``x`` unchanged, after the host waits ``seconds`` when the op runs: a stand-in for a stage that
+    waits on I/O, so benchmarks can measure overlap (pipelining across devices) without depending on
+    how many CPU cores are free. Its gradient is the identity, without the wait."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 60:
+        raise GraphBuildError(f"sleep: seconds must be a number in [0, 60], got {seconds!r}")
+    return _op1("Sleep", x, name, seconds=float(seconds))
+
+
 def add(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a + b`` with numpy broadcasting; a Python scalar takes the other operand's dtype."""
     return _op2("Add", a, b, name)

@@ -42,6 +42,7 @@ _DECLS: list[Primitive] = [
     _P("NoOp", "structural", False, "does nothing; used to group control dependencies"),
     # elementwise
     _P("Identity", "compute"),
+    _P("Sleep", "compute", True, "its input, after the host waits attr seconds: a stand-in for I/O in benchmarks"),
     _P("Add", "compute"),
     _P("Sub", "compute"),
     _P("Mul", "compute"),

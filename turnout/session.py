@@ -27,6 +27,7 @@ BACKENDS: dict[str, str] = {
     "fast": "turnout.fast.backend:FastBackend",
     "smallstep": "turnout.semantics.smallstep:SmallStepBackend",
     "partitioned": "turnout.devices.executor:PartitionedBackend",
+    "fast-partitioned": "turnout.devices.fast_executor:FastPartitionedBackend",
     "ray": "turnout.devices.ray_runtime:RayBackend",
 }
 
@@ -269,13 +270,16 @@ _SLOW = object()  # _run_fast's "take the general path"
 
 
 def _partitioned(backend: str) -> str:
-    """``devices=[...]`` asks for a partitioned run: the reference backend has one (turnout.devices)."""
+    """``devices=[...]`` asks for a partitioned run: the reference backend runs it on the partitioned
+    reference executor, the fast one on the fast partitioned executor (both in turnout.devices)."""
     if backend in ("reference", "partitioned"):
         return "partitioned"
+    if backend in ("fast", "fast-partitioned"):
+        return "fast-partitioned"
     from turnout.errors import UnsupportedError
 
-    raise UnsupportedError(f"backend {backend!r} cannot run a graph partitioned over devices (devices=...): "
-                           "partitioned fast execution is a later issue; use backend='reference'")
+    raise UnsupportedError(f"backend {backend!r} cannot run a graph partitioned over devices (devices=...); "
+                           "use backend='reference' or backend='fast'")
 
 
 def _clustered(backend: str) -> str:

@@ -104,7 +104,7 @@ def _merge(op, specs, attrs):
     return [TensorSpec(d, shape, out.elem_dtype, out.elem_shape), TensorSpec(dt.int32, ())]
 
 
-@_rule("Enter", "Exit", "NextIteration", "Identity", "StopGradient")
+@_rule("Enter", "Exit", "NextIteration", "Identity", "StopGradient", "Sleep")
 def _identity(op, specs, attrs):
     return [specs[0]]
 

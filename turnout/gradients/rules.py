@@ -78,9 +78,9 @@ def _in(n: Node, i: int) -> Tensor:
 
 
 # ---- elementwise: d/dx f(x) -------------------------------------------------------------------------
-@_grad("Identity")
+@_grad("Identity", "Sleep")
 def _identity(b, n, dys):
-    return [dys[0]]  # d x = dy
+    return [dys[0]]  # d x = dy (a Sleep's gradient does not wait: only the forward op stands for I/O)
 
 
 @_grad("ReadVariable")

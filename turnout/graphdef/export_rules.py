@@ -309,6 +309,12 @@ for _tn, _tf in [("AssignVariable", "AssignVariableOp"), ("AssignAddVariable", "
     _rule(_tn)(_assign(_tf))
 
 
+@_rule("Sleep")
+def _sleep(ctx: ExportContext, n: Node) -> Outs:
+    raise UnsupportedError(f"{describe_node(n)}: Sleep (a benchmark's stand-in for waiting on I/O) has no TensorFlow "
+                           "form; build the graph without it to export it")
+
+
 # ---- gradient stacks ------------------------------------------------------------------------------------
 @_rule("StackNew")
 def _stack_new(ctx: ExportContext, n: Node) -> Outs:

@@ -1,0 +1,927 @@
+"""The fast partitioned executor: ``tn.Session(graph, backend="fast", devices=[...])`` on JAX devices.
+
+Why this shape. The graph is placed exactly as the partitioned reference executor places it
+(``devices.placement.place``), so both run the same placement and the reference one is the oracle.
+It is then raised once, unpartitioned, to the fast backend's region tree (``fast.functionalize``),
+and the tree is cut by device (``devices.segments``). Cross-device values move with
+``jax.device_put`` instead of Send/Recv nodes: inside one process a transfer is a copy between device
+buffers, and a copy is what a Send/Recv pair would do.
+
+Three tiers, tried in this order:
+
+1. **Whole program** (a hook): ``turnout.devices.spmd.spmd_plan(graph, placement, fetches, fed)``, where
+   that module exists, may compile a program whose every op lowers as ONE ``shard_map`` program; it
+   returns None when it cannot, and the run goes on below.
+2. **Compiled regions**: a region (a loop, a cond, any straight-line run of ops) whose nodes all sit on
+   one device is compiled whole by the fast backend's emitter and committed to that device. A loop
+   inside one partition therefore stays one ``lax.while_loop`` with no host work per iteration.
+3. **Host-driven regions**: a loop spanning devices runs per iteration as per-device *segments*, each a
+   jitted function committed to its device. The host thread dispatches them asynchronously and reads
+   back only what it must: a loop's predicate, a spanning cond's predicate. So device A starts iteration
+   i+1 while device B still runs iteration i; the host bounds the iterations in flight by the loop's
+   ``parallel_iterations``, waiting on iteration ``i - P``'s error words before dispatching iteration i.
+   This host driver *is* the control-loop state machine of every partition of the frame: where the
+   graph-level partitioner gives each device a control loop whose predicate arrives by Send/Recv, here
+   the host "sends" the predicate by dispatching the next iteration's segments (or not). One thread with
+   asynchronous dispatch suffices: executions on different devices run concurrently on their own.
+
+Gradient stacks live in the device state of the device of their pushes (placement colocates every
+StackPush and StackPop with its StackNew), as the fast backend's chunked stack buffers. They never leave
+that device: a run whose stack outgrows the chunk is run again with twice the chunk
+(``stats['stack_capacity_retries']``); swapping stack chunks to host memory is not done by this executor.
+``memory_records()`` reports the stack bytes per loop and device of the last run.
+
+What the fast path cannot run (``UnsupportedError`` while raising or tracing) runs on the partitioned
+reference executor with a ``RuntimeWarning``, as the unpartitioned fast backend falls back to the
+reference interpreter; ``fallback=False`` raises instead. ``stats['executor']`` and ``stats['tier']`` say
+which ran. Errors keep the reference types: kernel failures come back in a per-device error word,
+``max_iterations`` is counted by compiled loops and by the host driver alike, and ``max_firings`` (a
+count of firings, which compiled code does not make) is rejected unless left at its default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import queue
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout.devices.names import DeviceSpec, canonical, parse
+from turnout.devices.placement import Placement, place
+from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, item_nodes, schedule
+from turnout.errors import (
+    DeadFetchError,
+    FeedError,
+    KernelError,
+    NonTerminationError,
+    PlacementError,
+    UnsupportedError,
+)
+from turnout.fast import stacks as stk
+from turnout.fast.emit import Emitter, ErrorCodes, stack_source, var_key
+from turnout.fast.functionalize import functionalize
+from turnout.fast.regions import Key, Program, WhileRegion, key, walk
+from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.graph import Graph, Tensor
+from turnout.kernels import TensorArrayValue
+from turnout.session import RunOptions, RunResult
+
+_INT32_MAX = 2**31 - 1
+_DEFAULT_MAX_FIRINGS = RunOptions.max_firings
+_MAX_CAPACITY = 1 << 24
+
+
+class _Retry(Exception):
+    """A gradient stack outgrew its chunk: run again with twice the capacity."""
+
+
+def jax_device(name: str | DeviceSpec) -> Any:
+    """The ``jax.Device`` a device name means: ``/device:CPU:k`` is ``jax.devices("cpu")[k]``, GPU and
+    TPU likewise. A device of another job or task, or one this process does not have, is a
+    PlacementError naming it."""
+    spec = parse(name)
+    if spec.job != "localhost" or spec.task != 0:
+        raise PlacementError(f"device {spec.name} belongs to another task; the fast partitioned executor runs the "
+                             "devices of this process only (a cluster runs with cluster=...)")
+    kind = spec.type.lower()
+    try:
+        have = jax.devices(kind)
+    except RuntimeError:
+        have = []
+    if spec.index >= len(have):
+        hint = (" (more CPU devices: set XLA_FLAGS=--xla_force_host_platform_device_count=N before jax is "
+                "imported)" if kind == "cpu" else "")
+        raise PlacementError(f"device {spec.short} does not exist in this process: JAX has {len(have)} {spec.type} "
+                             f"device(s){hint}")
+    return have[spec.index]
+
+
+class _Env:
+    """A scope's values on the host side, with the device each lives on, and the copies already made
+    to other devices (so a value read by two segments on one device crosses once)."""
+
+    def __init__(self, vals: Optional[dict[Key, Any]] = None, where: Optional[dict[Key, Optional[str]]] = None,
+                 copies: Optional[dict[tuple[Key, str], Any]] = None) -> None:
+        self.vals: dict[Key, Any] = dict(vals or {})
+        self.where: dict[Key, Optional[str]] = dict(where or {})
+        self.copies: dict[tuple[Key, str], Any] = dict(copies or {})
+
+    def child(self) -> _Env:
+        return _Env(self.vals, self.where, self.copies)
+
+    def set(self, k: Key, v: Any, device: Optional[str]) -> None:
+        self.vals[k] = v
+        self.where[k] = _where(v, device)
+        for d in [d for (kk, d) in self.copies if kk == k]:
+            del self.copies[(k, d)]
+
+    def take(self, k: Key, other: _Env, src: Key) -> None:
+        """``self[k] = other[src]``, keeping where it lives."""
+        self.set(k, other.vals[src], other.where.get(src))
+
+    def on(self, k: Key, device: str, jdev: Any) -> Any:
+        v = self.vals[k]
+        w = self.where.get(k)
+        if w is None or w == device:
+            return v
+        got = self.copies.get((k, device))
+        if got is None:
+            got = self.copies[(k, device)] = jax.device_put(v, jdev)  # asynchronous
+        return got
+
+
+def _where(v: Any, device: Optional[str]) -> Optional[str]:
+    """The device a value lives on; None for values known on the host (numpy, dead, handles)."""
+    if v is DEAD or isinstance(v, (np.ndarray, np.generic, Handle)) or device is None:
+        return None
+    return device if jax.tree_util.tree_leaves(v) else None
+
+
+#: ops lowered to host callbacks: on CPU a compiled call that contains one runs synchronously (the
+#: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
+HOST_CALLBACK_OPS = frozenset({"Sleep"})
+
+
+class _Lazy:
+    """A segment output the host has not needed yet, in a threaded run: the future of the segment's
+    call and the key. ``get`` waits for the call (not for the device: the value may still be computing)."""
+
+    __slots__ = ("fut", "k", "live")
+
+    def __init__(self, fut: Future[Any], k: Key, live: bool = False) -> None:
+        self.fut, self.k, self.live = fut, k, live
+
+    def get(self) -> Any:
+        out, lives, _ = self.fut.result()
+        if self.live:
+            return lives.get(self.k, True)
+        if self.k[1] == -1:  # a node's deadness marker: absent means the node fired live
+            return out.get(self.k)
+        return out.get(self.k, DEAD)
+
+
+def _now(v: Any) -> Any:
+    """The value itself, waiting for the segment call that makes it if need be."""
+    return v.get() if isinstance(v, _Lazy) else v
+
+
+class _Plan:
+    """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
+
+    def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
+                 device_of: dict[int, str]) -> None:
+        self.program = program
+        self.schedule = sched
+        self.fed = fed
+        self.capacity = capacity
+        self.codes = ErrorCodes()
+        nodes = {n.id: n for it in program.items for n in item_nodes(it)}
+        self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
+        self.written_vars = {_var_of(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
+        self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
+        self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
+                            for n in item_nodes(it))
+        # stack key -> (loop name, device): the outermost loop that pushes it, for memory_records
+        self.stack_owner: dict[str, tuple[str, str]] = {}
+        for it in program.items:
+            for r in walk([it]):
+                if isinstance(r, WhileRegion):
+                    for n in r.nodes:
+                        if n.op == "StackPush":
+                            src = stack_source(n.inputs[0])
+                            if src is not None:
+                                self.stack_owner.setdefault(f"stack:{src.id}", (str(r.frame[-1]), device_of[src.id]))
+
+
+def _var_of(n: Any) -> Optional[str]:
+    src = n.inputs[0].node
+    while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
+        src = src.inputs[0].node
+    return src.attrs.get("var_name") if src.op == "VarHandle" else None
+
+
+class DeviceTimeline:
+    """The trace of a fast partitioned run: one track per device, plus the host's track.
+
+    Why watcher threads and not callbacks: under asynchronous dispatch the host's call returns before
+    the device runs, so a host-side span says when work was *dispatched*, not when it ran; and a host
+    callback inside a compiled segment makes its dispatch synchronous on CPU (measured: the call returns
+    only when the segment has run), which would hide the very overlap the trace is meant to show. So a
+    traced run dispatches the same compiled segments, and one watcher thread per device waits for each
+    segment's error word (every output of one execution becomes ready together) and stamps its end.
+    A segment's start is inferred as the latest of its dispatch, the end of the previous segment on its
+    device (a device runs its segments in order) and the ends of the segments that produced its inputs.
+    In a threaded run (segments with host callbacks, dispatched by per-device workers) the worker itself
+    waits for each traced call, so those spans are measured, not inferred.
+    Exports to the Chrome trace-event format (ui.perfetto.dev, chrome://tracing): one row per device.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self.spans: list[dict[str, Any]] = []
+        self._queues: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        self._last: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        """Seconds since the run started."""
+        return time.perf_counter() - self._t0
+
+    def host(self, name: str, start: float, **args: Any) -> None:
+        """A span on the host track, from ``start`` to now."""
+        with self._lock:
+            self.spans.append({"track": "host", "name": name, "start_s": start, "dur_s": self.now() - start,
+                               "args": args})
+
+    def dispatched(self, device: str, name: str, iteration: int, done: Any, inputs: list[int]) -> int:
+        """Record a segment just dispatched on ``device``; ``done`` becomes ready when it has run,
+        ``inputs`` are the spans that produced its inputs. Returns the new span's index."""
+        with self._lock:
+            i = len(self.spans)
+            self.spans.append({"track": device, "name": name, "start_s": self.now(),
+                               "dur_s": 0.0, "args": {"iteration": iteration}, "_inputs": inputs,
+                               "_prev": self._last.get(device), "_end": None})
+            self._last[device] = i
+            q = self._queues.get(device)
+            if q is None:
+                q = self._queues[device] = queue.SimpleQueue()
+                t = threading.Thread(target=self._watch, args=(q,), name=f"turnout-trace-{device}", daemon=True)
+                t.start()
+                self._threads.append(t)
+        q.put((i, done))
+        return i
+
+    def ran(self, device: str, name: str, iteration: int, start: float, end: float) -> None:
+        """A segment whose start and end are known (a threaded run's worker waited for it)."""
+        with self._lock:
+            self.spans.append({"track": device, "name": name, "start_s": start, "dur_s": end - start,
+                               "args": {"iteration": iteration}})
+
+    def _watch(self, q: Any) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            i, done = item
+            try:
+                jax.block_until_ready(done)
+            finally:
+                self.spans[i]["_end"] = self.now()
+
+    def close(self) -> None:
+        """Wait for the watchers, then settle every device span's start and duration."""
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._threads:
+            t.join()
+        self._queues.clear()
+        self._threads.clear()
+        for s in self.spans:
+            if "_end" not in s:
+                continue
+            end = s.pop("_end")
+            deps = [self.spans[j] for j in s.pop("_inputs")]
+            prev = s.pop("_prev")
+            if prev is not None:
+                deps.append(self.spans[prev])
+            start = max([s["start_s"]] + [d["start_s"] + d["dur_s"] for d in deps])
+            s["start_s"] = min(start, end)
+            s["dur_s"] = end - s["start_s"]
+
+    def device_spans(self, device: str) -> list[dict[str, Any]]:
+        """The spans of one device, in start order."""
+        return sorted((s for s in self.spans if s["track"] == device), key=lambda s: s["start_s"])
+
+    def summary(self) -> dict[str, Any]:
+        """Spans and busy seconds per track."""
+        tracks = sorted({s["track"] for s in self.spans})
+        return {t: {"spans": sum(1 for s in self.spans if s["track"] == t),
+                    "seconds": sum(s["dur_s"] for s in self.spans if s["track"] == t)} for t in tracks}
+
+    def to_chrome(self) -> dict[str, Any]:
+        """The Chrome trace-event format: one row (thread) per device and one for the host."""
+        tracks = ["host"] + sorted({s["track"] for s in self.spans} - {"host"})
+        tid = {t: i for i, t in enumerate(tracks)}
+        meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": t}} for t, i in tid.items()]
+        out = [{"name": s["name"], "cat": s["track"], "ph": "X", "ts": 1e6 * s["start_s"], "dur": 1e6 * s["dur_s"],
+                "pid": 0, "tid": tid[s["track"]], "args": s["args"]} for s in self.spans]
+        return {"traceEvents": meta + out, "displayTimeUnit": "ms"}
+
+    def save_chrome(self, path: str) -> None:
+        """Write ``to_chrome()`` as JSON."""
+        import json
+
+        with open(path, "w") as f:
+            json.dump(self.to_chrome(), f)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
+class _Run:
+    """One run of a plan: per-device state (error word, Variables, stacks) and the host driver."""
+
+    def __init__(self, backend: FastPartitionedBackend, plan: _Plan, variables: dict[str, np.ndarray],
+                 options: RunOptions, timeline: Optional[DeviceTimeline]) -> None:
+        self.b = backend
+        self.plan = plan
+        self.tl = timeline
+        mi = options.max_iterations
+        self.max_iter_py = mi
+        self.max_iter = np.int32(min(int(mi), _INT32_MAX)) if mi is not None else np.int32(_INT32_MAX)
+        self.jdev = backend.jax_devices
+        self.state: dict[str, dict[str, Any]] = {
+            d: {"err": jax.device_put(np.int32(0), self.jdev[d])} for d in backend.devices}
+        for name, vn in plan.var_nodes.items():
+            if name not in variables:
+                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            d = plan.var_device[name]
+            self.state[d][var_key(name)] = jax.device_put(variables[name], self.jdev[d])
+        self.lives: dict[Key, Any] = {}
+        self.peak: dict[str, int] = {}
+        self.host_iterations: dict[str, int] = {}
+        self.iteration = 0  # the innermost host loop's iteration, for trace labels
+        # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
+        # that its id is not reused during the run
+        self.producer: dict[int, tuple[Any, int]] = {}
+        # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
+        self.pools = backend.pools() if plan.threaded else {}
+        self.futures: list[Future[Any]] = []
+        self.last_fut: dict[str, Future[Any]] = {}
+
+    # ---- steps ------------------------------------------------------------------------------------
+    def steps(self, steps: list[Step], env: _Env) -> None:
+        for s in steps:
+            if isinstance(s, Segment):
+                self.segment(s, env)
+            elif isinstance(s, HostCond):
+                self.cond(s, env)
+            else:
+                self.loop(s, env)
+
+    def segment(self, seg: Segment, env: _Env) -> None:
+        if self.pools:
+            self.segment_threaded(seg, env)
+            return
+        dev = seg.device
+        jd = self.jdev[dev]
+        env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
+        rest, stacks = _split_state(self.state[dev])
+        if seg.fn is None:
+            seg.fn = self.b.segment_fn(self.plan, seg)
+        t0 = self.tl.now() if self.tl else 0.0
+        out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
+        if self.tl is not None:
+            self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
+            inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
+                             if k in env.vals and id(env.vals[k]) in self.producer})
+            span = self.tl.dispatched(dev, seg.describe(), self.iteration, state["err"], inputs)
+            for v in out.values():
+                self.producer[id(v)] = (v, span)
+        self.state[dev] = state
+        for k, v in out.items():
+            env.set(k, v, dev)
+        self.lives.update(lives)
+        nbytes = {k: v.nbytes() for k, v in state.items() if isinstance(v, stk.StackValue)}
+        for k, nb in nbytes.items():
+            self.peak[k] = max(self.peak.get(k, 0), nb)
+
+    def segment_threaded(self, seg: Segment, env: _Env) -> None:
+        """Hand the segment's call to its device's worker; its outputs become ``_Lazy`` values. The
+        worker resolves the inputs (waiting for the calls that make them), copies those from other
+        devices, and calls the segment on the device state it holds."""
+        dev = seg.device
+        jd = self.jdev[dev]
+        inputs = {k: (env.vals[k], env.where.get(k)) for k in seg.reads if k in env.vals}
+        if seg.fn is None:
+            seg.fn = self.b.segment_fn(self.plan, seg)
+        fn, tl, name, iteration = seg.fn, self.tl, seg.describe(), self.iteration
+
+        def job() -> Any:
+            env_in = {}
+            for k, (v, w) in inputs.items():
+                if isinstance(v, _Lazy):
+                    v = v.get()
+                    if isinstance(v, (np.ndarray, np.generic)):
+                        v = jax.device_put(v, jd)  # a value folded upstream enters as data, as in a loop
+                    elif v is not DEAD and w != dev:
+                        v = jax.device_put(v, jd)
+                elif w is not None and w != dev:
+                    v = jax.device_put(v, jd)
+                env_in[k] = wrap_static(v)
+            rest, stacks = _split_state(self.state[dev])
+            t0 = tl.now() if tl else 0.0
+            out, lives, state = fn(env_in, rest, stacks, self.max_iter)
+            self.state[dev] = state
+            if tl is not None:
+                # a traced worker waits for its call: the span is then exactly the segment's run
+                jax.block_until_ready(state["err"])
+                tl.ran(dev, name, iteration, t0, tl.now())
+            return out, lives, state["err"]
+
+        fut = self.pools[dev].submit(job)
+        self.futures.append(fut)
+        self.last_fut[dev] = fut
+        for k in seg.writes:
+            env.set(k, _Lazy(fut, k), dev)
+        for k in seg.fetched:
+            self.lives[k] = _Lazy(fut, k, live=True)
+
+    def drain(self) -> None:
+        """Wait for every segment call handed to a worker; raise the first failure."""
+        first: Optional[BaseException] = None
+        for f in self.futures:
+            try:
+                f.result()
+            except BaseException as e:  # noqa: BLE001 - the first one is raised below
+                first = first or e
+        self.futures.clear()
+        if first is not None:
+            raise first
+
+    def cond(self, hc: HostCond, env: _Env) -> None:
+        r = hc.region
+        p = _now(env.vals[key(r.pred)])
+        joins = {m.id for m, _ in r.merges}
+        exports = sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs
+                          if key(o) in self.plan.program.fetch_keys} | set(r.exports))
+        if p is DEAD:
+            for m, _ in r.merges:
+                env.set(key(m.outputs[0]), DEAD, None)
+                env.set(key(m.outputs[1]), DEAD, None)
+            for k in exports:
+                env.set(k, DEAD, None)
+            return
+        t0 = self.tl.now() if self.tl else 0.0
+        b = bool(np.asarray(p))  # the one value the host must read
+        if self.tl:
+            self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
+        benv = env.child()
+        for s in r.switches:
+            benv.take(key(s.outputs[int(b)]), env, key(s.inputs[0]))
+            benv.set(key(s.outputs[1 - int(b)]), DEAD, None)
+        self.steps(hc.branches[b], benv)
+        for m, slots in r.merges:
+            if b in slots:
+                env.take(key(m.outputs[0]), benv, key(m.inputs[slots[b]]))
+                env.set(key(m.outputs[1]), np.asarray(slots[b], np.int32), None)
+            else:
+                env.set(key(m.outputs[0]), DEAD, None)
+                env.set(key(m.outputs[1]), DEAD, None)
+        for k in exports:
+            if k in benv.vals:
+                env.take(k, benv, k)
+            else:
+                env.set(k, DEAD, None)
+
+    def loop(self, hl: HostLoop, env: _Env) -> None:
+        r = hl.region
+        base = env.child()
+        for inv in r.invariants:
+            base.take(key(inv.outputs[0]), env, key(inv.inputs[0]))
+        vals = [(_now(env.vals[key(e.inputs[0])]), env.where.get(key(e.inputs[0]))) for e, _, _, _, _ in r.loop_vars]
+        if any(v is DEAD for v, _ in vals):
+            for x in r.exits:
+                env.set(key(x.outputs[0]), DEAD, None)
+            return
+        pkey = key(r.loop_cond.inputs[0])
+        lck = key(r.loop_cond.outputs[0])
+        home = hl.home
+        window: deque[list[Any]] = deque()
+        depth = max(1, int(r.parallel_iterations))
+        iters = 0
+        first = True
+        outer_iteration = self.iteration
+        while True:
+            henv = base.child()
+            for (_, m, _, es, ns), (v, w) in zip(r.loop_vars, vals, strict=True):
+                if isinstance(v, (np.ndarray, np.generic)):
+                    # a loop variable known on the host enters as a device value, so the segments are
+                    # traced once for the loop, not once per value
+                    v, w = jax.device_put(np.asarray(v), self.jdev[home]), home
+                henv.set(key(m.outputs[0]), v, w)
+                henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
+            first = False
+            self.iteration = iters
+            self.steps(hl.header, henv)
+            pred = _now(henv.vals[pkey])
+            t0 = self.tl.now() if self.tl else 0.0
+            go = pred is not DEAD and bool(np.asarray(pred))  # the host reads the predicate, and nothing else
+            if self.tl:
+                self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
+            henv.take(lck, henv, pkey)
+            if not go:
+                break
+            if self.max_iter_py is not None and iters >= self.max_iter_py:
+                raise NonTerminationError(
+                    f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); does the "
+                    "loop end?")
+            while len(window) >= depth:  # at most parallel_iterations iterations in flight
+                self._retire(window.popleft())
+            benv = henv.child()
+            for s in r.switches:
+                benv.take(key(s.outputs[1]), henv, key(s.inputs[0]))
+                benv.set(key(s.outputs[0]), DEAD, None)
+            self.steps(hl.body, benv)
+            vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
+                    r.loop_vars]
+            if self.pools:
+                window.append([self.last_fut[d] for d in hl.devices if d in self.last_fut])
+            else:
+                window.append([self.state[d]["err"] for d in hl.devices])
+            iters += 1
+        self.iteration = outer_iteration
+        name = str(r.frame[-1])
+        self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
+        eenv = henv.child()
+        for s in r.switches:
+            eenv.take(key(s.outputs[0]), henv, key(s.inputs[0]))
+            eenv.set(key(s.outputs[1]), DEAD, None)
+        self.steps(hl.exit_side, eenv)
+        for x in r.exits:
+            env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
+
+    def _retire(self, errs: list[Any]) -> None:
+        """Wait for an iteration's segments (their error words) and stop at its first error."""
+        t0 = self.tl.now() if self.tl else 0.0
+        codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
+        if self.tl:
+            self.tl.host("wait: parallel_iterations window", t0)
+        for c in codes:
+            if c:
+                self.b.raise_code(self.plan, c)
+
+    def finish(self) -> None:
+        self.drain()
+        for d in self.b.devices:
+            c = int(np.asarray(self.state[d]["err"]))
+            if c:
+                self.b.raise_code(self.plan, c)
+
+
+def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    rest: dict[str, Any] = {}
+    stacks: dict[str, Any] = {}
+    for k, v in state.items():
+        (stacks if isinstance(v, stk.StackValue) else rest)[k] = v
+    return rest, stacks
+
+
+def _to_host(v: Any) -> Any:
+    if isinstance(v, TA):
+        items = tuple(None for _ in range(v.size)) if v.pending else tuple(
+            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(v.size))
+        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items)
+    if isinstance(v, Handle):
+        return v
+    return np.asarray(v)
+
+
+class FastPartitionedBackend:
+    """``tn.Session(graph, backend="fast", devices=[...])``: place the graph, compile what sits on one
+    device, drive from the host what spans devices (see the module docstring).
+
+    Options: ``devices`` (names, at least one; each must be a JAX device of this process), ``requests``
+    (soft placement, as for the reference partitioned executor), ``stack_chunk`` (gradient stack
+    capacity per chunk, default 1024), ``fallback`` (default True: run on the partitioned reference
+    executor what cannot be compiled, with a RuntimeWarning; False raises the UnsupportedError),
+    ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
+    ``wants_whole_program``), and ``order`` / ``seed``, passed to the partitioned reference executor
+    when it runs.
+    """
+
+    def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
+                 requests: Optional[dict[str, str]] = None, stack_chunk: int = 1024, fallback: bool = True,
+                 order: str = "round_robin", seed: int = 0, whole_program: str = "auto") -> None:
+        if whole_program not in WHOLE_PROGRAM:
+            raise ValueError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
+        if not isinstance(stack_chunk, int) or isinstance(stack_chunk, bool) or stack_chunk < 1:
+            raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+        if not isinstance(fallback, bool):
+            raise ValueError(f"fallback must be a bool, got {fallback!r}")
+        self.graph = graph
+        self.requests = dict(requests or {})
+        self.stack_chunk = stack_chunk
+        self.fallback = fallback
+        self.whole_program = whole_program
+        self.order = order
+        self.seed = seed
+        if not devices:
+            raise PlacementError("the fast partitioned executor needs at least one device (devices=[...])")
+        self.devices = [canonical(d) for d in devices]
+        self.jax_devices = {d: jax_device(d) for d in self.devices}
+        self.compile_count = 0
+        self._placement: Optional[tuple[int, Placement]] = None
+        self._plans: dict[Any, _Plan] = {}
+        self._fallback: dict[Any, str] = {}
+        #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
+        self._whole: dict[Any, Any] = {}
+        self._reference: Any = None
+        self._records: list[dict[str, Any]] = []
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self.placement  # noqa: B018 - unknown devices and conflicts are reported when the Session is made
+
+    def pools(self) -> dict[str, ThreadPoolExecutor]:
+        """One single-thread worker per device, made on first use, for plans whose segments run host
+        callbacks (see ``HOST_CALLBACK_OPS``); ``close()`` stops them."""
+        if not self._pools:
+            self._pools = {d: ThreadPoolExecutor(1, thread_name_prefix=f"turnout-{parse(d).short}")
+                           for d in self.devices}
+        return self._pools
+
+    def close(self) -> None:
+        """Stop the per-device workers (``Session.close`` calls this)."""
+        for p in self._pools.values():
+            p.shutdown(wait=True)
+        self._pools = {}
+
+    @property
+    def placement(self) -> Placement:
+        """The placement of the current graph version (the partitioned reference executor's rules)."""
+        if self._placement is None or self._placement[0] != self.graph.version:
+            self._placement = (self.graph.version, place(self.graph, self.devices, self.requests))
+        return self._placement[1]
+
+    def memory_records(self) -> list[dict[str, Any]]:
+        """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
+        at the end of the run), ``peak_device_bytes``, ``host_bytes``, ``chunks_to_host`` and
+        ``chunks_from_host`` (always 0 here: this executor keeps every stack on its device)."""
+        return [dict(r) for r in self._records]
+
+    def describe_schedule(self, fetches: Sequence[Tensor], feeds: Optional[dict[Tensor, Any]] = None) -> str:
+        """The steps a run of ``fetches`` takes, as indented text: which segments run on which device,
+        and which loops and conds the host drives (``describe``)."""
+        fed = {t: np.asarray(v, dtype=t.dtype.numpy) for t, v in (feeds or {}).items()}
+        sig = self._signature(list(fetches), fed, {})
+        with jax.enable_x64(True):
+            plan = self._plan(sig, list(fetches), fed, self.stack_chunk)
+        return describe(plan.schedule.steps)
+
+    def _signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]) -> Any:
+        return (self.graph.version, tuple(key(t) for t in fetches),
+                tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
+                self._var_sig(variables))
+
+    # ---- run --------------------------------------------------------------------------------------
+    def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+            options: RunOptions) -> RunResult:
+        """One ``Session.run``: the whole-program tier if available, else compiled and host-driven
+        segments, else (fallback) the partitioned reference executor."""
+        if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
+            raise UnsupportedError(
+                f"fast partitioned executor: RunOptions.max_firings={options.max_firings} cannot be honoured: "
+                "compiled code counts loop iterations, not firings; bound loops with max_iterations (or run "
+                "on backend='reference')")
+        placement = self.placement
+        sig = self._signature(fetches, feeds, variables)
+        if sig in self._fallback:
+            return self._run_reference(sig, fetches, feeds, variables, options)
+        whole = None if options.trace else self._whole_program(sig, placement, fetches, feeds)
+        if whole is not None:
+            try:
+                result: RunResult = whole.run(feeds, variables, options)
+            except UnsupportedError:
+                # An op that does not lower inside one multi-device program: found while tracing,
+                # before anything ran, so the per-device tiers run the program instead.
+                self._whole[sig] = None
+            else:
+                result.stats.setdefault("executor", "fast partitioned")
+                result.stats.setdefault("tier", "spmd")
+                return result
+        try:
+            return self._run_compiled(sig, fetches, feeds, variables, options)
+        except UnsupportedError as e:
+            if not self.fallback:
+                raise
+            self._fallback[sig] = str(e)
+            warnings.warn(f"{e}; this program runs on the partitioned reference executor instead (at interpreter "
+                          "speed)", RuntimeWarning, stacklevel=4)
+            return self._run_reference(sig, fetches, feeds, variables, options)
+
+    def _whole_program(self, sig: Any, placement: Placement, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
+        """The whole-program tier's plan for this run signature, made once (its traces are cached in it),
+        or None where the tier is absent or the program is not eligible."""
+        if sig not in self._whole:
+            spmd = _spmd_hook()
+            wanted = spmd is not None and wants_whole_program(self.whole_program, self.graph, placement)
+            self._whole[sig] = spmd(self.graph, placement, fetches, list(feeds)) if wanted else None
+        return self._whole[sig]
+
+    def _run_reference(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                       variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
+        if self._reference is None:
+            from turnout.devices.executor import PartitionedBackend
+
+            self._reference = PartitionedBackend(self.graph, self.devices, self.requests, self.order, self.seed)
+        result: RunResult = self._reference.run(fetches, feeds, variables, options)
+        result.stats.update({"executor": "partitioned reference executor (fallback)", "tier": "reference",
+                             "fallback_reason": self._fallback[sig]})
+        self._records = []
+        return result
+
+    def _var_sig(self, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
+        out = []
+        for name in sorted(self.graph.variables):
+            v = variables.get(name)
+            if v is None:
+                v = np.asarray(self.graph.variables[name].attrs.get("initial_value"))
+            out.append((name, np.asarray(v).dtype.str, np.shape(v)))
+        return tuple(out)
+
+    def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int) -> _Plan:
+        plan = self._plans.get((sig, cap))
+        if plan is None:
+            from turnout.validate import validate
+
+            fa = validate(self.graph, fetches, list(feeds))
+            for t in feeds:
+                if fa.node_frame.get(t.node.id, ()) != ():
+                    raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+            program = functionalize(self.graph, fetches, feeds)
+            fed = {t.node.id for t in feeds}
+            device_of = self.placement.device_of
+            plan = self._plans[(sig, cap)] = _Plan(program, schedule(program, device_of, fed), fed, cap, device_of)
+        return plan
+
+    def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                      variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
+        cap = self.stack_chunk
+        retries = 0
+        t0 = time.perf_counter()
+        with jax.enable_x64(True):
+            while True:
+                plan = self._plan(sig, fetches, feeds, cap)
+                tl = DeviceTimeline() if options.trace else None
+                scratch = dict(variables)
+                try:
+                    values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
+                    break
+                except _Retry:
+                    if cap * 2 > _MAX_CAPACITY:
+                        raise KernelError(f"fast partitioned executor: a gradient stack needs more than "
+                                          f"{_MAX_CAPACITY} entries per chunk") from None
+                    cap *= 2
+                    retries += 1
+        variables.update(scratch)
+        sched = plan.schedule
+        self._records = self._memory(plan, run)
+        tier = "host-driven" if sched.host_loops or sched.host_conds else "compiled"
+        stats = {
+            "backend": "fast", "executor": "fast partitioned", "tier": tier,
+            "devices": list(self.devices), "segments": len(sched.segments),
+            "segments_per_device": {d: sum(1 for s in sched.segments if s.device == d) for d in self.devices},
+            "compiled_loops": sched.compiled_loops, "host_loops": len(sched.host_loops),
+            "host_conds": len(sched.host_conds), "host_iterations": dict(run.host_iterations),
+            "compiles": self.compile_count, "stack_capacity": cap, "stack_capacity_retries": retries,
+            "peak_device_stack_bytes": sum(run.peak.values()), "stack_chunks_swapped": 0,
+            "seconds": time.perf_counter() - t0,
+        }
+        return RunResult(values=values, trace=run.tl, stats=stats)
+
+    def _run_plan(self, plan: _Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                  variables: dict[str, np.ndarray], options: RunOptions,
+                  tl: Optional[DeviceTimeline]) -> tuple[list[Any], _Run]:
+        run = _Run(self, plan, variables, options, tl)
+        env = _Env()
+        for t, v in feeds.items():
+            d = self.placement.device_of[t.node.id]
+            env.set(key(t), jax.device_put(v, self.jax_devices[d]), d)
+        try:
+            run.steps(plan.schedule.steps, env)
+            run.finish()
+        finally:
+            if run.pools:
+                try:
+                    run.drain()
+                except BaseException:  # noqa: BLE001 - the run's own error (or result) is what is reported
+                    pass
+            if tl is not None:
+                tl.close()
+        values = []
+        for t in fetches:
+            k = key(t)
+            v = _now(env.vals.get(k, DEAD))
+            live = _now(run.lives.get(k, True))
+            if v is DEAD or not bool(np.asarray(live)):
+                raise DeadFetchError(
+                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
+                    f"(op {t.node.op} \"{t.node.name}\")")
+            values.append(_to_host(v))
+        for name in plan.written_vars:
+            if name is not None and name in plan.var_device:
+                variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])
+        return values, run
+
+    def _memory(self, plan: _Plan, run: _Run) -> list[dict[str, Any]]:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for d, state in run.state.items():
+            for k, v in state.items():
+                if not isinstance(v, stk.StackValue):
+                    continue
+                loop, dev = plan.stack_owner.get(k, ("(no loop)", d))
+                rec = out.setdefault((loop, dev), {"loop": loop, "device": dev, "device_bytes": 0, "host_bytes": 0,
+                                                   "chunks_to_host": 0, "chunks_from_host": 0,
+                                                   "peak_device_bytes": 0})
+                rec["device_bytes"] += v.nbytes()
+                rec["peak_device_bytes"] += run.peak.get(k, v.nbytes())
+        return list(out.values())
+
+    def raise_code(self, plan: _Plan, code: int) -> None:
+        """Raise the error an error word holds (an overflowing stack: run again, larger)."""
+        kind, message = plan.codes.lookup(code)
+        if kind == "overflow":
+            raise _Retry()
+        if kind == "nonterm":
+            raise NonTerminationError(message)
+        raise KernelError(message)
+
+    # ---- compiled segments ------------------------------------------------------------------------
+    def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
+        """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
+        segment's items run by the fast backend's emitter, jitted; it runs on the device its inputs are
+        committed to (every segment receives its device's error word, so there is always one). The
+        stacks argument is donated: a push updates the buffer in place."""
+        writes = list(seg.writes)
+        fetched = set(seg.fetched)
+
+        def body(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            self.compile_count += 1  # runs only while tracing
+            em = Emitter(plan.program, plan.codes, plan.capacity, max_iter)
+            em.state = {**state, **stacks}
+            em.fed = plan.fed
+            env = dict(env_in)
+            em.run_items(seg.items, env)
+            out = {k: wrap_static(env[k]) for k in writes if k in env}
+            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in writes if k in fetched and k in env}
+            return out, lives, em.state
+
+        return jax.jit(body, donate_argnums=(2,))
+
+
+#: when the whole-program (SPMD) tier runs a program it accepts
+WHOLE_PROGRAM = ("auto", "always", "never")
+
+
+def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
+    """Whether to try the SPMD tier first. Why ``"auto"`` looks at ``parallel_iterations``: one
+    multi-device program runs every spanning loop in lockstep (the predicate is shared each
+    iteration), which is the cheapest per iteration but overlaps nothing; a loop that asks for
+    ``parallel_iterations > 1`` asks for device A to run ahead of device B — the pipelining of model
+    parallelism — which only the host-driven tier gives. So ``"auto"`` takes the SPMD tier when every
+    loop that spans devices has ``parallel_iterations == 1``; ``"always"`` whenever it accepts the
+    program; ``"never"`` not at all."""
+    if mode != "auto":
+        return mode == "always"
+    from turnout.validate import validate
+
+    fa = validate(graph)
+    spans: dict[Any, set[str]] = {}
+    for n in graph.nodes:
+        f = fa.node_frame.get(n.id, ())
+        for i in range(1, len(f) + 1):  # a node is in its frame and in every enclosing one
+            spans.setdefault(f[:i], set()).add(placement.device_of.get(n.id, ""))
+    return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
+
+
+def _spmd_hook() -> Any:
+    """``turnout.devices.spmd.spmd_plan`` where that module exists (the whole-program tier), else None."""
+    try:
+        mod = importlib.import_module("turnout.devices.spmd")
+    except ImportError:
+        return None
+    return getattr(mod, "spmd_plan", None)
+
+
+def describe(steps: list[Step], indent: str = "") -> str:
+    """The schedule as indented text: segments with their device, host conds and loops with their
+    steps (for docs and debugging)."""
+    lines = []
+    for s in steps:
+        if isinstance(s, Segment):
+            lines.append(f"{indent}{s.describe()}")
+        elif isinstance(s, HostCond):
+            lines.append(f"{indent}host cond on {s.region.pred.name}")
+            for b in (True, False):
+                lines.append(f"{indent}  branch {b}:")
+                lines.append(describe(s.branches[b], indent + "    "))
+        else:
+            over = ", ".join(parse(d).short for d in s.devices)
+            lines.append(f"{indent}host loop {s.region.frame[-1]!r} over {over}")
+            for part, sub in (("header", s.header), ("body", s.body), ("exit", s.exit_side)):
+                if sub:
+                    lines.append(f"{indent}  {part}:")
+                    lines.append(describe(sub, indent + "    "))
+    return "\n".join(x for x in lines if x)
+
+
+__all__ = ["DeviceTimeline", "FastPartitionedBackend", "describe", "jax_device"]

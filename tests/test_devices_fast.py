@@ -1,0 +1,391 @@
+"""The fast partitioned executor (``tn.Session(graph, backend="fast", devices=[...])``) on forced CPU devices.
+
+T7 on this executor: generated programs (gradients included) under random placements over 2 to 4
+devices give the values and error types of the unpartitioned reference run. Closed-form cases check
+each tier: a loop spanning two devices is driven by the host, a loop inside one partition stays one
+compiled ``lax.while_loop``, a cond whose branches sit on another device than its predicate is
+decided on the host, gradient stacks stay on the device of their pushes, Variables persist, the
+``parallel_iterations`` window bounds the iterations in flight, and a trace shows device B's iteration
+i overlapping device A's iteration i+1. (tests/conftest.py forces eight host devices.)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from programs import Built, assert_values_equal, build, to_source
+from strategies import PlacementDraw, gradient_cases, placements, programs_with_inputs
+
+import turnout as tn
+from turnout.devices import canonical
+from turnout.devices import fast_executor as fx
+from turnout.session import RunOptions
+
+D2 = ["cpu:0", "cpu:1"]
+D4 = ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+GUARD = dict(max_iterations=1_000)
+BUDGET = settings.default.max_examples
+
+
+def _outcome(sess: tn.Session, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+             options: RunOptions) -> tuple[Optional[list[Any]], Optional[type]]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a fallback run is still checked for its values
+            return sess.run(fetches, feeds, options=options), None
+    except tn.TurnoutError as e:
+        return None, type(e)
+
+
+def check_fast_partitioned(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
+                           draw: PlacementDraw, what: str = "", stack_chunk: int = 1024) -> tn.Session:
+    """T7 on the fast partitioned executor: the values (or the error type) of the unpartitioned
+    reference run, under the drawn placement."""
+    want, want_err = _outcome(tn.Session(graph), fetches, feeds, RunOptions(**GUARD))
+    sess = tn.Session(graph, backend="fast", devices=list(draw.devices), requests=draw.requests,
+                      stack_chunk=stack_chunk)
+    got, got_err = _outcome(sess, fetches, feeds, RunOptions(**GUARD))
+    assert got_err == want_err, f"{what}fast partitioned run raised {got_err}, reference {want_err}"
+    if want is not None:
+        assert got is not None
+        assert_values_equal(list(got), list(want), f"{what}fast partitioned ({len(draw.devices)} devices)")
+    return sess
+
+
+@settings(max_examples=max(1, BUDGET // 10))
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_fast_partitioned_equals_reference(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+    p, inputs = pi
+    b: Built = build(p)
+    draw = data.draw(placements(b.graph))
+    check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
+
+
+@settings(max_examples=max(1, BUDGET // 20))
+@given(st.data())
+def test_T7_fast_partitioned_gradient_programs(data: st.DataObject) -> None:
+    case = data.draw(gradient_cases())
+    draw = data.draw(placements(case.graph))
+    check_fast_partitioned(case.graph, case.grads, case.feeds, draw, to_source(case.program) + "\n", stack_chunk=2)
+
+
+# ---- closed-form cases -----------------------------------------------------------------------------
+def _spanning_loop(n_default: int = 10, parallel_iterations: int = 10) -> tuple[tn.Graph, Any, Any, Any]:
+    """``y = x * 2**n`` by a loop whose counter sits on cpu:0 and whose multiply sits on cpu:1."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        n = tn.constant(n_default, name="n")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = y * 2.0
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            i, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x],
+                                 parallel_iterations=parallel_iterations, name="span")
+    return g, x, i, y
+
+
+def test_loop_spanning_two_devices_is_host_driven() -> None:
+    g, x, i, y = _spanning_loop()
+    sess = tn.Session(g, backend="fast", devices=D2)
+    got = sess.run([i, y], {x: 3.0})
+    assert int(got[0]) == 10 and float(got[1]) == 3.0 * 2**10
+    stats = sess.last_result.stats
+    assert stats["executor"] == "fast partitioned" and stats["tier"] == "host-driven"
+    assert stats["host_loops"] == 1 and stats["host_iterations"] == {"span/frame0": 10}
+    assert all(v >= 1 for v in stats["segments_per_device"].values())
+    # equal to the partitioned reference executor on the same placement
+    ref = tn.Session(g, devices=D2).run([i, y], {x: 3.0})
+    np.testing.assert_equal(got, ref)
+    # a new fed value (and a new trip count) reuses the compiled segments
+    compiles = sess.backend.compile_count
+    assert float(sess.run([i, y], {x: 1.0})[1]) == 2.0**10
+    assert sess.backend.compile_count == compiles
+
+
+def test_loop_inside_one_partition_is_one_compiled_while_loop() -> None:
+    """A loop whose nodes all sit on cpu:1, between ops on cpu:0: one lax.while_loop in one segment,
+    no host iteration at all."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        a = x + 1.0
+        with tn.device("cpu:1"):
+            _, y = tn.while_loop(lambda i, y: i < 100, lambda i, y: (i + 1, y * 1.01), [tn.constant(0), a])
+        with tn.device("cpu:0"):
+            z = y - 1.0
+    sess = tn.Session(g, backend="fast", devices=D2)
+    got = float(sess.run(z, {x: 1.0}))
+    assert got == pytest.approx(float(tn.Session(g).run(z, {x: 1.0})), rel=1e-6)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "compiled" and stats["compiled_loops"] == 1 and stats["host_loops"] == 0
+    assert stats["host_iterations"] == {}
+    assert stats["segments_per_device"] == {canonical(d): n for d, n in (("cpu:0", 2), ("cpu:1", 1))}
+
+
+def test_cond_with_branches_on_another_device_than_its_predicate() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device("cpu:0"):
+            p = x > 0.0
+
+        def yes() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return x * 10.0
+
+        def no() -> tn.Tensor:
+            with tn.device("cpu:2"):
+                return x - 10.0
+
+        z = tn.cond(p, yes, no)
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:2"])
+    for v in (2.0, -2.0):
+        assert float(sess.run(z, {x: v})) == float(tn.Session(g).run(z, {x: v}))
+        assert sess.last_result.stats["host_conds"] == 1
+
+
+def test_gradient_of_a_spanning_loop_keeps_stacks_on_the_push_device() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        w = tn.placeholder(tn.float32, shape=[], name="w")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                h = tn.tanh(y * w)
+            with tn.device("cpu:2"):
+                y2 = h + y * y * 0.1
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 40, body, [tn.constant(0), x], name="fwd")
+        dx, dw = tn.gradients(y, [x, w])
+    feeds = {x: np.float32(0.3), w: np.float32(0.7)}
+    want = tn.Session(g).run([y, dx, dw], feeds)
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:2"], stack_chunk=16)
+    got = sess.run([y, dx, dw], feeds)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "host-driven" and stats["host_loops"] == 2  # the forward and the backward loop
+    assert stats["stack_capacity_retries"] >= 1  # 40 pushes outgrew a chunk of 16: run again, larger
+    recs = sess.backend.memory_records()
+    assert recs and all(r["host_bytes"] == 0 and r["chunks_to_host"] == 0 for r in recs)
+    by_device = {r["device"] for r in recs if r["device_bytes"] > 0}
+    # the values saved for tanh(y * w) live on cpu:1, those of y * y on cpu:2: where they were pushed
+    assert {canonical("cpu:1"), canonical("cpu:2")} <= by_device
+
+
+def test_variables_persist_and_are_updated_on_their_device() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("cpu:1"):
+            v = tn.Variable(np.float32(1.0), name="v")
+
+        def body(i: tn.Tensor, acc: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                r = v.read()
+            return i + 1, acc + r
+
+        with tn.device("cpu:0"):
+            _, acc = tn.while_loop(lambda i, a: i < 3, body, [tn.constant(0), tn.constant(0.0)])
+        step = v.assign_add(acc)
+    sess = tn.Session(g, backend="fast", devices=D2)
+    ref = tn.Session(g)
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(step), ref.run(step))
+    assert float(sess.variables["v"]) == float(ref.variables["v"]) == 64.0
+
+
+def test_parallel_iterations_bounds_the_iterations_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before dispatching iteration i the host waits for iteration i - P: with P = 1 it waits before
+    every iteration but the first, with P = 4 before all but the first four."""
+    waits: list[int] = []
+    orig = fx._Run._retire
+
+    def counting(self: Any, errs: list[Any]) -> None:
+        waits.append(len(errs))
+        orig(self, errs)
+
+    monkeypatch.setattr(fx._Run, "_retire", counting)
+    for p, want in ((1, 9), (4, 6), (20, 0)):
+        g, x, i, y = _spanning_loop(10, parallel_iterations=p)
+        waits.clear()
+        # the host-driven tier (with parallel_iterations=1, "auto" would take the lockstep SPMD tier)
+        sess = tn.Session(g, backend="fast", devices=D2, whole_program="never")
+        assert float(sess.run(y, {x: 1.0})) == 2.0**10
+        assert len(waits) == want, (p, waits)
+
+
+def _overlap_graph(iterations: int = 6) -> tuple[tn.Graph, Any, Any]:
+    """A two-stage pipeline: a short stage on cpu:0 feeds a long one (an inner compiled loop) on cpu:1,
+    which also keeps the running sum; nothing on cpu:0 waits for cpu:1 within an iteration."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[64, 64], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor, acc: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:0"):
+                a = tn.tanh(y)
+            with tn.device("cpu:1"):
+                _, b = tn.while_loop(lambda k, b: k < 300, lambda k, b: (k + 1, tn.tanh(tn.matmul(b, x))),
+                                     [tn.constant(0), a], name="work")
+                acc2 = acc + tn.reduce_sum(b)
+            return i + 1, y, acc2
+
+        with tn.device("cpu:0"):
+            i0, y0 = tn.constant(0), tn.identity(x)
+        with tn.device("cpu:1"):
+            acc0 = tn.constant(0.0)
+        with tn.device("cpu:0"):
+            _, _, acc = tn.while_loop(lambda i, y, a: i < iterations, body, [i0, y0, acc0],
+                                      parallel_iterations=4, name="pipe")
+    return g, x, acc
+
+
+def test_trace_shows_device_b_iteration_i_overlapping_device_a_iteration_i_plus_1() -> None:
+    g, x, acc = _overlap_graph()
+    feed = {x: (np.eye(64, dtype=np.float32) * 0.5)}
+    sess = tn.Session(g, backend="fast", devices=D2)
+    want = sess.run(acc, feed)
+    got = sess.run(acc, feed, trace=True)
+    np.testing.assert_allclose(got, want)
+    tl = sess.last_result.trace
+    assert isinstance(tl, fx.DeviceTimeline)
+    a_by_it: dict[int, dict[str, Any]] = {}
+    for s in tl.device_spans(canonical("cpu:0")):
+        a_by_it.setdefault(s["args"]["iteration"], s)
+    b = [s for s in tl.device_spans(canonical("cpu:1")) if s["dur_s"] > 0]
+    overlaps = [s["args"]["iteration"] for s in b if s["args"]["iteration"] + 1 in a_by_it
+                and a_by_it[s["args"]["iteration"] + 1]["start_s"] < s["start_s"] + s["dur_s"]]
+    assert overlaps, "no iteration of cpu:1 overlapped the next iteration of cpu:0"
+    chrome = tl.to_chrome()
+    names = {e["args"]["name"] for e in chrome["traceEvents"] if e["ph"] == "M"}
+    assert {"host", canonical("cpu:0"), canonical("cpu:1")} <= names
+
+
+# ---- errors, options, fallback ---------------------------------------------------------------------
+def test_a_device_jax_does_not_have_is_a_placement_error() -> None:
+    g, x, i, y = _spanning_loop()
+    with pytest.raises(tn.PlacementError, match="cpu:99 does not exist.*xla_force_host_platform_device_count"):
+        tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:99"])
+    with pytest.raises(tn.PlacementError, match="another task"):
+        tn.Session(g, backend="fast", devices=["/job:worker/task:1/device:CPU:0"])
+
+
+def test_max_iterations_is_honoured_by_the_host_driver_and_max_firings_rejected() -> None:
+    g, x, i, y = _spanning_loop(50)
+    sess = tn.Session(g, backend="fast", devices=D2)
+    with pytest.raises(tn.NonTerminationError, match="max_iterations"):
+        sess.run(y, {x: 1.0}, max_iterations=20)
+    with pytest.raises(tn.UnsupportedError, match="max_firings"):
+        sess.run(y, {x: 1.0}, max_firings=100)
+    assert float(sess.run(y, {x: 1.0}, max_iterations=50)) == 2.0**50
+
+
+def test_kernel_error_inside_a_host_driven_loop() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        d = tn.placeholder(tn.int32, shape=[], name="d")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = y + tn.divide(tn.constant(7), d - i)
+            return i + 1, y2
+
+        _, y = tn.while_loop(lambda i, y: i < 5, body, [tn.constant(0), tn.constant(0)])
+    sess = tn.Session(g, backend="fast", devices=D2)
+    with pytest.raises(tn.KernelError):
+        sess.run(y, {d: 3})
+    assert int(sess.run(y, {d: 10})) == int(tn.Session(g).run(y, {d: 10}))
+
+
+def test_what_cannot_be_compiled_runs_on_the_partitioned_reference_executor() -> None:
+    """A loop variable that changes shape has no XLA loop: a RuntimeWarning, then the partitioned
+    reference executor's values; ``fallback=False`` raises the UnsupportedError instead."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.placeholder(tn.float32, [], name="w")
+        with tn.device("cpu:1"):
+            _, x = tn.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, tn.concat([x, x * w], 0)),
+                                 [tn.constant(0), tn.reshape(w, [1])], shape_invariants=[[], [None]])
+        s = tn.reduce_sum(x)
+    sess = tn.Session(g, backend="fast", devices=D2)
+    with pytest.warns(RuntimeWarning, match="partitioned reference executor"):
+        got = sess.run(s, {w: 2.0})
+    assert float(got) == float(tn.Session(g).run(s, {w: 2.0}))
+    assert sess.last_result.stats["executor"] == "partitioned reference executor (fallback)"
+    assert sess.last_result.stats["tier"] == "reference"
+    with pytest.raises(tn.UnsupportedError):
+        tn.Session(g, backend="fast", devices=D2, fallback=False).run(s, {w: 2.0})
+
+
+def _sleeping_pipeline(parallel_iterations: int, n: int = 6, seconds: float = 0.02) -> tuple[tn.Graph, Any, Any]:
+    """Three stages on three devices, each waiting ``seconds`` (``tn.sleep``); iteration i feeds
+    stage 0 with ``x + i``, and the last device keeps the sum."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: tn.Tensor, acc: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:0"):
+                h = tn.cast(i, tn.float32) + x
+                i2 = i + 1
+            for k in range(3):
+                with tn.device(f"cpu:{k}"):
+                    h = tn.sleep(h * 0.5 + 1.0, seconds, name=f"stage{k}")
+            with tn.device("cpu:2"):
+                acc2 = acc + h
+            return i2, acc2
+
+        with tn.device("cpu:0"):
+            i0 = tn.constant(0)
+        with tn.device("cpu:2"):
+            a0 = tn.constant(0.0)
+        _, acc = tn.while_loop(lambda i, a: i < n, body, [i0, a0], parallel_iterations=parallel_iterations)
+    return g, x, acc
+
+
+def test_sleeping_stages_run_from_per_device_workers_and_overlap() -> None:
+    """A segment with a host callback (Sleep) runs synchronously on CPU, so such a plan dispatches
+    every segment from its device's worker thread: values equal the reference, and with
+    parallel_iterations=4 the trace shows stage 1 of iteration i running while stage 0 of iteration
+    i+1 runs; with parallel_iterations=1 no two iterations overlap."""
+    for p in (4, 1):
+        g, x, acc = _sleeping_pipeline(p)
+        sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:2"])
+        assert float(sess.run(acc, {x: 1.0})) == float(tn.Session(g).run(acc, {x: 1.0}))
+        sess.run(acc, {x: 1.0}, trace=True)
+        tl = sess.last_result.trace
+        first = {s["args"]["iteration"]: s for s in tl.device_spans(canonical("cpu:0")) if s["dur_s"] > 0.01}
+        second = {s["args"]["iteration"]: s for s in tl.device_spans(canonical("cpu:1")) if s["dur_s"] > 0.01}
+        assert len(first) == len(second) == 6
+        overlapping = [i for i in range(5) if first[i + 1]["start_s"] < second[i]["start_s"] + second[i]["dur_s"]]
+        if p == 4:
+            assert overlapping, "no overlap with parallel_iterations=4"
+        else:
+            assert not overlapping, f"iterations overlapped with parallel_iterations=1: {overlapping}"
+        sess.close()
+
+
+def test_whole_program_tier_choice() -> None:
+    """``whole_program="auto"`` takes the SPMD tier for a spanning loop with parallel_iterations=1 (lockstep
+    costs nothing there) and the host-driven tier when the loop asks for overlap; "always" / "never"
+    force the choice; an unknown mode is refused."""
+    for p, mode, tier in ((1, "auto", "spmd"), (8, "auto", "host-driven"), (8, "always", "spmd"),
+                          (1, "never", "host-driven")):
+        g, x, i, y = _spanning_loop(10, parallel_iterations=p)
+        sess = tn.Session(g, backend="fast", devices=D2, whole_program=mode)
+        assert float(sess.run(y, {x: 1.0})) == 2.0**10
+        assert sess.last_result.stats["tier"] == tier, (p, mode)
+    with pytest.raises(ValueError, match="whole_program"):
+        tn.Session(g, backend="fast", devices=D2, whole_program="sometimes")
