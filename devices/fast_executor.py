@@ -9,9 +9,12 @@ buffers, and a copy is what a Send/Recv pair would do.
 
 Three tiers, tried in this order:
 
-1. **Whole program** (a hook): ``turnout.devices.spmd.spmd_plan(graph, placement, fetches, fed)``, where
-   that module exists, may compile a program whose every op lowers as ONE ``shard_map`` program; it
-   returns None when it cannot, and the run goes on below.
+1. **Whole program**: ``turnout.devices.spmd.spmd_plan(graph, placement, fetches, fed)`` compiles a
+   program whose every op lowers as ONE ``shard_map`` program, in which the devices run each spanning
+   loop in lockstep. It is tried where lockstep costs nothing — every loop spanning devices has
+   ``parallel_iterations == 1`` (``whole_program="auto"``, see ``wants_whole_program``; ``"always"`` and
+   ``"never"`` force the choice) — and when it declines (or a traced run asks for a per-device
+   timeline) the run goes on below.
 2. **Compiled regions**: a region (a loop, a cond, any straight-line run of ops) whose nodes all sit on
    one device is compiled whole by the fast backend's emitter and committed to that device. A loop
    inside one partition therefore stays one ``lax.while_loop`` with no host work per iteration.
