@@ -178,3 +178,25 @@ def test_loops_nested_three_deep(backend: str) -> None:
         _, total = tn.while_loop(lambda i, a: i < 2, middle, [tn.constant(0), tn.constant(0)])
     want = sum(i + j + k + 5 for i in range(2) for j in range(3) for k in range(4))
     assert int(_session(g, backend).run(total, {x: np.int32(5)})) == want
+
+
+def test_a_stack_pushed_only_by_a_nested_loop_is_chunked_by_the_top_level_loop() -> None:
+    """A top-level loop's region holds the nodes of its nested loops, so the pushes of an inner loop
+    count as pushes of the loop the backend drives chunk by chunk: with a chunk of 8 entries and 5
+    inner pushes per outer iteration, chunks are swapped to the host and the run is never repeated.
+    y = x**15 and its gradient 15 x**14."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            _, y2 = tn.while_loop(lambda j, y: j < 5, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
+            return i + 1, y2
+
+        _, y = tn.while_loop(lambda i, y: i < 3, outer, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", fallback=False, stack_chunk=8)
+    np.testing.assert_allclose(sess.run([y, dx], {x: 1.01}), [1.01**15, 15 * 1.01**14], rtol=1e-12)
+    stats = sess.last_result.stats
+    assert stats["stack_capacity_retries"] == 0, stats
+    assert stats["stack_chunks_swapped"] > 0, stats
