@@ -59,11 +59,11 @@ def cond_across_tasks() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
 
 def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
                    recv_timeout: float = 10.0, only: Any = None, options: RunOptions | None = None,
-                   executor: str = "reference") -> dict[str, Any]:
+                   executor: str = "reference", requests: dict[str, str] | None = None) -> dict[str, Any]:
     """Run a graph on one ``TaskRunner`` per task, in threads of this process, wired by direct calls
     (no Ray): task -> TaskOutcome, or the exception it raised. ``only``: run just these tasks;
-    ``executor``: the partition executor kind of every task."""
-    parted = partition(g, place(g, SPEC.devices), fetches, {(t.node.id, t.index) for t in feeds})
+    ``executor``: the partition executor kind of every task; ``requests``: soft placement."""
+    parted = partition(g, place(g, SPEC.devices, requests), fetches, {(t.node.id, t.index) for t in feeds})
     check_partitions(parted)
 
     def task_of(d: str) -> str:

@@ -192,3 +192,30 @@ def test_credits_ride_on_tokens_and_small_ones_wait_until_the_task_would_wait() 
     rv.owed[(T0, "fwd", ())] = 1  # before the task waits, everything owed goes
     rv.flush(force=True)
     assert sent == [(T0, "credit", ([("fwd", (), 1)],))] and not rv.owed
+
+
+def test_the_lstm_benchmark_splits_layers_and_their_loop_variables_across_tasks() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from turnout.devices import place
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "ray_lstm.py"
+    spec = importlib.util.spec_from_file_location("ray_lstm", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    build = bench.build
+
+    devices = [d for t in SPEC.tasks for d in t.devices[:1]]
+    m = build(2, 3, 2, 4, lambda layer: devices[layer % 2], SPEC.devices)
+    g, xs = m["graph"], m["xs"]
+    value = np.random.default_rng(0).normal(size=(3, 2, 4)).astype(np.float32)
+    want = tn.Session(g).run(m["loss"], {xs: value})
+    np.testing.assert_allclose(fetched(run_in_process(g, [m["loss"]], {xs: value}, requests=m["requests"])), [want],
+                               rtol=1e-6)
+    placement = place(g, SPEC.devices, m["requests"])
+    merges = {n.name: placement[n] for n in g.nodes if n.op == "Merge"}
+    # both layers' loop variables, forward and backward, sit with their layer: task 1 holds some of each
+    assert {d for name, d in merges.items() if name.startswith("lstm/")} == set(devices)
+    assert {d for name, d in merges.items() if name.startswith("gradients/")} == set(devices)
