@@ -547,6 +547,7 @@ class FastBackend:
 
             self._reference = ReferenceBackend(self.graph)
         result = self._reference.run(fetches, feeds, variables, options)
+        self._records = []  # the interpreter's stacks are Python objects, on no device
         result.stats.update({"backend": "fast", "executor": "reference interpreter (fallback)",
                              "fallback_reason": self._fallback[dsig]})
         return result
