@@ -21,10 +21,11 @@ raising or tracing, and then runs on the reference interpreter unless ``fallback
   needs static shapes), as are loop variables whose shape changes across iterations.
 - ``parallel_iterations`` does not change values and is ignored; loops run as ``lax.while_loop``
   (``lax.scan`` for static trip counts is not implemented).
-- Gradient stacks of top-level loops are chunked and swapped to host memory; stacks pushed by nested
-  loops live in the outer loop's chunk, and a run whose outer iteration overflows the chunk is
-  repeated with twice the capacity (``stats['stack_capacity_retries']``). ``swap_memory`` is
-  recorded on the stacks but every full chunk goes to host memory either way.
+- Gradient stacks of top-level loops are chunked; a full chunk goes to host memory (asynchronously)
+  when its loop has ``swap_memory=True`` and stays on the device otherwise (``stacks``), under the
+  optional ``device_memory_limit``. Stacks pushed by nested loops live in the outer loop's chunk, and
+  a run whose outer iteration overflows the chunk is repeated with twice the capacity
+  (``stats['stack_capacity_retries']``).
 - Fetches must be in the root frame (as for the reference backend).
 - ``RunOptions.max_firings`` (a count of node firings) cannot be honoured by compiled code: a budget
   other than the default or ``None`` raises ``UnsupportedError``.

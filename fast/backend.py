@@ -3,7 +3,9 @@
 Why stages: a program without gradient stacks is one ``jax.jit`` function — the whole root frame,
 with its conds and loops as ``lax`` control flow. A top-level loop that pushes or pops a gradient stack
 is instead *driven* (see ``stacks``): compiled so that one call runs at most a chunk of iterations, and
-re-entered by a Python loop that swaps full stack buffers to host memory. The root frame is therefore
+re-entered by a Python loop that hands full stack buffers to a ``stacks.ChunkStore`` (to host memory
+for a loop with ``swap_memory=True``, kept on the device otherwise) and takes them back for the
+backward loop. The root frame is therefore
 cut into stages — compiled segments and driven loops — that pass values to each other.
 
 Why a fused stage too: the staged path costs a few jitted calls and Python driving per run (2 to 3
@@ -545,6 +547,7 @@ class FastBackend:
 
             self._reference = ReferenceBackend(self.graph)
         result = self._reference.run(fetches, feeds, variables, options)
+        self._records = []  # the interpreter's stacks are Python objects, on no device
         result.stats.update({"backend": "fast", "executor": "reference interpreter (fallback)",
                              "fallback_reason": self._fallback[dsig]})
         return result

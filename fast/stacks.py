@@ -8,9 +8,10 @@ when the real predicate is still true, a Python driver takes the full buffer out
 gives the loop an empty one and re-enters. What happens to the full chunk is the forward loop's
 ``swap_memory`` (recorded on every ``StackNew``), kept per stack by a ``ChunkStore``:
 
-- ``swap_memory=True``: the chunk is copied to host memory *asynchronously* (``jax.device_put`` to
-  the device's ``pinned_host`` memory kind: the copy is queued and the next chunk's compute starts at
-  once). Its device buffer becomes the stack's *spare*, reused as the next empty buffer once the copy
+- ``swap_memory=True``: the chunk is copied to host memory *asynchronously*: a copier thread runs
+  one ``jax.device_put`` of every full buffer to the device's ``pinned_host`` memory kind while the
+  driver calls the next chunk at once (on a GPU the put itself only queues a DMA; on a CPU it is a
+  memory copy, which the thread takes off the driver's path). Its device buffer becomes the stack's *spare*, reused as the next empty buffer once the copy
   has finished, so the device holds at most two chunks per stack (the one being filled and the one in
   flight) whatever the trip count. The backward loop pops in reverse; while it pops chunk ``k`` the
   store has already queued the copy of chunk ``k-1`` back to the device (a *prefetch*), so the swap-in
@@ -39,7 +40,8 @@ gradient.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -172,17 +174,57 @@ class StackInfo:
     swap: bool       # the loop's ``swap_memory``
 
 
+_COPIER: Optional[ThreadPoolExecutor] = None
+
+
+def _copier() -> ThreadPoolExecutor:
+    """The one worker thread that copies stack chunks between device and host memory.
+
+    Why a thread: on a GPU, ``device_put`` to host memory only queues a DMA, but on a CPU it copies in
+    the calling thread, so the driver would wait for the copy before it calls the next chunk. Done
+    by the worker, the copy overlaps with the next chunk's compute on every platform. One worker
+    keeps the copies in order (a chunk's copy to the host before its copy back)."""
+    global _COPIER
+    if _COPIER is None:
+        _COPIER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnout-stack-copy")
+    return _COPIER
+
+
+class Later:
+    """Arrays the copier thread is producing (``fn(arrays)``); ``get`` waits for them."""
+
+    def __init__(self, fn: Callable[[list[Any]], list[Any]], arrays: list[Any]) -> None:
+        self.future: Future[list[Any]] = _copier().submit(fn, arrays)
+
+    def get(self, i: int) -> Any:
+        return self.future.result()[i]
+
+
+class Pair:
+    """A stack chunk's buffers (values, indices): known now, or slots ``2*slot``, ``2*slot+1`` of a
+    ``Later``."""
+
+    def __init__(self, arrays: Optional[tuple[Any, Any]] = None, later: Optional[Later] = None, slot: int = 0) -> None:
+        self.arrays, self.later, self.slot = arrays, later, slot
+
+    def get(self) -> tuple[Any, Any]:
+        if self.arrays is None:
+            assert self.later is not None
+            self.arrays = (self.later.get(2 * self.slot), self.later.get(2 * self.slot + 1))
+            self.later = None
+        return self.arrays
+
+
 @dataclass
 class Chunk:
     """A full chunk taken out of a stack's loop state: ``n`` valid rows of full-capacity buffers,
     in host memory (``on_host``: swapped out) or on the device (kept there)."""
 
-    buf: Any
-    idx: Any
+    data: Pair
     n: int
     on_host: bool
     nbytes: int
-    prefetched: Optional[tuple[Any, Any]] = None  # device copies queued ahead of the backward loop
+    prefetched: Optional[Pair] = None  # device copies queued ahead of the backward loop
 
 
 @dataclass
@@ -348,6 +390,7 @@ class ChunkStore:
         """
         out: dict[str, StackValue] = {}
         swap: dict[str, tuple[StackValue, int]] = {}
+        fresh: list[str] = []  # stacks that go on in a newly allocated buffer
         for k, s in full.items():
             n = int(s.ptr)
             if n == 0:
@@ -357,26 +400,40 @@ class ChunkStore:
             else:
                 lg = self.ledger(k)
                 self._check(k, s.nbytes(), "a new device chunk: swap_memory=False keeps full chunks on the device")
-                self.chunks.setdefault(k, []).append(Chunk(s.buf, s.idx, n, False, s.nbytes()))
+                self.chunks.setdefault(k, []).append(Chunk(Pair((s.buf, s.idx)), n, False, s.nbytes()))
                 lg.kept += s.nbytes()
                 lg.kept_chunks += 1
                 lg.device = lg.device or device_name(s.buf)
-                out[k] = StackValue(s.capacity, s.dtype, _empty_like(s.buf), _empty_like(s.idx), scalar_on(s.buf, 0))
-        if swap:
-            out.update(self._swap_out(swap))
+                fresh.append(k)
+        bufs = self._swap_out(swap, fresh) if swap else {}
+        if fresh:
+            made = zeros_like_all([a for k in fresh for a in (full[k].buf, full[k].idx)])
+            bufs.update({k: (made[2 * i], made[2 * i + 1]) for i, k in enumerate(fresh)})
+        if bufs:
+            ptrs = scalars_on(next(iter(bufs.values()))[0], [0] * len(bufs))
+            for (k, (buf, idx)), p in zip(bufs.items(), ptrs, strict=True):
+                out[k] = StackValue(full[k].capacity, full[k].dtype, buf, idx, p)
         self._peaks()
         return out
 
-    def _swap_out(self, full: dict[str, tuple[StackValue, int]]) -> dict[str, StackValue]:
+    def _swap_out(self, full: dict[str, tuple[StackValue, int]], fresh: list[str]) -> dict[str, tuple[Any, Any]]:
+        """Queue the copies of ``full`` to host memory; the empty buffers to go on with are the spares
+        of the last spill (or, the first time, stacks appended to ``fresh`` to be allocated)."""
         first = next(iter(full.values()))[0]
         host = _memory(first.buf, "pinned_host")
         arrays = [a for s, _ in full.values() for a in (s.buf, s.idx)]
-        copies = jax.device_put(arrays, host) if host is not None else [np.array(a) for a in arrays]
+
+        def copy(arrays: list[Any]) -> list[Any]:
+            if host is None:
+                return [np.array(a) for a in arrays]
+            return jax.block_until_ready(jax.device_put(arrays, host))  # done: the sources may be reused
+
+        later = Later(copy, arrays)
         waited = False
         out = {}
         for i, (k, (s, n)) in enumerate(full.items()):
             lg = self.ledger(k)
-            chunk = Chunk(copies[2 * i], copies[2 * i + 1], n, True, s.nbytes())
+            chunk = Chunk(Pair(later=later, slot=i), n, True, s.nbytes())
             self.chunks.setdefault(k, []).append(chunk)
             lg.to_host += 1
             lg.host += chunk.nbytes
@@ -384,16 +441,16 @@ class ChunkStore:
             if old is not None:
                 buf, idx, inflight = old
                 if inflight is not None and not waited:
-                    # the previous copies (one device_put) must be done before their sources are
+                    # the previous copies (one batch) must be done before their sources are
                     # overwritten; they had a whole chunk of compute to finish
-                    jax.block_until_ready([inflight.buf, inflight.idx])
+                    inflight.data.get()
                     waited = True
+                out[k] = (buf, idx)
             else:
                 self._check(k, chunk.nbytes, "a second buffer while a full chunk is copied to host memory")
-                buf, idx = _empty_like(s.buf), _empty_like(s.idx)
-            self.spares[k] = (s.buf, s.idx, chunk if host is not None else None)
+                fresh.append(k)
+            self.spares[k] = (s.buf, s.idx, chunk)
             lg.spare = chunk.nbytes
-            out[k] = StackValue(s.capacity, s.dtype, buf, idx, scalar_on(buf, 0))
         return out
 
     def end_pushes(self, keys: Iterable[str]) -> None:
@@ -427,17 +484,22 @@ class ChunkStore:
             self.ledger(k).prefetched += c.nbytes
         self._peaks()
 
-    def _to_device(self, todo: list[tuple[str, Chunk]]) -> list[tuple[Any, Any]]:
-        """Device copies of host chunks, queued in one ``device_put`` per device."""
+    def _to_device(self, todo: list[tuple[str, Chunk]]) -> list[Pair]:
+        """Device copies of host chunks, made by the copier thread in one ``device_put``."""
         for k, _ in todo:
             self.ledger(k).from_host += 1
         dev = self.device_sharding.get(todo[0][0])
-        arrays = [a for _, c in todo for a in (c.buf, c.idx)]
-        if dev is None or any(self.device_sharding.get(k) != dev for k, _ in todo):
-            got = [jnp.asarray(a) for a in arrays]
-        else:
-            got = jax.device_put(arrays, dev)
-        return [(got[2 * i], got[2 * i + 1]) for i in range(len(todo))]
+        if any(self.device_sharding.get(k) != dev for k, _ in todo):
+            dev = None
+        pairs = [c.data for _, c in todo]
+
+        def copy(pairs: list[Any]) -> list[Any]:
+            # on the copier thread, after the copies to the host that it queued earlier
+            arrays = [a for p in pairs for a in p.get()]
+            return [jnp.asarray(a) for a in arrays] if dev is None else list(jax.device_put(arrays, dev))
+
+        later = Later(copy, pairs)
+        return [Pair(later=later, slot=i) for i in range(len(todo))]
 
     def begin_pops(self, stacks: dict[str, Any]) -> None:
         """A loop that pops ``stacks`` (key -> its StackValue) starts: prefetch each one's newest chunk."""
@@ -449,11 +511,15 @@ class ChunkStore:
     def refill(self, low: dict[str, StackValue]) -> dict[str, StackValue]:
         """Fill the stacks of ``low`` (key -> a StackValue low on entries) from their newest chunks,
         keeping LIFO order, then prefetch the chunks next in line."""
-        out = {k: self._refill(k, s) for k, s in low.items()}
+        got = {k: self._refill(k, s) for k, s in low.items()}
+        ptrs = scalars_on(next(iter(got.values()))[0], [n for _, _, n in got.values()])
+        out = {}
+        for (k, (buf, idx, _)), p in zip(got.items(), ptrs, strict=True):
+            out[k] = StackValue(low[k].capacity, low[k].dtype, buf, idx, p)
         self.prefetch(low)
         return out
 
-    def _refill(self, k: str, s: StackValue) -> StackValue:
+    def _refill(self, k: str, s: StackValue) -> tuple[Any, Any, int]:
         """An empty buffer takes a whole chunk in its place (the usual case: a loop pops as many
         values per iteration as it pushed); a buffer with entries left gets the newest rows below them."""
         chunks = self.chunks.get(k, [])
@@ -462,8 +528,10 @@ class ChunkStore:
         if n == 0 and chunks:
             c = chunks.pop()
             buf, idx = self._take(k, c)
-            out = StackValue(s.capacity, s.dtype, buf, idx, scalar_on(buf, c.n))
+            lg.active = s.nbytes()
             self._dropped(k, c)
+            self._peaks()
+            return buf, idx, c.n
         else:
             room = s.capacity - n
             parts_b: list[Any] = []
@@ -481,24 +549,21 @@ class ChunkStore:
                     chunks.pop()
                     self._dropped(k, c)
             if not got:
-                return s
+                return s.buf, s.idx, n
             new_b = jnp.concatenate([*parts_b, s.buf[:n], s.buf[n + got:]], axis=0)
             new_i = jnp.concatenate([*parts_i, s.idx[:n], s.idx[n + got:]], axis=0)
-            out = StackValue(s.capacity, s.dtype, new_b, new_i, scalar_on(new_b, n + got))
-        lg.active = out.nbytes()
         self._peaks()
-        return out
+        return new_b, new_i, n + got
 
     def _take(self, k: str, c: Chunk) -> tuple[Any, Any]:
         """``c``'s buffers on the device: its prefetched copy, a copy made now, or (kept) itself."""
         if not c.on_host:
-            return c.buf, c.idx
-        if c.prefetched is not None:
-            return c.prefetched
-        self._check(k, c.nbytes, "a chunk copied back from host memory")
-        (c.prefetched,) = self._to_device([(k, c)])  # a partly consumed chunk keeps it for the next refill
-        self.ledger(k).prefetched += c.nbytes
-        return c.prefetched
+            return c.data.get()
+        if c.prefetched is None:
+            self._check(k, c.nbytes, "a chunk copied back from host memory")
+            (c.prefetched,) = self._to_device([(k, c)])  # a partly consumed chunk keeps it for the next refill
+            self.ledger(k).prefetched += c.nbytes
+        return c.prefetched.get()
 
     def _dropped(self, k: str, c: Chunk) -> None:
         """``c`` is used up: its host copy is freed, and its device copy is now the loop's buffer."""
@@ -516,16 +581,34 @@ def scalar_on(like: Any, v: int) -> Any:
     whether each argument is committed to a device, and the outputs of compiled calls are; a stack
     pointer made with ``jnp.asarray`` is not, and every such mix of arguments would compile the
     chunk function again."""
+    return scalars_on(like, [v])[0]
+
+
+def scalars_on(like: Any, values: list[int]) -> list[Any]:
+    """``scalar_on`` for several values, in one ``device_put`` (a call costs more than the bytes)."""
     try:
-        return jax.device_put(np.int32(v), next(iter(like.devices())))
+        dev = next(iter(like.devices()))
     except (AttributeError, StopIteration):
-        return jnp.asarray(v, jnp.int32)
+        return [jnp.asarray(v, jnp.int32) for v in values]
+    return list(jax.device_put([np.int32(v) for v in values], dev))
 
 
-def _empty_like(a: Any) -> Any:
-    """A new device buffer of ``a``'s shape, dtype and device (entries above a stack's pointer are
-    never read, so its contents do not matter)."""
+_ZEROS: dict[Any, Any] = {}
+
+
+def zeros_like_all(arrays: list[Any]) -> list[Any]:
+    """New zero buffers of the shapes, dtypes and device of ``arrays``, made by one compiled call
+    (cached per signature) rather than one dispatch each. Entries above a stack's pointer are never
+    read, so only the allocation matters."""
     try:
-        return jnp.zeros_like(a, device=next(iter(a.devices())))
-    except (AttributeError, StopIteration, TypeError):
-        return jnp.zeros_like(a)
+        dev = next(iter(arrays[0].devices()))
+    except (AttributeError, StopIteration):
+        return [jnp.zeros_like(a) for a in arrays]
+    specs = tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in arrays)
+    fn = _ZEROS.get((specs, dev))
+    if fn is None:
+        def make() -> list[Any]:
+            return [jnp.zeros(shape, np.dtype(d)) for shape, d in specs]
+
+        fn = _ZEROS[(specs, dev)] = jax.jit(make, out_shardings=jax.sharding.SingleDeviceSharding(dev))
+    return list(fn())
