@@ -550,6 +550,9 @@ class SpmdPlan:
             raise UnsupportedError(
                 f"SPMD tier: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts "
                 "loop iterations, not firings; bound loops with max_iterations")
+        if options.trace:
+            raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
+                                   "trace the run on another tier")
         t0 = time.perf_counter()
         feed_keys = tuple(sorted(key(t) for t in feeds))
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}

@@ -135,6 +135,8 @@ def test_errors_keep_reference_types() -> None:
     plan = _plan(g, xs, [n], 2)
     with pytest.raises(tn.NonTerminationError):
         plan.run({n: np.int32(50)}, {}, RunOptions(max_iterations=10))
+    with pytest.raises(tn.UnsupportedError, match="max_firings"):  # a firing budget compiled code cannot count
+        plan.run({n: np.int32(5)}, {}, RunOptions(max_firings=100))
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
