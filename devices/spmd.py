@@ -41,6 +41,7 @@ spans two devices — those run as well or better as per-device compiled segment
 from __future__ import annotations
 
 import time
+from collections import ChainMap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -69,6 +70,8 @@ _STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "A
                        "StackPush", "StackPop"})
 #: ops that forward their input unchanged: no computation, so no branch; a move when they cross devices
 _FORWARD = frozenset({"Identity", "StopGradient"})
+#: stack bookkeeping, run on every device outside any branch (see ``SpmdEmitter._everywhere``)
+_STACK_OPS = frozenset({"StackPush", "StackPop"})
 
 
 def jax_device(name: str) -> Any:
@@ -229,6 +232,7 @@ def _spmd_emitter_class() -> type:
             self.readers = readers
             self.idx = jax.lax.axis_index(AXIS)
             self.moves = 0       # ppermute calls traced
+            self.mask: Optional[int] = None  # while set, checks count only on this mesh position
             self.broadcasts = 0  # predicate psums traced
             self.batches = 0     # lax.switch / lax.cond batches traced
 
@@ -299,6 +303,31 @@ def _spmd_emitter_class() -> type:
                             env[("moved", key(t), d)] = (env[key(t)], got)
                     self.moves += 1
 
+        def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+            if self.mask is not None and not (is_static(ok) and bool(ok)):
+                ok = jnp.asarray(ok, bool) | (self.idx != self.mask)
+            super().check(ok, message, code)
+
+        def _everywhere(self, n: Node, env: dict[Any, Any]) -> None:
+            """Run a stack push or pop on every device, outside any branch.
+
+            Why: in a branch, a stack's whole buffer would be an operand and a result of the
+            conditional, copied at every push or pop. Run on every device, each device updates its own
+            copy with the values it holds (the owner's are the real ones, the others' are zeros), the
+            pointers stay equal everywhere, and only the owner's checks (overflow, underflow, the
+            iteration index) count. Only the owner's copy is ever read back.
+            """
+            self._move_all(env, [(t, n) for t in n.inputs])
+            view: Any = ChainMap({key(t): self._local(env, t, n) for t in n.inputs}, env)
+            self.mask = self.loc[n.id]
+            try:
+                Emitter.run_node(self, n, view)
+            finally:
+                self.mask = None
+            for k in [key(o) for o in n.outputs] + [(n.id, -1)]:
+                if k in view.maps[0]:
+                    env[k] = view.maps[0][k]
+
         def read_pred(self, env: dict[Any, Any], t: Tensor) -> Any:
             v = env[key(t)]
             if v is DEAD or is_static(v) or t.node.id in self.fed or self.ndev == 1:
@@ -337,6 +366,11 @@ def _spmd_emitter_class() -> type:
                     continue
                 if n.op in _FORWARD and key(n.inputs[0]) not in made and not n.control_inputs:
                     env[key(n.outputs[0])] = self.read(env, n.inputs[0], n)  # an alias on n's device
+                    continue
+                if n.op in _STACK_OPS and self.ndev > 1:
+                    if any(key(t) in made for t in n.inputs):
+                        self._flush(batch, made, env)
+                    self._everywhere(n, env)
                     continue
                 d = self.loc[n.id]
                 if any(made.get(key(t), d) != d for t in n.inputs):
