@@ -513,6 +513,7 @@ class SpmdPlan:
                 self.readers.setdefault(key(t), set()).add(n.id)
         self.stacks = analysis.stacks
         self.stack_capacity = stack_capacity
+        self._dev_vars: dict[str, tuple[Any, Any]] = {}  # name -> (host value, its device copies)
         self._compiled: dict[Any, _Compiled] = {}
         self.compile_count = 0
 
@@ -541,7 +542,8 @@ class SpmdPlan:
             self.compile_count += 1
             em = cls(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
-            em.state = {"err": jnp.int32(0), **{f"var:{n}": v for n, v in zip(var_names, var_vals, strict=True)}}
+            # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
+            em.state = {"err": jnp.int32(0), **{f"var:{n}": v[0] for n, v in zip(var_names, var_vals, strict=True)}}
             for sid, (dtype, elem, index) in self.stacks.items():
                 em.state[f"stack:{sid}"] = StackValue(capacity, dtype).materialize(elem, index)
             env: dict[Any, Any] = dict(zip(feed_keys, feed_vals, strict=True))
@@ -563,11 +565,12 @@ class SpmdPlan:
             # the error word and the fetches' live flags, one row per device: one read-back
             flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
                               + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in fetch_keys])
-            return tuple(outs), flags[None], tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names)
+            written = tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names if n in self.written)
+            return tuple(outs), flags[None], written
 
         from jax import shard_map
 
-        sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(), P()), out_specs=P(AXIS), check_vma=False)
+        sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(AXIS), P()), out_specs=P(AXIS), check_vma=False)
         comp.fn = jax.jit(sm)
         return comp
 
@@ -596,12 +599,13 @@ class SpmdPlan:
             if name not in variables:
                 vn = self.var_nodes[name]
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-        var_vals = tuple(variables[n] for n in var_names)
+        var_host = tuple(variables[n] for n in var_names)
+        var_vals = tuple(self._device_var(n, h) for n, h in zip(var_names, var_host, strict=True))
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
         before = self.compile_count
         while True:
             sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
-                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_vals), self.stack_capacity)
+                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host), self.stack_capacity)
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
@@ -630,10 +634,12 @@ class SpmdPlan:
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(self._from_owner(v, owner) if kind == "array" else np.asarray(v))
-        for name, dev in zip(var_names, var_out, strict=True):
+        written = iter(var_out)
+        for name, dev in zip(var_names, var_vals, strict=True):
             if name in self.written:
-                owner = self.loc.get(self.var_nodes[name].id, 0)
-                variables[name] = self._from_owner(dev, owner)
+                dev = next(written)
+                variables[name] = self._from_owner(dev, self.loc.get(self.var_nodes[name].id, 0))
+            self._dev_vars[name] = (variables[name], dev)
         stats = {
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
@@ -642,6 +648,21 @@ class SpmdPlan:
             "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, stats=stats)
+
+    def _device_var(self, name: str, host: Any) -> Any:
+        """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays
+        of the last run while the session still holds the value that run left, so that steady-state
+        runs copy no weights from the host; otherwise the host value, copied to every device."""
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        cached = self._dev_vars.get(name)
+        if cached is not None and cached[0] is host:
+            return cached[1]
+        arr = np.asarray(host)
+        stacked = np.ascontiguousarray(np.broadcast_to(arr[None], (len(self.devices), *arr.shape)))
+        return jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS)))
 
     def _from_owner(self, arr: Any, owner: int) -> np.ndarray:
         """The owner device's copy of a per-device output (only that shard is copied to the host)."""
