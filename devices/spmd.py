@@ -28,9 +28,11 @@ and never move. ``parallel_iterations`` has no effect here: the devices run each
 lockstep, so device A cannot start iteration i+1 while device B runs iteration i.
 
 Gradient stacks (the backward loops of ``tn.gradients`` over loops) are state like Variables: each
-device allocates every stack, the device of its pushes and pops (placement colocates them with the
-``StackNew``) writes it, and a run whose pushes overflow the buffer is repeated with a larger one.
-They are not swapped to host memory in this tier.
+device allocates every stack, and a run whose pushes overflow the buffer is repeated with a larger
+one. Their pushes and pops are the one exception to "only on the owner": they run on every device,
+outside any branch, each device updating its own copy (a buffer passed through a conditional would
+be copied at every push); only the owner's copy holds real values, only its checks count, and only
+it is read. Stacks are not swapped to host memory in this tier.
 
 What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): a stack whose
 pushes have run-time shapes, ops without a JAX lowering, devices not of this process or of mixed
