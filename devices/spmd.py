@@ -28,9 +28,11 @@ and never move. ``parallel_iterations`` has no effect here: the devices run each
 lockstep, so device A cannot start iteration i+1 while device B runs iteration i.
 
 Gradient stacks (the backward loops of ``tn.gradients`` over loops) are state like Variables: each
-device allocates every stack, the device of its pushes and pops (placement colocates them with the
-``StackNew``) writes it, and a run whose pushes overflow the buffer is repeated with a larger one.
-They are not swapped to host memory in this tier.
+device allocates every stack, and a run whose pushes overflow the buffer is repeated with a larger
+one. Their pushes and pops are the one exception to "only on the owner": they run on every device,
+outside any branch, each device updating its own copy (a buffer passed through a conditional would
+be copied at every push); only the owner's copy holds real values, only its checks count, and only
+it is read. Stacks are not swapped to host memory in this tier.
 
 What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): a stack whose
 pushes have run-time shapes, ops without a JAX lowering, devices not of this process or of mixed
@@ -41,6 +43,7 @@ spans two devices — those run as well or better as per-device compiled segment
 from __future__ import annotations
 
 import time
+from collections import ChainMap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -69,6 +72,8 @@ _STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "A
                        "StackPush", "StackPop"})
 #: ops that forward their input unchanged: no computation, so no branch; a move when they cross devices
 _FORWARD = frozenset({"Identity", "StopGradient"})
+#: stack bookkeeping, run on every device outside any branch (see ``SpmdEmitter._everywhere``)
+_STACK_OPS = frozenset({"StackPush", "StackPop"})
 
 
 def jax_device(name: str) -> Any:
@@ -229,6 +234,7 @@ def _spmd_emitter_class() -> type:
             self.readers = readers
             self.idx = jax.lax.axis_index(AXIS)
             self.moves = 0       # ppermute calls traced
+            self.mask: Optional[int] = None  # while set, checks count only on this mesh position
             self.broadcasts = 0  # predicate psums traced
             self.batches = 0     # lax.switch / lax.cond batches traced
 
@@ -299,6 +305,31 @@ def _spmd_emitter_class() -> type:
                             env[("moved", key(t), d)] = (env[key(t)], got)
                     self.moves += 1
 
+        def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+            if self.mask is not None and not (is_static(ok) and bool(ok)):
+                ok = jnp.asarray(ok, bool) | (self.idx != self.mask)
+            super().check(ok, message, code)
+
+        def _everywhere(self, n: Node, env: dict[Any, Any]) -> None:
+            """Run a stack push or pop on every device, outside any branch.
+
+            Why: in a branch, a stack's whole buffer would be an operand and a result of the
+            conditional, copied at every push or pop. Run on every device, each device updates its own
+            copy with the values it holds (the owner's are the real ones, the others' are zeros), the
+            pointers stay equal everywhere, and only the owner's checks (overflow, underflow, the
+            iteration index) count. Only the owner's copy is ever read back.
+            """
+            self._move_all(env, [(t, n) for t in n.inputs])
+            view: Any = ChainMap({key(t): self._local(env, t, n) for t in n.inputs}, env)
+            self.mask = self.loc[n.id]
+            try:
+                Emitter.run_node(self, n, view)
+            finally:
+                self.mask = None
+            for k in [key(o) for o in n.outputs] + [(n.id, -1)]:
+                if k in view.maps[0]:
+                    env[k] = view.maps[0][k]
+
         def read_pred(self, env: dict[Any, Any], t: Tensor) -> Any:
             v = env[key(t)]
             if v is DEAD or is_static(v) or t.node.id in self.fed or self.ndev == 1:
@@ -337,6 +368,11 @@ def _spmd_emitter_class() -> type:
                     continue
                 if n.op in _FORWARD and key(n.inputs[0]) not in made and not n.control_inputs:
                     env[key(n.outputs[0])] = self.read(env, n.inputs[0], n)  # an alias on n's device
+                    continue
+                if n.op in _STACK_OPS and self.ndev > 1:
+                    if any(key(t) in made for t in n.inputs):
+                        self._flush(batch, made, env)
+                    self._everywhere(n, env)
                     continue
                 d = self.loc[n.id]
                 if any(made.get(key(t), d) != d for t in n.inputs):
@@ -479,6 +515,7 @@ class SpmdPlan:
                 self.readers.setdefault(key(t), set()).add(n.id)
         self.stacks = analysis.stacks
         self.stack_capacity = stack_capacity
+        self._dev_vars: dict[str, tuple[Any, Any]] = {}  # name -> (host value, its device copies)
         self._compiled: dict[Any, _Compiled] = {}
         self.compile_count = 0
 
@@ -507,7 +544,8 @@ class SpmdPlan:
             self.compile_count += 1
             em = cls(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
-            em.state = {"err": jnp.int32(0), **{f"var:{n}": v for n, v in zip(var_names, var_vals, strict=True)}}
+            # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
+            em.state = {"err": jnp.int32(0), **{f"var:{n}": v[0] for n, v in zip(var_names, var_vals, strict=True)}}
             for sid, (dtype, elem, index) in self.stacks.items():
                 em.state[f"stack:{sid}"] = StackValue(capacity, dtype).materialize(elem, index)
             env: dict[Any, Any] = dict(zip(feed_keys, feed_vals, strict=True))
@@ -529,11 +567,12 @@ class SpmdPlan:
             # the error word and the fetches' live flags, one row per device: one read-back
             flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
                               + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in fetch_keys])
-            return tuple(outs), flags[None], tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names)
+            written = tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names if n in self.written)
+            return tuple(outs), flags[None], written
 
         from jax import shard_map
 
-        sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(), P()), out_specs=P(AXIS), check_vma=False)
+        sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(AXIS), P()), out_specs=P(AXIS), check_vma=False)
         comp.fn = jax.jit(sm)
         return comp
 
@@ -550,6 +589,9 @@ class SpmdPlan:
             raise UnsupportedError(
                 f"SPMD tier: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts "
                 "loop iterations, not firings; bound loops with max_iterations")
+        if options.trace:
+            raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
+                                   "trace the run on another tier")
         t0 = time.perf_counter()
         feed_keys = tuple(sorted(key(t) for t in feeds))
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
@@ -559,12 +601,13 @@ class SpmdPlan:
             if name not in variables:
                 vn = self.var_nodes[name]
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-        var_vals = tuple(variables[n] for n in var_names)
+        var_host = tuple(variables[n] for n in var_names)
+        var_vals = tuple(self._device_var(n, h) for n, h in zip(var_names, var_host, strict=True))
         mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
         before = self.compile_count
         while True:
             sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
-                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_vals), self.stack_capacity)
+                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host), self.stack_capacity)
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
@@ -593,10 +636,12 @@ class SpmdPlan:
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(self._from_owner(v, owner) if kind == "array" else np.asarray(v))
-        for name, dev in zip(var_names, var_out, strict=True):
+        written = iter(var_out)
+        for name, dev in zip(var_names, var_vals, strict=True):
             if name in self.written:
-                owner = self.loc.get(self.var_nodes[name].id, 0)
-                variables[name] = self._from_owner(dev, owner)
+                dev = next(written)
+                variables[name] = self._from_owner(dev, self.loc.get(self.var_nodes[name].id, 0))
+            self._dev_vars[name] = (variables[name], dev)
         stats = {
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
@@ -605,6 +650,21 @@ class SpmdPlan:
             "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, stats=stats)
+
+    def _device_var(self, name: str, host: Any) -> Any:
+        """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays
+        of the last run while the session still holds the value that run left, so that steady-state
+        runs copy no weights from the host; otherwise the host value, copied to every device."""
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        cached = self._dev_vars.get(name)
+        if cached is not None and cached[0] is host:
+            return cached[1]
+        arr = np.asarray(host)
+        stacked = np.ascontiguousarray(np.broadcast_to(arr[None], (len(self.devices), *arr.shape)))
+        return jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS)))
 
     def _from_owner(self, arr: Any, owner: int) -> np.ndarray:
         """The owner device's copy of a per-device output (only that shard is copied to the host)."""
