@@ -113,10 +113,10 @@ class _Env:
     to other devices (so a value read by two segments on one device crosses once)."""
 
     def __init__(self, vals: Optional[dict[Key, Any]] = None, where: Optional[dict[Key, Optional[str]]] = None,
-                 copies: Optional[dict[tuple[Key, str], Any]] = None) -> None:
+                 copies: Optional[dict[Key, dict[str, Any]]] = None) -> None:
         self.vals: dict[Key, Any] = dict(vals or {})
         self.where: dict[Key, Optional[str]] = dict(where or {})
-        self.copies: dict[tuple[Key, str], Any] = dict(copies or {})
+        self.copies: dict[Key, dict[str, Any]] = dict(copies or {})
 
     def child(self) -> _Env:
         return _Env(self.vals, self.where, self.copies)
@@ -124,8 +124,7 @@ class _Env:
     def set(self, k: Key, v: Any, device: Optional[str]) -> None:
         self.vals[k] = v
         self.where[k] = _where(v, device)
-        for d in [d for (kk, d) in self.copies if kk == k]:
-            del self.copies[(k, d)]
+        self.copies.pop(k, None)
 
     def take(self, k: Key, other: _Env, src: Key) -> None:
         """``self[k] = other[src]``, keeping where it lives."""
@@ -136,9 +135,12 @@ class _Env:
         w = self.where.get(k)
         if w is None or w == device:
             return v
-        got = self.copies.get((k, device))
+        per = self.copies.get(k)
+        got = per.get(device) if per is not None else None
         if got is None:
-            got = self.copies[(k, device)] = jax.device_put(v, jdev)  # asynchronous
+            got = jax.device_put(v, jdev)
+            # a fresh dict: a child scope's copy must not show up in its parent's cache
+            self.copies[k] = {**(per or {}), device: got}
         return got
 
 
@@ -411,6 +413,10 @@ class _Run:
         fn, tl, name, iteration = seg.fn, self.tl, seg.describe(), self.iteration
 
         def job() -> Any:
+            with jax.enable_x64(True):  # thread-local: the worker computes as the host thread does
+                return work()
+
+        def work() -> Any:
             env_in = {}
             for k, (v, w) in inputs.items():
                 if isinstance(v, _Lazy):

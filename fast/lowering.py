@@ -99,17 +99,22 @@ def _identity(ctx, n, xs):
 
 @_r("Sleep")
 def _sleep(ctx, n, xs):
-    # A host callback that waits, then hands the value back. On CPU, a compiled call that contains a
-    # host callback runs synchronously (the call returns when it has run), so the fast partitioned
-    # executor dispatches such segments from per-device threads (devices/fast_executor.py).
+    # A host callback that waits and returns a token; the value passes through an optimization barrier
+    # tied to the token, so it leaves the op only after the wait. (The value itself does not go
+    # through the callback: a callback's results are checked against the x64 setting of the thread
+    # that runs it, which for 64-bit values on a worker thread is not the tracing thread's.) On CPU a
+    # compiled call that contains a host callback runs synchronously, so the fast partitioned executor
+    # dispatches such segments from per-device threads (devices/fast_executor.py).
     seconds = float(n.attrs["seconds"])
     x = jnp.asarray(xs[0])
 
-    def wait(v: Any) -> Any:
+    def wait(_: Any) -> Any:
         time.sleep(seconds)
-        return np.asarray(v)
+        return np.zeros((), np.int32)
 
-    return [io_callback(wait, jax.ShapeDtypeStruct(x.shape, x.dtype), x)]
+    token = io_callback(wait, jax.ShapeDtypeStruct((), np.int32), jnp.zeros((), jnp.int32) + jnp.sum(x != x))
+    out, _ = jax.lax.optimization_barrier((x, token))
+    return [out]
 
 
 @_r("StopGradient")

@@ -389,3 +389,26 @@ def test_whole_program_tier_choice() -> None:
         assert sess.last_result.stats["tier"] == tier, (p, mode)
     with pytest.raises(ValueError, match="whole_program"):
         tn.Session(g, backend="fast", devices=D2, whole_program="sometimes")
+
+
+def test_threaded_plans_compute_in_64_bits_like_the_others() -> None:
+    """The per-device workers of a plan with a host callback compute float64 and int64 as the host
+    thread does (x64 is a thread-local JAX setting)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        k = tn.placeholder(tn.int64, [], name="k")
+
+        def body(i: tn.Tensor, y: tn.Tensor, z: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = tn.sleep(y * 1.0000001 + 1e-9, 0.0)
+                z2 = z * 3
+            return i + 1, y2, z2
+
+        _, y, z = tn.while_loop(lambda i, y, z: i < 5, body, [tn.constant(0), x, k])
+    feeds = {x: np.float64(1.0) / 3.0, k: np.int64(2**40)}
+    want = tn.Session(g).run([y, z], feeds)
+    got = tn.Session(g, backend="fast", devices=D2).run([y, z], feeds)
+    assert got[0].dtype == np.float64 and got[1].dtype == np.int64
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-14)  # float32 would be off by about 1e-8
+    assert int(got[1]) == int(want[1]) == 2**40 * 3**5

@@ -38,6 +38,11 @@ def build_and_run(backend: str, make: Callable[[], Any]) -> tuple[Any, Any]:
 
 
 # (name, constructor over constants, numpy expectation)
+def sleep(x: Any) -> Any:
+    """``tn.sleep`` with no wait: its value is its input (its bad ``seconds`` are tested below)."""
+    return tn.sleep(x, 0.0)
+
+
 UNARY: list[tuple[str, Callable[[Any], Any], Callable[[np.ndarray], np.ndarray], np.ndarray]] = [
     ("identity", tn.identity, lambda x: x, A),
     ("negative", tn.negative, lambda x: -x, A),
@@ -51,6 +56,7 @@ UNARY: list[tuple[str, Callable[[Any], Any], Callable[[np.ndarray], np.ndarray],
     ("log", tn.log, np.log, P),
     ("sqrt", tn.sqrt, np.sqrt, P),
     ("stop_gradient", tn.stop_gradient, lambda x: x, A),
+    ("sleep", sleep, lambda x: x, A),
     ("zeros_like", tn.zeros_like, np.zeros_like, A),
     ("ones_like", tn.ones_like, np.ones_like, A),
     ("abs_int", tn.abs, np.abs, I),
@@ -411,3 +417,9 @@ def test_every_op_constructor_is_checked() -> None:
     tabled = {f.__name__ for _, f, *_ in UNARY} | {f.__name__ for _, f, *_ in BINARY}
     unchecked = sorted(public - tabled - CHECKED_ELSEWHERE)
     assert not unchecked, f"op constructors with no value test in tests/test_ops.py: {unchecked}"
+
+
+@pytest.mark.parametrize("seconds", [-1.0, 61.0, "1", True, None, float("nan")])
+def test_sleep_seconds_must_be_a_number_in_range(seconds: Any) -> None:
+    with tn.Graph().as_default(), pytest.raises(tn.GraphBuildError, match="sleep: seconds"):
+        tn.sleep(tn.constant(1.0), seconds)
