@@ -197,6 +197,7 @@ class _Plan:
                             for n in item_nodes(it))
         # stack key -> (loop name, device): the outermost loop that pushes it, for memory_records
         self.stack_owner: dict[str, tuple[str, str]] = {}
+        self.stack_swap: dict[str, bool] = {}
         for it in program.items:
             for r in walk([it]):
                 if isinstance(r, WhileRegion):
@@ -204,7 +205,10 @@ class _Plan:
                         if n.op == "StackPush":
                             src = stack_source(n.inputs[0])
                             if src is not None:
-                                self.stack_owner.setdefault(f"stack:{src.id}", (str(r.frame[-1]), device_of[src.id]))
+                                # named as the one-device backend names them: the loop's name, a short device
+                                loop = src.attrs.get("loop_name") or str(r.frame[-1])
+                                self.stack_owner.setdefault(f"stack:{src.id}", (loop, parse(device_of[src.id]).short))
+                                self.stack_swap[f"stack:{src.id}"] = bool(src.attrs.get("swap_memory", False))
 
 
 def _var_of(n: Any) -> Optional[str]:
@@ -837,10 +841,11 @@ class FastPartitionedBackend:
             for k, v in state.items():
                 if not isinstance(v, stk.StackValue):
                     continue
-                loop, dev = plan.stack_owner.get(k, ("(no loop)", d))
+                loop, dev = plan.stack_owner.get(k, ("(no loop)", parse(d).short))
                 rec = out.setdefault((loop, dev), {"loop": loop, "device": dev, "device_bytes": 0, "host_bytes": 0,
                                                    "chunks_to_host": 0, "chunks_from_host": 0,
-                                                   "peak_device_bytes": 0})
+                                                   "peak_device_bytes": 0,
+                                                   "swap_memory": plan.stack_swap.get(k, False)})
                 rec["device_bytes"] += v.nbytes()
                 rec["peak_device_bytes"] += run.peak.get(k, v.nbytes())
         return list(out.values())
