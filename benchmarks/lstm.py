@@ -137,8 +137,11 @@ def run(quick: bool) -> dict[str, Any]:
     # the same step with a small stack capacity: device stack memory bounded by ``swap_chunk``
     T = t_max
     print(f"  lstm T={T} stack_chunk={swap_chunk}", flush=True)
-    small = tn.Session(m["graph"], backend="fast", stack_chunk=swap_chunk)
-    fetch, feed = [m["loss"], *m["grads"]], {m["xs"]: xs_dev, m["T"]: T}
+    # the same model with swap_memory=True, so that full chunks go to host memory (without it they
+    # would stay on the device, see docs/fast_backend.rst)
+    ms = build(batch, inp, hidden, t_max, swap_memory=True)
+    small = tn.Session(ms["graph"], backend="fast", stack_chunk=swap_chunk)
+    fetch, feed = [ms["loss"], *ms["grads"]], {ms["xs"]: xs_dev, ms["T"]: T}
     got = small.run(fetch, feed)
     st = timed(lambda: small.run(fetch, feed), repeat)
     stats = small.last_result.stats

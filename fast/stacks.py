@@ -11,11 +11,11 @@ gives the loop an empty one and re-enters. What happens to the full chunk is the
 - ``swap_memory=True``: the chunk is copied to host memory *asynchronously*: a copier thread runs
   one ``jax.device_put`` of every full buffer to the device's ``pinned_host`` memory kind while the
   driver calls the next chunk at once (on a GPU the put itself only queues a DMA; on a CPU it is a
-  memory copy, which the thread takes off the driver's path). Its device buffer becomes the stack's *spare*, reused as the next empty buffer once the copy
-  has finished, so the device holds at most two chunks per stack (the one being filled and the one in
-  flight) whatever the trip count. The backward loop pops in reverse; while it pops chunk ``k`` the
-  store has already queued the copy of chunk ``k-1`` back to the device (a *prefetch*), so the swap-in
-  is ready when the pops reach it.
+  memory copy, which the thread takes off the driver's path). Its device buffer becomes the stack's
+  *spare*, reused as the next empty buffer once the copy has finished, so the device holds at most
+  two chunks per stack (the one being filled and the one in flight) whatever the trip count. The
+  backward loop pops in reverse; while it pops chunk ``k`` the store has already queued the copy of
+  chunk ``k-1`` back to the device (a *prefetch*), so the swap-in is ready when the pops reach it.
 - ``swap_memory=False`` (the default, as in TensorFlow): the chunk stays on the device and the stack
   continues in a fresh device buffer: the stack grows on the device, chunk by chunk, and the backward
   loop takes the chunks back without any copy. Nothing leaves the device.

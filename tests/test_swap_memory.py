@@ -222,3 +222,43 @@ def test_memory_report_of_a_session() -> None:
     assert rec.chunks_to_host == 0 and rec.device_bytes == rec.peak_device_bytes == 4 * PER_ENTRY
     with pytest.raises(TypeError, match="Graph or a Session"):
         tn.memory_report(42)
+
+
+def test_a_swapped_chunk_is_copied_to_host_memory_and_back() -> None:
+    """The store itself: a spilled chunk lives in the device's host memory kind (where the platform
+    has one), the next empty buffer is the spare of the previous spill, and the backward loop gets
+    the chunks back newest first, whole, with their pointers."""
+    import jax
+    import jax.numpy as jnp
+
+    from turnout.fast import stacks
+
+    store = stacks.ChunkStore({"s": stacks.StackInfo("l", 'loop "l"', True)})
+
+    def full(value: float) -> Any:
+        buf = jax.device_put(jnp.full((4, 3), value, jnp.float32), jax.devices()[0])
+        idx = jax.device_put(jnp.arange(4, dtype=jnp.int32).reshape(4, 1), jax.devices()[0])
+        return stacks.StackValue(4, np.float32, buf, idx, stacks.scalar_on(buf, 4))
+
+    first = full(1.0)
+    empty = store.spill({"s": first})["s"]
+    assert int(empty.ptr) == 0 and empty.buf is not first.buf
+    second = full(2.0)
+    empty2 = store.spill({"s": second})["s"]
+    assert empty2.buf is first.buf  # the spare, reused once its copy was done
+    kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
+    for chunk, want in zip(store.chunks["s"], (1.0, 2.0), strict=True):
+        buf, _ = chunk.data.get()
+        if "pinned_host" in kinds:
+            assert buf.sharding.memory_kind == "pinned_host"
+        np.testing.assert_array_equal(np.asarray(buf), np.full((4, 3), want))
+    (lg,) = store.ledgers.values()
+    assert lg.to_host == 2 and lg.host == 2 * first.nbytes()
+    store.end_pushes(["s"])
+    store.begin_pops({"s": empty2})
+    for want in (2.0, 1.0):
+        low = stacks.StackValue(4, np.float32, empty2.buf, empty2.idx, stacks.scalar_on(empty2.buf, 0))
+        back = store.refill({"s": low})["s"]
+        assert int(back.ptr) == 4
+        np.testing.assert_array_equal(np.asarray(back.buf), np.full((4, 3), want))
+    assert lg.from_host == 2 and lg.host == 0 and not store.has("s")
