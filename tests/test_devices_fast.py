@@ -182,7 +182,7 @@ def test_gradient_of_a_spanning_loop_keeps_stacks_on_the_push_device() -> None:
     assert recs and all(r["host_bytes"] == 0 and r["chunks_to_host"] == 0 for r in recs)
     by_device = {r["device"] for r in recs if r["device_bytes"] > 0}
     # the values saved for tanh(y * w) live on cpu:1, those of y * y on cpu:2: where they were pushed
-    assert {canonical("cpu:1"), canonical("cpu:2")} <= by_device
+    assert {"cpu:1", "cpu:2"} <= by_device  # named as tn.memory_report names devices
 
 
 def test_variables_persist_and_are_updated_on_their_device() -> None:

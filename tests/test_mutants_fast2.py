@@ -109,8 +109,8 @@ def _handle_through_a_loop(pushes: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]
 
 def test_a_stack_handle_leaving_a_loop_is_still_chunked_by_a_later_loop() -> None:
     """The loop that pushes must know the stack it pushes to (through the first loop's Exit), so that
-    it stops at the end of each device chunk and swaps the chunk to the host. Without that it would
-    overflow the chunk and the whole run would be repeated with a larger capacity."""
+    it stops at the end of each device chunk and starts a new one (kept on the device: swap_memory=False).
+    Without that it would overflow the chunk and the whole run would be repeated with a larger capacity."""
     g, count, total = _handle_through_a_loop(8)
     want = 1.5 * sum(range(8))
     np.testing.assert_allclose(tn.Session(g).run([count, total]), [8.0, want])
@@ -118,7 +118,7 @@ def test_a_stack_handle_leaving_a_loop_is_still_chunked_by_a_later_loop() -> Non
     np.testing.assert_allclose(sess.run([count, total]), [8.0, want])
     stats = sess.last_result.stats
     assert stats["stack_capacity_retries"] == 0, stats
-    assert stats["stack_chunks_swapped"] > 0, stats
+    assert stats["stack_chunks_swapped"] + stats["stack_chunks_kept"] > 0, stats  # chunk ends, not a re-run
     assert stats["stack_capacity"] == 2, stats
 
 
@@ -183,7 +183,7 @@ def test_loops_nested_three_deep(backend: str) -> None:
 def test_a_stack_pushed_only_by_a_nested_loop_is_chunked_by_the_top_level_loop() -> None:
     """A top-level loop's region holds the nodes of its nested loops, so the pushes of an inner loop
     count as pushes of the loop the backend drives chunk by chunk: with a chunk of 8 entries and 5
-    inner pushes per outer iteration, chunks are swapped to the host and the run is never repeated.
+    inner pushes per outer iteration, the loop moves on to new chunks and the run is never repeated.
     y = x**15 and its gradient 15 x**14."""
     g = tn.Graph()
     with g.as_default():
@@ -199,4 +199,4 @@ def test_a_stack_pushed_only_by_a_nested_loop_is_chunked_by_the_top_level_loop()
     np.testing.assert_allclose(sess.run([y, dx], {x: 1.01}), [1.01**15, 15 * 1.01**14], rtol=1e-12)
     stats = sess.last_result.stats
     assert stats["stack_capacity_retries"] == 0, stats
-    assert stats["stack_chunks_swapped"] > 0, stats
+    assert stats["stack_chunks_swapped"] + stats["stack_chunks_kept"] > 0, stats  # chunk ends, not a re-run
