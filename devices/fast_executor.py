@@ -160,10 +160,12 @@ class _Lazy:
     """A segment output the host has not needed yet, in a threaded run: the future of the segment's
     call and the key. ``get`` waits for the call (not for the device: the value may still be computing)."""
 
-    __slots__ = ("fut", "k", "live")
+    __slots__ = ("data", "fut", "k", "live")
 
-    def __init__(self, fut: Future[Any], k: Key, live: bool = False) -> None:
-        self.fut, self.k, self.live = fut, k, live
+    def __init__(self, fut: Future[Any], k: Key, live: bool = False, data: bool = False) -> None:
+        # data: a loop variable, which enters the next iteration as a device value even when it was
+        # known at trace time (as the host driver does for values it holds), so segments trace once
+        self.fut, self.k, self.live, self.data = fut, k, live, data
 
     def get(self) -> Any:
         out, lives, _ = self.fut.result()
@@ -424,9 +426,11 @@ class _Run:
             env_in = {}
             for k, (v, w) in inputs.items():
                 if isinstance(v, _Lazy):
+                    data = v.data
                     v = v.get()
                     if isinstance(v, (np.ndarray, np.generic)):
-                        v = jax.device_put(v, jd)  # a value folded upstream enters as data, as in a loop
+                        if data:
+                            v = jax.device_put(v, jd)
                     elif v is not DEAD and w != dev:
                         v = jax.device_put(v, jd)
                 elif w is not None and w != dev:
@@ -522,6 +526,8 @@ class _Run:
                     # a loop variable known on the host enters as a device value, so the segments are
                     # traced once for the loop, not once per value
                     v, w = jax.device_put(np.asarray(v), self.jdev[home]), home
+                elif isinstance(v, _Lazy):
+                    v = _Lazy(v.fut, v.k, data=True)
                 henv.set(key(m.outputs[0]), v, w)
                 henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
             first = False

@@ -74,6 +74,28 @@ def test_T7_fast_partitioned_gradient_programs(data: st.DataObject) -> None:
     check_fast_partitioned(case.graph, case.grads, case.feeds, draw, to_source(case.program) + "\n", stack_chunk=2)
 
 
+@settings(max_examples=max(1, BUDGET // 20))
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_with_every_segment_dispatched_from_per_device_workers(pi: tuple[Any, dict[str, Any]],
+                                                                   data: st.DataObject) -> None:
+    """The threaded dispatch that plans with host callbacks use, forced on for every plan (as if every
+    op were a host callback): the same values and errors."""
+    from turnout.primitives import PRIMITIVES
+
+    p, inputs = pi
+    b: Built = build(p)
+    draw = data.draw(placements(b.graph))
+    saved = fx.HOST_CALLBACK_OPS
+    fx.HOST_CALLBACK_OPS = frozenset(PRIMITIVES)
+    try:
+        sess = check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
+    finally:
+        fx.HOST_CALLBACK_OPS = saved
+    plans = list(sess.backend._plans.values())
+    assert all(pl.threaded for pl in plans if pl.schedule.segments)
+    sess.close()
+
+
 # ---- closed-form cases -----------------------------------------------------------------------------
 def _spanning_loop(n_default: int = 10, parallel_iterations: int = 10) -> tuple[tn.Graph, Any, Any, Any]:
     """``y = x * 2**n`` by a loop whose counter sits on cpu:0 and whose multiply sits on cpu:1."""
@@ -167,7 +189,7 @@ def test_gradient_of_a_spanning_loop_keeps_stacks_on_the_push_device() -> None:
             return i + 1, y2
 
         with tn.device("cpu:0"):
-            _, y = tn.while_loop(lambda i, y: i < 40, body, [tn.constant(0), x], name="fwd")
+            _, y = tn.while_loop(lambda i, y: i < 24, body, [tn.constant(0), x], name="fwd")
         dx, dw = tn.gradients(y, [x, w])
     feeds = {x: np.float32(0.3), w: np.float32(0.7)}
     want = tn.Session(g).run([y, dx, dw], feeds)
@@ -177,7 +199,7 @@ def test_gradient_of_a_spanning_loop_keeps_stacks_on_the_push_device() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5)
     stats = sess.last_result.stats
     assert stats["tier"] == "host-driven" and stats["host_loops"] == 2  # the forward and the backward loop
-    assert stats["stack_capacity_retries"] >= 1  # 40 pushes outgrew a chunk of 16: run again, larger
+    assert stats["stack_capacity_retries"] >= 1  # 24 pushes outgrew a chunk of 16: run again, larger
     recs = sess.backend.memory_records()
     assert recs and all(r["host_bytes"] == 0 and r["chunks_to_host"] == 0 for r in recs)
     by_device = {r["device"] for r in recs if r["device_bytes"] > 0}
