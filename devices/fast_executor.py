@@ -7,7 +7,9 @@ and the tree is cut by device (``devices.segments``). Cross-device values move w
 ``jax.device_put`` instead of Send/Recv nodes: inside one process a transfer is a copy between device
 buffers, and a copy is what a Send/Recv pair would do.
 
-Three tiers, tried in this order:
+A graph placed wholly on one device is simply the unpartitioned fast backend's program, and runs on
+that backend with the device as JAX's default (``stats['tier'] == "one device"``). Otherwise three
+tiers, tried in this order:
 
 1. **Whole program**: ``turnout.devices.spmd.spmd_plan(graph, placement, fetches, fed)`` compiles a
    program whose every op lowers as ONE ``shard_map`` program, in which the devices run each spanning
@@ -211,6 +213,15 @@ class _Plan:
                                 loop = src.attrs.get("loop_name") or str(r.frame[-1])
                                 self.stack_owner.setdefault(f"stack:{src.id}", (loop, parse(device_of[src.id]).short))
                                 self.stack_swap[f"stack:{src.id}"] = bool(src.attrs.get("swap_memory", False))
+        # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
+        # shapes: allocated on their device before the run, as the one-device backend does, so that a
+        # loop compiled whole on one device carries them from its first iteration (a stack made at its
+        # first push inside the loop would change the loop carry's type)
+        from turnout.fast.backend import _stack_dtype, _static_stack_shapes
+
+        self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
+            f"stack:{sid}": (device_of[sid], _stack_dtype(nodes[sid]), shapes)
+            for sid, shapes in _static_stack_shapes(list(nodes.values())).items() if sid in nodes}
 
 
 def _var_of(n: Any) -> Optional[str]:
@@ -358,6 +369,9 @@ class _Run:
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
             d = plan.var_device[name]
             self.state[d][var_key(name)] = jax.device_put(variables[name], self.jdev[d])
+        for k, (d, dtype, shapes) in plan.stack_alloc.items():
+            with jax.default_device(self.jdev[d]):
+                self.state[d][k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
         self.lives: dict[Key, Any] = {}
         self.peak: dict[str, int] = {}
         self.host_iterations: dict[str, int] = {}
@@ -645,6 +659,9 @@ class FastPartitionedBackend:
         self._fallback: dict[Any, str] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
+        #: the unpartitioned fast backend, for graphs placed wholly on one device (``_run_one_device``)
+        self._single: Any = None
+        self._single_ran = False
         self._reference: Any = None
         self._records: list[dict[str, Any]] = []
         self._pools: dict[str, ThreadPoolExecutor] = {}
@@ -675,6 +692,8 @@ class FastPartitionedBackend:
         """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
         at the end of the run), ``peak_device_bytes``, ``host_bytes``, ``chunks_to_host`` and
         ``chunks_from_host`` (always 0 here: this executor keeps every stack on its device)."""
+        if self._single_ran:
+            return self._single.memory_records()  # type: ignore[no-any-return]
         return [dict(r) for r in self._records]
 
     def describe_schedule(self, fetches: Sequence[Tensor], feeds: Optional[dict[Tensor, Any]] = None) -> str:
@@ -702,6 +721,10 @@ class FastPartitionedBackend:
                 "compiled code counts loop iterations, not firings; bound loops with max_iterations (or run "
                 "on backend='reference')")
         placement = self.placement
+        used = set(placement.device_of.values())
+        if len(used) == 1:
+            return self._run_one_device(used.pop(), fetches, feeds, variables, options)
+        self._single_ran = False
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
             return self._run_reference(sig, fetches, feeds, variables, options)
@@ -726,6 +749,22 @@ class FastPartitionedBackend:
             warnings.warn(f"{e}; this program runs on the partitioned reference executor instead (at interpreter "
                           "speed)", RuntimeWarning, stacklevel=4)
             return self._run_reference(sig, fetches, feeds, variables, options)
+
+    def _run_one_device(self, device: str, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                        variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
+        """A graph placed wholly on one device is the unpartitioned fast backend's program: it runs
+        there, with that device as JAX's default, so it gets everything that backend does (driven
+        loops whose gradient stacks follow ``swap_memory``, the fused path, traces) at its speed."""
+        if self._single is None:
+            from turnout.fast.backend import FastBackend
+
+            self._single = FastBackend(self.graph, stack_chunk=self.stack_chunk, fallback=self.fallback)
+        with jax.default_device(self.jax_devices[device]):
+            result: RunResult = self._single.run(fetches, feeds, variables, options)
+        self._single_ran = True
+        result.stats.setdefault("executor", "fast partitioned")
+        result.stats["tier"] = "one device"
+        return result
 
     def _whole_program(self, sig: Any, placement: Placement, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
         """The whole-program tier's plan for this run signature, made once (its traces are cached in it),

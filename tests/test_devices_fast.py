@@ -434,3 +434,45 @@ def test_threaded_plans_compute_in_64_bits_like_the_others() -> None:
     assert got[0].dtype == np.float64 and got[1].dtype == np.int64
     np.testing.assert_allclose(got[0], want[0], rtol=1e-14)  # float32 would be off by about 1e-8
     assert int(got[1]) == int(want[1]) == 2**40 * 3**5
+
+
+def test_a_graph_on_one_device_runs_as_the_unpartitioned_fast_backend() -> None:
+    """Everything placed on one device: the unpartitioned fast backend's program (driven loops, swap_memory)
+    on that device. Regression: the layered LSTM's gradient on one device fell back to the interpreter."""
+    g = tn.Graph()
+    with g.as_default(), tn.device("cpu:1"):
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1)), [tn.constant(0), x],
+                             swap_memory=True)
+        (dx,) = tn.gradients(y, [x])
+    want = tn.Session(g).run([y, dx], {x: 0.5, n: 40})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], stack_chunk=16)
+        got = sess.run([y, dx], {x: 0.5, n: 40})
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert sess.last_result.stats["tier"] == "one device"
+    (rec,) = tn.memory_report(sess).records
+    assert rec.device == "cpu:1" and rec.swap_memory and rec.chunks_to_host >= 2  # 40 pushes, chunks of 16
+
+
+def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:
+    """Regression: a loop with gradient stacks compiled whole on one device while its inputs come from
+    another. Its stacks are allocated before the run (static push shapes), so the loop carry keeps one
+    type; it used to fall back to the interpreter ("a loop variable changes type or shape")."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device("cpu:1"):
+            _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1)), [tn.constant(0), x])
+            (dx,) = tn.gradients(y, [x])
+    want = tn.Session(g).run([y, dx], {x: 0.5, n: 40})
+    for chunk in (1024, 16):  # 16: 40 pushes outgrow the chunk, and the run is repeated, larger
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], stack_chunk=chunk)
+            got = sess.run([y, dx], {x: 0.5, n: 40})
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert sess.last_result.stats["tier"] == "compiled"
