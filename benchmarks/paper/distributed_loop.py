@@ -5,8 +5,8 @@ iteration sets ``x_k <- x_{k-1} + 1`` (a ring: every value crosses a device ever
 counter's device decides whether to go on. It runs for D = 1, 2, 4, 8 devices and
 ``parallel_iterations`` 1 and 32, on:
 
-* Turnout: through ``tn.Session(graph, backend="fast", devices=...)`` when that accepts devices (and
-  reports its tier), otherwise through the SPMD tier directly (``turnout.devices.spmd.spmd_plan``);
+* Turnout: ``tn.Session(graph, backend="fast", devices=..., whole_program="always")``, the SPMD tier (one
+  device: the unpartitioned fast backend), reporting the tier that ran;
 * the anchor, the same loop written by hand in JAX: a ``shard_map`` ``while_loop`` whose devices pass
   ``x`` around the ring with ``lax.ppermute`` and share device 0's predicate with ``lax.psum``, timed
   interleaved with Turnout's run (``benchmarks.common.timed_pair``);
@@ -110,7 +110,9 @@ def turnout_runner(ndev: int, pi: int) -> tuple[Callable[[int], list[Any]], str,
     g, n, xs = build(ndev, pi)
     devs = [f"cpu:{k}" for k in range(ndev)]
     try:
-        sess = tn.Session(g, backend="fast", devices=devs)
+        # the SPMD tier at every parallel_iterations: the hand-written anchor is a shard_map loop too
+        # (whole_program="auto" would drive a parallel_iterations=32 loop from the host instead)
+        sess = tn.Session(g, backend="fast", devices=devs, whole_program="always")
     except tn.UnsupportedError:
         sess = None
     if sess is not None:

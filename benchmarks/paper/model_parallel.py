@@ -7,14 +7,17 @@ one ``tn.while_loop`` over time whose body runs the 8 layers, each under ``tn.de
 (the top layer's last output) is timed for D = 1, 2, 4, 8 and the speedup is time(D=1) / time(D).
 
 A training step (the gradient of the loss with respect to every layer's weights: a backward loop with
-gradient stacks on each layer's device) is timed too. Routes: ``tn.Session(graph, backend="fast",
-devices=...)`` when that accepts devices, otherwise the SPMD tier directly
-(``turnout.devices.spmd.spmd_plan``). The unpartitioned fast backend gives the one-device baseline.
+gradient stacks on each layer's device) is timed too. Both run on the fast partitioned executor
+(``tn.Session(graph, backend="fast", devices=...)``) in its two ways of running a loop that spans
+devices, side by side: driven from the host (``whole_program="never"``: per-device segments dispatched
+asynchronously, so ``parallel_iterations`` pipelines the layers) and as one SPMD program
+(``whole_program="always"``: every device runs each iteration in lockstep, so the layers of one step
+run one after the other). With D = 1 the whole graph sits on one device and both run it as the
+unpartitioned fast backend does. That backend's own step is the one-device baseline.
 
 On forced host CPU devices of a 2-core machine no speedup is expected: the "devices" share the two
-cores. The SPMD tier also runs every iteration in lockstep (no pipelining across iterations), so its
-layers run one after the other within a step. On GPUs the paper's target is a speedup of at least
-0.8 x D. Usage: ``python benchmarks/paper/model_parallel.py [--quick] [--docs]``.
+cores. On GPUs the paper's target is a speedup of at least 0.8 x D.
+Usage: ``python benchmarks/paper/model_parallel.py [--quick] [--docs]``.
 """
 
 from __future__ import annotations
@@ -87,32 +90,20 @@ def build(ndev: int, batch: int, hidden: int, steps: int, parallel_iterations: i
     return {"graph": g, "xs": xs, "T": T, "top": top, "loss": loss, "grads": grads}
 
 
-def runners(m: dict[str, Any], ndev: int) -> tuple[Callable[[Any], Any], Optional[Callable[[Any], Any]], str]:
-    """(forward(feeds), training step(feeds) or None, route)."""
-    import turnout as tn
-    from turnout.devices import place
-    from turnout.devices.spmd import spmd_plan, spmd_reason
-    from turnout.session import RunOptions
+#: the two ways the fast partitioned executor can run a loop spanning devices (``whole_program``)
+MODES = {"never": "host-driven, pipelined", "always": "SPMD, lockstep"}
 
-    g = m["graph"]
+
+def runners(m: dict[str, Any], ndev: int, mode: str) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Any]:
+    """(forward(feeds), training step(feeds), session) on the fast partitioned executor: ``mode`` is its
+    ``whole_program`` option — "never" drives the spanning loops from the host, dispatching per-device
+    segments asynchronously so that ``parallel_iterations`` pipelines the layers; "always" compiles the
+    program as one ``shard_map`` program whose devices run each iteration in lockstep."""
+    import turnout as tn
+
     devs = [f"cpu:{k}" for k in range(ndev)]
-    try:
-        sess = tn.Session(g, backend="fast", devices=devs)
-    except tn.UnsupportedError:
-        sess = None
-    if sess is not None:
-        return (lambda f: sess.run(m["top"], f)), (lambda f: sess.run(m["grads"], f)), "session"
-    fetches, fed = [m["top"]], [m["xs"], m["T"]]
-    pl = place(g, devs)
-    plan = spmd_plan(g, pl, fetches, fed, only_spanning=False)
-    if plan is None:
-        raise SystemExit(f"the SPMD tier declined the LSTM: {spmd_reason(g, pl, fetches, fed, False)}")
-    grads = list(m["grads"])
-    tplan = spmd_plan(g, pl, grads, fed, only_spanning=False)
-    variables: dict[str, Any] = {}
-    opts = RunOptions()
-    train = (lambda f: tplan.run(f, variables, opts).values) if tplan is not None else None
-    return (lambda f: plan.run(f, variables, opts).values[0]), train, "spmd_plan"
+    sess = tn.Session(m["graph"], backend="fast", devices=devs, whole_program=mode)
+    return (lambda f: sess.run(m["top"], f)), (lambda f: sess.run(m["grads"], f)), sess
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
@@ -141,27 +132,28 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     for ndev in counts:
         m = build(ndev, batch, hidden, steps)
         feeds = {m["xs"]: xs, m["T"]: np.int32(steps)}
-        fwd, train, route = runners(m, ndev)
-        got = fwd(feeds)
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
-        t, b = timed_pair(lambda f=fwd, fd=feeds: f(fd), lambda: base.run(base_m["top"], base_feeds), repeat)
-        row: dict[str, Any] = {"devices": ndev, "route": route, "forward": t, "fast_one_device": b,
-                               "forward_ms": 1e3 * t["median_s"], "fast_one_device_ms": 1e3 * b["median_s"]}
-        if train is not None:
+        for mode in MODES:
+            fwd, train, sess = runners(m, ndev, mode)
+            got = fwd(feeds)
+            tier = sess.last_result.stats.get("tier")
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+            t, b = timed_pair(lambda f=fwd, fd=feeds: f(fd), lambda: base.run(base_m["top"], base_feeds), repeat)
+            row: dict[str, Any] = {"devices": ndev, "mode": mode, "tier": tier, "forward": t, "fast_one_device": b,
+                                   "forward_ms": 1e3 * t["median_s"], "fast_one_device_ms": 1e3 * b["median_s"]}
             for a, b_ in zip(train(feeds), want_grads, strict=True):
                 np.testing.assert_allclose(np.asarray(a), b_, rtol=1e-3, atol=1e-5)
+            row["train_tier"] = sess.last_result.stats.get("tier")
             tr = timed(lambda f=train, fd=feeds: f(fd), repeat)
             row["train"], row["train_ms"] = tr, 1e3 * tr["median_s"]
-        rows.append(row)
-        print(f"D={ndev}: forward {row['forward_ms']:.1f} ms ({route}); unpartitioned fast backend "
-              f"{row['fast_one_device_ms']:.1f} ms" + (f"; training step {row['train_ms']:.1f} ms" if train else ""),
-              flush=True)
-    t1 = rows[0]["forward_ms"]
+            rows.append(row)
+            print(f"D={ndev} {MODES[mode]}: forward {row['forward_ms']:.1f} ms (tier {tier}); unpartitioned fast "
+                  f"backend {row['fast_one_device_ms']:.1f} ms; training step {row['train_ms']:.1f} ms "
+                  f"(tier {row['train_tier']})", flush=True)
     for r in rows:
-        r["speedup"] = t1 / r["forward_ms"]
+        first = next(r1 for r1 in rows if r1["mode"] == r["mode"])
+        r["speedup"] = first["forward_ms"] / r["forward_ms"]
+        r["train_speedup"] = first["train_ms"] / r["train_ms"]
         r["target_speedup_gpu"] = 0.8 * r["devices"]
-        if "train_ms" in rows[0] and "train_ms" in r:
-            r["train_speedup"] = rows[0]["train_ms"] / r["train_ms"]
     res = {"name": NAME, "quick": args.quick, "layers": LAYERS, "batch": batch, "hidden": hidden, "steps": steps,
            "parallel_iterations": 32, "platform": jax.devices()[0].platform, "rows": rows,
            "fast_one_device_train": base_train, "fast_one_device_train_ms": 1e3 * base_train["median_s"]}
@@ -180,22 +172,23 @@ def plot(rows: list[dict[str, Any]], docs: bool) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ds = [r["devices"] for r in rows]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
-    a1.plot(ds, [r["forward_ms"] for r in rows], "o-", label="forward step, Turnout")
-    if all("train_ms" in r for r in rows):
-        a1.plot(ds, [r["train_ms"] for r in rows], "s-", label="training step, Turnout")
-    a1.plot(ds, [r["fast_one_device_ms"] for r in rows], "k:", label="forward, unpartitioned fast backend")
+    for mode, label in MODES.items():
+        rs = [r for r in rows if r["mode"] == mode]
+        ds = [r["devices"] for r in rs]
+        a1.plot(ds, [r["forward_ms"] for r in rs], "o-", label=f"forward, {label}")
+        a1.plot(ds, [r["train_ms"] for r in rs], "s--", label=f"training, {label}")
+        a2.plot(ds, [r["speedup"] for r in rs], "o-", label=f"forward, {label}")
+        a2.plot(ds, [r["train_speedup"] for r in rs], "s--", label=f"training, {label}")
+    ds = sorted({r["devices"] for r in rows})
+    a1.plot(ds, [rows[0]["fast_one_device_ms"]] * len(ds), "k:", label="forward, unpartitioned fast backend")
     a1.set_xlabel("devices D (layer l on device l mod D)")
     a1.set_ylabel("step time (ms)")
-    a1.legend(fontsize=7)
-    a2.plot(ds, [r["speedup"] for r in rows], "o-", label="forward, measured (forced host CPU devices)")
-    if all("train_speedup" in r for r in rows):
-        a2.plot(ds, [r["train_speedup"] for r in rows], "s-", label="training, measured")
+    a1.legend(fontsize=6)
     a2.plot(ds, [0.8 * d for d in ds], "--", color="gray", label="GPU target 0.8 x D")
     a2.set_xlabel("devices D")
     a2.set_ylabel("speedup time(1) / time(D)")
-    a2.legend(fontsize=7)
+    a2.legend(fontsize=6)
     for a in (a1, a2):
         a.set_xscale("log", base=2)
         a.set_xticks(list(DEVICE_COUNTS), [str(d) for d in DEVICE_COUNTS])
