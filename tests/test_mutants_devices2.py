@@ -1,0 +1,80 @@
+"""More of ``devices/`` that mutation testing found unchecked (``python tools/mutation.py --module
+devices/rendezvous.py`` and the other device modules): the rule names a partitioned run records for
+its Sends and Recvs, which must be the rules of ``specs/rules.toml`` that the rendezvous implements.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_devices import D2, _loop_graph
+
+import turnout as tn
+
+RULES = tomllib.loads((Path(__file__).parents[1] / "specs" / "rules.toml").read_text())["rule"]
+DYNAMIC = {r["name"] for r in RULES if r["kind"] == "dynamic"}
+
+
+def _cond_across_devices() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """A cond whose true branch runs on cpu:1: when it is not taken, the Switch's dead output crosses
+    to cpu:1 as a dead token, and the branch's dead result crosses back."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def on_cpu1() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return x * 2.0
+
+        r = tn.cond(p, on_cpu1, lambda: x + 1.0)
+    return g, p, x, r
+
+
+def _traced(g: tn.Graph, fetch: tn.Tensor, feeds: dict[Any, Any], order: str) -> tuple[Any, list[Any]]:
+    sess = tn.Session(g, devices=D2, order=order, seed=3)
+    got = sess.run(fetch, feeds, trace=True)
+    res = sess.last_result
+    assert res is not None and res.trace is not None
+    return got, [e for _, e in res.trace.events]
+
+
+@pytest.mark.parametrize("order", ["round_robin", "threads"])
+@pytest.mark.parametrize("pred", [True, False])
+def test_sends_and_recvs_record_their_rules_live_and_dead(order: str, pred: bool) -> None:
+    """[E-Send] for every Send, live or dead; [E-Recv] for a Recv that takes a live token and
+    [E-Recv-Dead] for one that takes a dead token. Every rule name recorded is a dynamic rule of
+    specs/rules.toml."""
+    g, p, x, r = _cond_across_devices()
+    feeds = {p: np.bool_(pred), x: np.float32(3.0)}
+    got, events = _traced(g, r, feeds, order)
+    assert float(got) == (6.0 if pred else 4.0)
+    assert {e.rule for e in events} <= DYNAMIC, {e.rule for e in events} - DYNAMIC
+    sends = [e for e in events if e.op == "Send"]
+    recvs = [e for e in events if e.op == "Recv"]
+    assert sends and recvs
+    assert all(e.rule == "E-Send" for e in sends), [(e.node, e.rule) for e in sends]
+    assert all(e.rule == ("E-Recv-Dead" if e.dead else "E-Recv") for e in recvs), \
+        [(e.node, e.dead, e.rule) for e in recvs]
+    assert all(e.dead for e in recvs) == (not pred)  # the untaken branch's values cross dead
+    assert all(not e.dead for e in recvs) == pred
+
+
+@pytest.mark.parametrize("order", ["round_robin", "threads"])
+def test_a_loop_across_devices_records_one_send_and_one_recv_rule_per_message(order: str) -> None:
+    """A loop whose body runs on cpu:1 sends at every iteration: one [E-Send] and one [E-Recv] per
+    rendezvous message, including the Sends that waited for a credit (``parallel_iterations``)."""
+    g, x, y = _loop_graph()
+    got, events = _traced(g, y, {x: np.float32(1.0)}, order)
+    assert float(got) == 32.0
+    assert {e.rule for e in events} <= DYNAMIC
+    sends = [e for e in events if e.op == "Send"]
+    recvs = [e for e in events if e.op == "Recv"]
+    assert len(sends) == len(recvs) > 0
+    assert {e.rule for e in sends} == {"E-Send"}
+    assert {e.rule for e in recvs if not e.dead} == {"E-Recv"}
+    assert all(e.rule == "E-Recv-Dead" for e in recvs if e.dead)
