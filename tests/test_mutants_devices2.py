@@ -78,3 +78,58 @@ def test_a_loop_across_devices_records_one_send_and_one_recv_rule_per_message(or
     assert {e.rule for e in sends} == {"E-Send"}
     assert {e.rule for e in recvs if not e.dead} == {"E-Recv"}
     assert all(e.rule == "E-Recv-Dead" for e in recvs if e.dead)
+
+
+# ---- the rendezvous protocol, step by step ------------------------------------------------------------
+class _Owner:
+    """Stands for the PartitionInterpreter that owns a Send or Recv: the rendezvous posts its wake-ups
+    to the owner's mailbox and names it by ``short`` in reports."""
+
+    def __init__(self, short: str) -> None:
+        self.short = short
+        self.mailbox: list[Any] = []
+
+
+def _send_recv(credit: int) -> tuple[Any, Any]:
+    g = tn.Graph()
+    base = {"edge": "a->b", "src_device": "cpu:0", "dst_device": "cpu:1", "credit": credit, "control": False}
+    with g.as_default():
+        x = tn.constant(1.0)
+    send = g.create_node("Send", [x], base, name="snd")
+    recv = g.create_node("Recv", [], {**base, "dtype": "float32", "shape": []}, name="rcv")
+    return send, recv
+
+
+def test_a_send_without_credit_blocks_until_a_recv_takes_a_token_of_its_frame_instance() -> None:
+    """Credits are counted per frame instance (the tag without its last iteration): with a credit of
+    1, a second Send in instance A blocks until A's first token is taken, and is then posted back to
+    its owner as [E-Send]; a Send of another instance B is not held back by A. The report names the
+    blocked Send and the waiting Recv while they wait."""
+    from turnout.devices.rendezvous import Rendezvous
+    from turnout.reference.rules import Token
+
+    send, recv = _send_recv(credit=1)
+    src, dst = _Owner("cpu:0"), _Owner("cpu:1")
+    rv = Rendezvous()
+    a0, a1 = (("outer", 0), ("inner", 0)), (("outer", 0), ("inner", 1))
+    b0 = (("outer", 1), ("inner", 0))
+    assert rv.arrive_recv(dst, recv, a0) is None  # nothing sent yet: the Recv waits
+    assert rv.arrive_send(src, send, a0) == "E-Send"
+    assert rv.arrive_send(src, send, a1) is None  # instance A has no credit left
+    assert rv.arrive_send(src, send, b0) == "E-Send"  # instance B has its own
+    assert rv.report() == [
+        "  Recv 'rcv' on cpu:1 waits for (edge 'a->b', tag outer:0/inner:0)",
+        "  Send 'snd' on cpu:0 is blocked at (edge 'a->b', tag outer:0/inner:1): 1 tokens of this edge "
+        "are unconsumed",
+    ]
+    rv.send(send, a0, Token(np.float32(2.0)))
+    assert dst.mailbox == [(recv, a0, "E-Recv")]  # the waiting Recv is woken with its rule
+    assert src.mailbox == []
+    assert rv.take(recv, a0).value == np.float32(2.0)
+    assert src.mailbox == [(send, a1, "E-Send")]  # the blocked Send is woken, holding the credit
+    assert rv.report() == []
+    rv.send(send, a1, Token(None, True))
+    assert rv.arrive_recv(dst, recv, a1) == "E-Recv-Dead"
+    assert rv.take(recv, a1).dead
+    assert rv.arrive_send(src, send, (("outer", 0), ("inner", 2))) == "E-Send"  # A's credit came back
+    assert rv.stats() == {"messages": 2, "peak_unconsumed_per_edge": 1}
