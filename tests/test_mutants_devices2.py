@@ -90,9 +90,9 @@ class _Owner:
         self.mailbox: list[Any] = []
 
 
-def _send_recv(credit: int) -> tuple[Any, Any]:
+def _send_recv(credit: int, edge: str = "a->b") -> tuple[Any, Any]:
     g = tn.Graph()
-    base = {"edge": "a->b", "src_device": "cpu:0", "dst_device": "cpu:1", "credit": credit, "control": False}
+    base = {"edge": edge, "src_device": "cpu:0", "dst_device": "cpu:1", "credit": credit, "control": False}
     with g.as_default():
         x = tn.constant(1.0)
     send = g.create_node("Send", [x], base, name="snd")
@@ -133,3 +133,22 @@ def test_a_send_without_credit_blocks_until_a_recv_takes_a_token_of_its_frame_in
     assert rv.take(recv, a1).dead
     assert rv.arrive_send(src, send, (("outer", 0), ("inner", 2))) == "E-Send"  # A's credit came back
     assert rv.stats() == {"messages": 2, "peak_unconsumed_per_edge": 1}
+
+
+def test_the_report_lists_blocked_sends_by_edge_and_frame_instance() -> None:
+    """Several edges with blocked Sends: the report lists them in (edge, instance) order, whatever
+    order they blocked in."""
+    from turnout.devices.rendezvous import Rendezvous
+
+    rv = Rendezvous()
+    owner = _Owner("cpu:0")
+    late, _ = _send_recv(credit=1, edge="z->b")
+    early, _ = _send_recv(credit=1, edge="a->b")
+    for send in (late, early):
+        for it in range(2):
+            rv.arrive_send(owner, send, (("loop", it),))
+    for send in (late, early):
+        rv.arrive_send(owner, send, (("other", 0), ("loop", 0)))
+        rv.arrive_send(owner, send, (("other", 0), ("loop", 1)))
+    assert [line.split(" is blocked at ")[1].split(":")[0] for line in rv.report()] == [
+        "(edge 'a->b', tag loop", "(edge 'a->b', tag other", "(edge 'z->b', tag loop", "(edge 'z->b', tag other"]
