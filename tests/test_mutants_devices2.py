@@ -125,6 +125,8 @@ def test_a_send_without_credit_blocks_until_a_recv_takes_a_token_of_its_frame_in
     rv.send(send, a0, Token(np.float32(2.0)))
     assert dst.mailbox == [(recv, a0, "E-Recv")]  # the waiting Recv is woken with its rule
     assert src.mailbox == []
+    rv.send(send, b0, Token(np.float32(5.0)))
+    assert rv.unconsumed() == [("a->b", a0), ("a->b", b0)]  # sent, not yet taken
     assert rv.take(recv, a0).value == np.float32(2.0)
     assert src.mailbox == [(send, a1, "E-Send")]  # the blocked Send is woken, holding the credit
     assert rv.report() == []
@@ -132,7 +134,8 @@ def test_a_send_without_credit_blocks_until_a_recv_takes_a_token_of_its_frame_in
     assert rv.arrive_recv(dst, recv, a1) == "E-Recv-Dead"
     assert rv.take(recv, a1).dead
     assert rv.arrive_send(src, send, (("outer", 0), ("inner", 2))) == "E-Send"  # A's credit came back
-    assert rv.stats() == {"messages": 2, "peak_unconsumed_per_edge": 1}
+    assert rv.unconsumed() == [("a->b", b0)]
+    assert rv.stats() == {"messages": 3, "peak_unconsumed_per_edge": 1}
 
 
 def test_the_report_lists_blocked_sends_by_edge_and_frame_instance() -> None:
