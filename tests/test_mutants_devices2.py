@@ -155,3 +155,53 @@ def test_the_report_lists_blocked_sends_by_edge_and_frame_instance() -> None:
         rv.arrive_send(owner, send, (("other", 0), ("loop", 1)))
     assert [line.split(" is blocked at ")[1].split(":")[0] for line in rv.report()] == [
         "(edge 'a->b', tag loop", "(edge 'a->b', tag other", "(edge 'z->b', tag loop", "(edge 'z->b', tag other"]
+
+
+# ---- placement ----------------------------------------------------------------------------------------
+def test_a_conflict_names_every_rule_that_tied_the_group() -> None:
+    """A Variable read on cpu:0 and assigned on cpu:1: both ops are tied to the VarHandle, so the
+    group joins three nodes by two rules, and the error gives both."""
+    from turnout.devices import place
+
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(1.0, name="v")
+        with tn.device("cpu:0"):
+            v.read()
+        with tn.device("cpu:1"):
+            v.assign(2.0)
+    with pytest.raises(tn.PlacementError) as ei:
+        place(g, D2)
+    msg = str(ei.value)
+    assert msg.startswith('conflicting placement: ReadVariable node "v/read"'), msg
+    assert msg.endswith("must share one device, because v/read (ReadVariable) uses the resource made by v "
+                        "(VarHandle); v/AssignVariable (AssignVariable) uses the resource made by v (VarHandle)"), msg
+
+
+def test_a_resource_handle_is_traced_back_through_stop_gradient() -> None:
+    """StopGradient forwards its input unchanged, so a handle passed through it still belongs to the
+    VarHandle that made it (and an op using it is colocated with that VarHandle)."""
+    from turnout.devices.placement import resource_creator
+
+    g = tn.Graph()
+    with g.as_default():
+        tn.Variable(1.0, name="v")
+    vh = next(n for n in g.nodes if n.op == "VarHandle")
+    sg = g.create_node("StopGradient", [vh.outputs[0]], name="sg")
+    assert resource_creator(sg.outputs[0]) is vh
+    assert resource_creator(vh.outputs[0]) is vh
+
+
+def test_describe_lists_each_devices_nodes_and_the_empty_ones() -> None:
+    from test_devices import D3
+
+    from turnout.devices import place
+
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(1.0, name="a")
+        with tn.device("cpu:1"):
+            tn.add(a, 2.0, name="b")
+    lines = place(g, D3).describe().splitlines()
+    assert lines[0].startswith("cpu:0: a") and lines[1].startswith("cpu:1: ") and "b" in lines[1].split(", ")
+    assert lines[2] == "cpu:2: (nothing)"
