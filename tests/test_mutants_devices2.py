@@ -205,3 +205,22 @@ def test_describe_lists_each_devices_nodes_and_the_empty_ones() -> None:
     lines = place(g, D3).describe().splitlines()
     assert lines[0].startswith("cpu:0: a") and lines[1].startswith("cpu:1: ") and "b" in lines[1].split(", ")
     assert lines[2] == "cpu:2: (nothing)"
+
+
+def test_only_the_ops_that_use_a_resource_are_tied_to_its_maker() -> None:
+    """An Identity that forwards a Variable's handle is not a resource user: it takes its own device
+    scope, while the ReadVariable after it is tied to the VarHandle, wherever the handle went."""
+    from turnout.devices import place
+
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("cpu:0"):
+            tn.Variable(1.0, name="v")
+    vh = next(n for n in g.nodes if n.op == "VarHandle")
+    with g.as_default(), tn.device("cpu:1"):
+        ident = tn.identity(vh.outputs[0], name="fwd")
+    read = g.create_node("ReadVariable", [ident], {"dtype": "float32", "shape": []}, name="rd")
+    p = place(g, D2)
+    assert p.why(ident) == "device scope of fwd" and p[ident].endswith("CPU:1")
+    assert p[read] == p[vh] and p[vh].endswith("CPU:0")
+    assert "rd (ReadVariable) uses the resource made by v (VarHandle)" in p.why(read)
