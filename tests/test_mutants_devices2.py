@@ -224,3 +224,21 @@ def test_only_the_ops_that_use_a_resource_are_tied_to_its_maker() -> None:
     assert p.why(ident) == "device scope of fwd" and p[ident].endswith("CPU:1")
     assert p[read] == p[vh] and p[vh].endswith("CPU:0")
     assert "rd (ReadVariable) uses the resource made by v (VarHandle)" in p.why(read)
+
+
+def test_a_scope_or_request_outside_the_device_list_names_the_node_and_the_rule() -> None:
+    from turnout.devices import place
+
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(1.0, name="a")
+        with tn.device("cpu:5"):
+            tn.add(a, a, name="far")
+    with pytest.raises(tn.PlacementError, match=r'Add node "far" .*is scoped to device \'cpu:5\' \(.*CPU:5\), which is '
+                                               r"not one of the devices \['cpu:0', 'cpu:1'\]"):
+        place(g, D2)
+    g2 = tn.Graph()
+    with g2.as_default():
+        tn.constant(1.0, name="a")
+    with pytest.raises(tn.PlacementError, match=r'Const node "a" .*is requested on device \'gpu:x\': .*device name'):
+        place(g2, D2, requests={"a": "gpu:x"})
