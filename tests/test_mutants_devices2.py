@@ -242,3 +242,58 @@ def test_a_scope_or_request_outside_the_device_list_names_the_node_and_the_rule(
         tn.constant(1.0, name="a")
     with pytest.raises(tn.PlacementError, match=r'Const node "a" .*is requested on device \'gpu:x\': .*device name'):
         place(g2, D2, requests={"a": "gpu:x"})
+
+
+# ---- the drivers of a partitioned run -----------------------------------------------------------------
+def _two_independent_chains() -> tuple[tn.Graph, list[tn.Tensor]]:
+    """One chain of five Adds on each device, with no edge between them: both partitions can always fire."""
+    g = tn.Graph()
+    with g.as_default():
+        outs = []
+        for d in D2:
+            with tn.device(d):
+                x = tn.constant(1.0)
+                for _ in range(4):
+                    x = x + 1.0
+                outs.append(x)
+    return g, outs
+
+
+def _device_sequence(g: tn.Graph, outs: list[tn.Tensor], order: str, seed: int = 0) -> list[tuple[str, str]]:
+    sess = tn.Session(g, devices=D2, order=order, seed=seed)
+    assert [float(v) for v in sess.run(outs, trace=True)] == [5.0, 5.0]
+    res = sess.last_result
+    assert res is not None and res.trace is not None
+    return [(d, e.node) for d, e in res.trace.events]
+
+
+def test_round_robin_takes_the_partitions_in_turn() -> None:
+    g, outs = _two_independent_chains()
+    devices = [d for d, _ in _device_sequence(g, outs, "round_robin")]
+    assert len(devices) == 18
+    assert devices == [devices[0], devices[1]] * 9 and devices[0] != devices[1]
+
+
+def test_the_random_order_is_drawn_from_its_seed() -> None:
+    g, outs = _two_independent_chains()
+    assert _device_sequence(g, outs, "random", seed=1) == _device_sequence(g, outs, "random", seed=1)
+    assert len({tuple(_device_sequence(g, outs, "random", seed=s)) for s in range(4)}) > 1
+
+
+@pytest.mark.parametrize("order", ["round_robin", "threads"])
+def test_an_error_in_one_partition_is_raised_as_on_one_device(order: str) -> None:
+    """A StackPop of a stack never pushed fails on cpu:1; every driver raises that error (naming the
+    pop), the one the unpartitioned run raises, and not a deadlock of the partitions left waiting."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        s = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+        with tn.device("cpu:1"):
+            popped = g.create_node("StackPop", [s, tn.constant([0])], {"dtype": "float32", "shape": []},
+                                   name="pop_it").outputs[0]
+        out = popped + x
+    with pytest.raises(tn.ExecutionError, match=r'StackPop node "pop_it"'):
+        tn.Session(g).run(out, {x: np.float32(1.0)})
+    with pytest.raises(tn.ExecutionError, match=r'StackPop node "pop_it"') as ei:
+        tn.Session(g, devices=D2, order=order).run(out, {x: np.float32(1.0)})
+    assert not isinstance(ei.value, tn.DeadlockError)
