@@ -25,7 +25,7 @@ from turnout import kernels
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, find_chain, first_true, speculate
-from turnout.fast.lowering import LOWERING_RULES
+from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Node, Tensor
@@ -224,8 +224,12 @@ class Emitter:
             except KernelError:
                 outs = None
         if outs is None:
+            rule = LOWERING_RULES.get(n.op)
+            if rule is None:  # a primitive the fast backend does not lower: say why (UNSUPPORTED), naming it
+                raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: "
+                                       f"{UNSUPPORTED.get(n.op, 'no lowering rule')}")
             try:
-                outs = LOWERING_RULES[n.op](self, n, xs)
+                outs = rule(self, n, xs)
             except TurnoutError:
                 raise  # already says what is wrong (e.g. FeedError for an unfed Placeholder)
             except (TypeError, ValueError) as e:

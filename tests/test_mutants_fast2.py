@@ -200,3 +200,54 @@ def test_a_stack_pushed_only_by_a_nested_loop_is_chunked_by_the_top_level_loop()
     stats = sess.last_result.stats
     assert stats["stack_capacity_retries"] == 0, stats
     assert stats["stack_chunks_swapped"] + stats["stack_chunks_kept"] > 0, stats  # chunk ends, not a re-run
+
+
+# ---- lowering: run-time operands (fed, so nothing is constant-folded) ----------------------------------
+@pytest.mark.parametrize("name, msg", [("Div", "integer division by zero"), ("FloorMod", "integer modulo by zero")])
+def test_integer_division_by_a_fed_zero_is_a_kernel_error_naming_the_op(backend: str, name: str, msg: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [2], name="a")
+        b = tn.placeholder(tn.int32, [2], name="b")
+        q = g.create_node(name, [a, b], name="q").outputs[0]
+    sess = _session(g, backend)
+    np.testing.assert_array_equal(sess.run(q, {a: np.array([7, -7], np.int32), b: np.array([2, 2], np.int32)}),
+                                  [3, -4] if name == "Div" else [1, 1])
+    with pytest.raises(tn.ExecutionError, match=rf'{name} node "q".*{msg}'):
+        sess.run(q, {a: np.array([7, 7], np.int32), b: np.array([2, 0], np.int32)})
+
+
+def test_pow_of_fed_values(backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [2], name="a")
+        b = tn.placeholder(tn.float32, [2], name="b")
+        p = g.create_node("Pow", [a, b], name="p").outputs[0]
+    got = _session(g, backend).run(p, {a: np.array([2.0, 9.0], np.float32), b: np.array([3.0, 0.5], np.float32)})
+    np.testing.assert_allclose(got, [8.0, 3.0], rtol=1e-6)
+
+
+def test_a_slice_with_a_run_time_stop_is_refused_by_name() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.constant([1.0, 2.0, 3.0])
+        k = tn.placeholder(tn.int32, [], name="k")
+        y = x[:k]
+    with pytest.raises(tn.UnsupportedError, match=r"GetItem node .*slices with a bound known only at run time"):
+        tn.Session(g, backend="fast", fallback=False).run(y, {k: np.int32(2)})
+
+
+def test_a_primitive_the_fast_backend_does_not_lower_is_refused_with_its_reason() -> None:
+    """A Recv outside a partitioned run: the fast backend refuses it naming the node and the reason of
+    ``lowering.UNSUPPORTED`` (not a raw KeyError); with the fallback, the reference interpreter's own
+    error is raised, as on the reference backend."""
+    g = tn.Graph()
+    r = g.create_node("Recv", [], {"edge": "e", "src_device": "cpu:1", "dst_device": "cpu:0", "credit": 1,
+                                   "control": False, "dtype": "float32", "shape": []}, name="rcv")
+    with g.as_default():
+        y = tn.identity(r.outputs[0])
+    with pytest.raises(tn.UnsupportedError, match=r'Recv node "rcv".*unsupported: partitioned fast execution is a '
+                                                  r"later issue \(run partitions with backend='reference'\)"):
+        tn.Session(g, backend="fast", fallback=False).run(y)
+    with pytest.warns(RuntimeWarning), pytest.raises(tn.ExecutionError, match="runs only in a partitioned run"):
+        tn.Session(g, backend="fast").run(y)
