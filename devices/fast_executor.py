@@ -195,7 +195,9 @@ class _Plan:
         self.codes = ErrorCodes()
         nodes = {n.id: n for it in program.items for n in item_nodes(it)}
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
-        self.written_vars = {_var_of(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
+        from turnout.fast.backend import stack_source_var  # the Variable an assignment writes
+
+        self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
         self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
                             for n in item_nodes(it))
@@ -222,13 +224,6 @@ class _Plan:
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
             f"stack:{sid}": (device_of[sid], _stack_dtype(nodes[sid]), shapes)
             for sid, shapes in _static_stack_shapes(list(nodes.values())).items() if sid in nodes}
-
-
-def _var_of(n: Any) -> Optional[str]:
-    src = n.inputs[0].node
-    while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
-        src = src.inputs[0].node
-    return src.attrs.get("var_name") if src.op == "VarHandle" else None
 
 
 class DeviceTimeline:
