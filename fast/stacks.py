@@ -112,59 +112,6 @@ def pop(s: StackValue, index: Any) -> tuple[StackValue, Any, Any, Any]:
     return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - ok.astype(jnp.int32)), v, ok, match
 
 
-class HostChunks:
-    """The chunks a driver moved out of the device, per stack, oldest first (host memory), copied
-    synchronously whatever the loop's ``swap_memory``: the store of the first driver, kept for code
-    written against it. The single-device driver uses ``ChunkStore``."""
-
-    def __init__(self) -> None:
-        self.chunks: dict[Any, list[tuple[np.ndarray, np.ndarray]]] = {}
-        self.swapped = 0
-        self.host_bytes = 0
-        self.peak_host_bytes = 0
-
-    def has(self, k: Any) -> bool:
-        return bool(self.chunks.get(k))
-
-    def spill(self, k: Any, s: StackValue) -> StackValue:
-        """Move the filled part of ``s`` to the host and return an empty stack reusing the buffer."""
-        n = int(s.ptr)
-        if n == 0:
-            return s
-        buf, idx = np.asarray(s.buf)[:n].copy(), np.asarray(s.idx)[:n].copy()
-        self.chunks.setdefault(k, []).append((buf, idx))
-        self.swapped += 1
-        self.host_bytes += buf.nbytes + idx.nbytes
-        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
-        return StackValue(s.capacity, s.dtype, s.buf, s.idx, jnp.zeros((), jnp.int32))
-
-    def refill(self, k: Any, s: StackValue) -> StackValue:
-        """Fill the free room below the device items with the newest host items (LIFO order kept)."""
-        n = int(s.ptr)
-        room = s.capacity - n
-        parts_b: list[Any] = []
-        parts_i: list[Any] = []
-        got = 0
-        chunks = self.chunks.get(k, [])
-        while chunks and got < room:
-            b, i = chunks.pop()
-            take = min(room - got, b.shape[0])
-            if take < b.shape[0]:
-                chunks.append((b[: b.shape[0] - take], i[: b.shape[0] - take]))
-            parts_b.insert(0, b[b.shape[0] - take:])
-            parts_i.insert(0, i[b.shape[0] - take:])
-            got += take
-            self.host_bytes -= b[b.shape[0] - take:].nbytes + i[b.shape[0] - take:].nbytes
-        if not got:
-            return s
-        dev_b, dev_i = np.asarray(s.buf), np.asarray(s.idx)
-        new_b = np.concatenate([*parts_b, dev_b[:n]], axis=0)
-        new_i = np.concatenate([*parts_i, dev_i[:n]], axis=0)
-        buf = jnp.asarray(np.concatenate([new_b, dev_b[new_b.shape[0]:]], axis=0))
-        idx = jnp.asarray(np.concatenate([new_i, dev_i[new_i.shape[0]:]], axis=0))
-        return StackValue(s.capacity, s.dtype, buf, idx, jnp.asarray(new_b.shape[0], jnp.int32))
-
-
 @dataclass(frozen=True)
 class StackInfo:
     """What the store needs to know of one stack: whose it is and what its loop asked for."""
