@@ -624,13 +624,16 @@ class FastPartitionedBackend:
     capacity per chunk, default 1024), ``fallback`` (default True: run on the partitioned reference
     executor what cannot be compiled, with a RuntimeWarning; False raises the UnsupportedError),
     ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
-    ``wants_whole_program``), and ``order`` / ``seed``, passed to the partitioned reference executor
-    when it runs.
+    ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on the
+    device, as for the one-device fast backend: honoured for a graph placed on one device, refused with
+    ``UnsupportedError`` for one that spans devices), and ``order`` / ``seed``, passed to the partitioned
+    reference executor when it runs.
     """
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, stack_chunk: int = 1024, fallback: bool = True,
-                 order: str = "round_robin", seed: int = 0, whole_program: str = "auto") -> None:
+                 order: str = "round_robin", seed: int = 0, whole_program: str = "auto",
+                 device_memory_limit: Optional[int] = None) -> None:
         if whole_program not in WHOLE_PROGRAM:
             raise ValueError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
         if not isinstance(stack_chunk, int) or isinstance(stack_chunk, bool) or stack_chunk < 1:
@@ -642,6 +645,10 @@ class FastPartitionedBackend:
         self.stack_chunk = stack_chunk
         self.fallback = fallback
         self.whole_program = whole_program
+        if device_memory_limit is not None and (not isinstance(device_memory_limit, (int, np.integer))
+                                                or isinstance(device_memory_limit, bool) or device_memory_limit < 1):
+            raise ValueError(f"device_memory_limit must be a positive int (bytes) or None, got {device_memory_limit!r}")
+        self.device_memory_limit = device_memory_limit
         self.order = order
         self.seed = seed
         if not devices:
@@ -719,6 +726,11 @@ class FastPartitionedBackend:
         used = set(placement.device_of.values())
         if len(used) == 1:
             return self._run_one_device(used.pop(), fetches, feeds, variables, options)
+        if self.device_memory_limit is not None:
+            raise UnsupportedError(
+                f"fast partitioned executor: device_memory_limit={self.device_memory_limit} cannot be honoured for a "
+                f"graph placed over {len(used)} devices (its gradient stacks are not counted per device yet); it is "
+                "honoured for a graph placed on one device, or run without the limit")
         self._single_ran = False
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
@@ -753,7 +765,8 @@ class FastPartitionedBackend:
         if self._single is None:
             from turnout.fast.backend import FastBackend
 
-            self._single = FastBackend(self.graph, stack_chunk=self.stack_chunk, fallback=self.fallback)
+            self._single = FastBackend(self.graph, stack_chunk=self.stack_chunk, fallback=self.fallback,
+                                       device_memory_limit=self.device_memory_limit)
         with jax.default_device(self.jax_devices[device]):
             result: RunResult = self._single.run(fetches, feeds, variables, options)
         self._single_ran = True

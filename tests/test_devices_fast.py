@@ -476,3 +476,25 @@ def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:
             got = sess.run([y, dx], {x: 0.5, n: 40})
         np.testing.assert_allclose(got, want, rtol=1e-5)
         assert sess.last_result.stats["tier"] == "compiled"
+
+
+def test_device_memory_limit_on_the_fast_partitioned_executor() -> None:
+    """Honoured for a graph placed on one device (it runs as the one-device fast backend, whose cap names
+    the loop); refused, never ignored, for a graph that spans devices; validated like the fast backend's."""
+    g = tn.Graph()
+    with g.as_default(), tn.device("cpu:1"):
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1)), [tn.constant(0), x],
+                             name="capped")
+        (dx,) = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], stack_chunk=16, device_memory_limit=600)
+    assert sess.run(dx, {x: 0.5, n: 4}) == pytest.approx(tn.Session(g).run(dx, {x: 0.5, n: 4}), rel=1e-5)
+    with pytest.raises(tn.ResourceExhaustedError, match='loop "capped".*swap_memory=True'):
+        sess.run(dx, {x: 0.5, n: 200})
+    g2, x2, _, y2 = _spanning_loop(4, parallel_iterations=1)
+    with pytest.raises(tn.UnsupportedError, match="device_memory_limit"):
+        tn.Session(g2, backend="fast", devices=D2, device_memory_limit=2**20).run(y2, {x2: 1.0})
+    for bad in (0, True, "1GB"):
+        with pytest.raises(ValueError, match="device_memory_limit"):
+            tn.Session(g2, backend="fast", devices=D2, device_memory_limit=bad)
