@@ -62,7 +62,7 @@ import numpy as np
 
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
-from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, item_nodes, schedule
+from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
 from turnout.errors import (
     DeadFetchError,
     FeedError,
@@ -72,17 +72,21 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.fast import stacks as stk
+from turnout.fast.backend import (
+    _INT32_MAX,
+    _MAX_CAPACITY,
+    _stack_dtype,
+    _static_stack_shapes,
+    refuse_firing_budget,
+    stack_source_var,
+    variable_signature,
+)
 from turnout.fast.emit import Emitter, ErrorCodes, stack_source, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import Key, Program, WhileRegion, key, walk
-from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes, walk
+from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
-from turnout.kernels import TensorArrayValue
 from turnout.session import RunOptions, RunResult
-
-_INT32_MAX = 2**31 - 1
-_DEFAULT_MAX_FIRINGS = RunOptions.max_firings
-_MAX_CAPACITY = 1 << 24
 
 
 class _Retry(Exception):
@@ -193,10 +197,8 @@ class _Plan:
         self.fed = fed
         self.capacity = capacity
         self.codes = ErrorCodes()
-        nodes = {n.id: n for it in program.items for n in item_nodes(it)}
+        nodes = {n.id: n for n in program_nodes(program)}
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
-        from turnout.fast.backend import stack_source_var  # the Variable an assignment writes
-
         self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
         self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
@@ -219,8 +221,6 @@ class _Plan:
         # shapes: allocated on their device before the run, as the one-device backend does, so that a
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
         # first push inside the loop would change the loop carry's type)
-        from turnout.fast.backend import _stack_dtype, _static_stack_shapes
-
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
             f"stack:{sid}": (device_of[sid], _stack_dtype(nodes[sid]), shapes)
             for sid, shapes in _static_stack_shapes(list(nodes.values())).items() if sid in nodes}
@@ -396,7 +396,7 @@ class _Run:
         dev = seg.device
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
-        rest, stacks = _split_state(self.state[dev])
+        rest, stacks = stk.split_state(self.state[dev])
         if seg.fn is None:
             seg.fn = self.b.segment_fn(self.plan, seg)
         t0 = self.tl.now() if self.tl else 0.0
@@ -445,7 +445,7 @@ class _Run:
                 elif w is not None and w != dev:
                     v = jax.device_put(v, jd)
                 env_in[k] = wrap_static(v)
-            rest, stacks = _split_state(self.state[dev])
+            rest, stacks = stk.split_state(self.state[dev])
             t0 = tl.now() if tl else 0.0
             out, lives, state = fn(env_in, rest, stacks, self.max_iter)
             self.state[dev] = state
@@ -597,24 +597,6 @@ class _Run:
                 self.b.raise_code(self.plan, c)
 
 
-def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    rest: dict[str, Any] = {}
-    stacks: dict[str, Any] = {}
-    for k, v in state.items():
-        (stacks if isinstance(v, stk.StackValue) else rest)[k] = v
-    return rest, stacks
-
-
-def _to_host(v: Any) -> Any:
-    if isinstance(v, TA):
-        items = tuple(None for _ in range(v.size)) if v.pending else tuple(
-            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(v.size))
-        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items)
-    if isinstance(v, Handle):
-        return v
-    return np.asarray(v)
-
-
 class FastPartitionedBackend:
     """``tn.Session(graph, backend="fast", devices=[...])``: place the graph, compile what sits on one
     device, drive from the host what spans devices (see the module docstring).
@@ -710,18 +692,14 @@ class FastPartitionedBackend:
     def _signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]) -> Any:
         return (self.graph.version, tuple(key(t) for t in fetches),
                 tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
-                self._var_sig(variables))
+                variable_signature(self.graph, variables))
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
         """One ``Session.run``: the whole-program tier if available, else compiled and host-driven
         segments, else (fallback) the partitioned reference executor."""
-        if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
-            raise UnsupportedError(
-                f"fast partitioned executor: RunOptions.max_firings={options.max_firings} cannot be honoured: "
-                "compiled code counts loop iterations, not firings; bound loops with max_iterations (or run "
-                "on backend='reference')")
+        refuse_firing_budget("fast partitioned executor", options)
         placement = self.placement
         used = set(placement.device_of.values())
         if len(used) == 1:
@@ -794,15 +772,6 @@ class FastPartitionedBackend:
                              "fallback_reason": self._fallback[sig]})
         self._records = []
         return result
-
-    def _var_sig(self, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
-        out = []
-        for name in sorted(self.graph.variables):
-            v = variables.get(name)
-            if v is None:
-                v = np.asarray(self.graph.variables[name].attrs.get("initial_value"))
-            out.append((name, np.asarray(v).dtype.str, np.shape(v)))
-        return tuple(out)
 
     def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int) -> _Plan:
         plan = self._plans.get((sig, cap))
@@ -882,7 +851,7 @@ class FastPartitionedBackend:
                 raise DeadFetchError(
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
-            values.append(_to_host(v))
+            values.append(to_host(v))
         for name in plan.written_vars:
             if name is not None and name in plan.var_device:
                 variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])

@@ -27,13 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from turnout.devices.names import parse
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, walk
-from turnout.graph import Node
-
-
-def item_nodes(it: Item) -> list[Node]:
-    """Every node an item holds, at any depth (the structural nodes of a region included)."""
-    return [it] if isinstance(it, Node) else list(it.nodes)
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, walk
 
 
 @dataclass

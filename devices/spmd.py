@@ -56,6 +56,7 @@ from turnout.errors import (
     DeadFetchError,
     KernelError,
     NonTerminationError,
+    PlacementError,
     TurnoutError,
     UnsupportedError,
     describe_node,
@@ -74,24 +75,6 @@ _STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "A
 _FORWARD = frozenset({"Identity", "StopGradient"})
 #: stack bookkeeping, run on every device outside any branch (see ``SpmdEmitter._everywhere``)
 _STACK_OPS = frozenset({"StackPush", "StackPop"})
-
-
-def jax_device(name: str) -> Any:
-    """The ``jax.Device`` of a canonical device name (``/job:localhost/task:0/device:CPU:1`` -> the second
-    CPU device of this process). Raises ``UnsupportedError`` when this process has no such device."""
-    import jax
-
-    spec = parse(name)
-    kind = spec.type.lower()
-    try:
-        devs = jax.devices(kind)
-    except RuntimeError:
-        raise UnsupportedError(f"device {spec.short}: this process has no {spec.type} devices") from None
-    if spec.index >= len(devs):
-        raise UnsupportedError(f"device {spec.short}: this process has only {len(devs)} {spec.type} devices "
-                               "(for forced host devices, set XLA_FLAGS=--xla_force_host_platform_device_count=N "
-                               "before importing jax)")
-    return devs[spec.index]
 
 
 # ---- eligibility ---------------------------------------------------------------------------------------
@@ -174,10 +157,12 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
         return "the devices belong to several tasks; one SPMD program runs in one process"
     if len({s.type for s in specs}) > 1:
         return f"the devices are of several kinds ({sorted({s.type for s in specs})}); one mesh holds one kind"
+    from turnout.devices.fast_executor import jax_device
+
     try:
         for d in names:
             jax_device(d)
-    except UnsupportedError as e:
+    except PlacementError as e:
         return str(e)
     stacks = _stack_layouts(list(nodes.values()))
     if isinstance(stacks, str):
@@ -504,6 +489,8 @@ class SpmdPlan:
         self.program = analysis.program
         self.devices = analysis.mesh_names
         self.loc = analysis.loc
+        from turnout.devices.fast_executor import jax_device
+
         self.jax_devices = [jax_device(d) for d in self.devices]
         self.mesh = Mesh(np.array(self.jax_devices, dtype=object), (AXIS,))
         self.codes = ErrorCodes()
@@ -582,13 +569,11 @@ class SpmdPlan:
         ``NonTerminationError``, a fetch whose branch did not run is ``DeadFetchError``."""
         import jax
 
+        from turnout.fast.backend import refuse_firing_budget
         from turnout.fast.regions import key
         from turnout.validate import validate
 
-        if options.max_firings is not None and options.max_firings != RunOptions.max_firings:
-            raise UnsupportedError(
-                f"SPMD tier: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts "
-                "loop iterations, not firings; bound loops with max_iterations")
+        refuse_firing_budget("SPMD tier", options)
         if options.trace:
             raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
                                    "trace the run on another tier")
@@ -675,4 +660,4 @@ class SpmdPlan:
         return np.asarray(arr)[owner]  # pragma: no cover - every shard of the mesh is addressable
 
 
-__all__ = ["AXIS", "SpmdPlan", "jax_device", "spmd_plan", "spmd_reason"]
+__all__ = ["AXIS", "SpmdPlan", "spmd_plan", "spmd_reason"]

@@ -60,11 +60,10 @@ from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.timeline import Timeline
-from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.fast.values import DEAD, TA, Handle, to_host, wrap_static
 from turnout.graph import Graph, Node, Tensor
-from turnout.kernels import TensorArrayValue
 from turnout.session import RunOptions
 
 _INT32_MAX = 2**31 - 1
@@ -79,18 +78,6 @@ _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 
 class _Retry(Exception):
     """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
-
-
-def item_nodes(it: Item) -> list[Node]:
-    return [it] if isinstance(it, Node) else it.nodes
-
-
-def program_nodes(program: Program) -> list[Node]:
-    out: dict[int, Node] = {}
-    for it in program.items:
-        for n in item_nodes(it):
-            out[n.id] = n
-    return list(out.values())
 
 
 @dataclass
@@ -382,26 +369,40 @@ def _stack_info(stack_nodes: list[Node], nodes: list[Node]) -> dict[str, stk.Sta
     return out
 
 
-def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(everything but the gradient stacks, the stacks): the stacks are passed as their own, donated,
-    argument of every compiled stage; Variables and the error word are not donated (the backend keeps
-    device copies of Variables between runs)."""
-    rest: dict[str, Any] = {}
-    stacks: dict[str, Any] = {}
-    for k, v in state.items():
-        (stacks if isinstance(v, stk.StackValue) else rest)[k] = v
-    return rest, stacks
-
-
 def _split_carry(c: Any) -> tuple[Any, dict[str, Any]]:
     vals, pred, state, iters = c
-    rest, stacks = _split_state(state)
+    rest, stacks = stk.split_state(state)
     return (vals, pred, rest, iters), stacks
 
 
 def _join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
     vals, pred, rest, iters = c_rest
     return vals, pred, {**rest, **stacks}, iters
+
+
+def refuse_firing_budget(who: str, options: RunOptions) -> None:
+    """Compiled code counts loop iterations, not node firings: a ``max_firings`` budget other than the
+    default (a guard the user did not choose, left to ``max_iterations``) is refused, never ignored."""
+    if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
+        raise UnsupportedError(
+            f"{who}: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts loop "
+            "iterations, not firings; bound loops with max_iterations (or run on backend='reference')")
+
+
+def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
+    """(name, dtype, shape) of every Variable of the graph, as plan signatures take them: a Variable
+    the session has not set yet counts with its initial value."""
+    gv = graph.variables
+    if not gv:
+        return ()
+    out = []
+    for name in sorted(gv):
+        v = variables.get(name)
+        if v is None:
+            v = gv[name].attrs.get("initial_value")
+        v = np.asarray(v)
+        out.append((name, v.dtype.str, v.shape))
+    return tuple(out)
 
 
 def stack_source_var(n: Node) -> Optional[str]:
@@ -485,11 +486,7 @@ class FastBackend:
             options: Any) -> Any:
         """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
         a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
-        if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
-            raise UnsupportedError(
-                f"fast backend: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code "
-                "counts loop iterations, not firings; bound loops with max_iterations (or run on the reference "
-                "backend)")
+        refuse_firing_budget("fast backend", options)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
         if self._deep_nesting and not on_deep_thread():
@@ -525,7 +522,7 @@ class FastBackend:
 
         dsig = (self.graph.version, tuple([(t.node.id, t.index) for t in fetches]),
                 tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
-                self._var_sig(variables))
+                variable_signature(self.graph, variables))
         if self._fallback and dsig in self._fallback:
             return self._run_reference(dsig, fetches, feeds, variables, options)
         try:
@@ -586,19 +583,6 @@ class FastBackend:
                     retries += 1
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
-
-    def _var_sig(self, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
-        """(dtype, shape) of every Variable of the graph, as the plan signature takes them."""
-        gv = self.graph.variables
-        if not gv:
-            return ()
-        out = []
-        for name in sorted(gv):
-            v = variables.get(name)
-            if v is None:
-                v = np.asarray(gv[name].attrs.get("initial_value"))
-            out.append((name, v.dtype.str, np.shape(v)))
-        return tuple(out)
 
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
         feed_keys = tuple(sorted(key(t) for t in feeds))
@@ -734,7 +718,7 @@ class FastBackend:
             if st.driven is None:
                 if "seg" not in st.fns:
                     st.fns["seg"] = plan.segment_fn(st)
-                rest, stacks = _split_state(state)
+                rest, stacks = stk.split_state(state)
                 with self._span(f"stage {len(stage_s)}: compiled segment", "compiled stages") as args, \
                         _device_oom(plan, st):
                     before = self.compile_count
@@ -782,7 +766,7 @@ class FastBackend:
             if "seg" not in st.fns:
                 st.fns["seg"] = plan.segment_fn(st, fused=True)
             env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
-            rest, stacks = _split_state(state)
+            rest, stacks = stk.split_state(state)
             with self._span("fused attempt (whole program, one call)", "compiled stages") as args, \
                     _device_oom(plan, st):
                 before = self.compile_count
@@ -822,7 +806,7 @@ class FastBackend:
                 raise DeadFetchError(
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
-            values.append(_to_host(v, t))
+            values.append(to_host(v))
         if plan.prealloc and self.keep_stack_buffers:
             self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
                                           if isinstance(v, stk.StackValue) and not v.pending}
@@ -843,7 +827,7 @@ class FastBackend:
         if not st.fns:
             st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
         store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
-        rest, stacks = _split_state(state)
+        rest, stacks = stk.split_state(state)
         with _device_oom(plan, st):
             c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         if c is not None:
@@ -885,7 +869,7 @@ class FastBackend:
                 c = (vals, pred, state, iters)
         with _device_oom(plan, st):
             if c is None:
-                rest, stacks = _split_state(state)
+                rest, stacks = stk.split_state(state)
                 out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
             else:
                 c_rest, c_stacks = _split_carry(c)
@@ -932,13 +916,3 @@ def _device_oom(plan: Plan, st: Stage) -> Iterator[None]:
         raise ResourceExhaustedError(
             f"fast backend: the device ran out of memory running {what}: {str(e).splitlines()[0]}; run loops "
             "with swap_memory=True to move full gradient stack chunks to host memory, or lower stack_chunk") from None
-
-
-def _to_host(v: Any, t: Tensor) -> Any:
-    if isinstance(v, TA):
-        items = tuple(None for _ in range(v.size)) if v.pending else tuple(
-            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(v.size))
-        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items)
-    if isinstance(v, Handle):
-        return v
-    return np.asarray(v)

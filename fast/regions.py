@@ -101,6 +101,20 @@ class Program:
     stacks_popped: dict[int, set[int]] = field(default_factory=dict)
 
 
+def item_nodes(it: Item) -> list[Node]:
+    """Every node an item holds, at any depth (a region's structural nodes included)."""
+    return [it] if isinstance(it, Node) else it.nodes
+
+
+def program_nodes(program: Program) -> list[Node]:
+    """Every node of a program's items, once each."""
+    out: dict[int, Node] = {}
+    for it in program.items:
+        for n in item_nodes(it):
+            out[n.id] = n
+    return list(out.values())
+
+
 def walk(items: list[Item]) -> list[Item]:
     """Every item, depth first (regions before their contents), without recursion (programs may
     nest hundreds of regions deep)."""

@@ -112,6 +112,17 @@ def pop(s: StackValue, index: Any) -> tuple[StackValue, Any, Any, Any]:
     return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - ok.astype(jnp.int32)), v, ok, match
 
 
+def split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(everything but the gradient stacks, the stacks): compiled stages take the stacks as their own,
+    donated, argument; Variables and the error word are not donated (device copies of Variables are
+    kept between runs)."""
+    rest: dict[str, Any] = {}
+    stacks: dict[str, Any] = {}
+    for k, v in state.items():
+        (stacks if isinstance(v, StackValue) else rest)[k] = v
+    return rest, stacks
+
+
 @dataclass(frozen=True)
 class StackInfo:
     """What the store needs to know of one stack: whose it is and what its loop asked for."""

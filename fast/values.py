@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.kernels import TensorArrayValue
+
 
 @jax.tree_util.register_pytree_node_class
 class _Dead:
@@ -119,3 +121,15 @@ def wrap_static(v: Any) -> Any:
 def is_static(v: Any) -> bool:
     """A value known while tracing (numpy), as opposed to a traced jax value."""
     return isinstance(v, (np.ndarray, np.generic))
+
+
+def to_host(v: Any) -> Any:
+    """A fetched value as the session returns it: numpy arrays, a TensorArray as the reference
+    backend's ``TensorArrayValue``, a resource handle as it is."""
+    if isinstance(v, TA):
+        items = tuple(None for _ in range(v.size)) if v.pending else tuple(
+            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(v.size))
+        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items)
+    if isinstance(v, Handle):
+        return v
+    return np.asarray(v)
