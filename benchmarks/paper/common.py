@@ -41,6 +41,20 @@ def write_results(name: str, data: dict[str, Any]) -> str:
     return path
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` drawing to files (the Agg backend), or None, said once, when the optional
+    ``plots`` extra is not installed: the experiments' figures do not depend on it."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[plots]'): no plot")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_plot(fig: Any, name: str, docs: bool = False) -> list[str]:
     """Save a matplotlib figure as ``<name>.png`` under the results folder (and the docs' when ``docs``)."""
     paths = [os.path.join(RESULTS, f"{name}.png")]

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.paper.common import force_host_devices, save_plot, write_results  # noqa: E402
+from benchmarks.paper.common import force_host_devices, pyplot, save_plot, write_results  # noqa: E402
 
 NAME = "distributed_loop"
 DEVICE_COUNTS = (1, 2, 4, 8)
@@ -182,13 +182,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 def plot(rows: list[dict[str, Any]], docs: bool) -> list[str]:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib is not installed (pip install -e '.[plots]'): no plot")
+    plt = pyplot()
+    if plt is None:
         return []
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     styles = {1: "-", 32: "--"}

@@ -28,7 +28,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.paper.common import force_host_devices, save_plot, write_results
+from benchmarks.paper.common import force_host_devices, pyplot, save_plot, write_results
 
 NAME = "memory"
 
@@ -166,13 +166,8 @@ def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
 
 
 def _plot(rows: list[dict[str, Any]], summary: dict[str, Any], docs: bool) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - plots are optional
-        print("  (matplotlib not installed: no plot)")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for side, label, mark in (("no_swap", "swap_memory=False", "o-"), ("swap", "swap_memory=True", "s-")):

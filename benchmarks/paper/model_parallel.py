@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.paper.common import force_host_devices, save_plot, write_results  # noqa: E402
+from benchmarks.paper.common import force_host_devices, pyplot, save_plot, write_results  # noqa: E402
 
 NAME = "model_parallel"
 DEVICE_COUNTS = (1, 2, 4, 8)
@@ -164,13 +164,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 def plot(rows: list[dict[str, Any]], docs: bool) -> list[str]:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib is not installed (pip install -e '.[plots]'): no plot")
+    plt = pyplot()
+    if plt is None:
         return []
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
     for mode, label in MODES.items():

@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks.paper.common import force_host_devices, save_plot, write_results  # noqa: E402
+from benchmarks.paper.common import force_host_devices, pyplot, save_plot, write_results  # noqa: E402
 
 NAME = "pipeline_overlap"
 STAGES = 4
@@ -195,13 +195,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 def _plot(r: dict[str, Any], docs: bool) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is missing (pip install -e '.[plots]'): no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
     ps = [int(p) for p in r["seconds_by_parallel_iterations"]]
