@@ -78,9 +78,10 @@ def stack_bytes_per_chunk(g: tn.Graph, frame_loop: str, chunk: int) -> int:
     return sum(chunk * (s.bytes_per_iteration + 4) for s in rep.stacked)  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("steps", [10, 64, 200])
-def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> None:
-    m = model(swap=True)
+def run_rnn(swap: bool, steps: int) -> tuple[dict[str, Any], tn.Session, Any, int]:
+    """Run the RNN's gradient for ``steps`` on the fast backend, check it against the reference, and
+    return (the model, the fast session, the loop's memory record, one chunk of its stacks in bytes)."""
+    m = model(swap=swap)
     f = feed(m, steps)
     want = m["ref"].run(m["fetch"], f)
     sess = m["fast"]
@@ -88,7 +89,12 @@ def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> Non
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     (rec,) = tn.memory_report(sess).loop("rnn")
-    one_chunk = stack_bytes_per_chunk(m["g"], "rnn", CHUNK)
+    return m, sess, rec, stack_bytes_per_chunk(m["g"], "rnn", CHUNK)
+
+
+@pytest.mark.parametrize("steps", [10, 64, 200])
+def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> None:
+    m, sess, rec, one_chunk = run_rnn(True, steps)
     assert rec.device == "cpu:0" and rec.swap_memory is True
     assert 0 < rec.peak_device_bytes <= 2 * one_chunk  # the chunk being filled + the one in flight
     stacks = len(tn.memory_report(m["g"]).loop("rnn").stacked)
@@ -113,15 +119,7 @@ def test_swapped_device_memory_does_not_grow_with_the_trip_count() -> None:
 
 @pytest.mark.parametrize("steps", [10, 100])
 def test_unswapped_stacks_never_leave_the_device(steps: int) -> None:
-    m = model(swap=False)
-    f = feed(m, steps)
-    want = m["ref"].run(m["fetch"], f)
-    sess = m["fast"]
-    got = sess.run(m["fetch"], f)
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-    (rec,) = tn.memory_report(sess).loop("rnn")
-    one_chunk = stack_bytes_per_chunk(m["g"], "rnn", CHUNK)
+    m, sess, rec, one_chunk = run_rnn(False, steps)
     assert rec.swap_memory is False and rec.chunks_to_host == 0 and rec.chunks_from_host == 0
     assert rec.host_bytes == 0 and sess.last_result.stats["stack_chunks_swapped"] == 0
     chunks = -(-steps // CHUNK)
