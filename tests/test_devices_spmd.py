@@ -246,6 +246,24 @@ def _outcome(run: Any) -> tuple[Optional[list[Any]], Optional[type]]:
         return None, type(e)
 
 
+def _agrees_with_reference(plan: SpmdPlan, graph: tn.Graph, fetches: Any, feeds: dict[Any, Any], source: str,
+                           pl: Any) -> bool:
+    """Run ``plan`` and the reference backend; their values and error types must be equal. False when
+    the program turns out not to lower while the plan is traced (the tier declines it then)."""
+    opts = RunOptions(max_iterations=1_000)
+    want, want_err = _outcome(lambda: tn.Session(graph).run(fetches, feeds, options=opts))
+    try:
+        got, got_err = _outcome(lambda: plan.run(feeds, {}, opts).values)
+    except tn.UnsupportedError:
+        return False
+    what = source + f"\nplacement: {pl.describe()}\n"
+    assert got_err == want_err, f"{what}SPMD raised {got_err}, reference {want_err}"
+    if want is not None:
+        assert got is not None
+        assert_values_equal(got, want, what)
+    return True
+
+
 def test_generated_programs_equal_reference() -> None:
     """Whenever the SPMD tier accepts a generated program under a random placement, its values (and error
     types) equal the reference backend's; and it accepts a good share of programs with loops."""
@@ -264,18 +282,7 @@ def test_generated_programs_equal_reference() -> None:
         plan = spmd_plan(b.graph, pl, b.fetches, list(feeds), only_spanning=False)
         if plan is None:
             return
-        opts = RunOptions(max_iterations=1_000)
-        want, want_err = _outcome(lambda: tn.Session(b.graph).run(b.fetches, feeds, options=opts))
-        try:
-            got, got_err = _outcome(lambda: plan.run(feeds, {}, opts).values)
-        except tn.UnsupportedError:
-            return
-        seen["accepted"] += 1
-        what = to_source(p) + f"\nplacement: {pl.describe()}\n"
-        assert got_err == want_err, f"{what}SPMD raised {got_err}, reference {want_err}"
-        if want is not None:
-            assert got is not None
-            assert_values_equal(got, want, what)
+        seen["accepted"] += _agrees_with_reference(plan, b.graph, b.fetches, feeds, to_source(p), pl)
 
     check()
     assert seen["accepted"] >= 0.5 * seen["programs"], seen
@@ -296,18 +303,8 @@ def test_generated_gradient_programs_equal_reference() -> None:
         plan = spmd_plan(case.graph, pl, case.grads, list(case.feeds), only_spanning=False, stack_capacity=2)
         if plan is None:
             return
-        opts = RunOptions(max_iterations=1_000)
-        want, want_err = _outcome(lambda: tn.Session(case.graph).run(case.grads, case.feeds, options=opts))
-        try:
-            got, got_err = _outcome(lambda: plan.run(case.feeds, {}, opts).values)
-        except tn.UnsupportedError:
-            return
-        seen["accepted"] += 1
-        what = to_source(case.program) + f"\nplacement: {pl.describe()}\n"
-        assert got_err == want_err, f"{what}SPMD raised {got_err}, reference {want_err}"
-        if want is not None:
-            assert got is not None
-            assert_values_equal(got, want, what)
+        source = to_source(case.program)
+        seen["accepted"] += _agrees_with_reference(plan, case.graph, case.grads, case.feeds, source, pl)
 
     check()
     assert seen["accepted"] >= 0.5 * seen["programs"], seen
