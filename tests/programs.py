@@ -18,7 +18,7 @@ predicate is always ``counter < bound and <generated predicate>``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -708,3 +708,25 @@ def assert_values_equal(got: list[Any], want: list[Any], what: str = "") -> None
                                        equal_nan=True, err_msg=f"{what}: result {k}")
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"{what}: result {k}")
+
+
+def run_outcome(run: Callable[[], Any]) -> tuple[Optional[list[Any]], Optional[type]]:
+    """What a run gives: its values, or the type of the Turnout error it raises (the differential
+    checks compare executors on both)."""
+    try:
+        return list(run()), None
+    except tn.TurnoutError as e:
+        return None, type(e)
+
+
+def assert_same_outcome(want_run: Callable[[], Any], got_run: Callable[[], Any], what: str) -> bool:
+    """The executor under test (``got_run``) gives the reference's values or raises its error type;
+    True when the reference gave values."""
+    want, want_err = run_outcome(want_run)
+    got, got_err = run_outcome(got_run)
+    assert got_err == want_err, f"{what} raised {got_err}, the reference {want_err}"
+    if want is None:
+        return False
+    assert got is not None
+    assert_values_equal(got, want, what)
+    return True

@@ -16,14 +16,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pytest
 from cluster_programs import T0, T1, cond_across_tasks, dev, loop_across_tasks
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from programs import assert_values_equal, build, to_source
+from programs import assert_same_outcome, build, to_source
 from strategies import gradient_cases, programs_with_inputs
 
 import turnout as tn
@@ -244,14 +244,6 @@ RAY_EXAMPLES = max(4, settings.default.max_examples // 4)
 GUARD = dict(max_firings=200_000, max_iterations=1_000)
 
 
-def _outcome(sess: tn.Session, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
-             options: RunOptions) -> tuple[Optional[list[Any]], Optional[type]]:
-    try:
-        return sess.run(fetches, feeds, options=options), None
-    except tn.TurnoutError as e:
-        return None, type(e)
-
-
 def _check_on_cluster(pool: TaskPool, graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
                       data: st.DataObject, what: str) -> None:
     devices = pool.spec.devices
@@ -259,13 +251,10 @@ def _check_on_cluster(pool: TaskPool, graph: tn.Graph, fetches: list[tn.Tensor],
                              max_size=len(graph.nodes)), label="placement")
     requests = {n.name: devices[i] for n, i in zip(graph.nodes, idx)}
     scheduler = data.draw(st.sampled_from(("fifo", "lifo", "random")), label="scheduler")
-    want, want_err = _outcome(tn.Session(graph), fetches, feeds, RunOptions(**GUARD))
     with tn.Session(graph, cluster=pool, requests=requests, detail=True) as sess:
-        got, got_err = _outcome(sess, fetches, feeds, RunOptions(scheduler, 7, **GUARD))
-        assert got_err == want_err, f"{what}cluster run raised {got_err}, unpartitioned {want_err}"
-        if want is not None:
-            assert got is not None
-            assert_values_equal(list(got), list(want), what + "cluster run")
+        if assert_same_outcome(lambda: tn.Session(graph).run(fetches, feeds, options=RunOptions(**GUARD)),
+                               lambda: sess.run(fetches, feeds, options=RunOptions(scheduler, 7, **GUARD)),
+                               what + "cluster run"):
             sent, received = sess.backend.last_message_log
             assert sent == received and set(sent.values()) <= {1}, "a message was lost, duplicated or stranded"
 
