@@ -638,7 +638,7 @@ class FastPartitionedBackend:
         self.devices = [canonical(d) for d in devices]
         self.jax_devices = {d: jax_device(d) for d in self.devices}
         self.compile_count = 0
-        self._placement: Optional[tuple[int, Placement]] = None
+        self._placement: Optional[tuple[int, Placement, frozenset[str]]] = None
         self._plans: dict[Any, _Plan] = {}
         self._fallback: dict[Any, str] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
@@ -668,9 +668,15 @@ class FastPartitionedBackend:
     @property
     def placement(self) -> Placement:
         """The placement of the current graph version (the partitioned reference executor's rules)."""
+        return self._placed()[1]
+
+    def _placed(self) -> tuple[int, Placement, frozenset[str]]:
+        """(graph version, its placement, the devices that placement uses), made once per version: a
+        run asks which devices are used, and that must not cost a pass over the graph each time."""
         if self._placement is None or self._placement[0] != self.graph.version:
-            self._placement = (self.graph.version, place(self.graph, self.devices, self.requests))
-        return self._placement[1]
+            placement = place(self.graph, self.devices, self.requests)
+            self._placement = (self.graph.version, placement, frozenset(placement.device_of.values()))
+        return self._placement
 
     def memory_records(self) -> list[dict[str, Any]]:
         """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
@@ -700,10 +706,9 @@ class FastPartitionedBackend:
         """One ``Session.run``: the whole-program tier if available, else compiled and host-driven
         segments, else (fallback) the partitioned reference executor."""
         refuse_firing_budget("fast partitioned executor", options)
-        placement = self.placement
-        used = set(placement.device_of.values())
+        _, placement, used = self._placed()
         if len(used) == 1:
-            return self._run_one_device(used.pop(), fetches, feeds, variables, options)
+            return self._run_one_device(next(iter(used)), fetches, feeds, variables, options)
         if self.device_memory_limit is not None:
             raise UnsupportedError(
                 f"fast partitioned executor: device_memory_limit={self.device_memory_limit} cannot be honoured for a "
