@@ -33,6 +33,8 @@ class PartitionedTrace:
 
     def __init__(self, tracks: dict[str, DeviceTrace]) -> None:
         self.tracks = tracks
+        #: a cluster run's per-task clock corrections (``cluster_trace.ClockOffsets``); None in one process
+        self.clock_offsets: Any = None
 
     @property
     def events(self) -> list[tuple[str, Event]]:

@@ -171,6 +171,53 @@ def test_task_traces_merge_into_the_one_process_timeline() -> None:
     assert trace.summary()["sends"] == sum(o.sent for o in out.values())
 
 
+def _skewed(tracks: dict[str, list[Any]], task: str, by_us: int) -> dict[str, list[Any]]:
+    from turnout.reference.trace import Event
+
+    return {d: [Event(e.seq + (by_us if f"/task:{task}/" in d else 0), e.node, e.op, e.tag, e.dead, e.rule)
+                for e in evs] for d, evs in tracks.items()}
+
+
+def _causal(trace: Any) -> bool:
+    sent = {(e.node.removeprefix("_send/"), e.tag): e.seq for _, e in trace.events if e.op == "Send"}
+    return all(sent[(e.node.removeprefix("_recv/"), e.tag)] < e.seq for _, e in trace.events if e.op == "Recv")
+
+
+
+def test_a_task_clock_that_lags_is_corrected_so_every_recv_follows_its_send() -> None:
+    from turnout.devices.cluster_trace import clock_offsets, merge
+
+    g, x, y = loop_across_tasks(5)
+    out = run_in_process(g, [y], {x: 2.0}, options=RunOptions(trace=True))
+    tracks = {d: evs for o in out.values() for d, evs in o.traces.items()}
+    same = clock_offsets(tracks)  # one machine: nothing to correct
+    assert same.consistent and set(same.offsets.values()) == {0}
+    lag = 50_000  # task 1's clock 50 ms behind: its Recvs would be stamped before their Sends
+    skewed = _skewed(tracks, "1", -lag)
+    sent = {(e.node.removeprefix("_send/"), e.tag): e.seq for evs in skewed.values() for e in evs if e.op == "Send"}
+    assert any(e.seq < sent[(e.node.removeprefix("_recv/"), e.tag)]  # the skew does break causality
+               for evs in skewed.values() for e in evs if e.op == "Recv")
+    fix = clock_offsets(skewed)
+    assert fix.consistent and fix.offsets["/job:worker/task:0"] == 0
+    assert 0 < fix.offsets["/job:worker/task:1"] <= lag  # the least shift that restores causality
+    trace = merge(skewed)
+    assert _causal(trace) and trace.clock_offsets == fix
+    assert _firings(trace) == _firings(merge(tracks))  # the same firings; only stamps move
+
+
+def test_clocks_that_no_offset_can_reconcile_are_reported_not_looped_on() -> None:
+    from turnout.devices.cluster_trace import clock_offsets
+    from turnout.reference.trace import Event
+
+    t0, t1 = "/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"
+    tag = (("f", 0),)
+    # a -> b received 10 us "before" it was sent, and b -> a likewise: a positive cycle
+    tracks = {t0: [Event(100, "_send/a", "Send", tag, False, "r"), Event(95, "_recv/b", "Recv", tag, False, "r")],
+              t1: [Event(90, "_recv/a", "Recv", tag, False, "r"), Event(105, "_send/b", "Send", tag, False, "r")]}
+    fix = clock_offsets(tracks)
+    assert not fix.consistent and min(fix.offsets.values()) == 0
+
+
 def test_credits_ride_on_tokens_and_small_ones_wait_until_the_task_would_wait() -> None:
     from turnout.devices.task_runner import TaskPlan, TaskRendezvous
 

@@ -96,7 +96,9 @@ def test_a_traced_cluster_run_is_one_timeline_with_a_track_per_device(pool: Task
         assert set(trace.tracks) == set(want.tracks) == {dev(0, 1), dev(1, 0), dev(1, 1)}
         key = lambda de: Counter((d, e.node, e.tag, e.dead) for d, e in de.events)  # noqa: E731
         assert key(trace) == key(want)
-        # stamped by the wall clock: a Recv on task 1 comes after the Send of its key on task 0
+        # stamped by the wall clock: a Recv on task 1 comes after the Send of its key on task 0, with no
+        # correction needed on one machine
+        assert trace.clock_offsets.consistent and set(trace.clock_offsets.offsets.values()) == {0}
         sent = {(e.node.removeprefix("_send/"), e.tag): e.seq for _, e in trace.events if e.op == "Send"}
         assert all(sent[(e.node.removeprefix("_recv/"), e.tag)] < e.seq for _, e in trace.events if e.op == "Recv")
         path = tmp_path / "cluster.json"
