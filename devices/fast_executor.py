@@ -63,6 +63,7 @@ import numpy as np
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
+from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
     DeadFetchError,
     FeedError,
@@ -81,9 +82,9 @@ from turnout.fast.backend import (
     stack_source_var,
     variable_signature,
 )
-from turnout.fast.emit import Emitter, ErrorCodes, stack_source, var_key
+from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes, walk
+from turnout.fast.regions import Key, Program, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
@@ -203,20 +204,6 @@ class _Plan:
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
         self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
                             for n in item_nodes(it))
-        # stack key -> (loop name, device): the outermost loop that pushes it, for memory_records
-        self.stack_owner: dict[str, tuple[str, str]] = {}
-        self.stack_swap: dict[str, bool] = {}
-        for it in program.items:
-            for r in walk([it]):
-                if isinstance(r, WhileRegion):
-                    for n in r.nodes:
-                        if n.op == "StackPush":
-                            src = stack_source(n.inputs[0])
-                            if src is not None:
-                                # named as the one-device backend names them: the loop's name, a short device
-                                loop = src.attrs.get("loop_name") or str(r.frame[-1])
-                                self.stack_owner.setdefault(f"stack:{src.id}", (loop, parse(device_of[src.id]).short))
-                                self.stack_swap[f"stack:{src.id}"] = bool(src.attrs.get("swap_memory", False))
         # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
         # shapes: allocated on their device before the run, as the one-device backend does, so that a
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
@@ -224,6 +211,11 @@ class _Plan:
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
             f"stack:{sid}": (device_of[sid], _stack_dtype(nodes[sid]), shapes)
             for sid, shapes in _static_stack_shapes(list(nodes.values())).items() if sid in nodes}
+        # the stacks' loops and swap_memory, what each segment's call does to them, and the stacks each
+        # host-driven loop pushes (``devices.swap``)
+        self.stack_info = stack_infos(nodes.values())
+        self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
+        self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
 
 
 class DeviceTimeline:
@@ -367,8 +359,11 @@ class _Run:
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
             with jax.default_device(self.jdev[d]):
                 self.state[d][k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
+        # full stack chunks to host memory or kept on their device, per loop's swap_memory; the cap
+        self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity, backend.device_memory_limit)
+        for d in backend.devices:
+            self.stacks.observe(d, self.state[d])
         self.lives: dict[Key, Any] = {}
-        self.peak: dict[str, int] = {}
         self.host_iterations: dict[str, int] = {}
         self.iteration = 0  # the innermost host loop's iteration, for trace labels
         # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
@@ -399,8 +394,14 @@ class _Run:
         rest, stacks = stk.split_state(self.state[dev])
         if seg.fn is None:
             seg.fn = self.b.segment_fn(self.plan, seg)
+        moves = self.plan.traffic.get(seg.index)
+        if moves:
+            stacks = self.stacks.before(moves, dev, stacks)
         t0 = self.tl.now() if self.tl else 0.0
-        out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
+        with self.stacks.device_oom(moves, dev, seg.describe()):
+            out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
+        if moves:
+            self.stacks.after(moves, dev, state)
         if self.tl is not None:
             self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
             inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
@@ -412,9 +413,6 @@ class _Run:
         for k, v in out.items():
             env.set(k, v, dev)
         self.lives.update(lives)
-        nbytes = {k: v.nbytes() for k, v in state.items() if isinstance(v, stk.StackValue)}
-        for k, nb in nbytes.items():
-            self.peak[k] = max(self.peak.get(k, 0), nb)
 
     def segment_threaded(self, seg: Segment, env: _Env) -> None:
         """Hand the segment's call to its device's worker; its outputs become ``_Lazy`` values. The
@@ -426,6 +424,7 @@ class _Run:
         if seg.fn is None:
             seg.fn = self.b.segment_fn(self.plan, seg)
         fn, tl, name, iteration = seg.fn, self.tl, seg.describe(), self.iteration
+        moves = self.plan.traffic.get(seg.index)
 
         def job() -> Any:
             with jax.enable_x64(True):  # thread-local: the worker computes as the host thread does
@@ -446,9 +445,14 @@ class _Run:
                     v = jax.device_put(v, jd)
                 env_in[k] = wrap_static(v)
             rest, stacks = stk.split_state(self.state[dev])
+            if moves:  # on this device's worker, the only thread that touches its stacks
+                stacks = self.stacks.before(moves, dev, stacks)
             t0 = tl.now() if tl else 0.0
-            out, lives, state = fn(env_in, rest, stacks, self.max_iter)
+            with self.stacks.device_oom(moves, dev, name):
+                out, lives, state = fn(env_in, rest, stacks, self.max_iter)
             self.state[dev] = state
+            if moves:
+                self.stacks.after(moves, dev, state)
             if tl is not None:
                 # a traced worker waits for its call: the span is then exactly the segment's run
                 jax.block_until_ready(state["err"])
@@ -462,6 +466,23 @@ class _Run:
             env.set(k, _Lazy(fut, k), dev)
         for k in seg.fetched:
             self.lives[k] = _Lazy(fut, k, live=True)
+
+    def on_workers(self, fn: Any) -> None:
+        """Run ``fn`` now, or in a threaded run after every segment call handed to the workers so far
+        (on one worker, once the others have drained: the device stores are theirs until then)."""
+        if not self.pools:
+            fn()
+            return
+        pending = list(self.futures)
+
+        def job() -> None:
+            for f in pending:
+                if not f.done():
+                    f.exception()  # wait; a failure is raised by drain
+            fn()
+
+        fut = next(iter(self.pools.values())).submit(job)
+        self.futures.append(fut)
 
     def drain(self) -> None:
         """Wait for every segment call handed to a worker; raise the first failure."""
@@ -569,6 +590,9 @@ class _Run:
                 window.append([self.state[d]["err"] for d in hl.devices])
             iters += 1
         self.iteration = outer_iteration
+        pushed = self.plan.loop_pushes.get(id(hl))
+        if pushed:
+            self.on_workers(lambda: self.stacks.loop_ended(pushed))
         name = str(r.frame[-1])
         self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
         eenv = henv.child()
@@ -587,14 +611,14 @@ class _Run:
             self.tl.host("wait: parallel_iterations window", t0)
         for c in codes:
             if c:
-                self.b.raise_code(self.plan, c)
+                self.b.raise_code(self.plan, c, self.stacks.moved())
 
     def finish(self) -> None:
         self.drain()
         for d in self.b.devices:
             c = int(np.asarray(self.state[d]["err"]))
             if c:
-                self.b.raise_code(self.plan, c)
+                self.b.raise_code(self.plan, c, self.stacks.moved())
 
 
 class FastPartitionedBackend:
@@ -643,6 +667,8 @@ class FastPartitionedBackend:
         self._fallback: dict[Any, str] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
+        #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_swap``)
+        self._whole_declined: dict[Any, str] = {}
         #: the unpartitioned fast backend, for graphs placed wholly on one device (``_run_one_device``)
         self._single: Any = None
         self._single_ran = False
@@ -709,11 +735,6 @@ class FastPartitionedBackend:
         _, placement, used = self._placed()
         if len(used) == 1:
             return self._run_one_device(next(iter(used)), fetches, feeds, variables, options)
-        if self.device_memory_limit is not None:
-            raise UnsupportedError(
-                f"fast partitioned executor: device_memory_limit={self.device_memory_limit} cannot be honoured for a "
-                f"graph placed over {len(used)} devices (its gradient stacks are not counted per device yet); it is "
-                "honoured for a graph placed on one device, or run without the limit")
         self._single_ran = False
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
@@ -731,7 +752,10 @@ class FastPartitionedBackend:
                 result.stats.setdefault("tier", "spmd")
                 return result
         try:
-            return self._run_compiled(sig, fetches, feeds, variables, options)
+            result = self._run_compiled(sig, fetches, feeds, variables, options)
+            if self._whole_declined.get(sig):
+                result.stats["whole_program_declined"] = self._whole_declined[sig]
+            return result
         except UnsupportedError as e:
             if not self.fallback:
                 raise
@@ -763,6 +787,10 @@ class FastPartitionedBackend:
         if sig not in self._whole:
             spmd = _spmd_hook()
             wanted = spmd is not None and wants_whole_program(self.whole_program, self.graph, placement)
+            why = cannot_swap(self.graph, self.device_memory_limit) if wanted else None
+            if why is not None:
+                self._whole_declined[sig] = why
+                wanted = False
             self._whole[sig] = spmd(self.graph, placement, fetches, list(feeds)) if wanted else None
         return self._whole[sig]
 
@@ -814,7 +842,7 @@ class FastPartitionedBackend:
                     retries += 1
         variables.update(scratch)
         sched = plan.schedule
-        self._records = self._memory(plan, run)
+        self._records = run.stacks.records()
         tier = "host-driven" if sched.host_loops or sched.host_conds else "compiled"
         stats = {
             "backend": "fast", "executor": "fast partitioned", "tier": tier,
@@ -823,8 +851,7 @@ class FastPartitionedBackend:
             "compiled_loops": sched.compiled_loops, "host_loops": len(sched.host_loops),
             "host_conds": len(sched.host_conds), "host_iterations": dict(run.host_iterations),
             "compiles": self.compile_count, "stack_capacity": cap, "stack_capacity_retries": retries,
-            "peak_device_stack_bytes": sum(run.peak.values()), "stack_chunks_swapped": 0,
-            "seconds": time.perf_counter() - t0,
+            **run.stacks.stats(), "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, trace=run.tl, stats=stats)
 
@@ -862,25 +889,12 @@ class FastPartitionedBackend:
                 variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])
         return values, run
 
-    def _memory(self, plan: _Plan, run: _Run) -> list[dict[str, Any]]:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for d, state in run.state.items():
-            for k, v in state.items():
-                if not isinstance(v, stk.StackValue):
-                    continue
-                loop, dev = plan.stack_owner.get(k, ("(no loop)", parse(d).short))
-                rec = out.setdefault((loop, dev), {"loop": loop, "device": dev, "device_bytes": 0, "host_bytes": 0,
-                                                   "chunks_to_host": 0, "chunks_from_host": 0,
-                                                   "peak_device_bytes": 0,
-                                                   "swap_memory": plan.stack_swap.get(k, False)})
-                rec["device_bytes"] += v.nbytes()
-                rec["peak_device_bytes"] += run.peak.get(k, v.nbytes())
-        return list(out.values())
-
-    def raise_code(self, plan: _Plan, code: int) -> None:
-        """Raise the error an error word holds (an overflowing stack: run again, larger)."""
+    def raise_code(self, plan: _Plan, code: int, moved: int = 0) -> None:
+        """Raise the error an error word holds. A stack that overflowed its chunk inside one call (an
+        inner loop compiled whole), or ran empty inside one after chunks were moved out of it: run again
+        with twice the chunk, as the one-device backend does."""
         kind, message = plan.codes.lookup(code)
-        if kind == "overflow":
+        if kind == "overflow" or (kind == "underflow" and moved):
             raise _Retry()
         if kind == "nonterm":
             raise NonTerminationError(message)
@@ -932,6 +946,25 @@ def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
         for i in range(1, len(f) + 1):  # a node is in its frame and in every enclosing one
             spans.setdefault(f[:i], set()).add(placement.device_of.get(n.id, ""))
     return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
+
+
+def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[str]:
+    """Why the SPMD tier must not run this graph although ``whole_program`` would take it, or None.
+
+    Why: one ``shard_map`` program keeps every gradient stack's whole history on its device (it has no
+    host between iterations to move a chunk) and does not count stack bytes per device. So a loop
+    that asks for ``swap_memory=True``, or a ``device_memory_limit``, is run by the per-device tiers,
+    which honour both (``devices.swap``); the reason is in ``stats["whole_program_declined"]``."""
+    stacks = [n for n in graph.nodes if n.op == "StackNew"]
+    swapped = sorted({n.attrs.get("loop_name") or n.attrs.get("frame_name", "?") for n in stacks
+                      if n.attrs.get("swap_memory")})
+    if swapped:
+        return (f"loop(s) {', '.join(repr(x) for x in swapped)} ask for swap_memory=True, and the SPMD tier cannot "
+                "swap stack chunks to host memory; the per-device tiers run the program")
+    if device_memory_limit is not None and stacks:
+        return (f"device_memory_limit={device_memory_limit} is counted per device by the per-device tiers only; the "
+                "SPMD tier does not count stack bytes")
+    return None
 
 
 def _spmd_hook() -> Any:
