@@ -31,10 +31,14 @@ tiers, tried in this order:
    asynchronous dispatch suffices: executions on different devices run concurrently on their own.
 
 Gradient stacks live in the device state of the device of their pushes (placement colocates every
-StackPush and StackPop with its StackNew), as the fast backend's chunked stack buffers. They never leave
-that device: a run whose stack outgrows the chunk is run again with twice the chunk
-(``stats['stack_capacity_retries']``); swapping stack chunks to host memory is not done by this executor.
-``memory_records()`` reports the stack bytes per loop and device of the last run.
+StackPush and StackPop with its StackNew), as the fast backend's chunked stack buffers. Between the
+segment calls of a host-driven loop, ``devices.swap.SpanningStacks`` moves a full chunk to host memory
+(the loop's ``swap_memory=True``) or keeps it on its device and goes on in a new buffer, and brings
+chunks back for the backward loop; ``device_memory_limit`` caps each device's stack bytes. A stack that
+outgrows its chunk inside one call (a loop compiled whole) runs the program again with twice the chunk
+(``stats['stack_capacity_retries']``). ``memory_records()`` reports the stack bytes per loop and
+device of the last run. The SPMD tier cannot swap or count bytes per device, so it is passed over when
+either is asked for (``cannot_swap``).
 
 What the fast path cannot run (``UnsupportedError`` while raising or tracing) runs on the partitioned
 reference executor with a ``RuntimeWarning``, as the unpartitioned fast backend falls back to the
@@ -630,9 +634,9 @@ class FastPartitionedBackend:
     capacity per chunk, default 1024), ``fallback`` (default True: run on the partitioned reference
     executor what cannot be compiled, with a RuntimeWarning; False raises the UnsupportedError),
     ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
-    ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on the
-    device, as for the one-device fast backend: honoured for a graph placed on one device, refused with
-    ``UnsupportedError`` for one that spans devices), and ``order`` / ``seed``, passed to the partitioned
+    ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on each
+    device, as for the one-device fast backend; crossing it is ``ResourceExhaustedError`` naming the
+    loop), and ``order`` / ``seed``, passed to the partitioned
     reference executor when it runs.
     """
 
@@ -706,8 +710,8 @@ class FastPartitionedBackend:
 
     def memory_records(self) -> list[dict[str, Any]]:
         """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
-        at the end of the run), ``peak_device_bytes``, ``host_bytes``, ``chunks_to_host`` and
-        ``chunks_from_host`` (always 0 here: this executor keeps every stack on its device)."""
+        when the forward loop ended), ``peak_device_bytes``, ``host_bytes`` (held in host memory then),
+        ``chunks_to_host``, ``chunks_from_host`` and ``chunks_kept_on_device`` (see ``devices.swap``)."""
         if self._single_ran:
             return self._single.memory_records()  # type: ignore[no-any-return]
         return [dict(r) for r in self._records]
@@ -998,4 +1002,4 @@ def describe(steps: list[Step], indent: str = "") -> str:
     return "\n".join(x for x in lines if x)
 
 
-__all__ = ["DeviceTimeline", "FastPartitionedBackend", "describe", "jax_device"]
+__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe", "jax_device"]
