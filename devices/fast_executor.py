@@ -66,6 +66,7 @@ import numpy as np
 
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
+from turnout.devices.region_driver import RegionDriver, StacksOverflow
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
@@ -88,7 +89,7 @@ from turnout.fast.backend import (
 )
 from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import Key, Program, item_nodes, key, program_nodes
+from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
@@ -395,17 +396,8 @@ class _Run:
         dev = seg.device
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
-        rest, stacks = stk.split_state(self.state[dev])
-        if seg.fn is None:
-            seg.fn = self.b.segment_fn(self.plan, seg)
-        moves = self.plan.traffic.get(seg.index)
-        if moves:
-            stacks = self.stacks.before(moves, dev, stacks)
         t0 = self.tl.now() if self.tl else 0.0
-        with self.stacks.device_oom(moves, dev, seg.describe()):
-            out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
-        if moves:
-            self.stacks.after(moves, dev, state)
+        out, lives, state = self.call(seg, env_in, self.state[dev])
         if self.tl is not None:
             self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
             inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
@@ -418,6 +410,25 @@ class _Run:
             env.set(k, v, dev)
         self.lives.update(lives)
 
+    def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Any:
+        """One call of ``seg`` on its device's ``state``: ``(writes, live flags, new state)``. The
+        stacks it pushes or pops are spilled or refilled first where the call needs it
+        (``devices.swap``); a driven segment runs its loop chunk by chunk (``devices.region_driver``)."""
+        dev = seg.device
+        if seg.fn is None:
+            seg.fn = self.b.driver(self.plan, seg) if seg.driven else self.b.segment_fn(self.plan, seg)
+        moves = self.plan.traffic.get(seg.index)
+        with self.stacks.device_oom(moves, dev, seg.describe()):
+            if seg.driven:
+                return seg.fn.run(env_in, state, self.max_iter, self.stacks, dev)
+            rest, stacks = stk.split_state(state)
+            if moves:
+                stacks = self.stacks.before(moves, dev, stacks)
+            out, lives, new = seg.fn(env_in, rest, stacks, self.max_iter)
+        if moves:
+            self.stacks.after(moves, dev, new)
+        return out, lives, new
+
     def segment_threaded(self, seg: Segment, env: _Env) -> None:
         """Hand the segment's call to its device's worker; its outputs become ``_Lazy`` values. The
         worker resolves the inputs (waiting for the calls that make them), copies those from other
@@ -425,10 +436,7 @@ class _Run:
         dev = seg.device
         jd = self.jdev[dev]
         inputs = {k: (env.vals[k], env.where.get(k)) for k in seg.reads if k in env.vals}
-        if seg.fn is None:
-            seg.fn = self.b.segment_fn(self.plan, seg)
-        fn, tl, name, iteration = seg.fn, self.tl, seg.describe(), self.iteration
-        moves = self.plan.traffic.get(seg.index)
+        tl, name, iteration = self.tl, seg.describe(), self.iteration
 
         def job() -> Any:
             with jax.enable_x64(True):  # thread-local: the worker computes as the host thread does
@@ -448,15 +456,10 @@ class _Run:
                 elif w is not None and w != dev:
                     v = jax.device_put(v, jd)
                 env_in[k] = wrap_static(v)
-            rest, stacks = stk.split_state(self.state[dev])
-            if moves:  # on this device's worker, the only thread that touches its stacks
-                stacks = self.stacks.before(moves, dev, stacks)
             t0 = tl.now() if tl else 0.0
-            with self.stacks.device_oom(moves, dev, name):
-                out, lives, state = fn(env_in, rest, stacks, self.max_iter)
+            # on this device's worker, the only thread that touches its state and stacks
+            out, lives, state = self.call(seg, env_in, self.state[dev])
             self.state[dev] = state
-            if moves:
-                self.stacks.after(moves, dev, state)
             if tl is not None:
                 # a traced worker waits for its call: the span is then exactly the segment's run
                 jax.block_until_ready(state["err"])
@@ -838,7 +841,7 @@ class FastPartitionedBackend:
                 try:
                     values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
                     break
-                except _Retry:
+                except (_Retry, StacksOverflow):
                     if cap * 2 > _MAX_CAPACITY:
                         raise KernelError(f"fast partitioned executor: a gradient stack needs more than "
                                           f"{_MAX_CAPACITY} entries per chunk") from None
@@ -905,6 +908,16 @@ class FastPartitionedBackend:
         raise KernelError(message)
 
     # ---- compiled segments ------------------------------------------------------------------------
+    def driver(self, plan: _Plan, seg: Segment) -> RegionDriver:
+        """The chunk-by-chunk runner of a driven segment's loop (``devices.region_driver``)."""
+        assert isinstance(seg.items[0], WhileRegion)
+
+        def traced() -> None:
+            self.compile_count += 1
+
+        return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
+                            list(seg.fetched), traced)
+
     def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
         segment's items run by the fast backend's emitter, jitted; it runs on the device its inputs are

@@ -207,6 +207,14 @@ class SpanningStacks:
                 self.popped[s] = self.popped.get(s, 0) + n
         self.stores[device].observe({s: stacks[s] for s in (*t.push, *t.pop) if s in stacks})
 
+    def settle(self, device: str, stacks: dict[str, Any]) -> None:
+        """A driven loop on ``device`` has run (and been waited for): note its stacks' pointers, so
+        that the host's bounds start from them."""
+        for s, sv in stacks.items():
+            if isinstance(sv, stk.StackValue) and not sv.pending:
+                self._read(s, sv)
+        self.stores[device].observe({s: v for s, v in stacks.items() if isinstance(v, stk.StackValue)})
+
     def observe(self, device: str, stacks: dict[str, Any]) -> None:
         """Record buffers allocated outside a segment call (before the run), and check the cap."""
         self.stores[device].observe({s: v for s, v in stacks.items() if isinstance(v, stk.StackValue)})

@@ -71,7 +71,10 @@ def spanning_rnn(swap: bool, parallel_iterations: int = 8, inner: bool = False,
 
 
 def feeds(m: dict[str, Any], steps: int) -> dict[tn.Tensor, Any]:
-    return {m["x"]: np.float64(0.3), m["w"]: np.float64(0.7), m["n"]: np.int32(steps)}
+    out = {m["x"]: np.float64(0.3), m["n"]: np.int32(steps)}
+    if "w" in m:
+        out[m["w"]] = np.float64(0.7)
+    return out
 
 
 def fast(m: dict[str, Any], **kw: Any) -> tn.Session:
@@ -229,3 +232,56 @@ def test_an_xla_out_of_memory_in_a_segment_names_the_loop_and_its_device() -> No
     with pytest.raises(tn.ResourceExhaustedError, match=r'device cpu:[12] ran out of memory running loop "fwd"'
                        r'.*swap_memory=True'):
         sess.run(m["fetch"], feeds(m, 3))
+
+
+_ONE: dict[bool, dict[str, Any]] = {}
+
+
+def loop_on_one_device(swap: bool) -> dict[str, Any]:
+    """A loop and its gradient wholly on cpu:1, read by an op on cpu:0: the loop is compiled on its
+    device and run chunk by chunk there (a driven segment), so its stacks can move between calls."""
+    if swap not in _ONE:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float64, [], name="x")
+            n = tn.placeholder(tn.int32, [], name="n")
+            with tn.device("cpu:1"):
+                _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1) + 0.2),
+                                     [tn.constant(0), x], swap_memory=swap, name="fwd")
+                (dx,) = tn.gradients(y, [x])
+            with tn.device("cpu:0"):
+                z = dx * 2.0
+        _ONE[swap] = {"g": g, "x": x, "n": n, "fetch": [y, z], "want": {}}
+    return _ONE[swap]
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_a_loop_compiled_on_one_device_of_a_spanning_graph_moves_its_chunks(swap: bool) -> None:
+    m = loop_on_one_device(swap)
+    sess = fast(m)
+    run_checked(sess, m, 3)
+    (one,) = tn.memory_report(sess).records  # one chunk of each stack
+    peaks = []
+    for steps in (40, 120):
+        stats = run_checked(sess, m, steps)
+        assert stats["tier"] == "compiled" and stats["stack_capacity_retries"] == 0
+        (r,) = tn.memory_report(sess).records
+        assert r.loop == "fwd" and r.device == "cpu:1" and r.swap_memory == swap
+        stacks = one.peak_device_bytes // ONE_CHUNK
+        full = steps // CHUNK
+        if swap:
+            assert r.peak_device_bytes <= 2 * one.peak_device_bytes
+            assert stacks * (full - 1) <= r.chunks_to_host <= stacks * full and r.chunks_from_host == r.chunks_to_host
+            assert r.chunks_kept_on_device == 0
+        else:
+            assert r.host_bytes == 0 and r.chunks_to_host == 0 and r.chunks_from_host == 0
+            assert stacks * (full - 1) <= r.chunks_kept_on_device <= stacks * full
+        peaks.append(r.peak_device_bytes)
+    assert (peaks[0] == peaks[1]) if swap else (peaks[1] >= 2.5 * peaks[0])
+    # the cap names the loop on its device when its chunks stay there; the swapped loop fits under it
+    capped = fast(m, device_memory_limit=4 * one.peak_device_bytes)
+    if swap:
+        run_checked(capped, m, 120)
+    else:
+        with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd".*device cpu:1.*swap_memory=True'):
+            capped.run(m["fetch"], feeds(m, 120))
