@@ -126,7 +126,8 @@ def test_a_swapped_spanning_loop_holds_two_chunks_per_stack_at_any_trip_count(pa
             assert r.peak_device_bytes <= 2 * one[d], (steps, r)  # the chunk being filled, one in flight
             full = steps // CHUNK  # chunks filled per stack; the last one may stay in its buffer
             assert stacks * (full - 1) <= r.chunks_to_host <= stacks * full, (steps, r)
-            assert r.chunks_from_host == r.chunks_to_host  # every chunk came back for the backward loop
+            # every chunk came back for the backward loop, the newest of each stack from its device buffer
+            assert r.chunks_from_host == r.chunks_to_host - stacks
             assert r.host_bytes == r.chunks_to_host * ONE_CHUNK  # held on the host when the forward loop ended
         peaks.append(sum(r.peak_device_bytes for r in recs.values()))
     assert peaks[0] == peaks[1]  # 40 or 120 steps: the same device bytes
@@ -201,14 +202,14 @@ def test_an_inner_loop_compiled_on_one_device_inside_a_spanning_loop(swap: bool)
     moved = stats["stack_chunks_swapped"] if swap else stats["stack_chunks_kept"]
     assert moved > 0 and stats["stack_pointer_reads"] > 0
     if swap:
-        assert stats["stack_chunks_from_host"] == stats["stack_chunks_swapped"]
+        assert 0 < stats["stack_chunks_from_host"] < stats["stack_chunks_swapped"]
 
 
 def test_swapping_in_a_plan_dispatched_from_per_device_workers() -> None:
     m = spanning_rnn(swap=True, sleep=True)
     sess = fast(m)
     stats = run_checked(sess, m, 50)
-    assert stats["stack_chunks_swapped"] > 0 and stats["stack_chunks_from_host"] == stats["stack_chunks_swapped"]
+    assert 0 < stats["stack_chunks_from_host"] < stats["stack_chunks_swapped"]
     assert all(r.peak_device_bytes <= 2 * ONE_CHUNK * 2 for r in by_device(sess).values())
 
 
@@ -271,7 +272,8 @@ def test_a_loop_compiled_on_one_device_of_a_spanning_graph_moves_its_chunks(swap
         full = steps // CHUNK
         if swap:
             assert r.peak_device_bytes <= 2 * one.peak_device_bytes
-            assert stacks * (full - 1) <= r.chunks_to_host <= stacks * full and r.chunks_from_host == r.chunks_to_host
+            assert stacks * (full - 1) <= r.chunks_to_host <= stacks * full
+            assert r.chunks_from_host == r.chunks_to_host - stacks
             assert r.chunks_kept_on_device == 0
         else:
             assert r.host_bytes == 0 and r.chunks_to_host == 0 and r.chunks_from_host == 0
