@@ -31,10 +31,14 @@ tiers, tried in this order:
    asynchronous dispatch suffices: executions on different devices run concurrently on their own.
 
 Gradient stacks live in the device state of the device of their pushes (placement colocates every
-StackPush and StackPop with its StackNew), as the fast backend's chunked stack buffers. They never leave
-that device: a run whose stack outgrows the chunk is run again with twice the chunk
-(``stats['stack_capacity_retries']``); swapping stack chunks to host memory is not done by this executor.
-``memory_records()`` reports the stack bytes per loop and device of the last run.
+StackPush and StackPop with its StackNew), as the fast backend's chunked stack buffers. Between the
+segment calls of a host-driven loop, ``devices.swap.SpanningStacks`` moves a full chunk to host memory
+(the loop's ``swap_memory=True``) or keeps it on its device and goes on in a new buffer, and brings
+chunks back for the backward loop; ``device_memory_limit`` caps each device's stack bytes. A stack that
+outgrows its chunk inside one call (a loop compiled whole) runs the program again with twice the chunk
+(``stats['stack_capacity_retries']``). ``memory_records()`` reports the stack bytes per loop and
+device of the last run. The SPMD tier cannot swap or count bytes per device, so it is passed over when
+either is asked for (``cannot_swap``).
 
 What the fast path cannot run (``UnsupportedError`` while raising or tracing) runs on the partitioned
 reference executor with a ``RuntimeWarning``, as the unpartitioned fast backend falls back to the
@@ -62,7 +66,9 @@ import numpy as np
 
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
+from turnout.devices.region_driver import RegionDriver, StacksOverflow
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
+from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
     DeadFetchError,
     FeedError,
@@ -81,9 +87,9 @@ from turnout.fast.backend import (
     stack_source_var,
     variable_signature,
 )
-from turnout.fast.emit import Emitter, ErrorCodes, stack_source, var_key
+from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes, walk
+from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
@@ -203,20 +209,6 @@ class _Plan:
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
         self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
                             for n in item_nodes(it))
-        # stack key -> (loop name, device): the outermost loop that pushes it, for memory_records
-        self.stack_owner: dict[str, tuple[str, str]] = {}
-        self.stack_swap: dict[str, bool] = {}
-        for it in program.items:
-            for r in walk([it]):
-                if isinstance(r, WhileRegion):
-                    for n in r.nodes:
-                        if n.op == "StackPush":
-                            src = stack_source(n.inputs[0])
-                            if src is not None:
-                                # named as the one-device backend names them: the loop's name, a short device
-                                loop = src.attrs.get("loop_name") or str(r.frame[-1])
-                                self.stack_owner.setdefault(f"stack:{src.id}", (loop, parse(device_of[src.id]).short))
-                                self.stack_swap[f"stack:{src.id}"] = bool(src.attrs.get("swap_memory", False))
         # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
         # shapes: allocated on their device before the run, as the one-device backend does, so that a
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
@@ -224,6 +216,11 @@ class _Plan:
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
             f"stack:{sid}": (device_of[sid], _stack_dtype(nodes[sid]), shapes)
             for sid, shapes in _static_stack_shapes(list(nodes.values())).items() if sid in nodes}
+        # the stacks' loops and swap_memory, what each segment's call does to them, and the stacks each
+        # host-driven loop pushes (``devices.swap``)
+        self.stack_info = stack_infos(nodes.values())
+        self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
+        self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
 
 
 class DeviceTimeline:
@@ -367,8 +364,11 @@ class _Run:
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
             with jax.default_device(self.jdev[d]):
                 self.state[d][k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
+        # full stack chunks to host memory or kept on their device, per loop's swap_memory; the cap
+        self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity, backend.device_memory_limit)
+        for d in backend.devices:
+            self.stacks.observe(d, self.state[d])
         self.lives: dict[Key, Any] = {}
-        self.peak: dict[str, int] = {}
         self.host_iterations: dict[str, int] = {}
         self.iteration = 0  # the innermost host loop's iteration, for trace labels
         # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
@@ -396,11 +396,8 @@ class _Run:
         dev = seg.device
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
-        rest, stacks = stk.split_state(self.state[dev])
-        if seg.fn is None:
-            seg.fn = self.b.segment_fn(self.plan, seg)
         t0 = self.tl.now() if self.tl else 0.0
-        out, lives, state = seg.fn(env_in, rest, stacks, self.max_iter)
+        out, lives, state = self.call(seg, env_in, self.state[dev])
         if self.tl is not None:
             self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
             inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
@@ -412,9 +409,25 @@ class _Run:
         for k, v in out.items():
             env.set(k, v, dev)
         self.lives.update(lives)
-        nbytes = {k: v.nbytes() for k, v in state.items() if isinstance(v, stk.StackValue)}
-        for k, nb in nbytes.items():
-            self.peak[k] = max(self.peak.get(k, 0), nb)
+
+    def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Any:
+        """One call of ``seg`` on its device's ``state``: ``(writes, live flags, new state)``. The
+        stacks it pushes or pops are spilled or refilled first where the call needs it
+        (``devices.swap``); a driven segment runs its loop chunk by chunk (``devices.region_driver``)."""
+        dev = seg.device
+        if seg.fn is None:
+            seg.fn = self.b.driver(self.plan, seg) if seg.driven else self.b.segment_fn(self.plan, seg)
+        moves = self.plan.traffic.get(seg.index)
+        with self.stacks.device_oom(moves, dev, seg.describe()):
+            if seg.driven:
+                return seg.fn.run(env_in, state, self.max_iter, self.stacks, dev)
+            rest, stacks = stk.split_state(state)
+            if moves:
+                stacks = self.stacks.before(moves, dev, stacks)
+            out, lives, new = seg.fn(env_in, rest, stacks, self.max_iter)
+        if moves:
+            self.stacks.after(moves, dev, new)
+        return out, lives, new
 
     def segment_threaded(self, seg: Segment, env: _Env) -> None:
         """Hand the segment's call to its device's worker; its outputs become ``_Lazy`` values. The
@@ -423,9 +436,7 @@ class _Run:
         dev = seg.device
         jd = self.jdev[dev]
         inputs = {k: (env.vals[k], env.where.get(k)) for k in seg.reads if k in env.vals}
-        if seg.fn is None:
-            seg.fn = self.b.segment_fn(self.plan, seg)
-        fn, tl, name, iteration = seg.fn, self.tl, seg.describe(), self.iteration
+        tl, name, iteration = self.tl, seg.describe(), self.iteration
 
         def job() -> Any:
             with jax.enable_x64(True):  # thread-local: the worker computes as the host thread does
@@ -445,9 +456,9 @@ class _Run:
                 elif w is not None and w != dev:
                     v = jax.device_put(v, jd)
                 env_in[k] = wrap_static(v)
-            rest, stacks = stk.split_state(self.state[dev])
             t0 = tl.now() if tl else 0.0
-            out, lives, state = fn(env_in, rest, stacks, self.max_iter)
+            # on this device's worker, the only thread that touches its state and stacks
+            out, lives, state = self.call(seg, env_in, self.state[dev])
             self.state[dev] = state
             if tl is not None:
                 # a traced worker waits for its call: the span is then exactly the segment's run
@@ -462,6 +473,23 @@ class _Run:
             env.set(k, _Lazy(fut, k), dev)
         for k in seg.fetched:
             self.lives[k] = _Lazy(fut, k, live=True)
+
+    def on_workers(self, fn: Any) -> None:
+        """Run ``fn`` now, or in a threaded run after every segment call handed to the workers so far
+        (on one worker, once the others have drained: the device stores are theirs until then)."""
+        if not self.pools:
+            fn()
+            return
+        pending = list(self.futures)
+
+        def job() -> None:
+            for f in pending:
+                if not f.done():
+                    f.exception()  # wait; a failure is raised by drain
+            fn()
+
+        fut = next(iter(self.pools.values())).submit(job)
+        self.futures.append(fut)
 
     def drain(self) -> None:
         """Wait for every segment call handed to a worker; raise the first failure."""
@@ -569,6 +597,9 @@ class _Run:
                 window.append([self.state[d]["err"] for d in hl.devices])
             iters += 1
         self.iteration = outer_iteration
+        pushed = self.plan.loop_pushes.get(id(hl))
+        if pushed:
+            self.on_workers(lambda: self.stacks.loop_ended(pushed))
         name = str(r.frame[-1])
         self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
         eenv = henv.child()
@@ -587,14 +618,14 @@ class _Run:
             self.tl.host("wait: parallel_iterations window", t0)
         for c in codes:
             if c:
-                self.b.raise_code(self.plan, c)
+                self.b.raise_code(self.plan, c, self.stacks.moved())
 
     def finish(self) -> None:
         self.drain()
         for d in self.b.devices:
             c = int(np.asarray(self.state[d]["err"]))
             if c:
-                self.b.raise_code(self.plan, c)
+                self.b.raise_code(self.plan, c, self.stacks.moved())
 
 
 class FastPartitionedBackend:
@@ -606,9 +637,9 @@ class FastPartitionedBackend:
     capacity per chunk, default 1024), ``fallback`` (default True: run on the partitioned reference
     executor what cannot be compiled, with a RuntimeWarning; False raises the UnsupportedError),
     ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
-    ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on the
-    device, as for the one-device fast backend: honoured for a graph placed on one device, refused with
-    ``UnsupportedError`` for one that spans devices), and ``order`` / ``seed``, passed to the partitioned
+    ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on each
+    device, as for the one-device fast backend; crossing it is ``ResourceExhaustedError`` naming the
+    loop), and ``order`` / ``seed``, passed to the partitioned
     reference executor when it runs.
     """
 
@@ -643,6 +674,8 @@ class FastPartitionedBackend:
         self._fallback: dict[Any, str] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
+        #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_swap``)
+        self._whole_declined: dict[Any, str] = {}
         #: the unpartitioned fast backend, for graphs placed wholly on one device (``_run_one_device``)
         self._single: Any = None
         self._single_ran = False
@@ -680,8 +713,8 @@ class FastPartitionedBackend:
 
     def memory_records(self) -> list[dict[str, Any]]:
         """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
-        at the end of the run), ``peak_device_bytes``, ``host_bytes``, ``chunks_to_host`` and
-        ``chunks_from_host`` (always 0 here: this executor keeps every stack on its device)."""
+        when the forward loop ended), ``peak_device_bytes``, ``host_bytes`` (held in host memory then),
+        ``chunks_to_host``, ``chunks_from_host`` and ``chunks_kept_on_device`` (see ``devices.swap``)."""
         if self._single_ran:
             return self._single.memory_records()  # type: ignore[no-any-return]
         return [dict(r) for r in self._records]
@@ -709,11 +742,6 @@ class FastPartitionedBackend:
         _, placement, used = self._placed()
         if len(used) == 1:
             return self._run_one_device(next(iter(used)), fetches, feeds, variables, options)
-        if self.device_memory_limit is not None:
-            raise UnsupportedError(
-                f"fast partitioned executor: device_memory_limit={self.device_memory_limit} cannot be honoured for a "
-                f"graph placed over {len(used)} devices (its gradient stacks are not counted per device yet); it is "
-                "honoured for a graph placed on one device, or run without the limit")
         self._single_ran = False
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
@@ -731,7 +759,10 @@ class FastPartitionedBackend:
                 result.stats.setdefault("tier", "spmd")
                 return result
         try:
-            return self._run_compiled(sig, fetches, feeds, variables, options)
+            result = self._run_compiled(sig, fetches, feeds, variables, options)
+            if self._whole_declined.get(sig):
+                result.stats["whole_program_declined"] = self._whole_declined[sig]
+            return result
         except UnsupportedError as e:
             if not self.fallback:
                 raise
@@ -763,6 +794,10 @@ class FastPartitionedBackend:
         if sig not in self._whole:
             spmd = _spmd_hook()
             wanted = spmd is not None and wants_whole_program(self.whole_program, self.graph, placement)
+            why = cannot_swap(self.graph, self.device_memory_limit) if wanted else None
+            if why is not None:
+                self._whole_declined[sig] = why
+                wanted = False
             self._whole[sig] = spmd(self.graph, placement, fetches, list(feeds)) if wanted else None
         return self._whole[sig]
 
@@ -806,7 +841,7 @@ class FastPartitionedBackend:
                 try:
                     values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
                     break
-                except _Retry:
+                except (_Retry, StacksOverflow):
                     if cap * 2 > _MAX_CAPACITY:
                         raise KernelError(f"fast partitioned executor: a gradient stack needs more than "
                                           f"{_MAX_CAPACITY} entries per chunk") from None
@@ -814,7 +849,7 @@ class FastPartitionedBackend:
                     retries += 1
         variables.update(scratch)
         sched = plan.schedule
-        self._records = self._memory(plan, run)
+        self._records = run.stacks.records()
         tier = "host-driven" if sched.host_loops or sched.host_conds else "compiled"
         stats = {
             "backend": "fast", "executor": "fast partitioned", "tier": tier,
@@ -823,8 +858,7 @@ class FastPartitionedBackend:
             "compiled_loops": sched.compiled_loops, "host_loops": len(sched.host_loops),
             "host_conds": len(sched.host_conds), "host_iterations": dict(run.host_iterations),
             "compiles": self.compile_count, "stack_capacity": cap, "stack_capacity_retries": retries,
-            "peak_device_stack_bytes": sum(run.peak.values()), "stack_chunks_swapped": 0,
-            "seconds": time.perf_counter() - t0,
+            **run.stacks.stats(), "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, trace=run.tl, stats=stats)
 
@@ -862,31 +896,28 @@ class FastPartitionedBackend:
                 variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])
         return values, run
 
-    def _memory(self, plan: _Plan, run: _Run) -> list[dict[str, Any]]:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for d, state in run.state.items():
-            for k, v in state.items():
-                if not isinstance(v, stk.StackValue):
-                    continue
-                loop, dev = plan.stack_owner.get(k, ("(no loop)", parse(d).short))
-                rec = out.setdefault((loop, dev), {"loop": loop, "device": dev, "device_bytes": 0, "host_bytes": 0,
-                                                   "chunks_to_host": 0, "chunks_from_host": 0,
-                                                   "peak_device_bytes": 0,
-                                                   "swap_memory": plan.stack_swap.get(k, False)})
-                rec["device_bytes"] += v.nbytes()
-                rec["peak_device_bytes"] += run.peak.get(k, v.nbytes())
-        return list(out.values())
-
-    def raise_code(self, plan: _Plan, code: int) -> None:
-        """Raise the error an error word holds (an overflowing stack: run again, larger)."""
+    def raise_code(self, plan: _Plan, code: int, moved: int = 0) -> None:
+        """Raise the error an error word holds. A stack that overflowed its chunk inside one call (an
+        inner loop compiled whole), or ran empty inside one after chunks were moved out of it: run again
+        with twice the chunk, as the one-device backend does."""
         kind, message = plan.codes.lookup(code)
-        if kind == "overflow":
+        if kind == "overflow" or (kind == "underflow" and moved):
             raise _Retry()
         if kind == "nonterm":
             raise NonTerminationError(message)
         raise KernelError(message)
 
     # ---- compiled segments ------------------------------------------------------------------------
+    def driver(self, plan: _Plan, seg: Segment) -> RegionDriver:
+        """The chunk-by-chunk runner of a driven segment's loop (``devices.region_driver``)."""
+        assert isinstance(seg.items[0], WhileRegion)
+
+        def traced() -> None:
+            self.compile_count += 1
+
+        return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
+                            list(seg.fetched), traced)
+
     def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
         segment's items run by the fast backend's emitter, jitted; it runs on the device its inputs are
@@ -934,6 +965,25 @@ def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
     return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
 
 
+def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[str]:
+    """Why the SPMD tier must not run this graph although ``whole_program`` would take it, or None.
+
+    Why: one ``shard_map`` program keeps every gradient stack's whole history on its device (it has no
+    host between iterations to move a chunk) and does not count stack bytes per device. So a loop
+    that asks for ``swap_memory=True``, or a ``device_memory_limit``, is run by the per-device tiers,
+    which honour both (``devices.swap``); the reason is in ``stats["whole_program_declined"]``."""
+    stacks = [n for n in graph.nodes if n.op == "StackNew"]
+    swapped = sorted({n.attrs.get("loop_name") or n.attrs.get("frame_name", "?") for n in stacks
+                      if n.attrs.get("swap_memory")})
+    if swapped:
+        return (f"loop(s) {', '.join(repr(x) for x in swapped)} ask for swap_memory=True, and the SPMD tier cannot "
+                "swap stack chunks to host memory; the per-device tiers run the program")
+    if device_memory_limit is not None and stacks:
+        return (f"device_memory_limit={device_memory_limit} is counted per device by the per-device tiers only; the "
+                "SPMD tier does not count stack bytes")
+    return None
+
+
 def _spmd_hook() -> Any:
     """``turnout.devices.spmd.spmd_plan`` where that module exists (the whole-program tier), else None."""
     try:
@@ -965,4 +1015,4 @@ def describe(steps: list[Step], indent: str = "") -> str:
     return "\n".join(x for x in lines if x)
 
 
-__all__ = ["DeviceTimeline", "FastPartitionedBackend", "describe", "jax_device"]
+__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe", "jax_device"]

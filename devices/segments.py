@@ -42,11 +42,16 @@ class Segment:
     fetched: list[Key] = field(default_factory=list)
     index: int = 0
     fn: Any = None  # the jitted function, made on first use
+    #: a segment of one loop that pushes or pops gradient stacks, outside any loop the host drives:
+    #: run chunk by chunk (``devices.region_driver``) so that its stacks can move between calls
+    driven: bool = False
 
     def describe(self) -> str:
         """A short label for traces and errors: the device and the first node's name."""
         first = item_nodes(self.items[0])[0].name if self.items else "(empty)"
         more = f" (+{len(self.items) - 1} more)" if len(self.items) > 1 else ""
+        if self.driven:
+            more = " (its loop run in chunks)"
         return f"segment {self.index} on {parse(self.device).short}: {first}{more}"
 
 
@@ -108,6 +113,7 @@ class _Builder:
                 for c in n.control_inputs:
                     self.readers.setdefault((c.id, -1), set()).add(n.id)
         self.fetch = set(program.fetch_keys)
+        self.host_loop_depth = 0  # > 0 while building the steps of a loop the host drives
 
     def scope(self, items: list[Item]) -> list[Step]:
         """The steps of one scope: spanning regions become host steps, the rest per-device segments."""
@@ -119,6 +125,14 @@ class _Builder:
             else:
                 steps.append(self._segment(dev, its))
         return steps
+
+    def _drives(self, it: Item) -> bool:
+        """A loop on one device that pushes or pops gradient stacks, outside the loops the host drives,
+        is a segment of its own, run chunk by chunk (``Segment.driven``). Inside a host-driven loop it
+        stays compiled whole: driving it would make each of the outer loop's iterations wait for the
+        host."""
+        return (self.host_loop_depth == 0 and isinstance(it, WhileRegion)
+                and any(n.op in ("StackPush", "StackPop") for n in it.nodes))
 
     def _cluster(self, items: list[Item]) -> list[tuple[Optional[str], list[Item]]]:
         """Items in a dependency order that keeps going on one device while it can; then runs of
@@ -163,12 +177,15 @@ class _Builder:
             done.add(i)
             current = devs[i]
         groups: list[tuple[Optional[str], list[Item]]] = []
+        alone = False  # the last group is a driven loop, which nothing joins
         for i in order:
             d = devs[i]
-            if d is not None and groups and groups[-1][0] == d:
+            drives = d is not None and self._drives(items[i])
+            if d is not None and groups and groups[-1][0] == d and not drives and not alone:
                 groups[-1][1].append(items[i])
             else:
                 groups.append((d, [items[i]]))
+            alone = drives
         return groups
 
     def _segment(self, device: str, items: list[Item]) -> Segment:
@@ -180,7 +197,7 @@ class _Builder:
         produced = {key(o) for n in nodes if n.id not in self.fed for o in n.outputs} | {(n.id, -1) for n in nodes}
         writes = sorted(k for k in produced if k in self.fetch or self.readers.get(k, set()) - ids)
         seg = Segment(device, items, sorted(reads), writes, [k for k in writes if k in self.fetch],
-                      index=len(self.segments))
+                      index=len(self.segments), driven=len(items) == 1 and self._drives(items[0]))
         self.segments.append(seg)
         return seg
 
@@ -191,8 +208,12 @@ class _Builder:
             return hc
         assert isinstance(it, WhileRegion)
         home = self.device_of[it.loop_vars[0][1].id] if it.loop_vars else self.device_of[it.loop_cond.id]
-        hl = HostLoop(it, self.scope(it.header), self.scope(it.body), self.scope(it.exit_side),
-                      sorted(item_devices(it, self.device_of)), home)
+        self.host_loop_depth += 1
+        try:
+            hl = HostLoop(it, self.scope(it.header), self.scope(it.body), self.scope(it.exit_side),
+                          sorted(item_devices(it, self.device_of)), home)
+        finally:
+            self.host_loop_depth -= 1
         self.host_loops.append(hl)
         return hl
 

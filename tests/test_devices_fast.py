@@ -191,7 +191,9 @@ def test_gradient_of_a_spanning_loop_keeps_stacks_on_the_push_device() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5)
     stats = sess.last_result.stats
     assert stats["tier"] == "host-driven" and stats["host_loops"] == 2  # the forward and the backward loop
-    assert stats["stack_capacity_retries"] >= 1  # 24 pushes outgrew a chunk of 16: run again, larger
+    # 24 pushes outgrew a chunk of 16: the full chunk stays on its device (swap_memory=False) and the stack
+    # goes on in a second buffer there; the run is not repeated
+    assert stats["stack_capacity_retries"] == 0 and stats["stack_chunks_kept"] >= 1
     recs = sess.backend.memory_records()
     assert recs and all(r["host_bytes"] == 0 and r["chunks_to_host"] == 0 for r in recs)
     by_device = {r["device"] for r in recs if r["device_bytes"] > 0}
@@ -472,7 +474,7 @@ def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:
 
 def test_device_memory_limit_on_the_fast_partitioned_executor() -> None:
     """Honoured for a graph placed on one device (it runs as the one-device fast backend, whose cap names
-    the loop); refused, never ignored, for a graph that spans devices; validated like the fast backend's."""
+    the loop); validated like the fast backend's. (Graphs spanning devices: tests/test_devices_swap.py.)"""
     g = tn.Graph()
     with g.as_default(), tn.device("cpu:1"):
         x = tn.placeholder(tn.float32, [], name="x")
@@ -484,9 +486,7 @@ def test_device_memory_limit_on_the_fast_partitioned_executor() -> None:
     assert sess.run(dx, {x: 0.5, n: 4}) == pytest.approx(tn.Session(g).run(dx, {x: 0.5, n: 4}), rel=1e-5)
     with pytest.raises(tn.ResourceExhaustedError, match='loop "capped".*swap_memory=True'):
         sess.run(dx, {x: 0.5, n: 200})
-    g2, x2, _, y2 = _spanning_loop(4, parallel_iterations=1)
-    with pytest.raises(tn.UnsupportedError, match="device_memory_limit"):
-        tn.Session(g2, backend="fast", devices=D2, device_memory_limit=2**20).run(y2, {x2: 1.0})
+    g2 = _spanning_loop(4, parallel_iterations=1)[0]
     for bad in (0, True, "1GB"):
         with pytest.raises(ValueError, match="device_memory_limit"):
             tn.Session(g2, backend="fast", devices=D2, device_memory_limit=bad)

@@ -99,7 +99,9 @@ def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> Non
     assert 0 < rec.peak_device_bytes <= 2 * one_chunk  # the chunk being filled + the one in flight
     stacks = len(tn.memory_report(m["g"]).loop("rnn").stacked)
     full = steps // CHUNK - (1 if steps % CHUNK == 0 else 0)  # the last chunk never leaves the loop state
-    assert rec.chunks_to_host == rec.chunks_from_host == full * stacks  # counted per stack
+    assert rec.chunks_to_host == full * stacks  # counted per stack
+    # the newest chunk of each stack comes back from the device copy it was made from (``end_pushes``)
+    assert rec.chunks_from_host == max(full - 1, 0) * stacks
     assert rec.host_bytes == full * one_chunk and rec.chunks_kept_on_device == 0
     assert sess.last_result.stats["stack_chunks_swapped"] == full * stacks
 
@@ -142,7 +144,9 @@ def test_nested_loops_with_irregular_pushes() -> None:
     assert {r.loop for r in rep.records} == {"rnn", "rnn/body/inner"}
     (outer,) = rep.loop("rnn")
     (inner,) = rep.loop("rnn/body/inner")
-    assert outer.chunks_to_host > 0 and outer.chunks_from_host >= outer.chunks_to_host
+    # copied back: every chunk but the newest of each stack (kept on the device by end_pushes), a
+    # partly consumed chunk counted at each refill it serves
+    assert outer.chunks_to_host > 0 and outer.chunks_from_host > 0
     assert outer.chunks_kept_on_device == 0 and outer.host_bytes > 0
     assert inner.chunks_to_host == inner.chunks_from_host == inner.host_bytes == 0
     assert inner.chunks_kept_on_device > 0
@@ -247,7 +251,7 @@ def test_a_swapped_chunk_is_copied_to_host_memory_and_back() -> None:
     kinds = {m.kind for m in jax.devices()[0].addressable_memories()}
     for chunk, want in zip(store.chunks["s"], (1.0, 2.0), strict=True):
         buf, _ = chunk.data.get()
-        if "pinned_host" in kinds:
+        if "pinned_host" in kinds and jax.devices()[0].platform != "cpu":  # a CPU copies through numpy
             assert buf.sharding.memory_kind == "pinned_host"
         np.testing.assert_array_equal(np.asarray(buf), np.full((4, 3), want))
     (lg,) = store.ledgers.values()
@@ -259,4 +263,5 @@ def test_a_swapped_chunk_is_copied_to_host_memory_and_back() -> None:
         back = store.refill({"s": low})["s"]
         assert int(back.ptr) == 4
         np.testing.assert_array_equal(np.asarray(back.buf), np.full((4, 3), want))
-    assert lg.from_host == 2 and lg.host == 0 and not store.has("s")
+    # the newest chunk (2.0) is taken from its device buffer, kept by end_pushes; only the older one is copied back
+    assert lg.from_host == 1 and lg.host == 0 and not store.has("s")

@@ -1,0 +1,188 @@
+"""A loop on one device of a graph that spans devices, run chunk by chunk so its stacks can move.
+
+Why. The fast partitioned executor compiles a region whose nodes all sit on one device whole (one
+``lax.while_loop`` in one segment call, no host work per iteration). For a loop that pushes gradient
+stacks that leaves the host no point between pushes at which to take a full chunk out, so its
+``swap_memory`` could not be honoured and a run longer than the chunk had to start again with a
+bigger one. Such a loop (at the root of the program, or in a branch of a cond the host decides; not
+inside a loop the host drives, whose iterations must not wait for the host) is therefore scheduled
+as a segment of its own (``Segment.driven``) and run here as the one-device fast backend runs its
+top-level loops: compiled so that one call runs at most as many iterations as the stacks have room
+for (an extra predicate ``ptr + pushes <= capacity``, with the largest pushes per iteration seen so
+far), and re-entered by the host, which hands full chunks to the device's ``ChunkStore`` (to host
+memory, or kept on the device) and takes them back for the backward loop between calls.
+
+Three compiled functions per region, each committed to the region's device by its inputs: ``init``
+(the carry before the first iteration, with pending stacks made concrete), ``chunk`` (iterations up
+to the stacks' room) and ``finish`` (the exit side). The stacks are donated to each call, so pushes
+update the buffers in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout.devices.swap import SpanningStacks, traffic
+from turnout.fast import stacks as stk
+from turnout.fast.emit import Emitter, ErrorCodes, _jnp_tree
+from turnout.fast.regions import Key, Program, WhileRegion
+from turnout.fast.values import wrap_static
+
+
+class StacksOverflow(Exception):
+    """One iteration of a driven loop pushes more than a whole chunk holds: run again, larger."""
+
+
+def _split(c: Any) -> tuple[Any, dict[str, Any]]:
+    vals, pred, state, iters = c
+    rest, stacks = stk.split_state(state)
+    return (vals, pred, rest, iters), stacks
+
+
+def _join(c_rest: Any, stacks: dict[str, Any]) -> Any:
+    vals, pred, rest, iters = c_rest
+    return vals, pred, {**rest, **stacks}, iters
+
+
+class RegionDriver:
+    """The compiled ``init`` / ``chunk`` / ``finish`` of one loop on one device, and the host loop
+    that runs them (``run``). ``writes`` and ``fetched`` are the segment's: the keys the loop gives
+    back, and those of them that leave with a live flag."""
+
+    def __init__(self, program: Program, codes: ErrorCodes, capacity: int, region: WhileRegion, fed: set[int],
+                 writes: list[Key], fetched: list[Key], on_trace: Callable[[], None]) -> None:
+        self.region = region
+        self.capacity = capacity
+        t = traffic(region.body)
+        # pushes (pops) per iteration the host can count; a nested loop's are learnt as the growth seen
+        self.push = {s: n or 0 for s, n in traffic([region]).push.items()}
+        self.push.update({s: n or 0 for s, n in t.push.items()})
+        self.pop = {s: n or 0 for s, n in traffic([region]).pop.items()}
+        self.pop.update({s: n or 0 for s, n in t.pop.items()})
+        r = region
+
+        def emitter(state: dict[str, Any], max_iter: Any) -> Emitter:
+            on_trace()  # runs only while tracing
+            em = Emitter(program, codes, capacity, max_iter)
+            em.state = dict(state)
+            em.fed = fed
+            return em
+
+        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            em = emitter({**state, **stacks}, max_iter)
+            start, body, _ = em.while_fns(r, dict(env_in))
+            c0 = start(em.state)
+            if c0 is None:  # the loop does not run: the (donated) state goes back for ``finish``
+                return None, em.state
+            return em.discover(body, _jnp_tree(c0), r)[0], None
+
+        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
+                  host_has: dict[str, Any]) -> Any:
+            c = _join(c_rest, stacks)
+            em = emitter(c[2], max_iter)
+            _, body, _ = em.while_fns(r, dict(env_in))
+
+            def ptrs(state: dict[str, Any]) -> dict[str, Any]:
+                return {s: (jnp.int32(0) if state[s].pending else state[s].ptr) for s in {*self.push, *self.pop}}
+
+            def cond(ca: Any) -> Any:
+                (_, pred, state, iters), (grow, shrink) = ca
+                ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
+                p = ptrs(state)
+                for s, n in self.push.items():
+                    ok &= p[s] + jnp.maximum(n, grow[s]) <= capacity
+                for s, n in self.pop.items():
+                    ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
+                return ok
+
+            def body2(ca: Any) -> Any:
+                c, (grow, shrink) = ca
+                before = ptrs(c[2])
+                c2 = body(c)
+                after = ptrs(c2[2])
+                grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
+                shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
+                return c2, (grow, shrink)
+
+            return jax.lax.while_loop(cond, body2, (c, aux))
+
+        wset = set(fetched)
+
+        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
+                   max_iter: Any) -> Any:
+            c = None if c_rest is None else _join(c_rest, stacks)
+            em = emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
+            _, _, fin = em.while_fns(r, dict(env_in))
+            out_env: dict[Key, Any] = {}
+            fin(c, out_env)
+            out = {k: wrap_static(out_env[k]) for k in writes if k in out_env}
+            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in writes if k in wset and k in out_env}
+            return out, lives, em.state
+
+        self.init = jax.jit(init, donate_argnums=(2,))
+        self.chunk = jax.jit(chunk, donate_argnums=(2,))
+        self.finish = jax.jit(finish, donate_argnums=(2,))
+
+    def run(self, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any, stacks: SpanningStacks,
+            device: str) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
+        """Run the loop from ``state`` (its device's state), moving chunks between calls; returns the
+        segment's ``(writes, live flags, new state)``."""
+        store = stacks.stores[device]
+        rest, stk_in = stk.split_state(state)
+        store.begin_pops({s: stk_in[s] for s in self.pop if s in stk_in})
+        c, after = self.init(env_in, rest, stk_in, max_iter)
+        budget = int(max_iter)
+        if c is not None:
+            # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
+            like = next((v.buf for v in c[2].values() if isinstance(v, stk.StackValue) and not v.pending), None)
+            zs = stk.scalars_on(like, [0] * (len(self.push) + len(self.pop)))
+            aux = ({s: zs[i] for i, s in enumerate(self.push)},
+                   {s: zs[len(self.push) + i] for i, s in enumerate(self.pop)})
+            while True:
+                host_has = {s: np.bool_(store.has(s)) for s in self.pop}
+                before = int(c[3])
+                c_rest, c_stacks = _split(c)
+                c, aux = self.chunk(env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                vals, pred, st, iters = c
+                store.observe({s: v for s, v in st.items() if isinstance(v, stk.StackValue)})
+                if int(st["err"]) != 0 or not bool(pred) or int(iters) >= budget:
+                    break
+                grow, shrink = aux
+                full = {s: st[s] for s, n in self.push.items()
+                        if not st[s].pending and 0 < int(st[s].ptr)
+                        and int(st[s].ptr) + max(n, int(grow[s])) > self.capacity}
+                low = {s: st[s] for s, n in self.pop.items()
+                       if not st[s].pending and int(st[s].ptr) < max(n, int(shrink[s])) and store.has(s)}
+                if full:
+                    st = {**st, **store.spill(full)}
+                if low:
+                    st = {**st, **store.refill(low)}
+                if not (full or low) and int(iters) == before:
+                    raise StacksOverflow()
+                c = (vals, pred, st, iters)
+        if c is None:
+            assert after is not None
+            rest, stk_in = stk.split_state(after)
+            out, lives, new = self.finish(env_in, None, stk_in, rest, max_iter)
+        else:
+            c_rest, c_stacks = _split(c)
+            out, lives, new = self.finish(env_in, c_rest, c_stacks, {}, max_iter)
+        store.end_pushes(self.push)
+        stacks.settle(device, {s: v for s, v in new.items() if s in self.push or s in self.pop})
+        return out, lives, new
+
+
+def driven_loop(items: list[Any]) -> Optional[WhileRegion]:
+    """The loop a segment of exactly one loop that pushes or pops gradient stacks holds, else None."""
+    if len(items) == 1 and isinstance(items[0], WhileRegion) and any(
+            n.op in ("StackPush", "StackPop") for n in items[0].nodes):
+        return items[0]
+    return None
+
+
+__all__ = ["RegionDriver", "StacksOverflow", "driven_loop"]

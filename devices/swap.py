@@ -1,0 +1,265 @@
+"""Gradient stacks of a graph that spans devices: chunks swapped to host memory or kept, per device.
+
+Why this module. In a graph placed over several devices, every gradient stack lives on the device of
+its pushes (placement colocates each ``StackPush`` and ``StackPop`` with its ``StackNew``), as the fast
+backend's fixed-capacity stack buffer carried in that device's state. A loop that spans devices is
+driven by the host one iteration at a time (``devices.fast_executor``), each iteration a few
+per-device segment calls. So the host sits between the calls that push, exactly where the
+one-device backend's chunk driver sits between chunk calls, and the same ``fast.stacks.ChunkStore``
+can take a full buffer out of the device state and hand an empty one back:
+
+- ``swap_memory=True``: the full chunk goes to host memory asynchronously (the store's copier thread)
+  and comes back, on the device of its pushes, ahead of the backward loop's pops; the device holds at
+  most two chunks per stack (the one being filled and the one whose copy is in flight), whatever the
+  trip count.
+- ``swap_memory=False``: the full chunk stays on its device and the stack goes on in a fresh buffer
+  there: it grows on the device, chunk by chunk, and the run is not repeated.
+
+There is one ``ChunkStore`` per device, so ``device_memory_limit`` caps each device's stack bytes on
+its own, and the memory report names the device of every record.
+
+Why the host does not read every stack pointer: a read waits for the device, which would undo the
+asynchronous dispatch that lets device A run ahead of device B. The host instead counts, per stack,
+the most values the calls it has dispatched since its last read can have pushed (``Traffic``: the
+``StackPush`` nodes of a segment, at most one branch of a compiled cond); only when that bound says the
+next call might not fit does it read the pointer (once per chunk in a loop that pushes every
+iteration) and, if the buffer is really that full, spill it. Pops are the mirror image: a stack is
+refilled from its newest chunk when the pops dispatched since the last read might empty it. A segment
+that pushes inside a loop compiled whole (an inner loop on one device) has no such bound: the host
+reads its stacks' pointers before each of its calls and keeps the largest growth seen, and an inner
+loop that still overflows its chunk repeats the run with twice the chunk, as on the one-device
+backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from turnout.devices.names import parse
+from turnout.errors import ResourceExhaustedError
+from turnout.fast import stacks as stk
+from turnout.fast.emit import stack_source
+from turnout.fast.regions import CondRegion, Item, WhileRegion, walk
+from turnout.graph import Node
+
+
+@dataclass
+class Traffic:
+    """What one call of a segment can do to the stacks of its device: stack key -> the most values
+    it pushes (or pops), ``None`` where there is no bound (a push inside a loop compiled whole)."""
+
+    push: dict[str, Optional[int]] = field(default_factory=dict)
+    pop: dict[str, Optional[int]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.push or self.pop)
+
+
+def _stack_of(n: Node) -> Optional[str]:
+    src = stack_source(n.inputs[0])
+    return None if src is None else f"stack:{src.id}"
+
+
+def _add(into: dict[str, Optional[int]], s: str, n: Optional[int]) -> None:
+    old = into.get(s, 0)
+    into[s] = None if old is None or n is None else old + n
+
+
+def traffic(items: list[Item]) -> Traffic:
+    """The ``Traffic`` of a segment's items. Why a cond counts its larger branch: only one runs. Why
+    a loop counts as unbounded: its trip count is known only on the device."""
+    out = Traffic()
+    for it in items:
+        if isinstance(it, Node):
+            if it.op in ("StackPush", "StackPop"):
+                s = _stack_of(it)
+                if s is not None:
+                    _add(out.push if it.op == "StackPush" else out.pop, s, 1)
+        elif isinstance(it, CondRegion):
+            per = [traffic(it.branches[b]) for b in (False, True)]
+            for side in ("push", "pop"):
+                keys = set(getattr(per[0], side)) | set(getattr(per[1], side))
+                for s in keys:
+                    got = [getattr(t, side).get(s, 0) for t in per]
+                    _add(getattr(out, side), s, None if None in got else max(got))
+        else:
+            assert isinstance(it, WhileRegion)
+            for n in it.nodes:
+                if n.op in ("StackPush", "StackPop"):
+                    s = _stack_of(n)
+                    if s is not None:
+                        _add(out.push if n.op == "StackPush" else out.pop, s, None)
+    return out
+
+
+def pushed_in(region: WhileRegion) -> set[str]:
+    """The stacks a loop (or a loop nested in it) pushes."""
+    return {s for it in walk([region]) for n in ([it] if isinstance(it, Node) else it.nodes)
+            if n.op == "StackPush" and (s := _stack_of(n)) is not None}
+
+
+def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
+    """Stack key -> its forward loop's name, how an error names it (with the user's source line of the
+    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs."""
+    nodes = list(nodes)
+    sources: dict[str, str] = {}
+    for n in nodes:
+        if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
+            sources[n.attrs["frame_name"]] = n.source
+    out = {}
+    for sn in nodes:
+        if sn.op != "StackNew":
+            continue
+        a = sn.attrs
+        frame = a.get("frame_name", "?")
+        loop = a.get("loop_name") or frame
+        where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
+        out[f"stack:{sn.id}"] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
+    return out
+
+
+class SpanningStacks:
+    """The gradient stacks of one run of a graph that spans devices: a ``ChunkStore`` per device, and
+    what the host knows of each stack's pointer without reading it (see the module docstring).
+
+    ``before(traffic, device, stacks)`` runs before a segment call and returns the stacks to pass it
+    (full buffers swapped or kept, low ones refilled); ``after(traffic, device, stacks)`` records the
+    call's outputs (and checks ``device_memory_limit``); ``loop_ended(keys)`` tells the stores that a
+    forward loop's pushes are over.
+    """
+
+    def __init__(self, info: dict[str, stk.StackInfo], devices: Iterable[str], capacity: int,
+                 limit: Optional[int]) -> None:
+        self.capacity = capacity
+        self.stores = {d: stk.ChunkStore(info, limit) for d in devices}
+        self.known: dict[str, int] = {}      # the pointer when last read (0: not read since a spill)
+        self.pushed: dict[str, int] = {}     # the most values pushed since that read
+        self.popped: dict[str, int] = {}     # the most values popped since that read
+        self.grow: dict[str, int] = {}       # unbounded pushes: the largest growth per call seen
+        self.shrink: dict[str, int] = {}     # unbounded pops: the largest shrink per call seen
+        self.begun: set[str] = set()         # stacks whose pops have started (prefetch queued)
+        self.reads = 0                       # pointer reads (each waits for its device)
+
+    def _read(self, s: str, sv: stk.StackValue) -> int:
+        p = int(sv.ptr)
+        self.reads += 1
+        last = self.known.get(s)
+        if last is not None:
+            if p > last:
+                self.grow[s] = max(self.grow.get(s, 1), p - last)
+            elif p < last:
+                self.shrink[s] = max(self.shrink.get(s, 1), last - p)
+        self.known[s], self.pushed[s], self.popped[s] = p, 0, 0
+        return p
+
+    def before(self, t: Traffic, device: str, stacks: dict[str, Any]) -> dict[str, Any]:
+        """The stacks for the next call of a segment with traffic ``t`` on ``device``: the given ones,
+        with full buffers spilled and low ones refilled where the next call needs it."""
+        store = self.stores[device]
+        full: dict[str, stk.StackValue] = {}
+        for s, n in t.push.items():
+            sv = stacks.get(s)
+            if not isinstance(sv, stk.StackValue) or sv.pending:
+                continue
+            if n is not None and self.known.get(s, 0) + self.pushed.get(s, 0) + n <= self.capacity:
+                continue  # fits for sure: no read
+            p = self._read(s, sv)
+            need = n if n is not None else self.grow.get(s, 1)
+            if p > 0 and p + need > self.capacity:
+                full[s] = sv
+        low: dict[str, stk.StackValue] = {}
+        for s, n in t.pop.items():
+            sv = stacks.get(s)
+            if not isinstance(sv, stk.StackValue) or sv.pending:
+                continue
+            if s not in self.begun:
+                self.begun.add(s)
+                store.begin_pops({s: sv})
+            if not store.has(s):
+                continue
+            if n is not None and s in self.known and self.known[s] - self.popped.get(s, 0) - n >= 0:
+                continue  # enough entries for sure: no read
+            p = self._read(s, sv)
+            need = n if n is not None else self.shrink.get(s, 1)
+            if p < need:
+                low[s] = sv
+        if full:
+            stacks = {**stacks, **store.spill(full)}
+            for s in full:
+                self.known[s], self.pushed[s] = 0, 0
+        if low:
+            got = store.refill(low)
+            stacks = {**stacks, **got}
+            for s, sv in got.items():
+                self.known[s], self.popped[s] = int(sv.ptr), 0
+        return stacks
+
+    def after(self, t: Traffic, device: str, stacks: dict[str, Any]) -> None:
+        """Count what the call just dispatched may have pushed and popped, and record its buffers."""
+        for s, n in t.push.items():
+            if n is not None:
+                self.pushed[s] = self.pushed.get(s, 0) + n
+        for s, n in t.pop.items():
+            if n is not None:
+                self.popped[s] = self.popped.get(s, 0) + n
+        self.stores[device].observe({s: stacks[s] for s in (*t.push, *t.pop) if s in stacks})
+
+    def settle(self, device: str, stacks: dict[str, Any]) -> None:
+        """A driven loop on ``device`` has run (and been waited for): note its stacks' pointers, so
+        that the host's bounds start from them."""
+        for s, sv in stacks.items():
+            if isinstance(sv, stk.StackValue) and not sv.pending:
+                self._read(s, sv)
+        self.stores[device].observe({s: v for s, v in stacks.items() if isinstance(v, stk.StackValue)})
+
+    def observe(self, device: str, stacks: dict[str, Any]) -> None:
+        """Record buffers allocated outside a segment call (before the run), and check the cap."""
+        self.stores[device].observe({s: v for s, v in stacks.items() if isinstance(v, stk.StackValue)})
+
+    def loop_ended(self, keys: set[str]) -> None:
+        """A loop that pushes ``keys`` has ended: its spares go, and what its stacks hold is noted."""
+        for store in self.stores.values():
+            store.end_pushes([k for k in keys if k in store.ledgers])
+
+    @contextmanager
+    def device_oom(self, t: Optional[Traffic], device: str, what: str) -> Iterator[None]:
+        """XLA's own out-of-memory (``RESOURCE_EXHAUSTED`` from a GPU or TPU allocator) in a segment
+        call, as ``ResourceExhaustedError`` naming the loops whose stacks the segment touches (or the
+        segment) and the device, and suggesting ``swap_memory=True``."""
+        import jax
+
+        try:
+            yield
+        except jax.errors.JaxRuntimeError as e:
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            info = self.stores[device].info
+            keys = [*t.push, *t.pop] if t else []
+            loops = sorted({info[k].where for k in keys if k in info})
+            raise ResourceExhaustedError(
+                f"fast partitioned executor: device {parse(device).short} ran out of memory running "
+                f"{', '.join(loops) if loops else what}: {str(e).splitlines()[0]}; run loops with swap_memory=True "
+                "to move full gradient stack chunks to host memory, or lower stack_chunk") from None
+
+    def moved(self) -> int:
+        """Full chunks taken out of a device state this run (to host memory or kept on the device)."""
+        return sum(st.moved() for st in self.stores.values())
+
+    def records(self) -> list[dict[str, Any]]:
+        """Per loop and device: the rows of ``memory_records``."""
+        return [r for st in self.stores.values() for r in st.records()]
+
+    def stats(self) -> dict[str, int]:
+        """The run's totals, for ``RunResult.stats`` (peaks summed over devices)."""
+        out: dict[str, int] = {}
+        for st in self.stores.values():
+            for k, v in st.stats().items():
+                out[k] = out.get(k, 0) + v
+        out["stack_pointer_reads"] = self.reads
+        return out
+
+
+__all__ = ["SpanningStacks", "Traffic", "pushed_in", "stack_infos", "traffic"]

@@ -1,0 +1,289 @@
+"""Gradient stacks of graphs that span devices (``turnout.devices.swap``), on forced CPU devices.
+
+A loop spanning devices pushes the values its gradient needs on stacks that live on the device of
+their pushes. With ``swap_memory=True`` its full chunks go to host memory and come back for the
+backward loop, so each device's stack bytes stay bounded (two chunks per stack) at any trip count;
+with ``swap_memory=False`` the full chunks stay on their device and the stack grows there, without
+repeating the run. ``device_memory_limit`` caps each device on its own, and crossing it is a
+``ResourceExhaustedError`` naming the loop and suggesting ``swap_memory=True``. Every result is
+checked against the partitioned reference executor, gradients included. The byte figures are the
+executor's own accounting, read through ``tn.memory_report(session)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from programs import assert_same_outcome
+
+import turnout as tn
+from turnout.session import RunOptions
+
+pytest.importorskip("jax")
+
+D3 = ["cpu:0", "cpu:1", "cpu:2"]
+CHUNK = 8
+#: bytes of one chunk of one stack: a float64 value and its int32 iteration index per entry
+ONE_CHUNK = CHUNK * (8 + 4)
+
+
+_MODELS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def spanning_rnn(swap: bool, parallel_iterations: int = 8, inner: bool = False,
+                 sleep: bool = False) -> dict[str, Any]:
+    """``y <- tanh(y w) + 0.1 y^2 + 0.3`` (float64) for ``n`` steps, the ``tanh`` on cpu:1 and the
+    rest of the step on cpu:2, the loop's control on cpu:0; gradients with respect to ``x`` (the start)
+    and ``w``. Its stacks: one on cpu:1 and two on cpu:2. ``inner``: the step
+    on cpu:1 also runs an inner loop of ``i mod 3`` steps there (compiled whole: pushes the host cannot
+    bound). ``sleep``: a ``tn.sleep`` in the step (segments dispatched from per-device workers). Built
+    once per module, with the reference executor's results cached per trip count (``run_checked``)."""
+    k = (swap, parallel_iterations, inner, sleep)
+    if k in _MODELS:
+        return _MODELS[k]
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, shape=[], name="x")
+        w = tn.placeholder(tn.float64, shape=[], name="w")
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                h = tn.tanh(y * w)
+                if inner:
+                    _, h = tn.while_loop(lambda j, v: j < tn.mod(i, 3), lambda j, v: (j + 1, tn.tanh(v) * 0.9),
+                                         [tn.constant(0), h], swap_memory=swap, name="inner")
+                if sleep:
+                    h = tn.sleep(h, 0.0)
+            with tn.device("cpu:2"):
+                y2 = h + y * y * 0.1 + 0.3
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="fwd", swap_memory=swap,
+                                 parallel_iterations=parallel_iterations)
+        dx, dw = tn.gradients(y, [x, w])
+    m = _MODELS[k] = {"g": g, "x": x, "w": w, "n": n, "fetch": [y, dx, dw], "want": {}}
+    return m
+
+
+def feeds(m: dict[str, Any], steps: int) -> dict[tn.Tensor, Any]:
+    out = {m["x"]: np.float64(0.3), m["n"]: np.int32(steps)}
+    if "w" in m:
+        out[m["w"]] = np.float64(0.7)
+    return out
+
+
+def fast(m: dict[str, Any], **kw: Any) -> tn.Session:
+    kw.setdefault("stack_chunk", CHUNK)
+    return tn.Session(m["g"], backend="fast", devices=D3, **kw)
+
+
+def run_checked(sess: tn.Session, m: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Run ``steps`` steps on ``sess`` (no fallback allowed) and on the partitioned reference executor:
+    the same values; returns the fast run's stats."""
+    def want() -> Any:
+        if steps not in m["want"]:
+            m["want"][steps] = tn.Session(m["g"], devices=D3).run(m["fetch"], feeds(m, steps))
+        return m["want"][steps]
+
+    def got() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a fallback to the reference executor would prove nothing
+            return sess.run(m["fetch"], feeds(m, steps), options=RunOptions(max_iterations=10_000))
+
+    assert assert_same_outcome(want, got, f"{steps} steps")
+    return sess.last_result.stats
+
+
+def by_device(sess: tn.Session) -> dict[str, Any]:
+    recs = tn.memory_report(sess).records
+    assert all(r.loop == "fwd" for r in recs), recs
+    return {r.device: r for r in recs}
+
+
+@pytest.mark.parametrize("parallel_iterations", [1, 8])
+def test_a_swapped_spanning_loop_holds_two_chunks_per_stack_at_any_trip_count(parallel_iterations: int) -> None:
+    m = spanning_rnn(swap=True, parallel_iterations=parallel_iterations)
+    sess = fast(m)
+    run_checked(sess, m, 3)  # fits one chunk: each device holds one chunk of each of its stacks
+    one = {d: r.peak_device_bytes for d, r in by_device(sess).items()}
+    assert set(one) == {"cpu:1", "cpu:2"}  # the tanh's stack on cpu:1, the rest of the step's on cpu:2
+    peaks = []
+    for steps in (40, 120):
+        stats = run_checked(sess, m, steps)
+        assert stats["tier"] == "host-driven" and stats["stack_capacity_retries"] == 0
+        if parallel_iterations == 1:  # the SPMD tier would take it, but cannot swap: it says why it passed
+            assert "swap_memory=True" in stats["whole_program_declined"]
+        recs = by_device(sess)
+        assert set(recs) == set(one)
+        for d, r in recs.items():
+            stacks = one[d] // ONE_CHUNK
+            assert r.swap_memory and r.chunks_kept_on_device == 0
+            assert r.peak_device_bytes <= 2 * one[d], (steps, r)  # the chunk being filled, one in flight
+            full = steps // CHUNK  # chunks filled per stack; the last one may stay in its buffer
+            assert stacks * (full - 1) <= r.chunks_to_host <= stacks * full, (steps, r)
+            # every chunk came back for the backward loop, the newest of each stack from its device buffer
+            assert r.chunks_from_host == r.chunks_to_host - stacks
+            assert r.host_bytes == r.chunks_to_host * ONE_CHUNK  # held on the host when the forward loop ended
+        peaks.append(sum(r.peak_device_bytes for r in recs.values()))
+    assert peaks[0] == peaks[1]  # 40 or 120 steps: the same device bytes
+
+
+def test_an_unswapped_spanning_loop_never_leaves_its_devices_and_grows_there() -> None:
+    m = spanning_rnn(swap=False)
+    sess = fast(m)
+    peaks = []
+    for steps in (40, 120):
+        stats = run_checked(sess, m, steps)
+        assert stats["stack_capacity_retries"] == 0  # the stack grew chunk by chunk: no second run
+        assert stats["stack_chunks_swapped"] == 0 and stats["peak_host_stack_bytes"] == 0
+        recs = by_device(sess)
+        for r in recs.values():
+            assert not r.swap_memory and r.host_bytes == 0 and r.chunks_to_host == 0 and r.chunks_from_host == 0
+            assert r.chunks_kept_on_device >= steps // CHUNK - 1
+        peaks.append(sum(r.peak_device_bytes for r in recs.values()))
+    # every saved value stays on a device: 120 steps hold about three times the bytes of 40
+    assert peaks[1] >= 2.5 * peaks[0]
+
+
+def test_device_memory_limit_caps_each_device_and_names_the_loop() -> None:
+    """A cap of 5 chunks per device: cpu:2 (two stacks) crosses it first when the stacks stay on the
+    device; the swapped loop needs 2 chunks per stack at any length and runs under the same cap."""
+    limit = 5 * ONE_CHUNK
+    unswapped, swapped = spanning_rnn(swap=False), spanning_rnn(swap=True)
+    sess = fast(unswapped, device_memory_limit=limit)
+    run_checked(sess, unswapped, 12)  # 12 steps: 2 chunks per stack fit
+    with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd".*device cpu:2.*swap_memory=True'):
+        sess.run(unswapped["fetch"], feeds(unswapped, 120))
+    sess = fast(swapped, device_memory_limit=limit)
+    stats = run_checked(sess, swapped, 120)
+    assert stats["stack_chunks_swapped"] > 0
+    assert all(r.peak_device_bytes <= limit for r in by_device(sess).values())
+    # a cap below one chunk per stack is exhausted before anything is pushed, swapped or not
+    with pytest.raises(tn.ResourceExhaustedError, match='loop "fwd"'):
+        fast(swapped, device_memory_limit=ONE_CHUNK).run(swapped["fetch"], feeds(swapped, 3))
+
+
+def test_the_cap_is_counted_per_device() -> None:
+    """cpu:2 holds twice cpu:1's stack bytes; a cap between the two devices' needs and below their sum
+    is not crossed, since each device has its own memory."""
+    m = spanning_rnn(swap=False)
+    steps = 40
+    need = {"cpu:1": 5 * ONE_CHUNK, "cpu:2": 10 * ONE_CHUNK}  # 40 steps: 5 chunks per stack
+    sess = fast(m, device_memory_limit=need["cpu:2"])
+    run_checked(sess, m, steps)
+    recs = by_device(sess)
+    assert {d: r.peak_device_bytes for d, r in recs.items()} == need
+    assert sum(need.values()) > need["cpu:2"]
+
+
+def test_the_whole_program_tier_is_passed_over_only_when_it_cannot_honour_the_run() -> None:
+    m = spanning_rnn(swap=False, parallel_iterations=1)
+    sess = fast(m)
+    assert run_checked(sess, m, 20)["tier"] == "spmd"
+    sess = fast(m, device_memory_limit=2**20)
+    stats = run_checked(sess, m, 20)
+    assert stats["tier"] == "host-driven" and "device_memory_limit" in stats["whole_program_declined"]
+    sess = fast(m, whole_program="never")
+    assert "whole_program_declined" not in run_checked(sess, m, 20)
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_an_inner_loop_compiled_on_one_device_inside_a_spanning_loop(swap: bool) -> None:
+    """The inner loop's pushes happen inside one segment call, so the host cannot bound them: it reads
+    the stack pointers before each such call and moves chunks between calls all the same."""
+    m = spanning_rnn(swap=swap, inner=True)
+    sess = fast(m)
+    stats = run_checked(sess, m, 40)
+    moved = stats["stack_chunks_swapped"] if swap else stats["stack_chunks_kept"]
+    assert moved > 0 and stats["stack_pointer_reads"] > 0
+    if swap:
+        assert 0 < stats["stack_chunks_from_host"] < stats["stack_chunks_swapped"]
+
+
+def test_swapping_in_a_plan_dispatched_from_per_device_workers() -> None:
+    m = spanning_rnn(swap=True, sleep=True)
+    sess = fast(m)
+    stats = run_checked(sess, m, 50)
+    assert 0 < stats["stack_chunks_from_host"] < stats["stack_chunks_swapped"]
+    assert all(r.peak_device_bytes <= 2 * ONE_CHUNK * 2 for r in by_device(sess).values())
+
+
+def test_an_xla_out_of_memory_in_a_segment_names_the_loop_and_its_device() -> None:
+    """XLA's RESOURCE_EXHAUSTED (a GPU allocator's; CPUs do not raise it here, so a segment is made to)
+    becomes ResourceExhaustedError naming the loop whose stacks the segment pushes."""
+    import jax
+
+    m = spanning_rnn(swap=False)
+    sess = fast(m)
+    run_checked(sess, m, 3)
+    (plan,) = sess.backend._plans.values()
+    pushing = [seg for seg in plan.schedule.segments if plan.traffic.get(seg.index)]
+    assert pushing
+
+    def oom(*args: Any) -> Any:
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1 bytes")
+
+    for seg in pushing:
+        seg.fn = oom
+    with pytest.raises(tn.ResourceExhaustedError, match=r'device cpu:[12] ran out of memory running loop "fwd"'
+                       r'.*swap_memory=True'):
+        sess.run(m["fetch"], feeds(m, 3))
+
+
+_ONE: dict[bool, dict[str, Any]] = {}
+
+
+def loop_on_one_device(swap: bool) -> dict[str, Any]:
+    """A loop and its gradient wholly on cpu:1, read by an op on cpu:0: the loop is compiled on its
+    device and run chunk by chunk there (a driven segment), so its stacks can move between calls."""
+    if swap not in _ONE:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float64, [], name="x")
+            n = tn.placeholder(tn.int32, [], name="n")
+            with tn.device("cpu:1"):
+                _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1) + 0.2),
+                                     [tn.constant(0), x], swap_memory=swap, name="fwd")
+                (dx,) = tn.gradients(y, [x])
+            with tn.device("cpu:0"):
+                z = dx * 2.0
+        _ONE[swap] = {"g": g, "x": x, "n": n, "fetch": [y, z], "want": {}}
+    return _ONE[swap]
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_a_loop_compiled_on_one_device_of_a_spanning_graph_moves_its_chunks(swap: bool) -> None:
+    m = loop_on_one_device(swap)
+    sess = fast(m)
+    run_checked(sess, m, 3)
+    (one,) = tn.memory_report(sess).records  # one chunk of each stack
+    peaks = []
+    for steps in (40, 120):
+        stats = run_checked(sess, m, steps)
+        assert stats["tier"] == "compiled" and stats["stack_capacity_retries"] == 0
+        (r,) = tn.memory_report(sess).records
+        assert r.loop == "fwd" and r.device == "cpu:1" and r.swap_memory == swap
+        stacks = one.peak_device_bytes // ONE_CHUNK
+        full = steps // CHUNK
+        if swap:
+            assert r.peak_device_bytes <= 2 * one.peak_device_bytes
+            assert stacks * (full - 1) <= r.chunks_to_host <= stacks * full
+            assert r.chunks_from_host == r.chunks_to_host - stacks
+            assert r.chunks_kept_on_device == 0
+        else:
+            assert r.host_bytes == 0 and r.chunks_to_host == 0 and r.chunks_from_host == 0
+            assert stacks * (full - 1) <= r.chunks_kept_on_device <= stacks * full
+        peaks.append(r.peak_device_bytes)
+    assert (peaks[0] == peaks[1]) if swap else (peaks[1] >= 2.5 * peaks[0])
+    # the cap names the loop on its device when its chunks stay there; the swapped loop fits under it
+    capped = fast(m, device_memory_limit=4 * one.peak_device_bytes)
+    if swap:
+        run_checked(capped, m, 120)
+    else:
+        with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd".*device cpu:1.*swap_memory=True'):
+            capped.run(m["fetch"], feeds(m, 120))
