@@ -10,6 +10,8 @@ fast backend refuses must fail the test, not quietly run on the reference interp
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import graphs
 import numpy as np
@@ -81,3 +83,109 @@ def test_stack_chunks_are_copied_by_one_named_worker_thread() -> None:
     assert sess.last_result.stats["stack_chunks_swapped"] > 0
     copiers = [t for t in threading.enumerate() if t.name.startswith("turnout-stack-copy")]
     assert len(copiers) == 1 and copiers[0] is not threading.current_thread()
+
+
+# ---- fast/case_chain.py: nested conds raised to one lax.switch ----------------------------------------
+@pytest.fixture
+def switches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The branch counts of every ``lax.switch`` the fast backend emits while the test runs."""
+    import jax
+
+    seen: list[int] = []
+    orig = jax.lax.switch
+
+    def counting(index: Any, branches: Any, *operands: Any) -> Any:
+        seen.append(len(branches))
+        return orig(index, branches, *operands)
+
+    monkeypatch.setattr(jax.lax, "switch", counting)
+    return seen
+
+
+#: a predicate on the fed int ``i`` for level ``k`` of a chain, built from one speculable op (plus
+#: constants): true for exactly one value of ``i`` in 0..9, or for a range of them
+PREDICATES: dict[str, Callable[[tn.Tensor, int], tn.Tensor]] = {
+    "Equal": lambda i, k: tn.equal(i, k),
+    "NotEqual": lambda i, k: tn.logical_not(tn.not_equal(i, k)),
+    "Less": lambda i, k: tn.less(i, k + 1),
+    "LessEqual": lambda i, k: tn.less_equal(i, k),
+    "Greater": lambda i, k: tn.greater(k + 1, i),
+    "GreaterEqual": lambda i, k: tn.greater_equal(k, i),
+    "LogicalNot": lambda i, k: tn.logical_not(tn.greater(i, k)),
+    "LogicalAnd": lambda i, k: tn.logical_and(tn.greater_equal(i, k), tn.less_equal(i, k)),
+    "LogicalOr": lambda i, k: tn.logical_or(tn.equal(i, k), tn.equal(i, k - 100)),
+    "Identity": lambda i, k: tn.identity(tn.equal(i, k)),
+}
+
+
+def _chain(op: str, levels: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """``cond(p_0(i), f_0, lambda: cond(p_1(i), f_1, ...))`` written out by hand, each predicate
+    computed inside the enclosing false branch with ``PREDICATES[op]``."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, (), name="i")
+        x = tn.placeholder(tn.float32, (2,), name="x")
+
+        def level(k: int) -> tn.Tensor:
+            if k == levels:
+                return x - 100.0
+            return tn.cond(PREDICATES[op](i, k), lambda: tn.tanh(x * float(k + 1)) + float(k),
+                           lambda: level(k + 1))
+
+        y = level(0)
+    return g, i, x, y
+
+
+@pytest.mark.parametrize("op", sorted(PREDICATES))
+def test_a_chain_whose_predicates_use_any_speculable_op_is_one_switch(op: str, switches: list[int]) -> None:
+    """Every op of ``case_chain.SPECULABLE`` can compute a chain's inner predicates and the chain is
+    still raised to one flat ``lax.switch``, meaning what the nested conds mean at every index."""
+    levels = 4
+    g, i, x, y = _chain(op, levels)
+    fast = tn.Session(g, backend="fast", fallback=False)
+    ref = tn.Session(g)
+    xv = np.array([0.5, -1.0], np.float32)
+    for k in [-2, *range(levels), levels, 9]:
+        np.testing.assert_allclose(fast.run(y, {i: k, x: xv}), ref.run(y, {i: k, x: xv}), rtol=1e-6)
+    assert switches and max(switches) == levels + 1
+
+
+def test_a_chain_with_a_non_speculable_predicate_stays_nested(switches: list[int]) -> None:
+    """An op that may fail or has an effect (here ``Mod``, which fails on zero) must not be
+    computed before its branch is taken, so the chain stays nested conds and still agrees."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, (), name="i")
+        d = tn.placeholder(tn.int32, (), name="d")
+        y = tn.cond(tn.equal(i, 0), lambda: tn.constant(10),
+                    lambda: tn.cond(tn.equal(tn.mod(i, d), 1), lambda: tn.constant(11),
+                                    lambda: tn.cond(tn.equal(i, 5), lambda: tn.constant(12),
+                                                    lambda: tn.constant(13))))
+    fast = tn.Session(g, backend="fast", fallback=False)
+    assert [int(fast.run(y, {i: k, d: 7})) for k in (0, 1, 5, 7)] == [10, 11, 12, 13]
+    assert int(fast.run(y, {i: 0, d: 0})) == 10  # the division by zero is in an untaken branch
+    assert max(switches, default=0) < 4
+
+
+def test_the_chain_computes_each_predicate_once(monkeypatch: pytest.MonkeyPatch, switches: list[int]) -> None:
+    """The chain's predicates are computed up front, once; the switch's functions reuse them rather
+    than computing them again in every level (which would make tracing quadratic in the chain)."""
+    from turnout.fast import lowering
+
+    rule = lowering.LOWERING_RULES["Equal"]
+    calls = [0]
+
+    def counted(*a: Any) -> Any:
+        calls[0] += 1
+        return rule(*a)
+
+    monkeypatch.setitem(lowering.LOWERING_RULES, "Equal", counted)
+    levels = 12
+    g, i, x, y = _chain("Equal", levels)
+    fast = tn.Session(g, backend="fast", fallback=False)
+    xv = np.array([0.5, -1.0], np.float32)
+    ref = tn.Session(g)
+    for k in (0, 7, levels):
+        np.testing.assert_allclose(fast.run(y, {i: k, x: xv}), ref.run(y, {i: k, x: xv}), rtol=1e-6)
+    assert max(switches) == levels + 1
+    assert calls[0] == levels
