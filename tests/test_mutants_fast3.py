@@ -189,3 +189,24 @@ def test_the_chain_computes_each_predicate_once(monkeypatch: pytest.MonkeyPatch,
         np.testing.assert_allclose(fast.run(y, {i: k, x: xv}), ref.run(y, {i: k, x: xv}), rtol=1e-6)
     assert max(switches) == levels + 1
     assert calls[0] == levels
+
+
+# ---- error messages name their op -------------------------------------------------------------------
+def test_a_push_of_another_shape_onto_a_stack_is_an_unsupported_error_naming_the_push() -> None:
+    """A stack's buffer has one element shape, fixed at its first push. A later push of another shape
+    (fine on the reference interpreter, whose stacks are lists) is refused by the fast backend, and
+    the error names that push, not just the shapes."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        y = tn.placeholder(tn.float32, [None], name="y")
+        s = g.create_node("StackNew", (), {"elem_dtype": "float32"}, name="stk").outputs[0]
+        p1 = g.create_node("StackPush", [s, tn.constant([0]), x], name="psh1")
+        with g.control_dependencies([p1]):
+            p2 = g.create_node("StackPush", [s, tn.constant([1]), y], name="psh2")
+        with g.control_dependencies([p2]):
+            top = g.create_node("StackPop", [s, tn.constant([1])], {"dtype": "float32"}, name="pop").outputs[0]
+    feeds = {x: np.ones(3, np.float32), y: np.full(4, 2.0, np.float32)}
+    np.testing.assert_array_equal(tn.Session(g).run(top, feeds), np.full(4, 2.0, np.float32))
+    with pytest.raises(tn.UnsupportedError, match=r'StackPush node "psh2".*shape \(4,\).*elements \(3,\)'):
+        tn.Session(g, backend="fast", fallback=False).run(top, feeds)
