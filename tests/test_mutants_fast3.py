@@ -234,3 +234,32 @@ def test_each_elementwise_op_on_fed_values_agrees_with_the_reference(fn: str) ->
         want = tn.Session(g).run(y, feeds)
         assert got.dtype == want.dtype == np.dtype(dtype.numpy)
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("b_shape", [[3], [1, 3], [2, 1], [2, 3], []])
+def test_gradients_of_broadcasting_ops_sum_back_to_each_input_shape(b_shape: list[int]) -> None:
+    """The gradient of a broadcasting op sums the incoming gradient back to each operand's shape
+    (``SumToLike``: leading axes dropped, axes of size 1 kept; with static shapes the builder emits
+    a reduce_sum instead, so the dimensions here are known only at run time). Run without the
+    reference fallback and compared with the reference and with the closed form."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float64, [None, 3], name="a")  # unknown dims: summed by the SumToLike op
+        b = tn.placeholder(tn.float64, [None] * len(b_shape), name="b")
+        loss = tn.reduce_sum(tn.multiply(a, b) + tn.maximum(b, a))
+        da, db = tn.gradients(loss, [a, b])
+    rng = np.random.default_rng(len(b_shape))
+    av, bv = rng.normal(size=(2, 3)), rng.normal(size=b_shape)
+    feeds = {a: av, b: bv}
+    got = tn.Session(g, backend="fast", fallback=False).run([da, db], feeds)
+    want = tn.Session(g).run([da, db], feeds)
+    bb = np.broadcast_to(bv, (2, 3))
+    pick_b = (bb >= av).astype(np.float64)  # where maximum takes b (ties: the reference's choice, none here)
+    closed_db = np.sum(av + pick_b, axis=tuple(range(2 - len(b_shape))))  # the leading axes b lacks
+    closed_db = np.sum(closed_db, axis=tuple(i for i, d in enumerate(b_shape) if d == 1), keepdims=True)
+    for x, y in zip(got, want, strict=True):
+        assert np.shape(x) == np.shape(y)
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+    assert np.shape(got[1]) == tuple(b_shape)
+    np.testing.assert_allclose(got[0], bb + (1 - pick_b), rtol=1e-12)
+    np.testing.assert_allclose(got[1], closed_db.reshape(b_shape), rtol=1e-12)
