@@ -263,3 +263,33 @@ def test_gradients_of_broadcasting_ops_sum_back_to_each_input_shape(b_shape: lis
     assert np.shape(got[1]) == tuple(b_shape)
     np.testing.assert_allclose(got[0], bb + (1 - pick_b), rtol=1e-12)
     np.testing.assert_allclose(got[1], closed_db.reshape(b_shape), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
+def test_variable_updates_keep_the_variables_dtype(dtype: str) -> None:
+    """An assignment's result and the stored value keep the Variable's dtype on the fast backend (an
+    int32 counter must not come back as a float), in a loop that updates it with fed values."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.array([3, 4], dtype), name="v")
+        d = tn.placeholder(getattr(tn, dtype), [2], name="d")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: tn.Tensor, x: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            a1 = v.assign_add(d)
+            with g.control_dependencies([a1]):
+                a2 = v.assign_sub(d * 2)
+            with g.control_dependencies([a2]):
+                a3 = v.assign(a1 + a2 + x)
+            return i + 1, a3
+
+        _, last = tn.while_loop(lambda i, x: i < n, body, [tn.constant(0), tn.zeros([2], getattr(tn, dtype))])
+        with g.control_dependencies([last]):
+            after = v.read()
+    feeds = {d: np.array([1, 2], dtype), n: 3}
+    fast = tn.Session(g, backend="fast", fallback=False)
+    ref = tn.Session(g)
+    got, want = fast.run([last, after], feeds), ref.run([last, after], feeds)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(a, b)
