@@ -293,3 +293,17 @@ def test_variable_updates_keep_the_variables_dtype(dtype: str) -> None:
     for a, b in zip(got, want, strict=True):
         assert a.dtype == b.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_case_whose_branches_differ_in_shape_is_refused_naming_the_chain_and_its_merge() -> None:
+    """Like a cond, a case may return values of different shapes per branch in the dataflow semantics;
+    the one ``lax.switch`` it is raised to cannot, and the error names the chain's cond and its Merge."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, (), name="i")
+        y = tn.case(i, [lambda k=k: tn.constant([1.0] * (k + 1)) for k in range(3)],
+                    default=lambda: tn.constant([0.0]), name="ragged")
+    np.testing.assert_array_equal(tn.Session(g).run(y, {i: 2}), [1.0, 1.0, 1.0])
+    with pytest.raises(tn.UnsupportedError, match=r'(?s)the case chain of cond on .* near Merge node '
+                                                  r'"ragged/branch0/merge".*different types or shapes.*float32\[1\]'):
+        tn.Session(g, backend="fast", fallback=False).run(y, {i: 2})
