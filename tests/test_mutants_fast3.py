@@ -307,3 +307,29 @@ def test_a_case_whose_branches_differ_in_shape_is_refused_naming_the_chain_and_i
     with pytest.raises(tn.UnsupportedError, match=r'(?s)the case chain of cond on .* near Merge node '
                                                   r'"ragged/branch0/merge".*different types or shapes.*float32\[1\]'):
         tn.Session(g, backend="fast", fallback=False).run(y, {i: 2})
+
+
+def test_tensor_array_gradients_with_known_shapes_run_compiled() -> None:
+    """The gradient of ``TensorArray.write`` reads the written slot back or zeros
+    (``TensorArrayReadOrZeros``), and that of ``unstack`` stacks the slots or zeros
+    (``TensorArrayStackOrZeros``); with every shape known they compile (no reference fallback) and
+    give the closed-form gradient: d/dx sum_i c_i * tanh(x_i) = c * (1 - tanh(x)^2)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [3, 2], name="x")
+        c = tn.placeholder(tn.float64, [3, 2], name="c")
+        src = tn.TensorArray(tn.float64, size=3).unstack(x)
+
+        def body(i: tn.Tensor, out: tn.TensorArray) -> tuple[tn.Tensor, tn.TensorArray]:
+            return i + 1, out.write(i, tn.tanh(src.read(i)))
+
+        _, out = tn.while_loop(lambda i, out: i < 3, body, [tn.constant(0), tn.TensorArray(tn.float64, size=3)])
+        loss = tn.reduce_sum(out.stack() * c)
+        (dx,) = tn.gradients(loss, [x])
+    rng = np.random.default_rng(7)
+    feeds = {x: rng.normal(size=(3, 2)), c: rng.normal(size=(3, 2))}
+    got = tn.Session(g, backend="fast", fallback=False).run([loss, dx], feeds)
+    want = tn.Session(g).run([loss, dx], feeds)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_allclose(got[1], feeds[c] * (1 - np.tanh(feeds[x]) ** 2), rtol=1e-12)
