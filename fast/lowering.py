@@ -489,7 +489,10 @@ def _stack_new(ctx, n, xs):
 @_r("StackPush")
 def _stack_push(ctx, n, xs):
     h, index, v = xs
-    s, ok = stk.push(ctx.get_stack(n, h), index, v)
+    try:
+        s, ok = stk.push(ctx.get_stack(n, h), index, v)
+    except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
+        raise UnsupportedError(f"{describe_node(n)}: {e}") from None
     ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
     ctx.set_stack(h, s)
     return [v]

@@ -63,6 +63,10 @@ _DEV_TESTS = ["test_mutants_devices.py", "test_mutants_devices2.py", "test_devic
 _DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
 _FAST_TESTS = ["test_mutants_fast.py", "test_mutants_fast2.py", "test_ops.py", "test_fast.py", "test_session.py",
                "test_raw.py", "test_variables.py", "test_fast_gradients.py"]
+# the gradient stacks' chunking, swapping and memory accounting, and the cond chains raised to lax.switch
+_STACK_TESTS = ["test_mutants_fast3.py", "test_mutants_fast2.py", "test_swap_memory.py", "test_fast_memory.py",
+                "test_fast_repeated_runs.py"]
+_CASE_TESTS = ["test_mutants_fast3.py", "test_fast_case_chain.py", "test_fast_compile.py"]
 
 #: Each module under test: its import name and the test files that check it (run in this order, so put
 #: the fast, pointed ones first: a killed mutant stops at its first failure). ``select``, where given, is
@@ -78,6 +82,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/emit.py": {"module": "turnout.fast.emit", "tests": _FAST_TESTS},
     "fast/lowering.py": {"module": "turnout.fast.lowering", "tests": _FAST_TESTS},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
+    "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": _STACK_TESTS},
+    "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
     "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
