@@ -37,3 +37,30 @@ def test_backward_ops_go_with_their_forward_op_in_a_graph_with_a_loop() -> None:
     assert all(p[n] == CPU[1] for n in backward), p.describe()
     assert all(p.why(n) == "with its forward op m" for n in backward)
     np.testing.assert_allclose(run_both(g, [dx, acc], {x: 0.5, gy: 0.25}), [0.25 * 3.0 * 2.0, 3.0])
+
+
+def test_every_interleaving_of_a_dead_fetch_across_devices_reports_it_dead() -> None:
+    """The partitioned small-step system's outcome of a fetch on an untaken branch is ("dead", its
+    name) under every interleaving, where the reference run raises DeadFetchError; the taken side is
+    live (devices/smallstep.outcome)."""
+    import pytest
+
+    from turnout import raw
+    from turnout.devices import partition
+    from turnout.devices import smallstep as pss
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=[], name="p")
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+        _, on_true = raw.switch(x, p)
+        with tn.device("cpu:1"):
+            y = tn.multiply(on_true, tn.constant(10), name="y")
+    with pytest.raises(tn.DeadFetchError):
+        tn.Session(g).run(y, {p: False, x: 3})
+    for pv, want in ((False, {(("dead", "y:0"),)}), (True, {(("live", ("int32", (), 30)),)})):
+        feeds = {p: pv, x: 3}
+        parted = partition(g, place(g, D2), [y], {(t.node.id, t.index) for t in feeds})
+        assert set(parted.partitions) == set(CPU[:2])
+        r = pss.explore(pss.system(parted, feeds))
+        assert r.complete and not r.stuck and r.outcomes == want, r.outcomes
