@@ -424,13 +424,18 @@ class TaskRunner:
                 f"or stuck?\n{body}")
 
     def _check_finished(self, plan: TaskPlan, parts: list[PartitionExecutor], rv: TaskRendezvous) -> None:
-        lines = rv.report()
-        for p in parts:
-            lines += p.waiting_report()
+        """DeadlockError if a fetch of this task is missing or something still waits on the rendezvous.
+        Nodes left half-fed inside a partition do not stop a run whose fetches were all produced: it
+        ends at quiescence, as the unpartitioned and the in-process partitioned runs do (TensorFlow's
+        ``testLoop_false``), so a dead fetch is a DeadFetchError on the driver, as there."""
+        rendezvous = rv.report()
         by_device = {p.device: p for p in parts}
         missing = [f"#{i}" for i, d, key in plan.fetches
                    if key not in by_device[d].produced and key not in by_device[d].feeds]
-        if lines or missing:
+        if rendezvous or missing:
+            lines = list(rendezvous)
+            for p in parts:
+                lines += p.waiting_report()
             head = f"fetches {', '.join(missing)} were never produced. " if missing else ""
             body = "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
             raise DeadlockError(f"task {self.task}: {head}no partition can fire. Blocked:\n"

@@ -59,10 +59,13 @@ def cond_across_tasks() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
 
 def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
                    recv_timeout: float = 10.0, only: Any = None, options: RunOptions | None = None,
-                   executor: str = "reference", requests: dict[str, str] | None = None) -> dict[str, Any]:
+                   executor: str = "reference", requests: dict[str, str] | None = None,
+                   messages: list[tuple[str, str, str]] | None = None, frozen: bool = False) -> dict[str, Any]:
     """Run a graph on one ``TaskRunner`` per task, in threads of this process, wired by direct calls
     (no Ray): task -> TaskOutcome, or the exception it raised. ``only``: run just these tasks;
-    ``executor``: the partition executor kind of every task; ``requests``: soft placement."""
+    ``executor``: the partition executor kind of every task; ``requests``: soft placement;
+    ``messages``: a list that gets (sender, receiver, method) for every message; ``frozen``: deliver
+    arrays read-only, as Ray's object store hands them over."""
     parted = partition(g, place(g, SPEC.devices, requests), fetches, {(t.node.id, t.index) for t in feeds})
     check_partitions(parted)
 
@@ -74,13 +77,19 @@ def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor,
     task_feeds = split_feeds(parted, task_of, fed)
     runners: dict[str, TaskRunner] = {}
 
-    def outbox(dst: str, method: str, *args: Any) -> None:
-        if dst in runners:
-            getattr(runners[dst], method)(*args)
+    def outbox_of(src: str) -> Any:
+        def outbox(dst: str, method: str, *args: Any) -> None:
+            if messages is not None:
+                messages.append((src, dst, method))
+            if frozen and method == "deliver":
+                args = (args[0], [(key, _read_only(v), dead) for key, v, dead in args[1]], *args[2:])
+            if dst in runners:
+                getattr(runners[dst], method)(*args)
+        return outbox
 
     for t, plan in plans.items():
         if only is None or t in only:
-            runners[t] = TaskRunner(t, outbox)
+            runners[t] = TaskRunner(t, outbox_of(t))
             runners[t].prepare(0, plan, executor)
     out: dict[str, Any] = {}
 
@@ -96,6 +105,13 @@ def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor,
     for th in threads:
         th.join(60)
     return out
+
+
+def _read_only(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        value = value.copy()
+        value.setflags(write=False)
+    return value
 
 
 def fetched(outcomes: dict[str, Any]) -> list[Any]:

@@ -159,6 +159,33 @@ def test_variables_stay_on_their_task_and_gradients_cross_tasks(pool: TaskPool) 
     assert ray.get(pool.actors[T1].variable_names.remote(uid)) == []
 
 
+def test_closing_a_backend_on_a_shared_pool_forgets_only_its_variables(pool: TaskPool) -> None:
+    """The backend's own close (what a session's close ends with) deletes its Variables from the
+    tasks and leaves the shared pool's actors, and the other sessions' Variables, alone."""
+    g, x, loss, step = _training_graph()
+    mine, other = tn.Session(g, cluster=pool), tn.Session(g, cluster=pool)
+    mine.run(step, {x: 1.0})
+    other.run(step, {x: 1.0})
+    uids = mine.backend.uid, other.backend.uid
+    mine.backend.close()
+    assert [ray.get(pool.actors[T1].variable_names.remote(u)) for u in uids] == [[], ["w"]]
+    assert pool.closed is None and other.run(loss, {x: 1.0}) is not None
+    other.close()
+
+
+def test_feeds_on_a_cluster_are_checked_as_in_one_process(pool: TaskPool) -> None:
+    """A fed tensor the fetch does not need is allowed, as in one process; a missing feed is a
+    FeedError naming the Placeholder, raised on the driver."""
+    g, x, z = _cast_across_tasks()
+    with g.as_default():
+        unused = tn.placeholder(tn.float32, shape=[], name="unused")
+    want = tn.Session(g).run(z, {x: 1.5, unused: 2.0})
+    with tn.Session(g, cluster=pool) as sess:
+        assert sess.run(z, {x: 1.5, unused: 2.0}) == want
+        with pytest.raises(tn.FeedError, match=r'^Placeholder node "x" \(created at .*\) must be fed a value'):
+            sess.run(z)
+
+
 def test_checkpoint_restores_variables_into_a_new_cluster_session(pool: TaskPool, tmp_path: Any) -> None:
     """Train two steps, checkpoint, close the session (its Variables are gone from the tasks), restore
     into a new session and train on: the same as three steps in one session (the checkpoint reads and

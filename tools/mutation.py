@@ -61,6 +61,12 @@ _REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_referenc
 _DEV_TESTS = ["test_mutants_devices.py", "test_mutants_devices2.py", "test_devices.py", "test_devices_smallstep.py",
               "test_devices_properties.py", "test_bad_inputs.py"]
 _DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
+_CLUSTER_TESTS = ["test_mutants_cluster.py", "test_cluster.py"]  # in-process tasks: no Ray needed
+#: Ray's actors run in worker processes, which import the unmutated modules: a campaign on
+#: ``ray_runtime.py`` reaches only the driver's side (``RayBackend``, ``TaskPool``, ``RemoteVariables``),
+#: and a mutant inside ``TaskActor`` shows as not reached.
+_RAY_TESTS = ["test_mutants_ray.py", "test_ray.py"]
+_FAST_DEV_TESTS = ["test_mutants_devices_fast.py", "test_devices_fast.py", "test_devices_spmd.py"]
 _FAST_TESTS = ["test_mutants_fast.py", "test_mutants_fast2.py", "test_ops.py", "test_fast.py", "test_session.py",
                "test_raw.py", "test_variables.py", "test_fast_gradients.py"]
 # the gradient stacks' chunking, swapping and memory accounting, and the cond chains raised to lax.switch
@@ -88,6 +94,16 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/rendezvous.py": {"module": "turnout.devices.rendezvous", "tests": _DEV_TESTS, "select": _DEV_SELECT},
+    "devices/smallstep.py": {"module": "turnout.devices.smallstep",
+                             "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py"]},
+    "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
+    "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace", "tests": _CLUSTER_TESTS},
+    "devices/partition_executors.py": {"module": "turnout.devices.partition_executors", "tests": _CLUSTER_TESTS},
+    "devices/task_runner.py": {"module": "turnout.devices.task_runner", "tests": _CLUSTER_TESTS},
+    "devices/ray_runtime.py": {"module": "turnout.devices.ray_runtime", "tests": _RAY_TESTS},
+    "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
+    "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
+    "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 
