@@ -141,6 +141,8 @@ class Emitter:
         self.state: dict[str, Any] = {}
         self.lives: dict[Key, Any] = {}
         self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
+        # fed tensors the plan is specialised on (``lowering.NeedsStatic``): their values, as constants
+        self.static: dict[Key, Any] = {}
         # Inside one function of a raised case chain (``case_chain``): the chain's predicates, fixed,
         # by region id, and the speculable nodes already computed up front (never computed again).
         self.forced: dict[int, bool] = {}
@@ -199,6 +201,9 @@ class Emitter:
 
     # ---- items ----------------------------------------------------------------------------------
     def run_items(self, items: list[Item], env: Env) -> None:
+        for k, v in self.static.items():
+            if k in env:
+                env[k] = v
         for it in items:
             if isinstance(it, Node):
                 self.run_node(it, env)
