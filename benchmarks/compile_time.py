@@ -111,33 +111,40 @@ def jax_program(shape: str, n: int) -> Callable[..., Any]:
     return conds
 
 
-def measure(shape: str, n: int) -> dict[str, Any]:
-    """First-run seconds of the Turnout program on the fast backend and of the JAX program."""
+def measure(shape: str, n: int, repeat: int = 1) -> dict[str, Any]:
+    """First-run seconds of the Turnout program on the fast backend and of the JAX program: the best
+    of ``repeat`` tries each, taken in turn (Turnout, JAX, Turnout, ...) so that load on a shared
+    machine falls on both sides alike. Every try builds a fresh graph and a fresh JAX function, so
+    nothing is cached between tries."""
     import jax
 
-    g, out, ph = build(shape, n)
-    fv = feeds(shape, n)
-    t0 = time.perf_counter()
-    sess = tn.Session(g, backend="fast")
-    got = sess.run(out, {ph[k]: v for k, v in fv.items()})
-    fast_s = time.perf_counter() - t0
-    traces = sess.backend.compile_count
-    fn = jax_program(shape, n)
-    t0 = time.perf_counter()
-    want = np.asarray(jax.jit(fn)(*fv.values()))
-    jax_s = time.perf_counter() - t0
+    fast, jx = [], []
+    for _ in range(repeat):
+        g, out, ph = build(shape, n)
+        fv = feeds(shape, n)
+        t0 = time.perf_counter()
+        sess = tn.Session(g, backend="fast")
+        got = sess.run(out, {ph[k]: v for k, v in fv.items()})
+        fast.append(time.perf_counter() - t0)
+        traces = sess.backend.compile_count
+        fn = jax_program(shape, n)
+        t0 = time.perf_counter()
+        want = np.asarray(jax.jit(fn)(*fv.values()))
+        jx.append(time.perf_counter() - t0)
+    fast_s, jax_s = min(fast), min(jx)
     return {"shape": shape, "n": n, "fast_s": fast_s, "jax_s": jax_s, "ratio": fast_s / jax_s,
-            "nodes": len(g.nodes), "fast_traces": traces,
+            "nodes": len(g.nodes), "fast_traces": traces, "repeat": repeat,
             "agree": bool(np.allclose(np.asarray(got), want, rtol=1e-5))}
 
 
-def run(quick: bool) -> dict[str, Any]:
+def run(quick: bool, shapes: tuple[str, ...] = SHAPES, repeat: int = 1) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else SIZES
     rows = []
-    for shape in SHAPES:
+    measure(shapes[0], 2)  # warm up: JAX's and Turnout's first-use costs belong to neither size
+    for shape in shapes:
         for n in sizes:
-            rows.append(measure(shape, n))
-    deep = [] if quick else [measure(s, 100) for s in ("loops", "conds")]
+            rows.append(measure(shape, n, repeat))
+    deep = [] if quick else [measure(s, 100, repeat) for s in ("loops", "conds") if s in shapes]
     return {"name": "compile_time", "sizes": sizes, "rows": rows, "deep": deep}
 
 
@@ -148,9 +155,11 @@ def plot(res: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SHAPES), figsize=(12, 3.6), sharey=False)
+    shapes = [s for s in SHAPES if any(r["shape"] == s for r in res["rows"])]
+    fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.6), sharey=False, squeeze=False)
+    axes = axes[0]
     titles = {"case": "tn.case with n branches", "loops": "n nested while loops", "conds": "n nested conds"}
-    for ax, shape in zip(axes, SHAPES, strict=True):
+    for ax, shape in zip(axes, shapes, strict=True):
         rows = [r for r in res["rows"] + res.get("deep", []) if r["shape"] == shape]
         rows.sort(key=lambda r: r["n"])
         ns = [r["n"] for r in rows]
@@ -180,11 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="sizes 2, 8 and 32 only")
     ap.add_argument("--plot", metavar="PNG", help="also draw the plot (needs matplotlib: pip install -e '.[plots]')")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="which programs, comma-separated (default: all)")
+    ap.add_argument("--repeat", type=int, default=3, help="tries per size and side; the best is kept (default 3)")
     args = ap.parse_args(argv)
+    shapes = tuple(s for s in args.shapes.split(",") if s)
+    if not shapes or any(s not in SHAPES for s in shapes):
+        ap.error(f"--shapes takes some of {', '.join(SHAPES)}")
     import jax
 
     with jax.enable_x64(True):
-        res = run(args.quick)
+        res = run(args.quick, shapes, args.repeat)
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "benchmarks", "results", "compile_time.json"), "w") as f:
         json.dump(res, f, indent=2)

@@ -60,6 +60,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.lowering import NeedsStatic
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, TA, Handle, to_host, wrap_static
@@ -200,6 +201,8 @@ class Plan:
                 and not self.stack_nodes)
 
     no_direct = False
+    #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
+    static_feeds: dict[Key, Any] = {}
 
     # ---- compiled functions ---------------------------------------------------------------------
     def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
@@ -230,6 +233,7 @@ class Plan:
         em = Emitter(self.program, self.codes, self.capacity, max_iter)
         em.state = dict(state)
         em.fed = self.fed
+        em.static = self.static_feeds
         return em
 
     def segment_fn(self, st: Stage, fused: bool = False) -> Any:
@@ -440,6 +444,9 @@ class FastBackend:
                 raise ValueError(f"{name} must be a bool, got {flag!r}")
         self.fallback = fallback
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
+        # run signature -> fed tensors whose values decide shapes: plans are specialised on them
+        self._static_keys: dict[Any, frozenset[Key]] = {}
+        self._static_now: dict[Key, np.ndarray] = {}  # their values in the run being planned
         self._reference: Any = None
         self.graph = graph
         self.stack_chunk = stack_chunk
@@ -526,7 +533,22 @@ class FastBackend:
         if self._fallback and dsig in self._fallback:
             return self._run_reference(dsig, fetches, feeds, variables, options)
         try:
-            return self._run_compiled(dsig, fetches, feeds, variables, options)
+            while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
+                static = self._static_keys.get(dsig, frozenset())
+                by_key = {key(t): v for t, v in feeds.items()}
+                self._static_now = {k: np.asarray(by_key[k]) for k in sorted(static)}
+                vsig = dsig + (tuple((k, v.tobytes()) for k, v in self._static_now.items()),) if static else dsig
+                try:
+                    result = self._run_compiled(vsig, fetches, feeds, variables, options)
+                    result.stats["executor"] = "compiled"
+                    if static:
+                        result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
+                                                                for k in static)
+                    return result
+                except NeedsStatic as e:
+                    if e.keys <= static or not e.keys <= set(by_key):
+                        raise UnsupportedError(str(e)) from None
+                    self._static_keys[dsig] = static | e.keys
         except UnsupportedError as e:
             if not self.fallback:
                 raise
@@ -645,6 +667,7 @@ class FastBackend:
             tuple((name, np.asarray(v).dtype.str, np.asarray(v).shape) for name, v in
                   ((name, variables.get(name, vn.attrs.get("initial_value"))) for name, vn in
                    sorted(self.graph.variables.items()))), cap,
+            tuple((k, v.tobytes()) for k, v in self._static_now.items()),
         )
         plan = self._plans.get(sig)
         if plan is None:
@@ -653,6 +676,7 @@ class FastBackend:
                 raise NeedsDeep(self._switch_count())  # raising may recurse once per nested cond
             program = functionalize(self.graph, fetches, feeds)
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
+            plan.static_feeds = dict(self._static_now)
             if plan.nesting > DEEP_NESTING:
                 self._deep_nesting = max(self._deep_nesting, plan.nesting)
                 if not deep:

@@ -24,7 +24,7 @@ import numpy as np
 from turnout import kernels
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
-from turnout.fast.case_chain import MIN_LEVELS, find_chain, first_true, speculate
+from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
 from turnout.fast.values import DEAD, TA, Handle, is_static
@@ -141,6 +141,8 @@ class Emitter:
         self.state: dict[str, Any] = {}
         self.lives: dict[Key, Any] = {}
         self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
+        # fed tensors the plan is specialised on (``lowering.NeedsStatic``): their values, as constants
+        self.static: dict[Key, Any] = {}
         # Inside one function of a raised case chain (``case_chain``): the chain's predicates, fixed,
         # by region id, and the speculable nodes already computed up front (never computed again).
         self.forced: dict[int, bool] = {}
@@ -199,6 +201,9 @@ class Emitter:
 
     # ---- items ----------------------------------------------------------------------------------
     def run_items(self, items: list[Item], env: Env) -> None:
+        for k, v in self.static.items():
+            if k in env:
+                env[k] = v
         for it in items:
             if isinstance(it, Node):
                 self.run_node(it, env)
@@ -470,6 +475,11 @@ class Emitter:
                 "type or shape across iterations (shape_invariants); XLA loops need a fixed shape")
 
     def run_while(self, r: WhileRegion, env: Env) -> None:
+        # The light form computes the predicate in the loop's test; an emitter that shares predicates
+        # between devices (the SPMD tier's ``read_pred``, a collective) keeps it in the body instead.
+        if light_header(r) and type(self).read_pred is Emitter.read_pred:
+            self.run_light_while(r, env)
+            return
         start, body, finish = self.while_fns(r, env)
         c0 = start(self.state)
         if c0 is None or (is_static(c0[1]) and not bool(c0[1])):
@@ -489,3 +499,146 @@ class Emitter:
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
                 f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
         finish(c, env)
+
+    def run_light_while(self, r: WhileRegion, env: Env) -> None:
+        """A loop whose header is speculable (``light_header``), as ``lax.while_loop`` in the shape a
+        hand-written JAX loop has: the carry is the loop variables and the run-time state, the
+        predicate is computed by the loop's test (not carried), and the iteration bound reads the
+        counter ``while_loop`` already keeps (``counters``) instead of adding one.
+
+        Why: every extra element of a loop carry (the predicate, an iteration count) costs XLA
+        copies and kernels at every nesting level; with them, nested loops took 3 to 7 times as long
+        to compile as the same loops written in JAX. The header runs again at the start of the body
+        and after the loop, which is invisible because it has no effects and cannot fail.
+        """
+        base = dict(env)
+        for inv in r.invariants:
+            base[key(inv.outputs[0])] = self.read(env, inv.inputs[0], inv)
+        pkey = key(r.loop_cond.inputs[0])
+        lck = key(r.loop_cond.outputs[0])
+
+        # The invariants the header reads (and the iteration bound) travel in the carry: the loop's
+        # test then closes over nothing, so they are not passed to XLA's loop twice (once for the
+        # test, once for the body).
+        hkeys = sorted({key(t) for n in r.header for t in n.inputs if key(t) in base and not is_static(base[key(t)])})
+
+        def header(vals: list[Any], first: bool, hvals: Optional[list[Any]] = None) -> tuple[Env, Any]:
+            henv = dict(base)
+            if hvals is not None:
+                henv.update(zip(hkeys, hvals, strict=True))
+            for (_, m, _, es, ns), v in zip(r.loop_vars, vals, strict=True):
+                henv[key(m.outputs[0])] = v
+                henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
+            self.run_items(r.header, henv)
+            return henv, self.read_pred(henv, r.loop_cond.inputs[0])
+
+        def side(henv: Env, pred: Any, taken: int) -> Env:
+            """The loop's environment on one side of its Switches ([E-Switch] with the predicate
+            decided): output ``taken`` carries the loop value, the other output is dead."""
+            senv = dict(henv)
+            senv[pkey] = senv[lck] = pred
+            for s in r.switches:
+                senv[key(s.outputs[taken])] = self.read(senv, s.inputs[0], s)
+                senv[key(s.outputs[1 - taken])] = DEAD
+            return senv
+
+        def finish(vals: list[Any], first: bool) -> None:
+            henv, pred = header(vals, first)
+            eenv = side(henv, pred, 0)
+            self.run_items(r.exit_side, eenv)
+            # a predicate still true after the loop means the iteration budget was spent (or, in a
+            # fused attempt, an error stopped the loop, which the error word already holds)
+            self.check(~jnp.asarray(pred),
+                       f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
+                       "does the loop end?", code="nonterm")
+            for x in r.exits:
+                env[key(x.outputs[0])] = self.read(eenv, x.inputs[0], x)
+
+        vals0 = [self.read(env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
+        if any(v is DEAD for v in vals0):
+            for x in r.exits:
+                env[key(x.outputs[0])] = DEAD
+            return
+        _, p0 = header(vals0, True)
+        if is_static(p0) and not bool(p0):
+            finish(vals0, True)
+            return
+        # Counters (next = self + 1) that start equal stay equal: one of them is carried for all
+        # (``while_loop``'s own counter and a user's ``i`` are usually such twins), and one that
+        # starts at 0 is the iteration count the bound tests.
+        starts = {j: int(vals0[j]) for j in counters(r) if is_static(vals0[j])}
+        twin: dict[int, int] = {}
+        for j, v in starts.items():
+            twin[j] = next(k for k in starts if starts[k] == v)
+        keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
+        count = next((j for j in keep if starts.get(j) == 0), None)
+
+        def full(kept: list[Any]) -> list[Any]:
+            vals: list[Any] = [None] * len(vals0)
+            for j, v in zip(keep, kept, strict=True):
+                vals[j] = v
+            return [vals[twin.get(j, j)] for j in range(len(vals0))]
+
+        def body(c: Any) -> Any:
+            kept, state, iters, (hvals, mi) = c
+            self.state = dict(state)
+            saved, self.max_iter = self.max_iter, mi
+            henv, pred = header(full(kept), False, hvals)
+            benv = side(henv, pred, 1)
+            self.run_items(r.body, benv)
+            nxt = [self.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in keep]
+            self.max_iter = saved
+            return _jnp_tree((nxt, self.state, None if iters is None else iters + 1, (hvals, mi)))
+
+        c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
+              ([base[k] for k in hkeys], self.max_iter))
+        c0, traced = self.discover(body, _jnp_tree(c0), r)
+        stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
+
+        def cond(c: Any) -> Any:
+            kept, state, iters, (hvals, mi) = c
+            vals = full(kept)
+            _, pred = header(vals, False, hvals)
+            ok = jnp.asarray(pred, bool) & ((vals[count] if count is not None else iters) < mi)
+            return ok & (state["err"] == 0) if stop else ok
+
+        try:
+            kept, self.state, _, _ = jax.lax.while_loop(cond, traced, c0)
+        except TypeError as e:
+            raise UnsupportedError(
+                f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
+                f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
+        finish(full(kept), False)
+
+
+def light_header(r: WhileRegion) -> bool:
+    """Whether a loop's header (what computes its predicate from the loop variables) is made of
+    speculable ops only, and nothing reads a loop Merge's ``value_index``: then the header may be
+    recomputed from the loop variables wherever its values are needed, and nothing of it need be
+    carried (``Emitter.run_light_while``)."""
+    if not all(isinstance(it, Node) and it.op in SPECULABLE for it in r.header):
+        return False
+    merges = {m.id for _, m, _, _, _ in r.loop_vars}
+    return not any(t.index == 1 and t.node.id in merges for n in r.nodes for t in n.inputs)
+
+
+def counters(r: WhileRegion) -> list[int]:
+    """The indices of the loop variables that count iterations: int32s whose next value is their own
+    body value plus the constant 1. ``while_loop`` adds one to every loop (the paper's forward
+    counter). Started at 0, after ``k`` bodies such a counter holds ``k``, so the iteration bound
+    can test it instead of carrying a count of its own."""
+    out = []
+    for j, (_, m, nx, _, _) in enumerate(r.loop_vars):
+        add = nx.inputs[0].node
+        if add.op != "Add" or len(add.inputs) != 2 or m.outputs[0].dtype.numpy != np.int32:
+            continue
+        src, one = add.inputs
+        while src.node.op == "Identity":
+            src = src.node.inputs[0]
+        sw = src.node
+        if not (sw in r.switches and src.index == 1 and sw.inputs[0].node is m and sw.inputs[0].index == 0):
+            continue
+        if one.node.op == "Const" and np.asarray(one.node.attrs.get("value")).shape == () \
+                and int(one.node.attrs["value"]) == 1:
+            out.append(j)
+    return out

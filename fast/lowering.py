@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,7 @@ from turnout import dtypes as dt
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.values import DEAD, TA, Handle, is_static
-from turnout.graph import Node
+from turnout.graph import Node, Tensor
 from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
 from turnout.tables import registrar
@@ -54,6 +54,57 @@ UNSUPPORTED: dict[str, str] = {
 
 
 _r = registrar(LOWERING_RULES)
+
+
+class NeedsStatic(UnsupportedError):
+    """A shape argument (a ``fill`` shape, a TensorArray size, a slice bound) known only at run time,
+    computed from root-frame feeds alone.
+
+    Why an error of its own: XLA needs static shapes, but such a program still compiles once those
+    feeds are constants of the plan. The backend catches this error, makes the feeds in ``keys``
+    static (their values become part of the plan's cache key, so a value seen before never
+    recompiles) and traces again. Where nothing is learned (no feed behind the value) it is an
+    ordinary ``UnsupportedError`` and the program runs on the interpreter fallback.
+    """
+
+    def __init__(self, message: str, keys: frozenset[tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
+#: ops through which a shape argument is not traced back to feeds: their value is not a function of
+#: the root frame's feeds alone (loop state, branches, effects)
+_NOT_FROM_FEEDS = frozenset({"Merge", "Switch", "NextIteration", "Exit", "LoopCond", "Placeholder", "Sleep"})
+
+
+def feeds_behind(t: Tensor, fed: set[int]) -> Optional[frozenset[tuple[int, int]]]:
+    """The fed tensors whose values alone decide ``t`` (through constants, loop invariants and pure
+    ops), or None when something else does: then making feeds static cannot make ``t`` static."""
+    keys: set[tuple[int, int]] = set()
+    work, seen = [t], set()
+    while work:
+        u = work.pop()
+        n = u.node
+        if (n.id, u.index) in seen:
+            continue
+        seen.add((n.id, u.index))
+        if n.id in fed:
+            keys.add((n.id, u.index))
+        elif (n.op in _NOT_FROM_FEEDS or n.op.startswith(("TensorArray", "Stack", "Assign", "Var"))
+              or (n.op == "Enter" and not n.attrs.get("is_constant"))):
+            return None
+        else:
+            work += list(n.inputs)
+    return frozenset(keys) if keys else None
+
+
+def _not_static(ctx: LoweringContext, n: Node, i: int, message: str) -> NoReturn:
+    """Refuse a shape argument (input ``i`` of ``n``) that is not static while tracing: ``NeedsStatic``
+    when feeds decide it (the backend specialises the plan on their values), else ``UnsupportedError``."""
+    keys = feeds_behind(n.inputs[i], getattr(ctx, "fed", set()))
+    if keys:
+        raise NeedsStatic(message, keys)
+    raise UnsupportedError(message)
 
 
 def _np(d: Any) -> Any:
@@ -243,9 +294,9 @@ def _index(ctx: LoweringContext, n: Node, shape: Sequence[int], dyn: Sequence[An
             if is_static(d):
                 return int(d)
             if what == "slice":
-                raise UnsupportedError(
-                    f"fast backend: {describe_node(n)} slices with a bound known only at run time; XLA needs "
-                    "static slice sizes")
+                _not_static(ctx, n, len(n.inputs) - len(dyn) + v["input"],
+                            f"fast backend: {describe_node(n)} slices with a bound known only at run time; XLA "
+                            "needs static slice sizes")
             return d
         return v
 
@@ -343,7 +394,7 @@ def _ones_like(ctx, n, xs):
 def _fill(ctx, n, xs):
     shp, v = xs
     if not is_static(shp):
-        raise UnsupportedError(f"fast backend: {describe_node(n)}: the shape of Fill must be known when compiling")
+        _not_static(ctx, n, 0, f"fast backend: {describe_node(n)}: the shape of Fill must be known when compiling")
     _guard(n, [int(d) for d in np.ravel(shp)], jnp.result_type(v))
     return [jnp.full(tuple(int(d) for d in shp), v, dtype=jnp.result_type(v))]
 
@@ -388,9 +439,9 @@ def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
 @_r("TensorArrayNew")
 def _ta_new(ctx, n, xs):
     if not is_static(xs[0]):
-        raise UnsupportedError(
-            f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may depend "
-            "on the shapes of fed values, not on fed values); use a fixed-size TensorArray")
+        _not_static(ctx, n, 0,
+                    f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may "
+                    "depend on the shapes and values of fed tensors, not on loop state)")
     size = int(xs[0])
     _guard(n, [max(size, 0)], np.int64)  # the slot table, counted as in the reference kernels
     if size < 0:
@@ -559,16 +610,16 @@ def _ta_accumulate(ctx, n, xs):
     return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].add(v), ta.mask.at[j].set(True))]
 
 
-def _static_shape(n: Node, shp: Any) -> tuple[int, ...]:
+def _static_shape(ctx: LoweringContext, n: Node, shp: Any, i: int) -> tuple[int, ...]:
     if not is_static(shp):
-        raise UnsupportedError(f"fast backend: {describe_node(n)}: the shape must be known when compiling")
+        _not_static(ctx, n, i, f"fast backend: {describe_node(n)}: the shape must be known when compiling")
     return tuple(int(d) for d in np.asarray(shp))
 
 
 @_r("TensorArrayReadOrZeros")
 def _ta_read_or_zeros(ctx, n, xs):
     ta, i, shp = xs
-    shape = _static_shape(n, shp)
+    shape = _static_shape(ctx, n, shp, 2)
     if ta.pending or not ta.size:
         ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: TensorArrayReadOrZeros: index out of range "
                   f"for a TensorArray of size {ta.size}")
@@ -580,7 +631,7 @@ def _ta_read_or_zeros(ctx, n, xs):
 @_r("TensorArrayStackOrZeros")
 def _ta_stack_or_zeros(ctx, n, xs):
     ta, shp = xs
-    shape = _static_shape(n, shp)
+    shape = _static_shape(ctx, n, shp, 1)
     if shape[0] != ta.size:
         raise UnsupportedError(f"fast backend: {describe_node(n)}: {ta.size} slots for a leading dimension of "
                                f"{shape[0]}")

@@ -121,3 +121,89 @@ def test_deeply_nested_loops_run(low_recursion_limit: None) -> None:
     with pytest.raises(tn.NonTerminationError):  # errors cross back from the deep-stack worker
         sess.run(y, {x: np.float32(2.0), trips: np.int32(2)}, max_iterations=1)
     assert sess.backend.compile_count == 1  # new trip counts and budgets do not recompile
+
+
+# ---- loops in the light form (emit.run_light_while) ---------------------------------------------
+def _loop_region(g: tn.Graph, fetch: tn.Tensor, feeds: list[tn.Tensor]) -> Any:
+    from turnout.fast.functionalize import functionalize
+    from turnout.fast.regions import WhileRegion
+
+    return next(it for it in functionalize(g, [fetch], feeds).items if isinstance(it, WhileRegion))
+
+
+def test_a_loop_with_a_comparison_header_is_light_and_its_counters_are_found() -> None:
+    from turnout.fast.emit import counters, light_header
+
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        # loop var 0 is while_loop's own counter; i counts too; j steps by 2; k counts a float
+        _, _, y = tn.while_loop(lambda i, j, y: i < n, lambda i, j, y: (i + 1, j + 2, y * 2.0),
+                                [tn.constant(0), tn.constant(0), tn.constant(1.0)])
+    r = _loop_region(g, y, [n])
+    assert light_header(r)
+    names = {r.loop_vars[j][0].inputs[0].node.name for j in counters(r)}
+    # the builder's counter and i (each starts from a constant of its own); j (+2) and y are no counters
+    assert len(names) == 2 and any("counter_init" in s for s in names)
+    assert len(r.loop_vars) >= 3
+
+
+def test_a_header_that_can_fail_is_not_light() -> None:
+    from turnout.fast.emit import light_header
+
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        # integer division may fail (by zero): the header must run once per iteration, not be recomputed
+        (y,) = tn.while_loop(lambda i: (n // i) > 1, lambda i: i + 1, [tn.constant(1)])
+    assert not light_header(_loop_region(g, y, [n]))
+    for backend in ("reference", "fast"):
+        assert int(tn.Session(g, backend=backend).run(y, {n: np.int32(5)})) == 3
+
+
+@pytest.mark.parametrize("start", [0, 3])
+def test_twin_counters_share_one_carry_slot_and_keep_their_values(start: int) -> None:
+    """A user's counter that starts where while_loop's own does is carried once; one that starts
+    elsewhere is carried on its own. Both give the reference's values, and the bound still counts
+    iterations (not the user's counter) when the user's counter starts at 3."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        i, acc = tn.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, a + i * 10),
+                               [tn.constant(start), tn.constant(0)])
+    want = tn.Session(g, backend="reference").run([i, acc], {n: np.int32(7)})
+    got = tn.Session(g, backend="fast").run([i, acc], {n: np.int32(7)})
+    assert [int(v) for v in got] == [int(v) for v in want]
+    # the budget counts iterations, not the user's counter (away from the boundary, where the
+    # backends are known to differ by one: docs/missing.rst)
+    trips = 7 - start
+    for backend in ("reference", "fast"):
+        sess = tn.Session(g, backend=backend)
+        assert int(sess.run(i, {n: np.int32(7)}, max_iterations=trips + 1)) == 7
+        with pytest.raises(tn.NonTerminationError):
+            sess.run(i, {n: np.int32(7)}, max_iterations=trips - 1)
+
+
+def test_an_inner_loop_over_budget_is_named_in_a_nest() -> None:
+    """The iteration bound of a light loop nested in others: the loop that runs over is the one the
+    error names, on both backends, and its enclosing loops stop with the same error type."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        outer_n = tn.placeholder(tn.int32, [], name="outer_n")
+        inner_n = tn.placeholder(tn.int32, [], name="inner_n")
+
+        def inner(w: Any) -> Any:
+            return tn.while_loop(lambda j, v: j < inner_n, lambda j, v: (j + 1, v + 1.0),
+                                 [tn.constant(0), w], name="inner")[1]
+
+        _, y = tn.while_loop(lambda i, w: i < outer_n, lambda i, w: (i + 1, inner(w)),
+                             [tn.constant(0), x], name="outer")
+    feeds = {x: np.float32(0.0), outer_n: np.int32(3), inner_n: np.int32(5)}
+    for backend in ("reference", "fast"):
+        sess = tn.Session(g, backend=backend)
+        assert float(sess.run(y, feeds, max_iterations=8)) == 15.0
+        with pytest.raises(tn.NonTerminationError, match="loop frame 'outer/body/inner/"):
+            sess.run(y, {**feeds, inner_n: np.int32(9)}, max_iterations=8)
+        with pytest.raises(tn.NonTerminationError, match="loop frame 'outer/frame"):
+            sess.run(y, {**feeds, outer_n: np.int32(9)}, max_iterations=8)

@@ -23,8 +23,6 @@ CASES = sorted(p.stem for p in DATA.glob("*.pbtxt"))
 
 # Known limits, each with the error it raises (so the test fails when one is lifted, or changes).
 KNOWN = {
-    # the fast backend compiles TensorArrays of a static size; this one's size is fed
-    ("tensor_array_loop", "fast"): (UnsupportedError, "size must be known when compiling"),
     # tf.gradients pushes a TensorArray flow onto a stack: the fast backend stacks arrays only
     ("grad_scan", "fast"): (UnsupportedError, "cannot lower StackPush"),
 }

@@ -1,0 +1,154 @@
+"""Programs whose shapes depend on fed values, compiled by specialising the plan on those values.
+
+Why these tests: XLA needs static shapes, so a ``fill`` from a fed shape, a slice with fed bounds or
+a TensorArray of fed size used to run on the reference interpreter (the fallback). The fast backend
+now makes such feeds constants of the plan (``lowering.NeedsStatic``), with their values in the
+compile-cache key: each case below must say ``stats['executor'] == 'compiled'``, give the reference's
+values (gradients included), never recompile for a value already seen, and leave programs with
+static shapes as they were. What still falls back (shapes decided by loop state) is checked too.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+pytest.importorskip("jax")
+
+
+def compiled(sess: tn.Session, fetches: Any, feed: dict[Any, Any]) -> Any:
+    """Run on the fast backend, requiring the compiled executor (a fallback warning fails the test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = sess.run(fetches, feed)
+    assert sess.last_result.stats["executor"] == "compiled"
+    return got
+
+
+def reference(g: tn.Graph, fetches: Any, feed: dict[Any, Any]) -> Any:
+    return tn.Session(g, backend="reference").run(fetches, feed)
+
+
+def test_fill_from_a_fed_shape_compiles_once_per_shape() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        shp = tn.placeholder(tn.int32, [2], name="shp")
+        v = tn.placeholder(tn.float32, [], name="v")
+        y = tn.fill(shp, v) * 2.0
+    sess = tn.Session(g, backend="fast")
+    counts = []
+    for s in ([2, 3], [4, 1], [2, 3], [4, 1]):
+        feed = {shp: np.array(s, np.int32), v: np.float32(1.5)}
+        np.testing.assert_array_equal(compiled(sess, y, feed), reference(g, y, feed))
+        assert sess.last_result.stats["specialized_on"] == ["shp:0"]
+        counts.append(sess.backend.compile_count)
+    assert counts[2] == counts[1] and counts[3] == counts[1]  # seen values: no recompile
+    assert counts[1] == counts[0] + 1  # a new value: one compile
+
+
+def test_slices_with_fed_bounds_compile() -> None:
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [], name="a")
+        b = tn.placeholder(tn.int32, [], name="b")
+        xs = tn.placeholder(tn.float32, [6, 4], name="xs")
+        y = xs[a:b] * 2.0
+        z = tn.reduce_sum(xs[a + 1:])
+    sess = tn.Session(g, backend="fast")
+    for lo, hi in ((1, 4), (0, 6), (1, 4), (3, 3)):
+        yv, zv = compiled(sess, [y, z], {a: np.int32(lo), b: np.int32(hi), xs: x})
+        np.testing.assert_array_equal(yv, x[lo:hi] * 2.0)
+        assert float(zv) == float(x[lo + 1:].sum())
+    assert sess.last_result.stats["specialized_on"] == ["a:0", "b:0"]
+
+
+def test_tensor_array_of_fed_size_with_gradient_compiles() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.placeholder(tn.float32, [], name="w")
+        ta0 = tn.TensorArray(tn.float32, size=n)
+        _, ta = tn.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, w * tn.cast(i, tn.float32))),
+                              [tn.constant(0), ta0])
+        total = tn.reduce_sum(ta.stack() * ta.stack())
+        (dw,) = tn.gradients(total, [w])
+    sess = tn.Session(g, backend="fast")
+    counts = []
+    for size in (5, 8, 5):
+        feed = {n: np.int32(size), w: np.float32(3.0)}
+        got = compiled(sess, [total, dw], feed)
+        want = reference(g, [total, dw], feed)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+        counts.append(sess.backend.compile_count)
+    assert counts[1] > counts[0] and counts[2] == counts[1]  # a new size compiles; the repeat of 5 does not
+
+
+def test_map_fn_over_fed_elements_compiles() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        elems = tn.fill(tn.stack([n, 3]), 1.0) * tn.cast(tn.reshape(n, [1, 1]), tn.float32)
+        y = tn.map_fn(lambda e: tn.reduce_sum(e * e), elems)
+    sess = tn.Session(g, backend="fast")
+    for size in (2, 4):
+        np.testing.assert_allclose(compiled(sess, y, {n: np.int32(size)}), np.full(size, 3.0 * size * size))
+
+
+def test_a_specialised_plan_updates_variables_and_keeps_errors() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        v = tn.Variable(0.0, name="v")
+        step = v.assign_add(tn.reduce_sum(tn.fill(tn.stack([n]), 2.0)))
+    sess = tn.Session(g, backend="fast")
+    assert float(compiled(sess, step, {n: np.int32(3)})) == 6.0
+    assert float(compiled(sess, step, {n: np.int32(2)})) == 10.0
+    with pytest.raises(tn.FeedError):
+        sess.run(step)
+
+
+def test_static_shapes_are_not_specialised() -> None:
+    """A program whose shapes are all static keeps one plan for every fed value."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        y = tn.fill([3], 1.0) * tn.cast(n, tn.float32)
+    sess = tn.Session(g, backend="fast")
+    for k in (1, 2, 3):
+        np.testing.assert_array_equal(compiled(sess, y, {n: np.int32(k)}), np.full(3, float(k)))
+        assert "specialized_on" not in sess.last_result.stats
+    assert sess.backend.compile_count == 1
+
+
+def test_a_shape_decided_by_loop_state_still_falls_back() -> None:
+    """Feeds cannot make a shape static when a loop variable decides it: that program runs on the
+    interpreter fallback, with the reference's values."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, acc = tn.while_loop(lambda i, a: i < n,
+                               lambda i, a: (i + 1, a + tn.reduce_sum(tn.fill(tn.stack([i]), 1.0))),
+                               [tn.constant(0), tn.constant(0.0)])
+    sess = tn.Session(g, backend="fast")
+    with pytest.warns(RuntimeWarning, match="reference interpreter"):
+        assert float(sess.run(acc, {n: np.int32(4)})) == 6.0
+    assert sess.last_result.stats["executor"] == "reference interpreter (fallback)"
+
+
+def test_a_negative_fed_dimension_is_the_reference_error() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        y = tn.fill(tn.stack([n]), 1.0)
+    with pytest.raises(tn.KernelError):
+        tn.Session(g, backend="reference").run(y, {n: np.int32(-2)})
+    with pytest.raises(tn.KernelError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        tn.Session(g, backend="fast").run(y, {n: np.int32(-2)})
