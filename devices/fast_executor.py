@@ -34,9 +34,11 @@ Gradient stacks live in the device state of the device of their pushes (placemen
 StackPush and StackPop with its StackNew), as the fast backend's chunked stack buffers. Between the
 segment calls of a host-driven loop, ``devices.swap.SpanningStacks`` moves a full chunk to host memory
 (the loop's ``swap_memory=True``) or keeps it on its device and goes on in a new buffer, and brings
-chunks back for the backward loop; ``device_memory_limit`` caps each device's stack bytes. A stack that
-outgrows its chunk inside one call (a loop compiled whole) runs the program again with twice the chunk
-(``stats['stack_capacity_retries']``). ``memory_records()`` reports the stack bytes per loop and
+chunks back for the backward loop; ``device_memory_limit`` caps each device's stack bytes. A loop with
+stacks on one device, outside the loops the host drives, is a segment of its own run chunk by chunk
+(``devices.region_driver``), so its chunks move the same way. A stack that outgrows its chunk inside
+one call (an inner loop compiled whole in a host-driven iteration) runs the program again with twice
+the chunk (``stats['stack_capacity_retries']``). ``memory_records()`` reports the stack bytes per loop and
 device of the last run. The SPMD tier cannot swap or count bytes per device, so it is passed over when
 either is asked for (``cannot_swap``).
 
