@@ -59,6 +59,10 @@ def main() -> int:
     import os
     import tempfile
 
+    # The docs' device examples place ops on cpu:0 .. cpu:7, as the tests do (tests/conftest.py):
+    # JAX reads this flag when it is first imported, which happens inside the pages' code.
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
     sys.path.insert(0, str(DOCS.parent / "examples"))
     os.chdir(tempfile.mkdtemp())
     changed = []

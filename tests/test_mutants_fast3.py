@@ -53,7 +53,8 @@ def test_an_inner_swapped_loop_refilled_from_several_host_chunks_keeps_its_accou
     """Irregular inner trip counts leave partly full chunks; a backward refill that needs more rows
     than the newest chunk holds takes the next one too, copied back on demand (only the newest is
     prefetched). That copy is counted on its own stack: every row of the memory report belongs to a
-    loop of the program, every chunk sent to the host comes back, and nothing is left on the host."""
+    loop of the program, and every chunk sent to the host comes back: copied back, except the newest of
+    each stack, which the backward loop takes from the device buffer it was copied from."""
     import test_swap_memory as sm
 
     m = sm.rnn(swap=False, nested=True)  # the inner loop swaps, the outer one keeps its chunks
@@ -66,11 +67,13 @@ def test_an_inner_swapped_loop_refilled_from_several_host_chunks_keeps_its_accou
         rows = {r.loop: r for r in tn.memory_report(sess).records}
         assert set(rows) == {"rnn", "rnn/body/inner"}
         inner = rows["rnn/body/inner"]
-        assert inner.swap_memory is True and inner.chunks_to_host > 0
-        assert inner.chunks_from_host == inner.chunks_to_host
+        stacks = len(tn.memory_report(m["g"]).loop("rnn/body/inner").stacked)
+        assert inner.swap_memory is True and inner.chunks_to_host > stacks
+        assert inner.chunks_from_host == inner.chunks_to_host - stacks
         assert rows["rnn"].chunks_to_host == rows["rnn"].chunks_from_host == 0
         stats = sess.last_result.stats
-        assert stats["stack_chunks_swapped"] == stats["stack_chunks_from_host"] == inner.chunks_to_host
+        assert stats["stack_chunks_swapped"] == inner.chunks_to_host
+        assert stats["stack_chunks_from_host"] == inner.chunks_from_host
 
 
 def test_stack_chunks_are_copied_by_one_named_worker_thread() -> None:
