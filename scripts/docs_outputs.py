@@ -61,8 +61,9 @@ def main() -> int:
 
     # The docs' device examples place ops on cpu:0 .. cpu:7, as the tests do (tests/conftest.py):
     # JAX reads this flag when it is first imported, which happens inside the pages' code.
-    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=8").strip()
     sys.path.insert(0, str(DOCS.parent / "examples"))
     os.chdir(tempfile.mkdtemp())
     changed = []
