@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small model and lengths: a smoke run")
     ap.add_argument("--docs", action="store_true", help="also write docs/_static/paper/memory.png")
+    ap.add_argument("--repeat", type=int, default=None, help="timed steps per side and length (default 9, 3 quick)")
     args = ap.parse_args(argv)
     if "jax" not in sys.modules:  # run alone: the conventions of every paper experiment
         force_host_devices(8)
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from turnout.errors import ResourceExhaustedError
 
     cfg = _config(args.quick)
+    if args.repeat is not None:
+        cfg["repeat"] = max(1, args.repeat)
     lengths, chunk = cfg["lengths"], cfg["chunk"]
     t_max = max(lengths)
     models = {swap: build(cfg["batch"], cfg["inp"], cfg["hidden"], t_max, swap_memory=swap) for swap in (False, True)}
@@ -120,6 +123,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             a, b = row["no_swap"].pop("values"), row["swap"].pop("values")
             row["agree"] = bool(all(np.allclose(x, y, rtol=1e-5, atol=1e-7) for x, y in zip(a, b, strict=True)))
             row["swap_over_no_swap"] = row["swap"]["median_s"] / row["no_swap"]["median_s"]
+            # each swapped step over the unswapped step timed just before it: the two saw the same load,
+            # so the median of these ratios is less moved by a load that drifts during the run
+            row["paired_swap_over_no_swap"] = statistics.median(
+                b / a for a, b in zip(times[False], times[True], strict=True))
         for side in ("swap", "no_swap"):
             row[side].pop("values", None)
         rows.append(row)
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "stack_chunk": chunk,
         "max_swap_over_no_swap": max((r["swap_over_no_swap"] for r in fits), default=None),
         "median_swap_over_no_swap": statistics.median([r["swap_over_no_swap"] for r in fits]) if fits else None,
+        "max_paired_swap_over_no_swap": max((r["paired_swap_over_no_swap"] for r in fits), default=None),
         "unswapped_fails_at": [r["T"] for r in rows if "error" in r["no_swap"]],
         "swapped_fails_at": [r["T"] for r in rows if "error" in r["swap"]],
         "swap_us_per_iteration_max_over_min": max(swapped) / min(swapped) if swapped else None,
@@ -148,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     cap, chunk = summary["limit_bytes"] / 2**20, summary["one_chunk_bytes"] / 2**20
     lines = [f"cap {cap:.2f} MiB, one chunk per stack {chunk:.2f} MiB",
-             "T | no swap us/iter | swap us/iter | swap/no swap | swap peak device MiB | chunks to host | "
+             "T | no swap us/iter | swap us/iter | swap/no swap (medians; paired) | swap peak device MiB | "
+             "chunks to host | "
              "hand-over ms/step (no swap, swap)"]
     for r in rows:
         ns = r["no_swap"]
@@ -157,7 +166,7 @@ def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             str(r["T"]),
             f"{ns['us_per_iteration']:.1f}" if "us_per_iteration" in ns else "out of memory",
             f"{sw['us_per_iteration']:.1f}" if "us_per_iteration" in sw else "out of memory",
-            f"{r['swap_over_no_swap']:.3f}" if "swap_over_no_swap" in r else "-",
+            f"{r['swap_over_no_swap']:.3f}; {r['paired_swap_over_no_swap']:.3f}" if "swap_over_no_swap" in r else "-",
             f"{sw['peak_device_bytes'] / 2**20:.2f}" if "peak_device_bytes" in sw else "-",
             str(sw.get("chunks_to_host", "-")),
             ", ".join(f"{d['handover_s_per_step'] * 1e3:.1f}" if "handover_s_per_step" in d else "-"
