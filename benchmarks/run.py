@@ -22,11 +22,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import apps, compile_time, cond_in_loop, loop_trivial, lstm  # noqa: E402
+from benchmarks import apps, compile_time, cond_in_loop, loop_trivial, lstm, run_overhead  # noqa: E402
 from benchmarks.common import machine  # noqa: E402
 
-BENCHMARKS = {"loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop, "lstm": lstm, "apps": apps,
-              "compile_time": compile_time}
+BENCHMARKS = {"run_overhead": run_overhead, "loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop,
+              "lstm": lstm, "apps": apps, "compile_time": compile_time}
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -39,6 +39,8 @@ def summary(res: dict[str, Any]) -> str:
              f"Machine: {res['machine']['cpu_count']} CPUs, devices {res['machine']['devices']}, "
              f"jax {res['machine']['jax']}, {res['machine']['platform']}", ""]
     b = res["benchmarks"]
+    if "run_overhead" in b:
+        lines += ["## Fixed cost of one Session.run (best block of calls)", "", run_overhead.table(b["run_overhead"]), ""]
     if "loop_trivial" in b:
         r = b["loop_trivial"]
         lines += ["## Trivial-body loop", "",

@@ -68,6 +68,7 @@ from turnout.graph import Graph, Node, Tensor
 from turnout.session import RunOptions
 
 _INT32_MAX = 2**31 - 1
+_INT32_MAX_NP = np.int32(_INT32_MAX)
 #: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
 #: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
 _DEFAULT_MAX_FIRINGS = RunOptions.max_firings
@@ -212,7 +213,8 @@ class Plan:
         st = self.stages[0]
 
         def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
-            state: dict[str, Any] = {"err": jnp.int32(0)}
+            # a numpy 0, not a traced one: it stays a constant (and ``flags`` goes) unless a check sets it
+            state: dict[str, Any] = {"err": np.int32(0)}
             state.update({var_key(n): v for n, v in zip(var_names, var_vals, strict=True)})
             em = self.emitter(state, max_iter)
             env: dict[Key, Any] = dict(zip(feed_keys, feed_vals, strict=True))
@@ -220,9 +222,15 @@ class Plan:
             vals = tuple(env[k] for k in fetch_keys)
             if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals):
                 raise _NotDirect()
-            # the error word and the live flags in one int32 vector: one read-back instead of one each
-            flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
-                              + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in fetch_keys])
+            # the error word and the live flags in one int32 vector: one read-back instead of one each;
+            # none at all when tracing shows no error can be raised and every fetch is live (no check
+            # is left to run, so the run reads back only its fetches, as a JAX function would)
+            err = em.state["err"]
+            lives = [em.lives.get(k, True) for k in fetch_keys]
+            if _is_zero(err) and all(live is True for live in lives):
+                flags = None
+            else:
+                flags = jnp.stack([jnp.asarray(err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
             return vals, flags, tuple(em.state[var_key(n)] for n in var_names)
 
         return jax.jit(direct)
@@ -336,6 +344,16 @@ class Direct:
     feed_keys: tuple[Key, ...]
     var_names: tuple[str, ...]
     written: tuple[bool, ...]
+
+
+def _is_zero(v: Any) -> bool:
+    """Whether an error word is known to be 0 while tracing (a constant, not a traced value)."""
+    if isinstance(v, jax.core.Tracer):
+        return False
+    try:
+        return int(np.asarray(v)) == 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -532,6 +550,13 @@ class FastBackend:
                 variable_signature(self.graph, variables))
         if self._fallback and dsig in self._fallback:
             return self._run_reference(dsig, fetches, feeds, variables, options)
+        d = self._direct.get(dsig) if dsig not in self._static_keys else None
+        if d is not None:  # the common repeated run: straight to its one compiled call
+            try:
+                with jax.enable_x64(True):
+                    return self._run_direct(d, fetches, feeds, variables, options)
+            except (_NotDirect, UnsupportedError):
+                pass  # a retrace that needs the general path: it decides again below
         try:
             while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
                 static = self._static_keys.get(dsig, frozenset())
@@ -630,22 +655,30 @@ class FastBackend:
             host = variables[name]
             cached = self._dev_vars.get(name)
             var_vals.append(cached[1] if cached is not None and cached[0] is host else host)
-        mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
-        with self._span("one compiled call", "compiled stages") as args:
-            before = self.compile_count
-            vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), np.int32(min(int(mi), _INT32_MAX)))
+        mi = options.max_iterations
+        mi = _INT32_MAX_NP if mi is None or mi >= _INT32_MAX else np.int32(mi)
+        if self._timeline is None:
+            vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), mi)
+        else:
+            with self._span("one compiled call", "compiled stages") as args:
+                before = self.compile_count
+                vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), mi)
+                flags = flags if flags is None else np.asarray(flags)
+                args["compiled"] = self.compile_count != before
+        if flags is None:  # no check could fail and every fetch is live (see ``Plan.direct_fn``)
+            values = [np.asarray(v) for v in vals]
+        else:
             flags = np.asarray(flags)
-            args["compiled"] = self.compile_count != before
-        code = int(flags[0])
-        if code:
-            self._raise_errors(plan, {"err": code}, 0)
-        values = []
-        for t, v, live in zip(fetches, vals, flags[1:].tolist(), strict=True):
-            if not live:
-                raise DeadFetchError(
-                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
-                    f"(op {t.node.op} \"{t.node.name}\")")
-            values.append(np.asarray(v))
+            code = int(flags[0])
+            if code:
+                self._raise_errors(plan, {"err": code}, 0)
+            values = []
+            for t, v, live in zip(fetches, vals, flags[1:].tolist(), strict=True):
+                if not live:
+                    raise DeadFetchError(
+                        f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
+                        f"(op {t.node.op} \"{t.node.name}\")")
+                values.append(np.asarray(v))
         for name, dev, w in zip(d.var_names, var_out, d.written, strict=True):
             if w:
                 variables[name] = np.asarray(dev)
@@ -655,7 +688,7 @@ class FastBackend:
             "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": False,
             "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
-            "stage_seconds": [time.perf_counter() - t0], "stack_capacity_retries": 0,
+            "stage_seconds": [time.perf_counter() - t0], "stack_capacity_retries": 0, "executor": "compiled",
         }
         return RunResult(values=values, stats=stats)
 

@@ -19,7 +19,7 @@ from turnout import nest
 from turnout import shapes as sh
 from turnout.errors import FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
-from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit
+from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
 
 #: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
 BACKENDS: dict[str, str] = {
@@ -163,7 +163,12 @@ class Session:
     def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
         """Compute ``fetches`` (a tensor, a node, or any nested structure of them)."""
-        opts = options if isinstance(options, RunOptions) else RunOptions(**{**(options or {}), **kw})
+        if isinstance(options, RunOptions):
+            opts = options
+        elif options is None and not kw:
+            opts = _DEFAULT_OPTIONS  # the common call: validated once, never mutated
+        else:
+            opts = RunOptions(**{**(options or {}), **kw})
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
@@ -228,8 +233,11 @@ class Session:
                 if type(k) is not Tensor or k.node.graph is not graph:
                     return _SLOW
                 feeds[k] = self._check_feed(k, v)
-        with allocation_limit(opts.max_tensor_bytes):
+        if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
             result = self.backend.run(tensors, feeds, self.variables, opts)
+        else:
+            with allocation_limit(opts.max_tensor_bytes):
+                result = self.backend.run(tensors, feeds, self.variables, opts)
         self.last_result = result
         if tp is Tensor:
             return result.values[0]
@@ -241,8 +249,8 @@ class Session:
         tv = type(value)
         if tv is np.ndarray:
             arr = value
-        elif tv is int or tv is float or tv is bool:
-            arr = np.asarray(value)
+        elif tv is int or tv is float or tv is bool or isinstance(value, np.generic):
+            arr = np.asarray(value)  # a numpy scalar (``np.int32(8)``) is checked like a 0-d array
         else:
             return check_feed(t, value)
         sig = (t, arr.dtype, arr.shape)
@@ -267,6 +275,7 @@ class Session:
 
 
 _SLOW = object()  # _run_fast's "take the general path"
+_DEFAULT_OPTIONS = RunOptions()  # what ``run`` uses when given no options (RunOptions checks itself once)
 
 
 def _partitioned(backend: str) -> str:

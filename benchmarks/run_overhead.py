@@ -1,0 +1,116 @@
+"""The fixed cost of one ``Session.run`` on the fast backend, against calling the jitted JAX function.
+
+Why a benchmark of its own: a small program run many times (an RL actor's step, a serving call)
+spends its time in the per-run work around the compiled call, not in the call. Three programs, each
+beside its hand-written ``jax.jit`` twin called on the same numpy arrays and read back with
+``np.asarray`` (what a JAX user pays per call):
+
+- ``elementwise``: ``x * 2 + 1`` on a fed ``(4,)`` array (nothing to check, one output);
+- ``variable``: ``v.assign_add(x)`` read back (a Variable kept on the device between runs);
+- ``checked_loop``: a ``while_loop`` of fed length whose body divides by a fed integer (an error
+  word and an iteration bound to check after the call).
+
+Each pair is timed in blocks of ``calls`` calls, the two sides' blocks interleaved; the figure is the
+best block's time per call (the least disturbed by other work on the machine) and the ratio of the two.
+``python benchmarks/run_overhead.py [--quick]`` prints them; ``benchmarks/run.py`` records them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+
+import turnout as tn
+
+
+def _per_call(fa: Callable[[], Any], fb: Callable[[], Any], calls: int, blocks: int) -> tuple[float, float]:
+    """Best block time per call of ``fa`` and ``fb``, blocks interleaved (both warmed up first)."""
+    for _ in range(20):
+        fa()
+        fb()
+    best = [float("inf"), float("inf")]
+    for _ in range(blocks):
+        for i, fn in enumerate((fa, fb)):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - t0) / calls)
+    return best[0], best[1]
+
+
+def _programs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
+    import jax
+    import jax.numpy as jnp
+
+    out: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {}
+    a = np.arange(4, dtype=np.float32)
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        y = x * 2.0 + 1.0
+    sess = tn.Session(g, backend="fast")
+    f = jax.jit(lambda v: v * 2.0 + 1.0)
+    np.testing.assert_allclose(sess.run(y, {x: a}), np.asarray(f(a)))
+    out["elementwise"] = (lambda: sess.run(y, {x: a}), lambda: np.asarray(f(a)))
+
+    g = tn.Graph()
+    with g.as_default():
+        x2 = tn.placeholder(tn.float32, [4], name="x")
+        v = tn.Variable(np.zeros(4, np.float32), name="v")
+        upd = v.assign_add(x2)
+    vsess = tn.Session(g, backend="fast")
+    state = {"v": jnp.zeros(4, jnp.float32)}
+    fv = jax.jit(lambda s, d: s + d, donate_argnums=0)
+
+    def hand_var() -> Any:
+        state["v"] = fv(state["v"], a)
+        return np.asarray(state["v"])
+
+    out["variable"] = (lambda: vsess.run(upd, {x2: a}), hand_var)
+
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        k = tn.placeholder(tn.int32, [], name="k")
+        _, s = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + (i + 7) // k),
+                             [tn.constant(0), tn.constant(0)])
+    lsess = tn.Session(g, backend="fast")
+
+    @jax.jit
+    def hand_loop(nv: Any, kv: Any) -> Any:
+        return jax.lax.while_loop(lambda c: c[0] < nv, lambda c: (c[0] + 1, c[1] + (c[0] + 7) // kv),
+                                  (jnp.int32(0), jnp.int32(0)))[1]
+
+    nv, kv = np.int32(8), np.int32(3)
+    assert int(lsess.run(s, {n: nv, k: kv})) == int(hand_loop(nv, kv))
+    out["checked_loop"] = (lambda: lsess.run(s, {n: nv, k: kv}), lambda: np.asarray(hand_loop(nv, kv)))
+    return out
+
+
+def run(quick: bool) -> dict[str, Any]:
+    calls, blocks = (200, 5) if quick else (1000, 15)
+    rows = {}
+    for name, (fa, fb) in _programs().items():
+        t, j = _per_call(fa, fb, calls, blocks)
+        rows[name] = {"turnout_us": t * 1e6, "jax_us": j * 1e6, "ratio": t / j}
+    return {"name": "run_overhead", "calls_per_block": calls, "blocks": blocks, "rows": rows}
+
+
+def table(res: dict[str, Any]) -> str:
+    lines = ["| program | Session.run (us) | jitted JAX + np.asarray (us) | ratio |", "|---|---|---|---|"]
+    for name, r in res["rows"].items():
+        lines.append(f"| {name} | {r['turnout_us']:.1f} | {r['jax_us']:.1f} | {r['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(run("--quick" in sys.argv)))

@@ -1,0 +1,125 @@
+"""The fast backend's one-call path for repeated runs (``fast/backend.py``: ``Direct``) keeps every check.
+
+Why these tests: that path skips work to cut the fixed cost of a ``Session.run``
+(``benchmarks/run_overhead.py``): the session's default options are shared, the allocation limit is
+installed only when it changes, and a program in which tracing finds no check that could fail and no
+fetch that could be dead reads back only its fetches. Each skip must keep the errors of the full path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, current_limit
+
+
+def _direct(sess: tn.Session) -> object:
+    (d,) = sess.backend._direct.values()
+    return d
+
+
+def test_a_program_with_nothing_to_check_reads_back_only_its_fetches() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        y = x * 2.0 + 1.0
+    sess = tn.Session(g, backend="fast")
+    for v in ([1.0, 2.0, 3.0], [0.0, -1.0, 4.0]):
+        np.testing.assert_allclose(sess.run(y, {x: np.array(v, np.float32)}), np.array(v) * 2 + 1)
+        assert sess.last_result.stats["executor"] == "compiled"
+    d = _direct(sess)
+    _, flags, _ = d.fn((np.zeros(3, np.float32),), (), np.int32(10))  # type: ignore[attr-defined]
+    assert flags is None
+
+
+def test_a_check_that_can_fail_is_read_back_on_every_repeated_run() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [], name="a")
+        b = tn.placeholder(tn.int32, [], name="b")
+        q = a // b
+    sess = tn.Session(g, backend="fast")
+    assert sess.run(q, {a: 7, b: 2}) == 3
+    assert sess.run(q, {a: 9, b: 3}) == 3  # the repeated run: straight to the compiled call
+    _, flags, _ = _direct(sess).fn((np.int32(1), np.int32(1)), (), np.int32(10))  # type: ignore[attr-defined]
+    assert flags is not None
+    with pytest.raises(tn.KernelError, match="division by zero"):
+        sess.run(q, {a: 9, b: 0})
+    assert sess.run(q, {a: 8, b: 4}) == 2
+
+
+def test_a_fetch_on_an_untaken_branch_is_dead_on_every_repeated_run() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.float32, [], name="x")
+        f, t = tn.raw.switch(x, p)
+        y = t * 3.0
+    sess = tn.Session(g, backend="fast")
+    assert sess.run(y, {p: True, x: 2.0}) == 6.0
+    for _ in range(2):
+        with pytest.raises(tn.DeadFetchError, match="is dead"):
+            sess.run(y, {p: False, x: 2.0})
+    assert sess.run(y, {p: True, x: 1.0}) == 3.0
+
+
+def test_options_given_per_run_still_apply_after_runs_with_the_defaults() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, s = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + i), [tn.constant(0), tn.constant(0)])
+    sess = tn.Session(g, backend="fast")
+    assert sess.run(s, {n: 5}) == 10
+    assert sess.run(s, {n: 5}) == 10
+    with pytest.raises(tn.NonTerminationError):
+        sess.run(s, {n: 50}, max_iterations=10)
+    assert sess.run(s, {n: 50}) == sum(range(50))
+    with pytest.raises(ValueError, match="max_iterations"):
+        sess.run(s, {n: 5}, max_iterations=0)
+
+
+def test_the_allocation_limit_of_a_run_is_in_force_while_it_runs_and_restored_after() -> None:
+    seen: list[object] = []
+
+    class Recording:
+        """A backend that records the limit it runs under."""
+
+        def __init__(self, graph: tn.Graph) -> None:
+            self.graph = graph
+
+        def run(self, fetches: list, feeds: dict, variables: dict, options: object) -> object:
+            from turnout.session import RunResult
+
+            seen.append(current_limit())
+            return RunResult(values=[np.float32(0.0) for _ in fetches])
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+    sess = tn.Session(g)
+    sess.backend = Recording(g)  # type: ignore[assignment]
+    sess.run(x, {x: 1.0})
+    sess.run(x, {x: 1.0}, max_tensor_bytes=1234)
+    sess.run(x, {x: 1.0}, max_tensor_bytes=None)
+    assert seen == [DEFAULT_MAX_TENSOR_BYTES, 1234, None]
+    assert current_limit() == DEFAULT_MAX_TENSOR_BYTES
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_numpy_scalar_feeds_are_range_checked_on_every_run(backend: str) -> None:
+    """Numpy scalars take the session's cached feed check (by tensor, dtype and shape); a narrowing
+    feed still has its value checked on every run, not only the first time its signature is seen."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        y = k + 1
+    sess = tn.Session(g, backend=backend)
+    for v in (np.int32(3), np.int32(4), np.int64(5), np.int64(6)):
+        assert sess.run(y, {k: v}) == int(v) + 1
+    with pytest.raises(tn.FeedError):
+        sess.run(y, {k: np.int64(2**40)})
+    with pytest.raises(tn.FeedError):
+        sess.run(y, {k: np.float32(1.5)})
+    assert sess.run(y, {k: np.int64(7)}) == 8
