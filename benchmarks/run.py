@@ -40,7 +40,8 @@ def summary(res: dict[str, Any]) -> str:
              f"jax {res['machine']['jax']}, {res['machine']['platform']}", ""]
     b = res["benchmarks"]
     if "run_overhead" in b:
-        lines += ["## Fixed cost of one Session.run (best block of calls)", "", run_overhead.table(b["run_overhead"]), ""]
+        lines += ["## Fixed cost of one Session.run (best block of calls)", "",
+                  run_overhead.table(b["run_overhead"]), ""]
     if "loop_trivial" in b:
         r = b["loop_trivial"]
         lines += ["## Trivial-body loop", "",
