@@ -1,0 +1,151 @@
+"""Tests that kill the survivors of the 2026-11-25 mutation campaigns (``python tools/mutation.py``, see
+``docs/checking.rst``) on ``devices/swap.py``, ``devices/region_driver.py``, ``fast/backend.py`` and the
+other ``devices/`` modules: each fails under a mutant that every older test let through.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from programs import assert_same_outcome
+
+import turnout as tn
+from turnout.session import RunOptions
+
+pytest.importorskip("jax")
+
+D3 = ["cpu:0", "cpu:1", "cpu:2"]
+CHUNK = 8
+
+
+def _run_checked(sess: tn.Session, g: tn.Graph, fetch: Any, feeds: dict[tn.Tensor, Any]) -> dict[str, Any]:
+    """``fetch`` on ``sess`` (the fast partitioned executor, no fallback) and on the partitioned reference
+    executor: the same values. Returns the fast run's stats."""
+    def want() -> Any:
+        return tn.Session(g, devices=D3).run(fetch, feeds)
+
+    def got() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return sess.run(fetch, feeds, options=RunOptions(max_iterations=10_000))
+
+    assert assert_same_outcome(want, got, "fast partitioned vs reference")
+    return sess.last_result.stats
+
+
+def _plan(sess: tn.Session) -> Any:
+    (plan,) = sess.backend._plans.values()
+    return plan
+
+
+def _stack_pushes(items: list[Any]) -> dict[str, int]:
+    """Stack key -> StackPush nodes among ``items`` (plain nodes only)."""
+    from turnout.devices.swap import _stack_of
+
+    out: dict[str, int] = {}
+    for it in items:
+        if isinstance(it, tn.graph.Node) and it.op == "StackPush" and (s := _stack_of(it)) is not None:
+            out[s] = out.get(s, 0) + 1
+    return out
+
+
+def _spanning_loop(cond_in_step: bool) -> dict[str, Any]:
+    """``y <- f(y) + 0.1 y^2 + 0.3`` (float64) for ``n`` steps, ``f`` on cpu:1 and the rest on cpu:2, the
+    loop's control on cpu:0, swapped; gradients with respect to ``x`` and ``w``. ``cond_in_step``: ``f`` is
+    a cond on cpu:1 (``tanh(y w)`` or ``y w / 2``, by the sign of ``y - 0.5``), so its gradient pushes in
+    one branch only and the cond is compiled inside the cpu:1 segment."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, shape=[], name="x")
+        w = tn.placeholder(tn.float64, shape=[], name="w")
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                if cond_in_step:
+                    h = tn.cond(y > 0.5, lambda: tn.tanh(y * w), lambda: y * w * 0.5)
+                else:
+                    h = tn.tanh(y * w)
+            with tn.device("cpu:2"):
+                y2 = h + y * y * 0.1 + 0.3
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="fwd", swap_memory=True)
+        dx, dw = tn.gradients(y, [x, w])
+    return {"g": g, "fetch": [y, dx, dw], "feeds": lambda steps: {x: np.float64(0.3), w: np.float64(0.7),
+                                                                   n: np.int32(steps)}}
+
+
+# ---- devices/swap.py --------------------------------------------------------------------------------------
+def test_each_segment_of_a_spanning_loop_counts_its_pushes_per_call_exactly() -> None:
+    """Kills ``swap._add:727d6457`` (a stack's first count read as unbounded). A segment of a loop body
+    without nested loops pushes each stack a known number of times per call: its ``Traffic`` must say
+    so, or the host reads every pointer before every call instead of once per chunk."""
+    m = _spanning_loop(cond_in_step=False)
+    sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=CHUNK)
+    steps = 40
+    stats = _run_checked(sess, m["g"], m["fetch"], m["feeds"](steps))
+    assert stats["tier"] == "host-driven"
+    plan = _plan(sess)
+    pushing = {seg.index: _stack_pushes(seg.items) for seg in plan.schedule.segments}
+    pushing = {k: v for k, v in pushing.items() if v}
+    assert pushing  # the loop body's segments on cpu:1 and cpu:2 push
+    for index, want in pushing.items():
+        assert plan.traffic[index].push == want
+    # one read per chunk per stack (three stacks) and a few for the pops: far fewer than the calls
+    assert stats["stack_pointer_reads"] < 3 * steps
+
+
+def test_a_cond_in_a_spanning_loop_counts_its_larger_branch() -> None:
+    """Kills ``swap.traffic:199e75d1`` (the keys of a cond's branches lost). The cond on cpu:1 pushes in
+    one branch: the segment's traffic counts that branch, and the run (swapping chunks) agrees with the
+    reference executor."""
+    from turnout.fast.regions import CondRegion
+
+    m = _spanning_loop(cond_in_step=True)
+    sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=CHUNK)
+    stats = _run_checked(sess, m["g"], m["fetch"], m["feeds"](30))
+    assert stats["stack_chunks_swapped"] > 0
+    plan = _plan(sess)
+    conds = [seg for seg in plan.schedule.segments if any(isinstance(it, CondRegion) for it in seg.items)]
+    assert conds, "the cond is compiled inside a segment"
+    for seg in conds:
+        t = plan.traffic[seg.index]
+        for it in seg.items:
+            if isinstance(it, CondRegion):
+                per = [_stack_pushes(it.branches[b]) for b in (False, True)]
+                for s in set(per[0]) | set(per[1]):
+                    assert t.push[s] >= max(p.get(s, 0) for p in per) >= 1
+
+
+def test_a_chunk_of_one_entry_is_swapped_out_after_every_push() -> None:
+    """Kills ``swap.before:7aed1c34.3`` (a buffer holding one value never counted as full). With
+    ``stack_chunk=1`` every push fills a chunk: the host must swap it out before the next call, so the run
+    needs no second attempt with a larger chunk."""
+    m = _spanning_loop(cond_in_step=False)
+    sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=1)
+    steps = 12
+    stats = _run_checked(sess, m["g"], m["fetch"], m["feeds"](steps))
+    assert stats["tier"] == "host-driven" and stats["stack_capacity_retries"] == 0
+    assert stats["stack_chunks_swapped"] >= 3 * (steps - 1)  # three stacks, each chunk one push
+
+
+@pytest.mark.parametrize("module", ["turnout.devices.swap", "turnout.devices.region_driver", "turnout.fast.backend",
+                                    "turnout.devices.segments", "turnout.devices.spmd",
+                                    "turnout.devices.fast_executor"])
+def test_every_name_a_module_exports_exists(module: str) -> None:
+    """Kills the ``__all__`` mutants (``swap.<module>:f977144a``, ``swap.<module>:9e697743``, ...): a name
+    in ``__all__`` that the module does not define breaks ``from module import *``."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    names = getattr(mod, "__all__", [])
+    missing = [name for name in names if not hasattr(mod, name)]
+    assert not missing, f"{module}.__all__ names {missing}, which it does not define"
+    ns: dict[str, Any] = {}
+    exec(f"from {module} import *", ns)  # noqa: S102 - the star import itself
+    assert set(names) <= set(ns)
