@@ -818,11 +818,13 @@ class FastBackend:
         state = self._initial_state(plan, variables)
         store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
         store.observe(state)
-        env: dict[Key, Any] = {key(t): jax.device_put(v) for t, v in feeds.items()}
+        # the fed numpy arrays go to the one call as they are (the call transfers them, as a jitted
+        # JAX function does): a ``device_put`` of each first costs a dispatch per feed and per run
+        env: dict[Key, Any] = {key(t): v for t, v in feeds.items()}
         try:
             if "seg" not in st.fns:
                 st.fns["seg"] = plan.segment_fn(st, fused=True)
-            env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
+            env_in = {k: env[k] for k in st.reads if k in env}
             rest, stacks = stk.split_state(state)
             with self._span("fused attempt (whole program, one call)", "compiled stages") as args, \
                     _device_oom(plan, st):
