@@ -149,3 +149,63 @@ def test_every_name_a_module_exports_exists(module: str) -> None:
     ns: dict[str, Any] = {}
     exec(f"from {module} import *", ns)  # noqa: S102 - the star import itself
     assert set(names) <= set(ns)
+
+
+# ---- devices/region_driver.py -----------------------------------------------------------------------------
+def test_a_driven_loop_whose_stacks_have_a_run_time_shape_falls_back_with_the_reason() -> None:
+    """Kills ``region_driver.emitter:ea2c19be`` (the driven loop's emitter built without the chunk
+    capacity). The loop on cpu:1 carries a vector whose length is fed, so its stacks cannot be allocated
+    before the run: the driver's trace makes them at their first push, one chunk long, finds that the
+    loop carry changes type and hands the program to the partitioned reference executor with that
+    reason, which must then give the reference's values (not crash on a stack without a size)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device("cpu:1"):
+            _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1) + 0.2),
+                                 [tn.constant(0), x], swap_memory=True, name="fwd")
+            (dx,) = tn.gradients(tn.reduce_sum(y), [x])
+        with tn.device("cpu:0"):
+            z = dx * 2.0
+    feeds = {x: np.linspace(-1.0, 1.0, 5), n: np.int32(30)}
+    want = tn.Session(g, devices=D3).run([y, z], feeds)
+    sess = tn.Session(g, backend="fast", devices=D3, stack_chunk=CHUNK)
+    with pytest.warns(RuntimeWarning, match="changes type or shape across iterations"):
+        got = sess.run([y, z], feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_a_driven_loop_in_a_branch_the_host_does_not_take(swap: bool) -> None:
+    """Kills ``region_driver.run:6027cf5c`` (the exit side of a loop that is never entered called
+    without its iteration limit). The loop, compiled on cpu:1 and run chunk by chunk, is one branch of a
+    cond whose predicate the host reads; when the other branch is taken its inputs are dead. Both
+    branches, on one session: the reference executor's values each time."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        p = tn.placeholder(tn.bool, [], name="p")
+
+        def looped() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1) + 0.2),
+                                     [tn.constant(0), x], swap_memory=swap, name="fwd")[1]
+
+        with tn.device("cpu:0"):
+            y = tn.cond(p, looped, lambda: x * 3.0)
+        (dx,) = tn.gradients(y, [x])
+        with tn.device("cpu:0"):
+            z = dx * 2.0
+    sess = tn.Session(g, backend="fast", devices=D3, stack_chunk=CHUNK)
+    for taken in (False, True, False):
+        _run_checked(sess, g, [y, z], {x: np.float64(0.4), n: np.int32(20), p: np.bool_(taken)})
+    plan = _plan(sess)
+    assert any(seg.driven for seg in plan.schedule.segments)
+    from turnout.devices.region_driver import driven_loop
+
+    # no loop here is driven by the host, so ``driven_loop`` picks exactly the driven segments' loops
+    for seg in plan.schedule.segments:
+        assert driven_loop(seg.items) is (seg.items[0] if seg.driven else None)
