@@ -209,3 +209,73 @@ def test_a_driven_loop_in_a_branch_the_host_does_not_take(swap: bool) -> None:
     # no loop here is driven by the host, so ``driven_loop`` picks exactly the driven segments' loops
     for seg in plan.schedule.segments:
         assert driven_loop(seg.items) is (seg.items[0] if seg.driven else None)
+
+
+# ---- devices/segments.py ----------------------------------------------------------------------------------
+def test_segments_describe_themselves_by_device_first_node_and_what_else_they_hold() -> None:
+    """Kills ``segments.describe:6b6a5ede`` (a suffix on the label of a one-item segment). Every segment
+    label reads ``segment INDEX on DEVICE: FIRST NODE``, then `` (+N more)`` for N more items, or
+    `` (its loop run in chunks)`` for a driven loop, and nothing else."""
+    import re
+
+    from turnout.devices.segments import item_nodes
+
+    m = _spanning_loop(cond_in_step=True)
+    sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=CHUNK)
+    _run_checked(sess, m["g"], m["fetch"], m["feeds"](5))
+    segments = _plan(sess).schedule.segments
+    assert any(len(seg.items) == 1 for seg in segments) and any(len(seg.items) > 1 for seg in segments)
+    for seg in segments:
+        first = item_nodes(seg.items[0])[0].name
+        rest = f" (+{len(seg.items) - 1} more)" if len(seg.items) > 1 else ""
+        want = f"segment {seg.index} on {tn.devices.parse(seg.device).short}: {first}{rest}"
+        assert seg.describe() == want
+        assert re.fullmatch(r"segment \d+ on cpu:\d: \S+( \(\+\d+ more\))?", seg.describe())
+
+
+def test_a_loop_on_one_device_that_only_pushes_is_driven() -> None:
+    """Kills ``segments._drives:d15278e6`` (only loops that pop were driven). The forward loop on cpu:1
+    only pushes; it must be a segment of its own run chunk by chunk, or its full chunks cannot be swapped
+    out between calls (one call would run the whole loop)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device("cpu:1"):
+            _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1) + 0.2),
+                                 [tn.constant(0), x], swap_memory=True, name="fwd")
+            (dx,) = tn.gradients(y, [x])
+        with tn.device("cpu:0"):
+            z = dx * 2.0
+    sess = tn.Session(g, backend="fast", devices=D3, stack_chunk=CHUNK)
+    stats = _run_checked(sess, g, [y, z], {x: np.float64(0.4), n: np.int32(40)})
+    assert stats["stack_chunks_swapped"] >= 40 // CHUNK - 1 and stats["stack_capacity_retries"] == 0
+    from turnout.fast.regions import WhileRegion
+
+    driven = [seg for seg in _plan(sess).schedule.segments if seg.driven]
+    ops = [{n.op for n in seg.items[0].nodes} for seg in driven]
+    assert all(isinstance(seg.items[0], WhileRegion) for seg in driven)
+    assert any("StackPush" in o and "StackPop" not in o for o in ops)  # the forward loop
+    assert any("StackPop" in o for o in ops)  # the backward loop
+
+
+def test_a_control_dependency_orders_a_read_after_an_assignment_in_one_segment() -> None:
+    """Kills ``segments._cluster:def93914`` (control inputs left out of the order of a scope's items). The
+    read of ``v`` on cpu:1 waits for its assignment only through a control edge, and the read is needed
+    sooner (by the op on cpu:2) than the assignment; the segment must still assign first."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        with tn.device("cpu:1"):
+            v = tn.Variable(np.float64(1.0), name="v")
+            asg = v.assign(x * 3.0)
+            with tn.control_dependencies([asg]):
+                r = v.read()
+        with tn.device("cpu:2"):
+            out = r + 0.5
+    sess = tn.Session(g, backend="fast", devices=D3, fallback=False)
+    ref = tn.Session(g, devices=D3)
+    for xv in (2.0, 5.0):
+        want = ref.run(out, {x: np.float64(xv)})
+        assert want == xv * 3.0 + 0.5
+        assert sess.run(out, {x: np.float64(xv)}) == want
