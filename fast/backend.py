@@ -550,14 +550,12 @@ class FastBackend:
                 variable_signature(self.graph, variables))
         if self._fallback and dsig in self._fallback:
             return self._run_reference(dsig, fetches, feeds, variables, options)
-        d = self._direct.get(dsig) if dsig not in self._static_keys else None
-        if d is not None:  # the common repeated run: straight to its one compiled call
-            try:
-                with jax.enable_x64(True):
-                    return self._run_direct(d, fetches, feeds, variables, options)
-            except (_NotDirect, UnsupportedError):
-                pass  # a retrace that needs the general path: it decides again below
         try:
+            d = self._direct.get(dsig) if dsig not in self._static_keys else None
+            if d is not None:  # the common repeated run: straight to its one compiled call
+                result = self._try_direct(dsig, d, fetches, feeds, variables, options)
+                if result is not None:
+                    return result
             while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
                 static = self._static_keys.get(dsig, frozenset())
                 by_key = {key(t): v for t, v in feeds.items()}
@@ -608,12 +606,9 @@ class FastBackend:
             if plan.direct_ok:
                 d = self._direct[dsig] = self._make_direct(plan, fetches, feeds)
         if d is not None:
-            try:
-                with jax.enable_x64(True):
-                    return self._run_direct(d, fetches, feeds, variables, options)
-            except _NotDirect:
-                d.plan.no_direct = True
-                del self._direct[dsig]
+            result = self._try_direct(dsig, d, fetches, feeds, variables, options)
+            if result is not None:
+                return result
         self._validate(fetches, feeds)
         cap = self.stack_chunk
         retries = 0
@@ -630,6 +625,18 @@ class FastBackend:
                     retries += 1
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
+
+    def _try_direct(self, dsig: Any, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                    variables: dict[str, np.ndarray], options: Any) -> Any:
+        """A run on the ``Direct`` path, or None when its trace finds that the plan does not fit it
+        (a dead or non-tensor fetch): the plan then runs on the general path from now on."""
+        try:
+            with jax.enable_x64(True):
+                return self._run_direct(d, fetches, feeds, variables, options)
+        except _NotDirect:
+            d.plan.no_direct = True
+            del self._direct[dsig]
+            return None
 
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
         feed_keys = tuple(sorted(key(t) for t in feeds))
