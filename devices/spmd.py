@@ -649,7 +649,8 @@ class SpmdPlan:
             return cached[1]
         arr = np.asarray(host)
         stacked = np.ascontiguousarray(np.broadcast_to(arr[None], (len(self.devices), *arr.shape)))
-        return jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS)))
+        with jax.enable_x64(True):  # as the program runs: a float64 Variable stays float64 on the devices
+            return jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS)))
 
     def _from_owner(self, arr: Any, owner: int) -> np.ndarray:
         """The owner device's copy of a per-device output (only that shard is copied to the host)."""

@@ -279,3 +279,33 @@ def test_a_control_dependency_orders_a_read_after_an_assignment_in_one_segment()
         want = ref.run(out, {x: np.float64(xv)})
         assert want == xv * 3.0 + 0.5
         assert sess.run(out, {x: np.float64(xv)}) == want
+
+
+# ---- devices/spmd.py --------------------------------------------------------------------------------------
+def test_a_float64_variable_keeps_its_precision_in_the_whole_program_tier() -> None:
+    """Found while looking at the SPMD tier's survivor: the tier copied a Variable's host value to the devices
+    outside ``jax.enable_x64``, so a float64 Variable became float32 on the devices (a silent loss of
+    precision, and a type error once a batch assigned it)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, shape=[], name="x")
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+        with tn.device("cpu:1"):
+            v = tn.Variable(np.float64(1.0 / 3.0), name="v")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                h = y * v.read()
+            with tn.device("cpu:2"):
+                y2 = h + 1e-9
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="fwd", parallel_iterations=1)
+    feeds = {x: np.float64(0.3), n: np.int32(3)}
+    want = tn.Session(g, devices=D3).run(y, feeds)
+    sess = tn.Session(g, backend="fast", devices=D3, fallback=False)
+    got = sess.run(y, feeds)
+    assert sess.last_result.stats["tier"] == "spmd"
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-14)
