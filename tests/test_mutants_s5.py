@@ -309,3 +309,63 @@ def test_a_float64_variable_keeps_its_precision_in_the_whole_program_tier() -> N
     assert sess.last_result.stats["tier"] == "spmd"
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+# ---- devices/fast_executor.py -----------------------------------------------------------------------------
+def test_a_traced_host_driven_run_names_each_dispatch_on_the_host_track() -> None:
+    """Kills ``fast_executor.segment:1e004635`` (the host's dispatch span without its name). In a traced
+    host-driven run, each segment call has a span on its device's track and one on the host's track,
+    ``dispatch`` and the segment's label."""
+    m = _spanning_loop(cond_in_step=False)
+    sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=CHUNK)
+    want = sess.run(m["fetch"], m["feeds"](5))
+    got = sess.run(m["fetch"], m["feeds"](5), trace=True)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert sess.last_result.stats["tier"] == "host-driven"
+    tl = sess.last_result.trace
+    host = [s["name"] for s in tl.spans if s["track"] == "host"]
+    assert all(isinstance(name, str) and name for name in host), host
+    dispatched = sorted(name[len("dispatch "):] for name in host if name.startswith("dispatch "))
+    ran = sorted(s["name"] for s in tl.spans if s["track"] != "host")
+    assert ran and dispatched == ran
+
+
+def test_a_partitioned_run_reports_its_devices_and_segments() -> None:
+    """Kills ``fast_executor._run_compiled:0e8c674c`` and ``:6571ff9c`` (the ``devices`` and ``segments``
+    entries of the run's stats misnamed)."""
+    m = _spanning_loop(cond_in_step=False)
+    sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=CHUNK)
+    stats = _run_checked(sess, m["g"], m["fetch"], m["feeds"](4))
+    segments = _plan(sess).schedule.segments
+    assert stats["devices"] == list(sess.backend.devices) and len(stats["devices"]) == 3
+    assert stats["segments"] == len(segments) == sum(stats["segments_per_device"].values())
+
+
+
+def test_a_fetch_on_a_branch_not_taken_is_dead_in_a_partitioned_run() -> None:
+    """Kills ``fast_executor._run_plan:50cc0cf8`` (every fetch taken as live). A tensor inside the branch
+    of a cond compiled on cpu:1 that does not run is dead: fetching it is a ``DeadFetchError``, as on the
+    reference executor; the branch that runs gives its value."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, shape=[], name="x")
+        inner: list[tn.Tensor] = []
+
+        def taken_if_positive() -> tn.Tensor:
+            t = tn.tanh(x) * 3.0
+            inner.append(t)
+            return t + 1.0
+
+        with tn.device("cpu:1"):
+            y = tn.cond(x > 0.0, taken_if_positive, lambda: x * 2.0)
+        with tn.device("cpu:2"):
+            z = y + 0.5
+    sess = tn.Session(g, backend="fast", devices=D3, fallback=False)
+    ref = tn.Session(g, devices=D3)
+    (t,) = inner
+    got = sess.run([z, t], {x: np.float64(0.5)})
+    np.testing.assert_allclose(got, ref.run([z, t], {x: np.float64(0.5)}), rtol=1e-12)
+    for s in (ref, sess):
+        with pytest.raises(tn.DeadFetchError):
+            s.run([z, t], {x: np.float64(-0.5)})
