@@ -369,3 +369,4 @@ def test_a_fetch_on_a_branch_not_taken_is_dead_in_a_partitioned_run() -> None:
     for s in (ref, sess):
         with pytest.raises(tn.DeadFetchError):
             s.run([z, t], {x: np.float64(-0.5)})
+
