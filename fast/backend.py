@@ -65,7 +65,7 @@ from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, it
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, TA, Handle, to_host, wrap_static
 from turnout.graph import Graph, Node, Tensor
-from turnout.session import RunOptions
+from turnout.session import RunOptions, RunResult
 
 _INT32_MAX = 2**31 - 1
 _INT32_MAX_NP = np.int32(_INT32_MAX)
@@ -596,8 +596,6 @@ class FastBackend:
 
     def _run_compiled(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                       variables: dict[str, np.ndarray], options: Any) -> Any:
-        from turnout.session import RunResult
-
         d = self._direct.get(dsig)
         if d is None:
             self._validate(fetches, feeds)
@@ -648,8 +646,6 @@ class FastBackend:
     def _run_direct(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
                     variables: dict[str, np.ndarray], options: Any) -> Any:
         """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
-        from turnout.session import RunResult
-
         t0 = time.perf_counter()
         plan = d.plan
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
