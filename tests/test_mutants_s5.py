@@ -400,3 +400,88 @@ def test_xla_out_of_memory_entering_a_driven_loop_names_the_loop() -> None:
     got = sess.run([y, dx], {x: 1.5, n: 100})
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b)
+
+
+# ---- devices/task_runner.py (tasks in threads of this process: no Ray) -------------------------------------
+def test_each_task_plan_is_named_by_its_task() -> None:
+    """Kills ``task_runner.split_by_task:45ee97d1`` (a task's plan made without its task's name)."""
+    from cluster_programs import SPEC, loop_across_tasks
+
+    from turnout.devices.partition import partition
+    from turnout.devices.placement import place
+    from turnout.devices.task_runner import split_by_task
+
+    g, x, y = loop_across_tasks(3)
+    parted = partition(g, place(g, SPEC.devices), [y], {(x.node.id, x.index)})
+    plans = split_by_task(parted, lambda d: SPEC.task_of(d).name)
+    assert len(plans) == 2
+    for name, plan in plans.items():
+        assert plan.task == name
+        assert all(SPEC.task_of(d).name == name for d in plan.partitions)
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_a_token_delivered_to_a_waiting_recv_wakes_it_with_the_rule_of_its_liveness(dead: bool) -> None:
+    """Kills ``task_runner.deliver:008dcde8`` (a dead token woke its waiting Recv as [E-Recv])."""
+    from types import SimpleNamespace
+
+    from cluster_programs import T1, dev
+
+    from turnout.devices.task_runner import TaskPlan, TaskRendezvous
+    from turnout.reference.rules import Token
+
+    rv = TaskRendezvous()
+    rv.attach(TaskPlan(T1, {}, [], remote_in={"in": "/job:worker/task:0"}), lambda *a: None, 1)
+    it = SimpleNamespace(device=dev(1), mailbox=[])
+    recv = SimpleNamespace(name="r_in")
+    key = ("in", ())
+    rv.waiting[key] = (it, recv, ())  # type: ignore[assignment]
+    rv.deliver(key, Token(None, True) if dead else Token(np.float32(1.5)))
+    assert it.mailbox == [(recv, (), "E-Recv-Dead" if dead else "E-Recv")]
+    assert key not in rv.waiting and rv.messages[key].dead == dead
+
+
+def test_a_task_can_fetch_a_tensor_it_was_fed() -> None:
+    """Kills ``task_runner.run:70a82791`` (a fetch looked for only among the produced values). ``x`` is
+    fed and fetched: the task owning it returns the fed value."""
+    from cluster_programs import fetched, loop_across_tasks, run_in_process
+
+    g, x, y = loop_across_tasks(4)
+    out = run_in_process(g, [y, x], {x: 2.0})
+    assert not any(isinstance(o, Exception) for o in out.values()), out
+    got = fetched(out)
+    np.testing.assert_equal(got, tn.Session(g).run([y, x], {x: 2.0}))
+    assert float(got[1]) == 2.0
+
+
+def test_a_task_counts_each_time_it_waits() -> None:
+    """Kills ``task_runner._drive:4d822c55`` (``waits = 1`` instead of ``+= 1``). A loop across the two
+    tasks, one iteration at a time: each iteration one task waits for the other's message, so over 30
+    iterations some task waits many times."""
+    from cluster_programs import fetched, loop_across_tasks, run_in_process
+
+    g, x, y = loop_across_tasks(30, parallel_iterations=1)
+    out = run_in_process(g, [y], {x: 2.0})
+    np.testing.assert_equal(fetched(out), [tn.Session(g).run(y, {x: 2.0})])
+    assert max(o.waits for o in out.values()) >= 5, {t: o.waits for t, o in out.items()}
+
+
+@pytest.mark.parametrize("waiting", [20, 21])
+def test_a_timeout_message_lists_twenty_waits_and_elides_only_the_rest(waiting: int) -> None:
+    """Kills ``task_runner._timeout_message:768dccd6`` (``...`` after exactly twenty lines)."""
+    from types import SimpleNamespace
+
+    from cluster_programs import T1, dev
+
+    from turnout.devices.task_runner import TaskPlan, TaskRendezvous, TaskRunner
+
+    runner = TaskRunner(T1, lambda *a: None)
+    rv = TaskRendezvous()
+    rv.attach(TaskPlan(T1, {}, [], remote_in={"in": "/job:worker/task:0"}), lambda *a: None, 1)
+    it = SimpleNamespace(device=dev(1))
+    for k in range(waiting):
+        rv.waiting[("in", (("f", k),))] = (it, SimpleNamespace(name=f"r{k}"), (("f", k),))  # type: ignore[assignment]
+    lines = runner._timeout_message(rv, 1.0).splitlines()[1:]
+    listed = [ln for ln in lines if ln.startswith("  Recv ")]
+    assert len(listed) == 20
+    assert lines[20:] == (["  ..."] if waiting > 20 else [])
