@@ -485,3 +485,22 @@ def test_a_timeout_message_lists_twenty_waits_and_elides_only_the_rest(waiting: 
     listed = [ln for ln in lines if ln.startswith("  Recv ")]
     assert len(listed) == 20
     assert lines[20:] == (["  ..."] if waiting > 20 else [])
+
+
+# ---- devices/cluster.py -----------------------------------------------------------------------------------
+def test_a_device_naming_another_task_by_its_task_alone_is_refused() -> None:
+    """Kills ``cluster._devices:103ecc48`` (a device name with ``/task:`` but no ``/job:`` taken as this
+    task's). Task 0 of the spec may not list a device of task 1."""
+    from turnout.devices.cluster import ClusterSpec
+
+    with pytest.raises(tn.ClusterSpecError, match=r"task /job:worker/task:0: device '/task:1/device:CPU:0' "
+                                                  r"belongs to another task"):
+        ClusterSpec({"worker": [{"devices": ["/task:1/device:CPU:0"]}, {"devices": 1}]})
+
+
+def test_a_cluster_spec_shows_each_task_and_its_device_count() -> None:
+    """Kills ``cluster.__repr__:53db53fc`` (the tasks of the repr joined by a mangled separator)."""
+    from turnout.devices.cluster import ClusterSpec
+
+    spec = ClusterSpec({"worker": [{"devices": 2}, {"devices": 1}]})
+    assert repr(spec) == "ClusterSpec(/job:worker/task:0: 2 devices, /job:worker/task:1: 1 devices)"
