@@ -504,3 +504,22 @@ def test_a_cluster_spec_shows_each_task_and_its_device_count() -> None:
 
     spec = ClusterSpec({"worker": [{"devices": 2}, {"devices": 1}]})
     assert repr(spec) == "ClusterSpec(/job:worker/task:0: 2 devices, /job:worker/task:1: 1 devices)"
+
+
+# ---- devices/cluster_trace.py -----------------------------------------------------------------------------
+def test_clock_offsets_are_the_least_that_put_each_recv_after_its_send() -> None:
+    """Kills ``cluster_trace.clock_offsets:47e8b847.4`` (a constraint one tick too strict). Task 1's
+    clock is behind: its Recv of ``a`` is stamped 5 before task 0's Send (and of ``c`` 2 before). The
+    least correction moves task 1 by 6, after which the Recv of ``a`` is exactly one tick after its Send."""
+    from turnout.devices.cluster_trace import clock_offsets
+    from turnout.reference.trace import Event
+
+    t0, t1 = "/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"
+    tag = (("f", 0),)
+    tracks = {t0: [Event(100, "_send/a", "Send", tag, False, "E-Send"),
+                   Event(101, "_send/c", "Send", tag, False, "E-Send")],
+              t1: [Event(95, "_recv/a", "Recv", tag, False, "E-Recv"),
+                   Event(99, "_recv/c", "Recv", tag, False, "E-Recv")]}
+    fix = clock_offsets(tracks)
+    assert fix.consistent
+    assert fix.offsets == {"/job:worker/task:0": 0, "/job:worker/task:1": 6}
