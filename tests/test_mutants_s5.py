@@ -523,3 +523,33 @@ def test_clock_offsets_are_the_least_that_put_each_recv_after_its_send() -> None
     fix = clock_offsets(tracks)
     assert fix.consistent
     assert fix.offsets == {"/job:worker/task:0": 0, "/job:worker/task:1": 6}
+
+
+# ---- devices/smallstep.py ---------------------------------------------------------------------------------
+def test_explore_counts_every_reachable_configuration_once() -> None:
+    """Kills ``smallstep.explore:92bd928a`` and ``:e9e878f4`` (``n_states`` counted down, or twice) and
+    ``smallstep.explore:7e326f51`` (the search stopped at its first final configuration). A cond across
+    two devices has many interleavings; an independent search over ``steps`` and ``step`` finds the same
+    reachable configurations and final outcomes as ``explore``."""
+    from test_devices_smallstep import _cond, _system
+
+    from turnout.devices import smallstep as pss
+
+    g, p, x, z = _cond()
+    s = _system(g, [z], {p: True, x: 3})
+    seen = {s.initial}
+    frontier = [s.initial]
+    finals = 0
+    while frontier:
+        pc = frontier.pop(0)
+        nxt = pss.steps(s, pc)
+        finals += not nxt
+        for i, f in nxt:
+            child = pss.step(s, pc, i, f)
+            if child not in seen:
+                seen.add(child)
+                frontier.append(child)
+    r = pss.explore(s)
+    assert r.complete and not r.stuck
+    assert len(seen) > 2 and r.n_states == len(seen)
+    assert len(r.outcomes) == 1 and finals >= 1
