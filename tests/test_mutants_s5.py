@@ -553,3 +553,27 @@ def test_explore_counts_every_reachable_configuration_once() -> None:
     assert r.complete and not r.stuck
     assert len(seen) > 2 and r.n_states == len(seen)
     assert len(r.outcomes) == 1 and finals >= 1
+
+
+# ---- devices/ray_runtime.py -------------------------------------------------------------------------------
+def test_a_ray_session_places_nodes_where_its_requests_ask() -> None:
+    """Kills ``ray_runtime.__init__:02689044`` (the backend's soft placement requests dropped). The
+    placement is made when the backend is built, before any actor is used; a started pool is stood in
+    for, so no Ray process is needed."""
+    pytest.importorskip("ray")
+    from cluster_programs import SPEC, dev
+
+    from turnout.devices.ray_runtime import RayBackend, TaskPool
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        a = tn.multiply(x, 2.0, name="a")
+        b = tn.add(a, 1.0, name="b")
+    pool = TaskPool.__new__(TaskPool)
+    pool.spec = SPEC
+    requests = {"a": dev(1, 1), "b": dev(0, 1)}
+    backend = RayBackend(g, cluster=pool, requests=requests)
+    where = backend.placement.device_of
+    assert where[a.node.id] == dev(1, 1) and where[b.node.id] == dev(0, 1)
+    assert backend.placement.device_of != RayBackend(g, cluster=pool).placement.device_of
