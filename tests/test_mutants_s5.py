@@ -6,6 +6,7 @@ other ``devices/`` modules: each fails under a mutant that every older test let 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -577,3 +578,111 @@ def test_a_ray_session_places_nodes_where_its_requests_ask() -> None:
     where = backend.placement.device_of
     assert where[a.node.id] == dev(1, 1) and where[b.node.id] == dev(0, 1)
     assert backend.placement.device_of != RayBackend(g, cluster=pool).placement.device_of
+
+
+def _ray_backend(g: tn.Graph, **kw: Any) -> Any:
+    """A ``RayBackend`` over ``cluster_programs.SPEC`` with a stand-in for a started pool (no Ray process)."""
+    from cluster_programs import SPEC
+
+    from turnout.devices.ray_runtime import RayBackend, TaskPool
+
+    pool = TaskPool.__new__(TaskPool)
+    pool.spec = SPEC
+    return RayBackend(g, cluster=pool, **kw)
+
+
+def test_a_ray_runs_stats_list_the_tasks_that_ran_and_its_counts() -> None:
+    """Kills ``ray_runtime._result:ce905a37`` (the ``tasks`` entry of the run's stats misnamed) and
+    ``ray_runtime._result:3711807c`` (a ``detail=True`` run's firing counts left out of its result). The
+    tasks' outcomes come from task runners in threads of this process."""
+    pytest.importorskip("ray")
+    from cluster_programs import SPEC, loop_across_tasks, run_in_process
+
+    from turnout.devices.partition import partition
+
+    g, x, y = loop_across_tasks(4)
+    backend = _ray_backend(g, detail=True)
+    outcomes = run_in_process(g, [y], {x: 2.0})
+    parted = partition(g, backend.placement, [y], {(x.node.id, x.index)})
+    result = backend._result(parted, [y], outcomes)
+    np.testing.assert_equal(result.values, [tn.Session(g).run(y, {x: 2.0})])
+    assert result.stats["tasks"] == sorted(t.name for t in SPEC.tasks) == sorted(outcomes)
+    assert result.stats["waits_per_task"].keys() == set(outcomes)
+    counts: Counter[Any] = Counter()
+    for o in outcomes.values():
+        counts.update(o.counts)
+    assert result.counts == dict(counts) and sum(counts.values()) == result.stats["firings"] > 0
+
+
+def test_a_failed_task_makes_the_driver_wait_for_every_other_task_to_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kills ``ray_runtime._stop_others:36ecb869`` (the driver waiting for the first of the other tasks
+    only). Each other task is told to abort, and the driver then waits, briefly, until all of their runs
+    have returned (a stand-in for ``ray.wait`` that returns as many as it is asked for)."""
+    ray = pytest.importorskip("ray")
+    from cluster_programs import T0, T1, loop_across_tasks
+
+    aborted: list[tuple[str, Any, str]] = []
+
+    class _Actor:
+        def __init__(self, name: str) -> None:
+            self.abort = type("_Remote", (), {"remote": staticmethod(
+                lambda run_id, reason: aborted.append((name, run_id, reason)))})
+
+    waited: list[Any] = []
+
+    def wait(refs: list[Any], num_returns: int = 1, timeout: Any = None) -> tuple[list[Any], list[Any]]:
+        waited.extend(refs[:num_returns])
+        return refs[:num_returns], refs[num_returns:]
+
+    monkeypatch.setattr(ray, "wait", wait)
+    g, _, _ = loop_across_tasks(2)
+    backend = _ray_backend(g)
+    backend.pool.actors = {T0: _Actor(T0), T1: _Actor(T1), "/job:worker/task:2": _Actor("/job:worker/task:2")}
+    pending = ["run on task 1", "run on task 2"]
+    backend._stop_others(T0, [T0, T1, "/job:worker/task:2"], pending, 7, "task 0 failed")
+    assert sorted(a[0] for a in aborted) == [T1, "/job:worker/task:2"]
+    assert all(a[1:] == (7, "task 0 failed") for a in aborted)
+    assert waited == pending
+
+
+def test_a_task_that_cannot_start_is_named_with_what_it_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kills ``ray_runtime.__init__:6daa97a1`` (the error for a task whose actor did not start within
+    ``start_timeout`` without its message). Ray is stood in for: the actor of task 1 never answers, as when
+    the cluster lacks the resources it asks for; the pool's error names it and them, and the pool kills
+    the actors it made."""
+    ray = pytest.importorskip("ray")
+    from turnout.devices.ray_runtime import TaskPool
+
+    killed: list[str] = []
+
+    class _Actor:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.connect = type("_Remote", (), {"remote": staticmethod(lambda actors: f"ref of {name}")})
+
+    class _Options:
+        def __init__(self, **opts: Any) -> None:
+            self.opts = opts
+
+        def remote(self, name: str) -> _Actor:
+            return _Actor(name)
+
+    class _Remote:
+        def options(self, **opts: Any) -> _Options:
+            return _Options(**opts)
+
+    def wait(refs: list[Any], num_returns: int = 1, timeout: Any = None) -> tuple[list[Any], list[Any]]:
+        ready = [r for r in refs if "task:1" not in r]
+        return ready, [r for r in refs if r not in ready]
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "remote", lambda cls: _Remote())
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "get", lambda ref: 1234)
+    monkeypatch.setattr(ray, "kill", lambda a, no_restart=True: killed.append(a.name))
+    spec = {"worker": [{"devices": 1}, {"devices": 1, "num_cpus": 2, "resources": {"tpu_host": 1}}]}
+    want = (r"task /job:worker/task:1 did not start within 2.5 s: does the cluster have num_cpus=2, num_gpus=0, "
+            r"resources=\{'tpu_host': 1\.?0?\} free for it\?")
+    with pytest.raises(tn.TaskFailedError, match=want):
+        TaskPool(spec, start_timeout=2.5)
+    assert sorted(killed) == ["/job:worker/task:0", "/job:worker/task:1"]
