@@ -61,12 +61,12 @@ _REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_referenc
 _DEV_TESTS = ["test_mutants_devices.py", "test_mutants_devices2.py", "test_devices.py", "test_devices_smallstep.py",
               "test_devices_properties.py", "test_bad_inputs.py"]
 _DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
-_CLUSTER_TESTS = ["test_mutants_cluster.py", "test_cluster.py"]  # in-process tasks: no Ray needed
+_CLUSTER_TESTS = ["test_mutants_cluster.py", "test_cluster.py", "test_mutants_s5.py"]  # in-process: no Ray
 #: Ray's actors run in worker processes, which import the unmutated modules: a campaign on
 #: ``ray_runtime.py`` reaches only the driver's side (``RayBackend``, ``TaskPool``, ``RemoteVariables``),
 #: and a mutant inside ``TaskActor`` shows as not reached.
-_RAY_TESTS = ["test_mutants_ray.py", "test_ray.py"]
-_FAST_DEV_TESTS = ["test_mutants_devices_fast.py", "test_devices_fast.py", "test_devices_spmd.py"]
+_RAY_TESTS = ["test_mutants_ray.py", "test_ray.py", "test_mutants_s5.py"]
+_FAST_DEV_TESTS = ["test_mutants_devices_fast.py", "test_mutants_s5.py", "test_devices_fast.py", "test_devices_spmd.py"]
 _FAST_TESTS = ["test_mutants_fast.py", "test_mutants_fast2.py", "test_ops.py", "test_fast.py", "test_session.py",
                "test_raw.py", "test_variables.py", "test_fast_gradients.py"]
 # the gradient stacks' chunking, swapping and memory accounting, and the cond chains raised to lax.switch
@@ -100,7 +100,7 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/rendezvous.py": {"module": "turnout.devices.rendezvous", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/smallstep.py": {"module": "turnout.devices.smallstep",
-                             "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py"]},
+                             "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py", "test_mutants_s5.py"]},
     "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
     "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace", "tests": _CLUSTER_TESTS},
     "devices/partition_executors.py": {"module": "turnout.devices.partition_executors", "tests": _CLUSTER_TESTS},
