@@ -457,14 +457,26 @@ def test_a_task_can_fetch_a_tensor_it_was_fed() -> None:
 
 def test_a_task_counts_each_time_it_waits() -> None:
     """Kills ``task_runner._drive:4d822c55`` (``waits = 1`` instead of ``+= 1``). A loop across the two
-    tasks, one iteration at a time: each iteration one task waits for the other's message, so over 30
-    iterations some task waits many times."""
-    from cluster_programs import fetched, loop_across_tasks, run_in_process
+    tasks, one iteration at a time, whose body on task 1 sleeps 5 ms: each iteration task 0 (the
+    LoopCond's) runs out of work and waits for task 1's message, so it waits once per iteration, not
+    only once (no race: the sleep is far longer than task 0's own work in an iteration)."""
+    from cluster_programs import T0, dev, fetched, run_in_process
 
-    g, x, y = loop_across_tasks(30, parallel_iterations=1)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device(dev(1, 0)):
+                y2 = tn.sleep(y * 1.5 - 0.25, 0.005)
+            return i + 1, y2
+
+        with tn.device(dev(0, 1)):
+            _, y = tn.while_loop(lambda i, y: i < 10, body, [tn.constant(0), x], name="loop",
+                                 parallel_iterations=1)
     out = run_in_process(g, [y], {x: 2.0})
     np.testing.assert_equal(fetched(out), [tn.Session(g).run(y, {x: 2.0})])
-    assert max(o.waits for o in out.values()) >= 5, {t: o.waits for t, o in out.items()}
+    assert out[T0].waits >= 5, {t: o.waits for t, o in out.items()}
 
 
 @pytest.mark.parametrize("waiting", [20, 21])
