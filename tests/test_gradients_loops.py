@@ -547,3 +547,30 @@ def test_t6_generated_programs_match_finite_differences() -> None:
                                        err_msg=f"d/d{n} (finite differences) of\n{p}")
 
     check()
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_regression_cond_in_loop_exporting_a_value_of_partly_known_shape(backend: str) -> None:
+    """Found by the mutation campaign of devices/swap.py: a cond branch inside a loop computes a value of
+    shape ``[?]`` that the gradient needs, so the branch exports it through a Merge with a stand-in on
+    the other branch. The stand-in was a scalar, which that Merge rejects ([W-Types]); it now has the
+    value's rank (unknown sizes 0). Closed form: y = 2x, then y <- tanh(y) * y twice."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            return i + 1, tn.cond(i > 0, lambda: tn.tanh(y) * y, lambda: y * 2.0)
+
+        _, y = tn.while_loop(lambda i, y: i < 3, body, [tn.constant(0), x])
+        loss = tn.reduce_sum(y)
+        (dx,) = tn.gradients(loss, [x])
+    xv = np.array([0.5, -1.0, 0.25], np.float32)
+    y, d = xv.astype(np.float64) * 2.0, np.full(3, 2.0)
+    for _ in range(2):
+        t = np.tanh(y)
+        d = d * (t + y * (1.0 - t * t))
+        y = t * y
+    got_loss, got_dx = tn.Session(g, backend=backend).run([loss, dx], {x: xv})
+    np.testing.assert_allclose(got_loss, y.sum(), rtol=1e-5)
+    np.testing.assert_allclose(got_dx, d, rtol=1e-5)

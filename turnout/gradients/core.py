@@ -665,6 +665,8 @@ def _filler(g: Graph, t: Tensor, pivot: Node) -> Tensor:
                              name="gradients/filler").outputs[0]
     if t.dtype.is_opaque:
         raise GradientError(f"cannot export {t.name} ({t.dtype.name}) from a cond branch for its gradient")
-    shape: Any = t.shape if sh.is_fully_defined(t.shape) else ()
+    # any value of a shape the Merge accepts will do: unknown sizes become 0 (an empty array of the
+    # right rank), an unknown rank a scalar
+    shape: Any = () if t.shape is None else tuple(0 if d is None else d for d in t.shape)
     return g.create_node("Const", (), {"value": np.zeros(shape, t.dtype.numpy), "dtype": t.dtype.name},
                          control_inputs=[pivot], name="gradients/filler").outputs[0]
