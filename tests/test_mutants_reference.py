@@ -379,3 +379,15 @@ def test_an_interpreter_given_an_unfed_placeholder_says_it_must_be_fed() -> None
     it = Interpreter(make_plan(g, [y], set()), {}, {}, RunOptions())
     with pytest.raises(tn.ExecutionError, match=r'Placeholder node "lonely".*must be fed a value'):
         it.run()
+
+
+def test_a_ready_queue_without_a_policy_is_fifo() -> None:
+    """Kills ``scheduler.__init__:2a090d53`` and ``:8848badc`` (the default policy changed to an unknown
+    name): the default is first in, first out, as ``RunOptions.scheduler`` documents."""
+    from turnout.reference.scheduler import ReadyQueue
+
+    q = ReadyQueue()
+    for item in range(4):
+        q.push(item)
+    assert [q.pop() for _ in range(4)] == [0, 1, 2, 3]
+    assert q.policy == "fifo"
