@@ -18,6 +18,7 @@ import turnout as tn
 from turnout import raw
 from turnout.reference.executor import ReferenceBackend, run_graph
 from turnout.reference.scheduler import ReadyQueue
+from turnout.reference.trace import fmt_tag
 from turnout.session import RunOptions
 
 
@@ -384,10 +385,33 @@ def test_an_interpreter_given_an_unfed_placeholder_says_it_must_be_fed() -> None
 def test_a_ready_queue_without_a_policy_is_fifo() -> None:
     """Kills ``scheduler.__init__:2a090d53`` and ``:8848badc`` (the default policy changed to an unknown
     name): the default is first in, first out, as ``RunOptions.scheduler`` documents."""
-    from turnout.reference.scheduler import ReadyQueue
-
     q = ReadyQueue()
     for item in range(4):
         q.push(item)
     assert [q.pop() for _ in range(4)] == [0, 1, 2, 3]
     assert q.policy == "fifo"
+
+
+def test_a_chrome_trace_names_its_rows_and_keeps_each_firings_rule() -> None:
+    """Kills the survivors of the reference/trace.py campaign in ``to_chrome`` (a firing's ``rule``
+    written under another key; the row-naming metadata events renamed or put in another process): in
+    the Chrome trace-event format a viewer (Perfetto) names a row only from a ``thread_name`` metadata
+    event of the same ``pid``, and the rule a firing used is what a reader looks for."""
+    g = tn.Graph()
+    with g.as_default():
+        _, y = tn.while_loop(lambda i, y: i < 2, lambda i, y: (i + 1, y * 2.0), [tn.constant(0), tn.constant(1.0)])
+    sess = tn.Session(g)
+    sess.run(y, options=tn.RunOptions(trace=True))
+    trace = sess.last_result.trace
+    chrome = trace.to_chrome()
+    events = chrome["traceEvents"]
+    meta = [e for e in events if e["ph"] == "M"]
+    fired = [e for e in events if e["ph"] == "X"]
+    assert len(fired) == len(trace.events)
+    assert [e["args"] for e in fired] == [{"tag": fmt_tag(ev.tag), "dead": ev.dead, "rule": ev.rule}
+                                         for ev in trace.events]
+    assert {e["pid"] for e in fired} == {0}
+    assert all(m == {"name": "thread_name", "ph": "M", "pid": 0, "tid": m["tid"], "args": m["args"]} for m in meta)
+    rows = {m["tid"]: m["args"]["name"] for m in meta}
+    assert len(rows) == len(meta) and {e["tid"] for e in fired} == set(rows)
+    assert "root" in rows.values() and any("frame" in name for name in rows.values())
