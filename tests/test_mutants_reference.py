@@ -394,7 +394,8 @@ def test_a_ready_queue_without_a_policy_is_fifo() -> None:
 
 def test_a_chrome_trace_names_its_rows_and_keeps_each_firings_rule() -> None:
     """Kills the survivors of the reference/trace.py campaign in ``to_chrome`` (a firing's ``rule``
-    written under another key; the row-naming metadata events renamed or put in another process): in
+    written under another key; the row-naming metadata events renamed or put in another process; the
+    display unit misspelt): in
     the Chrome trace-event format a viewer (Perfetto) names a row only from a ``thread_name`` metadata
     event of the same ``pid``, and the rule a firing used is what a reader looks for."""
     g = tn.Graph()
@@ -404,6 +405,7 @@ def test_a_chrome_trace_names_its_rows_and_keeps_each_firings_rule() -> None:
     sess.run(y, options=tn.RunOptions(trace=True))
     trace = sess.last_result.trace
     chrome = trace.to_chrome()
+    assert chrome["displayTimeUnit"] == "ns"  # the format knows "ms" and "ns" only
     events = chrome["traceEvents"]
     meta = [e for e in events if e["ph"] == "M"]
     fired = [e for e in events if e["ph"] == "X"]
