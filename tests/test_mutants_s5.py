@@ -238,18 +238,12 @@ def test_a_loop_on_one_device_that_only_pushes_is_driven() -> None:
     """Kills ``segments._drives:d15278e6`` (only loops that pop were driven). The forward loop on cpu:1
     only pushes; it must be a segment of its own run chunk by chunk, or its full chunks cannot be swapped
     out between calls (one call would run the whole loop)."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        with tn.device("cpu:1"):
-            _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * 1.1) + 0.2),
-                                 [tn.constant(0), x], swap_memory=True, name="fwd")
-            (dx,) = tn.gradients(y, [x])
-        with tn.device("cpu:0"):
-            z = dx * 2.0
+    from test_devices_swap import loop_on_one_device
+
+    m = loop_on_one_device(True)
+    g, x, n = m["g"], m["x"], m["n"]
     sess = tn.Session(g, backend="fast", devices=D3, stack_chunk=CHUNK)
-    stats = _run_checked(sess, g, [y, z], {x: np.float64(0.4), n: np.int32(40)})
+    stats = _run_checked(sess, g, m["fetch"], {x: np.float64(0.4), n: np.int32(40)})
     assert stats["stack_chunks_swapped"] >= 40 // CHUNK - 1 and stats["stack_capacity_retries"] == 0
     from turnout.fast.regions import WhileRegion
 
