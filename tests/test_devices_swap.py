@@ -34,14 +34,16 @@ _MODELS: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
 def spanning_rnn(swap: bool, parallel_iterations: int = 8, inner: bool = False,
-                 sleep: bool = False) -> dict[str, Any]:
+                 sleep: bool = False, cond: bool = False) -> dict[str, Any]:
     """``y <- tanh(y w) + 0.1 y^2 + 0.3`` (float64) for ``n`` steps, the ``tanh`` on cpu:1 and the
     rest of the step on cpu:2, the loop's control on cpu:0; gradients with respect to ``x`` (the start)
     and ``w``. Its stacks: one on cpu:1 and two on cpu:2. ``inner``: the step
     on cpu:1 also runs an inner loop of ``i mod 3`` steps there (compiled whole: pushes the host cannot
-    bound). ``sleep``: a ``tn.sleep`` in the step (segments dispatched from per-device workers). Built
+    bound). ``sleep``: a ``tn.sleep`` in the step (segments dispatched from per-device workers).
+    ``cond``: the ``tanh`` is one branch of a cond on cpu:1 (``tanh(y w)`` or ``y w / 2``, by the sign
+    of ``y - 0.5``), so the gradient pushes in one branch only. Built
     once per module, with the reference executor's results cached per trip count (``run_checked``)."""
-    k = (swap, parallel_iterations, inner, sleep)
+    k = (swap, parallel_iterations, inner, sleep, cond)
     if k in _MODELS:
         return _MODELS[k]
     g = tn.Graph()
@@ -52,7 +54,7 @@ def spanning_rnn(swap: bool, parallel_iterations: int = 8, inner: bool = False,
 
         def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
             with tn.device("cpu:1"):
-                h = tn.tanh(y * w)
+                h = tn.cond(y > 0.5, lambda: tn.tanh(y * w), lambda: y * w * 0.5) if cond else tn.tanh(y * w)
                 if inner:
                     _, h = tn.while_loop(lambda j, v: j < tn.mod(i, 3), lambda j, v: (j + 1, tn.tanh(v) * 0.9),
                                          [tn.constant(0), h], swap_memory=swap, name="inner")

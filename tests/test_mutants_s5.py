@@ -54,31 +54,16 @@ def _stack_pushes(items: list[Any]) -> dict[str, int]:
 
 
 def _spanning_loop(cond_in_step: bool) -> dict[str, Any]:
-    """``y <- f(y) + 0.1 y^2 + 0.3`` (float64) for ``n`` steps, ``f`` on cpu:1 and the rest on cpu:2, the
-    loop's control on cpu:0, swapped; gradients with respect to ``x`` and ``w``. ``cond_in_step``: ``f`` is
-    a cond on cpu:1 (``tanh(y w)`` or ``y w / 2``, by the sign of ``y - 0.5``), so its gradient pushes in
-    one branch only and the cond is compiled inside the cpu:1 segment."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, shape=[], name="x")
-        w = tn.placeholder(tn.float64, shape=[], name="w")
-        n = tn.placeholder(tn.int32, shape=[], name="n")
+    """``test_devices_swap.spanning_rnn`` swapped, with ``parallel_iterations=10``: ``y <- f(y) + 0.1 y^2 +
+    0.3`` for ``n`` steps, ``f`` on cpu:1, the rest on cpu:2, the loop's control on cpu:0. ``cond_in_step``:
+    ``f`` is a cond on cpu:1, so its gradient pushes in one branch only and the cond is compiled inside
+    the cpu:1 segment. ``feeds(steps)``: the feeds of a run of ``steps`` steps."""
+    from test_devices_swap import spanning_rnn
 
-        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
-            with tn.device("cpu:1"):
-                if cond_in_step:
-                    h = tn.cond(y > 0.5, lambda: tn.tanh(y * w), lambda: y * w * 0.5)
-                else:
-                    h = tn.tanh(y * w)
-            with tn.device("cpu:2"):
-                y2 = h + y * y * 0.1 + 0.3
-            return i + 1, y2
-
-        with tn.device("cpu:0"):
-            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="fwd", swap_memory=True)
-        dx, dw = tn.gradients(y, [x, w])
-    return {"g": g, "fetch": [y, dx, dw], "feeds": lambda steps: {x: np.float64(0.3), w: np.float64(0.7),
-                                                                   n: np.int32(steps)}}
+    m = spanning_rnn(True, parallel_iterations=10, cond=cond_in_step)
+    x, w, n = m["x"], m["w"], m["n"]
+    m.setdefault("feeds", lambda steps: {x: np.float64(0.3), w: np.float64(0.7), n: np.int32(steps)})
+    return m
 
 
 # ---- devices/swap.py --------------------------------------------------------------------------------------
