@@ -47,6 +47,24 @@ def timed_pair(fa: Callable[[], Any], fb: Callable[[], Any], repeat: int) -> tup
         for f, ts in zip(first, times, strict=True))
 
 
+def timed_interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, dict[str, float]]:
+    """``timed_pair`` for any number of named functions: one untimed-for-the-median first call each,
+    then ``repeat`` rounds calling each once, in turn."""
+    first = {}
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        fn()
+        first[name] = time.perf_counter() - t0
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: {"first_s": first[name], "median_s": statistics.median(ts), "min_s": min(ts), "repeat": repeat}
+            for name, ts in times.items()}
+
+
 def machine() -> dict[str, Any]:
     import jax
 

@@ -1,8 +1,8 @@
 """The 8-layer LSTM split across two tasks of a Ray cluster, against the same model on one task.
 
 Usage: ``python benchmarks/ray_lstm.py [--layers 8] [--seq 8] [--batch 8] [--hidden 16] [--repeat 3]
-[--quick]`` (needs the ``ray`` extra). Starts a local two-node cluster on 127.0.0.1 (``LocalCluster``),
-writes ``benchmarks/results/ray_lstm.json`` and prints a table. Not part of ``benchmarks/run.py``: it
+[--executor reference|fast|both] [--quick]`` (needs the ``ray`` extra). Starts a local two-node cluster
+on 127.0.0.1 (``LocalCluster``), writes ``benchmarks/results/ray_lstm.json`` and prints a table. Not part of ``benchmarks/run.py``: it
 starts processes of its own.
 
 The model is the paper's model-parallel example: a stack of LSTM layers unrolled by one
@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.common import timed_pair  # noqa: E402
+from benchmarks.common import timed_interleaved  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
@@ -120,10 +120,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3, help="timed steps of each side (interleaved)")
+    ap.add_argument("--executor", choices=("reference", "fast", "both"), default="both",
+                    help="the partition executor of the tasks (both: side by side)")
     ap.add_argument("--quick", action="store_true", help="4 time steps, 2 repeats")
     args = ap.parse_args(argv)
     if args.quick:
         args.seq, args.repeat = 4, 2
+    executors = ["reference", "fast"] if args.executor == "both" else [args.executor]
 
     import numpy as np
     import ray  # noqa: F401 - the extra must be installed
@@ -137,53 +140,65 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         spec = lc.spec(tasks=2, devices=1)
         t0, t1 = spec.tasks[0].devices[0], spec.tasks[1].devices[0]
         sizes = (args.layers, args.seq, args.batch, args.hidden)
-        split = build(*sizes, lambda layer: (t0, t1)[layer % 2], spec.devices)
-        single = build(*sizes, lambda layer: t0, spec.devices)
-        want = tn.Session(split["graph"]).run(split["loss"], {split["xs"]: xs_value})
+        models = {"split": build(*sizes, lambda layer: (t0, t1)[layer % 2], spec.devices),
+                  "single": build(*sizes, lambda layer: t0, spec.devices)}
+        want = tn.Session(models["split"]["graph"]).run(models["split"]["loss"], {models["split"]["xs"]: xs_value})
         sessions = {}
-        for name, m in (("split", split), ("single", single)):
-            sess = tn.Session(m["graph"], cluster=spec, requests=m["requests"])
-            got = sess.run(m["loss"], {m["xs"]: xs_value})
-            np.testing.assert_allclose(got, want, rtol=1e-5)
-            sessions[name] = sess
+        for e in executors:
+            for layout, m in models.items():
+                sess = tn.Session(m["graph"], cluster=spec, requests=m["requests"], partition_executor=e)
+                got = sess.run(m["loss"], {m["xs"]: xs_value})
+                np.testing.assert_allclose(got, want, rtol=1e-5)
+                sessions[f"{layout}/{e}"] = (sess, m)
         stats: dict[str, Any] = {}
 
         def step(name: str) -> Any:
-            m = sessions[name], (split if name == "split" else single)
-            out = m[0].run([m[1]["loss"], m[1]["step"]], {m[1]["xs"]: xs_value})
-            stats[name] = dict(m[0].backend.last_stats)
+            sess, m = sessions[name]
+            out = sess.run([m["loss"], m["step"]], {m["xs"]: xs_value})
+            stats[name] = dict(sess.backend.last_stats)
             return out
 
-        ts, t1_ = timed_pair(lambda: step("split"), lambda: step("single"), args.repeat)
-        for sess in sessions.values():
+        times = timed_interleaved({name: (lambda name=name: step(name)) for name in sessions}, args.repeat)
+        for sess, _ in sessions.values():
             sess.close()
-    res = {
+    res: dict[str, Any] = {
         "layers": args.layers, "seq": args.seq, "batch": args.batch, "hidden": args.hidden, "repeat": args.repeat,
-        "load_avg": os.getloadavg(),
-        "split": {**ts, "tasks": stats["split"]["tasks"], "firings": stats["split"]["firings"],
-                  "firings_per_device": stats["split"]["firings_per_device"],
-                  "tokens_between_tasks": stats["split"]["messages_between_tasks"],
-                  "deliver_calls_between_tasks": stats["split"]["deliver_calls_between_tasks"],
-                  "credit_calls_between_tasks": stats["split"]["credit_calls_between_tasks"],
-                  "busy_s_per_task": stats["split"]["busy_s_per_task"],
-                  "wait_s_per_task": stats["split"]["wait_s_per_task"]},
-        "single": {**t1_, "tasks": stats["single"]["tasks"], "firings": stats["single"]["firings"],
-                   "busy_s_per_task": stats["single"]["busy_s_per_task"]},
-        "speedup_split_over_single": t1_["median_s"] / ts["median_s"],
+        "load_avg": os.getloadavg(), "executors": executors,
     }
+    for name, t in times.items():
+        st = stats[name]
+        res[name] = {**t, "tasks": st["tasks"], "firings": st["firings"],
+                     "firings_per_device": st["firings_per_device"],
+                     "tokens_between_tasks": st["messages_between_tasks"],
+                     "deliver_calls_between_tasks": st["deliver_calls_between_tasks"],
+                     "credit_calls_between_tasks": st["credit_calls_between_tasks"],
+                     "busy_s_per_task": st["busy_s_per_task"], "wait_s_per_task": st["wait_s_per_task"],
+                     **{k: st[k] for k in ("compiled_calls", "interpreted_calls", "compiles") if k in st}}
+    for e in executors:
+        res[f"speedup_split_over_single/{e}"] = times[f"single/{e}"]["median_s"] / times[f"split/{e}"]["median_s"]
+    if len(executors) == 2:
+        for layout in models:
+            res[f"fast_over_reference/{layout}"] = (times[f"{layout}/reference"]["median_s"]
+                                                    / times[f"{layout}/fast"]["median_s"])
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "ray_lstm.json"), "w") as f:
         json.dump(res, f, indent=2)
     print(f"{args.layers}-layer LSTM training step, {args.seq} time steps, batch {args.batch}, hidden {args.hidden} "
-          f"(median of {args.repeat}, load {res['load_avg'][0]:.1f})")
-    sp, si = res["split"], res["single"]
-    print(f"  split over 2 tasks: {sp['median_s'] * 1e3:8.0f} ms per step ({sp['firings']} firings, "
-          f"{sp['tokens_between_tasks']} tokens in {sp['deliver_calls_between_tasks']} deliver and "
-          f"{sp['credit_calls_between_tasks']} credit messages between tasks)")
-    for t in sorted(sp["busy_s_per_task"]):
-        print(f"    {t}: busy {sp['busy_s_per_task'][t]:.2f} s, waiting {sp['wait_s_per_task'][t]:.2f} s")
-    print(f"  one task          : {si['median_s'] * 1e3:8.0f} ms per step ({si['firings']} firings)")
-    print(f"  split / one task  : {res['speedup_split_over_single']:.2f}x the single-task rate")
+          f"(median of {args.repeat}, interleaved, load {res['load_avg'][0]:.1f})")
+    for e in executors:
+        sp, si = res[f"split/{e}"], res[f"single/{e}"]
+        print(f"partition executor {e!r}:")
+        print(f"  split over 2 tasks: {sp['median_s'] * 1e3:8.0f} ms per step ({sp['firings']} firings, "
+              f"{sp['tokens_between_tasks']} tokens in {sp['deliver_calls_between_tasks']} deliver and "
+              f"{sp['credit_calls_between_tasks']} credit messages between tasks; first step "
+              f"{sp['first_s']:.1f} s)")
+        for t in sorted(sp["busy_s_per_task"]):
+            print(f"    {t}: busy {sp['busy_s_per_task'][t]:.2f} s, waiting {sp['wait_s_per_task'][t]:.2f} s")
+        print(f"  one task          : {si['median_s'] * 1e3:8.0f} ms per step ({si['firings']} firings)")
+        print(f"  split / one task  : {res[f'speedup_split_over_single/{e}']:.2f}x the single-task rate")
+    if len(executors) == 2:
+        print(f"fast / reference executor: {res['fast_over_reference/split']:.2f}x the rate split over 2 tasks, "
+              f"{res['fast_over_reference/single']:.2f}x on one task")
     return res
 
 

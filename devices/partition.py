@@ -80,6 +80,9 @@ class Partition:
     nodes: dict[int, Node] = field(default_factory=dict)  # original node id -> its copy here
     feeds: dict[tuple[int, int], Node] = field(default_factory=dict)  # fed tensor -> Placeholder here
     control_loops: dict[Frame, ControlLoop] = field(default_factory=dict)
+    #: Recv node id -> ids of this partition's Sends whose tokens may travel, through other devices and in
+    #: the same iteration, to that Recv (``recv_waits``): what an executor that fuses nodes must not merge
+    waits: dict[int, frozenset[int]] = field(default_factory=dict)
 
     @property
     def short(self) -> str:
@@ -296,6 +299,9 @@ def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
             cl.merge.close_back_edge(cl.next.outputs[0], 1)
             cl.pred = pred
 
+    for d, waits in recv_waits(result).items():
+        parts[d].waits = waits
+
     for t in fetches:
         d = dev[t.node.id]
         if (t.node.id, t.index) in fed:
@@ -304,6 +310,55 @@ def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
             raise PartitionError(f"fetch {t.name} was not placed on any partition")
         else:
             result.fetches.append((d, parts[d].nodes[t.node.id].outputs[t.index]))
+    return result
+
+
+def recv_waits(p: Partitioned) -> dict[str, dict[int, frozenset[int]]]:
+    """Per device: each Recv's node id -> the ids of the Sends *of the same partition* from which a token
+    can reach it within one iteration, through the other partitions.
+
+    Why: inside one partition a Send and a Recv are not connected, yet the Recv may wait for what the
+    Send sent (device A sends x to B, B computes, A receives the result). An executor that runs a set
+    of nodes as one step (``compiled_partition``) must not put that Send's producer and that Recv's
+    consumer in one step, or the step would wait for itself. Edges are data and control edges without
+    a Merge's back edges (a NextIteration's token belongs to the next iteration), plus each Send to its
+    Recv. Should that graph have a cycle, every Recv is said to wait on every Send of its partition."""
+    nodes = [(d, n) for d, part in p.partitions.items() for n in part.graph.nodes]
+    succ: dict[tuple[str, int], list[tuple[str, int]]] = {(d, n.id): [] for d, n in nodes}
+    indeg = dict.fromkeys(succ, 0)
+    for d, n in nodes:
+        for t in n.raw_inputs:
+            if isinstance(t, Tensor) and not (n.op == "Merge" and t.node.op == "NextIteration"):
+                succ[(d, t.node.id)].append((d, n.id))
+                indeg[(d, n.id)] += 1
+        for c in n.control_inputs:
+            succ[(d, c.id)].append((d, n.id))
+            indeg[(d, n.id)] += 1
+    for tr in p.transfers:
+        succ[(tr.src_device, tr.send.id)].append((tr.dst_device, tr.recv.id))
+        indeg[(tr.dst_device, tr.recv.id)] += 1
+    sends = [(d, n.id) for d, n in nodes if n.op == "Send"]
+    bit = {k: 1 << i for i, k in enumerate(sends)}
+    reach = dict.fromkeys(succ, 0)  # node -> the Sends that reach it (bitset)
+    ready = [k for k, v in indeg.items() if v == 0]
+    seen = 0
+    while ready:
+        k = ready.pop()
+        seen += 1
+        out = reach[k] | bit.get(k, 0)
+        for s in succ[k]:
+            reach[s] |= out
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    acyclic = seen == len(succ)
+    result: dict[str, dict[int, frozenset[int]]] = {}
+    for d, n in nodes:
+        if n.op != "Recv":
+            continue
+        mine = frozenset(sid for (sd, sid) in sends if sd == d and (not acyclic or reach[(d, n.id)] & bit[(sd, sid)]))
+        if mine:
+            result.setdefault(d, {})[n.id] = mine
     return result
 
 

@@ -86,7 +86,10 @@ def _reference_plan(part: Partition) -> Any:
 REFERENCE = ExecutorKind("reference", _reference_plan, PartitionInterpreter)
 
 #: name -> ExecutorKind, or ``"module:attribute"`` naming one (imported on first use, in the task)
-PARTITION_EXECUTORS: dict[str, ExecutorKind | str] = {"reference": REFERENCE}
+PARTITION_EXECUTORS: dict[str, ExecutorKind | str] = {
+    "reference": REFERENCE,
+    "fast": "turnout.devices.compiled_partition:FAST",  # JAX is imported only by the tasks that use it
+}
 
 
 def executor_kind(name: str) -> ExecutorKind:

@@ -324,7 +324,14 @@ class RayBackend:
             "busy_s_per_task": {t: o.busy_s for t, o in outcomes.items()},
             "wait_s_per_task": {t: o.wait_s for t, o in outcomes.items()},
             "waits_per_task": {t: o.waits for t, o in outcomes.items()},
+            "partition_executor": self.partition_executor,
         }
+        per_device = {d: c for o in outcomes.values() for d, c in (o.executor_stats or {}).items()}
+        if per_device:  # a compiled kind's counters (``compiled_partition``), summed and per device
+            stats["executor_stats"] = per_device
+            for d_stats in per_device.values():
+                for k, v in d_stats.items():
+                    stats[k] = stats.get(k, 0) + v
         self.last_stats = stats
         counts: Optional[dict[tuple[str, tuple[Any, ...]], int]] = None
         if self.detail:

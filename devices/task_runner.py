@@ -91,6 +91,7 @@ class TaskOutcome:
     busy_s: float = 0.0  # seconds spent firing and sending messages
     wait_s: float = 0.0  # seconds spent waiting for a message from another task
     waits: int = 0  # times the task ran out of work and waited
+    executor_stats: Optional[dict[str, dict[str, int]]] = None  # device -> its executor's counters, if it keeps any
 
 
 def split_by_task(parted: Partitioned, task_of: Callable[[str], str]) -> dict[str, TaskPlan]:
@@ -347,7 +348,8 @@ class TaskRunner:
             traces = {p.device: list(p.trace.events) for p in parts if p.trace is not None} if options.trace else None
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
-                               rv.remote_calls, rv.credit_calls, traces, busy, wait, waits)
+                               rv.remote_calls, rv.credit_calls, traces, busy, wait, waits,
+                               {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None})
         finally:
             with self._lock:
                 self._runs.pop(run_id, None)

@@ -82,6 +82,24 @@ def test_loop_whose_body_spans_two_tasks(pool: TaskPool) -> None:
     sess.close()
 
 
+def test_backend_fast_on_a_cluster_trains_with_compiled_groups_in_each_task(pool: TaskPool) -> None:
+    """``backend="fast"`` runs every task's partitions on the compiled partition executor: a gradient
+    step whose loop runs on task 0 and whose Variable lives on task 1 gives the reference's losses and
+    Variable, and the tasks' arithmetic ran as compiled groups."""
+    g, x, loss, step = _training_graph()
+    ref = tn.Session(g)
+    with tn.Session(g, backend="fast", cluster=pool) as sess:
+        for v in (0.5, 1.5, -1.0):
+            np.testing.assert_allclose(sess.run([loss, step], {x: v})[0], ref.run([loss, step], {x: v})[0],
+                                       rtol=1e-5)
+        np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-5)
+        stats = sess.backend.last_stats
+        assert stats["partition_executor"] == "fast"
+        assert stats["compiled_calls"] > 0 and stats["interpreted_calls"] == 0
+        assert stats["compiles"] == 0, "a second run of a plan compiles nothing"
+        assert set(stats["executor_stats"]) <= set(pool.spec.devices)
+
+
 def test_a_traced_cluster_run_is_one_timeline_with_a_track_per_device(pool: TaskPool, tmp_path: Any) -> None:
     g, x, y = loop_across_tasks(4)
     one = tn.Session(g, devices=pool.spec.devices)

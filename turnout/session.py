@@ -149,6 +149,7 @@ class Session:
         self.graph = graph if graph is not None else get_default_graph()
         self.backend_name = backend
         if backend_options.get("cluster") is not None:
+            backend_options = _cluster_options(backend, backend_options)
             backend = _clustered(backend)
         elif backend_options.get("devices") is not None:
             backend = _partitioned(backend)
@@ -291,13 +292,28 @@ def _partitioned(backend: str) -> str:
                            "use backend='reference' or backend='fast'")
 
 
+def _cluster_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``backend="fast"`` with ``cluster=...`` means every task runs its partitions on the compiled
+    partition executor (``partition_executor="fast"``); naming another executor as well is a mistake."""
+    from turnout.errors import UnsupportedError
+
+    if backend != "fast":
+        return options
+    chosen = options.get("partition_executor", "fast")
+    if chosen != "fast":
+        raise UnsupportedError(f"backend='fast' on a cluster runs partition_executor='fast', not {chosen!r}; "
+                               "pass one of the two")
+    return {**options, "partition_executor": "fast"}
+
+
 def _clustered(backend: str) -> str:
     """``cluster=...`` asks for a run on a Ray cluster (turnout.devices.ray_runtime, the ``ray`` extra)."""
     from turnout.errors import UnsupportedError
 
-    if backend not in ("reference", "ray"):
+    if backend not in ("reference", "ray", "fast"):
         raise UnsupportedError(f"backend {backend!r} cannot run a graph on a cluster (cluster=...): each task runs "
-                               "its partitions on the reference interpreter; use backend='reference'")
+                               "its partitions on the reference interpreter (backend='reference') or on the "
+                               "compiled partition executor (backend='fast')")
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -1,0 +1,481 @@
+"""The compiled partition executor (``partition_executor="fast"``): a task's partitions, their compute fused.
+
+Why this shape. Inside a task of a cluster, a partition is a graph with Send and Recv nodes, and the
+task runner (``task_runner.TaskRunner``) drives it token by token: messages from other tasks arrive
+at any time, with their tags, and every Send must go out as soon as its value exists, or the peers
+stall. So the control skeleton of a partition (Switch, Merge, Enter, Exit, NextIteration, LoopCond,
+Send, Recv, Variables and stacks) keeps the reference interpreter's rules, which already speak this
+protocol. What costs time is elsewhere: the interpreter fires every arithmetic op one by one in Python.
+This executor cuts each partition, once per plan, into *fused groups*: connected sets of pure compute
+ops (``Primitive.kind == "compute"``) in one frame, and runs each group as ONE jitted JAX function
+built from the fast backend's lowering rules (``fast.lowering.LOWERING_RULES``). A loop body's matmuls,
+gates and activations then cost one call per iteration instead of one interpreter firing per op.
+
+How a group fires. A group is a node of the dataflow graph in its own right: it is ready at a tag when
+every input that comes from outside the group (data and control) has arrived at that tag, and it then
+delivers each member's outputs to the consumers outside the group. Two facts make this exact:
+
+* a group is *convex*: no path leaves it and comes back (checked when the group grows, see
+  ``fused_groups``), so waiting for all of its inputs can never wait on its own outputs, and fusing
+  adds no deadlock;
+* deadness is per member, as the rules say: a member whose data or control input is dead makes dead
+  outputs ([E-Op-Dead]); the others still compute. When every input is live, the jitted function runs;
+  when some are dead (an untaken branch), the members run one by one on the reference kernels.
+
+Errors keep the reference's meaning. A kernel check inside the compiled function (an integer division
+by zero, an index out of range) only sets a flag; when a flag is set, the group runs again on the
+reference kernels, which raise the reference's ``KernelError`` naming the op and its tag. A group that
+cannot be compiled (a shape decided by a run-time value, an op whose lowering refuses its inputs) runs
+on the reference kernels from then on; ``stats`` counts both. Results equal the reference interpreter's
+up to floating-point rounding (XLA may fuse and reorder arithmetic), as for the fast backend.
+
+What is not compiled: TensorArray ops (their values are the interpreter's per-slot tuples, not the fast
+backend's buffers), ``Sleep`` (a host wait, kept where it is), ops without inputs, and groups of one op
+(nothing to fuse). Loops whose whole body lies in one partition still run their control nodes on the
+interpreter, one iteration at a time; compiling such a loop whole, as ``backend="fast"`` does on one
+process, is not done here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.devices.executor import PartitionInterpreter, partition_plan
+from turnout.devices.partition import Partition
+from turnout.devices.partition_executors import ExecutorKind
+from turnout.devices.rendezvous import Rendezvous
+from turnout.errors import ExecutionError, PlacementError, TurnoutError, describe_node
+from turnout.graph import Node
+from turnout.primitives import PRIMITIVES
+from turnout.reference.executor import Plan
+from turnout.reference.rules import DEAD, Tag, Token
+from turnout.reference.rules import _control_token as control_token
+from turnout.reference.trace import fmt_tag
+from turnout.session import RunOptions
+
+#: the rule name a fused group's ready item carries (and its trace events do not: members keep E-Op)
+FUSED = "E-Fused"
+
+#: compute primitives kept out of groups, with the reason
+NOT_FUSED: dict[str, str] = {
+    "Sleep": "a host wait: it stays a firing of its own, where the program put it",
+}
+
+Key = tuple[int, int]
+
+
+def fusible(node: Node) -> bool:
+    """Whether ``node`` may join a fused group: a pure compute op with inputs, no TensorArray value on
+    its edges (the interpreter's TensorArrays are not the fast backend's), and not in ``NOT_FUSED``."""
+    prim = PRIMITIVES.get(node.op)
+    if prim is None or prim.kind != "compute" or node.op in NOT_FUSED or node.op.startswith("TensorArray"):
+        return False
+    if not node.inputs:
+        return False
+    return all(t.spec.elem_dtype is None for t in (*node.inputs, *node.outputs))
+
+
+@dataclass
+class Group:
+    """One fused group of a partition: its members in topological order and its edges to the outside."""
+
+    gid: int
+    members: tuple[Node, ...]
+    #: (member id, input slot) -> position in the compiled function's arguments, for inputs from outside
+    slot_index: dict[tuple[int, int], int]
+    #: member id -> how many control inputs come from outside the group
+    outside_controls: dict[int, int]
+    #: member outputs the compiled function returns: those read outside the group (or by no one: a fetch)
+    returns: tuple[Key, ...]
+    expected: int  # deliveries (data and control) that make the group ready at a tag
+    fn: Optional[Callable[..., Any]] = None
+    interpreted_reason: Optional[str] = None
+
+    @property
+    def head(self) -> Node:
+        return self.members[0]
+
+    def describe(self) -> str:
+        return f"fused group of {len(self.members)} ops ({', '.join(m.name for m in self.members[:3])}" + (
+            ", ...)" if len(self.members) > 3 else ")")
+
+
+@dataclass
+class Prepared:
+    """What ``prepare`` computes once per partition: the interpreter's plan, with the edges inside groups
+    removed, and the groups (whose compiled functions are kept across runs)."""
+
+    plan: Plan
+    groups: list[Group]
+    group_of: dict[int, Group]
+
+
+# ---- finding the groups -----------------------------------------------------------------------------
+class _Preds:
+    """Predecessors for grouping: data and control inputs, without a Merge's back edges (a NextIteration's
+    token belongs to the next iteration, never the same firing), and for a Recv, the Sends of this
+    partition whose tokens may come back to it through other devices (``Partition.waits``)."""
+
+    def __init__(self, plan: Plan, waits: dict[int, frozenset[int]]) -> None:
+        by_id = {n.id: n for n in plan.nodes}
+        self.plan = plan
+        self.waits = {r: [by_id[s] for s in ss if s in by_id] for r, ss in waits.items()}
+
+    def __call__(self, n: Node) -> list[Node]:
+        back = self.plan.back_edge_slots.get(n.id, frozenset())
+        return ([t.node for s, t in enumerate(n.inputs) if s not in back] + list(n.control_inputs)
+                + self.waits.get(n.id, []))
+
+
+def _topological(plan: Plan, preds: _Preds) -> list[Node]:
+    ids = {n.id for n in plan.nodes}
+    indeg = {n.id: 0 for n in plan.nodes}
+    succ: dict[int, list[Node]] = {n.id: [] for n in plan.nodes}
+    for n in plan.nodes:
+        for p in preds(n):
+            if p.id in ids:
+                indeg[n.id] += 1
+                succ[p.id].append(n)
+    ready = [n for n in plan.nodes if indeg[n.id] == 0]
+    order = []
+    while ready:
+        n = ready.pop()
+        order.append(n)
+        for s in succ[n.id]:
+            indeg[s.id] -= 1
+            if indeg[s.id] == 0:
+                ready.append(s)
+    return order
+
+
+def fused_groups(plan: Plan, min_size: int = 2, waits: Optional[dict[int, frozenset[int]]] = None) -> list[list[Node]]:
+    """The fused groups of a partition's plan: maximal-by-greedy connected sets of ``fusible`` nodes of
+    one frame, each convex.
+
+    Nodes are visited in topological order; a fusible node joins the groups of its fusible producers
+    in the same frame (all of them when their union stays convex, else the largest one that does), or
+    starts a group. Convexity of a set U is checked on its members' direct predecessors: a path that
+    leaves U and comes back enters its last member from a predecessor outside U that descends from U,
+    so U is convex exactly when no such predecessor has an ancestor in U (ancestor sets are bitsets).
+    ``waits`` (``Partition.waits``) adds the paths through other devices; a partition whose nodes cannot
+    be ordered with them is not fused at all."""
+    all_preds = _Preds(plan, waits or {})
+    order = _topological(plan, all_preds)
+    if len(order) != len(plan.nodes):
+        return []
+    bit = {n.id: 1 << i for i, n in enumerate(order)}
+    frame = plan.frames.node_frame
+    anc: dict[int, int] = {}
+    members: dict[int, list[Node]] = {}  # group number -> members in topological order
+    group_of: dict[int, int] = {}
+    gbits: dict[int, int] = {}
+    fresh = itertools.count()
+
+    def preds(n: Node) -> list[Node]:
+        return [p for p in all_preds(n) if p.id in bit]
+
+    def convex(nodes: Sequence[Node], ubits: int) -> bool:
+        return not any(anc[p.id] & ubits for m in nodes for p in preds(m) if not bit[p.id] & ubits)
+
+    for n in order:
+        a = 0
+        for p in preds(n):
+            a |= anc[p.id] | bit[p.id]
+        anc[n.id] = a
+        if not fusible(n) or n.id not in frame:
+            continue
+        cands = sorted({group_of[t.node.id] for t in n.inputs if t.node.id in group_of
+                        and frame.get(t.node.id) == frame[n.id]}, key=lambda g: -len(members[g]))
+        chosen: list[int] = []
+        ubits = bit[n.id]
+        for g in cands:
+            ubits |= gbits[g]
+        if cands and convex([m for g in cands for m in members[g]] + [n], ubits):
+            chosen = cands
+        else:
+            for g in cands:
+                if convex([*members[g], n], gbits[g] | bit[n.id]):
+                    chosen = [g]
+                    break
+        if chosen:
+            target = chosen[0]
+            for g in chosen[1:]:
+                for m in members[g]:
+                    group_of[m.id] = target
+                members[target].extend(members.pop(g))
+                gbits[target] |= gbits.pop(g)
+            members[target].append(n)
+            gbits[target] |= bit[n.id]
+            group_of[n.id] = target
+        else:
+            g = next(fresh)
+            members[g] = [n]
+            gbits[g] = bit[n.id]
+            group_of[n.id] = g
+    pos = {n.id: i for i, n in enumerate(order)}
+    return [sorted(ms, key=lambda m: pos[m.id]) for ms in members.values() if len(ms) >= min_size]
+
+
+def _group(gid: int, nodes: list[Node], plan: Plan) -> Group:
+    inside = {m.id for m in nodes}
+    slot_index: dict[tuple[int, int], int] = {}
+    outside_controls: dict[int, int] = {}
+    for m in nodes:
+        for s, t in enumerate(m.inputs):
+            if t.node.id not in inside:
+                slot_index[(m.id, s)] = len(slot_index)
+        outside_controls[m.id] = sum(1 for c in m.control_inputs if c.id not in inside)
+    returns = []
+    for m in nodes:
+        for i in range(len(m.outputs)):
+            readers = plan.consumers.get((m.id, i), [])
+            if not readers or any(r.id not in inside for r, _ in readers):
+                returns.append((m.id, i))
+    return Group(gid, tuple(nodes), slot_index, outside_controls, tuple(returns),
+                 len(slot_index) + sum(outside_controls.values()))
+
+
+def prepare(part: Partition, min_size: int = 2) -> Prepared:
+    """The reference plan of ``part`` with its fused groups: edges inside a group are removed from the
+    plan (the group computes them), so members never fire one by one."""
+    plan = partition_plan(part.graph, frozenset(ph.id for ph in part.feeds.values()))
+    groups = [_group(i, ms, plan) for i, ms in enumerate(fused_groups(plan, min_size, part.waits))]
+    group_of = {m.id: g for g in groups for m in g.members}
+
+    def outside(consumer: Node, producer: int) -> bool:
+        g = group_of.get(producer)
+        return g is None or group_of.get(consumer.id) is not g
+
+    consumers = {k: [(c, s) for c, s in v if outside(c, k[0])] for k, v in plan.consumers.items()}
+    controls = {k: [c for c in v if outside(c, k)] for k, v in plan.control_consumers.items()}
+    return Prepared(dataclasses.replace(plan, consumers=consumers, control_consumers=controls), groups, group_of)
+
+
+# ---- compiling a group ------------------------------------------------------------------------------
+class _Checks:
+    """The lowering rules' ``LoweringContext`` for a group: only ``check`` is used (groups hold no
+    Variables or stacks); each check's ``ok`` is kept, and the function returns whether all held."""
+
+    def __init__(self) -> None:
+        self.oks: list[Any] = []
+
+    def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+        from turnout.fast.values import is_static
+
+        if is_static(ok) and bool(ok):
+            return
+        self.oks.append(ok)
+
+
+def compile_group(g: Group) -> Callable[..., Any]:
+    """``jax.jit`` of the group: outside inputs in, ``(returned outputs, all checks held)`` out. Members
+    whose inputs are all known while tracing are folded with the reference kernels, as the fast
+    backend's emitter does."""
+    import jax
+    import jax.numpy as jnp
+
+    from turnout import kernels
+    from turnout.fast.lowering import LOWERING_RULES
+    from turnout.fast.values import is_static
+
+    def fn(*xs: Any) -> Any:
+        env: dict[Key, Any] = {}
+        ctx = _Checks()
+        for m in g.members:
+            ins = [xs[g.slot_index[(m.id, s)]] if (m.id, s) in g.slot_index else env[(t.node.id, t.index)]
+                   for s, t in enumerate(m.inputs)]
+            if all(is_static(x) for x in ins):
+                outs = [np.asarray(v) for v in kernels.run_kernel(m.op, [np.asarray(x) for x in ins], m.attrs)]
+            else:
+                outs = LOWERING_RULES[m.op](ctx, m, ins)
+            for i, v in enumerate(outs):
+                env[(m.id, i)] = v
+        ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else jnp.asarray(True)
+        return [env[k] for k in g.returns], ok
+
+    return jax.jit(fn)
+
+
+# ---- the executor -----------------------------------------------------------------------------------
+class _Box:
+    """A group's inbox at one tag: outside data tokens by argument position, control tokens by member."""
+
+    __slots__ = ("values", "controls", "arrived")
+
+    def __init__(self, n: int) -> None:
+        self.values: list[Optional[Token]] = [None] * n
+        self.controls: dict[int, list[Token]] = {}
+        self.arrived = 0
+
+
+def _jax_device(device: str) -> Any:
+    """Where a partition's groups run: the process's default device for a CPU partition (a task's CPU
+    devices share its host), else the accelerator of that index, which must exist in the task."""
+    import jax
+
+    from turnout.devices.names import parse
+
+    spec = parse(device)
+    if spec.type.upper() == "CPU":
+        return None
+    try:
+        have = jax.devices(spec.type.lower())
+    except RuntimeError:
+        have = []
+    if spec.index >= len(have):
+        raise PlacementError(f"device {spec.name}: this task's process has {len(have)} JAX {spec.type} device(s)")
+    return have[spec.index]
+
+
+class CompiledPartition(PartitionInterpreter):
+    """The reference interpreter of one partition, with its fused groups run as jitted functions."""
+
+    def __init__(self, device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],
+                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> None:
+        super().__init__(device, prepared.plan, feeds, variables, options, rv, clock)
+        self.prepared = prepared
+        self.group_of = prepared.group_of
+        self.gboxes: dict[tuple[int, Tag], _Box] = {}
+        self.jdev = _jax_device(device) if prepared.groups else None
+        #: this run's counts: group calls compiled, interpreted and wholly dead, compilations, reruns after a
+        #: failed check
+        self.stats = {"groups": len(prepared.groups), "fused_ops": len(prepared.group_of), "compiled_calls": 0,
+                      "interpreted_calls": 0, "dead_calls": 0, "compiles": 0, "check_reruns": 0}
+
+    def deliver(self, node: Node, slot: int, tag: Tag, tok: Token) -> None:
+        g = self.group_of.get(node.id)
+        if g is None:
+            super().deliver(node, slot, tag, tok)
+            return
+        key = (g.gid, tag)
+        box = self.gboxes.get(key)
+        if box is None:
+            box = self.gboxes[key] = _Box(len(g.slot_index))
+        if slot < 0:
+            box.controls.setdefault(node.id, []).append(tok)
+        else:
+            i = g.slot_index[(node.id, slot)]
+            if box.values[i] is not None:
+                raise ExecutionError(f"{describe_node(node)} received input {slot} twice at {fmt_tag(tag)}")
+            box.values[i] = tok
+        box.arrived += 1
+        if box.arrived == g.expected:
+            self._make_ready(g.head, tag, FUSED)
+
+    def fire(self, node: Node, tag: Tag, rule: str) -> None:
+        if rule != FUSED:
+            super().fire(node, tag, rule)
+            return
+        g = self.group_of[node.id]
+        box = self.gboxes.pop((g.gid, tag))
+        for m in g.members:
+            if (m.id, tag) in self.fired:
+                raise ExecutionError(f"{describe_node(m)} fired twice at {fmt_tag(tag)} (exactly-once violated)")
+            self.fired.add((m.id, tag))
+        outs = self._run_group(g, tag, box)
+        self.firings += len(g.members) - 1
+        for m in g.members:
+            toks = outs[m.id]
+            self.counts[(m.name, tag)] = self.counts.get((m.name, tag), 0) + 1
+            dead = bool(toks) and all(t.dead for t in toks)
+            if self.trace is not None:
+                self._trace_event(m.name, m.op, tag, dead, "E-Op-Dead" if dead else "E-Op")
+            for i, tok in enumerate(toks):
+                self.emit(m, i, tag, tok)
+            self.emit_control(m, tag, control_token(toks))
+        if tag:
+            inst = self.frames.get((tag[:-1], tag[-1][0]))
+            if inst is not None:
+                inst.ready[tag[-1][1]] -= 1
+                self.check_retire(inst)
+
+    # ---- running a group ----------------------------------------------------------------------------
+    def _dead_members(self, g: Group, box: _Box) -> set[int]:
+        dead: set[int] = set()
+        for m in g.members:
+            if any(t.dead for t in box.controls.get(m.id, ())) or any(c.id in dead for c in m.control_inputs):
+                dead.add(m.id)
+                continue
+            for s, t in enumerate(m.inputs):
+                j = g.slot_index.get((m.id, s))
+                if (box.values[j].dead if j is not None else t.node.id in dead):  # type: ignore[union-attr]
+                    dead.add(m.id)
+                    break
+        return dead
+
+    def _run_group(self, g: Group, tag: Tag, box: _Box) -> dict[int, list[Token]]:
+        dead = self._dead_members(g, box)
+        if len(dead) == len(g.members):  # an untaken branch, a loop's last test: nothing to compute
+            self.stats["dead_calls"] += 1
+            return {m.id: [DEAD] * len(m.outputs) for m in g.members}
+        if not dead and g.interpreted_reason is None:
+            got = self._compiled(g, box)
+            if got is not None:
+                return got
+        return self._interpreted(g, tag, box, dead)
+
+    def _compiled(self, g: Group, box: _Box) -> Optional[dict[int, list[Token]]]:
+        import jax
+
+        args = [t.value for t in box.values]  # type: ignore[union-attr]
+        try:
+            with jax.enable_x64(True):
+                if g.fn is None:
+                    g.fn = compile_group(g)
+                    self.stats["compiles"] += 1
+                if self.jdev is not None:
+                    with jax.default_device(self.jdev):
+                        vals, ok = g.fn(*args)
+                else:
+                    vals, ok = g.fn(*args)
+                if not bool(ok):
+                    self.stats["check_reruns"] += 1
+                    return None  # the reference kernels raise the error, naming the op and its tag
+        except (TurnoutError, TypeError, ValueError, IndexError, KeyError) as e:
+            g.interpreted_reason = f"{type(e).__name__}: {e}"
+            return None
+        self.stats["compiled_calls"] += 1
+        got = dict(zip(g.returns, vals, strict=True))
+        return {m.id: [Token(np.asarray(got[(m.id, i)])) if (m.id, i) in got else Token(None)
+                       for i in range(len(m.outputs))] for m in g.members}
+
+    def _interpreted(self, g: Group, tag: Tag, box: _Box, dead: set[int]) -> dict[int, list[Token]]:
+        from turnout.kernels import run_kernel
+        from turnout.reference.rules import _where
+
+        self.stats["interpreted_calls"] += 1
+        env: dict[Key, Any] = {}
+        outs: dict[int, list[Token]] = {}
+        for m in g.members:
+            if m.id in dead:
+                outs[m.id] = [DEAD] * len(m.outputs)
+                continue
+            ins = [box.values[g.slot_index[(m.id, s)]].value if (m.id, s) in g.slot_index  # type: ignore[union-attr]
+                   else env[(t.node.id, t.index)] for s, t in enumerate(m.inputs)]
+            vals = run_kernel(m.op, ins, m.attrs, lambda m=m: _where(m, tag))  # type: ignore[misc]
+            for i, v in enumerate(vals):
+                env[(m.id, i)] = v
+            outs[m.id] = [Token(v) for v in vals]
+        return outs
+
+    # ---- reports ------------------------------------------------------------------------------------
+    def stranded(self) -> list[tuple[int, Tag]]:
+        """Groups that received part of their inputs count as stranded, as nodes do."""
+        return super().stranded() + [(self.prepared.groups[gid].head.id, tag) for gid, tag in self.gboxes]
+
+    def blocked_report(self) -> str:
+        lines = [super().blocked_report()] if super().blocked_report() else []
+        for (gid, tag), box in sorted(self.gboxes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            g = self.prepared.groups[gid]
+            lines.append(f"  {g.describe()} at {fmt_tag(tag)}: has {box.arrived} of its {g.expected} inputs "
+                         "from outside the group")
+        return "\n".join(lines)
+
+
+FAST = ExecutorKind("fast", prepare, CompiledPartition)

@@ -1,0 +1,251 @@
+"""The compiled partition executor (``partition_executor="fast"``): a task's partitions with fused groups.
+
+Every run is compared with the unpartitioned reference run of the same graph (T7): generated programs
+under random placements over two tasks of two devices, their gradients, and closed-form cases for what
+the groups must keep: deadness per member, the reference's kernel errors, the convexity that keeps
+fusing from adding a deadlock, and programs that cannot be compiled. The tasks run in threads of this
+process (``cluster_programs.run_in_process``); the Ray runs live in ``test_ray.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from cluster_programs import SPEC, cond_across_tasks, dev, fetched, loop_across_tasks, run_in_process
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from programs import assert_same_outcome, build, to_source
+from strategies import gradient_cases, programs_with_inputs
+
+import turnout as tn
+from turnout.devices import check_partitions, partition, place
+from turnout.devices.compiled_partition import fused_groups, fusible, prepare
+from turnout.devices.task_runner import TaskOutcome
+from turnout.errors import RecvTimeoutError, TaskFailedError
+from turnout.session import RunOptions
+
+GUARD = dict(max_firings=200_000, max_iterations=1_000)
+
+
+def run_tasks(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any], executor: str = "fast",
+              requests: dict[str, str] | None = None, options: RunOptions | None = None) -> list[Any]:
+    """The fetched values of a run over the two tasks, or the error a task raised (the root cause, not
+    the failure it caused in its peer)."""
+    out = run_in_process(g, fetches, feeds, executor=executor, requests=requests, options=options or RunOptions())
+    errors = [o for o in out.values() if isinstance(o, BaseException)]
+    if errors:
+        errors.sort(key=lambda e: isinstance(e, (TaskFailedError, RecvTimeoutError)))
+        raise errors[0]
+    values = fetched(out)
+    for t, v in zip(fetches, values, strict=True):
+        if v is None:
+            raise tn.DeadFetchError(f"fetched tensor {t.name} is dead")
+    return values
+
+
+def stats_of(out: dict[str, Any]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for o in out.values():
+        assert isinstance(o, TaskOutcome), o
+        for per in (o.executor_stats or {}).values():
+            for k, v in per.items():
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+def _random_requests(graph: tn.Graph, data: st.DataObject) -> dict[str, str]:
+    devices = SPEC.devices
+    idx = data.draw(st.lists(st.integers(0, len(devices) - 1), min_size=len(graph.nodes),
+                             max_size=len(graph.nodes)), label="placement")
+    return {n.name: devices[i] for n, i in zip(graph.nodes, idx)}
+
+
+def _check(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any], data: st.DataObject,
+           what: str) -> None:
+    requests = _random_requests(graph, data)
+    scheduler = data.draw(st.sampled_from(("fifo", "lifo", "random")), label="scheduler")
+    assert_same_outcome(lambda: tn.Session(graph).run(fetches, feeds, options=RunOptions(**GUARD)),
+                        lambda: run_tasks(graph, fetches, feeds, requests=requests,
+                                          options=RunOptions(scheduler, 7, **GUARD)),
+                        what + "compiled partitions over two tasks")
+
+
+# ---- T7: generated programs ---------------------------------------------------------------------------
+@settings(deadline=None)
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_compiled_partitions_equal_the_reference(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
+    p, inputs = pi
+    b = build(p)
+    _check(b.graph, b.fetches, b.feed_dict(inputs), data, to_source(p) + "\n")
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_T7_compiled_partitions_of_gradient_programs(data: st.DataObject) -> None:
+    case = data.draw(gradient_cases())
+    _check(case.graph, case.grads, case.feeds, data, to_source(case.program) + "\n")
+
+
+# ---- closed-form cases -------------------------------------------------------------------------------
+def _cell_across_tasks(n: int = 6) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """A loop on task 0 whose body's arithmetic (a small recurrent cell) runs on task 1."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
+        w = tn.constant(np.linspace(-0.5, 0.5, 9, dtype=np.float32).reshape(3, 3))
+
+        def body(i: tn.Tensor, h: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device(dev(1, 0)):
+                a = tn.matmul(h, w) + x
+                h2 = tn.tanh(a) * tn.sigmoid(a - 0.5) + 0.1 * h
+            return i + 1, h2
+
+        with tn.device(dev(0, 0)):
+            _, h = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), x], name="cell")
+    return g, x, h
+
+
+def test_a_loop_body_on_another_task_runs_as_one_compiled_call_per_iteration() -> None:
+    g, x, h = _cell_across_tasks(6)
+    value = np.arange(6, dtype=np.float32).reshape(2, 3) / 10
+    want = tn.Session(g).run(h, {x: value})
+    out = run_in_process(g, [h], {x: value}, executor="fast")
+    np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-6)
+    body = out["/job:worker/task:1"].executor_stats[dev(1, 0)]
+    # the body's matmul, add, tanh, sub, sigmoid, muls and add: one group on task 1, one call per iteration
+    assert body["groups"] == 1 and body["fused_ops"] == 8 and body["compiled_calls"] == 6
+    s = stats_of(out)  # with the loop counter's Identity and Add on task 0: a second group
+    assert s["groups"] == 2 and s["compiled_calls"] == 12 and s["compiles"] == 2
+    assert s["interpreted_calls"] == 0 and s["check_reruns"] == 0
+    assert s["dead_calls"] == 2, "the last loop test leaves both groups dead, and no kernel runs"
+    # fewer firings than the reference interpreter, which fires every op
+    ref = run_in_process(g, [h], {x: value}, executor="reference")
+    firings = {t: sum(o.firings.values()) for t, o in out.items()}
+    assert firings == {t: sum(o.firings.values()) for t, o in ref.items()}, "a group counts one firing per member"
+
+
+@pytest.mark.parametrize("value", [2.0, -2.0])
+def test_an_untaken_branch_is_dead_member_by_member(value: float) -> None:
+    g, x, out = cond_across_tasks()
+    want = tn.Session(g).run(out, {x: value})
+    got = run_in_process(g, [out], {x: value}, executor="fast")
+    np.testing.assert_allclose(fetched(got), [want], rtol=1e-6)
+
+
+def test_a_group_with_one_dead_input_keeps_its_live_members_live() -> None:
+    """Two chains fused into one group (joined by a third op) where only one chain's input is dead: the
+    other chain's member is live and fetched, computed on the reference kernels."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device(dev(0)):
+            f, t = tn.raw.switch(x, x > 0.0)
+        with tn.device(dev(1)):
+            live = (x + 1.0) * 2.0
+            dead_side = (t - 1.0) * 3.0
+            joined = tn.add(live, dead_side, name="joined")
+    gr = tn.Session(g)
+    want = gr.run(live, {x: -1.0})
+    out = run_in_process(g, [live], {x: -1.0}, executor="fast")
+    np.testing.assert_allclose(fetched(out), [want])
+    with pytest.raises(tn.DeadFetchError):
+        run_tasks(g, [joined], {x: -1.0})
+    np.testing.assert_allclose(run_tasks(g, [joined], {x: 2.0}), gr.run([joined], {x: 2.0}), rtol=1e-6)
+
+
+def test_a_kernel_error_inside_a_group_is_the_reference_error_naming_the_op() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+        with tn.device(dev(1)):
+            y = tn.divide(x + 1, x - 3, name="divide") * 2 + 1
+    with pytest.raises(tn.KernelError) as ref:
+        tn.Session(g).run(y, {x: 3})
+    with pytest.raises(tn.KernelError) as got:
+        run_tasks(g, [y], {x: 3})
+    assert "divide" in str(got.value) and str(got.value) == str(ref.value)
+    assert run_tasks(g, [y], {x: 5}) == tn.Session(g).run([y], {x: 5})
+
+
+def test_a_group_that_cannot_be_compiled_runs_on_the_reference_kernels() -> None:
+    """A fill whose shape is a run-time value: jax cannot trace it, the group is interpreted."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+        with tn.device(dev(1)):
+            filled = tn.fill(tn.stack([n + 1, n]), 2.5) * 2.0
+            y = tn.reduce_sum(filled) + 1.0
+    want = tn.Session(g).run(y, {n: 3})
+    out = run_in_process(g, [y], {n: 3}, executor="fast")
+    np.testing.assert_allclose(fetched(out), [want])
+    s = stats_of(out)
+    assert s["interpreted_calls"] >= 1
+
+
+def _plan_of(g: tn.Graph, fetches: list[tn.Tensor], device: str, requests: dict[str, str]) -> Any:
+    parted = partition(g, place(g, SPEC.devices, requests), fetches, set())
+    check_partitions(parted)
+    return prepare(parted.partitions[device])
+
+
+def test_groups_are_convex_so_fusing_adds_no_wait() -> None:
+    """a -> (other device) -> c and a -> b -> c: a, b and c cannot be one group, or the group would wait
+    for the other device, which waits for the group."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device(dev(0)):
+            a = tn.multiply(x, 2.0, name="a")
+            b = tn.add(a, 1.0, name="b")
+        with tn.device(dev(1)):
+            far = tn.multiply(a, 3.0, name="far")
+        with tn.device(dev(0)):
+            c = tn.add(b, far, name="c")
+            d = tn.multiply(c, c, name="d")
+    prepared = _plan_of(g, [d], dev(0), {})
+    groups = [{m.name for m in grp.members} for grp in prepared.groups]
+    assert not any({"a", "c"} <= grp for grp in groups), groups
+    assert any({"a", "b"} <= grp for grp in groups) and any({"c", "d"} <= grp for grp in groups), groups
+    np.testing.assert_allclose(run_tasks(g, [d], {x: 1.5}), tn.Session(g).run([d], {x: 1.5}))
+
+
+def test_only_pure_compute_ops_of_one_frame_are_fused() -> None:
+    g, x, h = _cell_across_tasks(3)
+    prepared = _plan_of(g, [h], dev(1, 0), {})
+    frames = prepared.plan.frames.node_frame
+    for grp in prepared.groups:
+        assert all(fusible(m) for m in grp.members)
+        assert len({frames[m.id] for m in grp.members}) == 1
+        assert len(grp.members) >= 2
+    assert not any(n.op in ("Sleep", "Merge", "Switch", "Send", "Recv", "Enter") for grp in prepared.groups
+                   for n in grp.members)
+    # every fusible node lies in at most one group
+    seen = [m.id for grp in prepared.groups for m in grp.members]
+    assert len(seen) == len(set(seen))
+    assert fused_groups(prepared.plan, min_size=1)
+
+
+def test_the_fast_kind_is_named_in_the_table_and_loaded_lazily() -> None:
+    from turnout.devices.partition_executors import PARTITION_EXECUTORS, executor_kind
+
+    assert isinstance(PARTITION_EXECUTORS["fast"], str)
+    assert executor_kind("fast").name == "fast"
+
+
+def test_a_loop_across_tasks_gives_the_reference_values_with_every_order() -> None:
+    g, x, y = loop_across_tasks(12, parallel_iterations=4)
+    want = tn.Session(g).run(y, {x: 2.0})
+    for scheduler in ("fifo", "lifo", "random"):
+        got = run_tasks(g, [y], {x: 2.0}, options=RunOptions(scheduler, 3))
+        np.testing.assert_allclose(got, [want], rtol=1e-6)
+
+
+def test_backend_fast_with_a_cluster_asks_for_the_fast_partition_executor() -> None:
+    from turnout.session import _cluster_options
+
+    assert _cluster_options("fast", {"cluster": SPEC})["partition_executor"] == "fast"
+    assert _cluster_options("reference", {"cluster": SPEC}) == {"cluster": SPEC}
+    with pytest.raises(tn.UnsupportedError, match="partition_executor='fast', not 'reference'"):
+        _cluster_options("fast", {"cluster": SPEC, "partition_executor": "reference"})
