@@ -165,10 +165,11 @@ def test_a_driven_loop_whose_stacks_have_a_run_time_shape_falls_back_with_the_re
 
 @pytest.mark.parametrize("swap", [True, False])
 def test_a_driven_loop_in_a_branch_the_host_does_not_take(swap: bool) -> None:
-    """Kills ``region_driver.run:6027cf5c`` (the exit side of a loop that is never entered called
-    without its iteration limit). The loop, compiled on cpu:1 and run chunk by chunk, is one branch of a
-    cond whose predicate the host reads; when the other branch is taken its inputs are dead. Both
-    branches, on one session: the reference executor's values each time."""
+    """A loop compiled on cpu:1 and run chunk by chunk is one branch of a cond whose predicate the host
+    reads; when the other branch is taken the host skips the loop. Both branches, on one session: the
+    reference executor's values each time. (The host never hands the driver dead entry values, so the
+    driver's exit side for them, ``region_driver.run:6027cf5c``, is checked by calling the driver
+    directly: ``tests/test_mutants_s6.py``.)"""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float64, [], name="x")
