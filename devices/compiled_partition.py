@@ -91,7 +91,8 @@ class Group:
     slot_index: dict[tuple[int, int], int]
     #: member id -> how many control inputs come from outside the group
     outside_controls: dict[int, int]
-    #: member outputs the compiled function returns: those read outside the group (or by no one: a fetch)
+    #: member outputs the compiled function returns: those read outside the group, and in the root frame
+    #: (where fetches live) every output; the others are never emitted
     returns: tuple[Key, ...]
     expected: int  # deliveries (data and control) that make the group ready at a tag
     fn: Optional[Callable[..., Any]] = None
@@ -232,10 +233,11 @@ def _group(gid: int, nodes: list[Node], plan: Plan) -> Group:
                 slot_index[(m.id, s)] = len(slot_index)
         outside_controls[m.id] = sum(1 for c in m.control_inputs if c.id not in inside)
     returns = []
+    root = not plan.frames.node_frame.get(nodes[0].id, ())  # a root-frame group: any output may be fetched
     for m in nodes:
         for i in range(len(m.outputs)):
             readers = plan.consumers.get((m.id, i), [])
-            if not readers or any(r.id not in inside for r, _ in readers):
+            if root or not readers or any(r.id not in inside for r, _ in readers):
                 returns.append((m.id, i))
     return Group(gid, tuple(nodes), slot_index, outside_controls, tuple(returns),
                  len(slot_index) + sum(outside_controls.values()))
@@ -303,6 +305,9 @@ def compile_group(g: Group) -> Callable[..., Any]:
 
 
 # ---- the executor -----------------------------------------------------------------------------------
+#: a member output the compiled function does not return (read only inside its group): never emitted
+_UNSET = Token(None)
+
 class _Box:
     """A group's inbox at one tag: outside data tokens by argument position, control tokens by member."""
 
@@ -387,7 +392,8 @@ class CompiledPartition(PartitionInterpreter):
             if self.trace is not None:
                 self._trace_event(m.name, m.op, tag, dead, "E-Op-Dead" if dead else "E-Op")
             for i, tok in enumerate(toks):
-                self.emit(m, i, tag, tok)
+                if tok is not _UNSET:
+                    self.emit(m, i, tag, tok)
             self.emit_control(m, tag, control_token(toks))
         if tag:
             inst = self.frames.get((tag[:-1], tag[-1][0]))
@@ -442,7 +448,7 @@ class CompiledPartition(PartitionInterpreter):
             return None
         self.stats["compiled_calls"] += 1
         got = dict(zip(g.returns, vals, strict=True))
-        return {m.id: [Token(np.asarray(got[(m.id, i)])) if (m.id, i) in got else Token(None)
+        return {m.id: [Token(np.asarray(got[(m.id, i)])) if (m.id, i) in got else _UNSET
                        for i in range(len(m.outputs))] for m in g.members}
 
     def _interpreted(self, g: Group, tag: Tag, box: _Box, dead: set[int]) -> dict[int, list[Token]]:

@@ -249,3 +249,17 @@ def test_backend_fast_with_a_cluster_asks_for_the_fast_partition_executor() -> N
     assert _cluster_options("reference", {"cluster": SPEC}) == {"cluster": SPEC}
     with pytest.raises(tn.UnsupportedError, match="partition_executor='fast', not 'reference'"):
         _cluster_options("fast", {"cluster": SPEC, "partition_executor": "reference"})
+
+
+def test_regression_a_fetched_tensor_that_its_group_also_reads_is_produced() -> None:
+    """Found by the nightly T7 campaign (``v1 = reduce_sum(scan(...)); return v1, v1 + 0``): a root-frame
+    output read only inside its group was not returned by the compiled function, so its fetch read as
+    dead. In the root frame every member output is returned."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, shape=[3], name="x")
+        with tn.device(dev(1)):
+            total = tn.reduce_sum(x * 2, name="total")
+            shifted = tn.add(total, 1, name="shifted")
+    for fetches in ([total, shifted], [shifted, total], [total]):
+        assert run_tasks(g, fetches, {x: [1, 2, 3]}) == tn.Session(g).run(fetches, {x: [1, 2, 3]})
