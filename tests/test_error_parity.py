@@ -133,6 +133,16 @@ def tensor_array_read_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     return g, y, {k: np.int32(5)}
 
 
+def tensor_array_read_before_any_write() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """No element shape and nothing written: the fast backend cannot trace the read, so it runs the
+    program on the interpreter (``fallback=True``, the default) and raises the same KernelError."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        y = tn.TensorArray(tn.float32, size=3).read(k)
+    return g, y, {k: np.int32(1)}
+
+
 def gather_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
@@ -160,6 +170,7 @@ CATALOGUE: dict[str, Mistake] = {
     "integer division by zero": Mistake(integer_division_by_zero, tn.KernelError),
     "integer division by zero in a loop": Mistake(integer_division_by_zero_in_a_loop, tn.KernelError),
     "TensorArray read out of range": Mistake(tensor_array_read_out_of_range, tn.KernelError),
+    "TensorArray read before any write": Mistake(tensor_array_read_before_any_write, tn.KernelError),
     "gather index out of range": Mistake(gather_out_of_range, tn.KernelError),
     "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
     "unknown run option": Mistake(unfed_placeholder, TypeError, {"no_such_option": 1}),
