@@ -29,17 +29,25 @@ cannot be compiled (a shape decided by a run-time value, an op whose lowering re
 on the reference kernels from then on; ``stats`` counts both. Results equal the reference interpreter's
 up to floating-point rounding (XLA may fuse and reorder arithmetic), as for the fast backend.
 
+A partition with no Send or Recv at all (everything it computes stays on its device: the one-task
+layout of a model, or a part of the graph no other device reads) needs no rendezvous, and runs whole as
+ONE fast-backend program (``WholePartition``), loops included, as ``backend="fast"`` runs a graph placed
+on one device. A traced run or a ``max_firings`` budget asks for firings, which a compiled program does
+not make, so that run uses the fused groups; a program the fast backend cannot compile uses them from
+then on.
+
 What is not compiled: TensorArray ops (their values are the interpreter's per-slot tuples, not the fast
 backend's buffers), ``Sleep`` (a host wait, kept where it is), ops without inputs, and groups of one op
-(nothing to fuse). Loops whose whole body lies in one partition still run their control nodes on the
-interpreter, one iteration at a time; compiling such a loop whole, as ``backend="fast"`` does on one
-process, is not done here.
+(nothing to fuse). In a partition that sends or receives, a loop still runs its control nodes on the
+interpreter, one iteration at a time, even when its whole body lies in the partition; compiling such
+a loop whole (its Enter values in, its Exit values out) is not done.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -110,11 +118,15 @@ class Group:
 @dataclass
 class Prepared:
     """What ``prepare`` computes once per partition: the interpreter's plan, with the edges inside groups
-    removed, and the groups (whose compiled functions are kept across runs)."""
+    removed, and the groups (whose compiled functions are kept across runs); for a partition with no
+    Send or Recv, the fast backend that runs it whole (``whole``) and why it stopped trying, if it did."""
 
     plan: Plan
     groups: list[Group]
     group_of: dict[int, Group]
+    part: Optional[Partition] = None
+    whole: Any = None
+    whole_declined: Optional[str] = None
 
 
 # ---- finding the groups -----------------------------------------------------------------------------
@@ -256,7 +268,9 @@ def prepare(part: Partition, min_size: int = 2) -> Prepared:
 
     consumers = {k: [(c, s) for c, s in v if outside(c, k[0])] for k, v in plan.consumers.items()}
     controls = {k: [c for c in v if outside(c, k)] for k, v in plan.control_consumers.items()}
-    return Prepared(dataclasses.replace(plan, consumers=consumers, control_consumers=controls), groups, group_of)
+    alone = not any(n.op in ("Send", "Recv") for n in part.graph.nodes)
+    return Prepared(dataclasses.replace(plan, consumers=consumers, control_consumers=controls), groups, group_of,
+                    part, whole_declined=None if alone else "it sends or receives")
 
 
 # ---- compiling a group ------------------------------------------------------------------------------
@@ -484,4 +498,126 @@ class CompiledPartition(PartitionInterpreter):
         return "\n".join(lines)
 
 
-FAST = ExecutorKind("fast", prepare, CompiledPartition)
+# ---- a partition that talks to no other: the fast backend, whole ------------------------------------
+class WholePartition:
+    """A partition with no Send or Recv needs nothing from the rendezvous: it runs as ONE fast-backend
+    program (``fast.backend.FastBackend``, kept in ``Prepared.whole`` across runs), as the fast
+    partitioned executor runs a graph placed on one device. Where the fast backend cannot run it
+    (``UnsupportedError``: a program it cannot compile, a ``max_firings`` budget, a traced run), the
+    partition runs on ``CompiledPartition`` from then on, and this object hands the runner that one's
+    queue, mailbox and results."""
+
+    def __init__(self, device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],
+                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> None:
+        self.device = device
+        self.prepared = prepared
+        self.args = (device, prepared, feeds, variables, options, rv, clock)
+        self.feeds = feeds
+        self.inner: Optional[CompiledPartition] = None
+        self._produced: dict[Key, Token] = {}
+        self._mailbox: deque[tuple[Node, Tag, str]] = deque()
+        self.stats = {"groups": 0, "fused_ops": 0, "compiled_calls": 0, "interpreted_calls": 0, "dead_calls": 0,
+                      "compiles": 0, "check_reruns": 0, "whole_runs": 0}
+
+    # the runner's view: this object's until it hands over to a CompiledPartition
+    @property
+    def queue(self) -> Any:
+        return self.inner.queue if self.inner is not None else ()
+
+    @property
+    def mailbox(self) -> Any:
+        return self.inner.mailbox if self.inner is not None else self._mailbox
+
+    @property
+    def produced(self) -> dict[Key, Token]:
+        return self.inner.produced if self.inner is not None else self._produced
+
+    @property
+    def firings(self) -> int:
+        return self.inner.firings if self.inner is not None else 0
+
+    @property
+    def counts(self) -> dict[tuple[str, Tag], int]:
+        return self.inner.counts if self.inner is not None else {}
+
+    @property
+    def trace(self) -> Any:
+        return self.inner.trace if self.inner is not None else None
+
+    def start(self) -> None:
+        """Run the partition whole, or hand it to ``CompiledPartition``."""
+        from turnout.errors import UnsupportedError
+
+        p = self.prepared
+        if p.whole_declined is None and not _asks_for_firings(self.args[4]):
+            try:
+                self._run_whole()
+                return
+            except UnsupportedError as e:  # the program cannot be compiled: never try again
+                p.whole_declined = str(e)
+        self.inner = CompiledPartition(*self.args)
+        self.inner.start()
+        self.stats = self.inner.stats
+
+    def _run_whole(self) -> None:
+        import jax
+
+        from turnout.fast.backend import FastBackend
+
+        p = self.prepared
+        assert p.part is not None
+        device, _, feeds, variables, options, _, _ = self.args
+        if p.whole is None:
+            p.whole = FastBackend(p.part.graph, fallback=False)
+        nodes = {n.id: n for n in p.part.graph.nodes}
+        fetches = [nodes[nid].outputs[i] for nid, i in p.part.fetches if (nid, i) not in feeds]
+        fed = {nodes[nid].outputs[i]: v for (nid, i), v in feeds.items()}
+        before = p.whole.compile_count
+        jdev = _jax_device(device)
+        if jdev is not None:
+            with jax.default_device(jdev):
+                result = p.whole.run(fetches, fed, variables, options)
+        else:
+            result = p.whole.run(fetches, fed, variables, options)
+        for t, v in zip(fetches, result.values, strict=True):
+            self._produced[(t.node.id, t.index)] = Token(v)
+        self.stats["whole_runs"] += 1
+        self.stats["compiles"] += p.whole.compile_count - before
+
+    def drain(self) -> None:
+        if self.inner is not None:
+            self.inner.drain()
+
+    def step(self) -> None:
+        assert self.inner is not None, "a partition run whole has nothing left to fire"
+        self.inner.step()
+
+    def waiting_report(self) -> list[str]:
+        return self.inner.waiting_report() if self.inner is not None else []
+
+
+def _asks_for_firings(options: RunOptions) -> bool:
+    """A traced run (whose trace lists firings) or a ``max_firings`` budget: what a whole compiled program
+    cannot give, so that run goes to ``CompiledPartition`` (later runs try the whole program again)."""
+    from turnout.errors import UnsupportedError
+    from turnout.fast.backend import refuse_firing_budget
+
+    if options.trace:
+        return True
+    try:
+        refuse_firing_budget("compiled partition", options)
+    except UnsupportedError:
+        return True
+    return False
+
+
+def make(device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],
+         options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> Any:
+    """One run's executor of a prepared partition: whole on the fast backend when it talks to no other
+    partition, else the interpreter with fused groups."""
+    if prepared.whole_declined is None:
+        return WholePartition(device, prepared, feeds, variables, options, rv, clock)
+    return CompiledPartition(device, prepared, feeds, variables, options, rv, clock)
+
+
+FAST = ExecutorKind("fast", prepare, make)

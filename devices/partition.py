@@ -83,6 +83,8 @@ class Partition:
     #: Recv node id -> ids of this partition's Sends whose tokens may travel, through other devices and in
     #: the same iteration, to that Recv (``recv_waits``): what an executor that fuses nodes must not merge
     waits: dict[int, frozenset[int]] = field(default_factory=dict)
+    #: the (node id, output) of this partition's tensors that the run fetches
+    fetches: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def short(self) -> str:
@@ -306,10 +308,12 @@ def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
         d = dev[t.node.id]
         if (t.node.id, t.index) in fed:
             result.fetches.append((d, local(t, d)))
+            parts[d].fetches.append((result.fetches[-1][1].node.id, result.fetches[-1][1].index))
         elif t.node.id not in parts[d].nodes:
             raise PartitionError(f"fetch {t.name} was not placed on any partition")
         else:
             result.fetches.append((d, parts[d].nodes[t.node.id].outputs[t.index]))
+            parts[d].fetches.append((parts[d].nodes[t.node.id].id, t.index))
     return result
 
 

@@ -26,7 +26,9 @@ from turnout.devices.task_runner import TaskOutcome
 from turnout.errors import RecvTimeoutError, TaskFailedError
 from turnout.session import RunOptions
 
-GUARD = dict(max_firings=200_000, max_iterations=1_000)
+# max_firings stays at its default, which compiled code accepts (a budget would send every partition
+# to the interpreter with fused groups, never to the whole-program tier)
+GUARD = dict(max_iterations=1_000)
 
 
 def run_tasks(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any], executor: str = "fast",
@@ -63,8 +65,14 @@ def _random_requests(graph: tn.Graph, data: st.DataObject) -> dict[str, str]:
 
 
 def _check(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any], data: st.DataObject,
-           what: str) -> None:
-    requests = _random_requests(graph, data)
+           what: str, alone: bool = False) -> None:
+    """T7 under a random placement; with ``alone``, every node on one device (drawn), so that device's
+    partition talks to no other and runs whole on the fast backend."""
+    if alone:
+        device = data.draw(st.sampled_from(SPEC.devices), label="the one device")
+        requests = {n.name: device for n in graph.nodes}
+    else:
+        requests = _random_requests(graph, data)
     scheduler = data.draw(st.sampled_from(("fifo", "lifo", "random")), label="scheduler")
     assert_same_outcome(lambda: tn.Session(graph).run(fetches, feeds, options=RunOptions(**GUARD)),
                         lambda: run_tasks(graph, fetches, feeds, requests=requests,
@@ -88,21 +96,32 @@ def test_T7_compiled_partitions_of_gradient_programs(data: st.DataObject) -> Non
     _check(case.graph, case.grads, case.feeds, data, to_source(case.program) + "\n")
 
 
+@settings(deadline=None)
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_a_partition_that_talks_to_no_other_runs_whole(pi: tuple[Any, dict[str, Any]],
+                                                           data: st.DataObject) -> None:
+    p, inputs = pi
+    b = build(p)
+    _check(b.graph, b.fetches, b.feed_dict(inputs), data, to_source(p) + "\n", alone=True)
+
+
 # ---- closed-form cases -------------------------------------------------------------------------------
-def _cell_across_tasks(n: int = 6) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
-    """A loop on task 0 whose body's arithmetic (a small recurrent cell) runs on task 1."""
+def _cell_across_tasks(n: int = 6, loop: str = dev(0, 0), body_on: str = dev(1, 0)) -> tuple[tn.Graph, tn.Tensor,
+                                                                                             tn.Tensor]:
+    """A loop on task 0 whose body's arithmetic (a small recurrent cell) runs on task 1 (or wherever
+    ``loop`` and ``body_on`` say)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
         w = tn.constant(np.linspace(-0.5, 0.5, 9, dtype=np.float32).reshape(3, 3))
 
         def body(i: tn.Tensor, h: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
-            with tn.device(dev(1, 0)):
+            with tn.device(body_on):
                 a = tn.matmul(h, w) + x
                 h2 = tn.tanh(a) * tn.sigmoid(a - 0.5) + 0.1 * h
             return i + 1, h2
 
-        with tn.device(dev(0, 0)):
+        with tn.device(loop):
             _, h = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), x], name="cell")
     return g, x, h
 
@@ -159,8 +178,10 @@ def test_a_kernel_error_inside_a_group_is_the_reference_error_naming_the_op() ->
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.int32, shape=[], name="x")
+        with tn.device(dev(0)):
+            x1 = x * 1  # computed on task 0: task 1's partition receives it, so it runs with fused groups
         with tn.device(dev(1)):
-            y = tn.divide(x + 1, x - 3, name="divide") * 2 + 1
+            y = tn.divide(x1 + 1, x1 - 3, name="divide") * 2 + 1
     with pytest.raises(tn.KernelError) as ref:
         tn.Session(g).run(y, {x: 3})
     with pytest.raises(tn.KernelError) as got:
@@ -174,8 +195,10 @@ def test_a_group_that_cannot_be_compiled_runs_on_the_reference_kernels() -> None
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, shape=[], name="n")
+        with tn.device(dev(0)):
+            m = n * 1  # computed on task 0: task 1's partition receives it, so it runs with fused groups
         with tn.device(dev(1)):
-            filled = tn.fill(tn.stack([n + 1, n]), 2.5) * 2.0
+            filled = tn.fill(tn.stack([m + 1, m]), 2.5) * 2.0
             y = tn.reduce_sum(filled) + 1.0
     want = tn.Session(g).run(y, {n: 3})
     out = run_in_process(g, [y], {n: 3}, executor="fast")
@@ -263,3 +286,39 @@ def test_regression_a_fetched_tensor_that_its_group_also_reads_is_produced() -> 
             shifted = tn.add(total, 1, name="shifted")
     for fetches in ([total, shifted], [shifted, total], [total]):
         assert run_tasks(g, fetches, {x: [1, 2, 3]}) == tn.Session(g).run(fetches, {x: [1, 2, 3]})
+
+
+# ---- a partition with no Send or Recv: one fast-backend program ---------------------------------------
+def test_a_partition_alone_runs_as_one_fast_program_and_compiles_once() -> None:
+    g, x, h = _cell_across_tasks(5, dev(1, 1), dev(1, 1))
+    requests = {n.name: dev(1, 1) for n in g.nodes}
+    value = np.ones((2, 3), np.float32)
+    want = tn.Session(g).run(h, {x: value})
+    out = run_in_process(g, [h], {x: value}, executor="fast", requests=requests)
+    np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-6)
+    s = out["/job:worker/task:1"].executor_stats[dev(1, 1)]
+    assert s["whole_runs"] == 1 and s["compiles"] >= 1 and s["compiled_calls"] == 0
+    assert out["/job:worker/task:1"].firings[dev(1, 1)] == 0, "nothing was interpreted"
+
+
+def test_a_traced_run_of_a_partition_alone_fires_its_nodes_and_keeps_their_trace() -> None:
+    g, x, h = _cell_across_tasks(3, dev(1, 1), dev(1, 1))
+    requests = {n.name: dev(1, 1) for n in g.nodes}
+    value = np.ones((2, 3), np.float32)
+    want = tn.Session(g).run(h, {x: value})
+    out = run_in_process(g, [h], {x: value}, executor="fast", requests=requests, options=RunOptions(trace=True))
+    np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-6)
+    task = out["/job:worker/task:1"]
+    assert task.traces and task.traces[dev(1, 1)], "a traced run lists its firings"
+    assert task.executor_stats[dev(1, 1)].get("whole_runs", 0) == 0
+    assert task.executor_stats[dev(1, 1)]["compiled_calls"] > 0
+
+
+def test_a_partition_alone_that_cannot_compile_raises_the_reference_error() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        y = tn.TensorArray(tn.float32, size=3).read(k) * 2.0
+    requests = {n.name: dev(0, 1) for n in g.nodes}
+    with pytest.raises(tn.KernelError, match="never written"):
+        run_tasks(g, [y], {k: 1}, requests=requests)
