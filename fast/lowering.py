@@ -28,7 +28,7 @@ from jax.experimental import io_callback
 from turnout import dtypes as dt
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
-from turnout.fast.values import DEAD, TA, Handle, is_static
+from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
 from turnout.graph import Node, Tensor
 from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
@@ -462,9 +462,10 @@ def _ta_write(ctx, n, xs):
         ta = ta.materialize(tuple(v.shape))
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
     if ta.size:
-        ctx.check(~ta.mask[j], f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
+        mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)
+        ctx.check(mask[j] == 1, f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
                   "slots are write-once)")
-        return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].set(v), ta.mask.at[j].set(True))]
+        return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].set(v), mask)]
     return [ta]
 
 
@@ -477,7 +478,7 @@ def _ta_read(ctx, n, xs):
     j = _ta_index(ctx, n, ta, i, "TensorArrayRead")
     if not ta.size:
         return [jnp.zeros(ta.elem_shape, ta.dtype)]
-    ctx.check(ta.mask[j], f"{describe_node(n)}: TensorArrayRead: slot was never written")
+    ctx.check(ta.mask[j] > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
     return [ta.buf[j]]
 
 
@@ -489,14 +490,14 @@ def _ta_stack(ctx, n, xs):
             raise UnsupportedError(f"fast backend: {describe_node(n)} stacks a TensorArray nothing was written to")
         raise UnsupportedError(f"fast backend: {describe_node(n)}: empty TensorArray with an unknown element shape")
     if ta.size:
-        ctx.check(jnp.all(ta.mask), f"{describe_node(n)}: TensorArrayStack: some slots were never written")
+        ctx.check(jnp.all(ta.mask > 0), f"{describe_node(n)}: TensorArrayStack: some slots were never written")
     return [ta.buf]
 
 
 @_r("TensorArrayUnstack")
 def _ta_unstack(ctx, n, xs):
     v = jnp.asarray(xs[0])
-    return [TA(v.shape[0], v.dtype, tuple(v.shape[1:]), v, jnp.ones((v.shape[0],), bool))]
+    return [TA(v.shape[0], v.dtype, tuple(v.shape[1:]), v, jnp.ones((v.shape[0],), MASK_DTYPE))]
 
 
 @_r("TensorArraySize")
@@ -574,7 +575,7 @@ def missing_rules() -> list[str]:
 def _zeroed(ta: TA) -> Any:
     """The buffer with unwritten slots as zeros (buffers start as zeros, but say so explicitly)."""
     m = ta.mask.reshape(ta.mask.shape + (1,) * (ta.buf.ndim - 1))
-    return jnp.where(m, ta.buf, jnp.zeros((), ta.dtype))
+    return jnp.where(m > 0, ta.buf, jnp.zeros((), ta.dtype))
 
 
 @_r("TensorArrayAdd")
@@ -586,7 +587,7 @@ def _ta_add(ctx, n, xs):
         return [b]
     if b.pending:
         return [a]
-    return [TA(a.size, a.dtype, a.elem_shape, _zeroed(a) + _zeroed(b), a.mask | b.mask)]
+    return [TA(a.size, a.dtype, a.elem_shape, _zeroed(a) + _zeroed(b), jnp.maximum(a.mask, b.mask))]
 
 
 @_r("TensorArrayAccumulate")
@@ -607,7 +608,7 @@ def _ta_accumulate(ctx, n, xs):
     if not ta.size:
         return [ta]
     j = _ta_index(ctx, n, ta, i, "TensorArrayAccumulate")
-    return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].add(v), ta.mask.at[j].set(True))]
+    return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].add(v), ta.mask.at[j].set(1))]
 
 
 def _static_shape(ctx: LoweringContext, n: Node, shp: Any, i: int) -> tuple[int, ...]:
@@ -625,7 +626,7 @@ def _ta_read_or_zeros(ctx, n, xs):
                   f"for a TensorArray of size {ta.size}")
         return [jnp.zeros(shape, ta.dtype)]
     j = _ta_index(ctx, n, ta, i, "TensorArrayReadOrZeros")
-    return [jnp.where(ta.mask[j], ta.buf[j], jnp.zeros((), ta.dtype)).reshape(shape)]
+    return [jnp.where(ta.mask[j] > 0, ta.buf[j], jnp.zeros((), ta.dtype)).reshape(shape)]
 
 
 @_r("TensorArrayStackOrZeros")

@@ -42,9 +42,20 @@ class _Dead:
 DEAD = _Dead()
 
 
+#: the dtype of a TensorArray's per-slot write count (``TA.mask``)
+MASK_DTYPE = jnp.int8
+
+
 @jax.tree_util.register_pytree_node_class
 class TA:
-    """A TensorArray: ``buf`` of shape ``(size, *elem)`` and a written-mask ``(size,)``.
+    """A TensorArray: ``buf`` of shape ``(size, *elem)`` and ``mask`` ``(size,)``, the number of writes of
+    each slot (int8: 0 is unwritten, 1 written; 2 only in the write that the write-once check rejects).
+
+    Why a count and not a flag: the write-once check must read whether slot j was written while the
+    write updates the mask in place. With a flag, the check reads the old mask and the update writes
+    it, and XLA, with nothing ordering the two, copied the whole mask at every write: O(n) per write of
+    a scan over n elements. With a count, the write adds 1 and the check reads the *updated* slot, so
+    the update comes first and stays in place.
 
     The size is static (part of the tree structure): XLA needs static shapes, so a TensorArray's
     size must be known when the program is compiled (it may depend on feed *shapes*, not values).
@@ -62,7 +73,7 @@ class TA:
 
     def materialize(self, elem_shape: tuple[int, ...]) -> TA:
         return TA(self.size, self.dtype, tuple(elem_shape), jnp.zeros((self.size, *elem_shape), self.dtype),
-                  jnp.zeros((self.size,), bool))
+                  jnp.zeros((self.size,), MASK_DTYPE))
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         aux = (self.size, self.dtype.str, self.elem_shape)
