@@ -2,8 +2,8 @@
 
 Usage: ``python benchmarks/ray_lstm.py [--layers 8] [--seq 8] [--batch 8] [--hidden 16] [--repeat 3]
 [--executor reference|fast|both] [--quick]`` (needs the ``ray`` extra). Starts a local two-node cluster
-on 127.0.0.1 (``LocalCluster``), writes ``benchmarks/results/ray_lstm.json`` and prints a table. Not part of ``benchmarks/run.py``: it
-starts processes of its own.
+on 127.0.0.1 (``LocalCluster``), writes ``benchmarks/results/ray_lstm.json`` and prints a table. Not
+part of ``benchmarks/run.py``: it starts processes of its own.
 
 The model is the paper's model-parallel example: a stack of LSTM layers unrolled by one
 ``tn.while_loop`` over time, whose body runs layer ``l`` on task ``l mod 2`` (the layer's cell, its
