@@ -132,7 +132,7 @@ def test_a_partition_executor_plugs_in_by_name_or_path(monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("name, match", [
-    ("fastest", r"unknown partition executor 'fastest'.*\['reference'\]"),
+    ("fastest", r"unknown partition executor 'fastest'.*\['fast', 'reference'\]"),
     ("no_such_module_here:KIND", "cannot load"),
     ("cluster_programs:SPEC", "is a ClusterSpec, not an ExecutorKind"),
 ])
