@@ -37,8 +37,8 @@ not make, so that run uses the fused groups; a program the fast backend cannot c
 then on.
 
 What is not compiled: TensorArray ops (their values are the interpreter's per-slot tuples, not the fast
-backend's buffers), ``Sleep`` (a host wait, kept where it is), ops without inputs, and groups of one op
-(nothing to fuse). In a partition that sends or receives, a loop still runs its control nodes on the
+backend's buffers), ``Sleep`` (a host wait, kept where it is), ops without inputs (a ``Const`` joins
+a group when a control input makes it fire at every tag), and groups of one op (nothing to fuse). In a partition that sends or receives, a loop still runs its control nodes on the
 interpreter, one iteration at a time, even when its whole body lies in the partition; compiling such
 a loop whole (its Enter values in, its Exit values out) is not done.
 """
@@ -79,12 +79,17 @@ Key = tuple[int, int]
 
 
 def fusible(node: Node) -> bool:
-    """Whether ``node`` may join a fused group: a pure compute op with inputs, no TensorArray value on
-    its edges (the interpreter's TensorArrays are not the fast backend's), and not in ``NOT_FUSED``."""
+    """Whether ``node`` may join a fused group: a pure compute op with inputs, or a ``Const`` with a
+    control input (inside a loop or a branch it fires at every tag, like an op: the gradient's loops
+    hold many), with no TensorArray value on its edges (the interpreter's TensorArrays are not the fast
+    backend's), and not in ``NOT_FUSED``."""
     prim = PRIMITIVES.get(node.op)
-    if prim is None or prim.kind != "compute" or node.op in NOT_FUSED or node.op.startswith("TensorArray"):
+    if node.op == "Const":
+        if not node.control_inputs:
+            return False
+    elif prim is None or prim.kind != "compute" or node.op in NOT_FUSED or node.op.startswith("TensorArray"):
         return False
-    if not node.inputs:
+    elif not node.inputs:
         return False
     return all(t.spec.elem_dtype is None for t in (*node.inputs, *node.outputs))
 

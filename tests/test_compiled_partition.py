@@ -133,12 +133,14 @@ def test_a_loop_body_on_another_task_runs_as_one_compiled_call_per_iteration() -
     out = run_in_process(g, [h], {x: value}, executor="fast")
     np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-6)
     body = out["/job:worker/task:1"].executor_stats[dev(1, 0)]
-    # the body's matmul, add, tanh, sub, sigmoid, muls and add: one group on task 1, one call per iteration
-    assert body["groups"] == 1 and body["fused_ops"] == 8 and body["compiled_calls"] == 6
-    s = stats_of(out)  # with the loop counter's Identity and Add on task 0: a second group
-    assert s["groups"] == 2 and s["compiled_calls"] == 12 and s["compiles"] == 2
-    assert s["interpreted_calls"] == 0 and s["check_reruns"] == 0
-    assert s["dead_calls"] == 2, "the last loop test leaves both groups dead, and no kernel runs"
+    # the body's matmul, add, tanh, sub, sigmoid, muls and add, and its constants 0.5 and 0.1 (which fire
+    # at every iteration, under the loop's control): one group on task 1, one call per iteration
+    assert body["groups"] == 1 and body["fused_ops"] == 10 and body["compiled_calls"] == 6
+    s = stats_of(out)  # with task 0's groups: the loop test (Const, Less) and the counter's updates
+    assert s["compiles"] == s["groups"] and s["interpreted_calls"] == 0 and s["check_reruns"] == 0
+    # the loop test runs 7 times, live; every other group runs 6 times live, and once dead after the
+    # last test (no kernel runs then)
+    assert s["compiled_calls"] == 7 + 6 * (s["groups"] - 1) and s["dead_calls"] == s["groups"] - 1
     # fewer firings than the reference interpreter, which fires every op
     ref = run_in_process(g, [h], {x: value}, executor="reference")
     firings = {t: sum(o.firings.values()) for t, o in out.items()}
