@@ -26,6 +26,8 @@ from turnout.devices.task_runner import TaskOutcome
 from turnout.errors import RecvTimeoutError, TaskFailedError
 from turnout.session import RunOptions
 
+#: examples per T7 test: a quarter of the profile's (each example starts two task runners)
+EXAMPLES = max(10, settings.default.max_examples // 4)
 # max_firings stays at its default, which compiled code accepts (a budget would send every partition
 # to the interpreter with fused groups, never to the whole-program tier)
 GUARD = dict(max_iterations=1_000)
@@ -81,7 +83,7 @@ def _check(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any
 
 
 # ---- T7: generated programs ---------------------------------------------------------------------------
-@settings(deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(programs_with_inputs(loops=True), st.data())
 def test_T7_compiled_partitions_equal_the_reference(pi: tuple[Any, dict[str, Any]], data: st.DataObject) -> None:
     p, inputs = pi
@@ -89,14 +91,14 @@ def test_T7_compiled_partitions_equal_the_reference(pi: tuple[Any, dict[str, Any
     _check(b.graph, b.fetches, b.feed_dict(inputs), data, to_source(p) + "\n")
 
 
-@settings(deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(st.data())
 def test_T7_compiled_partitions_of_gradient_programs(data: st.DataObject) -> None:
     case = data.draw(gradient_cases())
     _check(case.graph, case.grads, case.feeds, data, to_source(case.program) + "\n")
 
 
-@settings(deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(programs_with_inputs(loops=True), st.data())
 def test_T7_a_partition_that_talks_to_no_other_runs_whole(pi: tuple[Any, dict[str, Any]],
                                                            data: st.DataObject) -> None:
