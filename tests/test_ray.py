@@ -292,16 +292,17 @@ GUARD = dict(max_firings=200_000, max_iterations=1_000)
 
 
 def _check_on_cluster(pool: TaskPool, graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
-                      data: st.DataObject, what: str) -> None:
+                      data: st.DataObject, what: str, executor: str = "reference") -> None:
     devices = pool.spec.devices
     idx = data.draw(st.lists(st.integers(0, len(devices) - 1), min_size=len(graph.nodes),
                              max_size=len(graph.nodes)), label="placement")
     requests = {n.name: devices[i] for n, i in zip(graph.nodes, idx)}
     scheduler = data.draw(st.sampled_from(("fifo", "lifo", "random")), label="scheduler")
-    with tn.Session(graph, cluster=pool, requests=requests, detail=True) as sess:
-        if assert_same_outcome(lambda: tn.Session(graph).run(fetches, feeds, options=RunOptions(**GUARD)),
-                               lambda: sess.run(fetches, feeds, options=RunOptions(scheduler, 7, **GUARD)),
-                               what + "cluster run"):
+    guard = GUARD if executor == "reference" else {"max_iterations": GUARD["max_iterations"]}
+    with tn.Session(graph, cluster=pool, requests=requests, detail=True, partition_executor=executor) as sess:
+        if assert_same_outcome(lambda: tn.Session(graph).run(fetches, feeds, options=RunOptions(**guard)),
+                               lambda: sess.run(fetches, feeds, options=RunOptions(scheduler, 7, **guard)),
+                               what + f"cluster run ({executor} partition executor)"):
             sent, received = sess.backend.last_message_log
             assert sent == received and set(sent.values()) <= {1}, "a message was lost, duplicated or stranded"
 
@@ -319,6 +320,17 @@ def test_T7_on_a_cluster(pool: TaskPool, pi: tuple[Any, dict[str, Any]], data: s
 def test_T7_gradients_on_a_cluster(pool: TaskPool, data: st.DataObject) -> None:
     case = data.draw(gradient_cases())
     _check_on_cluster(pool, case.graph, case.grads, case.feeds, data, to_source(case.program) + "\n")
+
+
+@settings(max_examples=max(2, RAY_EXAMPLES // 2), deadline=None)
+@given(programs_with_inputs(loops=True), st.data())
+def test_T7_on_a_cluster_with_compiled_partitions(pool: TaskPool, pi: tuple[Any, dict[str, Any]],
+                                                  data: st.DataObject) -> None:
+    """The same, each task running its partitions on the compiled partition executor (JAX in the actors;
+    no ``max_firings`` budget, which would keep every partition on the interpreter)."""
+    p, inputs = pi
+    b = build(p)
+    _check_on_cluster(pool, b.graph, b.fetches, b.feed_dict(inputs), data, to_source(p) + "\n", executor="fast")
 
 
 # ---- the same mistakes raise the same error types as in one process -------------------------------------
