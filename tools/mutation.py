@@ -77,7 +77,8 @@ _CASE_TESTS = ["test_mutants_fast3.py", "test_fast_case_chain.py", "test_fast_co
 _BACKEND_TESTS = ["test_mutants_s5.py", "test_fast_repeated_runs.py", "test_fast_memory.py", "test_fast.py",
                   "test_swap_memory.py", "test_mutants_fast.py", "test_fast_fused.py", "test_fast_trace.py"]
 # stacks of loops that span devices, and loops on one device run chunk by chunk inside a partitioned run
-_SWAP_TESTS = ["test_mutants_s6.py", "test_mutants_s5.py", "test_devices_swap.py", "test_mutants_devices_fast.py", "test_devices_fast.py"]
+_SWAP_TESTS = ["test_mutants_s6.py", "test_mutants_s5.py", "test_devices_swap.py", "test_mutants_devices_fast.py",
+               "test_devices_fast.py"]
 
 #: Each module under test: its import name and the test files that check it (run in this order, so put
 #: the fast, pointed ones first: a killed mutant stops at its first failure). ``select``, where given, is
@@ -111,6 +112,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
     "devices/swap.py": {"module": "turnout.devices.swap", "tests": _SWAP_TESTS},
     "devices/region_driver.py": {"module": "turnout.devices.region_driver", "tests": _SWAP_TESTS},
+    "devices/compiled_partition.py": {"module": "turnout.devices.compiled_partition",
+                                      "tests": ["test_mutants_compiled_partition.py", "test_compiled_partition.py",
+                                                "test_cluster.py"]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
