@@ -38,9 +38,10 @@ then on.
 
 What is not compiled: TensorArray ops (their values are the interpreter's per-slot tuples, not the fast
 backend's buffers), ``Sleep`` (a host wait, kept where it is), ops without inputs (a ``Const`` joins
-a group when a control input makes it fire at every tag), and groups of one op (nothing to fuse). In a partition that sends or receives, a loop still runs its control nodes on the
-interpreter, one iteration at a time, even when its whole body lies in the partition; compiling such
-a loop whole (its Enter values in, its Exit values out) is not done.
+a group when a control input makes it fire at every tag), and groups of one op (nothing to fuse).
+In a partition that sends or receives, a loop still runs its control nodes on the interpreter, one
+iteration at a time, even when its whole body lies in the partition; compiling such a loop whole (its
+Enter values in, its Exit values out) is not done.
 """
 
 from __future__ import annotations
