@@ -402,6 +402,15 @@ def _join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
     return vals, pred, {**rest, **stacks}, iters
 
 
+def committed(x: Any) -> Any:
+    """``x`` committed to the device it lies on. Why: a compiled function's cache key includes whether
+    each argument array is committed. The outputs of a compiled call are, and the next run passes them
+    back (kept stack buffers, a Variable's device copy), so a fresh array must be committed too, or the
+    second run of every plan compiled the whole program again (about 1 s for a small LSTM step)."""
+    (device,) = x.devices()
+    return jax.device_put(x, device)
+
+
 def refuse_firing_budget(who: str, options: RunOptions) -> None:
     """Compiled code counts loop iterations, not node firings: a ``max_firings`` budget other than the
     default (a guard the user did not choose, left to ``max_iterations``) is refused, never ignored."""
@@ -657,7 +666,8 @@ class FastBackend:
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
             host = variables[name]
             cached = self._dev_vars.get(name)
-            var_vals.append(cached[1] if cached is not None and cached[0] is host else host)
+            # committed, as the device copy a run hands back is: else the next run compiles again
+            var_vals.append(cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host)))
         mi = options.max_iterations
         mi = _INT32_MAX_NP if mi is None or mi >= _INT32_MAX else np.int32(mi)
         if self._timeline is None:
@@ -736,7 +746,7 @@ class FastBackend:
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
             host = variables[name]
             cached = self._dev_vars.get(name)
-            dev = cached[1] if cached is not None and cached[0] is host else jnp.asarray(host)
+            dev = cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host))
             state[var_key(name)] = dev
         reuse = self._stack_bufs.pop(id(plan), {})
         for sn in plan.stack_nodes:
@@ -752,7 +762,9 @@ class FastBackend:
                 # pointer are never read ([E-Stack-Pop] reads only what this run pushed)
                 state[k] = stk.StackValue(plan.capacity, dtype, old.buf, old.idx, np.int32(0))
             else:
-                state[k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
+                fresh = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
+                state[k] = stk.StackValue(plan.capacity, dtype, committed(fresh.buf), committed(fresh.idx),
+                                          np.int32(0))
         return state
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],

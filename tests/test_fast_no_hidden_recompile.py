@@ -1,0 +1,126 @@
+"""A repeated run of a compiled plan compiles nothing: no retrace, and no XLA compilation either.
+
+Why a test of its own: ``FastBackend.compile_count`` counts traces, and a plan can be recompiled by
+XLA without being retraced. A compiled function's cache key includes whether each argument array is
+*committed* to its device; the outputs of a compiled call are committed, and the next run passes them
+back (kept gradient stack buffers, a Variable's device copy). Fresh arrays were not committed, so the
+second run of every plan with Variables or stacks compiled the whole program again (about 1 s for a
+small LSTM step, invisible in ``compile_count``). JAX's monitoring events count real compilations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+jax = pytest.importorskip("jax")
+
+
+@contextmanager
+def xla_compilations() -> Iterator[list[str]]:
+    """The backend compilations JAX performs inside the block (one entry each)."""
+    import jax.monitoring as monitoring
+
+    seen: list[str] = []
+
+    def listen(name: str, duration: float, **kwargs: Any) -> None:
+        if name == "/jax/core/compile/backend_compile_duration":
+            seen.append(name)
+
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+
+
+def _rnn_training_step() -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
+    """A loop over a fed number of steps, its gradient (stacks) and an SGD update of two Variables."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        x = tn.placeholder(tn.float32, [4, 3], name="x")
+        w = tn.Variable(np.eye(3, dtype=np.float32) * 0.5, name="w")
+        b = tn.Variable(np.zeros(3, np.float32), name="b")
+        wr, br = w.read(), b.read()
+        _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, wr) + br)),
+                             [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        step = tn.train.SGD(0.1).minimize(loss, var_list=[w, b])
+    return g, {n: 5, x: np.ones((4, 3), np.float32)}, [loss, step]
+
+
+def _rnn_gradient() -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
+    """The loss of a loop over a fed number of steps and its gradient (stacks), Variables only read."""
+    g, feeds, fetches = _rnn_training_step()
+    with g.as_default():
+        wr = next(n for n in g.nodes if n.op == "ReadVariable").outputs[0]
+        (dw,) = tn.gradients(fetches[0], [wr])
+    return g, feeds, [fetches[0], dw]
+
+
+@pytest.mark.parametrize("stack_chunk", [1024, 2])
+def test_the_second_run_of_a_gradient_compiles_nothing(stack_chunk: int) -> None:
+    """With the default chunk every run is one fused call (the first run also compiles the staged
+    path); with a chunk of 2 the loop of 5 steps runs on the staged path, chunk by chunk. Either way
+    only the first run compiles. (Before fresh stack buffers were committed, the second run compiled
+    the fused program again.)"""
+    g, feeds, fetches = _rnn_gradient()
+    sess = tn.Session(g, backend="fast", stack_chunk=stack_chunk)
+    with xla_compilations() as first:
+        got = sess.run(fetches, feeds)
+    assert first, "the first run compiles"
+    for a, b in zip(got, tn.Session(g).run(fetches, feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    with xla_compilations() as later:
+        for _ in range(3):
+            sess.run(fetches, feeds)
+    assert later == [], f"{len(later)} XLA compilation(s) in runs of a plan already compiled"
+
+
+def test_training_steps_stop_compiling_once_the_variables_have_their_layout() -> None:
+    """A training step writes its Variables back, and XLA may hand a written matrix back in another
+    memory layout than a fresh upload has (column-major here), which is part of a compiled function's
+    cache key: the next run of each plan then compiles once more for the new layout. From the third
+    run on nothing compiles. (Uploading every written Variable afresh would avoid that one compile at
+    the price of a host-to-device copy per run; not done.)"""
+    g, feeds, fetches = _rnn_training_step()
+    sess = tn.Session(g, backend="fast")
+    ref = tn.Session(g)
+    for _ in range(2):
+        sess.run(fetches[0], feeds)
+        sess.run(fetches[1], feeds)
+        ref.run(fetches[1], feeds)
+    with xla_compilations() as later:
+        for _ in range(3):
+            got = sess.run(fetches[0], feeds)
+            sess.run(fetches[1], feeds)
+            want = ref.run(fetches[0], feeds)
+            ref.run(fetches[1], feeds)
+    assert later == [], f"{len(later)} XLA compilation(s) after two rounds"
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-4)
+
+
+def test_a_repeated_run_reading_a_variable_compiles_nothing() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.arange(3, dtype=np.float32), name="v")
+        y = v.read() * 2.0
+        bump = v.assign_add(tn.ones([3]))
+    sess = tn.Session(g, backend="fast")
+    sess.run(y)
+    sess.run(bump)
+    sess.run(y)
+    with xla_compilations() as later:
+        for _ in range(3):
+            sess.run(bump)
+            out = sess.run(y)
+    assert later == []
+    np.testing.assert_allclose(out, (np.arange(3) + 4) * 2.0)
