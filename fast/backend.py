@@ -13,14 +13,17 @@ ms for a small LSTM step), which dominates small models. A plan with driven loop
 has ``Plan.fused`` — the whole root frame as ONE compiled stage, every loop a plain ``lax`` loop —
 and a run tries it first. It cannot swap: a push beyond the chunk sets the error word (``overflow``),
 the loops that push or pop stop there, and the attempt is discarded (no Variable update, no error
-raised) and the staged path runs from the start. A plan's first run runs both (so that neither path
-compiles later, on a longer or shorter trip count), and a run right after a staged run that swapped
-skips the attempt: an overflowing attempt wastes at most one chunk of iterations, and runs of long
-loops in a row waste nothing after the first.
+raised) and the staged path runs from the start. Each path is compiled by the first run that needs
+it (a plan whose loops fit their chunk never compiles the staged path; the first run that overflows
+does, once; ``precompile_staged=True`` compiles both on the first run), and a run right after a
+staged run that swapped skips the attempt: an overflowing attempt wastes at most one chunk of
+iterations, and runs of long loops in a row waste nothing after the first.
 
 Compiled plans are cached per (graph identity and version, fetches, feed signature, variable
 signature, stack capacity); a stage is retraced only when one of those changes, so new fed values and
-new trip counts (a fed ``N``) never recompile. ``compile_count`` counts traces, for tests.
+new trip counts (a fed ``N``) never recompile what was compiled (the one exception is the staged path
+of a plan with gradient stacks, compiled by the first run whose loop outgrows its chunk unless
+``precompile_staged``). ``compile_count`` counts traces, for tests.
 
 Per-run cost (see ``docs/benchmarks.rst``): a plan of one compiled stage without gradient stacks runs
 on the ``Direct`` path — one jitted call on the fed numpy arrays, one read-back of the error word and
@@ -141,7 +144,7 @@ class Plan:
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
-        self.fused_warm = False  # the fused stage has run once (and the staged path was compiled then)
+        self.fused_warm = False  # the fused stage has run once
         # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
         # it skips the fused attempt (a loop of a million iterations would not fit either time)
         self.predict_overflow = False
@@ -453,10 +456,15 @@ class FastBackend:
     runs on the reference interpreter instead, with a ``RuntimeWarning`` once per program; False
     raises the ``UnsupportedError``) and ``device_memory_limit`` (default None: no cap; else the
     bytes of gradient stacks a run may hold on the device — a loop whose stacks would need more raises
-    ``ResourceExhaustedError`` naming it, see ``stacks.ChunkStore``)."""
+    ``ResourceExhaustedError`` naming it, see ``stacks.ChunkStore``) and ``precompile_staged``
+    (default False: a plan with gradient stacks compiles its staged path only when a run needs it,
+    the first time a loop outgrows its chunk, so a plan whose loops always fit compiles one program;
+    True compiles both paths on the plan's first run, so that no later run compiles whatever its
+    trip count, at about twice the first run's compile time)."""
 
     def __init__(self, graph: Graph, stack_chunk: int = 1024, keep_stack_buffers: bool = True,
-                 fallback: bool = True, device_memory_limit: Optional[int] = None, **options: Any) -> None:
+                 fallback: bool = True, device_memory_limit: Optional[int] = None, precompile_staged: bool = False,
+                 **options: Any) -> None:
         if options:
             raise TypeError(f"FastBackend: unknown options {sorted(options)}")
         if not isinstance(stack_chunk, int) or stack_chunk < 1:
@@ -466,7 +474,8 @@ class FastBackend:
             raise ValueError(f"device_memory_limit must be a positive int (bytes) or None, got {device_memory_limit!r}")
         self.device_memory_limit = None if device_memory_limit is None else int(device_memory_limit)
         self._records: list[dict[str, Any]] = []
-        for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback)):
+        for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback),
+                           ("precompile_staged", precompile_staged)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be a bool, got {flag!r}")
         self.fallback = fallback
@@ -478,6 +487,7 @@ class FastBackend:
         self.graph = graph
         self.stack_chunk = stack_chunk
         self.keep_stack_buffers = keep_stack_buffers
+        self.precompile_staged = precompile_staged
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
@@ -821,8 +831,10 @@ class FastBackend:
         """Run ``plan.fused`` (one jitted call); ``None``: the staged path must run instead.
 
         It must when a stack overflowed its chunk (or underflowed: the staged path decides whether
-        that is an error), and on the plan's first run, so that the staged functions are compiled
-        now and a later, longer run does not recompile. Nothing of a discarded attempt is applied:
+        that is an error). The staged functions are compiled only then, by the first run that needs
+        them: a plan whose loops always fit their chunk never compiles them (with ``precompile_staged``
+        the plan's first run runs the staged path too, to compile it up front). Nothing of a discarded
+        attempt is applied:
         Variables are written back by ``_finish`` only, and errors are raised only for a kept
         attempt. The stack buffers are kept either way (the staged path reuses them).
         """
@@ -855,7 +867,7 @@ class FastBackend:
             self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
                                           if isinstance(v, stk.StackValue) and not v.pending}
         code = int(state["err"])
-        if first or (code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
+        if (first and self.precompile_staged) or (code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
             return None
         self._raise_errors(plan, state, 0)
         store.observe(state)

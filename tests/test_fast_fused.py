@@ -34,10 +34,10 @@ def power_loop(with_variables: bool = False) -> dict[str, object]:
 
 def test_stacks_that_fit_run_fused_and_agree_with_the_staged_path() -> None:
     p = power_loop()
-    fused = tn.Session(p["g"], backend="fast", stack_chunk=64)
-    staged = tn.Session(p["g"], backend="fast", stack_chunk=4)
+    fused = tn.Session(p["g"], backend="fast", stack_chunk=64, precompile_staged=True)
+    staged = tn.Session(p["g"], backend="fast", stack_chunk=4, precompile_staged=True)
     fetch, x, n = [p["y"], p["dx"]], p["x"], p["n"]
-    fused.run(fetch, {x: 1.5, n: 2})  # first run of a plan: compiles both paths
+    fused.run(fetch, {x: 1.5, n: 2})  # first run of a plan: compiles both paths (precompile_staged)
     staged.run(fetch, {x: 1.5, n: 2})
     compiles = fused.backend.compile_count, staged.backend.compile_count
     kinds = []
@@ -87,3 +87,27 @@ def test_errors_of_a_fused_run_are_the_staged_errors() -> None:
             sess.run(fetch, {p["x"]: 1.5, p["n"]: 30}, max_iterations=10)
         assert int(sess.variables["runs"]) == 1
         assert float(sess.variables["acc"]) == pytest.approx(3 * 1.5**2, rel=1e-12)
+
+
+def test_the_staged_path_is_compiled_by_the_first_run_that_needs_it() -> None:
+    """By default a plan compiles only what its runs need: a first run whose loop fits the chunk
+    compiles the fused program alone (one trace); the first run whose loop outgrows the chunk compiles
+    the staged path, once; no later trip count compiles anything. ``precompile_staged=True`` compiles
+    both on the first run instead."""
+    p = power_loop()
+    fetch, x, n = [p["y"], p["dx"]], p["x"], p["n"]
+    lazy = tn.Session(p["g"], backend="fast", stack_chunk=4)
+    eager = tn.Session(p["g"], backend="fast", stack_chunk=4, precompile_staged=True)
+    lazy.run(fetch, {x: 1.5, n: 2})
+    eager.run(fetch, {x: 1.5, n: 2})
+    assert lazy.backend.compile_count == 1 < eager.backend.compile_count
+    assert lazy.last_result.stats["fused"] and not eager.last_result.stats["fused"]
+    lazy.run(fetch, {x: 1.5, n: 7})  # outgrows the chunk: the staged path runs, compiled now
+    assert not lazy.last_result.stats["fused"] and lazy.backend.compile_count == eager.backend.compile_count
+    counts = lazy.backend.compile_count, eager.backend.compile_count
+    for nv in (30, 1, 9, 3):
+        for sess in (lazy, eager):
+            y, d = sess.run(fetch, {x: 1.5, n: nv})
+            assert float(y) == pytest.approx(1.5**nv, rel=1e-12) and float(d) == pytest.approx(nv * 1.5 ** (nv - 1),
+                                                                                               rel=1e-12)
+    assert (lazy.backend.compile_count, eager.backend.compile_count) == counts

@@ -151,7 +151,7 @@ def test_gradient_program_is_not_recompiled_for_a_new_trip_count() -> None:
         N = tn.placeholder(tn.int32, [], name="n")
         _, y = tn.while_loop(lambda i, y: i < N, lambda i, y: (i + 1, tn.tanh(y) * x), [tn.constant(0), x])
         (dx,) = tn.gradients(y, [x])
-    sess = tn.Session(g, backend="fast", stack_chunk=4)
+    sess = tn.Session(g, backend="fast", stack_chunk=4, precompile_staged=True)
     ref = tn.Session(g)
     sess.run([y, dx], {x: 0.7, N: 3})
     compiles = sess.backend.compile_count
