@@ -432,8 +432,10 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     out = []
     for name in sorted(gv):
         v = variables.get(name)
-        if v is None:
-            v = gv[name].attrs.get("initial_value")
+        if v is None:  # as the run will set it: the initial value in the Variable's dtype (a float64
+            # initial value of a float32 Variable must not make the first run's plan another one's)
+            attrs = gv[name].attrs
+            v = np.asarray(attrs.get("initial_value"), dtype=np.dtype(attrs["dtype"]) if "dtype" in attrs else None)
         v = np.asarray(v)
         out.append((name, v.dtype.str, v.shape))
     return tuple(out)
