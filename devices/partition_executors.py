@@ -2,11 +2,12 @@
 
 Why a seam here: a task (``task_runner.TaskRunner``) owns the rendezvous, the messages to other tasks,
 the credits and the decision when the run is over; *what fires* inside each partition is another
-matter. Today every partition runs on the reference interpreter (``"reference"``, the oracle, one node
-at a time). A faster executor (a compiled one, for example) only has to offer the small interface of
-``PartitionExecutor`` below, driven the same way, and be named in ``PARTITION_EXECUTORS``; the task
-runner, the Ray runtime and the tests do not change. A session picks the kind with
-``tn.Session(graph, cluster=spec, partition_executor="reference")``.
+matter. Two kinds exist: ``"reference"`` (the default: the reference interpreter, the oracle, one node
+at a time) and ``"fast"`` (``compiled_partition``: a partition that talks to no other runs whole on the
+fast backend, the others with their arithmetic fused into jitted groups). A kind only has to offer the
+small interface of ``PartitionExecutor`` below, driven the same way, and be named in
+``PARTITION_EXECUTORS``; the task runner, the Ray runtime and the tests do not change. A session picks
+the kind with ``tn.Session(graph, cluster=spec, partition_executor="fast")`` (or ``backend="fast"``).
 
 An entry is either an ``ExecutorKind`` or a string ``"module:attribute"`` naming one. The string
 form matters on a cluster: the table is read in each task's process, not on the driver, so a kind

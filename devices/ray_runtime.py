@@ -158,7 +158,8 @@ class RayBackend:
     ``start_timeout`` (seconds to wait for the actors to start, e.g. for resources to free up),
     ``detail`` (return firing counts and the message log of each run, for tests),
     ``partition_executor`` (which executor each task runs its partitions on: a name of
-    ``partition_executors.PARTITION_EXECUTORS``, default the reference interpreter). Ray must already be
+    ``partition_executors.PARTITION_EXECUTORS``, default the reference interpreter; ``"fast"`` is the
+    compiled one, which ``tn.Session(graph, backend="fast", cluster=...)`` selects). Ray must already be
     running in this process: ``ray.init(address=...)`` for an existing cluster, or ``LocalCluster``.
     """
 
