@@ -33,11 +33,10 @@ after a successful run their buffers are kept for the next run of the same plan 
 and entries above it are never read), so steady-state runs allocate no stack memory. The price: the
 backend holds ``stack_chunk`` entries per stack between runs.
 
-How a device partition will plug in: the partitioned executor cuts a graph into per-device subgraphs
-joined by Send/Recv pairs, and runs one ``Plan`` per partition. A Recv is a value the partition's
-stage reads from its input environment (like a feed), a Send a value the stage writes out (like a
-fetch); the partition's control loop exchanges them between stage calls, as ``_drive`` exchanges
-stack chunks with host memory between chunk calls today.
+How device partitions plug in: the fast partitioned executor (``turnout.devices.fast_executor``) runs a
+graph placed on one device as this backend, and otherwise cuts the unpartitioned region tree by device
+and compiles each device's regions with the same ``Emitter``; a cluster task runs a partition that
+sends and receives nothing as this backend, whole (``turnout.devices.compiled_partition``).
 
 Errors keep the reference backend's types: kernel failures detected in compiled code (integer division
 by zero, out-of-range TensorArray reads) are recorded in an error word and raised as ``KernelError``
