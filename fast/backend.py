@@ -19,11 +19,12 @@ does, once; ``precompile_staged=True`` compiles both on the first run), and a ru
 staged run that swapped skips the attempt: an overflowing attempt wastes at most one chunk of
 iterations, and runs of long loops in a row waste nothing after the first.
 
-Compiled plans are cached per (graph identity and version, fetches, feed signature, variable
-signature, stack capacity); a stage is retraced only when one of those changes, so new fed values and
-new trip counts (a fed ``N``) never recompile what was compiled (the one exception is the staged path
-of a plan with gradient stacks, compiled by the first run whose loop outgrows its chunk unless
-``precompile_staged``). ``compile_count`` counts traces, for tests.
+Compiled plans are cached per (graph identity and edits — ``Graph.edits``: appending nodes keeps a
+plan valid —, fetches, feed signature, variable signature, stack capacity); a stage is retraced only
+when one of those changes, so new fed values and new trip counts (a fed ``N``) never recompile what
+was compiled (the one exception is the staged path of a plan with gradient stacks, compiled by the
+first run whose loop outgrows its chunk unless ``precompile_staged``). ``compile_count`` counts
+traces, for tests.
 
 Per-run cost (see ``docs/benchmarks.rst``): a plan of one compiled stage without gradient stacks runs
 on the ``Direct`` path — one jitted call on the fed numpy arrays, one read-back of the error word and
@@ -497,6 +498,7 @@ class FastBackend:
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
         self._switches: Optional[tuple[int, int]] = None
+        self._checked_version = -1  # the graph version whose validation the last run saw pass
 
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
@@ -565,7 +567,14 @@ class FastBackend:
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                  options: Any) -> Any:
 
-        dsig = (self.graph.version, tuple([(t.node.id, t.index) for t in fetches]),
+        if self.graph.version != self._checked_version:
+            # nodes were appended: the plans stay valid (they are keyed on ``edits``), but the graph as a
+            # whole must still pass validation, as it must on every backend (a node appended since can
+            # make it ill-formed)
+            self._validate(fetches, feeds)
+            self._checked_version = self.graph.version
+        # ``edits``, not ``version``: nodes appended since (an op fetch's proxy) leave the plan valid
+        dsig = (self.graph.edits, tuple([(t.node.id, t.index) for t in fetches]),
                 tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
                 variable_signature(self.graph, variables))
         if self._fallback and dsig in self._fallback:
@@ -719,11 +728,9 @@ class FastBackend:
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
               cap: int) -> Plan:
         sig = (
-            id(self.graph), self.graph.version, tuple(key(t) for t in fetches),
+            id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
-            tuple((name, np.asarray(v).dtype.str, np.asarray(v).shape) for name, v in
-                  ((name, variables.get(name, vn.attrs.get("initial_value"))) for name, vn in
-                   sorted(self.graph.variables.items()))), cap,
+            variable_signature(self.graph, variables), cap,
             tuple((k, v.tobytes()) for k, v in self._static_now.items()),
         )
         plan = self._plans.get(sig)

@@ -101,22 +101,38 @@ def test_the_second_training_step_compiles_nothing() -> None:
     np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-4)
 
 
-def test_fetching_an_op_the_first_time_recompiles_the_plans_built_before_once() -> None:
-    """What is left, and why: fetching an op (``step``) for the first time adds a proxy node to the
-    graph (``session._target_proxy``), which changes the graph's version, and plans are keyed on it; so
-    the loss's plan, built before, is traced and compiled once more. From then on nothing compiles."""
+def test_nodes_appended_after_a_plan_was_compiled_leave_it_compiled() -> None:
+    """Fetching an op (``step``) for the first time adds a proxy node to the graph (``Graph.version``
+    changes); plans are keyed on ``Graph.edits`` instead, which appending leaves alone, so the loss's
+    plan, built before, is not compiled again."""
     g, feeds, fetches = _rnn_training_step()
     sess = tn.Session(g, backend="fast")
     sess.run(fetches[0], feeds)
-    with xla_compilations() as first_op_fetch:
-        sess.run(fetches[1], feeds)
-        sess.run(fetches[0], feeds)
-    assert first_op_fetch, "the step's plan compiles, and the loss's again"
+    version, edits, count = g.version, g.edits, sess.backend.compile_count
+    sess.run(fetches[1], feeds)  # the step's own plan compiles
+    assert g.version > version and g.edits == edits
     with xla_compilations() as later:
-        for _ in range(2):
-            sess.run(fetches[1], feeds)
-            sess.run(fetches[0], feeds)
-    assert later == []
+        sess.run(fetches[0], feeds)
+    assert later == [] and sess.backend.compile_count == count + 1
+
+
+def test_a_node_appended_that_makes_the_graph_ill_formed_fails_a_compiled_plan_too() -> None:
+    """A plan compiled before stays valid for what it computes, but the graph as a whole must still
+    validate on every run, as on the reference backend: a reused session raises the same error."""
+    from turnout import raw
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = x * 2.0
+    sessions = [tn.Session(g, backend=b) for b in ("reference", "fast")]
+    for sess in sessions:
+        assert sess.run(y, {x: 1.0}) == 2.0
+    with g.as_default():
+        raw.exit(raw.enter(tn.constant(1.0), "frame") * 2.0)  # an Exit of a frame without LoopCond
+    for sess in sessions:
+        with pytest.raises(tn.ValidationError, match="W-Frame"):
+            sess.run(y, {x: 1.0})
 
 
 def test_a_repeated_run_reading_a_variable_compiles_nothing() -> None:

@@ -219,6 +219,7 @@ class Node:
         self.graph._check_merge_input(self, tensor)
         self._inputs[slot] = tensor
         self.graph._version += 1
+        self.graph._edits += 1
 
     @property
     def frame_name(self) -> Optional[str]:
@@ -267,6 +268,7 @@ class Graph:
         self.contexts: list[ControlFlowContext] = []
         self.variables: dict[str, Node] = {}
         self._version = 0
+        self._edits = 0
         self._frame_counter = itertools.count()
         self._capture_enabled = True
         self.variable_objects: list[Any] = []
@@ -495,6 +497,15 @@ class Graph:
     def version(self) -> int:
         """Changes whenever the graph changes: caches key on (id(graph), version)."""
         return self._version
+
+    @property
+    def edits(self) -> int:
+        """Changes whenever an existing node changes (a loop's back edge closed), not when a node is
+        appended. Why: graphs are append-only, so what a set of fetches computes (their ancestors, with
+        their ops, inputs and attrs) is fixed once its nodes exist; a cache of compiled programs keyed
+        on ``edits`` survives new nodes, such as the proxy a session adds the first time an op is
+        fetched, which ``version`` would make it compile again."""
+        return self._edits
 
     def __len__(self) -> int:
         return len(self.nodes)
