@@ -60,6 +60,7 @@ from turnout.devices.partition import Partition
 from turnout.devices.partition_executors import ExecutorKind
 from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, describe_node
+from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
 from turnout.primitives import PRIMITIVES
 from turnout.reference.executor import Plan
@@ -137,40 +138,16 @@ class Prepared:
 
 # ---- finding the groups -----------------------------------------------------------------------------
 class _Preds:
-    """Predecessors for grouping: data and control inputs, without a Merge's back edges (a NextIteration's
-    token belongs to the next iteration, never the same firing), and for a Recv, the Sends of this
-    partition whose tokens may come back to it through other devices (``Partition.waits``)."""
+    """Predecessors for grouping: the same-iteration inputs (``frames.same_iteration_preds``), and for a
+    Recv, the Sends of this partition whose tokens may come back to it through other devices
+    (``Partition.waits``)."""
 
     def __init__(self, plan: Plan, waits: dict[int, frozenset[int]]) -> None:
         by_id = {n.id: n for n in plan.nodes}
-        self.plan = plan
         self.waits = {r: [by_id[s] for s in ss if s in by_id] for r, ss in waits.items()}
 
     def __call__(self, n: Node) -> list[Node]:
-        back = self.plan.back_edge_slots.get(n.id, frozenset())
-        return ([t.node for s, t in enumerate(n.inputs) if s not in back] + list(n.control_inputs)
-                + self.waits.get(n.id, []))
-
-
-def _topological(plan: Plan, preds: _Preds) -> list[Node]:
-    ids = {n.id for n in plan.nodes}
-    indeg = {n.id: 0 for n in plan.nodes}
-    succ: dict[int, list[Node]] = {n.id: [] for n in plan.nodes}
-    for n in plan.nodes:
-        for p in preds(n):
-            if p.id in ids:
-                indeg[n.id] += 1
-                succ[p.id].append(n)
-    ready = [n for n in plan.nodes if indeg[n.id] == 0]
-    order = []
-    while ready:
-        n = ready.pop()
-        order.append(n)
-        for s in succ[n.id]:
-            indeg[s.id] -= 1
-            if indeg[s.id] == 0:
-                ready.append(s)
-    return order
+        return same_iteration_preds(n) + self.waits.get(n.id, [])
 
 
 def fused_groups(plan: Plan, min_size: int = 2, waits: Optional[dict[int, frozenset[int]]] = None) -> list[list[Node]]:
@@ -185,7 +162,7 @@ def fused_groups(plan: Plan, min_size: int = 2, waits: Optional[dict[int, frozen
     ``waits`` (``Partition.waits``) adds the paths through other devices; a partition whose nodes cannot
     be ordered with them is not fused at all."""
     all_preds = _Preds(plan, waits or {})
-    order = _topological(plan, all_preds)
+    order = kahn_order(plan.nodes, all_preds, node_id)
     if len(order) != len(plan.nodes):
         return []
     bit = {n.id: 1 << i for i, n in enumerate(order)}

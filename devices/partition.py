@@ -40,7 +40,7 @@ from turnout import dtypes as dt
 from turnout.devices.names import parse
 from turnout.devices.placement import Placement
 from turnout.errors import PartitionError, describe_node
-from turnout.frames import Frame
+from turnout.frames import Frame, kahn_order, same_iteration_preds
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, ancestors
 
 
@@ -328,34 +328,26 @@ def recv_waits(p: Partitioned) -> dict[str, dict[int, frozenset[int]]]:
     a Merge's back edges (a NextIteration's token belongs to the next iteration), plus each Send to its
     Recv. Should that graph have a cycle, every Recv is said to wait on every Send of its partition."""
     nodes = [(d, n) for d, part in p.partitions.items() for n in part.graph.nodes]
-    succ: dict[tuple[str, int], list[tuple[str, int]]] = {(d, n.id): [] for d, n in nodes}
-    indeg = dict.fromkeys(succ, 0)
-    for d, n in nodes:
-        for t in n.raw_inputs:
-            if isinstance(t, Tensor) and not (n.op == "Merge" and t.node.op == "NextIteration"):
-                succ[(d, t.node.id)].append((d, n.id))
-                indeg[(d, n.id)] += 1
-        for c in n.control_inputs:
-            succ[(d, c.id)].append((d, n.id))
-            indeg[(d, n.id)] += 1
-    for tr in p.transfers:
-        succ[(tr.src_device, tr.send.id)].append((tr.dst_device, tr.recv.id))
-        indeg[(tr.dst_device, tr.recv.id)] += 1
+    send_of = {(tr.dst_device, tr.recv.id): (tr.src_device, tr.send) for tr in p.transfers}
+
+    def preds(item: tuple[str, Node]) -> list[tuple[str, Node]]:
+        d, n = item
+        out = [(d, m) for m in same_iteration_preds(n)]
+        return out + [send_of[(d, n.id)]] if (d, n.id) in send_of else out
+
+    def key(item: tuple[str, Node]) -> tuple[str, int]:
+        return item[0], item[1].id
+
+    order = kahn_order(nodes, preds, key)
+    acyclic = len(order) == len(nodes)
     sends = [(d, n.id) for d, n in nodes if n.op == "Send"]
     bit = {k: 1 << i for i, k in enumerate(sends)}
-    reach = dict.fromkeys(succ, 0)  # node -> the Sends that reach it (bitset)
-    ready = [k for k, v in indeg.items() if v == 0]
-    seen = 0
-    while ready:
-        k = ready.pop()
-        seen += 1
-        out = reach[k] | bit.get(k, 0)
-        for s in succ[k]:
-            reach[s] |= out
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    acyclic = seen == len(succ)
+    reach: dict[tuple[str, int], int] = {}  # node -> the Sends that reach it (bitset)
+    for item in order:
+        r = 0
+        for q in preds(item):
+            r |= reach[key(q)] | bit.get(key(q), 0)
+        reach[key(item)] = r
     result: dict[str, dict[int, frozenset[int]]] = {}
     for d, n in nodes:
         if n.op != "Recv":

@@ -11,10 +11,14 @@ Works on hand-built graphs (no builder metadata needed).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from turnout.errors import ValidationError, describe_node
 from turnout.graph import Graph, Node, Tensor
+
+T = TypeVar("T")
 
 Frame = tuple[str, ...]
 
@@ -41,31 +45,51 @@ def _is_back_edge(consumer: Node, t: Tensor) -> bool:
     return consumer.op == "Merge" and t.node.op == "NextIteration"
 
 
+def same_iteration_preds(n: Node) -> list[Node]:
+    """The nodes ``n`` waits for in the same iteration: its data and control inputs, without a Merge's
+    back edge (a NextIteration's token belongs to the next iteration)."""
+    preds = [t.node for t in n.raw_inputs if isinstance(t, Tensor) and not _is_back_edge(n, t)]
+    return preds + list(n.control_inputs)
+
+
+def node_id(n: Node) -> int:
+    """A node's id: the ``key`` of ``kahn_order`` for the nodes of one graph."""
+    return n.id
+
+
+def kahn_order(items: Sequence[T], preds: Callable[[T], Iterable[T]], key: Callable[[T], Hashable]) -> list[T]:
+    """Kahn's algorithm: ``items`` ordered so that each comes after its predecessors among ``items``
+    (``preds``; predecessors outside ``items`` are ignored; ``key`` identifies an item, ``node_id`` for
+    the nodes of one graph). Items on a cycle, or after one, are left out: a result shorter than
+    ``items`` says there is a cycle."""
+    keys = {key(n) for n in items}
+    indeg = {key(n): 0 for n in items}
+    succ: dict[Hashable, list[T]] = {key(n): [] for n in items}
+    for n in items:
+        for p in preds(n):
+            if key(p) in keys:
+                indeg[key(n)] += 1
+                succ[key(p)].append(n)
+    ready = [n for n in items if indeg[key(n)] == 0]
+    order: list[T] = []
+    while ready:
+        n = ready.pop()
+        order.append(n)
+        for s in succ[key(n)]:
+            indeg[key(s)] -= 1
+            if indeg[key(s)] == 0:
+                ready.append(s)
+    return order
+
+
 def topological_order(graph: Graph, nodes: list[Node] | None = None) -> list[Node]:
     """Kahn's algorithm over data and control edges, ignoring NextIteration -> Merge back edges.
     Raises [W-Cycle-Through-Next] naming a node on any other cycle."""
     nodes = graph.nodes if nodes is None else nodes
-    ids = {n.id for n in nodes}
-    indeg = {n.id: 0 for n in nodes}
-    succ: dict[int, list[Node]] = {n.id: [] for n in nodes}
-    for n in nodes:
-        preds = [t.node for t in n.raw_inputs if isinstance(t, Tensor) and not _is_back_edge(n, t)]
-        preds += list(n.control_inputs)
-        for p in preds:
-            if p.id in ids:
-                indeg[n.id] += 1
-                succ[p.id].append(n)
-    ready = [n for n in nodes if indeg[n.id] == 0]
-    order: list[Node] = []
-    while ready:
-        n = ready.pop()
-        order.append(n)
-        for s in succ[n.id]:
-            indeg[s.id] -= 1
-            if indeg[s.id] == 0:
-                ready.append(s)
+    order = kahn_order(nodes, same_iteration_preds, node_id)
     if len(order) != len(nodes):
-        stuck = sorted((n for n in nodes if indeg[n.id] > 0), key=lambda n: n.id)
+        placed = {n.id for n in order}
+        stuck = sorted((n for n in nodes if n.id not in placed), key=lambda n: n.id)
         raise ValidationError(
             f"the graph has a cycle that does not pass through a NextIteration -> Merge back edge; "
             f"{describe_node(stuck[0])} is on or after it",
