@@ -104,8 +104,6 @@ class Group:
     members: tuple[Node, ...]
     #: (member id, input slot) -> position in the compiled function's arguments, for inputs from outside
     slot_index: dict[tuple[int, int], int]
-    #: member id -> how many control inputs come from outside the group
-    outside_controls: dict[int, int]
     #: member outputs the compiled function returns: those read outside the group, and in the root frame
     #: (where fetches live) every output; the others are never emitted
     returns: tuple[Key, ...]
@@ -221,12 +219,11 @@ def fused_groups(plan: Plan, min_size: int = 2, waits: Optional[dict[int, frozen
 def _group(gid: int, nodes: list[Node], plan: Plan) -> Group:
     inside = {m.id for m in nodes}
     slot_index: dict[tuple[int, int], int] = {}
-    outside_controls: dict[int, int] = {}
     for m in nodes:
         for s, t in enumerate(m.inputs):
             if t.node.id not in inside:
                 slot_index[(m.id, s)] = len(slot_index)
-        outside_controls[m.id] = sum(1 for c in m.control_inputs if c.id not in inside)
+    outside_controls = sum(1 for m in nodes for c in m.control_inputs if c.id not in inside)
     returns = []
     root = not plan.frames.node_frame.get(nodes[0].id, ())  # a root-frame group: any output may be fetched
     for m in nodes:
@@ -234,8 +231,7 @@ def _group(gid: int, nodes: list[Node], plan: Plan) -> Group:
             readers = plan.consumers.get((m.id, i), [])
             if root or not readers or any(r.id not in inside for r, _ in readers):
                 returns.append((m.id, i))
-    return Group(gid, tuple(nodes), slot_index, outside_controls, tuple(returns),
-                 len(slot_index) + sum(outside_controls.values()))
+    return Group(gid, tuple(nodes), slot_index, tuple(returns), len(slot_index) + outside_controls)
 
 
 def prepare(part: Partition, min_size: int = 2) -> Prepared:
