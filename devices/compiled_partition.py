@@ -132,6 +132,8 @@ class Prepared:
     part: Optional[Partition] = None
     whole: Any = None
     whole_declined: Optional[str] = None
+    #: the JAX device its compiled code runs on (``_jax_device``; None: the process's default)
+    jdev: Any = None
 
 
 # ---- finding the groups -----------------------------------------------------------------------------
@@ -249,7 +251,8 @@ def prepare(part: Partition, min_size: int = 2) -> Prepared:
     controls = {k: [c for c in v if outside(c, k)] for k, v in plan.control_consumers.items()}
     alone = not any(n.op in ("Send", "Recv") for n in part.graph.nodes)
     return Prepared(dataclasses.replace(plan, consumers=consumers, control_consumers=controls), groups, group_of,
-                    part, whole_declined=None if alone else "it sends or receives")
+                    part, whole_declined=None if alone else "it sends or receives",
+                    jdev=_jax_device(part.device) if groups or alone else None)
 
 
 # ---- compiling a group ------------------------------------------------------------------------------
@@ -340,7 +343,7 @@ class CompiledPartition(PartitionInterpreter):
         self.prepared = prepared
         self.group_of = prepared.group_of
         self.gboxes: dict[tuple[int, Tag], _Box] = {}
-        self.jdev = _jax_device(device) if prepared.groups else None
+        self.jdev = prepared.jdev
         #: this run's counts: group calls compiled, interpreted and wholly dead, compilations, reruns after a
         #: failed check
         self.stats = {"groups": len(prepared.groups), "fused_ops": len(prepared.group_of), "compiled_calls": 0,
@@ -545,16 +548,15 @@ class WholePartition:
 
         p = self.prepared
         assert p.part is not None
-        device, _, feeds, variables, options, _, _ = self.args
+        _, _, feeds, variables, options, _, _ = self.args
         if p.whole is None:
             p.whole = FastBackend(p.part.graph, fallback=False)
         nodes = {n.id: n for n in p.part.graph.nodes}
         fetches = [nodes[nid].outputs[i] for nid, i in p.part.fetches if (nid, i) not in feeds]
         fed = {nodes[nid].outputs[i]: v for (nid, i), v in feeds.items()}
         before = p.whole.compile_count
-        jdev = _jax_device(device)
-        if jdev is not None:
-            with jax.default_device(jdev):
+        if p.jdev is not None:
+            with jax.default_device(p.jdev):
                 result = p.whole.run(fetches, fed, variables, options)
         else:
             result = p.whole.run(fetches, fed, variables, options)
