@@ -6,40 +6,15 @@ checks the stacks of a segment of a loop spanning devices when one of them has n
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
-from programs import assert_same_outcome
+from test_mutants_s5 import CHUNK, D3, _plan, _run_checked
 
 import turnout as tn
-from turnout.session import RunOptions
 
 pytest.importorskip("jax")
-
-D3 = ["cpu:0", "cpu:1", "cpu:2"]
-CHUNK = 8
-
-
-def _run_checked(sess: tn.Session, g: tn.Graph, fetch: Any, feeds: dict[tn.Tensor, Any]) -> dict[str, Any]:
-    """``fetch`` on ``sess`` (the fast partitioned executor, no fallback) and on the partitioned reference
-    executor: the same values. Returns the fast run's stats."""
-    def want() -> Any:
-        return tn.Session(g, devices=D3).run(fetch, feeds)
-
-    def got() -> Any:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # a fallback to the reference executor would prove nothing
-            return sess.run(fetch, feeds, options=RunOptions(max_iterations=10_000))
-
-    assert assert_same_outcome(want, got, "fast partitioned vs reference")
-    return sess.last_result.stats
-
-
-def _plan(sess: tn.Session) -> Any:
-    (plan,) = sess.backend._plans.values()
-    return plan
 
 
 # ---- devices/swap.py --------------------------------------------------------------------------------------
