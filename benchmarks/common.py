@@ -65,6 +65,21 @@ def timed_interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[st
             for name, ts in times.items()}
 
 
+def write_report(name: str, data: dict[str, Any], lines: list[str]) -> None:
+    """Write ``data`` to ``benchmarks/results/<name>.json`` and the summary ``lines`` to ``<name>.md``
+    (the untracked results folder), and print the summary."""
+    import json
+
+    text = "\n".join(lines)
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(out_dir, f"{name}.md"), "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    print(text)
+
+
 def machine() -> dict[str, Any]:
     import jax
 

@@ -106,16 +106,9 @@ def summary(r: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
-    import json
-    import os
     import sys
 
+    from benchmarks.common import write_report
+
     res = run("--quick" in sys.argv)
-    text = "\n".join(summary(res))
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "scan_forward.json"), "w", encoding="utf-8") as f:
-        json.dump(res, f, indent=1)
-    with open(os.path.join(out_dir, "scan_forward.md"), "w", encoding="utf-8") as f:
-        f.write(text + "\n")
-    print(text)
+    write_report("scan_forward", res, summary(res))
