@@ -679,15 +679,7 @@ class FastBackend:
         plan = d.plan
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
         feed_vals = tuple([by_key[k] for k in d.feed_keys])
-        var_vals = []
-        for name in d.var_names:
-            if name not in variables:
-                vn = plan.var_nodes[name]
-                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-            host = variables[name]
-            cached = self._dev_vars.get(name)
-            # committed, as the device copy a run hands back is: else the next run compiles again
-            var_vals.append(cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host)))
+        var_vals = [self._device_var(plan, name, variables) for name in d.var_names]
         mi = options.max_iterations
         mi = _INT32_MAX_NP if mi is None or mi >= _INT32_MAX else np.int32(mi)
         if self._timeline is None:
@@ -755,17 +747,23 @@ class FastBackend:
             got = self._switches = (self.graph.version, n)
         return got[1]
 
+    def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
+        """The device copy of Variable ``name`` a run starts from: the one the last run handed back while
+        the session's host value is still the one it wrote, else the host value (its initial value the
+        first time) put on the device, committed as a run's outputs are, or the next run compiles again."""
+        if name not in variables:
+            vn = plan.var_nodes[name]
+            variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+        host = variables[name]
+        cached = self._dev_vars.get(name)
+        return cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host))
+
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray]) -> dict[str, Any]:
         # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
         # and the compiled stages take numpy leaves as the same int32 / bool arguments
         state: dict[str, Any] = {"err": np.int32(0)}
-        for name, vn in plan.var_nodes.items():
-            if name not in variables:
-                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-            host = variables[name]
-            cached = self._dev_vars.get(name)
-            dev = cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host))
-            state[var_key(name)] = dev
+        for name in plan.var_nodes:
+            state[var_key(name)] = self._device_var(plan, name, variables)
         reuse = self._stack_bufs.pop(id(plan), {})
         for sn in plan.stack_nodes:
             k = stack_key(Handle("stack", sn.id))
