@@ -53,18 +53,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from turnout.devices.executor import PartitionInterpreter, partition_plan
+from turnout.devices.names import parse
 from turnout.devices.partition import Partition
 from turnout.devices.partition_executors import ExecutorKind
 from turnout.devices.rendezvous import Rendezvous
-from turnout.errors import ExecutionError, PlacementError, TurnoutError, describe_node
+from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
+from turnout.fast.backend import FastBackend, refuse_firing_budget
+from turnout.fast.lowering import LOWERING_RULES
+from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
+from turnout.kernels import run_kernel
 from turnout.primitives import PRIMITIVES
 from turnout.reference.executor import Plan
-from turnout.reference.rules import DEAD, Tag, Token
+from turnout.reference.rules import DEAD, Tag, Token, _where
 from turnout.reference.rules import _control_token as control_token
 from turnout.reference.trace import fmt_tag
 from turnout.session import RunOptions
@@ -264,8 +271,6 @@ class _Checks:
         self.oks: list[Any] = []
 
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
-        from turnout.fast.values import is_static
-
         if is_static(ok) and bool(ok):
             return
         self.oks.append(ok)
@@ -275,13 +280,6 @@ def compile_group(g: Group) -> Callable[..., Any]:
     """``jax.jit`` of the group: outside inputs in, ``(returned outputs, all checks held)`` out. Members
     whose inputs are all known while tracing are folded with the reference kernels, as the fast
     backend's emitter does."""
-    import jax
-    import jax.numpy as jnp
-
-    from turnout import kernels
-    from turnout.fast.lowering import LOWERING_RULES
-    from turnout.fast.values import is_static
-
     def fn(*xs: Any) -> Any:
         env: dict[Key, Any] = {}
         ctx = _Checks()
@@ -289,7 +287,7 @@ def compile_group(g: Group) -> Callable[..., Any]:
             ins = [xs[g.slot_index[(m.id, s)]] if (m.id, s) in g.slot_index else env[(t.node.id, t.index)]
                    for s, t in enumerate(m.inputs)]
             if all(is_static(x) for x in ins):
-                outs = [np.asarray(v) for v in kernels.run_kernel(m.op, [np.asarray(x) for x in ins], m.attrs)]
+                outs = [np.asarray(v) for v in run_kernel(m.op, [np.asarray(x) for x in ins], m.attrs)]
             else:
                 outs = LOWERING_RULES[m.op](ctx, m, ins)
             for i, v in enumerate(outs):
@@ -318,10 +316,6 @@ class _Box:
 def _jax_device(device: str) -> Any:
     """Where a partition's groups run: the process's default device for a CPU partition (a task's CPU
     devices share its host), else the accelerator of that index, which must exist in the task."""
-    import jax
-
-    from turnout.devices.names import parse
-
     spec = parse(device)
     if spec.type.upper() == "CPU":
         return None
@@ -423,8 +417,6 @@ class CompiledPartition(PartitionInterpreter):
         return self._interpreted(g, tag, box, dead)
 
     def _compiled(self, g: Group, box: _Box) -> Optional[dict[int, list[Token]]]:
-        import jax
-
         args = [t.value for t in box.values]  # type: ignore[union-attr]
         try:
             with jax.enable_x64(True):
@@ -448,9 +440,6 @@ class CompiledPartition(PartitionInterpreter):
                        for i in range(len(m.outputs))] for m in g.members}
 
     def _interpreted(self, g: Group, tag: Tag, box: _Box, dead: set[int]) -> dict[int, list[Token]]:
-        from turnout.kernels import run_kernel
-        from turnout.reference.rules import _where
-
         self.stats["interpreted_calls"] += 1
         env: dict[Key, Any] = {}
         outs: dict[int, list[Token]] = {}
@@ -528,8 +517,6 @@ class WholePartition:
 
     def start(self) -> None:
         """Run the partition whole, or hand it to ``CompiledPartition``."""
-        from turnout.errors import UnsupportedError
-
         p = self.prepared
         if p.whole_declined is None and not _asks_for_firings(self.args[4]):
             try:
@@ -542,10 +529,6 @@ class WholePartition:
         self.stats = self.inner.stats
 
     def _run_whole(self) -> None:
-        import jax
-
-        from turnout.fast.backend import FastBackend
-
         p = self.prepared
         assert p.part is not None
         _, _, feeds, variables, options, _, _ = self.args
@@ -580,9 +563,6 @@ class WholePartition:
 def _asks_for_firings(options: RunOptions) -> bool:
     """A traced run (whose trace lists firings) or a ``max_firings`` budget: what a whole compiled program
     cannot give, so that run goes to ``CompiledPartition`` (later runs try the whole program again)."""
-    from turnout.errors import UnsupportedError
-    from turnout.fast.backend import refuse_firing_budget
-
     if options.trace:
         return True
     try:
