@@ -209,11 +209,20 @@ class Plan:
     static_feeds: dict[Key, Any] = {}
 
     # ---- compiled functions ---------------------------------------------------------------------
+    @property
+    def has_loops(self) -> bool:
+        """Whether the program has a loop: only then does a run's ``max_iterations`` reach the
+        compiled code (a loop-free ``Direct`` function takes no bound argument)."""
+        return any(n.op == "LoopCond" for n in program_nodes(self.program))
+
     def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
                   var_names: tuple[str, ...]) -> Any:
-        """``f(feed values, variable values, max_iter) -> (fetched, [error word, *live flags], variables)``,
-        the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``)."""
+        """``f(feed values, variable values[, max_iter]) -> (fetched, [error word, *live flags],
+        variables)``, the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``).
+        A program without loops takes no ``max_iter``: every argument costs the call's dispatch
+        a few microseconds, which is what a small program's run is made of."""
         st = self.stages[0]
+        loops = self.has_loops
 
         def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
             # a numpy 0, not a traced one: it stays a constant (and ``flags`` goes) unless a check sets it
@@ -236,8 +245,9 @@ class Plan:
                 flags = jnp.stack([jnp.asarray(err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
             return vals, flags, tuple(em.state[var_key(n)] for n in var_names)
 
-        return jax.jit(direct)
-
+        if loops:
+            return jax.jit(direct)
+        return jax.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, _INT32_MAX_NP))
 
     def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
         self.backend.compile_count += 1  # runs only while tracing
@@ -347,6 +357,9 @@ class Direct:
     feed_keys: tuple[Key, ...]
     var_names: tuple[str, ...]
     written: tuple[bool, ...]
+    bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
+    #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def _is_zero(v: Any) -> bool:
@@ -494,6 +507,8 @@ class FastBackend:
         self._plans: dict[Any, Plan] = {}
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
         self._direct: dict[Any, Direct] = {}
+        # hot key -> (Direct, graph edits, feed permutation): see ``_hot_direct``
+        self._hot: dict[Any, tuple[Direct, int, Optional[tuple[int, ...]]]] = {}
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
@@ -536,6 +551,9 @@ class FastBackend:
         refuse_firing_budget("fast backend", options)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
+        hot = self._hot_direct(fetches, feeds, variables)
+        if hot is not None:  # a repeated run of a one-call plan (no deep stack needed to call it)
+            return self._run_hot(hot[0], hot[1], fetches, feeds, variables, options)
         if self._deep_nesting and not on_deep_thread():
             return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
         try:
@@ -564,9 +582,74 @@ class FastBackend:
         tl = self._timeline
         return tl.span(name, row, **args) if tl is not None else _NO_SPAN
 
+    # ---- the hot path: a repeated run of a Direct plan -------------------------------------------
+    @staticmethod
+    def _hot_key(fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
+        """What a repeated run is recognised by: its fetches and its feeds' (tensor, dtype, shape), in
+        the feed dict's order (the order ``_remember_hot`` recorded the feeds' permutation for)."""
+        return (tuple([(t.node.id, t.index) for t in fetches]),
+                tuple([(t.node.id, t.index, v.dtype, v.shape) for t, v in feeds.items()]))
+
+    def _remember_hot(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
+        """After a run on ``d``: the next run of the same fetches and feed signature goes straight to
+        ``d`` (``_run_hot``) while the graph's edits and the plan's Variables are unchanged."""
+        order = [(t.node.id, t.index) for t in feeds]
+        perm: Optional[tuple[int, ...]] = tuple([order.index(k) for k in d.feed_keys])
+        if perm == tuple(range(len(order))):
+            perm = None
+        self._hot[self._hot_key(fetches, feeds)] = (d, self.graph.edits, perm)
+
+    def _hot_direct(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
+                    ) -> Optional[tuple[Direct, Optional[tuple[int, ...]]]]:
+        """The ``Direct`` plan of a repeated run, or None when the run must take the general path.
+
+        Why: the general path's run signature (``_run_any``: sorted feed signature, every Variable's
+        dtype and shape) costs tens of microseconds, as much as the compiled call of a small program.
+        A repeated run needs less to be recognised: its fetches and feed signature, the graph's
+        ``edits`` and version (no validation pending), and the plan's Variables still the host arrays
+        the last run saw (``_dev_vars``: a Variable the user replaced may have another shape)."""
+        if self.graph.version != self._checked_version or self._timeline is not None:
+            return None
+        got = self._hot.get(self._hot_key(fetches, feeds))
+        if got is None or got[1] != self.graph.edits:
+            return None
+        d = got[0]
+        dev_vars = self._dev_vars
+        for name in d.var_names:
+            rec = dev_vars.get(name)
+            if rec is None or rec[0] is not variables.get(name):
+                return None
+        return d, got[2]
+
+    def _run_hot(self, d: Direct, perm: Optional[tuple[int, ...]], fetches: list[Tensor], feeds: dict[Tensor, Any],
+                 variables: dict[str, np.ndarray], options: Any) -> RunResult:
+        """``_run_direct`` for a run ``_hot_direct`` recognised: the feeds by position, the Variables'
+        device copies as the last run left them."""
+        t0 = time.perf_counter()
+        if perm is None:  # the feed dict's order is the plan's
+            feed_vals = tuple(feeds.values())
+        else:
+            given = list(feeds.values())
+            feed_vals = tuple([given[i] for i in perm])
+        dev_vars = self._dev_vars
+        var_vals = tuple([dev_vars[name][1] for name in d.var_names]) if d.var_names else ()
+        with jax.enable_x64(True):
+            if d.bounded:
+                mi = options.max_iterations
+                vals, flags, var_out = d.fn(feed_vals, var_vals, _INT32_MAX_NP if mi is None or mi >= _INT32_MAX
+                                            else np.int32(mi))
+            else:
+                vals, flags, var_out = d.fn(feed_vals, var_vals)
+            if flags is None and not d.var_names:  # nothing to check, nothing to write back
+                self._records = []
+                stats = dict(d.stats)
+                stats["compiles"] = self.compile_count
+                stats["stage_seconds"] = [time.perf_counter() - t0]
+                return RunResult([np.asarray(v) for v in vals], None, None, stats)
+            return self._direct_result(d, fetches, vals, flags, var_out, variables, t0)
+
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                  options: Any) -> Any:
-
         if self.graph.version != self._checked_version:
             # nodes were appended: the plans stay valid (they are keyed on ``edits``), but the graph as a
             # whole must still pass validation, as it must on every backend (a node appended since can
@@ -584,6 +667,7 @@ class FastBackend:
             if d is not None:  # the common repeated run: straight to its one compiled call
                 result = self._try_direct(dsig, d, fetches, feeds, variables, options)
                 if result is not None:
+                    self._remember_hot(d, fetches, feeds)
                     return result
             while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
                 static = self._static_keys.get(dsig, frozenset())
@@ -593,6 +677,9 @@ class FastBackend:
                 try:
                     result = self._run_compiled(vsig, fetches, feeds, variables, options)
                     result.stats["executor"] = "compiled"
+                    d = self._direct.get(vsig)
+                    if d is not None and not static:  # it ran on the Direct path
+                        self._remember_hot(d, fetches, feeds)
                     if static:
                         result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
                                                                 for k in static)
@@ -663,6 +750,7 @@ class FastBackend:
         except _NotDirect:
             d.plan.no_direct = True
             del self._direct[dsig]
+            self._hot = {k: v for k, v in self._hot.items() if v[0] is not d}
             return None
 
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
@@ -670,33 +758,50 @@ class FastBackend:
         var_names = tuple(plan.var_nodes)
         fn = plan.direct_fn(feed_keys, tuple(key(t) for t in fetches), var_names)
         written = tuple(n in plan.written_vars for n in var_names)
-        return Direct(plan, fn, feed_keys, var_names, written)
+        stats = {
+            "backend": "fast", "stages": 1, "fused": False,
+            "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
+            "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
+            "stack_capacity_retries": 0, "executor": "compiled",
+        }
+        return Direct(plan, fn, feed_keys, var_names, written, plan.has_loops, stats)
 
     def _run_direct(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
                     variables: dict[str, np.ndarray], options: Any) -> Any:
         """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
         t0 = time.perf_counter()
-        plan = d.plan
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
         feed_vals = tuple([by_key[k] for k in d.feed_keys])
-        var_vals = [self._device_var(plan, name, variables) for name in d.var_names]
-        mi = options.max_iterations
-        mi = _INT32_MAX_NP if mi is None or mi >= _INT32_MAX else np.int32(mi)
+        var_vals = tuple([self._device_var(d.plan, name, variables) for name in d.var_names])
         if self._timeline is None:
-            vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), mi)
+            vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
         else:
             with self._span("one compiled call", "compiled stages") as args:
                 before = self.compile_count
-                vals, flags, var_out = d.fn(feed_vals, tuple(var_vals), mi)
+                vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
                 flags = flags if flags is None else np.asarray(flags)
                 args["compiled"] = self.compile_count != before
+        return self._direct_result(d, fetches, vals, flags, var_out, variables, t0)
+
+    @staticmethod
+    def _call_direct(d: Direct, feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], options: Any) -> Any:
+        if not d.bounded:
+            return d.fn(feed_vals, var_vals)
+        mi = options.max_iterations
+        mi = _INT32_MAX_NP if mi is None or mi >= _INT32_MAX else np.int32(mi)
+        return d.fn(feed_vals, var_vals, mi)
+
+    def _direct_result(self, d: Direct, fetches: list[Tensor], vals: Any, flags: Any, var_out: Any,
+                       variables: dict[str, np.ndarray], t0: float) -> RunResult:
+        """The fetched values on the host, errors raised, Variables written back: the end of a
+        ``Direct`` run."""
         if flags is None:  # no check could fail and every fetch is live (see ``Plan.direct_fn``)
             values = [np.asarray(v) for v in vals]
         else:
             flags = np.asarray(flags)
             code = int(flags[0])
             if code:
-                self._raise_errors(plan, {"err": code}, 0)
+                self._raise_errors(d.plan, {"err": code}, 0)
             values = []
             for t, v, live in zip(fetches, vals, flags[1:].tolist(), strict=True):
                 if not live:
@@ -709,12 +814,9 @@ class FastBackend:
                 variables[name] = np.asarray(dev)
             self._dev_vars[name] = (variables[name], dev)
         self._records = []
-        stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": False,
-            "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
-            "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
-            "stage_seconds": [time.perf_counter() - t0], "stack_capacity_retries": 0, "executor": "compiled",
-        }
+        stats = dict(d.stats)
+        stats["compiles"] = self.compile_count
+        stats["stage_seconds"] = [time.perf_counter() - t0]
         return RunResult(values=values, stats=stats)
 
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],

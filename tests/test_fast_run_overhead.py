@@ -20,6 +20,13 @@ def _direct(sess: tn.Session) -> object:
     return d
 
 
+def _call(d: object, feeds: tuple[object, ...], variables: tuple[object, ...] = ()) -> object:
+    """The Direct function of a plan, called as a run calls it: a loop-free program takes no bound."""
+    if d.bounded:  # type: ignore[attr-defined]
+        return d.fn(feeds, variables, np.int32(10))  # type: ignore[attr-defined]
+    return d.fn(feeds, variables)  # type: ignore[attr-defined]
+
+
 def test_a_program_with_nothing_to_check_reads_back_only_its_fetches() -> None:
     g = tn.Graph()
     with g.as_default():
@@ -30,7 +37,7 @@ def test_a_program_with_nothing_to_check_reads_back_only_its_fetches() -> None:
         np.testing.assert_allclose(sess.run(y, {x: np.array(v, np.float32)}), np.array(v) * 2 + 1)
         assert sess.last_result.stats["executor"] == "compiled"
     d = _direct(sess)
-    _, flags, _ = d.fn((np.zeros(3, np.float32),), (), np.int32(10))  # type: ignore[attr-defined]
+    _, flags, _ = _call(d, (np.zeros(3, np.float32),))  # type: ignore[misc]
     assert flags is None
 
 
@@ -43,7 +50,7 @@ def test_a_check_that_can_fail_is_read_back_on_every_repeated_run() -> None:
     sess = tn.Session(g, backend="fast")
     assert sess.run(q, {a: 7, b: 2}) == 3
     assert sess.run(q, {a: 9, b: 3}) == 3  # the repeated run: straight to the compiled call
-    _, flags, _ = _direct(sess).fn((np.int32(1), np.int32(1)), (), np.int32(10))  # type: ignore[attr-defined]
+    _, flags, _ = _call(_direct(sess), (np.int32(1), np.int32(1)))  # type: ignore[misc]
     assert flags is not None
     with pytest.raises(tn.KernelError, match="division by zero"):
         sess.run(q, {a: 9, b: 0})
@@ -123,3 +130,69 @@ def test_numpy_scalar_feeds_are_range_checked_on_every_run(backend: str) -> None
     with pytest.raises(tn.FeedError):
         sess.run(y, {k: np.float32(1.5)})
     assert sess.run(y, {k: np.int64(7)}) == 8
+
+
+# ---- the hot path: a repeated run recognised by fetches and feed signature (``_hot_direct``) ----------
+def test_a_loop_free_program_takes_no_iteration_bound_and_a_loop_does() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = x * 2.0
+        _, s = tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + x), [tn.constant(0), tn.constant(0.0)])
+    free = tn.Session(g, backend="fast")
+    free.run(y, {x: 1.0})
+    assert _direct(free).bounded is False  # type: ignore[attr-defined]
+    looped = tn.Session(g, backend="fast")
+    assert looped.run(s, {x: 2.0}) == 6.0
+    assert _direct(looped).bounded is True  # type: ignore[attr-defined]
+    with pytest.raises(tn.NonTerminationError):
+        looped.run(s, {x: 2.0}, max_iterations=2)  # the bound still reaches the hot path's call
+
+
+def test_feeds_given_in_another_order_reach_their_tensors() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [], name="a")
+        b = tn.placeholder(tn.float32, [], name="b")
+        d = a - 2.0 * b
+    sess = tn.Session(g, backend="fast")
+    for _ in range(2):
+        assert sess.run(d, {a: 10.0, b: 1.0}) == 8.0
+        assert sess.run(d, {b: 1.0, a: 10.0}) == 8.0
+        assert sess.run(d, {b: 3.0, a: 1.0}) == -5.0
+    assert len(sess.backend._hot) == 2  # one entry per feed order, each with its permutation
+
+
+def test_a_variable_the_user_replaces_is_read_from_the_session() -> None:
+    """The hot path reuses a Variable's device copy only while the session still holds the host array
+    the last run saw; a replaced one takes the general path."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        v = tn.Variable(np.zeros(2, np.float32), name="v")
+        upd = v.assign_add(x)
+    sess = tn.Session(g, backend="fast")
+    np.testing.assert_allclose(sess.run(upd, {x: np.ones(2, np.float32)}), [1, 1])
+    np.testing.assert_allclose(sess.run(upd, {x: np.ones(2, np.float32)}), [2, 2])
+    sess.variables["v"] = np.array([10.0, 20.0], np.float32)
+    np.testing.assert_allclose(sess.run(upd, {x: np.ones(2, np.float32)}), [11, 21])
+    sess.variables["v"] = np.array([5.0, 5.0], np.float32)
+    np.testing.assert_allclose(sess.run(upd, {x: np.ones(2, np.float32)}), [6, 6])
+    sess.backend.release_buffers()
+    np.testing.assert_allclose(sess.run(upd, {x: np.ones(2, np.float32)}), [7, 7])
+    np.testing.assert_allclose(sess.variables["v"], [7, 7])
+
+
+def test_a_closed_back_edge_retires_the_hot_entry() -> None:
+    """Plans are keyed on ``Graph.edits``; a hot entry recorded before an edit is never used after it."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = x + 1.0
+    sess = tn.Session(g, backend="fast")
+    assert sess.run(y, {x: 1.0}) == 2.0
+    assert sess.backend._hot
+    g._edits += 1  # what closing a back edge does (``Graph.edits``)
+    before = sess.backend.compile_count
+    assert sess.run(y, {x: 1.0}) == 2.0
+    assert sess.backend.compile_count == before + 1  # a new plan for the new edits, not the old call

@@ -159,7 +159,9 @@ class Session:
         store = getattr(self.backend, "variable_store", None)
         self.variables: dict[str, np.ndarray] = store if store is not None else {}
         self.last_result: Optional[RunResult] = None
-        self._feeds_ok: set[tuple[Tensor, np.dtype, tuple[int, ...]]] = set()
+        # (tensor, dtype, shape) of feeds that passed check_feed -> whether their values still need a
+        # per-value range check (``_range_checked``); the other checks depend only on the signature
+        self._feeds_ok: dict[tuple[Tensor, np.dtype, tuple[int, ...]], bool] = {}
 
     def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
@@ -255,10 +257,13 @@ class Session:
         else:
             return check_feed(t, value)
         sig = (t, arr.dtype, arr.shape)
-        if sig not in self._feeds_ok or (_range_checked(t.dtype, arr.dtype) and not _scalar_fits(t.dtype, value)):
+        per_value = self._feeds_ok.get(sig)
+        if per_value is None:  # a new signature: every check
             checked = check_feed(t, value)
-            self._feeds_ok.add(sig)
+            self._feeds_ok[sig] = _range_checked(t.dtype, arr.dtype)
             return checked
+        if per_value and not _scalar_fits(t.dtype, value):
+            return check_feed(t, value)
         return arr.astype(t.dtype.numpy, copy=False)
 
     def close(self) -> None:
