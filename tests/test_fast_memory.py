@@ -72,3 +72,60 @@ def test_stack_buffers_held_between_runs_can_be_freed() -> None:
         assert freed.backend.held_bytes() == 0
     with pytest.raises(ValueError, match="keep_stack_buffers"):
         tn.Session(g, backend="fast", keep_stack_buffers="no")
+
+
+# ---- the fused attempt's capacity ladder (``FastBackend._run_fused_sized``) ----------------------------
+def test_the_capacity_ladder_of_a_chunk() -> None:
+    from turnout.fast.backend import capacity_ladder
+
+    assert capacity_ladder(1024) == [128, 1024]
+    assert capacity_ladder(8192) == [128, 1024, 8192]
+    assert capacity_ladder(4096) == [512, 4096]
+    assert capacity_ladder(1000) == [1000]  # not a multiple of the ratio: one rung
+    assert capacity_ladder(64) == [64]
+
+
+def test_stack_buffers_are_sized_to_the_runs_that_use_them() -> None:
+    """With the default ``stack_chunk`` (1024), a loop of 50 iterations runs and keeps its stacks at
+    the lower rung (128 entries); a run of 500 climbs to 1024 (one more compilation), and later runs of
+    either length compile nothing. Every rung gives the reference backend's values."""
+    g, x, n, y, dx = graphs.power_loop()
+    sess = tn.Session(g, backend="fast")
+    ref = tn.Session(g, backend="reference")
+    stacks = sum(1 for node in g.nodes if node.op == "StackNew")
+    per_entry = 8 + 4  # a float64 value and its int32 iteration index
+
+    def run(trips: int) -> None:
+        feed = {x: 1.001, n: trips}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+        assert sess.last_result.stats["fused"] is True
+
+    run(50)
+    assert sess.last_result.stats["stack_capacity"] == 128
+    small = sess.backend.held_bytes()
+    assert stacks * 128 * per_entry <= small < stacks * 1024 * per_entry
+    compiles = sess.backend.compile_count
+    run(100)
+    assert sess.backend.compile_count == compiles  # a trip count on a compiled rung
+    run(500)
+    assert sess.last_result.stats["stack_capacity"] == 1024
+    assert sess.backend.compile_count == compiles + 1  # the top rung, once
+    assert sess.backend.held_bytes() >= stacks * 1024 * per_entry  # the lower rung's buffers are gone
+    assert sess.backend.held_bytes() < stacks * 1024 * per_entry + small
+    compiles = sess.backend.compile_count
+    run(50)
+    run(700)
+    assert sess.backend.compile_count == compiles
+    assert sess.last_result.stats["stack_capacity"] == 1024  # the ladder climbs; it does not descend
+
+
+def test_precompile_staged_keeps_one_rung() -> None:
+    """``precompile_staged=True`` promises that no run after the first compiles: its plans have no
+    lower rung to climb from."""
+    g, x, n, y, dx = graphs.power_loop()
+    sess = tn.Session(g, backend="fast", precompile_staged=True)
+    sess.run([y, dx], {x: 1.001, n: 50})
+    assert sess.last_result.stats["stack_capacity"] == 1024
+    compiles = sess.backend.compile_count
+    sess.run([y, dx], {x: 1.001, n: 900})
+    assert sess.backend.compile_count == compiles
