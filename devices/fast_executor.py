@@ -80,17 +80,10 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.fast import stacks as stk
-from turnout.fast.backend import (
-    _INT32_MAX,
-    _MAX_CAPACITY,
-    _stack_dtype,
-    _static_stack_shapes,
-    refuse_firing_budget,
-    stack_source_var,
-    variable_signature,
-)
+from turnout.fast.backend import _MAX_CAPACITY, refuse_firing_budget, variable_signature
 from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.plan import INT32_MAX, stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
@@ -216,8 +209,8 @@ class _Plan:
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
         # first push inside the loop would change the loop carry's type)
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
-            f"stack:{sid}": (device_of[sid], _stack_dtype(nodes[sid]), shapes)
-            for sid, shapes in _static_stack_shapes(list(nodes.values())).items() if sid in nodes}
+            f"stack:{sid}": (device_of[sid], stack_dtype(nodes[sid]), shapes)
+            for sid, shapes in static_stack_shapes(list(nodes.values())).items() if sid in nodes}
         # the stacks' loops and swap_memory, what each segment's call does to them, and the stacks each
         # host-driven loop pushes (``devices.swap``)
         self.stack_info = stack_infos(nodes.values())
@@ -354,7 +347,7 @@ class _Run:
         self.tl = timeline
         mi = options.max_iterations
         self.max_iter_py = mi
-        self.max_iter = np.int32(min(int(mi), _INT32_MAX)) if mi is not None else np.int32(_INT32_MAX)
+        self.max_iter = np.int32(min(int(mi), INT32_MAX)) if mi is not None else np.int32(INT32_MAX)
         self.jdev = backend.jax_devices
         self.state: dict[str, dict[str, Any]] = {
             d: {"err": jax.device_put(np.int32(0), self.jdev[d])} for d in backend.devices}

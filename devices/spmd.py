@@ -478,8 +478,8 @@ class SpmdPlan:
                  analysis: _Analysis, stack_capacity: int = 64) -> None:
         from jax.sharding import Mesh
 
-        from turnout.fast.backend import stack_source_var
         from turnout.fast.emit import ErrorCodes
+        from turnout.fast.plan import stack_source_var
         from turnout.fast.regions import key
 
         self.graph = graph

@@ -20,9 +20,9 @@ import numpy as np
 
 from turnout.errors import DeadFetchError
 from turnout.fast import stacks as stk
-from turnout.fast.backend import _stack_dtype
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.plan import stack_dtype
 from turnout.fast.regions import key
 from turnout.fast.values import DEAD, TA, Handle
 from turnout.graph import Graph, Tensor
@@ -49,7 +49,7 @@ def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capaci
             em.state[var_key(vn.attrs["var_name"])] = jnp.asarray(
                 np.asarray(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"])))
         for sn in stack_nodes:
-            em.state[stack_key(Handle("stack", sn.id))] = stk.StackValue(stack_capacity, _stack_dtype(sn))
+            em.state[stack_key(Handle("stack", sn.id))] = stk.StackValue(stack_capacity, stack_dtype(sn))
         env = {key(t): jnp.asarray(a, t.dtype.numpy) for t, a in zip(ins, args, strict=True)}
         em.run_items(program.items, env)
         res = []

@@ -1,48 +1,43 @@
 """``FastBackend``: ``tn.Session(graph, backend="fast")``.
 
-Why stages: a program without gradient stacks is one ``jax.jit`` function — the whole root frame,
-with its conds and loops as ``lax`` control flow. A top-level loop that pushes or pops a gradient stack
-is instead *driven* (see ``stacks``): compiled so that one call runs at most a chunk of iterations, and
-re-entered by a Python loop that hands full stack buffers to a ``stacks.ChunkStore`` (to host memory
-for a loop with ``swap_memory=True``, kept on the device otherwise) and takes them back for the
-backward loop. The root frame is therefore
-cut into stages — compiled segments and driven loops — that pass values to each other.
+One execution model. A run signature (graph edits, fetches, feed signature, Variables' types, stack
+capacity) has a ``Plan`` (``fast.plan``): the root frame cut into **stages** — compiled segments, and
+*driven loops* (top-level loops that push or pop gradient stacks, compiled to run at most a chunk of
+iterations per call and re-entered by a Python loop, ``_drive``, that hands full stack chunks to a
+``stacks.ChunkStore``: to host memory for a loop with ``swap_memory=True``, kept on the device
+otherwise). ``_execute`` runs a list of stages in order and finishes the run (fetches to the host,
+Variables written back, the stack buffers kept for the next run). Everything else is a property of
+the plan that shortens the route through the same model:
 
-Why a fused stage too: the staged path costs a few jitted calls and Python driving per run (2 to 3
-ms for a small LSTM step), which dominates small models. A plan with driven loops therefore also
-has ``Plan.fused`` — the whole root frame as ONE compiled stage, every loop a plain ``lax`` loop —
-and a run tries it first. It cannot swap: a push beyond the chunk sets the error word (``overflow``),
-the loops that push or pop stop there, and the attempt is discarded (no Variable update, no error
-raised) and the staged path runs from the start. Each path is compiled by the first run that needs
-it (a plan whose loops fit their chunk never compiles the staged path; the first run that overflows
-does, once; ``precompile_staged=True`` compiles both on the first run), and a run right after a
-staged run that swapped skips the attempt: an overflowing attempt wastes at most one chunk of
-iterations, and runs of long loops in a row waste nothing after the first.
+- ``Plan.fused``: a plan with driven loops also has its whole root frame as ONE stage, every loop a
+  plain ``lax`` loop. ``_execute`` attempts it first (``[plan.fused]``, ``attempt=True``), on a
+  ladder of stack capacities (``_run_fused_sized``: 128 entries, then ``stack_chunk``); an attempt
+  that outgrows its stacks stops (the error word's ``overflow``), is discarded and the stages run.
+  Why: the stages cost a few jitted calls and Python driving per run (2 to 3 ms for a small LSTM
+  step), which dominates small models. A run right after one that swapped chunks skips the attempt.
+- ``Plan.direct_ok``: a plan of one compiled segment without gradient stacks is called through
+  ``Direct`` (flat tuples in and out, the error word and live flags in one read-back), and a repeated
+  run of it is recognised by its fetches and feed signature alone (``_hot_direct``): a small program's
+  run is the jitted call and little else (``benchmarks/run_overhead.py``).
 
-Compiled plans are cached per (graph identity and edits — ``Graph.edits``: appending nodes keeps a
-plan valid —, fetches, feed signature, variable signature, stack capacity); a stage is retraced only
-when one of those changes, so new fed values and new trip counts (a fed ``N``) never recompile what
-was compiled (the one exception is the staged path of a plan with gradient stacks, compiled by the
-first run whose loop outgrows its chunk unless ``precompile_staged``). ``compile_count`` counts
-traces, for tests.
+Each compiled function is compiled by the first run that needs it: a plan whose loops fit never
+compiles its stages (``precompile_staged=True`` compiles them up front), a rung of the ladder is
+compiled by the first run that climbs to it. Plans are cached per signature; new fed values and new
+trip counts never recompile what was compiled, and ``compile_count`` counts traces, for tests. A fed
+value that decides a shape (``lowering.NeedsStatic``) specialises the plan on that value.
 
-Per-run cost (see ``docs/benchmarks.rst``): a plan of one compiled stage without gradient stacks runs
-on the ``Direct`` path — one jitted call on the fed numpy arrays, one read-back of the error word and
-live flags. Gradient stacks whose pushes have static shapes are allocated before the first stage and
-passed to every stage as a separate, *donated* argument, so the compiled stages update them in place;
-after a successful run their buffers are kept for the next run of the same plan (the pointer is reset,
-and entries above it are never read), so steady-state runs allocate no stack memory. The price: the
-backend holds ``stack_chunk`` entries per stack between runs.
-
-How device partitions plug in: the fast partitioned executor (``turnout.devices.fast_executor``) runs a
-graph placed on one device as this backend, and otherwise cuts the unpartitioned region tree by device
-and compiles each device's regions with the same ``Emitter``; a cluster task runs a partition that
-sends and receives nothing as this backend, whole (``turnout.devices.compiled_partition``).
+How device partitions plug in: the fast partitioned executor (``turnout.devices.fast_executor``) runs
+a graph placed on one device as this backend, and otherwise cuts the unpartitioned region tree by
+device and compiles each device's regions with the same ``Emitter``; a cluster task runs a partition
+that sends and receives nothing as this backend, whole (``turnout.devices.compiled_partition``), and
+fuses the arithmetic of the others with the lowering rules. Both reuse this module's plan pieces
+(``fast.plan``: stack shapes, Variables written) rather than a second model.
 
 Errors keep the reference backend's types: kernel failures detected in compiled code (integer division
 by zero, out-of-range TensorArray reads) are recorded in an error word and raised as ``KernelError``
 after the stage; ``RunOptions.max_iterations`` is enforced by the compiled loops' iteration counters
-(``NonTerminationError``); a fetch whose branch did not run raises ``DeadFetchError``.
+(``NonTerminationError``); a fetch whose branch did not run raises ``DeadFetchError``; a program that
+cannot be compiled runs on the reference interpreter (``fallback``).
 """
 
 from __future__ import annotations
@@ -51,7 +46,6 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import jax
@@ -61,17 +55,26 @@ import numpy as np
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, ResourceExhaustedError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
-from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
+from turnout.fast.emit import stack_key, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.lowering import NeedsStatic
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
+from turnout.fast.plan import (
+    INT32_MAX,
+    INT32_MAX_NP,
+    Direct,
+    NotDirect,
+    Plan,
+    Stage,
+    capacity_ladder,
+    split_carry,
+    stack_dtype,
+)
+from turnout.fast.regions import Key, key
 from turnout.fast.timeline import Timeline
-from turnout.fast.values import DEAD, TA, Handle, to_host, wrap_static
-from turnout.graph import Graph, Node, Tensor
+from turnout.fast.values import DEAD, Handle, to_host, wrap_static
+from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 
-_INT32_MAX = 2**31 - 1
-_INT32_MAX_NP = np.int32(_INT32_MAX)
 #: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
 #: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
 _DEFAULT_MAX_FIRINGS = RunOptions.max_firings
@@ -83,358 +86,6 @@ _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 
 class _Retry(Exception):
     """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
-
-
-@dataclass
-class Stage:
-    """A compiled segment of root items, or one driven (chunked) top-level loop."""
-
-    items: list[Item]
-    reads: list[Key]
-    writes: list[Key] = field(default_factory=list)
-    driven: Optional[WhileRegion] = None
-    push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
-    pop_stacks: dict[str, int] = field(default_factory=dict)
-    fns: dict[str, Any] = field(default_factory=dict)
-    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
-
-
-def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
-    """StackPush / StackPop nodes per stack in one iteration of a loop body, conds included, nested
-    loops not (those are measured at run time, see ``stacks``)."""
-    out: dict[str, int] = {}
-    for it in items:
-        if isinstance(it, Node) and it.op == op:
-            src = stack_source(it.inputs[0])
-            if src is not None:
-                out[f"stack:{src.id}"] = out.get(f"stack:{src.id}", 0) + 1
-        elif isinstance(it, CondRegion):
-            for b in (False, True):
-                for k, v in _direct_counts(it.branches[b], op).items():
-                    out[k] = out.get(k, 0) + v  # an upper bound: at most one branch runs
-    return out
-
-
-def _all_stacks(nodes: list[Node], op: str) -> set[str]:
-    out = set()
-    for n in nodes:
-        if n.op == op:
-            src = stack_source(n.inputs[0])
-            if src is not None:
-                out.add(f"stack:{src.id}")
-    return out
-
-
-class Plan:
-    """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
-
-    def __init__(self, backend: FastBackend, program: Program, fed: set[int], capacity: int) -> None:
-        self.backend = backend
-        self.program = program
-        self.fed = fed
-        self.capacity = capacity
-        self.codes = ErrorCodes()
-        self.fed = fed
-        nodes = program_nodes(program)
-        self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
-        self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
-        self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
-        self.stack_info = _stack_info(self.stack_nodes, nodes)
-        self.prealloc = _static_stack_shapes(nodes)
-        self.nesting = nesting(program.items)
-        self.stages = self._stages()
-        self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
-        self.fused_warm = False  # the fused stage has run once
-        # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): the plans of the
-        # same program at lower capacities, this one last, and the rung that held the last run
-        self.rungs: Optional[list[Plan]] = None
-        self.rung: Optional[Plan] = None
-        # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
-        # it skips the fused attempt (a loop of a million iterations would not fit either time)
-        self.predict_overflow = False
-
-    def _stages(self) -> list[Stage]:
-        stages: list[Stage] = []
-        seg: list[Item] = []
-        for it in self.program.items:
-            if isinstance(it, WhileRegion) and any(n.op in ("StackPush", "StackPop") for n in it.nodes):
-                if seg:
-                    stages.append(Stage(seg, []))
-                    seg = []
-                st = Stage([it], [], driven=it)
-                pushes = _all_stacks(it.nodes, "StackPush")
-                pops = _all_stacks(it.nodes, "StackPop")
-                direct_push = _direct_counts(it.body, "StackPush")
-                direct_pop = _direct_counts(it.body, "StackPop")
-                st.push_stacks = {s: direct_push.get(s, 0) for s in pushes}
-                st.pop_stacks = {s: direct_pop.get(s, 0) for s in pops}
-                stages.append(st)
-            else:
-                seg.append(it)
-        if seg or not stages:
-            stages.append(Stage(seg, []))
-        fetch = set(self.program.fetch_keys)
-        produced: list[set[Key]] = []
-        for st in stages:
-            ns = [n for it in st.items for n in item_nodes(it)]
-            ids = {n.id for n in ns}
-            produced.append({key(o) for n in ns for o in n.outputs})
-            st.reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
-                              | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
-        for i, st in enumerate(stages):
-            later = set().union(*(set(s.reads) for s in stages[i + 1:])) | fetch
-            st.writes = sorted(produced[i] & later)
-        return stages
-
-    def _fused_stage(self) -> Stage:
-        """The whole root frame as one compiled stage, driven loops included as plain ``lax``
-        loops: the fast path of a program with gradient stacks whose pushes all fit their chunk.
-
-        Why: the staged path costs several jitted calls and Python driving per run (milliseconds),
-        which dominates small models. The fused stage cannot swap: a push beyond the chunk sets the
-        error word (``overflow``), the loops that push or pop stop there (``Emitter.stop_on_error``),
-        and ``FastBackend._run_fused`` discards the attempt — values, Variables, errors — and runs
-        the staged path instead.
-        """
-        ns = program_nodes(self.program)
-        ids = {n.id for n in ns}
-        reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
-                       | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
-        produced = {key(o) for n in ns for o in n.outputs}
-        return Stage(list(self.program.items), reads, sorted(produced & set(self.program.fetch_keys)))
-
-    @property
-    def direct_ok(self) -> bool:
-        return (not self.no_direct and len(self.stages) == 1 and self.stages[0].driven is None
-                and not self.stack_nodes)
-
-    no_direct = False
-    #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
-    static_feeds: dict[Key, Any] = {}
-
-    # ---- compiled functions ---------------------------------------------------------------------
-    @property
-    def has_loops(self) -> bool:
-        """Whether the program has a loop: only then does a run's ``max_iterations`` reach the
-        compiled code (a loop-free ``Direct`` function takes no bound argument)."""
-        return any(n.op == "LoopCond" for n in program_nodes(self.program))
-
-    def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
-                  var_names: tuple[str, ...]) -> Any:
-        """``f(feed values, variable values[, max_iter]) -> (fetched, [error word, *live flags],
-        variables)``, the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``).
-        A program without loops takes no ``max_iter``: every argument costs the call's dispatch
-        a few microseconds, which is what a small program's run is made of."""
-        st = self.stages[0]
-        loops = self.has_loops
-
-        def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
-            # a numpy 0, not a traced one: it stays a constant (and ``flags`` goes) unless a check sets it
-            state: dict[str, Any] = {"err": np.int32(0)}
-            state.update({var_key(n): v for n, v in zip(var_names, var_vals, strict=True)})
-            em = self.emitter(state, max_iter)
-            env: dict[Key, Any] = dict(zip(feed_keys, feed_vals, strict=True))
-            em.run_items(st.items, env)
-            vals = tuple(env[k] for k in fetch_keys)
-            if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals):
-                raise _NotDirect()
-            # the error word and the live flags in one int32 vector: one read-back instead of one each;
-            # none at all when tracing shows no error can be raised and every fetch is live (no check
-            # is left to run, so the run reads back only its fetches, as a JAX function would)
-            err = em.state["err"]
-            lives = [em.lives.get(k, True) for k in fetch_keys]
-            if _is_zero(err) and all(live is True for live in lives):
-                flags = None
-            else:
-                flags = jnp.stack([jnp.asarray(err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
-            return vals, flags, tuple(em.state[var_key(n)] for n in var_names)
-
-        if loops:
-            return jax.jit(direct)
-        return jax.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, _INT32_MAX_NP))
-
-    def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
-        self.backend.compile_count += 1  # runs only while tracing
-        em = Emitter(self.program, self.codes, self.capacity, max_iter)
-        em.state = dict(state)
-        em.fed = self.fed
-        em.static = self.static_feeds
-        return em
-
-    def segment_fn(self, st: Stage, fused: bool = False) -> Any:
-        fetch = set(self.program.fetch_keys)
-
-        def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter({**state, **stacks}, max_iter)
-            em.stop_on_error = fused
-            env = dict(env_in)
-            em.run_items(st.items, env)
-            # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
-            # returned: returning it would copy it; the caller's env still holds it.
-            st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
-            out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
-            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
-            return out, lives, em.state
-
-        return jax.jit(seg, donate_argnums=(2,))
-
-    def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
-        r = st.driven
-        assert r is not None
-        cap = self.capacity
-
-        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter({**state, **stacks}, max_iter)
-            start, body, _ = em.while_fns(r, dict(env_in))
-            c0 = start(em.state)
-            if c0 is None:  # the loop does not run: hand the (donated) state back for ``finish``
-                return None, em.state
-            from turnout.fast.emit import _jnp_tree
-
-            return em.discover(body, _jnp_tree(c0), r)[0], None
-
-        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
-                  host_has: dict[str, Any]) -> Any:
-            c = _join_carry(c_rest, stacks)
-            em = self.emitter(c[2], max_iter)
-            _, body, _ = em.while_fns(r, dict(env_in))
-
-            def ptrs(state: dict[str, Any]) -> dict[str, Any]:
-                return {s: (jnp.int32(0) if state[s].pending else state[s].ptr)
-                        for s in set(st.push_stacks) | set(st.pop_stacks)}
-
-            def cond(ca: Any) -> Any:
-                (vals, pred, state, iters), (grow, shrink) = ca
-                ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
-                p = ptrs(state)
-                for s, n in st.push_stacks.items():
-                    ok &= p[s] + jnp.maximum(n, grow[s]) <= cap
-                for s, n in st.pop_stacks.items():
-                    ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
-                return ok
-
-            def body2(ca: Any) -> Any:
-                c, (grow, shrink) = ca
-                before = ptrs(c[2])
-                c2 = body(c)
-                after = ptrs(c2[2])
-                grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
-                shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
-                return c2, (grow, shrink)
-
-            return jax.lax.while_loop(cond, body2, (c, aux))
-
-        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
-                   max_iter: Any) -> Any:
-            c = None if c_rest is None else _join_carry(c_rest, stacks)
-            em = self.emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
-            _, _, fin = em.while_fns(r, dict(env_in))
-            out_env: dict[Key, Any] = {}
-            fin(c, out_env)
-            return {k: wrap_static(out_env[k]) for k in st.writes}, em.state
-
-        # The stack buffers are donated: each call updates them in place instead of copying every
-        # buffer in and out (``Plan`` docstring).
-        return (jax.jit(init, donate_argnums=(2,)), jax.jit(chunk, donate_argnums=(2,)),
-                jax.jit(finish, donate_argnums=(2,)))
-
-
-class _NotDirect(Exception):
-    """A fetched value is not a plain array (a TensorArray, a handle, a value dead at trace time):
-    the plan takes the general staged path instead."""
-
-
-@dataclass
-class Direct:
-    """The one-call path of a plan with a single compiled stage and no gradient stacks.
-
-    Why: for small programs the per-run Python work of the general path (building env and state
-    dicts, ``jnp.asarray`` of every feed and scalar — each an eager dispatch of tens of
-    microseconds —, reading the error word, the live flags and the outputs back one by one) costs more
-    than the computation. Here everything that depends only on (graph version, fetches, feed
-    signature, variable signature) is fixed once; a run is one jitted call on the fed numpy arrays and
-    one ``np.asarray`` per output.
-    """
-
-    plan: Plan
-    fn: Any
-    feed_keys: tuple[Key, ...]
-    var_names: tuple[str, ...]
-    written: tuple[bool, ...]
-    bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
-    #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
-    stats: dict[str, Any] = field(default_factory=dict)
-
-
-def _is_zero(v: Any) -> bool:
-    """Whether an error word is known to be 0 while tracing (a constant, not a traced value)."""
-    if isinstance(v, jax.core.Tracer):
-        return False
-    try:
-        return int(np.asarray(v)) == 0
-    except (TypeError, ValueError):
-        return False
-
-
-def _static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
-    """StackNew id -> (element shape, index shape), for stacks whose every push has fully static
-    shapes. Those stacks are allocated before the first stage (and their buffers reused by the next
-    run), instead of materialized at their first push while tracing."""
-    shapes: dict[int, Any] = {}
-    for n in nodes:
-        if n.op != "StackPush":
-            continue
-        src = stack_source(n.inputs[0])
-        if src is None:
-            continue
-        v, i = n.inputs[2].shape, n.inputs[1].shape
-        ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
-        got = (tuple(v), tuple(i)) if ok and v is not None and i is not None else None
-        shapes[src.id] = got if shapes.get(src.id, got) == got else None
-    return {k: v for k, v in shapes.items() if v is not None}
-
-
-def _stack_info(stack_nodes: list[Node], nodes: list[Node]) -> dict[str, stk.StackInfo]:
-    """Stack key -> its forward loop's name, how errors name it (with the user's source line of the
-    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs."""
-    sources: dict[str, str] = {}
-    for n in nodes:
-        if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
-            sources[n.attrs["frame_name"]] = n.source
-    out = {}
-    for sn in stack_nodes:
-        a = sn.attrs
-        frame = a.get("frame_name", "?")
-        loop = a.get("loop_name") or frame
-        where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
-        out[stack_key(Handle("stack", sn.id))] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
-    return out
-
-
-def _split_carry(c: Any) -> tuple[Any, dict[str, Any]]:
-    vals, pred, state, iters = c
-    rest, stacks = stk.split_state(state)
-    return (vals, pred, rest, iters), stacks
-
-
-def _join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
-    vals, pred, rest, iters = c_rest
-    return vals, pred, {**rest, **stacks}, iters
-
-
-#: the smallest capacity of a lower rung of the fused attempt's ladder, and the ratio between rungs
-MIN_RUNG = 128
-RUNG_RATIO = 8
-
-
-def capacity_ladder(top: int) -> list[int]:
-    """The stack capacities a fused attempt may run at, smallest first, ending with ``top`` (the
-    backend's ``stack_chunk``): ``top / 8**k`` while that is at least ``MIN_RUNG``. The default chunk
-    (1024) gives 128 and 1024; a chunk under 1024 gives itself alone."""
-    caps = [top]
-    while caps[0] % RUNG_RATIO == 0 and caps[0] // RUNG_RATIO >= MIN_RUNG:
-        caps.insert(0, caps[0] // RUNG_RATIO)
-    return caps
 
 
 def committed(x: Any) -> Any:
@@ -471,13 +122,6 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
         v = np.asarray(v)
         out.append((name, v.dtype.str, v.shape))
     return tuple(out)
-
-
-def stack_source_var(n: Node) -> Optional[str]:
-    src = n.inputs[0].node
-    while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
-        src = src.inputs[0].node
-    return src.attrs.get("var_name") if src.op == "VarHandle" else None
 
 
 class FastBackend:
@@ -660,7 +304,7 @@ class FastBackend:
         with jax.enable_x64(True):
             if d.bounded:
                 mi = options.max_iterations
-                vals, flags, var_out = d.fn(feed_vals, var_vals, _INT32_MAX_NP if mi is None or mi >= _INT32_MAX
+                vals, flags, var_out = d.fn(feed_vals, var_vals, INT32_MAX_NP if mi is None or mi >= INT32_MAX
                                             else np.int32(mi))
             else:
                 vals, flags, var_out = d.fn(feed_vals, var_vals)
@@ -771,7 +415,7 @@ class FastBackend:
         try:
             with jax.enable_x64(True):
                 return self._run_direct(d, fetches, feeds, variables, options)
-        except _NotDirect:
+        except NotDirect:
             d.plan.no_direct = True
             del self._direct[dsig]
             self._hot = {k: v for k, v in self._hot.items() if v[0] is not d}
@@ -812,7 +456,7 @@ class FastBackend:
         if not d.bounded:
             return d.fn(feed_vals, var_vals)
         mi = options.max_iterations
-        mi = _INT32_MAX_NP if mi is None or mi >= _INT32_MAX else np.int32(mi)
+        mi = INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
         return d.fn(feed_vals, var_vals, mi)
 
     def _direct_result(self, d: Direct, fetches: list[Tensor], vals: Any, flags: Any, var_out: Any,
@@ -893,7 +537,7 @@ class FastBackend:
         reuse = self._stack_bufs.pop(id(plan), {})
         for sn in plan.stack_nodes:
             k = stack_key(Handle("stack", sn.id))
-            dtype = _stack_dtype(sn)
+            dtype = stack_dtype(sn)
             shapes = plan.prealloc.get(sn.id)
             if shapes is None:
                 state[k] = stk.StackValue(plan.capacity, dtype)
@@ -911,50 +555,85 @@ class FastBackend:
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
              options: Any, cap: int) -> tuple[list[Any], dict[str, Any]]:
+        """A run of the plan at capacity ``cap``: its fused attempt first when it has one (and the last
+        run did not swap), else, or when the attempt is discarded, its stages."""
         plan = self._plan(fetches, feeds, variables, cap)
-        mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
-        max_iter = np.int32(min(int(mi), _INT32_MAX))
+        mi = options.max_iterations if options.max_iterations is not None else INT32_MAX
+        max_iter = np.int32(min(int(mi), INT32_MAX))
         if plan.fused is not None and not plan.predict_overflow:
             got = self._run_fused_sized(plan, fetches, feeds, variables, max_iter)
             if got is not None:
                 return got
+        done = self._execute(plan, plan.stages, fetches, feeds, variables, max_iter, attempt=False)
+        assert done is not None  # only an attempt is ever discarded
+        return done
+
+    def _execute(self, plan: Plan, stages: list[Stage], fetches: list[Tensor], feeds: dict[Tensor, Any],
+                 variables: dict[str, np.ndarray], max_iter: Any, attempt: bool
+                 ) -> Optional[tuple[list[Any], dict[str, Any]]]:
+        """Run ``stages`` of ``plan`` in order, and finish the run: the one way a plan with gradient
+        stacks runs. Its stages (``plan.stages``: compiled segments and driven loops, in root order)
+        or, as an ``attempt``, its fused stage alone (``[plan.fused]``).
+
+        An attempt cannot swap stack chunks: when a stack outgrew (or underflowed) its capacity, it is
+        discarded — ``None``, no Variable written, no error raised — and the caller runs the stages.
+        Its stack buffers are kept either way (the stages, or the next attempt, reuse them). Otherwise
+        each stage's errors are raised after it, as the interpreter raises them during the run.
+        """
+        t0 = time.perf_counter()
+        first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables)
-        # device_put, not jnp.asarray: on CPU it aliases a 64-byte-aligned host array (such as the
-        # host view of a jax array) instead of copying it; the run reads it only until it returns
-        env: dict[Key, Any] = {key(t): jax.device_put(v) for t, v in feeds.items()}
-        lives: dict[Key, Any] = {}
         store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
         store.observe(state)
+        # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
+        # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not
+        # jnp.asarray: on CPU it aliases a 64-byte-aligned host array (such as the host view of a jax
+        # array) instead of copying it; the run reads it only until it returns.
+        env: dict[Key, Any] = {key(t): (v if attempt else jax.device_put(v)) for t, v in feeds.items()}
+        lives: dict[Key, Any] = {}
         stage_s: list[float] = []
-        for st in plan.stages:
-            t0 = time.perf_counter()
-            env_in = {k: wrap_static(env[k]) for k in st.reads if k in env}
+        for i, st in enumerate(stages):
+            t1 = time.perf_counter()
+            env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
             if st.driven is None:
                 if "seg" not in st.fns:
-                    st.fns["seg"] = plan.segment_fn(st)
+                    st.fns["seg"] = plan.segment_fn(st, fused=attempt)
                 rest, stacks = stk.split_state(state)
-                with self._span(f"stage {len(stage_s)}: compiled segment", "compiled stages") as args, \
-                        _device_oom(plan, st):
+                name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
+                with self._span(name, "compiled stages") as args, _device_oom(plan, st):
                     before = self.compile_count
                     out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
                     args["error_word"] = int(state["err"])
                 lives.update(lv)
             else:
-                with self._span(f"stage {len(stage_s)}: driven {st.driven.describe()}", "compiled stages") as args:
+                with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
                     before = self.compile_count
                     out, state = self._drive(plan, st, env_in, state, max_iter, int(max_iter), store)
                     args["compiled"] = self.compile_count != before
+            if attempt:
+                plan.fused_warm = True
+                if plan.prealloc:
+                    self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
+                                                  if isinstance(v, stk.StackValue) and not v.pending}
+                code = int(state["err"])
+                if (first and self.precompile_staged) or (
+                        code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
+                    return None
             store.observe(state)
             self._raise_errors(plan, state, store.moved())
             env.update(out)
-            stage_s.append(time.perf_counter() - t0)
-        plan.predict_overflow = store.moved() > 0
+            stage_s.append(time.perf_counter() - t1)
+        if attempt:
+            store.saved(store.ledgers)
+        else:
+            plan.predict_overflow = store.moved() > 0
         values = self._finish(plan, fetches, env, lives, state, variables)
         self._records = store.records()
         stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages), "fused": False,
-            "stack_capacity": cap, "stage_seconds": stage_s, **store.stats(),
+            "backend": "fast", "compiles": self.compile_count, "stages": len(stages), "fused": attempt,
+            "stack_capacity": plan.capacity, "stage_seconds": stage_s if not attempt else [time.perf_counter() - t0],
+            **store.stats(),
         }
         return values, stats
 
@@ -1003,58 +682,20 @@ class FastBackend:
 
     def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                    variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:
-        """Run ``plan.fused`` (one jitted call); ``None``: the staged path must run instead.
+        """The attempt of ``plan.fused`` (``_execute``); ``None``: the stages must run instead.
 
-        It must when a stack overflowed its chunk (or underflowed: the staged path decides whether
-        that is an error). The staged functions are compiled only then, by the first run that needs
-        them: a plan whose loops always fit their chunk never compiles them (with ``precompile_staged``
-        the plan's first run runs the staged path too, to compile it up front). Nothing of a discarded
-        attempt is applied:
-        Variables are written back by ``_finish`` only, and errors are raised only for a kept
-        attempt. The stack buffers are kept either way (the staged path reuses them).
+        They must when a stack overflowed its capacity (or underflowed: the stages decide whether that
+        is an error). The stages' functions are compiled only then, by the first run that needs them:
+        a plan whose loops always fit never compiles them (with ``precompile_staged`` the plan's first
+        run discards its attempt, to compile the stages up front). A fused stage that cannot be lowered
+        (``UnsupportedError`` while tracing it) is dropped: the plan runs its stages from then on.
         """
-        st = plan.fused
-        assert st is not None
-        first = not plan.fused_warm
-        t0 = time.perf_counter()
-        state = self._initial_state(plan, variables)
-        store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
-        store.observe(state)
-        # the fed numpy arrays go to the one call as they are (the call transfers them, as a jitted
-        # JAX function does): a ``device_put`` of each first costs a dispatch per feed and per run
-        env: dict[Key, Any] = {key(t): v for t, v in feeds.items()}
+        assert plan.fused is not None
         try:
-            if "seg" not in st.fns:
-                st.fns["seg"] = plan.segment_fn(st, fused=True)
-            env_in = {k: env[k] for k in st.reads if k in env}
-            rest, stacks = stk.split_state(state)
-            with self._span("fused attempt (whole program, one call)", "compiled stages") as args, \
-                    _device_oom(plan, st):
-                before = self.compile_count
-                out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
-                args["compiled"] = self.compile_count != before
-                args["error_word"] = int(state["err"])
+            return self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
         except UnsupportedError:
-            plan.fused = None  # something only the staged path can lower: use it from now on
+            plan.fused = None
             return None
-        plan.fused_warm = True
-        if plan.prealloc:
-            self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
-                                          if isinstance(v, stk.StackValue) and not v.pending}
-        code = int(state["err"])
-        if (first and self.precompile_staged) or (code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
-            return None
-        self._raise_errors(plan, state, 0)
-        store.observe(state)
-        env.update(out)
-        values = self._finish(plan, fetches, env, lives, state, variables)
-        store.saved(store.ledgers)
-        self._records = store.records()
-        stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": True,
-            "stack_capacity": plan.capacity, "stage_seconds": [time.perf_counter() - t0], **store.stats(),
-        }
-        return values, stats
 
     def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
                 state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
@@ -1099,7 +740,7 @@ class FastBackend:
             while True:
                 host_has = {s: np.bool_(store.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
-                c_rest, c_stacks = _split_carry(c)
+                c_rest, c_stacks = split_carry(c)
                 with self._span("chunk", "driven loops") as args, _device_oom(plan, st):
                     c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
                     args["iterations"] = int(c[3]) - before
@@ -1133,7 +774,7 @@ class FastBackend:
                 rest, stacks = stk.split_state(state)
                 out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
             else:
-                c_rest, c_stacks = _split_carry(c)
+                c_rest, c_stacks = split_carry(c)
                 out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
         store.end_pushes(st.push_stacks)
         return out, state
@@ -1150,16 +791,6 @@ class FastBackend:
         if kind == "nonterm":
             raise NonTerminationError(message)
         raise KernelError(message)
-
-
-def _stack_dtype(sn: Node) -> Any:
-    for k in ("elem_dtype", "dtype"):
-        if sn.attrs.get(k):
-            try:
-                return np.dtype(sn.attrs[k])
-            except TypeError:
-                pass
-    return np.float32
 
 
 @contextmanager

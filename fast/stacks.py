@@ -92,7 +92,7 @@ def push(s: StackValue, index: Any, value: Any) -> tuple[StackValue, Any]:
     if s.pending:
         s = s.materialize(tuple(value.shape), tuple(index.shape))
     elif value.shape != s.buf.shape[1:] or index.shape != s.idx.shape[1:]:
-        # a preallocated stack (static shapes, see backend._static_stack_shapes) must not broadcast
+        # a preallocated stack (static shapes, see plan.static_stack_shapes) must not broadcast
         raise UnsupportedError(f"fast backend: a value of shape {value.shape} (index {index.shape}) pushed "
                                f"on a stack of elements {s.buf.shape[1:]} (index {s.idx.shape[1:]})")
     ok = s.ptr < s.capacity

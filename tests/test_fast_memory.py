@@ -76,7 +76,7 @@ def test_stack_buffers_held_between_runs_can_be_freed() -> None:
 
 # ---- the fused attempt's capacity ladder (``FastBackend._run_fused_sized``) ----------------------------
 def test_the_capacity_ladder_of_a_chunk() -> None:
-    from turnout.fast.backend import capacity_ladder
+    from turnout.fast.plan import capacity_ladder
 
     assert capacity_ladder(1024) == [128, 1024]
     assert capacity_ladder(8192) == [128, 1024, 8192]

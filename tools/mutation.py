@@ -116,6 +116,7 @@ MODULES: dict[str, dict[str, Any]] = {
                                       "tests": ["test_mutants_compiled_partition.py", "test_compiled_partition.py",
                                                 "test_cluster.py"]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
+    "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 

@@ -1,0 +1,427 @@
+"""A plan: what the fast backend compiles for one run signature, and the functions it compiles.
+
+Why a module of its own: the backend (``fast.backend``) decides *which* compiled code a run calls
+and drives it; this module says *what* is compiled. A ``Plan`` is one model — the program's root
+frame cut into **stages**, each a compiled segment of root items or one **driven loop** (a top-level
+loop that pushes or pops gradient stacks, compiled to run at most a chunk of iterations per call, see
+``stacks``) — and two properties of that model that let a run take a shorter route through it:
+
+- ``Plan.direct_ok``: a plan of ONE compiled segment without gradient stacks is called through
+  ``Plan.direct_fn`` with flat tuples in and out (``Direct``): one jitted call per run;
+- ``Plan.fused``: a plan with driven loops also has the whole root frame as one compiled stage, every
+  loop a plain ``lax`` loop, which a run attempts first (on a ladder of stack capacities,
+  ``capacity_ladder``); it cannot swap stack chunks, so an attempt that outgrows its stacks is
+  discarded and the stages run instead.
+
+Each compiled function is built here from the same ``Emitter`` (``fast.emit``) and compiled lazily,
+by the first run that needs it; ``Plan.emitter`` counts traces in the backend's ``compile_count``.
+
+Stack buffers: gradient stacks whose pushes have static shapes (``Plan.prealloc``) are allocated
+before the first stage and passed to every compiled stage as a separate, *donated* argument, so the
+stages update them in place; the backend keeps them for the next run of the same plan (the pointer is
+reset, entries above it are never read), so steady-state runs allocate no stack memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout.fast import stacks as stk
+from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
+from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.graph import Node
+
+INT32_MAX = 2**31 - 1
+INT32_MAX_NP = np.int32(INT32_MAX)
+
+
+class CompileCounter(Protocol):
+    """What a plan needs of its backend: the trace counter that tests and stats read."""
+
+    compile_count: int
+
+
+@dataclass
+class Stage:
+    """A compiled segment of root items, or one driven (chunked) top-level loop."""
+
+    items: list[Item]
+    reads: list[Key]
+    writes: list[Key] = field(default_factory=list)
+    driven: Optional[WhileRegion] = None
+    push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
+    pop_stacks: dict[str, int] = field(default_factory=dict)
+    fns: dict[str, Any] = field(default_factory=dict)
+    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
+
+
+def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
+    """StackPush / StackPop nodes per stack in one iteration of a loop body, conds included, nested
+    loops not (those are measured at run time, see ``stacks``)."""
+    out: dict[str, int] = {}
+    for it in items:
+        if isinstance(it, Node) and it.op == op:
+            src = stack_source(it.inputs[0])
+            if src is not None:
+                out[f"stack:{src.id}"] = out.get(f"stack:{src.id}", 0) + 1
+        elif isinstance(it, CondRegion):
+            for b in (False, True):
+                for k, v in _direct_counts(it.branches[b], op).items():
+                    out[k] = out.get(k, 0) + v  # an upper bound: at most one branch runs
+    return out
+
+
+def _all_stacks(nodes: list[Node], op: str) -> set[str]:
+    out = set()
+    for n in nodes:
+        if n.op == op:
+            src = stack_source(n.inputs[0])
+            if src is not None:
+                out.add(f"stack:{src.id}")
+    return out
+
+
+class Plan:
+    """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
+
+    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int) -> None:
+        self.backend = backend
+        self.program = program
+        self.fed = fed
+        self.capacity = capacity
+        self.codes = ErrorCodes()
+        self.fed = fed
+        nodes = program_nodes(program)
+        self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
+        self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
+        self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
+        self.stack_info = _stack_info(self.stack_nodes, nodes)
+        self.prealloc = static_stack_shapes(nodes)
+        self.nesting = nesting(program.items)
+        self.stages = self._stages()
+        self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
+        self.fused_warm = False  # the fused stage has run once
+        # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): the plans of the
+        # same program at lower capacities, this one last, and the rung that held the last run
+        self.rungs: Optional[list[Plan]] = None
+        self.rung: Optional[Plan] = None
+        # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
+        # it skips the fused attempt (a loop of a million iterations would not fit either time)
+        self.predict_overflow = False
+
+    def _stages(self) -> list[Stage]:
+        stages: list[Stage] = []
+        seg: list[Item] = []
+        for it in self.program.items:
+            if isinstance(it, WhileRegion) and any(n.op in ("StackPush", "StackPop") for n in it.nodes):
+                if seg:
+                    stages.append(Stage(seg, []))
+                    seg = []
+                st = Stage([it], [], driven=it)
+                pushes = _all_stacks(it.nodes, "StackPush")
+                pops = _all_stacks(it.nodes, "StackPop")
+                direct_push = _direct_counts(it.body, "StackPush")
+                direct_pop = _direct_counts(it.body, "StackPop")
+                st.push_stacks = {s: direct_push.get(s, 0) for s in pushes}
+                st.pop_stacks = {s: direct_pop.get(s, 0) for s in pops}
+                stages.append(st)
+            else:
+                seg.append(it)
+        if seg or not stages:
+            stages.append(Stage(seg, []))
+        fetch = set(self.program.fetch_keys)
+        produced: list[set[Key]] = []
+        for st in stages:
+            ns = [n for it in st.items for n in item_nodes(it)]
+            ids = {n.id for n in ns}
+            produced.append({key(o) for n in ns for o in n.outputs})
+            st.reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
+                              | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
+        for i, st in enumerate(stages):
+            later = set().union(*(set(s.reads) for s in stages[i + 1:])) | fetch
+            st.writes = sorted(produced[i] & later)
+        return stages
+
+    def _fused_stage(self) -> Stage:
+        """The whole root frame as one compiled stage, driven loops included as plain ``lax``
+        loops: the fast path of a program with gradient stacks whose pushes all fit their chunk.
+
+        Why: the staged path costs several jitted calls and Python driving per run (milliseconds),
+        which dominates small models. The fused stage cannot swap: a push beyond the chunk sets the
+        error word (``overflow``), the loops that push or pop stop there (``Emitter.stop_on_error``),
+        and ``FastBackend._run_fused`` discards the attempt — values, Variables, errors — and runs
+        the staged path instead.
+        """
+        ns = program_nodes(self.program)
+        ids = {n.id for n in ns}
+        reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
+                       | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
+        produced = {key(o) for n in ns for o in n.outputs}
+        return Stage(list(self.program.items), reads, sorted(produced & set(self.program.fetch_keys)))
+
+    @property
+    def direct_ok(self) -> bool:
+        """Whether runs may take the ``Direct`` call: one compiled segment, no gradient stacks, and no
+        trace yet that found a fetch the flat convention cannot return (``NotDirect``)."""
+        return (not self.no_direct and len(self.stages) == 1 and self.stages[0].driven is None
+                and not self.stack_nodes)
+
+    no_direct = False
+    #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
+    static_feeds: dict[Key, Any] = {}
+
+    # ---- compiled functions ---------------------------------------------------------------------
+    @property
+    def has_loops(self) -> bool:
+        """Whether the program has a loop: only then does a run's ``max_iterations`` reach the
+        compiled code (a loop-free ``Direct`` function takes no bound argument)."""
+        return any(n.op == "LoopCond" for n in program_nodes(self.program))
+
+    def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
+                  var_names: tuple[str, ...]) -> Any:
+        """``f(feed values, variable values[, max_iter]) -> (fetched, [error word, *live flags],
+        variables)``, the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``).
+        A program without loops takes no ``max_iter``: every argument costs the call's dispatch
+        a few microseconds, which is what a small program's run is made of."""
+        st = self.stages[0]
+        loops = self.has_loops
+
+        def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
+            # a numpy 0, not a traced one: it stays a constant (and ``flags`` goes) unless a check sets it
+            state: dict[str, Any] = {"err": np.int32(0)}
+            state.update({var_key(n): v for n, v in zip(var_names, var_vals, strict=True)})
+            em = self.emitter(state, max_iter)
+            env: dict[Key, Any] = dict(zip(feed_keys, feed_vals, strict=True))
+            em.run_items(st.items, env)
+            vals = tuple(env[k] for k in fetch_keys)
+            if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals):
+                raise NotDirect()
+            # the error word and the live flags in one int32 vector: one read-back instead of one each;
+            # none at all when tracing shows no error can be raised and every fetch is live (no check
+            # is left to run, so the run reads back only its fetches, as a JAX function would)
+            err = em.state["err"]
+            lives = [em.lives.get(k, True) for k in fetch_keys]
+            if _is_zero(err) and all(live is True for live in lives):
+                flags = None
+            else:
+                flags = jnp.stack([jnp.asarray(err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
+            return vals, flags, tuple(em.state[var_key(n)] for n in var_names)
+
+        if loops:
+            return jax.jit(direct)
+        return jax.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, INT32_MAX_NP))
+
+    def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
+        """A fresh ``Emitter`` over the program, starting from ``state``; called only while tracing, so
+        it counts a trace in the backend's ``compile_count``."""
+        self.backend.compile_count += 1  # runs only while tracing
+        em = Emitter(self.program, self.codes, self.capacity, max_iter)
+        em.state = dict(state)
+        em.fed = self.fed
+        em.static = self.static_feeds
+        return em
+
+    def segment_fn(self, st: Stage, fused: bool = False) -> Any:
+        """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
+        ``st`` (or the fused stage: ``fused`` makes its stack-pushing loops stop on an error, so an
+        attempt that overflows stops there). The stacks are donated: updated in place."""
+        fetch = set(self.program.fetch_keys)
+
+        def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter({**state, **stacks}, max_iter)
+            em.stop_on_error = fused
+            env = dict(env_in)
+            em.run_items(st.items, env)
+            # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
+            # returned: returning it would copy it; the caller's env still holds it.
+            st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
+            out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
+            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
+            return out, lives, em.state
+
+        return jax.jit(seg, donate_argnums=(2,))
+
+    def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
+        """``(init, chunk, finish)`` of a driven loop: the loop's entry up to its first carry, a run of
+        iterations that stops before a push would overflow a stack's chunk (or a pop find it empty
+        while the host holds more), and the exit side. The host loop between them (the backend's
+        ``_drive``) swaps full chunks out and empty ones back in."""
+        r = st.driven
+        assert r is not None
+        cap = self.capacity
+
+        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            em = self.emitter({**state, **stacks}, max_iter)
+            start, body, _ = em.while_fns(r, dict(env_in))
+            c0 = start(em.state)
+            if c0 is None:  # the loop does not run: hand the (donated) state back for ``finish``
+                return None, em.state
+            from turnout.fast.emit import _jnp_tree
+
+            return em.discover(body, _jnp_tree(c0), r)[0], None
+
+        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
+                  host_has: dict[str, Any]) -> Any:
+            c = join_carry(c_rest, stacks)
+            em = self.emitter(c[2], max_iter)
+            _, body, _ = em.while_fns(r, dict(env_in))
+
+            def ptrs(state: dict[str, Any]) -> dict[str, Any]:
+                return {s: (jnp.int32(0) if state[s].pending else state[s].ptr)
+                        for s in set(st.push_stacks) | set(st.pop_stacks)}
+
+            def cond(ca: Any) -> Any:
+                (vals, pred, state, iters), (grow, shrink) = ca
+                ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
+                p = ptrs(state)
+                for s, n in st.push_stacks.items():
+                    ok &= p[s] + jnp.maximum(n, grow[s]) <= cap
+                for s, n in st.pop_stacks.items():
+                    ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
+                return ok
+
+            def body2(ca: Any) -> Any:
+                c, (grow, shrink) = ca
+                before = ptrs(c[2])
+                c2 = body(c)
+                after = ptrs(c2[2])
+                grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
+                shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
+                return c2, (grow, shrink)
+
+            return jax.lax.while_loop(cond, body2, (c, aux))
+
+        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
+                   max_iter: Any) -> Any:
+            c = None if c_rest is None else join_carry(c_rest, stacks)
+            em = self.emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
+            _, _, fin = em.while_fns(r, dict(env_in))
+            out_env: dict[Key, Any] = {}
+            fin(c, out_env)
+            return {k: wrap_static(out_env[k]) for k in st.writes}, em.state
+
+        # The stack buffers are donated: each call updates them in place instead of copying every
+        # buffer in and out (``Plan`` docstring).
+        return (jax.jit(init, donate_argnums=(2,)), jax.jit(chunk, donate_argnums=(2,)),
+                jax.jit(finish, donate_argnums=(2,)))
+
+
+class NotDirect(Exception):
+    """A fetched value is not a plain array (a TensorArray, a handle, a value dead at trace time):
+    the plan takes the general staged path instead."""
+
+
+@dataclass
+class Direct:
+    """The one-call path of a plan with a single compiled stage and no gradient stacks.
+
+    Why: for small programs the per-run Python work of the general path (building env and state
+    dicts, ``jnp.asarray`` of every feed and scalar — each an eager dispatch of tens of
+    microseconds —, reading the error word, the live flags and the outputs back one by one) costs more
+    than the computation. Here everything that depends only on (graph version, fetches, feed
+    signature, variable signature) is fixed once; a run is one jitted call on the fed numpy arrays and
+    one ``np.asarray`` per output.
+    """
+
+    plan: Plan
+    fn: Any
+    feed_keys: tuple[Key, ...]
+    var_names: tuple[str, ...]
+    written: tuple[bool, ...]
+    bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
+    #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_zero(v: Any) -> bool:
+    """Whether an error word is known to be 0 while tracing (a constant, not a traced value)."""
+    if isinstance(v, jax.core.Tracer):
+        return False
+    try:
+        return int(np.asarray(v)) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """StackNew id -> (element shape, index shape), for stacks whose every push has fully static
+    shapes. Those stacks are allocated before the first stage (and their buffers reused by the next
+    run), instead of materialized at their first push while tracing."""
+    shapes: dict[int, Any] = {}
+    for n in nodes:
+        if n.op != "StackPush":
+            continue
+        src = stack_source(n.inputs[0])
+        if src is None:
+            continue
+        v, i = n.inputs[2].shape, n.inputs[1].shape
+        ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
+        got = (tuple(v), tuple(i)) if ok and v is not None and i is not None else None
+        shapes[src.id] = got if shapes.get(src.id, got) == got else None
+    return {k: v for k, v in shapes.items() if v is not None}
+
+
+def _stack_info(stack_nodes: list[Node], nodes: list[Node]) -> dict[str, stk.StackInfo]:
+    """Stack key -> its forward loop's name, how errors name it (with the user's source line of the
+    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs."""
+    sources: dict[str, str] = {}
+    for n in nodes:
+        if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
+            sources[n.attrs["frame_name"]] = n.source
+    out = {}
+    for sn in stack_nodes:
+        a = sn.attrs
+        frame = a.get("frame_name", "?")
+        loop = a.get("loop_name") or frame
+        where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
+        out[stack_key(Handle("stack", sn.id))] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
+    return out
+
+
+def split_carry(c: Any) -> tuple[Any, dict[str, Any]]:
+    vals, pred, state, iters = c
+    rest, stacks = stk.split_state(state)
+    return (vals, pred, rest, iters), stacks
+
+
+def join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
+    vals, pred, rest, iters = c_rest
+    return vals, pred, {**rest, **stacks}, iters
+
+
+#: the smallest capacity of a lower rung of the fused attempt's ladder, and the ratio between rungs
+MIN_RUNG = 128
+RUNG_RATIO = 8
+
+
+def capacity_ladder(top: int) -> list[int]:
+    """The stack capacities a fused attempt may run at, smallest first, ending with ``top`` (the
+    backend's ``stack_chunk``): ``top / 8**k`` while that is at least ``MIN_RUNG``. The default chunk
+    (1024) gives 128 and 1024; a chunk under 1024 gives itself alone."""
+    caps = [top]
+    while caps[0] % RUNG_RATIO == 0 and caps[0] // RUNG_RATIO >= MIN_RUNG:
+        caps.insert(0, caps[0] // RUNG_RATIO)
+    return caps
+
+
+def stack_source_var(n: Node) -> Optional[str]:
+    src = n.inputs[0].node
+    while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
+        src = src.inputs[0].node
+    return src.attrs.get("var_name") if src.op == "VarHandle" else None
+
+
+def stack_dtype(sn: Node) -> Any:
+    for k in ("elem_dtype", "dtype"):
+        if sn.attrs.get(k):
+            try:
+                return np.dtype(sn.attrs[k])
+            except TypeError:
+                pass
+    return np.float32
