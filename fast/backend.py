@@ -46,6 +46,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import jax
@@ -82,6 +83,19 @@ _MAX_CAPACITY = 1 << 24
 
 
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
+
+
+@dataclass
+class _HotFused:
+    """A repeated run's route to a plan's fused attempt: the rung that held the last run (``plan``),
+    the plan whose ladder it is (``top``), and the stats and memory records of that run, which a run on
+    the same rung with the same buffers repeats."""
+
+    plan: Plan
+    top: Plan
+    stats: dict[str, Any]
+    records: list[dict[str, Any]]
+    var_names: tuple[str, ...]
 
 
 class _Retry(Exception):
@@ -176,7 +190,8 @@ class FastBackend:
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
         self._direct: dict[Any, Direct] = {}
         # hot key -> (Direct, graph edits, feed permutation): see ``_hot_direct``
-        self._hot: dict[Any, tuple[Direct, int, Optional[tuple[int, ...]]]] = {}
+        self._hot: dict[Any, tuple[Direct | _HotFused, int, Optional[tuple[int, ...]]]] = {}
+        self._last_fused: Optional[tuple[Plan, Plan]] = None  # (plan, rung) of the last kept fused attempt
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
@@ -221,7 +236,12 @@ class FastBackend:
             return self._run_traced(fetches, feeds, variables, options)
         hot = self._hot_direct(fetches, feeds, variables)
         if hot is not None:  # a repeated run of a one-call plan (no deep stack needed to call it)
-            return self._run_hot(hot[0], hot[1], fetches, feeds, variables, options)
+            d = hot[0]
+            if isinstance(d, Direct):
+                return self._run_hot(d, hot[1], fetches, feeds, variables, options)
+            result = self._run_hot_fused(d, fetches, feeds, variables, options)
+            if result is not None:
+                return result
         if self._deep_nesting and not on_deep_thread():
             return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
         try:
@@ -258,18 +278,22 @@ class FastBackend:
         return (tuple([(t.node.id, t.index) for t in fetches]),
                 tuple([(t.node.id, t.index, v.dtype, v.shape) for t, v in feeds.items()]))
 
-    def _remember_hot(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
-        """After a run on ``d``: the next run of the same fetches and feed signature goes straight to
-        ``d`` (``_run_hot``) while the graph's edits and the plan's Variables are unchanged."""
-        order = [(t.node.id, t.index) for t in feeds]
-        perm: Optional[tuple[int, ...]] = tuple([order.index(k) for k in d.feed_keys])
-        if perm == tuple(range(len(order))):
-            perm = None
+    def _remember_hot(self, d: Direct | _HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
+        """After a run on ``d`` (a ``Direct`` call, or a plan's fused attempt): the next run of the same
+        fetches and feed signature goes straight to it (``_run_hot``, ``_run_hot_fused``) while the
+        graph's edits and the plan's Variables are unchanged."""
+        perm: Optional[tuple[int, ...]] = None
+        if isinstance(d, Direct):
+            order = [(t.node.id, t.index) for t in feeds]
+            perm = tuple([order.index(k) for k in d.feed_keys])
+            if perm == tuple(range(len(order))):
+                perm = None
         self._hot[self._hot_key(fetches, feeds)] = (d, self.graph.edits, perm)
 
     def _hot_direct(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
-                    ) -> Optional[tuple[Direct, Optional[tuple[int, ...]]]]:
-        """The ``Direct`` plan of a repeated run, or None when the run must take the general path.
+                    ) -> Optional[tuple[Direct | _HotFused, Optional[tuple[int, ...]]]]:
+        """The ``Direct`` plan (or fused route) of a repeated run, or None when the run must take the
+        general path.
 
         Why: the general path's run signature (``_run_any``: sorted feed signature, every Variable's
         dtype and shape) costs tens of microseconds, as much as the compiled call of a small program.
@@ -282,6 +306,9 @@ class FastBackend:
         if got is None or got[1] != self.graph.edits:
             return None
         d = got[0]
+        if isinstance(d, _HotFused) and (d.top.predict_overflow or d.top.rung is not d.plan
+                                         or id(d.plan) not in self._stack_bufs):
+            return None  # the last run swapped or climbed, or its buffers were released
         dev_vars = self._dev_vars
         for name in d.var_names:
             rec = dev_vars.get(name)
@@ -316,6 +343,41 @@ class FastBackend:
                 return RunResult([np.asarray(v) for v in vals], None, None, stats)
             return self._direct_result(d, fetches, vals, flags, var_out, variables, t0)
 
+    def _run_hot_fused(self, h: _HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                       variables: dict[str, np.ndarray], options: Any) -> Optional[RunResult]:
+        """The fused attempt of a repeated run on the rung that held the last one, without the general
+        path's signature, plan lookup, validation and memory accounting (which a run on the same rung
+        with the same buffers repeats: ``h.stats``, ``h.records``). ``None``: a stack outgrew the rung;
+        nothing was applied (the buffers are kept), and the general path runs, climbing the ladder.
+
+        Why: for a small model the general path's Python per run (about 0.4 ms on the development
+        machine for the quick LSTM step) cost as much as the compiled step itself."""
+        t0 = time.perf_counter()
+        p = h.plan
+        st = p.fused
+        assert st is not None
+        mi = options.max_iterations
+        max_iter = INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
+        with jax.enable_x64(True):
+            state = self._initial_state(p, variables)
+            env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
+            env_in = {k: env[k] for k in st.reads if k in env}
+            rest, stacks = stk.split_state(state)
+            with _device_oom(p, st):
+                out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+            self._stack_bufs[id(p)] = {k: v for k, v in state.items() if isinstance(v, stk.StackValue)}
+            code = int(state["err"])
+            if code and p.codes.lookup(code)[0] in ("overflow", "underflow"):
+                return None
+            self._raise_errors(p, state, 0)
+            env.update(out)
+            values = self._finish(p, fetches, env, lives, state, variables)
+        self._records = [dict(r) for r in h.records]
+        stats = dict(h.stats)
+        stats["compiles"] = self.compile_count
+        stats["stage_seconds"] = [time.perf_counter() - t0]
+        return RunResult(values=values, stats=stats)
+
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                  options: Any) -> Any:
         if self.graph.version != self._checked_version:
@@ -343,11 +405,18 @@ class FastBackend:
                 self._static_now = {k: np.asarray(by_key[k]) for k in sorted(static)}
                 vsig = dsig + (tuple((k, v.tobytes()) for k, v in self._static_now.items()),) if static else dsig
                 try:
+                    self._last_fused = None
                     result = self._run_compiled(vsig, fetches, feeds, variables, options)
                     result.stats["executor"] = "compiled"
                     d = self._direct.get(vsig)
                     if d is not None and not static:  # it ran on the Direct path
                         self._remember_hot(d, fetches, feeds)
+                    elif result.stats.get("fused") and not static and self._last_fused is not None:
+                        top, rung = self._last_fused
+                        if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.keep_stack_buffers:
+                            stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
+                            self._remember_hot(_HotFused(rung, top, stats, self.memory_records(),
+                                                         tuple(rung.var_nodes)), fetches, feeds)
                     if static:
                         result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
                                                                 for k in static)
@@ -659,6 +728,7 @@ class FastBackend:
             got = self._run_fused(p, fetches, feeds, variables, max_iter)
             if got is not None:
                 plan.rung = p
+                self._last_fused = (plan, p)
                 for other in ladder:  # only the rung that ran keeps its buffers
                     if other is not p:
                         self._stack_bufs.pop(id(other), None)

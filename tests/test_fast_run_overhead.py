@@ -196,3 +196,80 @@ def test_a_closed_back_edge_retires_the_hot_entry() -> None:
     before = sess.backend.compile_count
     assert sess.run(y, {x: 1.0}) == 2.0
     assert sess.backend.compile_count == before + 1  # a new plan for the new edits, not the old call
+
+
+# ---- the hot path of a plan with gradient stacks: its fused attempt (``_run_hot_fused``) ----------------
+def _counting_hot_fused(sess: tn.Session) -> dict[str, int]:
+    """Count the runs that take the fused hot path (an instance attribute shadows the method)."""
+    backend = sess.backend
+    calls = {"n": 0}
+    inner = backend._run_hot_fused
+
+    def counted(*a: object, **k: object) -> object:
+        calls["n"] += 1
+        return inner(*a, **k)
+
+    backend._run_hot_fused = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_repeated_gradient_runs_take_the_fused_hot_path_and_agree() -> None:
+    import graphs
+
+    g, x, n, y, dx = graphs.power_loop()
+    sess = tn.Session(g, backend="fast")
+    ref = tn.Session(g, backend="reference")
+    calls = _counting_hot_fused(sess)
+    for xv, trips in ((1.5, 20), (0.5, 30), (2.0, 7), (1.1, 100)):
+        feed = {x: xv, n: trips}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+        assert sess.last_result.stats["fused"] is True
+    assert calls["n"] == 3  # every run after the first
+    assert sess.last_result.stats["stack_capacity"] == 128
+
+
+def test_a_hot_run_that_outgrows_its_rung_climbs_on_the_general_path() -> None:
+    import graphs
+
+    g, x, n, y, dx = graphs.power_loop()
+    sess = tn.Session(g, backend="fast")
+    ref = tn.Session(g, backend="reference")
+    calls = _counting_hot_fused(sess)
+    for trips in (10, 11, 600, 12, 13):
+        feed = {x: 1.001, n: trips}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+    # the run of 600 tried the hot path on the 128 rung, found it too small (nothing applied) and
+    # climbed on the general path, which recorded the route to the 1024 rung for the runs of 12 and 13
+    assert calls["n"] == 4
+    assert sess.last_result.stats["stack_capacity"] == 1024
+    sess.backend.release_buffers()  # nothing kept: the general path allocates again
+    np.testing.assert_allclose(sess.run([y, dx], {x: 1.5, n: 5}), ref.run([y, dx], {x: 1.5, n: 5}), rtol=1e-12)
+    assert calls["n"] == 4
+
+
+def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable() -> None:
+    """A failed check in a hot fused run raises what the general path raises, and a Variable update of
+    that run is not applied; the next good run is."""
+    g = tn.Graph()
+    with g.as_default():
+        d = tn.placeholder(tn.int32, [], name="d")
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.Variable(np.float64(1.0), name="w")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * tn.cast(10 // d, tn.float64) * w.read()),
+                             [tn.constant(0), tn.constant(1.0, tn.float64)])
+        (dw,) = tn.gradients(y, [w])
+        step = w.assign_add(dw * 0.0 + 1.0)
+    sess = tn.Session(g, backend="fast")
+    ref = tn.Session(g, backend="reference")
+    calls = _counting_hot_fused(sess)
+    for s_ in (sess, ref):
+        s_.run([y, step], {d: 2, n: 3})
+        s_.run([y, step], {d: 5, n: 3})
+    with pytest.raises(tn.KernelError, match="division by zero"):
+        sess.run([y, step], {d: 0, n: 3})
+    with pytest.raises(tn.KernelError, match="division by zero"):
+        ref.run([y, step], {d: 0, n: 3})
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"])
+    np.testing.assert_allclose(sess.run([y, step], {d: 1, n: 4}), ref.run([y, step], {d: 1, n: 4}))
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"])
+    assert calls["n"] >= 2
