@@ -273,3 +273,29 @@ def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable() -> Non
     np.testing.assert_allclose(sess.run([y, step], {d: 1, n: 4}), ref.run([y, step], {d: 1, n: 4}))
     np.testing.assert_allclose(sess.variables["w"], ref.variables["w"])
     assert calls["n"] >= 2
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_jax_array_feeds_take_the_cached_check_and_keep_every_error(backend: str) -> None:
+    """A jax.Array feed is checked by its (tensor, dtype, shape) once, like a numpy array; a narrowing
+    one still has its values checked on every run."""
+    jnp = pytest.importorskip("jax.numpy")
+    import jax
+
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [2], name="k")
+        y = k + 1
+    sess = tn.Session(g, backend=backend)
+    for v in (jnp.array([1, 2], jnp.int32), jnp.array([5, 6], jnp.int32)):
+        assert sess.run(y, {k: v}).tolist() == [int(a) + 1 for a in v]
+    with pytest.raises(tn.FeedError):
+        sess.run(y, {k: jnp.array([1.5, 2.0], jnp.float32)})
+    with pytest.raises(tn.FeedError):
+        sess.run(y, {k: jnp.array([1, 2, 3], jnp.int32)})
+    with jax.enable_x64(True):
+        wide = jnp.array([3, 4], jnp.int64)
+        assert sess.run(y, {k: wide}).tolist() == [4, 5]
+        with pytest.raises(tn.FeedError):
+            sess.run(y, {k: jnp.array([2**40, 1], jnp.int64)})
+        assert sess.run(y, {k: wide}).tolist() == [4, 5]

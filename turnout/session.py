@@ -254,6 +254,8 @@ class Session:
             arr = value
         elif tv is int or tv is float or tv is bool or isinstance(value, np.generic):
             arr = np.asarray(value)  # a numpy scalar (``np.int32(8)``) is checked like a 0-d array
+        elif hasattr(value, "__array__") and isinstance(getattr(value, "dtype", None), np.dtype):
+            arr = np.asarray(value)  # an array of another library (a jax.Array): checked by its signature
         else:
             return check_feed(t, value)
         sig = (t, arr.dtype, arr.shape)
