@@ -26,7 +26,7 @@ from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, loop_number, program_nodes
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Node, Tensor
 from turnout.primitives import COMPUTE
@@ -38,14 +38,24 @@ _NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Slee
 Env = dict[Key, Any]
 
 
+#: Error word values from ``NONTERM`` up say that a light loop (``Emitter.run_light_while``) ran out
+#: of iterations: ``NONTERM + number`` names the loop by its ``regions.loop_number`` once the word has
+#: left every loop; inside a loop's body the number is counted from that loop's (``Emitter.frames``).
+#: Codes of the ``ErrorCodes`` table stay far below it.
+NONTERM = 1 << 24
+
+
 class ErrorCodes:
     """Error word codes -> (kind, message). Shared by every trace of one compiled plan, so a code
     read back after a run names the op that failed. Kinds: ``kernel``, ``nonterm``, ``overflow``,
-    ``underflow``."""
+    ``underflow``. Codes below ``NONTERM`` index a table of (kind, message); codes from it up name a
+    light loop that ran out of iterations (``loops``)."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, str]] = []
         self._index: dict[tuple[str, str], int] = {}
+        #: loop number -> message, for the codes from ``NONTERM`` up
+        self.loops: dict[int, str] = {}
 
     def code(self, kind: str, message: str) -> int:
         k = (kind, message)
@@ -54,7 +64,13 @@ class ErrorCodes:
             self._index[k] = len(self.entries)
         return self._index[k]
 
+    def name_loop(self, number: int, message: str) -> None:
+        """The message of the nonterm code ``NONTERM + number``."""
+        self.loops[number] = message
+
     def lookup(self, code: int) -> tuple[str, str]:
+        if code >= NONTERM:
+            return "nonterm", self.loops[code - NONTERM]
         return self.entries[code - 1]
 
 
@@ -151,17 +167,36 @@ class Emitter:
         # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
         # overflows costs at most one chunk of iterations before the staged path takes over.
         self.stop_on_error = False
+        #: the numbers (``regions.loop_number``) of the light loops whose bodies are being traced,
+        #: innermost last: a light loop's nonterm code counts from the innermost (``NONTERM``)
+        self.frames: list[int] = []
+        self._read_at_1: Optional[set[int]] = None
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
         if is_static(ok) and bool(ok):
             return
-        c = self.codes.code(code, message)
-        err = self.state["err"]
+        self._set_err(~jnp.asarray(ok, bool), self.codes.code(code, message))
+
+    def _set_err(self, bad: Any, code: int) -> None:
+        """The error word set to ``code`` where ``bad`` holds and no earlier error set it."""
+        err = jnp.asarray(self.state["err"], jnp.int32)
         # lax.select, not jnp.where: jnp.where is a nested jit call, one more function per check to
         # trace and lower
+        self.state["err"] = jax.lax.select((err == 0) & bad, jnp.full_like(err, code), err)
+
+    def _leave_frame(self, before: Any, off: int) -> None:
+        """The error word as a light loop leaves it, its nonterm codes counted from the enclosing
+        loop: a code set inside the loop (the word was 0 when the loop began, ``before``) counted
+        from this loop is ``off`` more counted from the enclosing one (``NONTERM``)."""
+        err = self.state["err"]
+        if err is before or (is_static(before) and int(before) != 0):
+            return  # nothing inside could set it, or an error before the loop did
         err = jnp.asarray(err, jnp.int32)
-        self.state["err"] = jax.lax.select((err == 0) & ~jnp.asarray(ok, bool), jnp.full_like(err, c), err)
+        inner = err >= NONTERM
+        if not is_static(before):
+            inner = inner & (jnp.asarray(before, jnp.int32) == 0)
+        self.state["err"] = jax.lax.select(inner, err + np.int32(off), err)
 
     def read_var(self, node: Node, h: Handle) -> Any:
         try:
@@ -460,6 +495,18 @@ class Emitter:
         self._check_carry(c0, traced.shapes, region)
         return c0, traced
 
+    def loop_body(self, body: Callable[[Any], Any], c0: Any, region: WhileRegion) -> tuple[Any, Callable[[Any], Any]]:
+        """The initial carry and the body function to give ``lax.while_loop``: ``body`` itself where
+        the carry is settled (``settled``), else the body ``discover`` traced.
+
+        Why: ``while_loop`` traces its body once when the carry keeps its type; tracing it first into
+        a jaxpr (to learn its result types) and replaying that jaxpr doubles the trace work of every
+        level of a nest for nothing.
+        """
+        if settled(c0):
+            return c0, body
+        return self.discover(body, c0, region)
+
     @staticmethod
     def _check_carry(c0: Any, out: Any, region: Optional[WhileRegion]) -> None:
         """A loop carry keeps one type: a value whose shape or dtype changes across iterations (a
@@ -474,10 +521,16 @@ class Emitter:
                 f"fast backend: a loop variable of {region.describe() if region else 'a loop'} changes "
                 "type or shape across iterations (shape_invariants); XLA loops need a fixed shape")
 
+    def read_at_1(self) -> set[int]:
+        """The ids of the program's nodes whose output 1 some node reads (``light_header``), found once."""
+        if self._read_at_1 is None:
+            self._read_at_1 = {t.node.id for n in program_nodes(self.program) for t in n.inputs if t.index == 1}
+        return self._read_at_1
+
     def run_while(self, r: WhileRegion, env: Env) -> None:
         # The light form computes the predicate in the loop's test; an emitter that shares predicates
         # between devices (the SPMD tier's ``read_pred``, a collective) keeps it in the body instead.
-        if light_header(r) and type(self).read_pred is Emitter.read_pred:
+        if type(self).read_pred is Emitter.read_pred and light_header(r, self.read_at_1()):
             self.run_light_while(r, env)
             return
         start, body, finish = self.while_fns(r, env)
@@ -485,7 +538,7 @@ class Emitter:
         if c0 is None or (is_static(c0[1]) and not bool(c0[1])):
             finish(c0, env)
             return
-        c0, traced = self.discover(body, _jnp_tree(c0), r)
+        c0, traced = self.loop_body(body, _jnp_tree(c0), r)
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
         def cond(c: Any) -> Any:
@@ -542,15 +595,28 @@ class Emitter:
                 senv[key(s.outputs[1 - taken])] = DEAD
             return senv
 
+        # The nonterm code names this loop counted from the enclosing light loop (``NONTERM``): in a
+        # nest it is the same constant at every level, so every level's check is the same kernel.
+        message = (f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
+                   "does the loop end?")
+        number = loop_number(self.program, r)
+        off = number - (self.frames[-1] if self.frames else 0)
+        if number:
+            self.codes.name_loop(number, message)
+        before = self.state["err"]
+
         def finish(vals: list[Any], first: bool) -> None:
             henv, pred = header(vals, first)
+            if number:
+                self._leave_frame(before, off)
             eenv = side(henv, pred, 0)
             self.run_items(r.exit_side, eenv)
             # a predicate still true after the loop means the iteration budget was spent (or, in a
             # fused attempt, an error stopped the loop, which the error word already holds)
-            self.check(~jnp.asarray(pred),
-                       f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
-                       "does the loop end?", code="nonterm")
+            if not number:  # a loop outside the program's tree: a code of the table
+                self.check(~jnp.asarray(pred), message, code="nonterm")
+            elif not (is_static(pred) and not bool(pred)):
+                self._set_err(jnp.asarray(pred, bool), NONTERM + off)
             for x in r.exits:
                 env[key(x.outputs[0])] = self.read(eenv, x.inputs[0], x)
 
@@ -583,16 +649,22 @@ class Emitter:
             kept, state, iters, (hvals, mi) = c
             self.state = dict(state)
             saved, self.max_iter = self.max_iter, mi
-            henv, pred = header(full(kept), False, hvals)
-            benv = side(henv, pred, 1)
-            self.run_items(r.body, benv)
-            nxt = [self.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in keep]
-            self.max_iter = saved
+            if number:
+                self.frames.append(number)
+            try:
+                henv, pred = header(full(kept), False, hvals)
+                benv = side(henv, pred, 1)
+                self.run_items(r.body, benv)
+                nxt = [self.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in keep]
+            finally:
+                self.max_iter = saved
+                if number:
+                    self.frames.pop()
             return _jnp_tree((nxt, self.state, None if iters is None else iters + 1, (hvals, mi)))
 
         c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
               ([base[k] for k in hkeys], self.max_iter))
-        c0, traced = self.discover(body, _jnp_tree(c0), r)
+        c0, traced = self.loop_body(body, _jnp_tree(c0), r)
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
         def cond(c: Any) -> Any:
@@ -611,15 +683,37 @@ class Emitter:
         finish(full(kept), False)
 
 
-def light_header(r: WhileRegion) -> bool:
+def settled(carry: Any) -> bool:
+    """Whether a loop's initial carry already has the type its body gives it back: no pending
+    TensorArray or stack (their first write fixes their shape), no dead value, no weakly typed leaf
+    (``lax.while_loop`` traces the body a second time to promote one, and a nest of such loops
+    would be traced ``2^depth`` times)."""
+    def special(v: Any) -> bool:
+        return v is DEAD or isinstance(v, (TA, stk.StackValue))
+
+    for v in jax.tree_util.tree_leaves(carry, is_leaf=special):
+        if v is DEAD or (isinstance(v, (TA, stk.StackValue)) and v.pending):
+            return False
+        if not special(v) and jax.typeof(v).weak_type:
+            return False
+    return True
+
+
+def light_header(r: WhileRegion, read_at_1: Optional[set[int]] = None) -> bool:
     """Whether a loop's header (what computes its predicate from the loop variables) is made of
     speculable ops only, and nothing reads a loop Merge's ``value_index``: then the header may be
     recomputed from the loop variables wherever its values are needed, and nothing of it need be
-    carried (``Emitter.run_light_while``)."""
+    carried (``Emitter.run_light_while``).
+
+    ``read_at_1``: the ids of the nodes whose output 1 some node reads (``Emitter.read_at_1``), if
+    known. Why: found from ``r.nodes``, which hold the nested loops' nodes too, the search costs a
+    nest of ``k`` loops ``k^2`` steps."""
     if not all(isinstance(it, Node) and it.op in SPECULABLE for it in r.header):
         return False
     merges = {m.id for _, m, _, _, _ in r.loop_vars}
-    return not any(t.index == 1 and t.node.id in merges for n in r.nodes for t in n.inputs)
+    if read_at_1 is None:
+        read_at_1 = {t.node.id for n in r.nodes for t in n.inputs if t.index == 1}
+    return not merges & read_at_1
 
 
 def counters(r: WhileRegion) -> list[int]:

@@ -99,6 +99,8 @@ class Program:
     fetch_keys: list[Key]
     stacks_pushed: dict[int, set[int]] = field(default_factory=dict)  # id(WhileRegion) -> StackNew ids
     stacks_popped: dict[int, set[int]] = field(default_factory=dict)
+    #: id(WhileRegion) -> its number (``loop_number``), filled on first use
+    loop_numbers: dict[int, int] = field(default_factory=dict)
 
 
 def item_nodes(it: Item) -> list[Node]:
@@ -128,6 +130,22 @@ def walk(items: list[Item]) -> list[Item]:
         elif isinstance(it, WhileRegion):
             work += reversed(it.header + it.body + it.exit_side)
     return out
+
+
+def loop_number(program: Program, r: WhileRegion) -> int:
+    """The number of loop ``r`` in ``program``: loops numbered from 1 in depth-first pre-order
+    (``walk``), or 0 for a loop that is not in the program's tree.
+
+    Why pre-order: a loop's number is larger than the numbers of the loops around it, and the first
+    loop of a body is numbered one more than the loop whose body it is. A nonterm error code written
+    relative to the enclosing loop (``emit.NONTERM``) is then the same constant at every level of a
+    nest, so every level's check is the same XLA kernel, compiled once.
+    """
+    if not program.loop_numbers:
+        for it in walk(program.items):
+            if isinstance(it, WhileRegion):
+                program.loop_numbers[id(it)] = len(program.loop_numbers) + 1
+    return program.loop_numbers.get(id(r), 0)
 
 
 def nesting(items: list[Item]) -> int:
