@@ -26,7 +26,17 @@ from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, loop_number, program_nodes
+from turnout.fast.regions import (
+    CondRegion,
+    Item,
+    Key,
+    Program,
+    WhileRegion,
+    key,
+    loop_height,
+    loop_number,
+    program_nodes,
+)
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Node, Tensor
 from turnout.primitives import COMPUTE
@@ -43,6 +53,14 @@ Env = dict[Key, Any]
 #: left every loop; inside a loop's body the number is counted from that loop's (``Emitter.frames``).
 #: Codes of the ``ErrorCodes`` table stay far below it.
 NONTERM = 1 << 24
+
+#: Light loops with more than this many levels of loops in them (``regions.loop_height``) are frames
+#: (``Emitter.frames``). Why not all of them: XLA:CPU compiles the innermost levels of a nest, as
+#: long as they access under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's
+#: constant costs nothing but every byte counts (a frame's check reads the word the loop began with,
+#: which XLA copies); above them every distinct kernel is compiled on its own, and only frames keep
+#: the checks of a nest one kernel. About eight levels of a plain nest fit.
+FRAME_HEIGHT = 8
 
 
 class ErrorCodes:
@@ -181,9 +199,10 @@ class Emitter:
     def _set_err(self, bad: Any, code: int) -> None:
         """The error word set to ``code`` where ``bad`` holds and no earlier error set it."""
         err = jnp.asarray(self.state["err"], jnp.int32)
-        # lax.select, not jnp.where: jnp.where is a nested jit call, one more function per check to
-        # trace and lower
-        self.state["err"] = jax.lax.select((err == 0) & bad, jnp.full_like(err, code), err)
+        # lax ops, not jnp.where and operators: each of those is a nested jit call, one more function
+        # per check to trace and lower
+        unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jnp.asarray(bad, bool))
+        self.state["err"] = jax.lax.select(unset, jnp.full_like(err, code), err)
 
     def _leave_frame(self, before: Any, off: int) -> None:
         """The error word as a light loop leaves it, its nonterm codes counted from the enclosing
@@ -193,10 +212,10 @@ class Emitter:
         if err is before or (is_static(before) and int(before) != 0):
             return  # nothing inside could set it, or an error before the loop did
         err = jnp.asarray(err, jnp.int32)
-        inner = err >= NONTERM
+        inner = jax.lax.ge(err, np.int32(NONTERM))
         if not is_static(before):
-            inner = inner & (jnp.asarray(before, jnp.int32) == 0)
-        self.state["err"] = jax.lax.select(inner, err + np.int32(off), err)
+            inner = jax.lax.bitwise_and(inner, jax.lax.eq(jnp.asarray(before, jnp.int32), np.int32(0)))
+        self.state["err"] = jax.lax.select(inner, jax.lax.add(err, np.int32(off)), err)
 
     def read_var(self, node: Node, h: Handle) -> Any:
         try:
@@ -601,13 +620,14 @@ class Emitter:
                    "does the loop end?")
         number = loop_number(self.program, r)
         off = number - (self.frames[-1] if self.frames else 0)
+        framed = bool(number) and loop_height(self.program, r) > FRAME_HEIGHT
         if number:
             self.codes.name_loop(number, message)
         before = self.state["err"]
 
         def finish(vals: list[Any], first: bool) -> None:
             henv, pred = header(vals, first)
-            if number:
+            if framed:
                 self._leave_frame(before, off)
             eenv = side(henv, pred, 0)
             self.run_items(r.exit_side, eenv)
@@ -649,7 +669,7 @@ class Emitter:
             kept, state, iters, (hvals, mi) = c
             self.state = dict(state)
             saved, self.max_iter = self.max_iter, mi
-            if number:
+            if framed:
                 self.frames.append(number)
             try:
                 henv, pred = header(full(kept), False, hvals)
@@ -658,7 +678,7 @@ class Emitter:
                 nxt = [self.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in keep]
             finally:
                 self.max_iter = saved
-                if number:
+                if framed:
                     self.frames.pop()
             return _jnp_tree((nxt, self.state, None if iters is None else iters + 1, (hvals, mi)))
 

@@ -99,8 +99,8 @@ class Program:
     fetch_keys: list[Key]
     stacks_pushed: dict[int, set[int]] = field(default_factory=dict)  # id(WhileRegion) -> StackNew ids
     stacks_popped: dict[int, set[int]] = field(default_factory=dict)
-    #: id(WhileRegion) -> its number (``loop_number``), filled on first use
-    loop_numbers: dict[int, int] = field(default_factory=dict)
+    #: id(WhileRegion) -> (its number, its height): ``loop_number``, ``loop_height``; filled on first use
+    loop_numbers: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def item_nodes(it: Item) -> list[Node]:
@@ -141,11 +141,36 @@ def loop_number(program: Program, r: WhileRegion) -> int:
     relative to the enclosing loop (``emit.NONTERM``) is then the same constant at every level of a
     nest, so every level's check is the same XLA kernel, compiled once.
     """
-    if not program.loop_numbers:
-        for it in walk(program.items):
-            if isinstance(it, WhileRegion):
-                program.loop_numbers[id(it)] = len(program.loop_numbers) + 1
-    return program.loop_numbers.get(id(r), 0)
+    _number_loops(program)
+    return program.loop_numbers.get(id(r), (0, 0))[0]
+
+
+def loop_height(program: Program, r: WhileRegion) -> int:
+    """How many loops deep ``r`` is from its innermost nested loop: 1 for a loop with no loop inside
+    (through conds), 0 for a loop that is not in the program's tree."""
+    _number_loops(program)
+    return program.loop_numbers.get(id(r), (0, 0))[1]
+
+
+def _number_loops(program: Program) -> None:
+    """Fill ``program.loop_numbers``: id -> (pre-order number, height), without recursion."""
+    if program.loop_numbers:
+        return
+    order: list[tuple[WhileRegion, WhileRegion | None]] = []  # (loop, enclosing loop), pre-order
+    work: list[tuple[Item, WhileRegion | None]] = [(it, None) for it in reversed(program.items)]
+    while work:
+        it, outer = work.pop()
+        if isinstance(it, CondRegion):
+            work += [(x, outer) for x in reversed(it.branches[False] + it.branches[True])]
+        elif isinstance(it, WhileRegion):
+            order.append((it, outer))
+            work += [(x, it) for x in reversed(it.header + it.body + it.exit_side)]
+    height = {id(r): 1 for r, _ in order}
+    for r, outer in reversed(order):
+        if outer is not None:
+            height[id(outer)] = max(height[id(outer)], height[id(r)] + 1)
+    for i, (r, _) in enumerate(order):
+        program.loop_numbers[id(r)] = (i + 1, height[id(r)])
 
 
 def nesting(items: list[Item]) -> int:
