@@ -191,7 +191,9 @@ class FastBackend:
         self._direct: dict[Any, Direct] = {}
         # hot key -> (Direct, graph edits, feed permutation): see ``_hot_direct``
         self._hot: dict[Any, tuple[Direct | _HotFused, int, Optional[tuple[int, ...]]]] = {}
-        self._last_fused: Optional[tuple[Plan, Plan]] = None  # (plan, rung) of the last kept fused attempt
+        # (plan, rung) of the last kept fused attempt: set by every run whose result is fused, which
+        # is the only kind of run that reads it (``_run_any``)
+        self._last_fused: Optional[tuple[Plan, Plan]] = None
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
@@ -405,7 +407,6 @@ class FastBackend:
                 self._static_now = {k: np.asarray(by_key[k]) for k in sorted(static)}
                 vsig = dsig + (tuple((k, v.tobytes()) for k, v in self._static_now.items()),) if static else dsig
                 try:
-                    self._last_fused = None
                     result = self._run_compiled(vsig, fetches, feeds, variables, options)
                     result.stats["executor"] = "compiled"
                     d = self._direct.get(vsig)

@@ -111,3 +111,24 @@ def test_the_staged_path_is_compiled_by_the_first_run_that_needs_it() -> None:
             assert float(y) == pytest.approx(1.5**nv, rel=1e-12) and float(d) == pytest.approx(nv * 1.5 ** (nv - 1),
                                                                                                rel=1e-12)
     assert (lazy.backend.compile_count, eager.backend.compile_count) == counts
+
+
+def test_every_path_reports_its_stage_times() -> None:
+    """``stats['stage_seconds']``: one time per stage on the staged path (segments and driven loops),
+    one for the whole call on the fused and one-call paths."""
+    g, x, n, y, dx = graphs.power_loop()
+    staged = tn.Session(g, backend="fast", stack_chunk=4)  # 20 pushes outgrow the chunk: the stages run
+    staged.run([y, dx], {x: 1.5, n: 20})
+    stats = staged.last_result.stats
+    assert stats["fused"] is False
+    assert len(stats["stage_seconds"]) == stats["stages"] >= 2
+    assert all(isinstance(t, float) and t > 0 for t in stats["stage_seconds"])
+    fused = tn.Session(g, backend="fast")
+    for _ in range(2):  # the general path, then the hot one
+        fused.run([y, dx], {x: 1.5, n: 20})
+        stats = fused.last_result.stats
+        assert stats["fused"] is True and len(stats["stage_seconds"]) == 1 and stats["stage_seconds"][0] > 0
+    direct = tn.Session(g, backend="fast")
+    for _ in range(2):
+        direct.run(y, {x: 1.5, n: 20})
+        assert len(direct.last_result.stats["stage_seconds"]) == 1
