@@ -272,7 +272,7 @@ class FastBackend:
         tl = self._timeline
         return tl.span(name, row, **args) if tl is not None else _NO_SPAN
 
-    # ---- the hot path: a repeated run of a Direct plan -------------------------------------------
+    # ---- the hot path: a repeated run of a Direct call or of a fused attempt ---------------------
     @staticmethod
     def _hot_key(fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
         """What a repeated run is recognised by: its fetches and its feeds' (tensor, dtype, shape), in

@@ -523,7 +523,17 @@ class Emitter:
         level of a nest for nothing.
         """
         if settled(c0):
-            return c0, body
+            def checked(c: Any) -> Any:
+                try:
+                    out = body(c)
+                except TypeError as e:
+                    # a TypeError of the body's own lowering is not the carry changing type: it must
+                    # not reach the handler around lax.while_loop, which reports that (see ``BodyTypeError``)
+                    raise BodyTypeError() from e
+                self._check_carry(c, out, region)
+                return out
+
+            return c0, checked
         return self.discover(body, c0, region)
 
     @staticmethod
@@ -566,6 +576,8 @@ class Emitter:
 
         try:
             c = jax.lax.while_loop(cond, traced, c0)
+        except BodyTypeError as e:
+            raise e.__cause__ from None  # type: ignore[misc]
         except TypeError as e:
             raise UnsupportedError(
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
@@ -696,11 +708,20 @@ class Emitter:
 
         try:
             kept, self.state, _, _ = jax.lax.while_loop(cond, traced, c0)
+        except BodyTypeError as e:
+            raise e.__cause__ from None  # type: ignore[misc]
         except TypeError as e:
             raise UnsupportedError(
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
                 f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
         finish(full(kept), False)
+
+
+class BodyTypeError(Exception):
+    """A ``TypeError`` raised while tracing a loop body inside ``lax.while_loop`` (``loop_body``),
+    carried past the handler that turns the loop's own type errors into ``UnsupportedError`` and
+    raised again as itself: a fault in a lowering must surface, not send the program to the
+    interpreter as if its loop variable changed shape."""
 
 
 def settled(carry: Any) -> bool:

@@ -168,3 +168,35 @@ def test_a_kernel_error_before_a_loop_over_budget_wins(monkeypatch: pytest.Monke
     for backend in ("reference", "fast"):
         with pytest.raises(tn.KernelError):
             tn.Session(g, backend=backend).run(y, feeds, max_iterations=3)
+
+
+@pytest.mark.parametrize("light", [True, False])
+def test_a_type_error_while_tracing_a_loop_body_surfaces(monkeypatch: pytest.MonkeyPatch, light: bool) -> None:
+    """A loop whose carry is settled is traced inside ``lax.while_loop``, whose caller turns the loop's
+    own type errors into a refusal (and a run on the interpreter). A ``TypeError`` of the emitter while
+    it traces the body is a fault of the backend, not a loop variable changing shape: it surfaces as
+    itself (a lowering rule's own errors are refusals naming the node, as before). Both loop forms:
+    the light one (speculable header) and the general one (a header with a Sleep)."""
+    from turnout.graph import Node
+
+    inner = Emitter.run_items
+
+    def faulty(self: Emitter, items: list[Any], env: dict[Any, Any]) -> None:
+        if any(isinstance(it, Node) and it.op == "Tanh" for it in items):  # the loop's body only
+            raise TypeError("a fault of the emitter")
+        inner(self, items, env)
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def cond(i: Any, v: Any) -> Any:
+            return i < n if light else tn.sleep(i, 0.0) < n
+
+        _, y = tn.while_loop(cond, lambda i, v: (i + 1, tn.tanh(v) + x), [tn.constant(0), tn.constant(0.0)])
+    (loop,) = [r for r in walk(functionalize(g, [y], {x: 1.0, n: 3}).items) if isinstance(r, WhileRegion)]
+    assert emit.light_header(loop) is light
+    monkeypatch.setattr(Emitter, "run_items", faulty)
+    with pytest.raises(TypeError, match="a fault of the emitter"):
+        tn.Session(g, backend="fast").run(y, {x: 1.0, n: 3})
