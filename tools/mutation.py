@@ -67,8 +67,9 @@ _CLUSTER_TESTS = ["test_mutants_cluster.py", "test_cluster.py", "test_mutants_s5
 #: and a mutant inside ``TaskActor`` shows as not reached.
 _RAY_TESTS = ["test_mutants_ray.py", "test_ray.py", "test_mutants_s5.py"]
 _FAST_DEV_TESTS = ["test_mutants_devices_fast.py", "test_mutants_s5.py", "test_devices_fast.py", "test_devices_spmd.py"]
-_FAST_TESTS = ["test_mutants_fast.py", "test_mutants_fast2.py", "test_ops.py", "test_fast.py", "test_session.py",
-               "test_raw.py", "test_variables.py", "test_fast_gradients.py"]
+_FAST_TESTS = ["test_mutants_s7.py", "test_fast_nested_compile.py", "test_mutants_fast.py", "test_mutants_fast2.py",
+               "test_ops.py", "test_fast.py", "test_session.py", "test_raw.py", "test_variables.py",
+               "test_fast_gradients.py"]
 # the gradient stacks' chunking, swapping and memory accounting, and the cond chains raised to lax.switch
 _STACK_TESTS = ["test_mutants_fast3.py", "test_mutants_fast2.py", "test_swap_memory.py", "test_fast_memory.py",
                 "test_fast_repeated_runs.py"]
