@@ -494,7 +494,8 @@ class FastBackend:
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
         feed_keys = tuple(sorted(key(t) for t in feeds))
         var_names = tuple(plan.var_nodes)
-        fn = plan.direct_fn(feed_keys, tuple(key(t) for t in fetches), var_names)
+        aliases: dict[str, Any] = {}
+        fn = plan.direct_fn(feed_keys, tuple(key(t) for t in fetches), var_names, aliases)
         written = tuple(n in plan.written_vars for n in var_names)
         stats = {
             "backend": "fast", "stages": 1, "fused": False,
@@ -502,7 +503,7 @@ class FastBackend:
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stack_capacity_retries": 0, "executor": "compiled",
         }
-        return Direct(plan, fn, feed_keys, var_names, written, plan.has_loops, stats)
+        return Direct(plan, fn, feed_keys, var_names, written, plan.has_loops, stats, aliases)
 
     def _run_direct(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
                     variables: dict[str, np.ndarray], options: Any) -> Any:
@@ -547,8 +548,13 @@ class FastBackend:
                         f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                         f"(op {t.node.op} \"{t.node.name}\")")
                 values.append(np.asarray(v))
-        for name, dev, w in zip(d.var_names, var_out, d.written, strict=True):
-            if w:
+        alias = d.aliases.get("vars") or (None,) * len(d.var_names)
+        for name, dev, w, j in zip(d.var_names, var_out, d.written, alias, strict=True):
+            if j is not None:  # the new value is a fetched one, returned once (``Plan.direct_fn``)
+                dev = vals[j]
+                if w:
+                    variables[name] = values[j]
+            elif w:
                 variables[name] = np.asarray(dev)
             self._dev_vars[name] = (variables[name], dev)
         self._records = []

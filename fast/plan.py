@@ -184,13 +184,17 @@ class Plan:
         return any(n.op == "LoopCond" for n in program_nodes(self.program))
 
     def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
-                  var_names: tuple[str, ...]) -> Any:
+                  var_names: tuple[str, ...], aliases: Optional[dict[str, Any]] = None) -> Any:
         """``f(feed values, variable values[, max_iter]) -> (fetched, [error word, *live flags],
         variables)``, the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``).
         A program without loops takes no ``max_iter``: every argument costs the call's dispatch
-        a few microseconds, which is what a small program's run is made of."""
+        a few microseconds, which is what a small program's run is made of. A Variable's new value
+        that is also a fetched value (the output of an update step) is returned once: its slot in
+        the variables is ``None`` and ``aliases["vars"]`` (set while tracing) gives, per Variable,
+        the index of the fetch that holds it (else ``None``)."""
         st = self.stages[0]
         loops = self.has_loops
+        holder = aliases if aliases is not None else {}
 
         def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
             # a numpy 0, not a traced one: it stays a constant (and ``flags`` goes) unless a check sets it
@@ -211,7 +215,10 @@ class Plan:
                 flags = None
             else:
                 flags = jnp.stack([jnp.asarray(err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
-            return vals, flags, tuple(em.state[var_key(n)] for n in var_names)
+            news = [em.state[var_key(n)] for n in var_names]
+            alias = tuple(next((i for i, v in enumerate(vals) if v is new), None) for new in news)
+            holder["vars"] = alias
+            return vals, flags, tuple(None if j is not None else new for new, j in zip(news, alias, strict=True))
 
         if loops:
             return jax.jit(direct)
@@ -337,6 +344,9 @@ class Direct:
     bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
     #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
     stats: dict[str, Any] = field(default_factory=dict)
+    #: ``{"vars": per Variable, the index of the fetch that holds its new value, or None}``, filled by
+    #: the first call's trace (``Plan.direct_fn``)
+    aliases: dict[str, Any] = field(default_factory=dict)
 
 
 def _is_zero(v: Any) -> bool:

@@ -299,3 +299,31 @@ def test_jax_array_feeds_take_the_cached_check_and_keep_every_error(backend: str
         with pytest.raises(tn.FeedError):
             sess.run(y, {k: jnp.array([2**40, 1], jnp.int64)})
         assert sess.run(y, {k: wide}).tolist() == [4, 5]
+
+
+def test_an_update_step_fetched_returns_the_new_value_once() -> None:
+    """The output of an update (``v.assign_add(x)``) is the Variable's new value: the one-call function
+    returns it once, and the run gives it to both the fetch and the session's Variable. A Variable
+    written but not fetched, and one fetched but not written, keep their own slots."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        v = tn.Variable(np.zeros(2, np.float32), name="v")
+        w = tn.Variable(np.ones(2, np.float32), name="w")
+        u = tn.Variable(np.full(2, 5.0, np.float32), name="u")
+        upd = v.assign_add(x)
+        other = w.assign(x * 3.0)
+        seen = u.read() + 0.0
+    sess = tn.Session(g, backend="fast")
+    ref = tn.Session(g)
+    for step in range(3):
+        feed = {x: np.array([1.0, step], np.float32)}
+        got = sess.run([upd, seen, other.op], feed)
+        want = ref.run([upd, seen, other.op], feed)
+        np.testing.assert_allclose(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1])
+        for name in ("v", "w", "u"):
+            np.testing.assert_allclose(sess.variables[name], ref.variables[name])
+    (d,) = sess.backend._direct.values()
+    alias = dict(zip(d.var_names, d.aliases["vars"], strict=True))  # type: ignore[attr-defined]
+    assert alias["v"] == 0 and alias["w"] is None
