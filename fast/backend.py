@@ -537,12 +537,11 @@ class FastBackend:
         if flags is None:  # no check could fail and every fetch is live (see ``Plan.direct_fn``)
             values = [np.asarray(v) for v in vals]
         else:
-            flags = np.asarray(flags)
-            code = int(flags[0])
+            code, *lives = np.asarray(flags).tolist()  # one read-back, then Python ints
             if code:
                 self._raise_errors(d.plan, {"err": code}, 0)
             values = []
-            for t, v, live in zip(fetches, vals, flags[1:].tolist(), strict=True):
+            for t, v, live in zip(fetches, vals, lives, strict=True):
                 if not live:
                     raise DeadFetchError(
                         f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
