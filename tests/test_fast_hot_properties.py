@@ -1,0 +1,79 @@
+"""Repeated runs of one fast session on generated programs: every run after the first takes the hot
+path (``FastBackend._hot_direct``: the one-call ``Direct`` function, or the fused attempt of a plan
+with gradient stacks on the rung that held the last run), and each must give what a fresh reading of
+the program gives.
+
+Why a property of its own: the generated-program campaigns of ``test_fast.py`` and
+``test_fast_gradients.py`` run each program once per session, so they never reach the hot path, which
+skips the run signature, the plan lookup and validation and reuses the last run's device buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import turnout as tn
+
+pytest.importorskip("jax")
+
+RUNS = 3
+
+
+def _counting(sess: tn.Session) -> dict[str, int]:
+    """Count the runs the backend recognised as repeated (an instance attribute shadows the method)."""
+    backend = sess.backend
+    calls = {"hot": 0}
+    inner = backend._hot_direct
+
+    def counted(*a: object, **k: object) -> object:
+        got = inner(*a, **k)
+        calls["hot"] += got is not None
+        return got
+
+    backend._hot_direct = counted  # type: ignore[method-assign]
+    return calls
+
+
+@given(st.data())
+def test_repeated_runs_of_generated_programs_agree_with_the_ast_interpreter(data: st.DataObject) -> None:
+    import programs
+    import strategies
+
+    p = data.draw(strategies.programs(loops=True, conds=True, max_depth=3))
+    built = programs.build(p)
+    sess = tn.Session(built.graph, backend="fast")
+    calls = _counting(sess)
+    for _ in range(RUNS):
+        inputs = data.draw(strategies.inputs_for(p))
+        got = sess.run(built.fetches, feed_dict=built.feed_dict(inputs))
+        programs.assert_values_equal(got, programs.interpret(p, inputs).values, "fast (repeated) vs AST")
+    if sess.last_result.stats["executor"] == "compiled" and sess.backend._hot:
+        assert calls["hot"] == RUNS - 1  # a one-call plan: every repeated run took the hot path
+
+
+@given(st.data())
+def test_repeated_gradient_runs_of_generated_programs_agree_with_the_reference(data: st.DataObject) -> None:
+    import programs
+    import strategies
+    from hypothesis import assume
+
+    p = data.draw(strategies.float_programs(max_depth=2))
+    b = programs.build(p)
+    xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
+    ys = [f for f in b.fetches if f.dtype.is_floating]
+    assume(xs and ys)
+    with b.graph.as_default():
+        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+    assume(grads)
+    fast = tn.Session(b.graph, backend="fast")
+    ref = tn.Session(b.graph)
+    calls = _counting(fast)
+    for _ in range(RUNS):
+        feeds = b.feed_dict(data.draw(strategies.inputs_for(p, wide=False)))
+        for a, w in zip(fast.run(grads, feed_dict=feeds), ref.run(grads, feed_dict=feeds), strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-9, atol=1e-12)
+    if fast.backend._hot:
+        assert calls["hot"] >= 1  # the fused attempt was taken again without the general path
