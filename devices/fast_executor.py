@@ -80,10 +80,10 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.fast import stacks as stk
-from turnout.fast.backend import _MAX_CAPACITY, refuse_firing_budget, variable_signature
+from turnout.fast.backend import _MAX_CAPACITY, iteration_bound, refuse_firing_budget, variable_signature
 from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.plan import INT32_MAX, stack_dtype, stack_source_var, static_stack_shapes
+from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
@@ -347,7 +347,7 @@ class _Run:
         self.tl = timeline
         mi = options.max_iterations
         self.max_iter_py = mi
-        self.max_iter = np.int32(min(int(mi), INT32_MAX)) if mi is not None else np.int32(INT32_MAX)
+        self.max_iter = iteration_bound(options)
         self.jdev = backend.jax_devices
         self.state: dict[str, dict[str, Any]] = {
             d: {"err": jax.device_put(np.int32(0), self.jdev[d])} for d in backend.devices}

@@ -87,29 +87,7 @@ class RegionDriver:
             em = emitter(c[2], max_iter)
             _, body, _ = em.while_fns(r, dict(env_in))
 
-            def ptrs(state: dict[str, Any]) -> dict[str, Any]:
-                return {s: (jnp.int32(0) if state[s].pending else state[s].ptr) for s in {*self.push, *self.pop}}
-
-            def cond(ca: Any) -> Any:
-                (_, pred, state, iters), (grow, shrink) = ca
-                ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
-                p = ptrs(state)
-                for s, n in self.push.items():
-                    ok &= p[s] + jnp.maximum(n, grow[s]) <= capacity
-                for s, n in self.pop.items():
-                    ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
-                return ok
-
-            def body2(ca: Any) -> Any:
-                c, (grow, shrink) = ca
-                before = ptrs(c[2])
-                c2 = body(c)
-                after = ptrs(c2[2])
-                grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
-                shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
-                return c2, (grow, shrink)
-
-            return jax.lax.while_loop(cond, body2, (c, aux))
+            return stk.chunk_loop(body, c, aux, self.push, self.pop, capacity, max_iter, host_has)
 
         wset = set(fetched)
 

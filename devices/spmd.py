@@ -65,7 +65,6 @@ from turnout.graph import Graph, Node, Tensor
 from turnout.session import RunOptions, RunResult
 
 AXIS = "spmd"
-_INT32_MAX = 2**31 - 1
 #: the largest gradient stack chunk (entries per stack) a run may grow to before overflow is an error
 MAX_STACK_CAPACITY = 1 << 24
 #: ops that read or write run-time state (Variables, gradient stacks): they run on their owner device
@@ -569,7 +568,7 @@ class SpmdPlan:
         ``NonTerminationError``, a fetch whose branch did not run is ``DeadFetchError``."""
         import jax
 
-        from turnout.fast.backend import refuse_firing_budget
+        from turnout.fast.backend import iteration_bound, refuse_firing_budget
         from turnout.fast.regions import key
         from turnout.validate import validate
 
@@ -588,7 +587,7 @@ class SpmdPlan:
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
         var_host = tuple(variables[n] for n in var_names)
         var_vals = tuple(self._device_var(n, h) for n, h in zip(var_names, var_host, strict=True))
-        mi = options.max_iterations if options.max_iterations is not None else _INT32_MAX
+        mi = iteration_bound(options)
         before = self.compile_count
         while True:
             sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
@@ -598,7 +597,7 @@ class SpmdPlan:
                 validate(self.graph, self.fetches, list(feeds))
                 comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity)
             with jax.enable_x64(True):
-                outs, flags, var_out = comp.fn(feed_vals, var_vals, np.int32(min(int(mi), _INT32_MAX)))
+                outs, flags, var_out = comp.fn(feed_vals, var_vals, mi)
                 flags = np.asarray(flags)
             errs = sorted({int(c) for c in flags[:, 0] if int(c)})
             if "overflow" not in [self.codes.lookup(c)[0] for c in errs]:

@@ -42,6 +42,7 @@ from turnout.devices.names import parse
 from turnout.errors import ResourceExhaustedError
 from turnout.fast import stacks as stk
 from turnout.fast.emit import stack_source
+from turnout.fast.plan import stack_infos
 from turnout.fast.regions import CondRegion, Item, WhileRegion, walk
 from turnout.graph import Node
 
@@ -99,26 +100,6 @@ def pushed_in(region: WhileRegion) -> set[str]:
     """The stacks a loop (or a loop nested in it) pushes."""
     return {s for it in walk([region]) for n in ([it] if isinstance(it, Node) else it.nodes)
             if n.op == "StackPush" and (s := _stack_of(n)) is not None}
-
-
-def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
-    """Stack key -> its forward loop's name, how an error names it (with the user's source line of the
-    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs."""
-    nodes = list(nodes)
-    sources: dict[str, str] = {}
-    for n in nodes:
-        if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
-            sources[n.attrs["frame_name"]] = n.source
-    out = {}
-    for sn in nodes:
-        if sn.op != "StackNew":
-            continue
-        a = sn.attrs
-        frame = a.get("frame_name", "?")
-        loop = a.get("loop_name") or frame
-        where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
-        out[f"stack:{sn.id}"] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
-    return out
 
 
 class SpanningStacks:

@@ -111,6 +111,13 @@ def committed(x: Any) -> Any:
     return jax.device_put(x, device)
 
 
+def iteration_bound(options: RunOptions) -> np.int32:
+    """``RunOptions.max_iterations`` as the int32 argument compiled loops test (None, or more than
+    int32 holds: the largest int32)."""
+    mi = options.max_iterations
+    return INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
+
+
 def refuse_firing_budget(who: str, options: RunOptions) -> None:
     """Compiled code counts loop iterations, not node firings: a ``max_firings`` budget other than the
     default (a guard the user did not choose, left to ``max_iterations``) is refused, never ignored."""
@@ -331,18 +338,7 @@ class FastBackend:
         dev_vars = self._dev_vars
         var_vals = tuple([dev_vars[name][1] for name in d.var_names]) if d.var_names else ()
         with jax.enable_x64(True):
-            if d.bounded:
-                mi = options.max_iterations
-                vals, flags, var_out = d.fn(feed_vals, var_vals, INT32_MAX_NP if mi is None or mi >= INT32_MAX
-                                            else np.int32(mi))
-            else:
-                vals, flags, var_out = d.fn(feed_vals, var_vals)
-            if flags is None and not d.var_names:  # nothing to check, nothing to write back
-                self._records = []
-                stats = dict(d.stats)
-                stats["compiles"] = self.compile_count
-                stats["stage_seconds"] = [time.perf_counter() - t0]
-                return RunResult([np.asarray(v) for v in vals], None, None, stats)
+            vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
             return self._direct_result(d, fetches, vals, flags, var_out, variables, t0)
 
     def _run_hot_fused(self, h: _HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -358,8 +354,7 @@ class FastBackend:
         p = h.plan
         st = p.fused
         assert st is not None
-        mi = options.max_iterations
-        max_iter = INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
+        max_iter = iteration_bound(options)
         with jax.enable_x64(True):
             state = self._initial_state(p, variables)
             env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
@@ -526,9 +521,7 @@ class FastBackend:
     def _call_direct(d: Direct, feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], options: Any) -> Any:
         if not d.bounded:
             return d.fn(feed_vals, var_vals)
-        mi = options.max_iterations
-        mi = INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
-        return d.fn(feed_vals, var_vals, mi)
+        return d.fn(feed_vals, var_vals, iteration_bound(options))
 
     def _direct_result(self, d: Direct, fetches: list[Tensor], vals: Any, flags: Any, var_out: Any,
                        variables: dict[str, np.ndarray], t0: float) -> RunResult:
@@ -633,8 +626,7 @@ class FastBackend:
         """A run of the plan at capacity ``cap``: its fused attempt first when it has one (and the last
         run did not swap), else, or when the attempt is discarded, its stages."""
         plan = self._plan(fetches, feeds, variables, cap)
-        mi = options.max_iterations if options.max_iterations is not None else INT32_MAX
-        max_iter = np.int32(min(int(mi), INT32_MAX))
+        max_iter = iteration_bound(options)
         if plan.fused is not None and not plan.predict_overflow:
             got = self._run_fused_sized(plan, fetches, feeds, variables, max_iter)
             if got is not None:

@@ -24,6 +24,7 @@ reset, entries above it are never read), so steady-state runs allocate no stack 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -101,7 +102,7 @@ class Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
-        self.stack_info = _stack_info(self.stack_nodes, nodes)
+        self.stack_info = stack_infos(nodes)
         self.prealloc = static_stack_shapes(nodes)
         self.nesting = nesting(program.items)
         self.stages = self._stages()
@@ -279,30 +280,7 @@ class Plan:
             em = self.emitter(c[2], max_iter)
             _, body, _ = em.while_fns(r, dict(env_in))
 
-            def ptrs(state: dict[str, Any]) -> dict[str, Any]:
-                return {s: (jnp.int32(0) if state[s].pending else state[s].ptr)
-                        for s in set(st.push_stacks) | set(st.pop_stacks)}
-
-            def cond(ca: Any) -> Any:
-                (vals, pred, state, iters), (grow, shrink) = ca
-                ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
-                p = ptrs(state)
-                for s, n in st.push_stacks.items():
-                    ok &= p[s] + jnp.maximum(n, grow[s]) <= cap
-                for s, n in st.pop_stacks.items():
-                    ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
-                return ok
-
-            def body2(ca: Any) -> Any:
-                c, (grow, shrink) = ca
-                before = ptrs(c[2])
-                c2 = body(c)
-                after = ptrs(c2[2])
-                grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
-                shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
-                return c2, (grow, shrink)
-
-            return jax.lax.while_loop(cond, body2, (c, aux))
+            return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has)
 
         def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
                    max_iter: Any) -> Any:
@@ -377,15 +355,20 @@ def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], t
     return {k: v for k, v in shapes.items() if v is not None}
 
 
-def _stack_info(stack_nodes: list[Node], nodes: list[Node]) -> dict[str, stk.StackInfo]:
+def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
     """Stack key -> its forward loop's name, how errors name it (with the user's source line of the
-    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs."""
+    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs of ``nodes``.
+    Both executors name stacks this way: this backend's plans and the partitioned executor's
+    (``devices.swap``)."""
+    nodes = list(nodes)
     sources: dict[str, str] = {}
     for n in nodes:
         if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
             sources[n.attrs["frame_name"]] = n.source
     out = {}
-    for sn in stack_nodes:
+    for sn in nodes:
+        if sn.op != "StackNew":
+            continue
         a = sn.attrs
         frame = a.get("frame_name", "?")
         loop = a.get("loop_name") or frame

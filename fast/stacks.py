@@ -112,6 +112,42 @@ def pop(s: StackValue, index: Any) -> tuple[StackValue, Any, Any, Any]:
     return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - ok.astype(jnp.int32)), v, ok, match
 
 
+def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int], pop: dict[str, int],
+               capacity: int, max_iter: Any, host_has: dict[str, Any]) -> Any:
+    """One call of a driven loop: ``lax.while_loop`` over the loop's carry ``c`` (``(vals, pred,
+    state, iters)``) that stops before a push could overflow a stack's chunk or a pop find it empty
+    while the host holds more (``host_has``). ``push`` / ``pop``: stack key -> pushes / pops per
+    iteration known statically; ``aux = (grow, shrink)`` carries, per stack, the most one iteration
+    has pushed or popped so far (nested loops' counts are only known at run time), and is returned
+    updated with the carry, for the host's swap decisions between calls.
+
+    The one bounded loop of both drivers: the fast backend's (``fast.plan.Plan.loop_fns``) and the
+    partitioned executor's for a loop on one device (``devices.region_driver``)."""
+    def ptrs(state: dict[str, Any]) -> dict[str, Any]:
+        return {s: (jnp.int32(0) if state[s].pending else state[s].ptr) for s in {*push, *pop}}
+
+    def cond(ca: Any) -> Any:
+        (_, pred, state, iters), (grow, shrink) = ca
+        ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
+        p = ptrs(state)
+        for s, n in push.items():
+            ok &= p[s] + jnp.maximum(n, grow[s]) <= capacity
+        for s, n in pop.items():
+            ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
+        return ok
+
+    def body2(ca: Any) -> Any:
+        c, (grow, shrink) = ca
+        before = ptrs(c[2])
+        c2 = body(c)
+        after = ptrs(c2[2])
+        grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
+        shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
+        return c2, (grow, shrink)
+
+    return jax.lax.while_loop(cond, body2, (c, aux))
+
+
 def split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(everything but the gradient stacks, the stacks): compiled stages take the stacks as their own,
     donated, argument; Variables and the error word are not donated (device copies of Variables are
