@@ -3,7 +3,7 @@ sys.path, as for programs.py and strategies.py)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import turnout as tn
 
@@ -28,3 +28,22 @@ def power_loop(swap_memory: bool = False) -> PowerLoop:
                              swap_memory=swap_memory)
         (dx,) = tn.gradients(y, [x])
     return PowerLoop(g, x, n, y, dx)
+
+
+def nested_loops(depth: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """``benchmarks/compile_time.py``'s nest: ``depth`` while loops named ``level{depth}`` (outermost)
+    to ``level1``, each running ``trips`` iterations (fed), around ``v * 1.5 + 1.0``. Returns (graph,
+    x, trips, y)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        trips = tn.placeholder(tn.int32, [], name="trips")
+
+        def loops(d: int, v: Any) -> Any:
+            if d == 0:
+                return v * 1.5 + 1.0
+            return tn.while_loop(lambda i, w: i < trips, lambda i, w: (i + 1, loops(d - 1, w)),
+                                 [tn.constant(0), v], name=f"level{d}")[1]
+
+        y = loops(depth, x)
+    return g, x, trips, y

@@ -28,6 +28,7 @@ from programs import (
     INT,
     Bin,
     Block,
+    Built,
     Case,
     Cast,
     Cmp,
@@ -318,18 +319,25 @@ def gradient_cases(draw: Any, max_depth: int = 2) -> GradientCase:
     """A program from ``float_programs`` with ``tn.gradients`` of its first float fetch with respect to
     its float inputs built in its graph (programs without such a pair, or whose gradients are all None,
     are rejected): the one recipe of the gradient property tests of every executor."""
+    p = draw(float_programs(max_depth=max_depth))
+    b, grads = gradient_graph(p)
+    return GradientCase(p, b.graph, grads, b.feed_dict(draw(inputs_for(p, wide=False))))
+
+
+def gradient_graph(p: Program) -> tuple[Built, list[tn.Tensor]]:
+    """``p`` built, with ``tn.gradients`` of its first float fetch w.r.t. its float inputs (None
+    gradients left out); a program without such a pair, or whose gradients are all None, is rejected
+    (hypothesis ``assume``). What ``gradient_cases`` draws, for tests that feed the graph many times."""
     from hypothesis import assume
 
-    p = draw(float_programs(max_depth=max_depth))
     b = build(p)
-    inputs = draw(inputs_for(p, wide=False))
     xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
     ys = [f for f in b.fetches if f.dtype.is_floating]
     assume(xs and ys)
     with b.graph.as_default():
         grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
     assume(grads)
-    return GradientCase(p, b.graph, grads, b.feed_dict(inputs))
+    return b, grads
 
 
 @st.composite

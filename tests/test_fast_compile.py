@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import graphs
 import numpy as np
 import pytest
 
@@ -37,18 +38,7 @@ def nested_conds(depth: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
 
 
 def nested_loops(depth: int) -> tuple[tn.Graph, tuple[tn.Tensor, tn.Tensor], tn.Tensor]:
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [], name="x")
-        trips = tn.placeholder(tn.int32, [], name="trips")
-
-        def loops(d: int, v: Any) -> Any:
-            if d == 0:
-                return v * 1.5 + 1.0
-            return tn.while_loop(lambda i, w: i < trips, lambda i, w: (i + 1, loops(d - 1, w)),
-                                 [tn.constant(0), v])[1]
-
-        y = loops(depth, x)
+    g, x, trips, y = graphs.nested_loops(depth)
     return g, (x, trips), y
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import graphs
 import numpy as np
 import pytest
 
@@ -28,19 +29,8 @@ from turnout.fast.regions import WhileRegion, key, loop_height, loop_number, wal
 
 
 def nested_loops(depth: int) -> tuple[tn.Graph, list[tn.Tensor], tn.Tensor]:
-    """``benchmarks/compile_time.py``'s nest: ``depth`` loops, each ``trips`` iterations."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [], name="x")
-        trips = tn.placeholder(tn.int32, [], name="trips")
-
-        def loops(d: int, v: Any) -> Any:
-            if d == 0:
-                return v * 1.5 + 1.0
-            return tn.while_loop(lambda i, w: i < trips, lambda i, w: (i + 1, loops(d - 1, w)),
-                                 [tn.constant(0), v], name=f"level{d}")[1]
-
-        y = loops(depth, x)
+    """``graphs.nested_loops``: ``depth`` loops named ``level{d}``, each ``trips`` iterations."""
+    g, x, trips, y = graphs.nested_loops(depth)
     return g, [x, trips], y
 
 
