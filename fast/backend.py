@@ -58,6 +58,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import stack_key, var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.lane import Lane, checked_values, make_lane
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.plan import (
     INT32_MAX,
@@ -206,6 +207,11 @@ class FastBackend:
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
         self._switches: Optional[tuple[int, int]] = None
         self._checked_version = -1  # the graph version whose validation the last run saw pass
+        # the last Direct run's (Direct, fetches, feeds), until the session asks for its lane
+        self._lane_ready: Optional[tuple[Direct, list[Tensor], dict[Tensor, Any]]] = None
+        # (id of the Direct, which its lane holds; fetches; feed signature) -> the lane: a lane is made once (its executable fetched
+        # from JAX's caches), however often the session's few lanes per fetch give it up
+        self._lanes: dict[Any, Lane] = {}
 
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
@@ -252,11 +258,14 @@ class FastBackend:
             if result is not None:
                 return result
         if self._deep_nesting and not on_deep_thread():
-            return call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
-        try:
-            return self._run_any(fetches, feeds, variables, options)
-        except NeedsDeep as e:
-            return call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
+            result = call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
+        else:
+            try:
+                result = self._run_any(fetches, feeds, variables, options)
+            except NeedsDeep as e:
+                result = call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
+        result.stats.setdefault("route", "general")
+        return result
 
     def _run_traced(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                     options: Any) -> Any:
@@ -298,6 +307,30 @@ class FastBackend:
             if perm == tuple(range(len(order))):
                 perm = None
         self._hot[self._hot_key(fetches, feeds)] = (d, self.graph.edits, perm)
+        if isinstance(d, Direct):  # the session may ask for a lane for this run (``lane_for``)
+            self._lane_ready = (d, fetches, feeds)
+
+    def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Lane]:
+        """After a ``Session.run`` with default options: a lane (``fast.lane``) that repeats it for
+        the cost of its compiled call, when the run was a ``Direct`` call whose feeds the session
+        passed through unconverted (``given``: the user's feed dict); else ``None``."""
+        ready, self._lane_ready = self._lane_ready, None
+        if ready is None:
+            return None
+        d, ran_fetches, ran_feeds = ready
+        if ran_feeds is not feeds or len(ran_fetches) != len(fetches) or any(
+                a is not b for a, b in zip(ran_fetches, fetches)):
+            return None  # the Direct run was another one (a run made by something else than this session)
+        try:
+            made = (id(d), tuple(fetches), tuple([(t, type(v), v.dtype, v.shape) for t, v in given.items()]))
+            lane = self._lanes.get(made)
+        except (AttributeError, TypeError):  # a feed without a dtype or shape: no lane
+            return None
+        if lane is None or lane.version != self.graph.version:  # type: ignore[attr-defined]
+            lane = make_lane(self, d, fetches, feeds, given, iteration_bound(RunOptions()))
+            if lane is not None:
+                self._lanes[made] = lane
+        return lane
 
     def _hot_direct(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
                     ) -> Optional[tuple[Direct | _HotFused, Optional[tuple[int, ...]]]]:
@@ -337,9 +370,10 @@ class FastBackend:
             feed_vals = tuple([given[i] for i in perm])
         dev_vars = self._dev_vars
         var_vals = tuple([dev_vars[name][1] for name in d.var_names]) if d.var_names else ()
+        self._lane_ready = (d, fetches, feeds)  # the session may ask for a lane for this signature
         with jax.enable_x64(True):
             vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
-            return self._direct_result(d, fetches, vals, flags, var_out, variables, t0)
+            return self._direct_result(d, fetches, vals, flags, var_out, variables, t0, "hot")
 
     def _run_hot_fused(self, h: _HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
                        variables: dict[str, np.ndarray], options: Any) -> Optional[RunResult]:
@@ -373,6 +407,7 @@ class FastBackend:
         stats = dict(h.stats)
         stats["compiles"] = self.compile_count
         stats["stage_seconds"] = [time.perf_counter() - t0]
+        stats["route"] = "hot"
         return RunResult(values=values, stats=stats)
 
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -515,7 +550,7 @@ class FastBackend:
                 vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
                 flags = flags if flags is None else np.asarray(flags)
                 args["compiled"] = self.compile_count != before
-        return self._direct_result(d, fetches, vals, flags, var_out, variables, t0)
+        return self._direct_result(d, fetches, vals, flags, var_out, variables, t0, "general")
 
     @staticmethod
     def _call_direct(d: Direct, feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], options: Any) -> Any:
@@ -524,22 +559,13 @@ class FastBackend:
         return d.fn(feed_vals, var_vals, iteration_bound(options))
 
     def _direct_result(self, d: Direct, fetches: list[Tensor], vals: Any, flags: Any, var_out: Any,
-                       variables: dict[str, np.ndarray], t0: float) -> RunResult:
+                       variables: dict[str, np.ndarray], t0: float, route: str) -> RunResult:
         """The fetched values on the host, errors raised, Variables written back: the end of a
         ``Direct`` run."""
         if flags is None:  # no check could fail and every fetch is live (see ``Plan.direct_fn``)
             values = [np.asarray(v) for v in vals]
         else:
-            code, *lives = np.asarray(flags).tolist()  # one read-back, then Python ints
-            if code:
-                self._raise_errors(d.plan, {"err": code}, 0)
-            values = []
-            for t, v, live in zip(fetches, vals, lives, strict=True):
-                if not live:
-                    raise DeadFetchError(
-                        f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
-                        f"(op {t.node.op} \"{t.node.name}\")")
-                values.append(np.asarray(v))
+            values = checked_values(self, d.plan, fetches, vals, flags)
         alias = d.aliases.get("vars") or (None,) * len(d.var_names)
         for name, dev, w, j in zip(d.var_names, var_out, d.written, alias, strict=True):
             if j is not None:  # the new value is a fetched one, returned once (``Plan.direct_fn``)
@@ -553,6 +579,7 @@ class FastBackend:
         stats = dict(d.stats)
         stats["compiles"] = self.compile_count
         stats["stage_seconds"] = [time.perf_counter() - t0]
+        stats["route"] = route
         return RunResult(values=values, stats=stats)
 
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],

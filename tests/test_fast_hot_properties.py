@@ -1,7 +1,7 @@
 """Repeated runs of one fast session on generated programs: every run after the first takes the hot
 path (``FastBackend._hot_direct``: the one-call ``Direct`` function, or the fused attempt of a plan
-with gradient stacks on the rung that held the last run), and each must give what a fresh reading of
-the program gives.
+with gradient stacks on the rung that held the last run) or the session's lane (``fast.lane``), and
+each must give what a fresh reading of the program gives.
 
 Why a property of its own: the generated-program campaigns of ``test_fast.py`` and
 ``test_fast_gradients.py`` run each program once per session, so they never reach the hot path, which
@@ -23,7 +23,8 @@ RUNS = 3
 
 
 def _counting(sess: tn.Session) -> dict[str, int]:
-    """Count the runs the backend recognised as repeated (an instance attribute shadows the method)."""
+    """Count the runs the backend recognised as repeated (an instance attribute shadows the method)
+    or the session ran on a lane (``fast.lane``, which does not ask the backend)."""
     backend = sess.backend
     calls = {"hot": 0}
     inner = backend._hot_direct
@@ -35,6 +36,11 @@ def _counting(sess: tn.Session) -> dict[str, int]:
 
     backend._hot_direct = counted  # type: ignore[method-assign]
     return calls
+
+
+def _repeat_route(sess: tn.Session, calls: dict[str, int]) -> None:
+    """After a run: count it when it took the lane."""
+    calls["hot"] += sess.last_result.stats.get("route") == "lane"
 
 
 @given(st.data())
@@ -49,6 +55,7 @@ def test_repeated_runs_of_generated_programs_agree_with_the_ast_interpreter(data
     for _ in range(RUNS):
         inputs = data.draw(strategies.inputs_for(p))
         got = sess.run(built.fetches, feed_dict=built.feed_dict(inputs))
+        _repeat_route(sess, calls)
         programs.assert_values_equal(got, programs.interpret(p, inputs).values, "fast (repeated) vs AST")
     if sess.last_result.stats["executor"] == "compiled" and sess.backend._hot:
         assert calls["hot"] == RUNS - 1  # a one-call plan: every repeated run took the hot path
@@ -67,5 +74,6 @@ def test_repeated_gradient_runs_of_generated_programs_agree_with_the_reference(d
         feeds = b.feed_dict(data.draw(strategies.inputs_for(p, wide=False)))
         for a, w in zip(fast.run(grads, feed_dict=feeds), ref.run(grads, feed_dict=feeds), strict=True):
             np.testing.assert_allclose(a, w, rtol=1e-9, atol=1e-12)
+        _repeat_route(fast, calls)
     if fast.backend._hot:
         assert calls["hot"] >= 1  # the fused attempt was taken again without the general path

@@ -77,7 +77,7 @@ _CASE_TESTS = ["test_mutants_fast3.py", "test_fast_case_chain.py", "test_fast_co
 # the fast backend's driver: plans, stages, the direct and fused paths, the reference fallback, buffers kept
 _BACKEND_TESTS = ["test_mutants_s5.py", "test_fast_repeated_runs.py", "test_fast_memory.py", "test_fast.py",
                   "test_swap_memory.py", "test_mutants_fast.py", "test_fast_fused.py", "test_fast_trace.py",
-                  "test_fast_run_overhead.py"]
+                  "test_fast_run_overhead.py", "test_fast_lane.py"]
 # stacks of loops that span devices, and loops on one device run chunk by chunk inside a partitioned run
 _SWAP_TESTS = ["test_mutants_s6.py", "test_mutants_s5.py", "test_devices_swap.py", "test_mutants_devices_fast.py",
                "test_devices_fast.py"]
@@ -119,6 +119,7 @@ MODULES: dict[str, dict[str, Any]] = {
                                                 "test_cluster.py"]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
+    "fast/lane.py": {"module": "turnout.fast.lane", "tests": _BACKEND_TESTS},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 

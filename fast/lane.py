@@ -1,0 +1,168 @@
+"""The repeated-run lane: a ``Session.run`` that repeats a ``Direct`` run costs the compiled call.
+
+Why a lane of its own: a small program run many times (an actor's step, a serving call) is made of
+its fixed cost. Measured on the development machine, the jitted call of ``x * 2 + 1`` takes 13 to
+15 µs, and the hot path of ``FastBackend.run`` added about 25 µs around it. Two things made those
+25 µs, and neither shows when the pieces are timed alone:
+
+- **64-bit mode.** The backend traces under ``jax.enable_x64(True)``, so it must call its jitted
+  functions inside that context too (outside it, JAX would trace them again for 32-bit mode). Inside
+  the context JAX's own dispatch of a call is 7 to 10 µs slower. An ahead-of-time ``Compiled``
+  executable is bound to its argument types instead, and called outside the context it costs what
+  the user's own ``jax.jit`` call costs. It cannot take 64-bit numpy arrays outside the context
+  (JAX would narrow them first), so a lane whose feeds hold one calls the jitted function inside it.
+- **Python around a compiled call runs cold.** The call evicts the interpreter's caches, so every
+  line between two calls costs three to five times what it costs in a tight loop: building the hot
+  key, the feed and Variable lists, the stats dict and the ``RunResult`` added about 10 µs. The lane
+  does the least a repeat needs, and the session builds its ``RunResult`` only when
+  ``last_result`` is read.
+
+What a lane checks, so that it never runs what the general path would refuse or run otherwise: the
+graph's ``version`` is the one it was built under (every edit bumps it, so no validation is pending
+and no plan is stale); the run's options are the defaults (the session looks for a lane only then);
+the feeds are the same tensors, in the same order, as numpy arrays (or scalars) of exactly the
+tensors' dtypes and of the shapes seen, so every check ``check_feed`` makes passed for this signature
+and none depends on the values; and each Variable is still the host array the backend's device copy
+was made from. Anything else returns ``None`` and the session takes the general path, which checks
+everything and may build a new lane. The allocation limit in force is not looked at: it is checked
+when a program is traced, and a lane never traces.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Optional
+
+import jax
+import numpy as np
+
+from turnout.errors import DeadFetchError
+from turnout.graph import Tensor
+
+if TYPE_CHECKING:
+    from turnout.fast.backend import FastBackend
+    from turnout.fast.plan import Direct
+
+#: what a lane returns: the fetched values, the stats of the run without its time, and its seconds
+LaneResult = tuple[list[Any], dict[str, Any], float]
+Lane = Callable[[Optional[dict[Any, Any]], dict[str, np.ndarray]], Optional[LaneResult]]
+
+
+
+def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
+              given: dict[Any, Any], bound: Any) -> Optional[Lane]:
+    """The lane of the ``Direct`` run just made with ``fetches`` and ``feeds`` (as the session checked
+    and converted them, from ``given``, the user's feed dict), or ``None`` when a repeat of it could
+    not skip the general path's work: a feed that was not a numpy array or scalar of exactly its
+    tensor's dtype (converting it needs the session's per-value checks), the feeds not covering the
+    plan's. ``bound`` is the compiled loops' iteration bound of the default options."""
+    graph = backend.graph
+    if graph.version != backend._checked_version or len(given) != len(feeds):
+        return None
+    sig: list[tuple[Tensor, type[Any], np.dtype, tuple[int, ...]]] = []
+    for t in feeds:
+        v = given.get(t)
+        if not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
+            return None
+        sig.append((t, type(v), v.dtype, v.shape))
+    order = [(t.node.id, t.index) for t in feeds]
+    if sorted(order) != sorted(d.feed_keys):
+        return None
+    perm = tuple(order.index(k) for k in d.feed_keys)
+    var_names = d.var_names
+    dev_vars = backend._dev_vars
+    if any(name not in dev_vars for name in var_names):
+        return None
+    feed_vals = tuple(feeds[sig[i][0]] for i in perm)
+    var_vals = tuple(dev_vars[name][1] for name in var_names)
+    args = (feed_vals, var_vals, bound) if d.bounded else (feed_vals, var_vals)
+    wide = any(dtype.itemsize > 4 for _, _, dtype, _ in sig)  # narrowed by JAX outside 64-bit mode
+    before = backend.compile_count
+    if wide:  # the jitted function, called in 64-bit mode
+        def call(*a: Any) -> Any:
+            with jax.enable_x64(True):
+                return d.fn(*a)
+    else:
+        with jax.enable_x64(True):
+            call = d.fn.lower(*args).compile()
+        if backend.compile_count != before:  # the lowering traced again: not the executable that ran
+            return None
+    return _lane(backend, d, fetches, tuple(sig), perm, bound, call)
+
+
+def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
+          sig: tuple[tuple[Tensor, type[Any], np.dtype, Any], ...], perm: tuple[int, ...], bound: Any, call: Any) -> Lane:
+    """The lane itself: a closure over everything the run it repeats fixed (see the module docstring)."""
+    graph = backend.graph
+    version = graph._version
+    n = len(sig)
+    identity = perm == tuple(range(n))
+    var_names = d.var_names
+    dev_vars = backend._dev_vars
+    written = d.written
+    alias = d.aliases.get("vars") or (None,) * len(var_names)
+    var_plan = tuple(zip(var_names, written, alias, strict=True))
+    stats = {**d.stats, "route": "lane"}
+    bounded = d.bounded
+    plan = d.plan
+
+    def lane(feed_dict: Optional[dict[Any, Any]], variables: dict[str, np.ndarray]) -> Optional[LaneResult]:
+        if graph._version != version:  # every edit also bumps the version
+            return None
+        if feed_dict is None or len(feed_dict) != n:
+            if n or feed_dict:
+                return None
+            feed_vals: tuple[Any, ...] = ()
+        else:
+            given = []
+            for (k, v), (t, kind, dtype, shape) in zip(feed_dict.items(), sig):
+                if k is not t or type(v) is not kind or v.dtype != dtype or v.shape != shape:
+                    return None
+                given.append(v)
+            feed_vals = tuple(given) if identity else tuple([given[i] for i in perm])
+        if var_names:
+            for name in var_names:
+                rec = dev_vars.get(name)
+                if rec is None or rec[0] is not variables.get(name):
+                    return None
+            var_vals = tuple([dev_vars[name][1] for name in var_names])
+        else:
+            var_vals = ()
+        t0 = time.perf_counter()
+        vals, flags, var_out = call(feed_vals, var_vals, bound) if bounded else call(feed_vals, var_vals)
+        if flags is None:
+            values = [np.asarray(v) for v in vals]
+        else:
+            values = checked_values(backend, plan, fetches, vals, flags)
+        if var_names:
+            for (name, w, j), dev in zip(var_plan, var_out, strict=True):
+                if j is not None:  # the new value is a fetched one, returned once (``Plan.direct_fn``)
+                    dev = vals[j]
+                    if w:
+                        variables[name] = values[j]
+                elif w:
+                    variables[name] = np.asarray(dev)
+                dev_vars[name] = (variables[name], dev)
+        return values, stats, time.perf_counter() - t0
+
+    lane.version = version  # type: ignore[attr-defined]  # what ``FastBackend.lane_for`` reuses it under
+    return lane
+
+
+def checked_values(backend: FastBackend, plan: Any, fetches: list[Tensor], vals: tuple[Any, ...],
+                   flags: Any) -> list[Any]:
+    """The fetched values of a ``Direct`` call that returned its error word and live flags: the
+    error raised (``KernelError``, ``NonTerminationError``), a dead fetch refused, else the values
+    on the host. Shared by the lane and ``FastBackend._direct_result``."""
+    code, *lives = np.asarray(flags).tolist()  # one read-back, then Python ints
+    if code:
+        backend._raise_errors(plan, {"err": code}, 0)
+    values = []
+    for t, v, live in zip(fetches, vals, lives, strict=True):
+        if not live:
+            raise DeadFetchError(
+                f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
+                f"(op {t.node.op} \"{t.node.name}\")")
+        values.append(np.asarray(v))
+    return values

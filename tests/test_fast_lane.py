@@ -1,0 +1,228 @@
+"""The session's lane for repeated fast runs (``turnout.fast.lane``).
+
+A lane skips the session's feed checks and the backend's run signature, so each test here changes one
+thing a lane depends on and checks that the run is still what the general route gives: the same
+values, the same errors, the same Variables. ``stats["route"]`` says which route ran.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.errors import DeadFetchError, FeedError, KernelError, NonTerminationError, ValidationError
+
+pytest.importorskip("jax")
+
+
+def _route(sess: tn.Session) -> str:
+    return str(sess.last_result.stats["route"])
+
+
+def _affine() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        y = x * 2.0 + 1.0
+    return g, x, y
+
+
+def test_a_repeated_run_takes_the_lane_and_compiles_nothing() -> None:
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(sess.run(y, {x: a}), a * 2 + 1)
+    assert _route(sess) == "general"
+    compiles = sess.backend.compile_count
+    for k in range(3):
+        b = a + k
+        np.testing.assert_allclose(sess.run(y, {x: b}), b * 2 + 1)
+        assert _route(sess) == "lane"
+    assert sess.backend.compile_count == compiles  # building the lane took the executable from JAX's caches
+    stats = sess.last_result.stats
+    assert stats["compiles"] == compiles and len(stats["stage_seconds"]) == 1 and stats["backend"] == "fast"
+
+
+def test_the_lane_returns_the_structure_asked_for() -> None:
+    g, x, y = _affine()
+    with g.as_default():
+        z = y * 3.0
+    sess = tn.Session(g, backend="fast")
+    a = np.ones(2, np.float32)
+    for fetches, kind in (([y, z], list), ((y, z), tuple)):
+        for _ in range(2):
+            got = sess.run(fetches, {x: a})
+            assert type(got) is kind and len(got) == 2
+            np.testing.assert_allclose(got[1], (a * 2 + 1) * 3)
+        assert _route(sess) == "lane"
+
+
+def test_a_new_shape_leaves_the_lane_and_runs_right() -> None:
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    sess.run(y, {x: np.ones(3, np.float32)})
+    sess.run(y, {x: np.ones(3, np.float32)})
+    assert _route(sess) == "lane"
+    b = np.arange(5, dtype=np.float32)
+    np.testing.assert_allclose(sess.run(y, {x: b}), b * 2 + 1)
+    assert _route(sess) != "lane"
+
+
+@pytest.mark.parametrize("value", [np.array([1.5, 2.5]), [1.0, 2.0], np.array([1, 2], np.int32)])
+def test_a_feed_that_needs_converting_never_takes_the_lane(value: object) -> None:
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    sess.run(y, {x: np.ones(2, np.float32)})
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(y, {x: value}), np.asarray(value, np.float32) * 2 + 1)
+        assert _route(sess) != "lane"
+
+
+def test_an_out_of_range_feed_is_refused_after_a_lane_was_built() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        out = n + 1
+    sess = tn.Session(g, backend="fast")
+    for _ in range(2):
+        assert int(sess.run(out, {n: np.int32(4)})) == 5
+    assert _route(sess) == "lane"
+    with pytest.raises(FeedError, match="n"):
+        sess.run(out, {n: np.int64(2**40)})
+    with pytest.raises(FeedError):
+        sess.run(out, {n: np.float32(1.5)})
+    assert int(sess.run(out, {n: np.int32(7)})) == 8
+
+
+def test_feeds_in_another_order_take_the_right_values() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [2], name="a")
+        b = tn.placeholder(tn.float32, [2], name="b")
+        d = a - b
+    sess = tn.Session(g, backend="fast")
+    u, v = np.array([5.0, 6.0], np.float32), np.array([1.0, 1.0], np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(d, {b: v, a: u}), u - v)
+    assert _route(sess) == "lane"
+    np.testing.assert_allclose(sess.run(d, {a: u, b: v}), u - v)
+    np.testing.assert_allclose(sess.run(d, {a: u, b: v}), u - v)
+    np.testing.assert_allclose(sess.run(d, {b: u, a: v}), v - u)
+
+
+def test_a_graph_edit_leaves_the_lane_and_is_validated() -> None:
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    a = np.ones(2, np.float32)
+    sess.run(y, {x: a})
+    sess.run(y, {x: a})
+    assert _route(sess) == "lane"
+    with g.as_default():
+        tn.raw.exit(tn.constant(1.0), name="lost_exit")  # an Exit in no frame: the graph no longer validates
+    with pytest.raises(ValidationError, match="lost_exit"):
+        sess.run(y, {x: a})
+
+
+def test_the_lane_writes_variables_and_sees_a_replaced_one() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        v = tn.Variable(np.zeros(2, np.float32), name="v")
+        upd = v.assign_add(x)
+        read = v.read() * 1.0
+    sess = tn.Session(g, backend="fast")
+    ones = np.ones(2, np.float32)
+    for k in range(1, 4):
+        np.testing.assert_allclose(sess.run(upd, {x: ones}), np.full(2, k))
+    assert _route(sess) == "lane"
+    np.testing.assert_allclose(sess.variables["v"], np.full(2, 3.0))
+    sess.variables["v"] = np.full(2, 10.0, np.float32)  # the user replaces it: the lane must see it
+    np.testing.assert_allclose(sess.run(upd, {x: ones}), np.full(2, 11.0))
+    np.testing.assert_allclose(sess.run(upd, {x: ones}), np.full(2, 12.0))
+    sess.backend.release_buffers()
+    np.testing.assert_allclose(sess.run(upd, {x: ones}), np.full(2, 13.0))
+    np.testing.assert_allclose(sess.run(read), np.full(2, 13.0))
+    ref = tn.Session(g)
+    ref.variables.update(sess.variables)
+    np.testing.assert_allclose(ref.run(upd, {x: ones}), np.full(2, 14.0))
+
+
+def test_a_kernel_error_on_the_lane_is_raised_and_writes_no_variable() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        v = tn.Variable(np.int32(100), name="v")
+        upd = v.assign(v.read() // k)
+    sess = tn.Session(g, backend="fast")
+    assert int(sess.run(upd, {k: np.int32(2)})) == 50
+    assert int(sess.run(upd, {k: np.int32(5)})) == 10
+    assert _route(sess) == "lane"
+    with pytest.raises(KernelError, match="division"):
+        sess.run(upd, {k: np.int32(0)})
+    assert int(sess.variables["v"]) == 10
+    assert int(sess.run(upd, {k: np.int32(2)})) == 5
+
+
+def _counting_loop() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, s = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + i), [tn.constant(0), tn.constant(0)])
+    return g, n, s
+
+
+def test_options_other_than_the_defaults_never_take_the_lane() -> None:
+    g, n, s = _counting_loop()
+    sess = tn.Session(g, backend="fast")
+    for _ in range(2):
+        assert int(sess.run(s, {n: np.int32(10)})) == 45
+    assert _route(sess) == "lane"
+    with pytest.raises(NonTerminationError):
+        sess.run(s, {n: np.int32(10)}, options={"max_iterations": 3})
+    traced = sess.run(s, {n: np.int32(10)}, options={"trace": True})
+    assert int(traced) == 45 and sess.last_result.trace is not None
+    assert int(sess.run(s, {n: np.int32(10)})) == 45
+    assert _route(sess) == "lane"
+
+
+def test_a_dead_fetch_is_refused_on_the_lane() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.float32, [], name="x")
+        sw_f, sw_t = tn.raw.switch(x, p)
+        out = sw_t * 2.0
+    sess = tn.Session(g, backend="fast")
+    assert float(sess.run(out, {p: np.bool_(True), x: np.float32(3)})) == 6.0
+    assert float(sess.run(out, {p: np.bool_(True), x: np.float32(4)})) == 8.0
+    assert _route(sess) == "lane"
+    with pytest.raises(DeadFetchError, match="dead"):
+        sess.run(out, {p: np.bool_(False), x: np.float32(4)})
+
+
+def test_a_lane_with_64_bit_feeds_keeps_their_precision() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int64, [], name="i")
+        f = tn.placeholder(tn.float64, [], name="f")
+        out = (i + 1, f * 3.0)
+    sess = tn.Session(g, backend="fast")
+    for k in range(3):
+        big = np.int64(2**40 + k)
+        got_i, got_f = sess.run(out, {i: big, f: np.float64(1 / 3)})
+        assert int(got_i) == 2**40 + k + 1 and got_i.dtype == np.int64
+        assert float(got_f) == 1 / 3 * 3.0 and got_f.dtype == np.float64
+    assert _route(sess) == "lane"
+
+
+def test_a_program_without_feeds_takes_the_lane() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.float32(1.0), name="v")
+        out = v.assign(v.read() * 2.0)
+    sess = tn.Session(g, backend="fast")
+    assert [float(sess.run(out)) for _ in range(4)] == [2.0, 4.0, 8.0, 16.0]
+    assert _route(sess) == "lane"
+    assert float(sess.run(out, {})) == 32.0
+    assert _route(sess) == "lane"
