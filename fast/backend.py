@@ -56,7 +56,7 @@ import numpy as np
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, ResourceExhaustedError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
-from turnout.fast.emit import stack_key, var_key
+from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.lane import Lane, checked_values, make_lane
 from turnout.fast.lowering import NeedsStatic
@@ -69,11 +69,10 @@ from turnout.fast.plan import (
     Stage,
     capacity_ladder,
     split_carry,
-    stack_dtype,
 )
 from turnout.fast.regions import Key, key
 from turnout.fast.timeline import Timeline
-from turnout.fast.values import DEAD, Handle, to_host, wrap_static
+from turnout.fast.values import DEAD, to_host, wrap_static
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 
@@ -209,8 +208,9 @@ class FastBackend:
         self._checked_version = -1  # the graph version whose validation the last run saw pass
         # the last Direct run's (Direct, fetches, feeds), until the session asks for its lane
         self._lane_ready: Optional[tuple[Direct, list[Tensor], dict[Tensor, Any]]] = None
-        # (id of the Direct, which its lane holds; fetches; feed signature) -> the lane: a lane is made once (its executable fetched
-        # from JAX's caches), however often the session's few lanes per fetch give it up
+        # (id of the Direct, which its lane holds; fetches; feed signature) -> the lane: a lane is
+        # made once (its executable fetched from JAX's caches), however often the session's few
+        # lanes per fetch give it up
         self._lanes: dict[Any, Lane] = {}
 
     def held_bytes(self) -> int:
@@ -390,14 +390,15 @@ class FastBackend:
         assert st is not None
         max_iter = iteration_bound(options)
         with jax.enable_x64(True):
-            state = self._initial_state(p, variables)
+            state = self._initial_state(p, variables, fused=True)
             env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
             env_in = {k: env[k] for k in st.reads if k in env}
             rest, stacks = stk.split_state(state)
             with _device_oom(p, st):
-                out, lives, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                out, flags, state = st.fns["seg"](env_in, rest, stacks, max_iter)
             self._stack_bufs[id(p)] = {k: v for k, v in state.items() if isinstance(v, stk.StackValue)}
-            code = int(state["err"])
+            lives = self._fused_flags(st, flags, state)
+            code = state["err"]
             if code and p.codes.lookup(code)[0] in ("overflow", "underflow"):
                 return None
             self._raise_errors(p, state, 0)
@@ -623,29 +624,30 @@ class FastBackend:
         cached = self._dev_vars.get(name)
         return cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host))
 
-    def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
+        """The state a run starts from: the error word, the Variables' device copies, the stacks (the
+        last run's buffers, donated). For the fused stage (``fused``) there is no error word and the
+        stacks' pointers are ``None``: it sets both to 0 itself (``Plan.segment_fn``)."""
         # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
         # and the compiled stages take numpy leaves as the same int32 / bool arguments
-        state: dict[str, Any] = {"err": np.int32(0)}
+        start = None if fused else np.int32(0)
+        state: dict[str, Any] = {} if fused else {"err": start}
         for name in plan.var_nodes:
             state[var_key(name)] = self._device_var(plan, name, variables)
         reuse = self._stack_bufs.pop(id(plan), {})
-        for sn in plan.stack_nodes:
-            k = stack_key(Handle("stack", sn.id))
-            dtype = stack_dtype(sn)
-            shapes = plan.prealloc.get(sn.id)
+        for k, dtype, shapes in plan.stack_slots():
             if shapes is None:
                 state[k] = stk.StackValue(plan.capacity, dtype)
                 continue
             old = reuse.get(k)
             if old is not None and not old.pending:
                 # the last run's buffers, donated to this run: no allocation; entries above the
-                # pointer are never read ([E-Stack-Pop] reads only what this run pushed)
-                state[k] = stk.StackValue(plan.capacity, dtype, old.buf, old.idx, np.int32(0))
+                # pointer are never read ([E-Stack-Pop] reads only what this run pushed). A fused
+                # attempt hands its stacks back without pointers, as the next attempt takes them.
+                state[k] = old if old.ptr is start else stk.StackValue(plan.capacity, dtype, old.buf, old.idx, start)
             else:
                 fresh = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
-                state[k] = stk.StackValue(plan.capacity, dtype, committed(fresh.buf), committed(fresh.idx),
-                                          np.int32(0))
+                state[k] = stk.StackValue(plan.capacity, dtype, committed(fresh.buf), committed(fresh.idx), start)
         return state
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -676,7 +678,7 @@ class FastBackend:
         """
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
-        state = self._initial_state(plan, variables)
+        state = self._initial_state(plan, variables, fused=attempt)
         store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
         store.observe(state)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
@@ -698,6 +700,8 @@ class FastBackend:
                     before = self.compile_count
                     out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
+                    if attempt:  # the error word and the live flags, read back at once
+                        lv = self._fused_flags(st, lv, state)
                     args["error_word"] = int(state["err"])
                 lives.update(lv)
             else:
@@ -791,6 +795,14 @@ class FastBackend:
         except UnsupportedError:
             plan.fused = None
             return None
+
+    @staticmethod
+    def _fused_flags(st: Stage, flags: Any, state: dict[str, Any]) -> dict[Key, Any]:
+        """The fused stage's ``flags`` (error word, then live flags) read back at once: the error word
+        goes into ``state`` as a Python int, the live flags are returned per fetched key."""
+        code, *lives = np.asarray(flags).tolist()
+        state["err"] = code
+        return dict(zip(st.live_keys, lives, strict=True))
 
     def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
                 state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:

@@ -92,7 +92,8 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
 
 
 def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
-          sig: tuple[tuple[Tensor, type[Any], np.dtype, Any], ...], perm: tuple[int, ...], bound: Any, call: Any) -> Lane:
+          sig: tuple[tuple[Tensor, type[Any], np.dtype, Any], ...], perm: tuple[int, ...], bound: Any,
+          call: Any) -> Lane:
     """The lane itself: a closure over everything the run it repeats fixed (see the module docstring)."""
     graph = backend.graph
     version = graph._version

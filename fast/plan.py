@@ -60,6 +60,8 @@ class Stage:
     pop_stacks: dict[str, int] = field(default_factory=dict)
     fns: dict[str, Any] = field(default_factory=dict)
     passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
+    #: the fused stage's fetched outputs whose live flags follow the error word in its ``flags``
+    live_keys: list[Key] = field(default_factory=list)
 
 
 def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
@@ -235,13 +237,33 @@ class Plan:
         em.static = self.static_feeds
         return em
 
+    def stack_slots(self) -> list[tuple[str, Any, Optional[tuple[Any, ...]]]]:
+        """Per gradient stack: its state key, element dtype and static shapes (``prealloc``; ``None``:
+        known only when tracing), in ``stack_nodes`` order; computed once, read by every run."""
+        slots = self.__dict__.get("_stack_slots")
+        if slots is None:
+            slots = self.__dict__["_stack_slots"] = [
+                (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id))
+                for sn in self.stack_nodes]
+        return slots
+
     def segment_fn(self, st: Stage, fused: bool = False) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
         ``st`` (or the fused stage: ``fused`` makes its stack-pushing loops stop on an error, so an
-        attempt that overflows stops there). The stacks are donated: updated in place."""
+        attempt that overflows stops there). The stacks are donated: updated in place.
+
+        The fused stage runs a whole root frame, so it starts with no error and every stack empty:
+        its ``state`` has no error word and its stacks' pointers are ``None``, both set to 0 here as
+        constants, and its live flags come back after the error word in one int32 vector
+        (``st.live_keys`` names them). Why: each argument costs the call a transfer and each result
+        read back costs a wait (about 5 and 20 to 50 µs on the development machine), which
+        for the small LSTM step was a third of the run."""
         fetch = set(self.program.fetch_keys)
 
         def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            if fused:
+                state = {"err": np.int32(0), **state}
+                stacks = {k: started(v) for k, v in stacks.items()}
             em = self.emitter({**state, **stacks}, max_iter)
             em.stop_on_error = fused
             env = dict(env_in)
@@ -250,6 +272,15 @@ class Plan:
             # returned: returning it would copy it; the caller's env still holds it.
             st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
             out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
+            if fused:
+                st.live_keys = [k for k in st.writes if k in fetch]
+                flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
+                                  + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in st.live_keys])
+                # the error word is in ``flags``, and the pointers are not returned: the next attempt
+                # starts every stack empty again (every result is an array the call must hand back)
+                ended = {k: (stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
+                             if isinstance(v, stk.StackValue) else v) for k, v in em.state.items() if k != "err"}
+                return out, flags, ended
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
@@ -295,6 +326,14 @@ class Plan:
         # buffer in and out (``Plan`` docstring).
         return (jax.jit(init, donate_argnums=(2,)), jax.jit(chunk, donate_argnums=(2,)),
                 jax.jit(finish, donate_argnums=(2,)))
+
+
+def started(s: stk.StackValue) -> stk.StackValue:
+    """A stack handed to the fused stage without its pointer (``None``: it starts empty), with the
+    pointer a constant 0."""
+    if s.pending or s.ptr is not None:
+        return s
+    return stk.StackValue(s.capacity, s.dtype, s.buf, s.idx, np.int32(0))
 
 
 class NotDirect(Exception):

@@ -52,11 +52,14 @@ import numpy as np
 from turnout.errors import ResourceExhaustedError, UnsupportedError
 
 
-@jax.tree_util.register_pytree_node_class
 class StackValue:
     """``buf (capacity, *elem)``, ``idx (capacity, depth)`` (the pushed iteration indices), ``ptr``.
 
-    ``buf is None``: no push yet and no element shape known (a *pending* stack).
+    ``buf is None``: no push yet and no element shape known (a *pending* stack). ``ptr is None`` only
+    on the way into the fused stage, which starts every stack empty (``plan.started``).
+
+    A pytree whose arrays are its children and whose capacity and dtype are static (registered as a
+    dataclass node: JAX flattens it in C++, without a Python call per stack and per compiled call).
     """
 
     def __init__(self, capacity: int, dtype: Any, buf: Any = None, idx: Any = None, ptr: Any = None) -> None:
@@ -75,14 +78,8 @@ class StackValue:
             return 0
         return math.prod(self.buf.shape) * self.buf.dtype.itemsize + math.prod(self.idx.shape) * 4
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        aux = (self.capacity, self.dtype.str)
-        return ((), aux + (True,)) if self.pending else ((self.buf, self.idx, self.ptr), aux + (False,))
 
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> StackValue:
-        cap, d, pending = aux
-        return cls(cap, d) if pending else cls(cap, d, *children)
+jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"], meta_fields=["capacity", "dtype"])
 
 
 def push(s: StackValue, index: Any, value: Any) -> tuple[StackValue, Any]:
