@@ -119,7 +119,9 @@ MODULES: dict[str, dict[str, Any]] = {
                                                 "test_cluster.py"]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
-    "fast/lane.py": {"module": "turnout.fast.lane", "tests": _BACKEND_TESTS},
+    "fast/lane.py": {"module": "turnout.fast.lane",
+                     "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
+                               "test_error_parity.py", "test_fast_hot_properties.py"]},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 
