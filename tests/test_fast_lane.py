@@ -226,3 +226,34 @@ def test_a_program_without_feeds_takes_the_lane() -> None:
     assert _route(sess) == "lane"
     assert float(sess.run(out, {})) == 32.0
     assert _route(sess) == "lane"
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_a_training_step_with_an_op_fetch_takes_the_lane_and_trains_as_the_reference(kind: type) -> None:
+    def build() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor, object]:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [4, 3], name="x")
+            y = tn.placeholder(tn.float32, [4], name="y")
+            w = tn.Variable(np.ones(3, np.float32) * 0.5, name="w")
+            err = tn.reduce_sum(x * w.read(), axis=1) - y
+            loss = tn.reduce_mean(err * err)
+            step = tn.train.SGD(0.1).minimize(loss)
+        return g, x, y, loss, step
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=4).astype(np.float32)) for _ in range(4)]
+    results = {}
+    for backend in ("reference", "fast"):
+        g, x, y, loss, step = build()
+        sess = tn.Session(g, backend=backend)
+        got = []
+        for xb, yb in batches:
+            out = sess.run(kind([loss, step]), {x: xb, y: yb})
+            assert type(out) is kind and out[1] is None
+            got.append(float(out[0]))
+        results[backend] = (got, sess.variables["w"].copy())
+        if backend == "fast":
+            assert _route(sess) == "lane"
+    np.testing.assert_allclose(results["fast"][0], results["reference"][0], rtol=1e-6)
+    np.testing.assert_allclose(results["fast"][1], results["reference"][1], rtol=1e-6)

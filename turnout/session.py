@@ -181,11 +181,15 @@ class Session:
                 except TypeError:  # an unhashable structure of fetches
                     lanes = None
                 if lanes is not None:
-                    for lane in lanes:
+                    for lane, ops in lanes:
                         got = lane(feed_dict, self.variables)
                         if got is not None:
                             self._lazy = got
-                            return got[0][0] if tp is Tensor else tp(got[0])
+                            if tp is Tensor:
+                                return got[0][0]
+                            if ops is None:
+                                return tp(got[0])
+                            return tp([None if op else v for op, v in zip(ops, got[0])])
             opts = _DEFAULT_OPTIONS  # the common call: validated once, never mutated
         else:
             opts = RunOptions(**{**(options or {}), **kw})
@@ -232,20 +236,28 @@ class Session:
         return nest.pack_as(fetches, out)
 
     def _run_fast(self, fetches: Any, feed_dict: Optional[dict[Any, Any]], opts: RunOptions) -> Any:
-        """The common case — one tensor, or a flat list / tuple of tensors, fed by tensor keys — without
-        the generic flatten / pack walk. It performs the same checks as the general path, in the same
-        order, so it raises the same errors; anything else returns ``_SLOW`` (per-run overhead matters
-        for small programs run many times, see ``docs/benchmarks.rst``)."""
+        """The common case — one tensor, or a flat list / tuple of tensors and ops (a training step's
+        ``[loss, train_op]``), fed by tensor keys — without the generic flatten / pack walk. It performs
+        the same checks as the general path, in the same order, so it raises the same errors; anything
+        else returns ``_SLOW`` (per-run overhead matters for small programs run many times, see
+        ``docs/benchmarks.rst``)."""
         tp = type(fetches)
+        graph = self.graph
+        targets: Optional[list[bool]] = None  # per fetch, whether it is an op (fetched as None)
         if tp is Tensor:
             tensors = [fetches]
-        elif (tp is list or tp is tuple) and all(type(f) is Tensor for f in fetches):
+        elif tp is list or tp is tuple:
             tensors = list(fetches)
+            for f in tensors:
+                tf = type(f)
+                if tf is Node and f.graph is graph:
+                    targets = [type(g) is Node for g in tensors]
+                elif tf is not Tensor:
+                    return _SLOW
         else:
             return _SLOW
-        graph = self.graph
         for f in tensors:
-            if f.node.graph is not graph:
+            if type(f) is Tensor and f.node.graph is not graph:
                 raise GraphBuildError(f"fetch {f.name} belongs to another graph")
         feeds: dict[Tensor, Any] = {}
         if feed_dict:
@@ -253,6 +265,8 @@ class Session:
                 if type(k) is not Tensor or k.node.graph is not graph:
                     return _SLOW
                 feeds[k] = self._check_feed(k, v)
+        if targets is not None:  # an op is run for its effects: fetch its proxy (``_target_proxy``)
+            tensors = [_target_proxy(f) if t else f for f, t in zip(tensors, targets)]
         if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
             result = self.backend.run(tensors, feeds, self.variables, opts)
         else:
@@ -263,11 +277,13 @@ class Session:
             lane = self._lane_for(tensors, feeds, feed_dict or {})
             if lane is not None:  # kept beside the fetches' other lanes (other feed signatures), the newest first
                 lanes = self._lanes.setdefault(fetches if tp is Tensor else tuple(fetches), [])
-                if lane not in lanes:
-                    lanes.insert(0, lane)
+                if all(other is not lane for other, _ in lanes):
+                    lanes.insert(0, (lane, targets))
                     del lanes[_LANES_PER_FETCH:]
         if tp is Tensor:
             return result.values[0]
+        if targets is not None:
+            return tp([None if t else v for t, v in zip(targets, result.values)])
         return tp(result.values[: len(tensors)])
 
     @property
