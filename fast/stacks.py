@@ -83,7 +83,14 @@ jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"], 
 
 
 def push(s: StackValue, index: Any, value: Any) -> tuple[StackValue, Any]:
-    """Returns the new stack and ``ok`` (False on overflow: the value is not stored)."""
+    """Returns the new stack and ``ok`` (False on overflow).
+
+    On overflow the value lands on the last entry, unguarded: no run reads a stack that overflowed
+    (a fused attempt that overflows is discarded, and a staged run in which a nested loop's stack
+    overflows runs again with a larger chunk), and guarding the write cost each push a read of the
+    old entry and a select, two XLA kernels per stack per iteration. The entry is written with
+    ``dynamic_update_index_in_dim`` at a scalar position, not an indexed ``.at[p].set``, which
+    XLA:CPU turned into one more kernel building the index vector."""
     value = jnp.asarray(value, s.dtype)
     index = jnp.asarray(index, jnp.int32)
     if s.pending:
@@ -94,8 +101,8 @@ def push(s: StackValue, index: Any, value: Any) -> tuple[StackValue, Any]:
                                f"on a stack of elements {s.buf.shape[1:]} (index {s.idx.shape[1:]})")
     ok = s.ptr < s.capacity
     p = jnp.minimum(s.ptr, s.capacity - 1)
-    buf = s.buf.at[p].set(jnp.where(ok, value, s.buf[p]))
-    idx = s.idx.at[p].set(jnp.where(ok, index, s.idx[p]))
+    buf = jax.lax.dynamic_update_index_in_dim(s.buf, value, p, 0)
+    idx = jax.lax.dynamic_update_index_in_dim(s.idx, index, p, 0)
     return StackValue(s.capacity, s.dtype, buf, idx, s.ptr + ok.astype(jnp.int32)), ok
 
 
@@ -104,8 +111,9 @@ def pop(s: StackValue, index: Any) -> tuple[StackValue, Any, Any, Any]:
     iteration index equals ``index``)."""
     ok = s.ptr > 0
     p = jnp.maximum(s.ptr - 1, 0)
-    v = s.buf[p]
-    match = jnp.all(s.idx[p] == jnp.asarray(index, jnp.int32)) | ~ok
+    v = jax.lax.dynamic_index_in_dim(s.buf, p, 0, keepdims=False)
+    pushed_at = jax.lax.dynamic_index_in_dim(s.idx, p, 0, keepdims=False)
+    match = jnp.all(pushed_at == jnp.asarray(index, jnp.int32)) | ~ok
     return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - ok.astype(jnp.int32)), v, ok, match
 
 
