@@ -8,7 +8,8 @@ beside its hand-written ``jax.jit`` twin called on the same numpy arrays and rea
 - ``elementwise``: ``x * 2 + 1`` on a fed ``(4,)`` array (nothing to check, one output);
 - ``variable``: ``v.assign_add(x)`` read back (a Variable kept on the device between runs);
 - ``checked_loop``: a ``while_loop`` of fed length whose body divides by a fed integer (an error
-  word and an iteration bound to check after the call).
+  word and an iteration bound to check after the call);
+- ``training_step``: ``[loss, train_op]`` of a small regression with SGD (the op fetched as ``None``).
 
 Each pair is timed in blocks of ``calls`` calls, the two sides' blocks interleaved; the figure is the
 best block's time per call (the least disturbed by other work on the machine) and the ratio of the two.
@@ -93,7 +94,50 @@ def _programs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
     nv, kv = np.int32(8), np.int32(3)
     assert int(lsess.run(s, {n: nv, k: kv})) == int(hand_loop(nv, kv))
     out["checked_loop"] = (lambda: lsess.run(s, {n: nv, k: kv}), lambda: np.asarray(hand_loop(nv, kv)))
+    out["training_step"] = _training_step()
     return out
+
+
+def _training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``sess.run([loss, train_op], feeds)`` of a one-layer regression (batch 32, 8 inputs, 16 hidden
+    units, SGD), beside ``jax.value_and_grad`` and the update in one jitted function that donates the
+    parameters. The fetch holds an op, which the session fetches as ``None``."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    xb, yb = rng.normal(size=(32, 8)).astype(np.float32), rng.normal(size=32).astype(np.float32)
+    w0, v0 = np.full((8, 16), 0.1, np.float32), np.full(16, 0.1, np.float32)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [32, 8], name="x")
+        y = tn.placeholder(tn.float32, [32], name="y")
+        w, v = tn.Variable(w0, name="w"), tn.Variable(v0, name="v")
+        err = tn.reduce_sum(tn.tanh(tn.matmul(x, w.read())) * v.read(), axis=1) - y
+        loss = tn.reduce_mean(err * err)
+        step = tn.train.SGD(0.01).minimize(loss)
+    sess = tn.Session(g, backend="fast")
+
+    def loss_fn(params: Any, xv: Any, yv: Any) -> Any:
+        wv, vv = params
+        e = jnp.sum(jnp.tanh(xv @ wv) * vv, axis=1) - yv
+        return jnp.mean(e * e)
+
+    @jax.jit
+    def hand_step(params: Any, xv: Any, yv: Any) -> Any:
+        lv, grads = jax.value_and_grad(loss_fn)(params, xv, yv)
+        return lv, jax.tree_util.tree_map(lambda p, gr: p - 0.01 * gr, params, grads)
+
+    hand = jax.jit(hand_step, donate_argnums=0)
+    state = {"p": (jnp.asarray(w0), jnp.asarray(v0))}
+
+    def hand_run() -> Any:
+        lv, state["p"] = hand(state["p"], xb, yb)
+        return np.asarray(lv)
+
+    first = sess.run([loss, step], {x: xb, y: yb})[0]
+    np.testing.assert_allclose(first, hand_run(), rtol=1e-5)
+    return (lambda: sess.run([loss, step], {x: xb, y: yb}), hand_run)
 
 
 def run(quick: bool) -> dict[str, Any]:
