@@ -310,10 +310,12 @@ class FastBackend:
         if isinstance(d, Direct):  # the session may ask for a lane for this run (``lane_for``)
             self._lane_ready = (d, fetches, feeds)
 
-    def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Lane]:
+    def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
+                 ops: Optional[list[bool]] = None) -> Optional[Lane]:
         """After a ``Session.run`` with default options: a lane (``fast.lane``) that repeats it for
         the cost of its compiled call, when the run was a ``Direct`` call whose feeds the session
-        passed through unconverted (``given``: the user's feed dict); else ``None``."""
+        passed through unconverted (``given``: the user's feed dict); else ``None``. ``ops`` marks
+        the fetches that stand for ops (not read back)."""
         ready, self._lane_ready = self._lane_ready, None
         if ready is None:
             return None
@@ -322,12 +324,13 @@ class FastBackend:
                 a is not b for a, b in zip(ran_fetches, fetches)):
             return None  # the Direct run was another one (a run made by something else than this session)
         try:
-            made = (id(d), tuple(fetches), tuple([(t, type(v), v.dtype, v.shape) for t, v in given.items()]))
+            made = (id(d), tuple(fetches), tuple([(t, type(v), v.dtype, v.shape) for t, v in given.items()]),
+                    None if ops is None else tuple(ops))
             lane = self._lanes.get(made)
         except (AttributeError, TypeError):  # a feed without a dtype or shape: no lane
             return None
         if lane is None or lane.version != self.graph.version:  # type: ignore[attr-defined]
-            lane = make_lane(self, d, fetches, feeds, given, iteration_bound(RunOptions()))
+            lane = make_lane(self, d, fetches, feeds, given, iteration_bound(RunOptions()), ops)
             if lane is not None:
                 self._lanes[made] = lane
         return lane

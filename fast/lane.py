@@ -51,12 +51,14 @@ Lane = Callable[[Optional[dict[Any, Any]], dict[str, np.ndarray]], Optional[Lane
 
 
 def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
-              given: dict[Any, Any], bound: Any) -> Optional[Lane]:
+              given: dict[Any, Any], bound: Any, ops: Optional[list[bool]] = None) -> Optional[Lane]:
     """The lane of the ``Direct`` run just made with ``fetches`` and ``feeds`` (as the session checked
     and converted them, from ``given``, the user's feed dict), or ``None`` when a repeat of it could
     not skip the general path's work: a feed that was not a numpy array or scalar of exactly its
     tensor's dtype (converting it needs the session's per-value checks), the feeds not covering the
-    plan's. ``bound`` is the compiled loops' iteration bound of the default options."""
+    plan's. ``bound`` is the compiled loops' iteration bound of the default options; ``ops`` marks the
+    fetches that stand for ops (the session fetches them as ``None``): their values are not read back,
+    and the lane's ``RunResult.values`` holds ``None`` there."""
     graph = backend.graph
     if graph.version != backend._checked_version or len(given) != len(feeds):
         return None
@@ -88,12 +90,12 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
             call = d.fn.lower(*args).compile()
         if backend.compile_count != before:  # the lowering traced again: not the executable that ran
             return None
-    return _lane(backend, d, fetches, tuple(sig), perm, bound, call)
+    return _lane(backend, d, fetches, tuple(sig), perm, bound, call, tuple(ops) if ops is not None else None)
 
 
 def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
           sig: tuple[tuple[Tensor, type[Any], np.dtype, Any], ...], perm: tuple[int, ...], bound: Any,
-          call: Any) -> Lane:
+          call: Any, ops: Optional[tuple[bool, ...]]) -> Lane:
     """The lane itself: a closure over everything the run it repeats fixed (see the module docstring)."""
     graph = backend.graph
     version = graph._version
@@ -133,9 +135,10 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
         t0 = time.perf_counter()
         vals, flags, var_out = call(feed_vals, var_vals, bound) if bounded else call(feed_vals, var_vals)
         if flags is None:
-            values = [np.asarray(v) for v in vals]
+            values = [np.asarray(v) for v in vals] if ops is None else [
+                None if op else np.asarray(v) for op, v in zip(ops, vals)]
         else:
-            values = checked_values(backend, plan, fetches, vals, flags)
+            values = checked_values(backend, plan, fetches, vals, flags, ops)
         if var_names:
             for (name, w, j), dev in zip(var_plan, var_out, strict=True):
                 if j is not None:  # the new value is a fetched one, returned once (``Plan.direct_fn``)
@@ -152,18 +155,20 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
 
 
 def checked_values(backend: FastBackend, plan: Any, fetches: list[Tensor], vals: tuple[Any, ...],
-                   flags: Any) -> list[Any]:
+                   flags: Any, ops: Optional[tuple[bool, ...]] = None) -> list[Any]:
     """The fetched values of a ``Direct`` call that returned its error word and live flags: the
     error raised (``KernelError``, ``NonTerminationError``), a dead fetch refused, else the values
-    on the host. Shared by the lane and ``FastBackend._direct_result``."""
+    on the host (``None`` for the fetches ``ops`` marks, which are not read back). Shared by the lane
+    and ``FastBackend._direct_result``."""
     code, *lives = np.asarray(flags).tolist()  # one read-back, then Python ints
     if code:
         backend._raise_errors(plan, {"err": code}, 0)
-    values = []
-    for t, v, live in zip(fetches, vals, lives, strict=True):
+    values: list[Any] = []
+    skip = ops if ops is not None else (False,) * len(fetches)
+    for t, v, live, op in zip(fetches, vals, lives, skip, strict=True):
         if not live:
             raise DeadFetchError(
                 f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                 f"(op {t.node.op} \"{t.node.name}\")")
-        values.append(np.asarray(v))
+        values.append(None if op else np.asarray(v))
     return values

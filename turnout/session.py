@@ -274,7 +274,7 @@ class Session:
                 result = self.backend.run(tensors, feeds, self.variables, opts)
         self.last_result = result
         if self._lane_for is not None and opts is _DEFAULT_OPTIONS:
-            lane = self._lane_for(tensors, feeds, feed_dict or {})
+            lane = self._lane_for(tensors, feeds, feed_dict or {}, targets)
             if lane is not None:  # kept beside the fetches' other lanes (other feed signatures), the newest first
                 lanes = self._lanes.setdefault(fetches if tp is Tensor else tuple(fetches), [])
                 if all(other is not lane for other, _ in lanes):
