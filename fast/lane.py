@@ -49,7 +49,6 @@ LaneResult = tuple[list[Any], dict[str, Any], float]
 Lane = Callable[[Optional[dict[Any, Any]], dict[str, np.ndarray]], Optional[LaneResult]]
 
 
-
 def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
               given: dict[Any, Any], bound: Any, ops: Optional[list[bool]] = None) -> Optional[Lane]:
     """The lane of the ``Direct`` run just made with ``fetches`` and ``feeds`` (as the session checked
@@ -60,8 +59,8 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
     fetches that stand for ops (the session fetches them as ``None``): their values are not read back,
     and the lane's ``RunResult.values`` holds ``None`` there."""
     graph = backend.graph
-    if graph.version != backend._checked_version or len(given) != len(feeds):
-        return None
+    if graph.version != backend._checked_version or len(given) != len(feeds) or backend._deep_nesting:
+        return None  # (a program nested deeply enough to trace on a large stack keeps the hot route)
     sig: list[tuple[Tensor, type[Any], np.dtype, tuple[int, ...]]] = []
     for t in feeds:
         v = given.get(t)
@@ -86,8 +85,11 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
             with jax.enable_x64(True):
                 return d.fn(*a)
     else:
-        with jax.enable_x64(True):
-            call = d.fn.lower(*args).compile()
+        try:
+            with jax.enable_x64(True):
+                call = d.fn.lower(*args).compile()
+        except Exception:  # noqa: BLE001 - no lane is not an error: the run already succeeded
+            return None
         if backend.compile_count != before:  # the lowering traced again: not the executable that ran
             return None
     return _lane(backend, d, fetches, tuple(sig), perm, bound, call, tuple(ops) if ops is not None else None)
