@@ -36,6 +36,9 @@ from turnout.tables import registrar
 
 
 class LoweringContext(Protocol):
+    #: the fused stage's trace: loops stop at the first error (stack pointers may run free, ``stk.push``)
+    stop_on_error: bool
+
     def check(self, ok: Any, message: str, code: str = "kernel") -> None: ...
     def read_var(self, node: Node, h: Handle) -> Any: ...
     def write_var(self, h: Handle, value: Any) -> None: ...
@@ -542,7 +545,7 @@ def _stack_new(ctx, n, xs):
 def _stack_push(ctx, n, xs):
     h, index, v = xs
     try:
-        s, ok = stk.push(ctx.get_stack(n, h), index, v)
+        s, ok = stk.push(ctx.get_stack(n, h), index, v, free=ctx.stop_on_error)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
         raise UnsupportedError(f"{describe_node(n)}: {e}") from None
     ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
@@ -558,7 +561,7 @@ def _stack_pop(ctx, n, xs):
         ctx.check(np.asarray(False), f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
         shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
         return [jnp.zeros(shape, _np(n.attrs["dtype"]))]
-    s, v, ok, match = stk.pop(s0, index)
+    s, v, ok, match = stk.pop(s0, index, free=ctx.stop_on_error)
     ctx.check(ok, f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
     ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
               "(pushes and pops are not in reverse order)")

@@ -1,0 +1,64 @@
+"""Gradient stack pointers: saturating everywhere, running free in the fused stage (``stacks.push``).
+
+The fused stage lets a pointer run past its capacity, because its loops stop at the first error and
+it hands no pointer back: that is what lets XLA merge the pointers of stacks pushed in lockstep. These
+tests pin both update rules and check that an attempt whose stacks overflow mid-loop still climbs the
+capacity ladder to the reference's values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+pytest.importorskip("jax")
+
+from turnout.fast import stacks as stk  # noqa: E402
+
+
+def _stack(capacity: int) -> stk.StackValue:
+    return stk.StackValue(capacity, np.float32).materialize((2,), (1,))
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_a_push_past_the_capacity_fails_and_moves_the_pointer_only_when_free(free: bool) -> None:
+    s = _stack(2)
+    oks = []
+    for i in range(3):
+        s, ok = stk.push(s, np.array([i]), np.full(2, float(i)), free=free)
+        oks.append(bool(ok))
+    assert oks == [True, True, False]
+    assert int(s.ptr) == (3 if free else 2)
+    np.testing.assert_array_equal(np.asarray(s.buf)[0], [0.0, 0.0])
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_a_pop_of_an_empty_stack_fails_and_moves_the_pointer_only_when_free(free: bool) -> None:
+    s, _ = stk.push(_stack(2), np.array([7]), np.full(2, 1.5))
+    s, v, ok, match = stk.pop(s, np.array([7]), free=free)
+    assert bool(ok) and bool(match) and float(np.asarray(v)[0]) == 1.5
+    s, _, ok, _ = stk.pop(s, np.array([6]), free=free)
+    assert not bool(ok)
+    assert int(s.ptr) == (-1 if free else 0)
+
+
+def test_a_fused_attempt_overflowing_mid_loop_climbs_to_the_reference_gradient() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.placeholder(tn.float32, [], name="w")
+
+        def body(i: tn.Tensor, a: tn.Tensor, b: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+            return i + 1, tn.tanh(a * w + 0.1), tn.sigmoid(b * w) + a  # several values saved per iteration
+
+        _, a, b = tn.while_loop(lambda i, a, b: i < n, body, [tn.constant(0), tn.constant(0.5), tn.constant(0.2)])
+        (dw,) = tn.gradients(a + b, [w])
+    fast = tn.Session(g, backend="fast")
+    ref = tn.Session(g)
+    for trips in (5, 200, 7):  # 200 overflows the lower rung (128 entries) in the middle of the loop
+        feed = {n: np.int32(trips), w: np.float32(0.9)}
+        np.testing.assert_allclose(fast.run(dw, feed), ref.run(dw, feed), rtol=1e-4)
+        assert fast.last_result.stats["fused"]
+    assert fast.last_result.stats["stack_capacity"] == 1024
