@@ -323,11 +323,13 @@ class FastBackend:
         if ran_feeds is not feeds or len(ran_fetches) != len(fetches) or any(
                 a is not b for a, b in zip(ran_fetches, fetches)):
             return None  # the Direct run was another one (a run made by something else than this session)
-        try:
-            made = (id(d), tuple(fetches), tuple([(t, type(v), v.dtype, v.shape) for t, v in given.items()]),
+        try:  # a Python number has no dtype or shape: its type stands for them
+            made = (id(d), tuple(fetches),
+                    tuple([(t, type(v), getattr(v, "dtype", None), getattr(v, "shape", None))
+                           for t, v in given.items()]),
                     None if ops is None else tuple(ops))
             lane = self._lanes.get(made)
-        except (AttributeError, TypeError):  # a feed without a dtype or shape: no lane
+        except TypeError:  # an unhashable feed signature: no lane
             return None
         if lane is None or lane.version != self.graph.version:  # type: ignore[attr-defined]
             lane = make_lane(self, d, fetches, feeds, given, iteration_bound(RunOptions()), ops)

@@ -22,7 +22,9 @@ graph's ``version`` is the one it was built under (every edit bumps it, so no va
 and no plan is stale); the run's options are the defaults (the session looks for a lane only then);
 the feeds are the same tensors, in the same order, as numpy arrays (or scalars) of exactly the
 tensors' dtypes and of the shapes seen, so every check ``check_feed`` makes passed for this signature
-and none depends on the values; and each Variable is still the host array the backend's device copy
+and none depends on the values, or as Python numbers of the same type, which get the one check that
+depends on the value (the session's ``_scalar_fits``: in range, finite where it must be) and are
+converted as the session converts them; and each Variable is still the host array the backend's device copy
 was made from. Anything else returns ``None`` and the session takes the general path, which checks
 everything and may build a new lane. The allocation limit in force is not looked at: it is checked
 when a program is traced, and a lane never traces.
@@ -39,6 +41,7 @@ import numpy as np
 
 from turnout.errors import DeadFetchError
 from turnout.graph import Tensor
+from turnout.session import _scalar_fits
 
 if TYPE_CHECKING:
     from turnout.fast.backend import FastBackend
@@ -53,17 +56,20 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
               given: dict[Any, Any], bound: Any, ops: Optional[list[bool]] = None) -> Optional[Lane]:
     """The lane of the ``Direct`` run just made with ``fetches`` and ``feeds`` (as the session checked
     and converted them, from ``given``, the user's feed dict), or ``None`` when a repeat of it could
-    not skip the general path's work: a feed that was not a numpy array or scalar of exactly its
-    tensor's dtype (converting it needs the session's per-value checks), the feeds not covering the
-    plan's. ``bound`` is the compiled loops' iteration bound of the default options; ``ops`` marks the
+    not skip the general path's work: a feed that was neither a Python number nor a numpy array or
+    scalar of exactly its tensor's dtype (converting it needs the session's full checks), the feeds
+    not covering the plan's. ``bound`` is the compiled loops' iteration bound of the default options; ``ops`` marks the
     fetches that stand for ops (the session fetches them as ``None``): their values are not read back,
     and the lane's ``RunResult.values`` holds ``None`` there."""
     graph = backend.graph
     if graph.version != backend._checked_version or len(given) != len(feeds) or backend._deep_nesting:
         return None  # (a program nested deeply enough to trace on a large stack keeps the hot route)
-    sig: list[tuple[Tensor, type[Any], np.dtype, tuple[int, ...]]] = []
+    sig: list[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]]] = []
     for t in feeds:
         v = given.get(t)
+        if type(v) in (int, float, bool):  # converted per run, as ``Session._check_feed`` does
+            sig.append((t, type(v), (t.dtype, np.dtype(t.dtype.numpy).type), None))
+            continue
         if not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
             return None
         sig.append((t, type(v), v.dtype, v.shape))
@@ -76,9 +82,9 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
     if any(name not in dev_vars for name in var_names):
         return None
     feed_vals = tuple(feeds[sig[i][0]] for i in perm)
+    wide = any(np.dtype(t.dtype.numpy).itemsize > 4 for t, _, _, _ in sig)  # narrowed by JAX outside 64-bit mode
     var_vals = tuple(dev_vars[name][1] for name in var_names)
     args = (feed_vals, var_vals, bound) if d.bounded else (feed_vals, var_vals)
-    wide = any(dtype.itemsize > 4 for _, _, dtype, _ in sig)  # narrowed by JAX outside 64-bit mode
     before = backend.compile_count
     if wide:  # the jitted function, called in 64-bit mode
         def call(*a: Any) -> Any:
@@ -96,7 +102,7 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
 
 
 def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
-          sig: tuple[tuple[Tensor, type[Any], np.dtype, Any], ...], perm: tuple[int, ...], bound: Any,
+          sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bound: Any,
           call: Any, ops: Optional[tuple[bool, ...]]) -> Lane:
     """The lane itself: a closure over everything the run it repeats fixed (see the module docstring)."""
     graph = backend.graph
@@ -122,7 +128,13 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
         else:
             given = []
             for (k, v), (t, kind, dtype, shape) in zip(feed_dict.items(), sig):
-                if k is not t or type(v) is not kind or v.dtype != dtype or v.shape != shape:
+                if k is not t or type(v) is not kind:
+                    return None
+                if shape is None:  # a Python number: the per-value check ``Session._check_feed`` makes
+                    if kind is not bool and not _scalar_fits(dtype[0], v):
+                        return None
+                    v = dtype[1](v)
+                elif v.dtype != dtype or v.shape != shape:
                     return None
                 given.append(v)
             feed_vals = tuple(given) if identity else tuple([given[i] for i in perm])

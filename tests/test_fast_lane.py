@@ -257,3 +257,27 @@ def test_a_training_step_with_an_op_fetch_takes_the_lane_and_trains_as_the_refer
             assert _route(sess) == "lane"
     np.testing.assert_allclose(results["fast"][0], results["reference"][0], rtol=1e-6)
     np.testing.assert_allclose(results["fast"][1], results["reference"][1], rtol=1e-6)
+
+
+def test_python_numbers_take_the_lane_with_the_sessions_per_value_checks() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        f = tn.placeholder(tn.float32, [], name="f")
+        out = (n + 1, f * 2.0)
+    sess = tn.Session(g, backend="fast")
+    for k in range(3):
+        got_n, got_f = sess.run(out, {n: 40 + k, f: 0.25})
+        assert int(got_n) == 41 + k and got_n.dtype == np.int32 and float(got_f) == 0.5
+    assert _route(sess) == "lane"
+    with pytest.raises(FeedError, match="n"):
+        sess.run(out, {n: 2**40, f: 0.25})  # out of int32's range: refused, as on the general route
+    with pytest.raises(FeedError, match="f"):
+        sess.run(out, {n: 1, f: 1e39})  # does not fit a float32
+    with pytest.raises(FeedError):
+        sess.run(out, {n: 1.5, f: 0.25})  # a float fed to an int tensor
+    got_n, got_f = sess.run(out, {n: -7, f: float("inf")})
+    assert int(got_n) == -6 and np.isinf(got_f)
+    assert _route(sess) == "lane"
+    ref = tn.Session(g)
+    np.testing.assert_array_equal(sess.run(out, {n: 2**31 - 2, f: -3.5}), ref.run(out, {n: 2**31 - 2, f: -3.5}))
