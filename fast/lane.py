@@ -18,8 +18,8 @@ its fixed cost. Measured on the development machine, the jitted call of ``x * 2 
   ``last_result`` is read.
 
 What a lane checks, so that it never runs what the general path would refuse or run otherwise: the
-graph's ``version`` is the one it was built under (every edit bumps it, so no validation is pending
-and no plan is stale); the run's options are the defaults (the session looks for a lane only then);
+graph's ``version`` and ``edits`` are the ones it was built under (no validation is pending and no
+plan is stale); the run's options are the defaults (the session looks for a lane only then);
 the feeds are the same tensors, in the same order, as numpy arrays (or scalars) of exactly the
 tensors' dtypes and of the shapes seen, so every check ``check_feed`` makes passed for this signature
 and none depends on the values, or as Python numbers of the same type, which get the one check that
@@ -106,7 +106,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
           call: Any, ops: Optional[tuple[bool, ...]]) -> Lane:
     """The lane itself: a closure over everything the run it repeats fixed (see the module docstring)."""
     graph = backend.graph
-    version = graph._version
+    version, edits = graph._version, graph._edits
     n = len(sig)
     identity = perm == tuple(range(n))
     var_names = d.var_names
@@ -119,7 +119,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     plan = d.plan
 
     def lane(feed_dict: Optional[dict[Any, Any]], variables: dict[str, np.ndarray]) -> Optional[LaneResult]:
-        if graph._version != version:  # every edit also bumps the version
+        if graph._version != version or graph._edits != edits:  # plans are keyed on ``edits``
             return None
         if feed_dict is None or len(feed_dict) != n:
             if n or feed_dict:
