@@ -58,7 +58,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.lane import Lane, checked_values, make_lane
+from turnout.fast.lane import Lane, checked_values, make_lane, variable_plan, write_variables
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.plan import (
     INT32_MAX,
@@ -568,19 +568,8 @@ class FastBackend:
                        variables: dict[str, np.ndarray], t0: float, route: str) -> RunResult:
         """The fetched values on the host, errors raised, Variables written back: the end of a
         ``Direct`` run."""
-        if flags is None:  # no check could fail and every fetch is live (see ``Plan.direct_fn``)
-            values = [np.asarray(v) for v in vals]
-        else:
-            values = checked_values(self, d.plan, fetches, vals, flags)
-        alias = d.aliases.get("vars") or (None,) * len(d.var_names)
-        for name, dev, w, j in zip(d.var_names, var_out, d.written, alias, strict=True):
-            if j is not None:  # the new value is a fetched one, returned once (``Plan.direct_fn``)
-                dev = vals[j]
-                if w:
-                    variables[name] = values[j]
-            elif w:
-                variables[name] = np.asarray(dev)
-            self._dev_vars[name] = (variables[name], dev)
+        values = checked_values(self, d.plan, fetches, vals, flags)
+        write_variables(variable_plan(d), var_out, vals, values, variables, self._dev_vars)
         self._records = []
         stats = dict(d.stats)
         stats["compiles"] = self.compile_count

@@ -111,9 +111,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     identity = perm == tuple(range(n))
     var_names = d.var_names
     dev_vars = backend._dev_vars
-    written = d.written
-    alias = d.aliases.get("vars") or (None,) * len(var_names)
-    var_plan = tuple(zip(var_names, written, alias, strict=True))
+    var_plan = variable_plan(d)
     stats = {**d.stats, "route": "lane"}
     bounded = d.bounded
     plan = d.plan
@@ -148,20 +146,9 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
             var_vals = ()
         t0 = time.perf_counter()
         vals, flags, var_out = call(feed_vals, var_vals, bound) if bounded else call(feed_vals, var_vals)
-        if flags is None:
-            values = [np.asarray(v) for v in vals] if ops is None else [
-                None if op else np.asarray(v) for op, v in zip(ops, vals)]
-        else:
-            values = checked_values(backend, plan, fetches, vals, flags, ops)
+        values = checked_values(backend, plan, fetches, vals, flags, ops)
         if var_names:
-            for (name, w, j), dev in zip(var_plan, var_out, strict=True):
-                if j is not None:  # the new value is a fetched one, returned once (``Plan.direct_fn``)
-                    dev = vals[j]
-                    if w:
-                        variables[name] = values[j]
-                elif w:
-                    variables[name] = np.asarray(dev)
-                dev_vars[name] = (variables[name], dev)
+            write_variables(var_plan, var_out, vals, values, variables, dev_vars)
         return values, stats, time.perf_counter() - t0
 
     lane.version = version  # type: ignore[attr-defined]  # what ``FastBackend.lane_for`` reuses it under
@@ -170,10 +157,15 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
 
 def checked_values(backend: FastBackend, plan: Any, fetches: list[Tensor], vals: tuple[Any, ...],
                    flags: Any, ops: Optional[tuple[bool, ...]] = None) -> list[Any]:
-    """The fetched values of a ``Direct`` call that returned its error word and live flags: the
-    error raised (``KernelError``, ``NonTerminationError``), a dead fetch refused, else the values
-    on the host (``None`` for the fetches ``ops`` marks, which are not read back). Shared by the lane
-    and ``FastBackend._direct_result``."""
+    """The fetched values of a ``Direct`` call on the host (``None`` for the fetches ``ops`` marks,
+    which are not read back). With its error word and live flags (``flags``; ``None`` when tracing
+    showed that no check can fail and every fetch is live, see ``Plan.direct_fn``): the error raised
+    (``KernelError``, ``NonTerminationError``) and a dead fetch refused first. Shared by the lane and
+    ``FastBackend._direct_result``."""
+    if flags is None:
+        if ops is None:
+            return [np.asarray(v) for v in vals]
+        return [None if op else np.asarray(v) for op, v in zip(ops, vals, strict=True)]
     code, *lives = np.asarray(flags).tolist()  # one read-back, then Python ints
     if code:
         backend._raise_errors(plan, {"err": code}, 0)
@@ -186,3 +178,26 @@ def checked_values(backend: FastBackend, plan: Any, fetches: list[Tensor], vals:
                 f"(op {t.node.op} \"{t.node.name}\")")
         values.append(None if op else np.asarray(v))
     return values
+
+
+def variable_plan(d: Direct) -> tuple[tuple[str, bool, Optional[int]], ...]:
+    """Per Variable of ``d``: its name, whether the call writes it, and the index of the fetch that
+    holds its new value (``None``: the call returns it separately), as ``write_variables`` reads them."""
+    alias = d.aliases.get("vars") or (None,) * len(d.var_names)
+    return tuple(zip(d.var_names, d.written, alias, strict=True))
+
+
+def write_variables(var_plan: tuple[tuple[str, bool, Optional[int]], ...], var_out: Any, vals: Any,
+                    values: list[Any], variables: dict[str, np.ndarray], dev_vars: dict[str, tuple[Any, Any]]) -> None:
+    """After a ``Direct`` call: each written Variable's new value into the session's host dict, and
+    every Variable's device copy (``dev_vars``) with the host array it stands for. A new value that
+    is also a fetched one is returned once (``Plan.direct_fn``) and taken from the fetched values.
+    Shared by the lane and ``FastBackend._direct_result``."""
+    for (name, w, j), dev in zip(var_plan, var_out, strict=True):
+        if j is not None:
+            dev = vals[j]
+            if w:
+                variables[name] = values[j]
+        elif w:
+            variables[name] = np.asarray(dev)
+        dev_vars[name] = (variables[name], dev)

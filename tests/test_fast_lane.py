@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import turnout as tn
-from turnout.errors import DeadFetchError, FeedError, KernelError, NonTerminationError, ValidationError
+from turnout.errors import FeedError, KernelError, NonTerminationError, ValidationError
 
 pytest.importorskip("jax")
 
@@ -184,21 +184,6 @@ def test_options_other_than_the_defaults_never_take_the_lane() -> None:
     assert int(traced) == 45 and sess.last_result.trace is not None
     assert int(sess.run(s, {n: np.int32(10)})) == 45
     assert _route(sess) == "lane"
-
-
-def test_a_dead_fetch_is_refused_on_the_lane() -> None:
-    g = tn.Graph()
-    with g.as_default():
-        p = tn.placeholder(tn.bool, [], name="p")
-        x = tn.placeholder(tn.float32, [], name="x")
-        sw_f, sw_t = tn.raw.switch(x, p)
-        out = sw_t * 2.0
-    sess = tn.Session(g, backend="fast")
-    assert float(sess.run(out, {p: np.bool_(True), x: np.float32(3)})) == 6.0
-    assert float(sess.run(out, {p: np.bool_(True), x: np.float32(4)})) == 8.0
-    assert _route(sess) == "lane"
-    with pytest.raises(DeadFetchError, match="dead"):
-        sess.run(out, {p: np.bool_(False), x: np.float32(4)})
 
 
 def test_a_lane_with_64_bit_feeds_keeps_their_precision() -> None:

@@ -66,6 +66,8 @@ def test_a_fetch_on_an_untaken_branch_is_dead_on_every_repeated_run() -> None:
         y = t * 3.0
     sess = tn.Session(g, backend="fast")
     assert sess.run(y, {p: True, x: 2.0}) == 6.0
+    assert sess.run(y, {p: True, x: 4.0}) == 12.0
+    assert sess.last_result.stats["route"] == "lane"  # the repeats below are refused by the lane
     for _ in range(2):
         with pytest.raises(tn.DeadFetchError, match="is dead"):
             sess.run(y, {p: False, x: 2.0})
