@@ -106,6 +106,10 @@ class Plan:
         self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
         self.stack_info = stack_infos(nodes)
         self.prealloc = static_stack_shapes(nodes)
+        #: per gradient stack, in ``stack_nodes`` order: its state key, element dtype and static shapes
+        #: (``prealloc``; ``None``: known only when tracing), computed once for every run to read
+        self.stack_slots: list[tuple[str, Any, Optional[tuple[Any, ...]]]] = [
+            (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id)) for sn in self.stack_nodes]
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -236,16 +240,6 @@ class Plan:
         em.fed = self.fed
         em.static = self.static_feeds
         return em
-
-    def stack_slots(self) -> list[tuple[str, Any, Optional[tuple[Any, ...]]]]:
-        """Per gradient stack: its state key, element dtype and static shapes (``prealloc``; ``None``:
-        known only when tracing), in ``stack_nodes`` order; computed once, read by every run."""
-        slots = self.__dict__.get("_stack_slots")
-        if slots is None:
-            slots = self.__dict__["_stack_slots"] = [
-                (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id))
-                for sn in self.stack_nodes]
-        return slots
 
     def segment_fn(self, st: Stage, fused: bool = False) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
