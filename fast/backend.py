@@ -212,6 +212,7 @@ class FastBackend:
         # made once (its executable fetched from JAX's caches), however often the session's few
         # lanes per fetch give it up
         self._lanes: dict[Any, Lane] = {}
+        self._no_lane: dict[Any, int] = {}  # the same keys -> the graph version make_lane refused them at
 
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
@@ -332,8 +333,12 @@ class FastBackend:
         except TypeError:  # an unhashable feed signature: no lane
             return None
         if lane is None or lane.version != self.graph.version:  # type: ignore[attr-defined]
+            if self._no_lane.get(made) == self.graph.version:
+                return None  # refused before: a hot run must not pay for asking again
             lane = make_lane(self, d, fetches, feeds, given, iteration_bound(RunOptions()), ops)
-            if lane is not None:
+            if lane is None:
+                self._no_lane[made] = self.graph.version
+            else:
                 self._lanes[made] = lane
         return lane
 
@@ -629,7 +634,7 @@ class FastBackend:
         for name in plan.var_nodes:
             state[var_key(name)] = self._device_var(plan, name, variables)
         reuse = self._stack_bufs.pop(id(plan), {})
-        for k, dtype, shapes in plan.stack_slots():
+        for k, dtype, shapes in plan.stack_slots:
             if shapes is None:
                 state[k] = stk.StackValue(plan.capacity, dtype)
                 continue
