@@ -248,12 +248,12 @@ class Session:
             tensors = [fetches]
         elif tp is list or tp is tuple:
             tensors = list(fetches)
-            for f in tensors:
-                tf = type(f)
-                if tf is Node and f.graph is graph:
-                    targets = [type(g) is Node for g in tensors]
-                elif tf is not Tensor:
+            ops = [type(f) is Node for f in tensors]
+            for f, op in zip(tensors, ops):
+                if (op and f.graph is not graph) or not (op or type(f) is Tensor):
                     return _SLOW
+            if any(ops):
+                targets = ops
         else:
             return _SLOW
         for f in tensors:
