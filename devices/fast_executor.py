@@ -357,8 +357,7 @@ class _Run:
             d = plan.var_device[name]
             self.state[d][var_key(name)] = jax.device_put(variables[name], self.jdev[d])
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
-            with jax.default_device(self.jdev[d]):
-                self.state[d][k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
+            self.state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, self.jdev[d])
         # full stack chunks to host memory or kept on their device, per loop's swap_memory; the cap
         self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity, backend.device_memory_limit)
         for d in backend.devices:

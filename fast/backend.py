@@ -645,8 +645,8 @@ class FastBackend:
                 # attempt hands its stacks back without pointers, as the next attempt takes them.
                 state[k] = old if old.ptr is start else stk.StackValue(plan.capacity, dtype, old.buf, old.idx, start)
             else:
-                fresh = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
-                state[k] = stk.StackValue(plan.capacity, dtype, committed(fresh.buf), committed(fresh.idx), start)
+                fresh = stk.StackValue(plan.capacity, dtype).allocate(*shapes)
+                state[k] = stk.StackValue(plan.capacity, dtype, fresh.buf, fresh.idx, start)
         return state
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
