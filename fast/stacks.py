@@ -63,7 +63,10 @@ class StackValue:
     """
 
     def __init__(self, capacity: int, dtype: Any, buf: Any = None, idx: Any = None, ptr: Any = None) -> None:
-        self.capacity, self.dtype, self.buf, self.idx, self.ptr = capacity, np.dtype(dtype), buf, idx, ptr
+        # (JAX rebuilds every stack of a compiled call's results through here: no conversion when the
+        # dtype already is one)
+        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        self.capacity, self.dtype, self.buf, self.idx, self.ptr = capacity, dtype, buf, idx, ptr
 
     @property
     def pending(self) -> bool:
