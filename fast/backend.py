@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, ResourceExhaustedError, UnsupportedError
@@ -615,13 +614,16 @@ class FastBackend:
     def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
         """The device copy of Variable ``name`` a run starts from: the one the last run handed back while
         the session's host value is still the one it wrote, else the host value (its initial value the
-        first time) put on the device, committed as a run's outputs are, or the next run compiles again."""
+        first time) put on the device, committed as a run's outputs are, or the next run compiles again.
+        ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
+        shape (about 35 ms each on the development machine, so a model's first run paid it once per
+        Variable shape); ``device_put`` copies the host array as it is."""
         if name not in variables:
             vn = plan.var_nodes[name]
             variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
         host = variables[name]
         cached = self._dev_vars.get(name)
-        return cached[1] if cached is not None and cached[0] is host else committed(jnp.asarray(host))
+        return cached[1] if cached is not None and cached[0] is host else committed(jax.device_put(host))
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the
