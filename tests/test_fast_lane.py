@@ -266,3 +266,26 @@ def test_python_numbers_take_the_lane_with_the_sessions_per_value_checks() -> No
     assert _route(sess) == "lane"
     ref = tn.Session(g)
     np.testing.assert_array_equal(sess.run(out, {n: 2**31 - 2, f: -3.5}), ref.run(out, {n: 2**31 - 2, f: -3.5}))
+
+
+def test_a_dead_fetch_beside_a_live_one_is_refused_on_the_lane() -> None:
+    """Two fetches, one on each side of a Switch: whichever side the predicate leaves untaken is dead,
+    and the lane raises ``DeadFetchError`` for it although the other fetch is live (the lane's shortcut
+    for runs whose fetches are all live must not take such a run)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.float32, [], name="x")
+        f, t = tn.raw.switch(x, p)
+        k = tn.placeholder(tn.int32, [], name="k")
+        q = tn.constant(8) // k  # a check that can fail: the run reads its error word and live flags
+        yt, yf = t * 3.0, f * 3.0
+    sess = tn.Session(g, backend="fast")
+    for fetches, p_live in (([q, yt], True), ([q, yf], False)):
+        for _ in range(2):
+            got = sess.run(fetches, {p: p_live, x: 2.0, k: 2})
+            assert got[0] == 4 and got[1] == 6.0
+        assert _route(sess) == "lane"
+        with pytest.raises(tn.DeadFetchError, match="is dead"):
+            sess.run(fetches, {p: not p_live, x: 2.0, k: 2})
+        assert sess.run(fetches, {p: p_live, x: 1.0, k: 4})[1] == 3.0
