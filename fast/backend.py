@@ -144,6 +144,12 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     return tuple(out)
 
 
+def _dtype_of(v: Any) -> np.dtype:
+    """A fed value's dtype without a host copy (a ``jax.Array`` has one of its own)."""
+    d = getattr(v, "dtype", None)
+    return d if isinstance(d, np.dtype) else np.asarray(v).dtype
+
+
 class FastBackend:
     """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
     one device-resident chunk; default 1024), ``keep_stack_buffers`` (default True: a plan's
@@ -185,6 +191,7 @@ class FastBackend:
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, frozenset[Key]] = {}
         self._static_now: dict[Key, np.ndarray] = {}  # their values in the run being planned
+        self._home: Any = None  # the device fed jax.Arrays are placed on (``_placed``), found once
         self._reference: Any = None
         self.graph = graph
         self.stack_chunk = stack_chunk
@@ -242,11 +249,16 @@ class FastBackend:
             return
         validate(self.graph, fetches, list(feeds))
 
+    #: the session feeds a ``jax.Array`` of the tensor's dtype as it is (``Session._check_feed``)
+    takes_device_arrays = True
+
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
         """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
         a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
         refuse_firing_budget("fast backend", options)
+        if any(isinstance(v, jax.Array) for v in feeds.values()):  # fed as they are (``takes_device_arrays``)
+            feeds = self._placed(feeds)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
         hot = self._hot_direct(fetches, feeds, variables)
@@ -266,6 +278,16 @@ class FastBackend:
                 result = call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
         result.stats.setdefault("route", "general")
         return result
+
+    def _placed(self, feeds: dict[Tensor, Any]) -> dict[Tensor, Any]:
+        """The feeds with every ``jax.Array`` on the device the backend's own arrays go to (JAX's
+        default device): a no-op for an array already there, a copy for one committed elsewhere, which
+        a compiled call could not take beside the Variables and stacks placed on the default device."""
+        if self._home is None:
+            (self._home,) = jax.device_put(np.zeros((), np.int32)).devices()
+        home = self._home
+        return {t: (jax.device_put(v, home) if isinstance(v, jax.Array) and v.devices() != {home} else v)
+                for t, v in feeds.items()}
 
     def _run_traced(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                     options: Any) -> Any:
@@ -482,7 +504,8 @@ class FastBackend:
             from turnout.reference.executor import ReferenceBackend
 
             self._reference = ReferenceBackend(self.graph)
-        result = self._reference.run(fetches, feeds, variables, options)
+        host = {t: (np.asarray(v) if isinstance(v, jax.Array) else v) for t, v in feeds.items()}
+        result = self._reference.run(fetches, host, variables, options)
         self._records = []  # the interpreter's stacks are Python objects, on no device
         result.stats.update({"backend": "fast", "executor": "reference interpreter (fallback)",
                              "fallback_reason": self._fallback[dsig]})
@@ -585,7 +608,7 @@ class FastBackend:
               cap: int) -> Plan:
         sig = (
             id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
-            tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
+            tuple(sorted((key(t), _dtype_of(v).str, np.shape(v)) for t, v in feeds.items())),
             variable_signature(self.graph, variables), cap,
             tuple((k, v.tobytes()) for k, v in self._static_now.items()),
         )
