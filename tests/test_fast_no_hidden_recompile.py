@@ -176,6 +176,8 @@ def test_a_first_run_compiles_its_program_alone() -> None:
         got = sess.run([loss, step], feeds)[0]
     assert sess.last_result.stats["fused"] is True
     assert len(first) == 1, f"{len(first)} XLA compilations in a first run that needs one"
-    ref = tn.Session(g)  # (on a GPU the compiled sums round differently: 2e-5 apart on an H100)
-    np.testing.assert_allclose(got, ref.run([loss, step], feeds)[0], rtol=1e-4)
-    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-4)
+    # (the tolerance allows a GPU's TF32 matrix products, JAX's default there: 3e-4 apart on an H100;
+    # with jax_default_matmul_precision="highest" they agree to 1e-5, see docs/fast_backend.rst)
+    ref = tn.Session(g)
+    np.testing.assert_allclose(got, ref.run([loss, step], feeds)[0], rtol=2e-3)
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=2e-3)
