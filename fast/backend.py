@@ -249,15 +249,16 @@ class FastBackend:
             return
         validate(self.graph, fetches, list(feeds))
 
-    #: the session feeds a ``jax.Array`` of the tensor's dtype as it is (``Session._check_feed``)
-    takes_device_arrays = True
+    #: arrays the session feeds as they are when they hold the tensor's dtype (``Session._check_feed``):
+    #: JAX's own, already on a device (any other array-like goes through numpy, with every check)
+    device_array_types = (jax.Array,)
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
         """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
         a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
         refuse_firing_budget("fast backend", options)
-        if any(isinstance(v, jax.Array) for v in feeds.values()):  # fed as they are (``takes_device_arrays``)
+        if any(isinstance(v, jax.Array) for v in feeds.values()):  # fed as they are (``device_array_types``)
             feeds = self._placed(feeds)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)

@@ -4,7 +4,7 @@ Why a file of its own: the session used to read every fed array through ``np.asa
 that is a view, but on a GPU it is a copy of the whole array to the host, and the backend then copied
 it back: for the benchmark LSTM (a 65 MB padded sequence fed as a ``jax.Array``) that was most of a
 step's time on an H100. Now a device array of exactly the tensor's dtype is checked by its signature
-and passed through (``Session._check_feed``, ``FastBackend.takes_device_arrays``); anything else still
+and passed through (``Session._check_feed``, ``FastBackend.device_array_types``); anything else still
 takes the numpy path with its per-value checks, and the reference fallback still gets numpy.
 """
 
@@ -129,3 +129,23 @@ def test_a_gradient_step_fed_a_device_sequence_matches_the_reference() -> None:
     want = tn.Session(g).run(dw, {xs: seq, n: 4})
     for _ in range(2):
         np.testing.assert_allclose(sess.run(dw, {xs: jax.device_put(seq), n: 4}), want, rtol=1e-5)
+
+
+def test_an_array_like_of_another_library_still_goes_through_numpy() -> None:
+    """Only JAX's arrays are passed through: any other object with ``__array__`` and a numpy dtype is
+    read on the host and checked as numpy is, so the backend never sees an object it cannot call with."""
+
+    class Wrapped:
+        def __init__(self, a: np.ndarray) -> None:
+            self.a, self.dtype, self.shape = a, a.dtype, a.shape
+
+        def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+            return self.a if dtype is None else self.a.astype(dtype)
+
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    seen = _spy(sess)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(y, {x: Wrapped(a)}), (a * 2 + 1).sum(axis=1))
+        assert isinstance(seen[-1][x], np.ndarray)
