@@ -185,6 +185,10 @@ class Emitter:
         # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
         # overflows costs at most one chunk of iterations before the staged path takes over.
         self.stop_on_error = False
+        # Stack pointers updated by ``ptr + 1`` / ``ptr - 1`` whether or not the push or pop fitted
+        # (``stacks.push``), where no pointer of a run with an error set is ever read: the fused trace,
+        # and a driven loop's chunk (``Plan.loop_fns``)
+        self.free_pointers = False
         #: the numbers (``regions.loop_number``) of the light loops whose bodies are being traced,
         #: innermost last: a light loop's nonterm code counts from the innermost (``NONTERM``)
         self.frames: list[int] = []

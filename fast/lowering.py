@@ -36,8 +36,10 @@ from turnout.tables import registrar
 
 
 class LoweringContext(Protocol):
-    #: the fused stage's trace: loops stop at the first error (stack pointers may run free, ``stk.push``)
+    #: the fused stage's trace: loops stop at the first error
     stop_on_error: bool
+    #: stack pointers run free (``stk.push``): no pointer of a run whose error word is set is read
+    free_pointers: bool
 
     def check(self, ok: Any, message: str, code: str = "kernel") -> None: ...
     def read_var(self, node: Node, h: Handle) -> Any: ...
@@ -545,7 +547,7 @@ def _stack_new(ctx, n, xs):
 def _stack_push(ctx, n, xs):
     h, index, v = xs
     try:
-        s, ok = stk.push(ctx.get_stack(n, h), index, v, free=ctx.stop_on_error)
+        s, ok = stk.push(ctx.get_stack(n, h), index, v, free=ctx.free_pointers)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
         raise UnsupportedError(f"{describe_node(n)}: {e}") from None
     ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
@@ -561,7 +563,7 @@ def _stack_pop(ctx, n, xs):
         ctx.check(np.asarray(False), f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
         shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
         return [jnp.zeros(shape, _np(n.attrs["dtype"]))]
-    s, v, ok, match = stk.pop(s0, index, free=ctx.stop_on_error)
+    s, v, ok, match = stk.pop(s0, index, free=ctx.free_pointers)
     ctx.check(ok, f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
     ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
               "(pushes and pops are not in reverse order)")

@@ -259,7 +259,7 @@ class Plan:
                 state = {"err": np.int32(0), **state}
                 stacks = {k: started(v) for k, v in stacks.items()}
             em = self.emitter({**state, **stacks}, max_iter)
-            em.stop_on_error = fused
+            em.stop_on_error = em.free_pointers = fused
             env = dict(env_in)
             em.run_items(st.items, env)
             # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
@@ -303,6 +303,13 @@ class Plan:
                   host_has: dict[str, Any]) -> Any:
             c = join_carry(c_rest, stacks)
             em = self.emitter(c[2], max_iter)
+            # Free-running pointers (``stacks.push``): ``chunk_loop`` stops before a push of this loop
+            # could overflow its chunk or a pop find it empty while the host holds more, so its own
+            # stacks never saturate; a nested loop's stack that does overflow sets the error word,
+            # which stops the chunk, and the host reads no pointer of it (the run is retried with a
+            # larger chunk, or the error raised). XLA then merges the pointers of stacks pushed in
+            # lockstep, as in the fused stage.
+            em.free_pointers = True
             _, body, _ = em.while_fns(r, dict(env_in))
 
             return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has)

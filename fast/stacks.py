@@ -106,8 +106,11 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False) -> tuple[Sta
     """Returns the new stack and ``ok`` (False on overflow).
 
     ``free``: the pointer runs free (``ptr + 1`` whether or not the push fitted) instead of stopping
-    at the capacity. Only the fused stage asks for it (``Emitter.stop_on_error``): its loops stop at
-    the first error and it hands no pointer back, so a pointer past the capacity is never read. Why:
+    at the capacity. The fused stage asks for it (its loops stop at the first error and it hands no
+    pointer back), and so does a driven loop's chunk (``chunk_loop`` stops before a push of its loop
+    could overflow, a nested stack that overflows sets the error word, and the host reads no pointer
+    of a call whose error word is set): ``Emitter.free_pointers``. A pointer past the capacity is
+    never read. Why:
     stacks pushed once per iteration from the same start then have the same pointer, which XLA's
     loop simplifier merges into one loop variable; with the saturating update each stack kept its
     own (for the small LSTM step, 55 kernels per forward iteration instead of 35, 35 per backward
