@@ -13,8 +13,17 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-$PWD/benchmarks/results/gpu}"
 mkdir -p "$OUT"
+# The project's environment where there is one (as scripts/py.sh finds or makes it); a Python that
+# already has JAX and pytest (a GPU image without network) as it is.
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python3 ]; then
+    # shellcheck disable=SC1091
+    . .venv/bin/activate
+fi
+if ! python3 -c "import jax, pytest" >/dev/null 2>&1; then
+    # shellcheck disable=SC1091
+    source scripts/setup.sh
+fi
 PY=python3
-if [ -x .venv/bin/python3 ]; then PY=$PWD/.venv/bin/python3; fi  # the project's environment, where there is one
 if ! "$PY" -c "import turnout.fast" >/dev/null 2>&1; then
     rm -rf /tmp/turnout-gpu && cp -r . /tmp/turnout-gpu && cd /tmp/turnout-gpu || exit 1
     for m in fast reference semantics devices; do rm -rf "turnout/$m"; mv "$m" "turnout/$m"; done
