@@ -58,6 +58,8 @@ class Stage:
     driven: Optional[WhileRegion] = None
     push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
     pop_stacks: dict[str, int] = field(default_factory=dict)
+    #: stacks a nested loop pushes or pops: their counts per iteration are measured at run time
+    measured: set[str] = field(default_factory=set)
     fns: dict[str, Any] = field(default_factory=dict)
     passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
     #: the fused stage's fetched outputs whose live flags follow the error word in its ``flags``
@@ -77,6 +79,18 @@ def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
             for b in (False, True):
                 for k, v in _direct_counts(it.branches[b], op).items():
                     out[k] = out.get(k, 0) + v  # an upper bound: at most one branch runs
+    return out
+
+
+def _nested_nodes(items: list[Item]) -> list[Node]:
+    """The nodes of the loops nested in ``items`` (through conds): what ``_direct_counts`` leaves out."""
+    out: list[Node] = []
+    for it in items:
+        if isinstance(it, WhileRegion):
+            out += it.nodes
+        elif isinstance(it, CondRegion):
+            for b in (False, True):
+                out += _nested_nodes(it.branches[b])
     return out
 
 
@@ -137,6 +151,8 @@ class Plan:
                 direct_pop = _direct_counts(it.body, "StackPop")
                 st.push_stacks = {s: direct_push.get(s, 0) for s in pushes}
                 st.pop_stacks = {s: direct_pop.get(s, 0) for s in pops}
+                st.measured = (_all_stacks(_nested_nodes(it.body), "StackPush")
+                               | _all_stacks(_nested_nodes(it.body), "StackPop"))
                 stages.append(st)
             else:
                 seg.append(it)
@@ -312,7 +328,8 @@ class Plan:
             em.free_pointers = True
             _, body, _ = em.while_fns(r, dict(env_in))
 
-            return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has)
+            return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has,
+                                  st.measured)
 
         def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
                    max_iter: Any) -> Any:

@@ -149,27 +149,37 @@ def pop(s: StackValue, index: Any, free: bool = False) -> tuple[StackValue, Any,
 
 
 def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int], pop: dict[str, int],
-               capacity: int, max_iter: Any, host_has: dict[str, Any]) -> Any:
+               capacity: int, max_iter: Any, host_has: dict[str, Any],
+               measured: Optional[set[str]] = None) -> Any:
     """One call of a driven loop: ``lax.while_loop`` over the loop's carry ``c`` (``(vals, pred,
     state, iters)``) that stops before a push could overflow a stack's chunk or a pop find it empty
     while the host holds more (``host_has``). ``push`` / ``pop``: stack key -> pushes / pops per
     iteration known statically; ``aux = (grow, shrink)`` carries, per stack, the most one iteration
     has pushed or popped so far (nested loops' counts are only known at run time), and is returned
-    updated with the carry, for the host's swap decisions between calls.
+    updated with the carry, for the host's swap decisions between calls. ``measured``: the stacks
+    whose counts must be measured so (default: all); for any other the static count is an upper bound
+    (no nested loop pushes or pops it), and its entry of ``aux`` passes through unchanged.
+
+    Why not measure every stack: each measurement is two small operations per stack and iteration,
+    and on the CPU each operation of a loop body is dispatched on its own; for the memory
+    experiment's LSTM (ten stacks) they were a third of a backward iteration.
 
     The one bounded loop of both drivers: the fast backend's (``fast.plan.Plan.loop_fns``) and the
     partitioned executor's for a loop on one device (``devices.region_driver``)."""
     def ptrs(state: dict[str, Any]) -> dict[str, Any]:
         return {s: (jnp.int32(0) if state[s].pending else state[s].ptr) for s in {*push, *pop}}
 
+    def most(n: int, seen: dict[str, Any], s: str) -> Any:
+        return jnp.maximum(n, seen[s]) if measured is None or s in measured else n
+
     def cond(ca: Any) -> Any:
         (_, pred, state, iters), (grow, shrink) = ca
         ok = jnp.asarray(pred) & (iters < max_iter) & (state["err"] == 0)
         p = ptrs(state)
         for s, n in push.items():
-            ok &= p[s] + jnp.maximum(n, grow[s]) <= capacity
+            ok &= p[s] + most(n, grow, s) <= capacity
         for s, n in pop.items():
-            ok &= (p[s] >= jnp.maximum(n, shrink[s])) | ~host_has[s]
+            ok &= (p[s] >= most(n, shrink, s)) | ~host_has[s]
         return ok
 
     def body2(ca: Any) -> Any:
@@ -177,8 +187,10 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
         before = ptrs(c[2])
         c2 = body(c)
         after = ptrs(c2[2])
-        grow = {s: jnp.maximum(grow[s], after[s] - before[s]) for s in grow}
-        shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) for s in shrink}
+        grow = {s: (jnp.maximum(grow[s], after[s] - before[s]) if measured is None or s in measured else grow[s])
+                for s in grow}
+        shrink = {s: (jnp.maximum(shrink[s], before[s] - after[s]) if measured is None or s in measured
+                      else shrink[s]) for s in shrink}
         return c2, (grow, shrink)
 
     return jax.lax.while_loop(cond, body2, (c, aux))

@@ -62,3 +62,35 @@ def test_a_fused_attempt_overflowing_mid_loop_climbs_to_the_reference_gradient()
         np.testing.assert_allclose(fast.run(dw, feed), ref.run(dw, feed), rtol=1e-4)
         assert fast.last_result.stats["fused"]
     assert fast.last_result.stats["stack_capacity"] == 1024
+
+
+def test_a_driven_loop_measures_only_the_stacks_its_nested_loops_use() -> None:
+    """A driven loop's chunk measures per iteration the pushes and pops of the stacks a nested loop
+    uses (their counts are known only at run time) and trusts the static count of the others
+    (``Stage.measured``, ``stacks.chunk_loop``). The outer loop pushes ``h`` once per iteration; the
+    inner loop, run ``i`` times in outer iteration ``i``, pushes ``y``. With a chunk of 4 the run swaps
+    chunks on the staged path, and its values and gradient equal the reference's."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def outer(i, y):
+            h = tn.tanh(y * x)
+            _, y2 = tn.while_loop(lambda j, y: j < i, lambda j, y: (j + 1, y * x), [tn.constant(0), y + h * 0.1])
+            return i + 1, y2
+
+        _, y = tn.while_loop(lambda i, y: i < 5, outer, [tn.constant(0), tn.ones_like(x)],
+                             swap_memory=True)
+        (dx,) = tn.gradients(y, [x])
+    feed = {x: 1.05}
+    sess = tn.Session(g, backend="fast", stack_chunk=4)
+    got = sess.run([y, dx], feed)
+    want = tn.Session(g).run([y, dx], feed)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    stats = sess.last_result.stats
+    assert stats["fused"] is False and stats["stack_chunks_swapped"] > 0
+    driven = [st for p in sess.backend._plans.values() for st in p.stages if st.driven is not None and st.push_stacks]
+    assert driven, "the forward loop is a driven stage"
+    for st in driven:
+        nested = st.measured
+        assert nested and nested < set(st.push_stacks)  # some stacks measured, not all
