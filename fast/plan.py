@@ -58,7 +58,8 @@ class Stage:
     driven: Optional[WhileRegion] = None
     push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
     pop_stacks: dict[str, int] = field(default_factory=dict)
-    #: stacks a nested loop pushes or pops: their counts per iteration are measured at run time
+    #: stacks pushed or popped elsewhere than directly in the body (a nested loop): their counts per
+    #: iteration are measured at run time (``stacks.chunk_loop``)
     measured: set[str] = field(default_factory=set)
     fns: dict[str, Any] = field(default_factory=dict)
     passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
@@ -82,15 +83,16 @@ def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
     return out
 
 
-def _nested_nodes(items: list[Item]) -> list[Node]:
-    """The nodes of the loops nested in ``items`` (through conds): what ``_direct_counts`` leaves out."""
-    out: list[Node] = []
+def _direct_ids(items: list[Item]) -> set[int]:
+    """The ids of the nodes ``_direct_counts`` counts: those of one iteration of a loop body, conds
+    included, nested loops not."""
+    out: set[int] = set()
     for it in items:
-        if isinstance(it, WhileRegion):
-            out += it.nodes
+        if isinstance(it, Node):
+            out.add(it.id)
         elif isinstance(it, CondRegion):
             for b in (False, True):
-                out += _nested_nodes(it.branches[b])
+                out |= _direct_ids(it.branches[b])
     return out
 
 
@@ -151,8 +153,11 @@ class Plan:
                 direct_pop = _direct_counts(it.body, "StackPop")
                 st.push_stacks = {s: direct_push.get(s, 0) for s in pushes}
                 st.pop_stacks = {s: direct_pop.get(s, 0) for s in pops}
-                st.measured = (_all_stacks(_nested_nodes(it.body), "StackPush")
-                               | _all_stacks(_nested_nodes(it.body), "StackPop"))
+                # a stack pushed or popped anywhere else than directly in the body (a nested loop) has
+                # no static count per iteration: the chunk loop measures it
+                direct = _direct_ids(it.body)
+                others = [n for n in it.nodes if n.id not in direct]
+                st.measured = _all_stacks(others, "StackPush") | _all_stacks(others, "StackPop")
                 stages.append(st)
             else:
                 seg.append(it)
