@@ -118,7 +118,6 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     bounded = d.bounded
     plan = d.plan
     pending = isinstance(call, jax.stages.Compiled)
-    asarray = np.asarray
 
     def lane(feed_dict: Optional[dict[Any, Any]], variables: dict[str, np.ndarray]) -> Optional[LaneResult]:
         if graph._version != version or graph._edits != edits:  # plans are keyed on ``edits``
@@ -153,10 +152,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
         vals, flags, var_out = call(feed_vals, var_vals, bound) if bounded else call(feed_vals, var_vals)
         if pending:  # JAX made the executable's C++ entry point on this first call: call it from now on
             call, pending = cpp_entry(call), False
-        if flags is None and ops is None:  # nothing to check (``checked_values``), inline: this is the common run
-            values = [asarray(v) for v in vals]
-        else:
-            values = checked_values(backend, plan, fetches, vals, flags, ops)
+        values = checked_values(backend, plan, fetches, vals, flags, ops)
         if var_names:
             write_variables(var_plan, var_out, vals, values, variables, dev_vars)
         return values, stats, time.perf_counter() - t0
