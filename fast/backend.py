@@ -144,12 +144,6 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     return tuple(out)
 
 
-def _dtype_of(v: Any) -> np.dtype:
-    """A fed value's dtype without a host copy (a ``jax.Array`` has one of its own)."""
-    d = getattr(v, "dtype", None)
-    return d if isinstance(d, np.dtype) else np.asarray(v).dtype
-
-
 class FastBackend:
     """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
     one device-resident chunk; default 1024), ``keep_stack_buffers`` (default True: a plan's
@@ -609,7 +603,7 @@ class FastBackend:
               cap: int) -> Plan:
         sig = (
             id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
-            tuple(sorted((key(t), _dtype_of(v).str, np.shape(v)) for t, v in feeds.items())),
+            tuple(sorted((key(t), v.dtype.str, np.shape(v)) for t, v in feeds.items())),
             variable_signature(self.graph, variables), cap,
             tuple((k, v.tobytes()) for k, v in self._static_now.items()),
         )
