@@ -185,7 +185,7 @@ class FastBackend:
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, frozenset[Key]] = {}
         self._static_now: dict[Key, np.ndarray] = {}  # their values in the run being planned
-        self._home: Any = None  # the device fed jax.Arrays are placed on (``_placed``), found once
+        self._home: Any = None  # the device fed jax.Arrays are placed on (``device_feed``), found once
         self._reference: Any = None
         self.graph = graph
         self.stack_chunk = stack_chunk
@@ -243,17 +243,11 @@ class FastBackend:
             return
         validate(self.graph, fetches, list(feeds))
 
-    #: arrays the session feeds as they are when they hold the tensor's dtype (``Session._check_feed``):
-    #: JAX's own, already on a device (any other array-like goes through numpy, with every check)
-    device_array_types = (jax.Array,)
-
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
         """One ``Session.run``. Programs whose regions nest deeper than ``deep.DEEP_NESTING`` run on
         a thread with a large stack (``deep.call_deep``): tracing them recurses once per level."""
         refuse_firing_budget("fast backend", options)
-        if any(isinstance(v, jax.Array) for v in feeds.values()):  # fed as they are (``device_array_types``)
-            feeds = self._placed(feeds)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
         hot = self._hot_direct(fetches, feeds, variables)
@@ -274,15 +268,17 @@ class FastBackend:
         result.stats.setdefault("route", "general")
         return result
 
-    def _placed(self, feeds: dict[Tensor, Any]) -> dict[Tensor, Any]:
-        """The feeds with every ``jax.Array`` on the device the backend's own arrays go to (JAX's
-        default device): a no-op for an array already there, a copy for one committed elsewhere, which
-        a compiled call could not take beside the Variables and stacks placed on the default device."""
+    def device_feed(self, value: Any) -> Any:
+        """A fed array the session passes to this backend as it is (``Session._check_feed``, for an
+        array of exactly its tensor's dtype): a ``jax.Array``, on the device the backend's own arrays
+        go to (JAX's default device; a copy for one that lies elsewhere, which a compiled call could
+        not take beside the Variables and stacks). ``None`` for any other value: the session reads it
+        through numpy, with every check."""
+        if not isinstance(value, jax.Array):
+            return None
         if self._home is None:
             (self._home,) = jax.device_put(np.zeros((), np.int32)).devices()
-        home = self._home
-        return {t: (jax.device_put(v, home) if isinstance(v, jax.Array) and v.devices() != {home} else v)
-                for t, v in feeds.items()}
+        return value if value.devices() == {self._home} else jax.device_put(value, self._home)
 
     def _run_traced(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                     options: Any) -> Any:

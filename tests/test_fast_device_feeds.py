@@ -4,7 +4,7 @@ Why a file of its own: the session used to read every fed array through ``np.asa
 that is a view, but on a GPU it is a copy of the whole array to the host, and the backend then copied
 it back: for the benchmark LSTM (a 65 MB padded sequence fed as a ``jax.Array``) that was most of a
 step's time on an H100. Now a device array of exactly the tensor's dtype is checked by its signature
-and passed through (``Session._check_feed``, ``FastBackend.device_array_types``); anything else still
+and passed through (``Session._check_feed``, ``FastBackend.device_feed``); anything else still
 takes the numpy path with its per-value checks, and the reference fallback still gets numpy.
 """
 

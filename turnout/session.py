@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -164,7 +165,7 @@ class Session:
         self._lane_for = getattr(self.backend, "lane_for", None)
         # a backend that takes device arrays (the fast one) is fed a jax.Array as it is, not through a
         # host copy: on a GPU that copy, and the transfer back, cost more than a small step itself
-        self._device_types: tuple[Any, ...] = tuple(getattr(self.backend, "device_array_types", ()))
+        self._device_feed: Optional[Callable[[Any], Any]] = getattr(self.backend, "device_feed", None)
         self._lanes: dict[Any, Any] = {}
         self._lazy: Optional[tuple[list[Any], dict[str, Any], float]] = None
         # (tensor, dtype, shape) of feeds that passed check_feed -> whether their values still need a
@@ -318,14 +319,17 @@ class Session:
         elif tv is int or tv is float or tv is bool or isinstance(value, np.generic):
             arr = np.asarray(value)  # a numpy scalar (``np.int32(8)``) is checked like a 0-d array
         elif hasattr(value, "__array__") and isinstance(getattr(value, "dtype", None), np.dtype):
-            if isinstance(value, self._device_types) and value.dtype == t.dtype.numpy and not t.dtype.is_opaque:
+            placed = None
+            if self._device_feed is not None and value.dtype == t.dtype.numpy and not t.dtype.is_opaque:
+                placed = self._device_feed(value)
+            if placed is not None:
                 # a device array of exactly the tensor's dtype goes to the backend as it is: every check
                 # depends only on its signature (no value can be out of range), made once per signature
                 sig = (t, value.dtype, tuple(value.shape))
                 if sig not in self._feeds_ok:
                     check_feed(t, value)
                     self._feeds_ok[sig] = False
-                return value
+                return placed  # type: ignore[no-any-return]
             arr = np.asarray(value)  # an array of another library (a jax.Array): checked by its signature
         else:
             return check_feed(t, value)
