@@ -101,15 +101,6 @@ class _Retry(Exception):
     """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
 
 
-def committed(x: Any) -> Any:
-    """``x`` committed to the device it lies on. Why: a compiled function's cache key includes whether
-    each argument array is committed. The outputs of a compiled call are, and the next run passes them
-    back (kept stack buffers, a Variable's device copy), so a fresh array must be committed too, or the
-    second run of every plan compiled the whole program again (about 1 s for a small LSTM step)."""
-    (device,) = x.devices()
-    return jax.device_put(x, device)
-
-
 def iteration_bound(options: RunOptions) -> np.int32:
     """``RunOptions.max_iterations`` as the int32 argument compiled loops test (None, or more than
     int32 holds: the largest int32)."""
@@ -637,7 +628,7 @@ class FastBackend:
             variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
         host = variables[name]
         cached = self._dev_vars.get(name)
-        return cached[1] if cached is not None and cached[0] is host else committed(jax.device_put(host))
+        return cached[1] if cached is not None and cached[0] is host else stk.committed(jax.device_put(host))
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the

@@ -52,6 +52,15 @@ import numpy as np
 from turnout.errors import ResourceExhaustedError, UnsupportedError
 
 
+def committed(x: Any) -> Any:
+    """``x`` committed to the device it lies on. Why: a compiled function's cache key includes whether
+    each argument array is committed. The outputs of a compiled call are, and the next run passes them
+    back (kept stack buffers, a Variable's device copy), so a fresh array must be committed too, or the
+    second run of every plan compiled the whole program again (about 1 s for a small LSTM step)."""
+    (device,) = x.devices()
+    return jax.device_put(x, device)
+
+
 class StackValue:
     """``buf (capacity, *elem)``, ``idx (capacity, depth)`` (the pushed iteration indices), ``ptr``.
 
@@ -86,9 +95,7 @@ class StackValue:
         and put on the device cost a copy: 0.04 to 0.07 s for the same buffers."""
         def put(shape: tuple[int, ...], dtype: Any) -> Any:
             x = jax.device_put(np.zeros(shape, dtype), device)
-            if device is None:  # committed where it landed (see ``backend.committed``)
-                x = jax.device_put(x, next(iter(x.devices())))
-            return x
+            return x if device is not None else committed(x)  # (a device given commits it already)
 
         return StackValue(self.capacity, self.dtype, put((self.capacity, *elem_shape), self.dtype),
                           put((self.capacity, *index_shape), np.int32), put((), np.int32))
@@ -169,8 +176,10 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
     def ptrs(state: dict[str, Any]) -> dict[str, Any]:
         return {s: (jnp.int32(0) if state[s].pending else state[s].ptr) for s in {*push, *pop}}
 
+    tracked = {*push, *pop} if measured is None else measured
+
     def most(n: int, seen: dict[str, Any], s: str) -> Any:
-        return jnp.maximum(n, seen[s]) if measured is None or s in measured else n
+        return jnp.maximum(n, seen[s]) if s in tracked else n
 
     def cond(ca: Any) -> Any:
         (_, pred, state, iters), (grow, shrink) = ca
@@ -187,10 +196,8 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
         before = ptrs(c[2])
         c2 = body(c)
         after = ptrs(c2[2])
-        grow = {s: (jnp.maximum(grow[s], after[s] - before[s]) if measured is None or s in measured else grow[s])
-                for s in grow}
-        shrink = {s: (jnp.maximum(shrink[s], before[s] - after[s]) if measured is None or s in measured
-                      else shrink[s]) for s in shrink}
+        grow = {s: jnp.maximum(grow[s], after[s] - before[s]) if s in tracked else grow[s] for s in grow}
+        shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) if s in tracked else shrink[s] for s in shrink}
         return c2, (grow, shrink)
 
     return jax.lax.while_loop(cond, body2, (c, aux))
