@@ -67,42 +67,28 @@ class Stage:
     live_keys: list[Key] = field(default_factory=list)
 
 
-def _direct_counts(items: list[Item], op: str) -> dict[str, int]:
-    """StackPush / StackPop nodes per stack in one iteration of a loop body, conds included, nested
-    loops not (those are measured at run time, see ``stacks``)."""
-    out: dict[str, int] = {}
-    for it in items:
-        if isinstance(it, Node) and it.op == op:
-            src = stack_source(it.inputs[0])
-            if src is not None:
-                out[f"stack:{src.id}"] = out.get(f"stack:{src.id}", 0) + 1
-        elif isinstance(it, CondRegion):
-            for b in (False, True):
-                for k, v in _direct_counts(it.branches[b], op).items():
-                    out[k] = out.get(k, 0) + v  # an upper bound: at most one branch runs
-    return out
-
-
-def _direct_ids(items: list[Item]) -> set[int]:
-    """The ids of the nodes ``_direct_counts`` counts: those of one iteration of a loop body, conds
-    included, nested loops not."""
-    out: set[int] = set()
+def _direct_nodes(items: list[Item]) -> list[Node]:
+    """The nodes of one iteration of a loop body, conds included (both branches: counted from them, a
+    stack's pushes per iteration are an upper bound), nested loops not (those are measured at run
+    time, see ``stacks.chunk_loop``)."""
+    out: list[Node] = []
     for it in items:
         if isinstance(it, Node):
-            out.add(it.id)
+            out.append(it)
         elif isinstance(it, CondRegion):
             for b in (False, True):
-                out |= _direct_ids(it.branches[b])
+                out += _direct_nodes(it.branches[b])
     return out
 
 
-def _all_stacks(nodes: list[Node], op: str) -> set[str]:
-    out = set()
+def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
+    """Stack key -> how many of ``nodes`` are ``op`` (StackPush / StackPop) on that stack."""
+    out: dict[str, int] = {}
     for n in nodes:
         if n.op == op:
             src = stack_source(n.inputs[0])
             if src is not None:
-                out.add(f"stack:{src.id}")
+                out[f"stack:{src.id}"] = out.get(f"stack:{src.id}", 0) + 1
     return out
 
 
@@ -147,17 +133,15 @@ class Plan:
                     stages.append(Stage(seg, []))
                     seg = []
                 st = Stage([it], [], driven=it)
-                pushes = _all_stacks(it.nodes, "StackPush")
-                pops = _all_stacks(it.nodes, "StackPop")
-                direct_push = _direct_counts(it.body, "StackPush")
-                direct_pop = _direct_counts(it.body, "StackPop")
-                st.push_stacks = {s: direct_push.get(s, 0) for s in pushes}
-                st.pop_stacks = {s: direct_pop.get(s, 0) for s in pops}
+                direct = _direct_nodes(it.body)
+                direct_push, direct_pop = _stack_counts(direct, "StackPush"), _stack_counts(direct, "StackPop")
+                st.push_stacks = {s: direct_push.get(s, 0) for s in _stack_counts(it.nodes, "StackPush")}
+                st.pop_stacks = {s: direct_pop.get(s, 0) for s in _stack_counts(it.nodes, "StackPop")}
                 # a stack pushed or popped anywhere else than directly in the body (a nested loop) has
                 # no static count per iteration: the chunk loop measures it
-                direct = _direct_ids(it.body)
-                others = [n for n in it.nodes if n.id not in direct]
-                st.measured = _all_stacks(others, "StackPush") | _all_stacks(others, "StackPop")
+                ids = {n.id for n in direct}
+                others = [n for n in it.nodes if n.id not in ids]
+                st.measured = {*_stack_counts(others, "StackPush"), *_stack_counts(others, "StackPop")}
                 stages.append(st)
             else:
                 seg.append(it)
