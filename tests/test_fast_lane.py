@@ -186,12 +186,20 @@ def test_options_other_than_the_defaults_never_take_the_lane() -> None:
     assert _route(sess) == "lane"
 
 
-def test_a_lane_with_64_bit_feeds_keeps_their_precision() -> None:
+def _int_and_float(int_type: tn.DType, float_type: tn.DType, factor: float, int_name: str
+                   ) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tuple[tn.Tensor, tn.Tensor]]:
+    """Two scalar placeholders and a tuple fetch ``(i + 1, f * factor)``: the smallest program whose
+    feeds' dtypes and kinds a lane must check."""
     g = tn.Graph()
     with g.as_default():
-        i = tn.placeholder(tn.int64, [], name="i")
-        f = tn.placeholder(tn.float64, [], name="f")
-        out = (i + 1, f * 3.0)
+        i = tn.placeholder(int_type, [], name=int_name)
+        f = tn.placeholder(float_type, [], name="f")
+        out = (i + 1, f * factor)
+    return g, i, f, out
+
+
+def test_a_lane_with_64_bit_feeds_keeps_their_precision() -> None:
+    g, i, f, out = _int_and_float(tn.int64, tn.float64, 3.0, "i")
     sess = tn.Session(g, backend="fast")
     for k in range(3):
         big = np.int64(2**40 + k)
@@ -245,11 +253,7 @@ def test_a_training_step_with_an_op_fetch_takes_the_lane_and_trains_as_the_refer
 
 
 def test_python_numbers_take_the_lane_with_the_sessions_per_value_checks() -> None:
-    g = tn.Graph()
-    with g.as_default():
-        n = tn.placeholder(tn.int32, [], name="n")
-        f = tn.placeholder(tn.float32, [], name="f")
-        out = (n + 1, f * 2.0)
+    g, n, f, out = _int_and_float(tn.int32, tn.float32, 2.0, "n")
     sess = tn.Session(g, backend="fast")
     for k in range(3):
         got_n, got_f = sess.run(out, {n: 40 + k, f: 0.25})

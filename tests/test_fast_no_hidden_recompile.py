@@ -40,20 +40,23 @@ def xla_compilations() -> Iterator[list[str]]:
         monitoring.unregister_event_duration_listener(listen)
 
 
-def _rnn_training_step() -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
-    """A loop over a fed number of steps, its gradient (stacks) and an SGD update of two Variables."""
+def _rnn_training_step(rows: int = 4, width: int = 3, w0: Any = None, steps: int = 5
+                       ) -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
+    """A loop over a fed number of steps (``steps``), its gradient (stacks) and an SGD update of two
+    Variables, on a ``rows`` x ``width`` input; ``w0``: the weights' initial value (default: half
+    the identity)."""
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
-        x = tn.placeholder(tn.float32, [4, 3], name="x")
-        w = tn.Variable(np.eye(3, dtype=np.float32) * 0.5, name="w")
-        b = tn.Variable(np.zeros(3, np.float32), name="b")
+        x = tn.placeholder(tn.float32, [rows, width], name="x")
+        w = tn.Variable(np.eye(width, dtype=np.float32) * 0.5 if w0 is None else w0, name="w")
+        b = tn.Variable(np.zeros(width, np.float32), name="b")
         wr, br = w.read(), b.read()
         _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, wr) + br)),
                              [tn.constant(0), x])
         loss = tn.reduce_sum(h * h)
         step = tn.train.SGD(0.1).minimize(loss, var_list=[w, b])
-    return g, {n: 5, x: np.ones((4, 3), np.float32)}, [loss, step]
+    return g, {n: steps, x: np.ones((rows, width), np.float32)}, [loss, step]
 
 
 def _rnn_gradient() -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
@@ -159,18 +162,7 @@ def test_a_first_run_compiles_its_program_alone() -> None:
     ``jnp.zeros`` or ``jnp.asarray`` compiles a small program per new shape and dtype, which cost the
     benchmark LSTM's first run 0.3 s). The shapes here are unusual on purpose: no other test has
     compiled a program for them, so a compilation of one would be seen."""
-    g = tn.Graph()
-    with g.as_default():
-        n = tn.placeholder(tn.int32, [], name="n")
-        x = tn.placeholder(tn.float32, [5, 13], name="x")
-        w = tn.Variable(np.full((13, 13), 0.05, np.float32), name="w")
-        b = tn.Variable(np.zeros(13, np.float32), name="b")
-        wr, br = w.read(), b.read()
-        _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, wr) + br)),
-                             [tn.constant(0), x])
-        loss = tn.reduce_sum(h * h)
-        step = tn.train.SGD(0.1).minimize(loss, var_list=[w, b])
-    feeds = {n: 3, x: np.ones((5, 13), np.float32)}
+    g, feeds, (loss, step) = _rnn_training_step(5, 13, np.full((13, 13), 0.05, np.float32), steps=3)
     sess = tn.Session(g, backend="fast")
     with xla_compilations() as first:
         got = sess.run([loss, step], feeds)[0]
