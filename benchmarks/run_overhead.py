@@ -123,7 +123,6 @@ def _training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
         e = jnp.sum(jnp.tanh(xv @ wv) * vv, axis=1) - yv
         return jnp.mean(e * e)
 
-    @jax.jit
     def hand_step(params: Any, xv: Any, yv: Any) -> Any:
         lv, grads = jax.value_and_grad(loss_fn)(params, xv, yv)
         return lv, jax.tree_util.tree_map(lambda p, gr: p - 0.01 * gr, params, grads)
