@@ -208,7 +208,7 @@ class FastBackend:
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
         copies of Variables."""
-        stacks = sum(v.nbytes() for bufs in self._stack_bufs.values() for v in bufs.values())
+        stacks = sum(stk.stack_nbytes(v) for bufs in self._stack_bufs.values() for v in bufs.values())
         return stacks + sum(int(dev.nbytes) for _, dev in self._dev_vars.values())
 
     def memory_records(self) -> list[dict[str, Any]]:
@@ -408,8 +408,9 @@ class FastBackend:
             env_in = {k: env[k] for k in st.reads if k in env}
             rest, stacks = stk.split_state(state)
             with _device_oom(p, st):
-                out, flags, state = st.fns["seg"](env_in, rest, stacks, max_iter)
-            self._stack_bufs[id(p)] = {k: v for k, v in state.items() if isinstance(v, stk.StackValue)}
+                out, flags, ended = st.fns["seg"](env_in, rest, stacks, max_iter)
+            state = {**rest, **ended}  # (what came back unchanged is not returned)
+            self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
             lives = self._fused_flags(st, flags, state)
             code = state["err"]
             if code and p.codes.lookup(code)[0] in ("overflow", "underflow"):
@@ -632,12 +633,13 @@ class FastBackend:
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the
-        last run's buffers, donated). For the fused stage (``fused``) there is no error word and the
-        stacks' pointers are ``None``: it sets both to 0 itself (``Plan.segment_fn``)."""
+        last run's buffers, donated: no allocation; entries above the pointer are never read, as
+        [E-Stack-Pop] reads only what this run pushed). For the fused stage (``fused``) there is no
+        error word, and a kept stack is its value buffer alone: the stage sets the error word and
+        the pointers to 0 and makes the index records itself (``Plan.segment_fn``)."""
         # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
         # and the compiled stages take numpy leaves as the same int32 / bool arguments
-        start = None if fused else np.int32(0)
-        state: dict[str, Any] = {} if fused else {"err": start}
+        state: dict[str, Any] = {} if fused else {"err": np.int32(0)}
         for name in plan.var_nodes:
             state[var_key(name)] = self._device_var(plan, name, variables)
         reuse = self._stack_bufs.pop(id(plan), {})
@@ -645,16 +647,22 @@ class FastBackend:
             if shapes is None:
                 state[k] = stk.StackValue(plan.capacity, dtype)
                 continue
-            old = reuse.get(k)
-            if old is not None and not old.pending:
-                # the last run's buffers, donated to this run: no allocation; entries above the
-                # pointer are never read ([E-Stack-Pop] reads only what this run pushed). A fused
-                # attempt hands its stacks back without pointers, as the next attempt takes them.
-                state[k] = old if old.ptr is start else stk.StackValue(plan.capacity, dtype, old.buf, old.idx, start)
-            else:
-                fresh = stk.StackValue(plan.capacity, dtype).allocate(*shapes)
-                state[k] = stk.StackValue(plan.capacity, dtype, fresh.buf, fresh.idx, start)
+            buf, idx = stk.kept_arrays(reuse.get(k))
+            if buf is None:
+                buf = stk.device_zeros((plan.capacity, *shapes[0]), dtype)
+            if fused:
+                state[k] = buf
+                continue
+            if idx is None:  # (kept by the fused stage, which keeps no index record)
+                idx = stk.device_zeros((plan.capacity, *shapes[1]), np.int32)
+            state[k] = stk.StackValue(plan.capacity, dtype, buf, idx, np.int32(0))
         return state
+
+    @staticmethod
+    def _kept_stacks(plan: Plan, state: dict[str, Any]) -> dict[str, Any]:
+        """The stacks of ``state`` kept for the next run of ``plan``: those it preallocates, as a
+        ``StackValue`` (after the stages) or a value buffer alone (after the fused stage)."""
+        return {k: state[k] for k in plan.kept if k in state and stk.kept_arrays(state[k])[0] is not None}
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
              options: Any, cap: int) -> tuple[list[Any], dict[str, Any]]:
@@ -707,6 +715,7 @@ class FastBackend:
                     out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
                     if attempt:  # the error word and the live flags, read back at once
+                        state = {**rest, **state}  # (what came back unchanged is not returned)
                         lv = self._fused_flags(st, lv, state)
                     args["error_word"] = int(state["err"])
                 lives.update(lv)
@@ -718,13 +727,12 @@ class FastBackend:
             if attempt:
                 plan.fused_warm = True
                 if plan.prealloc:
-                    self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
-                                                  if isinstance(v, stk.StackValue) and not v.pending}
+                    self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
                 code = int(state["err"])
                 if (first and self.precompile_staged) or (
                         code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
                     return None
-            store.observe(state)
+            store.observe(state, plan.index_bytes if attempt else None)
             self._raise_errors(plan, state, store.moved())
             env.update(out)
             stage_s.append(time.perf_counter() - t1)
@@ -823,8 +831,7 @@ class FastBackend:
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(to_host(v))
         if plan.prealloc and self.keep_stack_buffers:
-            self._stack_bufs[id(plan)] = {k: v for k, v in state.items()
-                                          if isinstance(v, stk.StackValue) and not v.pending}
+            self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
         else:
             self._stack_bufs.pop(id(plan), None)
         for name in plan.var_nodes:

@@ -93,7 +93,7 @@ class ErrorCodes:
 
 
 def stack_key(h: Handle) -> str:
-    return f"stack:{h.name}"
+    return f"{stk.STACK_PREFIX}{h.name}"
 
 
 def var_key(name: str) -> str:

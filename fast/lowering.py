@@ -326,8 +326,47 @@ def _getitem(ctx, n, xs):
 @_r("GetItemGrad")
 def _getitem_grad(ctx, n, xs):
     like, g = xs[0], jnp.asarray(xs[1])
-    out = jnp.zeros(jnp.shape(like), g.dtype)
-    return [out.at[_index(ctx, n, jnp.shape(like), xs[2:])].add(g)]
+    shape = tuple(jnp.shape(like))
+    idx = _index(ctx, n, shape, xs[2:])
+    padding = _pad_config(idx, shape)
+    if padding is not None:
+        return [jax.lax.pad(g.reshape(padding[1]), np.zeros((), g.dtype), padding[0])]
+    out = jnp.zeros(shape, g.dtype)
+    return [out.at[idx].add(g)]
+
+
+def _pad_config(idx: tuple[Any, ...], shape: tuple[int, ...]
+                ) -> Optional[tuple[list[tuple[int, int, int]], tuple[int, ...]]]:
+    """For an index of static integers and forward slices: the ``lax.pad`` configuration that puts a
+    gradient back where the index took it from, and the shape to give the gradient first (its
+    indexed dimensions restored as 1); ``None`` for any other index (the scatter-add handles it).
+
+    Why: ``zeros.at[idx].add(g)`` becomes a scatter that XLA lowers to a pad and a select on its
+    bounds check, a kernel more per sliced gate in every backward iteration of an LSTM. A static
+    slice's gradient is exactly a pad with zeros, as ``jax.grad`` of a slice gives it."""
+    config: list[tuple[int, int, int]] = []
+    inner: list[int] = []
+    for d, size in enumerate(shape):
+        e = idx[d] if d < len(idx) else slice(None)
+        if isinstance(e, slice):
+            if not all(v is None or isinstance(v, (int, np.integer)) for v in (e.start, e.stop, e.step)):
+                return None
+            start, stop, step = e.indices(size)
+            if step < 1:
+                return None
+            count = len(range(start, stop, step))
+            if count == 0:
+                return None
+            last = start + (count - 1) * step
+            config.append((start, size - 1 - last, step - 1))
+            inner.append(count)
+        elif isinstance(e, (int, np.integer)):
+            i = int(e) + size if e < 0 else int(e)
+            config.append((i, size - 1 - i, 0))
+            inner.append(1)
+        else:
+            return None
+    return config, tuple(inner)
 
 
 @_r("Gather")

@@ -24,6 +24,7 @@ reset, entries above it are never read), so steady-state runs allocate no stack 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -112,6 +113,12 @@ class Plan:
         #: (``prealloc``; ``None``: known only when tracing), computed once for every run to read
         self.stack_slots: list[tuple[str, Any, Optional[tuple[Any, ...]]]] = [
             (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id)) for sn in self.stack_nodes]
+        #: the stacks whose buffers are kept between runs (``prealloc``): key -> (dtype, (element
+        #: shape, index shape)). The fused stage takes and returns their value buffers alone.
+        self.kept = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
+        #: per kept stack, the bytes of its index record, which exists on the device only within a
+        #: call of the fused stage (the memory accounting counts it there)
+        self.index_bytes = {k: capacity * math.prod(shapes[1]) * 4 for k, (_, shapes) in self.kept.items()}
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -256,13 +263,21 @@ class Plan:
         constants, and its live flags come back after the error word in one int32 vector
         (``st.live_keys`` names them). Why: each argument costs the call a transfer and each result
         read back costs a wait (about 5 and 20 to 50 µs on the development machine), which
-        for the small LSTM step was a third of the run."""
+        for the small LSTM step was a third of the run.
+
+        For the same reason the fused stage's stacks cross the call as little as they can: a kept
+        stack (``Plan.kept``) comes in and goes out as its value buffer alone, and its index record
+        (a few bytes per entry, read only by this run's pops) is made inside the call; a state entry
+        that leaves as it came in (a Variable no op assigned) is not returned, as returning it would
+        copy it: the caller keeps it from the state it passed. For the small LSTM step this halved the call's
+        arguments and results (24 and 26 to 14 and 14)."""
         fetch = set(self.program.fetch_keys)
 
         def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+            given = state
             if fused:
                 state = {"err": np.int32(0), **state}
-                stacks = {k: started(v) for k, v in stacks.items()}
+                stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
             em = self.emitter({**state, **stacks}, max_iter)
             em.stop_on_error = em.free_pointers = fused
             env = dict(env_in)
@@ -277,13 +292,31 @@ class Plan:
                                   + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in st.live_keys])
                 # the error word is in ``flags``, and the pointers are not returned: the next attempt
                 # starts every stack empty again (every result is an array the call must hand back)
-                ended = {k: (stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
-                             if isinstance(v, stk.StackValue) else v) for k, v in em.state.items() if k != "err"}
+                ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
+                         if k != "err" and v is not given.get(k)}
                 return out, flags, ended
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
         return jax.jit(seg, donate_argnums=(2,))
+
+    def _fused_entry(self, k: str, v: Any) -> stk.StackValue:
+        """A stack on its way into the fused stage (while tracing): a kept stack's value buffer gets
+        a fresh index record and the pointer 0; a stack allocated inside the call comes as it is."""
+        if isinstance(v, stk.StackValue):
+            return started(v)
+        dtype, (_, index_shape) = self.kept[k]
+        return stk.StackValue(self.capacity, dtype, v, jnp.zeros((self.capacity, *index_shape), jnp.int32),
+                              np.int32(0))
+
+    def _fused_exit(self, k: str, v: Any) -> Any:
+        """A state entry on its way out of the fused stage: a kept stack's value buffer alone, any
+        other stack without its pointer (the next attempt starts every stack empty)."""
+        if not isinstance(v, stk.StackValue):
+            return v
+        if k in self.kept:
+            return v.buf
+        return stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
 
     def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
         """``(init, chunk, finish)`` of a driven loop: the loop's entry up to its first carry, a run of

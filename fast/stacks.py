@@ -51,6 +51,9 @@ import numpy as np
 
 from turnout.errors import ResourceExhaustedError, UnsupportedError
 
+#: the state keys of gradient stacks begin so (``fast.emit.stack_key``)
+STACK_PREFIX = "stack:"
+
 
 def committed(x: Any) -> Any:
     """``x`` committed to the device it lies on. Why: a compiled function's cache key includes whether
@@ -93,17 +96,36 @@ class StackValue:
         and dtype, and the first run of the benchmark LSTM step spent 0.3 s of its 2 s making its
         stack buffers that way. Zeros made on the host (the operating system hands out zeroed pages)
         and put on the device cost a copy: 0.04 to 0.07 s for the same buffers."""
-        def put(shape: tuple[int, ...], dtype: Any) -> Any:
-            x = jax.device_put(np.zeros(shape, dtype), device)
-            return x if device is not None else committed(x)  # (a device given commits it already)
-
-        return StackValue(self.capacity, self.dtype, put((self.capacity, *elem_shape), self.dtype),
-                          put((self.capacity, *index_shape), np.int32), put((), np.int32))
+        return StackValue(self.capacity, self.dtype, device_zeros((self.capacity, *elem_shape), self.dtype, device),
+                          device_zeros((self.capacity, *index_shape), np.int32, device),
+                          device_zeros((), np.int32, device))
 
     def nbytes(self) -> int:
         if self.pending:
             return 0
         return math.prod(self.buf.shape) * self.buf.dtype.itemsize + math.prod(self.idx.shape) * 4
+
+
+def device_zeros(shape: tuple[int, ...], dtype: Any, device: Any = None) -> Any:
+    """Zeros made on the host and put on ``device`` (JAX's default device when None), committed there
+    (see ``StackValue.allocate`` for why not ``jnp.zeros``, and ``committed``)."""
+    x = jax.device_put(np.zeros(shape, dtype), device)
+    return x if device is not None else committed(x)  # (a device given commits it already)
+
+
+def kept_arrays(v: Any) -> tuple[Any, Any]:
+    """``(value buffer, index record)`` of a stack kept between runs: a ``StackValue`` (kept by the
+    stages) or its value buffer alone (kept by the fused stage, which makes its index record inside
+    the call: ``Plan.segment_fn``); ``(None, None)`` for nothing kept."""
+    if v is None or isinstance(v, StackValue):
+        return (None, None) if v is None or v.pending else (v.buf, v.idx)
+    return v, None
+
+
+def stack_nbytes(v: Any, index_bytes: int = 0) -> int:
+    """Device bytes of a stack as state holds it: a ``StackValue``, or a kept value buffer alone plus
+    ``index_bytes`` for an index record that exists only within a call (the fused stage's)."""
+    return v.nbytes() if isinstance(v, StackValue) else int(v.nbytes) + index_bytes
 
 
 jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"], meta_fields=["capacity", "dtype"])
@@ -209,8 +231,8 @@ def split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     kept between runs)."""
     rest: dict[str, Any] = {}
     stacks: dict[str, Any] = {}
-    for k, v in state.items():
-        (stacks if isinstance(v, StackValue) else rest)[k] = v
+    for k, v in state.items():  # (a kept stack going into the fused stage is its value buffer alone)
+        (stacks if isinstance(v, StackValue) or k.startswith(STACK_PREFIX) else rest)[k] = v
     return rest, stacks
 
 
@@ -370,16 +392,18 @@ class ChunkStore:
         self.peak_device = max(self.peak_device, self.device_bytes())
         self.peak_host = max(self.peak_host, self.host_bytes())
 
-    def observe(self, stacks: dict[str, Any]) -> None:
-        """Record the buffers in the loop state (``StackValue`` per key) and check the cap: called
+    def observe(self, stacks: dict[str, Any], index_bytes: Optional[dict[str, int]] = None) -> None:
+        """Record the buffers in the loop state (``StackValue`` per key, or a value buffer alone with
+        its index record's bytes in ``index_bytes``: the fused stage's) and check the cap: called
         after every compiled call, since a stack whose element shape is known only while tracing is
         allocated inside it."""
         for k, sv in stacks.items():
-            if isinstance(sv, StackValue) and not sv.pending:
+            buf, _ = kept_arrays(sv) if isinstance(sv, StackValue) or k.startswith(STACK_PREFIX) else (None, None)
+            if buf is not None:
                 lg = self.ledger(k)
-                lg.active = sv.nbytes()
+                lg.active = stack_nbytes(sv, (index_bytes or {}).get(k, 0))
                 if not lg.device:
-                    lg.device = device_name(sv.buf)
+                    lg.device = device_name(buf)
         self._peaks()
         if self.limit is not None and self.device_bytes() > self.limit:
             worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import turnout as tn
+from turnout.fast import stacks as tn_stacks
 
 pytest.importorskip("jax")
 
@@ -132,3 +133,31 @@ def test_every_path_reports_its_stage_times() -> None:
     for _ in range(2):
         direct.run(y, {x: 1.5, n: 20})
         assert len(direct.last_result.stats["stage_seconds"]) == 1
+
+
+def test_a_fused_run_hands_over_only_what_it_changed() -> None:
+    """The fused call's arguments and results are its cost on a small model (``Plan.segment_fn``): a
+    kept stack crosses it as its value buffer alone (the index record is made inside the call), and
+    a Variable no op assigns is not returned, so its device copy is the same array run after run
+    instead of a fresh copy each time. The staged path, which needs the index records, still takes
+    over from such buffers, and every run gives the closed form."""
+    p = graphs.power_loop()
+    with p.g.as_default():
+        k = tn.Variable(np.float64(3.0), name="k")
+        out = p.y * k.read()
+    sess = tn.Session(p.g, backend="fast", stack_chunk=8, stack_ladder=False)
+    x, n = p.x, p.n
+    got = sess.run([out, p.dx], {x: 1.5, n: 5})
+    assert sess.last_result.stats["fused"]
+    np.testing.assert_allclose(got, [3 * 1.5**5, 5 * 1.5**4], rtol=1e-12)
+    kept = sess.backend._dev_vars["k"][1]
+    (bufs,) = sess.backend._stack_bufs.values()
+    assert bufs and all(not isinstance(b, tn_stacks.StackValue) and b.shape == (8,) for b in bufs.values())
+    sess.run([out, p.dx], {x: 1.5, n: 6})
+    assert sess.backend._dev_vars["k"][1] is kept  # passed through, not copied
+    # 20 outgrows the chunk: the staged path runs from the fused run's buffers (and the run after it
+    # skips the attempt, as after every run that kept full chunks), then a fused run from the stages'
+    for nv, fused in ((20, False), (3, False), (3, True)):
+        got = sess.run([out, p.dx], {x: 1.5, n: nv})
+        assert sess.last_result.stats["fused"] == fused
+        np.testing.assert_allclose(got, [3 * 1.5**nv, nv * 1.5 ** (nv - 1)], rtol=1e-12)

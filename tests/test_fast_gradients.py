@@ -191,3 +191,48 @@ def test_generated_program_gradients_agree_with_the_reference(data: st.DataObjec
     got = tn.Session(case.graph, backend="fast", stack_chunk=2).run(case.grads, feed_dict=case.feeds)
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+SLICES: dict[str, Callable[[Any], Any]] = {
+    "rows": lambda x: x[1:4], "columns": lambda x: x[:, 0:3], "every other row": lambda x: x[::2],
+    "strided rows of one column": lambda x: x[1::3, 2], "last row": lambda x: x[-1],
+    "negative bounds": lambda x: x[:, -2:, 1:3], "empty": lambda x: x[4:1], "reversed": lambda x: x[::-1],
+    "one element": lambda x: x[2, 3, 1], "stop past the end": lambda x: x[:, 1:100:2],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLICES))
+def test_slice_gradients_in_a_loop_agree_with_the_reference(name: str) -> None:
+    """A static slice's gradient is a pad with zeros (``lowering._pad_config``); reversed, empty and
+    run-time indices keep the scatter-add. Each form, alone and inside a loop whose body slices
+    the carried value (as an LSTM slices its gates), gives the reference backend's gradient."""
+    f = SLICES[name]
+    xv = np.random.default_rng(0).normal(size=(5, 6, 4))
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [5, 6, 4])
+        n = tn.placeholder(tn.int32, [])
+        y = tn.reduce_sum(f(x) * f(x)) * 1.5
+
+        def body(i: Any, acc: Any) -> Any:
+            return i + 1, acc + tn.reduce_sum(tn.tanh(f(x * acc)))
+
+        _, looped = tn.while_loop(lambda i, acc: i < n, body, [tn.constant(0), tn.constant(1.0, tn.float64)])
+        dx, dlx = tn.gradients(y, [x])[0], tn.gradients(looped, [x])[0]
+    check(g, [dx, dlx], {x: xv, n: 3})
+
+
+def test_only_static_forward_indices_are_padded() -> None:
+    """``_pad_config`` gives the pad of each dimension (before, after, interior) for static integers and
+    forward slices, and refuses the rest, which the scatter-add handles."""
+    from turnout.fast.lowering import _pad_config
+
+    assert _pad_config((slice(1, 4), 2), (5, 6, 4)) == ([(1, 1, 0), (2, 3, 0), (0, 0, 0)], (3, 1, 4))
+    assert _pad_config((slice(1, None, 3),), (6,)) == ([(1, 1, 2)], (2,))
+    assert _pad_config((-1,), (5,)) == ([(4, 0, 0)], (1,))
+    assert _pad_config((slice(None, None, -1),), (5,)) is None
+    assert _pad_config((slice(4, 1),), (5,)) is None
+    assert _pad_config((np.int32(1), slice(0, 2)), (3, 3)) == ([(1, 1, 0), (0, 1, 0)], (1, 2))
+    import jax.numpy as jnp
+
+    assert _pad_config((jnp.zeros((), jnp.int32),), (5,)) is None  # a value known only at run time
