@@ -7,6 +7,7 @@ numbers are the median of ``repeat`` timed calls, each ending with the result on
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -28,23 +29,37 @@ def timed(fn: Callable[[], Any], repeat: int) -> dict[str, float]:
     return {"first_s": first, "median_s": statistics.median(times), "min_s": min(times), "repeat": repeat}
 
 
-def timed_pair(fa: Callable[[], Any], fb: Callable[[], Any], repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+def timed_pair(fa: Callable[[], Any], fb: Callable[[], Any], repeat: int,
+               block_s: float = 0.0) -> tuple[dict[str, float], dict[str, float]]:
     """``timed`` for two functions, their timed calls interleaved (a, b, a, b, ...): on a shared
-    machine whose load changes from second to second, both sides then see the same conditions."""
+    machine whose load changes from second to second, both sides then see the same conditions.
+
+    ``block_s``: each sample times a block of as many calls as take about that long (counted from a
+    warm call of each function), and is the time per call. Why: a call of a millisecond or less
+    varies by half from one call to the next on the shared development machine, so the median of a
+    few single calls was mostly noise; a block averages it out, and each side's blocks last about as
+    long, so both sample the same load."""
     first = []
     for fn in (fa, fb):
         t0 = time.perf_counter()
         fn()
         first.append(time.perf_counter() - t0)
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeat):
-        for fn, ts in zip((fa, fb), times, strict=True):
+    counts = [1, 1]
+    if block_s > 0:
+        for i, fn in enumerate((fa, fb)):
             t0 = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t0)
+            counts[i] = max(1, math.ceil(block_s / max(time.perf_counter() - t0, 1e-6)))
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for fn, ts, k in zip((fa, fb), times, counts, strict=True):
+            t0 = time.perf_counter()
+            for _ in range(k):
+                fn()
+            ts.append((time.perf_counter() - t0) / k)
     return tuple(  # type: ignore[return-value]
-        {"first_s": f, "median_s": statistics.median(ts), "min_s": min(ts), "repeat": repeat}
-        for f, ts in zip(first, times, strict=True))
+        {"first_s": f, "median_s": statistics.median(ts), "min_s": min(ts), "repeat": repeat, "calls_per_sample": k}
+        for f, ts, k in zip(first, times, counts, strict=True))
 
 
 def timed_interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, dict[str, float]]:

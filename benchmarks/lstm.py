@@ -86,7 +86,7 @@ def run(quick: bool) -> dict[str, Any]:
     # session with a small capacity, run at the longest length, to show the cost of swapping stack
     # chunks to host memory (the staged path).
     if quick:
-        batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 16, 32, 32, [10, 20, 50], 5, None, 8
+        batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 16, 32, 32, [10, 20, 50], 9, None, 8
     else:
         batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 64, 256, 256, [100, 200, 500, 1000], 5, None, 128
     t_max = max(lengths)
@@ -116,7 +116,7 @@ def run(quick: bool) -> dict[str, Any]:
         xs_t = jnp.asarray(xs[:T])
         tt, jt = timed_pair(lambda: sess.run(fetch, feed),  # noqa: B023
                             lambda: [np.asarray(a) for a in jax_tree_leaves(step(params, xs_t))],  # noqa: B023
-                            repeat)
+                            repeat, block_s=0.05 if quick else 0.0)
         tt["first_s"] = first
         # peak memory growth per step: the process's peak RSS before and after two more Turnout steps
         rss0 = _max_rss()
