@@ -96,6 +96,11 @@ class _HotFused:
     records: list[dict[str, Any]]
     var_names: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        #: (name, state key) of every Variable of the plan, and of those it assigns (written back)
+        self.var_keys = tuple((n, var_key(n)) for n in self.var_names)
+        self.written = tuple((n, k) for n, k in self.var_keys if n in self.plan.written_vars)
+
 
 class _Retry(Exception):
     """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
@@ -396,29 +401,37 @@ class FastBackend:
         nothing was applied (the buffers are kept), and the general path runs, climbing the ladder.
 
         Why: for a small model the general path's Python per run (about 0.4 ms on the development
-        machine for the quick LSTM step) cost as much as the compiled step itself."""
+        machine for the quick LSTM step) cost as much as the compiled step itself. So this route
+        builds only the call's arguments: the last run's stack buffers as they came back (donated to
+        this run), the Variables' device copies ``_hot_direct`` found current, the fed values the stage
+        reads; it reads back the error word and live flags at once, and writes back only the
+        Variables the program assigns."""
         t0 = time.perf_counter()
         p = h.plan
         st = p.fused
         assert st is not None
-        max_iter = iteration_bound(options)
-        with jax.enable_x64(True):
-            state = self._initial_state(p, variables, fused=True)
-            env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
-            env_in = {k: env[k] for k in st.reads if k in env}
-            rest, stacks = stk.split_state(state)
-            with _device_oom(p, st):
-                out, flags, ended = st.fns["seg"](env_in, rest, stacks, max_iter)
-            state = {**rest, **ended}  # (what came back unchanged is not returned)
-            self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
-            lives = self._fused_flags(st, flags, state)
-            code = state["err"]
-            if code and p.codes.lookup(code)[0] in ("overflow", "underflow"):
+        stacks = self._stack_bufs.pop(id(p))
+        if any(type(v) is stk.StackValue for v in stacks.values()):  # kept by a staged run: buffers alone
+            stacks = {k: stk.kept_arrays(v)[0] for k, v in stacks.items()}
+        dev_vars = self._dev_vars
+        rest = {vk: dev_vars[name][1] for name, vk in h.var_keys}
+        env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
+        env_in = {k: env[k] for k in st.reads if k in env}
+        with jax.enable_x64(True), _device_oom(p, st):
+            out, flags, ended = st.fns["seg"](env_in, rest, stacks, iteration_bound(options))
+        self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
+        code, *lives = np.asarray(flags).tolist()
+        if code:
+            if p.codes.lookup(code)[0] in ("overflow", "underflow"):
                 return None
-            self._raise_errors(p, state, 0)
-            env.update(out)
-            values = self._finish(p, fetches, env, lives, state, variables)
-        self._records = [dict(r) for r in h.records]
+            self._raise_errors(p, {"err": code}, 0)
+        env.update(out)
+        values = self._fetched(fetches, env, dict(zip(st.live_keys, lives, strict=True)))
+        for name, vk in h.written:
+            dev = ended[vk]
+            variables[name] = host = np.asarray(dev)
+            dev_vars[name] = (host, dev)
+        self._records = h.records
         stats = dict(h.stats)
         stats["compiles"] = self.compile_count
         stats["stage_seconds"] = [time.perf_counter() - t0]
@@ -818,18 +831,25 @@ class FastBackend:
         state["err"] = code
         return dict(zip(st.live_keys, lives, strict=True))
 
-    def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
-                state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
-        """The fetched values on the host, and the Variables written back: the last step of a run."""
+    @staticmethod
+    def _fetched(fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any]) -> list[Any]:
+        """The fetched values on the host; a fetch that is dead (``DEAD``, or its live flag false)
+        raises ``DeadFetchError``."""
         values = []
         for t in fetches:
-            v = env[key(t)]
-            live = lives.get(key(t), True)
-            if v is DEAD or not bool(live):
+            k = (t.node.id, t.index)
+            v = env[k]
+            if v is DEAD or not bool(lives.get(k, True)):
                 raise DeadFetchError(
                     f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
                     f"(op {t.node.op} \"{t.node.name}\")")
             values.append(to_host(v))
+        return values
+
+    def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
+                state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
+        """The fetched values on the host, and the Variables written back: the last step of a run."""
+        values = self._fetched(fetches, env, lives)
         if plan.prealloc and self.keep_stack_buffers:
             self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
         else:
