@@ -57,7 +57,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.lane import Lane, checked_values, make_lane, variable_plan, write_variables
+from turnout.fast.lane import Lane, checked_values, cpp_entry, make_lane, variable_plan, write_variables
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.plan import (
     INT32_MAX,
@@ -96,10 +96,35 @@ class _HotFused:
     records: list[dict[str, Any]]
     var_names: tuple[str, ...]
 
+    wide: bool  # a fed tensor holds 64-bit values (JAX would narrow them outside 64-bit mode)
+
     def __post_init__(self) -> None:
         #: (name, state key) of every Variable of the plan, and of those it assigns (written back)
         self.var_keys = tuple((n, var_key(n)) for n in self.var_names)
         self.written = tuple((n, k) for n, k in self.var_keys if n in self.plan.written_vars)
+        #: the fused stage as an ahead-of-time executable (``None``: not made yet; ``False``: the
+        #: jitted function is called, in 64-bit mode), and the default iteration bound on the device
+        self.call: Any = None
+        self.bound: Any = None
+
+    def executable(self, st: Stage, args: tuple[Any, ...], backend: FastBackend) -> Any:
+        """The fused stage's ahead-of-time executable for these arguments (made on the first hot run),
+        or ``False`` to call the jitted function. Why: the jitted function must be called in 64-bit
+        mode, the mode it was traced in, which costs JAX's dispatch 7 to 10 µs a call and the
+        context itself a few more (``fast.lane``); the executable is bound to its argument types and
+        called outside it. Not for 64-bit feeds, or when lowering would trace again."""
+        if self.call is None:
+            self.call = False
+            if not self.wide:
+                before = backend.compile_count
+                try:
+                    with jax.enable_x64(True):
+                        compiled = st.fns["seg"].lower(*args).compile()
+                except Exception:  # noqa: BLE001 - the jitted function serves instead
+                    compiled = None
+                if compiled is not None and backend.compile_count == before:
+                    self.call, self.bound = compiled, jax.device_put(_DEFAULT_BOUND)
+        return self.call
 
 
 class _Retry(Exception):
@@ -111,6 +136,10 @@ def iteration_bound(options: RunOptions) -> np.int32:
     int32 holds: the largest int32)."""
     mi = options.max_iterations
     return INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
+
+
+#: the iteration bound of the default options (the hot fused route keeps it on the device)
+_DEFAULT_BOUND = iteration_bound(RunOptions())
 
 
 def refuse_firing_budget(who: str, options: RunOptions) -> None:
@@ -417,8 +446,16 @@ class FastBackend:
         rest = {vk: dev_vars[name][1] for name, vk in h.var_keys}
         env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
         env_in = {k: env[k] for k in st.reads if k in env}
-        with jax.enable_x64(True), _device_oom(p, st):
-            out, flags, ended = st.fns["seg"](env_in, rest, stacks, iteration_bound(options))
+        bound = iteration_bound(options)
+        call = h.call if h.call is not None else h.executable(st, (env_in, rest, stacks, bound), self)
+        with _device_oom(p, st):
+            if call is False:
+                with jax.enable_x64(True):
+                    out, flags, ended = st.fns["seg"](env_in, rest, stacks, bound)
+            else:
+                out, flags, ended = call(env_in, rest, stacks, h.bound if bound == _DEFAULT_BOUND else bound)
+                if isinstance(call, jax.stages.Compiled):  # JAX made its C++ entry point on this first call
+                    h.call = cpp_entry(call)
         self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
         code, *lives = np.asarray(flags).tolist()
         if code:
@@ -474,8 +511,9 @@ class FastBackend:
                         top, rung = self._last_fused
                         if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.keep_stack_buffers:
                             stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
+                            wide = any(np.dtype(t.dtype.numpy).itemsize > 4 for t in feeds)
                             self._remember_hot(_HotFused(rung, top, stats, self.memory_records(),
-                                                         tuple(rung.var_nodes)), fetches, feeds)
+                                                         tuple(rung.var_nodes), wide), fetches, feeds)
                     if static:
                         result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
                                                                 for k in static)

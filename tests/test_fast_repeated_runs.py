@@ -133,3 +133,36 @@ def test_stack_buffers_reused_for_shorter_and_failed_runs(chunk: int) -> None:
     yv, dv = sess.run([y, dx], {x: 1.5, n: 5})
     assert float(dv) == pytest.approx(5 * 1.5**4, rel=1e-12)
     assert sess.backend.compile_count == compiles
+
+
+@pytest.mark.parametrize("dtype", [tn.float32, tn.float64])
+def test_repeated_fused_runs_take_the_executable_outside_64_bit_mode(dtype: tn.DType) -> None:
+    """A repeat of a fused gradient run calls its ahead-of-time executable, made once from the jitted
+    function's own compilation (no trace more), outside 64-bit mode; a 64-bit feed, which JAX would
+    narrow there, keeps the jitted function. Either way the runs give the reference's values, read
+    the run's ``max_iterations``, and compile nothing after the first."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(dtype, [3], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.Variable(np.array([0.5, -1.0, 2.0], dtype.numpy), name="w")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(y * w.read() + x)),
+                             [tn.constant(0), tn.zeros([3], dtype)])
+        loss = tn.reduce_sum(y * y)
+        dx, dw = tn.gradients(loss, [x, w])
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    xv = np.array([0.3, -0.2, 0.1], dtype.numpy)
+    for trips in (4, 9, 1, 9):
+        feed = {x: xv, n: trips}
+        for a, b in zip(fast.run([loss, dx, dw], feed), ref.run([loss, dx, dw], feed), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert fast.last_result.stats["route"] == "hot"
+    (hot,) = [h for h, _, _ in fast.backend._hot.values()]
+    assert (hot.call is False) == (dtype is tn.float64)
+    compiles = fast.backend.compile_count
+    with pytest.raises(tn.NonTerminationError):
+        fast.run([loss, dx, dw], {x: xv, n: 9}, max_iterations=5)
+    got, want = fast.run([loss, dx, dw], {x: xv, n: 2}), ref.run([loss, dx, dw], {x: xv, n: 2})
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-7)
+    assert fast.last_result.stats["route"] == "hot"
+    assert fast.backend.compile_count == compiles
