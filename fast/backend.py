@@ -459,8 +459,8 @@ class FastBackend:
         self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
         code, *lives = np.asarray(flags).tolist()
         if code:
-            if p.codes.lookup(code)[0] in ("overflow", "underflow"):
-                return None
+            if p.codes.lookup(code)[0] in ("overflow", "underflow", "unrecorded"):
+                return None  # (the general path's attempt meets it again and handles it)
             self._raise_errors(p, {"err": code}, 0)
         env.update(out)
         values = self._fetched(fetches, env, dict(zip(st.live_keys, lives, strict=True)))
@@ -780,8 +780,10 @@ class FastBackend:
                 if plan.prealloc:
                     self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
                 code = int(state["err"])
-                if (first and self.precompile_staged) or (
-                        code and plan.codes.lookup(code)[0] in ("overflow", "underflow")):
+                kind = plan.codes.lookup(code)[0] if code else None
+                if kind == "unrecorded":
+                    self._record_every_stack(plan)
+                if (first and self.precompile_staged) or kind in ("overflow", "underflow", "unrecorded"):
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
             self._raise_errors(plan, state, store.moved())
@@ -860,6 +862,14 @@ class FastBackend:
         except UnsupportedError:
             plan.fused = None
             return None
+
+    def _record_every_stack(self, plan: Plan) -> None:
+        """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):
+        its pops could not be checked by position, so the attempt is discarded (the stages, which keep
+        every index record, run instead) and the fused stage is traced again with every record, for
+        this and every later run; hot routes made for the old trace are forgotten."""
+        plan.record_every_stack()
+        self._hot.clear()
 
     @staticmethod
     def _fused_flags(st: Stage, flags: Any, state: dict[str, Any]) -> dict[Key, Any]:

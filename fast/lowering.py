@@ -585,10 +585,13 @@ def _stack_new(ctx, n, xs):
 @_r("StackPush")
 def _stack_push(ctx, n, xs):
     h, index, v = xs
+    s0 = ctx.get_stack(n, h)
     try:
-        s, ok = stk.push(ctx.get_stack(n, h), index, v, free=ctx.free_pointers)
+        s, ok = stk.push(s0, index, v, free=ctx.free_pointers)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
         raise UnsupportedError(f"{describe_node(n)}: {e}") from None
+    # one message for every positional push: a failed one only sends the run back to index records
+    ctx.check(stk.positional(s0, index), "a positional stack pushed away from its position", code="unrecorded")
     ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
     ctx.set_stack(h, s)
     return [v]

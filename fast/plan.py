@@ -82,6 +82,39 @@ def _direct_nodes(items: list[Item]) -> list[Node]:
     return out
 
 
+def positional_stacks(program: Program) -> set[str]:
+    """The stacks whose entries the fused stage can check by position instead of by an index record:
+    each is pushed by exactly one StackPush, found directly in the body of a loop of the root frame
+    (not under a cond, not in a nested loop), with an index of one element or none.
+
+    Why: such a push runs once in every iteration of a loop that runs once per run, so when its
+    index is the loop's iteration number (as a gradient loop's is) every entry's index is its
+    position, and a pop can compare its expected index with its position: the same check as reading
+    the record, without writing one per push (a kernel per stack per forward iteration, 8 to 18% of
+    the small LSTM step on the development machine). Whether the index is the position is known
+    only at run time, so each push checks it (``stacks.positional``); one that is not sets the
+    error word's ``unrecorded`` code, and the run goes back to index records (``FastBackend``)."""
+    found: dict[str, int] = {}
+
+    def root(items: list[Item]) -> None:
+        for it in items:
+            if isinstance(it, WhileRegion):
+                for n in it.body:
+                    shape = n.inputs[1].shape if isinstance(n, Node) and n.op == "StackPush" else None
+                    if shape is not None and tuple(shape) in ((), (1,)):
+                        src = stack_source(n.inputs[0])
+                        if src is not None:
+                            k = f"stack:{src.id}"
+                            found[k] = found.get(k, 0) + 1
+            elif isinstance(it, CondRegion):
+                for b in (False, True):
+                    root(it.branches[b])
+
+    root(program.items)
+    pushes = _stack_counts(program_nodes(program), "StackPush")
+    return {k for k, c in found.items() if c == 1 and pushes.get(k) == 1}
+
+
 def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
     """Stack key -> how many of ``nodes`` are ``op`` (StackPush / StackPop) on that stack."""
     out: dict[str, int] = {}
@@ -116,9 +149,12 @@ class Plan:
         #: the stacks whose buffers are kept between runs (``prealloc``): key -> (dtype, (element
         #: shape, index shape)). The fused stage takes and returns their value buffers alone.
         self.kept = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
-        #: per kept stack, the bytes of its index record, which exists on the device only within a
-        #: call of the fused stage (the memory accounting counts it there)
-        self.index_bytes = {k: capacity * math.prod(shapes[1]) * 4 for k, (_, shapes) in self.kept.items()}
+        #: kept stacks the fused stage runs without an index record (``positional_stacks``); emptied
+        #: for good by a run that pushed one of them away from its position (``record_every_stack``)
+        self.positional = positional_stacks(program) & set(self.kept)
+        #: per kept stack with an index record in the fused stage, the record's bytes: it exists on
+        #: the device only within a call of that stage (the memory accounting counts it there)
+        self.index_bytes = self._index_bytes()
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -130,6 +166,18 @@ class Plan:
         # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
         # it skips the fused attempt (a loop of a million iterations would not fit either time)
         self.predict_overflow = False
+
+    def _index_bytes(self) -> dict[str, int]:
+        return {k: self.capacity * math.prod(shapes[1]) * 4 for k, (_, shapes) in self.kept.items()
+                if k not in self.positional}
+
+    def record_every_stack(self) -> None:
+        """From now on the fused stage keeps an index record for every stack (its function is traced
+        again by the next attempt): a run pushed a positional stack away from its position."""
+        self.positional = set()
+        self.index_bytes = self._index_bytes()
+        if self.fused is not None:
+            self.fused.fns.pop("seg", None)
 
     def _stages(self) -> list[Stage]:
         stages: list[Stage] = []
@@ -306,8 +354,8 @@ class Plan:
         if isinstance(v, stk.StackValue):
             return started(v)
         dtype, (_, index_shape) = self.kept[k]
-        return stk.StackValue(self.capacity, dtype, v, jnp.zeros((self.capacity, *index_shape), jnp.int32),
-                              np.int32(0))
+        record = None if k in self.positional else jnp.zeros((self.capacity, *index_shape), jnp.int32)
+        return stk.StackValue(self.capacity, dtype, v, record, np.int32(0))
 
     def _fused_exit(self, k: str, v: Any) -> Any:
         """A state entry on its way out of the fused stage: a kept stack's value buffer alone, any

@@ -103,7 +103,8 @@ class StackValue:
     def nbytes(self) -> int:
         if self.pending:
             return 0
-        return math.prod(self.buf.shape) * self.buf.dtype.itemsize + math.prod(self.idx.shape) * 4
+        record = 0 if self.idx is None else math.prod(self.idx.shape) * 4
+        return math.prod(self.buf.shape) * self.buf.dtype.itemsize + record
 
 
 def device_zeros(shape: tuple[int, ...], dtype: Any, device: Any = None) -> Any:
@@ -155,15 +156,25 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False) -> tuple[Sta
     index = jnp.asarray(index, jnp.int32)
     if s.pending:
         s = s.materialize(tuple(value.shape), tuple(index.shape))
-    elif value.shape != s.buf.shape[1:] or index.shape != s.idx.shape[1:]:
+    elif value.shape != s.buf.shape[1:] or (s.idx is not None and index.shape != s.idx.shape[1:]):
         # a preallocated stack (static shapes, see plan.static_stack_shapes) must not broadcast
         raise UnsupportedError(f"fast backend: a value of shape {value.shape} (index {index.shape}) pushed "
-                               f"on a stack of elements {s.buf.shape[1:]} (index {s.idx.shape[1:]})")
+                               f"on a stack of elements {s.buf.shape[1:]}"
+                               + ("" if s.idx is None else f" (index {s.idx.shape[1:]})"))
     ok = s.ptr < s.capacity
     p = jnp.minimum(s.ptr, s.capacity - 1)
     buf = jax.lax.dynamic_update_index_in_dim(s.buf, value, p, 0)
-    idx = jax.lax.dynamic_update_index_in_dim(s.idx, index, p, 0)
+    idx = None if s.idx is None else jax.lax.dynamic_update_index_in_dim(s.idx, index, p, 0)
     return StackValue(s.capacity, s.dtype, buf, idx, s.ptr + (1 if free else ok.astype(jnp.int32))), ok
+
+
+def positional(s: StackValue, index: Any) -> Any:
+    """For a push on a *positional* stack (no index record: ``idx is None``, see
+    ``Plan.positional``): whether the pushed iteration index is the entry's position, as the pops of
+    such a stack assume. ``True`` for a stack with its record."""
+    if s.pending or s.idx is not None:
+        return True
+    return jnp.all(jnp.asarray(index, jnp.int32) == s.ptr)
 
 
 def pop(s: StackValue, index: Any, free: bool = False) -> tuple[StackValue, Any, Any, Any]:
@@ -172,7 +183,8 @@ def pop(s: StackValue, index: Any, free: bool = False) -> tuple[StackValue, Any,
     ok = s.ptr > 0
     p = jnp.maximum(s.ptr - 1, 0)
     v = jax.lax.dynamic_index_in_dim(s.buf, p, 0, keepdims=False)
-    pushed_at = jax.lax.dynamic_index_in_dim(s.idx, p, 0, keepdims=False)
+    # a positional stack's entry was pushed under its position (``positional``)
+    pushed_at = p if s.idx is None else jax.lax.dynamic_index_in_dim(s.idx, p, 0, keepdims=False)
     match = jnp.all(pushed_at == jnp.asarray(index, jnp.int32)) | ~ok
     return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - (1 if free else ok.astype(jnp.int32))), v, ok, match
 

@@ -23,12 +23,13 @@ from turnout.errors import ResourceExhaustedError
 pytest.importorskip("jax")
 
 PER_ENTRY = 8 + 4  # a float64 value of the power loop and its int32 iteration index
+VALUE = 8  # a run in one fused call checks the stack by position: no index record (plan.positional_stacks)
 
 
 # ---- fast/stacks.py: the chunk store ------------------------------------------------------------------
 @pytest.mark.parametrize("swap, chunk, limit, steps, what", [
     # one chunk does not fit at all: the buffers in the loop state are over the cap (ChunkStore.observe)
-    (True, 64, 64 * PER_ENTRY - 1, 10, "its stack buffers"),
+    (True, 64, 64 * VALUE - 1, 10, "its stack buffers"),
     # a swapped stack needs a second buffer while its full chunk is copied out (ChunkStore._swap_out)
     (True, 64, 64 * PER_ENTRY + 1, 200, "a second buffer while a full chunk is copied to host memory"),
     # an unswapped stack keeps full chunks on the device until they no longer fit (ChunkStore.spill)

@@ -72,10 +72,12 @@ def feed(m: dict[str, Any], steps: int) -> dict[Any, Any]:
     return {m["xs"]: rng.normal(size=(300, 2)) * 0.5, m["n"]: steps, m["h0"]: rng.normal(size=(1, 2))}
 
 
-def stack_bytes_per_chunk(g: tn.Graph, frame_loop: str, chunk: int) -> int:
-    """One chunk of every stack of the loop named ``frame_loop`` (values and indices)."""
+def stack_bytes_per_chunk(g: tn.Graph, frame_loop: str, chunk: int, records: bool = True) -> int:
+    """One chunk of every stack of the loop named ``frame_loop``: values and, with ``records``, their
+    int32 iteration indices (a run in one fused call checks these stacks by position and keeps no
+    record: ``fast.plan.positional_stacks``)."""
     rep = tn.memory_report(g).loop(frame_loop)
-    return sum(chunk * (s.bytes_per_iteration + 4) for s in rep.stacked)  # type: ignore[operator]
+    return sum(chunk * (s.bytes_per_iteration + 4 * records) for s in rep.stacked)  # type: ignore[operator]
 
 
 def run_rnn(swap: bool, steps: int) -> tuple[dict[str, Any], tn.Session, Any, int]:
@@ -126,6 +128,9 @@ def test_unswapped_stacks_never_leave_the_device(steps: int) -> None:
     assert rec.host_bytes == 0 and sess.last_result.stats["stack_chunks_swapped"] == 0
     chunks = -(-steps // CHUNK)
     assert rec.chunks_kept_on_device == (chunks - 1) * len(tn.memory_report(m["g"]).loop("rnn").stacked)
+    if chunks == 1:  # one fused call: no index records (positional stacks)
+        assert sess.last_result.stats["fused"]
+        one_chunk = stack_bytes_per_chunk(m["g"], "rnn", CHUNK, records=False)
     assert rec.device_bytes == rec.peak_device_bytes == chunks * one_chunk  # grown on the device
 
 
@@ -174,9 +179,11 @@ def test_a_cap_below_two_chunks_stops_a_swapped_loop_with_advice() -> None:
     sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * PER_ENTRY + 1)
     with pytest.raises(ResourceExhaustedError, match="lower stack_chunk"):
         sess.run([y, dx], {x: 1.5, n: 200})
-    sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * PER_ENTRY - 1)
+    # one chunk does not fit, even when nothing is swapped (a run of one fused call: its stacks are
+    # checked by position and hold values alone, no index record)
+    sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * 8 - 1)
     with pytest.raises(ResourceExhaustedError, match="device_memory_limit"):
-        sess.run([y, dx], {x: 1.5, n: 10})  # one chunk does not fit, even when nothing is swapped
+        sess.run([y, dx], {x: 1.5, n: 10})
 
 
 def test_the_cap_is_validated_and_rejected_where_it_cannot_be_honoured() -> None:
