@@ -854,19 +854,25 @@ class FastBackend:
         is an error). The stages' functions are compiled only then, by the first run that needs them:
         a plan whose loops always fit never compiles them (with ``precompile_staged`` the plan's first
         run discards its attempt, to compile the stages up front). A fused stage that cannot be lowered
-        (``UnsupportedError`` while tracing it) is dropped: the plan runs its stages from then on.
+        (``UnsupportedError`` while tracing it) is dropped: the plan runs its stages from then on. An
+        attempt that pushed a positional stack away from its position is run again at once, traced
+        with every index record (``_record_every_stack``).
         """
         assert plan.fused is not None
         try:
-            return self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
+            positional = bool(plan.positional)
+            got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
+            if got is None and positional and not plan.positional:
+                got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
+            return got
         except UnsupportedError:
             plan.fused = None
             return None
 
     def _record_every_stack(self, plan: Plan) -> None:
         """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):
-        its pops could not be checked by position, so the attempt is discarded (the stages, which keep
-        every index record, run instead) and the fused stage is traced again with every record, for
+        its pops could not be checked by position, so the attempt is discarded and the fused stage is
+        traced again with every record (``_run_fused`` runs it again at once), for
         this and every later run; hot routes made for the old trace are forgotten."""
         plan.record_every_stack()
         self._hot.clear()

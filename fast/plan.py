@@ -93,7 +93,8 @@ def positional_stacks(program: Program) -> set[str]:
     the record, without writing one per push (a kernel per stack per forward iteration, 8 to 18% of
     the small LSTM step on the development machine). Whether the index is the position is known
     only at run time, so each push checks it (``stacks.positional``); one that is not sets the
-    error word's ``unrecorded`` code, and the run goes back to index records (``FastBackend``)."""
+    error word's ``unrecorded`` code, and the attempt is run again with index records
+    (``FastBackend._run_fused``)."""
     found: dict[str, int] = {}
 
     def root(items: list[Item]) -> None:

@@ -4,10 +4,10 @@ A stack pushed once in every iteration of a root-frame loop (``fast.plan.positio
 when its pushed index is the loop's iteration number, every entry at the position its index names,
 so a pop can compare its expected index with its position instead of reading a record of indices
 that every push would have to write. Each push checks the premise at run time; a push away from its
-position sends the run back to index records, with the same results and errors as the reference
-backend. These tests check the three cases: a gradient loop (positional), a hand-built loop that
-pushes under a constant index (not positional: the records come back), and pops in the wrong order
-(the same ``KernelError`` either way).
+position discards the attempt, which runs again at once with index records. These tests check three
+cases: a gradient loop (positional), a hand-built loop that pushes under indices away from their
+positions (the records come back, with the reference backend's results), and pops in the wrong
+order (refused with the same ``KernelError`` by position as by record).
 """
 
 from __future__ import annotations
@@ -91,11 +91,12 @@ def test_a_push_away_from_its_position_brings_the_records_back() -> None:
     for trips in (4, 4, 6, 4):
         assert float(fast.run(out, {n: trips})) == float(ref.run(out, {n: trips}))
         fused.append(fast.last_result.stats["fused"])
-    # the first attempt met an index away from its position and was discarded (the stages ran, with
-    # records); every later run is one fused call again, now with the index records
-    assert fused == [False, True, True, True]
+    # the first attempt met an index away from its position: discarded, and run again at once with
+    # the index records, as every later run is (one fused call each, one trace more in all)
+    assert fused == [True, True, True, True]
     warm = [p for p in fast.backend._plans.values() if p.fused is not None and p.fused_warm]
     assert warm and all(not p.positional for p in warm)
+    assert all(not st.fns for p in warm for st in p.stages)  # the stages were never compiled
 
 
 def test_pops_out_of_order_are_refused_by_position_as_by_record() -> None:
