@@ -110,3 +110,36 @@ def test_pops_out_of_order_are_refused_by_position_as_by_record() -> None:
         sess.run(out, {n: 3})
     warm = [p for p in sess.backend._plans.values() if p.fused is not None and p.fused_warm]
     assert warm and all(p.positional for p in warm)  # pushed at their positions: no record needed
+
+
+def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fused() -> None:
+    """A push under a cond skips iterations, and an inner loop's push runs many times per outer
+    iteration: neither stack's entries sit at their outer iteration's position, so both keep their
+    index records in the fused stage, while the stack pushed directly in the body goes by position.
+    Every run is one fused call (no attempt discarded for a push away from its position) and gives
+    the reference's gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def inner(i: Any, y: Any) -> Any:
+            _, z = tn.while_loop(lambda k, z: k < i % 3, lambda k, z: (k + 1, tn.tanh(z) * x), [tn.constant(0), y])
+            return z
+
+        def body(i: Any, y: Any) -> Any:
+            y = tn.cond(tn.equal(i % 2, 0), lambda: tn.tanh(y * x), lambda: y + 0.5)
+            return i + 1, inner(i, y) * x
+
+        _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), tn.constant(0.3, tn.float64)])
+        (dx,) = tn.gradients(y, [x])
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for trips in (5, 8, 2):
+        feed = {x: 0.9, n: trips}
+        np.testing.assert_allclose(fast.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-10)
+        assert fast.last_result.stats["fused"]
+    warm = [p for p in fast.backend._plans.values() if p.fused is not None and p.fused_warm]
+    assert warm
+    for p in warm:
+        assert p.positional and p.positional < set(p.kept)  # some by position, the others recorded
+        assert all(not st.fns for st in p.stages)  # never a discarded attempt: the stages never ran

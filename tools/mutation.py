@@ -72,12 +72,12 @@ _FAST_TESTS = ["test_mutants_s7.py", "test_fast_nested_compile.py", "test_mutant
                "test_fast_gradients.py"]
 # the gradient stacks' chunking, swapping and memory accounting, and the cond chains raised to lax.switch
 _STACK_TESTS = ["test_mutants_fast3.py", "test_mutants_fast2.py", "test_swap_memory.py", "test_fast_memory.py",
-                "test_fast_repeated_runs.py"]
+                "test_fast_repeated_runs.py", "test_fast_positional_stacks.py"]
 _CASE_TESTS = ["test_mutants_fast3.py", "test_fast_case_chain.py", "test_fast_compile.py"]
 # the fast backend's driver: plans, stages, the direct and fused paths, the reference fallback, buffers kept
 _BACKEND_TESTS = ["test_mutants_s5.py", "test_fast_repeated_runs.py", "test_fast_memory.py", "test_fast.py",
                   "test_swap_memory.py", "test_mutants_fast.py", "test_fast_fused.py", "test_fast_trace.py",
-                  "test_fast_run_overhead.py", "test_fast_lane.py"]
+                  "test_fast_run_overhead.py", "test_fast_lane.py", "test_fast_positional_stacks.py"]
 # stacks of loops that span devices, and loops on one device run chunk by chunk inside a partitioned run
 _SWAP_TESTS = ["test_mutants_s6.py", "test_mutants_s5.py", "test_devices_swap.py", "test_mutants_devices_fast.py",
                "test_devices_fast.py"]
