@@ -53,25 +53,27 @@ def test_a_gradient_loop_runs_its_stacks_by_position() -> None:
     assert plan.index_bytes == {}  # no record to count
 
 
-def _hand_built_stack(order: str) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
-    """A hand-built stack: a loop pushes ``i`` under index ``[i + 10]`` (``order='offset'``: never
-    its position) or ``[i]`` (``'forward'``), and a second loop pops as many values, expecting the
-    pushed indices in reverse (``'offset'``) or ``[j]``, forward again: the wrong order for a stack. It
-    folds them as ``acc * 3 + value``."""
+def _hand_built_stack(order: str, offset: Any = 10) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """A hand-built stack: a loop pushes ``i`` under index ``[i + offset]`` (``order='offset'``: away
+    from its position unless the offset is 0; ``offset`` may be a tensor) or ``[i]`` (``'forward'``),
+    and a second loop pops as many values, expecting the pushed indices in reverse (``'offset'``) or
+    ``[j]``, forward again: the wrong order for a stack. It folds them as ``acc * 3 + value``."""
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
+        if offset is None:
+            offset = tn.placeholder(tn.int32, [], name="offset")
         s = g.create_node("StackNew", (), {"elem_dtype": "float64", "elem_shape": []}, name="stk").outputs[0]
 
         def push(i: Any, c: Any) -> Any:
-            at = tn.reshape(i + 10 if order == "offset" else i, [1])
+            at = tn.reshape(i + offset if order == "offset" else i, [1])
             p = g.create_node("StackPush", [s, at, tn.cast(i, tn.float64)], name="psh").outputs[0]
             return i + 1, c + p * 0
 
         _, pushed = tn.while_loop(lambda i, c: i < n, push, [tn.constant(0), tn.constant(0.0, tn.float64)])
 
         def pop(j: Any, acc: Any) -> Any:
-            at = tn.reshape(n - 1 - j + 10 if order == "offset" else j, [1])
+            at = tn.reshape(n - 1 - j + offset if order == "offset" else j, [1])
             with g.control_dependencies([acc.node]):  # after the first loop: ``start`` waits for it
                 v = g.create_node("StackPop", [s, at], {"dtype": "float64", "shape": []},
                                   name="pop_it").outputs[0]
@@ -143,3 +145,16 @@ def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fuse
     for p in warm:
         assert p.positional and p.positional < set(p.kept)  # some by position, the others recorded
         assert all(not st.fns for st in p.stages)  # never a discarded attempt: the stages never ran
+
+
+def test_a_push_away_from_its_position_on_a_repeated_run() -> None:
+    """Whether a push is at its position can change from run to run (here with a fed offset): a
+    repeated run on the hot route that meets it leaves that route, and the general path runs the
+    attempt again with records."""
+    g, n, out = _hand_built_stack("offset", offset=None)
+    offset = g.tensor("offset:0")
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for k, route in ((0, "general"), (0, "hot"), (7, "general"), (7, "hot"), (0, "hot")):
+        feed = {n: 4, offset: k}
+        assert float(fast.run(out, feed)) == float(ref.run(out, feed)) == 102.0
+        assert fast.last_result.stats["fused"] and fast.last_result.stats["route"] == route
