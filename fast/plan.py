@@ -351,9 +351,10 @@ class Plan:
 
     def _fused_entry(self, k: str, v: Any) -> stk.StackValue:
         """A stack on its way into the fused stage (while tracing): a kept stack's value buffer gets
-        a fresh index record and the pointer 0; a stack allocated inside the call comes as it is."""
+        a fresh index record (none for a positional stack) and the pointer 0; any other stack is
+        still pending (allocated at its first push inside the call) and comes as it is."""
         if isinstance(v, stk.StackValue):
-            return started(v)
+            return v
         dtype, (_, index_shape) = self.kept[k]
         record = None if k in self.positional else jnp.zeros((self.capacity, *index_shape), jnp.int32)
         return stk.StackValue(self.capacity, dtype, v, record, np.int32(0))
@@ -415,14 +416,6 @@ class Plan:
         # buffer in and out (``Plan`` docstring).
         return (jax.jit(init, donate_argnums=(2,)), jax.jit(chunk, donate_argnums=(2,)),
                 jax.jit(finish, donate_argnums=(2,)))
-
-
-def started(s: stk.StackValue) -> stk.StackValue:
-    """A stack handed to the fused stage without its pointer (``None``: it starts empty), with the
-    pointer a constant 0."""
-    if s.pending or s.ptr is not None:
-        return s
-    return stk.StackValue(s.capacity, s.dtype, s.buf, s.idx, np.int32(0))
 
 
 class NotDirect(Exception):

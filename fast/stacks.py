@@ -68,7 +68,10 @@ class StackValue:
     """``buf (capacity, *elem)``, ``idx (capacity, depth)`` (the pushed iteration indices), ``ptr``.
 
     ``buf is None``: no push yet and no element shape known (a *pending* stack). ``ptr is None`` only
-    on the way into the fused stage, which starts every stack empty (``plan.started``).
+    for a pending stack, and for a stack the fused stage hands back (the next attempt starts every
+    stack empty). ``idx is None`` on a stack that has a buffer: a *positional* stack, whose entries
+    sit at the position their iteration index names (``plan.positional_stacks``), so it keeps no
+    record of them.
 
     A pytree whose arrays are its children and whose capacity and dtype are static (registered as a
     dataclass node: JAX flattens it in C++, without a Python call per stack and per compiled call).
