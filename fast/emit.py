@@ -66,8 +66,10 @@ FRAME_HEIGHT = 8
 class ErrorCodes:
     """Error word codes -> (kind, message). Shared by every trace of one compiled plan, so a code
     read back after a run names the op that failed. Kinds: ``kernel``, ``nonterm``, ``overflow``,
-    ``underflow``. Codes below ``NONTERM`` index a table of (kind, message); codes from it up name a
-    light loop that ran out of iterations (``loops``)."""
+    ``underflow``, and ``unrecorded`` (a positional stack pushed away from its position: never raised,
+    the fused attempt runs again with index records, see ``plan.positional_stacks``). Codes below
+    ``NONTERM`` index a table of (kind, message); codes from it up name a light loop that ran out of
+    iterations (``loops``)."""
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, str]] = []
