@@ -57,7 +57,16 @@ from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.lane import Lane, checked_values, cpp_entry, make_lane, variable_plan, write_variables
+from turnout.fast.lane import (
+    Lane,
+    ahead_of_time,
+    checked_values,
+    cpp_entry,
+    holds_wide,
+    make_lane,
+    variable_plan,
+    write_variables,
+)
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.plan import (
     INT32_MAX,
@@ -114,16 +123,10 @@ class _HotFused:
         context itself a few more (``fast.lane``); the executable is bound to its argument types and
         called outside it. Not for 64-bit feeds, or when lowering would trace again."""
         if self.call is None:
-            self.call = False
-            if not self.wide:
-                before = backend.compile_count
-                try:
-                    with jax.enable_x64(True):
-                        compiled = st.fns["seg"].lower(*args).compile()
-                except Exception:  # noqa: BLE001 - the jitted function serves instead
-                    compiled = None
-                if compiled is not None and backend.compile_count == before:
-                    self.call, self.bound = compiled, jax.device_put(_DEFAULT_BOUND)
+            compiled = None if self.wide else ahead_of_time(st.fns["seg"], args, backend)
+            self.call = False if compiled is None else compiled
+            if compiled is not None:
+                self.bound = jax.device_put(_DEFAULT_BOUND)
         return self.call
 
 
@@ -140,6 +143,10 @@ def iteration_bound(options: RunOptions) -> np.int32:
 
 #: the iteration bound of the default options (the hot fused route keeps it on the device)
 _DEFAULT_BOUND = iteration_bound(RunOptions())
+
+#: error kinds that discard a fused attempt instead of being raised: a stack outgrew (or underflowed)
+#: the attempt's capacity, or a positional stack was pushed away from its position
+_DISCARDED = ("overflow", "underflow", "unrecorded")
 
 
 def refuse_firing_budget(who: str, options: RunOptions) -> None:
@@ -457,13 +464,13 @@ class FastBackend:
                 if isinstance(call, jax.stages.Compiled):  # JAX made its C++ entry point on this first call
                     h.call = cpp_entry(call)
         self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
-        code, *lives = np.asarray(flags).tolist()
+        code, lives = self._fused_flags(st, flags)
         if code:
-            if p.codes.lookup(code)[0] in ("overflow", "underflow", "unrecorded"):
+            if p.codes.lookup(code)[0] in _DISCARDED:
                 return None  # (the general path's attempt meets it again and handles it)
             self._raise_errors(p, {"err": code}, 0)
         env.update(out)
-        values = self._fetched(fetches, env, dict(zip(st.live_keys, lives, strict=True)))
+        values = self._fetched(fetches, env, lives)
         for name, vk in h.written:
             dev = ended[vk]
             variables[name] = host = np.asarray(dev)
@@ -511,9 +518,9 @@ class FastBackend:
                         top, rung = self._last_fused
                         if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.keep_stack_buffers:
                             stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
-                            wide = any(np.dtype(t.dtype.numpy).itemsize > 4 for t in feeds)
                             self._remember_hot(_HotFused(rung, top, stats, self.memory_records(),
-                                                         tuple(rung.var_nodes), wide), fetches, feeds)
+                                                         tuple(rung.var_nodes), holds_wide(list(feeds))),
+                                               fetches, feeds)
                     if static:
                         result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
                                                                 for k in static)
@@ -767,7 +774,7 @@ class FastBackend:
                     args["compiled"] = self.compile_count != before
                     if attempt:  # the error word and the live flags, read back at once
                         state = {**rest, **state}  # (what came back unchanged is not returned)
-                        lv = self._fused_flags(st, lv, state)
+                        state["err"], lv = self._fused_flags(st, lv)
                     args["error_word"] = int(state["err"])
                 lives.update(lv)
             else:
@@ -783,7 +790,7 @@ class FastBackend:
                 kind = plan.codes.lookup(code)[0] if code else None
                 if kind == "unrecorded":
                     self._record_every_stack(plan)
-                if (first and self.precompile_staged) or kind in ("overflow", "underflow", "unrecorded"):
+                if (first and self.precompile_staged) or kind in _DISCARDED:
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
             self._raise_errors(plan, state, store.moved())
@@ -878,12 +885,11 @@ class FastBackend:
         self._hot.clear()
 
     @staticmethod
-    def _fused_flags(st: Stage, flags: Any, state: dict[str, Any]) -> dict[Key, Any]:
+    def _fused_flags(st: Stage, flags: Any) -> tuple[int, dict[Key, Any]]:
         """The fused stage's ``flags`` (error word, then live flags) read back at once: the error word
-        goes into ``state`` as a Python int, the live flags are returned per fetched key."""
+        as a Python int, and the live flags per fetched key."""
         code, *lives = np.asarray(flags).tolist()
-        state["err"] = code
-        return dict(zip(st.live_keys, lives, strict=True))
+        return code, dict(zip(st.live_keys, lives, strict=True))
 
     @staticmethod
     def _fetched(fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any]) -> list[Any]:

@@ -82,21 +82,16 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
     if any(name not in dev_vars for name in var_names):
         return None
     feed_vals = tuple(feeds[sig[i][0]] for i in perm)
-    wide = any(np.dtype(t.dtype.numpy).itemsize > 4 for t, _, _, _ in sig)  # narrowed by JAX outside 64-bit mode
     var_vals = tuple(dev_vars[name][1] for name in var_names)
     args = (feed_vals, var_vals, bound) if d.bounded else (feed_vals, var_vals)
-    before = backend.compile_count
-    if wide:  # the jitted function, called in 64-bit mode
+    call: Any
+    if holds_wide([t for t, _, _, _ in sig]):  # the jitted function, called in 64-bit mode
         def call(*a: Any) -> Any:
             with jax.enable_x64(True):
                 return d.fn(*a)
     else:
-        try:
-            with jax.enable_x64(True):
-                call = d.fn.lower(*args).compile()
-        except Exception:  # noqa: BLE001 - no lane is not an error: the run already succeeded
-            return None
-        if backend.compile_count != before:  # the lowering traced again: not the executable that ran
+        call = ahead_of_time(d.fn, args, backend)
+        if call is None:  # no lane is not an error: the run already succeeded
             return None
         if d.bounded:  # on the device once: a numpy scalar argument is a transfer per call (about 4 µs)
             bound = jax.device_put(bound)
@@ -159,6 +154,27 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
 
     lane.version = version  # type: ignore[attr-defined]  # what ``FastBackend.lane_for`` reuses it under
     return lane
+
+
+def holds_wide(tensors: list[Tensor]) -> bool:
+    """Whether a fed tensor holds 64-bit values: outside 64-bit mode JAX would narrow a numpy array of
+    them before an ahead-of-time executable sees it, so a call fed one stays the jitted function,
+    called in that mode."""
+    return any(np.dtype(t.dtype.numpy).itemsize > 4 for t in tensors)
+
+
+def ahead_of_time(fn: Any, args: tuple[Any, ...], backend: FastBackend) -> Optional[jax.stages.Compiled]:
+    """The ahead-of-time executable of the jitted ``fn`` (traced in 64-bit mode) for ``args``, taken
+    from the compilation its own run already made; ``None`` when lowering fails, or would trace again
+    (then it is not the executable that ran: ``backend.compile_count`` counts traces). Shared by the
+    lane and the backend's hot fused route (``_HotFused.executable``)."""
+    before = backend.compile_count
+    try:
+        with jax.enable_x64(True):
+            compiled = fn.lower(*args).compile()
+    except Exception:  # noqa: BLE001 - the caller keeps the jitted function's route
+        return None
+    return compiled if backend.compile_count == before else None
 
 
 def cpp_entry(compiled: Any) -> Any:

@@ -153,9 +153,6 @@ class Plan:
         #: kept stacks the fused stage runs without an index record (``positional_stacks``); emptied
         #: for good by a run that pushed one of them away from its position (``record_every_stack``)
         self.positional = positional_stacks(program) & set(self.kept)
-        #: per kept stack with an index record in the fused stage, the record's bytes: it exists on
-        #: the device only within a call of that stage (the memory accounting counts it there)
-        self.index_bytes = self._index_bytes()
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -168,7 +165,10 @@ class Plan:
         # it skips the fused attempt (a loop of a million iterations would not fit either time)
         self.predict_overflow = False
 
-    def _index_bytes(self) -> dict[str, int]:
+    @property
+    def index_bytes(self) -> dict[str, int]:
+        """Per kept stack with an index record in the fused stage, the record's bytes: it exists on
+        the device only within a call of that stage (the memory accounting counts it there)."""
         return {k: self.capacity * math.prod(shapes[1]) * 4 for k, (_, shapes) in self.kept.items()
                 if k not in self.positional}
 
@@ -176,7 +176,6 @@ class Plan:
         """From now on the fused stage keeps an index record for every stack (its function is traced
         again by the next attempt): a run pushed a positional stack away from its position."""
         self.positional = set()
-        self.index_bytes = self._index_bytes()
         if self.fused is not None:
             self.fused.fns.pop("seg", None)
 
