@@ -80,7 +80,8 @@ from turnout.fast.plan import (
 )
 from turnout.fast.regions import Key, key
 from turnout.fast.timeline import Timeline
-from turnout.fast.values import DEAD, to_host, wrap_static
+from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
+from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 
@@ -165,13 +166,15 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     if not gv:
         return ()
     out = []
+    peek = peeker(variables)
     for name in sorted(gv):
-        v = variables.get(name)
+        v = peek(name)
         if v is None:  # as the run will set it: the initial value in the Variable's dtype (a float64
             # initial value of a float32 Variable must not make the first run's plan another one's)
             attrs = gv[name].attrs
             v = np.asarray(attrs.get("initial_value"), dtype=np.dtype(attrs["dtype"]) if "dtype" in attrs else None)
-        v = np.asarray(v)
+        if type(v) is not Deferred:  # (a deferred value's dtype and shape are its device array's)
+            v = np.asarray(v)
         out.append((name, v.dtype.str, v.shape))
     return tuple(out)
 
@@ -226,7 +229,14 @@ class FastBackend:
         self.stack_ladder = stack_ladder
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
+        # name -> (the session's entry for the Variable, its device copy): the copy a run starts from
+        # while the entry is still the one it stands for (``_device_var``)
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
+        #: ``session.variables``: a run's new values stay on the device until read (``fast.variable_store``)
+        self.variable_store = DeviceVariables()
+        #: whether a run starts its read-backs together (``fast.values.start_reads``): off on the CPU,
+        #: where device arrays are host memory already
+        self.overlap_reads = jax.devices()[0].platform != "cpu"
         self._direct: dict[Any, Direct] = {}
         # hot key -> (Direct, graph edits, feed permutation): see ``_hot_direct``
         self._hot: dict[Any, tuple[Direct | _HotFused, int, Optional[tuple[int, ...]]]] = {}
@@ -265,6 +275,7 @@ class FastBackend:
         the next run allocates its stacks afresh and copies Variables from the session again."""
         self._stack_bufs.clear()
         self._dev_vars.clear()
+        self.variable_store.settle()
 
     def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
         """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
@@ -406,9 +417,10 @@ class FastBackend:
                                          or id(d.plan) not in self._stack_bufs):
             return None  # the last run swapped or climbed, or its buffers were released
         dev_vars = self._dev_vars
+        peek = peeker(variables)
         for name in d.var_names:
             rec = dev_vars.get(name)
-            if rec is None or rec[0] is not variables.get(name):
+            if rec is None or rec[0] is not peek(name):
                 return None
         return d, got[2]
 
@@ -464,6 +476,8 @@ class FastBackend:
                 if isinstance(call, jax.stages.Compiled):  # JAX made its C++ entry point on this first call
                     h.call = cpp_entry(call)
         self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
+        if self.overlap_reads:
+            start_reads(out.values())
         code, lives = self._fused_flags(st, flags)
         if code:
             if p.codes.lookup(code)[0] in _DISCARDED:
@@ -473,8 +487,7 @@ class FastBackend:
         values = self._fetched(fetches, env, lives)
         for name, vk in h.written:
             dev = ended[vk]
-            variables[name] = host = np.asarray(dev)
-            dev_vars[name] = (host, dev)
+            dev_vars[name] = (keep(variables, name, dev), dev)
         self._records = h.records
         stats = dict(h.stats)
         stats["compiles"] = self.compile_count
@@ -682,12 +695,14 @@ class FastBackend:
         ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
         shape (about 35 ms each on the development machine, so a model's first run paid it once per
         Variable shape); ``device_put`` copies the host array as it is."""
-        if name not in variables:
+        slot = peeker(variables)(name)
+        if slot is None:
             vn = plan.var_nodes[name]
-            variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-        host = variables[name]
+            slot = variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
         cached = self._dev_vars.get(name)
-        return cached[1] if cached is not None and cached[0] is host else stk.committed(jax.device_put(host))
+        if cached is not None and cached[0] is slot:
+            return cached[1]
+        return stk.committed(jax.device_put(variables[name]))
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the
@@ -773,6 +788,8 @@ class FastBackend:
                     out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
                     if attempt:  # the error word and the live flags, read back at once
+                        if self.overlap_reads:
+                            start_reads(out.values())
                         state = {**rest, **state}  # (what came back unchanged is not returned)
                         state["err"], lv = self._fused_flags(st, lv)
                     args["error_word"] = int(state["err"])
@@ -909,16 +926,18 @@ class FastBackend:
     def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
                 state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
         """The fetched values on the host, and the Variables written back: the last step of a run."""
+        if self.overlap_reads:
+            start_reads([env[(t.node.id, t.index)] for t in fetches])
         values = self._fetched(fetches, env, lives)
         if plan.prealloc and self.keep_stack_buffers:
             self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
         else:
             self._stack_bufs.pop(id(plan), None)
+        peek = peeker(variables)
         for name in plan.var_nodes:
             dev = state[var_key(name)]
-            if name in plan.written_vars:
-                variables[name] = np.asarray(dev)
-            self._dev_vars[name] = (variables[name], dev)
+            slot = keep(variables, name, dev) if name in plan.written_vars else peek(name)
+            self._dev_vars[name] = (slot, dev)
         return values
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,

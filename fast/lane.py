@@ -40,6 +40,8 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError
+from turnout.fast.values import start_reads
+from turnout.fast.variable_store import DeviceVariables, keep, peeker
 from turnout.graph import Tensor
 from turnout.session import _scalar_fits
 
@@ -135,9 +137,10 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
                 given.append(v)
             feed_vals = tuple(given) if identity else tuple([given[i] for i in perm])
         if var_names:
+            peek = variables.peek if type(variables) is DeviceVariables else variables.get
             for name in var_names:
                 rec = dev_vars.get(name)
-                if rec is None or rec[0] is not variables.get(name):
+                if rec is None or rec[0] is not peek(name):
                     return None
             var_vals = tuple([dev_vars[name][1] for name in var_names])
         else:
@@ -196,6 +199,8 @@ def checked_values(backend: FastBackend, plan: Any, fetches: list[Tensor], vals:
     showed that no check can fail and every fetch is live, see ``Plan.direct_fn``): the error raised
     (``KernelError``, ``NonTerminationError``) and a dead fetch refused first. Shared by the lane and
     ``FastBackend._direct_result``."""
+    if backend.overlap_reads:
+        start_reads(vals if ops is None else [v for v, op in zip(vals, ops) if not op])
     if flags is None:
         if ops is None:
             return [np.asarray(v) for v in vals]
@@ -225,15 +230,18 @@ def variable_plan(d: Direct) -> tuple[tuple[str, bool, Optional[int]], ...]:
 
 def write_variables(var_plan: tuple[tuple[str, bool, Optional[int]], ...], var_out: Any, vals: Any,
                     values: list[Any], variables: dict[str, np.ndarray], dev_vars: dict[str, tuple[Any, Any]]) -> None:
-    """After a ``Direct`` call: each written Variable's new value into the session's host dict, and
-    every Variable's device copy (``dev_vars``) with the host array it stands for. A new value that
+    """After a ``Direct`` call: each written Variable's new value into the session's store (deferred
+    there, see ``fast.variable_store``), and every Variable's device copy (``dev_vars``) with the
+    store's entry it stands for. A new value that
     is also a fetched one is returned once (``Plan.direct_fn``) and taken from the fetched values.
     Shared by the lane and ``FastBackend._direct_result``."""
+    peek = peeker(variables)
     for (name, w, j), dev in zip(var_plan, var_out, strict=True):
-        if j is not None:
+        if j is not None:  # fetched too: its host value is read back already
             dev = vals[j]
             if w:
                 variables[name] = values[j]
-        elif w:
-            variables[name] = np.asarray(dev)
-        dev_vars[name] = (variables[name], dev)
+            slot = peek(name)
+        else:
+            slot = keep(variables, name, dev) if w else peek(name)
+        dev_vars[name] = (slot, dev)

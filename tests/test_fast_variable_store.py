@@ -1,0 +1,222 @@
+"""The fast backend's Variable store (``fast/variable_store.py``): a value a run writes stays on the
+device until someone reads it, on every route a run can take, and reads see exactly what the
+reference interpreter computes.
+
+Why these tests: deferring the read-back is only an optimisation if nothing can observe it. Each
+test below checks one reader (the user, a checkpoint, a fallen-back run, the next compiled run) or
+one writer (a value set from outside, ``release_buffers``) against the reference backend, and that
+the value was indeed left on the device (``Deferred`` with no host copy) where no one read it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.fast.variable_store import Deferred, DeviceVariables
+from turnout.session import _DEFAULT_OPTIONS, _target_proxy
+
+
+def _regression() -> tuple[tn.Graph, list[Any], dict[Any, np.ndarray]]:
+    """A loop-free SGD step: the Direct path (general, then hot, then the session's lane)."""
+    rng = np.random.default_rng(0)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [8, 3], name="x")
+        y = tn.placeholder(tn.float32, [8], name="y")
+        w = tn.Variable(np.full((3, 2), 0.1, np.float32), name="w")
+        b = tn.Variable(np.zeros(2, np.float32), name="b")
+        err = tn.reduce_sum(tn.tanh(tn.matmul(x, w.read()) + b.read()), axis=1) - y
+        loss = tn.reduce_mean(err * err)
+        step = tn.train.SGD(0.1).minimize(loss)
+    feed = {x: rng.normal(size=(8, 3)).astype(np.float32), y: rng.normal(size=8).astype(np.float32)}
+    return g, [loss, step], feed
+
+
+def _loop_step() -> tuple[tn.Graph, list[Any], dict[Any, np.ndarray]]:
+    """An SGD step through a while loop and its gradient: the fused stage (general, then hot)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [5], name="x")
+        w = tn.Variable(np.float32(0.5), name="w")
+        _, h = tn.while_loop(lambda i, h: i < 5, lambda i, h: (i + 1, tn.tanh(h * w.read() + x[i])),
+                             [tn.constant(0), tn.constant(0.0)])
+        loss = h * h
+        step = tn.train.SGD(0.1).minimize(loss)
+    return g, [loss, step], {x: np.linspace(-1, 1, 5).astype(np.float32)}
+
+
+PROGRAMS: dict[str, Callable[[], tuple[tn.Graph, list[Any], dict[Any, np.ndarray]]]] = {
+    "direct": _regression, "fused": _loop_step}
+
+
+def _reference_after(g: tn.Graph, fetches: list[Any], feed: dict[Any, np.ndarray], runs: int) -> tn.Session:
+    ref = tn.Session(g)
+    for _ in range(runs):
+        ref.run(fetches, feed)
+    return ref
+
+
+def _assert_deferred(sess: tn.Session, names: list[str]) -> None:
+    store = sess.variables
+    assert isinstance(store, DeviceVariables)
+    for name in names:
+        slot = store.peek(name)
+        assert type(slot) is Deferred and slot._host is None, name  # never read back
+
+
+@pytest.mark.parametrize("kind", sorted(PROGRAMS))
+def test_written_variables_stay_on_the_device_until_read(kind: str) -> None:
+    g, fetches, feed = PROGRAMS[kind]()
+    sess = tn.Session(g, backend="fast")
+    names = sorted(g.variables)
+    routes = []
+    for _ in range(4):
+        sess.run(fetches, feed)
+        routes.append(sess.last_result.stats["route"])
+        _assert_deferred(sess, names)
+    assert routes[-1] in ("lane", "hot"), routes  # the repeated runs took the short routes
+    ref = _reference_after(g, fetches, feed, 4)
+    for name in names:
+        np.testing.assert_allclose(sess.variables[name], ref.variables[name], rtol=1e-5, atol=1e-7)
+        assert sess.variables[name].dtype == ref.variables[name].dtype
+    # read, the entry stays the one the device copy stands for: the next runs keep the short route
+    for _ in range(2):
+        sess.run(fetches, feed)
+        ref.run(fetches, feed)
+    assert sess.last_result.stats["route"] == routes[-1]
+    for name in names:
+        np.testing.assert_allclose(sess.variables[name], ref.variables[name], rtol=1e-5, atol=1e-7)
+
+
+def test_the_staged_path_defers_too() -> None:
+    """A loop whose stacks outgrow a small chunk runs in stages (``FastBackend._finish``)."""
+    g, fetches, feed = _loop_step()
+    sess = tn.Session(g, backend="fast", stack_chunk=2, stack_ladder=False)
+    for _ in range(3):
+        sess.run(fetches, feed)
+    assert sess.last_result.stats["fused"] is False
+    _assert_deferred(sess, ["w"])
+    np.testing.assert_allclose(sess.variables["w"], _reference_after(g, fetches, feed, 3).variables["w"],
+                               rtol=1e-5)
+
+
+def test_a_value_set_from_outside_replaces_a_deferred_one() -> None:
+    g, fetches, feed = _regression()
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    for _ in range(3):
+        sess.run(fetches, feed)
+        ref.run(fetches, feed)
+    new = np.full((3, 2), -0.3, np.float32)
+    sess.variables["w"] = new
+    ref.variables["w"] = new.copy()
+    ref.variables["b"] = sess.variables["b"].copy()
+    for _ in range(2):
+        got = sess.run(fetches, feed)[0]
+        want = ref.run(fetches, feed)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-5)
+    np.testing.assert_array_equal(new, np.full((3, 2), -0.3, np.float32))  # the user's array is not written
+
+
+def test_release_buffers_reads_deferred_values_back() -> None:
+    g, fetches, feed = _regression()
+    sess = tn.Session(g, backend="fast")
+    for _ in range(2):
+        sess.run(fetches, feed)
+    assert sess.backend.held_bytes() > 0
+    sess.backend.release_buffers()
+    assert sess.backend.held_bytes() == 0
+    assert all(type(sess.variables.peek(n)) is np.ndarray for n in ("w", "b"))
+    sess.run(fetches, feed)
+    ref = _reference_after(g, fetches, feed, 3)
+    for name in ("w", "b"):
+        np.testing.assert_allclose(sess.variables[name], ref.variables[name], rtol=1e-5)
+
+
+def test_a_checkpoint_saves_deferred_values(tmp_path: Path) -> None:
+    g, fetches, feed = _loop_step()
+    sess = tn.Session(g, backend="fast")
+    for _ in range(3):
+        sess.run(fetches, feed)
+    _assert_deferred(sess, ["w"])
+    path = tmp_path / "ckpt"
+    tn.checkpoint.save(sess, path)
+    resumed = tn.Session(g)
+    tn.checkpoint.restore(resumed, path)
+    np.testing.assert_allclose(resumed.variables["w"], _reference_after(g, fetches, feed, 3).variables["w"],
+                               rtol=1e-5)
+
+
+def test_a_run_that_falls_back_reads_the_deferred_value() -> None:
+    """A fetch the fast backend cannot compile runs on the reference interpreter, which reads the
+    store: it sees the value the compiled runs left on the device."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.float32(1.0), name="v")
+        bump = v.assign_add(2.0)
+        _, x = tn.while_loop(lambda i, x: i < 2, lambda i, x: (i + 1, tn.concat([x, x * v.read()], 0)),
+                             [tn.constant(0), tn.ones([1])], shape_invariants=[[], [None]])
+    sess = tn.Session(g, backend="fast")
+    for _ in range(3):
+        sess.run(bump.node)
+    _assert_deferred(sess, ["v"])
+    with pytest.warns(RuntimeWarning, match="reference interpreter"):
+        got = sess.run(x)
+    np.testing.assert_allclose(got, [1.0, 7.0, 7.0, 49.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float(sess.run(bump)) == 9.0  # compiled again, from the value the fallback left
+
+
+def test_a_plain_dict_is_written_at_once() -> None:
+    """The partitioned executors hand the backend plain dicts: those get host arrays, as before."""
+    g, fetches, feed = _regression()
+    sess = tn.Session(g, backend="fast")
+    store: dict[str, np.ndarray] = {}
+    loss, step = fetches
+    sess.backend.run([loss, _target_proxy(step)], feed, store, _DEFAULT_OPTIONS)
+    assert sorted(store) == ["b", "w"] and all(type(v) is np.ndarray for v in store.values())
+    ref = _reference_after(g, fetches, feed, 1)
+    np.testing.assert_allclose(store["w"], ref.variables["w"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(PROGRAMS))
+def test_reads_started_together_give_the_same_values(kind: str) -> None:
+    """``overlap_reads`` (on for a GPU) starts every read-back before the first is waited for; forced
+    on here, on the CPU, the values and errors are those of the reads made one by one."""
+    g, fetches, feed = PROGRAMS[kind]()
+    runs = []
+    for overlap in (False, True):
+        sess = tn.Session(g, backend="fast")
+        sess.backend.overlap_reads = overlap
+        runs.append([sess.run(fetches, feed)[0] for _ in range(4)] + [sess.variables[n] for n in sorted(g.variables)])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_reads_started_together_keep_the_errors() -> None:
+    """With ``overlap_reads`` forced on: a failed check and a dead fetch raise as before."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [], name="a")
+        p = tn.placeholder(tn.bool, [], name="p")
+        q = a // (a - 3)
+        s_false, s_true = tn.raw.switch(q, p)
+        _, total = tn.while_loop(lambda i, t: i < a, lambda i, t: (i + 1, t + 10 // (i - 2)),
+                                 [tn.constant(0), tn.constant(0)])
+    sess = tn.Session(g, backend="fast")
+    sess.backend.overlap_reads = True
+    assert sess.run([q, s_true], {a: np.int32(4), p: True}) == [4, 4]
+    with pytest.raises(tn.KernelError):
+        sess.run(q, {a: np.int32(3)})
+    with pytest.raises(tn.DeadFetchError):
+        sess.run([q, s_false], {a: np.int32(4), p: True})
+    assert int(sess.run(total, {a: np.int32(2)})) == -15
+    with pytest.raises(tn.KernelError):
+        sess.run(total, {a: np.int32(4)})
