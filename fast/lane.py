@@ -41,7 +41,7 @@ import numpy as np
 
 from turnout.errors import DeadFetchError
 from turnout.fast.values import start_reads
-from turnout.fast.variable_store import DeviceVariables, keep, peeker
+from turnout.fast.variable_store import keep, peeker
 from turnout.graph import Tensor
 from turnout.session import _scalar_fits
 
@@ -137,7 +137,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
                 given.append(v)
             feed_vals = tuple(given) if identity else tuple([given[i] for i in perm])
         if var_names:
-            peek = variables.peek if type(variables) is DeviceVariables else variables.get
+            peek = peeker(variables)
             for name in var_names:
                 rec = dev_vars.get(name)
                 if rec is None or rec[0] is not peek(name):

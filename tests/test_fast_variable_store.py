@@ -11,8 +11,9 @@ the value was indeed left on the device (``Deferred`` with no host copy) where n
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
