@@ -85,6 +85,13 @@ class DeviceVariables(MutableMapping[str, np.ndarray]):
         """Forget every value (``Session.close``)."""
         self._slots.clear()
 
+    def copy(self) -> dict[str, np.ndarray]:
+        """A plain dict of the values on the host, as ``dict.copy`` of the other backends' stores gives."""
+        return {name: self[name] for name in self._slots}
+
+    def __repr__(self) -> str:
+        return f"DeviceVariables({self.copy()!r})"
+
     def peek(self, name: str) -> Any:
         """The entry as it is held, without reading a deferred value back: a numpy array, a ``Deferred``,
         or ``None`` for a Variable not set yet. Runs compare it by identity with the entry their

@@ -221,3 +221,20 @@ def test_reads_started_together_keep_the_errors() -> None:
     assert int(sess.run(total, {a: np.int32(2)})) == -15
     with pytest.raises(tn.KernelError):
         sess.run(total, {a: np.int32(4)})
+
+
+def test_the_store_reads_like_the_other_backends_dict() -> None:
+    g, fetches, feed = _regression()
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    sess.run(fetches, feed)
+    ref.run(fetches, feed)
+    got, want = sess.variables.copy(), ref.variables.copy()
+    assert type(got) is dict and sorted(got) == sorted(want) == ["b", "w"]
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5)
+    assert "w" in sess.variables and len(sess.variables) == 2 and "DeviceVariables" in repr(sess.variables)
+    del sess.variables["b"]  # forgotten: the next run starts it from its initial value again
+    ref.variables["b"] = np.zeros(2, np.float32)
+    np.testing.assert_allclose(sess.run(fetches, feed)[0], ref.run(fetches, feed)[0], rtol=1e-5)
+    sess.close()
+    assert len(sess.variables) == 0
