@@ -63,7 +63,8 @@ from turnout.devices.partition import Partition
 from turnout.devices.partition_executors import ExecutorKind
 from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
-from turnout.fast.backend import FastBackend, refuse_firing_budget
+from turnout.fast.backend import FastBackend
+from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds

@@ -80,9 +80,10 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.fast import stacks as stk
-from turnout.fast.backend import _MAX_CAPACITY, iteration_bound, refuse_firing_budget, variable_signature
+from turnout.fast.backend import variable_signature
 from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.guards import MAX_CAPACITY, iteration_bound, refuse_firing_budget
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
@@ -836,9 +837,9 @@ class FastPartitionedBackend:
                     values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
                     break
                 except (_Retry, StacksOverflow):
-                    if cap * 2 > _MAX_CAPACITY:
+                    if cap * 2 > MAX_CAPACITY:
                         raise KernelError(f"fast partitioned executor: a gradient stack needs more than "
-                                          f"{_MAX_CAPACITY} entries per chunk") from None
+                                          f"{MAX_CAPACITY} entries per chunk") from None
                     cap *= 2
                     retries += 1
         variables.update(scratch)

@@ -568,7 +568,7 @@ class SpmdPlan:
         ``NonTerminationError``, a fetch whose branch did not run is ``DeadFetchError``."""
         import jax
 
-        from turnout.fast.backend import iteration_bound, refuse_firing_budget
+        from turnout.fast.guards import iteration_bound, refuse_firing_budget
         from turnout.fast.regions import key
         from turnout.validate import validate
 

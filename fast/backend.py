@@ -17,8 +17,15 @@ the plan that shortens the route through the same model:
   step), which dominates small models. A run right after one that swapped chunks skips the attempt.
 - ``Plan.direct_ok``: a plan of one compiled segment without gradient stacks is called through
   ``Direct`` (flat tuples in and out, the error word and live flags in one read-back), and a repeated
-  run of it is recognised by its fetches and feed signature alone (``_hot_direct``): a small program's
-  run is the jitted call and little else (``benchmarks/run_overhead.py``).
+  run of it is recognised by its fetches and feed signature alone: a small program's run is the
+  jitted call and little else (``benchmarks/run_overhead.py``).
+
+A repeated run (the last run's fetches and feed signature, the graph and the Variables unchanged)
+skips the general path's signature, plan lookup and accounting: it calls the ``Direct`` function, or
+the fused attempt on the rung that held the last run, with the arguments the last run left. Those
+routes, and the session's lanes, live in ``fast.repeat``; the rules every route applies alike (the
+iteration bound, the refused firing budget, XLA's out-of-memory) in ``fast.guards``; the session's
+Variables, which stay on the device until read, in ``fast.variable_store``.
 
 Each compiled function is compiled by the first run that needs it: a plan whose loops fit never
 compiles its stages (``precompile_staged=True`` compiles them up front), a rung of the ladder is
@@ -44,33 +51,27 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Optional
 
 import jax
 import numpy as np
 
-from turnout.errors import DeadFetchError, KernelError, NonTerminationError, ResourceExhaustedError, UnsupportedError
+from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.guards import DISCARDED, MAX_CAPACITY, device_oom, iteration_bound, refuse_firing_budget
 from turnout.fast.lane import (
     Lane,
-    ahead_of_time,
     checked_values,
-    cpp_entry,
     holds_wide,
-    make_lane,
     variable_plan,
     write_variables,
 )
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.plan import (
-    INT32_MAX,
-    INT32_MAX_NP,
     Direct,
     NotDirect,
     Plan,
@@ -79,84 +80,18 @@ from turnout.fast.plan import (
     split_carry,
 )
 from turnout.fast.regions import Key, key
+from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 
-#: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
-#: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
-_DEFAULT_MAX_FIRINGS = RunOptions.max_firings
-_MAX_CAPACITY = 1 << 24
-
-
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
-
-
-@dataclass
-class _HotFused:
-    """A repeated run's route to a plan's fused attempt: the rung that held the last run (``plan``),
-    the plan whose ladder it is (``top``), and the stats and memory records of that run, which a run on
-    the same rung with the same buffers repeats."""
-
-    plan: Plan
-    top: Plan
-    stats: dict[str, Any]
-    records: list[dict[str, Any]]
-    var_names: tuple[str, ...]
-
-    wide: bool  # a fed tensor holds 64-bit values (JAX would narrow them outside 64-bit mode)
-
-    def __post_init__(self) -> None:
-        #: (name, state key) of every Variable of the plan, and of those it assigns (written back)
-        self.var_keys = tuple((n, var_key(n)) for n in self.var_names)
-        self.written = tuple((n, k) for n, k in self.var_keys if n in self.plan.written_vars)
-        #: the fused stage as an ahead-of-time executable (``None``: not made yet; ``False``: the
-        #: jitted function is called, in 64-bit mode), and the default iteration bound on the device
-        self.call: Any = None
-        self.bound: Any = None
-
-    def executable(self, st: Stage, args: tuple[Any, ...], backend: FastBackend) -> Any:
-        """The fused stage's ahead-of-time executable for these arguments (made on the first hot run),
-        or ``False`` to call the jitted function. Why: the jitted function must be called in 64-bit
-        mode, the mode it was traced in, which costs JAX's dispatch 7 to 10 µs a call and the
-        context itself a few more (``fast.lane``); the executable is bound to its argument types and
-        called outside it. Not for 64-bit feeds, or when lowering would trace again."""
-        if self.call is None:
-            compiled = None if self.wide else ahead_of_time(st.fns["seg"], args, backend)
-            self.call = False if compiled is None else compiled
-            if compiled is not None:
-                self.bound = jax.device_put(_DEFAULT_BOUND)
-        return self.call
 
 
 class _Retry(Exception):
     """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
-
-
-def iteration_bound(options: RunOptions) -> np.int32:
-    """``RunOptions.max_iterations`` as the int32 argument compiled loops test (None, or more than
-    int32 holds: the largest int32)."""
-    mi = options.max_iterations
-    return INT32_MAX_NP if mi is None or mi >= INT32_MAX else np.int32(mi)
-
-
-#: the iteration bound of the default options (the hot fused route keeps it on the device)
-_DEFAULT_BOUND = iteration_bound(RunOptions())
-
-#: error kinds that discard a fused attempt instead of being raised: a stack outgrew (or underflowed)
-#: the attempt's capacity, or a positional stack was pushed away from its position
-_DISCARDED = ("overflow", "underflow", "unrecorded")
-
-
-def refuse_firing_budget(who: str, options: RunOptions) -> None:
-    """Compiled code counts loop iterations, not node firings: a ``max_firings`` budget other than the
-    default (a guard the user did not choose, left to ``max_iterations``) is refused, never ignored."""
-    if options.max_firings is not None and options.max_firings != _DEFAULT_MAX_FIRINGS:
-        raise UnsupportedError(
-            f"{who}: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts loop "
-            "iterations, not firings; bound loops with max_iterations (or run on backend='reference')")
 
 
 def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
@@ -238,8 +173,8 @@ class FastBackend:
         #: where device arrays are host memory already
         self.overlap_reads = jax.devices()[0].platform != "cpu"
         self._direct: dict[Any, Direct] = {}
-        # hot key -> (Direct, graph edits, feed permutation): see ``_hot_direct``
-        self._hot: dict[Any, tuple[Direct | _HotFused, int, Optional[tuple[int, ...]]]] = {}
+        #: the routes of repeated runs, and the session's lanes (``fast.repeat``)
+        self.repeats = Repeats(self)
         # (plan, rung) of the last kept fused attempt: set by every run whose result is fused, which
         # is the only kind of run that reads it (``_run_any``)
         self._last_fused: Optional[tuple[Plan, Plan]] = None
@@ -248,13 +183,6 @@ class FastBackend:
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
         self._switches: Optional[tuple[int, int]] = None
         self._checked_version = -1  # the graph version whose validation the last run saw pass
-        # the last Direct run's (Direct, fetches, feeds), until the session asks for its lane
-        self._lane_ready: Optional[tuple[Direct, list[Tensor], dict[Tensor, Any]]] = None
-        # (id of the Direct, which its lane holds; fetches; feed signature) -> the lane: a lane is
-        # made once (its executable fetched from JAX's caches), however often the session's few
-        # lanes per fetch give it up
-        self._lanes: dict[Any, Lane] = {}
-        self._no_lane: dict[Any, int] = {}  # the same keys -> the graph version make_lane refused them at
 
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
@@ -293,12 +221,12 @@ class FastBackend:
         refuse_firing_budget("fast backend", options)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
-        hot = self._hot_direct(fetches, feeds, variables)
+        hot = self.repeats.recognise(fetches, feeds, variables)
         if hot is not None:  # a repeated run of a one-call plan (no deep stack needed to call it)
             d = hot[0]
             if isinstance(d, Direct):
-                return self._run_hot(d, hot[1], fetches, feeds, variables, options)
-            result = self._run_hot_fused(d, fetches, feeds, variables, options)
+                return self.repeats.run_direct(d, hot[1], fetches, feeds, variables, options)
+            result = self.repeats.run_fused(d, fetches, feeds, variables, options)
             if result is not None:
                 return result
         if self._deep_nesting and not on_deep_thread():
@@ -323,6 +251,15 @@ class FastBackend:
             (self._home,) = jax.device_put(np.zeros((), np.int32)).devices()
         return value if value.devices() == {self._home} else jax.device_put(value, self._home)
 
+    def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
+                 ops: Optional[list[bool]] = None) -> Optional[Lane]:
+        """After a ``Session.run`` with default options: a lane (``fast.lane``) that repeats it for
+        the cost of its compiled call, when the run was a ``Direct`` call whose feeds the session
+        passed through unconverted (``given``: the user's feed dict); else ``None``. ``ops`` marks
+        the fetches that stand for ops (not read back). Kept with the other repeated-run routes
+        (``fast.repeat``)."""
+        return self.repeats.lane_for(fetches, feeds, given, ops)
+
     def _run_traced(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                     options: Any) -> Any:
         """A run that records its timeline (``fast.timeline``): the same run, with each compiled call
@@ -344,157 +281,6 @@ class FastBackend:
         tl = self._timeline
         return tl.span(name, row, **args) if tl is not None else _NO_SPAN
 
-    # ---- the hot path: a repeated run of a Direct call or of a fused attempt ---------------------
-    @staticmethod
-    def _hot_key(fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
-        """What a repeated run is recognised by: its fetches and its feeds' (tensor, dtype, shape), in
-        the feed dict's order (the order ``_remember_hot`` recorded the feeds' permutation for)."""
-        return (tuple([(t.node.id, t.index) for t in fetches]),
-                tuple([(t.node.id, t.index, v.dtype, v.shape) for t, v in feeds.items()]))
-
-    def _remember_hot(self, d: Direct | _HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
-        """After a run on ``d`` (a ``Direct`` call, or a plan's fused attempt): the next run of the same
-        fetches and feed signature goes straight to it (``_run_hot``, ``_run_hot_fused``) while the
-        graph's edits and the plan's Variables are unchanged."""
-        perm: Optional[tuple[int, ...]] = None
-        if isinstance(d, Direct):
-            order = [(t.node.id, t.index) for t in feeds]
-            perm = tuple([order.index(k) for k in d.feed_keys])
-            if perm == tuple(range(len(order))):
-                perm = None
-        self._hot[self._hot_key(fetches, feeds)] = (d, self.graph.edits, perm)
-        if isinstance(d, Direct):  # the session may ask for a lane for this run (``lane_for``)
-            self._lane_ready = (d, fetches, feeds)
-
-    def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
-                 ops: Optional[list[bool]] = None) -> Optional[Lane]:
-        """After a ``Session.run`` with default options: a lane (``fast.lane``) that repeats it for
-        the cost of its compiled call, when the run was a ``Direct`` call whose feeds the session
-        passed through unconverted (``given``: the user's feed dict); else ``None``. ``ops`` marks
-        the fetches that stand for ops (not read back)."""
-        ready, self._lane_ready = self._lane_ready, None
-        if ready is None:
-            return None
-        d, ran_fetches, ran_feeds = ready
-        if ran_feeds is not feeds or len(ran_fetches) != len(fetches) or any(
-                a is not b for a, b in zip(ran_fetches, fetches)):
-            return None  # the Direct run was another one (a run made by something else than this session)
-        try:  # a Python number has no dtype or shape: its type stands for them
-            made = (id(d), tuple(fetches),
-                    tuple([(t, type(v), getattr(v, "dtype", None), getattr(v, "shape", None))
-                           for t, v in given.items()]),
-                    None if ops is None else tuple(ops))
-            lane = self._lanes.get(made)
-        except TypeError:  # an unhashable feed signature: no lane
-            return None
-        if lane is None or lane.version != self.graph.version:  # type: ignore[attr-defined]
-            if self._no_lane.get(made) == self.graph.version:
-                return None  # refused before: a hot run must not pay for asking again
-            lane = make_lane(self, d, fetches, feeds, given, iteration_bound(RunOptions()), ops)
-            if lane is None:
-                self._no_lane[made] = self.graph.version
-            else:
-                self._lanes[made] = lane
-        return lane
-
-    def _hot_direct(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
-                    ) -> Optional[tuple[Direct | _HotFused, Optional[tuple[int, ...]]]]:
-        """The ``Direct`` plan (or fused route) of a repeated run, or None when the run must take the
-        general path.
-
-        Why: the general path's run signature (``_run_any``: sorted feed signature, every Variable's
-        dtype and shape) costs tens of microseconds, as much as the compiled call of a small program.
-        A repeated run needs less to be recognised: its fetches and feed signature, the graph's
-        ``edits`` and version (no validation pending), and the plan's Variables still the host arrays
-        the last run saw (``_dev_vars``: a Variable the user replaced may have another shape)."""
-        if self.graph.version != self._checked_version or self._timeline is not None:
-            return None
-        got = self._hot.get(self._hot_key(fetches, feeds))
-        if got is None or got[1] != self.graph.edits:
-            return None
-        d = got[0]
-        if isinstance(d, _HotFused) and (d.top.predict_overflow or d.top.rung is not d.plan
-                                         or id(d.plan) not in self._stack_bufs):
-            return None  # the last run swapped or climbed, or its buffers were released
-        dev_vars = self._dev_vars
-        peek = peeker(variables)
-        for name in d.var_names:
-            rec = dev_vars.get(name)
-            if rec is None or rec[0] is not peek(name):
-                return None
-        return d, got[2]
-
-    def _run_hot(self, d: Direct, perm: Optional[tuple[int, ...]], fetches: list[Tensor], feeds: dict[Tensor, Any],
-                 variables: dict[str, np.ndarray], options: Any) -> RunResult:
-        """``_run_direct`` for a run ``_hot_direct`` recognised: the feeds by position, the Variables'
-        device copies as the last run left them."""
-        t0 = time.perf_counter()
-        if perm is None:  # the feed dict's order is the plan's
-            feed_vals = tuple(feeds.values())
-        else:
-            given = list(feeds.values())
-            feed_vals = tuple([given[i] for i in perm])
-        dev_vars = self._dev_vars
-        var_vals = tuple([dev_vars[name][1] for name in d.var_names]) if d.var_names else ()
-        self._lane_ready = (d, fetches, feeds)  # the session may ask for a lane for this signature
-        with jax.enable_x64(True):
-            vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
-            return self._direct_result(d, fetches, vals, flags, var_out, variables, t0, "hot")
-
-    def _run_hot_fused(self, h: _HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                       variables: dict[str, np.ndarray], options: Any) -> Optional[RunResult]:
-        """The fused attempt of a repeated run on the rung that held the last one, without the general
-        path's signature, plan lookup, validation and memory accounting (which a run on the same rung
-        with the same buffers repeats: ``h.stats``, ``h.records``). ``None``: a stack outgrew the rung;
-        nothing was applied (the buffers are kept), and the general path runs, climbing the ladder.
-
-        Why: for a small model the general path's Python per run (about 0.4 ms on the development
-        machine for the quick LSTM step) cost as much as the compiled step itself. So this route
-        builds only the call's arguments: the last run's stack buffers as they came back (donated to
-        this run), the Variables' device copies ``_hot_direct`` found current, the fed values the stage
-        reads; it reads back the error word and live flags at once, and writes back only the
-        Variables the program assigns."""
-        t0 = time.perf_counter()
-        p = h.plan
-        st = p.fused
-        assert st is not None
-        stacks = self._stack_bufs.pop(id(p))
-        if any(type(v) is stk.StackValue for v in stacks.values()):  # kept by a staged run: buffers alone
-            stacks = {k: stk.kept_arrays(v)[0] for k, v in stacks.items()}
-        dev_vars = self._dev_vars
-        rest = {vk: dev_vars[name][1] for name, vk in h.var_keys}
-        env: dict[Key, Any] = {(t.node.id, t.index): v for t, v in feeds.items()}
-        env_in = {k: env[k] for k in st.reads if k in env}
-        bound = iteration_bound(options)
-        call = h.call if h.call is not None else h.executable(st, (env_in, rest, stacks, bound), self)
-        with _device_oom(p, st):
-            if call is False:
-                with jax.enable_x64(True):
-                    out, flags, ended = st.fns["seg"](env_in, rest, stacks, bound)
-            else:
-                out, flags, ended = call(env_in, rest, stacks, h.bound if bound == _DEFAULT_BOUND else bound)
-                if isinstance(call, jax.stages.Compiled):  # JAX made its C++ entry point on this first call
-                    h.call = cpp_entry(call)
-        self._stack_bufs[id(p)] = {k: ended[k] for k in p.kept}
-        if self.overlap_reads:
-            start_reads(out.values())
-        code, lives = self._fused_flags(st, flags)
-        if code:
-            if p.codes.lookup(code)[0] in _DISCARDED:
-                return None  # (the general path's attempt meets it again and handles it)
-            self._raise_errors(p, {"err": code}, 0)
-        env.update(out)
-        values = self._fetched(fetches, env, lives)
-        for name, vk in h.written:
-            dev = ended[vk]
-            dev_vars[name] = (keep(variables, name, dev), dev)
-        self._records = h.records
-        stats = dict(h.stats)
-        stats["compiles"] = self.compile_count
-        stats["stage_seconds"] = [time.perf_counter() - t0]
-        stats["route"] = "hot"
-        return RunResult(values=values, stats=stats)
-
     def _run_any(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                  options: Any) -> Any:
         if self.graph.version != self._checked_version:
@@ -514,7 +300,7 @@ class FastBackend:
             if d is not None:  # the common repeated run: straight to its one compiled call
                 result = self._try_direct(dsig, d, fetches, feeds, variables, options)
                 if result is not None:
-                    self._remember_hot(d, fetches, feeds)
+                    self.repeats.remember(d, fetches, feeds)
                     return result
             while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
                 static = self._static_keys.get(dsig, frozenset())
@@ -526,14 +312,14 @@ class FastBackend:
                     result.stats["executor"] = "compiled"
                     d = self._direct.get(vsig)
                     if d is not None and not static:  # it ran on the Direct path
-                        self._remember_hot(d, fetches, feeds)
+                        self.repeats.remember(d, fetches, feeds)
                     elif result.stats.get("fused") and not static and self._last_fused is not None:
                         top, rung = self._last_fused
                         if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.keep_stack_buffers:
                             stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
-                            self._remember_hot(_HotFused(rung, top, stats, self.memory_records(),
-                                                         tuple(rung.var_nodes), holds_wide(list(feeds))),
-                                               fetches, feeds)
+                            self.repeats.remember(HotFused(rung, top, stats, self.memory_records(),
+                                                           tuple(rung.var_nodes), holds_wide(list(feeds))),
+                                                  fetches, feeds)
                     if static:
                         result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
                                                                 for k in static)
@@ -587,8 +373,8 @@ class FastBackend:
                     values, stats = self._run(fetches, feeds, variables, options, cap)
                     break
                 except _Retry:
-                    if cap * 2 > _MAX_CAPACITY:
-                        raise KernelError(f"fast backend: a gradient stack needs more than {_MAX_CAPACITY} "
+                    if cap * 2 > MAX_CAPACITY:
+                        raise KernelError(f"fast backend: a gradient stack needs more than {MAX_CAPACITY} "
                                           "entries per chunk") from None
                     cap *= 2
                     retries += 1
@@ -605,7 +391,7 @@ class FastBackend:
         except NotDirect:
             d.plan.no_direct = True
             del self._direct[dsig]
-            self._hot = {k: v for k, v in self._hot.items() if v[0] is not d}
+            self.repeats.forget(d)
             return None
 
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
@@ -783,7 +569,7 @@ class FastBackend:
                     st.fns["seg"] = plan.segment_fn(st, fused=attempt)
                 rest, stacks = stk.split_state(state)
                 name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
-                with self._span(name, "compiled stages") as args, _device_oom(plan, st):
+                with self._span(name, "compiled stages") as args, device_oom(plan, st):
                     before = self.compile_count
                     out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
@@ -807,7 +593,7 @@ class FastBackend:
                 kind = plan.codes.lookup(code)[0] if code else None
                 if kind == "unrecorded":
                     self._record_every_stack(plan)
-                if (first and self.precompile_staged) or kind in _DISCARDED:
+                if (first and self.precompile_staged) or kind in DISCARDED:
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
             self._raise_errors(plan, state, store.moved())
@@ -899,7 +685,7 @@ class FastBackend:
         traced again with every record (``_run_fused`` runs it again at once), for
         this and every later run; hot routes made for the old trace are forgotten."""
         plan.record_every_stack()
-        self._hot.clear()
+        self.repeats.forget()
 
     @staticmethod
     def _fused_flags(st: Stage, flags: Any) -> tuple[int, dict[Key, Any]]:
@@ -949,7 +735,7 @@ class FastBackend:
             st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
         store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
         rest, stacks = stk.split_state(state)
-        with _device_oom(plan, st):
+        with device_oom(plan, st):
             c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         if c is not None:
             # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
@@ -960,7 +746,7 @@ class FastBackend:
                 host_has = {s: np.bool_(store.has(s)) for s in st.pop_stacks}
                 before = int(c[3])
                 c_rest, c_stacks = split_carry(c)
-                with self._span("chunk", "driven loops") as args, _device_oom(plan, st):
+                with self._span("chunk", "driven loops") as args, device_oom(plan, st):
                     c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
                     args["iterations"] = int(c[3]) - before
                 vals, pred, state, iters = c
@@ -979,16 +765,16 @@ class FastBackend:
                     if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and store.has(s):
                         low[s] = sv
                 if full:
-                    with self._span("stack chunks full", "host swaps", stacks=sorted(full)), _device_oom(plan, st):
+                    with self._span("stack chunks full", "host swaps", stacks=sorted(full)), device_oom(plan, st):
                         state.update(store.spill(full))
                 if low:
-                    with self._span("stack chunks back", "host swaps", stacks=sorted(low)), _device_oom(plan, st):
+                    with self._span("stack chunks back", "host swaps", stacks=sorted(low)), device_oom(plan, st):
                         state.update(store.refill(low))
                 acted = bool(full or low)
                 if not acted and int(iters) == before:
                     raise _Retry()
                 c = (vals, pred, state, iters)
-        with _device_oom(plan, st):
+        with device_oom(plan, st):
             if c is None:
                 rest, stacks = stk.split_state(state)
                 out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
@@ -1010,20 +796,3 @@ class FastBackend:
         if kind == "nonterm":
             raise NonTerminationError(message)
         raise KernelError(message)
-
-
-@contextmanager
-def _device_oom(plan: Plan, st: Stage) -> Iterator[None]:
-    """XLA's own out-of-memory (``RESOURCE_EXHAUSTED``, from a GPU or TPU allocator) as Turnout's
-    ``ResourceExhaustedError``, naming the loop whose stage ran and suggesting ``swap_memory=True``."""
-    try:
-        yield
-    except jax.errors.JaxRuntimeError as e:
-        if "RESOURCE_EXHAUSTED" not in str(e):
-            raise
-        keys = [*st.push_stacks, *st.pop_stacks]
-        loops = sorted({plan.stack_info[k].where for k in keys if k in plan.stack_info})
-        what = ", ".join(loops) if loops else (st.driven.describe() if st.driven is not None else "a compiled stage")
-        raise ResourceExhaustedError(
-            f"fast backend: the device ran out of memory running {what}: {str(e).splitlines()[0]}; run loops "
-            "with swap_memory=True to move full gradient stack chunks to host memory, or lower stack_chunk") from None

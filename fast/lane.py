@@ -170,7 +170,7 @@ def ahead_of_time(fn: Any, args: tuple[Any, ...], backend: FastBackend) -> Optio
     """The ahead-of-time executable of the jitted ``fn`` (traced in 64-bit mode) for ``args``, taken
     from the compilation its own run already made; ``None`` when lowering fails, or would trace again
     (then it is not the executable that ran: ``backend.compile_count`` counts traces). Shared by the
-    lane and the backend's hot fused route (``_HotFused.executable``)."""
+    lane and the backend's hot fused route (``fast.repeat.HotFused.executable``)."""
     before = backend.compile_count
     try:
         with jax.enable_x64(True):

@@ -1,5 +1,5 @@
 """Repeated runs of one fast session on generated programs: every run after the first takes the hot
-path (``FastBackend._hot_direct``: the one-call ``Direct`` function, or the fused attempt of a plan
+path (``fast.repeat.Repeats.recognise``: the one-call ``Direct`` function, or the fused attempt of a plan
 with gradient stacks on the rung that held the last run) or the session's lane (``fast.lane``), and
 each must give what a fresh reading of the program gives.
 
@@ -25,16 +25,16 @@ RUNS = 3
 def _counting(sess: tn.Session) -> dict[str, int]:
     """Count the runs the backend recognised as repeated (an instance attribute shadows the method)
     or the session ran on a lane (``fast.lane``, which does not ask the backend)."""
-    backend = sess.backend
+    repeats = sess.backend.repeats
     calls = {"hot": 0}
-    inner = backend._hot_direct
+    inner = repeats.recognise
 
     def counted(*a: object, **k: object) -> object:
         got = inner(*a, **k)
         calls["hot"] += got is not None
         return got
 
-    backend._hot_direct = counted  # type: ignore[method-assign]
+    repeats.recognise = counted  # type: ignore[method-assign]
     return calls
 
 
@@ -57,7 +57,7 @@ def test_repeated_runs_of_generated_programs_agree_with_the_ast_interpreter(data
         got = sess.run(built.fetches, feed_dict=built.feed_dict(inputs))
         _repeat_route(sess, calls)
         programs.assert_values_equal(got, programs.interpret(p, inputs).values, "fast (repeated) vs AST")
-    if sess.last_result.stats["executor"] == "compiled" and sess.backend._hot:
+    if sess.last_result.stats["executor"] == "compiled" and sess.backend.repeats.routes:
         assert calls["hot"] == RUNS - 1  # a one-call plan: every repeated run took the hot path
 
 
@@ -75,5 +75,5 @@ def test_repeated_gradient_runs_of_generated_programs_agree_with_the_reference(d
         for a, w in zip(fast.run(grads, feed_dict=feeds), ref.run(grads, feed_dict=feeds), strict=True):
             np.testing.assert_allclose(a, w, rtol=1e-9, atol=1e-12)
         _repeat_route(fast, calls)
-    if fast.backend._hot:
+    if fast.backend.repeats.routes:
         assert calls["hot"] >= 1  # the fused attempt was taken again without the general path

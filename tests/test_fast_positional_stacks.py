@@ -48,7 +48,7 @@ def test_a_gradient_loop_runs_its_stacks_by_position() -> None:
         for a, b in zip(fast.run(fetch, feed), ref.run(fetch, feed), strict=True):
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
         assert fast.last_result.stats["fused"]
-    (plan,) = {id(h.plan): h.plan for h, _, _ in fast.backend._hot.values()}.values()
+    (plan,) = {id(h.plan): h.plan for h, _, _ in fast.backend.repeats.routes.values()}.values()
     assert plan.positional and plan.positional == set(plan.kept)
     assert plan.index_bytes == {}  # no record to count
 

@@ -157,7 +157,7 @@ def test_repeated_fused_runs_take_the_executable_outside_64_bit_mode(dtype: tn.D
         for a, b in zip(fast.run([loss, dx, dw], feed), ref.run([loss, dx, dw], feed), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert fast.last_result.stats["route"] == "hot"
-    (hot,) = [h for h, _, _ in fast.backend._hot.values()]
+    (hot,) = [h for h, _, _ in fast.backend.repeats.routes.values()]
     assert (hot.call is False) == (dtype is tn.float64)
     compiles = fast.backend.compile_count
     with pytest.raises(tn.NonTerminationError):

@@ -134,7 +134,7 @@ def test_numpy_scalar_feeds_are_range_checked_on_every_run(backend: str) -> None
     assert sess.run(y, {k: np.int64(7)}) == 8
 
 
-# ---- the hot path: a repeated run recognised by fetches and feed signature (``_hot_direct``) ----------
+# ---- the hot path: a repeated run recognised by fetches and feed signature (``Repeats.recognise``) ----------
 def test_a_loop_free_program_takes_no_iteration_bound_and_a_loop_does() -> None:
     g = tn.Graph()
     with g.as_default():
@@ -162,7 +162,7 @@ def test_feeds_given_in_another_order_reach_their_tensors() -> None:
         assert sess.run(d, {a: 10.0, b: 1.0}) == 8.0
         assert sess.run(d, {b: 1.0, a: 10.0}) == 8.0
         assert sess.run(d, {b: 3.0, a: 1.0}) == -5.0
-    assert len(sess.backend._hot) == 2  # one entry per feed order, each with its permutation
+    assert len(sess.backend.repeats.routes) == 2  # one entry per feed order, each with its permutation
 
 
 def test_a_variable_the_user_replaces_is_read_from_the_session() -> None:
@@ -193,25 +193,25 @@ def test_a_closed_back_edge_retires_the_hot_entry() -> None:
         y = x + 1.0
     sess = tn.Session(g, backend="fast")
     assert sess.run(y, {x: 1.0}) == 2.0
-    assert sess.backend._hot
+    assert sess.backend.repeats.routes
     g._edits += 1  # what closing a back edge does (``Graph.edits``)
     before = sess.backend.compile_count
     assert sess.run(y, {x: 1.0}) == 2.0
     assert sess.backend.compile_count == before + 1  # a new plan for the new edits, not the old call
 
 
-# ---- the hot path of a plan with gradient stacks: its fused attempt (``_run_hot_fused``) ----------------
+# ---- the hot path of a plan with gradient stacks: its fused attempt (``Repeats.run_fused``) ----------------
 def _counting_hot_fused(sess: tn.Session) -> dict[str, int]:
     """Count the runs that take the fused hot path (an instance attribute shadows the method)."""
-    backend = sess.backend
+    repeats = sess.backend.repeats
     calls = {"n": 0}
-    inner = backend._run_hot_fused
+    inner = repeats.run_fused
 
     def counted(*a: object, **k: object) -> object:
         calls["n"] += 1
         return inner(*a, **k)
 
-    backend._run_hot_fused = counted  # type: ignore[method-assign]
+    repeats.run_fused = counted  # type: ignore[method-assign]
     return calls
 
 
