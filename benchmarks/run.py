@@ -22,11 +22,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import apps, compile_time, cond_in_loop, loop_trivial, lstm, run_overhead  # noqa: E402
+from benchmarks import apps, compile_time, cond_in_loop, first_run, loop_trivial, lstm, run_overhead  # noqa: E402
 from benchmarks.common import machine  # noqa: E402
 
 BENCHMARKS = {"run_overhead": run_overhead, "loop_trivial": loop_trivial, "cond_in_loop": cond_in_loop,
-              "lstm": lstm, "apps": apps, "compile_time": compile_time}
+              "lstm": lstm, "apps": apps, "compile_time": compile_time, "first_run": first_run}
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -96,6 +96,9 @@ def summary(res: dict[str, Any]) -> str:
                   f"{r['python_over_fast']:.1f} | {r['agree']} |", ""]
     if "compile_time" in b:
         lines += compile_time.summary(b["compile_time"])
+    if "first_run" in b:
+        lines += ["## First run of a new program, each in a fresh process (medians)", "",
+                  first_run.table(b["first_run"]), ""]
     refs = [(k, v["reference"]) for k, v in b.items() if "reference" in v]
     if refs:
         lines += ["## Reference interpreter", "", "| program | N | firings | firings/s |", "|---|---|---|---|"]

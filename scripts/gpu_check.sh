@@ -46,6 +46,9 @@ grep -E "^\||^With" "$OUT/bench_quick.txt"
 echo "== the paper's memory experiment: swap_memory on and off"
 timeout 300 "$PY" benchmarks/paper/memory.py --repeat 9 > "$OUT/memory.txt" 2>&1
 tail -9 "$OUT/memory.txt"
+echo "== the first run of a new program, each side in fresh processes"
+timeout 300 "$PY" benchmarks/first_run.py --quick > "$OUT/first_run.txt" 2>&1
+grep "^|" "$OUT/first_run.txt"
 echo "== compile time against nesting (quick sizes)"
 timeout 300 "$PY" benchmarks/compile_time.py --quick --shapes loops,conds --repeat 2 > "$OUT/compile.txt" 2>&1
 grep "^|" "$OUT/compile.txt"
