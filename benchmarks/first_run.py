@@ -115,8 +115,11 @@ def child(side: str, program: str) -> dict[str, Any]:
     import jax
 
     events: dict[str, float] = collections.defaultdict(float)
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda name, secs, **_: events.__setitem__(name, events[name] + secs))
+
+    def listen(event: str, duration_secs: float, **_: str | int) -> None:
+        events[event] += duration_secs
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
     if program == "training_step":
         fn = _training_step(side)
     else:
