@@ -37,6 +37,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.fast.xla_options import compiler_options
 from turnout.graph import Node
 
 INT32_MAX = 2**31 - 1
@@ -288,8 +289,9 @@ class Plan:
             return vals, flags, tuple(None if j is not None else new for new, j in zip(news, alias, strict=True))
 
         if loops:
-            return jax.jit(direct)
-        return jax.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, INT32_MAX_NP))
+            return jax.jit(direct, compiler_options=compiler_options())
+        return jax.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, INT32_MAX_NP),
+                       compiler_options=compiler_options())
 
     def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
         """A fresh ``Emitter`` over the program, starting from ``state``; called only while tracing, so
@@ -346,7 +348,7 @@ class Plan:
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
-        return jax.jit(seg, donate_argnums=(2,))
+        return jax.jit(seg, donate_argnums=(2,), compiler_options=compiler_options())
 
     def _fused_entry(self, k: str, v: Any) -> stk.StackValue:
         """A stack on its way into the fused stage (while tracing): a kept stack's value buffer gets
@@ -413,8 +415,10 @@ class Plan:
 
         # The stack buffers are donated: each call updates them in place instead of copying every
         # buffer in and out (``Plan`` docstring).
-        return (jax.jit(init, donate_argnums=(2,)), jax.jit(chunk, donate_argnums=(2,)),
-                jax.jit(finish, donate_argnums=(2,)))
+        opts = compiler_options()
+        return (jax.jit(init, donate_argnums=(2,), compiler_options=opts),
+                jax.jit(chunk, donate_argnums=(2,), compiler_options=opts),
+                jax.jit(finish, donate_argnums=(2,), compiler_options=opts))
 
 
 class NotDirect(Exception):
