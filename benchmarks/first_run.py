@@ -4,8 +4,8 @@ Why fresh processes: the first compiled call a process makes pays for starting J
 backend, the LLVM JIT, JAX's caches of small programs), whichever framework makes it. Timed one after
 the other in one process, as ``benchmarks/lstm.py``'s "first call" columns are, the side that goes
 first pays that too: there Turnout's first LSTM step looked four times JAX's. Here each sample is a
-new Python process that imports both frameworks, builds its program (not timed), then times its
-first run (tracing, lowering, XLA's compile, the run and the read-back) and a second run. Turnout's
+new Python process that imports both frameworks, builds its program and puts one small array on
+the device (not timed), then times its first run (tracing, lowering, XLA's compile, the run and the read-back) and a second run. Turnout's
 and JAX's processes alternate, so load on a shared machine falls on both alike. Turnout's first run
 is also split by JAX's own duration events: tracing into a jaxpr, lowering to MLIR, XLA's compile;
 the rest is Turnout's own work (validation, raising the graph into regions) and the run.
@@ -113,6 +113,7 @@ def child(side: str, program: str) -> dict[str, Any]:
     """One sample, in this (fresh) process: the first and second run's seconds, and the first run's
     split by JAX's duration events."""
     import jax
+    import numpy as np
 
     events: dict[str, float] = collections.defaultdict(float)
 
@@ -124,6 +125,11 @@ def child(side: str, program: str) -> dict[str, Any]:
         fn = _training_step(side)
     else:
         fn = _lstm((16, 32, 32, 50, 10) if program == "lstm_quick" else (64, 256, 256, 1000, 100), side)
+    # One transfer to the device on both sides before the clock starts: the process's first transfer
+    # sets up the runtime's transfer machinery, and one side's builder may have made it already (the
+    # JAX training step puts its parameters on the device, Turnout's puts its Variables there in the
+    # first run), which would charge that setup to the other side alone.
+    jax.block_until_ready(jax.device_put(np.zeros(8, np.float32)))
     events.clear()  # (building the program may compile small helpers: not part of the first run)
     t0 = time.perf_counter()
     fn()
