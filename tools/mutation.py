@@ -121,6 +121,7 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
+    "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
     "fast/variable_store.py": {"module": "turnout.fast.variable_store",
                                "tests": ["test_fast_variable_store.py", "test_fast_lane.py",
                                          "test_fast_run_overhead.py"]},
