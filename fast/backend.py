@@ -168,7 +168,7 @@ class FastBackend:
         # while the entry is still the one it stands for (``_device_var``)
         self._dev_vars: dict[str, tuple[Any, Any]] = {}
         #: ``session.variables``: a run's new values stay on the device until read (``fast.variable_store``)
-        self.variable_store = DeviceVariables()
+        self.variable_store = DeviceVariables(graph)
         #: whether a run starts its read-backs together (``fast.values.start_reads``): off on the CPU,
         #: where device arrays are host memory already
         self.overlap_reads = jax.devices()[0].platform != "cpu"

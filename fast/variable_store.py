@@ -20,10 +20,12 @@ executors pass plain dicts) reads its written Variables back at once, as before 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any, Optional
 
 import numpy as np
+
+from turnout.store import VariableStore
 
 
 class Deferred:
@@ -55,42 +57,14 @@ class Deferred:
         return self._host
 
 
-class DeviceVariables(MutableMapping[str, np.ndarray]):
+class DeviceVariables(VariableStore):
     """``session.variables`` of a fast-backend session: name -> numpy array, where an entry a run wrote
-    stays on the device until it is read (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._slots: dict[str, Any] = {}
+    stays on the device until it is read (see the module docstring). Values set from outside are
+    checked as ``turnout.store.VariableStore`` checks them."""
 
     def __getitem__(self, name: str) -> np.ndarray:
         v = self._slots[name]
-        return v.host() if type(v) is Deferred else v
-
-    def __setitem__(self, name: str, value: np.ndarray) -> None:
-        self._slots[name] = value
-
-    def __delitem__(self, name: str) -> None:
-        del self._slots[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._slots)
-
-    def __len__(self) -> int:
-        return len(self._slots)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._slots
-
-    def clear(self) -> None:
-        """Forget every value (``Session.close``)."""
-        self._slots.clear()
-
-    def copy(self) -> dict[str, np.ndarray]:
-        """A plain dict of the values on the host, as ``dict.copy`` of the other backends' stores gives."""
-        return {name: self[name] for name in self._slots}
-
-    def __repr__(self) -> str:
-        return f"DeviceVariables({self.copy()!r})"
+        return v.host() if type(v) is Deferred else v  # type: ignore[no-any-return]
 
     def peek(self, name: str) -> Any:
         """The entry as it is held, without reading a deferred value back: a numpy array, a ``Deferred``,

@@ -38,7 +38,7 @@ def wanted(platform: str, environ: Optional[Mapping[str, str]] = None) -> dict[s
     """The options the fast backend would ask for on ``platform`` under ``environ`` (default: this
     process's environment), before checking that XLA takes them: empty but on a GPU."""
     env = os.environ if environ is None else environ
-    if platform not in ("gpu", "cuda", "rocm"):
+    if platform != "gpu":  # (``jax.default_backend()`` names CUDA and ROCm devices alike "gpu")
         return {}
     if env.get("TURNOUT_XLA_COMMAND_BUFFERS", "1") == "0":
         return {}

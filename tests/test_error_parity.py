@@ -214,3 +214,53 @@ def test_max_firings_is_honoured_or_rejected(backend: str) -> None:
     assert info.type is want
     # without a budget (None) or with the default one, both run
     assert int(_session(g, backend).run(i, feed_dict=feed, max_firings=None)) == 10
+
+
+# ---- a Variable set from outside (``turnout.store``): checked at the assignment, on every backend ----
+def _two_variables() -> tuple[tn.Graph, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.array([0.5, -0.5], np.float32), name="w")
+        k = tn.Variable(np.int32(3), name="k")
+        y = tn.reduce_sum(w.read()) * tn.cast(k.read(), tn.float32)
+    return g, y
+
+
+BAD_VARIABLE_VALUES: dict[str, tuple[str, Any]] = {
+    "wrong shape": ("w", np.zeros(3, np.float32)),
+    "a scalar for a vector": ("w", 1.5),
+    "None": ("w", None),
+    "a string": ("w", "0.5"),
+    "a bool array for a float Variable": ("w", np.array([True, False])),
+    "beyond float32": ("w", np.array([1e300, 0.0])),
+    "a float for an int Variable": ("k", 2.0),
+    "a float array for an int Variable": ("k", np.float64(2.0)),
+    "beyond int32": ("k", 2**40),
+    "an object array": ("w", np.array([object(), object()])),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(BAD_VARIABLE_VALUES))
+def test_a_bad_value_set_on_a_variable_is_a_feed_error(backend: str, case: str) -> None:
+    name, bad = BAD_VARIABLE_VALUES[case]
+    g, y = _two_variables()
+    sess = _session(g, backend)
+    before = float(sess.run(y))
+    with pytest.raises(tn.FeedError, match=f"Variable '{name}'"):
+        sess.variables[name] = bad
+    assert float(sess.run(y)) == before  # refused: the old value stays, the session runs on
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_value_set_on_a_variable_is_converted_alike(backend: str) -> None:
+    """Values that fit are converted to the Variable's dtype, so every backend computes in it."""
+    g, y = _two_variables()
+    sess = _session(g, backend)
+    sess.variables["w"] = [1.25, 2.0]  # a list
+    sess.variables["k"] = np.int64(2)
+    assert sess.variables["w"].dtype == np.float32 and sess.variables["k"].dtype == np.int32
+    assert float(sess.run(y)) == 6.5
+    sess.variables["w"] = np.array([0.1, 0.2])  # float64, narrowed as a feed is
+    assert sess.variables["w"].dtype == np.float32
+    np.testing.assert_allclose(sess.run(y), np.float32(0.1 + 0.2) * 2, rtol=1e-6)

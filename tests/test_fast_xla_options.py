@@ -33,6 +33,16 @@ def test_the_user_s_choice_is_left_alone(environ: dict[str, str]) -> None:
     assert wanted("gpu", environ) == {}
 
 
+def test_the_process_environment_is_read_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNOUT_XLA_COMMAND_BUFFERS", "0")
+    assert wanted("gpu") == {}
+    monkeypatch.delenv("TURNOUT_XLA_COMMAND_BUFFERS")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=")
+    assert wanted("gpu") == {}
+    monkeypatch.delenv("XLA_FLAGS")
+    assert wanted("gpu") == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+
+
 def test_this_process_asks_what_its_platform_wants() -> None:
     got = compiler_options()
     assert got in ({}, wanted(jax.default_backend()))
@@ -88,3 +98,19 @@ def test_the_options_reach_xla(monkeypatch: pytest.MonkeyPatch) -> None:
     for _, run in _programs()[:2]:
         with pytest.raises(Exception, match="NOT_A_COMMAND_KIND"):
             run()
+
+
+def test_the_choice_is_checked_once_by_compiling_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a GPU would be, the list is tried on a trivial function first: taken when XLA accepts it
+    (this CPU build parses the option), dropped when it refuses a kind, and decided once."""
+    from turnout.fast import xla_options
+
+    monkeypatch.setattr(xla_options.jax, "default_backend", lambda: "gpu")
+    monkeypatch.delenv("TURNOUT_XLA_COMMAND_BUFFERS", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setattr(xla_options, "_CHOSEN", None)
+    assert xla_options.compiler_options() == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+    monkeypatch.setattr(xla_options, "GPU_COMMAND_BUFFERS", "FUSION,NOT_A_COMMAND_KIND")
+    assert xla_options.compiler_options()["xla_gpu_enable_command_buffer"] == GPU_COMMAND_BUFFERS  # decided
+    monkeypatch.setattr(xla_options, "_CHOSEN", None)
+    assert xla_options.compiler_options() == {}

@@ -83,7 +83,8 @@ class ResourceExhaustedError(ExecutionError):
 
 
 class FeedError(ExecutionError, ValueError):
-    """A fed value does not match the tensor it feeds (dtype, shape, or an unknown key)."""
+    """A fed value does not match the tensor it feeds (dtype, shape, or an unknown key), or a value set
+    on a Variable from outside does not fit it (``turnout.store``)."""
 
 
 class SerializationError(TurnoutError, ValueError):

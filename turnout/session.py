@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -21,6 +21,7 @@ from turnout import shapes as sh
 from turnout.errors import FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
+from turnout.store import VariableStore
 
 #: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
 BACKENDS: dict[str, str] = {
@@ -155,10 +156,11 @@ class Session:
         elif backend_options.get("devices") is not None:
             backend = _partitioned(backend)
         self.backend = load_backend(backend)(self.graph, **backend_options)
-        # A backend whose Variables live elsewhere (a cluster's tasks) gives a mapping that reads and
-        # writes them there; every other backend keeps them in this dict.
+        # A backend whose Variables live elsewhere (a cluster's tasks, the fast backend's device) gives
+        # a mapping that reads and writes them there; every other backend keeps them in a
+        # ``turnout.store.VariableStore``, which checks each value put in it.
         store = getattr(self.backend, "variable_store", None)
-        self.variables: dict[str, np.ndarray] = store if store is not None else {}
+        self.variables: MutableMapping[str, np.ndarray] = store if store is not None else VariableStore(self.graph)
         self._last_result: Optional[RunResult] = None
         # A backend may offer a *lane* for a run it can repeat with less work (the fast backend's
         # ``fast.lane``): fetch key -> lane; a lane's run leaves its result to be built when read.

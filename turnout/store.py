@@ -1,0 +1,109 @@
+"""``session.variables``: the Variables a session holds, a mapping from name to numpy array that
+checks every value put in it.
+
+Why checks: a value set from outside (``sess.variables["w"] = value``, a restored checkpoint) enters
+the program without passing through an op, so nothing else checks it. Before this store, a value of
+the wrong shape failed deep in numpy on the reference interpreter and deep in JAX on the fast
+backend, an int32 array given to a float32 Variable stayed int32 on one backend and became float32
+on the other (two different answers), and ``None`` ran on one backend and failed on the other. The
+store converts a value by the rules every value entering a graph follows (``dtypes.as_checked_array``,
+the same as for feeds: no string, no float into an integer Variable, no value that would change on
+conversion) and refuses one that does not fit the Variable's dtype and shape with a ``FeedError``
+naming the Variable, at the assignment, whichever backend the session runs.
+
+A backend whose Variables live elsewhere gives the session its own mapping: the fast backend's
+(``turnout.fast.variable_store``) extends this one and keeps a run's new values on the device until
+they are read; a cluster's reads and writes them on its tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import FeedError
+from turnout.graph import Graph
+
+
+class VariableStore(MutableMapping[str, np.ndarray]):
+    """``session.variables``: name -> the Variable's value, checked against the Variable's declared
+    dtype and shape when it is set (see the module docstring). A name no Variable of the graph has
+    is kept as given: no run reads it."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._slots: dict[str, Any] = {}
+        # name -> (the Variable's node, its numpy dtype, its shape or None): what a value must fit
+        self._specs: dict[str, tuple[Any, np.dtype[Any], Optional[tuple[int, ...]]]] = {}
+
+    def _spec(self, name: str) -> Optional[tuple[Any, np.dtype[Any], Optional[tuple[int, ...]]]]:
+        node = self.graph.variables.get(name)
+        if node is None:
+            return None
+        spec = self._specs.get(name)
+        if spec is None or spec[0] is not node:
+            shape = node.attrs.get("shape")
+            spec = self._specs[name] = (node, np.dtype(node.attrs["dtype"]),
+                                        None if shape is None else tuple(shape))
+        return spec
+
+    def checked(self, name: str, value: Any) -> Any:
+        """``value`` as Variable ``name`` holds it: converted to its dtype, or ``FeedError`` when the
+        conversion would change the value or the shape differs from the declared one."""
+        spec = self._spec(name)
+        if spec is None:
+            return value
+        node, dtype, shape = spec
+        if type(value) is np.ndarray and value.dtype == dtype and (shape is None or value.shape == shape):
+            return value  # (every write a run makes, and most of the user's)
+        what = f"setting Variable {name!r} ({dtype.name}{'' if shape is None else list(shape)})"
+        if dtype.kind in "iu" and _floating(value):
+            raise FeedError(f"{what}: a floating value for an integer Variable; cast it first")
+        try:
+            arr = dt.as_checked_array(value, dt.as_dtype(dtype), what)
+        except ValueError as e:
+            raise FeedError(str(e)) from None
+        if shape is not None and arr.shape != shape:
+            raise FeedError(f"{what}: a value of shape {list(arr.shape)} does not fit it")
+        return arr
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._slots[name]  # type: ignore[no-any-return]
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self._slots[name] = self.checked(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        del self._slots[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._slots
+
+    def clear(self) -> None:
+        """Forget every value (``Session.close``)."""
+        self._slots.clear()
+
+    def copy(self) -> dict[str, np.ndarray]:
+        """A plain dict of the values, as ``dict.copy`` gives."""
+        return {name: self[name] for name in self._slots}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.copy()!r})"
+
+
+def _floating(value: Any) -> bool:
+    """Whether ``value`` is a float or holds floats by its dtype: refused for an integer Variable, as
+    ``session.check_feed`` refuses it for an integer placeholder (a list of whole floats converts)."""
+    if isinstance(value, float):
+        return True
+    kind = getattr(value, "dtype", None)
+    return kind is not None and np.dtype(kind).kind == "f"
