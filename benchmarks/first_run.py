@@ -5,8 +5,9 @@ backend, the LLVM JIT, JAX's caches of small programs), whichever framework make
 the other in one process, as ``benchmarks/lstm.py``'s "first call" columns are, the side that goes
 first pays that too: there Turnout's first LSTM step looked four times JAX's. Here each sample is a
 new Python process that imports both frameworks, builds its program and puts one small array on
-the device (not timed), then times its first run (tracing, lowering, XLA's compile, the run and the read-back) and a second run. Turnout's
-and JAX's processes alternate, so load on a shared machine falls on both alike. Turnout's first run
+the device (not timed), then times its first run (tracing, lowering, XLA's compile, the run and the
+read-back) and a second run. Turnout's and JAX's processes alternate, so load on a shared machine
+falls on both alike. Turnout's first run
 is also split by JAX's own duration events: tracing into a jaxpr, lowering to MLIR, XLA's compile;
 the rest is Turnout's own work (validation, raising the graph into regions) and the run.
 
