@@ -54,6 +54,7 @@ from turnout.errors import (
 )
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
+from turnout.store import check_variable
 
 
 class TaskActor:
@@ -125,6 +126,7 @@ class RemoteVariables(MutableMapping[str, np.ndarray]):
         return got[name]  # type: ignore[no-any-return]
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
+        value = check_variable(self.backend.graph, name, value)  # as every session.variables checks it
         ray.get(self._owner(name).set_variables.remote({name: np.asarray(value)}, self.backend.uid))
 
     def __delitem__(self, name: str) -> None:

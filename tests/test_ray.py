@@ -173,6 +173,10 @@ def test_variables_stay_on_their_task_and_gradients_cross_tasks(pool: TaskPool) 
     sess.variables.update({"w": np.float32(2.0)})
     ref.variables["w"] = np.float32(2.0)
     np.testing.assert_allclose(sess.run(loss, {x: 1.0}), ref.run(loss, {x: 1.0}), rtol=1e-6)
+    # checked as every session.variables checks a value set from outside (turnout.store)
+    with pytest.raises(tn.FeedError, match="Variable 'w'"):
+        sess.variables["w"] = np.zeros(3, np.float32)
+    np.testing.assert_allclose(sess.variables["w"], 2.0)
     sess.close()
     assert ray.get(pool.actors[T1].variable_names.remote(uid)) == []
 

@@ -27,6 +27,39 @@ from turnout import dtypes as dt
 from turnout.errors import FeedError
 from turnout.graph import Graph
 
+#: a Variable's node, numpy dtype, and shape (None: not declared): what a value set on it must fit
+Spec = tuple[Any, np.dtype[Any], Optional[tuple[int, ...]]]
+
+
+def check_variable(graph: Graph, name: str, value: Any, specs: Optional[dict[str, Spec]] = None) -> Any:
+    """``value`` as Variable ``name`` of ``graph`` holds it: converted to its dtype by the feed rules
+    (``dtypes.as_checked_array``; a float for an integer Variable is refused, as for a placeholder),
+    or ``FeedError`` naming the Variable when the conversion would change the value or the shape is
+    not the declared one. A name no Variable of the graph has gets ``value`` back as it is.
+    ``specs`` caches the declarations per name. Shared by every ``session.variables``."""
+    node = graph.variables.get(name)
+    if node is None:
+        return value
+    spec = None if specs is None else specs.get(name)
+    if spec is None or spec[0] is not node:
+        declared = node.attrs.get("shape")
+        spec = (node, np.dtype(node.attrs["dtype"]), None if declared is None else tuple(declared))
+        if specs is not None:
+            specs[name] = spec
+    _, dtype, shape = spec
+    if type(value) is np.ndarray and value.dtype == dtype and (shape is None or value.shape == shape):
+        return value  # (every write a run makes, and most of the user's)
+    what = f"setting Variable {name!r} ({dtype.name}{'' if shape is None else list(shape)})"
+    if dtype.kind in "iu" and _floating(value):
+        raise FeedError(f"{what}: a floating value for an integer Variable; cast it first")
+    try:
+        arr = dt.as_checked_array(value, dt.as_dtype(dtype), what)
+    except ValueError as e:
+        raise FeedError(str(e)) from None
+    if shape is not None and arr.shape != shape:
+        raise FeedError(f"{what}: a value of shape {list(arr.shape)} does not fit it")
+    return arr
+
 
 class VariableStore(MutableMapping[str, np.ndarray]):
     """``session.variables``: name -> the Variable's value, checked against the Variable's declared
@@ -36,39 +69,12 @@ class VariableStore(MutableMapping[str, np.ndarray]):
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self._slots: dict[str, Any] = {}
-        # name -> (the Variable's node, its numpy dtype, its shape or None): what a value must fit
-        self._specs: dict[str, tuple[Any, np.dtype[Any], Optional[tuple[int, ...]]]] = {}
-
-    def _spec(self, name: str) -> Optional[tuple[Any, np.dtype[Any], Optional[tuple[int, ...]]]]:
-        node = self.graph.variables.get(name)
-        if node is None:
-            return None
-        spec = self._specs.get(name)
-        if spec is None or spec[0] is not node:
-            shape = node.attrs.get("shape")
-            spec = self._specs[name] = (node, np.dtype(node.attrs["dtype"]),
-                                        None if shape is None else tuple(shape))
-        return spec
+        self._specs: dict[str, Spec] = {}
 
     def checked(self, name: str, value: Any) -> Any:
-        """``value`` as Variable ``name`` holds it: converted to its dtype, or ``FeedError`` when the
-        conversion would change the value or the shape differs from the declared one."""
-        spec = self._spec(name)
-        if spec is None:
-            return value
-        node, dtype, shape = spec
-        if type(value) is np.ndarray and value.dtype == dtype and (shape is None or value.shape == shape):
-            return value  # (every write a run makes, and most of the user's)
-        what = f"setting Variable {name!r} ({dtype.name}{'' if shape is None else list(shape)})"
-        if dtype.kind in "iu" and _floating(value):
-            raise FeedError(f"{what}: a floating value for an integer Variable; cast it first")
-        try:
-            arr = dt.as_checked_array(value, dt.as_dtype(dtype), what)
-        except ValueError as e:
-            raise FeedError(str(e)) from None
-        if shape is not None and arr.shape != shape:
-            raise FeedError(f"{what}: a value of shape {list(arr.shape)} does not fit it")
-        return arr
+        """``value`` as Variable ``name`` holds it (``check_variable``, with the Variable's declaration
+        looked up once)."""
+        return check_variable(self.graph, name, value, self._specs)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._slots[name]  # type: ignore[no-any-return]
