@@ -481,10 +481,12 @@ class FastBackend:
         ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
         shape (about 35 ms each on the development machine, so a model's first run paid it once per
         Variable shape); ``device_put`` copies the host array as it is."""
-        slot = peeker(variables)(name)
+        peek = peeker(variables)
+        slot = peek(name)
         if slot is None:
             vn = plan.var_nodes[name]
-            slot = variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            slot = peek(name)
         cached = self._dev_vars.get(name)
         if cached is not None and cached[0] is slot:
             return cached[1]

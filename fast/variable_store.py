@@ -96,5 +96,5 @@ def keep(variables: MutableMapping[str, Any], name: str, dev: Any) -> Any:
     into any other mapping. Returns the entry stored, which the backend's device-copy record holds."""
     if type(variables) is DeviceVariables:
         return variables.defer(name, dev)
-    host = variables[name] = np.asarray(dev)
-    return host
+    variables[name] = np.asarray(dev)
+    return variables.get(name)  # (what the mapping holds: a checking store may have converted it)

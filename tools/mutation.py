@@ -122,6 +122,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    "turnout/store.py": {"module": "turnout.store",
+                         "tests": ["test_error_parity.py", "test_fast_variable_store.py", "test_checkpoint.py"]},
     "fast/variable_store.py": {"module": "turnout.fast.variable_store",
                                "tests": ["test_fast_variable_store.py", "test_fast_lane.py",
                                          "test_fast_run_overhead.py"]},
