@@ -19,7 +19,7 @@ they are read; a cluster's reads and writes them on its tasks.
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -27,36 +27,27 @@ from turnout import dtypes as dt
 from turnout.errors import FeedError
 from turnout.graph import Graph
 
-#: a Variable's node, numpy dtype, and shape (None: not declared): what a value set on it must fit
-Spec = tuple[Any, np.dtype[Any], Optional[tuple[int, ...]]]
 
-
-def check_variable(graph: Graph, name: str, value: Any, specs: Optional[dict[str, Spec]] = None) -> Any:
+def check_variable(graph: Graph, name: str, value: Any) -> Any:
     """``value`` as Variable ``name`` of ``graph`` holds it: converted to its dtype by the feed rules
     (``dtypes.as_checked_array``; a float for an integer Variable is refused, as for a placeholder),
     or ``FeedError`` naming the Variable when the conversion would change the value or the shape is
-    not the declared one. A name no Variable of the graph has gets ``value`` back as it is.
-    ``specs`` caches the declarations per name. Shared by every ``session.variables``."""
+    not the declared one. A name no Variable of the graph has gets ``value`` back as it is. Shared
+    by every ``session.variables``."""
     node = graph.variables.get(name)
     if node is None:
         return value
-    spec = None if specs is None else specs.get(name)
-    if spec is None or spec[0] is not node:
-        declared = node.attrs.get("shape")
-        spec = (node, np.dtype(node.attrs["dtype"]), None if declared is None else tuple(declared))
-        if specs is not None:
-            specs[name] = spec
-    _, dtype, shape = spec
-    if type(value) is np.ndarray and value.dtype == dtype and (shape is None or value.shape == shape):
+    dtype, shape = np.dtype(node.attrs["dtype"]), tuple(node.attrs["shape"])
+    if type(value) is np.ndarray and value.dtype == dtype and value.shape == shape:
         return value  # (every write a run makes, and most of the user's)
-    what = f"setting Variable {name!r} ({dtype.name}{'' if shape is None else list(shape)})"
+    what = f"setting Variable {name!r} ({dtype.name}{list(shape)})"
     if dtype.kind in "iu" and _floating(value):
         raise FeedError(f"{what}: a floating value for an integer Variable; cast it first")
     try:
         arr = dt.as_checked_array(value, dt.as_dtype(dtype), what)
     except ValueError as e:
         raise FeedError(str(e)) from None
-    if shape is not None and arr.shape != shape:
+    if arr.shape != shape:
         raise FeedError(f"{what}: a value of shape {list(arr.shape)} does not fit it")
     return arr
 
@@ -69,12 +60,10 @@ class VariableStore(MutableMapping[str, np.ndarray]):
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self._slots: dict[str, Any] = {}
-        self._specs: dict[str, Spec] = {}
 
     def checked(self, name: str, value: Any) -> Any:
-        """``value`` as Variable ``name`` holds it (``check_variable``, with the Variable's declaration
-        looked up once)."""
-        return check_variable(self.graph, name, value, self._specs)
+        """``value`` as Variable ``name`` holds it (``check_variable``)."""
+        return check_variable(self.graph, name, value)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._slots[name]  # type: ignore[no-any-return]
