@@ -234,7 +234,8 @@ BAD_VARIABLE_VALUES: dict[str, tuple[str, Any]] = {
     "a bool array for a float Variable": ("w", np.array([True, False])),
     "beyond float32": ("w", np.array([1e300, 0.0])),
     "a float for an int Variable": ("k", 2.0),
-    "a float array for an int Variable": ("k", np.float64(2.0)),
+    "a float array for an int Variable": ("k", np.array(2.0)),
+    "a float32 scalar for an int Variable": ("k", np.float32(2.0)),
     "beyond int32": ("k", 2**40),
     "an object array": ("w", np.array([object(), object()])),
 }

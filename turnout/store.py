@@ -41,7 +41,7 @@ def check_variable(graph: Graph, name: str, value: Any) -> Any:
     if type(value) is np.ndarray and value.dtype == dtype and value.shape == shape:
         return value  # (every write a run makes, and most of the user's)
     what = f"setting Variable {name!r} ({dtype.name}{list(shape)})"
-    if dtype.kind in "iu" and _floating(value):
+    if dtype.kind == "i" and _floating(value):  # (Turnout has no unsigned dtype)
         raise FeedError(f"{what}: a floating value for an integer Variable; cast it first")
     try:
         arr = dt.as_checked_array(value, dt.as_dtype(dtype), what)
