@@ -66,50 +66,6 @@ def _lstm(sizes: tuple[int, int, int, int, int], side: str) -> Callable[[], Any]
     return lambda: [np.asarray(a) for a in jax.tree_util.tree_leaves(step(params, xt))]
 
 
-def _training_step(side: str) -> Callable[[], Any]:
-    """The first-run callable of ``run_overhead``'s training step on ``side``, built untimed (the
-    builder runs each side once to check them against each other: here only the side asked for is
-    built, so nothing is compiled before the timed call)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    xb, yb = rng.normal(size=(32, 8)).astype(np.float32), rng.normal(size=32).astype(np.float32)
-    w0, v0 = np.full((8, 16), 0.1, np.float32), np.full(16, 0.1, np.float32)
-    if side == "turnout":
-        import turnout as tn
-
-        g = tn.Graph()
-        with g.as_default():
-            x = tn.placeholder(tn.float32, [32, 8], name="x")
-            y = tn.placeholder(tn.float32, [32], name="y")
-            w, v = tn.Variable(w0, name="w"), tn.Variable(v0, name="v")
-            err = tn.reduce_sum(tn.tanh(tn.matmul(x, w.read())) * v.read(), axis=1) - y
-            loss = tn.reduce_mean(err * err)
-            step = tn.train.SGD(0.01).minimize(loss)
-        sess = tn.Session(g, backend="fast")
-        return lambda: sess.run([loss, step], {x: xb, y: yb})
-
-    def loss_fn(params: Any, xv: Any, yv: Any) -> Any:
-        wv, vv = params
-        e = jnp.sum(jnp.tanh(xv @ wv) * vv, axis=1) - yv
-        return jnp.mean(e * e)
-
-    def hand_step(params: Any, xv: Any, yv: Any) -> Any:
-        lv, grads = jax.value_and_grad(loss_fn)(params, xv, yv)
-        return lv, jax.tree_util.tree_map(lambda p, gr: p - 0.01 * gr, params, grads)
-
-    hand = jax.jit(hand_step, donate_argnums=0)
-    state = {"p": (jnp.asarray(w0), jnp.asarray(v0))}
-
-    def run() -> Any:
-        lv, state["p"] = hand(state["p"], xb, yb)
-        return np.asarray(lv)
-
-    return run
-
-
 def child(side: str, program: str) -> dict[str, Any]:
     """One sample, in this (fresh) process: the first and second run's seconds, and the first run's
     split by JAX's duration events."""
@@ -122,8 +78,10 @@ def child(side: str, program: str) -> dict[str, Any]:
         events[event] += duration_secs
 
     jax.monitoring.register_event_duration_secs_listener(listen)
-    if program == "training_step":
-        fn = _training_step(side)
+    if program == "training_step":  # (only the side asked for is built: nothing compiles before the clock)
+        from benchmarks.run_overhead import training_step_jax, training_step_turnout
+
+        fn = training_step_turnout() if side == "turnout" else training_step_jax()
     else:
         fn = _lstm((16, 32, 32, 50, 10) if program == "lstm_quick" else (64, 256, 256, 1000, 100), side)
     # One transfer to the device on both sides before the clock starts: the process's first transfer

@@ -98,16 +98,18 @@ def _programs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
     return out
 
 
-def _training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """``sess.run([loss, train_op], feeds)`` of a one-layer regression (batch 32, 8 inputs, 16 hidden
-    units, SGD), beside ``jax.value_and_grad`` and the update in one jitted function that donates the
-    parameters. The fetch holds an op, which the session fetches as ``None``."""
-    import jax
-    import jax.numpy as jnp
-
+def _training_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The training step's batch (32 rows of 8 inputs, 32 targets) and initial parameters."""
     rng = np.random.default_rng(0)
     xb, yb = rng.normal(size=(32, 8)).astype(np.float32), rng.normal(size=32).astype(np.float32)
-    w0, v0 = np.full((8, 16), 0.1, np.float32), np.full(16, 0.1, np.float32)
+    return xb, yb, np.full((8, 16), 0.1, np.float32), np.full(16, 0.1, np.float32)
+
+
+def training_step_turnout() -> Callable[[], Any]:
+    """``sess.run([loss, train_op], feeds)`` of a one-layer regression (batch 32, 8 inputs, 16 hidden
+    units, SGD) on the fast backend, built and not yet run. The fetch holds an op, which the session
+    fetches as ``None``. ``benchmarks/first_run.py`` times its first run."""
+    xb, yb, w0, v0 = _training_data()
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [32, 8], name="x")
@@ -117,6 +119,16 @@ def _training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
         loss = tn.reduce_mean(err * err)
         step = tn.train.SGD(0.01).minimize(loss)
     sess = tn.Session(g, backend="fast")
+    return lambda: sess.run([loss, step], {x: xb, y: yb})
+
+
+def training_step_jax() -> Callable[[], Any]:
+    """The same step in JAX: ``jax.value_and_grad`` and the update in one jitted function that
+    donates the parameters, each call returning the loss on the host; built and not yet run."""
+    import jax
+    import jax.numpy as jnp
+
+    xb, yb, w0, v0 = _training_data()
 
     def loss_fn(params: Any, xv: Any, yv: Any) -> Any:
         wv, vv = params
@@ -134,9 +146,14 @@ def _training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
         lv, state["p"] = hand(state["p"], xb, yb)
         return np.asarray(lv)
 
-    first = sess.run([loss, step], {x: xb, y: yb})[0]
-    np.testing.assert_allclose(first, hand_run(), rtol=1e-5)
-    return (lambda: sess.run([loss, step], {x: xb, y: yb}), hand_run)
+    return hand_run
+
+
+def _training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """The two sides of the training step, each run once and checked against the other."""
+    ours, hand_run = training_step_turnout(), training_step_jax()
+    np.testing.assert_allclose(ours()[0], hand_run(), rtol=1e-5)
+    return ours, hand_run
 
 
 def run(quick: bool) -> dict[str, Any]:
