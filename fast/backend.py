@@ -605,6 +605,8 @@ class FastBackend:
             store.saved(store.ledgers)
         else:
             plan.predict_overflow = store.moved() > 0
+        if self.overlap_reads and not attempt:  # (an attempt started its reads before its error word)
+            start_reads([env[(t.node.id, t.index)] for t in fetches])
         values = self._finish(plan, fetches, env, lives, state, variables)
         self._records = store.records()
         stats = {
@@ -714,8 +716,6 @@ class FastBackend:
     def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
                 state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
         """The fetched values on the host, and the Variables written back: the last step of a run."""
-        if self.overlap_reads:
-            start_reads([env[(t.node.id, t.index)] for t in fetches])
         values = self._fetched(fetches, env, lives)
         if plan.prealloc and self.keep_stack_buffers:
             self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
