@@ -221,6 +221,21 @@ def test_run_options_as_dict_and_keywords(backend: str) -> None:
         sess.run(t["z"], {t["x"]: [1.0, 2.0]}, scheduler="nope")
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_keywords_beside_run_options_override_it(backend: str) -> None:
+    """A keyword given beside a ``RunOptions`` overrides that field; it was once ignored silently."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, s = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + i), [tn.constant(0), tn.constant(0)])
+    sess = tn.Session(g, backend=backend)
+    assert int(sess.run(s, {n: np.int32(50)}, options=tn.RunOptions())) == sum(range(50))
+    with pytest.raises(tn.errors.NonTerminationError, match="max_iterations"):
+        sess.run(s, {n: np.int32(50)}, options=tn.RunOptions(), max_iterations=5)
+    with pytest.raises(ValueError, match="max_iterations"):
+        sess.run(s, {n: np.int32(50)}, options=tn.RunOptions(), max_iterations=0)
+
+
 def test_unknown_backend() -> None:
     with pytest.raises(ValueError, match="backend"):
         tn.Session(tn.Graph(), backend="nope")

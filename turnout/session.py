@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Protocol
 
 import numpy as np
@@ -177,9 +177,7 @@ class Session:
     def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
         """Compute ``fetches`` (a tensor, a node, or any nested structure of them)."""
-        if isinstance(options, RunOptions):
-            opts = options
-        elif options is None and not kw:
+        if options is None and not kw:
             if self._lanes:  # a repeat of a run its backend offered a lane for
                 tp = type(fetches)
                 try:
@@ -197,6 +195,8 @@ class Session:
                                 return tp(got[0])
                             return tp([None if op else v for op, v in zip(ops, got[0])])
             opts = _DEFAULT_OPTIONS  # the common call: validated once, never mutated
+        elif isinstance(options, RunOptions):  # keywords beside it override its fields, never ignored
+            opts = replace(options, **kw) if kw else options
         else:
             opts = RunOptions(**{**(options or {}), **kw})
         fast = self._run_fast(fetches, feed_dict, opts)
