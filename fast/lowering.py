@@ -317,10 +317,34 @@ def _index(ctx: LoweringContext, n: Node, shape: Sequence[int], dyn: Sequence[An
     return tuple(idx)
 
 
+def _indexes_empty(n: Node, shape: Sequence[int]) -> bool:
+    """Whether a GetItem takes an integer index into a dimension of size 0. Its bounds check
+    (``_index``) then always fails when it runs, and JAX refuses to trace the indexing at all; the rule
+    returns zeros of the result's shape instead, so a GetItem that never runs (on an untaken branch)
+    costs nothing, and one that runs raises the interpreters' ``KernelError``."""
+    return any(e["kind"] == "index" and shape[i] == 0 for i, e in enumerate(n.attrs["spec"]))
+
+
+def _clamped(idx: tuple[Any, ...], shape: Sequence[int]) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """``idx`` and ``shape`` with every integer index into a dimension of size 0 made index 0 of a
+    dimension of size 1: the same result shape, indexing JAX can trace (see ``_indexes_empty``)."""
+    out, like = [], []
+    for i, size in enumerate(shape):
+        e = idx[i] if i < len(idx) else slice(None)
+        empty = size == 0 and not isinstance(e, slice)
+        out.append(0 if empty else e)
+        like.append(1 if empty else size)
+    return tuple(out), tuple(like)
+
+
 @_r("GetItem")
 def _getitem(ctx, n, xs):
     x = jnp.asarray(xs[0])
-    return [x[_index(ctx, n, x.shape, xs[1:])]]
+    idx = _index(ctx, n, x.shape, xs[1:])
+    if _indexes_empty(n, x.shape):
+        idx, like = _clamped(idx, x.shape)
+        return [jnp.zeros(like, x.dtype)[idx]]
+    return [x[idx]]
 
 
 @_r("GetItemGrad")
@@ -328,6 +352,8 @@ def _getitem_grad(ctx, n, xs):
     like, g = xs[0], jnp.asarray(xs[1])
     shape = tuple(jnp.shape(like))
     idx = _index(ctx, n, shape, xs[2:])
+    if _indexes_empty(n, shape):  # the forward GetItem failed if it ran (``_indexes_empty``)
+        return [jnp.zeros(shape, g.dtype)]
     padding = _pad_config(idx, shape)
     if padding is not None:
         return [jax.lax.pad(g.reshape(padding[1]), np.zeros((), g.dtype), padding[0])]
@@ -376,6 +402,12 @@ def _gather(ctx, n, xs):
     size = jnp.shape(x)[ax]
     ctx.check(jnp.all((idx >= -size) & (idx < size)),
               f"{describe_node(n)}: Gather: index out of range for axis {ax} of size {size}")
+    if size == 0 and np.size(idx) > 0:
+        # every index is out of range, so the check fails whenever this Gather runs; JAX refuses to
+        # trace a take from an empty axis, so zeros of the result's shape stand in (see ``_indexes_empty``)
+        shape = list(jnp.shape(x))
+        shape[ax:ax + 1] = list(jnp.shape(idx))
+        return [jnp.zeros(shape, jnp.result_type(x))]
     return [jnp.take(x, jnp.where(idx < 0, idx + size, idx), axis=ax)]
 
 
@@ -413,15 +445,30 @@ def _axis(n: Node) -> Any:
     return tuple(a) if isinstance(a, list) else a
 
 
-def _reduce(fn: Callable[..., Any]) -> Rule:
+def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
+    """A reduction's rule. Its axes are checked against the rank seen when tracing (a placeholder of
+    unknown rank gets its rank only then): an axis out of range is refused, and the program runs on
+    the reference interpreter, which raises its ``KernelError`` if the op runs. ``empty_fails``: a
+    reduction with no identity (``Max``) fails on an empty tensor when it runs, as the interpreters'
+    kernel does (``kernels._max``); JAX would refuse to trace it, so zeros of the result's shape stand in."""
     def rule(ctx, n, xs):
         x = jnp.asarray(xs[0])
-        return [fn(x, axis=_axis(n), keepdims=n.attrs.get("keepdims", False)).astype(x.dtype)]
+        axis = _axis(n)
+        axes = axis if isinstance(axis, tuple) else () if axis is None else (axis,)
+        bad = [a for a in axes if not -x.ndim <= a < x.ndim]
+        if bad or len({a % x.ndim for a in axes}) != len(axes):
+            what = f"axis {bad[0]} is out of range" if bad else f"axes {list(axes)} repeat a dimension"
+            raise UnsupportedError(f"fast backend: {describe_node(n)}: {what} for a tensor of rank {x.ndim}")
+        keep = n.attrs.get("keepdims", False)
+        if empty_fails and x.size == 0:
+            ctx.check(np.asarray(False), f"{describe_node(n)}: {n.op}: reduction over an empty tensor")
+            return [jnp.zeros(jax.eval_shape(lambda v: jnp.sum(v, axis=axis, keepdims=keep), x).shape, x.dtype)]
+        return [fn(x, axis=axis, keepdims=keep).astype(x.dtype)]
 
     return rule
 
 
-LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max)})
+LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max, empty_fails=True)})
 
 
 @_r("ZerosLike")

@@ -151,6 +151,46 @@ def gather_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     return g, y, {k: np.array([9], np.int32)}
 
 
+def index_into_an_empty_dimension() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """``x[k]`` of a fed ``x`` with no rows: found by a differential fuzz of run-time shapes, where the
+    fast backend failed inside JAX (an ``IndexError`` while tracing) instead of raising KernelError."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 2], name="x")
+        k = tn.placeholder(tn.int32, [], name="k")
+        y = x[k]
+    return g, y, {x: np.zeros((0, 2), np.float32), k: np.int32(0)}
+
+
+def gather_from_an_empty_axis() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        k = tn.placeholder(tn.int32, [None], name="k")
+        y = tn.gather(x, k)
+    return g, y, {x: np.zeros(0, np.float32), k: np.array([2], np.int32)}
+
+
+def max_of_an_empty_tensor() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """A maximum over no values has no identity: the interpreters' kernel refuses it, and the fast
+    backend had returned an empty array where the result was empty, or ``-inf``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 3], name="x")
+        y = tn.reduce_max(x, axis=0)
+    return g, y, {x: np.zeros((0, 3), np.float32)}
+
+
+def reduction_axis_beyond_the_rank() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """The rank of an unknown-rank placeholder is known only when it is fed; an axis beyond it had
+    failed inside the fast backend's lowering with a bare ``IndexError``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, None, name="x")
+        y = tn.reduce_mean(x, axis=0)
+    return g, y, {x: np.float32(1.0)}
+
+
 def ill_formed_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
@@ -173,6 +213,10 @@ CATALOGUE: dict[str, Mistake] = {
     "TensorArray read before any write": Mistake(tensor_array_read_before_any_write, tn.KernelError),
     "gather index out of range": Mistake(gather_out_of_range, tn.KernelError),
     "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
+    "index into an empty dimension": Mistake(index_into_an_empty_dimension, tn.KernelError),
+    "gather from an empty axis": Mistake(gather_from_an_empty_axis, tn.KernelError),
+    "max of an empty tensor": Mistake(max_of_an_empty_tensor, tn.KernelError),
+    "reduction axis beyond the rank": Mistake(reduction_axis_beyond_the_rank, tn.KernelError),
     "unknown run option": Mistake(unfed_placeholder, TypeError, {"no_such_option": 1}),
     "bad max_iterations": Mistake(_loop_counter, ValueError, {"max_iterations": 0}),
 }
@@ -185,6 +229,30 @@ def test_same_mistake_same_error(backend: str, name: str) -> None:
     g, fetches, feed = m.build()
     with pytest.raises(m.error):
         _session(g, backend).run(fetches, feed_dict=feed, **m.options)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("taken", [False, True])
+def test_an_index_into_an_empty_axis_fails_only_where_it_runs(backend: str, taken: bool) -> None:
+    """A Gather, a GetItem and its gradient on a branch of a cond, indexing an axis of size 0: the
+    taken branch raises KernelError, an untaken one costs nothing (the fast backend decides when it
+    traces that such an index is out of range, and must still leave the decision to the run)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.float32, [None, 2], name="x")
+        k = tn.placeholder(tn.int32, [], name="k")
+        picked = tn.cond(p, lambda: tn.gather(x, tn.expand_dims(k, 0))[0] + x[k], lambda: tn.zeros([2], tn.float32))
+        loss = tn.reduce_sum(picked * picked)
+        dx = tn.gradients(loss, [x])[0]
+    sess = _session(g, backend)
+    feeds = {p: np.bool_(taken), x: np.zeros((0, 2), np.float32), k: np.int32(0)}
+    if taken:
+        with pytest.raises(tn.KernelError, match="out of range"):
+            sess.run([loss, dx], feeds)
+    else:
+        got_loss, got_dx = sess.run([loss, dx], feeds)
+        assert float(got_loss) == 0.0 and got_dx.shape == (0, 2)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
