@@ -30,6 +30,7 @@ from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, 
 from turnout.fast import stacks as stk
 from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
 from turnout.graph import Node, Tensor
+from turnout.kernels import sums_to
 from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
 from turnout.tables import registrar
@@ -400,14 +401,12 @@ def _gather(ctx, n, xs):
     x, idx = xs
     ax = n.attrs.get("axis", 0)
     size = jnp.shape(x)[ax]
-    ctx.check(jnp.all((idx >= -size) & (idx < size)),
-              f"{describe_node(n)}: Gather: index out of range for axis {ax} of size {size}")
-    if size == 0 and np.size(idx) > 0:
-        # every index is out of range, so the check fails whenever this Gather runs; JAX refuses to
-        # trace a take from an empty axis, so zeros of the result's shape stand in (see ``_indexes_empty``)
+    message = f"Gather: index out of range for axis {ax} of size {size}"
+    if size == 0 and np.size(idx) > 0:  # every index is out of range (and JAX refuses to trace the take)
         shape = list(jnp.shape(x))
         shape[ax:ax + 1] = list(jnp.shape(idx))
-        return [jnp.zeros(shape, jnp.result_type(x))]
+        return _fails_when_run(ctx, n, message, shape, jnp.result_type(x))
+    ctx.check(jnp.all((idx >= -size) & (idx < size)), f"{describe_node(n)}: {message}")
     return [jnp.take(x, jnp.where(idx < 0, idx + size, idx), axis=ax)]
 
 
@@ -461,8 +460,8 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
             raise UnsupportedError(f"fast backend: {describe_node(n)}: {what} for a tensor of rank {x.ndim}")
         keep = n.attrs.get("keepdims", False)
         if empty_fails and x.size == 0:
-            ctx.check(np.asarray(False), f"{describe_node(n)}: {n.op}: reduction over an empty tensor")
-            return [jnp.zeros(jax.eval_shape(lambda v: jnp.sum(v, axis=axis, keepdims=keep), x).shape, x.dtype)]
+            shape = jax.eval_shape(lambda v: jnp.sum(v, axis=axis, keepdims=keep), x).shape
+            return _fails_when_run(ctx, n, f"{n.op}: reduction over an empty tensor", shape, x.dtype)
         return [fn(x, axis=axis, keepdims=keep).astype(x.dtype)]
 
     return rule
@@ -500,10 +499,22 @@ def _size(ctx, n, xs):
     return [np.asarray(int(np.prod(jnp.shape(xs[0]))), dtype=np.int32)]
 
 
+def _fails_when_run(ctx: LoweringContext, n: Node, message: str, shape: Sequence[int], dtype: Any) -> list[Any]:
+    """An op whose operands' shapes (known once traced) make it fail whenever it runs: the error word
+    says so if it runs, and zeros of its result's shape stand in, so an op on a branch that is not
+    taken costs nothing (the interpreters raise ``KernelError`` only where it runs)."""
+    ctx.check(np.asarray(False), f"{describe_node(n)}: {message}")
+    return [jnp.zeros(tuple(shape), dtype)]
+
+
 @_r("BroadcastLike")
 def _broadcast_like(ctx, n, xs):
-    _guard(n, jnp.shape(xs[1]), jnp.result_type(xs[0]))
-    return [jnp.broadcast_to(xs[0], jnp.shape(xs[1]))]
+    shape, dtype = tuple(jnp.shape(xs[1])), jnp.result_type(xs[0])
+    _guard(n, shape, dtype)
+    if not sums_to(shape, tuple(jnp.shape(xs[0]))):
+        return _fails_when_run(ctx, n, f"BroadcastLike: shape {list(jnp.shape(xs[0]))} does not broadcast to "
+                                       f"{list(shape)}", shape, dtype)
+    return [jnp.broadcast_to(xs[0], shape)]
 
 
 def sum_to_shape(x: Any, shape: tuple[int, ...]) -> Any:
@@ -517,7 +528,11 @@ def sum_to_shape(x: Any, shape: tuple[int, ...]) -> Any:
 
 @_r("SumToLike")
 def _sum_to_like(ctx, n, xs):
-    return [sum_to_shape(xs[0], tuple(jnp.shape(xs[1])))]
+    shape = tuple(jnp.shape(xs[1]))
+    if not sums_to(tuple(jnp.shape(xs[0])), shape):
+        return _fails_when_run(ctx, n, f"SumToLike: a tensor of shape {list(jnp.shape(xs[0]))} cannot be summed "
+                                       f"to shape {list(shape)}", shape, jnp.result_type(xs[0]))
+    return [sum_to_shape(xs[0], shape)]
 
 
 # ---- TensorArray -----------------------------------------------------------------------------------

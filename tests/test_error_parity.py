@@ -191,6 +191,15 @@ def reduction_axis_beyond_the_rank() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     return g, y, {x: np.float32(1.0)}
 
 
+def sum_to_a_shape_that_does_not_broadcast() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, None, name="x")
+        like = tn.placeholder(tn.float32, None, name="like")
+        y = tn.sum_to_like(x, like)
+    return g, y, {x: np.float32(1.0), like: np.zeros(3, np.float32)}
+
+
 def ill_formed_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
@@ -217,6 +226,7 @@ CATALOGUE: dict[str, Mistake] = {
     "gather from an empty axis": Mistake(gather_from_an_empty_axis, tn.KernelError),
     "max of an empty tensor": Mistake(max_of_an_empty_tensor, tn.KernelError),
     "reduction axis beyond the rank": Mistake(reduction_axis_beyond_the_rank, tn.KernelError),
+    "sum to a shape that does not broadcast": Mistake(sum_to_a_shape_that_does_not_broadcast, tn.KernelError),
     "unknown run option": Mistake(unfed_placeholder, TypeError, {"no_such_option": 1}),
     "bad max_iterations": Mistake(_loop_counter, ValueError, {"max_iterations": 0}),
 }

@@ -6,9 +6,10 @@ over well-formed arithmetic, so they never feed an index into an empty axis, a s
 fit, or a tensor of unknown rank whose rank contradicts an axis. Those are decided only when the
 fast backend traces (the feeds fix the shapes), where a lowering that forgets one fails inside JAX
 with a bare ``IndexError`` or ``TypeError``, or, worse, computes something. A first differential run
-of these families found four such failures (``tests/test_error_parity.py`` keeps each as a named
-case): an integer index and a Gather into an axis of size 0, a Max of an empty tensor, and a
-reduction axis beyond the rank a feed gave an unknown-rank placeholder.
+of these families found five such failures (``tests/test_error_parity.py`` keeps each as a named
+case): an integer index and a Gather into an axis of size 0, a Max of an empty tensor, a
+reduction axis beyond the rank a feed gave an unknown-rank placeholder, and a ``SumToLike`` or
+``BroadcastLike`` between shapes that do not broadcast.
 
 Each example draws one family and a seeded ``random.Random`` (hypothesis' ``randoms``, so a failure
 shrinks and replays), builds the program, runs it on both backends and compares the outcomes:
@@ -251,6 +252,38 @@ def gradient(rng: random.Random) -> Built:
     return tn.gradients(tn.reduce_sum(y * y), [x])[0], {x: _array(rng, a), b: np.int32(rng.randint(-3, 2))}
 
 
+@family
+def case(rng: random.Random) -> Built:
+    k = tn.placeholder(tn.int32, [], name="k")
+    n = rng.randint(1, 4)
+    default = (lambda: tn.constant(-1.0)) if rng.random() < 0.5 else None
+    out = tn.case(k, [lambda i=i: tn.constant(float(i)) for i in range(n)], default=default)
+    return out, {k: np.int32(rng.randint(-2, n + 1))}
+
+
+@family
+def tensor_array_whole(rng: random.Random) -> Built:
+    n = tn.placeholder(tn.int32, [], name="n")
+    xs = tn.placeholder(tn.float32, [None, 2] if rng.random() < 0.5 else None, name="xs")
+    ta = tn.TensorArray(tn.float32, size=n)
+    kind = rng.choice(["unstack", "partial", "read_unwritten"])
+    if kind == "unstack":
+        out = ta.unstack(xs).stack()
+    elif kind == "partial":
+        out = ta.write(0, tn.constant([1.0, 2.0])).stack()
+    else:
+        out = ta.write(0, tn.constant([1.0, 2.0])).read(n - 1)
+    return out, {n: np.int32(rng.randint(0, 3)), xs: _array(rng, [rng.randint(0, 3), 2])}
+
+
+@family
+def like(rng: random.Random) -> Built:
+    a, b = _shape(rng, 2), _shape(rng, 2)
+    x, y = _ph(rng, a), _ph(rng, b, name="y")
+    op = rng.choice([tn.broadcast_like, tn.sum_to_like])
+    return op(x, y), {x: _array(rng, a), y: _array(rng, b)}
+
+
 def outcome(backend: str, name: str, seed: int) -> Optional[tuple[str, Any]]:
     """The outcome of family ``name`` drawn with ``seed`` on ``backend``: ``("value", array)`` or
     ``("error", type name)``; ``None`` when the graph builder refuses the program."""
@@ -277,6 +310,7 @@ def outcome(backend: str, name: str, seed: int) -> Optional[tuple[str, Any]]:
 @example("reduction", 121)  # a reduction axis beyond a fed scalar's rank failed inside the lowering
 @example("in_a_branch", 2)  # an untaken branch's Gather from an empty axis failed the whole run
 @example("gradient", 37)  # the gradient of an index into an empty axis, on no path that runs
+@example("like", 1262)  # SumToLike of a scalar to shape [1] failed inside the lowering (found by the dev profile)
 def test_fast_agrees_with_the_reference_on_run_time_values(name: str, seed: int) -> None:
     want = outcome("reference", name, seed)
     if want is None:

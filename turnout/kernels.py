@@ -344,9 +344,19 @@ def _broadcast_like(xs, attrs):
         raise KernelError(f"BroadcastLike: {e}") from None
 
 
+def sums_to(x_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to ``x_shape`` (no more dimensions, and each of its trailing
+    dimensions 1 or equal to ``x``'s), so that ``sum_to_shape`` can undo that broadcast. Shared with
+    the fast backend's lowering, which decides it when it traces."""
+    lead = len(x_shape) - len(shape)
+    return lead >= 0 and all(d in (1, x_shape[i + lead]) for i, d in enumerate(shape))
+
+
 def sum_to_shape(x: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``x`` over the axes that broadcasting to ``x.shape`` added to ``shape``."""
     x = np.asarray(x)
+    if not sums_to(x.shape, tuple(shape)):
+        raise KernelError(f"SumToLike: a tensor of shape {list(x.shape)} cannot be summed to shape {list(shape)}")
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape) if d == 1 and x.shape[i + lead] != 1)
     r = np.sum(x, axis=axes, keepdims=True) if axes else x
