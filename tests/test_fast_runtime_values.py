@@ -322,5 +322,6 @@ def test_fast_agrees_with_the_reference_on_run_time_values(name: str, seed: int)
         assert got[1] == want[1], f"{name} (seed {seed}): fast raised {got[1]}, the reference {want[1]}"
     else:
         w, v = want[1], got[1]
-        assert v.shape == w.shape and v.dtype == w.dtype, f"{name} (seed {seed}): {v.shape} {v.dtype} vs {w.shape} {w.dtype}"
+        assert (v.shape, v.dtype) == (w.shape, w.dtype), \
+            f"{name} (seed {seed}): fast {v.shape} {v.dtype}, reference {w.shape} {w.dtype}"
         np.testing.assert_allclose(v, w, rtol=1e-5, atol=1e-6, equal_nan=True)
