@@ -712,6 +712,9 @@ def _k_assign(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
     new = np.asarray(_ASSIGN[node.op](old, vals[1]))
     if "dtype" in node.attrs:
         new = new.astype(as_dtype(node.attrs["dtype"]).numpy, copy=False)
+    if old is not None and new.shape != np.shape(old):  # a Variable keeps its shape, as on every backend
+        raise ExecutionError(f"{_describe(node, tag)}: assigning shape {new.shape} to a variable of shape "
+                             f"{np.shape(old)}")
     u.variables = {**u.variables, name: new}
     return [new]
 

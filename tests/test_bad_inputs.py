@@ -304,6 +304,47 @@ def test_a_dict_body_with_the_same_keys_still_works(any_backend: str) -> None:
     assert run(g, any_backend, [out["a"], out["c"]]) == [3, 8]
 
 
+@pytest.mark.parametrize("update", ["assign", "assign_add"])
+def test_an_assignment_that_changes_a_variables_shape_is_an_execution_error(any_backend: str, update: str) -> None:
+    """A Variable keeps its shape ([E-Var-Assign]). The value comes from a placeholder of unknown
+    shape, so only the run can tell. The small-step backend once wrote it and failed later, with the
+    ``FeedError`` of the session's store; every backend now refuses the assignment itself, naming it."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.zeros(3, np.float32), name="v")
+        x = tn.placeholder(tn.float32, None, name="x")
+        op = getattr(v, update)(x)
+    sess = session(g, any_backend)
+    with pytest.raises(tn.ExecutionError, match="assigning shape"):
+        sess.run(op, {x: np.ones((2, 3), np.float32)})
+    assert "v" not in sess.variables  # the run raised, so it set nothing (see the next test)
+
+
+def test_a_run_that_raises_changes_no_variable(any_backend: str) -> None:
+    """A run is all or nothing for Variables (``Session._backend_run``): an assignment that fired
+    before the error is undone. Before, the reference interpreter kept it (and which assignments had
+    fired depended on the scheduler), the fast backend discarded the run's values, and the small-step
+    backend had not even stored the Variables' initial values."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.zeros(3, np.float32), name="w")
+        k = tn.placeholder(tn.int32, [], name="k")
+        bumped = w.assign_add(tn.ones([3], tn.float32))
+        with tn.control_dependencies([bumped]):
+            q = tn.divide(tn.constant(6), k)
+    sess = session(g, any_backend)
+    with pytest.raises(tn.KernelError):
+        sess.run(q, {k: np.int32(0)})
+    assert "w" not in sess.variables  # the first run raised: nothing was set, not even the initial value
+    for _ in range(2):  # twice: the second run of the fast backend takes its repeated-run route
+        assert int(sess.run(q, {k: np.int32(2)})) == 3
+        with pytest.raises(tn.KernelError):
+            sess.run(q, {k: np.int32(0)})
+    np.testing.assert_array_equal(sess.variables["w"], np.full(3, 2.0, np.float32))
+    assert int(sess.run(q, {k: np.int32(3)})) == 2
+    np.testing.assert_array_equal(sess.variables["w"], np.full(3, 3.0, np.float32))
+
+
 # ---- 7. a Merge with two live inputs at one tag ---------------------------------------------------
 def test_merge_of_two_live_inputs_is_an_error_on_every_backend(any_backend: str) -> None:
     g = tn.Graph()

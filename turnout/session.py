@@ -162,6 +162,8 @@ class Session:
         store = getattr(self.backend, "variable_store", None)
         self.variables: MutableMapping[str, np.ndarray] = store if store is not None else VariableStore(self.graph)
         self._last_result: Optional[RunResult] = None
+        # a store's snapshot of its entries, taken before each run and put back if the run raises
+        self._snapshot: Optional[Callable[[], Any]] = getattr(self.variables, "snapshot", None)
         # A backend may offer a *lane* for a run it can repeat with less work (the fast backend's
         # ``fast.lane``): fetch key -> lane; a lane's run leaves its result to be built when read.
         self._lane_for = getattr(self.backend, "lane_for", None)
@@ -233,8 +235,7 @@ class Session:
             feeds[k] = checked
         # Node targets are run for their effects: fetch a proxy that depends on them.
         proxies = [_target_proxy(n) for n in targets]
-        with allocation_limit(opts.max_tensor_bytes):
-            result = self.backend.run(tensors + proxies, feeds, self.variables, opts)
+        result = self._backend_run(tensors + proxies, feeds, opts)
         self.last_result = result
         values = iter(result.values[: len(tensors)])
         out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
@@ -273,11 +274,7 @@ class Session:
                 feeds[k] = self._check_feed(k, v)
         if targets is not None:  # an op is run for its effects: fetch its proxy (``_target_proxy``)
             tensors = [_target_proxy(f) if t else f for f, t in zip(tensors, targets)]
-        if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
-            result = self.backend.run(tensors, feeds, self.variables, opts)
-        else:
-            with allocation_limit(opts.max_tensor_bytes):
-                result = self.backend.run(tensors, feeds, self.variables, opts)
+        result = self._backend_run(tensors, feeds, opts)
         self.last_result = result
         if self._lane_for is not None and opts is _DEFAULT_OPTIONS:
             lane = self._lane_for(tensors, feeds, feed_dict or {}, targets)
@@ -291,6 +288,23 @@ class Session:
         if targets is not None:
             return tp([None if t else v for t, v in zip(targets, result.values)])
         return tp(result.values[: len(tensors)])
+
+    def _backend_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions) -> RunResult:
+        """The backend's run, all or nothing for Variables: a run that raises leaves
+        ``session.variables`` as they were before it (``[E-Var-Assign]`` and the other effects of the
+        ops that fired before the error are undone), so the state after an error is the same on every
+        backend, whatever order the ops fired in. A store that cannot take a snapshot (a cluster's,
+        whose values live on its tasks) is left as the run left it."""
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        try:
+            if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
+                return self.backend.run(tensors, feeds, self.variables, opts)
+            with allocation_limit(opts.max_tensor_bytes):
+                return self.backend.run(tensors, feeds, self.variables, opts)
+        except BaseException:
+            if snapshot is not None:
+                self.variables.restore(snapshot)  # type: ignore[attr-defined]
+            raise
 
     @property
     def last_result(self) -> Optional[RunResult]:

@@ -87,6 +87,16 @@ class VariableStore(MutableMapping[str, np.ndarray]):
         """Forget every value (``Session.close``)."""
         self._slots.clear()
 
+    def snapshot(self) -> dict[str, Any]:
+        """The entries as they are held, for ``restore``: what ``Session.run`` keeps while a run
+        runs, so that a run that raises changes no Variable (a shallow copy: no run changes an
+        array in place, each assignment stores a new one)."""
+        return dict(self._slots)
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Put back the entries a ``snapshot`` took, unchecked (they were checked when set)."""
+        self._slots = dict(snapshot)
+
     def copy(self) -> dict[str, np.ndarray]:
         """A plain dict of the values, as ``dict.copy`` gives."""
         return {name: self[name] for name in self._slots}
