@@ -644,3 +644,40 @@ def test_tensor_equals_value_is_an_error_not_a_silent_false() -> None:
         assert (i == i) and not (i != i) and i != None and {i: 1}[i] == 1 and i in [v.read(), i]  # noqa: E711
         y = tn.cond(tn.equal(i % 2, 0), lambda: tn.constant(1), lambda: tn.constant(0))
     assert int(tn.Session(g).run(y, {i: 4})) == 1
+
+
+def test_a_tensor_has_no_python_or_numpy_value_while_the_graph_is_built() -> None:
+    """``float(t)``, ``int(t)``, a tensor as a list index and ``np.asarray(t)`` name the tensor and
+    the way to get its value. Before, the first three failed with Python's bare ``TypeError``, and
+    ``np.asarray(t) + 1`` built an object array holding a tensor and went on silently. Numpy's
+    operators still defer to the tensor's."""
+    g = tn.Graph()
+    with g.as_default():
+        t = tn.constant([1.0, 2.0], name="t")
+        i = tn.constant(1, name="i")
+        for bad in (lambda: float(t), lambda: int(i), lambda: complex(t), lambda: [10, 20][i],
+                    lambda: np.asarray(t), lambda: np.asarray(t) + 1, lambda: range(i)):
+            with pytest.raises(tn.GraphBuildError, match="not known while the graph is built.*Session"):
+                bad()
+        mixed = [np.float32(2.0) * t, np.array([1.0, 2.0]) * t, t * np.float32(3.0), np.int32(1) + i]
+    got = tn.Session(g).run(mixed)
+    assert [np.asarray(v).tolist() for v in got] == [[2.0, 4.0], [1.0, 4.0], [3.0, 6.0], 2]
+
+
+def test_integer_overflow_and_narrowing_wrap_alike_on_every_backend(any_backend: str) -> None:
+    """Integer arithmetic wraps and an int64 -> int32 cast keeps the low bits (docs/limits.rst,
+    "Integer overflow and narrowing"): defined, and the same on every backend."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [3], name="i")
+        wide = tn.placeholder(tn.int64, [3], name="wide")
+        big = tn.placeholder(tn.float64, [2], name="big")
+        outs = [i * 65536 * 65536 + 7, i * 2147483647, tn.cast(wide, tn.int32), tn.cast(big, tn.float32)]
+    got = run(g, any_backend, outs, {i: np.array([3, -1, 46341], np.int32),
+                                     wide: np.array([2**40 + 5, -(2**33) - 1, 2**31], np.int64),
+                                     big: np.array([1e300, -1.5])})
+    assert np.asarray(got[0]).tolist() == [7, 7, 7]  # i * 2**32 wraps to 0
+    low_bits = (np.array([3, -1, 46341], np.int64) * 2147483647 + 2**31) % 2**32 - 2**31
+    assert np.asarray(got[1]).tolist() == low_bits.tolist()
+    assert np.asarray(got[2]).tolist() == [5, -1, -(2**31)]
+    assert np.asarray(got[3]).tolist() == [np.inf, -1.5] and np.asarray(got[3]).dtype == np.float32

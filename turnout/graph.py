@@ -116,6 +116,28 @@ class Tensor:
     def __len__(self) -> int:
         raise GraphBuildError(f"len() of tensor {self.name} is not known while the graph is built; use tn.size")
 
+    def _no_value(self, what: str) -> GraphBuildError:
+        return GraphBuildError(f"{what} of tensor {self.name} is not known while the graph is built; run it "
+                               "with a Session (sess.run) for its value, or use tn.cast to change its dtype")
+
+    # A tensor has no value while the graph is built. Python's conversions would otherwise fail with a
+    # bare TypeError far from the mistake (float(t)), and numpy would wrap the tensor in an object
+    # array that carries on silently (np.asarray(t) + 1).
+    def __float__(self) -> float:
+        raise self._no_value("float()")
+
+    def __int__(self) -> int:
+        raise self._no_value("int()")
+
+    def __complex__(self) -> complex:
+        raise self._no_value("complex()")
+
+    def __index__(self) -> int:
+        raise self._no_value("the integer value (as an index)")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise self._no_value("the array value (numpy conversion)")
+
     # Operator overloading is installed by turnout.ops (it needs the op constructors); these
     # declarations only tell type checkers what it provides.
     if TYPE_CHECKING:
