@@ -454,8 +454,12 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
         x = jnp.asarray(xs[0])
         axis = _axis(n)
         axes = axis if isinstance(axis, tuple) else () if axis is None else (axis,)
-        bad = [a for a in axes if not -x.ndim <= a < x.ndim]
-        if bad or len({a % x.ndim for a in axes}) != len(axes):
+        if x.ndim == 0:  # a scalar: axis 0 reduces over nothing (``kernels._axis_arg``)
+            bad = [a for a in axes if a != 0]
+            axis = None
+        else:
+            bad = [a for a in axes if not -x.ndim <= a < x.ndim]
+        if bad or (x.ndim and len({a % x.ndim for a in axes}) != len(axes)):
             what = f"axis {bad[0]} is out of range" if bad else f"axes {list(axes)} repeat a dimension"
             raise UnsupportedError(f"fast backend: {describe_node(n)}: {what} for a tensor of rank {x.ndim}")
         keep = n.attrs.get("keepdims", False)

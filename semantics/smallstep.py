@@ -8,7 +8,8 @@ returns a new configuration. A scheduler is nothing but a choice among enabled f
 ``run(..., scheduler=...)`` and the exhaustive explorer in ``semantics/explore.py`` share one rule
 set. Agreement between this module and ``turnout.reference`` is evidence only because neither uses
 the other's control-flow machinery: this module imports nothing from ``turnout.reference`` or
-``turnout.fast``; it shares with them only the graph, ``static_frames`` and the compute kernels.
+``turnout.fast``; it shares with them only the graph, ``static_frames``, the validator of well-formed graphs
+(``SmallStepBackend``) and the compute kernels.
 
 Clarity beats speed here. Configurations are rebuilt with small dict copies on every step; that is
 fine for the small graphs this module exists to check (a 50-iteration loop takes a fraction of a
@@ -53,6 +54,7 @@ from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
 from turnout.kernels import TensorArrayValue, run_kernel
 from turnout.session import RunOptions, RunResult
+from turnout.validate import validate
 
 Tag = tuple[tuple[str, int], ...]
 InstKey = tuple[Tag, str]  # (parent tag, frame name)
@@ -1077,7 +1079,12 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
 class SmallStepBackend:
     """The ``Backend`` protocol of ``turnout.session`` over ``run``, so the small-step semantics can
     stand beside the other executors in backend-parametrized tests. Variables persist in the
-    session's store (updated in place, as the other backends do)."""
+    session's store (updated in place, as the other backends do).
+
+    The rules hold for well-formed graphs only, so a run first checks the graph with the shared
+    validator (``turnout.validate``), as every other backend does: an ill-formed graph (a Merge of
+    two dtypes, a back edge less specific than its loop variable's invariant) raises the same
+    ``ValidationError`` here as there. ``run`` itself checks only what the transition system needs."""
 
     def __init__(self, graph: Graph, **options: Any) -> None:
         if options:  # e.g. device_memory_limit: an option no one honours must not be silently ignored
@@ -1087,6 +1094,7 @@ class SmallStepBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, Any],
             options: RunOptions) -> RunResult:
+        validate(self.graph, fetches, list(feeds))
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
                 max_steps=limit if limit is not None else 10**9, variables=variables,

@@ -593,12 +593,27 @@ def _frames_mixed() -> tuple[tn.Graph, Any]:
     return d["g"], y
 
 
+def _merge_of_two_dtypes() -> tuple[tn.Graph, Any]:
+    """A Merge recorded as int32 whose inputs are int32 and float64 (built by hand, past the builders)."""
+    from turnout.graph import TensorSpec
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.constant(True)
+        a, _ = raw.switch(tn.constant(1), p)
+        _, b = raw.switch(tn.constant(1.0, dtype=tn.float64), p)
+        m = g.create_node("Merge", [a, b], name="mixed_merge",
+                          specs=[TensorSpec(tn.int32, ()), TensorSpec(tn.int32, ())])
+    return g, m.outputs[0]
+
+
 MALFORMED: dict[str, tuple[Callable[[], tuple[tn.Graph, Any]], str]] = {
     "unbound back edge": (_unbound_back_edge, "W-Merge-Bound"),
     "Exit in the root frame": (_exit_in_root, "W-Exit-In-Frame"),
     "NextIteration in the root frame": (_next_iteration_in_root, "W-"),
     "fetch inside a loop": (_fetch_inside_loop, "W-Fetch-Root"),
     "inputs from two frames": (_frames_mixed, "W-Frame-Consistent"),
+    "a Merge of two dtypes": (_merge_of_two_dtypes, "W-Types"),
 }
 
 
@@ -681,3 +696,21 @@ def test_integer_overflow_and_narrowing_wrap_alike_on_every_backend(any_backend:
     assert np.asarray(got[1]).tolist() == low_bits.tolist()
     assert np.asarray(got[2]).tolist() == [5, -1, -(2**31)]
     assert np.asarray(got[3]).tolist() == [np.inf, -1.5] and np.asarray(got[3]).dtype == np.float32
+
+
+def test_reductions_of_a_scalar_and_of_unknown_rank_agree_on_every_backend(any_backend: str) -> None:
+    """A scalar reduced over axis 0 (the one axis the shape rule allows at rank 0) is itself, for
+    every reduction: numpy allows it for ``sum`` and ``max`` and refuses it for ``mean``, so the
+    reference's Mean failed where its Sum did not. A tensor of unknown rank reduced over every axis is
+    a scalar when built, so a loop that accumulates such a sum keeps its loop variable's shape."""
+    g = tn.Graph()
+    with g.as_default():
+        c = tn.constant(2.0)
+        u = tn.placeholder(tn.float32, None, name="u")
+        scalars = [tn.reduce_sum(c, axis=0), tn.reduce_mean(c, axis=0), tn.reduce_max(c, axis=[0], keepdims=True)]
+        whole = tn.reduce_sum(u)
+        assert whole.shape == ()
+        _, acc = tn.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a + tn.reduce_sum(u * a)),
+                               [tn.constant(0), tn.constant(1.0)])
+    got = run(g, any_backend, [*scalars, whole, acc], {u: np.ones((2, 3), np.float32)})
+    assert [float(v) for v in got] == [2.0, 2.0, 2.0, 6.0, 49.0]

@@ -293,6 +293,27 @@ def test_shape_change_without_invariants_is_a_build_time_shape_error() -> None:
         tn.while_loop(lambda x: tn.size(x) < 8, lambda x: tn.concat([x, x], 0), tn.constant([1.0]))
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast", "smallstep"])
+def test_a_body_of_unknown_rank_for_a_known_loop_variable_is_a_build_time_shape_error(backend: str) -> None:
+    """``foldl`` with a ``[2]`` initializer over elements of unknown rank: the body's value has no known
+    shape, so it may not fit the loop variable. The builder let an unknown *rank* pass (it refused
+    only unknown dimensions), then every run failed validation ([W-Types]) on the reference and fast
+    backends, while the small-step backend, which did not validate, ran it. It is refused when built,
+    and a shape invariant that admits any shape makes it run on every backend."""
+    with tn.Graph().as_default():
+        xs = tn.placeholder(tn.float32, None, name="xs")
+        with pytest.raises(tn.ShapeError, match="<unknown> after one iteration.*shape_invariants"):
+            tn.foldl(lambda a, x: a + x, xs, initializer=tn.zeros([2], tn.float32))
+    g = tn.Graph()  # (a builder that raised leaves its nodes behind: docs/missing.rst)
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, None, name="xs")
+        _, total = tn.while_loop(lambda i, a: i < tn.shape(xs)[0],
+                                 lambda i, a: (i + 1, a + xs[i]), [tn.constant(0), tn.zeros([2], tn.float32)],
+                                 shape_invariants=[None, tn.ANY_SHAPE])
+    got = tn.Session(g, backend=backend).run(total, {xs: np.arange(6, dtype=np.float32).reshape(3, 2)})
+    np.testing.assert_array_equal(got, [6.0, 9.0])
+
+
 def test_shape_invariant_that_does_not_fit_the_initial_value() -> None:
     g = tn.Graph()
     with g.as_default(), pytest.raises(tn.ShapeError):
@@ -609,3 +630,51 @@ def test_scheduler_independence_on_a_nested_program(backend: str) -> None:
     runs += [RunOptions(scheduler="random", seed=s) for s in range(20)]
     for opts in runs:
         assert ints(sess.run(fetch, {t["n"]: 4}, options=opts)) == want, opts
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast", "smallstep"])
+def test_a_builder_that_raises_leaves_the_graph_as_it_was(backend: str) -> None:
+    """A ``while_loop``, a ``cond`` or a ``tn.gradients`` that raises removes what it built
+    (``Graph._all_or_nothing``). A half-built loop used to keep a Merge whose back edge was never
+    bound, and every later run of the graph, of any tensor, failed validation ([W-Merge-Bound]): in a
+    notebook, one mistake in a loop body spoilt the default graph."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, None, name="x")
+        six = tn.constant(2.0) * 3.0
+        _, z = tn.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a + tn.reduce_sum(tn.tile(x, [2]) * a)),
+                             [tn.constant(0), tn.constant(1.0)])
+        zero, one = tn.constant(0), tn.constant(True)
+        before = (len(g.nodes), len(g.contexts), g.version)
+        with pytest.raises(tn.DTypeError, match="loop variable"):
+            tn.while_loop(lambda i: i < 3, lambda i: tn.cast(i, tn.float32), [zero])
+        with pytest.raises(tn.DTypeError, match="true_fn"):
+            tn.cond(one, lambda: tn.constant(1.0), lambda: tn.constant(1))
+        with pytest.raises(tn.GradientError, match="Tile"):  # x has no static shape
+            tn.gradients(z, [x])
+        with pytest.raises(ZeroDivisionError):  # the user's own exception, in a loop body
+            tn.while_loop(lambda i: i < 3, lambda i: i + 1 // 0, [zero])
+        assert (len(g.nodes), len(g.contexts)) == before[:2] and g.version != before[2]
+        _, w = tn.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * 2.0), [zero, six])
+    got = tn.Session(g, backend=backend).run([six, z, w], {x: np.ones(2, np.float32)})
+    assert [float(v) for v in got] == [6.0, 25.0, 48.0]
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast", "smallstep"])
+def test_a_loop_body_that_catches_a_nested_builders_error_goes_on(backend: str) -> None:
+    """Inside an outer loop's body, an inner loop fails after capturing an outer tensor (an Enter made
+    in the outer loop for it). The outer loop forgets that capture with the inner loop's nodes, makes
+    it again when the body next reads the tensor, and computes what it would have computed."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.float32, [], name="k")
+
+        def body(i: tn.Tensor, a: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            try:
+                tn.while_loop(lambda j: j < 2, lambda j: tn.cast(j, tn.float32) * k, [tn.constant(0)])
+            except tn.DTypeError:
+                pass
+            return i + 1, a + k
+
+        _, total = tn.while_loop(lambda i, a: i < 3, body, [tn.constant(0), tn.constant(0.0)])
+    assert float(tn.Session(g, backend=backend).run(total, {k: np.float32(2.5)})) == 7.5

@@ -187,7 +187,7 @@ def reduction_axis_beyond_the_rank() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, None, name="x")
-        y = tn.reduce_mean(x, axis=0)
+        y = tn.reduce_mean(x, axis=1)
     return g, y, {x: np.float32(1.0)}
 
 

@@ -403,6 +403,41 @@ class Graph:
             self._context = saved
 
     @contextlib.contextmanager
+    def _all_or_nothing(self) -> Iterator[None]:
+        """A builder (``while_loop``, ``cond``, ``tn.gradients``) that raises leaves the graph as it
+        found it: the nodes and contexts it made are removed (``_roll_back``).
+
+        Why: a half-built loop keeps a Merge whose back edge was never bound, and validation checks the
+        whole graph, so one mistake in a loop body (a dtype the body changes, a shape that does not fit)
+        made every later run of the graph fail with ``[W-Merge-Bound]``, even of tensors that have
+        nothing to do with the loop. In a notebook that graph is the default graph."""
+        n0, c0 = len(self.nodes), len(self.contexts)
+        try:
+            yield
+        except BaseException:
+            if len(self.nodes) > n0 or len(self.contexts) > c0:
+                self._roll_back(n0, c0)
+            raise
+
+    def _roll_back(self, n0: int, c0: int) -> None:
+        """Remove the nodes from id ``n0`` on and the contexts from ``c0`` on, and every record of them
+        the graph and the remaining contexts keep. Node ids are reused from then on, so ``version`` and
+        ``edits`` both change: every cache keyed on them is stale."""
+        for n in self.nodes[n0:]:
+            if self._by_name.get(n.name) is n:
+                del self._by_name[n.name]
+            self.colocation.pop(n.id, None)
+            self.gradient_of.pop(n.id, None)
+        del self.nodes[n0:]
+        del self.contexts[c0:]
+        self.variables = {k: v for k, v in self.variables.items() if v.id < n0}
+        self.variable_objects = [v for v in self.variable_objects if v.handle_node.id < n0]
+        for ctx in self.contexts:
+            ctx.forget_nodes_from(n0)
+        self._version += 1
+        self._edits += 1
+
+    @contextlib.contextmanager
     def _no_capture(self) -> Iterator[None]:
         saved = self._capture_enabled
         self._capture_enabled = False

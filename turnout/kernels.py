@@ -280,21 +280,28 @@ def _tile(xs, attrs):
     return [np.tile(x, attrs["multiples"])]
 
 
-def _axis_arg(attrs: dict[str, Any]) -> Any:
+def _axis_arg(attrs: dict[str, Any], x: Any = None) -> Any:
+    """A reduction's axis attribute as numpy takes it. A scalar has nothing to reduce: axis 0 (what
+    the shape rule accepts for rank 0, ``shape_rules.reduced_shape``) reduces over nothing, the
+    same for every reduction (numpy accepts it for ``sum`` and ``max`` but refuses it for ``mean``)."""
     a = attrs.get("axis")
+    if x is not None and np.ndim(x) == 0 and a is not None:
+        if any(v != 0 for v in (a if isinstance(a, list) else [a])):
+            raise KernelError(f"reduction axis {a} is out of range for a scalar")
+        return None
     return tuple(a) if isinstance(a, list) else a
 
 
 @_k("Sum")
 def _sum(xs, attrs):
     x = np.asarray(xs[0])
-    return [np.asarray(np.sum(x, axis=_axis_arg(attrs), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+    return [np.asarray(np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
 
 
 @_k("Mean")
 def _mean(xs, attrs):
     x = np.asarray(xs[0])
-    return [np.asarray(np.mean(x, axis=_axis_arg(attrs), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+    return [np.asarray(np.mean(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
 
 
 @_k("Max")
@@ -302,7 +309,7 @@ def _max(xs, attrs):
     x = np.asarray(xs[0])
     if x.size == 0:
         raise KernelError("Max: reduction over an empty tensor")
-    return [np.asarray(np.max(x, axis=_axis_arg(attrs), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+    return [np.asarray(np.max(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
 
 
 @_k("ZerosLike")

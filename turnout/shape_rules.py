@@ -151,8 +151,8 @@ def check_merge_input(merge: Node, t: Tensor) -> None:
             f'Merge "{merge.name}": back edge {t.name} has dtype {t.dtype.name}, the loop variable {out.dtype.name}'
         )
     if not sh.compatible(out.shape, t.shape) or (
-        out.shape is not None and t.shape is not None and _more_general(t.shape, out.shape)
-    ):
+        out.shape is not None and (t.shape is None or _more_general(t.shape, out.shape))
+    ):  # (a back edge of unknown rank is more general too: [W-Types] refuses it, so the builder does)
         raise ShapeError(
             f'Merge "{merge.name}": the loop variable has shape {sh.fmt(out.shape)} on entry but '
             f"{sh.fmt(t.shape)} after one iteration ({t.name}); pass shape_invariants to while_loop "
@@ -402,8 +402,10 @@ def _tile(op, specs, attrs):
 
 
 def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
+    """The shape of a reduction's result. A tensor of unknown rank reduced over every axis is a
+    scalar all the same (a loop variable summed that way keeps its shape)."""
     if shape is None:
-        return None
+        return () if axis is None and not keepdims else None
     r = len(shape)
     listed = [] if axis is None else (list(axis) if isinstance(axis, (list, tuple)) else [axis])
     for a in listed:

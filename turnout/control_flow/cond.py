@@ -42,6 +42,12 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], nam
     if p.shape is not None and p.shape != ():
         raise ShapeError(f"cond: the predicate must be a scalar, got shape {p.shape} ({p.name})")
     g = p.graph
+    with g._all_or_nothing():  # a cond that fails to build leaves nothing behind
+        return _build(g, p, true_fn, false_fn, name)
+
+
+def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any], name: Optional[str]) -> Any:
+    """``cond`` in graph ``g`` on the checked predicate ``p``: Switches, the two branches, Merges."""
     outer = g.current_context
     if outer is not None:
         p = outer.capture(p)

@@ -57,6 +57,13 @@ class ControlFlowContext(ABC):
     def add_node(self, node: Node) -> None:
         self.nodes.append(node)
 
+    def forget_nodes_from(self, n0: int) -> None:
+        """Drop every record of the nodes from id ``n0`` on, which a builder that raised made and the
+        graph removed (``Graph._roll_back``): a capture made for them is made again when next needed."""
+        self.nodes = [n for n in self.nodes if n.id < n0]
+        self._captured = {k: t for k, t in self._captured.items() if t.node.id < n0}
+        self._captured_ctrl = {k: n for k, n in self._captured_ctrl.items() if n.id < n0}
+
     def describe(self) -> str:
         return self.kind
 
@@ -213,6 +220,13 @@ class WhileContext(ControlFlowContext):
         super().add_node(node)
         if self.mode == "pred":
             self.pred_nodes.append(node)
+
+    def forget_nodes_from(self, n0: int) -> None:
+        """``ControlFlowContext.forget_nodes_from``, and the loop's own records: its invariants and
+        predicate nodes (a loop whose body caught a nested builder's error goes on being built)."""
+        super().forget_nodes_from(n0)
+        self.invariants = {k: e for k, e in self.invariants.items() if e.id < n0}
+        self.pred_nodes = [n for n in self.pred_nodes if n.id < n0]
 
     def _make_capture(self, t: Tensor) -> Tensor:
         """[lowering: while_loop] an outside value enters as a loop invariant: Enter(is_constant=True)."""

@@ -109,6 +109,16 @@ def while_loop(
     if not leaves:
         raise GraphBuildError("while_loop: loop_vars must contain at least one tensor")
     g = _graph_for(leaves)
+    with g._all_or_nothing():  # a loop that fails to build leaves nothing behind (no unbound Merge)
+        return _build(g, cond, body, loop_vars, leaves, parallel_iterations, maximum_iterations, shape_invariants,
+                      back_prop, swap_memory, name)
+
+
+def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any, leaves: list[Any],
+           parallel_iterations: int, maximum_iterations: Any, shape_invariants: Any, back_prop: bool,
+           swap_memory: bool, name: Optional[str]) -> Any:
+    """``while_loop`` in graph ``g``, its arguments checked: the nodes of the lowering (see the module
+    docstring)."""
     outer = g.current_context
     init = [convert_argument(to_graph_value(v), "while_loop", f"loop variable {i}") for i, v in enumerate(leaves)]
     if outer is not None:

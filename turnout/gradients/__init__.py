@@ -81,7 +81,9 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
             raise GradientError(f"gradients: {len(gy_list)} grad_ys for {len(y_list)} ys")
     b = Backward(g, root, x_list, y_list)
     grads = Grads()
-    with g.name_scope("gradients"):
+    # (all or nothing: a gradient that fails to build, say an op without a gradient rule in a loop,
+    # leaves no half-built backward loop behind, see ``Graph._all_or_nothing``)
+    with g._all_or_nothing(), g.name_scope("gradients"):
         for y, gy in zip(y_list, gy_list, strict=True):
             if gy is not None and gy.dtype != y.dtype:
                 raise GradientError(f"gradients: grad_ys for {y.name} is {gy.dtype.name}, expected {y.dtype.name}")
