@@ -634,7 +634,7 @@ def test_scheduler_independence_on_a_nested_program(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", ["reference", "fast", "smallstep"])
 def test_a_builder_that_raises_leaves_the_graph_as_it_was(backend: str) -> None:
-    """A ``while_loop``, a ``cond`` or a ``tn.gradients`` that raises removes what it built
+    """A ``while_loop``, a ``cond``, a ``map_fn`` or a ``tn.gradients`` that raises removes what it built
     (``Graph._all_or_nothing``). A half-built loop used to keep a Merge whose back edge was never
     bound, and every later run of the graph, of any tensor, failed validation ([W-Merge-Bound]): in a
     notebook, one mistake in a loop body spoilt the default graph."""
@@ -644,7 +644,7 @@ def test_a_builder_that_raises_leaves_the_graph_as_it_was(backend: str) -> None:
         six = tn.constant(2.0) * 3.0
         _, z = tn.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a + tn.reduce_sum(tn.tile(x, [2]) * a)),
                              [tn.constant(0), tn.constant(1.0)])
-        zero, one = tn.constant(0), tn.constant(True)
+        zero, one, vec = tn.constant(0), tn.constant(True), tn.constant([1.0, 2.0])
         before = (len(g.nodes), len(g.contexts), g.version)
         with pytest.raises(tn.DTypeError, match="loop variable"):
             tn.while_loop(lambda i: i < 3, lambda i: tn.cast(i, tn.float32), [zero])
@@ -654,6 +654,8 @@ def test_a_builder_that_raises_leaves_the_graph_as_it_was(backend: str) -> None:
             tn.gradients(z, [x])
         with pytest.raises(ZeroDivisionError):  # the user's own exception, in a loop body
             tn.while_loop(lambda i: i < 3, lambda i: i + 1 // 0, [zero])
+        with pytest.raises(tn.GraphBuildError, match="None"):  # after map_fn made its TensorArrays
+            tn.map_fn(lambda v: None, vec)
         assert (len(g.nodes), len(g.contexts)) == before[:2] and g.version != before[2]
         _, w = tn.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * 2.0), [zero, six])
     got = tn.Session(g, backend=backend).run([six, z, w], {x: np.ones(2, np.float32)})

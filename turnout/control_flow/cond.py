@@ -109,4 +109,5 @@ def case(branch_index: Any, branch_fns: Sequence[Callable[[], Any]], default: Op
             return default()  # type: ignore[misc]
         return cond(equal(idx, k), fns[k], lambda: chain(k + 1), name=f"{cname}/branch{k}")
 
-    return chain(0)
+    with g._all_or_nothing():
+        return chain(0)

@@ -22,8 +22,9 @@ initializer, ``scan`` and ``foldl`` start from ``elems[0]`` (and ``scan`` emits 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from turnout import dtypes as dt
 from turnout import nest
@@ -31,7 +32,7 @@ from turnout import shapes as sh
 from turnout.control_flow.tensor_array import TensorArray, unstack
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import GraphBuildError
-from turnout.graph import Tensor
+from turnout.graph import Tensor, get_default_graph
 from turnout.ops import concat, constant, convert_to_tensor, getitem, shape, stack
 
 
@@ -59,6 +60,21 @@ def _stack_result(ta: TensorArray, n: Tensor, count: Optional[int], elem: sh.Sha
     dims = stack([n]) if not elem else concat([stack([n]), constant(list(elem), dtype=dt.int32)], axis=0)
     return ta.tensor.graph.create_node(
         "TensorArrayStackOrZeros", [ta.tensor, dims], {"static_shape": [count, *elem]}, name="ta_stack").outputs[0]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _all_or_nothing(builder: F) -> F:
+    """``builder`` (``scan``, ``foldl``, ``map_fn``) leaving the graph of its ``elems`` as it found it
+    when it raises: the TensorArrays it made before its loop go too (``Graph._all_or_nothing``)."""
+    @functools.wraps(builder)
+    def wrapper(fn: Any, elems: Any, *args: Any, **kwargs: Any) -> Any:
+        graphs = [e.graph for e in nest.flatten(elems) if isinstance(e, Tensor)]
+        with (graphs[0] if graphs else get_default_graph())._all_or_nothing():
+            return builder(fn, elems, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
@@ -104,6 +120,7 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
     return nest.pack_as(init, [_stack_result(ta, n, count, t.shape) for ta, t in zip(tas, flat_init, strict=True)])
 
 
+@_all_or_nothing
 def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
     """Accumulate ``fn(carry, x)`` over the leading dimension of ``elems``; returns every carry, stacked."""
@@ -112,6 +129,7 @@ def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, par
     return _fold(fn, elems, initializer, True, kw)
 
 
+@_all_or_nothing
 def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
           back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
     """Fold ``fn(carry, x)`` over the leading dimension of ``elems``; returns the final carry."""
@@ -120,6 +138,7 @@ def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, pa
     return _fold(fn, elems, initializer, False, kw)
 
 
+@_all_or_nothing
 def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_iterations: int = 10,
            back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
     """Apply ``fn`` to each slice ``elems[i]``; returns the results stacked.
