@@ -170,7 +170,7 @@ def drive_cooperative(parts: list[PartitionInterpreter], order: str, seed: int, 
             p.drain()
         ready = [p for p in parts if p.queue]
         if not ready:
-            return
+            break  # (to the final check of the firing budget: a return skipped it)
         if order == "random":
             p = rng.choice(ready)
         else:
