@@ -119,7 +119,9 @@ class FrameInstance:
         """Iteration k begins: it receives every invariant ([E-Enter-Const])."""
         assert k == self.started, (k, self.started)
         limit = self.it.options.max_iterations
-        if limit is not None and k >= limit:
+        # Iteration ``limit`` may start: it finds the predicate false (a true one stops the run at the
+        # LoopCond, ``rules.fire_loop_cond``). This check bounds a hand-built frame without a LoopCond.
+        if limit is not None and k > limit:
             raise NonTerminationError(
                 f"{self.describe()} started iteration {k}, over the limit max_iterations={limit}; does the "
                 "loop terminate? If it really needs more iterations, raise the limit with "

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from turnout.errors import ExecutionError, describe_node
+from turnout.errors import ExecutionError, NonTerminationError, describe_node
 from turnout.graph import Node
 from turnout.kernels import run_kernel
 
@@ -180,6 +180,23 @@ def fire_forward(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Toke
     return [DEAD if box.any_dead() else tok]
 
 
+def fire_loop_cond(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
+    """[E-LoopCond] forwards its token (``fire_forward``), and applies ``RunOptions.max_iterations``: a
+    live true predicate in iteration ``max_iterations`` would run body ``max_iterations + 1``, so the
+    run stops there with ``NonTerminationError`` naming the loop frame. Why here and not where an
+    iteration starts: iteration ``max_iterations`` is still needed to find the predicate false, and
+    every backend then lets a loop of ``n`` bodies run under ``max_iterations=n`` (the fast backend's
+    compiled loops test the same count)."""
+    out = fire_forward(it, node, tag, box)
+    limit = it.options.max_iterations
+    if limit is not None and tag and tag[-1][1] >= limit and not out[0].dead and bool(out[0].value):
+        raise NonTerminationError(
+            f"{it.frame_of(tag).describe()} would run body {tag[-1][1] + 1}, over the limit "
+            f"max_iterations={limit}; does the loop terminate? If it really needs more iterations, raise the "
+            "limit with sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+    return out
+
+
 def fire_source(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
     """Const: [E-Op] with no data inputs (a dead control input, e.g. an untaken pivot, kills it)."""
     if box.any_dead():
@@ -292,7 +309,7 @@ FIRE: dict[str, Fire] = {
     "Enter": fire_forward,
     "Exit": fire_forward,
     "NextIteration": fire_forward,
-    "LoopCond": fire_forward,
+    "LoopCond": fire_loop_cond,
     "Const": fire_source,
     "Placeholder": fire_placeholder,
     "NoOp": fire_noop,

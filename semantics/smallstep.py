@@ -155,7 +155,7 @@ class Program:
     sources: tuple[int, ...]  # nodes with no inputs at all: enabled at the root tag
     fetches: tuple[tuple[int, int], ...]
     fetch_names: tuple[str, ...]
-    #: RunOptions.max_iterations: no frame instance may start an iteration at or past it (None: no limit)
+    #: RunOptions.max_iterations: no frame instance may run more bodies (None: no limit)
     max_iterations: int | None = None
     frame_origin: dict[Frame, str] = field(default_factory=dict)  # frame -> its first Enter, described
 
@@ -278,8 +278,10 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
     session does: its producer is not run for it, and the initial ``Q`` holds the fed value as a live
     token at the root tag on every edge it feeds (the spec's ``Q`` is otherwise empty at the start).
     ``variables`` overrides the ``initial_value`` of the graph's Variables. ``max_iterations`` bounds
-    every frame instance: starting iteration ``max_iterations`` raises ``NonTerminationError``
-    (``RunOptions.max_iterations``; None, the default here, sets no bound).
+    every frame instance: a live true ``LoopCond`` in iteration ``max_iterations`` (body
+    ``max_iterations + 1`` would run) raises ``NonTerminationError``, as does starting iteration
+    ``max_iterations + 1`` in a frame without one (``RunOptions.max_iterations``; None, the default
+    here, sets no bound).
 
     Raises ``ValidationError`` for an unbound back edge ([W-Merge-Bound]), inconsistent frames, or a
     fetch inside a loop ([W-Fetch-Root]); ``FeedError`` for a needed Placeholder that is not fed or a
@@ -432,20 +434,37 @@ class _Update:
             u = (*t, (f, k))
             self.emit(eid, u, [Token(tok.value, tok.is_dead, u)], not tok.is_dead)
 
-    def _check_limit(self, inst: InstKey, k: int) -> None:
-        """RunOptions.max_iterations: a loop that would start iteration k >= the limit stops the run with
-        the reference interpreter's message, naming the loop frame, its instance and the Enter (with the
-        user's source line) that opened it, so a runaway loop reads the same on both interpreters."""
-        limit = self.p.max_iterations
-        if limit is None or k < limit:
-            return
+    def _frame_words(self, inst: InstKey) -> str:
+        """'loop frame "while/frame0" (instance root; entered by Enter node ...)', as the reference
+        interpreter names a frame instance, so a runaway loop reads the same on both interpreters."""
         t, f = inst
         origin = self.p.frame_origin.get((*(name for name, _ in t), f), "")
         by = f"; entered by {origin}" if origin else ""
+        return f"loop frame {f!r} (instance {fmt_tag(t) if t else 'root'}{by})"
+
+    def _check_limit(self, inst: InstKey, k: int) -> None:
+        """RunOptions.max_iterations for a frame without a LoopCond: starting iteration k > the limit
+        stops the run. Iteration ``limit`` may start, to find the predicate false; a true one stops the
+        run at the LoopCond (``check_loop_cond``)."""
+        limit = self.p.max_iterations
+        if limit is None or k <= limit:
+            return
         raise NonTerminationError(
-            f"loop frame {f!r} (instance {fmt_tag(t) if t else 'root'}{by}) started iteration {k}, over the limit "
-            f"max_iterations={limit}; does the loop terminate? If it really needs more iterations, raise "
-            "the limit with sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+            f"{self._frame_words(inst)} started iteration {k}, over the limit max_iterations={limit}; does the "
+            "loop terminate? If it really needs more iterations, raise the limit with sess.run(..., "
+            "max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+
+    def check_loop_cond(self, tag: Tag, live_true: bool) -> None:
+        """RunOptions.max_iterations at [E-LoopCond]: a live true predicate in iteration ``limit`` would
+        run body ``limit + 1``; the run stops with the reference interpreter's message."""
+        limit = self.p.max_iterations
+        if limit is None or not tag or tag[-1][1] < limit or not live_true:
+            return
+        inst = (tag[:-1], tag[-1][0])
+        raise NonTerminationError(
+            f"{self._frame_words(inst)} would run body {tag[-1][1] + 1}, over the limit max_iterations={limit}; "
+            "does the loop terminate? If it really needs more iterations, raise the limit with sess.run(..., "
+            "max_iterations=N) (RunOptions.max_iterations; None: no limit)")
 
     def set_instance(self, inst: InstKey, **changes: Any) -> None:
         self.instances[inst] = _replace(self.instances[inst], **changes)
@@ -869,7 +888,8 @@ def _fire_next_dead(c: Config, f: Firing, u: _Update) -> None:
 
 
 def _fire_loop_cond(c: Config, f: Firing, u: _Update) -> None:
-    """[E-LoopCond]: identity on tokens, live or dead."""
+    """[E-LoopCond]: identity on tokens, live or dead (and the iteration bound, ``check_loop_cond``)."""
+    u.check_loop_cond(f.tag, not f.dead and bool(f.inputs[0].value))
     u.take(f.node_id, f.tag)
     u.emit(f.node_id, f.tag, [Token(f.inputs[0].value, f.dead, f.tag)], not f.dead)
 

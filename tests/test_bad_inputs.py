@@ -503,18 +503,30 @@ def test_a_runaway_loop_stops_within_seconds_naming_the_option(backend: str) -> 
 
 @pytest.mark.parametrize("backend", ["reference", "smallstep"])
 def test_a_runaway_loop_stops_at_max_iterations_naming_the_loop(backend: str) -> None:
-    """Both interpreters stop a loop instance that starts iteration max_iterations, with one message
-    naming the loop frame, the Enter's source line and the option; the other guards are off, so only
-    the iteration count can have stopped it."""
+    """Both interpreters stop a loop instance whose predicate holds in iteration max_iterations (it
+    would run one body more), with one message naming the loop frame, the Enter's source line and the
+    option; the other guards are off, so only the iteration count can have stopped it."""
     g, r = _runaway()
-    with pytest.raises(tn.NonTerminationError, match="started iteration 40, over the limit max_iterations=40") \
+    with pytest.raises(tn.NonTerminationError, match="would run body 41, over the limit max_iterations=40") \
             as info:
         run(g, backend, r, max_iterations=40, max_firings=None, max_seconds=None)
     assert "runaway" in str(info.value) and "test_bad_inputs.py" in str(info.value)
-    g2 = tn.Graph()
-    with g2.as_default():  # 11 iterations start (the 11th finds k < 10 false): allowed at 11
-        ten = tn.while_loop(lambda k: k < 10, lambda k: k + 1, [tn.constant(0)])
-    assert int(run(g2, backend, ten, max_iterations=11)[0]) == 10
+
+
+@pytest.mark.parametrize("bound", [9, 10, 11])
+def test_max_iterations_lets_a_loop_of_that_many_bodies_run_on_every_backend(any_backend: str, bound: int) -> None:
+    """``max_iterations=n`` allows ``n`` bodies, on every backend. The interpreters once counted the
+    iteration that finds the predicate false as one more (a loop of 10 bodies needed
+    ``max_iterations=11`` there and 10 on the fast backend)."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        ten = tn.while_loop(lambda k: k < n, lambda k: k + 1, [tn.constant(0)])
+    if bound < 10:
+        with pytest.raises(tn.NonTerminationError, match="max_iterations"):
+            run(g, any_backend, ten, {n: np.int32(10)}, max_iterations=bound)
+    else:
+        assert int(run(g, any_backend, ten, {n: np.int32(10)}, max_iterations=bound)[0]) == 10
 
 
 def test_runaway_loop_limits(any_backend: str) -> None:

@@ -215,21 +215,37 @@ def test_non_termination_errors_name_the_frame_and_the_last_node() -> None:
     with g.as_default():
         r = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="forever")
     with pytest.raises(tn.NonTerminationError, match=r"frame '.*forever.*' \(instance root; entered by Enter node "
-                                                     r"\"forever/enter.*\) started iteration 7, over the limit "
+                                                     r"\"forever/enter.*\) would run body 8, over the limit "
                                                      r"max_iterations=7"):
         tn.Session(g).run(r, max_iterations=7)
     with pytest.raises(tn.NonTerminationError, match=r"more than max_firings=30 firings \(last: .* at .*\)"):
         tn.Session(g).run(r, max_firings=30, max_iterations=None)
 
 
-def test_iteration_limit_counts_started_iterations_exactly() -> None:
-    """A loop of 5 trips starts iterations 0..5: max_iterations=6 is enough, 5 is not."""
+def test_iteration_limit_counts_bodies_exactly() -> None:
+    """A loop of 5 bodies: max_iterations=5 is enough, 4 is not (the LoopCond of iteration 4 is true)."""
     g = tn.Graph()
     with g.as_default():
         (r,) = tn.while_loop(lambda k: k < 5, lambda k: k + 1, [tn.constant(0)])
-    assert tn.Session(g).run(r, max_iterations=6) == 5
-    with pytest.raises(tn.NonTerminationError):
-        tn.Session(g).run(r, max_iterations=5)
+    assert tn.Session(g).run(r, max_iterations=5) == 5
+    with pytest.raises(tn.NonTerminationError, match="would run body 5, over the limit max_iterations=4"):
+        tn.Session(g).run(r, max_iterations=4)
+
+
+def test_iteration_limit_of_a_frame_without_a_loop_cond_counts_started_iterations() -> None:
+    """A hand-built loop with no LoopCond (its predicate a constant Enter, always true) is bounded where
+    its iterations start: iteration ``max_iterations`` may start (it would find a false predicate, if
+    the loop had one), iteration ``max_iterations + 1`` may not."""
+    g = tn.Graph()
+    with g.as_default():
+        go = raw.enter(tn.constant(True), "spin", is_constant=True)
+        m, _ = raw.merge([raw.enter(tn.constant(0), "spin"), raw.BACK_EDGE], name="spin_merge")
+        out_f, out_t = raw.switch(m, go, name="spin_switch")
+        y = raw.exit(out_f)
+        one = raw.enter(tn.constant(1), "spin", is_constant=True)
+        raw.close_back_edge(m, raw.next_iteration(tn.add(out_t, one)))
+    with pytest.raises(tn.NonTerminationError, match="started iteration 8, over the limit max_iterations=7"):
+        tn.Session(g).run(y, max_iterations=7, max_firings=None)
 
 
 def test_firing_limit_is_exact() -> None:
