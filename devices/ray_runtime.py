@@ -89,6 +89,9 @@ class TaskActor:
     def abort(self, run_id: Any, reason: str) -> None:
         self.runner.abort(run_id, reason)
 
+    def settle(self, run_id: Any, keep: bool) -> None:
+        self.runner.settle(run_id, keep)
+
     def get_variables(self, names: list[str], store: Any) -> dict[str, np.ndarray]:
         return self.runner.get_variables(names, store)
 
@@ -257,8 +260,25 @@ class RayBackend:
         task_feeds = split_feeds(parted, self._task_of, fed)
         refs = {t: self.actors[t].run.remote(run_id, pid, task_feeds.get(t, {}), options, self.recv_timeout,
                                              self.detail, self.uid) for t in plans}
-        outcomes = self._wait_all(refs, run_id)
-        return self._result(parted, fetches, outcomes, options.trace)
+        try:
+            outcomes = self._wait_all(refs, run_id)
+            result = self._result(parted, fetches, outcomes, options.trace)
+        except BaseException:
+            self._settle(list(plans), run_id, keep=False)
+            raise
+        self._settle(list(plans), run_id, keep=True)
+        return result
+
+    def _settle(self, tasks: list[str], run_id: Any, keep: bool) -> None:
+        """Tell every task of the run how it ended (``TaskRunner.settle``): all or nothing for Variables,
+        as in one process. Keeping is fire and forget (it only drops a snapshot); putting back is
+        waited for, so the next run starts from the Variables as they were. A pool whose actors were
+        stopped has nothing to put back."""
+        if self.pool.closed is not None:
+            return
+        calls = [self.actors[t].settle.remote(run_id, keep) for t in tasks if t in self.actors]
+        if not keep and calls:
+            ray.wait(calls, num_returns=len(calls), timeout=30.0)
 
     def _wait_all(self, refs: dict[str, Any], run_id: Any) -> dict[str, Any]:
         """Wait for every task's call; on the first failure stop the others and raise a clear error."""

@@ -266,6 +266,9 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._runs: dict[Any, TaskRendezvous] = {}
         self._finished: list[Any] = []
+        #: run id -> (store, the store's entries before the run), for a run that ended well here until
+        #: the driver says how the whole run ended (``settle``)
+        self._before: dict[Any, tuple[Any, dict[str, np.ndarray]]] = {}
 
     # ---- setup ----------------------------------------------------------------------------------------
     def prepare(self, plan_key: Any, plan: TaskPlan, executor: str = "reference") -> None:
@@ -324,10 +327,12 @@ class TaskRunner:
         if rv is None:
             raise ExecutionError(f"run {run_id!r} already ran on task {self.task}")
         rv.attach(plan, self.outbox, run_id)
+        before: Optional[dict[str, np.ndarray]] = None
         try:
             # a traced task stamps events with the wall clock, so that the driver can merge the tasks
             clock = cast("itertools.count[int]", WallClock() if options.trace else itertools.count())
             variables = self.stores.setdefault(store, {})
+            before = dict(variables)  # (shallow: no run changes an array in place)
             parts = [kind.make(d, prepared[d], feeds.get(d, {}), variables, options, rv, clock)
                      for d in plan.partitions]
             for p in parts:
@@ -346,15 +351,34 @@ class TaskRunner:
                     counts.update(p.counts)
             log = (list(rv.sent), list(rv.received)) if detail else None
             traces = {p.device: list(p.trace.events) for p in parts if p.trace is not None} if options.trace else None
+            with self._lock:
+                self._before[run_id] = (store, before)
+                for old in list(self._before)[: -self.REMEMBER]:
+                    del self._before[old]
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
                                rv.remote_calls, rv.credit_calls, traces, busy, wait, waits,
                                {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None})
+        except BaseException:
+            if before is not None:  # the run failed here, or was aborted: it changes no Variable
+                _put_back(self.stores.setdefault(store, {}), before)
+            raise
         finally:
             with self._lock:
                 self._runs.pop(run_id, None)
                 self._finished.append(run_id)
                 del self._finished[: -self.REMEMBER]
+
+    def settle(self, run_id: Any, keep: bool) -> None:
+        """How run ``run_id`` ended on every task: ``keep`` its Variable updates here, or put back what
+        the store held before it (another task failed after this one ended well, or the driver raised
+        on the results). A run is all or nothing for Variables across the cluster, as in one process
+        (``Session._backend_run``); a task whose own run failed has put its store back already."""
+        with self._lock:
+            got = self._before.pop(run_id, None)
+        if got is not None and not keep:
+            store, before = got
+            _put_back(self.stores.setdefault(store, {}), before)
 
     def _drive(self, parts: list[PartitionExecutor], rv: TaskRendezvous, options: RunOptions,
                recv_timeout: float) -> tuple[float, float, int]:
@@ -466,3 +490,9 @@ class TaskRunner:
             self.stores.pop(store, None)
         for n in names or ():
             self.stores.get(store, {}).pop(n, None)
+
+
+def _put_back(variables: dict[str, np.ndarray], before: dict[str, np.ndarray]) -> None:
+    """The store ``variables`` as ``before`` held it, in place (the partitions of a later run share it)."""
+    variables.clear()
+    variables.update(before)

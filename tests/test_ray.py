@@ -181,6 +181,34 @@ def test_variables_stay_on_their_task_and_gradients_cross_tasks(pool: TaskPool) 
     assert ray.get(pool.actors[T1].variable_names.remote(uid)) == []
 
 
+@pytest.mark.parametrize("failure", ["kernel error on the other task", "dead fetch"])
+def test_a_run_that_raises_changes_no_variable_on_any_task(pool: TaskPool, failure: str) -> None:
+    """All or nothing across the cluster, as in one process: task 1 assigns its Variable and ends
+    well; then the run fails (a division by zero on task 0, or a fetch that turns out dead on the
+    driver). Every task puts its Variables back (``TaskRunner.settle``)."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, shape=[], name="k")
+        with tn.device(dev(1, 1)):
+            w = tn.Variable(np.float32(1.0), name="w")
+            bumped = w.assign_add(1.0)
+        with tn.device(dev(0)):
+            q = tn.divide(tn.constant(6), k)
+            _, live = tn.raw.switch(tn.cast(q, tn.float32), k > 1)
+    fetch = [bumped, q] if failure.startswith("kernel") else [bumped, live]
+    bad = {k: np.int32(0)} if failure.startswith("kernel") else {k: np.int32(1)}
+    error = tn.KernelError if failure.startswith("kernel") else tn.DeadFetchError
+    ref = tn.Session(g)
+    with tn.Session(g, cluster=pool) as sess:
+        for s in (ref, sess):
+            s.run(bumped, {k: np.int32(2)})
+            with pytest.raises(error):
+                s.run(fetch, bad)
+            np.testing.assert_allclose(s.variables["w"], 2.0)
+            s.run(fetch, {k: np.int32(2)})
+            np.testing.assert_allclose(s.variables["w"], 3.0)
+
+
 def test_closing_a_backend_on_a_shared_pool_forgets_only_its_variables(pool: TaskPool) -> None:
     """The backend's own close (what a session's close ends with) deletes its Variables from the
     tasks and leaves the shared pool's actors, and the other sessions' Variables, alone."""

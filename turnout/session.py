@@ -293,8 +293,9 @@ class Session:
         """The backend's run, all or nothing for Variables: a run that raises leaves
         ``session.variables`` as they were before it (``[E-Var-Assign]`` and the other effects of the
         ops that fired before the error are undone), so the state after an error is the same on every
-        backend, whatever order the ops fired in. A store that cannot take a snapshot (a cluster's,
-        whose values live on its tasks) is left as the run left it."""
+        backend, whatever order the ops fired in. A store that takes no snapshot (a cluster's, whose
+        values live on its tasks) is the backend's to put back: the Ray backend's tasks do
+        (``TaskRunner.settle``)."""
         snapshot = self._snapshot() if self._snapshot is not None else None
         try:
             if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
