@@ -361,7 +361,7 @@ class TaskRunner:
                                {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None})
         except BaseException:
             if before is not None:  # the run failed here, or was aborted: it changes no Variable
-                _put_back(self.stores.setdefault(store, {}), before)
+                _put_back(variables, before)
             raise
         finally:
             with self._lock:
@@ -378,7 +378,9 @@ class TaskRunner:
             got = self._before.pop(run_id, None)
         if got is not None and not keep:
             store, before = got
-            _put_back(self.stores.setdefault(store, {}), before)
+            variables = self.stores.get(store)
+            if variables is not None:  # (a store the session deleted meanwhile has nothing to put back)
+                _put_back(variables, before)
 
     def _drive(self, parts: list[PartitionExecutor], rv: TaskRendezvous, options: RunOptions,
                recv_timeout: float) -> tuple[float, float, int]:

@@ -60,12 +60,14 @@ def cond_across_tasks() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
 def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
                    recv_timeout: float = 10.0, only: Any = None, options: RunOptions | None = None,
                    executor: str = "reference", requests: dict[str, str] | None = None,
-                   messages: list[tuple[str, str, str]] | None = None, frozen: bool = False) -> dict[str, Any]:
+                   messages: list[tuple[str, str, str]] | None = None, frozen: bool = False,
+                   runners_out: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run a graph on one ``TaskRunner`` per task, in threads of this process, wired by direct calls
     (no Ray): task -> TaskOutcome, or the exception it raised. ``only``: run just these tasks;
     ``executor``: the partition executor kind of every task; ``requests``: soft placement;
     ``messages``: a list that gets (sender, receiver, method) for every message; ``frozen``: deliver
-    arrays read-only, as Ray's object store hands them over."""
+    arrays read-only, as Ray's object store hands them over; ``runners_out``: a dict that gets the
+    runners (the run's id is 1)."""
     parted = partition(g, place(g, SPEC.devices, requests), fetches, {(t.node.id, t.index) for t in feeds})
     check_partitions(parted)
 
@@ -92,6 +94,8 @@ def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor,
             runners[t] = TaskRunner(t, outbox_of(t))
             runners[t].prepare(0, plan, executor)
     out: dict[str, Any] = {}
+    if runners_out is not None:
+        runners_out.update(runners)
 
     def go(t: str) -> None:
         try:

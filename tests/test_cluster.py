@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cluster_programs import SPEC, T0, T1, cond_across_tasks, fetched, loop_across_tasks, run_in_process
+from cluster_programs import SPEC, T0, T1, cond_across_tasks, dev, fetched, loop_across_tasks, run_in_process
 
 import turnout as tn
 from turnout.devices.cluster import ClusterSpec
@@ -115,6 +115,34 @@ def test_a_token_delivered_twice_fails_the_run_not_the_message() -> None:
 
 
 # ---- the partition executor seam ----------------------------------------------------------------------
+def test_a_task_puts_its_variables_back_when_the_run_fails_here_or_elsewhere() -> None:
+    """Task 0 assigns its Variable, then fails (a division by zero after the assignment): it puts
+    its store back itself. Task 1 assigns its own and ends well: it keeps what its store held before
+    the run until the driver settles the run (``TaskRunner.settle``), and puts it back when told the
+    run failed; a run that ended well everywhere keeps its values."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, shape=[], name="k")
+        with tn.device(dev(0)):
+            w0 = tn.Variable(np.float32(1.0), name="w0")
+            bumped0 = w0.assign_add(1.0)
+            with tn.control_dependencies([bumped0]):
+                q = tn.divide(tn.constant(6), k)
+        with tn.device(dev(1, 1)):
+            w1 = tn.Variable(np.float32(1.0), name="w1")
+            bumped1 = w1.assign_add(1.0)
+    for feed, fails in ((np.int32(0), True), (np.int32(2), False)):
+        runners: dict[str, Any] = {}
+        out = run_in_process(g, [q, bumped1], {k: feed}, runners_out=runners)
+        assert isinstance(out[T0], tn.KernelError) is fails and not isinstance(out[T1], Exception)
+        assert runners[T0].stores.get(None, {}) == ({} if fails else {"w0": 2.0})
+        assert runners[T1].stores[None] == {"w1": 2.0}  # until the driver says how the run ended
+        runners[T1].settle(1, keep=not fails)
+        assert runners[T1].stores[None] == ({} if fails else {"w1": 2.0})
+        runners[T1].settle(1, keep=False)  # settled once: a second word changes nothing
+        assert runners[T1].stores[None] == ({} if fails else {"w1": 2.0})
+
+
 def test_a_partition_executor_plugs_in_by_name_or_path(monkeypatch: pytest.MonkeyPatch) -> None:
     from cluster_programs import _Counted
 

@@ -126,3 +126,23 @@ def test_a_deadlock_report_lists_the_open_frame_instances() -> None:
     ]
     blocked = [ln.split(" (created")[0] for ln in lines if ln.startswith("  blocked:")]
     assert blocked.count('  blocked: Add node "needs_entry"') == 2
+
+
+def test_an_inner_runaway_loop_is_named_by_its_own_frame_and_instance() -> None:
+    """``check_loop_cond`` names the frame whose LoopCond is still true in iteration max_iterations: in
+    a nest, the inner loop's frame and the outer iteration it runs in, not the outer frame. The first
+    outer iteration's inner loop runs 2 bodies, the second's 6: ``max_iterations=5`` stops the second."""
+    g = tn.Graph()
+    with g.as_default():
+        def outer_body(i: tn.Tensor, s: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            _, t = tn.while_loop(lambda j, t: j < 2 + 4 * i, lambda j, t: (j + 1, t + 1), [tn.constant(0), s],
+                                 name="inner")
+            return i + 1, t
+
+        _, total = tn.while_loop(lambda i, s: i < 2, outer_body, [tn.constant(0), tn.constant(0)], name="outer")
+    with pytest.raises(tn.NonTerminationError, match=r"loop frame 'outer/body/inner/frame\d+' \(instance "
+                                                     r"outer/frame\d+\[1\].*would run body 6, over the limit "
+                                                     r"max_iterations=5") as info:
+        ss.run(g, [total], {}, max_iterations=5)
+    assert "'outer/frame" not in str(info.value).split("(instance")[0]
+    assert int(ss.run(g, [total], {}, max_iterations=6).values[0]) == 8
