@@ -247,25 +247,41 @@ def test_same_mistake_same_error(backend: str, name: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("taken", [False, True])
 def test_an_index_into_an_empty_axis_fails_only_where_it_runs(backend: str, taken: bool) -> None:
-    """A Gather, a GetItem and its gradient on a branch of a cond, indexing an axis of size 0: the
-    taken branch raises KernelError, an untaken one costs nothing (the fast backend decides when it
+    """A Gather, a GetItem and its gradient, and a Max, on a branch of a cond, over an axis of size 0:
+    the taken branch raises KernelError, an untaken one costs nothing (the fast backend decides when it
     traces that such an index is out of range, and must still leave the decision to the run)."""
     g = tn.Graph()
     with g.as_default():
         p = tn.placeholder(tn.bool, [], name="p")
         x = tn.placeholder(tn.float32, [None, 2], name="x")
         k = tn.placeholder(tn.int32, [], name="k")
-        picked = tn.cond(p, lambda: tn.gather(x, tn.expand_dims(k, 0))[0] + x[k], lambda: tn.zeros([2], tn.float32))
-        loss = tn.reduce_sum(picked * picked)
+        picked, top = tn.cond(p, lambda: (tn.gather(x, tn.expand_dims(k, 0))[0] + x[k], tn.reduce_max(x, axis=0)),
+                              lambda: (tn.zeros([2], tn.float32), tn.zeros([2], tn.float32)))
+        loss = tn.reduce_sum(picked * picked) + tn.reduce_sum(top)
         dx = tn.gradients(loss, [x])[0]
     sess = _session(g, backend)
     feeds = {p: np.bool_(taken), x: np.zeros((0, 2), np.float32), k: np.int32(0)}
     if taken:
-        with pytest.raises(tn.KernelError, match="out of range"):
+        with pytest.raises(tn.KernelError, match="out of range|reduction over an empty tensor"):
             sess.run([loss, dx], feeds)
     else:
         got_loss, got_dx = sess.run([loss, dx], feeds)
         assert float(got_loss) == 0.0 and got_dx.shape == (0, 2)
+        if backend == "fast":  # compiled, not run on the interpreter after a failed lowering
+            assert sess.last_result.stats["executor"] == "compiled"
+
+
+def test_the_fast_backend_names_a_reduction_axis_out_of_the_traced_rank() -> None:
+    """Refused in the lowering's own words (without the fallback the interpreter would give), for
+    an axis equal to the rank as for one beyond it: not JAX's error caught on the way."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, None, name="x")
+        ys = [tn.reduce_sum(x, axis=1), tn.reduce_sum(x, axis=-2)]
+    sess = tn.Session(g, backend="fast", fallback=False)
+    for y in ys:
+        with pytest.raises(tn.UnsupportedError, match=r"axis -?\d is out of range for a tensor of rank 1"):
+            sess.run(y, {x: np.ones(3, np.float32)})
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
