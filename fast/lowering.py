@@ -447,7 +447,8 @@ def _axis(n: Node) -> Any:
 def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
     """A reduction's rule. Its axes are checked against the rank seen when tracing (a placeholder of
     unknown rank gets its rank only then): an axis out of range is refused, and the program runs on
-    the reference interpreter, which raises its ``KernelError`` if the op runs. ``empty_fails``: a
+    the reference interpreter, which raises its ``KernelError`` if the op runs. A scalar takes axis 0
+    only, and is its own reduction (``kernels._axis_arg``, the shape rule's choice). ``empty_fails``: a
     reduction with no identity (``Max``) fails on an empty tensor when it runs, as the interpreters'
     kernel does (``kernels._max``); JAX would refuse to trace it, so zeros of the result's shape stand in."""
     def rule(ctx, n, xs):
