@@ -207,6 +207,20 @@ def test_grad_ys_weights_the_outputs() -> None:
     np.testing.assert_allclose(run(g, dx, {x: [1.0, 2.0]}), [2.0 + 2.0, 20.0 + 4.0])
 
 
+def test_grad_ys_of_another_shape_is_refused_naming_it() -> None:
+    """A ``grad_ys`` whose shape does not fit its ``ys`` is a GradientError naming both shapes, at
+    once (it was a Reshape's ShapeError deep in the backward graph); one of unknown shape passes."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [3], name="x")
+        for bad in (tn.constant([1.0, 2.0], F), tn.constant(1.0, F)):
+            with pytest.raises(tn.GradientError, match=r"grad_ys for Mul(_1)?:0 has shape \[\d?\], expected \[3\]"):
+                tn.gradients(x * 2.0, [x], grad_ys=[bad])
+        u = tn.placeholder(F, None, name="u")
+        (dx,) = tn.gradients(x * 2.0, [x], grad_ys=[u])
+    np.testing.assert_allclose(run(g, dx, {x: [1.0, 1.0, 1.0], u: [1.0, 2.0, 3.0]}), [2.0, 4.0, 6.0])
+
+
 def test_variable_gradient_sums_over_its_reads() -> None:
     """loss = sum(w * x) + sum(w * w): two reads of w; d/dw = x + 2 w."""
     g = tn.Graph()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from turnout import nest, ops
+from turnout import nest, ops, shapes
 from turnout.errors import GradientError
 from turnout.gradients.core import Backward, Grads, key
 from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
@@ -87,6 +87,9 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
         for y, gy in zip(y_list, gy_list, strict=True):
             if gy is not None and gy.dtype != y.dtype:
                 raise GradientError(f"gradients: grad_ys for {y.name} is {gy.dtype.name}, expected {y.dtype.name}")
+            if gy is not None and not shapes.compatible(gy.shape, y.shape):
+                raise GradientError(f"gradients: grad_ys for {y.name} has shape {shapes.fmt(gy.shape)}, expected "
+                                    f"{shapes.fmt(y.shape)} (the shape of the tensor it weights)")
             grads.add(y, gy if gy is not None else ops.ones_like(y))
         b.backprop_region(root, grads)
         _backprop_outward(b, root, grads)
