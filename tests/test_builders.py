@@ -680,3 +680,25 @@ def test_a_loop_body_that_catches_a_nested_builders_error_goes_on(backend: str) 
 
         _, total = tn.while_loop(lambda i, a: i < 3, body, [tn.constant(0), tn.constant(0.0)])
     assert float(tn.Session(g, backend=backend).run(total, {k: np.float32(2.5)})) == 7.5
+
+
+def test_unstack_into_a_tensor_array_must_fit_what_it_declares() -> None:
+    """``ta.unstack(value)`` fills ``ta``: a dtype, element shape or (static) size other than the
+    declared one is refused, as is unstacking into a TensorArray already written to. The result used
+    to be a new TensorArray made from ``value`` alone: a float32 TensorArray of size 2 unstacking
+    three int32 values became an int32 TensorArray of size 3, silently."""
+    with tn.Graph().as_default():
+        c = tn.constant
+        with pytest.raises(tn.ShapeError, match="3 elements into a TensorArray of size 2"):
+            tn.TensorArray(tn.float32, size=2).unstack(c([1.0, 2.0, 3.0]))
+        with pytest.raises(tn.DTypeError, match="a tensor of int32 into a TensorArray of float32"):
+            tn.TensorArray(tn.float32, size=3).unstack(c([1, 2, 3]))
+        with pytest.raises(tn.ShapeError, match=r"elements of shape \[\] into a TensorArray of elements \[2\]"):
+            tn.TensorArray(tn.float32, size=3, element_shape=[2]).unstack(c([1.0, 2.0, 3.0]))
+        with pytest.raises(tn.GraphBuildError, match="write-once"):
+            tn.TensorArray(tn.float32, size=3).write(0, c(1.0)).unstack(c([1.0, 2.0, 3.0]))
+        n = tn.placeholder(tn.int32, [], name="n")
+        fed = tn.TensorArray(tn.float32, size=n).unstack(c([1.0, 2.0])).stack()  # size known only when run
+        listed = tn.TensorArray(tn.float32, size=3).unstack([1.0, 2.0, 3.0]).stack()  # a list takes the dtype
+        got = tn.Session(fed.graph).run([fed, listed], {n: np.int32(2)})
+    assert [v.tolist() for v in got] == [[1.0, 2.0], [1.0, 2.0, 3.0]]

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from turnout import dtypes as dt
 from turnout import shapes as sh
-from turnout.errors import GraphBuildError
+from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Tensor, get_default_graph
 
 
@@ -70,10 +72,29 @@ class TensorArray:
         return self.tensor.graph.create_node("TensorArrayStack", [self.tensor], name=name or "ta_stack").outputs[0]
 
     def unstack(self, value: Any, name: Optional[str] = None) -> TensorArray:
-        """A TensorArray whose slot i is ``value[i]`` (its size is ``value``'s leading dimension)."""
+        """A TensorArray whose slot i is ``value[i]`` (its size is ``value``'s leading dimension).
+
+        It fills this TensorArray, so ``value`` must fit what it declares: its dtype, its element
+        shape and, when both are known while building, its size; and nothing may have been written to
+        it (slots are write-once). Why checked here: the result is a new TensorArray made from
+        ``value`` alone, so a float32 TensorArray of size 2 unstacking three int32 values used to
+        become an int32 TensorArray of size 3, silently."""
         from turnout.ops import convert_to_tensor
 
-        v = convert_to_tensor(value)
+        v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) else value
+        where = f"TensorArray.unstack into {self.tensor.name}"
+        if self.tensor.node.op != "TensorArrayNew":
+            raise GraphBuildError(f"{where}: it was written to (slots are write-once); unstack into a new "
+                                  "tn.TensorArray")
+        if v.dtype != self.dtype:
+            raise DTypeError(f"{where}: a tensor of {v.dtype.name} into a TensorArray of {self.dtype.name}")
+        if v.shape is not None and len(v.shape) > 0:
+            if not sh.compatible(tuple(v.shape[1:]), self.element_shape):
+                raise ShapeError(f"{where}: elements of shape {sh.fmt(tuple(v.shape[1:]))} into a TensorArray "
+                                 f"of elements {sh.fmt(self.element_shape)}")
+            size = _static_size(self)
+            if size is not None and v.shape[0] is not None and v.shape[0] != size:
+                raise ShapeError(f"{where}: {v.shape[0]} elements into a TensorArray of size {size}")
         node = v.graph.create_node("TensorArrayUnstack", [v], name=name or "ta_unstack")
         return TensorArray(_tensor=node.outputs[0])
 
@@ -82,6 +103,14 @@ class TensorArray:
 
     def __repr__(self) -> str:
         return f"<tn.TensorArray {self.tensor.name} of {self.dtype.name}{sh.fmt(self.element_shape)}>"
+
+
+def _static_size(ta: TensorArray) -> Optional[int]:
+    """The size a new TensorArray was given, when it is a constant; None otherwise."""
+    size = ta.tensor.node.inputs[0]
+    if size.node.op != "Const":
+        return None
+    return int(np.asarray(size.node.attrs["value"]))
 
 
 def unstack(value: Any, name: Optional[str] = None) -> TensorArray:
