@@ -150,20 +150,12 @@ def check_merge_input(merge: Node, t: Tensor) -> None:
         raise DTypeError(
             f'Merge "{merge.name}": back edge {t.name} has dtype {t.dtype.name}, the loop variable {out.dtype.name}'
         )
-    if not sh.compatible(out.shape, t.shape) or (
-        out.shape is not None and (t.shape is None or _more_general(t.shape, out.shape))
-    ):  # (a back edge of unknown rank is more general too: [W-Types] refuses it, so the builder does)
+    if not sh.fits_invariant(out.shape, t.shape):
         raise ShapeError(
             f'Merge "{merge.name}": the loop variable has shape {sh.fmt(out.shape)} on entry but '
             f"{sh.fmt(t.shape)} after one iteration ({t.name}); pass shape_invariants to while_loop "
             "to allow a shape that changes across iterations"
         )
-
-
-def _more_general(a: sh.Shape, b: sh.Shape) -> bool:
-    """True when ``a`` leaves unknown a dimension that ``b`` fixes."""
-    assert a is not None and b is not None
-    return any(x is None and y is not None for x, y in zip(a, b))
 
 
 # ---- elementwise -----------------------------------------------------------------------------------

@@ -65,6 +65,19 @@ def compatible(a: Shape, b: Shape) -> bool:
     return all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
+def fits_invariant(invariant: Shape, shape: Shape) -> bool:
+    """Whether a loop's back edge of ``shape`` fits its loop variable's shape ``invariant``: compatible,
+    and fixing every dimension the invariant fixes (a back edge of unknown rank fits only an unknown
+    invariant). The loop builder checks it when it closes a back edge (``shape_rules.check_merge_input``)
+    and validation checks it again on the final graph ([W-Types]): one rule, so the two cannot drift
+    (they did once, and the builder let an unknown rank pass that validation refused at every run)."""
+    if invariant is None:
+        return True
+    if shape is None:
+        return False
+    return compatible(invariant, shape) and not any(x is None and y is not None for x, y in zip(shape, invariant))
+
+
 def merge(a: Shape, b: Shape) -> Shape:
     """The most specific shape compatible with both (call only when ``compatible``)."""
     if a is None:

@@ -197,10 +197,7 @@ def _check_merge_types(n: Node) -> None:
             raise _types_error(n, f"data inputs have different dtypes ({others}); all inputs of a Merge must "
                                   "share one dtype (use tn.cast on one branch)")
         back = t.node.op == "NextIteration"
-        fits = sh.compatible(out.shape, t.shape) and not (
-            back and out.shape is not None and (t.shape is None or any(
-                a is None and b is not None for a, b in zip(t.shape, out.shape))))
-        if not fits:
+        if not (sh.fits_invariant(out.shape, t.shape) if back else sh.compatible(out.shape, t.shape)):
             raise _types_error(n, f"input {t.name} has shape {sh.fmt(t.shape)}, which does not fit the Merge's "
                                   f"shape {sh.fmt(out.shape)}")
 
