@@ -33,6 +33,7 @@ from turnout.graph import Node, Tensor
 from turnout.kernels import sums_to
 from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
+from turnout.shape_rules import reduced_shape
 from turnout.tables import registrar
 
 
@@ -465,7 +466,8 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
             raise UnsupportedError(f"fast backend: {describe_node(n)}: {what} for a tensor of rank {x.ndim}")
         keep = n.attrs.get("keepdims", False)
         if empty_fails and x.size == 0:
-            shape = jax.eval_shape(lambda v: jnp.sum(v, axis=axis, keepdims=keep), x).shape
+            shape = reduced_shape(x.shape, axis, keep)  # (the shape rule's answer, now that the rank is known)
+            assert shape is not None
             return _fails_when_run(ctx, n, f"{n.op}: reduction over an empty tensor", shape, x.dtype)
         return [fn(x, axis=axis, keepdims=keep).astype(x.dtype)]
 
