@@ -18,6 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout.errors import (
+    MAX_ITERATIONS_HINT,
     DeadFetchError,
     DeadlockError,
     ExecutionError,
@@ -123,9 +124,8 @@ class FrameInstance:
         # LoopCond, ``rules.fire_loop_cond``). This check bounds a hand-built frame without a LoopCond.
         if limit is not None and k > limit:
             raise NonTerminationError(
-                f"{self.describe()} started iteration {k}, over the limit max_iterations={limit}; does the "
-                "loop terminate? If it really needs more iterations, raise the limit with "
-                "sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)"
+                f"{self.describe()} started iteration {k}, over the limit max_iterations={limit}; "
+                f"{MAX_ITERATIONS_HINT}"
             )
         self.started += 1
         for enter, tok in self.invariants:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from turnout.errors import ExecutionError, NonTerminationError, describe_node
+from turnout.errors import MAX_ITERATIONS_HINT, ExecutionError, NonTerminationError, describe_node
 from turnout.graph import Node
 from turnout.kernels import run_kernel
 
@@ -192,8 +192,7 @@ def fire_loop_cond(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[To
     if limit is not None and tag and tag[-1][1] >= limit and not out[0].dead and bool(out[0].value):
         raise NonTerminationError(
             f"{it.frame_of(tag).describe()} would run body {tag[-1][1] + 1}, over the limit "
-            f"max_iterations={limit}; does the loop terminate? If it really needs more iterations, raise the "
-            "limit with sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+            f"max_iterations={limit}; {MAX_ITERATIONS_HINT}")
     return out
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from turnout.dtypes import as_dtype
 from turnout.errors import (
+    MAX_ITERATIONS_HINT,
     DeadFetchError,
     DeadlockError,
     ExecutionError,
@@ -450,9 +451,8 @@ class _Update:
         if limit is None or k <= limit:
             return
         raise NonTerminationError(
-            f"{self._frame_words(inst)} started iteration {k}, over the limit max_iterations={limit}; does the "
-            "loop terminate? If it really needs more iterations, raise the limit with sess.run(..., "
-            "max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+            f"{self._frame_words(inst)} started iteration {k}, over the limit max_iterations={limit}; "
+            f"{MAX_ITERATIONS_HINT}")
 
     def check_loop_cond(self, tag: Tag, live_true: bool) -> None:
         """RunOptions.max_iterations at [E-LoopCond]: a live true predicate in iteration ``limit`` would
@@ -463,8 +463,7 @@ class _Update:
         inst = (tag[:-1], tag[-1][0])
         raise NonTerminationError(
             f"{self._frame_words(inst)} would run body {tag[-1][1] + 1}, over the limit max_iterations={limit}; "
-            "does the loop terminate? If it really needs more iterations, raise the limit with sess.run(..., "
-            "max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+            f"{MAX_ITERATIONS_HINT}")
 
     def set_instance(self, inst: InstKey, **changes: Any) -> None:
         self.instances[inst] = _replace(self.instances[inst], **changes)

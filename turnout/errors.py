@@ -68,6 +68,12 @@ class NonTerminationError(ExecutionError):
     """The configured limit on firings or iterations was exceeded (a loop that does not end?)."""
 
 
+#: how every interpreter's ``max_iterations`` error ends (the reference interpreter's and the
+#: small-step system's), so that a runaway loop reads the same whichever stopped it
+MAX_ITERATIONS_HINT = ("does the loop terminate? If it really needs more iterations, raise the limit with "
+                       "sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+
+
 class MergeConflictError(ExecutionError):
     """[E-Merge-Conflict]: a Merge received two live data inputs at one tag (a hand-built graph that
     breaks [W-Merge-Unique]); its value would depend on the schedule, so the run stops."""
