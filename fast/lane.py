@@ -115,10 +115,6 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     bounded = d.bounded
     plan = d.plan
     pending = isinstance(call, jax.stages.Compiled)
-    # the common run reads its values back here, without a call of ``checked_values``: no error word
-    # to read, no op among the fetches, nothing to start ahead on the CPU (about 1 µs a run)
-    plain = ops is None and not backend.overlap_reads
-    asarray = np.asarray
 
     def lane(feed_dict: Optional[dict[Any, Any]], variables: dict[str, np.ndarray]) -> Optional[LaneResult]:
         if graph._version != version or graph._edits != edits:  # plans are keyed on ``edits``
@@ -154,10 +150,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
         vals, flags, var_out = call(feed_vals, var_vals, bound) if bounded else call(feed_vals, var_vals)
         if pending:  # JAX made the executable's C++ entry point on this first call: call it from now on
             call, pending = cpp_entry(call), False
-        if flags is None and plain:
-            values = list(map(asarray, vals))
-        else:
-            values = checked_values(backend, plan, fetches, vals, flags, ops)
+        values = checked_values(backend, plan, fetches, vals, flags, ops)
         if var_names:
             write_variables(var_plan, var_out, vals, values, variables, dev_vars)
         return values, stats, time.perf_counter() - t0
