@@ -262,22 +262,20 @@ class RayBackend:
                                              self.detail, self.uid) for t in plans}
         try:
             outcomes = self._wait_all(refs, run_id)
-            result = self._result(parted, fetches, outcomes, options.trace)
+            return self._result(parted, fetches, outcomes, options.trace)
         except BaseException:
-            self._settle(list(plans), run_id, keep=False)
+            self._put_back(list(plans), run_id)
             raise
-        self._settle(list(plans), run_id, keep=True)
-        return result
 
-    def _settle(self, tasks: list[str], run_id: Any, keep: bool) -> None:
-        """Tell every task of the run how it ended (``TaskRunner.settle``): all or nothing for Variables,
-        as in one process. Keeping is fire and forget (it only drops a snapshot); putting back is
-        waited for, so the next run starts from the Variables as they were. A pool whose actors were
-        stopped has nothing to put back."""
+    def _put_back(self, tasks: list[str], run_id: Any) -> None:
+        """Tell every task of a failed run to put its Variables back (``TaskRunner.settle``): all or
+        nothing, as in one process. Waited for, so the next run starts from the Variables as they
+        were; a run that ended well costs no call (its snapshots go with the next run). A pool whose
+        actors were stopped has nothing to put back."""
         if self.pool.closed is not None:
             return
-        calls = [self.actors[t].settle.remote(run_id, keep) for t in tasks if t in self.actors]
-        if not keep and calls:
+        calls = [self.actors[t].settle.remote(run_id, False) for t in tasks if t in self.actors]
+        if calls:
             ray.wait(calls, num_returns=len(calls), timeout=30.0)
 
     def _wait_all(self, refs: dict[str, Any], run_id: Any) -> dict[str, Any]:

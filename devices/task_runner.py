@@ -266,8 +266,8 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._runs: dict[Any, TaskRendezvous] = {}
         self._finished: list[Any] = []
-        #: run id -> (store, the store's entries before the run), for a run that ended well here until
-        #: the driver says how the whole run ended (``settle``)
+        #: run id -> (store, the store's entries before the run), for a run that ended well here, in
+        #: case the driver says the whole run failed (``settle``); the next run on the store drops it
         self._before: dict[Any, tuple[Any, dict[str, np.ndarray]]] = {}
 
     # ---- setup ----------------------------------------------------------------------------------------
@@ -333,6 +333,9 @@ class TaskRunner:
             clock = cast("itertools.count[int]", WallClock() if options.trace else itertools.count())
             variables = self.stores.setdefault(store, {})
             before = dict(variables)  # (shallow: no run changes an array in place)
+            with self._lock:  # a session runs one run at a time: its last run here is settled by now
+                for old in [r for r, (s, _) in self._before.items() if s == store]:
+                    del self._before[old]
             parts = [kind.make(d, prepared[d], feeds.get(d, {}), variables, options, rv, clock)
                      for d in plan.partitions]
             for p in parts:
@@ -353,8 +356,6 @@ class TaskRunner:
             traces = {p.device: list(p.trace.events) for p in parts if p.trace is not None} if options.trace else None
             with self._lock:
                 self._before[run_id] = (store, before)
-                for old in list(self._before)[: -self.REMEMBER]:
-                    del self._before[old]
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
                                rv.remote_calls, rv.credit_calls, traces, busy, wait, waits,
@@ -373,7 +374,9 @@ class TaskRunner:
         """How run ``run_id`` ended on every task: ``keep`` its Variable updates here, or put back what
         the store held before it (another task failed after this one ended well, or the driver raised
         on the results). A run is all or nothing for Variables across the cluster, as in one process
-        (``Session._backend_run``); a task whose own run failed has put its store back already."""
+        (``Session._backend_run``); a task whose own run failed has put its store back already. The
+        driver says only the failures: a run it says nothing of is kept, its snapshot dropped by the
+        next run on the store."""
         with self._lock:
             got = self._before.pop(run_id, None)
         if got is not None and not keep:
