@@ -14,7 +14,8 @@ its fixed cost. Measured on the development machine, the jitted call of ``x * 2 
 - **Python around a compiled call runs cold.** The call evicts the interpreter's caches, so every
   line between two calls costs three to five times what it costs in a tight loop: building the hot
   key, the feed and Variable lists, the stats dict and the ``RunResult`` added about 10 µs. The lane
-  does the least a repeat needs, and the session builds its ``RunResult`` only when
+  does the least a repeat needs, written out for the feeds of the run it repeats (``_lane_source``:
+  one feed's checks after the other, no loop), and the session builds its ``RunResult`` only when
   ``last_result`` is read.
 
 What a lane checks, so that it never runs what the general path would refuse or run otherwise: the
@@ -103,60 +104,92 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
 def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
           sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bound: Any,
           call: Any, ops: Optional[tuple[bool, ...]]) -> Lane:
-    """The lane itself: a closure over everything the run it repeats fixed (see the module docstring)."""
+    """The lane itself: a closure over everything the run it repeats fixed (see the module docstring),
+    its code written for this run's feeds (``_lane_source``) and compiled by Python once."""
     graph = backend.graph
-    version, edits = graph._version, graph._edits
+    env: dict[str, Any] = {
+        "graph": graph, "version": graph._version, "edits": graph._edits, "call": call,
+        "pending": isinstance(call, jax.stages.Compiled), "bound": bound, "backend": backend,
+        "plan": d.plan, "fetches": fetches, "ops": ops, "stats": {**d.stats, "route": "lane"},
+        "var_names": d.var_names, "dev_vars": backend._dev_vars, "var_plan": variable_plan(d),
+    }
+    for i, (t, kind, dtype, shape) in enumerate(sig):
+        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
+    source = _lane_source(sig, perm, d.bounded, bool(d.var_names), ops is None and not backend.overlap_reads)
+    scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
+                             "checked_values": checked_values, "write_variables": write_variables,
+                             "peeker": peeker, "fits": _scalar_fits}
+    exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
+    lane: Any = scope["make"](**env)
+    lane.version = env["version"]  # what ``FastBackend.lane_for`` reuses it under
+    return lane  # type: ignore[no-any-return]
+
+
+#: numpy scalar types whose dtype is fixed by the type: for them the type is the whole feed check
+_FIXED_SCALARS = (np.number, np.bool_)
+
+
+def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bounded: bool,
+                 has_vars: bool, plain_reads: bool) -> str:
+    """The text of a lane for feeds of signature ``sig`` (per feed: tensor ``t{i}``, Python type
+    ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of ``None`` marks a Python number).
+
+    Why text: each line between two compiled calls runs cold (see the module docstring), and a loop
+    over the feeds that unpacks their expected signature cost 1 to 1.5 µs a feed there; the same
+    checks written out, one feed after the other, cost a third of that. The checks are the general
+    lane's, unrolled: the feed's tensor by identity, its type, then its dtype and shape for an array
+    (a numpy scalar of a number type needs no more than its type: its dtype and shape are made anew
+    on each access), or the range of a Python number, converted as the session converts it."""
     n = len(sig)
-    identity = perm == tuple(range(n))
-    var_names = d.var_names
-    dev_vars = backend._dev_vars
-    var_plan = variable_plan(d)
-    stats = {**d.stats, "route": "lane"}
-    bounded = d.bounded
-    plan = d.plan
-    pending = isinstance(call, jax.stages.Compiled)
-
-    def lane(feed_dict: Optional[dict[Any, Any]], variables: dict[str, np.ndarray]) -> Optional[LaneResult]:
-        if graph._version != version or graph._edits != edits:  # plans are keyed on ``edits``
-            return None
-        if feed_dict is None or len(feed_dict) != n:
-            if n or feed_dict:
-                return None
-            feed_vals: tuple[Any, ...] = ()
-        else:
-            given = []
-            for (k, v), (t, kind, dtype, shape) in zip(feed_dict.items(), sig):
-                if k is not t or type(v) is not kind:
-                    return None
-                if shape is None:  # a Python number: the per-value check ``Session._check_feed`` makes
-                    if kind is not bool and not _scalar_fits(dtype[0], v):
-                        return None
-                    v = dtype[1](v)
-                elif (v.dtype is not dtype and v.dtype != dtype) or v.shape != shape:
-                    return None  # (``is`` first: comparing two dtypes costs about 1 µs here)
-                given.append(v)
-            feed_vals = tuple(given) if identity else tuple([given[i] for i in perm])
-        if var_names:
-            peek = peeker(variables)
-            for name in var_names:
-                rec = dev_vars.get(name)
-                if rec is None or rec[0] is not peek(name):
-                    return None
-            var_vals = tuple([dev_vars[name][1] for name in var_names])
-        else:
-            var_vals = ()
-        t0 = time.perf_counter()
-        nonlocal call, pending
-        vals, flags, var_out = call(feed_vals, var_vals, bound) if bounded else call(feed_vals, var_vals)
-        if pending:  # JAX made the executable's C++ entry point on this first call: call it from now on
-            call, pending = cpp_entry(call), False
-        values = checked_values(backend, plan, fetches, vals, flags, ops)
-        if var_names:
-            write_variables(var_plan, var_out, vals, values, variables, dev_vars)
-        return values, stats, time.perf_counter() - t0
-
-    lane.version = version  # type: ignore[attr-defined]  # what ``FastBackend.lane_for`` reuses it under
-    return lane
+    head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats,",
+            "         var_names, dev_vars, var_plan, " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n)) + "):",
+            "    def lane(feed_dict, variables):",
+            "        nonlocal call, pending",
+            "        if graph._version != version or graph._edits != edits:",
+            "            return None"]
+    body: list[str] = []
+    if n == 0:
+        body += ["        if feed_dict:", "            return None"]
+    else:
+        body += [f"        if feed_dict is None or len(feed_dict) != {n}:", "            return None",
+                 "        " + "".join(f"(k{i}, v{i}), " for i in range(n)) + "= feed_dict.items()"]
+        for i, (_, kind, _, shape) in enumerate(sig):
+            test = f"k{i} is not t{i} or type(v{i}) is not c{i}"
+            if shape is not None and not issubclass(kind, _FIXED_SCALARS):
+                test += f" or (v{i}.dtype is not d{i} and v{i}.dtype != d{i}) or v{i}.shape != s{i}"
+            body += [f"        if {test}:", "            return None"]
+            if shape is None:  # a Python number: the per-value check ``Session._check_feed`` makes
+                if kind is not bool:
+                    body += [f"        if not fits(d{i}[0], v{i}):", "            return None"]
+                body += [f"        v{i} = d{i}[1](v{i})"]
+    feed_vals = "(" + "".join(f"v{i}, " for i in perm) + ")"
+    if has_vars:
+        body += ["        peek = peeker(variables)",
+                 "        for name in var_names:",
+                 "            rec = dev_vars.get(name)",
+                 "            if rec is None or rec[0] is not peek(name):",
+                 "                return None",
+                 "        var_vals = tuple([dev_vars[name][1] for name in var_names])"]
+    else:
+        body += ["        var_vals = ()"]
+    args = f"{feed_vals}, var_vals, bound" if bounded else f"{feed_vals}, var_vals"
+    body += ["        t_start = clock()",
+             f"        vals, flags, var_out = call({args})",
+             "        if pending:  # JAX made the executable's C++ entry point on this first call",
+             "            call, pending = cpp_entry(call), False"]
+    if plain_reads:  # no fetched op, reads not overlapped: the common run read back without a call
+        body += ["        if flags is None:",
+                 "            values = list(map(asarray, vals))",
+                 "        else:",
+                 "            code, *lives = asarray(flags).tolist()",
+                 "            values = (list(map(asarray, vals)) if not code and all(lives)",
+                 "                      else checked_values(backend, plan, fetches, vals, flags, ops))"]
+    else:
+        body += ["        values = checked_values(backend, plan, fetches, vals, flags, ops)"]
+    if has_vars:
+        body += ["        write_variables(var_plan, var_out, vals, values, variables, dev_vars)"]
+    body += ["        return values, stats, clock() - t_start", "    return lane"]
+    return "\n".join(head + body) + "\n"
 
 
 def holds_wide(tensors: list[Tensor]) -> bool:

@@ -293,3 +293,43 @@ def test_a_dead_fetch_beside_a_live_one_is_refused_on_the_lane() -> None:
         with pytest.raises(tn.DeadFetchError, match="is dead"):
             sess.run(fetches, {p: not p_live, x: 2.0, k: 2})
         assert sess.run(fetches, {p: p_live, x: 1.0, k: 4})[1] == 3.0
+
+
+def test_a_lane_of_mixed_feeds_checks_each_one_as_the_session_does() -> None:
+    """The lane's code is written for its feeds (``fast.lane._lane_source``): an array, a numpy scalar,
+    a Python int and a Python float, each checked in its own way. Every change to one of them leaves
+    the lane and gets the general route's answer: a value, or the session's error."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        k = tn.placeholder(tn.int32, [], name="k")
+        m = tn.placeholder(tn.int32, [], name="m")
+        s = tn.placeholder(tn.float32, [], name="s")
+        y = x * s + tn.cast(k * m, tn.float32)
+    sess = tn.Session(g, backend="fast")
+    a = np.arange(3, dtype=np.float32)
+
+    def want(xv: np.ndarray, kv: int, mv: int, sv: float) -> np.ndarray:
+        return np.asarray(xv, np.float32) * np.float32(sv) + np.float32(kv * mv)
+
+    for j in range(3):
+        np.testing.assert_allclose(sess.run(y, {x: a + j, k: np.int32(j), m: 5, s: 0.5}), want(a + j, j, 5, 0.5))
+    assert _route(sess) == "lane"
+    changed = [
+        ({x: a, k: np.int32(2), s: 0.5, m: 5}, want(a, 2, 5, 0.5)),  # another order
+        ({x: a.astype(np.float64), k: np.int32(2), m: 5, s: 0.5}, want(a, 2, 5, 0.5)),  # an array to convert
+        ({x: a, k: 2, m: 5, s: 0.5}, want(a, 2, 5, 0.5)),  # a Python int for the numpy scalar
+        ({x: a, k: np.int32(2), m: np.int32(5), s: 2}, want(a, 2, 5, 2.0)),  # an int into a float
+    ]
+    for feeds, expected in changed:
+        np.testing.assert_allclose(sess.run(y, feeds), expected)
+        assert _route(sess) != "lane" or list(feeds) == [x, k, m, s]
+    for bad, error in (({x: a, k: np.int32(1), m: 2**31, s: 0.5}, FeedError),  # out of int32's range
+                       ({x: a, k: np.int32(1), m: 1, s: 1e39}, FeedError),  # beyond float32's range
+                       ({x: a[:2], k: np.int32(1), m: 1, s: 0.5}, FeedError),  # another shape
+                       ({x: a, k: np.float32(1), m: 1, s: 0.5}, FeedError)):  # a float for an int
+        with pytest.raises(error):
+            sess.run(y, bad)
+    np.testing.assert_allclose(sess.run(y, {x: a, k: np.int32(3), m: 5, s: 0.5}), want(a, 3, 5, 0.5))
+    np.testing.assert_allclose(sess.run(y, {x: a, k: np.int32(3), m: 5, s: 0.5}), want(a, 3, 5, 0.5))
+    assert _route(sess) == "lane"

@@ -171,6 +171,10 @@ class Session:
         # host copy: on a GPU that copy, and the transfer back, cost more than a small step itself
         self._device_feed: Optional[Callable[[Any], Any]] = getattr(self.backend, "device_feed", None)
         self._lanes: dict[Any, Any] = {}
+        # the one tensor fetched by the last run that took a lane, and that lane: a loop of runs of
+        # one fetch skips the lookup in ``_lanes`` (one Python frame's worth, about 0.5 µs)
+        self._last_fetch: Optional[Tensor] = None
+        self._last_lane: Optional[Callable[..., Any]] = None
         self._lazy: Optional[tuple[list[Any], dict[str, Any], float]] = None
         # (tensor, dtype, shape) of feeds that passed check_feed -> whether their values still need a
         # per-value range check (``_range_checked``); the other checks depend only on the signature
@@ -180,6 +184,11 @@ class Session:
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
         """Compute ``fetches`` (a tensor, a node, or any nested structure of them)."""
         if options is None and not kw:
+            if fetches is self._last_fetch:  # a repeat of the last run's one tensor: its newest lane first
+                got = self._last_lane(feed_dict, self.variables)  # type: ignore[misc]
+                if got is not None:
+                    self._lazy = got
+                    return got[0][0]
             if self._lanes:  # a repeat of a run its backend offered a lane for
                 tp = type(fetches)
                 try:
@@ -192,6 +201,7 @@ class Session:
                         if got is not None:
                             self._lazy = got
                             if tp is Tensor:
+                                self._last_fetch, self._last_lane = fetches, lane
                                 return got[0][0]
                             if ops is None:
                                 return tp(got[0])
