@@ -42,7 +42,7 @@ import numpy as np
 
 from turnout.errors import DeadFetchError
 from turnout.fast.values import start_reads
-from turnout.fast.variable_store import keep, peeker, put_fetched
+from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
 from turnout.session import _scalar_fits
 
@@ -111,14 +111,17 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
         "graph": graph, "version": graph._version, "edits": graph._edits, "call": call,
         "pending": isinstance(call, jax.stages.Compiled), "bound": bound, "backend": backend,
         "plan": d.plan, "fetches": fetches, "ops": ops, "stats": {**d.stats, "route": "lane"},
-        "var_names": d.var_names, "dev_vars": backend._dev_vars, "var_plan": variable_plan(d),
+        "dev_vars": backend._dev_vars,
     }
     for i, (t, kind, dtype, shape) in enumerate(sig):
         env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
-    source = _lane_source(sig, perm, d.bounded, bool(d.var_names), ops is None and not backend.overlap_reads)
+    var_plan = variable_plan(d)
+    for i, (name, _, _) in enumerate(var_plan):
+        env[f"w{i}"] = name
+    source = _lane_source(sig, perm, d.bounded, var_plan, ops is None and not backend.overlap_reads)
     scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
-                             "checked_values": checked_values, "write_variables": write_variables,
-                             "peeker": peeker, "fits": _scalar_fits}
+                             "checked_values": checked_values, "fits": _scalar_fits,
+                             "DeviceVariables": DeviceVariables, "Deferred": Deferred}
     exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
     lane.version = env["version"]  # what ``FastBackend.lane_for`` reuses it under
@@ -130,7 +133,7 @@ _FIXED_SCALARS = (np.number, np.bool_)
 
 
 def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bounded: bool,
-                 has_vars: bool, plain_reads: bool) -> str:
+                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], plain_reads: bool) -> str:
     """The text of a lane for feeds of signature ``sig`` (per feed: tensor ``t{i}``, Python type
     ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of ``None`` marks a Python number).
 
@@ -141,8 +144,9 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
     (a numpy scalar of a number type needs no more than its type: its dtype and shape are made anew
     on each access), or the range of a Python number, converted as the session converts it."""
     n = len(sig)
-    head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats,",
-            "         var_names, dev_vars, var_plan, " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n)) + "):",
+    head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats, dev_vars,",
+            "         " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n))
+            + "".join(f"w{i}, " for i in range(len(var_plan))) + "):",
             "    def lane(feed_dict, variables):",
             "        nonlocal call, pending",
             "        if graph._version != version or graph._edits != edits:",
@@ -163,16 +167,14 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
                     body += [f"        if not fits(d{i}[0], v{i}):", "            return None"]
                 body += [f"        v{i} = d{i}[1](v{i})"]
     feed_vals = "(" + "".join(f"v{i}, " for i in perm) + ")"
-    if has_vars:
-        body += ["        peek = peeker(variables)",
-                 "        for name in var_names:",
-                 "            rec = dev_vars.get(name)",
-                 "            if rec is None or rec[0] is not peek(name):",
-                 "                return None",
-                 "        var_vals = tuple([dev_vars[name][1] for name in var_names])"]
-    else:
-        body += ["        var_vals = ()"]
-    args = f"{feed_vals}, var_vals, bound" if bounded else f"{feed_vals}, var_vals"
+    if var_plan:  # each Variable still the entry its device copy was made from (a store the backend gave)
+        body += ["        if type(variables) is not DeviceVariables:", "            return None",
+                 "        slots = variables._slots"]
+        for i in range(len(var_plan)):
+            body += [f"        r{i} = dev_vars.get(w{i})",
+                     f"        if r{i} is None or r{i}[0] is not slots.get(w{i}):", "            return None"]
+    var_vals = "(" + "".join(f"r{i}[1], " for i in range(len(var_plan))) + ")"
+    args = f"{feed_vals}, {var_vals}, bound" if bounded else f"{feed_vals}, {var_vals}"
     body += ["        t_start = clock()",
              f"        vals, flags, var_out = call({args})",
              "        if pending:  # JAX made the executable's C++ entry point on this first call",
@@ -186,8 +188,15 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
                  "                      else checked_values(backend, plan, fetches, vals, flags, ops))"]
     else:
         body += ["        values = checked_values(backend, plan, fetches, vals, flags, ops)"]
-    if has_vars:
-        body += ["        write_variables(var_plan, var_out, vals, values, variables, dev_vars)"]
+    for i, (_, written, j) in enumerate(var_plan):  # as ``write_variables`` writes them, written out
+        if j is not None:  # fetched too: its host value is read back already
+            body += [f"        slots[w{i}] = values[{j}]"] if written else []
+            body += [f"        dev_vars[w{i}] = (slots.get(w{i}), vals[{j}])"]
+        elif written:  # deferred until read (``fast.variable_store``)
+            body += [f"        slots[w{i}] = e{i} = Deferred(var_out[{i}])",
+                     f"        dev_vars[w{i}] = (e{i}, var_out[{i}])"]
+        else:
+            body += [f"        dev_vars[w{i}] = (r{i}[0], var_out[{i}])"]
     body += ["        return values, stats, clock() - t_start", "    return lane"]
     return "\n".join(head + body) + "\n"
 
