@@ -118,7 +118,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     var_plan = variable_plan(d)
     for i, (name, _, _) in enumerate(var_plan):
         env[f"w{i}"] = name
-    source = _lane_source(sig, perm, d.bounded, var_plan, ops is None and not backend.overlap_reads)
+    source = _lane_source(sig, perm, d.bounded, var_plan, len(fetches), ops is None and not backend.overlap_reads)
     scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
                              "checked_values": checked_values, "fits": _scalar_fits,
                              "DeviceVariables": DeviceVariables, "Deferred": Deferred}
@@ -133,7 +133,7 @@ _FIXED_SCALARS = (np.number, np.bool_)
 
 
 def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bounded: bool,
-                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], plain_reads: bool) -> str:
+                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], n_fetches: int, plain_reads: bool) -> str:
     """The text of a lane for feeds of signature ``sig`` (per feed: tensor ``t{i}``, Python type
     ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of ``None`` marks a Python number).
 
@@ -180,11 +180,12 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
              "        if pending:  # JAX made the executable's C++ entry point on this first call",
              "            call, pending = cpp_entry(call), False"]
     if plain_reads:  # no fetched op, reads not overlapped: the common run read back without a call
+        reads = "[" + "".join(f"asarray(vals[{i}]), " for i in range(n_fetches)) + "]"
         body += ["        if flags is None:",
-                 "            values = list(map(asarray, vals))",
+                 f"            values = {reads}",
                  "        else:",
                  "            code, *lives = asarray(flags).tolist()",
-                 "            values = (list(map(asarray, vals)) if not code and all(lives)",
+                 f"            values = ({reads} if not code and all(lives)",
                  "                      else checked_values(backend, plan, fetches, vals, flags, ops))"]
     else:
         body += ["        values = checked_values(backend, plan, fetches, vals, flags, ops)"]
