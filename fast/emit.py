@@ -164,6 +164,10 @@ class Traced:
         return jax.tree_util.tree_unflatten(self.out_tree, out)
 
 
+#: ``Emitter.pushed``'s mark of a stack pushed a traced value, or different constants
+_MIXED = object()
+
+
 class Emitter:
     """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
     ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods."""
@@ -195,6 +199,11 @@ class Emitter:
         #: innermost last: a light loop's nonterm code counts from the innermost (``NONTERM``)
         self.frames: list[int] = []
         self._read_at_1: Optional[set[int]] = None
+        #: stack key -> the constant its one push pushed while tracing (``note_push``); a plan shares
+        #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
+        #: earlier one pushed
+        self.pushed: dict[str, Any] = {}
+        self._one_push: Optional[set[int]] = None
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -245,6 +254,37 @@ class Emitter:
 
     def set_stack(self, h: Handle, s: stk.StackValue) -> None:
         self.state[stack_key(h)] = s
+
+    def note_push(self, h: Handle, value: Any) -> None:
+        """Record a push of ``value`` on stack ``h``: a constant while tracing (a forward value's shape,
+        which a compiled loop keeps fixed) pushed by the stack's only StackPush is what every
+        pop of it returns, and ``pushed_constant`` says so. Why: the gradient of a value of partly
+        known shape saves its shape on a stack and builds zeros of it in the backward loop
+        (``Fill``); XLA needs that shape when compiling, and here it is known."""
+        if self._one_push is None:
+            counts: dict[int, int] = {}
+            for n in program_nodes(self.program):
+                src = stack_source(n.inputs[0]) if n.op == "StackPush" else None
+                if src is not None:
+                    counts[src.id] = counts.get(src.id, 0) + 1
+            self._one_push = {i for i, c in counts.items() if c == 1}
+        if h.name not in self._one_push:
+            return
+        k = stack_key(h)
+        prev = self.pushed.get(k)
+        if not is_static(value):
+            self.pushed[k] = _MIXED
+        elif prev is None:
+            self.pushed[k] = np.array(value)  # (a copy: the pushed value is never changed after)
+        elif prev is not _MIXED and not (prev.dtype == value.dtype and np.array_equal(prev, value)):
+            self.pushed[k] = _MIXED  # (one push node traced twice to different constants: a case chain's)
+
+    def pushed_constant(self, h: Handle) -> Any:
+        """The constant every push of stack ``h`` pushed (see ``note_push``), or ``None``. Every push of
+        a forward loop is traced before any pop of its gradient (program order within a trace, stage
+        order across a plan's traces), so a pop never reads a constant that a later push contradicts."""
+        v = self.pushed.get(stack_key(h))
+        return None if v is None or v is _MIXED else v
 
     # ---- reads along control-flow edges ---------------------------------------------------------
     def read(self, env: Env, t: Tensor, reader: Node) -> Any:
@@ -318,7 +358,15 @@ class Emitter:
                 env[k] = DEAD
             return
 
-        def branch(b: bool) -> Callable[[Any], Any]:
+        # a gradient's export Merge (a value of one branch, a filler on the other) whose value is a
+        # constant while tracing (a shape): Merge id -> that constant, recorded by ``branch``
+        known: dict[int, Any] = {}
+
+        def branch(b: bool, fill: bool = False) -> Callable[[Any], Any]:
+            """Branch ``b`` as a function of the state; with ``fill``, a gradient's filler that a Merge
+            takes from this branch is left dead, so ``reconcile`` makes it zeros of the other branch's
+            type: its value is never read, and its shape (unknown sizes as 0) may not be the other's.
+            For the same reason a Merge of a filler and a constant is that constant (``known``)."""
             def fn(state: Any) -> Any:
                 self.state = dict(state)
                 benv = dict(env)
@@ -330,7 +378,11 @@ class Emitter:
                 merges = []
                 for m, slots in r.merges:
                     if b in slots:
-                        merges.append((self.read(benv, m.inputs[slots[b]], m), np.asarray(slots[b], np.int32)))
+                        src = m.inputs[slots[b]]
+                        v = DEAD if fill and src.node.attrs.get("gradient_filler") else self.read(benv, src, m)
+                        if fill and is_static(v) and any(t.node.attrs.get("gradient_filler") for t in m.inputs):
+                            known[m.id] = v
+                        merges.append((v, np.asarray(slots[b], np.int32)))
                     else:
                         merges.append((DEAD, DEAD))
                 vals = [benv.get(k, DEAD) for k in exports]
@@ -353,7 +405,7 @@ class Emitter:
             # becomes zeros of the other side's type) are read off that trace, and ``lax.cond``
             # replays the jaxpr instead of tracing the Python again. Tracing twice (once to learn the
             # shapes, once inside ``lax.cond``) doubles the work at every nesting level: 2^depth.
-            traced = {b: Traced(branch(b), state0) for b in (False, True)}
+            traced = {b: Traced(branch(b, fill=True), state0) for b in (False, True)}
             self.state = state0
 
             def filled(b: bool) -> Callable[[Any], Any]:
@@ -372,7 +424,7 @@ class Emitter:
                     f"fast backend: the two branches of the {r.describe()} near {describe_node(m)} produce values of "
                     f"different types or shapes: {e}") from None
         for (m, _), (v, idx) in zip(r.merges, merges, strict=True):
-            env[key(m.outputs[0])] = v
+            env[key(m.outputs[0])] = known.get(m.id, v)
             env[key(m.outputs[1])] = idx
         for k, v, live in zip(exports, vals, lives, strict=True):
             env[k] = v

@@ -48,6 +48,8 @@ class LoweringContext(Protocol):
     def write_var(self, h: Handle, value: Any) -> None: ...
     def get_stack(self, node: Node, h: Handle) -> stk.StackValue: ...
     def set_stack(self, h: Handle, s: stk.StackValue) -> None: ...
+    def note_push(self, h: Handle, value: Any) -> None: ...
+    def pushed_constant(self, h: Handle) -> Any: ...
 
 
 Rule = Callable[[LoweringContext, Node, Sequence[Any]], list[Any]]
@@ -663,6 +665,7 @@ def _stack_push(ctx, n, xs):
     ctx.check(stk.positional(s0, index), "a positional stack pushed away from its position", code="unrecorded")
     ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
     ctx.set_stack(h, s)
+    ctx.note_push(h, v)
     return [v]
 
 
@@ -679,7 +682,8 @@ def _stack_pop(ctx, n, xs):
     ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
               "(pushes and pops are not in reverse order)")
     ctx.set_stack(h, s)
-    return [v]
+    const = ctx.pushed_constant(h)  # every push pushed this constant: the pop's value is known (a shape)
+    return [v if const is None else const]
 
 
 def missing_rules() -> list[str]:

@@ -138,6 +138,9 @@ class Plan:
         self.capacity = capacity
         self.codes = ErrorCodes()
         self.fed = fed
+        #: the constants that stacks' only pushes pushed, shared by every trace of the plan
+        #: (``Emitter.note_push``): a stage traced later pops them as constants
+        self.pushed: dict[str, Any] = {}
         nodes = program_nodes(program)
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
@@ -301,6 +304,7 @@ class Plan:
         em.state = dict(state)
         em.fed = self.fed
         em.static = self.static_feeds
+        em.pushed = self.pushed
         return em
 
     def segment_fn(self, st: Stage, fused: bool = False) -> Any:

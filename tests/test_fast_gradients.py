@@ -236,3 +236,48 @@ def test_only_static_forward_indices_are_padded() -> None:
     import jax.numpy as jnp
 
     assert _pad_config((jnp.zeros((), jnp.int32),), (5,)) is None  # a value known only at run time
+
+
+@pytest.mark.parametrize("shape", [[3, 4], [None, 4], [None, None], None], ids=["known", "batch", "rank", "unknown"])
+@pytest.mark.parametrize("chunk", [2, 1024])
+def test_cond_in_loop_gradient_of_a_batch_of_unknown_size_compiles(shape: Any, chunk: int) -> None:
+    """A loop whose body is a cond over a batch of unknown size (``[None, 4]``, the usual placeholder),
+    differentiated with respect to the input and a Variable. Two faults met here: building the
+    gradient raised ``ShapeError`` (the zeros that carry a value's shape had shape ``[?, ?]``), and
+    once built the fast backend ran it on the interpreter (the branch's exported value and its
+    stand-in differ in shape; the zeros' shape is popped from a stack). Now every shape compiles,
+    with both stack sizes, and matches the closed form: h <- tanh(h W) on even steps, 2 h on odd."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape, name="x")
+        w0 = (np.arange(16, dtype=np.float32).reshape(4, 4) - 7.0) / 20.0
+        w = tn.Variable(w0, name="w")
+
+        def body(i: tn.Tensor, h: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            return i + 1, tn.cond(tn.equal(i % 2, 0), lambda: tn.tanh(tn.matmul(h, w.read())), lambda: h * 2.0)
+
+        _, h = tn.while_loop(lambda i, h: i < 4, body, [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        dx, dw = tn.gradients(loss, [x, w])
+    xv = np.linspace(-1.0, 1.0, 12).reshape(3, 4).astype(np.float32)
+    # closed form, forward then backward by hand (float64)
+    hs, hv, wv = [], xv.astype(np.float64), w0.astype(np.float64)
+    for i in range(4):
+        hs.append(hv)
+        hv = np.tanh(hv @ wv) if i % 2 == 0 else hv * 2.0
+    dh, dwv = 2.0 * hv, np.zeros_like(wv)
+    for i in reversed(range(4)):
+        if i % 2 == 0:
+            dz = dh * (1.0 - np.tanh(hs[i] @ wv) ** 2)
+            dwv, dh = dwv + hs[i].T @ dz, dz @ wv.T
+        else:
+            dh = dh * 2.0
+    sess = tn.Session(g, backend="fast", stack_chunk=chunk)
+    got = sess.run([loss, dx, dw], {x: xv})
+    assert sess.last_result.stats["executor"] == "compiled"
+    np.testing.assert_allclose(got[0], (hv * hv).sum(), rtol=1e-5)
+    np.testing.assert_allclose(got[1], dh, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got[2], dwv, rtol=1e-4, atol=1e-6)
+    ref = tn.Session(g).run([loss, dx, dw], {x: xv})
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

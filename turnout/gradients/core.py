@@ -589,7 +589,13 @@ class Backward:
             return ops.zeros(h.attrs["shape"], h.attrs["dtype"])
         if sh.is_fully_defined(t.shape):
             return ops.zeros(t.shape, t.dtype)  # type: ignore[arg-type]
-        return ops.fill(self.shape_of(t), ops.constant(0, dtype=t.dtype))
+        zero = ops.constant(0, dtype=t.dtype)
+        if t.shape is None:
+            return ops.fill(self.shape_of(t), zero)
+        # A Fill's shape rule sees a run-time shape vector of known length only, so it would give
+        # [?, ?] for t of shape [?, 4]; the zeros have t's shape, and saying so keeps every gradient
+        # built from them (``unbroadcast``'s SumToLike, a backward loop's variable) as precise as t.
+        return self.g.create_node("Fill", [self.shape_of(t), zero], specs=[TensorSpec(t.dtype, t.shape)]).outputs[0]
 
     def unbroadcast(self, dy: Optional[Tensor], x: Tensor, out: Tensor) -> Optional[Tensor]:
         """Sum ``dy`` (shaped like the broadcast result) down to ``x``'s shape."""
@@ -667,6 +673,10 @@ def _filler(g: Graph, t: Tensor, pivot: Node) -> Tensor:
         raise GradientError(f"cannot export {t.name} ({t.dtype.name}) from a cond branch for its gradient")
     # any value of a shape the Merge accepts will do: unknown sizes become 0 (an empty array of the
     # right rank), an unknown rank a scalar
+    # right rank), an unknown rank a scalar. ``gradient_filler`` tells a compiler that the value is
+    # never read, so it may stand in zeros of the other branch's shape where that shape is known only
+    # when the program runs (``fast.emit``: one ``lax.cond`` needs both sides of one shape).
     shape: Any = () if t.shape is None else tuple(0 if d is None else d for d in t.shape)
-    return g.create_node("Const", (), {"value": np.zeros(shape, t.dtype.numpy), "dtype": t.dtype.name},
+    return g.create_node("Const", (), {"value": np.zeros(shape, t.dtype.numpy), "dtype": t.dtype.name,
+                                       "gradient_filler": True},
                          control_inputs=[pivot], name="gradients/filler").outputs[0]
