@@ -395,8 +395,8 @@ class Emitter:
 
         chain = find_chain(r) if not is_static(p) else [r]
         preds = speculate(chain, env, self) if len(chain) >= MIN_LEVELS else None
-        if is_static(p):
-            merges, vals, lives, self.state = branch(bool(p))(self.state)
+        if is_static(p):  # (a link of a case chain, its decision fixed: its fillers are filled there)
+            merges, vals, lives, self.state = branch(bool(p), fill=id(r) in self.forced)(self.state)
         elif preds is not None:
             merges, vals, lives = self.run_case_chain(chain, preds, env, exports)
         else:
@@ -437,6 +437,10 @@ class Emitter:
         it is the ordinary nested emission with the decisions taken; each function is traced once."""
         values, senv, computed = preds
         r = chain[0]
+        # per gradient export Merge of the chain (a value and a filler, see ``run_cond``): the
+        # constants its levels gave, or None once one gave a traced value
+        consts: dict[int, Optional[list[Any]]] = {
+            m.id: [] for m, _ in r.merges if any(t.node.attrs.get("gradient_filler") for t in m.inputs)}
 
         def level(k: int) -> Callable[[Any], Any]:
             forced = {id(c): j == k for j, c in enumerate(chain[:k + 1])}
@@ -448,6 +452,13 @@ class Emitter:
                 benv = dict(senv)
                 self.run_cond(r, benv)
                 merges = [(benv[key(m.outputs[0])], benv[key(m.outputs[1])]) for m, _ in r.merges]
+                for (m, _), (v, _) in zip(r.merges, merges, strict=True):
+                    seen = consts.get(m.id)
+                    if seen is not None and v is not DEAD:
+                        if is_static(v):
+                            seen.append(v)
+                        else:
+                            consts[m.id] = None
                 vals = [benv.get(k2, DEAD) for k2 in exports]
                 lives = [np.asarray(False) if v is DEAD else self.lives.get(k2, np.asarray(True))
                          for k2, v in zip(exports, vals, strict=True)]
@@ -478,6 +489,10 @@ class Emitter:
             raise UnsupportedError(
                 f"fast backend: the branches of the case chain of {r.describe()} near {describe_node(m)} produce "
                 f"values of different types or shapes: {e}") from None
+        for j, (m, _) in enumerate(r.merges):  # an export every level gave as one constant is that constant
+            seen = consts.get(m.id)
+            if seen and all(v.dtype == seen[0].dtype and np.array_equal(v, seen[0]) for v in seen):
+                merges[j] = (seen[0], merges[j][1])
         return merges, vals, lives
 
     # ---- loops ----------------------------------------------------------------------------------

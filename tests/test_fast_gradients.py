@@ -281,3 +281,40 @@ def test_cond_in_loop_gradient_of_a_batch_of_unknown_size_compiles(shape: Any, c
     ref = tn.Session(g).run([loss, dx, dw], {x: xv})
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_case_in_loop_gradient_of_a_batch_of_unknown_size_compiles() -> None:
+    """The same over a three-way ``tn.case`` (one ``lax.switch``, its links' decisions fixed per
+    function): the stand-ins of the values its gradient needs are filled there too. Closed form:
+    step i applies tanh(h W), 2 h or h - 1 by i mod 3."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 4], name="x")
+        w0 = (np.arange(16, dtype=np.float32).reshape(4, 4) - 7.0) / 20.0
+        w = tn.Variable(w0, name="w")
+
+        def body(i: tn.Tensor, h: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            return i + 1, tn.case(i % 3, [lambda: tn.tanh(tn.matmul(h, w.read())), lambda: h * 2.0,
+                                          lambda: h - 1.0])
+
+        _, h = tn.while_loop(lambda i, h: i < 5, body, [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        dx, dw = tn.gradients(loss, [x, w])
+    xv = np.linspace(-1.0, 1.0, 12).reshape(3, 4).astype(np.float32)
+    hs, hv, wv = [], xv.astype(np.float64), w0.astype(np.float64)
+    for i in range(5):
+        hs.append(hv)
+        hv = [lambda a: np.tanh(a @ wv), lambda a: a * 2.0, lambda a: a - 1.0][i % 3](hv)
+    dh, dwv = 2.0 * hv, np.zeros_like(wv)
+    for i in reversed(range(5)):
+        if i % 3 == 0:
+            dz = dh * (1.0 - np.tanh(hs[i] @ wv) ** 2)
+            dwv, dh = dwv + hs[i].T @ dz, dz @ wv.T
+        elif i % 3 == 1:
+            dh = dh * 2.0
+    sess = tn.Session(g, backend="fast")
+    got = sess.run([loss, dx, dw], {x: xv})
+    assert sess.last_result.stats["executor"] == "compiled"
+    np.testing.assert_allclose(got[0], (hv * hv).sum(), rtol=1e-5)
+    np.testing.assert_allclose(got[1], dh, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got[2], dwv, rtol=1e-4, atol=1e-6)
