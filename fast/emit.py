@@ -15,7 +15,7 @@ its branch did not run still raises ``DeadFetchError`` ([T5-Deadness-Soundness])
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +25,7 @@ from turnout import kernels
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
-from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED
+from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind
 from turnout.fast.regions import (
     CondRegion,
     Item,
@@ -420,15 +420,29 @@ class Emitter:
                                                                state0)
             except TypeError as e:
                 m = r.merges[0][0] if r.merges else r.nodes[0]
-                raise UnsupportedError(
-                    f"fast backend: the two branches of the {r.describe()} near {describe_node(m)} produce values of "
-                    f"different types or shapes: {e}") from None
+                self._refuse_ragged(
+                    [r], f"fast backend: the two branches of the {r.describe()} near {describe_node(m)} produce "
+                    f"values of different types or shapes: {e}")
         for (m, _), (v, idx) in zip(r.merges, merges, strict=True):
             env[key(m.outputs[0])] = known.get(m.id, v)
             env[key(m.outputs[1])] = idx
         for k, v, live in zip(exports, vals, lives, strict=True):
             env[k] = v
             self.lives[k] = live
+
+    def _refuse_ragged(self, conds: list[CondRegion], message: str) -> NoReturn:
+        """Branches whose results differ in type or shape have no ``lax.cond``; but where the root
+        frame's feeds alone decide every predicate of ``conds``, the plan is specialised on those
+        feeds (``NeedsStatic``): the predicates fold while tracing and only the branch taken is
+        compiled, as the reference interpreter runs only that branch. Otherwise the program cannot be
+        compiled (``UnsupportedError``)."""
+        keys: set[tuple[int, int]] = set()
+        for c in conds:
+            behind = feeds_behind(c.pred, self.fed, through_switch=True)
+            if behind is None:
+                raise UnsupportedError(message) from None
+            keys |= behind
+        raise NeedsStatic(message, frozenset(keys)) from None
 
     def run_case_chain(self, chain: list[CondRegion], preds: tuple[list[Any], Env, set[int]], env: Env,
                        exports: list[Key]) -> tuple[Any, Any, Any]:
@@ -486,9 +500,9 @@ class Emitter:
             merges, vals, lives, self.state = jax.lax.switch(first_true(values), fns, state0)
         except TypeError as e:
             m = r.merges[0][0] if r.merges else r.nodes[0]
-            raise UnsupportedError(
-                f"fast backend: the branches of the case chain of {r.describe()} near {describe_node(m)} produce "
-                f"values of different types or shapes: {e}") from None
+            self._refuse_ragged(
+                chain, f"fast backend: the branches of the case chain of {r.describe()} near {describe_node(m)} "
+                f"produce values of different types or shapes: {e}")
         for j, (m, _) in enumerate(r.merges):  # an export every level gave as one constant is that constant
             seen = consts.get(m.id)
             if seen and all(v.dtype == seen[0].dtype and np.array_equal(v, seen[0]) for v in seen):

@@ -86,9 +86,12 @@ class NeedsStatic(UnsupportedError):
 _NOT_FROM_FEEDS = frozenset({"Merge", "Switch", "NextIteration", "Exit", "LoopCond", "Placeholder", "Sleep"})
 
 
-def feeds_behind(t: Tensor, fed: set[int]) -> Optional[frozenset[tuple[int, int]]]:
+def feeds_behind(t: Tensor, fed: set[int], through_switch: bool = False) -> Optional[frozenset[tuple[int, int]]]:
     """The fed tensors whose values alone decide ``t`` (through constants, loop invariants and pure
-    ops), or None when something else does: then making feeds static cannot make ``t`` static."""
+    ops), or None when something else does: then making feeds static cannot make ``t`` static.
+    ``through_switch`` follows a Switch to its value and predicate too: right for the predicate of a
+    cond nested in the branch of one whose predicate the same feeds decide (static, that branch is
+    taken while tracing and its Switches pass static values on)."""
     keys: set[tuple[int, int]] = set()
     work, seen = [t], set()
     while work:
@@ -99,6 +102,8 @@ def feeds_behind(t: Tensor, fed: set[int]) -> Optional[frozenset[tuple[int, int]
         seen.add((n.id, u.index))
         if n.id in fed:
             keys.add((n.id, u.index))
+        elif through_switch and n.op == "Switch":
+            work += list(n.inputs)
         elif (n.op in _NOT_FROM_FEEDS or n.op.startswith(("TensorArray", "Stack", "Assign", "Var"))
               or (n.op == "Enter" and not n.attrs.get("is_constant"))):
             return None

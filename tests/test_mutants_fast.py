@@ -112,20 +112,41 @@ def test_cond_branches_of_different_dtypes_are_a_build_error() -> None:
             tn.cond(p, lambda: tn.constant(1.0), lambda: tn.constant(1))
 
 
-def test_cond_branches_of_different_shapes_run_on_the_reference_and_are_refused_by_fast() -> None:
-    """Shapes may differ per branch in the dataflow semantics (the reference returns the taken side);
-    a compiled conditional needs one type, so the fast backend refuses with an error naming the Merge
-    and both shapes (docs/missing.rst)."""
+def test_cond_branches_of_different_shapes_compile_per_fed_predicate() -> None:
+    """Shapes may differ per branch in the dataflow semantics (the reference returns the taken side).
+    One ``lax.cond`` needs one type, so where feeds decide the predicate the plan is specialised on
+    them (``lowering.NeedsStatic``): only the taken branch is compiled, one plan per predicate value,
+    and a value seen before compiles nothing."""
     g = tn.Graph()
     with g.as_default():
         p = tn.placeholder(tn.bool, shape=[], name="p")
         r = tn.cond(p, lambda: tn.constant([1.0]), lambda: tn.constant([1.0, 2.0]), name="ragged")
     np.testing.assert_array_equal(tn.Session(g).run(r, {p: np.bool_(False)}), [1.0, 2.0])
-    with pytest.raises(tn.UnsupportedError, match=r"(?s)branches of the cond on p:0 near Merge node \"ragged/merge\".*"
-                                                  r"different types or shapes.*float32\[1\].*float32\[2\]"):
-        tn.Session(g, backend="fast", fallback=False).run(r, {p: np.bool_(False)})
+    sess = tn.Session(g, backend="fast", fallback=False)
+    for pv, want in ((False, [1.0, 2.0]), (True, [1.0]), (False, [1.0, 2.0]), (True, [1.0])):
+        np.testing.assert_array_equal(sess.run(r, {p: np.bool_(pv)}), want)
+        assert sess.last_result.stats["executor"] == "compiled"
+        assert sess.last_result.stats["specialized_on"] == ["p:0"]
+    compiles = sess.backend.compile_count
+    sess.run(r, {p: np.bool_(True)})
+    assert sess.backend.compile_count == compiles
+
+
+def test_cond_branches_of_different_shapes_on_a_run_time_predicate_are_refused_by_fast() -> None:
+    """Where no feed decides the predicate (here a Variable does), nothing can be specialised: the
+    fast backend refuses with an error naming the Merge and both shapes, and by default runs the
+    program on the reference interpreter (docs/missing.rst)."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.float32(0.0), name="v")
+        r = tn.cond(v.read() > 0.5, lambda: tn.constant([1.0]), lambda: tn.constant([1.0, 2.0]), name="ragged")
+    np.testing.assert_array_equal(tn.Session(g).run(r), [1.0, 2.0])
+    with pytest.raises(tn.UnsupportedError, match=r"(?s)branches of the cond on Greater:0 near Merge node "
+                                                  r"\"ragged/merge\".*different types or shapes"
+                                                  r".*float32\[1\].*float32\[2\]"):
+        tn.Session(g, backend="fast", fallback=False).run(r)
     with pytest.warns(RuntimeWarning, match="different types or shapes"):
-        np.testing.assert_array_equal(tn.Session(g, backend="fast").run(r, {p: np.bool_(False)}), [1.0, 2.0])
+        np.testing.assert_array_equal(tn.Session(g, backend="fast").run(r), [1.0, 2.0])
 
 
 # ---- gradient stacks ---------------------------------------------------------------------------------------

@@ -299,18 +299,32 @@ def test_variable_updates_keep_the_variables_dtype(dtype: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_case_whose_branches_differ_in_shape_is_refused_naming_the_chain_and_its_merge() -> None:
-    """Like a cond, a case may return values of different shapes per branch in the dataflow semantics;
-    the one ``lax.switch`` it is raised to cannot, and the error names the chain's cond and its Merge."""
+def test_a_case_whose_branches_differ_in_shape_compiles_per_fed_index() -> None:
+    """Like a cond, a case may return values of different shapes per branch in the dataflow semantics.
+    The one ``lax.switch`` it is raised to cannot; where feeds decide the index (the predicates of
+    the chain's nested conds read it through their Switches), the plan is specialised on it."""
     g = tn.Graph()
     with g.as_default():
         i = tn.placeholder(tn.int32, (), name="i")
         y = tn.case(i, [lambda k=k: tn.constant([1.0] * (k + 1)) for k in range(3)],
                     default=lambda: tn.constant([0.0]), name="ragged")
-    np.testing.assert_array_equal(tn.Session(g).run(y, {i: 2}), [1.0, 1.0, 1.0])
+    sess = tn.Session(g, backend="fast", fallback=False)
+    for iv in (2, 0, 7, 1):
+        np.testing.assert_array_equal(sess.run(y, {i: iv}), tn.Session(g).run(y, {i: iv}))
+        assert sess.last_result.stats["specialized_on"] == ["i:0"]
+
+
+def test_a_case_whose_branches_differ_in_shape_is_refused_naming_the_chain_and_its_merge() -> None:
+    """With an index no feed decides (a Variable's), the error names the chain's cond and its Merge."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.int32(2), name="v")
+        y = tn.case(v.read(), [lambda k=k: tn.constant([1.0] * (k + 1)) for k in range(3)],
+                    default=lambda: tn.constant([0.0]), name="ragged")
+    np.testing.assert_array_equal(tn.Session(g).run(y), [1.0, 1.0, 1.0])
     with pytest.raises(tn.UnsupportedError, match=r'(?s)the case chain of cond on .* near Merge node '
                                                   r'"ragged/branch0/merge".*different types or shapes.*float32\[1\]'):
-        tn.Session(g, backend="fast", fallback=False).run(y, {i: 2})
+        tn.Session(g, backend="fast", fallback=False).run(y)
 
 
 def test_tensor_array_gradients_with_known_shapes_run_compiled() -> None:
