@@ -657,13 +657,21 @@ def _case_chain_parent(c: Any, outer: Any) -> bool:
     return True
 
 
-def build(p: Program) -> Built:
-    """Emit ``p`` into a fresh graph with the Turnout builders."""
+#: ``build``'s default: a scalar input is a placeholder of shape []
+SCALAR: Any = ()
+
+
+def build(p: Program, float_shape: Any = SCALAR) -> Built:
+    """Emit ``p`` into a fresh graph with the Turnout builders. ``float_shape`` is the declared shape
+    of its scalar float inputs: ``[None]`` makes them batches of unknown size, ``None`` of unknown
+    rank (fed vectors, the values broadcast through the program)."""
     g = tn.Graph()
     built = Built(g, {}, [])
     with g.as_default():
         for d in p.inputs:
-            shape: list[int] = [] if d.length is None else [d.length]
+            shape: Any = [] if d.length is None else [d.length]
+            if d.length is None and d.dtype.startswith("float") and float_shape is not SCALAR:
+                shape = float_shape
             built.placeholders[d.name] = tn.placeholder(d.dtype, shape=shape, name=d.name)
         em = _Emitter(g, built)
         built.fetches = em.block(p.body, dict(built.placeholders))
