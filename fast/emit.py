@@ -14,6 +14,7 @@ its branch did not run still raises ``DeadFetchError`` ([T5-Deadness-Soundness])
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn, Optional
 
@@ -38,7 +39,7 @@ from turnout.fast.regions import (
     program_nodes,
 )
 from turnout.fast.values import DEAD, TA, Handle, is_static
-from turnout.graph import Node, Tensor
+from turnout.graph import Graph, Node, Tensor
 from turnout.primitives import COMPUTE
 
 #: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
@@ -167,6 +168,23 @@ class Traced:
 #: ``Emitter.pushed``'s mark of a stack pushed a traced value, or different constants
 _MIXED = object()
 
+#: graph -> (its version, the StackNew ids that exactly one StackPush of the graph pushes)
+_ONE_PUSH: weakref.WeakKeyDictionary[Graph, tuple[int, frozenset[int]]] = weakref.WeakKeyDictionary()
+
+
+def _pushed_once(graph: Graph) -> frozenset[int]:
+    """The stacks of ``graph`` that one StackPush node pushes (a gradient's stacks), counted over the
+    whole graph, not one program or partition of it, and once per graph version."""
+    got = _ONE_PUSH.get(graph)
+    if got is None or got[0] != graph.version:
+        counts: dict[int, int] = {}
+        for n in graph.nodes:
+            src = stack_source(n.inputs[0]) if n.op == "StackPush" else None
+            if src is not None:
+                counts[src.id] = counts.get(src.id, 0) + 1
+        got = _ONE_PUSH[graph] = (graph.version, frozenset(i for i, c in counts.items() if c == 1))
+    return got[1]
+
 
 class Emitter:
     """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
@@ -203,7 +221,6 @@ class Emitter:
         #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
         #: earlier one pushed
         self.pushed: dict[str, Any] = {}
-        self._one_push: Optional[set[int]] = None
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -255,20 +272,14 @@ class Emitter:
     def set_stack(self, h: Handle, s: stk.StackValue) -> None:
         self.state[stack_key(h)] = s
 
-    def note_push(self, h: Handle, value: Any) -> None:
-        """Record a push of ``value`` on stack ``h``: a constant while tracing (a forward value's shape,
-        which a compiled loop keeps fixed) pushed by the stack's only StackPush is what every
-        pop of it returns, and ``pushed_constant`` says so. Why: the gradient of a value of partly
-        known shape saves its shape on a stack and builds zeros of it in the backward loop
-        (``Fill``); XLA needs that shape when compiling, and here it is known."""
-        if self._one_push is None:
-            counts: dict[int, int] = {}
-            for n in program_nodes(self.program):
-                src = stack_source(n.inputs[0]) if n.op == "StackPush" else None
-                if src is not None:
-                    counts[src.id] = counts.get(src.id, 0) + 1
-            self._one_push = {i for i, c in counts.items() if c == 1}
-        if h.name not in self._one_push:
+    def note_push(self, node: Node, h: Handle, value: Any) -> None:
+        """Record a push of ``value`` on stack ``h`` by StackPush ``node``: a constant while tracing (a
+        forward value's shape, which a compiled loop keeps fixed) pushed by the only StackPush of that
+        stack in the whole graph is what every pop of it returns, and ``pushed_constant`` says so.
+        Why: the gradient of a value of partly known shape saves its shape on a stack and builds
+        zeros of it in the backward loop (``Fill``); XLA needs that shape when compiling, and here it
+        is known."""
+        if h.name not in _pushed_once(node.graph):
             return
         k = stack_key(h)
         prev = self.pushed.get(k)

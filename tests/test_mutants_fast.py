@@ -171,6 +171,25 @@ def test_a_stack_is_created_at_its_first_push_and_pops_what_was_pushed(backend: 
     assert got.dtype == np.float32
 
 
+def test_a_stack_pushed_two_constants_pops_each_one(backend: str) -> None:
+    """The fast backend pops a stack as a constant only when the one StackPush of that stack in the
+    graph pushed it (``Emitter.note_push``, for a gradient's saved shapes). Two push nodes of two
+    constants are popped as what each pushed, in reverse order."""
+    g = tn.Graph()
+    with g.as_default():
+        s = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": [2]}, name="stk").outputs[0]
+        a = g.create_node("StackPush", [s, tn.constant([0]), tn.constant([1.0, 2.0])], name="push_a")
+        with g.control_dependencies([a]):
+            b = g.create_node("StackPush", [s, tn.constant([1]), tn.constant([3.0, 4.0])], name="push_b")
+        with g.control_dependencies([b]):
+            top = g.create_node("StackPop", [s, tn.constant([1])], {"dtype": "float32", "shape": [2]}, name="pop_b")
+        with g.control_dependencies([top]):
+            low = g.create_node("StackPop", [s, tn.constant([0])], {"dtype": "float32", "shape": [2]}, name="pop_a")
+    got = tn.Session(g, backend=backend).run([top.outputs[0], low.outputs[0]])
+    np.testing.assert_array_equal(got[0], [3.0, 4.0])
+    np.testing.assert_array_equal(got[1], [1.0, 2.0])
+
+
 def test_stack_pop_on_a_stack_never_pushed_is_an_execution_error_naming_the_pop(backend: str) -> None:
     g, out = _stack(None, 0)
     with pytest.raises(tn.ExecutionError, match=r'StackPop node "pop_it"'):
