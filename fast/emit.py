@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout import kernels
+from turnout import shapes as sh
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
@@ -170,6 +171,20 @@ _MIXED = object()
 
 #: graph -> (its version, the StackNew ids that exactly one StackPush of the graph pushes)
 _ONE_PUSH: weakref.WeakKeyDictionary[Graph, tuple[int, frozenset[int]]] = weakref.WeakKeyDictionary()
+
+
+#: the most elements a fed tensor that decides a ragged cond may have to be specialised on
+SMALL_DECISION = 8
+
+
+def _small_decision(t: Tensor) -> bool:
+    """Whether a plan may be specialised on the values of fed tensor ``t`` to pick a ragged cond's
+    branch (``Emitter._refuse_ragged``): a bool or integer of at most ``SMALL_DECISION`` elements (a
+    flag, an index), whose values are few. A float, or a larger tensor, is data: a plan per value
+    would compile on every run."""
+    d = t.dtype
+    n = sh.num_elements(t.shape)
+    return (d.is_bool or d.is_integer) and n is not None and n <= SMALL_DECISION
 
 
 def _pushed_once(graph: Graph) -> frozenset[int]:
@@ -453,6 +468,9 @@ class Emitter:
             if behind is None:
                 raise UnsupportedError(message) from None
             keys |= behind
+        graph = conds[0].pred.graph
+        if not all(_small_decision(graph.nodes[i].outputs[j]) for i, j in keys):
+            raise UnsupportedError(message) from None  # (one plan per value of a data tensor: never)
         raise NeedsStatic(message, frozenset(keys)) from None
 
     def run_case_chain(self, chain: list[CondRegion], preds: tuple[list[Any], Env, set[int]], env: Env,

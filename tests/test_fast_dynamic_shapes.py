@@ -180,3 +180,19 @@ def test_a_ragged_cond_in_a_loop_compiles_when_a_feed_decides_its_predicate() ->
         sess.run(t, {x: xv})
     with pytest.warns(RuntimeWarning, match="different types or shapes"):
         assert float(tn.Session(g, backend="fast").run(t, {x: xv})) == 17.0
+
+
+def test_a_ragged_cond_decided_by_data_is_not_specialised_on_it() -> None:
+    """A ragged cond whose predicate a float feed decides (data, as a batch is) would compile a plan
+    per fed value: the fast backend refuses to specialise on it and runs the program on the
+    interpreter; a flag or index (a bool or integer of a few elements) is specialised on."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        r = tn.cond(tn.reduce_sum(x) > 0.0, lambda: x[:1], lambda: x * 2.0)
+    sess = tn.Session(g, backend="fast")
+    for k in range(3):
+        xv = np.array([1.0, -2.0, float(k)], np.float32)
+        with pytest.warns(RuntimeWarning, match="different types or shapes") if k == 0 else warnings.catch_warnings():
+            np.testing.assert_array_equal(sess.run(r, {x: xv}), tn.Session(g).run(r, {x: xv}))
+        assert sess.last_result.stats["executor"] == "reference interpreter (fallback)"
