@@ -248,6 +248,8 @@ def test_checkpoint_restores_variables_into_a_new_cluster_session(pool: TaskPool
     got = [first.run([loss, step], {x: 1.0}) for _ in range(2)]
     assert checkpoint.save(first, tmp_path / "ckpt") == ["w"]
     first.close()
+    with pytest.raises(tn.ExecutionError, match="closed"):  # as on every backend (test_session.py)
+        first.run([loss, step], {x: 1.0})
     second = tn.Session(g, cluster=pool)
     assert checkpoint.restore(second, tmp_path / "ckpt") == ["w"]
     got.append(second.run([loss, step], {x: 1.0}))

@@ -241,15 +241,25 @@ def test_unknown_backend() -> None:
         tn.Session(tn.Graph(), backend="nope")
 
 
-def test_session_is_a_context_manager_and_close_drops_state(backend: str) -> None:
+@pytest.mark.parametrize("kind", ["reference", "fast", "smallstep", "partitioned", "fast-partitioned"])
+def test_session_is_a_context_manager_and_a_closed_session_refuses_to_run(kind: str) -> None:
+    """``close`` forgets the Variables and every later run raises ``ExecutionError`` on every backend
+    (before, an in-process session started its Variables again from their initial values without a
+    word, and a cluster's failed), the lane of a repeated run included."""
     g = tn.Graph()
     with g.as_default():
         v = tn.Variable(1, name="v")
         inc = v.assign_add(1)
-    with tn.Session(g, backend=backend) as sess:
-        assert int(sess.run(inc)) == 2
-        sess.close()
-        assert int(sess.run(inc)) == 2  # closed: variables start again from their initial values
+    backend, opts = kind.removesuffix("-partitioned"), {"devices": ["cpu:0", "cpu:1"]} if "partitioned" in kind else {}
+    if kind == "partitioned":
+        backend = "reference"
+    with tn.Session(g, backend=backend, **opts) as sess:
+        assert [int(sess.run(inc)) for _ in range(3)] == [2, 3, 4]
+    assert len(sess.variables) == 0
+    for _ in range(2):
+        with pytest.raises(tn.ExecutionError, match="closed"):
+            sess.run(inc)
+    sess.close()  # twice is allowed
 
 
 @REFERENCE_ONLY  # traces exist only in the reference interpreter

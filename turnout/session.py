@@ -18,7 +18,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.errors import FeedError, GraphBuildError
+from turnout.errors import ExecutionError, FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
 from turnout.store import VariableStore
@@ -171,6 +171,7 @@ class Session:
         # host copy: on a GPU that copy, and the transfer back, cost more than a small step itself
         self._device_feed: Optional[Callable[[Any], Any]] = getattr(self.backend, "device_feed", None)
         self._lanes: dict[Any, Any] = {}
+        self._closed = False  # set by ``close``: every later run is refused
         # the one tensor fetched by the last run that took a lane, and that lane: a loop of runs of
         # one fetch skips the lookup in ``_lanes`` (one Python frame's worth, about 0.5 µs)
         self._last_fetch: Optional[Tensor] = None
@@ -211,6 +212,9 @@ class Session:
             opts = replace(options, **kw) if kw else options
         else:
             opts = RunOptions(**{**(options or {}), **kw})
+        if self._closed:
+            raise ExecutionError("this session is closed (Session.close() was called): make a new tn.Session "
+                                 "to run the graph again")
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
@@ -371,8 +375,15 @@ class Session:
         return arr.astype(t.dtype.numpy, copy=False)
 
     def close(self) -> None:
-        """Forget the Variables; a backend that holds processes (a cluster) stops them."""
+        """Forget the Variables and stop a backend that holds processes (a cluster's actors); every
+        later ``run`` raises ``ExecutionError``. Why refuse rather than start again: a closed session
+        that ran would start its Variables from their initial values without a word (a cluster's, whose
+        actors are gone, could not run at all), so the same call would mean different things by
+        backend; TensorFlow refuses a closed session too. Closing twice is allowed."""
         self.variables.clear()
+        self._closed = True
+        self._lanes.clear()  # (a lane would run without the session's check)
+        self._last_fetch = self._last_lane = None
         stop = getattr(self.backend, "close", None)
         if callable(stop):
             stop()
