@@ -153,9 +153,10 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
             "            return None"]
     body: list[str] = []
     if n == 0:
-        body += ["        if feed_dict:", "            return None"]
+        body += ["        if feed_dict is not None and (type(feed_dict) is not dict or feed_dict):",
+                 "            return None"]
     else:
-        body += [f"        if feed_dict is None or len(feed_dict) != {n}:", "            return None",
+        body += [f"        if type(feed_dict) is not dict or len(feed_dict) != {n}:", "            return None",
                  "        " + "".join(f"(k{i}, v{i}), " for i in range(n)) + "= feed_dict.items()"]
         for i, (_, kind, _, shape) in enumerate(sig):
             test = f"k{i} is not t{i} or type(v{i}) is not c{i}"

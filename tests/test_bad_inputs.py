@@ -228,6 +228,25 @@ def test_two_feeds_of_one_tensor_must_agree(any_backend: str) -> None:
     assert float(run(g, any_backend, y, {x: 1.0, "fed_x:0": 1.0})) == 2.0
 
 
+@pytest.mark.parametrize("bad", [[], ["x"], "x", 5], ids=["empty-list", "list", "str", "int"])
+def test_a_feed_dict_that_is_not_a_mapping_is_a_feed_error(any_backend: str, bad: Any) -> None:
+    """``feed_dict`` as a list of pairs, a string or a number is a ``FeedError`` saying what it must
+    be, on every backend, and after repeated runs too (the fast backend's lane, which checks the feeds
+    of a repeat itself, hands such a call to the session's checks). It was a bare ``AttributeError``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        y, z = x + 1.0, tn.constant(3.0) * 2.0
+    with session(g, any_backend) as s:
+        for _ in range(3):  # repeats: the fast backend makes lanes for both fetches
+            s.run(y, {x: np.ones(2, np.float32)})
+            s.run(z)
+        pairs = [(x, np.ones(2, np.float32))] if bad == ["x"] else bad
+        for fetch in (y, z):
+            with pytest.raises(tn.FeedError, match="feed_dict must be a dict"):
+                s.run(fetch, pairs)
+
+
 # ---- 5. casts from float to int -------------------------------------------------------------------
 BAD_CASTS: list[tuple[Any, Any]] = [
     ([float("nan")], tn.int32), ([float("inf")], tn.int32), ([-float("inf")], tn.int64),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Protocol
 
@@ -215,6 +215,8 @@ class Session:
         if self._closed:
             raise ExecutionError("this session is closed (Session.close() was called): make a new tn.Session "
                                  "to run the graph again")
+        if feed_dict is not None and not isinstance(feed_dict, Mapping):
+            raise FeedError(f"feed_dict must be a dict from tensors to values, not {type(feed_dict).__name__}")
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
