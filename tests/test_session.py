@@ -292,3 +292,33 @@ def test_no_trace_unless_asked(backend: str) -> None:
     sess = tn.Session(g, backend=backend)
     sess.run(t["z"], {t["x"]: [1.0, 2.0]})
     assert sess.last_result is not None and sess.last_result.trace is None
+
+
+def test_fetches_by_name_and_fetching_none(backend: str) -> None:
+    """A fetch may be a name, as in TensorFlow: ``'node:index'`` is that tensor, a bare node name the
+    node (run, fetched as ``None``), and a name the graph lacks is a ``GraphBuildError``. ``None`` is
+    not a fetch, also after runs that took the fast backend's lane (the session's record of the last
+    lane's fetch starts as no fetch at all, not ``None``, which once called a missing lane)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        y = tn.add(x, 1.0, name="y")
+        v = tn.Variable(np.zeros(2, np.float32), name="v")
+        up = v.assign_add(x)
+    sess = tn.Session(g, backend=backend)
+    f = {x: np.ones(2, np.float32)}
+    with pytest.raises(tn.GraphBuildError, match="cannot fetch None"):
+        sess.run(None, f)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run("y:0", f), [2.0, 2.0])
+        np.testing.assert_array_equal(sess.run(y, f), [2.0, 2.0])
+    got = sess.run({"a": "y:0", "b": [y, up.node.name]}, f)
+    np.testing.assert_array_equal(got["a"], [2.0, 2.0])
+    assert got["b"][1] is None and list(sess.variables["v"]) == [1.0, 1.0]
+    for bad in ("nope:0", "y:7", "nope"):
+        with pytest.raises(tn.GraphBuildError, match="no tensor or node of this graph has that name"):
+            sess.run(bad, f)
+    with pytest.raises(tn.GraphBuildError, match="cannot fetch None"):
+        sess.run(None, f)
+    with pytest.raises(TypeError, match="options must be"):
+        sess.run(y, f, options="fast")

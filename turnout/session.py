@@ -174,7 +174,7 @@ class Session:
         self._closed = False  # set by ``close``: every later run is refused
         # the one tensor fetched by the last run that took a lane, and that lane: a loop of runs of
         # one fetch skips the lookup in ``_lanes`` (one Python frame's worth, about 0.5 µs)
-        self._last_fetch: Optional[Tensor] = None
+        self._last_fetch: Any = _NO_FETCH  # (not None: ``run(None)`` must reach the fetch checks)
         self._last_lane: Optional[Callable[..., Any]] = None
         self._lazy: Optional[tuple[list[Any], dict[str, Any], float]] = None
         # (tensor, dtype, shape) of feeds that passed check_feed -> whether their values still need a
@@ -183,7 +183,8 @@ class Session:
 
     def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
-        """Compute ``fetches`` (a tensor, a node, or any nested structure of them)."""
+        """Compute ``fetches``: a tensor, a node, a name (``'node:index'`` for a tensor, a bare node
+        name for a node), or any nested structure of them; a node's value is ``None``."""
         if options is None and not kw:
             if fetches is self._last_fetch:  # a repeat of the last run's one tensor: its newest lane first
                 got = self._last_lane(feed_dict, self.variables)  # type: ignore[misc]
@@ -210,8 +211,10 @@ class Session:
             opts = _DEFAULT_OPTIONS  # the common call: validated once, never mutated
         elif isinstance(options, RunOptions):  # keywords beside it override its fields, never ignored
             opts = replace(options, **kw) if kw else options
-        else:
+        elif options is None or isinstance(options, Mapping):
             opts = RunOptions(**{**(options or {}), **kw})
+        else:
+            raise TypeError(f"options must be a tn RunOptions or a dict of its fields, not {type(options).__name__}")
         if self._closed:
             raise ExecutionError("this session is closed (Session.close() was called): make a new tn.Session "
                                  "to run the graph again")
@@ -220,7 +223,7 @@ class Session:
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
-        flat = nest.flatten(fetches)
+        flat = [self._named(f) if isinstance(f, str) else f for f in nest.flatten(fetches)]
         tensors: list[Tensor] = []
         targets: list[Node] = []
         for f in flat:
@@ -257,6 +260,15 @@ class Session:
         out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
                for f in (x._as_tensor() if hasattr(x, "_as_tensor") else x for x in flat)]
         return nest.pack_as(fetches, out)
+
+    def _named(self, name: str) -> Tensor | Node:
+        """A fetch given by name, as TensorFlow takes one: ``'node:index'`` is that tensor, a bare node
+        name the node (run for its effects, fetched as ``None``); a name the graph lacks is a
+        ``GraphBuildError``, as any other fetch that is no tensor of the graph."""
+        try:
+            return self.graph.tensor(name) if ":" in name else self.graph.node(name)
+        except (KeyError, IndexError, ValueError):
+            raise GraphBuildError(f"cannot fetch {name!r}: no tensor or node of this graph has that name") from None
 
     def _run_fast(self, fetches: Any, feed_dict: Optional[dict[Any, Any]], opts: RunOptions) -> Any:
         """The common case — one tensor, or a flat list / tuple of tensors and ops (a training step's
@@ -385,7 +397,7 @@ class Session:
         self.variables.clear()
         self._closed = True
         self._lanes.clear()  # (a lane would run without the session's check)
-        self._last_fetch = self._last_lane = None
+        self._last_fetch, self._last_lane = _NO_FETCH, None
         stop = getattr(self.backend, "close", None)
         if callable(stop):
             stop()
@@ -398,6 +410,7 @@ class Session:
 
 
 _SLOW = object()  # _run_fast's "take the general path"
+_NO_FETCH = object()  # ``Session._last_fetch`` before any run took a lane
 #: lanes kept per fetch structure: a run that alternates a few feed shapes keeps one for each, and a
 #: run that misses them all has tried only this many
 _LANES_PER_FETCH = 4
