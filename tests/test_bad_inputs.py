@@ -247,6 +247,24 @@ def test_a_feed_dict_that_is_not_a_mapping_is_a_feed_error(any_backend: str, bad
                 s.run(fetch, pairs)
 
 
+def test_a_deleted_jax_array_feed_is_a_feed_error(any_backend: str) -> None:
+    """A ``jax.Array`` donated to a jitted call (or deleted) has no value: feeding it is a
+    ``FeedError`` naming the tensor on every backend, after repeated runs of live arrays too. It was a
+    bare ``RuntimeError`` from JAX."""
+    jnp = pytest.importorskip("jax.numpy")
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        y = x + 1.0
+    with session(g, any_backend) as s:
+        for _ in range(3):
+            np.testing.assert_array_equal(s.run(y, {x: jnp.ones(2, jnp.float32)}), [2.0, 2.0])
+        dead = jnp.ones(2, jnp.float32)
+        dead.delete()
+        with pytest.raises(tn.FeedError, match="x:0.*deleted"):
+            s.run(y, {x: dead})
+
+
 # ---- 5. casts from float to int -------------------------------------------------------------------
 BAD_CASTS: list[tuple[Any, Any]] = [
     ([float("nan")], tn.int32), ([float("inf")], tn.int32), ([-float("inf")], tn.int64),

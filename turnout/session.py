@@ -364,6 +364,10 @@ class Session:
         elif tv is int or tv is float or tv is bool or isinstance(value, np.generic):
             arr = np.asarray(value)  # a numpy scalar (``np.int32(8)``) is checked like a 0-d array
         elif hasattr(value, "__array__") and isinstance(getattr(value, "dtype", None), np.dtype):
+            deleted = getattr(value, "is_deleted", None)  # a jax.Array donated or deleted: no value left
+            if callable(deleted) and deleted():
+                raise FeedError(f"feeding {t.name}: the array has been deleted (donated to a jitted call, or "
+                                "deleted); feed a live array")
             placed = None
             if self._device_feed is not None and value.dtype == t.dtype.numpy and not t.dtype.is_opaque:
                 placed = self._device_feed(value)
