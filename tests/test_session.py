@@ -322,3 +322,11 @@ def test_fetches_by_name_and_fetching_none(backend: str) -> None:
         sess.run(None, f)
     with pytest.raises(TypeError, match="options must be"):
         sess.run(y, f, options="fast")
+
+
+def test_a_session_of_something_else_than_a_graph_is_refused() -> None:
+    """``tn.Session("model.pb")`` once made a session whose every run failed deep inside; the
+    constructor says what its first argument must be."""
+    for bad in ("model.pb", 3, [tn.Graph()]):
+        with pytest.raises(TypeError, match="must be a tn.Graph"):
+            tn.Session(bad)  # type: ignore[arg-type]

@@ -148,6 +148,8 @@ class Session:
     """
 
     def __init__(self, graph: Optional[Graph] = None, backend: str = "reference", **backend_options: Any) -> None:
+        if graph is not None and not isinstance(graph, Graph):
+            raise TypeError(f"Session's graph must be a tn.Graph, not {type(graph).__name__}")
         self.graph = graph if graph is not None else get_default_graph()
         self.backend_name = backend
         if backend_options.get("cluster") is not None:
