@@ -91,7 +91,9 @@ def while_loop(
     swap_memory: bool = False,
     name: Optional[str] = None,
 ) -> Any:
-    """Repeat ``body`` while ``cond`` holds, starting from ``loop_vars``; returns the final values.
+    """Repeat ``body`` while ``cond`` holds, starting from ``loop_vars``; returns the final values in
+    the structure of ``loop_vars``, always: a one-element list gives a one-element list (TensorFlow 1
+    unpacks it unless ``return_same_structure=True``; JAX and TensorFlow 2 keep it, as here).
 
     ``parallel_iterations`` bounds how many iterations may run at once (the results never depend on
     it). ``shape_invariants`` (same structure as ``loop_vars``) allows a loop variable whose shape
