@@ -600,6 +600,8 @@ class FastBackend:
             store.observe(state, plan.index_bytes if attempt else None)
             self._raise_errors(plan, state, store.moved())
             env.update(out)
+            if attempt:
+                env.update(st.static_out)  # (constants of the fused stage: they do not cross the call)
             stage_s.append(time.perf_counter() - t1)
         if attempt:
             store.saved(store.ledgers)

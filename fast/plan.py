@@ -36,7 +36,7 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
-from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.fast.values import DEAD, TA, Handle, Static, wrap_static
 from turnout.fast.xla_options import compiler_options
 from turnout.graph import Node
 
@@ -67,6 +67,9 @@ class Stage:
     passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
     #: the fused stage's fetched outputs whose live flags follow the error word in its ``flags``
     live_keys: list[Key] = field(default_factory=list)
+    #: the fused stage's outputs that are constants while tracing, set by its trace and merged into
+    #: the run's values by the caller instead of crossing the call (see ``Plan.segment_fn``)
+    static_out: dict[Key, Any] = field(default_factory=dict)
 
 
 def _direct_nodes(items: list[Item]) -> list[Node]:
@@ -341,6 +344,12 @@ class Plan:
             st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
             out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
             if fused:
+                # A constant output leaves as the trace found it, not through the call: JAX unwraps a
+                # ``Static`` into a numpy array after the call, and a result that is no device array
+                # keeps the executable off JAX's C++ dispatch (each call then took its Python path,
+                # about 150 µs on the development machine: 5 times a small RNN step's compiled call).
+                st.static_out = {k: v.value for k, v in out.items() if isinstance(v, Static)}
+                out = {k: v for k, v in out.items() if not isinstance(v, Static)}
                 st.live_keys = [k for k in st.writes if k in fetch]
                 flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
                                   + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in st.live_keys])

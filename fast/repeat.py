@@ -241,6 +241,7 @@ class Repeats:
                 return None  # (the general path's attempt meets it again and handles it)
             b._raise_errors(p, {"err": code}, 0)
         env.update(out)
+        env.update(st.static_out)
         values = b._fetched(fetches, env, lives)
         for name, vk in h.written:
             dev = ended[vk]
