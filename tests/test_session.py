@@ -123,7 +123,9 @@ def test_fetch_errors(backend: str) -> None:
     with pytest.raises(tn.GraphBuildError, match="another graph"):
         sess.run(ot["z"], {t["x"]: [1.0, 2.0]})
     with pytest.raises(tn.GraphBuildError, match="cannot fetch"):
-        sess.run("z:0")
+        sess.run("no_such_node:0")
+    with pytest.raises(tn.GraphBuildError, match="cannot fetch"):
+        sess.run(3.5)
 
 
 def test_fetching_a_node_runs_it(backend: str) -> None:
