@@ -413,7 +413,7 @@ class _Run:
         if seg.fn is None:
             seg.fn = self.b.driver(self.plan, seg) if seg.driven else self.b.segment_fn(self.plan, seg)
         moves = self.plan.traffic.get(seg.index)
-        with self.stacks.device_oom(moves, dev, seg.describe()):
+        with self.stacks.device_oom(moves, dev, seg.describe):
             if seg.driven:
                 return seg.fn.run(env_in, state, self.max_iter, self.stacks, dev)
             rest, stacks = stk.split_state(state)

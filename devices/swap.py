@@ -33,7 +33,7 @@ backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -206,10 +206,12 @@ class SpanningStacks:
             store.end_pushes([k for k in keys if k in store.ledgers])
 
     @contextmanager
-    def device_oom(self, t: Optional[Traffic], device: str, what: str) -> Iterator[None]:
+    def device_oom(self, t: Optional[Traffic], device: str, what: Callable[[], str]) -> Iterator[None]:
         """XLA's own out-of-memory (``RESOURCE_EXHAUSTED`` from a GPU or TPU allocator) in a segment
         call, as ``ResourceExhaustedError`` naming the loops whose stacks the segment touches (or the
-        segment) and the device, and suggesting ``swap_memory=True``."""
+        segment, described by ``what()``: made only then, as a segment's description costs tens of
+        microseconds, more than a small segment's call) and the device, and suggesting
+        ``swap_memory=True``."""
         import jax
 
         try:
@@ -222,7 +224,7 @@ class SpanningStacks:
             loops = sorted({info[k].where for k in keys if k in info})
             raise ResourceExhaustedError(
                 f"fast partitioned executor: device {parse(device).short} ran out of memory running "
-                f"{', '.join(loops) if loops else what}: {str(e).splitlines()[0]}; run loops with swap_memory=True "
+                f"{', '.join(loops) if loops else what()}: {str(e).splitlines()[0]}; run loops with swap_memory=True "
                 "to move full gradient stack chunks to host memory, or lower stack_chunk") from None
 
     def moved(self) -> int:
