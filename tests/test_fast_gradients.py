@@ -239,6 +239,30 @@ def test_only_static_forward_indices_are_padded() -> None:
     assert _pad_config((jnp.zeros((), jnp.int32),), (5,)) is None  # a value known only at run time
 
 
+def _compiled_matches_closed_form(sess: tn.Session, fetches: list[Any], feed: dict[Any, Any], xv: np.ndarray,
+                                  w0: np.ndarray, steps: list[str]) -> list[Any]:
+    """Run ``[loss, dx, dw]`` on the fast backend, check that it was compiled, and compare it with the
+    closed form (float64, forward then backward by hand) of ``loss = sum(h * h)`` after the ``steps``
+    from ``h = x``: ``"tanh"`` is h <- tanh(h W), ``"double"`` h <- 2 h, ``"shift"`` h <- h - 1."""
+    hs, h, w = [], xv.astype(np.float64), w0.astype(np.float64)
+    for step in steps:
+        hs.append(h)
+        h = np.tanh(h @ w) if step == "tanh" else h * 2.0 if step == "double" else h - 1.0
+    dh, dw = 2.0 * h, np.zeros_like(w)
+    for step, before in reversed(list(zip(steps, hs, strict=True))):
+        if step == "tanh":
+            dz = dh * (1.0 - np.tanh(before @ w) ** 2)
+            dw, dh = dw + before.T @ dz, dz @ w.T
+        elif step == "double":
+            dh = dh * 2.0
+    got = sess.run(fetches, feed)
+    assert sess.last_result.stats["executor"] == "compiled"
+    np.testing.assert_allclose(got[0], (h * h).sum(), rtol=1e-5)
+    np.testing.assert_allclose(got[1], dh, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got[2], dw, rtol=1e-4, atol=1e-6)
+    return list(got)
+
+
 @pytest.mark.parametrize("shape", [[3, 4], [None, 4], [None, None], None], ids=["known", "batch", "rank", "unknown"])
 @pytest.mark.parametrize("chunk", [2, 1024])
 def test_cond_in_loop_gradient_of_a_batch_of_unknown_size_compiles(shape: Any, chunk: int) -> None:
@@ -261,24 +285,8 @@ def test_cond_in_loop_gradient_of_a_batch_of_unknown_size_compiles(shape: Any, c
         loss = tn.reduce_sum(h * h)
         dx, dw = tn.gradients(loss, [x, w])
     xv = np.linspace(-1.0, 1.0, 12).reshape(3, 4).astype(np.float32)
-    # closed form, forward then backward by hand (float64)
-    hs, hv, wv = [], xv.astype(np.float64), w0.astype(np.float64)
-    for i in range(4):
-        hs.append(hv)
-        hv = np.tanh(hv @ wv) if i % 2 == 0 else hv * 2.0
-    dh, dwv = 2.0 * hv, np.zeros_like(wv)
-    for i in reversed(range(4)):
-        if i % 2 == 0:
-            dz = dh * (1.0 - np.tanh(hs[i] @ wv) ** 2)
-            dwv, dh = dwv + hs[i].T @ dz, dz @ wv.T
-        else:
-            dh = dh * 2.0
     sess = tn.Session(g, backend="fast", stack_chunk=chunk)
-    got = sess.run([loss, dx, dw], {x: xv})
-    assert sess.last_result.stats["executor"] == "compiled"
-    np.testing.assert_allclose(got[0], (hv * hv).sum(), rtol=1e-5)
-    np.testing.assert_allclose(got[1], dh, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(got[2], dwv, rtol=1e-4, atol=1e-6)
+    got = _compiled_matches_closed_form(sess, [loss, dx, dw], {x: xv}, xv, w0, ["tanh", "double"] * 2)
     ref = tn.Session(g).run([loss, dx, dw], {x: xv})
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -302,23 +310,8 @@ def test_case_in_loop_gradient_of_a_batch_of_unknown_size_compiles() -> None:
         loss = tn.reduce_sum(h * h)
         dx, dw = tn.gradients(loss, [x, w])
     xv = np.linspace(-1.0, 1.0, 12).reshape(3, 4).astype(np.float32)
-    hs, hv, wv = [], xv.astype(np.float64), w0.astype(np.float64)
-    for i in range(5):
-        hs.append(hv)
-        hv = [lambda a: np.tanh(a @ wv), lambda a: a * 2.0, lambda a: a - 1.0][i % 3](hv)
-    dh, dwv = 2.0 * hv, np.zeros_like(wv)
-    for i in reversed(range(5)):
-        if i % 3 == 0:
-            dz = dh * (1.0 - np.tanh(hs[i] @ wv) ** 2)
-            dwv, dh = dwv + hs[i].T @ dz, dz @ wv.T
-        elif i % 3 == 1:
-            dh = dh * 2.0
-    sess = tn.Session(g, backend="fast")
-    got = sess.run([loss, dx, dw], {x: xv})
-    assert sess.last_result.stats["executor"] == "compiled"
-    np.testing.assert_allclose(got[0], (hv * hv).sum(), rtol=1e-5)
-    np.testing.assert_allclose(got[1], dh, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(got[2], dwv, rtol=1e-4, atol=1e-6)
+    _compiled_matches_closed_form(tn.Session(g, backend="fast"), [loss, dx, dw], {x: xv}, xv, w0,
+                                  ["tanh", "double", "shift", "tanh", "double"])
 
 
 #: why a generated program over batches may still run on the interpreter: a cond whose branches give a
