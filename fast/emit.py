@@ -187,6 +187,23 @@ def _small_decision(t: Tensor) -> bool:
     return (d.is_bool or d.is_integer) and n is not None and n <= SMALL_DECISION
 
 
+def _is_filler(t: Tensor) -> bool:
+    """Whether ``t`` is a gradient's stand-in for a value on the branch that did not compute it (a
+    ``Const`` marked ``gradient_filler`` by ``tn.gradients``): never read, so any value of the
+    other branch's type may take its place."""
+    return bool(t.node.attrs.get("gradient_filler"))
+
+
+def _exports_for_gradient(m: Node) -> bool:
+    """Whether Merge ``m`` hands a branch's value to a gradient: one of its inputs is a stand-in."""
+    return any(_is_filler(t) for t in m.inputs)
+
+
+def _same_constant(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two constants met while tracing are one value (dtype and elements)."""
+    return a.dtype == b.dtype and np.array_equal(a, b)
+
+
 def _pushed_once(graph: Graph) -> frozenset[int]:
     """The stacks of ``graph`` that one StackPush node pushes (a gradient's stacks), counted over the
     whole graph, not one program or partition of it, and once per graph version."""
@@ -302,7 +319,7 @@ class Emitter:
             self.pushed[k] = _MIXED
         elif prev is None:
             self.pushed[k] = np.array(value)  # (a copy: the pushed value is never changed after)
-        elif prev is not _MIXED and not (prev.dtype == value.dtype and np.array_equal(prev, value)):
+        elif prev is not _MIXED and not _same_constant(prev, value):
             self.pushed[k] = _MIXED  # (one push node traced twice to different constants: a case chain's)
 
     def pushed_constant(self, h: Handle) -> Any:
@@ -405,8 +422,8 @@ class Emitter:
                 for m, slots in r.merges:
                     if b in slots:
                         src = m.inputs[slots[b]]
-                        v = DEAD if fill and src.node.attrs.get("gradient_filler") else self.read(benv, src, m)
-                        if fill and is_static(v) and any(t.node.attrs.get("gradient_filler") for t in m.inputs):
+                        v = DEAD if fill and _is_filler(src) else self.read(benv, src, m)
+                        if fill and is_static(v) and _exports_for_gradient(m):
                             known[m.id] = v
                         merges.append((v, np.asarray(slots[b], np.int32)))
                     else:
@@ -483,7 +500,7 @@ class Emitter:
         # per gradient export Merge of the chain (a value and a filler, see ``run_cond``): the
         # constants its levels gave, or None once one gave a traced value
         consts: dict[int, Optional[list[Any]]] = {
-            m.id: [] for m, _ in r.merges if any(t.node.attrs.get("gradient_filler") for t in m.inputs)}
+            m.id: [] for m, _ in r.merges if _exports_for_gradient(m)}
 
         def level(k: int) -> Callable[[Any], Any]:
             forced = {id(c): j == k for j, c in enumerate(chain[:k + 1])}
@@ -534,7 +551,7 @@ class Emitter:
                 f"produce values of different types or shapes: {e}")
         for j, (m, _) in enumerate(r.merges):  # an export every level gave as one constant is that constant
             seen = consts.get(m.id)
-            if seen and all(v.dtype == seen[0].dtype and np.array_equal(v, seen[0]) for v in seen):
+            if seen and all(_same_constant(v, seen[0]) for v in seen):
                 merges[j] = (seen[0], merges[j][1])
         return merges, vals, lives
 
