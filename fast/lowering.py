@@ -26,6 +26,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from turnout import dtypes as dt
+from turnout import shapes as sh
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
@@ -578,6 +579,15 @@ def _ta_new(ctx, n, xs):
 def _ta_write(ctx, n, xs):
     ta, i, v = xs
     v = jnp.asarray(v, ta.dtype)
+    # the element shape the graph declares (or earlier writes fixed), checked as the reference kernel
+    # checks it; a mismatch fails when the write runs (it may sit in a branch never taken)
+    declared = n.inputs[0].spec.elem_shape if ta.pending else ta.elem_shape
+    if not sh.compatible(declared, tuple(v.shape)):
+        ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayWrite: writing a value of shape "
+                  f"{sh.fmt(tuple(v.shape))} into a TensorArray of elements {sh.fmt(declared)} (every element has "
+                  "the same shape)")
+        if not ta.pending:
+            return [ta]
     if ta.pending:
         ta = ta.materialize(tuple(v.shape))
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")

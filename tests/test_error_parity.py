@@ -146,6 +146,30 @@ def tensor_array_read_before_any_write() -> tuple[tn.Graph, Any, dict[Any, Any]]
     return g, y, {k: np.int32(1)}
 
 
+def tensor_array_write_against_its_element_shape() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """The TensorArray declares elements of shape [2]; the fed value (of unknown length while
+    building) has 3. Found by probing: every backend stored it, and a stack returned a [1, 3]."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        y = tn.TensorArray(tn.float32, size=1, element_shape=[2]).write(0, x).stack()
+    return g, y, {x: np.ones(3, np.float32)}
+
+
+def tensor_array_writes_of_two_shapes_in_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """No declared element shape: the first write fixes it, and the loop's second iteration writes a
+    longer value (its length is the iteration number plus one)."""
+    g = tn.Graph()
+    with g.as_default():
+        def body(i: Any, ta: tn.TensorArray) -> Any:
+            return i + 1, ta.write(i, tn.fill(tn.expand_dims(i + 1, 0), 1.0))
+
+        ta = tn.TensorArray(tn.float32, size=2)
+        _, ta = tn.while_loop(lambda i, ta: i < 2, body, [tn.constant(0), ta])
+        y = ta.read(0)
+    return g, y, {}
+
+
 def gather_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
@@ -223,6 +247,10 @@ CATALOGUE: dict[str, Mistake] = {
     "integer division by zero in a loop": Mistake(integer_division_by_zero_in_a_loop, tn.KernelError),
     "TensorArray read out of range": Mistake(tensor_array_read_out_of_range, tn.KernelError),
     "TensorArray read before any write": Mistake(tensor_array_read_before_any_write, tn.KernelError),
+    "TensorArray write against its element shape": Mistake(tensor_array_write_against_its_element_shape,
+                                                           tn.KernelError),
+    "TensorArray writes of two shapes in a loop": Mistake(tensor_array_writes_of_two_shapes_in_a_loop,
+                                                          tn.KernelError),
     "gather index out of range": Mistake(gather_out_of_range, tn.KernelError),
     "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
     "index into an empty dimension": Mistake(index_into_an_empty_dimension, tn.KernelError),

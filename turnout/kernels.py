@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout import shapes as sh
 from turnout.errors import KernelError, ResourceExhaustedError
 from turnout.limits import check_allocation
 from turnout.tables import registrar
@@ -398,9 +399,16 @@ def _ta_write(xs, attrs):
     i = _check_ta_index("TensorArrayWrite", ta, i)
     if ta.items[i] is not None:
         raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
+    v = np.asarray(v)
+    es = ta.element_shape
+    if es is not None and not sh.compatible(tuple(es), v.shape):
+        raise KernelError(f"TensorArrayWrite: writing a value of shape {sh.fmt(v.shape)} into a TensorArray of "
+                          f"elements {sh.fmt(tuple(es))} (every element has the same shape)")
     items = list(ta.items)
-    items[i] = np.asarray(v)
-    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items))]
+    items[i] = v
+    # the first write fixes the element shape (as TensorFlow's TensorArrays infer it): a later write of
+    # another shape is refused here, at the write, not at a stack that may never come
+    return [TensorArrayValue(ta.dtype, v.shape, tuple(items))]
 
 
 @_k("TensorArrayRead")
