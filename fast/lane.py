@@ -41,7 +41,9 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError
-from turnout.fast.values import start_reads
+from turnout.fast.guards import DISCARDED, device_oom
+from turnout.fast.stacks import StackValue
+from turnout.fast.values import DEAD, start_reads, to_host
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
 from turnout.session import _scalar_fits
@@ -49,6 +51,7 @@ from turnout.session import _scalar_fits
 if TYPE_CHECKING:
     from turnout.fast.backend import FastBackend
     from turnout.fast.plan import Direct
+    from turnout.fast.repeat import HotFused
 
 #: what a lane returns: the fetched values, the stats of the run without its time, and its seconds
 LaneResult = tuple[list[Any], dict[str, Any], float]
@@ -64,18 +67,9 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
     not covering the plan's. ``bound`` is the compiled loops' iteration bound of the default options; ``ops`` marks the
     fetches that stand for ops (the session fetches them as ``None``): their values are not read back,
     and the lane's ``RunResult.values`` holds ``None`` there."""
-    graph = backend.graph
-    if graph.version != backend._checked_version or len(given) != len(feeds) or backend._deep_nesting:
-        return None  # (a program nested deeply enough to trace on a large stack keeps the hot route)
-    sig: list[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]]] = []
-    for t in feeds:
-        v = given.get(t)
-        if type(v) in (int, float, bool):  # converted per run, as ``Session._check_feed`` does
-            sig.append((t, type(v), (t.dtype, np.dtype(t.dtype.numpy).type), None))
-            continue
-        if not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
-            return None
-        sig.append((t, type(v), v.dtype, v.shape))
+    sig = _signature(backend, feeds, given)
+    if sig is None:
+        return None
     order = [(t.node.id, t.index) for t in feeds]
     if sorted(order) != sorted(d.feed_keys):
         return None
@@ -98,11 +92,35 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
             return None
         if d.bounded:  # on the device once: a numpy scalar argument is a transfer per call (about 4 µs)
             bound = jax.device_put(bound)
-    return _lane(backend, d, fetches, tuple(sig), perm, bound, call, tuple(ops) if ops is not None else None)
+    return _lane(backend, d, fetches, sig, perm, bound, call, tuple(ops) if ops is not None else None)
+
+
+#: per feed: its tensor, the Python type of its value, its dtype (for a Python number: the tensor's
+#: dtype and the numpy type it converts to) and its shape (``None`` for a Python number)
+Signature = tuple[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]], ...]
+
+
+def _signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Signature]:
+    """The feed signature a lane checks its feeds against (``_check_source``), or ``None`` when a feed
+    needs the session's full checks on each run: a value that is neither a Python number nor a numpy
+    array or scalar of exactly its tensor's dtype. Also ``None`` while the graph awaits validation, or
+    for a program nested deeply enough to be traced on a large stack (it keeps the hot route)."""
+    if backend.graph.version != backend._checked_version or len(given) != len(feeds) or backend._deep_nesting:
+        return None
+    sig: list[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]]] = []
+    for t in feeds:
+        v = given.get(t)
+        if type(v) in (int, float, bool):  # converted per run, as ``Session._check_feed`` does
+            sig.append((t, type(v), (t.dtype, np.dtype(t.dtype.numpy).type), None))
+            continue
+        if not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
+            return None
+        sig.append((t, type(v), v.dtype, v.shape))
+    return tuple(sig)
 
 
 def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
-          sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bound: Any,
+          sig: Signature, perm: tuple[int, ...], bound: Any,
           call: Any, ops: Optional[tuple[bool, ...]]) -> Lane:
     """The lane itself: a closure over everything the run it repeats fixed (see the module docstring),
     its code written for this run's feeds (``_lane_source``) and compiled by Python once."""
@@ -128,30 +146,16 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     return lane  # type: ignore[no-any-return]
 
 
-#: numpy scalar types whose dtype is fixed by the type: for them the type is the whole feed check
-_FIXED_SCALARS = (np.number, np.bool_)
-
-
-def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tuple[int, ...], bounded: bool,
-                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], n_fetches: int, plain_reads: bool) -> str:
-    """The text of a lane for feeds of signature ``sig`` (per feed: tensor ``t{i}``, Python type
-    ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of ``None`` marks a Python number).
-
-    Why text: each line between two compiled calls runs cold (see the module docstring), and a loop
-    over the feeds that unpacks their expected signature cost 1 to 1.5 µs a feed there; the same
-    checks written out, one feed after the other, cost a third of that. The checks are the general
-    lane's, unrolled: the feed's tensor by identity, its type, then its dtype and shape for an array
-    (a numpy scalar of a number type needs no more than its type: its dtype and shape are made anew
-    on each access), or the range of a Python number, converted as the session converts it."""
+def _check_source(sig: Signature, n_vars: int) -> list[str]:
+    """The lines every lane starts with, each returning ``None`` (the general path) on a mismatch: the
+    graph unchanged since the lane was made; the feeds (``feed_dict``) those of signature ``sig``
+    (per feed: tensor ``t{i}``, Python type ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of
+    ``None`` marks a Python number, which is range-checked and converted into ``v{i}``); and each of
+    the ``n_vars`` Variables (``w{i}``) still the session's entry its device copy was made from
+    (``r{i}``: that record)."""
     n = len(sig)
-    head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats, dev_vars,",
-            "         " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n))
-            + "".join(f"w{i}, " for i in range(len(var_plan))) + "):",
-            "    def lane(feed_dict, variables):",
-            "        nonlocal call, pending",
-            "        if graph._version != version or graph._edits != edits:",
+    body = ["        if graph._version != version or graph._edits != edits:",
             "            return None"]
-    body: list[str] = []
     if n == 0:
         body += ["        if feed_dict is not None and (type(feed_dict) is not dict or feed_dict):",
                  "            return None"]
@@ -167,13 +171,38 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
                 if kind is not bool:
                     body += [f"        if not fits(d{i}[0], v{i}):", "            return None"]
                 body += [f"        v{i} = d{i}[1](v{i})"]
-    feed_vals = "(" + "".join(f"v{i}, " for i in perm) + ")"
-    if var_plan:  # each Variable still the entry its device copy was made from (a store the backend gave)
+    if n_vars:  # each Variable still the entry its device copy was made from (a store the backend gave)
         body += ["        if type(variables) is not DeviceVariables:", "            return None",
                  "        slots = variables._slots"]
-        for i in range(len(var_plan)):
+        for i in range(n_vars):
             body += [f"        r{i} = dev_vars.get(w{i})",
                      f"        if r{i} is None or r{i}[0] is not slots.get(w{i}):", "            return None"]
+    return body
+
+
+#: numpy scalar types whose dtype is fixed by the type: for them the type is the whole feed check
+_FIXED_SCALARS = (np.number, np.bool_)
+
+
+def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
+                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], n_fetches: int, plain_reads: bool) -> str:
+    """The text of a ``Direct`` run's lane for feeds of signature ``sig`` (its checks:
+    ``_check_source``).
+
+    Why text: each line between two compiled calls runs cold (see the module docstring), and a loop
+    over the feeds that unpacks their expected signature cost 1 to 1.5 µs a feed there; the same
+    checks written out, one feed after the other, cost a third of that. The checks are the general
+    lane's, unrolled: the feed's tensor by identity, its type, then its dtype and shape for an array
+    (a numpy scalar of a number type needs no more than its type: its dtype and shape are made anew
+    on each access), or the range of a Python number, converted as the session converts it."""
+    n = len(sig)
+    head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats, dev_vars,",
+            "         " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n))
+            + "".join(f"w{i}, " for i in range(len(var_plan))) + "):",
+            "    def lane(feed_dict, variables):",
+            "        nonlocal call, pending"]
+    body = _check_source(sig, len(var_plan))
+    feed_vals = "(" + "".join(f"v{i}, " for i in perm) + ")"
     var_vals = "(" + "".join(f"r{i}[1], " for i in range(len(var_plan))) + ")"
     args = f"{feed_vals}, {var_vals}, bound" if bounded else f"{feed_vals}, {var_vals}"
     body += ["        t_start = clock()",
@@ -201,6 +230,141 @@ def _lane_source(sig: tuple[tuple[Tensor, type[Any], Any, Any], ...], perm: tupl
             body += [f"        dev_vars[w{i}] = (r{i}[0], var_out[{i}])"]
     body += ["        return values, stats, clock() - t_start", "    return lane"]
     return "\n".join(head + body) + "\n"
+
+
+def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                    given: dict[Any, Any], ops: Optional[list[bool]] = None) -> Optional[Lane]:
+    """The lane of a plan's fused attempt that ``Repeats.run_fused`` just repeated (``h``: its route),
+    or ``None`` where a repeat could not skip that route's work: the same feed signatures as
+    ``make_lane`` (``_signature``), and the route calling an ahead-of-time executable (not the jitted
+    function, which 64-bit feeds keep). Why a lane for it: a training step through a loop is such a
+    plan, and the hot route's Python around its compiled call cost as much as the call for a small
+    step (about 80 µs against 95 for ``run_overhead``'s ``rnn_training_step``).
+
+    The lane does what ``run_fused`` does, written out for this run (``_fused_lane_source``): it takes
+    the rung's stack buffers as the last run left them (donated to the call) and puts back the ones
+    the call returns; reads the error word and live flags at once; writes back the Variables the
+    plan assigns. A stack that outgrew the rung hands the run back (``None``: the general path runs it
+    again and climbs the ladder), as the route does."""
+    if h.call is None or h.call is False or h.wide:
+        return None
+    sig = _signature(backend, feeds, given)
+    st = h.plan.fused
+    if sig is None or st is None or st.fns.get("seg") is None:
+        return None
+    keys = [(t.node.id, t.index) for t, _, _, _ in sig]
+    reads = [k for k in st.reads if k in keys]
+    env: dict[str, Any] = {
+        "graph": backend.graph, "version": backend.graph._version, "edits": backend.graph._edits,
+        "call": h.call, "pending": isinstance(h.call, jax.stages.Compiled), "bound": h.bound,
+        "backend": backend, "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
+        "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
+        "fetches": fetches, "dev_vars": backend._dev_vars, "live_keys": st.live_keys,
+    }
+    for i, (t, kind, dtype, shape) in enumerate(sig):
+        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
+    for i, k in enumerate(reads):
+        env[f"e{i}"] = k
+    for i, (name, vk) in enumerate(h.var_keys):
+        env.update({f"w{i}": name, f"x{i}": vk})
+    for i, (name, vk) in enumerate(h.written):
+        env.update({f"u{i}": name, f"y{i}": vk})
+    for i, k in enumerate(h.plan.kept):
+        env[f"p{i}"] = k
+    sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
+    for i, t in enumerate(fetches):
+        k = (t.node.id, t.index)
+        env[f"f{i}"] = k
+        if ops is not None and ops[i]:
+            sources.append(("None", None))
+        elif k in st.static_out:
+            if st.static_out[k] is DEAD:
+                return None  # (the general path raises its DeadFetchError)
+            env[f"g{i}"] = st.static_out[k]
+            sources.append((f"to_host(g{i})", None))
+        else:
+            sources.append((f"to_host(out[f{i}])", st.live_keys.index(k) if k in st.live_keys else None))
+    source = _fused_lane_source(sig, [keys.index(k) for k in reads], len(h.var_keys), len(h.written),
+                                len(h.plan.kept), sources, backend.overlap_reads)
+    scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
+                             "fits": _scalar_fits, "DeviceVariables": DeviceVariables, "keep": keep,
+                             "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
+                             "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
+                             "out_of_memory": out_of_memory}
+    exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
+    lane: Any = scope["make"](**env)
+    lane.version = env["version"]
+    return lane  # type: ignore[no-any-return]
+
+
+def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,
+                       sources: list[tuple[str, Optional[int]]], overlap: bool) -> str:
+    """The text of a fused attempt's lane (``make_fused_lane``): the checks (``_check_source``), then
+    ``Repeats.run_fused`` written out. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
+    ``x{i}`` a Variable's, ``u{i}``/``y{i}`` a written Variable's name and key, ``p{i}`` a kept stack's
+    key, ``f{i}`` a fetch's key; ``sources`` gives per fetch the expression of its value and the
+    index of its live flag."""
+    names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
+             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys"]
+    names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"e{i}" for i in range(len(reads))]
+    names += [f"w{i}, x{i}" for i in range(n_vars)] + [f"u{i}, y{i}" for i in range(n_written)]
+    names += [f"p{i}" for i in range(n_kept)] + [f"f{i}" for i in range(len(sources))]
+    names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
+    head = ["def make(" + ", ".join(names) + "):",
+            "    def lane(feed_dict, variables):",
+            "        nonlocal call, pending"]
+    body = _check_source(sig, n_vars)
+    # the last run swapped or climbed, or the stage was traced again (``Plan.record_every_stack``: the
+    # executable is not the stage's any more)
+    body += ["        if top.predict_overflow or top.rung is not plan or stage.fns.get('seg') is not seg:",
+             "            return None",
+             "        stacks = stack_bufs.pop(pid, None)",
+             "        if stacks is None:",  # released, or taken by a run that failed
+             "            return None",
+             "        if StackValue in map(type, stacks.values()):",  # kept by a staged run
+             "            stack_bufs[pid] = stacks",
+             "            return None",
+             "        t_start = clock()",
+             "        try:",
+             "            out, flags, ended = call({" + "".join(f"e{i}: v{j}, " for i, j in enumerate(reads)) + "}, {"
+             + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, bound)",
+             "        except JaxRuntimeError as e:",
+             "            out_of_memory(plan, stage, e)",
+             "            raise",
+             "        if pending:  # JAX made the executable's C++ entry point on this first call",
+             "            call, pending = cpp_entry(call), False",
+             "        stack_bufs[pid] = {" + "".join(f"p{i}: ended[p{i}], " for i in range(n_kept)) + "}"]
+    if overlap:
+        body += ["        start_reads(out.values())"]
+    body += ["        code, *lives = asarray(flags).tolist()",
+             "        if code:",
+             "            fused_failure(backend, plan, code)",
+             "            return None"]  # a stack outgrew the rung: the general path climbs
+    live = [j for _, j in sources if j is not None]
+    if live:
+        body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
+                 "            backend._fetched(fetches, {**out, **stage.static_out}, dict(zip(live_keys, lives)))"]
+    body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
+    for i in range(n_written):
+        body += [f"        z{i} = ended[y{i}]", f"        dev_vars[u{i}] = (keep(variables, u{i}, z{i}), z{i})"]
+    body += ["        backend._records = records",
+             "        return values, stats, clock() - t_start", "    return lane"]
+    return "\n".join(head + body) + "\n"
+
+
+def fused_failure(backend: FastBackend, plan: Any, code: int) -> None:
+    """After a fused lane's call set error word ``code``: its error raised, unless a stack outgrew
+    the rung (a code ``DISCARDED`` names), which returns so that the lane hands the run back."""
+    if plan.codes.lookup(code)[0] not in DISCARDED:
+        backend._raise_errors(plan, {"err": code}, 0)
+
+
+def out_of_memory(plan: Any, stage: Any, e: Exception) -> None:
+    """``e``, a fused lane's call failing, raised as ``device_oom`` raises it (a ``ResourceExhaustedError``
+    naming the loops) when it is XLA's out-of-memory; other errors return and are raised as they are."""
+    with device_oom(plan, stage):
+        if "RESOURCE_EXHAUSTED" in str(e):
+            raise e
 
 
 def holds_wide(tensors: list[Tensor]) -> bool:

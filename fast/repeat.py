@@ -36,7 +36,7 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.emit import var_key
 from turnout.fast.guards import DEFAULT_BOUND, DISCARDED, device_oom, iteration_bound
-from turnout.fast.lane import Lane, ahead_of_time, cpp_entry, make_lane
+from turnout.fast.lane import Lane, ahead_of_time, cpp_entry, make_fused_lane, make_lane
 from turnout.fast.plan import Direct, Plan, Stage
 from turnout.fast.regions import Key
 from turnout.fast.values import start_reads
@@ -96,8 +96,9 @@ class Repeats:
     def __init__(self, backend: FastBackend) -> None:
         self.backend = backend
         self.routes: dict[Any, Route] = {}
-        # the last Direct run's (Direct, fetches, feeds), until the session asks for its lane
-        self.lane_ready: Optional[tuple[Direct, list[Tensor], dict[Tensor, Any]]] = None
+        # the last Direct run's or hot fused run's (route, fetches, feeds), until the session asks for
+        # its lane
+        self.lane_ready: Optional[tuple[Direct | HotFused, list[Tensor], dict[Tensor, Any]]] = None
         # (id of the Direct, which its lane holds; fetches; feed signature) -> the lane: a lane is
         # made once (its executable fetched from JAX's caches), however often the session's few
         # lanes per fetch give it up
@@ -132,7 +133,8 @@ class Repeats:
 
     def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
                  ops: Optional[list[bool]] = None) -> Optional[Lane]:
-        """``FastBackend.lane_for``: the lane of the ``Direct`` run just made, made once per signature."""
+        """``FastBackend.lane_for``: the lane of the ``Direct`` run or the hot fused run just made
+        (``make_lane``, ``make_fused_lane``), made once per signature."""
         ready, self.lane_ready = self.lane_ready, None
         if ready is None:
             return None
@@ -152,7 +154,8 @@ class Repeats:
         if lane is None or lane.version != version:  # type: ignore[attr-defined]
             if self.no_lane.get(made) == version:
                 return None  # refused before: a hot run must not pay for asking again
-            lane = make_lane(self.backend, d, fetches, feeds, given, iteration_bound(RunOptions()), ops)
+            lane = (make_fused_lane(self.backend, d, fetches, feeds, given, ops) if isinstance(d, HotFused)
+                    else make_lane(self.backend, d, fetches, feeds, given, iteration_bound(RunOptions()), ops))
             if lane is None:
                 self.no_lane[made] = version
             else:
@@ -247,6 +250,8 @@ class Repeats:
             dev = ended[vk]
             dev_vars[name] = (keep(variables, name, dev), dev)
         b._records = h.records
+        if h.call is not False:  # the session may ask for a lane for this signature
+            self.lane_ready = (h, fetches, feeds)
         stats = dict(h.stats)
         stats["compiles"] = b.compile_count
         stats["stage_seconds"] = [time.perf_counter() - t0]

@@ -7,6 +7,8 @@ values, the same errors, the same Variables. ``stats["route"]`` says which route
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -333,3 +335,121 @@ def test_a_lane_of_mixed_feeds_checks_each_one_as_the_session_does() -> None:
     np.testing.assert_allclose(sess.run(y, {x: a, k: np.int32(3), m: 5, s: 0.5}), want(a, 3, 5, 0.5))
     np.testing.assert_allclose(sess.run(y, {x: a, k: np.int32(3), m: 5, s: 0.5}), want(a, 3, 5, 0.5))
     assert _route(sess) == "lane"
+
+
+# ---- the lane of a plan's fused attempt (a gradient through a loop: ``make_fused_lane``) --------------
+def _rnn_step(trips: int | None = 3) -> tuple[tn.Graph, dict[str, Any]]:
+    """A training step through a loop: ``[loss, train_op]`` of a tanh recurrence over ``n`` steps
+    (fed), its weights a Variable trained by SGD; the gradient's stacks make it a fused plan."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.Variable(np.array([0.5, -0.4, 0.3, 0.2], np.float32), name="w")
+        _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(h * w.read() + x)),
+                             [tn.constant(0), tn.zeros([4], tn.float32)])
+        loss = tn.reduce_sum(h * h)
+        step = tn.train.SGD(0.1).minimize(loss)
+    return g, {"x": x, "n": n, "w": w, "h": h, "loss": loss, "step": step}
+
+
+def _both(g: tn.Graph) -> tuple[tn.Session, tn.Session]:
+    return tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+
+
+def test_a_repeated_training_step_through_a_loop_takes_the_fused_lane_and_trains_as_the_reference() -> None:
+    """Runs three and later of the same signature take the fused attempt's lane (the second is the
+    hot route, which offers it); every run's loss and the trained Variable match the reference, and
+    nothing is compiled after the first run."""
+    g, t = _rnn_step()
+    fast, ref = _both(g)
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    routes = []
+    for k in range(6):
+        feed = {t["x"]: xv + k, t["n"]: 3}
+        got, want = fast.run([t["loss"], t["step"]], feed), ref.run([t["loss"], t["step"]], feed)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        assert got[1] is None
+        routes.append(_route(fast))
+        if k == 0:
+            compiles = fast.backend.compile_count
+    assert routes == ["general", "hot", "lane", "lane", "lane", "lane"]
+    assert fast.backend.compile_count == compiles
+    np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+    assert fast.last_result.stats["fused"]
+
+
+def test_a_fused_lane_hands_a_run_that_outgrows_its_stacks_back_to_the_general_path() -> None:
+    """The lane runs on the stack capacity that held the last run (128 entries): a run of 300
+    iterations outgrows it, the lane hands it back, and the general path climbs to the next rung
+    and gives the reference's values; Variables are trained once per run, never twice."""
+    g, t = _rnn_step()
+    fast, ref = _both(g)
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for trips in (3, 3, 3, 300, 300, 300, 4):
+        feed = {t["x"]: xv, t["n"]: trips}
+        got, want = fast.run([t["loss"], t["step"]], feed), ref.run([t["loss"], t["step"]], feed)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4)
+        np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-4)
+        if trips == 300 and _route(fast) == "general":
+            assert fast.last_result.stats["stack_capacity"] > 128
+
+
+def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch() -> None:
+    """Each thing the fused lane depends on, changed between runs: stack buffers released
+    (``release_buffers``), a Variable set from outside, a fetch on a branch that does not run. The
+    run after each is the reference's, and a dead fetch is refused as on the general path."""
+    g, t = _rnn_step()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        inside: list[tn.Tensor] = []
+
+        def doubled() -> tn.Tensor:
+            inside.append(t["h"] * 2.0)
+            return inside[0] + 0.0
+
+        tn.cond(p, doubled, lambda: t["h"] - 1.0)
+        picked = inside[0]  # a tensor of the true branch: dead when p is false
+    fast, ref = _both(g)
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+
+    def both(fetches: list[Any], extra: dict[Any, Any]) -> None:
+        feed = {t["x"]: xv, t["n"]: 3, **extra}
+        for a, b in zip(fast.run(fetches, feed), ref.run(fetches, feed), strict=True):
+            if b is not None:
+                np.testing.assert_allclose(a, b, rtol=1e-5)
+        np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+
+    for _ in range(3):
+        both([t["loss"], t["step"]], {})
+    assert _route(fast) == "lane"
+    fast.backend.release_buffers()
+    both([t["loss"], t["step"]], {})
+    assert _route(fast) == "general"
+    for sess in (fast, ref):
+        sess.variables["w"] = np.array([1.0, 0.5, -0.5, 0.25], np.float32)
+    both([t["loss"], t["step"]], {})
+    assert _route(fast) != "lane"
+    for _ in range(3):
+        both([t["loss"], picked, t["step"]], {p: True})
+    assert _route(fast) == "lane"
+    with pytest.raises(tn.DeadFetchError):
+        fast.run([t["loss"], picked, t["step"]], {t["x"]: xv, t["n"]: 3, p: False})
+    with pytest.raises(tn.DeadFetchError):
+        ref.run([t["loss"], picked, t["step"]], {t["x"]: xv, t["n"]: 3, p: False})
+    np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+
+
+def test_a_fused_lane_raises_a_runaway_loop_as_the_general_path_does() -> None:
+    """The lane calls with the default iteration bound: a loop that runs past it raises
+    ``NonTerminationError`` there, and no Variable is trained by that run."""
+    g, t = _rnn_step()
+    fast = tn.Session(g, backend="fast")
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for _ in range(3):
+        fast.run([t["loss"], t["step"]], {t["x"]: xv, t["n"]: 3})
+    assert _route(fast) == "lane"
+    before = np.array(fast.variables["w"])
+    with pytest.raises(NonTerminationError):
+        fast.run([t["loss"], t["step"]], {t["x"]: xv, t["n"]: 2**31 - 1})
+    np.testing.assert_array_equal(fast.variables["w"], before)

@@ -156,7 +156,9 @@ def test_repeated_fused_runs_take_the_executable_outside_64_bit_mode(dtype: tn.D
         feed = {x: xv, n: trips}
         for a, b in zip(fast.run([loss, dx, dw], feed), ref.run([loss, dx, dw], feed), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-    assert fast.last_result.stats["route"] == "hot"
+    # a repeat with 64-bit feeds calls the jitted function, which has no lane
+    repeat = "hot" if dtype is tn.float64 else "lane"
+    assert fast.last_result.stats["route"] == repeat
     (hot,) = [h for h, _, _ in fast.backend.repeats.routes.values()]
     assert (hot.call is False) == (dtype is tn.float64)
     compiles = fast.backend.compile_count
@@ -164,7 +166,7 @@ def test_repeated_fused_runs_take_the_executable_outside_64_bit_mode(dtype: tn.D
         fast.run([loss, dx, dw], {x: xv, n: 9}, max_iterations=5)
     got, want = fast.run([loss, dx, dw], {x: xv, n: 2}), ref.run([loss, dx, dw], {x: xv, n: 2})
     np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-7)
-    assert fast.last_result.stats["route"] == "hot"
+    assert fast.last_result.stats["route"] == repeat
     assert fast.backend.compile_count == compiles
 
 
@@ -189,7 +191,7 @@ def test_a_repeated_training_step_reaches_jax_c_plus_plus_dispatch() -> None:
     feed = {x: np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(2, 4, 8)}
     for _ in range(3):
         sess.run([loss, step, const], feed)
-    assert sess.last_result.stats["route"] == "hot"
+    assert sess.last_result.stats["route"] == "lane"
     calls = [0]
     python_path = stages.Compiled.call
 

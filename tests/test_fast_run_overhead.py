@@ -8,6 +8,8 @@ fetch that could be dead reads back only its fetches. Each skip must keep the er
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -249,9 +251,22 @@ def test_a_hot_run_that_outgrows_its_rung_climbs_on_the_general_path() -> None:
     assert calls["n"] == 4
 
 
-def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable() -> None:
-    """A failed check in a hot fused run raises what the general path raises, and a Variable update of
-    that run is not applied; the next good run is."""
+@pytest.mark.parametrize("route", ["hot", "lane"])
+def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable(route: str, monkeypatch: Any) -> None:
+    """A failed check in a hot fused run, or in its lane, raises what the general path raises, and a
+    Variable update of that run is not applied; the next good run is. (Runs given options, even the
+    defaults, never take a lane.)"""
+    import turnout.fast.lane as lane_module
+
+    failures = {"n": 0}
+    fused_failure = lane_module.fused_failure
+
+    def counted_failure(*a: Any) -> None:
+        failures["n"] += 1
+        fused_failure(*a)
+
+    monkeypatch.setattr(lane_module, "fused_failure", counted_failure)
+    opts: dict[str, Any] = {} if route == "lane" else {"options": {}}
     g = tn.Graph()
     with g.as_default():
         d = tn.placeholder(tn.int32, [], name="d")
@@ -265,16 +280,22 @@ def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable() -> Non
     ref = tn.Session(g, backend="reference")
     calls = _counting_hot_fused(sess)
     for s_ in (sess, ref):
-        s_.run([y, step], {d: 2, n: 3})
-        s_.run([y, step], {d: 5, n: 3})
+        s_.run([y, step], {d: 2, n: 3}, **opts)
+        s_.run([y, step], {d: 5, n: 3}, **opts)
+        s_.run([y, step], {d: 4, n: 3}, **opts)
+    assert sess.last_result.stats["route"] == route
     with pytest.raises(tn.KernelError, match="division by zero"):
-        sess.run([y, step], {d: 0, n: 3})
+        sess.run([y, step], {d: 0, n: 3}, **opts)
     with pytest.raises(tn.KernelError, match="division by zero"):
         ref.run([y, step], {d: 0, n: 3})
     np.testing.assert_allclose(sess.variables["w"], ref.variables["w"])
-    np.testing.assert_allclose(sess.run([y, step], {d: 1, n: 4}), ref.run([y, step], {d: 1, n: 4}))
+    np.testing.assert_allclose(sess.run([y, step], {d: 1, n: 4}, **opts), ref.run([y, step], {d: 1, n: 4}))
     np.testing.assert_allclose(sess.variables["w"], ref.variables["w"])
-    assert calls["n"] >= 2
+    assert sess.last_result.stats["route"] == route
+    if route == "hot":
+        assert calls["n"] >= 3 and failures["n"] == 0
+    else:  # the failing run was the lane's: its error word raised there
+        assert failures["n"] == 1
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])
