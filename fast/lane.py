@@ -1,4 +1,5 @@
-"""The repeated-run lane: a ``Session.run`` that repeats a ``Direct`` run costs the compiled call.
+"""The repeated-run lane: a ``Session.run`` that repeats a ``Direct`` run, or a plan's fused attempt
+(a training step through a loop), costs the compiled call.
 
 Why a lane of its own: a small program run many times (an actor's step, a serving call) is made of
 its fixed cost. Measured on the development machine, the jitted call of ``x * 2 + 1`` takes 13 to
@@ -25,8 +26,11 @@ the feeds are the same tensors, in the same order, as numpy arrays (or scalars) 
 tensors' dtypes and of the shapes seen, so every check ``check_feed`` makes passed for this signature
 and none depends on the values, or as Python numbers of the same type, which get the one check that
 depends on the value (the session's ``_scalar_fits``: in range, finite where it must be) and are
-converted as the session converts them; and each Variable is still the host array the backend's device copy
-was made from. Anything else returns ``None`` and the session takes the general path, which checks
+converted as the session converts them, or as ``jax.Array`` values of exactly the tensors' dtypes
+and shapes, still holding a value (not deleted or donated) on the backend's device; and each
+Variable is still the host array the backend's device copy was made from. A fused attempt's lane
+(``make_fused_lane``) also needs the stack buffers the last run left on its rung, and hands a run
+that outgrows them back. Anything else returns ``None`` and the session takes the general path, which checks
 everything and may build a new lane. The allocation limit in force is not looked at: it is checked
 when a program is traced, and a lane never traces.
 """
@@ -62,11 +66,11 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
               given: dict[Any, Any], bound: Any, ops: Optional[list[bool]] = None) -> Optional[Lane]:
     """The lane of the ``Direct`` run just made with ``fetches`` and ``feeds`` (as the session checked
     and converted them, from ``given``, the user's feed dict), or ``None`` when a repeat of it could
-    not skip the general path's work: a feed that was neither a Python number nor a numpy array or
-    scalar of exactly its tensor's dtype (converting it needs the session's full checks), the feeds
-    not covering the plan's. ``bound`` is the compiled loops' iteration bound of the default options; ``ops`` marks the
-    fetches that stand for ops (the session fetches them as ``None``): their values are not read back,
-    and the lane's ``RunResult.values`` holds ``None`` there."""
+    not skip the general path's work: a feed whose value needs the session's full checks
+    (``_signature``), the feeds not covering the plan's. ``bound`` is the compiled loops' iteration
+    bound of the default options; ``ops`` marks the fetches that stand for ops (the session fetches
+    them as ``None``): their values are not read back, and the lane's ``RunResult.values`` holds
+    ``None`` there."""
     sig = _signature(backend, feeds, given)
     if sig is None:
         return None
@@ -102,9 +106,11 @@ Signature = tuple[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]], ...]
 
 def _signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Signature]:
     """The feed signature a lane checks its feeds against (``_check_source``), or ``None`` when a feed
-    needs the session's full checks on each run: a value that is neither a Python number nor a numpy
-    array or scalar of exactly its tensor's dtype. Also ``None`` while the graph awaits validation, or
-    for a program nested deeply enough to be traced on a large stack (it keeps the hot route)."""
+    needs the session's full checks on each run: a value that is neither a Python number, nor a numpy
+    array or scalar of exactly its tensor's dtype, nor a ``jax.Array`` of that dtype on the backend's
+    device (which the session passes as it is, ``FastBackend.device_feed``). Also ``None`` while the
+    graph awaits validation, or for a program nested deeply enough to be traced on a large stack (it
+    keeps the hot route)."""
     if backend.graph.version != backend._checked_version or len(given) != len(feeds) or backend._deep_nesting:
         return None
     sig: list[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]]] = []
@@ -113,7 +119,10 @@ def _signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, 
         if type(v) in (int, float, bool):  # converted per run, as ``Session._check_feed`` does
             sig.append((t, type(v), (t.dtype, np.dtype(t.dtype.numpy).type), None))
             continue
-        if not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
+        if isinstance(v, jax.Array):  # passed as it is, on the backend's device (``device_feed``)
+            if v.dtype != t.dtype.numpy or t.dtype.is_opaque or backend.device_feed(v) is not v:
+                return None
+        elif not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
             return None
         sig.append((t, type(v), v.dtype, v.shape))
     return tuple(sig)
@@ -139,7 +148,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     source = _lane_source(sig, perm, d.bounded, var_plan, len(fetches), ops is None and not backend.overlap_reads)
     scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
                              "checked_values": checked_values, "fits": _scalar_fits,
-                             "DeviceVariables": DeviceVariables, "Deferred": Deferred}
+                             "DeviceVariables": DeviceVariables, "Deferred": Deferred, "home": {backend._home}}
     exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
     lane.version = env["version"]  # what ``FastBackend.lane_for`` reuses it under
@@ -150,7 +159,8 @@ def _check_source(sig: Signature, n_vars: int) -> list[str]:
     """The lines every lane starts with, each returning ``None`` (the general path) on a mismatch: the
     graph unchanged since the lane was made; the feeds (``feed_dict``) those of signature ``sig``
     (per feed: tensor ``t{i}``, Python type ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of
-    ``None`` marks a Python number, which is range-checked and converted into ``v{i}``); and each of
+    ``None`` marks a Python number, which is range-checked and converted into ``v{i}``; a
+    ``jax.Array`` must still hold a value, on the backend's device, ``home``); and each of
     the ``n_vars`` Variables (``w{i}``) still the session's entry its device copy was made from
     (``r{i}``: that record)."""
     n = len(sig)
@@ -166,6 +176,8 @@ def _check_source(sig: Signature, n_vars: int) -> list[str]:
             test = f"k{i} is not t{i} or type(v{i}) is not c{i}"
             if shape is not None and not issubclass(kind, _FIXED_SCALARS):
                 test += f" or (v{i}.dtype is not d{i} and v{i}.dtype != d{i}) or v{i}.shape != s{i}"
+            if issubclass(kind, jax.Array):  # still holding a value, on the backend's device
+                test += f" or v{i}.is_deleted() or v{i}.devices() != home"
             body += [f"        if {test}:", "            return None"]
             if shape is None:  # a Python number: the per-value check ``Session._check_feed`` makes
                 if kind is not bool:
@@ -290,7 +302,7 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
                              "fits": _scalar_fits, "DeviceVariables": DeviceVariables, "keep": keep,
                              "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
                              "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
-                             "out_of_memory": out_of_memory}
+                             "out_of_memory": out_of_memory, "home": {backend._home}}
     exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
     lane.version = env["version"]

@@ -20,8 +20,9 @@ errors follow it.
   ladder that held the last run, with that run's stack buffers (donated) and without the general
   path's plan lookup and accounting; a run that outgrows the rung is handed back (``None``) and the
   general path climbs the ladder;
-- the session's lane (``fast.lane``): a ``Direct`` repeat recognised by the session before its own
-  feed checks, for feeds that need none beyond the signature.
+- the session's lane (``fast.lane``): a repeat of either route recognised by the session before its
+  own feed checks, for feeds that need none beyond the signature, with the route's work written out
+  for that signature (``make_lane`` for a ``Direct`` run, ``make_fused_lane`` for a fused attempt).
 """
 
 from __future__ import annotations

@@ -453,3 +453,31 @@ def test_a_fused_lane_raises_a_runaway_loop_as_the_general_path_does() -> None:
     with pytest.raises(NonTerminationError):
         fast.run([t["loss"], t["step"]], {t["x"]: xv, t["n"]: 2**31 - 1})
     np.testing.assert_array_equal(fast.variables["w"], before)
+
+
+def test_a_device_array_feed_takes_the_lane_until_it_is_deleted() -> None:
+    """A ``jax.Array`` fed on the backend's device goes to the compiled call as it is, on the lane too
+    (a Direct run and a fused training step): each run checks that it still holds a value, so a
+    deleted one is the session's ``FeedError``, never a crash inside JAX, and another live array of
+    the same signature takes the lane again."""
+    jax = pytest.importorskip("jax")
+    g, t = _rnn_step()
+    with g.as_default():
+        doubled = t["x"] * 2.0
+    fast, ref = _both(g)
+    host = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for fetches, extra in (([doubled], {}), ([t["loss"], t["step"]], {t["n"]: 3})):
+        dev = jax.device_put(host)
+        for _ in range(3):
+            got, want = fast.run(fetches, {t["x"]: dev, **extra}), ref.run(fetches, {t["x"]: host, **extra})
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        assert _route(fast) == "lane"
+        dev.delete()
+        with pytest.raises(FeedError, match="deleted"):
+            fast.run(fetches, {t["x"]: dev, **extra})
+        again = jax.device_put(host)
+        for _ in range(2):
+            got, want = fast.run(fetches, {t["x"]: again, **extra}), ref.run(fetches, {t["x"]: host, **extra})
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        assert _route(fast) == "lane"
+    np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
