@@ -21,9 +21,11 @@ the plan that shortens the route through the same model:
   jitted call and little else (``benchmarks/run_overhead.py``).
 
 A repeated run (the last run's fetches and feed signature, the graph and the Variables unchanged)
-skips the general path's signature, plan lookup and accounting: it calls the ``Direct`` function, or
-the fused attempt on the rung that held the last run, with the arguments the last run left. Those
-routes, and the session's lanes, live in ``fast.repeat``; the rules every route applies alike (the
+skips the general path's signature, plan lookup and accounting: its *lane* calls the ``Direct``
+function, or the fused attempt on the rung that held the last run, with the arguments the last run
+left. A lane is that route's work written out once for the run's signature (``fast.lane``); the
+backend calls it after the session's feed checks, and the session calls it before them where the
+feeds need none. The routes live in ``fast.repeat``; the rules every route applies alike (the
 iteration bound, the refused firing budget, XLA's out-of-memory) in ``fast.guards``; the session's
 Variables, which stay on the device until read, in ``fast.variable_store``.
 
@@ -173,7 +175,7 @@ class FastBackend:
         #: where device arrays are host memory already
         self.overlap_reads = jax.devices()[0].platform != "cpu"
         self._direct: dict[Any, Direct] = {}
-        #: the routes of repeated runs, and the session's lanes (``fast.repeat``)
+        #: the routes of repeated runs and the lanes that run them (``fast.repeat``)
         self.repeats = Repeats(self)
         # (plan, rung) of the last kept fused attempt: set by every run whose result is fused, which
         # is the only kind of run that reads it (``_run_any``)
@@ -222,11 +224,8 @@ class FastBackend:
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
         hot = self.repeats.recognise(fetches, feeds, variables)
-        if hot is not None:  # a repeated run of a one-call plan (no deep stack needed to call it)
-            d = hot[0]
-            if isinstance(d, Direct):
-                return self.repeats.run_direct(d, hot[1], fetches, feeds, variables, options)
-            result = self.repeats.run_fused(d, fetches, feeds, variables, options)
+        if hot is not None:  # a repeated run, by its route's lane (no deep stack needed to call it)
+            result = self.repeats.run_hot(hot, fetches, feeds, variables, options)
             if result is not None:
                 return result
         if self._deep_nesting and not on_deep_thread():

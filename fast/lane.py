@@ -45,8 +45,8 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError
-from turnout.fast.guards import DISCARDED, device_oom
-from turnout.fast.stacks import StackValue
+from turnout.fast.guards import DEFAULT_BOUND, DISCARDED, device_oom
+from turnout.fast.stacks import StackValue, kept_arrays
 from turnout.fast.values import DEAD, start_reads, to_host
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 
 #: what a lane returns: the fetched values, the stats of the run without its time, and its seconds
 LaneResult = tuple[list[Any], dict[str, Any], float]
-Lane = Callable[[Optional[dict[Any, Any]], dict[str, np.ndarray]], Optional[LaneResult]]
+#: ``lane(feed_dict, variables, run_bound=None)``: ``run_bound`` is the iteration bound of the run's
+#: options when the backend calls it for a run with other options (``None``: the default bound)
+Lane = Callable[..., Optional[LaneResult]]
 
 
 def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -86,10 +88,8 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
     var_vals = tuple(dev_vars[name][1] for name in var_names)
     args = (feed_vals, var_vals, bound) if d.bounded else (feed_vals, var_vals)
     call: Any
-    if holds_wide([t for t, _, _, _ in sig]):  # the jitted function, called in 64-bit mode
-        def call(*a: Any) -> Any:
-            with jax.enable_x64(True):
-                return d.fn(*a)
+    if holds_wide([t for t, _, _, _ in sig]) or backend._deep_nesting:
+        call = in_wide_mode(d.fn)
     else:
         call = ahead_of_time(d.fn, args, backend)
         if call is None:  # no lane is not an error: the run already succeeded
@@ -109,9 +109,8 @@ def _signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, 
     needs the session's full checks on each run: a value that is neither a Python number, nor a numpy
     array or scalar of exactly its tensor's dtype, nor a ``jax.Array`` of that dtype on the backend's
     device (which the session passes as it is, ``FastBackend.device_feed``). Also ``None`` while the
-    graph awaits validation, or for a program nested deeply enough to be traced on a large stack (it
-    keeps the hot route)."""
-    if backend.graph.version != backend._checked_version or len(given) != len(feeds) or backend._deep_nesting:
+    graph awaits validation."""
+    if backend.graph.version != backend._checked_version or len(given) != len(feeds):
         return None
     sig: list[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]]] = []
     for t in feeds:
@@ -151,7 +150,8 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
                              "DeviceVariables": DeviceVariables, "Deferred": Deferred, "home": {backend._home}}
     exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
-    lane.version = env["version"]  # what ``FastBackend.lane_for`` reuses it under
+    lane.version = env["version"]  # what ``Repeats.lane`` reuses it under
+    lane.ahead_of_time = isinstance(call, jax.stages.Compiled)  # (else the jitted function, in 64-bit mode)
     return lane  # type: ignore[no-any-return]
 
 
@@ -192,6 +192,9 @@ def _check_source(sig: Signature, n_vars: int) -> list[str]:
     return body
 
 
+#: the iteration bound a lane's call takes: its own (the default options'), or the run's
+_BOUND = "bound if run_bound is None else run_bound"
+
 #: numpy scalar types whose dtype is fixed by the type: for them the type is the whole feed check
 _FIXED_SCALARS = (np.number, np.bool_)
 
@@ -211,12 +214,12 @@ def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
     head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats, dev_vars,",
             "         " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n))
             + "".join(f"w{i}, " for i in range(len(var_plan))) + "):",
-            "    def lane(feed_dict, variables):",
+            "    def lane(feed_dict, variables, run_bound=None):",
             "        nonlocal call, pending"]
     body = _check_source(sig, len(var_plan))
     feed_vals = "(" + "".join(f"v{i}, " for i in perm) + ")"
     var_vals = "(" + "".join(f"r{i}[1], " for i in range(len(var_plan))) + ")"
-    args = f"{feed_vals}, {var_vals}, bound" if bounded else f"{feed_vals}, {var_vals}"
+    args = f"{feed_vals}, {var_vals}, {_BOUND}" if bounded else f"{feed_vals}, {var_vals}"
     body += ["        t_start = clock()",
              f"        vals, flags, var_out = call({args})",
              "        if pending:  # JAX made the executable's C++ entry point on this first call",
@@ -258,17 +261,31 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     the call returns; reads the error word and live flags at once; writes back the Variables the
     plan assigns. A stack that outgrew the rung hands the run back (``None``: the general path runs it
     again and climbs the ladder), as the route does."""
-    if h.call is None or h.call is False or h.wide:
-        return None
     sig = _signature(backend, feeds, given)
     st = h.plan.fused
-    if sig is None or st is None or st.fns.get("seg") is None:
+    stacks = backend._stack_bufs.get(id(h.plan))
+    if sig is None or st is None or st.fns.get("seg") is None or stacks is None:
         return None
     keys = [(t.node.id, t.index) for t, _, _, _ in sig]
     reads = [k for k in st.reads if k in keys]
+    dev_vars = backend._dev_vars
+    if any(name not in dev_vars for name in h.var_names):
+        return None
+    call: Any
+    bound: Any = DEFAULT_BOUND
+    if h.wide or backend._deep_nesting:
+        call = in_wide_mode(st.fns["seg"])
+    else:  # the executable of the stage's last compilation, for these arguments (never traced again)
+        by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
+        args = ({k: by_key[k] for k in reads}, {vk: dev_vars[name][1] for name, vk in h.var_keys},
+                buffers_of(stacks), bound)
+        call = ahead_of_time(st.fns["seg"], args, backend)
+        if call is None:
+            return None
+        bound = jax.device_put(bound)
     env: dict[str, Any] = {
         "graph": backend.graph, "version": backend.graph._version, "edits": backend.graph._edits,
-        "call": h.call, "pending": isinstance(h.call, jax.stages.Compiled), "bound": h.bound,
+        "call": call, "pending": isinstance(call, jax.stages.Compiled), "bound": bound,
         "backend": backend, "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
         "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
         "fetches": fetches, "dev_vars": backend._dev_vars, "live_keys": st.live_keys,
@@ -302,10 +319,11 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
                              "fits": _scalar_fits, "DeviceVariables": DeviceVariables, "keep": keep,
                              "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
                              "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
-                             "out_of_memory": out_of_memory, "home": {backend._home}}
+                             "out_of_memory": out_of_memory, "home": {backend._home}, "buffers_of": buffers_of}
     exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
     lane.version = env["version"]
+    lane.ahead_of_time = isinstance(call, jax.stages.Compiled)
     return lane  # type: ignore[no-any-return]
 
 
@@ -323,7 +341,7 @@ def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written:
     names += [f"p{i}" for i in range(n_kept)] + [f"f{i}" for i in range(len(sources))]
     names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
     head = ["def make(" + ", ".join(names) + "):",
-            "    def lane(feed_dict, variables):",
+            "    def lane(feed_dict, variables, run_bound=None):",
             "        nonlocal call, pending"]
     body = _check_source(sig, n_vars)
     # the last run swapped or climbed, or the stage was traced again (``Plan.record_every_stack``: the
@@ -333,13 +351,12 @@ def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written:
              "        stacks = stack_bufs.pop(pid, None)",
              "        if stacks is None:",  # released, or taken by a run that failed
              "            return None",
-             "        if StackValue in map(type, stacks.values()):",  # kept by a staged run
-             "            stack_bufs[pid] = stacks",
-             "            return None",
+             "        if StackValue in map(type, stacks.values()):",  # kept by a staged run: buffers alone
+             "            stacks = buffers_of(stacks)",
              "        t_start = clock()",
              "        try:",
              "            out, flags, ended = call({" + "".join(f"e{i}: v{j}, " for i, j in enumerate(reads)) + "}, {"
-             + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, bound)",
+             + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, " + _BOUND + ")",
              "        except JaxRuntimeError as e:",
              "            out_of_memory(plan, stage, e)",
              "            raise",
@@ -362,6 +379,22 @@ def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written:
     body += ["        backend._records = records",
              "        return values, stats, clock() - t_start", "    return lane"]
     return "\n".join(head + body) + "\n"
+
+
+def buffers_of(stacks: dict[Any, Any]) -> dict[Any, Any]:
+    """A plan's kept stacks as the fused stage takes them: value buffers alone (a staged run keeps
+    ``StackValue`` records)."""
+    return {k: kept_arrays(v)[0] if type(v) is StackValue else v for k, v in stacks.items()}
+
+
+def in_wide_mode(fn: Any) -> Callable[..., Any]:
+    """``fn`` (a jitted function) called in 64-bit mode, the mode it was traced in: a lane's call where
+    there is no ahead-of-time executable (64-bit feeds, which JAX would narrow outside the mode, or
+    a program nested deeply enough that lowering it again would need a large stack)."""
+    def call(*a: Any) -> Any:
+        with jax.enable_x64(True):
+            return fn(*a)
+    return call
 
 
 def fused_failure(backend: FastBackend, plan: Any, code: int) -> None:

@@ -48,7 +48,7 @@ def test_a_gradient_loop_runs_its_stacks_by_position() -> None:
         for a, b in zip(fast.run(fetch, feed), ref.run(fetch, feed), strict=True):
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
         assert fast.last_result.stats["fused"]
-    (plan,) = {id(h.plan): h.plan for h, _, _ in fast.backend.repeats.routes.values()}.values()
+    (plan,) = {id(h.plan): h.plan for h, _ in fast.backend.repeats.routes.values()}.values()
     assert plan.positional and plan.positional == set(plan.kept)
     assert plan.index_bytes == {}  # no record to count
 
@@ -149,13 +149,13 @@ def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fuse
 
 def test_a_push_away_from_its_position_on_a_repeated_run() -> None:
     """Whether a push is at its position can change from run to run (here with a fed offset): a
-    repeated run on the hot route or its lane that meets it leaves them, and the general path runs
-    the attempt again with records; the lane made before that (its executable without records) is
-    not used again, and a new one is made."""
+    repeated run on its lane that meets it leaves it, and the general path runs the attempt again with
+    records; the lane made before that (its executable without records) is not used again, and a new
+    one is made."""
     g, n, out = _hand_built_stack("offset", offset=None)
     offset = g.tensor("offset:0")
     fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
-    for k, route in ((0, "general"), (0, "hot"), (0, "lane"), (7, "general"), (7, "hot"), (7, "lane"), (0, "lane")):
+    for k, route in ((0, "general"), (0, "lane"), (7, "general"), (7, "lane"), (0, "lane")):
         feed = {n: 4, offset: k}
         assert float(fast.run(out, feed)) == float(ref.run(out, feed)) == 102.0
         assert fast.last_result.stats["fused"] and fast.last_result.stats["route"] == route
