@@ -249,18 +249,21 @@ def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
 
 def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
                     given: dict[Any, Any], ops: Optional[list[bool]] = None) -> Optional[Lane]:
-    """The lane of a plan's fused attempt that ``Repeats.run_fused`` just repeated (``h``: its route),
-    or ``None`` where a repeat could not skip that route's work: the same feed signatures as
-    ``make_lane`` (``_signature``), and the route calling an ahead-of-time executable (not the jitted
-    function, which 64-bit feeds keep). Why a lane for it: a training step through a loop is such a
-    plan, and the hot route's Python around its compiled call cost as much as the call for a small
-    step (about 80 µs against 95 for ``run_overhead``'s ``rnn_training_step``).
+    """The lane of a plan's fused attempt that a run just took or recorded (``h``: its route), or
+    ``None`` where a repeat could not skip the general path's work: the feed signatures
+    ``make_lane`` takes (``_signature``), the rung's stack buffers still kept, every Variable's device
+    copy made. It calls the stage's ahead-of-time executable (made from the jitted function's last
+    compilation, never traced again), or the jitted function in 64-bit mode for 64-bit feeds or a
+    deeply nested program (``in_wide_mode``). Why a lane for it: a training step through a loop is
+    such a plan, and the Python of the backend's former route around its compiled call cost as much
+    as the call for a small step (about 80 µs against 95 for ``run_overhead``'s
+    ``rnn_training_step``).
 
-    The lane does what ``run_fused`` does, written out for this run (``_fused_lane_source``): it takes
-    the rung's stack buffers as the last run left them (donated to the call) and puts back the ones
-    the call returns; reads the error word and live flags at once; writes back the Variables the
-    plan assigns. A stack that outgrew the rung hands the run back (``None``: the general path runs it
-    again and climbs the ladder), as the route does."""
+    The lane, written out for this run (``_fused_lane_source``), takes the rung's stack buffers as
+    the last run left them (donated to the call) and puts back the ones the call returns; reads the
+    error word and live flags at once; writes back the Variables the plan assigns. A stack that
+    outgrew the rung hands the run back (``None``: nothing was applied; the general path runs it again
+    and climbs the ladder)."""
     sig = _signature(backend, feeds, given)
     st = h.plan.fused
     stacks = backend._stack_bufs.get(id(h.plan))
@@ -330,7 +333,7 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
 def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,
                        sources: list[tuple[str, Optional[int]]], overlap: bool) -> str:
     """The text of a fused attempt's lane (``make_fused_lane``): the checks (``_check_source``), then
-    ``Repeats.run_fused`` written out. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
+    the attempt's call and its finish. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
     ``x{i}`` a Variable's, ``u{i}``/``y{i}`` a written Variable's name and key, ``p{i}`` a kept stack's
     key, ``f{i}`` a fetch's key; ``sources`` gives per fetch the expression of its value and the
     index of its live flag."""
