@@ -480,3 +480,59 @@ def test_a_device_array_feed_takes_the_lane_until_it_is_deleted() -> None:
             np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
         assert _route(fast) == "lane"
     np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_fused_lane_with_overlapped_reads_trains_as_the_reference(overlap: bool) -> None:
+    """``overlap_reads`` (on for a GPU; forced here) makes a lane start every read-back before
+    waiting for the first; the fused lane's runs still give the reference's losses and Variables,
+    and raise a runaway loop."""
+    g, t = _rnn_step()
+    fast, ref = _both(g)
+    fast.backend.overlap_reads = overlap
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for k in range(4):
+        feed = {t["x"]: xv * k, t["n"]: 3}
+        np.testing.assert_allclose(fast.run([t["loss"], t["step"]], feed)[0],
+                                   ref.run([t["loss"], t["step"]], feed)[0], rtol=1e-5)
+    assert _route(fast) == "lane"
+    np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+    with pytest.raises(NonTerminationError):
+        fast.run([t["loss"], t["step"]], {t["x"]: xv, t["n"]: 2**31 - 1})
+
+
+def test_no_fused_lane_is_made_for_a_stage_not_compiled_again_yet() -> None:
+    """A fused stage traced again (``Plan.record_every_stack`` drops its function until the next
+    attempt compiles it) has no executable to repeat: ``make_fused_lane`` makes no lane for it, and
+    makes one again once a run has compiled the stage."""
+    from turnout.fast.lane import make_fused_lane
+    from turnout.fast.repeat import HotFused
+
+    g, t = _rnn_step()
+    fast = tn.Session(g, backend="fast")
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    fetches = [t["loss"], t["step"]]
+    fast.run(fetches, {t["x"]: xv, t["n"]: 3})
+    (h,) = [d for d, _ in fast.backend.repeats.routes.values() if isinstance(d, HotFused)]
+    feeds = {t["x"]: xv, t["n"]: np.asarray(3, np.int32)}
+    assert make_fused_lane(fast.backend, h, [t["loss"]], feeds, feeds) is not None
+    seg = h.plan.fused.fns.pop("seg")
+    assert make_fused_lane(fast.backend, h, [t["loss"]], feeds, feeds) is None
+    h.plan.fused.fns["seg"] = seg
+    assert make_fused_lane(fast.backend, h, [t["loss"]], feeds, feeds) is not None
+
+
+def test_a_signature_refused_a_lane_does_not_refuse_another_dtype() -> None:
+    """A float64 array fed to a float32 tensor needs converting, so the session makes no lane for it
+    (the backend's route runs it, after the conversion); a float32 array of the same shape fed next
+    is another signature, and gets its lane."""
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    wide = np.arange(4, dtype=np.float64)
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(y, {x: wide}), wide * 2 + 1)
+    assert _route(sess) == "hot"
+    narrow = wide.astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(y, {x: narrow}), narrow * 2 + 1)
+    assert _route(sess) == "lane"

@@ -131,7 +131,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                          "test_fast_run_overhead.py"]},
     "fast/lane.py": {"module": "turnout.fast.lane",
                      "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
-                               "test_error_parity.py", "test_fast_hot_properties.py"]},
+                               "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
+                               "test_fast_positional_stacks.py", "test_fast_memory.py"]},
 }
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 
