@@ -1,5 +1,5 @@
 """The repeated-run lane: a ``Session.run`` that repeats a ``Direct`` run, or a plan's fused attempt
-(a training step through a loop), costs the compiled call.
+(a training step through a loop, ``fast.fused_lane``), costs the compiled call.
 
 Why a lane of its own: a small program run many times (an actor's step, a serving call) is made of
 its fixed cost. Measured on the development machine, the jitted call of ``x * 2 + 1`` takes 13 to
@@ -29,7 +29,7 @@ depends on the value (the session's ``_scalar_fits``: in range, finite where it 
 converted as the session converts them, or as ``jax.Array`` values of exactly the tensors' dtypes
 and shapes, still holding a value (not deleted or donated) on the backend's device; and each
 Variable is still the host array the backend's device copy was made from. A fused attempt's lane
-(``make_fused_lane``) also needs the stack buffers the last run left on its rung, and hands a run
+(``fast.fused_lane``) also needs the stack buffers the last run left on its rung, and hands a run
 that outgrows them back. Anything else returns ``None`` and the session takes the general path, which checks
 everything and may build a new lane. The allocation limit in force is not looked at: it is checked
 when a program is traced, and a lane never traces.
@@ -45,9 +45,7 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError
-from turnout.fast.guards import DEFAULT_BOUND, DISCARDED, device_oom
-from turnout.fast.stacks import StackValue, kept_arrays
-from turnout.fast.values import DEAD, start_reads, to_host
+from turnout.fast.values import start_reads
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
 from turnout.session import _scalar_fits
@@ -55,7 +53,6 @@ from turnout.session import _scalar_fits
 if TYPE_CHECKING:
     from turnout.fast.backend import FastBackend
     from turnout.fast.plan import Direct
-    from turnout.fast.repeat import HotFused
 
 #: what a lane returns: the fetched values, the stats of the run without its time, and its seconds
 LaneResult = tuple[list[Any], dict[str, Any], float]
@@ -69,11 +66,11 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
     """The lane of the ``Direct`` run just made with ``fetches`` and ``feeds`` (as the session checked
     and converted them, from ``given``, the user's feed dict), or ``None`` when a repeat of it could
     not skip the general path's work: a feed whose value needs the session's full checks
-    (``_signature``), the feeds not covering the plan's. ``bound`` is the compiled loops' iteration
+    (``signature``), the feeds not covering the plan's. ``bound`` is the compiled loops' iteration
     bound of the default options; ``ops`` marks the fetches that stand for ops (the session fetches
     them as ``None``): their values are not read back, and the lane's ``RunResult.values`` holds
     ``None`` there."""
-    sig = _signature(backend, feeds, given)
+    sig = signature(backend, feeds, given)
     if sig is None:
         return None
     order = [(t.node.id, t.index) for t in feeds]
@@ -104,8 +101,8 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
 Signature = tuple[tuple[Tensor, type[Any], Any, Optional[tuple[int, ...]]], ...]
 
 
-def _signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Signature]:
-    """The feed signature a lane checks its feeds against (``_check_source``), or ``None`` when a feed
+def signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Signature]:
+    """The feed signature a lane checks its feeds against (``check_source``), or ``None`` when a feed
     needs the session's full checks on each run: a value that is neither a Python number, nor a numpy
     array or scalar of exactly its tensor's dtype, nor a ``jax.Array`` of that dtype on the backend's
     device (which the session passes as it is, ``FastBackend.device_feed``). Also ``None`` while the
@@ -155,7 +152,7 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     return lane  # type: ignore[no-any-return]
 
 
-def _check_source(sig: Signature, n_vars: int) -> list[str]:
+def check_source(sig: Signature, n_vars: int) -> list[str]:
     """The lines every lane starts with, each returning ``None`` (the general path) on a mismatch: the
     graph unchanged since the lane was made; the feeds (``feed_dict``) those of signature ``sig``
     (per feed: tensor ``t{i}``, Python type ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of
@@ -193,7 +190,7 @@ def _check_source(sig: Signature, n_vars: int) -> list[str]:
 
 
 #: the iteration bound a lane's call takes: its own (the default options'), or the run's
-_BOUND = "bound if run_bound is None else run_bound"
+BOUND_ARG = "bound if run_bound is None else run_bound"
 
 #: numpy scalar types whose dtype is fixed by the type: for them the type is the whole feed check
 _FIXED_SCALARS = (np.number, np.bool_)
@@ -202,7 +199,7 @@ _FIXED_SCALARS = (np.number, np.bool_)
 def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
                  var_plan: tuple[tuple[str, bool, Optional[int]], ...], n_fetches: int, plain_reads: bool) -> str:
     """The text of a ``Direct`` run's lane for feeds of signature ``sig`` (its checks:
-    ``_check_source``).
+    ``check_source``).
 
     Why text: each line between two compiled calls runs cold (see the module docstring), and a loop
     over the feeds that unpacks their expected signature cost 1 to 1.5 µs a feed there; the same
@@ -216,10 +213,10 @@ def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
             + "".join(f"w{i}, " for i in range(len(var_plan))) + "):",
             "    def lane(feed_dict, variables, run_bound=None):",
             "        nonlocal call, pending"]
-    body = _check_source(sig, len(var_plan))
+    body = check_source(sig, len(var_plan))
     feed_vals = "(" + "".join(f"v{i}, " for i in perm) + ")"
     var_vals = "(" + "".join(f"r{i}[1], " for i in range(len(var_plan))) + ")"
-    args = f"{feed_vals}, {var_vals}, {_BOUND}" if bounded else f"{feed_vals}, {var_vals}"
+    args = f"{feed_vals}, {var_vals}, {BOUND_ARG}" if bounded else f"{feed_vals}, {var_vals}"
     body += ["        t_start = clock()",
              f"        vals, flags, var_out = call({args})",
              "        if pending:  # JAX made the executable's C++ entry point on this first call",
@@ -247,149 +244,6 @@ def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
     return "\n".join(head + body) + "\n"
 
 
-def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                    given: dict[Any, Any], ops: Optional[list[bool]] = None) -> Optional[Lane]:
-    """The lane of a plan's fused attempt that a run just took or recorded (``h``: its route), or
-    ``None`` where a repeat could not skip the general path's work: the feed signatures
-    ``make_lane`` takes (``_signature``), the rung's stack buffers still kept, every Variable's device
-    copy made. It calls the stage's ahead-of-time executable (made from the jitted function's last
-    compilation, never traced again), or the jitted function in 64-bit mode for 64-bit feeds or a
-    deeply nested program (``in_wide_mode``). Why a lane for it: a training step through a loop is
-    such a plan, and the Python of the backend's former route around its compiled call cost as much
-    as the call for a small step (about 80 µs against 95 for ``run_overhead``'s
-    ``rnn_training_step``).
-
-    The lane, written out for this run (``_fused_lane_source``), takes the rung's stack buffers as
-    the last run left them (donated to the call) and puts back the ones the call returns; reads the
-    error word and live flags at once; writes back the Variables the plan assigns. A stack that
-    outgrew the rung hands the run back (``None``: nothing was applied; the general path runs it again
-    and climbs the ladder)."""
-    sig = _signature(backend, feeds, given)
-    st = h.plan.fused
-    stacks = backend._stack_bufs.get(id(h.plan))
-    if sig is None or st is None or st.fns.get("seg") is None or stacks is None:
-        return None
-    keys = [(t.node.id, t.index) for t, _, _, _ in sig]
-    reads = [k for k in st.reads if k in keys]
-    dev_vars = backend._dev_vars
-    if any(name not in dev_vars for name in h.var_names):
-        return None
-    call: Any
-    bound: Any = DEFAULT_BOUND
-    if h.wide or backend._deep_nesting:
-        call = in_wide_mode(st.fns["seg"])
-    else:  # the executable of the stage's last compilation, for these arguments (never traced again)
-        by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
-        args = ({k: by_key[k] for k in reads}, {vk: dev_vars[name][1] for name, vk in h.var_keys},
-                buffers_of(stacks), bound)
-        call = ahead_of_time(st.fns["seg"], args, backend)
-        if call is None:
-            return None
-        bound = jax.device_put(bound)
-    env: dict[str, Any] = {
-        "graph": backend.graph, "version": backend.graph._version, "edits": backend.graph._edits,
-        "call": call, "pending": isinstance(call, jax.stages.Compiled), "bound": bound,
-        "backend": backend, "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
-        "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
-        "fetches": fetches, "dev_vars": backend._dev_vars, "live_keys": st.live_keys,
-    }
-    for i, (t, kind, dtype, shape) in enumerate(sig):
-        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
-    for i, k in enumerate(reads):
-        env[f"e{i}"] = k
-    for i, (name, vk) in enumerate(h.var_keys):
-        env.update({f"w{i}": name, f"x{i}": vk})
-    for i, (name, vk) in enumerate(h.written):
-        env.update({f"u{i}": name, f"y{i}": vk})
-    for i, k in enumerate(h.plan.kept):
-        env[f"p{i}"] = k
-    sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
-    for i, t in enumerate(fetches):
-        k = (t.node.id, t.index)
-        env[f"f{i}"] = k
-        if ops is not None and ops[i]:
-            sources.append(("None", None))
-        elif k in st.static_out:
-            if st.static_out[k] is DEAD:
-                return None  # (the general path raises its DeadFetchError)
-            env[f"g{i}"] = st.static_out[k]
-            sources.append((f"to_host(g{i})", None))
-        else:
-            sources.append((f"to_host(out[f{i}])", st.live_keys.index(k) if k in st.live_keys else None))
-    source = _fused_lane_source(sig, [keys.index(k) for k in reads], len(h.var_keys), len(h.written),
-                                len(h.plan.kept), sources, backend.overlap_reads)
-    scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
-                             "fits": _scalar_fits, "DeviceVariables": DeviceVariables, "keep": keep,
-                             "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
-                             "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
-                             "out_of_memory": out_of_memory, "home": {backend._home}, "buffers_of": buffers_of}
-    exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
-    lane: Any = scope["make"](**env)
-    lane.version = env["version"]
-    lane.ahead_of_time = isinstance(call, jax.stages.Compiled)
-    return lane  # type: ignore[no-any-return]
-
-
-def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,
-                       sources: list[tuple[str, Optional[int]]], overlap: bool) -> str:
-    """The text of a fused attempt's lane (``make_fused_lane``): the checks (``_check_source``), then
-    the attempt's call and its finish. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
-    ``x{i}`` a Variable's, ``u{i}``/``y{i}`` a written Variable's name and key, ``p{i}`` a kept stack's
-    key, ``f{i}`` a fetch's key; ``sources`` gives per fetch the expression of its value and the
-    index of its live flag."""
-    names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
-             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys"]
-    names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"e{i}" for i in range(len(reads))]
-    names += [f"w{i}, x{i}" for i in range(n_vars)] + [f"u{i}, y{i}" for i in range(n_written)]
-    names += [f"p{i}" for i in range(n_kept)] + [f"f{i}" for i in range(len(sources))]
-    names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
-    head = ["def make(" + ", ".join(names) + "):",
-            "    def lane(feed_dict, variables, run_bound=None):",
-            "        nonlocal call, pending"]
-    body = _check_source(sig, n_vars)
-    # the last run swapped or climbed, or the stage was traced again (``Plan.record_every_stack``: the
-    # executable is not the stage's any more)
-    body += ["        if top.predict_overflow or top.rung is not plan or stage.fns.get('seg') is not seg:",
-             "            return None",
-             "        stacks = stack_bufs.pop(pid, None)",
-             "        if stacks is None:",  # released, or taken by a run that failed
-             "            return None",
-             "        if StackValue in map(type, stacks.values()):",  # kept by a staged run: buffers alone
-             "            stacks = buffers_of(stacks)",
-             "        t_start = clock()",
-             "        try:",
-             "            out, flags, ended = call({" + "".join(f"e{i}: v{j}, " for i, j in enumerate(reads)) + "}, {"
-             + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, " + _BOUND + ")",
-             "        except JaxRuntimeError as e:",
-             "            out_of_memory(plan, stage, e)",
-             "            raise",
-             "        if pending:  # JAX made the executable's C++ entry point on this first call",
-             "            call, pending = cpp_entry(call), False",
-             "        stack_bufs[pid] = {" + "".join(f"p{i}: ended[p{i}], " for i in range(n_kept)) + "}"]
-    if overlap:
-        body += ["        start_reads(out.values())"]
-    body += ["        code, *lives = asarray(flags).tolist()",
-             "        if code:",
-             "            fused_failure(backend, plan, code)",
-             "            return None"]  # a stack outgrew the rung: the general path climbs
-    live = [j for _, j in sources if j is not None]
-    if live:
-        body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
-                 "            backend._fetched(fetches, {**out, **stage.static_out}, dict(zip(live_keys, lives)))"]
-    body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
-    for i in range(n_written):
-        body += [f"        z{i} = ended[y{i}]", f"        dev_vars[u{i}] = (keep(variables, u{i}, z{i}), z{i})"]
-    body += ["        backend._records = records",
-             "        return values, stats, clock() - t_start", "    return lane"]
-    return "\n".join(head + body) + "\n"
-
-
-def buffers_of(stacks: dict[Any, Any]) -> dict[Any, Any]:
-    """A plan's kept stacks as the fused stage takes them: value buffers alone (a staged run keeps
-    ``StackValue`` records)."""
-    return {k: kept_arrays(v)[0] if type(v) is StackValue else v for k, v in stacks.items()}
-
-
 def in_wide_mode(fn: Any) -> Callable[..., Any]:
     """``fn`` (a jitted function) called in 64-bit mode, the mode it was traced in: a lane's call where
     there is no ahead-of-time executable (64-bit feeds, which JAX would narrow outside the mode, or
@@ -398,21 +252,6 @@ def in_wide_mode(fn: Any) -> Callable[..., Any]:
         with jax.enable_x64(True):
             return fn(*a)
     return call
-
-
-def fused_failure(backend: FastBackend, plan: Any, code: int) -> None:
-    """After a fused lane's call set error word ``code``: its error raised, unless a stack outgrew
-    the rung (a code ``DISCARDED`` names), which returns so that the lane hands the run back."""
-    if plan.codes.lookup(code)[0] not in DISCARDED:
-        backend._raise_errors(plan, {"err": code}, 0)
-
-
-def out_of_memory(plan: Any, stage: Any, e: Exception) -> None:
-    """``e``, a fused lane's call failing, raised as ``device_oom`` raises it (a ``ResourceExhaustedError``
-    naming the loops) when it is XLA's out-of-memory; other errors return and are raised as they are."""
-    with device_oom(plan, stage):
-        if "RESOURCE_EXHAUSTED" in str(e):
-            raise e
 
 
 def holds_wide(tensors: list[Tensor]) -> bool:

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from turnout.fast.emit import var_key
+from turnout.fast.fused_lane import make_fused_lane
 from turnout.fast.guards import DEFAULT_BOUND, iteration_bound
-from turnout.fast.lane import Lane, make_fused_lane, make_lane
+from turnout.fast.lane import Lane, make_lane
 from turnout.fast.plan import Direct, Plan
 from turnout.fast.variable_store import peeker
 from turnout.graph import Tensor

@@ -505,7 +505,7 @@ def test_no_fused_lane_is_made_for_a_stage_not_compiled_again_yet() -> None:
     """A fused stage traced again (``Plan.record_every_stack`` drops its function until the next
     attempt compiles it) has no executable to repeat: ``make_fused_lane`` makes no lane for it, and
     makes one again once a run has compiled the stage."""
-    from turnout.fast.lane import make_fused_lane
+    from turnout.fast.fused_lane import make_fused_lane
     from turnout.fast.repeat import HotFused
 
     g, t = _rnn_step()

@@ -260,7 +260,7 @@ def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable(route: s
     """A failed check in a repeated fused run, on the backend's route or the session's lane, raises
     what the general path raises, and a Variable update of that run is not applied; the next good
     run is. (Runs given options, even the defaults, never take the session's lane.)"""
-    import turnout.fast.lane as lane_module
+    import turnout.fast.fused_lane as lane_module
 
     failures = {"n": 0}
     fused_failure = lane_module.fused_failure

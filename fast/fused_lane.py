@@ -1,0 +1,197 @@
+"""The lane of a plan's fused attempt: a repeated training step through a loop, written out.
+
+Why a module of its own beside ``fast.lane`` (whose checks it shares): a fused attempt's repeat does
+more than a ``Direct`` call's. It takes the gradient stacks the last run left on its rung of the
+capacity ladder (donated to the call) and puts back the ones the call returns, reads the error word
+and the fetches' live flags at once, writes back the Variables the plan assigns, and hands a run
+whose stacks outgrew the rung back to the general path, which climbs the ladder. Written out for
+the run's signature, that work cost the small RNN step's repeat about 25 µs around its compiled
+call, where the backend's former route cost about 80 (``docs/benchmarks.rst``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import jax
+import numpy as np
+
+from turnout.fast.guards import DEFAULT_BOUND, DISCARDED, device_oom
+from turnout.fast.lane import (
+    BOUND_ARG,
+    Lane,
+    Signature,
+    ahead_of_time,
+    check_source,
+    cpp_entry,
+    in_wide_mode,
+    signature,
+)
+from turnout.fast.stacks import StackValue, kept_arrays
+from turnout.fast.values import DEAD, start_reads, to_host
+from turnout.fast.variable_store import DeviceVariables, keep
+from turnout.graph import Tensor
+from turnout.session import _scalar_fits
+
+if TYPE_CHECKING:
+    from turnout.fast.backend import FastBackend
+    from turnout.fast.repeat import HotFused
+
+
+def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                    given: dict[Any, Any], ops: Optional[list[bool]] = None) -> Optional[Lane]:
+    """The lane of a plan's fused attempt that a run just took or recorded (``h``: its route), or
+    ``None`` where a repeat could not skip the general path's work: the feed signatures
+    ``make_lane`` takes (``signature``), the rung's stack buffers still kept, every Variable's device
+    copy made. It calls the stage's ahead-of-time executable (made from the jitted function's last
+    compilation, never traced again), or the jitted function in 64-bit mode for 64-bit feeds or a
+    deeply nested program (``in_wide_mode``). Why a lane for it: a training step through a loop is
+    such a plan, and the Python of the backend's former route around its compiled call cost as much
+    as the call for a small step (about 80 µs against 95 for ``run_overhead``'s
+    ``rnn_training_step``).
+
+    The lane, written out for this run (``_fused_lane_source``), takes the rung's stack buffers as
+    the last run left them (donated to the call) and puts back the ones the call returns; reads the
+    error word and live flags at once; writes back the Variables the plan assigns. A stack that
+    outgrew the rung hands the run back (``None``: nothing was applied; the general path runs it again
+    and climbs the ladder)."""
+    sig = signature(backend, feeds, given)
+    st = h.plan.fused
+    stacks = backend._stack_bufs.get(id(h.plan))
+    if sig is None or st is None or st.fns.get("seg") is None or stacks is None:
+        return None
+    keys = [(t.node.id, t.index) for t, _, _, _ in sig]
+    reads = [k for k in st.reads if k in keys]
+    dev_vars = backend._dev_vars
+    if any(name not in dev_vars for name in h.var_names):
+        return None
+    call: Any
+    bound: Any = DEFAULT_BOUND
+    if h.wide or backend._deep_nesting:
+        call = in_wide_mode(st.fns["seg"])
+    else:  # the executable of the stage's last compilation, for these arguments (never traced again)
+        by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
+        args = ({k: by_key[k] for k in reads}, {vk: dev_vars[name][1] for name, vk in h.var_keys},
+                buffers_of(stacks), bound)
+        call = ahead_of_time(st.fns["seg"], args, backend)
+        if call is None:
+            return None
+        bound = jax.device_put(bound)
+    env: dict[str, Any] = {
+        "graph": backend.graph, "version": backend.graph._version, "edits": backend.graph._edits,
+        "call": call, "pending": isinstance(call, jax.stages.Compiled), "bound": bound,
+        "backend": backend, "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
+        "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
+        "fetches": fetches, "dev_vars": backend._dev_vars, "live_keys": st.live_keys,
+    }
+    for i, (t, kind, dtype, shape) in enumerate(sig):
+        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
+    for i, k in enumerate(reads):
+        env[f"e{i}"] = k
+    for i, (name, vk) in enumerate(h.var_keys):
+        env.update({f"w{i}": name, f"x{i}": vk})
+    for i, (name, vk) in enumerate(h.written):
+        env.update({f"u{i}": name, f"y{i}": vk})
+    for i, k in enumerate(h.plan.kept):
+        env[f"p{i}"] = k
+    sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
+    for i, t in enumerate(fetches):
+        k = (t.node.id, t.index)
+        env[f"f{i}"] = k
+        if ops is not None and ops[i]:
+            sources.append(("None", None))
+        elif k in st.static_out:
+            if st.static_out[k] is DEAD:
+                return None  # (the general path raises its DeadFetchError)
+            env[f"g{i}"] = st.static_out[k]
+            sources.append((f"to_host(g{i})", None))
+        else:
+            sources.append((f"to_host(out[f{i}])", st.live_keys.index(k) if k in st.live_keys else None))
+    source = _fused_lane_source(sig, [keys.index(k) for k in reads], len(h.var_keys), len(h.written),
+                                len(h.plan.kept), sources, backend.overlap_reads)
+    scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
+                             "fits": _scalar_fits, "DeviceVariables": DeviceVariables, "keep": keep,
+                             "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
+                             "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
+                             "out_of_memory": out_of_memory, "home": {backend._home}, "buffers_of": buffers_of}
+    exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
+    lane: Any = scope["make"](**env)
+    lane.version = env["version"]
+    lane.ahead_of_time = isinstance(call, jax.stages.Compiled)
+    return lane  # type: ignore[no-any-return]
+
+
+def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,
+                       sources: list[tuple[str, Optional[int]]], overlap: bool) -> str:
+    """The text of a fused attempt's lane (``make_fused_lane``): the checks (``check_source``), then
+    the attempt's call and its finish. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
+    ``x{i}`` a Variable's, ``u{i}``/``y{i}`` a written Variable's name and key, ``p{i}`` a kept stack's
+    key, ``f{i}`` a fetch's key; ``sources`` gives per fetch the expression of its value and the
+    index of its live flag."""
+    names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
+             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys"]
+    names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"e{i}" for i in range(len(reads))]
+    names += [f"w{i}, x{i}" for i in range(n_vars)] + [f"u{i}, y{i}" for i in range(n_written)]
+    names += [f"p{i}" for i in range(n_kept)] + [f"f{i}" for i in range(len(sources))]
+    names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
+    head = ["def make(" + ", ".join(names) + "):",
+            "    def lane(feed_dict, variables, run_bound=None):",
+            "        nonlocal call, pending"]
+    body = check_source(sig, n_vars)
+    # the last run swapped or climbed, or the stage was traced again (``Plan.record_every_stack``: the
+    # executable is not the stage's any more)
+    body += ["        if top.predict_overflow or top.rung is not plan or stage.fns.get('seg') is not seg:",
+             "            return None",
+             "        stacks = stack_bufs.pop(pid, None)",
+             "        if stacks is None:",  # released, or taken by a run that failed
+             "            return None",
+             "        if StackValue in map(type, stacks.values()):",  # kept by a staged run: buffers alone
+             "            stacks = buffers_of(stacks)",
+             "        t_start = clock()",
+             "        try:",
+             "            out, flags, ended = call({" + "".join(f"e{i}: v{j}, " for i, j in enumerate(reads)) + "}, {"
+             + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, " + BOUND_ARG + ")",
+             "        except JaxRuntimeError as e:",
+             "            out_of_memory(plan, stage, e)",
+             "            raise",
+             "        if pending:  # JAX made the executable's C++ entry point on this first call",
+             "            call, pending = cpp_entry(call), False",
+             "        stack_bufs[pid] = {" + "".join(f"p{i}: ended[p{i}], " for i in range(n_kept)) + "}"]
+    if overlap:
+        body += ["        start_reads(out.values())"]
+    body += ["        code, *lives = asarray(flags).tolist()",
+             "        if code:",
+             "            fused_failure(backend, plan, code)",
+             "            return None"]  # a stack outgrew the rung: the general path climbs
+    live = [j for _, j in sources if j is not None]
+    if live:
+        body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
+                 "            backend._fetched(fetches, {**out, **stage.static_out}, dict(zip(live_keys, lives)))"]
+    body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
+    for i in range(n_written):
+        body += [f"        z{i} = ended[y{i}]", f"        dev_vars[u{i}] = (keep(variables, u{i}, z{i}), z{i})"]
+    body += ["        backend._records = records",
+             "        return values, stats, clock() - t_start", "    return lane"]
+    return "\n".join(head + body) + "\n"
+
+
+def buffers_of(stacks: dict[Any, Any]) -> dict[Any, Any]:
+    """A plan's kept stacks as the fused stage takes them: value buffers alone (a staged run keeps
+    ``StackValue`` records)."""
+    return {k: kept_arrays(v)[0] if type(v) is StackValue else v for k, v in stacks.items()}
+
+
+def fused_failure(backend: FastBackend, plan: Any, code: int) -> None:
+    """After a fused lane's call set error word ``code``: its error raised, unless a stack outgrew
+    the rung (a code ``DISCARDED`` names), which returns so that the lane hands the run back."""
+    if plan.codes.lookup(code)[0] not in DISCARDED:
+        backend._raise_errors(plan, {"err": code}, 0)
+
+
+def out_of_memory(plan: Any, stage: Any, e: Exception) -> None:
+    """``e``, a fused lane's call failing, raised as ``device_oom`` raises it (a ``ResourceExhaustedError``
+    naming the loops) when it is XLA's out-of-memory; other errors return and are raised as they are."""
+    with device_oom(plan, stage):
+        if "RESOURCE_EXHAUSTED" in str(e):
+            raise e
