@@ -536,3 +536,30 @@ def test_a_signature_refused_a_lane_does_not_refuse_another_dtype() -> None:
     for _ in range(3):
         np.testing.assert_allclose(sess.run(y, {x: narrow}), narrow * 2 + 1)
     assert _route(sess) == "lane"
+
+
+def test_a_fused_lane_is_made_once_per_signature(monkeypatch: Any) -> None:
+    """Making a lane looks its executable up in JAX's caches and compiles Python text: the backend
+    keeps each lane it made (by route, fetches and feed signature) and repeats reuse it. Here two
+    lanes are made in all: the session's, for the feed dict as given (a Python int), and the
+    backend's, for the feeds as the session converted them (runs given options)."""
+    import turnout.fast.repeat as repeat_module
+
+    made = {"n": 0}
+    inner = repeat_module.make_fused_lane
+
+    def counted(*a: Any, **k: Any) -> Any:
+        made["n"] += 1
+        return inner(*a, **k)
+
+    monkeypatch.setattr(repeat_module, "make_fused_lane", counted)
+    g, t = _rnn_step()
+    fast = tn.Session(g, backend="fast")
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for k in range(5):
+        fast.run([t["loss"], t["step"]], {t["x"]: xv + k, t["n"]: 3})
+    assert _route(fast) == "lane"
+    for k in range(3):
+        fast.run([t["loss"], t["step"]], {t["x"]: xv - k, t["n"]: 3}, options={})
+    assert _route(fast) == "hot"
+    assert made["n"] == 2
