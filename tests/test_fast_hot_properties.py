@@ -77,3 +77,27 @@ def test_repeated_gradient_runs_of_generated_programs_agree_with_the_reference(d
         _repeat_route(fast, calls)
     if fast.backend.repeats.routes:
         assert calls["hot"] >= 1  # the fused attempt was taken again without the general path
+
+
+@given(st.data())
+def test_repeated_training_steps_of_generated_programs_train_as_the_reference(data: st.DataObject) -> None:
+    """A generated program's gradients applied to a Variable on every run (``[grads..., update]``, a
+    training step): the repeats run on lanes (the session's, or the backend's after its checks), which
+    take the last run's stacks and write the Variable back; after every run the fetched gradients and
+    the Variable are the reference's."""
+    import strategies
+
+    p = data.draw(strategies.float_programs(max_depth=2))
+    b, grads = strategies.gradient_graph(p)
+    with b.graph.as_default():
+        acc = tn.Variable(np.float64(0.0), name="acc")
+        step = sum((tn.reduce_sum(g) for g in grads[1:]), tn.reduce_sum(grads[0]))
+        update = acc.assign_add(tn.cast(step, tn.float64) * 0.5)
+    fast = tn.Session(b.graph, backend="fast")
+    ref = tn.Session(b.graph)
+    for _ in range(RUNS):
+        feeds = b.feed_dict(data.draw(strategies.inputs_for(p, wide=False)))
+        for a, w in zip(fast.run([*grads, update], feed_dict=feeds), ref.run([*grads, update], feed_dict=feeds),
+                        strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(fast.variables["acc"], ref.variables["acc"], rtol=1e-9, atol=1e-12)
