@@ -85,7 +85,8 @@ class Repeats:
         # (its executable fetched from JAX's caches), however often the session's few lanes per fetch
         # give it up; the route is kept beside it, so that its id names no other route
         self.lanes: dict[Any, tuple[Direct | HotFused, Lane]] = {}
-        self.no_lane: dict[Any, int] = {}  # the same keys -> the graph version no lane could be made at
+        # the same keys -> (the route, the graph version) no lane could be made at
+        self.no_lane: dict[Any, tuple[Direct | HotFused, int]] = {}
 
     @staticmethod
     def key(fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
@@ -98,8 +99,19 @@ class Repeats:
         """After a run on ``d`` (a ``Direct`` call, or a plan's fused attempt): the next run of the same
         fetches and feed signature goes straight to its lane (``run_hot``) while the graph's edits and
         the plan's Variables are unchanged, and the session may ask for that lane (``lane_for``)."""
-        self.routes[self.key(fetches, feeds)] = (d, self.backend.graph.edits)
+        k = self.key(fetches, feeds)
+        old = self.routes.get(k)
+        if old is not None and old[0] is not d:  # its lanes go with it (a fused route is new per general run)
+            self._drop_lanes(old[0])
+        self.routes[k] = (d, self.backend.graph.edits)
         self.lane_ready = (d, fetches, feeds)
+
+    def _drop_lanes(self, d: Direct | HotFused) -> None:
+        """Forget the lanes made for route ``d`` and the refusals recorded for it: each general run of a
+        fused plan records a new route, so without this a session whose runs keep taking the general
+        path (a Variable set from outside before every run) would keep a lane per run."""
+        self.lanes = {k: v for k, v in self.lanes.items() if v[0] is not d}
+        self.no_lane = {k: v for k, v in self.no_lane.items() if v[0] is not d}
 
     def forget(self, d: Optional[Direct] = None) -> None:
         """Drop the routes to ``d`` (a ``Direct`` that turned out not to fit its plan), or every route
@@ -122,12 +134,13 @@ class Repeats:
             return None
         if got is not None and got[1].version == version:  # type: ignore[attr-defined]
             return got[1]
-        if self.no_lane.get(made) == version:
+        refused = self.no_lane.get(made)
+        if refused is not None and refused[0] is d and refused[1] == version:
             return None  # refused before: a hot run must not pay for asking again
         lane = (make_fused_lane(self.backend, d, fetches, feeds, given, ops) if isinstance(d, HotFused)
                 else make_lane(self.backend, d, fetches, feeds, given, iteration_bound(RunOptions()), ops))
         if lane is None:
-            self.no_lane[made] = version
+            self.no_lane[made] = (d, version)
         else:
             self.lanes[made] = (d, lane)
         return lane

@@ -563,3 +563,23 @@ def test_a_fused_lane_is_made_once_per_signature(monkeypatch: Any) -> None:
         fast.run([t["loss"], t["step"]], {t["x"]: xv - k, t["n"]: 3}, options={})
     assert _route(fast) == "hot"
     assert made["n"] == 2
+
+
+def test_lanes_of_replaced_routes_are_not_kept() -> None:
+    """A Variable set from outside before every run sends every run to the general path, which records
+    a new route for a fused plan each time; the backend keeps the lanes of the current routes only,
+    not one per run, and every run trains as the reference does."""
+    g, t = _rnn_step()
+    fast, ref = _both(g)
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for k in range(8):
+        for sess in (fast, ref):
+            sess.variables["w"] = np.array([0.5, -0.4, 0.3, 0.2], np.float32) * (1 + 0.1 * k)
+        feed = {t["x"]: xv, t["n"]: 3}
+        np.testing.assert_allclose(fast.run([t["loss"], t["step"]], feed)[0],
+                                   ref.run([t["loss"], t["step"]], feed)[0], rtol=1e-5)
+        np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+    repeats = fast.backend.repeats
+    routes = {id(d) for d, _ in repeats.routes.values()}
+    assert all(id(d) in routes for d, _ in repeats.lanes.values())
+    assert len(repeats.lanes) <= 2
