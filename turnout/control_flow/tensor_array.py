@@ -3,6 +3,8 @@
 Why a value and not a mutable resource: every write returns a new TensorArray, so a TensorArray can be
 a loop variable, crosses frames like any tensor, and its meaning under non-strict execution is plain
 (slot i holds whatever iteration i wrote). Slots are write-once; reading an unwritten slot is an error.
+Every element has one shape: the declared ``element_shape``, or else the first write's; a write of
+another shape is an error when it runs (a stack of such elements would be no array).
 
 Meaning, as plain Python::
 
