@@ -583,3 +583,32 @@ def test_lanes_of_replaced_routes_are_not_kept() -> None:
     routes = {id(d) for d, _ in repeats.routes.values()}
     assert all(id(d) in routes for d, _ in repeats.lanes.values())
     assert len(repeats.lanes) <= 2
+
+
+def test_a_deeply_nested_training_step_takes_a_lane_that_calls_the_jitted_function() -> None:
+    """A program nested more deeply than ``fast.deep.DEEP_NESTING`` is traced on a large stack; its
+    lanes call the jitted function (in 64-bit mode) rather than lowering it again for an
+    ahead-of-time executable, and its repeats give the reference's values."""
+    from turnout.fast.deep import DEEP_NESTING
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def nest(v: Any, depth: int) -> Any:
+            if depth == 0:
+                return v * 1.0
+            return tn.cond(v > 100.0 + depth, lambda: nest(v * 0.5, depth - 1), lambda: v + 0.001)
+
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tn.tanh(nest(y * x, DEEP_NESTING + 6))),
+                             [tn.constant(0), tn.constant(0.3)])
+        (dx,) = tn.gradients(y, [x])
+    fast, ref = _both(g)
+    for k in range(3):
+        feed = {x: 0.9 + 0.01 * k, n: 3}
+        for a, b in zip(fast.run([y, dx], feed), ref.run([y, dx], feed), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert _route(fast) == "lane" and fast.backend._deep_nesting > DEEP_NESTING
+    lanes = [lane for _, lane in fast.backend.repeats.lanes.values()]
+    assert lanes and not any(lane.ahead_of_time for lane in lanes)
