@@ -11,11 +11,9 @@ call, where the backend's former route cost about 80 (``docs/benchmarks.rst``).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Optional
 
 import jax
-import numpy as np
 
 from turnout.fast.guards import DEFAULT_BOUND, DISCARDED, device_oom
 from turnout.fast.lane import (
@@ -24,15 +22,14 @@ from turnout.fast.lane import (
     Signature,
     ahead_of_time,
     check_source,
-    cpp_entry,
+    compile_lane,
     in_wide_mode,
     signature,
 )
 from turnout.fast.stacks import StackValue, kept_arrays
 from turnout.fast.values import DEAD, start_reads, to_host
-from turnout.fast.variable_store import DeviceVariables, keep
+from turnout.fast.variable_store import keep
 from turnout.graph import Tensor
-from turnout.session import _scalar_fits
 
 if TYPE_CHECKING:
     from turnout.fast.backend import FastBackend
@@ -79,14 +76,10 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
             return None
         bound = jax.device_put(bound)
     env: dict[str, Any] = {
-        "graph": backend.graph, "version": backend.graph._version, "edits": backend.graph._edits,
-        "call": call, "pending": isinstance(call, jax.stages.Compiled), "bound": bound,
-        "backend": backend, "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
+        "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
         "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
-        "fetches": fetches, "dev_vars": backend._dev_vars, "live_keys": st.live_keys,
+        "fetches": fetches, "live_keys": st.live_keys,
     }
-    for i, (t, kind, dtype, shape) in enumerate(sig):
-        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
     for i, k in enumerate(reads):
         env[f"e{i}"] = k
     for i, (name, vk) in enumerate(h.var_keys):
@@ -110,16 +103,10 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
             sources.append((f"to_host(out[f{i}])", st.live_keys.index(k) if k in st.live_keys else None))
     source = _fused_lane_source(sig, [keys.index(k) for k in reads], len(h.var_keys), len(h.written),
                                 len(h.plan.kept), sources, backend.overlap_reads)
-    scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
-                             "fits": _scalar_fits, "DeviceVariables": DeviceVariables, "keep": keep,
-                             "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
-                             "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
-                             "out_of_memory": out_of_memory, "home": {backend._home}, "buffers_of": buffers_of}
-    exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
-    lane: Any = scope["make"](**env)
-    lane.version = env["version"]
-    lane.ahead_of_time = isinstance(call, jax.stages.Compiled)
-    return lane  # type: ignore[no-any-return]
+    return compile_lane(backend, source, sig, call, bound, env, {
+        "keep": keep, "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
+        "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
+        "out_of_memory": out_of_memory, "buffers_of": buffers_of})
 
 
 def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,

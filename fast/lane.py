@@ -129,22 +129,31 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
           call: Any, ops: Optional[tuple[bool, ...]]) -> Lane:
     """The lane itself: a closure over everything the run it repeats fixed (see the module docstring),
     its code written for this run's feeds (``_lane_source``) and compiled by Python once."""
-    graph = backend.graph
-    env: dict[str, Any] = {
-        "graph": graph, "version": graph._version, "edits": graph._edits, "call": call,
-        "pending": isinstance(call, jax.stages.Compiled), "bound": bound, "backend": backend,
-        "plan": d.plan, "fetches": fetches, "ops": ops, "stats": {**d.stats, "route": "lane"},
-        "dev_vars": backend._dev_vars,
-    }
-    for i, (t, kind, dtype, shape) in enumerate(sig):
-        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
+    env: dict[str, Any] = {"plan": d.plan, "fetches": fetches, "ops": ops, "stats": {**d.stats, "route": "lane"}}
     var_plan = variable_plan(d)
     for i, (name, _, _) in enumerate(var_plan):
         env[f"w{i}"] = name
     source = _lane_source(sig, perm, d.bounded, var_plan, len(fetches), ops is None and not backend.overlap_reads)
-    scope: dict[str, Any] = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry,
-                             "checked_values": checked_values, "fits": _scalar_fits,
-                             "DeviceVariables": DeviceVariables, "Deferred": Deferred, "home": {backend._home}}
+    return compile_lane(backend, source, sig, call, bound, env,
+                        {"checked_values": checked_values, "Deferred": Deferred})
+
+
+def compile_lane(backend: FastBackend, source: str, sig: Signature, call: Any, bound: Any, env: dict[str, Any],
+                 scope: dict[str, Any]) -> Lane:
+    """A lane's text (``source``, defining ``make``) compiled by Python once and made into the lane:
+    ``make`` is given the route's own names (``env``) beside the ones every lane's text reads (the
+    graph with its version and edits, the call and whether JAX has yet to build its C++ entry point,
+    the bound, the backend and its Variables' device copies, each feed's ``t{i}, c{i}, d{i}, s{i}``
+    of ``sig``), and the text sees the route's helpers (``scope``) beside the checks' own. Shared by
+    ``make_lane`` and ``fast.fused_lane.make_fused_lane``."""
+    graph = backend.graph
+    env = {"graph": graph, "version": graph._version, "edits": graph._edits, "call": call,
+           "pending": isinstance(call, jax.stages.Compiled), "bound": bound, "backend": backend,
+           "dev_vars": backend._dev_vars, **env}
+    for i, (t, kind, dtype, shape) in enumerate(sig):
+        env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
+    scope = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry, "fits": _scalar_fits,
+             "DeviceVariables": DeviceVariables, "home": {backend._home}, **scope}
     exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
     lane.version = env["version"]  # what ``Repeats.lane`` reuses it under
