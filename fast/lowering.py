@@ -31,7 +31,7 @@ from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, 
 from turnout.fast import stacks as stk
 from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
 from turnout.graph import Node, Tensor
-from turnout.kernels import sums_to
+from turnout.kernels import sums_to, ta_element_mismatch
 from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
 from turnout.shape_rules import reduced_shape
@@ -583,9 +583,7 @@ def _ta_write(ctx, n, xs):
     # checks it; a mismatch fails when the write runs (it may sit in a branch never taken)
     declared = n.inputs[0].spec.elem_shape if ta.pending else ta.elem_shape
     if not sh.compatible(declared, tuple(v.shape)):
-        ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayWrite: writing a value of shape "
-                  f"{sh.fmt(tuple(v.shape))} into a TensorArray of elements {sh.fmt(declared)} (every element has "
-                  "the same shape)")
+        ctx.check(np.asarray(False), f"{describe_node(n)}: {ta_element_mismatch(tuple(v.shape), declared)}")
         if not ta.pending:
             return [ta]
     if ta.pending:

@@ -393,6 +393,13 @@ def _ta_new(xs, attrs):
     return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, attrs.get("element_shape"), (None,) * n)]
 
 
+def ta_element_mismatch(shape: tuple[int, ...], elements: sh.Shape) -> str:
+    """The error of a TensorArrayWrite whose value's ``shape`` is not the TensorArray's element shape
+    (``elements``: declared, or fixed by the first write), as every backend words it."""
+    return (f"TensorArrayWrite: writing a value of shape {sh.fmt(shape)} into a TensorArray of elements "
+            f"{sh.fmt(elements)} (every element has the same shape)")
+
+
 @_k("TensorArrayWrite")
 def _ta_write(xs, attrs):
     ta, i, v = xs
@@ -402,8 +409,7 @@ def _ta_write(xs, attrs):
     v = np.asarray(v)
     es = ta.element_shape
     if es is not None and not sh.compatible(tuple(es), v.shape):
-        raise KernelError(f"TensorArrayWrite: writing a value of shape {sh.fmt(v.shape)} into a TensorArray of "
-                          f"elements {sh.fmt(tuple(es))} (every element has the same shape)")
+        raise KernelError(ta_element_mismatch(v.shape, tuple(es)))
     items = list(ta.items)
     items[i] = v
     # the first write fixes the element shape (as TensorFlow's TensorArrays infer it): a later write of
