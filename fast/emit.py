@@ -237,6 +237,8 @@ class Emitter:
         # by region id, and the speculable nodes already computed up front (never computed again).
         self.forced: dict[int, bool] = {}
         self.known: set[int] = set()
+        #: id(CondRegion) -> its exports (``_exports``)
+        self._exports_of: dict[int, list[Key]] = {}
         # Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
         # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
         # overflows costs at most one chunk of iterations before the staged path takes over.
@@ -387,9 +389,17 @@ class Emitter:
 
     # ---- conditionals ---------------------------------------------------------------------------
     def _exports(self, r: CondRegion) -> list[Key]:
-        joins = {m.id for m, _ in r.merges}
-        return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in self.fetch_set}
-                      | set(r.exports))
+        """The keys a cond hands out besides its Merges: fetched values of its branches and its
+        ``exports``. Found once per region: a raised case chain runs its outer conds again in every
+        one of its functions, and each search walks every node nested below, so searching on every
+        run made tracing a case of ``n`` branches cubic in ``n``."""
+        got = self._exports_of.get(id(r))
+        if got is None:
+            joins = {m.id for m, _ in r.merges}
+            got = self._exports_of[id(r)] = sorted(
+                {key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in self.fetch_set}
+                | set(r.exports))
+        return got
 
     def run_cond(self, r: CondRegion, env: Env) -> None:
         p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else self.read_pred(env, r.pred)

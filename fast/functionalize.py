@@ -124,6 +124,7 @@ class _Raiser:
             if f and f in self.frame_nodes:
                 self._find_shell(f)
         self.G: dict[Key, Optional[Guard]] = {}
+        self._tops_of: dict[tuple[Guard, Guard], frozenset[Key]] = {}
         self.node_g: dict[int, Guard] = {}
         self.enter_g: dict[int, Guard] = {}
         self.merge_side: dict[int, tuple[Key, dict[bool, int]]] = {}
@@ -296,13 +297,13 @@ class _Raiser:
                 direct.append(e)
                 continue
             if a != scope:
-                tops = {lit[0] for lit in a - scope if (self.G.get(lit[0]) or EMPTY) <= scope}
+                tops = self._tops(a, scope)
                 if len(tops) != 1:
                     n = self.nodes_of(e)[0]
                     raise UnsupportedError(
                         f"fast backend: {describe_node(n)} is guarded by {len(tops)} unrelated predicates; "
                         "nest the conditionals instead")
-                p = tops.pop()
+                p = next(iter(tops))
             pred_of[i] = p  # type: ignore[assignment]
         level = self._levels(scope, elems, pred_of)
         groups: dict[tuple[Key, int], list[Item]] = {}
@@ -310,6 +311,17 @@ class _Raiser:
             groups.setdefault((p, level[i]), []).append(elems[i])
         items = direct + [self._cond(scope, p, es) for (p, _), es in groups.items()]
         return self._order(items)
+
+    def _tops(self, a: Guard, scope: Guard) -> frozenset[Key]:
+        """The predicates of guard ``a`` beyond ``scope`` that are decided at ``scope`` (the cond an
+        item guarded by ``a`` belongs to, one level below ``scope``). Memoised per (guard, scope):
+        items share few guards, and finding them anew for every item at every level of a nest of
+        ``d`` conds cost each item ``d`` set differences of ``d`` literals."""
+        got = self._tops_of.get((a, scope))
+        if got is None:
+            got = self._tops_of[(a, scope)] = frozenset(
+                lit[0] for lit in a - scope if (self.G.get(lit[0]) or EMPTY) <= scope)
+        return got
 
     def _levels(self, scope: Guard, elems: list[Item], pred_of: dict[int, Key]) -> list[int]:
         """Split the members of each predicate's group into successive conds.

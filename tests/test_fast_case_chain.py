@@ -125,3 +125,28 @@ def test_case_inside_a_loop_and_inside_a_case_branch(switches: list[int]) -> Non
             ref, fast = both(g, out, {n: nv, j: jv})
             np.testing.assert_allclose(fast, ref, rtol=1e-6)
     assert 4 in switches and 3 in switches  # the loop's case and the nested one, each one switch
+
+
+def test_tracing_a_case_grows_quadratically_not_cubically(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Function ``k`` of a raised chain runs the ``k`` outer conds again with their decisions fixed,
+    so tracing a case of ``n`` branches touches about ``n^2`` nodes. Each of those conds once searched
+    every node nested below it for the values it exports, at every visit: ``n^3``, the larger part
+    of a 64-branch case's compile time. Counted in key lookups (exact), not seconds (noise)."""
+    from turnout.fast import emit
+
+    counted = [0]
+    orig = emit.key
+
+    def counting(t: Any) -> Any:
+        counted[0] += 1
+        return orig(t)
+
+    monkeypatch.setattr(emit, "key", counting)
+    lookups = {}
+    for n in (16, 32):
+        g, i, x, y = _case_graph(n)
+        counted[0] = 0
+        got = tn.Session(g, backend="fast").run(y, {i: n - 1, x: np.ones(3, np.float32)})
+        np.testing.assert_allclose(got, np.tanh(np.ones(3) * n) + n - 1, rtol=1e-6)
+        lookups[n] = counted[0]
+    assert lookups[32] < 4.6 * lookups[16], lookups  # cubic growth gives about 8
