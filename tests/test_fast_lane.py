@@ -60,6 +60,34 @@ def test_the_lane_returns_the_structure_asked_for() -> None:
         assert _route(sess) == "lane"
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_fetching_a_variable_after_lanes_exist(backend: str) -> None:
+    """A Variable is no list of fetches: looking its lane up must not iterate it. ``tuple(v)`` once
+    indexed the Variable element by element, adding ``GetItem`` nodes to the graph until one fell
+    out of range (a ``ShapeError`` from a plain ``sess.run(v)``). And a fetched Variable is read by
+    one node, made once: a read node per fetch changed the graph's version on every fetch, so the
+    next training step compiled its plan again."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        v = tn.Variable(np.arange(3, dtype=np.float32), name="v")
+        upd = v.assign_add(x)
+    sess = tn.Session(g, backend=backend)
+    one = np.ones(3, np.float32)
+    for _ in range(3):  # a lane for [upd]
+        sess.run([upd], {x: one})
+    np.testing.assert_allclose(sess.run(v), np.arange(3) + 3.0)
+    nodes = len(g.nodes)
+    compiles = getattr(sess.backend, "compile_count", 0)
+    for k in range(3):
+        np.testing.assert_allclose(sess.run(v), np.arange(3) + 3.0 + k)
+        np.testing.assert_allclose(sess.run([upd], {x: one})[0], np.arange(3) + 4.0 + k)
+    np.testing.assert_allclose(sess.run([v, upd], {x: one})[1], np.arange(3) + 7.0)
+    assert len(g.nodes) == nodes
+    if backend == "fast":  # [upd] and v each compiled once before; [v, upd] is the one new plan
+        assert sess.backend.compile_count == compiles + 1
+
+
 def test_a_new_shape_leaves_the_lane_and_runs_right() -> None:
     g, x, y = _affine()
     sess = tn.Session(g, backend="fast")

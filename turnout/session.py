@@ -195,8 +195,9 @@ class Session:
                     return got[0][0]
             if self._lanes:  # a repeat of a run its backend offered a lane for
                 tp = type(fetches)
-                try:
-                    lanes = self._lanes.get(fetches if tp is Tensor else tuple(fetches))
+                try:  # (a list or tuple only: ``tuple()`` of anything else, a Variable, would iterate it)
+                    lanes = self._lanes.get(fetches if tp is Tensor else tuple(fetches)) \
+                        if tp is Tensor or tp is list or tp is tuple else None
                 except TypeError:  # an unhashable structure of fetches
                     lanes = None
                 if lanes is not None:
@@ -230,7 +231,7 @@ class Session:
         targets: list[Node] = []
         for f in flat:
             if hasattr(f, "_as_tensor"):
-                f = f._as_tensor()
+                f = _fetched(f)
             if isinstance(f, Tensor):
                 if f.graph is not self.graph:
                     raise GraphBuildError(f"fetch {f.name} belongs to another graph")
@@ -260,7 +261,7 @@ class Session:
         self.last_result = result
         values = iter(result.values[: len(tensors)])
         out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
-               for f in (x._as_tensor() if hasattr(x, "_as_tensor") else x for x in flat)]
+               for f in (_fetched(x) if hasattr(x, "_as_tensor") else x for x in flat)]
         return nest.pack_as(fetches, out)
 
     def _named(self, name: str) -> Tensor | Node:
@@ -463,6 +464,13 @@ def _clustered(backend: str) -> str:
     except ImportError:
         raise UnsupportedError("running on a cluster needs Ray: pip install 'turnout[ray]'") from None
     return "ray"
+
+
+def _fetched(f: Any) -> Any:
+    """The tensor fetched for ``f``, an object that stands for a tensor (``_as_tensor``): a Variable's
+    one fetch read (``Variable._fetch_tensor``), else a tensor made for it now."""
+    get = getattr(f, "_fetch_tensor", None)
+    return get() if get is not None else f._as_tensor()
 
 
 def _target_proxy(node: Node) -> Tensor:

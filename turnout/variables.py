@@ -3,7 +3,7 @@
 As in the paper, a Variable is a handle (``VarHandle``); reads and assigns are ops whose effects are
 ordered only by data and control edges, never by program order. Each use of a Variable as a tensor is
 a fresh ``ReadVariable`` op, so write ``with tn.control_dependencies([v.assign(...)])`` to read after a
-write.
+write. Fetching a Variable (``sess.run(v)``) reads it through one node made on the first fetch.
 """
 
 from __future__ import annotations
@@ -63,6 +63,21 @@ class Variable:
 
     def _as_tensor(self) -> Tensor:
         return self.read()
+
+    def _fetch_tensor(self) -> Tensor:
+        """The tensor ``Session.run`` fetches for this Variable: one ``ReadVariable`` made on the first
+        fetch, outside any cond, loop or control dependency, and reused by every later fetch.
+
+        Why not a fresh read per fetch, as for other uses: every node added to a graph changes its
+        version, so a fetch that added one made the fast backend's compiled plans and lanes stale and
+        recompile on the next run of anything (``sess.run(w)`` between training steps), and the graph
+        grew by a node per fetch."""
+        t: Optional[Tensor] = getattr(self, "_fetched", None)
+        if t is None:
+            g = self._graph
+            with g._in_context(None), g.control_dependencies(None), g.device(self.handle_node.device):
+                t = self._fetched = self.read(name=f"{self.name}/fetch")
+        return t
 
     def _assign(self, op: str, v: Any, name: Optional[str]) -> Tensor:
         from turnout.ops import convert_to_tensor
