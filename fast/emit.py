@@ -239,6 +239,11 @@ class Emitter:
         self.known: set[int] = set()
         #: id(CondRegion) -> its exports (``_exports``)
         self._exports_of: dict[int, list[Key]] = {}
+        #: held stacks (``fast.held``): stack key -> Variable name, and per top-level loop (by id) the
+        #: (stack key, Variable name) pairs taken at its start. Empty unless the plan asks
+        #: (``Plan.emitter``): a trace that holds must run the loop and the pops in one state.
+        self.held: dict[str, str] = {}
+        self.held_at: dict[int, list[tuple[str, str]]] = {}
         # Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
         # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
         # overflows costs at most one chunk of iterations before the staged path takes over.
@@ -305,6 +310,25 @@ class Emitter:
 
     def set_stack(self, h: Handle, s: stk.StackValue) -> None:
         self.state[stack_key(h)] = s
+
+    def holds(self, h: Handle) -> bool:
+        """Whether stack ``h`` is held (``fast.held``): its pushes do nothing."""
+        return stack_key(h) in self.held
+
+    def held_value(self, node: Node, h: Handle) -> Any:
+        """What a pop of held stack ``h`` returns: the Variable's value as its loop began (``hold``)."""
+        try:
+            return self.state[stk.HELD_PREFIX + stack_key(h)]
+        except KeyError:  # the loop that takes it was not traced before this pop: a fault of ours
+            raise UnsupportedError(f"fast backend: {describe_node(node)} pops a held stack before its loop "
+                                   "ran") from None
+
+    def hold(self, r: WhileRegion, state: dict[str, Any]) -> None:
+        """Take the values of the stacks held at loop ``r``'s start into ``state``: the Variables
+        they read, as they are now (nothing in ``r`` assigns them, ``fast.held``)."""
+        for k, name in self.held_at.get(id(r), ()):
+            if var_key(name) in state:
+                state[stk.HELD_PREFIX + k] = state[var_key(name)]
 
     def note_push(self, node: Node, h: Handle, value: Any) -> None:
         """Record a push of ``value`` on stack ``h`` by StackPush ``node``: a constant while tracing (a
@@ -589,6 +613,7 @@ class Emitter:
             return [henv[k] for k in ckeys], self.read_pred(henv, r.loop_cond.inputs[0]), self.state
 
         def start(state: dict[str, Any]) -> Any:
+            self.hold(r, state)  # (before a dead entry: the backward loop's pops read it even then)
             vals0 = [self.read(env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
             if any(v is DEAD for v in vals0):
                 return None
@@ -738,6 +763,7 @@ class Emitter:
         to compile as the same loops written in JAX. The header runs again at the start of the body
         and after the loop, which is invisible because it has no effects and cannot fail.
         """
+        self.hold(r, self.state)
         base = dict(env)
         for inv in r.invariants:
             base[key(inv.outputs[0])] = self.read(env, inv.inputs[0], inv)

@@ -51,6 +51,8 @@ class LoweringContext(Protocol):
     def set_stack(self, h: Handle, s: stk.StackValue) -> None: ...
     def note_push(self, node: Node, h: Handle, value: Any) -> None: ...
     def pushed_constant(self, h: Handle) -> Any: ...
+    def holds(self, h: Handle) -> bool: ...
+    def held_value(self, node: Node, h: Handle) -> Any: ...
 
 
 Rule = Callable[[LoweringContext, Node, Sequence[Any]], list[Any]]
@@ -669,6 +671,8 @@ def _stack_new(ctx, n, xs):
 @_r("StackPush")
 def _stack_push(ctx, n, xs):
     h, index, v = xs
+    if ctx.holds(h):  # its one value is taken as its loop starts (``fast.held``)
+        return [v]
     s0 = ctx.get_stack(n, h)
     try:
         s, ok = stk.push(s0, index, v, free=ctx.free_pointers)
@@ -685,6 +689,8 @@ def _stack_push(ctx, n, xs):
 @_r("StackPop")
 def _stack_pop(ctx, n, xs):
     h, index = xs
+    if ctx.holds(h):
+        return [ctx.held_value(n, h)]
     s0 = ctx.get_stack(n, h)
     if s0.pending:
         ctx.check(np.asarray(False), f"{describe_node(n)}: StackPop on an empty stack", code="underflow")

@@ -35,6 +35,7 @@ import numpy as np
 
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
+from turnout.fast.held import held_reads
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.values import DEAD, TA, Handle, Static, wrap_static
 from turnout.fast.xla_options import compiler_options
@@ -134,7 +135,8 @@ def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
 class Plan:
     """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
 
-    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int) -> None:
+    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int,
+                 hold: bool = True) -> None:
         self.backend = backend
         self.program = program
         self.fed = fed
@@ -147,9 +149,13 @@ class Plan:
         nodes = program_nodes(program)
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
-        self.stack_nodes = [n for n in nodes if n.op == "StackNew"]
-        self.stack_info = stack_infos(nodes)
-        self.prealloc = static_stack_shapes(nodes)
+        #: the stacks this plan holds (``fast.held``): no buffer, no chunk, no push; their pops return
+        #: the Variable's value as their loop began. ``hold=False``: every stack is a buffer.
+        self.held = held_reads(program) if hold else {}
+        held_ids = {int(k.split(":")[1]) for k in self.held}
+        self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
+        self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
+        self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
         #: per gradient stack, in ``stack_nodes`` order: its state key, element dtype and static shapes
         #: (``prealloc``; ``None``: known only when tracing), computed once for every run to read
         self.stack_slots: list[tuple[str, Any, Optional[tuple[Any, ...]]]] = [
@@ -189,21 +195,26 @@ class Plan:
     def _stages(self) -> list[Stage]:
         stages: list[Stage] = []
         seg: list[Item] = []
+        held = set(self.held)
+
+        def counts(nodes: list[Node], op: str) -> dict[str, int]:
+            return {k: c for k, c in _stack_counts(nodes, op).items() if k not in held}
+
         for it in self.program.items:
-            if isinstance(it, WhileRegion) and any(n.op in ("StackPush", "StackPop") for n in it.nodes):
+            if isinstance(it, WhileRegion) and (counts(it.nodes, "StackPush") or counts(it.nodes, "StackPop")):
                 if seg:
                     stages.append(Stage(seg, []))
                     seg = []
                 st = Stage([it], [], driven=it)
                 direct = _direct_nodes(it.body)
-                direct_push, direct_pop = _stack_counts(direct, "StackPush"), _stack_counts(direct, "StackPop")
-                st.push_stacks = {s: direct_push.get(s, 0) for s in _stack_counts(it.nodes, "StackPush")}
-                st.pop_stacks = {s: direct_pop.get(s, 0) for s in _stack_counts(it.nodes, "StackPop")}
+                direct_push, direct_pop = counts(direct, "StackPush"), counts(direct, "StackPop")
+                st.push_stacks = {s: direct_push.get(s, 0) for s in counts(it.nodes, "StackPush")}
+                st.pop_stacks = {s: direct_pop.get(s, 0) for s in counts(it.nodes, "StackPop")}
                 # a stack pushed or popped anywhere else than directly in the body (a nested loop) has
                 # no static count per iteration: the chunk loop measures it
                 ids = {n.id for n in direct}
                 others = [n for n in it.nodes if n.id not in ids]
-                st.measured = {*_stack_counts(others, "StackPush"), *_stack_counts(others, "StackPop")}
+                st.measured = {*counts(others, "StackPush"), *counts(others, "StackPop")}
                 stages.append(st)
             else:
                 seg.append(it)
@@ -308,6 +319,9 @@ class Plan:
         em.fed = self.fed
         em.static = self.static_feeds
         em.pushed = self.pushed
+        em.held = {k: h.var_name for k, h in self.held.items()}
+        for k, h in self.held.items():
+            em.held_at.setdefault(id(h.loop), []).append((k, h.var_name))
         return em
 
     def segment_fn(self, st: Stage, fused: bool = False) -> Any:
@@ -356,7 +370,7 @@ class Plan:
                 # the error word is in ``flags``, and the pointers are not returned: the next attempt
                 # starts every stack empty again (every result is an array the call must hand back)
                 ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
-                         if k != "err" and v is not given.get(k)}
+                         if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)}
                 return out, flags, ended
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state

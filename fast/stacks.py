@@ -53,6 +53,8 @@ from turnout.errors import ResourceExhaustedError, UnsupportedError
 
 #: the state keys of gradient stacks begin so (``fast.emit.stack_key``)
 STACK_PREFIX = "stack:"
+#: the run-state key prefix of a held stack's one value (``fast.held``): ``held:stack:<StackNew id>``
+HELD_PREFIX = "held:"
 
 
 def committed(x: Any) -> Any:
