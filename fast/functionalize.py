@@ -36,10 +36,6 @@ def _preds(n: Node) -> list[Node]:
     return [t.node for t in _data_inputs(n)] + list(n.control_inputs)
 
 
-#: ops run for their effects: needed whenever their frame runs, even if nothing reads them
-_EFFECTS = frozenset({"AssignVariable", "AssignAddVariable", "AssignSubVariable"})
-
-
 def _stack_of(t: Tensor) -> Optional[int]:
     n = t.node
     for _ in range(10_000):
@@ -53,19 +49,18 @@ def _stack_of(t: Tensor) -> Optional[int]:
 
 def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor],
                  fed: frozenset[int] = frozenset()) -> set[int]:
-    """Nodes the fetches depend on (dead-code elimination, frames included).
+    """Nodes the fetches depend on (dead-code elimination, frames included), as the interpreters
+    prune: a Variable assignment in a loop body that no fetch depends on does not run, there or here.
 
     Fed nodes are needed, their inputs are not. A needed frame brings its LoopCond (it decides the
-    trip count) and its effectful ops (Variable assignments). A gradient stack's pushes are needed
+    trip count). A gradient stack's pushes are needed
     only when one of its pops is: a gradient that is not fetched (say, with respect to a loop's
     inputs when only the weights' gradient is asked for) then costs nothing, neither its backward
     computation nor the saved values. Control edges from pushes (the gradient builder's sync
     variable) do not by themselves make a push needed.
     """
     pushes: dict[int, list[Node]] = {}
-    by_frame: dict[Frame, list[Node]] = {}
     for n in graph.nodes:
-        by_frame.setdefault(fa.node_frame[n.id], []).append(n)
         if n.op == "StackPush":
             sid = _stack_of(n.inputs[0])
             if sid is not None:
@@ -93,7 +88,7 @@ def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor],
             sub = f[:d]
             if sub not in frames_done:
                 frames_done.add(sub)
-                work += fa.frames[sub].loop_cond + [m for m in by_frame.get(sub, []) if m.op in _EFFECTS]
+                work += fa.frames[sub].loop_cond
     return need
 
 

@@ -74,6 +74,29 @@ def test_while_loop_doubling(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_an_assignment_in_a_loop_body_that_no_fetch_needs_does_not_run(backend: str) -> None:
+    """Only the fetches' ancestors run, inside loop frames too: an assignment in a body that nothing
+    fetched depends on is pruned, as TensorFlow prunes it (the loop's result does not read it). The
+    fast backend once ran every assignment of a loop it ran (``u`` became 3); found by the held-read
+    property (``tests/test_fast_held.py``)."""
+    g = tn.Graph()
+    with g.as_default():
+        u = tn.Variable(np.float64(0.0), name="u")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: Any, h: Any) -> Any:
+            u.assign_add(tn.constant(1.0, tn.float64))  # nothing reads it
+            with tn.control_dependencies([u.assign_add(tn.constant(10.0, tn.float64))]):
+                h2 = h * 2.0  # this one is an ancestor of the result: it runs every iteration
+            return i + 1, h2
+
+        _, h = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), tn.constant(0.5, tn.float64)])
+    sess = tn.Session(g, backend=backend)
+    assert float(sess.run(h, {n: 3})) == 4.0
+    assert float(sess.run(u)) == 30.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n", [0, 1, 5, 9])
 def test_nested_loops_count_pairs(backend: str, n: int) -> None:
     # sum_{i<n} sum_{j<i} 1 = n(n-1)/2

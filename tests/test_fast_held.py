@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import turnout as tn
 from turnout.fast import stacks as stk
@@ -153,3 +155,85 @@ def test_the_graph_rules_for_holding() -> None:
     assert variable_of(a.handle) == "a" and variable_of(same) == "a" and variable_of(other) == "a"
     assert variable_of(both) is None and variable_of(y) is None
     assert held_reads(functionalize(g, [y], [p])) == {}
+
+
+
+def _expr(draw: Any, depth: int) -> Callable[[dict[str, Any]], Any]:
+    """A random scalar expression over the loop value ``h``, Variables ``w`` and ``u`` and constants:
+    a function of the environment, so that it is built (and reads the Variables) where it is called."""
+    if depth == 0 or draw(st.booleans()):
+        leaf = draw(st.sampled_from(["h", "w", "u", "c"]))
+        if leaf == "c":
+            c = draw(st.sampled_from([-0.5, 0.25, 1.5]))
+            return lambda env: tn.constant(c, tn.float64)
+        return lambda env: env[leaf]
+    op = draw(st.sampled_from(["add", "sub", "mul", "tanh", "sigmoid"]))
+    a = _expr(draw, depth - 1)
+    if op in ("tanh", "sigmoid"):
+        fn = tn.tanh if op == "tanh" else tn.sigmoid
+        return lambda env: fn(a(env))
+    b = _expr(draw, depth - 1)
+    bin_ = {"add": tn.add, "sub": tn.subtract, "mul": tn.multiply}[op]
+    return lambda env: bin_(a(env), b(env))
+
+
+@st.composite
+def variable_loops(draw: Any) -> tuple[str, Any, Any, bool]:
+    """(body shape, two expressions, whether the body assigns ``u``) of a loop over ``h``."""
+    shape = draw(st.sampled_from(["plain", "cond", "nested", "nested_cond"]))
+    # each branch multiplies by a Variable: its gradient then needs the value read (a push, or a hold)
+    e1, e2 = _expr(draw, 3), _expr(draw, 2)
+    v1, v2 = draw(st.sampled_from(["w", "u"])), draw(st.sampled_from(["w", "u"]))
+    return (shape, lambda env: tn.multiply(e1(env), env[v1]), lambda env: tn.multiply(e2(env), env[v2]),
+            draw(st.booleans()))
+
+
+@given(variable_loops(), st.lists(st.integers(0, 6), min_size=2, max_size=3), st.booleans())
+def test_random_loops_reading_variables_train_as_the_reference(
+        loop: tuple[str, Any, Any, bool], trips: list[int], staged: bool) -> None:
+    """Random loop bodies over Variables read inside them (under a cond, in a nested loop, beside an
+    assignment to one of them), trained by SGD on both Variables for a few runs: the fetched
+    gradients and the Variables after every run are the reference's, on the fused attempt and on
+    the staged path (``stack_chunk=2``)."""
+    shape, e1, e2, assign = loop
+
+    def build() -> tuple[tn.Graph, list[Any], tn.Tensor, list[tn.Variable]]:
+        g = tn.Graph()
+        with g.as_default():
+            w = tn.Variable(np.float64(0.7), name="w")
+            u = tn.Variable(np.float64(-0.3), name="u")
+            n = tn.placeholder(tn.int32, [], name="n")
+
+            def step(i: Any, h: Any, u_now: Any) -> Any:
+                env = {"h": h, "w": w, "u": u_now}
+                if shape in ("cond", "nested_cond"):
+                    return tn.cond(tn.equal(tn.mod(i, 2), 0), lambda: e1(env), lambda: e2(env))
+                return e1(env)
+
+            def body(i: Any, h: Any) -> Any:
+                u_now: Any = u  # the Variable: read wherever the body uses it
+                if assign:  # then read once per iteration, after the assignment (no race)
+                    with tn.control_dependencies([u.assign_add(tn.constant(0.01, tn.float64))]):
+                        u_now = u.read()
+                if shape.startswith("nested"):
+                    _, h2 = tn.while_loop(lambda j, h: j < 2, lambda j, h: (j + 1, step(i + j, h, u_now)),
+                                          [tn.constant(0), h])
+                else:
+                    h2 = step(i, h, u_now)
+                return i + 1, h2
+
+            _, h = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), tn.constant(0.5, tn.float64)])
+            loss = h * h
+            grads = [gr if gr is not None else tn.constant(0.0, tn.float64) for gr in tn.gradients(loss, [w, u])]
+            with tn.control_dependencies([loss]):  # (an update unordered with the loop would race it)
+                train = [w.assign_sub(grads[0] * 0.05), u.assign_sub(grads[1] * 0.05)]
+        return g, [loss, *grads, *train], n, [w, u]
+
+    got = {}
+    for backend in ("reference", "fast"):
+        g, fetches, n, vs = build()
+        sess = tn.Session(g, backend=backend, **({"stack_chunk": 2} if staged and backend == "fast" else {}))
+        got[backend] = [(sess.run(fetches, {n: t}), sess.run(vs)) for t in trips]
+    for (ra, rv), (fa, fv) in zip(got["reference"], got["fast"], strict=True):
+        for a, b in zip([*ra, *rv], [*fa, *fv], strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12)
