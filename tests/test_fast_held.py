@@ -98,6 +98,32 @@ def test_a_variable_the_loop_assigns_is_not_held() -> None:
     assert held_names(sess) == {"w"}  # u is assigned in the body: its reads differ per iteration
 
 
+@pytest.mark.parametrize("assign", ["assign", "assign_add", "assign_sub"])
+def test_every_kind_of_assignment_in_the_loop_forbids_holding(assign: str) -> None:
+    """A read after an assignment in the same body sees a new value every iteration, whichever op
+    assigns: not held, and the gradient is the reference's."""
+    def build() -> tuple[tn.Graph, list[tn.Tensor], dict[str, tn.Tensor]]:
+        g = tn.Graph()
+        with g.as_default():
+            u = tn.Variable(np.float64(0.9), name="u")
+            x = tn.placeholder(tn.float32, [3, 3], name="x")
+            n = tn.placeholder(tn.int32, [], name="n")
+
+            def body(i: Any, h: Any) -> Any:
+                new = tn.cast(i, tn.float64) * 0.1 + 0.5
+                with tn.control_dependencies([getattr(u, assign)(new)]):
+                    r = u.read()
+                return i + 1, tn.tanh(h * r)
+
+            _, h = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), tn.constant(0.7, tn.float64)])
+            (gu,) = tn.gradients(h, [u])
+            gu = gu if gu is not None else tn.constant(0.0, tn.float64)
+        return g, [h, gu], {"x": x, "n": n}
+
+    sess = agree(build)
+    assert held_names(sess) == set()
+
+
 def test_a_held_value_is_the_one_the_loop_read() -> None:
     """An assignment after the forward loop and before the backward one (ordered by a control edge
     the gradient depends on) must not reach the backward loop: the popped value is the one read."""

@@ -133,6 +133,8 @@ MODULES: dict[str, dict[str, Any]] = {
                      "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
                                "test_fast_positional_stacks.py", "test_fast_memory.py"]},
+    "fast/held.py": {"module": "turnout.fast.held",
+                     "tests": ["test_fast_held.py", "test_fast_memory.py", "test_fast_gradients.py"]},
     "fast/fused_lane.py": {"module": "turnout.fast.fused_lane",
                      "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
