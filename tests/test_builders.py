@@ -129,6 +129,47 @@ def test_control_dependencies_inside_branches_only_run_when_taken(backend: str) 
     assert int(sess.run(read)) == 2
 
 
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_branch_depending_on_an_outer_op_by_control_is_dead_when_not_taken(backend: str, taken: bool) -> None:
+    """A branch whose constant waits on an op outside the cond (``control_dependencies`` inside the
+    branch function) hangs that constant on a node of the branch. It once hung it on the captured
+    Switch itself, which fires whichever branch is taken: the untaken branch's constant was live and
+    the cond's Merge received two live inputs (``MergeConflictError`` on every backend)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        outer = tn.identity(tn.constant(3.0))
+
+        def waits() -> tn.Tensor:
+            with tn.control_dependencies([outer]):
+                return tn.constant(1.0)
+
+        y = tn.cond(p, waits, lambda: tn.constant(2.0))
+    assert float(run(backend, g, y, {p: taken})) == (1.0 if taken else 2.0)
+
+
+def test_the_gradient_of_such_a_branch_in_a_loop(backend: str) -> None:
+    """The same shape in a loop body, differentiated: the gradient exports the branch's constant (the
+    factor of ``h * 2``) through a Merge with a filler, which the live constant also conflicted with."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def body(i: Any, h: Any) -> Any:
+            before = tn.identity(h)
+
+            def double() -> tn.Tensor:
+                with tn.control_dependencies([before]):
+                    return h * 2.0
+
+            return i + 1, tn.cond(tn.equal(tn.mod(i, 2), 0), double, lambda: h + 1.0)
+
+        _, h = tn.while_loop(lambda i, h: i < 3, body, [tn.constant(0), x])
+        (gx,) = tn.gradients(h, [x])
+    got = run(backend, g, [h, gx], {x: 3.0})
+    assert float(got[0]) == 14.0 and float(got[1]) == 4.0  # ((3 * 2) + 1) * 2; d/dx = 2 * 2
+
+
 def test_cond_build_errors() -> None:
     g = tn.Graph()
     with g.as_default():

@@ -125,7 +125,15 @@ class ControlFlowContext(ABC):
                     "Const", (), {"value": np.asarray(True), "dtype": "bool"}, name="ctrl_proxy",
                     control_inputs=[node_o],
                 ).outputs[0]
-            self._captured_ctrl[node.id] = self.capture(proxy).node
+            inside = self.capture(proxy)
+            # The anchor is a node of this context fed by the captured value, not the capture's own
+            # node: in a cond that node is the Switch, which fires whichever branch is taken, so a
+            # control edge from it would make an op of the untaken branch (a Const) live there too
+            # (and a gradient's export Merge of that Const then received two live inputs). An
+            # Identity of the branch's output is live exactly when the branch runs.
+            with g._in_context(self), g._no_capture(), g.control_dependencies(None):
+                anchor = g.create_node("Identity", [inside], name="ctrl_anchor")
+            self._captured_ctrl[node.id] = anchor
         return self._captured_ctrl[node.id]
 
     @abstractmethod
