@@ -53,11 +53,10 @@ def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor],
     prune: a Variable assignment in a loop body that no fetch depends on does not run, there or here.
 
     Fed nodes are needed, their inputs are not. A needed frame brings its LoopCond (it decides the
-    trip count). A gradient stack's pushes are needed
-    only when one of its pops is: a gradient that is not fetched (say, with respect to a loop's
-    inputs when only the weights' gradient is asked for) then costs nothing, neither its backward
-    computation nor the saved values. Control edges from pushes (the gradient builder's sync
-    variable) do not by themselves make a push needed.
+    trip count). A gradient stack's pushes are needed only when one of its pops is: a gradient that
+    is not fetched (say, with respect to a loop's inputs when only the weights' gradient is asked
+    for) then costs nothing, neither its backward computation nor the saved values. Control edges
+    from pushes (the gradient builder's sync variable) do not by themselves make a push needed.
     """
     pushes: dict[int, list[Node]] = {}
     for n in graph.nodes:

@@ -135,8 +135,7 @@ def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
 class Plan:
     """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
 
-    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int,
-                 hold: bool = True) -> None:
+    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int) -> None:
         self.backend = backend
         self.program = program
         self.fed = fed
@@ -150,8 +149,8 @@ class Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         #: the stacks this plan holds (``fast.held``): no buffer, no chunk, no push; their pops return
-        #: the Variable's value as their loop began. ``hold=False``: every stack is a buffer.
-        self.held = held_reads(program) if hold else {}
+        #: the Variable's value as their loop began
+        self.held = held_reads(program)
         held_ids = {int(k.split(":")[1]) for k in self.held}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
