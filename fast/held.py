@@ -23,7 +23,9 @@ A stack is held only when that is certain from the graph:
   comes from one ``VarHandle`` through Enter, Switch and Identity nodes, or Merges of one name);
   an assignment whose Variable is not known forbids holding any read in its loop;
 - nothing in that loop assigns the read's Variable;
-- the stack is used by its StackPush and StackPops alone.
+- the stack is used by its StackPush and StackPops alone, and every pop lies in a top-level item
+  after the loop (a gradient's backward loop does; a hand-built stack popped in the loop itself or
+  before it keeps its buffer, and its pops their errors).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from turnout.fast.emit import stack_source
-from turnout.fast.regions import Program, WhileRegion, program_nodes
+from turnout.fast.regions import Program, WhileRegion, item_nodes, program_nodes
 from turnout.graph import Node, Tensor
 
 #: ops that write a Variable (the lowering's ``_assign`` rules)
@@ -103,8 +105,14 @@ def held_reads(program: Program) -> dict[str, HeldRead]:
                 src = stack_source(t)
                 if src is not None:
                     users.setdefault(src.id, []).append(n)
+    place: dict[int, int] = {}  # node id -> the index of the top-level item it lies in
+    for i, it in enumerate(program.items):
+        for n in item_nodes(it):
+            place[n.id] = i
     out: dict[str, HeldRead] = {}
-    for loop in (it for it in program.items if isinstance(it, WhileRegion)):
+    for at, loop in enumerate(program.items):
+        if not isinstance(loop, WhileRegion):
+            continue
         assigned = {variable_of(n.inputs[0]) for n in loop.nodes if n.op in ASSIGNS}
         if None in assigned:
             continue
@@ -116,7 +124,8 @@ def held_reads(program: Program) -> dict[str, HeldRead]:
             name = variable_of(read.inputs[0])  # type: ignore[union-attr]
             uses = users.get(src.id, [])
             if (name is None or name in assigned or any(u.op not in ("StackPush", "StackPop") for u in uses)
-                    or sum(u.op == "StackPush" for u in uses) != 1):
-                continue
+                    or sum(u.op == "StackPush" for u in uses) != 1
+                    or any(place.get(u.id, -1) <= at for u in uses if u.op == "StackPop")):
+                continue  # (a pop before the loop's end, as only a hand-built stack has, pops what was pushed)
             out[f"stack:{src.id}"] = HeldRead(name, loop)
     return out

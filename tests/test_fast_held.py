@@ -146,6 +146,32 @@ def test_a_held_value_is_the_one_the_loop_read() -> None:
     assert held_names(sess) == {"w"}
 
 
+def test_a_hand_built_stack_popped_in_its_own_loop_is_not_held(backend: str) -> None:
+    """A stack pushed a Variable's read in a loop and popped in that loop (built by hand, before the
+    push): the pop finds the stack empty on every backend. Held, the pop would have returned the
+    Variable's value instead of failing."""
+    from turnout.errors import ExecutionError
+
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.float32(2.0), name="w")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+
+        def body(i: Any, h: Any) -> Any:
+            index = tn.reshape(i, [1])
+            popped = g.create_node("StackPop", [stack, index], {"dtype": "float32"}, name="pop").outputs[0]
+            with tn.control_dependencies([popped]):
+                pushed = g.create_node("StackPush", [stack, index, w.read()], name="push").outputs[0]
+            return i + 1, h + tn.reshape(popped, []) + pushed * 0.0
+
+        _, h = tn.while_loop(lambda i, h: i < 3, body, [tn.constant(0), tn.constant(0.0)])
+    sess = tn.Session(g, backend=backend)
+    with pytest.raises(ExecutionError, match="pop"):
+        sess.run(h)
+    if backend == "fast":
+        assert held_names(sess) == set()
+
+
 def test_held_stacks_hold_no_buffer() -> None:
     """The stack buffers kept between runs are those of the loop with its Variable read before it."""
     def kept_bytes(read_inside: bool) -> int:
