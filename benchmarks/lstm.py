@@ -30,7 +30,8 @@ def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_mem
         H = hidden
         # Read the weights once, outside the loop: they are then loop invariants (Enter(is_constant)),
         # which the backward loop accumulates into, instead of a ReadVariable per iteration whose value
-        # the gradient would have to save on a stack every iteration.
+        # the gradient saves on a stack every iteration (the fast backend holds that stack as one
+        # value, ``turnout.fast.held``; the interpreters keep every push).
         w, bb = W.read(), b.read()
 
         def body(t, h, c, loss):
