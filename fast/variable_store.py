@@ -63,7 +63,10 @@ class DeviceVariables(VariableStore):
     checked as ``turnout.store.VariableStore`` checks them."""
 
     def __getitem__(self, name: str) -> np.ndarray:
-        v = self._slots[name]
+        try:
+            v = self._slots[name]
+        except KeyError:
+            raise self.missing(name) from None
         return v.host() if type(v) is Deferred else v  # type: ignore[no-any-return]
 
     def peek(self, name: str) -> Any:

@@ -332,3 +332,24 @@ def test_a_session_of_something_else_than_a_graph_is_refused() -> None:
     for bad in ("model.pb", 3, [tn.Graph()]):
         with pytest.raises(TypeError, match="must be a tn.Graph"):
             tn.Session(bad)  # type: ignore[arg-type]
+
+
+def test_a_variable_without_a_value_yet_says_why(backend: str) -> None:
+    """``session.variables[name]`` before any run touched that Variable (values are made on first
+    use) is a ``KeyError`` that says so, and one for a name no Variable has says that instead; ``get``
+    and ``in`` still treat both as absent."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.Variable(1.0, name="a")
+        tn.Variable(np.zeros(2), name="b")
+        y = a.read() * 2.0
+    sess = tn.Session(g, backend=backend)
+    sess.run(y)
+    assert float(sess.variables["a"]) == 1.0
+    with pytest.raises(KeyError, match="'b' holds no value in this session yet"):
+        sess.variables["b"]
+    with pytest.raises(KeyError, match="no Variable of this graph is named 'c'"):
+        sess.variables["c"]
+    assert sess.variables.get("b") is None and "b" not in sess.variables
+    np.testing.assert_allclose(sess.run(g.variable_objects[1]), np.zeros(2))
+    np.testing.assert_allclose(sess.variables["b"], np.zeros(2))

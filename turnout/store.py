@@ -66,7 +66,19 @@ class VariableStore(MutableMapping[str, np.ndarray]):
         return check_variable(self.graph, name, value)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._slots[name]  # type: ignore[no-any-return]
+        try:
+            return self._slots[name]  # type: ignore[no-any-return]
+        except KeyError:
+            raise self.missing(name) from None
+
+    def missing(self, name: str) -> KeyError:
+        """The ``KeyError`` for a name with no value here, saying why: a Variable holds a value in a
+        session once a run has read or assigned it (its initial value on first use), and a name no
+        Variable of the graph has never does. Still a ``KeyError``: ``get`` and ``in`` rely on it."""
+        if name in self.graph.variables:
+            return KeyError(f"Variable {name!r} holds no value in this session yet: no run has read or "
+                            f"assigned it (sess.run(v) reads it, giving its initial value)")
+        return KeyError(f"no Variable of this graph is named {name!r}")
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
         self._slots[name] = self.checked(name, value)
