@@ -1,5 +1,6 @@
-"""Stateful loop bodies: random chains of Variable assignments and reads, some under conds, in a loop
-(and differentiated), give the reference interpreter's values and Variables on the fast backend.
+"""Stateful loop bodies: random chains of Variable assignments and reads, some under conds, cases and
+inner loops, some waiting on an op outside the loop, in a loop (and differentiated), give the reference
+interpreter's values and Variables on the fast backend.
 
 Why a property of its own: the generated programs of ``tests/strategies.py`` have no Variables, and
 the fast backend orders a loop's effects by compiling the loop whole, where the interpreter fires
@@ -23,11 +24,15 @@ import turnout as tn
 
 pytest.importorskip("jax")
 
-#: one effect: (kind, Variable, factor), or ("cond", true effects, false effects)
+#: one effect: (kind, Variable, factor) — an assignment, a read, or ("outer", _, factor) arithmetic
+#: that waits on an op outside the loop —, or ("cond" / "case", effects, effects), or ("loop", effects,
+#: []) run twice in an inner loop
 ACTIONS = st.recursive(
-    st.tuples(st.sampled_from(["add", "sub", "set", "read"]), st.sampled_from(["a", "b"]),
+    st.tuples(st.sampled_from(["add", "sub", "set", "read", "outer"]), st.sampled_from(["a", "b"]),
               st.sampled_from([0.5, -1.0, 2.0])),
-    lambda inner: st.tuples(st.just("cond"), st.lists(inner, max_size=3), st.lists(inner, max_size=3)),
+    lambda inner: st.one_of(
+        st.tuples(st.sampled_from(["cond", "case"]), st.lists(inner, max_size=3), st.lists(inner, max_size=3)),
+        st.tuples(st.just("loop"), st.lists(inner, max_size=3), st.just([]))),
     max_leaves=6)
 
 
@@ -36,17 +41,29 @@ def _build(actions: list[Any], grad: bool) -> tuple[tn.Graph, list[tn.Tensor], t
     with g.as_default():
         vs = {"a": tn.Variable(np.float64(1.0), name="a"), "b": tn.Variable(np.float64(-0.5), name="b")}
         n = tn.placeholder(tn.int32, [], name="n")
+        outside = tn.identity(tn.constant(1.0, tn.float64))
 
         def chain(acts: list[Any], prev: Any, acc: Any, i: Any) -> tuple[Any, Any]:
             for act in acts:
                 with tn.control_dependencies([prev]):
-                    if act[0] == "cond":
-                        _, on_true, on_false = act
+                    if act[0] in ("cond", "case"):
+                        _, first, second = act
 
                         def side(effects: list[Any], before: Any = prev, value: Any = acc) -> Any:
                             return lambda: chain(effects, before, value, i)[1]
 
-                        acc = tn.cond(tn.equal(tn.mod(i, 2), 0), side(on_true), side(on_false))
+                        if act[0] == "cond":
+                            acc = tn.cond(tn.equal(tn.mod(i, 2), 0), side(first), side(second))
+                        else:
+                            acc = tn.case(tn.mod(i, 3), [side(first), side(second)], default=side([]))
+                    elif act[0] == "loop":
+                        def inner(j: Any, value: Any, effects: list[Any] = act[1]) -> Any:
+                            return j + 1, chain(effects, tn.identity(value), value, i + j)[1]
+
+                        _, acc = tn.while_loop(lambda j, value: j < 2, inner, [tn.constant(0), acc])
+                    elif act[0] == "outer":
+                        with tn.control_dependencies([outside]):
+                            acc = acc * act[2] + tn.constant(0.25, tn.float64)
                     elif act[0] == "read":
                         acc = acc * 0.5 + vs[act[1]].read() * tn.tanh(acc)
                     else:
