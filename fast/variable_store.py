@@ -63,10 +63,7 @@ class DeviceVariables(VariableStore):
     checked as ``turnout.store.VariableStore`` checks them."""
 
     def __getitem__(self, name: str) -> np.ndarray:
-        try:
-            v = self._slots[name]
-        except KeyError:
-            raise self.missing(name) from None
+        v = super().__getitem__(name)
         return v.host() if type(v) is Deferred else v  # type: ignore[no-any-return]
 
     def peek(self, name: str) -> Any:

@@ -575,6 +575,14 @@ def _is_loop_invariant(t: Tensor) -> bool:
     return t.node.op == "Enter" and bool(t.node.attrs.get("is_constant"))
 
 
+def fetched_tensor(f: Any) -> Any:
+    """The tensor fetched for ``f``, an object that stands for a tensor (``_as_tensor``): a Variable's
+    one fetch read (``Variable._fetch_tensor``), else a tensor made for it now. One rule for the
+    session that runs a fetch and the validation that checks it."""
+    get = getattr(f, "_fetch_tensor", None)
+    return get() if get is not None else f._as_tensor()
+
+
 def ancestors(fetches: Sequence[Tensor], fed: Any = ()) -> dict[int, Node]:
     """The nodes ``fetches`` depend on through data and control edges (back edges included), stopping
     at fed tensors — the pruning a session does (TensorFlow's too): only these nodes run. ``fed`` is a

@@ -19,7 +19,7 @@ from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
 from turnout.errors import ExecutionError, FeedError, GraphBuildError
-from turnout.graph import Graph, Node, Tensor, get_default_graph
+from turnout.graph import Graph, Node, Tensor, fetched_tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
 from turnout.store import VariableStore
 
@@ -231,7 +231,7 @@ class Session:
         targets: list[Node] = []
         for f in flat:
             if hasattr(f, "_as_tensor"):
-                f = _fetched(f)
+                f = fetched_tensor(f)
             if isinstance(f, Tensor):
                 if f.graph is not self.graph:
                     raise GraphBuildError(f"fetch {f.name} belongs to another graph")
@@ -261,7 +261,7 @@ class Session:
         self.last_result = result
         values = iter(result.values[: len(tensors)])
         out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
-               for f in (_fetched(x) if hasattr(x, "_as_tensor") else x for x in flat)]
+               for f in (fetched_tensor(x) if hasattr(x, "_as_tensor") else x for x in flat)]
         return nest.pack_as(fetches, out)
 
     def _named(self, name: str) -> Tensor | Node:
@@ -464,13 +464,6 @@ def _clustered(backend: str) -> str:
     except ImportError:
         raise UnsupportedError("running on a cluster needs Ray: pip install 'turnout[ray]'") from None
     return "ray"
-
-
-def _fetched(f: Any) -> Any:
-    """The tensor fetched for ``f``, an object that stands for a tensor (``_as_tensor``): a Variable's
-    one fetch read (``Variable._fetch_tensor``), else a tensor made for it now."""
-    get = getattr(f, "_fetch_tensor", None)
-    return get() if get is not None else f._as_tensor()
 
 
 def _target_proxy(node: Node) -> Tensor:

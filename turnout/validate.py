@@ -33,7 +33,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import ValidationError, describe_node
 from turnout.frames import FrameAnalysis, static_frames
-from turnout.graph import Graph, Node, Tensor, TensorSpec
+from turnout.graph import Graph, Node, Tensor, TensorSpec, fetched_tensor
 
 __all__ = ["validate", "clear_cache"]
 
@@ -263,7 +263,7 @@ def spec_mismatch(recorded: list[TensorSpec], inferred: list[TensorSpec]) -> str
 def _check_fetch(graph: Graph, analysis: FrameAnalysis, f: Any) -> None:
     """[W-Fetch-Root]: a fetch has one value per run, so it must lie in the root frame of this graph."""
     if hasattr(f, "_as_tensor") and not isinstance(f, (Tensor, Node)):
-        f = f._fetch_tensor() if hasattr(f, "_fetch_tensor") else f._as_tensor()
+        f = fetched_tensor(f)
     node = f.node if isinstance(f, Tensor) else f
     if not isinstance(node, Node):
         raise ValidationError(f"cannot fetch {f!r}: fetches are tensors or nodes", "W-Fetch-Root")

@@ -45,6 +45,7 @@ class Variable:
         self.dtype = d
         self.shape = tuple(value.shape)
         self.trainable = trainable
+        self._fetched: Optional[Tensor] = None  # the one read ``Session.run`` fetches (``_fetch_tensor``)
         g.variables[vname] = self.handle_node
         g.variable_objects.append(self)
 
@@ -72,12 +73,11 @@ class Variable:
         backend compiled a new plan for every fetch (``sess.run(w)`` between training steps: 18 ms a
         step instead of 32 µs), the new node changed the graph's version, which sent the session's
         other repeated runs off their lanes, and the graph grew by a node per fetch."""
-        t: Optional[Tensor] = getattr(self, "_fetched", None)
-        if t is None:
+        if self._fetched is None:
             g = self._graph
             with g._in_context(None), g.control_dependencies(None), g.device(self.handle_node.device):
-                t = self._fetched = self.read(name=f"{self.name}/fetch")
-        return t
+                self._fetched = self.read(name=f"{self.name}/fetch")
+        return self._fetched
 
     def _assign(self, op: str, v: Any, name: Optional[str]) -> Tensor:
         from turnout.ops import convert_to_tensor
