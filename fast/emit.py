@@ -239,11 +239,10 @@ class Emitter:
         self.known: set[int] = set()
         #: id(CondRegion) -> its exports (``_exports``)
         self._exports_of: dict[int, list[Key]] = {}
-        #: held stacks (``fast.held``): stack key -> Variable name, and per top-level loop (by id) the
-        #: (stack key, Variable name) pairs taken at its start. Empty unless the plan asks
-        #: (``Plan.emitter``): a trace that holds must run the loop and the pops in one state.
-        self.held: dict[str, str] = {}
-        self.held_at: dict[int, list[tuple[str, str]]] = {}
+        #: held stacks (``fast.held``): stack key -> its ``HeldRead`` (the Variable, the loop at whose
+        #: start it is taken). Empty unless the plan asks (``Plan.emitter``): a trace that holds must
+        #: run the loop and the pops in one state.
+        self.held: dict[str, Any] = {}
         # Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
         # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
         # overflows costs at most one chunk of iterations before the staged path takes over.
@@ -326,9 +325,9 @@ class Emitter:
     def hold(self, r: WhileRegion, state: dict[str, Any]) -> None:
         """Take the values of the stacks held at loop ``r``'s start into ``state``: the Variables
         they read, as they are now (nothing in ``r`` assigns them, ``fast.held``)."""
-        for k, name in self.held_at.get(id(r), ()):
-            if var_key(name) in state:
-                state[stk.HELD_PREFIX + k] = state[var_key(name)]
+        for k, h in self.held.items():
+            if h.loop is r and var_key(h.var_name) in state:
+                state[stk.HELD_PREFIX + k] = state[var_key(h.var_name)]
 
     def note_push(self, node: Node, h: Handle, value: Any) -> None:
         """Record a push of ``value`` on stack ``h`` by StackPush ``node``: a constant while tracing (a

@@ -47,8 +47,10 @@ _PASS = frozenset({"Enter", "Switch", "Identity", "Merge", "Exit", "NextIteratio
 
 @dataclass(frozen=True)
 class HeldRead:
-    """A held stack: the Variable its pushes read, and the top-level loop at whose start it is taken."""
+    """A held stack (its ``StackNew`` id): the Variable its pushes read, and the top-level loop at whose
+    start it is taken."""
 
+    stack: int
     var_name: str
     loop: WhileRegion
 
@@ -127,5 +129,5 @@ def held_reads(program: Program) -> dict[str, HeldRead]:
                     or sum(u.op == "StackPush" for u in uses) != 1
                     or any(place.get(u.id, -1) <= at for u in uses if u.op == "StackPop")):
                 continue  # (a pop before the loop's end, as only a hand-built stack has, pops what was pushed)
-            out[f"stack:{src.id}"] = HeldRead(name, loop)
+            out[f"stack:{src.id}"] = HeldRead(src.id, name, loop)
     return out

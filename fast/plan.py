@@ -151,7 +151,7 @@ class Plan:
         #: the stacks this plan holds (``fast.held``): no buffer, no chunk, no push; their pops return
         #: the Variable's value as their loop began
         self.held = held_reads(program)
-        held_ids = {int(k.split(":")[1]) for k in self.held}
+        held_ids = {h.stack for h in self.held.values()}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
         self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
@@ -318,9 +318,7 @@ class Plan:
         em.fed = self.fed
         em.static = self.static_feeds
         em.pushed = self.pushed
-        em.held = {k: h.var_name for k, h in self.held.items()}
-        for k, h in self.held.items():
-            em.held_at.setdefault(id(h.loop), []).append((k, h.var_name))
+        em.held = self.held
         return em
 
     def segment_fn(self, st: Stage, fused: bool = False) -> Any:
