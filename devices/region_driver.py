@@ -121,27 +121,25 @@ class RegionDriver:
             zs = stk.scalars_on(like, [0] * (len(self.push) + len(self.pop)))
             aux = ({s: zs[i] for i, s in enumerate(self.push)},
                    {s: zs[len(self.push) + i] for i, s in enumerate(self.pop)})
+            before = 0  # (``start`` begins the count at 0)
             while True:
                 host_has = {s: np.bool_(store.has(s)) for s in self.pop}
-                before = int(c[3])
                 c_rest, c_stacks = _split(c)
-                c, aux = self.chunk(env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                c, aux, vector = self.chunk(env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                report = stk.ChunkReport.read(vector, self.push, self.pop)
                 vals, pred, st, iters = c
                 store.observe({s: v for s, v in st.items() if isinstance(v, stk.StackValue)})
-                if int(st["err"]) != 0 or not bool(pred) or int(iters) >= budget:
+                if report.stopped(budget):
                     break
-                grow, shrink = aux
-                full = {s: st[s] for s, n in self.push.items()
-                        if not st[s].pending and 0 < int(st[s].ptr)
-                        and int(st[s].ptr) + max(n, int(grow[s])) > self.capacity}
-                low = {s: st[s] for s, n in self.pop.items()
-                       if not st[s].pending and int(st[s].ptr) < max(n, int(shrink[s])) and store.has(s)}
+                full = report.full(self.push, st, self.capacity)
+                low = report.low(self.pop, st, store)
                 if full:
-                    st = {**st, **store.spill(full)}
+                    st = {**st, **store.spill(full, report.ptr)}
                 if low:
-                    st = {**st, **store.refill(low)}
-                if not (full or low) and int(iters) == before:
+                    st = {**st, **store.refill(low, report.ptr)}
+                if not (full or low) and report.iters == before:
                     raise StacksOverflow()
+                before = report.iters
                 c = (vals, pred, st, iters)
         if c is None:
             assert after is not None

@@ -745,37 +745,29 @@ class FastBackend:
             like = next((v.buf for v in c[2].values() if isinstance(v, stk.StackValue) and not v.pending), None)
             aux = ({s: stk.scalar_on(like, 0) for s in st.push_stacks},
                    {s: stk.scalar_on(like, 0) for s in st.pop_stacks})
+            before = 0  # (``start`` begins the count at 0)
             while True:
                 host_has = {s: np.bool_(store.has(s)) for s in st.pop_stacks}
-                before = int(c[3])
                 c_rest, c_stacks = split_carry(c)
                 with self._span("chunk", "driven loops") as args, device_oom(plan, st):
-                    c, aux = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
-                    args["iterations"] = int(c[3]) - before
+                    c, aux, vector = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
+                    report = stk.ChunkReport.read(vector, st.push_stacks, st.pop_stacks)
+                    args["iterations"] = report.iters - before
                 vals, pred, state, iters = c
                 store.observe(state)
-                if int(state["err"]) != 0 or not bool(pred) or int(iters) >= max_iter_py:
+                if report.stopped(max_iter_py):
                     break
-                grow, shrink = aux
-                full = {}
-                for s, n in st.push_stacks.items():
-                    sv = state[s]
-                    if not sv.pending and int(sv.ptr) + max(n, int(grow[s])) > plan.capacity and int(sv.ptr) > 0:
-                        full[s] = sv
-                low = {}
-                for s, n in st.pop_stacks.items():
-                    sv = state[s]
-                    if not sv.pending and int(sv.ptr) < max(n, int(shrink[s])) and store.has(s):
-                        low[s] = sv
+                full = report.full(st.push_stacks, state, plan.capacity)
+                low = report.low(st.pop_stacks, state, store)
                 if full:
                     with self._span("stack chunks full", "host swaps", stacks=sorted(full)), device_oom(plan, st):
-                        state.update(store.spill(full))
+                        state.update(store.spill(full, report.ptr))
                 if low:
                     with self._span("stack chunks back", "host swaps", stacks=sorted(low)), device_oom(plan, st):
-                        state.update(store.refill(low))
-                acted = bool(full or low)
-                if not acted and int(iters) == before:
+                        state.update(store.refill(low, report.ptr))
+                if not (full or low) and report.iters == before:
                     raise _Retry()
+                before = report.iters
                 c = (vals, pred, state, iters)
         with device_oom(plan, st):
             if c is None:

@@ -202,7 +202,8 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
     while the host holds more (``host_has``). ``push`` / ``pop``: stack key -> pushes / pops per
     iteration known statically; ``aux = (grow, shrink)`` carries, per stack, the most one iteration
     has pushed or popped so far (nested loops' counts are only known at run time), and is returned
-    updated with the carry, for the host's swap decisions between calls. ``measured``: the stacks
+    updated with the carry, for the host's swap decisions between calls, with the scalars those
+    decisions read as one vector (``report_vector``): ``(carry, aux, report)``. ``measured``: the stacks
     whose counts must be measured so (default: all); for any other the static count is an upper bound
     (no nested loop pushes or pops it), and its entry of ``aux`` passes through unchanged.
 
@@ -239,7 +240,75 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
         shrink = {s: jnp.maximum(shrink[s], before[s] - after[s]) if s in tracked else shrink[s] for s in shrink}
         return c2, (grow, shrink)
 
-    return jax.lax.while_loop(cond, body2, (c, aux))
+    c2, aux2 = jax.lax.while_loop(cond, body2, (c, aux))
+    return c2, aux2, report_vector(c2, aux2, push, pop)
+
+
+def report_vector(c: Any, aux: Any, push: dict[str, int], pop: dict[str, int]) -> Any:
+    """The scalars the host reads after a chunk, as one int32 vector (``ChunkReport`` reads it): the
+    error word, the predicate, the iteration count, then each pushed stack's pointer and ``grow``,
+    then each popped stack's pointer and ``shrink``.
+
+    Why one vector: each scalar read back on its own costs a transfer and a few Python calls (tens of
+    microseconds on the CPU); the driver of the memory experiment's LSTM, ten stacks, read about 33
+    per chunk."""
+    _, pred, state, iters = c
+    grow, shrink = aux
+
+    def ptr(s: str) -> Any:
+        return jnp.int32(0) if state[s].pending else state[s].ptr
+
+    parts = [state["err"], jnp.asarray(pred, jnp.int32), iters]
+    parts += [x for s in push for x in (ptr(s), grow[s])]
+    parts += [x for s in pop for x in (ptr(s), shrink[s])]
+    return jnp.stack([jnp.asarray(x, jnp.int32).reshape(()) for x in parts])
+
+
+@dataclass(frozen=True)
+class ChunkReport:
+    """A driven loop's chunk as the host sees it, read back at once (``report_vector``); the host's
+    swap decisions between chunks, shared by both drivers (``fast.backend`` and
+    ``devices.region_driver``)."""
+
+    err: int
+    pred: bool
+    iters: int
+    #: stack key -> its pointer after the chunk (0 for a pending stack)
+    ptr: dict[str, int]
+    #: stack key -> the most values one iteration has pushed (``grow``) or popped (``shrink``) so far
+    grow: dict[str, int]
+    shrink: dict[str, int]
+
+    @staticmethod
+    def read(vector: Any, push: dict[str, int], pop: dict[str, int]) -> ChunkReport:
+        v = np.asarray(vector).tolist()
+        ptr: dict[str, int] = {}
+        grow: dict[str, int] = {}
+        shrink: dict[str, int] = {}
+        i = 3
+        for s in push:
+            ptr[s], grow[s] = v[i], v[i + 1]
+            i += 2
+        for s in pop:
+            ptr[s], shrink[s] = v[i], v[i + 1]
+            i += 2
+        return ChunkReport(v[0], bool(v[1]), v[2], ptr, grow, shrink)
+
+    def stopped(self, max_iter: int) -> bool:
+        """The loop is over: an error, its predicate false, or the iteration budget spent."""
+        return self.err != 0 or not self.pred or self.iters >= max_iter
+
+    def full(self, push: dict[str, int], state: dict[str, Any], capacity: int) -> dict[str, StackValue]:
+        """The pushed stacks with entries whose free room is less than one more iteration may push:
+        their chunks go to the store (``ChunkStore.spill``)."""
+        return {s: state[s] for s, n in push.items()
+                if not state[s].pending and 0 < self.ptr[s] and self.ptr[s] + max(n, self.grow[s]) > capacity}
+
+    def low(self, pop: dict[str, int], state: dict[str, Any], store: ChunkStore) -> dict[str, StackValue]:
+        """The popped stacks with fewer entries than one more iteration may pop while the store holds
+        more: they take chunks back (``ChunkStore.refill``)."""
+        return {s: state[s] for s, n in pop.items()
+                if not state[s].pending and self.ptr[s] < max(n, self.shrink[s]) and store.has(s)}
 
 
 def split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -481,9 +550,10 @@ class ChunkStore:
     def has(self, k: str) -> bool:
         return bool(self.chunks.get(k))
 
-    def spill(self, full: dict[str, StackValue]) -> dict[str, StackValue]:
+    def spill(self, full: dict[str, StackValue], pointers: Optional[dict[str, int]] = None) -> dict[str, StackValue]:
         """Take the full buffers of ``full`` (stack key -> its StackValue) out of the loop state and
-        return empty stacks to go on with.
+        return empty stacks to go on with. ``pointers``: their pointers, where the host has read them
+        already (``ChunkReport``).
 
         Swapped stacks: the buffers are copied to host memory asynchronously, all in one
         ``device_put`` (one call per buffer costs more than the copy for small chunks), and kept as
@@ -495,7 +565,7 @@ class ChunkStore:
         swap: dict[str, tuple[StackValue, int]] = {}
         fresh: list[str] = []  # stacks that go on in a newly allocated buffer
         for k, s in full.items():
-            n = int(s.ptr)
+            n = int(s.ptr) if pointers is None else pointers[k]
             if n == 0:
                 out[k] = s
             elif self.info.get(k, StackInfo("?", "?", False)).swap:
@@ -628,10 +698,11 @@ class ChunkStore:
                 self.device_sharding[k] = _memory(sv.buf, "device")
         self.prefetch(stacks)
 
-    def refill(self, low: dict[str, StackValue]) -> dict[str, StackValue]:
+    def refill(self, low: dict[str, StackValue], pointers: Optional[dict[str, int]] = None) -> dict[str, StackValue]:
         """Fill the stacks of ``low`` (key -> a StackValue low on entries) from their newest chunks,
-        keeping LIFO order, then prefetch the chunks next in line."""
-        got = {k: self._refill(k, s) for k, s in low.items()}
+        keeping LIFO order, then prefetch the chunks next in line. ``pointers``: their pointers, where the
+        host has read them already (``ChunkReport``)."""
+        got = {k: self._refill(k, s, None if pointers is None else pointers[k]) for k, s in low.items()}
         ptrs = scalars_on(next(iter(got.values()))[0], [n for _, _, n in got.values()])
         out = {}
         for (k, (buf, idx, _)), p in zip(got.items(), ptrs, strict=True):
@@ -639,12 +710,12 @@ class ChunkStore:
         self.prefetch(low)
         return out
 
-    def _refill(self, k: str, s: StackValue) -> tuple[Any, Any, int]:
+    def _refill(self, k: str, s: StackValue, n: Optional[int] = None) -> tuple[Any, Any, int]:
         """An empty buffer takes a whole chunk in its place (the usual case: a loop pops as many
         values per iteration as it pushed); a buffer with entries left gets the newest rows below them."""
         chunks = self.chunks.get(k, [])
         lg = self.ledger(k)
-        n = int(s.ptr)
+        n = int(s.ptr) if n is None else n
         if n == 0 and chunks:
             c = chunks.pop()
             buf, idx = self._take(k, c)

@@ -202,7 +202,7 @@ def test_xla_out_of_memory_becomes_resource_exhausted_naming_the_loop(monkeypatc
 
     from turnout.fast import stacks
 
-    def oom(self: Any, full: Any) -> Any:
+    def oom(self: Any, *args: Any) -> Any:
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.")
 
     monkeypatch.setattr(stacks.ChunkStore, "spill", oom)
@@ -272,3 +272,78 @@ def test_a_swapped_chunk_is_copied_to_host_memory_and_back() -> None:
         np.testing.assert_array_equal(np.asarray(back.buf), np.full((4, 3), want))
     # the newest chunk (2.0) is taken from its device buffer, kept by end_pushes; only the older one is copied back
     assert lg.from_host == 1 and lg.host == 0 and not store.has("s")
+
+
+def test_the_driver_reads_each_chunks_scalars_back_as_one_vector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between chunks the host decides what to swap from the error word, the predicate, the
+    iteration count and every stack's pointer and per-iteration count: one read-back per chunk
+    (``stacks.ChunkReport``), not one per scalar, whatever the number of stacks. Runs the nested RNN
+    (two loops' stacks) on the staged path and counts the scalars read back one by one."""
+    from jax._src import array as jarray
+
+    from turnout.fast import stacks as stk
+
+    m = model(swap=True, nested=True)
+    f = feed(m, 120)
+    want = m["ref"].run(m["fetch"], f)
+    m["fast"].run(m["fetch"], f)  # (compiles)
+    reports: list[stk.ChunkReport] = []
+    read = stk.ChunkReport.read
+
+    def spy(*args: Any) -> stk.ChunkReport:
+        reports.append(read(*args))
+        return reports[-1]
+
+    scalars = {"n": 0}
+    value = jarray.ArrayImpl._value
+
+    def counted(self: Any) -> Any:
+        scalars["n"] += self.ndim == 0
+        return value.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(stk.ChunkReport, "read", staticmethod(spy))
+    monkeypatch.setattr(jarray.ArrayImpl, "_value", property(counted))
+    got = m["fast"].run(m["fetch"], f)
+    monkeypatch.undo()
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    stats = m["fast"].last_result.stats
+    assert not stats["fused"] and stats["stack_chunks_swapped"] > 0
+    assert len(reports) >= 2 * (120 // CHUNK)  # the forward loop's chunks and the backward loop's
+    assert any(r.ptr and max(r.ptr.values()) > 0 for r in reports)
+    # the error word after each stage and the run's (7 here): before, about 4 per stack and chunk
+    assert scalars["n"] <= 10 < len(reports)
+
+
+def test_a_chunk_report_decides_which_stacks_spill_and_which_refill() -> None:
+    """``ChunkReport`` reads the vector ``report_vector`` lays out (error word, predicate, count, then
+    per pushed stack its pointer and growth, per popped stack its pointer and shrinkage) and decides
+    from it alone: a pushed stack spills when one more iteration might not fit, and only if it holds
+    entries; a popped stack refills when one more iteration might empty it and the store has more."""
+    from turnout.fast import stacks as stk
+
+    push = {"stack:a": 1, "stack:b": 0}
+    pop = {"stack:c": 1}
+    vec = np.array([0, 1, 7, 15, 1, 0, 3, 1, 2], np.int32)
+    r = stk.ChunkReport.read(vec, push, pop)
+    assert (r.err, r.pred, r.iters) == (0, True, 7)
+    assert r.ptr == {"stack:a": 15, "stack:b": 0, "stack:c": 1} and r.grow == {"stack:a": 1, "stack:b": 3}
+    assert r.shrink == {"stack:c": 2} and not r.stopped(100) and r.stopped(7)
+    assert stk.ChunkReport.read(np.array([3, 1, 0, 0, 0, 0, 0, 0, 0], np.int32), push, pop).stopped(100)
+    assert stk.ChunkReport.read(np.array([0, 0, 1, 0, 0, 0, 0, 0, 0], np.int32), push, pop).stopped(100)
+    state = {k: stk.StackValue(16, np.float32).materialize((2,), (1,)) for k in [*push, *pop]}
+    assert list(r.full(push, state, 15)) == ["stack:a"]  # 15 + 1 > 15; b is empty
+    assert list(r.full(push, state, 16)) == []  # 15 + 1 fits
+    assert list(r.full({"stack:a": 2}, state, 16)) == ["stack:a"]  # the static count bounds it too
+
+    class Store:
+        def __init__(self, has: bool) -> None:
+            self.has_more = has
+
+        def has(self, k: str) -> bool:
+            return self.has_more
+
+    assert list(r.low(pop, state, Store(True))) == ["stack:c"]  # 1 < shrink 2
+    assert list(r.low(pop, state, Store(False))) == []
+    pending = {**state, "stack:c": stk.StackValue(16, np.float32)}
+    assert list(r.low(pop, pending, Store(True))) == []
