@@ -24,6 +24,7 @@ from turnout.limits import check_allocation
 from turnout.tables import registrar
 
 Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
+#: primitive name -> its numpy kernel, shared by the reference interpreter and the structured evaluator
 KERNELS: dict[str, Kernel] = {}
 
 
@@ -54,11 +55,46 @@ def _np(d: Any) -> Any:
     return dt.as_dtype(d).numpy
 
 
-def _elementwise(fn: Callable[..., Any]) -> Kernel:
+#: float dtype -> its smallest normal number (``np.finfo`` costs a microsecond a call)
+_TINY = {np.dtype(t): np.finfo(t).tiny for t in (np.float16, np.float32, np.float64)}
+
+
+def flush_subnormals(x: np.ndarray) -> np.ndarray:
+    """[Float model] ``x`` with every subnormal element replaced by a zero of the same sign.
+
+    Why: XLA on the CPU, and TensorFlow's CPU kernels, run with the processor flushing subnormal
+    results to zero, so a value that underflows below the smallest normal number (``exp(-90.0)`` in
+    float32, a product of tiny probabilities) is 0 there, where numpy keeps it. Every arithmetic
+    kernel's float result passes through here so that the interpreters compute what the fast backend
+    and those frameworks do: otherwise ``exp(x) * 1e30`` or ``x / x`` of an underflowed ``x``
+    differ between backends by far more than rounding. Ops that only move values (reshape, gather,
+    select, ``Neg``, ``Abs``) keep them, as XLA does."""
+    tiny = _TINY.get(x.dtype)
+    if tiny is None:  # not a float
+        return x
+    if x.ndim == 0:
+        v = abs(float(x))
+        if v >= tiny or v == 0 or v != v:
+            return x
+    a = np.abs(x)
+    if not (a < tiny).any():  # (the common case: two passes, without the mask of the exact test)
+        return x
+    sub = (a < tiny) & (a != 0)
+    if not sub.any():  # zeros only
+        return x
+    return np.where(sub, np.copysign(np.zeros((), x.dtype), x), x)
+
+
+def _elementwise(fn: Callable[..., Any], flush: bool = True) -> Kernel:
+    """An elementwise kernel in the result dtype of its inputs; ``flush``: its float results pass
+    through ``flush_subnormals`` (every arithmetic op; not the ops that only copy a value's bits)."""
     def k(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
         with np.errstate(all="ignore"):
             r = np.asarray(fn(*xs))
-        return [r.astype(np.result_type(*xs), copy=False) if r.dtype != np.bool_ else r]
+        if r.dtype == np.bool_:
+            return [r]
+        r = r.astype(np.result_type(*xs), copy=False)
+        return [flush_subnormals(r) if flush else r]
 
     return k
 
@@ -112,8 +148,8 @@ KERNELS.update({
     "Pow": _elementwise(_pow),
     "Maximum": _elementwise(np.maximum),
     "Minimum": _elementwise(np.minimum),
-    "Neg": _elementwise(np.negative),
-    "Abs": _elementwise(np.abs),
+    "Neg": _elementwise(np.negative, flush=False),
+    "Abs": _elementwise(np.abs, flush=False),
     "Sign": _elementwise(np.sign),
     "Square": _elementwise(np.square),
     "Relu": _elementwise(lambda x: np.maximum(x, np.zeros((), x.dtype))),
@@ -163,7 +199,7 @@ def _cast(xs, attrs):
     target = _np(attrs["dtype"])
     if x.dtype.kind == "f" and np.issubdtype(target, np.integer):
         return [cast_float_to_int(x, target)]
-    return [x.astype(target)]
+    return [flush_subnormals(x.astype(target))]  # (float64 -> float32 may underflow)
 
 
 @_k("MatMul")
@@ -175,7 +211,7 @@ def _matmul(xs, attrs):
         b = b.T
     if a.shape[1] != b.shape[0]:
         raise KernelError(f"MatMul: inner dimensions differ at run time: {a.shape} @ {b.shape}")
-    return [np.matmul(a, b)]
+    return [flush_subnormals(np.matmul(a, b))]
 
 
 @_k("Reshape")
@@ -296,13 +332,15 @@ def _axis_arg(attrs: dict[str, Any], x: Any = None) -> Any:
 @_k("Sum")
 def _sum(xs, attrs):
     x = np.asarray(xs[0])
-    return [np.asarray(np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+    return [flush_subnormals(np.asarray(np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)),
+                                        dtype=x.dtype))]
 
 
 @_k("Mean")
 def _mean(xs, attrs):
     x = np.asarray(xs[0])
-    return [np.asarray(np.mean(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+    return [flush_subnormals(np.asarray(np.mean(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)),
+                                        dtype=x.dtype))]
 
 
 @_k("Max")
