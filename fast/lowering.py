@@ -165,6 +165,13 @@ def _identity(ctx, n, xs):
     return [xs[0]]
 
 
+@_r("Assert")
+def _assert(ctx, n, xs):
+    # (the value leaves as it came; a false condition sets the error word, raised after the run)
+    ctx.check(jnp.asarray(xs[0], bool), f"{describe_node(n)}: Assert: {n.attrs['message']}")
+    return [xs[1]]
+
+
 @_r("Sleep")
 def _sleep(ctx, n, xs):
     # A host callback that waits and returns a token; the value passes through an optimization barrier

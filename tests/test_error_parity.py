@@ -127,6 +127,26 @@ def integer_division_by_zero_in_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]
     return g, acc, {d: np.int32(1)}  # the second iteration divides by zero
 
 
+def failed_check_in_a_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """``tn.assert_true`` in a loop body, false from the third iteration on."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, acc = tn.while_loop(lambda i, acc: i < n,
+                               lambda i, acc: (i + 1, tn.assert_true(tn.less(acc, 2.0), acc + 1.0, "acc below 2")),
+                               [tn.constant(0), tn.constant(0.0)])
+    return g, acc, {n: np.int32(5)}
+
+
+def case_with_two_true_predicates() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        y = tn.case([(tn.less(x, 5), lambda: tn.constant(1.0)), (tn.less(x, 9), lambda: tn.constant(2.0))],
+                    default=lambda: tn.constant(3.0), exclusive=True)
+    return g, y, {x: np.int32(1)}
+
+
 def tensor_array_read_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
@@ -246,6 +266,8 @@ CATALOGUE: dict[str, Mistake] = {
     "integer division by zero": Mistake(integer_division_by_zero, tn.KernelError),
     "integer division by zero in a loop": Mistake(integer_division_by_zero_in_a_loop, tn.KernelError),
     "TensorArray read out of range": Mistake(tensor_array_read_out_of_range, tn.KernelError),
+    "failed check in a loop": Mistake(failed_check_in_a_loop, tn.KernelError),
+    "case with two true predicates and exclusive": Mistake(case_with_two_true_predicates, tn.KernelError),
     "TensorArray read before any write": Mistake(tensor_array_read_before_any_write, tn.KernelError),
     "TensorArray write against its element shape": Mistake(tensor_array_write_against_its_element_shape,
                                                            tn.KernelError),

@@ -46,6 +46,7 @@ from turnout.graph import Graph, Node, Tensor, get_default_graph, reset_default_
 from turnout.ops import (
     abs,
     add,
+    assert_true,
     broadcast_like,
     cast,
     concat,

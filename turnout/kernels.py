@@ -113,6 +113,13 @@ def _identity(xs, attrs):
     return [xs[0]]
 
 
+@_k("Assert")
+def _assert(xs, attrs):
+    if not bool(xs[0]):
+        raise KernelError(f"Assert: {attrs['message']}")
+    return [xs[1]]
+
+
 @_k("Sleep")
 def _sleep(xs, attrs):
     time.sleep(float(attrs["seconds"]))  # a stand-in for waiting on I/O: the value passes unchanged

@@ -178,6 +178,20 @@ def sleep(x: Any, seconds: float, name: Optional[str] = None) -> Tensor:
     return _op1("Sleep", x, name, seconds=float(seconds))
 
 
+def assert_true(condition: Any, value: Any, message: str, name: Optional[str] = None) -> Tensor:
+    """``value``, once the bool scalar ``condition`` is true; a ``KernelError`` naming the op, its
+    source line and ``message`` when it is false, on every backend.
+
+    Why a value passes through (TensorFlow's ``Assert`` has no output and is waited on by control
+    edges): whatever reads the result cannot run before the check, and a check inside a branch or a
+    loop body runs exactly when its value is computed (an untaken branch's check is dead and never
+    fails). Its gradient passes ``value``'s through."""
+    if not isinstance(message, str) or not message:
+        raise GraphBuildError(f"assert_true: message must be a non-empty string, got {message!r}")
+    c, v = convert_to_tensor(condition), convert_to_tensor(value)
+    return c.graph.create_node("Assert", [c, v], {"message": message}, name=name).outputs[0]
+
+
 def add(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a + b`` with numpy broadcasting; a Python scalar takes the other operand's dtype."""
     return _op2("Add", a, b, name)

@@ -109,6 +109,16 @@ def _identity(op, specs, attrs):
     return [specs[0]]
 
 
+@_rule("Assert")
+def _assert(op, specs, attrs):
+    c, v = specs
+    if c.dtype != dt.bool_:
+        raise DTypeError(f"Assert: the condition must be bool, got {c.dtype.name}")
+    if c.shape is not None and c.shape != ():
+        raise ShapeError(f"Assert: the condition must be a scalar, got shape {sh.fmt(c.shape)}")
+    return [v]
+
+
 @_rule("LoopCond")
 def _loopcond(op, specs, attrs):
     (p,) = specs

@@ -25,7 +25,18 @@ from turnout.control_flow.contexts import CondContext, CondInfo, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Node, Tensor, get_default_graph
-from turnout.ops import convert_argument, equal
+from turnout.ops import (
+    assert_true,
+    cast,
+    constant,
+    convert_argument,
+    equal,
+    less,
+    less_equal,
+    reduce_sum,
+    stack,
+    where,
+)
 
 
 def _flat_deps(graph: Any) -> list[Node]:
@@ -86,13 +97,26 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
     return nest.pack_as(structures[1], merged)
 
 
-def case(branch_index: Any, branch_fns: Sequence[Callable[[], Any]], default: Optional[Callable[[], Any]] = None,
-         name: Optional[str] = None) -> Any:
+def case(branch_index: Any, branch_fns: Optional[Sequence[Callable[[], Any]]] = None,
+         default: Optional[Callable[[], Any]] = None, name: Optional[str] = None, exclusive: bool = False) -> Any:
     """Run ``branch_fns[branch_index]()``, or ``default()`` when the index is out of range.
 
     Without ``default`` the last branch serves as default. Lowered to nested conds, so exactly one
     branch computes.
+
+    The predicate form, ``case(pred_fn_pairs, default=None, exclusive=False)`` (TensorFlow's
+    ``tf.case``): ``pred_fn_pairs`` is a list of ``(bool scalar, fn)`` pairs, or a dict of them in
+    its order, and the first pair whose predicate is true runs, else ``default()``. With
+    ``exclusive=True`` more than one true predicate is a ``KernelError``; without ``default`` the last
+    pair's ``fn`` runs when no other predicate holds, and its own predicate false too is a
+    ``KernelError`` (``tn.assert_true``). It is the index form over the first true predicate's index,
+    so it lowers, differentiates and compiles as that does.
     """
+    if branch_fns is None:
+        return _case_of_pairs(branch_index, default, exclusive, name)
+    if exclusive:
+        raise GraphBuildError("case: exclusive applies to the predicate form, case(pred_fn_pairs, ...), "
+                              "where several predicates may hold")
     fns = list(branch_fns)
     if not fns:
         raise GraphBuildError("case: needs at least one branch function")
@@ -111,3 +135,43 @@ def case(branch_index: Any, branch_fns: Sequence[Callable[[], Any]], default: Op
 
     with g._all_or_nothing():
         return chain(0)
+
+
+def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: bool, name: Optional[str]) -> Any:
+    """``case``'s predicate form: the index of the first true predicate (a chain of ``Select``s), with
+    the checks ``exclusive`` and a missing ``default`` ask for, then the index form."""
+    items = list(pairs.items()) if isinstance(pairs, dict) else pairs
+    if not isinstance(items, (list, tuple)):
+        raise GraphBuildError("case: pass a branch index and branch functions, case(i, [f0, f1, ...]), or a "
+                              f"list of (predicate, fn) pairs, case([(p0, f0), ...]); got {type(pairs).__name__}")
+    if not items and default is None:
+        raise GraphBuildError("case: needs at least one (predicate, fn) pair or a default")
+    preds: list[Tensor] = []
+    fns: list[Callable[[], Any]] = []
+    for k, item in enumerate(items):
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise GraphBuildError(f"case: pair {k} must be a (predicate, fn) pair, got {item!r}")
+        if not callable(item[1]):
+            raise GraphBuildError(f"case: the fn of pair {k} is not callable: {item[1]!r}")
+        p = convert_argument(item[0], "case", f"the predicate of pair {k}")
+        if p.dtype != dt.bool_ or (p.shape is not None and p.shape != ()):
+            raise DTypeError(f"case: the predicate of pair {k} must be a bool scalar, got {p.dtype.name} {p.shape}")
+        preds.append(p)
+        fns.append(item[1])
+    if not fns:
+        return default()  # type: ignore[misc]
+    g = preds[0].graph
+    cname = g.unique_name(name or "case")
+    with g._all_or_nothing():
+        idx = constant(len(fns), name=f"{cname}/none")  # (no predicate holds)
+        for k in reversed(range(len(fns))):
+            idx = where(preds[k], constant(k), idx, name=f"{cname}/first{k}")
+        if exclusive and len(fns) > 1:
+            holding = reduce_sum(stack([cast(p, dt.int32) for p in preds]))
+            idx = assert_true(less_equal(holding, 1), idx, "more than one predicate is true, and exclusive=True",
+                              name=f"{cname}/exclusive")
+        if default is None:
+            idx = assert_true(less(idx, len(fns)), idx, "no predicate is true, and there is no default",
+                              name=f"{cname}/some_true")
+            return case(idx, fns, name=cname)
+        return case(idx, fns, default, name=cname)

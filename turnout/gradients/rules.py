@@ -83,6 +83,11 @@ def _identity(b, n, dys):
     return [dys[0]]  # d x = dy (a Sleep's gradient does not wait: only the forward op stands for I/O)
 
 
+@_grad("Assert")
+def _assert(b, n, dys):
+    return [None, dys[0]]  # the value passes through; the condition has no gradient
+
+
 @_grad("ReadVariable")
 def _read_variable(b, n, dys):
     return [dys[0]]  # the gradient w.r.t. a Variable is the sum over its reads: it flows to the handle

@@ -309,6 +309,17 @@ for _tn, _tf in [("AssignVariable", "AssignVariableOp"), ("AssignAddVariable", "
     _rule(_tn)(_assign(_tf))
 
 
+@_rule("Assert")
+def _assert(ctx: ExportContext, n: Node) -> Outs:
+    """TensorFlow's ``Assert`` has no output: it checks the condition and shows its data (here the
+    value) when it fails, and what waits on it takes a control edge. So the value leaves through an
+    ``Identity`` that waits on the check. The message attribute does not travel (TensorFlow's names
+    the failing op and shows the data)."""
+    cond, value = _ins(ctx, n)
+    check = ctx.add("Assert", [cond, value], {"T": [_T(n, 1)], "summarize": 3}, suffix="check")
+    return [f'{ctx.add("Identity", [value], {"T": _T(n, 1)}, control=[check])}:0']
+
+
 @_rule("Sleep")
 def _sleep(ctx: ExportContext, n: Node) -> Outs:
     raise UnsupportedError(f"{describe_node(n)}: Sleep (a benchmark's stand-in for waiting on I/O) has no TensorFlow "

@@ -157,6 +157,12 @@ def set_attr(ctx: ExportContext, a: Any, v: Any) -> None:
     elif isinstance(v, list):
         if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             a.list.i.extend(v)
+        elif v and all(isinstance(x, Dt) for x in v):  # a list of types (``Assert``'s ``T``)
+            for x in v:
+                if x.dtype.name not in protos.DTYPE_TO_TF:
+                    raise UnsupportedError(f"{describe_node(ctx.node)}: dtype {x.dtype.name} has no TensorFlow "
+                                           "counterpart")
+                a.list.type.append(protos.DTYPE_TO_TF[x.dtype.name])
         else:
             raise TypeError(f"unsupported list attr {v!r}")
     else:
