@@ -146,6 +146,8 @@ def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: 
                               f"list of (predicate, fn) pairs, case([(p0, f0), ...]); got {type(pairs).__name__}")
     if not items and default is None:
         raise GraphBuildError("case: needs at least one (predicate, fn) pair or a default")
+    if default is not None and not callable(default):
+        raise GraphBuildError(f"case: default must be a callable taking no arguments, got {default!r}")
     preds: list[Tensor] = []
     fns: list[Callable[[], Any]] = []
     for k, item in enumerate(items):
