@@ -90,6 +90,8 @@ def test_bad_pairs_are_refused_when_built() -> None:
             tn.case([])
         with pytest.raises(GraphBuildError, match="default must be a callable"):
             tn.case([(tn.less(x, 0), lambda: x)], default=x)
+        with pytest.raises(GraphBuildError, match="default must be a callable"):
+            tn.case(x, [lambda: x], default=x)
         with pytest.raises(GraphBuildError, match="exclusive applies to the predicate form"):
             tn.case(x, [lambda: x, lambda: x], exclusive=True)
         p0, p1 = tn.less(x, 0), tn.less(x, 5)

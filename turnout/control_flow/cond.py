@@ -120,6 +120,8 @@ def case(branch_index: Any, branch_fns: Optional[Sequence[Callable[[], Any]]] = 
     fns = list(branch_fns)
     if not fns:
         raise GraphBuildError("case: needs at least one branch function")
+    if default is not None and not callable(default):
+        raise GraphBuildError(f"case: default must be a callable taking no arguments, got {default!r}")
     idx = convert_argument(branch_index, "case", "branch_index")
     if idx.dtype != dt.int32 or (idx.shape is not None and idx.shape != ()):
         raise DTypeError(f"case: branch_index must be an int32 scalar, got {idx.dtype.name} {idx.shape}")
