@@ -423,7 +423,9 @@ def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
 
 
 def gather(x: Any, indices: Any, axis: int = 0, name: Optional[str] = None) -> Tensor:
-    """The slices of ``x`` at integer ``indices`` along ``axis`` (indices may be a tensor)."""
+    """The slices of ``x`` at integer ``indices`` along ``axis`` (indices may be a tensor). An index
+    counts from the end when negative, as in numpy (``-1`` is the last slice; TensorFlow's ``gather``
+    refuses negative indices); one outside ``[-n, n)`` is a ``KernelError`` on every backend."""
     x = convert_to_tensor(x)
     idx = convert_to_tensor(indices)
     return x.graph.create_node("Gather", [x, idx], {"axis": int_attr(axis, "gather", "axis")}, name=name).outputs[0]
