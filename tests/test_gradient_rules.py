@@ -137,6 +137,10 @@ SQ = 2, 3
 CASES: dict[str, Case] = {
     "Identity": Case([_arr(*SQ)], lambda x: tn.identity(x), lambda x: x),
     "Sleep": Case([_arr(*SQ)], lambda x: tn.sleep(x * x, 0.001), lambda x: x * x),
+    # the value's gradient passes through; the condition (on the same input) has none
+    "Assert": Case([_arr(*SQ)], lambda x: tn.assert_true(tn.greater(tn.reduce_sum(x * x), -1.0), tn.tanh(x) * 2.0,
+                                                          "a sum of squares is never negative"),
+                   lambda x: jnp.tanh(x) * 2.0),
     "Neg": Case([_arr(*SQ)], lambda x: -x, lambda x: -x),
     "Add": Case([_arr(*SQ), _arr(3)], lambda x, y: x + y, lambda x, y: x + y),
     "Sub": Case([_arr(*SQ), _arr(1, 3)], lambda x, y: x - y, lambda x, y: x - y),

@@ -395,12 +395,23 @@ def test_convert_to_tensor_and_no_op(backend: str) -> None:
     assert float(tn.Session(g, backend=backend).run(after)) == 2.5
 
 
+def test_assert_true_passes_its_value_on(backend: str) -> None:
+    """``assert_true``'s value; its failures and gradients are in ``tests/test_case_pairs.py``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [2], name="x")
+        y = tn.assert_true(tn.greater(tn.reduce_sum(x), 0), x * 3, "positive sum")
+    np.testing.assert_array_equal(run(backend, g, y, {x: np.array([1, 2], np.int32)}), [3, 6])
+    with pytest.raises(tn.KernelError, match="positive sum"):
+        run(backend, g, y, {x: np.array([1, -2], np.int32)})
+
+
 #: op constructors whose values some test above checks, beyond those in the UNARY and BINARY tables
 CHECKED_ELSEWHERE = {
     "cast", "matmul", "reshape", "transpose", "expand_dims", "concat", "stack", "gather", "tile",
     "reduce_sum", "reduce_mean", "reduce_max", "zeros", "ones", "shape", "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
-    "group", "no_op", "convert_to_tensor", "control_dependencies",
+    "group", "no_op", "convert_to_tensor", "control_dependencies", "assert_true",
     # value checkers, not op constructors: tests/test_bad_inputs.py
     "bad_value", "checked_scalar", "int_attr", "int_list_attr", "convert_argument", "checked_constant_value",
 }
