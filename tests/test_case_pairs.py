@@ -30,7 +30,7 @@ def model() -> dict[str, Any]:
         pairs = [(tn.less(x, 0), lambda: f * -1.0), (tn.less(x, 10), lambda: f * 10.0)]
         first = tn.case(pairs, default=lambda: f * 100.0)
         exclusive = tn.case(pairs, default=lambda: f * 100.0, exclusive=True)
-        no_default = tn.case({tn.equal(x, 1): lambda: f + 1.0, tn.equal(x, 2): lambda: f + 2.0})
+        no_default = tn.case(pred_fn_pairs={tn.equal(x, 1): lambda: f + 1.0, tn.equal(x, 2): lambda: f + 2.0})
         (grad,) = tn.gradients(first * first, [f])
     return {"g": g, "x": x, "f": f, "first": first, "exclusive": exclusive, "no_default": no_default, "grad": grad}
 
@@ -92,6 +92,8 @@ def test_bad_pairs_are_refused_when_built() -> None:
             tn.case([(tn.less(x, 0), lambda: x)], default=x)
         with pytest.raises(GraphBuildError, match="default must be a callable"):
             tn.case(x, [lambda: x], default=x)
+        with pytest.raises(GraphBuildError, match="not both"):
+            tn.case(x, pred_fn_pairs=[(tn.less(x, 0), lambda: x)])
         with pytest.raises(GraphBuildError, match="exclusive applies to the predicate form"):
             tn.case(x, [lambda: x, lambda: x], exclusive=True)
         p0, p1 = tn.less(x, 0), tn.less(x, 5)

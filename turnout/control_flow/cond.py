@@ -97,8 +97,9 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
     return nest.pack_as(structures[1], merged)
 
 
-def case(branch_index: Any, branch_fns: Optional[Sequence[Callable[[], Any]]] = None,
-         default: Optional[Callable[[], Any]] = None, name: Optional[str] = None, exclusive: bool = False) -> Any:
+def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], Any]]] = None,
+         default: Optional[Callable[[], Any]] = None, name: Optional[str] = None, exclusive: bool = False, *,
+         pred_fn_pairs: Any = None) -> Any:
     """Run ``branch_fns[branch_index]()``, or ``default()`` when the index is out of range.
 
     Without ``default`` the last branch serves as default. Lowered to nested conds, so exactly one
@@ -110,8 +111,13 @@ def case(branch_index: Any, branch_fns: Optional[Sequence[Callable[[], Any]]] = 
     ``exclusive=True`` more than one true predicate is a ``KernelError``; without ``default`` the last
     pair's ``fn`` runs when no other predicate holds, and its own predicate false too is a
     ``KernelError`` (``tn.assert_true``). It is the index form over the first true predicate's index,
-    so it lowers, differentiates and compiles as that does.
+    so it lowers, differentiates and compiles as that does. The pairs may also be given by keyword,
+    ``case(pred_fn_pairs=...)``, as TensorFlow code often does.
     """
+    if pred_fn_pairs is not None:
+        if branch_index is not None or branch_fns is not None:
+            raise GraphBuildError("case: give pred_fn_pairs, or a branch index with its branch functions, not both")
+        return _case_of_pairs(pred_fn_pairs, default, exclusive, name)
     if branch_fns is None:
         return _case_of_pairs(branch_index, default, exclusive, name)
     if exclusive:
