@@ -150,3 +150,49 @@ def test_a_graph_with_checks_saves_loads_and_exports() -> None:
     exported = export_graph_def(g)
     ops = [nd.op for nd in exported.graph_def.node]
     assert ops.count("Assert") == 2  # the exclusive check and the no-default one
+
+
+# ---- a property: the predicate form against its definition ---------------------------------------
+_SESSIONS: dict[tuple[int, bool, bool, str], Any] = {}
+
+
+def _pairs_session(k: int, has_default: bool, exclusive: bool, backend: str) -> Any:
+    """A case of ``k`` fed predicates whose branch ``i`` returns ``10 * (i + 1) * s`` (the default
+    ``-s``), with a session, made once per shape of case."""
+    key = (k, has_default, exclusive, backend)
+    if key not in _SESSIONS:
+        g = tn.Graph()
+        with g.as_default():
+            preds = [tn.placeholder(tn.bool, [], name=f"p{i}") for i in range(k)]
+            s = tn.placeholder(tn.float32, [], name="s")
+            pairs = [(p, lambda i=i: s * float(10 * (i + 1))) for i, p in enumerate(preds)]
+            y = tn.case(pairs, default=(lambda: -s) if has_default else None, exclusive=exclusive)
+            (dy,) = tn.gradients(y, [s])
+        _SESSIONS[key] = (tn.Session(g, backend=backend), preds, s, y, dy)
+    return _SESSIONS[key]
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_the_predicate_form_is_first_true_else_default(backend: str) -> None:
+    """For every truth assignment of 1 to 4 predicates, with and without a default and with and
+    without ``exclusive``: the value (and its gradient) is the first true pair's, else the
+    default's; two true under ``exclusive`` and none true without a default are the checks'
+    errors, and nothing else is."""
+    from itertools import product
+
+    for k in range(1, 5):
+        for has_default, exclusive in product([True, False], repeat=2):
+            sess, preds, s, y, dy = _pairs_session(k, has_default, exclusive, backend)
+            for truth in product([False, True], repeat=k):
+                feed = {**dict(zip(preds, truth, strict=True)), s: 2.0}
+                first = next((i for i, t in enumerate(truth) if t), None)
+                if exclusive and sum(truth) > 1:
+                    with pytest.raises(KernelError, match="more than one predicate is true"):
+                        sess.run(y, feed)
+                elif first is None and not has_default:
+                    with pytest.raises(KernelError, match="no predicate is true"):
+                        sess.run(y, feed)
+                else:
+                    scale = -1.0 if first is None else 10.0 * (first + 1)
+                    got, grad = sess.run([y, dy], feed)
+                    assert (float(got), float(grad)) == (2.0 * scale, scale), (k, has_default, exclusive, truth)

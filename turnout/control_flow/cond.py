@@ -183,5 +183,7 @@ def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: 
         if default is None:
             idx = assert_true(less(idx, len(fns)), idx, "no predicate is true, and there is no default",
                               name=f"{cname}/some_true")
-            return case(idx, fns, name=cname)
+            # the last pair is the default; a single pair is its own default too, so that a cond still
+            # reads the checked index (a case of one branch alone would never read it, nor check it)
+            return case(idx, fns if len(fns) > 1 else fns * 2, name=cname)
         return case(idx, fns, default, name=cname)
