@@ -214,7 +214,7 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
     The one bounded loop of both drivers: the fast backend's (``fast.plan.Plan.loop_fns``) and the
     partitioned executor's for a loop on one device (``devices.region_driver``)."""
     def ptrs(state: dict[str, Any]) -> dict[str, Any]:
-        return {s: (jnp.int32(0) if state[s].pending else state[s].ptr) for s in {*push, *pop}}
+        return {s: _pointer(state, s) for s in {*push, *pop}}
 
     tracked = {*push, *pop} if measured is None else measured
 
@@ -254,14 +254,15 @@ def report_vector(c: Any, aux: Any, push: dict[str, int], pop: dict[str, int]) -
     per chunk."""
     _, pred, state, iters = c
     grow, shrink = aux
+    parts = [state["err"], pred, iters]
+    parts += [x for s in push for x in (_pointer(state, s), grow[s])]
+    parts += [x for s in pop for x in (_pointer(state, s), shrink[s])]
+    return jnp.stack([jnp.reshape(x, ()) for x in parts]).astype(jnp.int32)
 
-    def ptr(s: str) -> Any:
-        return jnp.int32(0) if state[s].pending else state[s].ptr
 
-    parts = [state["err"], jnp.asarray(pred, jnp.int32), iters]
-    parts += [x for s in push for x in (ptr(s), grow[s])]
-    parts += [x for s in pop for x in (ptr(s), shrink[s])]
-    return jnp.stack([jnp.asarray(x, jnp.int32).reshape(()) for x in parts])
+def _pointer(state: dict[str, Any], s: str) -> Any:
+    """Stack ``s``'s pointer in a loop's state, 0 while it is pending (no buffer yet)."""
+    return jnp.int32(0) if state[s].pending else state[s].ptr
 
 
 @dataclass(frozen=True)
