@@ -347,3 +347,22 @@ def test_a_chunk_report_decides_which_stacks_spill_and_which_refill() -> None:
     assert list(r.low(pop, state, Store(False))) == []
     pending = {**state, "stack:c": stk.StackValue(16, np.float32)}
     assert list(r.low(pop, pending, Store(True))) == []
+
+
+def test_the_report_vector_lays_out_what_the_chunk_report_reads() -> None:
+    """``report_vector`` (traced inside a chunk) and ``ChunkReport.read`` agree on the layout, and a
+    stack still pending (no buffer yet) reports pointer 0."""
+    import jax.numpy as jnp
+
+    from turnout.fast import stacks as stk
+
+    live = stk.StackValue(16, np.float32).materialize((2,), (1,))
+    live = stk.StackValue(16, np.float32, live.buf, live.idx, jnp.int32(5))
+    state = {"err": jnp.int32(0), "stack:a": live, "stack:b": stk.StackValue(16, np.float32),
+             "stack:c": stk.StackValue(16, np.float32, live.buf, live.idx, jnp.int32(3))}
+    aux = ({"stack:a": jnp.int32(2), "stack:b": jnp.int32(0)}, {"stack:c": jnp.int32(1)})
+    vec = stk.report_vector((None, jnp.bool_(True), state, jnp.int32(9)), aux,
+                            {"stack:a": 1, "stack:b": 1}, {"stack:c": 1})
+    assert vec.dtype == jnp.int32 and np.asarray(vec).tolist() == [0, 1, 9, 5, 2, 0, 0, 3, 1]
+    r = stk.ChunkReport.read(vec, {"stack:a": 1, "stack:b": 1}, {"stack:c": 1})
+    assert r.ptr == {"stack:a": 5, "stack:b": 0, "stack:c": 3} and r.grow["stack:a"] == 2 and r.shrink["stack:c"] == 1
