@@ -335,6 +335,12 @@ def test_a_chunk_report_decides_which_stacks_spill_and_which_refill() -> None:
     assert list(r.full(push, state, 15)) == ["stack:a"]  # 15 + 1 > 15; b is empty
     assert list(r.full(push, state, 16)) == []  # 15 + 1 fits
     assert list(r.full({"stack:a": 2}, state, 16)) == ["stack:a"]  # the static count bounds it too
+    one = stk.ChunkReport.read(np.array([0, 1, 1, 1, 16, 0, 0, 0, 0], np.int32), push, pop)
+    assert list(one.full(push, state, 16)) == ["stack:a"]  # one entry, and an iteration may push 16
+    # an empty stack is never full, even when one iteration may push more than a chunk holds (the
+    # driver then retries with a larger capacity: spilling nothing would loop for ever)
+    empty = stk.ChunkReport.read(np.array([0, 1, 1, 0, 32, 0, 0, 0, 0], np.int32), push, pop)
+    assert list(empty.full(push, state, 16)) == []
 
     class Store:
         def __init__(self, has: bool) -> None:
@@ -344,6 +350,8 @@ def test_a_chunk_report_decides_which_stacks_spill_and_which_refill() -> None:
             return self.has_more
 
     assert list(r.low(pop, state, Store(True))) == ["stack:c"]  # 1 < shrink 2
+    enough = stk.ChunkReport.read(np.array([0, 1, 7, 15, 1, 0, 3, 2, 2], np.int32), push, pop)
+    assert list(enough.low(pop, state, Store(True))) == []  # 2 entries: one more iteration's pops fit
     assert list(r.low(pop, state, Store(False))) == []
     pending = {**state, "stack:c": stk.StackValue(16, np.float32)}
     assert list(r.low(pop, pending, Store(True))) == []
