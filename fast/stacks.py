@@ -282,6 +282,8 @@ class ChunkReport:
 
     @staticmethod
     def read(vector: Any, push: dict[str, int], pop: dict[str, int]) -> ChunkReport:
+        """The report in ``vector`` (``report_vector``'s), read back in one transfer; ``push`` and
+        ``pop`` are the dicts the chunk was traced with, whose order is the vector's."""
         v = np.asarray(vector).tolist()
         ptr: dict[str, int] = {}
         grow: dict[str, int] = {}
