@@ -82,13 +82,19 @@ def _placeholder(op, specs, attrs):
 
 
 # ---- control flow ----------------------------------------------------------------------------------
+def _bool_scalar(what: str, spec: TensorSpec) -> None:
+    """``spec`` (``what``, as the error names it: ``"Switch: the predicate"``) is a bool scalar, or
+    as far as its shape is known; else a DTypeError or ShapeError."""
+    if spec.dtype != dt.bool_:
+        raise DTypeError(f"{what} must be bool, got {spec.dtype.name}")
+    if spec.shape is not None and spec.shape != ():
+        raise ShapeError(f"{what} must be a scalar, got shape {sh.fmt(spec.shape)}")
+
+
 @_rule("Switch")
 def _switch(op, specs, attrs):
     data, pred = specs
-    if pred.dtype != dt.bool_:
-        raise DTypeError(f"Switch: the predicate must be bool, got {pred.dtype.name}")
-    if pred.shape is not None and pred.shape != ():
-        raise ShapeError(f"Switch: the predicate must be a scalar, got shape {sh.fmt(pred.shape)}")
+    _bool_scalar("Switch: the predicate", pred)
     return [data, data]
 
 
@@ -112,20 +118,14 @@ def _identity(op, specs, attrs):
 @_rule("Assert")
 def _assert(op, specs, attrs):
     c, v = specs
-    if c.dtype != dt.bool_:
-        raise DTypeError(f"Assert: the condition must be bool, got {c.dtype.name}")
-    if c.shape is not None and c.shape != ():
-        raise ShapeError(f"Assert: the condition must be a scalar, got shape {sh.fmt(c.shape)}")
+    _bool_scalar("Assert: the condition", c)
     return [v]
 
 
 @_rule("LoopCond")
 def _loopcond(op, specs, attrs):
     (p,) = specs
-    if p.dtype != dt.bool_:
-        raise DTypeError(f"LoopCond: the loop predicate must be bool, got {p.dtype.name}")
-    if p.shape is not None and p.shape != ():
-        raise ShapeError(f"LoopCond: the loop predicate must be a scalar, got shape {sh.fmt(p.shape)}")
+    _bool_scalar("LoopCond: the loop predicate", p)
     return [p]
 
 
