@@ -77,9 +77,10 @@ def flush_subnormals(x: np.ndarray) -> np.ndarray:
         if v >= tiny or v == 0 or v != v:
             return x
     a = np.abs(x)
-    if not (a < tiny).any():  # (the common case: two passes, without the mask of the exact test)
+    small = a < tiny
+    if not small.any():  # (the common case: two passes, without the mask of the exact test)
         return x
-    sub = (a < tiny) & (a != 0)
+    sub = small & (a != 0)
     if not sub.any():  # zeros only
         return x
     return np.where(sub, np.copysign(np.zeros((), x.dtype), x), x)

@@ -114,6 +114,8 @@ def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], An
     so it lowers, differentiates and compiles as that does. The pairs may also be given by keyword,
     ``case(pred_fn_pairs=...)``, as TensorFlow code often does.
     """
+    if default is not None and not callable(default):
+        raise GraphBuildError(f"case: default must be a callable taking no arguments, got {default!r}")
     if pred_fn_pairs is not None:
         if branch_index is not None or branch_fns is not None:
             raise GraphBuildError("case: give pred_fn_pairs, or a branch index with its branch functions, not both")
@@ -126,8 +128,6 @@ def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], An
     fns = list(branch_fns)
     if not fns:
         raise GraphBuildError("case: needs at least one branch function")
-    if default is not None and not callable(default):
-        raise GraphBuildError(f"case: default must be a callable taking no arguments, got {default!r}")
     idx = convert_argument(branch_index, "case", "branch_index")
     if idx.dtype != dt.int32 or (idx.shape is not None and idx.shape != ()):
         raise DTypeError(f"case: branch_index must be an int32 scalar, got {idx.dtype.name} {idx.shape}")
@@ -154,8 +154,6 @@ def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: 
                               f"list of (predicate, fn) pairs, case([(p0, f0), ...]); got {type(pairs).__name__}")
     if not items and default is None:
         raise GraphBuildError("case: needs at least one (predicate, fn) pair or a default")
-    if default is not None and not callable(default):
-        raise GraphBuildError(f"case: default must be a callable taking no arguments, got {default!r}")
     preds: list[Tensor] = []
     fns: list[Callable[[], Any]] = []
     for k, item in enumerate(items):
