@@ -165,7 +165,8 @@ class Loop:
 
 @dataclass(frozen=True)
 class Scan:
-    """``target = reduce_sum(tn.scan(lambda carry, elem: body, elems, initializer=init))``."""
+    """``target = reduce_sum(tn.scan(lambda carry, elem: body, elems, initializer=init, reverse=reverse))``:
+    with ``reverse`` the elements are taken last to first and ``ys[i]`` is the carry after element ``i``."""
 
     id: str
     target: str
@@ -175,6 +176,7 @@ class Scan:
     init: Expr
     body: Block
     parallel_iterations: int = 10
+    reverse: bool = False
 
 
 Stmt = Union[Let, If, Case, Loop, Scan]
@@ -310,8 +312,9 @@ def _stmt_lines(s: Stmt, ind: str) -> list[str]:
         for x in s.body.stmts:
             lines += _stmt_lines(x, inner)
         lines.append(f"{inner}return {expr_source(s.body.results[0])}")
+        rev = ", reverse=True" if s.reverse else ""
         lines.append(f"{ind}{s.target} = tn.reduce_sum(tn.scan({s.id}_fn, {s.elems}, initializer="
-                     f"{expr_source(s.init)}, parallel_iterations={s.parallel_iterations}))")
+                     f"{expr_source(s.init)}, parallel_iterations={s.parallel_iterations}{rev}))")
         return lines
     raise TypeError(f"not a statement: {s!r}")
 
@@ -437,14 +440,14 @@ class _Interp:
 
     def scan(self, s: Scan, env: dict[str, np.ndarray]) -> np.ndarray:
         carry = self.expr(s.init, env)
-        ys = []
         elems = env[s.elems]
-        for x in elems:
-            carry = self.block(s.body, {**env, s.carry: carry, s.elem: np.asarray(x)})[0]
-            ys.append(carry)
+        ys: list[Any] = [None] * len(elems)
+        for i in _scan_order(s, len(elems)):
+            carry = self.block(s.body, {**env, s.carry: carry, s.elem: np.asarray(elems[i])})[0]
+            ys[i] = carry
         self.out.trips.setdefault(s.id, []).append(len(ys))
         total = np.zeros((), carry.dtype)
-        for y in ys:
+        for y in ys:  # in slot order, as reduce_sum adds them
             total = np.asarray(total + y, carry.dtype)
         return total
 
@@ -484,12 +487,21 @@ class _JaxReplay(_Interp):
         carry = self.expr(s.init, env)
         if not _is_float(carry):
             return super().scan(s, env)
+        elems = env[s.elems]
+        ys: list[Any] = [None] * len(elems)
+        for i in _scan_order(s, len(elems)):
+            carry = self.block(s.body, {**env, s.carry: carry, s.elem: elems[i]})[0]
+            ys[i] = carry
+        self.out.trips.setdefault(s.id, []).append(len(elems))
         total = 0.0
-        for x in env[s.elems]:
-            carry = self.block(s.body, {**env, s.carry: carry, s.elem: x})[0]
-            total = total + carry
-        self.out.trips.setdefault(s.id, []).append(len(env[s.elems]))
+        for y in ys:  # in slot order, as reduce_sum adds them
+            total = total + y
         return total
+
+
+def _scan_order(s: Scan, n: int) -> range:
+    """The element indices a scan visits, in the order it visits them."""
+    return range(n - 1, -1, -1) if s.reverse else range(n)
 
 
 def _is_float(v: Any) -> bool:
@@ -627,7 +639,7 @@ class _Emitter:
 
         start = len(self.g.contexts)
         ys = tn.scan(fn, env[s.elems], initializer=self.expr(s.init, env),
-                     parallel_iterations=s.parallel_iterations, name=s.id)
+                     parallel_iterations=s.parallel_iterations, name=s.id, reverse=s.reverse)
         self.built.loops[s.id] = self.g.contexts[start]
         return tn.reduce_sum(ys)
 

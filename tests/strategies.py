@@ -252,7 +252,8 @@ class _Gen:
         if self.f.captures:
             inner = scalars(scope) + inner
         body = self.block(inner, level + 1, [d], in_branch=in_branch)
-        return Scan(sid, self.fresh("v"), vname, carry, elem, self.expr(scope, d), body, self._pi())
+        return Scan(sid, self.fresh("v"), vname, carry, elem, self.expr(scope, d), body, self._pi(),
+                    self.draw(st.booleans()))
 
 
 def scalars(scope: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -3,7 +3,7 @@
 The language of the EuroSys 2018 paper "Dynamic Control Flow in Large-Scale Machine Learning":
 dataflow graphs of tensor ops plus the control-flow primitives Switch, Merge, Enter, Exit,
 NextIteration and LoopCond, built by hand (``tn.raw``) or by the builders ``cond``, ``case``,
-``while_loop``, ``scan``, ``map_fn``, ``foldl``. Importing ``turnout`` needs only numpy; the fast
+``while_loop``, ``scan``, ``map_fn``, ``foldl``, ``foldr``. Importing ``turnout`` needs only numpy; the fast
 backend (JAX) and the z3 encodings load on first use.
 """
 
@@ -11,7 +11,7 @@ from typing import Any as _Any
 
 from turnout import raw
 from turnout.control_flow.cond import case, cond
-from turnout.control_flow.functional import foldl, map_fn, scan
+from turnout.control_flow.functional import foldl, foldr, map_fn, scan
 from turnout.control_flow.tensor_array import TensorArray
 from turnout.control_flow.while_loop import while_loop
 from turnout.dtypes import DType, as_dtype, float32, float64, int32, int64

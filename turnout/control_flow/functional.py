@@ -1,4 +1,5 @@
-"""``scan``, ``map_fn`` and ``foldl``, built on ``while_loop`` and TensorArray (as TensorFlow does).
+"""``scan``, ``map_fn``, ``foldl`` and ``foldr``, built on ``while_loop`` and TensorArray (as TensorFlow
+does).
 
 Meaning, as plain Python::
 
@@ -16,8 +17,17 @@ Meaning, as plain Python::
             carry = fn(carry, x)
         return carry
 
+    def foldr(fn, elems, initializer):  return foldl(fn, reversed(elems), initializer)
+
 ``elems`` may be a nested structure of tensors sharing their leading dimension; without an
 initializer, ``scan`` and ``foldl`` start from ``elems[0]`` (and ``scan`` emits it as ``ys[0]``).
+``foldr`` and ``scan(..., reverse=True)`` walk the elements from the last to the first, and start
+from ``elems[-1]`` without an initializer; a reversed ``scan`` puts the carry after element ``i`` at
+``ys[i]``, so ``ys[0]`` is the final carry.
+
+Why the reversed walk is an index, not a reversed copy of ``elems``: the loop reads slot
+``n - 1 - i`` of the same TensorArray, so a reversed fold costs what a forward one does, and its
+gradient is the forward fold's machinery (the read's gradient writes the same slot back).
 """
 
 from __future__ import annotations
@@ -87,11 +97,19 @@ def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
     return flat, getitem(shape(flat[0]), 0)
 
 
-def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: bool, kw: dict[str, Any]) -> Any:
+def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: bool, kw: dict[str, Any],
+          reverse: bool = False) -> Any:
+    """The loop of ``scan`` (``keep``: every carry kept, stacked) and of ``foldl``/``foldr``: step
+    ``i`` reads element ``n - 1 - i`` when ``reverse``, else element ``i``, and ``scan`` writes its
+    carry to the same slot."""
     flat, n = _elems(elems)
     xs = [unstack(t) for t in flat]
+
+    def slot(i: Any) -> Any:
+        return n - 1 - i if reverse else i
+
     if initializer is None:
-        init = nest.pack_as(elems, [ta.read(0) for ta in xs])
+        init = nest.pack_as(elems, [ta.read(slot(0)) for ta in xs])
         start = constant(1)
     else:
         init = initializer
@@ -99,18 +117,19 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
     flat_init = [convert_to_tensor(v) for v in nest.flatten(init)]
     outs = [TensorArray(t.dtype, size=n, element_shape=t.shape) for t in flat_init] if keep else []
     if keep and initializer is None:
-        outs = [ta.write(0, v) for ta, v in zip(outs, flat_init, strict=True)]
+        outs = [ta.write(slot(0), v) for ta, v in zip(outs, flat_init, strict=True)]
 
     def cond(i: Tensor, carry: Any, tas: Any) -> Tensor:
         return i < n
 
     def body(i: Tensor, carry: Any, tas: Any) -> Any:
-        x = nest.pack_as(elems, [ta.read(i) for ta in xs])
+        j = slot(i)
+        x = nest.pack_as(elems, [ta.read(j) for ta in xs])
         new = fn(carry, x)
         nest.assert_same_structure(init, new, "the function's output and the accumulator")
         flat_new = [convert_to_tensor(v) for v in nest.flatten(new)]
-        if keep:  # foldl carries no TensorArrays
-            tas = [ta.write(i, v) for ta, v in zip(tas, flat_new, strict=True)]
+        if keep:  # a fold carries no TensorArrays
+            tas = [ta.write(j, v) for ta, v in zip(tas, flat_new, strict=True)]
         return i + 1, nest.pack_as(init, flat_new), tas
 
     _, carry, tas = while_loop(cond, body, (start, nest.pack_as(init, flat_init), outs), **kw)
@@ -122,11 +141,16 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
 
 @_all_or_nothing
 def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
-         back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
-    """Accumulate ``fn(carry, x)`` over the leading dimension of ``elems``; returns every carry, stacked."""
+         back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None, *,
+         reverse: bool = False) -> Any:
+    """Accumulate ``fn(carry, x)`` over the leading dimension of ``elems``; returns every carry, stacked.
+
+    With ``reverse=True`` the elements are taken from the last to the first (TensorFlow's
+    ``tf.scan(..., reverse=True)``): ``ys[i]`` is still the carry after element ``i``, so ``ys[0]`` is
+    the final one."""
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
               name=name or "scan")
-    return _fold(fn, elems, initializer, True, kw)
+    return _fold(fn, elems, initializer, True, kw, reverse)
 
 
 @_all_or_nothing
@@ -136,6 +160,17 @@ def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, pa
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
               name=name or "foldl")
     return _fold(fn, elems, initializer, False, kw)
+
+
+@_all_or_nothing
+def foldr(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
+          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
+    """Fold ``fn(carry, x)`` over the leading dimension of ``elems`` from the last element to the
+    first (TensorFlow's ``tf.foldr``); returns the final carry. Without an initializer the carry
+    starts from ``elems[-1]``."""
+    kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
+              name=name or "foldr")
+    return _fold(fn, elems, initializer, False, kw, reverse=True)
 
 
 @_all_or_nothing
