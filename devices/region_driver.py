@@ -25,10 +25,10 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from turnout.devices.swap import SpanningStacks, traffic
 from turnout.fast import stacks as stk
+from turnout.fast.driven import drive_chunks, join_carry, split_carry
 from turnout.fast.emit import Emitter, ErrorCodes, _jnp_tree
 from turnout.fast.regions import Key, Program, WhileRegion
 from turnout.fast.values import wrap_static
@@ -36,17 +36,6 @@ from turnout.fast.values import wrap_static
 
 class StacksOverflow(Exception):
     """One iteration of a driven loop pushes more than a whole chunk holds: run again, larger."""
-
-
-def _split(c: Any) -> tuple[Any, dict[str, Any]]:
-    vals, pred, state, iters = c
-    rest, stacks = stk.split_state(state)
-    return (vals, pred, rest, iters), stacks
-
-
-def _join(c_rest: Any, stacks: dict[str, Any]) -> Any:
-    vals, pred, rest, iters = c_rest
-    return vals, pred, {**rest, **stacks}, iters
 
 
 class RegionDriver:
@@ -83,7 +72,7 @@ class RegionDriver:
 
         def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
                   host_has: dict[str, Any]) -> Any:
-            c = _join(c_rest, stacks)
+            c = join_carry(c_rest, stacks)
             em = emitter(c[2], max_iter)
             _, body, _ = em.while_fns(r, dict(env_in))
 
@@ -93,7 +82,7 @@ class RegionDriver:
 
         def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
                    max_iter: Any) -> Any:
-            c = None if c_rest is None else _join(c_rest, stacks)
+            c = None if c_rest is None else join_carry(c_rest, stacks)
             em = emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
             _, _, fin = em.while_fns(r, dict(env_in))
             out_env: dict[Key, Any] = {}
@@ -114,39 +103,15 @@ class RegionDriver:
         rest, stk_in = stk.split_state(state)
         store.begin_pops({s: stk_in[s] for s in self.pop if s in stk_in})
         c, after = self.init(env_in, rest, stk_in, max_iter)
-        budget = int(max_iter)
         if c is not None:
-            # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
-            like = next((v.buf for v in c[2].values() if isinstance(v, stk.StackValue) and not v.pending), None)
-            zs = stk.scalars_on(like, [0] * (len(self.push) + len(self.pop)))
-            aux = ({s: zs[i] for i, s in enumerate(self.push)},
-                   {s: zs[len(self.push) + i] for i, s in enumerate(self.pop)})
-            before = 0  # (``start`` begins the count at 0)
-            while True:
-                host_has = {s: np.bool_(store.has(s)) for s in self.pop}
-                c_rest, c_stacks = _split(c)
-                c, aux, vector = self.chunk(env_in, c_rest, c_stacks, aux, max_iter, host_has)
-                report = stk.ChunkReport.read(vector, self.push, self.pop)
-                vals, pred, st, iters = c
-                store.observe({s: v for s, v in st.items() if isinstance(v, stk.StackValue)})
-                if report.stopped(budget):
-                    break
-                full = report.full(self.push, st, self.capacity)
-                low = report.low(self.pop, st, store)
-                if full:
-                    st = {**st, **store.spill(full, report.ptr)}
-                if low:
-                    st = {**st, **store.refill(low, report.ptr)}
-                if not (full or low) and report.iters == before:
-                    raise StacksOverflow()
-                before = report.iters
-                c = (vals, pred, st, iters)
+            c = drive_chunks(self.chunk, env_in, c, max_iter, self.push, self.pop, self.capacity, store,
+                             StacksOverflow)
         if c is None:
             assert after is not None
             rest, stk_in = stk.split_state(after)
             out, lives, new = self.finish(env_in, None, stk_in, rest, max_iter)
         else:
-            c_rest, c_stacks = _split(c)
+            c_rest, c_stacks = split_carry(c)
             out, lives, new = self.finish(env_in, c_rest, c_stacks, {}, max_iter)
         store.end_pushes(self.push)
         stacks.settle(device, {s: v for s, v in new.items() if s in self.push or s in self.pop})

@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Optional
 
 import jax
@@ -62,6 +63,7 @@ import numpy as np
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
+from turnout.fast.driven import Guard, drive_chunks, split_carry
 from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import DISCARDED, MAX_CAPACITY, device_oom, iteration_bound, refuse_firing_budget
@@ -79,7 +81,6 @@ from turnout.fast.plan import (
     Plan,
     Stage,
     capacity_ladder,
-    split_carry,
 )
 from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
@@ -584,7 +585,7 @@ class FastBackend:
             else:
                 with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
                     before = self.compile_count
-                    out, state = self._drive(plan, st, env_in, state, max_iter, int(max_iter), store)
+                    out, state = self._drive(plan, st, env_in, state, max_iter, store)
                     args["compiled"] = self.compile_count != before
             if attempt:
                 plan.fused_warm = True
@@ -730,10 +731,11 @@ class FastBackend:
         return values
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
-               max_iter_py: int, store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]]:
-        """Run a top-level loop chunk by chunk. Between chunks, a stack that outgrew its buffer hands
-        the full chunk to ``store`` (to host memory, or kept on the device: the loop's
-        ``swap_memory``), and a stack that runs low takes the chunk that ``store`` brought back."""
+               store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]]:
+        """Run a top-level loop chunk by chunk (``fast.driven.drive_chunks``). Between chunks, a stack
+        that outgrew its buffer hands the full chunk to ``store`` (to host memory, or kept on the
+        device: the loop's ``swap_memory``), and a stack that runs low takes the chunk that ``store``
+        brought back."""
         if not st.fns:
             st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
         store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
@@ -741,34 +743,8 @@ class FastBackend:
         with device_oom(plan, st):
             c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         if c is not None:
-            # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
-            like = next((v.buf for v in c[2].values() if isinstance(v, stk.StackValue) and not v.pending), None)
-            aux = ({s: stk.scalar_on(like, 0) for s in st.push_stacks},
-                   {s: stk.scalar_on(like, 0) for s in st.pop_stacks})
-            before = 0  # (``start`` begins the count at 0)
-            while True:
-                host_has = {s: np.bool_(store.has(s)) for s in st.pop_stacks}
-                c_rest, c_stacks = split_carry(c)
-                with self._span("chunk", "driven loops") as args, device_oom(plan, st):
-                    c, aux, vector = st.fns["chunk"](env_in, c_rest, c_stacks, aux, max_iter, host_has)
-                    report = stk.ChunkReport.read(vector, st.push_stacks, st.pop_stacks)
-                    args["iterations"] = report.iters - before
-                vals, pred, state, iters = c
-                store.observe(state)
-                if report.stopped(max_iter_py):
-                    break
-                full = report.full(st.push_stacks, state, plan.capacity)
-                low = report.low(st.pop_stacks, state, store)
-                if full:
-                    with self._span("stack chunks full", "host swaps", stacks=sorted(full)), device_oom(plan, st):
-                        state.update(store.spill(full, report.ptr))
-                if low:
-                    with self._span("stack chunks back", "host swaps", stacks=sorted(low)), device_oom(plan, st):
-                        state.update(store.refill(low, report.ptr))
-                if not (full or low) and report.iters == before:
-                    raise _Retry()
-                before = report.iters
-                c = (vals, pred, state, iters)
+            c = drive_chunks(st.fns["chunk"], env_in, c, max_iter, st.push_stacks, st.pop_stacks, plan.capacity,
+                             store, _Retry, self._chunk_guard(plan, st))
         with device_oom(plan, st):
             if c is None:
                 rest, stacks = stk.split_state(state)
@@ -778,6 +754,22 @@ class FastBackend:
                 out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
         store.end_pushes(st.push_stacks)
         return out, state
+
+    def _chunk_guard(self, plan: Plan, st: Stage) -> Guard:
+        """The guard of ``drive_chunks`` for stage ``st``: each chunk call and each move of stack
+        chunks is a span of the run's timeline (when traced), and XLA's out-of-memory in any of them
+        is ``ResourceExhaustedError`` naming the loop (``device_oom``)."""
+        @contextmanager
+        def guard(what: str, stacks: Optional[list[str]]) -> Iterator[dict[str, Any]]:
+            if what == "chunk":
+                span = self._span("chunk", "driven loops")
+            else:
+                span = self._span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",
+                                  stacks=stacks)
+            with span as args, device_oom(plan, st):
+                yield args
+
+        return guard
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
         code = int(state["err"])

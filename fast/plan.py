@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout.fast import stacks as stk
+from turnout.fast.driven import join_carry
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.held import held_reads
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
@@ -523,17 +524,6 @@ def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
         where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
         out[stack_key(Handle("stack", sn.id))] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
     return out
-
-
-def split_carry(c: Any) -> tuple[Any, dict[str, Any]]:
-    vals, pred, state, iters = c
-    rest, stacks = stk.split_state(state)
-    return (vals, pred, rest, iters), stacks
-
-
-def join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
-    vals, pred, rest, iters = c_rest
-    return vals, pred, {**rest, **stacks}, iters
 
 
 #: the smallest capacity of a lower rung of the fused attempt's ladder, and the ratio between rungs

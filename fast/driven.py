@@ -1,0 +1,98 @@
+"""The host's side of a driven loop: call its compiled chunk again and again, and between calls move
+full gradient-stack chunks out and bring emptied ones back.
+
+A driven loop (a loop that pushes or pops gradient stacks, run so that one call holds at most what
+the stacks have room for) is compiled as three functions: ``init``, ``chunk`` and ``finish``
+(``Plan.loop_fns``, ``devices.region_driver.RegionDriver``). ``drive_chunks`` is the loop between
+``init`` and ``finish``. After each chunk it reads the chunk's report (``stacks.ChunkReport``: one
+transfer), then asks the run's ``ChunkStore`` to take the chunks of stacks that are full and to give
+back chunks to stacks that run low. It ends when the loop's predicate is false, an error is
+recorded, or the iteration budget is spent.
+
+Why one function: the one-device fast backend drives its top-level loops, and the partitioned
+executor drives a loop on one device of a graph that spans devices. Both make the same decisions.
+Two things differ, and they are passed in: the exception that asks for a larger chunk when a
+chunk made no progress, and a ``guard`` around each call (the fast backend's trace spans and its
+out-of-memory message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.fast import stacks as stk
+
+#: ``guard(what, stacks)``: a context around one host step, ``what`` being ``"chunk"`` (a compiled
+#: chunk call), ``"spill"`` or ``"refill"`` (``stacks``: the keys it moves). It yields a dict for the
+#: step's trace arguments, or ``None``.
+Guard = Callable[[str, Optional[list[str]]], Any]
+
+
+@contextmanager
+def no_guard(what: str, stacks: Optional[list[str]]) -> Iterator[None]:
+    """The guard of a driver that neither traces nor translates errors."""
+    yield None
+
+
+def split_carry(c: Any) -> tuple[Any, dict[str, Any]]:
+    """A driven loop's carry ``(values, predicate, state, iterations)`` as (the rest, its stacks):
+    the compiled calls take the stacks as their own, donated, argument."""
+    vals, pred, state, iters = c
+    rest, stacks = stk.split_state(state)
+    return (vals, pred, rest, iters), stacks
+
+
+def join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
+    """``split_carry`` undone."""
+    vals, pred, rest, iters = c_rest
+    return vals, pred, {**rest, **stacks}, iters
+
+
+def drive_chunks(chunk: Callable[..., Any], env_in: dict[Any, Any], c: Any, max_iter: Any,
+                 push: dict[str, int], pop: dict[str, int], capacity: int, store: stk.ChunkStore,
+                 overflow: Callable[[], Exception], guard: Guard = no_guard) -> Any:
+    """Run ``chunk`` from the carry ``c`` (``init``'s) until the loop stops; return the carry
+    ``finish`` takes.
+
+    ``push`` and ``pop`` are the stacks the loop pushes and pops, with the most entries one
+    iteration moves as traced; ``capacity`` is their buffers' size. A chunk that neither ran an
+    iteration nor left a stack to move cannot make progress at this capacity: ``overflow()`` is
+    raised, and the caller runs again with larger chunks.
+    """
+    budget = int(max_iter)
+    # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
+    like = next((v.buf for v in c[2].values() if isinstance(v, stk.StackValue) and not v.pending), None)
+    zeros = stk.scalars_on(like, [0] * (len(push) + len(pop)))
+    aux = ({s: zeros[i] for i, s in enumerate(push)}, {s: zeros[len(push) + i] for i, s in enumerate(pop)})
+    before = 0  # (``init`` begins the count at 0)
+    while True:
+        host_has = {s: np.bool_(store.has(s)) for s in pop}
+        c_rest, c_stacks = split_carry(c)
+        with guard("chunk", None) as args:
+            c, aux, vector = chunk(env_in, c_rest, c_stacks, aux, max_iter, host_has)
+            report = stk.ChunkReport.read(vector, push, pop)
+            if args is not None:
+                args["iterations"] = report.iters - before
+        vals, pred, state, iters = c
+        store.observe({s: v for s, v in state.items() if isinstance(v, stk.StackValue)})
+        if report.stopped(budget):
+            return c
+        full = report.full(push, state, capacity)
+        low = report.low(pop, state, store)
+        if full:
+            with guard("spill", sorted(full)):
+                state = {**state, **store.spill(full, report.ptr)}
+        if low:
+            with guard("refill", sorted(low)):
+                state = {**state, **store.refill(low, report.ptr)}
+        if not (full or low) and report.iters == before:
+            raise overflow()
+        before = report.iters
+        c = (vals, pred, state, iters)
+
+
+__all__ = ["Guard", "drive_chunks", "join_carry", "no_guard", "split_carry"]
