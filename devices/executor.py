@@ -28,7 +28,14 @@ from turnout.devices.partition import Partitioned, check_partitions, partition
 from turnout.devices.placement import Placement, place
 from turnout.devices.rendezvous import Rendezvous
 from turnout.devices.trace import DeviceTrace, PartitionedTrace
-from turnout.errors import DeadFetchError, DeadlockError, FeedError, NonTerminationError, describe_node
+from turnout.errors import (
+    DeadFetchError,
+    DeadlockError,
+    FeedError,
+    NonTerminationError,
+    dead_fetch_message,
+    describe_node,
+)
 from turnout.frames import Frame
 from turnout.graph import Graph, Node, Tensor
 from turnout.reference.executor import Interpreter, Plan
@@ -277,10 +284,7 @@ class PartitionedRun:
             key = (t.node.id, t.index)
             tok = Token(it.feeds[key]) if key in it.feeds else it.produced[key]
             if tok.dead:
-                raise DeadFetchError(
-                    f"fetched tensor {orig.name} is dead: {describe_node(orig.node)} lies on a branch that was not "
-                    "taken in this run"
-                )
+                raise DeadFetchError(dead_fetch_message(orig.name, orig.node))
             out.append(tok.value)
         return out
 

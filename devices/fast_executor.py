@@ -78,6 +78,7 @@ from turnout.errors import (
     NonTerminationError,
     PlacementError,
     UnsupportedError,
+    dead_fetch_message,
 )
 from turnout.fast import stacks as stk
 from turnout.fast.backend import variable_signature
@@ -882,9 +883,7 @@ class FastPartitionedBackend:
             v = _now(env.vals.get(k, DEAD))
             live = _now(run.lives.get(k, True))
             if v is DEAD or not bool(np.asarray(live)):
-                raise DeadFetchError(
-                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
-                    f"(op {t.node.op} \"{t.node.name}\")")
+                raise DeadFetchError(dead_fetch_message(t.name, t.node))
             values.append(to_host(v))
         for name in plan.written_vars:
             if name is not None and name in plan.var_device:

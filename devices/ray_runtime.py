@@ -50,6 +50,7 @@ from turnout.errors import (
     TaskFailedError,
     TurnoutError,
     UnsupportedError,
+    dead_fetch_message,
     describe_node,
 )
 from turnout.graph import Graph, Tensor
@@ -328,8 +329,7 @@ class RayBackend:
         for i, orig in enumerate(fetches):
             value, dead = got[i]
             if dead:
-                raise DeadFetchError(f"fetched tensor {orig.name} is dead: {describe_node(orig.node)} lies on a "
-                                     "branch that was not taken in this run")
+                raise DeadFetchError(dead_fetch_message(orig.name, orig.node))
             if isinstance(value, np.ndarray) and not value.flags.writeable:
                 value = np.array(value, copy=True)
             values.append(value)

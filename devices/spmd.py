@@ -59,6 +59,7 @@ from turnout.errors import (
     PlacementError,
     TurnoutError,
     UnsupportedError,
+    dead_fetch_message,
     describe_node,
 )
 from turnout.graph import Graph, Node, Tensor
@@ -616,9 +617,7 @@ class SpmdPlan:
             live = bool(flags[owner, 1 + i]) and kind != "dead"
             v = next(arrays) if kind == "array" else static
             if not live:
-                raise DeadFetchError(
-                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
-                    f"(op {t.node.op} \"{t.node.name}\")")
+                raise DeadFetchError(dead_fetch_message(t.name, t.node))
             values.append(self._from_owner(v, owner) if kind == "array" else np.asarray(v))
         written = iter(var_out)
         for name, dev in zip(var_names, var_vals, strict=True):

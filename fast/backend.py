@@ -60,7 +60,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError
+from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError, dead_fetch_message
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
@@ -709,9 +709,7 @@ class FastBackend:
             k = (t.node.id, t.index)
             v = env[k]
             if v is DEAD or not bool(lives.get(k, True)):
-                raise DeadFetchError(
-                    f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
-                    f"(op {t.node.op} \"{t.node.name}\")")
+                raise DeadFetchError(dead_fetch_message(t.name, t.node))
             values.append(to_host(v))
         return values
 

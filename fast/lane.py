@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import jax
 import numpy as np
 
-from turnout.errors import DeadFetchError
+from turnout.errors import DeadFetchError, dead_fetch_message
 from turnout.fast.values import start_reads
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
@@ -318,9 +318,7 @@ def checked_values(backend: FastBackend, plan: Any, fetches: list[Tensor], vals:
     skip = ops if ops is not None else (False,) * len(fetches)
     for t, v, live, op in zip(fetches, vals, lives, skip, strict=True):
         if not live:
-            raise DeadFetchError(
-                f"fetch {t.name} is dead: it lies on a branch of a conditional that did not run "
-                f"(op {t.node.op} \"{t.node.name}\")")
+            raise DeadFetchError(dead_fetch_message(t.name, t.node))
         values.append(None if op else np.asarray(v))
     return values
 

@@ -25,6 +25,7 @@ from turnout.errors import (
     FeedError,
     MergeConflictError,
     NonTerminationError,
+    dead_fetch_message,
     describe_node,
     merge_conflict_message,
 )
@@ -400,10 +401,7 @@ class Interpreter:
             if tok.dead:
                 stall = ("; note that the run left nodes waiting for inputs that never came (a loop that "
                          f"ended because its next iteration stalled?):\n{self.blocked_report()}" if stalled else "")
-                raise DeadFetchError(
-                    f"fetched tensor {t.name} is dead: {describe_node(t.node)} lies on a branch that was not "
-                    f"taken in this run{stall}"
-                )
+                raise DeadFetchError(dead_fetch_message(t.name, t.node, stall))
             values.append(tok.value)
         return values
 

@@ -48,6 +48,7 @@ from turnout.errors import (
     MergeConflictError,
     NonTerminationError,
     ValidationError,
+    dead_fetch_message,
     describe_node,
     merge_conflict_message,
 )
@@ -1028,8 +1029,7 @@ def outputs(config: Config) -> list[Any]:
         if tok is None:
             raise DeadlockError(deadlock_report(config))
         if tok.is_dead:
-            raise DeadFetchError(f"fetched tensor {name} ({describe_node(p.nodes[f[0]])}) is dead: it "
-                                 "lies on an untaken branch")
+            raise DeadFetchError(dead_fetch_message(name, p.nodes[f[0]]))
         vals.append(tok.value)
     return vals
 

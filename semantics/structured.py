@@ -42,6 +42,7 @@ from turnout.errors import (
     NonTerminationError,
     UnsupportedError,
     ValidationError,
+    dead_fetch_message,
     describe_node,
 )
 from turnout.graph import Graph, Node, Tensor
@@ -651,7 +652,5 @@ def evaluate(
         elif key in ev.env.get((), {}):
             values.append(ev.env[()][key])
         else:
-            raise DeadFetchError(
-                f"fetched tensor {t.name} is dead: {describe_node(t.node)} lies on a branch that was not taken"
-            )
+            raise DeadFetchError(dead_fetch_message(t.name, t.node))
     return StructuredResult(values, ev.live, ev.trip_counts, ev.variables, ev.stacks)

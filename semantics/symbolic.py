@@ -586,9 +586,9 @@ def _fetch_value(enc: Encoding, t: Tensor) -> Sym:
     try:
         return enc.values[(t.node.id, t.index)]
     except KeyError:
-        from turnout.errors import DeadFetchError
+        from turnout.errors import DeadFetchError, dead_fetch_message
 
-        raise DeadFetchError(f"fetched tensor {t.name} is dead: it lies on a branch that was not taken") from None
+        raise DeadFetchError(dead_fetch_message(t.name, t.node)) from None
 
 
 def _solver(timeout_ms: int) -> z3.Solver:

@@ -414,3 +414,20 @@ def test_a_value_set_on_a_variable_is_converted_alike(backend: str) -> None:
     sess.variables["w"] = np.array([0.1, 0.2])  # float64, narrowed as a feed is
     assert sess.variables["w"].dtype == np.float32
     np.testing.assert_allclose(sess.run(y), np.float32(0.1 + 0.2) * 2, rtol=1e-6)
+
+
+def test_a_dead_fetch_reads_the_same_on_every_backend() -> None:
+    """The message of ``DeadFetchError`` is one text (``errors.dead_fetch_message``), naming the
+    tensor and the node with its source line, on every backend and on the fast backend's repeated-run
+    lane too: a user who reports it gets the same words whichever executor ran the graph."""
+    messages = {}
+    for backend in BACKENDS:
+        g, fetches, feed = dead_fetch()
+        sess = _session(g, backend)
+        for _ in range(2 if backend == "fast" else 1):  # the second fast run takes the lane
+            with pytest.raises(tn.DeadFetchError) as err:
+                sess.run(fetches, feed_dict=feed)
+            messages.setdefault(backend, str(err.value))
+            assert str(err.value) == messages[backend]
+    assert len(set(messages.values())) == 1, messages
+    assert "is dead" in messages["reference"] and "created at" in messages["reference"]

@@ -22,6 +22,14 @@ def describe_node(node: Any) -> str:
     return f'{node.op} node "{node.name}"{where}'
 
 
+def dead_fetch_message(name: str, node: Any, note: str = "") -> str:
+    """A fetched tensor that is dead: the one message every backend gives (``note`` adds what the
+    backend knows besides, such as the nodes a stalled run left waiting), so that a user who catches
+    ``DeadFetchError`` reads the same words whichever executor ran the graph."""
+    return (f"fetched tensor {name} is dead: {describe_node(node)} lies on a branch that was not taken in "
+            f"this run{note}")
+
+
 def merge_conflict_message(node: Any, tag: str) -> str:
     """[E-Merge-Conflict]: the one message every interpreter gives, whichever input came first, so
     that the outcome of a conflicting run does not depend on the schedule."""
