@@ -79,6 +79,7 @@ from turnout.errors import (
     PlacementError,
     UnsupportedError,
     dead_fetch_message,
+    runaway_message,
 )
 from turnout.fast import stacks as stk
 from turnout.fast.backend import variable_signature
@@ -575,9 +576,7 @@ class _Run:
             if not go:
                 break
             if self.max_iter_py is not None and iters >= self.max_iter_py:
-                raise NonTerminationError(
-                    f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); does the "
-                    "loop end?")
+                raise NonTerminationError(runaway_message(r.describe(), self.max_iter_py))
             while len(window) >= depth:  # at most parallel_iterations iterations in flight
                 self._retire(window.popleft())
             benv = henv.child()

@@ -24,7 +24,7 @@ import numpy as np
 
 from turnout import kernels
 from turnout import shapes as sh
-from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
+from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node, runaway_message
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind
@@ -652,9 +652,7 @@ class Emitter:
             # The loop stops when its predicate is false, when the iteration budget is spent, or (in a
             # fused attempt) on an error, which the error word already holds: a predicate still true
             # here therefore means the budget was spent.
-            self.check(~jnp.asarray(pred),
-                       f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
-                       "does the loop end?", code="nonterm")
+            self.check(~jnp.asarray(pred), runaway_message(r.describe()), code="nonterm")
             for x in r.exits:
                 out_env[key(x.outputs[0])] = self.read(eenv, x.inputs[0], x)
 
@@ -796,8 +794,7 @@ class Emitter:
 
         # The nonterm code names this loop counted from the enclosing light loop (``NONTERM``): in a
         # nest it is the same constant at every level, so every level's check is the same kernel.
-        message = (f"{r.describe()}: more than max_iterations iterations (RunOptions.max_iterations); "
-                   "does the loop end?")
+        message = runaway_message(r.describe())
         number = loop_number(self.program, r)
         off = number - (self.frames[-1] if self.frames else 0)
         framed = bool(number) and loop_height(self.program, r) > FRAME_HEIGHT

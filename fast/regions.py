@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from turnout.errors import describe_node
 from turnout.frames import Frame
 from turnout.graph import Node, Tensor
 
@@ -84,7 +85,12 @@ class WhileRegion:
     nodes: list[Node] = field(default_factory=list)  # every node of the frame, nested frames and Exits
 
     def describe(self) -> str:
-        return f"loop frame {self.frame[-1]!r}"
+        """'loop frame 'while/frame0' (entered by Enter node ... (created at model.py:3))': the frame,
+        and its first Enter, which carries the user's source line of the loop (as the interpreters
+        name a loop)."""
+        enters = [lv[0] for lv in self.loop_vars] + list(self.invariants)
+        by = f" (entered by {describe_node(min(enters, key=lambda n: n.id))})" if enters else ""
+        return f"loop frame {self.frame[-1]!r}{by}"
 
 
 Item = Union[Node, CondRegion, WhileRegion]

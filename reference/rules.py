@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from turnout.errors import MAX_ITERATIONS_HINT, ExecutionError, NonTerminationError, describe_node
+from turnout.errors import ExecutionError, NonTerminationError, describe_node, runaway_message
 from turnout.graph import Node
 from turnout.kernels import run_kernel
 
@@ -190,9 +190,7 @@ def fire_loop_cond(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[To
     out = fire_forward(it, node, tag, box)
     limit = it.options.max_iterations
     if limit is not None and tag and tag[-1][1] >= limit and not out[0].dead and bool(out[0].value):
-        raise NonTerminationError(
-            f"{it.frame_of(tag).describe()} would run body {tag[-1][1] + 1}, over the limit "
-            f"max_iterations={limit}; {MAX_ITERATIONS_HINT}")
+        raise NonTerminationError(runaway_message(it.frame_of(tag).describe(), limit))
     return out
 
 

@@ -51,6 +51,7 @@ from turnout.errors import (
     dead_fetch_message,
     describe_node,
     merge_conflict_message,
+    runaway_message,
 )
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
@@ -462,9 +463,7 @@ class _Update:
         if limit is None or not tag or tag[-1][1] < limit or not live_true:
             return
         inst = (tag[:-1], tag[-1][0])
-        raise NonTerminationError(
-            f"{self._frame_words(inst)} would run body {tag[-1][1] + 1}, over the limit max_iterations={limit}; "
-            f"{MAX_ITERATIONS_HINT}")
+        raise NonTerminationError(runaway_message(self._frame_words(inst), limit))
 
     def set_instance(self, inst: InstKey, **changes: Any) -> None:
         self.instances[inst] = _replace(self.instances[inst], **changes)

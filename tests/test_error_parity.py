@@ -431,3 +431,19 @@ def test_a_dead_fetch_reads_the_same_on_every_backend() -> None:
             assert str(err.value) == messages[backend]
     assert len(set(messages.values())) == 1, messages
     assert "is dead" in messages["reference"] and "created at" in messages["reference"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_runaway_loop_is_named_with_its_source_line_and_the_same_hint(backend: str) -> None:
+    """``NonTerminationError`` names the loop's frame and the Enter that carries the user's source
+    line, and ends with the one hint every backend gives (``errors.runaway_message``)."""
+    from turnout.errors import MAX_ITERATIONS_HINT
+
+    m = CATALOGUE["loop over max_iterations"]
+    g, fetches, feed = m.build()
+    with pytest.raises(tn.NonTerminationError) as err:
+        _session(g, backend).run(fetches, feed_dict=feed, **m.options)
+    text = str(err.value)
+    assert "loop frame 'while/frame0'" in text and text.endswith(MAX_ITERATIONS_HINT)
+    if backend != "partitioned":  # (its control loop's own Enter, made by the partitioner, has no source)
+        assert "created at test_error_parity.py" in text

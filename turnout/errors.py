@@ -7,7 +7,7 @@ known, the user's source line that created it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class TurnoutError(Exception):
@@ -80,6 +80,15 @@ class NonTerminationError(ExecutionError):
 #: small-step system's), so that a runaway loop reads the same whichever stopped it
 MAX_ITERATIONS_HINT = ("does the loop terminate? If it really needs more iterations, raise the limit with "
                        "sess.run(..., max_iterations=N) (RunOptions.max_iterations; None: no limit)")
+
+
+def runaway_message(loop: str, limit: Optional[int] = None) -> str:
+    """A loop stopped by ``RunOptions.max_iterations``: ``loop`` names it (its frame and the Enter
+    with the user's source line), ``limit`` is the bound when the code that stopped it knows the
+    number (compiled code tests it as a run-time argument, and its message is made when tracing)."""
+    over = (f"would run body {limit + 1}, over the limit max_iterations={limit}" if limit is not None
+            else "would run more bodies than max_iterations allows")
+    return f"{loop} {over}; {MAX_ITERATIONS_HINT}"
 
 
 class MergeConflictError(ExecutionError):
