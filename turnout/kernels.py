@@ -21,6 +21,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import KernelError, ResourceExhaustedError
 from turnout.limits import check_allocation
+from turnout.shape_rules import concrete_shape_error
 from turnout.tables import registrar
 
 Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
@@ -555,7 +556,13 @@ def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any],
                node_desc: str | Callable[[], str] = "") -> list[Any]:
     """Run a compute kernel, turning numpy failures into KernelError naming the node. ``node_desc`` may
     be a function returning the description: the interpreters pass one, so that the string (node,
-    source line, tag) is formatted only when a kernel fails, not at every firing."""
+    source line, tag) is formatted only when a kernel fails, not at every firing. The op's shape rule
+    sees the inputs' shapes first (``shape_rules.concrete_shape_error``): shapes it would refuse at
+    build time are refused at run time with its message, rather than given to numpy."""
+    refused = concrete_shape_error(op, inputs, attrs)
+    if refused is not None:
+        desc = _desc(node_desc)
+        raise KernelError(f"{desc}: {refused}" if desc else refused)
     try:
         return KERNELS[op](inputs, attrs)
     except KernelError as e:

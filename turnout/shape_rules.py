@@ -371,6 +371,7 @@ def _getitem(op, specs, attrs):
 
 @_rule("GetItemGrad")
 def _getitem_grad(op, specs, attrs):
+    getitem_shape(specs[0].shape, attrs["spec"])  # the forward GetItem's check, on the shape it indexed
     return [TensorSpec(specs[1].dtype, specs[0].shape)]
 
 
@@ -380,6 +381,8 @@ def _gather(op, specs, attrs):
     if not idx.dtype.is_integer:
         raise DTypeError(f"Gather: indices must be integers, got {idx.dtype.name}")
     ax = attrs.get("axis", 0)
+    if x.shape is not None and len(x.shape) == 0:
+        raise ShapeError("Gather: cannot gather from a scalar: it has no axis to take elements along")
     if x.shape is None or idx.shape is None:
         return [TensorSpec(x.dtype, None)]
     ax = _axis(op, ax, len(x.shape))
@@ -604,3 +607,55 @@ def _pop(op, specs, attrs):
     return [TensorSpec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("shape")),
                        dt.as_dtype(attrs["elem_dtype"]) if attrs.get("elem_dtype") else None,
                        sh.as_shape(attrs.get("elem_shape")))]
+
+
+# ---- the rules at run time --------------------------------------------------------------------------
+#: (op, id(attrs), input dtypes and shapes) -> (attrs, the rule's refusal or None): the verdict on
+#: shapes already seen, so an interpreter's loop pays a dict lookup per firing, not the rule
+_CONCRETE: dict[tuple[Any, ...], tuple[dict[str, Any], Any]] = {}
+_CONCRETE_MAX = 4096
+
+
+def concrete_shape_error(op: str, inputs: Sequence[Any], attrs: dict[str, Any]) -> str | None:
+    """The shape rule of ``op`` applied to the concrete shapes of ``inputs`` (arrays) at run time:
+    the rule's ``ShapeError`` message when it refuses them, else ``None``.
+
+    Why: a rule can only check the shapes it knows when the graph is built. A placeholder of unknown
+    shape lets ``matmul`` of two vectors, ``gather`` along an axis the value lacks or ``a[0]`` of a
+    scalar be built; numpy would then compute a dot product, or fail deep inside with "tuple index
+    out of range". Every backend asks the same rule of the shapes the op meets (the interpreters in
+    ``kernels.run_kernel``, the fast backend when it traces, ``spec_shape_error``), so the same
+    program fails alike on every backend, with the message it gets when the shapes are known at
+    build time. Inputs that are not arrays (TensorArrays, handles) are not checked."""
+    if not inputs or op not in SHAPE_RULES:
+        return None
+    sig = []
+    for x in inputs:
+        if not isinstance(x, (np.ndarray, np.generic)):
+            return None
+        sig.append((x.dtype, x.shape))
+    return spec_shape_error(op, sig, attrs)
+
+
+def spec_shape_error(op: str, sig: Sequence[tuple[Any, tuple[int, ...]]], attrs: dict[str, Any]) -> str | None:
+    """``concrete_shape_error`` for the inputs' (numpy dtype, shape) pairs, remembered per op, attrs and
+    pairs: an interpreter's loop pays a dict lookup per firing, not the rule."""
+    rule = SHAPE_RULES.get(op)
+    if rule is None:
+        return None
+    key = (op, id(attrs), tuple(sig))
+    hit = _CONCRETE.get(key)
+    if hit is not None and hit[0] is attrs:
+        return hit[1]  # type: ignore[no-any-return]
+    verdict: str | None = None
+    try:
+        specs = [TensorSpec(dt.as_dtype(np.dtype(d)), tuple(int(s) for s in shape)) for d, shape in sig]
+        rule(op, specs, attrs)
+    except ShapeError as e:
+        verdict = str(e)
+    except (GraphBuildError, TypeError, ValueError, KeyError, IndexError):
+        pass  # a dtype the rules do not name, or a rule that needs what only the graph knows
+    if len(_CONCRETE) >= _CONCRETE_MAX:
+        _CONCRETE.clear()
+    _CONCRETE[key] = (attrs, verdict)  # (attrs kept alive with it, so its id is not reused)
+    return verdict
