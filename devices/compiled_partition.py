@@ -65,7 +65,7 @@ from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast.backend import FastBackend
 from turnout.fast.guards import refuse_firing_budget
-from turnout.fast.lowering import LOWERING_RULES
+from turnout.fast.lowering import LOWERING_RULES, refused_by_shape_rule
 from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
@@ -289,8 +289,8 @@ def compile_group(g: Group) -> Callable[..., Any]:
                    for s, t in enumerate(m.inputs)]
             if all(is_static(x) for x in ins):
                 outs = [np.asarray(v) for v in run_kernel(m.op, [np.asarray(x) for x in ins], m.attrs)]
-            else:
-                outs = LOWERING_RULES[m.op](ctx, m, ins)
+            else:  # shapes the op's rule refuses fail the group's checks: the kernels then raise its error
+                outs = refused_by_shape_rule(ctx, m, ins) or LOWERING_RULES[m.op](ctx, m, ins)
             for i, v in enumerate(outs):
                 env[(m.id, i)] = v
         ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else jnp.asarray(True)

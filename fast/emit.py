@@ -27,7 +27,7 @@ from turnout import shapes as sh
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node, runaway_message
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
-from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind
+from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind, refused_by_shape_rule
 from turnout.fast.regions import (
     CondRegion,
     Item,
@@ -42,7 +42,6 @@ from turnout.fast.regions import (
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.primitives import COMPUTE
-from turnout.shape_rules import SHAPE_RULES, spec_shape_error
 
 #: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
 #: must happen when the program runs, not when it is traced)
@@ -398,9 +397,7 @@ class Emitter:
             except KernelError:
                 outs = None
         if outs is None:
-            refused = self._refused_shapes(n, xs)
-            if refused is not None:
-                outs = refused
+            outs = refused_by_shape_rule(self, n, xs)
         if outs is None:
             rule = LOWERING_RULES.get(n.op)
             if rule is None:  # a primitive the fast backend does not lower: say why (UNSUPPORTED), naming it
@@ -414,20 +411,6 @@ class Emitter:
                 raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
         for o, v in zip(n.outputs, outs, strict=True):
             env[key(o)] = v
-
-    def _refused_shapes(self, n: Node, xs: list[Any]) -> Optional[list[Any]]:
-        """When ``n``'s shape rule refuses the shapes its inputs have in this trace
-        (``shape_rules.spec_shape_error``, the check the interpreters make at run time): an error
-        raised if ``n`` runs, and zeros of its static output types standing in, so a node on a
-        branch that is not taken costs nothing. ``None`` when the rule takes them."""
-        if n.op not in SHAPE_RULES or not xs or not all(hasattr(x, "shape") and hasattr(x, "dtype") for x in xs):
-            return None
-        sig = [(np.dtype(x.dtype), tuple(x.shape)) for x in xs]
-        refused = spec_shape_error(n.op, sig, n.attrs)
-        if refused is None:
-            return None
-        self.check(np.asarray(False), f"{describe_node(n)}: {refused}")
-        return [jnp.zeros(tuple(d or 0 for d in (o.shape or ())), o.dtype.numpy) for o in n.outputs]
 
     # ---- conditionals ---------------------------------------------------------------------------
     def _exports(self, r: CondRegion) -> list[Key]:

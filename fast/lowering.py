@@ -34,7 +34,7 @@ from turnout.graph import Node, Tensor
 from turnout.kernels import sums_to, ta_element_mismatch
 from turnout.limits import check_allocation
 from turnout.primitives import PRIMITIVES
-from turnout.shape_rules import reduced_shape
+from turnout.shape_rules import SHAPE_RULES, reduced_shape, spec_shape_error
 from turnout.tables import registrar
 
 
@@ -521,6 +521,21 @@ def _shape(ctx, n, xs):
 @_r("Size")
 def _size(ctx, n, xs):
     return [np.asarray(int(np.prod(jnp.shape(xs[0]))), dtype=np.int32)]
+
+
+def refused_by_shape_rule(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> Optional[list[Any]]:
+    """When ``n``'s shape rule refuses the shapes its inputs have in this trace
+    (``shape_rules.spec_shape_error``, the check the interpreters make at run time): the rule's
+    message as an error raised if ``n`` runs, and zeros of ``n``'s static output types standing in,
+    so a node on a branch that is not taken costs nothing. ``None`` when the rule takes them (or
+    an input is not an array: a TensorArray, a handle, a dead value)."""
+    if n.op not in SHAPE_RULES or not xs or not all(hasattr(x, "shape") and hasattr(x, "dtype") for x in xs):
+        return None
+    refused = spec_shape_error(n.op, [(np.dtype(x.dtype), tuple(x.shape)) for x in xs], n.attrs)
+    if refused is None:
+        return None
+    ctx.check(np.asarray(False), f"{describe_node(n)}: {refused}")
+    return [jnp.zeros(tuple(d or 0 for d in (o.shape or ())), o.dtype.numpy) for o in n.outputs]
 
 
 def _fails_when_run(ctx: LoweringContext, n: Node, message: str, shape: Sequence[int], dtype: Any) -> list[Any]:

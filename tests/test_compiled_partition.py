@@ -194,6 +194,26 @@ def test_a_kernel_error_inside_a_group_is_the_reference_error_naming_the_op() ->
     assert run_tasks(g, [y], {x: 5}) == tn.Session(g).run([y], {x: 5})
 
 
+def test_shapes_the_rule_refuses_in_a_group_fail_as_on_the_reference() -> None:
+    """A fused group meets a ``matmul`` of two vectors (shapes unknown when built): the group's
+    checks fail and its members run on the reference kernels, which raise the shape rule's error
+    (``shape_rules.concrete_shape_error``), not XLA's dot product."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, None, name="x")
+        with tn.device(dev(0)):
+            x1 = x * 1.0
+        with tn.device(dev(1)):
+            y = tn.matmul(x1 + 1.0, x1 - 1.0, name="mm") * 2.0
+    with pytest.raises(tn.KernelError) as ref:
+        tn.Session(g).run(y, {x: np.ones(3, np.float32)})
+    with pytest.raises(tn.KernelError) as got:
+        run_tasks(g, [y], {x: np.ones(3, np.float32)})
+    assert "operands must be matrices" in str(got.value) and str(got.value) == str(ref.value)
+    np.testing.assert_allclose(run_tasks(g, [y], {x: np.ones((2, 2), np.float32)}),
+                               tn.Session(g).run([y], {x: np.ones((2, 2), np.float32)}))
+
+
 def test_a_group_that_cannot_be_compiled_runs_on_the_reference_kernels() -> None:
     """A fill whose shape is a run-time value: jax cannot trace it, the group is interpreted."""
     g = tn.Graph()
