@@ -4,8 +4,9 @@ Why not read ``graph.contexts``: graphs built by hand with ``tn.raw`` or loaded 
 builder metadata, and the fast backend must run them exactly as it runs builder graphs. Everything
 here is recomputed from the primitives:
 
-1. ``static_frames`` gives each node's frame; each non-root frame is one loop
-   (``Enter -> Merge -> LoopCond -> Switch -> NextIteration``, ``Exit``).
+1. ``static_frames`` (through ``validate.frame_analysis``, cached per graph version) gives each
+   node's frame; each non-root frame is one loop (``Enter -> Merge -> LoopCond -> Switch ->
+   NextIteration``, ``Exit``).
 2. A liveness guard (see ``regions``) is computed for every tensor, frame by frame, in topological
    order: Switch adds a literal, a Merge of the two sides of one predicate removes it
    ([E-Switch], [E-Merge-Live]). A Merge fed by two paths that can be live together, or by paths not
@@ -22,8 +23,9 @@ from typing import Optional
 
 from turnout.errors import FeedError, MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
 from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, walk
-from turnout.frames import Frame, FrameAnalysis, static_frames
+from turnout.frames import Frame, FrameAnalysis
 from turnout.graph import Graph, Node, Tensor
+from turnout.validate import frame_analysis
 
 _NEVER = None  # guard of a Switch output that can never be live (contradicting literals)
 
@@ -94,7 +96,7 @@ def needed_nodes(graph: Graph, fa: FrameAnalysis, fetches: list[Tensor],
 class _Raiser:
     def __init__(self, graph: Graph, fetches: list[Tensor], fed: frozenset[int] = frozenset()) -> None:
         self.graph = graph
-        self.fa = static_frames(graph)
+        self.fa = frame_analysis(graph)
         for t in fetches:
             if self.fa.node_frame[t.node.id] != ():
                 raise UnsupportedError(

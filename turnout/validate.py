@@ -48,6 +48,16 @@ def clear_cache(graph: Graph) -> None:
     graph.__dict__.pop(_CACHE_ATTR, None)
 
 
+def frame_analysis(graph: Graph) -> FrameAnalysis:
+    """The static frame analysis of ``graph``: the one its validation at this version cached, else
+    computed now (``static_frames``). Why: a backend validates a graph and then raises it into
+    regions, and both need the analysis; it walks every node, so it is made once per version."""
+    cached = graph.__dict__.get(_CACHE_ATTR)
+    if cached is not None and cached[0] == graph.version:
+        return cached[1]  # type: ignore[no-any-return]
+    return static_frames(graph)
+
+
 def validate(graph: Graph, fetches: Iterable[Any] | None = None,
              feeds: Iterable[Any] | None = None) -> FrameAnalysis:
     """Check every well-formedness rule; return the static frame analysis of the graph.
