@@ -38,6 +38,7 @@ from turnout.fast.regions import (
     loop_height,
     loop_number,
     program_nodes,
+    walk,
 )
 from turnout.fast.values import DEAD, TA, Handle, is_static
 from turnout.graph import Graph, Node, Tensor
@@ -254,6 +255,12 @@ class Emitter:
         #: the numbers (``regions.loop_number``) of the light loops whose bodies are being traced,
         #: innermost last: a light loop's nonterm code counts from the innermost (``NONTERM``)
         self.frames: list[int] = []
+        #: counted loops whose iteration-bound check was made before the nest they head was entered
+        #: (``_hoist_checks``), by id; > 0 while such a nest's body is traced; the ids of loops in
+        #: whose nests hoisting was tried and given up (``HoistConflict``)
+        self.hoisted: set[int] = set()
+        self.hoist_depth = 0
+        self.no_hoist: set[int] = set()
         self._read_at_1: Optional[set[int]] = None
         #: stack key -> the constant its one push pushed while tracing (``note_push``); a plan shares
         #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
@@ -268,6 +275,8 @@ class Emitter:
 
     def _set_err(self, bad: Any, code: int) -> None:
         """The error word set to ``code`` where ``bad`` holds and no earlier error set it."""
+        if self.hoist_depth:  # an error inside a nest whose bound checks were made first: see HoistConflict
+            raise HoistConflict()
         err = jnp.asarray(self.state["err"], jnp.int32)
         # lax ops, not jnp.where and operators: each of those is a nested jit call, one more function
         # per check to trace and lower
@@ -751,6 +760,58 @@ class Emitter:
                 f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
         finish(c, env)
 
+    def _counted_chain(self, r: WhileRegion, env: Env) -> list[tuple[WhileRegion, Any]]:
+        """The nest of counted loops that ``r`` heads, with each loop's bound as a value here, at
+        ``r``'s entry: ``r`` itself when it is counted (``counted_bound``), then, while the loop has
+        exactly one loop among its body's items and that loop is counted too with a bound entered
+        unchanged through every loop around it, that loop. Empty when ``r`` is not counted."""
+        chain: list[tuple[WhileRegion, Any]] = []
+        loop: Optional[WhileRegion] = r
+        levels: list[WhileRegion] = []
+        while loop is not None:
+            if loop is not r and not light_header(loop, self.read_at_1()):
+                break
+            inv = counted_bound(loop)
+            if inv is None or not loop_number(self.program, loop):
+                break
+            t = inv.inputs[0]
+            for outer in reversed(levels):  # the bound as the chain's head sees it
+                if t.index != 0 or t.node not in outer.invariants:
+                    return chain
+                t = t.node.inputs[0]
+            chain.append((loop, self.read(env, t, inv)))
+            levels.append(loop)
+            inner = [it for it in loop.body if isinstance(it, WhileRegion)]
+            loop = inner[0] if len(inner) == 1 else None
+        return chain
+
+    def _hoist_checks(self, chain: list[tuple[WhileRegion, Any]]) -> None:
+        """The iteration-bound checks of a nest of counted loops, made once, before its head is
+        entered: loop ``j`` (counter from 0, predicate ``counter < bound``) runs ``bound`` bodies, so
+        it goes over ``max_iterations`` exactly when ``bound > max_iterations`` and the loops around
+        it each run a body (``bound > 0``). Of several such loops the innermost is the one the
+        interpreters stop first (in the first iteration of the loops around it), so its code wins.
+
+        Why: a check after each loop writes the error word, which then is a loop variable of every
+        loop around it, and XLA:CPU compiled a 64-level nest in twice the time of JAX's own (see
+        docs/missing.rst). A nest whose bodies can fail in other ways is traced again without this
+        (``HoistConflict``): which error comes first would then depend on where it is raised."""
+        code: Any = np.int32(0)
+        entered: Any = np.bool_(True)
+        mi = jnp.asarray(self.max_iter, jnp.int32)
+        outer = self.frames[-1] if self.frames else 0
+        for loop, bound in chain:
+            number = loop_number(self.program, loop)
+            self.codes.name_loop(number, runaway_message(loop.describe()))
+            b = jnp.asarray(bound, jnp.int32)
+            bad = jax.lax.bitwise_and(jnp.asarray(entered, bool), jax.lax.gt(b, mi))
+            code = jax.lax.select(bad, np.int32(NONTERM + number - outer), jnp.asarray(code, jnp.int32))
+            entered = jax.lax.bitwise_and(jnp.asarray(entered, bool), jax.lax.gt(b, np.int32(0)))
+            self.hoisted.add(id(loop))
+        err = jnp.asarray(self.state["err"], jnp.int32)
+        unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jax.lax.ne(code, np.int32(0)))
+        self.state["err"] = jax.lax.select(unset, code, err)
+
     def run_light_while(self, r: WhileRegion, env: Env) -> None:
         """A loop whose header is speculable (``light_header``), as ``lax.while_loop`` in the shape a
         hand-written JAX loop has: the carry is the loop variables and the run-time state, the
@@ -812,7 +873,9 @@ class Emitter:
             self.run_items(r.exit_side, eenv)
             # a predicate still true after the loop means the iteration budget was spent (or, in a
             # fused attempt, an error stopped the loop, which the error word already holds)
-            if not number:  # a loop outside the program's tree: a code of the table
+            if id(r) in self.hoisted:
+                pass  # checked before the nest was entered (``_hoist_checks``)
+            elif not number:  # a loop outside the program's tree: a code of the table
                 self.check(~jnp.asarray(pred), message, code="nonterm")
             elif not (is_static(pred) and not bool(pred)):
                 self._set_err(jnp.asarray(pred, bool), NONTERM + off)
@@ -837,6 +900,13 @@ class Emitter:
             twin[j] = next(k for k in starts if starts[k] == v)
         keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
         count = next((j for j in keep if starts.get(j) == 0), None)
+
+        head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 and cannot_fail(r.nodes)
+        chain = self._counted_chain(r, env) if head else []
+        if chain:
+            saved_state = dict(self.state)
+            self._hoist_checks(chain)
+            before = self.state["err"]  # (the hoisted codes count from the enclosing loop already)
 
         def full(kept: list[Any]) -> list[Any]:
             vals: list[Any] = [None] * len(vals0)
@@ -863,7 +933,6 @@ class Emitter:
 
         c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
               ([base[k] for k in hkeys], self.max_iter))
-        c0, traced = self.loop_body(body, _jnp_tree(c0), r)
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
         def cond(c: Any) -> Any:
@@ -873,15 +942,84 @@ class Emitter:
             ok = jnp.asarray(pred, bool) & ((vals[count] if count is not None else iters) < mi)
             return ok & (state["err"] == 0) if stop else ok
 
+        self.hoist_depth += bool(chain)
         try:
-            kept, self.state, _, _ = jax.lax.while_loop(cond, traced, c0)
-        except BodyTypeError as e:
-            raise e.__cause__ from None  # type: ignore[misc]
-        except TypeError as e:
-            raise UnsupportedError(
-                f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
-                f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
+            c0, traced = self.loop_body(body, _jnp_tree(c0), r)
+            try:
+                kept, self.state, _, _ = jax.lax.while_loop(cond, traced, c0)
+            except BodyTypeError as e:
+                raise e.__cause__ from None  # type: ignore[misc]
+            except TypeError as e:
+                raise UnsupportedError(
+                    f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
+                    f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
+            finally:
+                self.hoist_depth -= bool(chain)
+        except HoistConflict:
+            if not chain:
+                raise
+            # something inside the nest may fail before a bound does: trace it again, checking each
+            # loop's bound after it as before, and try no hoisting anywhere inside it again
+            self.hoisted.difference_update(id(c) for c, _ in chain)
+            self.no_hoist.update(id(w) for w in walk([r]) if isinstance(w, WhileRegion))
+            self.state = saved_state
+            self.run_light_while(r, env)
+            return
         finish(full(kept), False)
+
+
+class HoistConflict(Exception):
+    """Raised while a nest of counted loops whose bound checks were made before it
+    (``Emitter._hoist_checks``) is traced, when something inside it writes the error word: the nest is
+    traced again with each loop's check after it, so errors keep the order the interpreters raise
+    them in."""
+
+
+def counted_bound(r: WhileRegion) -> Optional[Node]:
+    """The invariant Enter that gives loop ``r`` its bound when ``r`` is *counted*: its header is one
+    ``Less(counter, bound)``, the counter an int32 loop variable entered as the constant 0 and
+    advanced by 1 (``counters``), the bound a value entered unchanged (``is_constant``), and no
+    gradient stack is pushed or popped in it. Such a loop runs exactly ``bound`` bodies (none when
+    ``bound <= 0``). ``None`` for any other loop."""
+    if len(r.header) != 1 or r.header[0] is not r.loop_cond.inputs[0].node:
+        return None
+    less = r.header[0]
+    if not isinstance(less, Node) or less.op != "Less" or r.loop_cond.inputs[0].index != 0:
+        return None
+    count, bound = less.inputs
+    inv = bound.node if bound.index == 0 and bound.node in r.invariants else None
+    if inv is None:
+        return None
+    for j in counters(r):
+        e, m = r.loop_vars[j][0], r.loop_vars[j][1]
+        start = e.inputs[0].node
+        if count.node is m and count.index == 0 and start.op == "Const" \
+                and np.asarray(start.attrs.get("value")).shape == () and int(start.attrs["value"]) == 0:
+            break
+    else:
+        return None
+    if any(n.op in ("StackPush", "StackPop") for n in r.nodes):
+        return None
+    return inv
+
+
+#: ops whose lowering never writes the error word (whatever the shapes their rule accepts), and ops
+#: that do on integers only (integer division and modulo by zero, a negative integer power): a nest
+#: made only of these has no error to order against its loops' bounds (``Emitter._counted_chain``)
+NEVER_FAIL = frozenset({
+    "Const", "Identity", "NoOp", "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
+    "Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square", "Relu", "Tanh", "Sigmoid",
+    "Exp", "Log", "Sqrt", "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
+    "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "MatMul", "Transpose", "ExpandDims", "Concat",
+    "Pack", "Reshape", "Sum", "Mean",
+})
+FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
+
+
+def cannot_fail(nodes: list[Node]) -> bool:
+    """Whether no node of ``nodes`` can write the error word when traced: each is in ``NEVER_FAIL``,
+    or in ``FLOAT_ONLY_FAIL`` with a float result."""
+    return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and n.outputs[0].dtype.is_floating) for n in nodes)
 
 
 class BodyTypeError(Exception):

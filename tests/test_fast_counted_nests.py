@@ -1,0 +1,156 @@
+"""Nests of counted loops check their iteration bounds before they are entered (``Emitter._hoist_checks``).
+
+A counted loop (counter from 0 advanced by 1, predicate ``counter < bound`` with the bound entered
+unchanged) runs exactly ``bound`` bodies, so whether it goes over ``max_iterations`` is known before
+it starts. The fast backend makes that check once, at the head of a nest of such loops, instead of
+after each loop: a check after each loop writes the error word, which then is a loop variable of
+every loop around it, and that doubled XLA's compile time of deep nests. These tests hold the
+hoisted checks to the interpreters' outcomes, and pin that a hoisted nest's bodies leave the error
+word alone.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+jax = pytest.importorskip("jax")
+
+
+def _nest(bounds: list[Any], depth: int, v: Any, divisor: Any = None) -> Any:
+    if depth == len(bounds):
+        return v * 1.5 + 1.0 if divisor is None else v + tn.cast(10 // divisor, tn.float32)
+    _, w = tn.while_loop(lambda i, w: i < bounds[depth],
+                         lambda i, w: (i + 1, _nest(bounds, depth + 1, w, divisor)),
+                         [tn.constant(0), v], name=f"L{depth}")
+    return w
+
+
+def _build(depth: int, divide: bool = False) -> tuple[tn.Graph, Any, list[Any], Any, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        bounds = [tn.placeholder(tn.int32, [], name=f"b{k}") for k in range(depth)]
+        d = tn.placeholder(tn.int32, [], name="d") if divide else None
+        y = _nest(bounds, 0, x, d)
+    return g, x, bounds, d, y
+
+
+def _outcome(backend: str, g: tn.Graph, y: Any, feed: dict[Any, Any], mi: int) -> tuple[str, Any]:
+    try:
+        return "value", float(tn.Session(g, backend=backend).run(y, feed, max_iterations=mi))
+    except tn.TurnoutError as e:  # the error and what it names (the interpreters add the tag it ran at)
+        return type(e).__name__, str(e).split(" (")[0]
+
+
+@pytest.mark.parametrize("bounds", [[2, 3], [2, 7], [7, 2], [0, 7], [7, 0], [1, 1, 6, 1], [1, 6, 0, 6], [2, 2, 2],
+                                    [5, 5], [6, 1, 1]])
+def test_a_counted_nest_stops_where_the_interpreter_does(bounds: list[int]) -> None:
+    """Values, or the error and the loop it names, as the reference interpreter gives them, when at
+    most one level of the nest goes over the bound (with several, the interpreter's answer depends
+    on how far its schedule lets outer iterations run ahead; the fast backend names the innermost,
+    as it did when each loop checked after itself). A loop that is never entered (a bound of 0
+    above it) goes over nothing."""
+    mi = 5
+    g, x, bs, _, y = _build(len(bounds))
+    feed = {x: 1.0, **dict(zip(bs, bounds, strict=True))}
+    assert _outcome("fast", g, y, feed, mi) == _outcome("reference", g, y, feed, mi)
+
+
+def test_with_several_loops_over_the_bound_the_innermost_entered_is_named() -> None:
+    g, x, bs, _, y = _build(4)
+    feed = {x: 1.0, bs[0]: 6, bs[1]: 6, bs[2]: 6, bs[3]: 2}
+    kind, text = _outcome("fast", g, y, feed, 5)
+    assert kind == "NonTerminationError" and "L2/frame2" in text
+    feed[bs[0]] = 0  # nothing inside an empty loop runs
+    assert _outcome("fast", g, y, feed, 5) == ("value", 1.0)
+
+
+@pytest.mark.parametrize(("bounds", "divisor"), [([2, 3], 0), ([2, 7], 0), ([2, 7], 1), ([7, 2], 0)])
+def test_a_nest_that_can_fail_otherwise_keeps_the_interpreters_order(bounds: list[int], divisor: int) -> None:
+    """An integer division in the innermost body can fail before a bound is spent: such a nest
+    checks each loop after it, so a division by zero in the first iteration is reported, not the
+    runaway loop it sits in."""
+    g, x, bs, d, y = _build(len(bounds), divide=True)
+    feed = {x: 1.0, d: divisor, **dict(zip(bs, bounds, strict=True))}
+    assert _outcome("fast", g, y, feed, 5) == _outcome("reference", g, y, feed, 5)
+
+
+def _while_bodies(jaxpr: Any) -> list[Any]:
+    """Every ``while`` body jaxpr nested in ``jaxpr``."""
+    out = []
+    for eqn in jaxpr.eqns:
+        for name, sub in eqn.params.items():
+            subs = sub if isinstance(sub, (list, tuple)) else [sub]
+            for j in subs:
+                inner = getattr(j, "jaxpr", None)
+                if inner is None or not hasattr(inner, "eqns"):
+                    continue
+                if eqn.primitive.name == "while" and name == "body_jaxpr":
+                    out.append(inner)
+                out += _while_bodies(inner)
+    return out
+
+
+def _traced_bodies(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> list[Any]:
+    sess = tn.Session(g, backend="fast")
+    sess.run(y, feed)
+    (d,) = sess.backend._direct.values()
+    by_key = {(t.node.id, t.index): v for t, v in feed.items()}
+    feed_vals = tuple(np.asarray(by_key[k], dtype=sess.backend.graph.nodes[k[0]].outputs[k[1]].dtype.numpy)
+                      for k in d.feed_keys)
+    with jax.enable_x64(True):
+        jaxpr = d.fn.trace(feed_vals, (), np.int32(100)).jaxpr
+    return _while_bodies(jaxpr.jaxpr)
+
+
+def test_a_hoisted_nest_leaves_the_error_word_alone_in_its_bodies() -> None:
+    """No loop body of a counted nest selects a new error word: the bodies compute the nest's values
+    and counters only (a nest that divides integers writes the word in its bodies, as before)."""
+    g, x, bs, _, y = _build(3)
+    feed = {x: np.float32(1.0), **{b: np.int32(2) for b in bs}}
+    bodies = _traced_bodies(g, y, feed)
+    assert len(bodies) == 3
+    assert not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+    g, x, bs, d, y = _build(3, divide=True)
+    bodies = _traced_bodies(g, y, {x: np.float32(1.0), d: np.int32(1), **{b: np.int32(2) for b in bs}})
+    assert [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+
+
+def test_a_bound_computed_inside_the_nest_is_checked_after_its_loop() -> None:
+    """An inner loop whose bound is computed in the outer body (here ``i + 2``) is not part of the
+    hoisted nest: it checks itself after it runs, and the outcome is the interpreter's."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def outer(i: Any, acc: Any) -> Any:
+            _, a = tn.while_loop(lambda j, a: j < i + 2, lambda j, a: (j + 1, a + 1.0), [tn.constant(0), acc],
+                                 name="inner")
+            return i + 1, a
+
+        _, y = tn.while_loop(lambda i, acc: i < n, outer, [tn.constant(0), tn.constant(0.0)], name="outer")
+    for nv, mi in [(3, 10), (4, 5), (4, 4), (6, 10), (2, 3)]:  # (4, 4): the inner loop alone runs away
+        feed = {n: nv}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # compiled, not the fallback
+            got = _outcome("fast", g, y, feed, mi)
+        assert got == _outcome("reference", g, y, feed, mi), (nv, mi)
+
+
+def test_a_deep_counted_nest_names_the_loop_that_runs_away() -> None:
+    """Forty levels, one of them over the bound: the loop the interpreter names."""
+    depth = 40
+    g, x, bs, _, y = _build(depth)
+    feed = {x: 1.0, **{b: 1 for b in bs}}
+    feed[bs[23]] = 4
+    want = _outcome("reference", g, y, feed, 3)
+    assert want[0] == "NonTerminationError" and "L23/frame23" in want[1]
+    assert _outcome("fast", g, y, feed, 3) == want
+    feed[bs[23]] = 3
+    assert _outcome("fast", g, y, feed, 3) == _outcome("reference", g, y, feed, 3)
