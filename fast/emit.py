@@ -789,8 +789,10 @@ class Emitter:
         """The iteration-bound checks of a nest of counted loops, made once, before its head is
         entered: loop ``j`` (counter from 0, predicate ``counter < bound``) runs ``bound`` bodies, so
         it goes over ``max_iterations`` exactly when ``bound > max_iterations`` and the loops around
-        it each run a body (``bound > 0``). Of several such loops the innermost is the one the
-        interpreters stop first (in the first iteration of the loops around it), so its code wins.
+        it each run a body (``bound > 0``). Of several such loops the innermost entered is named: run
+        in order, it is the first to spend its budget (in the first iteration of the loops around it),
+        as it was when each loop checked after itself. (The interpreters let outer iterations run
+        ahead, up to ``parallel_iterations``, and may name an outer loop that is over its bound too.)
 
         Why: a check after each loop writes the error word, which then is a loop variable of every
         loop around it, and XLA:CPU compiled a 64-level nest in twice the time of JAX's own (see
@@ -966,6 +968,9 @@ class Emitter:
             self.run_light_while(r, env)
             return
         finish(full(kept), False)
+        # the nest's checks hold for this trace of it only: a loop of it traced again elsewhere (a case
+        # chain traces its outer regions once per branch) is checked there as that trace decides
+        self.hoisted.difference_update(id(c) for c, _ in chain)
 
 
 class HoistConflict(Exception):
