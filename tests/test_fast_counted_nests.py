@@ -201,5 +201,7 @@ def test_counted_nests_agree_with_the_interpreter(data: Any) -> None:
         assert {want[0], got[0]} <= {"NonTerminationError", "KernelError"}
     elif len(over) > 1:
         assert got[0] == want[0] == "NonTerminationError"
+    elif want[0] == "value":  # (XLA may fuse v * 1.5 + 1 into one rounding: values of 1e9 differ in ulps)
+        assert got[0] == "value" and np.isclose(got[1], want[1], rtol=1e-6)
     else:
         assert got == want
