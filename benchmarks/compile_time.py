@@ -16,6 +16,7 @@ runs it with the others.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -115,19 +116,23 @@ def measure(shape: str, n: int, repeat: int = 1) -> dict[str, Any]:
     """First-run seconds of the Turnout program on the fast backend and of the JAX program: the best
     of ``repeat`` tries each, taken in turn (Turnout, JAX, Turnout, ...) so that load on a shared
     machine falls on both sides alike. Every try builds a fresh graph and a fresh JAX function, so
-    nothing is cached between tries."""
+    nothing is cached between tries. Each side starts after a full garbage collection: the first
+    full collection of a process scans everything JAX made at import (about 50 ms here), and
+    whichever side's allocations set it off used to pay it."""
     import jax
 
     fast, jx = [], []
     for _ in range(repeat):
         g, out, ph = build(shape, n)
         fv = feeds(shape, n)
+        gc.collect()  # a full collection pending since the imports lands on neither side's clock
         t0 = time.perf_counter()
         sess = tn.Session(g, backend="fast")
         got = sess.run(out, {ph[k]: v for k, v in fv.items()})
         fast.append(time.perf_counter() - t0)
         traces = sess.backend.compile_count
         fn = jax_program(shape, n)
+        gc.collect()
         t0 = time.perf_counter()
         want = np.asarray(jax.jit(fn)(*fv.values()))
         jx.append(time.perf_counter() - t0)

@@ -89,6 +89,7 @@ from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
+from turnout.validate import frame_analysis
 
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 
@@ -455,8 +456,8 @@ class FastBackend:
         plan = self._plans.get(sig)
         if plan is None:
             deep = on_deep_thread()
-            if not deep and self._switch_count() > DEEP_NESTING:
-                raise NeedsDeep(self._switch_count())  # raising may recurse once per nested cond
+            if not deep and self._nesting_bound() > DEEP_NESTING:
+                raise NeedsDeep(self._nesting_bound())  # raising may recurse once per nested cond
             program = functionalize(self.graph, fetches, feeds)
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
             plan.static_feeds = dict(self._static_now)
@@ -466,12 +467,19 @@ class FastBackend:
                     raise NeedsDeep(plan.nesting)
         return plan
 
-    def _switch_count(self) -> int:
-        """Switch nodes and loop frames of the graph: a bound on how deep its regions can nest."""
+    def _nesting_bound(self) -> int:
+        """A bound on how deep the graph's regions can nest, found without raising them (which
+        recurses per level): the deepest loop frame, plus every Switch that a ``LoopCond`` does not
+        drive (each cond level needs one). Why not every Switch and ``LoopCond``, as before: a loop
+        has one Switch per loop variable, so eight nested loops of two variables counted 24, and
+        their first run went to the deep thread, whose first start in a process costs about 40 ms."""
         got = self._switches
         if got is None or got[0] != self.graph.version:
-            n = sum(1 for nd in self.graph.nodes if nd.op in ("Switch", "LoopCond"))
-            got = self._switches = (self.graph.version, n)
+            fa = frame_analysis(self.graph)
+            depth = max((len(f) for f in fa.node_frame.values()), default=0)
+            conds = sum(1 for nd in self.graph.nodes
+                        if nd.op == "Switch" and not (len(nd.inputs) > 1 and nd.inputs[1].node.op == "LoopCond"))
+            got = self._switches = (self.graph.version, depth + conds)
         return got[1]
 
     def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
