@@ -86,7 +86,7 @@ from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
-from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker
+from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
@@ -729,11 +729,9 @@ class FastBackend:
             self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
         else:
             self._stack_bufs.pop(id(plan), None)
-        peek = peeker(variables)
-        for name in plan.var_nodes:
-            dev = state[var_key(name)]
-            slot = keep(variables, name, dev) if name in plan.written_vars else peek(name)
-            self._dev_vars[name] = (slot, dev)
+        names = list(plan.var_nodes)
+        write_variables(tuple((name, name in plan.written_vars, None) for name in names),
+                        [state[var_key(name)] for name in names], (), values, variables, self._dev_vars)
         return values
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
