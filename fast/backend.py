@@ -185,7 +185,7 @@ class FastBackend:
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
         self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
-        self._switches: Optional[tuple[int, int]] = None
+        self._nesting_cache: Optional[tuple[int, int]] = None  # (graph version, _nesting_bound)
         self._checked_version = -1  # the graph version whose validation the last run saw pass
 
     def held_bytes(self) -> int:
@@ -473,13 +473,13 @@ class FastBackend:
         drive (each cond level needs one). Why not every Switch and ``LoopCond``, as before: a loop
         has one Switch per loop variable, so eight nested loops of two variables counted 24, and
         their first run went to the deep thread, whose first start in a process costs about 40 ms."""
-        got = self._switches
+        got = self._nesting_cache
         if got is None or got[0] != self.graph.version:
             fa = frame_analysis(self.graph)
             depth = max((len(f) for f in fa.node_frame.values()), default=0)
             conds = sum(1 for nd in self.graph.nodes
                         if nd.op == "Switch" and not (len(nd.inputs) > 1 and nd.inputs[1].node.op == "LoopCond"))
-            got = self._switches = (self.graph.version, depth + conds)
+            got = self._nesting_cache = (self.graph.version, depth + conds)
         return got[1]
 
     def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
