@@ -240,3 +240,30 @@ def test_the_structured_evaluator_reads_reversed_folds_as_loops() -> None:
     np.testing.assert_array_equal(r.values[0], py_scan_reverse(lambda c, x: c * 2.0 - x, [1.0, 2, 3, 4, 5], 0.0))
     assert float(r.values[1]) == 54321.0
     assert sorted(r.trip_counts.values()) == [4, 5]
+
+
+def test_the_folds_refuse_what_cannot_be_folded_when_built() -> None:
+    """A ``fn`` that is not callable, ``elems`` whose known leading dimensions differ and a
+    ``reverse`` that is not a bool are refused when the graph is built, naming the builder or the
+    tensors (before, the first failed deep inside the loop's body, the second at run time, on the
+    read past the shorter one's end, and the third was taken for its truth value)."""
+    g = tn.Graph()
+    with g.as_default():
+        xs, ys = tn.constant([1.0, 2.0, 3.0]), tn.constant([1.0, 2.0])
+        for builder in (tn.scan, tn.foldl, tn.foldr, tn.map_fn):
+            with pytest.raises(tn.GraphBuildError, match=f"{builder.__name__}: fn must be a callable, got str"):
+                builder("fn", xs)  # type: ignore[operator]
+        with pytest.raises(tn.ShapeError, match=r"leading dimension.*Const:0 with 3, Const_1:0 with 2"):
+            tn.foldr(lambda c, x: c + x[0] * x[1], (xs, ys), tn.constant(0.0))
+        with pytest.raises(tn.ShapeError, match="leading dimension"):
+            tn.map_fn(lambda x: x[0] * x[1], (xs, ys))
+        with pytest.raises(tn.GraphBuildError, match="reverse must be True or False"):
+            tn.scan(lambda c, x: c + x, xs, reverse="yes")  # type: ignore[arg-type]
+        n = len(g.nodes)
+    assert len(g.nodes) == n
+    with g.as_default():
+        zs = tn.placeholder(tn.float32, [None], name="zs")  # a length known only at run time: checked there
+        y = tn.foldr(lambda c, x: c + x[0] * x[1], (xs, zs), tn.constant(0.0))
+    with pytest.raises(tn.KernelError, match="TensorArrayRead"):
+        tn.Session(g).run(y, {zs: np.ones(2, np.float32)})
+    assert float(tn.Session(g).run(y, {zs: np.ones(3, np.float32)})) == 6.0

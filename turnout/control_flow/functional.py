@@ -36,12 +36,14 @@ import functools
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
+import numpy as np
+
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
 from turnout.control_flow.tensor_array import TensorArray, unstack
 from turnout.control_flow.while_loop import while_loop
-from turnout.errors import GraphBuildError
+from turnout.errors import GraphBuildError, ShapeError
 from turnout.graph import Tensor, get_default_graph
 from turnout.ops import concat, constant, convert_to_tensor, getitem, shape, stack
 
@@ -76,10 +78,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _all_or_nothing(builder: F) -> F:
-    """``builder`` (``scan``, ``foldl``, ``map_fn``) leaving the graph of its ``elems`` as it found it
-    when it raises: the TensorArrays it made before its loop go too (``Graph._all_or_nothing``)."""
+    """``builder`` (``scan``, ``foldl``, ``foldr``, ``map_fn``) leaving the graph of its ``elems`` as it
+    found it when it raises: the TensorArrays it made before its loop go too
+    (``Graph._all_or_nothing``). A ``fn`` that is not callable is refused first, naming the builder
+    (Python's own "object is not callable" would come from deep inside the loop's body)."""
     @functools.wraps(builder)
     def wrapper(fn: Any, elems: Any, *args: Any, **kwargs: Any) -> Any:
+        if not callable(fn):
+            raise GraphBuildError(f"{builder.__name__}: fn must be a callable, got {type(fn).__name__}")
         graphs = [e.graph for e in nest.flatten(elems) if isinstance(e, Tensor)]
         with (graphs[0] if graphs else get_default_graph())._all_or_nothing():
             return builder(fn, elems, *args, **kwargs)
@@ -94,6 +100,10 @@ def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
     for t in flat:
         if t.shape is not None and len(t.shape) == 0:
             raise GraphBuildError(f"elems must have a leading dimension to iterate over; {t.name} is a scalar")
+    known = [(t.name, t.shape[0]) for t in flat if t.shape is not None and t.shape[0] is not None]
+    if len({n for _, n in known}) > 1:  # (lengths known only at run time meet the reads' range check)
+        raise ShapeError("elems must share their leading dimension (one element of each per step); got "
+                         + ", ".join(f"{name} with {n}" for name, n in known))
     return flat, getitem(shape(flat[0]), 0)
 
 
@@ -148,9 +158,11 @@ def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, par
     With ``reverse=True`` the elements are taken from the last to the first (TensorFlow's
     ``tf.scan(..., reverse=True)``): ``ys[i]`` is still the carry after element ``i``, so ``ys[0]`` is
     the final one."""
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise GraphBuildError(f"scan: reverse must be True or False, got {reverse!r}")
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
               name=name or "scan")
-    return _fold(fn, elems, initializer, True, kw, reverse)
+    return _fold(fn, elems, initializer, True, kw, bool(reverse))
 
 
 @_all_or_nothing
