@@ -750,15 +750,21 @@ class Emitter:
             ok = c[1] & (c[3] < self.max_iter)
             return ok & (c[2]["err"] == 0) if stop else ok
 
+        finish(self._while_loop(r, cond, traced, c0), env)
+
+    @staticmethod
+    def _while_loop(r: WhileRegion, cond: Callable[[Any], Any], body: Callable[[Any], Any], c0: Any) -> Any:
+        """``lax.while_loop`` of loop ``r``: a ``TypeError`` of the loop itself (its carry changing
+        type) is ``UnsupportedError`` naming the loop; one raised by the body's own lowering
+        (``BodyTypeError``) surfaces as itself."""
         try:
-            c = jax.lax.while_loop(cond, traced, c0)
+            return jax.lax.while_loop(cond, body, c0)
         except BodyTypeError as e:
             raise e.__cause__ from None  # type: ignore[misc]
         except TypeError as e:
             raise UnsupportedError(
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
                 f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
-        finish(c, env)
 
     def _counted_chain(self, r: WhileRegion, env: Env) -> list[tuple[WhileRegion, Any]]:
         """The nest of counted loops that ``r`` heads, with each loop's bound as a value here, at
@@ -946,15 +952,9 @@ class Emitter:
 
         self.hoist_depth += bool(chain)
         try:
-            c0, traced = self.loop_body(body, _jnp_tree(c0), r)
             try:
-                kept, self.state, _, _ = jax.lax.while_loop(cond, traced, c0)
-            except BodyTypeError as e:
-                raise e.__cause__ from None  # type: ignore[misc]
-            except TypeError as e:
-                raise UnsupportedError(
-                    f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
-                    f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
+                c0, traced = self.loop_body(body, _jnp_tree(c0), r)
+                kept, self.state, _, _ = self._while_loop(r, cond, traced, c0)
             finally:
                 self.hoist_depth -= bool(chain)
         except HoistConflict:
@@ -983,9 +983,10 @@ class HoistConflict(Exception):
 def counted_bound(r: WhileRegion) -> Optional[Node]:
     """The invariant Enter that gives loop ``r`` its bound when ``r`` is *counted*: its header is one
     ``Less(counter, bound)``, the counter an int32 loop variable entered as the constant 0 and
-    advanced by 1 (``counters``), the bound a value entered unchanged (``is_constant``), and no
-    gradient stack is pushed or popped in it. Such a loop runs exactly ``bound`` bodies (none when
-    ``bound <= 0``). ``None`` for any other loop."""
+    advanced by 1 (``counters``), the bound a value entered unchanged (``is_constant``). Such a loop
+    runs exactly ``bound`` bodies (none when ``bound <= 0``). ``None`` for any other loop. (Whether
+    its check may be hoisted also depends on what else can fail in it: ``cannot_fail``, which also
+    keeps out gradient stacks.)"""
     if len(r.header) != 1 or r.header[0] is not r.loop_cond.inputs[0].node:
         return None
     less = r.header[0]
@@ -1002,8 +1003,6 @@ def counted_bound(r: WhileRegion) -> Optional[Node]:
                 and np.asarray(start.attrs.get("value")).shape == () and int(start.attrs["value"]) == 0:
             break
     else:
-        return None
-    if any(n.op in ("StackPush", "StackPop") for n in r.nodes):
         return None
     return inv
 
