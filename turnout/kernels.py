@@ -559,11 +559,10 @@ def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any],
     source line, tag) is formatted only when a kernel fails, not at every firing. The op's shape rule
     sees the inputs' shapes first (``shape_rules.concrete_shape_error``): shapes it would refuse at
     build time are refused at run time with its message, rather than given to numpy."""
-    refused = concrete_shape_error(op, inputs, attrs)
-    if refused is not None:
-        desc = _desc(node_desc)
-        raise KernelError(f"{desc}: {refused}" if desc else refused)
     try:
+        refused = concrete_shape_error(op, inputs, attrs)
+        if refused is not None:
+            raise KernelError(refused)
         return KERNELS[op](inputs, attrs)
     except KernelError as e:
         desc = _desc(node_desc)
