@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_bad_inputs import session as _session  # the partitioned ones spread the nodes over two devices
 
 import turnout as tn
 from turnout import raw
@@ -26,15 +27,6 @@ from turnout.session import RunOptions
 pytest.importorskip("jax")
 
 BACKENDS = ["reference", "fast", "smallstep", "partitioned", "fast-partitioned"]
-
-
-def _session(g: tn.Graph, backend: str) -> tn.Session:
-    """A session of ``backend``; the partitioned ones spread the nodes over two devices."""
-    if backend not in ("partitioned", "fast-partitioned"):
-        return tn.Session(g, backend=backend)
-    devices = ["cpu:0", "cpu:1"]
-    return tn.Session(g, backend=backend, devices=devices,
-                      requests={n.name: devices[k % 2] for k, n in enumerate(g.nodes)})
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_bad_inputs import session as _session
 
 import turnout as tn
 
@@ -198,13 +199,7 @@ def test_the_other_executors_agree(other: str) -> None:
         (grad,) = tn.gradients(tn.reduce_sum(sc) + fr, [xs])
     fetches = [sc, fr, grad]
     want = tn.Session(g).run(fetches, {xs: xs_v})
-    if other == "smallstep":
-        sess = tn.Session(g, backend=other)
-    else:
-        devices = ["cpu:0", "cpu:1"]
-        sess = tn.Session(g, backend=other, devices=devices,
-                          requests={n.name: devices[k % 2] for k, n in enumerate(g.nodes)})
-    got = sess.run(fetches, {xs: xs_v})
+    got = _session(g, other).run(fetches, {xs: xs_v})
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
     np.testing.assert_allclose(want[0], py_scan_reverse(lambda c, x: c * x + 1.0, list(xs_v)))

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_bad_inputs import ALL_BACKENDS
+from test_bad_inputs import session as _session
 
 import turnout as tn
-from turnout.session import BACKENDS
-
-ALL_BACKENDS = sorted(b for b in BACKENDS if b != "ray")
 
 #: name -> (the op on placeholders a and b, the value of a, the value of b)
 CASES: dict[str, tuple[Callable[[Any, Any], Any], Any, Any]] = {
@@ -42,14 +41,6 @@ def _graph(op: Callable[[Any, Any], Any], static: Any = None) -> tuple[tn.Graph,
         a = tn.placeholder(tn.float32, static[0] if static else None, name="a")
         b = tn.placeholder(tn.float32, static[1] if static else None, name="b")
         return g, a, b, op(a, b)
-
-
-def _session(g: tn.Graph, backend: str) -> tn.Session:
-    if backend not in ("partitioned", "fast-partitioned"):
-        return tn.Session(g, backend=backend)
-    devices = ["cpu:0", "cpu:1"]
-    return tn.Session(g, backend=backend, devices=devices,
-                      requests={n.name: devices[k % 2] for k, n in enumerate(g.nodes)})
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
