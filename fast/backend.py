@@ -516,6 +516,8 @@ class FastBackend:
             if shapes is None:
                 state[k] = stk.StackValue(plan.capacity, dtype)
                 continue
+            if fused and k in plan.inside:  # (made inside the call)
+                continue
             buf, idx = stk.kept_arrays(reuse.get(k))
             if buf is None:
                 buf = stk.device_zeros((plan.capacity, *shapes[0]), dtype)
@@ -526,6 +528,13 @@ class FastBackend:
                 idx = stk.device_zeros((plan.capacity, *shapes[1]), np.int32)
             state[k] = stk.StackValue(plan.capacity, dtype, buf, idx, np.int32(0))
         return state
+
+    @staticmethod
+    def _device_of(values: dict[Key, Any]) -> str:
+        """The device a compiled call's results live on, as memory reports name it: where the stacks
+        it made inside lived."""
+        arr = next((v for v in values.values() if isinstance(v, jax.Array)), None)
+        return stk.device_name(arr if arr is not None else jax.device_put(np.zeros((), np.int32)))
 
     @staticmethod
     def _kept_stacks(plan: Plan, state: dict[str, Any]) -> dict[str, Any]:
@@ -606,6 +615,8 @@ class FastBackend:
                 if (first and self.precompile_staged) or kind in DISCARDED:
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
+            if attempt and plan.inside:
+                store.observe_inside(plan.inside_bytes, self._device_of(out))
             self._raise_errors(plan, state, store.moved())
             env.update(out)
             if attempt:

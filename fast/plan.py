@@ -19,7 +19,9 @@ by the first run that needs it; ``Plan.emitter`` counts traces in the backend's 
 Stack buffers: gradient stacks whose pushes have static shapes (``Plan.prealloc``) are allocated
 before the first stage and passed to every compiled stage as a separate, *donated* argument, so the
 stages update them in place; the backend keeps them for the next run of the same plan (the pointer is
-reset, entries above it are never read), so steady-state runs allocate no stack memory.
+reset, entries above it are never read), so steady-state runs allocate no stack memory. The fused
+stage makes the small ones inside its call instead (``Plan.inside``, ``inside_stacks``): for a small
+buffer, making it costs the call less than taking it and handing it back, and nothing is kept.
 """
 
 from __future__ import annotations
@@ -160,12 +162,18 @@ class Plan:
         #: (``prealloc``; ``None``: known only when tracing), computed once for every run to read
         self.stack_slots: list[tuple[str, Any, Optional[tuple[Any, ...]]]] = [
             (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id)) for sn in self.stack_nodes]
-        #: the stacks whose buffers are kept between runs (``prealloc``): key -> (dtype, (element
-        #: shape, index shape)). The fused stage takes and returns their value buffers alone.
-        self.kept = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
-        #: kept stacks the fused stage runs without an index record (``positional_stacks``); emptied
+        #: the stacks of static shapes (``prealloc``): key -> (dtype, (element shape, index shape))
+        self.static = static = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
+        #: the static stacks small enough to be made inside the fused stage's call (``inside_stacks``):
+        #: key -> (dtype, (element shape, index shape)); they are neither passed in nor kept
+        self.inside = inside_stacks(static, capacity)
+        #: the stacks whose buffers are kept between runs (``prealloc``, less ``inside``): key ->
+        #: (dtype, (element shape, index shape)). The fused stage takes and returns their value
+        #: buffers alone.
+        self.kept = {k: v for k, v in static.items() if k not in self.inside}
+        #: static stacks the fused stage runs without an index record (``positional_stacks``); emptied
         #: for good by a run that pushed one of them away from its position (``record_every_stack``)
-        self.positional = positional_stacks(program) & set(self.kept)
+        self.positional = positional_stacks(program) & set(static)
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -184,6 +192,13 @@ class Plan:
         the device only within a call of that stage (the memory accounting counts it there)."""
         return {k: self.capacity * math.prod(shapes[1]) * 4 for k, (_, shapes) in self.kept.items()
                 if k not in self.positional}
+
+    @property
+    def inside_bytes(self) -> dict[str, int]:
+        """Per stack made inside the fused stage's call (``inside``), its buffer's and index
+        record's bytes: they exist on the device only within that call."""
+        return {k: stack_bytes(self.capacity, dtype, shapes, k not in self.positional)
+                for k, (dtype, shapes) in self.inside.items()}
 
     def record_every_stack(self) -> None:
         """From now on the fused stage keeps an index record for every stack (its function is traced
@@ -347,6 +362,7 @@ class Plan:
             if fused:
                 state = {"err": np.int32(0), **state}
                 stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
+                stacks.update({k: self._fused_entry(k, None) for k in self.inside})
             em = self.emitter({**state, **stacks}, max_iter)
             em.stop_on_error = em.free_pointers = fused
             env = dict(env_in)
@@ -368,7 +384,8 @@ class Plan:
                 # the error word is in ``flags``, and the pointers are not returned: the next attempt
                 # starts every stack empty again (every result is an array the call must hand back)
                 ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
-                         if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)}
+                         if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)
+                         and k not in self.inside}
                 return out, flags, ended
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
@@ -377,11 +394,14 @@ class Plan:
 
     def _fused_entry(self, k: str, v: Any) -> stk.StackValue:
         """A stack on its way into the fused stage (while tracing): a kept stack's value buffer gets
-        a fresh index record (none for a positional stack) and the pointer 0; any other stack is
-        still pending (allocated at its first push inside the call) and comes as it is."""
+        a fresh index record (none for a positional stack) and the pointer 0, and a stack made inside
+        (``v`` None, ``Plan.inside``) a fresh buffer too; any other stack is still pending (allocated
+        at its first push inside the call) and comes as it is."""
         if isinstance(v, stk.StackValue):
             return v
-        dtype, (_, index_shape) = self.kept[k]
+        dtype, (elem_shape, index_shape) = self.kept[k] if v is not None else self.inside[k]
+        if v is None:
+            v = jnp.zeros((self.capacity, *elem_shape), dtype)
         record = None if k in self.positional else jnp.zeros((self.capacity, *index_shape), jnp.int32)
         return stk.StackValue(self.capacity, dtype, v, record, np.int32(0))
 
@@ -502,6 +522,34 @@ def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], t
         got = (tuple(v), tuple(i)) if ok and v is not None and i is not None else None
         shapes[src.id] = got if shapes.get(src.id, got) == got else None
     return {k: v for k, v in shapes.items() if v is not None}
+
+
+#: the most bytes (value buffer at the plan's capacity) of a stack that the fused stage makes inside
+#: its call rather than takes as an argument (``inside_stacks``)
+INSIDE_STACK_BYTES = 32 * 1024
+
+
+def stack_bytes(capacity: int, dtype: Any, shapes: tuple[tuple[int, ...], tuple[int, ...]],
+                record: bool = True) -> int:
+    """The bytes of a static stack at ``capacity``: its value buffer and (``record``) its int32 index
+    record."""
+    elem, index = shapes
+    return capacity * (math.prod(elem) * np.dtype(dtype).itemsize + (math.prod(index) * 4 if record else 0))
+
+
+def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int) -> dict[str, tuple[Any, Any]]:
+    """The static stacks (key -> (dtype, (element shape, index shape))) whose value buffer at
+    ``capacity`` is at most ``INSIDE_STACK_BYTES``: the fused stage makes them inside its call.
+
+    Why: a buffer passed to a compiled call, donated and handed back costs the call a few
+    microseconds of argument and result handling, and more in thread hand-offs when the run has one
+    core; making a small one inside costs less than that (a 16 KiB stack: 2.6 µs less per pair of
+    stacks in a small RNN step, pinned to one core, 2026-11-27; break-even near 64 KiB, and at
+    256 KiB making it costs 25 µs more). The buffer is then not kept between runs either, which is
+    memory a small program no longer holds. Larger stacks are passed in and kept, so that a run
+    allocates none of them (``Plan`` module docstring)."""
+    return {k: (dtype, shapes) for k, (dtype, shapes) in static.items()
+            if stack_bytes(capacity, dtype, shapes, record=False) <= INSIDE_STACK_BYTES}
 
 
 def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:

@@ -498,6 +498,18 @@ class ChunkStore:
             worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)
             self._exhausted(worst, 0, "its stack buffers")
 
+    def observe_inside(self, nbytes: dict[str, int], device: str) -> None:
+        """Record the stacks a fused stage made inside its call (``Plan.inside``): ``nbytes`` per key,
+        on ``device``. They are in no state the call returns, but they took that memory during it."""
+        for k, b in nbytes.items():
+            lg = self.ledger(k)
+            lg.active = b
+            lg.device = lg.device or device
+        self._peaks()
+        if self.limit is not None and self.device_bytes() > self.limit:
+            worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)
+            self._exhausted(worst, 0, "its stack buffers")
+
     def _check(self, k: str, extra: int, what: str) -> None:
         if self.limit is not None and self.device_bytes() + extra > self.limit:
             self._exhausted(k, extra, what)

@@ -176,7 +176,7 @@ def test_a_hand_built_stack_popped_in_its_own_loop_is_not_held(backend: str) -> 
         assert held_names(sess) == set()
 
 
-def test_held_stacks_hold_no_buffer() -> None:
+def test_held_stacks_hold_no_buffer(every_stack_kept: None) -> None:
     """The stack buffers kept between runs are those of the loop with its Variable read before it."""
     def kept_bytes(read_inside: bool) -> int:
         g = tn.Graph()

@@ -49,7 +49,7 @@ def test_a_gradient_loop_runs_its_stacks_by_position() -> None:
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
         assert fast.last_result.stats["fused"]
     (plan,) = {id(h.plan): h.plan for h, _ in fast.backend.repeats.routes.values()}.values()
-    assert plan.positional and plan.positional == set(plan.kept)
+    assert plan.positional and plan.positional == set(plan.static)
     assert plan.index_bytes == {}  # no record to count
 
 
@@ -143,7 +143,7 @@ def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fuse
     warm = [p for p in fast.backend._plans.values() if p.fused is not None and p.fused_warm]
     assert warm
     for p in warm:
-        assert p.positional and p.positional < set(p.kept)  # some by position, the others recorded
+        assert p.positional and p.positional < set(p.static)  # some by position, the others recorded
         assert all(not st.fns for st in p.stages)  # never a discarded attempt: the stages never ran
 
 
