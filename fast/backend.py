@@ -61,6 +61,7 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError, dead_fetch_message
+from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
@@ -436,6 +437,9 @@ class FastBackend:
                        variables: dict[str, np.ndarray], t0: float, route: str) -> RunResult:
         """The fetched values on the host, errors raised, Variables written back: the end of a
         ``Direct`` run."""
+        packed = d.aliases.get("packed")
+        if packed is not None:  # the flags came behind a fetched value (``fast.packing``)
+            vals, flags = packing.unpack_result(vals, packed)
         values = checked_values(self, d.plan, fetches, vals, flags)
         write_variables(variable_plan(d), var_out, vals, values, variables, self._dev_vars)
         self._records = []

@@ -45,6 +45,7 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError, dead_fetch_message
+from turnout.fast.packing import Packing
 from turnout.fast.values import start_reads
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
@@ -133,7 +134,11 @@ def _lane(backend: FastBackend, d: Direct, fetches: list[Tensor],
     var_plan = variable_plan(d)
     for i, (name, _, _) in enumerate(var_plan):
         env[f"w{i}"] = name
-    source = _lane_source(sig, perm, d.bounded, var_plan, len(fetches), ops is None and not backend.overlap_reads)
+    packed = d.aliases.get("packed")
+    if packed is not None:
+        env.update({"P": packed.index, "N": packed.size, "S": packed.shape, "V": packed.view})
+    source = _lane_source(sig, perm, d.bounded, var_plan, len(fetches), ops is None and not backend.overlap_reads,
+                          packed)
     return compile_lane(backend, source, sig, call, bound, env,
                         {"checked_values": checked_values, "Deferred": Deferred})
 
@@ -206,9 +211,12 @@ _FIXED_SCALARS = (np.number, np.bool_)
 
 
 def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
-                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], n_fetches: int, plain_reads: bool) -> str:
+                 var_plan: tuple[tuple[str, bool, Optional[int]], ...], n_fetches: int, plain_reads: bool,
+                 packed: Optional[Packing] = None) -> str:
     """The text of a ``Direct`` run's lane for feeds of signature ``sig`` (its checks:
-    ``check_source``).
+    ``check_source``). With ``packed`` the call's flags come behind fetch ``P`` (``fast.packing``):
+    the lane reads that one array and splits it (the value, the first ``N`` elements in shape ``S``;
+    the flags, the tail read as ``V``).
 
     Why text: each line between two compiled calls runs cold (see the module docstring), and a loop
     over the feeds that unpacks their expected signature cost 1 to 1.5 µs a feed there; the same
@@ -219,7 +227,7 @@ def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
     n = len(sig)
     head = ["def make(graph, version, edits, call, pending, bound, backend, plan, fetches, ops, stats, dev_vars,",
             "         " + "".join(f"t{i}, c{i}, d{i}, s{i}, " for i in range(n))
-            + "".join(f"w{i}, " for i in range(len(var_plan))) + "):",
+            + "".join(f"w{i}, " for i in range(len(var_plan))) + ("P, N, S, V, " if packed else "") + "):",
             "    def lane(feed_dict, variables, run_bound=None):",
             "        nonlocal call, pending"]
     body = check_source(sig, len(var_plan))
@@ -230,7 +238,21 @@ def _lane_source(sig: Signature, perm: tuple[int, ...], bounded: bool,
              f"        vals, flags, var_out = call({args})",
              "        if pending:  # JAX made the executable's C++ entry point on this first call",
              "            call, pending = cpp_entry(call), False"]
-    if plain_reads:  # no fetched op, reads not overlapped: the common run read back without a call
+    if packed is not None:  # one array holds a value and the flags: read it, split it
+        tail = "a[N:]" if packed.view is None else "a[N:].view(V)"
+        mixed = "(" + "".join("u, " if i == packed.index else f"vals[{i}], " for i in range(n_fetches)) + ")"
+        body += ["        a = asarray(vals[P])",  # (a scalar's view as ``a[0, ...]``: a third of a reshape's cost)
+                 "        u = a[0, ...]" if packed.shape == () else "        u = a[:N].reshape(S)"]
+        if plain_reads:
+            reads = "[" + "".join("u, " if i == packed.index else f"asarray(vals[{i}]), "
+                                  for i in range(n_fetches)) + "]"
+            body += [f"        code, *lives = {tail}.tolist()",
+                     f"        values = ({reads} if not code and all(lives)",
+                     "                  else checked_values(backend, plan, fetches, "
+                     f"{mixed}, asarray([code, *lives]), ops))"]
+        else:
+            body += [f"        values = checked_values(backend, plan, fetches, {mixed}, {tail}, ops)"]
+    elif plain_reads:  # no fetched op, reads not overlapped: the common run read back without a call
         reads = "[" + "".join(f"asarray(vals[{i}]), " for i in range(n_fetches)) + "]"
         body += ["        if flags is None:",
                  f"            values = {reads}",

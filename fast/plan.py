@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.driven import join_carry
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
@@ -318,6 +319,13 @@ class Plan:
             news = [em.state[var_key(n)] for n in var_names]
             alias = tuple(next((i for i, v in enumerate(vals) if v is new), None) for new in news)
             holder["vars"] = alias
+            # the flags behind a small fetched value when one can carry them: one result and one
+            # read-back fewer (``fast.packing``)
+            holder["packed"] = None
+            at = packing.carrier(vals, {j for j in alias if j is not None}) if flags is not None else None
+            if at is not None:
+                packed, holder["packed"] = packing.pack(vals[at], flags, at)
+                vals, flags = vals[:at] + (packed,) + vals[at + 1:], None
             return vals, flags, tuple(None if j is not None else new for new, j in zip(news, alias, strict=True))
 
         if loops:
@@ -491,8 +499,9 @@ class Direct:
     bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
     #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
     stats: dict[str, Any] = field(default_factory=dict)
-    #: ``{"vars": per Variable, the index of the fetch that holds its new value, or None}``, filled by
-    #: the first call's trace (``Plan.direct_fn``)
+    #: ``{"vars": per Variable, the index of the fetch that holds its new value, or None; "packed":
+    #: where the call put its flags, a ``packing.Packing``, or None}``, filled by the first call's
+    #: trace (``Plan.direct_fn``)
     aliases: dict[str, Any] = field(default_factory=dict)
 
 

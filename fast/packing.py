@@ -1,0 +1,92 @@
+"""One read-back for a checked ``Direct`` call: the error word and live flags ride behind a fetch.
+
+Why a module of its own: a ``Direct`` call (``Plan.direct_fn``) whose program can raise an error
+returns an int32 vector of flags (the error word, then a live flag per fetch) beside its fetched
+values, and a run read both back: two results and two waits, where a hand-written JAX function
+returns and reads one. Measured with JAX alone on the development machine (2026-11-27, pinned to
+one core, ``run_overhead.py``'s checked loop written out with the same checks): 14.0 µs a call
+with the value and the flags as two results, 12.5 with the flags appended to the value. So when a
+fetched value is small and of a dtype that can carry int32 words exactly, the call appends the flags
+to it (``pack``), and the host splits the one array it reads back (``unpack``): the value is a view
+of its first elements, the flags are its tail.
+
+The tail holds the flags' bits, not their numbers: an int32 or int64 value takes them as integers,
+a float32 value as their bit patterns (``lax.bitcast_convert_type``), a float64 value as the bit
+patterns of the int64 words. A float could not hold every code as a number: loop codes start at
+2**24 (``emit.NONTERM``). Bit patterns only move (concatenation is a copy): no arithmetic flushes
+or rounds them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+#: the dtypes a fetched value may carry the flags in, and the integer dtype the host reads its tail as
+#: (``None``: the tail is read as it is)
+CARRIERS: dict[np.dtype, Optional[np.dtype]] = {
+    np.dtype(np.int32): None,
+    np.dtype(np.int64): None,
+    np.dtype(np.float32): np.dtype(np.int32),
+    np.dtype(np.float64): np.dtype(np.int64),
+}
+
+#: the most elements of a value that carries the flags: packing copies the value inside the call
+PACK_MAX_ELEMENTS = 4096
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where a ``Direct`` call put its flags: behind fetch ``index``, a value of ``shape`` (``size``
+    elements), its tail read as ``view`` (``None``: as it is). Recorded by the call's trace."""
+
+    index: int
+    shape: tuple[int, ...]
+    size: int
+    view: Optional[np.dtype]
+
+
+def carrier(vals: tuple[Any, ...], taken: set[int]) -> Optional[int]:
+    """The fetch of ``vals`` (values traced in a ``Direct`` call) that should carry the flags: the
+    smallest of those of a ``CARRIERS`` dtype with at most ``PACK_MAX_ELEMENTS`` elements, not in
+    ``taken`` (fetches that are also a Variable's new device value, which must stay an array of its
+    own); ``None`` if there is none."""
+    best: Optional[tuple[int, int]] = None
+    for i, v in enumerate(vals):
+        dtype, shape = getattr(v, "dtype", None), getattr(v, "shape", None)
+        if i in taken or shape is None or dtype is None or np.dtype(dtype) not in CARRIERS:
+            continue
+        size = math.prod(shape)
+        if size <= PACK_MAX_ELEMENTS and (best is None or size < best[0]):
+            best = (size, i)
+    return None if best is None else best[1]
+
+
+def pack(value: Any, flags: Any, index: int) -> tuple[Any, Packing]:
+    """``value`` (traced) raveled with the int32 ``flags`` appended, as ``value``'s dtype, and how to
+    split it again."""
+    dtype = np.dtype(value.dtype)
+    view = CARRIERS[dtype]
+    words = flags.astype(jnp.int64) if dtype.itemsize == 8 else flags
+    tail = words if view is None else lax.bitcast_convert_type(words, dtype)
+    packed = jnp.concatenate([jnp.ravel(value), tail.astype(dtype) if view is None else tail])
+    return packed, Packing(index, tuple(value.shape), math.prod(value.shape), view)
+
+
+def unpack(arr: np.ndarray, p: Packing) -> tuple[np.ndarray, list[int]]:
+    """A packed array read back (``np.asarray`` of the call's result): the value (a view of its first
+    ``p.size`` elements, in ``p.shape``) and the flags as Python ints."""
+    tail = arr[p.size:]
+    return arr[:p.size].reshape(p.shape), (tail if p.view is None else tail.view(p.view)).tolist()
+
+
+def unpack_result(vals: tuple[Any, ...], p: Packing) -> tuple[tuple[Any, ...], np.ndarray]:
+    """A ``Direct`` call's fetched values with the carrier split: the values (the carrier's on the
+    host) and the flags as the int32 vector the call would otherwise have returned."""
+    value, flags = unpack(np.asarray(vals[p.index]), p)
+    return vals[:p.index] + (value,) + vals[p.index + 1:], np.asarray(flags, np.int32)

@@ -1,0 +1,120 @@
+"""A checked ``Direct`` call returns its flags behind a small fetched value (``fast.packing``).
+
+The error word and the live flags then come back in the same array as a fetch: these tests hold that
+the values are still the reference backend's, bit for bit, in every carrier dtype; that every error the
+flags carry is still raised (a kernel error, a runaway loop, whose code needs more than a float32's
+24 bits of mantissa, and a dead fetch), on the first run and on the lane's repeats; and that a value
+too large, of another dtype, or that is also a Variable's new value carries nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.fast import packing
+from turnout.fast.emit import NONTERM
+
+DTYPES = [tn.int32, tn.int64, tn.float32, tn.float64]
+
+
+def _packings(sess: tn.Session) -> list[Any]:
+    return [d.aliases.get("packed") for d in sess.backend._direct.values()]
+
+
+def _loop(dtype: Any, shape: tuple[int, ...] = ()) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """``s = sum over i < n of (i + 7) // k`` (integer division: the run can fail), as ``dtype``,
+    broadcast to ``shape``; returns (graph, n, k, s)."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        k = tn.placeholder(tn.int32, [], name="k")
+        zero = tn.zeros(shape, dtype) if shape else tn.constant(0, dtype)
+        _, s = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + tn.cast((i + 7) // k, dtype)),
+                             [tn.constant(0), zero])
+    return g, n, k, s
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_the_value_carries_the_flags_and_stays_the_reference_value(dtype: Any) -> None:
+    g, n, k, s = _loop(dtype)
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for nv, kv in [(8, 3), (0, 1), (5, -2), (8, 3), (8, 3)]:  # the repeats take the lane
+        got, want = fast.run(s, {n: nv, k: kv}), ref.run(s, {n: nv, k: kv})
+        assert got.dtype == want.dtype and got.shape == want.shape == () and got.tobytes() == want.tobytes()
+        assert isinstance(got, np.ndarray)
+    assert fast.last_result.stats["route"] == "lane"
+    (p,) = _packings(fast)
+    assert p is not None and p.index == 0 and p.shape == ()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_errors_behind_a_value_are_raised_on_the_first_run_and_on_repeats(dtype: Any) -> None:
+    g, n, k, s = _loop(dtype, (2, 3))
+    fast = tn.Session(g, backend="fast")
+    np.testing.assert_array_equal(fast.run(s, {n: 4, k: 2}), np.full((2, 3), 3 + 4 + 4 + 5))
+    for _ in range(3):
+        with pytest.raises(tn.KernelError, match="division by zero"):
+            fast.run(s, {n: 4, k: 0})
+        # a runaway loop's code is NONTERM + its number: more than a float32 holds as a number
+        with pytest.raises(tn.NonTerminationError, match="more bodies than max_iterations"):
+            fast.run(s, {n: 50, k: 1}, max_iterations=5)
+        np.testing.assert_array_equal(fast.run(s, {n: 1, k: 7}), np.full((2, 3), 1))
+    (p,) = _packings(fast)
+    assert p is not None and p.shape == (2, 3) and p.size == 6
+
+
+def test_a_dead_fetch_behind_a_value_is_refused() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        k = tn.placeholder(tn.int32, [], name="k")
+        x = tn.constant(10) // k  # a check, so the call has flags
+        sw = tn.raw.switch(x, p)
+        alive = sw[1] + 1  # live only when p is true
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for _ in range(3):
+        assert int(fast.run([x, alive], {p: True, k: 2})[1]) == 6
+        for sess in (fast, ref):
+            with pytest.raises(tn.DeadFetchError):
+                sess.run([x, alive], {p: False, k: 2})
+    assert any(q is not None for q in _packings(fast))
+
+
+def test_what_cannot_carry_the_flags_carries_nothing() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        big = tn.fill([packing.PACK_MAX_ELEMENTS + 1], tn.constant(1.0)) * tn.cast(10 // k, tn.float32)
+        flag = tn.greater(10 // k, 3)  # a bool: no carrier dtype
+        v = tn.Variable(np.int32(0), name="v")
+        upd = v.assign_add(10 // k)  # the Variable's new value, fetched: must stay its own array
+    fast = tn.Session(g, backend="fast")
+    for fetch in ([big], [flag], [upd]):
+        for _ in range(2):
+            fast.run(fetch, {k: 2})
+        with pytest.raises(tn.KernelError, match="division by zero"):
+            fast.run(fetch, {k: 0})
+    assert _packings(fast) == [None, None, None]
+    assert int(fast.run(v.read(), {})) == 10
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+def test_pack_and_unpack_keep_every_bit(dtype: Any) -> None:
+    """Codes whose float32 bit patterns are denormals (small codes) or need all 32 bits."""
+    flags = np.array([0, 1, 7, NONTERM + 12345, 2**31 - 1, -1], np.int32)
+    if np.issubdtype(dtype, np.floating):
+        value = np.array([[1.5, np.nan], [np.inf, -0.0]], dtype)
+    else:
+        value = np.array([[1, -5], [np.iinfo(dtype).max, 0]], dtype)
+    with jax.enable_x64(True):
+        packed = jax.jit(lambda v, f: packing.pack(v, f, 0)[0])(jnp.asarray(value), jnp.asarray(flags))
+        p = packing.pack(jnp.asarray(value), jnp.asarray(flags), 0)[1]
+        got, words = packing.unpack(np.asarray(packed), p)
+    assert got.dtype == value.dtype and got.tobytes() == value.tobytes()
+    assert words == flags.tolist()
