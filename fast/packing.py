@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -58,10 +59,9 @@ def carrier(vals: tuple[Any, ...], taken: set[int]) -> Optional[int]:
     own); ``None`` if there is none."""
     best: Optional[tuple[int, int]] = None
     for i, v in enumerate(vals):
-        dtype, shape = getattr(v, "dtype", None), getattr(v, "shape", None)
-        if i in taken or shape is None or dtype is None or np.dtype(dtype) not in CARRIERS:
-            continue
-        size = math.prod(shape)
+        if i in taken or not isinstance(v, jax.Array) or np.dtype(v.dtype) not in CARRIERS:
+            continue  # (a traced value is a jax.Array; a constant, a TensorArray or DEAD is not)
+        size = math.prod(v.shape)
         if size <= PACK_MAX_ELEMENTS and (best is None or size < best[0]):
             best = (size, i)
     return None if best is None else best[1]

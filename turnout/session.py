@@ -201,16 +201,15 @@ class Session:
                 except TypeError:  # an unhashable structure of fetches
                     lanes = None
                 if lanes is not None:
-                    for lane, ops in lanes:
+                    for lane, _ in lanes:
                         got = lane(feed_dict, self.variables)
                         if got is not None:
                             self._lazy = got
                             if tp is Tensor:
                                 self._last_fetch, self._last_lane = fetches, lane
                                 return got[0][0]
-                            if ops is None:
-                                return tp(got[0])
-                            return tp([None if op else v for op, v in zip(ops, got[0])])
+                            # (a lane returns None for the fetches that stand for ops: it was made for them)
+                            return tp(got[0])
             opts = _DEFAULT_OPTIONS  # the common call: validated once, never mutated
         elif isinstance(options, RunOptions):  # keywords beside it override its fields, never ignored
             opts = replace(options, **kw) if kw else options
