@@ -499,9 +499,9 @@ class Direct:
     bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
     #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
     stats: dict[str, Any] = field(default_factory=dict)
-    #: ``{"vars": per Variable, the index of the fetch that holds its new value, or None; "packed":
-    #: where the call put its flags, a ``packing.Packing``, or None}``, filled by the first call's
-    #: trace (``Plan.direct_fn``)
+    #: filled by the first call's trace (``Plan.direct_fn``): under ``"vars"``, per Variable, the
+    #: index of the fetch that holds its new value, or None; under ``"packed"``, where the call put
+    #: its flags (a ``packing.Packing``), or None
     aliases: dict[str, Any] = field(default_factory=dict)
 
 
