@@ -1009,21 +1009,27 @@ def counted_bound(r: WhileRegion) -> Optional[Node]:
 
 #: ops whose lowering never writes the error word (whatever the shapes their rule accepts), and ops
 #: that do on integers only (integer division and modulo by zero, a negative integer power): a nest
-#: made only of these has no error to order against its loops' bounds (``Emitter._counted_chain``)
+#: made only of these has no error to order against its loops' bounds (``Emitter._counted_chain``).
+#: (A shape that a rule refuses while the nest is traced writes the word of any op: the nest is then
+#: traced again without hoisting, ``HoistConflict``.)
 NEVER_FAIL = frozenset({
     "Const", "Identity", "NoOp", "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
     "Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square", "Relu", "Tanh", "Sigmoid",
     "Exp", "Log", "Sqrt", "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
     "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "MatMul", "Transpose", "ExpandDims", "Concat",
-    "Pack", "Reshape", "Sum", "Mean",
+    "Pack", "Reshape", "Sum", "Mean", "StopGradient", "ZerosLike", "OnesLike", "Shape", "Size",
+    "BroadcastLike", "SumToLike", "TensorArraySize", "VarHandle", "ReadVariable",
 })
 FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
 
 
 def cannot_fail(nodes: list[Node]) -> bool:
     """Whether no node of ``nodes`` can write the error word when traced: each is in ``NEVER_FAIL``,
-    or in ``FLOAT_ONLY_FAIL`` with a float result."""
-    return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and n.outputs[0].dtype.is_floating) for n in nodes)
+    in ``FLOAT_ONLY_FAIL`` with a float result, or a ``Cast`` other than float to integer (the one
+    cast that checks its values: a NaN, an infinity or a value out of the integer's range fails)."""
+    return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and n.outputs[0].dtype.is_floating)
+               or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
+               for n in nodes)
 
 
 class BodyTypeError(Exception):

@@ -124,6 +124,66 @@ def test_a_hoisted_nest_leaves_the_error_word_alone_in_its_bodies() -> None:
     assert [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
 
 
+def _nest_with(extra: Any, depth: int) -> tuple[tn.Graph, Any, Any, Any, Any]:
+    """A ``depth``-level counted nest whose every body gives ``extra(inner value, counter, s)`` (``s``
+    a fed float); returns (graph, x, the fed bound, s, y)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        t = tn.placeholder(tn.int32, [], name="t")
+        s = tn.placeholder(tn.float32, [], name="s")
+
+        def level(d: int, v: Any) -> Any:
+            if d == depth:
+                return v * 1.5 + 1.0
+            _, w = tn.while_loop(lambda i, w: i < t, lambda i, w: (i + 1, extra(level(d + 1, w), i, s)),
+                                 [tn.constant(0), v], name=f"L{d}")
+            return w
+
+        y = level(0, x)
+    return g, x, t, s, y
+
+
+def _same_outcome(got: tuple[str, Any], want: tuple[str, Any]) -> None:
+    """The same value or error; with every level of a nest over its bound, the same error type (the
+    reference may name an outer loop, its schedule running outer iterations ahead)."""
+    if want[0] == "NonTerminationError":
+        assert got[0] == want[0]
+    else:
+        assert got == want
+
+
+#: bodies made of ops that never fail, casts that cannot fail among them: their nests are hoisted
+CANNOT_FAIL_BODIES = {
+    "counter cast to float": lambda w, i, s: w + tn.cast(i, tn.float32) * s,
+    "int32 to int64 and back": lambda w, i, s: w + tn.cast(tn.cast(i, tn.int64) * 0, tn.float32),
+    "stop_gradient and zeros_like": lambda w, i, s: tn.stop_gradient(w) + tn.zeros_like(w) * s,
+    "shape and size": lambda w, i, s: w + tn.cast(tn.size(tn.shape(w)), tn.float32) * s,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CANNOT_FAIL_BODIES))
+def test_ops_that_cannot_fail_leave_the_nest_hoisted(name: str) -> None:
+    g, x, t, s, y = _nest_with(CANNOT_FAIL_BODIES[name], 3)
+    feed = {x: np.float32(1.0), t: np.int32(2), s: np.float32(0.5)}
+    bodies = _traced_bodies(g, y, feed)
+    assert len(bodies) == 3 and not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+    for tv, mi in [(2, 5), (3, 2), (0, 1)]:
+        run = {**feed, t: tv}
+        _same_outcome(_outcome("fast", g, y, run, mi), _outcome("reference", g, y, run, mi))
+
+
+def test_a_cast_from_float_to_int_is_checked_where_it_runs() -> None:
+    """A float cast to an integer fails on a NaN: such a nest checks each loop after it runs, and the
+    outcome is the interpreter's whether the cast or a bound fails."""
+    g, x, t, s, y = _nest_with(lambda w, i, s: w + tn.cast(tn.cast(w * s, tn.int32), tn.float32), 3)
+    feed = {x: np.float32(1.0), t: np.int32(2), s: np.float32(0.5)}
+    assert [e for b in _traced_bodies(g, y, feed) for e in b.eqns if e.primitive.name == "select_n"]
+    for sv, tv, mi in [(0.5, 2, 5), (np.nan, 2, 5), (0.5, 4, 3), (np.nan, 0, 5)]:
+        run = {x: np.float32(1.0), t: np.int32(tv), s: np.float32(sv)}
+        _same_outcome(_outcome("fast", g, y, run, mi), _outcome("reference", g, y, run, mi))
+
+
 def test_a_bound_computed_inside_the_nest_is_checked_after_its_loop() -> None:
     """An inner loop whose bound is computed in the outer body (here ``i + 2``) is not part of the
     hoisted nest: it checks itself after it runs, and the outcome is the interpreter's."""
