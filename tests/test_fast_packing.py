@@ -104,6 +104,23 @@ def test_what_cannot_carry_the_flags_carries_nothing() -> None:
     assert int(fast.run(v.read(), {})) == 10
 
 
+def test_the_smallest_value_carries_the_flags() -> None:
+    """Packing copies its carrier inside the call: of several fetched values that could carry the
+    flags, the one with the fewest elements does."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        q = 10 // k
+        big = tn.fill([100], q)
+        mid = tn.fill([3], q)
+    fast = tn.Session(g, backend="fast")
+    for _ in range(2):
+        got = fast.run([big, q, mid], {k: 2})
+        assert [np.shape(v) for v in got] == [(100,), (), (3,)] and int(got[1]) == 5
+    (p,) = _packings(fast)
+    assert p is not None and p.index == 1
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
 def test_pack_and_unpack_keep_every_bit(dtype: Any) -> None:
     """Codes whose float32 bit patterns are denormals (small codes) or need all 32 bits."""
