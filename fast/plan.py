@@ -533,9 +533,11 @@ def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], t
     return {k: v for k, v in shapes.items() if v is not None}
 
 
-#: the most bytes (value buffer at the plan's capacity) of a stack that the fused stage makes inside
-#: its call rather than takes as an argument (``inside_stacks``)
-INSIDE_STACK_BYTES = 32 * 1024
+#: per platform (``jax.default_backend()``), the most bytes (value buffer at the plan's capacity) of
+#: a stack that the fused stage makes inside its call rather than takes as an argument
+#: (``inside_stacks``). Measured on the CPU only: on a GPU, zeroing a buffer inside the call is a
+#: kernel of its own, so until it is measured there every stack is passed and kept, as before.
+INSIDE_STACK_BYTES: dict[str, int] = {"cpu": 32 * 1024}
 
 
 def stack_bytes(capacity: int, dtype: Any, shapes: tuple[tuple[int, ...], tuple[int, ...]],
@@ -548,7 +550,8 @@ def stack_bytes(capacity: int, dtype: Any, shapes: tuple[tuple[int, ...], tuple[
 
 def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int) -> dict[str, tuple[Any, Any]]:
     """The static stacks (key -> (dtype, (element shape, index shape))) whose value buffer at
-    ``capacity`` is at most ``INSIDE_STACK_BYTES``: the fused stage makes them inside its call.
+    ``capacity`` is at most ``INSIDE_STACK_BYTES`` for this platform (none but on the CPU): the fused
+    stage makes them inside its call.
 
     Why: a buffer passed to a compiled call, donated and handed back costs the call a few
     microseconds of argument and result handling, and more in thread hand-offs when the run has one
@@ -557,8 +560,9 @@ def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int) -> dict[str
     256 KiB making it costs 25 µs more). The buffer is then not kept between runs either, which is
     memory a small program no longer holds. Larger stacks are passed in and kept, so that a run
     allocates none of them (``Plan`` module docstring)."""
+    limit = INSIDE_STACK_BYTES.get(jax.default_backend(), 0)
     return {k: (dtype, shapes) for k, (dtype, shapes) in static.items()
-            if stack_bytes(capacity, dtype, shapes, record=False) <= INSIDE_STACK_BYTES}
+            if stack_bytes(capacity, dtype, shapes, record=False) <= limit}
 
 
 def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:

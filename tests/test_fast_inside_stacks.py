@@ -1,7 +1,8 @@
 """Small gradient stacks are made inside the fused call (``fast.plan.inside_stacks``).
 
-A static stack whose buffer at the plan's capacity is at most ``INSIDE_STACK_BYTES`` is neither passed
-to the fused stage nor kept between runs: the call makes it, and it is gone when the call returns.
+A static stack whose buffer at the plan's capacity is at most ``INSIDE_STACK_BYTES`` (on the CPU; these
+tests give the platform they run on the CPU's threshold) is neither passed to the fused stage nor kept
+between runs: the call makes it, and it is gone when the call returns.
 These tests hold that such a run gives the reference values on every route (the fused attempt at each
 rung, the staged path after an overflow, the lane of a repeated run), that nothing of it is kept, that
 the memory report and the device memory cap still count it, and that a larger stack is still kept.
@@ -10,11 +11,19 @@ the memory report and the device memory cap still count it, and that a larger st
 from __future__ import annotations
 
 import graphs
+import jax
 import numpy as np
 import pytest
 
 import turnout as tn
 from turnout.fast import plan as fast_plan
+
+
+@pytest.fixture(autouse=True)
+def inside_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU's threshold on whatever platform runs the tests: on a GPU, where it is not on by
+    default, the mechanism is still checked."""
+    monkeypatch.setattr(fast_plan, "INSIDE_STACK_BYTES", {jax.default_backend(): 32 * 1024})
 
 
 def _plans(sess: tn.Session) -> list[fast_plan.Plan]:
@@ -90,9 +99,11 @@ def test_a_stack_above_the_threshold_is_passed_in_and_kept() -> None:
     assert fast.backend.held_bytes() >= 128 * 16 * 16 * 4
 
 
-def test_inside_stacks_split_by_size() -> None:
+def test_inside_stacks_split_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
     f32 = np.dtype(np.float32)
     static = {"stack:1": (f32, ((4, 8), ())), "stack:2": (f32, ((16, 16), ()))}
     assert set(fast_plan.inside_stacks(static, 128)) == {"stack:1"}  # 16 KiB and 128 KiB
     assert set(fast_plan.inside_stacks(static, 8)) == {"stack:1", "stack:2"}  # 1 KiB and 8 KiB
     assert fast_plan.stack_bytes(128, f32, ((4, 8), (1,))) == 128 * (4 * 8 * 4 + 4)
+    monkeypatch.setattr(fast_plan, "INSIDE_STACK_BYTES", {"some other platform": 2**30})
+    assert fast_plan.inside_stacks(static, 8) == {}  # none where the platform has no threshold
