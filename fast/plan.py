@@ -556,9 +556,9 @@ def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int) -> dict[str
     Why: a buffer passed to a compiled call, donated and handed back costs the call a few
     microseconds of argument and result handling; making a small one inside costs less than that
     (a 16 KiB stack: 2.6 µs less per pair of stacks in a small RNN step, pinned to one core,
-    2026-11-27; break-even near 64 KiB, and at 256 KiB making it costs 25 µs more). The buffer is then not kept between runs either, which is
-    memory a small program no longer holds. Larger stacks are passed in and kept, so that a run
-    allocates none of them (``Plan`` module docstring)."""
+    2026-11-27; break-even near 64 KiB, and at 256 KiB making it costs 25 µs more). The buffer is
+    then not kept between runs either, which is memory a small program no longer holds. Larger
+    stacks are passed in and kept, so that a run allocates none of them (``Plan`` module docstring)."""
     limit = INSIDE_STACK_BYTES.get(jax.default_backend(), 0)
     return {k: (dtype, shapes) for k, (dtype, shapes) in static.items()
             if stack_bytes(capacity, dtype, shapes, record=False) <= limit}
