@@ -290,7 +290,8 @@ def compile_group(g: Group) -> Callable[..., Any]:
             if all(is_static(x) for x in ins):
                 outs = [np.asarray(v) for v in run_kernel(m.op, [np.asarray(x) for x in ins], m.attrs)]
             else:  # shapes the op's rule refuses fail the group's checks: the kernels then raise its error
-                outs = refused_by_shape_rule(ctx, m, ins) or LOWERING_RULES[m.op](ctx, m, ins)
+                refused = refused_by_shape_rule(ctx, m, ins)
+                outs = refused if refused is not None else LOWERING_RULES[m.op](ctx, m, ins)
             for i, v in enumerate(outs):
                 env[(m.id, i)] = v
         ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else jnp.asarray(True)

@@ -249,9 +249,15 @@ class FastBackend:
         through numpy, with every check."""
         if not isinstance(value, jax.Array):
             return None
+        home = self._home_device()
+        return value if value.devices() == {home} else jax.device_put(value, home)
+
+    def _home_device(self) -> Any:
+        """The device the backend's own arrays go to (JAX's default device), found once: where fed
+        arrays are placed, and where a compiled call makes the stacks it makes inside itself."""
         if self._home is None:
             (self._home,) = jax.device_put(np.zeros((), np.int32)).devices()
-        return value if value.devices() == {self._home} else jax.device_put(value, self._home)
+        return self._home
 
     def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
                  ops: Optional[list[bool]] = None) -> Optional[Lane]:
@@ -534,13 +540,6 @@ class FastBackend:
         return state
 
     @staticmethod
-    def _device_of(values: dict[Key, Any]) -> str:
-        """The device a compiled call's results live on, as memory reports name it: where the stacks
-        it made inside lived."""
-        arr = next((v for v in values.values() if isinstance(v, jax.Array)), None)
-        return stk.device_name(arr if arr is not None else jax.device_put(np.zeros((), np.int32)))
-
-    @staticmethod
     def _kept_stacks(plan: Plan, state: dict[str, Any]) -> dict[str, Any]:
         """The stacks of ``state`` kept for the next run of ``plan``: those it preallocates, as a
         ``StackValue`` (after the stages) or a value buffer alone (after the fused stage)."""
@@ -620,7 +619,7 @@ class FastBackend:
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
             if attempt and plan.inside:
-                store.observe_inside(plan.inside_bytes, self._device_of(out))
+                store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()))
             self._raise_errors(plan, state, store.moved())
             env.update(out)
             if attempt:

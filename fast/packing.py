@@ -74,7 +74,7 @@ def pack(value: Any, flags: Any, index: int) -> tuple[Any, Packing]:
     view = CARRIERS[dtype]
     words = flags.astype(jnp.int64) if dtype.itemsize == 8 else flags
     tail = words if view is None else lax.bitcast_convert_type(words, dtype)
-    packed = jnp.concatenate([jnp.ravel(value), tail.astype(dtype) if view is None else tail])
+    packed = jnp.concatenate([jnp.ravel(value), tail])
     return packed, Packing(index, tuple(value.shape), math.prod(value.shape), view)
 
 

@@ -407,7 +407,7 @@ class Plan:
         at its first push inside the call) and comes as it is."""
         if isinstance(v, stk.StackValue):
             return v
-        dtype, (elem_shape, index_shape) = self.kept[k] if v is not None else self.inside[k]
+        dtype, (elem_shape, index_shape) = self.static[k]
         if v is None:
             v = jnp.zeros((self.capacity, *elem_shape), dtype)
         record = None if k in self.positional else jnp.zeros((self.capacity, *index_shape), jnp.int32)

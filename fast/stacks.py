@@ -424,6 +424,11 @@ def device_name(arr: Any) -> str:
         d = next(iter(arr.devices()))
     except (AttributeError, StopIteration):
         return "?"
+    return device_label(d)
+
+
+def device_label(d: Any) -> str:
+    """'cpu:0', 'cuda:1': a JAX device as memory reports name it."""
     return f"{d.platform}:{d.id}"
 
 
@@ -493,10 +498,7 @@ class ChunkStore:
                 lg.active = stack_nbytes(sv, (index_bytes or {}).get(k, 0))
                 if not lg.device:
                     lg.device = device_name(buf)
-        self._peaks()
-        if self.limit is not None and self.device_bytes() > self.limit:
-            worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)
-            self._exhausted(worst, 0, "its stack buffers")
+        self._recorded()
 
     def observe_inside(self, nbytes: dict[str, int], device: str) -> None:
         """Record the stacks a fused stage made inside its call (``Plan.inside``): ``nbytes`` per key,
@@ -505,6 +507,10 @@ class ChunkStore:
             lg = self.ledger(k)
             lg.active = b
             lg.device = lg.device or device
+        self._recorded()
+
+    def _recorded(self) -> None:
+        """After buffers were recorded (``observe``, ``observe_inside``): the peaks, and the cap."""
         self._peaks()
         if self.limit is not None and self.device_bytes() > self.limit:
             worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)
