@@ -28,6 +28,7 @@ from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind, refused_by_shape_rule
+from turnout.fast.ranges import Ranges, from_counter, propagate
 from turnout.fast.regions import (
     CondRegion,
     Item,
@@ -266,6 +267,9 @@ class Emitter:
         #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
         #: earlier one pushed
         self.pushed: dict[str, Any] = {}
+        #: the integer ranges of traced values (``fast.ranges``): the counters of the counted loops
+        #: whose bodies are being traced, and what is computed from them
+        self.ranges = Ranges()
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -420,6 +424,8 @@ class Emitter:
                 raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
         for o, v in zip(n.outputs, outs, strict=True):
             env[key(o)] = v
+        if self.ranges:
+            propagate(self.ranges, n, xs, outs)
 
     # ---- conditionals ---------------------------------------------------------------------------
     def _exports(self, r: CondRegion) -> list[Key]:
@@ -767,8 +773,8 @@ class Emitter:
                 f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
 
     def _counted_chain(self, r: WhileRegion, env: Env) -> list[tuple[WhileRegion, Any]]:
-        """The nest of counted loops that ``r`` heads, with each loop's bound as a value here, at
-        ``r``'s entry: ``r`` itself when it is counted (``counted_bound``), then, while the loop has
+        """The nest of counted loops that ``r`` heads, with the number of bodies each loop runs as a
+        value here, at ``r``'s entry: ``r`` itself when it is counted (``counted_bound``), then, while the loop has
         exactly one loop among its body's items and that loop is counted too with a bound entered
         unchanged through every loop around it, that loop. Empty when ``r`` is not counted."""
         chain: list[tuple[WhileRegion, Any]] = []
@@ -777,28 +783,82 @@ class Emitter:
         while loop is not None:
             if loop is not r and not light_header(loop, self.read_at_1()):
                 break
-            inv = counted_bound(loop)
-            if inv is None or not loop_number(self.program, loop):
+            counted = counted_bound(loop)
+            if counted is None or not loop_number(self.program, loop):
                 break
+            inv, start = counted
             t = inv.inputs[0]
             for outer in reversed(levels):  # the bound as the chain's head sees it
                 if t.index != 0 or t.node not in outer.invariants:
-                    return chain
+                    bound = self._bound_at_head(inv.inputs[0], levels, env)
+                    if bound is None:
+                        return chain
+                    break
                 t = t.node.inputs[0]
-            chain.append((loop, self.read(env, t, inv)))
+            else:
+                bound = self.read(env, t, inv)
+            if start:  # the number of bodies (no overflow: both are at least ``start >= 0``)
+                b = jnp.asarray(bound, jnp.int32)
+                bound = jax.lax.sub(jax.lax.max(b, np.int32(start)), np.int32(start))
+            chain.append((loop, bound))
             levels.append(loop)
             inner = [it for it in loop.body if isinstance(it, WhileRegion)]
             loop = inner[0] if len(inner) == 1 else None
         return chain
 
+    def _bound_at_head(self, t: Tensor, levels: list[WhileRegion], env: Env) -> Any:
+        """The value of ``t``, computed inside the bodies of the nest ``levels`` (outermost first),
+        as the nest's head can know it: when ``t`` is made by ``BOUND_OPS`` from values entered
+        unchanged into those loops and comes out static (the shape of a traced value is).
+        ``None`` otherwise.
+
+        Why: a fold nested in a fold takes the length of its elements inside the outer body
+        (``shape(x)[0]``); the value is known when tracing, but it is not one entered from the head,
+        and without it the inner loop's bound is checked after the inner loop, so every level of
+        the nest carries the error word."""
+        inside = {n.id for n in levels[0].nodes}
+        invariants = {n.id for lv in levels for n in lv.invariants}
+        done: Env = {}
+
+        def value(u: Tensor, depth: int) -> Any:
+            n = u.node
+            if n.id not in inside:
+                return env.get(key(u))
+            if depth > BOUND_DEPTH:
+                return None
+            if n.op == "Enter":
+                return value(n.inputs[0], depth + 1) if n.id in invariants else None
+            # (control inputs are left out: inside a body they tie a node to its frame, and the bound
+            # is only needed where the loops around it run a body, ``_hoist_checks``)
+            if n.op not in BOUND_OPS or (n.op == "GetItem" and len(n.inputs) > 1):
+                return None
+            if key(u) not in done:
+                xs = [value(i, depth + 1) for i in n.inputs]
+                if any(x is None or x is DEAD for x in xs):
+                    return None
+                senv = {key(i): x for i, x in zip(n.inputs, xs, strict=True)}
+                state = self.state
+                try:  # (whatever a failing op would write to the error word is dropped)
+                    self.run_node(n, senv)
+                except TurnoutError:
+                    return None
+                finally:
+                    self.state = state
+                done.update((key(o), senv.get(key(o))) for o in n.outputs)
+            return done[key(u)]
+
+        got = value(t, 0)
+        return got if got is not None and is_static(got) else None
+
     def _hoist_checks(self, chain: list[tuple[WhileRegion, Any]]) -> None:
         """The iteration-bound checks of a nest of counted loops, made once, before its head is
-        entered: loop ``j`` (counter from 0, predicate ``counter < bound``) runs ``bound`` bodies, so
-        it goes over ``max_iterations`` exactly when ``bound > max_iterations`` and the loops around
-        it each run a body (``bound > 0``). Of several such loops the innermost entered is named: run
-        in order, it is the first to spend its budget (in the first iteration of the loops around it),
-        as it was when each loop checked after itself. (The interpreters let outer iterations run
-        ahead, up to ``parallel_iterations``, and may name an outer loop that is over its bound too.)
+        entered: loop ``j`` runs ``bound`` bodies (the chain gives each loop's number of bodies,
+        ``counted_bound``), so it goes over ``max_iterations`` exactly when ``bound > max_iterations``
+        and the loops around it each run a body (``bound > 0``). Of several such loops the innermost
+        entered is named: run in order, it is the first to spend its budget (in the first iteration
+        of the loops around it), as it was when each loop checked after itself. (The interpreters
+        let outer iterations run ahead, up to ``parallel_iterations``, and may name an outer loop
+        that is over its bound too.)
 
         Why: a check after each loop writes the error word, which then is a loop variable of every
         loop around it, and XLA:CPU compiled a 64-level nest in twice the time of JAX's own (see
@@ -909,7 +969,15 @@ class Emitter:
         keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
         count = next((j for j in keep if starts.get(j) == 0), None)
 
-        head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 and cannot_fail(r.nodes)
+        head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 \
+            and cannot_fail(r.nodes, counter_merges(r))
+        # the counter's range in every body (``fast.ranges``): from its start to the bound less one
+        found = bounded_counter(r)
+        ranged: Optional[tuple[int, int, int]] = None
+        if found is not None and twin.get(found[0], found[0]) in starts:
+            bound = base.get(key(found[1]))
+            if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
+                ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
         chain = self._counted_chain(r, env) if head else []
         if chain:
             saved_state = dict(self.state)
@@ -928,8 +996,12 @@ class Emitter:
             saved, self.max_iter = self.max_iter, mi
             if framed:
                 self.frames.append(number)
+            vals = full(kept)
+            mark = self.ranges.mark()
+            if ranged is not None:
+                self.ranges.add(vals[ranged[0]], ranged[1], ranged[2])
             try:
-                henv, pred = header(full(kept), False, hvals)
+                henv, pred = header(vals, False, hvals)
                 benv = side(henv, pred, 1)
                 self.run_items(r.body, benv)
                 nxt = [self.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in keep]
@@ -937,6 +1009,7 @@ class Emitter:
                 self.max_iter = saved
                 if framed:
                     self.frames.pop()
+                self.ranges.forget(mark)
             return _jnp_tree((nxt, self.state, None if iters is None else iters + 1, (hvals, mi)))
 
         c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
@@ -980,31 +1053,52 @@ class HoistConflict(Exception):
     them in."""
 
 
-def counted_bound(r: WhileRegion) -> Optional[Node]:
-    """The invariant Enter that gives loop ``r`` its bound when ``r`` is *counted*: its header is one
-    ``Less(counter, bound)``, the counter an int32 loop variable entered as the constant 0 and
-    advanced by 1 (``counters``), the bound a value entered unchanged (``is_constant``). Such a loop
-    runs exactly ``bound`` bodies (none when ``bound <= 0``). ``None`` for any other loop. (Whether
-    its check may be hoisted also depends on what else can fail in it: ``cannot_fail``, which also
-    keeps out gradient stacks.)"""
-    if len(r.header) != 1 or r.header[0] is not r.loop_cond.inputs[0].node:
+def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
+    """``(j, bound)`` when loop ``r``'s header is one ``Less(counter, bound)`` on loop variable ``j``,
+    a counter (``counters``): in every body that runs, the counter is below ``bound`` and no lower
+    than where it started (``fast.ranges``). ``None`` for any other loop."""
+    if len(r.header) != 1 or r.header[0] is not r.loop_cond.inputs[0].node or r.loop_cond.inputs[0].index != 0:
         return None
     less = r.header[0]
-    if not isinstance(less, Node) or less.op != "Less" or r.loop_cond.inputs[0].index != 0:
+    if not isinstance(less, Node) or less.op != "Less":
         return None
     count, bound = less.inputs
-    inv = bound.node if bound.index == 0 and bound.node in r.invariants else None
-    if inv is None:
-        return None
     for j in counters(r):
-        e, m = r.loop_vars[j][0], r.loop_vars[j][1]
-        start = e.inputs[0].node
-        if count.node is m and count.index == 0 and start.op == "Const" \
-                and np.asarray(start.attrs.get("value")).shape == () and int(start.attrs["value"]) == 0:
-            break
-    else:
+        if count.node is r.loop_vars[j][1] and count.index == 0:
+            return j, bound
+    return None
+
+
+def counter_merges(r: WhileRegion) -> frozenset[int]:
+    """The ids of the counter Merges of ``r`` and of the loops nested in it whose headers bound them
+    (``bounded_counter``): the indices computed from these may be proved in range while tracing."""
+    out = set()
+    for w in walk([r]):
+        if isinstance(w, WhileRegion):
+            found = bounded_counter(w)
+            if found is not None:
+                out.add(w.loop_vars[found[0]][1].id)
+    return frozenset(out)
+
+
+def counted_bound(r: WhileRegion) -> Optional[tuple[Node, int]]:
+    """The invariant Enter that gives loop ``r`` its bound, and where its counter starts, when ``r``
+    is *counted*: its header is one ``Less(counter, bound)``, the counter an int32 loop variable
+    entered as a constant ``start >= 0`` and advanced by 1 (``counters``), the bound a value entered
+    unchanged (``is_constant``). Such a loop runs exactly ``max(bound, start) - start`` bodies (a
+    fold without an initializer starts at 1). ``None`` for any other loop. (Whether its check may be
+    hoisted also depends on what else can fail in it: ``cannot_fail``, which also keeps out
+    gradient stacks.)"""
+    found = bounded_counter(r)
+    if found is None:
         return None
-    return inv
+    j, bound = found
+    inv = bound.node if bound.index == 0 and bound.node in r.invariants else None
+    start = r.loop_vars[j][0].inputs[0].node
+    if inv is None or start.op != "Const" or np.asarray(start.attrs.get("value")).shape != () \
+            or int(start.attrs["value"]) < 0:
+        return None
+    return inv, int(start.attrs["value"])
 
 
 #: ops whose lowering never writes the error word (whatever the shapes their rule accepts), and ops
@@ -1018,17 +1112,32 @@ NEVER_FAIL = frozenset({
     "Exp", "Log", "Sqrt", "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
     "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "MatMul", "Transpose", "ExpandDims", "Concat",
     "Pack", "Reshape", "Sum", "Mean", "StopGradient", "ZerosLike", "OnesLike", "Shape", "Size",
-    "BroadcastLike", "SumToLike", "TensorArraySize", "VarHandle", "ReadVariable",
+    "BroadcastLike", "SumToLike", "TensorArraySize", "TensorArrayUnstack", "VarHandle", "ReadVariable",
 })
 FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
 
+#: ops from which an inner loop's bound may be computed at the head of its nest
+#: (``Emitter._bound_at_head``): no effects, and static results from static inputs
+BOUND_OPS = frozenset({"Const", "Identity", "Shape", "Size", "GetItem", "TensorArraySize", "Add", "Sub", "Mul",
+                       "Maximum", "Minimum"})
+#: how deep a bound's expression is followed
+BOUND_DEPTH = 16
 
-def cannot_fail(nodes: list[Node]) -> bool:
+
+def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset()) -> bool:
     """Whether no node of ``nodes`` can write the error word when traced: each is in ``NEVER_FAIL``,
-    in ``FLOAT_ONLY_FAIL`` with a float result, or a ``Cast`` other than float to integer (the one
-    cast that checks its values: a NaN, an infinity or a value out of the integer's range fails)."""
+    in ``FLOAT_ONLY_FAIL`` with a float result, a ``Cast`` other than float to integer (the one cast
+    that checks its values: a NaN, an infinity or a value out of the integer's range fails), or an
+    indexing whose index comes from the loop counters ``counted`` (``counter_merges``) and values
+    known when tracing (``ranges.from_counter``): a TensorArray read, or a ``GetItem`` whose every
+    run-time index does (one of constant indices only fails, if at all, when traced). Such an
+    index is proved in range while tracing (``fast.ranges``); a read whose TensorArray holds fewer
+    elements than the loop's bound is still checked, and the nest is then traced again with its
+    checks after each loop (``HoistConflict``)."""
     return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and n.outputs[0].dtype.is_floating)
                or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
+               or (n.op == "TensorArrayRead" and from_counter(n.inputs[1], counted))
+               or (n.op == "GetItem" and all(from_counter(t, counted) for t in n.inputs[1:]))
                for n in nodes)
 
 

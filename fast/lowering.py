@@ -16,6 +16,7 @@ have rules that the region emitter (``emit``) applies as part of a Cond or While
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Optional, Protocol
@@ -29,6 +30,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
+from turnout.fast.ranges import known_within
 from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
 from turnout.graph import Node, Tensor
 from turnout.kernels import sums_to, ta_element_mismatch
@@ -328,8 +330,9 @@ def _index(ctx: LoweringContext, n: Node, shape: Sequence[int], dyn: Sequence[An
     for i, e in enumerate(n.attrs["spec"]):
         if e["kind"] == "index":
             v = val(e["value"], "index")
-            ctx.check((v >= -shape[i]) & (v < shape[i]),
-                      f"{describe_node(n)}: GetItem: index out of range for dimension {i} of size {shape[i]}")
+            if not known_within(ctx, v, -shape[i], shape[i] - 1):
+                ctx.check((v >= -shape[i]) & (v < shape[i]),
+                          f"{describe_node(n)}: GetItem: index out of range for dimension {i} of size {shape[i]}")
             idx.append(v)
         else:
             idx.append(slice(val(e["start"], "slice"), val(e["stop"], "slice"), val(e["step"], "slice")))
@@ -576,9 +579,17 @@ def _sum_to_like(ctx, n, xs):
 
 # ---- TensorArray -----------------------------------------------------------------------------------
 def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
+    if known_within(ctx, i, 0, ta.size - 1):  # a fold's counter (``fast.ranges``): nothing to check
+        return i
     ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: {op}: index out of range for a TensorArray of "
               f"size {ta.size}")
     return jnp.clip(i, 0, max(ta.size - 1, 0))
+
+
+#: ``lax.dynamic_slice`` told that its indices are not negative (no wrapping), where the installed
+#: JAX lets it be told
+_NO_WRAP: dict[str, Any] = ({"allow_negative_indices": False}
+                            if "allow_negative_indices" in inspect.signature(jax.lax.dynamic_slice).parameters else {})
 
 
 @_r("TensorArrayNew")
@@ -630,8 +641,14 @@ def _ta_read(ctx, n, xs):
     j = _ta_index(ctx, n, ta, i, "TensorArrayRead")
     if not ta.size:
         return [jnp.zeros(ta.elem_shape, ta.dtype)]
-    ctx.check(ta.mask[j] > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
-    return [ta.buf[j]]
+    if not ta.full:
+        ctx.check(ta.mask[j] > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
+    if is_static(j):
+        return [ta.buf[int(j)]]
+    # (``j`` is in range: ``buf[j]`` would also wrap a negative index, a compare and a select more;
+    # the lax primitives, not ``lax.dynamic_index_in_dim``, which is a nested jit call to trace)
+    start = (jnp.asarray(j, jnp.int32),) + (np.int32(0),) * len(ta.elem_shape)
+    return [jax.lax.squeeze(jax.lax.dynamic_slice(ta.buf, start, (1, *ta.elem_shape), **_NO_WRAP), (0,))]
 
 
 @_r("TensorArrayStack")
@@ -649,7 +666,7 @@ def _ta_stack(ctx, n, xs):
 @_r("TensorArrayUnstack")
 def _ta_unstack(ctx, n, xs):
     v = jnp.asarray(xs[0])
-    return [TA(v.shape[0], v.dtype, tuple(v.shape[1:]), v, jnp.ones((v.shape[0],), MASK_DTYPE))]
+    return [TA(v.shape[0], v.dtype, tuple(v.shape[1:]), v, jnp.ones((v.shape[0],), MASK_DTYPE), full=True)]
 
 
 @_r("TensorArraySize")

@@ -65,8 +65,12 @@ class TA:
     """
 
     def __init__(self, size: int, dtype: Any, elem_shape: Optional[tuple[int, ...]],
-                 buf: Any = None, mask: Any = None) -> None:
+                 buf: Any = None, mask: Any = None, full: bool = False) -> None:
         self.size, self.dtype, self.elem_shape, self.buf, self.mask = size, np.dtype(dtype), elem_shape, buf, mask
+        #: every slot is known written (an unstacked tensor): a read need not look at the mask. Not
+        #: part of the tree structure, so it is lost (and the reads check) wherever the array
+        #: crosses a ``lax`` boundary; a loop's body reads the array it closes over, flag and all.
+        self.full = full
 
     @property
     def pending(self) -> bool:

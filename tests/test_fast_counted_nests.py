@@ -284,3 +284,101 @@ def test_counted_nests_agree_with_the_interpreter(data: Any) -> None:
         assert got[0] == "value" and np.isclose(got[1], want[1], rtol=_rounding(bounds))
     else:
         assert got == want
+
+
+# ---- folds: reads at the counter cannot fail (``fast.ranges``) ------------------------------------
+FOLDS = {"foldl": tn.foldl, "foldr": tn.foldr}
+
+
+def _fold_nest(fold: str, depth: int, init: bool, x_shape: Any = (3,)) -> tuple[tn.Graph, Any, Any]:
+    """``depth`` folds nested in one another over one fed vector, each step adding the inner fold of
+    its element (without an initializer a fold starts from an element, its counter from 1)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, list(x_shape), name="x")
+        f = FOLDS[fold]
+
+        def level(d: int) -> Any:
+            if d == depth - 1:
+                return lambda c, e: c * 0.5 + e
+            return lambda c, e: c + f(level(d + 1), x, initializer=e if init else None) * 0.25
+
+        y = f(level(0), x, initializer=tn.constant(0.0) if init else None)
+    return g, x, y
+
+
+@pytest.mark.parametrize("init", [True, False], ids=["initializer", "from an element"])
+@pytest.mark.parametrize("fold", sorted(FOLDS))
+def test_a_nest_of_folds_reads_its_elements_without_checks(fold: str, init: bool) -> None:
+    """The folds' reads at their counters (``n - 1 - i`` for ``foldr``) are proved in range while
+    tracing, and the inner folds' bounds (the length of their elements, taken inside the outer
+    bodies) are known at the head: the nest's bodies select no error word, and its values are the
+    interpreter's."""
+    g, x, y = _fold_nest(fold, 3, init)
+    xv = np.array([0.5, -1.0, 2.0], np.float32)
+    bodies = _traced_bodies(g, y, {x: xv})
+    assert len(bodies) == 3 and not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+    for v in (xv, np.array([3.0, 0.25, -0.5], np.float32)):
+        want = tn.Session(g).run(y, {x: v})
+        assert np.allclose(tn.Session(g, backend="fast").run(y, {x: v}), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("init", [True, False], ids=["initializer", "from an element"])
+@pytest.mark.parametrize("fold", sorted(FOLDS))
+def test_a_nest_of_folds_runs_away_where_the_interpreter_does(fold: str, init: bool) -> None:
+    """The hoisted bounds count the bodies each fold runs: three with an initializer, two from an
+    element; a budget below that fails, as the interpreter does."""
+    g, x, y = _fold_nest(fold, 2, init)
+    feed = {x: np.array([0.5, -1.0, 2.0], np.float32)}
+    for mi in (1, 2, 3, 4):
+        _same_outcome(_outcome("fast", g, y, feed, mi), _outcome("reference", g, y, feed, mi))
+
+
+def test_a_fold_over_elements_of_different_lengths_reads_out_of_range_as_the_interpreter_does() -> None:
+    """Two element tensors whose lengths are known only when fed: the fold's bound is the first's
+    length, so a shorter second cannot be proved in range and is checked (the nest is traced again
+    with its checks, ``HoistConflict``); the read past its end fails as on the interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [None], name="a")
+        b = tn.placeholder(tn.float32, [None], name="b")
+        # (one iteration at a time: the interpreter then meets the inner fold's failing read first,
+        # as the compiled nest does; with outer iterations running ahead, the outer fold's may come
+        # first)
+        y = tn.foldl(lambda c, e: c + tn.foldl(lambda c2, e2: c2 + e2[0] * e2[1], (a, b), initializer=e[0] * e[1],
+                                               parallel_iterations=1),
+                     (a, b), initializer=tn.constant(0.0), parallel_iterations=1)
+    for av, bv in [([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]), ([1.0, 2.0, 3.0], [4.0, 5.0]), ([1.0], [2.0, 3.0])]:
+        feed = {a: np.array(av, np.float32), b: np.array(bv, np.float32)}
+        assert _outcome("fast", g, y, feed, 10) == _outcome("reference", g, y, feed, 10), (av, bv)
+
+
+def test_a_read_at_a_fed_bound_is_checked() -> None:
+    """A loop that reads an unstacked vector at its counter up to a fed bound: the bound is not known
+    when tracing, so the read is checked, and a bound past the vector's end fails as on the
+    interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        ta = tn.TensorArray(tn.float32, size=3).unstack(x)
+        _, y = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + ta.read(i)),
+                             [tn.constant(0), tn.constant(0.0)])
+    for nv in (0, 2, 3, 4):
+        feed = {x: np.array([1.0, 2.0, 4.0], np.float32), n: nv}
+        assert _outcome("fast", g, y, feed, 10) == _outcome("reference", g, y, feed, 10), nv
+
+
+@pytest.mark.parametrize("length", [4, 3])
+def test_an_index_at_the_counter_is_proved_or_checked(length: int) -> None:
+    """``x[i]`` and ``x[n - 1 - i]`` for ``i < n`` over a vector of static length: in range when
+    the vector holds ``n`` elements; with a bound past its end, the index out of range is the
+    interpreter's error."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [length], name="x")
+        n = tn.constant(4)
+        _, y = tn.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + x[i] * x[n - 1 - i]),
+                             [tn.constant(0), tn.constant(0.0)])
+    feed = {x: np.arange(1, length + 1, dtype=np.float32)}
+    assert _outcome("fast", g, y, feed, 10) == _outcome("reference", g, y, feed, 10)
