@@ -1,5 +1,6 @@
 """Compile time against program size: a ``case`` with many branches, deeply nested loops, deeply
-nested conds, each side by side with the hand-written JAX program of the same shape.
+nested conds, deeply nested folds, each side by side with the hand-written JAX program of the same
+shape (the folds against nested ``lax.scan``).
 
 Why: the fast backend compiles by *tracing* the region tree into ``lax`` control flow. If a region
 were traced more than once per enclosing trace (say, once to learn its result types and again inside
@@ -8,6 +9,8 @@ first ``Session.run`` of a fresh graph (raising, tracing, XLA compilation and on
 first call of a fresh ``jax.jit`` function (tracing, compilation and one run) at sizes 2 to 64, so
 growth and the ratio to JAX are both visible. The trip counts are fed (one iteration per loop) and
 the conds' predicates depend on a fed value, so nothing folds away at trace time on either side.
+The folds run over a fed one-element vector: their trip counts are its length, known when tracing,
+on both sides.
 
 Run it alone with ``python3 benchmarks/compile_time.py [--quick] [--plot PATH]``; ``benchmarks/run.py``
 runs it with the others.
@@ -31,10 +34,11 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import turnout as tn  # noqa: E402
+from turnout.fast.deep import call_deep  # noqa: E402
 
 SIZES = [2, 4, 8, 16, 32, 64]
 QUICK_SIZES = [2, 8, 32]
-SHAPES = ("case", "loops", "conds")
+SHAPES = ("case", "loops", "conds", "folds")
 
 
 # ---- Turnout programs ------------------------------------------------------------------------------
@@ -61,6 +65,15 @@ def build(shape: str, n: int) -> tuple[tn.Graph, tn.Tensor, dict[str, tn.Tensor]
                 return w  # type: ignore[no-any-return]
 
             return g, loops(n, x), {"x": x, "trips": trips}
+        if shape == "folds":
+            xs = tn.placeholder(tn.float32, [1], name="xs")
+
+            def folds(d: int) -> Callable[[Any, Any], Any]:
+                if d == 1:
+                    return lambda c, e: c * 1.5 + e
+                return lambda c, e: c + tn.foldl(folds(d - 1), xs, initializer=e)
+
+            return g, tn.foldl(folds(n), xs, initializer=x), {"x": x, "xs": xs}
         if shape == "conds":
             def conds(d: int) -> tn.Tensor:
                 if d == n:
@@ -76,6 +89,8 @@ def feeds(shape: str, n: int) -> dict[str, Any]:
         return {"x": np.float32(3.0), "idx": np.int32(n - 1)}
     if shape == "loops":
         return {"x": np.float32(3.0), "trips": np.int32(1)}
+    if shape == "folds":
+        return {"x": np.float32(3.0), "xs": np.array([0.5], np.float32)}
     return {"x": np.float32(n + 1.0)}  # every predicate true: the innermost branch runs
 
 
@@ -100,6 +115,16 @@ def jax_program(shape: str, n: int) -> Callable[..., Any]:
             return nest(n, x)
 
         return loops
+    if shape == "folds":
+        def folds(x: Any, xs: Any) -> Any:
+            def nest(d: int) -> Callable[[Any, Any], Any]:
+                if d == 1:
+                    return lambda c, e: (c * 1.5 + e, None)
+                return lambda c, e: (c + jax.lax.scan(nest(d - 1), e, xs)[0], None)
+
+            return jax.lax.scan(nest(n), x, xs)[0]
+
+        return folds
 
     def conds(x: Any) -> Any:
         def nest(d: int) -> Any:
@@ -134,7 +159,10 @@ def measure(shape: str, n: int, repeat: int = 1) -> dict[str, Any]:
         fn = jax_program(shape, n)
         gc.collect()
         t0 = time.perf_counter()
-        want = np.asarray(jax.jit(fn)(*fv.values()))
+        if n > 32:  # JAX lowers a nest of scans recursively: deep ones need the room Turnout gives its own
+            want = call_deep(lambda: np.asarray(jax.jit(fn)(*fv.values())), nesting=n)  # noqa: B023
+        else:
+            want = np.asarray(jax.jit(fn)(*fv.values()))
         jx.append(time.perf_counter() - t0)
     fast_s, jax_s = min(fast), min(jx)
     return {"shape": shape, "n": n, "fast_s": fast_s, "jax_s": jax_s, "ratio": fast_s / jax_s,
@@ -149,6 +177,8 @@ def run(quick: bool, shapes: tuple[str, ...] = SHAPES, repeat: int = 1) -> dict[
     for shape in shapes:
         for n in sizes:
             rows.append(measure(shape, n, repeat))
+    # (not folds: JAX's own nest of 100 ``lax.scan`` overflows the C stack while it is lowered, here;
+    # Turnout's runs, 1.2 s on 2026-11-27)
     deep = [] if quick else [measure(s, 100, repeat) for s in ("loops", "conds") if s in shapes]
     return {"name": "compile_time", "sizes": sizes, "rows": rows, "deep": deep}
 
@@ -163,7 +193,8 @@ def plot(res: dict[str, Any], path: str) -> None:
     shapes = [s for s in SHAPES if any(r["shape"] == s for r in res["rows"])]
     fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.6), sharey=False, squeeze=False)
     axes = axes[0]
-    titles = {"case": "tn.case with n branches", "loops": "n nested while loops", "conds": "n nested conds"}
+    titles = {"case": "tn.case with n branches", "loops": "n nested while loops", "conds": "n nested conds",
+              "folds": "n nested foldl"}
     for ax, shape in zip(axes, shapes, strict=True):
         rows = [r for r in res["rows"] + res.get("deep", []) if r["shape"] == shape]
         rows.sort(key=lambda r: r["n"])

@@ -270,6 +270,12 @@ class Emitter:
         #: the integer ranges of traced values (``fast.ranges``): the counters of the counted loops
         #: whose bodies are being traced, and what is computed from them
         self.ranges = Ranges()
+        #: TensorArrayWrite node id -> the slots its array was known to hold written when the loop
+        #: that writes it was entered, while that loop's body is traced (``fresh_write``,
+        #: ``ranges.first_write``)
+        self.fresh_writes: dict[int, frozenset[int]] = {}
+        #: id(WhileRegion) -> the ids of the nodes in it (``_bound_at_head``)
+        self._inside: dict[int, frozenset[int]] = {}
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -787,8 +793,9 @@ class Emitter:
             if counted is None or not loop_number(self.program, loop):
                 break
             inv, start = counted
-            t = inv.inputs[0]
-            for outer in reversed(levels):  # the bound as the chain's head sees it
+            t = inv.inputs[0] if inv.op != "Const" else inv.outputs[0]
+            # the bound as the chain's head sees it
+            for outer in reversed(levels if inv.op != "Const" else []):
                 if t.index != 0 or t.node not in outer.invariants:
                     bound = self._bound_at_head(inv.inputs[0], levels, env)
                     if bound is None:
@@ -796,7 +803,7 @@ class Emitter:
                     break
                 t = t.node.inputs[0]
             else:
-                bound = self.read(env, t, inv)
+                bound = self.read(env, t, inv) if inv.op != "Const" else np.asarray(inv.attrs["value"], np.int32)
             if start:  # the number of bodies (no overflow: both are at least ``start >= 0``)
                 b = jnp.asarray(bound, jnp.int32)
                 bound = jax.lax.sub(jax.lax.max(b, np.int32(start)), np.int32(start))
@@ -816,18 +823,20 @@ class Emitter:
         (``shape(x)[0]``); the value is known when tracing, but it is not one entered from the head,
         and without it the inner loop's bound is checked after the inner loop, so every level of
         the nest carries the error word."""
-        inside = {n.id for n in levels[0].nodes}
+        inside = self._inside.get(id(levels[0]))
+        if inside is None:
+            inside = self._inside[id(levels[0])] = frozenset(n.id for n in levels[0].nodes)
         invariants = {n.id for lv in levels for n in lv.invariants}
         done: Env = {}
 
         def value(u: Tensor, depth: int) -> Any:
+            while u.node.op == "Enter" and u.node.id in invariants:  # (one hop per level of the nest)
+                u = u.node.inputs[0]
             n = u.node
             if n.id not in inside:
                 return env.get(key(u))
-            if depth > BOUND_DEPTH:
+            if depth > BOUND_DEPTH or n.op == "Enter":
                 return None
-            if n.op == "Enter":
-                return value(n.inputs[0], depth + 1) if n.id in invariants else None
             # (control inputs are left out: inside a body they tie a node to its frame, and the bound
             # is only needed where the loops around it run a body, ``_hoist_checks``)
             if n.op not in BOUND_OPS or (n.op == "GetItem" and len(n.inputs) > 1):
@@ -955,6 +964,14 @@ class Emitter:
             for x in r.exits:
                 env[key(x.outputs[0])] = DEAD
             return
+        # A TensorArray that enters still without an element shape (a map's output) takes the one its
+        # writes have in the graph, when that is known: the carry is then settled, and the body is
+        # traced once (``loop_body``). Learnt by tracing the body (``discover``), it cost a second
+        # trace of the body, and of every loop in it: 2^k traces of a nest of k maps.
+        for j, w in own_writes(r):
+            v, shape = vals0[j], w.inputs[2].shape
+            if isinstance(v, TA) and v.pending and shape is not None and all(d is not None for d in shape):
+                vals0[j] = v.materialize(tuple(shape))
         _, p0 = header(vals0, True)
         if is_static(p0) and not bool(p0):
             finish(vals0, True)
@@ -971,11 +988,16 @@ class Emitter:
 
         head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 \
             and cannot_fail(r.nodes, counter_merges(r))
-        # the counter's range in every body (``fast.ranges``): from its start to the bound less one
+        # the counter's range in every body (``fast.ranges``): from its start to the bound less one;
+        # the loop variables each body writes at a slot that moves with it, whose entry values say
+        # which slots they hold written
+        fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
+                 if isinstance(vals0[j], TA) and vals0[j].written is not None}
         found = bounded_counter(r)
         ranged: Optional[tuple[int, int, int]] = None
         if found is not None and twin.get(found[0], found[0]) in starts:
-            bound = base.get(key(found[1]))
+            b = found[1].node
+            bound = base.get(key(found[1])) if b.op != "Const" else np.asarray(b.attrs["value"])
             if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
                 ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
         chain = self._counted_chain(r, env) if head else []
@@ -998,8 +1020,10 @@ class Emitter:
                 self.frames.append(number)
             vals = full(kept)
             mark = self.ranges.mark()
+            writes = self.fresh_writes
             if ranged is not None:
                 self.ranges.add(vals[ranged[0]], ranged[1], ranged[2])
+                self.fresh_writes = {**writes, **fresh}
             try:
                 henv, pred = header(vals, False, hvals)
                 benv = side(henv, pred, 1)
@@ -1010,24 +1034,40 @@ class Emitter:
                 if framed:
                     self.frames.pop()
                 self.ranges.forget(mark)
+                self.fresh_writes = writes
             return _jnp_tree((nxt, self.state, None if iters is None else iters + 1, (hvals, mi)))
 
         c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
               ([base[k] for k in hkeys], self.max_iter))
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
+        # A loop of a nest whose bounds were checked before it (``_hoist_checks``) runs inside a
+        # ``lax.cond`` on that check (below): it needs no iteration bound of its own, and its test
+        # is its header alone, where XLA sees its trip count when the bound is static.
+        bounded = id(r) not in self.hoisted
+
         def cond(c: Any) -> Any:
             kept, state, iters, (hvals, mi) = c
             vals = full(kept)
             _, pred = header(vals, False, hvals)
-            ok = jnp.asarray(pred, bool) & ((vals[count] if count is not None else iters) < mi)
+            ok = jnp.asarray(pred, bool)
+            if bounded:
+                ok = ok & ((vals[count] if count is not None else iters) < mi)
             return ok & (state["err"] == 0) if stop else ok
 
         self.hoist_depth += bool(chain)
         try:
             try:
                 c0, traced = self.loop_body(body, _jnp_tree(c0), r)
-                kept, self.state, _, _ = self._while_loop(r, cond, traced, c0)
+                if chain:
+                    # the nest runs only when its checks (and everything before it) passed: a run
+                    # with the error word set returns no value, and nothing in the nest has an
+                    # effect (``cannot_fail``), so skipping it is invisible
+                    ok = jax.lax.eq(jnp.asarray(self.state["err"], jnp.int32), np.int32(0))
+                    kept, self.state, _, _ = jax.lax.cond(
+                        ok, lambda c: self._while_loop(r, cond, traced, c), lambda c: c, c0)
+                else:
+                    kept, self.state, _, _ = self._while_loop(r, cond, traced, c0)
             finally:
                 self.hoist_depth -= bool(chain)
         except HoistConflict:
@@ -1055,12 +1095,12 @@ class HoistConflict(Exception):
 
 def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
     """``(j, bound)`` when loop ``r``'s header is one ``Less(counter, bound)`` on loop variable ``j``,
-    a counter (``counters``): in every body that runs, the counter is below ``bound`` and no lower
-    than where it started (``fast.ranges``). ``None`` for any other loop."""
-    if len(r.header) != 1 or r.header[0] is not r.loop_cond.inputs[0].node or r.loop_cond.inputs[0].index != 0:
-        return None
-    less = r.header[0]
-    if not isinstance(less, Node) or less.op != "Less":
+    a counter (``counters``), beside constants (``i < 10`` makes its 10 in the header): in every body
+    that runs, the counter is below ``bound`` and no lower than where it started (``fast.ranges``).
+    ``None`` for any other loop."""
+    less = r.loop_cond.inputs[0].node
+    if r.loop_cond.inputs[0].index != 0 or less.op != "Less" \
+            or not all(it is less or (isinstance(it, Node) and it.op == "Const") for it in r.header):
         return None
     count, bound = less.inputs
     for j in counters(r):
@@ -1081,19 +1121,70 @@ def counter_merges(r: WhileRegion) -> frozenset[int]:
     return frozenset(out)
 
 
+def fresh_writes(r: WhileRegion) -> list[tuple[int, Node]]:
+    """``(j, write)`` for each loop variable ``j`` of ``r`` whose next value is its own value written
+    once, by ``write``, at a slot that moves with the loop's bounded counter (``bounded_counter``):
+    the counter itself, or the counter plus or minus values known when tracing (a scan's ``i``, a
+    reversed scan's ``n - 1 - i``). No two bodies write one slot, so the write is the slot's first
+    when no slot of its range was written before the loop (``ranges.first_write``)."""
+    found = bounded_counter(r)
+    if found is None:
+        return []
+    counter = r.loop_vars[found[0]][1].id
+    return [(j, w) for j, w in own_writes(r) if _moves_with(w.inputs[1], counter)]
+
+
+def own_writes(r: WhileRegion) -> list[tuple[int, Node]]:
+    """``(j, write)`` for each loop variable ``j`` of ``r`` whose next value is its own value (read
+    through its Switch) written once, by ``write``: a scan's or a map's output TensorArray."""
+    out = []
+    for j, (_, m, nx, _, _) in enumerate(r.loop_vars):
+        w = _through_identities(nx.inputs[0]).node
+        if w.op != "TensorArrayWrite":
+            continue
+        src = _through_identities(w.inputs[0])
+        if src.node.op == "Switch" and src.index == 1 and src.node.inputs[0].node is m:
+            out.append((j, w))
+    return out
+
+
+def _through_identities(t: Tensor) -> Tensor:
+    while t.node.op == "Identity":
+        t = t.node.inputs[0]
+    return t
+
+
+def _moves_with(t: Tensor, counter: int, depth: int = 0) -> bool:
+    """Whether ``t`` is ``counter`` (a Merge's id, read through its Switch) moved by Add and Sub of
+    values known when tracing: a different value in every body."""
+    t = _through_identities(t)
+    n = t.node
+    if depth > 16:
+        return False
+    if n.id == counter or (n.op == "Switch" and t.index == 1 and n.inputs[0].node.id == counter):
+        return True
+    if n.op == "Add" or n.op == "Sub":
+        a, b = n.inputs
+        if _moves_with(a, counter, depth + 1):
+            return from_counter(b, frozenset())
+        return _moves_with(b, counter, depth + 1) and from_counter(a, frozenset())
+    return False
+
+
 def counted_bound(r: WhileRegion) -> Optional[tuple[Node, int]]:
-    """The invariant Enter that gives loop ``r`` its bound, and where its counter starts, when ``r``
-    is *counted*: its header is one ``Less(counter, bound)``, the counter an int32 loop variable
-    entered as a constant ``start >= 0`` and advanced by 1 (``counters``), the bound a value entered
-    unchanged (``is_constant``). Such a loop runs exactly ``max(bound, start) - start`` bodies (a
-    fold without an initializer starts at 1). ``None`` for any other loop. (Whether its check may be
-    hoisted also depends on what else can fail in it: ``cannot_fail``, which also keeps out
-    gradient stacks.)"""
+    """The invariant Enter (or the header's constant) that gives loop ``r`` its bound, and where its
+    counter starts, when ``r`` is *counted*: its header is one ``Less(counter, bound)``, the counter
+    an int32 loop variable entered as a constant ``start >= 0`` and advanced by 1 (``counters``),
+    the bound a value entered unchanged (``is_constant``) or a constant. Such a loop runs exactly
+    ``max(bound, start) - start`` bodies (a fold without an initializer starts at 1). ``None`` for
+    any other loop. (Whether its check may be hoisted also depends on what else can fail in it:
+    ``cannot_fail``, which also keeps out gradient stacks.)"""
     found = bounded_counter(r)
     if found is None:
         return None
     j, bound = found
-    inv = bound.node if bound.index == 0 and bound.node in r.invariants else None
+    fixed = bound.node in r.invariants or bound.node.op == "Const"
+    inv = bound.node if bound.index == 0 and fixed else None
     start = r.loop_vars[j][0].inputs[0].node
     if inv is None or start.op != "Const" or np.asarray(start.attrs.get("value")).shape != () \
             or int(start.attrs["value"]) < 0:
@@ -1112,7 +1203,8 @@ NEVER_FAIL = frozenset({
     "Exp", "Log", "Sqrt", "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
     "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "MatMul", "Transpose", "ExpandDims", "Concat",
     "Pack", "Reshape", "Sum", "Mean", "StopGradient", "ZerosLike", "OnesLike", "Shape", "Size",
-    "BroadcastLike", "SumToLike", "TensorArraySize", "TensorArrayUnstack", "VarHandle", "ReadVariable",
+    "BroadcastLike", "SumToLike", "TensorArraySize", "TensorArrayUnstack", "TensorArrayNew",
+    "TensorArrayStackOrZeros", "VarHandle", "ReadVariable",
 })
 FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
 
@@ -1120,7 +1212,8 @@ FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
 #: (``Emitter._bound_at_head``): no effects, and static results from static inputs
 BOUND_OPS = frozenset({"Const", "Identity", "Shape", "Size", "GetItem", "TensorArraySize", "Add", "Sub", "Mul",
                        "Maximum", "Minimum"})
-#: how deep a bound's expression is followed
+#: how deep a bound's expression is followed (its hops from one loop of the nest to the loop around
+#: it not counted)
 BOUND_DEPTH = 16
 
 
@@ -1129,14 +1222,15 @@ def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset()) -> boo
     in ``FLOAT_ONLY_FAIL`` with a float result, a ``Cast`` other than float to integer (the one cast
     that checks its values: a NaN, an infinity or a value out of the integer's range fails), or an
     indexing whose index comes from the loop counters ``counted`` (``counter_merges``) and values
-    known when tracing (``ranges.from_counter``): a TensorArray read, or a ``GetItem`` whose every
-    run-time index does (one of constant indices only fails, if at all, when traced). Such an
-    index is proved in range while tracing (``fast.ranges``); a read whose TensorArray holds fewer
-    elements than the loop's bound is still checked, and the nest is then traced again with its
-    checks after each loop (``HoistConflict``)."""
+    known when tracing (``ranges.from_counter``): a TensorArray read or write, or a ``GetItem``
+    whose every run-time index does (one of constant indices only fails, if at all, when traced).
+    Such an index is proved in range while tracing (``fast.ranges``), and a write proved to be its
+    slot's first (``ranges.first_write``); what the trace cannot prove (a TensorArray shorter than
+    the loop's bound, a slot written twice) is still checked, and the nest is then traced again
+    with its checks after each loop (``HoistConflict``)."""
     return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and n.outputs[0].dtype.is_floating)
                or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
-               or (n.op == "TensorArrayRead" and from_counter(n.inputs[1], counted))
+               or (n.op in ("TensorArrayRead", "TensorArrayWrite") and from_counter(n.inputs[1], counted))
                or (n.op == "GetItem" and all(from_counter(t, counted) for t in n.inputs[1:]))
                for n in nodes)
 

@@ -30,7 +30,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
-from turnout.fast.ranges import known_within
+from turnout.fast.ranges import first_write, known_within
 from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
 from turnout.graph import Node, Tensor
 from turnout.kernels import sums_to, ta_element_mismatch
@@ -579,6 +579,13 @@ def _sum_to_like(ctx, n, xs):
 
 # ---- TensorArray -----------------------------------------------------------------------------------
 def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
+    """Slot ``i`` of ``ta``, checked to be in range (a constant, or an index the trace has proved in
+    range, needs no check: ``fast.ranges``), clamped into it: a Python int when it is a constant,
+    so that indexing with it is static."""
+    if is_static(i):
+        ctx.check(np.asarray(0 <= int(i) < ta.size), f"{describe_node(n)}: {op}: index out of range for a "
+                  f"TensorArray of size {ta.size}")
+        return min(max(int(i), 0), max(ta.size - 1, 0))
     if known_within(ctx, i, 0, ta.size - 1):  # a fold's counter (``fast.ranges``): nothing to check
         return i
     ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: {op}: index out of range for a TensorArray of "
@@ -586,10 +593,34 @@ def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
     return jnp.clip(i, 0, max(ta.size - 1, 0))
 
 
-#: ``lax.dynamic_slice`` told that its indices are not negative (no wrapping), where the installed
-#: JAX lets it be told
+def _start(x: Any, j: Any) -> tuple[Any, ...]:
+    return (jnp.asarray(j, jnp.int32),) + (np.int32(0),) * (jnp.ndim(x) - 1)
+
+
+def _slot(x: Any, j: Any) -> Any:
+    """``x[j]`` for a slot ``j`` in range (``_ta_index``): static indexing for a constant, else the lax
+    primitive, which does not wrap a negative index as ``x[j]`` does (a compare and a select more),
+    and is not a nested jit call to trace as ``lax.dynamic_index_in_dim`` is."""
+    if isinstance(j, int):
+        return x[j]
+    return jax.lax.squeeze(jax.lax.dynamic_slice(x, _start(x, j), (1, *jnp.shape(x)[1:]), **_NO_WRAP), (0,))
+
+
+def _put(x: Any, j: Any, v: Any) -> Any:
+    """``x.at[j].set(v)`` for a slot ``j`` in range (``_ta_index``), as ``_slot`` reads it."""
+    if isinstance(j, int):
+        return x.at[j].set(v)
+    update = jnp.reshape(jnp.asarray(v, x.dtype), (1, *jnp.shape(x)[1:]))
+    return jax.lax.dynamic_update_slice(x, update, _start(x, j), **_NO_WRAP_UPDATE)
+
+
+#: ``lax.dynamic_slice`` and ``lax.dynamic_update_slice`` told that their indices are not negative
+#: (no wrapping), where the installed JAX lets them be told
 _NO_WRAP: dict[str, Any] = ({"allow_negative_indices": False}
                             if "allow_negative_indices" in inspect.signature(jax.lax.dynamic_slice).parameters else {})
+_NO_WRAP_UPDATE: dict[str, Any] = (
+    {"allow_negative_indices": False}
+    if "allow_negative_indices" in inspect.signature(jax.lax.dynamic_update_slice).parameters else {})
 
 
 @_r("TensorArrayNew")
@@ -604,7 +635,7 @@ def _ta_new(ctx, n, xs):
         ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayNew: negative size {size}")
         size = 0
     es = n.attrs.get("element_shape")
-    ta = TA(size, _np(n.attrs["dtype"]), None)
+    ta = TA(size, _np(n.attrs["dtype"]), None, written=frozenset())
     if es is not None and all(d is not None for d in es):
         ta = ta.materialize(tuple(es))
     return [ta]
@@ -625,11 +656,26 @@ def _ta_write(ctx, n, xs):
         ta = ta.materialize(tuple(v.shape))
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
     if ta.size:
-        mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)
-        ctx.check(mask[j] == 1, f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
-                  "slots are write-once)")
-        return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].set(v), mask)]
+        if first_write(ctx, n, ta.written, i):  # (``fast.ranges``: no slot is written twice)
+            mask = _put(ta.mask, j, np.ones((), MASK_DTYPE))
+        else:
+            mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)
+            ctx.check(mask[j] == 1, f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
+                      "slots are write-once)")
+        return [TA(ta.size, ta.dtype, ta.elem_shape, _put(ta.buf, j, v), mask, written=_written(ta, i))]
     return [ta]
+
+
+#: the most constant slots whose writes a TensorArray's ``written`` records
+_WRITTEN_MAX = 64
+
+
+def _written(ta: TA, i: Any) -> Optional[frozenset[int]]:
+    """The slots known written after ``ta`` is written at ``i``: ``None`` (unknown) unless the
+    slots before were known and ``i`` is a constant."""
+    if ta.written is None or not is_static(i) or len(ta.written) >= _WRITTEN_MAX:
+        return None
+    return ta.written | {int(i)}
 
 
 @_r("TensorArrayRead")
@@ -642,13 +688,8 @@ def _ta_read(ctx, n, xs):
     if not ta.size:
         return [jnp.zeros(ta.elem_shape, ta.dtype)]
     if not ta.full:
-        ctx.check(ta.mask[j] > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
-    if is_static(j):
-        return [ta.buf[int(j)]]
-    # (``j`` is in range: ``buf[j]`` would also wrap a negative index, a compare and a select more;
-    # the lax primitives, not ``lax.dynamic_index_in_dim``, which is a nested jit call to trace)
-    start = (jnp.asarray(j, jnp.int32),) + (np.int32(0),) * len(ta.elem_shape)
-    return [jax.lax.squeeze(jax.lax.dynamic_slice(ta.buf, start, (1, *ta.elem_shape), **_NO_WRAP), (0,))]
+        ctx.check(_slot(ta.mask, j) > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
+    return [_slot(ta.buf, j)]
 
 
 @_r("TensorArrayStack")

@@ -80,6 +80,23 @@ def known_within(ctx: Any, v: Any, lo: int, hi: int) -> bool:
     return table is not None and table.within(v, lo, hi)
 
 
+def first_write(ctx: Any, n: Node, written: Optional[frozenset[int]], i: Any) -> bool:
+    """Whether the TensorArrayWrite ``n``, at index ``i`` of an array known to hold the slots
+    ``written`` written (``TA.written``, ``None`` when unknown), is known to write a slot nobody
+    wrote before: a constant index not among them, or a loop's one write to a loop variable at a
+    slot that moves with the loop's counter (``emit.fresh_writes``: no two bodies write one slot)
+    whose range holds none of the slots written when the loop was entered
+    (``Emitter.fresh_writes``)."""
+    if is_static(i) and written is not None:
+        return int(i) not in written
+    entry: Optional[frozenset[int]] = getattr(ctx, "fresh_writes", {}).get(n.id)
+    table = getattr(ctx, "ranges", None)
+    if entry is None or table is None:
+        return False
+    got = table.get(i)
+    return got is not None and not any(got[0] <= k <= got[1] for k in entry)
+
+
 RangeRule = Callable[[Sequence[Optional[Range]]], Optional[Range]]
 
 

@@ -65,12 +65,19 @@ class TA:
     """
 
     def __init__(self, size: int, dtype: Any, elem_shape: Optional[tuple[int, ...]],
-                 buf: Any = None, mask: Any = None, full: bool = False) -> None:
+                 buf: Any = None, mask: Any = None, full: bool = False,
+                 written: Optional[frozenset[int]] = None) -> None:
         self.size, self.dtype, self.elem_shape, self.buf, self.mask = size, np.dtype(dtype), elem_shape, buf, mask
-        #: every slot is known written (an unstacked tensor): a read need not look at the mask. Not
-        #: part of the tree structure, so it is lost (and the reads check) wherever the array
-        #: crosses a ``lax`` boundary; a loop's body reads the array it closes over, flag and all.
+        #: What the trace knows of the mask. ``full``: every slot is written (an unstacked tensor), so
+        #: a read need not look at the mask. ``written``: exactly these slots are written (a new
+        #: array, then writes at constant indices), ``None`` when unknown; a loop whose body writes
+        #: the slot its counter moves over needs no write-once check where none of these is in its
+        #: range (``Emitter.fresh_writes``). Neither is part of the tree structure, so both are
+        #: lost (and the checks made) wherever the array crosses a ``lax`` boundary; a loop's
+        #: body sees the arrays it closes over, and the emitter reads a loop's entry values
+        #: before they enter the loop.
         self.full = full
+        self.written = written
 
     @property
     def pending(self) -> bool:
@@ -78,7 +85,7 @@ class TA:
 
     def materialize(self, elem_shape: tuple[int, ...]) -> TA:
         return TA(self.size, self.dtype, tuple(elem_shape), jnp.zeros((self.size, *elem_shape), self.dtype),
-                  jnp.zeros((self.size,), MASK_DTYPE))
+                  jnp.zeros((self.size,), MASK_DTYPE), written=self.written)
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         aux = (self.size, self.dtype.str, self.elem_shape)

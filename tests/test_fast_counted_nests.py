@@ -323,6 +323,18 @@ def test_a_nest_of_folds_reads_its_elements_without_checks(fold: str, init: bool
         assert np.allclose(tn.Session(g, backend="fast").run(y, {x: v}), want, rtol=1e-6)
 
 
+def test_regression_a_deep_nest_of_folds_is_checked_once() -> None:
+    """Found by ``benchmarks/compile_time.py``: the inner folds' bounds were followed through at most
+    16 loops around them (``Emitter._bound_at_head`` counted each hop out of a loop against its
+    depth), so a 24-level nest of folds checked its 8 innermost loops after each, and compiled in
+    4.7 times JAX's time. Every level is now in the hoisted nest."""
+    g, x, y = _fold_nest("foldl", 24, True, x_shape=(1,))
+    bodies = _traced_bodies(g, y, {x: np.array([0.5], np.float32)})
+    assert len(bodies) == 24 and not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+    want = tn.Session(g).run(y, {x: np.array([0.5], np.float32)})
+    assert np.allclose(tn.Session(g, backend="fast").run(y, {x: np.array([0.5], np.float32)}), want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("init", [True, False], ids=["initializer", "from an element"])
 @pytest.mark.parametrize("fold", sorted(FOLDS))
 def test_a_nest_of_folds_runs_away_where_the_interpreter_does(fold: str, init: bool) -> None:
@@ -382,3 +394,150 @@ def test_an_index_at_the_counter_is_proved_or_checked(length: int) -> None:
                              [tn.constant(0), tn.constant(0.0)])
     feed = {x: np.arange(1, length + 1, dtype=np.float32)}
     assert _outcome("fast", g, y, feed, 10) == _outcome("reference", g, y, feed, 10)
+
+
+# ---- a hoisted nest runs inside a cond on its checks ----------------------------------------------
+def _static_nest(bound: int, depth: int) -> tuple[tn.Graph, Any, Any]:
+    """``depth`` counted loops, each over the constant ``bound``, around ``v * 1.5 + 1``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def level(d: int, v: Any) -> Any:
+            if d == depth:
+                return v * 1.5 + 1.0
+            _, w = tn.while_loop(lambda i, w: i < bound, lambda i, w: (i + 1, level(d + 1, w)),
+                                 [tn.constant(0), v], name=f"L{d}")
+            return w
+
+        y = level(0, x)
+    return g, x, y
+
+
+def test_a_nest_over_its_budget_is_not_run() -> None:
+    """Three loops of 10 000 iterations each under a budget of 100: the checks made before the nest
+    fail, and the nest, whose loops no longer test the budget themselves, is skipped (run, it would
+    take 10^12 iterations). The error is the interpreter's."""
+    g, x, y = _static_nest(10_000, 3)
+    assert _outcome("fast", g, y, {x: 1.0}, 100) == _outcome("reference", g, y, {x: 1.0}, 100)
+
+
+def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
+    """Each loop's test is its header's one comparison (no iteration bound), so XLA sees a constant
+    trip count; the nest sits in a ``cond`` on the checks made before it."""
+    g, x, y = _static_nest(2, 3)
+    sess = tn.Session(g, backend="fast")
+    assert sess.run(y, {x: 1.0}) == tn.Session(g).run(y, {x: 1.0})
+    (d,) = sess.backend._direct.values()
+    with jax.enable_x64(True):
+        jaxpr = d.fn.trace((np.float32(1.0),), (), np.int32(100)).jaxpr.jaxpr
+
+    def whiles(j: Any) -> list[Any]:
+        out = []
+        for e in j.eqns:
+            if e.primitive.name == "while":
+                out.append(e)
+            for sub in e.params.values():
+                for s in sub if isinstance(sub, (list, tuple)) else [sub]:
+                    inner = getattr(s, "jaxpr", None)
+                    if inner is not None and hasattr(inner, "eqns"):
+                        out += whiles(inner)
+        return out
+
+    loops = whiles(jaxpr)
+    assert len(loops) == 3
+    for w in loops:
+        assert [e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns] == ["lt"]
+    assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["cond"]
+
+
+# ---- scans and maps: writes at the counter are their slots' first ---------------------------------
+def _scan_nest(kind: str, depth: int, reverse: bool = False, init: bool = True) -> tuple[tn.Graph, Any, Any]:
+    """``depth`` scans (or maps) nested in one another over one fed three-element vector."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+
+        def step(d: int) -> Any:
+            if kind == "map":
+                if d == depth - 1:
+                    return lambda e: e * 2.0
+                return lambda e: e + tn.reduce_sum(tn.map_fn(step(d + 1), x))
+            if d == depth - 1:
+                return lambda c, e: c * 0.5 + e
+            return lambda c, e: c + tn.reduce_sum(tn.scan(step(d + 1), x, initializer=e if init else None,
+                                                          reverse=reverse)) * 0.25
+
+        if kind == "map":
+            y = tn.map_fn(step(0), x)
+        else:
+            y = tn.scan(step(0), x, initializer=tn.constant(0.0) if init else None, reverse=reverse)
+    return g, x, y
+
+
+@pytest.mark.parametrize(("kind", "reverse", "init"), [("scan", False, True), ("scan", True, True),
+                                                       ("scan", False, False), ("scan", True, False),
+                                                       ("map", False, True)])
+def test_a_nest_of_scans_writes_its_results_without_checks(kind: str, reverse: bool, init: bool) -> None:
+    """A scan writes each carry at its counter (``n - 1 - i`` reversed; without an initializer after
+    writing slot 0 or ``n - 1`` before the loop), a map each result: every write is its slot's first
+    (``ranges.first_write``), so the nest's bodies select no error word, and the values are the
+    interpreter's."""
+    g, x, y = _scan_nest(kind, 3, reverse, init)
+    xv = np.array([0.5, -1.0, 2.0], np.float32)
+    bodies = _traced_bodies(g, y, {x: xv})
+    assert len(bodies) == 3 and not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+    assert np.allclose(tn.Session(g, backend="fast").run(y, {x: xv}), tn.Session(g).run(y, {x: xv}), rtol=1e-6)
+
+
+def test_a_nest_of_maps_traces_each_loop_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map's output TensorArray enters its loop without an element shape; it takes its writes'
+    static shape before the body is traced, so each loop of a nest of six maps is traced once (it
+    was traced again once its shape was learnt, and a nest of ``k`` maps ``2^k`` times)."""
+    from turnout.fast import emit
+
+    calls: list[int] = []
+    traced = emit.Emitter.run_light_while
+
+    def counting(self: Any, r: Any, env: Any) -> None:
+        calls.append(1)
+        traced(self, r, env)
+
+    monkeypatch.setattr(emit.Emitter, "run_light_while", counting)
+    g, x, y = _scan_nest("map", 6)
+    xv = np.array([0.5, -1.0, 2.0], np.float32)
+    got = tn.Session(g, backend="fast").run(y, {x: xv})
+    assert len(calls) == 6
+    assert np.allclose(got, tn.Session(g).run(y, {x: xv}), rtol=1e-6)
+
+
+def test_a_loop_writing_a_slot_written_before_it_fails_as_the_interpreter_does() -> None:
+    """Slot 1 is written before a loop that writes slots 0 to 2 at its counter: the write is not
+    proved a first write, it is checked, and the second write of slot 1 fails on both backends."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        ta0 = tn.TensorArray(tn.float32, size=3, element_shape=[]).write(1, x)
+        _, ta = tn.while_loop(lambda i, ta: i < 3, lambda i, ta: (i + 1, ta.write(i, x * 2.0)),
+                              [tn.constant(0), ta0])
+        y = ta.stack()
+    got, want = _outcome("fast", g, y, {x: 1.0}, 10), _outcome("reference", g, y, {x: 1.0}, 10)
+    assert got == want and want[0] == "KernelError" and "TensorArrayWrite" in want[1]
+
+
+def test_an_inner_loop_writing_the_outer_counter_fails_as_the_interpreter_does() -> None:
+    """An inner loop that writes the *outer* loop's counter writes one slot in each of its bodies:
+    not its own counter's slot, so checked, and the second write fails on both backends."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def outer(i: Any, ta: Any) -> Any:
+            _, ta = tn.while_loop(lambda j, t: j < 2, lambda j, t: (j + 1, t.write(i, x)), [tn.constant(0), ta])
+            return i + 1, ta
+
+        _, ta = tn.while_loop(lambda i, ta: i < 3, outer,
+                              [tn.constant(0), tn.TensorArray(tn.float32, size=3, element_shape=[])])
+        y = ta.stack()
+    got, want = _outcome("fast", g, y, {x: 1.0}, 10), _outcome("reference", g, y, {x: 1.0}, 10)
+    assert got == want and want[0] == "KernelError" and "TensorArrayWrite" in want[1]

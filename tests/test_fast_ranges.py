@@ -19,7 +19,7 @@ import turnout as tn
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-from turnout.fast.ranges import RANGE_RULES, Ranges, from_counter, known_within, propagate  # noqa: E402
+from turnout.fast.ranges import RANGE_RULES, Ranges, first_write, from_counter, known_within, propagate  # noqa: E402
 
 
 def _traced(fn: Any) -> None:
@@ -129,3 +129,41 @@ def test_from_counter_follows_arithmetic_on_counters_and_static_values_only() ->
         assert not from_counter(counter + d, merges)        # a counter moved by a fed value
         assert not from_counter(counter * 2, merges)        # no rule for Mul
         assert not from_counter(counter, frozenset())
+
+
+def test_first_write_of_a_constant_slot_reads_the_slots_known_written() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        ta = tn.TensorArray(tn.float32, size=3, element_shape=[])
+        w = ta.write(0, 1.0).tensor.node
+
+    class Ctx:
+        ranges = Ranges()
+        fresh_writes: dict[int, frozenset[int]] = {}
+
+    assert first_write(Ctx(), w, frozenset({1}), np.int32(0))
+    assert not first_write(Ctx(), w, frozenset({0, 1}), np.int32(0))
+    assert not first_write(Ctx(), w, None, np.int32(0))  # nothing known of the slots written
+
+
+def test_first_write_at_a_moving_slot_needs_its_range_clear_of_the_slots_written_on_entry() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        ta = tn.TensorArray(tn.float32, size=3, element_shape=[])
+        w = ta.write(0, 1.0).tensor.node
+
+    class Ctx:
+        ranges = Ranges()
+        fresh_writes = {w.id: frozenset({0})}
+
+    def fn(i: Any) -> None:
+        assert not first_write(Ctx(), w, None, i)  # no range known
+        Ctx.ranges.add(i, 1, 2)
+        assert first_write(Ctx(), w, None, i)
+        Ctx.ranges.add(i, 0, 2)
+        assert not first_write(Ctx(), w, None, i)  # slot 0 was written before the loop
+        Ctx.fresh_writes = {}
+        Ctx.ranges.add(i, 1, 2)
+        assert not first_write(Ctx(), w, None, i)  # not a loop's own write at its counter
+
+    _traced(fn)
