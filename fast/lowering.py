@@ -614,13 +614,19 @@ def _put(x: Any, j: Any, v: Any) -> Any:
     return jax.lax.dynamic_update_slice(x, update, _start(x, j), **_NO_WRAP_UPDATE)
 
 
-#: ``lax.dynamic_slice`` and ``lax.dynamic_update_slice`` told that their indices are not negative
-#: (no wrapping), where the installed JAX lets them be told
-_NO_WRAP: dict[str, Any] = ({"allow_negative_indices": False}
-                            if "allow_negative_indices" in inspect.signature(jax.lax.dynamic_slice).parameters else {})
-_NO_WRAP_UPDATE: dict[str, Any] = (
-    {"allow_negative_indices": False}
-    if "allow_negative_indices" in inspect.signature(jax.lax.dynamic_update_slice).parameters else {})
+def _no_wrap(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn`` (``lax.dynamic_slice``, ``lax.dynamic_update_slice``) told that its indices are not
+    negative (no wrapping), where the installed JAX lets it be told. (A signature that cannot be
+    read, as under Sphinx's autodoc, tells nothing: the indices are then wrapped, as before.)"""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"allow_negative_indices": False} if "allow_negative_indices" in params else {}
+
+
+_NO_WRAP = _no_wrap(jax.lax.dynamic_slice)
+_NO_WRAP_UPDATE = _no_wrap(jax.lax.dynamic_update_slice)
 
 
 @_r("TensorArrayNew")
