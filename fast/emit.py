@@ -260,6 +260,9 @@ class Emitter:
         #: (``_hoist_checks``), by id; > 0 while such a nest's body is traced; the ids of loops in
         #: whose nests hoisting was tried and given up (``HoistConflict``)
         self.hoisted: set[int] = set()
+        #: the hoisted loops whose nest runs in a cond on its checks: their tests leave out the
+        #: iteration bound (``run_light_while``)
+        self.unbounded: set[int] = set()
         self.hoist_depth = 0
         self.no_hoist: set[int] = set()
         self._read_at_1: Optional[set[int]] = None
@@ -1001,8 +1004,12 @@ class Emitter:
             if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
                 ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
         chain = self._counted_chain(r, env) if head else []
+        # the nest runs in a cond on its checks when XLA may then see a trip count (see below)
+        wrapped = any(is_static(b) for _, b in chain)
         if chain:
             saved_state = dict(self.state)
+            if wrapped:
+                self.unbounded.update(id(c) for c, _ in chain)
             self._hoist_checks(chain)
             before = self.state["err"]  # (the hoisted codes count from the enclosing loop already)
 
@@ -1041,10 +1048,12 @@ class Emitter:
               ([base[k] for k in hkeys], self.max_iter))
         stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
 
-        # A loop of a nest whose bounds were checked before it (``_hoist_checks``) runs inside a
-        # ``lax.cond`` on that check (below): it needs no iteration bound of its own, and its test
-        # is its header alone, where XLA sees its trip count when the bound is static.
-        bounded = id(r) not in self.hoisted
+        # A loop of a nest whose bounds were checked before it (``_hoist_checks``) and that runs inside
+        # a ``lax.cond`` on that check (below) needs no iteration bound of its own: its test is its
+        # header alone, where XLA sees its trip count when the bound is static. (With every bound
+        # fed, XLA sees none, and the cond costs 5 to 10 ms of compile time: such a nest's loops
+        # test their bounds as before.)
+        bounded = id(r) not in self.unbounded
 
         def cond(c: Any) -> Any:
             kept, state, iters, (hvals, mi) = c
@@ -1059,7 +1068,7 @@ class Emitter:
         try:
             try:
                 c0, traced = self.loop_body(body, _jnp_tree(c0), r)
-                if chain:
+                if wrapped:
                     # the nest runs only when its checks (and everything before it) passed: a run
                     # with the error word set returns no value, and nothing in the nest has an
                     # effect (``cannot_fail``), so skipping it is invisible
@@ -1076,6 +1085,7 @@ class Emitter:
             # something inside the nest may fail before a bound does: trace it again, checking each
             # loop's bound after it as before, and try no hoisting anywhere inside it again
             self.hoisted.difference_update(id(c) for c, _ in chain)
+            self.unbounded.difference_update(id(c) for c, _ in chain)
             self.no_hoist.update(id(w) for w in walk([r]) if isinstance(w, WhileRegion))
             self.state = saved_state
             self.run_light_while(r, env)
@@ -1084,6 +1094,7 @@ class Emitter:
         # the nest's checks hold for this trace of it only: a loop of it traced again elsewhere (a case
         # chain traces its outer regions once per branch) is checked there as that trace decides
         self.hoisted.difference_update(id(c) for c, _ in chain)
+        self.unbounded.difference_update(id(c) for c, _ in chain)
 
 
 class HoistConflict(Exception):

@@ -95,6 +95,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                          "test_properties.py"]},
     "fast/emit.py": {"module": "turnout.fast.emit", "tests": ["test_fast_counted_nests.py", *_FAST_TESTS]},
     "fast/driven.py": {"module": "turnout.fast.driven", "tests": _STACK_TESTS},
+    "fast/ranges.py": {"module": "turnout.fast.ranges",
+                       "tests": ["test_fast_ranges.py", "test_fast_counted_nests.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     "fast/lowering.py": {"module": "turnout.fast.lowering",
