@@ -99,7 +99,8 @@ def _while_bodies(jaxpr: Any) -> list[Any]:
     return out
 
 
-def _traced_bodies(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> list[Any]:
+def _traced(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> Any:
+    """The jaxpr of the ``Direct`` call that runs ``y`` with ``feed``."""
     sess = tn.Session(g, backend="fast")
     sess.run(y, feed)
     (d,) = sess.backend._direct.values()
@@ -107,8 +108,11 @@ def _traced_bodies(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> list[Any]:
     feed_vals = tuple(np.asarray(by_key[k], dtype=sess.backend.graph.nodes[k[0]].outputs[k[1]].dtype.numpy)
                       for k in d.feed_keys)
     with jax.enable_x64(True):
-        jaxpr = d.fn.trace(feed_vals, (), np.int32(100)).jaxpr
-    return _while_bodies(jaxpr.jaxpr)
+        return d.fn.trace(feed_vals, (), np.int32(100)).jaxpr.jaxpr
+
+
+def _traced_bodies(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> list[Any]:
+    return _while_bodies(_traced(g, y, feed))
 
 
 def test_a_hoisted_nest_leaves_the_error_word_alone_in_its_bodies() -> None:
@@ -426,11 +430,8 @@ def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
     """Each loop's test is its header's one comparison (no iteration bound), so XLA sees a constant
     trip count; the nest sits in a ``cond`` on the checks made before it."""
     g, x, y = _static_nest(2, 3)
-    sess = tn.Session(g, backend="fast")
-    assert sess.run(y, {x: 1.0}) == tn.Session(g).run(y, {x: 1.0})
-    (d,) = sess.backend._direct.values()
-    with jax.enable_x64(True):
-        jaxpr = d.fn.trace((np.float32(1.0),), (), np.int32(100)).jaxpr.jaxpr
+    assert tn.Session(g, backend="fast").run(y, {x: 1.0}) == tn.Session(g).run(y, {x: 1.0})
+    jaxpr = _traced(g, y, {x: np.float32(1.0)})
 
     def whiles(j: Any) -> list[Any]:
         out = []
@@ -449,6 +450,12 @@ def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
     for w in loops:
         assert [e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns] == ["lt"]
     assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["cond"]
+
+    # with every bound fed XLA sees no trip count: no cond, and each loop tests its bound itself
+    g, x, bs, _, y = _build(3)
+    jaxpr = _traced(g, y, {x: np.float32(1.0), **{b: np.int32(2) for b in bs}})
+    assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["while"]
+    assert all([e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns].count("lt") == 2 for w in whiles(jaxpr))
 
 
 # ---- scans and maps: writes at the counter are their slots' first ---------------------------------
