@@ -1104,6 +1104,19 @@ class HoistConflict(Exception):
     them in."""
 
 
+def _safe_operand(n: Node) -> bool:
+    """Whether an integer ``Div``/``FloorMod`` divides by a constant without zeros, or an integer
+    ``Pow`` raises to a constant without negatives: its check then holds when traced and writes
+    nothing (``lowering._all``)."""
+    c = n.inputs[1].node
+    while c.op in ("Identity", "Enter"):  # (a constant made outside the loop enters it)
+        c = c.inputs[0].node
+    if c.op != "Const":
+        return False
+    v = np.asarray(c.attrs.get("value"))
+    return bool(np.all(v >= 0)) if n.op == "Pow" else bool(np.all(v != 0))
+
+
 def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
     """``(j, bound)`` when loop ``r``'s header is one ``Less(counter, bound)`` on loop variable ``j``,
     a counter (``counters``), beside constants (``i < 10`` makes its 10 in the header): in every body
@@ -1230,7 +1243,8 @@ BOUND_DEPTH = 16
 
 def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset()) -> bool:
     """Whether no node of ``nodes`` can write the error word when traced: each is in ``NEVER_FAIL``,
-    in ``FLOAT_ONLY_FAIL`` with a float result, a ``Cast`` other than float to integer (the one cast
+    in ``FLOAT_ONLY_FAIL`` with a float result or a constant operand that cannot fail
+    (``_safe_operand``: ``i // 2``), a ``Cast`` other than float to integer (the one cast
     that checks its values: a NaN, an infinity or a value out of the integer's range fails), or an
     indexing whose index comes from the loop counters ``counted`` (``counter_merges``) and values
     known when tracing (``ranges.from_counter``): a TensorArray read or write, or a ``GetItem``
@@ -1239,7 +1253,8 @@ def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset()) -> boo
     slot's first (``ranges.first_write``); what the trace cannot prove (a TensorArray shorter than
     the loop's bound, a slot written twice) is still checked, and the nest is then traced again
     with its checks after each loop (``HoistConflict``)."""
-    return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and n.outputs[0].dtype.is_floating)
+    return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and (n.outputs[0].dtype.is_floating
+                                                                  or _safe_operand(n)))
                or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
                or (n.op in ("TensorArrayRead", "TensorArrayWrite") and from_counter(n.inputs[1], counted))
                or (n.op == "GetItem" and all(from_counter(t, counted) for t in n.inputs[1:]))

@@ -548,3 +548,21 @@ def test_an_inner_loop_writing_the_outer_counter_fails_as_the_interpreter_does()
         y = ta.stack()
     got, want = _outcome("fast", g, y, {x: 1.0}, 10), _outcome("reference", g, y, {x: 1.0}, 10)
     assert got == want and want[0] == "KernelError" and "TensorArrayWrite" in want[1]
+
+
+@pytest.mark.parametrize("op", ["//", "%", "**"])
+def test_an_integer_op_on_a_constant_that_cannot_fail_leaves_the_nest_hoisted(op: str) -> None:
+    """``i // 3``, ``i % 3`` and ``i ** 2`` cannot fail (the divisor has no zero, the exponent is not
+    negative): the nest is hoisted, with the interpreter's outcomes. A divisor of 0 still fails as
+    on the interpreter."""
+    fns = {"//": lambda a, b: a // b, "%": lambda a, b: a % b, "**": lambda a, b: a ** b}
+    for k, hoisted in [(3, True), (0, False)]:
+        g, x, t, s, y = _nest_with(
+            lambda w, i, s, k=k: w + tn.cast(fns[op](i, tn.constant(k if op != "**" else 2 - 3 * (k == 0))),
+                                             tn.float32) * s, 3)
+        feed = {x: np.float32(1.0), t: np.int32(2), s: np.float32(0.5)}
+        if hoisted:  # (the other program fails when run)
+            assert not [e for b in _traced_bodies(g, y, feed) for e in b.eqns if e.primitive.name == "select_n"]
+        for tv, mi in [(2, 5), (3, 2)]:
+            run = {**feed, t: tv}
+            _same_outcome(_outcome("fast", g, y, run, mi), _outcome("reference", g, y, run, mi))
