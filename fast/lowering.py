@@ -16,7 +16,6 @@ have rules that the region emitter (``emit``) applies as part of a Cond or While
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Optional, Protocol
@@ -30,6 +29,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
+from turnout.fast.indexing import put, slot
 from turnout.fast.ranges import first_write, known_within
 from turnout.fast.values import DEAD, MASK_DTYPE, TA, Handle, is_static
 from turnout.graph import Node, Tensor
@@ -604,42 +604,6 @@ def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
     return jnp.clip(i, 0, max(ta.size - 1, 0))
 
 
-def _start(x: Any, j: Any) -> tuple[Any, ...]:
-    return (jnp.asarray(j, jnp.int32),) + (np.int32(0),) * (jnp.ndim(x) - 1)
-
-
-def _slot(x: Any, j: Any) -> Any:
-    """``x[j]`` for a slot ``j`` in range (``_ta_index``): static indexing for a constant, else the lax
-    primitive, which does not wrap a negative index as ``x[j]`` does (a compare and a select more),
-    and is not a nested jit call to trace as ``lax.dynamic_index_in_dim`` is."""
-    if isinstance(j, int):
-        return x[j]
-    return jax.lax.squeeze(jax.lax.dynamic_slice(x, _start(x, j), (1, *jnp.shape(x)[1:]), **_NO_WRAP), (0,))
-
-
-def _put(x: Any, j: Any, v: Any) -> Any:
-    """``x.at[j].set(v)`` for a slot ``j`` in range (``_ta_index``), as ``_slot`` reads it."""
-    if isinstance(j, int):
-        return x.at[j].set(v)
-    update = jnp.reshape(jnp.asarray(v, x.dtype), (1, *jnp.shape(x)[1:]))
-    return jax.lax.dynamic_update_slice(x, update, _start(x, j), **_NO_WRAP_UPDATE)
-
-
-def _no_wrap(fn: Callable[..., Any]) -> dict[str, Any]:
-    """``fn`` (``lax.dynamic_slice``, ``lax.dynamic_update_slice``) told that its indices are not
-    negative (no wrapping), where the installed JAX lets it be told. (A signature that cannot be
-    read, as under Sphinx's autodoc, tells nothing: the indices are then wrapped, as before.)"""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"allow_negative_indices": False} if "allow_negative_indices" in params else {}
-
-
-_NO_WRAP = _no_wrap(jax.lax.dynamic_slice)
-_NO_WRAP_UPDATE = _no_wrap(jax.lax.dynamic_update_slice)
-
-
 @_r("TensorArrayNew")
 def _ta_new(ctx, n, xs):
     if not is_static(xs[0]):
@@ -674,12 +638,12 @@ def _ta_write(ctx, n, xs):
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
     if ta.size:
         if first_write(ctx, n, ta.written, i):  # (``fast.ranges``: no slot is written twice)
-            mask = _put(ta.mask, j, np.ones((), MASK_DTYPE))
+            mask = put(ta.mask, j, np.ones((), MASK_DTYPE))
         else:
             mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)
             ctx.check(mask[j] == 1, f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
                       "slots are write-once)")
-        return [TA(ta.size, ta.dtype, ta.elem_shape, _put(ta.buf, j, v), mask, written=_written(ta, i))]
+        return [TA(ta.size, ta.dtype, ta.elem_shape, put(ta.buf, j, v), mask, written=_written(ta, i))]
     return [ta]
 
 
@@ -705,8 +669,8 @@ def _ta_read(ctx, n, xs):
     if not ta.size:
         return [jnp.zeros(ta.elem_shape, ta.dtype)]
     if not ta.full:
-        ctx.check(_slot(ta.mask, j) > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
-    return [_slot(ta.buf, j)]
+        ctx.check(slot(ta.mask, j) > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
+    return [slot(ta.buf, j)]
 
 
 @_r("TensorArrayStack")

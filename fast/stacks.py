@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout.errors import ResourceExhaustedError, UnsupportedError
+from turnout.fast.indexing import put, slot
 
 #: the state keys of gradient stacks begin so (``fast.emit.stack_key``)
 STACK_PREFIX = "stack:"
@@ -154,8 +155,8 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False) -> tuple[Sta
     On overflow the value lands on the last entry, unguarded: no run reads a stack that overflowed
     (a fused attempt that overflows is discarded, and a staged run in which a nested loop's stack
     overflows runs again with a larger chunk), and guarding the write cost each push a read of the
-    old entry and a select, two XLA kernels per stack per iteration. The entry is written with
-    ``dynamic_update_index_in_dim`` at a scalar position, not an indexed ``.at[p].set``, which
+    old entry and a select, two XLA kernels per stack per iteration. The entry is written by a
+    dynamic update at a scalar position (``indexing.put``), not an indexed ``.at[p].set``, which
     XLA:CPU turned into one more kernel building the index vector."""
     value = jnp.asarray(value, s.dtype)
     index = jnp.asarray(index, jnp.int32)
@@ -168,8 +169,8 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False) -> tuple[Sta
                                + ("" if s.idx is None else f" (index {s.idx.shape[1:]})"))
     ok = s.ptr < s.capacity
     p = jnp.minimum(s.ptr, s.capacity - 1)
-    buf = jax.lax.dynamic_update_index_in_dim(s.buf, value, p, 0)
-    idx = None if s.idx is None else jax.lax.dynamic_update_index_in_dim(s.idx, index, p, 0)
+    buf = put(s.buf, p, value)
+    idx = None if s.idx is None else put(s.idx, p, index)
     return StackValue(s.capacity, s.dtype, buf, idx, s.ptr + (1 if free else ok.astype(jnp.int32))), ok
 
 
@@ -187,9 +188,9 @@ def pop(s: StackValue, index: Any, free: bool = False) -> tuple[StackValue, Any,
     iteration index equals ``index``). ``free``: the pointer runs free, as for ``push``."""
     ok = s.ptr > 0
     p = jnp.maximum(s.ptr - 1, 0)
-    v = jax.lax.dynamic_index_in_dim(s.buf, p, 0, keepdims=False)
+    v = slot(s.buf, p)
     # a positional stack's entry was pushed under its position (``positional``)
-    pushed_at = p if s.idx is None else jax.lax.dynamic_index_in_dim(s.idx, p, 0, keepdims=False)
+    pushed_at = p if s.idx is None else slot(s.idx, p)
     match = jnp.all(pushed_at == jnp.asarray(index, jnp.int32)) | ~ok
     return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - (1 if free else ok.astype(jnp.int32))), v, ok, match
 
