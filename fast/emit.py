@@ -783,9 +783,11 @@ class Emitter:
 
     def _counted_chain(self, r: WhileRegion, env: Env) -> list[tuple[WhileRegion, Any]]:
         """The nest of counted loops that ``r`` heads, with the number of bodies each loop runs as a
-        value here, at ``r``'s entry: ``r`` itself when it is counted (``counted_bound``), then, while the loop has
-        exactly one loop among its body's items and that loop is counted too with a bound entered
-        unchanged through every loop around it, that loop. Empty when ``r`` is not counted."""
+        value here, at ``r``'s entry: ``r`` itself when it is counted (``counted_bound``), then,
+        while the loop has exactly one loop among its body's items and that loop is counted too with
+        a bound that is a constant, entered unchanged through every loop around it, or computed in
+        their bodies from such values and known when tracing (``_bound_at_head``), that loop. Empty
+        when ``r`` is not counted."""
         chain: list[tuple[WhileRegion, Any]] = []
         loop: Optional[WhileRegion] = r
         levels: list[WhileRegion] = []
@@ -807,7 +809,9 @@ class Emitter:
                 t = t.node.inputs[0]
             else:
                 bound = self.read(env, t, inv) if inv.op != "Const" else np.asarray(inv.attrs["value"], np.int32)
-            if start:  # the number of bodies (no overflow: both are at least ``start >= 0``)
+            if start and is_static(bound):  # the number of bodies
+                bound = np.asarray(max(int(bound), start) - start, np.int32)
+            elif start:  # (no overflow: both are at least ``start >= 0``)
                 b = jnp.asarray(bound, jnp.int32)
                 bound = jax.lax.sub(jax.lax.max(b, np.int32(start)), np.int32(start))
             chain.append((loop, bound))
