@@ -743,3 +743,28 @@ def test_unstack_into_a_tensor_array_must_fit_what_it_declares() -> None:
         listed = tn.TensorArray(tn.float32, size=3).unstack([1.0, 2.0, 3.0]).stack()  # a list takes the dtype
         got = tn.Session(fed.graph).run([fed, listed], {n: np.int32(2)})
     assert [v.tolist() for v in got] == [[1.0, 2.0], [1.0, 2.0, 3.0]]
+
+
+def test_regression_a_loop_in_the_body_of_a_loop_that_never_runs_never_runs() -> None:
+    """Found by the generated-program campaign (seed 1902, the deadness check): an inner loop whose
+    initial value is an invariant of the outer loop entered the outer frame at its first iteration
+    even when the outer loop ran no body (an invariant is live at every iteration, the exit
+    iteration included), so its header fired live on the reference interpreter, and here divided by
+    zero, where the other backends never run it. Its Enter now waits on the outer loop's pivot."""
+    g = tn.Graph()
+    with g.as_default():
+        d = tn.placeholder(tn.int32, [], name="d")
+
+        def outer(i: Any, a: Any) -> Any:
+            _, b = tn.while_loop(lambda j, b: j < b // b, lambda j, b: (j + 1, b), [tn.constant(0), d], name="inner")
+            return i + 1, a + b
+
+        _, out = tn.while_loop(lambda i, a: i < 0, outer, [tn.constant(0), d], name="outer")
+    for backend in ("reference", "smallstep", "fast"):
+        assert tn.Session(g, backend=backend).run(out, {d: 0}) == 0, backend
+    sess = tn.Session(g)
+    sess.run(out, {d: 0}, options=RunOptions(trace=True))
+    assert sess.last_result is not None and sess.last_result.trace is not None
+    ops = {n.name for n in g.nodes}
+    fired = {n for n, _ in sess.last_result.trace.live_firings() if n in ops}
+    assert fired and not [n for n in fired if n.startswith("outer/body/inner/")]

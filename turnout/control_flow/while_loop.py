@@ -35,7 +35,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.control_flow.contexts import LoopVar, WhileContext
+from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
@@ -157,10 +157,14 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
     ctx.structure = loop_vars
     enter_attrs = {"frame_name": frame, "is_constant": False, "parallel_iterations": parallel_iterations}
 
-    # Enter -> Merge(enter, <back edge>) for the counter and every loop variable.
+    # Enter -> Merge(enter, <back edge>) for the counter and every loop variable. A loop built in
+    # another loop's body whose initial value is that loop's invariant (live at every iteration of
+    # it, the exit iteration included) enters it under the outer loop's pivot: otherwise the inner
+    # loop's header would run, live, in an outer iteration that never ran (and could fail there).
     with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (t, inv) in enumerate(zip([zero, *init], [(), *invariants], strict=True)):
-            e = g.create_node("Enter", [t], enter_attrs, name=f"{lname}/enter", control_inputs=deps)
+            e = g.create_node("Enter", [t], enter_attrs, name=f"{lname}/enter",
+                              control_inputs=deps or invariant_pivot(outer, [t]))
             spec = e.outputs[0].spec
             if inv is not None and k > 0:
                 spec = TensorSpec(spec.dtype, None if inv is _ANY else inv, spec.elem_dtype, spec.elem_shape)
