@@ -36,7 +36,7 @@ timeout 600 "$PY" -m pytest -q -o addopts="" -p no:cacheprovider --maxfail=30 \
     tests/test_fast_fused.py tests/test_fast_no_hidden_recompile.py tests/test_fast_stack_pointers.py \
     tests/test_fast_memory.py tests/test_fast_run_overhead.py tests/test_fast_repeated_runs.py \
     tests/test_fast_positional_stacks.py tests/test_fast_packing.py tests/test_fast_inside_stacks.py \
-    tests/test_fast_counted_nests.py tests/test_fast_ranges.py tests/test_error_parity.py > "$OUT/tests.txt" 2>    tests/test_fast_counted_nests.py tests/test_error_parity.py > "$OUT/tests.txt" 2>&11
+    tests/test_fast_counted_nests.py tests/test_fast_ranges.py tests/test_error_parity.py > "$OUT/tests.txt" 2>&1
 grep -E "passed|failed|FAILED" "$OUT/tests.txt" | tail -20
 echo "== LSTM (full sizes), then quick sizes and the fixed cost of a run"
 timeout 300 "$PY" benchmarks/run.py --only lstm > "$OUT/lstm_full.txt" 2>&1
