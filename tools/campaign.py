@@ -9,7 +9,8 @@ window and deadness checks of ``tests/test_properties.py`` run on it as well. Ev
 partitioned (``turnout.devices``) under a random placement over 2-4 devices, a random partition order
 and scheduler, against the unpartitioned run (T7, ``tests/test_devices_properties.py``);
 ``--partitioned-only`` runs that check alone. Any disagreement is
-re-run through hypothesis to shrink it, and the shrunk program is printed as source.
+re-run through hypothesis to shrink it, and the shrunk program is printed as source; where the
+replay does not meet that disagreement again, the program as the search found it is printed.
 
 How the budget works: the search runs in chunks of hypothesis' generate phase (no shrinking, a fresh
 seed per chunk) and stops when the time is up; failing examples land in an in-memory example
@@ -109,6 +110,10 @@ class Campaign:
         self.pis: set[int] = set()
         self.failures: dict[str, str] = {}  # kind -> first message
         self.shrunk: dict[str, tuple[Program, dict[str, Any], str]] = {}
+        #: kind -> the first failing program the search met: printed when the shrink phase does not
+        #: meet that kind again (hypothesis keeps a failing example in its database only once it has
+        #: shrunk it, which the search phase does not do, so a replay may find nothing)
+        self.found: dict[str, tuple[Program, dict[str, Any], str]] = {}
         self.db = InMemoryExampleDatabase()
         self.stop_enabled = True
         self.bar: Any = None
@@ -128,6 +133,7 @@ class Campaign:
                 msg = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
                 if self.stop_enabled:
                     self.failures.setdefault(kind, msg)
+                    self.found.setdefault(kind, (p, inputs, f"{kind}: {msg}"))
                 else:  # shrinking: keep the smallest failing program of each kind
                     best = self.shrunk.get(kind)
                     if best is None or len(to_source(p)) < len(to_source(best[0])):
@@ -199,6 +205,9 @@ class Campaign:
             print(f"- {kind}: {msg}")
         for p, inputs, msg in self.shrunk.values():
             print(f"\nshrunk example ({msg[:200]}):\n{to_source(p)}\ninputs: {inputs}")
+        for kind, (p, inputs, msg) in self.found.items():
+            if kind not in self.shrunk:
+                print(f"\nexample, not shrunk ({msg[:200]}):\n{to_source(p)}\ninputs: {inputs}")
 
 
 def main(argv: list[str] | None = None) -> int:
