@@ -996,17 +996,18 @@ class Emitter:
         head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 \
             and cannot_fail(r.nodes, counter_merges(r))
         # the counter's range in every body (``fast.ranges``): from its start to the bound less one;
-        # the loop variables each body writes at a slot that moves with it, whose entry values say
-        # which slots they hold written
-        fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
-                 if isinstance(vals0[j], TA) and vals0[j].written is not None}
+        # with it, the loop variables each body writes at a slot that moves with it, whose entry
+        # values say which slots they hold written
         found = bounded_counter(r)
         ranged: Optional[tuple[int, int, int]] = None
+        fresh: dict[int, frozenset[int]] = {}
         if found is not None and twin.get(found[0], found[0]) in starts:
             b = found[1].node
             bound = base.get(key(found[1])) if b.op != "Const" else np.asarray(b.attrs["value"])
             if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
                 ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
+                fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
+                         if isinstance(vals0[j], TA) and vals0[j].written is not None}
         chain = self._counted_chain(r, env) if head else []
         # the nest runs in a cond on its checks when XLA may then see a trip count (see below)
         wrapped = any(is_static(b) for _, b in chain)
@@ -1111,7 +1112,7 @@ class HoistConflict(Exception):
 def _safe_operand(n: Node) -> bool:
     """Whether an integer ``Div``/``FloorMod`` divides by a constant without zeros, or an integer
     ``Pow`` raises to a constant without negatives: its check then holds when traced and writes
-    nothing (``lowering._all``)."""
+    nothing (``lowering._holds``)."""
     c = n.inputs[1].node
     while c.op in ("Identity", "Enter"):  # (a constant made outside the loop enters it)
         c = c.inputs[0].node
@@ -1158,8 +1159,8 @@ def fresh_writes(r: WhileRegion) -> list[tuple[int, Node]]:
     found = bounded_counter(r)
     if found is None:
         return []
-    counter = r.loop_vars[found[0]][1].id
-    return [(j, w) for j, w in own_writes(r) if _moves_with(w.inputs[1], counter)]
+    counter = r.loop_vars[found[0]][1]
+    return [(j, w) for j, w in own_writes(r) if _moves_with(r, w.inputs[1], counter)]
 
 
 def own_writes(r: WhileRegion) -> list[tuple[int, Node]]:
@@ -1168,10 +1169,7 @@ def own_writes(r: WhileRegion) -> list[tuple[int, Node]]:
     out = []
     for j, (_, m, nx, _, _) in enumerate(r.loop_vars):
         w = _through_identities(nx.inputs[0]).node
-        if w.op != "TensorArrayWrite":
-            continue
-        src = _through_identities(w.inputs[0])
-        if src.node.op == "Switch" and src.index == 1 and src.node.inputs[0].node is m:
+        if w.op == "TensorArrayWrite" and body_value(r, w.inputs[0], m):
             out.append((j, w))
     return out
 
@@ -1182,20 +1180,27 @@ def _through_identities(t: Tensor) -> Tensor:
     return t
 
 
-def _moves_with(t: Tensor, counter: int, depth: int = 0) -> bool:
-    """Whether ``t`` is ``counter`` (a Merge's id, read through its Switch) moved by Add and Sub of
-    values known when tracing: a different value in every body."""
+def body_value(r: WhileRegion, t: Tensor, m: Node) -> bool:
+    """Whether ``t`` is the value in loop ``r``'s body of its loop variable ``m`` (a Merge): the true
+    output of the loop's Switch on it, through Identities."""
     t = _through_identities(t)
-    n = t.node
+    sw = t.node
+    return sw in r.switches and t.index == 1 and sw.inputs[0].node is m and sw.inputs[0].index == 0
+
+
+def _moves_with(r: WhileRegion, t: Tensor, counter: Node, depth: int = 0) -> bool:
+    """Whether ``t`` is loop ``r``'s ``counter`` (a Merge, read in the body) moved by Add and Sub of
+    values known when tracing: a different value in every body."""
     if depth > 16:
         return False
-    if n.id == counter or (n.op == "Switch" and t.index == 1 and n.inputs[0].node.id == counter):
+    if body_value(r, t, counter):
         return True
+    n = _through_identities(t).node
     if n.op == "Add" or n.op == "Sub":
         a, b = n.inputs
-        if _moves_with(a, counter, depth + 1):
+        if _moves_with(r, a, counter, depth + 1):
             return from_counter(b, frozenset())
-        return _moves_with(b, counter, depth + 1) and from_counter(a, frozenset())
+        return _moves_with(r, b, counter, depth + 1) and from_counter(a, frozenset())
     return False
 
 
@@ -1316,10 +1321,7 @@ def counters(r: WhileRegion) -> list[int]:
         if add.op != "Add" or len(add.inputs) != 2 or m.outputs[0].dtype.numpy != np.int32:
             continue
         src, one = add.inputs
-        while src.node.op == "Identity":
-            src = src.node.inputs[0]
-        sw = src.node
-        if not (sw in r.switches and src.index == 1 and sw.inputs[0].node is m and sw.inputs[0].index == 0):
+        if not body_value(r, src, m):
             continue
         if one.node.op == "Const" and np.asarray(one.node.attrs.get("value")).shape == () \
                 and int(one.node.attrs["value"]) == 1:

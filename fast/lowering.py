@@ -215,38 +215,39 @@ def _ew(fn: Callable[..., Any]) -> Rule:
     return rule
 
 
-def _all(ok: Any) -> Any:
-    """Whether every element of ``ok`` holds: a numpy bool for a static ``ok`` (a constant divisor or
-    exponent), so that a check that holds costs nothing and writes no error word
-    (``emit.cannot_fail`` counts on it); a traced bool otherwise."""
-    return np.all(ok) if is_static(ok) else jnp.all(ok)
+def _holds(ctx: LoweringContext, ok: Any, message: str) -> bool:
+    """Check ``ok`` on every element, and say whether it is known to hold: a static ``ok`` (a constant
+    divisor or exponent) that holds costs nothing and writes no error word (``emit.cannot_fail``
+    counts on it), and the rule needs no guard against the values it excludes."""
+    if is_static(ok):
+        ok = np.all(ok)
+        ctx.check(ok, message)
+        return bool(ok)
+    ctx.check(jnp.all(ok), message)
+    return False
 
 
 def _div_rule(ctx, n, xs):
     a, b = xs
     if _is_int(a):
-        ctx.check(_all(b != 0), f"{describe_node(n)}: Div: integer division by zero")
-        if is_static(b) and np.all(np.asarray(b) != 0):
-            return [jnp.floor_divide(a, b).astype(jnp.result_type(a, b))]
-        return [jnp.floor_divide(a, jnp.where(b == 0, 1, b)).astype(jnp.result_type(a, b))]
+        if not _holds(ctx, b != 0, f"{describe_node(n)}: Div: integer division by zero"):
+            b = jnp.where(b == 0, 1, b)
+        return [jnp.floor_divide(a, b).astype(jnp.result_type(*xs))]
     return [jnp.divide(a, b).astype(jnp.result_type(a, b))]
 
 
 def _mod_rule(ctx, n, xs):
     a, b = xs
-    if _is_int(a):
-        ctx.check(_all(b != 0), f"{describe_node(n)}: FloorMod: integer modulo by zero")
-        if not (is_static(b) and np.all(np.asarray(b) != 0)):
-            b = jnp.where(b == 0, 1, b)
+    if _is_int(a) and not _holds(ctx, b != 0, f"{describe_node(n)}: FloorMod: integer modulo by zero"):
+        b = jnp.where(b == 0, 1, b)
     return [jnp.mod(a, b).astype(jnp.result_type(*xs))]
 
 
 def _pow_rule(ctx, n, xs):
     a, b = xs
-    if _is_int(a):
-        ctx.check(_all(b >= 0), f"{describe_node(n)}: Pow: integers to negative integer powers are not allowed")
-        if not (is_static(b) and np.all(np.asarray(b) >= 0)):
-            b = jnp.maximum(b, 0)
+    if _is_int(a) and not _holds(ctx, b >= 0,
+                                 f"{describe_node(n)}: Pow: integers to negative integer powers are not allowed"):
+        b = jnp.maximum(b, 0)
     return [jnp.power(a, b).astype(jnp.result_type(*xs))]
 
 

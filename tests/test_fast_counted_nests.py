@@ -83,20 +83,23 @@ def test_a_nest_that_can_fail_otherwise_keeps_the_interpreters_order(bounds: lis
     assert _outcome("fast", g, y, feed, 5) == _outcome("reference", g, y, feed, 5)
 
 
-def _while_bodies(jaxpr: Any) -> list[Any]:
-    """Every ``while`` body jaxpr nested in ``jaxpr``."""
+def _while_eqns(jaxpr: Any) -> list[Any]:
+    """Every ``while`` equation nested in ``jaxpr``."""
     out = []
     for eqn in jaxpr.eqns:
-        for name, sub in eqn.params.items():
-            subs = sub if isinstance(sub, (list, tuple)) else [sub]
-            for j in subs:
+        if eqn.primitive.name == "while":
+            out.append(eqn)
+        for sub in eqn.params.values():
+            for j in sub if isinstance(sub, (list, tuple)) else [sub]:
                 inner = getattr(j, "jaxpr", None)
-                if inner is None or not hasattr(inner, "eqns"):
-                    continue
-                if eqn.primitive.name == "while" and name == "body_jaxpr":
-                    out.append(inner)
-                out += _while_bodies(inner)
+                if inner is not None and hasattr(inner, "eqns"):
+                    out += _while_eqns(inner)
     return out
+
+
+def _while_bodies(jaxpr: Any) -> list[Any]:
+    """Every ``while`` body jaxpr nested in ``jaxpr``."""
+    return [e.params["body_jaxpr"].jaxpr for e in _while_eqns(jaxpr)]
 
 
 def _traced(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> Any:
@@ -437,19 +440,7 @@ def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
     assert tn.Session(g, backend="fast").run(y, {x: 1.0}) == tn.Session(g).run(y, {x: 1.0})
     jaxpr = _traced(g, y, {x: np.float32(1.0)})
 
-    def whiles(j: Any) -> list[Any]:
-        out = []
-        for e in j.eqns:
-            if e.primitive.name == "while":
-                out.append(e)
-            for sub in e.params.values():
-                for s in sub if isinstance(sub, (list, tuple)) else [sub]:
-                    inner = getattr(s, "jaxpr", None)
-                    if inner is not None and hasattr(inner, "eqns"):
-                        out += whiles(inner)
-        return out
-
-    loops = whiles(jaxpr)
+    loops = _while_eqns(jaxpr)
     assert len(loops) == 3
     for w in loops:
         assert [e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns] == ["lt"]
@@ -459,7 +450,8 @@ def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
     g, x, bs, _, y = _build(3)
     jaxpr = _traced(g, y, {x: np.float32(1.0), **{b: np.int32(2) for b in bs}})
     assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["while"]
-    assert all([e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns].count("lt") == 2 for w in whiles(jaxpr))
+    for w in _while_eqns(jaxpr):
+        assert [e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns].count("lt") == 2
 
 
 # ---- scans and maps: writes at the counter are their slots' first ---------------------------------

@@ -131,11 +131,15 @@ def test_from_counter_follows_arithmetic_on_counters_and_static_values_only() ->
         assert not from_counter(counter, frozenset())
 
 
-def test_first_write_of_a_constant_slot_reads_the_slots_known_written() -> None:
+def _write_node() -> Any:
+    """A TensorArrayWrite node, for ``first_write`` to name."""
     g = tn.Graph()
     with g.as_default():
-        ta = tn.TensorArray(tn.float32, size=3, element_shape=[])
-        w = ta.write(0, 1.0).tensor.node
+        return tn.TensorArray(tn.float32, size=3, element_shape=[]).write(0, 1.0).tensor.node
+
+
+def test_first_write_of_a_constant_slot_reads_the_slots_known_written() -> None:
+    w = _write_node()
 
     class Ctx:
         ranges = Ranges()
@@ -147,10 +151,7 @@ def test_first_write_of_a_constant_slot_reads_the_slots_known_written() -> None:
 
 
 def test_first_write_at_a_moving_slot_needs_its_range_clear_of_the_slots_written_on_entry() -> None:
-    g = tn.Graph()
-    with g.as_default():
-        ta = tn.TensorArray(tn.float32, size=3, element_shape=[])
-        w = ta.write(0, 1.0).tensor.node
+    w = _write_node()
 
     class Ctx:
         ranges = Ranges()

@@ -108,12 +108,12 @@ class Campaign:
         self.features: Counter[str] = Counter()
         self.max_depth = 0
         self.pis: set[int] = set()
-        self.failures: dict[str, str] = {}  # kind -> first message
+        #: kind -> the first failing program the search met, its inputs and its message; the program
+        #: is printed when the shrink phase does not meet that kind again (hypothesis keeps a failing
+        #: example in its database only once it has shrunk it, which the search phase does not do,
+        #: so a replay may find nothing)
+        self.failures: dict[str, tuple[Program, dict[str, Any], str]] = {}
         self.shrunk: dict[str, tuple[Program, dict[str, Any], str]] = {}
-        #: kind -> the first failing program the search met: printed when the shrink phase does not
-        #: meet that kind again (hypothesis keeps a failing example in its database only once it has
-        #: shrunk it, which the search phase does not do, so a replay may find nothing)
-        self.found: dict[str, tuple[Program, dict[str, Any], str]] = {}
         self.db = InMemoryExampleDatabase()
         self.stop_enabled = True
         self.bar: Any = None
@@ -132,8 +132,7 @@ class Campaign:
                 kind = f"{check.__name__}: {type(e).__name__}"
                 msg = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
                 if self.stop_enabled:
-                    self.failures.setdefault(kind, msg)
-                    self.found.setdefault(kind, (p, inputs, f"{kind}: {msg}"))
+                    self.failures.setdefault(kind, (p, inputs, msg))
                 else:  # shrinking: keep the smallest failing program of each kind
                     best = self.shrunk.get(kind)
                     if best is None or len(to_source(p)) < len(to_source(best[0])):
@@ -201,13 +200,14 @@ class Campaign:
             print("disagreements: none")
             return
         print(f"disagreements: {len(self.failures)} kind(s)")
-        for kind, msg in self.failures.items():
+        for kind, (_, _, msg) in self.failures.items():
             print(f"- {kind}: {msg}")
         for p, inputs, msg in self.shrunk.values():
             print(f"\nshrunk example ({msg[:200]}):\n{to_source(p)}\ninputs: {inputs}")
-        for kind, (p, inputs, msg) in self.found.items():
+        for kind, (p, inputs, msg) in self.failures.items():
             if kind not in self.shrunk:
-                print(f"\nexample, not shrunk ({msg[:200]}):\n{to_source(p)}\ninputs: {inputs}")
+                head = f"{kind}: {msg}"
+                print(f"\nexample, not shrunk ({head[:200]}):\n{to_source(p)}\ninputs: {inputs}")
 
 
 def main(argv: list[str] | None = None) -> int:
