@@ -14,6 +14,7 @@ its branch did not run still raises ``DeadFetchError`` ([T5-Deadness-Soundness])
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn, Optional
@@ -279,6 +280,14 @@ class Emitter:
         self.fresh_writes: dict[int, frozenset[int]] = {}
         #: id(WhileRegion) -> the ids of the nodes in it (``_bound_at_head``)
         self._inside: dict[int, frozenset[int]] = {}
+        #: the counted stacks of the program by the root loop heading their chains
+        #: (``fast.counted_stacks``); set by the plan for its fused trace only, whose stacks start empty
+        self.counted: dict[int, list[Any]] = {}
+        #: counted stacks whose chain is being traced, proved: stack key -> entries its chain pushes
+        #: (their pushes check nothing); and those whose chain has ended: stack key -> the chain's trip
+        #: counts (their pops read the entry at their index's position, ``counted_stacks.read``)
+        self.dense: dict[str, int] = {}
+        self.full: dict[str, tuple[int, ...]] = {}
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -896,6 +905,43 @@ class Emitter:
         unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jax.lax.ne(code, np.int32(0)))
         self.state["err"] = jax.lax.select(unset, code, err)
 
+    def enter_counted_stacks(self, r: WhileRegion, env: Env) -> dict[str, tuple[int, ...]]:
+        """The counted stacks (``fast.counted_stacks``) whose chain loop ``r`` heads and whose pushes
+        are proved as ``r`` is entered, each with its chain's trip counts: every loop of the chain
+        counted with a trip count known when tracing (``_counted_chain``), the stack empty, and all
+        its entries fitting its buffer. Their pushes check nothing while ``r`` is traced
+        (``dense``)."""
+        found = self.counted.get(id(r))
+        if not found:
+            return {}
+        chain = self._counted_chain(r, env)
+        out: dict[str, tuple[int, ...]] = {}
+        for cs in found:
+            k = len(cs.loops)
+            if len(chain) < k or any(c is not lp for (c, _), lp in zip(chain, cs.loops, strict=False)):
+                continue
+            bodies = [b for _, b in chain[:k]]
+            if not all(is_static(b) for b in bodies):
+                continue
+            dims = tuple(int(b) for b in bodies)
+            s = self.state.get(cs.key)
+            if not isinstance(s, stk.StackValue) or s.pending or not is_static(s.ptr) or int(s.ptr) != 0 \
+                    or math.prod(dims) > s.capacity:
+                continue
+            self.dense[cs.key] = math.prod(dims)
+            out[cs.key] = dims
+        return out
+
+    def fill_counted_stacks(self, counted: dict[str, tuple[int, ...]]) -> None:
+        """After the loop that heads their chains: the stacks ``counted`` (``enter_counted_stacks``)
+        hold an entry at every position, and their pointers stand at the number of entries (a
+        constant: a run in which the loops ended otherwise has its error word set)."""
+        for k, dims in counted.items():
+            del self.dense[k]
+            s = self.state[k]
+            self.state[k] = stk.StackValue(s.capacity, s.dtype, s.buf, s.idx, np.int32(math.prod(dims)))
+            self.full[k] = dims
+
     def run_light_while(self, r: WhileRegion, env: Env) -> None:
         """A loop whose header is speculable (``light_header``), as ``lax.while_loop`` in the shape a
         hand-written JAX loop has: the carry is the loop variables and the run-time state, the
@@ -948,11 +994,15 @@ class Emitter:
         if number:
             self.codes.name_loop(number, message)
         before = self.state["err"]
+        # loop variable index -> its value after the loop, known when tracing (``exit_counts``)
+        exits: dict[int, Any] = {}
 
         def finish(vals: list[Any], first: bool) -> None:
             henv, pred = header(vals, first)
             if framed:
                 self._leave_frame(before, off)
+            for j, v in exits.items():  # (after the header: its predicate is the traced one)
+                henv[key(r.loop_vars[j][1].outputs[0])] = v
             eenv = side(henv, pred, 0)
             self.run_items(r.exit_side, eenv)
             # a predicate still true after the loop means the iteration budget was spent (or, in a
@@ -1008,6 +1058,7 @@ class Emitter:
                 ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
                 fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
                          if isinstance(vals0[j], TA) and vals0[j].written is not None}
+                exits.update(exit_counts(starts, ranged))
         chain = self._counted_chain(r, env) if head else []
         # the nest runs in a cond on its checks when XLA may then see a trip count (see below)
         wrapped = any(is_static(b) for _, b in chain)
@@ -1069,6 +1120,7 @@ class Emitter:
                 ok = ok & ((vals[count] if count is not None else iters) < mi)
             return ok & (state["err"] == 0) if stop else ok
 
+        counted = self.enter_counted_stacks(r, env)
         self.hoist_depth += bool(chain)
         try:
             try:
@@ -1093,13 +1145,32 @@ class Emitter:
             self.unbounded.difference_update(id(c) for c, _ in chain)
             self.no_hoist.update(id(w) for w in walk([r]) if isinstance(w, WhileRegion))
             self.state = saved_state
+            for k in counted:
+                del self.dense[k]
             self.run_light_while(r, env)
             return
         finish(full(kept), False)
+        self.fill_counted_stacks(counted)
         # the nest's checks hold for this trace of it only: a loop of it traced again elsewhere (a case
         # chain traces its outer regions once per branch) is checked there as that trace decides
         self.hoisted.difference_update(id(c) for c, _ in chain)
         self.unbounded.difference_update(id(c) for c, _ in chain)
+
+
+def exit_counts(starts: dict[int, int], ranged: tuple[int, int, int]) -> dict[int, Any]:
+    """The values the counters of a loop whose header is ``counter < bound`` hold when it ends, both
+    known when tracing (``ranged``: the header's counter, its start, ``bound - 1``): the loop runs
+    ``max(bound - start, 0)`` bodies, and each counter (``starts``: loop variable index -> its
+    start) ends that many past its start.
+
+    Why they may be constants: a run in which the loop ends otherwise (its iteration budget spent,
+    or an error that stops a fused attempt's loop) has its error word set, and none of its values
+    is returned. As constants, the trip count that a gradient reads from the loop's counter is known
+    when its backward loop is traced: that loop is counted too (its counter's range proves the
+    indices it pops, ``fast.ranges``), and a nested loop's trip count, pushed as a constant, pops as
+    one (``Emitter.pushed_constant``)."""
+    bodies = max(ranged[2] + 1 - ranged[1], 0)
+    return {j: np.int32(s + bodies) for j, s in starts.items()}
 
 
 class HoistConflict(Exception):
@@ -1124,18 +1195,38 @@ def _safe_operand(n: Node) -> bool:
 
 def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
     """``(j, bound)`` when loop ``r``'s header is one ``Less(counter, bound)`` on loop variable ``j``,
-    a counter (``counters``), beside constants (``i < 10`` makes its 10 in the header): in every body
+    a counter (``counters``), beside constants (``i < 10`` makes its 10 in the header), alone or
+    and-ed with ``True`` (``_bound_test``): in every body
     that runs, the counter is below ``bound`` and no lower than where it started (``fast.ranges``).
     ``None`` for any other loop."""
-    less = r.loop_cond.inputs[0].node
-    if r.loop_cond.inputs[0].index != 0 or less.op != "Less" \
-            or not all(it is less or (isinstance(it, Node) and it.op == "Const") for it in r.header):
+    less = _bound_test(r.loop_cond.inputs[0])
+    if less is None or not all(it is less or (isinstance(it, Node) and (it.op == "Const" or it is r.loop_cond.inputs[0].node))
+                               for it in r.header):
         return None
     count, bound = less.inputs
     for j in counters(r):
         if count.node is r.loop_vars[j][1] and count.index == 0:
             return j, bound
     return None
+
+
+def _bound_test(t: Tensor) -> Optional[Node]:
+    """The ``Less`` node that alone decides predicate ``t``: ``t`` itself, or one side of a
+    ``LogicalAnd`` whose other side is the constant ``True`` (``while_loop`` with
+    ``maximum_iterations`` and a condition that is always true, as every backward loop of a
+    gradient is: ``counter < trip_count and True``). ``None`` for any other predicate."""
+    n = t.node
+    if t.index != 0:
+        return None
+    if n.op == "LogicalAnd":
+        a, b = n.inputs
+        for less, other in ((a, b), (b, a)):
+            c = other.node
+            if less.index == 0 and less.node.op == "Less" and c.op == "Const" \
+                    and np.asarray(c.attrs.get("value")).shape == () and bool(c.attrs["value"]) is True:
+                return less.node
+        return None
+    return n if n.op == "Less" else None
 
 
 def counter_merges(r: WhileRegion) -> frozenset[int]:

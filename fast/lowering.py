@@ -28,6 +28,7 @@ from jax.experimental import io_callback
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import FeedError, ResourceExhaustedError, UnsupportedError, describe_node
+from turnout.fast import counted_stacks
 from turnout.fast import stacks as stk
 from turnout.fast.indexing import put, slot
 from turnout.fast.ranges import first_write, known_within
@@ -736,13 +737,17 @@ def _stack_push(ctx, n, xs):
     if ctx.holds(h):  # its one value is taken as its loop starts (``fast.held``)
         return [v]
     s0 = ctx.get_stack(n, h)
+    # a counted stack whose chain of loops is being traced: the push is proved to fit and to land at
+    # its index's position, and no pop reads its index record (``fast.counted_stacks``)
+    proved = f"{stk.STACK_PREFIX}{h.name}" in getattr(ctx, "dense", ())
     try:
-        s, ok = stk.push(s0, index, v, free=ctx.free_pointers)
+        s, ok = stk.push(s0, index, v, free=ctx.free_pointers or proved, record=not proved)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
         raise UnsupportedError(f"{describe_node(n)}: {e}") from None
-    # one message for every positional push: a failed one only sends the run back to index records
-    ctx.check(stk.positional(s0, index), "a positional stack pushed away from its position", code="unrecorded")
-    ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
+    if not proved:
+        # one message for every positional push: a failed one only sends the run back to index records
+        ctx.check(stk.positional(s0, index), "a positional stack pushed away from its position", code="unrecorded")
+        ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
     ctx.set_stack(h, s)
     ctx.note_push(n, h, v)
     return [v]
@@ -758,12 +763,19 @@ def _stack_pop(ctx, n, xs):
         ctx.check(np.asarray(False), f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
         shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
         return [jnp.zeros(shape, _np(n.attrs["dtype"]))]
+    const = ctx.pushed_constant(h)  # every push pushed this constant: the pop's value is known (a shape)
+    dims = getattr(ctx, "full", {}).get(f"{stk.STACK_PREFIX}{h.name}")
+    if dims is not None:  # a counted stack after its chain: an entry at every position (``fast.counted_stacks``)
+        safe = counted_stacks.proved(ctx.ranges.each(index), dims)
+        if not safe:
+            ctx.check(counted_stacks.in_range(index, dims), f"{describe_node(n)}: StackPop: the popped value was "
+                      "pushed under another iteration index (pushes and pops are not in reverse order)")
+        return [counted_stacks.read(s0.buf, index, dims, safe) if const is None else const]
     s, v, ok, match = stk.pop(s0, index, free=ctx.free_pointers)
     ctx.check(ok, f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
     ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
               "(pushes and pops are not in reverse order)")
     ctx.set_stack(h, s)
-    const = ctx.pushed_constant(h)  # every push pushed this constant: the pop's value is known (a shape)
     return [v if const is None else const]
 
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from turnout.fast import packing
 from turnout.fast import stacks as stk
+from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import join_carry
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
 from turnout.fast.held import held_reads
@@ -125,6 +126,13 @@ def positional_stacks(program: Program) -> set[str]:
     return {k for k, c in found.items() if c == 1 and pushes.get(k) == 1}
 
 
+def _stack_key_of(n: Node) -> Optional[str]:
+    """The state key of the stack StackPush or StackPop ``n`` uses, ``None`` where its handle cannot
+    be followed to its StackNew."""
+    src = stack_source(n.inputs[0])
+    return None if src is None else f"stack:{src.id}"
+
+
 def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
     """Stack key -> how many of ``nodes`` are ``op`` (StackPush / StackPop) on that stack."""
     out: dict[str, int] = {}
@@ -175,6 +183,10 @@ class Plan:
         #: static stacks the fused stage runs without an index record (``positional_stacks``); emptied
         #: for good by a run that pushed one of them away from its position (``record_every_stack``)
         self.positional = positional_stacks(program) & set(static)
+        #: the counted stacks (``fast.counted_stacks``) by the root loop heading their chains, less
+        #: the held ones; the fused trace proves their pushes and pops
+        self.counted = {head: kept for head, found in counted_stacks(program, _stack_key_of).items()
+                        if (kept := [cs for cs in found if cs.key not in self.held])}
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -373,6 +385,8 @@ class Plan:
                 stacks.update({k: self._fused_entry(k, None) for k in self.inside})
             em = self.emitter({**state, **stacks}, max_iter)
             em.stop_on_error = em.free_pointers = fused
+            if fused:  # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
+                em.counted = self.counted
             env = dict(env_in)
             em.run_items(st.items, env)
             # A value that leaves the stage as it came in (a fed tensor read by later stages) is not

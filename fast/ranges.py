@@ -38,7 +38,8 @@ class Ranges:
     """Traced integer values with the closed range each is known to lie in."""
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Any, int, int]] = {}
+        # id -> (value, lo, hi) for a scalar; (value, None, per-element ranges) for a vector
+        self._by_id: dict[int, tuple[Any, Any, Any]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -50,12 +51,26 @@ class Ranges:
             a = np.asarray(v)
             return (int(a), int(a)) if a.shape == () and a.dtype.kind in "iu" else None
         got = self._by_id.get(id(v))
-        return (got[1], got[2]) if got is not None and got[0] is v else None
+        return (got[1], got[2]) if got is not None and got[0] is v and got[1] is not None else None
+
+    def each(self, v: Any) -> Optional[list[Range]]:
+        """The range of every element of the integer vector ``v``: points for a static one, the
+        recorded ranges of a traced one (``add_each``), ``None`` when not all are known."""
+        if is_static(v):
+            a = np.asarray(v)
+            return [(int(x), int(x)) for x in a] if a.ndim == 1 and a.dtype.kind in "iu" else None
+        got = self._by_id.get(id(v))
+        return list(got[2]) if got is not None and got[0] is v and got[1] is None else None
 
     def add(self, v: Any, lo: int, hi: int) -> None:
         """Record that the traced ``v`` lies in ``[lo, hi]``."""
         if not is_static(v) and _INT32[0] <= lo <= hi <= _INT32[1]:
             self._by_id[id(v)] = (v, lo, hi)
+
+    def add_each(self, v: Any, ranges: Sequence[Range]) -> None:
+        """Record that element ``i`` of the traced vector ``v`` lies in ``ranges[i]``."""
+        if not is_static(v) and all(_INT32[0] <= lo <= hi <= _INT32[1] for lo, hi in ranges):
+            self._by_id[id(v)] = (v, None, tuple(ranges))
 
     def mark(self) -> int:
         """A mark to ``forget`` back to: the entries made after it belong to one trace."""
@@ -120,9 +135,17 @@ RANGE_RULES: dict[str, RangeRule] = {"Identity": _same, "Add": _add, "Sub": _sub
 
 def propagate(table: Ranges, n: Node, xs: Sequence[Any], outs: Sequence[Any]) -> None:
     """Record the range of node ``n``'s traced integer output, computed from ``xs``, when its rule
-    and the ranges of its inputs give one."""
+    and the ranges of its inputs give one. A ``Pack`` of integer scalars records the range of each
+    element of the vector it makes: a gradient stack's index is one (``Emitter.full``)."""
+    if len(outs) != 1 or is_static(outs[0]) or not n.outputs[0].dtype.is_integer:
+        return
+    if n.op == "Pack" and n.attrs.get("axis", 0) == 0:
+        each = [table.get(x) for x in xs]
+        if all(r is not None and np.ndim(x) == 0 for r, x in zip(each, xs, strict=True)):
+            table.add_each(outs[0], each)  # type: ignore[arg-type]
+        return
     rule = RANGE_RULES.get(n.op)
-    if rule is None or len(outs) != 1 or is_static(outs[0]) or not n.outputs[0].dtype.is_integer:
+    if rule is None:
         return
     got = rule([table.get(x) for x in xs])
     if got is not None:

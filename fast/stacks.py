@@ -138,8 +138,9 @@ def stack_nbytes(v: Any, index_bytes: int = 0) -> int:
 jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"], meta_fields=["capacity", "dtype"])
 
 
-def push(s: StackValue, index: Any, value: Any, free: bool = False) -> tuple[StackValue, Any]:
-    """Returns the new stack and ``ok`` (False on overflow).
+def push(s: StackValue, index: Any, value: Any, free: bool = False, record: bool = True) -> tuple[StackValue, Any]:
+    """Returns the new stack and ``ok`` (False on overflow). ``record=False`` leaves the index record
+    as it is: a counted stack's pops read by position (``fast.counted_stacks``).
 
     ``free``: the pointer runs free (``ptr + 1`` whether or not the push fitted) instead of stopping
     at the capacity. The fused stage asks for it (its loops stop at the first error and it hands no
@@ -170,7 +171,7 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False) -> tuple[Sta
     ok = s.ptr < s.capacity
     p = jnp.minimum(s.ptr, s.capacity - 1)
     buf = put(s.buf, p, value)
-    idx = None if s.idx is None else put(s.idx, p, index)
+    idx = put(s.idx, p, index) if s.idx is not None and record else s.idx
     return StackValue(s.capacity, s.dtype, buf, idx, s.ptr + (1 if free else ok.astype(jnp.int32))), ok
 
 
