@@ -288,6 +288,9 @@ class Emitter:
         #: counts (their pops read the entry at their index's position, ``counted_stacks.read``)
         self.dense: dict[str, int] = {}
         self.full: dict[str, tuple[int, ...]] = {}
+        #: counted stack key -> the range of every integer value its push pushed (``note_push_range``),
+        #: or None where one was not known
+        self.push_ranges: dict[str, Optional[tuple[int, int]]] = {}
 
     # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
@@ -377,6 +380,26 @@ class Emitter:
             self.pushed[k] = np.array(value)  # (a copy: the pushed value is never changed after)
         elif prev is not _MIXED and not _same_constant(prev, value):
             self.pushed[k] = _MIXED  # (one push node traced twice to different constants: a case chain's)
+
+    def note_push_range(self, h: Handle, value: Any) -> None:
+        """Record the range of ``value`` (``fast.ranges``), pushed by the one push of counted stack
+        ``h`` while its chain is traced: with the ranges of the other traces of that push, the range
+        of every entry. Why: a gradient pops the index a forward TensorArray read used (a fold's
+        counter) to accumulate at it; with its range the accumulation needs no index check."""
+        k = stack_key(h)
+        got = self.ranges.get(value)
+        if got is None or (k in self.push_ranges and self.push_ranges[k] is None):
+            self.push_ranges[k] = None
+            return
+        prev = self.push_ranges.get(k)
+        self.push_ranges[k] = got if prev is None else (min(prev[0], got[0]), max(prev[1], got[1]))
+
+    def pop_range(self, h: Handle, value: Any) -> None:
+        """Give ``value``, popped from full counted stack ``h``, the range of everything pushed on it
+        (``note_push_range``), when known."""
+        got = self.push_ranges.get(stack_key(h))
+        if got is not None:
+            self.ranges.add(value, *got)
 
     def pushed_constant(self, h: Handle) -> Any:
         """The constant every push of stack ``h`` pushed (see ``note_push``), or ``None``. Every push of
@@ -853,6 +876,10 @@ class Emitter:
                 return env.get(key(u))
             if depth > BOUND_DEPTH or n.op == "Enter":
                 return None
+            if n.op == "StackPop":  # every push pushed one constant (a nested loop's trip count)
+                src = stack_source(n.inputs[0])
+                got = None if src is None else self.pushed.get(f"{stk.STACK_PREFIX}{src.id}")
+                return got if got is not None and got is not _MIXED else None
             # (control inputs are left out: inside a body they tie a node to its frame, and the bound
             # is only needed where the loops around it run a body, ``_hoist_checks``)
             if n.op not in BOUND_OPS or (n.op == "GetItem" and len(n.inputs) > 1):
@@ -931,6 +958,22 @@ class Emitter:
             self.dense[cs.key] = math.prod(dims)
             out[cs.key] = dims
         return out
+
+    def _proved_stack_ops(self, r: WhileRegion) -> frozenset[int]:
+        """The ids of the stack ops of loop ``r`` (at any depth) that write nothing to the error word
+        when traced, as far as can be told before: the pushes of counted stacks whose chains are
+        being traced (``dense``), the pops of full counted stacks (``full``), whose indices the
+        counters' ranges usually prove, and the ops of held stacks (``fast.held``). (A pop they do not prove is checked, and the
+        nest traced again with its checks after each loop, ``HoistConflict``.)"""
+        ids = set()
+        if self.dense or self.full or self.held:
+            for n in r.nodes:
+                if n.op == "StackPush" or n.op == "StackPop":
+                    src = stack_source(n.inputs[0])
+                    k = None if src is None else f"{stk.STACK_PREFIX}{src.id}"
+                    if k in self.held or k in (self.dense if n.op == "StackPush" else self.full):
+                        ids.add(n.id)
+        return frozenset(ids)
 
     def fill_counted_stacks(self, counted: dict[str, tuple[int, ...]]) -> None:
         """After the loop that heads their chains: the stacks ``counted`` (``enter_counted_stacks``)
@@ -1043,8 +1086,9 @@ class Emitter:
         keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
         count = next((j for j in keep if starts.get(j) == 0), None)
 
+        counted = self.enter_counted_stacks(r, env)
         head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 \
-            and cannot_fail(r.nodes, counter_merges(r))
+            and cannot_fail(r.nodes, counter_merges(r), self._proved_stack_ops(r))
         # the counter's range in every body (``fast.ranges``): from its start to the bound less one;
         # with it, the loop variables each body writes at a slot that moves with it, whose entry
         # values say which slots they hold written
@@ -1120,7 +1164,6 @@ class Emitter:
                 ok = ok & ((vals[count] if count is not None else iters) < mi)
             return ok & (state["err"] == 0) if stop else ok
 
-        counted = self.enter_counted_stacks(r, env)
         self.hoist_depth += bool(chain)
         try:
             try:
@@ -1200,7 +1243,8 @@ def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
     that runs, the counter is below ``bound`` and no lower than where it started (``fast.ranges``).
     ``None`` for any other loop."""
     less = _bound_test(r.loop_cond.inputs[0])
-    if less is None or not all(it is less or (isinstance(it, Node) and (it.op == "Const" or it is r.loop_cond.inputs[0].node))
+    test = r.loop_cond.inputs[0].node
+    if less is None or not all(it is less or it is test or (isinstance(it, Node) and it.op == "Const")
                                for it in r.header):
         return None
     count, bound = less.inputs
@@ -1331,6 +1375,9 @@ NEVER_FAIL = frozenset({
     "TensorArrayStackOrZeros", "VarHandle", "ReadVariable",
 })
 FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
+#: the TensorArray ops that index a slot (``lowering._ta_index``): they write no check for an
+#: index proved in range
+TA_INDEXED = frozenset({"TensorArrayRead", "TensorArrayWrite", "TensorArrayReadOrZeros", "TensorArrayAccumulate"})
 
 #: ops from which an inner loop's bound may be computed at the head of its nest
 #: (``Emitter._bound_at_head``): no effects, and static results from static inputs
@@ -1341,23 +1388,25 @@ BOUND_OPS = frozenset({"Const", "Identity", "Shape", "Size", "GetItem", "TensorA
 BOUND_DEPTH = 16
 
 
-def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset()) -> bool:
+def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset(), proved: frozenset[int] = frozenset()) -> bool:
     """Whether no node of ``nodes`` can write the error word when traced: each is in ``NEVER_FAIL``,
     in ``FLOAT_ONLY_FAIL`` with a float result or a constant operand that cannot fail
     (``_safe_operand``: ``i // 2``), a ``Cast`` other than float to integer (the one cast
     that checks its values: a NaN, an infinity or a value out of the integer's range fails), or an
-    indexing whose index comes from the loop counters ``counted`` (``counter_merges``) and values
-    known when tracing (``ranges.from_counter``): a TensorArray read or write, or a ``GetItem``
+    indexing whose index comes from the loop counters ``counted`` (``counter_merges``), the proved
+    pops ``proved`` and values known when tracing (``ranges.from_counter``): a TensorArray read,
+    write or accumulation (``TA_INDEXED``), or a ``GetItem``
     whose every run-time index does (one of constant indices only fails, if at all, when traced).
     Such an index is proved in range while tracing (``fast.ranges``), and a write proved to be its
     slot's first (``ranges.first_write``); what the trace cannot prove (a TensorArray shorter than
     the loop's bound, a slot written twice) is still checked, and the nest is then traced again
-    with its checks after each loop (``HoistConflict``)."""
-    return all(n.op in NEVER_FAIL or (n.op in FLOAT_ONLY_FAIL and (n.outputs[0].dtype.is_floating
+    with its checks after each loop (``HoistConflict``). ``proved``: the ids of stack ops that
+    write nothing (``Emitter._proved_stack_ops``)."""
+    return all(n.op in NEVER_FAIL or n.id in proved or (n.op in FLOAT_ONLY_FAIL and (n.outputs[0].dtype.is_floating
                                                                   or _safe_operand(n)))
                or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
-               or (n.op in ("TensorArrayRead", "TensorArrayWrite") and from_counter(n.inputs[1], counted))
-               or (n.op == "GetItem" and all(from_counter(t, counted) for t in n.inputs[1:]))
+               or (n.op in TA_INDEXED and from_counter(n.inputs[1], counted | proved))
+               or (n.op == "GetItem" and all(from_counter(t, counted | proved) for t in n.inputs[1:]))
                for n in nodes)
 
 

@@ -741,10 +741,12 @@ def _stack_push(ctx, n, xs):
     # its index's position, and no pop reads its index record (``fast.counted_stacks``)
     proved = f"{stk.STACK_PREFIX}{h.name}" in getattr(ctx, "dense", ())
     try:
-        s, ok = stk.push(s0, index, v, free=ctx.free_pointers or proved, record=not proved)
+        s, ok = stk.push(s0, index, v, free=ctx.free_pointers, proved=proved)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
         raise UnsupportedError(f"{describe_node(n)}: {e}") from None
-    if not proved:
+    if proved:
+        ctx.note_push_range(h, v)
+    else:
         # one message for every positional push: a failed one only sends the run back to index records
         ctx.check(stk.positional(s0, index), "a positional stack pushed away from its position", code="unrecorded")
         ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
@@ -770,7 +772,11 @@ def _stack_pop(ctx, n, xs):
         if not safe:
             ctx.check(counted_stacks.in_range(index, dims), f"{describe_node(n)}: StackPop: the popped value was "
                       "pushed under another iteration index (pushes and pops are not in reverse order)")
-        return [counted_stacks.read(s0.buf, index, dims, safe) if const is None else const]
+        if const is not None:
+            return [const]
+        v = counted_stacks.read(s0.buf, index, dims, safe)
+        ctx.pop_range(h, v)
+        return [v]
     s, v, ok, match = stk.pop(s0, index, free=ctx.free_pointers)
     ctx.check(ok, f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
     ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
@@ -835,11 +841,12 @@ def _ta_read_or_zeros(ctx, n, xs):
     ta, i, shp = xs
     shape = _static_shape(ctx, n, shp, 2)
     if ta.pending or not ta.size:
-        ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: TensorArrayReadOrZeros: index out of range "
-                  f"for a TensorArray of size {ta.size}")
+        if not known_within(ctx, i, 0, ta.size - 1):
+            ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: TensorArrayReadOrZeros: index out of range "
+                      f"for a TensorArray of size {ta.size}")
         return [jnp.zeros(shape, ta.dtype)]
     j = _ta_index(ctx, n, ta, i, "TensorArrayReadOrZeros")
-    return [jnp.where(ta.mask[j] > 0, ta.buf[j], jnp.zeros((), ta.dtype)).reshape(shape)]
+    return [jnp.where(slot(ta.mask, j) > 0, slot(ta.buf, j), jnp.zeros((), ta.dtype)).reshape(shape)]
 
 
 @_r("TensorArrayStackOrZeros")

@@ -138,9 +138,10 @@ def stack_nbytes(v: Any, index_bytes: int = 0) -> int:
 jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"], meta_fields=["capacity", "dtype"])
 
 
-def push(s: StackValue, index: Any, value: Any, free: bool = False, record: bool = True) -> tuple[StackValue, Any]:
-    """Returns the new stack and ``ok`` (False on overflow). ``record=False`` leaves the index record
-    as it is: a counted stack's pops read by position (``fast.counted_stacks``).
+def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool = False) -> tuple[StackValue, Any]:
+    """Returns the new stack and ``ok`` (False on overflow). ``proved``: the push is known to fit and
+    its pops read by position (a counted stack, ``fast.counted_stacks``): the entry goes at the
+    pointer unclamped, the index record is left as it is, and ``ok`` is the constant ``True``.
 
     ``free``: the pointer runs free (``ptr + 1`` whether or not the push fitted) instead of stopping
     at the capacity. The fused stage asks for it (its loops stop at the first error and it hands no
@@ -168,10 +169,12 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False, record: bool
         raise UnsupportedError(f"fast backend: a value of shape {value.shape} (index {index.shape}) pushed "
                                f"on a stack of elements {s.buf.shape[1:]}"
                                + ("" if s.idx is None else f" (index {s.idx.shape[1:]})"))
+    if proved:
+        return StackValue(s.capacity, s.dtype, put(s.buf, s.ptr, value), s.idx, s.ptr + 1), np.bool_(True)
     ok = s.ptr < s.capacity
     p = jnp.minimum(s.ptr, s.capacity - 1)
     buf = put(s.buf, p, value)
-    idx = put(s.idx, p, index) if s.idx is not None and record else s.idx
+    idx = None if s.idx is None else put(s.idx, p, index)
     return StackValue(s.capacity, s.dtype, buf, idx, s.ptr + (1 if free else ok.astype(jnp.int32))), ok
 
 
