@@ -963,8 +963,9 @@ class Emitter:
         """The ids of the stack ops of loop ``r`` (at any depth) that write nothing to the error word
         when traced, as far as can be told before: the pushes of counted stacks whose chains are
         being traced (``dense``), the pops of full counted stacks (``full``), whose indices the
-        counters' ranges usually prove, and the ops of held stacks (``fast.held``). (A pop they do not prove is checked, and the
-        nest traced again with its checks after each loop, ``HoistConflict``.)"""
+        counters' ranges usually prove, and the ops of held stacks (``fast.held``). (A pop they do
+        not prove is checked, and the nest traced again with its checks after each loop,
+        ``HoistConflict``.)"""
         ids = set()
         if self.dense or self.full or self.held:
             for n in r.nodes:
