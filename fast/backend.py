@@ -63,6 +63,7 @@ import numpy as np
 from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError, dead_fetch_message
 from turnout.fast import packing
 from turnout.fast import stacks as stk
+from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
 from turnout.fast.emit import var_key
@@ -703,7 +704,7 @@ class FastBackend:
             if got is None and positional and not plan.positional:
                 got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
             return got
-        except UnsupportedError:
+        except (UnsupportedError, RungTooSmall):  # (a rung too small for a counted stack: the next one)
             plan.fused = None
             return None
 

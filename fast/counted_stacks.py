@@ -48,6 +48,17 @@ from turnout.fast.regions import Item, Program, WhileRegion
 from turnout.graph import Node, Tensor
 
 
+class RungTooSmall(Exception):
+    """Raised while the fused trace of a plan is made, when a counted stack's chain pushes more
+    entries than the plan's stack capacity (``Emitter.enter_counted_stacks``). The chain's trip
+    counts are known when tracing, so every run of this plan would overflow: the backend passes
+    over this rung of the capacity ladder without compiling it (``FastBackend._run_fused``)."""
+
+    def __init__(self, key: str, entries: int, capacity: int) -> None:
+        super().__init__(f"{key}: {entries} entries for a capacity of {capacity}")
+        self.entries = entries
+
+
 @dataclass(frozen=True)
 class CountedStack:
     """A stack whose one push follows the counters of the loops ``loops`` (outermost first, the

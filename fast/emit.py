@@ -28,6 +28,7 @@ from turnout import shapes as sh
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node, runaway_message
 from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
+from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind, refused_by_shape_rule
 from turnout.fast.ranges import Ranges, from_counter, propagate
 from turnout.fast.regions import (
@@ -952,9 +953,10 @@ class Emitter:
                 continue
             dims = tuple(int(b) for b in bodies)
             s = self.state.get(cs.key)
-            if not isinstance(s, stk.StackValue) or s.pending or not is_static(s.ptr) or int(s.ptr) != 0 \
-                    or math.prod(dims) > s.capacity:
+            if not isinstance(s, stk.StackValue) or s.pending or not is_static(s.ptr) or int(s.ptr) != 0:
                 continue
+            if math.prod(dims) > s.capacity:  # (its head is a root item: every run that gets this far pushes them)
+                raise RungTooSmall(cs.key, math.prod(dims), s.capacity)
             self.dense[cs.key] = math.prod(dims)
             out[cs.key] = dims
         return out
