@@ -1,6 +1,7 @@
 """Compile time against program size: a ``case`` with many branches, deeply nested loops, deeply
-nested conds, deeply nested folds, each side by side with the hand-written JAX program of the same
-shape (the folds against nested ``lax.scan``).
+nested conds, deeply nested folds, and the gradient of nested scans, each side by side with the
+hand-written JAX program of the same shape (the folds against nested ``lax.scan``, the gradient
+against ``jax.grad`` of nested ``lax.scan``).
 
 Why: the fast backend compiles by *tracing* the region tree into ``lax`` control flow. If a region
 were traced more than once per enclosing trace (say, once to learn its result types and again inside
@@ -10,7 +11,9 @@ first call of a fresh ``jax.jit`` function (tracing, compilation and one run) at
 growth and the ratio to JAX are both visible. The trip counts are fed (one iteration per loop) and
 the conds' predicates depend on a fed value, so nothing folds away at trace time on either side.
 The folds run over a fed one-element vector: their trip counts are its length, known when tracing,
-on both sides.
+on both sides. The gradient (``grad_scans``) is of a Variable through ``tn.scan`` nested ``n`` deep
+over a fed three-element vector, sizes 1 to 6 (its innermost body runs ``3**n`` times, and its
+gradient stacks hold as many entries; at 7 they outgrow the default ``stack_chunk``).
 
 Run it alone with ``python3 benchmarks/compile_time.py [--quick] [--plot PATH]``; ``benchmarks/run.py``
 runs it with the others.
@@ -38,7 +41,9 @@ from turnout.fast.deep import call_deep  # noqa: E402
 
 SIZES = [2, 4, 8, 16, 32, 64]
 QUICK_SIZES = [2, 8, 32]
-SHAPES = ("case", "loops", "conds", "folds")
+GRAD_SIZES = [1, 2, 3, 4, 5, 6]
+QUICK_GRAD_SIZES = [1, 3, 5]
+SHAPES = ("case", "loops", "conds", "folds", "grad_scans")
 
 
 # ---- Turnout programs ------------------------------------------------------------------------------
@@ -74,6 +79,18 @@ def build(shape: str, n: int) -> tuple[tn.Graph, tn.Tensor, dict[str, tn.Tensor]
                 return lambda c, e: c + tn.foldl(folds(d - 1), xs, initializer=e)
 
             return g, tn.foldl(folds(n), xs, initializer=x), {"x": x, "xs": xs}
+        if shape == "grad_scans":
+            xs = tn.placeholder(tn.float32, [3], name="xs")
+            w = tn.Variable(np.float32(0.5), name="w")
+
+            def scans(d: int) -> Callable[[Any, Any], Any]:
+                if d == 1:
+                    return lambda c, e: tn.tanh(c * w.read() + e)
+                return lambda c, e: c + tn.reduce_sum(tn.scan(scans(d - 1), xs, initializer=e)) * 0.1
+
+            loss = tn.reduce_sum(tn.scan(scans(n), xs, initializer=x))
+            (gw,) = tn.gradients(loss, [w])
+            return g, gw, {"x": x, "xs": xs}
         if shape == "conds":
             def conds(d: int) -> tn.Tensor:
                 if d == n:
@@ -91,6 +108,8 @@ def feeds(shape: str, n: int) -> dict[str, Any]:
         return {"x": np.float32(3.0), "trips": np.int32(1)}
     if shape == "folds":
         return {"x": np.float32(3.0), "xs": np.array([0.5], np.float32)}
+    if shape == "grad_scans":
+        return {"x": np.float32(0.0), "xs": np.array([0.5, 1.0, 1.5], np.float32)}
     return {"x": np.float32(n + 1.0)}  # every predicate true: the innermost branch runs
 
 
@@ -125,6 +144,17 @@ def jax_program(shape: str, n: int) -> Callable[..., Any]:
             return jax.lax.scan(nest(n), x, xs)[0]
 
         return folds
+    if shape == "grad_scans":
+        def loss(w: Any, x: Any, xs: Any) -> Any:
+            def nest(d: int) -> Callable[[Any, Any], Any]:
+                if d == 1:
+                    return lambda c, e: (lambda r: (r, r))(jnp.tanh(c * w + e))
+                return lambda c, e: (lambda r: (r, r))(c + jnp.sum(jax.lax.scan(nest(d - 1), e, xs)[1]) * 0.1)
+
+            return jnp.sum(jax.lax.scan(nest(n), x, xs)[1])
+
+        grad = jax.grad(loss)
+        return lambda x, xs: grad(np.float32(0.5), x, xs)
 
     def conds(x: Any) -> Any:
         def nest(d: int) -> Any:
@@ -175,7 +205,8 @@ def run(quick: bool, shapes: tuple[str, ...] = SHAPES, repeat: int = 1) -> dict[
     rows = []
     measure(shapes[0], 2)  # warm up: JAX's and Turnout's first-use costs belong to neither size
     for shape in shapes:
-        for n in sizes:
+        grad = QUICK_GRAD_SIZES if quick else GRAD_SIZES
+        for n in (grad if shape == "grad_scans" else sizes):
             rows.append(measure(shape, n, repeat))
     # (not folds: JAX's own nest of 100 ``lax.scan`` overflows the C stack while it is lowered, here;
     # Turnout's runs, 1.2 s on 2026-11-27)
@@ -194,7 +225,7 @@ def plot(res: dict[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.6), sharey=False, squeeze=False)
     axes = axes[0]
     titles = {"case": "tn.case with n branches", "loops": "n nested while loops", "conds": "n nested conds",
-              "folds": "n nested foldl"}
+              "folds": "n nested foldl", "grad_scans": "gradient of n nested scans"}
     for ax, shape in zip(axes, shapes, strict=True):
         rows = [r for r in res["rows"] + res.get("deep", []) if r["shape"] == shape]
         rows.sort(key=lambda r: r["n"])
@@ -223,7 +254,7 @@ def summary(res: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="sizes 2, 8 and 32 only")
+    ap.add_argument("--quick", action="store_true", help="sizes 2, 8 and 32 only (gradients: 1, 3 and 5)")
     ap.add_argument("--plot", metavar="PNG", help="also draw the plot (needs matplotlib: pip install -e '.[plots]')")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="which programs, comma-separated (default: all)")
     ap.add_argument("--repeat", type=int, default=3, help="tries per size and side; the best is kept (default 3)")
