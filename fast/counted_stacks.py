@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout.fast.indexing import slot
-from turnout.fast.regions import Item, Program, WhileRegion
+from turnout.fast.regions import Program, WhileRegion, program_nodes
 from turnout.graph import Node, Tensor
 
 
@@ -75,7 +75,7 @@ def counted_stacks(program: Program, stack_key_of: Any) -> dict[int, list[Counte
     StackPush or StackPop node uses, ``None`` where it cannot be followed to its StackNew."""
     pushes: dict[str, list[Node]] = {}
     pops: dict[str, list[Node]] = {}
-    for n in program_nodes_of(program.items):
+    for n in program_nodes(program):
         if n.op in ("StackPush", "StackPop"):
             k = stack_key_of(n)
             if k is not None:
@@ -99,13 +99,6 @@ def counted_stacks(program: Program, stack_key_of: Any) -> dict[int, list[Counte
                     continue
                 out.setdefault(id(head), []).append(CountedStack(k, tuple(chain), n))
     return out
-
-
-def program_nodes_of(items: list[Item]) -> list[Node]:
-    """Every node of ``items``, at any depth."""
-    from turnout.fast.regions import walk
-
-    return [it for it in walk(items) if isinstance(it, Node)]
 
 
 def _chains(head: WhileRegion) -> list[list[WhileRegion]]:

@@ -1174,7 +1174,8 @@ class Emitter:
                 if wrapped:
                     # the nest runs only when its checks (and everything before it) passed: a run
                     # with the error word set returns no value, and nothing in the nest has an
-                    # effect (``cannot_fail``), so skipping it is invisible
+                    # effect (``cannot_fail``) but pushes onto counted stacks, which such a run
+                    # never reads, so skipping it is invisible
                     ok = jax.lax.eq(jnp.asarray(self.state["err"], jnp.int32), np.int32(0))
                     kept, self.state, _, _ = jax.lax.cond(
                         ok, lambda c: self._while_loop(r, cond, traced, c), lambda c: c, c0)
@@ -1349,7 +1350,7 @@ def counted_bound(r: WhileRegion) -> Optional[tuple[Node, int]]:
     the bound a value entered unchanged (``is_constant``) or a constant. Such a loop runs exactly
     ``max(bound, start) - start`` bodies (a fold without an initializer starts at 1). ``None`` for
     any other loop. (Whether its check may be hoisted also depends on what else can fail in it:
-    ``cannot_fail``, which also keeps out gradient stacks.)"""
+    ``cannot_fail``, which also keeps out gradient stacks that are neither counted nor held.)"""
     found = bounded_counter(r)
     if found is None:
         return None
