@@ -97,6 +97,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/driven.py": {"module": "turnout.fast.driven", "tests": _STACK_TESTS},
     "fast/ranges.py": {"module": "turnout.fast.ranges",
                        "tests": ["test_fast_ranges.py", "test_fast_counted_nests.py"]},
+    "fast/counted_stacks.py": {"module": "turnout.fast.counted_stacks",
+                               "tests": ["test_fast_counted_stacks.py", "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     "fast/lowering.py": {"module": "turnout.fast.lowering",
