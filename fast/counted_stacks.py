@@ -129,8 +129,8 @@ def _counts(index: Tensor, chain: list[WhileRegion]) -> bool:
         for j in counters(loop):
             e, m = loop.loop_vars[j][0], loop.loop_vars[j][1]
             start = e.inputs[0].node
-            if start.op == "Const" and np.asarray(start.attrs.get("value")).shape == () \
-                    and int(start.attrs["value"]) == 0 and body_value(loop, t, m):
+            value = np.asarray(start.attrs.get("value")) if start.op == "Const" else None
+            if value is not None and value.shape == () and int(value) == 0 and body_value(loop, t, m):
                 found = True
                 break
         if not found:

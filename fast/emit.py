@@ -289,6 +289,9 @@ class Emitter:
         #: counts (their pops read the entry at their index's position, ``counted_stacks.read``)
         self.dense: dict[str, int] = {}
         self.full: dict[str, tuple[int, ...]] = {}
+        #: the counted stacks whose push was traced while their chain was (``note_push_range``): a
+        #: push that was not (its input dead when traced) pushed nothing, and its stack is not full
+        self.pushed_counted: set[str] = set()
         #: counted stack key -> the range of every integer value its push pushed (``note_push_range``),
         #: or None where one was not known
         self.push_ranges: dict[str, Optional[tuple[int, int]]] = {}
@@ -388,6 +391,7 @@ class Emitter:
         of every entry. Why: a gradient pops the index a forward TensorArray read used (a fold's
         counter) to accumulate at it; with its range the accumulation needs no index check."""
         k = stack_key(h)
+        self.pushed_counted.add(k)
         got = self.ranges.get(value)
         if got is None or (k in self.push_ranges and self.push_ranges[k] is None):
             self.push_ranges[k] = None
@@ -980,10 +984,12 @@ class Emitter:
 
     def fill_counted_stacks(self, counted: dict[str, tuple[int, ...]]) -> None:
         """After the loop that heads their chains: the stacks ``counted`` (``enter_counted_stacks``)
-        hold an entry at every position, and their pointers stand at the number of entries (a
-        constant: a run in which the loops ended otherwise has its error word set)."""
+        whose push was traced hold an entry at every position, and their pointers stand at the number
+        of entries (a constant: a run in which the loops ended otherwise has its error word set)."""
         for k, dims in counted.items():
             del self.dense[k]
+            if k not in self.pushed_counted:  # its push never ran: it pushed nothing, and its pops check
+                continue
             s = self.state[k]
             self.state[k] = stk.StackValue(s.capacity, s.dtype, s.buf, s.idx, np.int32(math.prod(dims)))
             self.full[k] = dims

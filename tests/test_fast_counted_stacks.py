@@ -196,6 +196,31 @@ def test_the_search_passes_over_a_stack_pushed_under_other_indices() -> None:
     assert cs.counted_stacks(program, _stack_key_of) == {}
 
 
+@pytest.mark.parametrize("inside", [False, True])
+def test_the_search_passes_over_a_stack_popped_inside_its_chain(inside: bool) -> None:
+    """A hand-built stack pushed under its loop's counter is counted when it is popped after the
+    loop, and not when a pop sits in the loop itself (the stack is not full there)."""
+    g = tn.Graph()
+    with g.as_default():
+        s = g.create_node("StackNew", (), {"elem_dtype": "int32", "elem_shape": []}, name="s")
+
+        def pop(i: Any) -> Any:
+            return g.create_node("StackPop", [s.outputs[0], tn.stack([i])], {"dtype": "int32", "shape": []},
+                                 name="pop").outputs[0]
+
+        def body(i: Any, acc: Any) -> Any:
+            p = g.create_node("StackPush", [s.outputs[0], tn.stack([i]), i * 2], name="push")
+            with tn.control_dependencies([p]):
+                got = pop(i) if inside else tn.identity(acc)
+            return i + 1, acc + got
+
+        _, acc = tn.while_loop(lambda i, acc: i < 3, body, [tn.constant(0), tn.constant(0)])
+        out = acc if inside else acc + pop(tn.constant(1))
+    program = functionalize(g, [out], [])
+    found = cs.counted_stacks(program, _stack_key_of)
+    assert (found == {}) == inside
+
+
 def test_exit_counts_end_each_counter_its_trip_count_past_its_start() -> None:
     assert emit.exit_counts({0: 0, 2: 1}, (0, 0, 4)) == {0: 5, 2: 6}  # 5 bodies
     assert emit.exit_counts({0: 7}, (0, 7, 4)) == {0: 7}  # no body: a counter past its bound stays
