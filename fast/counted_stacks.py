@@ -56,7 +56,6 @@ class RungTooSmall(Exception):
 
     def __init__(self, key: str, entries: int, capacity: int) -> None:
         super().__init__(f"{key}: {entries} entries for a capacity of {capacity}")
-        self.entries = entries
 
 
 @dataclass(frozen=True)
@@ -163,11 +162,8 @@ def proved(ranges: Optional[list[tuple[int, int]]], dims: tuple[int, ...]) -> bo
         and all(0 <= lo and hi <= d - 1 for (lo, hi), d in zip(ranges, dims, strict=True))
 
 
-def read(buf: Any, index: Any, dims: tuple[int, ...], safe: bool) -> Any:
-    """The entry of a full counted stack's buffer under ``index``; clamped into the buffer unless
-    ``safe`` (the index proved in range): an index out of range is reported by its check, and reads
-    a valid entry meanwhile."""
-    p = position(index, dims)
-    if not safe:
-        p = jax.lax.clamp(np.int32(0), p, np.int32(max(math.prod(dims) - 1, 0)))
-    return slot(buf, p)
+def read(buf: Any, index: Any, dims: tuple[int, ...]) -> Any:
+    """The entry of a full counted stack's buffer under ``index``. An index out of range (its pop's
+    check reports it) reads an entry of the buffer all the same: XLA clamps a dynamic slice's start
+    into the array."""
+    return slot(buf, position(index, dims))

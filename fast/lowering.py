@@ -774,7 +774,7 @@ def _stack_pop(ctx, n, xs):
                       "pushed under another iteration index (pushes and pops are not in reverse order)")
         if const is not None:
             return [const]
-        v = counted_stacks.read(s0.buf, index, dims, safe)
+        v = counted_stacks.read(s0.buf, index, dims)
         ctx.pop_range(h, v)
         return [v]
     s, v, ok, match = stk.pop(s0, index, free=ctx.free_pointers)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from turnout.errors import ExecutionError, NonTerminationError, describe_node, runaway_message
+from turnout.errors import ExecutionError, KernelError, NonTerminationError, describe_node, runaway_message
 from turnout.graph import Node
 from turnout.kernels import run_kernel
 
@@ -279,7 +279,7 @@ def _stack_pop(it: Interpreter, node: Node, vals: list[Any]) -> Any:
     try:
         return it.stacks[h][key]
     except KeyError:
-        raise ExecutionError(f"{describe_node(node)}: no value was pushed for index {key}") from None
+        raise KernelError(f"{describe_node(node)}: no value was pushed for index {key}") from None
 
 
 def fire_send(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:

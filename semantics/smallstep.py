@@ -45,6 +45,7 @@ from turnout.errors import (
     DeadlockError,
     ExecutionError,
     FeedError,
+    KernelError,
     MergeConflictError,
     NonTerminationError,
     ValidationError,
@@ -759,7 +760,7 @@ def _k_pop(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
     h, idx = vals
     key = (h, _stack_key(idx))
     if key not in u.stacks:
-        raise ExecutionError(f"{_describe(node, tag)}: stack {h} has no entry under key {key[1]}")
+        raise KernelError(f"{_describe(node, tag)}: stack {h} has no entry under key {key[1]}")
     return [u.stacks[key]]
 
 

@@ -39,6 +39,7 @@ from turnout.errors import (
     DeadFetchError,
     ExecutionError,
     FeedError,
+    KernelError,
     NonTerminationError,
     UnsupportedError,
     ValidationError,
@@ -590,7 +591,7 @@ def _stack_pop(ev: _Evaluator, n: Node, tag: Tag, ins: list[Any]) -> list[Any]:
     try:
         return [ev.stacks[h][key]]
     except KeyError:
-        raise ExecutionError(f"{describe_node(n)}: no value was pushed on stack {h} for index {key}") from None
+        raise KernelError(f"{describe_node(n)}: no value was pushed on stack {h} for index {key}") from None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -239,6 +239,26 @@ def sum_to_a_shape_that_does_not_broadcast() -> tuple[tn.Graph, Any, dict[Any, A
     return g, y, {x: np.float32(1.0), like: np.zeros(3, np.float32)}
 
 
+def pop_of_an_index_never_pushed() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """A stack pushed under ``[i]`` in a loop of three iterations, popped after it under a fed index
+    that was never pushed (on the fast backend a counted stack, whose pop checks its index)."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        s = g.create_node("StackNew", (), {"elem_dtype": "int32", "elem_shape": []}, name="s")
+
+        def body(i: Any) -> Any:
+            p = g.create_node("StackPush", [s.outputs[0], tn.stack([i]), i * 2], name="push")
+            with tn.control_dependencies([p]):
+                return i + 1
+
+        (n,) = tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
+        with tn.control_dependencies([n]):
+            got = g.create_node("StackPop", [s.outputs[0], tn.stack([k])], {"dtype": "int32", "shape": []},
+                                name="pop").outputs[0]
+    return g, got + n, {k: np.int32(5)}
+
+
 def ill_formed_loop() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     g = tn.Graph()
     with g.as_default():
@@ -266,6 +286,7 @@ CATALOGUE: dict[str, Mistake] = {
     "TensorArray writes of two shapes in a loop": Mistake(tensor_array_writes_of_two_shapes_in_a_loop,
                                                           tn.KernelError),
     "gather index out of range": Mistake(gather_out_of_range, tn.KernelError),
+    "pop of an index never pushed": Mistake(pop_of_an_index_never_pushed, tn.KernelError),
     "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
     "index into an empty dimension": Mistake(index_into_an_empty_dimension, tn.KernelError),
     "gather from an empty axis": Mistake(gather_from_an_empty_axis, tn.KernelError),
