@@ -600,6 +600,10 @@ class FastBackend:
                         if self.overlap_reads:
                             start_reads(out.values())
                         state = {**rest, **state}  # (what came back unchanged is not returned)
+                        if st.packed is not None:  # the flags came behind a fetched value (``fast.packing``)
+                            k, how = st.packed
+                            value, words = packing.unpack(np.asarray(out[k]), how)
+                            out, lv = {**out, k: value}, words
                         state["err"], lv = self._fused_flags(st, lv)
                     args["error_word"] = int(state["err"])
                 lives.update(lv)
@@ -719,8 +723,9 @@ class FastBackend:
     @staticmethod
     def _fused_flags(st: Stage, flags: Any) -> tuple[int, dict[Key, Any]]:
         """The fused stage's ``flags`` (error word, then live flags) read back at once: the error word
-        as a Python int, and the live flags per fetched key."""
-        code, *lives = np.asarray(flags).tolist()
+        as a Python int, and the live flags per fetched key. (``flags`` may be the list of them that
+        a packed result held already.)"""
+        code, *lives = flags if type(flags) is list else np.asarray(flags).tolist()
         return code, dict(zip(st.live_keys, lives, strict=True))
 
     @staticmethod

@@ -292,6 +292,9 @@ class Emitter:
         #: the counted stacks whose push was traced while their chain was (``note_push_range``): a
         #: push that was not (its input dead when traced) pushed nothing, and its stack is not full
         self.pushed_counted: set[str] = set()
+        #: the stacks the fused call makes inside itself (``Plan.inside``): a counted one is made
+        #: there with as many entries as its chain pushes, not the rung's capacity
+        self.resizable: set[str] = set()
         #: counted stack key -> the range of every integer value its push pushed (``note_push_range``),
         #: or None where one was not known
         self.push_ranges: dict[str, Optional[tuple[int, int]]] = {}
@@ -961,6 +964,10 @@ class Emitter:
                 continue
             if math.prod(dims) > s.capacity:  # (its head is a root item: every run that gets this far pushes them)
                 raise RungTooSmall(cs.key, math.prod(dims), s.capacity)
+            if cs.key in self.resizable:  # (zeroing and carrying a buffer of the rung's capacity cost the call)
+                n = max(math.prod(dims), 1)
+                self.state[cs.key] = stk.StackValue(n, s.dtype, jnp.zeros((n, *s.buf.shape[1:]), s.dtype), None,
+                                                    np.int32(0))
             self.dense[cs.key] = math.prod(dims)
             out[cs.key] = dims
         return out
@@ -1113,8 +1120,11 @@ class Emitter:
                          if isinstance(vals0[j], TA) and vals0[j].written is not None}
                 exits.update(exit_counts(starts, ranged))
         chain = self._counted_chain(r, env) if head else []
-        # the nest runs in a cond on its checks when XLA may then see a trip count (see below)
-        wrapped = any(is_static(b) for _, b in chain)
+        # the nest runs in a cond on its checks when XLA may then see a trip count (see below); a
+        # single loop does not: the cond costs each run about a microsecond on the CPU (a small RNN
+        # training step, two loops, 1.62 times JAX's fixed cost with them and 1.55 without), and a
+        # loop alone gains little compile time from its trip count
+        wrapped = len(chain) > 1 and any(is_static(b) for _, b in chain)
         if chain:
             saved_state = dict(self.state)
             if wrapped:

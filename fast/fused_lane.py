@@ -26,9 +26,10 @@ from turnout.fast.lane import (
     in_wide_mode,
     signature,
 )
+from turnout.fast.packing import unpack
 from turnout.fast.stacks import StackValue, kept_arrays
 from turnout.fast.values import DEAD, start_reads, to_host
-from turnout.fast.variable_store import keep
+from turnout.fast.variable_store import Deferred, keep
 from turnout.graph import Tensor
 
 if TYPE_CHECKING:
@@ -89,9 +90,12 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     for i, k in enumerate(h.plan.kept):
         env[f"p{i}"] = k
     sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
+    if st.packed is not None:  # the flags come behind this fetched value (``fast.packing``)
+        env["pk"], env["how"] = st.packed
     for i, t in enumerate(fetches):
         k = (t.node.id, t.index)
         env[f"f{i}"] = k
+        live = st.live_keys.index(k) if k in st.live_keys else None
         if ops is not None and ops[i]:
             sources.append(("None", None))
         elif k in st.static_out:
@@ -99,25 +103,28 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
                 return None  # (the general path raises its DeadFetchError)
             env[f"g{i}"] = st.static_out[k]
             sources.append((f"to_host(g{i})", None))
-        else:
-            sources.append((f"to_host(out[f{i}])", st.live_keys.index(k) if k in st.live_keys else None))
+        elif st.packed is not None and k == st.packed[0]:
+            sources.append(("pv", live))
+        else:  # (an array is read back as it is; a TensorArray or a handle as ``to_host`` makes it)
+            sources.append((f"asarray(out[f{i}])" if k in st.array_out else f"to_host(out[f{i}])", live))
     source = _fused_lane_source(sig, [keys.index(k) for k in reads], len(h.var_keys), len(h.written),
-                                len(h.plan.kept), sources, backend.overlap_reads)
+                                len(h.plan.kept), sources, backend.overlap_reads, st.packed is not None)
     return compile_lane(backend, source, sig, call, bound, env, {
         "keep": keep, "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
         "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
-        "out_of_memory": out_of_memory, "buffers_of": buffers_of})
+        "out_of_memory": out_of_memory, "buffers_of": buffers_of, "unpack": unpack, "Deferred": Deferred})
 
 
 def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,
-                       sources: list[tuple[str, Optional[int]]], overlap: bool) -> str:
+                       sources: list[tuple[str, Optional[int]]], overlap: bool, packed: bool = False) -> str:
     """The text of a fused attempt's lane (``make_fused_lane``): the checks (``check_source``), then
     the attempt's call and its finish. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
     ``x{i}`` a Variable's, ``u{i}``/``y{i}`` a written Variable's name and key, ``p{i}`` a kept stack's
     key, ``f{i}`` a fetch's key; ``sources`` gives per fetch the expression of its value and the
-    index of its live flag."""
+    index of its live flag. ``packed``: the flags come behind fetched output ``pk``, split as ``how``
+    says (``fast.packing``), its value ``pv``."""
     names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
-             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys"]
+             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys"] + (["pk", "how"] if packed else [])
     names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"e{i}" for i in range(len(reads))]
     names += [f"w{i}, x{i}" for i in range(n_vars)] + [f"u{i}, y{i}" for i in range(n_written)]
     names += [f"p{i}" for i in range(n_kept)] + [f"f{i}" for i in range(len(sources))]
@@ -132,10 +139,11 @@ def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written:
              "            return None",
              "        stacks = stack_bufs.pop(pid, None)",
              "        if stacks is None:",  # released, or taken by a run that failed
-             "            return None",
-             "        if StackValue in map(type, stacks.values()):",  # kept by a staged run: buffers alone
-             "            stacks = buffers_of(stacks)",
-             "        t_start = clock()",
+             "            return None"]
+    if n_kept:
+        body += ["        if StackValue in map(type, stacks.values()):",  # kept by a staged run: buffers alone
+                 "            stacks = buffers_of(stacks)"]
+    body += ["        t_start = clock()",
              "        try:",
              "            out, flags, ended = call({" + "".join(f"e{i}: v{j}, " for i, j in enumerate(reads)) + "}, {"
              + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, " + BOUND_ARG + ")",
@@ -147,17 +155,25 @@ def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written:
              "        stack_bufs[pid] = {" + "".join(f"p{i}: ended[p{i}], " for i in range(n_kept)) + "}"]
     if overlap:
         body += ["        start_reads(out.values())"]
-    body += ["        code, *lives = asarray(flags).tolist()",
-             "        if code:",
+    if packed:
+        body += ["        pv, (code, *lives) = unpack(asarray(out[pk]), how)"]
+    else:
+        body += ["        code, *lives = asarray(flags).tolist()"]
+    body += ["        if code:",
              "            fused_failure(backend, plan, code)",
              "            return None"]  # a stack outgrew the rung: the general path climbs
     live = [j for _, j in sources if j is not None]
     if live:
         body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
-                 "            backend._fetched(fetches, {**out, **stage.static_out}, dict(zip(live_keys, lives)))"]
+                 "            backend._fetched(fetches, {**out, " + ("pk: pv, " if packed else "")
+                 + "**stage.static_out}, dict(zip(live_keys, lives)))"]
     body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
     for i in range(n_written):
-        body += [f"        z{i} = ended[y{i}]", f"        dev_vars[u{i}] = (keep(variables, u{i}, z{i}), z{i})"]
+        body += [f"        z{i} = ended[y{i}]"]
+        if n_vars:  # (``variables`` is a DeviceVariables: checked above) its new value deferred, as ``keep`` does
+            body += [f"        q{i} = slots[u{i}] = Deferred(z{i})", f"        dev_vars[u{i}] = (q{i}, z{i})"]
+        else:
+            body += [f"        dev_vars[u{i}] = (keep(variables, u{i}, z{i}), z{i})"]
     body += ["        backend._records = records",
              "        return values, stats, clock() - t_start", "    return lane"]
     return "\n".join(head + body) + "\n"

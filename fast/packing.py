@@ -1,4 +1,4 @@
-"""One read-back for a checked ``Direct`` call: the error word and live flags ride behind a fetch.
+"""One read-back for a checked call: the error word and live flags ride behind a fetch.
 
 Why a module of its own: a ``Direct`` call (``Plan.direct_fn``) whose program can raise an error
 returns an int32 vector of flags (the error word, then a live flag per fetch) beside its fetched
@@ -8,7 +8,9 @@ one core, ``run_overhead.py``'s checked loop written out with the same checks): 
 with the value and the flags as two results, 12.5 with the flags appended to the value. So when a
 fetched value is small and of a dtype that can carry int32 words exactly, the call appends the flags
 to it (``pack``), and the host splits the one array it reads back (``unpack``): the value is a view
-of its first elements, the flags are its tail.
+of its first elements, the flags are its tail. The fused stage (``Plan.segment_fn``: a gradient
+through a loop) does the same with its error word and live flags (``Stage.packed``): for the small
+RNN training step of ``benchmarks/run_overhead.py`` one read-back instead of two.
 
 The tail holds the flags' bits, not their numbers: an int32 or int64 value takes them as integers,
 a float32 value as their bit patterns (``lax.bitcast_convert_type``), a float64 value as the bit

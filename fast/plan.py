@@ -76,6 +76,11 @@ class Stage:
     #: the fused stage's outputs that are constants while tracing, set by its trace and merged into
     #: the run's values by the caller instead of crossing the call (see ``Plan.segment_fn``)
     static_out: dict[Key, Any] = field(default_factory=dict)
+    #: the fused stage's fetched output that carries its flags (``fast.packing``), and how to split
+    #: it, set by its trace; None where the flags come back apart
+    packed: Optional[tuple[Key, Any]] = None
+    #: the fused stage's outputs that are arrays (not TensorArrays or handles): read back as they are
+    array_out: set[Key] = field(default_factory=set)
 
 
 def _direct_nodes(items: list[Item]) -> list[Node]:
@@ -386,7 +391,7 @@ class Plan:
             em = self.emitter({**state, **stacks}, max_iter)
             em.stop_on_error = em.free_pointers = fused
             if fused:  # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
-                em.counted = self.counted
+                em.counted, em.resizable = self.counted, set(self.inside)
             env = dict(env_in)
             em.run_items(st.items, env)
             # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
@@ -401,10 +406,20 @@ class Plan:
                 st.static_out = {k: v.value for k, v in out.items() if isinstance(v, Static)}
                 out = {k: v for k, v in out.items() if not isinstance(v, Static)}
                 st.live_keys = [k for k in st.writes if k in fetch]
-                flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
-                                  + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in st.live_keys])
-                # the error word is in ``flags``, and the pointers are not returned: the next attempt
-                # starts every stack empty again (every result is an array the call must hand back)
+                st.array_out = {k for k, v in out.items() if isinstance(v, jax.Array)}
+                flags: Any = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
+                                       + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in st.live_keys])
+                # the flags behind a small fetched value when one can carry them: one result and one
+                # read-back fewer, as for a ``Direct`` call (``fast.packing``)
+                st.packed = None
+                at = packing.carrier(tuple(out.get(k) for k in st.live_keys), set())
+                if at is not None:
+                    k = st.live_keys[at]
+                    out[k], how = packing.pack(out[k], flags, at)
+                    st.packed, flags = (k, how), None
+                # the error word is in ``flags`` (or behind a fetch), and the pointers are not returned:
+                # the next attempt starts every stack empty again (every result is an array the call
+                # must hand back)
                 ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
                          if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)
                          and k not in self.inside}

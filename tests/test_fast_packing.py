@@ -1,10 +1,12 @@
-"""A checked ``Direct`` call returns its flags behind a small fetched value (``fast.packing``).
+"""A checked ``Direct`` call, and the fused stage, return their flags behind a small fetched value (``fast.packing``).
 
 The error word and the live flags then come back in the same array as a fetch: these tests hold that
 the values are still the reference backend's, bit for bit, in every carrier dtype; that every error the
 flags carry is still raised (a kernel error, a runaway loop, whose code needs more than a float32's
 24 bits of mantissa, and a dead fetch), on the first run and on the lane's repeats; and that a value
-too large, of another dtype, or that is also a Variable's new value carries nothing.
+too large, of another dtype, or that is also a Variable's new value carries nothing. The fused
+stage (a gradient through a loop) packs the same way: its values, its errors and a dead fetch, on the
+general path and on its lane.
 """
 
 from __future__ import annotations
@@ -135,3 +137,73 @@ def test_pack_and_unpack_keep_every_bit(dtype: Any) -> None:
         got, words = packing.unpack(np.asarray(packed), p)
     assert got.dtype == value.dtype and got.tobytes() == value.tobytes()
     assert words == flags.tolist()
+
+
+# ---- the fused stage ------------------------------------------------------------------------------
+def _fused(dtype: Any) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, list[tn.Tensor]]:
+    """A gradient through a loop (the fused stage), ``v`` times 1.5 three times, with an integer
+    division in the body (the run can fail: ``k = 0``): fetches the result as ``dtype`` and the
+    gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        k = tn.placeholder(tn.int32, [], name="k")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 1.5 + tn.cast(7 // k, tn.float32)),
+                             [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+    return g, x, k, [tn.cast(y, dtype), dx]
+
+
+def _fused_stage(sess: tn.Session) -> Any:
+    (plan,) = {id(h.plan): h.plan for h, _ in sess.backend.repeats.routes.values()}.values()
+    return plan.fused
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_fused_stage_returns_its_flags_behind_a_fetch(dtype: Any) -> None:
+    """The fused attempt (a training step through a loop) packs its flags as a ``Direct`` call does:
+    the values stay the reference backend's on the first run and on the lane's repeats, and a kernel
+    error behind them is raised on both."""
+    g, x, k, fetches = _fused(dtype)
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for _ in range(3):
+        for a, b in zip(fast.run(fetches, {x: 1.0, k: 2}), ref.run(fetches, {x: 1.0, k: 2}), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert fast.last_result.stats["fused"]
+    st = _fused_stage(fast)
+    assert st.packed is not None and st.packed[0] in st.live_keys
+    for _ in range(2):  # the general path, then the lane
+        with pytest.raises(tn.KernelError, match="division by zero"):
+            fast.run(fetches, {x: 1.0, k: 0})
+        assert np.allclose(fast.run(fetches, {x: 1.0, k: 2})[0], ref.run(fetches, {x: 1.0, k: 2})[0])
+
+
+def test_a_fused_stage_with_no_small_fetch_returns_its_flags_apart() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [packing.PACK_MAX_ELEMENTS + 1], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 1.5), [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+    xv = np.linspace(-1.0, 1.0, packing.PACK_MAX_ELEMENTS + 1).astype(np.float32)
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for _ in range(2):
+        for a, b in zip(fast.run([y, dx], {x: xv}), ref.run([y, dx], {x: xv}), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert _fused_stage(fast).packed is None
+
+
+def test_a_dead_fetch_of_a_fused_stage_behind_its_flags_is_refused() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        p = tn.placeholder(tn.bool, [], name="p")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 1.5), [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+        sw = g.create_node("Switch", [dx, p], name="sw")
+        dead_or_not = tn.identity(sw.outputs[1])
+    fast = tn.Session(g, backend="fast")
+    for _ in range(3):  # the general path, then the lane
+        assert float(fast.run([dead_or_not], {x: 1.0, p: True})[0]) == pytest.approx(3.375)
+        with pytest.raises(tn.DeadFetchError):
+            fast.run([dead_or_not], {x: 1.0, p: False})
+    assert _fused_stage(fast).packed is not None
