@@ -101,7 +101,7 @@ class ErrorCodes:
 
 
 def stack_key(h: Handle) -> str:
-    return f"{stk.STACK_PREFIX}{h.name}"
+    return stk.state_key(h.name)
 
 
 def var_key(name: str) -> str:
@@ -119,6 +119,13 @@ def stack_source(t: Tensor) -> Optional[Node]:
         else:
             return None
     return n if n.op == "StackNew" else None
+
+
+def stack_key_of(n: Node) -> Optional[str]:
+    """The run-state key of the stack that StackPush or StackPop ``n`` uses, ``None`` where its
+    handle cannot be followed to its StackNew."""
+    src = stack_source(n.inputs[0])
+    return None if src is None else stk.state_key(src.id)
 
 
 def _jnp_tree(tree: Any) -> Any:
@@ -885,8 +892,8 @@ class Emitter:
             if depth > BOUND_DEPTH or n.op == "Enter":
                 return None
             if n.op == "StackPop":  # every push pushed one constant (a nested loop's trip count)
-                src = stack_source(n.inputs[0])
-                got = None if src is None else self.pushed.get(f"{stk.STACK_PREFIX}{src.id}")
+                k = stack_key_of(n)
+                got = None if k is None else self.pushed.get(k)
                 return got if got is not None and got is not _MIXED else None
             # (control inputs are left out: inside a body they tie a node to its frame, and the bound
             # is only needed where the loops around it run a body, ``_hoist_checks``)
@@ -983,8 +990,7 @@ class Emitter:
         if self.dense or self.full or self.held:
             for n in r.nodes:
                 if n.op == "StackPush" or n.op == "StackPop":
-                    src = stack_source(n.inputs[0])
-                    k = None if src is None else f"{stk.STACK_PREFIX}{src.id}"
+                    k = stack_key_of(n)
                     if k in self.held or k in (self.dense if n.op == "StackPush" else self.full):
                         ids.add(n.id)
         return frozenset(ids)

@@ -35,6 +35,7 @@ from typing import Optional
 
 from turnout.fast.emit import stack_source
 from turnout.fast.regions import Program, WhileRegion, item_nodes, program_nodes
+from turnout.fast.stacks import state_key
 from turnout.graph import Node, Tensor
 
 #: ops that write a Variable (the lowering's ``_assign`` rules)
@@ -129,5 +130,5 @@ def held_reads(program: Program) -> dict[str, HeldRead]:
                     or sum(u.op == "StackPush" for u in uses) != 1
                     or any(place.get(u.id, -1) <= at for u in uses if u.op == "StackPop")):
                 continue  # (a pop before the loop's end, as only a hand-built stack has, pops what was pushed)
-            out[f"stack:{src.id}"] = HeldRead(src.id, name, loop)
+            out[state_key(src.id)] = HeldRead(src.id, name, loop)
     return out

@@ -739,7 +739,7 @@ def _stack_push(ctx, n, xs):
     s0 = ctx.get_stack(n, h)
     # a counted stack whose chain of loops is being traced: the push is proved to fit and to land at
     # its index's position, and no pop reads its index record (``fast.counted_stacks``)
-    proved = f"{stk.STACK_PREFIX}{h.name}" in getattr(ctx, "dense", ())
+    proved = stk.state_key(h.name) in getattr(ctx, "dense", ())
     try:
         s, ok = stk.push(s0, index, v, free=ctx.free_pointers, proved=proved)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
@@ -766,7 +766,7 @@ def _stack_pop(ctx, n, xs):
         shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
         return [jnp.zeros(shape, _np(n.attrs["dtype"]))]
     const = ctx.pushed_constant(h)  # every push pushed this constant: the pop's value is known (a shape)
-    dims = getattr(ctx, "full", {}).get(f"{stk.STACK_PREFIX}{h.name}")
+    dims = getattr(ctx, "full", {}).get(stk.state_key(h.name))
     if dims is not None:  # a counted stack after its chain: an entry at every position (``fast.counted_stacks``)
         safe = counted_stacks.proved(ctx.ranges.each(index), dims)
         if not safe:

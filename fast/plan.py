@@ -39,7 +39,7 @@ from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import join_carry
-from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_source, var_key
+from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_key_of, stack_source, var_key
 from turnout.fast.held import held_reads
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.values import DEAD, TA, Handle, Static, wrap_static
@@ -117,11 +117,9 @@ def positional_stacks(program: Program) -> set[str]:
             if isinstance(it, WhileRegion):
                 for n in it.body:
                     shape = n.inputs[1].shape if isinstance(n, Node) and n.op == "StackPush" else None
-                    if shape is not None and tuple(shape) in ((), (1,)):
-                        src = stack_source(n.inputs[0])
-                        if src is not None:
-                            k = f"stack:{src.id}"
-                            found[k] = found.get(k, 0) + 1
+                    k = stack_key_of(n) if shape is not None and tuple(shape) in ((), (1,)) else None
+                    if k is not None:
+                        found[k] = found.get(k, 0) + 1
             elif isinstance(it, CondRegion):
                 for b in (False, True):
                     root(it.branches[b])
@@ -131,21 +129,13 @@ def positional_stacks(program: Program) -> set[str]:
     return {k for k, c in found.items() if c == 1 and pushes.get(k) == 1}
 
 
-def _stack_key_of(n: Node) -> Optional[str]:
-    """The state key of the stack StackPush or StackPop ``n`` uses, ``None`` where its handle cannot
-    be followed to its StackNew."""
-    src = stack_source(n.inputs[0])
-    return None if src is None else f"stack:{src.id}"
-
-
 def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
     """Stack key -> how many of ``nodes`` are ``op`` (StackPush / StackPop) on that stack."""
     out: dict[str, int] = {}
     for n in nodes:
-        if n.op == op:
-            src = stack_source(n.inputs[0])
-            if src is not None:
-                out[f"stack:{src.id}"] = out.get(f"stack:{src.id}", 0) + 1
+        k = stack_key_of(n) if n.op == op else None
+        if k is not None:
+            out[k] = out.get(k, 0) + 1
     return out
 
 
@@ -190,7 +180,7 @@ class Plan:
         self.positional = positional_stacks(program) & set(static)
         #: the counted stacks (``fast.counted_stacks``) by the root loop heading their chains, less
         #: the held ones; the fused trace proves their pushes and pops
-        self.counted = {head: kept for head, found in counted_stacks(program, _stack_key_of).items()
+        self.counted = {head: kept for head, found in counted_stacks(program, stack_key_of).items()
                         if (kept := [cs for cs in found if cs.key not in self.held])}
         self.nesting = nesting(program.items)
         self.stages = self._stages()

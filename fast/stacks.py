@@ -58,6 +58,11 @@ STACK_PREFIX = "stack:"
 HELD_PREFIX = "held:"
 
 
+def state_key(stack_id: Any) -> str:
+    """The run-state key of the stack made by StackNew node ``stack_id`` (a stack handle's name)."""
+    return f"{STACK_PREFIX}{stack_id}"
+
+
 def committed(x: Any) -> Any:
     """``x`` committed to the device it lies on. Why: a compiled function's cache key includes whether
     each argument array is committed. The outputs of a compiled call are, and the next run passes them

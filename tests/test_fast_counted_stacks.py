@@ -23,7 +23,6 @@ jax = pytest.importorskip("jax")
 from turnout.fast import counted_stacks as cs  # noqa: E402
 from turnout.fast import emit  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
-from turnout.fast.plan import _stack_key_of  # noqa: E402
 from turnout.fast.ranges import Ranges, propagate  # noqa: E402
 
 STACK_KINDS = {"overflow", "underflow", "unrecorded"}
@@ -172,7 +171,7 @@ def test_a_training_loop_of_fold_steps_matches_the_reference() -> None:
 def test_the_search_finds_each_gradient_stack_with_its_chain() -> None:
     g, _, gw, x = _scan_nest(2, 3)
     program = functionalize(g, [gw], [x])
-    found = cs.counted_stacks(program, _stack_key_of)
+    found = cs.counted_stacks(program, emit.stack_key_of)
     (head,) = found.values()
     chains = sorted(len(c.loops) for c in head)
     assert chains[0] == 1 and chains[-1] == 2  # stacks of the outer body, and of the inner one
@@ -193,7 +192,7 @@ def test_the_search_passes_over_a_stack_pushed_under_other_indices() -> None:
 
         (out,) = tn.while_loop(lambda i: i < 3, body, [tn.constant(0)])
     program = functionalize(g, [out], [])
-    assert cs.counted_stacks(program, _stack_key_of) == {}
+    assert cs.counted_stacks(program, emit.stack_key_of) == {}
 
 
 @pytest.mark.parametrize("inside", [False, True])
@@ -217,7 +216,7 @@ def test_the_search_passes_over_a_stack_popped_inside_its_chain(inside: bool) ->
         _, acc = tn.while_loop(lambda i, acc: i < 3, body, [tn.constant(0), tn.constant(0)])
         out = acc if inside else acc + pop(tn.constant(1))
     program = functionalize(g, [out], [])
-    found = cs.counted_stacks(program, _stack_key_of)
+    found = cs.counted_stacks(program, emit.stack_key_of)
     assert (found == {}) == inside
 
 
