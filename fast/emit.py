@@ -1126,14 +1126,21 @@ class Emitter:
                          if isinstance(vals0[j], TA) and vals0[j].written is not None}
                 exits.update(exit_counts(starts, ranged))
         chain = self._counted_chain(r, env) if head else []
-        # the nest runs in a cond on its checks when XLA may then see a trip count (see below); a
-        # single loop does not: the cond costs each run about a microsecond on the CPU (a small RNN
-        # training step, two loops, 1.62 times JAX's fixed cost with them and 1.55 without), and a
-        # loop alone gains little compile time from its trip count
-        wrapped = len(chain) > 1 and any(is_static(b) for _, b in chain)
+        # Where XLA may see a trip count (a static bound), the nest's loops test their headers alone
+        # (``unbounded``, below). A small nest (``SMALL_NEST`` bodies at most, every bound static)
+        # then runs whole even after its checks failed: a run with the error word set returns
+        # nothing, and nothing in the nest has an effect (``cannot_fail``) but pushes onto counted
+        # stacks, which such a run never reads. A larger one runs in a cond on its checks, so that
+        # it is skipped (``wrapped``). Why not always the cond: it costs each run about a microsecond
+        # on the CPU (a small RNN training step, two one-loop nests, 1.62 times JAX's fixed cost with
+        # them and 1.55 without), and without a known trip count XLA:CPU evaluates each loop's test
+        # computation at every iteration.
+        bodies = [int(b) for _, b in chain if is_static(b)]
+        small = bool(chain) and len(bodies) == len(chain) and math.prod(bodies) <= SMALL_NEST
+        wrapped = not small and any(is_static(b) for _, b in chain)
         if chain:
             saved_state = dict(self.state)
-            if wrapped:
+            if small or wrapped:
                 self.unbounded.update(id(c) for c, _ in chain)
             self._hoist_checks(chain)
             before = self.state["err"]  # (the hoisted codes count from the enclosing loop already)
@@ -1171,7 +1178,9 @@ class Emitter:
 
         c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
               ([base[k] for k in hkeys], self.max_iter))
-        stop = self.stop_on_error and any(n.op in ("StackPush", "StackPop") for n in r.nodes)
+        # (nothing in a hoisted nest writes the error word, ``HoistConflict``: its loops need not test it)
+        stop = self.stop_on_error and id(r) not in self.hoisted and any(n.op in ("StackPush", "StackPop")
+                                                                         for n in r.nodes)
 
         # A loop of a nest whose bounds were checked before it (``_hoist_checks``) and that runs inside
         # a ``lax.cond`` on that check (below) needs no iteration bound of its own: its test is its
@@ -1412,6 +1421,9 @@ BOUND_OPS = frozenset({"Const", "Identity", "Shape", "Size", "GetItem", "TensorA
 #: how deep a bound's expression is followed (its hops from one loop of the nest to the loop around
 #: it not counted)
 BOUND_DEPTH = 16
+#: the most bodies (all levels together) a hoisted nest with static bounds may run after its checks
+#: failed, instead of being skipped by a cond (``Emitter.run_light_while``)
+SMALL_NEST = 4096
 
 
 def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset(), proved: frozenset[int] = frozenset()) -> bool:

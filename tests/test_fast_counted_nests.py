@@ -326,9 +326,11 @@ def test_a_nest_of_folds_reads_its_elements_without_checks(fold: str, init: bool
     jaxpr = _traced(g, y, {x: xv})
     bodies = _while_bodies(jaxpr)
     assert len(bodies) == 3 and not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
-    # the bounds are static (the vector's length, less one without an initializer): the nest runs in
-    # a cond on its checks, and its loops test their headers alone
-    assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["cond"]
+    # the bounds are static (the vector's length, less one without an initializer) and the nest small
+    # (``emit.SMALL_NEST``): its loops test their headers alone, with no cond around the nest
+    assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["while"]
+    for w in _while_eqns(jaxpr):
+        assert [e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns] == ["lt"]
     for v in (xv, np.array([3.0, 0.25, -0.5], np.float32)):
         want = tn.Session(g).run(y, {x: v})
         assert np.allclose(tn.Session(g, backend="fast").run(y, {x: v}), want, rtol=1e-6)
@@ -433,10 +435,12 @@ def test_a_nest_over_its_budget_is_not_run() -> None:
     assert _outcome("fast", g, y, {x: 1.0}, 100) == _outcome("reference", g, y, {x: 1.0}, 100)
 
 
-def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
+@pytest.mark.parametrize(("bound", "wrapped"), [(2, False), (17, True)])
+def test_the_loops_of_a_hoisted_nest_test_their_headers_alone(bound: int, wrapped: bool) -> None:
     """Each loop's test is its header's one comparison (no iteration bound), so XLA sees a constant
-    trip count; the nest sits in a ``cond`` on the checks made before it."""
-    g, x, y = _static_nest(2, 3)
+    trip count. A small nest (``2**3`` bodies) runs whole even when its checks fail; a larger one
+    (``17**3`` bodies, above ``emit.SMALL_NEST``) sits in a ``cond`` on the checks made before it."""
+    g, x, y = _static_nest(bound, 3)
     assert tn.Session(g, backend="fast").run(y, {x: 1.0}) == tn.Session(g).run(y, {x: 1.0})
     jaxpr = _traced(g, y, {x: np.float32(1.0)})
 
@@ -444,7 +448,13 @@ def test_the_loops_of_a_hoisted_nest_test_their_headers_alone() -> None:
     assert len(loops) == 3
     for w in loops:
         assert [e.primitive.name for e in w.params["cond_jaxpr"].jaxpr.eqns] == ["lt"]
-    assert [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")] == ["cond"]
+    outer = [e.primitive.name for e in jaxpr.eqns if e.primitive.name in ("cond", "while")]
+    assert outer == (["cond"] if wrapped else ["while"])
+    # either way a budget below the bound is the interpreter's error (every level is over it: which
+    # one is named may differ, see test_with_several_loops_over_the_bound_the_innermost_entered_is_named)
+    for backend in ("fast", "reference"):
+        with pytest.raises(tn.NonTerminationError, match=r"frame 'L\d/"):
+            tn.Session(g, backend=backend).run(y, {x: 1.0}, max_iterations=bound - 1)
 
     # with every bound fed XLA sees no trip count: no cond, and each loop tests its bound itself
     g, x, bs, _, y = _build(3)
