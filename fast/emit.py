@@ -302,6 +302,8 @@ class Emitter:
         #: the stacks the fused call makes inside itself (``Plan.inside``): a counted one is made
         #: there with as many entries as its chain pushes, not the rung's capacity
         self.resizable: set[str] = set()
+        #: counted stacks some push of which wrote nothing (``skip_push``)
+        self.skipped: set[str] = set()
         #: counted stack key -> the range of every integer value its push pushed (``note_push_range``),
         #: or None where one was not known
         self.push_ranges: dict[str, Optional[tuple[int, int]]] = {}
@@ -408,6 +410,20 @@ class Emitter:
             return
         prev = self.push_ranges.get(k)
         self.push_ranges[k] = got if prev is None else (min(prev[0], got[0]), max(prev[1], got[1]))
+
+    def skip_push(self, h: Handle) -> None:
+        """Record that a push onto counted stack ``h`` wrote nothing: it pushed the constant every
+        push of the stack has pushed (``pushed_constant``), which its pops return without reading."""
+        self.pushed_counted.add(stack_key(h))
+        self.skipped.add(stack_key(h))
+
+    def read_skipped(self, node: Node, h: Handle) -> None:
+        """Refuse a pop that would read counted stack ``h`` after a push skipped its write
+        (``skip_push``): a later trace of the push contradicted the constant. The fused stage is then
+        dropped (``UnsupportedError``), and the staged path, which writes every push, runs."""
+        if stack_key(h) in self.skipped:
+            raise UnsupportedError(f"fast backend: {describe_node(node)} pops a stack whose pushes pushed a "
+                                   "constant in one trace and another value in a later one")
 
     def pop_range(self, h: Handle, value: Any) -> None:
         """Give ``value``, popped from full counted stack ``h``, the range of everything pushed on it

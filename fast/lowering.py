@@ -740,6 +740,11 @@ def _stack_push(ctx, n, xs):
     # a counted stack whose chain of loops is being traced: the push is proved to fit and to land at
     # its index's position, and no pop reads its index record (``fast.counted_stacks``)
     proved = stk.state_key(h.name) in getattr(ctx, "dense", ())
+    if proved and is_static(v):
+        ctx.note_push(n, h, v)
+        if ctx.pushed_constant(h) is not None:  # every pop returns the constant: nothing to write
+            ctx.skip_push(h)
+            return [v]
     try:
         s, ok = stk.push(s0, index, v, free=ctx.free_pointers, proved=proved)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
@@ -774,6 +779,7 @@ def _stack_pop(ctx, n, xs):
                       "pushed under another iteration index (pushes and pops are not in reverse order)")
         if const is not None:
             return [const]
+        ctx.read_skipped(n, h)  # (a push that wrote nothing, for a constant a later trace contradicted)
         v = counted_stacks.read(s0.buf, index, dims)
         ctx.pop_range(h, v)
         return [v]
