@@ -61,11 +61,15 @@ class RungTooSmall(Exception):
 @dataclass(frozen=True)
 class CountedStack:
     """A stack whose one push follows the counters of the loops ``loops`` (outermost first, the
-    first among the root items); ``push`` is the StackPush node."""
+    first among the root items); ``push`` is the StackPush node. ``counter``: ``(j, start)`` when
+    the value pushed is itself a counter of ``loops[j]`` that enters as the constant ``start`` (a
+    fold's ``i``, saved for its gradient), so the entry under an index is ``index[j] + start`` and
+    the stack need hold nothing (``value_of_counter``)."""
 
     key: str
     loops: tuple[WhileRegion, ...]
     push: Node
+    counter: Optional[tuple[int, int]] = None
 
 
 def counted_stacks(program: Program, stack_key_of: Any) -> dict[int, list[CountedStack]]:
@@ -96,7 +100,9 @@ def counted_stacks(program: Program, stack_key_of: Any) -> dict[int, list[Counte
                 if any(p.id in inside or p.inputs[1].shape is None or tuple(p.inputs[1].shape) != (len(chain),)
                        for p in pops.get(k, [])):
                     continue
-                out.setdefault(id(head), []).append(CountedStack(k, tuple(chain), n))
+                counter = next(((j, got) for j, loop in enumerate(chain)
+                                if (got := _counter_start(n.inputs[2], loop)) is not None), None)
+                out.setdefault(id(head), []).append(CountedStack(k, tuple(chain), n, counter))
     return out
 
 
@@ -116,25 +122,34 @@ def _counts(index: Tensor, chain: list[WhileRegion]) -> bool:
     """Whether ``index`` is ``Pack`` of the iteration counters of ``chain``'s loops, outermost first:
     each element, through Enters and Identities, the body value of a loop variable of its loop that
     enters as the constant 0 and adds 1 in each body (``emit.counters``)."""
-    from turnout.fast.emit import body_value, counters
-
     pack = index.node
     if pack.op != "Pack" or len(pack.inputs) != len(chain):
         return False
-    for t, loop in zip(pack.inputs, chain, strict=True):
-        while t.node.op in ("Enter", "Identity"):
-            t = t.node.inputs[0]
-        found = False
-        for j in counters(loop):
-            e, m = loop.loop_vars[j][0], loop.loop_vars[j][1]
-            start = e.inputs[0].node
-            value = np.asarray(start.attrs.get("value")) if start.op == "Const" else None
-            if value is not None and value.shape == () and int(value) == 0 and body_value(loop, t, m):
-                found = True
-                break
-        if not found:
-            return False
-    return True
+    return all(_counter_start(t, loop) == 0 for t, loop in zip(pack.inputs, chain, strict=True))
+
+
+def _counter_start(t: Tensor, loop: WhileRegion) -> Optional[int]:
+    """The constant a counter of ``loop`` (``emit.counters``: int32, adding 1 in each body) enters
+    as, when ``t`` is that counter's body value, through Enters and Identities; ``None`` otherwise."""
+    from turnout.fast.emit import body_value, counters
+
+    while t.node.op in ("Enter", "Identity"):
+        t = t.node.inputs[0]
+    for j in counters(loop):
+        e, m = loop.loop_vars[j][0], loop.loop_vars[j][1]
+        start = e.inputs[0].node
+        value = np.asarray(start.attrs.get("value")) if start.op == "Const" else None
+        if value is not None and value.shape == () and body_value(loop, t, m):
+            return int(value)
+    return None
+
+
+def value_of_counter(index: Any, level: int, start: int) -> Any:
+    """What a counted stack whose push pushed a counter of its chain's loop ``level``, entered as
+    ``start``, holds under ``index``: ``index[level] + start`` (``CountedStack.counter``)."""
+    ix = jnp.asarray(index, jnp.int32)
+    got = jax.lax.squeeze(jax.lax.slice(ix, (level,), (level + 1,)), (0,))
+    return got if start == 0 else jax.lax.add(got, np.int32(start))
 
 
 def position(index: Any, dims: tuple[int, ...]) -> Any:

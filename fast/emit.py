@@ -304,6 +304,9 @@ class Emitter:
         self.resizable: set[str] = set()
         #: counted stacks some push of which wrote nothing (``skip_push``)
         self.skipped: set[str] = set()
+        #: counted stacks whose push pushes a counter of their chain (``CountedStack.counter``):
+        #: stack key -> (the loop's level in the chain, the counter's start)
+        self.counter_pushes: dict[str, tuple[int, int]] = {}
         #: counted stack key -> the range of every integer value its push pushed (``note_push_range``),
         #: or None where one was not known
         self.push_ranges: dict[str, Optional[tuple[int, int]]] = {}
@@ -992,6 +995,8 @@ class Emitter:
                 self.state[cs.key] = stk.StackValue(n, s.dtype, jnp.zeros((n, *s.buf.shape[1:]), s.dtype), None,
                                                     np.int32(0))
             self.dense[cs.key] = math.prod(dims)
+            if cs.counter is not None:
+                self.counter_pushes[cs.key] = cs.counter
             out[cs.key] = dims
         return out
 

@@ -739,7 +739,12 @@ def _stack_push(ctx, n, xs):
     s0 = ctx.get_stack(n, h)
     # a counted stack whose chain of loops is being traced: the push is proved to fit and to land at
     # its index's position, and no pop reads its index record (``fast.counted_stacks``)
-    proved = stk.state_key(h.name) in getattr(ctx, "dense", ())
+    key = stk.state_key(h.name)
+    proved = key in getattr(ctx, "dense", ())
+    if proved and key in ctx.counter_pushes:  # it pushes a counter: its pops compute the value from their index
+        ctx.note_push(n, h, v)
+        ctx.note_push_range(h, v)
+        return [v]
     if proved and is_static(v):
         ctx.note_push(n, h, v)
         if ctx.pushed_constant(h) is not None:  # every pop returns the constant: nothing to write
@@ -779,6 +784,11 @@ def _stack_pop(ctx, n, xs):
                       "pushed under another iteration index (pushes and pops are not in reverse order)")
         if const is not None:
             return [const]
+        counter = ctx.counter_pushes.get(stk.state_key(h.name))
+        if counter is not None:  # the entry under the index is the counter's value there
+            v = counted_stacks.value_of_counter(index, *counter)
+            ctx.pop_range(h, v)
+            return [v]
         ctx.read_skipped(n, h)  # (a push that wrote nothing, for a constant a later trace contradicted)
         v = counted_stacks.read(s0.buf, index, dims)
         ctx.pop_range(h, v)

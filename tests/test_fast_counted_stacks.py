@@ -265,6 +265,40 @@ def test_a_pop_at_a_fed_index_checks_it(k: int) -> None:
             fast.run(out, {kt: k})
 
 
+@pytest.mark.parametrize("fold", ["foldl", "foldr", "scan"])
+@pytest.mark.parametrize("init", [True, False], ids=["initializer", "from an element"])
+def test_a_loop_saves_its_counter_without_a_buffer(fold: str, init: bool) -> None:
+    """A scan's or a fold's gradient saves the counter it read its element at (to accumulate the element's
+    gradient there). That stack's entry under an index is the counter's value, ``index + start``: it
+    is found (``CountedStack.counter``), pushed into nothing and popped from the index, and the
+    gradient is the reference backend's (a wrong start would accumulate at the wrong slots)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        w = tn.Variable(np.float32(0.7), name="w")
+        f = getattr(tn, fold)
+
+        def inner(c: Any, e: Any) -> Any:
+            return tn.tanh(c * w.read() + e)
+
+        def outer(c: Any, e: Any) -> Any:
+            got = f(inner, x, initializer=e if init else None)
+            return c + tn.reduce_sum(got) * 0.5
+
+        y = tn.reduce_sum(f(outer, x, initializer=tn.constant(0.1) if init else None))
+        gw = tn.gradients(y, [w, x])  # (the gradient of x accumulates at the saved counters)
+    xv = np.array([0.3, -0.2, 0.5, 0.1], np.float32)
+    fast = tn.Session(g, backend="fast")
+    for a, b in zip(fast.run(gw, {x: xv}), tn.Session(g).run(gw, {x: xv}), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    found = [c.counter for cs_ in _plan(fast).counted.values() for c in cs_ if c.counter is not None]
+    assert bool(found) == (fold != "foldr")  # (a foldr reads at n - 1 - i: not a counter)
+    assert _stack_codes(_plan(fast)) == []
+    for v in (np.array([1.0, 2.0, -1.0, 0.0], np.float32), np.zeros(4, np.float32)):  # (the lane, too)
+        for a, b in zip(fast.run(gw, {x: v}), tn.Session(g).run(gw, {x: v}), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 def test_exit_counts_end_each_counter_its_trip_count_past_its_start() -> None:
     assert emit.exit_counts({0: 0, 2: 1}, (0, 0, 4)) == {0: 5, 2: 6}  # 5 bodies
     assert emit.exit_counts({0: 7}, (0, 7, 4)) == {0: 7}  # no body: a counter past its bound stays
@@ -336,6 +370,8 @@ def test_positions_are_row_major_and_ranges_are_proved_per_element() -> None:
     assert cs.proved([(0, 2), (0, 3)], (3, 4))
     assert not cs.proved([(0, 2), (0, 4)], (3, 4))
     assert not cs.proved([(0, 2)], (3, 4)) and not cs.proved(None, (3,))
+    assert int(cs.value_of_counter(np.array([1, 2], np.int32), 1, 0)) == 2
+    assert int(cs.value_of_counter(np.array([1, 2], np.int32), 0, 1)) == 2
     buf = np.arange(12, dtype=np.float32)
     assert float(cs.read(buf, np.array([2, 3], np.int32), (3, 4))) == 11.0
     assert float(cs.read(buf, np.array([1, 1], np.int32), (3, 4))) == 5.0
