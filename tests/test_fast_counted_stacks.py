@@ -316,6 +316,23 @@ def test_a_counted_loops_counter_after_it_is_the_interpreters(start: int, bound:
         [np.asarray(b).item() for b in ref.run(out, {x: 1.0})]
 
 
+def test_a_shape_from_a_counted_loops_counter_compiles() -> None:
+    """The counter of a loop ``i < 3`` ends as the constant 3 (``emit.exit_counts``), so a ``fill``
+    of that length has a static shape: compiled (``fallback=False``), with the interpreter's value;
+    and with a budget below the bound, the interpreter's error, not a fill of the wrong length."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        i, v = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 2.0), [tn.constant(0), x])
+        out = tn.fill(tn.reshape(i, [1]), v)
+    fast = tn.Session(g, backend="fast", fallback=False)
+    np.testing.assert_array_equal(fast.run(out, {x: 1.5}), tn.Session(g).run(out, {x: 1.5}))
+    assert fast.last_result.stats["executor"] == "compiled"
+    for backend in ("fast", "reference"):
+        with pytest.raises(tn.NonTerminationError):
+            tn.Session(g, backend=backend).run(out, {x: 1.5}, max_iterations=2)
+
+
 @pytest.mark.parametrize("n", [0, 3])
 def test_a_loop_bounded_by_maximum_iterations_alone_is_counted(n: int) -> None:
     """``while_loop(lambda *_: True, ..., maximum_iterations=n)``: its header is ``i < n and True``,
