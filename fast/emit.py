@@ -291,10 +291,10 @@ class Emitter:
         #: the counted stacks of the program by the root loop heading their chains
         #: (``fast.counted_stacks``); set by the plan for its fused trace only, whose stacks start empty
         self.counted: dict[int, list[Any]] = {}
-        #: counted stacks whose chain is being traced, proved: stack key -> entries its chain pushes
-        #: (their pushes check nothing); and those whose chain has ended: stack key -> the chain's trip
-        #: counts (their pops read the entry at their index's position, ``counted_stacks.read``)
-        self.dense: dict[str, int] = {}
+        #: counted stacks whose chain is being traced, proved (their pushes check nothing); and those
+        #: whose chain has ended: stack key -> the chain's trip counts (their pops read the entry at
+        #: their index's position, ``counted_stacks.read``)
+        self.dense: set[str] = set()
         self.full: dict[str, tuple[int, ...]] = {}
         #: the counted stacks whose push was traced while their chain was (``note_push_range``): a
         #: push that was not (its input dead when traced) pushed nothing, and its stack is not full
@@ -966,16 +966,15 @@ class Emitter:
         unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jax.lax.ne(code, np.int32(0)))
         self.state["err"] = jax.lax.select(unset, code, err)
 
-    def enter_counted_stacks(self, r: WhileRegion, env: Env) -> dict[str, tuple[int, ...]]:
+    def enter_counted_stacks(self, r: WhileRegion, chain: list[tuple[WhileRegion, Any]]) -> dict[str, tuple[int, ...]]:
         """The counted stacks (``fast.counted_stacks``) whose chain loop ``r`` heads and whose pushes
         are proved as ``r`` is entered, each with its chain's trip counts: every loop of the chain
-        counted with a trip count known when tracing (``_counted_chain``), the stack empty, and all
-        its entries fitting its buffer. Their pushes check nothing while ``r`` is traced
-        (``dense``)."""
+        counted with a trip count known when tracing (``chain``: ``_counted_chain`` of ``r``), the
+        stack empty, and all its entries fitting its buffer. Their pushes check nothing while ``r``
+        is traced (``dense``)."""
         found = self.counted.get(id(r))
         if not found:
             return {}
-        chain = self._counted_chain(r, env)
         out: dict[str, tuple[int, ...]] = {}
         for cs in found:
             k = len(cs.loops)
@@ -994,7 +993,7 @@ class Emitter:
                 n = max(math.prod(dims), 1)
                 self.state[cs.key] = stk.StackValue(n, s.dtype, jnp.zeros((n, *s.buf.shape[1:]), s.dtype), None,
                                                     np.int32(0))
-            self.dense[cs.key] = math.prod(dims)
+            self.dense.add(cs.key)
             if cs.counter is not None:
                 self.counter_pushes[cs.key] = cs.counter
             out[cs.key] = dims
@@ -1021,7 +1020,7 @@ class Emitter:
         whose push was traced hold an entry at every position, and their pointers stand at the number
         of entries (a constant: a run in which the loops ended otherwise has its error word set)."""
         for k, dims in counted.items():
-            del self.dense[k]
+            self.dense.discard(k)
             if k not in self.pushed_counted:  # its push never ran: it pushed nothing, and its pops check
                 continue
             s = self.state[k]
@@ -1129,7 +1128,10 @@ class Emitter:
         keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
         count = next((j for j in keep if starts.get(j) == 0), None)
 
-        counted = self.enter_counted_stacks(r, env)
+        # the nest ``r`` heads, as far as its loops are counted: computed once, for its counted stacks
+        # and for the hoisted checks
+        nest = self._counted_chain(r, env) if self.counted.get(id(r)) else None
+        counted = self.enter_counted_stacks(r, nest or [])
         head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 \
             and cannot_fail(r.nodes, counter_merges(r), self._proved_stack_ops(r))
         # the counter's range in every body (``fast.ranges``): from its start to the bound less one;
@@ -1146,7 +1148,7 @@ class Emitter:
                 fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
                          if isinstance(vals0[j], TA) and vals0[j].written is not None}
                 exits.update(exit_counts(starts, ranged))
-        chain = self._counted_chain(r, env) if head else []
+        chain = (nest if nest is not None else self._counted_chain(r, env)) if head else []
         # Where XLA may see a trip count (a static bound), the nest's loops test their headers alone
         # (``unbounded``, below). A small nest (``SMALL_NEST`` bodies at most, every bound static)
         # then runs whole even after its checks failed: a run with the error word set returns
@@ -1244,8 +1246,7 @@ class Emitter:
             self.unbounded.difference_update(id(c) for c, _ in chain)
             self.no_hoist.update(id(w) for w in walk([r]) if isinstance(w, WhileRegion))
             self.state = saved_state
-            for k in counted:
-                del self.dense[k]
+            self.dense.difference_update(counted)
             self.run_light_while(r, env)
             return
         finish(full(kept), False)
