@@ -100,14 +100,10 @@ def _programs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
     return out
 
 
-def _rnn_training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """``sess.run([loss, train_op])`` of a two-step tanh RNN (batch 4, width 8) trained by SGD: a
-    gradient through a loop, so the fast backend's fused stage with its gradient stacks (not the
-    ``Direct`` call), beside ``jax.value_and_grad`` of a ``lax.scan`` twin. Each side is run once and
-    checked against the other."""
-    import jax
-    import jax.numpy as jnp
-
+def rnn_training_graph() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Node, np.ndarray, np.ndarray]:
+    """The two-step tanh RNN (batch 4, width 8) trained by SGD that ``rnn_training_step`` times:
+    ``(graph, x, loss, train_op, xs, w0)``, with the fed sequence ``xs`` and the weights' initial
+    value ``w0``. ``tests/test_fast_counted_stacks.py`` runs the same step on both backends."""
     rng = np.random.default_rng(0)
     xs = rng.normal(size=(2, 4, 8)).astype(np.float32)
     w0 = (rng.normal(size=(8, 8)) * 0.1).astype(np.float32)
@@ -118,6 +114,18 @@ def _rnn_training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
         h = tn.foldl(lambda h, e: tn.tanh(tn.matmul(h, w.read()) + e), x, initializer=tn.zeros([4, 8], tn.float32))
         loss = tn.reduce_sum(h * h)
         step = tn.train.SGD(0.01).minimize(loss)
+    return g, x, loss, step, xs, w0
+
+
+def _rnn_training_step() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``sess.run([loss, train_op])`` of a two-step tanh RNN (batch 4, width 8) trained by SGD: a
+    gradient through a loop, so the fast backend's fused stage with its gradient stacks (not the
+    ``Direct`` call), beside ``jax.value_and_grad`` of a ``lax.scan`` twin. Each side is run once and
+    checked against the other."""
+    import jax
+    import jax.numpy as jnp
+
+    g, x, loss, step, xs, w0 = rnn_training_graph()
     sess = tn.Session(g, backend="fast")
 
     def loss_fn(wv: Any, xv: Any) -> Any:

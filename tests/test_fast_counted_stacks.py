@@ -11,6 +11,8 @@ the position arithmetic.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,8 @@ from hypothesis import strategies as hst
 import turnout as tn
 
 jax = pytest.importorskip("jax")
+# (the repository's root, for ``benchmarks``: one tiny training step is both a benchmark and a test)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from turnout.fast import counted_stacks as cs  # noqa: E402
 from turnout.fast import emit  # noqa: E402
@@ -150,16 +154,9 @@ def test_a_budget_spent_in_a_counted_chain_is_the_interpreters_error(mi: int) ->
 def test_a_training_loop_of_fold_steps_matches_the_reference() -> None:
     """The tiny training step of ``benchmarks/run_overhead.py`` (a gradient through a fold, SGD),
     repeated: each step's loss and the Variable after it, on both backends."""
-    rng = np.random.default_rng(0)
-    xs = rng.normal(size=(2, 4, 8)).astype(np.float32)
-    w0 = (rng.normal(size=(8, 8)) * 0.1).astype(np.float32)
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [2, 4, 8], name="x")
-        w = tn.Variable(w0, name="w")
-        h = tn.foldl(lambda h, e: tn.tanh(tn.matmul(h, w.read()) + e), x, initializer=tn.zeros([4, 8], tn.float32))
-        loss = tn.reduce_sum(h * h)
-        step = tn.train.SGD(0.01).minimize(loss)
+    from benchmarks.run_overhead import rnn_training_graph
+
+    g, x, loss, step, xs, _ = rnn_training_graph()
     fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
     for _ in range(3):
         a, _ = fast.run([loss, step], {x: xs})
