@@ -79,6 +79,7 @@ from turnout.fast.lane import (
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.plan import (
     Direct,
+    FusedLayout,
     NotDirect,
     Plan,
     Stage,
@@ -588,13 +589,22 @@ class FastBackend:
             t1 = time.perf_counter()
             env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
             if st.driven is None:
-                if "seg" not in st.fns:
-                    st.fns["seg"] = plan.segment_fn(st, fused=attempt)
                 rest, stacks = stk.split_state(state)
+                if attempt:  # called with flat arguments, laid out once per function (``Plan.fused_fn``)
+                    layout = FusedLayout(tuple(env_in), tuple(rest), tuple(stacks))
+                    if st.layout != layout or "seg" not in st.fns:
+                        st.fns["seg"], st.layout = plan.fused_fn(layout), layout
+                elif "seg" not in st.fns:
+                    st.fns["seg"] = plan.segment_fn(st)
                 name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
                 with self._span(name, "compiled stages") as args, device_oom(plan, st):
                     before = self.compile_count
-                    out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                    if attempt:
+                        res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
+                        assert st.results is not None  # (set by its trace)
+                        out, lv, state = st.results.split(res)
+                    else:
+                        out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
                     args["compiled"] = self.compile_count != before
                     if attempt:  # the error word and the live flags, read back at once
                         if self.overlap_reads:

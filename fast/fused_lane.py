@@ -26,7 +26,8 @@ from turnout.fast.lane import (
     in_wide_mode,
     signature,
 )
-from turnout.fast.packing import unpack
+from turnout.fast.packing import Packing
+from turnout.fast.plan import FusedResults
 from turnout.fast.stacks import StackValue, kept_arrays
 from turnout.fast.values import DEAD, start_reads, to_host
 from turnout.fast.variable_store import Deferred, keep
@@ -59,19 +60,24 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     stacks = backend._stack_bufs.get(id(h.plan))
     if sig is None or st is None or st.fns.get("seg") is None or stacks is None:
         return None
+    layout, results = st.layout, st.results
     keys = [(t.node.id, t.index) for t, _, _, _ in sig]
-    reads = [k for k in st.reads if k in keys]
+    var_of = {vk: i for i, (_, vk) in enumerate(h.var_keys)}
     dev_vars = backend._dev_vars
-    if any(name not in dev_vars for name in h.var_names):
-        return None
+    if (layout is None or results is None or any(k not in keys for k in layout.feeds)
+            or any(k not in var_of for k in layout.state) or any(k not in stacks for k in layout.stacks)
+            or any(k not in results.ended for k in h.plan.kept) or any(vk not in results.ended for _, vk in h.written)
+            or any(name not in dev_vars for name in h.var_names)):
+        return None  # (a run laid out otherwise than the stage's function: the general path's)
     call: Any
     bound: Any = DEFAULT_BOUND
     if h.wide or backend._deep_nesting:
         call = in_wide_mode(st.fns["seg"])
     else:  # the executable of the stage's last compilation, for these arguments (never traced again)
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
-        args = ({k: by_key[k] for k in reads}, {vk: dev_vars[name][1] for name, vk in h.var_keys},
-                buffers_of(stacks), bound)
+        bufs = buffers_of(stacks)
+        args = (*[by_key[k] for k in layout.feeds], *[dev_vars[h.var_keys[var_of[k]][0]][1] for k in layout.state],
+                *[bufs[k] for k in layout.stacks], bound)
         call = ahead_of_time(st.fns["seg"], args, backend)
         if call is None:
             return None
@@ -79,22 +85,24 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     env: dict[str, Any] = {
         "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
         "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
-        "fetches": fetches, "live_keys": st.live_keys,
+        "fetches": fetches, "live_keys": st.live_keys, "out_keys": results.out,
     }
-    for i, k in enumerate(reads):
-        env[f"e{i}"] = k
-    for i, (name, vk) in enumerate(h.var_keys):
-        env.update({f"w{i}": name, f"x{i}": vk})
+    for i, (name, _) in enumerate(h.var_keys):
+        env[f"w{i}"] = name
     for i, (name, vk) in enumerate(h.written):
-        env.update({f"u{i}": name, f"y{i}": vk})
+        env[f"u{i}"] = name
     for i, k in enumerate(h.plan.kept):
         env[f"p{i}"] = k
+    for m, k in enumerate(layout.stacks):
+        env[f"b{m}"] = k
+    # the call's flat arguments (``Plan.fused_fn``): the feeds, the Variables, the stacks, the bound
+    call_args = ("".join(f"v{keys.index(k)}, " for k in layout.feeds) + "".join(f"r{var_of[k]}[1], " for k in layout.state)
+                 + "".join(f"stacks[b{m}], " for m in range(len(layout.stacks))))
     sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
     if st.packed is not None:  # the flags come behind this fetched value (``fast.packing``)
         env["pk"], env["how"] = st.packed
     for i, t in enumerate(fetches):
         k = (t.node.id, t.index)
-        env[f"f{i}"] = k
         live = st.live_keys.index(k) if k in st.live_keys else None
         if ops is not None and ops[i]:
             sources.append(("None", None))
@@ -106,28 +114,35 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
         elif st.packed is not None and k == st.packed[0]:
             sources.append(("pv", live))
         else:  # (an array is read back as it is; a TensorArray or a handle as ``to_host`` makes it)
-            sources.append((f"asarray(out[f{i}])" if k in st.array_out else f"to_host(out[f{i}])", live))
-    source = _fused_lane_source(sig, [keys.index(k) for k in reads], len(h.var_keys), len(h.written),
-                                len(h.plan.kept), sources, backend.overlap_reads, st.packed is not None)
+            j = results.index(k)
+            sources.append((f"asarray(res[{j}])" if k in st.array_out else f"to_host(res[{j}])", live))
+    source = _fused_lane_source(sig, call_args, results, len(h.var_keys), [results.index(vk) for _, vk in h.written],
+                                [results.index(k) for k in h.plan.kept], sources, backend.overlap_reads,
+                                None if st.packed is None else (results.index(st.packed[0]), st.packed[1]))
     return compile_lane(backend, source, sig, call, bound, env, {
         "keep": keep, "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
         "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
-        "out_of_memory": out_of_memory, "buffers_of": buffers_of, "unpack": unpack, "Deferred": Deferred})
+        "out_of_memory": out_of_memory, "buffers_of": buffers_of, "Deferred": Deferred})
 
 
-def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written: int, n_kept: int,
-                       sources: list[tuple[str, Optional[int]]], overlap: bool, packed: bool = False) -> str:
+def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_vars: int, written: list[int],
+                       kept: list[int], sources: list[tuple[str, Optional[int]]], overlap: bool,
+                       packed: Optional[tuple[int, Packing]] = None) -> str:
     """The text of a fused attempt's lane (``make_fused_lane``): the checks (``check_source``), then
-    the attempt's call and its finish. Names: ``e{i}`` the state key of the ``reads[i]``-th feed,
-    ``x{i}`` a Variable's, ``u{i}``/``y{i}`` a written Variable's name and key, ``p{i}`` a kept stack's
-    key, ``f{i}`` a fetch's key; ``sources`` gives per fetch the expression of its value and the
-    index of its live flag. ``packed``: the flags come behind fetched output ``pk``, split as ``how``
-    says (``fast.packing``), its value ``pv``."""
+    the attempt's call and its finish. The call takes ``call_args`` and the bound, and returns its
+    results flat (``res``, laid out as ``results`` says, ``Plan.fused_fn``). Names: ``w{i}`` a
+    Variable's name, ``u{i}`` a written Variable's (its new value at ``res[written[i]]``), ``p{i}`` a
+    kept stack's key (its buffer at ``res[kept[i]]``), ``b{m}`` the key of the call's ``m``-th stack
+    argument; ``sources`` gives per fetch the expression of its value and the index of its live
+    flag. ``packed``: where the flags ride behind a fetched output (``res[packed[0]]``, ``fast.packing``;
+    ``how`` in the text), split as ``packing.unpack`` splits, written out; its value ``pv``."""
+    n_out = len(results.out)
     names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
-             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys"] + (["pk", "how"] if packed else [])
-    names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"e{i}" for i in range(len(reads))]
-    names += [f"w{i}, x{i}" for i in range(n_vars)] + [f"u{i}, y{i}" for i in range(n_written)]
-    names += [f"p{i}" for i in range(n_kept)] + [f"f{i}" for i in range(len(sources))]
+             "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys", "out_keys"]
+    names += ["pk", "how"] if packed is not None else []
+    names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"w{i}" for i in range(n_vars)]
+    names += [f"u{i}" for i in range(len(written))] + [f"p{i}" for i in range(len(kept))]
+    names += [f"b{m}" for m in range(call_args.count("stacks["))]
     names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
     head = ["def make(" + ", ".join(names) + "):",
             "    def lane(feed_dict, variables, run_bound=None):",
@@ -140,36 +155,38 @@ def _fused_lane_source(sig: Signature, reads: list[int], n_vars: int, n_written:
              "        stacks = stack_bufs.pop(pid, None)",
              "        if stacks is None:",  # released, or taken by a run that failed
              "            return None"]
-    if n_kept:
+    if kept:
         body += ["        if StackValue in map(type, stacks.values()):",  # kept by a staged run: buffers alone
                  "            stacks = buffers_of(stacks)"]
     body += ["        t_start = clock()",
              "        try:",
-             "            out, flags, ended = call({" + "".join(f"e{i}: v{j}, " for i, j in enumerate(reads)) + "}, {"
-             + "".join(f"x{i}: r{i}[1], " for i in range(n_vars)) + "}, stacks, " + BOUND_ARG + ")",
+             "            res = call(" + call_args + BOUND_ARG + ")",
              "        except JaxRuntimeError as e:",
              "            out_of_memory(plan, stage, e)",
              "            raise",
              "        if pending:  # JAX made the executable's C++ entry point on this first call",
              "            call, pending = cpp_entry(call), False",
-             "        stack_bufs[pid] = {" + "".join(f"p{i}: ended[p{i}], " for i in range(n_kept)) + "}"]
+             "        stack_bufs[pid] = {" + "".join(f"p{i}: res[{j}], " for i, j in enumerate(kept)) + "}"]
     if overlap:
-        body += ["        start_reads(out.values())"]
-    if packed:
-        body += ["        pv, (code, *lives) = unpack(asarray(out[pk]), how)"]
+        body += [f"        start_reads(res[:{n_out}])"]
+    if packed is not None:  # (``packing.unpack`` written out: its call frame runs cold, about 1 µs)
+        at, how = packed
+        value = "a[0, ...]" if how.shape == () else f"a[:{how.size}].reshape({how.shape!r})"
+        tail = f"a[{how.size}:]" + ("" if how.view is None else ".view(how.view)")
+        body += [f"        a = asarray(res[{at}])", f"        pv = {value}", f"        code, *lives = {tail}.tolist()"]
     else:
-        body += ["        code, *lives = asarray(flags).tolist()"]
+        body += [f"        code, *lives = asarray(res[{n_out}]).tolist()"]
     body += ["        if code:",
              "            fused_failure(backend, plan, code)",
              "            return None"]  # a stack outgrew the rung: the general path climbs
     live = [j for _, j in sources if j is not None]
     if live:
         body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
-                 "            backend._fetched(fetches, {**out, " + ("pk: pv, " if packed else "")
-                 + "**stage.static_out}, dict(zip(live_keys, lives)))"]
+                 f"            backend._fetched(fetches, {{**dict(zip(out_keys, res[:{n_out}])), "
+                 + ("pk: pv, " if packed is not None else "") + "**stage.static_out}, dict(zip(live_keys, lives)))"]
     body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
-    for i in range(n_written):
-        body += [f"        z{i} = ended[y{i}]"]
+    for i, j in enumerate(written):
+        body += [f"        z{i} = res[{j}]"]
         if n_vars:  # (``variables`` is a DeviceVariables: checked above) its new value deferred, as ``keep`` does
             body += [f"        q{i} = slots[u{i}] = Deferred(z{i})", f"        dev_vars[u{i}] = (q{i}, z{i})"]
         else:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, NamedTuple, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -81,6 +81,42 @@ class Stage:
     packed: Optional[tuple[Key, Any]] = None
     #: the fused stage's outputs that are arrays (not TensorArrays or handles): read back as they are
     array_out: set[Key] = field(default_factory=set)
+    #: the fused stage's argument layout its function (``fns["seg"]``) was made for, and its results'
+    #: layout, set by that function's trace (``Plan.fused_fn``)
+    layout: Optional[FusedLayout] = None
+    results: Optional[FusedResults] = None
+
+
+class FusedLayout(NamedTuple):
+    """The keys of the fused stage's flat arguments, in order: the fed values, the state entries
+    (the Variables' device copies), the stacks; the iteration bound follows them."""
+
+    feeds: tuple[Key, ...]
+    state: tuple[str, ...]
+    stacks: tuple[str, ...]
+
+
+class FusedResults(NamedTuple):
+    """The keys of the fused stage's flat results, in order, as its trace returned them: the outputs,
+    then the flags vector where they do not ride behind an output (``flags``), then the state entries
+    that left the call changed (``ended``)."""
+
+    out: tuple[Key, ...]
+    flags: bool
+    ended: tuple[str, ...]
+
+    def split(self, res: tuple[Any, ...]) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
+        """The flat results ``res`` as ``(outputs, flags or None, ended state)``, keyed again."""
+        n = len(self.out)
+        m = n + self.flags
+        return dict(zip(self.out, res[:n], strict=True)), res[n] if self.flags else None, \
+            dict(zip(self.ended, res[m:], strict=True))
+
+    def index(self, k: Any) -> int:
+        """The position in the flat results of output ``k`` (a key) or of ended state entry ``k``."""
+        if k in self.out:
+            return self.out.index(k)
+        return len(self.out) + self.flags + self.ended.index(k)
 
 
 def _direct_nodes(items: list[Item]) -> list[Node]:
@@ -352,10 +388,39 @@ class Plan:
         em.held = self.held
         return em
 
-    def segment_fn(self, st: Stage, fused: bool = False) -> Any:
+    def segment_fn(self, st: Stage) -> Any:
+        """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)``, jitted, for a compiled
+        segment ``st`` (the traced function: ``_segment``). The stacks are donated: updated in place."""
+        return jax.jit(self._segment(st), donate_argnums=(2,), compiler_options=compiler_options())
+
+    def fused_fn(self, layout: FusedLayout) -> Any:
+        """The fused stage's jitted function for arguments laid out as ``layout`` says:
+        ``f(*feeds, *state, *stacks, max_iter)``, returning its results flat, in the order its trace
+        records in ``Stage.results`` (``FusedResults.split`` keys them again). The stacks are donated.
+
+        Why flat, where a segment takes and returns dicts: JAX's dispatch flattens a call's arguments
+        and results on every call, and dicts cost it more than positions (it sorts and compares their
+        keys). For the small RNN step of ``benchmarks/run_overhead.py`` the same executable cost
+        about 3 µs less a run with flat arguments and results (36 against 39 µs with its read-back,
+        pinned, three alternating blocks), a tenth of JAX's whole run of the same step."""
+        st = self.fused
+        assert st is not None
+        seg = self._segment(st, fused=True)
+        nf, ns = len(layout.feeds), len(layout.state)
+        nk = len(layout.stacks)
+
+        def fused(*args: Any) -> tuple[Any, ...]:
+            out, flags, ended = seg(dict(zip(layout.feeds, args[:nf])), dict(zip(layout.state, args[nf:nf + ns])),
+                                    dict(zip(layout.stacks, args[nf + ns:nf + ns + nk])), args[-1])
+            st.results = FusedResults(tuple(out), flags is not None, tuple(ended))
+            return (*out.values(), *([] if flags is None else [flags]), *ended.values())
+
+        return jax.jit(fused, donate_argnums=tuple(range(nf + ns, nf + ns + nk)), compiler_options=compiler_options())
+
+    def _segment(self, st: Stage, fused: bool = False) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
         ``st`` (or the fused stage: ``fused`` makes its stack-pushing loops stop on an error, so an
-        attempt that overflows stops there). The stacks are donated: updated in place.
+        attempt that overflows stops there), to be traced by ``segment_fn`` or ``fused_fn``.
 
         The fused stage runs a whole root frame, so it starts with no error and every stack empty:
         its ``state`` has no error word and its stacks' pointers are ``None``, both set to 0 here as
@@ -417,7 +482,7 @@ class Plan:
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
-        return jax.jit(seg, donate_argnums=(2,), compiler_options=compiler_options())
+        return seg
 
     def _fused_entry(self, k: str, v: Any) -> stk.StackValue:
         """A stack on its way into the fused stage (while tracing): a kept stack's value buffer gets
