@@ -517,7 +517,7 @@ class FastBackend:
         last run's buffers, donated: no allocation; entries above the pointer are never read, as
         [E-Stack-Pop] reads only what this run pushed). For the fused stage (``fused``) there is no
         error word, and a kept stack is its value buffer alone: the stage sets the error word and
-        the pointers to 0 and makes the index records itself (``Plan.segment_fn``)."""
+        the pointers to 0 and makes the index records itself (``Plan._segment``)."""
         # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
         # and the compiled stages take numpy leaves as the same int32 / bool arguments
         state: dict[str, Any] = {} if fused else {"err": np.int32(0)}

@@ -8,7 +8,7 @@ one core, ``run_overhead.py``'s checked loop written out with the same checks): 
 with the value and the flags as two results, 12.5 with the flags appended to the value. So when a
 fetched value is small and of a dtype that can carry int32 words exactly, the call appends the flags
 to it (``pack``), and the host splits the one array it reads back (``unpack``): the value is a view
-of its first elements, the flags are its tail. The fused stage (``Plan.segment_fn``: a gradient
+of its first elements, the flags are its tail. The fused stage (``Plan.fused_fn``: a gradient
 through a loop) does the same with its error word and live flags (``Stage.packed``): for the small
 RNN training step of ``benchmarks/run_overhead.py`` one read-back instead of two.
 

@@ -70,11 +70,11 @@ class Stage:
     #: iteration are measured at run time (``stacks.chunk_loop``)
     measured: set[str] = field(default_factory=set)
     fns: dict[str, Any] = field(default_factory=dict)
-    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see segment_fn
+    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see _segment
     #: the fused stage's fetched outputs whose live flags follow the error word in its ``flags``
     live_keys: list[Key] = field(default_factory=list)
     #: the fused stage's outputs that are constants while tracing, set by its trace and merged into
-    #: the run's values by the caller instead of crossing the call (see ``Plan.segment_fn``)
+    #: the run's values by the caller instead of crossing the call (see ``Plan._segment``)
     static_out: dict[Key, Any] = field(default_factory=dict)
     #: the fused stage's fetched output that carries its flags (``fast.packing``), and how to split
     #: it, set by its trace; None where the flags come back apart

@@ -128,7 +128,7 @@ def device_zeros(shape: tuple[int, ...], dtype: Any, device: Any = None) -> Any:
 def kept_arrays(v: Any) -> tuple[Any, Any]:
     """``(value buffer, index record)`` of a stack kept between runs: a ``StackValue`` (kept by the
     stages) or its value buffer alone (kept by the fused stage, which makes its index record inside
-    the call: ``Plan.segment_fn``); ``(None, None)`` for nothing kept."""
+    the call: ``Plan._segment``); ``(None, None)`` for nothing kept."""
     if v is None or isinstance(v, StackValue):
         return (None, None) if v is None or v.pending else (v.buf, v.idx)
     return v, None
