@@ -406,6 +406,47 @@ def test_a_repeated_training_step_through_a_loop_takes_the_fused_lane_and_trains
     assert fast.last_result.stats["fused"]
 
 
+def test_a_fused_lane_lays_out_its_flat_arguments_as_the_stage_does() -> None:
+    """The fused stage takes its arguments by position (``Plan.fused_fn``): feeds, Variables, stacks.
+    A step with three feeds of distinct shapes given in another order than the stage reads them, two
+    Variables declared in the other order than they are read (one trained, one only read), and three
+    fetches (the loss, which carries the flags, a vector and the op) repeats on the lane with the
+    reference's values: an argument put in another's place would fail on its shape or give other
+    values."""
+    g = tn.Graph()
+    with g.as_default():
+        scale = tn.Variable(np.array([1.5, 0.5, -1.0], np.float32), name="scale")
+        w = tn.Variable(np.array([[0.3, -0.2, 0.1], [0.05, 0.4, -0.3], [0.2, 0.1, 0.25]], np.float32), name="w")
+        x = tn.placeholder(tn.float32, [3], name="x")
+        b = tn.placeholder(tn.float32, [2, 3], name="b")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, h = tn.while_loop(lambda i, h: i < n,
+                             lambda i, h: (i + 1, tn.tanh(tn.matmul(tn.reshape(h, [1, 3]), w.read())[0] + x)),
+                             [tn.constant(0), tn.zeros([3], tn.float32)])
+        v = h * scale.read() + tn.reduce_sum(b, axis=0)
+        loss = tn.reduce_sum(v * v)
+        step = tn.train.SGD(0.05).minimize(loss, var_list=[w])
+    fast, ref = _both(g)
+    rng = np.random.default_rng(3)
+    xv, bv = rng.normal(size=3).astype(np.float32), rng.normal(size=(2, 3)).astype(np.float32)
+    routes = []
+    for k in range(4):
+        feed = {b: bv + k, n: 4, x: xv - k}  # (not the order the stage reads them in)
+        got, want = fast.run([loss, v, step], feed), ref.run([loss, v, step], feed)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+        assert got[2] is None
+        routes.append(_route(fast))
+    assert routes == ["general", "lane", "lane", "lane"]
+    np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+    np.testing.assert_allclose(fast.variables["scale"], ref.variables["scale"])
+    from turnout.fast.repeat import HotFused
+
+    (h,) = [d for d, _ in fast.backend.repeats.routes.values() if isinstance(d, HotFused)]
+    layout = h.plan.fused.layout
+    assert layout is not None and len(layout.feeds) == 3 and len(layout.state) == 2
+
+
 def test_a_fused_lane_hands_a_run_that_outgrows_its_stacks_back_to_the_general_path() -> None:
     """The lane runs on the stack capacity that held the last run (128 entries): a run of 300
     iterations outgrows it, the lane hands it back, and the general path climbs to the next rung
