@@ -64,9 +64,10 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     keys = [(t.node.id, t.index) for t, _, _, _ in sig]
     var_of = {vk: i for i, (_, vk) in enumerate(h.var_keys)}
     dev_vars = backend._dev_vars
+    returned = set() if results is None else {*results.stacks, *results.ended}
     if (layout is None or results is None or any(k not in keys for k in layout.feeds)
             or any(k not in var_of for k in layout.state) or any(k not in stacks for k in layout.stacks)
-            or any(k not in results.ended for k in h.plan.kept) or any(vk not in results.ended for _, vk in h.written)
+            or any(k not in returned for k in h.plan.kept) or any(vk not in returned for _, vk in h.written)
             or any(name not in dev_vars for name in h.var_names)):
         return None  # (a run laid out otherwise than the stage's function: the general path's)
     call: Any
@@ -136,7 +137,8 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
     argument; ``sources`` gives per fetch the expression of its value and the index of its live
     flag. ``packed``: where the flags ride behind a fetched output (``res[packed[0]]``, ``fast.packing``;
     ``how`` in the text), split as ``packing.unpack`` splits, written out; its value ``pv``."""
-    n_out = len(results.out)
+    outs = results.outputs()
+    at_out = f"res[{outs.start}:{outs.stop}]"
     names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
              "stack_bufs", "records", "stats", "fetches", "dev_vars", "live_keys", "out_keys"]
     names += ["pk", "how"] if packed is not None else []
@@ -168,21 +170,21 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
              "            call, pending = cpp_entry(call), False",
              "        stack_bufs[pid] = {" + "".join(f"p{i}: res[{j}], " for i, j in enumerate(kept)) + "}"]
     if overlap:
-        body += [f"        start_reads(res[:{n_out}])"]
+        body += [f"        start_reads({at_out})"]
     if packed is not None:  # (``packing.unpack`` written out: its call frame runs cold, about 1 µs)
         at, how = packed
         value = "a[0, ...]" if how.shape == () else f"a[:{how.size}].reshape({how.shape!r})"
         tail = f"a[{how.size}:]" + ("" if how.view is None else ".view(how.view)")
         body += [f"        a = asarray(res[{at}])", f"        pv = {value}", f"        code, *lives = {tail}.tolist()"]
     else:
-        body += [f"        code, *lives = asarray(res[{n_out}]).tolist()"]
+        body += [f"        code, *lives = asarray(res[{outs.stop}]).tolist()"]
     body += ["        if code:",
              "            fused_failure(backend, plan, code)",
              "            return None"]  # a stack outgrew the rung: the general path climbs
     live = [j for _, j in sources if j is not None]
     if live:
         body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
-                 f"            backend._fetched(fetches, {{**dict(zip(out_keys, res[:{n_out}])), "
+                 f"            backend._fetched(fetches, {{**dict(zip(out_keys, {at_out})), "
                  + ("pk: pv, " if packed is not None else "") + "**stage.static_out}, dict(zip(live_keys, lives)))"]
     body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
     for i, j in enumerate(written):
