@@ -90,14 +90,15 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     }
     for i, (name, _) in enumerate(h.var_keys):
         env[f"w{i}"] = name
-    for i, (name, vk) in enumerate(h.written):
+    for i, (name, _) in enumerate(h.written):
         env[f"u{i}"] = name
     for i, k in enumerate(h.plan.kept):
         env[f"p{i}"] = k
     for m, k in enumerate(layout.stacks):
         env[f"b{m}"] = k
     # the call's flat arguments (``Plan.fused_fn``): the feeds, the Variables, the stacks, the bound
-    call_args = ("".join(f"v{keys.index(k)}, " for k in layout.feeds) + "".join(f"r{var_of[k]}[1], " for k in layout.state)
+    call_args = ("".join(f"v{keys.index(k)}, " for k in layout.feeds)
+                 + "".join(f"r{var_of[k]}[1], " for k in layout.state)
                  + "".join(f"stacks[b{m}], " for m in range(len(layout.stacks))))
     sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
     if st.packed is not None:  # the flags come behind this fetched value (``fast.packing``)
@@ -115,11 +116,11 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
         elif st.packed is not None and k == st.packed[0]:
             sources.append(("pv", live))
         else:  # (an array is read back as it is; a TensorArray or a handle as ``to_host`` makes it)
-            j = results.index(k)
+            j = results.position(k)
             sources.append((f"asarray(res[{j}])" if k in st.array_out else f"to_host(res[{j}])", live))
-    source = _fused_lane_source(sig, call_args, results, len(h.var_keys), [results.index(vk) for _, vk in h.written],
-                                [results.index(k) for k in h.plan.kept], sources, backend.overlap_reads,
-                                None if st.packed is None else (results.index(st.packed[0]), st.packed[1]))
+    source = _fused_lane_source(sig, call_args, results, len(h.var_keys), [results.position(vk) for _, vk in h.written],
+                                [results.position(k) for k in h.plan.kept], sources, backend.overlap_reads,
+                                None if st.packed is None else (results.position(st.packed[0]), st.packed[1]))
     return compile_lane(backend, source, sig, call, bound, env, {
         "keep": keep, "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
         "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,

@@ -122,7 +122,7 @@ class FusedResults(NamedTuple):
         ended.update(zip(self.ended, res[c:], strict=True))
         return dict(zip(self.out, res[a:b], strict=True)), res[b] if self.flags else None, ended
 
-    def index(self, k: Any) -> int:
+    def position(self, k: Any) -> int:
         """The position in the flat results of output ``k`` (a key) or of state entry ``k``."""
         if k in self.stacks:
             return self.stacks.index(k)
