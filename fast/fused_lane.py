@@ -115,12 +115,21 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
             sources.append((f"to_host(g{i})", None))
         elif st.packed is not None and k == st.packed[0]:
             sources.append(("pv", live))
-        else:  # (an array is read back as it is; a TensorArray or a handle as ``to_host`` makes it)
+        elif k in results.out:  # (an array is read back as it is; a TensorArray or a handle as ``to_host`` makes it)
             j = results.position(k)
             sources.append((f"asarray(res[{j}])" if k in st.array_out else f"to_host(res[{j}])", live))
+        elif k in keys:  # a fed value fetched: it does not cross the call (``Stage.passthrough``)
+            sources.append((f"to_host(v{keys.index(k)})", live))
+        else:  # (not a result of the call: the general path's)
+            return None
+    # the fed values the call does not hand back, for the dead-fetch check (``backend._fetched``)
+    fed = [k for k in keys if k not in results.out]
+    for m, k in enumerate(fed):
+        env[f"e{m}"] = k
     source = _fused_lane_source(sig, call_args, results, len(h.var_keys), [results.position(vk) for _, vk in h.written],
                                 [results.position(k) for k in h.plan.kept], sources, backend.overlap_reads,
-                                None if st.packed is None else (results.position(st.packed[0]), st.packed[1]))
+                                None if st.packed is None else (results.position(st.packed[0]), st.packed[1]),
+                                "".join(f"e{m}: v{keys.index(k)}, " for m, k in enumerate(fed)))
     return compile_lane(backend, source, sig, call, bound, env, {
         "keep": keep, "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
         "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
@@ -129,7 +138,7 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
 
 def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_vars: int, written: list[int],
                        kept: list[int], sources: list[tuple[str, Optional[int]]], overlap: bool,
-                       packed: Optional[tuple[int, Packing]] = None) -> str:
+                       packed: Optional[tuple[int, Packing]] = None, fed: str = "") -> str:
     """The text of a fused attempt's lane (``make_fused_lane``): the checks (``check_source``), then
     the attempt's call and its finish. The call takes ``call_args`` and the bound, and returns its
     results flat (``res``, laid out as ``results`` says, ``Plan.fused_fn``). Names: ``w{i}`` a
@@ -137,7 +146,9 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
     kept stack's key (its buffer at ``res[kept[i]]``), ``b{m}`` the key of the call's ``m``-th stack
     argument; ``sources`` gives per fetch the expression of its value and the index of its live
     flag. ``packed``: where the flags ride behind a fetched output (``res[packed[0]]``, ``fast.packing``;
-    ``how`` in the text), split as ``packing.unpack`` splits, written out; its value ``pv``."""
+    ``how`` in the text), split as ``packing.unpack`` splits, written out; its value ``pv``. ``fed``:
+    the items (``e{m}: v{j}, ``) of the fed values the call does not hand back, for the dead-fetch
+    check, which looks every fetch up by key."""
     outs = results.outputs()
     at_out = f"res[{outs.start}:{outs.stop}]"
     names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
@@ -145,7 +156,7 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
     names += ["pk", "how"] if packed is not None else []
     names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"w{i}" for i in range(n_vars)]
     names += [f"u{i}" for i in range(len(written))] + [f"p{i}" for i in range(len(kept))]
-    names += [f"b{m}" for m in range(call_args.count("stacks["))]
+    names += [f"b{m}" for m in range(call_args.count("stacks["))] + [f"e{m}" for m in range(fed.count(": v"))]
     names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
     head = ["def make(" + ", ".join(names) + "):",
             "    def lane(feed_dict, variables, run_bound=None):",
@@ -185,7 +196,7 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
     live = [j for _, j in sources if j is not None]
     if live:
         body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
-                 f"            backend._fetched(fetches, {{**dict(zip(out_keys, {at_out})), "
+                 f"            backend._fetched(fetches, {{{fed}**dict(zip(out_keys, {at_out})), "
                  + ("pk: pv, " if packed is not None else "") + "**stage.static_out}, dict(zip(live_keys, lives)))"]
     body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
     for i, j in enumerate(written):

@@ -517,6 +517,40 @@ def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch
     np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
 
 
+def test_a_fused_lane_returns_a_fetched_feed() -> None:
+    """Regression (found by the ``dev`` profile of
+    ``test_generated_gradients_over_batches_of_unknown_size_compile_and_agree``): a fed tensor fetched
+    beside a gradient through a loop does not cross the fused call (``Stage.passthrough``). Making the
+    lane failed on the first run, looking for it among the call's results (and before the flat call,
+    the lane's repeat raised ``KeyError``). The lane returns the fed value, as the general path does,
+    as an array or a Python number, and a dead fetch beside it is still refused."""
+    g, t = _rnn_step()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        inside: list[tn.Tensor] = []
+
+        def doubled() -> tn.Tensor:
+            inside.append(t["h"] * 2.0)
+            return inside[0] + 0.0
+
+        tn.cond(p, doubled, lambda: t["h"] - 1.0)
+    fast, ref = _both(g)
+    xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    for n in (3, np.int32(3)):
+        for _ in range(3):
+            feed = {t["x"]: xv, t["n"]: n, p: True}
+            fetches = [t["loss"], t["x"], t["n"], inside[0], t["step"]]
+            got, want = fast.run(fetches, feed), ref.run(fetches, feed)
+            for a, b in zip(got[:4], want[:4], strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-5)
+            assert got[1].dtype == np.float32 and got[2].dtype == np.int32 and got[2].shape == ()
+        assert _route(fast) == "lane"
+        for sess in (fast, ref):
+            with pytest.raises(tn.DeadFetchError):
+                sess.run(fetches, {**feed, p: False})
+    np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-5)
+
+
 def test_a_fused_lane_raises_a_runaway_loop_as_the_general_path_does() -> None:
     """The lane calls with the default iteration bound: a loop that runs past it raises
     ``NonTerminationError`` there, and no Variable is trained by that run."""
