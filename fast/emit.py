@@ -215,6 +215,47 @@ def _same_constant(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and np.array_equal(a, b)
 
 
+def note_exports(seen: dict[Key, list[Any]], exports: list[Key], vals: list[Any]) -> None:
+    """Record in ``seen`` the values one branch of a conditional traced for its ``exports`` (the
+    values it hands out besides its Merges), those that are not dead (``fold_exports``)."""
+    for k, v in zip(exports, vals, strict=True):
+        if v is not DEAD:
+            seen.setdefault(k, []).append(v)
+
+
+def fold_exports(graph: Graph, seen: dict[Key, list[Any]], exports: list[Key], vals: list[Any]) -> list[Any]:
+    """A conditional's exports after it (``vals``, as ``lax.cond`` or ``lax.switch`` gave them), each
+    one that is a size (``_a_size``) and that every branch where it is not dead traced as one
+    constant made that constant again.
+
+    Why: the conditional hands its exports out as traced values, and a constant that crossed it
+    stopped being one, though it was one in every branch where it lives. A gradient switches a
+    forward value's *shape* through the conds that share the forward cond's predicate, which the
+    regions group with the forward cond: a ``Fill`` of that shape after it could not be compiled
+    (found by the generated gradients of a nested ``tn.case`` over a batch of unknown size). Only
+    sizes: where an export is dead its consumers run on the fast backend with its live flag false
+    (the interpreter does not run them), so a constant there must be one that no consumer can
+    refuse while tracing, and a size of a value that exists is such a constant."""
+    out = list(vals)
+    for i, k in enumerate(exports):
+        got = seen.get(k)
+        if (got and all(is_static(v) for v in got) and _a_size(graph.nodes[k[0]].outputs[k[1]])
+                and all(_same_constant(np.asarray(v), np.asarray(got[0])) for v in got)):
+            out[i] = got[0]
+    return out
+
+
+#: ops whose value is the size of a value that exists: never negative, never more than is held
+_SIZE_OPS = frozenset({"Shape", "Size", "Rank", "TensorArraySize"})
+
+
+def _a_size(t: Tensor) -> bool:
+    """Whether ``t`` is a size (``_SIZE_OPS``), through the Switches and Identities that carry it."""
+    while t.node.op in ("Switch", "Identity"):
+        t = t.node.inputs[0]
+    return t.node.op in _SIZE_OPS
+
+
 def _pushed_once(graph: Graph) -> frozenset[int]:
     """The stacks of ``graph`` that one StackPush node pushes (a gradient's stacks), counted over the
     whole graph, not one program or partition of it, and once per graph version."""
@@ -529,6 +570,8 @@ class Emitter:
         # a gradient's export Merge (a value of one branch, a filler on the other) whose value is a
         # constant while tracing (a shape): Merge id -> that constant, recorded by ``branch``
         known: dict[int, Any] = {}
+        # per export, the values the branches traced that are not dead (``fold_exports``)
+        seen: dict[Key, list[Any]] = {}
 
         def branch(b: bool, fill: bool = False) -> Callable[[Any], Any]:
             """Branch ``b`` as a function of the state; with ``fill``, a gradient's filler that a Merge
@@ -557,6 +600,7 @@ class Emitter:
                 lives = [np.asarray(False) if v is DEAD else self.lives.get(k, np.asarray(True))
                          for k, v in zip(exports, vals, strict=True)]
                 self.lives = saved
+                note_exports(seen, exports, vals)
                 return merges, vals, lives, self.state
 
             return fn
@@ -594,6 +638,8 @@ class Emitter:
         for (m, _), (v, idx) in zip(r.merges, merges, strict=True):
             env[key(m.outputs[0])] = known.get(m.id, v)
             env[key(m.outputs[1])] = idx
+        if not is_static(p):
+            vals = fold_exports(r.pred.graph, seen, exports, vals)
         for k, v, live in zip(exports, vals, lives, strict=True):
             env[k] = v
             self.lives[k] = live
@@ -626,6 +672,7 @@ class Emitter:
         # constants its levels gave, or None once one gave a traced value
         consts: dict[int, Optional[list[Any]]] = {
             m.id: [] for m, _ in r.merges if _exports_for_gradient(m)}
+        exported: dict[Key, list[Any]] = {}  # per export, the values the levels traced that are not dead
 
         def level(k: int) -> Callable[[Any], Any]:
             forced = {id(c): j == k for j, c in enumerate(chain[:k + 1])}
@@ -648,6 +695,7 @@ class Emitter:
                 lives = [np.asarray(False) if v is DEAD else self.lives.get(k2, np.asarray(True))
                          for k2, v in zip(exports, vals, strict=True)]
                 self.forced, self.known, self.lives = saved
+                note_exports(exported, exports, vals)
                 return merges, vals, lives, self.state
 
             return fn
@@ -675,10 +723,10 @@ class Emitter:
                 chain, f"fast backend: the branches of the case chain of {r.describe()} near {describe_node(m)} "
                 f"produce values of different types or shapes: {e}")
         for j, (m, _) in enumerate(r.merges):  # an export every level gave as one constant is that constant
-            seen = consts.get(m.id)
-            if seen and all(_same_constant(v, seen[0]) for v in seen):
-                merges[j] = (seen[0], merges[j][1])
-        return merges, vals, lives
+            got = consts.get(m.id)
+            if got and all(_same_constant(v, got[0]) for v in got):
+                merges[j] = (got[0], merges[j][1])
+        return merges, fold_exports(r.pred.graph, exported, exports, vals), lives
 
     # ---- loops ----------------------------------------------------------------------------------
     def while_fns(self, r: WhileRegion, env: Env) -> tuple[Callable[..., Any], ...]:

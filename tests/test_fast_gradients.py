@@ -363,3 +363,36 @@ def test_generated_gradients_over_batches_of_unknown_size_compile_and_agree(floa
         assert any(r in stats["fallback_reason"] for r in _BATCH_FALLBACKS), stats["fallback_reason"]
     for a, w in zip(got, want, strict=True):
         np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_the_gradient_of_a_nested_case_over_a_batch_compiles(k: int) -> None:
+    """Regression (the ``dev`` profile of
+    ``test_generated_gradients_over_batches_of_unknown_size_compile_and_agree[batch]``): the gradient
+    of a ``tn.case`` whose first branch holds another ``case``, over a batch of unknown size. The
+    gradient switches the batch's shape through conds on the forward predicates, and the regions
+    group one of those Switches with the forward cond, so the shape left that cond traced and the
+    ``Fill`` of the zeros for an untaken branch was refused ("the shape of Fill must be known when
+    compiling"; the program ran on the interpreter). A size that is one constant in every branch where
+    it lives is that constant after the cond (``emit.fold_exports``): compiled, with the reference's
+    values, whichever branch runs."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [], name="i")
+        f = tn.placeholder(tn.float64, [None], name="f")
+
+        def first() -> tuple[tn.Tensor]:
+            zero = tn.constant(0.0, tn.float64)
+            tn.case(tn.constant(0), [lambda: (zero,)], default=lambda: (zero,))
+            return (f,)
+
+        (v,) = tn.case(i, [first, lambda: (f,)], default=lambda: (tn.constant(0.0, tn.float64) + f,))
+        (df,) = tn.gradients(v * v, [f])
+    feeds = {i: np.int32(k), f: np.array([0.5, -1.0, 2.0])}
+    want = tn.Session(g).run([v, df], feeds)
+    fast = tn.Session(g, backend="fast", fallback=False)
+    got = fast.run([v, df], feeds)
+    assert fast.last_result.stats["executor"] == "compiled"
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b)
+    np.testing.assert_allclose(got[1], 2.0 * feeds[f])
