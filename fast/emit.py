@@ -215,15 +215,15 @@ def _same_constant(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and np.array_equal(a, b)
 
 
-def note_exports(seen: dict[Key, list[Any]], exports: list[Key], vals: list[Any]) -> None:
+def _note_exports(seen: dict[Key, list[Any]], exports: list[Key], vals: list[Any]) -> None:
     """Record in ``seen`` the values one branch of a conditional traced for its ``exports`` (the
-    values it hands out besides its Merges), those that are not dead (``fold_exports``)."""
+    values it hands out besides its Merges), those that are not dead (``_fold_exports``)."""
     for k, v in zip(exports, vals, strict=True):
         if v is not DEAD:
             seen.setdefault(k, []).append(v)
 
 
-def fold_exports(graph: Graph, seen: dict[Key, list[Any]], exports: list[Key], vals: list[Any]) -> list[Any]:
+def _fold_exports(graph: Graph, seen: dict[Key, list[Any]], exports: list[Key], vals: list[Any]) -> list[Any]:
     """A conditional's exports after it (``vals``, as ``lax.cond`` or ``lax.switch`` gave them), each
     one that is a size (``_a_size``) and that every branch where it is not dead traced as one
     constant made that constant again.
@@ -570,7 +570,7 @@ class Emitter:
         # a gradient's export Merge (a value of one branch, a filler on the other) whose value is a
         # constant while tracing (a shape): Merge id -> that constant, recorded by ``branch``
         known: dict[int, Any] = {}
-        # per export, the values the branches traced that are not dead (``fold_exports``)
+        # per export, the values the branches traced that are not dead (``_fold_exports``)
         seen: dict[Key, list[Any]] = {}
 
         def branch(b: bool, fill: bool = False) -> Callable[[Any], Any]:
@@ -600,7 +600,7 @@ class Emitter:
                 lives = [np.asarray(False) if v is DEAD else self.lives.get(k, np.asarray(True))
                          for k, v in zip(exports, vals, strict=True)]
                 self.lives = saved
-                note_exports(seen, exports, vals)
+                _note_exports(seen, exports, vals)
                 return merges, vals, lives, self.state
 
             return fn
@@ -639,7 +639,7 @@ class Emitter:
             env[key(m.outputs[0])] = known.get(m.id, v)
             env[key(m.outputs[1])] = idx
         if not is_static(p):
-            vals = fold_exports(r.pred.graph, seen, exports, vals)
+            vals = _fold_exports(r.pred.graph, seen, exports, vals)
         for k, v, live in zip(exports, vals, lives, strict=True):
             env[k] = v
             self.lives[k] = live
@@ -695,7 +695,7 @@ class Emitter:
                 lives = [np.asarray(False) if v is DEAD else self.lives.get(k2, np.asarray(True))
                          for k2, v in zip(exports, vals, strict=True)]
                 self.forced, self.known, self.lives = saved
-                note_exports(exported, exports, vals)
+                _note_exports(exported, exports, vals)
                 return merges, vals, lives, self.state
 
             return fn
@@ -726,7 +726,7 @@ class Emitter:
             got = consts.get(m.id)
             if got and all(_same_constant(v, got[0]) for v in got):
                 merges[j] = (got[0], merges[j][1])
-        return merges, fold_exports(r.pred.graph, exported, exports, vals), lives
+        return merges, _fold_exports(r.pred.graph, exported, exports, vals), lives
 
     # ---- loops ----------------------------------------------------------------------------------
     def while_fns(self, r: WhileRegion, env: Env) -> tuple[Callable[..., Any], ...]:

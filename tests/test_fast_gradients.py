@@ -374,7 +374,7 @@ def test_the_gradient_of_a_nested_case_over_a_batch_compiles(k: int) -> None:
     group one of those Switches with the forward cond, so the shape left that cond traced and the
     ``Fill`` of the zeros for an untaken branch was refused ("the shape of Fill must be known when
     compiling"; the program ran on the interpreter). A size that is one constant in every branch where
-    it lives is that constant after the cond (``emit.fold_exports``): compiled, with the reference's
+    it lives is that constant after the cond (``emit._fold_exports``): compiled, with the reference's
     values, whichever branch runs."""
     g = tn.Graph()
     with g.as_default():
