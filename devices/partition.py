@@ -40,7 +40,7 @@ from turnout import dtypes as dt
 from turnout.devices.names import parse
 from turnout.devices.placement import Placement
 from turnout.errors import PartitionError, describe_node
-from turnout.frames import Frame, kahn_order, same_iteration_preds
+from turnout.frames import Frame, kahn_order, same_iteration_preds, static_frames
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, ancestors
 
 
@@ -326,13 +326,31 @@ def recv_waits(p: Partitioned) -> dict[str, dict[int, frozenset[int]]]:
     of nodes as one step (``compiled_partition``) must not put that Send's producer and that Recv's
     consumer in one step, or the step would wait for itself. Edges are data and control edges without
     a Merge's back edges (a NextIteration's token belongs to the next iteration), plus each Send to its
-    Recv. Should that graph have a cycle, every Recv is said to wait on every Send of its partition."""
+    Recv. Should that graph have a cycle, every Recv is said to wait on every Send of its partition.
+
+    A loop's Exit also waits for the NextIterations of its frame, in every partition: what leaves a
+    loop after its first iteration came round its back edges, so without those edges a Send before a
+    loop and a Recv after it, both in the parent frame, looked unconnected (a gradient's forward value
+    sent to another task, which runs the loop and sends back the gradient: the compiled partition fused
+    the forward op with the op that receives the gradient, and the two tasks waited for each other;
+    found by the ``dev`` profile of ``tests/test_compiled_partition.py``)."""
     nodes = [(d, n) for d, part in p.partitions.items() for n in part.graph.nodes]
     send_of = {(tr.dst_device, tr.recv.id): (tr.src_device, tr.send) for tr in p.transfers}
+    nexts: dict[Frame, list[tuple[str, Node]]] = {}  # a loop frame -> its NextIterations, every partition
+    exit_frame: dict[tuple[str, int], Frame] = {}  # an Exit -> the frame it leaves
+    for d, part in p.partitions.items():
+        node_frame = static_frames(part.graph).node_frame
+        for n in part.graph.nodes:
+            if n.op == "NextIteration":
+                nexts.setdefault(node_frame[n.id], []).append((d, n))
+            elif n.op == "Exit":
+                exit_frame[(d, n.id)] = node_frame[n.inputs[0].node.id]
 
     def preds(item: tuple[str, Node]) -> list[tuple[str, Node]]:
         d, n = item
         out = [(d, m) for m in same_iteration_preds(n)]
+        if n.op == "Exit":
+            out += nexts.get(exit_frame[(d, n.id)], [])
         return out + [send_of[(d, n.id)]] if (d, n.id) in send_of else out
 
     def key(item: tuple[str, Node]) -> tuple[str, int]:

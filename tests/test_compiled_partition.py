@@ -346,3 +346,45 @@ def test_a_partition_alone_that_cannot_compile_raises_the_reference_error() -> N
     requests = {n.name: dev(0, 1) for n in g.nodes}
     with pytest.raises(tn.KernelError, match="never written"):
         run_tasks(g, [y], {k: 1}, requests=requests)
+
+
+#: the placement the ``dev`` profile drew for the program below: a device index per graph node, in order
+_SENT_BACK_PLACEMENT = ("000000000000000000000000030003121220120020113331333213301201130001212031033230332130310102300"
+                        "123302023030212220132313002310122011202001112111232231123103232321132331003")
+
+
+def test_a_value_sent_into_a_loop_on_another_task_and_its_gradient_sent_back() -> None:
+    """Regression (the ``dev`` profile of ``test_T7_compiled_partitions_of_gradient_programs``, its
+    program and placement as drawn): ``exp(tanh(f0))`` is made on task 1 and starts a scan placed on
+    task 0, and the gradient comes back to task 1, where the gradients of ``exp`` and ``tanh`` run. The
+    forward ops and the gradient's ops on task 1 are connected only through the loop on task 0, and
+    only round its back edges (the scan's result leaves the loop after its iterations), which
+    ``partition.recv_waits`` did not follow: the compiled partition fused ``Tanh``, ``Exp`` and the
+    gradient's ``Mul`` into one group, which waited for the gradient before sending the forward value,
+    and both tasks waited for each other (``RecvTimeoutError``). An Exit now waits for its frame's
+    NextIterations."""
+    from programs import Bin, Block, Const, InputDecl, Program, Ref, Scan, Unary
+
+    f64, i32 = "float64", "int32"
+    p = Program(
+        inputs=(InputDecl("x0", i32, None), InputDecl("x1", i32, None), InputDecl("f0", f64, None),
+                InputDecl("xs", i32, 3), InputDecl("fs", f64, 1)),
+        body=Block(stmts=(
+            Scan(id="scan0", target="v0", elems="xs", carry="c0", elem="e0", init=Ref("x0", i32),
+                 body=Block(stmts=(), results=(Ref("x0", i32),)), parallel_iterations=2, reverse=True),
+            Scan(id="scan1", target="v1", elems="fs", carry="c1", elem="e1",
+                 init=Bin("add", Unary("exp", Unary("tanh", Ref("f0", f64))), Const(0.0, f64)),
+                 body=Block(stmts=(), results=(Bin("add", Ref("c1", f64), Ref("f0", f64)),)),
+                 parallel_iterations=2, reverse=False)),
+            results=(Ref("v0", i32), Ref("v1", f64), Ref("x0", i32))))
+    b = build(p)  # with the gradients ``strategies.gradient_graph`` builds (written out: no ``assume``)
+    with b.graph.as_default():
+        grads = [g for g in tn.gradients(b.fetches[1], [b.placeholders["f0"], b.placeholders["fs"]]) if g is not None]
+    feeds = b.feed_dict({"x0": np.asarray(2, np.int32), "x1": np.asarray(0, np.int32), "f0": np.asarray(0.0),
+                         "xs": np.array([3, -3, 2], np.int32), "fs": np.array([0.54004568])})
+    assert len(b.graph.nodes) == len(_SENT_BACK_PLACEMENT)
+    requests = {n.name: SPEC.devices[int(c)] for n, c in zip(b.graph.nodes, _SENT_BACK_PLACEMENT)}
+    want = tn.Session(b.graph).run(grads, feeds)
+    for scheduler in ("fifo", "lifo"):
+        got = run_tasks(b.graph, grads, feeds, requests=requests, options=RunOptions(scheduler, 7, **GUARD))
+        np.testing.assert_allclose(got, want, rtol=1e-9)
