@@ -585,21 +585,23 @@ class Emitter:
                     benv[key(s.outputs[int(b)])] = self.read(benv, s.inputs[0], s)
                     benv[key(s.outputs[1 - int(b)])] = DEAD
                 saved, self.lives = self.lives, {}
-                self.run_items(r.branches[b], benv)
-                merges = []
-                for m, slots in r.merges:
-                    if b in slots:
-                        src = m.inputs[slots[b]]
-                        v = DEAD if fill and _is_filler(src) else self.read(benv, src, m)
-                        if fill and is_static(v) and _exports_for_gradient(m):
-                            known[m.id] = v
-                        merges.append((v, np.asarray(slots[b], np.int32)))
-                    else:
-                        merges.append((DEAD, DEAD))
-                vals = [benv.get(k, DEAD) for k in exports]
-                lives = [np.asarray(False) if v is DEAD else self.lives.get(k, np.asarray(True))
-                         for k, v in zip(exports, vals, strict=True)]
-                self.lives = saved
+                try:  # (restored however the trace ends: a ``HoistConflict`` traces the nest again)
+                    self.run_items(r.branches[b], benv)
+                    merges = []
+                    for m, slots in r.merges:
+                        if b in slots:
+                            src = m.inputs[slots[b]]
+                            v = DEAD if fill and _is_filler(src) else self.read(benv, src, m)
+                            if fill and is_static(v) and _exports_for_gradient(m):
+                                known[m.id] = v
+                            merges.append((v, np.asarray(slots[b], np.int32)))
+                        else:
+                            merges.append((DEAD, DEAD))
+                    vals = [benv.get(k, DEAD) for k in exports]
+                    lives = [np.asarray(False) if v is DEAD else self.lives.get(k, np.asarray(True))
+                             for k, v in zip(exports, vals, strict=True)]
+                finally:
+                    self.lives = saved
                 _note_exports(seen, exports, vals)
                 return merges, vals, lives, self.state
 
@@ -680,21 +682,25 @@ class Emitter:
             def fn(state: Any) -> Any:
                 saved = self.forced, self.known, self.lives
                 self.forced, self.known, self.lives = {**self.forced, **forced}, self.known | computed, {}
-                self.state = dict(state)
-                benv = dict(senv)
-                self.run_cond(r, benv)
-                merges = [(benv[key(m.outputs[0])], benv[key(m.outputs[1])]) for m, _ in r.merges]
-                for (m, _), (v, _) in zip(r.merges, merges, strict=True):
-                    seen = consts.get(m.id)
-                    if seen is not None and v is not DEAD:
-                        if is_static(v):
-                            seen.append(v)
-                        else:
-                            consts[m.id] = None
-                vals = [benv.get(k2, DEAD) for k2 in exports]
-                lives = [np.asarray(False) if v is DEAD else self.lives.get(k2, np.asarray(True))
-                         for k2, v in zip(exports, vals, strict=True)]
-                self.forced, self.known, self.lives = saved
+                # (restored however the trace ends: a ``HoistConflict`` traces the enclosing nest again,
+                # and a decision forced here must not be forced there)
+                try:
+                    self.state = dict(state)
+                    benv = dict(senv)
+                    self.run_cond(r, benv)
+                    merges = [(benv[key(m.outputs[0])], benv[key(m.outputs[1])]) for m, _ in r.merges]
+                    for (m, _), (v, _) in zip(r.merges, merges, strict=True):
+                        seen = consts.get(m.id)
+                        if seen is not None and v is not DEAD:
+                            if is_static(v):
+                                seen.append(v)
+                            else:
+                                consts[m.id] = None
+                    vals = [benv.get(k2, DEAD) for k2 in exports]
+                    lives = [np.asarray(False) if v is DEAD else self.lives.get(k2, np.asarray(True))
+                             for k2, v in zip(exports, vals, strict=True)]
+                finally:
+                    self.forced, self.known, self.lives = saved
                 _note_exports(exported, exports, vals)
                 return merges, vals, lives, self.state
 

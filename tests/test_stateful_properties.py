@@ -87,6 +87,24 @@ def _build(actions: list[Any], grad: bool) -> tuple[tn.Graph, list[tn.Tensor], t
 @given(st.lists(ACTIONS, min_size=1, max_size=4), st.lists(st.integers(0, 4), min_size=1, max_size=2),
        st.booleans())
 def test_stateful_loop_bodies_agree_with_the_reference(actions: list[Any], trips: list[int], grad: bool) -> None:
+    _agree(actions, trips, grad)
+
+
+@pytest.mark.parametrize("trips", [[0], [0, 3], [4]])
+def test_a_case_holding_a_loop_in_a_loop_that_may_run_no_iteration(trips: list[int]) -> None:
+    """Regression (the ``dev`` profile of the test above): a ``tn.case`` whose second branch holds a
+    loop, in the body of a loop that runs no iteration. The fast backend traced the case as one
+    ``lax.switch`` with each branch's decision forced; the inner loop's hoisted bound check conflicted
+    and the enclosing nest was traced again, but the decisions forced for the switch were not undone
+    when the trace was abandoned, and the second trace raised ``KeyError`` from deep in the emitter."""
+    _agree([("case", [], [("loop", [], [])])], trips, False)
+    _agree([("case", [], [("loop", [], [])]), ("cond", [], [("cond", [("read", "a", 0.5)], [("read", "a", 0.5)])])],
+           trips, False)
+
+
+def _agree(actions: list[Any], trips: list[int], grad: bool) -> None:
+    """The program of ``actions`` run on both backends, once per trip count of ``trips`` on one session:
+    the same fetched values and Variables after each run."""
     got: dict[str, list[Any]] = {}
     for backend in ("reference", "fast"):
         g, fetches, n, vs = _build(actions, grad)
