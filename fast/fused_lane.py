@@ -11,6 +11,7 @@ call, where the backend's former route cost about 80 (``docs/benchmarks.rst``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import jax
@@ -96,10 +97,6 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
         env[f"p{i}"] = k
     for m, k in enumerate(layout.stacks):
         env[f"b{m}"] = k
-    # the call's flat arguments (``Plan.fused_fn``): the feeds, the Variables, the stacks, the bound
-    call_args = ("".join(f"v{keys.index(k)}, " for k in layout.feeds)
-                 + "".join(f"r{var_of[k]}[1], " for k in layout.state)
-                 + "".join(f"stacks[b{m}], " for m in range(len(layout.stacks))))
     sources: list[tuple[str, Optional[int]]] = []  # per fetch: how its value is had, and its live flag
     if st.packed is not None:  # the flags come behind this fetched value (``fast.packing``)
         env["pk"], env["how"] = st.packed
@@ -123,32 +120,37 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
         else:  # (not a result of the call: the general path's)
             return None
     # the fed values the call does not hand back, for the dead-fetch check (``backend._fetched``)
-    fed = [k for k in keys if k not in results.out]
-    for m, k in enumerate(fed):
-        env[f"e{m}"] = k
-    source = _fused_lane_source(sig, call_args, results, len(h.var_keys), [results.position(vk) for _, vk in h.written],
+    fed = [j for j, k in enumerate(keys) if k not in results.out]
+    for m, j in enumerate(fed):
+        env[f"e{m}"] = keys[j]
+    args_of = ([keys.index(k) for k in layout.feeds], [var_of[k] for k in layout.state], len(layout.stacks))
+    source = _fused_lane_source(sig, args_of, results, len(h.var_keys), [results.position(vk) for _, vk in h.written],
                                 [results.position(k) for k in h.plan.kept], sources, backend.overlap_reads,
-                                None if st.packed is None else (results.position(st.packed[0]), st.packed[1]),
-                                "".join(f"e{m}: v{keys.index(k)}, " for m, k in enumerate(fed)))
+                                None if st.packed is None else (results.position(st.packed[0]), st.packed[1]), fed)
     return compile_lane(backend, source, sig, call, bound, env, {
         "keep": keep, "to_host": to_host, "start_reads": start_reads, "StackValue": StackValue,
         "fused_failure": fused_failure, "JaxRuntimeError": jax.errors.JaxRuntimeError,
         "out_of_memory": out_of_memory, "buffers_of": buffers_of, "Deferred": Deferred})
 
 
-def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_vars: int, written: list[int],
-                       kept: list[int], sources: list[tuple[str, Optional[int]]], overlap: bool,
-                       packed: Optional[tuple[int, Packing]] = None, fed: str = "") -> str:
+def _fused_lane_source(sig: Signature, args_of: tuple[list[int], list[int], int], results: FusedResults, n_vars: int,
+                       written: list[int], kept: list[int], sources: list[tuple[str, Optional[int]]], overlap: bool,
+                       packed: Optional[tuple[int, Packing]] = None, fed: Sequence[int] = ()) -> str:
     """The text of a fused attempt's lane (``make_fused_lane``): the checks (``check_source``), then
-    the attempt's call and its finish. The call takes ``call_args`` and the bound, and returns its
-    results flat (``res``, laid out as ``results`` says, ``Plan.fused_fn``). Names: ``w{i}`` a
-    Variable's name, ``u{i}`` a written Variable's (its new value at ``res[written[i]]``), ``p{i}`` a
-    kept stack's key (its buffer at ``res[kept[i]]``), ``b{m}`` the key of the call's ``m``-th stack
-    argument; ``sources`` gives per fetch the expression of its value and the index of its live
-    flag. ``packed``: where the flags ride behind a fetched output (``res[packed[0]]``, ``fast.packing``;
-    ``how`` in the text), split as ``packing.unpack`` splits, written out; its value ``pv``. ``fed``:
-    the items (``e{m}: v{j}, ``) of the fed values the call does not hand back, for the dead-fetch
-    check, which looks every fetch up by key."""
+    the attempt's call and its finish. The call takes its flat arguments (``Plan.fused_fn``) as
+    ``args_of`` lays them out: the feeds (their places in ``sig``: ``v{j}``), the Variables (``r{i}``),
+    the stacks (``b{m}`` the key of the ``m``-th, that many), then the bound; and returns its results
+    flat (``res``, laid out as ``results`` says). Names: ``w{i}`` a Variable's name, ``u{i}`` a
+    written Variable's (its new value at ``res[written[i]]``), ``p{i}`` a kept stack's key (its buffer
+    at ``res[kept[i]]``); ``sources`` gives per fetch the expression of its value and the index of
+    its live flag. ``packed``: where the flags ride behind a fetched output (``res[packed[0]]``,
+    ``fast.packing``; ``how`` in the text), split as ``packing.unpack`` splits, written out; its value
+    ``pv``. ``fed``: the places in ``sig`` of the fed values the call does not hand back (``e{m}`` the
+    key of the ``m``-th), for the dead-fetch check, which looks every fetch up by key."""
+    feeds, variables, n_stacks = args_of
+    call_args = ("".join(f"v{j}, " for j in feeds) + "".join(f"r{i}[1], " for i in variables)
+                 + "".join(f"stacks[b{m}], " for m in range(n_stacks)))
+    fed_items = "".join(f"e{m}: v{j}, " for m, j in enumerate(fed))
     outs = results.outputs()
     at_out = f"res[{outs.start}:{outs.stop}]"
     names = ["graph", "version", "edits", "call", "pending", "bound", "backend", "plan", "top", "stage", "seg", "pid",
@@ -156,7 +158,7 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
     names += ["pk", "how"] if packed is not None else []
     names += [f"t{i}, c{i}, d{i}, s{i}" for i in range(len(sig))] + [f"w{i}" for i in range(n_vars)]
     names += [f"u{i}" for i in range(len(written))] + [f"p{i}" for i in range(len(kept))]
-    names += [f"b{m}" for m in range(call_args.count("stacks["))] + [f"e{m}" for m in range(fed.count(": v"))]
+    names += [f"b{m}" for m in range(n_stacks)] + [f"e{m}" for m in range(len(fed))]
     names += [f"g{i}" for i, (expr, _) in enumerate(sources) if expr.startswith("to_host(g")]
     head = ["def make(" + ", ".join(names) + "):",
             "    def lane(feed_dict, variables, run_bound=None):",
@@ -196,7 +198,7 @@ def _fused_lane_source(sig: Signature, call_args: str, results: FusedResults, n_
     live = [j for _, j in sources if j is not None]
     if live:
         body += ["        if not (" + " and ".join(f"lives[{j}]" for j in live) + "):",
-                 f"            backend._fetched(fetches, {{{fed}**dict(zip(out_keys, {at_out})), "
+                 f"            backend._fetched(fetches, {{{fed_items}**dict(zip(out_keys, {at_out})), "
                  + ("pk: pv, " if packed is not None else "") + "**stage.static_out}, dict(zip(live_keys, lives)))"]
     body += ["        values = [" + "".join(f"{expr}, " for expr, _ in sources) + "]"]
     for i, j in enumerate(written):
