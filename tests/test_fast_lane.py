@@ -472,11 +472,9 @@ def test_a_fused_lane_hands_a_run_that_outgrows_its_stacks_back_to_the_general_p
             assert fast.last_result.stats["stack_capacity"] > 128
 
 
-def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch() -> None:
-    """Each thing the fused lane depends on, changed between runs: stack buffers released
-    (``release_buffers``), a Variable set from outside, a fetch on a branch that does not run. The
-    run after each is the reference's, and a dead fetch is refused as on the general path."""
-    g, t = _rnn_step()
+def _a_branch_tensor(g: tn.Graph, t: dict[str, Any]) -> tuple[tn.Tensor, tn.Tensor]:
+    """``(p, picked)``: a fed predicate ``p`` added to ``_rnn_step``'s graph, and a tensor of a cond's
+    true branch on it (``h * 2``), dead when ``p`` is false."""
     with g.as_default():
         p = tn.placeholder(tn.bool, [], name="p")
         inside: list[tn.Tensor] = []
@@ -486,7 +484,15 @@ def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch
             return inside[0] + 0.0
 
         tn.cond(p, doubled, lambda: t["h"] - 1.0)
-        picked = inside[0]  # a tensor of the true branch: dead when p is false
+    return p, inside[0]
+
+
+def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch() -> None:
+    """Each thing the fused lane depends on, changed between runs: stack buffers released
+    (``release_buffers``), a Variable set from outside, a fetch on a branch that does not run. The
+    run after each is the reference's, and a dead fetch is refused as on the general path."""
+    g, t = _rnn_step()
+    p, picked = _a_branch_tensor(g, t)
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
 
@@ -525,21 +531,13 @@ def test_a_fused_lane_returns_a_fetched_feed() -> None:
     the lane's repeat raised ``KeyError``). The lane returns the fed value, as the general path does,
     as an array or a Python number, and a dead fetch beside it is still refused."""
     g, t = _rnn_step()
-    with g.as_default():
-        p = tn.placeholder(tn.bool, [], name="p")
-        inside: list[tn.Tensor] = []
-
-        def doubled() -> tn.Tensor:
-            inside.append(t["h"] * 2.0)
-            return inside[0] + 0.0
-
-        tn.cond(p, doubled, lambda: t["h"] - 1.0)
+    p, picked = _a_branch_tensor(g, t)
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     for n in (3, np.int32(3)):
         for _ in range(3):
             feed = {t["x"]: xv, t["n"]: n, p: True}
-            fetches = [t["loss"], t["x"], t["n"], inside[0], t["step"]]
+            fetches = [t["loss"], t["x"], t["n"], picked, t["step"]]
             got, want = fast.run(fetches, feed), ref.run(fetches, feed)
             for a, b in zip(got[:4], want[:4], strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-5)
