@@ -29,6 +29,7 @@ from turnout.devices.placement import Placement, place
 from turnout.devices.rendezvous import Rendezvous
 from turnout.devices.trace import DeviceTrace, PartitionedTrace
 from turnout.errors import (
+    ArgumentError,
     DeadFetchError,
     DeadlockError,
     FeedError,
@@ -305,7 +306,7 @@ class PartitionedBackend:
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0) -> None:
         if order not in ORDERS:
-            raise ValueError(f"unknown partition order {order!r}; choose one of {list(ORDERS)}")
+            raise ArgumentError(f"unknown partition order {order!r}; choose one of {list(ORDERS)}")
         self.graph = graph
         self.devices = list(devices)
         self.requests = dict(requests or {})

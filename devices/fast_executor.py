@@ -72,6 +72,7 @@ from turnout.devices.region_driver import RegionDriver, StacksOverflow
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
+    ArgumentError,
     DeadFetchError,
     FeedError,
     KernelError,
@@ -79,6 +80,7 @@ from turnout.errors import (
     PlacementError,
     UnsupportedError,
     dead_fetch_message,
+    describe_node,
     runaway_message,
 )
 from turnout.fast import stacks as stk
@@ -87,9 +89,10 @@ from turnout.fast.emit import Emitter, ErrorCodes, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import MAX_CAPACITY, iteration_bound, refuse_firing_budget
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
-from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
+from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, pred_reader, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
+from turnout.kernels import truth
 from turnout.session import RunOptions, RunResult
 
 
@@ -514,7 +517,7 @@ class _Run:
                 env.set(k, DEAD, None)
             return
         t0 = self.tl.now() if self.tl else 0.0
-        b = bool(np.asarray(p))  # the one value the host must read
+        b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
         if self.tl:
             self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
         benv = env.child()
@@ -569,7 +572,8 @@ class _Run:
             self.steps(hl.header, henv)
             pred = _now(henv.vals[pkey])
             t0 = self.tl.now() if self.tl else 0.0
-            go = pred is not DEAD and bool(np.asarray(pred))  # the host reads the predicate, and nothing else
+            # the host reads the predicate, and nothing else
+            go = pred is not DEAD and truth(pred, lambda: describe_node(r.loop_cond))
             if self.tl:
                 self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
             henv.take(lck, henv, pkey)
@@ -643,11 +647,11 @@ class FastPartitionedBackend:
                  order: str = "round_robin", seed: int = 0, whole_program: str = "auto",
                  device_memory_limit: Optional[int] = None) -> None:
         if whole_program not in WHOLE_PROGRAM:
-            raise ValueError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
+            raise ArgumentError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
         if not isinstance(stack_chunk, int) or isinstance(stack_chunk, bool) or stack_chunk < 1:
-            raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+            raise ArgumentError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
         if not isinstance(fallback, bool):
-            raise ValueError(f"fallback must be a bool, got {fallback!r}")
+            raise ArgumentError(f"fallback must be a bool, got {fallback!r}")
         self.graph = graph
         self.requests = dict(requests or {})
         self.stack_chunk = stack_chunk
@@ -655,7 +659,8 @@ class FastPartitionedBackend:
         self.whole_program = whole_program
         if device_memory_limit is not None and (not isinstance(device_memory_limit, (int, np.integer))
                                                 or isinstance(device_memory_limit, bool) or device_memory_limit < 1):
-            raise ValueError(f"device_memory_limit must be a positive int (bytes) or None, got {device_memory_limit!r}")
+            raise ArgumentError("device_memory_limit must be a positive int (bytes) or None, "
+                                f"got {device_memory_limit!r}")
         self.device_memory_limit = device_memory_limit
         self.order = order
         self.seed = seed

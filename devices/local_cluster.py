@@ -22,6 +22,7 @@ import os
 from typing import Any, Optional
 
 from turnout.devices.cluster import ClusterSpec
+from turnout.errors import ClusterSpecError
 
 ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -39,7 +40,7 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 2, num_cpus: int = 1, object_store_memory: int = 80 * 1024 * 1024) -> None:
         if nodes < 1:
-            raise ValueError(f"a local cluster needs at least one node, got {nodes}")
+            raise ClusterSpecError(f"a local cluster needs at least one node, got {nodes}")
         self.nodes = nodes
         self.num_cpus = num_cpus
         self.object_store_memory = object_store_memory
@@ -54,7 +55,7 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         if ray.is_initialized():
-            raise RuntimeError("this process is already connected to Ray; a LocalCluster starts its own")
+            raise ClusterSpecError("this process is already connected to Ray; a LocalCluster starts its own")
         # ray read the variable at import; if it was imported before, make this process agree with its children
         ray_constants.ENABLE_RAY_CLUSTER = False
         common: dict[str, Any] = {"num_cpus": self.num_cpus, "object_store_memory": self.object_store_memory}

@@ -37,6 +37,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.arguments import checked
 from turnout.devices.names import parse
 from turnout.devices.placement import Placement
 from turnout.errors import PartitionError, describe_node
@@ -113,6 +114,7 @@ def _output_frame(n: Node, nf: dict[int, Frame]) -> Frame:
     return nf[n.id]
 
 
+@checked
 def partition(graph: Graph, placement: Placement, fetches: Sequence[Tensor],
               fed: Collection[tuple[int, int]] = ()) -> Partitioned:
     """Cut the part of ``graph`` the fetches need (fed tensors cut the walk) into one graph per device.
@@ -376,6 +378,7 @@ def recv_waits(p: Partitioned) -> dict[str, dict[int, frozenset[int]]]:
     return result
 
 
+@checked
 def check_partitions(p: Partitioned) -> None:
     """Partition well-formedness: each partition passes validation on its own , every Send
     has exactly one Recv with the same edge, on the other device, in the same frame, and the reverse."""

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from turnout.arguments import checked
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.errors import PlacementError, describe_node
 from turnout.frames import topological_order
@@ -163,6 +164,7 @@ def _order(graph: Graph) -> list[Node]:
     return out if len(out) == len(base) else base
 
 
+@checked
 def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[Mapping[str, str]] = None,
           ) -> Placement:
     """Place every node of ``graph`` on one of ``devices`` (see the module docstring for the rules).

@@ -47,6 +47,7 @@ from turnout.errors import (
     DeadFetchError,
     ExecutionError,
     FeedError,
+    NotFoundError,
     TaskFailedError,
     TurnoutError,
     UnsupportedError,
@@ -120,13 +121,13 @@ class RemoteVariables(MutableMapping[str, np.ndarray]):
     def _owner(self, name: str) -> Any:
         handle = self.backend.graph.variables.get(name)
         if handle is None:
-            raise KeyError(name)
+            raise NotFoundError(name)
         return self.backend.actor_of(self.backend.placement[handle])
 
     def __getitem__(self, name: str) -> np.ndarray:
         got = ray.get(self._owner(name).get_variables.remote([name], self.backend.uid))
         if name not in got:
-            raise KeyError(name)
+            raise NotFoundError(name)
         return got[name]  # type: ignore[no-any-return]
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
@@ -135,7 +136,7 @@ class RemoteVariables(MutableMapping[str, np.ndarray]):
 
     def __delitem__(self, name: str) -> None:
         if name not in self:
-            raise KeyError(name)
+            raise NotFoundError(name)
         ray.get(self._owner(name).delete_variables.remote([name], self.backend.uid))
 
     def __iter__(self) -> Iterator[str]:

@@ -18,7 +18,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.errors import DeadFetchError
+from turnout.arguments import checked
+from turnout.errors import ArgumentError, DeadFetchError
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, ErrorCodes, stack_key, var_key
 from turnout.fast.functionalize import functionalize
@@ -28,10 +29,13 @@ from turnout.fast.values import DEAD, TA, Handle
 from turnout.graph import Graph, Tensor
 
 
+@checked
 def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capacity: int = 4096,
            max_iterations: int = 2**31 - 1) -> Callable[..., Any]:
     """``f(*input_values) -> outputs`` (a tensor gives one value, a list/tuple gives a tuple)."""
     single = isinstance(outputs, Tensor)
+    if not single and not isinstance(outputs, (list, tuple)):
+        raise ArgumentError(f"to_jax: argument 'outputs' must be a tensor or a list or tuple of them, got {outputs!r}")
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     program = functionalize(graph, outs, ins)
@@ -41,7 +45,7 @@ def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capaci
 
     def fn(*args: Any) -> Any:
         if len(args) != len(ins):
-            raise TypeError(f"to_jax function takes {len(ins)} inputs, got {len(args)}")
+            raise ArgumentError(f"to_jax function takes {len(ins)} inputs, got {len(args)}")
         em = Emitter(program, ErrorCodes(), stack_capacity, jnp.int32(max_iterations))
         em.fed = {t.node.id for t in ins}
         em.state = {"err": jnp.int32(0)}

@@ -60,7 +60,14 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from turnout.errors import DeadFetchError, KernelError, NonTerminationError, UnsupportedError, dead_fetch_message
+from turnout.errors import (
+    ArgumentError,
+    DeadFetchError,
+    KernelError,
+    NonTerminationError,
+    UnsupportedError,
+    dead_fetch_message,
+)
 from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.counted_stacks import RungTooSmall
@@ -145,18 +152,19 @@ class FastBackend:
                  fallback: bool = True, device_memory_limit: Optional[int] = None, precompile_staged: bool = False,
                  stack_ladder: bool = True, **options: Any) -> None:
         if options:
-            raise TypeError(f"FastBackend: unknown options {sorted(options)}")
+            raise ArgumentError(f"FastBackend: unknown options {sorted(options)}")
         if not isinstance(stack_chunk, int) or stack_chunk < 1:
-            raise ValueError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
+            raise ArgumentError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
         if device_memory_limit is not None and (not isinstance(device_memory_limit, (int, np.integer))
                                                 or isinstance(device_memory_limit, bool) or device_memory_limit < 1):
-            raise ValueError(f"device_memory_limit must be a positive int (bytes) or None, got {device_memory_limit!r}")
+            raise ArgumentError("device_memory_limit must be a positive int (bytes) or None, "
+                                f"got {device_memory_limit!r}")
         self.device_memory_limit = None if device_memory_limit is None else int(device_memory_limit)
         self._records: list[dict[str, Any]] = []
         for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback),
                            ("precompile_staged", precompile_staged), ("stack_ladder", stack_ladder)):
             if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be a bool, got {flag!r}")
+                raise ArgumentError(f"{name} must be a bool, got {flag!r}")
         self.fallback = fallback
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
-from turnout.fast.regions import CondRegion, Item, Key, key
+from turnout.fast.regions import CondRegion, Item, Key, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.graph import Node
 
@@ -63,7 +63,7 @@ def speculate(chain: list[CondRegion], env: dict[Key, Any], emitter: Any
     preds: list[Any] = []
     computed: set[int] = set()
     for j, r in enumerate(chain):
-        p = emitter.read_pred(senv, r.pred) if key(r.pred) in senv else DEAD
+        p = emitter.predicate(senv, r.pred, pred_reader(r)) if key(r.pred) in senv else DEAD
         if p is DEAD:
             return None
         preds.append(p)

@@ -40,6 +40,7 @@ from turnout.fast.regions import (
     key,
     loop_height,
     loop_number,
+    pred_reader,
     program_nodes,
     walk,
 )
@@ -496,6 +497,20 @@ class Emitter:
         that all of them take the same branch and run the same number of iterations."""
         return env[key(t)]
 
+    def predicate(self, env: Env, t: Tensor, user: Node) -> Any:
+        """Predicate ``t`` as ``user`` (a cond's Switch or a loop's LoopCond) reads it (``read_pred``),
+        checked to be one boolean. Why: a predicate whose static shape is unknown can be fed a
+        vector, which ``lax.cond`` would refuse with an error naming nothing of the user's. Such a
+        predicate writes the error word with the interpreters' message
+        (``kernels.predicate_shape_message``) and reads as false, so the run raises ``KernelError``
+        as the interpreters do, and only where the Switch runs (a check in an untaken branch is
+        dropped with it)."""
+        p = self.read_pred(env, t)
+        if p is DEAD or jnp.shape(p) == ():
+            return p
+        self.check(False, kernels.predicate_shape_message(describe_node(user), jnp.shape(p)))
+        return np.asarray(False)
+
     # ---- items ----------------------------------------------------------------------------------
     def run_items(self, items: list[Item], env: Env) -> None:
         for k, v in self.static.items():
@@ -558,7 +573,7 @@ class Emitter:
         return got
 
     def run_cond(self, r: CondRegion, env: Env) -> None:
-        p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else self.read_pred(env, r.pred)
+        p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else self.predicate(env, r.pred, pred_reader(r))
         exports = self._exports(r)
         if p is DEAD:
             for m, _ in r.merges:
@@ -755,7 +770,7 @@ class Emitter:
                 henv[key(m.outputs[0])] = v
                 henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
             self.run_items(r.header, henv)
-            return [henv[k] for k in ckeys], self.read_pred(henv, r.loop_cond.inputs[0]), self.state
+            return [henv[k] for k in ckeys], self.predicate(henv, r.loop_cond.inputs[0], r.loop_cond), self.state
 
         def start(state: dict[str, Any]) -> Any:
             self.hold(r, state)  # (before a dead entry: the backward loop's pops read it even then)
@@ -1112,7 +1127,7 @@ class Emitter:
                 henv[key(m.outputs[0])] = v
                 henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
             self.run_items(r.header, henv)
-            return henv, self.read_pred(henv, r.loop_cond.inputs[0])
+            return henv, self.predicate(henv, r.loop_cond.inputs[0], r.loop_cond)
 
         def side(henv: Env, pred: Any, taken: int) -> Env:
             """The loop's environment on one side of its Switches ([E-Switch] with the predicate
@@ -1167,7 +1182,7 @@ class Emitter:
         for j, w in own_writes(r):
             v, shape = vals0[j], w.inputs[2].shape
             if isinstance(v, TA) and v.pending and shape is not None and all(d is not None for d in shape):
-                vals0[j] = v.materialize(tuple(shape))
+                vals0[j] = v.materialize(tuple(shape), w)
         _, p0 = header(vals0, True)
         if is_static(p0) and not bool(p0):
             finish(vals0, True)
@@ -1565,14 +1580,17 @@ def light_header(r: WhileRegion, read_at_1: Optional[set[int]] = None) -> bool:
 
 
 def counters(r: WhileRegion) -> list[int]:
-    """The indices of the loop variables that count iterations: int32s whose next value is their own
-    body value plus the constant 1. ``while_loop`` adds one to every loop (the paper's forward
-    counter). Started at 0, after ``k`` bodies such a counter holds ``k``, so the iteration bound
-    can test it instead of carrying a count of its own."""
+    """The indices of the loop variables that count iterations: int32 *scalars* whose next value is
+    their own body value plus the constant 1. ``while_loop`` adds one to every loop (the paper's
+    forward counter). Started at 0, after ``k`` bodies such a counter holds ``k``, so the iteration
+    bound can test it instead of carrying a count of its own. Why the static shape ``()`` is
+    required, not assumed: a vector advanced by one (a decoder's per-row step counts, ``v + 1``) is
+    no count of iterations, and the analyses built on counters read a counter as one number."""
     out = []
     for j, (_, m, nx, _, _) in enumerate(r.loop_vars):
         add = nx.inputs[0].node
-        if add.op != "Add" or len(add.inputs) != 2 or m.outputs[0].dtype.numpy != np.int32:
+        if add.op != "Add" or len(add.inputs) != 2 or m.outputs[0].dtype.numpy != np.int32 \
+                or m.outputs[0].shape != ():
             continue
         src, one = add.inputs
         if not body_value(r, src, m):

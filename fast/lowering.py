@@ -620,7 +620,7 @@ def _ta_new(ctx, n, xs):
     es = n.attrs.get("element_shape")
     ta = TA(size, _np(n.attrs["dtype"]), None, written=frozenset())
     if es is not None and all(d is not None for d in es):
-        ta = ta.materialize(tuple(es))
+        ta = ta.materialize(tuple(es), n)
     return [ta]
 
 
@@ -636,7 +636,7 @@ def _ta_write(ctx, n, xs):
         if not ta.pending:
             return [ta]
     if ta.pending:
-        ta = ta.materialize(tuple(v.shape))
+        ta = ta.materialize(tuple(v.shape), n)
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
     if ta.size:
         if first_write(ctx, n, ta.written, i):  # (``fast.ranges``: no slot is written twice)
@@ -839,7 +839,7 @@ def _ta_accumulate(ctx, n, xs):
     ta, i, v = xs
     v = jnp.asarray(v, ta.dtype)
     if ta.pending:
-        ta = ta.materialize(tuple(v.shape))
+        ta = ta.materialize(tuple(v.shape), n)
     if not ta.size:
         return [ta]
     j = _ta_index(ctx, n, ta, i, "TensorArrayAccumulate")

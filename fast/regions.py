@@ -59,6 +59,12 @@ class CondRegion:
         return f"cond on {self.pred.name}"
 
 
+def pred_reader(r: CondRegion) -> Node:
+    """The node an error about ``r``'s predicate names: its first Switch, or the predicate's own node
+    for a conditional without Switches (a gradient's, whose branches only join values)."""
+    return r.switches[0] if r.switches else r.pred.node
+
+
 @dataclass
 class WhileRegion:
     """One loop frame: ``Enter -> Merge -> header -> LoopCond -> Switch -> body -> NextIteration``,

@@ -15,7 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.kernels import TensorArrayValue
+from turnout.errors import ResourceExhaustedError, describe_node
+from turnout.graph import Node
+from turnout.kernels import TensorArrayValue, check_ta_capacity
 
 
 @jax.tree_util.register_pytree_node_class
@@ -83,7 +85,16 @@ class TA:
     def pending(self) -> bool:
         return self.buf is None
 
-    def materialize(self, elem_shape: tuple[int, ...]) -> TA:
+    def materialize(self, elem_shape: tuple[int, ...], node: Node) -> TA:
+        """This array with its buffer and mask made for ``elem_shape``, once its first write (or
+        declaration) fixes it. Why the allocation guard here: the interpreters keep a TensorArray
+        as slots and allocate only what is written or stacked, while XLA allocates ``size`` slots at
+        once, so a large declared size must meet ``max_tensor_bytes`` here (``node``, whose element
+        shape this is, is named) rather than fail inside XLA."""
+        try:
+            check_ta_capacity(self.size, tuple(elem_shape), self.dtype)
+        except ResourceExhaustedError as e:
+            raise ResourceExhaustedError(f"{describe_node(node)}: {e}") from None
         return TA(self.size, self.dtype, tuple(elem_shape), jnp.zeros((self.size, *elem_shape), self.dtype),
                   jnp.zeros((self.size,), MASK_DTYPE), written=self.written)
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from turnout.errors import (
     MAX_ITERATIONS_HINT,
+    ArgumentError,
     DeadFetchError,
     DeadlockError,
     ExecutionError,
@@ -425,7 +426,7 @@ class ReferenceBackend:
 
     def __init__(self, graph: Graph, **options: Any) -> None:
         if options:
-            raise TypeError(f"the reference backend takes no options, got {sorted(options)}")
+            raise ArgumentError(f"the reference backend takes no options, got {sorted(options)}")
         self.graph = graph
         self._plans: dict[Any, Plan] = {}
 

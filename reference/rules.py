@@ -21,7 +21,7 @@ import numpy as np
 
 from turnout.errors import ExecutionError, KernelError, NonTerminationError, describe_node, runaway_message
 from turnout.graph import Node
-from turnout.kernels import run_kernel
+from turnout.kernels import run_kernel, truth
 
 if TYPE_CHECKING:
     from turnout.reference.executor import Interpreter
@@ -155,7 +155,7 @@ def fire_switch(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token
     if box.any_dead():
         return [DEAD, DEAD]
     data, pred = box.values
-    taken = 1 if bool(pred.value) else 0  # type: ignore[union-attr]
+    taken = 1 if truth(pred.value, lambda: _where(node, tag)) else 0  # type: ignore[union-attr]
     out = [DEAD, DEAD]
     out[taken] = Token(data.value)  # type: ignore[union-attr]
     return out
@@ -181,15 +181,17 @@ def fire_forward(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Toke
 
 
 def fire_loop_cond(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[Token]:
-    """[E-LoopCond] forwards its token (``fire_forward``), and applies ``RunOptions.max_iterations``: a
+    """[E-LoopCond] forwards its token (``fire_forward``), checks that a live one is one boolean
+    (``kernels.truth``), and applies ``RunOptions.max_iterations``: a
     live true predicate in iteration ``max_iterations`` would run body ``max_iterations + 1``, so the
     run stops there with ``NonTerminationError`` naming the loop frame. Why here and not where an
     iteration starts: iteration ``max_iterations`` is still needed to find the predicate false, and
     every backend then lets a loop of ``n`` bodies run under ``max_iterations=n`` (the fast backend's
     compiled loops test the same count)."""
     out = fire_forward(it, node, tag, box)
+    live = not out[0].dead and truth(out[0].value, lambda: _where(node, tag))
     limit = it.options.max_iterations
-    if limit is not None and tag and tag[-1][1] >= limit and not out[0].dead and bool(out[0].value):
+    if limit is not None and tag and tag[-1][1] >= limit and live:
         raise NonTerminationError(runaway_message(it.frame_of(tag).describe(), limit))
     return out
 

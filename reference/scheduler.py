@@ -10,13 +10,15 @@ import random
 from collections import deque
 from typing import Any
 
+from turnout.errors import ArgumentError
+
 
 class ReadyQueue:
     """FIFO, LIFO or seeded-random choice among the ready items."""
 
     def __init__(self, policy: str = "fifo", seed: int = 0) -> None:
         if policy not in ("fifo", "lifo", "random"):
-            raise ValueError(f"unknown scheduler {policy!r}; choose fifo, lifo or random")
+            raise ArgumentError(f"unknown scheduler {policy!r}; choose fifo, lifo or random")
         self.policy = policy
         self._items: deque[Any] = deque()
         self._rng = random.Random(seed)

@@ -41,6 +41,7 @@ import numpy as np
 from turnout.dtypes import as_dtype
 from turnout.errors import (
     MAX_ITERATIONS_HINT,
+    ArgumentError,
     DeadFetchError,
     DeadlockError,
     ExecutionError,
@@ -56,7 +57,7 @@ from turnout.errors import (
 )
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
-from turnout.kernels import TensorArrayValue, run_kernel
+from turnout.kernels import TensorArrayValue, run_kernel, truth
 from turnout.session import RunOptions, RunResult
 from turnout.validate import validate
 
@@ -258,7 +259,7 @@ def _as_tensor(graph: Graph, t: Any) -> Tensor:
     if hasattr(t, "_as_tensor") and not isinstance(t, Tensor):
         t = t._as_tensor()
     if not isinstance(t, Tensor) or t.graph is not graph:
-        raise ValueError(f"{t!r} is not a tensor of this graph")
+        raise ArgumentError(f"{t!r} is not a tensor of this graph")
     return t
 
 
@@ -802,7 +803,7 @@ def _fire_dead(c: Config, f: Firing, u: _Update) -> None:
 def _fire_switch(c: Config, f: Firing, u: _Update) -> None:
     """[E-Switch]: output[pred] live (index 1 = true), the other dead; the firing itself is live."""
     v, pred = _data(c, f)
-    b = int(bool(np.asarray(pred)))
+    b = int(truth(pred, lambda: _describe(c.program.nodes[f.node_id], f.tag)))
     outs = [Token.dead(f.tag), Token.dead(f.tag)]
     outs[b] = Token.live(v, f.tag)
     u.take(f.node_id, f.tag)
@@ -889,7 +890,8 @@ def _fire_next_dead(c: Config, f: Firing, u: _Update) -> None:
 
 def _fire_loop_cond(c: Config, f: Firing, u: _Update) -> None:
     """[E-LoopCond]: identity on tokens, live or dead (and the iteration bound, ``check_loop_cond``)."""
-    u.check_loop_cond(f.tag, not f.dead and bool(f.inputs[0].value))
+    live = not f.dead and truth(f.inputs[0].value, lambda: _describe(c.program.nodes[f.node_id], f.tag))
+    u.check_loop_cond(f.tag, live)
     u.take(f.node_id, f.tag)
     u.emit(f.node_id, f.tag, [Token(f.inputs[0].value, f.dead, f.tag)], not f.dead)
 
@@ -974,7 +976,7 @@ def fire_sending(config: Config, firing: Firing) -> tuple[Config, list[tuple[tup
     """``fire``, also returning the tokens an [E-Send] put into the rendezvous (for a set of partitions)."""
     late_conflict = firing.rule == "E-Merge-Conflict"  # may follow the Merge's own firing at the tag
     if firing.is_node_firing and not late_conflict and (firing.node_id, firing.tag) in config.fired:
-        raise ValueError(f"{firing.node} has already fired at tag {fmt_tag(firing.tag)}")
+        raise ArgumentError(f"{firing.node} has already fired at tag {fmt_tag(firing.tag)}")
     u = _Update(config)
     _FIRE[firing.rule](config, firing, u)
     return u.done(), u.outbox
@@ -1064,7 +1066,7 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
     ``max_iterations`` (None: no such bound).
     """
     if scheduler not in SCHEDULERS:
-        raise ValueError(f"unknown scheduler {scheduler!r}; choose one of {SCHEDULERS}")
+        raise ArgumentError(f"unknown scheduler {scheduler!r}; choose one of {SCHEDULERS}")
     rng = random.Random(seed)
     c = initial(graph, fetches, feeds, variables, max_iterations=max_iterations)
     age: dict[Firing, int] = {}
@@ -1107,7 +1109,7 @@ class SmallStepBackend:
 
     def __init__(self, graph: Graph, **options: Any) -> None:
         if options:  # e.g. device_memory_limit: an option no one honours must not be silently ignored
-            raise TypeError(f"the small-step backend takes no options, got {sorted(options)}")
+            raise ArgumentError(f"the small-step backend takes no options, got {sorted(options)}")
         self.graph = graph
         self.options = options
 

@@ -47,7 +47,7 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.graph import Graph, Node, Tensor
-from turnout.kernels import run_kernel
+from turnout.kernels import run_kernel, truth
 from turnout.tables import registrar
 
 Tag = tuple[tuple[str, int], ...]
@@ -438,8 +438,9 @@ class _Evaluator(Walker):
         """[S-Cond] ``f() if p else g()``: only the taken branch's ops run; ``case`` is a chain of these
         ([S-Case]). The Switches send each captured value straight to the taken branch; each Merge
         forwards the taken branch's output, with value_index = the branch."""
-        b = int(bool(self.read(info.pred, tag)))
-        for s in self.form.switches(info):
+        switches = self.form.switches(info)
+        b = int(truth(self.read(info.pred, tag), lambda: describe_node(switches[0]) if switches else info.pred.name))
+        for s in switches:
             self.write(s, b, tag, self.read(s.inputs[0], tag))
             self.mark(s, tag)
         self.run_region(info.branches[b], tag)
@@ -461,7 +462,7 @@ class _Evaluator(Walker):
             tj = (*tag, (frame, j))
             self.seed_iteration(tj, enters, entered, lvs, vals, np.asarray(0 if j == 0 else 1, np.int32))
             self.run_region(ctx, tj, "test")
-            if not bool(self.read(ctx.pivot.outputs[0], tj)):  # type: ignore[union-attr]
+            if not truth(self.read(ctx.pivot.outputs[0], tj), lambda: describe_node(ctx.pivot)):  # type: ignore[union-attr]
                 break
             if j >= self.max_iterations:
                 raise NonTerminationError(
@@ -520,7 +521,7 @@ def _loop_switch(ev: _Evaluator, n: Node, tag: Tag, ins: list[Any]) -> Any:
     """A loop Switch sends the loop variable to the body while the test holds, else to the Exit."""
     if n.id not in ev.form.loop_switches:
         _unsupported(ev, n, tag, ins)
-    ev.write(n, int(bool(ins[1])), tag, ins[0])
+    ev.write(n, int(truth(ins[1], lambda: describe_node(n))), tag, ins[0])
     return None
 
 

@@ -17,6 +17,7 @@ from turnout.control_flow.while_loop import while_loop
 from turnout.dtypes import DType, as_dtype, float32, float64, int32, int64
 from turnout.dtypes import bool_ as bool  # noqa: A001
 from turnout.errors import (
+    ArgumentError,
     ClusterSpecError,
     DeadFetchError,
     DeadlockError,
@@ -28,6 +29,7 @@ from turnout.errors import (
     KernelError,
     MergeConflictError,
     NonTerminationError,
+    NotFoundError,
     PartitionError,
     PlacementError,
     RecvTimeoutError,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -86,7 +87,13 @@ def save(session: Any, path: str | os.PathLike[str], variables: Optional[Iterabl
 def read(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The values stored in a checkpoint, by Variable name, each checked against its header entry and
     digest. Raises SerializationError naming what is wrong (and the variable, where one is at fault)."""
-    where = os.fspath(path)
+    try:
+        return _read(os.fspath(path))
+    except OSError as e:
+        raise SerializationError(f"cannot read a checkpoint from {path!r}: {e}") from None
+
+
+def _read(where: str) -> dict[str, np.ndarray]:
     with open(where, "rb") as f:
         magic = f.read(len(MAGIC))
         if magic != MAGIC:
@@ -103,7 +110,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         data = f.read()
     try:
         header = json.loads(raw_header.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # bad UTF-8 or JSON, an int over Python's digit limit, deep nesting
         raise SerializationError(f"{where}: the header is not valid JSON ({err})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise SerializationError(f"{where}: the header does not describe a {FORMAT}")
@@ -140,7 +147,11 @@ def _entry(where: str, e: Any, data: bytes) -> tuple[str, np.ndarray]:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise SerializationError(f"{where}: variable {name!r} has a malformed {field} {v!r}")
     itemsize = np.dtype(d.numpy).itemsize
-    if nbytes != int(np.prod(shape, dtype=np.int64)) * itemsize:
+    # math.prod of Python ints, not np.prod: int64 arithmetic wraps, and a wrapped count could match
+    # (numpy also refuses a shape whose nonzero dimensions multiply past its index range, [2**40, 2**40, 0])
+    if len(shape) > 64 or math.prod(s for s in shape if s) * itemsize > 2**63 - 1:
+        raise SerializationError(f"{where}: variable {name!r} declares shape {shape}, too large to index")
+    if nbytes != math.prod(shape) * itemsize:
         raise SerializationError(f"{where}: variable {name!r}: {nbytes} bytes do not hold {d.name}{shape}")
     if offset + nbytes > len(data):
         raise SerializationError(f"{where}: variable {name!r} lies past the end of the file (truncated?)")

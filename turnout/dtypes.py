@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from turnout.errors import ArgumentError
+
 
 @dataclass(frozen=True)
 class DType:
@@ -68,7 +70,7 @@ def as_dtype(x: Any) -> DType:
     if isinstance(x, str):
         if x in ALL:
             return ALL[x]
-        raise TypeError(f"unknown dtype name {x!r}; expected one of {sorted(ALL)}")
+        raise ArgumentError(f"unknown dtype name {x!r}; expected one of {sorted(ALL)}")
     if x is bool:
         return bool_
     if x is int:
@@ -77,12 +79,14 @@ def as_dtype(x: Any) -> DType:
         return float32
     try:
         npd = np.dtype(x)
-    except TypeError as e:
-        raise TypeError(f"cannot interpret {x!r} as a Turnout dtype") from e
+    except (TypeError, ValueError):  # numpy's words for an object that is no dtype (a Tensor, a list...)
+        raise ArgumentError(f"cannot interpret {x!r} as a Turnout dtype "
+                            "(write tn.float32, 'int32', np.int64 ...)") from None
     for d in ALL.values():
         if d.numpy is not None and np.dtype(d.numpy) == npd:
             return d
-    raise TypeError(f"numpy dtype {npd} has no Turnout counterpart (supported: bool, int32, int64, float32, float64)")
+    raise ArgumentError(f"numpy dtype {npd} has no Turnout counterpart "
+                        "(supported: bool, int32, int64, float32, float64)")
 
 
 def infer_from_python(value: Any) -> DType:

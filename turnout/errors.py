@@ -110,6 +110,20 @@ class FeedError(ExecutionError, ValueError):
     on a Variable from outside does not fit it (``turnout.store``)."""
 
 
+class ArgumentError(TurnoutError, TypeError, ValueError):
+    """A public function, a ``Session`` or its options were given an argument of the wrong kind or
+    value (the message names the function and the parameter). Why both ``TypeError`` and
+    ``ValueError``: callers that caught the built-in error a wrong argument used to raise still
+    catch it, and every such mistake is now one Turnout error."""
+
+
+class NotFoundError(TurnoutError, KeyError):
+    """A name looked up in a graph, an imported GraphDef or a cluster's store names nothing there."""
+
+    def __str__(self) -> str:  # a KeyError's str is the repr of its argument; this one is a sentence
+        return str(self.args[0]) if self.args else ""
+
+
 class SerializationError(TurnoutError, ValueError):
     """A serialized graph is malformed, of an unknown version, or fails schema validation."""
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from turnout.arguments import checked
 from turnout.errors import ValidationError, describe_node
 from turnout.graph import Graph, Node, Tensor
 
@@ -98,6 +99,7 @@ def topological_order(graph: Graph, nodes: list[Node] | None = None) -> list[Nod
     return order
 
 
+@checked
 def static_frames(graph: Graph) -> FrameAnalysis:
     """Compute the frame of every node; raises ValidationError on inconsistent frames."""
     order = topological_order(graph)

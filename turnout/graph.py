@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from turnout import dtypes as _dt
 from turnout import shapes as _sh
-from turnout.errors import GraphBuildError, describe_node
+from turnout.errors import GraphBuildError, NotFoundError, describe_node
 
 if TYPE_CHECKING:
     from turnout.control_flow.contexts import ControlFlowContext
@@ -534,7 +534,7 @@ class Graph:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no node named {name!r} in this graph") from None
+            raise NotFoundError(f"no node named {name!r} in this graph") from None
 
     def tensor(self, name: str) -> Tensor:
         """Look up ``'node:index'`` (index defaults to 0)."""

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from turnout import shapes as sh
-from turnout.errors import ValidationError
+from turnout.arguments import checked
+from turnout.errors import ArgumentError, ValidationError
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, TensorSpec
 
@@ -125,6 +126,7 @@ def _node_line(n: Node) -> str:
     return f"{n.name} = {n.op}({', '.join(args)}){_attr_summary(n)} : {typ}{device}"
 
 
+@checked
 def pretty(graph: Graph) -> str:
     """The graph as text: one line per node, ``name = Op(inputs) [attrs] : dtype[shape]``, with each
     loop frame a nested ``frame "name" (parallel_iterations=N) { ... }`` block. ``^x`` is a control
@@ -170,13 +172,19 @@ def _q(text: str) -> str:
 def _firings(trace: Any) -> dict[str, tuple[int, int]]:
     """node name -> (live firings, dead firings), from a Trace, a list of events or of dicts."""
     events: Iterable[Any] = getattr(trace, "events", trace)
+    if not isinstance(events, Iterable):
+        raise ArgumentError(f"to_dot: argument 'trace' must be a run's trace or a list of events, got {trace!r}")
     counts: dict[str, list[int]] = {}
     for e in events:
-        name, dead = (e["node"], e["dead"]) if isinstance(e, dict) else (e.node, e.dead)
+        try:
+            name, dead = (e["node"], e["dead"]) if isinstance(e, dict) else (e.node, e.dead)
+        except (KeyError, AttributeError):
+            raise ArgumentError(f"to_dot: argument 'trace' holds {e!r}, not an event with node and dead") from None
         counts.setdefault(name, [0, 0])[1 if dead else 0] += 1
     return {k: (v[0], v[1]) for k, v in counts.items()}
 
 
+@checked
 def to_dot(graph: Graph, trace: Any = None) -> str:
     """Graphviz DOT text: one ``subgraph cluster_k`` per loop frame (nested as the frames nest),
     data edges solid, back edges (NextIteration -> Merge) dashed, control edges dotted.

@@ -29,6 +29,25 @@ Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
 KERNELS: dict[str, Kernel] = {}
 
 
+def predicate_shape_message(user: str, shape: tuple[int, ...]) -> str:
+    """The one message every backend gives for a predicate that is not one boolean: ``user`` names the
+    Switch or LoopCond that reads it. Why one function: the interpreters and the compiled backend
+    check the predicate in different places, and the user must read the same sentence from each."""
+    return (f"{user}: the predicate must be a scalar bool, got a value of shape {tuple(shape)} "
+            "(reduce it with tn.reduce_all or tn.reduce_any, or index one element)")
+
+
+def truth(value: Any, user: str | Callable[[], str]) -> bool:
+    """The truth of a predicate value read by a Switch or a LoopCond ([E-Switch], [E-LoopCond]).
+    A predicate whose static shape is unknown can be fed a vector; numpy would then refuse to take
+    its truth with an error that names nothing of the user's, so a value that is not 0-d is a
+    ``KernelError`` naming ``user`` (a string, or a function giving it only when it fails)."""
+    a = np.asarray(value)
+    if a.shape != ():
+        raise KernelError(predicate_shape_message(_desc(user), a.shape))
+    return bool(a)
+
+
 @dataclass(frozen=True)
 class TensorArrayValue:
     """An immutable TensorArray: ``size`` slots, each None (unwritten) or an array.
@@ -437,7 +456,18 @@ def _ta_new(xs, attrs):
     if n < 0:
         raise KernelError(f"TensorArrayNew: negative size {n}")
     check_allocation("TensorArrayNew (its slot table)", [n], TA_SLOT_BYTES)
-    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, attrs.get("element_shape"), (None,) * n)]
+    es = attrs.get("element_shape")
+    if es is not None and all(d is not None for d in es):
+        check_ta_capacity(n, tuple(es), attrs["dtype"])
+    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, es, (None,) * n)]
+
+
+def check_ta_capacity(size: int, elements: tuple[int, ...], dtype: Any) -> None:
+    """The allocation guard for a TensorArray of ``size`` slots of ``elements``, applied once its
+    element shape is known (declared, or fixed by the first write). Why its whole capacity and not
+    what is written: a compiled backend allocates every slot at once, and the guard must give the
+    same verdict on every backend (here the slots are filled one by one)."""
+    check_allocation("TensorArray", (size, *elements), np.dtype(dt.as_dtype(dtype).numpy).itemsize)
 
 
 def ta_element_mismatch(shape: tuple[int, ...], elements: sh.Shape) -> str:
@@ -457,6 +487,8 @@ def _ta_write(xs, attrs):
     es = ta.element_shape
     if es is not None and not sh.compatible(tuple(es), v.shape):
         raise KernelError(ta_element_mismatch(v.shape, tuple(es)))
+    if es is None:
+        check_ta_capacity(len(ta.items), v.shape, ta.dtype)
     items = list(ta.items)
     items[i] = v
     # the first write fixes the element shape (as TensorFlow's TensorArrays infer it): a later write of

@@ -14,6 +14,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
+from turnout.arguments import checked
 from turnout.errors import GraphBuildError, ResourceExhaustedError
 from turnout.graph import Graph, Node, Tensor, TensorSpec, get_default_graph, user_source_line
 from turnout.limits import check_allocation
@@ -38,6 +39,7 @@ def _graph_of(*xs: Any) -> Graph:
     return get_default_graph()
 
 
+@checked
 def constant(value: Any, dtype: Any = None, name: Optional[str] = None) -> Tensor:
     """A constant tensor. Python floats become float32 and ints int32 unless ``dtype`` says otherwise.
 
@@ -114,6 +116,7 @@ def int_list_attr(values: Any, op: str, argument: str) -> list[int]:
     return [int_attr(v, op, f"{argument}[{i}]") for i, v in enumerate(values)]
 
 
+@checked
 def convert_to_tensor(x: Any, dtype: Any = None, name: Optional[str] = None) -> Tensor:
     """Tensors pass through (dtype checked); Variables are read; anything else becomes a constant."""
     if isinstance(x, Tensor):
@@ -164,11 +167,13 @@ def _op2(op: str, a: Any, b: Any, name: Optional[str] = None, **attrs: Any) -> T
     return a.graph.create_node(op, [a, b], attrs, name=name).outputs[0]
 
 
+@checked
 def identity(x: Any, name: Optional[str] = None) -> Tensor:
     """The same value, as a new node (a name to fetch, or a point to hang control edges on)."""
     return _op1("Identity", x, name)
 
 
+@checked
 def sleep(x: Any, seconds: float, name: Optional[str] = None) -> Tensor:
     """``x`` unchanged, after the host waits ``seconds`` when the op runs: a stand-in for a stage that
     waits on I/O, so benchmarks can measure overlap (pipelining across devices) without depending on
@@ -178,6 +183,7 @@ def sleep(x: Any, seconds: float, name: Optional[str] = None) -> Tensor:
     return _op1("Sleep", x, name, seconds=float(seconds))
 
 
+@checked
 def assert_true(condition: Any, value: Any, message: str, name: Optional[str] = None) -> Tensor:
     """``value``, once the bool scalar ``condition`` is true; a ``KernelError`` naming the op, its
     source line and ``message`` when it is false, on every backend.
@@ -192,141 +198,169 @@ def assert_true(condition: Any, value: Any, message: str, name: Optional[str] = 
     return c.graph.create_node("Assert", [c, v], {"message": message}, name=name).outputs[0]
 
 
+@checked
 def add(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a + b`` with numpy broadcasting; a Python scalar takes the other operand's dtype."""
     return _op2("Add", a, b, name)
 
 
+@checked
 def subtract(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a - b`` with numpy broadcasting."""
     return _op2("Sub", a, b, name)
 
 
+@checked
 def multiply(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a * b`` with numpy broadcasting."""
     return _op2("Mul", a, b, name)
 
 
+@checked
 def divide(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise division; on integers it is floor division."""
     return _op2("Div", a, b, name)
 
 
+@checked
 def mod(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Floor modulo (the sign follows the divisor, as Python's ``%``)."""
     return _op2("FloorMod", a, b, name)
 
 
+@checked
 def pow(a: Any, b: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
     """Elementwise ``a ** b``."""
     return _op2("Pow", a, b, name)
 
 
+@checked
 def maximum(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise maximum of ``a`` and ``b``."""
     return _op2("Maximum", a, b, name)
 
 
+@checked
 def minimum(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise minimum of ``a`` and ``b``."""
     return _op2("Minimum", a, b, name)
 
 
+@checked
 def negative(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``-x``."""
     return _op1("Neg", x, name)
 
 
+@checked
 def tanh(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise hyperbolic tangent (floating dtypes only; its gradient rule reuses the output)."""
     return _op1("Tanh", x, name)
 
 
+@checked
 def sigmoid(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise logistic function ``1 / (1 + exp(-x))`` (floating dtypes only)."""
     return _op1("Sigmoid", x, name)
 
 
+@checked
 def exp(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``e ** x`` (floating dtypes only)."""
     return _op1("Exp", x, name)
 
 
+@checked
 def log(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise natural logarithm (floating dtypes only)."""
     return _op1("Log", x, name)
 
 
+@checked
 def sqrt(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise square root (floating dtypes only)."""
     return _op1("Sqrt", x, name)
 
 
+@checked
 def square(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``x * x``."""
     return _op1("Square", x, name)
 
 
+@checked
 def abs(x: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
     """Elementwise absolute value."""
     return _op1("Abs", x, name)
 
 
+@checked
 def sign(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise sign: -1, 0 or 1 (it has no gradient: its derivative is zero wherever defined)."""
     return _op1("Sign", x, name)
 
 
+@checked
 def relu(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``max(x, 0)``."""
     return _op1("Relu", x, name)
 
 
+@checked
 def less(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a < b`` as a bool tensor (a typical loop or cond predicate)."""
     return _op2("Less", a, b, name)
 
 
+@checked
 def less_equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a <= b`` as a bool tensor."""
     return _op2("LessEqual", a, b, name)
 
 
+@checked
 def greater(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a > b`` as a bool tensor."""
     return _op2("Greater", a, b, name)
 
 
+@checked
 def greater_equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a >= b`` as a bool tensor."""
     return _op2("GreaterEqual", a, b, name)
 
 
+@checked
 def equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a == b`` as a bool tensor."""
     return _op2("Equal", a, b, name)
 
 
+@checked
 def not_equal(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a != b`` as a bool tensor."""
     return _op2("NotEqual", a, b, name)
 
 
+@checked
 def logical_and(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a and b`` on bool tensors (both sides are computed: no short circuit)."""
     return _op2("LogicalAnd", a, b, name)
 
 
+@checked
 def logical_or(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``a or b`` on bool tensors (both sides are computed: no short circuit)."""
     return _op2("LogicalOr", a, b, name)
 
 
+@checked
 def logical_not(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``not x`` on a bool tensor."""
     return _op1("LogicalNot", x, name)
 
 
+@checked
 def where(cond: Any, x: Any, y: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise select: ``x`` where ``cond`` else ``y`` (both computed; no control flow)."""
     x, y = _pair(x, y, "Select")
@@ -337,6 +371,7 @@ def where(cond: Any, x: Any, y: Any, name: Optional[str] = None) -> Tensor:
 select = where
 
 
+@checked
 def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
     """Convert ``x`` to ``dtype``. Float to int truncates toward zero and is an error (KernelError) for
     NaN, infinities and values out of range, on every backend (``docs/limits.rst``)."""
@@ -347,31 +382,37 @@ def cast(x: Any, dtype: Any, name: Optional[str] = None) -> Tensor:
     return _op1("Cast", x, name, dtype=d.name)
 
 
+@checked
 def stop_gradient(x: Any, name: Optional[str] = None) -> Tensor:
     """The same value, but ``tn.gradients`` treats it as a constant (no gradient flows through it)."""
     return _op1("StopGradient", x, name)
 
 
+@checked
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, name: Optional[str] = None) -> Tensor:
     """Matrix product of two rank-2 tensors, optionally transposing either operand first."""
     return _op2("MatMul", a, b, name, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
 
 
+@checked
 def reshape(x: Any, shape: Sequence[int], name: Optional[str] = None) -> Tensor:
     """``x`` with a new static ``shape`` (at most one -1, inferred); the element count must match."""
     return _op1("Reshape", x, name, shape=int_list_attr(shape, "reshape", "shape"))
 
 
+@checked
 def transpose(x: Any, perm: Optional[Sequence[int]] = None, name: Optional[str] = None) -> Tensor:
     """``x`` with its axes permuted by ``perm`` (reversed when ``perm`` is None)."""
     return _op1("Transpose", x, name, perm=None if perm is None else int_list_attr(perm, "transpose", "perm"))
 
 
+@checked
 def expand_dims(x: Any, axis: int, name: Optional[str] = None) -> Tensor:
     """``x`` with a new axis of size 1 inserted at ``axis``."""
     return _op1("ExpandDims", x, name, axis=int_attr(axis, "expand_dims", "axis"))
 
 
+@checked
 def concat(values: Sequence[Any], axis: int, name: Optional[str] = None) -> Tensor:
     """Join ``values`` (same rank and dtype) along the existing axis ``axis``."""
     if not values:
@@ -380,6 +421,7 @@ def concat(values: Sequence[Any], axis: int, name: Optional[str] = None) -> Tens
     return ts[0].graph.create_node("Concat", ts, {"axis": int_attr(axis, "concat", "axis")}, name=name).outputs[0]
 
 
+@checked
 def stack(values: Sequence[Any], name: Optional[str] = None) -> Tensor:
     """Stack equally shaped tensors along a new leading axis."""
     if not values:
@@ -422,6 +464,7 @@ def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
     return x.graph.create_node("GetItem", [x, *dyn], {"spec": spec}, name=name).outputs[0]
 
 
+@checked
 def gather(x: Any, indices: Any, axis: int = 0, name: Optional[str] = None) -> Tensor:
     """The slices of ``x`` at integer ``indices`` along ``axis`` (indices may be a tensor). An index
     counts from the end when negative, as in numpy (``-1`` is the last slice; TensorFlow's ``gather``
@@ -431,6 +474,7 @@ def gather(x: Any, indices: Any, axis: int = 0, name: Optional[str] = None) -> T
     return x.graph.create_node("Gather", [x, idx], {"axis": int_attr(axis, "gather", "axis")}, name=name).outputs[0]
 
 
+@checked
 def tile(x: Any, multiples: Sequence[int], name: Optional[str] = None) -> Tensor:
     """``x`` repeated ``multiples[i]`` times along each axis ``i``."""
     return _op1("Tile", x, name, multiples=int_list_attr(multiples, "tile", "multiples"))
@@ -444,26 +488,31 @@ def _axis_attr(axis: Any, op: str) -> Any:
     return int_attr(axis, op, "axis")
 
 
+@checked
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Sum over ``axis`` (an int, a list, or None for all axes), keeping reduced axes if ``keepdims``."""
     return _op1("Sum", x, name, axis=_axis_attr(axis, "reduce_sum"), keepdims=bool(keepdims))
 
 
+@checked
 def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Mean over ``axis`` (floating dtypes only), like ``reduce_sum``."""
     return _op1("Mean", x, name, axis=_axis_attr(axis, "reduce_mean"), keepdims=bool(keepdims))
 
 
+@checked
 def reduce_max(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Maximum over ``axis``, like ``reduce_sum``."""
     return _op1("Max", x, name, axis=_axis_attr(axis, "reduce_max"), keepdims=bool(keepdims))
 
 
+@checked
 def zeros_like(x: Any, name: Optional[str] = None) -> Tensor:
     """Zeros of the shape and dtype of ``x`` (shape taken at run time)."""
     return _op1("ZerosLike", x, name)
 
 
+@checked
 def ones_like(x: Any, name: Optional[str] = None) -> Tensor:
     """Ones of the shape and dtype of ``x`` (shape taken at run time)."""
     return _op1("OnesLike", x, name)
@@ -481,18 +530,21 @@ def _static_shape(shape: Any, op: str, d: dt.DType) -> tuple[int, ...]:
     return dims
 
 
+@checked
 def zeros(shape: Sequence[int], dtype: Any = dt.float32, name: Optional[str] = None) -> Tensor:
     """A constant of zeros with a static ``shape``."""
     d = dt.as_dtype(dtype)
     return constant(np.zeros(_static_shape(shape, "zeros", d), d.numpy), dtype=dtype, name=name)
 
 
+@checked
 def ones(shape: Sequence[int], dtype: Any = dt.float32, name: Optional[str] = None) -> Tensor:
     """A constant of ones with a static ``shape``."""
     d = dt.as_dtype(dtype)
     return constant(np.ones(_static_shape(shape, "ones", d), d.numpy), dtype=dtype, name=name)
 
 
+@checked
 def fill(shape: Any, value: Any, name: Optional[str] = None) -> Tensor:
     """A tensor of run-time ``shape`` (an int32 vector tensor) filled with the scalar ``value``."""
     s = convert_to_tensor(shape, dtype=dt.int32)
@@ -519,31 +571,37 @@ def _constant_vector(t: Tensor) -> Optional[tuple[int, ...]]:
     return tuple(int(d) for d in a)
 
 
+@checked
 def shape(x: Any, name: Optional[str] = None) -> Tensor:
     """The run-time shape of ``x`` as an int32 vector."""
     return _op1("Shape", x, name)
 
 
+@checked
 def size(x: Any, name: Optional[str] = None) -> Tensor:
     """The run-time number of elements of ``x`` as an int32 scalar."""
     return _op1("Size", x, name)
 
 
+@checked
 def broadcast_like(x: Any, like: Any, name: Optional[str] = None) -> Tensor:
     """``x`` broadcast to the run-time shape of ``like`` (the gradient of ``sum_to_like``)."""
     return _op2("BroadcastLike", x, like, name)
 
 
+@checked
 def sum_to_like(x: Any, like: Any, name: Optional[str] = None) -> Tensor:
     """``x`` summed down to the shape of ``like``, undoing broadcasting (used by gradients)."""
     return _op2("SumToLike", x, like, name)
 
 
+@checked
 def no_op(name: Optional[str] = None) -> Node:
     """A node that computes nothing: run it as a target, or group control edges through it."""
     return get_default_graph().create_node("NoOp", (), name=name)
 
 
+@checked
 def group(*inputs: Any, name: Optional[str] = None) -> Node:
     """A NoOp that runs after all ``inputs`` (tensors or nodes): use it as one control dependency."""
     flat: list[Any] = []
@@ -554,11 +612,13 @@ def group(*inputs: Any, name: Optional[str] = None) -> Node:
         return g.create_node("NoOp", (), name=name or "group")
 
 
+@checked
 def control_dependencies(deps: Optional[Sequence[Any]]) -> Any:
     """``with tn.control_dependencies([a, b]):`` ops created inside run after ``a`` and ``b``."""
     return _graph_of(*(deps or [])).control_dependencies(deps)
 
 
+@checked
 def placeholder(dtype: Any, shape: Any = None, name: Optional[str] = None) -> Tensor:
     """A value fed at run time through ``feed_dict``."""
     try:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from turnout.errors import NotFoundError
+
 
 @dataclass(frozen=True)
 class Primitive:
@@ -135,4 +137,4 @@ def get(name: str) -> Primitive:
     try:
         return PRIMITIVES[name]
     except KeyError:
-        raise KeyError(f"unknown primitive {name!r}") from None
+        raise NotFoundError(f"unknown primitive {name!r}") from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from turnout.arguments import checked
 from turnout.errors import GraphBuildError
 from turnout.graph import BACK_EDGE, Node, Tensor, _PendingBackEdge
 from turnout.ops import convert_to_tensor
@@ -37,12 +38,14 @@ def _create(op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = No
         return g.create_node(op, ins, attrs or {}, name=name)
 
 
+@checked
 def switch(data: Any, pred: Any, name: Optional[str] = None) -> tuple[Tensor, Tensor]:
     """``Switch(data, pred)`` -> ``(output_false, output_true)``; the untaken output is dead."""
     n = _create("Switch", [data, pred], name=name)
     return n.outputs[0], n.outputs[1]
 
 
+@checked
 def merge(inputs: Sequence[Any], name: Optional[str] = None) -> tuple[Tensor, Tensor]:
     """``Merge(inputs)`` -> ``(output, value_index)``: forwards the first live input. Pass
     ``BACK_EDGE`` for a slot to be bound later by ``close_back_edge``."""
@@ -52,6 +55,7 @@ def merge(inputs: Sequence[Any], name: Optional[str] = None) -> tuple[Tensor, Te
     return n.outputs[0], n.outputs[1]
 
 
+@checked
 def enter(data: Any, frame_name: str, is_constant: bool = False, parallel_iterations: int = 10,
           name: Optional[str] = None) -> Tensor:
     """Move ``data`` into child frame ``frame_name`` (iteration 0), or to every iteration if constant."""
@@ -63,21 +67,25 @@ def enter(data: Any, frame_name: str, is_constant: bool = False, parallel_iterat
     return _create("Enter", [data], attrs, name=name).outputs[0]
 
 
+@checked
 def exit(data: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
     """Move ``data`` from its frame to the parent frame."""
     return _create("Exit", [data], name=name).outputs[0]
 
 
+@checked
 def next_iteration(data: Any, name: Optional[str] = None) -> Tensor:
     """Move ``data`` to the next iteration of its frame."""
     return _create("NextIteration", [data], name=name).outputs[0]
 
 
+@checked
 def loop_cond(pred: Any, name: Optional[str] = None) -> Tensor:
     """Mark ``pred`` as a loop's predicate (the pivot)."""
     return _create("LoopCond", [pred], name=name).outputs[0]
 
 
+@checked
 def close_back_edge(merge_output: Tensor | Node, tensor: Tensor, slot: Optional[int] = None) -> None:
     """Bind the pending slot of a Merge (given by its node or an output) to ``tensor``."""
     node = merge_output.node if isinstance(merge_output, Tensor) else merge_output

@@ -93,8 +93,11 @@ def dumps(graph: Graph) -> str:
 def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write ``dumps(graph)`` to ``path`` (UTF-8)."""
     text = dumps(graph)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except (OSError, TypeError) as e:
+        raise SerializationError(f"cannot write a serialized graph to {path!r}: {e}") from None
 
 
 def _encode_node(n: Node, i: int, pos: dict[str, int]) -> dict[str, Any]:
@@ -216,12 +219,16 @@ def loads(text: str | bytes, *, validate: bool = True, origin: str | None = None
 
 
 def load(path: str | os.PathLike[str], *, validate: bool = True) -> Graph:
-    """Read a graph written by ``save``; the file name appears in later error messages."""
-    size = os.path.getsize(path)
-    if size > MAX_TEXT_CHARS:
-        raise SerializationError(f"{os.fspath(path)}: file of {size} bytes exceeds the limit of {MAX_TEXT_CHARS}")
-    with open(path, "rb") as f:
-        data = f.read(MAX_TEXT_CHARS + 1)
+    """Read a graph written by ``save``; the file name appears in later error messages. A file that
+    cannot be read (missing, a directory, no permission) is a ``SerializationError`` naming it."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_TEXT_CHARS:
+            raise SerializationError(f"{os.fspath(path)}: file of {size} bytes exceeds the limit of {MAX_TEXT_CHARS}")
+        with open(path, "rb") as f:
+            data = f.read(MAX_TEXT_CHARS + 1)
+    except (OSError, TypeError) as e:
+        raise SerializationError(f"cannot read a serialized graph from {path!r}: {e}") from None
     try:
         return loads(data, validate=validate, origin=os.path.basename(os.fspath(path)))
     except SerializationError as e:
@@ -395,13 +402,21 @@ def _decode_array(body: Any) -> np.ndarray:
         raise _Fail(f"ndarray data must be a flat list, got {_kind(data)}")
     if len(data) != n:
         raise _Fail(f"ndarray data has {len(data)} elements but shape {list(shape)} needs {n}")
-    check = _ELEMENT_CHECKS["float" if d.is_floating else d.name]
+    check = _ELEMENT_CHECKS[d.name]
     for k, x in enumerate(data):
         if not check(x):
             raise _Fail(f"ndarray data[{k}] = {_short(x)} is not a valid {d.name} element")
     if d.is_floating:
         data = [_NONFINITE[x] if isinstance(x, str) else x for x in data]
-    return np.array(data, dtype=d.numpy).reshape(shape)
+    # an empty array may still declare huge dimensions beside its 0 ([2**40, 2**40, 0]): numpy refuses
+    # a shape whose other dimensions multiply past what it can index, with an error naming nothing
+    if math.prod(s for s in shape if s) * np.dtype(d.numpy).itemsize > _INT64_MAX:
+        raise _Fail(f"ndarray shape {list(shape)} is too large to index (its nonzero dimensions multiply past "
+                    "the int64 range)")
+    try:
+        return np.array(data, dtype=d.numpy).reshape(shape)
+    except (ValueError, OverflowError, MemoryError) as e:
+        raise _Fail(f"ndarray of shape {list(shape)} cannot be made: {e}") from None
 
 
 def _int_in(lo: int, hi: int) -> Callable[[Any], bool]:
@@ -412,8 +427,22 @@ _ELEMENT_CHECKS: dict[str, Callable[[Any], bool]] = {
     "bool": lambda x: isinstance(x, bool),
     "int32": _int_in(-(2**31), 2**31 - 1),
     "int64": _int_in(_INT64_MIN, _INT64_MAX),
-    "float": lambda x: (isinstance(x, (int, float)) and not isinstance(x, bool)) or x in _NONFINITE,
+    # a finite number beyond float32's range would become an infinity: refused, as a feed is
+    "float32": lambda x: _finite_in(x, float(np.finfo(np.float32).max)),
+    "float64": lambda x: _finite_in(x, float(np.finfo(np.float64).max)),
 }
+
+
+def _finite_in(x: Any, largest: float) -> bool:
+    """A float element: a JSON number within ``±largest``, or one of the names of the non-finite ones."""
+    if isinstance(x, str):
+        return x in _NONFINITE
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return abs(float(x)) <= largest
+    except OverflowError:  # an int too large for any float
+        return False
 
 
 # ---- per-op attribute rules --------------------------------------------------------------------------

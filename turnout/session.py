@@ -7,6 +7,7 @@ Variable persistence are written once here, and the backends agree on errors by 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from collections.abc import Callable, Mapping, MutableMapping
@@ -18,7 +19,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.errors import ExecutionError, FeedError, GraphBuildError
+from turnout.errors import ArgumentError, ExecutionError, FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, fetched_tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
 from turnout.store import VariableStore
@@ -58,15 +59,29 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         # Checked here, once, so every backend rejects the same bad options the same way.
-        if self.scheduler not in ("fifo", "lifo", "random"):
-            raise ValueError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
+        if not isinstance(self.scheduler, str) or self.scheduler not in ("fifo", "lifo", "random"):
+            raise ArgumentError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
         for name in ("max_firings", "max_iterations", "max_tensor_bytes"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
-                raise ValueError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
+                raise ArgumentError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
         v = self.max_seconds
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
-            raise ValueError(f"RunOptions.max_seconds must be a positive number or None, got {v!r}")
+            raise ArgumentError(f"RunOptions.max_seconds must be a positive number or None, got {v!r}")
+        if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
+            raise ArgumentError(f"RunOptions.seed must be an int, got {self.seed!r}")
+        if not isinstance(self.trace, (bool, np.bool_)):
+            raise ArgumentError(f"RunOptions.trace must be a bool, got {self.trace!r}")
+
+
+def _run_option_fields(fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """``fields`` checked to name fields of ``RunOptions`` (a misspelt option is refused by name, not
+    left to the dataclass's ``TypeError``)."""
+    known = {f.name for f in dataclasses.fields(RunOptions)}
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        raise ArgumentError(f"unknown run option(s) {unknown}; RunOptions has {sorted(known)}")
+    return dict(fields)
 
 
 @dataclass
@@ -87,10 +102,13 @@ class Backend(Protocol):
 
 
 def load_backend(name: str) -> type:
+    """The backend class registered as ``name`` in ``BACKENDS`` (imported on first use)."""
+    if not isinstance(name, str):
+        raise ArgumentError(f"Session's backend must be a string, one of {sorted(BACKENDS)}; got {name!r}")
     try:
         spec = BACKENDS[name]
     except KeyError:
-        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+        raise ArgumentError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
     mod, cls = spec.split(":")
     return getattr(importlib.import_module(mod), cls)  # type: ignore[no-any-return]
 
@@ -149,8 +167,10 @@ class Session:
 
     def __init__(self, graph: Optional[Graph] = None, backend: str = "reference", **backend_options: Any) -> None:
         if graph is not None and not isinstance(graph, Graph):
-            raise TypeError(f"Session's graph must be a tn.Graph, not {type(graph).__name__}")
+            raise ArgumentError(f"Session's graph must be a tn.Graph, not {type(graph).__name__}")
         self.graph = graph if graph is not None else get_default_graph()
+        if not isinstance(backend, str) or backend not in BACKENDS:
+            load_backend(backend)  # refuses it, naming the choices
         self.backend_name = backend
         if backend_options.get("cluster") is not None:
             backend_options = _cluster_options(backend, backend_options)
@@ -212,11 +232,12 @@ class Session:
                             return tp(got[0])
             opts = _DEFAULT_OPTIONS  # the common call: validated once, never mutated
         elif isinstance(options, RunOptions):  # keywords beside it override its fields, never ignored
-            opts = replace(options, **kw) if kw else options
+            opts = replace(options, **_run_option_fields(kw)) if kw else options
         elif options is None or isinstance(options, Mapping):
-            opts = RunOptions(**{**(options or {}), **kw})
+            opts = RunOptions(**_run_option_fields({**(options or {}), **kw}))
         else:
-            raise TypeError(f"options must be a tn RunOptions or a dict of its fields, not {type(options).__name__}")
+            raise ArgumentError("options must be a tn RunOptions or a dict of its fields, "
+                                f"not {type(options).__name__}")
         if self._closed:
             raise ExecutionError("this session is closed (Session.close() was called): make a new tn.Session "
                                  "to run the graph again")

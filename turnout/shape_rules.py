@@ -31,7 +31,20 @@ def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequenc
         rule = SHAPE_RULES[op]
     except KeyError:
         raise GraphBuildError(f"no shape rule for primitive {op}") from None
-    return rule(op, [t.spec for t in inputs], attrs)
+    return _no_negative_size(op, rule(op, [t.spec for t in inputs], attrs))
+
+
+def _no_negative_size(op: str, out: list[TensorSpec]) -> list[TensorSpec]:
+    """``out``, refused when a dimension is negative. Why one check after every rule rather than one
+    per op: a size that an attribute gives (``tile``'s multiples, ``reshape``'s target, a fill's
+    static shape) reaches numpy and XLA through many rules, and each would give its own raw error
+    ("negative dimensions are not allowed", an MLIR "invalid tensor dimension size"); the same
+    ``ShapeError`` from here names the op on every backend, when built and when run."""
+    for o in out:
+        if o.shape is not None and any(d is not None and d < 0 for d in o.shape):
+            raise ShapeError(f"{op}: the result would have the negative dimension in {sh.fmt(o.shape)}; "
+                             "every size must be >= 0")
+    return out
 
 
 def _same_dtype(op: str, specs: Sequence[TensorSpec]) -> dt.DType:
@@ -259,6 +272,8 @@ def _matmul(op, specs, attrs):
 def _reshape(op, specs, attrs):
     x = specs[0]
     target = list(attrs["shape"])
+    if any(d < -1 for d in target):
+        raise ShapeError(f"Reshape: a dimension of the target {target} is below -1 (-1 alone means 'the rest')")
     if target.count(-1) > 1:
         raise ShapeError("Reshape: at most one dimension may be -1")
     n = sh.num_elements(x.shape)
@@ -399,6 +414,8 @@ def _scatter_add_like(op, specs, attrs):
 def _tile(op, specs, attrs):
     x = specs[0]
     mult = attrs["multiples"]
+    if any(m < 0 for m in mult):
+        raise ShapeError(f"Tile: multiples must be >= 0, got {list(mult)}")
     if x.shape is None:
         return [TensorSpec(x.dtype, None)]
     if len(mult) != len(x.shape):
@@ -650,7 +667,7 @@ def spec_shape_error(op: str, sig: Sequence[tuple[Any, tuple[int, ...]]], attrs:
     verdict: str | None = None
     try:
         specs = [TensorSpec(dt.as_dtype(np.dtype(d)), tuple(int(s) for s in shape)) for d, shape in sig]
-        rule(op, specs, attrs)
+        _no_negative_size(op, rule(op, specs, attrs))
     except ShapeError as e:
         verdict = str(e)
     except (GraphBuildError, TypeError, ValueError, KeyError, IndexError):

@@ -6,8 +6,10 @@ Shapes are plain tuples so they serialize, hash and compare without ceremony.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional
+
+from turnout.errors import ArgumentError
 
 Shape = Optional[tuple[Optional[int], ...]]
 
@@ -40,7 +42,9 @@ def as_shape(s: Any) -> Shape:
     if s is None:
         return None
     if isinstance(s, int):
-        raise TypeError(f"a shape is a sequence of dimensions, got the int {s}; write [{s}]")
+        raise ArgumentError(f"a shape is a sequence of dimensions, got the int {s}; write [{s}]")
+    if not isinstance(s, Iterable) or isinstance(s, (str, bytes)):
+        raise ArgumentError(f"a shape is a sequence of dimensions (ints, None or -1), got {type(s).__name__} {s!r}")
     out: list[Optional[int]] = []
     for d in s:
         if d is None or d == -1:
@@ -48,7 +52,7 @@ def as_shape(s: Any) -> Shape:
         elif isinstance(d, int) and d >= 0:
             out.append(int(d))
         else:
-            raise TypeError(f"invalid dimension {d!r} in shape {s!r}")
+            raise ArgumentError(f"invalid dimension {d!r} in shape {s!r}")
     return tuple(out)
 
 

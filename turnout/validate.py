@@ -31,7 +31,8 @@ from typing import Any
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
-from turnout.errors import ValidationError, describe_node
+from turnout.arguments import checked
+from turnout.errors import ArgumentError, ValidationError, describe_node
 from turnout.frames import FrameAnalysis, static_frames
 from turnout.graph import Graph, Node, Tensor, TensorSpec, fetched_tensor
 
@@ -58,6 +59,7 @@ def frame_analysis(graph: Graph) -> FrameAnalysis:
     return static_frames(graph)
 
 
+@checked
 def validate(graph: Graph, fetches: Iterable[Any] | None = None,
              feeds: Iterable[Any] | None = None) -> FrameAnalysis:
     """Check every well-formedness rule; return the static frame analysis of the graph.
@@ -67,7 +69,7 @@ def validate(graph: Graph, fetches: Iterable[Any] | None = None,
     rule and the offending node. The graph part is cached per ``(graph, graph.version)``.
     """
     if not isinstance(graph, Graph):
-        raise TypeError(f"validate expects a tn.Graph, got {type(graph).__name__}")
+        raise ArgumentError(f"validate expects a tn.Graph, got {type(graph).__name__}")
     cached = graph.__dict__.get(_CACHE_ATTR)
     if cached is not None and cached[0] == graph.version:
         analysis: FrameAnalysis = cached[1]

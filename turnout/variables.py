@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from turnout.arguments import checked
 from turnout.errors import GraphBuildError
 from turnout.graph import Graph, Node, Tensor, get_default_graph, same_graph_object
 
@@ -121,6 +122,7 @@ def _install_operators() -> None:
 _install_operators()
 
 
+@checked
 def trainable_variables(graph: Optional[Graph] = None) -> list[Variable]:
     """The Variables of ``graph`` (default graph if None) created with ``trainable=True``: what
     optimizers update by default."""
@@ -128,6 +130,7 @@ def trainable_variables(graph: Optional[Graph] = None) -> list[Variable]:
     return [v for v in g.variable_objects if v.trainable]
 
 
+@checked
 def global_variables(graph: Optional[Graph] = None) -> list[Variable]:
     """Every Variable of ``graph`` (default graph if None), in creation order."""
     g = graph or get_default_graph()

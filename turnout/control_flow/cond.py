@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from turnout import dtypes as dt
 from turnout import nest
+from turnout.arguments import checked
 from turnout.control_flow.contexts import CondContext, CondInfo, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
@@ -43,6 +44,7 @@ def _flat_deps(graph: Any) -> list[Node]:
     return [n for group in graph._control_deps for n in group]
 
 
+@checked
 def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any], name: Optional[str] = None) -> Any:
     """Run ``true_fn()`` if ``pred`` else ``false_fn()``; both must return the same structure of tensors."""
     if not callable(true_fn) or not callable(false_fn):
@@ -97,6 +99,7 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
     return nest.pack_as(structures[1], merged)
 
 
+@checked
 def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], Any]]] = None,
          default: Optional[Callable[[], Any]] = None, name: Optional[str] = None, exclusive: bool = False, *,
          pred_fn_pairs: Any = None) -> Any:

@@ -41,6 +41,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
+from turnout.arguments import checked
 from turnout.control_flow.tensor_array import TensorArray, unstack
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import GraphBuildError, ShapeError
@@ -149,6 +150,7 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
     return nest.pack_as(init, [_stack_result(ta, n, count, t.shape) for ta, t in zip(tas, flat_init, strict=True)])
 
 
+@checked
 @_all_or_nothing
 def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None, *,
@@ -165,6 +167,7 @@ def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, par
     return _fold(fn, elems, initializer, True, kw, bool(reverse))
 
 
+@checked
 @_all_or_nothing
 def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
           back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
@@ -174,6 +177,7 @@ def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, pa
     return _fold(fn, elems, initializer, False, kw)
 
 
+@checked
 @_all_or_nothing
 def foldr(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
           back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
@@ -185,6 +189,7 @@ def foldr(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, pa
     return _fold(fn, elems, initializer, False, kw, reverse=True)
 
 
+@checked
 @_all_or_nothing
 def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_iterations: int = 10,
            back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:

@@ -35,6 +35,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
+from turnout.arguments import checked
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
@@ -80,6 +81,7 @@ def _graph_for(flat: list[Any]) -> Any:
     return get_default_graph()
 
 
+@checked
 def while_loop(
     cond: Callable[..., Any],
     body: Callable[..., Any],

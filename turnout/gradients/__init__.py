@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from turnout import nest, ops, shapes
+from turnout.arguments import checked
 from turnout.errors import GradientError
 from turnout.gradients.core import Backward, Grads, key
 from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
@@ -49,6 +50,7 @@ def _backprop_outward(b: Backward, root: Any, grads: Grads) -> None:
         c = c.outer
 
 
+@checked
 def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none") -> list[Optional[Tensor]]:
     """Gradients of ``sum(ys)`` (weighted by ``grad_ys``, default ones) with respect to each of ``xs``.
 

@@ -19,6 +19,7 @@ from typing import Any, Optional, overload
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
+from turnout.errors import ArgumentError, NotFoundError
 from turnout.gradients.stacks import bytes_per_iteration
 from turnout.graph import Graph
 
@@ -59,7 +60,7 @@ class MemoryReport:
         for lp in self.loops:
             if name in (lp.loop_name, lp.frame_name):
                 return lp
-        raise KeyError(f"no gradient stacks for a loop named {name!r}")
+        raise NotFoundError(f"no gradient stacks for a loop named {name!r}")
 
     def summary(self) -> str:
         if not self.loops:
@@ -113,7 +114,7 @@ class RunMemoryReport:
         """The records of the loop named ``name`` (one per device its stacks lived on)."""
         got = [r for r in self.records if r.loop == name]
         if not got:
-            raise KeyError(f"the last run held no gradient stacks of a loop named {name!r}")
+            raise NotFoundError(f"the last run held no gradient stacks of a loop named {name!r}")
         return got
 
     def summary(self) -> str:
@@ -152,14 +153,14 @@ def memory_report(target: Any) -> MemoryReport | RunMemoryReport:
     backend = getattr(target, "backend", None)
     graph = getattr(target, "graph", None)
     if backend is None or not isinstance(graph, Graph):
-        raise TypeError(f"memory_report takes a Graph or a Session, got {type(target).__name__}")
+        raise ArgumentError(f"memory_report takes a Graph or a Session, got {type(target).__name__}")
     get = getattr(backend, "memory_records", None)
     rows = get() if get is not None else []
     records = []
     for r in rows:
         missing = [k for k in _RECORD_KEYS if k not in r]
         if missing:
-            raise TypeError(f"{type(backend).__name__}.memory_records() gave a record without {missing}")
+            raise ArgumentError(f"{type(backend).__name__}.memory_records() gave a record without {missing}")
         records.append(LoopDeviceMemory(
             loop=str(r["loop"]), device=str(r["device"]), device_bytes=int(r["device_bytes"]),
             host_bytes=int(r["host_bytes"]), chunks_to_host=int(r["chunks_to_host"]),

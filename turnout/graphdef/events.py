@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from turnout.errors import ExecutionError, SerializationError
 from turnout.graphdef import protos
 
 
@@ -65,7 +66,7 @@ class EventWriter:
 
     def _write(self, ev: Any) -> None:
         if self._f is None:
-            raise ValueError("EventWriter is closed")
+            raise ExecutionError("EventWriter is closed")
         self._f.write(record(ev.SerializeToString()))
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: Optional[float] = None) -> None:
@@ -102,17 +103,33 @@ class EventWriter:
 
 
 def read_events(path: str | Path) -> list[Any]:
-    """The Event messages of an event file, with every checksum verified (for tests and tools)."""
+    """The Event messages of an event file, with every checksum verified (for tests and tools). A
+    file that cannot be read, a truncated record, a checksum that does not match or a body that is
+    not an Event is a ``SerializationError`` naming the file and the record's byte offset."""
+    from google.protobuf.message import DecodeError
+
     p = protos.pb()
-    data = Path(path).read_bytes()
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, TypeError) as e:
+        raise SerializationError(f"cannot read an event file from {path!r}: {e}") from None
     out, i = [], 0
     while i < len(data):
+        if i + 12 > len(data):
+            raise SerializationError(f"{path}: truncated record header at byte {i}")
         (n,) = struct.unpack_from("<Q", data, i)
         (c1,) = struct.unpack_from("<I", data, i + 8)
+        if c1 != masked_crc(data[i: i + 8]):
+            raise SerializationError(f"{path}: corrupt record length at byte {i}")
+        if i + 16 + n > len(data):
+            raise SerializationError(f"{path}: record at byte {i} runs past the end of the file (truncated?)")
         body = data[i + 12: i + 12 + n]
         (c2,) = struct.unpack_from("<I", data, i + 12 + n)
-        if c1 != masked_crc(data[i: i + 8]) or c2 != masked_crc(body):
-            raise ValueError(f"{path}: corrupt record at byte {i}")
-        out.append(p.event_pb2.Event.FromString(body))
+        if c2 != masked_crc(body):
+            raise SerializationError(f"{path}: corrupt record at byte {i}")
+        try:
+            out.append(p.event_pb2.Event.FromString(body))
+        except (DecodeError, RecursionError, ValueError) as e:
+            raise SerializationError(f"{path}: the record at byte {i} is not an Event ({e})") from None
         i += 16 + n
     return out

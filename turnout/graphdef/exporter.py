@@ -21,6 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.arguments import checked
 from turnout.errors import UnsupportedError, describe_node
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor
@@ -164,9 +165,9 @@ def set_attr(ctx: ExportContext, a: Any, v: Any) -> None:
                                            "counterpart")
                 a.list.type.append(protos.DTYPE_TO_TF[x.dtype.name])
         else:
-            raise TypeError(f"unsupported list attr {v!r}")
+            raise UnsupportedError(f"unsupported list attr {v!r}")
     else:
-        raise TypeError(f"unsupported attr {v!r}")
+        raise UnsupportedError(f"unsupported attr {v!r}")
 
 
 @dataclass
@@ -214,6 +215,7 @@ def _load_rules() -> None:
         import turnout.graphdef.export_rules  # noqa: F401  (fills EXPORT_RULES)
 
 
+@checked
 def export_graph_def(graph: Optional[Graph] = None) -> ExportedGraphDef:
     """Write ``graph`` (the default graph if None) as a TensorFlow v1 GraphDef that TensorFlow runs
     with the same results (``tf.compat.v1.import_graph_def``; run ``init_op`` first when there are

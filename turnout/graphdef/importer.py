@@ -13,6 +13,7 @@ every unsupported op of the graph.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,14 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout.errors import GraphBuildError, TurnoutError, UnsupportedError
+from turnout.errors import (
+    ArgumentError,
+    GraphBuildError,
+    NotFoundError,
+    SerializationError,
+    TurnoutError,
+    UnsupportedError,
+)
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor
 from turnout.graphdef import protos
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
@@ -233,7 +241,7 @@ class ImportedGraph:
         if isinstance(v, Tensor):
             return v
         if v is None and tensor_name(name) not in self.values:
-            raise KeyError(f"the imported GraphDef has no tensor {name!r}")
+            raise NotFoundError(f"the imported GraphDef has no tensor {name!r}")
         raise UnsupportedError(f"tensor {name!r} has no Turnout value: it is {ImportContext.describe(v)}")
 
     def node(self, name: str) -> Node:
@@ -241,7 +249,7 @@ class ImportedGraph:
         try:
             return self.controls[name.split(":")[0]]
         except KeyError:
-            raise KeyError(f"the imported GraphDef has no op {name!r}") from None
+            raise NotFoundError(f"the imported GraphDef has no op {name!r}") from None
 
     def run(self, session: Any, fetches: Sequence[str], feed_dict: Optional[dict[str, Any]] = None,
             targets: Sequence[str] = ()) -> list[Any]:
@@ -258,16 +266,31 @@ def parse_graph_def(source: Any) -> Any:
         return source
     gd = p.graph_pb2.GraphDef()
     if isinstance(source, (bytes, bytearray)):
-        gd.ParseFromString(bytes(source))
-        return gd
+        return _parsed(gd, bytes(source), "the GraphDef bytes", text=False)
+    if not isinstance(source, (str, os.PathLike)):
+        raise ArgumentError(f"import_graph_def takes a GraphDef, its bytes or a path, got {type(source).__name__}")
     path = Path(source)
-    data = path.read_bytes()
-    if path.suffix == ".pbtxt" or path.suffix == ".txt":
-        from google.protobuf import text_format
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SerializationError(f"cannot read a GraphDef from {os.fspath(source)!r}: {e}") from None
+    return _parsed(gd, data, os.fspath(source), text=path.suffix in (".pbtxt", ".txt"))
 
-        text_format.Parse(data.decode("utf-8"), gd)
-    else:
-        gd.ParseFromString(data)
+
+def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
+    """``gd`` filled from ``data`` (the binary wire format, or protobuf text). Why the catch-all: the
+    protobuf library's errors (``DecodeError``, ``ParseError``, a bad UTF-8 byte, deep nesting) name
+    nothing of the user's; a file that is not a GraphDef is one ``SerializationError`` naming it."""
+    from google.protobuf import text_format
+    from google.protobuf.message import DecodeError
+
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), gd)
+        else:
+            gd.ParseFromString(data)
+    except (DecodeError, text_format.ParseError, ValueError, RecursionError, RuntimeError) as e:
+        raise SerializationError(f"{where}: not a valid GraphDef ({type(e).__name__}: {e})") from None
     return gd
 
 
@@ -344,6 +367,34 @@ def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str 
     ``turnout.graphdef.SUPPORTED_OPS``); needs the ``tf`` extra (``pip install 'turnout[tf]'``).
     """
     gd = parse_graph_def(graph_def)
+    try:
+        return _import(gd, graph, prefix)
+    except TurnoutError:
+        raise
+    except MALFORMED as e:
+        # a field of a well-formed message that holds what no TensorFlow writes (an attr of the wrong
+        # kind, an input that names nothing, a size out of range): a Turnout error, never the raw one
+        raise GraphBuildError(f"the GraphDef is malformed: {type(e).__name__}: {e}") from None
+
+
+def _input(ctx: ImportContext, nodes: dict[str, Any], nd: Any, t: str) -> Any:
+    """The value of input ``t`` of NodeDef ``nd``: made by an earlier node, or the back edge of a
+    loop's Merge (a NextIteration's output, bound once the loop is imported). Any other name (an
+    output index its node does not have) is refused, naming both."""
+    if t in ctx.values:
+        return ctx.values[t]
+    src = nodes.get(t.split(":")[0])
+    if nd.op in ("Merge", "RefMerge") and src is not None and src.op in ("NextIteration", "RefNextIteration"):
+        return BACK_EDGE
+    raise GraphBuildError(f'node "{nd.name}" ({nd.op}) reads "{t}", which no node of the GraphDef outputs')
+
+
+#: what a rule or an analysis raises when a NodeDef's fields hold what no TensorFlow writes
+MALFORMED = (KeyError, IndexError, ValueError, TypeError, AttributeError, OverflowError, RecursionError)
+
+
+def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
+    """``import_graph_def`` of a parsed message."""
     bad = unsupported_ops(gd)
     if bad:
         lines = [f"  {op}: {len(ns)} node(s), e.g. {ns[0]!r}" for op, ns in sorted(bad.items())]
@@ -357,13 +408,15 @@ def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str 
     for name in _order(nodes, ctx.flows):
         nd = nodes[name]
         ctx.node, ctx.created = nd, []
-        ins = [ctx.values.get(t, BACK_EDGE) for t in ctx.data_inputs(nd)]  # type: ignore[misc]
+        ins = [_input(ctx, nodes, nd, t) for t in ctx.data_inputs(nd)]
         try:
             outs = IMPORT_RULES[nd.op](ctx, nd, ins)
         except TurnoutError as e:
             if f'"{nd.name}"' in str(e):
                 raise
             raise type(e)(f'{ctx.where()}: {e}') from e
+        except MALFORMED as e:
+            raise GraphBuildError(f"{ctx.where()}: the node is malformed ({type(e).__name__}: {e})") from None
         for k, v in enumerate(outs):
             ctx.values[f"{name}:{k}"] = v
         if ctx.created:

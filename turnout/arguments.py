@@ -1,0 +1,122 @@
+"""Arguments of public functions checked against their annotations, at the call.
+
+Why: a public function handed an argument of the wrong kind (a graph that is an int, a list of
+values that is one object) used to fail deep inside with Python's own ``AttributeError`` or
+``TypeError`` ("'int' object has no attribute 'nodes'"), naming nothing of the caller's. ``checked``
+reads the annotations the function already declares and refuses, before the body runs, an argument
+that cannot be of that kind: one ``ArgumentError`` naming the function and the parameter.
+
+Only kinds that can be told cheaply and surely are checked: classes (``Graph``, ``Tensor``,
+``Placement``...), ``bool``, ``int``, ``float``, ``str``, callables, mappings, and collections (any
+iterable but a string: a numpy array of sizes is a fine ``Sequence[int]``), through ``Optional`` and
+unions. ``Any`` and what the annotation cannot say are left to the function.
+"""
+
+from __future__ import annotations
+
+import collections.abc as abc
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+
+import numpy as np
+
+from turnout.errors import ArgumentError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: a test of one kind: value -> whether it may be of that kind
+Test = Callable[[Any], bool]
+
+_COLLECTIONS = (abc.Sequence, abc.Collection, abc.Iterable, abc.Set, list, tuple, set, frozenset)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_iterable(v: Any) -> bool:
+    return isinstance(v, abc.Iterable) and not isinstance(v, (str, bytes))
+
+
+#: simple annotations -> their test
+_SIMPLE: dict[Any, Test] = {
+    bool: lambda v: isinstance(v, (bool, np.bool_)),
+    int: _is_int,
+    float: lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)),
+    str: lambda v: isinstance(v, str),
+}
+
+
+def kind_test(annotation: Any) -> Optional[Test]:
+    """The test of ``annotation``'s kind, or ``None`` when it says nothing checkable (``Any``, a type
+    variable, a ``Literal``...)."""
+    if annotation in _SIMPLE:
+        return _SIMPLE[annotation]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        tests = [kind_test(a) for a in typing.get_args(annotation)]
+        if any(t is None for t in tests):
+            return None
+        return lambda v: any(t(v) for t in tests)  # type: ignore[misc]
+    if annotation is type(None):
+        return lambda v: v is None
+    if origin in _COLLECTIONS or annotation in _COLLECTIONS:
+        return _is_iterable
+    if origin in (abc.Mapping, dict) or annotation in (abc.Mapping, dict):
+        return lambda v: isinstance(v, abc.Mapping)
+    if origin is abc.Callable or annotation is abc.Callable:
+        return callable
+    if inspect.isclass(annotation) and origin is None and annotation.__module__.startswith("turnout"):
+        return lambda v: isinstance(v, annotation)
+    return None
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s parameter annotations, evaluated by ``typing.get_type_hints``; none when one cannot be
+    (a name imported for the type checker alone): that function's arguments are then left to it."""
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001  (NameError, or an annotation typing cannot read)
+        return {}
+
+
+def checked(fn: F) -> F:
+    """``fn`` with its arguments checked against its annotations before its body runs
+    (``kind_test``); a mismatch is an ``ArgumentError`` naming the function and the parameter. The
+    tests are made on the first call (annotations may name classes defined after ``fn``)."""
+    sig = inspect.signature(fn)
+    tests: Optional[dict[str, Test]] = None
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nonlocal tests
+        if tests is None:
+            hints = _hints(fn)
+            found = {p: kind_test(hints[p]) for p in sig.parameters if p in hints and p != "return"}
+            tests = {p: t for p, t in found.items() if t is not None}
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise ArgumentError(f"{fn.__name__}: {e}") from None
+        for name, value in bound.arguments.items():
+            test = tests.get(name)
+            if test is not None and not test(value):
+                raise ArgumentError(f"{fn.__name__}: argument {name!r} must be {_say(sig.parameters[name])}, "
+                                    f"got {type(value).__name__} {_short(value)}")
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _say(p: inspect.Parameter) -> str:
+    a = p.annotation
+    return f"of the kind {a}" if isinstance(a, str) else f"of the kind {getattr(a, '__name__', a)}"
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
