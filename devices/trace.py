@@ -43,11 +43,13 @@ class PartitionedTrace:
         return sorted(out, key=lambda de: de[1].seq)
 
     def summary(self) -> dict[str, Any]:
-        """Per device: the reference trace summary; plus the Send/Recv counts."""
+        """Per device: the reference trace summary (``Trace.summary``); over all devices: ``firings``
+        (node firings, the run's ``stats["firings"]``; a device's are its ``stats["firings_per_device"]``),
+        ``events`` (firings and bookkeeping events, ``len(trace)``) and the Send/Recv counts."""
         per = {d: t.summary() for d, t in self.tracks.items()}
         ops = Counter(e.op for _, e in self.events)
         return {"devices": per, "firings": sum(s["firings"] for s in per.values()),
-                "sends": ops["Send"], "recvs": ops["Recv"]}
+                "events": sum(s["events"] for s in per.values()), "sends": ops["Send"], "recvs": ops["Recv"]}
 
     def to_chrome(self) -> dict[str, Any]:
         """The Chrome trace-event format (read by Perfetto): one process per device, one row per frame

@@ -19,7 +19,12 @@ step (the same agent driven from Python: one ``Session.run`` per step). ``evalua
 episodes in another ``while_loop`` whose trip count is decided by the data: it stops when every
 episode has ended.
 
-    python examples/dqn.py --backend fast --steps 6000
+The verdict at the end compares the trained greedy policy with a random policy (``random_policy``:
+the same CartPole in plain NumPy, actions by coin flip, which keeps the pole up for about 22 steps)
+and with the untrained network; the agent has learned when its greedy episodes last at least twice
+as long as the random policy's.
+
+    python examples/dqn.py --steps 6000                        # the fast backend (the default)
     python examples/dqn.py --backend reference --steps 1500 --mode python
 """
 
@@ -406,6 +411,47 @@ def plot(run: dict[str, Any], path: str, title: str = "") -> None:
     plt.close(fig)
 
 
+def numpy_episode_lengths(states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """CartPole in plain NumPy (the equations of ``cartpole_step``, in float64 with exact sine and
+    cosine): the length of each episode from start ``states`` [E, 4] under ``actions`` [T, E] (0 left,
+    1 right), capped at T."""
+    x, x_dot, th, th_dot = np.asarray(states, float).T
+    alive, length = np.ones(len(x), bool), np.zeros(len(x), int)
+    total, pml = CART_MASS + POLE_MASS, POLE_MASS * HALF_LENGTH
+    for a in actions:
+        force = np.where(a == 1, FORCE, -FORCE)
+        sin, cos = np.sin(th), np.cos(th)
+        temp = (force + pml * th_dot * th_dot * sin) / total
+        th_acc = (GRAVITY * sin - cos * temp) / (HALF_LENGTH * (4.0 / 3.0 - POLE_MASS * cos * cos / total))
+        x_acc = temp - pml * th_acc * cos / total
+        x, x_dot, th, th_dot = x + TAU * x_dot, x_dot + TAU * x_acc, th + TAU * th_dot, th_dot + TAU * th_acc
+        length += alive
+        alive &= (np.abs(x) <= X_LIMIT) & (np.abs(th) <= THETA_LIMIT)
+        if not alive.any():
+            break
+    return length
+
+
+def random_policy(episodes: int = 2000, max_steps: int = 200, seed: int = 0) -> float:
+    """Mean episode length of a policy that pushes left or right by coin flip, from Gym's reset, on
+    the NumPy CartPole (``numpy_episode_lengths``): the baseline the trained agent is judged against
+    (about 22 steps)."""
+    rng = np.random.default_rng(seed)
+    states = rng.uniform(-0.05, 0.05, (episodes, 4))
+    return float(numpy_episode_lengths(states, rng.integers(0, 2, (max_steps, episodes))).mean())
+
+
+def verdict(result: dict[str, Any], baseline: float) -> str:
+    """One line: has the greedy policy learned, judged against a random policy's ``baseline``?"""
+    after, before = result["eval_after"], result["eval_before"]
+    against = (f"a random policy keeps it up {baseline:.1f} steps (plain NumPy CartPole), "
+               f"the untrained network {before:.1f}")
+    if after >= 2 * baseline:
+        return f"Verdict: learned: the greedy policy keeps the pole up {after:.1f} steps on average; {against}"
+    return (f"Verdict: not learned yet: the greedy policy keeps the pole up {after:.1f} steps on average, under twice "
+            f"a random policy's; {against}. Train longer (--steps)")
+
+
 def evaluate(m: dict[str, Any], sess: Any, seed: int = 12345) -> float:
     """Mean length of ``eval_episodes`` greedy episodes (capped at ``max_episode_steps``)."""
     return float(np.mean(sess.run(m["evaluate"], {m["eval_seed"]: seed})))
@@ -413,19 +459,30 @@ def evaluate(m: dict[str, Any], sess: Any, seed: int = 12345) -> float:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="reference")
+    ap.add_argument("--backend", choices=["fast", "reference"], default="fast",
+                    help="fast: compiled with JAX (default); reference: the interpreter, the oracle (much slower)")
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--mode", choices=["graph", "python"], default="graph")
+    ap.add_argument("--mode", choices=["graph", "python"], default="graph",
+                    help="graph: --steps-per-run steps in one Session.run (default); python: one run per step")
     ap.add_argument("--steps-per-run", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the run (episodes, evaluations, times) to this JSON file")
     ap.add_argument("--plot", help="write the learning curve to this PNG (needs matplotlib)")
     args = ap.parse_args()
+    if args.steps < 1 or args.steps_per_run < 1:
+        ap.error("--steps and --steps-per-run must be positive")
+    how = (f"the training loop in the graph, {args.steps_per_run} steps per Session.run" if args.mode == "graph"
+           else "driven from Python, one Session.run per step")
+    print(f"Task: deep Q-learning on CartPole for {args.steps} environment steps, {how}; backend: {args.backend}",
+          flush=True)
     result = train(args.backend, args.steps, args.mode, args.steps_per_run, Config(seed=args.seed))
     print(f"{result['steps']} steps in {result['train_s']:.1f} s ({result['first_run_s']:.1f} s in the first run); "
           f"greedy evaluation {result['eval_before']:.1f} before training, {result['eval_after']:.1f} after")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f)
+        print(f"wrote the run to {args.json}")
     if args.plot:
         plot(result, args.plot)
+        print(f"wrote the learning curve to {args.plot}")
+    print(verdict(result, random_policy(max_steps=Config().max_episode_steps)))

@@ -289,6 +289,7 @@ class FastBackend:
                 before = self.compile_count
                 result = self.run(fetches, feeds, variables, untraced)
                 args["compiled"] = self.compile_count != before
+                args["compiles"] = self.compile_count - before
         finally:
             self._timeline = None
         result.trace = tl

@@ -50,12 +50,19 @@ class Timeline:
             self.spans.append(Span(name, row, start - self._t0, end - start, args))
 
     def summary(self) -> dict[str, Any]:
-        """Spans per row, seconds per row, and how many spans traced and compiled code."""
+        """Spans per row, seconds per row, and what this run compiled.
+
+        ``compiles_this_run``: programs traced and compiled during this run; the run's
+        ``stats["compiles"]`` is the session's running total of the same count, so this is
+        ``stats["compiles"]`` after the run minus before it. ``compiled_stages``: spans of the
+        ``compiled stages`` row whose call compiled on this run.
+        """
         return {
             "spans": dict(Counter(s.row for s in self.spans)),
             "seconds": {r: sum(s.dur_s for s in self.spans if s.row == r) for r in ROWS
                         if any(s.row == r for s in self.spans)},
-            "compiled_this_run": sum(1 for s in self.spans if s.args.get("compiled")),
+            "compiles_this_run": sum(s.args.get("compiles", 0) for s in self.spans if s.row == "run"),
+            "compiled_stages": sum(1 for s in self.spans if s.row == "compiled stages" and s.args.get("compiled")),
         }
 
     def to_chrome(self) -> dict[str, Any]:

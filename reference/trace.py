@@ -23,6 +23,10 @@ class Event:
     rule: str
 
 
+#: rules of trace events that are not node firings (the run's ``stats["firings"]`` does not count them)
+BOOKKEEPING = ("E-Iter-Retire", "E-Frame-Done")
+
+
 def fmt_tag(tag: tuple[tuple[str, int], ...]) -> str:
     return "/".join(f"{f}:{k}" for f, k in tag) or "root"
 
@@ -40,7 +44,15 @@ class Trace:
         return {(e.node, e.tag) for e in self.events if not e.dead}
 
     def summary(self) -> dict[str, Any]:
-        """Firings, live/dead counts, iterations started per frame name, firings per rule."""
+        """What the run did, counted from the events.
+
+        ``firings``: node firings, live or dead; the same count as the run's ``stats["firings"]``
+        (and ``live + dead == firings``). The trace also holds two kinds of bookkeeping events that are
+        not node firings: ``retirements`` ([E-Iter-Retire], one per iteration that ends) and
+        ``frame_end_exits`` ([E-Frame-Done]: the dead token an Exit sends when its frame ends), so
+        ``events == firings + retirements + frame_end_exits == len(trace)``. ``iterations_per_frame``:
+        iterations started per frame name; ``rules``: events per semantic rule, bookkeeping included.
+        """
         iters: dict[str, int] = Counter()
         seen: set[tuple[Any, ...]] = set()
         for e in self.events:
@@ -49,12 +61,17 @@ class Trace:
                 if key not in seen:
                     seen.add(key)
                     iters[frame] += 1
+        rules = Counter(e.rule for e in self.events)
+        fired = [e for e in self.events if e.rule not in BOOKKEEPING]
         return {
-            "firings": len(self.events),
-            "live": sum(not e.dead for e in self.events),
-            "dead": sum(e.dead for e in self.events),
+            "firings": len(fired),
+            "live": sum(not e.dead for e in fired),
+            "dead": sum(e.dead for e in fired),
+            "retirements": rules["E-Iter-Retire"],
+            "frame_end_exits": rules["E-Frame-Done"],
+            "events": len(self.events),
             "iterations_per_frame": dict(iters),
-            "rules": dict(Counter(e.rule for e in self.events)),
+            "rules": dict(rules),
         }
 
     def to_chrome(self) -> dict[str, Any]:

@@ -197,6 +197,9 @@ def test_task_traces_merge_into_the_one_process_timeline() -> None:
     recvs = [(e.node.removeprefix("_recv/"), e.tag, e.seq) for _, e in trace.events if e.op == "Recv"]
     assert recvs and all(sent[(edge, tag)] < seq for edge, tag, seq in recvs)
     assert trace.summary()["sends"] == sum(o.sent for o in out.values())
+    # the summary's firings are the run's node firings, as in one process (iteration retirements aside)
+    assert trace.summary()["firings"] == sum(n for o in out.values() for n in o.firings.values())
+    assert trace.summary()["firings"] == one.last_result.stats["firings"] == one.last_result.trace.summary()["firings"]
 
 
 def _skewed(tracks: dict[str, list[Any]], task: str, by_us: int) -> dict[str, list[Any]]:

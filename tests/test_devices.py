@@ -362,6 +362,9 @@ def test_per_device_trace_perfetto_export_and_firing_counts(tmp_path: Any) -> No
     assert sum(per.values()) == res.stats["firings"] and all(v > 0 for v in per.values())
     fired = [e for _, e in res.trace.events if e.op != "Retire" and e.rule != "E-Frame-Done"]
     assert len(fired) == res.stats["firings"]
+    summary = res.trace.summary()  # the same count, the same key as the run's stats, per device too
+    assert summary["firings"] == res.stats["firings"] < summary["events"] == len(res.trace)
+    assert {d: s["firings"] for d, s in summary["devices"].items()} == per
     seqs = [e.seq for _, e in res.trace.events]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     path = tmp_path / "trace.json"

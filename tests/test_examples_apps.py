@@ -9,6 +9,8 @@ the whole trajectory (the episode lengths, step by step) and the learned weights
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -197,3 +199,111 @@ def test_beam_search_of_width_one_is_greedy_and_beams_are_ranked(seq2seq_trained
     tokens, steps = s1.run([one["beam_tokens"], one["beam_steps"]], s2s.feeds(one, data, train=False))
     np.testing.assert_array_equal(tokens, greedy_tokens)
     assert steps == greedy_steps
+
+
+# ---- what each example says: its task and backend first, its verdict last ----------------------------------
+EXAMPLES = ["demo", "dqn", "lstm", "seq2seq"]
+#: short runs (a few seconds each on the reference interpreter): too short to learn anything
+SHORT_RUNS = {
+    "demo": ["--backend", "reference", "6", "7"],
+    "dqn": ["--backend", "reference", "--steps", "10", "--steps-per-run", "10"],
+    "lstm": ["--backend", "reference", "--steps", "2"],
+    "seq2seq": ["--backend", "reference", "--steps", "1"],
+}
+
+
+def _run_example(name: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py"), *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_help_lists_the_backends_and_a_typo_is_a_usage_error(name: str) -> None:
+    """``--help`` shows ``--backend {fast,reference}`` (in either order); a mistyped backend is an
+    argparse usage error (exit status 2, the choices named), not a traceback."""
+    out = _run_example(name, "--help")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"--backend \{(fast,reference|reference,fast)\}", out.stdout), out.stdout
+    bad = _run_example(name, "--backend", "fsat")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    assert "invalid choice: 'fsat'" in bad.stderr and "'fast'" in bad.stderr and "'reference'" in bad.stderr
+    assert bad.stdout == ""  # nothing ran
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_says_its_task_and_backend_first_and_its_verdict_last(name: str, tmp_path: Path) -> None:
+    """A short run on the reference backend: the first line names the task and the backend, the last
+    is the verdict. Too short to learn, the learning examples must say so rather than claim success;
+    the demo's verdict is its check against plain Python."""
+    out = _run_example(name, *SHORT_RUNS[name])
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("Task: ") and lines[0].endswith("backend: reference"), lines[0]
+    assert lines[-1].startswith("Verdict: "), lines[-1]
+    if name == "demo":
+        assert lines[-1].startswith("Verdict: correct: all 2 answers"), lines[-1]
+    else:
+        assert lines[-1].startswith("Verdict: not learned yet: "), lines[-1]
+
+
+def test_lstm_example_says_where_its_event_file_went(tmp_path: Path) -> None:
+    logdir = tmp_path / "runs"
+    out = _run_example("lstm", "--backend", "reference", "--steps", "2", "--logdir", str(logdir))
+    assert out.returncode == 0, out.stderr[-2000:]
+    (written,) = re.findall(r"^wrote the loss and the graph to (\S+) ", out.stdout, re.M)
+    assert Path(written).parent == logdir and Path(written).stat().st_size > 0
+    assert out.stdout.strip().splitlines()[-1].startswith("Verdict: ")
+
+
+# ---- the baselines the verdicts are judged against ----------------------------------------------------------
+def test_dqn_random_policy_baseline_is_a_random_policy_on_the_graphs_cartpole(dqn: ModuleType) -> None:
+    """The NumPy CartPole of the verdict's baseline is the graph's: the same start states and coin-flip
+    actions give the same episode lengths (up to the float32 graph's rounding, a step now and then), and a
+    random policy lasts about 22 steps."""
+    E, steps = 64, 200
+    rng = np.random.default_rng(3)
+    s0 = rng.uniform(-0.05, 0.05, (E, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, (steps, E)).astype(np.int32)
+    g = tn.Graph()
+    with g.as_default():
+        s = tn.placeholder(tn.float32, [E, 4], name="s")
+        a = tn.placeholder(tn.int32, [E], name="a")
+        nxt, fell = dqn.cartpole_step(s, a)
+    sess = tn.Session(g, backend="reference")
+    state, alive, graph_len = s0, np.ones(E, bool), np.zeros(E, int)
+    for t in range(steps):
+        state, f = sess.run([nxt, fell], {s: state, a: actions[t]})
+        graph_len += alive
+        alive &= ~f
+        if not alive.any():
+            break
+    same = np.mean(graph_len == dqn.numpy_episode_lengths(s0, actions))
+    assert same >= 0.9, same
+    assert 15 < graph_len.mean() < 30
+    assert 15 < dqn.random_policy() < 30
+    assert abs(dqn.random_policy(episodes=4000, seed=1) - dqn.random_policy(episodes=4000, seed=2)) < 1.5
+
+
+def test_lstm_input_blind_loss_is_the_targets_mean_square() -> None:
+    lstm = _example("lstm")
+    rng = np.random.default_rng(0)
+    sq = []
+    for _ in range(4000):
+        n = int(rng.integers(3, 13))
+        _, target = lstm.batch_for(rng, 8, 4, n)
+        sq.append(float(np.mean(target ** 2)))
+    assert abs(np.mean(sq) - lstm.constant_loss(3, 12)) < 0.05
+
+
+def test_seq2seq_input_blind_bound_holds_for_a_model_that_ignores_its_input() -> None:
+    """The best input-blind decoder: it guesses one digit everywhere and cannot know where EOS goes;
+    granted every EOS anyway, it stays under ``blind_accuracy``."""
+    s2s = _example("seq2seq")
+    cfg = s2s.Config()
+    data = s2s.batch(np.random.default_rng(7), cfg)
+    bound = s2s.blind_accuracy(data)
+    for guess in range(10):
+        tokens = np.full_like(data["dec_out"], guess)
+        for b, n in enumerate(data["src_len"]):
+            tokens[n, b] = s2s.EOS  # told where every sequence ends
+        assert s2s.accuracy(tokens, data)[0] <= bound + 0.05

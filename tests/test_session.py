@@ -275,7 +275,10 @@ def test_trace_summary_and_chrome_export(backend: str, tmp_path: Path) -> None:
     res = sess.last_result
     assert res is not None and res.trace is not None
     summary = res.trace.summary()
-    assert summary["firings"] == summary["live"] + summary["dead"] == len(res.trace)
+    assert summary["firings"] == summary["live"] + summary["dead"] == res.stats["firings"]
+    assert summary["retirements"] == 4  # iterations 0..3 each retire
+    bookkeeping = summary["retirements"] + summary["frame_end_exits"]
+    assert summary["events"] == summary["firings"] + bookkeeping == len(res.trace)
     (frame,) = summary["iterations_per_frame"]
     assert frame.startswith("L/") and summary["iterations_per_frame"][frame] == 4  # iterations 0..3
     path = tmp_path / "trace.json"

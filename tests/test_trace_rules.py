@@ -206,9 +206,12 @@ def test_trace_summary_counts_rules_and_frames() -> None:
     assert sess.run(out, {x: np.int32(2)}, options=TRACED) == 5
     assert sess.last_result is not None and sess.last_result.trace is not None
     summary = sess.last_result.trace.summary()
-    assert summary["firings"] == len(events) > 0
-    assert summary["live"] == sum(not e.dead for e in events) > 0
-    assert summary["dead"] == sum(e.dead for e in events) > 0
+    fired = [e for e in events if e.rule not in ("E-Iter-Retire", "E-Frame-Done")]  # node firings only
+    assert summary["firings"] == len(fired) == sess.last_result.stats["firings"] > 0
+    assert summary["live"] == sum(not e.dead for e in fired) > 0
+    assert summary["dead"] == sum(e.dead for e in fired) > 0
+    assert summary["retirements"] == sum(e.rule == "E-Iter-Retire" for e in events) == 4
+    assert summary["events"] == len(events)
     assert summary["live"] + summary["dead"] == summary["firings"]
     assert summary["rules"] == dict(Counter(e.rule for e in events))
     (frame,) = summary["iterations_per_frame"]
