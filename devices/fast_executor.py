@@ -68,13 +68,12 @@ import numpy as np
 
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
-from turnout.devices.region_driver import RegionDriver, StacksOverflow
+from turnout.devices.region_driver import RegionDriver
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
     DeadFetchError,
     FeedError,
-    KernelError,
     NonTerminationError,
     PlacementError,
     UnsupportedError,
@@ -83,18 +82,18 @@ from turnout.errors import (
 )
 from turnout.fast import stacks as stk
 from turnout.fast.backend import variable_signature
-from turnout.fast.emit import Emitter, ErrorCodes, var_key
+from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.guards import MAX_CAPACITY, iteration_bound, refuse_firing_budget
+from turnout.fast.guards import iteration_bound, refuse_firing_budget
+from turnout.fast.outcome import ErrorCodes, StacksOutgrown, decode, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 
-
-class _Retry(Exception):
-    """A gradient stack outgrew its chunk: run again with twice the capacity."""
+#: how errors of this executor name it (``outcome.decode``)
+WHO = "fast partitioned executor"
 
 
 def jax_device(name: str | DeviceSpec) -> Any:
@@ -836,11 +835,8 @@ class FastPartitionedBackend:
                 try:
                     values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
                     break
-                except (_Retry, StacksOverflow):
-                    if cap * 2 > MAX_CAPACITY:
-                        raise KernelError(f"fast partitioned executor: a gradient stack needs more than "
-                                          f"{MAX_CAPACITY} entries per chunk") from None
-                    cap *= 2
+                except StacksOutgrown as e:  # (past MAX_CAPACITY, ``decode`` raised instead)
+                    cap = e.retry.capacity
                     retries += 1
         variables.update(scratch)
         sched = plan.schedule
@@ -890,15 +886,10 @@ class FastPartitionedBackend:
         return values, run
 
     def raise_code(self, plan: _Plan, code: int, moved: int = 0) -> None:
-        """Raise the error an error word holds. A stack that overflowed its chunk inside one call (an
-        inner loop compiled whole), or ran empty inside one after chunks were moved out of it: run again
-        with twice the chunk, as the one-device backend does."""
-        kind, message = plan.codes.lookup(code)
-        if kind == "overflow" or (kind == "underflow" and moved):
-            raise _Retry()
-        if kind == "nonterm":
-            raise NonTerminationError(message)
-        raise KernelError(message)
+        """Raise the error an error word holds (``outcome.decode``). A stack that overflowed its chunk
+        inside one call (an inner loop compiled whole), or ran empty inside one after chunks were moved
+        out of it: run again with twice the chunk (``StacksOutgrown``), as the one-device backend does."""
+        enforce(decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved))
 
     # ---- compiled segments ------------------------------------------------------------------------
     def driver(self, plan: _Plan, seg: Segment) -> RegionDriver:
@@ -909,7 +900,7 @@ class FastPartitionedBackend:
             self.compile_count += 1
 
         return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
-                            list(seg.fetched), traced)
+                            list(seg.fetched), traced, WHO)
 
     def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the

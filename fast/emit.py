@@ -30,6 +30,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind, refused_by_shape_rule
+from turnout.fast.outcome import NONTERM, ErrorCodes
 from turnout.fast.ranges import Ranges, from_counter, propagate
 from turnout.fast.regions import (
     CondRegion,
@@ -54,12 +55,6 @@ _NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Slee
 Env = dict[Key, Any]
 
 
-#: Error word values from ``NONTERM`` up say that a light loop (``Emitter.run_light_while``) ran out
-#: of iterations: ``NONTERM + number`` names the loop by its ``regions.loop_number`` once the word has
-#: left every loop; inside a loop's body the number is counted from that loop's (``Emitter.frames``).
-#: Codes of the ``ErrorCodes`` table stay far below it.
-NONTERM = 1 << 24
-
 #: Light loops with more than this many levels of loops in them (``regions.loop_height``) are frames
 #: (``Emitter.frames``). Why not all of them: XLA:CPU compiles the innermost levels of a nest, as
 #: long as they access under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's
@@ -67,37 +62,6 @@ NONTERM = 1 << 24
 #: which XLA copies); above them every distinct kernel is compiled on its own, and only frames keep
 #: the checks of a nest one kernel. About eight levels of a plain nest fit.
 FRAME_HEIGHT = 8
-
-
-class ErrorCodes:
-    """Error word codes -> (kind, message). Shared by every trace of one compiled plan, so a code
-    read back after a run names the op that failed. Kinds: ``kernel``, ``nonterm``, ``overflow``,
-    ``underflow``, and ``unrecorded`` (a positional stack pushed away from its position: never raised,
-    the fused attempt runs again with index records, see ``plan.positional_stacks``). Codes below
-    ``NONTERM`` index a table of (kind, message); codes from it up name a light loop that ran out of
-    iterations (``loops``)."""
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[str, str]] = []
-        self._index: dict[tuple[str, str], int] = {}
-        #: loop number -> message, for the codes from ``NONTERM`` up
-        self.loops: dict[int, str] = {}
-
-    def code(self, kind: str, message: str) -> int:
-        k = (kind, message)
-        if k not in self._index:
-            self.entries.append(k)
-            self._index[k] = len(self.entries)
-        return self._index[k]
-
-    def name_loop(self, number: int, message: str) -> None:
-        """The message of the nonterm code ``NONTERM + number``."""
-        self.loops[number] = message
-
-    def lookup(self, code: int) -> tuple[str, str]:
-        if code >= NONTERM:
-            return "nonterm", self.loops[code - NONTERM]
-        return self.entries[code - 1]
 
 
 def stack_key(h: Handle) -> str:

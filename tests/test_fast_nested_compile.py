@@ -4,7 +4,7 @@ names the loop that ran over.
 Why count kernels: XLA:CPU compiles every *distinct* fused computation to machine code of its own
 (identical ones share one), and each costs milliseconds. A check that writes a different constant at
 every level of a nest (a nonterm code naming the loop by an absolute number) made an ``n``-deep nest
-``n`` kernels, the larger part of its compile time. ``emit.NONTERM`` codes count from the enclosing
+``n`` kernels, the larger part of its compile time. ``outcome.NONTERM`` codes count from the enclosing
 loop, so every level's check is the same kernel. A kernel count is exact where a timing is noise
 (timings: ``benchmarks/compile_time.py``).
 """
@@ -23,8 +23,9 @@ import turnout as tn
 jax = pytest.importorskip("jax")
 
 from turnout.fast import emit  # noqa: E402
-from turnout.fast.emit import FRAME_HEIGHT, NONTERM, Emitter, ErrorCodes  # noqa: E402
+from turnout.fast.emit import FRAME_HEIGHT, Emitter  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
+from turnout.fast.outcome import NONTERM, ErrorCodes  # noqa: E402
 from turnout.fast.regions import WhileRegion, key, loop_height, loop_number, walk  # noqa: E402
 
 
