@@ -52,7 +52,6 @@ count of firings, which compiled code does not make) is rejected unless left at 
 
 from __future__ import annotations
 
-import importlib
 import queue
 import threading
 import time
@@ -66,10 +65,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
 from turnout.devices.region_driver import RegionDriver
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
+from turnout.devices.spmd import spmd_plan
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
     DeadFetchError,
@@ -94,27 +95,6 @@ from turnout.session import RunOptions, RunResult
 
 #: how errors of this executor name it (``outcome.decode``)
 WHO = "fast partitioned executor"
-
-
-def jax_device(name: str | DeviceSpec) -> Any:
-    """The ``jax.Device`` a device name means: ``/device:CPU:k`` is ``jax.devices("cpu")[k]``, GPU and
-    TPU likewise. A device of another job or task, or one this process does not have, is a
-    PlacementError naming it."""
-    spec = parse(name)
-    if spec.job != "localhost" or spec.task != 0:
-        raise PlacementError(f"device {spec.name} belongs to another task; the fast partitioned executor runs the "
-                             "devices of this process only (a cluster runs with cluster=...)")
-    kind = spec.type.lower()
-    try:
-        have = jax.devices(kind)
-    except RuntimeError:
-        have = []
-    if spec.index >= len(have):
-        hint = (" (more CPU devices: set XLA_FLAGS=--xla_force_host_platform_device_count=N before jax is "
-                "imported)" if kind == "cpu" else "")
-        raise PlacementError(f"device {spec.short} does not exist in this process: JAX has {len(have)} {spec.type} "
-                             f"device(s){hint}")
-    return have[spec.index]
 
 
 class _Env:
@@ -786,13 +766,12 @@ class FastPartitionedBackend:
         """The whole-program tier's plan for this run signature, made once (its traces are cached in it),
         or None where the tier is absent or the program is not eligible."""
         if sig not in self._whole:
-            spmd = _spmd_hook()
-            wanted = spmd is not None and wants_whole_program(self.whole_program, self.graph, placement)
+            wanted = wants_whole_program(self.whole_program, self.graph, placement)
             why = cannot_swap(self.graph, self.device_memory_limit) if wanted else None
             if why is not None:
                 self._whole_declined[sig] = why
                 wanted = False
-            self._whole[sig] = spmd(self.graph, placement, fetches, list(feeds)) if wanted else None
+            self._whole[sig] = spmd_plan(self.graph, placement, fetches, list(feeds)) if wanted else None
         return self._whole[sig]
 
     def _run_reference(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -968,15 +947,6 @@ def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[st
     return None
 
 
-def _spmd_hook() -> Any:
-    """``turnout.devices.spmd.spmd_plan`` where that module exists (the whole-program tier), else None."""
-    try:
-        mod = importlib.import_module("turnout.devices.spmd")
-    except ImportError:
-        return None
-    return getattr(mod, "spmd_plan", None)
-
-
 def describe(steps: list[Step], indent: str = "") -> str:
     """The schedule as indented text: segments with their device, host conds and loops with their
     steps (for docs and debugging)."""
@@ -999,4 +969,4 @@ def describe(steps: list[Step], indent: str = "") -> str:
     return "\n".join(x for x in lines if x)
 
 
-__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe", "jax_device"]
+__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe"]

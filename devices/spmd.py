@@ -50,6 +50,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from turnout.devices.jax_device import jax_device
 from turnout.devices.names import parse
 from turnout.devices.placement import Placement
 from turnout.errors import (
@@ -154,8 +155,6 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
         return "the devices belong to several tasks; one SPMD program runs in one process"
     if len({s.type for s in specs}) > 1:
         return f"the devices are of several kinds ({sorted({s.type for s in specs})}); one mesh holds one kind"
-    from turnout.devices.fast_executor import jax_device
-
     try:
         for d in names:
             jax_device(d)
@@ -485,8 +484,6 @@ class SpmdPlan:
         self.program = analysis.program
         self.devices = analysis.mesh_names
         self.loc = analysis.loc
-        from turnout.devices.fast_executor import jax_device
-
         self.jax_devices = [jax_device(d) for d in self.devices]
         self.mesh = Mesh(np.array(self.jax_devices, dtype=object), (AXIS,))
         self.codes = ErrorCodes()
