@@ -22,7 +22,7 @@ import turnout as tn
 
 jax = pytest.importorskip("jax")
 
-from turnout.fast import emit  # noqa: E402
+from turnout.fast import emit, facts  # noqa: E402
 from turnout.fast.emit import FRAME_HEIGHT, Emitter  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
 from turnout.fast.outcome import NONTERM, ErrorCodes  # noqa: E402
@@ -187,7 +187,7 @@ def test_a_type_error_while_tracing_a_loop_body_surfaces(monkeypatch: pytest.Mon
 
         _, y = tn.while_loop(cond, lambda i, v: (i + 1, tn.tanh(v) + x), [tn.constant(0), tn.constant(0.0)])
     (loop,) = [r for r in walk(functionalize(g, [y], {x: 1.0, n: 3}).items) if isinstance(r, WhileRegion)]
-    assert emit.light_header(loop) is light
+    assert facts.light_header(loop) is light
     monkeypatch.setattr(Emitter, "run_items", faulty)
     with pytest.raises(TypeError, match="a fault of the emitter"):
         tn.Session(g, backend="fast").run(y, {x: 1.0, n: 3})
