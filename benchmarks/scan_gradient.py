@@ -28,7 +28,7 @@ def full_size_accumulation() -> Iterator[None]:
     """The O(n^2) baseline, for a side-by-side ratio: each backward iteration materializes the slot
     gradient as a full-size TensorArray and adds it slotwise to the accumulator (what Turnout did
     before ``TensorArrayAccumulate``)."""
-    from turnout.gradients import core
+    from turnout.gradients import grads as core
 
     def naive(self: Any, t: Any, acc: Any) -> Any:
         tot = self.total(t)

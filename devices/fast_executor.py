@@ -52,7 +52,6 @@ count of firings, which compiled code does not make) is rejected unless left at 
 
 from __future__ import annotations
 
-import importlib
 import queue
 import threading
 import time
@@ -66,16 +65,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
-from turnout.devices.region_driver import RegionDriver, StacksOverflow
+from turnout.devices.region_driver import RegionDriver
 from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
+from turnout.devices.spmd import spmd_plan
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
     ArgumentError,
     DeadFetchError,
     FeedError,
-    KernelError,
     NonTerminationError,
     PlacementError,
     UnsupportedError,
@@ -85,9 +85,10 @@ from turnout.errors import (
 )
 from turnout.fast import stacks as stk
 from turnout.fast.backend import variable_signature
-from turnout.fast.emit import Emitter, ErrorCodes, var_key
+from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.guards import MAX_CAPACITY, iteration_bound, refuse_firing_budget
+from turnout.fast.guards import iteration_bound, refuse_firing_budget
+from turnout.fast.outcome import ErrorCodes, StacksOutgrown, decode, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, pred_reader, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
@@ -95,30 +96,8 @@ from turnout.graph import Graph, Tensor
 from turnout.kernels import truth
 from turnout.session import RunOptions, RunResult
 
-
-class _Retry(Exception):
-    """A gradient stack outgrew its chunk: run again with twice the capacity."""
-
-
-def jax_device(name: str | DeviceSpec) -> Any:
-    """The ``jax.Device`` a device name means: ``/device:CPU:k`` is ``jax.devices("cpu")[k]``, GPU and
-    TPU likewise. A device of another job or task, or one this process does not have, is a
-    PlacementError naming it."""
-    spec = parse(name)
-    if spec.job != "localhost" or spec.task != 0:
-        raise PlacementError(f"device {spec.name} belongs to another task; the fast partitioned executor runs the "
-                             "devices of this process only (a cluster runs with cluster=...)")
-    kind = spec.type.lower()
-    try:
-        have = jax.devices(kind)
-    except RuntimeError:
-        have = []
-    if spec.index >= len(have):
-        hint = (" (more CPU devices: set XLA_FLAGS=--xla_force_host_platform_device_count=N before jax is "
-                "imported)" if kind == "cpu" else "")
-        raise PlacementError(f"device {spec.short} does not exist in this process: JAX has {len(have)} {spec.type} "
-                             f"device(s){hint}")
-    return have[spec.index]
+#: how errors of this executor name it (``outcome.decode``)
+WHO = "fast partitioned executor"
 
 
 class _Env:
@@ -792,13 +771,12 @@ class FastPartitionedBackend:
         """The whole-program tier's plan for this run signature, made once (its traces are cached in it),
         or None where the tier is absent or the program is not eligible."""
         if sig not in self._whole:
-            spmd = _spmd_hook()
-            wanted = spmd is not None and wants_whole_program(self.whole_program, self.graph, placement)
+            wanted = wants_whole_program(self.whole_program, self.graph, placement)
             why = cannot_swap(self.graph, self.device_memory_limit) if wanted else None
             if why is not None:
                 self._whole_declined[sig] = why
                 wanted = False
-            self._whole[sig] = spmd(self.graph, placement, fetches, list(feeds)) if wanted else None
+            self._whole[sig] = spmd_plan(self.graph, placement, fetches, list(feeds)) if wanted else None
         return self._whole[sig]
 
     def _run_reference(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -841,11 +819,8 @@ class FastPartitionedBackend:
                 try:
                     values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
                     break
-                except (_Retry, StacksOverflow):
-                    if cap * 2 > MAX_CAPACITY:
-                        raise KernelError(f"fast partitioned executor: a gradient stack needs more than "
-                                          f"{MAX_CAPACITY} entries per chunk") from None
-                    cap *= 2
+                except StacksOutgrown as e:  # (past MAX_CAPACITY, ``decode`` raised instead)
+                    cap = e.retry.capacity
                     retries += 1
         variables.update(scratch)
         sched = plan.schedule
@@ -895,15 +870,10 @@ class FastPartitionedBackend:
         return values, run
 
     def raise_code(self, plan: _Plan, code: int, moved: int = 0) -> None:
-        """Raise the error an error word holds. A stack that overflowed its chunk inside one call (an
-        inner loop compiled whole), or ran empty inside one after chunks were moved out of it: run again
-        with twice the chunk, as the one-device backend does."""
-        kind, message = plan.codes.lookup(code)
-        if kind == "overflow" or (kind == "underflow" and moved):
-            raise _Retry()
-        if kind == "nonterm":
-            raise NonTerminationError(message)
-        raise KernelError(message)
+        """Raise the error an error word holds (``outcome.decode``). A stack that overflowed its chunk
+        inside one call (an inner loop compiled whole), or ran empty inside one after chunks were moved
+        out of it: run again with twice the chunk (``StacksOutgrown``), as the one-device backend does."""
+        enforce(decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved))
 
     # ---- compiled segments ------------------------------------------------------------------------
     def driver(self, plan: _Plan, seg: Segment) -> RegionDriver:
@@ -914,7 +884,7 @@ class FastPartitionedBackend:
             self.compile_count += 1
 
         return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
-                            list(seg.fetched), traced)
+                            list(seg.fetched), traced, WHO)
 
     def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
@@ -982,15 +952,6 @@ def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[st
     return None
 
 
-def _spmd_hook() -> Any:
-    """``turnout.devices.spmd.spmd_plan`` where that module exists (the whole-program tier), else None."""
-    try:
-        mod = importlib.import_module("turnout.devices.spmd")
-    except ImportError:
-        return None
-    return getattr(mod, "spmd_plan", None)
-
-
 def describe(steps: list[Step], indent: str = "") -> str:
     """The schedule as indented text: segments with their device, host conds and loops with their
     steps (for docs and debugging)."""
@@ -1013,4 +974,4 @@ def describe(steps: list[Step], indent: str = "") -> str:
     return "\n".join(x for x in lines if x)
 
 
-__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe", "jax_device"]
+__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe"]

@@ -29,13 +29,10 @@ import jax.numpy as jnp
 from turnout.devices.swap import SpanningStacks, traffic
 from turnout.fast import stacks as stk
 from turnout.fast.driven import drive_chunks, join_carry, split_carry
-from turnout.fast.emit import Emitter, ErrorCodes, _jnp_tree
+from turnout.fast.emit import Emitter, _jnp_tree
+from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import Key, Program, WhileRegion
 from turnout.fast.values import wrap_static
-
-
-class StacksOverflow(Exception):
-    """One iteration of a driven loop pushes more than a whole chunk holds: run again, larger."""
 
 
 class RegionDriver:
@@ -44,9 +41,10 @@ class RegionDriver:
     back, and those of them that leave with a live flag."""
 
     def __init__(self, program: Program, codes: ErrorCodes, capacity: int, region: WhileRegion, fed: set[int],
-                 writes: list[Key], fetched: list[Key], on_trace: Callable[[], None]) -> None:
+                 writes: list[Key], fetched: list[Key], on_trace: Callable[[], None], who: str) -> None:
         self.region = region
         self.capacity = capacity
+        self.who = who
         t = traffic(region.body)
         # pushes (pops) per iteration the host can count; a nested loop's are learnt as the growth seen
         self.push = {s: n or 0 for s, n in traffic([region]).push.items()}
@@ -105,7 +103,7 @@ class RegionDriver:
         c, after = self.init(env_in, rest, stk_in, max_iter)
         if c is not None:
             c = drive_chunks(self.chunk, env_in, c, max_iter, self.push, self.pop, self.capacity, store,
-                             StacksOverflow)
+                             self.who)
         if c is None:
             assert after is not None
             rest, stk_in = stk.split_state(after)
@@ -126,4 +124,4 @@ def driven_loop(items: list[Any]) -> Optional[WhileRegion]:
     return None
 
 
-__all__ = ["RegionDriver", "StacksOverflow", "driven_loop"]
+__all__ = ["RegionDriver", "driven_loop"]

@@ -50,24 +50,22 @@ from typing import Any, Optional
 
 import numpy as np
 
+from turnout.devices.jax_device import jax_device
 from turnout.devices.names import parse
 from turnout.devices.placement import Placement
 from turnout.errors import (
     DeadFetchError,
-    KernelError,
-    NonTerminationError,
     PlacementError,
     TurnoutError,
     UnsupportedError,
     dead_fetch_message,
     describe_node,
 )
+from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
 from turnout.graph import Graph, Node, Tensor
 from turnout.session import RunOptions, RunResult
 
 AXIS = "spmd"
-#: the largest gradient stack chunk (entries per stack) a run may grow to before overflow is an error
-MAX_STACK_CAPACITY = 1 << 24
 #: ops that read or write run-time state (Variables, gradient stacks): they run on their owner device
 _STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
                        "StackPush", "StackPop"})
@@ -157,8 +155,6 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
         return "the devices belong to several tasks; one SPMD program runs in one process"
     if len({s.type for s in specs}) > 1:
         return f"the devices are of several kinds ({sorted({s.type for s in specs})}); one mesh holds one kind"
-    from turnout.devices.fast_executor import jax_device
-
     try:
         for d in names:
             jax_device(d)
@@ -468,7 +464,7 @@ class SpmdPlan:
     Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with), allocated on
     every device at the start of a run (only the owner's copy is written). A run that pushes more is
     repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
-    ended, and later runs keep it), up to ``MAX_STACK_CAPACITY``. Why small to start: every run
+    ended, and later runs keep it), up to ``outcome.MAX_CAPACITY``. Why small to start: every run
     allocates and zeroes every stack on every device, so room that is never used costs time. Unlike
     the one-device fast backend, this tier does not swap full chunks to host memory: a stack's whole
     history stays on its device.
@@ -478,7 +474,6 @@ class SpmdPlan:
                  analysis: _Analysis, stack_capacity: int = 64) -> None:
         from jax.sharding import Mesh
 
-        from turnout.fast.emit import ErrorCodes
         from turnout.fast.plan import stack_source_var
         from turnout.fast.regions import key
 
@@ -489,8 +484,6 @@ class SpmdPlan:
         self.program = analysis.program
         self.devices = analysis.mesh_names
         self.loc = analysis.loc
-        from turnout.devices.fast_executor import jax_device
-
         self.jax_devices = [jax_device(d) for d in self.devices]
         self.mesh = Mesh(np.array(self.jax_devices, dtype=object), (AXIS,))
         self.codes = ErrorCodes()
@@ -600,16 +593,14 @@ class SpmdPlan:
             with jax.enable_x64(True):
                 outs, flags, var_out = comp.fn(feed_vals, var_vals, mi)
                 flags = np.asarray(flags)
-            errs = sorted({int(c) for c in flags[:, 0] if int(c)})
-            if "overflow" not in [self.codes.lookup(c)[0] for c in errs]:
+            # one error word per device: a stack that outgrew its buffer on any of them decides
+            outcome = first([decode(self.codes, c, capacity=self.stack_capacity, who="SPMD tier", unit="")
+                             for c in sorted({int(c) for c in flags[:, 0] if int(c)})])
+            if not isinstance(outcome, Retry):
                 break
-            # a stack outgrew its buffer: nothing of this run is kept; run again with room for twice as many
-            if self.stack_capacity * 2 > MAX_STACK_CAPACITY:
-                raise KernelError(f"SPMD tier: a gradient stack needs more than {MAX_STACK_CAPACITY} entries")
-            self.stack_capacity *= 2
-        if errs:
-            kind, message = self.codes.lookup(errs[0])
-            raise (NonTerminationError if kind == "nonterm" else KernelError)(message)
+            # nothing of this run is kept; run again with room for twice as many
+            self.stack_capacity = outcome.capacity
+        enforce(outcome)
         values: list[Any] = []
         arrays = iter(outs)
         for i, (t, (kind, static)) in enumerate(zip(self.fetches, comp.meta["kinds"], strict=True)):

@@ -21,8 +21,9 @@ import numpy as np
 from turnout.arguments import checked
 from turnout.errors import ArgumentError, DeadFetchError
 from turnout.fast import stacks as stk
-from turnout.fast.emit import Emitter, ErrorCodes, stack_key, var_key
+from turnout.fast.emit import Emitter, stack_key, var_key
 from turnout.fast.functionalize import functionalize
+from turnout.fast.outcome import ErrorCodes
 from turnout.fast.plan import stack_dtype
 from turnout.fast.regions import key
 from turnout.fast.values import DEAD, TA, Handle

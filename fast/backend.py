@@ -60,14 +60,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from turnout.errors import (
-    ArgumentError,
-    DeadFetchError,
-    KernelError,
-    NonTerminationError,
-    UnsupportedError,
-    dead_fetch_message,
-)
+from turnout.errors import ArgumentError, DeadFetchError, UnsupportedError, dead_fetch_message
 from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.counted_stacks import RungTooSmall
@@ -75,7 +68,7 @@ from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
 from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.guards import DISCARDED, MAX_CAPACITY, device_oom, iteration_bound, refuse_firing_budget
+from turnout.fast.guards import device_oom, iteration_bound, refuse_firing_budget
 from turnout.fast.lane import (
     Lane,
     checked_values,
@@ -84,6 +77,7 @@ from turnout.fast.lane import (
     write_variables,
 )
 from turnout.fast.lowering import NeedsStatic
+from turnout.fast.outcome import Discard, Outcome, StacksOutgrown, decode, enforce
 from turnout.fast.plan import (
     Direct,
     FusedLayout,
@@ -102,10 +96,8 @@ from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
 
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
-
-
-class _Retry(Exception):
-    """A nested loop's stack outgrew its chunk: run again with twice the capacity."""
+#: how errors of this backend name it (``outcome.decode``)
+WHO = "fast backend"
 
 
 def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
@@ -391,11 +383,8 @@ class FastBackend:
                 try:
                     values, stats = self._run(fetches, feeds, variables, options, cap)
                     break
-                except _Retry:
-                    if cap * 2 > MAX_CAPACITY:
-                        raise KernelError(f"fast backend: a gradient stack needs more than {MAX_CAPACITY} "
-                                          "entries per chunk") from None
-                    cap *= 2
+                except StacksOutgrown as e:  # (past MAX_CAPACITY, ``decode`` raised instead)
+                    cap = e.retry.capacity
                     retries += 1
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
@@ -635,16 +624,15 @@ class FastBackend:
                 plan.fused_warm = True
                 if plan.prealloc:
                     self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
-                code = int(state["err"])
-                kind = plan.codes.lookup(code)[0] if code else None
-                if kind == "unrecorded":
+                outcome = self._decode(plan, int(state["err"]), attempt=True)
+                if isinstance(outcome, Discard) and outcome.rerecord:
                     self._record_every_stack(plan)
-                if (first and self.precompile_staged) or kind in DISCARDED:
+                if (first and self.precompile_staged) or isinstance(outcome, Discard):
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
             if attempt and plan.inside:
                 store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()))
-            self._raise_errors(plan, state, store.moved())
+            enforce(outcome if attempt else self._decode(plan, int(state["err"]), store.moved()))
             env.update(out)
             if attempt:
                 env.update(st.static_out)  # (constants of the fused stage: they do not cross the call)
@@ -787,7 +775,7 @@ class FastBackend:
             c, state = st.fns["init"](env_in, rest, stacks, max_iter)
         if c is not None:
             c = drive_chunks(st.fns["chunk"], env_in, c, max_iter, st.push_stacks, st.pop_stacks, plan.capacity,
-                             store, _Retry, self._chunk_guard(plan, st))
+                             store, WHO, self._chunk_guard(plan, st))
         with device_oom(plan, st):
             if c is None:
                 rest, stacks = stk.split_state(state)
@@ -814,15 +802,12 @@ class FastBackend:
 
         return guard
 
+    @staticmethod
+    def _decode(plan: Plan, code: int, swapped: int = 0, attempt: bool = False) -> Outcome:
+        """What error word ``code`` of a call of ``plan`` means (``outcome.decode``)."""
+        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt)
+
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
-        code = int(state["err"])
-        if not code:
-            return
-        kind, message = plan.codes.lookup(code)
-        # A nested loop's stack outgrew its chunk (overflow), or was swapped out at a point its
-        # backward loop could not refill (underflow after swaps): retry with a larger capacity.
-        if kind == "overflow" or (kind == "underflow" and swapped):
-            raise _Retry()
-        if kind == "nonterm":
-            raise NonTerminationError(message)
-        raise KernelError(message)
+        """The error word of a stage (or a Direct call) acted on: raised, or a retry with larger
+        stacks (``outcome.StacksOutgrown``, caught by the capacity loop of ``_run_compiled``)."""
+        enforce(self._decode(plan, int(state["err"]), swapped))

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.fast.facts import body_value, counters
 from turnout.fast.indexing import slot
 from turnout.fast.regions import Program, WhileRegion, program_nodes
 from turnout.graph import Node, Tensor
@@ -121,7 +122,7 @@ def _chains(head: WhileRegion) -> list[list[WhileRegion]]:
 def _counts(index: Tensor, chain: list[WhileRegion]) -> bool:
     """Whether ``index`` is ``Pack`` of the iteration counters of ``chain``'s loops, outermost first:
     each element, through Enters and Identities, the body value of a loop variable of its loop that
-    enters as the constant 0 and adds 1 in each body (``emit.counters``)."""
+    enters as the constant 0 and adds 1 in each body (``facts.counters``)."""
     pack = index.node
     if pack.op != "Pack" or len(pack.inputs) != len(chain):
         return False
@@ -129,10 +130,8 @@ def _counts(index: Tensor, chain: list[WhileRegion]) -> bool:
 
 
 def _counter_start(t: Tensor, loop: WhileRegion) -> Optional[int]:
-    """The constant a counter of ``loop`` (``emit.counters``: int32, adding 1 in each body) enters
+    """The constant a counter of ``loop`` (``facts.counters``: int32, adding 1 in each body) enters
     as, when ``t`` is that counter's body value, through Enters and Identities; ``None`` otherwise."""
-    from turnout.fast.emit import body_value, counters
-
     while t.node.op in ("Enter", "Identity"):
         t = t.node.inputs[0]
     for j in counters(loop):

@@ -11,9 +11,8 @@ recorded, or the iteration budget is spent.
 
 Why one function: the one-device fast backend drives its top-level loops, and the partitioned
 executor drives a loop on one device of a graph that spans devices. Both make the same decisions.
-Two things differ, and they are passed in: the exception that asks for a larger chunk when a
-chunk made no progress, and a ``guard`` around each call (the fast backend's trace spans and its
-out-of-memory message).
+Two things differ, and they are passed in: the name of the route its errors give (``who``), and a
+``guard`` around each call (the fast backend's trace spans and its out-of-memory message).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout.fast import stacks as stk
+from turnout.fast.outcome import enforce, larger
 
 #: ``guard(what, stacks)``: a context around one host step, ``what`` being ``"chunk"`` (a compiled
 #: chunk call), ``"spill"`` or ``"refill"`` (``stacks``: the keys it moves). It yields a dict for the
@@ -54,14 +54,15 @@ def join_carry(c_rest: Any, stacks: dict[str, Any]) -> Any:
 
 def drive_chunks(chunk: Callable[..., Any], env_in: dict[Any, Any], c: Any, max_iter: Any,
                  push: dict[str, int], pop: dict[str, int], capacity: int, store: stk.ChunkStore,
-                 overflow: Callable[[], Exception], guard: Guard = no_guard) -> Any:
+                 who: str, guard: Guard = no_guard) -> Any:
     """Run ``chunk`` from the carry ``c`` (``init``'s) until the loop stops; return the carry
     ``finish`` takes.
 
     ``push`` and ``pop`` are the stacks the loop pushes and pops, with the most entries one
     iteration moves as traced; ``capacity`` is their buffers' size. A chunk that neither ran an
-    iteration nor left a stack to move cannot make progress at this capacity: ``overflow()`` is
-    raised, and the caller runs again with larger chunks.
+    iteration nor left a stack to move cannot make progress at this capacity: the run is retried with
+    larger chunks (``outcome.larger``: ``StacksOutgrown``, or past ``MAX_CAPACITY`` the error naming
+    ``who``).
     """
     budget = int(max_iter)
     # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
@@ -90,7 +91,7 @@ def drive_chunks(chunk: Callable[..., Any], env_in: dict[Any, Any], c: Any, max_
             with guard("refill", sorted(low)):
                 state = {**state, **store.refill(low, report.ptr)}
         if not (full or low) and report.iters == before:
-            raise overflow()
+            enforce(larger(capacity, who))
         before = report.iters
         c = (vals, pred, state, iters)
 

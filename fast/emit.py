@@ -27,10 +27,21 @@ from turnout import kernels
 from turnout import shapes as sh
 from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node, runaway_message
 from turnout.fast import stacks as stk
-from turnout.fast.case_chain import MIN_LEVELS, SPECULABLE, find_chain, first_true, speculate
+from turnout.fast.case_chain import MIN_LEVELS, find_chain, first_true, speculate
 from turnout.fast.counted_stacks import RungTooSmall
+from turnout.fast.facts import (
+    bounded_counter,
+    cannot_fail,
+    counted_bound,
+    counter_merges,
+    counters,
+    fresh_writes,
+    light_header,
+    own_writes,
+)
 from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, NeedsStatic, feeds_behind, refused_by_shape_rule
-from turnout.fast.ranges import Ranges, from_counter, propagate
+from turnout.fast.outcome import NONTERM, ErrorCodes
+from turnout.fast.ranges import Ranges, propagate
 from turnout.fast.regions import (
     CondRegion,
     Item,
@@ -55,12 +66,6 @@ _NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Slee
 Env = dict[Key, Any]
 
 
-#: Error word values from ``NONTERM`` up say that a light loop (``Emitter.run_light_while``) ran out
-#: of iterations: ``NONTERM + number`` names the loop by its ``regions.loop_number`` once the word has
-#: left every loop; inside a loop's body the number is counted from that loop's (``Emitter.frames``).
-#: Codes of the ``ErrorCodes`` table stay far below it.
-NONTERM = 1 << 24
-
 #: Light loops with more than this many levels of loops in them (``regions.loop_height``) are frames
 #: (``Emitter.frames``). Why not all of them: XLA:CPU compiles the innermost levels of a nest, as
 #: long as they access under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's
@@ -68,37 +73,6 @@ NONTERM = 1 << 24
 #: which XLA copies); above them every distinct kernel is compiled on its own, and only frames keep
 #: the checks of a nest one kernel. About eight levels of a plain nest fit.
 FRAME_HEIGHT = 8
-
-
-class ErrorCodes:
-    """Error word codes -> (kind, message). Shared by every trace of one compiled plan, so a code
-    read back after a run names the op that failed. Kinds: ``kernel``, ``nonterm``, ``overflow``,
-    ``underflow``, and ``unrecorded`` (a positional stack pushed away from its position: never raised,
-    the fused attempt runs again with index records, see ``plan.positional_stacks``). Codes below
-    ``NONTERM`` index a table of (kind, message); codes from it up name a light loop that ran out of
-    iterations (``loops``)."""
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[str, str]] = []
-        self._index: dict[tuple[str, str], int] = {}
-        #: loop number -> message, for the codes from ``NONTERM`` up
-        self.loops: dict[int, str] = {}
-
-    def code(self, kind: str, message: str) -> int:
-        k = (kind, message)
-        if k not in self._index:
-            self.entries.append(k)
-            self._index[k] = len(self.entries)
-        return self._index[k]
-
-    def name_loop(self, number: int, message: str) -> None:
-        """The message of the nonterm code ``NONTERM + number``."""
-        self.loops[number] = message
-
-    def lookup(self, code: int) -> tuple[str, str]:
-        if code >= NONTERM:
-            return "nonterm", self.loops[code - NONTERM]
-        return self.entries[code - 1]
 
 
 def stack_key(h: Handle) -> str:
@@ -1349,162 +1323,6 @@ class HoistConflict(Exception):
     them in."""
 
 
-def _safe_operand(n: Node) -> bool:
-    """Whether an integer ``Div``/``FloorMod`` divides by a constant without zeros, or an integer
-    ``Pow`` raises to a constant without negatives: its check then holds when traced and writes
-    nothing (``lowering._holds``)."""
-    c = n.inputs[1].node
-    while c.op in ("Identity", "Enter"):  # (a constant made outside the loop enters it)
-        c = c.inputs[0].node
-    if c.op != "Const":
-        return False
-    v = np.asarray(c.attrs.get("value"))
-    return bool(np.all(v >= 0)) if n.op == "Pow" else bool(np.all(v != 0))
-
-
-def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
-    """``(j, bound)`` when loop ``r``'s header is one ``Less(counter, bound)`` on loop variable ``j``,
-    a counter (``counters``), beside constants (``i < 10`` makes its 10 in the header), alone or
-    and-ed with ``True`` (``_bound_test``): in every body
-    that runs, the counter is below ``bound`` and no lower than where it started (``fast.ranges``).
-    ``None`` for any other loop."""
-    less = _bound_test(r.loop_cond.inputs[0])
-    test = r.loop_cond.inputs[0].node
-    if less is None or not all(it is less or it is test or (isinstance(it, Node) and it.op == "Const")
-                               for it in r.header):
-        return None
-    count, bound = less.inputs
-    for j in counters(r):
-        if count.node is r.loop_vars[j][1] and count.index == 0:
-            return j, bound
-    return None
-
-
-def _bound_test(t: Tensor) -> Optional[Node]:
-    """The ``Less`` node that alone decides predicate ``t``: ``t`` itself, or one side of a
-    ``LogicalAnd`` whose other side is the constant ``True`` (``while_loop`` with
-    ``maximum_iterations`` and a condition that is always true, as every backward loop of a
-    gradient is: ``counter < trip_count and True``). ``None`` for any other predicate."""
-    n = t.node
-    if t.index != 0:
-        return None
-    if n.op == "LogicalAnd":
-        a, b = n.inputs
-        for less, other in ((a, b), (b, a)):
-            c = other.node
-            if less.index == 0 and less.node.op == "Less" and c.op == "Const" \
-                    and np.asarray(c.attrs.get("value")).shape == () and bool(c.attrs["value"]) is True:
-                return less.node
-        return None
-    return n if n.op == "Less" else None
-
-
-def counter_merges(r: WhileRegion) -> frozenset[int]:
-    """The ids of the counter Merges of ``r`` and of the loops nested in it whose headers bound them
-    (``bounded_counter``): the indices computed from these may be proved in range while tracing."""
-    out = set()
-    for w in walk([r]):
-        if isinstance(w, WhileRegion):
-            found = bounded_counter(w)
-            if found is not None:
-                out.add(w.loop_vars[found[0]][1].id)
-    return frozenset(out)
-
-
-def fresh_writes(r: WhileRegion) -> list[tuple[int, Node]]:
-    """``(j, write)`` for each loop variable ``j`` of ``r`` whose next value is its own value written
-    once, by ``write``, at a slot that moves with the loop's bounded counter (``bounded_counter``):
-    the counter itself, or the counter plus or minus values known when tracing (a scan's ``i``, a
-    reversed scan's ``n - 1 - i``). No two bodies write one slot, so the write is the slot's first
-    when no slot of its range was written before the loop (``ranges.first_write``)."""
-    found = bounded_counter(r)
-    if found is None:
-        return []
-    counter = r.loop_vars[found[0]][1]
-    return [(j, w) for j, w in own_writes(r) if _moves_with(r, w.inputs[1], counter)]
-
-
-def own_writes(r: WhileRegion) -> list[tuple[int, Node]]:
-    """``(j, write)`` for each loop variable ``j`` of ``r`` whose next value is its own value (read
-    through its Switch) written once, by ``write``: a scan's or a map's output TensorArray."""
-    out = []
-    for j, (_, m, nx, _, _) in enumerate(r.loop_vars):
-        w = _through_identities(nx.inputs[0]).node
-        if w.op == "TensorArrayWrite" and body_value(r, w.inputs[0], m):
-            out.append((j, w))
-    return out
-
-
-def _through_identities(t: Tensor) -> Tensor:
-    while t.node.op == "Identity":
-        t = t.node.inputs[0]
-    return t
-
-
-def body_value(r: WhileRegion, t: Tensor, m: Node) -> bool:
-    """Whether ``t`` is the value in loop ``r``'s body of its loop variable ``m`` (a Merge): the true
-    output of the loop's Switch on it, through Identities."""
-    t = _through_identities(t)
-    sw = t.node
-    return sw in r.switches and t.index == 1 and sw.inputs[0].node is m and sw.inputs[0].index == 0
-
-
-def _moves_with(r: WhileRegion, t: Tensor, counter: Node, depth: int = 0) -> bool:
-    """Whether ``t`` is loop ``r``'s ``counter`` (a Merge, read in the body) moved by Add and Sub of
-    values known when tracing: a different value in every body."""
-    if depth > 16:
-        return False
-    if body_value(r, t, counter):
-        return True
-    n = _through_identities(t).node
-    if n.op == "Add" or n.op == "Sub":
-        a, b = n.inputs
-        if _moves_with(r, a, counter, depth + 1):
-            return from_counter(b, frozenset())
-        return _moves_with(r, b, counter, depth + 1) and from_counter(a, frozenset())
-    return False
-
-
-def counted_bound(r: WhileRegion) -> Optional[tuple[Node, int]]:
-    """The invariant Enter (or the header's constant) that gives loop ``r`` its bound, and where its
-    counter starts, when ``r`` is *counted*: its header is one ``Less(counter, bound)``, the counter
-    an int32 loop variable entered as a constant ``start >= 0`` and advanced by 1 (``counters``),
-    the bound a value entered unchanged (``is_constant``) or a constant. Such a loop runs exactly
-    ``max(bound, start) - start`` bodies (a fold without an initializer starts at 1). ``None`` for
-    any other loop. (Whether its check may be hoisted also depends on what else can fail in it:
-    ``cannot_fail``, which also keeps out gradient stacks that are neither counted nor held.)"""
-    found = bounded_counter(r)
-    if found is None:
-        return None
-    j, bound = found
-    fixed = bound.node in r.invariants or bound.node.op == "Const"
-    inv = bound.node if bound.index == 0 and fixed else None
-    start = r.loop_vars[j][0].inputs[0].node
-    if inv is None or start.op != "Const" or np.asarray(start.attrs.get("value")).shape != () \
-            or int(start.attrs["value"]) < 0:
-        return None
-    return inv, int(start.attrs["value"])
-
-
-#: ops whose lowering never writes the error word (whatever the shapes their rule accepts), and ops
-#: that do on integers only (integer division and modulo by zero, a negative integer power): a nest
-#: made only of these has no error to order against its loops' bounds (``Emitter._counted_chain``).
-#: (A shape that a rule refuses while the nest is traced writes the word of any op: the nest is then
-#: traced again without hoisting, ``HoistConflict``.)
-NEVER_FAIL = frozenset({
-    "Const", "Identity", "NoOp", "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
-    "Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square", "Relu", "Tanh", "Sigmoid",
-    "Exp", "Log", "Sqrt", "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
-    "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "MatMul", "Transpose", "ExpandDims", "Concat",
-    "Pack", "Reshape", "Sum", "Mean", "StopGradient", "ZerosLike", "OnesLike", "Shape", "Size",
-    "BroadcastLike", "SumToLike", "TensorArraySize", "TensorArrayUnstack", "TensorArrayNew",
-    "TensorArrayStackOrZeros", "VarHandle", "ReadVariable",
-})
-FLOAT_ONLY_FAIL = frozenset({"Div", "FloorMod", "Pow"})
-#: the TensorArray ops that index a slot (``lowering._ta_index``): they write no check for an
-#: index proved in range
-TA_INDEXED = frozenset({"TensorArrayRead", "TensorArrayWrite", "TensorArrayReadOrZeros", "TensorArrayAccumulate"})
-
 #: ops from which an inner loop's bound may be computed at the head of its nest
 #: (``Emitter._bound_at_head``): no effects, and static results from static inputs
 BOUND_OPS = frozenset({"Const", "Identity", "Shape", "Size", "GetItem", "TensorArraySize", "Add", "Sub", "Mul",
@@ -1515,28 +1333,6 @@ BOUND_DEPTH = 16
 #: the most bodies (all levels together) a hoisted nest with static bounds may run after its checks
 #: failed, instead of being skipped by a cond (``Emitter.run_light_while``)
 SMALL_NEST = 4096
-
-
-def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset(), proved: frozenset[int] = frozenset()) -> bool:
-    """Whether no node of ``nodes`` can write the error word when traced: each is in ``NEVER_FAIL``,
-    in ``FLOAT_ONLY_FAIL`` with a float result or a constant operand that cannot fail
-    (``_safe_operand``: ``i // 2``), a ``Cast`` other than float to integer (the one cast
-    that checks its values: a NaN, an infinity or a value out of the integer's range fails), or an
-    indexing whose index comes from the loop counters ``counted`` (``counter_merges``), the proved
-    pops ``proved`` and values known when tracing (``ranges.from_counter``): a TensorArray read,
-    write or accumulation (``TA_INDEXED``), or a ``GetItem``
-    whose every run-time index does (one of constant indices only fails, if at all, when traced).
-    Such an index is proved in range while tracing (``fast.ranges``), and a write proved to be its
-    slot's first (``ranges.first_write``); what the trace cannot prove (a TensorArray shorter than
-    the loop's bound, a slot written twice) is still checked, and the nest is then traced again
-    with its checks after each loop (``HoistConflict``). ``proved``: the ids of stack ops that
-    write nothing (``Emitter._proved_stack_ops``)."""
-    return all(n.op in NEVER_FAIL or n.id in proved or (n.op in FLOAT_ONLY_FAIL and (n.outputs[0].dtype.is_floating
-                                                                  or _safe_operand(n)))
-               or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
-               or (n.op in TA_INDEXED and from_counter(n.inputs[1], counted | proved))
-               or (n.op == "GetItem" and all(from_counter(t, counted | proved) for t in n.inputs[1:]))
-               for n in nodes)
 
 
 class BodyTypeError(Exception):
@@ -1560,42 +1356,3 @@ def settled(carry: Any) -> bool:
         if not special(v) and jax.typeof(v).weak_type:
             return False
     return True
-
-
-def light_header(r: WhileRegion, read_at_1: Optional[set[int]] = None) -> bool:
-    """Whether a loop's header (what computes its predicate from the loop variables) is made of
-    speculable ops only, and nothing reads a loop Merge's ``value_index``: then the header may be
-    recomputed from the loop variables wherever its values are needed, and nothing of it need be
-    carried (``Emitter.run_light_while``).
-
-    ``read_at_1``: the ids of the nodes whose output 1 some node reads (``Emitter.read_at_1``), if
-    known. Why: found from ``r.nodes``, which hold the nested loops' nodes too, the search costs a
-    nest of ``k`` loops ``k^2`` steps."""
-    if not all(isinstance(it, Node) and it.op in SPECULABLE for it in r.header):
-        return False
-    merges = {m.id for _, m, _, _, _ in r.loop_vars}
-    if read_at_1 is None:
-        read_at_1 = {t.node.id for n in r.nodes for t in n.inputs if t.index == 1}
-    return not merges & read_at_1
-
-
-def counters(r: WhileRegion) -> list[int]:
-    """The indices of the loop variables that count iterations: int32 *scalars* whose next value is
-    their own body value plus the constant 1. ``while_loop`` adds one to every loop (the paper's
-    forward counter). Started at 0, after ``k`` bodies such a counter holds ``k``, so the iteration
-    bound can test it instead of carrying a count of its own. Why the static shape ``()`` is
-    required, not assumed: a vector advanced by one (a decoder's per-row step counts, ``v + 1``) is
-    no count of iterations, and the analyses built on counters read a counter as one number."""
-    out = []
-    for j, (_, m, nx, _, _) in enumerate(r.loop_vars):
-        add = nx.inputs[0].node
-        if add.op != "Add" or len(add.inputs) != 2 or m.outputs[0].dtype.numpy != np.int32 \
-                or m.outputs[0].shape != ():
-            continue
-        src, one = add.inputs
-        if not body_value(r, src, m):
-            continue
-        if one.node.op == "Const" and np.asarray(one.node.attrs.get("value")).shape == () \
-                and int(one.node.attrs["value"]) == 1:
-            out.append(j)
-    return out

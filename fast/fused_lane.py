@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import jax
 
-from turnout.fast.guards import DEFAULT_BOUND, DISCARDED, device_oom
+from turnout.fast.guards import DEFAULT_BOUND, device_oom
 from turnout.fast.lane import (
     BOUND_ARG,
     Lane,
@@ -27,6 +27,7 @@ from turnout.fast.lane import (
     in_wide_mode,
     signature,
 )
+from turnout.fast.outcome import Raise
 from turnout.fast.packing import Packing
 from turnout.fast.plan import FusedResults
 from turnout.fast.stacks import StackValue, kept_arrays
@@ -220,9 +221,10 @@ def buffers_of(stacks: dict[Any, Any]) -> dict[Any, Any]:
 
 def fused_failure(backend: FastBackend, plan: Any, code: int) -> None:
     """After a fused lane's call set error word ``code``: its error raised, unless a stack outgrew
-    the rung (a code ``DISCARDED`` names), which returns so that the lane hands the run back."""
-    if plan.codes.lookup(code)[0] not in DISCARDED:
-        backend._raise_errors(plan, {"err": code}, 0)
+    the rung (``outcome.Discard``), which returns so that the lane hands the run back."""
+    outcome = backend._decode(plan, code, attempt=True)
+    if isinstance(outcome, Raise):
+        raise outcome.error
 
 
 def out_of_memory(plan: Any, stage: Any, e: Exception) -> None:

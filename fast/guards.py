@@ -1,5 +1,5 @@
 """What bounds and guards a compiled run: the iteration bound its loops test, the firing budget it
-refuses, the error kinds that discard a fused attempt, and XLA's out-of-memory as Turnout's error.
+refuses, and XLA's out-of-memory as Turnout's error (what the error word means is ``fast.outcome``).
 
 Why a module of its own: the backend's general path, its repeated-run routes (``fast.repeat``) and
 the partitioned executors (``turnout.devices``) all apply these rules, and each must apply them the
@@ -21,13 +21,6 @@ from turnout.session import RunOptions
 #: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
 #: iterations, not firings) leaves to max_iterations; any other budget is rejected, never ignored
 DEFAULT_MAX_FIRINGS = RunOptions.max_firings
-#: the most entries per chunk a gradient stack may grow to on the staged path
-MAX_CAPACITY = 1 << 24
-
-#: error kinds that discard a fused attempt instead of being raised: a stack outgrew (or underflowed)
-#: the attempt's capacity, or a positional stack was pushed away from its position
-DISCARDED = ("overflow", "underflow", "unrecorded")
-
 
 def iteration_bound(options: RunOptions) -> np.int32:
     """``RunOptions.max_iterations`` as the int32 argument compiled loops test (None, or more than

@@ -218,7 +218,7 @@ def _ew(fn: Callable[..., Any]) -> Rule:
 
 def _holds(ctx: LoweringContext, ok: Any, message: str) -> bool:
     """Check ``ok`` on every element, and say whether it is known to hold: a static ``ok`` (a constant
-    divisor or exponent) that holds costs nothing and writes no error word (``emit.cannot_fail``
+    divisor or exponent) that holds costs nothing and writes no error word (``facts.cannot_fail``
     counts on it), and the rule needs no guard against the values it excludes."""
     if is_static(ok):
         ok = np.all(ok)

@@ -15,7 +15,7 @@ RNN training step of ``benchmarks/run_overhead.py`` one read-back instead of two
 The tail holds the flags' bits, not their numbers: an int32 or int64 value takes them as integers,
 a float32 value as their bit patterns (``lax.bitcast_convert_type``), a float64 value as the bit
 patterns of the int64 words. A float could not hold every code as a number: loop codes start at
-2**24 (``emit.NONTERM``). Bit patterns only move (concatenation is a copy): no arithmetic flushes
+2**24 (``outcome.NONTERM``). Bit patterns only move (concatenation is a copy): no arithmetic flushes
 or rounds them.
 """
 

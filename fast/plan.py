@@ -39,8 +39,9 @@ from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import join_carry
-from turnout.fast.emit import Emitter, ErrorCodes, stack_key, stack_key_of, stack_source, var_key
+from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source, var_key
 from turnout.fast.held import held_reads
+from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.values import DEAD, TA, Handle, Static, wrap_static
 from turnout.fast.xla_options import compiler_options

@@ -99,7 +99,7 @@ def first_write(ctx: Any, n: Node, written: Optional[frozenset[int]], i: Any) ->
     """Whether the TensorArrayWrite ``n``, at index ``i`` of an array known to hold the slots
     ``written`` written (``TA.written``, ``None`` when unknown), is known to write a slot nobody
     wrote before: a constant index not among them, or a loop's one write to a loop variable at a
-    slot that moves with the loop's counter (``emit.fresh_writes``: no two bodies write one slot)
+    slot that moves with the loop's counter (``facts.fresh_writes``: no two bodies write one slot)
     whose range holds none of the slots written when the loop was entered
     (``Emitter.fresh_writes``)."""
     if is_static(i) and written is not None:
@@ -162,7 +162,7 @@ def from_counter(t: Any, merges: frozenset[int], limit: int = 16) -> bool:
     """Whether tensor ``t`` is computed by Identity, Enter, Switch, Add, Sub and constant indexing
     from the counter Merges ``merges`` (node ids) and values known when tracing (constants and
     shapes): an index that the ranges may prove in range when the nest is traced, such as a fold's
-    ``i``, ``n - 1 - i`` or ``0``. A structural guess, made before tracing (``emit.cannot_fail``);
+    ``i``, ``n - 1 - i`` or ``0``. A structural guess, made before tracing (``facts.cannot_fail``);
     what the trace cannot prove is checked as before."""
     work, steps = [t], 0
     while work:

@@ -150,7 +150,7 @@ def loop_number(program: Program, r: WhileRegion) -> int:
 
     Why pre-order: a loop's number is larger than the numbers of the loops around it, and the first
     loop of a body is numbered one more than the loop whose body it is. A nonterm error code written
-    relative to the enclosing loop (``emit.NONTERM``) is then the same constant at every level of a
+    relative to the enclosing loop (``outcome.NONTERM``) is then the same constant at every level of a
     nest, so every level's check is the same XLA kernel, compiled once.
     """
     _number_loops(program)

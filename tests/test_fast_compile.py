@@ -122,7 +122,7 @@ def _loop_region(g: tn.Graph, fetch: tn.Tensor, feeds: list[tn.Tensor]) -> Any:
 
 
 def test_a_loop_with_a_comparison_header_is_light_and_its_counters_are_found() -> None:
-    from turnout.fast.emit import counters, light_header
+    from turnout.fast.facts import counters, light_header
 
     g = tn.Graph()
     with g.as_default():
@@ -139,7 +139,7 @@ def test_a_loop_with_a_comparison_header_is_light_and_its_counters_are_found() -
 
 
 def test_a_header_that_can_fail_is_not_light() -> None:
-    from turnout.fast.emit import light_header
+    from turnout.fast.facts import light_header
 
     g = tn.Graph()
     with g.as_default():

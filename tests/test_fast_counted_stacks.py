@@ -27,7 +27,7 @@ jax = pytest.importorskip("jax")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from turnout.fast import counted_stacks as cs  # noqa: E402
-from turnout.fast import emit  # noqa: E402
+from turnout.fast import emit, facts  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
 from turnout.fast.ranges import Ranges, propagate  # noqa: E402
 
@@ -342,7 +342,7 @@ def test_a_loop_bounded_by_maximum_iterations_alone_is_counted(n: int) -> None:
                              maximum_iterations=n)
     program = functionalize(g, [v], [x])
     (loop,) = [it for it in program.items if isinstance(it, emit.WhileRegion)]
-    assert emit.counted_bound(loop) is not None
+    assert facts.counted_bound(loop) is not None
     for mi in (5, 2):
         outcomes = []
         for backend in ("fast", "reference"):

@@ -4,7 +4,7 @@ names the loop that ran over.
 Why count kernels: XLA:CPU compiles every *distinct* fused computation to machine code of its own
 (identical ones share one), and each costs milliseconds. A check that writes a different constant at
 every level of a nest (a nonterm code naming the loop by an absolute number) made an ``n``-deep nest
-``n`` kernels, the larger part of its compile time. ``emit.NONTERM`` codes count from the enclosing
+``n`` kernels, the larger part of its compile time. ``outcome.NONTERM`` codes count from the enclosing
 loop, so every level's check is the same kernel. A kernel count is exact where a timing is noise
 (timings: ``benchmarks/compile_time.py``).
 """
@@ -22,9 +22,10 @@ import turnout as tn
 
 jax = pytest.importorskip("jax")
 
-from turnout.fast import emit  # noqa: E402
-from turnout.fast.emit import FRAME_HEIGHT, NONTERM, Emitter, ErrorCodes  # noqa: E402
+from turnout.fast import emit, facts  # noqa: E402
+from turnout.fast.emit import FRAME_HEIGHT, Emitter  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
+from turnout.fast.outcome import NONTERM, ErrorCodes  # noqa: E402
 from turnout.fast.regions import WhileRegion, key, loop_height, loop_number, walk  # noqa: E402
 
 
@@ -186,7 +187,7 @@ def test_a_type_error_while_tracing_a_loop_body_surfaces(monkeypatch: pytest.Mon
 
         _, y = tn.while_loop(cond, lambda i, v: (i + 1, tn.tanh(v) + x), [tn.constant(0), tn.constant(0.0)])
     (loop,) = [r for r in walk(functionalize(g, [y], {x: 1.0, n: 3}).items) if isinstance(r, WhileRegion)]
-    assert emit.light_header(loop) is light
+    assert facts.light_header(loop) is light
     monkeypatch.setattr(Emitter, "run_items", faulty)
     with pytest.raises(TypeError, match="a fault of the emitter"):
         tn.Session(g, backend="fast").run(y, {x: 1.0, n: 3})

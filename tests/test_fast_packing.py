@@ -20,7 +20,7 @@ import pytest
 
 import turnout as tn
 from turnout.fast import packing
-from turnout.fast.emit import NONTERM
+from turnout.fast.outcome import NONTERM
 
 DTYPES = [tn.int32, tn.int64, tn.float32, tn.float64]
 

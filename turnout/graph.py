@@ -18,25 +18,17 @@ import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from turnout import dtypes as _dt
+from turnout import primitives
 from turnout import shapes as _sh
 from turnout.errors import GraphBuildError, NotFoundError, describe_node
+from turnout.shape_rules import check_merge_input, infer
+from turnout.specs import TensorSpec
 
 if TYPE_CHECKING:
     from turnout.control_flow.contexts import ControlFlowContext
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Static type of a tensor. For TensorArray values, elem_* describe the elements."""
-
-    dtype: _dt.DType
-    shape: _sh.Shape
-    elem_dtype: Optional[_dt.DType] = None
-    elem_shape: _sh.Shape = None
 
 
 class _PendingBackEdge:
@@ -465,9 +457,6 @@ class Graph:
         Inside a ``cond`` branch or ``while_loop`` body, inputs from outside are *captured* first
         (routed through Switch, or entered as loop invariants) so every node's inputs share its frame.
         """
-        from turnout import primitives
-        from turnout.shape_rules import infer
-
         primitives.get(op)
         attrs = dict(attrs or {})
         ctx = self._context
@@ -525,8 +514,6 @@ class Graph:
         return node
 
     def _check_merge_input(self, merge: Node, t: Tensor) -> None:
-        from turnout.shape_rules import check_merge_input
-
         check_merge_input(merge, t)
 
     # ---- lookup ----------------------------------------------------------------------------------

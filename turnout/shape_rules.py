@@ -9,15 +9,18 @@ DTypeError with the op named.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
-from turnout.graph import Node, Tensor, TensorSpec
+from turnout.specs import TensorSpec
 from turnout.tables import registrar
+
+if TYPE_CHECKING:
+    from turnout.graph import Node, Tensor
 
 Rule = Callable[[str, Sequence[TensorSpec], dict[str, Any]], list[TensorSpec]]
 SHAPE_RULES: dict[str, Rule] = {}

@@ -4,8 +4,8 @@
 ``memory_report(graph)`` lists what the gradient stacks of each loop hold per iteration, and
 ``memory_report(session)`` what the last run held per loop and device.
 Modules: ``rules`` (one gradient rule per primitive), ``control_flow`` (conds and loops as whole
-constructs), ``stacks`` (StackNew / StackPush / StackPop and the sync variable), ``core`` (the
-reverse-mode walk), ``memory`` (the report).
+constructs), ``stacks`` (StackNew / StackPush / StackPop and the sync variable), ``grads`` (the values they
+pass: gradient contributions and frames), ``core`` (the reverse-mode walk), ``memory`` (the report).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any, Optional
 from turnout import nest, ops, shapes
 from turnout.arguments import checked
 from turnout.errors import GradientError
-from turnout.gradients.core import Backward, Grads, key
+from turnout.gradients.core import Backward
+from turnout.gradients.grads import Grads, key
 from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
 from turnout.gradients.rules import GRAD_RULES, NON_DIFFERENTIABLE
 from turnout.graph import Tensor

@@ -24,6 +24,7 @@ from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import CondInfo, WhileContext
 from turnout.control_flow.tensor_array import to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
+from turnout.gradients.grads import Frame, Grads, key
 from turnout.gradients.rules import is_differentiable_dtype
 from turnout.graph import Tensor
 
@@ -35,8 +36,6 @@ Pairs = list[tuple[Tensor, Tensor]]
 
 def cond_grad(b: Backward, info: CondInfo, dys: Sequence[Optional[Tensor]]) -> Pairs:
     """Gradients of the tensors a cond reads from outside, given those of its outputs (its Merges)."""
-    from turnout.gradients.core import Frame, Grads, key
-
     g = b.g
     live = [(i, d) for i, d in enumerate(dys) if d is not None]
     captured: dict[int, dict[Any, Tensor]] = {0: {}, 1: {}}  # branch -> key(outer x) -> Switch output
@@ -79,8 +78,6 @@ def cond_grad(b: Backward, info: CondInfo, dys: Sequence[Optional[Tensor]]) -> P
 
 def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> Pairs:
     """Gradients of a loop's initial values and invariants, given those of its Exits."""
-    from turnout.gradients.core import Frame, Grads
-
     if not w.back_prop:
         return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
     extra = b.stack_gradients(w)

@@ -17,9 +17,9 @@ from the forward cond through one more Merge (so the backward cond reads them th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from turnout import shapes as sh
 from turnout.control_flow.contexts import CondContext, CondInfo, ControlFlowContext, LoopVar, WhileContext
 from turnout.errors import GradientError, describe_node
 from turnout.gradients import stacks
+from turnout.gradients.control_flow import cond_grad, loop_grad
+from turnout.gradients.grads import Frame, Grads, Key, key
 from turnout.gradients.rules import (
     GRAD_RULES,
     NON_DIFFERENTIABLE,
@@ -39,88 +41,7 @@ from turnout.gradients.rules import (
 from turnout.graph import Graph, Node, Tensor, TensorSpec
 from turnout.shape_rules import reduced_shape
 
-Key = tuple[int, int]
 Ctx = Optional[ControlFlowContext]
-
-
-def key(t: Tensor) -> Key:
-    return (t.node.id, t.index)
-
-
-@dataclass
-class SlotGrad:
-    """The gradient of a TensorArray that is zero except at slot ``index`` (the gradient of one
-    TensorArrayRead), kept symbolic until it is summed.
-
-    Why: materialized, it is a full-size TensorArray of zeros with one slot written, and adding it to
-    an accumulator costs O(size): in a backward loop over n iterations that is O(n^2). Kept symbolic,
-    it is added into the accumulator by ``TensorArrayAccumulate`` at O(1) TensorArray work.
-    """
-
-    zeros: Callable[[], Tensor]  # a zero TensorArray of the right size and type, built where called
-    index: Tensor
-    value: Tensor
-
-
-Part = Union[Tensor, SlotGrad]
-
-
-def accumulate(acc: Tensor, p: Part) -> Tensor:
-    """``acc + p``: slotwise for a SlotGrad (in place of one slot), else ``add_grads``."""
-    if isinstance(p, SlotGrad):
-        return acc.graph.create_node("TensorArrayAccumulate", [acc, p.index, p.value],
-                                     name="gradients/ta_accumulate").outputs[0]
-    return add_grads(acc, p)
-
-
-class Grads:
-    """Gradient contributions per forward tensor; summed once, when first read."""
-
-    def __init__(self) -> None:
-        self._parts: dict[Key, list[Part]] = {}
-
-    def add(self, t: Tensor, g: Part) -> None:
-        self._parts.setdefault(key(t), []).append(g)
-
-    def total(self, t: Tensor) -> Optional[Tensor]:
-        parts = self._parts.get(key(t))
-        if not parts:
-            return None
-        if len(parts) > 1 or isinstance(parts[0], SlotGrad):
-            dense: list[Part] = [p for p in parts if not isinstance(p, SlotGrad)]
-            slots: list[SlotGrad] = [p for p in parts if isinstance(p, SlotGrad)]
-            s = dense[0] if dense else slots[0].zeros()
-            rest: list[Part] = [*dense[1:], *slots]
-            for p in rest:
-                s = accumulate(s, p)  # type: ignore[arg-type]
-            self._parts[key(t)] = [s]
-        return self._parts[key(t)][0]  # type: ignore[return-value]
-
-    def accumulate_into(self, t: Tensor, acc: Tensor) -> Tensor:
-        """``acc`` plus the gradient of ``t``, each slot gradient added in place (loop invariants)."""
-        for p in self._parts.get(key(t), []):
-            acc = accumulate(acc, p)
-        return acc
-
-
-def add_grads(a: Tensor, b: Tensor) -> Tensor:
-    """Sum two gradient contributions (slotwise for TensorArray gradients)."""
-    if a.dtype == dt.tensor_array:
-        return a.graph.create_node("TensorArrayAdd", [a, b], name="gradients/ta_add").outputs[0]
-    return ops.add(a, b)
-
-
-@dataclass
-class Frame:
-    """One forward region being differentiated, and the backward context its gradient is built in."""
-
-    kind: str  # "loop" or "cond"
-    fwd: ControlFlowContext
-    bwd: ControlFlowContext
-    info: Optional[CondInfo] = None
-    branch: int = 0
-    k: Optional[Tensor] = None  # loops: the forward iteration this backward iteration undoes
-    index: Optional[Tensor] = None  # loops: the stack index in the backward body
 
 
 @dataclass
@@ -269,8 +190,6 @@ class Backward:
     def backprop_region(self, region: Ctx, grads: Grads) -> None:
         """Reverse-mode over one region: ``grads`` holds the gradients of the region's outputs on entry
         and receives those of everything the region reads."""
-        from turnout.gradients.control_flow import cond_grad, loop_grad
-
         for u in reversed(self.units(region)):
             if u.kind == "node":
                 n = u.node

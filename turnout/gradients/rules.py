@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from turnout import dtypes as dt
 from turnout import ops
+from turnout.errors import GradientError
+from turnout.gradients.grads import SlotGrad
 from turnout.graph import Node, Tensor
 from turnout.tables import registrar
 
@@ -296,8 +298,6 @@ def _concat(b, n, dys):
     ax = n.attrs["axis"]
     rank = len(n.outputs[0].shape) if n.outputs[0].shape is not None else None
     if rank is None:
-        from turnout.errors import GradientError
-
         raise GradientError(f'Concat node "{n.name}": its gradient needs the rank of the output')
     ax = ax % rank
     out: Grads = []
@@ -353,8 +353,6 @@ def _tile(b, n, dys):
     x = _in(n, 0)
     mult = n.attrs["multiples"]
     if x.shape is None or any(d is None for d in x.shape):
-        from turnout.errors import GradientError
-
         raise GradientError(f'Tile node "{n.name}": its gradient needs the static shape of the input')
     split = [s for m, d in zip(mult, x.shape, strict=True) for s in (m, d)]
     r = ops.reshape(dys[0], split)
@@ -420,8 +418,6 @@ def _stack_pop(b, n, dys):
 @_grad("TensorArrayRead")
 def _ta_read(b, n, dys):
     ta, i = n.inputs[0], n.inputs[1]  # also serves TensorArrayReadOrZeros (ta, i, shape)
-    from turnout.gradients.core import SlotGrad
-
     # slot i gets dy, the other slots are zero: kept symbolic, so summing it costs O(1) (SlotGrad)
     return [SlotGrad(lambda: b.zeros_like(ta), b.value(i), dys[0]), None]
 

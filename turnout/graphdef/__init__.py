@@ -13,21 +13,18 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: the rule tables import the proto package only when used.
+    # Lazy: the importer and exporter (with their rule tables) load on first use.
     if name in ("import_graph_def", "ImportedGraph", "parse_graph_def", "unsupported_ops"):
         from turnout.graphdef import importer
 
-        importer._load_rules()
         return getattr(importer, name)
     if name == "SUPPORTED_OPS":
         from turnout.graphdef import importer
 
-        importer._load_rules()
         return frozenset(importer.IMPORT_RULES)
     if name in ("export_graph_def", "EXPORTABLE_PRIMITIVES"):
         from turnout.graphdef import exporter
 
-        exporter._load_rules()
         return exporter.export_graph_def if name == "export_graph_def" else frozenset(exporter.EXPORT_RULES)
     if name == "EventWriter":
         from turnout.graphdef.events import EventWriter

@@ -11,10 +11,12 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError, describe_node
 from turnout.graph import Node, Tensor
-from turnout.graphdef.exporter import EXPORT_RULES, Dt, ExportContext, Shape, Value
-from turnout.graphdef.exporter import Rule as _Rule
+from turnout.graphdef.export_context import Dt, ExportContext, Shape, Value
+from turnout.graphdef.export_context import Rule as _Rule
 from turnout.tables import registrar
 
+#: Turnout primitive -> export rule
+EXPORT_RULES: dict[str, _Rule] = {}
 _rule = registrar(EXPORT_RULES)
 Outs = Sequence[str]
 

@@ -14,11 +14,14 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
+from turnout.graphdef import protos
 from turnout.graphdef.flows import gradient_flow_start
-from turnout.graphdef.importer import IMPORT_RULES, Bundle, ImportContext, RangeMarker, Value
-from turnout.graphdef.importer import Rule as _Rule
+from turnout.graphdef.import_context import Bundle, ImportContext, RangeMarker, Value, strided_slice_index
+from turnout.graphdef.import_context import Rule as _Rule
 from turnout.tables import registrar
 
+#: TensorFlow op name -> import rule
+IMPORT_RULES: dict[str, _Rule] = {}
 _rule = registrar(IMPORT_RULES)
 Outs = Sequence[Value]
 
@@ -39,8 +42,6 @@ def _const(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 
 def protos_value(ctx: ImportContext) -> np.ndarray:
-    from turnout.graphdef import protos
-
     return protos.tensor_to_numpy(ctx.attr("value"), ctx.where())
 
 
@@ -373,21 +374,6 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 
 # ---- strided slices -------------------------------------------------------------------------------
-def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strides: Sequence[int]) -> tuple[Any, ...]:
-    """The numpy index of a StridedSlice (masks decoded); entries of begin/end may be tensors."""
-    from turnout.graphdef import protos
-
-    a = {k: int(protos.attr(nd, k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
-                                                   "shrink_axis_mask")}
-    if a["ellipsis_mask"] or a["new_axis_mask"]:
-        raise UnsupportedError(f'StridedSlice node "{nd.name}": ellipsis and new-axis masks are not supported')
-    key: list[Any] = []
-    for i, (b, e, s) in enumerate(zip(begin, end, strides)):
-        if a["shrink_axis_mask"] >> i & 1:
-            key.append(b)
-        else:
-            key.append(slice(None if a["begin_mask"] >> i & 1 else b, None if a["end_mask"] >> i & 1 else e, s))
-    return tuple(key)
 
 
 def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
@@ -458,8 +444,6 @@ def _var_node(ctx: ImportContext, tname: str) -> Any:
 
 
 def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
-    from turnout.graphdef import protos
-
     return {"dtype": protos.tf_dtype(protos.attr(vnd, "dtype"), vnd.name).name, "shape": protos.attr(vnd, "shape")}
 
 

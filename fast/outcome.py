@@ -1,0 +1,189 @@
+"""What a compiled call's error word means, and what its caller does next: one decoder.
+
+A compiled call cannot raise, so it returns an int32 *error word*: 0 when every check held, else the
+code of the first check that failed. The codes are given out while the program is traced
+(``ErrorCodes``: one table per compiled plan, so a code read back names the op that failed); codes
+from ``NONTERM`` up name a light loop that ran out of iterations.
+
+Every route that calls compiled code (the one-device backend's stages, its fused attempt and Direct
+call, their lanes, the partitioned executor, the SPMD tier) reads the word the same way: ``decode``
+turns it into an *outcome*, a value saying what to do next:
+
+- ``Ok``: every check held;
+- ``Retry(capacity)``: a gradient stack outgrew its chunk: run again with ``capacity`` entries;
+- ``Discard``: an attempt (the fused stage) cannot finish the run at its capacity: the caller runs the
+  stages instead, re-recording every stack first where ``rerecord`` says so;
+- ``Raise(error)``: the error the interpreters raise for the same mistake (``KernelError``,
+  ``NonTerminationError``), or the ``KernelError`` saying that the stacks need more than
+  ``MAX_CAPACITY`` entries.
+
+Why one decoder: each route used to read the word itself, and a kind handled on one route and not on
+another raised a different error for the same program. Where the layer that decides cannot return
+the outcome (a stage deep inside a staged run, a chunk of a driven loop) ``enforce`` raises it, a
+retry as ``StacksOutgrown``, the one exception that steers a run; the loop that sizes the stacks
+catches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from turnout.errors import KernelError, NonTerminationError, TurnoutError
+
+#: Error word values from ``NONTERM`` up say that a light loop (``Emitter.run_light_while``) ran out
+#: of iterations: ``NONTERM + number`` names the loop by its ``regions.loop_number`` once the word has
+#: left every loop; inside a loop's body the number is counted from that loop's (``Emitter.frames``).
+#: Codes of the ``ErrorCodes`` table stay far below it.
+NONTERM = 1 << 24
+
+#: the most entries per chunk a gradient stack may grow to (on every route) before outgrowing it is
+#: an error
+MAX_CAPACITY = 1 << 24
+
+#: error kinds that discard an attempt instead of being raised: a stack outgrew (or underflowed) the
+#: attempt's capacity, or a positional stack was pushed away from its position
+DISCARDED = frozenset({"overflow", "underflow", "unrecorded"})
+
+
+class ErrorCodes:
+    """Error word codes -> (kind, message). Shared by every trace of one compiled plan, so a code
+    read back after a run names the op that failed. Kinds: ``kernel``, ``nonterm``, ``overflow``,
+    ``underflow``, and ``unrecorded`` (a positional stack pushed away from its position: never raised,
+    the fused attempt runs again with index records, see ``plan.positional_stacks``). Codes below
+    ``NONTERM`` index a table of (kind, message); codes from it up name a light loop that ran out of
+    iterations (``loops``)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str]] = []
+        self._index: dict[tuple[str, str], int] = {}
+        #: loop number -> message, for the codes from ``NONTERM`` up
+        self.loops: dict[int, str] = {}
+
+    def code(self, kind: str, message: str) -> int:
+        """The code of a check of ``kind`` failing with ``message`` (the same code for the same pair)."""
+        k = (kind, message)
+        if k not in self._index:
+            self.entries.append(k)
+            self._index[k] = len(self.entries)
+        return self._index[k]
+
+    def name_loop(self, number: int, message: str) -> None:
+        """The message of the nonterm code ``NONTERM + number``."""
+        self.loops[number] = message
+
+    def lookup(self, code: int) -> tuple[str, str]:
+        """The (kind, message) of a nonzero code."""
+        if code >= NONTERM:
+            return "nonterm", self.loops[code - NONTERM]
+        return self.entries[code - 1]
+
+
+@dataclass(frozen=True)
+class Ok:
+    """Every check of the call held."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A gradient stack outgrew its chunk: run again, from the start, with ``capacity`` entries."""
+
+    capacity: int
+
+
+@dataclass(frozen=True)
+class Discard:
+    """An attempt cannot finish the run at its capacity: nothing of it is kept, and the caller runs the
+    stages. ``rerecord``: a positional stack was pushed away from its position, so every stack of
+    the plan records its indices from now on (``FastBackend._record_every_stack``)."""
+
+    rerecord: bool = False
+
+
+@dataclass(frozen=True)
+class Raise:
+    """The run fails with ``error``, the one the interpreters raise for the same mistake.
+    ``outgrown``: the error is that the stacks need more than ``MAX_CAPACITY`` entries (``larger``)."""
+
+    error: TurnoutError
+    outgrown: bool = False
+
+
+Outcome = Union[Ok, Retry, Discard, Raise]
+OK = Ok()
+
+
+def larger(capacity: int, who: str, unit: str = " per chunk") -> Union[Retry, Raise]:
+    """The outcome of stacks that outgrew ``capacity``: twice the room, or, past ``MAX_CAPACITY``, the
+    ``KernelError`` naming ``who`` (the route: ``"fast backend"``, ``"SPMD tier"``...)."""
+    if capacity * 2 > MAX_CAPACITY:
+        return Raise(KernelError(f"{who}: a gradient stack needs more than {MAX_CAPACITY} entries{unit}"), True)
+    return Retry(capacity * 2)
+
+
+def decode(codes: ErrorCodes, code: int, *, capacity: int, who: str, moved: int = 0, attempt: bool = False,
+           unit: str = " per chunk") -> Outcome:
+    """What error word ``code`` of a call of the plan whose table is ``codes`` means.
+
+    ``capacity``: the entries per chunk the call's stacks had; ``moved``: stack chunks moved out of
+    the device during the run (a stack that ran empty after that is short of what was moved, not
+    wrong); ``attempt``: the call was a fused attempt, which a stack outgrowing it discards instead of
+    retrying. ``who`` and ``unit`` word the error of stacks past ``MAX_CAPACITY`` (``larger``).
+
+    As plain Python::
+
+        if code == 0: return Ok()
+        kind, message = codes.lookup(code)
+        if attempt and kind in DISCARDED: return Discard(rerecord=kind == "unrecorded")
+        if kind == "overflow" or (kind == "underflow" and moved): return larger(capacity, who)
+        return Raise(NonTerminationError(message) if kind == "nonterm" else KernelError(message))
+    """
+    if not code:
+        return OK
+    kind, message = codes.lookup(code)
+    if attempt and kind in DISCARDED:
+        return Discard(rerecord=kind == "unrecorded")
+    # A nested loop's stack outgrew its chunk (overflow), or was swapped out at a point its backward
+    # loop could not refill (underflow after moves): run again with a larger capacity.
+    if kind == "overflow" or (kind == "underflow" and moved):
+        return larger(capacity, who, unit)
+    if kind == "nonterm":
+        return Raise(NonTerminationError(message))
+    return Raise(KernelError(message))
+
+
+def first(outcomes: Sequence[Outcome]) -> Outcome:
+    """The outcome of a call with several error words (one per device, in code order): stacks that
+    outgrew their buffer on any device decide (a ``Retry``, or past ``MAX_CAPACITY`` its error), else
+    the first word's outcome; ``Ok`` for none."""
+    for o in outcomes:
+        if isinstance(o, Retry) or (isinstance(o, Raise) and o.outgrown):
+            return o
+    return outcomes[0] if outcomes else OK
+
+
+class StacksOutgrown(Exception):
+    """A ``Retry`` raised through the layers of a run that cannot return it (a stage of a staged run,
+    a chunk of a driven loop, a segment of a partitioned run) to the loop that sizes the stacks."""
+
+    def __init__(self, retry: Retry) -> None:
+        super().__init__(f"stacks outgrew their chunk: run again with {retry.capacity} entries")
+        self.retry = retry
+
+
+def enforce(outcome: Outcome) -> None:
+    """Act on ``outcome`` where the caller cannot return it: nothing for ``Ok``, its error for
+    ``Raise``, ``StacksOutgrown`` for ``Retry``. A ``Discard`` comes only from an attempt, whose caller
+    returns it: here it is a fault of ours."""
+    if isinstance(outcome, Ok):
+        return
+    if isinstance(outcome, Raise):
+        raise outcome.error
+    if isinstance(outcome, Retry):
+        raise StacksOutgrown(outcome)
+    raise AssertionError(f"an attempt's outcome {outcome!r} reached a stage that cannot discard")
+
+
+__all__ = ["DISCARDED", "MAX_CAPACITY", "NONTERM", "OK", "Discard", "ErrorCodes", "Ok", "Outcome", "Raise", "Retry",
+           "StacksOutgrown", "decode", "enforce", "first", "larger"]

@@ -1,0 +1,221 @@
+"""What an import rule sees (``ImportContext``: the graph being built, the NodeDefs, constant folding
+over them, the flow labels) and the values it passes (``Bundle``, ``RangeMarker``).
+
+Why a module of its own: the rules (``import_rules``, one per TensorFlow op name) build Turnout nodes
+through the context, and the driver (``importer``) makes the context and calls the rules; kept here,
+the context imports neither. Constant folding lives with it, since the context folds on demand
+(``ImportContext.static``), StridedSlice's masks included (``strided_slice_index``, which its rule uses
+too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import UnsupportedError
+from turnout.graph import Graph, Node, Tensor
+from turnout.graphdef import protos
+from turnout.graphdef.flows import FlowAnalysis, tensor_name
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Several Turnout tensors standing for one TensorFlow tensor (a LIFO stack: its keyed stack and
+    its depth counter). Pass-through ops apply to each part."""
+
+    parts: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class RangeMarker:
+    """``Range(start, limit, delta)`` with run-time bounds: Turnout has no such op, so it is kept
+    symbolic and accepted only where its meaning is a whole prefix (TensorArray gather / scatter)."""
+
+    start: Any
+    limit: Any
+    delta: Any
+    limit_node: str
+
+
+Value = Any  # Tensor | Bundle | RangeMarker | None (or BACK_EDGE for a Merge input not yet built)
+Rule = Callable[["ImportContext", Any, list[Value]], Sequence[Value]]
+
+class ImportContext:
+    """What a rule sees while its NodeDef is imported: the graph, the node's control inputs, constant
+    folding over the GraphDef, the flow labels, and ``create`` (which names and wires Turnout nodes)."""
+
+    def __init__(self, graph: Graph, nodes: dict[str, Any], flows: FlowAnalysis, prefix: str) -> None:
+        self.graph = graph
+        self.nodes = nodes
+        self.flows = flows
+        self.prefix = prefix
+        self.values: dict[str, Value] = {}  # TF tensor name -> imported value
+        self.control: dict[str, Node] = {}  # TF node name -> the Turnout node a control edge waits for
+        self.back_edges: list[tuple[Node, int, str]] = []
+        self.node: Any = None
+        self.created: list[Node] = []
+        self._static: dict[str, Optional[np.ndarray]] = {}
+
+    # ---- building --------------------------------------------------------------------------------
+    def ctrl_inputs(self) -> list[Node]:
+        return [self.control[i[1:]] for i in self.node.input if i.startswith("^") and i[1:] in self.control]
+
+    def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
+               suffix: Optional[str] = None, control: Optional[Sequence[Node]] = None) -> Node:
+        """A Turnout node for the current NodeDef. The last node a rule creates carries the NodeDef's
+        name; helpers get ``<name>/_tn/<suffix>``. Every node gets the NodeDef's control inputs."""
+        name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
+        ctrl = list(self.ctrl_inputs()) if control is None else list(control)
+        for t in inputs:
+            if isinstance(t, (Bundle, RangeMarker)) or t is None:
+                raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
+        with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
+            n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl)
+        self.created.append(n)
+        return n
+
+    def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
+        """A constant in the frame of ``anchors`` (tensors or nodes): TensorFlow puts a constant into a
+        loop frame by a control edge from a node of that frame, and so does this."""
+        arr = np.asarray(value)
+        ctrl = self.ctrl_inputs() + [a.node if isinstance(a, Tensor) else a for a in anchors
+                                     if isinstance(a, (Tensor, Node))]
+        return self.create("Const", [], {"value": arr, "dtype": dt.as_dtype(arr.dtype).name}, suffix=suffix,
+                           control=ctrl).outputs[0]
+
+    def where(self) -> str:
+        return f'{self.node.op} node "{self.node.name}"'
+
+    @staticmethod
+    def describe(v: Any) -> str:
+        if isinstance(v, Bundle):
+            return "a TensorFlow stack handle"
+        if isinstance(v, RangeMarker):
+            return "a Range with run-time bounds (supported only as TensorArray gather/scatter indices)"
+        return "an output TensorFlow defines but the importer does not produce"
+
+    # ---- attributes and constant folding ---------------------------------------------------------
+    def attr(self, key: str, default: Any = None) -> Any:
+        return protos.attr(self.node, key, default)
+
+    def dtype(self, key: str = "T") -> dt.DType:
+        return protos.tf_dtype(self.attr(key), self.where())
+
+    def data_inputs(self, nd: Any = None) -> list[str]:
+        nd = nd if nd is not None else self.node
+        return [tensor_name(i) for i in nd.input if not i.startswith("^")]
+
+    def static(self, tname: str) -> Optional[np.ndarray]:
+        """The value of a TensorFlow tensor when it is known at import time, else None."""
+        tname = tensor_name(tname)
+        if tname not in self._static:
+            self._static[tname] = None  # cycles (loops) are not constant
+            self._static[tname] = _fold(self, tname)
+        return self._static[tname]
+
+    def static_int_list(self, tname: str, what: str) -> list[int]:
+        v = self.static(tname)
+        if v is None:
+            raise UnsupportedError(f"{self.where()}: {what} ({tname}) must be known when importing; "
+                                   "Turnout takes it as a static attribute")
+        return [int(x) for x in np.ravel(v)]
+
+    def spec_shape(self, tname: str) -> Optional[tuple[Any, ...]]:
+        v = self.values.get(tensor_name(tname))
+        return v.shape if isinstance(v, Tensor) else None
+
+
+# ---- constant folding ------------------------------------------------------------------------------
+_FOLD: dict[str, Optional[Callable[..., Any]]] = {
+    "Identity": lambda x: x, "Snapshot": lambda x: x, "StopGradient": lambda x: x,
+    "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "Maximum": np.maximum,
+    "Minimum": np.minimum, "FloorDiv": np.floor_divide, "FloorMod": np.mod, "Neg": np.negative,
+    "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
+    "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
+}
+
+
+def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
+    node_name, _, idx = tname.rpartition(":")
+    nd = ctx.nodes.get(node_name)
+    if nd is None:
+        return None
+    op = nd.op
+    if op == "Const":
+        return protos.tensor_to_numpy(protos.attr(nd, "value"), f'Const node "{nd.name}"')
+    if op in ("Enter", "RefEnter") and protos.attr(nd, "is_constant", False):
+        return ctx.static(ctx.data_inputs(nd)[0])
+    if op in ("Shape", "Size", "Rank"):
+        shp = ctx.spec_shape(ctx.data_inputs(nd)[0])
+        if shp is None or (op != "Rank" and any(d is None for d in shp)):
+            return None
+        out = {"Shape": np.asarray(shp, np.int32), "Size": np.asarray(int(np.prod(shp)), np.int32),
+               "Rank": np.asarray(len(shp), np.int32)}[op]
+        return out.astype(np.int64) if protos.attr(nd, "out_type") == 9 else out
+    if op not in _FOLD:
+        return None
+    ins = [ctx.static(t) for t in ctx.data_inputs(nd)]
+    if any(v is None for v in ins):
+        return None
+    vals: list[np.ndarray] = ins  # type: ignore[assignment]
+    try:
+        if op == "Pack":
+            return np.stack(vals, axis=protos.attr(nd, "axis", 0))
+        if op == "ConcatV2":
+            return np.concatenate(vals[:-1], axis=int(vals[-1]))
+        if op == "Range":
+            return np.arange(int(vals[0]), int(vals[1]), int(vals[2])).astype(vals[0].dtype)
+        if op == "Cast":
+            return vals[0].astype(protos.tf_dtype(protos.attr(nd, "DstT"), op).numpy)
+        if op == "Fill":
+            return np.full([int(d) for d in vals[0]], vals[1])
+        if op == "Reshape":
+            return vals[0].reshape([int(d) for d in vals[1]])
+        if op == "Prod":
+            return np.prod(vals[0], axis=tuple(np.ravel(vals[1]).tolist()),
+                           keepdims=bool(protos.attr(nd, "keep_dims", False))).astype(vals[0].dtype)
+        if op == "StridedSlice":
+            key = strided_slice_index(nd, [int(x) for x in vals[1]], [int(x) for x in vals[2]],
+                                      [int(x) for x in vals[3]])
+            return np.asarray(vals[0][key])
+        if op == "BroadcastGradientArgs":
+            return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
+        fn = _FOLD[op]
+        return None if fn is None else np.asarray(fn(*vals))
+    except (ValueError, IndexError, TypeError):
+        return None
+
+
+def broadcast_gradient_args(s0: Any, s1: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The axes along which each operand of a broadcasting binary op was broadcast (its gradient
+    is summed over them), as TensorFlow's BroadcastGradientArgs computes them."""
+    a, b = [int(x) for x in s0], [int(x) for x in s1]
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    r0 = [i for i in range(n) if a[i] == 1 and b[i] != 1]
+    r1 = [i for i in range(n) if b[i] == 1 and a[i] != 1]
+    return np.asarray(r0, np.int32), np.asarray(r1, np.int32)
+
+
+def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strides: Sequence[int]) -> tuple[Any, ...]:
+    """The numpy index of a StridedSlice (masks decoded); entries of begin/end may be tensors."""
+    a = {k: int(protos.attr(nd, k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                                   "shrink_axis_mask")}
+    if a["ellipsis_mask"] or a["new_axis_mask"]:
+        raise UnsupportedError(f'StridedSlice node "{nd.name}": ellipsis and new-axis masks are not supported')
+    key: list[Any] = []
+    for i, (b, e, s) in enumerate(zip(begin, end, strides)):
+        if a["shrink_axis_mask"] >> i & 1:
+            key.append(b)
+        else:
+            key.append(slice(None if a["begin_mask"] >> i & 1 else b, None if a["end_mask"] >> i & 1 else e, s))
+    return tuple(key)
+
+
+__all__ = ["Bundle", "ImportContext", "RangeMarker", "Rule", "Value", "broadcast_gradient_args",
+           "strided_slice_index"]
