@@ -37,6 +37,8 @@ when a program is traced, and a lane never traces.
 
 from __future__ import annotations
 
+import hashlib
+import linecache
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional
@@ -159,11 +161,22 @@ def compile_lane(backend: FastBackend, source: str, sig: Signature, call: Any, b
         env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
     scope = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry, "fits": _scalar_fits,
              "DeviceVariables": DeviceVariables, "home": {backend._home}, **scope}
-    exec(compile(source, "<turnout.fast.lane>", "exec"), scope)  # our own text: no user value is in it
+    filename = lane_filename(source)
+    exec(compile(source, filename, "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
     lane.version = env["version"]  # what ``Repeats.lane`` reuses it under
     lane.ahead_of_time = isinstance(call, jax.stages.Compiled)  # (else the jitted function, in 64-bit mode)
     return lane  # type: ignore[no-any-return]
+
+
+def lane_filename(source: str) -> str:
+    """The file name a lane's text is compiled under, registered with ``linecache`` so that a
+    traceback through a lane shows its lines (a generated function is otherwise a frame without
+    source). Named by the text's digest: two lanes of one text share one entry, and the entries stay
+    as few as the distinct lanes a process makes."""
+    name = f"<turnout.fast.lane {hashlib.sha1(source.encode('utf-8')).hexdigest()[:12]}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    return name
 
 
 def check_source(sig: Signature, n_vars: int) -> list[str]:

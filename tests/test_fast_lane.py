@@ -722,3 +722,22 @@ def test_a_deeply_nested_training_step_takes_a_lane_that_calls_the_jitted_functi
     assert _route(fast) == "lane" and fast.backend._deep_nesting > DEEP_NESTING
     lanes = [lane for _, lane in fast.backend.repeats.lanes.values()]
     assert lanes and not any(lane.ahead_of_time for lane in lanes)
+
+
+def test_a_lanes_text_is_registered_so_tracebacks_show_it() -> None:
+    """A lane is generated text: its file name is registered with ``linecache`` (``lane_filename``),
+    so a traceback through it shows its lines instead of a frame without source."""
+    import linecache
+
+    g, x, y = _affine()
+    sess = tn.Session(g, backend="fast")
+    for k in range(3):
+        sess.run(y, {x: np.arange(3, dtype=np.float32) + k})
+    assert _route(sess) == "lane"
+    lanes = [lane for made in sess._lanes.values() for lane, _ in made]
+    assert lanes
+    for lane in lanes:
+        code = lane.__code__
+        assert code.co_filename.startswith("<turnout.fast.lane ")
+        first = linecache.getline(code.co_filename, code.co_firstlineno)
+        assert first.lstrip().startswith("def "), first
