@@ -170,6 +170,17 @@ def test_a_string_tensor_is_listed_and_refused_by_name() -> None:
     np.testing.assert_array_equal(checkpoint.read_tf(prefix, ["w"])["w"], _expected(tensors["w"]))
 
 
+def test_a_partitioned_variable_is_listed_whole_and_refused_by_name() -> None:
+    """TensorFlow stores a partitioned Variable as an entry listing its slices plus one entry per
+    slice under encoded keys; Turnout lists the whole Variable, hides the slice keys, and refuses to
+    read it (the other tensors still read)."""
+    prefix, tensors = _fixture("partitioned")
+    assert checkpoint.list_tf(prefix) == {"emb": ("float32", (4, 2)), "w": ("float32", (2,))}
+    with pytest.raises(tn.SerializationError, match=r"'emb' is stored in slices"):
+        checkpoint.read_tf(prefix)
+    np.testing.assert_array_equal(checkpoint.read_tf(prefix, ["w"])["w"], _expected(tensors["w"]))
+
+
 # ---- sessions ------------------------------------------------------------------------------------------
 def _turnout_model() -> tuple[tn.Graph, tn.Tensor]:
     """Variables named as the fixture's, in Turnout's dtypes, and an update of two of them."""

@@ -83,6 +83,16 @@ def strings(tf: Any) -> dict[str, Any]:
     return {}
 
 
+@case
+def partitioned(tf: Any) -> dict[str, Any]:
+    """A Variable partitioned in two slices beside a whole one: Turnout lists it and refuses to read it."""
+    v1 = tf.compat.v1
+    v1.get_variable("emb", shape=[4, 2], partitioner=v1.fixed_size_partitioner(2),
+                    initializer=v1.constant_initializer(1.5))
+    v1.get_variable("w", initializer=np.array([0.25, 4.0], np.float32))
+    return {}
+
+
 def _jsonable(v: np.ndarray) -> Any:
     if v.dtype.kind == "c":
         return np.stack([v.real, v.imag], axis=-1).tolist()

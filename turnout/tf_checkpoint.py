@@ -205,8 +205,11 @@ class Entry:
     """Where a tensor lies and what it is: TensorFlow's DataType number, its shape, its data file
     (``shard``), ``offset`` and ``size`` in bytes there, and the CRC-32C of those bytes."""
 
-    def __init__(self, dtype: int, shape: tuple[int, ...], shard: int, offset: int, size: int, crc: int) -> None:
+    def __init__(self, dtype: int, shape: tuple[int, ...], shard: int, offset: int, size: int, crc: int,
+                 sliced: bool = False) -> None:
         self.dtype, self.shape, self.shard, self.offset, self.size, self.crc = dtype, shape, shard, offset, size, crc
+        #: stored in slices under other keys (a partitioned variable), which this module does not read
+        self.sliced = sliced
 
     @property
     def dtype_name(self) -> str:
@@ -216,6 +219,7 @@ class Entry:
 def _decode_entry(buf: bytes, what: str) -> Entry:
     dtype, shard, offset, size, crc = 0, 0, 0, 0, 0
     shape: tuple[int, ...] = ()
+    sliced = False
     for number, wire, value in _fields(buf, what):
         if number == 1:
             dtype = _int(value, wire, 0, 32, what, "dtype")
@@ -234,11 +238,10 @@ def _decode_entry(buf: bytes, what: str) -> Entry:
                 raise SerializationError(f"{what}: field crc32c has wire type {wire}, expected 5")
             crc = value
         elif number == 7:
-            raise SerializationError(f"{what}: the tensor is stored in slices (a partitioned variable); "
-                                     "only whole tensors are supported")
+            sliced = True
     if shard < 0 or offset < 0 or size < 0:
         raise SerializationError(f"{what}: negative shard_id, offset or size ({shard}, {offset}, {size})")
-    return Entry(dtype, shape, shard, offset, size, crc)
+    return Entry(dtype, shape, shard, offset, size, crc, sliced)
 
 
 def _decode_shape(buf: bytes, what: str) -> tuple[int, ...]:
@@ -411,6 +414,8 @@ def _index(prefix: str | os.PathLike[str]) -> tuple[str, _Header, dict[str, Entr
     header = _decode_header(items[0][1], where)
     entries: dict[str, Entry] = {}
     for key, value in items[1:]:
+        if key.startswith(b"\x00"):
+            continue  # a slice of a partitioned tensor, under TensorFlow's encoded key (never a name)
         try:
             name = key.decode("utf-8")
         except UnicodeDecodeError:
@@ -466,6 +471,9 @@ def read_tf(prefix: str | os.PathLike[str], names: Optional[Iterable[str]] = Non
 
 def _tensor(f: Any, file_size: int, path: str, name: str, e: Entry, order: Literal["<", ">"]) -> np.ndarray:
     what = f"{path}: tensor {name!r}"
+    if e.sliced:
+        raise SerializationError(f"{what} is stored in slices (a partitioned variable); only whole tensors "
+                                 "are read")
     base = TF_DTYPES.get(e.dtype)
     if base is None:
         raise SerializationError(f"{what} has dtype {e.dtype_name}, which Turnout does not read "
