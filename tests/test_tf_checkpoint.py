@@ -253,7 +253,7 @@ def test_save_with_a_name_map_writes_tensorflow_names(tmp_path: Path) -> None:
 def test_an_imported_graph_restores_under_tensorflow_names(backend: str, tmp_path: Path) -> None:
     """A GraphDef's Variables keep TensorFlow's names on import, so a checkpoint of the same model
     restores without a name map (here one TensorFlow's SGD step would also read)."""
-    pytest.importorskip("google.protobuf")
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")  # the tf extra, for the GraphDef
     data = Path(__file__).resolve().parent / "data" / "tf"
     imp = tn.import_graph_def(data / "rnn_variables.pbtxt")
     g = imp.graph
@@ -397,3 +397,19 @@ def test_tensorflow_restores_a_turnout_checkpoint(tmp_path: Path) -> None:
                 got = sess.run(v)
                 assert got.dtype == values[name].dtype, name
                 np.testing.assert_array_equal(got, values[name])
+    # a trained Turnout session's Variables, saved under their names
+    tg, train = _turnout_model()
+    s = tn.Session(tg)
+    checkpoint.restore_tf(s, _fixture("dtypes")[0])
+    s.run(train)
+    prefix = str(tmp_path / "trained" / "model")
+    checkpoint.save_tf(s, prefix)
+    g = tf.Graph()
+    with g.as_default():
+        vs = {v.name: tf.compat.v1.get_variable(v.name, initializer=np.zeros(v.shape, v.dtype.numpy))
+              for v in tg.variable_objects}
+        saver = tf.compat.v1.train.Saver()
+    with tf.compat.v1.Session(graph=g) as sess:
+        saver.restore(sess, prefix)
+        for name, v in vs.items():
+            np.testing.assert_array_equal(sess.run(v), s.run(_variable(tg, name)))
