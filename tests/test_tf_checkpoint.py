@@ -119,6 +119,15 @@ def test_big_endian_checkpoints_are_read(tmp_path: Path) -> None:
         np.testing.assert_array_equal(back[name], want)
 
 
+def test_arrays_of_either_byte_order_are_written_by_value(tmp_path: Path) -> None:
+    big = np.array([1, -2, 300], dtype=">i4")
+    tfc.write_tf(tmp_path / "m", {"big": big, "little": big.astype("<i4")})
+    back = tfc.read_tf(tmp_path / "m")
+    assert back["big"].dtype == np.int32
+    np.testing.assert_array_equal(back["big"], [1, -2, 300])
+    np.testing.assert_array_equal(back["little"], [1, -2, 300])
+
+
 def test_write_refuses_what_a_checkpoint_cannot_hold(tmp_path: Path) -> None:
     with pytest.raises(tn.ArgumentError, match="supported: bool, complex128"):
         tfc.write_tf(tmp_path / "m", {"s": np.array(["a"])})
@@ -359,6 +368,40 @@ def test_well_checksummed_lies_are_named(tmp_path: Path) -> None:
             tfc.read_tf(prefix)
     _rewrite(prefix, [(key, good)])
     with pytest.raises(tn.SerializationError, match="no header"):
+        tfc.read_tf(prefix)
+
+
+def test_keys_out_of_order_or_past_their_index_key_are_refused(tmp_path: Path) -> None:
+    """TensorFlow finds a tensor by seeking the index, so a table whose keys are unsorted, or lie past
+    the key its index gives their block, would read differently there: refused, though checksummed."""
+    prefix = tmp_path / "m"
+    tfc.write_tf(prefix, {"a": np.zeros(1), "b": np.ones(1)})
+    header, a, b = tfc._table(Path(f"{prefix}.index").read_bytes(), "x")
+
+    def table(blocks: list[tuple[list[tuple[bytes, bytes]], bytes]]) -> bytes:
+        out = bytearray()
+
+        def emit(contents: bytes) -> bytes:
+            handle = tfc._enc_varint(len(out)) + tfc._enc_varint(len(contents))
+            out.extend(contents + b"\x00" + crc32c.mask(crc32c.crc32c(contents + b"\x00")).to_bytes(4, "little"))
+            return handle
+
+        index = tfc._BlockWriter(1)
+        for entries, sep in blocks:
+            w = tfc._BlockWriter(16)
+            for k, v in entries:
+                w.add(k, v)
+            index.add(sep, emit(w.finish()))
+        meta, idx = emit(tfc._BlockWriter(16).finish()), emit(index.finish())
+        return bytes(out) + (meta + idx).ljust(40, b"\x00") + tfc.TABLE_MAGIC.to_bytes(8, "little")
+
+    Path(f"{prefix}.index").write_bytes(table([([header, a], b"a"), ([b], b"b")]))
+    assert sorted(tfc.read_tf(prefix)) == ["a", "b"]  # the same table, in two blocks: fine
+    Path(f"{prefix}.index").write_bytes(table([([header, a, b], b"a")]))
+    with pytest.raises(tn.SerializationError, match="past its block's index key"):
+        tfc.read_tf(prefix)
+    Path(f"{prefix}.index").write_bytes(table([([header, b], b"b"), ([a], b"b")]))
+    with pytest.raises(tn.SerializationError, match="out of order"):
         tfc.read_tf(prefix)
 
 

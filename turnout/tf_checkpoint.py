@@ -513,6 +513,7 @@ def write_tf(prefix: str | os.PathLike[str], values: Mapping[str, Any], num_shar
         if not isinstance(name, str) or not name:
             raise ArgumentError(f"write_tf: tensor names must be non-empty strings, got {name!r}")
         arr = np.asarray(value)
+        arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)  # a big-endian array, by its values
         if arr.dtype not in _TF_NUMBER:
             raise ArgumentError(f"write_tf: tensor {name!r} has dtype {arr.dtype}, which a checkpoint cannot "
                                 f"hold here (supported: {_supported()})")
