@@ -233,7 +233,7 @@ def test_a_missing_file_is_a_serialization_error(tmp_path: Path) -> None:
     from turnout.graphdef.events import read_events
 
     missing = tmp_path / "nothing_here"
-    for read in (tn.load, checkpoint.read, tn.import_graph_def, read_events):
+    for read in (tn.load, checkpoint.read, checkpoint.read_tf, tn.import_graph_def, read_events):
         with pytest.raises(tn.SerializationError, match="nothing_here"):
             read(missing)  # type: ignore[operator]
     with pytest.raises(tn.SerializationError):

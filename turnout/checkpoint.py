@@ -19,6 +19,10 @@ The format (version 1), all in one file::
 of the variable's bytes, so a truncated or corrupted file is an error naming the variable, never a
 silently wrong value. Writes go to a temporary file that replaces the target only when complete, so a
 crash during a save leaves the previous checkpoint intact.
+
+TensorFlow v1 checkpoints (``tf.compat.v1.train.Saver``'s format) are read and written by
+``turnout.tf_checkpoint``; its ``read_tf``, ``write_tf``, ``list_tf``, ``restore_tf`` and ``save_tf``
+are re-exported here, so ``tn.checkpoint.restore_tf(session, prefix)`` brings a TF1 model's weights.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout.errors import SerializationError
+from turnout.tf_checkpoint import list_tf, read_tf, restore_tf, save_tf, write_tf
+
+__all__ = ["save", "read", "restore", "list_tf", "read_tf", "write_tf", "restore_tf", "save_tf"]
 
 MAGIC = b"TURNOUT-CHECKPOINT 1\n"
 FORMAT = "turnout.checkpoint"

@@ -2,8 +2,8 @@
 
 An event file is a sequence of TFRecords, each an ``Event`` protobuf: a length, a masked CRC-32C of
 the length, the bytes, a masked CRC-32C of the bytes. TensorBoard reads any file named
-``events.out.tfevents.*`` under ``--logdir``. The CRC is computed here (a small table-driven CRC-32C)
-so nothing beyond the ``tf`` extra's protobufs is needed.
+``events.out.tfevents.*`` under ``--logdir``. The CRC comes from ``turnout.crc32c`` (numpy only), so
+nothing beyond the ``tf`` extra's protobufs is needed.
 """
 
 from __future__ import annotations
@@ -14,34 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from turnout.crc32c import crc32c, masked_crc  # noqa: F401 - crc32c stays importable from here
 from turnout.errors import ExecutionError, SerializationError
 from turnout.graphdef import protos
-
-
-def _crc32c_table() -> list[int]:
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli), the checksum TFRecords use."""
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def masked_crc(data: bytes) -> int:
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def record(data: bytes) -> bytes:
