@@ -3,8 +3,8 @@
 Why: a public function handed an argument of the wrong kind (a graph that is an int, a list of
 values that is one object) used to fail deep inside with Python's own ``AttributeError`` or
 ``TypeError`` ("'int' object has no attribute 'nodes'"), naming nothing of the caller's. ``checked``
-reads the annotations the function already declares and refuses, before the body runs, an argument
-that cannot be of that kind: one ``ArgumentError`` naming the function and the parameter.
+reads the annotations the function already declares and refuses an argument that cannot be of that
+kind: one ``ArgumentError`` naming the function and the parameter (``checked`` says when).
 
 Only kinds that can be told cheaply and surely are checked: classes (``Graph``, ``Tensor``,
 ``Placement``...), ``bool``, ``int``, ``float``, ``str``, callables, mappings, and collections (any
@@ -24,7 +24,7 @@ from typing import Any, Optional, TypeVar
 
 import numpy as np
 
-from turnout.errors import ArgumentError
+from turnout.errors import ArgumentError, TurnoutError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -84,30 +84,59 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
+def _eager(annotation: Any) -> bool:
+    """Whether an argument of this kind is checked before the body runs: a string, a flag, a mapping
+    or a Turnout class, which a function takes as it comes (a name that is no string, a ``keepdims``
+    that is no bool would be used as they are, silently). Numbers, callables and collections are
+    checked by the functions themselves, with messages that say more (``reshape(x, 4)``: "write
+    [4]"), so their kind is diagnosed only when the body fails with a built-in error."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] \
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
+    return all(a in (str, bool) or typing.get_origin(a) in (abc.Mapping, dict) or a in (abc.Mapping, dict)
+               or (inspect.isclass(a) and a.__module__.startswith("turnout")) for a in args)
+
+
 def checked(fn: F) -> F:
-    """``fn`` with its arguments checked against its annotations before its body runs
-    (``kind_test``); a mismatch is an ``ArgumentError`` naming the function and the parameter. The
-    tests are made on the first call (annotations may name classes defined after ``fn``)."""
+    """``fn`` with its arguments checked against its annotations (``kind_test``): a mismatch is an
+    ``ArgumentError`` naming the function and the parameter. Strings, flags, mappings and Turnout
+    objects are checked before the body runs (``_eager``); the other kinds only when the body fails
+    with a built-in error (``TypeError``, ``AttributeError``...), which then becomes the
+    ``ArgumentError`` of the argument of the wrong kind (a Turnout error from the body is its own
+    say). The tests are made on the first call (annotations may name classes defined after ``fn``)."""
     sig = inspect.signature(fn)
-    tests: Optional[dict[str, Test]] = None
+    tests: Optional[tuple[dict[str, Test], dict[str, Test]]] = None
+
+    def refuse(name: str, value: Any) -> ArgumentError:
+        return ArgumentError(f"{fn.__name__}: argument {name!r} must be {_say(sig.parameters[name])}, "
+                             f"got {type(value).__name__} {_short(value)}")
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         nonlocal tests
         if tests is None:
             hints = _hints(fn)
-            found = {p: kind_test(hints[p]) for p in sig.parameters if p in hints and p != "return"}
-            tests = {p: t for p, t in found.items() if t is not None}
+            found = {p: (kind_test(hints[p]), _eager(hints[p])) for p in sig.parameters if p in hints}
+            tests = ({p: t for p, (t, e) in found.items() if t is not None and e},
+                     {p: t for p, (t, e) in found.items() if t is not None and not e})
+        eager, lazy = tests
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as e:
             raise ArgumentError(f"{fn.__name__}: {e}") from None
         for name, value in bound.arguments.items():
-            test = tests.get(name)
+            test = eager.get(name)
             if test is not None and not test(value):
-                raise ArgumentError(f"{fn.__name__}: argument {name!r} must be {_say(sig.parameters[name])}, "
-                                    f"got {type(value).__name__} {_short(value)}")
-        return fn(*args, **kwargs)
+                raise refuse(name, value)
+        try:
+            return fn(*args, **kwargs)
+        except TurnoutError:
+            raise
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+            for name, value in bound.arguments.items():
+                test = lazy.get(name)
+                if test is not None and not test(value):
+                    raise refuse(name, value) from None
+            raise
 
     return wrapper  # type: ignore[return-value]
 
