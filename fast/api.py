@@ -36,7 +36,7 @@ def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capaci
     """``f(*input_values) -> outputs`` (a tensor gives one value, a list/tuple gives a tuple)."""
     single = isinstance(outputs, Tensor)
     if not single and not isinstance(outputs, (list, tuple)):
-        raise ArgumentError(f"to_jax: argument 'outputs' must be a tensor or a list or tuple of them, got {outputs!r}")
+        raise ArgumentError(f"to_jax: outputs must be a tensor or a list or tuple of them, got {outputs!r}")
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     program = functionalize(graph, outs, ins)

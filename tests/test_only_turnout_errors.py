@@ -529,7 +529,7 @@ def test_every_public_function_refuses_an_argument_of_the_wrong_kind(fname: str,
         try:
             f(*positional, **args)
         except TurnoutError as e:
-            named = re.search(r"argument '(\w+)'", str(e))
+            named = re.match(r"\w+: (\w+) must be ", str(e))
             if isinstance(e, tn.ArgumentError) and named:  # the parameter given the wrong kind, or one
                 assert named.group(1) == param or named.group(1) in args  # the table could not fill
         # (no error: the function takes values of any kind there, e.g. a name made with str())

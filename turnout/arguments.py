@@ -107,7 +107,7 @@ def checked(fn: F) -> F:
     tests: Optional[tuple[dict[str, Test], dict[str, Test]]] = None
 
     def refuse(name: str, value: Any) -> ArgumentError:
-        return ArgumentError(f"{fn.__name__}: argument {name!r} must be {_say(sig.parameters[name])}, "
+        return ArgumentError(f"{fn.__name__}: {name} must be {_say(sig.parameters[name])}, "
                              f"got {type(value).__name__} {_short(value)}")
 
     @functools.wraps(fn)
@@ -141,9 +141,13 @@ def checked(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+#: how a message names the simple kinds
+_WORDS = {"bool": "True or False", "str": "a string", "int": "an int", "float": "a number"}
+
+
 def _say(p: inspect.Parameter) -> str:
-    a = p.annotation
-    return f"of the kind {a}" if isinstance(a, str) else f"of the kind {getattr(a, '__name__', a)}"
+    a = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
+    return _WORDS.get(a, f"of the kind {a}")
 
 
 def _short(v: Any) -> str:

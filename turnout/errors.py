@@ -110,11 +110,13 @@ class FeedError(ExecutionError, ValueError):
     on a Variable from outside does not fit it (``turnout.store``)."""
 
 
-class ArgumentError(TurnoutError, TypeError, ValueError):
+class ArgumentError(GraphBuildError, TypeError):
     """A public function, a ``Session`` or its options were given an argument of the wrong kind or
-    value (the message names the function and the parameter). Why both ``TypeError`` and
-    ``ValueError``: callers that caught the built-in error a wrong argument used to raise still
-    catch it, and every such mistake is now one Turnout error."""
+    value (the message names the function and the parameter). Why a ``GraphBuildError``: a builder
+    given an argument it cannot take is the same mistake whether the builder or the annotation check
+    (``turnout.arguments``) finds it first; and a ``TypeError`` and a ``ValueError`` (through
+    ``GraphBuildError``), so callers that caught the built-in error a wrong argument used to raise
+    still catch it."""
 
 
 class NotFoundError(TurnoutError, KeyError):

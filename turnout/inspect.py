@@ -173,13 +173,13 @@ def _firings(trace: Any) -> dict[str, tuple[int, int]]:
     """node name -> (live firings, dead firings), from a Trace, a list of events or of dicts."""
     events: Iterable[Any] = getattr(trace, "events", trace)
     if not isinstance(events, Iterable):
-        raise ArgumentError(f"to_dot: argument 'trace' must be a run's trace or a list of events, got {trace!r}")
+        raise ArgumentError(f"to_dot: trace must be a run's trace or a list of events, got {trace!r}")
     counts: dict[str, list[int]] = {}
     for e in events:
         try:
             name, dead = (e["node"], e["dead"]) if isinstance(e, dict) else (e.node, e.dead)
         except (KeyError, AttributeError):
-            raise ArgumentError(f"to_dot: argument 'trace' holds {e!r}, not an event with node and dead") from None
+            raise ArgumentError(f"to_dot: trace holds {e!r}, not an event with node and dead") from None
         counts.setdefault(name, [0, 0])[1 if dead else 0] += 1
     return {k: (v[0], v[1]) for k, v in counts.items()}
 
