@@ -43,16 +43,21 @@ spans two devices — those run as well or better as per-device compiled segment
 from __future__ import annotations
 
 import time
-from collections import ChainMap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import shard_map
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from turnout.devices.jax_device import jax_device
 from turnout.devices.names import parse
 from turnout.devices.placement import Placement
+from turnout.devices.spmd_emitter import AXIS, SpmdEmitter
 from turnout.errors import (
     DeadFetchError,
     PlacementError,
@@ -61,18 +66,18 @@ from turnout.errors import (
     dead_fetch_message,
     describe_node,
 )
+from turnout.fast.emit import stack_source
+from turnout.fast.functionalize import functionalize
+from turnout.fast.guards import iteration_bound, refuse_firing_budget
+from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
+from turnout.fast.plan import stack_source_var
+from turnout.fast.regions import CondRegion, WhileRegion, key, walk
+from turnout.fast.stacks import StackValue
+from turnout.fast.values import DEAD, is_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.session import RunOptions, RunResult
-
-AXIS = "spmd"
-#: ops that read or write run-time state (Variables, gradient stacks): they run on their owner device
-_STATEFUL = frozenset({"ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
-                       "StackPush", "StackPop"})
-#: ops that forward their input unchanged: no computation, so no branch; a move when they cross devices
-_FORWARD = frozenset({"Identity", "StopGradient"})
-#: stack bookkeeping, run on every device outside any branch (see ``SpmdEmitter._everywhere``)
-_STACK_OPS = frozenset({"StackPush", "StackPop"})
+from turnout.validate import validate
 
 
 # ---- eligibility ---------------------------------------------------------------------------------------
@@ -90,8 +95,6 @@ def _stack_layouts(nodes: list[Node]) -> dict[int, tuple[Any, tuple[int, ...], t
     """Every gradient stack's element dtype and the static shapes of its elements and iteration
     indices, from its pushes; or why a stack has none. Why static: each device allocates its stacks
     before the program runs, so that every ``lax.switch`` branch carries state of one fixed type."""
-    from turnout.fast.emit import stack_source
-
     out: dict[int, Any] = {}
     for n in nodes:
         if n.op != "StackPush":
@@ -114,14 +117,6 @@ def _stack_layouts(nodes: list[Node]) -> dict[int, tuple[Any, tuple[int, ...], t
 def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor],
              only_spanning: bool) -> _Analysis | str:
     """The raised program and its device map, or the reason the SPMD tier cannot run it."""
-    try:
-        import jax  # noqa: F401
-    except ImportError:  # pragma: no cover - jax is a dependency of the fast backend
-        return "jax is not installed"
-    from turnout.fast.functionalize import functionalize
-    from turnout.fast.lowering import LOWERING_RULES
-    from turnout.fast.regions import CondRegion, WhileRegion, walk
-
     for t in fetches:
         if t.dtype.is_opaque:
             return f"fetch {t.name} is a {t.dtype.name} value; the SPMD tier fetches arrays only"
@@ -190,264 +185,6 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
     return SpmdPlan(graph, placement, list(fetches), [t for t in fed], got, stack_capacity)
 
 
-# ---- the emitter -----------------------------------------------------------------------------------------
-def _spmd_emitter_class() -> type:
-    """The emitter subclass, built on first use: ``turnout.fast`` imports jax, which the core must not."""
-    import jax
-    import jax.numpy as jnp
-
-    from turnout.fast.emit import Emitter, Traced, _jnp_tree, _zeros_of
-    from turnout.fast.regions import CondRegion, Key, WhileRegion, key
-    from turnout.fast.values import DEAD, Handle, is_static
-
-    def no_leaves(v: Any) -> bool:
-        return is_static(v) or not jax.tree_util.tree_leaves(v)
-
-    class SpmdEmitter(Emitter):
-        """The fast backend's emitter, with every op run on its owner device and values moved
-        between devices where an edge crosses them (see the module docstring)."""
-
-        def __init__(self, *args: Any, loc: dict[int, int], ndev: int, readers: dict[Key, set[int]],
-                     **kw: Any) -> None:
-            super().__init__(*args, **kw)
-            self.loc = loc
-            self.ndev = ndev
-            self.readers = readers
-            self.idx = jax.lax.axis_index(AXIS)
-            self.moves = 0       # ppermute calls traced
-            self.mask: Optional[int] = None  # while set, checks count only on this mesh position
-            self.broadcasts = 0  # predicate psums traced
-            self.batches = 0     # lax.switch / lax.cond batches traced
-
-        # -- moves ---------------------------------------------------------------------------------
-        def _where(self, env: dict[Any, Any], t: Tensor, reader: Node) -> Optional[tuple[int, int]]:
-            """(source, destination) mesh positions when ``reader`` needs ``t`` moved, else None."""
-            v = env[key(t)]
-            if v is DEAD or no_leaves(v) or t.node.id in self.fed:
-                return None
-            src, dst = self.loc.get(t.node.id), self.loc.get(reader.id)
-            if src is None or dst is None or src == dst:
-                return None
-            hit = env.get(("moved", key(t), dst))
-            if hit is not None and hit[0] is v:
-                return None
-            return src, dst
-
-        def read(self, env: dict[Any, Any], t: Tensor, reader: Node) -> Any:
-            if self._where(env, t, reader) is not None:
-                self._move_all(env, [(t, reader)])
-            return self._local(env, t, reader)
-
-        def _local(self, env: dict[Any, Any], t: Tensor, reader: Node) -> Any:
-            v = env[key(t)]
-            hit = env.get(("moved", key(t), self.loc.get(reader.id)))
-            return hit[1] if hit is not None and hit[0] is v else v
-
-        def _move_all(self, env: dict[Any, Any], wants: list[tuple[Tensor, Node]]) -> None:
-            """Move every (tensor, reader) pair's value to the reader's device, with as few
-            ``ppermute`` calls as the pairs allow: arrays of one shape and dtype whose moves have
-            distinct sources and distinct destinations travel in one call, each device sending the
-            one it owns."""
-            todo: dict[tuple[Key, int], tuple[Tensor, int, int]] = {}
-            for t, reader in wants:
-                sd = self._where(env, t, reader)
-                if sd is not None:
-                    todo[(key(t), sd[1])] = (t, *sd)
-            groups: dict[Any, list[tuple[Tensor, int, int]]] = {}
-            for t, src, dst in todo.values():
-                v = env[key(t)]
-                leaves = jax.tree_util.tree_leaves(v)
-                single = len(leaves) == 1 and leaves[0] is v  # a plain array, not a TensorArray
-                sig = (jnp.shape(v), jnp.result_type(v)) if single else ("tree", key(t), dst)
-                groups.setdefault(sig, []).append((t, src, dst))
-            for members in groups.values():
-                while members:
-                    rnd, srcs, dsts, rest = [], set(), set(), []
-                    for m in members:
-                        if m[1] in srcs or m[2] in dsts:
-                            rest.append(m)
-                        else:
-                            rnd.append(m)
-                            srcs.add(m[1])
-                            dsts.add(m[2])
-                    members = rest
-                    perm = [(s, d) for _, s, d in rnd]
-                    if len(rnd) == 1:
-                        t = rnd[0][0]
-                        v = env[key(t)]
-                        moved = jax.tree_util.tree_map(lambda x, p=perm: jax.lax.ppermute(x, AXIS, p), v)
-                        env[("moved", key(t), rnd[0][2])] = (v, moved)
-                    else:
-                        send = env[key(rnd[0][0])]
-                        for t, s, _ in rnd[1:]:
-                            send = jax.lax.select(self.idx == s, jnp.asarray(env[key(t)]), jnp.asarray(send))
-                        got = jax.lax.ppermute(send, AXIS, perm)
-                        for t, _, d in rnd:
-                            env[("moved", key(t), d)] = (env[key(t)], got)
-                    self.moves += 1
-
-        def check(self, ok: Any, message: str, code: str = "kernel") -> None:
-            if self.mask is not None and not (is_static(ok) and bool(ok)):
-                ok = jnp.asarray(ok, bool) | (self.idx != self.mask)
-            super().check(ok, message, code)
-
-        def _everywhere(self, n: Node, env: dict[Any, Any]) -> None:
-            """Run a stack push or pop on every device, outside any branch.
-
-            Why: in a branch, a stack's whole buffer would be an operand and a result of the
-            conditional, copied at every push or pop. Run on every device, each device updates its own
-            copy with the values it holds (the owner's are the real ones, the others' are zeros), the
-            pointers stay equal everywhere, and only the owner's checks (overflow, underflow, the
-            iteration index) count. Only the owner's copy is ever read back.
-            """
-            self._move_all(env, [(t, n) for t in n.inputs])
-            view: Any = ChainMap({key(t): self._local(env, t, n) for t in n.inputs}, env)
-            self.mask = self.loc[n.id]
-            try:
-                Emitter.run_node(self, n, view)
-            finally:
-                self.mask = None
-            for k in [key(o) for o in n.outputs] + [(n.id, -1)]:
-                if k in view.maps[0]:
-                    env[k] = view.maps[0][k]
-
-        def read_pred(self, env: dict[Any, Any], t: Tensor) -> Any:
-            v = env[key(t)]
-            if v is DEAD or is_static(v) or t.node.id in self.fed or self.ndev == 1:
-                return v
-            hit = env.get(("shared", key(t)))
-            if hit is not None and hit[0] is v:
-                return hit[1]
-            src = self.loc[t.node.id]
-            # lax.select, not jnp.where (a nested jit call in the loop body)
-            mine = jax.lax.select(self.idx == src, jnp.asarray(v).astype(jnp.int32), jnp.int32(0))
-            shared = jax.lax.psum(mine, AXIS) != 0
-            env[("shared", key(t))] = (v, shared)
-            self.broadcasts += 1
-            return shared
-
-        # -- batches of ops ------------------------------------------------------------------------
-        def run_items(self, items: list[Any], env: dict[Any, Any]) -> None:
-            batch: dict[int, list[Node]] = {}
-            made: dict[Key, int] = {}  # outputs of the open batch -> the device computing them
-            for it in items:
-                if isinstance(it, (CondRegion, WhileRegion)):
-                    self._flush(batch, made, env)
-                    if isinstance(it, CondRegion):
-                        self.run_cond(it, env)
-                    else:
-                        self.run_while(it, env)
-                    continue
-                n: Node = it
-                if n.id in self.fed:
-                    continue
-                ins = [env.get(key(t)) for t in n.inputs if key(t) not in made]
-                dead = any(env.get((c.id, -1)) is DEAD for c in n.control_inputs) or any(x is DEAD for x in ins)
-                pure = n.op not in _STATEFUL
-                if dead or (pure and all(key(t) not in made and no_leaves(env[key(t)]) for t in n.inputs)):
-                    Emitter.run_node(self, n, env)  # known at trace time, the same on every device
-                    continue
-                if n.op in _FORWARD and key(n.inputs[0]) not in made and not n.control_inputs:
-                    env[key(n.outputs[0])] = self.read(env, n.inputs[0], n)  # an alias on n's device
-                    continue
-                if n.op in _STACK_OPS and self.ndev > 1:
-                    if any(key(t) in made for t in n.inputs):
-                        self._flush(batch, made, env)
-                    self._everywhere(n, env)
-                    continue
-                d = self.loc[n.id]
-                if any(made.get(key(t), d) != d for t in n.inputs):
-                    self._flush(batch, made, env)
-                batch.setdefault(d, []).append(n)
-                for o in n.outputs:
-                    made[key(o)] = d
-            self._flush(batch, made, env)
-
-        def _flush(self, batch: dict[int, list[Node]], made: dict[Key, int], env: dict[Any, Any]) -> None:
-            """Run the open batch: each device's ops in its own branch of one ``lax.switch``."""
-            if not batch:
-                return
-            devs = sorted(batch)
-            ids = {d: {n.id for n in batch[d]} for d in devs}
-            self._move_all(env, [(t, n) for d in devs for n in batch[d] for t in n.inputs if key(t) not in made])
-            statics: dict[Any, Any] = {}
-            fetch = self.fetch_set
-            # Only the state the batch's ops touch goes through the switch (and the error word): a
-            # gradient stack's buffer that no op of the batch uses is not copied through a branch.
-            touched, full = {"err"}, False
-            for d in devs:
-                for n in batch[d]:
-                    if n.op in _STATEFUL:
-                        h = env.get(key(n.inputs[0]))
-                        if isinstance(h, Handle):
-                            touched.add(f"{h.kind}:{h.name}")
-                        else:
-                            full = True
-
-            def branch(d: int) -> Any:
-                def fn(state: Any) -> Any:
-                    self.state = dict(state)
-                    benv = dict(env)
-                    for n in batch[d]:
-                        for t in n.inputs:
-                            if key(t) not in made:
-                                benv[key(t)] = self._local(env, t, n)
-                    for n in batch[d]:
-                        Emitter.run_node(self, n, benv)
-                    outs = {}
-                    for n in batch[d]:
-                        if (n.id, -1) in benv:
-                            statics[(n.id, -1)] = benv[(n.id, -1)]
-                        for o in n.outputs:
-                            v = benv[key(o)]
-                            if no_leaves(v):
-                                statics[key(o)] = v
-                            elif key(o) in fetch or self.readers.get(key(o), set()) - ids[d]:
-                                outs[key(o)] = v
-                    return _jnp_tree(outs), self.state
-
-                return fn
-
-            state0 = self.state
-            sub0 = dict(state0) if full else {k: state0[k] for k in touched if k in state0}
-            traced = {d: Traced(branch(d), sub0) for d in devs}
-            self.state = state0
-            shapes = {k: s for d in devs for k, s in traced[d].shapes[0].items()}
-
-            def filled(d: Optional[int]) -> Any:
-                def fn(state: Any) -> Any:
-                    outs, st = traced[d](state) if d is not None and d in traced else ({}, state)
-                    full = {k: outs[k] if k in outs else _zeros_of(s) for k, s in shapes.items()}
-                    return _jnp_tree(full), _jnp_tree(st)
-
-                return fn
-
-            self.batches += 1
-            if self.ndev == 1:
-                out, sub = filled(devs[0])(sub0)
-            elif len(devs) == 1:
-                out, sub = jax.lax.cond(self.idx == devs[0], filled(devs[0]), filled(None), sub0)
-            else:
-                out, sub = jax.lax.switch(self.idx, [filled(d) for d in range(self.ndev)], sub0)
-            self.state = {**state0, **sub}
-            env.update(out)
-            env.update(statics)
-            batch.clear()
-            made.clear()
-
-    return SpmdEmitter
-
-
-_EMITTER: Optional[type] = None
-
-
-def _emitter_class() -> type:
-    global _EMITTER
-    if _EMITTER is None:
-        _EMITTER = _spmd_emitter_class()
-    return _EMITTER
-
-
 # ---- the plan ----------------------------------------------------------------------------------------------
 @dataclass
 class _Compiled:
@@ -472,11 +209,6 @@ class SpmdPlan:
 
     def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
                  analysis: _Analysis, stack_capacity: int = 64) -> None:
-        from jax.sharding import Mesh
-
-        from turnout.fast.plan import stack_source_var
-        from turnout.fast.regions import key
-
         self.graph = graph
         self.placement = placement
         self.fetches = fetches
@@ -507,22 +239,13 @@ class SpmdPlan:
         return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
 
     def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int) -> _Compiled:
-        import jax
-        import jax.numpy as jnp
-        from jax.sharding import PartitionSpec as P
-
-        from turnout.fast.regions import key
-        from turnout.fast.stacks import StackValue
-        from turnout.fast.values import DEAD, is_static
-
         comp = _Compiled(None)
         fetch_keys = [key(t) for t in self.fetches]
-        cls = _emitter_class()
         ndev = len(self.devices)
 
         def program(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
             self.compile_count += 1
-            em = cls(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
+            em = SpmdEmitter(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
             # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
             em.state = {"err": jnp.int32(0), **{f"var:{n}": v[0] for n, v in zip(var_names, var_vals, strict=True)}}
@@ -550,8 +273,6 @@ class SpmdPlan:
             written = tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names if n in self.written)
             return tuple(outs), flags[None], written
 
-        from jax import shard_map
-
         sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(AXIS), P()), out_specs=P(AXIS), check_vma=False)
         comp.fn = jax.jit(sm)
         return comp
@@ -560,12 +281,6 @@ class SpmdPlan:
         """Run the compiled program once. Errors keep the reference backend's types: a kernel error in
         compiled code is ``KernelError``, a loop past ``options.max_iterations`` is
         ``NonTerminationError``, a fetch whose branch did not run is ``DeadFetchError``."""
-        import jax
-
-        from turnout.fast.guards import iteration_bound, refuse_firing_budget
-        from turnout.fast.regions import key
-        from turnout.validate import validate
-
         refuse_firing_budget("SPMD tier", options)
         if options.trace:
             raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
@@ -629,10 +344,6 @@ class SpmdPlan:
         """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays
         of the last run while the session still holds the value that run left, so that steady-state
         runs copy no weights from the host; otherwise the host value, copied to every device."""
-        import jax
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
         cached = self._dev_vars.get(name)
         if cached is not None and cached[0] is host:
             return cached[1]

@@ -126,6 +126,7 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
     "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
+    "devices/spmd_emitter.py": {"module": "turnout.devices.spmd_emitter", "tests": _FAST_DEV_TESTS},
     "devices/swap.py": {"module": "turnout.devices.swap", "tests": _SWAP_TESTS},
     "devices/region_driver.py": {"module": "turnout.devices.region_driver", "tests": _SWAP_TESTS},
     "devices/compiled_partition.py": {"module": "turnout.devices.compiled_partition",
