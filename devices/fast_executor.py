@@ -322,6 +322,16 @@ class DeviceTimeline:
         return len(self.spans)
 
 
+def _switched(env: _Env, switches: Sequence[Any], taken: int) -> _Env:
+    """A child of ``env`` past ``switches``: each forwards its input to output ``taken``; the other
+    output is dead (a cond's branch, a loop's body with 1, its exit side with 0)."""
+    out = env.child()
+    for s in switches:
+        out.take(key(s.outputs[taken]), env, key(s.inputs[0]))
+        out.set(key(s.outputs[1 - taken]), DEAD, None)
+    return out
+
+
 class _Run:
     """One run of a plan: per-device state (error word, Variables, stacks) and the host driver."""
 
@@ -483,11 +493,11 @@ class _Run:
             raise first
 
     def cond(self, hc: HostCond, env: _Env) -> None:
+        """A cond whose branches span devices: the host reads the predicate, runs the taken branch's
+        steps, and joins its Merges and exports into ``env`` (all dead for a dead predicate)."""
         r = hc.region
         p = _now(env.vals[key(r.pred)])
-        joins = {m.id for m, _ in r.merges}
-        exports = sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs
-                          if key(o) in self.plan.program.fetch_keys} | set(r.exports))
+        exports = self._cond_exports(hc)
         if p is DEAD:
             for m, _ in r.merges:
                 env.set(key(m.outputs[0]), DEAD, None)
@@ -499,12 +509,22 @@ class _Run:
         b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
         if self.tl:
             self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
-        benv = env.child()
-        for s in r.switches:
-            benv.take(key(s.outputs[int(b)]), env, key(s.inputs[0]))
-            benv.set(key(s.outputs[1 - int(b)]), DEAD, None)
+        benv = _switched(env, r.switches, int(b))
         self.steps(hc.branches[b], benv)
-        for m, slots in r.merges:
+        self._join(hc, b, benv, env, exports)
+
+    def _cond_exports(self, hc: HostCond) -> list[Key]:
+        """What leaves a host cond besides its Merges: its exports and the fetches it computes."""
+        r = hc.region
+        joins = {m.id for m, _ in r.merges}
+        return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs
+                       if key(o) in self.plan.program.fetch_keys} | set(r.exports))
+
+    @staticmethod
+    def _join(hc: HostCond, b: bool, benv: _Env, env: _Env, exports: list[Key]) -> None:
+        """Branch ``b``'s results into ``env``: each Merge forwards the input of that branch (and its
+        index), or is dead where the branch has none; an export the branch did not make is dead."""
+        for m, slots in hc.region.merges:
             if b in slots:
                 env.take(key(m.outputs[0]), benv, key(m.inputs[slots[b]]))
                 env.set(key(m.outputs[1]), np.asarray(slots[b], np.int32), None)
@@ -518,6 +538,10 @@ class _Run:
                 env.set(k, DEAD, None)
 
     def loop(self, hl: HostLoop, env: _Env) -> None:
+        """A loop whose body spans devices, driven by the host one iteration at a time: the header's
+        steps, a read of the predicate, the body's steps; then the exit side, into ``env``. The loop
+        variables stay where they are between iterations, and at most ``parallel_iterations``
+        iterations run ahead of the ones whose error words have been read."""
         r = hl.region
         base = env.child()
         for inv in r.invariants:
@@ -527,45 +551,37 @@ class _Run:
             for x in r.exits:
                 env.set(key(x.outputs[0]), DEAD, None)
             return
-        pkey = key(r.loop_cond.inputs[0])
-        lck = key(r.loop_cond.outputs[0])
-        home = hl.home
+        outer_iteration = self.iteration
+        henv, iters = self._iterate(hl, base, vals)
+        self.iteration = outer_iteration
+        pushed = self.plan.loop_pushes.get(id(hl))
+        if pushed:
+            self.on_workers(lambda: self.stacks.loop_ended(pushed))
+        name = str(r.frame[-1])
+        self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
+        eenv = _switched(henv, r.switches, 0)
+        self.steps(hl.exit_side, eenv)
+        for x in r.exits:
+            env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
+
+    def _iterate(self, hl: HostLoop, base: _Env, vals: list[tuple[Any, Optional[str]]]) -> tuple[_Env, int]:
+        """Run iterations until the predicate is false: the environment of the last header (where the
+        exit side starts) and the number of iterations run."""
+        r = hl.region
         window: deque[list[Any]] = deque()
         depth = max(1, int(r.parallel_iterations))
         iters = 0
-        first = True
-        outer_iteration = self.iteration
         while True:
-            henv = base.child()
-            for (_, m, _, es, ns), (v, w) in zip(r.loop_vars, vals, strict=True):
-                if isinstance(v, (np.ndarray, np.generic)):
-                    # a loop variable known on the host enters as a device value, so the segments are
-                    # traced once for the loop, not once per value
-                    v, w = jax.device_put(np.asarray(v), self.jdev[home]), home
-                elif isinstance(v, _Lazy):
-                    v = _Lazy(v.fut, v.k, data=True)
-                henv.set(key(m.outputs[0]), v, w)
-                henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
-            first = False
+            henv = self._enter_iteration(hl, base, vals, first=iters == 0)
             self.iteration = iters
             self.steps(hl.header, henv)
-            pred = _now(henv.vals[pkey])
-            t0 = self.tl.now() if self.tl else 0.0
-            # the host reads the predicate, and nothing else
-            go = pred is not DEAD and truth(pred, lambda: describe_node(r.loop_cond))
-            if self.tl:
-                self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
-            henv.take(lck, henv, pkey)
-            if not go:
-                break
+            if not self._go(hl, henv, iters):
+                return henv, iters
             if self.max_iter_py is not None and iters >= self.max_iter_py:
                 raise NonTerminationError(runaway_message(r.describe(), self.max_iter_py))
             while len(window) >= depth:  # at most parallel_iterations iterations in flight
                 self._retire(window.popleft())
-            benv = henv.child()
-            for s in r.switches:
-                benv.take(key(s.outputs[1]), henv, key(s.inputs[0]))
-                benv.set(key(s.outputs[0]), DEAD, None)
+            benv = _switched(henv, r.switches, 1)
             self.steps(hl.body, benv)
             vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
                     r.loop_vars]
@@ -574,19 +590,34 @@ class _Run:
             else:
                 window.append([self.state[d]["err"] for d in hl.devices])
             iters += 1
-        self.iteration = outer_iteration
-        pushed = self.plan.loop_pushes.get(id(hl))
-        if pushed:
-            self.on_workers(lambda: self.stacks.loop_ended(pushed))
-        name = str(r.frame[-1])
-        self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
-        eenv = henv.child()
-        for s in r.switches:
-            eenv.take(key(s.outputs[0]), henv, key(s.inputs[0]))
-            eenv.set(key(s.outputs[1]), DEAD, None)
-        self.steps(hl.exit_side, eenv)
-        for x in r.exits:
-            env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
+
+    def _enter_iteration(self, hl: HostLoop, base: _Env, vals: list[tuple[Any, Optional[str]]],
+                         first: bool) -> _Env:
+        """One iteration's environment: each loop variable's Merge holds its value (from the Enter at
+        the first iteration, from the NextIteration after) and which input it came from."""
+        henv = base.child()
+        for (_, m, _, es, ns), (v, w) in zip(hl.region.loop_vars, vals, strict=True):
+            if isinstance(v, (np.ndarray, np.generic)):
+                # a loop variable known on the host enters as a device value, so the segments are
+                # traced once for the loop, not once per value
+                v, w = jax.device_put(np.asarray(v), self.jdev[hl.home]), hl.home
+            elif isinstance(v, _Lazy):
+                v = _Lazy(v.fut, v.k, data=True)
+            henv.set(key(m.outputs[0]), v, w)
+            henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
+        return henv
+
+    def _go(self, hl: HostLoop, henv: _Env, iters: int) -> bool:
+        """The host reads the predicate, and nothing else; the LoopCond forwards it."""
+        r = hl.region
+        pkey = key(r.loop_cond.inputs[0])
+        pred = _now(henv.vals[pkey])
+        t0 = self.tl.now() if self.tl else 0.0
+        go = pred is not DEAD and truth(pred, lambda: describe_node(r.loop_cond))
+        if self.tl:
+            self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
+        henv.take(key(r.loop_cond.outputs[0]), henv, pkey)
+        return go
 
     def _retire(self, errs: list[Any]) -> None:
         """Wait for an iteration's segments (their error words) and stop at its first error."""
