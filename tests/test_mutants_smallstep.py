@@ -259,3 +259,12 @@ def test_send_and_recv_move_each_token_once_under_its_edge_and_tag(pv: bool) -> 
     assert any(dead for _, dead in sent) == (not pv)  # the untaken branch's transfer crosses dead
     want = tn.Session(g).run(z, feeds)
     assert pss.outcome(s, pc) == (("live", value_repr(np.asarray(want))),)
+
+
+def test_a_direct_run_bounds_loops_as_a_session_does() -> None:
+    """``ss.run`` called directly bounds every frame instance by the same default ``max_iterations`` as
+    a session (``RunOptions``), so the semantics and every backend call the same loop runaway. (Checked
+    on the signature: a loop that long would take the small-step system hours to reach the bound.)"""
+    import inspect
+
+    assert inspect.signature(ss.run).parameters["max_iterations"].default == RunOptions().max_iterations
