@@ -586,3 +586,22 @@ def test_a_transfer_outside_a_partitioned_run_names_the_op() -> None:
                     fetch = tn.identity(x)
         with pytest.raises(tn.ExecutionError, match=rf'^{op} node "my{op}" .* runs only in a partitioned run'):
             run_graph(g, [fetch])
+
+
+def test_an_input_delivered_twice_at_one_tag_is_refused_by_name() -> None:
+    """[T3-Exactly-Once] guarded at delivery: a node takes each input once per tag. A hand-built loop
+    whose Exit reads the Merge (not the Switch's exit branch) sends a live value out at every
+    iteration, so a consumer still waiting for its other input would get input 0 twice at the root;
+    the interpreter stops with an error naming the node, the slot and the tag."""
+    g = tn.Graph()
+    with g.as_default():
+        e = raw.enter(tn.constant(0), "loop")
+        three = raw.enter(tn.constant(3), "loop", is_constant=True)
+        one = raw.enter(tn.constant(1), "loop", is_constant=True)
+        m, _ = raw.merge([e, raw.BACK_EDGE])
+        f, t = raw.switch(m, raw.loop_cond(m < three))
+        raw.close_back_edge(m, raw.next_iteration(t + one))
+        leaky, done = raw.exit(m, name="leaky"), raw.exit(f, name="done")
+        both = tn.add(leaky, done, name="both")
+    with pytest.raises(tn.ExecutionError, match=r'Add node "both" .*received input 0 twice at root'):
+        run_graph(g, [both])
