@@ -605,3 +605,19 @@ def test_an_input_delivered_twice_at_one_tag_is_refused_by_name() -> None:
         both = tn.add(leaky, done, name="both")
     with pytest.raises(tn.ExecutionError, match=r'Add node "both" .*received input 0 twice at root'):
         run_graph(g, [both])
+
+
+def test_a_fed_placeholder_satisfies_its_control_consumers_at_the_root_tag() -> None:
+    """A fed Placeholder does not run: its value stands for it, and a node that needs it only through
+    a control edge gets a live control token at the root tag ``()``, the tag of every root firing, so
+    it meets its data inputs there and fires once at ``()``."""
+    g = tn.Graph()
+    with g.as_default():
+        gate = tn.placeholder(tn.int32, [], name="gate")
+        c = tn.constant(2, name="c")
+        with tn.control_dependencies([gate]):
+            y = tn.add(c, 1, name="y")
+    r = run_graph(g, [y], {gate: np.int32(5)}, RunOptions(trace=True))
+    assert [int(v) for v in r.values] == [3]
+    assert r.trace is not None and {e.tag for e in r.trace.events} == {()}
+    assert [e.node for e in r.trace.events].count("y") == 1 and r.counts[("y", ())] == 1
