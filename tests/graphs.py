@@ -47,3 +47,57 @@ def nested_loops(depth: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]
 
         y = loops(depth, x)
     return g, x, trips, y
+
+
+class ExitWaiter(NamedTuple):
+    g: tn.Graph
+    n: tn.Tensor
+    total: tn.Tensor
+    inner_sum: tn.Tensor
+    exit_node: Any  # the inner loop's Exit that the waiter waits on
+    outer_frame: str  # the frame of the loop holding the waiter, as tags spell it
+    top_frame: str | None  # the frame of the loop around it, if any ("" when ``wrapped`` is False)
+    rounds: int  # how many times the loop holding the waiter runs (1, or the wrapping loop's trip count)
+
+
+def nested_exit_waiter(wrapped: bool = False) -> ExitWaiter:
+    """An outer loop over ``i < n`` whose body runs an inner loop counting ``j`` up to ``i`` and then a
+    *waiter* (``acc + i``, named ``waiter``) that reads no value of the inner loop: its only tie to it
+    is a control edge from the inner loop's Exit. The Exit fires in iteration ``i`` of the outer frame,
+    so its control token must reach the waiter at that same outer tag. Fetches: ``total`` (the sum of
+    ``i`` over the iterations, from the waiter) and ``inner_sum`` (the sum of the inner loops' final
+    ``j``, i.e. of ``i``). ``wrapped``: the whole program runs twice, in the body of a third loop, so
+    the Exit's tag has three levels and its parent is neither the root nor the first level alone; the
+    fetches are then the sums over both rounds."""
+    g = tn.Graph()
+    rounds = 2 if wrapped else 1
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        exits: list[Any] = []
+
+        def outer(i: tn.Tensor, acc: tn.Tensor, s: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+            (j,) = tn.while_loop(lambda j: j < i, lambda j: j + 1, [tn.constant(0)], name="inner")
+            exits.append(j.node)
+            with tn.control_dependencies([j.node]):
+                w = tn.add(acc, i, name="waiter")
+            return i + 1, w, s + j
+
+        def program(total: tn.Tensor, inner_sum: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            _, t, s = tn.while_loop(lambda i, acc, s: i < n, outer,
+                                    [tn.constant(0), tn.constant(0), tn.constant(0)], name="outer")
+            return total + t, inner_sum + s
+
+        zero = (tn.constant(0), tn.constant(0))
+        if wrapped:
+            _, total, inner_sum = tn.while_loop(lambda r, a, b: r < rounds,
+                                                lambda r, a, b: (r + 1, *program(a, b)),
+                                                [tn.constant(0), *zero], name="top")
+        else:
+            total, inner_sum = program(*zero)
+
+    def frame_of(prefix: str) -> str:
+        return str(next(nd.attrs["frame_name"] for nd in g.nodes if nd.op == "Enter" and nd.name.startswith(prefix)))
+
+    top = frame_of("top/") if wrapped else None
+    return ExitWaiter(g, n, total, inner_sum, exits[0], frame_of("top/body/outer/" if wrapped else "outer/"),
+                      top, rounds)

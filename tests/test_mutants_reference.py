@@ -433,3 +433,191 @@ def test_a_chrome_trace_names_its_rows_and_keeps_each_firings_rule() -> None:
     rows = {m["tid"]: m["args"]["name"] for m in meta}
     assert len(rows) == len(meta) and {e["tid"] for e in fired} == set(rows)
     assert "root" in rows.values() and any("frame" in name for name in rows.values())
+
+
+# ---- a control edge leaving the Exit of a nested frame ------------------------------------------------
+@pytest.mark.parametrize(("n", "wrapped"), [(0, False), (1, False), (4, False), (3, True)])
+def test_a_control_edge_leaving_a_nested_exit_fires_its_waiter_once_per_outer_iteration(n: int, wrapped: bool) -> None:
+    """Law [E-Exit-Live] / [E-Frame-Done]: an Exit of a frame instance entered at tag t sends its data
+    *and its control* tokens at t, the tag minus its last level. For a loop nested in a loop, t is the
+    enclosing loop's iteration (not the root, nor the first level of a deeper tag), so a node whose only
+    tie to the inner loop is a control edge from its Exit fires exactly once in every outer iteration,
+    at that iteration's tag: live while the outer loop runs its body, dead in the iteration that ends it
+    (the inner loop, entered dead, releases its Exit dead at [E-Frame-Done]). ``wrapped`` runs it all in
+    a third loop, twice. The values agree with the small-step semantics and the fast backend."""
+    import graphs
+
+    from turnout.semantics import smallstep as ss
+
+    w = graphs.nested_exit_waiter(wrapped)
+    feeds = {w.n: np.int32(n)}
+    r = run_graph(w.g, [w.total, w.inner_sum], feeds, RunOptions(trace=True))
+    want = w.rounds * sum(range(n))  # the waiter adds i in iteration i; inner loop i ends with j == i
+    assert [int(v) for v in r.values] == [want, want]
+    assert r.trace is not None
+    rounds = [((w.top_frame, a),) for a in range(w.rounds)] if w.top_frame else [()]
+    live = [(*p, (w.outer_frame, k)) for p in rounds for k in range(n)]
+    dead = [(*p, (w.outer_frame, n)) for p in rounds]  # the iteration that finds i < n false
+    if w.top_frame:  # and the wrapping loop's last iteration, whose body runs dead: the outer loop too
+        dead.append(((w.top_frame, w.rounds), (w.outer_frame, 0)))
+    waits = sorted((e.tag, e.dead) for e in r.trace.events if e.node.endswith("/waiter"))
+    assert waits == sorted([(t, False) for t in live] + [(t, True) for t in dead])
+    assert all(c == 1 for (name, _), c in r.counts.items() if name.endswith("/waiter"))
+    live_exits = sorted(e.tag for e in r.trace.events if e.node == w.exit_node.name and not e.dead)
+    assert [t[:-1] for t in live_exits] == sorted(live)  # inner loop i exits live once, in outer iteration i
+    released = sorted(e.tag for e in r.trace.events if e.rule == "E-Frame-Done" and e.node == w.exit_node.name)
+    assert released == sorted(dead)
+    small = ss.run(w.g, [w.total, w.inner_sum], feeds)
+    fast = tn.Session(w.g, backend="fast").run([w.total, w.inner_sum], feeds)
+    assert [int(v) for v in small.values] == [int(v) for v in fast] == [want, want]
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_loop_exit_released_dead_kills_a_control_waiter_whose_data_is_live(taken: bool) -> None:
+    """Law [E-Frame-Done] with [E-Op-Dead]: a loop on an untaken branch sends nothing live, and when
+    its instance completes each of its Exits is released *dead*, on its data and its control edges.
+    A node whose data inputs are all live but which waits on that Exit by a control edge is killed by
+    the dead control token: fetching it is a dead fetch (on the taken branch it computes its value).
+    The small-step semantics and the fast backend agree."""
+    from turnout.semantics import smallstep as ss
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.int32, [], name="x")
+        exits: list[Any] = []
+
+        def with_loop() -> tn.Tensor:
+            (k,) = tn.while_loop(lambda k: k < x, lambda k: k + 1, [tn.constant(0)], name="loop")
+            exits.append(k.node)
+            return k
+
+        tn.cond(p, with_loop, lambda: x)
+        with tn.control_dependencies([exits[0]]):
+            waiter = tn.multiply(x, 3, name="waiter")
+    feeds = {p: np.bool_(taken), x: np.int32(4)}
+    runs = [lambda: run_graph(g, [waiter], feeds).values, lambda: ss.run(g, [waiter], feeds).values,
+            lambda: tn.Session(g, backend="fast").run([waiter], feeds)]
+    for run in runs:
+        if taken:
+            assert [int(v) for v in run()] == [12]
+        else:
+            with pytest.raises(tn.DeadFetchError, match="waiter"):
+                run()
+
+
+# ---- Send and Recv: the rules of a partitioned run ------------------------------------------------------
+@pytest.mark.parametrize("order", ["round_robin", "random", "threads"])
+def test_send_and_recv_carry_each_value_live_or_dead_once_per_tag(order: str) -> None:
+    """Laws [E-Send], [E-Recv] and [E-Recv-Dead] in the reference interpreter of each partition: a Send
+    fires once its inputs are full at t (a control Send: its control inputs) and sends that token, live
+    or dead, under (edge, t); a Recv fires only once the token under its own (edge, t) has come, and
+    emits it at t, dead if it was sent dead. So a loop whose body crosses devices in every iteration,
+    and a cond whose untaken branch sits on the other device, give the unpartitioned run's values
+    under every order of the partitions, with every key sent once and received once, and no more
+    messages of an edge unconsumed at a time than its credit."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        p = tn.placeholder(tn.bool, [], name="p")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = y * 2 + i
+            return i + 1, y2
+
+        _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), tn.constant(1)])
+
+        def far() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return y * 10
+
+        near: list[tn.Tensor] = []
+
+        def close() -> tn.Tensor:
+            near.append(y - 1)
+            return near[0]
+
+        z = tn.cond(p, far, close)
+        with tn.device("cpu:1"):
+            with tn.control_dependencies([z]):
+                after = tn.identity(y, name="after")  # a control edge that crosses devices, live
+            with tn.control_dependencies([near[0]]):
+                waiter = tn.multiply(y, 3, name="waiter")  # one that is dead when ``close`` is untaken
+    for nv, pv in ((3, True), (2, False), (0, False)):
+        feeds = {n: np.int32(nv), p: np.bool_(pv)}
+        want = tn.Session(g).run([y, z, after], feeds)
+        sess = tn.Session(g, devices=["cpu:0", "cpu:1"], order=order, seed=nv)
+        got = sess.run([y, z, after], feeds)
+        assert [int(v) for v in got] == [int(v) for v in want]
+        rv = sess.backend.last_run.rv
+        assert rv.sent and dict(rv.sent) == dict(rv.received) and set(rv.sent.values()) == {1}
+        assert not rv.unconsumed()
+        # a Send fires only with a credit of its edge ([E-Send] asks the rendezvous as it arrives), so
+        # every message counts against its edge's credit while it waits to be received
+        credit = max(int(nd.attrs["credit"]) for part in sess.backend.last_run.parted.partitions.values()
+                     for nd in part.graph.nodes if nd.op == "Send")
+        assert 1 <= sess.last_result.stats["peak_unconsumed_per_edge"] <= credit  # type: ignore[union-attr]
+        if pv:  # the control Send from the untaken ``close`` carries its deadness to the waiter
+            with pytest.raises(tn.DeadFetchError, match="waiter"):
+                sess.run(waiter, feeds)
+        else:
+            assert int(sess.run(waiter, feeds)) == 3 * int(want[0])
+    assert any(nd.op == "Send" and nd.attrs.get("control") for part in sess.backend.last_run.parted.partitions.values()
+               for nd in part.graph.nodes)
+
+
+def test_a_transfer_outside_a_partitioned_run_names_the_op() -> None:
+    """A Send or Recv fires only under a rendezvous (``turnout.devices``): the reference interpreter
+    of an unpartitioned run refuses it by name, as it arrives or, for a Send with no inputs at all
+    (a source, which nothing makes arrive), as it fires."""
+    for op, inputs in (("Recv", 0), ("Send", 1), ("Send", 0)):
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.constant(1.0, name="x")
+        node = g.create_node(op, [x][:inputs], {
+            "edge": "e", "src_device": "cpu:1", "dst_device": "cpu:0", "credit": 1, "control": not inputs,
+            "dtype": "float32", "shape": []}, name=f"my{op}")
+        with g.as_default():
+            if op == "Recv":
+                fetch = tn.identity(node.outputs[0])
+            else:
+                with tn.control_dependencies([node]):
+                    fetch = tn.identity(x)
+        with pytest.raises(tn.ExecutionError, match=rf'^{op} node "my{op}" .* runs only in a partitioned run'):
+            run_graph(g, [fetch])
+
+
+def test_an_input_delivered_twice_at_one_tag_is_refused_by_name() -> None:
+    """[T3-Exactly-Once] guarded at delivery: a node takes each input once per tag. A hand-built loop
+    whose Exit reads the Merge (not the Switch's exit branch) sends a live value out at every
+    iteration, so a consumer still waiting for its other input would get input 0 twice at the root;
+    the interpreter stops with an error naming the node, the slot and the tag."""
+    g = tn.Graph()
+    with g.as_default():
+        e = raw.enter(tn.constant(0), "loop")
+        three = raw.enter(tn.constant(3), "loop", is_constant=True)
+        one = raw.enter(tn.constant(1), "loop", is_constant=True)
+        m, _ = raw.merge([e, raw.BACK_EDGE])
+        f, t = raw.switch(m, raw.loop_cond(m < three))
+        raw.close_back_edge(m, raw.next_iteration(t + one))
+        leaky, done = raw.exit(m, name="leaky"), raw.exit(f, name="done")
+        both = tn.add(leaky, done, name="both")
+    with pytest.raises(tn.ExecutionError, match=r'Add node "both" .*received input 0 twice at root'):
+        run_graph(g, [both])
+
+
+def test_a_fed_placeholder_satisfies_its_control_consumers_at_the_root_tag() -> None:
+    """A fed Placeholder does not run: its value stands for it, and a node that needs it only through
+    a control edge gets a live control token at the root tag ``()``, the tag of every root firing, so
+    it meets its data inputs there and fires once at ``()``."""
+    g = tn.Graph()
+    with g.as_default():
+        gate = tn.placeholder(tn.int32, [], name="gate")
+        c = tn.constant(2, name="c")
+        with tn.control_dependencies([gate]):
+            y = tn.add(c, 1, name="y")
+    r = run_graph(g, [y], {gate: np.int32(5)}, RunOptions(trace=True))
+    assert [int(v) for v in r.values] == [3]
+    assert r.trace is not None and {e.tag for e in r.trace.events} == {()}
+    assert [e.node for e in r.trace.events].count("y") == 1 and r.counts[("y", ())] == 1

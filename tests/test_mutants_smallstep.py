@@ -5,11 +5,14 @@ the variable store it starts from and returns, and its adapter's trace.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 import turnout as tn
 from turnout.semantics import smallstep as ss
+from turnout.semantics.explore import value_repr
 from turnout.session import RunOptions
 
 
@@ -146,3 +149,122 @@ def test_an_inner_runaway_loop_is_named_by_its_own_frame_and_instance() -> None:
         ss.run(g, [total], {}, max_iterations=5)
     assert "'outer/frame" not in str(info.value).split("(instance")[0]
     assert int(ss.run(g, [total], {}, max_iterations=6).values[0]) == 8
+
+
+# ---- Exits of nested frames, the tags of tokens in Q, Send and Recv -----------------------------------
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_control_edge_leaving_a_nested_exit_fires_its_waiter_once_per_outer_iteration(wrapped: bool) -> None:
+    """Law [E-Exit-Live] / [E-Frame-Done] in the small-step system: an Exit at tag u = t.(f, k) emits
+    at t, its data and its control edges alike, so a node tied to a nested loop only by a control edge
+    from its Exit fires once per iteration of the enclosing loop, at that iteration's tag (live while
+    the loop runs its body, dead in the iteration that ends it), and never at another tag. The firings
+    and the values equal the reference interpreter's."""
+    import graphs
+
+    from turnout.reference.executor import run_graph
+
+    w = graphs.nested_exit_waiter(wrapped)
+    feeds = {w.n: np.int32(3)}
+    r = ss.run(w.g, [w.total, w.inner_sum], feeds)
+    ref = run_graph(w.g, [w.total, w.inner_sum], feeds, RunOptions(trace=True))
+    assert [int(v) for v in r.values] == [int(v) for v in ref.values] == [w.rounds * 3] * 2
+    waits = sorted((tag, dead) for rule, node, tag, dead in r.firings if node.endswith("/waiter"))
+    assert ref.trace is not None
+    assert waits == sorted((e.tag, e.dead) for e in ref.trace.events if e.node.endswith("/waiter"))
+    assert all(tag[-1][0] == w.outer_frame for tag, _ in waits) and len(waits) == len(set(waits))
+    assert [dead for _, dead in waits].count(False) == 3 * w.rounds  # one live firing per outer iteration
+    assert all(c == 1 for (name, _), c in r.counts.items() if name.endswith("/waiter"))
+
+
+def _q_tags_match(c: ss.Config) -> None:
+    for (nid, tag), toks in c.pending.items():
+        for slot, tok in toks:
+            assert tok.tag == tag, (c.program.nodes[nid].name, slot, tok, tag)
+
+
+def test_every_token_waiting_in_q_carries_the_tag_it_waits_at() -> None:
+    """Well-formedness of configurations: a token in Q under key (n, t) has tag t, from the initial
+    configuration on (fed values at the root tag, and the live control token standing for a fed
+    Placeholder that a node needs only through a control edge) through every step of a run."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        gate = tn.placeholder(tn.int32, [], name="gate")
+        with tn.control_dependencies([gate]):
+            one = tn.constant(1, name="one")
+        (k,) = tn.while_loop(lambda k: k < x, lambda k: k + one, [tn.constant(0)])
+    c = ss.initial(g, [k], {x: np.int32(2), gate: np.int32(7)})
+    assert c.pending, "the fed values wait in Q at the start"
+    steps = 0
+    while True:
+        _q_tags_match(c)
+        firings = ss.enabled(c)
+        if not firings:
+            break
+        c = ss.fire(c, firings[0])
+        steps += 1
+    assert steps > 0 and ss.outputs(c) == [2]
+
+
+@pytest.mark.parametrize("pv", [True, False])
+def test_send_and_recv_move_each_token_once_under_its_edge_and_tag(pv: bool) -> None:
+    """Laws [E-Send], [E-Recv] and [E-Recv-Dead] over a set of partitions: a Send fires once its inputs
+    are full at t, live or dead, and puts exactly that token into the rendezvous under (edge, t); a
+    Recv is enabled only once the token under its own (edge, t) is there, takes it (by the rule naming
+    its deadness) and emits it at t. Every key is sent once and received once, nothing is left in a
+    mailbox, and the fetched value is the unpartitioned run's, on the taken and the untaken branch."""
+    from turnout.devices import partition, place
+    from turnout.devices import smallstep as pss
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.int32, [], name="x")
+
+        def far() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return x * 10
+
+        z = tn.cond(p, far, lambda: x - 1)
+    feeds = {p: np.bool_(pv), x: np.int32(3)}
+    s = pss.system(partition(g, place(g, ["cpu:0", "cpu:1"]), [z], {(t.node.id, t.index) for t in feeds}), feeds)
+    pc = s.initial
+    sent: list[tuple[Any, bool]] = []
+    received: list[tuple[Any, bool]] = []
+    while True:
+        nxt = pss.steps(s, pc)
+        if not nxt:
+            break
+        i, f = nxt[-1]  # the partition enabled last: Recvs are tried as soon as they could be
+        before = pc.configs
+        pc = pss.step(s, pc, i, f)
+        node = before[i].program.nodes[f.node_id] if f.node_id is not None else None
+        if f.rule == "E-Send":
+            assert node is not None and node.op == "Send"
+            key = (node.attrs["edge"], f.tag)
+            j = s.route[node.attrs["edge"]]
+            (new,) = pc.configs[j].mailbox - before[j].mailbox
+            assert new[0] == key and new[1].is_dead == f.dead == any(t.is_dead for t in f.inputs)
+            sent.append((key, f.dead))
+        elif f.rule in ("E-Recv", "E-Recv-Dead"):
+            assert node is not None and node.op == "Recv"
+            key = (node.attrs["edge"], f.tag)
+            assert (f.rule == "E-Recv-Dead") == f.dead
+            (gone,) = before[i].mailbox - pc.configs[i].mailbox
+            assert gone[0] == key and gone[1].is_dead == f.dead
+            received.append((key, f.dead))
+        else:
+            assert node is None or node.op not in ("Send", "Recv"), f
+    assert sent and sorted(sent) == sorted(received) and len({k for k, _ in sent}) == len(sent)
+    assert any(dead for _, dead in sent) == (not pv)  # the untaken branch's transfer crosses dead
+    want = tn.Session(g).run(z, feeds)
+    assert pss.outcome(s, pc) == (("live", value_repr(np.asarray(want))),)
+
+
+def test_a_direct_run_bounds_loops_as_a_session_does() -> None:
+    """``ss.run`` called directly bounds every frame instance by the same default ``max_iterations`` as
+    a session (``RunOptions``), so the semantics and every backend call the same loop runaway. (Checked
+    on the signature: a loop that long would take the small-step system hours to reach the bound.)"""
+    import inspect
+
+    assert inspect.signature(ss.run).parameters["max_iterations"].default == RunOptions().max_iterations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,82 @@ def test_one_mutant_end_to_end() -> None:
     assert mutation.run_tests(seed_one, target, queue_test, 120)[0] == "survived"
     other = ["tests/test_mutation_tool.py::test_samples_are_seeded_and_in_source_order"]
     assert mutation.run_tests(fifo_to_lifo, target, other, 120)[0] in ("not reached", "not loaded")
+
+
+# ---- which tests run, the score, resuming ---------------------------------------------------------
+def test_an_unreached_mutant_counts_against_the_score() -> None:
+    """A mutant no test reaches is a gap in the tests: the score counts it as it counts a survivor,
+    and equivalents count neither way."""
+    assert mutation.score({"killed": 9, "not reached": 1}) == 0.9
+    assert mutation.score({"killed": 9, "survived": 1, "equivalent": 5}) == 0.9
+    assert mutation.score({"killed": 8, "timeout": 1, "survived": 1, "not reached": 2}) == 0.75
+    assert mutation.score({"equivalent": 3}) is None
+
+
+def test_the_oracle_runs_the_partitioned_tests_that_reach_its_send_and_recv_rules() -> None:
+    """The reference interpreter's and the small-step system's Send/Recv rules fire only in partitioned
+    runs, so every oracle module's test list holds the device, cluster and small-step-of-partitions
+    test files (their absence left those rules' mutants unjudged)."""
+    for path in mutation.ORACLE_MODULES:
+        tests = mutation.MODULES[path]["tests"]
+        for f in ("test_devices.py", "test_cluster.py", "test_devices_smallstep.py"):
+            assert f in tests, (path, f)
+        assert len(mutation.existing_tests(tests)) == len(tests), path
+
+
+def test_a_mutant_runs_the_tests_that_ran_its_function() -> None:
+    """Selection by recorded coverage: the tests that ran a line of the mutated function's body; none
+    of them (not reached) when no test did; every test (None) for a module-level mutant or when a line
+    ran outside any test, since then which test needs it is unknown."""
+    m = mutation.Mutant("m.py", "m.f:1", 11, "f", make=None, span=(11, 13))  # type: ignore[arg-type]
+    by_line = {10: {"t.py::a"}, 11: {"t.py::b"}, 13: {"t.py::c", "t.py::b"}, 14: {"t.py::d"}}
+    assert mutation.tests_reaching(m, by_line) == ["t.py::b", "t.py::c"]
+    assert mutation.tests_reaching(m, {10: {"t.py::a"}, 14: {"t.py::d"}}) == []
+    assert mutation.tests_reaching(m, {12: {"", "t.py::a"}}) is None
+    top = mutation.Mutant("m.py", "m.<module>:1", 3, "<module>", make=None)  # type: ignore[arg-type]
+    assert mutation.tests_reaching(top, by_line) is None
+
+
+def test_kept_outcomes_survive_a_rerun_until_their_module_or_the_tests_change(tmp_path: Any,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming: a kill is kept while the module's source is unchanged; a survivor or a gap only while
+    the tests are unchanged too (a new test may kill it)."""
+    monkeypatch.setattr(mutation, "WORK", str(tmp_path))
+    r = mutation.Results("reference/scheduler.py")
+    for k, outcome in enumerate(("killed", "survived", "not reached", "timeout")):
+        m = _fake(k)
+        m.outcome = outcome
+        r.put(m)
+    again = mutation.Results("reference/scheduler.py")
+    assert {mid: rec["outcome"] for mid, rec in again.done.items()} == {
+        "m.f:0": "killed", "m.f:1": "survived", "m.f:2": "not reached", "m.f:3": "timeout"}
+    assert mutation.Results("reference/scheduler.py", fresh=True).done == {}
+    monkeypatch.setattr(mutation, "tests_digest", lambda: "changed")
+    assert sorted(mutation.Results("reference/scheduler.py").done) == ["m.f:0", "m.f:3"]
+    assert mutation.Results("reference/rules.py").done == {}  # another module (another source hash)
+
+
+@needs_mutmut
+def test_a_campaign_selects_by_coverage_runs_in_parallel_and_resumes(tmp_path: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small campaign on the scheduler, three tests of one file, two jobs at a time: the recorded
+    coverage picks for ``pop``'s mutants the two tests that pop a ready queue, not the one that builds
+    no interpreter; every mutant is decided; and a second run decides them all from the kept outcomes
+    without running a test."""
+    import io
+
+    monkeypatch.setattr(mutation, "WORK", str(tmp_path))
+    monkeypatch.setitem(mutation.MODULES, "reference/scheduler.py", {
+        "module": "turnout.reference.scheduler", "tests": ["test_mutants_reference.py"],
+        "select": "ready_queue_policies or run_graph_uses or takes_no_options"})
+    log = io.StringIO()
+    first = mutation.campaign("reference/scheduler.py", 6, 0, 120, log, jobs=2)
+    outcomes = {m["id"]: m for m in first["mutants"]}
+    assert len(outcomes) == 6 and all(m["outcome"] in ("killed", "survived", "not reached", "timeout")
+                                      for m in outcomes.values()), log.getvalue()
+    pops = [m for m in outcomes.values() if m["function"] == "pop" and m["outcome"] != "not reached"]
+    assert pops and all(m["tests"] == 2 for m in pops), [(m["id"], m["tests"], m["outcome"]) for m in pops]
+    log2 = io.StringIO()
+    second = mutation.campaign("reference/scheduler.py", 6, 0, 120, log2, jobs=2)
+    assert {m["id"]: m["outcome"] for m in second["mutants"]} == {k: m["outcome"] for k, m in outcomes.items()}
+    assert log2.getvalue().count(", kept)") == 6 - sum(m["outcome"] == "equivalent" for m in outcomes.values())

@@ -14,20 +14,38 @@ read the ``[tool.mutmut]`` section of ``pyproject.toml``. This wrapper applies t
 ``package-dir`` mapping, so its mutants would never be reached.
 
 How one mutant runs: the mutated module is written under ``.mutation/`` (the work tree is never
-touched), and the module's own tests (``MODULES`` below, fastest first, ``-x``) run in a fresh
-``pytest`` process with this file loaded as a plugin (``-p mutation``): it puts a finder in front of
-the editable install's, so ``import turnout.reference.rules`` loads the mutant. A probe call inserted
-at the top of the function holding the mutation records whether any test reached it. Outcomes:
+touched), and the tests that reach the mutated function run in a fresh ``pytest`` process with this
+file loaded as a plugin (``-p mutation``): it puts a finder in front of the editable install's, so
+``import turnout.reference.rules`` loads the mutant. A probe call inserted at the top of the function
+holding the mutation records whether any test reached it.
+
+Which tests run: a module's test files (``MODULES`` below, fastest first, ``-x``) first run unmutated
+under ``coverage``, each test in its own coverage context. That run must pass; its time sets the
+per-mutant timeout (``--timeout`` overrides it), and it records which tests execute each line of the
+module (kept under ``.mutation/coverage/``, keyed by the hashes of the module and of ``tests/``). A
+mutant inside a function runs only the tests that executed a line of that function's body (all of the
+module's tests where a line ran outside any test, e.g. in a thread that outlived its test; a
+module-level mutant runs them all). A mutant whose function no test executes is *not reached* at
+once: it is a gap in the tests, reported as such and counted against the score. ``--no-select`` runs
+every test file of the module for every mutant instead.
+
+Outcomes:
 
 * killed: a test failed (or the run crashed, or ran past the timeout: ``timeout`` is a kill too);
 * survived: every test passed and the mutated function ran;
-* not reached: every test passed and the mutated function never ran (no test exercises it);
+* not reached: no test executes the mutated function (a gap: it counts as a survivor in the score);
 * equivalent: listed in ``tools/mutation_equivalents.toml`` with a one-line reason.
 
-Score = killed / (killed + survived), equivalents excluded (they are neither). The report
-(``.mutation/report.md`` and ``.json``, untracked) gives the score per module and every survivor and
-unreached mutant with its diff. A module's tests first run unmutated: they must pass, and their time
-sets the per-mutant timeout (``--timeout`` overrides it).
+Score = killed / (killed + survived + not reached), equivalents excluded (they are neither). The
+report (``.mutation/report.md`` and ``.json``, untracked) gives the score per module and every survivor
+and unreached mutant with its diff.
+
+Resuming and parallel runs: each finished mutant's outcome is kept under ``.mutation/results/``,
+keyed by its id and the hash of its module's source, so a campaign stopped part way (or a nightly run
+repeated) skips the mutants already decided. A kill stays valid while the module is unchanged; a
+survivor or a gap is run again once any file under ``tests/`` changes (a new test may kill it).
+``--fresh`` ignores the kept outcomes. ``--jobs N`` runs N mutants at a time, each in its own pytest
+process and its own copy of the mutated module.
 """
 
 from __future__ import annotations
@@ -55,9 +73,13 @@ WORK = os.path.join(ROOT, ".mutation")
 EQUIVALENTS = os.path.join(ROOT, "tools", "mutation_equivalents.toml")
 PROBE = "__turnout_mutant_reached__"
 
+#: The partitioned runs: the reference interpreter and the small-step system each run a program's
+#: partitions over a rendezvous there, and only there do their Send and Recv rules fire (device
+#: placement, the in-process cluster, the small-step system of partitions).
+_PARTITION_TESTS = ["test_devices.py", "test_devices_smallstep.py", "test_mutants_devices3.py", "test_cluster.py"]
 _REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_reference.py", "test_regressions.py",
               "test_raw.py", "test_session.py", "test_variables.py", "test_mutations.py", "test_validation.py",
-              "test_properties.py"]
+              *_PARTITION_TESTS, "test_properties.py"]
 _DEV_TESTS = ["test_mutants_devices.py", "test_mutants_devices2.py", "test_devices.py", "test_devices_smallstep.py",
               "test_devices_properties.py", "test_bad_inputs.py"]
 _DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
@@ -92,7 +114,7 @@ MODULES: dict[str, dict[str, Any]] = {
     "reference/trace.py": {"module": "turnout.reference.trace", "tests": _REF_TESTS},
     "semantics/smallstep.py": {"module": "turnout.semantics.smallstep",
                                "tests": ["test_mutants_smallstep.py", "test_trace_rules.py", "test_smallstep.py",
-                                         "test_properties.py"]},
+                                         *_PARTITION_TESTS, "test_properties.py"]},
     "fast/emit.py": {"module": "turnout.fast.emit", "tests": ["test_fast_counted_nests.py", *_FAST_TESTS]},
     "fast/facts.py": {"module": "turnout.fast.facts",
                       "tests": ["test_fast_counted_nests.py", "test_fast_counted_stacks.py", "test_fast_compile.py",
@@ -154,21 +176,27 @@ MODULES: dict[str, dict[str, Any]] = {
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
                                "test_fast_positional_stacks.py", "test_fast_memory.py"]},
 }
+MODULE_PATHS = {spec["module"]: path for path, spec in MODULES.items()}  # import name -> file
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
+#: The oracle core: what every other executor is judged by (``docs/checking.rst`` gives their scores).
+ORACLE_MODULES = ["reference/rules.py", "reference/executor.py", "reference/scheduler.py", "semantics/smallstep.py"]
 
 
 @dataclass
 class Mutant:
-    """One mutation of one module: a stable id (function + hash of the change), the line, the diff."""
+    """One mutation of one module: a stable id (function + hash of the change), the line, the diff, and
+    the lines of the body of the function holding it (``span``, first and last; None at module level)."""
 
     path: str
     id: str
     line: int
     function: str
     make: _Lazy = field(repr=False)
+    span: Optional[tuple[int, int]] = None
     outcome: str = ""
     seconds: float = 0.0
     reason: str = ""
+    tests: int = 0  # how many tests it ran (0: every test of its module, or none when not reached)
 
     @property
     def diff(self) -> str:
@@ -183,7 +211,7 @@ class Mutant:
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "path": self.path, "line": self.line, "function": self.function,
                 "outcome": self.outcome, "seconds": round(self.seconds, 2), "reason": self.reason,
-                "diff": self.diff}
+                "tests": self.tests, "diff": self.diff}
 
 
 class _Lazy:
@@ -246,8 +274,12 @@ def mutants_of(path: str) -> list[Mutant]:
         h = hashlib.sha1(change.encode()).hexdigest()[:8]
         seen[h] = seen.get(h, 0) + 1
         mid = f"{os.path.splitext(os.path.basename(path))[0]}.{fname}:{h}" + (f".{seen[h]}" if seen[h] > 1 else "")
+        span = None
+        if fn is not None:  # the body, not the def line (which runs when the module loads)
+            body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else [fn.body]
+            span = (positions[body[0]].start.line, positions[fn].end.line)
         out.append(Mutant(path, mid, positions[m.original_node].start.line, fname,
-                          _Lazy(src, path, module, m, fn, fm)))
+                          _Lazy(src, path, module, m, fn, fm), span))
     return out
 
 
@@ -287,28 +319,49 @@ def _pytest_cmd(files: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "mutation", *files]
 
 
-def _env(mutant: Optional[Mutant], module: str, status: str) -> dict[str, str]:
+def _scratch(slot: str) -> str:
+    """The files of one running mutant (one per campaign process and job): its module, status, selection."""
+    return os.path.join(WORK, f"run-{os.getpid()}-{slot}")
+
+
+def _env(mutant: Optional[Mutant], module: str, slot: str, select: Optional[list[str]],
+         cover: Optional[str]) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "tools"), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TURNOUT_HYPOTHESIS_PROFILE", "ci")
-    env["TURNOUT_MUTANT_STATUS"] = status
+    here = _scratch(slot)
+    os.makedirs(here, exist_ok=True)
+    env["TURNOUT_MUTANT_STATUS"] = os.path.join(here, "status.json")
+    for k in ("TURNOUT_MUTANT_MODULE", "TURNOUT_MUTANT_FILE", "TURNOUT_MUTANT_SELECT", "TURNOUT_MUTANT_COVER"):
+        env.pop(k, None)
     if mutant is not None:
-        path = os.path.join(WORK, f"mutant-{os.getpid()}", mutant.path)  # one per campaign process
+        path = os.path.join(here, mutant.path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(mutant.source)
         env["TURNOUT_MUTANT_MODULE"] = module
         env["TURNOUT_MUTANT_FILE"] = path
+    if select is not None:
+        env["TURNOUT_MUTANT_SELECT"] = os.path.join(here, "select.txt")
+        with open(env["TURNOUT_MUTANT_SELECT"], "w") as f:
+            f.write("\n".join(select) + "\n")
+    if cover is not None:
+        env["TURNOUT_MUTANT_COVER"] = cover
+        env["TURNOUT_MUTANT_SOURCE"] = os.path.join(ROOT, MODULE_PATHS.get(module, module))
     return env
 
 
-def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: float) -> tuple[str, float, str]:
-    """Run ``tests`` against ``mutant`` (None: unmutated). Returns (outcome, seconds, output tail)."""
+def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: float, slot: str = "0",
+              select: Optional[list[str]] = None, cover: Optional[str] = None) -> tuple[str, float, str]:
+    """Run ``tests`` against ``mutant`` (None: unmutated). Returns (outcome, seconds, output tail).
+
+    ``select``: only these tests (pytest node ids; ``FILE::*`` for every test of a file), in the order
+    of ``tests``. ``cover``: record which test runs each line of the module, into that coverage file.
+    ``slot`` names this run's scratch files, so that runs of one campaign can go side by side."""
     os.makedirs(WORK, exist_ok=True)
-    status = os.path.join(WORK, f"status-{os.getpid()}.json")
-    if os.path.exists(status):
-        os.remove(status)
-    env = _env(mutant, module, status)
+    shutil.rmtree(_scratch(slot), ignore_errors=True)
+    env = _env(mutant, module, slot, select, cover)
+    status = env["TURNOUT_MUTANT_STATUS"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(_pytest_cmd(tests), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -317,16 +370,16 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        _cleanup()
+        _cleanup(slot)
         return "timeout", time.perf_counter() - t0, ""
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        _cleanup()
+        _cleanup(slot)
         raise
     dt = time.perf_counter() - t0
     st = json.load(open(status)) if os.path.exists(status) else {}
-    _cleanup()
+    _cleanup(slot)
     if proc.returncode != 0:
         return "killed", dt, out[-3000:]
     if mutant is not None and not st.get("loaded"):
@@ -336,12 +389,36 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     return "survived", dt, out[-3000:]
 
 
-def _cleanup() -> None:
-    """Remove this process's mutated module and status file (reports stay)."""
-    shutil.rmtree(os.path.join(WORK, f"mutant-{os.getpid()}"), ignore_errors=True)
-    status = os.path.join(WORK, f"status-{os.getpid()}.json")
-    if os.path.exists(status):
-        os.remove(status)
+def _cleanup(slot: str) -> None:
+    """Remove this run's mutated module, status and selection files (reports stay)."""
+    shutil.rmtree(_scratch(slot), ignore_errors=True)
+
+
+# ---- choosing the tests of a mutant by coverage ---------------------------------------------------
+def lines_run_by(cover: str, source: str) -> dict[int, set[str]]:
+    """Line -> the tests that ran it, read from the coverage file of an unmutated run (``run_tests``
+    with ``cover``). A line run outside any test (at import, at collection, in a thread that outlived
+    its test) has the context ``""``."""
+    from coverage import CoverageData
+
+    data = CoverageData(cover)
+    data.read()
+    by_line = data.contexts_by_lineno(os.path.abspath(source))
+    return {int(line): set(ctxs) for line, ctxs in by_line.items()}
+
+
+def tests_reaching(m: Mutant, by_line: dict[int, set[str]]) -> Optional[list[str]]:
+    """The tests to run against ``m``: those that ran a line of the body of its function (an empty list:
+    none did, the mutant is not reached). None means every test of the module: a module-level mutant,
+    or a function whose lines ran outside any test (so which test needs it is not known)."""
+    if m.span is None:
+        return None
+    found: set[str] = set()
+    for line in range(m.span[0], m.span[1] + 1):
+        found |= by_line.get(line, set())
+    if "" in found:
+        return None
+    return sorted(found)
 
 
 # ---- the pytest plugin side (loaded in the test process by ``-p mutation``) ------------------------
@@ -360,6 +437,7 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
 
 
 _STATE: dict[str, bool] = {"loaded": False, "reached": False}
+_COVER: list[Any] = []  # the Coverage object of a recording run
 
 
 def _write_status() -> None:
@@ -376,6 +454,13 @@ def _reached() -> None:
 
 
 def _install_hook() -> None:
+    cover, source = os.environ.get("TURNOUT_MUTANT_COVER"), os.environ.get("TURNOUT_MUTANT_SOURCE")
+    if cover and source:
+        import coverage
+
+        cov = coverage.Coverage(data_file=cover, include=[source], config_file=False)
+        cov.start()
+        _COVER.append(cov)
     name, path = os.environ.get("TURNOUT_MUTANT_MODULE"), os.environ.get("TURNOUT_MUTANT_FILE")
     if not name or not path:
         return
@@ -387,8 +472,43 @@ def _install_hook() -> None:
     sys.meta_path.insert(0, _MutantFinder(name, path))
 
 
+def _switch(context: str) -> None:
+    if _COVER:
+        _COVER[0].switch_context(context)
+
+
 if os.environ.get("TURNOUT_MUTANT_STATUS") and __name__ != "__main__":
+    import pytest
+
     _install_hook()
+
+    # What a recording run attributes to a test: its call phase to the test itself; its setup and
+    # teardown, which may build a fixture that later tests of the file share, to the whole file.
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item: Any) -> None:
+        _switch(item.nodeid.split("::")[0] + "::*")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(item: Any) -> None:
+        _switch(item.nodeid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(item: Any) -> None:
+        _switch(item.nodeid.split("::")[0] + "::*")
+
+    def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+        path = os.environ.get("TURNOUT_MUTANT_SELECT")
+        if not path:
+            return
+        wanted = set(open(path).read().split("\n")) - {""}
+        keep = [i for i in items if i.nodeid in wanted or i.nodeid.split("::")[0] + "::*" in wanted]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+    def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
+        if _COVER:
+            _COVER[0].stop()
+            _COVER[0].save()
 
 
 # ---- campaigns and reports ------------------------------------------------------------------------
@@ -409,29 +529,107 @@ def sample(mutants: list[Mutant], n: Optional[int], seed: int) -> list[Mutant]:
     return [m for i, m in enumerate(mutants) if i in keep]
 
 
+def _digest(paths: list[str]) -> str:
+    h = hashlib.sha1()
+    for p in sorted(paths):
+        h.update(p.encode())
+        with open(os.path.join(ROOT, p), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:12]
+
+
+def tests_digest() -> str:
+    """A hash of every file under ``tests/``: a kept survivor or gap is run again when it changes."""
+    top = os.path.join(ROOT, "tests")
+    return _digest([os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(top)
+                    for f in fs if f.endswith(".py")])
+
+
+class Results:
+    """Finished mutants' outcomes under ``.mutation/results/``, one file per module version (the hash of
+    its source): a rerun skips what is decided. Kills are kept while the module is unchanged; survivors
+    and gaps only while ``tests/`` is unchanged too."""
+
+    KEPT = ("killed", "timeout")
+
+    def __init__(self, path: str, fresh: bool = False) -> None:
+        self.tests = tests_digest()
+        stem = path.replace("/", "_").removesuffix(".py")
+        self.file = os.path.join(WORK, "results", f"{stem}-{_digest([path])}.jsonl")
+        self.done: dict[str, dict[str, Any]] = {}
+        if not fresh and os.path.exists(self.file):
+            for line in open(self.file):
+                rec = json.loads(line)
+                if rec["outcome"] in self.KEPT or rec["tests"] == self.tests:
+                    self.done[rec["id"]] = rec
+
+    def get(self, mid: str) -> Optional[dict[str, Any]]:
+        return self.done.get(mid)
+
+    def put(self, m: Mutant) -> None:
+        rec = {"id": m.id, "outcome": m.outcome, "seconds": round(m.seconds, 2), "ran": m.tests,
+               "tests": self.tests}
+        self.done[m.id] = rec
+        os.makedirs(os.path.dirname(self.file), exist_ok=True)
+        with open(self.file, "a") as f:  # one line per mutant: a run killed midway loses at most one
+            f.write(json.dumps(rec) + "\n")
+
+
 def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], log: Any,
-             progress: Callable[[dict[str, Any]], None] = lambda section: None) -> dict[str, Any]:
+             progress: Callable[[dict[str, Any]], object] = lambda section: None, jobs: int = 1,
+             select: bool = True, fresh: bool = False) -> dict[str, Any]:
     """Run a sample of the mutants of one module; return its section of the report. ``progress`` gets
     the section so far after every mutant (so a campaign stopped early still leaves a report)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     spec = MODULES[path]
     equivalents = load_equivalents()
     everything = mutants_of(path)
     chosen = sample(everything, n, seed)
     tests = existing_tests(spec["tests"], spec.get("select"))  # fixed for the whole campaign
-    outcome, base, tail = run_tests(None, spec["module"], tests, timeout=3600)
+    stem = path.replace("/", "_").removesuffix(".py")
+    cover = os.path.join(WORK, f"coverage-{stem}-{os.getpid()}") if select else None
+    outcome, base, tail = run_tests(None, spec["module"], tests, timeout=3600, cover=cover)
     if outcome != "survived":
         raise SystemExit(f"the tests of {path} fail unmutated; fix them first:\n{tail}")
+    by_line = lines_run_by(cover, path) if cover else None
+    if cover and os.path.exists(cover):
+        os.remove(cover)
     limit = timeout or max(30.0, 3 * base)
+    results = Results(path, fresh)
     print(f"{path}: {len(everything)} mutants, running {len(chosen)} (seed {seed}); unmutated tests "
-          f"{base:.1f}s, timeout {limit:.0f}s", file=log, flush=True)
-    for k, m in enumerate(chosen):
+          f"{base:.1f}s, timeout {limit:.0f}s; {len(results.done)} outcomes kept from earlier runs", file=log,
+          flush=True)
+    lock = threading.Lock()
+    finished: list[Mutant] = []
+
+    def one(m: Mutant) -> None:
+        kept = results.get(m.id)
+        picked = tests_reaching(m, by_line) if by_line is not None else None
         if m.id in equivalents:
             m.outcome, m.reason = "equivalent", equivalents[m.id]
+        elif kept is not None:
+            m.outcome, m.seconds, m.tests, m.reason = kept["outcome"], kept["seconds"], kept["ran"], "kept"
+        elif picked == []:
+            m.outcome, m.reason = "not reached", "no test runs this function"
+            results.put(m)
         else:
-            m.outcome, m.seconds, _ = run_tests(m, spec["module"], tests, limit)
-        print(f"  [{k + 1}/{len(chosen)}] {m.id} line {m.line}: {m.outcome} ({m.seconds:.1f}s)", file=log,
-              flush=True)
-        progress(_section(path, len(everything), chosen[: k + 1], seed, base))
+            m.tests = len(picked) if picked is not None else 0
+            slot = threading.current_thread().name.rsplit("_", 1)[-1]
+            m.outcome, m.seconds, _ = run_tests(m, spec["module"], tests, limit, slot=slot, select=picked)
+            if m.outcome != "not loaded":
+                results.put(m)
+        with lock:
+            finished.append(m)
+            ran = f"{m.tests} tests" if m.tests else "all tests"
+            print(f"  [{len(finished)}/{len(chosen)}] {m.id} line {m.line}: {m.outcome} ({m.seconds:.1f}s, "
+                  f"{ran}{', kept' if m.reason == 'kept' else ''})", file=log, flush=True)
+            progress(_section(path, len(everything), sorted(finished, key=chosen.index), seed, base))
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for f in [pool.submit(one, m) for m in chosen]:
+            f.result()
     return _section(path, len(everything), chosen, seed, base)
 
 
@@ -439,13 +637,19 @@ def _section(path: str, total: int, done: list[Mutant], seed: int, base: float) 
     counts: dict[str, int] = {}
     for m in done:
         counts[m.outcome] = counts.get(m.outcome, 0) + 1
-    killed = counts.get("killed", 0) + counts.get("timeout", 0)
-    judged = killed + counts.get("survived", 0)
     return {
         "module": path, "total": total, "sampled": len(done), "seed": seed, "counts": counts,
-        "score": killed / judged if judged else None, "unmutated_seconds": base,
+        "score": score(counts), "unmutated_seconds": base,
         "mutants": [m.as_dict() for m in done],
     }
+
+
+def score(counts: dict[str, int]) -> Optional[float]:
+    """killed / (killed + survived + not reached): a mutant no test reaches is a gap and counts against
+    the score, as a survivor does. Equivalents count neither way. None when nothing was judged."""
+    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    judged = killed + counts.get("survived", 0) + counts.get("not reached", 0) + counts.get("not loaded", 0)
+    return killed / judged if judged else None
 
 
 def write_report(sections: list[dict[str, Any]], argv: list[str], name: str = "report") -> str:
@@ -459,10 +663,11 @@ def write_report(sections: list[dict[str, Any]], argv: list[str], name: str = "r
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in sections:
         c = s["counts"]
-        score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
+        pct = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
         lines.append(f"| {s['module']} | {s['total']} | {s['sampled']} | {c.get('killed', 0) + c.get('timeout', 0)} "
-                     f"| {c.get('survived', 0)} | {c.get('not reached', 0)} | {c.get('equivalent', 0)} | {score} |")
-    for title, kinds in (("Survivors", ("survived", "not loaded")), ("Not reached by any test", ("not reached",)),
+                     f"| {c.get('survived', 0)} | {c.get('not reached', 0)} | {c.get('equivalent', 0)} | {pct} |")
+    for title, kinds in (("Survivors", ("survived", "not loaded")),
+                         ("Not reached by any test (gaps, counted against the score)", ("not reached",)),
                          ("Equivalent", ("equivalent",))):
         rows = [m for s in sections for m in s["mutants"] if m["outcome"] in kinds]
         lines += ["", f"## {title} ({len(rows)})", ""]
@@ -488,6 +693,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=None, help="seconds per mutant (default: 3x the unmutated run)")
     p.add_argument("--report", default="report", help="report name under .mutation/ (default: report)")
+    p.add_argument("--jobs", type=int, default=1, help="mutants run at a time, each in its own pytest process")
+    p.add_argument("--no-select", dest="select", action="store_false",
+                   help="run every test file of the module for every mutant (default: the tests whose "
+                        "recorded coverage reaches the mutated function)")
+    p.add_argument("--fresh", action="store_true", help="ignore the outcomes kept under .mutation/results/")
     p.add_argument("--list", action="store_true", help="list the chosen mutants and stop")
     p.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
     p.add_argument("--run", metavar="ID", help="run one mutant (all its module's tests) and print the output")
@@ -513,11 +723,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     sections: list[dict[str, Any]] = []
     for path in modules:
         sections.append(campaign(path, n, a.seed, a.timeout, sys.stdout,
-                                 lambda part: write_report([*sections, part], argv, a.report)))
+                                 lambda part: write_report([*sections, part], argv, a.report),
+                                 jobs=a.jobs, select=a.select, fresh=a.fresh))
     report = write_report(sections, argv, a.report)
     for s in sections:
-        score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
-        print(f"{s['module']}: score {score} ({s['counts']})")
+        pct = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
+        print(f"{s['module']}: score {pct} ({s['counts']})")
     print(f"report: {os.path.relpath(report, ROOT)}")
 
 
