@@ -418,7 +418,9 @@ _BAD_FEEDS = st.one_of(
     st.integers(-(2**70), 2**70), st.floats())
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+# a third of the profile's examples (each runs a generated program): 33 in ``ci``, 1,666 in ``nightly``
+@settings(max_examples=max(30, settings.default.max_examples // 3), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_generated_programs_fed_bad_values_raise_only_turnout_errors(data: st.DataObject) -> None:
     p = data.draw(programs(max_depth=2))
@@ -533,3 +535,27 @@ def test_every_public_function_refuses_an_argument_of_the_wrong_kind(fname: str,
             if isinstance(e, tn.ArgumentError) and named:  # the parameter given the wrong kind, or one
                 assert named.group(1) == param or named.group(1) in args  # the table could not fill
         # (no error: the function takes values of any kind there, e.g. a name made with str())
+
+
+@pytest.mark.parametrize("build, param", [
+    (lambda x, w: tn.tanh(w), "x of tanh"),
+    (lambda x, w: tn.add(x, w), "b of add"),
+    (lambda x, w: x + w, "b of add"),
+    (lambda x, w: tn.matmul(x, w), "b of matmul"),
+    (lambda x, w: tn.raw.switch(w, x > 0.0), "data of switch"),
+    (lambda x, w: tn.gather(x, w), "indices of gather"),
+    (lambda x, w: tn.reduce_sum(w), "x of reduce_sum"),
+    (lambda x, w: tn.cond(x[0] > 0.0, lambda: w, lambda: x), None),
+], ids=["tanh", "add", "operator", "matmul", "switch", "gather", "reduce_sum", "cond"])
+def test_an_operand_of_no_kind_is_named_by_its_parameter(build: Callable[..., Any], param: str | None) -> None:
+    """A value that is no tensor, given where a builder converts a tensor, is a ``GraphBuildError``
+    naming the parameter of the function the user called, not of a function it calls inside
+    (``turnout.arguments``: the outermost checked function names it)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        with pytest.raises(tn.GraphBuildError) as info:
+            build(x, _Wrong())
+    if param is not None:
+        assert str(info.value).endswith(f"(argument {param})")
+    assert "<wrong kind>" in str(info.value)

@@ -15,6 +15,7 @@ unions. ``Any`` and what the annotation cannot say are left to the function.
 from __future__ import annotations
 
 import collections.abc as abc
+import contextvars
 import functools
 import inspect
 import types
@@ -24,7 +25,7 @@ from typing import Any, Optional, TypeVar
 
 import numpy as np
 
-from turnout.errors import ArgumentError, TurnoutError
+from turnout.errors import ArgumentError, GraphBuildError, TurnoutError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -127,8 +128,14 @@ def checked(fn: F) -> F:
             test = eager.get(name)
             if test is not None and not test(value):
                 raise refuse(name, value)
+        depth = _DEPTH.set(_DEPTH.get() + 1)
         try:
             return fn(*args, **kwargs)
+        except GraphBuildError as e:
+            named = _naming(fn.__name__, e, bound.arguments) if _DEPTH.get() == 1 else None
+            if named is None:
+                raise
+            raise named from None
         except TurnoutError:
             raise
         except (TypeError, ValueError, AttributeError, KeyError, IndexError):
@@ -137,8 +144,30 @@ def checked(fn: F) -> F:
                 if test is not None and not test(value):
                     raise refuse(name, value) from None
             raise
+        finally:
+            _DEPTH.reset(depth)
 
     return wrapper  # type: ignore[return-value]
+
+
+#: how many checked functions the current call is inside: an error names the argument of the
+#: outermost one, the function the user called (``tn.tanh(obj)``, not the ``tn.constant`` it calls)
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("turnout_checked_depth", default=0)
+
+
+def _naming(fn: str, e: GraphBuildError, arguments: dict[str, Any]) -> Optional[GraphBuildError]:
+    """``e`` again, with the parameter that held the value it refuses named, when its message names
+    no parameter but shows the value of exactly one argument (a builder converting its operands
+    says "constant: <object ...> is a Python object"; which argument that was is the caller's
+    question). ``None`` when ``e`` already says, or cannot be tied to one argument."""
+    msg = str(e)
+    if type(e).__init__ is not GraphBuildError.__init__ or "(argument " in msg:
+        return None
+    shown = [name for name, v in arguments.items()
+             if not isinstance(v, (bool, int, float, str, type(None))) and len(repr(v)) >= 8 and repr(v) in msg]
+    if len(shown) != 1:
+        return None
+    return type(e)(f"{msg} (argument {shown[0]} of {fn})")
 
 
 #: how a message names the simple kinds
