@@ -508,6 +508,7 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
 
 
 LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max, empty_fails=True)})
+LOWERING_RULES.update({"Min": _reduce(jnp.min, empty_fails=True), "All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
 
 
 @_r("ZerosLike")

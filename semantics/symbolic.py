@@ -318,7 +318,8 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow",
     "Assert",  # a failing check is an error, which the encoding has no value for
     "MatMul", "Reshape", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
-    "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "ZerosLike", "OnesLike", "Fill", "Shape", "Size",
+    "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill", "Shape",
+    "Size",
     "BroadcastLike", "SumToLike",
     "TensorArrayNew", "TensorArrayWrite", "TensorArrayRead", "TensorArrayStack", "TensorArrayUnstack",
     "TensorArraySize", "TensorArrayAdd", "TensorArrayAccumulate", "TensorArrayReadOrZeros", "TensorArrayStackOrZeros",

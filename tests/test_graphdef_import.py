@@ -22,10 +22,7 @@ DATA = Path(__file__).parent / "data" / "tf"
 CASES = sorted(p.stem for p in DATA.glob("*.pbtxt"))
 
 # Known limits, each with the error it raises (so the test fails when one is lifted, or changes).
-KNOWN = {
-    # tf.gradients pushes a TensorArray flow onto a stack: the fast backend stacks arrays only
-    ("grad_scan", "fast"): (UnsupportedError, "cannot lower StackPush"),
-}
+KNOWN: dict[tuple[str, str], tuple[type[Exception], str]] = {}
 
 
 def _run_case(case: str, backend: str, fallback: bool = True, **opts: object) -> None:
@@ -70,7 +67,10 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp", "VarIsInitializedOp", "AddV2", "AddN",
                "Mul", "Sub", "MatMul", "Tanh", "TanhGrad", "Less", "GreaterEqual", "LogicalAnd", "Fill", "Range",
                "Reshape", "StridedSlice", "Pack", "Tile", "Sum", "Cast", "FloorMod", "NoOp", "Identity", "Const",
-               "Placeholder"]:
+               "Placeholder",
+               # TF1 model code: nn.dynamic_rnn's LSTM with a sequence_length, trained by tf.compat.v1.train
+               "BiasAdd", "BiasAddGrad", "Split", "Slice", "ConcatOffset", "InvertPermutation", "Select", "Assert",
+               "All", "Min", "Max", "ResourceApplyGradientDescent", "ResourceApplyAdam"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

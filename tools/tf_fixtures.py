@@ -8,13 +8,15 @@ tests/test_graphdef_import.py replays the runs on every Turnout backend without 
     python tools/tf_fixtures.py [--out tests/data/tf] [--check]
 
 ``--check`` writes nothing: it re-runs every case in TensorFlow and compares with the checked-in values.
-TensorFlow is not a dependency of Turnout; this script is the only place that imports it.
+TensorFlow is not a dependency of Turnout; this script is the only place that imports it. The model
+families need TF1's RNN cells, which TensorFlow 2.16 and later take from the ``tf_keras`` package.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -174,6 +176,51 @@ def rnn_variables(tf: Any) -> list[dict[str, Any]]:
     ]
 
 
+# ---- TF1 model families (issue 38): built with tf.compat.v1's high-level APIs, trained three steps ----
+def _weights(shape: tuple[int, ...], seed: int, scale: float = 0.3) -> np.ndarray:
+    """Seeded initial weights: the fixtures use constant initializers, so the GraphDef holds them."""
+    return (np.random.default_rng(seed).uniform(-1.0, 1.0, shape) * scale).astype(np.float32)
+
+
+def _train_runs(feeds: dict[str, Any], loss: Any, train: Any, watched: list[Any],
+                steps: int = 3) -> list[dict[str, Any]]:
+    """``steps`` training steps, each fetching the loss it trains on, then the loss and the watched
+    tensors (the updated weights) after them."""
+    runs: list[dict[str, Any]] = [{"feeds": feeds, "fetches": [loss.name], "targets": [train.name]}
+                                  for _ in range(steps)]
+    runs.append({"feeds": feeds, "fetches": [loss.name, *names(watched)]})
+    return runs
+
+
+def _lstm_training(tf: Any, optimizer: Any) -> list[dict[str, Any]]:
+    """``nn.dynamic_rnn`` over an LSTMCell with a fed ``sequence_length``, a squared-error loss on the
+    outputs and the final state, minimized by ``optimizer``."""
+    batch, time, depth, hidden = 3, 5, 3, 4
+    x = tf.compat.v1.placeholder(tf.float32, [batch, time, depth], name="x")
+    seq = tf.compat.v1.placeholder(tf.int32, [batch], name="seq")
+    y = tf.compat.v1.placeholder(tf.float32, [batch, time, hidden], name="y")
+    kernel = tf.compat.v1.constant_initializer(_weights((depth + hidden, 4 * hidden), 1))
+    cell = tf.compat.v1.nn.rnn_cell.LSTMCell(hidden, initializer=kernel)
+    out, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=seq, dtype=tf.float32, scope="rnn")
+    loss = tf.reduce_mean(tf.square(out - y)) + 0.5 * tf.reduce_mean(state.c)
+    train = optimizer.minimize(loss)
+    rng = np.random.default_rng(2)
+    feeds = {"x:0": rng.normal(size=(batch, time, depth)).astype(np.float32),
+             "seq:0": np.asarray([5, 2, 3], np.int32),
+             "y:0": rng.normal(size=(batch, time, hidden)).astype(np.float32) * 0.5}
+    return _train_runs(feeds, loss, train, [v.value() for v in tf.compat.v1.global_variables()])
+
+
+@case
+def lstm_sgd(tf: Any) -> list[dict[str, Any]]:
+    return _lstm_training(tf, tf.compat.v1.train.GradientDescentOptimizer(0.5))
+
+
+@case
+def lstm_adam(tf: Any) -> list[dict[str, Any]]:
+    return _lstm_training(tf, tf.compat.v1.train.AdamOptimizer(0.05))
+
+
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
     g = tf.Graph()
     with g.as_default():
@@ -196,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the checked-in values, write nothing")
     ap.add_argument("cases", nargs="*", help="case names (default: all)")
     a = ap.parse_args(argv)
+    # TF1's RNN cells live in the Keras 2 package (tf_keras), which TensorFlow uses when this is set
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
     tf.compat.v1.disable_v2_behavior()

@@ -379,6 +379,26 @@ def _max(xs, attrs):
     return [np.asarray(np.max(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
 
 
+@_k("Min")
+def _min(xs, attrs):
+    x = np.asarray(xs[0])
+    if x.size == 0:
+        raise KernelError("Min: reduction over an empty tensor")
+    return [np.asarray(np.min(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+
+
+def _bool_reduction(fn: Any) -> Kernel:
+    """``All`` / ``Any``: bool in, bool out; an empty reduction is the identity (True / False), as in TensorFlow."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        return [np.asarray(fn(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=np.bool_)]
+
+    return kernel
+
+
+KERNELS.update({"All": _bool_reduction(np.all), "Any": _bool_reduction(np.any)})
+
+
 @_k("ZerosLike")
 def _zeros_like(xs, attrs):
     return [np.zeros_like(xs[0])]

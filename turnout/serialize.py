@@ -566,7 +566,7 @@ ATTR_RULES: dict[str, AttrRules] = {
               "parallel_iterations": (True, _c_pos_int)},
     "Reshape": {"shape": (True, _c_int_list(-1))},
     "Cast": {"dtype": (True, _c_value_dtype)},
-    "Sum": _REDUCE, "Mean": _REDUCE, "Max": _REDUCE,
+    "Sum": _REDUCE, "Mean": _REDUCE, "Max": _REDUCE, "Min": _REDUCE, "All": _REDUCE, "Any": _REDUCE,
     "Concat": {"axis": (True, _c_int)},
     "ExpandDims": {"axis": (True, _c_int)},
     "Gather": {"axis": (False, _c_int)},

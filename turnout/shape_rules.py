@@ -439,10 +439,14 @@ def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-@_rule("Sum", "Mean", "Max")
+@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(op, specs, attrs):
     x = specs[0]
-    _numeric(op, x.dtype)
+    if op in ("All", "Any"):
+        if x.dtype != dt.bool_:
+            raise DTypeError(f"{op}: expected a bool operand, got {x.dtype.name}")
+    else:
+        _numeric(op, x.dtype)
     if op == "Mean":
         _floating(op, x.dtype)
     try:

@@ -49,6 +49,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "Less": INTEGER_OUTPUTS, "LessEqual": INTEGER_OUTPUTS, "Greater": INTEGER_OUTPUTS,
     "GreaterEqual": INTEGER_OUTPUTS, "Equal": INTEGER_OUTPUTS, "NotEqual": INTEGER_OUTPUTS,
     "LogicalAnd": INTEGER_OUTPUTS, "LogicalOr": INTEGER_OUTPUTS, "LogicalNot": INTEGER_OUTPUTS,
+    "All": INTEGER_OUTPUTS, "Any": INTEGER_OUTPUTS,
     "TensorArrayNew": "its only input is the integer size: a fresh TensorArray holds no values",
     "ZerosLike": CONSTANT_IN_INPUT, "OnesLike": CONSTANT_IN_INPUT,
     "Sign": PIECEWISE_CONSTANT,
@@ -375,9 +376,9 @@ def _mean(b, n, dys):
     return [g / count]
 
 
-@_grad("Max")
+@_grad("Max", "Min")
 def _max(b, n, dys):
-    """The gradient goes to the maxima, shared equally among ties."""
+    """The gradient goes to the maxima (minima), shared equally among ties, as in TensorFlow."""
     x = _in(n, 0)
     xv = b.value(x)
     yk = b.broadcast_to(b.keepdims(b.value(n.outputs[0]), n), x)

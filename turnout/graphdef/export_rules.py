@@ -173,7 +173,7 @@ def _gather(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("GatherV2", [*_ins(ctx, n), a], attrs)}:0']
 
 
-@_rule("Sum", "Mean", "Max")
+@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ExportContext, n: Node) -> Outs:
     axis = n.attrs.get("axis")
     if axis is None:
@@ -183,6 +183,8 @@ def _reduce(ctx: ExportContext, n: Node) -> Outs:
         axis = list(range(len(shp)))
     a = ctx.const(_i32(axis if isinstance(axis, (list, tuple)) else [axis]), "axes")
     attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "keep_dims": bool(n.attrs.get("keepdims", False))}
+    if n.op in ("All", "Any"):  # bool reductions: TensorFlow's take no type attribute
+        del attrs["T"]
     return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
 
 

@@ -15,7 +15,7 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start
-from turnout.graphdef.importer import IMPORT_RULES, Bundle, ImportContext, RangeMarker, Value
+from turnout.graphdef.importer import IMPORT_RULES, Bundle, ImportContext, RangeMarker, Text, Value
 from turnout.graphdef.importer import Rule as _Rule
 from turnout.tables import registrar
 
@@ -34,6 +34,8 @@ def _const(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     lab = ctx.flows.label(f"{nd.name}:0")
     if lab is not None:
         return [_empty_ta(ctx, lab, [])]
+    if ctx.attr("dtype") == 7:  # DT_STRING: an Assert's message, read when the Assert is imported
+        return [Text(" ".join(v.decode("utf-8", "replace") for v in ctx.attr("value").string_val))]
     value = protos_value(ctx)
     return [ctx.create("Const", [], {"value": value, "dtype": dt.as_dtype(value.dtype).name}).outputs[0]]
 
@@ -191,7 +193,21 @@ for _tf, _tn in [("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp
                  ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"), ("Relu", "Relu"),
                  ("LogicalNot", "LogicalNot"), ("Size", "Size")]:
     _rule(_tf)(_simple(_tn, 1))
-_rule("Select", "SelectV2")(_simple("Select", 3))
+_rule("SelectV2")(_simple("Select", 3))
+
+
+@_rule("Select")
+def _select_v1(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TF1's Select: a vector condition picks whole rows of higher-rank operands (dynamic_rnn copies
+    finished sequences through so); otherwise it broadcasts like SelectV2. A row condition gets
+    trailing axes of size 1, which Turnout's Select broadcasts."""
+    c, x = _t(ins[0]), _t(ins[1])
+    if c.shape is not None and len(c.shape) == 1 and (x.shape is None or len(x.shape) > 1):
+        if x.shape is None:
+            raise UnsupportedError(f"{ctx.where()}: a vector condition needs the operands' rank")
+        for k in range(len(x.shape) - 1):
+            c = ctx.create("ExpandDims", [c], {"axis": -1}, suffix=f"row{k}").outputs[0]
+    return [ctx.create("Select", [c, ins[1], ins[2]]).outputs[0]]
 
 
 @_rule("ZerosLike", "OnesLike")
@@ -315,7 +331,7 @@ def _transpose(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Transpose", ins[:1], {"perm": perm}).outputs[0]]
 
 
-@_rule("Sum", "Mean", "Max")
+@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
     attrs = {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}
@@ -548,6 +564,11 @@ def _stack_parts(ctx: ImportContext, v: Value) -> tuple[Tensor, Tensor]:
 def _push(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     stack, depth = _stack_parts(ctx, ins[0])
     elem = _t(ins[1])
+    if elem.dtype == dt.tensor_array and _pops_only_order(ctx, nd):
+        # tf.gradients saves a forward TensorArray's flow only to order the gradient array's creation
+        # after it: its size stands in (an int32 scalar, which every backend stacks), not the array
+        elem = ctx.create("TensorArraySize", [elem], suffix="flow_token").outputs[0]
+        ctx.pushed[nd.name] = elem
     one = ctx.const(np.asarray(1, np.int32), [elem], suffix="one")
     after = ctx.create("AssignAddVariable", [depth, one], {"dtype": "int32", "shape": []}, suffix="depth").outputs[0]
     slot = ctx.create("Sub", [after, one], suffix="slot").outputs[0]
@@ -575,10 +596,38 @@ def _pushed_tensor(ctx: ImportContext) -> Tensor:
     src = _stack_source(ctx, ctx.node)
     for other in ctx.nodes.values():
         if other.op == "StackPushV2" and _stack_source(ctx, other) == src:
-            v = ctx.values.get(ctx.data_inputs(other)[1])
+            v = ctx.pushed.get(other.name, ctx.values.get(ctx.data_inputs(other)[1]))
             if isinstance(v, Tensor):
                 return v
     raise UnsupportedError(f"{ctx.where()}: no StackPushV2 pushes onto this stack before the pop")
+
+
+def _pops_only_order(ctx: ImportContext, push: Any) -> bool:
+    """Whether every value popped from ``push``'s stack reaches only the flow input of a
+    TensorArrayGradV3 (through pass-through ops), or control edges: what TensorFlow's TensorArray
+    gradients do with a saved forward flow, whose value Turnout's gradient arrays never read."""
+    src = _stack_source(ctx, push)
+    users: dict[str, list[tuple[Any, int]]] = {}
+    for other in ctx.nodes.values():
+        for k, i in enumerate(ctx.data_inputs(other)):
+            users.setdefault(i, []).append((other, k))
+    todo = [f"{o.name}:0" for o in ctx.nodes.values() if o.op == "StackPopV2" and _stack_source(ctx, o) == src]
+    if not todo:
+        return False
+    seen: set[str] = set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for u, k in users.get(t, []):
+            if u.op == "TensorArrayGradV3" and k == 1:
+                continue
+            if u.op in ("Identity", "Enter", "Exit", "Switch", "Merge") and k == 0 or u.op == "Merge":
+                todo.extend(f"{u.name}:{j}" for j in range(2 if u.op in ("Switch", "Merge") else 1))
+                continue
+            return False
+    return True
 
 
 def _stack_source(ctx: ImportContext, nd: Any) -> str:
@@ -732,3 +781,283 @@ def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if not _t(ins[0]).dtype.is_integer:
         raise UnsupportedError(f"{ctx.where()}: FloorDiv of floating values is not supported")
     return [ctx.create("Div", ins[:2]).outputs[0]]
+
+
+# ---- TF1 model code: the ops tf.compat.v1's layers, RNNs and optimizers emit -----------------------
+@_rule("Assert")
+def _assert(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A run-time check: Turnout's Assert of the condition, whose failure is a ``KernelError`` with
+    TensorFlow's message (its string parts, and the names of the tensors it would print). TensorFlow's
+    Assert has no output: what waits on it waits on the Turnout node by a control edge."""
+    parts = []
+    for v, name in zip(ins[1:], ctx.data_inputs()[1:]):
+        if isinstance(v, Text):
+            parts.append(f"[{v.value}]")
+        else:
+            known = ctx.static(name)
+            parts.append(f"[{known.tolist() if known is not None else name}]")
+    message = "assertion failed: " + " ".join(parts)
+    ctx.create("Assert", [ins[0], ins[0]], {"message": f"{nd.name}: {message}"})
+    return []
+
+
+@_rule("BiasAdd", "BiasAddV1")
+def _bias_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x + bias`` along the channel axis (the last for NHWC, axis 1 for NCHW): TensorFlow's kernel
+    is this broadcast sum, and so is its gradient (BiasAddGrad, the sum over the other axes)."""
+    x, b = _t(ins[0]), _t(ins[1])
+    if ctx.attr("data_format", "NHWC") == "NCHW":
+        if x.shape is None:
+            raise UnsupportedError(f"{ctx.where()}: NCHW needs the input's rank")
+        b = ctx.create("Reshape", [b], {"shape": [-1] + [1] * (len(x.shape) - 2)}, suffix="channels").outputs[0]
+    return [ctx.create("Add", [x, b]).outputs[0]]
+
+
+@_rule("BiasAddGrad")
+def _bias_add_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    dy = _t(ins[0])
+    if dy.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the gradient")
+    channel = 1 if ctx.attr("data_format", "NHWC") == "NCHW" else len(dy.shape) - 1
+    axes = [a for a in range(len(dy.shape)) if a != channel]
+    return [ctx.create("Sum", [dy], {"axis": axes, "keepdims": False}).outputs[0]]
+
+
+def _dim(ctx: ImportContext, x: Tensor, axis: int, anchors: Sequence[Value], suffix: str) -> Any:
+    """Dimension ``axis`` of ``x``: an int when its shape says so, else a Turnout int32 scalar."""
+    d = None if x.shape is None else x.shape[axis]
+    if d is not None:
+        return int(d)
+    shp = ctx.create("Shape", [x], suffix=f"{suffix}_shape").outputs[0]
+    spec = [{"kind": "index", "value": axis}]
+    return ctx.create("GetItem", [shp], {"spec": spec}, suffix=suffix).outputs[0]
+
+
+def _getitem(ctx: ImportContext, x: Tensor, key: tuple[Any, ...], suffix: str | None) -> Tensor:
+    dyn: list[Tensor] = []
+    spec = _spec(key, dyn)
+    return ctx.create("GetItem", [x, *dyn], {"spec": spec}, suffix=suffix).outputs[0]
+
+
+def _add_int(ctx: ImportContext, a: Any, b: Any, suffix: str) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    ta = a if isinstance(a, Tensor) else ctx.const(np.asarray(a, np.int32), [b], suffix=f"{suffix}_c")
+    tb = b if isinstance(b, Tensor) else ctx.const(np.asarray(b, np.int32), [a], suffix=f"{suffix}_c")
+    return ctx.create("Add", [ta, tb], suffix=suffix).outputs[0]
+
+
+@_rule("Split")
+def _split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``num_split`` equal slices along the axis (GetItem each): TensorFlow's gradient, a Concat of
+    the pieces, is already in the GraphDef."""
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[0], "the axis")
+    x, n = _t(ins[1]), int(ctx.attr("num_split"))
+    if x.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the input's rank")
+    axis %= len(x.shape)
+    size = x.shape[axis]
+    if size is None:
+        raise UnsupportedError(f"{ctx.where()}: the split dimension must be known when importing")
+    if size % n:
+        raise UnsupportedError(f"{ctx.where()}: dimension {size} does not split into {n} equal parts")
+    step = size // n
+    return [_getitem(ctx, x, (*[slice(None)] * axis, slice(k * step, (k + 1) * step, None)),
+                     None if k == n - 1 else f"part{k}") for k in range(n)]
+
+
+@_rule("SplitV")
+def _split_v(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    names = ctx.data_inputs()
+    sizes = ctx.static_int_list(names[1], "the split sizes")
+    (axis,) = ctx.static_int_list(names[2], "the axis")
+    x = _t(ins[0])
+    if x.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the input's rank")
+    axis %= len(x.shape)
+    if sizes.count(-1) == 1:
+        whole = x.shape[axis]
+        if whole is None:
+            raise UnsupportedError(f"{ctx.where()}: a -1 size needs the split dimension when importing")
+        sizes[sizes.index(-1)] = int(whole) - sum(s for s in sizes if s != -1)
+    outs, at = [], 0
+    for k, s in enumerate(sizes):
+        outs.append(_getitem(ctx, x, (*[slice(None)] * axis, slice(at, at + s, None)),
+                             None if k == len(sizes) - 1 else f"part{k}"))
+        at += s
+    return outs
+
+
+@_rule("Slice")
+def _slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x[begin:begin + size]`` per axis (size -1: to the end). Begin and size may be run-time int32
+    vectors (tf.gradients computes them with ConcatOffset and Shape): their entries become GetItem's
+    tensor bounds."""
+    x = _t(ins[0])
+    names = ctx.data_inputs()
+    begin, size = ctx.static(names[1]), ctx.static(names[2])
+    rank = len(x.shape) if x.shape is not None else None
+    for v in (begin, size):
+        if v is not None:
+            rank = int(np.size(v))
+    if rank is None:
+        for t in ins[1:3]:
+            shp = _t(t).shape
+            if shp is not None and shp[0] is not None:
+                rank = int(shp[0])
+    if rank is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the slice")
+
+    def entry(vec: Any, tensor: Value, k: int, what: str) -> Any:
+        if vec is not None:
+            return int(np.ravel(vec)[k])
+        return _getitem(ctx, _t(tensor), (k,), f"{what}{k}")
+
+    key = []
+    for k in range(rank):
+        b = entry(begin, ins[1], k, "begin")
+        n = entry(size, ins[2], k, "size")
+        if isinstance(n, int):
+            stop: Any = None if n == -1 else _add_int(ctx, b, n, f"stop{k}")
+        else:  # a run-time size: -1 still means the whole rest of the axis
+            dim = _dim(ctx, x, k, [n], f"dim{k}")
+            dim_t = dim if isinstance(dim, Tensor) else ctx.const(np.asarray(dim, np.int32), [n], suffix=f"dim{k}")
+            zero = ctx.const(np.asarray(0, np.int32), [n], suffix=f"zero{k}")
+            neg = ctx.create("Less", [n, zero], suffix=f"rest{k}").outputs[0]
+            end = _add_int(ctx, b, n, f"end{k}")
+            stop = ctx.create("Select", [neg, dim_t, end], suffix=f"stop{k}").outputs[0]
+        key.append(slice(b, stop, None))
+    return [_getitem(ctx, x, tuple(key), None)]
+
+
+@_rule("ConcatOffset")
+def _concat_offset(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Where each input of a Concat starts (ConcatV2's gradient slices there): folded when the shapes
+    are known, else summed at run time, ``offset[k] = sum(shape[j] for j < k)`` on the axis only."""
+    n_out = len(ins) - 1
+    vals = [ctx.static(f"{nd.name}:{k}") for k in range(n_out)]
+    anchors = [x for x in ins if isinstance(x, Tensor)]
+    if all(v is not None for v in vals):
+        return [ctx.const(v, anchors, suffix=None if k == n_out - 1 else f"out{k}") for k, v in enumerate(vals)]
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[0], "the axis")
+    shp = _t(ins[1]).shape
+    rank = shp[0] if shp is not None else None
+    if rank is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the shapes")
+    mask = ctx.const(np.eye(rank, dtype=np.int32)[axis % rank], anchors, suffix="axis_mask")
+    off: Tensor = ctx.const(np.zeros(rank, np.int32), anchors, suffix="zero")
+    outs = [off]
+    for k in range(1, n_out):
+        part = ctx.create("Mul", [ins[k], mask], suffix=f"along{k}").outputs[0]
+        off = ctx.create("Add", [off, part], suffix=None if k == n_out - 1 else f"out{k}").outputs[0]
+        outs.append(off)
+    return outs
+
+
+@_rule("InvertPermutation")
+def _invert_permutation(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Folded: a permutation TensorFlow inverts is a Transpose's, which Turnout takes as a static attribute."""
+    return _folded(ctx, nd, ins)
+
+
+# ---- optimizers' update ops: TensorFlow's fused kernels, as the update formulas they compute -------
+def _slot_reads(ctx: ImportContext, handles: Sequence[Value],
+                names: Sequence[str]) -> list[tuple[Tensor, dict[str, Any]]]:
+    out = []
+    for k, (h, tname) in enumerate(zip(handles, names)):
+        attrs = _var_attrs(ctx, _var_node(ctx, tname))
+        out.append((ctx.create("ReadVariable", [h], attrs, suffix=f"read{k}").outputs[0], attrs))
+    return out
+
+
+class _Formula:
+    """Arithmetic on imported tensors for an update formula, in the frame of the update's gradient."""
+
+    def __init__(self, ctx: ImportContext, anchor: Tensor) -> None:
+        self.ctx, self.anchor, self.k = ctx, anchor, 0
+
+    def op(self, name: str, *xs: Any) -> Tensor:
+        self.k += 1
+        args = [x if isinstance(x, Tensor) else self.c(x) for x in xs]
+        return self.ctx.create(name, args, suffix=f"{name.lower()}{self.k}").outputs[0]
+
+    def c(self, v: float) -> Tensor:
+        self.k += 1
+        return self.ctx.const(np.asarray(v, self.anchor.dtype.numpy), [self.anchor], suffix=f"c{self.k}")
+
+
+def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
+                  formula: Any) -> Outs:
+    """The resource form of an ``Apply*`` op: read the variable's slots (inputs 1..n_slots-1), compute
+    ``formula(f, slots, scalars, grad) -> (new slot values, the variable's decrement)`` and assign
+    them; the op's control output waits for every assign."""
+    names = ctx.data_inputs()
+    if nd.op.endswith("ApplyMomentum"):  # (var, accum, lr, grad, momentum): the gradient comes before momentum
+        ins, names = [*ins[:3], ins[4], ins[3]], [*names[:3], names[4], names[3]]
+    grad = _t(ins[-1])
+    reads = _slot_reads(ctx, ins[1:n_slots], names[1:n_slots])
+    f = _Formula(ctx, grad)
+    new_slots, decrement = formula(f, [r for r, _ in reads], [_t(x) for x in ins[n_slots:-1]], grad)
+    var_attrs = _var_attrs(ctx, _var_node(ctx, names[0]))
+    done = []
+    for k, ((_, attrs), v) in enumerate(zip(reads, new_slots)):
+        done.append(ctx.create("AssignVariable", [ins[1 + k], v], attrs, suffix=f"assign{k}"))
+    done.append(ctx.create("AssignSubVariable", [ins[0], decrement], var_attrs, suffix="update"))
+    ctx.create("NoOp", [], control=ctx.ctrl_inputs() + done)
+    return []
+
+
+def _sgd(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    (alpha,) = s
+    return [], f.op("Mul", alpha, g)
+
+
+def _momentum(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    (accum,), (lr, momentum) = slots, s
+    acc = f.op("Add", f.op("Mul", accum, momentum), g)
+    if f.ctx.attr("use_nesterov", False):
+        return [acc], f.op("Add", f.op("Mul", g, lr), f.op("Mul", f.op("Mul", acc, momentum), lr))
+    return [acc], f.op("Mul", acc, lr)
+
+
+def _adam(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """TensorFlow's ApplyAdam kernel: m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2);
+    var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) (Nesterov: m replaced by (1 - b1) g + b1 m)."""
+    (m, v), (b1p, b2p, lr, b1, b2, eps) = slots, s
+    m2 = f.op("Add", m, f.op("Mul", f.op("Sub", g, m), f.op("Sub", 1.0, b1)))
+    v2 = f.op("Add", v, f.op("Mul", f.op("Sub", f.op("Mul", g, g), v), f.op("Sub", 1.0, b2)))
+    lr_t = f.op("Div", f.op("Mul", lr, f.op("Sqrt", f.op("Sub", 1.0, b2p))), f.op("Sub", 1.0, b1p))
+    mm = m2
+    if f.ctx.attr("use_nesterov", False):
+        mm = f.op("Add", f.op("Mul", g, f.op("Sub", 1.0, b1)), f.op("Mul", b1, m2))
+    return [m2, v2], f.op("Div", f.op("Mul", mm, lr_t), f.op("Add", f.op("Sqrt", v2), eps))
+
+
+def _rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """ms += (g^2 - ms)(1 - rho); mom = momentum mom + lr g / sqrt(ms + eps); var -= mom."""
+    (ms, mom), (lr, rho, momentum, eps) = slots, s
+    ms2 = f.op("Add", ms, f.op("Mul", f.op("Sub", f.op("Mul", g, g), ms), f.op("Sub", 1.0, rho)))
+    mom2 = f.op("Add", f.op("Mul", momentum, mom), f.op("Div", f.op("Mul", lr, g), f.op("Sqrt", f.op("Add", ms2, eps))))
+    return [ms2, mom2], mom2
+
+
+def _adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """accum += g^2 (when update_slots); var -= lr g / sqrt(accum) (V2: / (sqrt(accum) + eps))."""
+    (accum,), lr = slots, s[0]
+    acc = f.op("Add", accum, f.op("Mul", g, g)) if f.ctx.attr("update_slots", True) else accum
+    denom = f.op("Sqrt", acc)
+    if len(s) > 1:
+        denom = f.op("Add", denom, s[1])
+    return [acc], f.op("Div", f.op("Mul", lr, g), denom)
+
+
+for _ops, _n, _f in [(("ResourceApplyGradientDescent",), 1, _sgd), (("ResourceApplyMomentum",), 2, _momentum),
+                     (("ResourceApplyAdam",), 3, _adam), (("ResourceApplyRMSProp",), 3, _rmsprop),
+                     (("ResourceApplyAdagrad", "ResourceApplyAdagradV2"), 2, _adagrad)]:
+    def _make(n: int, formula: Any) -> _Rule:
+        def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+            return _apply_update(ctx, nd, ins, n, formula)
+
+        return rule
+
+    _rule(*_ops)(_make(_n, _f))

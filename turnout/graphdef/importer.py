@@ -55,7 +55,15 @@ class RangeMarker:
     limit_node: str
 
 
-Value = Any  # Tensor | Bundle | RangeMarker | None (or BACK_EDGE for a Merge input not yet built)
+@dataclass(frozen=True)
+class Text:
+    """A string constant. Turnout has no string tensors; TF1 model code makes them only for the
+    messages of ``Assert``, which reads them when it is imported."""
+
+    value: str
+
+
+Value = Any  # Tensor | Bundle | RangeMarker | Text | None (or BACK_EDGE for a Merge input not yet built)
 Rule = Callable[["ImportContext", Any, list[Value]], Sequence[Value]]
 
 #: TensorFlow op name -> import rule; filled by ``turnout.graphdef.import_rules``.
@@ -76,6 +84,8 @@ class ImportContext:
         self.back_edges: list[tuple[Node, int, str]] = []
         self.node: Any = None
         self.created: list[Node] = []
+        #: StackPushV2 name -> what it pushes when that is not its input (a TensorArray flow's stand-in)
+        self.pushed: dict[str, Tensor] = {}
         self._static: dict[str, Optional[np.ndarray]] = {}
 
     # ---- building --------------------------------------------------------------------------------
@@ -89,7 +99,7 @@ class ImportContext:
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
         for t in inputs:
-            if isinstance(t, (Bundle, RangeMarker)) or t is None:
+            if isinstance(t, (Bundle, RangeMarker, Text)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
         with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
             n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl)
@@ -112,6 +122,8 @@ class ImportContext:
     def describe(v: Any) -> str:
         if isinstance(v, Bundle):
             return "a TensorFlow stack handle"
+        if isinstance(v, Text):
+            return "a string constant (Turnout has no string tensors; only Assert's message may read one)"
         if isinstance(v, RangeMarker):
             return "a Range with run-time bounds (supported only as TensorArray gather/scatter indices)"
         return "an output TensorFlow defines but the importer does not produce"
@@ -154,6 +166,7 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Minimum": np.minimum, "FloorDiv": np.floor_divide, "FloorMod": np.mod, "Neg": np.negative,
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
+    "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None,
 }
 
 
@@ -202,6 +215,12 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             key = strided_slice_index(nd, [int(x) for x in vals[1]], [int(x) for x in vals[2]],
                                       [int(x) for x in vals[3]])
             return np.asarray(vals[0][key])
+        if op == "ConcatOffset":  # where input k of a Concat starts: the sizes before it, on the axis
+            axis, shapes = int(vals[0]), vals[1:]
+            off = np.zeros_like(shapes[0])
+            for s in shapes[: int(idx)]:
+                off[axis % len(off)] += s[axis % len(off)]
+            return off
         if op == "BroadcastGradientArgs":
             return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
         fn = _FOLD[op]
