@@ -304,6 +304,20 @@ def _reshape(ctx, n, xs):
     return [jnp.reshape(xs[0], n.attrs["shape"])]
 
 
+@_r("ReshapeTo")
+def _reshape_to(ctx, n, xs):
+    x, shp = xs
+    if not is_static(shp):
+        _not_static(ctx, n, 1, f"fast backend: {describe_node(n)}: the target shape must be known when compiling")
+    target = [int(d) for d in np.ravel(shp)]
+    size, known = int(np.prod(jnp.shape(x))), int(np.prod([d for d in target if d != -1]))
+    fits = (size == known if -1 not in target else target.count(-1) == 1 and known > 0 and size % known == 0)
+    if not fits or any(d < -1 for d in target):  # the kernel's refusal (numpy's), if the op runs
+        message = f"ReshapeTo: cannot reshape array of size {size} into shape {tuple(target)}"
+        return _fails_when_run(ctx, n, message, [0] * len(target), jnp.result_type(x))
+    return [jnp.reshape(x, target)]
+
+
 @_r("Transpose")
 def _transpose(ctx, n, xs):
     return [jnp.transpose(xs[0], n.attrs.get("perm"))]

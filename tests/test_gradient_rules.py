@@ -185,6 +185,9 @@ CASES: dict[str, Case] = {
                  lambda x: jnp.mean(x, axis=1, keepdims=True)),
     "Max": Case([np.array([[0.1, 0.7, -0.2], [0.4, -0.9, 0.3]])], lambda x: tn.reduce_max(x, axis=1),
                 lambda x: jnp.max(x, axis=1)),
+    "ReshapeTo": Case([_arr(2, 3)], lambda x: x.graph.create_node(
+        "ReshapeTo", [x, tn.shape(tn.transpose(x))]).outputs[0] * tn.constant(np.arange(6.0).reshape(3, 2)),
+        lambda x: jnp.reshape(x, (3, 2)) * jnp.arange(6.0).reshape(3, 2)),
     "Min": Case([np.array([[0.1, 0.7, -0.2], [0.4, -0.9, 0.3]])], lambda x: tn.reduce_min(x, axis=1),
                 lambda x: jnp.min(x, axis=1)),
     "Fill": Case([np.array(0.7)], lambda x: tn.fill([2, 3], x) * tn.constant(np.arange(6.0).reshape(2, 3)),

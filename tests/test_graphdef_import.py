@@ -98,10 +98,10 @@ def test_unsupported_ops_are_listed_all_at_once() -> None:
 def test_dynamic_shape_argument_is_a_clear_error() -> None:
     gd = parse_graph_def(DATA / "while_simple.pbtxt")
     nd = gd.node.add()
-    nd.op, nd.name = "Reshape", "r"
-    nd.input.extend(["x", "x"])  # a run-time target shape
+    nd.op, nd.name = "Transpose", "r"
+    nd.input.extend(["x", "x"])  # a run-time permutation
     nd.attr["T"].type = 1
-    with pytest.raises(UnsupportedError, match='Reshape node "r": the target shape'):
+    with pytest.raises(UnsupportedError, match='Transpose node "r": the permutation'):
         import_graph_def(gd)
 
 

@@ -192,13 +192,15 @@ def _train_runs(feeds: dict[str, Any], loss: Any, train: Any, watched: list[Any]
     return runs
 
 
-def _lstm_training(tf: Any, optimizer: Any) -> list[dict[str, Any]]:
+def _lstm_training(tf: Any, optimizer: Any, known_sizes: bool) -> list[dict[str, Any]]:
     """``nn.dynamic_rnn`` over an LSTMCell with a fed ``sequence_length``, a squared-error loss on the
-    outputs and the final state, minimized by ``optimizer``."""
+    outputs and the final state, minimized by ``optimizer``. Without ``known_sizes`` the batch and
+    time dimensions are None, as TF1 models usually declare them."""
     batch, time, depth, hidden = 3, 5, 3, 4
-    x = tf.compat.v1.placeholder(tf.float32, [batch, time, depth], name="x")
-    seq = tf.compat.v1.placeholder(tf.int32, [batch], name="seq")
-    y = tf.compat.v1.placeholder(tf.float32, [batch, time, hidden], name="y")
+    b, t = (batch, time) if known_sizes else (None, None)
+    x = tf.compat.v1.placeholder(tf.float32, [b, t, depth], name="x")
+    seq = tf.compat.v1.placeholder(tf.int32, [b], name="seq")
+    y = tf.compat.v1.placeholder(tf.float32, [b, t, hidden], name="y")
     kernel = tf.compat.v1.constant_initializer(_weights((depth + hidden, 4 * hidden), 1))
     cell = tf.compat.v1.nn.rnn_cell.LSTMCell(hidden, initializer=kernel)
     out, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=seq, dtype=tf.float32, scope="rnn")
@@ -213,12 +215,12 @@ def _lstm_training(tf: Any, optimizer: Any) -> list[dict[str, Any]]:
 
 @case
 def lstm_sgd(tf: Any) -> list[dict[str, Any]]:
-    return _lstm_training(tf, tf.compat.v1.train.GradientDescentOptimizer(0.5))
+    return _lstm_training(tf, tf.compat.v1.train.GradientDescentOptimizer(0.5), known_sizes=True)
 
 
 @case
 def lstm_adam(tf: Any) -> list[dict[str, Any]]:
-    return _lstm_training(tf, tf.compat.v1.train.AdamOptimizer(0.05))
+    return _lstm_training(tf, tf.compat.v1.train.AdamOptimizer(0.05), known_sizes=False)
 
 
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:

@@ -250,6 +250,15 @@ def _reshape(xs, attrs):
         raise KernelError(f"Reshape: {e}") from None
 
 
+@_k("ReshapeTo")
+def _reshape_to(xs, attrs):
+    x, shp = xs
+    try:
+        return [np.reshape(x, [int(d) for d in np.ravel(shp)])]
+    except ValueError as e:
+        raise KernelError(f"ReshapeTo: {e}") from None
+
+
 @_k("Transpose")
 def _transpose(xs, attrs):
     return [np.transpose(xs[0], attrs.get("perm"))]

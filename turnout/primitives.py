@@ -79,6 +79,7 @@ _DECLS: list[Primitive] = [
     # linear algebra and structure
     _P("MatMul", "compute"),
     _P("Reshape", "compute"),
+    _P("ReshapeTo", "compute", True, "reshape x to a run-time shape (an int32 vector; one -1 takes the rest)"),
     _P("Transpose", "compute"),
     _P("ExpandDims", "compute"),
     _P("Concat", "compute"),

@@ -290,6 +290,18 @@ def _reshape(op, specs, attrs):
     return [TensorSpec(x.dtype, tuple(target))]
 
 
+@_rule("ReshapeTo")
+def _reshape_to(op, specs, attrs):
+    """The rank is the length of the shape vector; the sizes are known only when it runs."""
+    x, shp = specs
+    if not shp.dtype.is_integer or (shp.shape is not None and len(shp.shape) != 1):
+        raise DTypeError(f"ReshapeTo: the shape must be an integer vector, got {shp.dtype.name}{sh.fmt(shp.shape)}")
+    n = None if shp.shape is None else shp.shape[0]
+    if n == 1 and sh.num_elements(x.shape) is not None:
+        return [TensorSpec(x.dtype, (sh.num_elements(x.shape),))]
+    return [TensorSpec(x.dtype, None if n is None else (None,) * n)]
+
+
 @_rule("Transpose")
 def _transpose(op, specs, attrs):
     x = specs[0]

@@ -274,6 +274,13 @@ def _reshape(b, n, dys):
     return [b.reshape_like(dys[0], _in(n, 0))]
 
 
+@_grad("ReshapeTo")
+def _reshape_to(b, n, dys):
+    """Back to the input's shape, read when it runs when it is not static."""
+    x = _in(n, 0)
+    return [dys[0].graph.create_node("ReshapeTo", [dys[0], b.shape_of(x)]).outputs[0], None]
+
+
 @_grad("ExpandDims")
 def _expand_dims(b, n, dys):
     return [b.reshape_like(dys[0], _in(n, 0))]

@@ -130,6 +130,11 @@ def _reshape(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("Reshape", [ctx.t(n.inputs[0]), s], {"T": _T(n), "Tshape": Dt(dt.int32)})}:0']
 
 
+@_rule("ReshapeTo")
+def _reshape_to(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("Reshape", _ins(ctx, n), {"T": _T(n), "Tshape": Dt(n.inputs[1].dtype)})}:0']
+
+
 @_rule("Transpose")
 def _transpose(ctx: ExportContext, n: Node) -> Outs:
     perm = n.attrs.get("perm")

@@ -15,7 +15,7 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start
-from turnout.graphdef.importer import IMPORT_RULES, Bundle, ImportContext, RangeMarker, Text, Value
+from turnout.graphdef.importer import IMPORT_RULES, BroadcastAxes, Bundle, ImportContext, RangeMarker, Text, Value
 from turnout.graphdef.importer import Rule as _Rule
 from turnout.tables import registrar
 
@@ -280,6 +280,20 @@ def _shape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [s]
 
 
+@_rule("ShapeN")
+def _shape_n(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """One Shape per input (what tf.gradients asks of a Concat's inputs)."""
+    out = []
+    for k, x in enumerate(ins):
+        s = ctx.create("Shape", [x], suffix=None if k == len(ins) - 1 and ctx.attr("out_type", 3) == 3
+                       else f"shape{k}").outputs[0]
+        if ctx.attr("out_type", 3) != 3:
+            s = ctx.create("Cast", [s], {"dtype": ctx.dtype("out_type").name},
+                           suffix=None if k == len(ins) - 1 else f"cast{k}").outputs[0]
+        out.append(s)
+    return out
+
+
 def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """An op over shapes that constant folding evaluates (all its inputs are known at import time)."""
     names = ctx.data_inputs()
@@ -292,8 +306,46 @@ def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                       f"out{k}") for k, v in enumerate(vals)]
 
 
-for _tf in ("BroadcastGradientArgs", "Rank", "Prod"):
-    _rule(_tf)(_folded)
+_rule("Rank")(_folded)
+
+
+@_rule("Prod")
+def _prod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Folded when known; else the product of a vector of known length as a chain of Muls of its
+    elements (tf.gradients' Mean gradient counts the elements of a run-time shape so)."""
+    if ctx.static(f"{nd.name}:0") is not None:
+        return _folded(ctx, nd, ins)
+    x = _t(ins[0])
+    axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
+    if x.shape is None or len(x.shape) != 1 or x.shape[0] is None or axes not in ([0], [-1]):
+        raise UnsupportedError(f"{ctx.where()}: a run-time product is supported over a vector of known length only")
+    n = int(x.shape[0])
+    if n == 0:
+        return [ctx.const(np.ones([1] if ctx.attr("keep_dims", False) else [], x.dtype.numpy), [x], suffix=None)]
+    acc = _getitem(ctx, x, (0,), "elem0")
+    for k in range(1, n):
+        acc = ctx.create("Mul", [acc, _getitem(ctx, x, (k,), f"elem{k}")], suffix=f"prod{k}").outputs[0]
+    if ctx.attr("keep_dims", False):
+        return [ctx.create("Reshape", [acc], {"shape": [1]}).outputs[0]]
+    return [ctx.create("Identity", [acc]).outputs[0]]
+
+
+@_rule("BroadcastGradientArgs")
+def _broadcast_gradient_args(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The axes each operand of a broadcasting op was broadcast along: folded when both shapes are
+    known; else, for shapes read by Shape ops, ``BroadcastAxes`` markers that the Sum of tf.gradients'
+    ``reshape(reduce_sum(dz, axes), shape(x))`` turns into Turnout's SumToLike(dz, x)."""
+    vals = [ctx.static(f"{nd.name}:{k}") for k in range(2)]
+    if all(v is not None for v in vals):
+        return _folded(ctx, nd, ins)
+    likes = []
+    for k, tname in enumerate(ctx.data_inputs()):
+        snd = ctx.nodes[tname.split(":")[0]]
+        if snd.op == "ShapeN":
+            likes.append(_t(ctx.values[ctx.data_inputs(snd)[int(tname.split(":")[1])]]))
+        else:  # the tensor a Shape read, or zeros of the shape (a shape saved on a gradient stack)
+            likes.append(_like_shape(ctx, tname, _t(ins[k]), _t(ins[1 - k]), f"like{k}"))
+    return [BroadcastAxes(x) for x in likes]
 
 
 @_rule("Range")
@@ -309,8 +361,15 @@ def _range(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Reshape")
 def _reshape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    shape = ctx.static_int_list(ctx.data_inputs()[1], "the target shape")
-    return [ctx.create("Reshape", ins[:1], {"shape": shape}).outputs[0]]
+    """A Reshape to a shape known at import time; else ReshapeTo, which reads the shape when it runs
+    (TF1 models with a None batch or time dimension reshape to shapes computed from Shape)."""
+    shape = ctx.static(ctx.data_inputs()[1])
+    if shape is not None:
+        return [ctx.create("Reshape", ins[:1], {"shape": [int(d) for d in np.ravel(shape)]}).outputs[0]]
+    target = _t(ins[1])
+    if target.dtype != dt.int32:
+        target = ctx.create("Cast", [target], {"dtype": "int32"}, suffix="shape").outputs[0]
+    return [ctx.create("ReshapeTo", [ins[0], target]).outputs[0]]
 
 
 @_rule("ExpandDims")
@@ -321,8 +380,28 @@ def _expand_dims(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Tile")
 def _tile(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    if ctx.static(ctx.data_inputs()[1]) is None and x.shape is not None and all(d == 1 for d in x.shape):
+        # run-time multiples of a tensor of ones along every axis (tf.gradients' Mean gradient with
+        # unknown shapes): a broadcast to the shape the multiples give
+        like = _like_shape(ctx, ctx.data_inputs()[1], _t(ins[1]), x)
+        return [ctx.create("BroadcastLike", [x, like]).outputs[0]]
     mult = ctx.static_int_list(ctx.data_inputs()[1], "the multiples")
     return [ctx.create("Tile", ins[:1], {"multiples": mult}).outputs[0]]
+
+
+def _like_shape(ctx: ImportContext, tname: str, shape: Tensor, x: Tensor, suffix: str = "like") -> Tensor:
+    """A tensor of the run-time shape ``shape`` (TensorFlow tensor ``tname``): the tensor a Shape op
+    read, else zeros of that shape."""
+    snd = ctx.nodes[tname.split(":")[0]]
+    if snd.op == "Shape":
+        v = ctx.values[ctx.data_inputs(snd)[0]]
+        if isinstance(v, Tensor):
+            return v
+    if shape.dtype != dt.int32:
+        shape = ctx.create("Cast", [shape], {"dtype": "int32"}, suffix=f"{suffix}_shape").outputs[0]
+    zero = ctx.const(np.zeros((), np.bool_), [shape], suffix=f"{suffix}_zero")  # (only its shape is read)
+    return ctx.create("Fill", [shape, zero], suffix=suffix).outputs[0]
 
 
 @_rule("Transpose")
@@ -333,6 +412,8 @@ def _transpose(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    if isinstance(ins[1], BroadcastAxes):
+        return [_sum_to_like(ctx, nd, _t(ins[0]), ins[1].like)]
     axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
     attrs = {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}
     return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
@@ -781,6 +862,20 @@ def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if not _t(ins[0]).dtype.is_integer:
         raise UnsupportedError(f"{ctx.where()}: FloorDiv of floating values is not supported")
     return [ctx.create("Div", ins[:2]).outputs[0]]
+
+
+def _sum_to_like(ctx: ImportContext, nd: Any, dz: Tensor, like: Tensor) -> Tensor:
+    """``Sum(dz, BroadcastGradientArgs(...)[k])``: dz summed down to ``like``'s shape. The Sum drops
+    the reduced axes and the Reshape after it restores them, so this stands for the two only when
+    every use of the Sum is such a Reshape (what tf.gradients builds)."""
+    if nd.op != "Sum":
+        raise UnsupportedError(f"{ctx.where()}: run-time broadcast axes are supported in a Sum only")
+    for other in ctx.nodes.values():
+        for k, i in enumerate(ctx.data_inputs(other)):
+            if i == f"{nd.name}:0" and not (other.op == "Reshape" and k == 0):
+                raise UnsupportedError(f"{ctx.where()}: a sum over run-time broadcast axes is supported only "
+                                       f"when a Reshape restores its shape (used by {other.op} \"{other.name}\")")
+    return ctx.create("SumToLike", [dz, like]).outputs[0]
 
 
 # ---- TF1 model code: the ops tf.compat.v1's layers, RNNs and optimizers emit -----------------------

@@ -63,7 +63,17 @@ class Text:
     value: str
 
 
-Value = Any  # Tensor | Bundle | RangeMarker | Text | None (or BACK_EDGE for a Merge input not yet built)
+@dataclass(frozen=True)
+class BroadcastAxes:
+    """The axes along which operand ``like`` of a broadcasting op was broadcast, when its shape is
+    known only at run time (a BroadcastGradientArgs output): accepted only by the Sum that
+    tf.gradients applies to them, which becomes a SumToLike."""
+
+    like: Tensor
+
+
+#: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | None (or BACK_EDGE for a Merge input not yet built)
+Value = Any
 Rule = Callable[["ImportContext", Any, list[Value]], Sequence[Value]]
 
 #: TensorFlow op name -> import rule; filled by ``turnout.graphdef.import_rules``.
@@ -99,7 +109,7 @@ class ImportContext:
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
         for t in inputs:
-            if isinstance(t, (Bundle, RangeMarker, Text)) or t is None:
+            if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
         with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
             n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl)
@@ -122,6 +132,8 @@ class ImportContext:
     def describe(v: Any) -> str:
         if isinstance(v, Bundle):
             return "a TensorFlow stack handle"
+        if isinstance(v, BroadcastAxes):
+            return "run-time broadcast axes (supported only as the axes of tf.gradients' Sum)"
         if isinstance(v, Text):
             return "a string constant (Turnout has no string tensors; only Assert's message may read one)"
         if isinstance(v, RangeMarker):
@@ -180,8 +192,9 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         return protos.tensor_to_numpy(protos.attr(nd, "value"), f'Const node "{nd.name}"')
     if op in ("Enter", "RefEnter") and protos.attr(nd, "is_constant", False):
         return ctx.static(ctx.data_inputs(nd)[0])
-    if op in ("Shape", "Size", "Rank"):
-        shp = ctx.spec_shape(ctx.data_inputs(nd)[0])
+    if op in ("Shape", "Size", "Rank", "ShapeN"):
+        shp = ctx.spec_shape(ctx.data_inputs(nd)[int(idx) if op == "ShapeN" else 0])
+        op = "Shape" if op == "ShapeN" else op
         if shp is None or (op != "Rank" and any(d is None for d in shp)):
             return None
         out = {"Shape": np.asarray(shp, np.int32), "Size": np.asarray(int(np.prod(shp)), np.int32),
