@@ -22,7 +22,13 @@ DATA = Path(__file__).parent / "data" / "tf"
 CASES = sorted(p.stem for p in DATA.glob("*.pbtxt"))
 
 # Known limits, each with the error it raises (so the test fails when one is lifted, or changes).
-KNOWN: dict[tuple[str, str], tuple[type[Exception], str]] = {}
+KNOWN: dict[tuple[str, str], tuple[type[Exception], str]] = {
+    # a loop variable whose shape changes across iterations (shape_invariants; the IndexedSlices a
+    # gather's gradient accumulates in a loop): XLA loops need fixed shapes, so the fast backend runs
+    # these programs on the interpreter
+    ("while_shape_invariants", "fast"): (UnsupportedError, "changes type or shape across iterations"),
+    ("grad_gather_in_loop", "fast"): (UnsupportedError, "changes type or shape across iterations"),
+}
 
 
 def _run_case(case: str, backend: str, fallback: bool = True, **opts: object) -> None:
@@ -109,3 +115,47 @@ def test_interop_page_lists_exactly_the_supported_ops() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "interop.rst").read_text()
     listed = set(re.findall(r"``(\w+)``", text.split("The supported ops", 1)[1].split("How the import", 1)[0]))
     assert listed - {"turnout", "SUPPORTED_OPS"} == set(SUPPORTED_OPS)
+
+
+# ---- shapes as TensorFlow keeps them (issue 38, item 2) -------------------------------------------
+def test_a_loop_variable_tensorflow_relaxed_imports_as_shape_varying() -> None:
+    """The GraphDef does not say that ``acc`` was declared with shape_invariants [None]; its back
+    edge ([4] after entering with [2]) does, and the Merge is imported relaxed."""
+    imp = import_graph_def(DATA / "while_shape_invariants.pbtxt")
+    assert imp.tensor("while/Merge_1:0").shape == (None,)
+    assert imp.tensor("while/Merge:0").shape == ()  # the counter keeps its shape
+
+
+def test_relaxed_loops_import_once_into_a_given_graph() -> None:
+    g = tn.Graph()
+    imp = import_graph_def(DATA / "while_shape_invariants.pbtxt", graph=g)
+    assert imp.graph is g
+    assert len(g.nodes) == len(import_graph_def(DATA / "while_shape_invariants.pbtxt").graph.nodes)
+
+
+def test_output_shapes_attributes_are_used() -> None:
+    """With ``_output_shapes`` (``as_graph_def(add_shapes=True)``), a Merge takes TensorFlow's shape
+    at once; elsewhere the recorded shape refines the rule's."""
+    gd = parse_graph_def(DATA / "while_shape_invariants.pbtxt")
+    for nd in gd.node:
+        if nd.name == "while/Merge_1":
+            out = nd.attr["_output_shapes"].list.shape
+            out.add().dim.add().size = -1
+            out.add()
+    imp = import_graph_def(gd)
+    assert imp.tensor("while/Merge_1:0").shape == (None,)
+    meta = json.loads((DATA / "while_shape_invariants.json").read_text())
+    sess = tn.Session(imp.graph)
+    for r in meta["runs"]:
+        got = imp.run(sess, r["fetches"], {k: np.asarray(v) for k, v in r["feeds"].items()})
+        np.testing.assert_allclose(got[0], r["expected"][0])
+
+
+def test_gradient_tensor_arrays_take_the_forward_element_shape() -> None:
+    """scan and foldl declare no element shape; their gradient arrays take the forward writes' shape,
+    so every loop variable of the backward loops keeps a static shape."""
+    imp = import_graph_def(DATA / "grad_scan_foldl.pbtxt")
+    news = [n for n in imp.graph.nodes if n.op == "TensorArrayNew" and n.name.startswith("gradients/")]
+    assert news and all(n.outputs[0].spec.elem_shape == (2,) for n in news)
+    merges = [n for n in imp.graph.nodes if n.op == "Merge" and n.outputs[0].dtype.name != "tensor_array"]
+    assert all(n.outputs[0].shape is not None for n in merges)

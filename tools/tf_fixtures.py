@@ -176,6 +176,61 @@ def rnn_variables(tf: Any) -> list[dict[str, Any]]:
     ]
 
 
+@case
+def grad_map_fn(tf: Any) -> list[dict[str, Any]]:
+    """The gradient of map_fn: its accumulator TensorArray has no element shape until written."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+    m = tf.map_fn(lambda v: tf.tanh(v) * tf.reduce_sum(v), x)
+    loss = tf.reduce_sum(m * m)
+    (g,) = tf.gradients(loss, [x])
+    return [{"feeds": {"x:0": [[0.5, -1.0], [1.5, 0.2], [-0.3, 0.8], [2.0, -2.0]]}, "fetches": [loss.name, g.name]}]
+
+
+@case
+def grad_gather_in_loop(tf: Any) -> list[dict[str, Any]]:
+    """The gradient of a gather inside a loop (an embedding lookup per step): an IndexedSlices
+    gradient that tf.gradients densifies with a Reshape to a run-time shape."""
+    ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
+    emb = tf.compat.v1.get_variable("emb", initializer=_weights((5, 3), 3))
+    n = tf.shape(ids)[0]
+
+    def body(i: Any, h: Any) -> Any:
+        return i + 1, tf.tanh(h + tf.gather(emb, ids[i]))
+
+    _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([3])])
+    loss = tf.reduce_sum(h * h)
+    (g,) = tf.gradients(loss, [emb])
+    g = tf.convert_to_tensor(g)
+    return [{"feeds": {"ids:0": k}, "fetches": [loss.name, g.name]} for k in ([0, 2, 2, 4], [1])]
+
+
+@case
+def while_shape_invariants(tf: Any) -> list[dict[str, Any]]:
+    """A loop variable that grows each iteration, declared with ``shape_invariants``: TensorFlow
+    records the Merge's shape as partly unknown."""
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+
+    def body(i: Any, acc: Any) -> Any:
+        return i + 1, tf.concat([acc, acc[-2:] * 2.0], axis=0)
+
+    _, acc = tf.while_loop(lambda i, acc: i < n, body, [0, x],
+                           shape_invariants=[tf.TensorShape([]), tf.TensorShape([None])])
+    total = tf.reduce_sum(acc)
+    return [{"feeds": {"n:0": k, "x:0": [1.0, -0.5]}, "fetches": [acc.name, total.name]} for k in (0, 3)]
+
+
+@case
+def grad_scan_foldl(tf: Any) -> list[dict[str, Any]]:
+    """scan then foldl, differentiated: the gradient TensorArrays take the element shape their
+    forward arrays declare."""
+    x = tf.compat.v1.placeholder(tf.float32, [4, 2], name="x")
+    c = tf.scan(lambda a, v: tf.tanh(a + v), x, initializer=tf.constant([0.1, -0.1]))
+    f = tf.foldl(lambda a, v: a * 0.5 + tf.reduce_sum(v * v), c, initializer=tf.constant(0.0))
+    (g,) = tf.gradients(f, [x])
+    return [{"feeds": {"x:0": [[1.0, -2.0], [0.5, 3.0], [0.2, 0.1], [-1.0, 0.4]]}, "fetches": [f.name, g.name]}]
+
+
 # ---- TF1 model families (issue 38): built with tf.compat.v1's high-level APIs, trained three steps ----
 def _weights(shape: tuple[int, ...], seed: int, scale: float = 0.3) -> np.ndarray:
     """Seeded initial weights: the fixtures use constant initializers, so the GraphDef holds them."""

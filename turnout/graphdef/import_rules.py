@@ -463,9 +463,15 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if ids.shape is None or data.shape is None or any(d is None for d in data.shape[len(ids.shape):]):
         raise UnsupportedError(f"{ctx.where()}: needs the static shapes of the data and the segment ids")
     num = ctx.static(ctx.data_inputs()[2])
-    if num is None:
-        raise UnsupportedError(f"{ctx.where()}: num_segments must be known when importing")
-    like = ctx.const(np.zeros([int(num), *data.shape[len(ids.shape):]], data.dtype.numpy), [data], suffix="zeros")
+    rest = [int(d or 0) for d in data.shape[len(ids.shape):]]  # (all known: checked above)
+    if num is not None:
+        like = ctx.const(np.zeros([int(num), *rest], data.dtype.numpy), [data], suffix="zeros")
+    else:  # a run-time count (the dense shape of a gradient accumulated in a loop): zeros of that many rows
+        count = n if n.dtype == dt.int32 else ctx.create("Cast", [n], {"dtype": "int32"}, suffix="count").outputs[0]
+        dims = [count, *(ctx.const(np.asarray(d, np.int32), [count], suffix=f"dim{k}") for k, d in enumerate(rest))]
+        shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
+        zero = ctx.const(np.zeros((), data.dtype.numpy), [count], suffix="zero")
+        like = ctx.create("Fill", [shape, zero], suffix="zeros").outputs[0]
     return [ctx.create("ScatterAddLike", [like, ids, data]).outputs[0]]
 
 
@@ -738,9 +744,36 @@ def _empty_ta(ctx: ImportContext, lab: tuple[str, str], anchors: Sequence[Value]
     fwd = fwd if fwd is not None else _ta_origin(ctx, lab)
     size = ctx.create("TensorArraySize", [fwd], suffix="size", control=ctx.ctrl_inputs() + [
         a.node for a in anchors if isinstance(a, Tensor)]).outputs[0]
+    es = _written_shape(ctx, lab[1], fwd.spec.elem_shape)
     attrs = {"dtype": fwd.spec.elem_dtype.name if fwd.spec.elem_dtype else "float32",
-             "element_shape": None if fwd.spec.elem_shape is None else list(fwd.spec.elem_shape)}
+             "element_shape": None if es is None else list(es)}
     return ctx.create("TensorArrayNew", [size], attrs).outputs[0]
+
+
+def _written_shape(ctx: ImportContext, origin: str, declared: Any) -> Any:
+    """The element shape of forward TensorArray ``origin``: what it declares, made more specific by
+    what is written into it (TensorFlow's ``infer_shape``: scan and map_fn declare none, and their
+    gradient arrays take the shape of the forward writes) and the ``element_shape`` its gathers name."""
+    from turnout import shapes as sh
+
+    es = declared
+    for other in ctx.nodes.values():
+        if other.op not in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArrayGatherV3"):
+            continue
+        names = ctx.data_inputs(other)
+        if ctx.flows.label(names[0]) != ("fwd", origin):
+            continue
+        if other.op == "TensorArrayGatherV3":
+            s = ctx.attr_of(other, "element_shape")
+        else:
+            v = ctx.values.get(names[2])
+            s = v.shape if isinstance(v, Tensor) else None
+            if other.op == "TensorArrayScatterV3" and s is not None:
+                s = tuple(s[1:]) if len(s) else None
+        s = sh.as_shape(s)
+        if s is not None and sh.compatible(es, s):
+            es = sh.merge(es, s)
+    return es
 
 
 @_rule("TensorArrayV3")
@@ -771,7 +804,20 @@ def _ta_read(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         # a gradient array's unwritten slot is a zero gradient, as in TensorFlow
         shp = ctx.const(np.asarray(es, np.int32), [ins[1]], suffix="shape")
         return [ctx.create("TensorArrayReadOrZeros", [ta, ins[1], shp]).outputs[0]]
-    return [ctx.create("TensorArrayRead", [ta, ins[1]]).outputs[0]]
+    return [ctx.create("TensorArrayRead", [ta, ins[1]], shapes=[_element_shape(ctx, 2)]).outputs[0]]
+
+
+def _element_shape(ctx: ImportContext, flow_input: int) -> Any:
+    """The element shape of the TensorArray a read or gather reads: its ``element_shape`` attribute
+    where TensorFlow wrote one, and what the forward array's writes give (``_written_shape``)."""
+    from turnout import shapes as sh
+
+    es = sh.as_shape(ctx.attr("element_shape"))
+    lab = ctx.flows.label(ctx.data_inputs()[flow_input])
+    if lab is not None and lab[0] == "fwd":
+        written = _written_shape(ctx, lab[1], None)
+        es = sh.merge(es, written) if sh.compatible(es, written) else es
+    return None if es is None else list(es)
 
 
 @_rule("TensorArraySizeV3")
@@ -807,11 +853,13 @@ def _ta_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         dims = [n, *(ctx.const(np.asarray(d, np.int32), [n], suffix=f"dim{k}") for k, d in enumerate(es))]
         shp = ctx.create("Pack", dims, suffix="shape").outputs[0]
         return [ctx.create("TensorArrayStackOrZeros", [ta, shp]).outputs[0]]
+    es = _element_shape(ctx, 2)
+    shapes = [None if es is None else [None, *es]]
     if isinstance(idx, RangeMarker) and ctx.nodes[idx.limit_node].op != "TensorArraySizeV3":
-        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack").outputs[0]
+        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack", shapes=shapes).outputs[0]
         spec = [{"kind": "slice", "start": None, "stop": {"input": 0}, "step": None}]
         return [ctx.create("GetItem", [stacked, idx.limit], {"spec": spec}).outputs[0]]
-    return [ctx.create("TensorArrayStack", [ta]).outputs[0]]
+    return [ctx.create("TensorArrayStack", [ta], shapes=shapes).outputs[0]]
 
 
 @_rule("TensorArrayScatterV3")
@@ -1156,3 +1204,14 @@ for _ops, _n, _f in [(("ResourceApplyGradientDescent",), 1, _sgd), (("ResourceAp
         return rule
 
     _rule(*_ops)(_make(_n, _f))
+
+
+@_rule("ResourceGather")
+def _resource_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.gather`` of a resource Variable (an embedding lookup): a read of the Variable, gathered
+    along axis 0 (``batch_dims`` 0 only, as TF1's ``embedding_lookup`` uses it)."""
+    if ctx.attr("batch_dims", 0):
+        raise UnsupportedError(f"{ctx.where()}: batch_dims is not supported")
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    value = ctx.create("ReadVariable", ins[:1], attrs, suffix="read").outputs[0]
+    return [ctx.create("Gather", [value, ins[1]], {"axis": 0}).outputs[0]]

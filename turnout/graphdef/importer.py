@@ -31,7 +31,7 @@ from turnout.errors import (
     TurnoutError,
     UnsupportedError,
 )
-from turnout.graph import BACK_EDGE, Graph, Node, Tensor
+from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
 from turnout.graphdef import protos
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 
@@ -96,6 +96,9 @@ class ImportContext:
         self.created: list[Node] = []
         #: StackPushV2 name -> what it pushes when that is not its input (a TensorArray flow's stand-in)
         self.pushed: dict[str, Tensor] = {}
+        #: loop Merge name -> the shape it is imported with: TensorFlow's loop variable was relaxed
+        #: (``shape_invariants``), found when its back edge did not fit (see ``_import``)
+        self.relaxed: dict[str, list[Any]] = {}
         self._static: dict[str, Optional[np.ndarray]] = {}
 
     # ---- building --------------------------------------------------------------------------------
@@ -103,18 +106,48 @@ class ImportContext:
         return [self.control[i[1:]] for i in self.node.input if i.startswith("^") and i[1:] in self.control]
 
     def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
-               suffix: Optional[str] = None, control: Optional[Sequence[Node]] = None) -> Node:
+               suffix: Optional[str] = None, control: Optional[Sequence[Node]] = None,
+               shapes: Optional[Sequence[Any]] = None) -> Node:
         """A Turnout node for the current NodeDef. The last node a rule creates carries the NodeDef's
-        name; helpers get ``<name>/_tn/<suffix>``. Every node gets the NodeDef's control inputs."""
+        name; helpers get ``<name>/_tn/<suffix>``. Every node gets the NodeDef's control inputs.
+
+        ``shapes`` (one per output, None where nothing is known) are what TensorFlow recorded of
+        the outputs' shapes; they refine the shape rule's answer. The node that carries the
+        NodeDef's name takes the NodeDef's ``_output_shapes`` so, where TensorFlow wrote them."""
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
         for t in inputs:
             if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
+        if shapes is None and suffix is None:
+            shapes = self.relaxed.get(self.node.name) or protos.attr(self.node, "_output_shapes")
+        specs = self._refined(op, inputs, attrs or {}, shapes) if shapes else None
         with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
-            n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl)
+            n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl, specs=specs)
         self.created.append(n)
         return n
+
+    def _refined(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
+                 shapes: Sequence[Any]) -> Optional[list[TensorSpec]]:
+        """The shape rule's output specs, each made as specific as TensorFlow's recorded shape where
+        the two agree. A Merge of a loop takes TensorFlow's shape as it is: a loop variable declared
+        with a relaxed shape (``shape_invariants``) is shape-varying, whatever it entered with."""
+        from turnout import shapes as sh
+        from turnout.shape_rules import infer
+
+        specs = infer(op, [t for t in inputs if isinstance(t, Tensor)], attrs)
+        out = []
+        for k, s in enumerate(specs):
+            tf_shape = sh.as_shape(shapes[k]) if k < len(shapes) else None
+            if s.dtype.is_opaque or k >= len(shapes) or shapes[k] is None and op != "Merge":
+                out.append(s)
+            elif op == "Merge" and k == 0 and any(t is BACK_EDGE for t in inputs):
+                out.append(TensorSpec(s.dtype, tf_shape, s.elem_dtype, s.elem_shape))
+            elif sh.compatible(s.shape, tf_shape):
+                out.append(TensorSpec(s.dtype, sh.merge(s.shape, tf_shape), s.elem_dtype, s.elem_shape))
+            else:
+                out.append(s)
+        return out
 
     def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
         """A constant in the frame of ``anchors`` (tensors or nodes): TensorFlow puts a constant into a
@@ -143,6 +176,10 @@ class ImportContext:
     # ---- attributes and constant folding ---------------------------------------------------------
     def attr(self, key: str, default: Any = None) -> Any:
         return protos.attr(self.node, key, default)
+
+    @staticmethod
+    def attr_of(nd: Any, key: str, default: Any = None) -> Any:
+        return protos.attr(nd, key, default)
 
     def dtype(self, key: str = "T") -> dt.DType:
         return protos.tf_dtype(self.attr(key), self.where())
@@ -353,9 +390,14 @@ def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
     pop comes after every push onto its stack: state links them, not an edge, and the pop takes its
     type from the pushed tensor."""
     pushes: dict[str, list[str]] = {}
+    writes: dict[str, list[str]] = {}  # forward TensorArray -> the nodes that write into it
     for n, nd in nodes.items():
         if nd.op == "StackPushV2":
             pushes.setdefault(_stack_of(nodes, nd), []).append(n)
+        if nd.op in ("TensorArrayWriteV3", "TensorArrayScatterV3"):
+            lab = flows.label(nd.input[0])
+            if lab is not None and lab[0] == "fwd":
+                writes.setdefault(lab[1], []).append(n)
     deps: dict[str, set[str]] = {}
     for n, nd in nodes.items():
         ds = set()
@@ -369,8 +411,9 @@ def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
         if nd.op == "StackPopV2":
             ds.update(pushes.get(_stack_of(nodes, nd), []))
         lab = flows.label(f"{n}:0") if nd.op in ("Const", "ZerosLike", "OnesLike", "Fill") else None
-        if lab is not None:  # an empty TensorArray takes its size from the forward array
+        if lab is not None:  # an empty TensorArray takes its size and element shape from the forward array
             ds.add(lab[1])
+            ds.update(w for w in writes.get(lab[1], []) if w != n)
         deps[n] = ds
     users: dict[str, list[str]] = {n: [] for n in nodes}
     for n, ds in deps.items():
@@ -435,8 +478,38 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     nodes = {nd.name: nd for nd in gd.node}
     if len(nodes) != len(gd.node):
         raise GraphBuildError("the GraphDef has two nodes with the same name")
-    g = graph if graph is not None else Graph()
-    ctx = ImportContext(g, nodes, FlowAnalysis(nodes), prefix)
+    flows = FlowAnalysis(nodes)
+    # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
+    # fit the shape it entered with: the import then starts again with that Merge relaxed. Into a
+    # graph the caller gave, the tries go to scratch graphs, so the caller's graph gets one import.
+    loops = any(nd.op in ("NextIteration", "RefNextIteration") for nd in gd.node)
+    relaxed: dict[str, list[Any]] = {}
+    for _ in range(8 * len(nodes) + 1):
+        try:
+            if graph is not None and loops:
+                _import_once(nodes, flows, Graph(), prefix, relaxed)
+                return _import_once(nodes, flows, graph, prefix, relaxed)
+            return _import_once(nodes, flows, Graph() if graph is None else graph, prefix, relaxed)
+        except _Relax as r:
+            relaxed.update(r.shapes)
+    raise GraphBuildError("the loop variables' shapes did not settle")  # (each try relaxes a shape: unreachable)
+
+
+class _Relax(Exception):
+    """Loop Merges whose back edges do not fit the shape they entered with, and their relaxed shapes."""
+
+    def __init__(self, shapes: dict[str, list[Any]]) -> None:
+        super().__init__(sorted(shapes))
+        self.shapes = shapes
+
+
+def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: str,
+                 relaxed: dict[str, list[Any]]) -> ImportedGraph:
+    """One import of the NodeDefs into ``g``, with the loop Merges of ``relaxed`` relaxed."""
+    from turnout import shapes as sh
+
+    ctx = ImportContext(g, nodes, flows, prefix)
+    ctx.relaxed = relaxed
     for name in _order(nodes, ctx.flows):
         nd = nodes[name]
         ctx.node, ctx.created = nd, []
@@ -453,9 +526,20 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
             ctx.values[f"{name}:{k}"] = v
         if ctx.created:
             ctx.control[name] = ctx.created[-1]
+    relax: dict[str, list[Any]] = {}
+    for merge, _slot, src in ctx.back_edges:
+        v = ctx.values.get(src)
+        have = merge.outputs[0].shape
+        if isinstance(v, Tensor) and v.dtype == merge.outputs[0].dtype and not sh.fits_invariant(have, v.shape):
+            wider = sh.most_specific_common(have, v.shape)
+            if wider != have:
+                relax[merge.name[len(prefix):]] = [wider, []]
+    if relax:
+        raise _Relax(relax)
     for merge, slot, src in ctx.back_edges:
         v = ctx.values.get(src)
         if not isinstance(v, Tensor):
             raise UnsupportedError(f'Merge node "{merge.name}": its back edge {src} is {ImportContext.describe(v)}')
         merge.close_back_edge(v, slot)
-    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), dict(Counter(nd.op for nd in gd.node)))
+    counts = dict(Counter(nd.op for nd in nodes.values()))
+    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), counts)
