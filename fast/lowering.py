@@ -525,6 +525,45 @@ LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max"
 LOWERING_RULES.update({"Min": _reduce(jnp.min, empty_fails=True), "All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
 
 
+def _arg_reduce(fn: Callable[..., Any]) -> Rule:
+    def rule(ctx, n, xs):
+        x = jnp.asarray(xs[0])
+        ax = n.attrs.get("axis", 0)
+        d = _np(n.attrs.get("dtype", "int64"))
+        if x.ndim == 0 or x.shape[ax] == 0:  # the kernel's refusal, if the op runs
+            shape = [s for i, s in enumerate(x.shape) if i != ax % max(x.ndim, 1)]
+            return _fails_when_run(ctx, n, f"{n.op}: reduction over an empty axis {ax} of shape {list(x.shape)}",
+                                   shape, d)
+        return [fn(x, axis=ax).astype(d)]
+
+    return rule
+
+
+LOWERING_RULES.update({"ArgMax": _arg_reduce(jnp.argmax), "ArgMin": _arg_reduce(jnp.argmin)})
+
+
+@_r("TopK")
+def _top_k(ctx, n, xs):
+    """``lax.top_k``: largest first, the lower index first among equal values, as the kernel."""
+    x = jnp.asarray(xs[0])
+    k = int(n.attrs["k"])
+    if x.ndim == 0 or x.shape[-1] < k:
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: fewer than k={k} entries in shape {list(x.shape)}")
+    values, idx = jax.lax.top_k(x, k)
+    return [values, idx.astype(jnp.int32)]
+
+
+@_r("ReverseSequence")
+def _reverse_sequence(ctx, n, xs):
+    from turnout.kernels import reverse_sequence_index
+
+    x, lengths = jnp.asarray(xs[0]), jnp.asarray(xs[1])
+    sa, ba = n.attrs["seq_axis"], n.attrs["batch_axis"]
+    ctx.check(jnp.all((lengths >= 0) & (lengths <= x.shape[sa])),
+              f"{describe_node(n)}: ReverseSequence: lengths must lie in [0, {x.shape[sa]}]")
+    return [jnp.take_along_axis(x, reverse_sequence_index(x.shape, lengths, sa, ba, jnp), axis=sa)]
+
+
 @_r("ZerosLike")
 def _zeros_like(ctx, n, xs):
     return [jnp.zeros_like(xs[0])]

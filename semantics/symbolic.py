@@ -317,6 +317,7 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Placeholder",  # not a rule: a Placeholder is an input of the query (its own z3 constant)
     "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow",
     "Assert",  # a failing check is an error, which the encoding has no value for
+    "ArgMax", "ArgMin", "TopK", "ReverseSequence",
     "MatMul", "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
     "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill", "Shape",
     "Size",

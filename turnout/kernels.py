@@ -408,6 +408,50 @@ def _bool_reduction(fn: Any) -> Kernel:
 KERNELS.update({"All": _bool_reduction(np.all), "Any": _bool_reduction(np.any)})
 
 
+def _arg_reduction(fn: Any, op: str) -> Kernel:
+    """ArgMax / ArgMin: the first index among ties (numpy's and TensorFlow's choice), as attr dtype."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        ax = attrs.get("axis", 0)
+        if x.ndim == 0 or x.shape[ax] == 0:
+            raise KernelError(f"{op}: reduction over an empty axis {ax} of shape {list(x.shape)}")
+        return [np.asarray(fn(x, axis=ax), dtype=_np(attrs.get("dtype", "int64")))]
+
+    return kernel
+
+
+KERNELS.update({"ArgMax": _arg_reduction(np.argmax, "ArgMax"), "ArgMin": _arg_reduction(np.argmin, "ArgMin")})
+
+
+@_k("TopK")
+def _top_k(xs, attrs):
+    """The ``k`` largest along the last axis, largest first; among equal values the lower index first."""
+    x = np.asarray(xs[0])
+    k = int(attrs["k"])
+    if x.ndim == 0 or k > x.shape[-1] or k < 0:
+        raise KernelError(f"TopK: input must have at least k={k} entries along its last axis, "
+                          f"got shape {list(x.shape)}")
+    idx = np.argsort(-x, axis=-1, kind="stable")[..., :k].astype(np.int32)
+    return [np.take_along_axis(x, idx, axis=-1), idx]
+
+
+def reverse_sequence_index(shape: Sequence[int], lengths: Any, seq_axis: int, batch_axis: int, xp: Any = np) -> Any:
+    """Where each element of ReverseSequence's output comes from along ``seq_axis``: ``len - 1 - t``
+    for ``t < len`` of its batch entry, else ``t`` (``xp``: numpy or jax.numpy)."""
+    t = xp.arange(shape[seq_axis]).reshape([-1 if a == seq_axis else 1 for a in range(len(shape))])
+    n = xp.reshape(lengths, [-1 if a == batch_axis else 1 for a in range(len(shape))])
+    return xp.broadcast_to(xp.where(t < n, n - 1 - t, t), tuple(shape))
+
+
+@_k("ReverseSequence")
+def _reverse_sequence(xs, attrs):
+    x, lengths = np.asarray(xs[0]), np.asarray(xs[1])
+    sa, ba = attrs["seq_axis"], attrs["batch_axis"]
+    if np.any(lengths < 0) or np.any(lengths > x.shape[sa]):
+        raise KernelError(f"ReverseSequence: lengths must lie in [0, {x.shape[sa]}], got {lengths.tolist()}")
+    return [np.take_along_axis(x, reverse_sequence_index(x.shape, lengths, sa, ba), axis=sa)]
+
+
 @_k("ZerosLike")
 def _zeros_like(xs, attrs):
     return [np.zeros_like(xs[0])]

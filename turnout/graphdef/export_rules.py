@@ -464,3 +464,25 @@ def _gather_all(ctx: ExportContext, n: Node, d: Dt, es: Shape) -> Outs:
     zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
     r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")
     return [f'{ctx.add("TensorArrayGatherV3", [h, f"{r}:0", flow], {"dtype": d, "element_shape": es})}:0']
+
+
+# ---- ops of TF1 model code (issue 38): TensorFlow's own ops, with its attributes ------------------
+@_rule("ArgMax", "ArgMin")
+def _arg_reduce(ctx: ExportContext, n: Node) -> Outs:
+    a = ctx.const(_i32(n.attrs.get("axis", 0)), "axis")
+    attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "output_type": Dt(n.outputs[0].dtype)}
+    return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
+
+
+@_rule("TopK")
+def _top_k(ctx: ExportContext, n: Node) -> Outs:
+    k = ctx.const(_i32(n.attrs["k"]), "k")
+    name = ctx.add("TopKV2", [ctx.t(n.inputs[0]), k], {"T": _T(n), "sorted": True})
+    return [f"{name}:0", f"{name}:1"]
+
+
+@_rule("ReverseSequence")
+def _reverse_sequence(ctx: ExportContext, n: Node) -> Outs:
+    attrs = {"T": _T(n), "Tlen": _T(n, 1), "seq_dim": int(n.attrs["seq_axis"]),
+             "batch_dim": int(n.attrs["batch_axis"])}
+    return [f'{ctx.add("ReverseSequence", _ins(ctx, n), attrs)}:0']

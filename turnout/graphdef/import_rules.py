@@ -542,9 +542,12 @@ def _strided_slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 @_rule("StridedSliceGrad")
 def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     names = ctx.data_inputs()
-    shape = ctx.static_int_list(names[0], "the input shape")
     dy = _t(ins[4])
-    like = ctx.const(np.zeros(shape, dy.dtype.numpy), [dy], suffix="zeros")
+    shape = ctx.static(names[0])
+    if shape is not None:
+        like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], dy.dtype.numpy), [dy], suffix="zeros")
+    else:  # a run-time input shape: the tensor its Shape op read, or zeros of that shape
+        like = _like_shape(ctx, names[0], _t(ins[0]), dy, "like")
     spec, dyn = _slice_args(ctx, names[1:4])
     return [ctx.create("GetItemGrad", [like, dy, *dyn], {"spec": spec}).outputs[0]]
 
@@ -1215,3 +1218,116 @@ def _resource_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
     value = ctx.create("ReadVariable", ins[:1], attrs, suffix="read").outputs[0]
     return [ctx.create("Gather", [value, ins[1]], {"axis": 0}).outputs[0]]
+
+
+@_rule("ArgMax", "ArgMin")
+def _arg_reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
+    attrs = {"axis": axis, "dtype": ctx.dtype("output_type").name if ctx.attr("output_type") else "int64"}
+    return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
+
+
+@_rule("TopKV2", "TopK")
+def _top_k_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The k largest along the last axis, largest first (``sorted=False`` allows any order: this one)."""
+    k = ctx.attr("k") if nd.op == "TopK" else ctx.static_int_list(ctx.data_inputs()[1], "k")[0]
+    n = ctx.create("TopK", ins[:1], {"k": int(k)})
+    return [n.outputs[0], n.outputs[1]]
+
+
+@_rule("ReverseSequence")
+def _reverse_sequence_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    attrs = {"seq_axis": int(ctx.attr("seq_dim")), "batch_axis": int(ctx.attr("batch_dim", 0))}
+    x = _t(ins[0])
+    if x.shape is not None:
+        attrs = {k: v % len(x.shape) for k, v in attrs.items()}
+    elif any(v < 0 for v in attrs.values()):
+        raise UnsupportedError(f"{ctx.where()}: a negative axis needs the input's rank")
+    return [ctx.create("ReverseSequence", ins[:2], attrs).outputs[0]]
+
+
+# ---- softmax and its losses: TensorFlow's kernels compute these formulas (max subtracted first) -----
+def _log_softmax_parts(f: _Formula, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(x - max(x), log(sum(exp(x - max(x)))))`` over the last axis (the sum kept as an axis)."""
+    shifted = f.ctx.create("Sub", [x, f.ctx.create("Max", [x], {"axis": [-1], "keepdims": True},
+                                                   suffix="max").outputs[0]], suffix="shifted").outputs[0]
+    total = f.ctx.create("Sum", [f.op("Exp", shifted)], {"axis": [-1], "keepdims": True}, suffix="sum").outputs[0]
+    return shifted, f.op("Log", total)
+
+
+@_rule("Softmax")
+def _softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    f = _Formula(ctx, x)
+    shifted, log_total = _log_softmax_parts(f, x)
+    return [ctx.create("Exp", [f.op("Sub", shifted, log_total)]).outputs[0]]
+
+
+@_rule("LogSoftmax")
+def _log_softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    shifted, log_total = _log_softmax_parts(_Formula(ctx, x), x)
+    return [ctx.create("Sub", [shifted, log_total]).outputs[0]]
+
+
+def _softmax_loss(ctx: ImportContext, x: Tensor, labels: Tensor) -> Outs:
+    """The loss ``sum(-labels * log_softmax(x))`` per row and TensorFlow's second output, the
+    gradient ``softmax(x) - labels`` (which TensorFlow's gradient of this op reads)."""
+    f = _Formula(ctx, x)
+    shifted, log_total = _log_softmax_parts(f, x)
+    logp = f.op("Sub", shifted, log_total)
+    loss = ctx.create("Neg", [ctx.create("Sum", [f.op("Mul", labels, logp)], {"axis": [-1], "keepdims": False},
+                                         suffix="dot").outputs[0]], suffix="loss").outputs[0]
+    backprop = ctx.create("Sub", [f.op("Exp", logp), labels]).outputs[0]
+    return [loss, backprop]
+
+
+@_rule("SoftmaxCrossEntropyWithLogits")
+def _softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return _softmax_loss(ctx, _t(ins[0]), _t(ins[1]))
+
+
+@_rule("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The dense loss of one-hot labels (an out-of-range label makes a zero row, where TensorFlow
+    raises on the CPU: the classes must be known when importing, and the labels are checked)."""
+    x, labels = _t(ins[0]), _t(ins[1])
+    classes = None if x.shape is None else x.shape[-1]
+    if classes is None:
+        raise UnsupportedError(f"{ctx.where()}: the number of classes must be known when importing")
+    lab = labels if labels.dtype == dt.int32 else ctx.create("Cast", [labels], {"dtype": "int32"},
+                                                             suffix="labels").outputs[0]
+    lo = ctx.const(np.asarray(0, np.int32), [lab], suffix="lo")
+    hi = ctx.const(np.asarray(classes, np.int32), [lab], suffix="hi")
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [lab, lo], suffix="ge").outputs[0],
+                                   ctx.create("Less", [lab, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
+    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix="all_in_range").outputs[0]
+    checked = ctx.create("Assert", [every, lab], {"message": f"{nd.name}: Received a label value outside the "
+                                                  f"valid range of [0, {classes})"}, suffix="check").outputs[0]
+    hot = ctx.create("Equal", [ctx.create("ExpandDims", [checked], {"axis": -1}, suffix="col").outputs[0],
+                               ctx.const(np.arange(classes, dtype=np.int32), [lab], suffix="classes")],
+                     suffix="hot").outputs[0]
+    dense = ctx.create("Cast", [hot], {"dtype": x.dtype.name}, suffix="one_hot").outputs[0]
+    return _softmax_loss(ctx, x, dense)
+
+
+@_rule("DynamicStitch", "ParallelDynamicStitch")
+def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``merged[indices[m][i]] = data[m][i]`` with indices known at import time and vector data (how
+    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements."""
+    n = len(ins) // 2
+    index_lists = [ctx.static_int_list(t, "the indices") for t in ctx.data_inputs()[:n]]
+    if ctx.static(f"{nd.name}:0") is not None:
+        return [ctx.const(ctx.static(f"{nd.name}:0"), [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+    where: dict[int, tuple[int, int]] = {}
+    for m, idx in enumerate(index_lists):
+        for i, j in enumerate(idx):
+            where[j] = (m, i)  # a later list wins, as in TensorFlow
+    if sorted(where) != list(range(len(where))):
+        raise UnsupportedError(f"{ctx.where()}: the indices must cover 0..n-1")
+    for m in range(n):
+        s = _t(ins[n + m]).shape
+        if s is None or len(s) != 1:
+            raise UnsupportedError(f"{ctx.where()}: supported for vector data only")
+    parts = [_getitem(ctx, _t(ins[n + m]), (i,), f"part{j}") for j, (m, i) in sorted(where.items())]
+    return [ctx.create("Pack", parts).outputs[0]]

@@ -215,7 +215,7 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Minimum": np.minimum, "FloorDiv": np.floor_divide, "FloorMod": np.mod, "Neg": np.negative,
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
-    "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None,
+    "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
 }
 
 
@@ -265,6 +265,13 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             key = strided_slice_index(nd, [int(x) for x in vals[1]], [int(x) for x in vals[2]],
                                       [int(x) for x in vals[3]])
             return np.asarray(vals[0][key])
+        if op == "DynamicStitch":
+            n = len(vals) // 2
+            merged: dict[int, Any] = {}
+            for ids, data in zip(vals[:n], vals[n:]):
+                for i, j in enumerate(np.ravel(ids)):
+                    merged[int(j)] = np.reshape(data, (np.size(ids), *np.shape(data)[np.ndim(ids):]))[i]
+            return np.stack([merged[j] for j in range(len(merged))])
         if op == "ConcatOffset":  # where input k of a Concat starts: the sizes before it, on the axis
             axis, shapes = int(vals[0]), vals[1:]
             off = np.zeros_like(shapes[0])
