@@ -85,7 +85,9 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "ReverseSequence", "TopKV2", "ArgMax", "ArgMin", "Softmax", "LogSoftmax", "DynamicStitch",
                "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits", "StridedSliceGrad",
                "ResourceApplyMomentum", "ResourceApplyRMSProp", "ResourceApplyAdagrad", "ResourceGather",
-               "UnsortedSegmentSum"]:
+               "UnsortedSegmentSum",
+               # TF1's reference variables
+               "VariableV2", "Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent", "RefEnter", "RefSwitch"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

@@ -399,26 +399,33 @@ def beam_search(tf: Any) -> list[dict[str, Any]]:
 @case
 def reference_variables(tf: Any) -> list[dict[str, Any]]:
     """A model with TF1's default reference variables (VariableV2, Assign, Ref* control flow): a tanh
-    RNN over a run-time number of steps, trained by plain SGD (ApplyGradientDescent), with a counter
-    (AssignAdd) and a decay (AssignSub)."""
+    RNN over a run-time number of steps that counts its iterations in a Variable (RefEnter), trained
+    by plain SGD (ApplyGradientDescent), with a step counter (AssignAdd) and a decay that a cond
+    applies from the second step on (RefSwitch, AssignSub)."""
     n = tf.compat.v1.placeholder(tf.int32, [], name="n")
     xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 2], name="xs")
     w = tf.compat.v1.Variable(_weights((2, 3), 17), name="w", use_resource=False)
     u = tf.compat.v1.Variable(_weights((3, 3), 18), name="u", use_resource=False)
     count = tf.compat.v1.Variable(0, name="count", use_resource=False)
     scale = tf.compat.v1.Variable(1.0, name="scale", use_resource=False)
+    ticks = tf.compat.v1.Variable(0, name="ticks", use_resource=False)
 
     def body(i: Any, h: Any) -> Any:
-        return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
+        with tf.control_dependencies([tf.compat.v1.assign_add(ticks, 1)]):
+            return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
 
     _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([1, 3])])
     loss = tf.reduce_sum(h * h) * scale
     opt = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss, var_list=[w, u])
     with tf.control_dependencies([opt]):
-        train = tf.group(tf.compat.v1.assign_add(count, 1), tf.compat.v1.assign_sub(scale, 0.1))
+        counted = tf.compat.v1.assign_add(count, 1)
+        decayed = tf.cond(counted > 1, lambda: tf.compat.v1.assign_sub(scale, 0.1), lambda: tf.identity(scale))
+        train = tf.group(counted, decayed)
     rng = np.random.default_rng(19)
     feeds = {"n:0": 4, "xs:0": rng.normal(size=(4, 1, 2)).astype(np.float32)}
-    return _train_runs(feeds, loss, train, [w, u, count, scale])
+    # the loop's iterations counted, fetched alone: a ref fetched beside the loss that updates it
+    # would read whenever TensorFlow's executor gets to it
+    return _train_runs(feeds, loss, train, [w, u, count, scale]) + [{"feeds": feeds, "fetches": [ticks.name]}]
 
 
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:

@@ -15,7 +15,16 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start
-from turnout.graphdef.importer import IMPORT_RULES, BroadcastAxes, Bundle, ImportContext, RangeMarker, Text, Value
+from turnout.graphdef.importer import (
+    IMPORT_RULES,
+    BroadcastAxes,
+    Bundle,
+    ImportContext,
+    RangeMarker,
+    Ref,
+    Text,
+    Value,
+)
 from turnout.graphdef.importer import Rule as _Rule
 from turnout.tables import registrar
 
@@ -55,6 +64,8 @@ def _placeholder(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _pass(op: str) -> _Rule:
     def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         x = ins[0]
+        if isinstance(x, Ref):  # a ref moves into or out of a frame as its Variable's handle
+            return [Ref(_single(ctx, op, x.handle, None), x.attrs, x.read)]
         if isinstance(x, Bundle):  # a stack handle moves into or out of a frame with both its parts
             return [Bundle(tuple(_single(ctx, op, p, i) for i, p in enumerate(x.parts)))]
         return [_single(ctx, op, x, None)]
@@ -93,6 +104,9 @@ def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     while pred.node.op == "Identity" and not pred.node.control_inputs:
         pred = pred.node.inputs[0]
     x = ins[0]
+    if isinstance(x, Ref):  # a ref routed into a branch: its handle
+        n = ctx.create("Switch", [x.handle, pred])
+        return [Ref(n.outputs[0], x.attrs, x.read), Ref(n.outputs[1], x.attrs, x.read)]
     if isinstance(x, Bundle):  # a stack handle routed into a branch: switch both parts
         parts = [ctx.create("Switch", [p, pred], suffix=None if k == len(x.parts) - 1 else f"part{k}")
                  for k, p in enumerate(x.parts)]
@@ -1107,15 +1121,6 @@ def _invert_permutation(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 
 # ---- optimizers' update ops: TensorFlow's fused kernels, as the update formulas they compute -------
-def _slot_reads(ctx: ImportContext, handles: Sequence[Value],
-                names: Sequence[str]) -> list[tuple[Tensor, dict[str, Any]]]:
-    out = []
-    for k, (h, tname) in enumerate(zip(handles, names)):
-        attrs = _var_attrs(ctx, _var_node(ctx, tname))
-        out.append((ctx.create("ReadVariable", [h], attrs, suffix=f"read{k}").outputs[0], attrs))
-    return out
-
-
 class _Formula:
     """Arithmetic on imported tensors for an update formula, in the frame of the update's gradient."""
 
@@ -1141,15 +1146,20 @@ def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
     if nd.op.endswith("ApplyMomentum"):  # (var, accum, lr, grad, momentum): the gradient comes before momentum
         ins, names = [*ins[:3], ins[4], ins[3]], [*names[:3], names[4], names[3]]
     grad = _t(ins[-1])
-    reads = _slot_reads(ctx, ins[1:n_slots], names[1:n_slots])
+    handles = [x.handle if isinstance(x, Ref) else x for x in ins[:n_slots]]
+    slot_attrs = [x.attrs if isinstance(x, Ref) else _var_attrs(ctx, _var_node(ctx, t))
+                  for x, t in zip(ins[:n_slots], names[:n_slots])]
+    reads = [ctx.create("ReadVariable", [h], a, suffix=f"read{k}").outputs[0]
+             for k, (h, a) in enumerate(zip(handles[1:], slot_attrs[1:]))]
     f = _Formula(ctx, grad)
-    new_slots, decrement = formula(f, [r for r, _ in reads], [_t(x) for x in ins[n_slots:-1]], grad)
-    var_attrs = _var_attrs(ctx, _var_node(ctx, names[0]))
+    new_slots, decrement = formula(f, reads, [_t(x) for x in ins[n_slots:-1]], grad)
     done = []
-    for k, ((_, attrs), v) in enumerate(zip(reads, new_slots)):
-        done.append(ctx.create("AssignVariable", [ins[1 + k], v], attrs, suffix=f"assign{k}"))
-    done.append(ctx.create("AssignSubVariable", [ins[0], decrement], var_attrs, suffix="update"))
-    ctx.create("NoOp", [], control=ctx.ctrl_inputs() + done)
+    for k, v in enumerate(new_slots):
+        done.append(ctx.create("AssignVariable", [handles[1 + k], v], slot_attrs[1 + k], suffix=f"assign{k}"))
+    update = ctx.create("AssignSubVariable", [handles[0], decrement], slot_attrs[0], suffix="update")
+    if isinstance(ins[0], Ref):  # the reference form outputs the updated variable
+        return [ctx.create("Identity", [update.outputs[0]], control=ctx.ctrl_inputs() + done).outputs[0]]
+    ctx.create("NoOp", [], control=ctx.ctrl_inputs() + done + [update])
     return []
 
 
@@ -1197,9 +1207,12 @@ def _adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> An
     return [acc], f.op("Div", f.op("Mul", lr, g), denom)
 
 
-for _ops, _n, _f in [(("ResourceApplyGradientDescent",), 1, _sgd), (("ResourceApplyMomentum",), 2, _momentum),
-                     (("ResourceApplyAdam",), 3, _adam), (("ResourceApplyRMSProp",), 3, _rmsprop),
-                     (("ResourceApplyAdagrad", "ResourceApplyAdagradV2"), 2, _adagrad)]:
+for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 1, _sgd),
+                     (("ResourceApplyMomentum", "ApplyMomentum"), 2, _momentum),
+                     (("ResourceApplyAdam", "ApplyAdam"), 3, _adam),
+                     (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop),
+                     (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2,
+                      _adagrad)]:
     def _make(n: int, formula: Any) -> _Rule:
         def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
             return _apply_update(ctx, nd, ins, n, formula)
@@ -1331,3 +1344,58 @@ def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
             raise UnsupportedError(f"{ctx.where()}: supported for vector data only")
     parts = [_getitem(ctx, _t(ins[n + m]), (i,), f"part{j}") for j, (m, i) in sorted(where.items())]
     return [ctx.create("Pack", parts).outputs[0]]
+
+
+# ---- TF1 reference variables: a VariableV2 is a Turnout Variable; its ref is the handle -----------
+@_rule("VariableV2", "Variable")
+def _variable_v2(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A reference variable, with the value its initializer (the ``Assign`` TensorFlow names
+    ``<var>/Assign``, of a value known at import time) writes."""
+    attrs = {"dtype": ctx.dtype("dtype").name, "shape": ctx.attr("shape")}
+    inits = [o for o in ctx.nodes.values() if o.op == "Assign" and _ref_source(ctx, o) == nd.name]
+    inits.sort(key=lambda o: o.name != f"{nd.name}/Assign")
+    init = next((v for v in (ctx.static(ctx.data_inputs(o)[1]) for o in inits) if v is not None), None)
+    if init is None:
+        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an Assign of a value "
+                               "known at import time)")
+    if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
+        attrs["shape"] = list(np.shape(init))
+    name = ctx.prefix + (ctx.attr("shared_name") or nd.name)
+    value = np.asarray(init, dtype=dt.as_dtype(attrs["dtype"]).numpy)
+    h = ctx.create("VarHandle", [], {"var_name": name, "initial_value": value, **attrs}, suffix="handle")
+    ctx.graph.variables[name] = h
+    read = ctx.create("ReadVariable", [h.outputs[0]], attrs).outputs[0]
+    return [Ref(h.outputs[0], attrs, read)]
+
+
+def _ref_source(ctx: ImportContext, nd: Any) -> str | None:
+    """The VariableV2 an op's ref input comes from (through the Ref* pass-throughs), or None."""
+    t = ctx.data_inputs(nd)[0].split(":")[0]
+    while t in ctx.nodes and ctx.nodes[t].op in ("RefIdentity", "RefEnter", "RefSwitch", "RefExit", "Identity"):
+        t = ctx.data_inputs(ctx.nodes[t])[0].split(":")[0]
+    return t if t in ctx.nodes and ctx.nodes[t].op in ("VariableV2", "Variable") else None
+
+
+def _ref(ctx: ImportContext, v: Value) -> Ref:
+    if not isinstance(v, Ref):
+        raise UnsupportedError(f"{ctx.where()}: its ref input does not come from a VariableV2")
+    return v
+
+
+def _ref_assign(tn_op: str) -> _Rule:
+    def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+        """The assign, whose output (TensorFlow's ref after the update) is the Variable's new value."""
+        ref = _ref(ctx, ins[0])
+        return [ctx.create(tn_op, [ref.handle, ins[1]], ref.attrs).outputs[0]]
+
+    return rule
+
+
+for _tf, _tn in [("Assign", "AssignVariable"), ("AssignAdd", "AssignAddVariable"), ("AssignSub", "AssignSubVariable")]:
+    _rule(_tf)(_ref_assign(_tn))
+
+
+@_rule("IsVariableInitialized")
+def _is_initialized(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Always true: an imported Variable starts at its initializer's value."""
+    return [ctx.const(np.asarray(True), [], suffix=None)]

@@ -72,7 +72,23 @@ class BroadcastAxes:
     like: Tensor
 
 
-#: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | None (or BACK_EDGE for a Merge input not yet built)
+@dataclass(frozen=True)
+class Ref:
+    """A TF1 reference variable's ref tensor (``VariableV2``): the Turnout Variable's handle. An op
+    that takes refs (``Assign``, ``ApplyGradientDescent``, the ``Ref*`` control flow) gets the
+    handle; any other op reads the Variable where it runs (``read``: a read at the root, for fetches)."""
+
+    handle: Tensor
+    attrs: dict[str, Any]
+    read: Tensor
+
+
+#: ops whose inputs may be refs; every other op reads a ref input's Variable when it runs
+REF_OPS = frozenset({"RefEnter", "RefExit", "RefIdentity", "RefSwitch", "RefMerge", "RefNextIteration", "Assign",
+                     "AssignAdd", "AssignSub", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam",
+                     "ApplyRMSProp", "ApplyAdagrad", "ApplyAdagradV2", "IsVariableInitialized"})
+
+#: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | Ref | None (or BACK_EDGE for a Merge input not yet built)
 Value = Any
 Rule = Callable[["ImportContext", Any, list[Value]], Sequence[Value]]
 
@@ -117,7 +133,7 @@ class ImportContext:
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
         for t in inputs:
-            if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes)) or t is None:
+            if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes, Ref)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
         if shapes is None and suffix is None:
             shapes = self.relaxed.get(self.node.name) or protos.attr(self.node, "_output_shapes")
@@ -165,6 +181,8 @@ class ImportContext:
     def describe(v: Any) -> str:
         if isinstance(v, Bundle):
             return "a TensorFlow stack handle"
+        if isinstance(v, Ref):
+            return "a reference variable's ref (only ops that take refs may use it)"
         if isinstance(v, BroadcastAxes):
             return "run-time broadcast axes (supported only as the axes of tf.gradients' Sum)"
         if isinstance(v, Text):
@@ -314,6 +332,8 @@ class ImportedGraph:
     def tensor(self, name: str) -> Tensor:
         """The Turnout tensor for a TensorFlow tensor name (``"op:0"``, or ``"op"`` for output 0)."""
         v = self.values.get(tensor_name(name))
+        if isinstance(v, Ref):
+            v = v.read
         if isinstance(v, Tensor):
             return v
         if v is None and tensor_name(name) not in self.values:
@@ -521,6 +541,9 @@ def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: s
         nd = nodes[name]
         ctx.node, ctx.created = nd, []
         ins = [_input(ctx, nodes, nd, t) for t in ctx.data_inputs(nd)]
+        if nd.op not in REF_OPS:  # a ref read as a value: the Variable's value where this op runs
+            ins = [ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
+                   if isinstance(v, Ref) else v for k, v in enumerate(ins)]
         try:
             outs = IMPORT_RULES[nd.op](ctx, nd, ins)
         except TurnoutError as e:
