@@ -662,6 +662,9 @@ def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
 
 @_r("TensorArrayNew")
 def _ta_new(ctx, n, xs):
+    if n.attrs.get("dynamic_size"):
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: a TensorArray of dynamic size grows with its "
+                               "writes, and an XLA buffer cannot")
     if not is_static(xs[0]):
         _not_static(ctx, n, 0,
                     f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may "

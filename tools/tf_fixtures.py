@@ -353,8 +353,8 @@ def greedy_decoder(tf: Any) -> list[dict[str, Any]]:
     embedding lookup (ResourceGather), ArgMax, All, and a TensorArray of dynamic size."""
     vocab, hidden, end = 6, 4, 0
     start = tf.compat.v1.placeholder(tf.int32, [None], name="start")
-    emb = tf.compat.v1.get_variable("emb", initializer=_weights((vocab, hidden), 13, 1.0))
-    w = tf.compat.v1.get_variable("w", initializer=_weights((hidden, vocab), 14, 1.0))
+    emb = tf.compat.v1.get_variable("emb", initializer=_weights((vocab, hidden), 17, 1.0))
+    w = tf.compat.v1.get_variable("w", initializer=_weights((hidden, vocab), 41, 1.0))
     batch = tf.shape(start)[0]
     out = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
 
@@ -368,6 +368,30 @@ def greedy_decoder(tf: Any) -> list[dict[str, Any]]:
     _, _, _, _, out = tf.while_loop(cond, body, [0, start, tf.fill([batch], False), tf.zeros([batch, hidden]), out])
     tokens = tf.transpose(out.stack(), name="tokens")
     return [{"feeds": {"start:0": s}, "fetches": [tokens.name]} for s in ([1, 2, 3], [4], [5, 5])]
+
+
+@case
+def raw_rnn_decoder(tf: Any) -> list[dict[str, Any]]:
+    """A ``raw_rnn`` greedy decoder over an LSTMCell: each step feeds back the embedding of its
+    argmax token and a row finishes when it emits the end token (dynamic-size TensorArrays)."""
+    vocab, hidden, end, max_steps = 6, 4, 0, 7
+    start = tf.compat.v1.placeholder(tf.int32, [None], name="start")
+    emb = tf.compat.v1.get_variable("emb", initializer=_weights((vocab, 3), 24, 1.5))
+    w = tf.compat.v1.get_variable("w", initializer=_weights((hidden, vocab), 25, 1.5))
+    cell = tf.compat.v1.nn.rnn_cell.LSTMCell(hidden, initializer=_seeded(tf, 23))
+    batch = tf.shape(start)[0]
+
+    def loop_fn(time: Any, output: Any, state: Any, loop_state: Any) -> Any:
+        if output is None:  # the first call: the start tokens
+            return (tf.zeros([batch], tf.bool), tf.nn.embedding_lookup(emb, start),
+                    cell.zero_state(batch, tf.float32), None, None)
+        token = tf.argmax(tf.matmul(output, w), axis=1, output_type=tf.int32)
+        finished = tf.logical_or(tf.equal(token, end), time >= max_steps)
+        return finished, tf.nn.embedding_lookup(emb, token), state, output, None
+
+    outputs, _, _ = tf.compat.v1.nn.raw_rnn(cell, loop_fn)
+    logits = tf.identity(outputs.stack(), name="outputs")
+    return [{"feeds": {"start:0": s}, "fetches": [logits.name]} for s in ([1, 2, 3], [4, 5])]
 
 
 @case

@@ -59,6 +59,8 @@ class TensorArrayValue:
     dtype: str
     element_shape: Any
     items: tuple[Any, ...]
+    #: ``dynamic_size``: a write past the end grows the array (TensorFlow's TensorArray of dynamic size)
+    dynamic: bool = False
 
     @property
     def size(self) -> int:
@@ -516,8 +518,11 @@ def _sum_to_like(xs, attrs):
 
 
 # ---- TensorArray -----------------------------------------------------------------------------------
-def _check_ta_index(op: str, ta: TensorArrayValue, i: Any) -> int:
+def _check_ta_index(op: str, ta: TensorArrayValue, i: Any, grows: bool = False) -> int:
+    """Slot ``i`` of ``ta``; with ``grows``, a slot past the end of a dynamic array is allowed."""
     i = int(i)
+    if grows and ta.dynamic and i >= 0:
+        return i
     if not 0 <= i < ta.size:
         raise KernelError(f"{op}: index {i} out of range for a TensorArray of size {ta.size}")
     return i
@@ -532,7 +537,12 @@ def _ta_new(xs, attrs):
     es = attrs.get("element_shape")
     if es is not None and all(d is not None for d in es):
         check_ta_capacity(n, tuple(es), attrs["dtype"])
-    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, es, (None,) * n)]
+    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, es, (None,) * n, bool(attrs.get("dynamic_size")))]
+
+
+def _grown(items: Sequence[Any], i: int) -> list[Any]:
+    """The slots of a dynamic array with slot ``i`` in it (unwritten slots added as None)."""
+    return list(items) + [None] * (i + 1 - len(items))
 
 
 def check_ta_capacity(size: int, elements: tuple[int, ...], dtype: Any) -> None:
@@ -553,8 +563,8 @@ def ta_element_mismatch(shape: tuple[int, ...], elements: sh.Shape) -> str:
 @_k("TensorArrayWrite")
 def _ta_write(xs, attrs):
     ta, i, v = xs
-    i = _check_ta_index("TensorArrayWrite", ta, i)
-    if ta.items[i] is not None:
+    i = _check_ta_index("TensorArrayWrite", ta, i, grows=True)
+    if i < ta.size and ta.items[i] is not None:
         raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
     v = np.asarray(v)
     es = ta.element_shape
@@ -562,11 +572,11 @@ def _ta_write(xs, attrs):
         raise KernelError(ta_element_mismatch(v.shape, tuple(es)))
     if es is None:
         check_ta_capacity(len(ta.items), v.shape, ta.dtype)
-    items = list(ta.items)
+    items = _grown(ta.items, i)
     items[i] = v
     # the first write fixes the element shape (as TensorFlow's TensorArrays infer it): a later write of
     # another shape is refused here, at the write, not at a stack that may never come
-    return [TensorArrayValue(ta.dtype, v.shape, tuple(items))]
+    return [TensorArrayValue(ta.dtype, v.shape, tuple(items), ta.dynamic)]
 
 
 @_k("TensorArrayRead")
@@ -615,10 +625,11 @@ def _slot_sum(a: Any, b: Any) -> Any:
 def _ta_add(xs, attrs):
     """Gradients of a TensorArray-valued tensor are TensorArrays; contributions add slotwise."""
     a, b = xs
-    if a.size != b.size:
+    if a.size != b.size and not (a.dynamic or b.dynamic):
         raise KernelError(f"TensorArrayAdd: sizes differ ({a.size} and {b.size})")
-    items = tuple(_slot_sum(x, y) for x, y in zip(a.items, b.items, strict=True))
-    return [TensorArrayValue(a.dtype, a.element_shape, items)]
+    n = max(a.size, b.size)  # (a dynamic array counts its missing slots as unwritten)
+    items = tuple(_slot_sum(x, y) for x, y in zip(_grown(a.items, n - 1), _grown(b.items, n - 1), strict=True))
+    return [TensorArrayValue(a.dtype, a.element_shape, items, a.dynamic or b.dynamic)]
 
 
 @_k("TensorArrayAccumulate")
@@ -627,17 +638,17 @@ def _ta_accumulate(xs, attrs):
     the gradient accumulator without building a full-size TensorArray (only the tuple of slot
     references is copied, never the slots' arrays)."""
     ta, i, v = xs
-    i = _check_ta_index("TensorArrayAccumulate", ta, i)
-    items = list(ta.items)
+    i = _check_ta_index("TensorArrayAccumulate", ta, i, grows=True)
+    items = _grown(ta.items, i)
     items[i] = _slot_sum(items[i], np.asarray(v))
-    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items))]
+    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items), ta.dynamic)]
 
 
 @_k("TensorArrayReadOrZeros")
 def _ta_read_or_zeros(xs, attrs):
     ta, i, shp = xs
-    i = _check_ta_index("TensorArrayReadOrZeros", ta, i)
-    v = ta.items[i]
+    i = _check_ta_index("TensorArrayReadOrZeros", ta, i, grows=True)
+    v = ta.items[i] if i < ta.size else None
     if v is None:
         check_allocation("TensorArrayReadOrZeros", [int(d) for d in shp], dt.as_dtype(ta.dtype).itemsize)
     return [np.zeros(tuple(int(d) for d in shp), dtype=_np(ta.dtype)) if v is None else v]

@@ -399,7 +399,8 @@ def _ta_attrs(t: Tensor) -> tuple[Dt, Shape]:
 @_rule("TensorArrayNew")
 def _ta_new(ctx: ExportContext, n: Node) -> Outs:
     d, es = _ta_attrs(n.outputs[0])
-    name = ctx.add("TensorArrayV3", _ins(ctx, n), {"dtype": d, "element_shape": es, "dynamic_size": False,
+    dynamic = bool(n.attrs.get("dynamic_size", False))
+    name = ctx.add("TensorArrayV3", _ins(ctx, n), {"dtype": d, "element_shape": es, "dynamic_size": dynamic,
                                                    "clear_after_read": False, "identical_element_shapes": True,
                                                    "tensor_array_name": ""})
     ctx.ta_handles[n.name] = f"{name}:0"

@@ -762,8 +762,10 @@ def _empty_ta(ctx: ImportContext, lab: tuple[str, str], anchors: Sequence[Value]
     size = ctx.create("TensorArraySize", [fwd], suffix="size", control=ctx.ctrl_inputs() + [
         a.node for a in anchors if isinstance(a, Tensor)]).outputs[0]
     es = _written_shape(ctx, lab[1], fwd.spec.elem_shape)
-    attrs = {"dtype": fwd.spec.elem_dtype.name if fwd.spec.elem_dtype else "float32",
-             "element_shape": None if es is None else list(es)}
+    attrs: dict[str, Any] = {"dtype": fwd.spec.elem_dtype.name if fwd.spec.elem_dtype else "float32",
+                             "element_shape": None if es is None else list(es)}
+    if ctx.attr_of(ctx.nodes[lab[1]], "dynamic_size", False):  # the gradient of a growing array grows too
+        attrs["dynamic_size"] = True
     return ctx.create("TensorArrayNew", [size], attrs).outputs[0]
 
 
@@ -795,10 +797,10 @@ def _written_shape(ctx: ImportContext, origin: str, declared: Any) -> Any:
 
 @_rule("TensorArrayV3")
 def _ta_new(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    if ctx.attr("dynamic_size", False):
-        raise UnsupportedError(f"{ctx.where()}: dynamic_size=True TensorArrays are not supported")
     shape = ctx.attr("element_shape")
     attrs = {"dtype": ctx.dtype("dtype").name, "element_shape": shape}
+    if ctx.attr("dynamic_size", False):  # writes past the end grow it (the fast backend runs it on the interpreter)
+        attrs["dynamic_size"] = True
     ta = ctx.create("TensorArrayNew", ins[:1], attrs).outputs[0]
     return [ta, ta]  # the handle and the flow both stand for the (empty) array
 
