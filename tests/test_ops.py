@@ -415,7 +415,8 @@ def test_assert_true_passes_its_value_on(backend: str) -> None:
 #: op constructors whose values some test above checks, beyond those in the UNARY and BINARY tables
 CHECKED_ELSEWHERE = {
     "cast", "matmul", "reshape", "transpose", "expand_dims", "concat", "stack", "gather", "tile",
-    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_all", "reduce_any", "zeros", "ones", "shape", "size", "broadcast_like",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_all", "reduce_any", "zeros", "ones", "shape",
+    "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
     "group", "no_op", "convert_to_tensor", "control_dependencies", "assert_true",
     # value checkers, not op constructors: tests/test_bad_inputs.py
