@@ -64,7 +64,8 @@ def test_tensorflow_graph_runs_with_tensorflows_values(case: str, backend: str) 
 
 
 @pytest.mark.parametrize("scheduler", ["lifo", "random"])
-@pytest.mark.parametrize("case", ["grad_cond_in_while", "grad_nested_while", "grad_scan", "rnn_variables"])
+@pytest.mark.parametrize("case", ["grad_cond_in_while", "grad_nested_while", "grad_scan", "rnn_variables", "lstm_sgd",
+                                  "reference_variables"])
 def test_stack_pairing_does_not_depend_on_the_schedule(case: str, scheduler: str) -> None:
     """Pushes and pops meet through depth counters: any firing order gives TensorFlow's values."""
     _run_case(case, "reference", scheduler=scheduler, seed=7)
@@ -173,3 +174,17 @@ def test_gradient_tensor_arrays_take_the_forward_element_shape() -> None:
     assert news and all(n.outputs[0].spec.elem_shape == (2,) for n in news)
     merges = [n for n in imp.graph.nodes if n.op == "Merge" and n.outputs[0].dtype.name != "tensor_array"]
     assert all(n.outputs[0].shape is not None for n in merges)
+
+
+def test_fixtures_are_what_tensorflow_computes() -> None:
+    """Where TensorFlow is installed (with tf_keras for the RNN cells), every fixture is rebuilt in
+    TensorFlow and its values compared with the checked-in ones."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("TensorFlow and tf_keras are not installed")
+    tool = Path(__file__).resolve().parent.parent / "tools" / "tf_fixtures.py"
+    done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:]
