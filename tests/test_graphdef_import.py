@@ -91,7 +91,8 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "ResourceApplyMomentum", "ResourceApplyRMSProp", "ResourceApplyAdagrad", "ResourceGather",
                "UnsortedSegmentSum",
                # TF1's reference variables
-               "VariableV2", "Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent", "RefEnter", "RefSwitch"]:
+               "VariableV2", "Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent", "RefEnter", "RefSwitch",
+               "ApplyMomentum", "ApplyAdam", "ApplyRMSProp", "ApplyAdagrad"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

@@ -452,6 +452,31 @@ def reference_variables(tf: Any) -> list[dict[str, Any]]:
     return _train_runs(feeds, loss, train, [w, u, count, scale]) + [{"feeds": feeds, "fetches": [ticks.name]}]
 
 
+@case
+def optimizers_reference(tf: Any) -> list[dict[str, Any]]:
+    """Every TF1 optimizer's reference form (ApplyMomentum, ApplyAdam, ApplyRMSProp, ApplyAdagrad,
+    ApplyGradientDescent), each training its own reference variable on one least-squares loss."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 2], name="y")
+    opts = {"sgd": tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            "momentum": tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+            "adam": tf.compat.v1.train.AdamOptimizer(0.1),
+            "rmsprop": tf.compat.v1.train.RMSPropOptimizer(0.05),
+            "adagrad": tf.compat.v1.train.AdagradOptimizer(0.2)}
+    losses, steps, ws = [], [], []
+    for k, (name, opt) in enumerate(opts.items()):
+        w = tf.compat.v1.Variable(_weights((3, 2), 30 + k), name=f"w_{name}", use_resource=False)
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y), name=f"loss_{name}")
+        losses.append(loss)
+        steps.append(opt.minimize(loss))
+        ws.append(w)
+    total = tf.add_n(losses, name="total")
+    train = tf.group(*steps)
+    rng = np.random.default_rng(31)
+    feeds = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "y:0": rng.normal(size=(4, 2)).astype(np.float32)}
+    return _train_runs(feeds, total, train, [*losses, *ws])
+
+
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
     g = tf.Graph()
     with g.as_default():
