@@ -358,7 +358,7 @@ def _broadcast_gradient_args(ctx: ImportContext, nd: Any, ins: list[Value]) -> O
         if snd.op == "ShapeN":
             likes.append(_t(ctx.values[ctx.data_inputs(snd)[int(tname.split(":")[1])]]))
         else:  # the tensor a Shape read, or zeros of the shape (a shape saved on a gradient stack)
-            likes.append(_like_shape(ctx, tname, _t(ins[k]), _t(ins[1 - k]), f"like{k}"))
+            likes.append(_like_shape(ctx, tname, _t(ins[k]), f"like{k}"))
     return [BroadcastAxes(x) for x in likes]
 
 
@@ -398,13 +398,13 @@ def _tile(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if ctx.static(ctx.data_inputs()[1]) is None and x.shape is not None and all(d == 1 for d in x.shape):
         # run-time multiples of a tensor of ones along every axis (tf.gradients' Mean gradient with
         # unknown shapes): a broadcast to the shape the multiples give
-        like = _like_shape(ctx, ctx.data_inputs()[1], _t(ins[1]), x)
+        like = _like_shape(ctx, ctx.data_inputs()[1], _t(ins[1]))
         return [ctx.create("BroadcastLike", [x, like]).outputs[0]]
     mult = ctx.static_int_list(ctx.data_inputs()[1], "the multiples")
     return [ctx.create("Tile", ins[:1], {"multiples": mult}).outputs[0]]
 
 
-def _like_shape(ctx: ImportContext, tname: str, shape: Tensor, x: Tensor, suffix: str = "like") -> Tensor:
+def _like_shape(ctx: ImportContext, tname: str, shape: Tensor, suffix: str = "like") -> Tensor:
     """A tensor of the run-time shape ``shape`` (TensorFlow tensor ``tname``): the tensor a Shape op
     read, else zeros of that shape."""
     snd = ctx.nodes[tname.split(":")[0]]
@@ -561,7 +561,7 @@ def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if shape is not None:
         like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], dy.dtype.numpy), [dy], suffix="zeros")
     else:  # a run-time input shape: the tensor its Shape op read, or zeros of that shape
-        like = _like_shape(ctx, names[0], _t(ins[0]), dy, "like")
+        like = _like_shape(ctx, names[0], _t(ins[0]))
     spec, dyn = _slice_args(ctx, names[1:4])
     return [ctx.create("GetItemGrad", [like, dy, *dyn], {"spec": spec}).outputs[0]]
 
@@ -985,7 +985,7 @@ def _bias_add_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Sum", [dy], {"axis": axes, "keepdims": False}).outputs[0]]
 
 
-def _dim(ctx: ImportContext, x: Tensor, axis: int, anchors: Sequence[Value], suffix: str) -> Any:
+def _dim(ctx: ImportContext, x: Tensor, axis: int, suffix: str) -> Any:
     """Dimension ``axis`` of ``x``: an int when its shape says so, else a Turnout int32 scalar."""
     d = None if x.shape is None else x.shape[axis]
     if d is not None:
@@ -1082,7 +1082,7 @@ def _slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         if isinstance(n, int):
             stop: Any = None if n == -1 else _add_int(ctx, b, n, f"stop{k}")
         else:  # a run-time size: -1 still means the whole rest of the axis
-            dim = _dim(ctx, x, k, [n], f"dim{k}")
+            dim = _dim(ctx, x, k, f"dim{k}")
             dim_t = dim if isinstance(dim, Tensor) else ctx.const(np.asarray(dim, np.int32), [n], suffix=f"dim{k}")
             zero = ctx.const(np.asarray(0, np.int32), [n], suffix=f"zero{k}")
             neg = ctx.create("Less", [n, zero], suffix=f"rest{k}").outputs[0]
