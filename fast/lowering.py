@@ -304,6 +304,20 @@ def _reshape(ctx, n, xs):
     return [jnp.reshape(xs[0], n.attrs["shape"])]
 
 
+@_r("ReshapeTo")
+def _reshape_to(ctx, n, xs):
+    x, shp = xs
+    if not is_static(shp):
+        _not_static(ctx, n, 1, f"fast backend: {describe_node(n)}: the target shape must be known when compiling")
+    target = [int(d) for d in np.ravel(shp)]
+    size, known = int(np.prod(jnp.shape(x))), int(np.prod([d for d in target if d != -1]))
+    fits = (size == known if -1 not in target else target.count(-1) == 1 and known > 0 and size % known == 0)
+    if not fits or any(d < -1 for d in target):  # the kernel's refusal (numpy's), if the op runs
+        message = f"ReshapeTo: cannot reshape array of size {size} into shape {tuple(target)}"
+        return _fails_when_run(ctx, n, message, [0] * len(target), jnp.result_type(x))
+    return [jnp.reshape(x, target)]
+
+
 @_r("Transpose")
 def _transpose(ctx, n, xs):
     return [jnp.transpose(xs[0], n.attrs.get("perm"))]
@@ -508,6 +522,46 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
 
 
 LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max, empty_fails=True)})
+LOWERING_RULES.update({"Min": _reduce(jnp.min, empty_fails=True), "All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
+
+
+def _arg_reduce(fn: Callable[..., Any]) -> Rule:
+    def rule(ctx, n, xs):
+        x = jnp.asarray(xs[0])
+        ax = n.attrs.get("axis", 0)
+        d = _np(n.attrs.get("dtype", "int64"))
+        if x.ndim == 0 or x.shape[ax] == 0:  # the kernel's refusal, if the op runs
+            shape = [s for i, s in enumerate(x.shape) if i != ax % max(x.ndim, 1)]
+            return _fails_when_run(ctx, n, f"{n.op}: reduction over an empty axis {ax} of shape {list(x.shape)}",
+                                   shape, d)
+        return [fn(x, axis=ax).astype(d)]
+
+    return rule
+
+
+LOWERING_RULES.update({"ArgMax": _arg_reduce(jnp.argmax), "ArgMin": _arg_reduce(jnp.argmin)})
+
+
+@_r("TopK")
+def _top_k(ctx, n, xs):
+    """``lax.top_k``: largest first, the lower index first among equal values, as the kernel."""
+    x = jnp.asarray(xs[0])
+    k = int(n.attrs["k"])
+    if x.ndim == 0 or x.shape[-1] < k:
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: fewer than k={k} entries in shape {list(x.shape)}")
+    values, idx = jax.lax.top_k(x, k)
+    return [values, idx.astype(jnp.int32)]
+
+
+@_r("ReverseSequence")
+def _reverse_sequence(ctx, n, xs):
+    from turnout.kernels import reverse_sequence_index
+
+    x, lengths = jnp.asarray(xs[0]), jnp.asarray(xs[1])
+    sa, ba = n.attrs["seq_axis"], n.attrs["batch_axis"]
+    ctx.check(jnp.all((lengths >= 0) & (lengths <= x.shape[sa])),
+              f"{describe_node(n)}: ReverseSequence: lengths must lie in [0, {x.shape[sa]}]")
+    return [jnp.take_along_axis(x, reverse_sequence_index(x.shape, lengths, sa, ba, jnp), axis=sa)]
 
 
 @_r("ZerosLike")
@@ -608,6 +662,9 @@ def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
 
 @_r("TensorArrayNew")
 def _ta_new(ctx, n, xs):
+    if n.attrs.get("dynamic_size"):
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: a TensorArray of dynamic size grows with its "
+                               "writes, and an XLA buffer cannot")
     if not is_static(xs[0]):
         _not_static(ctx, n, 0,
                     f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may "

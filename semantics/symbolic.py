@@ -317,8 +317,10 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Placeholder",  # not a rule: a Placeholder is an input of the query (its own z3 constant)
     "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow",
     "Assert",  # a failing check is an error, which the encoding has no value for
-    "MatMul", "Reshape", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
-    "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "ZerosLike", "OnesLike", "Fill", "Shape", "Size",
+    "ArgMax", "ArgMin", "TopK", "ReverseSequence",
+    "MatMul", "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
+    "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill", "Shape",
+    "Size",
     "BroadcastLike", "SumToLike",
     "TensorArrayNew", "TensorArrayWrite", "TensorArrayRead", "TensorArrayStack", "TensorArrayUnstack",
     "TensorArraySize", "TensorArrayAdd", "TensorArrayAccumulate", "TensorArrayReadOrZeros", "TensorArrayStackOrZeros",

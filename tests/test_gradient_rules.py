@@ -185,6 +185,17 @@ CASES: dict[str, Case] = {
                  lambda x: jnp.mean(x, axis=1, keepdims=True)),
     "Max": Case([np.array([[0.1, 0.7, -0.2], [0.4, -0.9, 0.3]])], lambda x: tn.reduce_max(x, axis=1),
                 lambda x: jnp.max(x, axis=1)),
+    "ReshapeTo": Case([_arr(2, 3)], lambda x: x.graph.create_node(
+        "ReshapeTo", [x, tn.shape(tn.transpose(x))]).outputs[0] * tn.constant(np.arange(6.0).reshape(3, 2)),
+        lambda x: jnp.reshape(x, (3, 2)) * jnp.arange(6.0).reshape(3, 2)),
+    "TopK": Case([np.array([[0.1, 0.7, -0.2, 0.5], [0.4, -0.9, 0.3, 0.8]])],
+                 lambda x: x.graph.create_node("TopK", [x], {"k": 2}).outputs[0],
+                 lambda x: jax.lax.top_k(x, 2)[0]),
+    "ReverseSequence": Case([_arr(2, 4, 3)], lambda x: x.graph.create_node(
+        "ReverseSequence", [x, tn.constant(np.asarray([3, 1], np.int32))], {"seq_axis": 1, "batch_axis": 0}
+    ).outputs[0], lambda x: jnp.stack([x[0, jnp.asarray([2, 1, 0, 3])], x[1]])),
+    "Min": Case([np.array([[0.1, 0.7, -0.2], [0.4, -0.9, 0.3]])], lambda x: tn.reduce_min(x, axis=1),
+                lambda x: jnp.min(x, axis=1)),
     "Fill": Case([np.array(0.7)], lambda x: tn.fill([2, 3], x) * tn.constant(np.arange(6.0).reshape(2, 3)),
                  lambda x: jnp.full((2, 3), x) * jnp.arange(6.0).reshape(2, 3)),
     "BroadcastLike": Case([_arr(3), _arr(2, 3)], lambda x, y: tn.broadcast_like(x, y) * y,
@@ -237,6 +248,9 @@ def _integer_output_examples(x: Any) -> dict[str, Any]:
         "Less": x < 1.0, "LessEqual": x <= 1.0, "Greater": x > 1.0, "GreaterEqual": x >= 1.0,
         "Equal": tn.equal(x, 1.0), "NotEqual": tn.not_equal(x, 1.0),
         "LogicalAnd": tn.logical_and(b, b), "LogicalOr": tn.logical_or(b, b), "LogicalNot": tn.logical_not(b),
+        "All": tn.reduce_all(b), "Any": tn.reduce_any(b),
+        "ArgMax": x.graph.create_node("ArgMax", [x], {"axis": 0, "dtype": "int64"}).outputs[0],
+        "ArgMin": x.graph.create_node("ArgMin", [x], {"axis": 0, "dtype": "int32"}).outputs[0],
         "Shape": tn.shape(x), "Size": tn.size(x), "TensorArraySize": ta.size(),
         "LoopCond": tn.raw.loop_cond(tn.reduce_sum(x) > 0.0),
     }

@@ -166,6 +166,12 @@ STRUCT: list[tuple[str, Callable[[], Any], Any, tuple[Any, ...]]] = [
      (2, 1)),
     ("reduce_mean", lambda: tn.reduce_mean(tn.constant(A), axis=1), A.mean(1), (2,)),
     ("reduce_max", lambda: tn.reduce_max(tn.constant(A), axis=[0, 1]), A.max(), ()),
+    ("reduce_min", lambda: tn.reduce_min(tn.constant(A), axis=1), A.min(1), (2,)),
+    ("reduce_all", lambda: tn.reduce_all(tn.constant(A) > A.min(), axis=1), (A > A.min()).all(1), (2,)),
+    ("reduce_any", lambda: tn.reduce_any(tn.constant(A) > A.min(), axis=0, keepdims=True),
+     (A > A.min()).any(0, keepdims=True), (1, 3)),
+    ("reduce_all_empty", lambda: tn.reduce_all(tn.constant(np.zeros((0, 2), bool)), axis=0), np.ones(2, bool), (2,)),
+    ("reduce_any_empty", lambda: tn.reduce_any(tn.constant(np.zeros((0, 2), bool))), np.bool_(False), ()),
     ("zeros", lambda: tn.zeros([2, 2]), np.zeros((2, 2), np.float32), (2, 2)),
     ("ones_int", lambda: tn.ones([3], tn.int32), np.ones(3, np.int32), (3,)),
     ("shape", lambda: tn.shape(tn.constant(A)), np.array([2, 3], np.int32), (2,)),
@@ -409,7 +415,8 @@ def test_assert_true_passes_its_value_on(backend: str) -> None:
 #: op constructors whose values some test above checks, beyond those in the UNARY and BINARY tables
 CHECKED_ELSEWHERE = {
     "cast", "matmul", "reshape", "transpose", "expand_dims", "concat", "stack", "gather", "tile",
-    "reduce_sum", "reduce_mean", "reduce_max", "zeros", "ones", "shape", "size", "broadcast_like",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_all", "reduce_any", "zeros", "ones", "shape",
+    "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
     "group", "no_op", "convert_to_tensor", "control_dependencies", "assert_true",
     # value checkers, not op constructors: tests/test_bad_inputs.py

@@ -59,6 +59,8 @@ class TensorArrayValue:
     dtype: str
     element_shape: Any
     items: tuple[Any, ...]
+    #: ``dynamic_size``: a write past the end grows the array (TensorFlow's TensorArray of dynamic size)
+    dynamic: bool = False
 
     @property
     def size(self) -> int:
@@ -250,6 +252,15 @@ def _reshape(xs, attrs):
         raise KernelError(f"Reshape: {e}") from None
 
 
+@_k("ReshapeTo")
+def _reshape_to(xs, attrs):
+    x, shp = xs
+    try:
+        return [np.reshape(x, [int(d) for d in np.ravel(shp)])]
+    except ValueError as e:
+        raise KernelError(f"ReshapeTo: {e}") from None
+
+
 @_k("Transpose")
 def _transpose(xs, attrs):
     return [np.transpose(xs[0], attrs.get("perm"))]
@@ -379,6 +390,70 @@ def _max(xs, attrs):
     return [np.asarray(np.max(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
 
 
+@_k("Min")
+def _min(xs, attrs):
+    x = np.asarray(xs[0])
+    if x.size == 0:
+        raise KernelError("Min: reduction over an empty tensor")
+    return [np.asarray(np.min(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+
+
+def _bool_reduction(fn: Any) -> Kernel:
+    """``All`` / ``Any``: bool in, bool out; an empty reduction is the identity (True / False), as in TensorFlow."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        return [np.asarray(fn(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=np.bool_)]
+
+    return kernel
+
+
+KERNELS.update({"All": _bool_reduction(np.all), "Any": _bool_reduction(np.any)})
+
+
+def _arg_reduction(fn: Any, op: str) -> Kernel:
+    """ArgMax / ArgMin: the first index among ties (numpy's and TensorFlow's choice), as attr dtype."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        ax = attrs.get("axis", 0)
+        if x.ndim == 0 or x.shape[ax] == 0:
+            raise KernelError(f"{op}: reduction over an empty axis {ax} of shape {list(x.shape)}")
+        return [np.asarray(fn(x, axis=ax), dtype=_np(attrs.get("dtype", "int64")))]
+
+    return kernel
+
+
+KERNELS.update({"ArgMax": _arg_reduction(np.argmax, "ArgMax"), "ArgMin": _arg_reduction(np.argmin, "ArgMin")})
+
+
+@_k("TopK")
+def _top_k(xs, attrs):
+    """The ``k`` largest along the last axis, largest first; among equal values the lower index first."""
+    x = np.asarray(xs[0])
+    k = int(attrs["k"])
+    if x.ndim == 0 or k > x.shape[-1] or k < 0:
+        raise KernelError(f"TopK: input must have at least k={k} entries along its last axis, "
+                          f"got shape {list(x.shape)}")
+    idx = np.argsort(-x, axis=-1, kind="stable")[..., :k].astype(np.int32)
+    return [np.take_along_axis(x, idx, axis=-1), idx]
+
+
+def reverse_sequence_index(shape: Sequence[int], lengths: Any, seq_axis: int, batch_axis: int, xp: Any = np) -> Any:
+    """Where each element of ReverseSequence's output comes from along ``seq_axis``: ``len - 1 - t``
+    for ``t < len`` of its batch entry, else ``t`` (``xp``: numpy or jax.numpy)."""
+    t = xp.arange(shape[seq_axis]).reshape([-1 if a == seq_axis else 1 for a in range(len(shape))])
+    n = xp.reshape(lengths, [-1 if a == batch_axis else 1 for a in range(len(shape))])
+    return xp.broadcast_to(xp.where(t < n, n - 1 - t, t), tuple(shape))
+
+
+@_k("ReverseSequence")
+def _reverse_sequence(xs, attrs):
+    x, lengths = np.asarray(xs[0]), np.asarray(xs[1])
+    sa, ba = attrs["seq_axis"], attrs["batch_axis"]
+    if np.any(lengths < 0) or np.any(lengths > x.shape[sa]):
+        raise KernelError(f"ReverseSequence: lengths must lie in [0, {x.shape[sa]}], got {lengths.tolist()}")
+    return [np.take_along_axis(x, reverse_sequence_index(x.shape, lengths, sa, ba), axis=sa)]
+
+
 @_k("ZerosLike")
 def _zeros_like(xs, attrs):
     return [np.zeros_like(xs[0])]
@@ -443,8 +518,11 @@ def _sum_to_like(xs, attrs):
 
 
 # ---- TensorArray -----------------------------------------------------------------------------------
-def _check_ta_index(op: str, ta: TensorArrayValue, i: Any) -> int:
+def _check_ta_index(op: str, ta: TensorArrayValue, i: Any, grows: bool = False) -> int:
+    """Slot ``i`` of ``ta``; with ``grows``, a slot past the end of a dynamic array is allowed."""
     i = int(i)
+    if grows and ta.dynamic and i >= 0:
+        return i
     if not 0 <= i < ta.size:
         raise KernelError(f"{op}: index {i} out of range for a TensorArray of size {ta.size}")
     return i
@@ -459,7 +537,12 @@ def _ta_new(xs, attrs):
     es = attrs.get("element_shape")
     if es is not None and all(d is not None for d in es):
         check_ta_capacity(n, tuple(es), attrs["dtype"])
-    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, es, (None,) * n)]
+    return [TensorArrayValue(dt.as_dtype(attrs["dtype"]).name, es, (None,) * n, bool(attrs.get("dynamic_size")))]
+
+
+def _grown(items: Sequence[Any], i: int) -> list[Any]:
+    """The slots of a dynamic array with slot ``i`` in it (unwritten slots added as None)."""
+    return list(items) + [None] * (i + 1 - len(items))
 
 
 def check_ta_capacity(size: int, elements: tuple[int, ...], dtype: Any) -> None:
@@ -480,8 +563,8 @@ def ta_element_mismatch(shape: tuple[int, ...], elements: sh.Shape) -> str:
 @_k("TensorArrayWrite")
 def _ta_write(xs, attrs):
     ta, i, v = xs
-    i = _check_ta_index("TensorArrayWrite", ta, i)
-    if ta.items[i] is not None:
+    i = _check_ta_index("TensorArrayWrite", ta, i, grows=True)
+    if i < ta.size and ta.items[i] is not None:
         raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
     v = np.asarray(v)
     es = ta.element_shape
@@ -489,11 +572,11 @@ def _ta_write(xs, attrs):
         raise KernelError(ta_element_mismatch(v.shape, tuple(es)))
     if es is None:
         check_ta_capacity(len(ta.items), v.shape, ta.dtype)
-    items = list(ta.items)
+    items = _grown(ta.items, i)
     items[i] = v
     # the first write fixes the element shape (as TensorFlow's TensorArrays infer it): a later write of
     # another shape is refused here, at the write, not at a stack that may never come
-    return [TensorArrayValue(ta.dtype, v.shape, tuple(items))]
+    return [TensorArrayValue(ta.dtype, v.shape, tuple(items), ta.dynamic)]
 
 
 @_k("TensorArrayRead")
@@ -542,10 +625,11 @@ def _slot_sum(a: Any, b: Any) -> Any:
 def _ta_add(xs, attrs):
     """Gradients of a TensorArray-valued tensor are TensorArrays; contributions add slotwise."""
     a, b = xs
-    if a.size != b.size:
+    if a.size != b.size and not (a.dynamic or b.dynamic):
         raise KernelError(f"TensorArrayAdd: sizes differ ({a.size} and {b.size})")
-    items = tuple(_slot_sum(x, y) for x, y in zip(a.items, b.items, strict=True))
-    return [TensorArrayValue(a.dtype, a.element_shape, items)]
+    n = max(a.size, b.size)  # (a dynamic array counts its missing slots as unwritten)
+    items = tuple(_slot_sum(x, y) for x, y in zip(_grown(a.items, n - 1), _grown(b.items, n - 1), strict=True))
+    return [TensorArrayValue(a.dtype, a.element_shape, items, a.dynamic or b.dynamic)]
 
 
 @_k("TensorArrayAccumulate")
@@ -554,17 +638,17 @@ def _ta_accumulate(xs, attrs):
     the gradient accumulator without building a full-size TensorArray (only the tuple of slot
     references is copied, never the slots' arrays)."""
     ta, i, v = xs
-    i = _check_ta_index("TensorArrayAccumulate", ta, i)
-    items = list(ta.items)
+    i = _check_ta_index("TensorArrayAccumulate", ta, i, grows=True)
+    items = _grown(ta.items, i)
     items[i] = _slot_sum(items[i], np.asarray(v))
-    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items))]
+    return [TensorArrayValue(ta.dtype, ta.element_shape, tuple(items), ta.dynamic)]
 
 
 @_k("TensorArrayReadOrZeros")
 def _ta_read_or_zeros(xs, attrs):
     ta, i, shp = xs
-    i = _check_ta_index("TensorArrayReadOrZeros", ta, i)
-    v = ta.items[i]
+    i = _check_ta_index("TensorArrayReadOrZeros", ta, i, grows=True)
+    v = ta.items[i] if i < ta.size else None
     if v is None:
         check_allocation("TensorArrayReadOrZeros", [int(d) for d in shp], dt.as_dtype(ta.dtype).itemsize)
     return [np.zeros(tuple(int(d) for d in shp), dtype=_np(ta.dtype)) if v is None else v]

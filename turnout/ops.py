@@ -507,6 +507,24 @@ def reduce_max(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[
 
 
 @checked
+def reduce_min(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Minimum over ``axis``, like ``reduce_sum``."""
+    return _op1("Min", x, name, axis=_axis_attr(axis, "reduce_min"), keepdims=bool(keepdims))
+
+
+@checked
+def reduce_all(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Logical and over ``axis`` of a bool tensor (True over no elements), like ``reduce_sum``."""
+    return _op1("All", x, name, axis=_axis_attr(axis, "reduce_all"), keepdims=bool(keepdims))
+
+
+@checked
+def reduce_any(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Logical or over ``axis`` of a bool tensor (False over no elements), like ``reduce_sum``."""
+    return _op1("Any", x, name, axis=_axis_attr(axis, "reduce_any"), keepdims=bool(keepdims))
+
+
+@checked
 def zeros_like(x: Any, name: Optional[str] = None) -> Tensor:
     """Zeros of the shape and dtype of ``x`` (shape taken at run time)."""
     return _op1("ZerosLike", x, name)

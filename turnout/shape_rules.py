@@ -293,6 +293,18 @@ def _reshape(op, specs, attrs):
     return [TensorSpec(x.dtype, tuple(target))]
 
 
+@_rule("ReshapeTo")
+def _reshape_to(op, specs, attrs):
+    """The rank is the length of the shape vector; the sizes are known only when it runs."""
+    x, shp = specs
+    if not shp.dtype.is_integer or (shp.shape is not None and len(shp.shape) != 1):
+        raise DTypeError(f"ReshapeTo: the shape must be an integer vector, got {shp.dtype.name}{sh.fmt(shp.shape)}")
+    n = None if shp.shape is None else shp.shape[0]
+    if n == 1 and sh.num_elements(x.shape) is not None:
+        return [TensorSpec(x.dtype, (sh.num_elements(x.shape),))]
+    return [TensorSpec(x.dtype, None if n is None else (None,) * n)]
+
+
 @_rule("Transpose")
 def _transpose(op, specs, attrs):
     x = specs[0]
@@ -442,16 +454,63 @@ def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-@_rule("Sum", "Mean", "Max")
+@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(op, specs, attrs):
     x = specs[0]
-    _numeric(op, x.dtype)
+    if op in ("All", "Any"):
+        if x.dtype != dt.bool_:
+            raise DTypeError(f"{op}: expected a bool operand, got {x.dtype.name}")
+    else:
+        _numeric(op, x.dtype)
     if op == "Mean":
         _floating(op, x.dtype)
     try:
         return [TensorSpec(x.dtype, reduced_shape(x.shape, attrs.get("axis"), attrs.get("keepdims", False)))]
     except ShapeError as e:
         raise ShapeError(f"{op}: {e}") from None
+
+
+@_rule("ArgMax", "ArgMin")
+def _arg_reduce(op, specs, attrs):
+    x = specs[0]
+    _numeric(op, x.dtype)
+    d = dt.as_dtype(attrs.get("dtype", "int64"))
+    if not d.is_integer:
+        raise DTypeError(f"{op}: the index dtype must be an integer, got {d.name}")
+    if x.shape is None:
+        return [TensorSpec(d, None)]
+    ax = _axis(op, attrs.get("axis", 0), len(x.shape))
+    return [TensorSpec(d, tuple(s for i, s in enumerate(x.shape) if i != ax))]
+
+
+@_rule("TopK")
+def _top_k(op, specs, attrs):
+    x = specs[0]
+    _numeric(op, x.dtype)
+    k = int(attrs["k"])
+    if k < 0:
+        raise ShapeError(f"TopK: k must be >= 0, got {k}")
+    if x.shape is None:
+        return [TensorSpec(x.dtype, None), TensorSpec(dt.int32, None)]
+    if not x.shape or x.shape[-1] is not None and x.shape[-1] < k:
+        raise ShapeError(f"TopK: input must have at least k={k} entries along its last axis, got {sh.fmt(x.shape)}")
+    out = (*x.shape[:-1], k)
+    return [TensorSpec(x.dtype, out), TensorSpec(dt.int32, out)]
+
+
+@_rule("ReverseSequence")
+def _reverse_sequence(op, specs, attrs):
+    x, n = specs
+    if not n.dtype.is_integer or n.shape is not None and len(n.shape) != 1:
+        raise DTypeError(f"ReverseSequence: the lengths must be an integer vector, got {n.dtype.name}{sh.fmt(n.shape)}")
+    if x.shape is not None:
+        sa, ba = attrs["seq_axis"], attrs["batch_axis"]
+        if not (0 <= sa < len(x.shape) and 0 <= ba < len(x.shape)) or sa == ba:
+            raise ShapeError(f"ReverseSequence: seq_axis {sa} and batch_axis {ba} must be two axes of "
+                             f"{sh.fmt(x.shape)}")
+        if n.shape is not None and not sh.compatible((x.shape[ba],), n.shape):
+            raise ShapeError(f"ReverseSequence: {n.shape[0]} lengths for a batch of {x.shape[ba]}")
+    return [x]
 
 
 @_rule("ZerosLike", "OnesLike")

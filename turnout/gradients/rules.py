@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
+import numpy as np
+
 from turnout import dtypes as dt
 from turnout import ops
 from turnout.errors import GradientError
@@ -51,6 +53,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "Less": INTEGER_OUTPUTS, "LessEqual": INTEGER_OUTPUTS, "Greater": INTEGER_OUTPUTS,
     "GreaterEqual": INTEGER_OUTPUTS, "Equal": INTEGER_OUTPUTS, "NotEqual": INTEGER_OUTPUTS,
     "LogicalAnd": INTEGER_OUTPUTS, "LogicalOr": INTEGER_OUTPUTS, "LogicalNot": INTEGER_OUTPUTS,
+    "All": INTEGER_OUTPUTS, "Any": INTEGER_OUTPUTS, "ArgMax": INTEGER_OUTPUTS, "ArgMin": INTEGER_OUTPUTS,
     "TensorArrayNew": "its only input is the integer size: a fresh TensorArray holds no values",
     "ZerosLike": CONSTANT_IN_INPUT, "OnesLike": CONSTANT_IN_INPUT,
     "Sign": PIECEWISE_CONSTANT,
@@ -275,6 +278,13 @@ def _reshape(b, n, dys):
     return [b.reshape_like(dys[0], _in(n, 0))]
 
 
+@_grad("ReshapeTo")
+def _reshape_to(b, n, dys):
+    """Back to the input's shape, read when it runs when it is not static."""
+    x = _in(n, 0)
+    return [dys[0].graph.create_node("ReshapeTo", [dys[0], b.shape_of(x)]).outputs[0], None]
+
+
 @_grad("ExpandDims")
 def _expand_dims(b, n, dys):
     return [b.reshape_like(dys[0], _in(n, 0))]
@@ -341,6 +351,32 @@ def _gather(b, n, dys):
     return [node.outputs[0], None]
 
 
+@_grad("TopK")
+def _top_k(b, n, dys):
+    """Each selected value's gradient goes back to where it was taken from (TensorFlow's rule): dy
+    spread over the last axis by a one-hot of the indices."""
+    x = _in(n, 0)
+    dy = dys[0]
+    if dy is None:
+        return [None]
+    size = x.shape[-1] if x.shape else None
+    if size is None:
+        from turnout.errors import GradientError
+
+        raise GradientError(f'TopK node "{n.name}": its gradient needs the size of the last axis')
+    idx = b.value(n.outputs[1])
+    hit = ops.equal(ops.expand_dims(idx, -1), ops.constant(np.arange(size, dtype=np.int32)))
+    return [ops.reduce_sum(ops.cast(hit, dy.dtype) * ops.expand_dims(dy, -1), axis=-2)]
+
+
+@_grad("ReverseSequence")
+def _reverse_sequence(b, n, dys):
+    """Reversing the same prefixes again puts each gradient back in place."""
+    lengths = b.value(_in(n, 1))
+    node = dys[0].graph.create_node("ReverseSequence", [dys[0], lengths], dict(n.attrs))
+    return [node.outputs[0], None]
+
+
 @_grad("ScatterAddLike")
 def _scatter_add_like(b, n, dys):
     like, idx, upd = n.inputs
@@ -373,9 +409,9 @@ def _mean(b, n, dys):
     return [g / count]
 
 
-@_grad("Max")
+@_grad("Max", "Min")
 def _max(b, n, dys):
-    """The gradient goes to the maxima, shared equally among ties."""
+    """The gradient goes to the maxima (minima), shared equally among ties, as in TensorFlow."""
     x = _in(n, 0)
     xv = b.value(x)
     yk = b.broadcast_to(b.keepdims(b.value(n.outputs[0]), n), x)

@@ -132,6 +132,11 @@ def _reshape(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("Reshape", [ctx.t(n.inputs[0]), s], {"T": _T(n), "Tshape": Dt(dt.int32)})}:0']
 
 
+@_rule("ReshapeTo")
+def _reshape_to(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("Reshape", _ins(ctx, n), {"T": _T(n), "Tshape": Dt(n.inputs[1].dtype)})}:0']
+
+
 @_rule("Transpose")
 def _transpose(ctx: ExportContext, n: Node) -> Outs:
     perm = n.attrs.get("perm")
@@ -175,7 +180,7 @@ def _gather(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("GatherV2", [*_ins(ctx, n), a], attrs)}:0']
 
 
-@_rule("Sum", "Mean", "Max")
+@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ExportContext, n: Node) -> Outs:
     axis = n.attrs.get("axis")
     if axis is None:
@@ -185,6 +190,8 @@ def _reduce(ctx: ExportContext, n: Node) -> Outs:
         axis = list(range(len(shp)))
     a = ctx.const(_i32(axis if isinstance(axis, (list, tuple)) else [axis]), "axes")
     attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "keep_dims": bool(n.attrs.get("keepdims", False))}
+    if n.op in ("All", "Any"):  # bool reductions: TensorFlow's take no type attribute
+        del attrs["T"]
     return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
 
 
@@ -394,7 +401,8 @@ def _ta_attrs(t: Tensor) -> tuple[Dt, Shape]:
 @_rule("TensorArrayNew")
 def _ta_new(ctx: ExportContext, n: Node) -> Outs:
     d, es = _ta_attrs(n.outputs[0])
-    name = ctx.add("TensorArrayV3", _ins(ctx, n), {"dtype": d, "element_shape": es, "dynamic_size": False,
+    dynamic = bool(n.attrs.get("dynamic_size", False))
+    name = ctx.add("TensorArrayV3", _ins(ctx, n), {"dtype": d, "element_shape": es, "dynamic_size": dynamic,
                                                    "clear_after_read": False, "identical_element_shapes": True,
                                                    "tensor_array_name": ""})
     ctx.ta_handles[n.name] = f"{name}:0"
@@ -459,3 +467,25 @@ def _gather_all(ctx: ExportContext, n: Node, d: Dt, es: Shape) -> Outs:
     zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
     r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")
     return [f'{ctx.add("TensorArrayGatherV3", [h, f"{r}:0", flow], {"dtype": d, "element_shape": es})}:0']
+
+
+# ---- ops of TF1 model code (issue 38): TensorFlow's own ops, with its attributes ------------------
+@_rule("ArgMax", "ArgMin")
+def _arg_reduce(ctx: ExportContext, n: Node) -> Outs:
+    a = ctx.const(_i32(n.attrs.get("axis", 0)), "axis")
+    attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "output_type": Dt(n.outputs[0].dtype)}
+    return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
+
+
+@_rule("TopK")
+def _top_k(ctx: ExportContext, n: Node) -> Outs:
+    k = ctx.const(_i32(n.attrs["k"]), "k")
+    name = ctx.add("TopKV2", [ctx.t(n.inputs[0]), k], {"T": _T(n), "sorted": True})
+    return [f"{name}:0", f"{name}:1"]
+
+
+@_rule("ReverseSequence")
+def _reverse_sequence(ctx: ExportContext, n: Node) -> Outs:
+    attrs = {"T": _T(n), "Tlen": _T(n, 1), "seq_dim": int(n.attrs["seq_axis"]),
+             "batch_dim": int(n.attrs["batch_axis"])}
+    return [f'{ctx.add("ReverseSequence", _ins(ctx, n), attrs)}:0']

@@ -1,5 +1,6 @@
 """What an import rule sees (``ImportContext``: the graph being built, the NodeDefs, constant folding
-over them, the flow labels) and the values it passes (``Bundle``, ``RangeMarker``).
+over them, the flow labels) and the values it passes (``Bundle``, ``RangeMarker``, ``Text``,
+``BroadcastAxes``, ``Ref``).
 
 Why a module of its own: the rules (``import_rules``, one per TensorFlow op name) build Turnout nodes
 through the context, and the driver (``importer``) makes the context and calls the rules; kept here,
@@ -18,7 +19,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
-from turnout.graph import Graph, Node, Tensor
+from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
 from turnout.graphdef import protos
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 
@@ -42,8 +43,44 @@ class RangeMarker:
     limit_node: str
 
 
-Value = Any  # Tensor | Bundle | RangeMarker | None (or BACK_EDGE for a Merge input not yet built)
+@dataclass(frozen=True)
+class Text:
+    """A string constant. Turnout has no string tensors; TF1 model code makes them only for the
+    messages of ``Assert``, which reads them when it is imported."""
+
+    value: str
+
+
+@dataclass(frozen=True)
+class BroadcastAxes:
+    """The axes along which operand ``like`` of a broadcasting op was broadcast, when its shape is
+    known only at run time (a BroadcastGradientArgs output): accepted only by the Sum that
+    tf.gradients applies to them, which becomes a SumToLike."""
+
+    like: Tensor
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A TF1 reference variable's ref tensor (``VariableV2``): the Turnout Variable's handle. An op
+    that takes refs (``Assign``, ``ApplyGradientDescent``, the ``Ref*`` control flow) gets the
+    handle; any other op reads the Variable where it runs (``read``: a read at the root, for fetches)."""
+
+    handle: Tensor
+    attrs: dict[str, Any]
+    read: Tensor
+
+
+#: ops whose inputs may be refs; every other op reads a ref input's Variable when it runs
+REF_OPS = frozenset({"RefEnter", "RefExit", "RefIdentity", "RefSwitch", "RefMerge", "RefNextIteration", "Assign",
+                     "AssignAdd", "AssignSub", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam",
+                     "ApplyRMSProp", "ApplyAdagrad", "ApplyAdagradV2", "IsVariableInitialized"})
+
+#: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | Ref | None (or BACK_EDGE for a Merge input not yet built)
+Value = Any
 Rule = Callable[["ImportContext", Any, list[Value]], Sequence[Value]]
+
+
 
 class ImportContext:
     """What a rule sees while its NodeDef is imported: the graph, the node's control inputs, constant
@@ -59,6 +96,11 @@ class ImportContext:
         self.back_edges: list[tuple[Node, int, str]] = []
         self.node: Any = None
         self.created: list[Node] = []
+        #: StackPushV2 name -> what it pushes when that is not its input (a TensorArray flow's stand-in)
+        self.pushed: dict[str, Tensor] = {}
+        #: loop Merge name -> the shape it is imported with: TensorFlow's loop variable was relaxed
+        #: (``shape_invariants``), found when its back edge did not fit (see ``_import``)
+        self.relaxed: dict[str, list[Any]] = {}
         self._static: dict[str, Optional[np.ndarray]] = {}
 
     # ---- building --------------------------------------------------------------------------------
@@ -66,18 +108,48 @@ class ImportContext:
         return [self.control[i[1:]] for i in self.node.input if i.startswith("^") and i[1:] in self.control]
 
     def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
-               suffix: Optional[str] = None, control: Optional[Sequence[Node]] = None) -> Node:
+               suffix: Optional[str] = None, control: Optional[Sequence[Node]] = None,
+               shapes: Optional[Sequence[Any]] = None) -> Node:
         """A Turnout node for the current NodeDef. The last node a rule creates carries the NodeDef's
-        name; helpers get ``<name>/_tn/<suffix>``. Every node gets the NodeDef's control inputs."""
+        name; helpers get ``<name>/_tn/<suffix>``. Every node gets the NodeDef's control inputs.
+
+        ``shapes`` (one per output, None where nothing is known) are what TensorFlow recorded of
+        the outputs' shapes; they refine the shape rule's answer. The node that carries the
+        NodeDef's name takes the NodeDef's ``_output_shapes`` so, where TensorFlow wrote them."""
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
         for t in inputs:
-            if isinstance(t, (Bundle, RangeMarker)) or t is None:
+            if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes, Ref)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
+        if shapes is None and suffix is None:
+            shapes = self.relaxed.get(self.node.name) or protos.attr(self.node, "_output_shapes")
+        specs = self._refined(op, inputs, attrs or {}, shapes) if shapes else None
         with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
-            n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl)
+            n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl, specs=specs)
         self.created.append(n)
         return n
+
+    def _refined(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
+                 shapes: Sequence[Any]) -> Optional[list[TensorSpec]]:
+        """The shape rule's output specs, each made as specific as TensorFlow's recorded shape where
+        the two agree. A Merge of a loop takes TensorFlow's shape as it is: a loop variable declared
+        with a relaxed shape (``shape_invariants``) is shape-varying, whatever it entered with."""
+        from turnout import shapes as sh
+        from turnout.shape_rules import infer
+
+        specs = infer(op, [t for t in inputs if isinstance(t, Tensor)], attrs)
+        out = []
+        for k, s in enumerate(specs):
+            tf_shape = sh.as_shape(shapes[k]) if k < len(shapes) else None
+            if s.dtype.is_opaque or k >= len(shapes) or shapes[k] is None and op != "Merge":
+                out.append(s)
+            elif op == "Merge" and k == 0 and any(t is BACK_EDGE for t in inputs):
+                out.append(TensorSpec(s.dtype, tf_shape, s.elem_dtype, s.elem_shape))
+            elif sh.compatible(s.shape, tf_shape):
+                out.append(TensorSpec(s.dtype, sh.merge(s.shape, tf_shape), s.elem_dtype, s.elem_shape))
+            else:
+                out.append(s)
+        return out
 
     def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
         """A constant in the frame of ``anchors`` (tensors or nodes): TensorFlow puts a constant into a
@@ -95,6 +167,12 @@ class ImportContext:
     def describe(v: Any) -> str:
         if isinstance(v, Bundle):
             return "a TensorFlow stack handle"
+        if isinstance(v, Ref):
+            return "a reference variable's ref (only ops that take refs may use it)"
+        if isinstance(v, BroadcastAxes):
+            return "run-time broadcast axes (supported only as the axes of tf.gradients' Sum)"
+        if isinstance(v, Text):
+            return "a string constant (Turnout has no string tensors; only Assert's message may read one)"
         if isinstance(v, RangeMarker):
             return "a Range with run-time bounds (supported only as TensorArray gather/scatter indices)"
         return "an output TensorFlow defines but the importer does not produce"
@@ -102,6 +180,10 @@ class ImportContext:
     # ---- attributes and constant folding ---------------------------------------------------------
     def attr(self, key: str, default: Any = None) -> Any:
         return protos.attr(self.node, key, default)
+
+    @staticmethod
+    def attr_of(nd: Any, key: str, default: Any = None) -> Any:
+        return protos.attr(nd, key, default)
 
     def dtype(self, key: str = "T") -> dt.DType:
         return protos.tf_dtype(self.attr(key), self.where())
@@ -137,6 +219,7 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Minimum": np.minimum, "FloorDiv": np.floor_divide, "FloorMod": np.mod, "Neg": np.negative,
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
+    "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
 }
 
 
@@ -150,8 +233,9 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         return protos.tensor_to_numpy(protos.attr(nd, "value"), f'Const node "{nd.name}"')
     if op in ("Enter", "RefEnter") and protos.attr(nd, "is_constant", False):
         return ctx.static(ctx.data_inputs(nd)[0])
-    if op in ("Shape", "Size", "Rank"):
-        shp = ctx.spec_shape(ctx.data_inputs(nd)[0])
+    if op in ("Shape", "Size", "Rank", "ShapeN"):
+        shp = ctx.spec_shape(ctx.data_inputs(nd)[int(idx) if op == "ShapeN" else 0])
+        op = "Shape" if op == "ShapeN" else op
         if shp is None or (op != "Rank" and any(d is None for d in shp)):
             return None
         out = {"Shape": np.asarray(shp, np.int32), "Size": np.asarray(int(np.prod(shp)), np.int32),
@@ -183,6 +267,19 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             key = strided_slice_index(nd, [int(x) for x in vals[1]], [int(x) for x in vals[2]],
                                       [int(x) for x in vals[3]])
             return np.asarray(vals[0][key])
+        if op == "DynamicStitch":
+            n = len(vals) // 2
+            merged: dict[int, Any] = {}
+            for ids, data in zip(vals[:n], vals[n:]):
+                for i, j in enumerate(np.ravel(ids)):
+                    merged[int(j)] = np.reshape(data, (np.size(ids), *np.shape(data)[np.ndim(ids):]))[i]
+            return np.stack([merged[j] for j in range(len(merged))])
+        if op == "ConcatOffset":  # where input k of a Concat starts: the sizes before it, on the axis
+            axis, shapes = int(vals[0]), vals[1:]
+            off = np.zeros_like(shapes[0])
+            for s in shapes[: int(idx)]:
+                off[axis % len(off)] += s[axis % len(off)]
+            return off
         if op == "BroadcastGradientArgs":
             return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
         fn = _FOLD[op]
@@ -201,9 +298,10 @@ def broadcast_gradient_args(s0: Any, s1: Any) -> tuple[np.ndarray, np.ndarray]:
     r1 = [i for i in range(n) if b[i] == 1 and a[i] != 1]
     return np.asarray(r0, np.int32), np.asarray(r1, np.int32)
 
-
 def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strides: Sequence[int]) -> tuple[Any, ...]:
     """The numpy index of a StridedSlice (masks decoded); entries of begin/end may be tensors."""
+    from turnout.graphdef import protos
+
     a = {k: int(protos.attr(nd, k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                                                    "shrink_axis_mask")}
     if a["ellipsis_mask"] or a["new_axis_mask"]:
@@ -217,5 +315,5 @@ def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strid
     return tuple(key)
 
 
-__all__ = ["Bundle", "ImportContext", "RangeMarker", "Rule", "Value", "broadcast_gradient_args",
-           "strided_slice_index"]
+__all__ = ["REF_OPS", "BroadcastAxes", "Bundle", "ImportContext", "RangeMarker", "Ref", "Rule", "Text", "Value",
+           "broadcast_gradient_args", "strided_slice_index"]

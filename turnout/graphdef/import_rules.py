@@ -14,9 +14,17 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
-from turnout.graphdef import protos
 from turnout.graphdef.flows import gradient_flow_start
-from turnout.graphdef.import_context import Bundle, ImportContext, RangeMarker, Value, strided_slice_index
+from turnout.graphdef.import_context import (
+    BroadcastAxes,
+    Bundle,
+    ImportContext,
+    RangeMarker,
+    Ref,
+    Text,
+    Value,
+    strided_slice_index,
+)
 from turnout.graphdef.import_context import Rule as _Rule
 from turnout.tables import registrar
 
@@ -37,11 +45,15 @@ def _const(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     lab = ctx.flows.label(f"{nd.name}:0")
     if lab is not None:
         return [_empty_ta(ctx, lab, [])]
+    if ctx.attr("dtype") == 7:  # DT_STRING: an Assert's message, read when the Assert is imported
+        return [Text(" ".join(v.decode("utf-8", "replace") for v in ctx.attr("value").string_val))]
     value = protos_value(ctx)
     return [ctx.create("Const", [], {"value": value, "dtype": dt.as_dtype(value.dtype).name}).outputs[0]]
 
 
 def protos_value(ctx: ImportContext) -> np.ndarray:
+    from turnout.graphdef import protos
+
     return protos.tensor_to_numpy(ctx.attr("value"), ctx.where())
 
 
@@ -54,6 +66,8 @@ def _placeholder(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _pass(op: str) -> _Rule:
     def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         x = ins[0]
+        if isinstance(x, Ref):  # a ref moves into or out of a frame as its Variable's handle
+            return [Ref(_single(ctx, op, x.handle, None), x.attrs, x.read)]
         if isinstance(x, Bundle):  # a stack handle moves into or out of a frame with both its parts
             return [Bundle(tuple(_single(ctx, op, p, i) for i, p in enumerate(x.parts)))]
         return [_single(ctx, op, x, None)]
@@ -92,6 +106,9 @@ def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     while pred.node.op == "Identity" and not pred.node.control_inputs:
         pred = pred.node.inputs[0]
     x = ins[0]
+    if isinstance(x, Ref):  # a ref routed into a branch: its handle
+        n = ctx.create("Switch", [x.handle, pred])
+        return [Ref(n.outputs[0], x.attrs, x.read), Ref(n.outputs[1], x.attrs, x.read)]
     if isinstance(x, Bundle):  # a stack handle routed into a branch: switch both parts
         parts = [ctx.create("Switch", [p, pred], suffix=None if k == len(x.parts) - 1 else f"part{k}")
                  for k, p in enumerate(x.parts)]
@@ -192,7 +209,21 @@ for _tf, _tn in [("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp
                  ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"), ("Relu", "Relu"),
                  ("LogicalNot", "LogicalNot"), ("Size", "Size")]:
     _rule(_tf)(_simple(_tn, 1))
-_rule("Select", "SelectV2")(_simple("Select", 3))
+_rule("SelectV2")(_simple("Select", 3))
+
+
+@_rule("Select")
+def _select_v1(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TF1's Select: a vector condition picks whole rows of higher-rank operands (dynamic_rnn copies
+    finished sequences through so); otherwise it broadcasts like SelectV2. A row condition gets
+    trailing axes of size 1, which Turnout's Select broadcasts."""
+    c, x = _t(ins[0]), _t(ins[1])
+    if c.shape is not None and len(c.shape) == 1 and (x.shape is None or len(x.shape) > 1):
+        if x.shape is None:
+            raise UnsupportedError(f"{ctx.where()}: a vector condition needs the operands' rank")
+        for k in range(len(x.shape) - 1):
+            c = ctx.create("ExpandDims", [c], {"axis": -1}, suffix=f"row{k}").outputs[0]
+    return [ctx.create("Select", [c, ins[1], ins[2]]).outputs[0]]
 
 
 @_rule("ZerosLike", "OnesLike")
@@ -265,6 +296,20 @@ def _shape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [s]
 
 
+@_rule("ShapeN")
+def _shape_n(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """One Shape per input (what tf.gradients asks of a Concat's inputs)."""
+    out = []
+    for k, x in enumerate(ins):
+        s = ctx.create("Shape", [x], suffix=None if k == len(ins) - 1 and ctx.attr("out_type", 3) == 3
+                       else f"shape{k}").outputs[0]
+        if ctx.attr("out_type", 3) != 3:
+            s = ctx.create("Cast", [s], {"dtype": ctx.dtype("out_type").name},
+                           suffix=None if k == len(ins) - 1 else f"cast{k}").outputs[0]
+        out.append(s)
+    return out
+
+
 def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """An op over shapes that constant folding evaluates (all its inputs are known at import time)."""
     names = ctx.data_inputs()
@@ -277,8 +322,46 @@ def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                       f"out{k}") for k, v in enumerate(vals)]
 
 
-for _tf in ("BroadcastGradientArgs", "Rank", "Prod"):
-    _rule(_tf)(_folded)
+_rule("Rank")(_folded)
+
+
+@_rule("Prod")
+def _prod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Folded when known; else the product of a vector of known length as a chain of Muls of its
+    elements (tf.gradients' Mean gradient counts the elements of a run-time shape so)."""
+    if ctx.static(f"{nd.name}:0") is not None:
+        return _folded(ctx, nd, ins)
+    x = _t(ins[0])
+    axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
+    if x.shape is None or len(x.shape) != 1 or x.shape[0] is None or axes not in ([0], [-1]):
+        raise UnsupportedError(f"{ctx.where()}: a run-time product is supported over a vector of known length only")
+    n = int(x.shape[0])
+    if n == 0:
+        return [ctx.const(np.ones([1] if ctx.attr("keep_dims", False) else [], x.dtype.numpy), [x], suffix=None)]
+    acc = _getitem(ctx, x, (0,), "elem0")
+    for k in range(1, n):
+        acc = ctx.create("Mul", [acc, _getitem(ctx, x, (k,), f"elem{k}")], suffix=f"prod{k}").outputs[0]
+    if ctx.attr("keep_dims", False):
+        return [ctx.create("Reshape", [acc], {"shape": [1]}).outputs[0]]
+    return [ctx.create("Identity", [acc]).outputs[0]]
+
+
+@_rule("BroadcastGradientArgs")
+def _broadcast_gradient_args(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The axes each operand of a broadcasting op was broadcast along: folded when both shapes are
+    known; else, for shapes read by Shape ops, ``BroadcastAxes`` markers that the Sum of tf.gradients'
+    ``reshape(reduce_sum(dz, axes), shape(x))`` turns into Turnout's SumToLike(dz, x)."""
+    vals = [ctx.static(f"{nd.name}:{k}") for k in range(2)]
+    if all(v is not None for v in vals):
+        return _folded(ctx, nd, ins)
+    likes = []
+    for k, tname in enumerate(ctx.data_inputs()):
+        snd = ctx.nodes[tname.split(":")[0]]
+        if snd.op == "ShapeN":
+            likes.append(_t(ctx.values[ctx.data_inputs(snd)[int(tname.split(":")[1])]]))
+        else:  # the tensor a Shape read, or zeros of the shape (a shape saved on a gradient stack)
+            likes.append(_like_shape(ctx, tname, _t(ins[k]), f"like{k}"))
+    return [BroadcastAxes(x) for x in likes]
 
 
 @_rule("Range")
@@ -294,8 +377,15 @@ def _range(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Reshape")
 def _reshape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    shape = ctx.static_int_list(ctx.data_inputs()[1], "the target shape")
-    return [ctx.create("Reshape", ins[:1], {"shape": shape}).outputs[0]]
+    """A Reshape to a shape known at import time; else ReshapeTo, which reads the shape when it runs
+    (TF1 models with a None batch or time dimension reshape to shapes computed from Shape)."""
+    shape = ctx.static(ctx.data_inputs()[1])
+    if shape is not None:
+        return [ctx.create("Reshape", ins[:1], {"shape": [int(d) for d in np.ravel(shape)]}).outputs[0]]
+    target = _t(ins[1])
+    if target.dtype != dt.int32:
+        target = ctx.create("Cast", [target], {"dtype": "int32"}, suffix="shape").outputs[0]
+    return [ctx.create("ReshapeTo", [ins[0], target]).outputs[0]]
 
 
 @_rule("ExpandDims")
@@ -306,8 +396,28 @@ def _expand_dims(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Tile")
 def _tile(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    if ctx.static(ctx.data_inputs()[1]) is None and x.shape is not None and all(d == 1 for d in x.shape):
+        # run-time multiples of a tensor of ones along every axis (tf.gradients' Mean gradient with
+        # unknown shapes): a broadcast to the shape the multiples give
+        like = _like_shape(ctx, ctx.data_inputs()[1], _t(ins[1]))
+        return [ctx.create("BroadcastLike", [x, like]).outputs[0]]
     mult = ctx.static_int_list(ctx.data_inputs()[1], "the multiples")
     return [ctx.create("Tile", ins[:1], {"multiples": mult}).outputs[0]]
+
+
+def _like_shape(ctx: ImportContext, tname: str, shape: Tensor, suffix: str = "like") -> Tensor:
+    """A tensor of the run-time shape ``shape`` (TensorFlow tensor ``tname``): the tensor a Shape op
+    read, else zeros of that shape."""
+    snd = ctx.nodes[tname.split(":")[0]]
+    if snd.op == "Shape":
+        v = ctx.values[ctx.data_inputs(snd)[0]]
+        if isinstance(v, Tensor):
+            return v
+    if shape.dtype != dt.int32:
+        shape = ctx.create("Cast", [shape], {"dtype": "int32"}, suffix=f"{suffix}_shape").outputs[0]
+    zero = ctx.const(np.zeros((), np.bool_), [shape], suffix=f"{suffix}_zero")  # (only its shape is read)
+    return ctx.create("Fill", [shape, zero], suffix=suffix).outputs[0]
 
 
 @_rule("Transpose")
@@ -316,8 +426,10 @@ def _transpose(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Transpose", ins[:1], {"perm": perm}).outputs[0]]
 
 
-@_rule("Sum", "Mean", "Max")
+@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    if isinstance(ins[1], BroadcastAxes):
+        return [_sum_to_like(ctx, nd, _t(ins[0]), ins[1].like)]
     axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
     attrs = {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}
     return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
@@ -367,14 +479,19 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if ids.shape is None or data.shape is None or any(d is None for d in data.shape[len(ids.shape):]):
         raise UnsupportedError(f"{ctx.where()}: needs the static shapes of the data and the segment ids")
     num = ctx.static(ctx.data_inputs()[2])
-    if num is None:
-        raise UnsupportedError(f"{ctx.where()}: num_segments must be known when importing")
-    like = ctx.const(np.zeros([int(num), *data.shape[len(ids.shape):]], data.dtype.numpy), [data], suffix="zeros")
+    rest = [int(d or 0) for d in data.shape[len(ids.shape):]]  # (all known: checked above)
+    if num is not None:
+        like = ctx.const(np.zeros([int(num), *rest], data.dtype.numpy), [data], suffix="zeros")
+    else:  # a run-time count (the dense shape of a gradient accumulated in a loop): zeros of that many rows
+        count = n if n.dtype == dt.int32 else ctx.create("Cast", [n], {"dtype": "int32"}, suffix="count").outputs[0]
+        dims = [count, *(ctx.const(np.asarray(d, np.int32), [count], suffix=f"dim{k}") for k, d in enumerate(rest))]
+        shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
+        zero = ctx.const(np.zeros((), data.dtype.numpy), [count], suffix="zero")
+        like = ctx.create("Fill", [shape, zero], suffix="zeros").outputs[0]
     return [ctx.create("ScatterAddLike", [like, ids, data]).outputs[0]]
 
 
 # ---- strided slices -------------------------------------------------------------------------------
-
 
 def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
     """The entries of a small int vector: ints where known, Turnout scalars where a Pack builds it
@@ -425,9 +542,12 @@ def _strided_slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 @_rule("StridedSliceGrad")
 def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     names = ctx.data_inputs()
-    shape = ctx.static_int_list(names[0], "the input shape")
     dy = _t(ins[4])
-    like = ctx.const(np.zeros(shape, dy.dtype.numpy), [dy], suffix="zeros")
+    shape = ctx.static(names[0])
+    if shape is not None:
+        like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], dy.dtype.numpy), [dy], suffix="zeros")
+    else:  # a run-time input shape: the tensor its Shape op read, or zeros of that shape
+        like = _like_shape(ctx, names[0], _t(ins[0]))
     spec, dyn = _slice_args(ctx, names[1:4])
     return [ctx.create("GetItemGrad", [like, dy, *dyn], {"spec": spec}).outputs[0]]
 
@@ -444,6 +564,8 @@ def _var_node(ctx: ImportContext, tname: str) -> Any:
 
 
 def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
+    from turnout.graphdef import protos
+
     return {"dtype": protos.tf_dtype(protos.attr(vnd, "dtype"), vnd.name).name, "shape": protos.attr(vnd, "shape")}
 
 
@@ -532,6 +654,11 @@ def _stack_parts(ctx: ImportContext, v: Value) -> tuple[Tensor, Tensor]:
 def _push(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     stack, depth = _stack_parts(ctx, ins[0])
     elem = _t(ins[1])
+    if elem.dtype == dt.tensor_array and _pops_only_order(ctx, nd):
+        # tf.gradients saves a forward TensorArray's flow only to order the gradient array's creation
+        # after it: its size stands in (an int32 scalar, which every backend stacks), not the array
+        elem = ctx.create("TensorArraySize", [elem], suffix="flow_token").outputs[0]
+        ctx.pushed[nd.name] = elem
     one = ctx.const(np.asarray(1, np.int32), [elem], suffix="one")
     after = ctx.create("AssignAddVariable", [depth, one], {"dtype": "int32", "shape": []}, suffix="depth").outputs[0]
     slot = ctx.create("Sub", [after, one], suffix="slot").outputs[0]
@@ -559,10 +686,38 @@ def _pushed_tensor(ctx: ImportContext) -> Tensor:
     src = _stack_source(ctx, ctx.node)
     for other in ctx.nodes.values():
         if other.op == "StackPushV2" and _stack_source(ctx, other) == src:
-            v = ctx.values.get(ctx.data_inputs(other)[1])
+            v = ctx.pushed.get(other.name, ctx.values.get(ctx.data_inputs(other)[1]))
             if isinstance(v, Tensor):
                 return v
     raise UnsupportedError(f"{ctx.where()}: no StackPushV2 pushes onto this stack before the pop")
+
+
+def _pops_only_order(ctx: ImportContext, push: Any) -> bool:
+    """Whether every value popped from ``push``'s stack reaches only the flow input of a
+    TensorArrayGradV3 (through pass-through ops), or control edges: what TensorFlow's TensorArray
+    gradients do with a saved forward flow, whose value Turnout's gradient arrays never read."""
+    src = _stack_source(ctx, push)
+    users: dict[str, list[tuple[Any, int]]] = {}
+    for other in ctx.nodes.values():
+        for k, i in enumerate(ctx.data_inputs(other)):
+            users.setdefault(i, []).append((other, k))
+    todo = [f"{o.name}:0" for o in ctx.nodes.values() if o.op == "StackPopV2" and _stack_source(ctx, o) == src]
+    if not todo:
+        return False
+    seen: set[str] = set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for u, k in users.get(t, []):
+            if u.op == "TensorArrayGradV3" and k == 1:
+                continue
+            if u.op in ("Identity", "Enter", "Exit", "Switch", "Merge") and k == 0 or u.op == "Merge":
+                todo.extend(f"{u.name}:{j}" for j in range(2 if u.op in ("Switch", "Merge") else 1))
+                continue
+            return False
+    return True
 
 
 def _stack_source(ctx: ImportContext, nd: Any) -> str:
@@ -592,17 +747,46 @@ def _empty_ta(ctx: ImportContext, lab: tuple[str, str], anchors: Sequence[Value]
     fwd = fwd if fwd is not None else _ta_origin(ctx, lab)
     size = ctx.create("TensorArraySize", [fwd], suffix="size", control=ctx.ctrl_inputs() + [
         a.node for a in anchors if isinstance(a, Tensor)]).outputs[0]
-    attrs = {"dtype": fwd.spec.elem_dtype.name if fwd.spec.elem_dtype else "float32",
-             "element_shape": None if fwd.spec.elem_shape is None else list(fwd.spec.elem_shape)}
+    es = _written_shape(ctx, lab[1], fwd.spec.elem_shape)
+    attrs: dict[str, Any] = {"dtype": fwd.spec.elem_dtype.name if fwd.spec.elem_dtype else "float32",
+                             "element_shape": None if es is None else list(es)}
+    if ctx.attr_of(ctx.nodes[lab[1]], "dynamic_size", False):  # the gradient of a growing array grows too
+        attrs["dynamic_size"] = True
     return ctx.create("TensorArrayNew", [size], attrs).outputs[0]
+
+
+def _written_shape(ctx: ImportContext, origin: str, declared: Any) -> Any:
+    """The element shape of forward TensorArray ``origin``: what it declares, made more specific by
+    what is written into it (TensorFlow's ``infer_shape``: scan and map_fn declare none, and their
+    gradient arrays take the shape of the forward writes) and the ``element_shape`` its gathers name."""
+    from turnout import shapes as sh
+
+    es = declared
+    for other in ctx.nodes.values():
+        if other.op not in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArrayGatherV3"):
+            continue
+        names = ctx.data_inputs(other)
+        if ctx.flows.label(names[0]) != ("fwd", origin):
+            continue
+        if other.op == "TensorArrayGatherV3":
+            s = ctx.attr_of(other, "element_shape")
+        else:
+            v = ctx.values.get(names[2])
+            s = v.shape if isinstance(v, Tensor) else None
+            if other.op == "TensorArrayScatterV3" and s is not None:
+                s = tuple(s[1:]) if len(s) else None
+        s = sh.as_shape(s)
+        if s is not None and sh.compatible(es, s):
+            es = sh.merge(es, s)
+    return es
 
 
 @_rule("TensorArrayV3")
 def _ta_new(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    if ctx.attr("dynamic_size", False):
-        raise UnsupportedError(f"{ctx.where()}: dynamic_size=True TensorArrays are not supported")
     shape = ctx.attr("element_shape")
     attrs = {"dtype": ctx.dtype("dtype").name, "element_shape": shape}
+    if ctx.attr("dynamic_size", False):  # writes past the end grow it (the fast backend runs it on the interpreter)
+        attrs["dynamic_size"] = True
     ta = ctx.create("TensorArrayNew", ins[:1], attrs).outputs[0]
     return [ta, ta]  # the handle and the flow both stand for the (empty) array
 
@@ -625,7 +809,20 @@ def _ta_read(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         # a gradient array's unwritten slot is a zero gradient, as in TensorFlow
         shp = ctx.const(np.asarray(es, np.int32), [ins[1]], suffix="shape")
         return [ctx.create("TensorArrayReadOrZeros", [ta, ins[1], shp]).outputs[0]]
-    return [ctx.create("TensorArrayRead", [ta, ins[1]]).outputs[0]]
+    return [ctx.create("TensorArrayRead", [ta, ins[1]], shapes=[_element_shape(ctx, 2)]).outputs[0]]
+
+
+def _element_shape(ctx: ImportContext, flow_input: int) -> Any:
+    """The element shape of the TensorArray a read or gather reads: its ``element_shape`` attribute
+    where TensorFlow wrote one, and what the forward array's writes give (``_written_shape``)."""
+    from turnout import shapes as sh
+
+    es = sh.as_shape(ctx.attr("element_shape"))
+    lab = ctx.flows.label(ctx.data_inputs()[flow_input])
+    if lab is not None and lab[0] == "fwd":
+        written = _written_shape(ctx, lab[1], None)
+        es = sh.merge(es, written) if sh.compatible(es, written) else es
+    return None if es is None else list(es)
 
 
 @_rule("TensorArraySizeV3")
@@ -661,11 +858,13 @@ def _ta_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         dims = [n, *(ctx.const(np.asarray(d, np.int32), [n], suffix=f"dim{k}") for k, d in enumerate(es))]
         shp = ctx.create("Pack", dims, suffix="shape").outputs[0]
         return [ctx.create("TensorArrayStackOrZeros", [ta, shp]).outputs[0]]
+    es = _element_shape(ctx, 2)
+    shapes = [None if es is None else [None, *es]]
     if isinstance(idx, RangeMarker) and ctx.nodes[idx.limit_node].op != "TensorArraySizeV3":
-        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack").outputs[0]
+        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack", shapes=shapes).outputs[0]
         spec = [{"kind": "slice", "start": None, "stop": {"input": 0}, "step": None}]
         return [ctx.create("GetItem", [stacked, idx.limit], {"spec": spec}).outputs[0]]
-    return [ctx.create("TensorArrayStack", [ta]).outputs[0]]
+    return [ctx.create("TensorArrayStack", [ta], shapes=shapes).outputs[0]]
 
 
 @_rule("TensorArrayScatterV3")
@@ -716,3 +915,475 @@ def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if not _t(ins[0]).dtype.is_integer:
         raise UnsupportedError(f"{ctx.where()}: FloorDiv of floating values is not supported")
     return [ctx.create("Div", ins[:2]).outputs[0]]
+
+
+def _sum_to_like(ctx: ImportContext, nd: Any, dz: Tensor, like: Tensor) -> Tensor:
+    """``Sum(dz, BroadcastGradientArgs(...)[k])``: dz summed down to ``like``'s shape. The Sum drops
+    the reduced axes and the Reshape after it restores them, so this stands for the two only when
+    every use of the Sum is such a Reshape (what tf.gradients builds)."""
+    if nd.op != "Sum":
+        raise UnsupportedError(f"{ctx.where()}: run-time broadcast axes are supported in a Sum only")
+    for other in ctx.nodes.values():
+        for k, i in enumerate(ctx.data_inputs(other)):
+            if i == f"{nd.name}:0" and not (other.op == "Reshape" and k == 0):
+                raise UnsupportedError(f"{ctx.where()}: a sum over run-time broadcast axes is supported only "
+                                       f"when a Reshape restores its shape (used by {other.op} \"{other.name}\")")
+    return ctx.create("SumToLike", [dz, like]).outputs[0]
+
+
+# ---- TF1 model code: the ops tf.compat.v1's layers, RNNs and optimizers emit -----------------------
+@_rule("Assert")
+def _assert(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A run-time check: Turnout's Assert of the condition, whose failure is a ``KernelError`` with
+    TensorFlow's message (its string parts, and the names of the tensors it would print). TensorFlow's
+    Assert has no output: what waits on it waits on the Turnout node by a control edge."""
+    parts = []
+    for v, name in zip(ins[1:], ctx.data_inputs()[1:]):
+        if isinstance(v, Text):
+            parts.append(f"[{v.value}]")
+        else:
+            known = ctx.static(name)
+            parts.append(f"[{known.tolist() if known is not None else name}]")
+    message = "assertion failed: " + " ".join(parts)
+    ctx.create("Assert", [ins[0], ins[0]], {"message": f"{nd.name}: {message}"})
+    return []
+
+
+@_rule("BiasAdd", "BiasAddV1")
+def _bias_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x + bias`` along the channel axis (the last for NHWC, axis 1 for NCHW): TensorFlow's kernel
+    is this broadcast sum, and so is its gradient (BiasAddGrad, the sum over the other axes)."""
+    x, b = _t(ins[0]), _t(ins[1])
+    if ctx.attr("data_format", "NHWC") == "NCHW":
+        if x.shape is None:
+            raise UnsupportedError(f"{ctx.where()}: NCHW needs the input's rank")
+        b = ctx.create("Reshape", [b], {"shape": [-1] + [1] * (len(x.shape) - 2)}, suffix="channels").outputs[0]
+    return [ctx.create("Add", [x, b]).outputs[0]]
+
+
+@_rule("BiasAddGrad")
+def _bias_add_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    dy = _t(ins[0])
+    if dy.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the gradient")
+    channel = 1 if ctx.attr("data_format", "NHWC") == "NCHW" else len(dy.shape) - 1
+    axes = [a for a in range(len(dy.shape)) if a != channel]
+    return [ctx.create("Sum", [dy], {"axis": axes, "keepdims": False}).outputs[0]]
+
+
+def _dim(ctx: ImportContext, x: Tensor, axis: int, suffix: str) -> Any:
+    """Dimension ``axis`` of ``x``: an int when its shape says so, else a Turnout int32 scalar."""
+    d = None if x.shape is None else x.shape[axis]
+    if d is not None:
+        return int(d)
+    shp = ctx.create("Shape", [x], suffix=f"{suffix}_shape").outputs[0]
+    spec = [{"kind": "index", "value": axis}]
+    return ctx.create("GetItem", [shp], {"spec": spec}, suffix=suffix).outputs[0]
+
+
+def _getitem(ctx: ImportContext, x: Tensor, key: tuple[Any, ...], suffix: str | None) -> Tensor:
+    dyn: list[Tensor] = []
+    spec = _spec(key, dyn)
+    return ctx.create("GetItem", [x, *dyn], {"spec": spec}, suffix=suffix).outputs[0]
+
+
+def _add_int(ctx: ImportContext, a: Any, b: Any, suffix: str) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    ta = a if isinstance(a, Tensor) else ctx.const(np.asarray(a, np.int32), [b], suffix=f"{suffix}_c")
+    tb = b if isinstance(b, Tensor) else ctx.const(np.asarray(b, np.int32), [a], suffix=f"{suffix}_c")
+    return ctx.create("Add", [ta, tb], suffix=suffix).outputs[0]
+
+
+@_rule("Split")
+def _split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``num_split`` equal slices along the axis (GetItem each): TensorFlow's gradient, a Concat of
+    the pieces, is already in the GraphDef."""
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[0], "the axis")
+    x, n = _t(ins[1]), int(ctx.attr("num_split"))
+    if x.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the input's rank")
+    axis %= len(x.shape)
+    size = x.shape[axis]
+    if size is None:
+        raise UnsupportedError(f"{ctx.where()}: the split dimension must be known when importing")
+    if size % n:
+        raise UnsupportedError(f"{ctx.where()}: dimension {size} does not split into {n} equal parts")
+    step = size // n
+    return [_getitem(ctx, x, (*[slice(None)] * axis, slice(k * step, (k + 1) * step, None)),
+                     None if k == n - 1 else f"part{k}") for k in range(n)]
+
+
+@_rule("SplitV")
+def _split_v(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    names = ctx.data_inputs()
+    sizes = ctx.static_int_list(names[1], "the split sizes")
+    (axis,) = ctx.static_int_list(names[2], "the axis")
+    x = _t(ins[0])
+    if x.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the input's rank")
+    axis %= len(x.shape)
+    if sizes.count(-1) == 1:
+        whole = x.shape[axis]
+        if whole is None:
+            raise UnsupportedError(f"{ctx.where()}: a -1 size needs the split dimension when importing")
+        sizes[sizes.index(-1)] = int(whole) - sum(s for s in sizes if s != -1)
+    outs, at = [], 0
+    for k, s in enumerate(sizes):
+        outs.append(_getitem(ctx, x, (*[slice(None)] * axis, slice(at, at + s, None)),
+                             None if k == len(sizes) - 1 else f"part{k}"))
+        at += s
+    return outs
+
+
+@_rule("Slice")
+def _slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x[begin:begin + size]`` per axis (size -1: to the end). Begin and size may be run-time int32
+    vectors (tf.gradients computes them with ConcatOffset and Shape): their entries become GetItem's
+    tensor bounds."""
+    x = _t(ins[0])
+    names = ctx.data_inputs()
+    begin, size = ctx.static(names[1]), ctx.static(names[2])
+    rank = len(x.shape) if x.shape is not None else None
+    for v in (begin, size):
+        if v is not None:
+            rank = int(np.size(v))
+    if rank is None:
+        for t in ins[1:3]:
+            shp = _t(t).shape
+            if shp is not None and shp[0] is not None:
+                rank = int(shp[0])
+    if rank is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the slice")
+
+    def entry(vec: Any, tensor: Value, k: int, what: str) -> Any:
+        if vec is not None:
+            return int(np.ravel(vec)[k])
+        return _getitem(ctx, _t(tensor), (k,), f"{what}{k}")
+
+    key = []
+    for k in range(rank):
+        b = entry(begin, ins[1], k, "begin")
+        n = entry(size, ins[2], k, "size")
+        if isinstance(n, int):
+            stop: Any = None if n == -1 else _add_int(ctx, b, n, f"stop{k}")
+        else:  # a run-time size: -1 still means the whole rest of the axis
+            dim = _dim(ctx, x, k, f"dim{k}")
+            dim_t = dim if isinstance(dim, Tensor) else ctx.const(np.asarray(dim, np.int32), [n], suffix=f"dim{k}")
+            zero = ctx.const(np.asarray(0, np.int32), [n], suffix=f"zero{k}")
+            neg = ctx.create("Less", [n, zero], suffix=f"rest{k}").outputs[0]
+            end = _add_int(ctx, b, n, f"end{k}")
+            stop = ctx.create("Select", [neg, dim_t, end], suffix=f"stop{k}").outputs[0]
+        key.append(slice(b, stop, None))
+    return [_getitem(ctx, x, tuple(key), None)]
+
+
+@_rule("ConcatOffset")
+def _concat_offset(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Where each input of a Concat starts (ConcatV2's gradient slices there): folded when the shapes
+    are known, else summed at run time, ``offset[k] = sum(shape[j] for j < k)`` on the axis only."""
+    n_out = len(ins) - 1
+    vals = [ctx.static(f"{nd.name}:{k}") for k in range(n_out)]
+    anchors = [x for x in ins if isinstance(x, Tensor)]
+    if all(v is not None for v in vals):
+        return [ctx.const(v, anchors, suffix=None if k == n_out - 1 else f"out{k}") for k, v in enumerate(vals)]
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[0], "the axis")
+    shp = _t(ins[1]).shape
+    rank = shp[0] if shp is not None else None
+    if rank is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the shapes")
+    mask = ctx.const(np.eye(rank, dtype=np.int32)[axis % rank], anchors, suffix="axis_mask")
+    off: Tensor = ctx.const(np.zeros(rank, np.int32), anchors, suffix="zero")
+    outs = [off]
+    for k in range(1, n_out):
+        part = ctx.create("Mul", [ins[k], mask], suffix=f"along{k}").outputs[0]
+        off = ctx.create("Add", [off, part], suffix=None if k == n_out - 1 else f"out{k}").outputs[0]
+        outs.append(off)
+    return outs
+
+
+@_rule("InvertPermutation")
+def _invert_permutation(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Folded: a permutation TensorFlow inverts is a Transpose's, which Turnout takes as a static attribute."""
+    return _folded(ctx, nd, ins)
+
+
+# ---- optimizers' update ops: TensorFlow's fused kernels, as the update formulas they compute -------
+class _Formula:
+    """Arithmetic on imported tensors for an update formula, in the frame of the update's gradient."""
+
+    def __init__(self, ctx: ImportContext, anchor: Tensor) -> None:
+        self.ctx, self.anchor, self.k = ctx, anchor, 0
+
+    def op(self, name: str, *xs: Any) -> Tensor:
+        self.k += 1
+        args = [x if isinstance(x, Tensor) else self.c(x) for x in xs]
+        return self.ctx.create(name, args, suffix=f"{name.lower()}{self.k}").outputs[0]
+
+    def c(self, v: float) -> Tensor:
+        self.k += 1
+        return self.ctx.const(np.asarray(v, self.anchor.dtype.numpy), [self.anchor], suffix=f"c{self.k}")
+
+
+def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
+                  formula: Any) -> Outs:
+    """The resource form of an ``Apply*`` op: read the variable's slots (inputs 1..n_slots-1), compute
+    ``formula(f, slots, scalars, grad) -> (new slot values, the variable's decrement)`` and assign
+    them; the op's control output waits for every assign."""
+    names = ctx.data_inputs()
+    if nd.op.endswith("ApplyMomentum"):  # (var, accum, lr, grad, momentum): the gradient comes before momentum
+        ins, names = [*ins[:3], ins[4], ins[3]], [*names[:3], names[4], names[3]]
+    grad = _t(ins[-1])
+    handles = [x.handle if isinstance(x, Ref) else x for x in ins[:n_slots]]
+    slot_attrs = [x.attrs if isinstance(x, Ref) else _var_attrs(ctx, _var_node(ctx, t))
+                  for x, t in zip(ins[:n_slots], names[:n_slots])]
+    reads = [ctx.create("ReadVariable", [h], a, suffix=f"read{k}").outputs[0]
+             for k, (h, a) in enumerate(zip(handles[1:], slot_attrs[1:]))]
+    f = _Formula(ctx, grad)
+    new_slots, decrement = formula(f, reads, [_t(x) for x in ins[n_slots:-1]], grad)
+    done = []
+    for k, v in enumerate(new_slots):
+        done.append(ctx.create("AssignVariable", [handles[1 + k], v], slot_attrs[1 + k], suffix=f"assign{k}"))
+    update = ctx.create("AssignSubVariable", [handles[0], decrement], slot_attrs[0], suffix="update")
+    if isinstance(ins[0], Ref):  # the reference form outputs the updated variable
+        return [ctx.create("Identity", [update.outputs[0]], control=ctx.ctrl_inputs() + done).outputs[0]]
+    ctx.create("NoOp", [], control=ctx.ctrl_inputs() + done + [update])
+    return []
+
+
+def _sgd(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    (alpha,) = s
+    return [], f.op("Mul", alpha, g)
+
+
+def _momentum(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    (accum,), (lr, momentum) = slots, s
+    acc = f.op("Add", f.op("Mul", accum, momentum), g)
+    if f.ctx.attr("use_nesterov", False):
+        return [acc], f.op("Add", f.op("Mul", g, lr), f.op("Mul", f.op("Mul", acc, momentum), lr))
+    return [acc], f.op("Mul", acc, lr)
+
+
+def _adam(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """TensorFlow's ApplyAdam kernel: m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2);
+    var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) (Nesterov: m replaced by (1 - b1) g + b1 m)."""
+    (m, v), (b1p, b2p, lr, b1, b2, eps) = slots, s
+    m2 = f.op("Add", m, f.op("Mul", f.op("Sub", g, m), f.op("Sub", 1.0, b1)))
+    v2 = f.op("Add", v, f.op("Mul", f.op("Sub", f.op("Mul", g, g), v), f.op("Sub", 1.0, b2)))
+    lr_t = f.op("Div", f.op("Mul", lr, f.op("Sqrt", f.op("Sub", 1.0, b2p))), f.op("Sub", 1.0, b1p))
+    mm = m2
+    if f.ctx.attr("use_nesterov", False):
+        mm = f.op("Add", f.op("Mul", g, f.op("Sub", 1.0, b1)), f.op("Mul", b1, m2))
+    return [m2, v2], f.op("Div", f.op("Mul", mm, lr_t), f.op("Add", f.op("Sqrt", v2), eps))
+
+
+def _rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """ms += (g^2 - ms)(1 - rho); mom = momentum mom + lr g / sqrt(ms + eps); var -= mom."""
+    (ms, mom), (lr, rho, momentum, eps) = slots, s
+    ms2 = f.op("Add", ms, f.op("Mul", f.op("Sub", f.op("Mul", g, g), ms), f.op("Sub", 1.0, rho)))
+    mom2 = f.op("Add", f.op("Mul", momentum, mom), f.op("Div", f.op("Mul", lr, g), f.op("Sqrt", f.op("Add", ms2, eps))))
+    return [ms2, mom2], mom2
+
+
+def _adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """accum += g^2 (when update_slots); var -= lr g / sqrt(accum) (V2: / (sqrt(accum) + eps))."""
+    (accum,), lr = slots, s[0]
+    acc = f.op("Add", accum, f.op("Mul", g, g)) if f.ctx.attr("update_slots", True) else accum
+    denom = f.op("Sqrt", acc)
+    if len(s) > 1:
+        denom = f.op("Add", denom, s[1])
+    return [acc], f.op("Div", f.op("Mul", lr, g), denom)
+
+
+for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 1, _sgd),
+                     (("ResourceApplyMomentum", "ApplyMomentum"), 2, _momentum),
+                     (("ResourceApplyAdam", "ApplyAdam"), 3, _adam),
+                     (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop),
+                     (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2,
+                      _adagrad)]:
+    def _make(n: int, formula: Any) -> _Rule:
+        def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+            return _apply_update(ctx, nd, ins, n, formula)
+
+        return rule
+
+    _rule(*_ops)(_make(_n, _f))
+
+
+@_rule("ResourceGather")
+def _resource_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.gather`` of a resource Variable (an embedding lookup): a read of the Variable, gathered
+    along axis 0 (``batch_dims`` 0 only, as TF1's ``embedding_lookup`` uses it)."""
+    if ctx.attr("batch_dims", 0):
+        raise UnsupportedError(f"{ctx.where()}: batch_dims is not supported")
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    value = ctx.create("ReadVariable", ins[:1], attrs, suffix="read").outputs[0]
+    return [ctx.create("Gather", [value, ins[1]], {"axis": 0}).outputs[0]]
+
+
+@_rule("ArgMax", "ArgMin")
+def _arg_reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
+    attrs = {"axis": axis, "dtype": ctx.dtype("output_type").name if ctx.attr("output_type") else "int64"}
+    return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
+
+
+@_rule("TopKV2", "TopK")
+def _top_k_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The k largest along the last axis, largest first (``sorted=False`` allows any order: this one)."""
+    k = ctx.attr("k") if nd.op == "TopK" else ctx.static_int_list(ctx.data_inputs()[1], "k")[0]
+    n = ctx.create("TopK", ins[:1], {"k": int(k)})
+    return [n.outputs[0], n.outputs[1]]
+
+
+@_rule("ReverseSequence")
+def _reverse_sequence_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    attrs = {"seq_axis": int(ctx.attr("seq_dim")), "batch_axis": int(ctx.attr("batch_dim", 0))}
+    x = _t(ins[0])
+    if x.shape is not None:
+        attrs = {k: v % len(x.shape) for k, v in attrs.items()}
+    elif any(v < 0 for v in attrs.values()):
+        raise UnsupportedError(f"{ctx.where()}: a negative axis needs the input's rank")
+    return [ctx.create("ReverseSequence", ins[:2], attrs).outputs[0]]
+
+
+# ---- softmax and its losses: TensorFlow's kernels compute these formulas (max subtracted first) -----
+def _log_softmax_parts(f: _Formula, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(x - max(x), log(sum(exp(x - max(x)))))`` over the last axis (the sum kept as an axis)."""
+    shifted = f.ctx.create("Sub", [x, f.ctx.create("Max", [x], {"axis": [-1], "keepdims": True},
+                                                   suffix="max").outputs[0]], suffix="shifted").outputs[0]
+    total = f.ctx.create("Sum", [f.op("Exp", shifted)], {"axis": [-1], "keepdims": True}, suffix="sum").outputs[0]
+    return shifted, f.op("Log", total)
+
+
+@_rule("Softmax")
+def _softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    f = _Formula(ctx, x)
+    shifted, log_total = _log_softmax_parts(f, x)
+    return [ctx.create("Exp", [f.op("Sub", shifted, log_total)]).outputs[0]]
+
+
+@_rule("LogSoftmax")
+def _log_softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    shifted, log_total = _log_softmax_parts(_Formula(ctx, x), x)
+    return [ctx.create("Sub", [shifted, log_total]).outputs[0]]
+
+
+def _softmax_loss(ctx: ImportContext, x: Tensor, labels: Tensor) -> Outs:
+    """The loss ``sum(-labels * log_softmax(x))`` per row and TensorFlow's second output, the
+    gradient ``softmax(x) - labels`` (which TensorFlow's gradient of this op reads)."""
+    f = _Formula(ctx, x)
+    shifted, log_total = _log_softmax_parts(f, x)
+    logp = f.op("Sub", shifted, log_total)
+    loss = ctx.create("Neg", [ctx.create("Sum", [f.op("Mul", labels, logp)], {"axis": [-1], "keepdims": False},
+                                         suffix="dot").outputs[0]], suffix="loss").outputs[0]
+    backprop = ctx.create("Sub", [f.op("Exp", logp), labels]).outputs[0]
+    return [loss, backprop]
+
+
+@_rule("SoftmaxCrossEntropyWithLogits")
+def _softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return _softmax_loss(ctx, _t(ins[0]), _t(ins[1]))
+
+
+@_rule("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The dense loss of one-hot labels (an out-of-range label makes a zero row, where TensorFlow
+    raises on the CPU: the classes must be known when importing, and the labels are checked)."""
+    x, labels = _t(ins[0]), _t(ins[1])
+    classes = None if x.shape is None else x.shape[-1]
+    if classes is None:
+        raise UnsupportedError(f"{ctx.where()}: the number of classes must be known when importing")
+    lab = labels if labels.dtype == dt.int32 else ctx.create("Cast", [labels], {"dtype": "int32"},
+                                                             suffix="labels").outputs[0]
+    lo = ctx.const(np.asarray(0, np.int32), [lab], suffix="lo")
+    hi = ctx.const(np.asarray(classes, np.int32), [lab], suffix="hi")
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [lab, lo], suffix="ge").outputs[0],
+                                   ctx.create("Less", [lab, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
+    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix="all_in_range").outputs[0]
+    checked = ctx.create("Assert", [every, lab], {"message": f"{nd.name}: Received a label value outside the "
+                                                  f"valid range of [0, {classes})"}, suffix="check").outputs[0]
+    hot = ctx.create("Equal", [ctx.create("ExpandDims", [checked], {"axis": -1}, suffix="col").outputs[0],
+                               ctx.const(np.arange(classes, dtype=np.int32), [lab], suffix="classes")],
+                     suffix="hot").outputs[0]
+    dense = ctx.create("Cast", [hot], {"dtype": x.dtype.name}, suffix="one_hot").outputs[0]
+    return _softmax_loss(ctx, x, dense)
+
+
+@_rule("DynamicStitch", "ParallelDynamicStitch")
+def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``merged[indices[m][i]] = data[m][i]`` with indices known at import time and vector data (how
+    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements."""
+    n = len(ins) // 2
+    index_lists = [ctx.static_int_list(t, "the indices") for t in ctx.data_inputs()[:n]]
+    if ctx.static(f"{nd.name}:0") is not None:
+        return [ctx.const(ctx.static(f"{nd.name}:0"), [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+    where: dict[int, tuple[int, int]] = {}
+    for m, idx in enumerate(index_lists):
+        for i, j in enumerate(idx):
+            where[j] = (m, i)  # a later list wins, as in TensorFlow
+    if sorted(where) != list(range(len(where))):
+        raise UnsupportedError(f"{ctx.where()}: the indices must cover 0..n-1")
+    for m in range(n):
+        s = _t(ins[n + m]).shape
+        if s is None or len(s) != 1:
+            raise UnsupportedError(f"{ctx.where()}: supported for vector data only")
+    parts = [_getitem(ctx, _t(ins[n + m]), (i,), f"part{j}") for j, (m, i) in sorted(where.items())]
+    return [ctx.create("Pack", parts).outputs[0]]
+
+
+# ---- TF1 reference variables: a VariableV2 is a Turnout Variable; its ref is the handle -----------
+@_rule("VariableV2", "Variable")
+def _variable_v2(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A reference variable, with the value its initializer (the ``Assign`` TensorFlow names
+    ``<var>/Assign``, of a value known at import time) writes."""
+    attrs = {"dtype": ctx.dtype("dtype").name, "shape": ctx.attr("shape")}
+    inits = [o for o in ctx.nodes.values() if o.op == "Assign" and _ref_source(ctx, o) == nd.name]
+    inits.sort(key=lambda o: o.name != f"{nd.name}/Assign")
+    init = next((v for v in (ctx.static(ctx.data_inputs(o)[1]) for o in inits) if v is not None), None)
+    if init is None:
+        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an Assign of a value "
+                               "known at import time)")
+    if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
+        attrs["shape"] = list(np.shape(init))
+    name = ctx.prefix + (ctx.attr("shared_name") or nd.name)
+    value = np.asarray(init, dtype=dt.as_dtype(attrs["dtype"]).numpy)
+    h = ctx.create("VarHandle", [], {"var_name": name, "initial_value": value, **attrs}, suffix="handle")
+    ctx.graph.variables[name] = h
+    read = ctx.create("ReadVariable", [h.outputs[0]], attrs).outputs[0]
+    return [Ref(h.outputs[0], attrs, read)]
+
+
+def _ref_source(ctx: ImportContext, nd: Any) -> str | None:
+    """The VariableV2 an op's ref input comes from (through the Ref* pass-throughs), or None."""
+    t = ctx.data_inputs(nd)[0].split(":")[0]
+    while t in ctx.nodes and ctx.nodes[t].op in ("RefIdentity", "RefEnter", "RefSwitch", "RefExit", "Identity"):
+        t = ctx.data_inputs(ctx.nodes[t])[0].split(":")[0]
+    return t if t in ctx.nodes and ctx.nodes[t].op in ("VariableV2", "Variable") else None
+
+
+def _ref(ctx: ImportContext, v: Value) -> Ref:
+    if not isinstance(v, Ref):
+        raise UnsupportedError(f"{ctx.where()}: its ref input does not come from a VariableV2")
+    return v
+
+
+def _ref_assign(tn_op: str) -> _Rule:
+    def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+        """The assign, whose output (TensorFlow's ref after the update) is the Variable's new value."""
+        ref = _ref(ctx, ins[0])
+        return [ctx.create(tn_op, [ref.handle, ins[1]], ref.attrs).outputs[0]]
+
+    return rule
+
+
+for _tf, _tn in [("Assign", "AssignVariable"), ("AssignAdd", "AssignAddVariable"), ("AssignSub", "AssignSubVariable")]:
+    _rule(_tf)(_ref_assign(_tn))
+
+
+@_rule("IsVariableInitialized")
+def _is_initialized(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Always true: an imported Variable starts at its initializer's value."""
+    return [ctx.const(np.asarray(True), [], suffix=None)]

@@ -31,7 +31,7 @@ from turnout.errors import (
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor
 from turnout.graphdef import protos
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
-from turnout.graphdef.import_context import ImportContext
+from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref
 from turnout.graphdef.import_rules import IMPORT_RULES
 
 
@@ -52,6 +52,8 @@ class ImportedGraph:
     def tensor(self, name: str) -> Tensor:
         """The Turnout tensor for a TensorFlow tensor name (``"op:0"``, or ``"op"`` for output 0)."""
         v = self.values.get(tensor_name(name))
+        if isinstance(v, Ref):
+            v = v.read
         if isinstance(v, Tensor):
             return v
         if v is None and tensor_name(name) not in self.values:
@@ -129,9 +131,14 @@ def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
     pop comes after every push onto its stack: state links them, not an edge, and the pop takes its
     type from the pushed tensor."""
     pushes: dict[str, list[str]] = {}
+    writes: dict[str, list[str]] = {}  # forward TensorArray -> the nodes that write into it
     for n, nd in nodes.items():
         if nd.op == "StackPushV2":
             pushes.setdefault(_stack_of(nodes, nd), []).append(n)
+        if nd.op in ("TensorArrayWriteV3", "TensorArrayScatterV3"):
+            lab = flows.label(nd.input[0])
+            if lab is not None and lab[0] == "fwd":
+                writes.setdefault(lab[1], []).append(n)
     deps: dict[str, set[str]] = {}
     for n, nd in nodes.items():
         ds = set()
@@ -145,8 +152,9 @@ def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
         if nd.op == "StackPopV2":
             ds.update(pushes.get(_stack_of(nodes, nd), []))
         lab = flows.label(f"{n}:0") if nd.op in ("Const", "ZerosLike", "OnesLike", "Fill") else None
-        if lab is not None:  # an empty TensorArray takes its size from the forward array
+        if lab is not None:  # an empty TensorArray takes its size and element shape from the forward array
             ds.add(lab[1])
+            ds.update(w for w in writes.get(lab[1], []) if w != n)
         deps[n] = ds
     users: dict[str, list[str]] = {n: [] for n in nodes}
     for n, ds in deps.items():
@@ -211,12 +219,45 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     nodes = {nd.name: nd for nd in gd.node}
     if len(nodes) != len(gd.node):
         raise GraphBuildError("the GraphDef has two nodes with the same name")
-    g = graph if graph is not None else Graph()
-    ctx = ImportContext(g, nodes, FlowAnalysis(nodes), prefix)
+    flows = FlowAnalysis(nodes)
+    # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
+    # fit the shape it entered with: the import then starts again with that Merge relaxed. Into a
+    # graph the caller gave, the tries go to scratch graphs, so the caller's graph gets one import.
+    loops = any(nd.op in ("NextIteration", "RefNextIteration") for nd in gd.node)
+    relaxed: dict[str, list[Any]] = {}
+    for _ in range(8 * len(nodes) + 1):
+        try:
+            if graph is not None and loops:
+                _import_once(nodes, flows, Graph(), prefix, relaxed)
+                return _import_once(nodes, flows, graph, prefix, relaxed)
+            return _import_once(nodes, flows, Graph() if graph is None else graph, prefix, relaxed)
+        except _Relax as r:
+            relaxed.update(r.shapes)
+    raise GraphBuildError("the loop variables' shapes did not settle")  # (each try relaxes a shape: unreachable)
+
+
+class _Relax(Exception):
+    """Loop Merges whose back edges do not fit the shape they entered with, and their relaxed shapes."""
+
+    def __init__(self, shapes: dict[str, list[Any]]) -> None:
+        super().__init__(sorted(shapes))
+        self.shapes = shapes
+
+
+def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: str,
+                 relaxed: dict[str, list[Any]]) -> ImportedGraph:
+    """One import of the NodeDefs into ``g``, with the loop Merges of ``relaxed`` relaxed."""
+    from turnout import shapes as sh
+
+    ctx = ImportContext(g, nodes, flows, prefix)
+    ctx.relaxed = relaxed
     for name in _order(nodes, ctx.flows):
         nd = nodes[name]
         ctx.node, ctx.created = nd, []
         ins = [_input(ctx, nodes, nd, t) for t in ctx.data_inputs(nd)]
+        if nd.op not in REF_OPS:  # a ref read as a value: the Variable's value where this op runs
+            ins = [ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
+                   if isinstance(v, Ref) else v for k, v in enumerate(ins)]
         try:
             outs = IMPORT_RULES[nd.op](ctx, nd, ins)
         except TurnoutError as e:
@@ -229,9 +270,20 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
             ctx.values[f"{name}:{k}"] = v
         if ctx.created:
             ctx.control[name] = ctx.created[-1]
+    relax: dict[str, list[Any]] = {}
+    for merge, _slot, src in ctx.back_edges:
+        v = ctx.values.get(src)
+        have = merge.outputs[0].shape
+        if isinstance(v, Tensor) and v.dtype == merge.outputs[0].dtype and not sh.fits_invariant(have, v.shape):
+            wider = sh.most_specific_common(have, v.shape)
+            if wider != have:
+                relax[merge.name[len(prefix):]] = [wider, []]
+    if relax:
+        raise _Relax(relax)
     for merge, slot, src in ctx.back_edges:
         v = ctx.values.get(src)
         if not isinstance(v, Tensor):
             raise UnsupportedError(f'Merge node "{merge.name}": its back edge {src} is {ImportContext.describe(v)}')
         merge.close_back_edge(v, slot)
-    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), dict(Counter(nd.op for nd in gd.node)))
+    counts = dict(Counter(nd.op for nd in nodes.values()))
+    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), counts)

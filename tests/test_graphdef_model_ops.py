@@ -1,0 +1,144 @@
+"""Import rules of TF1 model ops on paths the TensorFlow fixtures do not take (SplitV with a -1 size,
+Slice with run-time bounds, NCHW BiasAdd, TF1's row Select, ReverseSequence, TopKV2, the sparse
+softmax loss's label check), on hand-written GraphDefs, against numpy closed forms on both backends.
+Needs the ``tf`` extra, not TensorFlow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.errors import KernelError
+
+pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+
+from turnout.graphdef import import_graph_def, protos  # noqa: E402
+
+F32, I32, BOOL = 1, 3, 10
+BACKENDS = ["reference", "fast"]
+
+
+class GraphDef:
+    """A GraphDef written by hand: ``node(name, op, inputs, **attrs)`` with ints, floats, type enums
+    (``T=F32``) and numpy constants (``value=...``)."""
+
+    def __init__(self) -> None:
+        self.gd = protos.pb().graph_pb2.GraphDef()
+
+    def node(self, name: str, op: str, inputs: tuple[str, ...] = (), **attrs: Any) -> str:
+        nd = self.gd.node.add()
+        nd.name, nd.op = name, op
+        nd.input.extend(inputs)
+        for k, v in attrs.items():
+            a = nd.attr[k]
+            if k == "value":
+                protos.numpy_to_tensor(np.asarray(v), a.tensor)
+            elif k in ("T", "dtype", "Tidx", "Tlen", "output_type", "Tindices", "Tlabels", "Index"):
+                a.type = v
+            elif k == "shape":
+                for d in v:
+                    a.shape.dim.add().size = d
+            elif isinstance(v, bool):
+                a.b = v
+            elif isinstance(v, int):
+                a.i = v
+            else:
+                a.s = str(v).encode()
+        return name
+
+    def const(self, name: str, value: Any) -> str:
+        arr = np.asarray(value)
+        enum = {np.dtype(np.float32): F32, np.dtype(np.int32): I32, np.dtype(np.bool_): BOOL}[arr.dtype]
+        return self.node(name, "Const", value=arr, dtype=enum)
+
+    def placeholder(self, name: str, dtype: int, shape: list[int]) -> str:
+        return self.node(name, "Placeholder", dtype=dtype, shape=shape)
+
+
+def _run(g: GraphDef, fetches: list[str], feeds: dict[str, Any], backend: str) -> list[Any]:
+    imp = import_graph_def(g.gd)
+    return imp.run(tn.Session(imp.graph, backend=backend), fetches, feeds)
+
+
+X = np.arange(10, dtype=np.float32).reshape(2, 5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_split_v_with_a_rest_size(backend: str) -> None:
+    g = GraphDef()
+    g.node("s", "SplitV", (g.const("x", X), g.const("sizes", np.asarray([2, -1], np.int32)),
+                           g.const("axis", np.asarray(1, np.int32))), T=F32, num_split=2)
+    a, b = _run(g, ["s:0", "s:1"], {}, backend)
+    np.testing.assert_array_equal(a, X[:, :2])
+    np.testing.assert_array_equal(b, X[:, 2:])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slice_with_run_time_begin_and_size(backend: str) -> None:
+    """Begin and size fed at run time; a size of -1 takes the rest of its axis."""
+    g = GraphDef()
+    g.node("y", "Slice", (g.const("x", X), g.placeholder("begin", I32, [2]), g.placeholder("size", I32, [2])),
+           T=F32, Index=I32)
+    cases = [([0, 1], [2, 3], X[0:2, 1:4]), ([1, 2], [-1, -1], X[1:, 2:]), ([0, 4], [1, -1], X[:1, 4:])]
+    for begin, size, want in cases:
+        (got,) = _run(g, ["y:0"], {"begin:0": np.asarray(begin, np.int32), "size:0": np.asarray(size, np.int32)},
+                      backend)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bias_add_nchw(backend: str) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    g = GraphDef()
+    g.node("y", "BiasAdd", (g.const("x", x), g.const("b", np.asarray([10.0, 20.0], np.float32))), T=F32,
+           data_format="NCHW")
+    g.node("gb", "BiasAddGrad", ("y",), T=F32, data_format="NCHW")
+    y, gb = _run(g, ["y:0", "gb:0"], {}, backend)
+    np.testing.assert_array_equal(y, x + np.asarray([10.0, 20.0], np.float32)[:, None])
+    np.testing.assert_array_equal(gb, y.sum(axis=(0, 2)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tf1_select_picks_rows_and_select_v2_broadcasts(backend: str) -> None:
+    g = GraphDef()
+    c = g.placeholder("c", BOOL, [2])
+    x, y = g.const("x", X), g.const("y", -X)
+    g.node("rows", "Select", (c, x, y), T=F32)
+    g.node("cols", "SelectV2", (g.const("c5", np.asarray([True, False, True, False, False])), x, y), T=F32)
+    rows, cols = _run(g, ["rows:0", "cols:0"], {"c:0": np.asarray([False, True])}, backend)
+    np.testing.assert_array_equal(rows, np.stack([-X[0], X[1]]))
+    np.testing.assert_array_equal(cols, np.where([True, False, True, False, False], X, -X))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reverse_sequence_top_k_and_arg_max(backend: str) -> None:
+    x = np.asarray([[3.0, 1.0, 3.0, 2.0], [0.5, 4.0, -1.0, 4.0]], np.float32)
+    g = GraphDef()
+    seqs = np.arange(8, dtype=np.float32).reshape(2, 4)
+    g.node("r", "ReverseSequence", (g.const("seqs", seqs), g.const("n", np.asarray([3, 1], np.int32))), T=F32,
+           Tlen=I32, seq_dim=1, batch_dim=0)
+    g.node("top", "TopKV2", (g.const("x", x), g.const("k", np.asarray(2, np.int32))), T=F32, sorted=True)
+    g.node("am", "ArgMax", ("x", g.const("ax", np.asarray(1, np.int32))), T=F32, Tidx=I32, output_type=I32)
+    r, values, idx, am = _run(g, ["r:0", "top:0", "top:1", "am:0"], {}, backend)
+    np.testing.assert_array_equal(r, [[2.0, 1.0, 0.0, 3.0], [4.0, 5.0, 6.0, 7.0]])
+    np.testing.assert_array_equal(values, [[3.0, 3.0], [4.0, 4.0]])
+    np.testing.assert_array_equal(idx, [[0, 2], [1, 3]])  # among equal values, the lower index first
+    np.testing.assert_array_equal(am, [0, 1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sparse_softmax_loss_refuses_a_label_out_of_range(backend: str) -> None:
+    logits = np.asarray([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], np.float32)
+    g = GraphDef()
+    labels = g.placeholder("labels", I32, [2])
+    g.node("xent", "SparseSoftmaxCrossEntropyWithLogits", (g.const("logits", logits), labels), T=F32, Tlabels=I32)
+    loss, backprop = _run(g, ["xent:0", "xent:1"], {"labels:0": np.asarray([1, 2], np.int32)}, backend)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(loss, -np.log(p[[0, 1], [1, 2]]), rtol=1e-6)
+    np.testing.assert_allclose(backprop, p - np.eye(3)[[1, 2]], rtol=1e-6, atol=1e-7)
+    with pytest.raises(KernelError, match="outside the valid range"):
+        _run(g, ["xent:0"], {"labels:0": np.asarray([1, 3], np.int32)}, backend)
