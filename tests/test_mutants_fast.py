@@ -363,22 +363,22 @@ def test_getitem_with_a_fed_index_at_both_ends(backend: str, k: int) -> None:
         tn.Session(g, backend=backend).run(y, {i: np.int32(k - 4 if k < 0 else k + 3)})
 
 
-def test_a_value_fast_cannot_lower_is_refused_naming_the_op_and_its_node() -> None:
-    """TensorFlow's gradient of a scan pushes a TensorArray flow onto a stack; the fast backend
-    stacks arrays only, so (with the fallback off) it refuses the program with an UnsupportedError
-    that names the op and the node, not a bare lowering failure."""
-    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
-    import json
-    from pathlib import Path
-
+def test_a_value_fast_cannot_lower_is_refused_naming_the_op_and_its_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering rule that fails on the values it is given (a ``TypeError`` or ``ValueError`` of its
+    own, as a rule meeting a value kind it does not stack would raise) is refused, with the fallback
+    off, as an ``UnsupportedError`` that names the op and the node, not a bare lowering failure.
+    (TensorFlow's gradient of a scan, which once pushed a TensorArray flow onto a stack, now
+    compiles: its flow is stacked as a token; the fault is injected into the rule table instead.)"""
     from turnout.errors import UnsupportedError
-    from turnout.graphdef import import_graph_def
+    from turnout.fast.lowering import LOWERING_RULES
 
-    data = Path(__file__).parent / "data" / "tf"
-    imp = import_graph_def(data / "grad_scan.pbtxt")
-    run = json.loads((data / "grad_scan.json").read_text())["runs"][0]
-    feeds = {imp.tensor(k): np.asarray(v) for k, v in run["feeds"].items()}
-    fetches = [imp.tensor(f) for f in run["fetches"]]
-    with pytest.raises(UnsupportedError, match=r'fast backend: cannot lower StackPush node "gradients/scan/while/'
-                                                r'TensorArrayWrite/.*StackPushV2"'):
-        tn.Session(imp.graph, backend="fast", fallback=False).run(fetches, feeds)
+    def refuses(ctx: object, n: object, xs: object) -> list[object]:
+        raise TypeError("a value of a kind this rule does not take")
+
+    monkeypatch.setitem(LOWERING_RULES, "Tanh", refuses)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        y = tn.tanh(x, name="squash")
+    with pytest.raises(UnsupportedError, match=r'fast backend: cannot lower Tanh node "squash".*: a value of a kind'):
+        tn.Session(g, backend="fast", fallback=False).run(y, {x: np.ones(2, np.float32)})
