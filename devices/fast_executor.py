@@ -145,7 +145,11 @@ def _where(v: Any, device: Optional[str]) -> Optional[str]:
 
 #: ops lowered to host callbacks: on CPU a compiled call that contains one runs synchronously (the
 #: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
+#: (``FastPartitionedBackend(threads="always")`` makes every plan dispatch so)
 HOST_CALLBACK_OPS = frozenset({"Sleep"})
+#: when a plan dispatches its segments from per-device threads: ``"auto"``, when a segment holds a host
+#: callback (``HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
+THREADS = ("auto", "always")
 
 
 class _Lazy:
@@ -177,7 +181,7 @@ class _Plan:
     """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
 
     def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
-                 device_of: dict[int, str]) -> None:
+                 device_of: dict[int, str], threads: str = "auto") -> None:
         self.program = program
         self.schedule = sched
         self.fed = fed
@@ -187,8 +191,8 @@ class _Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
-        self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
-                            for n in item_nodes(it))
+        self.threaded = bool(sched.segments) if threads == "always" else any(
+            n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items for n in item_nodes(it))
         # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
         # shapes: allocated on their device before the run, as the one-device backend does, so that a
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
@@ -617,16 +621,20 @@ class FastPartitionedBackend:
     ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
     ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on each
     device, as for the one-device fast backend; crossing it is ``ResourceExhaustedError`` naming the
-    loop), and ``order`` / ``seed``, passed to the partitioned
-    reference executor when it runs.
+    loop), ``threads`` (``"auto"``, default: a plan dispatches its segments from per-device threads when
+    one holds a host callback; ``"always"``: every plan does, see ``THREADS``), and ``order`` / ``seed``,
+    passed to the partitioned reference executor when it runs.
     """
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, stack_chunk: int = 1024, fallback: bool = True,
                  order: str = "round_robin", seed: int = 0, whole_program: str = "auto",
-                 device_memory_limit: Optional[int] = None) -> None:
+                 device_memory_limit: Optional[int] = None, threads: str = "auto") -> None:
         if whole_program not in WHOLE_PROGRAM:
             raise ArgumentError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
+        if not isinstance(threads, str) or threads not in THREADS:
+            raise ArgumentError(f"threads must be one of {list(THREADS)}, got {threads!r}")
+        self.threads = threads
         if not isinstance(stack_chunk, int) or isinstance(stack_chunk, bool) or stack_chunk < 1:
             raise ArgumentError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
         if not isinstance(fallback, bool):
@@ -803,7 +811,8 @@ class FastPartitionedBackend:
             program = functionalize(self.graph, fetches, feeds)
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
-            plan = self._plans[(sig, cap)] = _Plan(program, schedule(program, device_of, fed), fed, cap, device_of)
+            plan = self._plans[(sig, cap)] = _Plan(program, schedule(program, device_of, fed), fed, cap, device_of,
+                                                    self.threads)
         return plan
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],

@@ -33,11 +33,12 @@ BUDGET = settings.default.max_examples
 
 
 def check_fast_partitioned(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
-                           draw: PlacementDraw, what: str = "", stack_chunk: int = 1024) -> tn.Session:
+                           draw: PlacementDraw, what: str = "", stack_chunk: int = 1024,
+                           **options: Any) -> tn.Session:
     """T7 on the fast partitioned executor: the values (or the error type) of the unpartitioned
-    reference run, under the drawn placement."""
+    reference run, under the drawn placement (``options``: more of the backend's options)."""
     sess = tn.Session(graph, backend="fast", devices=list(draw.devices), requests=draw.requests,
-                      stack_chunk=stack_chunk)
+                      stack_chunk=stack_chunk, **options)
 
     def got() -> Any:
         with warnings.catch_warnings():
@@ -70,19 +71,13 @@ def test_T7_fast_partitioned_gradient_programs(data: st.DataObject) -> None:
 @given(programs_with_inputs(loops=True), st.data())
 def test_T7_with_every_segment_dispatched_from_per_device_workers(pi: tuple[Any, dict[str, Any]],
                                                                    data: st.DataObject) -> None:
-    """The threaded dispatch that plans with host callbacks use, forced on for every plan (as if every
-    op were a host callback): the same values and errors."""
-    from turnout.primitives import PRIMITIVES
-
+    """The threaded dispatch that plans with host callbacks use, forced on for every plan
+    (``threads="always"``): the same values and errors."""
     p, inputs = pi
     b: Built = build(p)
     draw = data.draw(placements(b.graph))
-    saved = fx.HOST_CALLBACK_OPS
-    fx.HOST_CALLBACK_OPS = frozenset(PRIMITIVES)
-    try:
-        sess = check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
-    finally:
-        fx.HOST_CALLBACK_OPS = saved
+    sess = check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n",
+                                  threads="always")
     plans = list(sess.backend._plans.values())
     assert all(pl.threaded for pl in plans if pl.schedule.segments)
     sess.close()
