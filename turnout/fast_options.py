@@ -44,14 +44,23 @@ class FastOptions:
     """The fast backend's options (``docs/fast_backend.rst``, "Options", lists them with their reasons).
 
     ``stack_chunk``: gradient stack capacity, in entries per stack, of one device-resident chunk
-    (default 1024). ``keep_stack_buffers``: a plan's gradient stack buffers stay on the device between
-    runs (default True; False frees them at the end of every run). ``fallback``: a program that cannot
-    be compiled runs on the reference interpreter, with a ``RuntimeWarning`` once per program
-    (default True; False raises the ``UnsupportedError``). ``device_memory_limit``: the bytes of
-    gradient stacks a run may hold on the device (default None: no cap). ``precompile_staged``:
-    compile a plan's staged path on its first run too, so no later run compiles (default False).
-    ``stack_ladder``: the fused attempt runs at the smallest capacity of ``capacity_ladder`` that held
-    the last run (default True; False: always ``stack_chunk``).
+    (default 1024). ``keep_stack_buffers`` (default True): a plan's gradient stack buffers stay on the
+    device between runs, so steady-state runs allocate nothing; False frees them at the end of every
+    run, trading an allocation per run for memory held between runs (``release_buffers()`` frees what
+    is held at any time). ``fallback`` (default True): a program that cannot be compiled
+    (``UnsupportedError`` while raising or tracing it) runs on the reference interpreter instead, with
+    a ``RuntimeWarning`` once per program; False raises the ``UnsupportedError``.
+    ``device_memory_limit`` (default None: no cap): the bytes of gradient stacks a run may hold on the
+    device; a loop whose stacks would need more raises ``ResourceExhaustedError`` naming it (see
+    ``fast.stacks.ChunkStore``). ``precompile_staged`` (default False): a plan with gradient stacks
+    compiles its staged path only when a run needs it, the first time a loop outgrows its chunk, so a
+    plan whose loops always fit compiles one program; True compiles both paths on the plan's first
+    run, so that no later run compiles whatever its trip count, at about twice the first run's
+    compile time. ``stack_ladder`` (default True): the one-call fused attempt of a plan with gradient
+    stacks runs at the smallest capacity of ``capacity_ladder(stack_chunk)`` that held the last run
+    (128 entries, then 1024, by default), so the stacks a run uses, and the backend keeps, are sized
+    to the runs' loops, at the price of one compilation per rung climbed; False: always
+    ``stack_chunk`` entries.
 
     Tuning (the defaults are measured; a test or an experiment changes them here):
     ``inside_stack_bytes``: a static gradient stack whose value buffer at the plan's capacity is at
