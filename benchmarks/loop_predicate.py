@@ -12,7 +12,8 @@ T = 100, divided by 400):
   ``scan`` (batch 64, hidden 256).
 
 Run it twice on a GPU to see the command buffers' effect: ``python benchmarks/loop_predicate.py``
-and ``TURNOUT_XLA_COMMAND_BUFFERS=0 python benchmarks/loop_predicate.py``. On a CPU it runs too
+and ``python benchmarks/loop_predicate.py --no-command-buffers`` (the fast backend made with
+``FastOptions(gpu_command_buffers=None)``). On a CPU it runs too
 (there are no command buffers, and the two loop forms cost about the same).
 """
 
@@ -22,7 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -86,7 +87,7 @@ def forward_loops() -> dict[str, dict[int, float]]:
     return out
 
 
-def lstm_steps() -> dict[str, dict[int, float]]:
+def lstm_steps(command_buffers: Optional[str]) -> dict[str, dict[int, float]]:
     """Seconds of the LSTM training step at each length: Turnout's fast backend and JAX's scan."""
     import jax
     import jax.numpy as jnp
@@ -96,7 +97,7 @@ def lstm_steps() -> dict[str, dict[int, float]]:
 
     m = build(B, H, H, max(LENGTHS))
     xs = jax.device_put(np.random.default_rng(1).normal(size=(max(LENGTHS), B, H)).astype(np.float32))
-    sess = tn.Session(m["graph"], backend="fast")
+    sess = tn.Session(m["graph"], backend="fast", gpu_command_buffers=command_buffers)
     fetch = [m["loss"], *m["grads"]]
     step, _ = jax_step(H)
     params = (jnp.asarray(m["w0"]), jnp.zeros(4 * H, jnp.float32))
@@ -113,9 +114,11 @@ def main() -> int:
     import jax
 
     from turnout.fast.xla_options import compiler_options
+    from turnout.fast_options import GPU_COMMAND_BUFFERS
 
-    print(f"devices {jax.devices()}; the fast backend's XLA options: {compiler_options() or 'none'}")
-    for what, res in (("JAX forward loop", forward_loops()), ("LSTM training step", lstm_steps())):
+    command_buffers = None if "--no-command-buffers" in sys.argv[1:] else GPU_COMMAND_BUFFERS
+    print(f"devices {jax.devices()}; the fast backend's XLA options: {compiler_options(command_buffers) or 'none'}")
+    for what, res in (("JAX forward loop", forward_loops()), ("LSTM training step", lstm_steps(command_buffers))):
         for name, t in res.items():
             print(f"{what:>18} {name:>7}: T={LENGTHS[0]} {t[LENGTHS[0]] * 1e3:.2f} ms, "
                   f"T={LENGTHS[1]} {t[LENGTHS[1]] * 1e3:.2f} ms, {_per_iteration(t) * 1e6:.1f} us per iteration")

@@ -154,7 +154,7 @@ def run(quick: bool) -> dict[str, Any]:
             "peak_host_stack_bytes": stats["peak_host_stack_bytes"]}
     return {
         "name": "lstm", "batch": batch, "input": inp, "hidden": hidden, "lengths": lengths,
-        "stack_chunk": sess.backend.stack_chunk, "rows": rows, "swapping": swap,
+        "stack_chunk": sess.backend.options.stack_chunk, "rows": rows, "swapping": swap,
         "fast_recompiles_after_first_length": recompiles,
         "jax_traces": traces["n"],
     }

@@ -52,6 +52,7 @@ count of firings, which compiled code does not make) is rejected unless left at 
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -92,6 +93,7 @@ from turnout.fast.outcome import ErrorCodes, StacksOutgrown, decode, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, pred_reader, program_nodes
 from turnout.fast.values import DEAD, Handle, to_host, wrap_static
+from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.kernels import truth
 from turnout.session import RunOptions, RunResult
@@ -145,7 +147,11 @@ def _where(v: Any, device: Optional[str]) -> Optional[str]:
 
 #: ops lowered to host callbacks: on CPU a compiled call that contains one runs synchronously (the
 #: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
+#: (``FastPartitionedBackend(threads="always")`` makes every plan dispatch so)
 HOST_CALLBACK_OPS = frozenset({"Sleep"})
+#: when a plan dispatches its segments from per-device threads: ``"auto"``, when a segment holds a host
+#: callback (``HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
+THREADS = ("auto", "always")
 
 
 class _Lazy:
@@ -177,7 +183,7 @@ class _Plan:
     """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
 
     def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
-                 device_of: dict[int, str]) -> None:
+                 device_of: dict[int, str], threads: str = "auto") -> None:
         self.program = program
         self.schedule = sched
         self.fed = fed
@@ -187,8 +193,8 @@ class _Plan:
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
-        self.threaded = any(n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items
-                            for n in item_nodes(it))
+        self.threaded = bool(sched.segments) if threads == "always" else any(
+            n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items for n in item_nodes(it))
         # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
         # shapes: allocated on their device before the run, as the one-device backend does, so that a
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
@@ -354,7 +360,8 @@ class _Run:
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
             self.state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, self.jdev[d])
         # full stack chunks to host memory or kept on their device, per loop's swap_memory; the cap
-        self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity, backend.device_memory_limit)
+        self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity,
+                                     backend.options.device_memory_limit)
         for d in backend.devices:
             self.stacks.observe(d, self.state[d])
         self.lives: dict[Key, Any] = {}
@@ -642,36 +649,39 @@ class FastPartitionedBackend:
     device, drive from the host what spans devices (see the module docstring).
 
     Options: ``devices`` (names, at least one; each must be a JAX device of this process), ``requests``
-    (soft placement, as for the reference partitioned executor), ``stack_chunk`` (gradient stack
-    capacity per chunk, default 1024), ``fallback`` (default True: run on the partitioned reference
-    executor what cannot be compiled, with a RuntimeWarning; False raises the UnsupportedError),
+    (soft placement, as for the reference partitioned executor), and of the fast backend's
+    ``FastOptions`` (``options=`` or keywords, as for ``backend="fast"``) those of ``PARTITIONED_FIELDS``:
+    ``stack_chunk`` (gradient stack capacity per chunk, default 1024), ``fallback`` (default True: run
+    on the partitioned reference executor what cannot be compiled, with a RuntimeWarning; False raises
+    the UnsupportedError),
     ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
     ``wants_whole_program``), ``device_memory_limit`` (bytes of gradient stacks a run may hold on each
     device, as for the one-device fast backend; crossing it is ``ResourceExhaustedError`` naming the
-    loop), and ``order`` / ``seed``, passed to the partitioned
-    reference executor when it runs.
+    loop), ``threads`` (``"auto"``, default: a plan dispatches its segments from per-device threads when
+    one holds a host callback; ``"always"``: every plan does, see ``THREADS``), and ``order`` / ``seed``,
+    passed to the partitioned reference executor when it runs.
     """
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
-                 requests: Optional[dict[str, str]] = None, stack_chunk: int = 1024, fallback: bool = True,
-                 order: str = "round_robin", seed: int = 0, whole_program: str = "auto",
-                 device_memory_limit: Optional[int] = None) -> None:
+                 requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0,
+                 whole_program: str = "auto", threads: str = "auto", options: Optional[FastOptions] = None,
+                 **fields: Any) -> None:
+        #: the fast backend's options (``turnout.fast_options``); only ``PARTITIONED_FIELDS`` may differ
+        #: from their defaults, as the per-device tiers honour no other
+        self.options = fast_options(options, fields, "FastPartitionedBackend")
+        other = [f for f in dataclasses.fields(FastOptions)
+                 if f.name not in PARTITIONED_FIELDS and getattr(self.options, f.name) != f.default]
+        if other:
+            raise ArgumentError(f"FastPartitionedBackend: {other[0].name} is an option of backend='fast' without "
+                                f"devices; with devices=[...] the options are {list(PARTITIONED_FIELDS)}")
         if whole_program not in WHOLE_PROGRAM:
             raise ArgumentError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
-        if not isinstance(stack_chunk, int) or isinstance(stack_chunk, bool) or stack_chunk < 1:
-            raise ArgumentError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
-        if not isinstance(fallback, bool):
-            raise ArgumentError(f"fallback must be a bool, got {fallback!r}")
+        if not isinstance(threads, str) or threads not in THREADS:
+            raise ArgumentError(f"threads must be one of {list(THREADS)}, got {threads!r}")
+        self.threads = threads
         self.graph = graph
         self.requests = dict(requests or {})
-        self.stack_chunk = stack_chunk
-        self.fallback = fallback
         self.whole_program = whole_program
-        if device_memory_limit is not None and (not isinstance(device_memory_limit, (int, np.integer))
-                                                or isinstance(device_memory_limit, bool) or device_memory_limit < 1):
-            raise ArgumentError("device_memory_limit must be a positive int (bytes) or None, "
-                                f"got {device_memory_limit!r}")
-        self.device_memory_limit = device_memory_limit
         self.order = order
         self.seed = seed
         if not devices:
@@ -735,7 +745,7 @@ class FastPartitionedBackend:
         fed = {t: np.asarray(v, dtype=t.dtype.numpy) for t, v in (feeds or {}).items()}
         sig = self._signature(list(fetches), fed, {})
         with jax.enable_x64(True):
-            plan = self._plan(sig, list(fetches), fed, self.stack_chunk)
+            plan = self._plan(sig, list(fetches), fed, self.options.stack_chunk)
         return describe(plan.schedule.steps)
 
     def _signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]) -> Any:
@@ -774,7 +784,7 @@ class FastPartitionedBackend:
                 result.stats["whole_program_declined"] = self._whole_declined[sig]
             return result
         except UnsupportedError as e:
-            if not self.fallback:
+            if not self.options.fallback:
                 raise
             self._fallback[sig] = str(e)
             warnings.warn(f"{e}; this program runs on the partitioned reference executor instead (at interpreter "
@@ -789,8 +799,7 @@ class FastPartitionedBackend:
         if self._single is None:
             from turnout.fast.backend import FastBackend
 
-            self._single = FastBackend(self.graph, stack_chunk=self.stack_chunk, fallback=self.fallback,
-                                       device_memory_limit=self.device_memory_limit)
+            self._single = FastBackend(self.graph, options=self.options)
         with jax.default_device(self.jax_devices[device]):
             result: RunResult = self._single.run(fetches, feeds, variables, options)
         self._single_ran = True
@@ -803,7 +812,7 @@ class FastPartitionedBackend:
         or None where the tier is absent or the program is not eligible."""
         if sig not in self._whole:
             wanted = wants_whole_program(self.whole_program, self.graph, placement)
-            why = cannot_swap(self.graph, self.device_memory_limit) if wanted else None
+            why = cannot_swap(self.graph, self.options.device_memory_limit) if wanted else None
             if why is not None:
                 self._whole_declined[sig] = why
                 wanted = False
@@ -834,12 +843,13 @@ class FastPartitionedBackend:
             program = functionalize(self.graph, fetches, feeds)
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
-            plan = self._plans[(sig, cap)] = _Plan(program, schedule(program, device_of, fed), fed, cap, device_of)
+            plan = self._plans[(sig, cap)] = _Plan(program, schedule(program, device_of, fed), fed, cap, device_of,
+                                                    self.threads)
         return plan
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                       variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        cap = self.stack_chunk
+        cap = self.options.stack_chunk
         retries = 0
         t0 = time.perf_counter()
         with jax.enable_x64(True):
@@ -941,6 +951,8 @@ class FastPartitionedBackend:
 
 #: when the whole-program (SPMD) tier runs a program it accepts
 WHOLE_PROGRAM = ("auto", "always", "never")
+#: the fields of ``FastOptions`` the partitioned backend honours on every tier
+PARTITIONED_FIELDS = ("stack_chunk", "fallback", "device_memory_limit")
 
 
 def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:

@@ -60,7 +60,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from turnout.errors import ArgumentError, DeadFetchError, UnsupportedError, dead_fetch_message
+from turnout.errors import DeadFetchError, UnsupportedError, dead_fetch_message
 from turnout.fast import packing
 from turnout.fast import stacks as stk
 from turnout.fast.counted_stacks import RungTooSmall
@@ -91,6 +91,7 @@ from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
 from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
+from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
@@ -121,43 +122,16 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
 
 
 class FastBackend:
-    """The JAX executor. Options: ``stack_chunk`` (gradient stack capacity, in elements per stack, of
-    one device-resident chunk; default 1024), ``keep_stack_buffers`` (default True: a plan's
-    gradient stack buffers stay on the device between runs, so steady-state runs allocate nothing;
-    False frees them at the end of every run, trading an allocation per run for memory held
-    between runs; ``release_buffers()`` frees what is held at any time) and ``fallback`` (default
-    True: a program that cannot be compiled — ``UnsupportedError`` while raising or tracing it —
-    runs on the reference interpreter instead, with a ``RuntimeWarning`` once per program; False
-    raises the ``UnsupportedError``) and ``device_memory_limit`` (default None: no cap; else the
-    bytes of gradient stacks a run may hold on the device — a loop whose stacks would need more raises
-    ``ResourceExhaustedError`` naming it, see ``stacks.ChunkStore``) and ``precompile_staged``
-    (default False: a plan with gradient stacks compiles its staged path only when a run needs it,
-    the first time a loop outgrows its chunk, so a plan whose loops always fit compiles one program;
-    True compiles both paths on the plan's first run, so that no later run compiles whatever its
-    trip count, at about twice the first run's compile time) and ``stack_ladder`` (default True: the
-    one-call fused attempt of a plan with gradient stacks runs at the smallest capacity of
-    ``capacity_ladder(stack_chunk)`` that held the last run — 128 entries, then 1024, by default —
-    so the stacks a run uses, and the backend keeps, are sized to the runs' loops, at the price of
-    one compilation per rung climbed; False: always ``stack_chunk`` entries)."""
+    """The JAX executor. Its options are one ``FastOptions`` value (``turnout.fast_options``), given
+    as ``options=`` or as keywords naming its fields, and kept as ``self.options``: ``stack_chunk``,
+    ``keep_stack_buffers``, ``fallback``, ``device_memory_limit``, ``precompile_staged``,
+    ``stack_ladder``, and the tuning fields ``inside_stack_bytes``, ``frame_height`` and
+    ``gpu_command_buffers`` (``FastOptions`` says what each does, ``docs/fast_backend.rst`` why)."""
 
-    def __init__(self, graph: Graph, stack_chunk: int = 1024, keep_stack_buffers: bool = True,
-                 fallback: bool = True, device_memory_limit: Optional[int] = None, precompile_staged: bool = False,
-                 stack_ladder: bool = True, **options: Any) -> None:
-        if options:
-            raise ArgumentError(f"FastBackend: unknown options {sorted(options)}")
-        if not isinstance(stack_chunk, int) or stack_chunk < 1:
-            raise ArgumentError(f"stack_chunk must be a positive int, got {stack_chunk!r}")
-        if device_memory_limit is not None and (not isinstance(device_memory_limit, (int, np.integer))
-                                                or isinstance(device_memory_limit, bool) or device_memory_limit < 1):
-            raise ArgumentError("device_memory_limit must be a positive int (bytes) or None, "
-                                f"got {device_memory_limit!r}")
-        self.device_memory_limit = None if device_memory_limit is None else int(device_memory_limit)
+    def __init__(self, graph: Graph, options: Optional[FastOptions] = None, **fields: Any) -> None:
+        #: the backend's options, fixed for its life (``turnout.fast_options.FastOptions``)
+        self.options = fast_options(options, fields)
         self._records: list[dict[str, Any]] = []
-        for name, flag in (("keep_stack_buffers", keep_stack_buffers), ("fallback", fallback),
-                           ("precompile_staged", precompile_staged), ("stack_ladder", stack_ladder)):
-            if not isinstance(flag, bool):
-                raise ArgumentError(f"{name} must be a bool, got {flag!r}")
-        self.fallback = fallback
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, frozenset[Key]] = {}
@@ -165,10 +139,6 @@ class FastBackend:
         self._home: Any = None  # the device fed jax.Arrays are placed on (``device_feed``), found once
         self._reference: Any = None
         self.graph = graph
-        self.stack_chunk = stack_chunk
-        self.keep_stack_buffers = keep_stack_buffers
-        self.precompile_staged = precompile_staged
-        self.stack_ladder = stack_ladder
         self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         # name -> (the session's entry for the Variable, its device copy): the copy a run starts from
@@ -326,7 +296,7 @@ class FastBackend:
                         self.repeats.remember(d, fetches, feeds)
                     elif result.stats.get("fused") and not static and self._last_fused is not None:
                         top, rung = self._last_fused
-                        if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.keep_stack_buffers:
+                        if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.options.keep_stack_buffers:
                             stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
                             self.repeats.remember(HotFused(rung, top, stats, self.memory_records(),
                                                            tuple(rung.var_nodes), holds_wide(list(feeds))),
@@ -340,7 +310,7 @@ class FastBackend:
                         raise UnsupportedError(str(e)) from None
                     self._static_keys[dsig] = static | e.keys
         except UnsupportedError as e:
-            if not self.fallback:
+            if not self.options.fallback:
                 raise
             self._fallback[dsig] = str(e)
             warnings.warn(f"{e}; this program runs on the reference interpreter instead (at interpreter speed)",
@@ -368,7 +338,7 @@ class FastBackend:
         if d is None:
             self._validate(fetches, feeds)
             with jax.enable_x64(True):
-                plan = self._plan(fetches, feeds, variables, self.stack_chunk)
+                plan = self._plan(fetches, feeds, variables, self.options.stack_chunk)
             if plan.direct_ok:
                 d = self._direct[dsig] = self._make_direct(plan, fetches, feeds)
         if d is not None:
@@ -376,7 +346,7 @@ class FastBackend:
             if result is not None:
                 return result
         self._validate(fetches, feeds)
-        cap = self.stack_chunk
+        cap = self.options.stack_chunk
         retries = 0
         with jax.enable_x64(True):
             while True:
@@ -574,7 +544,7 @@ class FastBackend:
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables, fused=attempt)
-        store = stk.ChunkStore(plan.stack_info, self.device_memory_limit)
+        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit)
         store.observe(state)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
         # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not
@@ -627,7 +597,7 @@ class FastBackend:
                 outcome = self._decode(plan, int(state["err"]), attempt=True)
                 if isinstance(outcome, Discard) and outcome.rerecord:
                     self._record_every_stack(plan)
-                if (first and self.precompile_staged) or isinstance(outcome, Discard):
+                if (first and self.options.precompile_staged) or isinstance(outcome, Discard):
                     return None
             store.observe(state, plan.index_bytes if attempt else None)
             if attempt and plan.inside:
@@ -691,7 +661,8 @@ class FastBackend:
         retried at twice the chunk (a nested loop's stack outgrew it on the staged path) has one too."""
         lower = capacity_ladder(plan.capacity)
         # a plan of another capacity than stack_chunk (a nested stack's retry) has no ladder either
-        one = self.precompile_staged or not self.stack_ladder or plan.capacity != self.stack_chunk
+        o = self.options
+        one = o.precompile_staged or not o.stack_ladder or plan.capacity != o.stack_chunk
         caps = [plan.capacity] if one else lower
         plan.rungs = [plan if c == plan.capacity else self._plan(fetches, feeds, variables, c) for c in caps]
         return plan.rungs
@@ -752,7 +723,7 @@ class FastBackend:
                 state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
         """The fetched values on the host, and the Variables written back: the last step of a run."""
         values = self._fetched(fetches, env, lives)
-        if plan.prealloc and self.keep_stack_buffers:
+        if plan.prealloc and self.options.keep_stack_buffers:
             self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
         else:
             self._stack_bufs.pop(id(plan), None)

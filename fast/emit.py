@@ -56,6 +56,7 @@ from turnout.fast.regions import (
     walk,
 )
 from turnout.fast.values import DEAD, TA, Handle, is_static
+from turnout.fast_options import FRAME_HEIGHT
 from turnout.graph import Graph, Node, Tensor
 from turnout.primitives import COMPUTE
 
@@ -66,13 +67,6 @@ _NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Slee
 Env = dict[Key, Any]
 
 
-#: Light loops with more than this many levels of loops in them (``regions.loop_height``) are frames
-#: (``Emitter.frames``). Why not all of them: XLA:CPU compiles the innermost levels of a nest, as
-#: long as they access under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's
-#: constant costs nothing but every byte counts (a frame's check reads the word the loop began with,
-#: which XLA copies); above them every distinct kernel is compiled on its own, and only frames keep
-#: the checks of a nest one kernel. About eight levels of a plain nest fit.
-FRAME_HEIGHT = 8
 
 
 def stack_key(h: Handle) -> str:
@@ -249,8 +243,16 @@ class Emitter:
     """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
     ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods."""
 
-    def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any) -> None:
+    def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any,
+                 frame_height: int = FRAME_HEIGHT, stop_on_error: bool = False, free_pointers: bool = False) -> None:
         self.program = program
+        #: light loops with more than this many levels of loops in them are frames (``FastOptions.frame_height``).
+        #: Why not all of them: XLA:CPU compiles the innermost levels of a nest, as long as they access
+        #: under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's constant costs
+        #: nothing but every byte counts (a frame's check reads the word the loop began with, which XLA
+        #: copies); above them every distinct kernel is compiled on its own, and only frames keep the
+        #: checks of a nest one kernel. About eight levels of a plain nest fit.
+        self.frame_height = frame_height
         self.codes = codes
         self.capacity = capacity
         self.max_iter = max_iter
@@ -270,14 +272,15 @@ class Emitter:
         #: start it is taken). Empty unless the plan asks (``Plan.emitter``): a trace that holds must
         #: run the loop and the pops in one state.
         self.held: dict[str, Any] = {}
-        # Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
-        # that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
-        # overflows costs at most one chunk of iterations before the staged path takes over.
-        self.stop_on_error = False
-        # Stack pointers updated by ``ptr + 1`` / ``ptr - 1`` whether or not the push or pop fitted
-        # (``stacks.push``), where no pointer of a run with an error set is ever read: the fused trace,
-        # and a driven loop's chunk (``Plan.loop_fns``)
-        self.free_pointers = False
+        #: Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
+        #: that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
+        #: overflows costs at most one chunk of iterations before the staged path takes over. Given
+        #: when the emitter is made (``Plan.emitter``), fixed for its trace.
+        self.stop_on_error = stop_on_error
+        #: Stack pointers updated by ``ptr + 1`` / ``ptr - 1`` whether or not the push or pop fitted
+        #: (``stacks.push``), where no pointer of a run with an error set is ever read: the fused trace,
+        #: and a driven loop's chunk (``Plan.loop_fns``). Given when the emitter is made.
+        self.free_pointers = free_pointers
         #: the numbers (``regions.loop_number``) of the light loops whose bodies are being traced,
         #: innermost last: a light loop's nonterm code counts from the innermost (``NONTERM``)
         self.frames: list[int] = []
@@ -1118,7 +1121,7 @@ class Emitter:
         message = runaway_message(r.describe())
         number = loop_number(self.program, r)
         off = number - (self.frames[-1] if self.frames else 0)
-        framed = bool(number) and loop_height(self.program, r) > FRAME_HEIGHT
+        framed = bool(number) and loop_height(self.program, r) > self.frame_height
         if number:
             self.codes.name_loop(number, message)
         before = self.state["err"]

@@ -45,6 +45,7 @@ from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.values import DEAD, TA, Handle, Static, wrap_static
 from turnout.fast.xla_options import compiler_options
+from turnout.fast_options import FastOptions
 from turnout.graph import Node
 
 INT32_MAX = 2**31 - 1
@@ -52,9 +53,11 @@ INT32_MAX_NP = np.int32(INT32_MAX)
 
 
 class CompileCounter(Protocol):
-    """What a plan needs of its backend: the trace counter that tests and stats read."""
+    """What a plan needs of its backend: the trace counter that tests and stats read, and the
+    backend's options (``turnout.fast_options.FastOptions``)."""
 
     compile_count: int
+    options: FastOptions
 
 
 @dataclass
@@ -197,6 +200,8 @@ class Plan:
 
     def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int) -> None:
         self.backend = backend
+        #: the backend's options: the thresholds this plan's stacks and traces follow
+        self.options = backend.options
         self.program = program
         self.fed = fed
         self.capacity = capacity
@@ -223,7 +228,7 @@ class Plan:
         self.static = static = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
         #: the static stacks small enough to be made inside the fused stage's call (``inside_stacks``):
         #: key -> (dtype, (element shape, index shape)); they are neither passed in nor kept
-        self.inside = inside_stacks(static, capacity)
+        self.inside = inside_stacks(static, capacity, self.options.inside_limit(jax.default_backend()))
         #: the stacks whose buffers are kept between runs (``prealloc``, less ``inside``): key ->
         #: (dtype, (element shape, index shape)). The fused stage takes and returns their value
         #: buffers alone.
@@ -389,15 +394,23 @@ class Plan:
             return vals, flags, tuple(None if j is not None else new for new, j in zip(news, alias, strict=True))
 
         if loops:
-            return jax.jit(direct, compiler_options=compiler_options())
-        return jax.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, INT32_MAX_NP),
-                       compiler_options=compiler_options())
+            return self.jit(direct)
+        return self.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, INT32_MAX_NP))
 
-    def emitter(self, state: dict[str, Any], max_iter: Any) -> Emitter:
-        """A fresh ``Emitter`` over the program, starting from ``state``; called only while tracing, so
-        it counts a trace in the backend's ``compile_count``."""
+    def jit(self, fn: Any, donate_argnums: tuple[int, ...] = ()) -> Any:
+        """``jax.jit`` of one of this plan's functions, with the options the backend gives XLA
+        (``fast.xla_options``, from ``FastOptions.gpu_command_buffers``)."""
+        return jax.jit(fn, donate_argnums=donate_argnums,
+                       compiler_options=compiler_options(self.options.gpu_command_buffers))
+
+    def emitter(self, state: dict[str, Any], max_iter: Any, stop_on_error: bool = False,
+                free_pointers: bool = False) -> Emitter:
+        """A fresh ``Emitter`` over the program, starting from ``state`` (``stop_on_error`` and
+        ``free_pointers``: see ``Emitter``); called only while tracing, so it counts a trace in the
+        backend's ``compile_count``."""
         self.backend.compile_count += 1  # runs only while tracing
-        em = Emitter(self.program, self.codes, self.capacity, max_iter)
+        em = Emitter(self.program, self.codes, self.capacity, max_iter, frame_height=self.options.frame_height,
+                     stop_on_error=stop_on_error, free_pointers=free_pointers)
         em.state = dict(state)
         em.fed = self.fed
         em.static = self.static_feeds
@@ -408,7 +421,7 @@ class Plan:
     def segment_fn(self, st: Stage) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)``, jitted, for a compiled
         segment ``st`` (the traced function: ``_segment``). The stacks are donated: updated in place."""
-        return jax.jit(self._segment(st), donate_argnums=(2,), compiler_options=compiler_options())
+        return self.jit(self._segment(st), donate_argnums=(2,))
 
     def fused_fn(self, layout: FusedLayout) -> Any:
         """The fused stage's jitted function for arguments laid out as ``layout`` says:
@@ -436,7 +449,7 @@ class Plan:
             return (*[ended[k] for k in back], *out.values(), *([] if flags is None else [flags]),
                     *[ended[k] for k in rest])
 
-        return jax.jit(fused, donate_argnums=tuple(range(nf + ns, nf + ns + nk)), compiler_options=compiler_options())
+        return self.jit(fused, donate_argnums=tuple(range(nf + ns, nf + ns + nk)))
 
     def _segment(self, st: Stage, fused: bool = False) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
@@ -464,8 +477,7 @@ class Plan:
                 state = {"err": np.int32(0), **state}
                 stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
                 stacks.update({k: self._fused_entry(k, None) for k in self.inside})
-            em = self.emitter({**state, **stacks}, max_iter)
-            em.stop_on_error = em.free_pointers = fused
+            em = self.emitter({**state, **stacks}, max_iter, stop_on_error=fused, free_pointers=fused)
             if fused:  # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
                 em.counted, em.resizable = self.counted, set(self.inside)
             env = dict(env_in)
@@ -549,14 +561,13 @@ class Plan:
         def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
                   host_has: dict[str, Any]) -> Any:
             c = join_carry(c_rest, stacks)
-            em = self.emitter(c[2], max_iter)
             # Free-running pointers (``stacks.push``): ``chunk_loop`` stops before a push of this loop
             # could overflow its chunk or a pop find it empty while the host holds more, so its own
             # stacks never saturate; a nested loop's stack that does overflow sets the error word,
             # which stops the chunk, and the host reads no pointer of it (the run is retried with a
             # larger chunk, or the error raised). XLA then merges the pointers of stacks pushed in
             # lockstep, as in the fused stage.
-            em.free_pointers = True
+            em = self.emitter(c[2], max_iter, free_pointers=True)
             _, body, _ = em.while_fns(r, dict(env_in))
 
             return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has,
@@ -573,10 +584,8 @@ class Plan:
 
         # The stack buffers are donated: each call updates them in place instead of copying every
         # buffer in and out (``Plan`` docstring).
-        opts = compiler_options()
-        return (jax.jit(init, donate_argnums=(2,), compiler_options=opts),
-                jax.jit(chunk, donate_argnums=(2,), compiler_options=opts),
-                jax.jit(finish, donate_argnums=(2,), compiler_options=opts))
+        return (self.jit(init, donate_argnums=(2,)), self.jit(chunk, donate_argnums=(2,)),
+                self.jit(finish, donate_argnums=(2,)))
 
 
 class NotDirect(Exception):
@@ -638,13 +647,6 @@ def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], t
     return {k: v for k, v in shapes.items() if v is not None}
 
 
-#: per platform (``jax.default_backend()``), the most bytes (value buffer at the plan's capacity) of
-#: a stack that the fused stage makes inside its call rather than takes as an argument
-#: (``inside_stacks``). Measured on the CPU only: on a GPU, zeroing a buffer inside the call is a
-#: kernel of its own, so until it is measured there every stack is passed and kept, as before.
-INSIDE_STACK_BYTES: dict[str, int] = {"cpu": 32 * 1024}
-
-
 def stack_bytes(capacity: int, dtype: Any, shapes: tuple[tuple[int, ...], tuple[int, ...]],
                 record: bool = True) -> int:
     """The bytes of a static stack at ``capacity``: its value buffer and (``record``) its int32 index
@@ -653,10 +655,11 @@ def stack_bytes(capacity: int, dtype: Any, shapes: tuple[tuple[int, ...], tuple[
     return capacity * (math.prod(elem) * np.dtype(dtype).itemsize + (math.prod(index) * 4 if record else 0))
 
 
-def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int) -> dict[str, tuple[Any, Any]]:
+def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int, limit: int) -> dict[str, tuple[Any, Any]]:
     """The static stacks (key -> (dtype, (element shape, index shape))) whose value buffer at
-    ``capacity`` is at most ``INSIDE_STACK_BYTES`` for this platform (none but on the CPU): the fused
-    stage makes them inside its call.
+    ``capacity`` is at most ``limit`` bytes (``FastOptions.inside_limit``: by default 32 KiB on the CPU,
+    none elsewhere, ``turnout.fast_options.INSIDE_STACK_BYTES``): the fused stage makes them inside
+    its call.
 
     Why: a buffer passed to a compiled call, donated and handed back costs the call a few
     microseconds of argument and result handling; making a small one inside costs less than that
@@ -664,7 +667,6 @@ def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int) -> dict[str
     2026-11-27; break-even near 64 KiB, and at 256 KiB making it costs 25 µs more). The buffer is
     then not kept between runs either, which is memory a small program no longer holds. Larger
     stacks are passed in and kept, so that a run allocates none of them (``Plan`` module docstring)."""
-    limit = INSIDE_STACK_BYTES.get(jax.default_backend(), 0)
     return {k: (dtype, shapes) for k, (dtype, shapes) in static.items()
             if stack_bytes(capacity, dtype, shapes, record=False) <= limit}
 

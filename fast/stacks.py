@@ -39,6 +39,7 @@ gradient.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -344,20 +345,16 @@ class StackInfo:
     swap: bool       # the loop's ``swap_memory``
 
 
-_COPIER: Optional[ThreadPoolExecutor] = None
-
-
+@functools.cache
 def _copier() -> ThreadPoolExecutor:
     """The one worker thread that copies stack chunks between device and host memory.
 
     Why a thread: on a GPU, ``device_put`` to host memory only queues a DMA, but on a CPU it copies in
     the calling thread, so the driver would wait for the copy before it calls the next chunk. Done
     by the worker, the copy overlaps with the next chunk's compute on every platform. One worker
-    keeps the copies in order (a chunk's copy to the host before its copy back)."""
-    global _COPIER
-    if _COPIER is None:
-        _COPIER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnout-stack-copy")
-    return _COPIER
+    keeps the copies in order (a chunk's copy to the host before its copy back). Made on first use
+    and kept for the process (a cache: every store shares the one worker)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnout-stack-copy")
 
 
 class Later:

@@ -14,49 +14,55 @@ times JAX's (the JAX side run with its defaults).
 The options are given per compiled function (``jax.jit(..., compiler_options=...)``), so a user's own
 JAX programs keep theirs. XLA takes the list of command types whole, not as an addition to its
 defaults, so the list names the usual kinds (fusions, cuBLAS and cuDNN calls, custom calls) and the
-two control-flow kinds. Nothing is asked: on a CPU (where there are no command buffers); where
-``XLA_FLAGS`` already sets ``xla_gpu_enable_command_buffer`` (the user chose); where
-``TURNOUT_XLA_COMMAND_BUFFERS=0``; or where this XLA refuses the list (checked once, by compiling a
-trivial function with it).
+two control-flow kinds; the list is the backend's option ``FastOptions.gpu_command_buffers``
+(``turnout.fast_options.GPU_COMMAND_BUFFERS`` by default). Nothing is asked: on a CPU (where there
+are no command buffers); where the option is None or ""; where ``XLA_FLAGS`` already sets
+``xla_gpu_enable_command_buffer`` (the user chose, for XLA itself); or where this XLA refuses the list
+(checked once per list, by compiling a trivial function with it).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
 import jax
 
-#: the command types asked for on a GPU: XLA's usual kinds, and loops and conditionals
-GPU_COMMAND_BUFFERS = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
-
-_CHOSEN: Optional[dict[str, Any]] = None
+from turnout.fast_options import GPU_COMMAND_BUFFERS
 
 
-def wanted(platform: str, environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
-    """The options the fast backend would ask for on ``platform`` under ``environ`` (default: this
-    process's environment), before checking that XLA takes them: empty but on a GPU."""
+def wanted(platform: str, command_buffers: Optional[str] = GPU_COMMAND_BUFFERS,
+           environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+    """The options the fast backend would ask for on ``platform`` with the command types
+    ``command_buffers`` (``FastOptions.gpu_command_buffers``) under ``environ`` (default: this
+    process's environment, where ``XLA_FLAGS`` may hold the user's own choice), before checking that
+    XLA takes them: empty but on a GPU."""
     env = os.environ if environ is None else environ
-    if platform != "gpu":  # (``jax.default_backend()`` names CUDA and ROCm devices alike "gpu")
-        return {}
-    if env.get("TURNOUT_XLA_COMMAND_BUFFERS", "1") == "0":
+    if platform != "gpu" or not command_buffers:  # (``jax.default_backend()`` names CUDA and ROCm "gpu")
         return {}
     if "xla_gpu_enable_command_buffer" in env.get("XLA_FLAGS", ""):
         return {}
-    return {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+    return {"xla_gpu_enable_command_buffer": command_buffers}
 
 
-def compiler_options() -> dict[str, Any]:
-    """The options every compiled function of the fast backend is given (see the module docstring),
-    decided once per process."""
-    global _CHOSEN
-    if _CHOSEN is None:
-        opts = wanted(jax.default_backend())
-        if opts:
-            try:  # an XLA that does not know one of the kinds refuses the whole list
-                jax.jit(lambda x: x + 1, compiler_options=opts)(0).block_until_ready()
-            except Exception:  # noqa: BLE001 - then JAX's defaults are kept
-                opts = {}
-        _CHOSEN = opts
-    return _CHOSEN
+@functools.cache
+def accepted(command_buffers: str) -> bool:
+    """Whether this XLA takes the command types ``command_buffers`` (a cache: one trivial compile per
+    list and process). An XLA that does not know one of the kinds refuses the whole list."""
+    opts = {"xla_gpu_enable_command_buffer": command_buffers}
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=opts)(0).block_until_ready()
+    except Exception:  # noqa: BLE001 - then JAX's defaults are kept
+        return False
+    return True
+
+
+def compiler_options(command_buffers: Optional[str] = GPU_COMMAND_BUFFERS) -> dict[str, Any]:
+    """The options a compiled function of the fast backend is given (see the module docstring) for
+    the backend's ``FastOptions.gpu_command_buffers``."""
+    opts = wanted(jax.default_backend(), command_buffers)
+    if opts and not accepted(opts["xla_gpu_enable_command_buffer"]):
+        return {}
+    return opts

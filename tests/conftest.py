@@ -40,13 +40,3 @@ def backend(request: pytest.FixtureRequest) -> str:
     is held to the reference interpreter's expectations (and error types) case by case. A test that
     inspects reference-only machinery (traces, firing counts, schedulers) does not take this fixture."""
     return request.param
-
-
-@pytest.fixture
-def every_stack_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every static gradient stack passed to the fused stage and kept between runs, however small: a
-    test of that keeping (``fast.plan.inside_stacks`` otherwise makes a small stack inside the call,
-    and it is neither passed nor kept)."""
-    from turnout.fast import plan
-
-    monkeypatch.setattr(plan, "INSIDE_STACK_BYTES", {})

@@ -15,7 +15,7 @@ import turnout as tn
 
 API = Path(__file__).resolve().parent.parent / "docs" / "api.rst"
 #: names ``tn`` loads on first use (``turnout.__getattr__``), which ``dir(tn)`` does not show
-LAZY = ["Session", "train", "pretty", "to_dot", "save", "load", "dumps", "loads", "static_frames",
+LAZY = ["Session", "FastOptions", "train", "pretty", "to_dot", "save", "load", "dumps", "loads", "static_frames",
         "import_graph_def", "export_graph_def", "checkpoint"]
 #: submodules that are part of the API (the rest are reachable as attributes only because Python
 #: binds imported submodules on their package)

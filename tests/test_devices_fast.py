@@ -33,11 +33,12 @@ BUDGET = settings.default.max_examples
 
 
 def check_fast_partitioned(graph: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any],
-                           draw: PlacementDraw, what: str = "", stack_chunk: int = 1024) -> tn.Session:
+                           draw: PlacementDraw, what: str = "", stack_chunk: int = 1024,
+                           **options: Any) -> tn.Session:
     """T7 on the fast partitioned executor: the values (or the error type) of the unpartitioned
-    reference run, under the drawn placement."""
+    reference run, under the drawn placement (``options``: more of the backend's options)."""
     sess = tn.Session(graph, backend="fast", devices=list(draw.devices), requests=draw.requests,
-                      stack_chunk=stack_chunk)
+                      stack_chunk=stack_chunk, **options)
 
     def got() -> Any:
         with warnings.catch_warnings():
@@ -70,19 +71,13 @@ def test_T7_fast_partitioned_gradient_programs(data: st.DataObject) -> None:
 @given(programs_with_inputs(loops=True), st.data())
 def test_T7_with_every_segment_dispatched_from_per_device_workers(pi: tuple[Any, dict[str, Any]],
                                                                    data: st.DataObject) -> None:
-    """The threaded dispatch that plans with host callbacks use, forced on for every plan (as if every
-    op were a host callback): the same values and errors."""
-    from turnout.primitives import PRIMITIVES
-
+    """The threaded dispatch that plans with host callbacks use, forced on for every plan
+    (``threads="always"``): the same values and errors."""
     p, inputs = pi
     b: Built = build(p)
     draw = data.draw(placements(b.graph))
-    saved = fx.HOST_CALLBACK_OPS
-    fx.HOST_CALLBACK_OPS = frozenset(PRIMITIVES)
-    try:
-        sess = check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n")
-    finally:
-        fx.HOST_CALLBACK_OPS = saved
+    sess = check_fast_partitioned(b.graph, b.fetches, b.feed_dict(inputs), draw, to_source(p) + "\n",
+                                  threads="always")
     plans = list(sess.backend._plans.values())
     assert all(pl.threaded for pl in plans if pl.schedule.segments)
     sess.close()
@@ -490,3 +485,27 @@ def test_device_memory_limit_on_the_fast_partitioned_executor() -> None:
     for bad in (0, True, "1GB"):
         with pytest.raises(ValueError, match="device_memory_limit"):
             tn.Session(g2, backend="fast", devices=D2, device_memory_limit=bad)
+
+
+def test_the_fast_partitioned_executor_takes_the_fast_backend_s_options() -> None:
+    """One ``FastOptions`` value, as for ``backend="fast"``: keywords or ``options=``, checked by field
+    name; the one-device tier is given it whole; a field that only the one-device backend honours is
+    refused with devices rather than ignored."""
+    g = _spanning_loop(4, parallel_iterations=1)[0]
+    a = tn.Session(g, backend="fast", devices=D2, options=tn.FastOptions(stack_chunk=8, fallback=False))
+    b = tn.Session(g, backend="fast", devices=D2, stack_chunk=8, fallback=False)
+    assert a.backend.options == b.backend.options == tn.FastOptions(stack_chunk=8, fallback=False)
+    with pytest.raises(tn.ArgumentError, match="FastOptions.stack_chunk must be a positive int"):
+        tn.Session(g, backend="fast", devices=D2, stack_chunk=0)
+    with pytest.raises(tn.ArgumentError, match="unknown options"):
+        tn.Session(g, backend="fast", devices=D2, stack_chunks=8)
+    for field, value in (("frame_height", 0), ("keep_stack_buffers", False), ("inside_stack_bytes", 0)):
+        with pytest.raises(tn.ArgumentError, match=f"{field} is an option of backend='fast' without devices"):
+            tn.Session(g, backend="fast", devices=D2, **{field: value})
+    one = tn.Graph()
+    with one.as_default(), tn.device("cpu:1"):
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = x * 2.0
+    sess = tn.Session(one, backend="fast", devices=D2, stack_chunk=8)
+    assert sess.run(y, {x: 1.5}) == 3.0
+    assert sess.backend._single.options is sess.backend.options  # the one-device tier: the same value

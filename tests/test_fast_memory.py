@@ -50,13 +50,13 @@ def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
     assert float(yw) == float(yv) and float(dw) == float(dv)
 
 
-def test_stack_buffers_held_between_runs_can_be_freed(every_stack_kept: None) -> None:
+def test_stack_buffers_held_between_runs_can_be_freed() -> None:
     """By default the stack chunk stays on the device for the next run; ``keep_stack_buffers=False``
     frees it after every run and ``release_buffers()`` frees it on demand, with the same results."""
     g, x, n, y, dx = graphs.power_loop()
     feed = {x: 1.5, n: 20}
     chunk = 64
-    kept = tn.Session(g, backend="fast", stack_chunk=chunk)
+    kept = tn.Session(g, backend="fast", stack_chunk=chunk, inside_stack_bytes=0)  # every stack kept
     want = kept.run([y, dx], feed)
     np.testing.assert_allclose(want, [1.5**20, 20 * 1.5**19])
     held = kept.backend.held_bytes()
@@ -86,12 +86,12 @@ def test_the_capacity_ladder_of_a_chunk() -> None:
     assert capacity_ladder(64) == [64]
 
 
-def test_stack_buffers_are_sized_to_the_runs_that_use_them(every_stack_kept: None) -> None:
+def test_stack_buffers_are_sized_to_the_runs_that_use_them() -> None:
     """With the default ``stack_chunk`` (1024), a loop of 50 iterations runs and keeps its stacks at
     the lower rung (128 entries); a run of 500 climbs to 1024 (one more compilation), and later runs of
     either length compile nothing. Every rung gives the reference backend's values."""
     g, x, n, y, dx = graphs.power_loop()
-    sess = tn.Session(g, backend="fast")
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)  # every stack kept, however small
     ref = tn.Session(g, backend="reference")
     stacks = sum(1 for node in g.nodes if node.op == "StackNew")
     # a float64 value: the index records (int32 per entry) exist only within each fused call

@@ -22,11 +22,12 @@ import turnout as tn
 
 jax = pytest.importorskip("jax")
 
-from turnout.fast import emit, facts  # noqa: E402
-from turnout.fast.emit import FRAME_HEIGHT, Emitter  # noqa: E402
+from turnout.fast import facts  # noqa: E402
+from turnout.fast.emit import Emitter  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
 from turnout.fast.outcome import NONTERM, ErrorCodes  # noqa: E402
 from turnout.fast.regions import WhileRegion, key, loop_height, loop_number, walk  # noqa: E402
+from turnout.fast_options import FRAME_HEIGHT  # noqa: E402
 
 
 def nested_loops(depth: int) -> tuple[tn.Graph, list[tn.Tensor], tn.Tensor]:
@@ -126,19 +127,18 @@ def _siblings() -> tuple[tn.Graph, dict[str, tn.Tensor], tn.Tensor]:
     ({"na": 5, "nm": 5, "ni": 5}, "outer/body/a/"),
 ])
 @pytest.mark.parametrize("frame_height", [0, FRAME_HEIGHT])
-def test_the_first_loop_over_budget_is_named_on_both_backends(over: dict[str, int], named: str, frame_height: int,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_first_loop_over_budget_is_named_on_both_backends(over: dict[str, int], named: str,
+                                                              frame_height: int) -> None:
     """With every loop a frame (height 0) and with none (the nest is lower than ``FRAME_HEIGHT``)."""
-    monkeypatch.setattr(emit, "FRAME_HEIGHT", frame_height)
     g, ph, y = _siblings()
     feeds = {ph["x"]: np.float32(1.0), **{ph[k]: np.int32(2) for k in ("na", "nm", "ni")}}
     feeds.update({ph[k]: np.int32(v) for k, v in over.items()})
-    for backend in ("reference", "fast"):
+    for sess in (tn.Session(g), tn.Session(g, backend="fast", frame_height=frame_height)):
         with pytest.raises(tn.NonTerminationError, match=f"loop frame '{re.escape(named)}"):
-            tn.Session(g, backend=backend).run(y, feeds, max_iterations=3)
+            sess.run(y, feeds, max_iterations=3)
 
 
-def test_a_kernel_error_before_a_loop_over_budget_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernel_error_before_a_loop_over_budget_wins() -> None:
     """First error wins across the two kinds: a kernel error raised before a nested loop runs over
     is the one reported, as on the reference backend."""
     g = tn.Graph()
@@ -155,10 +155,9 @@ def test_a_kernel_error_before_a_loop_over_budget_wins(monkeypatch: pytest.Monke
         _, y = tn.while_loop(lambda i, w: i < 2, lambda i, w: (i + 1, body(w)), [tn.constant(0), x],
                              name="outer")
     feeds = {x: np.int32(7), d: np.int32(0), n: np.int32(9)}
-    monkeypatch.setattr(emit, "FRAME_HEIGHT", 0)  # both loops frames
-    for backend in ("reference", "fast"):
+    for sess in (tn.Session(g), tn.Session(g, backend="fast", frame_height=0)):  # both loops frames
         with pytest.raises(tn.KernelError):
-            tn.Session(g, backend=backend).run(y, feeds, max_iterations=3)
+            sess.run(y, feeds, max_iterations=3)
 
 
 @pytest.mark.parametrize("light", [True, False])

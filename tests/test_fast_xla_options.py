@@ -18,25 +18,41 @@ import pytest
 
 import turnout as tn
 from turnout.fast import plan as plan_mod
-from turnout.fast.xla_options import GPU_COMMAND_BUFFERS, compiler_options, wanted
+from turnout.fast.xla_options import compiler_options, wanted
+from turnout.fast_options import GPU_COMMAND_BUFFERS
 
 
 def test_command_buffers_are_asked_for_on_a_gpu_only() -> None:
-    assert wanted("cpu", {}) == {}
-    assert wanted("gpu", {}) == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+    assert wanted("cpu", environ={}) == {}
+    assert wanted("gpu", environ={}) == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
     assert "WHILE" in GPU_COMMAND_BUFFERS.split(",") and "CONDITIONAL" in GPU_COMMAND_BUFFERS.split(",")
 
 
-@pytest.mark.parametrize("environ", [{"TURNOUT_XLA_COMMAND_BUFFERS": "0"},
-                                     {"XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION"}])
-def test_the_user_s_choice_is_left_alone(environ: dict[str, str]) -> None:
-    assert wanted("gpu", environ) == {}
+def test_the_user_s_choice_is_left_alone() -> None:
+    """Set in ``XLA_FLAGS`` (XLA's own choice) or turned off by the option: nothing is asked."""
+    assert wanted("gpu", GPU_COMMAND_BUFFERS, {"XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION"}) == {}
+    assert wanted("gpu", None, {}) == wanted("gpu", "", {}) == {}
+    assert wanted("gpu", "FUSION,WHILE", {}) == {"xla_gpu_enable_command_buffer": "FUSION,WHILE"}
+
+
+def test_the_option_turns_them_off_per_backend() -> None:
+    """``gpu_command_buffers=None`` is the backend's option, not the process's: the plans of that
+    backend ask nothing, another backend in the same process still asks the default."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        y = x + 1.0
+    off = tn.Session(g, backend="fast", gpu_command_buffers=None)
+    on = tn.Session(g, backend="fast")
+    assert off.backend.options.gpu_command_buffers is None
+    assert on.backend.options == tn.FastOptions()
+    for sess in (off, on):
+        np.testing.assert_array_equal(sess.run(y, {x: np.ones(3, np.float32)}), np.full(3, 2.0, np.float32))
+    (plan,) = off.backend._plans.values()
+    assert plan.options.gpu_command_buffers is None
 
 
 def test_the_process_environment_is_read_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TURNOUT_XLA_COMMAND_BUFFERS", "0")
-    assert wanted("gpu") == {}
-    monkeypatch.delenv("TURNOUT_XLA_COMMAND_BUFFERS")
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=")
     assert wanted("gpu") == {}
     monkeypatch.delenv("XLA_FLAGS")
@@ -77,7 +93,7 @@ def test_every_compiled_function_is_given_the_options(monkeypatch: pytest.Monkey
     staged path's segments and driven loops (more functions than the fused attempt alone)."""
     asked: list[int] = []
 
-    def recorded() -> dict[str, Any]:
+    def recorded(command_buffers: Any) -> dict[str, Any]:
         asked.append(1)
         return {}
 
@@ -94,23 +110,28 @@ def test_every_compiled_function_is_given_the_options(monkeypatch: pytest.Monkey
 def test_the_options_reach_xla(monkeypatch: pytest.MonkeyPatch) -> None:
     """An option XLA refuses fails the compile: the backend's functions hand the options over."""
     monkeypatch.setattr(plan_mod, "compiler_options",
-                        lambda: {"xla_gpu_enable_command_buffer": "NOT_A_COMMAND_KIND"})
+                        lambda command_buffers: {"xla_gpu_enable_command_buffer": "NOT_A_COMMAND_KIND"})
     for _, run in _programs()[:2]:
         with pytest.raises(Exception, match="NOT_A_COMMAND_KIND"):
             run()
 
 
 def test_the_choice_is_checked_once_by_compiling_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where a GPU would be, the list is tried on a trivial function first: taken when XLA accepts it
-    (this CPU build parses the option), dropped when it refuses a kind, and decided once."""
+    """Where a GPU would be, a list is tried on a trivial function first: taken when XLA accepts it
+    (this CPU build parses the option), dropped when it refuses a kind, and checked once per list."""
     from turnout.fast import xla_options
 
     monkeypatch.setattr(xla_options.jax, "default_backend", lambda: "gpu")
-    monkeypatch.delenv("TURNOUT_XLA_COMMAND_BUFFERS", raising=False)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    monkeypatch.setattr(xla_options, "_CHOSEN", None)
-    assert xla_options.compiler_options() == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
-    monkeypatch.setattr(xla_options, "GPU_COMMAND_BUFFERS", "FUSION,NOT_A_COMMAND_KIND")
-    assert xla_options.compiler_options()["xla_gpu_enable_command_buffer"] == GPU_COMMAND_BUFFERS  # decided
-    monkeypatch.setattr(xla_options, "_CHOSEN", None)
-    assert xla_options.compiler_options() == {}
+    xla_options.accepted.cache_clear()
+    try:
+        assert xla_options.compiler_options() == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+        assert xla_options.compiler_options("FUSION,NOT_A_COMMAND_KIND") == {}
+        assert xla_options.compiler_options(None) == {}
+        before = xla_options.accepted.cache_info()
+        assert xla_options.compiler_options() == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+        assert xla_options.compiler_options("FUSION,NOT_A_COMMAND_KIND") == {}
+        after = xla_options.accepted.cache_info()
+        assert (after.misses, after.hits) == (before.misses, before.hits + 2)  # decided: no compile
+    finally:
+        xla_options.accepted.cache_clear()  # what was decided as if on a GPU is not this process's

@@ -418,11 +418,20 @@ def test_malformed_text_is_rejected(text: str | bytes, expected: str) -> None:
     assert expected in str(info.value)
 
 
-def test_text_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_text_size_limit(tmp_path: Path) -> None:
     doc = json.dumps(base_document())
-    monkeypatch.setattr(ser, "MAX_TEXT_CHARS", len(doc) - 1)
-    with pytest.raises(SerializationError, match="exceeds the limit"):
-        ser.loads(doc)
+    ser.loads(doc, max_chars=len(doc))
+    for text in (doc, doc.encode()):
+        with pytest.raises(SerializationError, match=f"exceeds the limit of {len(doc) - 1}"):
+            ser.loads(text, max_chars=len(doc) - 1)
+    path = tmp_path / "g.json"
+    path.write_text(doc, encoding="utf-8")
+    ser.load(path, max_chars=len(doc))
+    with pytest.raises(SerializationError, match=f"file of {len(doc)} bytes exceeds the limit of {len(doc) - 1}"):
+        ser.load(path, max_chars=len(doc) - 1)
+    for bad in (0, True, 1.5):
+        with pytest.raises(tn.ArgumentError, match="max_chars must be a positive int"):
+            ser.loads(doc, max_chars=bad)
 
 
 def test_duplicate_variable_names_are_rejected() -> None:

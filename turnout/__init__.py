@@ -142,6 +142,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     lazy = {
         "Session": ("turnout.session", "Session"),
         "RunOptions": ("turnout.session", "RunOptions"),
+        "FastOptions": ("turnout.fast_options", "FastOptions"),
         "train": ("turnout.train", None),
         "checkpoint": ("turnout.checkpoint", None),
         "pretty": ("turnout.inspect", "pretty"),

@@ -39,7 +39,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import primitives
 from turnout import shapes as sh
-from turnout.errors import SerializationError, TurnoutError, ValidationError
+from turnout.errors import ArgumentError, SerializationError, TurnoutError, ValidationError
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, _PendingBackEdge
 from turnout.shape_rules import infer
 from turnout.validate import spec_mismatch
@@ -187,25 +187,35 @@ def _encode_array(a: np.ndarray) -> dict[str, Any]:
 
 
 # ==== decoding: JSON text ============================================================================
-def loads(text: str | bytes, *, validate: bool = True, origin: str | None = None) -> Graph:
+def _checked_max_chars(max_chars: Any, who: str) -> int:
+    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 1:
+        raise ArgumentError(f"{who}: max_chars must be a positive int, got {max_chars!r}")
+    return max_chars
+
+
+def loads(text: str | bytes, *, validate: bool = True, origin: str | None = None,
+          max_chars: int = MAX_TEXT_CHARS) -> Graph:
     """Rebuild a graph from ``dumps`` text. Checks every field and raises SerializationError naming the
     node (index and name) and the field at fault; nothing in the text is ever executed.
 
     With ``validate=False`` the well-formedness check is skipped, so a graph with unbound back edges
     (``"^BACK_EDGE"``) can be loaded for inspection; it will be rejected when it runs. ``origin`` (a
     file name) is recorded as each node's source, so later errors say where the node came from.
+    ``max_chars`` bounds the text (characters, or bytes), checked before it is parsed: the memory a
+    load may spend is the caller's to choose (default ``MAX_TEXT_CHARS``).
     """
+    max_chars = _checked_max_chars(max_chars, "loads")
     if isinstance(text, (bytes, bytearray)):
-        if len(text) > MAX_TEXT_CHARS:
-            raise SerializationError(f"serialized graph of {len(text)} bytes exceeds the limit of {MAX_TEXT_CHARS}")
+        if len(text) > max_chars:
+            raise SerializationError(f"serialized graph of {len(text)} bytes exceeds the limit of {max_chars}")
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
             raise SerializationError(f"serialized graph is not UTF-8: {e}") from None
     if not isinstance(text, str):
         raise SerializationError(f"loads expects str or bytes, got {type(text).__name__}")
-    if len(text) > MAX_TEXT_CHARS:
-        raise SerializationError(f"serialized graph of {len(text)} characters exceeds the limit of {MAX_TEXT_CHARS}")
+    if len(text) > max_chars:
+        raise SerializationError(f"serialized graph of {len(text)} characters exceeds the limit of {max_chars}")
     try:
         doc = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant,
                          parse_float=_finite_float)
@@ -218,19 +228,21 @@ def loads(text: str | bytes, *, validate: bool = True, origin: str | None = None
     return _from_document(doc, validate, origin)
 
 
-def load(path: str | os.PathLike[str], *, validate: bool = True) -> Graph:
+def load(path: str | os.PathLike[str], *, validate: bool = True, max_chars: int = MAX_TEXT_CHARS) -> Graph:
     """Read a graph written by ``save``; the file name appears in later error messages. A file that
-    cannot be read (missing, a directory, no permission) is a ``SerializationError`` naming it."""
+    cannot be read (missing, a directory, no permission) is a ``SerializationError`` naming it. A file
+    of more than ``max_chars`` bytes (default ``MAX_TEXT_CHARS``) is refused before it is read."""
+    max_chars = _checked_max_chars(max_chars, "load")
     try:
         size = os.path.getsize(path)
-        if size > MAX_TEXT_CHARS:
-            raise SerializationError(f"{os.fspath(path)}: file of {size} bytes exceeds the limit of {MAX_TEXT_CHARS}")
+        if size > max_chars:
+            raise SerializationError(f"{os.fspath(path)}: file of {size} bytes exceeds the limit of {max_chars}")
         with open(path, "rb") as f:
-            data = f.read(MAX_TEXT_CHARS + 1)
+            data = f.read(max_chars + 1)
     except (OSError, TypeError) as e:
         raise SerializationError(f"cannot read a serialized graph from {path!r}: {e}") from None
     try:
-        return loads(data, validate=validate, origin=os.path.basename(os.fspath(path)))
+        return loads(data, validate=validate, origin=os.path.basename(os.fspath(path)), max_chars=max_chars)
     except SerializationError as e:
         raise SerializationError(f"{os.fspath(path)}: {e}") from e.__cause__
 

@@ -1,0 +1,74 @@
+"""The fast backend's options are one frozen value (``turnout.fast_options.FastOptions``).
+
+Why: options that were module constants (``INSIDE_STACK_BYTES``, ``FRAME_HEIGHT``, the command-buffer
+list) changed every backend of the process when a test patched them, and options set on objects after
+construction could disagree with what the backend was made with. These tests hold that the value is
+checked once, by field name, that keywords and ``options=`` are one request, and that two backends
+in one process keep their own values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.fast_options import FRAME_HEIGHT, GPU_COMMAND_BUFFERS, FastOptions, fast_options
+
+BAD = [
+    ("stack_chunk", 0), ("stack_chunk", True), ("stack_chunk", 2.0),
+    ("keep_stack_buffers", "no"), ("fallback", 1), ("precompile_staged", None), ("stack_ladder", "yes"),
+    ("device_memory_limit", 0), ("device_memory_limit", False),
+    ("inside_stack_bytes", -1), ("inside_stack_bytes", 1.5),
+    ("frame_height", -1), ("frame_height", None),
+    ("gpu_command_buffers", 7), ("gpu_command_buffers", ["WHILE"]),
+]
+
+
+@pytest.mark.parametrize("field, value", BAD, ids=[f"{f}={v!r}" for f, v in BAD])
+def test_a_bad_field_is_an_argument_error_naming_it(field: str, value: object) -> None:
+    with pytest.raises(tn.ArgumentError, match=f"FastOptions.{field} must be"):
+        FastOptions(**{field: value})
+
+
+def test_the_defaults_are_the_measured_values() -> None:
+    o = FastOptions()
+    assert (o.stack_chunk, o.keep_stack_buffers, o.fallback, o.device_memory_limit) == (1024, True, True, None)
+    assert (o.precompile_staged, o.stack_ladder) == (False, True)
+    assert (o.inside_stack_bytes, o.frame_height, o.gpu_command_buffers) == (None, FRAME_HEIGHT, GPU_COMMAND_BUFFERS)
+    assert o.inside_limit("cpu") == 32 * 1024 and o.inside_limit("gpu") == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.stack_chunk = 8  # type: ignore[misc]
+
+
+def test_keywords_and_options_are_one_request() -> None:
+    base = FastOptions(stack_chunk=256, frame_height=0)
+    assert fast_options(base, {}) is base
+    assert fast_options(None, {"stack_chunk": 256, "frame_height": 0}) == base
+    assert fast_options(base, {"frame_height": 3}) == FastOptions(stack_chunk=256, frame_height=3)
+    assert fast_options(None, {"stack_chunk": np.int64(8)}).stack_chunk == 8
+    assert type(fast_options(None, {"stack_chunk": np.int64(8)}).stack_chunk) is int
+    with pytest.raises(tn.ArgumentError, match=r"unknown options \['stack_chunks'\]"):
+        fast_options(None, {"stack_chunks": 8})
+    with pytest.raises(tn.ArgumentError, match="options must be a FastOptions"):
+        fast_options({"stack_chunk": 8}, {})  # type: ignore[arg-type]
+
+
+def test_two_backends_in_one_process_keep_their_own_options() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * x), [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+    small = tn.Session(g, backend="fast", options=FastOptions(stack_chunk=128, inside_stack_bytes=0))
+    plain = tn.Session(g, backend="fast")
+    ref = tn.Session(g)
+    feed = {x: np.float32(1.01), n: 20}
+    for sess in (small, plain):
+        np.testing.assert_allclose(sess.run(dx, feed), ref.run(dx, feed), rtol=1e-5)
+    assert all(p.options.inside_stack_bytes == 0 and not p.inside for p in small.backend._plans.values())
+    assert all(p.options == FastOptions() for p in plain.backend._plans.values())
+    assert small.backend.options.stack_chunk == 128 and plain.backend.options.stack_chunk == 1024

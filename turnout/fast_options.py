@@ -1,0 +1,130 @@
+"""The options of the fast (JAX) backend: one frozen value, checked once when it is made.
+
+``tn.Session(g, backend="fast", options=tn.FastOptions(stack_chunk=256))`` and
+``tn.Session(g, backend="fast", stack_chunk=256)`` are the same request: keywords name fields of
+``FastOptions``, as ``Session.run``'s keywords name fields of ``RunOptions``. The backend keeps the
+value (``FastBackend.options``) and hands it to whatever reads one of its fields, so a test that wants
+another threshold passes it, as a user would, instead of changing a module constant.
+
+This module imports nothing heavy: ``turnout`` never imports jax, and the options are made before any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.errors import ArgumentError
+
+#: the command types asked for on a GPU (``fast.xla_options``): XLA's usual kinds, and loops and
+#: conditionals
+GPU_COMMAND_BUFFERS = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+
+#: per platform (``jax.default_backend()``), the default of ``FastOptions.inside_stack_bytes``.
+#: Measured on the CPU only: on a GPU, zeroing a buffer inside the call is a kernel of its own, so
+#: until it is measured there every stack is passed and kept.
+INSIDE_STACK_BYTES: Mapping[str, int] = MappingProxyType({"cpu": 32 * 1024})
+
+#: the default of ``FastOptions.frame_height`` (``fast.emit``): about eight levels of a plain nest fit
+#: the part of a nest XLA:CPU compiles to one kernel
+FRAME_HEIGHT = 8
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(v >= 1)
+
+
+@dataclass(frozen=True)
+class FastOptions:
+    """The fast backend's options (``docs/fast_backend.rst``, "Options", lists them with their reasons).
+
+    ``stack_chunk``: gradient stack capacity, in entries per stack, of one device-resident chunk
+    (default 1024). ``keep_stack_buffers`` (default True): a plan's gradient stack buffers stay on the
+    device between runs, so steady-state runs allocate nothing; False frees them at the end of every
+    run, trading an allocation per run for memory held between runs (``release_buffers()`` frees what
+    is held at any time). ``fallback`` (default True): a program that cannot be compiled
+    (``UnsupportedError`` while raising or tracing it) runs on the reference interpreter instead, with
+    a ``RuntimeWarning`` once per program; False raises the ``UnsupportedError``.
+    ``device_memory_limit`` (default None: no cap): the bytes of gradient stacks a run may hold on the
+    device; a loop whose stacks would need more raises ``ResourceExhaustedError`` naming it (see
+    ``fast.stacks.ChunkStore``). ``precompile_staged`` (default False): a plan with gradient stacks
+    compiles its staged path only when a run needs it, the first time a loop outgrows its chunk, so a
+    plan whose loops always fit compiles one program; True compiles both paths on the plan's first
+    run, so that no later run compiles whatever its trip count, at about twice the first run's
+    compile time. ``stack_ladder`` (default True): the one-call fused attempt of a plan with gradient
+    stacks runs at the smallest capacity of ``capacity_ladder(stack_chunk)`` that held the last run
+    (128 entries, then 1024, by default), so the stacks a run uses, and the backend keeps, are sized
+    to the runs' loops, at the price of one compilation per rung climbed; False: always
+    ``stack_chunk`` entries.
+
+    Tuning (the defaults are measured; a test or an experiment changes them here):
+    ``inside_stack_bytes``: a static gradient stack whose value buffer at the plan's capacity is at
+    most this many bytes is made inside the fused call, neither passed nor kept (default None: the
+    platform's threshold in ``INSIDE_STACK_BYTES``, 32 KiB on the CPU and none elsewhere; 0: never).
+    ``frame_height``: a light loop with more than this many levels of loops inside it is a frame of
+    its own in the traced program (default ``FRAME_HEIGHT``, 8; 0: every enclosing loop).
+    ``gpu_command_buffers``: the command types XLA is asked to run as command buffers on a GPU
+    (default ``GPU_COMMAND_BUFFERS``, which includes loops and conditionals; None or "" asks nothing).
+    """
+
+    stack_chunk: int = 1024
+    keep_stack_buffers: bool = True
+    fallback: bool = True
+    device_memory_limit: Optional[int] = None
+    precompile_staged: bool = False
+    stack_ladder: bool = True
+    inside_stack_bytes: Optional[int] = None
+    frame_height: int = FRAME_HEIGHT
+    gpu_command_buffers: Optional[str] = GPU_COMMAND_BUFFERS
+
+    def __post_init__(self) -> None:
+        # Checked here, once, so a bad value is refused by name before any backend state exists.
+        if not _positive_int(self.stack_chunk):
+            raise ArgumentError(f"FastOptions.stack_chunk must be a positive int, got {self.stack_chunk!r}")
+        for name in ("keep_stack_buffers", "fallback", "precompile_staged", "stack_ladder"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"FastOptions.{name} must be True or False, got {getattr(self, name)!r}")
+        if self.device_memory_limit is not None and not _positive_int(self.device_memory_limit):
+            raise ArgumentError("FastOptions.device_memory_limit must be a positive int (bytes) or None, "
+                                f"got {self.device_memory_limit!r}")
+        inside = self.inside_stack_bytes
+        if inside is not None and (not isinstance(inside, (int, np.integer)) or isinstance(inside, bool) or inside < 0):
+            raise ArgumentError(f"FastOptions.inside_stack_bytes must be an int >= 0 (bytes) or None, got {inside!r}")
+        height = self.frame_height
+        if not isinstance(height, (int, np.integer)) or isinstance(height, bool) or height < 0:
+            raise ArgumentError(f"FastOptions.frame_height must be an int >= 0, got {height!r}")
+        kinds = self.gpu_command_buffers
+        if kinds is not None and not isinstance(kinds, str):
+            raise ArgumentError(f"FastOptions.gpu_command_buffers must be a comma-separated str or None, got {kinds!r}")
+        # numpy integers become ints: the value is hashed and compared as part of plan keys
+        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
+
+    def inside_limit(self, platform: str) -> int:
+        """The ``inside_stack_bytes`` threshold on ``platform`` (``jax.default_backend()``)."""
+        if self.inside_stack_bytes is not None:
+            return self.inside_stack_bytes
+        return INSIDE_STACK_BYTES.get(platform, 0)
+
+
+def fast_options(options: Optional[FastOptions], fields: Mapping[str, Any], who: str = "FastBackend") -> FastOptions:
+    """One ``FastOptions`` from a backend's ``options=`` and its keywords (fields of ``FastOptions``):
+    either may be given, and keywords replace the fields of ``options``. A keyword that names no field
+    is refused by name."""
+    if options is not None and not isinstance(options, FastOptions):
+        raise ArgumentError(f"{who}: options must be a FastOptions, got {type(options).__name__}")
+    known = {f.name for f in dataclasses.fields(FastOptions)}
+    unknown = sorted(k for k in fields if k not in known)
+    if unknown:
+        raise ArgumentError(f"{who}: unknown options {unknown}; FastOptions has {sorted(known)}")
+    base = options if options is not None else FastOptions()
+    return dataclasses.replace(base, **fields) if fields else base
+
+
+__all__ = ["FRAME_HEIGHT", "GPU_COMMAND_BUFFERS", "INSIDE_STACK_BYTES", "FastOptions", "fast_options"]
