@@ -559,3 +559,15 @@ def test_an_operand_of_no_kind_is_named_by_its_parameter(build: Callable[..., An
     if param is not None:
         assert str(info.value).endswith(f"(argument {param})")
     assert "<wrong kind>" in str(info.value)
+
+
+def test_a_loaded_array_whose_shape_is_null_is_refused() -> None:
+    """Found by the ``dev`` profile of the serialized-graph fuzzer: an ndarray attribute whose shape
+    is null (an unknown rank, which only a declared tensor may have) reached an ``assert``."""
+    g = tn.Graph()
+    with g.as_default():
+        tn.constant(np.zeros((2, 0), np.float32))
+    doc = json.loads(serialize.dumps(g))
+    path = next(p for p in _paths(doc) if p[-2:] == ("ndarray", "shape"))
+    with pytest.raises(tn.SerializationError, match="shape must be a list of dimensions, got null"):
+        serialize.loads(json.dumps(_replaced(doc, path, None)))

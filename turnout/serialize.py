@@ -347,8 +347,10 @@ def _parse_shape(v: Any, what: str, unknown_dims: bool = True) -> sh.Shape:
 
 
 def _known(shape: sh.Shape) -> tuple[int, ...]:
-    """A shape parsed with ``unknown_dims=False``, typed as such."""
-    assert shape is not None and all(d is not None for d in shape)
+    """A shape parsed with ``unknown_dims=False``, typed as such; null (an unknown rank) is refused
+    here, since only a value's shape is read through it and a value has one."""
+    if shape is None or any(d is None for d in shape):
+        raise _Fail("an ndarray's shape must be a list of dimensions, got null")
     return tuple(int(d) for d in shape)  # type: ignore[arg-type]
 
 
