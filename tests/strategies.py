@@ -482,3 +482,19 @@ __all__ = [
     "Features", "IllFormed", "features", "float_programs", "inputs_for", "programs",
     "programs_with_inputs", "raw_graphs_ill_formed",
 ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Damaged files (the loaders' fuzzers)
+# ---------------------------------------------------------------------------------------------------
+def byte_mutations(data: bytes, max_flips: int = 8) -> st.SearchStrategy[bytes]:
+    """Truncations, flipped bytes, inserted and deleted runs of ``data``: what a damaged or cut-off
+    file looks like to a loader."""
+    n = len(data)
+    truncate = st.integers(0, n).map(lambda k: data[:k])
+    flips = st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, 255)), min_size=1, max_size=max_flips).map(
+        lambda fl: bytes(b ^ dict(fl).get(k, 0) for k, b in enumerate(data)))
+    insert = st.tuples(st.integers(0, n), st.binary(min_size=1, max_size=16)).map(
+        lambda a: data[:a[0]] + a[1] + data[a[0]:])
+    delete = st.tuples(st.integers(0, n - 1), st.integers(1, 32)).map(lambda a: data[:a[0]] + data[a[0] + a[1]:])
+    return st.one_of(truncate, flips, insert, delete)

@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from programs import build
-from strategies import programs
+from strategies import byte_mutations, programs
 
 import turnout as tn
 from turnout import checkpoint, serialize
@@ -260,16 +260,6 @@ def _sample_graph() -> tn.Graph:
 _FUZZ = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None)
 
 
-def _mutations(data: bytes) -> st.SearchStrategy[bytes]:
-    """Truncations, flipped bytes, inserted and deleted runs of ``data``."""
-    n = len(data)
-    truncate = st.integers(0, n).map(lambda k: data[:k])
-    flips = st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, 255)), min_size=1, max_size=8).map(
-        lambda fl: bytes(b ^ dict(fl).get(k, 0) for k, b in enumerate(data)))
-    insert = st.tuples(st.integers(0, n), st.binary(min_size=1, max_size=16)).map(
-        lambda a: data[:a[0]] + a[1] + data[a[0]:])
-    delete = st.tuples(st.integers(0, n - 1), st.integers(1, 32)).map(lambda a: data[:a[0]] + data[a[0] + a[1]:])
-    return st.one_of(truncate, flips, insert, delete)
 
 
 def _only_turnout_errors(call: Callable[[], Any]) -> Any:
@@ -320,7 +310,7 @@ def _run_loaded(g: tn.Graph) -> None:
 def test_fuzzed_serialized_graphs_give_only_turnout_errors(data: st.DataObject) -> None:
     text = serialize.dumps(_sample_graph())
     if data.draw(st.booleans()):
-        raw = data.draw(_mutations(text.encode("utf-8")))
+        raw = data.draw(byte_mutations(text.encode("utf-8")))
         g = _only_turnout_errors(lambda: serialize.loads(raw))
     else:  # a field of the wrong kind or size, anywhere in the document
         doc = json.loads(text)
@@ -338,7 +328,7 @@ def _graph_def_bytes() -> bytes:
 @_FUZZ
 @given(data=st.data())
 def test_fuzzed_graph_defs_give_only_turnout_errors(data: st.DataObject) -> None:
-    raw = data.draw(_mutations(_graph_def_bytes()))
+    raw = data.draw(byte_mutations(_graph_def_bytes()))
     got = _only_turnout_errors(lambda: tn.import_graph_def(raw))
     if got is not None:
         _run_loaded(got.graph)
@@ -390,7 +380,7 @@ def test_fuzzed_checkpoints_give_only_serialization_errors(data: st.DataObject, 
     with open(path, "rb") as f:
         good = f.read()
     with open(path, "wb") as f:
-        f.write(data.draw(_mutations(good)))
+        f.write(data.draw(byte_mutations(good)))
     _only_turnout_errors(lambda: checkpoint.restore(s, path))
 
 
@@ -405,7 +395,7 @@ def test_fuzzed_event_files_give_only_serialization_errors(data: st.DataObject, 
         w.add_scalar("loss", 1.5, 0)
         w.add_scalar("loss", 0.5, 1)
     path = next(Path(d).iterdir())
-    path.write_bytes(data.draw(_mutations(path.read_bytes())))
+    path.write_bytes(data.draw(byte_mutations(path.read_bytes())))
     _only_turnout_errors(lambda: read_events(path))
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import byte_mutations
 
 import turnout as tn
 from turnout import checkpoint, crc32c
@@ -284,16 +285,6 @@ def test_an_imported_graph_restores_under_tensorflow_names(backend: str, tmp_pat
 
 
 # ---- damaged files -------------------------------------------------------------------------------------
-def _mutations(data: bytes) -> st.SearchStrategy[bytes]:
-    """Truncations, flipped bytes, inserted and deleted runs of ``data``."""
-    n = len(data)
-    truncate = st.integers(0, n).map(lambda k: data[:k])
-    flips = st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, 255)), min_size=1, max_size=4).map(
-        lambda fl: bytes(b ^ dict(fl).get(k, 0) for k, b in enumerate(data)))
-    insert = st.tuples(st.integers(0, n), st.binary(min_size=1, max_size=16)).map(
-        lambda a: data[:a[0]] + a[1] + data[a[0]:])
-    delete = st.tuples(st.integers(0, n - 1), st.integers(1, 32)).map(lambda a: data[:a[0]] + data[a[0] + a[1]:])
-    return st.one_of(truncate, flips, insert, delete)
 
 
 _FUZZ_VALUES = {"a/kernel": np.arange(6, dtype=np.float32).reshape(2, 3), "a/bias": np.array([1, -2], np.int64),
@@ -311,7 +302,7 @@ def test_damaged_files_give_serialization_errors_or_the_true_values(data: st.Dat
         path = os.path.join(tmp, which)
         with open(path, "rb") as f:
             good = f.read()
-        bad = data.draw(_mutations(good))
+        bad = data.draw(byte_mutations(good, max_flips=4))
         with open(path, "wb") as f:
             f.write(bad)
         try:
