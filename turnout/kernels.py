@@ -570,7 +570,7 @@ def _ta_write(xs, attrs):
     es = ta.element_shape
     if es is not None and not sh.compatible(tuple(es), v.shape):
         raise KernelError(ta_element_mismatch(v.shape, tuple(es)))
-    if es is None:
+    if es is None or any(d is None for d in es):  # its first write fixes the element shape
         check_ta_capacity(len(ta.items), v.shape, ta.dtype)
     items = _grown(ta.items, i)
     items[i] = v
