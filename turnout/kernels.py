@@ -382,20 +382,19 @@ def _mean(xs, attrs):
                                         dtype=x.dtype))]
 
 
-@_k("Max")
-def _max(xs, attrs):
-    x = np.asarray(xs[0])
-    if x.size == 0:
-        raise KernelError("Max: reduction over an empty tensor")
-    return [np.asarray(np.max(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:
+    """The kernel of ``Max`` or ``Min``: over no elements there is no extremum, so it fails."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        if x.size == 0:
+            raise KernelError(f"{op}: reduction over an empty tensor")
+        return [np.asarray(reduce(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+
+    return kernel
 
 
-@_k("Min")
-def _min(xs, attrs):
-    x = np.asarray(xs[0])
-    if x.size == 0:
-        raise KernelError("Min: reduction over an empty tensor")
-    return [np.asarray(np.min(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+_k("Max")(_extremum("Max", np.max))
+_k("Min")(_extremum("Min", np.min))
 
 
 def _bool_reduction(fn: Any) -> Kernel:
