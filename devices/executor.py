@@ -41,6 +41,7 @@ from turnout.frames import Frame
 from turnout.graph import Graph, Node, Tensor
 from turnout.reference.executor import Interpreter, Plan
 from turnout.reference.rules import Inbox, Tag, Token
+from turnout.run_schedule import RunSchedule, Step
 from turnout.session import RunOptions, RunResult
 
 ORDERS = ("round_robin", "random", "threads")
@@ -334,6 +335,21 @@ class PartitionedBackend:
                      for d, p in parted.partitions.items()}
             self._plans[key] = (parted, plans)
         return self._plans[key]
+
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
+                ) -> RunSchedule:
+        """How a run of ``fetches`` executes (``Session.explain``): one interpreter per device's
+        partition, with its ops, its Sends and Recvs and its control loops (the partitions a run of
+        these fetches uses, made and cached as a run makes them)."""
+        parted, _ = self.partitioned(fetches, {(t.node.id, t.index) for t in feeds})
+        steps = []
+        for p in parted.partitions.values():
+            ops = [n.op for n in p.graph.nodes]
+            what = (f"the reference interpreter on {len(ops)} ops: {ops.count('Send')} Send, {ops.count('Recv')} Recv, "
+                    f"{len(p.control_loops)} control loop(s)")
+            steps.append(Step("partition", what, p.short))
+        return RunSchedule("reference (partitioned)", tuple(steps),
+                           notes=(f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",))
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:

@@ -11,7 +11,7 @@ A graph placed wholly on one device is simply the unpartitioned fast backend's p
 that backend with the device as JAX's default (``stats['tier'] == "one device"``). Otherwise three
 tiers, tried in this order:
 
-1. **Whole program**: ``turnout.devices.spmd.spmd_plan(graph, placement, fetches, fed)`` compiles a
+1. **Whole program**: ``turnout.devices.spmd.spmd_choice(graph, placement, fetches, fed)`` compiles a
    program whose every op lowers as ONE ``shard_map`` program, in which the devices run each spanning
    loop in lockstep. It is tried where lockstep costs nothing — every loop spanning devices has
    ``parallel_iterations == 1`` (``whole_program="auto"``, see ``wants_whole_program``; ``"always"`` and
@@ -70,8 +70,8 @@ from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
 from turnout.devices.region_driver import RegionDriver
-from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule
-from turnout.devices.spmd import spmd_plan
+from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule, steps_of
+from turnout.devices.spmd import spmd_choice
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.errors import (
     ArgumentError,
@@ -96,6 +96,8 @@ from turnout.fast.values import DEAD, Handle, to_host, wrap_static
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.kernels import truth
+from turnout.run_schedule import RunSchedule
+from turnout.run_schedule import Step as RunStep
 from turnout.session import RunOptions, RunResult
 
 #: how errors of this executor name it (``outcome.decode``)
@@ -739,14 +741,37 @@ class FastPartitionedBackend:
             return self._single.memory_records()  # type: ignore[no-any-return]
         return [dict(r) for r in self._records]
 
-    def describe_schedule(self, fetches: Sequence[Tensor], feeds: Optional[dict[Tensor, Any]] = None) -> str:
-        """The steps a run of ``fetches`` takes, as indented text: which segments run on which device,
-        and which loops and conds the host drives (``describe``)."""
-        fed = {t: np.asarray(v, dtype=t.dtype.numpy) for t, v in (feeds or {}).items()}
-        sig = self._signature(list(fetches), fed, {})
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
+                ) -> RunSchedule:
+        """How a run of ``fetches`` executes (``Session.explain``), read from the plans the run would
+        take, with nothing compiled: the one-device backend's schedule on a graph placed on one
+        device, the SPMD program where that tier takes the run, else the per-device segments with the
+        loops and conds the host drives (``devices.segments.steps_of``)."""
+        _, placement, used = self._placed()
+        if len(used) == 1:
+            (device,) = used
+            if self._single is None:
+                from turnout.fast.backend import FastBackend
+
+                self._single = FastBackend(self.graph, options=self.options)
+            inner = self._single.explain(fetches, feeds, variables)
+            step = RunStep("one device", "every node is placed here: the one-device fast backend's schedule",
+                        parse(device).short, (*inner.steps, *inner.otherwise))
+            return RunSchedule("fast (partitioned)", (step,), notes=inner.notes)
+        sig = self._signature(fetches, feeds, variables)
+        if sig in self._fallback:
+            return RunSchedule("fast (partitioned)", (RunStep("interpreter", "the partitioned reference executor "
+                                                                          f"(fallback: {self._fallback[sig]})"),))
+        whole = self._whole_program(sig, placement, fetches, feeds)
         with jax.enable_x64(True):
-            plan = self._plan(sig, list(fetches), fed, self.options.stack_chunk)
-        return describe(plan.schedule.steps)
+            plan = self._plan(sig, fetches, feeds, self.options.stack_chunk)
+        per_device = steps_of(plan.schedule.steps)
+        notes = (f"the SPMD tier declined: {self._whole_declined[sig]}",) if sig in self._whole_declined else ()
+        if whole is not None:
+            over = ", ".join(parse(d).short for d in sorted(used))
+            spmd = RunStep("spmd program", f"one shard_map program over {over}, spanning loops in lockstep")
+            return RunSchedule("fast (partitioned)", (spmd,), per_device, notes)
+        return RunSchedule("fast (partitioned)", per_device, notes=notes)
 
     def _signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]) -> Any:
         return (self.graph.version, tuple(key(t) for t in fetches),
@@ -770,10 +795,11 @@ class FastPartitionedBackend:
         if whole is not None:
             try:
                 result: RunResult = whole.run(feeds, variables, options)
-            except UnsupportedError:
+            except UnsupportedError as e:
                 # An op that does not lower inside one multi-device program: found while tracing,
                 # before anything ran, so the per-device tiers run the program instead.
                 self._whole[sig] = None
+                self._whole_declined[sig] = str(e)
             else:
                 result.stats.setdefault("executor", "fast partitioned")
                 result.stats.setdefault("tier", "spmd")
@@ -813,10 +839,10 @@ class FastPartitionedBackend:
         if sig not in self._whole:
             wanted = wants_whole_program(self.whole_program, self.graph, placement)
             why = cannot_swap(self.graph, self.options.device_memory_limit) if wanted else None
-            if why is not None:
-                self._whole_declined[sig] = why
-                wanted = False
-            self._whole[sig] = spmd_plan(self.graph, placement, fetches, list(feeds)) if wanted else None
+            got = spmd_choice(self.graph, placement, fetches, list(feeds)) if wanted and why is None else why
+            if isinstance(got, str):
+                self._whole_declined[sig] = got
+            self._whole[sig] = None if got is None or isinstance(got, str) else got
         return self._whole[sig]
 
     def _run_reference(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -995,26 +1021,4 @@ def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[st
     return None
 
 
-def describe(steps: list[Step], indent: str = "") -> str:
-    """The schedule as indented text: segments with their device, host conds and loops with their
-    steps (for docs and debugging)."""
-    lines = []
-    for s in steps:
-        if isinstance(s, Segment):
-            lines.append(f"{indent}{s.describe()}")
-        elif isinstance(s, HostCond):
-            lines.append(f"{indent}host cond on {s.region.pred.name}")
-            for b in (True, False):
-                lines.append(f"{indent}  branch {b}:")
-                lines.append(describe(s.branches[b], indent + "    "))
-        else:
-            over = ", ".join(parse(d).short for d in s.devices)
-            lines.append(f"{indent}host loop {s.region.frame[-1]!r} over {over}")
-            for part, sub in (("header", s.header), ("body", s.body), ("exit", s.exit_side)):
-                if sub:
-                    lines.append(f"{indent}  {part}:")
-                    lines.append(describe(sub, indent + "    "))
-    return "\n".join(x for x in lines if x)
-
-
-__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap", "describe"]
+__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap"]

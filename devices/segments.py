@@ -28,6 +28,7 @@ from typing import Any, Optional, Union
 
 from turnout.devices.names import parse
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, walk
+from turnout.run_schedule import Step as RunStep
 
 
 @dataclass
@@ -223,3 +224,23 @@ def schedule(program: Program, device_of: dict[int, str], fed: set[int]) -> Sche
     b = _Builder(program, device_of, fed)
     steps = b.scope(program.items)
     return Schedule(steps, b.segments, b.host_loops, b.host_conds, b.compiled_loops)
+
+
+def steps_of(steps: list[Step]) -> tuple[RunStep, ...]:
+    """The per-device steps of a placed program (``devices.segments``: segments, host conds, host
+    loops) as schedule steps."""
+    out: list[RunStep] = []
+    for s in steps:
+        if isinstance(s, Segment):
+            kind = "driven loop" if s.driven else "compiled call"
+            out.append(RunStep(kind, s.describe(), parse(s.device).short))
+        elif isinstance(s, HostCond):
+            branches = tuple(RunStep("staged", f"branch {b}", steps=steps_of(s.branches[b]))
+                             for b in (True, False))
+            out.append(RunStep("host cond", f"predicate {s.region.pred.name}", steps=branches))
+        else:
+            over = ", ".join(parse(d).short for d in s.devices)
+            parts = tuple(RunStep("staged", part, steps=steps_of(sub))
+                          for part, sub in (("header", s.header), ("body", s.body), ("exit", s.exit_side)) if sub)
+            out.append(RunStep("host loop", f"loop {s.region.frame[-1]!r} over {over}", parse(s.home).short, parts))
+    return tuple(out)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -168,6 +168,16 @@ def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: 
     """Why ``spmd_plan`` would decline this program (``None``: it accepts it)."""
     got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     return got if isinstance(got, str) else None
+
+
+def spmd_choice(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
+                stack_capacity: int = 64) -> Union[SpmdPlan, str]:
+    """The SPMD tier's plan, or the reason it declines the program: one analysis gives either, so the
+    partitioned backend can say in a run's statistics why the tier it was asked for did not run."""
+    got = _analyse(graph, placement, list(fetches), list(fed), True)
+    if isinstance(got, str):
+        return got
+    return SpmdPlan(graph, placement, list(fetches), list(fed), got, stack_capacity)
 
 
 def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),

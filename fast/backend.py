@@ -67,6 +67,7 @@ from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
 from turnout.fast.emit import var_key
+from turnout.fast.explain import fallback_schedule, plan_schedule
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import device_oom, iteration_bound, refuse_firing_budget
 from turnout.fast.lane import (
@@ -93,6 +94,7 @@ from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
 from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
+from turnout.run_schedule import RunSchedule
 from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
 
@@ -213,6 +215,25 @@ class FastBackend:
         result.stats.setdefault("route", "general")
         return result
 
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
+                ) -> RunSchedule:
+        """How a run of ``fetches`` with ``feeds``' signature executes (``Session.explain``): the plan
+        the run would take, read by ``fast.explain.plan_schedule``. Planning is what a first run does
+        before it compiles; nothing is compiled or run here."""
+        dsig = self._run_signature(fetches, feeds, variables)
+        if dsig in self._fallback:
+            return fallback_schedule(self._fallback[dsig])
+        self._validate(fetches, feeds)
+        self._static_now = {}
+        try:
+            with jax.enable_x64(True):
+                plan = (call_deep(self._plan, fetches, feeds, variables, self.options.stack_chunk,
+                                  nesting=self._nesting_bound()) if self._nesting_bound() > DEEP_NESTING
+                        else self._plan(fetches, feeds, variables, self.options.stack_chunk))
+        except UnsupportedError as e:
+            return fallback_schedule(str(e))
+        return plan_schedule(plan)
+
     def device_feed(self, value: Any) -> Any:
         """A fed array the session passes to this backend as it is (``Session._check_feed``, for an
         array of exactly its tensor's dtype): a ``jax.Array``, on the device the backend's own arrays
@@ -270,10 +291,7 @@ class FastBackend:
             # make it ill-formed)
             self._validate(fetches, feeds)
             self._checked_version = self.graph.version
-        # ``edits``, not ``version``: nodes appended since (an op fetch's proxy) leave the plan valid
-        dsig = (self.graph.edits, tuple([(t.node.id, t.index) for t in fetches]),
-                tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
-                variable_signature(self.graph, variables))
+        dsig = self._run_signature(fetches, feeds, variables)
         if self._fallback and dsig in self._fallback:
             return self._run_reference(dsig, fetches, feeds, variables, options)
         try:
@@ -316,6 +334,14 @@ class FastBackend:
             warnings.warn(f"{e}; this program runs on the reference interpreter instead (at interpreter speed)",
                           RuntimeWarning, stacklevel=4)
             return self._run_reference(dsig, fetches, feeds, variables, options)
+
+    def _run_signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
+                       ) -> Any:
+        """What a run's plans and fallback are keyed on. ``edits``, not ``version``: nodes appended
+        since (an op fetch's proxy) leave the plan valid."""
+        return (self.graph.edits, tuple([(t.node.id, t.index) for t in fetches]),
+                tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
+                variable_signature(self.graph, variables))
 
     def _run_reference(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                        variables: dict[str, np.ndarray], options: Any) -> Any:

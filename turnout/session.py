@@ -22,6 +22,7 @@ from turnout import shapes as sh
 from turnout.errors import ArgumentError, ExecutionError, FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, fetched_tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
+from turnout.run_schedule import RunSchedule, Step
 from turnout.store import VariableStore
 
 #: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
@@ -246,6 +247,37 @@ class Session:
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
+        flat, tensors, targets, feeds = self._resolve(fetches, feed_dict)
+        # Node targets are run for their effects: fetch a proxy that depends on them.
+        proxies = [_target_proxy(n) for n in targets]
+        result = self._backend_run(tensors + proxies, feeds, opts)
+        self.last_result = result
+        values = iter(result.values[: len(tensors)])
+        out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
+               for f in (fetched_tensor(x) if hasattr(x, "_as_tensor") else x for x in flat)]
+        return nest.pack_as(fetches, out)
+
+    def explain(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None) -> RunSchedule:
+        """How a run of ``fetches`` with ``feed_dict``'s signature would execute on this session's
+        backend, without running it: a ``turnout.run_schedule.RunSchedule`` (print it, or read its
+        steps). Fetches and feeds are checked as ``run`` checks them; the fed values matter only
+        where they decide a shape. Backends that plan nothing (the interpreters) give one step."""
+        if self._closed:
+            raise ExecutionError("this session is closed (Session.close() was called)")
+        if feed_dict is not None and not isinstance(feed_dict, Mapping):
+            raise FeedError(f"feed_dict must be a dict from tensors to values, not {type(feed_dict).__name__}")
+        _, tensors, targets, feeds = self._resolve(fetches, feed_dict)
+        fetched = tensors + [_target_proxy(n) for n in targets]
+        explain = getattr(self.backend, "explain", None)
+        if explain is None:
+            return RunSchedule(self.backend_name, (Step("interpreter", "the graph's ops fire one by one as their "
+                                                                       "inputs arrive"),))
+        return explain(fetched, feeds, self.variables)  # type: ignore[no-any-return]
+
+    def _resolve(self, fetches: Any, feed_dict: Optional[dict[Any, Any]]
+                 ) -> tuple[list[Any], list[Tensor], list[Node], dict[Tensor, Any]]:
+        """The fetches flattened (names resolved), the tensors and op targets among them, and the
+        feeds checked and keyed by tensor: what ``run`` and ``explain`` take from their arguments."""
         flat = [self._named(f) if isinstance(f, str) else f for f in nest.flatten(fetches)]
         tensors: list[Tensor] = []
         targets: list[Node] = []
@@ -275,14 +307,7 @@ class Session:
             if k in feeds and not np.array_equal(feeds[k], checked):
                 raise FeedError(f"{k.name} is fed twice in one feed_dict, with different values")
             feeds[k] = checked
-        # Node targets are run for their effects: fetch a proxy that depends on them.
-        proxies = [_target_proxy(n) for n in targets]
-        result = self._backend_run(tensors + proxies, feeds, opts)
-        self.last_result = result
-        values = iter(result.values[: len(tensors)])
-        out = [None if not isinstance(f, Tensor) and isinstance(f, Node) else next(values)
-               for f in (fetched_tensor(x) if hasattr(x, "_as_tensor") else x for x in flat)]
-        return nest.pack_as(fetches, out)
+        return flat, tensors, targets, feeds
 
     def _named(self, name: str) -> Tensor | Node:
         """A fetch given by name, as TensorFlow takes one: ``'node:index'`` is that tensor, a bare node

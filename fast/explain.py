@@ -1,0 +1,58 @@
+"""``Session.explain`` on the fast backends: the plan a run would take, as a ``RunSchedule``.
+
+Why here and not in the backend: the schedule is a *reading* of the plan (``fast.plan.Plan``) the
+runs themselves use; making it must not compile, run or change what a later run does. So this module
+takes a plan and returns steps, and the backend only finds the plan (``FastBackend.explain``). The
+partitioned backend reads its placed program's segments the same way (``devices.segments.steps_of``).
+"""
+
+from __future__ import annotations
+
+from turnout.fast.plan import Plan, Stage, capacity_ladder
+from turnout.fast.regions import WhileRegion
+from turnout.run_schedule import RunSchedule, Step
+
+
+def fallback_schedule(reason: str) -> RunSchedule:
+    """The schedule of a signature the fast backend runs on the reference interpreter (``reason``:
+    why it cannot be compiled)."""
+    return RunSchedule("fast", (Step("interpreter", f"the reference interpreter (fallback: {reason})"),))
+
+
+def plan_schedule(plan: Plan) -> RunSchedule:
+    """The steps of a run of ``plan`` on the one-device fast backend."""
+    otherwise = (Step("interpreter", "the reference interpreter, if tracing finds an op the compiler refuses"),)
+    o = plan.options
+    if plan.fused is not None:
+        rungs = capacity_ladder(plan.capacity) if o.stack_ladder and not o.precompile_staged else [plan.capacity]
+        fused = Step("compiled call", "the whole program in one call, every loop a lax loop, gradient stacks of "
+                                      f"{' then '.join(str(r) for r in rungs)} entries (the capacity ladder)")
+        staged = Step("staged", "when the stacks outgrow the largest rung: the stages in order",
+                      steps=tuple(_stage(st, plan.capacity) for st in plan.stages))
+        return RunSchedule("fast", (fused,), (staged, *otherwise),
+                           ("a repeated run of this signature calls the rung that held the last run directly "
+                            "(its lane)",))
+    if plan.direct_ok:
+        step = Step("compiled call", "one jitted call: feeds and Variables in, fetches, the error word and live "
+                                     "flags out (Direct)")
+        return RunSchedule("fast", (step,), otherwise, ("a repeated run of this signature is its lane: the same call, "
+                                                        "without the general path's checks",))
+    steps = tuple(_stage(st, plan.capacity) for st in plan.stages)
+    return RunSchedule("fast", steps if len(steps) == 1 else (Step("staged", "the stages in order", steps=steps),),
+                       otherwise)
+
+
+def _stage(st: Stage, capacity: int) -> Step:
+    if st.driven is not None:
+        return Step("driven loop", f"{_loop(st.driven)}: at most {capacity} iterations per call, full stack chunks "
+                                   f"{'swapped to host memory' if st.driven.swap_memory else 'kept on the device'}")
+    loops = sum(1 for it in st.items if isinstance(it, WhileRegion))
+    return Step("compiled call", f"a segment of {len(st.items)} item(s)" + (f", {loops} loop(s)" if loops else ""))
+
+
+def _loop(region: WhileRegion) -> str:
+    return f"loop {region.frame[-1]!r}"
+
+
+
+__all__ = ["fallback_schedule", "plan_schedule"]

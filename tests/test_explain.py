@@ -1,0 +1,139 @@
+"""``Session.explain``: how a run will execute, as a value, on every backend, without running it.
+
+Why tested apart from the routes: the schedule is read from the plan a run takes, so it must name
+the route the run then takes (checked against the run's own statistics), and making it must compile
+nothing and change nothing a later run does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.run_schedule import STEP_KINDS, RunSchedule, Step
+
+pytest.importorskip("jax")
+
+DEVICES = ["cpu:0", "cpu:1", "cpu:2"]
+
+
+def _loop_with_gradient() -> tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, object], dict[str, str]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: [i + 1, tn.tanh(y * x) + y], [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+    req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(g.nodes)}
+    return g, [y, dx], {x: 0.3, n: 5}, req
+
+
+def test_the_reference_interpreter_explains_itself_in_one_step() -> None:
+    g, fetches, feeds, _ = _loop_with_gradient()
+    got = tn.Session(g).explain(fetches, feeds)
+    assert isinstance(got, RunSchedule) and got.kinds() == {"interpreter"}
+    assert "interpreter" in str(got)
+
+
+def test_fast_backend_names_the_fused_attempt_its_ladder_and_the_staged_path() -> None:
+    g, fetches, feeds, _ = _loop_with_gradient()
+    sess = tn.Session(g, backend="fast")
+    got = sess.explain(fetches, feeds)
+    assert sess.backend.compile_count == 0  # planning only: nothing compiled
+    assert [s.kind for s in got.steps] == ["compiled call"] and "128 then 1024" in got.steps[0].what
+    staged = got.otherwise[0]
+    assert staged.kind == "staged"
+    assert [s.kind for s in staged.steps].count("driven loop") == 2  # the forward loop and its gradient
+    sess.run(fetches, feeds)
+    assert sess.last_result.stats["fused"]  # the route the schedule put first
+    assert sess.explain(fetches, feeds) == got  # explaining changes nothing, and neither did the run
+
+
+def test_a_program_without_stacks_is_one_direct_call_and_the_run_takes_it() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        y = tn.reduce_sum(tn.tanh(x))
+    sess = tn.Session(g, backend="fast")
+    got = sess.explain(y, {x: np.ones(3, np.float32)})
+    assert [s.kind for s in got.steps] == ["compiled call"] and "Direct" in got.steps[0].what
+    sess.run(y, {x: np.ones(3, np.float32)})
+    assert sess.last_result.stats["stages"] == 1 and not sess.last_result.stats["fused"]
+
+
+def test_a_program_that_fell_back_is_explained_as_the_interpreter_with_the_reason() -> None:
+    """A loop variable that grows each iteration is refused while tracing, not while planning: before
+    the first run the schedule says the interpreter runs *otherwise*; after it, that it runs, and why."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, x = tn.while_loop(lambda i, x: i < 2, lambda i, x: (i + 1, tn.concat([x, tn.fill(tn.stack([n]), 2.0)], 0)),
+                             [tn.constant(0), tn.zeros([0])], shape_invariants=[[], [None]])
+        y = tn.reduce_sum(x)
+    sess = tn.Session(g, backend="fast")
+    before = sess.explain(y, {n: 3})
+    assert before.steps[0].kind == "compiled call" and before.otherwise[-1].kind == "interpreter"
+    with pytest.warns(RuntimeWarning, match="reference interpreter"):
+        sess.run(y, {n: 3})
+    after = sess.explain(y, {n: 3})
+    assert after.kinds() == {"interpreter"}
+    assert sess.last_result.stats["fallback_reason"] in after.steps[0].what
+
+
+def test_partitioned_fast_backend_explains_each_tier_and_the_run_takes_it() -> None:
+    g, fetches, feeds, req = _loop_with_gradient()
+    never = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="never")
+    got = never.explain(fetches, feeds)
+    assert "host loop" in got.kinds() and {s.device for s in got.walk()} >= {"cpu:0", "cpu:1", "cpu:2"}
+    never.run(fetches, feeds)
+    assert never.last_result.stats["tier"] == "host-driven"
+    spmd = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="always")
+    got = spmd.explain(fetches, feeds)
+    assert got.steps[0].kind == "spmd program" and "host loop" in {s.kind for o in got.otherwise for s in o.walk()}
+    spmd.run(fetches, feeds)
+    assert spmd.last_result.stats["tier"] == "spmd"
+    one = tn.Session(g, backend="fast", devices=["cpu:1"])
+    got = one.explain(fetches, feeds)
+    assert got.steps[0].kind == "one device" and got.steps[0].device == "cpu:1"
+    assert "driven loop" in got.kinds()
+
+
+def test_the_spmd_tier_says_why_it_declined() -> None:
+    """``whole_program="always"`` on a program the SPMD tier refuses: the schedule and the run's
+    statistics both carry the reason, instead of the run silently taking the per-device tiers."""
+    g, fetches, feeds, req = _loop_with_gradient()
+    sess = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="always",
+                      device_memory_limit=1 << 30)
+    got = sess.explain(fetches, feeds)
+    assert any("declined" in n for n in got.notes)
+    sess.run(fetches, feeds)
+    assert "device_memory_limit" in sess.last_result.stats["whole_program_declined"]
+
+
+def test_partitioned_reference_explains_its_partitions() -> None:
+    g, fetches, feeds, req = _loop_with_gradient()
+    got = tn.Session(g, devices=DEVICES, requests=req).explain(fetches, feeds)
+    assert [s.kind for s in got.steps] == ["partition"] * 3
+    assert all("Send" in s.what for s in got.steps)
+
+
+def test_explain_checks_its_arguments_as_run_does() -> None:
+    g, fetches, feeds, _ = _loop_with_gradient()
+    sess = tn.Session(g, backend="fast")
+    with pytest.raises(tn.GraphBuildError):
+        sess.explain([object()], feeds)
+    with pytest.raises(tn.FeedError):
+        sess.explain(fetches, {"nothing:0": 1.0})
+    with pytest.raises(tn.FeedError):
+        sess.explain(fetches, [1, 2])  # type: ignore[arg-type]
+
+
+def test_steps_print_as_an_indented_tree_and_refuse_unknown_kinds() -> None:
+    s = RunSchedule("fast", (Step("staged", "outer", steps=(Step("compiled call", "inner", "cpu:0"),)),),
+                    notes=("n",))
+    assert str(s).splitlines() == ["backend 'fast':", "  staged: outer", "    compiled call [cpu:0]: inner",
+                                   "  note: n"]
+    assert set(STEP_KINDS) >= s.kinds()
+    with pytest.raises(tn.ArgumentError):
+        Step("teleport", "x")
