@@ -217,13 +217,26 @@ def _run_example(name: str, *args: str, cwd: Path = ROOT) -> subprocess.Complete
                           text=True, timeout=600, cwd=cwd)
 
 
+def test_the_examples_checked_here_are_every_example() -> None:
+    """A new example under ``examples/`` gets the checks below: the list is the folder's."""
+    assert sorted(EXAMPLES) == sorted(p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_"))
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_help_lists_the_backends_and_a_typo_is_a_usage_error(name: str) -> None:
-    """``--help`` shows ``--backend {fast,reference}`` (in either order); a mistyped backend is an
-    argparse usage error (exit status 2, the choices named), not a traceback."""
+    """``--help`` shows ``--backend {fast,reference}`` (in either order) and every other option's
+    choices as its source gives them (``--mode {graph,python}``); a mistyped backend is an argparse
+    usage error (exit status 2, the choices named), not a traceback."""
     out = _run_example(name, "--help")
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(r"--backend \{(fast,reference|reference,fast)\}", out.stdout), out.stdout
+    source = (ROOT / "examples" / f"{name}.py").read_text(encoding="utf-8")
+    options = re.findall(r'add_argument\(\s*"(--[\w-]+)",\s*choices=[\[(]([^\])]*)[\])]', source)
+    assert any(flag == "--backend" for flag, _ in options), f"{name}: no --backend option with choices found"
+    for flag, listed in options:
+        names = re.findall(r"""['"]([^'"]+)['"]""", listed)
+        shown = f"{flag} {{{','.join(names)}}}"
+        assert shown in out.stdout, f"{name} --help does not show {shown}:\n{out.stdout}"
     bad = _run_example(name, "--backend", "fsat")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
     assert "invalid choice: 'fsat'" in bad.stderr and "'fast'" in bad.stderr and "'reference'" in bad.stderr
