@@ -243,6 +243,10 @@ class Emitter:
     """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
     ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods."""
 
+    #: whether a chain of nested conds on one decision (``tn.case``) is raised to one ``lax.switch``
+    #: (``run_case_chain``); an emitter that cannot emit the raised form emits the nested conds
+    raise_case_chains = True
+
     def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any,
                  frame_height: int = FRAME_HEIGHT, stop_on_error: bool = False, free_pointers: bool = False) -> None:
         self.program = program
@@ -600,7 +604,7 @@ class Emitter:
             return fn
 
         chain = find_chain(r) if not is_static(p) else [r]
-        preds = speculate(chain, env, self) if len(chain) >= MIN_LEVELS else None
+        preds = speculate(chain, env, self) if len(chain) >= MIN_LEVELS and self.raise_case_chains else None
         if is_static(p):  # (a link of a case chain, its decision fixed: its fillers are filled there)
             merges, vals, lives, self.state = branch(bool(p), fill=id(r) in self.forced)(self.state)
         elif preds is not None:
