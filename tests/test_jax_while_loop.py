@@ -208,6 +208,19 @@ def test_closed_over_arrays_get_their_cotangents() -> None:
     assert_grads_close(jax.jit(jax.grad(f, argnums=(0, 1)))(W, b), jax.grad(g, argnums=(0, 1))(W, b))
 
 
+def test_vmap_of_the_gradient_with_a_trip_count_per_element() -> None:
+    def f(x0: jax.Array, n: jax.Array) -> jax.Array:
+        x, _ = tnj.while_loop(lambda c: c[1] < n, lambda c: (jnp.sin(c[0]) * 1.1, c[1] + 1), (x0, 0),
+                              checkpoints=3)
+        return x
+
+    def masked(x0: jax.Array, n: jax.Array) -> jax.Array:
+        return lax.scan(lambda c, i: (jnp.where(i < n, jnp.sin(c) * 1.1, c), None), x0, jnp.arange(64))[0]
+
+    xs, ns = jnp.array([0.1, 0.5, 1.0, 2.0]), jnp.array([0, 3, 17, 40])
+    assert_grads_close(jax.vmap(jax.grad(f))(xs, ns), jax.vmap(jax.grad(masked))(xs, ns))
+
+
 # ---- the recompute cost is the schedule's --------------------------------------------------------------------
 
 
@@ -285,3 +298,11 @@ def test_the_compiled_split_is_the_pure_one() -> None:
     lengths, slots = (jnp.array(c, jnp.int32) for c in zip(*cases, strict=True))
     got = jax.jit(jax.vmap(tnj._split))(lengths, slots)
     assert [int(m) for m in got] == [cs.split(length, s) for length, s in cases]
+
+
+def test_second_derivatives_are_unsupported_errors() -> None:
+    def f(x: jax.Array) -> jax.Array:
+        return tnj.while_loop(lambda c: c[1] < 5, lambda c: (jnp.sin(c[0]), c[1] + 1), (x, 0), checkpoints=2)[0]
+
+    with pytest.raises(tn.UnsupportedError, match="second and higher derivatives"):
+        jax.grad(jax.grad(f))(0.5)

@@ -32,7 +32,7 @@ import numpy as np
 from jax import lax
 
 from turnout import checkpoint_schedule as schedule
-from turnout.errors import ArgumentError
+from turnout.errors import ArgumentError, UnsupportedError
 
 T = TypeVar("T")
 
@@ -203,23 +203,48 @@ def _thin(slots: int, i: jax.Array, stride: jax.Array, count: jax.Array, buf: An
 
 
 def _loop_bwd(plan: _Plan, res: Any, ct: Any) -> tuple[Any, ...]:
+    """The cotangents of ``_loop``: those of the float leaves come from ``_reverse``; integer and bool
+    leaves, and the predicate's closed-over values, get zeros (``float0`` for integers)."""
+    n, count, buf, pos, cond_consts, body_consts = res
+    ct_leaves, treedef = jax.tree.flatten(ct)
+    state = tuple(jax.ShapeDtypeStruct(b.shape[1:], b.dtype) for b in jax.tree.leaves(buf))
+    rev = _Reversal(plan, treedef, state, tuple(map(_inexact, state)), tuple(map(_inexact, body_consts)))
+    ct_x, ct_p = _reverse(rev, n, count, buf, pos, tuple(body_consts), tuple(_pick(ct_leaves, rev.diff)))
+    return (rev.unflatten(ct_x), tuple(_zero_ct(c) for c in cond_consts),
+            tuple(_fill(ct_p, rev.p_diff, list(body_consts))))
+
+
+_loop.defvjp(_loop_fwd, _loop_bwd)
+
+
+@dataclass(frozen=True)
+class _Reversal:
+    """What the backward loop knows statically: the plan, the state's structure and leaf types, and
+    which leaves of the state (``diff``) and of the body's closed-over values (``p_diff``) are floats."""
+
+    plan: _Plan
+    treedef: Any
+    state: tuple[jax.ShapeDtypeStruct, ...]
+    diff: tuple[bool, ...]
+    p_diff: tuple[bool, ...]
+
+    def unflatten(self, ct_x: Sequence[jax.Array]) -> Any:
+        return self.treedef.unflatten(_fill(ct_x, self.diff, self.state))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _reverse(rev: _Reversal, n: jax.Array, count: jax.Array, buf: Any, pos: jax.Array, body_consts: tuple[Any, ...],
+             ct_x: tuple[jax.Array, ...]) -> tuple[list[jax.Array], list[jax.Array]]:
     """The backward loop: ``checkpoint_schedule.actions`` as a ``lax.while_loop``. Each action recomputes
     ``m`` steps from the top slot, then either pushes the state reached or applies the vector-Jacobian
-    product of the step after it."""
-    n, count, buf, pos, cond_consts, body_consts = res
-    slots = plan.slots
-    ct_leaves, treedef_ = jax.tree.flatten(ct)
-    treedef: Any = treedef_
-    state = [jax.ShapeDtypeStruct(b.shape[1:], b.dtype) for b in jax.tree.leaves(buf)]
-    diff = [_inexact(a) for a in state]
-    p_diff = [_inexact(p) for p in body_consts]
+    product of the step after it. Returns the cotangents of the float leaves of the initial state and
+    of the body's closed-over values."""
+    plan, slots = rev.plan, rev.plan.slots
 
     def vjp_step(x: Any, ct_x: list[jax.Array], ct_p: list[jax.Array]) -> tuple[list[jax.Array], list[jax.Array]]:
-        _, pull = jax.vjp(lambda x, p: plan.body(x, *p), x, tuple(body_consts))
-        full = treedef.unflatten(_fill(ct_x, diff, state))
-        gx, gp = pull(full)
-        gx_d = _pick(jax.tree.leaves(gx), diff)
-        return gx_d, [a + b for a, b in zip(ct_p, _pick(list(gp), p_diff), strict=True)]
+        _, pull = jax.vjp(lambda x, p: plan.body(x, *p), x, body_consts)
+        gx, gp = pull(rev.unflatten(ct_x))
+        return _pick(jax.tree.leaves(gx), rev.diff), [a + b for a, b in zip(ct_p, _pick(gp, rev.p_diff), strict=True)]
 
     def action(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         top, end, buf, pos, ct_x, ct_p = carry
@@ -236,14 +261,18 @@ def _loop_bwd(plan: _Plan, res: Any, ct: Any) -> tuple[Any, ...]:
         top = jnp.where(push, top + 1, jnp.where(end == start, top - 1, top))
         return top, end, buf, pos, ct_x, ct_p
 
-    ct_x0 = _pick(ct_leaves, diff)
-    ct_p0 = [jnp.zeros_like(p) for p in _pick(list(body_consts), p_diff)]
-    *_, ct_x, ct_p = lax.while_loop(lambda c: c[1] > 0, action, (count - 1, n, buf, pos, ct_x0, ct_p0))
-    return (treedef.unflatten(_fill(ct_x, diff, state)), tuple(_zero_ct(c) for c in cond_consts),
-            tuple(_fill(ct_p, p_diff, list(body_consts))))
+    ct_p0 = [jnp.zeros_like(p) for p in _pick(body_consts, rev.p_diff)]
+    *_, ct_x_out, ct_p = lax.while_loop(lambda c: c[1] > 0, action, (count - 1, n, buf, pos, list(ct_x), ct_p0))
+    return ct_x_out, ct_p
 
 
-_loop.defvjp(_loop_fwd, _loop_bwd)
+@_reverse.defjvp
+def _reverse_jvp(rev: _Reversal, primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
+    """Why refuse: the backward loop is itself a loop of unknown length, which would need a schedule of
+    its own to be differentiated again."""
+    raise UnsupportedError("turnout.jax.while_loop: second and higher derivatives (a gradient of its gradient, "
+                           "a Hessian) are not supported; differentiate it once, or use lax.scan with a fixed "
+                           "trip count for higher orders")
 
 
 def _split(length: jax.Array, slots: jax.Array) -> jax.Array:
