@@ -240,6 +240,24 @@ def test_body_calls_equal_what_the_schedule_reports(n: int, slots: int) -> None:
     assert len(calls) == cs.cost(n, slots).body_calls
 
 
+@pytest.mark.parametrize("budget_kib", [64, 1024])
+def test_the_compiled_gradient_holds_the_budget_once(budget_kib: int) -> None:
+    # XLA's own accounting of the gradient's temporaries: the checkpoint buffers once (thinning moves
+    # states in place; a gather held a second buffer), plus a few working states, at any trip count
+    x0 = jnp.ones(256)  # 1 KiB states: the budget dwarfs the working values
+
+    def f(x0: jax.Array, w: jax.Array, n: jax.Array) -> jax.Array:
+        x, _ = tnj.while_loop(lambda c: c[1] < n, lambda c: (jnp.tanh(c[0] * w), c[1] + 1), (x0, jnp.int32(0)),
+                              memory_budget=budget_kib * 1024)
+        return jnp.sum(x)
+
+    analysis = jax.jit(jax.grad(f, argnums=(0, 1))).lower(x0, jnp.float32(0.5), jnp.int32(5)).compile()
+    memory = analysis.memory_analysis()
+    if memory is None:
+        pytest.skip("this platform does not report memory")
+    assert memory.temp_size_in_bytes <= budget_kib * 1024 + 16 * 1024
+
+
 # ---- property: random trip counts and budgets -------------------------------------------------------------
 
 #: few examples in the default (ci) profile, where each one runs a compiled gradient; all under dev/nightly

@@ -187,17 +187,24 @@ def _loop_fwd(plan: _Plan, x0: Any, cond_consts: tuple[Any, ...], body_consts: t
 
 def _thin(slots: int, i: jax.Array, stride: jax.Array, count: jax.Array, buf: Any, pos: jax.Array) -> tuple[Any, ...]:
     """Drop every other kept state and double the stride while state ``i`` is due and the slots are full
-    (``checkpoint_schedule.capacity``). Runs zero times on almost every step."""
-    every_other = np.minimum(2 * np.arange(slots), slots - 1)
+    (``checkpoint_schedule.capacity``). Runs zero times on almost every step. The kept states move down
+    one by one (slot ``k`` takes slot ``2k``), in place: a gather would hold a second buffer for a moment
+    and double the peak bytes of the budget."""
 
     def full(c: tuple[Any, ...]) -> jax.Array:
         stride, count = c[0], c[1]
         capacity = slots if slots == 1 else jnp.where(stride == 1, slots, slots - 1)
         return (i % stride == 0) & (count >= capacity)
 
+    def move(k: jax.Array, c: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
+        buf, pos = c
+        return jax.tree.map(lambda b: b.at[k].set(b[2 * k]), buf), pos.at[k].set(pos[2 * k])
+
     def halve(c: tuple[Any, ...]) -> tuple[Any, ...]:
         stride, count, buf, pos = c
-        return stride * 2, (count + 1) // 2, jax.tree.map(lambda b: b[every_other], buf), pos[every_other]
+        kept = (count + 1) // 2
+        buf, pos = lax.fori_loop(1, kept, move, (buf, pos))
+        return stride * 2, kept, buf, pos
 
     return lax.while_loop(full, halve, (stride, count, buf, pos))
 
