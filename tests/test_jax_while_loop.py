@@ -78,7 +78,7 @@ def scan_grad(n: int) -> Any:
 
 def assert_grads_close(got: Any, want: Any) -> None:
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)  # float32 over 1000 steps
 
 
 # ---- gradients equal JAX's ------------------------------------------------------------------------------
