@@ -75,6 +75,14 @@ def test_sqrt_checkpoints_cost_about_one_extra_forward_pass(n: int) -> None:
     assert 0.5 <= c.overhead <= 1.3, c
 
 
+@pytest.mark.parametrize("n", [300, 1_000, 10_000])
+def test_the_online_schedule_is_within_a_quarter_of_the_offline_optimum(n: int) -> None:
+    # the offline optimum runs its first sweep as the forward loop: its extra steps are those beyond n
+    for slots in (math.isqrt(2 * n), 16):
+        optimum = cs.cost(n, slots, kept=[0]).recomputed - n
+        assert optimum <= cs.cost(n, slots).recomputed <= 1.25 * optimum, (n, slots)
+
+
 @pytest.mark.parametrize("n", [1_000, 10_000, 100_000])
 def test_log_checkpoints_cost_order_n_log_n(n: int) -> None:
     slots = math.ceil(math.log2(n))

@@ -163,6 +163,10 @@ def test_loop_until_a_value_exceeds_a_threshold(slots: int) -> None:
     got = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(x0, a, jnp.float32(1000.0))
     want = jax.jit(jax.grad(reference, argnums=(0, 1, 2)))(x0, a, jnp.float32(1000.0))
     assert_grads_close(got, want)
+    # and lax.scan at the trip count the loop computed
+    at_trips = jax.grad(lambda x0, a: jnp.sum(lax.scan(lambda c, _: (body(c), None), (x0, a), None,
+                                                       length=trips)[0][0] ** 2), argnums=(0, 1))(x0, a)
+    assert_grads_close(got[:2], at_trips)
     assert float(got[2]) == 0.0  # the threshold only steers: no cotangent flows through a predicate
 
 
