@@ -674,6 +674,7 @@ class FastBackend:
                 return got
             if p is not plan:
                 self._stack_bufs.pop(id(p), None)
+                stk.return_freed_memory(self._home_device().platform)
         return None
 
     def _ladder(self, plan: Plan) -> list[int]:

@@ -180,3 +180,12 @@ def test_precompile_staged_keeps_one_rung() -> None:
     compiles = sess.backend.compile_count
     sess.run([y, dx], {x: 1.001, n: 900})
     assert sess.backend.compile_count == compiles
+
+
+def test_freed_stack_memory_goes_back_where_the_platform_allows() -> None:
+    """``return_freed_memory`` (called when a climb drops a rung's buffers) trims glibc's heaps on
+    the CPU and does nothing elsewhere; without glibc it does nothing either."""
+    from turnout.fast import stacks as stk
+
+    stk.return_freed_memory("cpu")
+    stk.return_freed_memory("gpu")
