@@ -13,14 +13,14 @@ same figures for an idle process that imported JAX and built the model (what eve
 pays before its first step). Configurations: ``ladder`` (the default), ``coarse``
 (``stack_rung_ratio=8``: the ladder before issue 37, 128 then 1024), ``one_rung``
 (``stack_ladder=False``: every run at ``stack_chunk``) and ``jax`` (the baseline of
-``benchmarks/lstm.py``).
+``benchmarks/lstm.py``); ``--configs`` may also name ``fine`` (``stack_rung_ratio=1.2``).
 
 Repeated-run speed (``speed``, one more process per length): the default ladder and the coarse one
 in one process, their steps interleaved (``common.timed_pair``), after a first run of each; the ratio
 says whether the tighter rung costs speed.
 
 Usage: ``python -m benchmarks.stack_memory [--quick] [--lengths 100 200 500 1000] [--repeat 5]
-[--no-speed]``; writes ``benchmarks/results/stack_memory.json`` and ``.md`` (untracked).
+[--no-speed] [--configs ladder jax ...]``; writes ``benchmarks/results/stack_memory.json`` and ``.md`` (untracked).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMORY_CONFIGS = ("baseline", "ladder", "coarse", "one_rung", "jax")
 #: the fast backend's options per configuration
 OPTIONS: dict[str, dict[str, Any]] = {"ladder": {}, "coarse": {"stack_rung_ratio": 8},
-                                      "one_rung": {"stack_ladder": False}}
+                                      "one_rung": {"stack_ladder": False}, "fine": {"stack_rung_ratio": 1.2}}
+#: every configuration ``--configs`` may name: the default ones, and ``fine`` (a ladder of ratio 1.2)
+CHOICES = MEMORY_CONFIGS + ("fine",)
 MIB = 2**20
 
 
@@ -125,10 +127,10 @@ def _speed(m: dict[str, Any], xs: Any, T: int, repeat: int) -> dict[str, Any]:
             "capacity": [s.last_result.stats["stack_capacity"] for s in (new, old)]}
 
 
-def measure(T: int, batch: int, hidden: int, repeat: int, speed: bool) -> dict[str, Any]:
-    """Every configuration at length ``T``, each in its own process."""
+def measure(T: int, batch: int, hidden: int, repeat: int, configs: tuple[str, ...]) -> dict[str, Any]:
+    """The ``configs`` at length ``T``, each in its own process."""
     row: dict[str, Any] = {"T": T}
-    for config in MEMORY_CONFIGS + (("speed",) if speed else ()):
+    for config in configs:
         cmd = [sys.executable, "-m", "benchmarks.stack_memory", "--child", config, str(T), str(batch), str(hidden),
                str(repeat)]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
@@ -148,6 +150,11 @@ def table(rows: list[dict[str, Any]], batch: int, hidden: int) -> list[str]:
              "| JAX peak (MiB) | ladder / JAX | coarse / JAX | first step ladder / coarse (s) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if not all(c in r for c in MEMORY_CONFIGS):  # some configurations only: their peaks (MiB) / rungs
+            cells = [f"{c}: {r[c]['peak_rss'] / MIB:.0f}" + (f" / {r[c]['stack_capacity']}" if c in OPTIONS else "")
+                     for c in CHOICES if c in r]
+            lines.append(f"| {r['T']} | " + " | ".join(cells) + " |")
+            continue
         lad, co, jx = r["ladder"], r["coarse"], r["jax"]
         lines.append(
             f"| {r['T']} | {r['baseline']['peak_rss'] / MIB:.0f} | {_fast_cell(lad)} | {_fast_cell(co)} | "
@@ -173,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lengths", type=int, nargs="*", default=[100, 200, 500, 1000])
     ap.add_argument("--repeat", type=int, default=5, help="interleaved samples per side of the speed comparison")
     ap.add_argument("--no-speed", action="store_true", help="memory only")
+    ap.add_argument("--configs", nargs="*", choices=CHOICES, default=list(MEMORY_CONFIGS),
+                    help="the memory configurations to run (the table needs baseline, ladder, coarse, one_rung, jax)")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -180,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(child(config, int(T), int(batch), int(hidden), int(repeat))))
         return
     batch, hidden = (16, 32) if args.quick else (64, 256)
-    rows = [measure(T, batch, hidden, args.repeat, not args.no_speed) for T in args.lengths]
+    configs = tuple(args.configs) + (() if args.no_speed else ("speed",))
+    rows = [measure(T, batch, hidden, args.repeat, configs) for T in args.lengths]
     from benchmarks.common import write_report
 
     write_report("stack_memory", {"batch": batch, "hidden": hidden, "rows": rows}, table(rows, batch, hidden))

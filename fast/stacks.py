@@ -144,9 +144,11 @@ def return_freed_memory(platform: str) -> None:
     rung allocates its own (``FastBackend._run_fused_sized``). glibc keeps freed blocks of up to
     32 MiB in its heaps (its threshold for mapping a block on its own rises to the largest block
     freed), and the next rung's blocks, twice as large, do not fit them: the process then held both
-    rungs. For the benchmark LSTM at T = 200 the climb from 128 to 256 entries raised the peak
-    resident memory by 100 MiB (590 against 485 MiB starting at 256). ``malloc_trim`` returns the free
-    pages; it walks the heaps once, and runs only when a run climbs a rung."""
+    rungs' buffers. ``malloc_trim`` returns the free pages; it walks the heaps once, and runs only
+    when a run climbs a rung. For the benchmark LSTM at T = 200 (a climb from 128 to 256 entries) the
+    process held 392 MiB after the discarded attempt and 268 MiB after the trim, and peaked at 570
+    against 597 MiB without it; a run starting at 256 peaks at about 485 MiB, the difference being
+    mostly the discarded rung's compilation, which stays (2026-12-02, one process each)."""
     trim = _malloc_trim() if platform == "cpu" else None
     if trim is not None:
         trim(0)
