@@ -66,12 +66,14 @@ class FastOptions:
     stacks runs at the smallest capacity of its ladder (``fast.plan.capacity_ladder``) that held the
     last run, so the stacks a run uses, and the backend keeps, are sized to the runs' loops, at the
     price of one compilation per rung climbed; False: always ``stack_chunk`` entries.
-    ``stack_first_rung`` (default 128) and ``stack_rung_ratio`` (default 2): the ladder's rungs are
-    ``stack_first_rung * stack_rung_ratio**k`` entries below ``stack_chunk``, then ``stack_chunk``
-    itself (128, 256, 512, 1024 by default): a run's buffers hold at most ``stack_rung_ratio`` times
-    the entries it pushes (or ``stack_first_rung``), and a plan compiles at most one fused program per
-    rung, ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` in all (4 by
-    default). A finer ratio sizes buffers more tightly for more compilations.
+    ``stack_first_rung`` (default 128) and ``stack_rung_ratio`` (default 2, at least 1.1): the
+    ladder's rungs are ``stack_first_rung`` entries, then each ``stack_rung_ratio`` times the last
+    (rounded up) while under ``stack_chunk``, then ``stack_chunk`` itself (128, 256, 512, 1024 by
+    default). A run climbs to the first rung that holds it, so its buffers hold about
+    ``stack_rung_ratio`` times the entries it pushes at most (or ``stack_first_rung``; the ladder does
+    not descend for a shorter run after it), and a plan compiles at most one fused program per rung,
+    ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` in all (4 by default). A
+    finer ratio sizes buffers more tightly for more compilations.
 
     Tuning (the defaults are measured; a test or an experiment changes them here):
     ``inside_stack_bytes``: a static gradient stack whose value buffer at the plan's capacity is at
@@ -105,6 +107,7 @@ class FastOptions:
         if not _positive_int(self.stack_first_rung):
             raise ArgumentError(f"FastOptions.stack_first_rung must be a positive int, got {self.stack_first_rung!r}")
         ratio = self.stack_rung_ratio
+        # at least 1.1: a ratio near 1 would make a rung, and a compilation, every few entries
         if not isinstance(ratio, (int, float, np.integer, np.floating)) or isinstance(ratio, bool) or not ratio >= 1.1:
             raise ArgumentError(f"FastOptions.stack_rung_ratio must be a number >= 1.1, got {ratio!r}")
         if self.device_memory_limit is not None and not _positive_int(self.device_memory_limit):
