@@ -11,7 +11,8 @@ the plan that shortens the route through the same model:
 
 - ``Plan.fused``: a plan with driven loops also has its whole root frame as ONE stage, every loop a
   plain ``lax`` loop. ``_execute`` attempts it first (``[plan.fused]``, ``attempt=True``), on a
-  ladder of stack capacities (``_run_fused_sized``: 128 entries, then ``stack_chunk``); an attempt
+  ladder of stack capacities (``_run_fused_sized``: 128, 256, 512 entries, then ``stack_chunk``, by
+  default; ``FastOptions.stack_first_rung`` and ``stack_rung_ratio`` set the rungs); an attempt
   that outgrows its stacks stops (the error word's ``overflow``), is discarded and the stages run.
   Why: the stages cost a few jitted calls and Python driving per run (2 to 3 ms for a small LSTM
   step), which dominates small models. A run right after one that swapped chunks skips the attempt.
@@ -168,6 +169,25 @@ class FastBackend:
         copies of Variables."""
         stacks = sum(stk.stack_nbytes(v) for bufs in self._stack_bufs.values() for v in bufs.values())
         return stacks + sum(int(dev.nbytes) for _, dev in self._dev_vars.values())
+
+    def stack_buffers(self) -> list[dict[str, Any]]:
+        """The gradient stack buffers this backend keeps between runs, per plan (rung) holding them:
+        ``capacity`` (entries per stack), ``ladder`` (the capacities of the ladder that rung belongs
+        to, ``capacity_ladder``; None for a plan not run on one) and ``stacks`` (stack key -> bytes
+        kept: the value buffer, and after a staged run its index record). ``held_bytes`` counts them.
+
+        Why: how stacks are sized is a policy (``FastOptions.stack_ladder``, ``stack_first_rung``,
+        ``stack_rung_ratio``) whose effect a user, a test or a benchmark checks from the backend's own
+        accounting, not from the process's memory."""
+        plans = {id(p): p for p in self._plans.values()}
+        tops = {id(r): top for top in self._plans.values() for r in top.rungs.values()}
+        out = []
+        for pid, bufs in self._stack_bufs.items():
+            plan, top = plans.get(pid), tops.get(pid)
+            out.append({"capacity": None if plan is None else plan.capacity,
+                        "ladder": None if top is None or top.ladder is None else list(top.ladder),
+                        "stacks": {k: stk.stack_nbytes(v) for k, v in bufs.items()}})
+        return out
 
     def memory_records(self) -> list[dict[str, Any]]:
         """Per loop and device, the gradient stack memory of the last run: ``loop``, ``device``,
@@ -651,47 +671,59 @@ class FastBackend:
     def _run_fused_sized(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:
         """The fused attempt with stack buffers sized to what the runs use: ``plan``'s own capacity
-        (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``), each a plan of
-        its own, compiled by the first run that needs it. A run starts at the rung that held the last
-        run and climbs when a stack overflows; only an overflow of the top rung goes to the staged
-        path. ``None``: the staged path must run.
+        (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``: 128, 256, 512,
+        1024 by default), each a plan of its own, made and compiled by the first run that needs it. A
+        run starts at the rung that held the last run and climbs when a stack overflows; only an
+        overflow of the top rung goes to the staged path. ``None``: the staged path must run.
 
         Why: a fused program's stacks have the capacity it was compiled for, and the backend keeps
         them between runs. At ``stack_chunk`` (1024) every run of the benchmark LSTM held 640 MiB of
-        stacks (a peak of 1.0 GiB at T = 100, against 450 MiB for JAX); on the lower rung (128) a run
-        of 100 iterations holds an eighth of that. The price is one compilation per rung climbed, at
-        most once per rung in a plan's life: a trip count in a rung already compiled never compiles.
+        stacks (a peak of 1.0 GiB at T = 100, against 450 MiB for JAX); on a ladder whose rungs grow by
+        ``stack_rung_ratio`` a run holds at most that ratio times the entries it pushes. The price is
+        one compilation per rung climbed, at most once per rung in a plan's life: a trip count in a
+        rung already compiled never compiles. Only the rung that ran keeps buffers.
         """
-        ladder = plan.rungs if plan.rungs is not None else self._ladder(plan, fetches, feeds, variables)
-        start = ladder.index(plan.rung) if plan.rung in ladder else 0
-        for p in ladder[start:]:
+        caps = plan.ladder if plan.ladder is not None else self._ladder(plan)
+        start = caps.index(plan.rung.capacity) if plan.rung is not None else 0
+        for c in caps[start:]:
+            p = self._rung(plan, c, fetches, feeds, variables)
             if p.fused is None:
                 continue
             got = self._run_fused(p, fetches, feeds, variables, max_iter)
             if got is not None:
                 plan.rung = p
                 self._last_fused = (plan, p)
-                for other in ladder:  # only the rung that ran keeps its buffers
+                for other in plan.rungs.values():  # only the rung that ran keeps its buffers
                     if other is not p:
                         self._stack_bufs.pop(id(other), None)
+                got[1]["stack_ladder"] = list(caps)
                 return got
             if p is not plan:
                 self._stack_bufs.pop(id(p), None)
+                stk.return_freed_memory(self._home_device().platform)
         return None
 
-    def _ladder(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                variables: dict[str, np.ndarray]) -> list[Plan]:
-        """``plan`` and its lower rungs (plans of the same program at ``capacity_ladder`` capacities),
-        smallest first. With ``stack_ladder=False`` there is one rung; with ``precompile_staged`` too:
-        that option promises that no run after the first compiles, which climbing would break; a plan
-        retried at twice the chunk (a nested loop's stack outgrew it on the staged path) has one too."""
-        lower = capacity_ladder(plan.capacity)
-        # a plan of another capacity than stack_chunk (a nested stack's retry) has no ladder either
+    def _ladder(self, plan: Plan) -> list[int]:
+        """The capacities of ``plan``'s rungs (``capacity_ladder`` with the options' first rung and
+        ratio), smallest first, ending with its own. With ``stack_ladder=False`` there is one rung; with
+        ``precompile_staged`` too: that option promises that no run after the first compiles, which
+        climbing would break; a plan retried at twice the chunk (a nested loop's stack outgrew it on
+        the staged path) has one too."""
         o = self.options
         one = o.precompile_staged or not o.stack_ladder or plan.capacity != o.stack_chunk
-        caps = [plan.capacity] if one else lower
-        plan.rungs = [plan if c == plan.capacity else self._plan(fetches, feeds, variables, c) for c in caps]
-        return plan.rungs
+        plan.ladder = [plan.capacity] if one else capacity_ladder(plan.capacity, o.stack_first_rung,
+                                                                  o.stack_rung_ratio)
+        return plan.ladder
+
+    def _rung(self, plan: Plan, capacity: int, fetches: list[Tensor], feeds: dict[Tensor, Any],
+              variables: dict[str, np.ndarray]) -> Plan:
+        """The plan of ``plan``'s rung at ``capacity`` (``plan`` itself at its own), made by the first
+        run that reaches it: a run that fits the first rung never raises the program for the others."""
+        p = plan.rungs.get(capacity)
+        if p is None:
+            p = plan.rungs[capacity] = plan if capacity == plan.capacity else self._plan(fetches, feeds, variables,
+                                                                                         capacity)
+        return p
 
     def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                    variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:

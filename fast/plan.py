@@ -10,8 +10,8 @@ loop that pushes or pops gradient stacks, compiled to run at most a chunk of ite
   ``Plan.direct_fn`` with flat tuples in and out (``Direct``): one jitted call per run;
 - ``Plan.fused``: a plan with driven loops also has the whole root frame as one compiled stage, every
   loop a plain ``lax`` loop, which a run attempts first (on a ladder of stack capacities,
-  ``capacity_ladder``); it cannot swap stack chunks, so an attempt that outgrows its stacks is
-  discarded and the stages run instead.
+  ``capacity_ladder``, whose rungs ``FastOptions`` sets); it cannot swap stack chunks, so an attempt
+  that outgrows its stacks is discarded and the stages run instead.
 
 Each compiled function is built here from the same ``Emitter`` (``fast.emit``) and compiled lazily,
 by the first run that needs it; ``Plan.emitter`` counts traces in the backend's ``compile_count``.
@@ -244,9 +244,11 @@ class Plan:
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
         self.fused_warm = False  # the fused stage has run once
-        # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): the plans of the
-        # same program at lower capacities, this one last, and the rung that held the last run
-        self.rungs: Optional[list[Plan]] = None
+        # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): its capacities,
+        # smallest first, this plan's last; the plans of the rungs reached so far, by capacity; and
+        # the rung that held the last run
+        self.ladder: Optional[list[int]] = None
+        self.rungs: dict[int, Plan] = {}
         self.rung: Optional[Plan] = None
         # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
         # it skips the fused attempt (a loop of a million iterations would not fit either time)
@@ -693,19 +695,22 @@ def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
     return out
 
 
-#: the smallest capacity of a lower rung of the fused attempt's ladder, and the ratio between rungs
-MIN_RUNG = 128
-RUNG_RATIO = 8
-
-
-def capacity_ladder(top: int) -> list[int]:
+def capacity_ladder(top: int, first: int = 128, ratio: float = 2) -> list[int]:
     """The stack capacities a fused attempt may run at, smallest first, ending with ``top`` (the
-    backend's ``stack_chunk``): ``top / 8**k`` while that is at least ``MIN_RUNG``. The default chunk
-    (1024) gives 128 and 1024; a chunk under 1024 gives itself alone."""
-    caps = [top]
-    while caps[0] % RUNG_RATIO == 0 and caps[0] // RUNG_RATIO >= MIN_RUNG:
-        caps.insert(0, caps[0] // RUNG_RATIO)
-    return caps
+    backend's ``stack_chunk``): ``first``, then each rung ``ratio`` times the last (rounded up), while
+    under ``top`` (``FastOptions.stack_first_rung`` and ``stack_rung_ratio``). The default chunk
+    (1024) gives 128, 256, 512 and 1024; a chunk of at most ``first`` gives itself alone.
+
+    Why geometric from a small first rung: a run holds the buffers of the first rung that fits it, so
+    its stacks hold at most ``ratio`` times the entries it pushes (or ``first``), and a plan compiles
+    at most ``len(capacity_ladder(...))`` fused programs, one per rung climbed, whatever its trip
+    counts: ``1 + ceil(log(top / first) / log(ratio))``."""
+    caps: list[int] = []
+    c = first
+    while c < top:
+        caps.append(c)
+        c = max(c + 1, math.ceil(c * ratio))
+    return [*caps, top]
 
 
 def stack_source_var(n: Node) -> Optional[str]:

@@ -11,6 +11,8 @@ The numbers asserted are the executor's own accounting (``RunResult.stats``).
 
 from __future__ import annotations
 
+import math
+
 import graphs
 import numpy as np
 import pytest
@@ -79,46 +81,93 @@ def test_stack_buffers_held_between_runs_can_be_freed() -> None:
 def test_the_capacity_ladder_of_a_chunk() -> None:
     from turnout.fast.plan import capacity_ladder
 
-    assert capacity_ladder(1024) == [128, 1024]
-    assert capacity_ladder(8192) == [128, 1024, 8192]
-    assert capacity_ladder(4096) == [512, 4096]
-    assert capacity_ladder(1000) == [1000]  # not a multiple of the ratio: one rung
-    assert capacity_ladder(64) == [64]
+    assert capacity_ladder(1024) == [128, 256, 512, 1024]
+    assert capacity_ladder(8192) == [128, 256, 512, 1024, 2048, 4096, 8192]
+    assert capacity_ladder(1000) == [128, 256, 512, 1000]  # the top is the chunk, whatever it is
+    assert capacity_ladder(128) == [128] and capacity_ladder(64) == [64]
+    assert capacity_ladder(1024, first=128, ratio=8) == [128, 1024]  # the ladder before issue 37
+    assert capacity_ladder(1024, first=100, ratio=1.5) == [100, 150, 225, 338, 507, 761, 1024]
+    assert capacity_ladder(20, first=2, ratio=1.1) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 20]
+    # the bound on compilations the options document: 1 + ceil(log(top / first) / log(ratio)) rungs
+    for top, first, ratio in ((1024, 128, 2.0), (8192, 128, 2.0), (1000, 128, 2.0), (1024, 100, 1.5), (5000, 7, 1.3)):
+        assert len(capacity_ladder(top, first, ratio)) <= 1 + math.ceil(math.log(top / first) / math.log(ratio))
+
+
+def _entry_bytes(sess: tn.Session) -> int:
+    """The bytes per entry of the stacks a session keeps, from the backend's own report."""
+    (held,) = sess.backend.stack_buffers()
+    return sum(held["stacks"].values()) // held["capacity"]
 
 
 def test_stack_buffers_are_sized_to_the_runs_that_use_them() -> None:
     """With the default ``stack_chunk`` (1024), a loop of 50 iterations runs and keeps its stacks at
-    the lower rung (128 entries); a run of 500 climbs to 1024 (one more compilation), and later runs of
-    either length compile nothing. Every rung gives the reference backend's values."""
+    the first rung (128 entries); a run of 200 climbs to 256, one of 500 to 512 (one compilation per
+    rung climbed), and later runs of any length up to 512 compile nothing. Every rung gives the
+    reference backend's values, and the backend keeps the buffers of one rung: capacity times the
+    bytes of an entry."""
     g, x, n, y, dx = graphs.power_loop()
     sess = tn.Session(g, backend="fast", inside_stack_bytes=0)  # every stack kept, however small
     ref = tn.Session(g, backend="reference")
-    stacks = sum(1 for node in g.nodes if node.op == "StackNew")
-    # a float64 value: the index records (int32 per entry) exist only within each fused call
-    per_entry = 8
 
     def run(trips: int) -> None:
         feed = {x: 1.001, n: trips}
         np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
         assert sess.last_result.stats["fused"] is True
+        assert sess.last_result.stats["stack_ladder"] == [128, 256, 512, 1024]
 
     run(50)
     assert sess.last_result.stats["stack_capacity"] == 128
-    small = sess.backend.held_bytes()
-    assert stacks * 128 * per_entry <= small < stacks * 1024 * per_entry
+    entry = _entry_bytes(sess)
+    assert entry >= 8  # at least one stack of float64 values (no index record is kept by the fused stage)
+    assert sess.backend.stack_buffers() == [{"capacity": 128, "ladder": [128, 256, 512, 1024],
+                                             "stacks": sess.backend.stack_buffers()[0]["stacks"]}]
+    assert sess.backend.held_bytes() == 128 * entry
     compiles = sess.backend.compile_count
     run(100)
     assert sess.backend.compile_count == compiles  # a trip count on a compiled rung
-    run(500)
-    assert sess.last_result.stats["stack_capacity"] == 1024
-    assert sess.backend.compile_count == compiles + 1  # the top rung, once
-    assert sess.backend.held_bytes() >= stacks * 1024 * per_entry  # the lower rung's buffers are gone
-    assert sess.backend.held_bytes() < stacks * 1024 * per_entry + small
-    compiles = sess.backend.compile_count
+    for trips, rung, climbed in ((200, 256, 1), (500, 512, 1), (129, 512, 0)):
+        run(trips)
+        assert sess.last_result.stats["stack_capacity"] == rung
+        assert sess.backend.compile_count == compiles + climbed  # one compilation per rung climbed
+        compiles = sess.backend.compile_count
+        (held,) = sess.backend.stack_buffers()  # the lower rungs' buffers are gone
+        assert held["capacity"] == rung and sess.backend.held_bytes() == rung * entry
     run(50)
-    run(700)
     assert sess.backend.compile_count == compiles
-    assert sess.last_result.stats["stack_capacity"] == 1024  # the ladder climbs; it does not descend
+    assert sess.last_result.stats["stack_capacity"] == 512  # the ladder climbs; it does not descend
+
+
+def test_every_rung_of_a_fine_ladder_gives_the_same_values() -> None:
+    """A ladder of ratio 1.5 from 16 entries: each trip count runs on the first rung that holds it
+    (climbed one rung at a time by a run that starts below), with the reference's values."""
+    g, x, n, y, dx = graphs.power_loop()
+    ref = tn.Session(g, backend="reference")
+    ladder = [16, 24, 36, 54, 81, 100]
+    for trips, rung in ((10, 16), (17, 24), (30, 36), (54, 54), (55, 81), (99, 100)):
+        sess = tn.Session(g, backend="fast", stack_chunk=100, stack_first_rung=16, stack_rung_ratio=1.5,
+                          inside_stack_bytes=0)
+        feed = {x: 0.999, n: trips}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+        stats = sess.last_result.stats
+        assert stats["fused"] and stats["stack_capacity"] == rung and stats["stack_ladder"] == ladder
+        assert [b["capacity"] for b in sess.backend.stack_buffers()] == [rung]
+        assert sess.backend.held_bytes() == rung * _entry_bytes(sess)
+    # past the top rung: the staged path, at the chunk, as without a ladder
+    sess = tn.Session(g, backend="fast", stack_chunk=100, stack_first_rung=16, stack_rung_ratio=1.5)
+    feed = {x: 0.999, n: 150}
+    np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+    assert sess.last_result.stats["fused"] is False and sess.last_result.stats["stack_capacity"] == 100
+
+
+def test_one_rung_options_keep_the_chunk() -> None:
+    """``stack_ladder=False``, and a first rung at the chunk, run every attempt at ``stack_chunk``."""
+    g, x, n, y, dx = graphs.power_loop()
+    for opts in ({"stack_ladder": False}, {"stack_first_rung": 1024}):
+        sess = tn.Session(g, backend="fast", inside_stack_bytes=0, **opts)
+        np.testing.assert_allclose(sess.run([y, dx], {x: 1.5, n: 5}), [1.5**5, 5 * 1.5**4])
+        assert sess.last_result.stats["stack_capacity"] == 1024
+        assert sess.last_result.stats["stack_ladder"] == [1024]
+        assert [b["capacity"] for b in sess.backend.stack_buffers()] == [1024]
 
 
 def test_precompile_staged_keeps_one_rung() -> None:
@@ -131,3 +180,12 @@ def test_precompile_staged_keeps_one_rung() -> None:
     compiles = sess.backend.compile_count
     sess.run([y, dx], {x: 1.001, n: 900})
     assert sess.backend.compile_count == compiles
+
+
+def test_freed_stack_memory_goes_back_where_the_platform_allows() -> None:
+    """``return_freed_memory`` (called when a climb drops a rung's buffers) trims glibc's heaps on
+    the CPU and does nothing elsewhere; without glibc it does nothing either."""
+    from turnout.fast import stacks as stk
+
+    stk.return_freed_memory("cpu")
+    stk.return_freed_memory("gpu")

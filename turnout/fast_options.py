@@ -30,6 +30,12 @@ GPU_COMMAND_BUFFERS = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONA
 #: until it is measured there every stack is passed and kept.
 INSIDE_STACK_BYTES: Mapping[str, int] = MappingProxyType({"cpu": 32 * 1024})
 
+#: the defaults of ``FastOptions.stack_first_rung`` and ``FastOptions.stack_rung_ratio``: the capacity
+#: ladder of the default chunk (1024) is 128, 256, 512, 1024 entries, so a run of the benchmark LSTM at
+#: T = 100, 200, 500 or 1000 holds buffers within 1.3x of what it pushes (``docs/fast_backend.rst``)
+STACK_FIRST_RUNG = 128
+STACK_RUNG_RATIO = 2
+
 #: the default of ``FastOptions.frame_height`` (``fast.emit``): about eight levels of a plain nest fit
 #: the part of a nest XLA:CPU compiles to one kernel
 FRAME_HEIGHT = 8
@@ -57,10 +63,17 @@ class FastOptions:
     plan whose loops always fit compiles one program; True compiles both paths on the plan's first
     run, so that no later run compiles whatever its trip count, at about twice the first run's
     compile time. ``stack_ladder`` (default True): the one-call fused attempt of a plan with gradient
-    stacks runs at the smallest capacity of ``capacity_ladder(stack_chunk)`` that held the last run
-    (128 entries, then 1024, by default), so the stacks a run uses, and the backend keeps, are sized
-    to the runs' loops, at the price of one compilation per rung climbed; False: always
-    ``stack_chunk`` entries.
+    stacks runs at the smallest capacity of its ladder (``fast.plan.capacity_ladder``) that held the
+    last run, so the stacks a run uses, and the backend keeps, are sized to the runs' loops, at the
+    price of one compilation per rung climbed; False: always ``stack_chunk`` entries.
+    ``stack_first_rung`` (default 128) and ``stack_rung_ratio`` (default 2, at least 1.1): the
+    ladder's rungs are ``stack_first_rung`` entries, then each ``stack_rung_ratio`` times the last
+    (rounded up) while under ``stack_chunk``, then ``stack_chunk`` itself (128, 256, 512, 1024 by
+    default). A run climbs to the first rung that holds it, so its buffers hold about
+    ``stack_rung_ratio`` times the entries it pushes at most (or ``stack_first_rung``; the ladder does
+    not descend for a shorter run after it), and a plan compiles at most one fused program per rung,
+    ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` in all (4 by default). A
+    finer ratio sizes buffers more tightly for more compilations.
 
     Tuning (the defaults are measured; a test or an experiment changes them here):
     ``inside_stack_bytes``: a static gradient stack whose value buffer at the plan's capacity is at
@@ -78,6 +91,8 @@ class FastOptions:
     device_memory_limit: Optional[int] = None
     precompile_staged: bool = False
     stack_ladder: bool = True
+    stack_first_rung: int = STACK_FIRST_RUNG
+    stack_rung_ratio: float = STACK_RUNG_RATIO
     inside_stack_bytes: Optional[int] = None
     frame_height: int = FRAME_HEIGHT
     gpu_command_buffers: Optional[str] = GPU_COMMAND_BUFFERS
@@ -89,6 +104,12 @@ class FastOptions:
         for name in ("keep_stack_buffers", "fallback", "precompile_staged", "stack_ladder"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(f"FastOptions.{name} must be True or False, got {getattr(self, name)!r}")
+        if not _positive_int(self.stack_first_rung):
+            raise ArgumentError(f"FastOptions.stack_first_rung must be a positive int, got {self.stack_first_rung!r}")
+        ratio = self.stack_rung_ratio
+        # at least 1.1: a ratio near 1 would make a rung, and a compilation, every few entries
+        if not isinstance(ratio, (int, float, np.integer, np.floating)) or isinstance(ratio, bool) or not ratio >= 1.1:
+            raise ArgumentError(f"FastOptions.stack_rung_ratio must be a number >= 1.1, got {ratio!r}")
         if self.device_memory_limit is not None and not _positive_int(self.device_memory_limit):
             raise ArgumentError("FastOptions.device_memory_limit must be a positive int (bytes) or None, "
                                 f"got {self.device_memory_limit!r}")
@@ -102,9 +123,10 @@ class FastOptions:
         if kinds is not None and not isinstance(kinds, str):
             raise ArgumentError(f"FastOptions.gpu_command_buffers must be a comma-separated str or None, got {kinds!r}")
         # numpy integers become ints: the value is hashed and compared as part of plan keys
-        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height"):
+        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height", "stack_first_rung"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
+        object.__setattr__(self, "stack_rung_ratio", float(ratio))
 
     def inside_limit(self, platform: str) -> int:
         """The ``inside_stack_bytes`` threshold on ``platform`` (``jax.default_backend()``)."""
@@ -127,4 +149,5 @@ def fast_options(options: Optional[FastOptions], fields: Mapping[str, Any], who:
     return dataclasses.replace(base, **fields) if fields else base
 
 
-__all__ = ["FRAME_HEIGHT", "GPU_COMMAND_BUFFERS", "INSIDE_STACK_BYTES", "FastOptions", "fast_options"]
+__all__ = ["FRAME_HEIGHT", "GPU_COMMAND_BUFFERS", "INSIDE_STACK_BYTES", "STACK_FIRST_RUNG", "STACK_RUNG_RATIO",
+           "FastOptions", "fast_options"]
