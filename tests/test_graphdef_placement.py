@@ -5,7 +5,8 @@ model where TensorFlow did, on the reference and the fast backend, with TensorFl
 
 Hand-made GraphDefs for the name mapping and the closed forms; TensorFlow-made fixtures
 (``placed_rnn``, ``placed_lstm_adam`` of tools/tf_fixtures.py, run by TensorFlow on two CPU devices) for
-real models. Needs the ``tf`` extra, not TensorFlow."""
+real models, and ``placed_gpu_fallback``, a model written for a GPU that TensorFlow ran on its CPU
+with soft placement. Needs the ``tf`` extra, not TensorFlow."""
 
 from __future__ import annotations
 
@@ -256,8 +257,24 @@ def test_a_tensorflow_lstm_placed_over_two_devices_trains_with_tensorflows_value
     assert used == {"cpu:0", "cpu:1"}
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_model_written_for_a_gpu_runs_on_cpus_with_soft_placement(backend: str) -> None:
+    """TensorFlow ran this GPU-annotated model on a CPU-only machine only with allow_soft_placement;
+    Turnout refuses it on CPU devices without the option, and with it moves the GPU's ops to CPU:0 (the
+    first listed device of their task) and gives TensorFlow's losses and weights."""
+    assert json.loads((DATA / "placed_gpu_fallback.json").read_text())["session_config"]["allow_soft_placement"]
+    imp = import_graph_def(DATA / "placed_gpu_fallback.pbtxt")
+    assert imp.node("w").device == "/device:GPU:0"
+    with pytest.raises(tn.PlacementError, match=r"GPU:0.*not one of the devices.*allow_soft_placement=True"):
+        tn.Session(imp.graph, backend=backend, devices=D2)
+    sess = _replay("placed_gpu_fallback", backend, D2, allow_soft_placement=True)
+    p = sess.backend.placement
+    assert parse_short(p[imp.node("w")]) == "cpu:0"
+    assert "asked for gpu:0" in p.why(imp.node("w"))
+
+
 def test_the_tensorflow_fixtures_keep_every_annotation() -> None:
-    for case in ("placed_rnn", "placed_lstm_adam"):
+    for case in ("placed_rnn", "placed_lstm_adam", "placed_gpu_fallback"):
         gd = protos.pb().graph_pb2.GraphDef()
         from google.protobuf import text_format
 

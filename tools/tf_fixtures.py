@@ -528,6 +528,29 @@ def placed_lstm_adam(tf: Any) -> list[dict[str, Any]]:
                               rnn_device="/device:CPU:1")
 
 
+@placed({"device_count": {"CPU": 2}, "allow_soft_placement": True})
+def placed_gpu_fallback(tf: Any) -> list[dict[str, Any]]:
+    """A model written for a GPU: its Variables and loop under ``/device:GPU:0``, its loss on
+    ``/cpu:0``. On a machine without one, TensorFlow runs it only with ``allow_soft_placement`` (the
+    GPU's ops go to the CPU), and so does Turnout with devices that list no GPU."""
+    with tf.device("/device:GPU:0"):
+        n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+        xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 2], name="xs")
+        w = tf.compat.v1.get_variable("w", initializer=_weights((2, 3), 44))
+        u = tf.compat.v1.get_variable("u", initializer=_weights((3, 3), 45))
+
+        def body(i: Any, h: Any) -> Any:
+            return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
+
+        _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([1, 3])])
+    with tf.device("/cpu:0"):
+        loss = tf.reduce_sum(h * h, name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    rng = np.random.default_rng(46)
+    feeds = {"n:0": 3, "xs:0": rng.normal(size=(3, 1, 2)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w.value(), u.value()])
+
+
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
     g = tf.Graph()
     with g.as_default():
