@@ -186,7 +186,7 @@ class RayBackend:
         self.graph = graph
         self.uid = uuid.uuid4().hex
         self.requests = dict(requests or {})
-        self.allow_soft_placement = bool(allow_soft_placement)
+        self.allow_soft_placement = allow_soft_placement  # (place() refuses a non-bool)
         self.recv_timeout = float(recv_timeout)
         self.detail = detail
         self._placement: Optional[tuple[int, Placement]] = None
