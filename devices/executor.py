@@ -300,17 +300,23 @@ class PartitionedBackend:
     on its own reference interpreter.
 
     Options: ``devices`` (names, at least one), ``requests`` (soft placement: node name -> device),
+    ``allow_soft_placement`` (resolve a colocation conflict or a device not in ``devices`` by the rules
+    of ``devices.placement`` instead of raising, as TensorFlow's option of that name),
     ``order`` (``"round_robin"``, ``"random"`` or ``"threads"``), ``seed`` (for ``"random"``). Per-run
     ``RunOptions`` apply inside every partition (its ready-queue scheduler, trace, limits).
     """
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
-                 requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0) -> None:
+                 requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0,
+                 allow_soft_placement: bool = False) -> None:
         if order not in ORDERS:
             raise ArgumentError(f"unknown partition order {order!r}; choose one of {list(ORDERS)}")
+        if not isinstance(allow_soft_placement, bool):
+            raise ArgumentError(f"allow_soft_placement must be True or False, got {allow_soft_placement!r}")
         self.graph = graph
         self.devices = list(devices)
         self.requests = dict(requests or {})
+        self.allow_soft_placement = allow_soft_placement
         self.order = order
         self.seed = seed
         self._placement: Optional[tuple[int, Placement]] = None
@@ -322,7 +328,8 @@ class PartitionedBackend:
     def placement(self) -> Placement:
         """The placement of the current graph version (recomputed when the graph grows)."""
         if self._placement is None or self._placement[0] != self.graph.version:
-            self._placement = (self.graph.version, place(self.graph, self.devices, self.requests))
+            self._placement = (self.graph.version, place(self.graph, self.devices, self.requests,
+                                                            self.allow_soft_placement))
         return self._placement[1]
 
     def partitioned(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> tuple[Partitioned, dict[str, Plan]]:

@@ -651,7 +651,9 @@ class FastPartitionedBackend:
     device, drive from the host what spans devices (see the module docstring).
 
     Options: ``devices`` (names, at least one; each must be a JAX device of this process), ``requests``
-    (soft placement, as for the reference partitioned executor), and of the fast backend's
+    (soft placement, as for the reference partitioned executor), ``allow_soft_placement`` (as for the
+    reference partitioned executor: a colocation conflict or an absent device resolved by the rules of
+    ``devices.placement``), and of the fast backend's
     ``FastOptions`` (``options=`` or keywords, as for ``backend="fast"``) those of ``PARTITIONED_FIELDS``:
     ``stack_chunk`` (gradient stack capacity per chunk, default 1024), ``fallback`` (default True: run
     on the partitioned reference executor what cannot be compiled, with a RuntimeWarning; False raises
@@ -667,7 +669,7 @@ class FastPartitionedBackend:
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0,
                  whole_program: str = "auto", threads: str = "auto", options: Optional[FastOptions] = None,
-                 **fields: Any) -> None:
+                 allow_soft_placement: bool = False, **fields: Any) -> None:
         #: the fast backend's options (``turnout.fast_options``); only ``PARTITIONED_FIELDS`` may differ
         #: from their defaults, as the per-device tiers honour no other
         self.options = fast_options(options, fields, "FastPartitionedBackend")
@@ -680,9 +682,12 @@ class FastPartitionedBackend:
             raise ArgumentError(f"whole_program must be one of {list(WHOLE_PROGRAM)}, got {whole_program!r}")
         if not isinstance(threads, str) or threads not in THREADS:
             raise ArgumentError(f"threads must be one of {list(THREADS)}, got {threads!r}")
+        if not isinstance(allow_soft_placement, bool):
+            raise ArgumentError(f"allow_soft_placement must be True or False, got {allow_soft_placement!r}")
         self.threads = threads
         self.graph = graph
         self.requests = dict(requests or {})
+        self.allow_soft_placement = allow_soft_placement
         self.whole_program = whole_program
         self.order = order
         self.seed = seed
@@ -729,7 +734,7 @@ class FastPartitionedBackend:
         """(graph version, its placement, the devices that placement uses), made once per version: a
         run asks which devices are used, and that must not cost a pass over the graph each time."""
         if self._placement is None or self._placement[0] != self.graph.version:
-            placement = place(self.graph, self.devices, self.requests)
+            placement = place(self.graph, self.devices, self.requests, self.allow_soft_placement)
             self._placement = (self.graph.version, placement, frozenset(placement.device_of.values()))
         return self._placement
 
@@ -850,7 +855,8 @@ class FastPartitionedBackend:
         if self._reference is None:
             from turnout.devices.executor import PartitionedBackend
 
-            self._reference = PartitionedBackend(self.graph, self.devices, self.requests, self.order, self.seed)
+            self._reference = PartitionedBackend(self.graph, self.devices, self.requests, self.order, self.seed,
+                                                 self.allow_soft_placement)
         result: RunResult = self._reference.run(fetches, feeds, variables, options)
         result.stats.update({"executor": "partitioned reference executor (fallback)", "tier": "reference",
                              "fallback_reason": self._fallback[sig]})

@@ -17,6 +17,21 @@ Three sources decide, strongest first:
 
 ``place`` also takes *soft requests* (node name -> device) that yield to constraints instead of
 raising; the property tests use them to draw random placements of generated programs.
+
+``allow_soft_placement=True`` (TensorFlow's option of that name, for graphs written for other
+machines, such as an imported GraphDef) turns the two placement errors of device scopes into rules:
+
+* **a colocation conflict** (members of one group scoped to different devices): the group takes the
+  device of its earliest-built member that asked for one (the resource's maker, the loop's Merge, the
+  op named in ``colocate_with``, when they asked), and the others yield, as TensorFlow's placer keeps
+  the device of the node colocated *with*;
+* **a device not among the session's devices**: like TensorFlow's, which keeps a request's job and
+  task and drops its device type and index, the node goes to the first listed device of the same job
+  and task (one of the same type first); when the list has none, the request is dropped and the node
+  is placed by the defaults (rule 3), as if it had no scope.
+
+A device name that cannot be parsed stays an error either way. ``Placement.why`` tells which nodes
+yielded and why.
 """
 
 from __future__ import annotations
@@ -166,12 +181,14 @@ def _order(graph: Graph) -> list[Node]:
 
 @checked
 def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[Mapping[str, str]] = None,
-          ) -> Placement:
+          allow_soft_placement: bool = False) -> Placement:
     """Place every node of ``graph`` on one of ``devices`` (see the module docstring for the rules).
 
     ``requests`` are soft: node name -> device, used for groups with no device scope, yielding to the
     colocation constraints. Raises PlacementError for an unknown device, a device scope naming a device
-    not in ``devices``, or two nodes that must share a device but are scoped to different ones.
+    not in ``devices``, or two nodes that must share a device but are scoped to different ones; with
+    ``allow_soft_placement`` the last two are resolved by the rules of the module docstring instead
+    (why: a graph written for another machine, or with TensorFlow's looser colocation, still runs).
     """
     if not devices:
         raise PlacementError("place needs at least one device")
@@ -182,15 +199,25 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
             raise PlacementError(f"device {d!r} is listed twice (as {c})")
         devs.append(c)
 
-    def resolve(name: str, node: Node, what: str) -> str:
+    yielded: dict[int, str] = {}  # node id -> why its own request gave way (allow_soft_placement)
+
+    def resolve(name: str, node: Node, what: str) -> Optional[str]:
         try:
             c = canonical(name)
         except PlacementError as e:
             raise PlacementError(f"{describe_node(node)} {what} {name!r}: {e}") from None
         if c not in devs:
+            if allow_soft_placement:
+                alt = _soft_device(c, devs)
+                yielded[node.id] = (f"asked for {parse(c).short}, which is not one of the devices: "
+                                    + (f"placed on {parse(alt).short}, the first listed device of its task" if alt
+                                       else "no listed device is of its task, so the request is dropped")
+                                    + " (allow_soft_placement)")
+                return alt
             raise PlacementError(
                 f"{describe_node(node)} {what} {name!r} ({c}), which is not one of the devices "
-                f"{[parse(d).short for d in devs]}"
+                f"{[parse(d).short for d in devs]} (allow_soft_placement=True places it on a device of its task, "
+                "or by the default rules)"
             )
         return c
 
@@ -201,20 +228,30 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
     for n in nodes:
         root = groups.find(n.id)
         if n.device is not None:
-            hard.setdefault(root, []).append((n, resolve(n.device, n, "is scoped to device")))
+            d = resolve(n.device, n, "is scoped to device")
+            if d is not None:
+                hard.setdefault(root, []).append((n, d))
         if requests and n.name in requests and root not in soft:
-            soft[root] = resolve(requests[n.name], n, "is requested on device")
+            d = resolve(requests[n.name], n, "is requested on device")
+            if d is not None:
+                soft[root] = d
     device_of: dict[int, str] = {}
     reasons: dict[int, str] = {}
     group_device: dict[int, tuple[str, str]] = {}
     for root, asked in hard.items():
         distinct = sorted({d for _, d in asked})
+        n0, d0 = asked[0]  # (nodes are visited in the order they were built)
         if len(distinct) > 1:
-            who = ", ".join(f"{describe_node(n)} on {parse(d).short}" for n, d in asked)
             ties = "; ".join(groups.ties.get(root, [])) or "they are colocated"
-            raise PlacementError(f"conflicting placement: {who} must share one device, because {ties}")
-        n0 = asked[0][0]
-        group_device[root] = (distinct[0], f"device scope of {n0.name}")
+            if not allow_soft_placement:
+                who = ", ".join(f"{describe_node(n)} on {parse(d).short}" for n, d in asked)
+                raise PlacementError(f"conflicting placement: {who} must share one device, because {ties} "
+                                     "(allow_soft_placement=True resolves it by the colocation rule)")
+            for n, d in asked:
+                if d != d0:
+                    yielded[n.id] = (f"asked for {parse(d).short}, yields to {n0.name} on {parse(d0).short} "
+                                     f"because {ties} (allow_soft_placement)")
+        group_device[root] = (d0, f"device scope of {n0.name}")
     for root, d in soft.items():
         group_device.setdefault(root, (d, "requested"))
     for n in _order(graph):
@@ -236,4 +273,17 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
         own = why in (f"device scope of {n.name}", f"follows its input {n.raw_inputs[0].name}"
                       if n.raw_inputs and isinstance(n.raw_inputs[0], Tensor) else "")
         reasons[n.id] = f"{why}; colocated ({'; '.join(tied)})" if tied and not own else why
+        if n.id in yielded:
+            reasons[n.id] = f"{yielded[n.id]}; {reasons[n.id]}"
     return Placement(graph, devs, device_of, reasons)
+
+
+def _soft_device(name: str, devices: Sequence[str]) -> Optional[str]:
+    """Where ``allow_soft_placement`` puts a request for ``name``, a device not in ``devices``: the first
+    listed device of the same job and task, one of the same type first (TensorFlow keeps a soft
+    request's job and task and drops its type and index); None when the task has none listed."""
+    want = parse(name)
+    same_task = [d for d in devices if (parse(d).job, parse(d).task) == (want.job, want.task)]
+    same_type = [d for d in same_task if parse(d).type == want.type]
+    pick = same_type or same_task
+    return pick[0] if pick else None

@@ -160,7 +160,8 @@ class RayBackend:
     """``tn.Session(graph, cluster=spec)``: run the graph partitioned over the tasks of a Ray cluster.
 
     Options: ``cluster`` (a ``ClusterSpec`` or its dict form, or a started ``TaskPool`` to share),
-    ``requests`` (soft placement: node name -> device), ``recv_timeout`` (seconds a task waits with no
+    ``requests`` (soft placement: node name -> device), ``allow_soft_placement`` (as for the partitioned
+    executors: see ``devices.placement``), ``recv_timeout`` (seconds a task waits with no
     message before RecvTimeoutError),
     ``start_timeout`` (seconds to wait for the actors to start, e.g. for resources to free up),
     ``detail`` (return firing counts and the message log of each run, for tests),
@@ -172,7 +173,8 @@ class RayBackend:
 
     def __init__(self, graph: Graph, cluster: Any, requests: Optional[dict[str, str]] = None,
                  recv_timeout: float = 60.0, start_timeout: float = 120.0, detail: bool = False,
-                 devices: Any = None, partition_executor: str = "reference") -> None:
+                 devices: Any = None, partition_executor: str = "reference", allow_soft_placement: bool = False,
+                 ) -> None:
         if devices is not None:
             raise UnsupportedError("pass either devices=... (one process) or cluster=... (its tasks own the "
                                    "devices), not both")
@@ -184,6 +186,7 @@ class RayBackend:
         self.graph = graph
         self.uid = uuid.uuid4().hex
         self.requests = dict(requests or {})
+        self.allow_soft_placement = allow_soft_placement  # (place() refuses a non-bool)
         self.recv_timeout = float(recv_timeout)
         self.detail = detail
         self._placement: Optional[tuple[int, Placement]] = None
@@ -221,7 +224,8 @@ class RayBackend:
     def placement(self) -> Placement:
         """The placement over the cluster's devices, for the current graph version."""
         if self._placement is None or self._placement[0] != self.graph.version:
-            self._placement = (self.graph.version, place(self.graph, self.spec.devices, self.requests))
+            self._placement = (self.graph.version, place(self.graph, self.spec.devices, self.requests,
+                                                            self.allow_soft_placement))
         return self._placement[1]
 
     def _task_of(self, device: str) -> str:

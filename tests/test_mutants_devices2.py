@@ -175,7 +175,8 @@ def test_a_conflict_names_every_rule_that_tied_the_group() -> None:
     msg = str(ei.value)
     assert msg.startswith('conflicting placement: ReadVariable node "v/read"'), msg
     assert msg.endswith("must share one device, because v/read (ReadVariable) uses the resource made by v "
-                        "(VarHandle); v/AssignVariable (AssignVariable) uses the resource made by v (VarHandle)"), msg
+                        "(VarHandle); v/AssignVariable (AssignVariable) uses the resource made by v (VarHandle) "
+                        "(allow_soft_placement=True resolves it by the colocation rule)"), msg
 
 
 def test_a_resource_handle_is_traced_back_through_stop_gradient() -> None:

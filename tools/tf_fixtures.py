@@ -255,10 +255,11 @@ def _train_runs(feeds: dict[str, Any], loss: Any, train: Any, watched: list[Any]
     return runs
 
 
-def _lstm_training(tf: Any, optimizer: Any, known_sizes: bool) -> list[dict[str, Any]]:
+def _lstm_training(tf: Any, optimizer: Any, known_sizes: bool, rnn_device: str | None = None,
+                   ) -> list[dict[str, Any]]:
     """``nn.dynamic_rnn`` over an LSTMCell with a fed ``sequence_length``, a squared-error loss on the
     outputs and the final state, minimized by ``optimizer``. Without ``known_sizes`` the batch and
-    time dimensions are None, as TF1 models usually declare them."""
+    time dimensions are None, as TF1 models usually declare them. ``rnn_device`` scopes the RNN."""
     batch, time, depth, hidden = 3, 5, 3, 4
     b, t = (batch, time) if known_sizes else (None, None)
     x = tf.compat.v1.placeholder(tf.float32, [b, t, depth], name="x")
@@ -266,7 +267,8 @@ def _lstm_training(tf: Any, optimizer: Any, known_sizes: bool) -> list[dict[str,
     y = tf.compat.v1.placeholder(tf.float32, [b, t, hidden], name="y")
     kernel = tf.compat.v1.constant_initializer(_weights((depth + hidden, 4 * hidden), 1))
     cell = tf.compat.v1.nn.rnn_cell.LSTMCell(hidden, initializer=kernel)
-    out, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=seq, dtype=tf.float32, scope="rnn")
+    with tf.device(rnn_device):
+        out, state = tf.compat.v1.nn.dynamic_rnn(cell, x, sequence_length=seq, dtype=tf.float32, scope="rnn")
     loss = tf.reduce_mean(tf.square(out - y)) + 0.5 * tf.reduce_mean(state.c)
     train = optimizer.minimize(loss)
     rng = np.random.default_rng(2)
@@ -477,6 +479,78 @@ def optimizers_reference(tf: Any) -> list[dict[str, Any]]:
     return _train_runs(feeds, total, train, [*losses, *ws])
 
 
+# ---- placement as TensorFlow had it (issue 38, item 4): device annotations on two CPU devices ----------
+#: cases whose Session needs more than the default: two CPU devices, and TensorFlow's soft placement
+#: where a resource op's device scope conflicts with its Variable's (TensorFlow then follows colocation)
+SESSION_CONFIG: dict[str, dict[str, Any]] = {}
+
+
+def placed(config: dict[str, Any]) -> Callable[[Callable[[Any], list[dict[str, Any]]]],
+                                                Callable[[Any], list[dict[str, Any]]]]:
+    def wrap(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
+        SESSION_CONFIG[fn.__name__] = config
+        return case(fn)
+
+    return wrap
+
+
+@placed({"device_count": {"CPU": 2}})
+def placed_rnn(tf: Any) -> list[dict[str, Any]]:
+    """A tanh RNN whose reference Variables and loss sit on ``/cpu:0`` and whose loop runs on
+    ``/device:CPU:1`` (the loop reads the Variables across devices), trained by SGD: a placement
+    TensorFlow accepts as written, with the full and the short device syntax."""
+    with tf.device("/cpu:0"):
+        n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+        xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 2], name="xs")
+        w = tf.compat.v1.Variable(_weights((2, 3), 41), name="w", use_resource=False)
+        u = tf.compat.v1.Variable(_weights((3, 3), 42), name="u", use_resource=False)
+    with tf.device("/job:localhost/replica:0/task:0/device:CPU:1"):
+        def body(i: Any, h: Any) -> Any:
+            return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
+
+        _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([1, 3])])
+    with tf.device("/cpu:0"):
+        loss = tf.reduce_sum(h * h, name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    rng = np.random.default_rng(43)
+    feeds = {"n:0": 4, "xs:0": rng.normal(size=(4, 1, 2)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w, u])
+
+
+@placed({"device_count": {"CPU": 2}, "allow_soft_placement": True})
+def placed_lstm_adam(tf: Any) -> list[dict[str, Any]]:
+    """The ``dynamic_rnn`` LSTM trained by Adam with its RNN (Variables included) under ``/device:CPU:1``
+    and the loss and optimizer under ``/device:CPU:0``: the optimizer's resource updates are scoped to
+    CPU:0 but must sit with their Variables on CPU:1, a colocation conflict that TensorFlow resolves
+    only with ``allow_soft_placement``."""
+    with tf.device("/device:CPU:0"):
+        return _lstm_training(tf, tf.compat.v1.train.AdamOptimizer(0.05), known_sizes=False,
+                              rnn_device="/device:CPU:1")
+
+
+@placed({"device_count": {"CPU": 2}, "allow_soft_placement": True})
+def placed_gpu_fallback(tf: Any) -> list[dict[str, Any]]:
+    """A model written for a GPU: its Variables and loop under ``/device:GPU:0``, its loss on
+    ``/cpu:0``. On a machine without one, TensorFlow runs it only with ``allow_soft_placement`` (the
+    GPU's ops go to the CPU), and so does Turnout with devices that list no GPU."""
+    with tf.device("/device:GPU:0"):
+        n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+        xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 2], name="xs")
+        w = tf.compat.v1.get_variable("w", initializer=_weights((2, 3), 44))
+        u = tf.compat.v1.get_variable("u", initializer=_weights((3, 3), 45))
+
+        def body(i: Any, h: Any) -> Any:
+            return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
+
+        _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([1, 3])])
+    with tf.device("/cpu:0"):
+        loss = tf.reduce_sum(h * h, name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    rng = np.random.default_rng(46)
+    feeds = {"n:0": 3, "xs:0": rng.normal(size=(3, 1, 2)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w.value(), u.value()])
+
+
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
     g = tf.Graph()
     with g.as_default():
@@ -484,7 +558,8 @@ def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
         init = tf.compat.v1.global_variables_initializer()
     from google.protobuf import text_format
 
-    with tf.compat.v1.Session(graph=g) as sess:
+    config = tf.compat.v1.ConfigProto(**SESSION_CONFIG.get(name, {}))
+    with tf.compat.v1.Session(graph=g, config=config) as sess:
         sess.run(init)
         for r in runs:
             if "error" in r:  # a run that TensorFlow refuses (an Assert): the message must be TF's
@@ -521,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in a.cases or sorted(CASES):
         text, runs = build(tf, name)
         meta = {"tensorflow": tf.__version__, "runs": runs}
+        if name in SESSION_CONFIG:
+            meta["session_config"] = SESSION_CONFIG[name]
         if a.check:
             old = json.loads((out / f"{name}.json").read_text())
             for r_old, r_new in zip(old["runs"], runs):

@@ -11,6 +11,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError, describe_node
 from turnout.graph import Node, Tensor
+from turnout.graphdef import protos
 from turnout.graphdef.export_context import Dt, ExportContext, Shape, Value
 from turnout.graphdef.export_context import Rule as _Rule
 from turnout.tables import registrar
@@ -322,10 +323,20 @@ for _tn, _tf in [("AssignVariable", "AssignVariableOp"), ("AssignAddVariable", "
 def _assert(ctx: ExportContext, n: Node) -> Outs:
     """TensorFlow's ``Assert`` has no output: it checks the condition and shows its data (here the
     value) when it fails, and what waits on it takes a control edge. So the value leaves through an
-    ``Identity`` that waits on the check. The message attribute does not travel (TensorFlow's names
-    the failing op and shows the data)."""
+    ``Identity`` that waits on the check. The message travels as the first datum, a string constant
+    (TensorFlow shows it first, and a re-import reads it back into the message)."""
     cond, value = _ins(ctx, n)
-    check = ctx.add("Assert", [cond, value], {"T": [_T(n, 1)], "summarize": 3}, suffix="check")
+    message = str(n.attrs.get("message", ""))
+    text = ctx.add("Const", [], {}, suffix="message",
+                   control=[cond.split(":")[0].lstrip("^")] if ctx.frame() else [])
+    nd = ctx.gd.node[len(ctx.gd.node) - 1]
+    nd.attr["dtype"].type = protos.DT_STRING
+    nd.attr["value"].tensor.dtype = protos.DT_STRING
+    nd.attr["value"].tensor.tensor_shape.SetInParent()
+    nd.attr["value"].tensor.string_val.append(message.encode())
+    check = ctx.add("Assert", [cond, f"{text}:0", value], {"T": [_T(n, 1), _T(n, 1)], "summarize": 3},
+                    suffix="check")
+    ctx.gd.node[len(ctx.gd.node) - 1].attr["T"].list.type[0] = protos.DT_STRING
     return [f'{ctx.add("Identity", [value], {"T": _T(n, 1)}, control=[check])}:0']
 
 

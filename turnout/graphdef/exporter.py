@@ -85,14 +85,16 @@ def export_graph_def(graph: Optional[Graph] = None) -> ExportedGraphDef:
             for k, t in enumerate(n.outputs):
                 ctx.names[t.name] = f"{ctx.reserved[n.id]}:{k}"
             ctx.node_names[n.id] = ctx.reserved[n.id]
+    written: dict[int, range] = {}  # Turnout node id -> the indices of the NodeDefs it became
     for n in order:
         ctx.node = n
         if n.op != "Merge":
-            _emit(ctx, n)
+            written[n.id] = _emit(ctx, n)
     for n in order:
         if n.op == "Merge":
             ctx.node = n
-            _emit(ctx, n)
+            written[n.id] = _emit(ctx, n)
+    _colocation_attrs(ctx, written)
     init = None
     if ctx.initializers:
         ctx.node = order[0]
@@ -104,10 +106,28 @@ def export_graph_def(graph: Optional[Graph] = None) -> ExportedGraphDef:
     return ExportedGraphDef(ctx.gd, dict(ctx.names), init, ops)
 
 
-def _emit(ctx: ExportContext, n: Node) -> None:
+def _emit(ctx: ExportContext, n: Node) -> range:
+    """Write the NodeDefs of ``n``; returns their indices in the GraphDef."""
     before = len(ctx.gd.node)
     outs = EXPORT_RULES[n.op](ctx, n)
     for t, name in zip(n.outputs, outs):
         ctx.names[t.name] = name
     if len(ctx.gd.node) > before:  # a control edge on n waits for the last NodeDef n became
         ctx.node_names[n.id] = ctx.gd.node[len(ctx.gd.node) - 1].name
+    return range(before, len(ctx.gd.node))
+
+
+def _colocation_attrs(ctx: ExportContext, written: dict[int, range]) -> None:
+    """``tn.colocate_with`` (and an imported GraphDef's ``_class``) as TensorFlow's colocation attr on
+    every NodeDef of the colocated node: ``_class: ["loc:@<the target's first NodeDef>"]``, so TensorFlow
+    places them together as Turnout would (and a re-import ties them again)."""
+    from turnout.graphdef.placement import LOC_PREFIX
+
+    for nid, target in ctx.graph.colocation.items():
+        if not written.get(target) or nid not in written:
+            continue
+        name = ctx.gd.node[written[target][0]].name
+        for k in written[nid]:
+            nd = ctx.gd.node[k]
+            if nd.name != name:
+                nd.attr["_class"].list.s.append(f"{LOC_PREFIX}{name}".encode())

@@ -11,6 +11,7 @@ too).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -102,6 +103,9 @@ class ImportContext:
         #: (``shape_invariants``), found when its back edge did not fit (see ``_import``)
         self.relaxed: dict[str, list[Any]] = {}
         self._static: dict[str, Optional[np.ndarray]] = {}
+        #: the Turnout device of the current NodeDef's annotation (``placement.tf_device``), given to
+        #: every node its rule creates; None keeps the device scope of the import, if any
+        self.device: Optional[str] = None
 
     # ---- building --------------------------------------------------------------------------------
     def ctrl_inputs(self) -> list[Node]:
@@ -124,7 +128,8 @@ class ImportContext:
         if shapes is None and suffix is None:
             shapes = self.relaxed.get(self.node.name) or protos.attr(self.node, "_output_shapes")
         specs = self._refined(op, inputs, attrs or {}, shapes) if shapes else None
-        with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None):
+        with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None), \
+                self.graph.device(self.device) if self.device is not None else contextlib.nullcontext():
             n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl, specs=specs)
         self.created.append(n)
         return n

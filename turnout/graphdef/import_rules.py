@@ -659,6 +659,11 @@ def _push(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         # after it: its size stands in (an int32 scalar, which every backend stacks), not the array
         elem = ctx.create("TensorArraySize", [elem], suffix="flow_token").outputs[0]
         ctx.pushed[nd.name] = elem
+        from turnout.devices.placement import resource_creator
+
+        maker = resource_creator(stack)  # (through the Enters that bring the handle into the loop)
+        if maker is not None:
+            maker.attrs["elem_dtype"] = elem.dtype.name  # the stack holds the tokens (an export writes it so)
     one = ctx.const(np.asarray(1, np.int32), [elem], suffix="one")
     after = ctx.create("AssignAddVariable", [depth, one], {"dtype": "int32", "shape": []}, suffix="depth").outputs[0]
     slot = ctx.create("Sub", [after, one], suffix="slot").outputs[0]

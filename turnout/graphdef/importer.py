@@ -33,6 +33,7 @@ from turnout.graphdef import protos
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref
 from turnout.graphdef.import_rules import IMPORT_RULES
+from turnout.graphdef.placement import colocation_targets, tf_device
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -219,6 +220,9 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     nodes = {nd.name: nd for nd in gd.node}
     if len(nodes) != len(gd.node):
         raise GraphBuildError("the GraphDef has two nodes with the same name")
+    # every device annotation is read before anything is built, so a bad one fails the import at once
+    devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"') for nd in gd.node
+               if nd.device}
     flows = FlowAnalysis(nodes)
     # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
     # fit the shape it entered with: the import then starts again with that Merge relaxed. Into a
@@ -228,9 +232,9 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     for _ in range(8 * len(nodes) + 1):
         try:
             if graph is not None and loops:
-                _import_once(nodes, flows, Graph(), prefix, relaxed)
-                return _import_once(nodes, flows, graph, prefix, relaxed)
-            return _import_once(nodes, flows, Graph() if graph is None else graph, prefix, relaxed)
+                _import_once(nodes, flows, Graph(), prefix, relaxed, devices)
+                return _import_once(nodes, flows, graph, prefix, relaxed, devices)
+            return _import_once(nodes, flows, Graph() if graph is None else graph, prefix, relaxed, devices)
         except _Relax as r:
             relaxed.update(r.shapes)
     raise GraphBuildError("the loop variables' shapes did not settle")  # (each try relaxes a shape: unreachable)
@@ -245,19 +249,23 @@ class _Relax(Exception):
 
 
 def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: str,
-                 relaxed: dict[str, list[Any]]) -> ImportedGraph:
-    """One import of the NodeDefs into ``g``, with the loop Merges of ``relaxed`` relaxed."""
+                 relaxed: dict[str, list[Any]], devices: dict[str, Optional[str]]) -> ImportedGraph:
+    """One import of the NodeDefs into ``g``, with the loop Merges of ``relaxed`` relaxed, each node on
+    the Turnout device of its NodeDef's annotation (``devices``)."""
     from turnout import shapes as sh
 
     ctx = ImportContext(g, nodes, flows, prefix)
     ctx.relaxed = relaxed
+    made: dict[str, list[Node]] = {}  # TF node name -> the Turnout nodes its rule built
     for name in _order(nodes, ctx.flows):
         nd = nodes[name]
-        ctx.node, ctx.created = nd, []
+        ctx.node, ctx.created, ctx.device = nd, [], None
         ins = [_input(ctx, nodes, nd, t) for t in ctx.data_inputs(nd)]
-        if nd.op not in REF_OPS:  # a ref read as a value: the Variable's value where this op runs
+        if nd.op not in REF_OPS:  # a ref read as a value: the Variable's value where this op runs (on the
+            # Variable's device, by the colocation of resource ops; TensorFlow sends the value to the op)
             ins = [ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
                    if isinstance(v, Ref) else v for k, v in enumerate(ins)]
+        first, ctx.device = len(ctx.created), devices.get(name)
         try:
             outs = IMPORT_RULES[nd.op](ctx, nd, ins)
         except TurnoutError as e:
@@ -270,6 +278,7 @@ def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: s
             ctx.values[f"{name}:{k}"] = v
         if ctx.created:
             ctx.control[name] = ctx.created[-1]
+        made[name] = ctx.created[first:]
     relax: dict[str, list[Any]] = {}
     for merge, _slot, src in ctx.back_edges:
         v = ctx.values.get(src)
@@ -285,5 +294,41 @@ def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: s
         if not isinstance(v, Tensor):
             raise UnsupportedError(f'Merge node "{merge.name}": its back edge {src} is {ImportContext.describe(v)}')
         merge.close_back_edge(v, slot)
+    _colocate(g, nodes, made)
+    _follow_resources(made)
     counts = dict(Counter(nd.op for nd in nodes.values()))
     return ImportedGraph(g, dict(ctx.values), dict(ctx.control), counts)
+
+
+def _follow_resources(made: dict[str, list[Node]]) -> None:
+    """TensorFlow's placer puts an op that takes a resource or a ref with the op that made it, and an
+    annotation of the op that disagrees is ignored (it logs "Ignoring device specification"): an
+    optimizer's update scoped to another device than its Variable runs where the Variable is. Turnout
+    ties them too, but refuses two scopes in one tie; so such an annotation is imported as the device
+    TensorFlow used, the maker's (and exported so)."""
+    from turnout.devices.names import canonical
+    from turnout.devices.placement import RESOURCE_USERS, resource_creator
+
+    for built in made.values():
+        for n in built:
+            if n.op not in RESOURCE_USERS or n.device is None or not isinstance(n.raw_inputs[0], Tensor):
+                continue
+            maker = resource_creator(n.raw_inputs[0])
+            if maker is not None and maker.device is not None and canonical(maker.device) != canonical(n.device):
+                n.device = maker.device
+
+
+def _colocate(g: Graph, nodes: dict[str, Any], made: dict[str, list[Node]]) -> None:
+    """TensorFlow's colocation attrs (``_class: ["loc:@w"]``, which ``colocate_with`` and the optimizers'
+    slots write) as Turnout colocation: each node a NodeDef became is placed with the first node the
+    named NodeDef became. Turnout keeps one target per node, so only a ``_class``'s first entry ties
+    (TensorFlow writes the others for nodes of the same group); one naming a node that built nothing
+    (a folded constant) ties nothing."""
+    for name, built in made.items():
+        targets = colocation_targets(protos.attr(nodes[name], "_class", []) or [])
+        target = made.get(targets[0]) if targets else None
+        if not target:
+            continue
+        for n in built:
+            if n is not target[0]:
+                g.colocation[n.id] = target[0].id

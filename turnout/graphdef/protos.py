@@ -21,6 +21,7 @@ TF_TO_DTYPE: dict[int, dt.DType] = {
 }
 DTYPE_TO_TF: dict[str, int] = {d.name: e for e, d in TF_TO_DTYPE.items()}
 DT_VARIANT = 21
+DT_STRING = 7
 TF_TYPE_NAMES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
                  9: "int64", 10: "bool", 14: "bfloat16", 19: "float16", 20: "resource", 21: "variant"}
 
