@@ -252,7 +252,7 @@ class FastBackend:
                         else self._plan(fetches, feeds, variables, self.options.stack_chunk))
         except UnsupportedError as e:
             return fallback_schedule(str(e))
-        return plan_schedule(plan)
+        return plan_schedule(plan, self._ladder(plan))
 
     def device_feed(self, value: Any) -> Any:
         """A fed array the session passes to this backend as it is (``Session._check_feed``, for an

@@ -8,7 +8,7 @@ partitioned backend reads its placed program's segments the same way (``devices.
 
 from __future__ import annotations
 
-from turnout.fast.plan import Plan, Stage, capacity_ladder
+from turnout.fast.plan import Plan, Stage
 from turnout.fast.regions import WhileRegion
 from turnout.run_schedule import RunSchedule, Step
 
@@ -19,12 +19,11 @@ def fallback_schedule(reason: str) -> RunSchedule:
     return RunSchedule("fast", (Step("interpreter", f"the reference interpreter (fallback: {reason})"),))
 
 
-def plan_schedule(plan: Plan) -> RunSchedule:
-    """The steps of a run of ``plan`` on the one-device fast backend."""
+def plan_schedule(plan: Plan, rungs: list[int]) -> RunSchedule:
+    """The steps of a run of ``plan`` on the one-device fast backend; ``rungs``: its capacity ladder
+    (``FastBackend._ladder``)."""
     otherwise = (Step("interpreter", "the reference interpreter, if tracing finds an op the compiler refuses"),)
-    o = plan.options
     if plan.fused is not None:
-        rungs = capacity_ladder(plan.capacity) if o.stack_ladder and not o.precompile_staged else [plan.capacity]
         fused = Step("compiled call", "the whole program in one call, every loop a lax loop, gradient stacks of "
                                       f"{' then '.join(str(r) for r in rungs)} entries (the capacity ladder)")
         staged = Step("staged", "when the stacks outgrow the largest rung: the stages in order",
