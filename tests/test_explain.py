@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graphs import power_loop
 
 import turnout as tn
 from turnout.run_schedule import STEP_KINDS, RunSchedule, Step
@@ -19,14 +20,10 @@ DEVICES = ["cpu:0", "cpu:1", "cpu:2"]
 
 
 def _loop_with_gradient() -> tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, object], dict[str, str]]:
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: [i + 1, tn.tanh(y * x) + y], [tn.constant(0), x])
-        (dx,) = tn.gradients(y, [x])
-    req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(g.nodes)}
-    return g, [y, dx], {x: 0.3, n: 5}, req
+    """``graphs.power_loop`` with its nodes requested round robin over three devices."""
+    p = power_loop()
+    req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(p.g.nodes)}
+    return p.g, [p.y, p.dx], {p.x: 1.5, p.n: 5}, req
 
 
 def test_the_reference_interpreter_explains_itself_in_one_step() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import power_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import assert_same_outcome, build, run_outcome, to_source
@@ -197,14 +198,9 @@ def test_each_route_is_forced_on_a_loop_with_its_gradient() -> None:
     """The options of ``ROUTES`` really select their routes (the property tests above accept a
     degenerate placement as the one-device route): a loop with its gradient, its nodes placed round
     robin over three devices, takes each route by name and gives the reference's values."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, y: i < n, lambda i, y: [i + 1, tn.tanh(y * x) + y], [tn.constant(0), x])
-        (dx,) = tn.gradients(y, [x])
+    g, x, n, y, dx = power_loop()
     req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(g.nodes)}
-    feeds = {x: 0.3, n: 5}
+    feeds = {x: 1.5, n: 5}
     want = tn.Session(g).run([y, dx], feeds)
     for route in ROUTES:
         sess = route.session(g, req)

@@ -504,7 +504,16 @@ def placed_rnn(tf: Any) -> list[dict[str, Any]]:
         xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 2], name="xs")
         w = tf.compat.v1.Variable(_weights((2, 3), 41), name="w", use_resource=False)
         u = tf.compat.v1.Variable(_weights((3, 3), 42), name="u", use_resource=False)
-    with tf.device("/job:localhost/replica:0/task:0/device:CPU:1"):
+    loss, train = _placed_rnn_sgd(tf, n, xs, w, u, "/job:localhost/replica:0/task:0/device:CPU:1")
+    rng = np.random.default_rng(43)
+    feeds = {"n:0": 4, "xs:0": rng.normal(size=(4, 1, 2)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w, u])
+
+
+def _placed_rnn_sgd(tf: Any, n: Any, xs: Any, w: Any, u: Any, loop_device: str) -> tuple[Any, Any]:
+    """The placed fixtures' small RNN: its loop on ``loop_device``, its loss and SGD step on
+    ``/cpu:0``."""
+    with tf.device(loop_device):
         def body(i: Any, h: Any) -> Any:
             return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
 
@@ -512,9 +521,7 @@ def placed_rnn(tf: Any) -> list[dict[str, Any]]:
     with tf.device("/cpu:0"):
         loss = tf.reduce_sum(h * h, name="loss")
         train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
-    rng = np.random.default_rng(43)
-    feeds = {"n:0": 4, "xs:0": rng.normal(size=(4, 1, 2)).astype(np.float32)}
-    return _train_runs(feeds, loss, train, [w, u])
+    return loss, train
 
 
 @placed({"device_count": {"CPU": 2}, "allow_soft_placement": True})
@@ -538,14 +545,7 @@ def placed_gpu_fallback(tf: Any) -> list[dict[str, Any]]:
         xs = tf.compat.v1.placeholder(tf.float32, [None, 1, 2], name="xs")
         w = tf.compat.v1.get_variable("w", initializer=_weights((2, 3), 44))
         u = tf.compat.v1.get_variable("u", initializer=_weights((3, 3), 45))
-
-        def body(i: Any, h: Any) -> Any:
-            return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
-
-        _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([1, 3])])
-    with tf.device("/cpu:0"):
-        loss = tf.reduce_sum(h * h, name="loss")
-        train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    loss, train = _placed_rnn_sgd(tf, n, xs, w, u, "/device:GPU:0")
     rng = np.random.default_rng(46)
     feeds = {"n:0": 3, "xs:0": rng.normal(size=(3, 1, 2)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [w.value(), u.value()])
