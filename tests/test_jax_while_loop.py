@@ -27,6 +27,15 @@ import turnout as tn  # noqa: E402
 import turnout.jax as tnj  # noqa: E402
 from turnout import checkpoint_schedule as cs  # noqa: E402
 
+@pytest.fixture(autouse=True)
+def _jax_defaults() -> Any:
+    """Every test runs under JAX's default configuration (32-bit types), whatever another test module
+    set globally: a JAX user's loop state keeps the dtypes JAX gives it, and these tests state byte
+    counts and dtypes as a user sees them by default."""
+    with jax.enable_x64(False):
+        yield
+
+
 MAX_N = 1024  # the store-everything reference's length (at least every trip count tested)
 X0 = jnp.array([0.3, -1.2, 0.7], jnp.float32)
 W = jnp.array([[0.9, -0.4, 0.1], [0.3, 0.8, -0.5], [-0.2, 0.6, 0.7]], jnp.float32)
