@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any, NoReturn, Optional
+from typing import Any, NamedTuple, NoReturn, Optional
 
 import jax
 import jax.numpy as jnp
@@ -1087,224 +1087,277 @@ class Emitter:
         copies and kernels at every nesting level; with them, nested loops took 3 to 7 times as long
         to compile as the same loops written in JAX. The header runs again at the start of the body
         and after the loop, which is invisible because it has no effects and cannot fail.
+
+        In three steps: the loop's trace context (``_LightLoop``: header, sides, exit), the form of
+        its carry decided from the facts known before tracing (``_light_form``), and the emission
+        (``_emit_light``), which a nest whose hoisted checks met an error retraces once without them.
         """
         self.hold(r, self.state)
-        base = dict(env)
-        for inv in r.invariants:
-            base[key(inv.outputs[0])] = self.read(env, inv.inputs[0], inv)
-        pkey = key(r.loop_cond.inputs[0])
-        lck = key(r.loop_cond.outputs[0])
-
-        # The invariants the header reads (and the iteration bound) travel in the carry: the loop's
-        # test then closes over nothing, so they are not passed to XLA's loop twice (once for the
-        # test, once for the body).
-        hkeys = sorted({key(t) for n in r.header for t in n.inputs if key(t) in base and not is_static(base[key(t)])})
-
-        def header(vals: list[Any], first: bool, hvals: Optional[list[Any]] = None) -> tuple[Env, Any]:
-            henv = dict(base)
-            if hvals is not None:
-                henv.update(zip(hkeys, hvals, strict=True))
-            for (_, m, _, es, ns), v in zip(r.loop_vars, vals, strict=True):
-                henv[key(m.outputs[0])] = v
-                henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
-            self.run_items(r.header, henv)
-            return henv, self.predicate(henv, r.loop_cond.inputs[0], r.loop_cond)
-
-        def side(henv: Env, pred: Any, taken: int) -> Env:
-            """The loop's environment on one side of its Switches ([E-Switch] with the predicate
-            decided): output ``taken`` carries the loop value, the other output is dead."""
-            senv = dict(henv)
-            senv[pkey] = senv[lck] = pred
-            for s in r.switches:
-                senv[key(s.outputs[taken])] = self.read(senv, s.inputs[0], s)
-                senv[key(s.outputs[1 - taken])] = DEAD
-            return senv
-
-        # The nonterm code names this loop counted from the enclosing light loop (``NONTERM``): in a
-        # nest it is the same constant at every level, so every level's check is the same kernel.
-        message = runaway_message(r.describe())
-        number = loop_number(self.program, r)
-        off = number - (self.frames[-1] if self.frames else 0)
-        framed = bool(number) and loop_height(self.program, r) > self.frame_height
-        if number:
-            self.codes.name_loop(number, message)
-        before = self.state["err"]
-        # loop variable index -> its value after the loop, known when tracing (``exit_counts``)
-        exits: dict[int, Any] = {}
-
-        def finish(vals: list[Any], first: bool) -> None:
-            henv, pred = header(vals, first)
-            if framed:
-                self._leave_frame(before, off)
-            for j, v in exits.items():  # (after the header: its predicate is the traced one)
-                henv[key(r.loop_vars[j][1].outputs[0])] = v
-            eenv = side(henv, pred, 0)
-            self.run_items(r.exit_side, eenv)
-            # a predicate still true after the loop means the iteration budget was spent (or, in a
-            # fused attempt, an error stopped the loop, which the error word already holds)
-            if id(r) in self.hoisted:
-                pass  # checked before the nest was entered (``_hoist_checks``)
-            elif not number:  # a loop outside the program's tree: a code of the table
-                self.check(~jnp.asarray(pred), message, code="nonterm")
-            elif not (is_static(pred) and not bool(pred)):
-                self._set_err(jnp.asarray(pred, bool), NONTERM + off)
-            for x in r.exits:
-                env[key(x.outputs[0])] = self.read(eenv, x.inputs[0], x)
-
+        loop = _LightLoop(self, r, env)
         vals0 = [self.read(env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
         if any(v is DEAD for v in vals0):
             for x in r.exits:
                 env[key(x.outputs[0])] = DEAD
             return
-        # A TensorArray that enters still without an element shape (a map's output) takes the one its
-        # writes have in the graph, when that is known: the carry is then settled, and the body is
-        # traced once (``loop_body``). Learnt by tracing the body (``discover``), it cost a second
-        # trace of the body, and of every loop in it: 2^k traces of a nest of k maps.
-        for j, w in own_writes(r):
-            v, shape = vals0[j], w.inputs[2].shape
-            if isinstance(v, TA) and v.pending and shape is not None and all(d is not None for d in shape):
-                vals0[j] = v.materialize(tuple(shape), w)
-        _, p0 = header(vals0, True)
+        vals0 = _settled_arrays(r, vals0)
+        _, p0 = loop.header(vals0, True)
         if is_static(p0) and not bool(p0):
-            finish(vals0, True)
+            loop.finish(vals0, True)
             return
-        # Counters (next = self + 1) that start equal stay equal: one of them is carried for all
-        # (``while_loop``'s own counter and a user's ``i`` are usually such twins), and one that
-        # starts at 0 is the iteration count the bound tests.
-        starts = {j: int(vals0[j]) for j in counters(r) if is_static(vals0[j])}
-        twin: dict[int, int] = {}
-        for j, v in starts.items():
-            twin[j] = next(k for k in starts if starts[k] == v)
-        keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
-        count = next((j for j in keep if starts.get(j) == 0), None)
-
         # the nest ``r`` heads, as far as its loops are counted: computed once, for its counted stacks
-        # and for the hoisted checks
+        # and for the hoisted checks (whose proof reads the stacks entered here, ``dense``)
         nest = self._counted_chain(r, env) if self.counted.get(id(r)) else None
         counted = self.enter_counted_stacks(r, nest or [])
-        head = self.hoist_depth == 0 and id(r) not in self.no_hoist and number > 0 \
-            and cannot_fail(r.nodes, counter_merges(r), self._proved_stack_ops(r))
-        # the counter's range in every body (``fast.ranges``): from its start to the bound less one;
-        # with it, the loop variables each body writes at a slot that moves with it, whose entry
-        # values say which slots they hold written
-        found = bounded_counter(r)
-        ranged: Optional[tuple[int, int, int]] = None
-        fresh: dict[int, frozenset[int]] = {}
-        if found is not None and twin.get(found[0], found[0]) in starts:
-            b = found[1].node
-            bound = base.get(key(found[1])) if b.op != "Const" else np.asarray(b.attrs["value"])
-            if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
-                ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
-                fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
-                         if isinstance(vals0[j], TA) and vals0[j].written is not None}
-                exits.update(exit_counts(starts, ranged))
-        chain = (nest if nest is not None else self._counted_chain(r, env)) if head else []
-        # Where XLA may see a trip count (a static bound), the nest's loops test their headers alone
-        # (``unbounded``, below). A small nest (``SMALL_NEST`` bodies at most, every bound static)
-        # then runs whole even after its checks failed: a run with the error word set returns
-        # nothing, and nothing in the nest has an effect (``cannot_fail``) but pushes onto counted
-        # stacks, which such a run never reads. A larger one runs in a cond on its checks, so that
-        # it is skipped (``wrapped``). Why not always the cond: it costs each run about a microsecond
-        # on the CPU (a small RNN training step, two one-loop nests, 1.62 times JAX's fixed cost with
-        # them and 1.55 without), and without a known trip count XLA:CPU evaluates each loop's test
-        # computation at every iteration.
-        bodies = [int(b) for _, b in chain if is_static(b)]
-        small = bool(chain) and len(bodies) == len(chain) and math.prod(bodies) <= SMALL_NEST
-        wrapped = not small and any(is_static(b) for _, b in chain)
-        if chain:
-            saved_state = dict(self.state)
-            if small or wrapped:
-                self.unbounded.update(id(c) for c, _ in chain)
-            self._hoist_checks(chain)
-            before = self.state["err"]  # (the hoisted codes count from the enclosing loop already)
-
-        def full(kept: list[Any]) -> list[Any]:
-            vals: list[Any] = [None] * len(vals0)
-            for j, v in zip(keep, kept, strict=True):
-                vals[j] = v
-            return [vals[twin.get(j, j)] for j in range(len(vals0))]
-
-        def body(c: Any) -> Any:
-            kept, state, iters, (hvals, mi) = c
-            self.state = dict(state)
-            saved, self.max_iter = self.max_iter, mi
-            if framed:
-                self.frames.append(number)
-            vals = full(kept)
-            mark = self.ranges.mark()
-            writes = self.fresh_writes
-            if ranged is not None:
-                self.ranges.add(vals[ranged[0]], ranged[1], ranged[2])
-                self.fresh_writes = {**writes, **fresh}
-            try:
-                henv, pred = header(vals, False, hvals)
-                benv = side(henv, pred, 1)
-                self.run_items(r.body, benv)
-                nxt = [self.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in keep]
-            finally:
-                self.max_iter = saved
-                if framed:
-                    self.frames.pop()
-                self.ranges.forget(mark)
-                self.fresh_writes = writes
-            return _jnp_tree((nxt, self.state, None if iters is None else iters + 1, (hvals, mi)))
-
-        c0 = ([vals0[j] for j in keep], self.state, None if count is not None else np.int32(0),
-              ([base[k] for k in hkeys], self.max_iter))
-        # (nothing in a hoisted nest writes the error word, ``HoistConflict``: its loops need not test it)
-        stop = self.stop_on_error and id(r) not in self.hoisted and any(n.op in ("StackPush", "StackPop")
-                                                                         for n in r.nodes)
-
-        # A loop of a nest whose bounds were checked before it (``_hoist_checks``) and that runs inside
-        # a ``lax.cond`` on that check (below) needs no iteration bound of its own: its test is its
-        # header alone, where XLA sees its trip count when the bound is static. (With every bound
-        # fed, XLA sees none, and the cond costs 5 to 10 ms of compile time: such a nest's loops
-        # test their bounds as before.)
-        bounded = id(r) not in self.unbounded
-
-        def cond(c: Any) -> Any:
-            kept, state, iters, (hvals, mi) = c
-            vals = full(kept)
-            _, pred = header(vals, False, hvals)
-            ok = jnp.asarray(pred, bool)
-            if bounded:
-                ok = ok & ((vals[count] if count is not None else iters) < mi)
-            return ok & (state["err"] == 0) if stop else ok
-
-        self.hoist_depth += bool(chain)
+        form = self._light_form(r, env, loop, vals0, nest)
+        saved_state = dict(self.state)
+        if form.chain:
+            if form.small or form.wrapped:
+                self.unbounded.update(id(c) for c, _ in form.chain)
+            self._hoist_checks(form.chain)
+            loop.before = self.state["err"]  # (the hoisted codes count from the enclosing loop already)
+        self.hoist_depth += bool(form.chain)
         try:
             try:
-                c0, traced = self.loop_body(body, _jnp_tree(c0), r)
-                if wrapped:
-                    # the nest runs only when its checks (and everything before it) passed: a run
-                    # with the error word set returns no value, and nothing in the nest has an
-                    # effect (``cannot_fail``) but pushes onto counted stacks, which such a run
-                    # never reads, so skipping it is invisible
-                    ok = jax.lax.eq(jnp.asarray(self.state["err"], jnp.int32), np.int32(0))
-                    kept, self.state, _, _ = jax.lax.cond(
-                        ok, lambda c: self._while_loop(r, cond, traced, c), lambda c: c, c0)
-                else:
-                    kept, self.state, _, _ = self._while_loop(r, cond, traced, c0)
+                kept = self._emit_light(loop, form, vals0)
             finally:
-                self.hoist_depth -= bool(chain)
+                self.hoist_depth -= bool(form.chain)
         except HoistConflict:
-            if not chain:
+            if not form.chain:
                 raise
             # something inside the nest may fail before a bound does: trace it again, checking each
             # loop's bound after it as before, and try no hoisting anywhere inside it again
-            self.hoisted.difference_update(id(c) for c, _ in chain)
-            self.unbounded.difference_update(id(c) for c, _ in chain)
+            self.hoisted.difference_update(id(c) for c, _ in form.chain)
+            self.unbounded.difference_update(id(c) for c, _ in form.chain)
             self.no_hoist.update(id(w) for w in walk([r]) if isinstance(w, WhileRegion))
             self.state = saved_state
             self.dense.difference_update(counted)
             self.run_light_while(r, env)
             return
-        finish(full(kept), False)
+        loop.finish(form.full(kept, len(vals0)), False)
         self.fill_counted_stacks(counted)
         # the nest's checks hold for this trace of it only: a loop of it traced again elsewhere (a case
         # chain traces its outer regions once per branch) is checked there as that trace decides
-        self.hoisted.difference_update(id(c) for c, _ in chain)
-        self.unbounded.difference_update(id(c) for c, _ in chain)
+        self.hoisted.difference_update(id(c) for c, _ in form.chain)
+        self.unbounded.difference_update(id(c) for c, _ in form.chain)
+
+    def _light_form(self, r: WhileRegion, env: Env, loop: _LightLoop, vals0: list[Any],
+                    nest: Optional[list[tuple[WhileRegion, Any]]]) -> _LoopForm:
+        """How the light loop ``r`` is carried, from what is known before its body is traced.
+
+        Counters (next = self + 1) that start equal stay equal: one of them is carried for all
+        (``while_loop``'s own counter and a user's ``i`` are usually such twins), and one that starts
+        at 0 is the iteration count the bound tests. The counter's range in every body
+        (``fast.ranges``): from its start to the bound less one; with it, the loop variables each body
+        writes at a slot that moves with it, whose entry values say which slots they hold written,
+        and the counters' values after the loop (``exit_counts``, into ``loop.exits``).
+
+        Where XLA may see a trip count (a static bound), the nest's loops test their headers alone
+        (``unbounded``). A small nest (``SMALL_NEST`` bodies at most, every bound static) then runs
+        whole even after its checks failed: a run with the error word set returns nothing, and
+        nothing in the nest has an effect (``cannot_fail``) but pushes onto counted stacks, which such
+        a run never reads. A larger one runs in a cond on its checks, so that it is skipped
+        (``wrapped``). Why not always the cond: it costs each run about a microsecond on the CPU (a
+        small RNN training step, two one-loop nests, 1.62 times JAX's fixed cost with them and 1.55
+        without), and without a known trip count XLA:CPU evaluates each loop's test computation at
+        every iteration."""
+        starts = {j: int(vals0[j]) for j in counters(r) if is_static(vals0[j])}
+        twin = {j: next(k for k in starts if starts[k] == v) for j, v in starts.items()}
+        keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
+        count = next((j for j in keep if starts.get(j) == 0), None)
+        head = self.hoist_depth == 0 and id(r) not in self.no_hoist and loop.number > 0 \
+            and cannot_fail(r.nodes, counter_merges(r), self._proved_stack_ops(r))
+        found = bounded_counter(r)
+        ranged: Optional[tuple[int, int, int]] = None
+        fresh: dict[int, frozenset[int]] = {}
+        if found is not None and twin.get(found[0], found[0]) in starts:
+            b = found[1].node
+            bound = loop.base.get(key(found[1])) if b.op != "Const" else np.asarray(b.attrs["value"])
+            if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
+                ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
+                fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
+                         if isinstance(vals0[j], TA) and vals0[j].written is not None}
+                loop.exits.update(exit_counts(starts, ranged))
+        chain = (nest if nest is not None else self._counted_chain(r, env)) if head else []
+        bodies = [int(b) for _, b in chain if is_static(b)]
+        small = bool(chain) and len(bodies) == len(chain) and math.prod(bodies) <= SMALL_NEST
+        wrapped = not small and any(is_static(b) for _, b in chain)
+        return _LoopForm(keep, twin, count, ranged, fresh, chain, small, wrapped)
+
+    def _emit_light(self, loop: _LightLoop, form: _LoopForm, vals0: list[Any]) -> list[Any]:
+        """The ``lax.while_loop`` of a light loop in ``form``; its carried loop variables after it.
+
+        A loop of a nest whose bounds were checked before it (``_hoist_checks``) and that runs inside a
+        ``lax.cond`` on that check needs no iteration bound of its own: its test is its header alone,
+        where XLA sees its trip count when the bound is static. (With every bound fed, XLA sees none,
+        and the cond costs 5 to 10 ms of compile time: such a nest's loops test their bounds.)"""
+        r = loop.r
+        c0 = ([vals0[j] for j in form.keep], self.state, None if form.counter is not None else np.int32(0),
+              ([loop.base[k] for k in loop.hkeys], self.max_iter))
+        # (nothing in a hoisted nest writes the error word, ``HoistConflict``: its loops need not test it)
+        stop = self.stop_on_error and id(r) not in self.hoisted and any(n.op in ("StackPush", "StackPop")
+                                                                         for n in r.nodes)
+        bounded = id(r) not in self.unbounded
+        n = len(vals0)
+
+        def cond(c: Any) -> Any:
+            kept, state, iters, (hvals, mi) = c
+            vals = form.full(kept, n)
+            _, pred = loop.header(vals, False, hvals)
+            ok = jnp.asarray(pred, bool)
+            if bounded:
+                ok = ok & ((vals[form.counter] if form.counter is not None else iters) < mi)
+            return ok & (state["err"] == 0) if stop else ok
+
+        c0, traced = self.loop_body(lambda c: loop.body(form, c), _jnp_tree(c0), r)
+        if not form.wrapped:
+            kept, self.state, _, _ = self._while_loop(r, cond, traced, c0)
+            return kept  # type: ignore[no-any-return]
+        # the nest runs only when its checks (and everything before it) passed: a run with the error
+        # word set returns no value, and nothing in the nest has an effect (``cannot_fail``) but
+        # pushes onto counted stacks, which such a run never reads, so skipping it is invisible
+        ok = jax.lax.eq(jnp.asarray(self.state["err"], jnp.int32), np.int32(0))
+        kept, self.state, _, _ = jax.lax.cond(ok, lambda c: self._while_loop(r, cond, traced, c), lambda c: c, c0)
+        return kept  # type: ignore[no-any-return]
+
+
+
+class _LoopForm(NamedTuple):
+    """How a light loop is carried, decided before its body is traced (``Emitter._light_form``):
+    the loop variables carried (``keep``; each other counter is the ``twin`` it starts equal to),
+    the carried counter that counts iterations from 0 (``counter``, else an iteration count is
+    carried), the bounded counter's range (``ranged``: its index, start, last value) and the slots
+    each TensorArray holds written (``fresh``), the nest whose checks are hoisted before it
+    (``chain``), and whether it runs whole (``small``) or in a cond on those checks (``wrapped``)."""
+
+    keep: list[int]
+    twin: dict[int, int]
+    counter: Optional[int]
+    ranged: Optional[tuple[int, int, int]]
+    fresh: dict[int, frozenset[int]]
+    chain: list[tuple[WhileRegion, Any]]
+    small: bool
+    wrapped: bool
+
+    def full(self, kept: list[Any], n: int) -> list[Any]:
+        """Every loop variable's value from the carried ones (a twin reads the counter it twins)."""
+        vals: list[Any] = [None] * n
+        for j, v in zip(self.keep, kept, strict=True):
+            vals[j] = v
+        return [vals[self.twin.get(j, j)] for j in range(n)]
+
+
+class _LightLoop:
+    """One light loop's trace context: its header, its two sides, its body and its exit, over the
+    environment it was entered in (``Emitter.run_light_while``)."""
+
+    def __init__(self, em: Emitter, r: WhileRegion, env: Env) -> None:
+        self.em, self.r, self.env = em, r, env
+        self.base = dict(env)
+        for inv in r.invariants:
+            self.base[key(inv.outputs[0])] = em.read(env, inv.inputs[0], inv)
+        self.pkey = key(r.loop_cond.inputs[0])
+        self.lck = key(r.loop_cond.outputs[0])
+        # The invariants the header reads (and the iteration bound) travel in the carry: the loop's
+        # test then closes over nothing, so they are not passed to XLA's loop twice (once for the
+        # test, once for the body).
+        self.hkeys = sorted({key(t) for n in r.header for t in n.inputs
+                             if key(t) in self.base and not is_static(self.base[key(t)])})
+        # The nonterm code names this loop counted from the enclosing light loop (``NONTERM``): in a
+        # nest it is the same constant at every level, so every level's check is the same kernel.
+        self.message = runaway_message(r.describe())
+        self.number = loop_number(em.program, r)
+        self.off = self.number - (em.frames[-1] if em.frames else 0)
+        self.framed = bool(self.number) and loop_height(em.program, r) > em.frame_height
+        if self.number:
+            em.codes.name_loop(self.number, self.message)
+        self.before = em.state["err"]
+        #: loop variable index -> its value after the loop, known when tracing (``exit_counts``)
+        self.exits: dict[int, Any] = {}
+
+    def header(self, vals: list[Any], first: bool, hvals: Optional[list[Any]] = None) -> tuple[Env, Any]:
+        """The header's environment and the predicate, from the loop variables ``vals``."""
+        henv = dict(self.base)
+        if hvals is not None:
+            henv.update(zip(self.hkeys, hvals, strict=True))
+        for (_, m, _, es, ns), v in zip(self.r.loop_vars, vals, strict=True):
+            henv[key(m.outputs[0])] = v
+            henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
+        self.em.run_items(self.r.header, henv)
+        return henv, self.em.predicate(henv, self.r.loop_cond.inputs[0], self.r.loop_cond)
+
+    def side(self, henv: Env, pred: Any, taken: int) -> Env:
+        """The loop's environment on one side of its Switches ([E-Switch] with the predicate
+        decided): output ``taken`` carries the loop value, the other output is dead."""
+        senv = dict(henv)
+        senv[self.pkey] = senv[self.lck] = pred
+        for s in self.r.switches:
+            senv[key(s.outputs[taken])] = self.em.read(senv, s.inputs[0], s)
+            senv[key(s.outputs[1 - taken])] = DEAD
+        return senv
+
+    def body(self, form: _LoopForm, c: Any) -> Any:
+        """One iteration on the carry ``c``: the header again, the body on the true side, the next
+        values of the carried loop variables."""
+        em, r = self.em, self.r
+        kept, state, iters, (hvals, mi) = c
+        em.state = dict(state)
+        saved, em.max_iter = em.max_iter, mi
+        if self.framed:
+            em.frames.append(self.number)
+        vals = form.full(kept, len(r.loop_vars))
+        mark = em.ranges.mark()
+        writes = em.fresh_writes
+        if form.ranged is not None:
+            em.ranges.add(vals[form.ranged[0]], form.ranged[1], form.ranged[2])
+            em.fresh_writes = {**writes, **form.fresh}
+        try:
+            henv, pred = self.header(vals, False, hvals)
+            benv = self.side(henv, pred, 1)
+            em.run_items(r.body, benv)
+            nxt = [em.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in form.keep]
+        finally:
+            em.max_iter = saved
+            if self.framed:
+                em.frames.pop()
+            em.ranges.forget(mark)
+            em.fresh_writes = writes
+        return _jnp_tree((nxt, em.state, None if iters is None else iters + 1, (hvals, mi)))
+
+    def finish(self, vals: list[Any], first: bool) -> None:
+        """After the loop: the header on its last values, the exit side on the false side, the check
+        that the iteration budget was not spent, and the Exits' values into the entry environment."""
+        em, r = self.em, self.r
+        henv, pred = self.header(vals, first)
+        if self.framed:
+            em._leave_frame(self.before, self.off)
+        for j, v in self.exits.items():  # (after the header: its predicate is the traced one)
+            henv[key(r.loop_vars[j][1].outputs[0])] = v
+        eenv = self.side(henv, pred, 0)
+        em.run_items(r.exit_side, eenv)
+        # a predicate still true after the loop means the iteration budget was spent (or, in a fused
+        # attempt, an error stopped the loop, which the error word already holds)
+        if id(r) in em.hoisted:
+            pass  # checked before the nest was entered (``_hoist_checks``)
+        elif not self.number:  # a loop outside the program's tree: a code of the table
+            em.check(~jnp.asarray(pred), self.message, code="nonterm")
+        elif not (is_static(pred) and not bool(pred)):
+            em._set_err(jnp.asarray(pred, bool), NONTERM + self.off)
+        for x in r.exits:
+            self.env[key(x.outputs[0])] = em.read(eenv, x.inputs[0], x)
+
+
+def _settled_arrays(r: WhileRegion, vals0: list[Any]) -> list[Any]:
+    """The loop's entry values, a TensorArray that enters still without an element shape (a map's
+    output) given the one its writes have in the graph, when that is known: the carry is then
+    settled, and the body is traced once (``loop_body``). Learnt by tracing the body
+    (``discover``), it cost a second trace of the body, and of every loop in it: 2^k traces of a nest
+    of k maps."""
+    vals = list(vals0)
+    for j, w in own_writes(r):
+        v, shape = vals[j], w.inputs[2].shape
+        if isinstance(v, TA) and v.pending and shape is not None and all(d is not None for d in shape):
+            vals[j] = v.materialize(tuple(shape), w)
+    return vals
 
 
 def exit_counts(starts: dict[int, int], ranged: tuple[int, int, int]) -> dict[int, Any]:
