@@ -27,6 +27,7 @@ import turnout as tn  # noqa: E402
 import turnout.jax as tnj  # noqa: E402
 from turnout import checkpoint_schedule as cs  # noqa: E402
 
+
 @pytest.fixture(autouse=True)
 def _jax_defaults() -> Any:
     """Every test runs under JAX's default configuration (32-bit types), whatever another test module
