@@ -189,7 +189,21 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
     not in ``devices``, or two nodes that must share a device but are scoped to different ones; with
     ``allow_soft_placement`` the last two are resolved by the rules of the module docstring instead
     (why: a graph written for another machine, or with TensorFlow's looser colocation, still runs).
+
+    In three steps: what each colocation group asks for (``_asked``), the device of each group that
+    asked (``_group_devices``), and every node in build order, a group that asked nothing following
+    its first node's forward op, input or control input (``_assign``).
     """
+    resolver = _Resolver(_device_list(devices), allow_soft_placement)
+    groups = colocation_groups(graph, list(graph.nodes))
+    hard, soft = _asked(graph, groups, requests, resolver)
+    group_device = _group_devices(hard, soft, groups, resolver)
+    device_of, reasons = _assign(graph, groups, group_device, resolver)
+    return Placement(graph, resolver.devs, device_of, reasons)
+
+
+def _device_list(devices: Sequence[str | DeviceSpec]) -> list[str]:
+    """The canonical names of ``devices``, in order; none, or one listed twice, is a PlacementError."""
     if not devices:
         raise PlacementError("place needs at least one device")
     devs: list[str] = []
@@ -198,34 +212,45 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
         if c in devs:
             raise PlacementError(f"device {d!r} is listed twice (as {c})")
         devs.append(c)
+    return devs
 
-    yielded: dict[int, str] = {}  # node id -> why its own request gave way (allow_soft_placement)
 
-    def resolve(name: str, node: Node, what: str) -> Optional[str]:
+class _Resolver:
+    """A device name a node asks for, resolved to one of the listed devices, and why each node's own
+    request gave way (``yielded``, with ``allow_soft_placement``)."""
+
+    def __init__(self, devs: list[str], soft: bool) -> None:
+        self.devs, self.soft = devs, soft
+        self.yielded: dict[int, str] = {}  # node id -> why its own request gave way
+
+    def __call__(self, name: str, node: Node, what: str) -> Optional[str]:
         try:
             c = canonical(name)
         except PlacementError as e:
             raise PlacementError(f"{describe_node(node)} {what} {name!r}: {e}") from None
-        if c not in devs:
-            if allow_soft_placement:
-                alt = _soft_device(c, devs)
-                yielded[node.id] = (f"asked for {parse(c).short}, which is not one of the devices: "
-                                    + (f"placed on {parse(alt).short}, the first listed device of its task" if alt
-                                       else "no listed device is of its task, so the request is dropped")
-                                    + " (allow_soft_placement)")
-                return alt
+        if c in self.devs:
+            return c
+        if not self.soft:
             raise PlacementError(
                 f"{describe_node(node)} {what} {name!r} ({c}), which is not one of the devices "
-                f"{[parse(d).short for d in devs]} (allow_soft_placement=True places it on a device of its task, "
-                "or by the default rules)"
+                f"{[parse(d).short for d in self.devs]} (allow_soft_placement=True places it on a device of its "
+                "task, or by the default rules)"
             )
-        return c
+        alt = _soft_device(c, self.devs)
+        self.yielded[node.id] = (f"asked for {parse(c).short}, which is not one of the devices: "
+                                 + (f"placed on {parse(alt).short}, the first listed device of its task" if alt
+                                    else "no listed device is of its task, so the request is dropped")
+                                 + " (allow_soft_placement)")
+        return alt
 
-    nodes = list(graph.nodes)
-    groups = colocation_groups(graph, nodes)
+
+def _asked(graph: Graph, groups: _Groups, requests: Optional[Mapping[str, str]], resolve: _Resolver
+           ) -> tuple[dict[int, list[tuple[Node, str]]], dict[int, str]]:
+    """Per colocation group (its root): the devices its nodes' scopes name, in build order (``hard``),
+    and the first request one of its nodes makes (``soft``)."""
     hard: dict[int, list[tuple[Node, str]]] = {}
     soft: dict[int, str] = {}
-    for n in nodes:
+    for n in graph.nodes:
         root = groups.find(n.id)
         if n.device is not None:
             d = resolve(n.device, n, "is scoped to device")
@@ -235,29 +260,44 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
             d = resolve(requests[n.name], n, "is requested on device")
             if d is not None:
                 soft[root] = d
-    device_of: dict[int, str] = {}
-    reasons: dict[int, str] = {}
+    return hard, soft
+
+
+def _group_devices(hard: dict[int, list[tuple[Node, str]]], soft: dict[int, str], groups: _Groups,
+                   resolve: _Resolver) -> dict[int, tuple[str, str]]:
+    """The device (and why) of each group that asked for one: its first scoped node's, a conflict being
+    a PlacementError unless soft placement lets the others yield; else its request."""
     group_device: dict[int, tuple[str, str]] = {}
     for root, asked in hard.items():
         distinct = sorted({d for _, d in asked})
         n0, d0 = asked[0]  # (nodes are visited in the order they were built)
         if len(distinct) > 1:
             ties = "; ".join(groups.ties.get(root, [])) or "they are colocated"
-            if not allow_soft_placement:
+            if not resolve.soft:
                 who = ", ".join(f"{describe_node(n)} on {parse(d).short}" for n, d in asked)
                 raise PlacementError(f"conflicting placement: {who} must share one device, because {ties} "
                                      "(allow_soft_placement=True resolves it by the colocation rule)")
             for n, d in asked:
                 if d != d0:
-                    yielded[n.id] = (f"asked for {parse(d).short}, yields to {n0.name} on {parse(d0).short} "
-                                     f"because {ties} (allow_soft_placement)")
+                    resolve.yielded[n.id] = (f"asked for {parse(d).short}, yields to {n0.name} on "
+                                             f"{parse(d0).short} because {ties} (allow_soft_placement)")
         group_device[root] = (d0, f"device scope of {n0.name}")
     for root, d in soft.items():
         group_device.setdefault(root, (d, "requested"))
+    return group_device
+
+
+def _assign(graph: Graph, groups: _Groups, group_device: dict[int, tuple[str, str]], resolve: _Resolver
+            ) -> tuple[dict[int, str], dict[int, str]]:
+    """Every node's device and the reason, in build order: a group that asked for nothing takes the
+    device of its first node's forward op, else its first placed input, else its first control input,
+    else the first listed device."""
+    device_of: dict[int, str] = {}
+    reasons: dict[int, str] = {}
     for n in _order(graph):
         root = groups.find(n.id)
         if root not in group_device:
-            d, why = devs[0], "default device"
+            d, why = resolve.devs[0], "default device"
             fwd = graph.gradient_of.get(n.id)
             data = [t for t in n.raw_inputs if isinstance(t, Tensor) and t.node.id in device_of]
             if fwd is not None and fwd in device_of:
@@ -273,9 +313,9 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
         own = why in (f"device scope of {n.name}", f"follows its input {n.raw_inputs[0].name}"
                       if n.raw_inputs and isinstance(n.raw_inputs[0], Tensor) else "")
         reasons[n.id] = f"{why}; colocated ({'; '.join(tied)})" if tied and not own else why
-        if n.id in yielded:
-            reasons[n.id] = f"{yielded[n.id]}; {reasons[n.id]}"
-    return Placement(graph, devs, device_of, reasons)
+        if n.id in resolve.yielded:
+            reasons[n.id] = f"{resolve.yielded[n.id]}; {reasons[n.id]}"
+    return device_of, reasons
 
 
 def _soft_device(name: str, devices: Sequence[str]) -> Optional[str]:
