@@ -603,33 +603,7 @@ class FastBackend:
             t1 = time.perf_counter()
             env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
             if st.driven is None:
-                rest, stacks = stk.split_state(state)
-                if attempt:  # called with flat arguments, laid out once per function (``Plan.fused_fn``)
-                    layout = FusedLayout(tuple(env_in), tuple(rest), tuple(stacks))
-                    if st.layout != layout or "seg" not in st.fns:
-                        st.fns["seg"], st.layout = plan.fused_fn(layout), layout
-                elif "seg" not in st.fns:
-                    st.fns["seg"] = plan.segment_fn(st)
-                name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
-                with self._span(name, "compiled stages") as args, device_oom(plan, st):
-                    before = self.compile_count
-                    if attempt:
-                        res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
-                        assert st.results is not None  # (set by its trace)
-                        out, lv, state = st.results.split(res)
-                    else:
-                        out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
-                    args["compiled"] = self.compile_count != before
-                    if attempt:  # the error word and the live flags, read back at once
-                        if self.overlap_reads:
-                            start_reads(out.values())
-                        state = {**rest, **state}  # (what came back unchanged is not returned)
-                        if st.packed is not None:  # the flags came behind a fetched value (``fast.packing``)
-                            k, how = st.packed
-                            value, words = packing.unpack(np.asarray(out[k]), how)
-                            out, lv = {**out, k: value}, words
-                        state["err"], lv = self._fused_flags(st, lv)
-                    args["error_word"] = int(state["err"])
+                out, lv, state = self._call_segment(plan, st, i, env_in, state, max_iter, attempt)
                 lives.update(lv)
             else:
                 with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
@@ -667,6 +641,42 @@ class FastBackend:
             **store.stats(),
         }
         return values, stats
+
+    def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
+                      max_iter: Any, attempt: bool) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
+        """One compiled segment of ``_execute``: (its outputs, their live flags, the state after it).
+        A segment of the stages is called with dicts (``Plan.segment_fn``); the fused attempt with flat
+        arguments laid out once per function (``Plan.fused_fn``), its error word and live flags read back
+        at once, behind a fetched value where ``fast.packing`` put them there."""
+        rest, stacks = stk.split_state(state)
+        if attempt:
+            layout = FusedLayout(tuple(env_in), tuple(rest), tuple(stacks))
+            if st.layout != layout or "seg" not in st.fns:
+                st.fns["seg"], st.layout = plan.fused_fn(layout), layout
+        elif "seg" not in st.fns:
+            st.fns["seg"] = plan.segment_fn(st)
+        name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
+        with self._span(name, "compiled stages") as args, device_oom(plan, st):
+            before = self.compile_count
+            if not attempt:
+                out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                args["compiled"] = self.compile_count != before
+                args["error_word"] = int(state["err"])
+                return out, lv, state
+            res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
+            assert st.results is not None  # (set by its trace)
+            out, lv, state = st.results.split(res)
+            args["compiled"] = self.compile_count != before
+            if self.overlap_reads:
+                start_reads(out.values())
+            state = {**rest, **state}  # (what came back unchanged is not returned)
+            if st.packed is not None:
+                k, how = st.packed
+                value, words = packing.unpack(np.asarray(out[k]), how)
+                out, lv = {**out, k: value}, words
+            state["err"], lv = self._fused_flags(st, lv)
+            args["error_word"] = int(state["err"])
+        return out, lv, state
 
     def _run_fused_sized(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:
