@@ -621,3 +621,28 @@ def test_a_fed_placeholder_satisfies_its_control_consumers_at_the_root_tag() -> 
     assert [int(v) for v in r.values] == [3]
     assert r.trace is not None and {e.tag for e in r.trace.events} == {()}
     assert [e.node for e in r.trace.events].count("y") == 1 and r.counts[("y", ())] == 1
+
+
+# ---- kernel errors name the op and its tag, wherever the kernel runs ---------------------------------
+def test_a_loop_predicate_that_is_not_one_boolean_names_the_loop_cond_and_its_iteration() -> None:
+    """[E-LoopCond] takes the truth of a live predicate, which must be one boolean (``kernels.truth``).
+    A predicate of unknown static shape fed a vector is a KernelError that names, as every kernel error
+    does, the LoopCond and the tag it fired at: iteration 0 of its loop, not the root."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=None, name="p")
+        [out] = tn.while_loop(lambda i: tn.logical_and(p, i < 3), lambda i: i + 1, [tn.constant(0)], name="lp")
+    with pytest.raises(tn.KernelError, match=r'^LoopCond node "[^"]*" .* at [^ ]*lp[^ ]*:0: the predicate must be'):
+        run_graph(g, [out], {p: np.array([True, False])})
+    assert [int(v) for v in run_graph(g, [out], {p: np.bool_(True)}).values] == [3]
+
+
+def test_a_source_whose_kernel_fails_is_named_with_its_tag() -> None:
+    """[E-Op] with no data inputs (``fire_source``): a Const whose value does not convert to its dtype
+    fails in its kernel, and the KernelError names the Const and its tag, as for any other op."""
+    g = tn.Graph()
+    with g.as_default():
+        bad = g.create_node("Const", [], {"value": "abc", "dtype": tn.float32}, name="bad").outputs[0]
+        y = tn.add(bad, 1.0, name="y")
+    with pytest.raises(tn.KernelError, match=r'^Const node "bad" .* at root: kernel failed: could not convert'):
+        run_graph(g, [y])
