@@ -646,3 +646,37 @@ def test_a_source_whose_kernel_fails_is_named_with_its_tag() -> None:
         y = tn.add(bad, 1.0, name="y")
     with pytest.raises(tn.KernelError, match=r'^Const node "bad" .* at root: kernel failed: could not convert'):
         run_graph(g, [y])
+
+
+# ---- seed 202: the executor's errors and limits -------------------------------------------------------
+def test_two_live_inputs_at_one_merge_are_a_conflict_named_by_the_merge_and_its_tag() -> None:
+    """[E-Merge-Conflict]: a Merge takes at most one live data input per tag ([W-Merge-Unique]). A hand-built
+    Merge of two constants receives two at the root; the run stops with MergeConflictError, whose
+    message (``errors.merge_conflict_message``) names the rule, the Merge and the tag."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([tn.constant(1.0), tn.constant(2.0)], name="both_live")
+    want = r'^\[E-Merge-Conflict\] Merge node "both_live" .* received two live data inputs at tag root'
+    with pytest.raises(tn.MergeConflictError, match=want):
+        run_graph(g, [m])
+
+
+def test_max_seconds_bounds_a_reference_run() -> None:
+    """``RunOptions.max_seconds`` bounds a run's wall-clock time: a loop that never ends stops with
+    NonTerminationError naming ``max_seconds``, long before a firing limit set far above it."""
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)])
+    with pytest.raises(tn.NonTerminationError, match=r"more than max_seconds=0\.05 seconds"):
+        run_graph(g, [k], options=RunOptions(max_seconds=0.05, max_firings=200_000))
+
+
+def test_run_graph_runs_variables_on_a_fresh_store_each_call() -> None:
+    """``run_graph`` has no persistent variables: each call starts a fresh store, initialized by the
+    VarHandles, so an update reads the initial value every time."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.float32(1.0), name="v")
+        upd = v.assign_add(2.0)
+    assert [float(x) for x in run_graph(g, [upd]).values] == [3.0]
+    assert [float(x) for x in run_graph(g, [upd]).values] == [3.0]
