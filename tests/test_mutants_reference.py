@@ -680,3 +680,41 @@ def test_run_graph_runs_variables_on_a_fresh_store_each_call() -> None:
         upd = v.assign_add(2.0)
     assert [float(x) for x in run_graph(g, [upd]).values] == [3.0]
     assert [float(x) for x in run_graph(g, [upd]).values] == [3.0]
+
+
+# ---- the full set of reference/rules.py -----------------------------------------------------------------
+def test_a_switch_predicate_that_is_not_one_boolean_names_the_switch_and_its_iteration() -> None:
+    """[E-Switch] takes the truth of its predicate, which must be one boolean: a cond inside a loop whose
+    predicate is fed a vector is a KernelError naming the Switch and the tag it fired at (iteration 0
+    of the loop)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=None, name="p")
+        [out] = tn.while_loop(lambda i: i < 2, lambda i: tn.cond(p, lambda: i + 1, lambda: i + 2), [tn.constant(0)],
+                              name="lp")
+    with pytest.raises(tn.KernelError, match=r'^Switch node "[^"]*" .* at [^ ]*lp[^ ]*:0: the predicate must be'):
+        run_graph(g, [out], {p: np.array([True, False])})
+
+
+def test_a_dead_control_input_kills_an_enter_and_so_its_loop() -> None:
+    """A dead control input kills an op whatever it is ([E-Op-Dead]); for an Enter (``fire_forward``)
+    the loop it enters then runs dead: its Merge fires [E-Merge-DeadEnter] and its Exit is dead, in
+    the reference and in the small-step system alike."""
+    from turnout.semantics import smallstep as ss
+
+    g = tn.Graph()
+    with g.as_default():
+        _, taken = raw.switch(tn.constant(5.0), tn.constant(False))
+        dead = tn.identity(taken, name="dead")
+        zero = tn.constant(0.0)  # made outside the block: only the Enter waits on the dead op
+        with tn.control_dependencies([dead]):
+            e = raw.enter(zero, "loop", name="gated")
+        m, _ = raw.merge([e, raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3.0), "loop", is_constant=True)))
+        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1.0), "loop", is_constant=True)))
+        out = raw.exit(sf, name="out")
+    assert e.node.control_inputs == (dead.node,) and zero.node.control_inputs == ()
+    with pytest.raises(tn.DeadFetchError, match="out"):
+        run_graph(g, [out])
+    with pytest.raises(tn.DeadFetchError):
+        ss.run(g, [out])
