@@ -621,3 +621,100 @@ def test_a_fed_placeholder_satisfies_its_control_consumers_at_the_root_tag() -> 
     assert [int(v) for v in r.values] == [3]
     assert r.trace is not None and {e.tag for e in r.trace.events} == {()}
     assert [e.node for e in r.trace.events].count("y") == 1 and r.counts[("y", ())] == 1
+
+
+# ---- kernel errors name the op and its tag, wherever the kernel runs ---------------------------------
+def test_a_loop_predicate_that_is_not_one_boolean_names_the_loop_cond_and_its_iteration() -> None:
+    """[E-LoopCond] takes the truth of a live predicate, which must be one boolean (``kernels.truth``).
+    A predicate of unknown static shape fed a vector is a KernelError that names, as every kernel error
+    does, the LoopCond and the tag it fired at: iteration 0 of its loop, not the root."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=None, name="p")
+        [out] = tn.while_loop(lambda i: tn.logical_and(p, i < 3), lambda i: i + 1, [tn.constant(0)], name="lp")
+    with pytest.raises(tn.KernelError, match=r'^LoopCond node "[^"]*" .* at [^ ]*lp[^ ]*:0: the predicate must be'):
+        run_graph(g, [out], {p: np.array([True, False])})
+    assert [int(v) for v in run_graph(g, [out], {p: np.bool_(True)}).values] == [3]
+
+
+def test_a_source_whose_kernel_fails_is_named_with_its_tag() -> None:
+    """[E-Op] with no data inputs (``fire_source``): a Const whose value does not convert to its dtype
+    fails in its kernel, and the KernelError names the Const and its tag, as for any other op."""
+    g = tn.Graph()
+    with g.as_default():
+        bad = g.create_node("Const", [], {"value": "abc", "dtype": tn.float32}, name="bad").outputs[0]
+        y = tn.add(bad, 1.0, name="y")
+    with pytest.raises(tn.KernelError, match=r'^Const node "bad" .* at root: kernel failed: could not convert'):
+        run_graph(g, [y])
+
+
+# ---- seed 202: the executor's errors and limits -------------------------------------------------------
+def test_two_live_inputs_at_one_merge_are_a_conflict_named_by_the_merge_and_its_tag() -> None:
+    """[E-Merge-Conflict]: a Merge takes at most one live data input per tag ([W-Merge-Unique]). A hand-built
+    Merge of two constants receives two at the root; the run stops with MergeConflictError, whose
+    message (``errors.merge_conflict_message``) names the rule, the Merge and the tag."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([tn.constant(1.0), tn.constant(2.0)], name="both_live")
+    want = r'^\[E-Merge-Conflict\] Merge node "both_live" .* received two live data inputs at tag root'
+    with pytest.raises(tn.MergeConflictError, match=want):
+        run_graph(g, [m])
+
+
+def test_max_seconds_bounds_a_reference_run() -> None:
+    """``RunOptions.max_seconds`` bounds a run's wall-clock time: a loop that never ends stops with
+    NonTerminationError naming ``max_seconds``, long before a firing limit set far above it."""
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)])
+    with pytest.raises(tn.NonTerminationError, match=r"more than max_seconds=0\.05 seconds"):
+        run_graph(g, [k], options=RunOptions(max_seconds=0.05, max_firings=200_000))
+
+
+def test_run_graph_runs_variables_on_a_fresh_store_each_call() -> None:
+    """``run_graph`` has no persistent variables: each call starts a fresh store, initialized by the
+    VarHandles, so an update reads the initial value every time."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.float32(1.0), name="v")
+        upd = v.assign_add(2.0)
+    assert [float(x) for x in run_graph(g, [upd]).values] == [3.0]
+    assert [float(x) for x in run_graph(g, [upd]).values] == [3.0]
+
+
+# ---- the full set of reference/rules.py -----------------------------------------------------------------
+def test_a_switch_predicate_that_is_not_one_boolean_names_the_switch_and_its_iteration() -> None:
+    """[E-Switch] takes the truth of its predicate, which must be one boolean: a cond inside a loop whose
+    predicate is fed a vector is a KernelError naming the Switch and the tag it fired at (iteration 0
+    of the loop)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=None, name="p")
+        [out] = tn.while_loop(lambda i: i < 2, lambda i: tn.cond(p, lambda: i + 1, lambda: i + 2), [tn.constant(0)],
+                              name="lp")
+    with pytest.raises(tn.KernelError, match=r'^Switch node "[^"]*" .* at [^ ]*lp[^ ]*:0: the predicate must be'):
+        run_graph(g, [out], {p: np.array([True, False])})
+
+
+def test_a_dead_control_input_kills_an_enter_and_so_its_loop() -> None:
+    """A dead control input kills an op whatever it is ([E-Op-Dead]); for an Enter (``fire_forward``)
+    the loop it enters then runs dead: its Merge fires [E-Merge-DeadEnter] and its Exit is dead, in
+    the reference and in the small-step system alike."""
+    from turnout.semantics import smallstep as ss
+
+    g = tn.Graph()
+    with g.as_default():
+        _, taken = raw.switch(tn.constant(5.0), tn.constant(False))
+        dead = tn.identity(taken, name="dead")
+        zero = tn.constant(0.0)  # made outside the block: only the Enter waits on the dead op
+        with tn.control_dependencies([dead]):
+            e = raw.enter(zero, "loop", name="gated")
+        m, _ = raw.merge([e, raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3.0), "loop", is_constant=True)))
+        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1.0), "loop", is_constant=True)))
+        out = raw.exit(sf, name="out")
+    assert e.node.control_inputs == (dead.node,) and zero.node.control_inputs == ()
+    with pytest.raises(tn.DeadFetchError, match="out"):
+        run_graph(g, [out])
+    with pytest.raises(tn.DeadFetchError):
+        ss.run(g, [out])

@@ -268,3 +268,71 @@ def test_a_direct_run_bounds_loops_as_a_session_does() -> None:
     import inspect
 
     assert inspect.signature(ss.run).parameters["max_iterations"].default == RunOptions().max_iterations
+
+
+# ---- seed 202 ----------------------------------------------------------------------------------------
+def test_an_unclosed_back_edge_is_refused_as_the_validator_refuses_it() -> None:
+    """[W-Merge-Bound]: a Merge whose back edge was never closed cannot run. ``ss.initial`` (reached by a
+    direct ``ss.run``, which skips the shared validator) refuses it with the validator's error: the
+    same rule, naming the same Merge in ``ValidationError.node``."""
+    from turnout import raw
+    from turnout.validate import validate
+
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0), "loop"), raw.BACK_EDGE], name="open")
+        out = raw.exit(m)
+    with pytest.raises(tn.ValidationError) as by_validator:
+        validate(g, [out])
+    with pytest.raises(tn.ValidationError, match=r'^\[W-Merge-Bound\] Merge node "open"') as by_semantics:
+        ss.run(g, [out])
+    assert by_semantics.value.rule == by_validator.value.rule == "W-Merge-Bound"
+    assert by_semantics.value.node is by_validator.value.node is m.node
+
+
+def test_a_live_noop_fires_by_e_op_and_releases_its_control_waiters() -> None:
+    """[E-Op] with no data: a NoOp (``tn.group``) whose inputs are live fires live, named E-Op as the
+    reference names it, and its control token lets the ops that wait on it fire."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(2.0, name="a")
+        grp = tn.group(a * 3.0, name="grp")
+        with tn.control_dependencies([grp]):
+            y = tn.add(a, 1.0, name="y")
+    r = ss.run(g, [y])
+    assert [float(v) for v in r.values] == [3.0]
+    assert ("E-Op", "grp", (), False) in r.firings and r.counts[("grp", ())] == 1
+    ref = tn.Session(g).run(y, options=RunOptions(trace=True))
+    assert float(ref) == 3.0
+
+
+def test_stranded_lists_every_token_of_q_several_at_one_slot_included() -> None:
+    """Q is a multiset of tokens: a node that fired at a tag no longer consumes there, so tokens that
+    reach it later stay in Q, several at one slot if they come. A hand-built Exit that reads the Merge
+    leaks the loop value of every iteration to the root; the Add fired on the first (0 + 10), and the
+    values of iterations 1, 2 and 3 stay at its slot 0, each listed by ``stranded`` in slot order."""
+    from turnout import raw
+
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0.0), "loop"), raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3.0), "loop", is_constant=True)))
+        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1.0), "loop", is_constant=True)))
+        leaky = raw.exit(m, name="leaky")
+        raw.exit(sf)
+        waits = tn.add(leaky, tn.constant(10.0), name="waits")
+    r = ss.run(g, [waits])
+    assert [float(v) for v in r.values] == [10.0]
+    left = ss.stranded(r.final)
+    assert [(name, tag, slot) for name, tag, slot, _ in left] == [("waits", (), 0)] * 3
+    assert sorted(float(tok.value) for *_, tok in left) == [1.0, 2.0, 3.0]
+
+
+def test_max_seconds_bounds_a_direct_run() -> None:
+    """``ss.run(..., max_seconds=s)`` stops a run that does not end with NonTerminationError naming
+    ``max_seconds``, as a session's ``RunOptions.max_seconds`` does, well before ``max_steps``."""
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)])
+    with pytest.raises(tn.NonTerminationError, match=r"more than max_seconds=0\.05 seconds"):
+        ss.run(g, [k], max_seconds=0.05, max_steps=20_000)
