@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turnout as tn
@@ -43,6 +43,7 @@ def _repeat_route(sess: tn.Session, calls: dict[str, int]) -> None:
     calls["hot"] += sess.last_result.stats.get("route") == "lane"
 
 
+@settings(max_examples=max(1, settings.default.max_examples // 2))  # (each example runs several times)
 @given(st.data())
 def test_repeated_runs_of_generated_programs_agree_with_the_ast_interpreter(data: st.DataObject) -> None:
     import programs
@@ -61,6 +62,7 @@ def test_repeated_runs_of_generated_programs_agree_with_the_ast_interpreter(data
         assert calls["hot"] == RUNS - 1  # a one-call plan: every repeated run took the hot path
 
 
+@settings(max_examples=max(1, settings.default.max_examples // 2))  # (each example runs several times)
 @given(st.data())
 def test_repeated_gradient_runs_of_generated_programs_agree_with_the_reference(data: st.DataObject) -> None:
     import strategies
@@ -79,6 +81,7 @@ def test_repeated_gradient_runs_of_generated_programs_agree_with_the_reference(d
         assert calls["hot"] >= 1  # the fused attempt was taken again without the general path
 
 
+@settings(max_examples=max(1, settings.default.max_examples // 2))  # (each example runs several times)
 @given(st.data())
 def test_repeated_training_steps_of_generated_programs_train_as_the_reference(data: st.DataObject) -> None:
     """A generated program's gradients applied to a Variable on every run (``[grads..., update]``, a
