@@ -755,11 +755,7 @@ class FastPartitionedBackend:
         _, placement, used = self._placed()
         if len(used) == 1:
             (device,) = used
-            if self._single is None:
-                from turnout.fast.backend import FastBackend
-
-                self._single = FastBackend(self.graph, options=self.options)
-            inner = self._single.explain(fetches, feeds, variables)
+            inner = self._one_device().explain(fetches, feeds, variables)
             step = RunStep("one device", "every node is placed here: the one-device fast backend's schedule",
                         parse(device).short, (*inner.steps, *inner.otherwise))
             return RunSchedule("fast (partitioned)", (step,), notes=inner.notes)
@@ -827,16 +823,21 @@ class FastPartitionedBackend:
         """A graph placed wholly on one device is the unpartitioned fast backend's program: it runs
         there, with that device as JAX's default, so it gets everything that backend does (driven
         loops whose gradient stacks follow ``swap_memory``, the fused path, traces) at its speed."""
-        if self._single is None:
-            from turnout.fast.backend import FastBackend
-
-            self._single = FastBackend(self.graph, options=self.options)
         with jax.default_device(self.jax_devices[device]):
-            result: RunResult = self._single.run(fetches, feeds, variables, options)
+            result: RunResult = self._one_device().run(fetches, feeds, variables, options)
         self._single_ran = True
         result.stats.setdefault("executor", "fast partitioned")
         result.stats["tier"] = "one device"
         return result
+
+    def _one_device(self) -> Any:
+        """The one-device fast backend that runs (and explains) a graph placed wholly on one device,
+        made on first use."""
+        if self._single is None:
+            from turnout.fast.backend import FastBackend
+
+            self._single = FastBackend(self.graph, options=self.options)
+        return self._single
 
     def _whole_program(self, sig: Any, placement: Placement, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
         """The whole-program tier's plan for this run signature, made once (its traces are cached in it),

@@ -121,10 +121,6 @@ def _check(graph: tn.Graph, fetches: list[Any], feeds: dict[tn.Tensor, Any], req
         assert_same_outcome(lambda: _given(want), _run_route(route, graph, req, fetches, feeds), f"{what}{route.name}")
 
 
-class _Raised(Exception):
-    """Stands for the reference run's error when its outcome is replayed (``_given``)."""
-
-
 def _given(outcome: tuple[Any, Any]) -> list[Any]:
     """The reference run's outcome, computed once, replayed for each route: its values, or an
     instance of the Turnout error type it raised."""

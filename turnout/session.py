@@ -239,11 +239,7 @@ class Session:
         else:
             raise ArgumentError("options must be a tn RunOptions or a dict of its fields, "
                                 f"not {type(options).__name__}")
-        if self._closed:
-            raise ExecutionError("this session is closed (Session.close() was called): make a new tn.Session "
-                                 "to run the graph again")
-        if feed_dict is not None and not isinstance(feed_dict, Mapping):
-            raise FeedError(f"feed_dict must be a dict from tensors to values, not {type(feed_dict).__name__}")
+        self._check_call(feed_dict)
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
@@ -262,10 +258,7 @@ class Session:
         backend, without running it: a ``turnout.run_schedule.RunSchedule`` (print it, or read its
         steps). Fetches and feeds are checked as ``run`` checks them; the fed values matter only
         where they decide a shape. Backends that plan nothing (the interpreters) give one step."""
-        if self._closed:
-            raise ExecutionError("this session is closed (Session.close() was called)")
-        if feed_dict is not None and not isinstance(feed_dict, Mapping):
-            raise FeedError(f"feed_dict must be a dict from tensors to values, not {type(feed_dict).__name__}")
+        self._check_call(feed_dict)
         _, tensors, targets, feeds = self._resolve(fetches, feed_dict)
         fetched = tensors + [_target_proxy(n) for n in targets]
         explain = getattr(self.backend, "explain", None)
@@ -273,6 +266,15 @@ class Session:
             return RunSchedule(self.backend_name, (Step("interpreter", "the graph's ops fire one by one as their "
                                                                        "inputs arrive"),))
         return explain(fetched, feeds, self.variables)  # type: ignore[no-any-return]
+
+    def _check_call(self, feed_dict: Any) -> None:
+        """What ``run`` and ``explain`` refuse before reading their fetches: a closed session, a
+        ``feed_dict`` that is not a mapping."""
+        if self._closed:
+            raise ExecutionError("this session is closed (Session.close() was called): make a new tn.Session "
+                                 "to run the graph again")
+        if feed_dict is not None and not isinstance(feed_dict, Mapping):
+            raise FeedError(f"feed_dict must be a dict from tensors to values, not {type(feed_dict).__name__}")
 
     def _resolve(self, fetches: Any, feed_dict: Optional[dict[Any, Any]]
                  ) -> tuple[list[Any], list[Tensor], list[Node], dict[Tensor, Any]]:
