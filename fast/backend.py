@@ -246,10 +246,10 @@ class FastBackend:
         self._validate(fetches, feeds)
         self._static_now = {}
         try:
+            bound = self._nesting_bound()
             with jax.enable_x64(True):
-                plan = (call_deep(self._plan, fetches, feeds, variables, self.options.stack_chunk,
-                                  nesting=self._nesting_bound()) if self._nesting_bound() > DEEP_NESTING
-                        else self._plan(fetches, feeds, variables, self.options.stack_chunk))
+                plan = (call_deep(self._plan, fetches, feeds, variables, self.options.stack_chunk, nesting=bound)
+                        if bound > DEEP_NESTING else self._plan(fetches, feeds, variables, self.options.stack_chunk))
         except UnsupportedError as e:
             return fallback_schedule(str(e))
         return plan_schedule(plan, self._ladder(plan))
