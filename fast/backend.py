@@ -52,6 +52,7 @@ cannot be compiled runs on the reference interpreter (``fallback``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Iterator
@@ -95,6 +96,7 @@ from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
 from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
+from turnout.memory_plan import MemoryPlan
 from turnout.run_schedule import RunSchedule
 from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
@@ -131,10 +133,14 @@ class FastBackend:
     ``stack_ladder``, and the tuning fields ``inside_stack_bytes``, ``frame_height`` and
     ``gpu_command_buffers`` (``FastOptions`` says what each does, ``docs/fast_backend.rst`` why)."""
 
+    #: runs honour ``RunOptions.memory_budget`` (``turnout.memory_plan``)
+    memory_budgets = True
+
     def __init__(self, graph: Graph, options: Optional[FastOptions] = None, **fields: Any) -> None:
         #: the backend's options, fixed for its life (``turnout.fast_options.FastOptions``)
         self.options = fast_options(options, fields)
         self._records: list[dict[str, Any]] = []
+        self._budget: Optional[MemoryPlan] = None  # the memory plan of the run in progress (``_budgeted_chunk``)
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, frozenset[Key]] = {}
@@ -220,7 +226,8 @@ class FastBackend:
         refuse_firing_budget("fast backend", options)
         if options.trace:
             return self._run_traced(fetches, feeds, variables, options)
-        hot = self.repeats.recognise(fetches, feeds, variables)
+        # (a run budget is checked on the general path: a repeated run's lane checks nothing)
+        hot = self.repeats.recognise(fetches, feeds, variables) if options.memory_budget is None else None
         if hot is not None:  # a repeated run, by its route's lane (no deep stack needed to call it)
             result = self.repeats.run_hot(hot, fetches, feeds, variables, options)
             if result is not None:
@@ -235,11 +242,12 @@ class FastBackend:
         result.stats.setdefault("route", "general")
         return result
 
-    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
-                ) -> RunSchedule:
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                memory_budget: Optional[int] = None) -> RunSchedule:
         """How a run of ``fetches`` with ``feeds``' signature executes (``Session.explain``): the plan
-        the run would take, read by ``fast.explain.plan_schedule``. Planning is what a first run does
-        before it compiles; nothing is compiled or run here."""
+        the run would take, read by ``fast.explain.plan_schedule``, at the stack chunk a memory budget
+        gives (``memory_budget``: the run's). Planning is what a first run does before it compiles;
+        nothing is compiled or run here."""
         dsig = self._run_signature(fetches, feeds, variables)
         if dsig in self._fallback:
             return fallback_schedule(self._fallback[dsig])
@@ -247,12 +255,16 @@ class FastBackend:
         self._static_now = {}
         try:
             bound = self._nesting_bound()
+            def planned() -> Plan:
+                cap = self._budgeted_chunk(fetches, feeds, variables, RunOptions(memory_budget=memory_budget))
+                return self._plan(fetches, feeds, variables, cap)
+
             with jax.enable_x64(True):
-                plan = (call_deep(self._plan, fetches, feeds, variables, self.options.stack_chunk, nesting=bound)
-                        if bound > DEEP_NESTING else self._plan(fetches, feeds, variables, self.options.stack_chunk))
+                plan = call_deep(planned, nesting=bound) if bound > DEEP_NESTING else planned()
         except UnsupportedError as e:
             return fallback_schedule(str(e))
-        return plan_schedule(plan, self._ladder(plan))
+        budget, self._budget = self._budget, None
+        return plan_schedule(plan, self._ladder(plan), budget.swapped_frames() if budget is not None else frozenset())
 
     def device_feed(self, value: Any) -> Any:
         """A fed array the session passes to this backend as it is (``Session._check_feed``, for an
@@ -286,7 +298,7 @@ class FastBackend:
         """A run that records its timeline (``fast.timeline``): the same run, with each compiled call
         waited for so that its span covers its device time."""
         tl = self._timeline = Timeline()
-        untraced = RunOptions(options.scheduler, options.seed, False, options.max_firings, options.max_iterations)
+        untraced = dataclasses.replace(options, trace=False)
         try:
             with tl.span("Session.run", "run") as args:
                 before = self.compile_count
@@ -392,7 +404,7 @@ class FastBackend:
             if result is not None:
                 return result
         self._validate(fetches, feeds)
-        cap = self.options.stack_chunk
+        cap = self._budgeted_chunk(fetches, feeds, variables, options)
         retries = 0
         with jax.enable_x64(True):
             while True:
@@ -404,6 +416,26 @@ class FastBackend:
                     retries += 1
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
+
+    def _budgeted_chunk(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                        options: Any) -> int:
+        """The stack chunk of a run: ``stack_chunk``, or less where a memory budget applies
+        (``turnout.memory_plan``), so that the buffers fit it; the plan is kept for the run's
+        ``ChunkStore`` (``self._budget``), which checks it and swaps what it says."""
+        chunk = self.options.stack_chunk
+        self._budget = None
+        with jax.enable_x64(True):
+            plan = self._plan(fetches, feeds, variables, chunk)
+        if plan.stack_nodes:
+            self._budget = stk.budget_plan(self.graph.nodes, plan.stack_nodes, self.memory_platform(),
+                                           options.memory_budget)
+        cap = None if self._budget is None else self._budget.capacity()
+        return chunk if cap is None else min(chunk, cap)
+
+    def memory_platform(self) -> str:
+        """The platform whose memory the stacks use (``jax.default_backend()``'s name for the backend's
+        device): what ``turnout.memory_plan`` plans for."""
+        return str(self._home_device().platform)
 
     def _try_direct(self, dsig: Any, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
                     variables: dict[str, np.ndarray], options: Any) -> Any:
@@ -590,7 +622,7 @@ class FastBackend:
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables, fused=attempt)
-        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit)
+        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, self._budget)
         store.observe(state)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
         # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not

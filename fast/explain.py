@@ -19,15 +19,16 @@ def fallback_schedule(reason: str) -> RunSchedule:
     return RunSchedule("fast", (Step("interpreter", f"the reference interpreter (fallback: {reason})"),))
 
 
-def plan_schedule(plan: Plan, rungs: list[int]) -> RunSchedule:
+def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozenset()) -> RunSchedule:
     """The steps of a run of ``plan`` on the one-device fast backend; ``rungs``: its capacity ladder
-    (``FastBackend._ladder``)."""
+    (``FastBackend._ladder``); ``swapped``: the frames whose full chunks a memory plan swaps
+    (``turnout.memory_plan.MemoryPlan.swapped_frames``) besides those that ask for it."""
     otherwise = (Step("interpreter", "the reference interpreter, if tracing finds an op the compiler refuses"),)
     if plan.fused is not None:
         fused = Step("compiled call", "the whole program in one call, every loop a lax loop, gradient stacks of "
                                       f"{' then '.join(str(r) for r in rungs)} entries (the capacity ladder)")
         staged = Step("staged", "when the stacks outgrow the largest rung: the stages in order",
-                      steps=tuple(_stage(st, plan.capacity) for st in plan.stages))
+                      steps=tuple(_stage(st, plan.capacity, swapped) for st in plan.stages))
         return RunSchedule("fast", (fused,), (staged, *otherwise),
                            ("a repeated run of this signature calls the rung that held the last run directly "
                             "(its lane)",))
@@ -36,15 +37,16 @@ def plan_schedule(plan: Plan, rungs: list[int]) -> RunSchedule:
                                      "flags out (Direct)")
         return RunSchedule("fast", (step,), otherwise, ("a repeated run of this signature is its lane: the same call, "
                                                         "without the general path's checks",))
-    steps = tuple(_stage(st, plan.capacity) for st in plan.stages)
+    steps = tuple(_stage(st, plan.capacity, swapped) for st in plan.stages)
     return RunSchedule("fast", steps if len(steps) == 1 else (Step("staged", "the stages in order", steps=steps),),
                        otherwise)
 
 
-def _stage(st: Stage, capacity: int) -> Step:
+def _stage(st: Stage, capacity: int, swapped: frozenset[str] = frozenset()) -> Step:
     if st.driven is not None:
+        swap = st.driven.swap_memory or st.driven.frame[-1] in swapped
         return Step("driven loop", f"{_loop(st.driven)}: at most {capacity} iterations per call, full stack chunks "
-                                   f"{'swapped to host memory' if st.driven.swap_memory else 'kept on the device'}")
+                                   f"{'swapped to host memory' if swap else 'kept on the device'}")
     loops = sum(1 for it in st.items if isinstance(it, WhileRegion))
     return Step("compiled call", f"a segment of {len(st.items)} item(s)" + (f", {loops} loop(s)" if loops else ""))
 

@@ -22,9 +22,12 @@ gives the loop an empty one and re-enters. What happens to the full chunk is the
 
 A device memory cap (``FastBackend(device_memory_limit=BYTES)``) bounds the stack bytes the store
 holds on the device: a new buffer that would cross it raises ``ResourceExhaustedError`` naming the
-loop and suggesting ``swap_memory=True``. The store also counts, per stack, the bytes on the device
-and on the host and the chunks moved, for ``tn.memory_report(session)``. (When every push fits one
-chunk the backend runs the whole program as one fused call instead, with no driver: see ``backend``.)
+loop and suggesting ``swap_memory=True``. A memory budget (``turnout.memory_plan``: a loop's
+``memory_budget``, a run's ``RunOptions.memory_budget``) is checked the same way against the same
+accounting, per loop and for the run, and swaps the loops its plan says to swap. The store also
+counts, per stack, the bytes on the device and on the host and the chunks moved, for
+``tn.memory_report(session)``. (When every push fits one chunk the backend runs the whole program as
+one fused call instead, with no driver: see ``backend``.)
 
 Design for nested loops: an inner loop's pushes go to the same buffers, inside the outer loop's chunk.
 The outer chunk also stops when a stack's free room is smaller than the largest number of values one
@@ -53,6 +56,8 @@ import numpy as np
 
 from turnout.errors import ResourceExhaustedError, UnsupportedError
 from turnout.fast.indexing import put, slot
+from turnout.memory_plan import MemoryPlan, platform, run_plan
+from turnout.memory_plan import check as check_budget
 
 #: the state keys of gradient stacks begin so (``fast.emit.stack_key``)
 STACK_PREFIX = "stack:"
@@ -489,12 +494,17 @@ class ChunkStore:
     Why one object per run: the forward loop's driver fills it and the backward loop's driver, a later
     stage of the same run, empties it; the accounting it keeps on the way is what
     ``FastBackend.memory_records`` reports after the run. ``limit`` is the device memory cap in bytes
-    (None: no cap); ``info`` maps a stack key to its ``StackInfo``.
+    (None: no cap); ``info`` maps a stack key to its ``StackInfo``; ``budget``: the run's memory plan
+    when a budget applies (its loops' device bytes are checked against it as they are recorded, and
+    the loops it swaps are swapped as if they asked for ``swap_memory=True``).
     """
 
-    def __init__(self, info: dict[str, StackInfo], limit: Optional[int] = None) -> None:
+    def __init__(self, info: dict[str, StackInfo], limit: Optional[int] = None,
+                 budget: Optional[MemoryPlan] = None) -> None:
         self.info = info
         self.limit = limit
+        self.budget = budget
+        self.swapped = budget.swapped() if budget is not None else frozenset()
         self.chunks: dict[str, list[Chunk]] = {}
         self.spares: dict[str, tuple[Any, Any, Optional[Chunk]]] = {}  # buffer, indices, its chunk in flight
         self.ledgers: dict[str, Ledger] = {}
@@ -545,21 +555,42 @@ class ChunkStore:
         self._recorded()
 
     def _recorded(self) -> None:
-        """After buffers were recorded (``observe``, ``observe_inside``): the peaks, and the cap."""
+        """After buffers were recorded (``observe``, ``observe_inside``): the peaks, the cap and the budget."""
         self._peaks()
         if self.limit is not None and self.device_bytes() > self.limit:
             worst = max(self.ledgers, key=lambda k: self.ledgers[k].device_bytes)
             self._exhausted(worst, 0, "its stack buffers")
+        self._budget_check(None, 0, "its stack buffers")
 
     def _check(self, k: str, extra: int, what: str) -> None:
         if self.limit is not None and self.device_bytes() + extra > self.limit:
             self._exhausted(k, extra, what)
+        self._budget_check(k, extra, what)
+
+    def _budget_check(self, k: Optional[str], extra: int, what: str) -> None:
+        """The memory plan's budgets against the device bytes per loop, ``extra`` more for stack ``k``'s loop."""
+        if self.budget is None:
+            return
+        by_loop: dict[str, int] = {}
+        for key, lg in self.ledgers.items():
+            loop = self._info(key).loop
+            by_loop[loop] = by_loop.get(loop, 0) + lg.device_bytes + (extra if key == k else 0)
+        check_budget(self.budget, by_loop, "fast backend", f"stack buffers: {what}")
+
+    def _info(self, k: str) -> StackInfo:
+        return self.info.get(k, StackInfo("?", f"the loop of stack {k}", False))
+
+    def swaps(self, k: str) -> bool:
+        """Whether stack ``k``'s full chunks go to host memory: its loop asked (``swap_memory=True``),
+        or the memory plan swaps the loop."""
+        info = self._info(k)
+        return info.swap or info.loop in self.swapped
 
     def _exhausted(self, k: str, extra: int, what: str) -> None:
-        info = self.info.get(k, StackInfo("?", f"the loop of stack {k}", False))
+        info = self._info(k)
         lg = self.ledger(k)
         hint = ("its stack chunks already go to host memory: lower stack_chunk (entries per device chunk) "
-                "or raise the limit" if info.swap else
+                "or raise the limit" if self.swaps(k) else
                 "run the loop with swap_memory=True to move full stack chunks to host memory, or raise the limit")
         raise ResourceExhaustedError(
             f"fast backend: the gradient stacks of {info.where} need {self.device_bytes() + extra} bytes on device "
@@ -590,7 +621,7 @@ class ChunkStore:
         for k, lg in self.ledgers.items():
             info = self.info.get(k, StackInfo("?", "?", False))
             r = rows.setdefault((info.loop, lg.device), {
-                "loop": info.loop, "device": lg.device, "swap_memory": info.swap, "stacks": 0, "device_bytes": 0,
+                "loop": info.loop, "device": lg.device, "swap_memory": self.swaps(k), "stacks": 0, "device_bytes": 0,
                 "host_bytes": 0, "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0,
                 "peak_device_bytes": 0})
             r["stacks"] += 1
@@ -624,7 +655,7 @@ class ChunkStore:
             n = int(s.ptr) if pointers is None else pointers[k]
             if n == 0:
                 out[k] = s
-            elif self.info.get(k, StackInfo("?", "?", False)).swap:
+            elif self.swaps(k):
                 swap[k] = (s, n)
             else:
                 lg = self.ledger(k)
@@ -822,6 +853,16 @@ class ChunkStore:
                 lg.prefetched -= c.nbytes
         else:
             lg.kept -= c.nbytes
+
+
+def budget_plan(nodes: Iterable[Any], stack_nodes: Iterable[Any], platform_name: str,
+                run_budget: Optional[int]) -> Optional[MemoryPlan]:
+    """The memory plan (``turnout.memory_plan.run_plan``) of a run whose gradient stacks are
+    ``stack_nodes`` (a plan's), read with their pushes from ``nodes`` (the graph's), on platform
+    ``platform_name``; None when no budget applies."""
+    ids = {n.id for n in stack_nodes}
+    mine = [n for n in nodes if n.id in ids or n.op == "StackPush"]  # (the pushes say each entry's index size)
+    return run_plan(mine, platform(platform_name), run_budget)
 
 
 def scalar_on(like: Any, v: int) -> Any:

@@ -33,6 +33,7 @@ from turnout.errors import (
 from turnout.frames import Frame, FrameAnalysis
 from turnout.graph import Graph, Node, Tensor, ancestors
 from turnout.limits import allocation_limit
+from turnout.memory_plan import SavedBytes, platform, run_plan
 from turnout.reference import rules
 from turnout.reference.rules import DEAD, Inbox, Tag, Token
 from turnout.reference.scheduler import ReadyQueue
@@ -195,6 +196,11 @@ class Interpreter:
         self.trace = Trace() if options.trace else None
         self.firings = 0
         self.arity = {n.id: len(n.inputs) for n in plan.nodes}  # inbox sizes (Node.inputs builds a tuple)
+        # memory budgets (turnout.memory_plan): the bytes pushed on gradient stacks, per loop, checked at
+        # each push; None when no budget applies to the run
+        mplan = run_plan(plan.nodes, platform("cpu"), getattr(options, "memory_budget", None))
+        self.saved = SavedBytes(mplan, "reference interpreter") if mplan is not None else None
+        self.stack_loop: dict[str, str] = {}  # stack handle -> its forward loop, where ``saved`` counts
 
     # ---- frames ----------------------------------------------------------------------------------
     def frame_of(self, tag: Tag) -> FrameInstance:
@@ -424,6 +430,9 @@ def _rule_name(node: Node, rule: str, dead: bool) -> str:
 class ReferenceBackend:
     """``tn.Session(graph, backend="reference")``: runs each request with a fresh Interpreter."""
 
+    #: runs honour ``RunOptions.memory_budget`` (the interpreter counts what its loops push)
+    memory_budgets = True
+
     def __init__(self, graph: Graph, **options: Any) -> None:
         if options:
             raise ArgumentError(f"the reference backend takes no options, got {sorted(options)}")
@@ -453,7 +462,9 @@ class ReferenceBackend:
             values=values,
             trace=interp.trace,
             counts=interp.counts,
-            stats={"firings": interp.firings, "stranded_inboxes": len(interp.stranded())},
+            stats={"firings": interp.firings, "stranded_inboxes": len(interp.stranded()),
+                   **({} if interp.saved is None else {"peak_saved_bytes": interp.saved.peak,
+                                                       "saved_bytes": dict(interp.saved.by_loop)})},
         )
 
 

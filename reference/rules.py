@@ -264,6 +264,8 @@ def fire_stack_new(it: Interpreter, node: Node, tag: Tag, box: Inbox) -> list[To
 
     handle = f"{node.name}@{fmt_tag(tag)}"
     it.stacks[handle] = {}
+    if it.saved is not None and "loop_name" in node.attrs:  # a run under a memory budget counts its pushes
+        it.stack_loop[handle] = node.attrs["loop_name"]
     return [Token(handle)]
 
 
@@ -271,6 +273,8 @@ def _stack_push(it: Interpreter, node: Node, vals: list[Any]) -> Any:
     """[E-Stack-Push]: save the value under its iteration index (keyed, so overlapping iterations are safe)."""
     h, idx, v = vals
     it.stacks[h][tuple(int(i) for i in np.ravel(idx))] = v
+    if it.saved is not None and h in it.stack_loop:  # a memory budget: the value and its index, as the plan counts
+        it.saved.push(it.stack_loop[h], int(getattr(v, "nbytes", 0)) + 4 * int(np.size(idx)))
     return v
 
 

@@ -48,6 +48,11 @@ class RunOptions:
     within about ``max_seconds``; each error names the loop and the option that raises the limit.
     ``max_tensor_bytes`` is the allocation guard: no tensor a run creates may be larger (checked
     before allocating, on every backend). None turns a guard off.
+    ``memory_budget``: the bytes that the values the run's loops save for their gradients (gradient
+    stacks) may hold on the device at once, all loops together (None: no budget; a loop's own
+    ``tn.while_loop(..., memory_budget=)`` bounds that loop's share). ``turnout.memory_plan`` decides
+    per loop how it is honoured; a run that cannot stay within it raises ``ResourceExhaustedError``
+    (the reference and fast backends; the others refuse the option). ``docs/memory_budgets.rst``.
     """
 
     scheduler: str = "fifo"
@@ -57,12 +62,13 @@ class RunOptions:
     max_iterations: Optional[int] = 1_000_000
     max_seconds: Optional[float] = 10.0
     max_tensor_bytes: Optional[int] = DEFAULT_MAX_TENSOR_BYTES
+    memory_budget: Optional[int] = None
 
     def __post_init__(self) -> None:
         # Checked here, once, so every backend rejects the same bad options the same way.
         if not isinstance(self.scheduler, str) or self.scheduler not in ("fifo", "lifo", "random"):
             raise ArgumentError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
-        for name in ("max_firings", "max_iterations", "max_tensor_bytes"):
+        for name in ("max_firings", "max_iterations", "max_tensor_bytes", "memory_budget"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
                 raise ArgumentError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
@@ -240,6 +246,11 @@ class Session:
             raise ArgumentError("options must be a tn RunOptions or a dict of its fields, "
                                 f"not {type(options).__name__}")
         self._check_call(feed_dict)
+        if opts.memory_budget is not None and not getattr(self.backend, "memory_budgets", False):
+            from turnout.errors import UnsupportedError
+
+            raise UnsupportedError(f"backend {self.backend_name!r} does not honour memory_budget (the reference and "
+                                   "fast backends do): run without it, or on one of those")
         fast = self._run_fast(fetches, feed_dict, opts)
         if fast is not _SLOW:
             return fast
@@ -253,19 +264,32 @@ class Session:
                for f in (fetched_tensor(x) if hasattr(x, "_as_tensor") else x for x in flat)]
         return nest.pack_as(fetches, out)
 
-    def explain(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None) -> RunSchedule:
+    def explain(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
+                memory_budget: Optional[int] = None) -> RunSchedule:
         """How a run of ``fetches`` with ``feed_dict``'s signature would execute on this session's
         backend, without running it: a ``turnout.run_schedule.RunSchedule`` (print it, or read its
         steps). Fetches and feeds are checked as ``run`` checks them; the fed values matter only
-        where they decide a shape. Backends that plan nothing (the interpreters) give one step."""
+        where they decide a shape. Backends that plan nothing (the interpreters) give one step. Where a
+        memory budget applies (``memory_budget``, the run option, or a loop's own), the notes end with
+        the memory plan's line per loop (``turnout.memory_plan``)."""
         self._check_call(feed_dict)
+        RunOptions(memory_budget=memory_budget)  # checked as ``run`` checks it
         _, tensors, targets, feeds = self._resolve(fetches, feed_dict)
         fetched = tensors + [_target_proxy(n) for n in targets]
         explain = getattr(self.backend, "explain", None)
         if explain is None:
-            return RunSchedule(self.backend_name, (Step("interpreter", "the graph's ops fire one by one as their "
-                                                                       "inputs arrive"),))
-        return explain(fetched, feeds, self.variables)  # type: ignore[no-any-return]
+            schedule = RunSchedule(self.backend_name, (Step("interpreter", "the graph's ops fire one by one as their "
+                                                                           "inputs arrive"),))
+        elif getattr(self.backend, "memory_budgets", False) and memory_budget is not None:
+            schedule = explain(fetched, feeds, self.variables, memory_budget=memory_budget)
+        else:
+            schedule = explain(fetched, feeds, self.variables)
+        from turnout.memory_plan import backend_platform, graph_plan
+
+        plan = graph_plan(self.graph, fetched, backend_platform(self.backend), memory_budget)
+        if not plan.budgeted:
+            return schedule  # type: ignore[no-any-return]
+        return replace(schedule, notes=(*schedule.notes, *(f"memory plan: {line}" for line in plan.lines())))
 
     def _check_call(self, feed_dict: Any) -> None:
         """What ``run`` and ``explain`` refuse before reading their fetches: a closed session, a

@@ -203,12 +203,14 @@ class WhileContext(ControlFlowContext):
 
     def __init__(self, graph: Graph, outer: Optional[ControlFlowContext], frame_name: str,
                  parallel_iterations: int, back_prop: bool, swap_memory: bool,
-                 maximum_iterations: Optional[Tensor], outer_deps: list[Node], name: str) -> None:
+                 maximum_iterations: Optional[Tensor], outer_deps: list[Node], name: str,
+                 memory_budget: Optional[int] = None) -> None:
         super().__init__(graph, outer, outer_deps)
         self.frame_name = frame_name
         self.parallel_iterations = parallel_iterations
         self.back_prop = back_prop
         self.swap_memory = swap_memory
+        self.memory_budget = memory_budget  # bytes its saved values may hold on the device (None: no budget)
         self.maximum_iterations = maximum_iterations
         self.name = name
         self.loop_vars: list[LoopVar] = []

@@ -38,7 +38,7 @@ from turnout import shapes as sh
 from turnout.arguments import checked
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
-from turnout.errors import DTypeError, GraphBuildError, ShapeError
+from turnout.errors import ArgumentError, DTypeError, GraphBuildError, ShapeError
 from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
 from turnout.ops import convert_argument, identity, logical_and
 
@@ -92,6 +92,7 @@ def while_loop(
     back_prop: bool = True,
     swap_memory: bool = False,
     name: Optional[str] = None,
+    memory_budget: Optional[int] = None,
 ) -> Any:
     """Repeat ``body`` while ``cond`` holds, starting from ``loop_vars``; returns the final values in
     the structure of ``loop_vars``, always: a one-element list gives a one-element list (TensorFlow 1
@@ -103,24 +104,29 @@ def while_loop(
     ``tn.ANY_SHAPE`` for a variable whose rank may change too, or ``None`` for no invariant (the shape of
     the initial value). ``back_prop=False`` makes the loop a constant for ``tn.gradients`` (no gradient
     flows through it, and nothing is saved for one). ``swap_memory`` asks the fast backend to keep this loop's gradient
-    stacks in host memory.
+    stacks in host memory. ``memory_budget``: the bytes this loop's saved values (its gradient stacks) may
+    hold on the device at once, at any trip count (``docs/memory_budgets.rst``; ``turnout.memory_plan``
+    decides how a run honours it, and a run that cannot is an error, never a silent overrun).
     """
     if not callable(cond) or not callable(body):
         raise GraphBuildError("while_loop: cond and body must be callables")
     if not isinstance(parallel_iterations, int) or isinstance(parallel_iterations, bool) or parallel_iterations < 1:
         raise GraphBuildError(f"while_loop: parallel_iterations must be a positive int, got {parallel_iterations!r}")
+    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer))
+                                      or isinstance(memory_budget, bool) or memory_budget < 1):
+        raise ArgumentError(f"while_loop: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
     leaves = nest.flatten(loop_vars)
     if not leaves:
         raise GraphBuildError("while_loop: loop_vars must contain at least one tensor")
     g = _graph_for(leaves)
     with g._all_or_nothing():  # a loop that fails to build leaves nothing behind (no unbound Merge)
         return _build(g, cond, body, loop_vars, leaves, parallel_iterations, maximum_iterations, shape_invariants,
-                      back_prop, swap_memory, name)
+                      back_prop, swap_memory, name, None if memory_budget is None else int(memory_budget))
 
 
 def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any, leaves: list[Any],
            parallel_iterations: int, maximum_iterations: Any, shape_invariants: Any, back_prop: bool,
-           swap_memory: bool, name: Optional[str]) -> Any:
+           swap_memory: bool, name: Optional[str], memory_budget: Optional[int] = None) -> Any:
     """``while_loop`` in graph ``g``, its arguments checked: the nodes of the lowering (see the module
     docstring)."""
     outer = g.current_context
@@ -155,7 +161,8 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
     with g.control_dependencies(None):
         zero = g.create_node("Const", (), {"value": np.asarray(0, np.int32), "dtype": "int32"},
                              name=f"{lname}/counter_init").outputs[0]
-    ctx = WhileContext(g, outer, frame, parallel_iterations, back_prop, swap_memory, max_iter, deps, lname)
+    ctx = WhileContext(g, outer, frame, parallel_iterations, back_prop, swap_memory, max_iter, deps, lname,
+                       memory_budget=memory_budget)
     ctx.structure = loop_vars
     enter_attrs = {"frame_name": frame, "is_constant": False, "parallel_iterations": parallel_iterations}
 

@@ -22,6 +22,7 @@ from turnout import shapes as sh
 from turnout.errors import ArgumentError, NotFoundError
 from turnout.gradients.stacks import bytes_per_iteration
 from turnout.graph import Graph
+from turnout.memory_plan import MemoryPlan, backend_platform, graph_plan
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,11 @@ class LoopMemory:
 
 @dataclass
 class MemoryReport:
+    """``memory_report(graph)``: per forward loop, what it saves per iteration (``loops``), and how a
+    run under the budgets would hold it (``plan``, ``turnout.memory_plan``)."""
+
     loops: list[LoopMemory]
+    plan: Optional[MemoryPlan] = None
 
     def loop(self, name: str) -> LoopMemory:
         """The entry of the loop whose name or frame name is ``name``."""
@@ -63,6 +68,7 @@ class MemoryReport:
         raise NotFoundError(f"no gradient stacks for a loop named {name!r}")
 
     def summary(self) -> str:
+        """The loops' stacked tensors, then the plan's line per loop where a budget applies."""
         if not self.loops:
             return "no gradient stacks"
         lines = []
@@ -74,6 +80,8 @@ class MemoryReport:
             for s in lp.stacked:
                 b = "?" if s.bytes_per_iteration is None else s.bytes_per_iteration
                 lines.append(f"  {s.tensor:40s} {s.dtype:9s} {sh.fmt(s.shape):14s} {b} B/iter")
+        if self.plan is not None and self.plan.budgeted:  # (without a budget every loop keeps: said nothing)
+            lines += ["memory plan:", *(f"  {line}" for line in self.plan.lines())]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -110,6 +118,11 @@ class RunMemoryReport:
     records: list[LoopDeviceMemory]
     static: MemoryReport
 
+    @property
+    def plan(self) -> Optional[MemoryPlan]:
+        """The memory plan of the session's graph (``MemoryReport.plan``)."""
+        return self.static.plan
+
     def loop(self, name: str) -> list[LoopDeviceMemory]:
         """The records of the loop named ``name`` (one per device its stacks lived on)."""
         got = [r for r in self.records if r.loop == name]
@@ -118,14 +131,17 @@ class RunMemoryReport:
         return got
 
     def summary(self) -> str:
+        """Per loop and device, what the last run held; then the memory plan where a budget applies."""
+        plan = [] if self.plan is None or not self.plan.budgeted else \
+            ["memory plan:", *(f"  {line}" for line in self.plan.lines())]
         if not self.records:
-            return "the last run held no gradient stacks on a device"
+            return "\n".join(["the last run held no gradient stacks on a device", *plan])
         lines = []
         for r in self.records:
             lines.append(f'loop "{r.loop}" on {r.device} (swap_memory={r.swap_memory}): device {r.device_bytes} B '
                          f"(peak {r.peak_device_bytes} B), host {r.host_bytes} B, chunks to host {r.chunks_to_host}, "
                          f"back {r.chunks_from_host}, kept on device {r.chunks_kept_on_device}")
-        return "\n".join(lines)
+        return "\n".join([*lines, *plan])
 
     def __str__(self) -> str:
         return self.summary()
@@ -136,20 +152,33 @@ _RECORD_KEYS = ("loop", "device", "device_bytes", "host_bytes", "chunks_to_host"
 
 
 @overload
-def memory_report(target: Graph) -> MemoryReport: ...
+def memory_report(target: Graph, fetches: Any = None, memory_budget: Optional[int] = None,
+                  platform: Optional[str] = None) -> MemoryReport: ...
 
 
 @overload
-def memory_report(target: Any) -> RunMemoryReport: ...
+def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int] = None,
+                  platform: Optional[str] = None) -> RunMemoryReport: ...
 
 
-def memory_report(target: Any) -> MemoryReport | RunMemoryReport:
+def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int] = None,
+                  platform: Optional[str] = None) -> MemoryReport | RunMemoryReport:
     """``memory_report(graph)``: for each forward loop that has gradient stacks, the tensors stacked per
     iteration and their size. ``memory_report(session)``: what the session's last run held, per loop and
     device (``RunMemoryReport``), from ``session.backend.memory_records()``; a backend without device
-    stacks (the reference interpreter keeps its stacks in Python objects) reports no records."""
+    stacks (the reference interpreter keeps its stacks in Python objects) reports no records.
+
+    Both carry ``plan``: per loop, whether a run keeps, swaps or would recompute its saved values and
+    why (``turnout.memory_plan``), for the loops ``fetches`` need (a tensor or a list of them; None:
+    every loop), under the run budget ``memory_budget`` and each loop's own, on ``platform`` (JAX's
+    platform name; default: the session backend's, or ``"cpu"`` for a graph)."""
+    from turnout.session import RunOptions
+
+    RunOptions(memory_budget=memory_budget)  # checked as a run checks it
+    if platform is not None and not isinstance(platform, str):
+        raise ArgumentError(f"memory_report: platform must be a platform name such as 'cpu' or 'gpu', got {platform!r}")
     if isinstance(target, Graph):
-        return _static_report(target)
+        return _static_report(target, _plan(target, fetches, platform or "cpu", memory_budget))
     backend = getattr(target, "backend", None)
     graph = getattr(target, "graph", None)
     if backend is None or not isinstance(graph, Graph):
@@ -166,10 +195,24 @@ def memory_report(target: Any) -> MemoryReport | RunMemoryReport:
             host_bytes=int(r["host_bytes"]), chunks_to_host=int(r["chunks_to_host"]),
             chunks_from_host=int(r["chunks_from_host"]), peak_device_bytes=int(r["peak_device_bytes"]),
             swap_memory=r.get("swap_memory"), chunks_kept_on_device=int(r.get("chunks_kept_on_device", 0))))
-    return RunMemoryReport(records, _static_report(graph))
+    where = platform or backend_platform(backend)
+    return RunMemoryReport(records, _static_report(graph, _plan(graph, fetches, where, memory_budget)))
 
 
-def _static_report(graph: Graph) -> MemoryReport:
+def _plan(graph: Graph, fetches: Any, where: str, budget: Optional[int]) -> MemoryPlan:
+    """``graph_plan`` of the tensors in ``fetches`` (a tensor or a structure of them; None: all loops)."""
+    if fetches is None:
+        return graph_plan(graph, None, where, budget)
+    from turnout import nest
+    from turnout.graph import Tensor, fetched_tensor
+
+    tensors = [fetched_tensor(f) if hasattr(f, "_as_tensor") else f for f in nest.flatten(fetches)]
+    if not all(isinstance(t, Tensor) and t.graph is graph for t in tensors):
+        raise ArgumentError("memory_report: fetches must be tensors of the graph (or a structure of them)")
+    return graph_plan(graph, tensors, where, budget)
+
+
+def _static_report(graph: Graph, plan: Optional[MemoryPlan] = None) -> MemoryReport:
     loops: dict[str, LoopMemory] = {}
     for n in graph.nodes:
         if n.op != "StackNew":
@@ -180,4 +223,4 @@ def _static_report(graph: Graph) -> MemoryReport:
         d = dt.as_dtype(a["elem_dtype"])
         shape = sh.as_shape(a.get("elem_shape"))
         lp.stacked.append(StackedTensor(a["forward_tensor"], d.name, shape, bytes_per_iteration(d, shape), n.name))
-    return MemoryReport(list(loops.values()))
+    return MemoryReport(list(loops.values()), plan)

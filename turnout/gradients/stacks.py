@@ -48,6 +48,8 @@ def new_stack(g: Graph, t: Tensor, loop: WhileContext) -> Node:
         "swap_memory": loop.swap_memory,
         "parallel_iterations": loop.parallel_iterations,
     }
+    if getattr(loop, "memory_budget", None) is not None:  # recorded only when set: older graphs read the same
+        attrs["memory_budget"] = loop.memory_budget
     if t.dtype == dt.tensor_array:
         attrs["ta_elem_dtype"] = t.spec.elem_dtype.name if t.spec.elem_dtype else None
         attrs["ta_elem_shape"] = None if t.spec.elem_shape is None else list(t.spec.elem_shape)

@@ -1,0 +1,257 @@
+"""Memory budgets for the values loops save for their gradients (``turnout.memory_plan``).
+
+A loop's ``memory_budget`` (``tn.while_loop``) and a run's (``Session.run(..., memory_budget=)``)
+bound the bytes of its gradient stacks on the device. The planner's rules are tested as a pure
+function; the runs on the reference and fast backends are checked against each backend's own
+accounting (``peak_saved_bytes``, ``peak_device_stack_bytes``), and a run that would go over a budget
+must raise ``ResourceExhaustedError`` naming the loop, never finish over it.
+
+The model: ``v <- 1.1 tanh(v)`` for ``n`` steps from ``x`` (4 float32s); the gradient of ``sum(v_n)``
+is the product of ``1.1 (1 - tanh(v_k)**2)``, computed here in numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout import memory_plan as mp
+from turnout.errors import ArgumentError, ResourceExhaustedError, UnsupportedError
+
+BACKENDS = ["reference", "fast"]
+X0 = np.array([0.1, -0.4, 0.7, 1.2], np.float32)
+
+
+def build(budget: Optional[int] = None, swap: bool = False) -> dict[str, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             name="rnn", swap_memory=swap, memory_budget=budget)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    return {"g": g, "x": x, "n": n, "gx": gx}
+
+
+def expected_grad(n: int) -> np.ndarray:
+    v, grad = X0.astype(np.float64), np.ones(4)
+    for _ in range(n):
+        t = np.tanh(v)
+        grad, v = grad * 1.1 * (1 - t * t), 1.1 * t
+    return grad
+
+
+_SESSIONS: dict[Any, tuple[dict[str, Any], Any]] = {}
+
+
+def session(backend: str, budget: Optional[int] = None, swap: bool = False, **opts: Any) -> tuple[dict[str, Any], Any]:
+    """One model and session per configuration, for the module (a fast session compiles once per plan)."""
+    k = (backend, budget, swap, tuple(sorted(opts.items())))
+    if k not in _SESSIONS:
+        m = build(budget, swap)
+        _SESSIONS[k] = (m, tn.Session(m["g"], backend=backend, **opts))
+    return _SESSIONS[k]
+
+
+def entry_bytes(m: dict[str, Any]) -> int:
+    """Bytes the loop saves per iteration: its stacked values (the static report) and one int32 index each."""
+    lp = tn.memory_report(m["g"]).loop("rnn")
+    assert lp.bytes_per_iteration is not None
+    return lp.bytes_per_iteration + 4 * len(lp.stacked)
+
+
+# ---- the budget as a value ----------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [0, -5, True, 2.5, "1k"])
+def test_bad_budgets_are_refused_by_name(bad: Any) -> None:
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        tn.RunOptions(memory_budget=bad)
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        build(bad)
+    m, sess = session("reference")
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}, memory_budget=bad)
+
+
+def test_a_loop_budget_is_recorded_on_its_stacks_printed_and_saved() -> None:
+    m = build(4096)
+    stacks = [nd for nd in m["g"].nodes if nd.op == "StackNew"]
+    assert stacks and all(nd.attrs["memory_budget"] == 4096 for nd in stacks)
+    assert "memory_budget=4096" in tn.pretty(m["g"])
+    back = tn.loads(tn.dumps(m["g"]))
+    assert [nd.attrs.get("memory_budget") for nd in back.nodes if nd.op == "StackNew"] == [4096] * len(stacks)
+    assert all("memory_budget" not in nd.attrs for nd in build()["g"].nodes if nd.op == "StackNew")
+
+
+# ---- the planner's rules -------------------------------------------------------------------------
+CPU, GPU = mp.platform("cpu"), mp.platform("gpu")
+
+
+def one(e: Optional[int], budget: Optional[int], where: mp.Platform, swap: bool = False,
+        run: Optional[int] = None, costs: mp.CostModel = mp.CostModel()) -> mp.LoopPlan:
+    plan = mp.plan_memory([mp.StackSize("s", "rnn", e, swap, budget)], where, run, costs)
+    return plan.loop("rnn")
+
+
+def test_planner_rules() -> None:
+    assert one(100, None, CPU).action == "keep" and one(100, None, CPU).max_iterations is None
+    assert one(100, None, GPU, swap=True).action == "swap"
+    cpu = one(100, 1050, CPU)  # the CPU: swapping frees nothing, so only recomputation meets a budget
+    assert (cpu.action, cpu.built, cpu.max_iterations) == ("recompute", False, 10)
+    assert "frees nothing" in cpu.reason and cpu.peak_bytes(10) == 1000 and cpu.peak_bytes(11) is None
+    gpu = one(100, 1050, GPU)  # a host memory space: two chunks of 5 on the device at any trip count
+    assert (gpu.action, gpu.built, gpu.chunk, gpu.max_iterations) == ("swap", True, 5, None)
+    assert gpu.transfer_seconds == pytest.approx(100 / mp.HOST_BANDWIDTH["gpu"])
+    asked = one(100, 1050, CPU, swap=True)  # asked for, it swaps on the CPU too, and says what it saves
+    assert asked.action == "swap" and "frees nothing" in asked.reason
+    tiny = one(100, 150, GPU)  # two iterations do not fit: nothing but recomputation
+    assert (tiny.action, tiny.built, tiny.max_iterations) == ("recompute", False, 1)
+    unknown = one(None, 1000, CPU)
+    assert unknown.action == "keep" and "run time" in unknown.reason and unknown.peak_bytes(5) is None
+    slow = one(10_000, 10**6, GPU, costs=mp.CostModel(iteration_seconds=1e-7))
+    assert "recomputation would be cheaper" in slow.reason
+    fast_enough = one(10_000, 10**6, GPU, costs=mp.CostModel(iteration_seconds=1e-3))
+    assert "hides behind" in fast_enough.reason
+
+
+def test_a_run_budget_is_shared_by_bytes_per_iteration_after_the_loops_own() -> None:
+    sizes = [mp.StackSize("a1", "a", 100), mp.StackSize("a2", "a", 200), mp.StackSize("b", "b", 100),
+             mp.StackSize("c", "c", 50, memory_budget=400)]
+    plan = mp.plan_memory(sizes, CPU, run_budget=4400)
+    a, b, c = plan.loop("a"), plan.loop("b"), plan.loop("c")
+    assert (a.entry_bytes, a.budget, a.budget_from) == (300, 3000, "run")
+    assert (b.budget, c.budget, c.budget_from) == (1000, 400, "loop")
+    assert plan.capacity() == min(a.max_iterations, b.max_iterations, c.max_iterations) == 8  # type: ignore[type-var]
+    small = mp.plan_memory([mp.StackSize("c", "c", 50, memory_budget=400)], CPU, run_budget=100).loop("c")
+    assert (small.budget, small.budget_from) == (100, "run")  # a loop's budget is at most the run's
+
+
+@pytest.mark.parametrize("e", [1, 28, 100, 4096])
+@pytest.mark.parametrize("budget", [2 * 4096, 10_000, 10**6])
+def test_a_swap_plan_bounds_the_device_bytes_at_every_trip_count(e: int, budget: int) -> None:
+    lp = one(e, budget, GPU)
+    assert lp.action == "swap" and lp.chunk is not None
+    c = lp.chunk
+    for n in [0, 1, c - 1, c, c + 1, 2 * c - 1, 2 * c, 2 * c + 1, 3 * c, 10 * c + 7, 10**9]:
+        got = lp.peak_bytes(n)
+        assert got is not None and got <= budget
+
+
+def test_the_chunk_store_swaps_the_loops_the_plan_swaps() -> None:
+    pytest.importorskip("jax")
+    from turnout.fast import stacks as stk
+
+    info = {"stack:1": stk.StackInfo("rnn", 'loop "rnn"', False), "stack:2": stk.StackInfo("other", "", False)}
+    sizes = [mp.StackSize("s1", "rnn", 100, memory_budget=1000), mp.StackSize("s2", "other", 100)]
+    store = stk.ChunkStore(info, None, mp.plan_memory(sizes, GPU))
+    assert store.swaps("stack:1") and not store.swaps("stack:2")
+    assert not stk.ChunkStore(info, None, mp.plan_memory(sizes, CPU)).swaps("stack:1")
+
+
+# ---- honoured, and checked against each backend's accounting -----------------------------------------
+def saved_peak(backend: str, stats: dict[str, Any]) -> int:
+    return int(stats["peak_saved_bytes"] if backend == "reference" else stats["peak_device_stack_bytes"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
+    m = build()
+    e = entry_bytes(m)
+    budget = 20 * e + 3
+    m, sess = session(backend, budget)
+    feed = {m["x"]: X0, m["n"]: 12}
+    np.testing.assert_allclose(sess.run(m["gx"], feed), expected_grad(12), rtol=1e-5)
+    peak = saved_peak(backend, sess.last_result.stats)
+    assert 0 < peak <= budget
+    if backend == "reference":
+        assert peak == 12 * e  # every pushed value and its index, counted as the plan counts them
+    with pytest.raises(ResourceExhaustedError) as info:
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 21})
+    msg = str(info.value)
+    assert 'loop "rnn"' in msg and f"{e} bytes per iteration" in msg and f"{budget} bytes" in msg
+    assert "recomputation is not built" in msg
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 20}), expected_grad(20), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_run_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
+    m, sess = session(backend)
+    e = entry_bytes(m)
+    got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 8}, memory_budget=10 * e)
+    np.testing.assert_allclose(got, expected_grad(8), rtol=1e-5)
+    assert saved_peak(backend, sess.last_result.stats) <= 10 * e
+    with pytest.raises(ResourceExhaustedError, match="the run's memory_budget of"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 11}, memory_budget=10 * e)
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 30}), expected_grad(30), rtol=1e-5)
+
+
+def test_a_swapped_loop_under_a_budget_runs_at_any_length_within_it() -> None:
+    pytest.importorskip("jax")
+    e = entry_bytes(build())
+    budget = 2 * 6 * e  # two chunks of 6 iterations
+    m, sess = session("fast", budget, swap=True)
+    got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 50})
+    np.testing.assert_allclose(got, expected_grad(50), rtol=1e-5)
+    stats = sess.last_result.stats
+    assert stats["stack_capacity"] == 6 and stats["stack_chunks_swapped"] > 0
+    assert 0 < stats["peak_device_stack_bytes"] <= budget
+
+
+def nested(budget: Optional[int]) -> tuple[Any, Any, Any]:
+    """Two outer iterations of an inner loop of three ``tanh`` steps, the inner loop under ``budget``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def outer(t: Any, v: Any) -> Any:
+            _, w = tn.while_loop(lambda j, u: j < 3, lambda j, u: (j + 1, tn.tanh(u)), [tn.constant(0), v],
+                                 name="inner", memory_budget=budget)
+            return t + 1, w
+
+        _, y = tn.while_loop(lambda t, v: t < 2, outer, [tn.constant(0), x], name="outer")
+        (gx,) = tn.gradients(y, [x])
+    return g, x, gx
+
+
+def test_an_inner_loop_is_counted_with_its_two_level_index() -> None:
+    g, x, gx = nested(None)
+    lp = tn.memory_report(g).loop("outer/body/inner")
+    e = tn.memory_report(g, memory_budget=10**6).plan.loop("outer/body/inner").entry_bytes  # type: ignore[union-attr]
+    assert e == lp.bytes_per_iteration + 8 * len(lp.stacked)  # each entry's index: two int32 counters
+    want = tn.Session(g).run(gx, {x: 0.5})
+    for backend in BACKENDS:
+        g, x, gx = nested(6 * e)  # 2 x 3 pushes fit exactly
+        sess = tn.Session(g, backend=backend)
+        np.testing.assert_allclose(sess.run(gx, {x: 0.5}), want, rtol=1e-6)
+        if backend == "reference":
+            assert sess.last_result.stats["saved_bytes"]["outer/body/inner"] == 6 * e
+        else:
+            (rec,) = tn.memory_report(sess).loop("outer/body/inner")
+            assert 0 < rec.peak_device_bytes <= 6 * e
+        g, x, gx = nested(6 * e - 1)
+        with pytest.raises(ResourceExhaustedError, match='loop "outer/body/inner"'):
+            tn.Session(g, backend=backend).run(gx, {x: 0.5})
+
+
+# ---- reported ----------------------------------------------------------------------------------
+def test_explain_and_the_report_say_what_each_loop_does() -> None:
+    m, sess = session("reference", 1000)
+    notes = sess.explain(m["gx"], {m["x"]: X0, m["n"]: 3}).notes
+    assert any('memory plan: loop "rnn": recompute' in n for n in notes)
+    m2, plain = session("reference")
+    assert not any("memory plan" in n for n in plain.explain(m2["gx"], {m2["x"]: X0, m2["n"]: 3}).notes)
+    assert any("run memory_budget=500" in n for n in plain.explain(m2["gx"], {m2["x"]: X0, m2["n"]: 3},
+                                                                  memory_budget=500).notes)
+    rep = tn.memory_report(m["g"], memory_budget=500, platform="gpu")
+    assert rep.plan is not None and rep.plan.loop("rnn").action == "swap" and "memory plan" in str(rep)
+    assert tn.memory_report(sess).plan.loop("rnn").budget == 1000  # type: ignore[union-attr]
+    assert "memory plan" not in str(tn.memory_report(m2["g"]))  # no budget: every loop keeps, said nothing
+
+
+def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
+    m = build()
+    sess = tn.Session(m["g"], backend="smallstep")
+    with pytest.raises(UnsupportedError, match="memory_budget"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}, memory_budget=10**6)

@@ -1,0 +1,374 @@
+"""How a run keeps the values its loops save for their gradients within a memory budget: a plan, as a value.
+
+Every value a loop's gradient needs is pushed on a gradient stack, one entry per iteration, and held
+until the backward loop pops it (``turnout.gradients.stacks``). A loop of ``n`` iterations that saves
+``e`` bytes per iteration holds ``n * e`` bytes on the device, and ``n`` is known only when it stops.
+A *memory budget* bounds those bytes: per loop (``tn.while_loop(..., memory_budget=B)``, recorded on
+each of its ``StackNew`` nodes) and per run (``Session.run(..., memory_budget=B)``, all loops together).
+
+Three ways honour a budget at any trip count, and this module chooses one per loop:
+
+- **keep** the values on the device (the fastest; fits only ``budget // e`` iterations);
+- **swap** full chunks of them to host memory while the forward loop runs, and bring them back ahead
+  of the backward loop (the paper's ``swap_memory``): the device holds two chunks per stack, so a
+  chunk of ``budget // (2 e)`` entries fits any trip count; it costs ``e`` bytes of transfer each way
+  per iteration, and frees device memory only where the host has a memory of its own (GPU, TPU);
+- **recompute** the values from checkpoints of the loop state (``turnout.checkpoint_schedule``): fits
+  any budget that holds one state, for about one extra forward pass with ``sqrt(2n)`` checkpoints.
+
+What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends; recomputation only
+in ``turnout.jax.while_loop``. Where a loop needs recomputation on a graph backend, its plan says so
+(``built=False``), the run keeps its values while they fit (``max_iterations``), and a run that goes
+further stops with ``ResourceExhaustedError`` (``check``), never over the budget in silence.
+
+Why a pure function over small records: the planner's rules are the design, so they are written once
+(``plan_memory``), tested without running anything, printed by ``tn.memory_report`` and
+``Session.explain``, and read by the backends that honour the plan (the fast backend sizes its stack
+chunks from it and swaps what it says; both it and the reference interpreter ``check`` their own
+accounting against it while the run goes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from turnout import dtypes as dt
+from turnout import shapes as sh
+from turnout.errors import ResourceExhaustedError
+
+KEEP, SWAP, RECOMPUTE = "keep", "swap", "recompute"
+
+#: device <-> host bandwidth in bytes per second, per platform (``jax.default_backend()``), used to
+#: estimate what swapping costs. GPU: PCIe 4.0 x16 carries 32 GB/s per direction in theory and about
+#: 25 GB/s from pinned host memory in practice (NVIDIA's bandwidthTest figures); a TPU host link is of
+#: the same order. The CPU has no memory apart from the device's: nothing to move to.
+HOST_BANDWIDTH: Mapping[str, float] = {"gpu": 25e9, "cuda": 25e9, "rocm": 25e9, "tpu": 25e9}
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Where a run's stacks live. ``host_memory``: a memory space apart from the device's exists, so
+    swapping frees device memory; ``bandwidth``: bytes per second between them (None: no such memory)."""
+
+    name: str
+    host_memory: bool
+    bandwidth: Optional[float] = None
+
+
+def platform(name: str) -> Platform:
+    """The ``Platform`` named by JAX's platform name (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"tpu"``); the
+    reference interpreter runs on ``"cpu"``."""
+    bw = HOST_BANDWIDTH.get(name)
+    return Platform(name, bw is not None, bw)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """What the planner may know of a loop's cost: ``iteration_seconds``, the forward body's time per
+    iteration (None: not measured). With it, a plan says whether a swap's transfers hide behind the
+    compute (each iteration's bytes move while the next iteration runs)."""
+
+    iteration_seconds: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class StackSize:
+    """One gradient stack as the planner sees it: its ``StackNew`` node's name, its forward loop, the
+    bytes one entry takes (the value and its iteration index; None: a shape known only at run time),
+    and what its loop asked for."""
+
+    stack: str
+    loop: str
+    entry_bytes: Optional[int]
+    swap_memory: bool = False
+    memory_budget: Optional[int] = None
+    frame: str = ""
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """The plan of one loop's saved values.
+
+    ``action``: ``"keep"``, ``"swap"`` or ``"recompute"`` — what meets the budget; ``built``: whether
+    the graph backends do it (recomputation: not yet, see the module docstring); ``entry_bytes``:
+    bytes saved per iteration, all its stacks together (None: unknown until run time); ``budget``:
+    the bytes its saved values may hold on the device (None: no budget) and ``budget_from`` whose it
+    is (``"loop"``, ``"run"`` or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
+    ``max_iterations``: the most iterations the run can save within the budget (None: any);
+    ``transfer_seconds``: a swapped loop's estimated transfer time per iteration, each way; ``frame``:
+    the loop's frame name."""
+
+    loop: str
+    stacks: int
+    entry_bytes: Optional[int]
+    budget: Optional[int]
+    budget_from: str
+    action: str
+    built: bool
+    reason: str
+    chunk: Optional[int] = None
+    max_iterations: Optional[int] = None
+    transfer_seconds: Optional[float] = None
+    frame: str = ""
+
+    def peak_bytes(self, n: int) -> Optional[int]:
+        """The bound this plan gives on the device bytes of the loop's saved values after ``n``
+        iterations: ``n * e`` kept, two chunks at most swapped. None: unknown (no static entry size),
+        or past ``max_iterations``, where the run stops with ``ResourceExhaustedError`` instead."""
+        e = self.entry_bytes
+        if e is None or (self.max_iterations is not None and n > self.max_iterations):
+            return None
+        if self.action == SWAP and self.chunk is not None:
+            return min(n, 2 * self.chunk) * e
+        return n * e
+
+    def line(self) -> str:
+        """One line: the loop, its action and why."""
+        e = "?" if self.entry_bytes is None else self.entry_bytes
+        budget = "no budget" if self.budget is None else f"budget {self.budget} B ({self.budget_from})"
+        act = self.action if self.built else f"{self.action} (not built on graph backends)"
+        return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per loop, how its saved values are held (``loops``), for a run budget and a platform."""
+
+    loops: tuple[LoopPlan, ...]
+    run_budget: Optional[int]
+    platform: Platform
+
+    def loop(self, name: str) -> LoopPlan:
+        """The plan of the loop named ``name``."""
+        for lp in self.loops:
+            if lp.loop == name:
+                return lp
+        from turnout.errors import NotFoundError
+
+        raise NotFoundError(f"the memory plan has no loop named {name!r}; it has {[lp.loop for lp in self.loops]}")
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether any budget applies (the run's or a loop's)."""
+        return self.run_budget is not None or any(lp.budget is not None for lp in self.loops)
+
+    def capacity(self) -> Optional[int]:
+        """The most entries a device buffer of any stack may have so that every budget holds: a
+        swapped loop's chunk, a kept loop's ``max_iterations`` (at least 1). None: no bound."""
+        caps = [lp.chunk if lp.action == SWAP and lp.chunk else lp.max_iterations for lp in self.loops]
+        known = [c for c in caps if c is not None]
+        return max(1, min(known)) if known else None
+
+    def swapped(self) -> frozenset[str]:
+        """The loops whose full chunks go to host memory."""
+        return frozenset(lp.loop for lp in self.loops if lp.action == SWAP)
+
+    def swapped_frames(self) -> frozenset[str]:
+        """The frame names of the loops whose full chunks go to host memory."""
+        return frozenset(lp.frame for lp in self.loops if lp.action == SWAP)
+
+    def lines(self) -> list[str]:
+        """One line per loop (``LoopPlan.line``), after the run budget's."""
+        head = [f"run memory_budget={self.run_budget} B on {self.platform.name}"] if self.run_budget else []
+        return head + [lp.line() for lp in self.loops]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines()) if self.loops else "no gradient stacks"
+
+
+def plan_memory(stacks: Sequence[StackSize], where: Platform, run_budget: Optional[int] = None,
+                costs: CostModel = CostModel()) -> MemoryPlan:
+    """The plan of a run whose gradient stacks are ``stacks`` on platform ``where`` under ``run_budget``
+    (bytes, all loops together; None: none). Each loop's budget is its own (``memory_budget`` of its
+    ``tn.while_loop``, at most the run's), or else its share of what the run budget leaves, in
+    proportion to its bytes per iteration. Then ``plan_loop`` decides."""
+    loops: dict[str, list[StackSize]] = {}
+    for s in stacks:
+        loops.setdefault(s.loop, []).append(s)
+    entry = {name: _total([s.entry_bytes for s in ss]) for name, ss in loops.items()}
+    own: dict[str, int] = {}
+    for name, ss in loops.items():
+        given = [s.memory_budget for s in ss if s.memory_budget is not None]
+        if given:
+            own[name] = min(given)
+    out = []
+    for name, ss in loops.items():
+        b, src = _budget_of(name, own, entry, run_budget)
+        lp = plan_loop(name, len(ss), entry[name], b, src, any(s.swap_memory for s in ss), where, costs)
+        out.append(dataclasses.replace(lp, frame=ss[0].frame))
+    return MemoryPlan(tuple(out), run_budget, where)
+
+
+def _budget_of(name: str, own: Mapping[str, int], entry: Mapping[str, Optional[int]], run_budget: Optional[int]
+               ) -> tuple[Optional[int], str]:
+    """(the budget of loop ``name``, whose it is): its own, unless the run's is smaller; else its share
+    of what the run budget leaves after the loops with their own, in proportion to bytes per iteration;
+    else (a loop whose bytes per iteration are unknown) the run's whole budget, which the run's check
+    bounds together with the others."""
+    if name in own:
+        return (own[name], "loop") if run_budget is None or own[name] <= run_budget else (run_budget, "run")
+    if run_budget is None:
+        return None, "none"
+    e = entry[name]
+    if e is None:
+        return run_budget, "run"
+    weights = [x for n, x in entry.items() if n not in own and x is not None]
+    left = max(0, run_budget - sum(own.values()))
+    return left * e // max(1, sum(weights)), "run"
+
+
+def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], source: str, swap_asked: bool,
+              where: Platform, costs: CostModel = CostModel()) -> LoopPlan:
+    """The rules, in order: (1) no budget: keep, or swap if the loop asked (``swap_memory=True``);
+    (2) bytes per iteration unknown: keep, checked at run time; (3) a budget under two iterations'
+    bytes: recompute; (4) swapping asked, or a host memory space exists: swap in chunks of
+    ``budget // (2 e)`` entries; (5) otherwise (the CPU): recompute, since swapping frees nothing."""
+    def plan(action: str, reason: str, **kw: Any) -> LoopPlan:
+        return LoopPlan(loop, stacks, e, budget, source, action, action != RECOMPUTE, reason, **kw)
+
+    if budget is None:
+        return plan(SWAP if swap_asked else KEEP, "asked for (swap_memory=True)" if swap_asked else
+                    "no memory budget: every iteration's values stay on the device")
+    if e is None:
+        return plan(SWAP if swap_asked else KEEP, "its bytes per iteration are known only at run time: the run "
+                    "checks its stacks against the budget as they grow")
+    fits = budget // e
+    if budget < 2 * e:
+        return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the device: "
+                    f"only recomputation from checkpoints meets it; until it is built the run keeps {fits} "
+                    "iteration(s) and stops with ResourceExhaustedError beyond", max_iterations=fits)
+    chunk = budget // (2 * e)
+    if swap_asked or where.host_memory:
+        secs = None if where.bandwidth is None else e / where.bandwidth
+        why = "asked for (swap_memory=True)" if swap_asked else f"{where.name} has host memory"
+        if not where.host_memory:
+            why += f"; on the {where.name} host and device memory are one, so this moves values and frees nothing"
+        elif secs is not None and costs.iteration_seconds is not None:
+            hidden = secs <= costs.iteration_seconds
+            why += (f"; {secs * 1e6:.1f} us of transfer per iteration each way "
+                    + ("hides behind" if hidden else "exceeds") + f" {costs.iteration_seconds * 1e6:.1f} us of compute"
+                    + ("" if hidden else ": recomputation would be cheaper, and is not built on graph backends"))
+        return plan(SWAP, f"{why}: two chunks of {chunk} iterations on the device at any trip count", chunk=chunk,
+                    transfer_seconds=secs)
+    return plan(RECOMPUTE, f"on the {where.name} host and device memory are one, so swapping frees nothing; only "
+                f"recomputation from checkpoints meets the budget at any trip count. Until it is built on graph "
+                f"backends the run keeps the values of {fits} iterations and stops with ResourceExhaustedError "
+                "beyond", max_iterations=fits)
+
+
+def _total(sizes: Iterable[Optional[int]]) -> Optional[int]:
+    got = list(sizes)
+    return None if any(b is None for b in got) else sum(got)  # type: ignore[arg-type]
+
+
+def entry_bytes(attrs: Mapping[str, Any], depth: Optional[int]) -> Optional[int]:
+    """Bytes one entry of a stack with ``StackNew`` attrs ``attrs`` takes: its value, and its iteration
+    index (``depth`` int32s; None: unknown, counted as one). None when the value's shape or size is
+    not static (a TensorArray's, a dynamic shape)."""
+    d = dt.as_dtype(attrs["elem_dtype"])
+    n = sh.num_elements(sh.as_shape(attrs.get("elem_shape")))
+    if n is None or d.is_opaque:
+        return None
+    return int(n) * d.itemsize + 4 * (depth if depth is not None else 1)
+
+
+def stack_sizes(nodes: Iterable[Any]) -> list[StackSize]:
+    """The ``StackSize`` of every ``StackNew`` among ``nodes`` (a graph's, or a run's) made for a forward
+    loop: read from its attrs and its pushes' index shape (pushes among ``nodes``). (Graphs imported
+    from TensorFlow keep LIFO stacks of no loop, which no budget covers.)"""
+    nodes = list(nodes)
+    depth: dict[int, Optional[int]] = {}
+    for n in nodes:
+        if n.op == "StackPush" and n.raw_inputs:
+            shape = n.inputs[1].shape
+            src = n.inputs[0].node
+            while src.op == "Enter" and src.raw_inputs:  # the handle is captured into each enclosing frame
+                src = src.inputs[0].node
+            depth[src.id] = None if shape is None or len(shape) != 1 else shape[0]
+    out = []
+    for n in nodes:
+        a = n.attrs
+        if n.op == "StackNew" and "loop_name" in a:
+            out.append(StackSize(n.name, str(a["loop_name"]), entry_bytes(a, depth.get(n.id)),
+                                 bool(a.get("swap_memory", False)), a.get("memory_budget"),
+                                 str(a.get("frame_name", ""))))
+    return out
+
+
+def run_plan(nodes: Iterable[Any], where: Platform, run_budget: Optional[int]) -> Optional[MemoryPlan]:
+    """The plan a backend honours for a run of ``nodes`` under ``run_budget``, or None when no budget
+    applies (no run budget, and no loop among them has one): the run then needs no checks."""
+    sizes = stack_sizes(nodes)
+    if not sizes or (run_budget is None and all(s.memory_budget is None for s in sizes)):
+        return None
+    return plan_memory(sizes, where, run_budget)
+
+
+def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_name: str = "cpu",
+               run_budget: Optional[int] = None) -> MemoryPlan:
+    """The plan of a run of ``fetches`` (every loop of ``graph`` when None) on ``platform_name``
+    under ``run_budget``: what ``tn.memory_report`` and ``Session.explain`` print."""
+    from turnout.graph import ancestors
+
+    nodes = graph.nodes if fetches is None else list(ancestors(list(fetches)).values())
+    return plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
+
+
+def backend_platform(backend: Any) -> str:
+    """The platform a session's backend keeps its stacks on (its ``memory_platform()``; the
+    interpreters run on the host: ``"cpu"``)."""
+    get = getattr(backend, "memory_platform", None)
+    return str(get()) if callable(get) else "cpu"
+
+
+class SavedBytes:
+    """A run's count of the bytes its loops have saved, checked against a plan at every push: the
+    reference interpreter's accounting (it holds every pushed value until the run ends)."""
+
+    def __init__(self, plan: MemoryPlan, backend: str) -> None:
+        self.plan, self.backend = plan, backend
+        self.by_loop: dict[str, int] = {}
+        self.peak = 0
+
+    def push(self, loop: str, nbytes: int) -> None:
+        """``nbytes`` more saved by ``loop``: raise ``ResourceExhaustedError`` if a budget is now exceeded."""
+        self.by_loop[loop] = self.by_loop.get(loop, 0) + nbytes
+        self.peak = max(self.peak, sum(self.by_loop.values()))
+        check(self.plan, self.by_loop, self.backend, "the values pushed so far")
+
+
+def check(plan: MemoryPlan, loop_bytes: Mapping[str, int], backend: str, what: str = "") -> None:
+    """Raise ``ResourceExhaustedError`` when a run's own accounting (``loop_bytes``: loop -> the bytes
+    its saved values hold on the device now) is over a loop's budget or the run's. ``what`` says which
+    accounting (the reference interpreter's values, the fast backend's buffers)."""
+    for lp in plan.loops:
+        got = loop_bytes.get(lp.loop, 0)
+        if lp.budget is not None and lp.budget_from == "loop" and got > lp.budget:
+            raise ResourceExhaustedError(over_budget(lp, got, lp.budget, "the loop's memory_budget", backend, what))
+    total = sum(loop_bytes.values())
+    if plan.run_budget is not None and total > plan.run_budget:
+        worst = max(loop_bytes, key=lambda k: loop_bytes[k])
+        lp = next((x for x in plan.loops if x.loop == worst), LoopPlan(worst, 0, None, plan.run_budget, "run", KEEP,
+                                                                       True, ""))
+        raise ResourceExhaustedError(over_budget(lp, total, plan.run_budget, "the run's memory_budget", backend, what))
+
+
+def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, what: str) -> str:
+    """The message of a run stopped by a budget: the loop, its bytes per iteration, the budget, and
+    what would meet it."""
+    e = "an unknown number of" if lp.entry_bytes is None else str(lp.entry_bytes)
+    fits = "" if lp.entry_bytes is None else f" (it fits {budget // max(1, lp.entry_bytes)} iterations)"
+    return (f"{backend}: the saved values of loop \"{lp.loop}\" ({e} bytes per iteration) would hold {got} bytes "
+            f"on the device{f' ({what})' if what else ''}, over {whose} of {budget} bytes{fits}. Recomputing "
+            "them from checkpoints would meet it at any trip count, but recomputation is not built on the graph "
+            "backends (docs/missing.rst); raise the budget, or on a platform with host memory let the loop swap "
+            "(swap_memory=True)")
+
+
+__all__ = ["HOST_BANDWIDTH", "KEEP", "RECOMPUTE", "SWAP", "CostModel", "LoopPlan", "MemoryPlan", "Platform",
+           "SavedBytes", "StackSize", "backend_platform", "check", "entry_bytes",
+           "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform",
+           "run_plan", "stack_sizes"]
