@@ -255,3 +255,7 @@ def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
     sess = tn.Session(m["g"], backend="smallstep")
     with pytest.raises(UnsupportedError, match="memory_budget"):
         sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}, memory_budget=10**6)
+    assert sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}) is not None
+    m = build(10**6)  # a loop's own budget, which the backend would not count: refused too
+    with pytest.raises(UnsupportedError, match='memory_budget of loop'):
+        tn.Session(m["g"], backend="smallstep").run(m["gx"], {m["x"]: X0, m["n"]: 2})
