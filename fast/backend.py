@@ -141,6 +141,8 @@ class FastBackend:
         self.options = fast_options(options, fields)
         self._records: list[dict[str, Any]] = []
         self._budget: Optional[MemoryPlan] = None  # the memory plan of the run in progress (``_budgeted_chunk``)
+        self._budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]] = {}  # (id(plan), run budget) -> it
+        self._loop_budgets: tuple[int, bool] = (-1, False)  # (graph version, whether a loop has a budget)
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, frozenset[Key]] = {}
@@ -424,11 +426,19 @@ class FastBackend:
         ``ChunkStore`` (``self._budget``), which checks it and swaps what it says."""
         chunk = self.options.stack_chunk
         self._budget = None
+        if options.memory_budget is None:  # then only a loop's own budget applies: has any loop one?
+            if self._loop_budgets[0] != self.graph.version:
+                self._loop_budgets = (self.graph.version, any(n.op == "StackNew" and "memory_budget" in n.attrs
+                                                              for n in self.graph.nodes))
+            if not self._loop_budgets[1]:
+                return chunk
         with jax.enable_x64(True):
             plan = self._plan(fetches, feeds, variables, chunk)
-        if plan.stack_nodes:
-            self._budget = stk.budget_plan(self.graph.nodes, plan.stack_nodes, self.memory_platform(),
-                                           options.memory_budget)
+        k = (id(plan), options.memory_budget)  # (plans live as long as the backend)
+        if k not in self._budgets:
+            self._budgets[k] = None if not plan.stack_nodes else stk.budget_plan(
+                self.graph.nodes, plan.stack_nodes, self.memory_platform(), options.memory_budget)
+        self._budget = self._budgets[k]
         cap = None if self._budget is None else self._budget.capacity()
         return chunk if cap is None else min(chunk, cap)
 

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import turnout as tn
 from turnout import memory_plan as mp
@@ -185,6 +187,37 @@ def test_a_run_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
     with pytest.raises(ResourceExhaustedError, match="the run's memory_budget of"):
         sess.run(m["gx"], {m["x"]: X0, m["n"]: 11}, memory_budget=10 * e)
     np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 30}), expected_grad(30), rtol=1e-5)
+
+
+@given(fits=st.integers(1, 30), slack=st.integers(0, 27), n=st.integers(0, 40), per_run=st.booleans())
+def test_the_reference_keeps_within_any_budget_or_stops(fits: int, slack: int, n: int, per_run: bool) -> None:
+    """Under a budget of ``fits`` iterations (and less than one more), a run of ``n`` iterations gives
+    the store-everything gradient with at most ``n e`` bytes saved, or stops when ``n > fits``."""
+    e = entry_bytes(build())
+    budget = fits * e + slack % e
+    m, sess = session("reference", None if per_run else budget)
+    feed, opts = {m["x"]: X0, m["n"]: n}, {"memory_budget": budget} if per_run else {}
+    if n > fits:
+        with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
+            sess.run(m["gx"], feed, **opts)
+        return
+    np.testing.assert_allclose(sess.run(m["gx"], feed, **opts), expected_grad(n), rtol=1e-5)
+    assert sess.last_result.stats["peak_saved_bytes"] == n * e <= budget
+
+
+@pytest.mark.parametrize("fits", [1, 7])
+def test_the_fast_backend_keeps_within_a_budget_or_stops_as_the_reference_does(fits: int) -> None:
+    pytest.importorskip("jax")
+    e = entry_bytes(build())
+    m, sess = session("fast", fits * e + e // 2)
+    for n in (0, fits, fits + 1, 3 * fits + 2):
+        feed = {m["x"]: X0, m["n"]: n}
+        if n > fits:
+            with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
+                sess.run(m["gx"], feed)
+            continue
+        np.testing.assert_allclose(sess.run(m["gx"], feed), expected_grad(n), rtol=1e-5)
+        assert sess.last_result.stats["peak_device_stack_bytes"] <= fits * e + e // 2
 
 
 def test_a_swapped_loop_under_a_budget_runs_at_any_length_within_it() -> None:
