@@ -266,7 +266,8 @@ class FastBackend:
         except UnsupportedError as e:
             return fallback_schedule(str(e))
         budget, self._budget = self._budget, None
-        return plan_schedule(plan, self._ladder(plan), budget.swapped_frames() if budget is not None else frozenset())
+        return plan_schedule(plan, self._ladder(plan), budget.swapped_frames() if budget is not None else frozenset(),
+                             lane=memory_budget is None)
 
     def device_feed(self, value: Any) -> Any:
         """A fed array the session passes to this backend as it is (``Session._check_feed``, for an

@@ -19,10 +19,13 @@ def fallback_schedule(reason: str) -> RunSchedule:
     return RunSchedule("fast", (Step("interpreter", f"the reference interpreter (fallback: {reason})"),))
 
 
-def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozenset()) -> RunSchedule:
+def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozenset(), lane: bool = True
+                  ) -> RunSchedule:
     """The steps of a run of ``plan`` on the one-device fast backend; ``rungs``: its capacity ladder
     (``FastBackend._ladder``); ``swapped``: the frames whose full chunks a memory plan swaps
-    (``turnout.memory_plan.MemoryPlan.swapped_frames``) besides those that ask for it."""
+    (``turnout.memory_plan.MemoryPlan.swapped_frames``) besides those that ask for it; ``lane``:
+    whether a repeated run may take its lane (not under a run's memory budget, which the general path
+    checks)."""
     otherwise = (Step("interpreter", "the reference interpreter, if tracing finds an op the compiler refuses"),)
     if plan.fused is not None:
         fused = Step("compiled call", "the whole program in one call, every loop a lax loop, gradient stacks of "
@@ -31,7 +34,7 @@ def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozen
                       steps=tuple(_stage(st, plan.capacity, swapped) for st in plan.stages))
         return RunSchedule("fast", (fused,), (staged, *otherwise),
                            ("a repeated run of this signature calls the rung that held the last run directly "
-                            "(its lane)",))
+                            "(its lane)",) if lane else ())
     if plan.direct_ok:
         step = Step("compiled call", "one jitted call: feeds and Variables in, fetches, the error word and live "
                                      "flags out (Direct)")

@@ -283,6 +283,18 @@ def test_explain_and_the_report_say_what_each_loop_does() -> None:
     assert "memory plan" not in str(tn.memory_report(m2["g"]))  # no budget: every loop keeps, said nothing
 
 
+def test_the_fast_schedule_sizes_its_stacks_from_the_budget() -> None:
+    pytest.importorskip("jax")
+    e = entry_bytes(build())
+    m, sess = session("fast", 7 * e)
+    feed = {m["x"]: X0, m["n"]: 3}
+    text = str(sess.explain(m["gx"], feed))
+    assert "gradient stacks of 7 entries" in text and "at most 7 iterations per call" in text
+    under_run = sess.explain(m["gx"], feed, memory_budget=3 * e)
+    assert "gradient stacks of 3 entries" in str(under_run)
+    assert not any("lane" in n for n in under_run.notes)  # a run under a run budget takes no lane
+
+
 def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
     m = build()
     sess = tn.Session(m["g"], backend="smallstep")
