@@ -320,15 +320,14 @@ def _follow_resources(made: dict[str, list[Node]]) -> None:
 
 def _colocate(g: Graph, nodes: dict[str, Any], made: dict[str, list[Node]]) -> None:
     """TensorFlow's colocation attrs (``_class: ["loc:@w"]``, which ``colocate_with`` and the optimizers'
-    slots write) as Turnout colocation: each node a NodeDef became is placed with the first node the
-    named NodeDef became. Turnout keeps one target per node, so only a ``_class``'s first entry ties
-    (TensorFlow writes the others for nodes of the same group); one naming a node that built nothing
-    (a folded constant) ties nothing."""
+    slots write) as Turnout colocation: each node a NodeDef became is placed with the first node each
+    named NodeDef became, every entry of the attr tying (so the named nodes share a device too, as
+    TensorFlow's placer groups them); an entry naming a node that built nothing (a folded constant)
+    ties nothing."""
     for name, built in made.items():
-        targets = colocation_targets(protos.attr(nodes[name], "_class", []) or [])
-        target = made.get(targets[0]) if targets else None
-        if not target:
-            continue
+        names = colocation_targets(protos.attr(nodes[name], "_class", []) or [])
+        firsts = [made[t][0] for t in dict.fromkeys(names) if made.get(t)]
         for n in built:
-            if n is not target[0]:
-                g.colocation[n.id] = target[0].id
+            targets = tuple(t.id for t in firsts if t is not n)
+            if targets:
+                g.colocation[n.id] = targets
