@@ -205,6 +205,24 @@ def test_soft_placement_must_be_a_flag() -> None:
         tn.Session(imp.graph, devices=D2, allow_soft_placement="yes")
 
 
+def test_a_partial_annotation_merges_into_the_device_scope_of_the_import() -> None:
+    """As TensorFlow merges a node's device into the scope of ``tf.import_graph_def``: the parts an
+    annotation does not name come from the scope; a full annotation is kept as written."""
+    g = GraphDef()
+    g.node("a", "Const", value=np.float32(2), dtype=F32, device="/device:CPU:0")
+    g.node("b", "Neg", ("a",), T=F32, device="/job:ps")
+    g.node("c", "Neg", ("b",), T=F32, device="/job:localhost/replica:0/task:0/device:CPU:0")
+    g.node("d", "Neg", ("c",), T=F32)
+    graph = tn.Graph()
+    with graph.as_default(), tn.device("/job:worker/task:1/device:CPU:1"):
+        imp = import_graph_def(g.gd, graph=graph)
+    assert [imp.node(n).device for n in "abcd"] == [
+        "/job:worker/task:1/device:CPU:0", "/job:ps/task:1/device:CPU:1",
+        "/job:localhost/replica:0/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:1"]
+    assert tf_device("/cpu:0", scope="/job:worker/task:2") == "/job:worker/task:2/device:CPU:0"
+    assert tf_device("/device:CPU:0", scope="cpu:0") == "/device:CPU:0"  # nothing to merge: as written
+
+
 def test_devices_and_colocation_round_trip_through_export() -> None:
     imp = import_graph_def(_model(conflict=True).gd)
     assert imp.graph.colocation[imp.node("v/read").id] == (imp.node("v").id,)

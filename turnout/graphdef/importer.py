@@ -220,8 +220,10 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     nodes = {nd.name: nd for nd in gd.node}
     if len(nodes) != len(gd.node):
         raise GraphBuildError("the GraphDef has two nodes with the same name")
-    # every device annotation is read before anything is built, so a bad one fails the import at once
-    devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"') for nd in gd.node
+    # every device annotation is read before anything is built, so a bad one fails the import at once;
+    # a partial one is merged into the device scope the import runs under (``tf_device``)
+    scope = graph._devices[-1] if graph is not None and graph._devices else None
+    devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"', scope) for nd in gd.node
                if nd.device}
     flows = FlowAnalysis(nodes)
     # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
