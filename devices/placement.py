@@ -143,8 +143,7 @@ def colocation_groups(graph: Graph, nodes: Sequence[Node]) -> _Groups:
             maker = resource_creator(n.raw_inputs[0])
             if maker is not None:
                 groups.union(n, maker, f"{n.name} ({n.op}) uses the resource made by {maker.name} ({maker.op})")
-        target = graph.colocation.get(n.id)
-        if target is not None:
+        for target in graph.colocation.get(n.id, ()):
             groups.union(n, graph.nodes[target], f"{n.name} was built under colocate_with({graph.nodes[target].name})")
     return groups
 

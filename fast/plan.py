@@ -233,9 +233,11 @@ class Plan:
         #: (dtype, (element shape, index shape)). The fused stage takes and returns their value
         #: buffers alone.
         self.kept = {k: v for k, v in static.items() if k not in self.inside}
-        #: static stacks the fused stage runs without an index record (``positional_stacks``); emptied
-        #: for good by a run that pushed one of them away from its position (``record_every_stack``)
-        self.positional = positional_stacks(program) & set(static)
+        #: stacks the fused stage runs without an index record (``positional_stacks``), static or
+        #: not (one whose shapes are known only when tracing makes no record at its first push);
+        #: emptied for good by a run that pushed one of them away from its position
+        #: (``record_every_stack``)
+        self.positional = positional_stacks(program)
         #: the counted stacks (``fast.counted_stacks``) by the root loop heading their chains, less
         #: the held ones; the fused trace proves their pushes and pops
         self.counted = {head: kept for head, found in counted_stacks(program, stack_key_of).items()
@@ -525,6 +527,8 @@ class Plan:
         (``v`` None, ``Plan.inside``) a fresh buffer too; any other stack is still pending (allocated
         at its first push inside the call) and comes as it is."""
         if isinstance(v, stk.StackValue):
+            if v.pending and k in self.positional:  # (its first push makes no index record)
+                return stk.StackValue(v.capacity, v.dtype, record=False)
             return v
         dtype, (elem_shape, index_shape) = self.static[k]
         if v is None:

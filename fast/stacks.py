@@ -92,19 +92,24 @@ class StackValue:
     dataclass node: JAX flattens it in C++, without a Python call per stack and per compiled call).
     """
 
-    def __init__(self, capacity: int, dtype: Any, buf: Any = None, idx: Any = None, ptr: Any = None) -> None:
+    def __init__(self, capacity: int, dtype: Any, buf: Any = None, idx: Any = None, ptr: Any = None,
+                 record: bool = True) -> None:
         # (JAX rebuilds every stack of a compiled call's results through here: no conversion when the
         # dtype already is one)
         dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.capacity, self.dtype, self.buf, self.idx, self.ptr = capacity, dtype, buf, idx, ptr
+        #: for a pending stack: whether its first push makes an index record (False: a positional
+        #: stack whose element shape is known only when tracing, ``Plan.positional``)
+        self.record = record
 
     @property
     def pending(self) -> bool:
         return self.buf is None
 
     def materialize(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...]) -> StackValue:
+        record = jnp.zeros((self.capacity, *index_shape), jnp.int32) if self.record else None
         return StackValue(self.capacity, self.dtype, jnp.zeros((self.capacity, *elem_shape), self.dtype),
-                          jnp.zeros((self.capacity, *index_shape), jnp.int32), jnp.zeros((), jnp.int32))
+                          record, jnp.zeros((), jnp.int32))
 
     def allocate(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...], device: Any = None) -> StackValue:
         """``materialize`` outside a trace: fresh buffers committed to ``device`` (JAX's default device
@@ -174,7 +179,8 @@ def stack_nbytes(v: Any, index_bytes: int = 0) -> int:
     return v.nbytes() if isinstance(v, StackValue) else int(v.nbytes) + index_bytes
 
 
-jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"], meta_fields=["capacity", "dtype"])
+jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"],
+                                 meta_fields=["capacity", "dtype", "record"])
 
 
 def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool = False) -> tuple[StackValue, Any]:
@@ -221,7 +227,9 @@ def positional(s: StackValue, index: Any) -> Any:
     """For a push on a *positional* stack (no index record: ``idx is None``, see
     ``Plan.positional``): whether the pushed iteration index is the entry's position, as the pops of
     such a stack assume. ``True`` for a stack with its record."""
-    if s.pending or s.idx is not None:
+    if s.pending:  # (its first push: at position 0)
+        return True if s.record else jnp.all(jnp.asarray(index, jnp.int32) == 0)
+    if s.idx is not None:
         return True
     return jnp.all(jnp.asarray(index, jnp.int32) == s.ptr)
 

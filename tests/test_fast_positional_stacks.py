@@ -22,10 +22,10 @@ import turnout as tn
 pytest.importorskip("jax")
 
 
-def _rnn() -> tuple[tn.Graph, list[tn.Tensor], tn.Tensor, tn.Tensor]:
+def _rnn(batch: Any = 4) -> tuple[tn.Graph, list[tn.Tensor], tn.Tensor, tn.Tensor]:
     g = tn.Graph()
     with g.as_default():
-        x = tn.placeholder(tn.float32, [4, 3], name="x")
+        x = tn.placeholder(tn.float32, [batch, 3], name="x")
         n = tn.placeholder(tn.int32, [], name="n")
         w = tn.Variable(np.linspace(-1.0, 1.0, 9, dtype=np.float32).reshape(3, 3), name="w")
 
@@ -39,8 +39,14 @@ def _rnn() -> tuple[tn.Graph, list[tn.Tensor], tn.Tensor, tn.Tensor]:
     return g, [loss, *grads], x, n
 
 
-def test_a_gradient_loop_runs_its_stacks_by_position() -> None:
-    g, fetch, x, n = _rnn()
+@pytest.mark.parametrize("batch", [4, None])
+def test_a_gradient_loop_runs_its_stacks_by_position(batch: Any) -> None:
+    """Every stack pushed once per iteration goes by position: those of static shapes (allocated
+    before the call) and those whose shapes are known only when the fused stage is traced (a
+    scalar's shape, saved for its gradient), which make no index record at their first push."""
+    from turnout.fast.plan import positional_stacks
+
+    g, fetch, x, n = _rnn(batch)
     fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
     xv = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     for trips in (5, 1, 12, 0, 5):
@@ -49,35 +55,39 @@ def test_a_gradient_loop_runs_its_stacks_by_position() -> None:
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
         assert fast.last_result.stats["fused"]
     (plan,) = {id(h.plan): h.plan for h, _ in fast.backend.repeats.routes.values()}.values()
-    assert plan.positional and plan.positional == set(plan.static)
+    assert plan.positional and plan.positional == positional_stacks(plan.program) >= set(plan.static)
     assert plan.index_bytes == {}  # no record to count
 
 
-def _hand_built_stack(order: str, offset: Any = 10) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+def _hand_built_stack(order: str, offset: Any = 10, dynamic: bool = False) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
     """A hand-built stack: a loop pushes ``i`` under index ``[i + offset]`` (``order='offset'``: away
     from its position unless the offset is 0; ``offset`` may be a tensor) or ``[i]`` (``'forward'``),
     and a second loop pops as many values, expecting the pushed indices in reverse (``'offset'``) or
-    ``[j]``, forward again: the wrong order for a stack. It folds them as ``acc * 3 + value``."""
+    ``[j]``, forward again: the wrong order for a stack. It folds them as ``acc * 3 + value``.
+    ``dynamic``: the pushed value is ``i`` as a vector of one element whose size the graph does not
+    know (a static stack is allocated before the call, such a stack at its first push)."""
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
+        one = tn.fill(tn.reshape(n * 0 + 1, [1]), tn.constant(0.0, tn.float64)) if dynamic else None
         if offset is None:
             offset = tn.placeholder(tn.int32, [], name="offset")
         s = g.create_node("StackNew", (), {"elem_dtype": "float64", "elem_shape": []}, name="stk").outputs[0]
 
         def push(i: Any, c: Any) -> Any:
             at = tn.reshape(i + offset if order == "offset" else i, [1])
-            p = g.create_node("StackPush", [s, at, tn.cast(i, tn.float64)], name="psh").outputs[0]
-            return i + 1, c + p * 0
+            value = tn.cast(i, tn.float64) if one is None else tn.cast(i, tn.float64) + one
+            p = g.create_node("StackPush", [s, at, value], name="psh").outputs[0]
+            return i + 1, c + tn.reduce_sum(p) * 0
 
         _, pushed = tn.while_loop(lambda i, c: i < n, push, [tn.constant(0), tn.constant(0.0, tn.float64)])
 
         def pop(j: Any, acc: Any) -> Any:
             at = tn.reshape(n - 1 - j + offset if order == "offset" else j, [1])
             with g.control_dependencies([acc.node]):  # after the first loop: ``start`` waits for it
-                v = g.create_node("StackPop", [s, at], {"dtype": "float64", "shape": []},
+                v = g.create_node("StackPop", [s, at], {"dtype": "float64", "shape": [] if one is None else [None]},
                                   name="pop_it").outputs[0]
-            return j + 1, acc * 3 + v
+            return j + 1, acc * 3 + tn.reduce_sum(v)
 
         with g.control_dependencies([pushed.node]):
             start = tn.identity(tn.constant(0.0, tn.float64))
@@ -85,8 +95,9 @@ def _hand_built_stack(order: str, offset: Any = 10) -> tuple[tn.Graph, tn.Tensor
     return g, n, out
 
 
-def test_a_push_away_from_its_position_brings_the_records_back() -> None:
-    g, n, out = _hand_built_stack("offset")
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_push_away_from_its_position_brings_the_records_back(dynamic: bool) -> None:
+    g, n, out = _hand_built_stack("offset", dynamic=dynamic)
     fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
     assert float(ref.run(out, {n: 4})) == 3 * (3 * (3 * 3 + 2) + 1) + 0  # popped 3, 2, 1, 0
     fused = []
@@ -101,17 +112,19 @@ def test_a_push_away_from_its_position_brings_the_records_back() -> None:
     assert all(not st.fns for p in warm for st in p.stages)  # the stages were never compiled
 
 
-def test_pops_out_of_order_are_refused_by_position_as_by_record() -> None:
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pops_out_of_order_are_refused_by_position_as_by_record(dynamic: bool) -> None:
     """The fast backend's stacks are last-in first-out buffers: a pop must find the index it expects
     on top (the reference's stacks are maps from index to value, and return the values: a limit
     listed in docs/missing.rst). Checked by position, the refusal is the same ``KernelError``."""
-    g, n, out = _hand_built_stack("forward")
+    g, n, out = _hand_built_stack("forward", dynamic=dynamic)
     sess = tn.Session(g, backend="fast")
     assert float(sess.run(out, {n: 1})) == 0.0  # one entry: forward and reversed agree
     with pytest.raises(tn.KernelError, match=r'StackPop node "[^"]*pop_it".*another iteration index'):
         sess.run(out, {n: 3})
     warm = [p for p in sess.backend._plans.values() if p.fused is not None and p.fused_warm]
     assert warm and all(p.positional for p in warm)  # pushed at their positions: no record needed
+    assert all(bool(p.static) != dynamic for p in warm)  # (``dynamic``: known only when traced)
 
 
 def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fused() -> None:

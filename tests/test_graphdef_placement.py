@@ -76,12 +76,12 @@ class GraphDef:
         self.gd = protos.pb().graph_pb2.GraphDef()
 
     def node(self, name: str, op: str, inputs: tuple[str, ...] = (), device: str = "",
-             colocate: str = "", **attrs: Any) -> str:
+             colocate: str | tuple[str, ...] = "", **attrs: Any) -> str:
         nd = self.gd.node.add()
         nd.name, nd.op, nd.device = name, op, device
         nd.input.extend(inputs)
-        if colocate:
-            nd.attr["_class"].list.s.append(f"loc:@{colocate}".encode())
+        for target in (colocate,) if isinstance(colocate, str) and colocate else colocate:
+            nd.attr["_class"].list.s.append(f"loc:@{target}".encode())
         for k, v in attrs.items():
             if k == "value":
                 protos.numpy_to_tensor(np.asarray(v), nd.attr[k].tensor)
@@ -205,9 +205,27 @@ def test_soft_placement_must_be_a_flag() -> None:
         tn.Session(imp.graph, devices=D2, allow_soft_placement="yes")
 
 
+def test_a_partial_annotation_merges_into_the_device_scope_of_the_import() -> None:
+    """As TensorFlow merges a node's device into the scope of ``tf.import_graph_def``: the parts an
+    annotation does not name come from the scope; a full annotation is kept as written."""
+    g = GraphDef()
+    g.node("a", "Const", value=np.float32(2), dtype=F32, device="/device:CPU:0")
+    g.node("b", "Neg", ("a",), T=F32, device="/job:ps")
+    g.node("c", "Neg", ("b",), T=F32, device="/job:localhost/replica:0/task:0/device:CPU:0")
+    g.node("d", "Neg", ("c",), T=F32)
+    graph = tn.Graph()
+    with graph.as_default(), tn.device("/job:worker/task:1/device:CPU:1"):
+        imp = import_graph_def(g.gd, graph=graph)
+    assert [imp.node(n).device for n in "abcd"] == [
+        "/job:worker/task:1/device:CPU:0", "/job:ps/task:1/device:CPU:1",
+        "/job:localhost/replica:0/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:1"]
+    assert tf_device("/cpu:0", scope="/job:worker/task:2") == "/job:worker/task:2/device:CPU:0"
+    assert tf_device("/device:CPU:0", scope="cpu:0") == "/device:CPU:0"  # nothing to merge: as written
+
+
 def test_devices_and_colocation_round_trip_through_export() -> None:
     imp = import_graph_def(_model(conflict=True).gd)
-    assert imp.graph.colocation[imp.node("v/read").id] == imp.node("v").id
+    assert imp.graph.colocation[imp.node("v/read").id] == (imp.node("v").id,)
     out = export_graph_def(imp.graph).graph_def
     by_name = {nd.name: nd for nd in out.node}
     for nd in _model(conflict=True).gd.node:  # as written, but the device TensorFlow gives v/read
@@ -217,8 +235,40 @@ def test_devices_and_colocation_round_trip_through_export() -> None:
     again = import_graph_def(out)
     for name in ("x", "mm", "add", "t", "v", "v/read", "y"):
         assert again.node(name).device == imp.node(name).device
-    assert again.graph.colocation[again.node("v/read").id] == again.node("v").id
-    assert again.graph.colocation[again.node("t").id] == again.node("mm").id
+    assert again.graph.colocation[again.node("v/read").id] == (again.node("v").id,)
+    assert again.graph.colocation[again.node("t").id] == (again.node("mm").id,)
+
+
+def _tied(b_device: str) -> GraphDef:
+    """c = a + b with ``_class: ["loc:@a", "loc:@b"]``: a on CPU:1, b on ``b_device`` ("" for none)."""
+    g = GraphDef()
+    g.node("a", "Const", value=np.float32(2), dtype=F32, device="/cpu:1")
+    g.node("b", "Const", value=np.float32(3), dtype=F32, device=b_device)
+    g.node("c", "AddV2", ("a", "b"), T=F32, colocate=("a", "b"))
+    g.node("d", "Neg", ("c",), T=F32, device="/cpu:0")
+    return g
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_every_entry_of_a_colocation_attr_ties(backend: str) -> None:
+    """A ``_class`` naming two nodes ties the node to both, so the two share its device too (as
+    TensorFlow's placer groups them): b, which asked for nothing, goes with a to CPU:1. If they ask
+    for different devices, that is a conflict, resolved by the colocation rule under soft placement
+    (the three take the device of the earliest-built of a and b). Export writes both entries back."""
+    imp = import_graph_def(_tied("").gd)
+    assert imp.graph.colocation[imp.node("c").id] == (imp.node("a").id, imp.node("b").id)
+    sess = tn.Session(imp.graph, backend=backend, devices=D2)
+    p = sess.backend.placement
+    assert [parse_short(p[imp.node(n)]) for n in ("a", "b", "c", "d")] == ["cpu:1", "cpu:1", "cpu:1", "cpu:0"]
+    assert imp.run(sess, ["d:0"], {}) == [-5.0]
+    out = export_graph_def(imp.graph).graph_def
+    assert list({nd.name: nd for nd in out.node}["c"].attr["_class"].list.s) == [b"loc:@a", b"loc:@b"]
+    clash = import_graph_def(_tied("/cpu:0").gd)
+    with pytest.raises(tn.PlacementError, match=r'conflicting placement.*(("a".*"b")|("b".*"a")).*colocate_with\(b\)'):
+        tn.Session(clash.graph, backend=backend, devices=D2)
+    soft = tn.Session(clash.graph, backend=backend, devices=D2, allow_soft_placement=True)
+    assert len({soft.backend.placement[clash.node(n)] for n in ("a", "b", "c")}) == 1
+    assert clash.run(soft, ["d:0"], {}) == [-5.0]
 
 
 # ---- TensorFlow-made models, placed on two CPU devices ---------------------------------------------------

@@ -87,9 +87,23 @@ def _variables() -> Built:
     return g, [y, gw, step], {x: np.array([[1.0, -1.0]], np.float32)}
 
 
+def _gather_grads() -> Built:
+    """Gathers along every axis, with repeated and negative indices, and their gradients (a
+    ``ScatterAddLike`` each, exported as TensorFlow's ``UnsortedSegmentSum``)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[2, 3, 4], name="x")
+        loss = tn.constant(0.0)
+        for axis, idx in [(0, [1, -1, 0]), (1, [[0, -1], [2, 2]]), (2, [3, 0, -4])]:
+            y = tn.gather(x, tn.constant(np.array(idx, np.int32)), axis=axis)
+            loss = loss + tn.reduce_sum(y * y) * float(axis + 1)
+        (gx,) = tn.gradients(loss, [x])
+    return g, [loss, gx], {x: np.linspace(-1.0, 1.0, 24, dtype=np.float32).reshape(2, 3, 4)}
+
+
 BUILDERS: dict[str, Callable[[], Built]] = {f.__name__[1:]: f for f in
                                             (_while_grad, _nested_grad, _cond_in_while, _tensor_array_and_slices,
-                                             _variables)}
+                                             _variables, _gather_grads)}
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])

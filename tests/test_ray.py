@@ -266,6 +266,31 @@ def test_placement_errors_come_before_any_actor_starts(local_cluster: LocalClust
         tn.Session(g, cluster=local_cluster.spec())
 
 
+def test_soft_placement_on_a_cluster_resolves_a_conflict_by_the_colocation_rule(local_cluster: LocalCluster,
+                                                                                  pool: TaskPool) -> None:
+    """An op colocated with a Variable of task 1 but scoped to task 0: refused before any actor
+    starts, as on one process; with ``allow_soft_placement=True`` it goes with the Variable (the
+    colocation rule), and the run gives the interpreter's values."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device(dev(1, 1)):
+            w = tn.Variable(1.5, name="w")
+        with tn.device(dev(0)), tn.colocate_with(w):
+            t = tn.multiply(w.read(), x, name="t")
+        with tn.device(dev(0)):
+            _, y = tn.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * 0.5 + t), [tn.constant(0), x])
+    want = tn.Session(g).run(y, {x: 2.0})
+    with pytest.raises(tn.PlacementError, match="allow_soft_placement=True"):
+        tn.Session(g, cluster=local_cluster.spec())
+    sess = tn.Session(g, cluster=pool, allow_soft_placement=True)
+    try:
+        np.testing.assert_allclose(sess.run(y, {x: 2.0}), want, rtol=1e-6)
+        assert "task:1" in str(sess.backend.placement[t.node])
+    finally:
+        sess.close()
+
+
 # ---- faults --------------------------------------------------------------------------------------
 def test_task_killed_mid_loop_fails_the_run_naming_the_task(local_cluster: LocalCluster) -> None:
     g, x, y = loop_across_tasks(10**7)

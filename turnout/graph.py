@@ -272,8 +272,9 @@ class Graph:
         self._control_deps: list[list[Node]] = []
         self._devices: list[Optional[str]] = []
         self._colocate: list[Optional[Node]] = []
-        #: node id -> id of the node it must be placed with (``tn.colocate_with``; read by placement)
-        self.colocation: dict[int, int] = {}
+        #: node id -> ids of the nodes it must be placed with (``tn.colocate_with`` gives one; an imported
+        #: ``_class`` attr may name several, which ties them all together); read by placement
+        self.colocation: dict[int, tuple[int, ...]] = {}
         self._gradient_of: list[Node] = []
         #: backward node id -> id of the forward op whose gradient it computes: placement puts it on the
         #: forward op's device unless a constraint or a device scope says otherwise
@@ -506,7 +507,7 @@ class Graph:
         self._by_name[node.name] = node
         self._version += 1
         if self._colocate and self._colocate[-1] is not None:
-            self.colocation[node.id] = self._colocate[-1].id
+            self.colocation[node.id] = (self._colocate[-1].id,)
         if self._gradient_of:
             self.gradient_of[node.id] = self._gradient_of[-1].id
         if ctx is not None:

@@ -174,11 +174,65 @@ def _tile(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("Tile", [ctx.t(n.inputs[0]), m], {"T": _T(n), "Tmultiples": Dt(dt.int32)})}:0']
 
 
+def _axis_size(ctx: ExportContext, x: Tensor, axis: int, out: Dt) -> str:
+    """The size of ``x`` along ``axis``, as a scalar of type ``out`` (int32 or int64)."""
+    shape = ctx.add("Shape", [ctx.t(x)], {"T": Dt(x.dtype), "out_type": out}, suffix="shape")
+    i = [ctx.const(_i32([k]), name) for k, name in ((axis, "begin"), (axis + 1, "end"), (1, "strides"))]
+    attrs = {"T": out, "Index": Dt(dt.int32), "shrink_axis_mask": 1}
+    return f'{ctx.add("StridedSlice", [f"{shape}:0", *i], attrs, suffix="size")}:0'
+
+
+def _from_end(ctx: ExportContext, idx: Tensor, x: Tensor, axis: int) -> str:
+    """Indices into ``x`` along ``axis`` with a negative one counted from the end, as Turnout's gather
+    reads it (TensorFlow's ops refuse a negative index): ``idx + size`` where ``idx < 0``. An index out
+    of range either way stays out of range, so TensorFlow refuses what Turnout refuses. Constant
+    indices with none negative are passed as they are."""
+    v = idx.node.attrs.get("value") if idx.node.op == "Const" else None
+    if v is not None and np.all(np.asarray(v) >= 0):
+        return ctx.t(idx)
+    Ti = Dt(idx.dtype)
+    size = _axis_size(ctx, x, axis, Ti)
+    zero = ctx.const(np.zeros((), idx.dtype.numpy), "zero")
+    neg = ctx.add("Less", [ctx.t(idx), zero], {"T": Ti}, suffix="negative")
+    wrapped = ctx.add("AddV2", [ctx.t(idx), size], {"T": Ti}, suffix="from_end")
+    return f'{ctx.add("SelectV2", [f"{neg}:0", f"{wrapped}:0", ctx.t(idx)], {"T": Ti}, suffix="index")}:0'
+
+
 @_rule("Gather")
 def _gather(ctx: ExportContext, n: Node) -> Outs:
-    a = ctx.const(_i32(n.attrs.get("axis", 0)), "axis")
+    axis = int(n.attrs.get("axis", 0))
+    idx = _from_end(ctx, n.inputs[1], n.inputs[0], axis)
     attrs = {"Tparams": _T(n), "Tindices": _T(n, 1), "Taxis": Dt(dt.int32), "batch_dims": 0}
-    return [f'{ctx.add("GatherV2", [*_ins(ctx, n), a], attrs)}:0']
+    return [f'{ctx.add("GatherV2", [ctx.t(n.inputs[0]), idx, ctx.const(_i32(axis), "axis")], attrs)}:0']
+
+
+@_rule("ScatterAddLike")
+def _scatter_add_like(ctx: ExportContext, n: Node) -> Outs:
+    """Zeros like ``x`` with ``updates`` added at ``indices`` along ``axis`` (the gradient of a gather):
+    TensorFlow's ``UnsortedSegmentSum`` into ``x.shape[axis]`` segments, which is what its own gather
+    gradient runs, on the indices counted from the end where negative (``_from_end``). Another axis
+    than 0 is moved to the front and back by transposes, which need the ranks."""
+    like, idx, upd = n.inputs
+    axis = int(n.attrs.get("axis", 0))
+    T, Ti = _T(n, 2), Dt(idx.dtype)
+    ids = _from_end(ctx, idx, like, axis)
+    size = _axis_size(ctx, like, axis, Ti)
+    data = ctx.t(upd)
+    if axis:
+        if idx.shape is None or upd.shape is None:
+            raise UnsupportedError(f"{describe_node(n)}: a scatter along axis {axis} needs the ranks of its "
+                                   "indices and updates")
+        k, r = len(idx.shape), len(upd.shape)
+        front = [*range(axis, axis + k), *range(axis), *range(axis + k, r)]
+        moved = ctx.add("Transpose", [data, ctx.const(_i32(front), "front")], {"T": T, "Tperm": Dt(dt.int32)},
+                        suffix="front")
+        data = f"{moved}:0"
+    out = ctx.add("UnsortedSegmentSum", [data, ids, size], {"T": T, "Tindices": Ti, "Tnumsegments": Ti},
+                  suffix=None if not axis else "sum")
+    if not axis:
+        return [f"{out}:0"]
+    back = [*range(1, axis + 1), 0, *range(axis + 1, r - k + 1)]
+    return [f'{ctx.add("Transpose", [f"{out}:0", ctx.const(_i32(back), "back")], {"T": T, "Tperm": Dt(dt.int32)})}:0']
 
 
 @_rule("Sum", "Mean", "Max", "Min", "All", "Any")

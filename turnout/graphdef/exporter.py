@@ -119,15 +119,16 @@ def _emit(ctx: ExportContext, n: Node) -> range:
 
 def _colocation_attrs(ctx: ExportContext, written: dict[int, range]) -> None:
     """``tn.colocate_with`` (and an imported GraphDef's ``_class``) as TensorFlow's colocation attr on
-    every NodeDef of the colocated node: ``_class: ["loc:@<the target's first NodeDef>"]``, so TensorFlow
-    places them together as Turnout would (and a re-import ties them again)."""
+    every NodeDef of the colocated node: ``_class: ["loc:@<each target's first NodeDef>", ...]``, so
+    TensorFlow places them together as Turnout would (and a re-import ties them again)."""
     from turnout.graphdef.placement import LOC_PREFIX
 
-    for nid, target in ctx.graph.colocation.items():
-        if not written.get(target) or nid not in written:
+    for nid, targets in ctx.graph.colocation.items():
+        if nid not in written:
             continue
-        name = ctx.gd.node[written[target][0]].name
+        names = [ctx.gd.node[written[t][0]].name for t in targets if written.get(t)]
         for k in written[nid]:
             nd = ctx.gd.node[k]
-            if nd.name != name:
-                nd.attr["_class"].list.s.append(f"{LOC_PREFIX}{name}".encode())
+            for name in names:
+                if nd.name != name:
+                    nd.attr["_class"].list.s.append(f"{LOC_PREFIX}{name}".encode())

@@ -220,8 +220,10 @@ def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     nodes = {nd.name: nd for nd in gd.node}
     if len(nodes) != len(gd.node):
         raise GraphBuildError("the GraphDef has two nodes with the same name")
-    # every device annotation is read before anything is built, so a bad one fails the import at once
-    devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"') for nd in gd.node
+    # every device annotation is read before anything is built, so a bad one fails the import at once;
+    # a partial one is merged into the device scope the import runs under (``tf_device``)
+    scope = graph._devices[-1] if graph is not None and graph._devices else None
+    devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"', scope) for nd in gd.node
                if nd.device}
     flows = FlowAnalysis(nodes)
     # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
@@ -320,15 +322,14 @@ def _follow_resources(made: dict[str, list[Node]]) -> None:
 
 def _colocate(g: Graph, nodes: dict[str, Any], made: dict[str, list[Node]]) -> None:
     """TensorFlow's colocation attrs (``_class: ["loc:@w"]``, which ``colocate_with`` and the optimizers'
-    slots write) as Turnout colocation: each node a NodeDef became is placed with the first node the
-    named NodeDef became. Turnout keeps one target per node, so only a ``_class``'s first entry ties
-    (TensorFlow writes the others for nodes of the same group); one naming a node that built nothing
-    (a folded constant) ties nothing."""
+    slots write) as Turnout colocation: each node a NodeDef became is placed with the first node each
+    named NodeDef became, every entry of the attr tying (so the named nodes share a device too, as
+    TensorFlow's placer groups them); an entry naming a node that built nothing (a folded constant)
+    ties nothing."""
     for name, built in made.items():
-        targets = colocation_targets(protos.attr(nodes[name], "_class", []) or [])
-        target = made.get(targets[0]) if targets else None
-        if not target:
-            continue
+        names = colocation_targets(protos.attr(nodes[name], "_class", []) or [])
+        firsts = [made[t][0] for t in dict.fromkeys(names) if made.get(t)]
         for n in built:
-            if n is not target[0]:
-                g.colocation[n.id] = target[0].id
+            targets = tuple(t.id for t in firsts if t is not n)
+            if targets:
+                g.colocation[n.id] = targets

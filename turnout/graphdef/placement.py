@@ -35,17 +35,30 @@ _TYPE_ALIASES = {"XLA_CPU": "CPU", "XLA_GPU": "GPU"}
 LOC_PREFIX = "loc:@"
 
 
-def tf_device(name: str, where: str = "a device annotation") -> Optional[str]:
+def tf_device(name: str, where: str = "a device annotation", scope: Optional[str] = None) -> Optional[str]:
     """The Turnout device name for TensorFlow's device string ``name`` (see the module docstring), or
     None for ``""``. The string is kept as written when Turnout reads it to the same device, so an
     exported GraphDef carries what was imported; otherwise it is the canonical Turnout name. ``where``
-    names the node in the error for a string that is not a device name."""
+    names the node in the error for a string that is not a device name.
+
+    ``scope``: the Turnout device scope the import runs under (``tn.device``), or None. A partial
+    annotation takes the parts it does not name (job, task, device type and index) from the scope, as
+    TensorFlow merges a node's device into the device scope of ``tf.import_graph_def``; an annotation
+    naming every part, or none, is as without a scope (``""`` is then the scope's, by the graph)."""
     if not isinstance(name, str):
         raise PlacementError(f"{where}: a device name must be a string, got {type(name).__name__}")
     text = name.strip()
     if not text:
         return None
-    spec = _parse_tf(text, where)
+    spec, given = _parse_tf(text, where)
+    if scope is not None and given != _ALL_PARTS:
+        outer = parse(scope)
+        merged = DeviceSpec(job=spec.job if "job" in given else outer.job,
+                            task=spec.task if "task" in given else outer.task,
+                            type=spec.type if "device" in given else outer.type,
+                            index=spec.index if "device" in given else outer.index)
+        if merged != spec:
+            return merged.name
     try:
         if parse(text) == spec:
             return text
@@ -54,8 +67,13 @@ def tf_device(name: str, where: str = "a device annotation") -> Optional[str]:
     return spec.name
 
 
-def _parse_tf(text: str, where: str) -> DeviceSpec:
-    """TensorFlow's grammar of full device names (components in any order, each at most once)."""
+#: the parts a TensorFlow device string may name (``_parse_tf``)
+_ALL_PARTS = frozenset({"job", "task", "device"})
+
+
+def _parse_tf(text: str, where: str) -> tuple[DeviceSpec, frozenset[str]]:
+    """TensorFlow's grammar of full device names (components in any order, each at most once): the
+    device, and which of job, task and device (type and index) the string named."""
     def bad(why: str) -> PlacementError:
         return PlacementError(f"{where}: cannot read TensorFlow device {text!r} ({why}); TensorFlow device names "
                               "look like '/job:worker/replica:0/task:1/device:CPU:0', '/device:GPU:0' or '/cpu:0'")
@@ -103,7 +121,8 @@ def _parse_tf(text: str, where: str) -> DeviceSpec:
         if idx != "*" and not idx.isdigit():
             raise bad(f"device index {idx!r} is not a number")
         index = 0 if idx == "*" else int(idx)
-    return DeviceSpec(job="localhost" if job == "*" else job, task=numbers["task"], type=dtype, index=index)
+    spec = DeviceSpec(job="localhost" if job == "*" else job, task=numbers["task"], type=dtype, index=index)
+    return spec, frozenset(k for k in seen if k in _ALL_PARTS and seen[k] != "*")
 
 
 def colocation_targets(values: list[str]) -> list[str]:
