@@ -87,6 +87,22 @@ def _variables() -> Built:
     return g, [y, gw, step], {x: np.array([[1.0, -1.0]], np.float32)}
 
 
+def _tensor_array_grad() -> Built:
+    """The gradient of a TensorArray written in a loop and stacked: a slot-or-zeros read of the
+    gradient array per iteration (``TensorArrayReadOrZeros``, exported as a gather of one slot)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+        ta = tn.TensorArray(tn.float32, size=4, element_shape=[3])
+        _, ta = tn.while_loop(lambda i, ta: i < 4,
+                              lambda i, ta: (i + 1, ta.write(i, tn.tanh(x * tn.cast(i + 1, tn.float32)))),
+                              [tn.constant(0), ta])
+        s = ta.stack()
+        loss = tn.reduce_sum(s * s)
+        (gx,) = tn.gradients(loss, [x])
+    return g, [loss, gx], {x: np.array([0.5, -1.0, 0.25], np.float32)}
+
+
 def _gather_grads() -> Built:
     """Gathers along every axis, with repeated and negative indices, and their gradients (a
     ``ScatterAddLike`` each, exported as TensorFlow's ``UnsortedSegmentSum``)."""
@@ -103,7 +119,8 @@ def _gather_grads() -> Built:
 
 BUILDERS: dict[str, Callable[[], Built]] = {f.__name__[1:]: f for f in
                                             (_while_grad, _nested_grad, _cond_in_while, _tensor_array_and_slices,
-                                             _variables, _gather_grads)}
+                                             _variables, _gather_grads,
+                                             _tensor_array_grad)}
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])

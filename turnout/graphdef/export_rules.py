@@ -503,6 +503,29 @@ def _ta_read(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("TensorArrayReadV3", [_handle(ctx, n.inputs[0]), i, ta], {"dtype": Dt(n.outputs[0].dtype)})}:0']
 
 
+@_rule("TensorArrayReadOrZeros")
+def _ta_read_or_zeros(ctx: ExportContext, n: Node) -> Outs:
+    """Slot ``i``, or zeros where it is unwritten (a gradient array's slot no gradient reached): a
+    ``TensorArrayGatherV3`` of ``[i]`` with the slot's full shape, which TensorFlow fills with zeros
+    when the slot is unwritten, reshaped to the slot's shape. Needs that shape (``static_shape``) and
+    an array of fixed size (a growing one's read past its end is zeros too, which no gather gives)."""
+    d, _ = _ta_attrs(n.inputs[0])
+    shape_in = n.inputs[2].node
+    known = n.attrs.get("static_shape") or (
+        [int(x) for x in np.asarray(shape_in.attrs["value"]).ravel()] if shape_in.op == "Const"
+        else n.inputs[0].spec.elem_shape)
+    if known is None or any(x is None for x in known) or _ta_source(ctx, n.inputs[0]).attrs.get("dynamic_size"):
+        raise UnsupportedError(f"{describe_node(n)}: reading a slot or zeros needs the slot's static shape and an "
+                               "array of fixed size")
+    h, flow, i = _handle(ctx, n.inputs[0]), ctx.t(n.inputs[0]), ctx.t(n.inputs[1])
+    one = ctx.add("Reshape", [i, ctx.const(_i32([1]), "one")], {"T": _T(n, 1), "Tshape": Dt(dt.int32)},
+                  suffix="index")
+    got = ctx.add("TensorArrayGatherV3", [h, f"{one}:0", flow], {"dtype": d, "element_shape": Shape(list(known))},
+                  suffix="gather")
+    shape = ctx.const(_i32(list(known)), "shape")
+    return [f'{ctx.add("Reshape", [f"{got}:0", shape], {"T": d, "Tshape": Dt(dt.int32)})}:0']
+
+
 @_rule("TensorArraySize")
 def _ta_size(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("TensorArraySizeV3", [_handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])])}:0']
