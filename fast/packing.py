@@ -9,7 +9,8 @@ with the value and the flags as two results, 12.5 with the flags appended to the
 fetched value is small and of a dtype that can carry int32 words exactly, the call appends the flags
 to it (``pack``), and the host splits the one array it reads back (``unpack``): the value is a view
 of its first elements, the flags are its tail. The fused stage (``Plan.fused_fn``: a gradient
-through a loop) does the same with its error word and live flags (``Stage.packed``): for the small
+through a loop) does the same with its error word and live flags: both calls are laid out by one
+builder (``fast.call_spec.lay_out``, which records the carrier in ``CallSpec.packed``); for the small
 RNN training step of ``benchmarks/run_overhead.py`` one read-back instead of two.
 
 The tail holds the flags' bits, not their numbers: an int32 or int64 value takes them as integers,
@@ -85,10 +86,3 @@ def unpack(arr: np.ndarray, p: Packing) -> tuple[np.ndarray, list[int]]:
     ``p.size`` elements, in ``p.shape``) and the flags as Python ints."""
     tail = arr[p.size:]
     return arr[:p.size].reshape(p.shape), (tail if p.view is None else tail.view(p.view)).tolist()
-
-
-def unpack_result(vals: tuple[Any, ...], p: Packing) -> tuple[tuple[Any, ...], np.ndarray]:
-    """A ``Direct`` call's fetched values with the carrier split: the values (the carrier's on the
-    host) and the flags as the int32 vector the call would otherwise have returned."""
-    value, flags = unpack(np.asarray(vals[p.index]), p)
-    return vals[:p.index] + (value,) + vals[p.index + 1:], np.asarray(flags, np.int32)

@@ -62,9 +62,8 @@ class HotFused:
     wide: bool  # a fed tensor holds 64-bit values (JAX would narrow them outside 64-bit mode)
 
     def __post_init__(self) -> None:
-        #: (name, state key) of every Variable of the plan, and of those it assigns (written back)
+        #: (name, state key) of every Variable of the plan
         self.var_keys = tuple((n, var_key(n)) for n in self.var_names)
-        self.written = tuple((n, k) for n, k in self.var_keys if n in self.plan.written_vars)
 
 
 #: what a repeat is recognised by, and where it goes: hot key -> (the route, the graph's edits when
