@@ -76,7 +76,6 @@ from turnout.fast.lowering import NeedsStatic
 from turnout.fast.outcome import Discard, Outcome, StacksOutgrown, decode, enforce
 from turnout.fast.plan import (
     Direct,
-    NotDirect,
     Plan,
     Stage,
     capacity_ladder,
@@ -310,10 +309,10 @@ class FastBackend:
         try:
             d = self._direct.get(dsig) if dsig not in self._static_keys else None
             if d is not None:  # the common repeated run: straight to its one compiled call
-                result = self._try_direct(dsig, d, fetches, feeds, variables, options)
-                if result is not None:
-                    self.repeats.remember(d, fetches, feeds)
-                    return result
+                with jax.enable_x64(True):
+                    result = self._run_direct(d, fetches, feeds, variables, options)
+                self.repeats.remember(d, fetches, feeds)
+                return result
             while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
                 static = self._static_keys.get(dsig, frozenset())
                 by_key = {key(t): v for t, v in feeds.items()}
@@ -381,9 +380,8 @@ class FastBackend:
             if plan.direct_ok:
                 d = self._direct[dsig] = self._make_direct(plan, fetches, feeds)
         if d is not None:
-            result = self._try_direct(dsig, d, fetches, feeds, variables, options)
-            if result is not None:
-                return result
+            with jax.enable_x64(True):
+                return self._run_direct(d, fetches, feeds, variables, options)
         self._validate(fetches, feeds)
         cap = self.options.stack_chunk
         retries = 0
@@ -397,19 +395,6 @@ class FastBackend:
                     retries += 1
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
-
-    def _try_direct(self, dsig: Any, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                    variables: dict[str, np.ndarray], options: Any) -> Any:
-        """A run on the ``Direct`` path, or None when its trace finds that the plan does not fit it
-        (a dead or non-tensor fetch): the plan then runs on the general path from now on."""
-        try:
-            with jax.enable_x64(True):
-                return self._run_direct(d, fetches, feeds, variables, options)
-        except NotDirect:
-            d.plan.no_direct = True
-            del self._direct[dsig]
-            self.repeats.forget(d)
-            return None
 
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
         var_names = tuple(plan.var_nodes)

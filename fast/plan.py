@@ -43,7 +43,7 @@ from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
-from turnout.fast.values import DEAD, TA, Handle, wrap_static
+from turnout.fast.values import Handle, wrap_static
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
 from turnout.graph import Node
@@ -276,12 +276,11 @@ class Plan:
 
     @property
     def direct_ok(self) -> bool:
-        """Whether runs may take the ``Direct`` call: one compiled segment, no gradient stacks, and no
-        trace yet that found a fetch the flat convention cannot return (``NotDirect``)."""
-        return (not self.no_direct and len(self.stages) == 1 and self.stages[0].driven is None
-                and not self.stack_nodes)
+        """Whether runs take the ``Direct`` call: one compiled segment, no gradient stacks. (Any fetch
+        fits its convention: a TensorArray or a handle crosses the call as it is, a value dead at
+        trace time stays out of it and is refused on the host, as on every route.)"""
+        return len(self.stages) == 1 and self.stages[0].driven is None and not self.stack_nodes
 
-    no_direct = False
     #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
     static_feeds: dict[Key, Any] = {}
 
@@ -299,8 +298,7 @@ class Plan:
         the call's dispatch a few microseconds, which is what a small program's run is made of),
         returning each fetched key once and the Variables it changed; ``record`` takes the
         ``CallSpec`` of each trace. A Variable's new value that is also a fetched value (the output of
-        an update step) is returned once (``CallSpec.aliases``). A fetch the convention cannot return
-        (a TensorArray, a handle, a value dead at trace time) raises ``NotDirect`` while tracing."""
+        an update step) is returned once (``CallSpec.aliases``)."""
         st = self.stages[0]
         outs = tuple(dict.fromkeys(fetch_keys))
 
@@ -310,8 +308,6 @@ class Plan:
             env = dict(feeds)
             em.run_items(st.items, env)
             vals = {k: env[k] for k in outs}
-            if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals.values()):
-                raise NotDirect()
             changed = {k: em.state[k] for k in given if em.state[k] is not given[k]}
             return Traced(vals, em.state["err"], {k: em.lives.get(k, True) for k in outs}, changed)
 
@@ -478,11 +474,6 @@ class Plan:
         # buffer in and out (``Plan`` docstring).
         return (self.jit(init, donate_argnums=(2,)), self.jit(chunk, donate_argnums=(2,)),
                 self.jit(finish, donate_argnums=(2,)))
-
-
-class NotDirect(Exception):
-    """A fetched value is not a plain array (a TensorArray, a handle, a value dead at trace time):
-    the plan takes the general staged path instead."""
 
 
 @dataclass

@@ -112,10 +112,9 @@ class Repeats:
         self.lanes = {k: v for k, v in self.lanes.items() if v[0] is not d}
         self.no_lane = {k: v for k, v in self.no_lane.items() if v[0] is not d}
 
-    def forget(self, d: Optional[Direct] = None) -> None:
-        """Drop the routes to ``d`` (a ``Direct`` that turned out not to fit its plan), or every route
-        (a plan traced again, with another stack layout)."""
-        self.routes = {} if d is None else {k: v for k, v in self.routes.items() if v[0] is not d}
+    def forget(self) -> None:
+        """Drop every route (a plan traced again, with another stack layout)."""
+        self.routes = {}
 
     def lane(self, d: Direct | HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
              ops: Optional[list[bool]] = None) -> Optional[Lane]:
