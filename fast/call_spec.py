@@ -170,10 +170,21 @@ def flat_call(args: CallArgs, body: Body, jit: Callable[..., Any], record: Calla
     """The jitted function (``jit(fn, donate_argnums=...)``) of the calling convention for arguments laid
     out as ``args`` say: it keys its flat arguments, runs ``body``, lays the results out
     (``lay_out``) and hands the ``CallSpec`` of each trace to ``record``. The one builder of the
-    ``Direct`` call and of the fused attempt (``Plan.direct_fn``, ``Plan.fused_fn``)."""
+    ``Direct`` call and of the fused attempt (``Plan.direct_fn``, ``Plan.fused_fn``).
+
+    One function, one layout: its callers read every call's results by the one spec they hold, and JAX
+    keeps each trace of the function, so a later trace that laid its results out otherwise (other
+    argument types giving other outputs constant, or another carrier of the flags) would have calls
+    that hit the earlier trace read by the wrong spec. Such a trace is refused (``AssertionError``:
+    a fault of ours, loud rather than a wrong value); its callers make one function per layout of
+    arguments and signature of the run."""
+    first: list[CallSpec] = []
 
     def fn(*flat: Any) -> tuple[Any, ...]:
         spec, res = lay_out(args, body(*args.keyed(flat)))
+        if first and first[0] != spec:
+            raise AssertionError(f"a compiled call traced again laid its results out otherwise: {first[0]} then {spec}")
+        first[:] = [spec]
         record(spec)
         return res
 

@@ -7,7 +7,8 @@ loop that pushes or pops gradient stacks, compiled to run at most a chunk of ite
 ``stacks``) — and two properties of that model that let a run take a shorter route through it:
 
 - ``Plan.direct_ok``: a plan of ONE compiled segment without gradient stacks is called through
-  ``Plan.direct_fn`` with flat tuples in and out (``Direct``): one jitted call per run;
+  ``Plan.direct_fn`` with flat arguments and results (``Direct``, in the calling convention of
+  ``fast.call_spec``): one jitted call per run;
 - ``Plan.fused``: a plan with driven loops also has the whole root frame as one compiled stage, every
   loop a plain ``lax`` loop, which a run attempts first (on a ladder of stack capacities,
   ``capacity_ladder``, whose rungs ``FastOptions`` sets); it cannot swap stack chunks, so an attempt

@@ -144,3 +144,22 @@ def test_both_routes_are_described_by_a_call_spec() -> None:
     spec = plan.fused.spec
     assert spec.args.feeds == ((x.node.id, x.index),) and spec.args.state == ("var:w",) and spec.args.bounded
     assert spec.stacks == spec.args.stacks[:len(spec.stacks)] and spec.returns("var:w")
+
+
+def test_a_second_trace_that_lays_its_results_out_otherwise_is_refused() -> None:
+    """Its callers read every call by the one spec they hold: a second trace of one function whose
+    flags ride behind another output (a small value the first time, too large the second) would
+    have calls to the first trace misread, so it is refused loudly."""
+    specs: list[Any] = []
+
+    def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        x = feeds["x"]
+        return Traced({"y": x * 2.0}, (x[0] > 100.0).astype(jnp.int32), {"y": True}, {})
+
+    fn = flat_call(CallArgs(("x",), (), (), bounded=False), body, jax.jit, specs.append)
+    fn(np.ones(3, np.float32))
+    assert specs[0].packed is not None
+    fn(np.ones(3, np.float32) * 5)  # (the same trace)
+    with pytest.raises(AssertionError, match="laid its results out otherwise"):
+        fn(np.ones(5000, np.float32))
+    assert len(specs) == 1
