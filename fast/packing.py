@@ -46,8 +46,9 @@ PACK_MAX_ELEMENTS = 4096
 
 @dataclass(frozen=True)
 class Packing:
-    """Where a ``Direct`` call put its flags: behind fetch ``index``, a value of ``shape`` (``size``
-    elements), its tail read as ``view`` (``None``: as it is). Recorded by the call's trace."""
+    """Where a compiled call put its flags: behind its ``index``-th output (``CallSpec.out``), a value
+    of ``shape`` (``size`` elements), its tail read as ``view`` (``None``: as it is). Recorded by the
+    call's trace, in its ``CallSpec.packed``."""
 
     index: int
     shape: tuple[int, ...]
@@ -56,10 +57,10 @@ class Packing:
 
 
 def carrier(vals: tuple[Any, ...], taken: set[int]) -> Optional[int]:
-    """The fetch of ``vals`` (values traced in a ``Direct`` call) that should carry the flags: the
-    smallest of those of a ``CARRIERS`` dtype with at most ``PACK_MAX_ELEMENTS`` elements, not in
-    ``taken`` (fetches that are also a Variable's new device value, which must stay an array of its
-    own); ``None`` if there is none."""
+    """The index of the value of ``vals`` (the fetched values a compiled call traced, one per live
+    flag: ``call_spec.lay_out``) that should carry the flags: the smallest of those of a ``CARRIERS``
+    dtype with at most ``PACK_MAX_ELEMENTS`` elements, not in ``taken`` (values that are also a
+    Variable's new device value, which must stay an array of its own); ``None`` if there is none."""
     best: Optional[tuple[int, int]] = None
     for i, v in enumerate(vals):
         if i in taken or not isinstance(v, jax.Array) or np.dtype(v.dtype) not in CARRIERS:
