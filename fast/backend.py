@@ -63,8 +63,8 @@ import jax
 import numpy as np
 
 from turnout.errors import DeadFetchError, UnsupportedError, dead_fetch_message
-from turnout.fast import packing
 from turnout.fast import stacks as stk
+from turnout.fast.call_spec import CallArgs, copy_static
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
@@ -72,19 +72,11 @@ from turnout.fast.emit import var_key
 from turnout.fast.explain import fallback_schedule, plan_schedule
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import device_oom, iteration_bound, refuse_firing_budget
-from turnout.fast.lane import (
-    Lane,
-    checked_values,
-    holds_wide,
-    variable_plan,
-    write_variables,
-)
+from turnout.fast.lane import Lane, holds_wide, write_variables
 from turnout.fast.lowering import NeedsStatic
 from turnout.fast.outcome import Discard, Outcome, StacksOutgrown, decode, enforce
 from turnout.fast.plan import (
     Direct,
-    FusedLayout,
-    NotDirect,
     Plan,
     Stage,
     capacity_ladder,
@@ -332,10 +324,10 @@ class FastBackend:
         try:
             d = self._direct.get(dsig) if dsig not in self._static_keys else None
             if d is not None:  # the common repeated run: straight to its one compiled call
-                result = self._try_direct(dsig, d, fetches, feeds, variables, options)
-                if result is not None:
-                    self.repeats.remember(d, fetches, feeds)
-                    return result
+                with jax.enable_x64(True):
+                    result = self._run_direct(d, fetches, feeds, variables, options)
+                self.repeats.remember(d, fetches, feeds)
+                return result
             while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
                 static = self._static_keys.get(dsig, frozenset())
                 by_key = {key(t): v for t, v in feeds.items()}
@@ -403,9 +395,8 @@ class FastBackend:
             if plan.direct_ok:
                 d = self._direct[dsig] = self._make_direct(plan, fetches, feeds)
         if d is not None:
-            result = self._try_direct(dsig, d, fetches, feeds, variables, options)
-            if result is not None:
-                return result
+            with jax.enable_x64(True):
+                return self._run_direct(d, fetches, feeds, variables, options)
         self._validate(fetches, feeds)
         cap = self._budgeted_chunk(fetches, feeds, variables, options)
         retries = 0
@@ -448,65 +439,53 @@ class FastBackend:
         device): what ``turnout.memory_plan`` plans for."""
         return str(self._home_device().platform)
 
-    def _try_direct(self, dsig: Any, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                    variables: dict[str, np.ndarray], options: Any) -> Any:
-        """A run on the ``Direct`` path, or None when its trace finds that the plan does not fit it
-        (a dead or non-tensor fetch): the plan then runs on the general path from now on."""
-        try:
-            with jax.enable_x64(True):
-                return self._run_direct(d, fetches, feeds, variables, options)
-        except NotDirect:
-            d.plan.no_direct = True
-            del self._direct[dsig]
-            self.repeats.forget(d)
-            return None
-
     def _make_direct(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Direct:
-        feed_keys = tuple(sorted(key(t) for t in feeds))
         var_names = tuple(plan.var_nodes)
-        aliases: dict[str, Any] = {}
-        fn = plan.direct_fn(feed_keys, tuple(key(t) for t in fetches), var_names, aliases)
-        written = tuple(n in plan.written_vars for n in var_names)
+        args = CallArgs(tuple(sorted(key(t) for t in feeds)), tuple(var_key(n) for n in var_names), (), plan.has_loops)
         stats = {
             "backend": "fast", "stages": 1, "fused": False,
             "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stack_capacity_retries": 0, "executor": "compiled",
         }
-        return Direct(plan, fn, feed_keys, var_names, written, plan.has_loops, stats, aliases)
+        d = Direct(plan, None, args, var_names, stats)
+        d.fn = plan.direct_fn(args, tuple(key(t) for t in fetches), d.record)
+        return d
 
     def _run_direct(self, d: Direct, fetches: list[Tensor], feeds: dict[Tensor, Any],
                     variables: dict[str, np.ndarray], options: Any) -> Any:
         """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
         t0 = time.perf_counter()
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
-        feed_vals = tuple([by_key[k] for k in d.feed_keys])
-        var_vals = tuple([self._device_var(d.plan, name, variables) for name in d.var_names])
+        var_vals = {var_key(name): self._device_var(d.plan, name, variables) for name in d.var_names}
+        flat = d.args.flat(by_key, var_vals, {}, iteration_bound(options))
         if self._timeline is None:
-            vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
+            res = d.fn(*flat)
         else:
             with self._span("one compiled call", "compiled stages") as args:
                 before = self.compile_count
-                vals, flags, var_out = self._call_direct(d, feed_vals, var_vals, options)
-                flags = flags if flags is None else np.asarray(flags)
+                res = d.fn(*flat)
                 args["compiled"] = self.compile_count != before
-        return self._direct_result(d, fetches, vals, flags, var_out, variables, t0, "general")
+        return self._direct_result(d, fetches, res, var_vals, variables, t0, "general")
 
-    @staticmethod
-    def _call_direct(d: Direct, feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], options: Any) -> Any:
-        if not d.bounded:
-            return d.fn(feed_vals, var_vals)
-        return d.fn(feed_vals, var_vals, iteration_bound(options))
-
-    def _direct_result(self, d: Direct, fetches: list[Tensor], vals: Any, flags: Any, var_out: Any,
+    def _direct_result(self, d: Direct, fetches: list[Tensor], res: Any, var_vals: dict[str, Any],
                        variables: dict[str, np.ndarray], t0: float, route: str) -> RunResult:
         """The fetched values on the host, errors raised, Variables written back: the end of a
-        ``Direct`` run."""
-        packed = d.aliases.get("packed")
-        if packed is not None:  # the flags came behind a fetched value (``fast.packing``)
-            vals, flags = packing.unpack_result(vals, packed)
-        values = checked_values(self, d.plan, fetches, vals, flags)
-        write_variables(variable_plan(d), var_out, vals, values, variables, self._dev_vars)
+        ``Direct`` run (``var_vals``: the Variables' device copies it started from, by state key)."""
+        spec = d.spec
+        assert spec is not None  # (set by its trace)
+        out, flags, state = spec.split(res)
+        if self.overlap_reads:
+            start_reads(out.values())
+        out, code, lives = spec.read_flags(out, flags)
+        if code:
+            self._raise_errors(d.plan, {"err": code}, 0)
+        values = self._fetched(fetches, {**out, **{k: copy_static(v) for k, v in spec.static.items()}}, lives)
+        fetched = {key(t): i for i, t in reversed(list(enumerate(fetches)))}
+        aliases = dict(spec.aliases)
+        var_plan = tuple((name, spec.returns(var_key(name)), fetched.get(aliases.get(var_key(name))))
+                         for name in d.var_names)
+        write_variables(var_plan, [state.get(k, v) for k, v in var_vals.items()], values, variables, self._dev_vars)
         self._records = []
         stats = dict(d.stats)
         stats["compiles"] = self.compile_count
@@ -668,7 +647,8 @@ class FastBackend:
             enforce(outcome if attempt else self._decode(plan, int(state["err"]), store.moved()))
             env.update(out)
             if attempt:
-                env.update(st.static_out)  # (constants of the fused stage: they do not cross the call)
+                # (constants of the fused stage: they do not cross the call)
+                env.update({k: copy_static(v) for k, v in (st.spec.static if st.spec is not None else {}).items()})
             stage_s.append(time.perf_counter() - t1)
         if attempt:
             store.saved(store.ledgers)
@@ -693,9 +673,9 @@ class FastBackend:
         at once, behind a fetched value where ``fast.packing`` put them there."""
         rest, stacks = stk.split_state(state)
         if attempt:
-            layout = FusedLayout(tuple(env_in), tuple(rest), tuple(stacks))
-            if st.layout != layout or "seg" not in st.fns:
-                st.fns["seg"], st.layout = plan.fused_fn(layout), layout
+            call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
+            if "seg" not in st.fns or st.spec is None or st.spec.args != call_args:
+                st.fns["seg"] = plan.fused_fn(call_args)
         elif "seg" not in st.fns:
             st.fns["seg"] = plan.segment_fn(st)
         name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
@@ -707,17 +687,14 @@ class FastBackend:
                 args["error_word"] = int(state["err"])
                 return out, lv, state
             res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
-            assert st.results is not None  # (set by its trace)
-            out, lv, state = st.results.split(res)
+            spec = st.spec
+            assert spec is not None  # (set by its trace)
+            out, flags, state = spec.split(res)
             args["compiled"] = self.compile_count != before
             if self.overlap_reads:
                 start_reads(out.values())
             state = {**rest, **state}  # (what came back unchanged is not returned)
-            if st.packed is not None:
-                k, how = st.packed
-                value, words = packing.unpack(np.asarray(out[k]), how)
-                out, lv = {**out, k: value}, words
-            state["err"], lv = self._fused_flags(st, lv)
+            out, state["err"], lv = spec.read_flags(out, flags)
             args["error_word"] = int(state["err"])
         return out, lv, state
 
@@ -810,14 +787,6 @@ class FastBackend:
         self.repeats.forget()
 
     @staticmethod
-    def _fused_flags(st: Stage, flags: Any) -> tuple[int, dict[Key, Any]]:
-        """The fused stage's ``flags`` (error word, then live flags) read back at once: the error word
-        as a Python int, and the live flags per fetched key. (``flags`` may be the list of them that
-        a packed result held already.)"""
-        code, *lives = flags if type(flags) is list else np.asarray(flags).tolist()
-        return code, dict(zip(st.live_keys, lives, strict=True))
-
-    @staticmethod
     def _fetched(fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any]) -> list[Any]:
         """The fetched values on the host; a fetch that is dead (``DEAD``, or its live flag false)
         raises ``DeadFetchError``."""
@@ -840,7 +809,7 @@ class FastBackend:
             self._stack_bufs.pop(id(plan), None)
         names = list(plan.var_nodes)
         write_variables(tuple((name, name in plan.written_vars, None) for name in names),
-                        [state[var_key(name)] for name in names], (), values, variables, self._dev_vars)
+                        [state[var_key(name)] for name in names], values, variables, self._dev_vars)
         return values
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,

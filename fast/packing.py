@@ -9,7 +9,8 @@ with the value and the flags as two results, 12.5 with the flags appended to the
 fetched value is small and of a dtype that can carry int32 words exactly, the call appends the flags
 to it (``pack``), and the host splits the one array it reads back (``unpack``): the value is a view
 of its first elements, the flags are its tail. The fused stage (``Plan.fused_fn``: a gradient
-through a loop) does the same with its error word and live flags (``Stage.packed``): for the small
+through a loop) does the same with its error word and live flags: both calls are laid out by one
+builder (``fast.call_spec.lay_out``, which records the carrier in ``CallSpec.packed``); for the small
 RNN training step of ``benchmarks/run_overhead.py`` one read-back instead of two.
 
 The tail holds the flags' bits, not their numbers: an int32 or int64 value takes them as integers,
@@ -45,8 +46,9 @@ PACK_MAX_ELEMENTS = 4096
 
 @dataclass(frozen=True)
 class Packing:
-    """Where a ``Direct`` call put its flags: behind fetch ``index``, a value of ``shape`` (``size``
-    elements), its tail read as ``view`` (``None``: as it is). Recorded by the call's trace."""
+    """Where a compiled call put its flags: behind its ``index``-th output (``CallSpec.out``), a value
+    of ``shape`` (``size`` elements), its tail read as ``view`` (``None``: as it is). Recorded by the
+    call's trace, in its ``CallSpec.packed``."""
 
     index: int
     shape: tuple[int, ...]
@@ -55,10 +57,10 @@ class Packing:
 
 
 def carrier(vals: tuple[Any, ...], taken: set[int]) -> Optional[int]:
-    """The fetch of ``vals`` (values traced in a ``Direct`` call) that should carry the flags: the
-    smallest of those of a ``CARRIERS`` dtype with at most ``PACK_MAX_ELEMENTS`` elements, not in
-    ``taken`` (fetches that are also a Variable's new device value, which must stay an array of its
-    own); ``None`` if there is none."""
+    """The index of the value of ``vals`` (the fetched values a compiled call traced, one per live
+    flag: ``call_spec.lay_out``) that should carry the flags: the smallest of those of a ``CARRIERS``
+    dtype with at most ``PACK_MAX_ELEMENTS`` elements, not in ``taken`` (values that are also a
+    Variable's new device value, which must stay an array of its own); ``None`` if there is none."""
     best: Optional[tuple[int, int]] = None
     for i, v in enumerate(vals):
         if i in taken or not isinstance(v, jax.Array) or np.dtype(v.dtype) not in CARRIERS:
@@ -85,10 +87,3 @@ def unpack(arr: np.ndarray, p: Packing) -> tuple[np.ndarray, list[int]]:
     ``p.size`` elements, in ``p.shape``) and the flags as Python ints."""
     tail = arr[p.size:]
     return arr[:p.size].reshape(p.shape), (tail if p.view is None else tail.view(p.view)).tolist()
-
-
-def unpack_result(vals: tuple[Any, ...], p: Packing) -> tuple[tuple[Any, ...], np.ndarray]:
-    """A ``Direct`` call's fetched values with the carrier split: the values (the carrier's on the
-    host) and the flags as the int32 vector the call would otherwise have returned."""
-    value, flags = unpack(np.asarray(vals[p.index]), p)
-    return vals[:p.index] + (value,) + vals[p.index + 1:], np.asarray(flags, np.int32)

@@ -7,7 +7,8 @@ loop that pushes or pops gradient stacks, compiled to run at most a chunk of ite
 ``stacks``) — and two properties of that model that let a run take a shorter route through it:
 
 - ``Plan.direct_ok``: a plan of ONE compiled segment without gradient stacks is called through
-  ``Plan.direct_fn`` with flat tuples in and out (``Direct``): one jitted call per run;
+  ``Plan.direct_fn`` with flat arguments and results (``Direct``, in the calling convention of
+  ``fast.call_spec``): one jitted call per run;
 - ``Plan.fused``: a plan with driven loops also has the whole root frame as one compiled stage, every
   loop a plain ``lax`` loop, which a run attempts first (on a ladder of stack capacities,
   ``capacity_ladder``, whose rungs ``FastOptions`` sets); it cannot swap stack chunks, so an attempt
@@ -27,23 +28,23 @@ buffer, making it costs the call less than taking it and handing it back, and no
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.fast import packing
 from turnout.fast import stacks as stk
+from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import join_carry
-from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source, var_key
+from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
-from turnout.fast.values import DEAD, TA, Handle, Static, wrap_static
+from turnout.fast.values import Handle, wrap_static
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
 from turnout.graph import Node
@@ -75,68 +76,9 @@ class Stage:
     measured: set[str] = field(default_factory=set)
     fns: dict[str, Any] = field(default_factory=dict)
     passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see _segment
-    #: the fused stage's fetched outputs whose live flags follow the error word in its ``flags``
-    live_keys: list[Key] = field(default_factory=list)
-    #: the fused stage's outputs that are constants while tracing, set by its trace and merged into
-    #: the run's values by the caller instead of crossing the call (see ``Plan._segment``)
-    static_out: dict[Key, Any] = field(default_factory=dict)
-    #: the fused stage's fetched output that carries its flags (``fast.packing``), and how to split
-    #: it, set by its trace; None where the flags come back apart
-    packed: Optional[tuple[Key, Any]] = None
-    #: the fused stage's outputs that are arrays (not TensorArrays or handles): read back as they are
-    array_out: set[Key] = field(default_factory=set)
-    #: the fused stage's argument layout its function (``fns["seg"]``) was made for, and its results'
-    #: layout, set by that function's trace (``Plan.fused_fn``)
-    layout: Optional[FusedLayout] = None
-    results: Optional[FusedResults] = None
-
-
-class FusedLayout(NamedTuple):
-    """The keys of the fused stage's flat arguments, in order: the fed values, the state entries
-    (the Variables' device copies), the stacks; the iteration bound follows them."""
-
-    feeds: tuple[Key, ...]
-    state: tuple[str, ...]
-    stacks: tuple[str, ...]
-
-
-class FusedResults(NamedTuple):
-    """The keys of the fused stage's flat results, in order, as its trace returned them: the stacks
-    that came in as arguments (``stacks``, in their arguments' order), the outputs, the flags vector
-    where they do not ride behind an output (``flags``), then the other state entries that left the
-    call changed (``ended``).
-
-    Why the stacks first, in the order they came in: JAX pairs each donated argument with the first
-    result of its shape and dtype not yet paired, so a stack returned in another stack's place, or
-    behind an output of its shape, would be written into another buffer, and XLA would copy every
-    such buffer on every run (for the benchmark LSTM, 512 MB of stacks: 300 ms a run)."""
-
-    stacks: tuple[str, ...]
-    out: tuple[Key, ...]
-    flags: bool
-    ended: tuple[str, ...]
-
-    def split(self, res: tuple[Any, ...]) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
-        """The flat results ``res`` as ``(outputs, flags or None, state that left changed)``, keyed
-        again."""
-        a = len(self.stacks)
-        b = a + len(self.out)
-        c = b + self.flags
-        ended = dict(zip(self.stacks, res[:a], strict=True))
-        ended.update(zip(self.ended, res[c:], strict=True))
-        return dict(zip(self.out, res[a:b], strict=True)), res[b] if self.flags else None, ended
-
-    def position(self, k: Any) -> int:
-        """The position in the flat results of output ``k`` (a key) or of state entry ``k``."""
-        if k in self.stacks:
-            return self.stacks.index(k)
-        if k in self.out:
-            return len(self.stacks) + self.out.index(k)
-        return len(self.stacks) + len(self.out) + self.flags + self.ended.index(k)
-
-    def outputs(self) -> slice:
-        """Where the outputs are in the flat results."""
-        return slice(len(self.stacks), len(self.stacks) + len(self.out))
+    #: how the fused stage's function (``fns["seg"]``) is called and what it returns, set by that
+    #: function's trace (``Plan.fused_fn``, ``fast.call_spec``)
+    spec: Optional[CallSpec] = None
 
 
 def _direct_nodes(items: list[Item]) -> list[Node]:
@@ -337,12 +279,11 @@ class Plan:
 
     @property
     def direct_ok(self) -> bool:
-        """Whether runs may take the ``Direct`` call: one compiled segment, no gradient stacks, and no
-        trace yet that found a fetch the flat convention cannot return (``NotDirect``)."""
-        return (not self.no_direct and len(self.stages) == 1 and self.stages[0].driven is None
-                and not self.stack_nodes)
+        """Whether runs take the ``Direct`` call: one compiled segment, no gradient stacks. (Any fetch
+        fits its convention: a TensorArray or a handle crosses the call as it is, a value dead at
+        trace time stays out of it and is refused on the host, as on every route.)"""
+        return len(self.stages) == 1 and self.stages[0].driven is None and not self.stack_nodes
 
-    no_direct = False
     #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
     static_feeds: dict[Key, Any] = {}
 
@@ -353,53 +294,27 @@ class Plan:
         compiled code (a loop-free ``Direct`` function takes no bound argument)."""
         return any(n.op == "LoopCond" for n in program_nodes(self.program))
 
-    def direct_fn(self, feed_keys: tuple[Key, ...], fetch_keys: tuple[Key, ...],
-                  var_names: tuple[str, ...], aliases: Optional[dict[str, Any]] = None) -> Any:
-        """``f(feed values, variable values[, max_iter]) -> (fetched, [error word, *live flags],
-        variables)``, the single stage of ``segment_fn`` with flat tuples in and out (see ``Direct``).
-        A program without loops takes no ``max_iter``: every argument costs the call's dispatch
-        a few microseconds, which is what a small program's run is made of. A Variable's new value
-        that is also a fetched value (the output of an update step) is returned once: its slot in
-        the variables is ``None`` and ``aliases["vars"]`` (set while tracing) gives, per Variable,
-        the index of the fetch that holds it (else ``None``)."""
+    def direct_fn(self, args: CallArgs, fetch_keys: tuple[Key, ...], record: Callable[[CallSpec], None]) -> Any:
+        """The ``Direct`` call (see ``Direct``): the plan's single stage as a function of the calling
+        convention (``fast.call_spec``) for arguments laid out as ``args`` say (the fed values, the
+        Variables' device copies, the bound only where the program has a loop: every argument costs
+        the call's dispatch a few microseconds, which is what a small program's run is made of),
+        returning each fetched key once and the Variables it changed; ``record`` takes the
+        ``CallSpec`` of each trace. A Variable's new value that is also a fetched value (the output of
+        an update step) is returned once (``CallSpec.aliases``)."""
         st = self.stages[0]
-        loops = self.has_loops
-        holder = aliases if aliases is not None else {}
+        outs = tuple(dict.fromkeys(fetch_keys))
 
-        def direct(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
-            # a numpy 0, not a traced one: it stays a constant (and ``flags`` goes) unless a check sets it
-            state: dict[str, Any] = {"err": np.int32(0)}
-            state.update({var_key(n): v for n, v in zip(var_names, var_vals, strict=True)})
-            em = self.emitter(state, max_iter)
-            env: dict[Key, Any] = dict(zip(feed_keys, feed_vals, strict=True))
+        def body(feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+            # a numpy 0, not a traced one: it stays a constant (and the flags go) unless a check sets it
+            em = self.emitter({"err": np.int32(0), **given}, INT32_MAX_NP if bound is None else bound)
+            env = dict(feeds)
             em.run_items(st.items, env)
-            vals = tuple(env[k] for k in fetch_keys)
-            if any(v is DEAD or isinstance(v, (TA, Handle)) for v in vals):
-                raise NotDirect()
-            # the error word and the live flags in one int32 vector: one read-back instead of one each;
-            # none at all when tracing shows no error can be raised and every fetch is live (no check
-            # is left to run, so the run reads back only its fetches, as a JAX function would)
-            err = em.state["err"]
-            lives = [em.lives.get(k, True) for k in fetch_keys]
-            if _is_zero(err) and all(live is True for live in lives):
-                flags = None
-            else:
-                flags = jnp.stack([jnp.asarray(err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
-            news = [em.state[var_key(n)] for n in var_names]
-            alias = tuple(next((i for i, v in enumerate(vals) if v is new), None) for new in news)
-            holder["vars"] = alias
-            # the flags behind a small fetched value when one can carry them: one result and one
-            # read-back fewer (``fast.packing``)
-            holder["packed"] = None
-            at = packing.carrier(vals, {j for j in alias if j is not None}) if flags is not None else None
-            if at is not None:
-                packed, holder["packed"] = packing.pack(vals[at], flags, at)
-                vals, flags = vals[:at] + (packed,) + vals[at + 1:], None
-            return vals, flags, tuple(None if j is not None else new for new, j in zip(news, alias, strict=True))
+            vals = {k: env[k] for k in outs}
+            changed = {k: em.state[k] for k in given if em.state[k] is not given[k]}
+            return Traced(vals, em.state["err"], {k: em.lives.get(k, True) for k in outs}, changed)
 
-        if loops:
-            return self.jit(direct)
-        return self.jit(lambda feed_vals, var_vals: direct(feed_vals, var_vals, INT32_MAX_NP))
+        return flat_call(args, body, self.jit, record)
 
     def jit(self, fn: Any, donate_argnums: tuple[int, ...] = ()) -> Any:
         """``jax.jit`` of one of this plan's functions, with the options the backend gives XLA
@@ -427,99 +342,71 @@ class Plan:
         segment ``st`` (the traced function: ``_segment``). The stacks are donated: updated in place."""
         return self.jit(self._segment(st), donate_argnums=(2,))
 
-    def fused_fn(self, layout: FusedLayout) -> Any:
-        """The fused stage's jitted function for arguments laid out as ``layout`` says:
-        ``f(*feeds, *state, *stacks, max_iter)``, returning its results flat, in the order its trace
-        records in ``Stage.results`` (``FusedResults.split`` keys them again). The stacks are donated.
-
-        Why flat, where a segment takes and returns dicts: JAX's dispatch flattens a call's arguments
-        and results on every call, and dicts cost it more than positions (it sorts and compares their
-        keys). For the small RNN step of ``benchmarks/run_overhead.py`` the same executable cost
-        about 3 µs less a run with flat arguments and results (36 against 39 µs with its read-back,
-        pinned, three alternating blocks), a tenth of JAX's whole run of the same step."""
+    def fused_fn(self, args: CallArgs) -> Any:
+        """The fused stage's jitted function for arguments laid out as ``args`` say (feeds, state,
+        stacks, the bound), in the calling convention of ``fast.call_spec``; its trace records its
+        results' layout in ``Stage.spec``. The stacks are donated."""
         st = self.fused
         assert st is not None
-        seg = self._segment(st, fused=True)
-        nf, ns = len(layout.feeds), len(layout.state)
-        nk = len(layout.stacks)
 
-        def fused(*args: Any) -> tuple[Any, ...]:
-            out, flags, ended = seg(dict(zip(layout.feeds, args[:nf])), dict(zip(layout.state, args[nf:nf + ns])),
-                                    dict(zip(layout.stacks, args[nf + ns:nf + ns + nk])), args[-1])
-            # the stacks that came in leave first, in their order (``FusedResults`` says why)
-            back = tuple(k for k in layout.stacks if k in ended)
-            rest = tuple(k for k in ended if k not in back)
-            st.results = FusedResults(back, tuple(out), flags is not None, rest)
-            return (*[ended[k] for k in back], *out.values(), *([] if flags is None else [flags]),
-                    *[ended[k] for k in rest])
+        def record(spec: CallSpec) -> None:
+            st.spec = spec
 
-        return self.jit(fused, donate_argnums=tuple(range(nf + ns, nf + ns + nk)))
+        return flat_call(args, self._fused_body(st), self.jit, record)
 
-    def _segment(self, st: Stage, fused: bool = False) -> Any:
+    def _segment(self, st: Stage) -> Any:
         """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
-        ``st`` (or the fused stage: ``fused`` makes its stack-pushing loops stop on an error, so an
-        attempt that overflows stops there), to be traced by ``segment_fn`` or ``fused_fn``.
-
-        The fused stage runs a whole root frame, so it starts with no error and every stack empty:
-        its ``state`` has no error word and its stacks' pointers are ``None``, both set to 0 here as
-        constants, and its live flags come back after the error word in one int32 vector
-        (``st.live_keys`` names them). Why: each argument costs the call a transfer and each result
-        read back costs a wait (about 5 and 20 to 50 µs on the development machine), which
-        for the small LSTM step was a third of the run.
-
-        For the same reason the fused stage's stacks cross the call as little as they can: a kept
-        stack (``Plan.kept``) comes in and goes out as its value buffer alone, and its index record
-        (a few bytes per entry, read only by this run's pops) is made inside the call; a state entry
-        that leaves as it came in (a Variable no op assigned) is not returned, as returning it would
-        copy it: the caller keeps it from the state it passed. For the small LSTM step this halved the call's
-        arguments and results (24 and 26 to 14 and 14)."""
+        ``st`` of the stages, to be traced by ``segment_fn``."""
         fetch = set(self.program.fetch_keys)
 
         def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            given = state
-            if fused:
-                state = {"err": np.int32(0), **state}
-                stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
-                stacks.update({k: self._fused_entry(k, None) for k in self.inside})
-            em = self.emitter({**state, **stacks}, max_iter, stop_on_error=fused, free_pointers=fused)
-            if fused:  # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
-                em.counted, em.resizable = self.counted, set(self.inside)
+            em = self.emitter({**state, **stacks}, max_iter)
             env = dict(env_in)
             em.run_items(st.items, env)
             # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
             # returned: returning it would copy it; the caller's env still holds it.
             st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
             out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
-            if fused:
-                # A constant output leaves as the trace found it, not through the call: JAX unwraps a
-                # ``Static`` into a numpy array after the call, and a result that is no device array
-                # keeps the executable off JAX's C++ dispatch (each call then took its Python path,
-                # about 150 µs on the development machine: 5 times a small RNN step's compiled call).
-                st.static_out = {k: v.value for k, v in out.items() if isinstance(v, Static)}
-                out = {k: v for k, v in out.items() if not isinstance(v, Static)}
-                st.live_keys = [k for k in st.writes if k in fetch]
-                st.array_out = {k for k, v in out.items() if isinstance(v, jax.Array)}
-                flags: Any = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
-                                       + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in st.live_keys])
-                # the flags behind a small fetched value when one can carry them: one result and one
-                # read-back fewer, as for a ``Direct`` call (``fast.packing``)
-                st.packed = None
-                at = packing.carrier(tuple(out.get(k) for k in st.live_keys), set())
-                if at is not None:
-                    k = st.live_keys[at]
-                    out[k], how = packing.pack(out[k], flags, at)
-                    st.packed, flags = (k, how), None
-                # the error word is in ``flags`` (or behind a fetch), and the pointers are not returned:
-                # the next attempt starts every stack empty again (every result is an array the call
-                # must hand back)
-                ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
-                         if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)
-                         and k not in self.inside}
-                return out, flags, ended
             lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
             return out, lives, em.state
 
         return seg
+
+    def _fused_body(self, st: Stage) -> Body:
+        """The body of the fused stage (``fused_fn``): the whole root frame, its stack-pushing loops
+        stopping on an error (``Emitter.stop_on_error``), so an attempt that overflows stops there.
+
+        It runs a whole root frame, so it starts with no error and every stack empty: its state has no
+        error word and its stacks' pointers are ``None``, both set to 0 here as constants, and its live
+        flags come back after the error word in the call's one flags vector (``fast.call_spec``). Why:
+        each argument costs the call a transfer and each result read back costs a wait (about 5 and
+        20 to 50 µs on the development machine), which for the small LSTM step was a third of the run.
+
+        For the same reason its stacks cross the call as little as they can: a kept stack
+        (``Plan.kept``) comes in and goes out as its value buffer alone, and its index record (a few
+        bytes per entry, read only by this run's pops) is made inside the call; a state entry that
+        leaves as it came in (a Variable no op assigned) is not returned. For the small LSTM step this
+        halved the call's arguments and results (24 and 26 to 14 and 14)."""
+        fetch = set(self.program.fetch_keys)
+
+        def body(feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Traced:
+            stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
+            stacks.update({k: self._fused_entry(k, None) for k in self.inside})
+            em = self.emitter({"err": np.int32(0), **given, **stacks}, max_iter, stop_on_error=True,
+                              free_pointers=True)
+            # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
+            em.counted, em.resizable = self.counted, set(self.inside)
+            env = dict(feeds)
+            em.run_items(st.items, env)
+            st.passthrough = {k for k in st.writes if k in feeds and env[k] is feeds[k]}
+            out = {k: env[k] for k in st.writes if k not in st.passthrough}
+            # the pointers are not returned: the next attempt starts every stack empty again
+            ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
+                     if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)
+                     and k not in self.inside}
+            return Traced(out, em.state["err"], {k: em.lives.get(k, True) for k in st.writes if k in fetch}, ended)
+
+        return body
 
     def _fused_entry(self, k: str, v: Any) -> stk.StackValue:
         """A stack on its way into the fused stage (while tracing): a kept stack's value buffer gets
@@ -594,11 +481,6 @@ class Plan:
                 self.jit(finish, donate_argnums=(2,)))
 
 
-class NotDirect(Exception):
-    """A fetched value is not a plain array (a TensorArray, a handle, a value dead at trace time):
-    the plan takes the general staged path instead."""
-
-
 @dataclass
 class Direct:
     """The one-call path of a plan with a single compiled stage and no gradient stacks.
@@ -607,32 +489,23 @@ class Direct:
     dicts, ``jnp.asarray`` of every feed and scalar — each an eager dispatch of tens of
     microseconds —, reading the error word, the live flags and the outputs back one by one) costs more
     than the computation. Here everything that depends only on (graph version, fetches, feed
-    signature, variable signature) is fixed once; a run is one jitted call on the fed numpy arrays and
-    one ``np.asarray`` per output.
+    signature, variable signature) is fixed once; a run is one jitted call (``Plan.direct_fn``) of the
+    calling convention of ``fast.call_spec`` on the fed numpy arrays, and one ``np.asarray`` per output.
     """
 
     plan: Plan
     fn: Any
-    feed_keys: tuple[Key, ...]
+    #: the call's flat arguments: the feeds (sorted keys), the Variables (``var_names``' state keys)
+    args: CallArgs
     var_names: tuple[str, ...]
-    written: tuple[bool, ...]
-    bounded: bool  # ``fn`` takes the run's max_iterations (the program has loops)
     #: the stats of every run on this path but its ``stage_seconds`` (copied, never shared)
     stats: dict[str, Any] = field(default_factory=dict)
-    #: filled by the first call's trace (``Plan.direct_fn``): under ``"vars"``, per Variable, the
-    #: index of the fetch that holds its new value, or None; under ``"packed"``, where the call put
-    #: its flags (a ``packing.Packing``), or None
-    aliases: dict[str, Any] = field(default_factory=dict)
+    #: the call's results, set by its trace (``Plan.direct_fn``)
+    spec: Optional[CallSpec] = None
 
-
-def _is_zero(v: Any) -> bool:
-    """Whether an error word is known to be 0 while tracing (a constant, not a traced value)."""
-    if isinstance(v, jax.core.Tracer):
-        return False
-    try:
-        return int(np.asarray(v)) == 0
-    except (TypeError, ValueError):
-        return False
+    def record(self, spec: CallSpec) -> None:
+        """Keep the ``CallSpec`` of the call's trace."""
+        self.spec = spec
 
 
 def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:

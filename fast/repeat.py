@@ -62,9 +62,8 @@ class HotFused:
     wide: bool  # a fed tensor holds 64-bit values (JAX would narrow them outside 64-bit mode)
 
     def __post_init__(self) -> None:
-        #: (name, state key) of every Variable of the plan, and of those it assigns (written back)
+        #: (name, state key) of every Variable of the plan
         self.var_keys = tuple((n, var_key(n)) for n in self.var_names)
-        self.written = tuple((n, k) for n, k in self.var_keys if n in self.plan.written_vars)
 
 
 #: what a repeat is recognised by, and where it goes: hot key -> (the route, the graph's edits when
@@ -113,10 +112,9 @@ class Repeats:
         self.lanes = {k: v for k, v in self.lanes.items() if v[0] is not d}
         self.no_lane = {k: v for k, v in self.no_lane.items() if v[0] is not d}
 
-    def forget(self, d: Optional[Direct] = None) -> None:
-        """Drop the routes to ``d`` (a ``Direct`` that turned out not to fit its plan), or every route
-        (a plan traced again, with another stack layout)."""
-        self.routes = {} if d is None else {k: v for k, v in self.routes.items() if v[0] is not d}
+    def forget(self) -> None:
+        """Drop every route (a plan traced again, with another stack layout)."""
+        self.routes = {}
 
     def lane(self, d: Direct | HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
              ops: Optional[list[bool]] = None) -> Optional[Lane]:

@@ -109,9 +109,9 @@ def _traced(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> Any:
     (d,) = sess.backend._direct.values()
     by_key = {(t.node.id, t.index): v for t, v in feed.items()}
     feed_vals = tuple(np.asarray(by_key[k], dtype=sess.backend.graph.nodes[k[0]].outputs[k[1]].dtype.numpy)
-                      for k in d.feed_keys)
+                      for k in d.args.feeds)
     with jax.enable_x64(True):
-        return d.fn.trace(feed_vals, (), np.int32(100)).jaxpr.jaxpr
+        return d.fn.trace(*feed_vals, np.int32(100)).jaxpr.jaxpr
 
 
 def _traced_bodies(g: tn.Graph, y: Any, feed: dict[Any, Any]) -> list[Any]:

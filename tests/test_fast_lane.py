@@ -326,7 +326,7 @@ def test_a_dead_fetch_beside_a_live_one_is_refused_on_the_lane() -> None:
 
 
 def test_a_lane_of_mixed_feeds_checks_each_one_as_the_session_does() -> None:
-    """The lane's code is written for its feeds (``fast.lane._lane_source``): an array, a numpy scalar,
+    """The lane's code is written for its feeds (``fast.lane_text.lane_text``): an array, a numpy scalar,
     a Python int and a Python float, each checked in its own way. Every change to one of them leaves
     the lane and gets the general route's answer: a value, or the session's error."""
     g = tn.Graph()
@@ -415,7 +415,7 @@ def test_a_fused_lane_lays_out_its_flat_arguments_as_the_stage_does(n: int) -> N
     reference's values: an argument put in another's place would fail on its shape or give other
     values. At width 3 its stacks are made inside the call; at 128 they are kept between runs (more
     than ``plan.inside_stacks`` makes inside), donated to the call and handed back, each in its own
-    buffer (``FusedResults``: a stack handed back in another's place would be copied every run; the
+    buffer (``CallSpec``: a stack handed back in another's place would be copied every run; the
     body's ``tanh`` and ``sigmoid`` save two stacks of one shape)."""
     g = tn.Graph()
     rng = np.random.default_rng(3)
@@ -450,7 +450,7 @@ def test_a_fused_lane_lays_out_its_flat_arguments_as_the_stage_does(n: int) -> N
     from turnout.fast.repeat import HotFused
 
     (hot,) = [d for d, _ in fast.backend.repeats.routes.values() if isinstance(d, HotFused)]
-    layout = hot.plan.fused.layout
+    layout = hot.plan.fused.spec.args
     assert layout is not None and len(layout.feeds) == 3 and len(layout.state) == 2
     assert len(layout.stacks) == (0 if n == 3 else len(hot.plan.kept)) and (n == 3 or len(layout.stacks) >= 2)
     assert all(p == pointers[1] for p in pointers[2:])  # each stack back in its own buffer

@@ -26,7 +26,7 @@ DTYPES = [tn.int32, tn.int64, tn.float32, tn.float64]
 
 
 def _packings(sess: tn.Session) -> list[Any]:
-    return [d.aliases.get("packed") for d in sess.backend._direct.values()]
+    return [d.spec.packed and d.spec.packed[1] for d in sess.backend._direct.values()]
 
 
 def _loop(dtype: Any, shape: tuple[int, ...] = ()) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
@@ -171,7 +171,7 @@ def test_a_fused_stage_returns_its_flags_behind_a_fetch(dtype: Any) -> None:
             np.testing.assert_array_equal(a, b)
     assert fast.last_result.stats["fused"]
     st = _fused_stage(fast)
-    assert st.packed is not None and st.packed[0] in st.live_keys
+    assert st.spec.packed is not None and st.spec.packed[0] in st.spec.live
     for _ in range(2):  # the general path, then the lane
         with pytest.raises(tn.KernelError, match="division by zero"):
             fast.run(fetches, {x: 1.0, k: 0})
@@ -189,7 +189,7 @@ def test_a_fused_stage_with_no_small_fetch_returns_its_flags_apart() -> None:
     for _ in range(2):
         for a, b in zip(fast.run([y, dx], {x: xv}), ref.run([y, dx], {x: xv}), strict=True):
             np.testing.assert_array_equal(a, b)
-    assert _fused_stage(fast).packed is None
+    assert _fused_stage(fast).spec.packed is None
 
 
 def test_a_dead_fetch_of_a_fused_stage_behind_its_flags_is_refused() -> None:
@@ -206,4 +206,4 @@ def test_a_dead_fetch_of_a_fused_stage_behind_its_flags_is_refused() -> None:
         assert float(fast.run([dead_or_not], {x: 1.0, p: True})[0]) == pytest.approx(3.375)
         with pytest.raises(tn.DeadFetchError):
             fast.run([dead_or_not], {x: 1.0, p: False})
-    assert _fused_stage(fast).packed is not None
+    assert _fused_stage(fast).spec.packed is not None

@@ -23,10 +23,12 @@ def _direct(sess: tn.Session) -> object:
 
 
 def _call(d: object, feeds: tuple[object, ...], variables: tuple[object, ...] = ()) -> object:
-    """The Direct function of a plan, called as a run calls it: a loop-free program takes no bound."""
-    if d.bounded:  # type: ignore[attr-defined]
-        return d.fn(feeds, variables, np.int32(10))  # type: ignore[attr-defined]
-    return d.fn(feeds, variables)  # type: ignore[attr-defined]
+    """The Direct function of a plan, called as a run calls it (flat arguments, ``fast.call_spec``: a
+    loop-free program takes no bound): its outputs (by position), flags (``None`` where none come
+    apart) and changed state, as its ``CallSpec`` splits them."""
+    bound = (np.int32(10),) if d.args.bounded else ()  # type: ignore[attr-defined]
+    out, flags, state = d.spec.split(d.fn(*feeds, *variables, *bound))  # type: ignore[attr-defined]
+    return tuple(out.values()), flags, state
 
 
 def test_a_program_with_nothing_to_check_reads_back_only_its_fetches() -> None:
@@ -55,7 +57,7 @@ def test_a_check_that_can_fail_is_read_back_on_every_repeated_run() -> None:
     d = _direct(sess)
     vals, flags, _ = _call(d, (np.int32(1), np.int32(1)))  # type: ignore[misc]
     # the error word and the live flag ride behind the int32 value (``fast.packing``): one array
-    assert flags is None and d.aliases["packed"] is not None and np.asarray(vals[0]).tolist() == [1, 0, 1]
+    assert flags is None and d.spec.packed is not None and np.asarray(vals[0]).tolist() == [1, 0, 1]
     with pytest.raises(tn.KernelError, match="division by zero"):
         sess.run(q, {a: 9, b: 0})
     assert sess.run(q, {a: 8, b: 4}) == 2
@@ -147,10 +149,10 @@ def test_a_loop_free_program_takes_no_iteration_bound_and_a_loop_does() -> None:
         _, s = tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + x), [tn.constant(0), tn.constant(0.0)])
     free = tn.Session(g, backend="fast")
     free.run(y, {x: 1.0})
-    assert _direct(free).bounded is False  # type: ignore[attr-defined]
+    assert _direct(free).args.bounded is False  # type: ignore[attr-defined]
     looped = tn.Session(g, backend="fast")
     assert looped.run(s, {x: 2.0}) == 6.0
-    assert _direct(looped).bounded is True  # type: ignore[attr-defined]
+    assert _direct(looped).args.bounded is True  # type: ignore[attr-defined]
     with pytest.raises(tn.NonTerminationError):
         looped.run(s, {x: 2.0}, max_iterations=2)  # the bound still reaches the hot path's call
 
@@ -262,16 +264,16 @@ def test_a_hot_fused_run_raises_the_kernel_error_and_writes_no_variable(route: s
     """A failed check in a repeated fused run, on the backend's route or the session's lane, raises
     what the general path raises, and a Variable update of that run is not applied; the next good
     run is. (Runs given options, even the defaults, never take the session's lane.)"""
-    import turnout.fast.fused_lane as lane_module
+    import turnout.fast.lane as lane_module
 
     failures = {"n": 0}
-    fused_failure = lane_module.fused_failure
+    lane_failure = lane_module.lane_failure
 
     def counted_failure(*a: Any) -> None:
         failures["n"] += 1
-        fused_failure(*a)
+        lane_failure(*a)
 
-    monkeypatch.setattr(lane_module, "fused_failure", counted_failure)
+    monkeypatch.setattr(lane_module, "lane_failure", counted_failure)
     opts: dict[str, Any] = {} if route == "lane" else {"options": {}}
     g = tn.Graph()
     with g.as_default():
@@ -354,5 +356,6 @@ def test_an_update_step_fetched_returns_the_new_value_once() -> None:
         for name in ("v", "w", "u"):
             np.testing.assert_allclose(sess.variables[name], ref.variables[name])
     (d,) = sess.backend._direct.values()
-    alias = dict(zip(d.var_names, d.aliases["vars"], strict=True))  # type: ignore[attr-defined]
-    assert alias["v"] == 0 and alias["w"] is None
+    # v's new value is the first fetch, returned once; w's is returned apart (its op is fetched, not it)
+    alias = dict(d.spec.aliases)  # type: ignore[attr-defined]
+    assert alias["var:v"] == (upd.node.id, upd.index) and "var:w" not in alias and "var:w" in d.spec.changed

@@ -1,0 +1,237 @@
+"""One calling convention for a compiled call: ``CallArgs`` in, ``CallSpec`` out, built by ``flat_call``.
+
+Why a module of its own: the fast backend's ``Direct`` call (a plan of one compiled segment) and a
+plan's fused attempt (a whole training step through a loop) are both one jitted function called with
+flat arguments and returning flat results, read back by the general path (``FastBackend``) and by a
+lane (``fast.lane``) written out for a repeated run. Each once kept its own record of what its
+arguments and results were; now one value says it, and one builder makes the function that fits it.
+
+The convention, as plain Python (``args``: a ``CallArgs``; ``spec``: the ``CallSpec`` its trace made)::
+
+    res = fn(*feeds, *state, *stacks, *([bound] if args.bounded else []))
+    # res == (*stacks that leave, *outputs, *([flags] if spec.flags else []), *state that left changed)
+
+- **arguments**: the fed values (``args.feeds``, keys), the state entries (``args.state``: the
+  Variables' device copies), the stacks' buffers (``args.stacks``, donated: the call updates them in
+  place), then the iteration bound where the program has a loop (every argument costs the call a few
+  microseconds of dispatch, which is what a small program's run is made of);
+- **results**: first the stacks that came in, in their arguments' order. Why: JAX pairs each donated
+  argument with the first result of its shape and dtype not yet paired, so a stack returned in another
+  stack's place, or behind an output of its shape, would be written into another buffer, and XLA would
+  copy every such buffer on every run (for the benchmark LSTM, 512 MB of stacks: 300 ms a run). Then
+  the outputs (``spec.out``); then the int32 flags vector (the error word, then a live flag per key of
+  ``spec.live``) unless it rides behind an output (``spec.packed``, ``fast.packing``: one result and one
+  read-back fewer) or there is none (tracing showed no check can fail and every output is live); then
+  the other state entries that left the call changed (``spec.changed``). A state entry whose new value
+  is also an output is returned once, as the output (``spec.aliases``); one that left as it came is not
+  returned at all (returning it would copy it: the caller keeps what it passed).
+- **static outputs**: an output that is a constant while tracing (``spec.static``) does not cross the
+  call: JAX would unwrap it into a numpy array after the call, and a result that is no device array
+  keeps the executable off JAX's C++ dispatch (each call then took its Python path, about 150 µs on the
+  development machine: 5 times a small RNN step's compiled call). The caller merges it.
+
+Why flat, where dicts would read better: JAX's dispatch flattens a call's arguments and results on
+every call, and dicts cost it more than positions (it sorts and compares their keys): for the small
+RNN step of ``benchmarks/run_overhead.py`` about 3 µs a run, a tenth of JAX's whole run of the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout.fast import packing
+from turnout.fast.regions import Key
+from turnout.fast.values import DEAD, Static, wrap_static
+
+
+@dataclass(frozen=True)
+class CallArgs:
+    """The keys of a compiled call's flat arguments, in order: fed values, state entries, stacks (donated),
+    then the iteration bound when ``bounded``."""
+
+    feeds: tuple[Key, ...]
+    state: tuple[str, ...]
+    stacks: tuple[str, ...] = ()
+    bounded: bool = True
+
+    def donated(self) -> tuple[int, ...]:
+        """The positions of the stacks among the flat arguments: donated to the call."""
+        start = len(self.feeds) + len(self.state)
+        return tuple(range(start, start + len(self.stacks)))
+
+    def flat(self, feeds: Mapping[Key, Any], state: Mapping[str, Any], stacks: Mapping[str, Any],
+             bound: Any) -> tuple[Any, ...]:
+        """The flat arguments of a call from keyed values (the general path's call)."""
+        return (*[feeds[k] for k in self.feeds], *[state[k] for k in self.state], *[stacks[k] for k in self.stacks],
+                *([bound] if self.bounded else []))
+
+    def keyed(self, args: tuple[Any, ...]) -> tuple[dict[Key, Any], dict[str, Any], dict[str, Any], Any]:
+        """Flat arguments keyed again: ``(feeds, state, stacks, bound or None)`` (inside the trace)."""
+        a, b = len(self.feeds), len(self.feeds) + len(self.state)
+        c = b + len(self.stacks)
+        return (dict(zip(self.feeds, args[:a], strict=True)), dict(zip(self.state, args[a:b], strict=True)),
+                dict(zip(self.stacks, args[b:c], strict=True)), args[c] if self.bounded else None)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """What one trace of a compiled call returns, position by position (the module docstring gives the
+    layout): made by ``flat_call`` while tracing, read by the general path (``split``, ``read_flags``)
+    and by a lane's text generator (``position``, ``outputs``)."""
+
+    args: CallArgs
+    #: the stacks that leave the call, in their arguments' order
+    stacks: tuple[str, ...]
+    #: the outputs that cross the call, by key
+    out: tuple[Key, ...]
+    #: a flags vector follows the outputs (else they ride behind ``packed``, or there are none)
+    flags: bool
+    #: the state entries (not stacks) that left the call changed and are returned after the flags
+    changed: tuple[str, ...]
+    #: state entries whose new value is an output: (state key, output key); returned once, as the output
+    aliases: tuple[tuple[str, Key], ...] = ()
+    #: the keys whose live flags follow the error word in the flags, in order
+    live: tuple[Key, ...] = ()
+    #: the output that carries the flags behind its value (``fast.packing``), and how to split it
+    packed: Optional[tuple[Key, packing.Packing]] = None
+    #: the outputs that are constants while tracing (``DEAD`` for a value dead at trace time): merged
+    #: by the caller instead of crossing the call
+    static: Mapping[Key, Any] = field(default_factory=dict, compare=False)
+    #: the outputs that are not plain arrays (a TensorArray, a handle): read back with ``values.to_host``
+    opaque: frozenset[Key] = frozenset()
+
+    def outputs(self) -> slice:
+        """Where the outputs are in the flat results."""
+        return slice(len(self.stacks), len(self.stacks) + len(self.out))
+
+    def position(self, k: Any) -> int:
+        """The position in the flat results of output ``k`` (a key) or of state entry ``k`` (a stack,
+        a changed entry, or one whose new value is an output)."""
+        if k in self.stacks:
+            return self.stacks.index(k)
+        alias = dict(self.aliases).get(k, k)
+        if alias in self.out:
+            return len(self.stacks) + self.out.index(alias)
+        return len(self.stacks) + len(self.out) + self.flags + self.changed.index(k)
+
+    def returns(self, k: str) -> bool:
+        """Whether state entry ``k`` comes back from the call (else it left as it came in)."""
+        return k in self.stacks or k in self.changed or k in dict(self.aliases)
+
+    def split(self, res: tuple[Any, ...]) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
+        """The flat results ``res`` as ``(outputs, flags or None, state that left changed)``, keyed
+        again; the static outputs are not among them."""
+        a = len(self.stacks)
+        b = a + len(self.out)
+        c = b + self.flags
+        out = dict(zip(self.out, res[a:b], strict=True))
+        state = dict(zip(self.stacks, res[:a], strict=True))
+        state.update(zip(self.changed, res[c:], strict=True))
+        state.update((k, out[o]) for k, o in self.aliases)
+        return out, res[b] if self.flags else None, state
+
+    def read_flags(self, out: dict[Key, Any], flags: Any) -> tuple[dict[Key, Any], int, dict[Key, int]]:
+        """After ``split``, on the host: the outputs with the carrier's value split from the flags it
+        carried, the error word (0 where the call returns none) and the live flags by key."""
+        if self.packed is not None:
+            k, how = self.packed
+            value, words = packing.unpack(np.asarray(out[k]), how)
+            out = {**out, k: value}
+        elif self.flags:
+            words = np.asarray(flags).tolist()
+        else:
+            return out, 0, {}
+        code, *lives = words
+        return out, code, dict(zip(self.live, lives, strict=True))
+
+
+class Traced(NamedTuple):
+    """What a call's body computed while tracing, keyed: its outputs (possibly constants or ``DEAD``),
+    its error word, the live flag per fetched key (in the order the flags will hold them), and the
+    state entries (stacks included) that leave the call changed."""
+
+    out: dict[Key, Any]
+    err: Any
+    lives: dict[Key, Any]
+    state: dict[str, Any]
+
+
+#: a call's body: ``body(feeds, state, stacks, bound or None) -> Traced``, traced by ``flat_call``
+Body = Callable[[dict[Key, Any], dict[str, Any], dict[str, Any], Any], Traced]
+
+
+def flat_call(args: CallArgs, body: Body, jit: Callable[..., Any], record: Callable[[CallSpec], None]) -> Any:
+    """The jitted function (``jit(fn, donate_argnums=...)``) of the calling convention for arguments laid
+    out as ``args`` say: it keys its flat arguments, runs ``body``, lays the results out
+    (``lay_out``) and hands the ``CallSpec`` of each trace to ``record``. The one builder of the
+    ``Direct`` call and of the fused attempt (``Plan.direct_fn``, ``Plan.fused_fn``).
+
+    One function, one layout: its callers read every call's results by the one spec they hold, and JAX
+    keeps each trace of the function, so a later trace that laid its results out otherwise (other
+    argument types giving other outputs constant, or another carrier of the flags) would have calls
+    that hit the earlier trace read by the wrong spec. Such a trace is refused (``AssertionError``:
+    a fault of ours, loud rather than a wrong value); its callers make one function per layout of
+    arguments and signature of the run."""
+    first: list[CallSpec] = []
+
+    def fn(*flat: Any) -> tuple[Any, ...]:
+        spec, res = lay_out(args, body(*args.keyed(flat)))
+        if first and first[0] != spec:
+            raise AssertionError(f"a compiled call traced again laid its results out otherwise: {first[0]} then {spec}")
+        first[:] = [spec]
+        record(spec)
+        return res
+
+    return jit(fn, donate_argnums=args.donated())
+
+
+def lay_out(args: CallArgs, t: Traced) -> tuple[CallSpec, tuple[Any, ...]]:
+    """A body's traced results in the flat convention, and the ``CallSpec`` that says where each is."""
+    out = {k: wrap_static(v) for k, v in t.out.items()}
+    static = {k: (DEAD if v is DEAD else v.value) for k, v in out.items() if v is DEAD or isinstance(v, Static)}
+    out = {k: v for k, v in out.items() if k not in static}
+    lives = list(t.lives.values())
+    flags: Any = None
+    if not (_is_zero(t.err) and all(live is True for live in lives)):
+        flags = jnp.stack([jnp.asarray(t.err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
+    back = tuple(k for k in args.stacks if k in t.state)
+    aliases = tuple((k, o) for k, v in t.state.items() if k not in back
+                    for o in [next((o for o, w in out.items() if w is v), None)] if o is not None)
+    aliased = dict(aliases)
+    changed = tuple(k for k in t.state if k not in back and k not in aliased)
+    packed = None
+    if flags is not None:  # behind a small fetched value when one can carry them (``fast.packing``)
+        live = tuple(t.lives)
+        taken = {i for i, k in enumerate(live) if k in aliased.values()}
+        at = packing.carrier(tuple(out.get(k) for k in live), taken)
+        if at is not None:
+            k = live[at]
+            out[k], how = packing.pack(out[k], flags, list(out).index(k))
+            packed, flags = (k, how), None
+    spec = CallSpec(args, back, tuple(out), flags is not None, changed, aliases, tuple(t.lives), packed, static,
+                    frozenset(k for k, v in out.items() if not isinstance(v, jax.Array)))
+    res = (*[t.state[k] for k in back], *out.values(), *([] if flags is None else [flags]),
+           *[t.state[k] for k in changed])
+    return spec, res
+
+
+def copy_static(v: Any) -> Any:
+    """A static output as a run hands it out: a copy of a numpy constant (the spec keeps the one the
+    trace found, which a caller that writes into its result must not change), anything else as it is."""
+    return v.copy() if isinstance(v, np.ndarray) else v
+
+
+def _is_zero(v: Any) -> bool:
+    """Whether an error word is known to be 0 while tracing (a constant, not a traced value)."""
+    if isinstance(v, jax.core.Tracer):
+        return False
+    try:
+        return int(np.asarray(v)) == 0
+    except (TypeError, ValueError):
+        return False

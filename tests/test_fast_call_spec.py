@@ -1,0 +1,165 @@
+"""The one calling convention of compiled calls (``turnout.fast.call_spec``) and the one lane text
+generator (``turnout.fast.lane_text``): a call built by ``flat_call`` returns what its ``CallSpec``
+says, position by position, and both the ``Direct`` call and the fused attempt are described by one.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+from turnout.fast.call_spec import CallArgs, Traced, flat_call  # noqa: E402
+
+
+def _build(err: Any) -> tuple[Any, list[Any]]:
+    """A call of feeds ``a`` and ``b``, state ``v`` (assigned ``a + 1``, also fetched), ``u`` (left as it
+    came), stack ``s`` (donated, doubled), and outputs ``a + 1``, ``a * b`` (large: cannot carry the
+    flags), ``2 * b`` (small: carries them) and a constant; ``err`` is its error word."""
+    specs: list[Any] = []
+
+    def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        a, b = feeds["a"], feeds["b"]
+        new_v = a + 1.0
+        const = np.float32(3.0) * np.ones(2, np.float32)
+        out = {"v_out": new_v, "big": a * b, "small": jnp.sum(b) * 2.0, "const": const}
+        lives = {"v_out": True, "small": True, "const": True}
+        e = err(bound) if callable(err) else err
+        return Traced(out, e, lives, {"var:v": new_v, "stack:s": stacks["stack:s"] * 2.0})
+
+    args = CallArgs(("a", "b"), ("var:v", "var:u"), ("stack:s",), bounded=True)
+    return flat_call(args, body, jax.jit, specs.append), specs
+
+
+def _args() -> tuple[Any, ...]:
+    return (np.arange(5000, dtype=np.float32), np.ones(5000, np.float32), np.zeros(5000, np.float32),
+            np.ones(3, np.float32), jnp.ones(4, jnp.float32), np.int32(7))
+
+
+def test_a_calls_results_are_where_its_spec_says() -> None:
+    fn, specs = _build(lambda bound: jnp.where(bound > 100, 1, 0).astype(jnp.int32))
+    res = fn(*_args())
+    (spec,) = specs
+    assert spec.args.donated() == (4,)
+    # stacks first, in their arguments' order; then the outputs that cross; no flags vector (they
+    # ride behind the small output); then no changed state (v's new value is an output, u is unchanged)
+    assert spec.stacks == ("stack:s",) and spec.out == ("v_out", "big", "small") and not spec.flags
+    assert spec.changed == () and dict(spec.aliases) == {"var:v": "v_out"}
+    assert spec.packed is not None and spec.packed[0] == "small" and set(spec.static) == {"const"}
+    assert len(res) == 1 + 3
+    np.testing.assert_array_equal(np.asarray(res[spec.position("stack:s")]), np.full(4, 2.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(res[spec.position("var:v")]), np.arange(5000, dtype=np.float32) + 1)
+    assert spec.position("var:v") == spec.position("v_out") and spec.returns("var:v") and not spec.returns("var:u")
+    out, flags, state = spec.split(res)
+    out, code, lives = spec.read_flags(out, flags)
+    assert code == 0 and lives == {"v_out": 1, "small": 1, "const": 1}
+    assert float(out["small"]) == 10000.0 and set(state) == {"stack:s", "var:v"}
+    np.testing.assert_array_equal(spec.static["const"], np.full(2, 3.0, np.float32))
+
+
+def test_a_call_that_cannot_fail_returns_no_flags() -> None:
+    fn, specs = _build(np.int32(0))
+    res = fn(*_args())
+    (spec,) = specs
+    assert not spec.flags and spec.packed is None and len(res) == 4
+    out, flags, _ = spec.split(res)
+    assert flags is None and spec.read_flags(out, flags)[1:] == (0, {})
+
+
+def _step() -> tuple[tn.Graph, dict[str, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        d = tn.placeholder(tn.int32, [], name="d")
+        v = tn.Variable(np.zeros(3, np.float32), name="v")
+        u = tn.Variable(np.ones(3, np.float32), name="u")
+        upd = v.assign_add(x * tn.cast(10 // d, tn.float32))
+        seen = u.read() * 2.0
+        const = tn.constant(np.array([1.0, 2.0], np.float32))
+    return g, {"x": x, "d": d, "upd": upd, "seen": seen, "const": const}
+
+
+def test_the_direct_call_returns_only_what_changed_and_keeps_constants_out() -> None:
+    """The Direct call of an update step: the updated Variable comes back once (as the fetch), the
+    read one not at all, the constant fetch not through the call; the values are the reference's on
+    the general path and on the lane, and a caller that writes into a fetched constant changes no
+    later run."""
+    g, t = _step()
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    fetches = [t["upd"], t["seen"], t["const"]]
+    for k in range(4):
+        feed = {t["x"]: np.full(3, k, np.float32), t["d"]: 2}
+        got, want = fast.run(fetches, feed), ref.run(fetches, feed)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b)
+        got[2][:] = -1.0  # (the caller's copy)
+        np.testing.assert_allclose(fast.variables["v"], ref.variables["v"])
+    assert fast.last_result.stats["route"] == "lane"
+    (d,) = fast.backend._direct.values()
+    spec = d.spec
+    assert spec.args.state == ("var:v", "var:u") or spec.args.state == ("var:u", "var:v")
+    assert dict(spec.aliases) == {"var:v": (t["upd"].node.id, t["upd"].index)} and spec.changed == ()
+    assert (t["const"].node.id, t["const"].index) in spec.static and not spec.returns("var:u")
+
+
+def test_a_traceback_through_a_lane_shows_its_text() -> None:
+    """A lane is generated text registered with ``linecache``: an error raised through it (a division
+    by zero behind the error word) shows the lane's line that acted on the word."""
+    g, t = _step()
+    fast = tn.Session(g, backend="fast")
+    for _ in range(3):
+        fast.run([t["upd"]], {t["x"]: np.ones(3, np.float32), t["d"]: 2})
+    assert fast.last_result.stats["route"] == "lane"
+    with pytest.raises(tn.KernelError) as info:
+        fast.run([t["upd"]], {t["x"]: np.ones(3, np.float32), t["d"]: 0})
+    text = "".join(traceback.format_exception(info.value))
+    assert "<turnout.fast.lane " in text and "fail(backend, plan, code, False)" in text
+
+
+def test_both_routes_are_described_by_a_call_spec() -> None:
+    """The fused attempt of a training step through a loop is called through the same convention:
+    its spec's arguments are the feeds, the Variables and the kept stacks, and its kept stacks come
+    back first, in their arguments' order."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [64], name="x")
+        w = tn.Variable(np.full(64, 0.5, np.float32), name="w")
+        _, h = tn.while_loop(lambda i, h: i < 5, lambda i, h: (i + 1, tn.tanh(h * w.read() + x)),
+                             [tn.constant(0), tn.zeros([64], tn.float32)])
+        loss = tn.reduce_sum(h * h)
+        step = tn.train.SGD(0.1).minimize(loss)
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    for k in range(3):
+        feed = {x: np.full(64, 0.1 * k, np.float32)}
+        np.testing.assert_allclose(fast.run([loss, step], feed)[0], ref.run([loss, step], feed)[0], rtol=1e-5)
+    assert fast.last_result.stats["fused"] and fast.last_result.stats["route"] == "lane"
+    (plan,) = {p for p in fast.backend._plans.values() if p.fused is not None and p.fused.spec is not None}
+    spec = plan.fused.spec
+    assert spec.args.feeds == ((x.node.id, x.index),) and spec.args.state == ("var:w",) and spec.args.bounded
+    assert spec.stacks == spec.args.stacks[:len(spec.stacks)] and spec.returns("var:w")
+
+
+def test_a_second_trace_that_lays_its_results_out_otherwise_is_refused() -> None:
+    """Its callers read every call by the one spec they hold: a second trace of one function whose
+    flags ride behind another output (a small value the first time, too large the second) would
+    have calls to the first trace misread, so it is refused loudly."""
+    specs: list[Any] = []
+
+    def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        x = feeds["x"]
+        return Traced({"y": x * 2.0}, (x[0] > 100.0).astype(jnp.int32), {"y": True}, {})
+
+    fn = flat_call(CallArgs(("x",), (), (), bounded=False), body, jax.jit, specs.append)
+    fn(np.ones(3, np.float32))
+    assert specs[0].packed is not None
+    fn(np.ones(3, np.float32) * 5)  # (the same trace)
+    with pytest.raises(AssertionError, match="laid its results out otherwise"):
+        fn(np.ones(5000, np.float32))
+    assert len(specs) == 1
