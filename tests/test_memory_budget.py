@@ -87,6 +87,21 @@ def test_a_loop_budget_is_recorded_on_its_stacks_printed_and_saved() -> None:
     assert all("memory_budget" not in nd.attrs for nd in build()["g"].nodes if nd.op == "StackNew")
 
 
+def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
+    """The backward loop of a budgeted loop saves values too (for a second-order gradient): they are
+    under the same budget, so its stacks carry it."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tn.tanh(v) * x), [tn.constant(0), x],
+                             name="rnn", memory_budget=2048)
+        (gx,) = tn.gradients(y, [x])
+        before = {nd.id for nd in g.nodes}
+        tn.gradients(gx, [x])  # its stacks are pushed in the first gradient's loop
+    second = [nd for nd in g.nodes if nd.op == "StackNew" and nd.id not in before]
+    assert second and all(nd.attrs.get("memory_budget") == 2048 for nd in second)
+
+
 # ---- the planner's rules -------------------------------------------------------------------------
 CPU, GPU = mp.platform("cpu"), mp.platform("gpu")
 

@@ -136,7 +136,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
 
     res = build_while_loop(lambda *vs: ops.constant(True), body_and_context, init,
                            parallel_iterations=w.parallel_iterations, maximum_iterations=trip_count,
-                           shape_invariants=shapes, swap_memory=w.swap_memory, name=f"gradients/{w.name}")
+                           shape_invariants=shapes, swap_memory=w.swap_memory, memory_budget=w.memory_budget,
+                           name=f"gradients/{w.name}")
     b.close_sync(w)
     b.close_stack_gradients(built[0])
     res = [to_graph_value(r) for r in res]
