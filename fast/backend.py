@@ -132,7 +132,6 @@ class FastBackend:
         #: the backend's options, fixed for its life (``turnout.fast_options.FastOptions``)
         self.options = fast_options(options, fields)
         self._records: list[dict[str, Any]] = []
-        self._budget: Optional[MemoryPlan] = None  # the memory plan of the run in progress (``_budgeted_chunk``)
         self._budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]] = {}  # (id(plan), run budget) -> it
         self._loop_budgets: tuple[int, bool] = (-1, False)  # (graph version, whether a loop has a budget)
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
@@ -249,15 +248,14 @@ class FastBackend:
         self._static_now = {}
         try:
             bound = self._nesting_bound()
-            def planned() -> Plan:
-                cap = self._budgeted_chunk(fetches, feeds, variables, RunOptions(memory_budget=memory_budget))
-                return self._plan(fetches, feeds, variables, cap)
+            def planned() -> tuple[Plan, Optional[MemoryPlan]]:
+                cap, budget = self._budgeted_chunk(fetches, feeds, variables, RunOptions(memory_budget=memory_budget))
+                return self._plan(fetches, feeds, variables, cap), budget
 
             with jax.enable_x64(True):
-                plan = call_deep(planned, nesting=bound) if bound > DEEP_NESTING else planned()
+                plan, budget = call_deep(planned, nesting=bound) if bound > DEEP_NESTING else planned()
         except UnsupportedError as e:
             return fallback_schedule(str(e))
-        budget, self._budget = self._budget, None
         return plan_schedule(plan, self._ladder(plan), budget.swapped_frames() if budget is not None else frozenset(),
                              lane=memory_budget is None)
 
@@ -398,12 +396,12 @@ class FastBackend:
             with jax.enable_x64(True):
                 return self._run_direct(d, fetches, feeds, variables, options)
         self._validate(fetches, feeds)
-        cap = self._budgeted_chunk(fetches, feeds, variables, options)
+        cap, budget = self._budgeted_chunk(fetches, feeds, variables, options)
         retries = 0
         with jax.enable_x64(True):
             while True:
                 try:
-                    values, stats = self._run(fetches, feeds, variables, options, cap)
+                    values, stats = self._run(fetches, feeds, variables, options, cap, budget)
                     break
                 except StacksOutgrown as e:  # (past MAX_CAPACITY, ``decode`` raised instead)
                     cap = e.retry.capacity
@@ -412,27 +410,26 @@ class FastBackend:
         return RunResult(values=values, stats=stats)
 
     def _budgeted_chunk(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-                        options: Any) -> int:
-        """The stack chunk of a run: ``stack_chunk``, or less where a memory budget applies
-        (``turnout.memory_plan``), so that the buffers fit it; the plan is kept for the run's
-        ``ChunkStore`` (``self._budget``), which checks it and swaps what it says."""
+                        options: Any) -> tuple[int, Optional[MemoryPlan]]:
+        """The stack chunk of a run and its memory plan: ``stack_chunk`` and None, or a smaller chunk
+        where a memory budget applies (``turnout.memory_plan``), so that the buffers fit it, and the
+        plan that the run's ``ChunkStore`` checks and whose swaps it makes."""
         chunk = self.options.stack_chunk
-        self._budget = None
         if options.memory_budget is None:  # then only a loop's own budget applies: has any loop one?
             if self._loop_budgets[0] != self.graph.version:
                 self._loop_budgets = (self.graph.version, any(n.op == "StackNew" and "memory_budget" in n.attrs
                                                               for n in self.graph.nodes))
             if not self._loop_budgets[1]:
-                return chunk
+                return chunk, None
         with jax.enable_x64(True):
             plan = self._plan(fetches, feeds, variables, chunk)
         k = (id(plan), options.memory_budget)  # (plans live as long as the backend)
         if k not in self._budgets:
             self._budgets[k] = None if not plan.stack_nodes else stk.budget_plan(
                 self.graph.nodes, plan.stack_nodes, self.memory_platform(), options.memory_budget)
-        self._budget = self._budgets[k]
-        cap = None if self._budget is None else self._budget.capacity()
-        return chunk if cap is None else min(chunk, cap)
+        budget = self._budgets[k]
+        cap = None if budget is None else budget.capacity()
+        return (chunk if cap is None else min(chunk, cap)), budget
 
     def memory_platform(self) -> str:
         """The platform whose memory the stacks use (``jax.default_backend()``'s name for the backend's
@@ -584,22 +581,23 @@ class FastBackend:
         return {k: state[k] for k in plan.kept if k in state and stk.kept_arrays(state[k])[0] is not None}
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-             options: Any, cap: int) -> tuple[list[Any], dict[str, Any]]:
-        """A run of the plan at capacity ``cap``: its fused attempt first when it has one (and the last
-        run did not swap), else, or when the attempt is discarded, its stages."""
+             options: Any, cap: int, budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]]:
+        """A run of the plan at capacity ``cap`` (under the memory plan ``budget``, if any): its fused
+        attempt first when it has one (and the last run did not swap), else, or when the attempt is
+        discarded, its stages."""
         plan = self._plan(fetches, feeds, variables, cap)
         max_iter = iteration_bound(options)
         if plan.fused is not None and not plan.predict_overflow:
-            got = self._run_fused_sized(plan, fetches, feeds, variables, max_iter)
+            got = self._run_fused_sized(plan, fetches, feeds, variables, max_iter, budget)
             if got is not None:
                 return got
-        done = self._execute(plan, plan.stages, fetches, feeds, variables, max_iter, attempt=False)
+        done = self._execute(plan, plan.stages, fetches, feeds, variables, max_iter, attempt=False, budget=budget)
         assert done is not None  # only an attempt is ever discarded
         return done
 
     def _execute(self, plan: Plan, stages: list[Stage], fetches: list[Tensor], feeds: dict[Tensor, Any],
-                 variables: dict[str, np.ndarray], max_iter: Any, attempt: bool
-                 ) -> Optional[tuple[list[Any], dict[str, Any]]]:
+                 variables: dict[str, np.ndarray], max_iter: Any, attempt: bool,
+                 budget: Optional[MemoryPlan] = None) -> Optional[tuple[list[Any], dict[str, Any]]]:
         """Run ``stages`` of ``plan`` in order, and finish the run: the one way a plan with gradient
         stacks runs. Its stages (``plan.stages``: compiled segments and driven loops, in root order)
         or, as an ``attempt``, its fused stage alone (``[plan.fused]``).
@@ -612,7 +610,7 @@ class FastBackend:
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables, fused=attempt)
-        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, self._budget)
+        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget)
         store.observe(state)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
         # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not
@@ -699,7 +697,8 @@ class FastBackend:
         return out, lv, state
 
     def _run_fused_sized(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                         variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:
+                         variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
+                         ) -> Optional[tuple[list[Any], dict[str, Any]]]:
         """The fused attempt with stack buffers sized to what the runs use: ``plan``'s own capacity
         (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``: 128, 256, 512,
         1024 by default), each a plan of its own, made and compiled by the first run that needs it. A
@@ -719,7 +718,7 @@ class FastBackend:
             p = self._rung(plan, c, fetches, feeds, variables)
             if p.fused is None:
                 continue
-            got = self._run_fused(p, fetches, feeds, variables, max_iter)
+            got = self._run_fused(p, fetches, feeds, variables, max_iter, budget)
             if got is not None:
                 plan.rung = p
                 self._last_fused = (plan, p)
@@ -756,7 +755,8 @@ class FastBackend:
         return p
 
     def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                   variables: dict[str, np.ndarray], max_iter: Any) -> Optional[tuple[list[Any], dict[str, Any]]]:
+                   variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
+                   ) -> Optional[tuple[list[Any], dict[str, Any]]]:
         """The attempt of ``plan.fused`` (``_execute``); ``None``: the stages must run instead.
 
         They must when a stack overflowed its capacity (or underflowed: the stages decide whether that
@@ -770,9 +770,10 @@ class FastBackend:
         assert plan.fused is not None
         try:
             positional = bool(plan.positional)
-            got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
+            got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
             if got is None and positional and not plan.positional:
-                got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True)
+                got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True,
+                                    budget=budget)
             return got
         except (UnsupportedError, RungTooSmall):  # (a rung too small for a counted stack: the next one)
             plan.fused = None
