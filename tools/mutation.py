@@ -115,7 +115,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "semantics/smallstep.py": {"module": "turnout.semantics.smallstep",
                                "tests": ["test_mutants_smallstep.py", "test_trace_rules.py", "test_smallstep.py",
                                          *_PARTITION_TESTS, "test_properties.py"]},
-    "fast/emit.py": {"module": "turnout.fast.emit", "tests": ["test_fast_counted_nests.py", *_FAST_TESTS]},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
+                        "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
+       for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops", "tracing")},
     "fast/facts.py": {"module": "turnout.fast.facts",
                       "tests": ["test_fast_counted_nests.py", "test_fast_counted_stacks.py", "test_fast_compile.py",
                                 *_FAST_TESTS]},
