@@ -131,8 +131,9 @@ MODULES: dict[str, dict[str, Any]] = {
                                "tests": ["test_fast_counted_stacks.py", "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
-    "fast/lowering.py": {"module": "turnout.fast.lowering",
-                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
+                        "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
+       for m in ("lowering", "lowering_base", "lower_structure", "lower_tensor_arrays", "lower_state")},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": _STACK_TESTS},
     "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
