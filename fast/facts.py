@@ -13,13 +13,15 @@ here they can be read and tested without a trace, and none of them imports the e
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import numpy as np
 
 from turnout.fast.case_chain import SPECULABLE
-from turnout.fast.ranges import from_counter
+from turnout.fast.ranges import counters_reached, from_counter
 from turnout.fast.regions import WhileRegion, walk
+from turnout.fast.values import is_static
 from turnout.graph import Node, Tensor
 
 
@@ -162,9 +164,9 @@ def counted_bound(r: WhileRegion) -> Optional[tuple[Node, int]]:
 
 #: ops whose lowering never writes the error word (whatever the shapes their rule accepts), and ops
 #: that do on integers only (integer division and modulo by zero, a negative integer power): a nest
-#: made only of these has no error to order against its loops' bounds (``Emitter._counted_chain``).
+#: made only of these has no error to order against its loops' bounds (``CountedNests._counted_chain``).
 #: (A shape that a rule refuses while the nest is traced writes the word of any op: the nest is then
-#: traced again without hoisting, ``HoistConflict``.)
+#: traced again without hoisting, ``LightLoops._emit_hoisted``.)
 NEVER_FAIL = frozenset({
     "Const", "Identity", "NoOp", "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
     "Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square", "Relu", "Tanh", "Sigmoid",
@@ -192,8 +194,8 @@ def cannot_fail(nodes: list[Node], counted: frozenset[int] = frozenset(), proved
     Such an index is proved in range while tracing (``fast.ranges``), and a write proved to be its
     slot's first (``ranges.first_write``); what the trace cannot prove (a TensorArray shorter than
     the loop's bound, a slot written twice) is still checked, and the nest is then traced again
-    with its checks after each loop (``HoistConflict``). ``proved``: the ids of stack ops that
-    write nothing (``Emitter._proved_stack_ops``)."""
+    with its checks after each loop (``LightLoops._emit_hoisted``). ``proved``: the ids of stack ops
+    that write nothing (``CountedNests._proved_stack_ops``)."""
     return all(n.op in NEVER_FAIL or n.id in proved or (n.op in FLOAT_ONLY_FAIL and (n.outputs[0].dtype.is_floating
                                                                   or _safe_operand(n)))
                or (n.op == "Cast" and not (n.inputs[0].dtype.is_floating and n.outputs[0].dtype.is_integer))
@@ -241,5 +243,63 @@ def counters(r: WhileRegion) -> list[int]:
     return out
 
 
+def nest_loops(r: WhileRegion) -> frozenset[int]:
+    """The ids of every loop of the nest ``r`` heads, ``r`` included, at any depth (through conds, in
+    headers and exit sides), found once per loop."""
+    got = r.facts.get("nest_loops")
+    if got is None:
+        got = r.facts["nest_loops"] = frozenset(id(w) for w in walk([r]) if isinstance(w, WhileRegion))
+    return got  # type: ignore[no-any-return]
+
+
+def indexing_counters(r: WhileRegion) -> frozenset[int]:
+    """The ids of the counter Merges (``counter_merges``) from which an index of the nest ``r`` heads
+    is computed (a TensorArray read, write or accumulation, or a ``GetItem``'s run-time index): the
+    counters whose ranges must be known when tracing for those indices to be proved in range
+    (``fast.ranges``). Found once per loop."""
+    got = r.facts.get("indexing_counters")
+    if got is None:
+        merges = counter_merges(r)
+        out: set[int] = set()
+        for n in r.nodes:
+            if n.op in TA_INDEXED:
+                out |= counters_reached(n.inputs[1], merges)
+            elif n.op == "GetItem":
+                for t in n.inputs[1:]:
+                    out |= counters_reached(t, merges)
+        got = r.facts["indexing_counters"] = frozenset(out)
+    return got  # type: ignore[no-any-return]
+
+
+def hoistable(r: WhileRegion, chain: Sequence[tuple[WhileRegion, Any]]) -> bool:
+    """Whether the iteration-bound checks of the nest ``r`` heads may be made before it is entered
+    (``CountedNests._hoist_checks``), given the nest's counted loops as its head sees them (``chain``:
+    each loop with its number of bodies, ``CountedNests._counted_chain``) and that no node of the nest
+    can fail (``cannot_fail``). Decided once, before the nest is traced, from the program and the
+    values known at its head:
+
+    - every loop of the nest is on the chain (``nest_loops``): a loop off it checks its own bound
+      after it runs, and so writes the error word inside the nest;
+    - every loop whose counter an index of the nest is computed from (``indexing_counters``) has a
+      bound known when tracing: without it the counter has no range (``fast.ranges``), and the
+      index is checked when it runs.
+
+    Why before: a hoisted nest whose body writes the error word would raise its errors in another
+    order than the interpreters (the bound checks first); deciding after the trace meant tracing the
+    nest a second time. What only the trace can tell (a TensorArray shorter than a counter's range,
+    a slot written before the loop) still refutes the decision while the nest is traced, and the
+    nest is then traced once more without hoisting (``LightLoops._emit_hoisted``)."""
+    on_chain = {id(c) for c, _ in chain}
+    if not nest_loops(r) <= on_chain:
+        return False
+    need = indexing_counters(r)
+    for loop, bodies in chain:
+        found = bounded_counter(loop)
+        if found is not None and loop.loop_vars[found[0]][1].id in need and not is_static(bodies):
+            return False
+    return True
+
+
 __all__ = ["FLOAT_ONLY_FAIL", "NEVER_FAIL", "TA_INDEXED", "body_value", "bounded_counter", "cannot_fail",
-           "counted_bound", "counter_merges", "counters", "fresh_writes", "light_header", "own_writes"]
+           "counted_bound", "counter_merges", "counters", "fresh_writes", "hoistable", "indexing_counters",
+           "light_header", "nest_loops", "own_writes"]

@@ -179,3 +179,22 @@ def from_counter(t: Any, merges: frozenset[int], limit: int = 16) -> bool:
         else:
             return False
     return True
+
+
+def counters_reached(t: Any, merges: frozenset[int], limit: int = 16) -> frozenset[int]:
+    """The counter Merges of ``merges`` (node ids) that index ``t`` is computed from, through the ops
+    ``from_counter`` follows: the loops whose counters' ranges a proof of ``t`` in range needs. What
+    ``from_counter`` would not follow (a pop, a loop variable) ends the search there: such an index
+    is either proved without the counters (a full counted stack's pop) or not at all."""
+    work, steps, out = [t], 0, set()
+    while work and steps <= limit:
+        n = work.pop().node
+        steps += 1
+        if n.id in merges:
+            out.add(n.id)
+        elif n.op in _CARRIES or (n.op == "GetItem" and len(n.inputs) == 1):
+            work.append(n.inputs[0])
+        elif n.op in ("Add", "Sub"):
+            work.extend(n.inputs)
+    return frozenset(out)
+

@@ -17,7 +17,7 @@ predicate, and the whole loop sits at the guard of its Enters in the parent fram
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from turnout.errors import describe_node
 from turnout.frames import Frame
@@ -89,6 +89,8 @@ class WhileRegion:
     parallel_iterations: int
     swap_memory: bool = False
     nodes: list[Node] = field(default_factory=list)  # every node of the frame, nested frames and Exits
+    #: facts about the loop computed once from the region alone (``fast.facts``), by name
+    facts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def describe(self) -> str:
         """'loop frame 'while/frame0' (entered by Enter node ... (created at model.py:3))': the frame,

@@ -132,16 +132,17 @@ def test_tracing_a_case_grows_quadratically_not_cubically(monkeypatch: pytest.Mo
     so tracing a case of ``n`` branches touches about ``n^2`` nodes. Each of those conds once searched
     every node nested below it for the values it exports, at every visit: ``n^3``, the larger part
     of a 64-branch case's compile time. Counted in key lookups (exact), not seconds (noise)."""
-    from turnout.fast import emit
+    from turnout.fast import conds, counted_nests, emitter_core, light_loops, loops
 
     counted = [0]
-    orig = emit.key
+    orig = emitter_core.key
 
     def counting(t: Any) -> Any:
         counted[0] += 1
         return orig(t)
 
-    monkeypatch.setattr(emit, "key", counting)
+    for layer in (emitter_core, conds, loops, counted_nests, light_loops):  # (each layer of the emitter)
+        monkeypatch.setattr(layer, "key", counting)
     lookups = {}
     for n in (16, 32):
         g, i, x, y = _case_graph(n)

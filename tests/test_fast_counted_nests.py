@@ -361,8 +361,9 @@ def test_a_nest_of_folds_runs_away_where_the_interpreter_does(fold: str, init: b
 
 def test_a_fold_over_elements_of_different_lengths_reads_out_of_range_as_the_interpreter_does() -> None:
     """Two element tensors whose lengths are known only when fed: the fold's bound is the first's
-    length, so a shorter second cannot be proved in range and is checked (the nest is traced again
-    with its checks, ``HoistConflict``); the read past its end fails as on the interpreter."""
+    length, so a shorter second cannot be proved in range and is checked (the trace refutes the
+    nest's hoisted checks, and the nest is traced again with its checks after each loop,
+    ``LightLoops.run_light_while``); the read past its end fails as on the interpreter."""
     g = tn.Graph()
     with g.as_default():
         a = tn.placeholder(tn.float32, [None], name="a")

@@ -115,7 +115,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "semantics/smallstep.py": {"module": "turnout.semantics.smallstep",
                                "tests": ["test_mutants_smallstep.py", "test_trace_rules.py", "test_smallstep.py",
                                          *_PARTITION_TESTS, "test_properties.py"]},
-    "fast/emit.py": {"module": "turnout.fast.emit", "tests": ["test_fast_counted_nests.py", *_FAST_TESTS]},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
+                        "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
+       for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops", "tracing")},
     "fast/facts.py": {"module": "turnout.fast.facts",
                       "tests": ["test_fast_counted_nests.py", "test_fast_counted_stacks.py", "test_fast_compile.py",
                                 *_FAST_TESTS]},
@@ -129,8 +131,9 @@ MODULES: dict[str, dict[str, Any]] = {
                                "tests": ["test_fast_counted_stacks.py", "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
-    "fast/lowering.py": {"module": "turnout.fast.lowering",
-                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
+                        "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
+       for m in ("lowering", "lowering_base", "lower_structure", "lower_tensor_arrays", "lower_state")},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": _STACK_TESTS},
     "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},

@@ -1,0 +1,288 @@
+"""The emitter's core: the trace state of one run of a region tree, and what every region reads and
+writes through it (the ``LoweringContext`` of the lowering rules): the run-time state (Variables,
+gradient stacks, the error word), the environment's reads along control-flow edges, and the
+lowering of one node.
+
+Why a module of its own: conditionals (``fast.conds``), full loops (``fast.loops``), counted nests
+(``fast.counted_nests``) and light loops (``fast.light_loops``) each add one kind of region on top
+of this core, as classes stacked in that order; ``fast.emit.Emitter`` is the top of the stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from turnout import kernels
+from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
+from turnout.fast import stacks as stk
+from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, refused_by_shape_rule
+from turnout.fast.outcome import NONTERM, ErrorCodes
+from turnout.fast.ranges import Ranges, propagate
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
+from turnout.fast.state_keys import pushed_once, stack_key, var_key
+from turnout.fast.tracing import same_constant
+from turnout.fast.values import DEAD, Handle, is_static
+from turnout.fast_options import FRAME_HEIGHT
+from turnout.graph import Node, Tensor
+from turnout.primitives import COMPUTE
+
+#: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
+#: must happen when the program runs, not when it is traced)
+_NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep"}
+
+Env = dict[Key, Any]
+
+#: ``EmitterCore.pushed``'s mark of a stack pushed a traced value, or different constants
+MIXED = object()
+
+
+class EmitterCore:
+    """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
+    ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods.
+
+    The configuration is given when the emitter is made; the trace state each layer keeps is made
+    by its ``init_trace_state``, which every layer extends."""
+
+    def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any,
+                 frame_height: int = FRAME_HEIGHT, stop_on_error: bool = False, free_pointers: bool = False) -> None:
+        self.program = program
+        #: light loops with more than this many levels of loops in them are frames (``FastOptions.frame_height``).
+        #: Why not all of them: XLA:CPU compiles the innermost levels of a nest, as long as they access
+        #: under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's constant costs
+        #: nothing but every byte counts (a frame's check reads the word the loop began with, which XLA
+        #: copies); above them every distinct kernel is compiled on its own, and only frames keep the
+        #: checks of a nest one kernel. About eight levels of a plain nest fit.
+        self.frame_height = frame_height
+        self.codes = codes
+        self.capacity = capacity
+        self.max_iter = max_iter
+        self.fetch_set = set(program.fetch_keys)
+        #: Set for the fused trace of a program with gradient stacks (``backend.Plan.fused``): a loop
+        #: that pushes or pops stops as soon as the error word is set, so a fused attempt whose stack
+        #: overflows costs at most one chunk of iterations before the staged path takes over. Given
+        #: when the emitter is made (``Plan.emitter``), fixed for its trace.
+        self.stop_on_error = stop_on_error
+        #: Stack pointers updated by ``ptr + 1`` / ``ptr - 1`` whether or not the push or pop fitted
+        #: (``stacks.push``), where no pointer of a run with an error set is ever read: the fused trace,
+        #: and a driven loop's chunk (``Plan.loop_fns``). Given when the emitter is made.
+        self.free_pointers = free_pointers
+        self.state: dict[str, Any] = {}
+        self.lives: dict[Key, Any] = {}
+        self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
+        # fed tensors the plan is specialised on (``lowering.NeedsStatic``): their values, as constants
+        self.static: dict[Key, Any] = {}
+        # the speculable nodes a raised case chain already computed up front (never computed again)
+        self.known: set[int] = set()
+        #: held stacks (``fast.held``): stack key -> its ``HeldRead`` (the Variable, the loop at whose
+        #: start it is taken). Empty unless the plan asks (``Plan.emitter``): a trace that holds must
+        #: run the loop and the pops in one state.
+        self.held: dict[str, Any] = {}
+        #: the numbers (``regions.loop_number``) of the light loops whose bodies are being traced,
+        #: innermost last: a light loop's nonterm code counts from the innermost (``NONTERM``)
+        self.frames: list[int] = []
+        #: > 0 while the body of a nest whose bound checks were made before it is traced
+        #: (``CountedNests.hoist_checks``); ``refuted`` once something in it wrote the error word
+        self.hoist_depth: int = 0
+        self.refuted: bool = False
+        #: stack key -> the constant its one push pushed while tracing (``note_push``); a plan shares
+        #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
+        #: earlier one pushed
+        self.pushed: dict[str, Any] = {}
+        #: the integer ranges of traced values (``fast.ranges``): the counters of the counted loops
+        #: whose bodies are being traced, and what is computed from them
+        self.ranges: Ranges = Ranges()
+        #: TensorArrayWrite node id -> the slots its array was known to hold written when the loop
+        #: that writes it was entered, while that loop's body is traced (``fresh_write``,
+        #: ``ranges.first_write``)
+        self.fresh_writes: dict[int, frozenset[int]] = {}
+
+    # ---- LoweringContext ------------------------------------------------------------------------
+        self.init_trace_state()
+
+    def init_trace_state(self) -> None:
+        """The trace state of the layers above the core (each extends this, calling it first): the
+        core's own is made by ``__init__``."""
+
+    def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+        if is_static(ok) and bool(ok):
+            return
+        self._set_err(~jnp.asarray(ok, bool), self.codes.code(code, message))
+
+    def _set_err(self, bad: Any, code: int) -> None:
+        """The error word set to ``code`` where ``bad`` holds and no earlier error set it."""
+        if self.hoist_depth:  # an error inside a nest whose bound checks were made first
+            self.refuted = True  # (the nest is traced again without them: ``LightLoops.run_light_while``)
+        err = jnp.asarray(self.state["err"], jnp.int32)
+        # lax ops, not jnp.where and operators: each of those is a nested jit call, one more function
+        # per check to trace and lower
+        unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jnp.asarray(bad, bool))
+        self.state["err"] = jax.lax.select(unset, jnp.full_like(err, code), err)
+
+    def _leave_frame(self, before: Any, off: int) -> None:
+        """The error word as a light loop leaves it, its nonterm codes counted from the enclosing
+        loop: a code set inside the loop (the word was 0 when the loop began, ``before``) counted
+        from this loop is ``off`` more counted from the enclosing one (``NONTERM``)."""
+        err = self.state["err"]
+        if err is before or (is_static(before) and int(before) != 0):
+            return  # nothing inside could set it, or an error before the loop did
+        err = jnp.asarray(err, jnp.int32)
+        inner = jax.lax.ge(err, np.int32(NONTERM))
+        if not is_static(before):
+            inner = jax.lax.bitwise_and(inner, jax.lax.eq(jnp.asarray(before, jnp.int32), np.int32(0)))
+        self.state["err"] = jax.lax.select(inner, jax.lax.add(err, np.int32(off)), err)
+
+    def read_var(self, node: Node, h: Handle) -> Any:
+        try:
+            return self.state[var_key(h.name)]
+        except KeyError:
+            raise UnsupportedError(f"fast backend: {describe_node(node)} reads unknown Variable {h.name!r}") from None
+
+    def write_var(self, h: Handle, value: Any) -> None:
+        old = self.state[var_key(h.name)]
+        if jnp.shape(old) != jnp.shape(value):
+            raise UnsupportedError(f"fast backend: Variable {h.name!r} changes shape from {jnp.shape(old)} to "
+                                   f"{jnp.shape(value)}")
+        self.state[var_key(h.name)] = value
+
+    def get_stack(self, node: Node, h: Handle) -> stk.StackValue:
+        k = stack_key(h)
+        if k not in self.state:
+            dtype = node.inputs[2].dtype.numpy if node.op == "StackPush" else np.dtype(node.attrs["dtype"])
+            self.state[k] = stk.StackValue(self.capacity, dtype)
+        return self.state[k]  # type: ignore[no-any-return]
+
+    def set_stack(self, h: Handle, s: stk.StackValue) -> None:
+        self.state[stack_key(h)] = s
+
+    def holds(self, h: Handle) -> bool:
+        """Whether stack ``h`` is held (``fast.held``): its pushes do nothing."""
+        return stack_key(h) in self.held
+
+    def held_value(self, node: Node, h: Handle) -> Any:
+        """What a pop of held stack ``h`` returns: the Variable's value as its loop began (``hold``)."""
+        try:
+            return self.state[stk.HELD_PREFIX + stack_key(h)]
+        except KeyError:  # the loop that takes it was not traced before this pop: a fault of ours
+            raise UnsupportedError(f"fast backend: {describe_node(node)} pops a held stack before its loop "
+                                   "ran") from None
+
+    def hold(self, r: WhileRegion, state: dict[str, Any]) -> None:
+        """Take the values of the stacks held at loop ``r``'s start into ``state``: the Variables
+        they read, as they are now (nothing in ``r`` assigns them, ``fast.held``)."""
+        for k, h in self.held.items():
+            if h.loop is r and var_key(h.var_name) in state:
+                state[stk.HELD_PREFIX + k] = state[var_key(h.var_name)]
+
+    def note_push(self, node: Node, h: Handle, value: Any) -> None:
+        """Record a push of ``value`` on stack ``h`` by StackPush ``node``: a constant while tracing (a
+        forward value's shape, which a compiled loop keeps fixed) pushed by the only StackPush of that
+        stack in the whole graph is what every pop of it returns, and ``pushed_constant`` says so.
+        Why: the gradient of a value of partly known shape saves its shape on a stack and builds
+        zeros of it in the backward loop (``Fill``); XLA needs that shape when compiling, and here it
+        is known."""
+        if h.name not in pushed_once(node.graph):
+            return
+        k = stack_key(h)
+        prev = self.pushed.get(k)
+        if not is_static(value):
+            self.pushed[k] = MIXED
+        elif prev is None:
+            self.pushed[k] = np.array(value)  # (a copy: the pushed value is never changed after)
+        elif prev is not MIXED and not same_constant(prev, value):
+            self.pushed[k] = MIXED  # (one push node traced twice to different constants: a case chain's)
+
+    def pushed_constant(self, h: Handle) -> Any:
+        """The constant every push of stack ``h`` pushed (see ``note_push``), or ``None``. Every push of
+        a forward loop is traced before any pop of its gradient (program order within a trace, stage
+        order across a plan's traces), so a pop never reads a constant that a later push contradicts."""
+        v = self.pushed.get(stack_key(h))
+        return None if v is None or v is MIXED else v
+
+    # ---- reads along control-flow edges ---------------------------------------------------------
+    def read(self, env: Env, t: Tensor, reader: Node) -> Any:
+        """The value of ``t`` as the structural node ``reader`` (a Switch, Merge, Enter, Exit) passes
+        it on. Why a method: on one device it is just the environment's value, but the SPMD tier
+        (``turnout.devices.spmd``) overrides it to move the value to ``reader``'s device first."""
+        return env[key(t)]
+
+    def read_pred(self, env: Env, t: Tensor) -> Any:
+        """The value of predicate ``t`` as a ``lax.cond`` or loop test reads it: on one device the
+        environment's value; the SPMD tier overrides it to share the predicate with every device, so
+        that all of them take the same branch and run the same number of iterations."""
+        return env[key(t)]
+
+    def predicate(self, env: Env, t: Tensor, user: Node) -> Any:
+        """Predicate ``t`` as ``user`` (a cond's Switch or a loop's LoopCond) reads it (``read_pred``),
+        checked to be one boolean. Why: a predicate whose static shape is unknown can be fed a
+        vector, which ``lax.cond`` would refuse with an error naming nothing of the user's. Such a
+        predicate writes the error word with the interpreters' message
+        (``kernels.predicate_shape_message``) and reads as false, so the run raises ``KernelError``
+        as the interpreters do, and only where the Switch runs (a check in an untaken branch is
+        dropped with it)."""
+        p = self.read_pred(env, t)
+        if p is DEAD or jnp.shape(p) == ():
+            return p
+        self.check(False, kernels.predicate_shape_message(describe_node(user), jnp.shape(p)))
+        return np.asarray(False)
+
+    # ---- items ----------------------------------------------------------------------------------
+    def run_items(self, items: list[Item], env: Env) -> None:
+        for k, v in self.static.items():
+            if k in env:
+                env[k] = v
+        for it in items:
+            if isinstance(it, Node):
+                self.run_node(it, env)
+            elif isinstance(it, CondRegion):
+                self.run_cond(it, env)
+            else:
+                self.run_while(it, env)
+
+    def run_cond(self, r: CondRegion, env: Env) -> None:
+        """Conditional ``r`` on ``env`` (``conds.CondEmitter.run_cond``)."""
+        raise NotImplementedError
+
+    def run_while(self, r: WhileRegion, env: Env) -> None:
+        """Loop ``r`` on ``env`` (``emit.Emitter.run_while``)."""
+        raise NotImplementedError
+
+    def run_node(self, n: Node, env: Env) -> None:
+        if n.id in self.fed or n.id in self.known:
+            return
+        xs = [env[key(t)] for t in n.inputs]
+        dead_ctrl = any(env.get((c.id, -1)) is DEAD for c in n.control_inputs)
+        if dead_ctrl or (n.op != "Merge" and any(x is DEAD for x in xs)):
+            env[(n.id, -1)] = DEAD
+            for o in n.outputs:
+                env[key(o)] = DEAD
+            return
+        outs = None
+        if n.op in COMPUTE and n.op not in _NO_FOLD and all(is_static(x) for x in xs):
+            try:  # constant folding with the reference kernels themselves
+                outs = [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
+            except KernelError:
+                outs = None
+        if outs is None:
+            outs = refused_by_shape_rule(self, n, xs)
+        if outs is None:
+            rule = LOWERING_RULES.get(n.op)
+            if rule is None:  # a primitive the fast backend does not lower: say why (UNSUPPORTED), naming it
+                raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: "
+                                       f"{UNSUPPORTED.get(n.op, 'no lowering rule')}")
+            try:
+                outs = rule(self, n, xs)
+            except TurnoutError:
+                raise  # already says what is wrong (e.g. FeedError for an unfed Placeholder)
+            except (TypeError, ValueError, IndexError) as e:
+                raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
+        for o, v in zip(n.outputs, outs, strict=True):
+            env[key(o)] = v
+        if self.ranges:
+            propagate(self.ranges, n, xs, outs)
+
+
+__all__ = ["MIXED", "Env", "EmitterCore"]

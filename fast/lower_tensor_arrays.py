@@ -1,0 +1,209 @@
+"""Lowering rules of TensorArrays and their gradients: a TensorArray is a ``(size, *elem)`` buffer
+with a mask of written slots (``fast.values.TA``); indices are checked, or proved in range while
+tracing (``fast.ranges``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+from turnout import shapes as sh
+from turnout.errors import UnsupportedError, describe_node
+from turnout.fast.indexing import put, slot
+from turnout.fast.lowering_base import (
+    LoweringContext,
+    guard,
+    lowering_rule,
+    not_static,
+    np_dtype,
+)
+from turnout.fast.ranges import first_write, known_within
+from turnout.fast.values import MASK_DTYPE, TA, is_static
+from turnout.graph import Node
+from turnout.kernels import ta_element_mismatch
+
+
+# ---- TensorArray -----------------------------------------------------------------------------------
+def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
+    """Slot ``i`` of ``ta``, checked to be in range (a constant, or an index the trace has proved in
+    range, needs no check: ``fast.ranges``), clamped into it: a Python int when it is a constant,
+    so that indexing with it is static."""
+    if is_static(i):
+        ctx.check(np.asarray(0 <= int(i) < ta.size), f"{describe_node(n)}: {op}: index out of range for a "
+                  f"TensorArray of size {ta.size}")
+        return min(max(int(i), 0), max(ta.size - 1, 0))
+    if known_within(ctx, i, 0, ta.size - 1):  # a fold's counter (``fast.ranges``): nothing to check
+        return i
+    ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: {op}: index out of range for a TensorArray of "
+              f"size {ta.size}")
+    return jnp.clip(i, 0, max(ta.size - 1, 0))
+
+
+@lowering_rule("TensorArrayNew")
+def _ta_new(ctx, n, xs):
+    if n.attrs.get("dynamic_size"):
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: a TensorArray of dynamic size grows with its "
+                               "writes, and an XLA buffer cannot")
+    if not is_static(xs[0]):
+        not_static(ctx, n, 0,
+                    f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may "
+                    "depend on the shapes and values of fed tensors, not on loop state)")
+    size = int(xs[0])
+    guard(n, [max(size, 0)], np.int64)  # the slot table, counted as in the reference kernels
+    if size < 0:
+        ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayNew: negative size {size}")
+        size = 0
+    es = n.attrs.get("element_shape")
+    ta = TA(size, np_dtype(n.attrs["dtype"]), None, written=frozenset())
+    if es is not None and all(d is not None for d in es):
+        ta = ta.materialize(tuple(es), n)
+    return [ta]
+
+
+@lowering_rule("TensorArrayWrite")
+def _ta_write(ctx, n, xs):
+    ta, i, v = xs
+    v = jnp.asarray(v, ta.dtype)
+    # the element shape the graph declares (or earlier writes fixed), checked as the reference kernel
+    # checks it; a mismatch fails when the write runs (it may sit in a branch never taken)
+    declared = n.inputs[0].spec.elem_shape if ta.pending else ta.elem_shape
+    if not sh.compatible(declared, tuple(v.shape)):
+        ctx.check(np.asarray(False), f"{describe_node(n)}: {ta_element_mismatch(tuple(v.shape), declared)}")
+        if not ta.pending:
+            return [ta]
+    if ta.pending:
+        ta = ta.materialize(tuple(v.shape), n)
+    j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
+    if ta.size:
+        if first_write(ctx, n, ta.written, i):  # (``fast.ranges``: no slot is written twice)
+            mask = put(ta.mask, j, np.ones((), MASK_DTYPE))
+        else:
+            mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)
+            ctx.check(mask[j] == 1, f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
+                      "slots are write-once)")
+        return [TA(ta.size, ta.dtype, ta.elem_shape, put(ta.buf, j, v), mask, written=_written(ta, i))]
+    return [ta]
+
+
+#: the most constant slots whose writes a TensorArray's ``written`` records
+_WRITTEN_MAX = 64
+
+
+def _written(ta: TA, i: Any) -> Optional[frozenset[int]]:
+    """The slots known written after ``ta`` is written at ``i``: ``None`` (unknown) unless the
+    slots before were known and ``i`` is a constant."""
+    if ta.written is None or not is_static(i) or len(ta.written) >= _WRITTEN_MAX:
+        return None
+    return ta.written | {int(i)}
+
+
+@lowering_rule("TensorArrayRead")
+def _ta_read(ctx, n, xs):
+    ta, i = xs
+    if ta.pending:
+        raise UnsupportedError(f"fast backend: {describe_node(n)} reads a TensorArray whose element shape is unknown "
+                               "(nothing was written to it); give element_shape")
+    j = _ta_index(ctx, n, ta, i, "TensorArrayRead")
+    if not ta.size:
+        return [jnp.zeros(ta.elem_shape, ta.dtype)]
+    if not ta.full:
+        ctx.check(slot(ta.mask, j) > 0, f"{describe_node(n)}: TensorArrayRead: slot was never written")
+    return [slot(ta.buf, j)]
+
+
+@lowering_rule("TensorArrayStack")
+def _ta_stack(ctx, n, xs):
+    (ta,) = xs
+    if ta.pending:
+        if ta.size:
+            raise UnsupportedError(f"fast backend: {describe_node(n)} stacks a TensorArray nothing was written to")
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: empty TensorArray with an unknown element shape")
+    if ta.size:
+        ctx.check(jnp.all(ta.mask > 0), f"{describe_node(n)}: TensorArrayStack: some slots were never written")
+    return [ta.buf]
+
+
+@lowering_rule("TensorArrayUnstack")
+def _ta_unstack(ctx, n, xs):
+    v = jnp.asarray(xs[0])
+    return [TA(v.shape[0], v.dtype, tuple(v.shape[1:]), v, jnp.ones((v.shape[0],), MASK_DTYPE), full=True)]
+
+
+@lowering_rule("TensorArraySize")
+def _ta_size(ctx, n, xs):
+    return [np.asarray(xs[0].size, np.int32)]
+
+
+
+# ---- TensorArray gradients: unwritten slots count as zeros -----------------------------------------
+def _zeroed(ta: TA) -> Any:
+    """The buffer with unwritten slots as zeros (buffers start as zeros, but say so explicitly)."""
+    m = ta.mask.reshape(ta.mask.shape + (1,) * (ta.buf.ndim - 1))
+    return jnp.where(m > 0, ta.buf, jnp.zeros((), ta.dtype))
+
+
+@lowering_rule("TensorArrayAdd")
+def _ta_add(ctx, n, xs):
+    a, b = xs
+    if a.size != b.size:
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: TensorArrayAdd of sizes {a.size} and {b.size}")
+    if a.pending:
+        return [b]
+    if b.pending:
+        return [a]
+    return [TA(a.size, a.dtype, a.elem_shape, _zeroed(a) + _zeroed(b), jnp.maximum(a.mask, b.mask))]
+
+
+@lowering_rule("TensorArrayAccumulate")
+def _ta_accumulate(ctx, n, xs):
+    """Slot i += v in place (an unwritten slot counts as zero): O(element) work per call, so the
+    gradient of a scan over n elements stays O(n) in all.
+
+    The old value is ``buf[j]`` alone, without ``mask[j]``: every TA keeps its unwritten slots zero
+    (``materialize`` starts from zeros, ``TensorArrayAdd`` adds zeroed buffers). Why it matters: XLA
+    fuses a read of ``mask[j]`` into the buffer update, which then reads the whole mask while the
+    mask update writes it in place; with nothing ordering the two, XLA copied the mask twice in every
+    iteration of the backward loop (seen in the optimized HLO of the scan gradient), O(n) per
+    iteration."""
+    ta, i, v = xs
+    v = jnp.asarray(v, ta.dtype)
+    if ta.pending:
+        ta = ta.materialize(tuple(v.shape), n)
+    if not ta.size:
+        return [ta]
+    j = _ta_index(ctx, n, ta, i, "TensorArrayAccumulate")
+    return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].add(v), ta.mask.at[j].set(1))]
+
+
+def _static_shape(ctx: LoweringContext, n: Node, shp: Any, i: int) -> tuple[int, ...]:
+    if not is_static(shp):
+        not_static(ctx, n, i, f"fast backend: {describe_node(n)}: the shape must be known when compiling")
+    return tuple(int(d) for d in np.asarray(shp))
+
+
+@lowering_rule("TensorArrayReadOrZeros")
+def _ta_read_or_zeros(ctx, n, xs):
+    ta, i, shp = xs
+    shape = _static_shape(ctx, n, shp, 2)
+    if ta.pending or not ta.size:
+        if not known_within(ctx, i, 0, ta.size - 1):
+            ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: TensorArrayReadOrZeros: index out of range "
+                      f"for a TensorArray of size {ta.size}")
+        return [jnp.zeros(shape, ta.dtype)]
+    j = _ta_index(ctx, n, ta, i, "TensorArrayReadOrZeros")
+    return [jnp.where(slot(ta.mask, j) > 0, slot(ta.buf, j), jnp.zeros((), ta.dtype)).reshape(shape)]
+
+
+@lowering_rule("TensorArrayStackOrZeros")
+def _ta_stack_or_zeros(ctx, n, xs):
+    ta, shp = xs
+    shape = _static_shape(ctx, n, shp, 1)
+    if shape[0] != ta.size:
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: {ta.size} slots for a leading dimension of "
+                               f"{shape[0]}")
+    if ta.pending:
+        return [jnp.zeros(shape, ta.dtype)]
+    return [_zeroed(ta).reshape(shape)]

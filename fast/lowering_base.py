@@ -1,0 +1,143 @@
+"""What every lowering rule shares: the table the rules are filed in (``LOWERING_RULES``), the context
+a rule runs in (``LoweringContext``), and the refusals and guards rules make.
+
+Why a module of its own: the rules live in several modules by the kind of op they lower
+(``fast.lowering`` for sources, control flow and elementwise ops, ``fast.lower_structure``,
+``fast.lower_tensor_arrays``, ``fast.lower_state``); each files its rules here, and
+``fast.lowering`` imports them all, so reading ``LOWERING_RULES`` from there sees every rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, Optional, Protocol
+
+import jax.numpy as jnp
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import ResourceExhaustedError, UnsupportedError, describe_node
+from turnout.fast import stacks as stk
+from turnout.fast.values import Handle
+from turnout.graph import Node, Tensor
+from turnout.limits import check_allocation
+from turnout.tables import registrar
+
+
+class LoweringContext(Protocol):
+    """What a lowering rule may use of the emitter that runs it (``fast.emitter_core.EmitterCore``)."""
+
+    #: the fused stage's trace: loops stop at the first error
+    stop_on_error: bool
+    #: stack pointers run free (``stk.push``): no pointer of a run whose error word is set is read
+    free_pointers: bool
+
+    def check(self, ok: Any, message: str, code: str = "kernel") -> None: ...
+    def read_var(self, node: Node, h: Handle) -> Any: ...
+    def write_var(self, h: Handle, value: Any) -> None: ...
+    def get_stack(self, node: Node, h: Handle) -> stk.StackValue: ...
+    def set_stack(self, h: Handle, s: stk.StackValue) -> None: ...
+    def note_push(self, node: Node, h: Handle, value: Any) -> None: ...
+    def pushed_constant(self, h: Handle) -> Any: ...
+    def holds(self, h: Handle) -> bool: ...
+    def held_value(self, node: Node, h: Handle) -> Any: ...
+
+
+Rule = Callable[[LoweringContext, Node, Sequence[Any]], list[Any]]
+LOWERING_RULES: dict[str, Rule] = {}
+
+#: primitives the fast backend deliberately does not lower, with the reason.
+UNSUPPORTED: dict[str, str] = {
+    "Send": "unsupported: partitioned fast execution is a later issue (run partitions with backend='reference')",
+    "Recv": "unsupported: partitioned fast execution is a later issue (run partitions with backend='reference')",
+}
+
+
+#: the decorator that files a rule in ``LOWERING_RULES`` under its primitive's name
+lowering_rule = registrar(LOWERING_RULES)
+
+
+class NeedsStatic(UnsupportedError):
+    """A shape argument (a ``fill`` shape, a TensorArray size, a slice bound) known only at run time,
+    computed from root-frame feeds alone.
+
+    Why an error of its own: XLA needs static shapes, but such a program still compiles once those
+    feeds are constants of the plan. The backend catches this error, makes the feeds in ``keys``
+    static (their values become part of the plan's cache key, so a value seen before never
+    recompiles) and traces again. Where nothing is learned (no feed behind the value) it is an
+    ordinary ``UnsupportedError`` and the program runs on the interpreter fallback.
+    """
+
+    def __init__(self, message: str, keys: frozenset[tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
+#: ops through which a shape argument is not traced back to feeds: their value is not a function of
+#: the root frame's feeds alone (loop state, branches, effects)
+_NOT_FROM_FEEDS = frozenset({"Merge", "Switch", "NextIteration", "Exit", "LoopCond", "Placeholder", "Sleep"})
+
+
+def feeds_behind(t: Tensor, fed: set[int], through_switch: bool = False) -> Optional[frozenset[tuple[int, int]]]:
+    """The fed tensors whose values alone decide ``t`` (through constants, loop invariants and pure
+    ops), or None when something else does: then making feeds static cannot make ``t`` static.
+    ``through_switch`` follows a Switch to its value and predicate too: right for the predicate of a
+    cond nested in the branch of one whose predicate the same feeds decide (static, that branch is
+    taken while tracing and its Switches pass static values on)."""
+    keys: set[tuple[int, int]] = set()
+    work, seen = [t], set()
+    while work:
+        u = work.pop()
+        n = u.node
+        if (n.id, u.index) in seen:
+            continue
+        seen.add((n.id, u.index))
+        if n.id in fed:
+            keys.add((n.id, u.index))
+        elif through_switch and n.op == "Switch":
+            work += list(n.inputs)
+        elif (n.op in _NOT_FROM_FEEDS or n.op.startswith(("TensorArray", "Stack", "Assign", "Var"))
+              or (n.op == "Enter" and not n.attrs.get("is_constant"))):
+            return None
+        else:
+            work += list(n.inputs)
+    return frozenset(keys) if keys else None
+
+
+def not_static(ctx: LoweringContext, n: Node, i: int, message: str) -> NoReturn:
+    """Refuse a shape argument (input ``i`` of ``n``) that is not static while tracing: ``NeedsStatic``
+    when feeds decide it (the backend specialises the plan on their values), else ``UnsupportedError``."""
+    keys = feeds_behind(n.inputs[i], getattr(ctx, "fed", set()))
+    if keys:
+        raise NeedsStatic(message, keys)
+    raise UnsupportedError(message)
+
+
+def np_dtype(d: Any) -> Any:
+    """The numpy dtype of Turnout dtype ``d``."""
+    return dt.as_dtype(d).numpy
+
+
+def is_int(x: Any) -> bool:
+    """Whether ``x`` has an integer dtype."""
+    return jnp.issubdtype(jnp.result_type(x), jnp.integer)
+
+
+def guard(n: Node, shape: Sequence[int], dtype: Any) -> None:
+    """The allocation guard (``turnout.limits``), applied when the program is traced: shapes are static."""
+    try:
+        check_allocation(n.op, shape, np.dtype(dtype).itemsize)
+    except ResourceExhaustedError as e:
+        raise ResourceExhaustedError(f"{describe_node(n)}: {e}") from None
+
+
+def fails_when_run(ctx: LoweringContext, n: Node, message: str, shape: Sequence[int], dtype: Any) -> list[Any]:
+    """An op whose operands' shapes (known once traced) make it fail whenever it runs: the error word
+    says so if it runs, and zeros of its result's shape stand in, so an op on a branch that is not
+    taken costs nothing (the interpreters raise ``KernelError`` only where it runs)."""
+    ctx.check(np.asarray(False), f"{describe_node(n)}: {message}")
+    return [jnp.zeros(tuple(shape), dtype)]
+
+
+__all__ = ["LOWERING_RULES", "UNSUPPORTED", "LoweringContext", "NeedsStatic", "Rule", "fails_when_run", "feeds_behind",
+           "guard", "is_int", "lowering_rule", "not_static", "np_dtype"]
