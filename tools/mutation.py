@@ -4,7 +4,9 @@
     python tools/mutation.py --module reference/rules.py --sample 40 --seed 3
     python tools/mutation.py --module fast/emit.py --list     # the mutants, without running anything
     python tools/mutation.py --module reference/rules.py --show rules:1a2b3c4d   # one mutant's diff
+    python tools/mutation.py --module reference/rules.py --run ID --tests tests/test_x.py::test_y
     TURNOUT_MUTATION=nightly python tools/mutation.py         # every mutant of every module
+    python tools/mutation.py --module reference/rules.py --all --range 218:507   # a stretch of the full set
 
 The mutants are mutmut's (``pip install -e ".[mutation]"``): its libcst operators (comparison and
 arithmetic swaps, ``and``/``or``, constants, strings, removed arguments, ``None`` for expressions, ...)
@@ -562,8 +564,13 @@ def load_equivalents() -> dict[str, str]:
     return {e["id"]: e["reason"] for e in data.get("equivalent", [])}
 
 
-def sample(mutants: list[Mutant], n: Optional[int], seed: int) -> list[Mutant]:
-    """A seeded sample of ``n`` mutants (all of them when n is None), in source order."""
+def sample(mutants: list[Mutant], n: Optional[int], seed: int,
+           span: Optional[tuple[int, int]] = None) -> list[Mutant]:
+    """A seeded sample of ``n`` mutants (all of them when n is None), in source order. ``span`` (start,
+    end) keeps only the mutants at those places of the source order first, so that a full set too long
+    for one sitting can be run a stretch at a time (``--range``)."""
+    if span is not None:
+        mutants = mutants[span[0]:span[1]]
     if n is None or n >= len(mutants):
         return list(mutants)
     keep = set(random.Random(seed).sample(range(len(mutants)), n))
@@ -651,7 +658,7 @@ def baseline(path: str, tests: list[str], select: bool) -> tuple[float, Optional
 
 def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], log: Any,
              progress: Callable[[dict[str, Any]], object] = lambda section: None, jobs: int = 1,
-             select: bool = True, fresh: bool = False) -> dict[str, Any]:
+             select: bool = True, fresh: bool = False, span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Run a sample of the mutants of one module; return its section of the report. ``progress`` gets
     the section so far after every mutant (so a campaign stopped early still leaves a report)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -659,7 +666,7 @@ def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], l
     spec = MODULES[path]
     equivalents = load_equivalents()
     everything = mutants_of(path)
-    chosen = sample(everything, n, seed)
+    chosen = sample(everything, n, seed, span)
     tests = existing_tests(spec["tests"], spec.get("select"))  # fixed for the whole campaign
     base, by_line = baseline(path, tests, select)
     limit = timeout or max(30.0, 3 * base)
@@ -764,6 +771,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="mutants per module, drawn with --seed (default 60; nightly: all)")
     p.add_argument("--all", action="store_true", help="every mutant (no sampling)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--range", metavar="START:END", type=lambda r: tuple(int(x) for x in r.split(":")),
+                   help="only the mutants at places START to END-1 of the source order (0-based), e.g. the "
+                        "rest of a full set stopped part way")
     p.add_argument("--timeout", type=float, default=None, help="seconds per mutant (default: 3x the unmutated run)")
     p.add_argument("--report", default="report", help="report name under .mutation/ (default: report)")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at a time, each in its own pytest process")
@@ -774,6 +784,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--list", action="store_true", help="list the chosen mutants and stop")
     p.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
     p.add_argument("--run", metavar="ID", help="run one mutant (all its module's tests) and print the output")
+    p.add_argument("--tests", nargs="+", metavar="TEST",
+                   help="with --run: only these tests (pytest ids, e.g. tests/test_x.py::test_y), to check "
+                        "that a new test kills the mutant")
     a = p.parse_args(argv)
     # Ctrl-C, `kill -INT` (which a shell's background job ignores unless told) and `kill PID` all stop
     # a campaign: the queue dropped, the running tests ended, nothing half-run recorded.
@@ -787,14 +800,14 @@ def main(argv: Optional[list[str]] = None) -> None:
                 if m.id == (a.show or a.run):
                     print(m.diff)
                     if a.run:
-                        tests = existing_tests(MODULES[path]["tests"], MODULES[path].get("select"))
+                        tests = a.tests or existing_tests(MODULES[path]["tests"], MODULES[path].get("select"))
                         outcome, dt, tail = run_tests(m, MODULES[path]["module"], tests, 3600)
                         print(tail, f"\n{outcome} in {dt:.1f}s")
                     return
         sys.exit(f"no mutant {a.show or a.run} in {', '.join(modules)}")
     if a.list:
         for path in modules:
-            for m in sample(mutants_of(path), n, a.seed):
+            for m in sample(mutants_of(path), n, a.seed, a.range):
                 print(f"{m.id} line {m.line}\n{m.diff}")
         return
     sections: list[dict[str, Any]] = []
@@ -802,7 +815,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         for path in modules:
             sections.append(campaign(path, n, a.seed, a.timeout, sys.stdout,
                                      lambda part: write_report([*sections, part], argv, a.report),
-                                     jobs=a.jobs, select=a.select, fresh=a.fresh))
+                                     jobs=a.jobs, select=a.select, fresh=a.fresh, span=a.range))
     except KeyboardInterrupt:
         sys.exit("stopped: the outcomes decided so far are kept under .mutation/results/ (run the same "
                  "command to resume)")
