@@ -58,6 +58,7 @@ from turnout.errors import (
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
 from turnout.kernels import TensorArrayValue, run_kernel, truth
+from turnout.reference.trace import fmt_tag as message_tag
 from turnout.session import RunOptions, RunResult
 from turnout.validate import validate
 
@@ -819,8 +820,10 @@ def _fire_merge_live(c: Config, f: Firing, u: _Update) -> None:
 
 def _fire_merge_conflict(c: Config, f: Firing, u: _Update) -> None:
     """[E-Merge-Conflict]: a Merge holds two live data inputs at one tag (both waiting, or one arriving
-    after it fired): the run stops with MergeConflictError, whichever input came first."""
-    raise MergeConflictError(merge_conflict_message(c.program.nodes[f.node_id], fmt_tag(f.tag)))
+    after it fired): the run stops with MergeConflictError, whichever input came first. Its message
+    writes the tag as the reference interpreter does (``root``, ``outer:1/inner:0``): it is the one
+    message every interpreter gives."""
+    raise MergeConflictError(merge_conflict_message(c.program.nodes[f.node_id], message_tag(f.tag)))
 
 
 def _fire_enter(c: Config, f: Firing, u: _Update) -> None:

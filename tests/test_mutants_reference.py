@@ -128,6 +128,25 @@ def test_stack_pop_returns_what_was_pushed_under_its_index() -> None:
     assert tn.Session(g).run(pop) == 5.0
 
 
+def test_two_stacks_of_one_run_keep_their_values_apart() -> None:
+    """[E-Stack-Push] / [E-Stack-Pop] act on the stack their handle names, and each StackNew makes its own
+    stack (its handle is derived from its node and tag): two stacks pushed under the same index give
+    back, each, the value pushed to it."""
+    g = tn.Graph()
+    with g.as_default():
+        pops = []
+        for name, value in (("a", 5.0), ("b", 7.0)):
+            s = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name=f"stk_{name}")
+            push = g.create_node("StackPush", [s.outputs[0], tn.constant([0]), tn.constant(value)], name=f"psh_{name}")
+            pops.append((s, push))
+        outs = []
+        with g.control_dependencies([push for _, push in pops]):
+            for s, _ in pops:
+                outs.append(g.create_node("StackPop", [s.outputs[0], tn.constant([0])],
+                                          {"dtype": "float32", "shape": []}).outputs[0])
+    assert [float(v) for v in tn.Session(g).run(outs)] == [5.0, 7.0]
+
+
 def test_stack_pop_of_an_index_never_pushed_names_the_op_and_index() -> None:
     g, pop = _stack_graph(2, 1)
     with pytest.raises(tn.ExecutionError, match=r"pop_it.*no value was pushed for index \(1,\)"):

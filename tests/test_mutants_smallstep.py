@@ -336,3 +336,30 @@ def test_max_seconds_bounds_a_direct_run() -> None:
         (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)])
     with pytest.raises(tn.NonTerminationError, match=r"more than max_seconds=0\.05 seconds"):
         ss.run(g, [k], max_seconds=0.05, max_steps=20_000)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_merge_conflict_gives_the_reference_message_word_for_word(nested: bool) -> None:
+    """[E-Merge-Conflict] has one message whichever interpreter runs the graph
+    (``errors.merge_conflict_message``), tag included: the small-step system writes the tag as the
+    reference does, ``root`` at the root and ``loop:0`` at iteration 0 of a loop, so that a user who
+    matches the message reads the same words from either oracle."""
+    from turnout import raw
+    from turnout.reference.executor import run_graph
+
+    g = tn.Graph()
+    with g.as_default():
+        if nested:
+            m, _ = raw.merge([raw.enter(tn.constant(0.0), "loop"), raw.BACK_EDGE])
+            _, t = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3.0), "loop", is_constant=True)))
+            racy, _ = raw.merge([t, t + raw.enter(tn.constant(1.0), "loop", is_constant=True)], name="racy")
+            raw.close_back_edge(m, raw.next_iteration(racy))
+            out = raw.exit(m)
+        else:
+            out, _ = raw.merge([tn.constant(1.0), tn.constant(2.0)], name="racy")
+    with pytest.raises(tn.MergeConflictError) as by_reference:
+        run_graph(g, [out])
+    with pytest.raises(tn.MergeConflictError) as by_smallstep:
+        ss.run(g, [out])
+    assert f"at tag {'loop:0' if nested else 'root'};" in str(by_reference.value)
+    assert str(by_smallstep.value) == str(by_reference.value)

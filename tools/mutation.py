@@ -4,7 +4,9 @@
     python tools/mutation.py --module reference/rules.py --sample 40 --seed 3
     python tools/mutation.py --module fast/emit.py --list     # the mutants, without running anything
     python tools/mutation.py --module reference/rules.py --show rules:1a2b3c4d   # one mutant's diff
+    python tools/mutation.py --module reference/rules.py --run ID --tests tests/test_x.py::test_y
     TURNOUT_MUTATION=nightly python tools/mutation.py         # every mutant of every module
+    python tools/mutation.py --module reference/rules.py --all --range 218:507   # a stretch of the full set
 
 The mutants are mutmut's (``pip install -e ".[mutation]"``): its libcst operators (comparison and
 arithmetic swaps, ``and``/``or``, constants, strings, removed arguments, ``None`` for expressions, ...)
@@ -22,7 +24,8 @@ holding the mutation records whether any test reached it.
 Which tests run: a module's test files (``MODULES`` below, fastest first, ``-x``) first run unmutated
 under ``coverage``, each test in its own coverage context. That run must pass; its time sets the
 per-mutant timeout (``--timeout`` overrides it), and it records which tests execute each line of the
-module (kept under ``.mutation/coverage/``, keyed by the hashes of the module and of ``tests/``). A
+module (kept under ``.mutation/coverage/``, keyed by the hash of every Python file of the package and
+its tests and of the test list, so a campaign started again on unchanged sources skips it). A
 mutant inside a function runs only the tests that executed a line of that function's body (all of the
 module's tests where a line ran outside any test, e.g. in a thread that outlived its test; a
 module-level mutant runs them all). A mutant whose function no test executes is *not reached* at
@@ -45,7 +48,9 @@ keyed by its id and the hash of its module's source, so a campaign stopped part 
 repeated) skips the mutants already decided. A kill stays valid while the module is unchanged; a
 survivor or a gap is run again once any file under ``tests/`` changes (a new test may kill it).
 ``--fresh`` ignores the kept outcomes. ``--jobs N`` runs N mutants at a time, each in its own pytest
-process and its own copy of the mutated module.
+process and its own copy of the mutated module. Ctrl-C, ``kill -INT PID`` or ``kill PID`` stops a
+campaign: the queued mutants are dropped, the running pytest processes ended (each runs in its own
+session, so a signal meant for the campaign does not reach it), and a run so ended records nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -368,6 +374,8 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     t0 = time.perf_counter()
     proc = subprocess.Popen(_pytest_cmd(tests), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with _LOCK:
+        _RUNNING.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -376,10 +384,15 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
         _cleanup(slot)
         return "timeout", time.perf_counter() - t0, ""
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _end(proc)
         _cleanup(slot)
         raise
+    finally:
+        with _LOCK:
+            _RUNNING.discard(proc)
+    if _STOP.is_set():  # ended by a stopping campaign: not the mutant's outcome
+        _cleanup(slot)
+        raise _Stopped()
     dt = time.perf_counter() - t0
     st = json.load(open(status)) if os.path.exists(status) else {}
     _cleanup(slot)
@@ -390,6 +403,36 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     if mutant is not None and not st.get("reached") and mutant.function != "<module>":
         return "not reached", dt, out[-3000:]  # (a module-level mutant is reached when the module loads)
     return "survived", dt, out[-3000:]
+
+
+class _Stopped(Exception):
+    """A run ended because its campaign is stopping (Ctrl-C, SIGTERM): it decides nothing."""
+
+
+#: The pytest processes running now (each in its own session, so a Ctrl-C meant for the campaign does
+#: not reach them) and the flag a stopping campaign sets, so that no ended run is recorded as a kill.
+_RUNNING: set[subprocess.Popen[str]] = set()
+_LOCK = threading.Lock()
+_STOP = threading.Event()
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
+def _end_running() -> None:
+    """Kill every running test process (a stopping campaign leaves none behind)."""
+    with _LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _cleanup(slot: str) -> None:
@@ -524,8 +567,13 @@ def load_equivalents() -> dict[str, str]:
     return {e["id"]: e["reason"] for e in data.get("equivalent", [])}
 
 
-def sample(mutants: list[Mutant], n: Optional[int], seed: int) -> list[Mutant]:
-    """A seeded sample of ``n`` mutants (all of them when n is None), in source order."""
+def sample(mutants: list[Mutant], n: Optional[int], seed: int,
+           span: Optional[tuple[int, int]] = None) -> list[Mutant]:
+    """A seeded sample of ``n`` mutants (all of them when n is None), in source order. ``span`` (start,
+    end) keeps only the mutants at those places of the source order first, so that a full set too long
+    for one sitting can be run a stretch at a time (``--range``)."""
+    if span is not None:
+        mutants = mutants[span[0]:span[1]]
     if n is None or n >= len(mutants):
         return list(mutants)
     keep = set(random.Random(seed).sample(range(len(mutants)), n))
@@ -578,27 +626,52 @@ class Results:
             f.write(json.dumps(rec) + "\n")
 
 
-def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], log: Any,
-             progress: Callable[[dict[str, Any]], object] = lambda section: None, jobs: int = 1,
-             select: bool = True, fresh: bool = False) -> dict[str, Any]:
-    """Run a sample of the mutants of one module; return its section of the report. ``progress`` gets
-    the section so far after every mutant (so a campaign stopped early still leaves a report)."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
+def source_digest(tests: list[str]) -> str:
+    """A hash of every Python file of the package and its tests, and of a module's test list: what
+    decides whether its unmutated run still passes and which test runs which line."""
+    files = [os.path.relpath(os.path.join(d, f), ROOT) for top in ("turnout", "reference", "semantics", "fast",
+             "devices", "tests") for d, _, fs in os.walk(os.path.join(ROOT, top)) for f in fs if f.endswith(".py")]
+    return hashlib.sha1((_digest(files) + "\n".join(tests)).encode()).hexdigest()[:12]
 
-    spec = MODULES[path]
-    equivalents = load_equivalents()
-    everything = mutants_of(path)
-    chosen = sample(everything, n, seed)
-    tests = existing_tests(spec["tests"], spec.get("select"))  # fixed for the whole campaign
+
+def baseline(path: str, tests: list[str], select: bool) -> tuple[float, Optional[dict[int, set[str]]]]:
+    """The unmutated run of ``path``'s tests: its seconds and, where tests are selected by coverage,
+    which tests run each line (``lines_run_by``). It must pass. Kept under ``.mutation/coverage/``,
+    keyed by ``source_digest``, so a campaign started again on unchanged sources skips it."""
     stem = path.replace("/", "_").removesuffix(".py")
+    kept = os.path.join(WORK, "coverage", f"{stem}-{source_digest(tests)}{'' if select else '-all'}.json")
+    if os.path.exists(kept):
+        with open(kept) as f:
+            rec = json.load(f)
+        lines = rec["by_line"]
+        return rec["base"], None if lines is None else {int(k): set(v) for k, v in lines.items()}
     cover = os.path.join(WORK, f"coverage-{stem}-{os.getpid()}") if select else None
-    outcome, base, tail = run_tests(None, spec["module"], tests, timeout=3600, cover=cover)
+    outcome, base, tail = run_tests(None, MODULES[path]["module"], tests, timeout=3600, cover=cover)
     if outcome != "survived":
         raise SystemExit(f"the tests of {path} fail unmutated; fix them first:\n{tail}")
     by_line = lines_run_by(cover, path) if cover else None
     if cover and os.path.exists(cover):
         os.remove(cover)
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    with open(kept, "w") as f:
+        json.dump({"base": base, "by_line": None if by_line is None else
+                   {str(k): sorted(v) for k, v in by_line.items()}}, f)
+    return base, by_line
+
+
+def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], log: Any,
+             progress: Callable[[dict[str, Any]], object] = lambda section: None, jobs: int = 1,
+             select: bool = True, fresh: bool = False, span: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+    """Run a sample of the mutants of one module; return its section of the report. ``progress`` gets
+    the section so far after every mutant (so a campaign stopped early still leaves a report)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = MODULES[path]
+    equivalents = load_equivalents()
+    everything = mutants_of(path)
+    chosen = sample(everything, n, seed, span)
+    tests = existing_tests(spec["tests"], spec.get("select"))  # fixed for the whole campaign
+    base, by_line = baseline(path, tests, select)
     limit = timeout or max(30.0, 3 * base)
     results = Results(path, fresh)
     print(f"{path}: {len(everything)} mutants, running {len(chosen)} (seed {seed}); unmutated tests "
@@ -630,9 +703,16 @@ def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], l
                   f"{ran}{', kept' if m.reason == 'kept' else ''})", file=log, flush=True)
             progress(_section(path, len(everything), sorted(finished, key=chosen.index), seed, base))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         for f in [pool.submit(one, m) for m in chosen]:
             f.result()
+    except BaseException:  # Ctrl-C or SIGTERM: drop the queue, end the running tests, keep no outcome
+        _STOP.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        _end_running()
+        raise
+    pool.shutdown()
     return _section(path, len(everything), chosen, seed, base)
 
 
@@ -694,6 +774,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="mutants per module, drawn with --seed (default 60; nightly: all)")
     p.add_argument("--all", action="store_true", help="every mutant (no sampling)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--range", metavar="START:END", type=lambda r: tuple(int(x) for x in r.split(":")),
+                   help="only the mutants at places START to END-1 of the source order (0-based), e.g. the "
+                        "rest of a full set stopped part way")
     p.add_argument("--timeout", type=float, default=None, help="seconds per mutant (default: 3x the unmutated run)")
     p.add_argument("--report", default="report", help="report name under .mutation/ (default: report)")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at a time, each in its own pytest process")
@@ -704,7 +787,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--list", action="store_true", help="list the chosen mutants and stop")
     p.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
     p.add_argument("--run", metavar="ID", help="run one mutant (all its module's tests) and print the output")
+    p.add_argument("--tests", nargs="+", metavar="TEST",
+                   help="with --run: only these tests (pytest ids, e.g. tests/test_x.py::test_y), to check "
+                        "that a new test kills the mutant")
     a = p.parse_args(argv)
+    # Ctrl-C, `kill -INT` (which a shell's background job ignores unless told) and `kill PID` all stop
+    # a campaign: the queue dropped, the running tests ended, nothing half-run recorded.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     modules = a.module or (sorted(MODULES) if nightly else DEFAULT_MODULES)
     n = None if a.all else a.sample
     if a.show or a.run:
@@ -713,21 +803,25 @@ def main(argv: Optional[list[str]] = None) -> None:
                 if m.id == (a.show or a.run):
                     print(m.diff)
                     if a.run:
-                        tests = existing_tests(MODULES[path]["tests"], MODULES[path].get("select"))
+                        tests = a.tests or existing_tests(MODULES[path]["tests"], MODULES[path].get("select"))
                         outcome, dt, tail = run_tests(m, MODULES[path]["module"], tests, 3600)
                         print(tail, f"\n{outcome} in {dt:.1f}s")
                     return
         sys.exit(f"no mutant {a.show or a.run} in {', '.join(modules)}")
     if a.list:
         for path in modules:
-            for m in sample(mutants_of(path), n, a.seed):
+            for m in sample(mutants_of(path), n, a.seed, a.range):
                 print(f"{m.id} line {m.line}\n{m.diff}")
         return
     sections: list[dict[str, Any]] = []
-    for path in modules:
-        sections.append(campaign(path, n, a.seed, a.timeout, sys.stdout,
-                                 lambda part: write_report([*sections, part], argv, a.report),
-                                 jobs=a.jobs, select=a.select, fresh=a.fresh))
+    try:
+        for path in modules:
+            sections.append(campaign(path, n, a.seed, a.timeout, sys.stdout,
+                                     lambda part: write_report([*sections, part], argv, a.report),
+                                     jobs=a.jobs, select=a.select, fresh=a.fresh, span=a.range))
+    except KeyboardInterrupt:
+        sys.exit("stopped: the outcomes decided so far are kept under .mutation/results/ (run the same "
+                 "command to resume)")
     report = write_report(sections, argv, a.report)
     for s in sections:
         pct = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
