@@ -102,6 +102,24 @@ def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
     assert second and all(nd.attrs.get("memory_budget") == 2048 for nd in second)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hand_built_stack_runs_under_a_run_budget(backend: str) -> None:
+    """A stack built by hand (a ``StackNew`` of no loop, so of no loop's budget) under a run budget: its
+    pushes are not a loop's saved values, and the run gives what it gives without a budget."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        s = g.create_node("StackNew", (), {"elem_dtype": "float64", "elem_shape": []}, name="stk").outputs[0]
+
+        def push(i: Any, c: Any) -> Any:
+            p = g.create_node("StackPush", [s, tn.reshape(i, [1]), tn.cast(i, tn.float64)]).outputs[0]
+            return i + 1, c + p
+
+        _, out = tn.while_loop(lambda i, c: i < n, push, [tn.constant(0), tn.constant(0.0, tn.float64)])
+    sess = tn.Session(g, backend=backend)
+    assert float(sess.run(out, {n: 5}, memory_budget=1 << 20)) == float(sess.run(out, {n: 5})) == 10.0
+
+
 # ---- the planner's rules -------------------------------------------------------------------------
 CPU, GPU = mp.platform("cpu"), mp.platform("gpu")
 
