@@ -104,11 +104,13 @@ def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_hand_built_stack_runs_under_a_run_budget(backend: str) -> None:
-    """A stack built by hand (a ``StackNew`` of no loop, so of no loop's budget) under a run budget: its
-    pushes are not a loop's saved values, and the run gives what it gives without a budget."""
+    """A stack built by hand (a ``StackNew`` of no loop, so of no loop's budget) beside a loop whose
+    gradient is counted under a run budget: its pushes are not a loop's saved values, and the run
+    gives what it gives without a budget, the loop's saved bytes counted as for the loop alone."""
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
+        x = tn.placeholder(tn.float32, [4], name="x")
         s = g.create_node("StackNew", (), {"elem_dtype": "float64", "elem_shape": []}, name="stk").outputs[0]
 
         def push(i: Any, c: Any) -> Any:
@@ -116,8 +118,16 @@ def test_a_hand_built_stack_runs_under_a_run_budget(backend: str) -> None:
             return i + 1, c + p
 
         _, out = tn.while_loop(lambda i, c: i < n, push, [tn.constant(0), tn.constant(0.0, tn.float64)])
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             name="rnn")
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
     sess = tn.Session(g, backend=backend)
-    assert float(sess.run(out, {n: 5}, memory_budget=1 << 20)) == float(sess.run(out, {n: 5})) == 10.0
+    feed = {n: 5, x: X0}
+    got = sess.run([out, gx], feed, memory_budget=1 << 20)
+    want = sess.run([out, gx], feed)
+    assert float(got[0]) == float(want[0]) == 10.0
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    np.testing.assert_allclose(got[1], expected_grad(5), rtol=1e-5)
 
 
 # ---- the planner's rules -------------------------------------------------------------------------
