@@ -89,6 +89,9 @@ def test_one_mutant_end_to_end() -> None:
     assert mutation.run_tests(seed_one, target, queue_test, 120)[0] == "survived"
     other = ["tests/test_mutation_tool.py::test_samples_are_seeded_and_in_source_order"]
     assert mutation.run_tests(fifo_to_lifo, target, other, 120)[0] in ("not reached", "not loaded")
+    # a test path pytest cannot find ran nothing: not a kill, and the campaign stops
+    with pytest.raises(SystemExit, match="could not run"):
+        mutation.run_tests(fifo_to_lifo, target, ["test_mutants_reference.py"], 120)
 
 
 # ---- which tests run, the score, resuming ---------------------------------------------------------

@@ -324,6 +324,11 @@ def existing_tests(tests: list[str], select: Optional[str] = None) -> list[str]:
     return files + (["-k", select] if select else [])
 
 
+#: pytest's exit codes that say no test ran (a test path not found, nothing collected): a campaign
+#: stops there, where it would otherwise count every mutant killed
+_NOT_RUN = {4: "a usage error, such as a test path not found", 5: "no tests collected"}
+
+
 def _pytest_cmd(files: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "mutation", *files]
 
@@ -396,6 +401,8 @@ def run_tests(mutant: Optional[Mutant], module: str, tests: list[str], timeout: 
     dt = time.perf_counter() - t0
     st = json.load(open(status)) if os.path.exists(status) else {}
     _cleanup(slot)
+    if proc.returncode in _NOT_RUN:  # the tests never ran: no outcome of the mutant's
+        raise SystemExit(f"pytest could not run {' '.join(tests)} ({_NOT_RUN[proc.returncode]}):\n{out[-3000:]}")
     if proc.returncode != 0:
         return "killed", dt, out[-3000:]
     if mutant is not None and not st.get("loaded"):
