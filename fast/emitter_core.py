@@ -10,6 +10,7 @@ of this core, as classes stacked in that order; ``fast.emit.Emitter`` is the top
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import jax
@@ -40,7 +41,7 @@ Env = dict[Key, Any]
 MIXED = object()
 
 
-class EmitterCore:
+class EmitterCore(ABC):
     """Runs region trees on tracers. ``state`` is the current run-time state (a dict of pytrees:
     ``var:NAME``, ``stack:ID``, ``err``); rules update it through the LoweringContext methods.
 
@@ -103,7 +104,7 @@ class EmitterCore:
     # ---- LoweringContext ------------------------------------------------------------------------
         self.init_trace_state()
 
-    def init_trace_state(self) -> None:
+    def init_trace_state(self) -> None:  # noqa: B027 (a hook each layer extends, empty at the core)
         """The trace state of the layers above the core (each extends this, calling it first): the
         core's own is made by ``__init__``."""
 
@@ -242,13 +243,15 @@ class EmitterCore:
             else:
                 self.run_while(it, env)
 
+    @abstractmethod
     def run_cond(self, r: CondRegion, env: Env) -> None:
-        """Conditional ``r`` on ``env`` (``conds.CondEmitter.run_cond``)."""
-        raise NotImplementedError
+        """Conditional ``r`` on ``env``: the hook ``run_items`` calls, filled by the conds layer
+        (``conds.CondEmitter.run_cond``)."""
 
+    @abstractmethod
     def run_while(self, r: WhileRegion, env: Env) -> None:
-        """Loop ``r`` on ``env`` (``emit.Emitter.run_while``)."""
-        raise NotImplementedError
+        """Loop ``r`` on ``env``: the hook ``run_items`` calls, filled by the top layer, which picks
+        each loop's form (``emit.Emitter.run_while``)."""
 
     def run_node(self, n: Node, env: Env) -> None:
         if n.id in self.fed or n.id in self.known:
