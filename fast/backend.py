@@ -88,7 +88,7 @@ from turnout.fast.values import DEAD, start_reads, to_host, wrap_static
 from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
-from turnout.memory_plan import MemoryPlan
+from turnout.memory_plan import MemoryPlan, budgeted_loops
 from turnout.run_schedule import RunSchedule
 from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
@@ -133,7 +133,6 @@ class FastBackend:
         self.options = fast_options(options, fields)
         self._records: list[dict[str, Any]] = []
         self._budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]] = {}  # (id(plan), run budget) -> it
-        self._loop_budgets: tuple[int, bool] = (-1, False)  # (graph version, whether a loop has a budget)
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, frozenset[Key]] = {}
@@ -415,12 +414,8 @@ class FastBackend:
         where a memory budget applies (``turnout.memory_plan``), so that the buffers fit it, and the
         plan that the run's ``ChunkStore`` checks and whose swaps it makes."""
         chunk = self.options.stack_chunk
-        if options.memory_budget is None:  # then only a loop's own budget applies: has any loop one?
-            if self._loop_budgets[0] != self.graph.version:
-                self._loop_budgets = (self.graph.version, any(n.op == "StackNew" and "memory_budget" in n.attrs
-                                                              for n in self.graph.nodes))
-            if not self._loop_budgets[1]:
-                return chunk, None
+        if options.memory_budget is None and not budgeted_loops(self.graph):  # (nor has any loop one)
+            return chunk, None
         with jax.enable_x64(True):
             plan = self._plan(fetches, feeds, variables, chunk)
         k = (id(plan), options.memory_budget)  # (plans live as long as the backend)

@@ -31,6 +31,7 @@ accounting against it while the run goes).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -296,6 +297,23 @@ def stack_sizes(nodes: Iterable[Any]) -> list[StackSize]:
                                  bool(a.get("swap_memory", False)), a.get("memory_budget"),
                                  str(a.get("frame_name", ""))))
     return out
+
+
+#: graph -> (its version, the loops with a budget of their own): read once per graph version
+_BUDGETED: weakref.WeakKeyDictionary[Any, tuple[int, tuple[str, ...]]] = weakref.WeakKeyDictionary()
+
+
+def budgeted_loops(graph: Any) -> tuple[str, ...]:
+    """The names of ``graph``'s loops that have a memory budget of their own (``tn.while_loop(...,
+    memory_budget=)``, recorded on their stacks), in build order, without repeats. Why memoised per
+    graph version: every run asks (a backend to know whether any budget applies, a session to refuse
+    budgets on a backend that cannot honour them), and the answer changes only with the graph."""
+    got = _BUDGETED.get(graph)
+    if got is None or got[0] != graph.version:
+        loops = dict.fromkeys(n.attrs["loop_name"] for n in graph.nodes
+                              if n.op == "StackNew" and "memory_budget" in n.attrs)
+        got = _BUDGETED[graph] = (graph.version, tuple(loops))
+    return got[1]
 
 
 def run_plan(nodes: Iterable[Any], where: Platform, run_budget: Optional[int]) -> Optional[MemoryPlan]:

@@ -206,9 +206,8 @@ class Session:
         self._last_fetch: Any = _NO_FETCH  # (not None: ``run(None)`` must reach the fetch checks)
         self._last_lane: Optional[Callable[..., Any]] = None
         self._lazy: Optional[tuple[list[Any], dict[str, Any], float]] = None
-        # whether runs may carry memory budgets (``_refuse_budgets``), and the graph version last read for them
+        # whether runs may carry memory budgets (``_refuse_budgets``)
         self._honours_budgets = bool(getattr(self.backend, "memory_budgets", False))
-        self._budget_scan: tuple[int, list[str]] = (-1, [])
         # (tensor, dtype, shape) of feeds that passed check_feed -> whether their values still need a
         # per-value range check (``_range_checked``); the other checks depend only on the signature
         self._feeds_ok: dict[tuple[Tensor, np.dtype, tuple[int, ...]], bool] = {}
@@ -267,16 +266,16 @@ class Session:
     def _refuse_budgets(self, opts: RunOptions) -> None:
         """On a backend that does not honour memory budgets (only the reference and the one-device fast
         backends count saved values against them): refuse a run budget, and a graph with a loop's own
-        budget, rather than run over it without a word. The graph is read once per version."""
+        budget, rather than run over it without a word. The graph is read once per version
+        (``memory_plan.budgeted_loops``)."""
+        from turnout.memory_plan import budgeted_loops
+
         budgeted = opts.memory_budget is not None
-        if not budgeted and self._budget_scan[0] != self.graph.version:
-            self._budget_scan = (self.graph.version, [n.attrs["loop_name"] for n in self.graph.nodes
-                                                      if n.op == "StackNew" and "memory_budget" in n.attrs])
-        loops = self._budget_scan[1] if not budgeted else []
+        loops = budgeted_loops(self.graph) if not budgeted else ()
         if budgeted or loops:
             from turnout.errors import UnsupportedError
 
-            what = "memory_budget" if budgeted else f"the memory_budget of loop(s) {sorted(set(loops))}"
+            what = "memory_budget" if budgeted else f"the memory_budget of loop(s) {sorted(loops)}"
             raise UnsupportedError(f"backend {self.backend_name!r} does not honour {what}: the reference and fast "
                                    "backends on one device do; run there, or without the budget")
 
