@@ -52,6 +52,14 @@ class LoopMemory:
         return None if any(b is None for b in sizes) else sum(sizes)  # type: ignore[arg-type]
 
 
+def _plan_lines(plan: Optional[MemoryPlan]) -> list[str]:
+    """The summary lines of a memory plan: none without a budget (every loop then keeps: nothing to
+    say), else a header and the plan's line per loop."""
+    if plan is None or not plan.budgeted:
+        return []
+    return ["memory plan:", *(f"  {line}" for line in plan.lines())]
+
+
 @dataclass
 class MemoryReport:
     """``memory_report(graph)``: per forward loop, what it saves per iteration (``loops``), and how a
@@ -80,9 +88,7 @@ class MemoryReport:
             for s in lp.stacked:
                 b = "?" if s.bytes_per_iteration is None else s.bytes_per_iteration
                 lines.append(f"  {s.tensor:40s} {s.dtype:9s} {sh.fmt(s.shape):14s} {b} B/iter")
-        if self.plan is not None and self.plan.budgeted:  # (without a budget every loop keeps: said nothing)
-            lines += ["memory plan:", *(f"  {line}" for line in self.plan.lines())]
-        return "\n".join(lines)
+        return "\n".join([*lines, *_plan_lines(self.plan)])
 
     def __str__(self) -> str:
         return self.summary()
@@ -132,8 +138,7 @@ class RunMemoryReport:
 
     def summary(self) -> str:
         """Per loop and device, what the last run held; then the memory plan where a budget applies."""
-        plan = [] if self.plan is None or not self.plan.budgeted else \
-            ["memory plan:", *(f"  {line}" for line in self.plan.lines())]
+        plan = _plan_lines(self.plan)
         if not self.records:
             return "\n".join(["the last run held no gradient stacks on a device", *plan])
         lines = []
