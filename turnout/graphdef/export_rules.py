@@ -478,16 +478,13 @@ def _ta_new(ctx: ExportContext, n: Node) -> Outs:
 def _ta_unstack(ctx: ExportContext, n: Node) -> Outs:
     x = ctx.t(n.inputs[0])
     d, es = _ta_attrs(n.outputs[0])
-    shp = ctx.add("Shape", [x], {"T": _T(n), "out_type": Dt(dt.int32)}, suffix="shape")
-    b, e, s = (ctx.const(_i32([v]), k) for k, v in (("b", 0), ("e", 1), ("s", 1)))
-    size = ctx.add("StridedSlice", [f"{shp}:0", b, e, s], {"T": Dt(dt.int32), "Index": Dt(dt.int32),
-                                                           "shrink_axis_mask": 1}, suffix="size")
-    ta = ctx.add("TensorArrayV3", [f"{size}:0"], {"dtype": d, "element_shape": es, "dynamic_size": False,
+    size = _axis_size(ctx, n.inputs[0], 0, Dt(dt.int32))
+    ta = ctx.add("TensorArrayV3", [size], {"dtype": d, "element_shape": es, "dynamic_size": False,
                                                   "clear_after_read": False, "identical_element_shapes": True,
                                                   "tensor_array_name": ""}, suffix="array")
     ctx.ta_handles[n.name] = f"{ta}:0"
     zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
-    r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")
+    r = ctx.add("Range", [zero, size, one], {"Tidx": Dt(dt.int32)}, suffix="indices")
     return [f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", x, f"{ta}:1"], {"T": _T(n)})}:0']
 
 
