@@ -338,6 +338,42 @@ def test_the_fast_schedule_sizes_its_stacks_from_the_budget() -> None:
     assert not any("lane" in n for n in under_run.notes)  # a run under a run budget takes no lane
 
 
+def _partitioned(m: dict[str, Any]) -> Any:
+    """A session of the partitioned reference backend with the model's nodes round robin over two
+    devices, so the loop, its gradient and its stacks span both."""
+    req = {node.name: f"cpu:{k % 2}" for k, node in enumerate(m["g"].nodes)}
+    return tn.Session(m["g"], devices=["cpu:0", "cpu:1"], requests=req)
+
+
+def test_the_partitioned_reference_counts_each_devices_saved_values_against_the_budget() -> None:
+    """A budget bounds what each device holds: the devices' peaks add up to the one-device run's,
+    each within the budget, and a run that would put more on a device stops, naming the loop."""
+    e = entry_bytes(build())
+    m = build(12 * e)
+    sess = _partitioned(m)
+    got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 12})
+    np.testing.assert_allclose(got, expected_grad(12), rtol=1e-5)
+    stats = sess.last_result.stats
+    peaks = stats["peak_saved_bytes_per_device"]
+    assert len(peaks) == 2 and all(p > 0 and p % 12 == 0 for p in peaks.values()), peaks
+    assert sum(peaks.values()) == 12 * e == stats["saved_bytes"]["rnn"]
+    assert stats["peak_saved_bytes"] == max(peaks.values()) <= 12 * e
+    most = max(peaks.values()) // 12  # bytes per iteration on the device that holds most
+    fits = 12 * e // most  # iterations that device's share of the budget holds
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: fits}), expected_grad(fits), rtol=1e-5)
+    with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: fits + 1})
+    m = build()
+    sess = _partitioned(m)
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6), expected_grad(5),
+                               rtol=1e-5)
+    assert sess.last_result.stats["peak_saved_bytes"] <= 10**6
+    with pytest.raises(ResourceExhaustedError, match="the run's memory_budget of"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=e // 2)
+    assert "bounds what each device's gradient stacks hold" in str(
+        sess.explain(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6))
+
+
 def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
     m = build()
     sess = tn.Session(m["g"], backend="smallstep")
