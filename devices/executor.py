@@ -365,7 +365,7 @@ class PartitionedBackend:
             what = (f"the reference interpreter on {len(ops)} ops: {ops.count('Send')} Send, {ops.count('Recv')} Recv, "
                     f"{len(p.control_loops)} control loop(s)")
             steps.append(Step("partition", what, p.short))
-        notes = (f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",)
+        notes: tuple[str, ...] = (f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",)
         if memory_budget is not None:
             notes += (f"the memory_budget of {memory_budget} bytes bounds what each device's gradient stacks hold",)
         return RunSchedule("reference (partitioned)", tuple(steps), notes=notes)
