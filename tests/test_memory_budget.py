@@ -102,6 +102,46 @@ def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
     assert second and all(nd.attrs.get("memory_budget") == 2048 for nd in second)
 
 
+FUNCTIONAL = {"scan": "scan", "map_fn": "map", "foldl": "foldl", "foldr": "foldr"}
+
+
+def build_functional(kind: str, budget: Optional[int]) -> dict[str, Any]:
+    """``sum`` of a ``scan``/``map_fn``/fold of ``tanh(c * x)`` over the rows of ``xs``, and its gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [None, 4], name="xs")
+        c0 = tn.constant(np.full(4, 0.5, np.float32))
+        step = lambda c, x: tn.tanh(c * x + 0.1)  # noqa: E731
+        if kind == "map_fn":
+            y = tn.map_fn(lambda x: tn.tanh(x * x), xs, memory_budget=budget)
+        else:
+            y = getattr(tn, kind)(step, xs, initializer=c0, memory_budget=budget)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [xs])
+    return {"g": g, "xs": xs, "gx": gx}
+
+
+@pytest.mark.parametrize("kind", sorted(FUNCTIONAL))
+def test_scan_map_fn_and_folds_take_a_loop_budget(kind: str) -> None:
+    """``memory_budget`` on the functional builders is their loop's own budget: recorded on its stacks,
+    honoured (the store-everything gradient within it), and a longer run stops, naming the loop."""
+    lp = tn.memory_report(build_functional(kind, None)["g"]).loop(FUNCTIONAL[kind])
+    assert lp.bytes_per_iteration is not None
+    e = lp.bytes_per_iteration + 4 * len(lp.stacked)
+    m = build_functional(kind, 5 * e)
+    stacks = [nd for nd in m["g"].nodes if nd.op == "StackNew"]
+    assert stacks and all(nd.attrs["memory_budget"] == 5 * e for nd in stacks)
+    plain = build_functional(kind, None)
+    xs = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
+    want = tn.Session(plain["g"]).run(plain["gx"], {plain["xs"]: xs})
+    sess = tn.Session(m["g"])
+    np.testing.assert_allclose(sess.run(m["gx"], {m["xs"]: xs}), want, rtol=1e-6)
+    assert sess.last_result.stats["peak_saved_bytes"] <= 5 * e
+    with pytest.raises(ResourceExhaustedError, match=f'loop "{FUNCTIONAL[kind]}'):
+        sess.run(m["gx"], {m["xs"]: np.ones((6, 4), np.float32)})
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        build_functional(kind, 0)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_hand_built_stack_runs_under_a_run_budget(backend: str) -> None:
     """A stack built by hand (a ``StackNew`` of no loop, so of no loop's budget) beside a loop whose
