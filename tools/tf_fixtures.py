@@ -231,6 +231,26 @@ def grad_scan_foldl(tf: Any) -> list[dict[str, Any]]:
     return [{"feeds": {"x:0": [[1.0, -2.0], [0.5, 3.0], [0.2, 0.1], [-1.0, 0.4]]}, "fetches": [f.name, g.name]}]
 
 
+@case
+def grad_dynamic_tensor_array(tf: Any) -> list[dict[str, Any]]:
+    """A TensorArray of dynamic size (size 0, grown by its writes, as the decoders' outputs are) written
+    in a loop of fed length, stacked and differentiated: its gradient array has the forward's size."""
+    x = tf.compat.v1.placeholder(tf.float32, [3], name="x")
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    ta = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[3])
+
+    def body(i: Any, h: Any, ta: Any) -> Any:
+        h = tf.tanh(h * x + tf.cast(i, tf.float32) * 0.1)
+        return i + 1, h, ta.write(i, h * h)
+
+    _, h, ta = tf.while_loop(lambda i, h, ta: i < n, body, [0, x, ta])
+    out = ta.stack()
+    loss = tf.reduce_sum(out) + tf.reduce_sum(h)
+    (g,) = tf.gradients(loss, [x])
+    return [{"feeds": {"x:0": [0.5, -1.0, 0.25], "n:0": k}, "fetches": [out.name, loss.name, g.name]}
+            for k in (1, 4)]
+
+
 # ---- TF1 model families (issue 38): built with tf.compat.v1's high-level APIs, trained three steps ----
 def _weights(shape: tuple[int, ...], seed: int, scale: float = 0.3) -> np.ndarray:
     """Seeded initial weights: the fixtures use constant initializers, so the GraphDef holds them."""
