@@ -66,14 +66,14 @@ from turnout.errors import DeadFetchError, UnsupportedError, dead_fetch_message
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import CallArgs, copy_static
 from turnout.fast.counted_stacks import RungTooSmall
-from turnout.fast.deep import DEEP_NESTING, NeedsDeep, call_deep, on_deep_thread
+from turnout.fast.deep import DEEP_NESTING, call_deep, on_deep_thread
 from turnout.fast.driven import Guard, drive_chunks, split_carry
 from turnout.fast.emit import var_key
 from turnout.fast.explain import fallback_schedule, plan_schedule
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import device_oom, iteration_bound, refuse_firing_budget
 from turnout.fast.lane import Lane, holds_wide, write_variables
-from turnout.fast.lowering import NeedsStatic
+from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Discard, Outcome, StacksOutgrown, decode, enforce
 from turnout.fast.plan import (
     Direct,
@@ -158,7 +158,9 @@ class FastBackend:
         self._last_fused: Optional[tuple[Plan, Plan]] = None
         self._stack_bufs: dict[int, dict[str, stk.StackValue]] = {}
         self._timeline: Optional[Timeline] = None  # the trace of the run in progress (trace=True)
-        self._deep_nesting = 0  # > 0 once a plan nests deeper than DEEP_NESTING: runs use call_deep
+        self._deep_nesting = 0  # the deepest nesting past DEEP_NESTING of a plan made (lanes read it)
+        #: program (``_program_key``) -> how deep its regions nest, recorded by its first plan
+        self._nestings: dict[Any, int] = {}
         self._nesting_cache: Optional[tuple[int, int]] = None  # (graph version, _nesting_bound)
         self._checked_version = -1  # the graph version whose validation the last run saw pass
 
@@ -224,13 +226,11 @@ class FastBackend:
             result = self.repeats.run_hot(hot, fetches, feeds, variables, options)
             if result is not None:
                 return result
-        if self._deep_nesting and not on_deep_thread():
-            result = call_deep(self._run_any, fetches, feeds, variables, options, nesting=self._deep_nesting)
+        nesting = self._thread_nesting(fetches, feeds)
+        if nesting:
+            result = call_deep(self._run_any, fetches, feeds, variables, options, nesting=nesting)
         else:
-            try:
-                result = self._run_any(fetches, feeds, variables, options)
-            except NeedsDeep as e:
-                result = call_deep(self._run_any, fetches, feeds, variables, options, nesting=e.nesting)
+            result = self._run_any(fetches, feeds, variables, options)
         result.stats.setdefault("route", "general")
         return result
 
@@ -246,13 +246,13 @@ class FastBackend:
         self._validate(fetches, feeds)
         self._static_now = {}
         try:
-            bound = self._nesting_bound()
+            nesting = self._thread_nesting(fetches, feeds)
             def planned() -> tuple[Plan, Optional[MemoryPlan]]:
                 cap, budget = self._budgeted_chunk(fetches, feeds, variables, RunOptions(memory_budget=memory_budget))
                 return self._plan(fetches, feeds, variables, cap), budget
 
             with jax.enable_x64(True):
-                plan, budget = call_deep(planned, nesting=bound) if bound > DEEP_NESTING else planned()
+                plan, budget = call_deep(planned, nesting=nesting) if nesting else planned()
         except UnsupportedError as e:
             return fallback_schedule(str(e))
         return plan_schedule(plan, self._ladder(plan), budget.swapped_frames() if budget is not None else frozenset(),
@@ -325,32 +325,7 @@ class FastBackend:
                     result = self._run_direct(d, fetches, feeds, variables, options)
                 self.repeats.remember(d, fetches, feeds)
                 return result
-            while True:  # specialise on the fed values that decide shapes (lowering.NeedsStatic)
-                static = self._static_keys.get(dsig, frozenset())
-                by_key = {key(t): v for t, v in feeds.items()}
-                self._static_now = {k: np.asarray(by_key[k]) for k in sorted(static)}
-                vsig = dsig + (tuple((k, v.tobytes()) for k, v in self._static_now.items()),) if static else dsig
-                try:
-                    result = self._run_compiled(vsig, fetches, feeds, variables, options)
-                    result.stats["executor"] = "compiled"
-                    d = self._direct.get(vsig)
-                    if d is not None and not static:  # it ran on the Direct path
-                        self.repeats.remember(d, fetches, feeds)
-                    elif result.stats.get("fused") and not static and self._last_fused is not None:
-                        top, rung = self._last_fused
-                        if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.options.keep_stack_buffers:
-                            stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
-                            self.repeats.remember(HotFused(rung, top, stats, self.memory_records(),
-                                                           tuple(rung.var_nodes), holds_wide(list(feeds))),
-                                                  fetches, feeds)
-                    if static:
-                        result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name
-                                                                for k in static)
-                    return result
-                except NeedsStatic as e:
-                    if e.keys <= static or not e.keys <= set(by_key):
-                        raise UnsupportedError(str(e)) from None
-                    self._static_keys[dsig] = static | e.keys
+            return self._run_specialised(dsig, fetches, feeds, variables, options)
         except UnsupportedError as e:
             if not self.options.fallback:
                 raise
@@ -358,6 +333,44 @@ class FastBackend:
             warnings.warn(f"{e}; this program runs on the reference interpreter instead (at interpreter speed)",
                           RuntimeWarning, stacklevel=4)
             return self._run_reference(dsig, fetches, feeds, variables, options)
+
+    def _run_specialised(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                         variables: dict[str, np.ndarray], options: Any) -> RunResult:
+        """A compiled run, on the plan specialised on the fed values that decide shapes: a compile
+        whose outcome is ``Specialise`` (``lowering_base.NeedsStatic`` met while tracing) adds its
+        feeds to the run signature's static ones and runs again; one that learns nothing new (no
+        feed, or only feeds it is specialised on already) is refused, and the program falls back."""
+        while True:
+            static = self._static_keys.get(dsig, frozenset())
+            by_key = {key(t): v for t, v in feeds.items()}
+            self._static_now = {k: np.asarray(by_key[k]) for k in sorted(static)}
+            vsig = dsig + (tuple((k, v.tobytes()) for k, v in self._static_now.items()),) if static else dsig
+            result = self._run_compiled(vsig, fetches, feeds, variables, options)
+            if isinstance(result, Specialise):
+                if result.keys <= static or not result.keys <= set(by_key):
+                    raise UnsupportedError(result.reason)
+                self._static_keys[dsig] = static | result.keys
+                continue
+            result.stats["executor"] = "compiled"
+            if static:
+                result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name for k in static)
+            else:
+                self._remember_route(vsig, fetches, feeds, result)
+            return result
+
+    def _remember_route(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], result: RunResult) -> None:
+        """After a compiled run of run signature ``dsig``: the route its repeats take (``fast.repeat``),
+        its ``Direct`` call, or the fused attempt on the rung that held it, where its stacks were all
+        kept."""
+        d = self._direct.get(dsig)
+        if d is not None:  # it ran on the Direct path
+            self.repeats.remember(d, fetches, feeds)
+        elif result.stats.get("fused") and self._last_fused is not None:
+            top, rung = self._last_fused
+            if all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.options.keep_stack_buffers:
+                stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}
+                self.repeats.remember(HotFused(rung, top, stats, self.memory_records(), tuple(rung.var_nodes),
+                                               holds_wide(list(feeds))), fetches, feeds)
 
     def _run_signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
                        ) -> Any:
@@ -383,7 +396,18 @@ class FastBackend:
         return result
 
     def _run_compiled(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                      variables: dict[str, np.ndarray], options: Any) -> Any:
+                      variables: dict[str, np.ndarray], options: Any) -> RunResult | Specialise:
+        """A run of run signature ``dsig`` on its plans, compiled by the first run that needs them: its
+        ``Direct`` call, or its stages (and fused attempt) with the stacks sized again while they
+        outgrow their chunk. ``Specialise``: a trace met a shape that fed values decide
+        (``NeedsStatic``, which can only leave JAX's trace by raising, and goes no further than here)."""
+        try:
+            return self._compile_and_run(dsig, fetches, feeds, variables, options)
+        except NeedsStatic as e:
+            return Specialise(e.keys, str(e))
+
+    def _compile_and_run(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                         variables: dict[str, np.ndarray], options: Any) -> RunResult:
         d = self._direct.get(dsig)
         if d is None:
             self._validate(fetches, feeds)
@@ -494,23 +518,40 @@ class FastBackend:
             tuple((k, v.tobytes()) for k, v in self._static_now.items()),
         )
         plan = self._plans.get(sig)
-        if plan is None:
-            deep = on_deep_thread()
-            if not deep and self._nesting_bound() > DEEP_NESTING:
-                raise NeedsDeep(self._nesting_bound())  # raising may recurse once per nested cond
+        if plan is None:  # (on the deep thread where the program may nest deeply: ``_thread_nesting``)
             program = functionalize(self.graph, fetches, feeds)
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
             plan.static_feeds = dict(self._static_now)
+            self._nestings[self._program_key(fetches, feeds)] = plan.nesting
             if plan.nesting > DEEP_NESTING:
                 self._deep_nesting = max(self._deep_nesting, plan.nesting)
-                if not deep:
-                    raise NeedsDeep(plan.nesting)
         return plan
+
+    def _program_key(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
+        """What the program of a run (``functionalize``) is a function of: the graph's edits, the
+        fetches and the fed tensors. Every plan of it, at any capacity or specialisation, nests alike."""
+        return self.graph.edits, tuple([key(t) for t in fetches]), tuple(sorted([key(t) for t in feeds]))
+
+    def _thread_nesting(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> int:
+        """The thread a run (or an ``explain``) takes, decided before it starts: the nesting to give
+        ``deep.call_deep`` where its program may nest deeper than ``DEEP_NESTING``, else 0 (this
+        thread). What is known of the program decides: the nesting its first plan recorded, or,
+        before it has one, the graph's bound (``_nesting_bound``), which no program of the graph
+        exceeds.
+
+        Why decided first: making a plan and tracing it recurse once per level, and a run that learnt
+        it only while planning, deep inside itself, could but be abandoned by an exception and started
+        again on the deep thread."""
+        if self._nesting_bound() <= DEEP_NESTING or on_deep_thread():
+            return 0
+        n = self._nestings.get(self._program_key(fetches, feeds), self._nesting_bound())
+        return n if n > DEEP_NESTING else 0
 
     def _nesting_bound(self) -> int:
         """A bound on how deep the graph's regions can nest, found without raising them (which
         recurses per level): the deepest loop frame, plus every Switch that a ``LoopCond`` does not
-        drive (each cond level needs one). Why not every Switch and ``LoopCond``, as before: a loop
+        drive (each cond level needs one, each loop level a frame, so no program of the graph nests
+        deeper). Why not every Switch and ``LoopCond``, as before: a loop
         has one Switch per loop variable, so eight nested loops of two variables counted 24, and
         their first run went to the deep thread, whose first start in a process costs about 40 ms."""
         got = self._nesting_cache
@@ -587,18 +628,19 @@ class FastBackend:
             if got is not None:
                 return got
         done = self._execute(plan, plan.stages, fetches, feeds, variables, max_iter, attempt=False, budget=budget)
-        assert done is not None  # only an attempt is ever discarded
+        assert not isinstance(done, Discard)  # only an attempt is ever discarded
         return done
 
     def _execute(self, plan: Plan, stages: list[Stage], fetches: list[Tensor], feeds: dict[Tensor, Any],
                  variables: dict[str, np.ndarray], max_iter: Any, attempt: bool,
-                 budget: Optional[MemoryPlan] = None) -> Optional[tuple[list[Any], dict[str, Any]]]:
+                 budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]] | Discard:
         """Run ``stages`` of ``plan`` in order, and finish the run: the one way a plan with gradient
         stacks runs. Its stages (``plan.stages``: compiled segments and driven loops, in root order)
         or, as an ``attempt``, its fused stage alone (``[plan.fused]``).
 
-        An attempt cannot swap stack chunks: when a stack outgrew (or underflowed) its capacity, it is
-        discarded — ``None``, no Variable written, no error raised — and the caller runs the stages.
+        An attempt cannot swap stack chunks: when a stack outgrew (or underflowed) its capacity, or its
+        trace refused, it is discarded — the outcome ``Discard``, no Variable written, no error raised
+        — and the caller (``_run_fused``) runs the stages.
         Its stack buffers are kept either way (the stages, or the next attempt, reuse them). Otherwise
         each stage's errors are raised after it, as the interpreter raises them during the run.
         """
@@ -618,7 +660,11 @@ class FastBackend:
             t1 = time.perf_counter()
             env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
             if st.driven is None:
-                out, lv, state = self._call_segment(plan, st, i, env_in, state, max_iter, attempt)
+                got = (self._call_fused(plan, st, env_in, state, max_iter) if attempt
+                       else self._call_segment(plan, st, i, env_in, state, max_iter))
+                if isinstance(got, Discard):  # (the fused stage's trace refused)
+                    return got
+                out, lv, state = got
                 lives.update(lv)
             else:
                 with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
@@ -630,10 +676,10 @@ class FastBackend:
                 if plan.prealloc:
                     self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
                 outcome = self._decode(plan, int(state["err"]), attempt=True)
-                if isinstance(outcome, Discard) and outcome.rerecord:
-                    self._record_every_stack(plan)
-                if (first and self.options.precompile_staged) or isinstance(outcome, Discard):
-                    return None
+                if isinstance(outcome, Discard):
+                    return outcome
+                if first and self.options.precompile_staged:
+                    return Discard()
             store.observe(state, plan.index_bytes if attempt else None)
             if attempt and plan.inside:
                 store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()))
@@ -659,27 +705,38 @@ class FastBackend:
         return values, stats
 
     def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
-                      max_iter: Any, attempt: bool) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
-        """One compiled segment of ``_execute``: (its outputs, their live flags, the state after it).
-        A segment of the stages is called with dicts (``Plan.segment_fn``); the fused attempt with flat
-        arguments laid out once per function (``Plan.fused_fn``), its error word and live flags read back
-        at once, behind a fetched value where ``fast.packing`` put them there."""
+                      max_iter: Any) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
+        """One compiled segment of the stages (``_execute``), called with dicts (``Plan.segment_fn``):
+        (its outputs, their live flags, the state after it)."""
         rest, stacks = stk.split_state(state)
-        if attempt:
-            call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
-            if "seg" not in st.fns or st.spec is None or st.spec.args != call_args:
-                st.fns["seg"] = plan.fused_fn(call_args)
-        elif "seg" not in st.fns:
+        if "seg" not in st.fns:
             st.fns["seg"] = plan.segment_fn(st)
-        name = "fused attempt (whole program, one call)" if attempt else f"stage {i}: compiled segment"
-        with self._span(name, "compiled stages") as args, device_oom(plan, st):
+        with self._span(f"stage {i}: compiled segment", "compiled stages") as args, device_oom(plan, st):
             before = self.compile_count
-            if not attempt:
-                out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
-                args["compiled"] = self.compile_count != before
-                args["error_word"] = int(state["err"])
-                return out, lv, state
-            res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
+            out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+            args["compiled"] = self.compile_count != before
+            args["error_word"] = int(state["err"])
+        return out, lv, state
+
+    def _call_fused(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any
+                    ) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard:
+        """The fused attempt's one call (``_execute``): (its outputs, their live flags, the state after
+        it), with flat arguments laid out once per function (``Plan.fused_fn``), its error word and
+        live flags read back at once, behind a fetched value where ``fast.packing`` put them there.
+
+        A trace that refuses (``UnsupportedError``, or ``RungTooSmall``: a counted stack longer than
+        this rung) is the outcome ``Discard(refused=...)``: the caller drops the fused stage. Those
+        exceptions must leave JAX's trace by raising; they stop here, at the call that traced."""
+        rest, stacks = stk.split_state(state)
+        with self._span("fused attempt (whole program, one call)", "compiled stages") as args, device_oom(plan, st):
+            before = self.compile_count
+            try:
+                call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
+                if "seg" not in st.fns or st.spec is None or st.spec.args != call_args:
+                    st.fns["seg"] = plan.fused_fn(call_args)
+                res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
+            except (UnsupportedError, RungTooSmall) as e:
+                return Discard(refused=str(e))
             spec = st.spec
             assert spec is not None  # (set by its trace)
             out, flags, state = spec.split(res)
@@ -757,22 +814,21 @@ class FastBackend:
         They must when a stack overflowed its capacity (or underflowed: the stages decide whether that
         is an error). The stages' functions are compiled only then, by the first run that needs them:
         a plan whose loops always fit never compiles them (with ``precompile_staged`` the plan's first
-        run discards its attempt, to compile the stages up front). A fused stage that cannot be lowered
-        (``UnsupportedError`` while tracing it) is dropped: the plan runs its stages from then on. An
+        run discards its attempt, to compile the stages up front). A fused stage whose trace refused
+        (``Discard.refused``, ``_call_fused``) is dropped: the plan runs its stages from then on. An
         attempt that pushed a positional stack away from its position is run again at once, traced
         with every index record (``_record_every_stack``).
         """
         assert plan.fused is not None
-        try:
-            positional = bool(plan.positional)
+        got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
+        if isinstance(got, Discard) and got.rerecord:  # (run again at once, traced with every record)
+            self._record_every_stack(plan)
             got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
-            if got is None and positional and not plan.positional:
-                got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True,
-                                    budget=budget)
+        if not isinstance(got, Discard):
             return got
-        except (UnsupportedError, RungTooSmall):  # (a rung too small for a counted stack: the next one)
+        if got.refused:  # (its trace refused at this rung: the stages, or the next rung, from now on)
             plan.fused = None
-            return None
+        return None
 
     def _record_every_stack(self, plan: Plan) -> None:
         """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):
@@ -856,5 +912,5 @@ class FastBackend:
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
         """The error word of a stage (or a Direct call) acted on: raised, or a retry with larger
-        stacks (``outcome.StacksOutgrown``, caught by the capacity loop of ``_run_compiled``)."""
+        stacks (``outcome.StacksOutgrown``, caught by the capacity loop of ``_compile_and_run``)."""
         enforce(self._decode(plan, int(state["err"]), swapped))
