@@ -166,7 +166,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                                 "test_cluster.py"]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
-    "fast/stack_sizes.py": {"module": "turnout.fast.stack_sizes", "tests": _BACKEND_TESTS},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
+       for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts")},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
