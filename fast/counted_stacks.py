@@ -53,7 +53,11 @@ class RungTooSmall(Exception):
     """Raised while the fused trace of a plan is made, when a counted stack's chain pushes more
     entries than the plan's stack capacity (``Emitter.enter_counted_stacks``). The chain's trip
     counts are known when tracing, so every run of this plan would overflow: the backend passes
-    over this rung of the capacity ladder without compiling it (``FastBackend._run_fused``)."""
+    over this rung of the capacity ladder without compiling it.
+
+    Why an exception: it leaves JAX's trace of the fused stage, which only raising can; it goes no
+    further than the call that traced (``FastBackend._call_fused``), which turns it into the outcome
+    ``Discard(refused=...)`` that the capacity ladder reads."""
 
     def __init__(self, key: str, entries: int, capacity: int) -> None:
         super().__init__(f"{key}: {entries} entries for a capacity of {capacity}")

@@ -85,10 +85,3 @@ def on_deep_thread() -> bool:
     """Whether the caller already runs inside ``call_deep``."""
     return threading.current_thread().name == "turnout-fast-deep"
 
-
-class NeedsDeep(Exception):
-    """Raised before any tracing when a run turns out to need ``call_deep`` (see ``FastBackend.run``)."""
-
-    def __init__(self, nesting: int) -> None:
-        super().__init__(nesting)
-        self.nesting = nesting

@@ -27,7 +27,7 @@ from turnout.fast.facts import light_header
 from turnout.fast.light_loops import SMALL_NEST, LightLoops, exit_counts
 from turnout.fast.regions import WhileRegion
 from turnout.fast.state_keys import stack_key, stack_key_of, stack_source, var_key
-from turnout.fast.tracing import BodyTypeError, Traced, jnp_tree, reconcile, settled, zeros_of
+from turnout.fast.tracing import Traced, jnp_tree, reconcile, settled, zeros_of
 
 #: the names the rest of the code imports from here under their former private spellings
 _jnp_tree = jnp_tree
@@ -50,6 +50,6 @@ class Emitter(LightLoops):
             self.run_full_while(r, env)
 
 
-__all__ = ["BOUND_DEPTH", "BOUND_OPS", "SMALL_DECISION", "SMALL_NEST", "BodyTypeError", "Emitter", "Env", "Traced",
+__all__ = ["BOUND_DEPTH", "BOUND_OPS", "SMALL_DECISION", "SMALL_NEST", "Emitter", "Env", "Traced",
            "WhileRegion", "exit_counts", "reconcile", "settled", "stack_key", "stack_key_of", "stack_source",
            "var_key"]

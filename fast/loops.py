@@ -21,8 +21,19 @@ from turnout.errors import UnsupportedError, runaway_message
 from turnout.fast.conds import CondEmitter
 from turnout.fast.emitter_core import Env
 from turnout.fast.regions import WhileRegion, key, program_nodes
-from turnout.fast.tracing import BodyTypeError, Traced, jnp_tree, reconcile, settled
+from turnout.fast.tracing import Traced, jnp_tree, reconcile, settled
 from turnout.fast.values import DEAD, is_static
+
+
+class _BodyFault(Exception):
+    """Carries a ``TypeError`` of a settled loop body's own lowering out of ``lax.while_loop``'s trace
+    (``loop_body``) to ``_while_loop``, past its handler of the loop's own type errors, which raises
+    the ``TypeError`` again as itself: a fault in a lowering must surface, not send the program to
+    the interpreter as if its loop variable changed shape.
+
+    Why an exception: it crosses a JAX trace boundary (the body runs inside ``lax.while_loop``, which
+    can only be left by raising) and goes no further than the method around that call; it steers no
+    layer (nothing retries, falls back or deepens on it)."""
 
 
 class LoopEmitter(CondEmitter):
@@ -144,8 +155,8 @@ class LoopEmitter(CondEmitter):
                     out = body(c)
                 except TypeError as e:
                     # a TypeError of the body's own lowering is not the carry changing type: it must
-                    # not reach the handler around lax.while_loop, which reports that (see ``BodyTypeError``)
-                    raise BodyTypeError() from e
+                    # not reach the handler around lax.while_loop, which reports that (see ``_BodyFault``)
+                    raise _BodyFault() from e
                 self._check_carry(c, out, region)
                 return out
 
@@ -195,10 +206,10 @@ class LoopEmitter(CondEmitter):
     def _while_loop(r: WhileRegion, cond: Callable[[Any], Any], body: Callable[[Any], Any], c0: Any) -> Any:
         """``lax.while_loop`` of loop ``r``: a ``TypeError`` of the loop itself (its carry changing
         type) is ``UnsupportedError`` naming the loop; one raised by the body's own lowering
-        (``BodyTypeError``) surfaces as itself."""
+        (carried out as ``_BodyFault``) surfaces as itself."""
         try:
             return jax.lax.while_loop(cond, body, c0)
-        except BodyTypeError as e:
+        except _BodyFault as e:
             raise e.__cause__ from None  # type: ignore[misc]
         except TypeError as e:
             raise UnsupportedError(

@@ -10,6 +10,7 @@ Why a module of its own: the rules live in several modules by the kind of op the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, Optional, Protocol
 
 import jax.numpy as jnp
@@ -78,11 +79,27 @@ class NeedsStatic(UnsupportedError):
     static (their values become part of the plan's cache key, so a value seen before never
     recompiles) and traces again. Where nothing is learned (no feed behind the value) it is an
     ordinary ``UnsupportedError`` and the program runs on the interpreter fallback.
+
+    It leaves the trace by raising (only raising can) and goes no further than the backend's compile
+    of a run (``FastBackend._run_compiled``), which returns it as the outcome ``Specialise`` (from
+    the fused attempt's trace, ``FastBackend._call_fused`` takes it as a refusal, and the stages
+    meet it again); a route that does not specialise (the partitioned executors) takes it as the
+    ``UnsupportedError`` it also is.
     """
 
     def __init__(self, message: str, keys: frozenset[tuple[int, int]]) -> None:
         super().__init__(message)
         self.keys = keys
+
+
+@dataclass(frozen=True)
+class Specialise:
+    """The outcome of a compile that met ``NeedsStatic``: plan and trace again with the fed tensors
+    ``keys`` as constants of the plan (``FastBackend._run_specialised`` decides whether that can
+    help); ``reason`` is the refusal's message, for a run that falls back."""
+
+    keys: frozenset[tuple[int, int]]
+    reason: str
 
 
 #: ops through which a shape argument is not traced back to feeds: their value is not a function of
@@ -151,5 +168,5 @@ def fails_when_run(ctx: LoweringContext, n: Node, message: str, shape: Sequence[
     return [jnp.zeros(tuple(shape), dtype)]
 
 
-__all__ = ["LOWERING_RULES", "UNSUPPORTED", "LoweringContext", "NeedsStatic", "Rule", "fails_when_run", "feeds_behind",
-           "guard", "is_int", "lowering_rule", "not_static", "np_dtype"]
+__all__ = ["LOWERING_RULES", "UNSUPPORTED", "LoweringContext", "NeedsStatic", "Rule", "Specialise", "fails_when_run",
+           "feeds_behind", "guard", "is_int", "lowering_rule", "not_static", "np_dtype"]

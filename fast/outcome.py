@@ -12,7 +12,8 @@ turns it into an *outcome*, a value saying what to do next:
 - ``Ok``: every check held;
 - ``Retry(capacity)``: a gradient stack outgrew its chunk: run again with ``capacity`` entries;
 - ``Discard``: an attempt (the fused stage) cannot finish the run at its capacity: the caller runs the
-  stages instead, re-recording every stack first where ``rerecord`` says so;
+  stages instead, re-recording every stack first where ``rerecord`` says so, and dropping the fused
+  stage for good where its trace ``refused`` (made by the backend's fused call, not by ``decode``);
 - ``Raise(error)``: the error the interpreters raise for the same mistake (``KernelError``,
   ``NonTerminationError``), or the ``KernelError`` saying that the stacks need more than
   ``MAX_CAPACITY`` entries.
@@ -96,9 +97,15 @@ class Retry:
 class Discard:
     """An attempt cannot finish the run at its capacity: nothing of it is kept, and the caller runs the
     stages. ``rerecord``: a positional stack was pushed away from its position, so every stack of
-    the plan records its indices from now on (``FastBackend._record_every_stack``)."""
+    the plan records its indices from now on (``FastBackend._record_every_stack``). ``refused``: why
+    the attempt could not even be traced at this capacity (a lowering the fused stage cannot make, a
+    counted stack longer than the rung, ``counted_stacks.RungTooSmall``), so the plan drops it for
+    good; empty for an attempt that ran. Why a value: *dropping the fused stage* is the caller's
+    decision, not the program's refusal, which ``UnsupportedError`` raised further means (a run on
+    the interpreter)."""
 
     rerecord: bool = False
+    refused: str = ""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ buffer, making it costs the call less than taking it and handing it back, and no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -40,10 +40,19 @@ from turnout.fast import stacks as stk
 from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import join_carry
-from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source
+from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
+from turnout.fast.stack_sizes import (
+    capacity_ladder,
+    inside_stacks,
+    stack_bytes,
+    stack_dtype,
+    stack_infos,
+    stack_source_var,
+    static_stack_shapes,
+)
 from turnout.fast.values import Handle, wrap_static
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
@@ -508,100 +517,5 @@ class Direct:
         self.spec = spec
 
 
-def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
-    """StackNew id -> (element shape, index shape), for stacks whose every push has fully static
-    shapes. Those stacks are allocated before the first stage (and their buffers reused by the next
-    run), instead of materialized at their first push while tracing."""
-    shapes: dict[int, Any] = {}
-    for n in nodes:
-        if n.op != "StackPush":
-            continue
-        src = stack_source(n.inputs[0])
-        if src is None:
-            continue
-        v, i = n.inputs[2].shape, n.inputs[1].shape
-        ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
-        got = (tuple(v), tuple(i)) if ok and v is not None and i is not None else None
-        shapes[src.id] = got if shapes.get(src.id, got) == got else None
-    return {k: v for k, v in shapes.items() if v is not None}
-
-
-def stack_bytes(capacity: int, dtype: Any, shapes: tuple[tuple[int, ...], tuple[int, ...]],
-                record: bool = True) -> int:
-    """The bytes of a static stack at ``capacity``: its value buffer and (``record``) its int32 index
-    record."""
-    elem, index = shapes
-    return capacity * (math.prod(elem) * np.dtype(dtype).itemsize + (math.prod(index) * 4 if record else 0))
-
-
-def inside_stacks(static: dict[str, tuple[Any, Any]], capacity: int, limit: int) -> dict[str, tuple[Any, Any]]:
-    """The static stacks (key -> (dtype, (element shape, index shape))) whose value buffer at
-    ``capacity`` is at most ``limit`` bytes (``FastOptions.inside_limit``: by default 32 KiB on the CPU,
-    none elsewhere, ``turnout.fast_options.INSIDE_STACK_BYTES``): the fused stage makes them inside
-    its call.
-
-    Why: a buffer passed to a compiled call, donated and handed back costs the call a few
-    microseconds of argument and result handling; making a small one inside costs less than that
-    (a 16 KiB stack: 2.6 µs less per pair of stacks in a small RNN step, pinned to one core,
-    2026-11-27; break-even near 64 KiB, and at 256 KiB making it costs 25 µs more). The buffer is
-    then not kept between runs either, which is memory a small program no longer holds. Larger
-    stacks are passed in and kept, so that a run allocates none of them (``Plan`` module docstring)."""
-    return {k: (dtype, shapes) for k, (dtype, shapes) in static.items()
-            if stack_bytes(capacity, dtype, shapes, record=False) <= limit}
-
-
-def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
-    """Stack key -> its forward loop's name, how errors name it (with the user's source line of the
-    loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs of ``nodes``.
-    Both executors name stacks this way: this backend's plans and the partitioned executor's
-    (``devices.swap``)."""
-    nodes = list(nodes)
-    sources: dict[str, str] = {}
-    for n in nodes:
-        if n.op == "Enter" and n.source and n.attrs.get("frame_name") not in sources:
-            sources[n.attrs["frame_name"]] = n.source
-    out = {}
-    for sn in nodes:
-        if sn.op != "StackNew":
-            continue
-        a = sn.attrs
-        frame = a.get("frame_name", "?")
-        loop = a.get("loop_name") or frame
-        where = f'loop "{loop}" (frame {frame}' + (f", created at {sources[frame]})" if frame in sources else ")")
-        out[stack_key(Handle("stack", sn.id))] = stk.StackInfo(loop, where, bool(a.get("swap_memory", False)))
-    return out
-
-
-def capacity_ladder(top: int, first: int = 128, ratio: float = 2) -> list[int]:
-    """The stack capacities a fused attempt may run at, smallest first, ending with ``top`` (the
-    backend's ``stack_chunk``): ``first``, then each rung ``ratio`` times the last (rounded up), while
-    under ``top`` (``FastOptions.stack_first_rung`` and ``stack_rung_ratio``). The default chunk
-    (1024) gives 128, 256, 512 and 1024; a chunk of at most ``first`` gives itself alone.
-
-    Why geometric from a small first rung: a run holds the buffers of the first rung that fits it, so
-    its stacks hold at most ``ratio`` times the entries it pushes (or ``first``), and a plan compiles
-    at most ``len(capacity_ladder(...))`` fused programs, one per rung climbed, whatever its trip
-    counts: ``1 + ceil(log(top / first) / log(ratio))``."""
-    caps: list[int] = []
-    c = first
-    while c < top:
-        caps.append(c)
-        c = max(c + 1, math.ceil(c * ratio))
-    return [*caps, top]
-
-
-def stack_source_var(n: Node) -> Optional[str]:
-    src = n.inputs[0].node
-    while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
-        src = src.inputs[0].node
-    return src.attrs.get("var_name") if src.op == "VarHandle" else None
-
-
-def stack_dtype(sn: Node) -> Any:
-    for k in ("elem_dtype", "dtype"):
-        if sn.attrs.get(k):
-            try:
-                return np.dtype(sn.attrs[k])
-            except TypeError:
-                pass
-    return np.float32
+__all__ = ["INT32_MAX", "INT32_MAX_NP", "CompileCounter", "Direct", "Plan", "Stage", "capacity_ladder", "inside_stacks",
+           "positional_stacks", "stack_bytes", "stack_dtype", "stack_infos", "stack_source_var", "static_stack_shapes"]

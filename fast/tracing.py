@@ -77,13 +77,6 @@ class Traced:
 
 
 
-class BodyTypeError(Exception):
-    """A ``TypeError`` raised while tracing a loop body inside ``lax.while_loop`` (``loop_body``),
-    carried past the handler that turns the loop's own type errors into ``UnsupportedError`` and
-    raised again as itself: a fault in a lowering must surface, not send the program to the
-    interpreter as if its loop variable changed shape."""
-
-
 def settled(carry: Any) -> bool:
     """Whether a loop's initial carry already has the type its body gives it back: no pending
     TensorArray or stack (their first write fixes their shape), no dead value, no weakly typed leaf
@@ -100,4 +93,4 @@ def settled(carry: Any) -> bool:
     return True
 
 
-__all__ = ["BodyTypeError", "Traced", "jnp_tree", "reconcile", "same_constant", "settled", "zeros_of"]
+__all__ = ["Traced", "jnp_tree", "reconcile", "same_constant", "settled", "zeros_of"]

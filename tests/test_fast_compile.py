@@ -113,6 +113,41 @@ def test_deeply_nested_loops_run(low_recursion_limit: None) -> None:
     assert sess.backend.compile_count == 1  # new trip counts and budgets do not recompile
 
 
+def test_the_thread_a_run_takes_is_decided_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which thread a run takes is a value decided before the run (``FastBackend._thread_nesting``),
+    not an exception raised from the planning inside it: before its program has a plan, the graph's
+    bound (one level per cond here, so deeper than ``DEEP_NESTING``, though no cond nests in another),
+    and from then on the nesting its first plan recorded (1: this thread)."""
+    from turnout.fast import backend as fast_backend
+    from turnout.fast.deep import DEEP_NESTING
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = x
+        for k in range(DEEP_NESTING + 6):
+            y = tn.cond(y > float(k), lambda y=y: y + 1.0, lambda y=y: y - 1.0)
+    sess = tn.Session(g, backend="fast")
+    b = sess.backend
+    deep: list[int] = []
+    real = fast_backend.call_deep
+
+    def counted(fn: Any, *args: Any, nesting: int) -> Any:
+        deep.append(nesting)
+        return real(fn, *args, nesting=nesting)
+
+    monkeypatch.setattr(fast_backend, "call_deep", counted)
+    feeds = {x: np.float32(0.5)}
+    before = b._thread_nesting([y], feeds)
+    assert before > DEEP_NESTING
+    ref = tn.Session(g).run(y, feeds)
+    assert float(sess.run(y, feeds)) == pytest.approx(float(ref))
+    assert deep == [before]  # the first run planned on the deep thread
+    assert b._thread_nesting([y], feeds) == 0  # its plan nests one level: this thread from now on
+    assert float(sess.run(y, {x: np.float32(40.0)})) == pytest.approx(float(tn.Session(g).run(y, {x: 40.0})))
+    assert deep == [before]
+
+
 # ---- loops in the light form (emit.run_light_while) ---------------------------------------------
 def _loop_region(g: tn.Graph, fetch: tn.Tensor, feeds: list[tn.Tensor]) -> Any:
     from turnout.fast.functionalize import functionalize

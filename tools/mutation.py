@@ -141,7 +141,8 @@ MODULES: dict[str, dict[str, Any]] = {
                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
        for m in ("lowering", "lowering_base", "lower_structure", "lower_tensor_arrays", "lower_state")},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
-    "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": _STACK_TESTS},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
+       for m in ("stacks", "stack_values", "chunk_store")},
     "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
     "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
@@ -165,6 +166,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                                 "test_cluster.py"]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
+       for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts")},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},

@@ -1,0 +1,159 @@
+"""The fused attempt on the capacity ladder: a plan's whole root frame as ONE compiled call, tried
+before its stages, at the smallest stack capacity that held the last run.
+
+A plan with driven loops also has its root frame as one stage (``Plan.fused``), every loop a plain
+``lax`` loop. A run attempts it first, on a ladder of capacities (``stack_sizes.capacity_ladder``),
+each rung a plan of its own made and compiled by the first run that climbs to it. What an attempt
+comes to is an outcome (``fast.outcome``): kept, or ``Discard`` — its stacks outgrew the rung (the
+next rung, then the stages, run), a positional stack left its position (traced again with every
+index record, at once), or its trace refused (``Discard.refused``: the rung's fused stage is dropped
+for good).
+
+Why a layer of its own: the ladder is a policy over the backend's one way of running stages
+(``FastBackend._execute``, which this layer calls with ``attempt=True``), not a second runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.errors import UnsupportedError
+from turnout.fast import stacks as stk
+from turnout.fast.call_spec import CallArgs
+from turnout.fast.counted_stacks import RungTooSmall
+from turnout.fast.direct_call import DirectCalls
+from turnout.fast.guards import device_oom
+from turnout.fast.outcome import Discard
+from turnout.fast.plan import Plan, Stage
+from turnout.fast.regions import Key
+from turnout.fast.stack_sizes import capacity_ladder
+from turnout.fast.values import start_reads
+from turnout.graph import Tensor
+from turnout.memory_plan import MemoryPlan
+
+
+class FusedAttempts(DirectCalls):
+    """The fused attempt of a run and its ladder of rungs. It runs an attempt through the backend's
+    ``_execute`` and makes a rung's plan with its ``_plan`` (``FastBackend``, the layer above)."""
+
+    def _call_fused(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any
+                    ) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard:
+        """The fused attempt's one call (``_execute``): (its outputs, their live flags, the state after
+        it), with flat arguments laid out once per function (``Plan.fused_fn``), its error word and
+        live flags read back at once, behind a fetched value where ``fast.packing`` put them there.
+
+        A trace that refuses (``UnsupportedError``, or ``RungTooSmall``: a counted stack longer than
+        this rung) is the outcome ``Discard(refused=...)``: the caller drops the fused stage. Those
+        exceptions must leave JAX's trace by raising; they stop here, at the call that traced."""
+        rest, stacks = stk.split_state(state)
+        with self._span("fused attempt (whole program, one call)", "compiled stages") as args, device_oom(plan, st):
+            before = self.compile_count
+            try:
+                call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
+                if "seg" not in st.fns or st.spec is None or st.spec.args != call_args:
+                    st.fns["seg"] = plan.fused_fn(call_args)
+                res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
+            except (UnsupportedError, RungTooSmall) as e:
+                return Discard(refused=str(e))
+            spec = st.spec
+            assert spec is not None  # (set by its trace)
+            out, flags, state = spec.split(res)
+            args["compiled"] = self.compile_count != before
+            if self.overlap_reads:
+                start_reads(out.values())
+            state = {**rest, **state}  # (what came back unchanged is not returned)
+            out, state["err"], lv = spec.read_flags(out, flags)
+            args["error_word"] = int(state["err"])
+        return out, lv, state
+
+    def _run_fused_sized(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                         variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
+                         ) -> Optional[tuple[list[Any], dict[str, Any]]]:
+        """The fused attempt with stack buffers sized to what the runs use: ``plan``'s own capacity
+        (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``: 128, 256, 512,
+        1024 by default), each a plan of its own, made and compiled by the first run that needs it. A
+        run starts at the rung that held the last run and climbs when a stack overflows; only an
+        overflow of the top rung goes to the staged path. ``None``: the staged path must run.
+
+        Why: a fused program's stacks have the capacity it was compiled for, and the backend keeps
+        them between runs. At ``stack_chunk`` (1024) every run of the benchmark LSTM held 640 MiB of
+        stacks (a peak of 1.0 GiB at T = 100, against 450 MiB for JAX); on a ladder whose rungs grow by
+        ``stack_rung_ratio`` a run holds at most that ratio times the entries it pushes. The price is
+        one compilation per rung climbed, at most once per rung in a plan's life: a trip count in a
+        rung already compiled never compiles. Only the rung that ran keeps buffers.
+        """
+        caps = plan.ladder if plan.ladder is not None else self._ladder(plan)
+        start = caps.index(plan.rung.capacity) if plan.rung is not None else 0
+        for c in caps[start:]:
+            p = self._rung(plan, c, fetches, feeds, variables)
+            if p.fused is None:
+                continue
+            got = self._run_fused(p, fetches, feeds, variables, max_iter, budget)
+            if got is not None:
+                plan.rung = p
+                self._last_fused = (plan, p)
+                for other in plan.rungs.values():  # only the rung that ran keeps its buffers
+                    if other is not p:
+                        self._stack_bufs.pop(id(other), None)
+                got[1]["stack_ladder"] = list(caps)
+                return got
+            if p is not plan:
+                self._stack_bufs.pop(id(p), None)
+                stk.return_freed_memory(self._home_device().platform)
+        return None
+
+    def _ladder(self, plan: Plan) -> list[int]:
+        """The capacities of ``plan``'s rungs (``capacity_ladder`` with the options' first rung and
+        ratio), smallest first, ending with its own. With ``stack_ladder=False`` there is one rung; with
+        ``precompile_staged`` too: that option promises that no run after the first compiles, which
+        climbing would break; a plan retried at twice the chunk (a nested loop's stack outgrew it on
+        the staged path) has one too."""
+        o = self.options
+        one = o.precompile_staged or not o.stack_ladder or plan.capacity != o.stack_chunk
+        plan.ladder = [plan.capacity] if one else capacity_ladder(plan.capacity, o.stack_first_rung,
+                                                                  o.stack_rung_ratio)
+        return plan.ladder
+
+    def _rung(self, plan: Plan, capacity: int, fetches: list[Tensor], feeds: dict[Tensor, Any],
+              variables: dict[str, np.ndarray]) -> Plan:
+        """The plan of ``plan``'s rung at ``capacity`` (``plan`` itself at its own), made by the first
+        run that reaches it: a run that fits the first rung never raises the program for the others."""
+        p = plan.rungs.get(capacity)
+        if p is None:
+            p = plan.rungs[capacity] = plan if capacity == plan.capacity else self._plan(fetches, feeds, variables,
+                                                                                         capacity)
+        return p
+
+    def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                   variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
+                   ) -> Optional[tuple[list[Any], dict[str, Any]]]:
+        """The attempt of ``plan.fused`` (``_execute``); ``None``: the stages must run instead.
+
+        They must when a stack overflowed its capacity (or underflowed: the stages decide whether that
+        is an error). The stages' functions are compiled only then, by the first run that needs them:
+        a plan whose loops always fit never compiles them (with ``precompile_staged`` the plan's first
+        run discards its attempt, to compile the stages up front). A fused stage whose trace refused
+        (``Discard.refused``, ``_call_fused``) is dropped: the plan runs its stages from then on. An
+        attempt that pushed a positional stack away from its position is run again at once, traced
+        with every index record (``_record_every_stack``).
+        """
+        assert plan.fused is not None
+        got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
+        if isinstance(got, Discard) and got.rerecord:  # (run again at once, traced with every record)
+            self._record_every_stack(plan)
+            got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
+        if not isinstance(got, Discard):
+            return got
+        if got.refused:  # (its trace refused at this rung: the stages, or the next rung, from now on)
+            plan.fused = None
+        return None
+
+    def _record_every_stack(self, plan: Plan) -> None:
+        """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):
+        its pops could not be checked by position, so the attempt is discarded and the fused stage is
+        traced again with every record (``_run_fused`` runs it again at once), for
+        this and every later run; hot routes made for the old trace are forgotten."""
+        plan.record_every_stack()
+        self.repeats.forget()

@@ -1,0 +1,204 @@
+"""What a run of the fast backend starts from and leaves behind: the lowest layer of ``FastBackend``.
+
+A run starts from the Variables' device copies (the last run's, while the session's value is still
+the one it wrote) and the gradient stack buffers the last run of its plan kept; it ends with its
+fetches on the host (a dead one refused), the Variables written back, the buffers kept again, and
+its error word read (``outcome.decode``). Every route of the backend — the stages, the fused
+attempt, the ``Direct`` call — starts and ends so, and reads the same accounting of what the
+backend holds between runs (``held_bytes``, ``stack_buffers``).
+
+Why a layer of its own: these are the backend's *state*, which the routes above it share and none
+of them owns (``fast.direct_call``, ``fast.fused_attempts``, ``fast.backend``).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+from turnout.errors import DeadFetchError, dead_fetch_message
+from turnout.fast import stacks as stk
+from turnout.fast.lane import write_variables
+from turnout.fast.outcome import Outcome, decode, enforce
+from turnout.fast.plan import Plan
+from turnout.fast.regions import Key
+from turnout.fast.state_keys import var_key
+from turnout.fast.timeline import Timeline
+from turnout.fast.values import DEAD, to_host
+from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
+from turnout.fast_options import FastOptions
+from turnout.graph import Graph, Tensor
+
+_NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
+#: how errors of this backend name it (``outcome.decode``)
+WHO = "fast backend"
+
+
+def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
+    """(name, dtype, shape) of every Variable of the graph, as plan signatures take them: a Variable
+    the session has not set yet counts with its initial value."""
+    gv = graph.variables
+    if not gv:
+        return ()
+    out = []
+    peek = peeker(variables)
+    for name in sorted(gv):
+        v = peek(name)
+        if v is None:  # as the run will set it: the initial value in the Variable's dtype (a float64
+            # initial value of a float32 Variable must not make the first run's plan another one's)
+            attrs = gv[name].attrs
+            v = np.asarray(attrs.get("initial_value"), dtype=np.dtype(attrs["dtype"]) if "dtype" in attrs else None)
+        if type(v) is not Deferred:  # (a deferred value's dtype and shape are its device array's)
+            v = np.asarray(v)
+        out.append((name, v.dtype.str, v.shape))
+    return tuple(out)
+
+
+class RunState:
+    """The state a backend's runs share (made by ``FastBackend.__init__``) and the first and last
+    steps of every run over it."""
+
+    options: FastOptions
+    graph: Graph
+    #: run signature -> its plan (``FastBackend._plan``)
+    _plans: dict[Any, Plan]
+    #: name -> (the session's entry for the Variable, its device copy): the copy a run starts from
+    #: while the entry is still the one it stands for (``_device_var``)
+    _dev_vars: dict[str, tuple[Any, Any]]
+    #: id of a plan -> the stack buffers its last run kept
+    _stack_bufs: dict[int, dict[str, stk.StackValue]]
+    #: ``session.variables``: a run's new values stay on the device until read
+    variable_store: DeviceVariables
+    #: the trace of the run in progress (``trace=True``)
+    _timeline: Optional[Timeline]
+    #: per loop and device, the gradient stack memory of the last run (``memory_records``)
+    _records: list[dict[str, Any]]
+
+    def held_bytes(self) -> int:
+        """Device bytes this backend holds between runs: kept gradient stack buffers and the device
+        copies of Variables."""
+        stacks = sum(stk.stack_nbytes(v) for bufs in self._stack_bufs.values() for v in bufs.values())
+        return stacks + sum(int(dev.nbytes) for _, dev in self._dev_vars.values())
+
+    def stack_buffers(self) -> list[dict[str, Any]]:
+        """The gradient stack buffers this backend keeps between runs, per plan (rung) holding them:
+        ``capacity`` (entries per stack), ``ladder`` (the capacities of the ladder that rung belongs
+        to, ``capacity_ladder``; None for a plan not run on one) and ``stacks`` (stack key -> bytes
+        kept: the value buffer, and after a staged run its index record). ``held_bytes`` counts them.
+
+        Why: how stacks are sized is a policy (``FastOptions.stack_ladder``, ``stack_first_rung``,
+        ``stack_rung_ratio``) whose effect a user, a test or a benchmark checks from the backend's own
+        accounting, not from the process's memory."""
+        plans = {id(p): p for p in self._plans.values()}
+        tops = {id(r): top for top in self._plans.values() for r in top.rungs.values()}
+        out = []
+        for pid, bufs in self._stack_bufs.items():
+            plan, top = plans.get(pid), tops.get(pid)
+            out.append({"capacity": None if plan is None else plan.capacity,
+                        "ladder": None if top is None or top.ladder is None else list(top.ladder),
+                        "stacks": {k: stk.stack_nbytes(v) for k, v in bufs.items()}})
+        return out
+
+    def release_buffers(self) -> None:
+        """Free the device buffers held between runs (see ``held_bytes``). Compiled plans are kept;
+        the next run allocates its stacks afresh and copies Variables from the session again."""
+        self._stack_bufs.clear()
+        self._dev_vars.clear()
+        self.variable_store.settle()
+
+    def _span(self, name: str, row: str, **args: Any) -> AbstractContextManager[dict[str, Any]]:
+        """A timeline span while tracing; otherwise nothing (one attribute read)."""
+        tl = self._timeline
+        return tl.span(name, row, **args) if tl is not None else _NO_SPAN
+
+    def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
+        """The device copy of Variable ``name`` a run starts from: the one the last run handed back while
+        the session's host value is still the one it wrote, else the host value (its initial value the
+        first time) put on the device, committed as a run's outputs are, or the next run compiles again.
+        ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
+        shape (about 35 ms each on the development machine, so a model's first run paid it once per
+        Variable shape); ``device_put`` copies the host array as it is."""
+        peek = peeker(variables)
+        slot = peek(name)
+        if slot is None:
+            vn = plan.var_nodes[name]
+            variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            slot = peek(name)
+        cached = self._dev_vars.get(name)
+        if cached is not None and cached[0] is slot:
+            return cached[1]
+        return stk.committed(jax.device_put(variables[name]))
+
+    def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
+        """The state a run starts from: the error word, the Variables' device copies, the stacks (the
+        last run's buffers, donated: no allocation; entries above the pointer are never read, as
+        [E-Stack-Pop] reads only what this run pushed). For the fused stage (``fused``) there is no
+        error word, and a kept stack is its value buffer alone: the stage sets the error word and
+        the pointers to 0 and makes the index records itself (``Plan._segment``)."""
+        # numpy scalars, not jnp: a jnp scalar is an eager dispatch (tens of microseconds) per value,
+        # and the compiled stages take numpy leaves as the same int32 / bool arguments
+        state: dict[str, Any] = {} if fused else {"err": np.int32(0)}
+        for name in plan.var_nodes:
+            state[var_key(name)] = self._device_var(plan, name, variables)
+        reuse = self._stack_bufs.pop(id(plan), {})
+        for k, dtype, shapes in plan.stack_slots:
+            if shapes is None:
+                state[k] = stk.StackValue(plan.capacity, dtype)
+                continue
+            if fused and k in plan.inside:  # (made inside the call)
+                continue
+            buf, idx = stk.kept_arrays(reuse.get(k))
+            if buf is None:
+                buf = stk.device_zeros((plan.capacity, *shapes[0]), dtype)
+            if fused:
+                state[k] = buf
+                continue
+            if idx is None:  # (kept by the fused stage, which keeps no index record)
+                idx = stk.device_zeros((plan.capacity, *shapes[1]), np.int32)
+            state[k] = stk.StackValue(plan.capacity, dtype, buf, idx, np.int32(0))
+        return state
+
+    @staticmethod
+    def _kept_stacks(plan: Plan, state: dict[str, Any]) -> dict[str, Any]:
+        """The stacks of ``state`` kept for the next run of ``plan``: those it preallocates, as a
+        ``StackValue`` (after the stages) or a value buffer alone (after the fused stage)."""
+        return {k: state[k] for k in plan.kept if k in state and stk.kept_arrays(state[k])[0] is not None}
+
+    @staticmethod
+    def _fetched(fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any]) -> list[Any]:
+        """The fetched values on the host; a fetch that is dead (``DEAD``, or its live flag false)
+        raises ``DeadFetchError``."""
+        values = []
+        for t in fetches:
+            k = (t.node.id, t.index)
+            v = env[k]
+            if v is DEAD or not bool(lives.get(k, True)):
+                raise DeadFetchError(dead_fetch_message(t.name, t.node))
+            values.append(to_host(v))
+        return values
+
+    def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
+                state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
+        """The fetched values on the host, and the Variables written back: the last step of a run."""
+        values = self._fetched(fetches, env, lives)
+        if plan.prealloc and self.options.keep_stack_buffers:
+            self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
+        else:
+            self._stack_bufs.pop(id(plan), None)
+        names = list(plan.var_nodes)
+        write_variables(tuple((name, name in plan.written_vars, None) for name in names),
+                        [state[var_key(name)] for name in names], values, variables, self._dev_vars)
+        return values
+
+    @staticmethod
+    def _decode(plan: Plan, code: int, swapped: int = 0, attempt: bool = False) -> Outcome:
+        """What error word ``code`` of a call of ``plan`` means (``outcome.decode``)."""
+        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt)
+
+    def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
+        """The error word of a stage (or a Direct call) acted on: raised, or a retry with larger
+        stacks (``outcome.StacksOutgrown``, caught by the capacity loop of ``_compile_and_run``)."""
+        enforce(self._decode(plan, int(state["err"]), swapped))
