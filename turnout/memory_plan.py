@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from turnout import checkpoint_schedule as schedule
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import ResourceExhaustedError
@@ -260,6 +261,40 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
                 "beyond", max_iterations=fits)
 
 
+@dataclass(frozen=True)
+class Checkpointing:
+    """How ``tn.gradients`` reverses a loop that recomputes: ``slots`` loop states of ``state_bytes``
+    each (its loop variables and the int32 position of the state) within the loop's ``budget``. Zero
+    slots: the budget holds no state, and the gradient builder refuses it."""
+
+    loop: str
+    budget: int
+    state_bytes: int
+    slots: int
+
+
+#: bytes of bookkeeping per checkpointed state: the int32 position (iteration) it was taken before
+POSITION_BYTES = 4
+
+
+def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], swap_asked: bool
+                  ) -> Optional[Checkpointing]:
+    """The build-time half of the plan: whether ``tn.gradients`` differentiates loop ``loop`` by
+    recomputation from checkpoints (``turnout.gradients.recompute``) instead of gradient stacks, and
+    in how many slots. None: it keeps stacks, and the run-time plan (``plan_memory``) honours them.
+
+    Why these rules: the gradient graph is built before any run, so its platform is not known, and
+    ``plan_loop`` on the graph's default platform (the CPU, where swapping frees nothing) calls for
+    recomputation wherever a loop's own budget and a static size meet. A loop that asked to swap
+    (``swap_memory=True``, rule 4) keeps its stacks and swaps them; one whose state has no static size
+    (rule 2: a TensorArray, a dynamic shape) keeps them too, checked as the run goes. A run's budget
+    (``Session.run``) comes after the graph is built and never changes it."""
+    if budget is None or swap_asked or state_bytes is None:
+        return None
+    per_state = state_bytes + POSITION_BYTES
+    return Checkpointing(loop, budget, per_state, schedule.slots_for_budget(budget, per_state))
+
+
 def _total(sizes: Iterable[Optional[int]]) -> Optional[int]:
     got = list(sizes)
     return None if any(b is None for b in got) else sum(got)  # type: ignore[arg-type]
@@ -386,7 +421,7 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
             "(swap_memory=True)")
 
 
-__all__ = ["HOST_BANDWIDTH", "KEEP", "RECOMPUTE", "SWAP", "CostModel", "LoopPlan", "MemoryPlan", "Platform",
-           "SavedBytes", "StackSize", "backend_platform", "check", "entry_bytes",
+__all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan", "MemoryPlan", "Platform",
+           "SavedBytes", "StackSize", "backend_platform", "check", "checkpointing", "entry_bytes",
            "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform",
            "run_plan", "stack_sizes"]

@@ -14,6 +14,7 @@ and the fast backend read them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -222,6 +223,9 @@ class WhileContext(ControlFlowContext):
         self.mode = "pred"
         self.structure: Any = None  # the user's loop_vars structure (without the counter)
         self.pred_nodes: list[Node] = []
+        # the user's body function, kept so that a gradient under a memory budget can call it again to
+        # recompute loop states (``gradients.recompute``); None for a loop imported from a GraphDef
+        self.body_fn: Optional[Callable[..., Any]] = None
 
     def describe(self) -> str:
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'
