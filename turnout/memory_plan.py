@@ -16,10 +16,13 @@ Three ways honour a budget at any trip count, and this module chooses one per lo
 - **recompute** the values from checkpoints of the loop state (``turnout.checkpoint_schedule``): fits
   any budget that holds one state, for about one extra forward pass with ``sqrt(2n)`` checkpoints.
 
-What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends; recomputation only
-in ``turnout.jax.while_loop``. Where a loop needs recomputation on a graph backend, its plan says so
-(``built=False``), the run keeps its values while they fit (``max_iterations``), and a run that goes
-further stops with ``ResourceExhaustedError`` (``check``), never over the budget in silence.
+What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends, and recomputation
+where the gradient graph is built, for a loop with a budget of its own (``checkpointing`` decides, and
+``turnout.gradients.recompute`` builds a backward loop that saves no stacks at all); and
+``turnout.jax.while_loop``. A run's budget comes after the graph is built, so where it calls for
+recomputation of a loop that keeps stacks, its plan says so (``built=False``), the run keeps the
+values while they fit (``max_iterations``), and a run that goes further stops with
+``ResourceExhaustedError`` (``check``), never over the budget in silence.
 
 Why a pure function over small records: the planner's rules are the design, so they are written once
 (``plan_memory``), tested without running anything, printed by ``tn.memory_report`` and
@@ -95,10 +98,11 @@ class LoopPlan:
     """The plan of one loop's saved values.
 
     ``action``: ``"keep"``, ``"swap"`` or ``"recompute"`` — what meets the budget; ``built``: whether
-    the graph backends do it (recomputation: not yet, see the module docstring); ``entry_bytes``:
+    the graph backends do it for these stacks (see the module docstring); ``entry_bytes``:
     bytes saved per iteration, all its stacks together (None: unknown until run time); ``budget``:
     the bytes its saved values may hold on the device (None: no budget) and ``budget_from`` whose it
-    is (``"loop"``, ``"run"`` or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
+    is (``"loop"``, ``"run"`` or ``"none"``); ``built`` is False for a plan that recomputes a loop
+    which keeps stacks (a run's budget: recomputation is built where the gradient graph is built); ``chunk``: a swapped loop's entries per device chunk;
     ``max_iterations``: the most iterations the run can save within the budget (None: any);
     ``transfer_seconds``: a swapped loop's estimated transfer time per iteration, each way; ``frame``:
     the loop's frame name."""
@@ -131,7 +135,7 @@ class LoopPlan:
         """One line: the loop, its action and why."""
         e = "?" if self.entry_bytes is None else self.entry_bytes
         budget = "no budget" if self.budget is None else f"budget {self.budget} B ({self.budget_from})"
-        act = self.action if self.built else f"{self.action} (not built on graph backends)"
+        act = self.action if self.built else f"{self.action} (built only for a loop's own memory_budget)"
         return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
 
 
@@ -240,8 +244,8 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
     fits = budget // e
     if budget < 2 * e:
         return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the device: "
-                    f"only recomputation from checkpoints meets it; until it is built the run keeps {fits} "
-                    "iteration(s) and stops with ResourceExhaustedError beyond", max_iterations=fits)
+                    f"only recomputation from checkpoints meets it, which a loop's own budget gets where its gradient "
+                    f"is built; these stacks keep {fits} iteration(s) and stop with ResourceExhaustedError beyond", max_iterations=fits)
     chunk = budget // (2 * e)
     if swap_asked or where.host_memory:
         secs = None if where.bandwidth is None else e / where.bandwidth
@@ -252,13 +256,14 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
             hidden = secs <= costs.iteration_seconds
             why += (f"; {secs * 1e6:.1f} us of transfer per iteration each way "
                     + ("hides behind" if hidden else "exceeds") + f" {costs.iteration_seconds * 1e6:.1f} us of compute"
-                    + ("" if hidden else ": recomputation would be cheaper, and is not built on graph backends"))
+                    + ("" if hidden else ": recomputation would be cheaper (a loop's own budget without "
+                                          "swap_memory=True)"))
         return plan(SWAP, f"{why}: two chunks of {chunk} iterations on the device at any trip count", chunk=chunk,
                     transfer_seconds=secs)
     return plan(RECOMPUTE, f"on the {where.name} host and device memory are one, so swapping frees nothing; only "
-                f"recomputation from checkpoints meets the budget at any trip count. Until it is built on graph "
-                f"backends the run keeps the values of {fits} iterations and stops with ResourceExhaustedError "
-                "beyond", max_iterations=fits)
+                f"recomputation from checkpoints meets the budget at any trip count, which a loop's own budget gets "
+                f"where its gradient is built; these stacks keep the values of {fits} iterations and stop with "
+                "ResourceExhaustedError beyond", max_iterations=fits)
 
 
 @dataclass(frozen=True)
@@ -416,9 +421,10 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
     fits = "" if lp.entry_bytes is None else f" (it fits {budget // max(1, lp.entry_bytes)} iterations)"
     return (f"{backend}: the saved values of loop \"{lp.loop}\" ({e} bytes per iteration) would hold {got} bytes "
             f"on the device{f' ({what})' if what else ''}, over {whose} of {budget} bytes{fits}. Recomputing "
-            "them from checkpoints would meet it at any trip count, but recomputation is not built on the graph "
-            "backends (docs/missing.rst); raise the budget, or on a platform with host memory let the loop swap "
-            "(swap_memory=True)")
+            "them from checkpoints would meet it at any trip count, and a loop's own budget gets that "
+            "(tn.while_loop(..., memory_budget=B) without swap_memory=True: its gradient is then built to "
+            "recompute), a run's budget does not; raise the budget, give the loop a budget of its own, or on a "
+            "platform with host memory let the loop swap (swap_memory=True)")
 
 
 __all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan", "MemoryPlan", "Platform",
