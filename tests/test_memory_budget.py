@@ -3,8 +3,8 @@
 A loop's ``memory_budget`` (``tn.while_loop``) and a run's (``Session.run(..., memory_budget=)``)
 bound the bytes of its gradient stacks on the device. (A loop's own budget without ``swap_memory=True``
 is met by recomputation, with no stacks at all: ``tests/test_recompute.py``; here the loops that keep
-stacks under a budget: a run's budget, or a loop's own with ``swap_memory=True``.) The planner's rules are tested as a pure
-function; the runs on the reference and fast backends are checked against each backend's own
+stacks under a budget: a run's budget, or a loop's own with ``swap_memory=True``.) The planner's rules
+are tested as a pure function; the runs on the reference and fast backends are checked against each backend's own
 accounting (``peak_saved_bytes``, ``peak_device_stack_bytes``), and a run that would go over a budget
 must raise ``ResourceExhaustedError`` naming the loop, never finish over it.
 

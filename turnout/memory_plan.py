@@ -101,8 +101,7 @@ class LoopPlan:
     the graph backends do it for these stacks (see the module docstring); ``entry_bytes``:
     bytes saved per iteration, all its stacks together (None: unknown until run time); ``budget``:
     the bytes its saved values may hold on the device (None: no budget) and ``budget_from`` whose it
-    is (``"loop"``, ``"run"`` or ``"none"``); ``built`` is False for a plan that recomputes a loop
-    which keeps stacks (a run's budget: recomputation is built where the gradient graph is built); ``chunk``: a swapped loop's entries per device chunk;
+    is (``"loop"``, ``"run"`` or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
     ``max_iterations``: the most iterations the run can save within the budget (None: any);
     ``transfer_seconds``: a swapped loop's estimated transfer time per iteration, each way; ``frame``:
     the loop's frame name."""
@@ -245,7 +244,8 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
     if budget < 2 * e:
         return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the device: "
                     f"only recomputation from checkpoints meets it, which a loop's own budget gets where its gradient "
-                    f"is built; these stacks keep {fits} iteration(s) and stop with ResourceExhaustedError beyond", max_iterations=fits)
+                    f"is built; these stacks keep {fits} iteration(s) and stop with ResourceExhaustedError beyond",
+                    max_iterations=fits)
     chunk = budget // (2 * e)
     if swap_asked or where.host_memory:
         secs = None if where.bandwidth is None else e / where.bandwidth
@@ -427,7 +427,8 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
             "platform with host memory let the loop swap (swap_memory=True)")
 
 
-__all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan", "MemoryPlan", "Platform",
+__all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
+           "MemoryPlan", "Platform",
            "SavedBytes", "StackSize", "backend_platform", "check", "checkpointing", "entry_bytes",
            "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform",
            "run_plan", "stack_sizes"]

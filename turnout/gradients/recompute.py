@@ -136,8 +136,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
         push = ops.logical_and(free >= 2, length >= 2)
         m = ops.where(push, split(ops.maximum(length, 2), ops.maximum(free, 2)), length - 1)
         x = advance(w, [ops.gather(buf, top) for buf in bufs], m)
-        put = ops.logical_and(ops.equal(ops.constant(np.arange(slots, dtype=np.int32)), ops.minimum(top + 1, slots - 1)),
-                              push)
+        at = ops.minimum(top + 1, slots - 1)  # not pushing: no slot changes
+        put = ops.logical_and(ops.equal(ops.constant(np.arange(slots, dtype=np.int32)), at), push)
         bufs = [ops.where(ops.reshape(put, [slots] + [1] * (len(buf.shape) - 1)), ops.expand_dims(v, 0), buf)
                 for buf, v in zip(bufs, x, strict=True)]
         pos = ops.where(put, start + m, pos)
