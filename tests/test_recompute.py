@@ -221,6 +221,20 @@ def test_a_loop_without_its_python_body_is_refused() -> None:
             tn.gradients(y, [x])
 
 
+def test_a_second_order_gradient_through_a_recomputing_loop_is_refused() -> None:
+    """Tried, the gradient of such a gradient came out wrong (``d2/dx2 x ** 8`` gave ``8 x ** 6``:
+    the recomputed states counted as constants), so it is refused by name rather than built."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * v), [tn.constant(0), x], name="sq",
+                             memory_budget=24)
+        (gx,) = tn.gradients(y, [x])
+        assert float(tn.Session(g).run(gx, {x: 1.1})) == pytest.approx(8 * 1.1**7, rel=1e-5)
+        with pytest.raises(UnsupportedError, match='reverses while_loop "sq".*second order'):
+            tn.gradients(gx, [x])
+
+
 def test_a_loop_that_swaps_or_carries_a_tensor_array_keeps_its_stacks() -> None:
     """Rules 4 and 2 of the planner: swapping asked for, or a state with no static size (a
     TensorArray): the gradient keeps stacks under the loop's budget, as without recomputation."""

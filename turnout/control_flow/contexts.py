@@ -226,6 +226,8 @@ class WhileContext(ControlFlowContext):
         # the user's body function, kept so that a gradient under a memory budget can call it again to
         # recompute loop states (``gradients.recompute``); None for a loop imported from a GraphDef
         self.body_fn: Optional[Callable[..., Any]] = None
+        # for the backward loop that ``gradients.recompute`` builds: the name of the loop it reverses
+        self.reverses_by_recomputing: Optional[str] = None
 
     def describe(self) -> str:
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'

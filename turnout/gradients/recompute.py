@@ -66,7 +66,14 @@ WRITES = frozenset({"AssignVariable", "AssignAddVariable", "AssignSubVariable"})
 def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
     """How many slots the gradient of ``w`` recomputes in, or None when it keeps gradient stacks.
     Raises ``UnsupportedError`` naming the loop where its budget calls for recomputation and the
-    loop cannot be recomputed (no Python body, a body that writes state) or holds no state."""
+    loop cannot be recomputed (no Python body, a body that writes state) or holds no state, and
+    where ``w`` is itself such a gradient's backward loop (a second-order gradient through it gave
+    wrong values when tried, so it is refused rather than built)."""
+    if w.reverses_by_recomputing is not None:
+        raise UnsupportedError(f'gradients: while_loop "{w.name}" reverses while_loop "{w.reverses_by_recomputing}" '
+                               "by recomputing under its memory_budget, and a gradient of that gradient (second "
+                               "order) is not built; for second order give that loop swap_memory=True (it then "
+                               "keeps its stacks) or no memory_budget")
     cp = memory_plan.checkpointing(w.name, w.memory_budget, state_bytes(w), w.swap_memory)
     if cp is None:
         return None
@@ -129,7 +136,10 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     nb, nc = len(bufs0), len(ct0)
 
     def action(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
-        _seed_captures(g.current_context, outside)  # type: ignore[arg-type]
+        ctx = g.current_context
+        assert isinstance(ctx, WhileContext)
+        ctx.reverses_by_recomputing = w.name
+        _seed_captures(ctx, outside)
         bufs, ct, acc = list(rest[:nb]), list(rest[nb:nb + nc]), list(rest[nb + nc:])
         start = ops.gather(pos, top)
         length, free = end - start, slots - top
