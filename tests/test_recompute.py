@@ -189,6 +189,19 @@ def test_nothing_is_stacked_and_the_slots_fit_the_budget(budget: int) -> None:
     assert slot_bytes(m["g"], "rnn") == (budget // STATE) * STATE <= budget
 
 
+def test_the_report_and_explain_say_the_loop_recomputes() -> None:
+    m = model(3 * STATE + 5)
+    lp = tn.memory_report(m["g"]).plan.loop("rnn")  # type: ignore[union-attr]
+    assert (lp.action, lp.built, lp.slots, lp.entry_bytes, lp.budget) == ("recompute", True, 3, STATE, 3 * STATE + 5)
+    assert lp.peak_bytes(10**6) == 3 * STATE
+    assert 'loop "rnn": recompute; budget 77 B (loop): its gradient recomputes from 3 checkpoint(s)' in str(
+        tn.memory_report(m["g"]))
+    sess = tn.Session(m["g"])
+    notes = sess.explain(m["grads"], {m["x"]: X0, m["n"]: 3, m["w"]: W0}).notes
+    assert any('loop "rnn": recompute' in n for n in notes)
+    assert tn.memory_report(model(None)["g"]).plan.loops[0].action == "keep"
+
+
 # ---- where it cannot apply --------------------------------------------------------------------------------
 def test_a_body_that_writes_state_is_refused_by_name() -> None:
     g = tn.Graph()

@@ -104,7 +104,8 @@ class LoopPlan:
     is (``"loop"``, ``"run"`` or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
     ``max_iterations``: the most iterations the run can save within the budget (None: any);
     ``transfer_seconds``: a swapped loop's estimated transfer time per iteration, each way; ``frame``:
-    the loop's frame name."""
+    the loop's frame name; ``slots``: the checkpoints of a loop whose gradient was built to recompute
+    (``recomputed``; its ``entry_bytes`` are then the bytes of one checkpoint, not of an iteration)."""
 
     loop: str
     stacks: int
@@ -118,14 +119,18 @@ class LoopPlan:
     max_iterations: Optional[int] = None
     transfer_seconds: Optional[float] = None
     frame: str = ""
+    slots: Optional[int] = None
 
     def peak_bytes(self, n: int) -> Optional[int]:
         """The bound this plan gives on the device bytes of the loop's saved values after ``n``
-        iterations: ``n * e`` kept, two chunks at most swapped. None: unknown (no static entry size),
-        or past ``max_iterations``, where the run stops with ``ResourceExhaustedError`` instead."""
+        iterations: ``n * e`` kept, two chunks at most swapped, the slots of a recomputed loop. None:
+        unknown (no static entry size), or past ``max_iterations``, where the run stops with
+        ``ResourceExhaustedError`` instead."""
         e = self.entry_bytes
         if e is None or (self.max_iterations is not None and n > self.max_iterations):
             return None
+        if self.slots is not None:
+            return self.slots * e  # the backward loop's slots, whatever n
         if self.action == SWAP and self.chunk is not None:
             return min(n, 2 * self.chunk) * e
         return n * e
@@ -133,6 +138,8 @@ class LoopPlan:
     def line(self) -> str:
         """One line: the loop, its action and why."""
         e = "?" if self.entry_bytes is None else self.entry_bytes
+        if self.slots is not None:
+            return f'loop "{self.loop}": {self.action}; budget {self.budget} B ({self.budget_from}): {self.reason}'
         budget = "no budget" if self.budget is None else f"budget {self.budget} B ({self.budget_from})"
         act = self.action if self.built else f"{self.action} (built only for a loop's own memory_budget)"
         return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
@@ -372,7 +379,20 @@ def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_nam
     from turnout.graph import ancestors
 
     nodes = graph.nodes if fetches is None else list(ancestors(list(fetches)).values())
-    return plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
+    plan = plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
+    ids = {n.id for n in nodes}
+    done = [c.reverses_by_recomputing for c in getattr(graph, "contexts", ())
+            if getattr(c, "reverses_by_recomputing", None) is not None and c.pivot is not None and c.pivot.id in ids]
+    return dataclasses.replace(plan, loops=plan.loops + tuple(recomputed(cp) for cp in done))
+
+
+def recomputed(cp: Checkpointing) -> LoopPlan:
+    """The plan line of a loop whose gradient was built to recompute (``checkpointing``): it saves no
+    stacks, and its backward loop holds ``cp.slots`` states of ``cp.state_bytes`` each."""
+    return LoopPlan(cp.loop, 0, cp.state_bytes, cp.budget, "loop", RECOMPUTE, True,
+                    f"its gradient recomputes from {cp.slots} checkpoint(s) of {cp.state_bytes} B, "
+                    f"{cp.slots * cp.state_bytes} B at any trip count; it evaluates the body "
+                    f"checkpoint_schedule.cost(n, {cp.slots}, kept=[0]).body_calls times", slots=cp.slots)
 
 
 def backend_platform(backend: Any) -> str:
@@ -429,6 +449,6 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
 
 __all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
            "MemoryPlan", "Platform",
-           "SavedBytes", "StackSize", "backend_platform", "check", "checkpointing", "entry_bytes",
+           "SavedBytes", "StackSize", "backend_platform", "check", "checkpointing", "entry_bytes", "recomputed",
            "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform",
            "run_plan", "stack_sizes"]

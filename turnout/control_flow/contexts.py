@@ -16,10 +16,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from turnout.errors import GraphBuildError
 from turnout.graph import Graph, Node, Tensor
+
+if TYPE_CHECKING:
+    from turnout.memory_plan import Checkpointing
 
 
 class ControlFlowContext(ABC):
@@ -226,8 +229,8 @@ class WhileContext(ControlFlowContext):
         # the user's body function, kept so that a gradient under a memory budget can call it again to
         # recompute loop states (``gradients.recompute``); None for a loop imported from a GraphDef
         self.body_fn: Optional[Callable[..., Any]] = None
-        # for the backward loop that ``gradients.recompute`` builds: the name of the loop it reverses
-        self.reverses_by_recomputing: Optional[str] = None
+        # for the backward loop that ``gradients.recompute`` builds: how it reverses which loop
+        self.reverses_by_recomputing: Optional[Checkpointing] = None
 
     def describe(self) -> str:
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'

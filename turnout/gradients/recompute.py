@@ -70,7 +70,8 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
     where ``w`` is itself such a gradient's backward loop (a second-order gradient through it gave
     wrong values when tried, so it is refused rather than built)."""
     if w.reverses_by_recomputing is not None:
-        raise UnsupportedError(f'gradients: while_loop "{w.name}" reverses while_loop "{w.reverses_by_recomputing}" '
+        raise UnsupportedError(f'gradients: while_loop "{w.name}" reverses while_loop '
+                               f'"{w.reverses_by_recomputing.loop}" '
                                "by recomputing under its memory_budget, and a gradient of that gradient (second "
                                "order) is not built; for second order give that loop swap_memory=True (it then "
                                "keeps its stacks) or no memory_budget")
@@ -138,7 +139,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     def action(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
         ctx = g.current_context
         assert isinstance(ctx, WhileContext)
-        ctx.reverses_by_recomputing = w.name
+        ctx.reverses_by_recomputing = cp
         _seed_captures(ctx, outside)
         bufs, ct, acc = list(rest[:nb]), list(rest[nb:nb + nc]), list(rest[nb + nc:])
         start = ops.gather(pos, top)
