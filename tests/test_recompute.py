@@ -159,6 +159,40 @@ def test_a_budgeted_loop_inside_a_differentiated_loop() -> None:
         np.testing.assert_allclose(tn.Session(g, backend=backend).run(gx, {x: 0.3}), want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_budgeted_loop_in_a_cond_reading_a_variable(backend: str) -> None:
+    """The loop sits in a cond branch and its body reads a Variable: the body names the Variable's
+    handle, which the loop captured through the branch's Switch; the recomputed body must meet the same
+    value under either name, or the Variable's gradient is lost (it was, once: zeros)."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+
+    def build(budget: Optional[int]) -> tuple[Any, ...]:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [3], name="x")
+            p = tn.placeholder(tn.bool, [], name="p")
+            v = tn.Variable(np.array([0.9, 1.1, -0.8], np.float32), name="V")
+
+            def loop() -> Any:
+                return tn.while_loop(lambda i, u: i < 5, lambda i, u: (i + 1, tn.tanh(u * v.value())),
+                                     [tn.constant(0), x * 2.0], memory_budget=budget)[1]
+
+            y = tn.cond(p, loop, lambda: x * 3.0)
+            grads = tn.gradients(tn.reduce_sum(y * y), [x, v])
+        return g, x, p, grads
+
+    xs = np.array([0.3, -0.2, 0.5], np.float32)
+    for taken in (True, False):
+        g, x, p, grads = build(None)
+        want = tn.Session(g).run(grads, {x: xs, p: taken})
+        g, x, p, grads = build(2 * 20)
+        got = tn.Session(g, backend=backend).run(grads, {x: xs, p: taken})
+        assert taken is False or np.abs(want[1]).sum() > 0.1
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
 # ---- what it costs, and what it holds ---------------------------------------------------------------------
 @pytest.mark.parametrize("slots", [1, 2, 3, 5, 64])
 def test_the_body_is_evaluated_as_often_as_the_schedule_says(slots: int) -> None:

@@ -37,6 +37,7 @@ the int32 positions, ``slots * (state bytes + 4) <= B`` whatever the trip count.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -45,12 +46,12 @@ from turnout import checkpoint_schedule as schedule
 from turnout import memory_plan, nest, ops
 from turnout import shapes as sh
 from turnout.control_flow.cond import cond as build_cond
-from turnout.control_flow.contexts import WhileContext
+from turnout.control_flow.contexts import ControlFlowContext, WhileContext
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import _call
 from turnout.control_flow.while_loop import while_loop as build_while_loop
 from turnout.errors import UnsupportedError, describe_node
-from turnout.gradients.grads import Grads, Key
+from turnout.gradients.grads import Grads, Key, key
 from turnout.gradients.rules import is_differentiable_dtype
 from turnout.graph import Tensor
 
@@ -122,14 +123,15 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     lvs = w.loop_vars[1:]
     wanted = [i for i, lv in enumerate(lvs) if lv.merge.id in b.on_path
               and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
-    invs = [(k, e) for k, e in w.invariants.items() if e.id in b.on_path and b.wants(e.inputs[0])]
+    invs = [e for e in w.invariants.values() if e.id in b.on_path and b.wants(e.inputs[0])]
     if not wanted and not invs:
         return []
     diff = [i for i, lv in enumerate(lvs) if is_differentiable_dtype(lv.merge.outputs[0].dtype)]
     x0 = [b.value(lv.enter.inputs[0]) for lv in lvs]
-    outside = {k: b.value(e.inputs[0]) for k, e in w.invariants.items()}
+    outside = [Outside(tuple(b.aliases(g.nodes[k[0]].outputs[k[1]])), b.value(e.inputs[0]))
+               for k, e in w.invariants.items()]
     ct0 = [dys[i + 1] if dys[i + 1] is not None else b.zeros_like(lvs[i].enter.inputs[0]) for i in diff]
-    acc0 = [b.zeros_like(e.inputs[0]) for _, e in invs]
+    acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
     slots = cp.slots
     bufs0 = [_slots_with(x, slots) for x in x0]
     n = b.value(w.counter.exit.outputs[0])  # type: ignore[union-attr]
@@ -153,7 +155,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
                 for buf, v in zip(bufs, x, strict=True)]
         pos = ops.where(put, start + m, pos)
         if ct or acc:
-            out = build_cond(push, lambda: [*ct, *acc], lambda: vjp_step(b, w, x, diff, ct, acc, [k for k, _ in invs]),
+            read = [o for e, o in zip(w.invariants.values(), outside, strict=True) if e in invs]
+            out = build_cond(push, lambda: [*ct, *acc], lambda: vjp_step(b, w, x, diff, ct, acc, read),
                              name=f"{w.name}/push_or_reverse")
             out = [to_graph_value(t) for t in out]
             ct, acc = out[:nc], out[nc:]
@@ -166,7 +169,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     res = [to_graph_value(r) for r in res]
     ct, acc = res[3 + nb:3 + nb + nc], res[3 + nb + nc:]
     pairs: Pairs = [(lvs[i].enter.inputs[0], ct[diff.index(i)]) for i in wanted]
-    pairs += [(e.inputs[0], a) for (_, e), a in zip(invs, acc, strict=True)]
+    pairs += [(e.inputs[0], a) for e, a in zip(invs, acc, strict=True)]
     return pairs
 
 
@@ -178,13 +181,37 @@ def _slots_with(x: Tensor, slots: int) -> Tensor:
     return ops.concat([first, ops.zeros([slots - 1, *x.shape], x.dtype)], 0)  # type: ignore[misc]
 
 
-def _seed_captures(ctx: WhileContext, outside: dict[Key, Tensor]) -> None:
-    """Make the backward loop ``ctx`` see, in place of each outside tensor the forward body read, that
-    tensor as the gradient sees it (``Backward.value``: popped, where it was made in an enclosing
-    loop being differentiated). Every capture the recomputed body makes goes through ``ctx``'s."""
-    for k, v in outside.items():
-        if k not in ctx._captured:
-            ctx._captured[k] = ctx._make_capture(ctx._outer_value(v))
+@dataclass(frozen=True)
+class Outside:
+    """A tensor from outside the loop that its body reads: every name it has in the contexts it was
+    captured into (``Backward.aliases``; the body may name it by any of them), and its value as the
+    gradient sees it (``Backward.value``: popped, where it was made in an enclosing loop being
+    differentiated)."""
+
+    names: tuple[Tensor, ...]
+    value: Tensor
+
+    @property
+    def keys(self) -> list[Key]:
+        """The capture keys of its names."""
+        return [key(t) for t in self.names]
+
+
+def _seed_captures(ctx: ControlFlowContext, outside: Sequence[Outside]) -> list[Tensor]:
+    """Make context ``ctx`` capture each outside tensor once, under every one of its names, so that
+    every capture the recomputed body makes in ``ctx`` or in a context nested in it meets the same
+    value (the backward loop: ``value``; the branch of a step: the backward loop's capture). Returns
+    those captures."""
+    out = []
+    for o in outside:
+        got = next((ctx._captured[k] for k in o.keys if k in ctx._captured), None)
+        if got is None:
+            got = ctx._make_capture(ctx._outer_value(o.value)) if isinstance(ctx, WhileContext) else \
+                ctx.capture(o.names[0])
+        for k in o.keys:
+            ctx._captured.setdefault(k, got)
+        out.append(got)
+    return out
 
 
 def call_body(w: WhileContext, xs: Sequence[Tensor]) -> list[Tensor]:
@@ -204,16 +231,16 @@ def advance(w: WhileContext, x: list[Tensor], m: Tensor) -> list[Tensor]:
 
 
 def vjp_step(b: Backward, w: WhileContext, x: list[Tensor], diff: list[int], ct: list[Tensor], acc: list[Tensor],
-             inv_keys: list[Key]) -> list[Tensor]:
+             read: Sequence[Outside]) -> list[Tensor]:
     """In the branch that reverses one step: the body called on state ``x``, differentiated with the
     cotangents ``ct`` as ``grad_ys``; returns the cotangents of ``x`` and ``acc`` plus those of the
-    outside tensors the body read (``inv_keys``)."""
+    outside tensors ``read`` that the body reads."""
     g = b.g
     branch = g.current_context
     assert branch is not None
+    invb = _seed_captures(branch, read)
     ys = call_body(w, x)  # its ops capture ``x`` into the branch; ``xb`` are those captures
     xb = [branch.capture(t) for t in x]
-    invb = [branch.capture(g.nodes[k[0]].outputs[k[1]]) for k in inv_keys]
     xs = [xb[i] for i in diff]
     step = type(b)(g, branch, [*xs, *invb], [ys[i] for i in diff])
     grads = Grads()
@@ -245,5 +272,5 @@ def split(length: Tensor, free: Tensor) -> Tensor:
     return ops.minimum(length - 1, ops.maximum(ops.maximum(1, length - (beta - beta1)), beta2))
 
 
-__all__ = ["WRITES", "advance", "call_body", "cannot_recompute", "loop_grad", "plan", "split", "state_bytes",
+__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "loop_grad", "plan", "split", "state_bytes",
            "vjp_step"]
