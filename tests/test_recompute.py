@@ -269,8 +269,9 @@ def test_a_loop_without_its_python_body_is_refused() -> None:
 
 
 def test_a_second_order_gradient_through_a_recomputing_loop_is_refused() -> None:
-    """Tried, the gradient of such a gradient came out wrong (``d2/dx2 x ** 8`` gave ``8 x ** 6``:
-    the recomputed states counted as constants), so it is refused by name rather than built."""
+    """Tried, the gradient of such a gradient matched the store-everything one for bodies with a cond
+    but not for bodies with a loop inside, and it would keep stacks of every action, outside the
+    budget: it is refused by name rather than built."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")

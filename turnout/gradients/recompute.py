@@ -68,8 +68,9 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
     """How many slots the gradient of ``w`` recomputes in, or None when it keeps gradient stacks.
     Raises ``UnsupportedError`` naming the loop where its budget calls for recomputation and the
     loop cannot be recomputed (no Python body, a body that writes state) or holds no state, and
-    where ``w`` is itself such a gradient's backward loop (a second-order gradient through it gave
-    wrong values when tried, so it is refused rather than built)."""
+    where ``w`` is itself such a gradient's backward loop: a second-order gradient through it is not
+    built (tried, it matched the store-everything one for bodies with a cond, not for bodies with a
+    loop inside, and it would keep stacks of every action, outside the budget)."""
     if w.reverses_by_recomputing is not None:
         raise UnsupportedError(f'gradients: while_loop "{w.name}" reverses while_loop '
                                f'"{w.reverses_by_recomputing.loop}" '
@@ -209,7 +210,8 @@ def _seed_captures(ctx: ControlFlowContext, outside: Sequence[Outside]) -> list[
             got = ctx._make_capture(ctx._outer_value(o.value)) if isinstance(ctx, WhileContext) else \
                 ctx.capture(o.names[0])
         for k in o.keys:
-            ctx._captured.setdefault(k, got)
+            if k not in ctx._captured:
+                ctx.add_capture(k, got)
         out.append(got)
     return out
 
