@@ -65,7 +65,8 @@ from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast.backend import FastBackend
 from turnout.fast.guards import refuse_firing_budget
-from turnout.fast.lowering import LOWERING_RULES, refused_by_shape_rule
+from turnout.fast.lower_node import lower_node
+from turnout.fast.ranges import Ranges
 from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
@@ -266,10 +267,19 @@ def prepare(part: Partition, min_size: int = 2) -> Prepared:
 # ---- compiling a group ------------------------------------------------------------------------------
 class _Checks:
     """The lowering rules' ``LoweringContext`` for a group: only ``check`` is used (groups hold no
-    Variables or stacks); each check's ``ok`` is kept, and the function returns whether all held."""
+    Variables or stacks, and no input of a group is a root-frame feed it could be specialised on);
+    each check's ``ok`` is kept, and the function returns whether all held."""
+
+    stop_on_error = False
+    free_pointers = False
 
     def __init__(self) -> None:
         self.oks: list[Any] = []
+        self.fed: set[int] = set()
+        self.dense: set[str] = set()
+        self.full: dict[str, Any] = {}
+        self.ranges = Ranges()
+        self.fresh_writes: dict[int, frozenset[int]] = {}
 
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
         if is_static(ok) and bool(ok):
@@ -278,20 +288,16 @@ class _Checks:
 
 
 def compile_group(g: Group) -> Callable[..., Any]:
-    """``jax.jit`` of the group: outside inputs in, ``(returned outputs, all checks held)`` out. Members
-    whose inputs are all known while tracing are folded with the reference kernels, as the fast
-    backend's emitter does."""
+    """``jax.jit`` of the group: outside inputs in, ``(returned outputs, all checks held)`` out. Each
+    member is lowered by ``fast.lower_node``, the step the fast backend's emitter takes too (folded
+    with the reference kernels when its inputs are known while tracing)."""
     def fn(*xs: Any) -> Any:
         env: dict[Key, Any] = {}
         ctx = _Checks()
         for m in g.members:
             ins = [xs[g.slot_index[(m.id, s)]] if (m.id, s) in g.slot_index else env[(t.node.id, t.index)]
                    for s, t in enumerate(m.inputs)]
-            if all(is_static(x) for x in ins):
-                outs = [np.asarray(v) for v in run_kernel(m.op, [np.asarray(x) for x in ins], m.attrs)]
-            else:  # shapes the op's rule refuses fail the group's checks: the kernels then raise its error
-                refused = refused_by_shape_rule(ctx, m, ins)
-                outs = refused if refused is not None else LOWERING_RULES[m.op](ctx, m, ins)
+            outs = lower_node(ctx, m, ins)
             for i, v in enumerate(outs):
                 env[(m.id, i)] = v
         ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else jnp.asarray(True)

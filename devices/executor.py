@@ -304,7 +304,16 @@ class PartitionedBackend:
     of ``devices.placement`` instead of raising, as TensorFlow's option of that name),
     ``order`` (``"round_robin"``, ``"random"`` or ``"threads"``), ``seed`` (for ``"random"``). Per-run
     ``RunOptions`` apply inside every partition (its ready-queue scheduler, trace, limits).
+
+    Memory budgets (``RunOptions.memory_budget`` and a loop's own) bound what each device holds: every
+    partition's interpreter counts the values its own gradient stacks save, as the one-device
+    reference interpreter does, and stops the run with ``ResourceExhaustedError`` where a device
+    would go over. Stats: ``peak_saved_bytes`` (the most any device held), per device
+    (``peak_saved_bytes_per_device``) and per loop, summed over devices (``saved_bytes``).
     """
+
+    #: runs honour memory budgets, per device (each partition's interpreter counts its own pushes)
+    memory_budgets = True
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0,
@@ -343,11 +352,12 @@ class PartitionedBackend:
             self._plans[key] = (parted, plans)
         return self._plans[key]
 
-    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
-                ) -> RunSchedule:
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                memory_budget: Optional[int] = None) -> RunSchedule:
         """How a run of ``fetches`` executes (``Session.explain``): one interpreter per device's
         partition, with its ops, its Sends and Recvs and its control loops (the partitions a run of
-        these fetches uses, made and cached as a run makes them)."""
+        these fetches uses, made and cached as a run makes them). A run budget changes no step: it
+        is counted on every device (the session adds the memory plan's lines)."""
         parted, _ = self.partitioned(fetches, {(t.node.id, t.index) for t in feeds})
         steps = []
         for p in parted.partitions.values():
@@ -355,8 +365,10 @@ class PartitionedBackend:
             what = (f"the reference interpreter on {len(ops)} ops: {ops.count('Send')} Send, {ops.count('Recv')} Recv, "
                     f"{len(p.control_loops)} control loop(s)")
             steps.append(Step("partition", what, p.short))
-        return RunSchedule("reference (partitioned)", tuple(steps),
-                           notes=(f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",))
+        notes: tuple[str, ...] = (f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",)
+        if memory_budget is not None:
+            notes += (f"the memory_budget of {memory_budget} bytes bounds what each device's gradient stacks hold",)
+        return RunSchedule("reference (partitioned)", tuple(steps), notes=notes)
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
@@ -383,5 +395,20 @@ class PartitionedBackend:
                 counts[k] = counts.get(k, 0) + v
         stats = {"firings": sum(p.firings for p in run.parts),
                  "firings_per_device": {p.device: p.firings for p in run.parts},
-                 **run.rv.stats()}
+                 **run.rv.stats(), **_saved_stats(run.parts)}
         return RunResult(values=values, trace=run.trace(), counts=counts, stats=stats)
+
+
+def _saved_stats(parts: Sequence[PartitionInterpreter]) -> dict[str, Any]:
+    """What the partitions' interpreters counted of their saved values under a memory budget (nothing
+    without one): the most any device held, each device's peak, and each loop's bytes over devices."""
+    counted = [p for p in parts if p.saved is not None]
+    if not counted:
+        return {}
+    by_loop: dict[str, int] = {}
+    for p in counted:
+        assert p.saved is not None
+        for loop, b in p.saved.by_loop.items():
+            by_loop[loop] = by_loop.get(loop, 0) + b
+    peaks = {p.device: p.saved.peak for p in counted if p.saved is not None}
+    return {"peak_saved_bytes": max(peaks.values()), "peak_saved_bytes_per_device": peaks, "saved_bytes": by_loop}

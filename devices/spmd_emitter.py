@@ -93,11 +93,6 @@ class SpmdEmitter(Emitter):
     devices where an edge crosses them (see the module docstring and ``turnout.devices.spmd``)."""
 
     state: dict[str, Any]  # set by ``Emitter.__init__``; declared for mypy, to which ``Emitter`` is Any
-    #: a ``tn.case`` is emitted as the nested conds it is made of. Raised to one ``lax.switch`` over
-    #: the mesh's batches, a case whose inner branch assigned a Variable lost the assignment (found by
-    #: ``tests/test_routes.py``: ``test_a_case_assigning_a_variable_in_its_inner_branch_on_the_spmd_tier``);
-    #: the nested form gives the reference's values, at the compile time of a nest of conds
-    raise_case_chains = False
 
     def __init__(self, *args: Any, loc: dict[int, int], ndev: int, readers: dict[Key, set[int]],
                  **kw: Any) -> None:

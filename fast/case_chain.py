@@ -73,9 +73,13 @@ def speculate(chain: list[CondRegion], env: dict[Key, Any], emitter: Any
             senv[key(s.outputs[0])] = emitter.read(senv, s.inputs[0], s)
             senv[key(s.outputs[1])] = DEAD
         nodes, _ = _prefix(r)  # type: ignore[misc]
-        for n in nodes:
-            emitter.run_node(n, senv)
-            computed.add(n.id)
+        # through the emitter's own runner, not node by node: the SPMD emitter runs each node on its
+        # device and moves the values it reads there (``devices.spmd_emitter``); run one by one, a
+        # node read another device's copy of its input and the chain took the wrong level. A node
+        # whose outputs the runner kept inside one device's batch is not counted as computed: the
+        # chain's functions compute it again.
+        emitter.run_items(list(nodes), senv)
+        computed.update(n.id for n in nodes if all(key(o) in senv for o in n.outputs))
     return preds, senv, computed
 
 

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout import kernels
-from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
+from turnout.errors import UnsupportedError, describe_node
 from turnout.fast import stacks as stk
-from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, refused_by_shape_rule
+from turnout.fast.lower_node import lower_node
 from turnout.fast.outcome import NONTERM, ErrorCodes
 from turnout.fast.ranges import Ranges, propagate
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
@@ -29,11 +29,6 @@ from turnout.fast.tracing import same_constant
 from turnout.fast.values import DEAD, Handle, is_static
 from turnout.fast_options import FRAME_HEIGHT
 from turnout.graph import Node, Tensor
-from turnout.primitives import COMPUTE
-
-#: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
-#: must happen when the program runs, not when it is traced)
-_NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep"}
 
 Env = dict[Key, Any]
 
@@ -263,25 +258,7 @@ class EmitterCore(ABC):
             for o in n.outputs:
                 env[key(o)] = DEAD
             return
-        outs = None
-        if n.op in COMPUTE and n.op not in _NO_FOLD and all(is_static(x) for x in xs):
-            try:  # constant folding with the reference kernels themselves
-                outs = [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
-            except KernelError:
-                outs = None
-        if outs is None:
-            outs = refused_by_shape_rule(self, n, xs)
-        if outs is None:
-            rule = LOWERING_RULES.get(n.op)
-            if rule is None:  # a primitive the fast backend does not lower: say why (UNSUPPORTED), naming it
-                raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: "
-                                       f"{UNSUPPORTED.get(n.op, 'no lowering rule')}")
-            try:
-                outs = rule(self, n, xs)
-            except TurnoutError:
-                raise  # already says what is wrong (e.g. FeedError for an unfed Placeholder)
-            except (TypeError, ValueError, IndexError) as e:
-                raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
+        outs = lower_node(self, n, xs)
         for o, v in zip(n.outputs, outs, strict=True):
             env[key(o)] = v
         if self.ranges:

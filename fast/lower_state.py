@@ -64,7 +64,7 @@ def _stack_push(ctx, n, xs):
     # a counted stack whose chain of loops is being traced: the push is proved to fit and to land at
     # its index's position, and no pop reads its index record (``fast.counted_stacks``)
     key = stk.state_key(h.name)
-    proved = key in getattr(ctx, "dense", ())
+    proved = key in ctx.dense
     if proved and key in ctx.counter_pushes:  # it pushes a counter: its pops compute the value from their index
         ctx.note_push(n, h, v)
         ctx.note_push_range(h, v)
@@ -100,7 +100,7 @@ def _stack_pop(ctx, n, xs):
         shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
         return [jnp.zeros(shape, np_dtype(n.attrs["dtype"]))]
     const = ctx.pushed_constant(h)  # every push pushed this constant: the pop's value is known (a shape)
-    dims = getattr(ctx, "full", {}).get(stk.state_key(h.name))
+    dims = ctx.full.get(stk.state_key(h.name))
     if dims is not None:  # a counted stack after its chain: an entry at every position (``fast.counted_stacks``)
         safe = counted_stacks.proved(ctx.ranges.each(index), dims)
         if not safe:

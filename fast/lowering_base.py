@@ -18,6 +18,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.errors import ResourceExhaustedError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
+from turnout.fast.ranges import Ranges
 from turnout.fast.values import Handle
 from turnout.graph import Node, Tensor
 from turnout.limits import check_allocation
@@ -31,6 +32,17 @@ class LoweringContext(Protocol):
     stop_on_error: bool
     #: stack pointers run free (``stk.push``): no pointer of a run whose error word is set is read
     free_pointers: bool
+    #: the nodes whose outputs were fed (a shape argument behind one can be made static: ``NeedsStatic``)
+    fed: set[int]
+    #: counted stacks whose chain is being traced, proved (their pushes check nothing), and those whose
+    #: chain has ended, with its trip counts (``fast.counted_nests``; empty where there are none)
+    dense: set[str]
+    full: dict[str, Any]
+    #: what the trace knows of integer values' ranges (``fast.ranges``; empty: nothing is known, and
+    #: the rules check as if nothing were), and each loop's TensorArray writes known to write a slot
+    #: nobody wrote (``facts.fresh_writes``)
+    ranges: Ranges
+    fresh_writes: dict[int, frozenset[int]]
 
     def check(self, ok: Any, message: str, code: str = "kernel") -> None: ...
     def read_var(self, node: Node, h: Handle) -> Any: ...
@@ -107,7 +119,7 @@ def feeds_behind(t: Tensor, fed: set[int], through_switch: bool = False) -> Opti
 def not_static(ctx: LoweringContext, n: Node, i: int, message: str) -> NoReturn:
     """Refuse a shape argument (input ``i`` of ``n``) that is not static while tracing: ``NeedsStatic``
     when feeds decide it (the backend specialises the plan on their values), else ``UnsupportedError``."""
-    keys = feeds_behind(n.inputs[i], getattr(ctx, "fed", set()))
+    keys = feeds_behind(n.inputs[i], ctx.fed)
     if keys:
         raise NeedsStatic(message, keys)
     raise UnsupportedError(message)

@@ -89,10 +89,9 @@ class Ranges:
 
 
 def known_within(ctx: Any, v: Any, lo: int, hi: int) -> bool:
-    """Whether the lowering context ``ctx`` knows ``v`` to lie in ``[lo, hi]``. A context without a
-    table of ranges (a partition's, a test's) knows nothing, and its rules check as before."""
-    table = getattr(ctx, "ranges", None)
-    return table is not None and table.within(v, lo, hi)
+    """Whether the lowering context ``ctx`` knows ``v`` to lie in ``[lo, hi]`` (an empty table, as a
+    cluster group's, knows nothing, and its rules check as if nothing were known)."""
+    return bool(ctx.ranges.within(v, lo, hi))
 
 
 def first_write(ctx: Any, n: Node, written: Optional[frozenset[int]], i: Any) -> bool:
@@ -104,11 +103,10 @@ def first_write(ctx: Any, n: Node, written: Optional[frozenset[int]], i: Any) ->
     (``Emitter.fresh_writes``)."""
     if is_static(i) and written is not None:
         return int(i) not in written
-    entry: Optional[frozenset[int]] = getattr(ctx, "fresh_writes", {}).get(n.id)
-    table = getattr(ctx, "ranges", None)
-    if entry is None or table is None:
+    entry: Optional[frozenset[int]] = ctx.fresh_writes.get(n.id)
+    if entry is None:
         return False
-    got = table.get(i)
+    got = ctx.ranges.get(i)
     return got is not None and not any(got[0] <= k <= got[1] for k in entry)
 
 

@@ -58,6 +58,7 @@ from turnout.errors import (
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor, ancestors
 from turnout.kernels import TensorArrayValue, run_kernel, truth
+from turnout.memory_plan import SavedBytes, platform, run_plan
 from turnout.reference.trace import fmt_tag as message_tag
 from turnout.session import RunOptions, RunResult
 from turnout.validate import validate
@@ -1051,6 +1052,8 @@ class SmallStepResult:
     counts: dict[tuple[str, Tag], int]
     variables: dict[str, Any]
     final: Config
+    #: what a run under a memory budget counted of its saved values (None: no budget applied)
+    saved: SavedBytes | None = None
 
 
 SCHEDULERS = ("fifo", "lifo", "random")
@@ -1059,19 +1062,26 @@ SCHEDULERS = ("fifo", "lifo", "random")
 def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = None,
         scheduler: str = "fifo", seed: int = 0, max_steps: int = 200_000,
         variables: Mapping[str, Any] | None = None, max_seconds: float | None = None,
-        max_iterations: int | None = 1_000_000) -> SmallStepResult:
+        max_iterations: int | None = 1_000_000, memory_budget: int | None = None) -> SmallStepResult:
     """Run to quiescence, choosing among enabled firings with ``scheduler``.
 
     ``fifo`` takes the firing enabled longest ago, ``lifo`` the one enabled most recently, ``random``
     a seeded uniform choice. Raises ``DeadlockError`` (quiescent with a fetch missing; lists the
     blocked keys), ``DeadFetchError``, or ``NonTerminationError`` after ``max_steps`` steps,
     ``max_seconds`` seconds of wall-clock time, or when a frame instance starts iteration
-    ``max_iterations`` (None: no such bound).
+    ``max_iterations`` (None: no such bound). Under a memory budget (``memory_budget``, the run's,
+    and the loops' own on their ``StackNew`` nodes) the entries the rules put in the stack store
+    (Sigma) are counted as the reference interpreter counts its pushes: a run that would hold more
+    stops with ``ResourceExhaustedError`` (``saved`` in the result says what was counted). The
+    budget is the driver's: the rules themselves are unchanged.
     """
     if scheduler not in SCHEDULERS:
         raise ArgumentError(f"unknown scheduler {scheduler!r}; choose one of {SCHEDULERS}")
     rng = random.Random(seed)
     c = initial(graph, fetches, feeds, variables, max_iterations=max_iterations)
+    saved = _saved_bytes(c.program, memory_budget)
+    loop_of = {n.name: n.attrs["loop_name"] for n in c.program.nodes.values()
+               if n.op == "StackNew" and "loop_name" in n.attrs}
     age: dict[Firing, int] = {}
     clock = itertools.count()
     log: list[tuple[str, str, Tag, bool]] = []
@@ -1097,7 +1107,26 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
         log.append((pick.rule, pick.node, pick.tag, pick.dead))
         if pick.is_node_firing:
             counts[(pick.node, pick.tag)] = counts.get((pick.node, pick.tag), 0) + 1
-    return SmallStepResult(outputs(c), log, counts, dict(c.variables), c)
+        if saved is not None and pick.rule == "E-Stack-Push" and not pick.dead:
+            _count_push(saved, loop_of, pick)
+    return SmallStepResult(outputs(c), log, counts, dict(c.variables), c, saved)
+
+
+def _saved_bytes(p: Program, memory_budget: int | None) -> SavedBytes | None:
+    """The count of saved values a run under a memory budget keeps (None: no budget applies)."""
+    plan = run_plan(p.nodes.values(), platform("cpu"), memory_budget)
+    return None if plan is None else SavedBytes(plan, "small-step system")
+
+
+def _count_push(saved: SavedBytes, loop_of: Mapping[str, str], f: Firing) -> None:
+    """A live ``[E-Stack-Push]`` stored one entry: its value and its index, counted under the loop its
+    stack belongs to (``loop_of``: a ``StackNew``'s name -> its ``loop_name``), as the reference
+    counts them."""
+    h, idx, v = (tok.value for tok in f.inputs[:3])
+    assert isinstance(h, StackHandleValue) and idx is not None
+    loop = loop_of.get(h.node)
+    if loop is not None:
+        saved.push(loop, int(getattr(v, "nbytes", 0)) + 4 * int(np.size(idx)))
 
 
 class SmallStepBackend:
@@ -1108,7 +1137,11 @@ class SmallStepBackend:
     The rules hold for well-formed graphs only, so a run first checks the graph with the shared
     validator (``turnout.validate``), as every other backend does: an ill-formed graph (a Merge of
     two dtypes, a back edge less specific than its loop variable's invariant) raises the same
-    ``ValidationError`` here as there. ``run`` itself checks only what the transition system needs."""
+    ``ValidationError`` here as there. ``run`` itself checks only what the transition system needs.
+    Memory budgets are honoured by counting the stack store's entries (``run``'s ``memory_budget``)."""
+
+    #: runs honour memory budgets (the driver counts what the stack store holds)
+    memory_budgets = True
 
     def __init__(self, graph: Graph, **options: Any) -> None:
         if options:  # e.g. device_memory_limit: an option no one honours must not be silently ignored
@@ -1122,8 +1155,10 @@ class SmallStepBackend:
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
                 max_steps=limit if limit is not None else 10**9, variables=variables,
-                max_seconds=options.max_seconds, max_iterations=options.max_iterations)
+                max_seconds=options.max_seconds, max_iterations=options.max_iterations,
+                memory_budget=options.memory_budget)
         variables.clear()
         variables.update(r.variables)
+        saved = {} if r.saved is None else {"peak_saved_bytes": r.saved.peak, "saved_bytes": dict(r.saved.by_loop)}
         return RunResult(values=r.values, trace=r.firings if options.trace else None,
-                         counts=r.counts, stats={"firings": len(r.firings)})
+                         counts=r.counts, stats={"firings": len(r.firings), **saved})

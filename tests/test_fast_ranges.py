@@ -102,15 +102,20 @@ def test_propagate_records_integer_results_only() -> None:
     _traced(fn)
 
 
-def test_known_within_needs_a_context_with_a_table() -> None:
-    class Bare:
-        pass
-
-    class WithTable:
+def test_known_within_reads_the_contexts_table() -> None:
+    """An empty table (a cluster group's context) knows static integers only; a traced value is known
+    within a range only once the trace recorded one for it."""
+    class Ctx:
         ranges = Ranges()
 
-    assert not known_within(Bare(), np.int32(1), 0, 2)
-    assert known_within(WithTable(), np.int32(1), 0, 2) and not known_within(WithTable(), np.int32(3), 0, 2)
+    assert known_within(Ctx(), np.int32(1), 0, 2) and not known_within(Ctx(), np.int32(3), 0, 2)
+
+    def fn(i: Any) -> None:
+        assert not known_within(Ctx(), i, 0, 2)
+        Ctx.ranges.add(i, 0, 1)
+        assert known_within(Ctx(), i, 0, 2) and not known_within(Ctx(), i, 1, 2)
+
+    _traced(fn)
 
 
 def test_from_counter_follows_arithmetic_on_counters_and_static_values_only() -> None:

@@ -24,8 +24,14 @@ N = 1000
 
 
 class _Checks:
+    """A lowering context that keeps each check's ``ok`` and knows no value's range."""
+
     def __init__(self) -> None:
+        from turnout.fast.ranges import Ranges
+
         self.oks: list[Any] = []
+        self.ranges = Ranges()
+        self.fresh_writes: dict[int, frozenset[int]] = {}
 
     def check(self, ok: Any, message: str, code: str = "kernel") -> None:
         self.oks.append(ok)

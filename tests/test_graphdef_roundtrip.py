@@ -103,6 +103,21 @@ def _tensor_array_grad() -> Built:
     return g, [loss, gx], {x: np.array([0.5, -1.0, 0.25], np.float32)}
 
 
+def _tensor_array_grads_summed() -> Built:
+    """A TensorArray written in a loop and stacked twice: its gradient is the slotwise sum of two
+    gradient arrays (``TensorArrayAdd``, exported as a new array scattered with both arrays' gathers)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+        ta = tn.TensorArray(tn.float32, size=4, element_shape=[3])
+        _, ta = tn.while_loop(lambda i, ta: i < 4,
+                              lambda i, ta: (i + 1, ta.write(i, tn.tanh(x * tn.cast(i + 1, tn.float32)))),
+                              [tn.constant(0), ta])
+        loss = tn.reduce_sum(ta.stack() ** 2) + tn.reduce_sum(ta.stack() * 3.0)
+        (gx,) = tn.gradients(loss, [x])
+    return g, [loss, gx], {x: np.array([0.5, -1.0, 0.25], np.float32)}
+
+
 def _gather_grads() -> Built:
     """Gathers along every axis, with repeated and negative indices, and their gradients (a
     ``ScatterAddLike`` each, exported as TensorFlow's ``UnsortedSegmentSum``)."""
@@ -120,7 +135,7 @@ def _gather_grads() -> Built:
 BUILDERS: dict[str, Callable[[], Built]] = {f.__name__[1:]: f for f in
                                             (_while_grad, _nested_grad, _cond_in_while, _tensor_array_and_slices,
                                              _variables, _gather_grads,
-                                             _tensor_array_grad)}
+                                             _tensor_array_grad, _tensor_array_grads_summed)}
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])
@@ -145,6 +160,27 @@ def test_export_keeps_frames_and_scopes() -> None:
     # loops with stack pushes or pops run one iteration at a time, so LIFO stacks pair up
     assert {nd.attr["parallel_iterations"].i for nd in enters} == {1}
     assert any(nd.name.startswith("gradients/while/") for nd in gd.node)
+
+
+def test_summed_gradient_arrays_export_outside_loops_only() -> None:
+    """A TensorArrayAdd in the frame its arrays were made in exports; one that sums into an array
+    carried by a loop (an accumulator of gradient arrays) is refused, naming it, rather than exported
+    as a new array per iteration that the loop's reads would never see."""
+    g, _, _ = _tensor_array_grads_summed()
+    assert any(n.op == "TensorArrayAdd" for n in g.nodes)
+    export_graph_def(g)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+        ta = tn.TensorArray(tn.float32, size=3, element_shape=[]).unstack(x)
+
+        def body(i: Any, acc: Any) -> Any:  # acc + ta each iteration, as a gradient accumulator sums
+            total = g.create_node("TensorArrayAdd", [acc.tensor, ta.tensor], name="sum").outputs[0]
+            return i + 1, tn.TensorArray(_tensor=total)
+
+        tn.while_loop(lambda i, acc: i < 2, body, [tn.constant(0), ta])
+    with pytest.raises(UnsupportedError, match="TensorArrayAdd"):
+        export_graph_def(g)
 
 
 def test_unexportable_primitives_are_listed() -> None:

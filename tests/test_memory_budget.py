@@ -105,6 +105,55 @@ def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
     assert second and all(nd.attrs.get("memory_budget") == 2048 for nd in second)
 
 
+FUNCTIONAL = {"scan": "scan", "map_fn": "map", "foldl": "foldl", "foldr": "foldr"}
+
+
+def build_functional(kind: str, budget: Optional[int]) -> dict[str, Any]:
+    """``sum`` of a ``scan``/``map_fn``/fold of ``tanh(c * x)`` over the rows of ``xs``, and its gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [None, 4], name="xs")
+        c0 = tn.constant(np.full(4, 0.5, np.float32))
+        step = lambda c, x: tn.tanh(c * x + 0.1)  # noqa: E731
+        if kind == "map_fn":
+            y = tn.map_fn(lambda x: tn.tanh(x * x), xs, memory_budget=budget)
+        else:
+            y = getattr(tn, kind)(step, xs, initializer=c0, memory_budget=budget)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [xs])
+    return {"g": g, "xs": xs, "gx": gx}
+
+
+@pytest.mark.parametrize("kind", sorted(FUNCTIONAL))
+def test_scan_map_fn_and_folds_take_a_loop_budget(kind: str) -> None:
+    """``memory_budget`` on the functional builders is their loop's own budget. A scan's and a map's
+    loops carry a TensorArray of results, a state of no static size, so they keep stacks: recorded,
+    honoured (the store-everything gradient within it), and a longer run stops, naming the loop. A
+    fold's state is its accumulator, so its gradient recomputes (``tests/test_recompute.py``): no
+    stacks, the store-everything gradient at any length."""
+    lp = tn.memory_report(build_functional(kind, None)["g"]).loop(FUNCTIONAL[kind])
+    assert lp.bytes_per_iteration is not None
+    e = lp.bytes_per_iteration + 4 * len(lp.stacked)
+    m = build_functional(kind, 5 * e)
+    stacks = [nd for nd in m["g"].nodes if nd.op == "StackNew"]
+    plain = build_functional(kind, None)
+    xs = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
+    want = tn.Session(plain["g"]).run(plain["gx"], {plain["xs"]: xs})
+    sess = tn.Session(m["g"])
+    np.testing.assert_allclose(sess.run(m["gx"], {m["xs"]: xs}), want, rtol=1e-6)
+    if kind.startswith("fold"):
+        assert not stacks and tn.memory_report(m["g"]).plan.loop(FUNCTIONAL[kind]).action == "recompute"  # type: ignore[union-attr]
+        ones = np.ones((6, 4), np.float32)
+        np.testing.assert_allclose(sess.run(m["gx"], {m["xs"]: ones}),
+                                   tn.Session(plain["g"]).run(plain["gx"], {plain["xs"]: ones}), rtol=1e-6)
+        return
+    assert stacks and all(nd.attrs["memory_budget"] == 5 * e for nd in stacks)
+    assert sess.last_result.stats["peak_saved_bytes"] <= 5 * e
+    with pytest.raises(ResourceExhaustedError, match=f'loop "{FUNCTIONAL[kind]}'):
+        sess.run(m["gx"], {m["xs"]: np.ones((6, 4), np.float32)})
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        build_functional(kind, 0)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_hand_built_stack_runs_under_a_run_budget(backend: str) -> None:
     """A stack built by hand (a ``StackNew`` of no loop, so of no loop's budget) beside a loop whose
@@ -200,10 +249,10 @@ def test_the_chunk_store_swaps_the_loops_the_plan_swaps() -> None:
 
 # ---- honoured, and checked against each backend's accounting -----------------------------------------
 def saved_peak(backend: str, stats: dict[str, Any]) -> int:
-    return int(stats["peak_saved_bytes"] if backend == "reference" else stats["peak_device_stack_bytes"])
+    return int(stats["peak_device_stack_bytes"] if backend == "fast" else stats["peak_saved_bytes"])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [*BACKENDS, "smallstep"])
 def test_a_run_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
     m, sess = session(backend)
     e = entry_bytes(m)
@@ -324,12 +373,51 @@ def test_the_fast_schedule_sizes_its_stacks_from_the_budget() -> None:
     assert not any("lane" in n for n in under_run.notes)  # a run under a run budget takes no lane
 
 
-def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
+def _partitioned(m: dict[str, Any]) -> Any:
+    """A session of the partitioned reference backend with the model's nodes round robin over two
+    devices, so the loop, its gradient and its stacks span both."""
+    req = {node.name: f"cpu:{k % 2}" for k, node in enumerate(m["g"].nodes)}
+    return tn.Session(m["g"], devices=["cpu:0", "cpu:1"], requests=req)
+
+
+def test_the_partitioned_reference_counts_each_devices_saved_values_against_the_budget() -> None:
+    """A budget bounds what each device holds: the devices' peaks add up to the one-device run's,
+    each within the budget, and a run that would put more on a device stops, naming the loop."""
+    e = entry_bytes(build())
+    m = build(12 * e, swap=True)  # swap_memory: it keeps its stacks (without, it recomputes)
+    sess = _partitioned(m)
+    got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 12})
+    np.testing.assert_allclose(got, expected_grad(12), rtol=1e-5)
+    stats = sess.last_result.stats
+    peaks = stats["peak_saved_bytes_per_device"]
+    assert len(peaks) == 2 and all(p > 0 and p % 12 == 0 for p in peaks.values()), peaks
+    assert sum(peaks.values()) == 12 * e == stats["saved_bytes"]["rnn"]
+    assert stats["peak_saved_bytes"] == max(peaks.values()) <= 12 * e
+    most = max(peaks.values()) // 12  # bytes per iteration on the device that holds most
+    fits = 12 * e // most  # iterations that device's share of the budget holds
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: fits}), expected_grad(fits), rtol=1e-5)
+    with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: fits + 1})
     m = build()
-    sess = tn.Session(m["g"], backend="smallstep")
+    sess = _partitioned(m)
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6), expected_grad(5),
+                               rtol=1e-5)
+    assert sess.last_result.stats["peak_saved_bytes"] <= 10**6
+    with pytest.raises(ResourceExhaustedError, match="the run's memory_budget of"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=e // 2)
+    assert "bounds what each device's gradient stacks hold" in str(
+        sess.explain(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6))
+
+
+def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
+    """The fast partitioned backend does not count saved values: it refuses budgets by name."""
+    pytest.importorskip("jax")
+    devices = ["cpu:0", "cpu:1"]
+    m = build()
+    sess = tn.Session(m["g"], backend="fast", devices=devices)
     with pytest.raises(UnsupportedError, match="memory_budget"):
         sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}, memory_budget=10**6)
     assert sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}) is not None
     m = build(10**6, swap=True)  # a loop's own budget on its stacks, which the backend would not count: refused too
     with pytest.raises(UnsupportedError, match='memory_budget of loop'):
-        tn.Session(m["g"], backend="smallstep").run(m["gx"], {m["x"]: X0, m["n"]: 2})
+        tn.Session(m["g"], backend="fast", devices=devices).run(m["gx"], {m["x"]: X0, m["n"]: 2})

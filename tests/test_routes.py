@@ -216,7 +216,9 @@ def test_a_case_assigning_a_variable_in_its_inner_branch_on_the_spmd_tier(action
     """Regression (``test_every_route_gives_the_reference_variables``): on the SPMD tier a ``tn.case``
     whose second branch assigns a Variable, in a loop spanning three devices, lost the assignment
     (the Variable kept its initial value, and the loop's value differed from the reference's) when
-    the case was raised to one ``lax.switch``; the one-device and per-device routes were right."""
+    the case was raised to one ``lax.switch``; the one-device and per-device routes were right. The
+    chain's predicates were speculated node by node, each node reading another device's copy of its
+    input (``fast.case_chain.speculate`` now runs them through the emitter's own runner)."""
     g, fetches, n, vs = stateful_program(actions, False)
     req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(g.nodes)}
     want_g, want_f, want_n, want_vs = stateful_program(actions, False)

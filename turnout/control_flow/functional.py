@@ -154,49 +154,55 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
 @_all_or_nothing
 def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None, *,
-         reverse: bool = False) -> Any:
+         reverse: bool = False, memory_budget: Optional[int] = None) -> Any:
     """Accumulate ``fn(carry, x)`` over the leading dimension of ``elems``; returns every carry, stacked.
 
     With ``reverse=True`` the elements are taken from the last to the first (TensorFlow's
     ``tf.scan(..., reverse=True)``): ``ys[i]`` is still the carry after element ``i``, so ``ys[0]`` is
-    the final one."""
+    the final one. ``memory_budget`` bounds the bytes the loop saves for its gradient, as
+    ``tn.while_loop``'s does (``docs/memory_budgets.rst``)."""
     if not isinstance(reverse, (bool, np.bool_)):
         raise GraphBuildError(f"scan: reverse must be True or False, got {reverse!r}")
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
-              name=name or "scan")
+              name=name or "scan", memory_budget=memory_budget)
     return _fold(fn, elems, initializer, True, kw, bool(reverse))
 
 
 @checked
 @_all_or_nothing
 def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
-          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
-    """Fold ``fn(carry, x)`` over the leading dimension of ``elems``; returns the final carry."""
+          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None, *,
+          memory_budget: Optional[int] = None) -> Any:
+    """Fold ``fn(carry, x)`` over the leading dimension of ``elems``; returns the final carry.
+    ``memory_budget`` bounds the bytes the loop saves for its gradient, as ``tn.while_loop``'s does."""
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
-              name=name or "foldl")
+              name=name or "foldl", memory_budget=memory_budget)
     return _fold(fn, elems, initializer, False, kw)
 
 
 @checked
 @_all_or_nothing
 def foldr(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, parallel_iterations: int = 10,
-          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
+          back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None, *,
+          memory_budget: Optional[int] = None) -> Any:
     """Fold ``fn(carry, x)`` over the leading dimension of ``elems`` from the last element to the
     first (TensorFlow's ``tf.foldr``); returns the final carry. Without an initializer the carry
-    starts from ``elems[-1]``."""
+    starts from ``elems[-1]``. ``memory_budget`` as for ``foldl``."""
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
-              name=name or "foldr")
+              name=name or "foldr", memory_budget=memory_budget)
     return _fold(fn, elems, initializer, False, kw, reverse=True)
 
 
 @checked
 @_all_or_nothing
 def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_iterations: int = 10,
-           back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None) -> Any:
+           back_prop: bool = True, swap_memory: bool = False, name: Optional[str] = None, *,
+           memory_budget: Optional[int] = None) -> Any:
     """Apply ``fn`` to each slice ``elems[i]``; returns the results stacked.
 
     ``dtype`` (a dtype or a structure of dtypes) describes ``fn``'s output when it differs from
-    ``elems``' structure and dtypes.
+    ``elems``' structure and dtypes. ``memory_budget`` bounds the bytes the loop saves for its
+    gradient, as ``tn.while_loop``'s does.
     """
     flat, n = _elems(elems)
     xs = [unstack(t) for t in flat]
@@ -224,6 +230,7 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
         return i + 1, [ta.write(i, v) for ta, v in zip(tas, flat_y, strict=True)]
 
     _, tas = while_loop(lambda i, tas: i < n, body, (constant(0), outs), parallel_iterations=parallel_iterations,
-                        back_prop=back_prop, swap_memory=swap_memory, name=name or "map")
+                        back_prop=back_prop, swap_memory=swap_memory, name=name or "map",
+                        memory_budget=memory_budget)
     count = _leading(flat)
     return nest.pack_as(out_struct, [_stack_result(ta, n, count, s) for ta, s in zip(tas, out_shapes, strict=True)])

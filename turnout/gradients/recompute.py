@@ -144,7 +144,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
         assert isinstance(ctx, WhileContext)
         ctx.reverses_by_recomputing = cp
         _seed_captures(ctx, outside)
-        bufs, ct, acc = list(rest[:nb]), list(rest[nb:nb + nc]), list(rest[nb + nc:])
+        flat = [to_graph_value(v) for v in rest]  # an outside TensorArray's gradient is one
+        bufs, ct, acc = flat[:nb], flat[nb:nb + nc], flat[nb + nc:]
         start = ops.gather(pos, top)
         length, free = end - start, slots - top
         push = ops.logical_and(free >= 2, length >= 2)

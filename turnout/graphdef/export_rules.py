@@ -4,7 +4,7 @@ returning the TensorFlow names of the node's outputs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -435,7 +435,7 @@ def _ta_source(ctx: ExportContext, t: Tensor) -> Node:
     while node.op in _TA_PASS and node.id not in seen:
         seen.add(node.id)
         node = node.inputs[0].node
-    if node.op not in ("TensorArrayNew", "TensorArrayUnstack"):
+    if node.op not in ("TensorArrayNew", "TensorArrayUnstack", "TensorArrayAdd"):
         raise UnsupportedError(f"{describe_node(ctx.node)}: its TensorArray comes from {describe_node(node)}, "
                                "which has no TensorFlow form")
     return node
@@ -486,6 +486,38 @@ def _ta_unstack(ctx: ExportContext, n: Node) -> Outs:
     zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
     r = ctx.add("Range", [zero, size, one], {"Tidx": Dt(dt.int32)}, suffix="indices")
     return [f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", x, f"{ta}:1"], {"T": _T(n)})}:0']
+
+
+@_rule("TensorArrayAdd")
+def _ta_add(ctx: ExportContext, n: Node) -> Outs:
+    """The slotwise sum of two arrays (gradients of one TensorArray, summed): TensorFlow has no such op,
+    so a new array of the first's size is scattered with the sum of both arrays gathered whole. Each
+    gather has the slot's full shape, so TensorFlow fills an unwritten slot with zeros, which is what
+    the sum counts it as. Needs that shape and arrays of fixed size (a growing array's missing slots
+    are zeros too, which no gather gives). Every slot of the sum is then written: a strict read of a
+    slot neither array wrote gives zeros in TensorFlow where Turnout raises."""
+    d, es = _ta_attrs(n.outputs[0])
+    known = n.outputs[0].spec.elem_shape
+    if (known is None or any(x is None for x in known)
+            or any(_ta_source(ctx, t).attrs.get("dynamic_size") for t in n.inputs)):
+        raise UnsupportedError(f"{describe_node(n)}: TensorArrayAdd exports only arrays of fixed size with a "
+                               "static element shape")
+    if any(ctx.frame(_ta_source(ctx, t)) != ctx.frame() for t in n.inputs):
+        # A sum carried by a loop (an accumulator of gradient arrays): a new array each iteration would
+        # leave the loop's reads on the array it entered with. TensorFlow's form is one gradient array
+        # whose writes aggregate, which the export does not write.
+        raise UnsupportedError(f"{describe_node(n)}: TensorArrayAdd of an array made outside its loop frame (a "
+                               "loop-carried sum of gradient arrays) has no TensorFlow form here")
+    gathered = [_gather_all(ctx, n, d, es, ta=t)[0] for t in n.inputs]
+    size = f"{ctx.add('TensorArraySizeV3', [_handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])], suffix='sum_size')}:0"
+    total = ctx.add("AddV2", gathered, {"T": d}, suffix="slots")
+    ta = ctx.add("TensorArrayV3", [size], {"dtype": d, "element_shape": es, "dynamic_size": False,
+                                           "clear_after_read": False, "identical_element_shapes": True,
+                                           "tensor_array_name": ""}, suffix="array")
+    ctx.ta_handles[n.name] = f"{ta}:0"
+    zero, one = ctx.const(_i32(0), "sum_start"), ctx.const(_i32(1), "sum_delta")
+    r = ctx.add("Range", [zero, size, one], {"Tidx": Dt(dt.int32)}, suffix="sum_indices")
+    return [f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", f"{total}:0", f"{ta}:1"], {"T": d})}:0']
 
 
 @_rule("TensorArrayWrite")
@@ -545,9 +577,11 @@ def _ta_stack_or_zeros(ctx: ExportContext, n: Node) -> Outs:
     return _gather_all(ctx, n, d, es)
 
 
-def _gather_all(ctx: ExportContext, n: Node, d: Dt, es: Shape) -> Outs:
-    """``TensorArrayGatherV3`` of ``range(size)``: TensorFlow's form of stacking a whole array."""
-    h, flow = _handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])
+def _gather_all(ctx: ExportContext, n: Node, d: Dt, es: Shape, ta: Optional[Tensor] = None) -> Outs:
+    """``TensorArrayGatherV3`` of ``range(size)``: TensorFlow's form of stacking a whole array (``ta``,
+    by default the node's first input)."""
+    ta = n.inputs[0] if ta is None else ta
+    h, flow = _handle(ctx, ta), ctx.t(ta)
     size = ctx.add("TensorArraySizeV3", [h, flow], suffix="size")
     zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
     r = ctx.add("Range", [zero, f"{size}:0", one], {"Tidx": Dt(dt.int32)}, suffix="indices")

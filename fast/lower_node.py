@@ -1,0 +1,71 @@
+"""One node lowered while tracing: the step every interpreter of ``LOWERING_RULES`` takes.
+
+Why one function: the one-device emitter (``fast.emitter_core``, which the SPMD program runs too)
+and the fused groups of a cluster partition (``devices.compiled_partition``) each walk their nodes
+and lower them one by one. A node must be folded, refused and lowered the same way by each, or a
+program's answer (or its error) would depend on which of them traced it. So the three choices live
+here once, in their order:
+
+1. **fold**: every input known while tracing, a pure compute primitive: the reference kernels
+   themselves compute it (so a folded value is the oracle's value);
+2. **refuse**: the op's shape rule refuses its inputs' shapes: the rule's message is recorded with
+   ``ctx.check`` (an error if the node runs) and zeros stand in (``refused_by_shape_rule``);
+3. **lower**: the primitive's rule in ``LOWERING_RULES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout import kernels
+from turnout.errors import KernelError, TurnoutError, UnsupportedError, describe_node
+from turnout.fast.lowering import LOWERING_RULES, UNSUPPORTED, refused_by_shape_rule
+from turnout.fast.lowering_base import LoweringContext
+from turnout.fast.values import is_static
+from turnout.graph import Node
+from turnout.primitives import COMPUTE
+
+#: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
+#: must happen when the program runs, not when it is traced)
+NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep"}
+
+
+def fold(n: Node, xs: Sequence[Any]) -> Optional[list[Any]]:
+    """``n``'s outputs computed by the reference kernels when every input is known while tracing and
+    ``n`` is pure compute (not in ``NO_FOLD``); ``None`` otherwise, and when the kernel refuses the
+    values: the rule then lowers the node, and its check reports the error if the node runs (a
+    refusal at trace time would raise for a node on a branch that is never taken)."""
+    if n.op not in COMPUTE or n.op in NO_FOLD or not all(is_static(x) for x in xs):
+        return None
+    try:
+        return [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
+    except KernelError:
+        return None
+
+
+def lower_node(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> list[Any]:
+    """``n``'s output values for input values ``xs`` in the trace ``ctx`` runs: folded, refused by its
+    shape rule, or lowered by its rule, in that order (the module docstring says why). A primitive
+    with no rule is an ``UnsupportedError`` naming the node and the reason (``UNSUPPORTED``); a rule
+    that trips over its inputs (a ``TypeError``/``ValueError``/``IndexError`` from JAX) is one too."""
+    outs = fold(n, xs)
+    if outs is None:
+        outs = refused_by_shape_rule(ctx, n, xs)
+    if outs is not None:
+        return outs
+    rule = LOWERING_RULES.get(n.op)
+    if rule is None:
+        raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: "
+                               f"{UNSUPPORTED.get(n.op, 'no lowering rule')}")
+    try:
+        return rule(ctx, n, xs)
+    except TurnoutError:
+        raise  # already says what is wrong (e.g. FeedError for an unfed Placeholder)
+    except (TypeError, ValueError, IndexError) as e:
+        raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
+
+
+__all__ = ["NO_FOLD", "fold", "lower_node"]
