@@ -109,7 +109,7 @@ def state_bytes(w: WhileContext) -> Optional[int]:
 def cannot_recompute(w: WhileContext) -> Optional[str]:
     """Why the body of ``w`` cannot be run again to recompute a state (None: it can)."""
     if w.body_fn is None:
-        return "it has no Python body to call again (it was imported from a graph)"
+        return "it has no Python body function to call again"
     for n in w.graph.nodes:
         if n.op in WRITES and n.context is not None and n.context.is_within(w):
             return f"its body writes state ({describe_node(n)}), which a recomputation would write again"
