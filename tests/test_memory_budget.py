@@ -1,8 +1,10 @@
 """Memory budgets for the values loops save for their gradients (``turnout.memory_plan``).
 
 A loop's ``memory_budget`` (``tn.while_loop``) and a run's (``Session.run(..., memory_budget=)``)
-bound the bytes of its gradient stacks on the device. The planner's rules are tested as a pure
-function; the runs on the reference and fast backends are checked against each backend's own
+bound the bytes of its gradient stacks on the device. (A loop's own budget without ``swap_memory=True``
+is met by recomputation, with no stacks at all: ``tests/test_recompute.py``; here the loops that keep
+stacks under a budget: a run's budget, or a loop's own with ``swap_memory=True``.) The planner's rules
+are tested as a pure function; the runs on the reference and fast backends are checked against each backend's own
 accounting (``peak_saved_bytes``, ``peak_device_stack_bytes``), and a run that would go over a budget
 must raise ``ResourceExhaustedError`` naming the loop, never finish over it.
 
@@ -78,13 +80,14 @@ def test_bad_budgets_are_refused_by_name(bad: Any) -> None:
 
 
 def test_a_loop_budget_is_recorded_on_its_stacks_printed_and_saved() -> None:
-    m = build(4096)
+    m = build(4096, swap=True)
     stacks = [nd for nd in m["g"].nodes if nd.op == "StackNew"]
     assert stacks and all(nd.attrs["memory_budget"] == 4096 for nd in stacks)
     assert "memory_budget=4096" in tn.pretty(m["g"])
     back = tn.loads(tn.dumps(m["g"]))
     assert [nd.attrs.get("memory_budget") for nd in back.nodes if nd.op == "StackNew"] == [4096] * len(stacks)
     assert all("memory_budget" not in nd.attrs for nd in build()["g"].nodes if nd.op == "StackNew")
+    assert not [nd for nd in build(4096)["g"].nodes if nd.op == "StackNew"]  # recomputed: nothing stacked
 
 
 def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
@@ -94,7 +97,7 @@ def test_a_gradient_loop_takes_its_forward_loops_budget() -> None:
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")
         _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tn.tanh(v) * x), [tn.constant(0), x],
-                             name="rnn", memory_budget=2048)
+                             name="rnn", memory_budget=2048, swap_memory=True)
         (gx,) = tn.gradients(y, [x])
         before = {nd.id for nd in g.nodes}
         tn.gradients(gx, [x])  # its stacks are pushed in the first gradient's loop
@@ -122,19 +125,28 @@ def build_functional(kind: str, budget: Optional[int]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("kind", sorted(FUNCTIONAL))
 def test_scan_map_fn_and_folds_take_a_loop_budget(kind: str) -> None:
-    """``memory_budget`` on the functional builders is their loop's own budget: recorded on its stacks,
-    honoured (the store-everything gradient within it), and a longer run stops, naming the loop."""
+    """``memory_budget`` on the functional builders is their loop's own budget. A scan's and a map's
+    loops carry a TensorArray of results, a state of no static size, so they keep stacks: recorded,
+    honoured (the store-everything gradient within it), and a longer run stops, naming the loop. A
+    fold's state is its accumulator, so its gradient recomputes (``tests/test_recompute.py``): no
+    stacks, the store-everything gradient at any length."""
     lp = tn.memory_report(build_functional(kind, None)["g"]).loop(FUNCTIONAL[kind])
     assert lp.bytes_per_iteration is not None
     e = lp.bytes_per_iteration + 4 * len(lp.stacked)
     m = build_functional(kind, 5 * e)
     stacks = [nd for nd in m["g"].nodes if nd.op == "StackNew"]
-    assert stacks and all(nd.attrs["memory_budget"] == 5 * e for nd in stacks)
     plain = build_functional(kind, None)
     xs = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
     want = tn.Session(plain["g"]).run(plain["gx"], {plain["xs"]: xs})
     sess = tn.Session(m["g"])
     np.testing.assert_allclose(sess.run(m["gx"], {m["xs"]: xs}), want, rtol=1e-6)
+    if kind.startswith("fold"):
+        assert not stacks and tn.memory_report(m["g"]).plan.loop(FUNCTIONAL[kind]).action == "recompute"  # type: ignore[union-attr]
+        ones = np.ones((6, 4), np.float32)
+        np.testing.assert_allclose(sess.run(m["gx"], {m["xs"]: ones}),
+                                   tn.Session(plain["g"]).run(plain["gx"], {plain["xs"]: ones}), rtol=1e-6)
+        return
+    assert stacks and all(nd.attrs["memory_budget"] == 5 * e for nd in stacks)
     assert sess.last_result.stats["peak_saved_bytes"] <= 5 * e
     with pytest.raises(ResourceExhaustedError, match=f'loop "{FUNCTIONAL[kind]}'):
         sess.run(m["gx"], {m["xs"]: np.ones((6, 4), np.float32)})
@@ -241,26 +253,6 @@ def saved_peak(backend: str, stats: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("backend", [*BACKENDS, "smallstep"])
-def test_a_loop_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
-    m = build()
-    e = entry_bytes(m)
-    budget = 20 * e + 3
-    m, sess = session(backend, budget)
-    feed = {m["x"]: X0, m["n"]: 12}
-    np.testing.assert_allclose(sess.run(m["gx"], feed), expected_grad(12), rtol=1e-5)
-    peak = saved_peak(backend, sess.last_result.stats)
-    assert 0 < peak <= budget
-    if backend != "fast":
-        assert peak == 12 * e  # every pushed value and its index, counted as the plan counts them
-    with pytest.raises(ResourceExhaustedError) as info:
-        sess.run(m["gx"], {m["x"]: X0, m["n"]: 21})
-    msg = str(info.value)
-    assert 'loop "rnn"' in msg and f"{e} bytes per iteration" in msg and f"{budget} bytes" in msg
-    assert "recomputation is not built" in msg
-    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 20}), expected_grad(20), rtol=1e-5)
-
-
-@pytest.mark.parametrize("backend", [*BACKENDS, "smallstep"])
 def test_a_run_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
     m, sess = session(backend)
     e = entry_bytes(m)
@@ -272,14 +264,14 @@ def test_a_run_budget_holds_and_a_longer_run_is_an_error(backend: str) -> None:
     np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 30}), expected_grad(30), rtol=1e-5)
 
 
-@given(fits=st.integers(1, 30), slack=st.integers(0, 27), n=st.integers(0, 40), per_run=st.booleans())
-def test_the_reference_keeps_within_any_budget_or_stops(fits: int, slack: int, n: int, per_run: bool) -> None:
-    """Under a budget of ``fits`` iterations (and less than one more), a run of ``n`` iterations gives
-    the store-everything gradient with at most ``n e`` bytes saved, or stops when ``n > fits``."""
+@given(fits=st.integers(1, 30), slack=st.integers(0, 27), n=st.integers(0, 40))
+def test_the_reference_keeps_within_any_budget_or_stops(fits: int, slack: int, n: int) -> None:
+    """Under a run budget of ``fits`` iterations (and less than one more), a run of ``n`` iterations
+    gives the store-everything gradient with at most ``n e`` bytes saved, or stops when ``n > fits``."""
     e = entry_bytes(build())
     budget = fits * e + slack % e
-    m, sess = session("reference", None if per_run else budget)
-    feed, opts = {m["x"]: X0, m["n"]: n}, {"memory_budget": budget} if per_run else {}
+    m, sess = session("reference")
+    feed, opts = {m["x"]: X0, m["n"]: n}, {"memory_budget": budget}
     if n > fits:
         with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
             sess.run(m["gx"], feed, **opts)
@@ -292,14 +284,15 @@ def test_the_reference_keeps_within_any_budget_or_stops(fits: int, slack: int, n
 def test_the_fast_backend_keeps_within_a_budget_or_stops_as_the_reference_does(fits: int) -> None:
     pytest.importorskip("jax")
     e = entry_bytes(build())
-    m, sess = session("fast", fits * e + e // 2)
+    m, sess = session("fast")
+    budget = {"memory_budget": fits * e + e // 2}
     for n in (0, fits, fits + 1, 3 * fits + 2):
         feed = {m["x"]: X0, m["n"]: n}
         if n > fits:
             with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
-                sess.run(m["gx"], feed)
+                sess.run(m["gx"], feed, **budget)
             continue
-        np.testing.assert_allclose(sess.run(m["gx"], feed), expected_grad(n), rtol=1e-5)
+        np.testing.assert_allclose(sess.run(m["gx"], feed, **budget), expected_grad(n), rtol=1e-5)
         assert sess.last_result.stats["peak_device_stack_bytes"] <= fits * e + e // 2
 
 
@@ -316,14 +309,15 @@ def test_a_swapped_loop_under_a_budget_runs_at_any_length_within_it() -> None:
 
 
 def nested(budget: Optional[int]) -> tuple[Any, Any, Any]:
-    """Two outer iterations of an inner loop of three ``tanh`` steps, the inner loop under ``budget``."""
+    """Two outer iterations of an inner loop of three ``tanh`` steps, the inner loop under ``budget``
+    (with ``swap_memory=True``, so that it keeps stacks: the reference holds them all, and counts them)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")
 
         def outer(t: Any, v: Any) -> Any:
             _, w = tn.while_loop(lambda j, u: j < 3, lambda j, u: (j + 1, tn.tanh(u)), [tn.constant(0), v],
-                                 name="inner", memory_budget=budget)
+                                 name="inner", memory_budget=budget, swap_memory=budget is not None)
             return t + 1, w
 
         _, y = tn.while_loop(lambda t, v: t < 2, outer, [tn.constant(0), x], name="outer")
@@ -346,21 +340,22 @@ def test_an_inner_loop_is_counted_with_its_two_level_index() -> None:
         else:
             (rec,) = tn.memory_report(sess).loop("outer/body/inner")
             assert 0 < rec.peak_device_bytes <= 6 * e
-        g, x, gx = nested(6 * e - 1)
-        with pytest.raises(ResourceExhaustedError, match='loop "outer/body/inner"'):
-            tn.Session(g, backend=backend).run(gx, {x: 0.5})
+    g, x, gx = nested(6 * e - 1)
+    with pytest.raises(ResourceExhaustedError, match='loop "outer/body/inner"'):
+        tn.Session(g, backend="reference").run(gx, {x: 0.5})
 
 
 # ---- reported ----------------------------------------------------------------------------------
 def test_explain_and_the_report_say_what_each_loop_does() -> None:
-    m, sess = session("reference", 1000)
+    m, sess = session("reference", 1000, swap=True)
     notes = sess.explain(m["gx"], {m["x"]: X0, m["n"]: 3}).notes
-    assert any('memory plan: loop "rnn": recompute' in n for n in notes)
+    assert any('memory plan: loop "rnn": swap' in n for n in notes)
     m2, plain = session("reference")
     assert not any("memory plan" in n for n in plain.explain(m2["gx"], {m2["x"]: X0, m2["n"]: 3}).notes)
-    assert any("run memory_budget=500" in n for n in plain.explain(m2["gx"], {m2["x"]: X0, m2["n"]: 3},
-                                                                  memory_budget=500).notes)
-    rep = tn.memory_report(m["g"], memory_budget=500, platform="gpu")
+    under = plain.explain(m2["gx"], {m2["x"]: X0, m2["n"]: 3}, memory_budget=500).notes
+    assert any("run memory_budget=500" in n for n in under)
+    assert any('memory plan: loop "rnn": recompute (built only for a loop' in n for n in under)
+    rep = tn.memory_report(m2["g"], memory_budget=500, platform="gpu")
     assert rep.plan is not None and rep.plan.loop("rnn").action == "swap" and "memory plan" in str(rep)
     assert tn.memory_report(sess).plan.loop("rnn").budget == 1000  # type: ignore[union-attr]
     assert "memory plan" not in str(tn.memory_report(m2["g"]))  # no budget: every loop keeps, said nothing
@@ -369,9 +364,9 @@ def test_explain_and_the_report_say_what_each_loop_does() -> None:
 def test_the_fast_schedule_sizes_its_stacks_from_the_budget() -> None:
     pytest.importorskip("jax")
     e = entry_bytes(build())
-    m, sess = session("fast", 7 * e)
+    m, sess = session("fast")
     feed = {m["x"]: X0, m["n"]: 3}
-    text = str(sess.explain(m["gx"], feed))
+    text = str(sess.explain(m["gx"], feed, memory_budget=7 * e))
     assert "gradient stacks of 7 entries" in text and "at most 7 iterations per call" in text
     under_run = sess.explain(m["gx"], feed, memory_budget=3 * e)
     assert "gradient stacks of 3 entries" in str(under_run)
@@ -389,7 +384,7 @@ def test_the_partitioned_reference_counts_each_devices_saved_values_against_the_
     """A budget bounds what each device holds: the devices' peaks add up to the one-device run's,
     each within the budget, and a run that would put more on a device stops, naming the loop."""
     e = entry_bytes(build())
-    m = build(12 * e)
+    m = build(12 * e, swap=True)  # swap_memory: it keeps its stacks (without, it recomputes)
     sess = _partitioned(m)
     got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 12})
     np.testing.assert_allclose(got, expected_grad(12), rtol=1e-5)
@@ -423,6 +418,6 @@ def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
     with pytest.raises(UnsupportedError, match="memory_budget"):
         sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}, memory_budget=10**6)
     assert sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}) is not None
-    m = build(10**6)  # a loop's own budget, which the backend would not count: refused too
+    m = build(10**6, swap=True)  # a loop's own budget on its stacks, which the backend would not count: refused too
     with pytest.raises(UnsupportedError, match='memory_budget of loop'):
         tn.Session(m["g"], backend="fast", devices=devices).run(m["gx"], {m["x"]: X0, m["n"]: 2})

@@ -60,3 +60,34 @@ def test_regression_zero_trip_loop_returning_invariant_keeps_initial_value() -> 
         _, v = tn.while_loop(lambda i, v: i < 0, lambda i, v: (i + 1, x), [tn.constant(0), tn.constant(7)])
     for name, got in _all_executors(g, [v], {x: 5}).items():
         assert_values_equal(got, [np.asarray(7, np.int32)], name)
+
+
+def test_a_capture_captured_again_is_the_same_tensor() -> None:
+    """Found while building recomputation (``tests/test_recompute.py``): a cond branch that captures a
+    loop variable ``c`` by hand and passes it as ``grad_ys`` to ``tn.gradients`` had it captured a
+    second time by the gradient's ops, a Switch of the branch's own Switch. The values were right, but
+    a gradient of that gradient lost every contribution through ``c``: the gradient builder sees
+    through one capture, not through a capture of a capture. Capturing a context's own capture now
+    returns it. Here ``c`` ends as ``2 x^4 * 2 x^2 = 4 x^6`` (the inner loop squares ``x`` twice, then
+    once), so ``dc/dx = 24 x^5``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(end: tn.Tensor, c: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            _, u = tn.while_loop(lambda j, u: j < end, lambda j, u: (j + 1, u * u), [tn.constant(0), x])
+
+            def reverse() -> list[tn.Tensor]:
+                branch = g.current_context
+                assert branch is not None
+                gy = branch.capture(c)
+                assert branch.capture(gy) is gy
+                return [tn.gradients([u * u], [u], grad_ys=[gy])[0]]
+
+            (c,) = tn.cond(end > 0, reverse, lambda: [c])
+            return end - 1, c
+
+        _, c = tn.while_loop(lambda e, c: e > 0, body, [tn.constant(2), tn.constant(1.0)])
+        (gx,) = tn.gradients(c, [x])
+    got = tn.Session(g).run([c, gx], {x: 1.1})
+    np.testing.assert_allclose(got, [4 * 1.1**6, 24 * 1.1**5], rtol=1e-5)

@@ -16,10 +16,13 @@ Three ways honour a budget at any trip count, and this module chooses one per lo
 - **recompute** the values from checkpoints of the loop state (``turnout.checkpoint_schedule``): fits
   any budget that holds one state, for about one extra forward pass with ``sqrt(2n)`` checkpoints.
 
-What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends; recomputation only
-in ``turnout.jax.while_loop``. Where a loop needs recomputation on a graph backend, its plan says so
-(``built=False``), the run keeps its values while they fit (``max_iterations``), and a run that goes
-further stops with ``ResourceExhaustedError`` (``check``), never over the budget in silence.
+What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends, and recomputation
+where the gradient graph is built, for a loop with a budget of its own (``checkpointing`` decides, and
+``turnout.gradients.recompute`` builds a backward loop that saves no stacks at all); and
+``turnout.jax.while_loop``. A run's budget comes after the graph is built, so where it calls for
+recomputation of a loop that keeps stacks, its plan says so (``built=False``), the run keeps the
+values while they fit (``max_iterations``), and a run that goes further stops with
+``ResourceExhaustedError`` (``check``), never over the budget in silence.
 
 Why a pure function over small records: the planner's rules are the design, so they are written once
 (``plan_memory``), tested without running anything, printed by ``tn.memory_report`` and
@@ -36,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from turnout import checkpoint_schedule as schedule
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import ResourceExhaustedError
@@ -94,13 +98,14 @@ class LoopPlan:
     """The plan of one loop's saved values.
 
     ``action``: ``"keep"``, ``"swap"`` or ``"recompute"`` — what meets the budget; ``built``: whether
-    the graph backends do it (recomputation: not yet, see the module docstring); ``entry_bytes``:
+    the graph backends do it for these stacks (see the module docstring); ``entry_bytes``:
     bytes saved per iteration, all its stacks together (None: unknown until run time); ``budget``:
     the bytes its saved values may hold on the device (None: no budget) and ``budget_from`` whose it
     is (``"loop"``, ``"run"`` or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
     ``max_iterations``: the most iterations the run can save within the budget (None: any);
     ``transfer_seconds``: a swapped loop's estimated transfer time per iteration, each way; ``frame``:
-    the loop's frame name."""
+    the loop's frame name; ``slots``: the checkpoints of a loop whose gradient was built to recompute
+    (``recomputed``; its ``entry_bytes`` are then the bytes of one checkpoint, not of an iteration)."""
 
     loop: str
     stacks: int
@@ -114,14 +119,18 @@ class LoopPlan:
     max_iterations: Optional[int] = None
     transfer_seconds: Optional[float] = None
     frame: str = ""
+    slots: Optional[int] = None
 
     def peak_bytes(self, n: int) -> Optional[int]:
         """The bound this plan gives on the device bytes of the loop's saved values after ``n``
-        iterations: ``n * e`` kept, two chunks at most swapped. None: unknown (no static entry size),
-        or past ``max_iterations``, where the run stops with ``ResourceExhaustedError`` instead."""
+        iterations: ``n * e`` kept, two chunks at most swapped, the slots of a recomputed loop. None:
+        unknown (no static entry size), or past ``max_iterations``, where the run stops with
+        ``ResourceExhaustedError`` instead."""
         e = self.entry_bytes
         if e is None or (self.max_iterations is not None and n > self.max_iterations):
             return None
+        if self.slots is not None:
+            return self.slots * e  # the backward loop's slots, whatever n
         if self.action == SWAP and self.chunk is not None:
             return min(n, 2 * self.chunk) * e
         return n * e
@@ -129,8 +138,10 @@ class LoopPlan:
     def line(self) -> str:
         """One line: the loop, its action and why."""
         e = "?" if self.entry_bytes is None else self.entry_bytes
+        if self.slots is not None:
+            return f'loop "{self.loop}": {self.action}; budget {self.budget} B ({self.budget_from}): {self.reason}'
         budget = "no budget" if self.budget is None else f"budget {self.budget} B ({self.budget_from})"
-        act = self.action if self.built else f"{self.action} (not built on graph backends)"
+        act = self.action if self.built else f"{self.action} (built only for a loop's own memory_budget)"
         return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
 
 
@@ -239,8 +250,9 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
     fits = budget // e
     if budget < 2 * e:
         return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the device: "
-                    f"only recomputation from checkpoints meets it; until it is built the run keeps {fits} "
-                    "iteration(s) and stops with ResourceExhaustedError beyond", max_iterations=fits)
+                    f"only recomputation from checkpoints meets it, which a loop's own budget gets where its gradient "
+                    f"is built; these stacks keep {fits} iteration(s) and stop with ResourceExhaustedError beyond",
+                    max_iterations=fits)
     chunk = budget // (2 * e)
     if swap_asked or where.host_memory:
         secs = None if where.bandwidth is None else e / where.bandwidth
@@ -251,13 +263,48 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
             hidden = secs <= costs.iteration_seconds
             why += (f"; {secs * 1e6:.1f} us of transfer per iteration each way "
                     + ("hides behind" if hidden else "exceeds") + f" {costs.iteration_seconds * 1e6:.1f} us of compute"
-                    + ("" if hidden else ": recomputation would be cheaper, and is not built on graph backends"))
+                    + ("" if hidden else ": recomputation would be cheaper (a loop's own budget without "
+                                          "swap_memory=True)"))
         return plan(SWAP, f"{why}: two chunks of {chunk} iterations on the device at any trip count", chunk=chunk,
                     transfer_seconds=secs)
     return plan(RECOMPUTE, f"on the {where.name} host and device memory are one, so swapping frees nothing; only "
-                f"recomputation from checkpoints meets the budget at any trip count. Until it is built on graph "
-                f"backends the run keeps the values of {fits} iterations and stops with ResourceExhaustedError "
-                "beyond", max_iterations=fits)
+                f"recomputation from checkpoints meets the budget at any trip count, which a loop's own budget gets "
+                f"where its gradient is built; these stacks keep the values of {fits} iterations and stop with "
+                "ResourceExhaustedError beyond", max_iterations=fits)
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """How ``tn.gradients`` reverses a loop that recomputes: ``slots`` loop states of ``state_bytes``
+    each (its loop variables and the int32 position of the state) within the loop's ``budget``. Zero
+    slots: the budget holds no state, and the gradient builder refuses it."""
+
+    loop: str
+    budget: int
+    state_bytes: int
+    slots: int
+
+
+#: bytes of bookkeeping per checkpointed state: the int32 position (iteration) it was taken before
+POSITION_BYTES = 4
+
+
+def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], swap_asked: bool
+                  ) -> Optional[Checkpointing]:
+    """The build-time half of the plan: whether ``tn.gradients`` differentiates loop ``loop`` by
+    recomputation from checkpoints (``turnout.gradients.recompute``) instead of gradient stacks, and
+    in how many slots. None: it keeps stacks, and the run-time plan (``plan_memory``) honours them.
+
+    Why these rules: the gradient graph is built before any run, so its platform is not known, and
+    ``plan_loop`` on the graph's default platform (the CPU, where swapping frees nothing) calls for
+    recomputation wherever a loop's own budget and a static size meet. A loop that asked to swap
+    (``swap_memory=True``, rule 4) keeps its stacks and swaps them; one whose state has no static size
+    (rule 2: a TensorArray, a dynamic shape) keeps them too, checked as the run goes. A run's budget
+    (``Session.run``) comes after the graph is built and never changes it."""
+    if budget is None or swap_asked or state_bytes is None:
+        return None
+    per_state = state_bytes + POSITION_BYTES
+    return Checkpointing(loop, budget, per_state, schedule.slots_for_budget(budget, per_state))
 
 
 def _total(sizes: Iterable[Optional[int]]) -> Optional[int]:
@@ -332,7 +379,20 @@ def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_nam
     from turnout.graph import ancestors
 
     nodes = graph.nodes if fetches is None else list(ancestors(list(fetches)).values())
-    return plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
+    plan = plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
+    ids = {n.id for n in nodes}
+    done = [c.reverses_by_recomputing for c in getattr(graph, "contexts", ())
+            if getattr(c, "reverses_by_recomputing", None) is not None and c.pivot is not None and c.pivot.id in ids]
+    return dataclasses.replace(plan, loops=plan.loops + tuple(recomputed(cp) for cp in done))
+
+
+def recomputed(cp: Checkpointing) -> LoopPlan:
+    """The plan line of a loop whose gradient was built to recompute (``checkpointing``): it saves no
+    stacks, and its backward loop holds ``cp.slots`` states of ``cp.state_bytes`` each."""
+    return LoopPlan(cp.loop, 0, cp.state_bytes, cp.budget, "loop", RECOMPUTE, True,
+                    f"its gradient recomputes from {cp.slots} checkpoint(s) of {cp.state_bytes} B, "
+                    f"{cp.slots * cp.state_bytes} B at any trip count; it evaluates the body "
+                    f"checkpoint_schedule.cost(n, {cp.slots}, kept=[0]).body_calls times", slots=cp.slots)
 
 
 def backend_platform(backend: Any) -> str:
@@ -381,12 +441,14 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
     fits = "" if lp.entry_bytes is None else f" (it fits {budget // max(1, lp.entry_bytes)} iterations)"
     return (f"{backend}: the saved values of loop \"{lp.loop}\" ({e} bytes per iteration) would hold {got} bytes "
             f"on the device{f' ({what})' if what else ''}, over {whose} of {budget} bytes{fits}. Recomputing "
-            "them from checkpoints would meet it at any trip count, but recomputation is not built on the graph "
-            "backends (docs/missing.rst); raise the budget, or on a platform with host memory let the loop swap "
-            "(swap_memory=True)")
+            "them from checkpoints would meet it at any trip count, and a loop's own budget gets that "
+            "(tn.while_loop(..., memory_budget=B) without swap_memory=True: its gradient is then built to "
+            "recompute), a run's budget does not; raise the budget, give the loop a budget of its own, or on a "
+            "platform with host memory let the loop swap (swap_memory=True)")
 
 
-__all__ = ["HOST_BANDWIDTH", "KEEP", "RECOMPUTE", "SWAP", "CostModel", "LoopPlan", "MemoryPlan", "Platform",
-           "SavedBytes", "StackSize", "backend_platform", "check", "entry_bytes",
+__all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
+           "MemoryPlan", "Platform",
+           "SavedBytes", "StackSize", "backend_platform", "check", "checkpointing", "entry_bytes", "recomputed",
            "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform",
            "run_plan", "stack_sizes"]

@@ -14,11 +14,15 @@ and the fast backend read them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from turnout.errors import GraphBuildError
 from turnout.graph import Graph, Node, Tensor
+
+if TYPE_CHECKING:
+    from turnout.memory_plan import Checkpointing
 
 
 class ControlFlowContext(ABC):
@@ -32,6 +36,7 @@ class ControlFlowContext(ABC):
         self.outer_deps = list(outer_deps)
         self.nodes: list[Node] = []
         self._captured: dict[tuple[int, int], Tensor] = {}
+        self._capture_outputs: set[tuple[int, int]] = set()  # the tensors in ``_captured``, by key
         self._captured_ctrl: dict[int, Node] = {}
         self.id = len(graph.contexts)
         graph.contexts.append(self)
@@ -62,6 +67,7 @@ class ControlFlowContext(ABC):
         graph removed (``Graph._roll_back``): a capture made for them is made again when next needed."""
         self.nodes = [n for n in self.nodes if n.id < n0]
         self._captured = {k: t for k, t in self._captured.items() if t.node.id < n0}
+        self._capture_outputs = {(t.node.id, t.index) for t in self._captured.values()}
         self._captured_ctrl = {k: n for k, n in self._captured_ctrl.items() if n.id < n0}
 
     def describe(self) -> str:
@@ -90,9 +96,18 @@ class ControlFlowContext(ABC):
                 "return it from the branch or loop body instead"
             )
         key = (t.node.id, t.index)
+        if key in self._capture_outputs:
+            return t  # already this context's capture of an outside value (a Switch lives outside its branch)
         if key not in self._captured:
-            self._captured[key] = self._make_capture(self._outer_value(t))
+            self.add_capture(key, self._make_capture(self._outer_value(t)))
         return self._captured[key]
+
+    def add_capture(self, key: tuple[int, int], t: Tensor) -> None:
+        """Record ``t`` as this context's view of the outside tensor whose key is ``key``. Why its own
+        method: a capture must be known as one, or capturing it once more would wrap it again (a
+        Switch of a Switch, which the gradient builder would not see through)."""
+        self._captured[key] = t
+        self._capture_outputs.add((t.node.id, t.index))
 
     @abstractmethod
     def _make_capture(self, t: Tensor) -> Tensor:
@@ -222,6 +237,11 @@ class WhileContext(ControlFlowContext):
         self.mode = "pred"
         self.structure: Any = None  # the user's loop_vars structure (without the counter)
         self.pred_nodes: list[Node] = []
+        # the user's body function, kept so that a gradient under a memory budget can call it again to
+        # recompute loop states (``gradients.recompute``); None for a loop imported from a GraphDef
+        self.body_fn: Optional[Callable[..., Any]] = None
+        # for the backward loop that ``gradients.recompute`` builds: how it reverses which loop
+        self.reverses_by_recomputing: Optional[Checkpointing] = None
 
     def describe(self) -> str:
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'

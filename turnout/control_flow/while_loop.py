@@ -164,6 +164,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
     ctx = WhileContext(g, outer, frame, parallel_iterations, back_prop, swap_memory, max_iter, deps, lname,
                        memory_budget=memory_budget)
     ctx.structure = loop_vars
+    ctx.body_fn = body
     enter_attrs = {"frame_name": frame, "is_constant": False, "parallel_iterations": parallel_iterations}
 
     # Enter -> Merge(enter, <back edge>) for the counter and every loop variable. A loop built in

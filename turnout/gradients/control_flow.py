@@ -11,7 +11,8 @@ an identity to the previous iteration, of ``Enter`` an ``Exit``. Built with ``tn
 backward loop whose loop variables are the gradients of the forward loop variables plus one
 accumulator per loop invariant (``Enter is_constant``), running ``maximum_iterations = N``, the forward
 trip count read from the builder's counter (loop variable 0). Its body differentiates one forward
-iteration, popping the forward values it needs off the stacks.
+iteration, popping the forward values it needs off the stacks. A loop whose own ``memory_budget``
+calls for recomputation gets a backward loop of another kind instead (``recompute``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import CondInfo, WhileContext
 from turnout.control_flow.tensor_array import to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
+from turnout.gradients import recompute
 from turnout.gradients.grads import Frame, Grads, key
 from turnout.gradients.rules import is_differentiable_dtype
 from turnout.graph import Tensor
@@ -80,6 +82,9 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
     """Gradients of a loop's initial values and invariants, given those of its Exits."""
     if not w.back_prop:
         return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
+    cp = recompute.plan(w)
+    if cp is not None:  # under its own memory budget: a backward loop that recomputes, no stacks
+        return recompute.loop_grad(b, w, dys, cp)
     extra = b.stack_gradients(w)
     vars_ = [(i, lv) for i, lv in enumerate(w.loop_vars)
              if i > 0 and lv.next_iteration is not None and lv.merge.id in b.on_path

@@ -246,14 +246,19 @@ class Backward:
     def canonical(self, t: Tensor) -> Tensor:
         """The same value with builder plumbing removed: a captured Switch output of a live branch and
         a loop invariant (Enter is_constant) equal their input."""
+        return self.aliases(t)[-1]
+
+    def aliases(self, t: Tensor) -> list[Tensor]:
+        """``t``, and each tensor it captures in turn (a cond's Switch, a loop's constant Enter), down
+        to ``canonical(t)``: the names one value has in the nested contexts it was captured into."""
+        out = [t]
         while True:
             n = t.node
-            if n.op == "Switch" and n.id in self._capture_switch:
+            if (n.op == "Switch" and n.id in self._capture_switch) or (n.op == "Enter" and n.attrs.get("is_constant")):
                 t = n.inputs[0]
-            elif n.op == "Enter" and n.attrs.get("is_constant"):
-                t = n.inputs[0]
+                out.append(t)
             else:
-                return t
+                return out
 
     def _frame_of(self, region: Ctx) -> int:
         """Index of the frame differentiating ``region``; -1 when the region is outside every frame

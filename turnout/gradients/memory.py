@@ -78,7 +78,7 @@ class MemoryReport:
     def summary(self) -> str:
         """The loops' stacked tensors, then the plan's line per loop where a budget applies."""
         if not self.loops:
-            return "no gradient stacks"
+            return "\n".join(["no gradient stacks", *_plan_lines(self.plan)])
         lines = []
         for lp in self.loops:
             total = lp.bytes_per_iteration

@@ -1,0 +1,321 @@
+"""Recomputation on the graph backends: the gradient of a loop under its own ``memory_budget``.
+
+``tn.while_loop(..., memory_budget=B)`` without ``swap_memory=True`` is differentiated by a
+checkpointed backward loop (``turnout.gradients.recompute``) that saves nothing in the forward loop
+and keeps at most ``slots = B // (state bytes + 4)`` loop states. Recomputation changes where values
+come from, not what they are: every case here compares the gradients with those of the same graph
+built without a budget (the store-everything gradients), on every backend that runs graphs, and
+counts the body's evaluations against ``checkpoint_schedule.cost``.
+
+The model: ``v <- tanh(v) * w`` for ``n`` steps from ``x`` (4 float32s), ``w`` a weight vector read
+from outside the loop (a loop invariant, whose gradient sums over iterations). Its state is the
+counter ``i`` and ``v``: 20 bytes, 24 with the position, so a budget of ``24 k`` holds ``k`` slots.
+Variants put a cond or a loop inside the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turnout as tn
+from turnout import checkpoint_schedule as schedule
+from turnout.control_flow.contexts import WhileContext
+from turnout.errors import UnsupportedError
+
+X0 = np.array([0.1, -0.4, 0.7, 1.2], np.float32)
+W0 = np.array([1.1, 0.9, -1.2, 1.05], np.float32)
+STATE = 24  # bytes per slot: int32 counter, four float32s, the int32 position
+KINDS = ["plain", "cond", "nested"]
+
+
+def body_of(kind: str, w: Any) -> Any:
+    def body(i: Any, v: Any) -> Any:
+        if kind == "cond":
+            v = tn.cond(tn.reduce_sum(v) > 0, lambda: tn.tanh(v) * w, lambda: v * w + 0.1)
+        elif kind == "nested":
+            _, v = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.tanh(u) * w + 0.05),
+                                 [tn.constant(0), v], name="inner")
+        else:
+            v = tn.tanh(v) * w
+        return i + 1, v
+
+    return body
+
+
+_MODELS: dict[Any, dict[str, Any]] = {}
+
+
+def model(budget: Optional[int], kind: str = "plain") -> dict[str, Any]:
+    """The graph with gradients w.r.t. ``x`` and ``w``, one per (budget, kind) for the module."""
+    if (budget, kind) not in _MODELS:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [4], name="x")
+            n = tn.placeholder(tn.int32, [], name="n")
+            w = tn.placeholder(tn.float32, [4], name="w")
+            _, y = tn.while_loop(lambda i, v: i < n, body_of(kind, w), [tn.constant(0), x], name="rnn",
+                                 memory_budget=budget)
+            gx, gw = tn.gradients(tn.reduce_sum(y * y), [x, w])
+        _MODELS[(budget, kind)] = {"g": g, "x": x, "n": n, "w": w, "grads": [gx, gw], "sessions": {}}
+    return _MODELS[(budget, kind)]
+
+
+def run(m: dict[str, Any], backend: str, n: int, **opts: Any) -> list[np.ndarray]:
+    sessions = m["sessions"]
+    if backend not in sessions:
+        kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
+        sessions[backend] = tn.Session(m["g"], backend=backend, **kw)
+    return list(sessions[backend].run(m["grads"], {m["x"]: X0, m["n"]: n, m["w"]: W0}, **opts))
+
+
+def assert_same_gradients(kind: str, slots: int, backend: str, n: int) -> None:
+    want = run(model(None, kind), "reference", n)
+    got = run(model(slots * STATE, kind), backend, n)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def live_tanh(sess: tn.Session) -> int:
+    """Evaluations of the plain body (one Tanh each), from the reference interpreter's trace."""
+    return sum(1 for e in sess.last_result.trace.events if e.op == "Tanh" and not e.dead)
+
+
+# ---- equal to the store-everything gradients --------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("slots", [1, 2, 3])
+@pytest.mark.parametrize("backend", ["reference", "partitioned"])
+def test_the_interpreters_give_the_store_everything_gradients(backend: str, slots: int, kind: str) -> None:
+    for n in (0, 1, 2, 7):
+        assert_same_gradients(kind, slots, backend, n)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("slots", [1, 3])
+def test_the_fast_backend_gives_the_store_everything_gradients(slots: int, kind: str) -> None:
+    pytest.importorskip("jax")
+    for n in (0, 1, 2, 9):
+        assert_same_gradients(kind, slots, "fast", n)
+    assert run(model(slots * STATE, kind), "fast", 9) is not None
+    stats = model(slots * STATE, kind)["sessions"]["fast"].last_result.stats
+    if kind != "nested":  # the recomputed loop saves nothing: no stack at all (the inner loop has its own)
+        assert stats["peak_device_stack_bytes"] == 0
+
+
+@pytest.mark.parametrize("kind", ["plain", "cond"])
+def test_the_small_step_system_gives_the_store_everything_gradients(kind: str) -> None:
+    for n in (0, 1, 3):
+        assert_same_gradients(kind, 2, "smallstep", n)
+
+
+def test_slots_beyond_the_trip_count_push_every_state_once() -> None:
+    """With ``slots >= n`` every state is recomputed once from the initial one and kept: the backward
+    loop runs the forward pass once more (``n - 1`` steps), never again."""
+    for n in (0, 1, 2, 5, 11):
+        assert_same_gradients("plain", 16, "reference", n)
+        assert schedule.cost(n, 16, [0]).recomputed == max(0, n - 1)
+
+
+def test_a_closed_form_case() -> None:
+    """TensorFlow's test: squaring 2.0 until it reaches 100 takes three steps, ``x ** 8``, whose
+    gradient at 2 is ``8 * 2 ** 7 = 1024``, under a budget of one slot (8 bytes)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        (y,) = tn.while_loop(lambda v: v < 100.0, lambda v: [v * v], [x], memory_budget=8)
+        (gx,) = tn.gradients(y, [x])
+    assert not [nd for nd in g.nodes if nd.op == "StackNew"]
+    assert float(tn.Session(g).run(gx, {x: 2.0})) == 1024.0
+
+
+def test_a_budgeted_loop_inside_a_differentiated_loop() -> None:
+    """The inner loop recomputes inside the outer loop's backward loop: its initial state and trip
+    count come from the outer loop's stacks, and the weight it reads from the outer body too."""
+
+    def build(budget: Optional[int]) -> tuple[Any, ...]:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [], name="x")
+
+            def outer(t: Any, v: Any) -> Any:
+                a = v * 0.5 + 1.0  # made in the outer body, read by the inner one
+                _, u = tn.while_loop(lambda j, u: j < t + 2, lambda j, u: (j + 1, tn.tanh(u) * a),
+                                     [tn.constant(0), v], name="inner", memory_budget=budget)
+                return t + 1, u
+
+            _, y = tn.while_loop(lambda t, v: t < 3, outer, [tn.constant(0), x], name="outer")
+            (gx,) = tn.gradients(y, [x])
+        return g, x, gx
+
+    g, x, gx = build(None)
+    want = tn.Session(g).run(gx, {x: 0.3})
+    for backend in ("reference", "fast"):
+        g, x, gx = build(2 * 8)
+        assert not [nd for nd in g.nodes if nd.op == "StackNew" and nd.attrs.get("loop_name") == "outer/body/inner"]
+        np.testing.assert_allclose(tn.Session(g, backend=backend).run(gx, {x: 0.3}), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_budgeted_loop_in_a_cond_reading_a_variable(backend: str) -> None:
+    """The loop sits in a cond branch and its body reads a Variable: the body names the Variable's
+    handle, which the loop captured through the branch's Switch; the recomputed body must meet the same
+    value under either name, or the Variable's gradient is lost (it was, once: zeros)."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+
+    def build(budget: Optional[int]) -> tuple[Any, ...]:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [3], name="x")
+            p = tn.placeholder(tn.bool, [], name="p")
+            v = tn.Variable(np.array([0.9, 1.1, -0.8], np.float32), name="V")
+
+            def loop() -> Any:
+                return tn.while_loop(lambda i, u: i < 5, lambda i, u: (i + 1, tn.tanh(u * v.value())),
+                                     [tn.constant(0), x * 2.0], memory_budget=budget)[1]
+
+            y = tn.cond(p, loop, lambda: x * 3.0)
+            grads = tn.gradients(tn.reduce_sum(y * y), [x, v])
+        return g, x, p, grads
+
+    xs = np.array([0.3, -0.2, 0.5], np.float32)
+    for taken in (True, False):
+        g, x, p, grads = build(None)
+        want = tn.Session(g).run(grads, {x: xs, p: taken})
+        g, x, p, grads = build(2 * 20)
+        got = tn.Session(g, backend=backend).run(grads, {x: xs, p: taken})
+        assert taken is False or np.abs(want[1]).sum() > 0.1
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+# ---- what it costs, and what it holds ---------------------------------------------------------------------
+@pytest.mark.parametrize("slots", [1, 2, 3, 5, 64])
+def test_the_body_is_evaluated_as_often_as_the_schedule_says(slots: int) -> None:
+    m = model(slots * STATE)
+    sess = m["sessions"].get("reference") or tn.Session(m["g"])
+    m["sessions"]["reference"] = sess
+    for n in (0, 1, 2, 13, 40):
+        run(m, "reference", n, trace=True)
+        assert live_tanh(sess) == schedule.cost(n, slots, [0]).body_calls  # forward, recomputed, in the vjps
+
+
+def slot_bytes(g: tn.Graph, loop: str) -> int:
+    """The bytes of the backward loop's slot buffers and positions, from their static types (the loop
+    variables of rank one more than the state's, and the int32 positions)."""
+    (w,) = [c for c in g.contexts if isinstance(c, WhileContext) and c.name == f"gradients/{loop}"]
+    total = 0
+    for lv in w.loop_vars[3:5]:  # after the counter, top and end: the positions, then one buffer per variable
+        total += int(np.prod(lv.merge.outputs[0].shape)) * lv.merge.outputs[0].dtype.itemsize
+    v = w.loop_vars[5].merge.outputs[0]
+    return total + int(np.prod(v.shape)) * v.dtype.itemsize
+
+
+@pytest.mark.parametrize("budget", [STATE, 2 * STATE + 23, 10 * STATE + 1])
+def test_nothing_is_stacked_and_the_slots_fit_the_budget(budget: int) -> None:
+    m = model(budget)
+    assert not [nd for nd in m["g"].nodes if nd.op == "StackNew"]
+    assert "rnn" not in {lp.loop_name for lp in tn.memory_report(m["g"]).loops}
+    assert slot_bytes(m["g"], "rnn") == (budget // STATE) * STATE <= budget
+
+
+def test_the_report_and_explain_say_the_loop_recomputes() -> None:
+    m = model(3 * STATE + 5)
+    lp = tn.memory_report(m["g"]).plan.loop("rnn")  # type: ignore[union-attr]
+    assert (lp.action, lp.built, lp.slots, lp.entry_bytes, lp.budget) == ("recompute", True, 3, STATE, 3 * STATE + 5)
+    assert lp.peak_bytes(10**6) == 3 * STATE
+    assert 'loop "rnn": recompute; budget 77 B (loop): its gradient recomputes from 3 checkpoint(s)' in str(
+        tn.memory_report(m["g"]))
+    sess = tn.Session(m["g"])
+    notes = sess.explain(m["grads"], {m["x"]: X0, m["n"]: 3, m["w"]: W0}).notes
+    assert any('loop "rnn": recompute' in n for n in notes)
+    assert tn.memory_report(model(None)["g"]).plan.loops[0].action == "keep"
+
+
+# ---- where it cannot apply --------------------------------------------------------------------------------
+def test_a_body_that_writes_state_is_refused_by_name() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        count = tn.Variable(0.0, name="count")
+
+        def body(v: Any) -> Any:
+            with tn.control_dependencies([count.assign_add(1.0)]):
+                return [tn.tanh(v)]
+
+        (y,) = tn.while_loop(lambda v: v > 10.0, body, [x], name="counted", memory_budget=1000)
+        with pytest.raises(UnsupportedError, match='while_loop "counted".*writes state.*swap_memory=True'):
+            tn.gradients(y, [x])
+
+
+def test_a_budget_that_holds_no_state_is_refused() -> None:
+    with pytest.raises(UnsupportedError, match='"rnn".*holds no loop state.*give at least 24'):
+        model(STATE - 1)
+
+
+def test_a_loop_without_its_python_body_is_refused() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        (y,) = tn.while_loop(lambda v: v < 1.0, lambda v: [v * 2.0], [x], name="lost", memory_budget=100)
+        (w,) = [c for c in g.contexts if isinstance(c, WhileContext)]
+        w.body_fn = None  # as a loop whose body function is not at hand
+        with pytest.raises(UnsupportedError, match='"lost".*no Python body'):
+            tn.gradients(y, [x])
+
+
+def test_a_second_order_gradient_through_a_recomputing_loop_is_refused() -> None:
+    """Tried, the gradient of such a gradient matched the store-everything one for bodies with a cond
+    but not for bodies with a loop inside, and it would keep stacks of every action, outside the
+    budget: it is refused by name rather than built."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * v), [tn.constant(0), x], name="sq",
+                             memory_budget=24)
+        (gx,) = tn.gradients(y, [x])
+        assert float(tn.Session(g).run(gx, {x: 1.1})) == pytest.approx(8 * 1.1**7, rel=1e-5)
+        with pytest.raises(UnsupportedError, match='reverses while_loop "sq".*second order'):
+            tn.gradients(gx, [x])
+
+
+def test_a_loop_that_swaps_or_carries_a_tensor_array_keeps_its_stacks() -> None:
+    """Rules 4 and 2 of the planner: swapping asked for, or a state with no static size (a
+    TensorArray): the gradient keeps stacks under the loop's budget, as without recomputation."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        ta = tn.TensorArray(tn.float32, size=3)
+
+        def body(i: Any, v: Any, t: Any) -> Any:
+            return i + 1, tn.tanh(v), t.write(i, v)
+
+        _, y, t = tn.while_loop(lambda i, v, t: i < 3, body, [tn.constant(0), x, ta], memory_budget=10**6)
+        (gx,) = tn.gradients(tn.reduce_sum(y) + tn.reduce_sum(t.stack()), [x])
+    assert [nd.attrs["memory_budget"] for nd in g.nodes if nd.op == "StackNew"][:1] == [10**6]
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
+                             memory_budget=10**6, swap_memory=True)
+        tn.gradients(tn.reduce_sum(y), [x])
+    assert {nd.attrs["memory_budget"] for nd in g.nodes if nd.op == "StackNew"} == {10**6}
+
+
+# ---- property: any trip count, any budget -----------------------------------------------------------------
+@settings(max_examples=30)
+@given(n=st.integers(0, 30), slots=st.integers(1, 12), slack=st.integers(0, STATE - 1),
+       kind=st.sampled_from(["plain", "cond"]))
+def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: str) -> None:
+    """Under a budget of ``slots`` states and less than one more, the gradient is the store-everything
+    one, and the plain body is evaluated exactly as often as the schedule says."""
+    m = model(slots * STATE + slack, kind)
+    got = run(m, "reference", n, trace=True)
+    for a, b in zip(got, run(model(None, kind), "reference", n), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    if kind == "plain":
+        assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots, [0]).body_calls

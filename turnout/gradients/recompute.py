@@ -1,0 +1,279 @@
+"""The gradient of a loop under its own memory budget: a checkpointed backward loop that recomputes.
+
+A loop differentiated with gradient stacks saves values in every iteration, so its memory grows with
+the trip count. A ``tn.while_loop(..., memory_budget=B)`` whose plan calls for recomputation
+(``memory_plan.checkpointing``) saves nothing in its forward loop. Its backward loop knows the trip
+count ``n`` when it starts, so it runs the offline binomial schedule from the initial state,
+``checkpoint_schedule.actions(n, slots, kept=[0])``, as a ``tn.while_loop`` of actions: each action
+recomputes ``m`` steps from the top slot by calling the loop's body function again (an inner
+``tn.while_loop``), then either keeps the state it reached in the next slot, or applies the
+vector-Jacobian product of one more step (the body called once more, differentiated by this same
+gradient builder with the cotangents as ``grad_ys``). The schedule is a graph like any other, so the
+reference interpreter, the small-step system and the compiled backends all run the same plan.
+
+Its meaning, as plain Python (``x0`` the loop's initial state, ``ct`` the cotangents of its results,
+``acc`` those of the values its body reads from outside)::
+
+    buf, pos, top, end = [x0] + [None] * (slots - 1), [0] * slots, 0, n
+    while end > 0:
+        start, free = pos[top], slots - top
+        push = free >= 2 and end - start >= 2
+        m = split(end - start, free) if push else end - 1 - start
+        x = buf[top]
+        for _ in range(m):
+            x = body(x)
+        if push:
+            top += 1; buf[top], pos[top] = x, start + m
+        else:
+            ct, dacc = vjp(body, x)(ct); acc += dacc
+            end -= 1
+            if end == start:
+                top -= 1
+
+The slots are loop variables of the backward loop: one ``[slots, ...]`` buffer per loop variable and
+the int32 positions, ``slots * (state bytes + 4) <= B`` whatever the trip count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from turnout import checkpoint_schedule as schedule
+from turnout import memory_plan, nest, ops
+from turnout import shapes as sh
+from turnout.control_flow.cond import cond as build_cond
+from turnout.control_flow.contexts import ControlFlowContext, WhileContext
+from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
+from turnout.control_flow.while_loop import _call
+from turnout.control_flow.while_loop import while_loop as build_while_loop
+from turnout.errors import UnsupportedError, describe_node
+from turnout.gradients.grads import Grads, Key, key
+from turnout.gradients.rules import is_differentiable_dtype
+from turnout.graph import Tensor
+
+if TYPE_CHECKING:
+    from turnout.gradients.core import Backward
+
+Pairs = list[tuple[Tensor, Tensor]]
+
+#: ops whose second run would write state a second time: a body with one cannot be recomputed
+WRITES = frozenset({"AssignVariable", "AssignAddVariable", "AssignSubVariable"})
+
+
+def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
+    """How many slots the gradient of ``w`` recomputes in, or None when it keeps gradient stacks.
+    Raises ``UnsupportedError`` naming the loop where its budget calls for recomputation and the
+    loop cannot be recomputed (no Python body, a body that writes state) or holds no state, and
+    where ``w`` is itself such a gradient's backward loop: a second-order gradient through it is not
+    built (tried, it matched the store-everything one for bodies with a cond, not for bodies with a
+    loop inside, and it would keep stacks of every action, outside the budget)."""
+    if w.reverses_by_recomputing is not None:
+        raise UnsupportedError(f'gradients: while_loop "{w.name}" reverses while_loop '
+                               f'"{w.reverses_by_recomputing.loop}" '
+                               "by recomputing under its memory_budget, and a gradient of that gradient (second "
+                               "order) is not built; for second order give that loop swap_memory=True (it then "
+                               "keeps its stacks) or no memory_budget")
+    cp = memory_plan.checkpointing(w.name, w.memory_budget, state_bytes(w), w.swap_memory)
+    if cp is None:
+        return None
+    head = (f'gradients: while_loop "{w.name}" has memory_budget={cp.budget} bytes, which only recomputation '
+            "from checkpoints meets at any trip count")
+    why = cannot_recompute(w)
+    if why is not None:
+        raise UnsupportedError(f"{head}, but {why}. Drop the budget, or give swap_memory=True to keep and swap "
+                               "its gradient stacks instead")
+    if cp.slots < 1:
+        raise UnsupportedError(f"{head}, but it holds no loop state: one takes {cp.state_bytes} bytes (its loop "
+                               f"variables and a {memory_plan.POSITION_BYTES}-byte position); give at least "
+                               f"{cp.state_bytes}")
+    return cp
+
+
+def state_bytes(w: WhileContext) -> Optional[int]:
+    """Bytes of one state of ``w`` (its loop variables, the builder's counter left out), or None when a
+    loop variable has no static size (a TensorArray, a shape that changes across iterations)."""
+    total = 0
+    for lv in w.loop_vars[1:]:
+        t = lv.merge.outputs[0]
+        n = sh.num_elements(t.shape)
+        if n is None or t.dtype.is_opaque:
+            return None
+        total += int(n) * t.dtype.itemsize
+    return total
+
+
+def cannot_recompute(w: WhileContext) -> Optional[str]:
+    """Why the body of ``w`` cannot be run again to recompute a state (None: it can)."""
+    if w.body_fn is None:
+        return "it has no Python body function to call again"
+    for n in w.graph.nodes:
+        if n.op in WRITES and n.context is not None and n.context.is_within(w):
+            return f"its body writes state ({describe_node(n)}), which a recomputation would write again"
+    return None
+
+
+def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp: memory_plan.Checkpointing
+              ) -> Pairs:
+    """Gradients of the initial values and invariants of ``w``, given those of its Exits, by the
+    checkpointed backward loop (module docstring)."""
+    g = b.g
+    lvs = w.loop_vars[1:]
+    wanted = [i for i, lv in enumerate(lvs) if lv.merge.id in b.on_path
+              and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
+    invs = [e for e in w.invariants.values() if e.id in b.on_path and b.wants(e.inputs[0])]
+    if not wanted and not invs:
+        return []
+    diff = [i for i, lv in enumerate(lvs) if is_differentiable_dtype(lv.merge.outputs[0].dtype)]
+    x0 = [b.value(lv.enter.inputs[0]) for lv in lvs]
+    outside = [Outside(tuple(b.aliases(g.nodes[k[0]].outputs[k[1]])), b.value(e.inputs[0]))
+               for k, e in w.invariants.items()]
+    ct0 = [dys[i + 1] if dys[i + 1] is not None else b.zeros_like(lvs[i].enter.inputs[0]) for i in diff]
+    acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
+    slots = cp.slots
+    bufs0 = [_slots_with(x, slots) for x in x0]
+    n = b.value(w.counter.exit.outputs[0])  # type: ignore[union-attr]
+    init = [ops.constant(0), n, ops.zeros([slots], "int32"), *bufs0, *ct0, *acc0]
+    nb, nc = len(bufs0), len(ct0)
+
+    def action(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
+        ctx = g.current_context
+        assert isinstance(ctx, WhileContext)
+        ctx.reverses_by_recomputing = cp
+        _seed_captures(ctx, outside)
+        flat = [to_graph_value(v) for v in rest]  # an outside TensorArray's gradient is one
+        bufs, ct, acc = flat[:nb], flat[nb:nb + nc], flat[nb + nc:]
+        start = ops.gather(pos, top)
+        length, free = end - start, slots - top
+        push = ops.logical_and(free >= 2, length >= 2)
+        m = ops.where(push, split(ops.maximum(length, 2), ops.maximum(free, 2)), length - 1)
+        x = advance(w, [ops.gather(buf, top) for buf in bufs], m)
+        at = ops.minimum(top + 1, slots - 1)  # not pushing: no slot changes
+        put = ops.logical_and(ops.equal(ops.constant(np.arange(slots, dtype=np.int32)), at), push)
+        bufs = [ops.where(ops.reshape(put, [slots] + [1] * (len(buf.shape) - 1)), ops.expand_dims(v, 0), buf)
+                for buf, v in zip(bufs, x, strict=True)]
+        pos = ops.where(put, start + m, pos)
+        if ct or acc:
+            read = [o for e, o in zip(w.invariants.values(), outside, strict=True) if e in invs]
+            out = build_cond(push, lambda: [*ct, *acc], lambda: vjp_step(b, w, x, diff, ct, acc, read),
+                             name=f"{w.name}/push_or_reverse")
+            out = [to_graph_value(t) for t in out]
+            ct, acc = out[:nc], out[nc:]
+        end_next = ops.where(push, end, end - 1)
+        top_next = ops.where(push, top + 1, ops.where(ops.equal(end_next, start), top - 1, top))
+        return [top_next, end_next, pos, *bufs, *ct, *acc]
+
+    res = build_while_loop(lambda top, end, *_: end > 0, action, init, parallel_iterations=1,
+                           name=f"gradients/{w.name}")
+    res = [to_graph_value(r) for r in res]
+    ct, acc = res[3 + nb:3 + nb + nc], res[3 + nb + nc:]
+    pairs: Pairs = [(lvs[i].enter.inputs[0], ct[diff.index(i)]) for i in wanted]
+    pairs += [(e.inputs[0], a) for e, a in zip(invs, acc, strict=True)]
+    return pairs
+
+
+def _slots_with(x: Tensor, slots: int) -> Tensor:
+    """A ``[slots, ...]`` buffer of ``x``'s type holding ``x`` in slot 0 (the rest zeros)."""
+    first = ops.expand_dims(x, 0)
+    if slots == 1:
+        return first
+    return ops.concat([first, ops.zeros([slots - 1, *x.shape], x.dtype)], 0)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Outside:
+    """A tensor from outside the loop that its body reads: every name it has in the contexts it was
+    captured into (``Backward.aliases``; the body may name it by any of them), and its value as the
+    gradient sees it (``Backward.value``: popped, where it was made in an enclosing loop being
+    differentiated)."""
+
+    names: tuple[Tensor, ...]
+    value: Tensor
+
+    @property
+    def keys(self) -> list[Key]:
+        """The capture keys of its names."""
+        return [key(t) for t in self.names]
+
+
+def _seed_captures(ctx: ControlFlowContext, outside: Sequence[Outside]) -> list[Tensor]:
+    """Make context ``ctx`` capture each outside tensor once, under every one of its names, so that
+    every capture the recomputed body makes in ``ctx`` or in a context nested in it meets the same
+    value (the backward loop: ``value``; the branch of a step: the backward loop's capture). Returns
+    those captures."""
+    out = []
+    for o in outside:
+        got = next((ctx._captured[k] for k in o.keys if k in ctx._captured), None)
+        if got is None:
+            got = ctx._make_capture(ctx._outer_value(o.value)) if isinstance(ctx, WhileContext) else \
+                ctx.capture(o.names[0])
+        for k in o.keys:
+            if k not in ctx._captured:
+                ctx.add_capture(k, got)
+        out.append(got)
+    return out
+
+
+def call_body(w: WhileContext, xs: Sequence[Tensor]) -> list[Tensor]:
+    """The loop's body function called once more on the flat state ``xs``; its flat result."""
+    assert w.body_fn is not None
+    out = _call(w.body_fn, w.structure, nest.pack_as(w.structure, [from_graph_value(x) for x in xs]))
+    if not isinstance(out, (list, tuple)) and len(xs) == 1:
+        out = [out]
+    return [ops.convert_to_tensor(to_graph_value(v)) for v in nest.flatten(out)]
+
+
+def advance(w: WhileContext, x: list[Tensor], m: Tensor) -> list[Tensor]:
+    """The state ``m`` steps after ``x``: the body recomputed in an inner loop (``recompute``)."""
+    res = build_while_loop(lambda j, *_: j < m, lambda j, *xs: [j + 1, *call_body(w, xs)],
+                           [ops.constant(0), *x], name=f"{w.name}/recompute")
+    return [to_graph_value(r) for r in res[1:]]
+
+
+def vjp_step(b: Backward, w: WhileContext, x: list[Tensor], diff: list[int], ct: list[Tensor], acc: list[Tensor],
+             read: Sequence[Outside]) -> list[Tensor]:
+    """In the branch that reverses one step: the body called on state ``x``, differentiated with the
+    cotangents ``ct`` as ``grad_ys``; returns the cotangents of ``x`` and ``acc`` plus those of the
+    outside tensors ``read`` that the body reads."""
+    g = b.g
+    branch = g.current_context
+    assert branch is not None
+    invb = _seed_captures(branch, read)
+    ys = call_body(w, x)  # its ops capture ``x`` into the branch; ``xb`` are those captures
+    xb = [branch.capture(t) for t in x]
+    xs = [xb[i] for i in diff]
+    step = type(b)(g, branch, [*xs, *invb], [ys[i] for i in diff])
+    grads = Grads()
+    for i, c in zip(diff, ct, strict=True):
+        grads.add(ys[i], branch.capture(c))
+    step.backprop_region(branch, grads)
+    new_ct = []
+    for t in xs:
+        d = grads.total(t)
+        new_ct.append(b.refine_shape(d, t.shape) if d is not None else b.zeros_like(t))
+    return new_ct + [grads.accumulate_into(t, branch.capture(a)) for t, a in zip(invb, acc, strict=True)]
+
+
+def split(length: Tensor, free: Tensor) -> Tensor:
+    """``checkpoint_schedule.split(length, free)`` in int32 graph arithmetic that never overflows: it
+    saturates at ``SPLIT_CAP`` exactly where the pure version does, so both pick the same split."""
+    cap = schedule.SPLIT_CAP
+    length = ops.minimum(length, cap // 2)
+
+    def grow(beta: Tensor, beta1: Tensor, beta2: Tensor, r: Tensor) -> list[Tensor]:
+        k, d = free + r + 1, r + 1
+        q, rem = beta // d, beta % d  # beta * k // d == q * k + rem * k // d, exactly
+        nxt = ops.where(q > cap // k, cap, ops.minimum(cap, q * k + rem * k // d))
+        return [nxt, beta, beta1, r + 1]
+
+    one, zero = ops.constant(1), ops.constant(0)
+    beta, beta1, beta2, _ = build_while_loop(lambda beta, *_: beta < length, grow, [one, zero, zero, zero],
+                                             name="split")
+    return ops.minimum(length - 1, ops.maximum(ops.maximum(1, length - (beta - beta1)), beta2))
+
+
+__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "loop_grad", "plan", "split", "state_bytes",
+           "vjp_step"]
