@@ -60,7 +60,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from turnout.devices.host_env import HostEnv, resolved
@@ -85,8 +84,9 @@ from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.outcome import StacksOutgrown, decode, enforce
-from turnout.fast.regions import Key, WhileRegion, key
-from turnout.fast.values import DEAD, to_host, wrap_static
+from turnout.fast.regions import WhileRegion, key
+from turnout.fast.segment import SegmentFn
+from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.run_schedule import RunSchedule
@@ -418,26 +418,21 @@ class FastPartitionedBackend:
         return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
                             list(seg.fetched), traced, WHO)
 
-    def segment_fn(self, plan: DevicePlan, seg: Segment) -> Any:
-        """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
-        segment's items run by the fast backend's emitter, jitted; it runs on the device its inputs are
-        committed to (every segment receives its device's error word, so there is always one). The
-        stacks argument is donated: a push updates the buffer in place."""
-        writes = list(seg.writes)
-        fetched = set(seg.fetched)
+    def segment_fn(self, plan: DevicePlan, seg: Segment) -> SegmentFn:
+        """The segment's items as the fast backend's staged path compiles a stage (``fast.segment``):
+        ``f(env_in, state, max_iter) -> (writes, live flags of fetched writes, state)``, in the
+        calling convention of ``fast.call_spec``. It runs on the device its inputs are committed to
+        (every segment receives its device's error word, so there is always one); its stacks are
+        donated: a push updates the buffer in place."""
 
-        def body(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+        def emitter(state: dict[str, Any], max_iter: Any) -> Emitter:
             self.compile_count += 1  # runs only while tracing
             em = Emitter(plan.program, plan.codes, plan.capacity, max_iter)
-            em.state = {**state, **stacks}
+            em.state = dict(state)
             em.fed = plan.fed
-            env = dict(env_in)
-            em.run_items(seg.items, env)
-            out = {k: wrap_static(env[k]) for k in writes if k in env}
-            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in writes if k in fetched and k in env}
-            return out, lives, em.state
+            return em
 
-        return jax.jit(body, donate_argnums=(2,))
+        return SegmentFn(seg.items, list(seg.writes), set(seg.fetched), emitter, jax.jit)
 
 
 #: when the whole-program (SPMD) tier runs a program it accepts

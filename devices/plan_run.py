@@ -149,10 +149,10 @@ class PlanRun(HostControl):
         with self.stacks.device_oom(moves, dev, seg.describe):
             if seg.driven:
                 return seg.fn.run(env_in, state, self.max_iter, self.stacks, dev)
-            rest, stacks = stk.split_state(state)
             if moves:
-                stacks = self.stacks.before(moves, dev, stacks)
-            out, lives, new = seg.fn(env_in, rest, stacks, self.max_iter)
+                rest, stacks = stk.split_state(state)
+                state = {**rest, **self.stacks.before(moves, dev, stacks)}
+            out, lives, new = seg.fn(env_in, state, self.max_iter)
         if moves:
             self.stacks.after(moves, dev, new)
         return out, lives, new

@@ -661,9 +661,10 @@ class FastBackend:
     def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
                       max_iter: Any, attempt: bool) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
         """One compiled segment of ``_execute``: (its outputs, their live flags, the state after it).
-        A segment of the stages is called with dicts (``Plan.segment_fn``); the fused attempt with flat
-        arguments laid out once per function (``Plan.fused_fn``), its error word and live flags read back
-        at once, behind a fetched value where ``fast.packing`` put them there."""
+        Both are called in the convention of ``fast.call_spec``: a segment of the stages through
+        ``fast.segment.SegmentFn`` (``Plan.segment_fn``: its error word carried in its state); the fused
+        attempt with flat arguments laid out once per function (``Plan.fused_fn``), its error word and
+        live flags read back at once, behind a fetched value where ``fast.packing`` put them there."""
         rest, stacks = stk.split_state(state)
         if attempt:
             call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
@@ -675,7 +676,7 @@ class FastBackend:
         with self._span(name, "compiled stages") as args, device_oom(plan, st):
             before = self.compile_count
             if not attempt:
-                out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+                out, lv, state = st.fns["seg"](env_in, state, max_iter)
                 args["compiled"] = self.compile_count != before
                 args["error_word"] = int(state["err"])
                 return out, lv, state

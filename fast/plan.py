@@ -44,6 +44,7 @@ from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
+from turnout.fast.segment import SegmentFn
 from turnout.fast.values import Handle, wrap_static
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
@@ -75,7 +76,7 @@ class Stage:
     #: iteration are measured at run time (``stacks.chunk_loop``)
     measured: set[str] = field(default_factory=set)
     fns: dict[str, Any] = field(default_factory=dict)
-    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see _segment
+    passthrough: set[Key] = field(default_factory=set)  # set while tracing the fused stage, see _fused_body
     #: how the fused stage's function (``fns["seg"]``) is called and what it returns, set by that
     #: function's trace (``Plan.fused_fn``, ``fast.call_spec``)
     spec: Optional[CallSpec] = None
@@ -337,10 +338,11 @@ class Plan:
         em.held = self.held
         return em
 
-    def segment_fn(self, st: Stage) -> Any:
-        """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)``, jitted, for a compiled
-        segment ``st`` (the traced function: ``_segment``). The stacks are donated: updated in place."""
-        return self.jit(self._segment(st), donate_argnums=(2,))
+    def segment_fn(self, st: Stage) -> SegmentFn:
+        """The compiled segment ``st`` of the stages (``fast.segment``: the one builder of the staged
+        path's segments and the partitioned tiers'): ``f(env_in, state, max_iter) -> (outputs, live
+        flags, state)``, in the calling convention of ``fast.call_spec``; its stacks are donated."""
+        return SegmentFn(st.items, st.writes, set(self.program.fetch_keys), self.emitter, self.jit)
 
     def fused_fn(self, args: CallArgs) -> Any:
         """The fused stage's jitted function for arguments laid out as ``args`` say (feeds, state,
@@ -353,24 +355,6 @@ class Plan:
             st.spec = spec
 
         return flat_call(args, self._fused_body(st), self.jit, record)
-
-    def _segment(self, st: Stage) -> Any:
-        """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
-        ``st`` of the stages, to be traced by ``segment_fn``."""
-        fetch = set(self.program.fetch_keys)
-
-        def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter({**state, **stacks}, max_iter)
-            env = dict(env_in)
-            em.run_items(st.items, env)
-            # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
-            # returned: returning it would copy it; the caller's env still holds it.
-            st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
-            out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
-            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
-            return out, lives, em.state
-
-        return seg
 
     def _fused_body(self, st: Stage) -> Body:
         """The body of the fused stage (``fused_fn``): the whole root frame, its stack-pushing loops
