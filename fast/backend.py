@@ -827,10 +827,10 @@ class FastBackend:
         with device_oom(plan, st):
             if c is None:
                 rest, stacks = stk.split_state(state)
-                out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
+                out, _, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
             else:
                 c_rest, c_stacks = split_carry(c)
-                out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
+                out, _, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
         store.end_pushes(st.push_stacks)
         return out, state
 

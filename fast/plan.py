@@ -39,13 +39,13 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
-from turnout.fast.driven import join_carry
+from turnout.fast.driven import loop_fns
 from turnout.fast.emit import Emitter, stack_key, stack_key_of, stack_source
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.segment import SegmentFn
-from turnout.fast.values import Handle, wrap_static
+from turnout.fast.values import Handle
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
 from turnout.graph import Node
@@ -417,52 +417,15 @@ class Plan:
         return stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
 
     def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
-        """``(init, chunk, finish)`` of a driven loop: the loop's entry up to its first carry, a run of
+        """``(init, chunk, finish)`` of a driven loop (``fast.driven.loop_fns``, the builder the
+        partitioned executor's driven loops share): the loop's entry up to its first carry, a run of
         iterations that stops before a push would overflow a stack's chunk (or a pop find it empty
         while the host holds more), and the exit side. The host loop between them (the backend's
-        ``_drive``) swaps full chunks out and empty ones back in."""
-        r = st.driven
-        assert r is not None
-        cap = self.capacity
-
-        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter({**state, **stacks}, max_iter)
-            start, body, _ = em.while_fns(r, dict(env_in))
-            c0 = start(em.state)
-            if c0 is None:  # the loop does not run: hand the (donated) state back for ``finish``
-                return None, em.state
-            from turnout.fast.emit import _jnp_tree
-
-            return em.discover(body, _jnp_tree(c0), r)[0], None
-
-        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
-                  host_has: dict[str, Any]) -> Any:
-            c = join_carry(c_rest, stacks)
-            # Free-running pointers (``stacks.push``): ``chunk_loop`` stops before a push of this loop
-            # could overflow its chunk or a pop find it empty while the host holds more, so its own
-            # stacks never saturate; a nested loop's stack that does overflow sets the error word,
-            # which stops the chunk, and the host reads no pointer of it (the run is retried with a
-            # larger chunk, or the error raised). XLA then merges the pointers of stacks pushed in
-            # lockstep, as in the fused stage.
-            em = self.emitter(c[2], max_iter, free_pointers=True)
-            _, body, _ = em.while_fns(r, dict(env_in))
-
-            return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has,
-                                  st.measured)
-
-        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
-                   max_iter: Any) -> Any:
-            c = None if c_rest is None else join_carry(c_rest, stacks)
-            em = self.emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
-            _, _, fin = em.while_fns(r, dict(env_in))
-            out_env: dict[Key, Any] = {}
-            fin(c, out_env)
-            return {k: wrap_static(out_env[k]) for k in st.writes}, em.state
-
-        # The stack buffers are donated: each call updates them in place instead of copying every
-        # buffer in and out (``Plan`` docstring).
-        return (self.jit(init, donate_argnums=(2,)), self.jit(chunk, donate_argnums=(2,)),
-                self.jit(finish, donate_argnums=(2,)))
+        ``_drive``) swaps full chunks out and empty ones back in. A chunk's pointers run free: the
+        backend reads the error word after every stage, before any pointer."""
+        assert st.driven is not None
+        return loop_fns(st.driven, st.writes, set(), st.push_stacks, st.pop_stacks, self.capacity, self.emitter,
+                        self.jit, st.measured, free_pointers=True)
 
 
 @dataclass
