@@ -24,7 +24,7 @@ import numpy as np
 from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
 from turnout.devices.segments import HostCond, HostLoop, Step
 from turnout.errors import NonTerminationError, describe_node, runaway_message
-from turnout.fast.regions import Key, key, pred_reader
+from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.kernels import truth
 
@@ -58,12 +58,9 @@ class HostControl:
         steps, and joins its Merges and exports into ``env`` (all dead for a dead predicate)."""
         r = hc.region
         p = resolved(env.vals[key(r.pred)])
-        exports = self._cond_exports(hc)
+        exports = cond_exports(r, self.plan.program.fetch_keys)
         if p is DEAD:
-            for m, _ in r.merges:
-                env.set(key(m.outputs[0]), DEAD, None)
-                env.set(key(m.outputs[1]), DEAD, None)
-            for k in exports:
+            for k in cond_outputs(r, exports):
                 env.set(k, DEAD, None)
             return
         t0 = self.tl.now() if self.tl else 0.0
@@ -73,13 +70,6 @@ class HostControl:
         benv = switched(env, r.switches, int(b))
         self.steps(hc.branches[b], benv)
         self._join(hc, b, benv, env, exports)
-
-    def _cond_exports(self, hc: HostCond) -> list[Key]:
-        """What leaves a host cond besides its Merges: its exports and the fetches it computes."""
-        r = hc.region
-        joins = {m.id for m, _ in r.merges}
-        return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs
-                       if key(o) in self.plan.program.fetch_keys} | set(r.exports))
 
     @staticmethod
     def _join(hc: HostCond, b: bool, benv: HostEnv, env: HostEnv, exports: list[Key]) -> None:
