@@ -14,8 +14,11 @@ loop that pushes or pops gradient stacks, compiled to run at most a chunk of ite
   ``capacity_ladder``, whose rungs ``FastOptions`` sets); it cannot swap stack chunks, so an attempt
   that outgrows its stacks is discarded and the stages run instead.
 
-Each compiled function is built here from the same ``Emitter`` (``fast.emit``) and compiled lazily,
-by the first run that needs it; ``Plan.emitter`` counts traces in the backend's ``compile_count``.
+Each compiled function is built from the same ``Emitter`` (``fast.emit``), made by ``Plan.emitter``
+(which counts traces in the backend's ``compile_count``), and compiled lazily, by the first run that
+needs it: the ``Direct`` call and the fused stage here (``fast.call_spec.flat_call``), a compiled
+stage by the builder the partitioned executor's segments share (``fast.segment.SegmentFn``), a
+driven loop's functions likewise (``fast.driven.loop_fns``).
 
 Stack buffers: gradient stacks whose pushes have static shapes (``Plan.prealloc``) are allocated
 before the first stage and passed to every compiled stage as a separate, *donated* argument, so the
