@@ -89,28 +89,35 @@ class SegmentFn:
         self.fetched = fetched
         self.emitter = emitter
         self.jit = jit
-        #: one jitted function per layout of the arguments
-        self.fns: dict[CallArgs, Any] = {}
+        #: per layout of the arguments (their keys): its ``CallArgs``, jitted function, and the writes
+        #: among the arguments (a write that leaves as it came in is not returned)
+        self.fns: dict[tuple[Any, ...], tuple[CallArgs, Any, list[Key]]] = {}
 
     def __call__(self, env_in: dict[Key, Any], state: dict[str, Any], bound: Any
                  ) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
         rest, stacks = stk.split_state(state)
         # sorted: a state that gained an entry (a stack made at its first push) keeps one layout
-        args = CallArgs(tuple(env_in), tuple(sorted(rest)), tuple(sorted(stacks)))
-        fn = self.fns.get(args)
-        if fn is None:
-            fn = self.fns[args] = self.jit(self._flat(args), donate_argnums=args.donated())
+        layout = (tuple(env_in), tuple(sorted(rest)), tuple(sorted(stacks)))
+        got = self.fns.get(layout)
+        if got is None:
+            args = CallArgs(*layout)
+            fn = self.jit(self._flat(args), donate_argnums=args.donated())
+            got = self.fns[layout] = (args, fn, [k for k in self.writes if k in env_in])
+        args, fn, through = got
         res, tag = fn(*args.flat(env_in, rest, stacks, bound))
         spec: CallSpec = tag.spec
         out, flags, new = spec.split(res)
-        out.update((k, copy_static(v)) for k, v in spec.static.items())
-        for k in self.writes:  # (a write that left as it came in)
-            if k not in out and k in env_in:
+        if spec.static:
+            out.update((k, copy_static(v)) for k, v in spec.static.items())
+        for k in through:  # (a write that may have left as it came in)
+            if k not in out:
                 v = env_in[k]
                 out[k] = v.value if isinstance(v, Static) else v
-        lives: dict[Key, Any] = dict.fromkeys(spec.live, True)
-        if flags is not None:  # (a live flag traced: the flags follow the outputs, on the device)
-            lives.update(zip(spec.live, list(flags)[1:], strict=True))
+        lives: dict[Key, Any] = {}
+        if spec.live:
+            lives = dict.fromkeys(spec.live, True)
+            if flags is not None:  # (a live flag traced: the flags follow the outputs, on the device)
+                lives.update(zip(spec.live, list(flags)[1:], strict=True))
         return out, lives, {**rest, **new}
 
     def _flat(self, args: CallArgs) -> Callable[..., Any]:
