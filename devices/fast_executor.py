@@ -53,49 +53,42 @@ count of firings, which compiled code does not make) is rejected unless left at 
 from __future__ import annotations
 
 import dataclasses
-import queue
-import threading
 import time
 import warnings
-from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from turnout.devices.host_env import HostEnv, resolved
 from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
+from turnout.devices.plan_run import DevicePlan, PlanRun
 from turnout.devices.region_driver import RegionDriver
-from turnout.devices.segments import HostCond, HostLoop, Schedule, Segment, Step, schedule, steps_of
+from turnout.devices.segments import Segment, schedule, steps_of
 from turnout.devices.spmd import spmd_choice
-from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
+from turnout.devices.timeline import DeviceTimeline
 from turnout.errors import (
     ArgumentError,
     DeadFetchError,
     FeedError,
-    NonTerminationError,
     PlacementError,
     UnsupportedError,
     dead_fetch_message,
-    describe_node,
-    runaway_message,
 )
-from turnout.fast import stacks as stk
 from turnout.fast.backend import variable_signature
 from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize
-from turnout.fast.guards import iteration_bound, refuse_firing_budget
-from turnout.fast.outcome import ErrorCodes, StacksOutgrown, decode, enforce
-from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
-from turnout.fast.regions import Key, Program, WhileRegion, item_nodes, key, pred_reader, program_nodes
-from turnout.fast.values import DEAD, Handle, to_host, wrap_static
+from turnout.fast.guards import refuse_firing_budget
+from turnout.fast.outcome import StacksOutgrown, decode, enforce
+from turnout.fast.regions import WhileRegion, key
+from turnout.fast.segment import SegmentFn
+from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
-from turnout.kernels import truth
 from turnout.run_schedule import RunSchedule
 from turnout.run_schedule import Step as RunStep
 from turnout.session import RunOptions, RunResult
@@ -104,546 +97,11 @@ from turnout.session import RunOptions, RunResult
 WHO = "fast partitioned executor"
 
 
-class _Env:
-    """A scope's values on the host side, with the device each lives on, and the copies already made
-    to other devices (so a value read by two segments on one device crosses once)."""
-
-    def __init__(self, vals: Optional[dict[Key, Any]] = None, where: Optional[dict[Key, Optional[str]]] = None,
-                 copies: Optional[dict[Key, dict[str, Any]]] = None) -> None:
-        self.vals: dict[Key, Any] = dict(vals or {})
-        self.where: dict[Key, Optional[str]] = dict(where or {})
-        self.copies: dict[Key, dict[str, Any]] = dict(copies or {})
-
-    def child(self) -> _Env:
-        return _Env(self.vals, self.where, self.copies)
-
-    def set(self, k: Key, v: Any, device: Optional[str]) -> None:
-        self.vals[k] = v
-        self.where[k] = _where(v, device)
-        self.copies.pop(k, None)
-
-    def take(self, k: Key, other: _Env, src: Key) -> None:
-        """``self[k] = other[src]``, keeping where it lives."""
-        self.set(k, other.vals[src], other.where.get(src))
-
-    def on(self, k: Key, device: str, jdev: Any) -> Any:
-        v = self.vals[k]
-        w = self.where.get(k)
-        if w is None or w == device:
-            return v
-        per = self.copies.get(k)
-        got = per.get(device) if per is not None else None
-        if got is None:
-            got = jax.device_put(v, jdev)
-            # a fresh dict: a child scope's copy must not show up in its parent's cache
-            self.copies[k] = {**(per or {}), device: got}
-        return got
-
-
-def _where(v: Any, device: Optional[str]) -> Optional[str]:
-    """The device a value lives on; None for values known on the host (numpy, dead, handles)."""
-    if v is DEAD or isinstance(v, (np.ndarray, np.generic, Handle)) or device is None:
-        return None
-    return device if jax.tree_util.tree_leaves(v) else None
-
-
-#: ops lowered to host callbacks: on CPU a compiled call that contains one runs synchronously (the
-#: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
-#: (``FastPartitionedBackend(threads="always")`` makes every plan dispatch so)
-HOST_CALLBACK_OPS = frozenset({"Sleep"})
 #: when a plan dispatches its segments from per-device threads: ``"auto"``, when a segment holds a host
-#: callback (``HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
+#: callback (``devices.plan_run.HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
 THREADS = ("auto", "always")
-
-
-class _Lazy:
-    """A segment output the host has not needed yet, in a threaded run: the future of the segment's
-    call and the key. ``get`` waits for the call (not for the device: the value may still be computing)."""
-
-    __slots__ = ("data", "fut", "k", "live")
-
-    def __init__(self, fut: Future[Any], k: Key, live: bool = False, data: bool = False) -> None:
-        # data: a loop variable, which enters the next iteration as a device value even when it was
-        # known at trace time (as the host driver does for values it holds), so segments trace once
-        self.fut, self.k, self.live, self.data = fut, k, live, data
-
-    def get(self) -> Any:
-        out, lives, _ = self.fut.result()
-        if self.live:
-            return lives.get(self.k, True)
-        if self.k[1] == -1:  # a node's deadness marker: absent means the node fired live
-            return out.get(self.k)
-        return out.get(self.k, DEAD)
-
-
-def _now(v: Any) -> Any:
-    """The value itself, waiting for the segment call that makes it if need be."""
-    return v.get() if isinstance(v, _Lazy) else v
-
-
-class _Plan:
-    """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
-
-    def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
-                 device_of: dict[int, str], threads: str = "auto") -> None:
-        self.program = program
-        self.schedule = sched
-        self.fed = fed
-        self.capacity = capacity
-        self.codes = ErrorCodes()
-        nodes = {n.id: n for n in program_nodes(program)}
-        self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
-        self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
-        self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
-        self.threaded = bool(sched.segments) if threads == "always" else any(
-            n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items for n in item_nodes(it))
-        # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
-        # shapes: allocated on their device before the run, as the one-device backend does, so that a
-        # loop compiled whole on one device carries them from its first iteration (a stack made at its
-        # first push inside the loop would change the loop carry's type)
-        self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
-            f"stack:{sid}": (device_of[sid], stack_dtype(nodes[sid]), shapes)
-            for sid, shapes in static_stack_shapes(list(nodes.values())).items() if sid in nodes}
-        # the stacks' loops and swap_memory, what each segment's call does to them, and the stacks each
-        # host-driven loop pushes (``devices.swap``)
-        self.stack_info = stack_infos(nodes.values())
-        self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
-        self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
-
-
-class DeviceTimeline:
-    """The trace of a fast partitioned run: one track per device, plus the host's track.
-
-    Why watcher threads and not callbacks: under asynchronous dispatch the host's call returns before
-    the device runs, so a host-side span says when work was *dispatched*, not when it ran; and a host
-    callback inside a compiled segment makes its dispatch synchronous on CPU (measured: the call returns
-    only when the segment has run), which would hide the very overlap the trace is meant to show. So a
-    traced run dispatches the same compiled segments, and one watcher thread per device waits for each
-    segment's error word (every output of one execution becomes ready together) and stamps its end.
-    A segment's start is inferred as the latest of its dispatch, the end of the previous segment on its
-    device (a device runs its segments in order) and the ends of the segments that produced its inputs.
-    In a threaded run (segments with host callbacks, dispatched by per-device workers) the worker itself
-    waits for each traced call, so those spans are measured, not inferred.
-    Exports to the Chrome trace-event format (ui.perfetto.dev, chrome://tracing): one row per device.
-    """
-
-    def __init__(self) -> None:
-        self._t0 = time.perf_counter()
-        self.spans: list[dict[str, Any]] = []
-        self._queues: dict[str, Any] = {}
-        self._threads: list[threading.Thread] = []
-        self._last: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def now(self) -> float:
-        """Seconds since the run started."""
-        return time.perf_counter() - self._t0
-
-    def host(self, name: str, start: float, **args: Any) -> None:
-        """A span on the host track, from ``start`` to now."""
-        with self._lock:
-            self.spans.append({"track": "host", "name": name, "start_s": start, "dur_s": self.now() - start,
-                               "args": args})
-
-    def dispatched(self, device: str, name: str, iteration: int, done: Any, inputs: list[int]) -> int:
-        """Record a segment just dispatched on ``device``; ``done`` becomes ready when it has run,
-        ``inputs`` are the spans that produced its inputs. Returns the new span's index."""
-        with self._lock:
-            i = len(self.spans)
-            self.spans.append({"track": device, "name": name, "start_s": self.now(),
-                               "dur_s": 0.0, "args": {"iteration": iteration}, "_inputs": inputs,
-                               "_prev": self._last.get(device), "_end": None})
-            self._last[device] = i
-            q = self._queues.get(device)
-            if q is None:
-                q = self._queues[device] = queue.SimpleQueue()
-                t = threading.Thread(target=self._watch, args=(q,), name=f"turnout-trace-{device}", daemon=True)
-                t.start()
-                self._threads.append(t)
-        q.put((i, done))
-        return i
-
-    def ran(self, device: str, name: str, iteration: int, start: float, end: float) -> None:
-        """A segment whose start and end are known (a threaded run's worker waited for it)."""
-        with self._lock:
-            self.spans.append({"track": device, "name": name, "start_s": start, "dur_s": end - start,
-                               "args": {"iteration": iteration}})
-
-    def _watch(self, q: Any) -> None:
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            i, done = item
-            try:
-                jax.block_until_ready(done)
-            finally:
-                self.spans[i]["_end"] = self.now()
-
-    def close(self) -> None:
-        """Wait for the watchers, then settle every device span's start and duration."""
-        for q in self._queues.values():
-            q.put(None)
-        for t in self._threads:
-            t.join()
-        self._queues.clear()
-        self._threads.clear()
-        for s in self.spans:
-            if "_end" not in s:
-                continue
-            end = s.pop("_end")
-            deps = [self.spans[j] for j in s.pop("_inputs")]
-            prev = s.pop("_prev")
-            if prev is not None:
-                deps.append(self.spans[prev])
-            start = max([s["start_s"]] + [d["start_s"] + d["dur_s"] for d in deps])
-            s["start_s"] = min(start, end)
-            s["dur_s"] = end - s["start_s"]
-
-    def device_spans(self, device: str) -> list[dict[str, Any]]:
-        """The spans of one device, in start order."""
-        return sorted((s for s in self.spans if s["track"] == device), key=lambda s: s["start_s"])
-
-    def summary(self) -> dict[str, Any]:
-        """Spans and busy seconds per track."""
-        tracks = sorted({s["track"] for s in self.spans})
-        return {t: {"spans": sum(1 for s in self.spans if s["track"] == t),
-                    "seconds": sum(s["dur_s"] for s in self.spans if s["track"] == t)} for t in tracks}
-
-    def to_chrome(self) -> dict[str, Any]:
-        """The Chrome trace-event format: one row (thread) per device and one for the host."""
-        tracks = ["host"] + sorted({s["track"] for s in self.spans} - {"host"})
-        tid = {t: i for i, t in enumerate(tracks)}
-        meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": t}} for t, i in tid.items()]
-        out = [{"name": s["name"], "cat": s["track"], "ph": "X", "ts": 1e6 * s["start_s"], "dur": 1e6 * s["dur_s"],
-                "pid": 0, "tid": tid[s["track"]], "args": s["args"]} for s in self.spans]
-        return {"traceEvents": meta + out, "displayTimeUnit": "ms"}
-
-    def save_chrome(self, path: str) -> None:
-        """Write ``to_chrome()`` as JSON."""
-        import json
-
-        with open(path, "w") as f:
-            json.dump(self.to_chrome(), f)
-
-    def __len__(self) -> int:
-        return len(self.spans)
-
-
-def _switched(env: _Env, switches: Sequence[Any], taken: int) -> _Env:
-    """A child of ``env`` past ``switches``: each forwards its input to output ``taken``; the other
-    output is dead (a cond's branch, a loop's body with 1, its exit side with 0)."""
-    out = env.child()
-    for s in switches:
-        out.take(key(s.outputs[taken]), env, key(s.inputs[0]))
-        out.set(key(s.outputs[1 - taken]), DEAD, None)
-    return out
-
-
-class _Run:
-    """One run of a plan: per-device state (error word, Variables, stacks) and the host driver."""
-
-    def __init__(self, backend: FastPartitionedBackend, plan: _Plan, variables: dict[str, np.ndarray],
-                 options: RunOptions, timeline: Optional[DeviceTimeline]) -> None:
-        self.b = backend
-        self.plan = plan
-        self.tl = timeline
-        mi = options.max_iterations
-        self.max_iter_py = mi
-        self.max_iter = iteration_bound(options)
-        self.jdev = backend.jax_devices
-        self.state: dict[str, dict[str, Any]] = {
-            d: {"err": jax.device_put(np.int32(0), self.jdev[d])} for d in backend.devices}
-        for name, vn in plan.var_nodes.items():
-            if name not in variables:
-                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-            d = plan.var_device[name]
-            self.state[d][var_key(name)] = jax.device_put(variables[name], self.jdev[d])
-        for k, (d, dtype, shapes) in plan.stack_alloc.items():
-            self.state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, self.jdev[d])
-        # full stack chunks to host memory or kept on their device, per loop's swap_memory; the cap
-        self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity,
-                                     backend.options.device_memory_limit)
-        for d in backend.devices:
-            self.stacks.observe(d, self.state[d])
-        self.lives: dict[Key, Any] = {}
-        self.host_iterations: dict[str, int] = {}
-        self.iteration = 0  # the innermost host loop's iteration, for trace labels
-        # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
-        # that its id is not reused during the run
-        self.producer: dict[int, tuple[Any, int]] = {}
-        # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
-        self.pools = backend.pools() if plan.threaded else {}
-        self.futures: list[Future[Any]] = []
-        self.last_fut: dict[str, Future[Any]] = {}
-
-    # ---- steps ------------------------------------------------------------------------------------
-    def steps(self, steps: list[Step], env: _Env) -> None:
-        for s in steps:
-            if isinstance(s, Segment):
-                self.segment(s, env)
-            elif isinstance(s, HostCond):
-                self.cond(s, env)
-            else:
-                self.loop(s, env)
-
-    def segment(self, seg: Segment, env: _Env) -> None:
-        if self.pools:
-            self.segment_threaded(seg, env)
-            return
-        dev = seg.device
-        jd = self.jdev[dev]
-        env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
-        t0 = self.tl.now() if self.tl else 0.0
-        out, lives, state = self.call(seg, env_in, self.state[dev])
-        if self.tl is not None:
-            self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
-            inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
-                             if k in env.vals and id(env.vals[k]) in self.producer})
-            span = self.tl.dispatched(dev, seg.describe(), self.iteration, state["err"], inputs)
-            for v in out.values():
-                self.producer[id(v)] = (v, span)
-        self.state[dev] = state
-        for k, v in out.items():
-            env.set(k, v, dev)
-        self.lives.update(lives)
-
-    def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Any:
-        """One call of ``seg`` on its device's ``state``: ``(writes, live flags, new state)``. The
-        stacks it pushes or pops are spilled or refilled first where the call needs it
-        (``devices.swap``); a driven segment runs its loop chunk by chunk (``devices.region_driver``)."""
-        dev = seg.device
-        if seg.fn is None:
-            seg.fn = self.b.driver(self.plan, seg) if seg.driven else self.b.segment_fn(self.plan, seg)
-        moves = self.plan.traffic.get(seg.index)
-        with self.stacks.device_oom(moves, dev, seg.describe):
-            if seg.driven:
-                return seg.fn.run(env_in, state, self.max_iter, self.stacks, dev)
-            rest, stacks = stk.split_state(state)
-            if moves:
-                stacks = self.stacks.before(moves, dev, stacks)
-            out, lives, new = seg.fn(env_in, rest, stacks, self.max_iter)
-        if moves:
-            self.stacks.after(moves, dev, new)
-        return out, lives, new
-
-    def segment_threaded(self, seg: Segment, env: _Env) -> None:
-        """Hand the segment's call to its device's worker; its outputs become ``_Lazy`` values. The
-        worker resolves the inputs (waiting for the calls that make them), copies those from other
-        devices, and calls the segment on the device state it holds."""
-        dev = seg.device
-        jd = self.jdev[dev]
-        inputs = {k: (env.vals[k], env.where.get(k)) for k in seg.reads if k in env.vals}
-        tl, name, iteration = self.tl, seg.describe(), self.iteration
-
-        def job() -> Any:
-            with jax.enable_x64(True):  # thread-local: the worker computes as the host thread does
-                return work()
-
-        def work() -> Any:
-            env_in = {}
-            for k, (v, w) in inputs.items():
-                if isinstance(v, _Lazy):
-                    data = v.data
-                    v = v.get()
-                    if isinstance(v, (np.ndarray, np.generic)):
-                        if data:
-                            v = jax.device_put(v, jd)
-                    elif v is not DEAD and w != dev:
-                        v = jax.device_put(v, jd)
-                elif w is not None and w != dev:
-                    v = jax.device_put(v, jd)
-                env_in[k] = wrap_static(v)
-            t0 = tl.now() if tl else 0.0
-            # on this device's worker, the only thread that touches its state and stacks
-            out, lives, state = self.call(seg, env_in, self.state[dev])
-            self.state[dev] = state
-            if tl is not None:
-                # a traced worker waits for its call: the span is then exactly the segment's run
-                jax.block_until_ready(state["err"])
-                tl.ran(dev, name, iteration, t0, tl.now())
-            return out, lives, state["err"]
-
-        fut = self.pools[dev].submit(job)
-        self.futures.append(fut)
-        self.last_fut[dev] = fut
-        for k in seg.writes:
-            env.set(k, _Lazy(fut, k), dev)
-        for k in seg.fetched:
-            self.lives[k] = _Lazy(fut, k, live=True)
-
-    def on_workers(self, fn: Any) -> None:
-        """Run ``fn`` now, or in a threaded run after every segment call handed to the workers so far
-        (on one worker, once the others have drained: the device stores are theirs until then)."""
-        if not self.pools:
-            fn()
-            return
-        pending = list(self.futures)
-
-        def job() -> None:
-            for f in pending:
-                if not f.done():
-                    f.exception()  # wait; a failure is raised by drain
-            fn()
-
-        fut = next(iter(self.pools.values())).submit(job)
-        self.futures.append(fut)
-
-    def drain(self) -> None:
-        """Wait for every segment call handed to a worker; raise the first failure."""
-        first: Optional[BaseException] = None
-        for f in self.futures:
-            try:
-                f.result()
-            except BaseException as e:  # noqa: BLE001 - the first one is raised below
-                first = first or e
-        self.futures.clear()
-        if first is not None:
-            raise first
-
-    def cond(self, hc: HostCond, env: _Env) -> None:
-        """A cond whose branches span devices: the host reads the predicate, runs the taken branch's
-        steps, and joins its Merges and exports into ``env`` (all dead for a dead predicate)."""
-        r = hc.region
-        p = _now(env.vals[key(r.pred)])
-        exports = self._cond_exports(hc)
-        if p is DEAD:
-            for m, _ in r.merges:
-                env.set(key(m.outputs[0]), DEAD, None)
-                env.set(key(m.outputs[1]), DEAD, None)
-            for k in exports:
-                env.set(k, DEAD, None)
-            return
-        t0 = self.tl.now() if self.tl else 0.0
-        b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
-        if self.tl:
-            self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
-        benv = _switched(env, r.switches, int(b))
-        self.steps(hc.branches[b], benv)
-        self._join(hc, b, benv, env, exports)
-
-    def _cond_exports(self, hc: HostCond) -> list[Key]:
-        """What leaves a host cond besides its Merges: its exports and the fetches it computes."""
-        r = hc.region
-        joins = {m.id for m, _ in r.merges}
-        return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs
-                       if key(o) in self.plan.program.fetch_keys} | set(r.exports))
-
-    @staticmethod
-    def _join(hc: HostCond, b: bool, benv: _Env, env: _Env, exports: list[Key]) -> None:
-        """Branch ``b``'s results into ``env``: each Merge forwards the input of that branch (and its
-        index), or is dead where the branch has none; an export the branch did not make is dead."""
-        for m, slots in hc.region.merges:
-            if b in slots:
-                env.take(key(m.outputs[0]), benv, key(m.inputs[slots[b]]))
-                env.set(key(m.outputs[1]), np.asarray(slots[b], np.int32), None)
-            else:
-                env.set(key(m.outputs[0]), DEAD, None)
-                env.set(key(m.outputs[1]), DEAD, None)
-        for k in exports:
-            if k in benv.vals:
-                env.take(k, benv, k)
-            else:
-                env.set(k, DEAD, None)
-
-    def loop(self, hl: HostLoop, env: _Env) -> None:
-        """A loop whose body spans devices, driven by the host one iteration at a time: the header's
-        steps, a read of the predicate, the body's steps; then the exit side, into ``env``. The loop
-        variables stay where they are between iterations, and at most ``parallel_iterations``
-        iterations run ahead of the ones whose error words have been read."""
-        r = hl.region
-        base = env.child()
-        for inv in r.invariants:
-            base.take(key(inv.outputs[0]), env, key(inv.inputs[0]))
-        vals = [(_now(env.vals[key(e.inputs[0])]), env.where.get(key(e.inputs[0]))) for e, _, _, _, _ in r.loop_vars]
-        if any(v is DEAD for v, _ in vals):
-            for x in r.exits:
-                env.set(key(x.outputs[0]), DEAD, None)
-            return
-        outer_iteration = self.iteration
-        henv, iters = self._iterate(hl, base, vals)
-        self.iteration = outer_iteration
-        pushed = self.plan.loop_pushes.get(id(hl))
-        if pushed:
-            self.on_workers(lambda: self.stacks.loop_ended(pushed))
-        name = str(r.frame[-1])
-        self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
-        eenv = _switched(henv, r.switches, 0)
-        self.steps(hl.exit_side, eenv)
-        for x in r.exits:
-            env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
-
-    def _iterate(self, hl: HostLoop, base: _Env, vals: list[tuple[Any, Optional[str]]]) -> tuple[_Env, int]:
-        """Run iterations until the predicate is false: the environment of the last header (where the
-        exit side starts) and the number of iterations run."""
-        r = hl.region
-        window: deque[list[Any]] = deque()
-        depth = max(1, int(r.parallel_iterations))
-        iters = 0
-        while True:
-            henv = self._enter_iteration(hl, base, vals, first=iters == 0)
-            self.iteration = iters
-            self.steps(hl.header, henv)
-            if not self._go(hl, henv, iters):
-                return henv, iters
-            if self.max_iter_py is not None and iters >= self.max_iter_py:
-                raise NonTerminationError(runaway_message(r.describe(), self.max_iter_py))
-            while len(window) >= depth:  # at most parallel_iterations iterations in flight
-                self._retire(window.popleft())
-            benv = _switched(henv, r.switches, 1)
-            self.steps(hl.body, benv)
-            vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
-                    r.loop_vars]
-            if self.pools:
-                window.append([self.last_fut[d] for d in hl.devices if d in self.last_fut])
-            else:
-                window.append([self.state[d]["err"] for d in hl.devices])
-            iters += 1
-
-    def _enter_iteration(self, hl: HostLoop, base: _Env, vals: list[tuple[Any, Optional[str]]],
-                         first: bool) -> _Env:
-        """One iteration's environment: each loop variable's Merge holds its value (from the Enter at
-        the first iteration, from the NextIteration after) and which input it came from."""
-        henv = base.child()
-        for (_, m, _, es, ns), (v, w) in zip(hl.region.loop_vars, vals, strict=True):
-            if isinstance(v, (np.ndarray, np.generic)):
-                # a loop variable known on the host enters as a device value, so the segments are
-                # traced once for the loop, not once per value
-                v, w = jax.device_put(np.asarray(v), self.jdev[hl.home]), hl.home
-            elif isinstance(v, _Lazy):
-                v = _Lazy(v.fut, v.k, data=True)
-            henv.set(key(m.outputs[0]), v, w)
-            henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
-        return henv
-
-    def _go(self, hl: HostLoop, henv: _Env, iters: int) -> bool:
-        """The host reads the predicate, and nothing else; the LoopCond forwards it."""
-        r = hl.region
-        pkey = key(r.loop_cond.inputs[0])
-        pred = _now(henv.vals[pkey])
-        t0 = self.tl.now() if self.tl else 0.0
-        go = pred is not DEAD and truth(pred, lambda: describe_node(r.loop_cond))
-        if self.tl:
-            self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
-        henv.take(key(r.loop_cond.outputs[0]), henv, pkey)
-        return go
-
-    def _retire(self, errs: list[Any]) -> None:
-        """Wait for an iteration's segments (their error words) and stop at its first error."""
-        t0 = self.tl.now() if self.tl else 0.0
-        codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
-        if self.tl:
-            self.tl.host("wait: parallel_iterations window", t0)
-        for c in codes:
-            if c:
-                self.b.raise_code(self.plan, c, self.stacks.moved())
-
-    def finish(self) -> None:
-        self.drain()
-        for d in self.b.devices:
-            c = int(np.asarray(self.state[d]["err"]))
-            if c:
-                self.b.raise_code(self.plan, c, self.stacks.moved())
+#: the run of a plan, by the name it had when it lived here (tests patch it)
+_Run = PlanRun
 
 
 class FastPartitionedBackend:
@@ -697,7 +155,7 @@ class FastPartitionedBackend:
         self.jax_devices = {d: jax_device(d) for d in self.devices}
         self.compile_count = 0
         self._placement: Optional[tuple[int, Placement, frozenset[str]]] = None
-        self._plans: dict[Any, _Plan] = {}
+        self._plans: dict[Any, DevicePlan] = {}
         self._fallback: dict[Any, str] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
@@ -713,7 +171,7 @@ class FastPartitionedBackend:
 
     def pools(self) -> dict[str, ThreadPoolExecutor]:
         """One single-thread worker per device, made on first use, for plans whose segments run host
-        callbacks (see ``HOST_CALLBACK_OPS``); ``close()`` stops them."""
+        callbacks (see ``devices.plan_run.HOST_CALLBACK_OPS``); ``close()`` stops them."""
         if not self._pools:
             self._pools = {d: ThreadPoolExecutor(1, thread_name_prefix=f"turnout-{parse(d).short}")
                            for d in self.devices}
@@ -864,7 +322,7 @@ class FastPartitionedBackend:
         self._records = []
         return result
 
-    def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int) -> _Plan:
+    def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int) -> DevicePlan:
         plan = self._plans.get((sig, cap))
         if plan is None:
             from turnout.validate import validate
@@ -876,7 +334,7 @@ class FastPartitionedBackend:
             program = functionalize(self.graph, fetches, feeds)
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
-            plan = self._plans[(sig, cap)] = _Plan(program, schedule(program, device_of, fed), fed, cap, device_of,
+            plan = self._plans[(sig, cap)] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
                                                     self.threads)
         return plan
 
@@ -911,11 +369,11 @@ class FastPartitionedBackend:
         }
         return RunResult(values=values, trace=run.tl, stats=stats)
 
-    def _run_plan(self, plan: _Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
+    def _run_plan(self, plan: DevicePlan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                   variables: dict[str, np.ndarray], options: RunOptions,
-                  tl: Optional[DeviceTimeline]) -> tuple[list[Any], _Run]:
-        run = _Run(self, plan, variables, options, tl)
-        env = _Env()
+                  tl: Optional[DeviceTimeline]) -> tuple[list[Any], PlanRun]:
+        run = PlanRun(self, plan, variables, options, tl)
+        env = HostEnv()
         for t, v in feeds.items():
             d = self.placement.device_of[t.node.id]
             env.set(key(t), jax.device_put(v, self.jax_devices[d]), d)
@@ -933,8 +391,8 @@ class FastPartitionedBackend:
         values = []
         for t in fetches:
             k = key(t)
-            v = _now(env.vals.get(k, DEAD))
-            live = _now(run.lives.get(k, True))
+            v = resolved(env.vals.get(k, DEAD))
+            live = resolved(run.lives.get(k, True))
             if v is DEAD or not bool(np.asarray(live)):
                 raise DeadFetchError(dead_fetch_message(t.name, t.node))
             values.append(to_host(v))
@@ -943,14 +401,14 @@ class FastPartitionedBackend:
                 variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])
         return values, run
 
-    def raise_code(self, plan: _Plan, code: int, moved: int = 0) -> None:
+    def raise_code(self, plan: DevicePlan, code: int, moved: int = 0) -> None:
         """Raise the error an error word holds (``outcome.decode``). A stack that overflowed its chunk
         inside one call (an inner loop compiled whole), or ran empty inside one after chunks were moved
         out of it: run again with twice the chunk (``StacksOutgrown``), as the one-device backend does."""
         enforce(decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved))
 
     # ---- compiled segments ------------------------------------------------------------------------
-    def driver(self, plan: _Plan, seg: Segment) -> RegionDriver:
+    def driver(self, plan: DevicePlan, seg: Segment) -> RegionDriver:
         """The chunk-by-chunk runner of a driven segment's loop (``devices.region_driver``)."""
         assert isinstance(seg.items[0], WhileRegion)
 
@@ -960,26 +418,21 @@ class FastPartitionedBackend:
         return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
                             list(seg.fetched), traced, WHO)
 
-    def segment_fn(self, plan: _Plan, seg: Segment) -> Any:
-        """``f(env_in, state, stacks, max_iter) -> (writes, live flags of fetched writes, state)``: the
-        segment's items run by the fast backend's emitter, jitted; it runs on the device its inputs are
-        committed to (every segment receives its device's error word, so there is always one). The
-        stacks argument is donated: a push updates the buffer in place."""
-        writes = list(seg.writes)
-        fetched = set(seg.fetched)
+    def segment_fn(self, plan: DevicePlan, seg: Segment) -> SegmentFn:
+        """The segment's items as the fast backend's staged path compiles a stage (``fast.segment``):
+        ``f(env_in, state, max_iter) -> (writes, live flags of fetched writes, state)``, in the
+        calling convention of ``fast.call_spec``. It runs on the device its inputs are committed to
+        (every segment receives its device's error word, so there is always one); its stacks are
+        donated: a push updates the buffer in place."""
 
-        def body(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
+        def emitter(state: dict[str, Any], max_iter: Any) -> Emitter:
             self.compile_count += 1  # runs only while tracing
             em = Emitter(plan.program, plan.codes, plan.capacity, max_iter)
-            em.state = {**state, **stacks}
+            em.state = dict(state)
             em.fed = plan.fed
-            env = dict(env_in)
-            em.run_items(seg.items, env)
-            out = {k: wrap_static(env[k]) for k in writes if k in env}
-            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in writes if k in fetched and k in env}
-            return out, lives, em.state
+            return em
 
-        return jax.jit(body, donate_argnums=(2,))
+        return SegmentFn(seg.items, list(seg.writes), set(seg.fetched), emitter, jax.jit)
 
 
 #: when the whole-program (SPMD) tier runs a program it accepts
@@ -1028,4 +481,4 @@ def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[st
     return None
 
 
-__all__ = ["DeviceTimeline", "FastPartitionedBackend", "cannot_swap"]
+__all__ = ["FastPartitionedBackend", "cannot_swap"]

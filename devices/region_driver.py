@@ -14,8 +14,9 @@ memory, or kept on the device) and takes them back for the backward loop between
 
 Three compiled functions per region, each committed to the region's device by its inputs: ``init``
 (the carry before the first iteration, with pending stacks made concrete), ``chunk`` (iterations up
-to the stacks' room) and ``finish`` (the exit side). The stacks are donated to each call, so pushes
-update the buffers in place.
+to the stacks' room) and ``finish`` (the exit side), made by the one builder of both drivers
+(``fast.driven.loop_fns``). The stacks are donated to each call, so pushes update the buffers in
+place.
 """
 
 from __future__ import annotations
@@ -24,15 +25,13 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 
 from turnout.devices.swap import SpanningStacks, traffic
 from turnout.fast import stacks as stk
-from turnout.fast.driven import drive_chunks, join_carry, split_carry
-from turnout.fast.emit import Emitter, _jnp_tree
+from turnout.fast.driven import drive_chunks, loop_fns, split_carry
+from turnout.fast.emit import Emitter
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import Key, Program, WhileRegion
-from turnout.fast.values import wrap_static
 
 
 class RegionDriver:
@@ -51,47 +50,16 @@ class RegionDriver:
         self.push.update({s: n or 0 for s, n in t.push.items()})
         self.pop = {s: n or 0 for s, n in traffic([region]).pop.items()}
         self.pop.update({s: n or 0 for s, n in t.pop.items()})
-        r = region
 
-        def emitter(state: dict[str, Any], max_iter: Any) -> Emitter:
+        def emitter(state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
             on_trace()  # runs only while tracing
-            em = Emitter(program, codes, capacity, max_iter)
+            em = Emitter(program, codes, capacity, max_iter, free_pointers=free_pointers)
             em.state = dict(state)
             em.fed = fed
             return em
 
-        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = emitter({**state, **stacks}, max_iter)
-            start, body, _ = em.while_fns(r, dict(env_in))
-            c0 = start(em.state)
-            if c0 is None:  # the loop does not run: the (donated) state goes back for ``finish``
-                return None, em.state
-            return em.discover(body, _jnp_tree(c0), r)[0], None
-
-        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
-                  host_has: dict[str, Any]) -> Any:
-            c = join_carry(c_rest, stacks)
-            em = emitter(c[2], max_iter)
-            _, body, _ = em.while_fns(r, dict(env_in))
-
-            return stk.chunk_loop(body, c, aux, self.push, self.pop, capacity, max_iter, host_has)
-
-        wset = set(fetched)
-
-        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
-                   max_iter: Any) -> Any:
-            c = None if c_rest is None else join_carry(c_rest, stacks)
-            em = emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
-            _, _, fin = em.while_fns(r, dict(env_in))
-            out_env: dict[Key, Any] = {}
-            fin(c, out_env)
-            out = {k: wrap_static(out_env[k]) for k in writes if k in out_env}
-            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in writes if k in wset and k in out_env}
-            return out, lives, em.state
-
-        self.init = jax.jit(init, donate_argnums=(2,))
-        self.chunk = jax.jit(chunk, donate_argnums=(2,))
-        self.finish = jax.jit(finish, donate_argnums=(2,))
+        self.init, self.chunk, self.finish = loop_fns(region, writes, set(fetched), self.push, self.pop, capacity,
+                                                      emitter, jax.jit)
 
     def run(self, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any, stacks: SpanningStacks,
             device: str) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:

@@ -545,14 +545,14 @@ class FastBackend(FusedAttempts):
 
     def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
                       max_iter: Any) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
-        """One compiled segment of the stages (``_execute``), called with dicts (``Plan.segment_fn``):
-        (its outputs, their live flags, the state after it)."""
-        rest, stacks = stk.split_state(state)
+        """One compiled segment of the stages (``_execute``), called in the convention of
+        ``fast.call_spec`` through ``fast.segment.SegmentFn`` (``Plan.segment_fn``: its error word
+        carried in its state): (its outputs, their live flags, the state after it)."""
         if "seg" not in st.fns:
             st.fns["seg"] = plan.segment_fn(st)
         with self._span(f"stage {i}: compiled segment", "compiled stages") as args, device_oom(plan, st):
             before = self.compile_count
-            out, lv, state = st.fns["seg"](env_in, rest, stacks, max_iter)
+            out, lv, state = st.fns["seg"](env_in, state, max_iter)
             args["compiled"] = self.compile_count != before
             args["error_word"] = int(state["err"])
         return out, lv, state
@@ -575,10 +575,10 @@ class FastBackend(FusedAttempts):
         with device_oom(plan, st):
             if c is None:
                 rest, stacks = stk.split_state(state)
-                out, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
+                out, _, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
             else:
                 c_rest, c_stacks = split_carry(c)
-                out, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
+                out, _, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
         store.end_pushes(st.push_stacks)
         return out, state
 

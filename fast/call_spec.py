@@ -5,6 +5,10 @@ plan's fused attempt (a whole training step through a loop) are both one jitted 
 flat arguments and returning flat results, read back by the general path (``FastBackend``) and by a
 lane (``fast.lane``) written out for a repeated run. Each once kept its own record of what its
 arguments and results were; now one value says it, and one builder makes the function that fits it.
+A compiled segment (``fast.segment``: a stage of the staged path, a segment of the partitioned
+tiers) is called in the same convention, its results laid out by the same ``lay_out``; it carries its
+error word in its state (``CallArgs.carries_word``) and hands back each call's spec with its results,
+as it is traced once per type of what it reads.
 
 The convention, as plain Python (``args``: a ``CallArgs``; ``spec``: the ``CallSpec`` its trace made)::
 
@@ -20,8 +24,9 @@ The convention, as plain Python (``args``: a ``CallArgs``; ``spec``: the ``CallS
   stack's place, or behind an output of its shape, would be written into another buffer, and XLA would
   copy every such buffer on every run (for the benchmark LSTM, 512 MB of stacks: 300 ms a run). Then
   the outputs (``spec.out``); then the int32 flags vector (the error word, then a live flag per key of
-  ``spec.live``) unless it rides behind an output (``spec.packed``, ``fast.packing``: one result and one
-  read-back fewer) or there is none (tracing showed no check can fail and every output is live); then
+  ``spec.live``; a word carried in the state leaves there, and the flags hold 0 in its place) unless it
+  rides behind an output (``spec.packed``, ``fast.packing``: one result and one read-back fewer; never
+  where the word is carried) or there is none (tracing showed no check can fail and every output is live); then
   the other state entries that left the call changed (``spec.changed``). A state entry whose new value
   is also an output is returned once, as the output (``spec.aliases``); one that left as it came is not
   returned at all (returning it would copy it: the caller keeps what it passed).
@@ -59,6 +64,13 @@ class CallArgs:
     state: tuple[str, ...]
     stacks: tuple[str, ...] = ()
     bounded: bool = True
+
+    @property
+    def carries_word(self) -> bool:
+        """Whether the error word comes in as a state entry (``"err"``) and leaves as one: a call of a
+        sequence whose host reads the word only when it must (``fast.segment``). Otherwise the call
+        starts from no error and its word leaves in the flags."""
+        return "err" in self.state
 
     def donated(self) -> tuple[int, ...]:
         """The positions of the stacks among the flat arguments: donated to the call."""
@@ -206,7 +218,9 @@ def lay_out(args: CallArgs, t: Traced) -> tuple[CallSpec, tuple[Any, ...]]:
     aliased = dict(aliases)
     changed = tuple(k for k in t.state if k not in back and k not in aliased)
     packed = None
-    if flags is not None:  # behind a small fetched value when one can carry them (``fast.packing``)
+    # behind a small fetched value when one can carry them (``fast.packing``); not where the word is
+    # carried: such a call's outputs feed the next call, which must get them as device values
+    if flags is not None and not args.carries_word:
         live = tuple(t.lives)
         taken = {i for i, k in enumerate(live) if k in aliased.values()}
         at = packing.carrier(tuple(out.get(k) for k in live), taken)

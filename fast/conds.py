@@ -22,7 +22,7 @@ from turnout.errors import UnsupportedError, describe_node
 from turnout.fast.case_chain import MIN_LEVELS, find_chain, first_true, speculate
 from turnout.fast.emitter_core import EmitterCore, Env
 from turnout.fast.lowering import NeedsStatic, feeds_behind
-from turnout.fast.regions import CondRegion, Key, key, pred_reader
+from turnout.fast.regions import CondRegion, Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.tracing import Traced, jnp_tree, reconcile, same_constant
 from turnout.fast.values import DEAD, is_static
 from turnout.graph import Graph, Node, Tensor
@@ -129,10 +129,7 @@ class CondEmitter(EmitterCore):
         run made tracing a case of ``n`` branches cubic in ``n``."""
         got = self._exports_of.get(id(r))
         if got is None:
-            joins = {m.id for m, _ in r.merges}
-            got = self._exports_of[id(r)] = sorted(
-                {key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in self.fetch_set}
-                | set(r.exports))
+            got = self._exports_of[id(r)] = cond_exports(r, self.fetch_set)
         return got
 
     def run_cond(self, r: CondRegion, env: Env) -> None:
@@ -142,10 +139,7 @@ class CondEmitter(EmitterCore):
         p = np.asarray(self.forced[id(r)]) if id(r) in self.forced else self.predicate(env, r.pred, pred_reader(r))
         exports = self._exports(r)
         if p is DEAD:
-            for m, _ in r.merges:
-                env[key(m.outputs[0])] = env[key(m.outputs[1])] = DEAD
-            for k in exports:
-                env[k] = DEAD
+            env.update(dict.fromkeys(cond_outputs(r, exports), DEAD))
             return
         # a gradient's export Merge (a value of one branch, a filler on the other) whose value is a
         # constant while tracing (a shape): Merge id -> that constant, recorded by ``_cond_branch``

@@ -14,8 +14,11 @@ loop that pushes or pops gradient stacks, compiled to run at most a chunk of ite
   ``capacity_ladder``, whose rungs ``FastOptions`` sets); it cannot swap stack chunks, so an attempt
   that outgrows its stacks is discarded and the stages run instead.
 
-Each compiled function is built here from the same ``Emitter`` (``fast.emit``) and compiled lazily,
-by the first run that needs it; ``Plan.emitter`` counts traces in the backend's ``compile_count``.
+Each compiled function is built from the same ``Emitter`` (``fast.emit``), made by ``Plan.emitter``
+(which counts traces in the backend's ``compile_count``), and compiled lazily, by the first run that
+needs it: the ``Direct`` call and the fused stage here (``fast.call_spec.flat_call``), a compiled
+stage by the builder the partitioned executor's segments share (``fast.segment.SegmentFn``), a
+driven loop's functions likewise (``fast.driven.loop_fns``).
 
 Stack buffers: gradient stacks whose pushes have static shapes (``Plan.prealloc``) are allocated
 before the first stage and passed to every compiled stage as a separate, *donated* argument, so the
@@ -39,11 +42,12 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
-from turnout.fast.driven import join_carry
+from turnout.fast.driven import loop_fns
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
+from turnout.fast.segment import SegmentFn
 from turnout.fast.stack_sizes import (
     capacity_ladder,
     inside_stacks,
@@ -53,7 +57,7 @@ from turnout.fast.stack_sizes import (
     stack_source_var,
     static_stack_shapes,
 )
-from turnout.fast.values import Handle, wrap_static
+from turnout.fast.values import Handle
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
 from turnout.graph import Node
@@ -84,7 +88,7 @@ class Stage:
     #: iteration are measured at run time (``stacks.chunk_loop``)
     measured: set[str] = field(default_factory=set)
     fns: dict[str, Any] = field(default_factory=dict)
-    passthrough: set[Key] = field(default_factory=set)  # set while tracing a segment, see _segment
+    passthrough: set[Key] = field(default_factory=set)  # set while tracing the fused stage, see _fused_body
     #: how the fused stage's function (``fns["seg"]``) is called and what it returns, set by that
     #: function's trace (``Plan.fused_fn``, ``fast.call_spec``)
     spec: Optional[CallSpec] = None
@@ -346,10 +350,11 @@ class Plan:
         em.held = self.held
         return em
 
-    def segment_fn(self, st: Stage) -> Any:
-        """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)``, jitted, for a compiled
-        segment ``st`` (the traced function: ``_segment``). The stacks are donated: updated in place."""
-        return self.jit(self._segment(st), donate_argnums=(2,))
+    def segment_fn(self, st: Stage) -> SegmentFn:
+        """The compiled segment ``st`` of the stages (``fast.segment``: the one builder of the staged
+        path's segments and the partitioned tiers'): ``f(env_in, state, max_iter) -> (outputs, live
+        flags, state)``, in the calling convention of ``fast.call_spec``; its stacks are donated."""
+        return SegmentFn(st.items, st.writes, set(self.program.fetch_keys), self.emitter, self.jit)
 
     def fused_fn(self, args: CallArgs) -> Any:
         """The fused stage's jitted function for arguments laid out as ``args`` say (feeds, state,
@@ -362,24 +367,6 @@ class Plan:
             st.spec = spec
 
         return flat_call(args, self._fused_body(st), self.jit, record)
-
-    def _segment(self, st: Stage) -> Any:
-        """``f(env_in, state, stacks, max_iter) -> (outputs, live flags, state)`` for a compiled segment
-        ``st`` of the stages, to be traced by ``segment_fn``."""
-        fetch = set(self.program.fetch_keys)
-
-        def seg(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter({**state, **stacks}, max_iter)
-            env = dict(env_in)
-            em.run_items(st.items, env)
-            # A value that leaves the stage as it came in (a fed tensor read by later stages) is not
-            # returned: returning it would copy it; the caller's env still holds it.
-            st.passthrough = {k for k in st.writes if k in env_in and env[k] is env_in[k]}
-            out = {k: wrap_static(env[k]) for k in st.writes if k not in st.passthrough}
-            lives = {k: jnp.asarray(em.lives.get(k, True)) for k in st.writes if k in fetch}
-            return out, lives, em.state
-
-        return seg
 
     def _fused_body(self, st: Stage) -> Body:
         """The body of the fused stage (``fused_fn``): the whole root frame, its stack-pushing loops
@@ -442,52 +429,15 @@ class Plan:
         return stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
 
     def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
-        """``(init, chunk, finish)`` of a driven loop: the loop's entry up to its first carry, a run of
+        """``(init, chunk, finish)`` of a driven loop (``fast.driven.loop_fns``, the builder the
+        partitioned executor's driven loops share): the loop's entry up to its first carry, a run of
         iterations that stops before a push would overflow a stack's chunk (or a pop find it empty
         while the host holds more), and the exit side. The host loop between them (the backend's
-        ``_drive``) swaps full chunks out and empty ones back in."""
-        r = st.driven
-        assert r is not None
-        cap = self.capacity
-
-        def init(env_in: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Any:
-            em = self.emitter({**state, **stacks}, max_iter)
-            start, body, _ = em.while_fns(r, dict(env_in))
-            c0 = start(em.state)
-            if c0 is None:  # the loop does not run: hand the (donated) state back for ``finish``
-                return None, em.state
-            from turnout.fast.emit import _jnp_tree
-
-            return em.discover(body, _jnp_tree(c0), r)[0], None
-
-        def chunk(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], aux: Any, max_iter: Any,
-                  host_has: dict[str, Any]) -> Any:
-            c = join_carry(c_rest, stacks)
-            # Free-running pointers (``stacks.push``): ``chunk_loop`` stops before a push of this loop
-            # could overflow its chunk or a pop find it empty while the host holds more, so its own
-            # stacks never saturate; a nested loop's stack that does overflow sets the error word,
-            # which stops the chunk, and the host reads no pointer of it (the run is retried with a
-            # larger chunk, or the error raised). XLA then merges the pointers of stacks pushed in
-            # lockstep, as in the fused stage.
-            em = self.emitter(c[2], max_iter, free_pointers=True)
-            _, body, _ = em.while_fns(r, dict(env_in))
-
-            return stk.chunk_loop(body, c, aux, st.push_stacks, st.pop_stacks, cap, max_iter, host_has,
-                                  st.measured)
-
-        def finish(env_in: dict[Key, Any], c_rest: Any, stacks: dict[str, Any], state: dict[str, Any],
-                   max_iter: Any) -> Any:
-            c = None if c_rest is None else join_carry(c_rest, stacks)
-            em = self.emitter(c[2] if c is not None else {**state, **stacks}, max_iter)
-            _, _, fin = em.while_fns(r, dict(env_in))
-            out_env: dict[Key, Any] = {}
-            fin(c, out_env)
-            return {k: wrap_static(out_env[k]) for k in st.writes}, em.state
-
-        # The stack buffers are donated: each call updates them in place instead of copying every
-        # buffer in and out (``Plan`` docstring).
-        return (self.jit(init, donate_argnums=(2,)), self.jit(chunk, donate_argnums=(2,)),
-                self.jit(finish, donate_argnums=(2,)))
+        ``_drive``) swaps full chunks out and empty ones back in. A chunk's pointers run free: the
+        backend reads the error word after every stage, before any pointer."""
+        assert st.driven is not None
+        return loop_fns(st.driven, st.writes, set(), st.push_stacks, st.pop_stacks, self.capacity, self.emitter,
+                        self.jit, st.measured, free_pointers=True)
 
 
 @dataclass

@@ -16,6 +16,7 @@ predicate, and the whole loop sits at the guard of its Enters in the parent fram
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -57,6 +58,21 @@ class CondRegion:
 
     def describe(self) -> str:
         return f"cond on {self.pred.name}"
+
+
+def cond_exports(r: CondRegion, fetch_keys: Collection[Key]) -> list[Key]:
+    """The keys a cond hands out besides its Merges, sorted: the fetched values its branches compute
+    and its ``exports``. One answer for the emitter (``fast.conds``, which joins them after a
+    ``lax.cond``) and the host (``devices.host_control``, which joins them after the branch it ran)."""
+    joins = {m.id for m, _ in r.merges}
+    return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in fetch_keys}
+                  | set(r.exports))
+
+
+def cond_outputs(r: CondRegion, exports: list[Key]) -> list[Key]:
+    """Everything a cond gives out: each Merge's value and index, then ``exports`` (``cond_exports``);
+    all dead when the predicate is dead ([E-Switch-Dead], [E-Merge-Dead])."""
+    return [key(o) for m, _ in r.merges for o in m.outputs[:2]] + list(exports)
 
 
 def pred_reader(r: CondRegion) -> Node:

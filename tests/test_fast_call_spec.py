@@ -163,3 +163,63 @@ def test_a_second_trace_that_lays_its_results_out_otherwise_is_refused() -> None
     with pytest.raises(AssertionError, match="laid its results out otherwise"):
         fn(np.ones(5000, np.float32))
     assert len(specs) == 1
+
+
+def test_a_carried_word_leaves_in_the_state_and_nothing_rides_behind_an_output() -> None:
+    """A segment's error word comes in as state and leaves as state (``CallArgs.carries_word``): the
+    next segment's outputs must stay device values, so a small fetched output with a traced live flag
+    does not carry the flags, which hold 0 in the word's place."""
+    from turnout.fast.call_spec import lay_out
+
+    args = CallArgs(("x",), ("err", "var:u"), ())
+    assert args.carries_word and not CallArgs(("x",), ("var:u",), ()).carries_word
+    seen: list[Any] = []
+
+    def fn(x: Any, err: Any, u: Any) -> Any:
+        spec, res = lay_out(args, Traced({"y": x * 2.0}, 0, {"y": x[0] > 0}, {"err": err + 1}))
+        seen.append(spec)
+        return res
+
+    res = jax.jit(fn)(np.ones(3, np.float32), np.int32(4), np.zeros(2, np.float32))
+    (spec,) = seen
+    assert spec.packed is None and spec.flags and spec.changed == ("err",)
+    out, flags, state = spec.split(res)
+    assert np.asarray(flags).tolist() == [0, 1] and int(state["err"]) == 5
+    np.testing.assert_array_equal(np.asarray(out["y"]), np.full(3, 2.0, np.float32))
+
+
+class _Emitter:
+    """What ``SegmentFn`` needs of an emitter, for one item: ``y = x + 1`` (a constant while tracing
+    when ``x`` is one), which also sets the error word where ``x`` is traced."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state, self.lives = dict(state), {}
+
+    def run_items(self, items: list[Any], env: dict[Any, Any]) -> None:
+        x = env["x"]
+        env["y"] = np.asarray(x + 1) if isinstance(x, np.ndarray) else x + 1
+        if not isinstance(x, np.ndarray):
+            self.state["err"] = self.state["err"] + 1
+
+
+def test_each_segment_call_is_read_by_the_spec_of_its_own_trace() -> None:
+    """A segment traced again for another type of what it reads (a constant, then a device value) lays
+    its results out otherwise: ``y`` a constant kept out of the call, then a result. Each call is read
+    by the spec of the trace that made it, including a call that reuses an earlier trace."""
+    from turnout.fast.segment import SegmentFn
+    from turnout.fast.values import Static
+
+    traces: list[int] = []
+
+    def emitter(state: dict[str, Any], bound: Any) -> Any:
+        traces.append(1)
+        return _Emitter(state)
+
+    seg = SegmentFn(["item"], ["y"], set(), emitter, jax.jit)  # type: ignore[arg-type]
+    state = {"err": jnp.int32(0)}
+    for x, want_y, want_err in ((Static(np.array(1.0)), 2.0, 0), (jnp.asarray(5.0), 6.0, 1),
+                                (Static(np.array(2.0)), 3.0, 0), (jnp.asarray(7.0), 8.0, 1)):
+        out, lives, new = seg({"x": x}, state, np.int32(10))
+        assert float(np.asarray(out["y"])) == want_y and int(new["err"]) == want_err and lives == {}
+        assert isinstance(out["y"], np.ndarray) == isinstance(x, Static)
+    assert len(traces) == 3  # (the last call reuses the second trace)

@@ -1,0 +1,176 @@
+"""The host-driven tier of the fast partitioned executor: conds and loops whose steps span devices.
+
+Why a module of its own: a cond or a loop whose nodes sit on several devices cannot be one compiled
+call; the host decides it, reading the one value it must (the predicate) and running the steps of the
+taken side (``devices.segments``: ``HostCond``, ``HostLoop``). That is the paper's Switch, Merge,
+Enter, NextIteration and Exit done on the host's environment (``devices.host_env``), one decision at a
+time, where the emitter (``fast.conds``, ``fast.loops``) does them inside a trace; the segment calls
+between the decisions are the run's (``devices.plan_run``), which mixes this class in.
+
+For a loop, the host also bounds the iterations in flight by its ``parallel_iterations``: before
+dispatching iteration i it waits for the error words of iteration ``i - P`` (``_retire``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Optional
+
+import jax
+import numpy as np
+
+from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
+from turnout.devices.segments import HostCond, HostLoop, Step
+from turnout.errors import NonTerminationError, describe_node, runaway_message
+from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
+from turnout.fast.values import DEAD
+from turnout.kernels import truth
+
+if TYPE_CHECKING:
+    from turnout.devices.plan_run import DevicePlan
+    from turnout.devices.swap import SpanningStacks
+    from turnout.devices.timeline import DeviceTimeline
+
+
+class HostControl:
+    """The host's conds and loops of one run (mixed into ``devices.plan_run.PlanRun``, which has the
+    state, the segment calls and the attributes declared here)."""
+
+    plan: DevicePlan
+    tl: Optional[DeviceTimeline]
+    stacks: SpanningStacks
+    jdev: dict[str, Any]
+    state: dict[str, dict[str, Any]]
+    #: the innermost host loop's iteration, for trace labels; the iterations run per loop name
+    iteration: int
+    host_iterations: dict[str, int]
+    max_iter_py: Optional[int]
+    pools: dict[str, Any]
+    last_fut: dict[str, Future[Any]]
+    steps: Callable[[list[Step], HostEnv], None]
+    on_workers: Callable[[Callable[[], None]], None]
+    _retire: Callable[[list[Any]], None]
+
+    def cond(self, hc: HostCond, env: HostEnv) -> None:
+        """A cond whose branches span devices: the host reads the predicate, runs the taken branch's
+        steps, and joins its Merges and exports into ``env`` (all dead for a dead predicate)."""
+        r = hc.region
+        p = resolved(env.vals[key(r.pred)])
+        exports = cond_exports(r, self.plan.program.fetch_keys)
+        if p is DEAD:
+            for k in cond_outputs(r, exports):
+                env.set(k, DEAD, None)
+            return
+        t0 = self.tl.now() if self.tl else 0.0
+        b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
+        if self.tl:
+            self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
+        benv = switched(env, r.switches, int(b))
+        self.steps(hc.branches[b], benv)
+        self._join(hc, b, benv, env, exports)
+
+    @staticmethod
+    def _join(hc: HostCond, b: bool, benv: HostEnv, env: HostEnv, exports: list[Key]) -> None:
+        """Branch ``b``'s results into ``env``: each Merge forwards the input of that branch (and its
+        index), or is dead where the branch has none; an export the branch did not make is dead."""
+        for m, slots in hc.region.merges:
+            if b in slots:
+                env.take(key(m.outputs[0]), benv, key(m.inputs[slots[b]]))
+                env.set(key(m.outputs[1]), np.asarray(slots[b], np.int32), None)
+            else:
+                env.set(key(m.outputs[0]), DEAD, None)
+                env.set(key(m.outputs[1]), DEAD, None)
+        for k in exports:
+            if k in benv.vals:
+                env.take(k, benv, k)
+            else:
+                env.set(k, DEAD, None)
+
+    def loop(self, hl: HostLoop, env: HostEnv) -> None:
+        """A loop whose body spans devices, driven by the host one iteration at a time: the header's
+        steps, a read of the predicate, the body's steps; then the exit side, into ``env``. The loop
+        variables stay where they are between iterations, and at most ``parallel_iterations``
+        iterations run ahead of the ones whose error words have been read."""
+        r = hl.region
+        base = env.child()
+        for inv in r.invariants:
+            base.take(key(inv.outputs[0]), env, key(inv.inputs[0]))
+        vals = [(resolved(env.vals[key(e.inputs[0])]), env.where.get(key(e.inputs[0])))
+                for e, _, _, _, _ in r.loop_vars]
+        if any(v is DEAD for v, _ in vals):
+            for x in r.exits:
+                env.set(key(x.outputs[0]), DEAD, None)
+            return
+        outer_iteration = self.iteration
+        henv, iters = self._iterate(hl, base, vals)
+        self.iteration = outer_iteration
+        pushed = self.plan.loop_pushes.get(id(hl))
+        if pushed:
+            self.on_workers(lambda: self.stacks.loop_ended(pushed))
+        name = str(r.frame[-1])
+        self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
+        eenv = switched(henv, r.switches, 0)
+        self.steps(hl.exit_side, eenv)
+        for x in r.exits:
+            env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
+
+    def _iterate(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]]) -> tuple[HostEnv, int]:
+        """Run iterations until the predicate is false: the environment of the last header (where the
+        exit side starts) and the number of iterations run."""
+        r = hl.region
+        window: deque[list[Any]] = deque()
+        depth = max(1, int(r.parallel_iterations))
+        iters = 0
+        while True:
+            henv = self._enter_iteration(hl, base, vals, first=iters == 0)
+            self.iteration = iters
+            self.steps(hl.header, henv)
+            if not self._go(hl, henv, iters):
+                return henv, iters
+            if self.max_iter_py is not None and iters >= self.max_iter_py:
+                raise NonTerminationError(runaway_message(r.describe(), self.max_iter_py))
+            while len(window) >= depth:  # at most parallel_iterations iterations in flight
+                self._retire(window.popleft())
+            benv = switched(henv, r.switches, 1)
+            self.steps(hl.body, benv)
+            vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
+                    r.loop_vars]
+            if self.pools:
+                window.append([self.last_fut[d] for d in hl.devices if d in self.last_fut])
+            else:
+                window.append([self.state[d]["err"] for d in hl.devices])
+            iters += 1
+
+    def _enter_iteration(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]],
+                         first: bool) -> HostEnv:
+        """One iteration's environment: each loop variable's Merge holds its value (from the Enter at
+        the first iteration, from the NextIteration after) and which input it came from."""
+        henv = base.child()
+        for (_, m, _, es, ns), (v, w) in zip(hl.region.loop_vars, vals, strict=True):
+            if isinstance(v, (np.ndarray, np.generic)):
+                # a loop variable known on the host enters as a device value, so the segments are
+                # traced once for the loop, not once per value
+                v, w = jax.device_put(np.asarray(v), self.jdev[hl.home]), hl.home
+            elif isinstance(v, Lazy):
+                v = Lazy(v.fut, v.k, data=True)
+            henv.set(key(m.outputs[0]), v, w)
+            henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
+        return henv
+
+    def _go(self, hl: HostLoop, henv: HostEnv, iters: int) -> bool:
+        """The host reads the predicate, and nothing else; the LoopCond forwards it."""
+        r = hl.region
+        pkey = key(r.loop_cond.inputs[0])
+        pred = resolved(henv.vals[pkey])
+        t0 = self.tl.now() if self.tl else 0.0
+        go = pred is not DEAD and truth(pred, lambda: describe_node(r.loop_cond))
+        if self.tl:
+            self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
+        henv.take(key(r.loop_cond.outputs[0]), henv, pkey)
+        return go
+
+
+
+__all__ = ["HostControl"]

@@ -1,0 +1,145 @@
+"""One compiled segment: items of a program run by the emitter, called in the one calling convention.
+
+Why a module of its own: two runners call a compiled run of items between host decisions — the fast
+backend's staged path (a stage of root items between its driven loops, ``Plan.segment_fn``) and the
+fast partitioned executor's per-device tiers (a segment of one device between host-driven conds and
+loops, ``devices.plan_run``). Each once built its own function, dicts in and out, with its own idea of
+what came back; now ``SegmentFn`` is both, in the calling convention of ``fast.call_spec``: flat
+arguments (the values read, the state, the stacks, donated, the iteration bound), flat results laid
+out by ``call_spec.lay_out`` (stacks first, in their arguments' order, so donated buffers pair with
+their own results; the outputs; the live flags; the state that left changed). What differs between
+the two runners is passed in: which items, which keys leave, which of them leave with a live flag,
+how an emitter is made (the plan's options, the trace counter) and how a function is jitted.
+
+What a segment does with its error word, as plain Python (``call`` is one call of the segment)::
+
+    out, lives, state = call(env_in, {"err": word, **variables, **stacks}, bound)
+    # state["err"] is the word after the call: a new device value on every call
+
+The word is *carried* (``CallArgs.carries_word``): it comes in as a state entry and leaves as one, on
+the device, on every call, because a segment is one call of a sequence — the partitioned tiers
+dispatch a device's segments ahead and read its word only when the host must wait (a loop's window,
+the end of the run), and a traced run waits for each call's word to stamp its end. So the flags
+vector holds only live flags, and nothing rides behind an output (``fast.packing``): an output of a
+segment is read by the next one, which must get it as a device value, not as a host value unpacked
+from a carrier.
+
+Why a function of the arguments' layout, and each call's ``CallSpec`` returned with its results
+(``Tagged``): a segment is traced again when what it reads changes type — a host loop's first
+iteration gives a Merge's index as a constant other than later ones, a loop variable can change
+shape — and another trace may lay its results out otherwise (an output constant in one, traced in
+the other). The ``Direct`` call and the fused attempt are traced once per plan and keep one spec
+(``call_spec.flat_call`` refuses a second layout); a segment's results carry the spec of the trace
+that made them, a leafless pytree node that JAX hands back with every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from turnout.fast import stacks as stk
+from turnout.fast.call_spec import CallArgs, CallSpec, Traced, copy_static, lay_out
+from turnout.fast.emit import Emitter
+from turnout.fast.regions import Item, Key
+from turnout.fast.values import Static
+
+#: ``emitter(state, bound)``: a fresh emitter over the program starting from ``state`` (made only
+#: while tracing: the caller counts its traces there)
+MakeEmitter = Callable[[dict[str, Any], Any], Emitter]
+
+
+@jax.tree_util.register_pytree_node_class
+class Tagged:
+    """The ``CallSpec`` of the trace that made a call's results, handed back with them: a pytree node
+    without leaves, so it crosses the call as structure, not as a value."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: CallSpec) -> None:
+        self.spec = spec
+
+    def tree_flatten(self) -> tuple[tuple[()], Any]:
+        """No children; the node itself is the auxiliary data."""
+        return (), self
+
+    @classmethod
+    def tree_unflatten(cls, aux: Any, children: tuple[()]) -> Tagged:
+        """The node, as it was flattened."""
+        return aux  # type: ignore[no-any-return]
+
+
+class SegmentFn:
+    """A compiled segment of ``items``: ``call(env_in, state, bound) -> (outputs, live flags, state)``.
+
+    ``writes`` are the keys that leave it (those its items make), ``fetched`` those of them that leave
+    with a live flag (a fetch inside a compiled cond can be dead); ``emitter`` makes the emitter of a
+    trace and ``jit`` jits a function (``jit(fn, donate_argnums=...)``). The outputs are device values,
+    constants known while tracing (numpy, or ``DEAD``), or, for a write that left as it came in, the
+    caller's own value (it does not cross the call: returning it would copy it). The state is the
+    caller's, with what the call changed: the stacks (donated: updated in place), the error word, the
+    Variables it assigned, the stacks it made."""
+
+    def __init__(self, items: list[Item], writes: list[Key], fetched: set[Key], emitter: MakeEmitter,
+                 jit: Callable[..., Any]) -> None:
+        self.items = items
+        self.writes = writes
+        self.fetched = fetched
+        self.emitter = emitter
+        self.jit = jit
+        #: per layout of the arguments (their keys): its ``CallArgs``, jitted function, and the writes
+        #: among the arguments (a write that leaves as it came in is not returned)
+        self.fns: dict[tuple[Any, ...], tuple[CallArgs, Any, list[Key]]] = {}
+
+    def __call__(self, env_in: dict[Key, Any], state: dict[str, Any], bound: Any
+                 ) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
+        rest, stacks = stk.split_state(state)
+        # sorted: a state that gained an entry (a stack made at its first push) keeps one layout
+        layout = (tuple(env_in), tuple(sorted(rest)), tuple(sorted(stacks)))
+        got = self.fns.get(layout)
+        if got is None:
+            args = CallArgs(*layout)
+            fn = self.jit(self._flat(args), donate_argnums=args.donated())
+            got = self.fns[layout] = (args, fn, [k for k in self.writes if k in env_in])
+        args, fn, through = got
+        res, tag = fn(*args.flat(env_in, rest, stacks, bound))
+        spec: CallSpec = tag.spec
+        out, flags, new = spec.split(res)
+        if spec.static:
+            out.update((k, copy_static(v)) for k, v in spec.static.items())
+        for k in through:  # (a write that may have left as it came in)
+            if k not in out:
+                v = env_in[k]
+                out[k] = v.value if isinstance(v, Static) else v
+        lives: dict[Key, Any] = {}
+        if spec.live:
+            lives = dict.fromkeys(spec.live, True)
+            if flags is not None:  # (a live flag traced: the flags follow the outputs, on the device)
+                lives.update(zip(spec.live, list(flags)[1:], strict=True))
+        return out, lives, {**rest, **new}
+
+    def _flat(self, args: CallArgs) -> Callable[..., Any]:
+        """The traced function for arguments laid out as ``args`` say: its results in the flat
+        convention (``call_spec.lay_out``) and the spec that says where each is."""
+        def fn(*flat: Any) -> tuple[tuple[Any, ...], Tagged]:
+            spec, res = lay_out(args, self._body(*args.keyed(flat)))
+            return res, Tagged(spec)
+
+        return fn
+
+    def _body(self, feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        """The items run on the arguments: what leaves, in the terms of ``call_spec.Traced``."""
+        em = self.emitter({**given, **stacks}, bound)
+        env = dict(feeds)
+        em.run_items(self.items, env)
+        out = {k: env[k] for k in self.writes if k in env and not (k in feeds and env[k] is feeds[k])}
+        lives = {k: em.lives.get(k, True) for k in self.writes if k in self.fetched and k in env}
+        # every stack comes back (it was donated), the word always (the caller waits on each call's),
+        # any other entry only when it changed
+        state = {k: v for k, v in em.state.items() if k == "err" or k in stacks or v is not given.get(k)}
+        return Traced(out, 0, lives, state)
+
+
+__all__ = ["MakeEmitter", "SegmentFn", "Tagged"]
