@@ -2,19 +2,22 @@
 
 A loop differentiated with gradient stacks saves values in every iteration, so its memory grows with
 the trip count. A ``tn.while_loop(..., memory_budget=B)`` whose plan calls for recomputation
-(``memory_plan.checkpointing``) saves nothing in its forward loop. Its backward loop knows the trip
-count ``n`` when it starts, so it runs the offline binomial schedule from the initial state,
-``checkpoint_schedule.actions(n, slots, kept=[0])``, as a ``tn.while_loop`` of actions: each action
-recomputes ``m`` steps from the top slot by calling the loop's body function again (an inner
-``tn.while_loop``), then either keeps the state it reached in the next slot, or applies the
-vector-Jacobian product of one more step (the body called once more, differentiated by this same
-gradient builder with the cotangents as ``grad_ys``). The schedule is a graph like any other, so the
-reference interpreter, the small-step system and the compiled backends all run the same plan.
+(``control_flow.checkpoints.checkpointing_of``, the rule its builder applied too) pushes nothing on
+stacks: its forward loop kept ``slots`` states online instead (``control_flow.checkpoints``: the
+positions ``checkpoint_schedule.forward_checkpoints(n, slots)`` gives). Its backward loop knows the
+trip count ``n`` when it starts, and runs the schedule's backward half from those states,
+``checkpoint_schedule.actions(n, slots)``, as a ``tn.while_loop`` of actions: each action recomputes
+``m`` steps from the top slot by calling the loop's body function again (an inner ``tn.while_loop``),
+then either keeps the state it reached in the next slot, or applies the vector-Jacobian product of
+one more step (the body called once more, differentiated by this same gradient builder with the
+cotangents as ``grad_ys``). The schedule is a graph like any other, so the reference interpreter,
+the small-step system and the compiled backends all run the same plan.
 
-Its meaning, as plain Python (``x0`` the loop's initial state, ``ct`` the cotangents of its results,
+Its meaning, as plain Python (``ct`` the cotangents of its results,
 ``acc`` those of the values its body reads from outside)::
 
-    buf, pos, top, end = [x0] + [None] * (slots - 1), [0] * slots, 0, n
+    buf, count, stride = the forward loop's slots       # buf[:count]: the states at 0, stride, ...
+    pos, top, end = [k * stride for k in range(slots)], count - 1, n
     while end > 0:
         start, free = pos[top], slots - top
         push = free >= 2 and end - start >= 2
@@ -30,8 +33,9 @@ Its meaning, as plain Python (``x0`` the loop's initial state, ``ct`` the cotang
             if end == start:
                 top -= 1
 
-The slots are loop variables of the backward loop: one ``[slots, ...]`` buffer per loop variable and
-the int32 positions, ``slots * (state bytes + 4) <= B`` whatever the trip count.
+The slots are loop variables, of the forward loop and then of the backward loop: one ``[slots, ...]``
+buffer per loop variable and the int32 positions (in the forward loop, the count and the stride they
+follow from), ``slots * (state bytes + 4) <= B`` whatever the trip count.
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ import numpy as np
 
 from turnout import checkpoint_schedule as schedule
 from turnout import memory_plan, nest, ops
-from turnout import shapes as sh
+from turnout.control_flow import checkpoints
 from turnout.control_flow.cond import cond as build_cond
-from turnout.control_flow.contexts import ControlFlowContext, WhileContext
+from turnout.control_flow.contexts import ControlFlowContext, LoopVar, WhileContext
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import _call
 from turnout.control_flow.while_loop import while_loop as build_while_loop
@@ -77,7 +81,7 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
                                "by recomputing under its memory_budget, and a gradient of that gradient (second "
                                "order) is not built; for second order give that loop swap_memory=True (it then "
                                "keeps its stacks) or no memory_budget")
-    cp = memory_plan.checkpointing(w.name, w.memory_budget, state_bytes(w), w.swap_memory)
+    cp = checkpoints.checkpointing_of(w)  # the rule by which the loop builder kept its checkpoints
     if cp is None:
         return None
     head = (f'gradients: while_loop "{w.name}" has memory_budget={cp.budget} bytes, which only recomputation '
@@ -90,20 +94,8 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
         raise UnsupportedError(f"{head}, but it holds no loop state: one takes {cp.state_bytes} bytes (its loop "
                                f"variables and a {memory_plan.POSITION_BYTES}-byte position); give at least "
                                f"{cp.state_bytes}")
+    assert w.checkpoints is not None and w.checkpoints.plan == cp, w.name
     return cp
-
-
-def state_bytes(w: WhileContext) -> Optional[int]:
-    """Bytes of one state of ``w`` (its loop variables, the builder's counter left out), or None when a
-    loop variable has no static size (a TensorArray, a shape that changes across iterations)."""
-    total = 0
-    for lv in w.loop_vars[1:]:
-        t = lv.merge.outputs[0]
-        n = sh.num_elements(t.shape)
-        if n is None or t.dtype.is_opaque:
-            return None
-        total += int(n) * t.dtype.itemsize
-    return total
 
 
 def cannot_recompute(w: WhileContext) -> Optional[str]:
@@ -121,22 +113,23 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     """Gradients of the initial values and invariants of ``w``, given those of its Exits, by the
     checkpointed backward loop (module docstring)."""
     g = b.g
-    lvs = w.loop_vars[1:]
+    lvs = checkpoints.state_vars(w)
     wanted = [i for i, lv in enumerate(lvs) if lv.merge.id in b.on_path
               and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
     invs = [e for e in w.invariants.values() if e.id in b.on_path and b.wants(e.inputs[0])]
     if not wanted and not invs:
         return []
     diff = [i for i, lv in enumerate(lvs) if is_differentiable_dtype(lv.merge.outputs[0].dtype)]
-    x0 = [b.value(lv.enter.inputs[0]) for lv in lvs]
     outside = [Outside(tuple(b.aliases(g.nodes[k[0]].outputs[k[1]])), b.value(e.inputs[0]))
                for k, e in w.invariants.items()]
     ct0 = [dys[i + 1] if dys[i + 1] is not None else b.zeros_like(lvs[i].enter.inputs[0]) for i in diff]
     acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
-    slots = cp.slots
-    bufs0 = [_slots_with(x, slots) for x in x0]
-    n = b.value(w.counter.exit.outputs[0])  # type: ignore[union-attr]
-    init = [ops.constant(0), n, ops.zeros([slots], "int32"), *bufs0, *ct0, *acc0]
+    slots, ck = cp.slots, w.checkpoints
+    assert ck is not None
+    bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
+    n = b.value(exit_of(w.counter))
+    pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))
+    init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]
     nb, nc = len(bufs0), len(ct0)
 
     def action(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
@@ -175,12 +168,10 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     return pairs
 
 
-def _slots_with(x: Tensor, slots: int) -> Tensor:
-    """A ``[slots, ...]`` buffer of ``x``'s type holding ``x`` in slot 0 (the rest zeros)."""
-    first = ops.expand_dims(x, 0)
-    if slots == 1:
-        return first
-    return ops.concat([first, ops.zeros([slots - 1, *x.shape], x.dtype)], 0)  # type: ignore[misc]
+def exit_of(lv: LoopVar) -> Tensor:
+    """The value loop variable ``lv`` leaves its loop with."""
+    assert lv.exit is not None
+    return lv.exit.outputs[0]
 
 
 @dataclass(frozen=True)
@@ -275,5 +266,5 @@ def split(length: Tensor, free: Tensor) -> Tensor:
     return ops.minimum(length - 1, ops.maximum(ops.maximum(1, length - (beta - beta1)), beta2))
 
 
-__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "loop_grad", "plan", "split", "state_bytes",
+__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "exit_of", "loop_grad", "plan", "split",
            "vjp_step"]
