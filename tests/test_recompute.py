@@ -224,6 +224,9 @@ def test_nothing_is_stacked_and_the_slots_fit_the_budget(budget: int) -> None:
     assert not [nd for nd in m["g"].nodes if nd.op == "StackNew"]
     assert "rnn" not in {lp.loop_name for lp in tn.memory_report(m["g"]).loops}
     assert slot_bytes(m["g"], "rnn") == (budget // STATE) * STATE <= budget
+    _, ck = forward_slots(m)  # the forward loop's buffers: the states without their positions
+    held = sum(int(np.prod(lv.merge.outputs[0].shape)) * lv.merge.outputs[0].dtype.itemsize for lv in ck.bufs)
+    assert held == (budget // STATE) * (STATE - 4)
 
 
 def test_the_report_and_explain_say_the_loop_recomputes() -> None:
@@ -306,6 +309,18 @@ def test_trip_counts_around_each_thinning(backend: str, slots: int) -> None:
         pytest.importorskip("jax")
     for n in thinning_boundaries(slots, 20):
         assert_same_gradients("plain", slots, backend, n)
+
+
+@pytest.mark.parametrize("kind", ["cond", "nested"])
+def test_bodies_with_a_cond_or_a_loop_around_each_thinning(kind: str) -> None:
+    for n in thinning_boundaries(3, 14):
+        assert_same_gradients(kind, 3, "reference", n)
+
+
+def test_the_small_step_system_across_a_thinning() -> None:
+    """Two slots thin at steps 2 and 4: the small-step system runs the same forward slots."""
+    for n in (2, 3, 5):
+        assert_same_gradients("plain", 2, "smallstep", n)
 
 
 # ---- where it cannot apply --------------------------------------------------------------------------------
@@ -391,3 +406,12 @@ def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: s
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     if kind == "plain":
         assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots).body_calls
+
+
+@settings(max_examples=20)
+@given(n=st.integers(0, 40), slots=st.sampled_from([1, 2, 3, 5]), backend=st.sampled_from(["fast", "partitioned"]),
+       kind=st.sampled_from(KINDS))
+def test_any_trip_count_on_the_compiled_and_partitioned_backends(n: int, slots: int, backend: str, kind: str) -> None:
+    if backend == "fast":
+        pytest.importorskip("jax")
+    assert_same_gradients(kind, slots, backend, n)
