@@ -1,6 +1,6 @@
 """Online checkpoints: the forward half of reversing a loop under its own memory budget.
 
-A ``tn.while_loop(..., memory_budget=B)`` whose gradient will recompute (``checkpointing``, the one
+A ``tn.while_loop(..., memory_budget=B)`` whose gradient will recompute (``checkpointing_of``, the one
 rule that both this builder and the gradient builder, ``turnout.gradients.recompute``, apply) keeps,
 while it runs, the loop states that ``checkpoint_schedule.forward_checkpoints`` keeps: the state
 before step ``i`` whenever ``i`` is a multiple of a stride, every other one dropped and the stride
@@ -13,7 +13,7 @@ stride. A loop without a budget, or whose gradient keeps stacks, has none of the
 
 Its meaning, per iteration (``x`` the state before step ``i``)::
 
-    while i % stride == 0 and count >= capacity(slots, stride):   # at most twice, see ``THINNINGS``
+    while i % stride == 0 and count >= capacity(slots, stride):   # at most twice: ``thinnings``
         buf[:(count + 1) // 2] = buf[0:count:2]; count = (count + 1) // 2; stride *= 2
     if i % stride == 0:
         buf[count] = x; count += 1
@@ -115,7 +115,9 @@ def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> Onlin
 def keep(w: WhileContext, ck: OnlineCheckpoints) -> list[Tensor]:
     """In the body of ``w``: the slots' next values, after thinning and keeping the state before this
     step (the module docstring). Thinning is a ``tn.cond``, so the steps that do not thin (all but
-    about ``log2(n)``) do not copy the buffers for it."""
+    about ``log2(n)``) do not copy the buffers for it. Keeping is a ``Select`` over the buffers in
+    every step: a graph has no op that writes one slot in place, and a ``tn.cond`` around it was
+    measured slower on the fast backend (its branches copy the buffers)."""
     slots = ck.plan.slots
     i = _body_in(w.counter)
     x = [_body_in(lv) for lv in state_vars(w)]
