@@ -112,12 +112,15 @@ def test_the_small_step_system_gives_the_store_everything_gradients(kind: str) -
         assert_same_gradients(kind, 2, "smallstep", n)
 
 
-def test_slots_beyond_the_trip_count_push_every_state_once() -> None:
-    """With ``slots >= n`` every state is recomputed once from the initial one and kept: the backward
-    loop runs the forward pass once more (``n - 1`` steps), never again."""
-    for n in (0, 1, 2, 5, 11):
+def test_slots_beyond_the_trip_count_recompute_nothing() -> None:
+    """With ``slots >= n`` the forward loop keeps every state, and the backward loop recomputes none:
+    the body runs ``2 n`` times (forward, and once in each step's vector-Jacobian product)."""
+    m = model(16 * STATE)
+    for n in (0, 1, 2, 5, 11, 16):
         assert_same_gradients("plain", 16, "reference", n)
-        assert schedule.cost(n, 16, [0]).recomputed == max(0, n - 1)
+        run(m, "reference", n, trace=True)
+        assert schedule.cost(n, 16).recomputed == 0
+        assert live_tanh(m["sessions"]["reference"]) == 2 * n
 
 
 def test_a_closed_form_case() -> None:
@@ -201,7 +204,7 @@ def test_the_body_is_evaluated_as_often_as_the_schedule_says(slots: int) -> None
     m["sessions"]["reference"] = sess
     for n in (0, 1, 2, 13, 40):
         run(m, "reference", n, trace=True)
-        assert live_tanh(sess) == schedule.cost(n, slots, [0]).body_calls  # forward, recomputed, in the vjps
+        assert live_tanh(sess) == schedule.cost(n, slots).body_calls  # forward, recomputed, in the vjps
 
 
 def slot_bytes(g: tn.Graph, loop: str) -> int:
@@ -221,6 +224,9 @@ def test_nothing_is_stacked_and_the_slots_fit_the_budget(budget: int) -> None:
     assert not [nd for nd in m["g"].nodes if nd.op == "StackNew"]
     assert "rnn" not in {lp.loop_name for lp in tn.memory_report(m["g"]).loops}
     assert slot_bytes(m["g"], "rnn") == (budget // STATE) * STATE <= budget
+    _, ck = forward_slots(m)  # the forward loop's buffers: the states without their positions
+    held = sum(int(np.prod(lv.merge.outputs[0].shape)) * lv.merge.outputs[0].dtype.itemsize for lv in ck.bufs)
+    assert held == (budget // STATE) * (STATE - 4)
 
 
 def test_the_report_and_explain_say_the_loop_recomputes() -> None:
@@ -234,6 +240,87 @@ def test_the_report_and_explain_say_the_loop_recomputes() -> None:
     notes = sess.explain(m["grads"], {m["x"]: X0, m["n"]: 3, m["w"]: W0}).notes
     assert any('loop "rnn": recompute' in n for n in notes)
     assert tn.memory_report(model(None)["g"]).plan.loops[0].action == "keep"
+
+
+# ---- the forward loop's online checkpoints ---------------------------------------------------------------
+def forward_slots(m: dict[str, Any]) -> Any:
+    """The forward loop's slots (``control_flow.checkpoints``) of model ``m``."""
+    (w,) = [c for c in m["g"].contexts if isinstance(c, WhileContext) and c.name == "rnn"]
+    return w, w.checkpoints
+
+
+def states(n: int) -> list[np.ndarray]:
+    """The plain model's state before each step, ``0 .. n``, in numpy float32."""
+    out, v = [X0], X0
+    for _ in range(n):
+        v = (np.tanh(v) * W0).astype(np.float32)
+        out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("slots", range(1, 13))
+def test_the_forward_loop_keeps_the_schedules_checkpoints(slots: int) -> None:
+    """After ``n`` steps the forward loop holds the states at the positions
+    ``forward_checkpoints(n, slots)`` gives, in order, and its stride is the schedule's: for every
+    trip count up to past the third thinning (so every thinning of one step, two at most, is met)."""
+    m = model(slots * STATE)
+    w, ck = forward_slots(m)
+    assert len(ck.bufs) == 2 and ck.plan.slots == slots
+    fetch = [ck.count.exit.outputs[0], ck.stride.exit.outputs[0], ck.bufs[1].exit.outputs[0]]
+    sess = tn.Session(m["g"])
+    for n in range(0, 4 * slots + 3):
+        count, stride, buf = sess.run(fetch, {m["x"]: X0, m["n"]: n, m["w"]: W0})
+        kept, want_stride = schedule.forward_checkpoints(n, slots)
+        assert (int(count), int(stride)) == (len(kept), want_stride), n
+        want = states(n)
+        for k, p in enumerate(kept):
+            np.testing.assert_allclose(buf[k], want[p], rtol=1e-6)
+
+
+def test_a_loop_without_a_budget_or_that_keeps_stacks_keeps_no_checkpoints() -> None:
+    """Only a loop whose gradient recomputes carries slots: without a budget, with
+    ``swap_memory=True`` or ``back_prop=False``, the loop has its counter and its own variables only."""
+    for kw in ({}, {"memory_budget": 10 * STATE, "swap_memory": True}, {"memory_budget": 10 * STATE,
+                                                                        "back_prop": False}):
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [4], name="x")
+            tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], **kw)
+        (w,) = [c for c in g.contexts if isinstance(c, WhileContext)]
+        assert w.checkpoints is None and len(w.loop_vars) == 3, kw
+        assert not [nd for nd in g.nodes if "checkpoints" in nd.name or "thin" in nd.name]
+    w, ck = forward_slots(model(3 * STATE))
+    assert len(w.loop_vars) == 1 + 2 + 2 + 2  # the counter, i and v, their buffers, the count and stride
+
+
+def thinning_boundaries(slots: int, upto: int) -> list[int]:
+    """The trip counts just before, at and after each step at which the forward loop thins."""
+    out = set()
+    for n in range(1, upto):
+        if schedule.forward_checkpoints(n + 1, slots)[1] != schedule.forward_checkpoints(n, slots)[1]:
+            out |= {n - 1, n, n + 1}
+    return sorted(out)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast", "partitioned"])
+@pytest.mark.parametrize("slots", [2, 4])
+def test_trip_counts_around_each_thinning(backend: str, slots: int) -> None:
+    if backend == "fast":
+        pytest.importorskip("jax")
+    for n in thinning_boundaries(slots, 20):
+        assert_same_gradients("plain", slots, backend, n)
+
+
+@pytest.mark.parametrize("kind", ["cond", "nested"])
+def test_bodies_with_a_cond_or_a_loop_around_each_thinning(kind: str) -> None:
+    for n in thinning_boundaries(3, 14):
+        assert_same_gradients(kind, 3, "reference", n)
+
+
+def test_the_small_step_system_across_a_thinning() -> None:
+    """Two slots thin at steps 2 and 4: the small-step system runs the same forward slots."""
+    for n in (2, 3, 5):
+        assert_same_gradients("plain", 2, "smallstep", n)
 
 
 # ---- where it cannot apply --------------------------------------------------------------------------------
@@ -318,4 +405,13 @@ def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: s
     for a, b in zip(got, run(model(None, kind), "reference", n), strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     if kind == "plain":
-        assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots, [0]).body_calls
+        assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots).body_calls
+
+
+@settings(max_examples=20)
+@given(n=st.integers(0, 40), slots=st.sampled_from([1, 2, 3, 5]), backend=st.sampled_from(["fast", "partitioned"]),
+       kind=st.sampled_from(KINDS))
+def test_any_trip_count_on_the_compiled_and_partitioned_backends(n: int, slots: int, backend: str, kind: str) -> None:
+    if backend == "fast":
+        pytest.importorskip("jax")
+    assert_same_gradients(kind, slots, backend, n)

@@ -18,7 +18,8 @@ Three ways honour a budget at any trip count, and this module chooses one per lo
 
 What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends, and recomputation
 where the gradient graph is built, for a loop with a budget of its own (``checkpointing`` decides, and
-``turnout.gradients.recompute`` builds a backward loop that saves no stacks at all); and
+``turnout.control_flow.checkpoints`` keeps checkpoints in the forward loop and
+``turnout.gradients.recompute`` builds a backward loop from them, with no stacks at all); and
 ``turnout.jax.while_loop``. A run's budget comes after the graph is built, so where it calls for
 recomputation of a loop that keeps stacks, its plan says so (``built=False``), the run keeps the
 values while they fit (``max_iterations``), and a run that goes further stops with
@@ -388,11 +389,12 @@ def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_nam
 
 def recomputed(cp: Checkpointing) -> LoopPlan:
     """The plan line of a loop whose gradient was built to recompute (``checkpointing``): it saves no
-    stacks, and its backward loop holds ``cp.slots`` states of ``cp.state_bytes`` each."""
+    stacks; its forward loop keeps, and its backward loop holds, ``cp.slots`` states of
+    ``cp.state_bytes`` each."""
     return LoopPlan(cp.loop, 0, cp.state_bytes, cp.budget, "loop", RECOMPUTE, True,
                     f"its gradient recomputes from {cp.slots} checkpoint(s) of {cp.state_bytes} B, "
                     f"{cp.slots * cp.state_bytes} B at any trip count; it evaluates the body "
-                    f"checkpoint_schedule.cost(n, {cp.slots}, kept=[0]).body_calls times", slots=cp.slots)
+                    f"checkpoint_schedule.cost(n, {cp.slots}).body_calls times", slots=cp.slots)
 
 
 def backend_platform(backend: Any) -> str:

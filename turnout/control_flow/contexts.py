@@ -22,6 +22,7 @@ from turnout.errors import GraphBuildError
 from turnout.graph import Graph, Node, Tensor
 
 if TYPE_CHECKING:
+    from turnout.control_flow.checkpoints import OnlineCheckpoints
     from turnout.memory_plan import Checkpointing
 
 
@@ -242,6 +243,10 @@ class WhileContext(ControlFlowContext):
         self.body_fn: Optional[Callable[..., Any]] = None
         # for the backward loop that ``gradients.recompute`` builds: how it reverses which loop
         self.reverses_by_recomputing: Optional[Checkpointing] = None
+        self.num_state = 0  # the user's loop variables (after the counter); the rest are the builder's
+        # the slots of online checkpoints that the forward loop keeps for a gradient that recomputes
+        # (``control_flow.checkpoints``); None: it keeps none
+        self.checkpoints: Optional[OnlineCheckpoints] = None
 
     def describe(self) -> str:
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'

@@ -36,6 +36,7 @@ from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
 from turnout.arguments import checked
+from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import ArgumentError, DTypeError, GraphBuildError, ShapeError
@@ -181,13 +182,17 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
             m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{lname}/merge",
                               specs=[spec, TensorSpec(dt.int32, ())])
             ctx.loop_vars.append(LoopVar(enter=e, merge=m))
+    ctx.num_state = len(init)
+    cp = checkpoints.checkpointing_of(ctx)
+    if cp is not None and cp.slots >= 1:  # its gradient will recompute: keep checkpoints online
+        ctx.checkpoints = checkpoints.add_slots(g, ctx, cp)
     ctx.pivot_for_pred = ctx.counter.merge
     merged = [from_graph_value(lv.merge.outputs[0]) for lv in ctx.loop_vars]
 
     # The predicate, and LoopCond: the pivot.
     with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/cond"):
         ctx.mode = "pred"
-        p = _call(cond, loop_vars, nest.pack_as(loop_vars, merged[1:]))
+        p = _call(cond, loop_vars, nest.pack_as(loop_vars, merged[1:1 + len(init)]))
         p = convert_argument(p, f'while_loop "{lname}"', "the value cond returns")
         p = ctx.capture(p)
         if p.dtype != dt.bool_ or (p.shape is not None and p.shape != ()):
@@ -209,7 +214,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
     with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/body"):
         ctx.mode = "body"
         body_in = [from_graph_value(lv.body_input.outputs[0]) for lv in ctx.loop_vars]  # type: ignore[union-attr]
-        out = _call(body, loop_vars, nest.pack_as(loop_vars, body_in[1:]))
+        out = _call(body, loop_vars, nest.pack_as(loop_vars, body_in[1:1 + len(init)]))
         if isinstance(loop_vars, (list, tuple)) and not isinstance(out, (list, tuple)) and len(loop_vars) == 1:
             out = [out]
         if isinstance(loop_vars, (list, tuple)) and isinstance(out, (list, tuple)) and not hasattr(out, "_fields"):
@@ -229,6 +234,8 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
         flat_out = [identity(t) if t.node.op == "Enter" and t.node.attrs.get("is_constant") else t
                     for t in flat_out]
         counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
+        if ctx.checkpoints is not None:
+            flat_out += checkpoints.keep(ctx, ctx.checkpoints)
     with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):
             if t.dtype != lv.merge.outputs[0].dtype:
@@ -239,5 +246,5 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
             lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
             lv.merge.close_back_edge(lv.next_iteration.outputs[0])
     ctx.mode = "done"
-    results = [from_graph_value(lv.exit.outputs[0]) for lv in ctx.loop_vars[1:]]  # type: ignore[union-attr]
+    results = [from_graph_value(lv.exit.outputs[0]) for lv in checkpoints.state_vars(ctx)]  # type: ignore[union-attr]
     return nest.pack_as(loop_vars, results)

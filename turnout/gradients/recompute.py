@@ -2,36 +2,39 @@
 
 A loop differentiated with gradient stacks saves values in every iteration, so its memory grows with
 the trip count. A ``tn.while_loop(..., memory_budget=B)`` whose plan calls for recomputation
-(``memory_plan.checkpointing``) saves nothing in its forward loop. Its backward loop knows the trip
-count ``n`` when it starts, so it runs the offline binomial schedule from the initial state,
-``checkpoint_schedule.actions(n, slots, kept=[0])``, as a ``tn.while_loop`` of actions: each action
-recomputes ``m`` steps from the top slot by calling the loop's body function again (an inner
-``tn.while_loop``), then either keeps the state it reached in the next slot, or applies the
-vector-Jacobian product of one more step (the body called once more, differentiated by this same
-gradient builder with the cotangents as ``grad_ys``). The schedule is a graph like any other, so the
-reference interpreter, the small-step system and the compiled backends all run the same plan.
+(``control_flow.checkpoints.checkpointing_of``, the rule its builder applied too) pushes nothing on
+stacks: its forward loop kept ``slots`` states online instead (``control_flow.checkpoints``: the
+positions ``checkpoint_schedule.forward_checkpoints(n, slots)`` gives). Its backward loop knows the
+trip count ``n`` when it starts, and runs the schedule's backward half from those states,
+``checkpoint_schedule.actions(n, slots)``, as a ``tn.while_loop`` that reverses one step per
+iteration: an inner loop (``push_all``) first makes the schedule's pushes (each recomputes ``split``
+steps from the top slot, calling the loop's body function again, and keeps the state reached in the
+next slot), then the body is recomputed up to the state before the step, and the step's
+vector-Jacobian product applied (the body called once more, differentiated by this same gradient
+builder with the cotangents as ``grad_ys``). The actions come in the order ``actions`` yields them.
+The schedule is a graph like any other, so the reference interpreter, the small-step system and the
+compiled backends all run the same plan.
 
-Its meaning, as plain Python (``x0`` the loop's initial state, ``ct`` the cotangents of its results,
-``acc`` those of the values its body reads from outside)::
+Its meaning, as plain Python (``ct`` the cotangents of its results, ``acc`` those of the values its
+body reads from outside)::
 
-    buf, pos, top, end = [x0] + [None] * (slots - 1), [0] * slots, 0, n
+    buf, count, stride = the forward loop's slots       # buf[:count]: the states at 0, stride, ...
+    pos, top, end = [k * stride for k in range(slots)], count - 1, n
     while end > 0:
-        start, free = pos[top], slots - top
-        push = free >= 2 and end - start >= 2
-        m = split(end - start, free) if push else end - 1 - start
-        x = buf[top]
-        for _ in range(m):
-            x = body(x)
-        if push:
-            top += 1; buf[top], pos[top] = x, start + m
-        else:
-            ct, dacc = vjp(body, x)(ct); acc += dacc
-            end -= 1
-            if end == start:
-                top -= 1
+        while slots - top >= 2 and end - pos[top] >= 2:                     # push_all
+            m = split(end - pos[top], slots - top)
+            buf[top + 1], pos[top + 1] = run(body, m, buf[top]), pos[top] + m
+            top += 1
+        start = pos[top]
+        x = run(body, end - 1 - start, buf[top])                          # advance
+        ct, dacc = vjp(body, x)(ct); acc += dacc                          # vjp_step
+        end -= 1
+        if end == start:
+            top -= 1
 
-The slots are loop variables of the backward loop: one ``[slots, ...]`` buffer per loop variable and
-the int32 positions, ``slots * (state bytes + 4) <= B`` whatever the trip count.
+The slots are loop variables, of the forward loop and then of the backward loop: one ``[slots, ...]``
+buffer per loop variable and the int32 positions (in the forward loop, the count and the stride they
+follow from), ``slots * (state bytes + 4) <= B`` whatever the trip count.
 """
 
 from __future__ import annotations
@@ -44,9 +47,8 @@ import numpy as np
 
 from turnout import checkpoint_schedule as schedule
 from turnout import memory_plan, nest, ops
-from turnout import shapes as sh
-from turnout.control_flow.cond import cond as build_cond
-from turnout.control_flow.contexts import ControlFlowContext, WhileContext
+from turnout.control_flow import checkpoints
+from turnout.control_flow.contexts import ControlFlowContext, LoopVar, WhileContext
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import _call
 from turnout.control_flow.while_loop import while_loop as build_while_loop
@@ -77,7 +79,7 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
                                "by recomputing under its memory_budget, and a gradient of that gradient (second "
                                "order) is not built; for second order give that loop swap_memory=True (it then "
                                "keeps its stacks) or no memory_budget")
-    cp = memory_plan.checkpointing(w.name, w.memory_budget, state_bytes(w), w.swap_memory)
+    cp = checkpoints.checkpointing_of(w)  # the rule by which the loop builder kept its checkpoints
     if cp is None:
         return None
     head = (f'gradients: while_loop "{w.name}" has memory_budget={cp.budget} bytes, which only recomputation '
@@ -90,20 +92,8 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
         raise UnsupportedError(f"{head}, but it holds no loop state: one takes {cp.state_bytes} bytes (its loop "
                                f"variables and a {memory_plan.POSITION_BYTES}-byte position); give at least "
                                f"{cp.state_bytes}")
+    assert w.checkpoints is not None and w.checkpoints.plan == cp, w.name
     return cp
-
-
-def state_bytes(w: WhileContext) -> Optional[int]:
-    """Bytes of one state of ``w`` (its loop variables, the builder's counter left out), or None when a
-    loop variable has no static size (a TensorArray, a shape that changes across iterations)."""
-    total = 0
-    for lv in w.loop_vars[1:]:
-        t = lv.merge.outputs[0]
-        n = sh.num_elements(t.shape)
-        if n is None or t.dtype.is_opaque:
-            return None
-        total += int(n) * t.dtype.itemsize
-    return total
 
 
 def cannot_recompute(w: WhileContext) -> Optional[str]:
@@ -121,52 +111,43 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     """Gradients of the initial values and invariants of ``w``, given those of its Exits, by the
     checkpointed backward loop (module docstring)."""
     g = b.g
-    lvs = w.loop_vars[1:]
+    lvs = checkpoints.state_vars(w)
     wanted = [i for i, lv in enumerate(lvs) if lv.merge.id in b.on_path
               and is_differentiable_dtype(lv.merge.outputs[0].dtype)]
     invs = [e for e in w.invariants.values() if e.id in b.on_path and b.wants(e.inputs[0])]
     if not wanted and not invs:
         return []
     diff = [i for i, lv in enumerate(lvs) if is_differentiable_dtype(lv.merge.outputs[0].dtype)]
-    x0 = [b.value(lv.enter.inputs[0]) for lv in lvs]
     outside = [Outside(tuple(b.aliases(g.nodes[k[0]].outputs[k[1]])), b.value(e.inputs[0]))
                for k, e in w.invariants.items()]
     ct0 = [dys[i + 1] if dys[i + 1] is not None else b.zeros_like(lvs[i].enter.inputs[0]) for i in diff]
     acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
-    slots = cp.slots
-    bufs0 = [_slots_with(x, slots) for x in x0]
-    n = b.value(w.counter.exit.outputs[0])  # type: ignore[union-attr]
-    init = [ops.constant(0), n, ops.zeros([slots], "int32"), *bufs0, *ct0, *acc0]
+    slots, ck = cp.slots, w.checkpoints
+    assert ck is not None
+    bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
+    n = b.value(exit_of(w.counter))
+    pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))
+    init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]
     nb, nc = len(bufs0), len(ct0)
 
-    def action(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
+    read = [o for e, o in zip(w.invariants.values(), outside, strict=True) if e in invs]
+
+    def reverse(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
         ctx = g.current_context
         assert isinstance(ctx, WhileContext)
         ctx.reverses_by_recomputing = cp
         _seed_captures(ctx, outside)
         flat = [to_graph_value(v) for v in rest]  # an outside TensorArray's gradient is one
         bufs, ct, acc = flat[:nb], flat[nb:nb + nc], flat[nb + nc:]
+        top, pos, bufs = push_all(w, slots, end, top, pos, bufs)
         start = ops.gather(pos, top)
-        length, free = end - start, slots - top
-        push = ops.logical_and(free >= 2, length >= 2)
-        m = ops.where(push, split(ops.maximum(length, 2), ops.maximum(free, 2)), length - 1)
-        x = advance(w, [ops.gather(buf, top) for buf in bufs], m)
-        at = ops.minimum(top + 1, slots - 1)  # not pushing: no slot changes
-        put = ops.logical_and(ops.equal(ops.constant(np.arange(slots, dtype=np.int32)), at), push)
-        bufs = [ops.where(ops.reshape(put, [slots] + [1] * (len(buf.shape) - 1)), ops.expand_dims(v, 0), buf)
-                for buf, v in zip(bufs, x, strict=True)]
-        pos = ops.where(put, start + m, pos)
-        if ct or acc:
-            read = [o for e, o in zip(w.invariants.values(), outside, strict=True) if e in invs]
-            out = build_cond(push, lambda: [*ct, *acc], lambda: vjp_step(b, w, x, diff, ct, acc, read),
-                             name=f"{w.name}/push_or_reverse")
-            out = [to_graph_value(t) for t in out]
-            ct, acc = out[:nc], out[nc:]
-        end_next = ops.where(push, end, end - 1)
-        top_next = ops.where(push, top + 1, ops.where(ops.equal(end_next, start), top - 1, top))
-        return [top_next, end_next, pos, *bufs, *ct, *acc]
+        x = advance(w, [ops.gather(buf, top) for buf in bufs], end - 1 - start)
+        out = vjp_step(b, w, x, diff, ct, acc, read)
+        ct, acc = out[:nc], out[nc:]
+        end = end - 1
+        return [ops.where(ops.equal(end, start), top - 1, top), end, pos, *bufs, *ct, *acc]
 
-    res = build_while_loop(lambda top, end, *_: end > 0, action, init, parallel_iterations=1,
+    res = build_while_loop(lambda top, end, *_: end > 0, reverse, init, parallel_iterations=1,
                            name=f"gradients/{w.name}")
     res = [to_graph_value(r) for r in res]
     ct, acc = res[3 + nb:3 + nb + nc], res[3 + nb + nc:]
@@ -175,12 +156,36 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     return pairs
 
 
-def _slots_with(x: Tensor, slots: int) -> Tensor:
-    """A ``[slots, ...]`` buffer of ``x``'s type holding ``x`` in slot 0 (the rest zeros)."""
-    first = ops.expand_dims(x, 0)
-    if slots == 1:
-        return first
-    return ops.concat([first, ops.zeros([slots - 1, *x.shape], x.dtype)], 0)  # type: ignore[misc]
+def push_all(w: WhileContext, slots: int, end: Tensor, top: Tensor, pos: Tensor, bufs: list[Tensor]
+             ) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """The schedule's pushes before the next reversed step, as an inner ``tn.while_loop`` (named
+    ``<loop>/push``): while two slots or more are free from the top one and the top segment
+    ``[pos[top], end)`` has two steps or more, recompute ``split`` steps from the top state and keep the
+    state reached in the next slot. Why a loop of its own: the steps that push nothing (most of them)
+    then neither compute a split nor rewrite the slots."""
+    arange = ops.constant(np.arange(slots, dtype=np.int32))
+
+    def can_push(top: Tensor, pos: Tensor, *_: Any) -> Tensor:
+        return ops.logical_and(slots - top >= 2, end - ops.gather(pos, top) >= 2)
+
+    def push(top: Tensor, pos: Tensor, *bufs: Tensor) -> list[Tensor]:
+        start = ops.gather(pos, top)
+        m = split(end - start, slots - top)
+        x = advance(w, [ops.gather(buf, top) for buf in bufs], m)
+        put = ops.equal(arange, top + 1)
+        bufs_next = [ops.where(ops.reshape(put, [slots] + [1] * len(v.shape or ())), ops.expand_dims(v, 0), buf)
+                     for buf, v in zip(bufs, x, strict=True)]
+        return [top + 1, ops.where(put, start + m, pos), *bufs_next]
+
+    out = build_while_loop(can_push, push, [top, pos, *bufs], parallel_iterations=1, name=f"{w.name}/push")
+    out = [to_graph_value(t) for t in out]
+    return out[0], out[1], out[2:]
+
+
+def exit_of(lv: LoopVar) -> Tensor:
+    """The value loop variable ``lv`` leaves its loop with."""
+    assert lv.exit is not None
+    return lv.exit.outputs[0]
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,7 @@ class Outside:
 def _seed_captures(ctx: ControlFlowContext, outside: Sequence[Outside]) -> list[Tensor]:
     """Make context ``ctx`` capture each outside tensor once, under every one of its names, so that
     every capture the recomputed body makes in ``ctx`` or in a context nested in it meets the same
-    value (the backward loop: ``value``; the branch of a step: the backward loop's capture). Returns
+    value (``value``; where ``ctx`` already captured it, that capture). Returns
     those captures."""
     out = []
     for o in outside:
@@ -235,17 +240,23 @@ def advance(w: WhileContext, x: list[Tensor], m: Tensor) -> list[Tensor]:
 
 def vjp_step(b: Backward, w: WhileContext, x: list[Tensor], diff: list[int], ct: list[Tensor], acc: list[Tensor],
              read: Sequence[Outside]) -> list[Tensor]:
-    """In the branch that reverses one step: the body called on state ``x``, differentiated with the
-    cotangents ``ct`` as ``grad_ys``; returns the cotangents of ``x`` and ``acc`` plus those of the
-    outside tensors ``read`` that the body reads."""
+    """In the backward loop's body (``branch``), the step that reverses: the body called once more on
+    state ``x``, differentiated with the cotangents ``ct`` as ``grad_ys``; returns the cotangents of
+    ``x`` and ``acc`` plus those of the outside tensors ``read`` that the body reads.
+
+    The step's gradient covers the nodes this call builds and nothing else: the region it walks is the
+    whole loop body, where the recomputation that produced ``x`` also reads the outside tensors, and
+    ``x`` is a point to differentiate at, not a function of them within the step."""
     g = b.g
     branch = g.current_context
     assert branch is not None
     invb = _seed_captures(branch, read)
-    ys = call_body(w, x)  # its ops capture ``x`` into the branch; ``xb`` are those captures
     xb = [branch.capture(t) for t in x]
+    n0 = len(g.nodes)
+    ys = call_body(w, xb)
     xs = [xb[i] for i in diff]
     step = type(b)(g, branch, [*xs, *invb], [ys[i] for i in diff])
+    step.on_path = {i for i in step.on_path if i >= n0}
     grads = Grads()
     for i, c in zip(diff, ct, strict=True):
         grads.add(ys[i], branch.capture(c))
@@ -275,5 +286,5 @@ def split(length: Tensor, free: Tensor) -> Tensor:
     return ops.minimum(length - 1, ops.maximum(ops.maximum(1, length - (beta - beta1)), beta2))
 
 
-__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "loop_grad", "plan", "split", "state_bytes",
+__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "exit_of", "loop_grad", "plan", "split",
            "vjp_step"]

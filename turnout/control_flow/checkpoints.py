@@ -1,0 +1,151 @@
+"""Online checkpoints: the forward half of reversing a loop under its own memory budget.
+
+A ``tn.while_loop(..., memory_budget=B)`` whose gradient will recompute (``checkpointing_of``, the one
+rule that both this builder and the gradient builder, ``turnout.gradients.recompute``, apply) keeps,
+while it runs, the loop states that ``checkpoint_schedule.forward_checkpoints`` keeps: the state
+before step ``i`` whenever ``i`` is a multiple of a stride, every other one dropped and the stride
+doubled when the slots are full. The backward loop then starts from those states, not from the
+initial state alone, and recomputes about one forward pass instead of about two.
+
+The slots are extra loop variables of the forward loop, appended after the user's (``state_vars``
+are the user's): one ``[slots, ...]`` buffer per loop variable, the number of states kept and the
+stride. A loop without a budget, or whose gradient keeps stacks, has none of them.
+
+Its meaning, per iteration (``x`` the state before step ``i``)::
+
+    while i % stride == 0 and count >= capacity(slots, stride):   # at most twice: ``thinnings``
+        buf[:(count + 1) // 2] = buf[0:count:2]; count = (count + 1) // 2; stride *= 2
+    if i % stride == 0:
+        buf[count] = x; count += 1
+
+so after ``n`` steps ``buf[:count]`` holds the states at ``0, stride, 2 stride, ...``: the positions
+``forward_checkpoints(n, slots)`` gives, which the tests check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout import memory_plan, ops
+from turnout import shapes as sh
+from turnout.control_flow.cond import cond as build_cond
+from turnout.control_flow.contexts import LoopVar, WhileContext
+from turnout.graph import BACK_EDGE, Tensor, TensorSpec
+
+if TYPE_CHECKING:
+    from turnout.graph import Graph
+
+
+@dataclass(frozen=True)
+class OnlineCheckpoints:
+    """The forward loop's slots: ``plan`` (how many, of how many bytes), the loop variables of the
+    buffers (one per state variable, in order), of the count of states kept and of the stride."""
+
+    plan: memory_plan.Checkpointing
+    bufs: tuple[LoopVar, ...]
+    count: LoopVar
+    stride: LoopVar
+
+
+def state_vars(w: WhileContext) -> list[LoopVar]:
+    """The loop variables of ``w`` that hold the user's state: after the builder's counter, before the
+    slots of online checkpoints and any gradient-sync variable."""
+    return w.loop_vars[1:1 + w.num_state]
+
+
+def state_bytes(w: WhileContext) -> Optional[int]:
+    """Bytes of one state of ``w`` (its state variables), or None when one has no static size (a
+    TensorArray, a shape that changes across iterations)."""
+    total = 0
+    for lv in state_vars(w):
+        t = lv.merge.outputs[0]
+        n = sh.num_elements(t.shape)
+        if n is None or t.dtype.is_opaque:
+            return None
+        total += int(n) * t.dtype.itemsize
+    return total
+
+
+def checkpointing_of(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
+    """Whether loop ``w`` is reversed by recomputation, and in how many slots (None: its gradient keeps
+    stacks, or it has none). The one rule: the loop builder keeps online checkpoints exactly where the
+    gradient builder recomputes (``memory_plan.checkpointing`` on the loop's budget and state size)."""
+    if not w.back_prop:
+        return None
+    return memory_plan.checkpointing(w.name, w.memory_budget, state_bytes(w), w.swap_memory)
+
+
+def thinnings(slots: int) -> int:
+    """The most thinnings one step of a loop with ``slots`` slots makes. Why: a thinning happens with
+    ``count == cap`` kept and leaves ``(cap + 1) // 2``; a second in the same step needs that to be
+    ``>= slots - 1``, so ``slots <= 3``. With three slots the first thinning (at stride 1) comes at
+    ``i = 3``, odd, so the doubled stride does not divide it, and later ones leave one state of the two
+    allowed. With two slots the first comes at ``i = 2`` and thins twice (stride 4 does not divide 2);
+    each later one comes at ``i`` equal to the stride, which the doubled stride does not divide. The
+    tests compare the kept positions with ``forward_checkpoints`` for every slot count up to 12."""
+    return 2 if slots == 2 else 1
+
+
+def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> OnlineCheckpoints:
+    """Append the slots' loop variables to ``w`` (Enter -> Merge, as the builder lowers every loop
+    variable; the builder then gives them their Switch, Exit and NextIteration). The buffers start as
+    zeros of a run-time ``Fill``, not a constant as large as the budget in the graph."""
+    with g._in_context(w.outer), g.control_dependencies(None), g.name_scope(f"{w.name}/checkpoints"):
+        inits = [ops.fill(ops.constant(np.array([cp.slots, *(lv.merge.outputs[0].shape or ())], np.int32)),
+                          ops.constant(np.zeros((), lv.merge.outputs[0].dtype.numpy)))
+                 for lv in state_vars(w)]
+        inits += [ops.constant(0), ops.constant(1)]
+    attrs = {"frame_name": w.frame_name, "is_constant": False, "parallel_iterations": w.parallel_iterations}
+    made = []
+    with g._in_context(w), g._no_capture(), g.control_dependencies(None):
+        for t in inits:
+            e = g.create_node("Enter", [t], attrs, name=f"{w.name}/checkpoints/enter", control_inputs=w.outer_deps)
+            m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{w.name}/checkpoints/merge",
+                              specs=[e.outputs[0].spec, TensorSpec(dt.int32, ())])
+            made.append(LoopVar(enter=e, merge=m))
+    w.loop_vars.extend(made)
+    return OnlineCheckpoints(cp, tuple(made[:-2]), made[-2], made[-1])
+
+
+def keep(w: WhileContext, ck: OnlineCheckpoints) -> list[Tensor]:
+    """In the body of ``w``: the slots' next values, after thinning and keeping the state before this
+    step (the module docstring). Thinning is a ``tn.cond``, so the steps that do not thin (all but
+    about ``log2(n)``) do not copy the buffers for it. Keeping is a ``Select`` over the buffers in
+    every step: a graph has no op that writes one slot in place, and a ``tn.cond`` around it was
+    measured slower on the fast backend (its branches copy the buffers)."""
+    slots = ck.plan.slots
+    i = _body_in(w.counter)
+    x = [_body_in(lv) for lv in state_vars(w)]
+    held = [*(_body_in(lv) for lv in ck.bufs), _body_in(ck.count), _body_in(ck.stride)]
+    every_other = ops.constant(np.minimum(2 * np.arange(slots), slots - 1).astype(np.int32))
+
+    def thin(bufs_count_stride: list[Tensor]) -> list[Tensor]:
+        *bufs, count, stride = bufs_count_stride
+        return [*(ops.gather(b, every_other) for b in bufs), (count + 1) // 2, stride * 2]
+
+    for _ in range(thinnings(slots)):
+        count, stride = held[-2], held[-1]
+        cap = ops.constant(slots) if slots == 1 else ops.where(ops.equal(stride, 1), slots, slots - 1)
+        full = ops.logical_and(ops.equal(i % stride, 0), count >= cap)
+        held = list(build_cond(full, partial(thin, held), partial(list, held), name=f"{w.name}/thin"))
+    *bufs, count, stride = held
+    due = ops.equal(i % stride, 0)
+    put = ops.logical_and(ops.equal(ops.constant(np.arange(slots, dtype=np.int32)),
+                                    ops.minimum(count, slots - 1)), due)
+    bufs = [ops.where(ops.reshape(put, [slots] + [1] * len(v.shape or ())), ops.expand_dims(v, 0), b)
+            for b, v in zip(bufs, x, strict=True)]
+    return [*bufs, ops.where(due, count + 1, count), stride]
+
+
+def _body_in(lv: LoopVar) -> Tensor:
+    assert lv.body_input is not None
+    return lv.body_input.outputs[0]
+
+
+__all__ = ["OnlineCheckpoints", "add_slots", "checkpointing_of", "keep", "state_bytes", "state_vars",
+           "thinnings"]
