@@ -210,6 +210,16 @@ def _scatter_add_like(ctx, n, xs):
     return [jnp.moveaxis(out.at[idx].add(upd_m), 0, ax)]
 
 
+@lowering_rule("UpdateSlot")
+def _update_slot(ctx, n, xs):
+    """``lax.dynamic_update_index_in_dim``: XLA writes the slot in place when ``x`` is not read again."""
+    x, i, v = jnp.asarray(xs[0]), jnp.asarray(xs[1]), jnp.asarray(xs[2])
+    size = x.shape[0]
+    ctx.check((i >= -size) & (i < size), f"{describe_node(n)}: UpdateSlot: index out of range for axis 0 of "
+                                         f"size {size}")
+    return [jax.lax.dynamic_update_index_in_dim(x, v.astype(x.dtype), jnp.where(i < 0, i + size, i), 0)]
+
+
 @lowering_rule("Tile")
 def _tile(ctx, n, xs):
     x = jnp.asarray(xs[0])

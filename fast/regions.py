@@ -71,7 +71,7 @@ def cond_exports(r: CondRegion, fetch_keys: Collection[Key]) -> list[Key]:
 
 def cond_outputs(r: CondRegion, exports: list[Key]) -> list[Key]:
     """Everything a cond gives out: each Merge's value and index, then ``exports`` (``cond_exports``);
-    all dead when the predicate is dead ([E-Switch-Dead], [E-Merge-Dead])."""
+    all dead when the predicate is dead ([E-Switch-Dead], [E-Merge-AllDead])."""
     return [key(o) for m, _ in r.merges for o in m.outputs[:2]] + list(exports)
 
 

@@ -319,7 +319,8 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Assert",  # a failing check is an error, which the encoding has no value for
     "ArgMax", "ArgMin", "TopK", "ReverseSequence",
     "MatMul", "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
-    "ScatterAddLike", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill", "Shape",
+    "ScatterAddLike", "UpdateSlot", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill",
+    "Shape",
     "Size",
     "BroadcastLike", "SumToLike",
     "TensorArrayNew", "TensorArrayWrite", "TensorArrayRead", "TensorArrayStack", "TensorArrayUnstack",

@@ -179,6 +179,8 @@ CASES: dict[str, Case] = {
                    lambda x: x[jnp.array([3, 0, 3])]),
     "ScatterAddLike": Case([_arr(3, 2)], _scatter_add_like,
                            lambda u: jnp.zeros((4, 2)).at[jnp.array([2, 0, 2])].add(u * u)),
+    "UpdateSlot": Case([_arr(4, 2), _arr(2)], lambda x, v: tn.update_slot(x, -2, v * v),
+                       lambda x, v: x.at[2].set(v * v)),
     "Tile": Case([_arr(2, 3)], lambda x: tn.tile(x, [2, 3]), lambda x: jnp.tile(x, (2, 3))),
     "Sum": Case([_arr(2, 3, 2)], lambda x: tn.reduce_sum(x, axis=[0, 2]), lambda x: jnp.sum(x, axis=(0, 2))),
     "Mean": Case([_arr(2, 3)], lambda x: tn.reduce_mean(x, axis=1, keepdims=True),

@@ -118,6 +118,21 @@ def _tensor_array_grads_summed() -> Built:
     return g, [loss, gx], {x: np.array([0.5, -1.0, 0.25], np.float32)}
 
 
+def _recomputed_loop() -> Built:
+    """A loop under its own memory budget, differentiated: its forward loop keeps checkpoints in slot
+    buffers written one slot a step (``UpdateSlot``, exported as TensorFlow's ``TensorScatterUpdate``)
+    and its backward loop recomputes from them."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+        n = tn.placeholder(tn.int32, shape=[], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v * 1.1) + 0.1), [tn.constant(0), x],
+                             memory_budget=3 * 16)
+        (gx,) = tn.gradients(tn.reduce_sum(y * y), [x])
+    assert any(nd.op == "UpdateSlot" for nd in g.nodes)
+    return g, [y, gx], {x: np.array([0.5, -1.0, 0.25], np.float32), n: 7}
+
+
 def _gather_grads() -> Built:
     """Gathers along every axis, with repeated and negative indices, and their gradients (a
     ``ScatterAddLike`` each, exported as TensorFlow's ``UnsortedSegmentSum``)."""
@@ -135,7 +150,7 @@ def _gather_grads() -> Built:
 BUILDERS: dict[str, Callable[[], Built]] = {f.__name__[1:]: f for f in
                                             (_while_grad, _nested_grad, _cond_in_while, _tensor_array_and_slices,
                                              _variables, _gather_grads,
-                                             _tensor_array_grad, _tensor_array_grads_summed)}
+                                             _tensor_array_grad, _tensor_array_grads_summed, _recomputed_loop)}
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])

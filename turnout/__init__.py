@@ -106,6 +106,7 @@ from turnout.ops import (
     tanh,
     tile,
     transpose,
+    update_slot,
     where,
     zeros,
     zeros_like,

@@ -346,6 +346,17 @@ def _scatter_add_like(xs, attrs):
     return [out]
 
 
+@_k("UpdateSlot")
+def _update_slot(xs, attrs):
+    x, i, v = np.asarray(xs[0]), int(np.asarray(xs[1])), np.asarray(xs[2])
+    n = x.shape[0]
+    if not -n <= i < n:
+        raise KernelError(f"UpdateSlot: index {i} out of range for axis 0 of size {n}")
+    out = x.copy()
+    out[i] = v
+    return [out]
+
+
 @_k("Tile")
 def _tile(xs, attrs):
     x = np.asarray(xs[0])

@@ -474,6 +474,18 @@ def gather(x: Any, indices: Any, axis: int = 0, name: Optional[str] = None) -> T
     return x.graph.create_node("Gather", [x, idx], {"axis": int_attr(axis, "gather", "axis")}, name=name).outputs[0]
 
 
+def update_slot(x: Any, index: Any, value: Any, name: Optional[str] = None) -> Tensor:
+    """``x`` with its slot ``index`` along axis 0 replaced by ``value`` (``x[index] = value`` without
+    changing ``x``): a new tensor by its meaning, written in place where compiled (XLA reuses ``x``'s
+    buffer when nothing reads ``x`` afterwards), so a loop that keeps a buffer of slots pays for one
+    slot a step, not for the buffer. ``index`` counts from the end when negative; outside
+    ``[-n, n)`` it is a ``KernelError`` on every backend."""
+    x = convert_to_tensor(x)
+    i = convert_to_tensor(index, dtype=dt.int32)
+    v = convert_to_tensor(value, dtype=x.dtype)
+    return x.graph.create_node("UpdateSlot", [x, i, v], name=name).outputs[0]
+
+
 @checked
 def tile(x: Any, multiples: Sequence[int], name: Optional[str] = None) -> Tensor:
     """``x`` repeated ``multiples[i]`` times along each axis ``i``."""

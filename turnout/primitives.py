@@ -88,6 +88,7 @@ _DECLS: list[Primitive] = [
     _P("GetItemGrad", "compute", True, "scatter a gradient into zeros shaped like x, at a GetItem index"),
     _P("Gather", "compute"),
     _P("ScatterAddLike", "compute", True, "zeros like x with updates added at indices (Gather's gradient)"),
+    _P("UpdateSlot", "compute", True, "x with its slot i along axis 0 replaced by v (a write in place where compiled)"),
     _P("Tile", "compute"),
     _P("ArgMax", "compute", False, "the index of the largest element along attr axis (the first among ties)"),
     _P("ArgMin", "compute", False, "the index of the smallest element along attr axis (the first among ties)"),

@@ -425,6 +425,22 @@ def _scatter_add_like(op, specs, attrs):
     return [TensorSpec(upd.dtype, like.shape)]
 
 
+@_rule("UpdateSlot")
+def _update_slot(op, specs, attrs):
+    """``x`` keeps its type; ``i`` is an int32 scalar and ``v`` has ``x``'s dtype and the shape of one slot."""
+    x, i, v = specs
+    if i.shape is not None and len(i.shape) != 0:
+        raise ShapeError(f"UpdateSlot: the index must be a scalar, got shape {list(i.shape)}")
+    if x.shape is not None and len(x.shape) == 0:
+        raise ShapeError("UpdateSlot: cannot update a slot of a scalar: it has no axis 0")
+    if v.dtype != x.dtype:
+        raise DTypeError(f"UpdateSlot: the value is {v.dtype.name}, the tensor {x.dtype.name}")
+    if x.shape is not None and v.shape is not None and not sh.compatible(tuple(x.shape[1:]), tuple(v.shape)):
+        raise ShapeError(f"UpdateSlot: a value of shape {list(v.shape)} does not fit a slot of shape "
+                         f"{list(x.shape[1:])}")
+    return [TensorSpec(x.dtype, x.shape)]
+
+
 @_rule("Tile")
 def _tile(op, specs, attrs):
     x = specs[0]

@@ -115,9 +115,10 @@ def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> Onlin
 def keep(w: WhileContext, ck: OnlineCheckpoints) -> list[Tensor]:
     """In the body of ``w``: the slots' next values, after thinning and keeping the state before this
     step (the module docstring). Thinning is a ``tn.cond``, so the steps that do not thin (all but
-    about ``log2(n)``) do not copy the buffers for it. Keeping is a ``Select`` over the buffers in
-    every step: a graph has no op that writes one slot in place, and a ``tn.cond`` around it was
-    measured slower on the fast backend (its branches copy the buffers)."""
+    about ``log2(n)``) do not copy the buffers for it. Keeping writes one slot every step
+    (``tn.update_slot``, in place where compiled): the state when it is due, else the slot's own
+    value, so no step copies a whole buffer (a ``Select`` over the buffers did, and a ``tn.cond``
+    around the write was measured slower still: its branches copy the buffers)."""
     slots = ck.plan.slots
     i = _body_in(w.counter)
     x = [_body_in(lv) for lv in state_vars(w)]
@@ -135,10 +136,8 @@ def keep(w: WhileContext, ck: OnlineCheckpoints) -> list[Tensor]:
         held = list(build_cond(full, partial(thin, held), partial(list, held), name=f"{w.name}/thin"))
     *bufs, count, stride = held
     due = ops.equal(i % stride, 0)
-    put = ops.logical_and(ops.equal(ops.constant(np.arange(slots, dtype=np.int32)),
-                                    ops.minimum(count, slots - 1)), due)
-    bufs = [ops.where(ops.reshape(put, [slots] + [1] * len(v.shape or ())), ops.expand_dims(v, 0), b)
-            for b, v in zip(bufs, x, strict=True)]
+    slot = ops.minimum(count, slots - 1)
+    bufs = [ops.update_slot(b, slot, ops.where(due, v, ops.gather(b, slot))) for b, v in zip(bufs, x, strict=True)]
     return [*bufs, ops.where(due, count + 1, count), stride]
 
 

@@ -163,8 +163,6 @@ def push_all(w: WhileContext, slots: int, end: Tensor, top: Tensor, pos: Tensor,
     ``[pos[top], end)`` has two steps or more, recompute ``split`` steps from the top state and keep the
     state reached in the next slot. Why a loop of its own: the steps that push nothing (most of them)
     then neither compute a split nor rewrite the slots."""
-    arange = ops.constant(np.arange(slots, dtype=np.int32))
-
     def can_push(top: Tensor, pos: Tensor, *_: Any) -> Tensor:
         return ops.logical_and(slots - top >= 2, end - ops.gather(pos, top) >= 2)
 
@@ -172,10 +170,8 @@ def push_all(w: WhileContext, slots: int, end: Tensor, top: Tensor, pos: Tensor,
         start = ops.gather(pos, top)
         m = split(end - start, slots - top)
         x = advance(w, [ops.gather(buf, top) for buf in bufs], m)
-        put = ops.equal(arange, top + 1)
-        bufs_next = [ops.where(ops.reshape(put, [slots] + [1] * len(v.shape or ())), ops.expand_dims(v, 0), buf)
-                     for buf, v in zip(bufs, x, strict=True)]
-        return [top + 1, ops.where(put, start + m, pos), *bufs_next]
+        bufs_next = [ops.update_slot(buf, top + 1, v) for buf, v in zip(bufs, x, strict=True)]
+        return [top + 1, ops.update_slot(pos, top + 1, start + m), *bufs_next]
 
     out = build_while_loop(can_push, push, [top, pos, *bufs], parallel_iterations=1, name=f"{w.name}/push")
     out = [to_graph_value(t) for t in out]

@@ -383,6 +383,15 @@ def _scatter_add_like(b, n, dys):
     return [None, None, ops.gather(dys[0], b.value(idx), axis=n.attrs.get("axis", 0))]
 
 
+@_grad("UpdateSlot")
+def _update_slot(b, n, dys):
+    """The slot written takes its gradient from ``v``; the rest of ``x`` passes ``dy`` through."""
+    x, i, v = n.inputs
+    idx = b.value(i)
+    dx = dys[0].graph.create_node("UpdateSlot", [dys[0], idx, b.zeros_like(v)]).outputs[0]
+    return [dx, None, ops.gather(dys[0], idx)]
+
+
 @_grad("Tile")
 def _tile(b, n, dys):
     """dx = sum of dy over the tiles: reshape dy to (m0, d0, m1, d1, ...) and sum the m axes."""

@@ -235,6 +235,19 @@ def _scatter_add_like(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("Transpose", [f"{out}:0", ctx.const(_i32(back), "back")], {"T": T, "Tperm": Dt(dt.int32)})}:0']
 
 
+@_rule("UpdateSlot")
+def _update_slot(ctx: ExportContext, n: Node) -> Outs:
+    """``x`` with slot ``i`` replaced by ``v``: TensorFlow's ``TensorScatterUpdate`` at the one index
+    ``[[i]]`` (counted from the end where negative, ``_from_end``) with the update ``[v]``."""
+    x, i, v = n.inputs
+    T, Ti = _T(n), Dt(i.dtype)
+    idx = ctx.add("Reshape", [_from_end(ctx, i, x, 0), ctx.const(_i32([1, 1]), "index_shape")],
+                  {"T": Ti, "Tshape": Dt(dt.int32)}, suffix="indices")
+    upd = ctx.add("ExpandDims", [ctx.t(v), ctx.const(_i32(0), "lead")], {"T": T, "Tdim": Dt(dt.int32)},
+                  suffix="updates")
+    return [f'{ctx.add("TensorScatterUpdate", [ctx.t(x), f"{idx}:0", f"{upd}:0"], {"T": T, "Tindices": Ti})}:0']
+
+
 @_rule("Sum", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ExportContext, n: Node) -> Outs:
     axis = n.attrs.get("axis")

@@ -246,6 +246,20 @@ def _add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [acc]
 
 
+@_rule("TensorScatterUpdate")
+def _tensor_scatter_update(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A scatter of one slot along axis 0 (indices of shape ``[1, 1]``, updates with a leading 1: the
+    form Turnout's ``UpdateSlot`` exports to) is that ``UpdateSlot``; other scatters are refused."""
+    x, idx, upd = (_t(v) for v in ins)
+    if idx.shape is None or tuple(idx.shape) != (1, 1) or upd.shape is None or tuple(upd.shape[:1]) != (1,):
+        raise UnsupportedError(f"{ctx.where()}: only a scatter of one slot along axis 0 (indices of shape [1, 1]) "
+                               "is supported")
+    first = [{"kind": "index", "value": 0}]
+    i = ctx.create("GetItem", [idx], {"spec": [*first, *first]}, suffix="index").outputs[0]
+    v = ctx.create("GetItem", [upd], {"spec": first}, suffix="update").outputs[0]
+    return [ctx.create("UpdateSlot", [x, i, v]).outputs[0]]
+
+
 @_rule("TanhGrad")
 def _tanh_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """dy * (1 - y^2), from the forward output y."""
