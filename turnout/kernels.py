@@ -352,6 +352,9 @@ def _update_slot(xs, attrs):
     n = x.shape[0]
     if not -n <= i < n:
         raise KernelError(f"UpdateSlot: index {i} out of range for axis 0 of size {n}")
+    if v.shape != x.shape[1:]:
+        raise KernelError(f"UpdateSlot: a value of shape {list(v.shape)} does not fit a slot of shape "
+                          f"{list(x.shape[1:])}")
     out = x.copy()
     out[i] = v
     return [out]
