@@ -160,6 +160,9 @@ STRUCT: list[tuple[str, Callable[[], Any], Any, tuple[Any, ...]]] = [
     ("gather", lambda: tn.gather(tn.constant(A), tn.constant([1, 0, 1])), A[[1, 0, 1]], (3, 3)),
     ("gather_axis1", lambda: tn.gather(tn.constant(A), tn.constant([2, 0]), axis=1), A[:, [2, 0]], (2, 2)),
     ("tile", lambda: tn.tile(tn.constant(A), [2, 1]), np.tile(A, [2, 1]), (4, 3)),
+    ("update_slot", lambda: tn.update_slot(tn.constant(A), 1, tn.constant(B[0])), np.stack([A[0], B[0]]), (2, 3)),
+    ("update_slot_from_end", lambda: tn.update_slot(tn.constant(A), -2, tn.constant(B[1])), np.stack([B[1], A[1]]),
+     (2, 3)),
     ("reduce_sum", lambda: tn.reduce_sum(tn.constant(A)), A.sum(), ()),
     ("reduce_sum_axis0", lambda: tn.reduce_sum(tn.constant(A), axis=0), A.sum(0), (3,)),
     ("reduce_sum_keep", lambda: tn.reduce_sum(tn.constant(A), axis=1, keepdims=True), A.sum(1, keepdims=True),
@@ -246,6 +249,8 @@ ERRORS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("getitem_rank", lambda: tn.constant(A)[0, 0, 0], tn.ShapeError, "GetItem"),
     ("gather_float_idx", lambda: tn.gather(tn.constant(A), tn.constant([0.0])), tn.DTypeError, "Gather"),
     ("tile_rank", lambda: tn.tile(tn.constant(A), [2]), tn.ShapeError, "Tile"),
+    ("update_slot_shape", lambda: tn.update_slot(tn.constant(A), 0, tn.constant(A)), tn.ShapeError, "UpdateSlot"),
+    ("update_slot_scalar", lambda: tn.update_slot(tn.constant(1.0), 0, tn.constant(1.0)), tn.ShapeError, "UpdateSlot"),
     ("less_bool", lambda: tn.less(tn.constant(True), tn.constant(False)), tn.DTypeError, "Less"),
     ("expand_axis", lambda: tn.expand_dims(tn.constant(A), 5), tn.ShapeError, "ExpandDims"),
 ]
@@ -414,7 +419,7 @@ def test_assert_true_passes_its_value_on(backend: str) -> None:
 
 #: op constructors whose values some test above checks, beyond those in the UNARY and BINARY tables
 CHECKED_ELSEWHERE = {
-    "cast", "matmul", "reshape", "transpose", "expand_dims", "concat", "stack", "gather", "tile",
+    "cast", "matmul", "reshape", "transpose", "expand_dims", "concat", "stack", "gather", "tile", "update_slot",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_all", "reduce_any", "zeros", "ones", "shape",
     "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
