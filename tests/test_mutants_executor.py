@@ -1,0 +1,204 @@
+"""Tests that kill what the full mutant set of the reference interpreter's main loop let through.
+
+``python tools/mutation.py --module reference/executor.py --all`` mutates ``reference/executor.py`` one
+expression at a time (docs/checking.rst gives the score); each test here fails under mutants that the
+rest of the suite let through, and states the law of the interpreter it checks: where a token goes and
+at which tag, when an iteration retires and a frame ends, and what a run reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout import raw
+from turnout.reference.executor import run_graph
+from turnout.reference.trace import fmt_tag
+from turnout.semantics import smallstep as ss
+from turnout.session import RunOptions
+
+
+def _counted_loop(n: int, name: str = "loop") -> tuple[tn.Graph, tn.Tensor]:
+    """``i = 0; while i < n: i = i + 1`` by hand, with the body's add waiting on the constant Enter of
+    ``n`` through a control edge (``step``), so that an invariant's control output has a consumer."""
+    g = tn.Graph()
+    with g.as_default():
+        e = raw.enter(tn.constant(0), name)
+        lim = raw.enter(tn.constant(n), name, is_constant=True, name="lim")
+        one = raw.enter(tn.constant(1), name, is_constant=True)
+        m, _ = raw.merge([e, raw.BACK_EDGE], name="m")
+        f, t = raw.switch(m, raw.loop_cond(m < lim))
+        with tn.control_dependencies([lim]):
+            step = tn.add(t, one, name="step")
+        raw.close_back_edge(m, raw.next_iteration(step))
+        out = raw.exit(f, name="out")
+    return g, out
+
+
+# ---- invariants: [E-Enter-Const] ---------------------------------------------------------------------
+def test_a_constant_enter_satisfies_its_control_consumers_at_every_iteration() -> None:
+    """[E-Enter-Const]: a loop invariant reaches every iteration, its control output included: a body
+    op that waits on the constant Enter through a control edge fires once at each iteration's tag
+    (iteration 1 onwards gets it when the iteration starts, ``start_iteration``), so the loop runs its
+    ``n`` bodies, as in the small-step system."""
+    for n in (1, 3):
+        g, out = _counted_loop(n)
+        r = run_graph(g, [out], options=RunOptions(trace=True))
+        small = ss.run(g, [out])
+        assert [int(v) for v in r.values] == [n] == [int(v) for v in small.values]
+        assert r.trace is not None
+        steps = Counter(e.tag for e in r.trace.events if e.node == "step" and not e.dead)
+        assert steps == Counter({(("loop", k),): 1 for k in range(n)})
+        assert {k: c for k, c in r.counts.items() if k[0] == "step"} == {
+            k: c for k, c in small.counts.items() if k[0] == "step"}
+        assert r.stats["stranded_inboxes"] == 0
+
+
+# ---- the parallel_iterations window: [E-Next-Park], [E-Iter-Retire] ---------------------------------------
+def _window_loop(pi: int | None, n: int, chain: int = 12) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """``i, acc = 0, 0.0; while i < n: i, acc = i + 1, acc + 1.0 + ... + 1.0`` (``chain`` adds), built by
+    hand with Enters of ``parallel_iterations=pi`` (None: the attribute left out). The counter runs
+    ahead of the slow accumulator, so its NextIteration reaches the edge of the window and parks."""
+    g = tn.Graph()
+    with g.as_default():
+        def enter(x: Any, const: bool = False) -> tn.Tensor:
+            attrs: dict[str, Any] = {"frame_name": "win", "is_constant": const}
+            if pi is not None:
+                attrs["parallel_iterations"] = pi
+            return g.create_node("Enter", [x], attrs).outputs[0]
+
+        lim, one, onef = enter(tn.constant(n), True), enter(tn.constant(1), True), enter(tn.constant(1.0), True)
+        mi, _ = raw.merge([enter(tn.constant(0)), raw.BACK_EDGE])
+        ma, _ = raw.merge([enter(tn.constant(0.0)), raw.BACK_EDGE])
+        go = raw.loop_cond(mi < lim)
+        fi, ti = raw.switch(mi, go)
+        fa, acc = raw.switch(ma, go)
+        for _ in range(chain):
+            acc = acc + onef
+        raw.close_back_edge(mi, raw.next_iteration(ti + one))
+        raw.close_back_edge(ma, raw.next_iteration(acc))
+    return g, raw.exit(fi), raw.exit(fa)
+
+
+def _widest_lead(pi: int | None, n: int) -> int:
+    """Run the loop; check that iterations retire oldest first, one at a time, and return the most
+    iterations any firing ran ahead of the oldest unretired one."""
+    g, i, acc = _window_loop(pi, n)
+    r = run_graph(g, [i, acc], options=RunOptions(trace=True))
+    assert [float(v) for v in r.values] == [n, 12.0 * n]
+    assert r.trace is not None
+    retired, lead = 0, 0
+    for e in r.trace.events:
+        if e.rule == "E-Iter-Retire":
+            assert e.tag == (("win", retired),)
+            retired += 1
+        elif e.tag:
+            lead = max(lead, e.tag[-1][1] - retired)
+    assert retired == n + 1  # iterations 0..n: the last finds the predicate false
+    return lead
+
+
+def test_no_iteration_runs_before_the_one_parallel_iterations_back_has_retired() -> None:
+    """[E-Next-Park]: iteration k of a loop of ``parallel_iterations=pi`` may run only once iterations
+    0 .. k-pi have retired; a value for it is parked until then. Here the counter would run far ahead,
+    so the window is used to the full and never overrun: the widest lead of a firing over the oldest
+    unretired iteration is pi-1."""
+    for pi in (1, 2, 3):
+        assert _widest_lead(pi, 6) == pi - 1, pi
+
+
+def test_an_enter_without_parallel_iterations_gets_a_window_of_ten() -> None:
+    """An Enter made without the ``parallel_iterations`` attribute (by hand: the builders always set
+    it) runs in a window of 10, the default of ``raw.enter``, of the validator and of TensorFlow."""
+    assert _widest_lead(None, 25) == 9
+
+
+# ---- what a trace records ------------------------------------------------------------------------------
+def test_every_trace_event_says_what_it_is() -> None:
+    """A trace holds node firings and two kinds of bookkeeping (``Trace.summary``): a node firing carries
+    its node's op; a retirement ([E-Iter-Retire]) is a live event of op ``Retire`` named
+    ``<frame>#retire`` at the retired iteration's tag; the dead token an Exit sends when its frame ends
+    having sent nothing live ([E-Frame-Done]) is a dead ``Exit`` event at the tag the loop was entered
+    from. Here a loop on the untaken side of a cond runs dead, so its Exit ends that way."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        out = tn.cond(x > 100, lambda: tn.while_loop(lambda i: i < 3, lambda i: i + 1, [x], name="lp")[0],
+                      lambda: x * 2)
+    r = run_graph(g, [out], {x: np.int32(2)}, RunOptions(trace=True))
+    assert [int(v) for v in r.values] == [4]
+    assert r.trace is not None
+    ops = {n.name: n.op for n in g.nodes}
+    kinds = Counter()
+    for e in r.trace.events:
+        if e.rule == "E-Iter-Retire":
+            assert (e.op, e.dead) == ("Retire", False) and e.node == e.tag[-1][0] + "#retire", e
+            assert len(e.tag) == 1 and "lp" in e.tag[-1][0], e
+        elif e.rule == "E-Frame-Done":
+            assert (e.op, e.dead, e.tag) == ("Exit", True, ()) and ops[e.node] == "Exit", e
+        else:
+            assert e.op == ops[e.node], e
+        kinds[e.rule] += 1
+    assert kinds["E-Iter-Retire"] == 1 and kinds["E-Frame-Done"] == 1  # a dead loop runs iteration 0 only
+
+
+# ---- runaway runs: max_firings and max_seconds ------------------------------------------------------------
+def _hint(option: str) -> str:
+    return (r"\. Does a loop fail to terminate\? If the program really needs more, raise the limit with "
+            rf"sess\.run\(\.\.\., {option}=N\) \(RunOptions\.{option}; None: no limit\)$")
+
+
+def test_a_runaway_run_without_loops_names_its_last_firing_and_the_option() -> None:
+    """A run past ``max_firings`` names the firing that went over (FIFO: the two constants, then the
+    Add), says what to raise, and names no loop when none is running."""
+    g = tn.Graph()
+    with g.as_default():
+        y = tn.add(tn.constant(1), tn.constant(2), name="y")
+    want = r'^more than max_firings=2 firings \(last: Add node "y"[^)]*\) at root\)' + _hint("max_firings")
+    with pytest.raises(tn.NonTerminationError, match=want):
+        run_graph(g, [y], options=RunOptions(max_firings=2))
+
+
+def test_a_runaway_loop_is_named_with_the_iteration_it_reached() -> None:
+    """A run past ``max_firings`` inside loops names the busiest loop instance (the one that started the
+    most iterations: here the endless inner loop, not the outer loop that holds it, which was made
+    first) and the last iteration it started, which is one past the last iteration whose NextIteration
+    fired live ([E-Next-Live] starts iteration k+1)."""
+    from turnout.reference.executor import Interpreter, make_plan
+
+    g = tn.Graph()
+    with g.as_default():
+        def outer(i: Any) -> Any:
+            (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [i], name="inner")
+            return k
+
+        (out,) = tn.while_loop(lambda i: i < 2, outer, [tn.constant(0)], name="outer")
+    for limit in (200, 333):
+        it = Interpreter(make_plan(g, [out], set()), {}, {}, RunOptions(max_firings=limit, trace=True))
+        with pytest.raises(tn.NonTerminationError) as e:
+            it.run()
+        assert it.trace is not None
+        nexts = [ev.tag[-1][1] for ev in it.trace.events
+                 if ev.op == "NextIteration" and not ev.dead and "inner" in ev.tag[-1][0]]
+        inner = next(ev.tag for ev in it.trace.events if ev.tag and "inner" in ev.tag[-1][0])
+        frame, parent = inner[-1][0], fmt_tag(inner[:-1])
+        want = (rf"^more than max_firings={limit} firings \(last: .* at {parent}/{frame}:\d+\); the busiest "
+                rf"loop is loop frame '{frame}' \(instance {parent}; entered by Enter node "
+                rf"[^)]*\)\), at iteration {max(nexts) + 1}" + _hint("max_firings"))
+        assert re.match(want, str(e.value)), (want, str(e.value))
+
+
+def test_a_run_past_max_seconds_says_which_option_to_raise() -> None:
+    """``max_seconds`` is checked every 1024 firings: a run past it names the loop and the option."""
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="forever")
+    want = (r"^the run took more than max_seconds=0\.02 seconds \(last: .*\); the busiest loop is loop frame "
+            r"'[^']*forever[^']*' \(instance root; entered by Enter node .*\), at iteration \d+" + _hint("max_seconds"))
+    with pytest.raises(tn.NonTerminationError, match=want):
+        run_graph(g, [k], options=RunOptions(max_seconds=0.02, max_firings=None))
