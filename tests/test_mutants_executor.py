@@ -202,3 +202,56 @@ def test_a_run_past_max_seconds_says_which_option_to_raise() -> None:
             r"'[^']*forever[^']*' \(instance root; entered by Enter node .*\), at iteration \d+" + _hint("max_seconds"))
     with pytest.raises(tn.NonTerminationError, match=want):
         run_graph(g, [k], options=RunOptions(max_seconds=0.02, max_firings=None))
+
+
+# ---- exactly once: [T3-Exactly-Once], [E-Merge-Live] -------------------------------------------------------
+def _leaky_loop(consume: Any) -> tuple[tn.Graph, tn.Tensor]:
+    """A hand-built loop of three bodies whose Exit ``leaky`` reads the Merge (not the Switch's exit
+    branch), so it sends a live value to the root at every iteration; ``consume`` makes the fetch."""
+    g = tn.Graph()
+    with g.as_default():
+        e = raw.enter(tn.constant(0), "loop")
+        three = raw.enter(tn.constant(3), "loop", is_constant=True)
+        one = raw.enter(tn.constant(1), "loop", is_constant=True)
+        m, _ = raw.merge([e, raw.BACK_EDGE])
+        _, t = raw.switch(m, raw.loop_cond(m < three))
+        raw.close_back_edge(m, raw.next_iteration(t + one))
+        fetch = consume(raw.exit(m, name="leaky"))
+    return g, fetch
+
+
+def test_a_node_fed_twice_at_one_tag_is_refused_where_it_would_fire_twice() -> None:
+    """[T3-Exactly-Once]: a node fires at most once per tag. The leaky Exit sends its consumer a value
+    at the root at every iteration; a one-input op fires on the first, so the second would fire it again
+    at the root: the interpreter stops with an error naming the node and the tag."""
+    g, y = _leaky_loop(lambda leaky: tn.identity(leaky, name="once"))
+    want = r'^Identity node "once" .*fired twice at root \(exactly-once violated\)$'
+    with pytest.raises(tn.ExecutionError, match=want):
+        run_graph(g, [y])
+
+
+def test_a_merge_ignores_what_arrives_after_it_fired() -> None:
+    """[E-Merge-Live]: a Merge fires once, on its first live input, and what reaches it later at that tag
+    (the dead token of a cond's untaken branch) is dropped, whether it comes while the Merge waits in
+    the ready queue (branches of equal length) or after it fired (an untaken branch three ops longer):
+    the Merge fires once, live, and nothing is left waiting at the end of the run."""
+    for longer in (False, True):
+        g = tn.Graph()
+        with g.as_default():
+            p = tn.placeholder(tn.bool, [], name="p")
+            x = tn.constant(2.0)
+            ops = 3 if longer else 1
+
+            def false_branch(x: Any = x, ops: int = ops) -> Any:
+                for _ in range(ops):
+                    x = x * 2.0
+                return x
+
+            out = tn.cond(p, lambda x=x: x + 1.0, false_branch)
+        for pred, want in ((True, 3.0), (False, 16.0 if longer else 4.0)):
+            r = run_graph(g, [out], {p: np.bool_(pred)}, RunOptions(trace=True))
+            assert [float(v) for v in r.values] == [want]
+            assert r.stats["stranded_inboxes"] == 0
+            assert r.trace is not None
+            merges = [e for e in r.trace.events if e.op == "Merge"]
+            assert [(e.rule, e.dead) for e in merges] == [("E-Merge-Live", False)]
