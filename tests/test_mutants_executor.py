@@ -255,3 +255,55 @@ def test_a_merge_ignores_what_arrives_after_it_fired() -> None:
             assert r.trace is not None
             merges = [e for e in r.trace.events if e.op == "Merge"]
             assert [(e.rule, e.dead) for e in merges] == [("E-Merge-Live", False)]
+
+
+# ---- run_graph: one run without a Session ----------------------------------------------------------------
+def test_run_graph_bounds_every_tensor_by_max_tensor_bytes() -> None:
+    """``run_graph`` runs under its options' allocation guard, as a Session does: a tensor larger than
+    ``max_tensor_bytes`` is refused with ResourceExhaustedError naming the limit; the default lets the
+    same small tensor through."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        y = tn.tile(x, [100], name="big")
+    feed = {x: np.ones(4, np.float32)}
+    assert run_graph(g, [y], feed).values[0].shape == (400,)
+    with pytest.raises(tn.ResourceExhaustedError, match="max_tensor_bytes=1,000"):
+        run_graph(g, [y], feed, RunOptions(max_tensor_bytes=1000))
+
+
+# ---- the end of a run: what a deadlock report says ---------------------------------------------------------
+def test_a_deadlock_report_names_parked_values_and_missing_enters() -> None:
+    """When a run ends with a fetch never produced, the report lists every node left waiting (and for
+    what), every loop instance holding parked values (for which iterations), and every loop instance
+    that did not receive all its Enters. Here an outer loop (``parallel_iterations=1``) stalls at
+    iteration 1 on a non-constant Enter, which delivers to iteration 0 only; its counter runs on and
+    parks a value for iteration 2; and the inner loop of iteration 1 waits for its Enter of the stalled
+    value, with the other two arrived."""
+    g = tn.Graph()
+    with g.as_default():
+        def enter(x: Any, frame: str, const: bool = False, name: str | None = None) -> tn.Tensor:
+            return raw.enter(x, frame, is_constant=const, parallel_iterations=1, name=name)
+
+        m, _ = raw.merge([enter(tn.constant(0), "o"), raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < enter(tn.constant(3), "o", True)))
+        stalled = tn.add(st, enter(tn.constant(5), "o", name="once"), name="stalled")
+        one = enter(tn.constant(1), "o", True)
+        mi, _ = raw.merge([enter(stalled, "i"), raw.BACK_EDGE], name="mi")
+        inner_f, inner_t = raw.switch(mi, raw.loop_cond(tn.less(mi, enter(st, "i", True), name="less")), name="si")
+        raw.close_back_edge(mi, raw.next_iteration(tn.add(inner_t, enter(one, "i", True), name="inc")))
+        raw.close_back_edge(m, raw.next_iteration(st + one))
+        out = raw.exit(sf, name="out")
+        side = raw.exit(raw.exit(inner_f), name="side")  # keeps the inner loop in the run
+    with pytest.raises(tn.DeadlockError) as e:
+        run_graph(g, [out, side])
+    msg = re.sub(r" \(created at [^)]*\)", "", str(e.value))
+    assert msg == (
+        "no node can fire, but fetches out:0 were never produced. The run stalled: some nodes received only "
+        "part of their inputs (for example an op in iteration k > 0 reading a non-constant Enter, which only "
+        "delivers to iteration 0). Blocked:\n"
+        '  Add node "stalled" at o:1 waits for input 1 (once:0)\n'
+        '  Less node "less" at o:1/i:0 waits for input 0 (mi:0)\n'
+        '  Add node "inc" at o:1/i:0 waits for input 0 (si:1)\n'
+        "  frame 'o' at root has parked values for iterations [2]\n"
+        "  frame 'i' at o:1 received 2 of 3 Enters")
