@@ -293,13 +293,13 @@ def test_a_deadlock_report_names_parked_values_and_missing_enters() -> None:
         inner_f, inner_t = raw.switch(mi, raw.loop_cond(tn.less(mi, enter(st, "i", True), name="less")), name="si")
         raw.close_back_edge(mi, raw.next_iteration(tn.add(inner_t, enter(one, "i", True), name="inc")))
         raw.close_back_edge(m, raw.next_iteration(st + one))
-        out = raw.exit(sf, name="out")
+        out, out2 = raw.exit(sf, name="out"), raw.exit(tn.negative(sf), name="out2")
         side = raw.exit(raw.exit(inner_f), name="side")  # keeps the inner loop in the run
     with pytest.raises(tn.DeadlockError) as e:
-        run_graph(g, [out, side])
+        run_graph(g, [out, side, out2])
     msg = re.sub(r" \(created at [^)]*\)", "", str(e.value))
     assert msg == (
-        "no node can fire, but fetches out:0 were never produced. The run stalled: some nodes received only "
+        "no node can fire, but fetches out:0, out2:0 were never produced. The run stalled: some nodes received only "
         "part of their inputs (for example an op in iteration k > 0 reading a non-constant Enter, which only "
         "delivers to iteration 0). Blocked:\n"
         '  Add node "stalled" at o:1 waits for input 1 (once:0)\n'
