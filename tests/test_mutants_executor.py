@@ -194,14 +194,15 @@ def test_a_runaway_loop_is_named_with_the_iteration_it_reached() -> None:
 
 
 def test_a_run_past_max_seconds_says_which_option_to_raise() -> None:
-    """``max_seconds`` is checked every 1024 firings: a run past it names the loop and the option."""
+    """``max_seconds`` is checked every 1024 firings: a run past it names the loop and the option (long
+    before a firing limit set far above it)."""
     g = tn.Graph()
     with g.as_default():
         (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="forever")
     want = (r"^the run took more than max_seconds=0\.02 seconds \(last: .*\); the busiest loop is loop frame "
             r"'[^']*forever[^']*' \(instance root; entered by Enter node .*\), at iteration \d+" + _hint("max_seconds"))
     with pytest.raises(tn.NonTerminationError, match=want):
-        run_graph(g, [k], options=RunOptions(max_seconds=0.02, max_firings=None))
+        run_graph(g, [k], options=RunOptions(max_seconds=0.02, max_firings=100_000))
 
 
 # ---- exactly once: [T3-Exactly-Once], [E-Merge-Live] -------------------------------------------------------
@@ -307,3 +308,28 @@ def test_a_deadlock_report_names_parked_values_and_missing_enters() -> None:
         '  Add node "inc" at o:1/i:0 waits for input 0 (si:1)\n'
         "  frame 'o' at root has parked values for iterations [2]\n"
         "  frame 'i' at o:1 received 2 of 3 Enters")
+
+
+def test_the_wall_clock_guard_reads_the_clock_once_per_1024_firings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max_seconds`` costs the interpreter's hot loop one clock read per 1024 firings (and one to set
+    the deadline); with ``max_seconds=None`` it reads no clock at all."""
+    from turnout.reference import executor
+
+    reads = []
+    real = executor.time.monotonic
+
+    def counted() -> float:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(executor.time, "monotonic", counted)
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k < 500, lambda k: k + 1, [tn.constant(0)])
+    for budget in (100.0, None):
+        reads.clear()
+        r = run_graph(g, [k], options=RunOptions(max_seconds=budget))
+        assert [int(v) for v in r.values] == [500]
+        firings = r.stats["firings"]
+        assert firings > 3 * 1024
+        assert len(reads) == (0 if budget is None else 1 + firings // 1024), (budget, firings, len(reads))
