@@ -333,3 +333,29 @@ def test_the_wall_clock_guard_reads_the_clock_once_per_1024_firings(monkeypatch:
         firings = r.stats["firings"]
         assert firings > 3 * 1024
         assert len(reads) == (0 if budget is None else 1 + firings // 1024), (budget, firings, len(reads))
+
+
+def test_a_dead_fetch_is_reported_in_the_words_every_backend_uses() -> None:
+    """A dead fetch raises DeadFetchError in the one message every backend gives
+    (``errors.dead_fetch_message``); the reference adds, only when the run left nodes waiting, a note
+    with the report of what waits (here a hand-built loop whose body reads a non-constant Enter, so
+    iteration 1 stalls and the loop's Exit is released dead)."""
+    g = tn.Graph()
+    with g.as_default():
+        _, taken = raw.switch(tn.constant(1.0), tn.constant(False))
+        untaken = tn.identity(taken, name="untaken")
+        m, _ = raw.merge([raw.enter(tn.constant(0.0), "f"), raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3.0), "f", is_constant=True)))
+        raw.close_back_edge(m, raw.next_iteration(tn.add(st, raw.enter(tn.constant(1.0), "f", name="step"),
+                                                         name="stalled")))
+        out = raw.exit(sf, name="out")
+    with pytest.raises(tn.DeadFetchError) as e:
+        run_graph(g, [untaken])
+    assert re.sub(r" \(created at [^)]*\)", "", str(e.value)) == (
+        'fetched tensor untaken:0 is dead: Identity node "untaken" lies on a branch that was not taken in this run')
+    with pytest.raises(tn.DeadFetchError) as e:
+        run_graph(g, [out])
+    assert re.sub(r" \(created at [^)]*\)", "", str(e.value)) == (
+        'fetched tensor out:0 is dead: Exit node "out" lies on a branch that was not taken in this run; note that '
+        "the run left nodes waiting for inputs that never came (a loop that ended because its next iteration "
+        'stalled?):\n  Add node "stalled" at f:1 waits for input 1 (step:0)')
