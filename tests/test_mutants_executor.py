@@ -118,6 +118,35 @@ def test_an_enter_without_parallel_iterations_gets_a_window_of_ten() -> None:
     assert _widest_lead(None, 25) == 9
 
 
+def test_an_iteration_retires_after_every_loop_nested_in_it() -> None:
+    """[E-Iter-Retire]: an iteration retires once nothing in it can fire, the loop instances nested in
+    it included. Each outer iteration here runs two sibling inner loops, of 1 and of 5 iterations; the
+    retirement of outer iteration k comes after every firing tagged inside it, at any depth."""
+    g = tn.Graph()
+    with g.as_default():
+        def body(i: Any, acc: Any) -> tuple[Any, Any]:
+            (a,) = tn.while_loop(lambda j: j < 1, lambda j: j + 1, [tn.constant(0)], name="short")
+            (b,) = tn.while_loop(lambda j: j < 5, lambda j: j + 1, [tn.constant(0)], name="long")
+            return i + 1, acc + a + b
+
+        _, acc = tn.while_loop(lambda i, acc: i < 3, body, [tn.constant(0), tn.constant(0)], name="outer")
+    r = run_graph(g, [acc], options=RunOptions(trace=True))
+    assert [int(v) for v in r.values] == [18]
+    assert r.trace is not None
+    last: dict[int, int] = {}
+    retired: dict[int, int] = {}
+    for e in r.trace.events:
+        if not e.tag or "outer" not in e.tag[0][0]:
+            continue
+        k = e.tag[0][1]
+        if e.rule == "E-Iter-Retire" and len(e.tag) == 1:
+            retired[k] = e.seq
+        else:
+            last[k] = e.seq
+    assert sorted(retired) == [0, 1, 2, 3]
+    assert all(last[k] < retired[k] for k in last), (last, retired)
+
+
 # ---- what a trace records ------------------------------------------------------------------------------
 def test_every_trace_event_says_what_it_is() -> None:
     """A trace holds node firings and two kinds of bookkeeping (``Trace.summary``): a node firing carries
