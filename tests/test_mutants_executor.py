@@ -388,3 +388,19 @@ def test_a_dead_fetch_is_reported_in_the_words_every_backend_uses() -> None:
         'fetched tensor out:0 is dead: Exit node "out" lies on a branch that was not taken in this run; note that '
         "the run left nodes waiting for inputs that never came (a loop that ended because its next iteration "
         'stalled?):\n  Add node "stalled" at f:1 waits for input 1 (step:0)')
+
+
+def test_a_run_over_its_memory_budget_is_stopped_by_name() -> None:
+    """A run whose loop saves more for its gradient than ``RunOptions.memory_budget`` allows stops with
+    ResourceExhaustedError that says who stopped it (the reference interpreter) and which loop; within
+    the budget it runs and reports the bytes it saved."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 6, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], name="rnn")
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    feed = {x: np.ones(4, np.float32)}
+    r = run_graph(g, [gx], feed, RunOptions(memory_budget=1 << 20))
+    assert 0 < r.stats["peak_saved_bytes"] == sum(r.stats["saved_bytes"].values())
+    with pytest.raises(tn.ResourceExhaustedError, match=r'^reference interpreter: the saved values of loop "rnn"'):
+        run_graph(g, [gx], feed, RunOptions(memory_budget=64))
