@@ -83,9 +83,9 @@ PROBE = "__turnout_mutant_reached__"
 #: partitions over a rendezvous there, and only there do their Send and Recv rules fire (device
 #: placement, the in-process cluster, the small-step system of partitions).
 _PARTITION_TESTS = ["test_devices.py", "test_devices_smallstep.py", "test_mutants_devices3.py", "test_cluster.py"]
-_REF_TESTS = ["test_mutants_reference.py", "test_trace_rules.py", "test_reference.py", "test_regressions.py",
-              "test_raw.py", "test_session.py", "test_variables.py", "test_mutations.py", "test_validation.py",
-              "test_memory_budget.py", *_PARTITION_TESTS, "test_properties.py"]
+_REF_TESTS = ["test_mutants_reference.py", "test_mutants_executor.py", "test_trace_rules.py", "test_reference.py",
+              "test_regressions.py", "test_raw.py", "test_session.py", "test_variables.py", "test_mutations.py",
+              "test_validation.py", "test_memory_budget.py", *_PARTITION_TESTS, "test_properties.py"]
 _DEV_TESTS = ["test_mutants_devices.py", "test_mutants_devices2.py", "test_devices.py", "test_devices_smallstep.py",
               "test_devices_properties.py", "test_bad_inputs.py"]
 _DEV_SELECT = "not test_bad_inputs or partitioned"  # of the bad-input catalogue, only the partitioned runs
