@@ -404,3 +404,19 @@ def test_a_run_over_its_memory_budget_is_stopped_by_name() -> None:
     assert 0 < r.stats["peak_saved_bytes"] == sum(r.stats["saved_bytes"].values())
     with pytest.raises(tn.ResourceExhaustedError, match=r'^reference interpreter: the saved values of loop "rnn"'):
         run_graph(g, [gx], feed, RunOptions(memory_budget=64))
+
+
+def test_the_firing_counts_are_one_per_node_and_tag_and_sum_to_the_firings() -> None:
+    """Exactly once: every node fires at most once at a tag, so a run's ``counts`` (per node name and
+    tag) are all 1 and add up to its ``firings``; a loop's body node is counted at each iteration's tag,
+    the last time dead (the iteration whose predicate was false still fires its body, on dead values)."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v * 2.0), [tn.constant(0), tn.constant(1.0)])
+    r = run_graph(g, [y], {n: 4})
+    assert r.values[0] == 16.0
+    assert set(r.counts.values()) == {1}
+    assert sum(r.counts.values()) == r.stats["firings"]
+    body = [tag for (name, tag) in r.counts if name.endswith("/body/Mul")]
+    assert body == [(("while/frame0", k),) for k in range(5)], sorted(r.counts)
