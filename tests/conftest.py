@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 # Several host devices for the partitioned fast executor's tests: XLA reads this flag once, when jax is
 # first imported, so it is set here, before any test module imports jax. Device 0 stays the default, so
@@ -40,3 +41,19 @@ def backend(request: pytest.FixtureRequest) -> str:
     is held to the reference interpreter's expectations (and error types) case by case. A test that
     inspects reference-only machinery (traces, firing counts, schedulers) does not take this fixture."""
     return request.param
+
+
+@pytest.fixture
+def switches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The branch counts of every ``lax.switch`` the fast backend emits while the test runs."""
+    import jax
+
+    seen: list[int] = []
+    orig = jax.lax.switch
+
+    def counting(index: Any, branches: Any, *operands: Any) -> Any:
+        seen.append(len(branches))
+        return orig(index, branches, *operands)
+
+    monkeypatch.setattr(jax.lax, "switch", counting)
+    return seen

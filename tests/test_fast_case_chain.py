@@ -6,25 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 import pytest
 
 import turnout as tn
-
-
-@pytest.fixture
-def switches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The branch counts of every ``lax.switch`` the fast backend emits while the test runs."""
-    seen: list[int] = []
-    orig = jax.lax.switch
-
-    def counting(index: Any, branches: Any, *operands: Any) -> Any:
-        seen.append(len(branches))
-        return orig(index, branches, *operands)
-
-    monkeypatch.setattr(jax.lax, "switch", counting)
-    return seen
 
 
 def both(g: tn.Graph, fetch: Any, feeds: dict[Any, Any]) -> tuple[Any, Any]:

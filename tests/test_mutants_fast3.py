@@ -90,21 +90,6 @@ def test_stack_chunks_are_copied_by_one_named_worker_thread() -> None:
 
 
 # ---- fast/case_chain.py: nested conds raised to one lax.switch ----------------------------------------
-@pytest.fixture
-def switches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The branch counts of every ``lax.switch`` the fast backend emits while the test runs."""
-    import jax
-
-    seen: list[int] = []
-    orig = jax.lax.switch
-
-    def counting(index: Any, branches: Any, *operands: Any) -> Any:
-        seen.append(len(branches))
-        return orig(index, branches, *operands)
-
-    monkeypatch.setattr(jax.lax, "switch", counting)
-    return seen
-
 
 #: a predicate on the fed int ``i`` for level ``k`` of a chain, built from one speculable op (plus
 #: constants): true for exactly one value of ``i`` in 0..9, or for a range of them

@@ -492,13 +492,20 @@ def _ta_unstack(ctx: ExportContext, n: Node) -> Outs:
     x = ctx.t(n.inputs[0])
     d, es = _ta_attrs(n.outputs[0])
     size = _axis_size(ctx, n.inputs[0], 0, Dt(dt.int32))
+    return [_scattered_array(ctx, n, size, x, d, es)]
+
+
+def _scattered_array(ctx: ExportContext, n: Node, size: str, values: str, d: Dt, es: Shape, tag: str = "") -> str:
+    """A new ``TensorArrayV3`` of ``size`` slots (the handle of ``n``'s array from now on) with slot
+    ``i`` of ``values`` scattered into slot ``i``: the flow of TensorFlow's form of an array made whole
+    (an unstack, a sum of arrays). ``tag`` prefixes the helper nodes' suffixes."""
     ta = ctx.add("TensorArrayV3", [size], {"dtype": d, "element_shape": es, "dynamic_size": False,
-                                                  "clear_after_read": False, "identical_element_shapes": True,
-                                                  "tensor_array_name": ""}, suffix="array")
+                                           "clear_after_read": False, "identical_element_shapes": True,
+                                           "tensor_array_name": ""}, suffix="array")
     ctx.ta_handles[n.name] = f"{ta}:0"
-    zero, one = ctx.const(_i32(0), "start"), ctx.const(_i32(1), "delta")
-    r = ctx.add("Range", [zero, size, one], {"Tidx": Dt(dt.int32)}, suffix="indices")
-    return [f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", x, f"{ta}:1"], {"T": _T(n)})}:0']
+    zero, one = ctx.const(_i32(0), f"{tag}start"), ctx.const(_i32(1), f"{tag}delta")
+    r = ctx.add("Range", [zero, size, one], {"Tidx": Dt(dt.int32)}, suffix=f"{tag}indices")
+    return f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", values, f"{ta}:1"], {"T": d})}:0'
 
 
 @_rule("TensorArrayAdd")
@@ -524,13 +531,7 @@ def _ta_add(ctx: ExportContext, n: Node) -> Outs:
     gathered = [_gather_all(ctx, n, d, es, ta=t)[0] for t in n.inputs]
     size = f"{ctx.add('TensorArraySizeV3', [_handle(ctx, n.inputs[0]), ctx.t(n.inputs[0])], suffix='sum_size')}:0"
     total = ctx.add("AddV2", gathered, {"T": d}, suffix="slots")
-    ta = ctx.add("TensorArrayV3", [size], {"dtype": d, "element_shape": es, "dynamic_size": False,
-                                           "clear_after_read": False, "identical_element_shapes": True,
-                                           "tensor_array_name": ""}, suffix="array")
-    ctx.ta_handles[n.name] = f"{ta}:0"
-    zero, one = ctx.const(_i32(0), "sum_start"), ctx.const(_i32(1), "sum_delta")
-    r = ctx.add("Range", [zero, size, one], {"Tidx": Dt(dt.int32)}, suffix="sum_indices")
-    return [f'{ctx.add("TensorArrayScatterV3", [f"{ta}:0", f"{r}:0", f"{total}:0", f"{ta}:1"], {"T": d})}:0']
+    return [_scattered_array(ctx, n, size, f"{total}:0", d, es, tag="sum_")]
 
 
 @_rule("TensorArrayWrite")
