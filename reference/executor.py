@@ -463,8 +463,7 @@ class ReferenceBackend:
             trace=interp.trace,
             counts=interp.counts,
             stats={"firings": interp.firings, "stranded_inboxes": len(interp.stranded()),
-                   **({} if interp.saved is None else {"peak_saved_bytes": interp.saved.peak,
-                                                       "saved_bytes": dict(interp.saved.by_loop)})},
+                   **({} if interp.saved is None else interp.saved.stats())},
         )
 
 

@@ -1159,6 +1159,6 @@ class SmallStepBackend:
                 memory_budget=options.memory_budget)
         variables.clear()
         variables.update(r.variables)
-        saved = {} if r.saved is None else {"peak_saved_bytes": r.saved.peak, "saved_bytes": dict(r.saved.by_loop)}
+        saved = {} if r.saved is None else r.saved.stats()
         return RunResult(values=r.values, trace=r.firings if options.trace else None,
                          counts=r.counts, stats={"firings": len(r.firings), **saved})

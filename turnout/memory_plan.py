@@ -419,6 +419,10 @@ class SavedBytes:
         self.peak = max(self.peak, sum(self.by_loop.values()))
         check(self.plan, self.by_loop, self.backend, "the values pushed so far")
 
+    def stats(self) -> dict[str, Any]:
+        """What a run's stats report of it: the peak bytes held and the bytes per loop."""
+        return {"peak_saved_bytes": self.peak, "saved_bytes": dict(self.by_loop)}
+
 
 def check(plan: MemoryPlan, loop_bytes: Mapping[str, int], backend: str, what: str = "") -> None:
     """Raise ``ResourceExhaustedError`` when a run's own accounting (``loop_bytes``: loop -> the bytes
