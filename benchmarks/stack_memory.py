@@ -2,9 +2,9 @@
 
 Why: a compiled loop's stack buffers have the capacity the program was compiled for, and the backend
 keeps them between runs. The fused attempt runs on a ladder of capacities (``fast.plan.capacity_ladder``:
-by default 128, 256, 512, 1024 entries, ``FastOptions.stack_first_rung`` and ``stack_rung_ratio``)
-and a run uses the first rung that holds it. JAX's ``value_and_grad`` of ``lax.scan`` keeps exactly
-``T`` residuals (and compiles again for every ``T``).
+by default 128, 160, 200, ... 959, 1024 entries, ratio 1.25, ``FastOptions.stack_first_rung`` and
+``stack_rung_ratio``) and a run uses the first rung that holds its high-water mark. JAX's
+``value_and_grad`` of ``lax.scan`` keeps exactly ``T`` residuals (and compiles again for every ``T``).
 
 Each memory configuration runs in a fresh process (peak RSS cannot be reset within one): build the
 model, run the step three times, report the process's peak resident set, the step times, the rung
@@ -13,7 +13,9 @@ same figures for an idle process that imported JAX and built the model (what eve
 pays before its first step). Configurations: ``ladder`` (the default), ``coarse``
 (``stack_rung_ratio=8``: the ladder before issue 37, 128 then 1024), ``one_rung``
 (``stack_ladder=False``: every run at ``stack_chunk``) and ``jax`` (the baseline of
-``benchmarks/lstm.py``); ``--configs`` may also name ``fine`` (``stack_rung_ratio=1.2``).
+``benchmarks/lstm.py``); ``--configs`` may also name ``fine`` (``stack_rung_ratio=1.2``),
+``double`` (``stack_rung_ratio=2``: 128, 256, 512, 1024) and ``descend`` (one plan's runs of 1000
+steps, then runs of ``T``: the stack bytes the backend keeps after each, as it descends).
 
 Repeated-run speed (``speed``, one more process per length): the default ladder and the coarse one
 in one process, their steps interleaved (``common.timed_pair``), after a first run of each; the ratio
@@ -38,9 +40,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMORY_CONFIGS = ("baseline", "ladder", "coarse", "one_rung", "jax")
 #: the fast backend's options per configuration
 OPTIONS: dict[str, dict[str, Any]] = {"ladder": {}, "coarse": {"stack_rung_ratio": 8},
-                                      "one_rung": {"stack_ladder": False}, "fine": {"stack_rung_ratio": 1.2}}
-#: every configuration ``--configs`` may name: the default ones, and ``fine`` (a ladder of ratio 1.2)
-CHOICES = MEMORY_CONFIGS + ("fine",)
+                                      "one_rung": {"stack_ladder": False}, "fine": {"stack_rung_ratio": 1.2},
+                                      "double": {"stack_rung_ratio": 2}}
+#: every configuration ``--configs`` may name: the default ones, ``fine`` (a ladder of ratio 1.2),
+#: ``double`` (ratio 2) and ``descend`` (runs of 1000 steps, then of ``T``: what the backend keeps)
+CHOICES = MEMORY_CONFIGS + ("fine", "double", "descend")
 MIB = 2**20
 
 
@@ -91,6 +95,8 @@ def child(config: str, T: int, batch: int, hidden: int, repeat: int) -> dict[str
         return {"peak_rss": _peak_rss(), "step_s": []}
     if config == "speed":
         return _speed(m, xs, T, repeat)
+    if config == "descend":
+        return _descend(T, batch, hidden)
     sess = None
     if config == "jax":
         run = _jax_run(m, xs, hidden)
@@ -108,6 +114,26 @@ def child(config: str, T: int, batch: int, hidden: int, repeat: int) -> dict[str
                    held_bytes=sess.backend.held_bytes(), compiles=sess.backend.compile_count,
                    kept_stack_bytes=sum(sum(b["stacks"].values()) for b in sess.backend.stack_buffers()))
     return out
+
+
+def _descend(T: int, batch: int, hidden: int, long: int = 1000) -> dict[str, Any]:
+    """One plan's runs of ``long`` steps, then of ``T``: the stack bytes the backend keeps after the
+    long run and after each short one, and the rung of each. Why: a plan holds the rung of its last
+    runs' high-water marks (``FastOptions.stack_descend_after``), so the long run's buffers should go
+    once enough short runs fitted a lower rung."""
+    import numpy as np
+
+    from benchmarks.lstm import build
+
+    m = build(batch, hidden, hidden, long)
+    xs = np.random.default_rng(1).normal(size=(long, batch, hidden)).astype(np.float32)
+    sess, _ = _fast_step(m, xs, long, {})
+    kept, rungs = [], []
+    for t in [long] + [T] * (sess.backend.options.stack_descend_after + 1):
+        sess.run([m["loss"], *m["grads"]], {m["xs"]: xs, m["T"]: t})
+        kept.append(sum(sum(b["stacks"].values()) for b in sess.backend.stack_buffers()))
+        rungs.append(sess.last_result.stats["stack_capacity"])
+    return {"long": long, "kept_stack_bytes": kept, "rungs": rungs, "peak_rss": _peak_rss()}
 
 
 def _speed(m: dict[str, Any], xs: Any, T: int, repeat: int) -> dict[str, Any]:
@@ -152,7 +178,11 @@ def table(rows: list[dict[str, Any]], batch: int, hidden: int) -> list[str]:
     for r in rows:
         if not all(c in r for c in MEMORY_CONFIGS):  # some configurations only: their peaks (MiB) / rungs
             cells = [f"{c}: {r[c]['peak_rss'] / MIB:.0f}" + (f" / {r[c]['stack_capacity']}" if c in OPTIONS else "")
-                     for c in CHOICES if c in r]
+                     for c in CHOICES if c in r and c != "descend"]
+            if "descend" in r:
+                d = r["descend"]
+                cells.append(f"descend: kept (MiB) {' '.join(f'{b / MIB:.0f}' for b in d['kept_stack_bytes'])}, "
+                             f"rungs {' '.join(map(str, d['rungs']))}")
             lines.append(f"| {r['T']} | " + " | ".join(cells) + " |")
             continue
         lad, co, jx = r["ladder"], r["coarse"], r["jax"]

@@ -272,6 +272,7 @@ class _Checks:
 
     stop_on_error = False
     free_pointers = False
+    push_limit = None
 
     def __init__(self) -> None:
         self.oks: list[Any] = []

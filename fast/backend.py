@@ -495,6 +495,7 @@ class FastBackend(FusedAttempts):
         env: dict[Key, Any] = {key(t): (v if attempt else jax.device_put(v)) for t, v in feeds.items()}
         lives: dict[Key, Any] = {}
         stage_s: list[float] = []
+        mark = 0  # (the fused attempt's stacks' high-water mark)
         for i, st in enumerate(stages):
             t1 = time.perf_counter()
             env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
@@ -512,9 +513,10 @@ class FastBackend(FusedAttempts):
                     args["compiled"] = self.compile_count != before
             if attempt:
                 plan.fused_warm = True
+                mark = state.pop("mark")
                 if plan.prealloc:
                     self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
-                outcome = self._decode(plan, int(state["err"]), attempt=True)
+                outcome = self._decode(plan, int(state["err"]), attempt=True, mark=mark)
                 if isinstance(outcome, Discard):
                     return outcome
                 if first and self.options.precompile_staged:
@@ -539,7 +541,7 @@ class FastBackend(FusedAttempts):
         stats = {
             "backend": "fast", "compiles": self.compile_count, "stages": len(stages), "fused": attempt,
             "stack_capacity": plan.capacity, "stage_seconds": stage_s if not attempt else [time.perf_counter() - t0],
-            **store.stats(),
+            **({"stack_mark": mark} if attempt else {}), **store.stats(),
         }
         return values, stats
 

@@ -24,7 +24,8 @@ The convention, as plain Python (``args``: a ``CallArgs``; ``spec``: the ``CallS
   stack's place, or behind an output of its shape, would be written into another buffer, and XLA would
   copy every such buffer on every run (for the benchmark LSTM, 512 MB of stacks: 300 ms a run). Then
   the outputs (``spec.out``); then the int32 flags vector (the error word, then a live flag per key of
-  ``spec.live``; a word carried in the state leaves there, and the flags hold 0 in its place) unless it
+  ``spec.live``, with the stacks' high-water mark between them where ``spec.marked``; a word carried in
+  the state leaves there, and the flags hold 0 in its place) unless it
   rides behind an output (``spec.packed``, ``fast.packing``: one result and one read-back fewer; never
   where the word is carried) or there is none (tracing showed no check can fail and every output is live); then
   the other state entries that left the call changed (``spec.changed``). A state entry whose new value
@@ -117,6 +118,8 @@ class CallSpec:
     static: Mapping[Key, Any] = field(default_factory=dict, compare=False)
     #: the outputs that are not plain arrays (a TensorArray, a handle): read back with ``values.to_host``
     opaque: frozenset[Key] = frozenset()
+    #: the flags hold the stacks' high-water mark after the error word (``Traced.mark``)
+    marked: bool = False
 
     def outputs(self) -> slice:
         """Where the outputs are in the flat results."""
@@ -148,9 +151,10 @@ class CallSpec:
         state.update((k, out[o]) for k, o in self.aliases)
         return out, res[b] if self.flags else None, state
 
-    def read_flags(self, out: dict[Key, Any], flags: Any) -> tuple[dict[Key, Any], int, dict[Key, int]]:
+    def read_flags(self, out: dict[Key, Any], flags: Any) -> Flags:
         """After ``split``, on the host: the outputs with the carrier's value split from the flags it
-        carried, the error word (0 where the call returns none) and the live flags by key."""
+        carried, the error word (0 where the call returns none), the live flags by key and the
+        stacks' high-water mark (0 where the call returns none)."""
         if self.packed is not None:
             k, how = self.packed
             value, words = packing.unpack(np.asarray(out[k]), how)
@@ -158,20 +162,34 @@ class CallSpec:
         elif self.flags:
             words = np.asarray(flags).tolist()
         else:
-            return out, 0, {}
+            return Flags(out, 0, {}, 0)
         code, *lives = words
-        return out, code, dict(zip(self.live, lives, strict=True))
+        mark = lives.pop(0) if self.marked else 0
+        return Flags(out, code, dict(zip(self.live, lives, strict=True)), mark)
+
+
+class Flags(NamedTuple):
+    """A call's results after ``CallSpec.read_flags``: its outputs, error word, live flags by key and
+    the most entries any of its gradient stacks held (``Traced.mark``; 0 for a call that keeps none)."""
+
+    out: dict[Key, Any]
+    code: int
+    lives: dict[Key, int]
+    mark: int
 
 
 class Traced(NamedTuple):
     """What a call's body computed while tracing, keyed: its outputs (possibly constants or ``DEAD``),
-    its error word, the live flag per fetched key (in the order the flags will hold them), and the
-    state entries (stacks included) that leave the call changed."""
+    its error word, the live flag per fetched key (in the order the flags will hold them), the
+    state entries (stacks included) that leave the call changed, and, for a call that keeps one (the
+    fused attempt), the high-water mark of its stacks (``Emitter.note_mark``), which leaves in the
+    flags after the error word."""
 
     out: dict[Key, Any]
     err: Any
     lives: dict[Key, Any]
     state: dict[str, Any]
+    mark: Any = None
 
 
 #: a call's body: ``body(feeds, state, stacks, bound or None) -> Traced``, traced by ``flat_call``
@@ -209,9 +227,11 @@ def lay_out(args: CallArgs, t: Traced) -> tuple[CallSpec, tuple[Any, ...]]:
     static = {k: (DEAD if v is DEAD else v.value) for k, v in out.items() if v is DEAD or isinstance(v, Static)}
     out = {k: v for k, v in out.items() if k not in static}
     lives = list(t.lives.values())
+    marked = t.mark is not None and not _is_zero(t.mark)
     flags: Any = None
-    if not (_is_zero(t.err) and all(live is True for live in lives)):
-        flags = jnp.stack([jnp.asarray(t.err, jnp.int32)] + [jnp.asarray(live, jnp.int32) for live in lives])
+    if marked or not (_is_zero(t.err) and all(live is True for live in lives)):
+        flags = jnp.stack([jnp.asarray(t.err, jnp.int32)] + ([jnp.asarray(t.mark, jnp.int32)] if marked else [])
+                          + [jnp.asarray(live, jnp.int32) for live in lives])
     back = tuple(k for k in args.stacks if k in t.state)
     aliases = tuple((k, o) for k, v in t.state.items() if k not in back
                     for o in [next((o for o, w in out.items() if w is v), None)] if o is not None)
@@ -229,7 +249,7 @@ def lay_out(args: CallArgs, t: Traced) -> tuple[CallSpec, tuple[Any, ...]]:
             out[k], how = packing.pack(out[k], flags, list(out).index(k))
             packed, flags = (k, how), None
     spec = CallSpec(args, back, tuple(out), flags is not None, changed, aliases, tuple(t.lives), packed, static,
-                    frozenset(k for k, v in out.items() if not isinstance(v, jax.Array)))
+                    frozenset(k for k, v in out.items() if not isinstance(v, jax.Array)), marked)
     res = (*[t.state[k] for k in back], *out.values(), *([] if flags is None else [flags]),
            *[t.state[k] for k in changed])
     return spec, res

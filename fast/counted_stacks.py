@@ -57,10 +57,12 @@ class RungTooSmall(Exception):
 
     Why an exception: it leaves JAX's trace of the fused stage, which only raising can; it goes no
     further than the call that traced (``FastBackend._call_fused``), which turns it into the outcome
-    ``Discard(refused=...)`` that the capacity ladder reads."""
+    ``Discard(refused=..., needed=entries)`` that the capacity ladder reads: it goes straight to the
+    rung that holds ``entries``."""
 
     def __init__(self, key: str, entries: int, capacity: int) -> None:
         super().__init__(f"{key}: {entries} entries for a capacity of {capacity}")
+        self.entries = entries
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ class DirectCalls(RunState):
         out, flags, state = spec.split(res)
         if self.overlap_reads:
             start_reads(out.values())
-        out, code, lives = spec.read_flags(out, flags)
+        out, code, lives, _ = spec.read_flags(out, flags)
         if code:
             self._raise_errors(d.plan, {"err": code}, 0)
         values = self._fetched(fetches, {**out, **{k: copy_static(v) for k, v in spec.static.items()}}, lives)

@@ -48,6 +48,7 @@ class Emitter(LightLoops):
             self.run_light_while(r, env)
         else:
             self.run_full_while(r, env)
+        self.note_mark()
 
 
 __all__ = ["BOUND_DEPTH", "BOUND_OPS", "SMALL_DECISION", "SMALL_NEST", "Emitter", "Env", "Traced",

@@ -11,7 +11,7 @@ of this core, as classes stacked in that order; ``fast.emit.Emitter`` is the top
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +44,8 @@ class EmitterCore(ABC):
     by its ``init_trace_state``, which every layer extends."""
 
     def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any,
-                 frame_height: int = FRAME_HEIGHT, stop_on_error: bool = False, free_pointers: bool = False) -> None:
+                 frame_height: int = FRAME_HEIGHT, stop_on_error: bool = False, free_pointers: bool = False,
+                 push_limit: Optional[int] = None) -> None:
         self.program = program
         #: light loops with more than this many levels of loops in them are frames (``FastOptions.frame_height``).
         #: Why not all of them: XLA:CPU compiles the innermost levels of a nest, as long as they access
@@ -66,6 +67,10 @@ class EmitterCore(ABC):
         #: (``stacks.push``), where no pointer of a run with an error set is ever read: the fused trace,
         #: and a driven loop's chunk (``Plan.loop_fns``). Given when the emitter is made.
         self.free_pointers = free_pointers
+        #: With ``free_pointers``: a push overflows only at this many entries (``stacks.push``); the
+        #: fused attempt counts past its rung up to the top of its ladder, and its high-water mark
+        #: (``note_mark``) then says which rung holds the run. ``None``: at the capacity.
+        self.push_limit = push_limit
         self.state: dict[str, Any] = {}
         self.lives: dict[Key, Any] = {}
         self.fed: set[int] = set()  # nodes whose outputs were fed: never computed
@@ -117,6 +122,23 @@ class EmitterCore(ABC):
         # per check to trace and lower
         unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jnp.asarray(bad, bool))
         self.state["err"] = jax.lax.select(unset, jnp.full_like(err, code), err)
+
+    def note_mark(self) -> None:
+        """The state's high-water mark (``"mark"``, where the trace keeps one: the fused attempt's)
+        raised to the most entries any gradient stack holds now. Called as each loop leaves
+        (``emit.Emitter.run_while``), at any depth: a stack holds the most entries just after the
+        forward loop that pushed them exits, before its backward loop pops any, and such an exit is
+        a loop leaving. One scalar ``max`` per stack per loop exit; where no stack changed in the
+        loop the mark is left as it was."""
+        mark = self.state.get("mark")
+        if mark is None:
+            return
+        ptrs = [v.ptr for k, v in self.state.items()
+                if k.startswith(stk.STACK_PREFIX) and isinstance(v, stk.StackValue) and v.ptr is not None
+                and not (is_static(v.ptr) and int(v.ptr) == 0)]
+        for p in ptrs:
+            mark = jax.lax.max(jnp.asarray(mark, jnp.int32), jnp.asarray(p, jnp.int32))
+        self.state["mark"] = mark
 
     def _leave_frame(self, before: Any, off: int) -> None:
         """The error word as a light loop leaves it, its nonterm codes counted from the enclosing

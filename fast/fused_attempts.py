@@ -28,7 +28,7 @@ from turnout.fast.guards import device_oom
 from turnout.fast.outcome import Discard
 from turnout.fast.plan import Plan, Stage
 from turnout.fast.regions import Key
-from turnout.fast.stack_sizes import capacity_ladder
+from turnout.fast.stack_sizes import StackMarks, capacity_ladder
 from turnout.fast.values import start_reads
 from turnout.graph import Tensor
 from turnout.memory_plan import MemoryPlan
@@ -41,8 +41,9 @@ class FusedAttempts(DirectCalls):
     def _call_fused(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any
                     ) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard:
         """The fused attempt's one call (``_execute``): (its outputs, their live flags, the state after
-        it), with flat arguments laid out once per function (``Plan.fused_fn``), its error word and
-        live flags read back at once, behind a fetched value where ``fast.packing`` put them there.
+        it), with flat arguments laid out once per function (``Plan.fused_fn``), its error word, live
+        flags and stacks' high-water mark read back at once, behind a fetched value where
+        ``fast.packing`` put them there (the word as ``state["err"]``, the mark as ``state["mark"]``).
 
         A trace that refuses (``UnsupportedError``, or ``RungTooSmall``: a counted stack longer than
         this rung) is the outcome ``Discard(refused=...)``: the caller drops the fused stage. Those
@@ -55,7 +56,9 @@ class FusedAttempts(DirectCalls):
                 if "seg" not in st.fns or st.spec is None or st.spec.args != call_args:
                     st.fns["seg"] = plan.fused_fn(call_args)
                 res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
-            except (UnsupportedError, RungTooSmall) as e:
+            except RungTooSmall as e:
+                return Discard(refused=str(e), needed=e.entries)
+            except UnsupportedError as e:
                 return Discard(refused=str(e))
             spec = st.spec
             assert spec is not None  # (set by its trace)
@@ -64,7 +67,7 @@ class FusedAttempts(DirectCalls):
             if self.overlap_reads:
                 start_reads(out.values())
             state = {**rest, **state}  # (what came back unchanged is not returned)
-            out, state["err"], lv = spec.read_flags(out, flags)
+            out, state["err"], lv, state["mark"] = spec.read_flags(out, flags)
             args["error_word"] = int(state["err"])
         return out, lv, state
 
@@ -74,34 +77,42 @@ class FusedAttempts(DirectCalls):
         """The fused attempt with stack buffers sized to what the runs use: ``plan``'s own capacity
         (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``: 128, 256, 512,
         1024 by default), each a plan of its own, made and compiled by the first run that needs it. A
-        run starts at the rung that held the last run and climbs when a stack overflows; only an
-        overflow of the top rung goes to the staged path. ``None``: the staged path must run.
+        run starts at the rung that held the high-water marks of the last runs (``StackMarks``); an
+        attempt that outgrows its rung counts on (``Plan.push_limit``) and says how many entries it
+        needed, and the run goes at once to the first rung that holds them. Only a run past the top
+        rung goes to the staged path. ``None``: the staged path must run.
 
         Why: a fused program's stacks have the capacity it was compiled for, and the backend keeps
         them between runs. At ``stack_chunk`` (1024) every run of the benchmark LSTM held 640 MiB of
         stacks (a peak of 1.0 GiB at T = 100, against 450 MiB for JAX); on a ladder whose rungs grow by
         ``stack_rung_ratio`` a run holds at most that ratio times the entries it pushes. The price is
-        one compilation per rung climbed, at most once per rung in a plan's life: a trip count in a
-        rung already compiled never compiles. Only the rung that ran keeps buffers.
+        one compilation per rung used, at most once per rung in a plan's life: a rung between the one
+        an attempt outgrew and the one that holds it is never compiled, and a trip count in a rung
+        already compiled never compiles. Only the rung that ran keeps buffers; a plan whose runs
+        became shorter starts lower once ``stack_descend_after`` runs in a row fitted there.
         """
         caps = plan.ladder if plan.ladder is not None else self._ladder(plan)
-        start = caps.index(plan.rung.capacity) if plan.rung is not None else 0
-        for c in caps[start:]:
+        marks = plan.marks
+        assert marks is not None  # (made with the ladder)
+        c: Optional[int] = marks.start()
+        while c is not None:
             p = self._rung(plan, c, fetches, feeds, variables)
-            if p.fused is None:
-                continue
-            got = self._run_fused(p, fetches, feeds, variables, max_iter, budget)
-            if got is not None:
+            got = self._run_fused(p, fetches, feeds, variables, max_iter, budget) if p.fused is not None else None
+            if isinstance(got, tuple):
                 plan.rung = p
                 self._last_fused = (plan, p)
                 for other in plan.rungs.values():  # only the rung that ran keeps its buffers
                     if other is not p:
                         self._stack_bufs.pop(id(other), None)
+                marks.note(got[1]["stack_mark"])
                 got[1]["stack_ladder"] = list(caps)
                 return got
             if p is not plan:
                 self._stack_bufs.pop(id(p), None)
                 stk.return_freed_memory(self._home_device().platform)
+            # the next rung: the first above this one that holds what the attempt counted
+            needed = got.needed if got is not None else 0
+            c = next((r for r in caps if r > c and r >= needed), None)
         return None
 
     def _ladder(self, plan: Plan) -> list[int]:
@@ -114,6 +125,7 @@ class FusedAttempts(DirectCalls):
         one = o.precompile_staged or not o.stack_ladder or plan.capacity != o.stack_chunk
         plan.ladder = [plan.capacity] if one else capacity_ladder(plan.capacity, o.stack_first_rung,
                                                                   o.stack_rung_ratio)
+        plan.marks = StackMarks(plan.ladder, o.stack_descend_after)
         return plan.ladder
 
     def _rung(self, plan: Plan, capacity: int, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -128,8 +140,9 @@ class FusedAttempts(DirectCalls):
 
     def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                    variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
-                   ) -> Optional[tuple[list[Any], dict[str, Any]]]:
-        """The attempt of ``plan.fused`` (``_execute``); ``None``: the stages must run instead.
+                   ) -> tuple[list[Any], dict[str, Any]] | Discard:
+        """The attempt of ``plan.fused`` (``_execute``), or the ``Discard`` that says why the next rung,
+        or the stages, must run instead (``needed``: how many entries its stacks counted).
 
         They must when a stack overflowed its capacity (or underflowed: the stages decide whether that
         is an error). The stages' functions are compiled only then, by the first run that needs them:
@@ -144,11 +157,9 @@ class FusedAttempts(DirectCalls):
         if isinstance(got, Discard) and got.rerecord:  # (run again at once, traced with every record)
             self._record_every_stack(plan)
             got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
-        if not isinstance(got, Discard):
-            return got
-        if got.refused:  # (its trace refused at this rung: the stages, or the next rung, from now on)
-            plan.fused = None
-        return None
+        if isinstance(got, Discard) and got.refused:  # (its trace refused at this rung: the stages, or
+            plan.fused = None                            # the next rung, from now on)
+        return got
 
     def _record_every_stack(self, plan: Plan) -> None:
         """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):

@@ -71,6 +71,8 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     env: dict[str, Any] = {
         "plan": h.plan, "top": h.top, "stage": st, "seg": st.fns["seg"], "pid": id(h.plan),
         "stack_bufs": backend._stack_bufs, "records": h.records, "stats": {**h.stats, "route": "lane"},
+        "marks": h.top.marks, "recent": h.top.marks.recent if h.top.marks is not None else None,
+        "cap": h.plan.capacity, "lower": max((c for c in h.top.ladder or () if c < h.plan.capacity), default=0),
     }
     for i, k in enumerate(h.plan.kept):
         env[f"p{i}"] = k

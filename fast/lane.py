@@ -220,10 +220,11 @@ def cpp_entry(compiled: Any) -> Any:
     return entry if callable(entry) else compiled
 
 
-def lane_failure(backend: FastBackend, plan: Any, code: int, attempt: bool) -> None:
-    """After a lane's call set error word ``code``: its error raised (``outcome.decode``), else
-    (a stack that outgrew an ``attempt``'s rung) a return, and the lane hands the run back."""
-    outcome = backend._decode(plan, code, attempt=attempt)
+def lane_failure(backend: FastBackend, plan: Any, code: int, attempt: bool, mark: int = 0) -> None:
+    """After a lane's call set error word ``code`` (or, for an ``attempt``, its stacks' high-water
+    mark ``mark`` passed its rung): its error raised (``outcome.decode``), else (a stack that outgrew
+    the attempt's rung) a return, and the lane hands the run back."""
+    outcome = backend._decode(plan, code, attempt=attempt, mark=mark)
     if isinstance(outcome, Raise):
         raise outcome.error
 

@@ -189,18 +189,33 @@ def _flags_text(spec: CallSpec, lc: LaneCall) -> list[str]:
     """The lines that read a call's error word and live flags (``spec.flags``: a vector after the
     outputs; ``spec.packed``: the tail of an output, its value ``pv``, split as ``packing.unpack``
     splits, written out: its call frame runs cold, about 1 µs), act on a nonzero word and refuse a
-    dead fetch. None for a call that returns no flags."""
+    dead fetch. None for a call that returns no flags.
+
+    A fused attempt's flags hold its stacks' high-water mark (``spec.marked``): the lane records it in
+    its plan's ``StackMarks`` (``recent``, ``marks``), lets the next run start on a lower rung when the
+    marks say so (``top.rung = None`` sends it to the general path, which starts where
+    ``marks.start()`` says), and hands back a run that outgrew its rung (``cap``), whose mark the
+    general path reads as the rung to go to. Why the test of ``lower`` first: a run that did not fit
+    the rung below cannot make the plan descend, so a repeated run of one length pays one compare."""
+    marked = spec.marked and lc.attempt
+    words = "mark, *lives" if marked else "*lives"
     if spec.packed is not None:
         how = spec.packed[1]
         value = "a[0, ...]" if how.shape == () else f"a[:{how.size}].reshape({how.shape!r})"
         tail = f"a[{how.size}:]" + ("" if how.view is None else ".view(how.view)")
         lines = [f"        a = asarray(res[{spec.position(spec.packed[0])}])", f"        pv = {value}",
-                 f"        code, *lives = {tail}.tolist()"]
+                 f"        code, {words} = {tail}.tolist()"]
     elif spec.flags:
-        lines = [f"        code, *lives = asarray(res[{spec.outputs().stop}]).tolist()"]
+        lines = [f"        code, {words} = asarray(res[{spec.outputs().stop}]).tolist()"]
     else:
         return []
-    lines += ["        if code:", f"            fail(backend, plan, code, {lc.attempt})", "            return None"]
+    if marked:  # (the fused attempt's high-water mark: ``stack_sizes.StackMarks``, written out)
+        lines += ["        recent.append(mark)", "        stats['stack_mark'] = mark",
+                  "        if mark <= lower and marks.start() < cap:",
+                  "            top.rung = None", "        if code or mark > cap:",
+                  "            fail(backend, plan, code, True, mark)", "            return None"]
+    else:
+        lines += ["        if code:", f"            fail(backend, plan, code, {lc.attempt})", "            return None"]
     live = [j for _, j in lc.sources if j is not None]
     if live:
         flags = "(" + "".join(f"lives[{j}], " if j is not None else "1, " for _, j in lc.sources) + ")"

@@ -75,7 +75,7 @@ def _stack_push(ctx, n, xs):
             ctx.skip_push(h)
             return [v]
     try:
-        s, ok = stk.push(s0, index, v, free=ctx.free_pointers, proved=proved)
+        s, ok = stk.push(s0, index, v, free=ctx.free_pointers, proved=proved, limit=ctx.push_limit)
     except UnsupportedError as e:  # a value whose shape differs from the stack's elements: name the push
         raise UnsupportedError(f"{describe_node(n)}: {e}") from None
     if proved:

@@ -33,6 +33,9 @@ class LoweringContext(Protocol):
     stop_on_error: bool
     #: stack pointers run free (``stk.push``): no pointer of a run whose error word is set is read
     free_pointers: bool
+    #: with ``free_pointers``: a push is an overflow only at this many entries, not at the capacity
+    #: (``stk.push``; the fused attempt counts past its rung to find the rung that holds the run)
+    push_limit: Optional[int]
     #: the nodes whose outputs were fed (a shape argument behind one can be made static: ``NeedsStatic``)
     fed: set[int]
     #: counted stacks whose chain is being traced, proved (their pushes check nothing), and those whose

@@ -102,10 +102,14 @@ class Discard:
     counted stack longer than the rung, ``counted_stacks.RungTooSmall``), so the plan drops it for
     good; empty for an attempt that ran. Why a value: *dropping the fused stage* is the caller's
     decision, not the program's refusal, which ``UnsupportedError`` raised further means (a run on
-    the interpreter)."""
+    the interpreter). ``needed``: the stacks held more entries than the rung has (they count on past
+    it, ``Emitter.push_limit``), this many."""
 
     rerecord: bool = False
     refused: str = ""
+    #: the entries the attempt's stacks counted past its capacity (their high-water mark): the rung
+    #: that holds the run; 0 where the attempt did not outgrow its rung
+    needed: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,22 +134,28 @@ def larger(capacity: int, who: str, unit: str = " per chunk") -> Union[Retry, Ra
 
 
 def decode(codes: ErrorCodes, code: int, *, capacity: int, who: str, moved: int = 0, attempt: bool = False,
-           unit: str = " per chunk") -> Outcome:
+           unit: str = " per chunk", mark: int = 0) -> Outcome:
     """What error word ``code`` of a call of the plan whose table is ``codes`` means.
 
     ``capacity``: the entries per chunk the call's stacks had; ``moved``: stack chunks moved out of
     the device during the run (a stack that ran empty after that is short of what was moved, not
     wrong); ``attempt``: the call was a fused attempt, which a stack outgrowing it discards instead of
     retrying. ``who`` and ``unit`` word the error of stacks past ``MAX_CAPACITY`` (``larger``).
+    ``mark``: the most entries the attempt's stacks held (``Emitter.note_mark``): past ``capacity``,
+    the attempt outgrew its rung whatever its word says (a pop past the capacity reads an entry the
+    push did not write, and may set the word).
 
     As plain Python::
 
+        if attempt and mark > capacity: return Discard(needed=mark)
         if code == 0: return Ok()
         kind, message = codes.lookup(code)
         if attempt and kind in DISCARDED: return Discard(rerecord=kind == "unrecorded")
         if kind == "overflow" or (kind == "underflow" and moved): return larger(capacity, who)
         return Raise(NonTerminationError(message) if kind == "nonterm" else KernelError(message))
     """
+    if attempt and mark > capacity:
+        return Discard(needed=mark)
     if not code:
         return OK
     kind, message = codes.lookup(code)

@@ -49,6 +49,7 @@ from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.stack_sizes import (
+    StackMarks,
     capacity_ladder,
     inside_stacks,
     stack_bytes,
@@ -210,6 +211,18 @@ class Plan:
         # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
         # it skips the fused attempt (a loop of a million iterations would not fit either time)
         self.predict_overflow = False
+        #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
+        #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
+        self.marks: Optional[StackMarks] = None
+
+    @property
+    def push_limit(self) -> int:
+        """The entries the fused attempt's stacks count up to before a push is an overflow: the top of
+        the ladder this plan's rung may belong to (``FastOptions.stack_chunk``), or its own capacity
+        when that is larger. Why count past the rung: the attempt's high-water mark then says which
+        rung holds the run (``FastBackend._run_fused_sized`` goes there at once, compiling no rung
+        between), where stopping at the rung said only that it did not."""
+        return max(self.capacity, self.options.stack_chunk)
 
     @property
     def index_bytes(self) -> dict[str, int]:
@@ -336,13 +349,13 @@ class Plan:
                        compiler_options=compiler_options(self.options.gpu_command_buffers))
 
     def emitter(self, state: dict[str, Any], max_iter: Any, stop_on_error: bool = False,
-                free_pointers: bool = False) -> Emitter:
-        """A fresh ``Emitter`` over the program, starting from ``state`` (``stop_on_error`` and
-        ``free_pointers``: see ``Emitter``); called only while tracing, so it counts a trace in the
-        backend's ``compile_count``."""
+                free_pointers: bool = False, push_limit: Optional[int] = None) -> Emitter:
+        """A fresh ``Emitter`` over the program, starting from ``state`` (``stop_on_error``,
+        ``free_pointers`` and ``push_limit``: see ``Emitter``); called only while tracing, so it counts
+        a trace in the backend's ``compile_count``."""
         self.backend.compile_count += 1  # runs only while tracing
         em = Emitter(self.program, self.codes, self.capacity, max_iter, frame_height=self.options.frame_height,
-                     stop_on_error=stop_on_error, free_pointers=free_pointers)
+                     stop_on_error=stop_on_error, free_pointers=free_pointers, push_limit=push_limit)
         em.state = dict(state)
         em.fed = self.fed
         em.static = self.static_feeds
@@ -388,8 +401,8 @@ class Plan:
         def body(feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Traced:
             stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
             stacks.update({k: self._fused_entry(k, None) for k in self.inside})
-            em = self.emitter({"err": np.int32(0), **given, **stacks}, max_iter, stop_on_error=True,
-                              free_pointers=True)
+            em = self.emitter({"err": np.int32(0), "mark": np.int32(0), **given, **stacks}, max_iter,
+                              stop_on_error=True, free_pointers=True, push_limit=self.push_limit)
             # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
             em.counted, em.resizable = self.counted, set(self.inside)
             env = dict(feeds)
@@ -397,10 +410,12 @@ class Plan:
             st.passthrough = {k for k in st.writes if k in feeds and env[k] is feeds[k]}
             out = {k: env[k] for k in st.writes if k not in st.passthrough}
             # the pointers are not returned: the next attempt starts every stack empty again
+            mark = em.state.pop("mark")
             ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
                      if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)
                      and k not in self.inside}
-            return Traced(out, em.state["err"], {k: em.lives.get(k, True) for k in st.writes if k in fetch}, ended)
+            return Traced(out, em.state["err"], {k: em.lives.get(k, True) for k in st.writes if k in fetch}, ended,
+                          mark)
 
         return body
 

@@ -194,9 +194,10 @@ class RunState:
         return values
 
     @staticmethod
-    def _decode(plan: Plan, code: int, swapped: int = 0, attempt: bool = False) -> Outcome:
-        """What error word ``code`` of a call of ``plan`` means (``outcome.decode``)."""
-        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt)
+    def _decode(plan: Plan, code: int, swapped: int = 0, attempt: bool = False, mark: int = 0) -> Outcome:
+        """What error word ``code`` (and, for an attempt, high-water mark ``mark``) of a call of
+        ``plan`` means (``outcome.decode``)."""
+        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt, mark=mark)
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
         """The error word of a stage (or a Direct call) acted on: raised, or a retry with larger

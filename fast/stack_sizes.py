@@ -10,6 +10,7 @@ compiles anything. ``fast.plan`` re-exports them.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 from typing import Any, Optional
 
@@ -18,6 +19,7 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.state_keys import stack_key, stack_source
 from turnout.fast.values import Handle
+from turnout.fast_options import STACK_FIRST_RUNG, STACK_RUNG_RATIO
 from turnout.graph import Node
 
 
@@ -85,22 +87,57 @@ def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
     return out
 
 
-def capacity_ladder(top: int, first: int = 128, ratio: float = 2) -> list[int]:
+def capacity_ladder(top: int, first: int = STACK_FIRST_RUNG, ratio: float = STACK_RUNG_RATIO) -> list[int]:
     """The stack capacities a fused attempt may run at, smallest first, ending with ``top`` (the
     backend's ``stack_chunk``): ``first``, then each rung ``ratio`` times the last (rounded up), while
     under ``top`` (``FastOptions.stack_first_rung`` and ``stack_rung_ratio``). The default chunk
-    (1024) gives 128, 256, 512 and 1024; a chunk of at most ``first`` gives itself alone.
+    (1024) gives 128, 160, 200, 250, 313, 392, 490, 613, 767, 959 and 1024; a chunk of at most
+    ``first`` gives itself alone.
 
     Why geometric from a small first rung: a run holds the buffers of the first rung that fits it, so
     its stacks hold at most ``ratio`` times the entries it pushes (or ``first``), and a plan compiles
-    at most ``len(capacity_ladder(...))`` fused programs, one per rung climbed, whatever its trip
-    counts: ``1 + ceil(log(top / first) / log(ratio))``."""
+    at most ``len(capacity_ladder(...))`` fused programs, one per rung it uses (an attempt that
+    outgrows its rung goes straight to the one that holds it), whatever its trip counts:
+    ``1 + ceil(log(top / first) / log(ratio))``."""
     caps: list[int] = []
     c = first
     while c < top:
         caps.append(c)
         c = max(c + 1, math.ceil(c * ratio))
     return [*caps, top]
+
+
+class StackMarks:
+    """The high-water marks of a plan's last ``window`` runs — the most entries any of their gradient
+    stacks held — and the rung of ``ladder`` the next run starts on: the smallest that holds every
+    one of them.
+
+    Why a window of runs, not the last run alone: a run that needs more than its rung starts again on a
+    larger one (a fused attempt wasted), so a plan whose runs alternate between lengths should stay on
+    the rung of the longer; one whose runs all became shorter should not hold the buffers of a rung
+    it no longer needs (after a run of 1000 iterations of the benchmark LSTM, 640 MiB where runs of
+    100 need 80). Climbing is at once (the run that needed it is in the window); descending waits
+    until ``window`` runs in a row fitted the lower rung (``FastOptions.stack_descend_after``)."""
+
+    def __init__(self, ladder: list[int], window: int) -> None:
+        self.ladder = ladder
+        self.recent: deque[int] = deque(maxlen=max(1, window))
+
+    def note(self, mark: int) -> int:
+        """Record a run's (or a discarded attempt's) mark; returns the capacity the next run starts at
+        (``start``). A lane compares it with its own rung's to know when to hand the next run back."""
+        self.recent.append(mark)
+        return self.start()
+
+    def start(self) -> int:
+        """The smallest rung holding every mark of the window (the first rung before any run), or the
+        top when none does: a run past the top goes to the stages, whatever rung it starts on."""
+        need = max(self.recent, default=0)
+        return next((c for c in self.ladder if c >= need), self.ladder[-1])
+
+    def holds(self, mark: int) -> bool:
+        """Whether some rung of the ladder holds ``mark`` entries (else the run needs the stages)."""
+        return mark <= self.ladder[-1]
 
 
 def stack_source_var(n: Node) -> Optional[str]:

@@ -146,7 +146,8 @@ jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"],
                                  meta_fields=["capacity", "dtype", "record"])
 
 
-def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool = False) -> tuple[StackValue, Any]:
+def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool = False,
+         limit: Optional[int] = None) -> tuple[StackValue, Any]:
     """Returns the new stack and ``ok`` (False on overflow). ``proved``: the push is known to fit and
     its pops read by position (a counted stack, ``fast.counted_stacks``): the entry goes at the
     pointer unclamped, the index record is left as it is, and ``ok`` is the constant ``True``.
@@ -156,7 +157,10 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool
     pointer back), and so does a driven loop's chunk (``chunk_loop`` stops before a push of its loop
     could overflow, a nested stack that overflows sets the error word, and the host reads no pointer
     of a call whose error word is set): ``Emitter.free_pointers``. A pointer past the capacity is
-    never read. Why:
+    never read. ``limit`` (with ``free``; the capacity when not given): the pointer counts on past the
+    capacity, and only a push at ``limit`` or beyond is an overflow (the fused attempt counts up to
+    the top of its ladder, so that the run's high-water mark says which rung holds it:
+    ``Emitter.note_mark``). Why:
     stacks pushed once per iteration from the same start then have the same pointer, which XLA's
     loop simplifier merges into one loop variable; with the saturating update each stack kept its
     own (for the small LSTM step, 55 kernels per forward iteration instead of 35, 35 per backward
@@ -179,7 +183,7 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool
                                + ("" if s.idx is None else f" (index {s.idx.shape[1:]})"))
     if proved:
         return StackValue(s.capacity, s.dtype, put(s.buf, s.ptr, value), s.idx, s.ptr + 1), np.bool_(True)
-    ok = s.ptr < s.capacity
+    ok = s.ptr < (s.capacity if limit is None or not free else limit)
     p = jnp.minimum(s.ptr, s.capacity - 1)
     buf = put(s.buf, p, value)
     idx = None if s.idx is None else put(s.idx, p, index)

@@ -58,7 +58,7 @@ def test_a_calls_results_are_where_its_spec_says() -> None:
     np.testing.assert_array_equal(np.asarray(res[spec.position("var:v")]), np.arange(5000, dtype=np.float32) + 1)
     assert spec.position("var:v") == spec.position("v_out") and spec.returns("var:v") and not spec.returns("var:u")
     out, flags, state = spec.split(res)
-    out, code, lives = spec.read_flags(out, flags)
+    out, code, lives, _ = spec.read_flags(out, flags)
     assert code == 0 and lives == {"v_out": 1, "small": 1, "const": 1}
     assert float(out["small"]) == 10000.0 and set(state) == {"stack:s", "var:v"}
     np.testing.assert_array_equal(spec.static["const"], np.full(2, 3.0, np.float32))
@@ -70,7 +70,7 @@ def test_a_call_that_cannot_fail_returns_no_flags() -> None:
     (spec,) = specs
     assert not spec.flags and spec.packed is None and len(res) == 4
     out, flags, _ = spec.split(res)
-    assert flags is None and spec.read_flags(out, flags)[1:] == (0, {})
+    assert flags is None and spec.read_flags(out, flags)[1:] == (0, {}, 0)
 
 
 def _step() -> tuple[tn.Graph, dict[str, Any]]:

@@ -79,11 +79,12 @@ def test_a_nest_of_scans_differentiates_with_no_stack_check(depth: int) -> None:
 
 def test_a_nest_too_large_for_the_first_rung_is_counted_on_the_next() -> None:
     """12 x 12 entries do not fit the first rung's 128, which its fused trace finds out before
-    compiling (``RungTooSmall``): the rung is passed over for good, and the next (1024) holds the
-    stack, counted (256 entries; the rungs above are not even planned)."""
+    compiling (``RungTooSmall``): the rung is passed over for good, and the first rung that holds
+    144 entries holds the stack, counted (256 entries on a ladder of ratio 2; the rungs above are not
+    even planned)."""
     g, loss, gw, x = _scan_nest(2, 12)
     xv = np.linspace(-1.0, 1.0, 12).astype(np.float32)
-    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    fast, ref = tn.Session(g, backend="fast", stack_rung_ratio=2), tn.Session(g, backend="reference")
     for a, b in zip(fast.run([loss, gw], {x: xv}), ref.run([loss, gw], {x: xv}), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     stats = fast.last_result.stats

@@ -12,6 +12,7 @@ The numbers asserted are the executor's own accounting (``RunResult.stats``).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import graphs
 import numpy as np
@@ -23,6 +24,8 @@ pytest.importorskip("jax")
 
 N = 100_000
 CHUNK = 2_000
+#: the default capacity ladder of the default chunk (1024 entries)
+LADDER = [128, 160, 200, 250, 313, 392, 490, 613, 767, 959, 1024]
 
 
 def test_device_stack_memory_is_bounded_by_the_chunk() -> None:
@@ -81,9 +84,9 @@ def test_stack_buffers_held_between_runs_can_be_freed() -> None:
 def test_the_capacity_ladder_of_a_chunk() -> None:
     from turnout.fast.plan import capacity_ladder
 
-    assert capacity_ladder(1024) == [128, 256, 512, 1024]
-    assert capacity_ladder(8192) == [128, 256, 512, 1024, 2048, 4096, 8192]
-    assert capacity_ladder(1000) == [128, 256, 512, 1000]  # the top is the chunk, whatever it is
+    assert capacity_ladder(1024) == LADDER  # the default: ratio 1.25 from 128
+    assert capacity_ladder(8192, ratio=2) == [128, 256, 512, 1024, 2048, 4096, 8192]
+    assert capacity_ladder(1000, ratio=2) == [128, 256, 512, 1000]  # the top is the chunk, whatever it is
     assert capacity_ladder(128) == [128] and capacity_ladder(64) == [64]
     assert capacity_ladder(1024, first=128, ratio=8) == [128, 1024]  # the ladder before issue 37
     assert capacity_ladder(1024, first=100, ratio=1.5) == [100, 150, 225, 338, 507, 761, 1024]
@@ -101,8 +104,8 @@ def _entry_bytes(sess: tn.Session) -> int:
 
 def test_stack_buffers_are_sized_to_the_runs_that_use_them() -> None:
     """With the default ``stack_chunk`` (1024), a loop of 50 iterations runs and keeps its stacks at
-    the first rung (128 entries); a run of 200 climbs to 256, one of 500 to 512 (one compilation per
-    rung climbed), and later runs of any length up to 512 compile nothing. Every rung gives the
+    the first rung (128 entries); a run of 200 climbs to 200, one of 500 to 613 (one compilation per
+    rung used), and later runs of any length up to 613 compile nothing. Every rung gives the
     reference backend's values, and the backend keeps the buffers of one rung: capacity times the
     bytes of an entry."""
     g, x, n, y, dx = graphs.power_loop()
@@ -113,33 +116,33 @@ def test_stack_buffers_are_sized_to_the_runs_that_use_them() -> None:
         feed = {x: 1.001, n: trips}
         np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
         assert sess.last_result.stats["fused"] is True
-        assert sess.last_result.stats["stack_ladder"] == [128, 256, 512, 1024]
+        assert sess.last_result.stats["stack_ladder"] == LADDER
 
     run(50)
     assert sess.last_result.stats["stack_capacity"] == 128
     entry = _entry_bytes(sess)
     assert entry >= 8  # at least one stack of float64 values (no index record is kept by the fused stage)
-    assert sess.backend.stack_buffers() == [{"capacity": 128, "ladder": [128, 256, 512, 1024],
+    assert sess.backend.stack_buffers() == [{"capacity": 128, "ladder": LADDER,
                                              "stacks": sess.backend.stack_buffers()[0]["stacks"]}]
     assert sess.backend.held_bytes() == 128 * entry
     compiles = sess.backend.compile_count
     run(100)
     assert sess.backend.compile_count == compiles  # a trip count on a compiled rung
-    for trips, rung, climbed in ((200, 256, 1), (500, 512, 1), (129, 512, 0)):
+    for trips, rung, climbed in ((200, 200, 1), (500, 613, 1), (129, 613, 0)):
         run(trips)
         assert sess.last_result.stats["stack_capacity"] == rung
-        assert sess.backend.compile_count == compiles + climbed  # one compilation per rung climbed
+        assert sess.backend.compile_count == compiles + climbed  # one compilation per rung used
         compiles = sess.backend.compile_count
         (held,) = sess.backend.stack_buffers()  # the lower rungs' buffers are gone
         assert held["capacity"] == rung and sess.backend.held_bytes() == rung * entry
     run(50)
     assert sess.backend.compile_count == compiles
-    assert sess.last_result.stats["stack_capacity"] == 512  # the ladder climbs; it does not descend
+    assert sess.last_result.stats["stack_capacity"] == 613  # (it descends only after several short runs)
 
 
 def test_every_rung_of_a_fine_ladder_gives_the_same_values() -> None:
     """A ladder of ratio 1.5 from 16 entries: each trip count runs on the first rung that holds it
-    (climbed one rung at a time by a run that starts below), with the reference's values."""
+    (gone to at once by a run that starts below), with the reference's values."""
     g, x, n, y, dx = graphs.power_loop()
     ref = tn.Session(g, backend="reference")
     ladder = [16, 24, 36, 54, 81, 100]
@@ -157,6 +160,131 @@ def test_every_rung_of_a_fine_ladder_gives_the_same_values() -> None:
     feed = {x: 0.999, n: 150}
     np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
     assert sess.last_result.stats["fused"] is False and sess.last_result.stats["stack_capacity"] == 100
+
+
+def test_an_attempt_that_outgrows_its_rung_goes_at_once_to_the_rung_that_holds_it() -> None:
+    """The attempt on the first rung counts on past its capacity and reports the most entries its
+    stacks held (``stack_mark``): the run goes straight to the rung that holds them, and no rung
+    between is compiled. A run past the top rung goes to the stages after that one attempt, with the
+    compilations of a ladder of one rung."""
+    g, x, n, y, dx = graphs.power_loop()
+    ref = tn.Session(g, backend="reference")
+    opts = {"stack_chunk": 100, "stack_first_rung": 16, "stack_rung_ratio": 1.5, "inside_stack_bytes": 0}
+    sess = tn.Session(g, backend="fast", **opts)
+    feed = {x: 0.999, n: 99}
+    np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+    stats = sess.last_result.stats
+    assert stats["stack_capacity"] == 100 and stats["stack_mark"] == 99  # one entry per iteration
+    assert sess.backend.compile_count == 2  # rungs 16 and 100; not 24, 36, 54 and 81
+    for trips in (150, 1000):  # past the top: one attempt, then the stages, as one rung would
+        sess = tn.Session(g, backend="fast", **opts)
+        one = tn.Session(g, backend="fast", **{**opts, "stack_ladder": False})
+        feed = {x: 0.999, n: trips}
+        want = ref.run([y, dx], feed)
+        for s in (sess, one):
+            np.testing.assert_allclose(s.run([y, dx], feed), want, rtol=1e-12)
+            assert s.last_result.stats["fused"] is False
+        assert sess.backend.compile_count == one.backend.compile_count
+
+
+def _nested_power(depth_first: bool = True) -> tuple[tn.Graph, Any, Any, Any, Any, Any]:
+    """``y = x ** (n * m)`` by a loop of ``m`` iterations inside one of ``n`` (both fed), and dy/dx."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        m = tn.placeholder(tn.int32, [], name="m")
+
+        def outer(i: Any, y: Any) -> Any:
+            _, z = tn.while_loop(lambda j, z: j < m, lambda j, z: (j + 1, z * x), [tn.constant(0), y])
+            return i + 1, z
+
+        _, y = tn.while_loop(lambda i, y: i < n, outer, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    return g, x, n, m, y, dx
+
+
+def test_the_mark_counts_the_entries_of_a_nested_loop() -> None:
+    """A loop inside a loop pushes its entries once per inner iteration of every outer one: the mark
+    is their product (the inner loop's stack is the fullest), and the run is on the rung that holds
+    it, with the reference's values."""
+    g, x, n, m, y, dx = _nested_power()
+    ref = tn.Session(g, backend="reference")
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0, stack_rung_ratio=2)  # (128, 256, 512, 1024)
+    for outer, inner, rung in ((3, 4, 128), (7, 30, 256), (20, 40, 1024), (2, 5, 1024)):
+        feed = {x: 1.0001, n: outer, m: inner}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+        stats = sess.last_result.stats
+        assert stats["fused"] is True and stats["stack_mark"] == outer * inner
+        assert stats["stack_capacity"] == rung
+
+
+def test_the_mark_sees_a_stack_filled_and_emptied_inside_an_outer_loop() -> None:
+    """Gradient descent written as a loop: each outer iteration runs a loop of ``m`` iterations and its
+    gradient, so the inner loop's stack fills and empties within one outer iteration and is empty
+    whenever the root frame could look. The mark still says ``m`` (it is taken as each loop leaves,
+    at any depth), and the run is on the rung that holds it."""
+    g = tn.Graph()
+    with g.as_default():
+        x0 = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        m = tn.placeholder(tn.int32, [], name="m")
+
+        def step(i: Any, x: Any) -> Any:
+            _, y = tn.while_loop(lambda j, z: j < m, lambda j, z: (j + 1, z * x), [tn.constant(0), tn.ones_like(x)])
+            (dx,) = tn.gradients(y, [x])
+            return i + 1, x - 0.01 * dx
+
+        _, xf = tn.while_loop(lambda i, x: i < n, step, [tn.constant(0), x0])
+    ref = tn.Session(g, backend="reference")
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0, stack_rung_ratio=2)
+    for outer, inner, rung in ((3, 50, 128), (4, 300, 512)):
+        feed = {x0: 0.99, n: outer, m: inner}
+        np.testing.assert_allclose(sess.run(xf, feed), ref.run(xf, feed), rtol=1e-12)
+        stats = sess.last_result.stats
+        assert stats["fused"] is True and stats["stack_mark"] == inner and stats["stack_capacity"] == rung
+
+
+def test_a_plan_starts_lower_after_runs_that_fit_a_lower_rung() -> None:
+    """After a long run, a plan holds the long run's rung until ``stack_descend_after`` runs in a row
+    fitted a lower one; the next run starts there (compiling nothing where the rung was compiled
+    before) and the backend keeps only its buffers. Repeated runs of one length go through the lane,
+    which reads the mark as the general path does."""
+    g, x, n, y, dx = graphs.power_loop()
+    ref = tn.Session(g, backend="reference")
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0, stack_descend_after=3, stack_rung_ratio=2)
+
+    def run(trips: int) -> dict[str, Any]:
+        feed = {x: 1.001, n: trips}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+        return dict(sess.last_result.stats)
+
+    assert run(50)["stack_capacity"] == 128
+    entry = _entry_bytes(sess)
+    assert run(500)["stack_capacity"] == 512
+    compiles = sess.backend.compile_count
+    got = [run(50) for _ in range(5)]
+    assert [s["stack_capacity"] for s in got] == [512, 512, 512, 128, 128]
+    assert [s["stack_mark"] for s in got] == [50] * 5
+    assert "lane" in [s.get("route") for s in got[:3]]  # (a repeated run's own route)
+    assert sess.backend.compile_count == compiles
+    assert sess.backend.held_bytes() == 128 * entry
+    # alternating lengths keep the longer rung: every window holds a long run
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0, stack_rung_ratio=2)
+    caps = [run(t)["stack_capacity"] for t in (500, 50) * 6]
+    assert caps == [512] * 12
+
+
+def test_stack_marks_choose_the_rung_that_holds_the_window() -> None:
+    """``StackMarks``: the smallest rung holding every mark of the last ``window`` runs (the first rung
+    before any), the top past them all."""
+    from turnout.fast.stack_sizes import StackMarks
+
+    marks = StackMarks([16, 24, 36, 100], window=2)
+    assert marks.start() == 16
+    assert marks.note(17) == 24 and marks.note(3) == 24  # (17 is still in the window)
+    assert marks.note(5) == 16
+    assert marks.note(500) == 100 and not marks.holds(500) and marks.holds(100)
 
 
 def test_one_rung_options_keep_the_chunk() -> None:

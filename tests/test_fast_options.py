@@ -27,6 +27,7 @@ BAD = [
     ("stack_first_rung", 0), ("stack_first_rung", 1.5), ("stack_first_rung", True),
     ("stack_rung_ratio", 1.0), ("stack_rung_ratio", 1.05), ("stack_rung_ratio", float("nan")),
     ("stack_rung_ratio", "2"), ("stack_rung_ratio", True),
+    ("stack_descend_after", 0), ("stack_descend_after", 2.0), ("stack_descend_after", False),
 ]
 
 
@@ -40,7 +41,7 @@ def test_the_defaults_are_the_measured_values() -> None:
     o = FastOptions()
     assert (o.stack_chunk, o.keep_stack_buffers, o.fallback, o.device_memory_limit) == (1024, True, True, None)
     assert (o.precompile_staged, o.stack_ladder) == (False, True)
-    assert (o.stack_first_rung, o.stack_rung_ratio) == (128, 2.0)
+    assert (o.stack_first_rung, o.stack_rung_ratio, o.stack_descend_after) == (128, 1.25, 8)
     assert (o.inside_stack_bytes, o.frame_height, o.gpu_command_buffers) == (None, FRAME_HEIGHT, GPU_COMMAND_BUFFERS)
     assert o.inside_limit("cpu") == 32 * 1024 and o.inside_limit("gpu") == 0
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -54,7 +55,7 @@ def test_keywords_and_options_are_one_request() -> None:
     assert fast_options(base, {"frame_height": 3}) == FastOptions(stack_chunk=256, frame_height=3)
     assert fast_options(None, {"stack_chunk": np.int64(8)}).stack_chunk == 8
     assert type(fast_options(None, {"stack_chunk": np.int64(8)}).stack_chunk) is int
-    assert fast_options(None, {"stack_rung_ratio": 2}) == FastOptions()  # 2 and 2.0: one plan key
+    assert fast_options(None, {"stack_rung_ratio": 2}) == FastOptions(stack_rung_ratio=2.0)  # 2 and 2.0: one plan key
     assert type(fast_options(None, {"stack_rung_ratio": np.float32(1.5)}).stack_rung_ratio) is float
     with pytest.raises(tn.ArgumentError, match=r"unknown options \['stack_chunks'\]"):
         fast_options(None, {"stack_chunks": 8})

@@ -61,7 +61,7 @@ def test_a_fused_attempt_overflowing_mid_loop_climbs_to_the_reference_gradient()
         feed = {n: np.int32(trips), w: np.float32(0.9)}
         np.testing.assert_allclose(fast.run(dw, feed), ref.run(dw, feed), rtol=1e-4)
         assert fast.last_result.stats["fused"]
-    assert fast.last_result.stats["stack_capacity"] == 256
+    assert fast.last_result.stats["stack_capacity"] == 200  # (the first rung that holds 200 entries)
 
 
 def test_a_driven_loop_measures_only_the_stacks_its_nested_loops_use() -> None:

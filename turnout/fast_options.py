@@ -34,7 +34,10 @@ INSIDE_STACK_BYTES: Mapping[str, int] = MappingProxyType({"cpu": 32 * 1024})
 #: ladder of the default chunk (1024) is 128, 256, 512, 1024 entries, so a run of the benchmark LSTM at
 #: T = 100, 200, 500 or 1000 holds buffers within 1.3x of what it pushes (``docs/fast_backend.rst``)
 STACK_FIRST_RUNG = 128
-STACK_RUNG_RATIO = 2
+STACK_RUNG_RATIO = 1.25
+#: the default of ``FastOptions.stack_descend_after``: runs in a row that fitted a lower rung before a
+#: plan starts on it
+STACK_DESCEND_AFTER = 8
 
 #: the default of ``FastOptions.frame_height`` (``fast.emit``): about eight levels of a plain nest fit
 #: the part of a nest XLA:CPU compiles to one kernel
@@ -64,16 +67,21 @@ class FastOptions:
     run, so that no later run compiles whatever its trip count, at about twice the first run's
     compile time. ``stack_ladder`` (default True): the one-call fused attempt of a plan with gradient
     stacks runs at the smallest capacity of its ladder (``fast.plan.capacity_ladder``) that held the
-    last run, so the stacks a run uses, and the backend keeps, are sized to the runs' loops, at the
-    price of one compilation per rung climbed; False: always ``stack_chunk`` entries.
+    last runs' high-water marks (the most entries a stack held), so the stacks a run uses, and the
+    backend keeps, are sized to the runs' loops, at the price of one compilation per rung used;
+    False: always ``stack_chunk`` entries.
     ``stack_first_rung`` (default 128) and ``stack_rung_ratio`` (default 2, at least 1.1): the
     ladder's rungs are ``stack_first_rung`` entries, then each ``stack_rung_ratio`` times the last
     (rounded up) while under ``stack_chunk``, then ``stack_chunk`` itself (128, 256, 512, 1024 by
-    default). A run climbs to the first rung that holds it, so its buffers hold about
-    ``stack_rung_ratio`` times the entries it pushes at most (or ``stack_first_rung``; the ladder does
-    not descend for a shorter run after it), and a plan compiles at most one fused program per rung,
-    ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` in all (4 by default). A
-    finer ratio sizes buffers more tightly for more compilations.
+    default). An attempt that outgrows its rung counts on to ``stack_chunk`` entries, and the run goes
+    at once to the first rung that holds what it counted (no rung between is compiled), so its
+    buffers hold about ``stack_rung_ratio`` times the entries it pushes at most (or
+    ``stack_first_rung``), and a plan compiles at most one fused program per rung it uses,
+    ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` at most (4 by default).
+    A finer ratio sizes buffers more tightly for more compilations.
+    ``stack_descend_after`` (default 8): a plan starts on a lower rung once this many runs in a row
+    fitted it (``fast.stack_sizes.StackMarks``); fewer frees the buffers of a long run sooner, more
+    keeps a plan whose lengths alternate from climbing again.
 
     Tuning (the defaults are measured; a test or an experiment changes them here):
     ``inside_stack_bytes``: a static gradient stack whose value buffer at the plan's capacity is at
@@ -93,6 +101,7 @@ class FastOptions:
     stack_ladder: bool = True
     stack_first_rung: int = STACK_FIRST_RUNG
     stack_rung_ratio: float = STACK_RUNG_RATIO
+    stack_descend_after: int = STACK_DESCEND_AFTER
     inside_stack_bytes: Optional[int] = None
     frame_height: int = FRAME_HEIGHT
     gpu_command_buffers: Optional[str] = GPU_COMMAND_BUFFERS
@@ -110,6 +119,9 @@ class FastOptions:
         # at least 1.1: a ratio near 1 would make a rung, and a compilation, every few entries
         if not isinstance(ratio, (int, float, np.integer, np.floating)) or isinstance(ratio, bool) or not ratio >= 1.1:
             raise ArgumentError(f"FastOptions.stack_rung_ratio must be a number >= 1.1, got {ratio!r}")
+        if not _positive_int(self.stack_descend_after):
+            raise ArgumentError("FastOptions.stack_descend_after must be a positive int (runs), "
+                                f"got {self.stack_descend_after!r}")
         if self.device_memory_limit is not None and not _positive_int(self.device_memory_limit):
             raise ArgumentError("FastOptions.device_memory_limit must be a positive int (bytes) or None, "
                                 f"got {self.device_memory_limit!r}")
@@ -123,7 +135,8 @@ class FastOptions:
         if kinds is not None and not isinstance(kinds, str):
             raise ArgumentError(f"FastOptions.gpu_command_buffers must be a comma-separated str or None, got {kinds!r}")
         # numpy integers become ints: the value is hashed and compared as part of plan keys
-        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height", "stack_first_rung"):
+        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height", "stack_first_rung",
+                     "stack_descend_after"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
         object.__setattr__(self, "stack_rung_ratio", float(ratio))
