@@ -28,8 +28,9 @@ def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozen
     checks)."""
     otherwise = (Step("interpreter", "the reference interpreter, if tracing finds an op the compiler refuses"),)
     if plan.fused is not None:
-        fused = Step("compiled call", "the whole program in one call, every loop a lax loop, gradient stacks on "
-                                      f"a rung of the capacity ladder ({', '.join(str(r) for r in rungs)} entries)")
+        sizes = (f"of {rungs[0]} entries" if len(rungs) == 1 else
+                 f"on the rung of the capacity ladder ({', '.join(str(r) for r in rungs)} entries) that holds the run")
+        fused = Step("compiled call", f"the whole program in one call, every loop a lax loop, gradient stacks {sizes}")
         staged = Step("staged", "when the stacks outgrow the largest rung: the stages in order",
                       steps=tuple(_stage(st, plan.capacity, swapped) for st in plan.stages))
         return RunSchedule("fast", (fused,), (staged, *otherwise),

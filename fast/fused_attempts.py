@@ -117,12 +117,13 @@ class FusedAttempts(DirectCalls):
 
     def _ladder(self, plan: Plan) -> list[int]:
         """The capacities of ``plan``'s rungs (``capacity_ladder`` with the options' first rung and
-        ratio), smallest first, ending with its own. With ``stack_ladder=False`` there is one rung; with
-        ``precompile_staged`` too: that option promises that no run after the first compiles, which
-        climbing would break; a plan retried at twice the chunk (a nested loop's stack outgrew it on
-        the staged path) has one too."""
+        ratio), smallest first, ending with its own: the chunk, or the smaller capacity a memory budget
+        allows (``MemoryPlan.capacity``), whose runs are then sized to what they push as well. With
+        ``stack_ladder=False`` there is one rung; with ``precompile_staged`` too: that option promises
+        that no run after the first compiles, which climbing would break; a plan retried at twice the
+        chunk (a nested loop's stack outgrew it on the staged path) has one too."""
         o = self.options
-        one = o.precompile_staged or not o.stack_ladder or plan.capacity != o.stack_chunk
+        one = o.precompile_staged or not o.stack_ladder or plan.capacity > o.stack_chunk
         plan.ladder = [plan.capacity] if one else capacity_ladder(plan.capacity, o.stack_first_rung,
                                                                   o.stack_rung_ratio)
         plan.marks = StackMarks(plan.ladder, o.stack_descend_after)

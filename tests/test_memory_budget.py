@@ -296,6 +296,25 @@ def test_the_fast_backend_keeps_within_a_budget_or_stops_as_the_reference_does(f
         assert sess.last_result.stats["peak_device_stack_bytes"] <= fits * e + e // 2
 
 
+def test_a_run_under_a_budget_holds_buffers_sized_to_the_run() -> None:
+    """A budget that keeps 500 iterations caps the stacks at 500 entries, and below the cap a run
+    takes the rung of the capacity ladder that holds what it pushes, as a run without a budget does
+    (the ladder ends at the cap: 128, 160, ..., 490, 500): a run of 50 iterations holds 128 entries
+    per stack, not 500, and one of 300 holds 313."""
+    pytest.importorskip("jax")
+    e = entry_bytes(build())
+    m, sess = session("fast", inside_stack_bytes=0)
+    for n, rung in ((50, 128), (300, 313), (500, 500)):
+        got = sess.run(m["gx"], {m["x"]: X0, m["n"]: n}, memory_budget=500 * e)
+        np.testing.assert_allclose(got, expected_grad(n), rtol=1e-3, atol=1e-30)  # (float32, hundreds of steps)
+        stats = sess.last_result.stats
+        assert stats["fused"] and stats["stack_capacity"] == rung and stats["stack_mark"] == n
+        assert stats["stack_ladder"][-1] == 500
+        assert stats["peak_device_stack_bytes"] <= 500 * e
+    with pytest.raises(ResourceExhaustedError, match='loop "rnn"'):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 501}, memory_budget=500 * e)
+
+
 def test_a_swapped_loop_under_a_budget_runs_at_any_length_within_it() -> None:
     pytest.importorskip("jax")
     e = entry_bytes(build())
