@@ -123,22 +123,27 @@ class EmitterCore(ABC):
         unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jnp.asarray(bad, bool))
         self.state["err"] = jax.lax.select(unset, jnp.full_like(err, code), err)
 
+    def stack_mark(self, mark: Any) -> Any:
+        """``mark`` raised to the most entries any gradient stack of the state holds now (one scalar
+        ``max`` per stack that holds any). A stack holds the most entries just after the forward
+        loop that pushed them exits, before its backward loop pops any: the fused trace asks after
+        each root item, and, where a root item both fills and empties a stack
+        (``Plan.marks_inside``), as each loop leaves (``note_mark``)."""
+        for k, v in self.state.items():
+            if k.startswith(stk.STACK_PREFIX) and isinstance(v, stk.StackValue) and v.ptr is not None \
+                    and not (is_static(v.ptr) and int(v.ptr) == 0):
+                mark = jax.lax.max(jnp.asarray(mark, jnp.int32), jnp.asarray(v.ptr, jnp.int32))
+        return mark
+
     def note_mark(self) -> None:
-        """The state's high-water mark (``"mark"``, where the trace keeps one: the fused attempt's)
-        raised to the most entries any gradient stack holds now. Called as each loop leaves
-        (``emit.Emitter.run_while``), at any depth: a stack holds the most entries just after the
-        forward loop that pushed them exits, before its backward loop pops any, and such an exit is
-        a loop leaving. One scalar ``max`` per stack per loop exit; where no stack changed in the
-        loop the mark is left as it was."""
-        mark = self.state.get("mark")
-        if mark is None:
-            return
-        ptrs = [v.ptr for k, v in self.state.items()
-                if k.startswith(stk.STACK_PREFIX) and isinstance(v, stk.StackValue) and v.ptr is not None
-                and not (is_static(v.ptr) and int(v.ptr) == 0)]
-        for p in ptrs:
-            mark = jax.lax.max(jnp.asarray(mark, jnp.int32), jnp.asarray(p, jnp.int32))
-        self.state["mark"] = mark
+        """The state's high-water mark (``"mark"``, where the trace keeps one) raised to what the
+        stacks hold now (``stack_mark``). Called as each loop leaves (``emit.Emitter.run_while``), at
+        any depth; a trace whose state has no mark (every trace but a fused one whose root items
+        fill and empty a stack) does nothing. Why the mark is then state: the loop that empties the
+        stack runs inside the same root item, so only a value carried through the loops (and conds)
+        between sees the stack full."""
+        if "mark" in self.state:
+            self.state["mark"] = self.stack_mark(self.state["mark"])
 
     def _leave_frame(self, before: Any, off: int) -> None:
         """The error word as a light loop leaves it, its nonterm codes counted from the enclosing

@@ -51,6 +51,7 @@ from turnout.fast.segment import SegmentFn
 from turnout.fast.stack_sizes import (
     StackMarks,
     capacity_ladder,
+    filled_and_emptied_inside,
     inside_stacks,
     stack_bytes,
     stack_dtype,
@@ -198,6 +199,10 @@ class Plan:
         #: the held ones; the fused trace proves their pushes and pops
         self.counted = {head: kept for head, found in counted_stacks(program, stack_key_of).items()
                         if (kept := [cs for cs in found if cs.key not in self.held])}
+        #: some stack is pushed and popped within one root item (a loop whose body differentiates a
+        #: loop of its own): the fused trace then takes the high-water mark as every loop leaves, at
+        #: any depth; otherwise after each root item alone (``_fused_body``)
+        self.marks_inside = filled_and_emptied_inside(program)
         self.nesting = nesting(program.items)
         self.stages = self._stages()
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
@@ -401,16 +406,20 @@ class Plan:
         def body(feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], max_iter: Any) -> Traced:
             stacks = {k: self._fused_entry(k, v) for k, v in stacks.items()}
             stacks.update({k: self._fused_entry(k, None) for k in self.inside})
-            em = self.emitter({"err": np.int32(0), "mark": np.int32(0), **given, **stacks}, max_iter,
+            inside = {"mark": np.int32(0)} if self.marks_inside else {}
+            em = self.emitter({"err": np.int32(0), **inside, **given, **stacks}, max_iter,
                               stop_on_error=True, free_pointers=True, push_limit=self.push_limit)
             # its stacks all start empty: the counted ones are proved (``fast.counted_stacks``)
             em.counted, em.resizable = self.counted, set(self.inside)
             env = dict(feeds)
-            em.run_items(st.items, env)
+            mark: Any = np.int32(0)
+            for it in st.items:  # the high-water mark: a stack is fullest as the root item that filled it ends
+                em.run_items([it], env)
+                mark = em.stack_mark(mark)
             st.passthrough = {k for k in st.writes if k in feeds and env[k] is feeds[k]}
             out = {k: env[k] for k in st.writes if k not in st.passthrough}
             # the pointers are not returned: the next attempt starts every stack empty again
-            mark = em.state.pop("mark")
+            mark = em.stack_mark(em.state.pop("mark", mark))
             ended = {k: self._fused_exit(k, v) for k, v in em.state.items()
                      if k != "err" and v is not given.get(k) and not k.startswith(stk.HELD_PREFIX)
                      and k not in self.inside}

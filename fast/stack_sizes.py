@@ -17,6 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout.fast import stacks as stk
+from turnout.fast.regions import Program, item_nodes
 from turnout.fast.state_keys import stack_key, stack_source
 from turnout.fast.values import Handle
 from turnout.fast_options import STACK_FIRST_RUNG, STACK_RUNG_RATIO
@@ -138,6 +139,23 @@ class StackMarks:
     def holds(self, mark: int) -> bool:
         """Whether some rung of the ladder holds ``mark`` entries (else the run needs the stages)."""
         return mark <= self.ladder[-1]
+
+
+def filled_and_emptied_inside(program: Program) -> bool:
+    """Whether some gradient stack of ``program`` is both pushed and popped inside one root region (a
+    loop whose body takes the gradient of a loop of its own, say): its most entries are then never
+    seen between root items, only as a loop inside that region leaves (``Emitter.note_mark``)."""
+    for it in program.items:
+        if isinstance(it, Node):
+            continue
+        pushed, popped = set(), set()
+        for n in item_nodes(it):
+            src = stack_source(n.inputs[0]) if n.op in ("StackPush", "StackPop") else None
+            if src is not None:
+                (pushed if n.op == "StackPush" else popped).add(src.id)
+        if pushed & popped:
+            return True
+    return False
 
 
 def stack_source_var(n: Node) -> Optional[str]:
