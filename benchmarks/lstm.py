@@ -9,7 +9,7 @@ to chunked device buffers. It compiles once for every length. Baseline: ``jax.va
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -17,8 +17,11 @@ import turnout as tn
 from benchmarks.common import timed, timed_pair
 
 
-def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_memory: bool = False) -> dict[str, Any]:
-    """The LSTM training step's graph; ``swap_memory`` is its loop's (see benchmarks/paper/memory.py)."""
+def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_memory: bool = False,
+          memory_budget: Optional[int] = None) -> dict[str, Any]:
+    """The LSTM training step's graph; ``swap_memory`` and ``memory_budget`` are its loop's (see
+    benchmarks/paper/memory.py and benchmarks/lstm_budget.py: with a budget, its gradient recomputes
+    from checkpoints instead of keeping stacks)."""
     rng = np.random.default_rng(seed)
     w0 = (rng.normal(size=(inp + hidden, 4 * hidden)) * 0.05).astype(np.float32)
     g = tn.Graph()
@@ -45,7 +48,7 @@ def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_mem
         zeros = tn.zeros([batch, hidden], tn.float32)
         _, _, _, loss = tn.while_loop(lambda t, h, c, loss: t < T, body,
                                       [tn.constant(0), zeros, zeros, tn.constant(0.0)], swap_memory=swap_memory,
-                                      name="lstm")
+                                      memory_budget=memory_budget, name="lstm")
         dW, db = tn.gradients(loss, [W, b])
     return {"graph": g, "xs": xs, "T": T, "loss": loss, "grads": [dW, db], "w0": w0}
 
@@ -99,7 +102,7 @@ def run(quick: bool) -> dict[str, Any]:
     # host view and the fast backend's device_put aliases it; a numpy feed would add a host-to-device
     # copy of the whole padded sequence to every step).
     xs_dev = jax.device_put(xs)
-    opts = {} if chunk is None else {"stack_chunk": chunk}
+    opts: dict[str, Any] = {} if chunk is None else {"stack_chunk": chunk}
     sess = tn.Session(m["graph"], backend="fast", **opts)
     step, traces = jax_step(hidden)
     params = (jnp.asarray(m["w0"]), jnp.zeros(4 * hidden, jnp.float32))
