@@ -229,15 +229,13 @@ def test_nothing_is_stacked_and_the_slots_fit_the_budget(budget: int) -> None:
     assert held == (budget // STATE) * (STATE - 4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the fast backend's program holds the slot buffers twice: the forward loop's thinning "
-    "(control_flow.checkpoints.keep) gathers every other slot into new buffers (ops.gather in a tn.cond), so "
-    "XLA assigns a second [slots, ...] buffer per loop variable; turnout.jax.while_loop moves the states in "
-    "place instead (found by benchmarks/lstm_budget.py: peak RSS about twice the budget above the run's own)"))
 def test_the_fast_backends_program_holds_the_slots_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """XLA's own count of the compiled step's temporaries (``memory_analysis``), which on the CPU the
     program allocates whole for every call, is within the loop's budget plus what the same step holds
-    without a budget: the slots are what the budget bounds, and nothing else of that size is live."""
+    without a budget, and two states: the slots are what the budget bounds, and nothing else of that
+    size is live (the thinning once gathered every other slot into new buffers: twice the budget,
+    found by ``benchmarks/lstm_budget.py``). The two states are the recomputing step's own working
+    set (a recomputed state and its cotangent), which the store-everything step does not have."""
     pytest.importorskip("jax")
     from turnout.fast import plan as fast_plan
 
@@ -273,7 +271,7 @@ def test_the_fast_backends_program_holds_the_slots_within_the_budget(monkeypatch
         return temps[0]
 
     budget = 256 * (8 + 4 * size)
-    assert temp_bytes(budget) <= budget + temp_bytes(None)
+    assert temp_bytes(budget) <= budget + temp_bytes(None) + 2 * 4 * size
 
 
 def test_the_report_and_explain_say_the_loop_recomputes() -> None:
@@ -396,7 +394,7 @@ def test_a_loop_without_its_python_body_is_refused() -> None:
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")
         (y,) = tn.while_loop(lambda v: v < 1.0, lambda v: [v * 2.0], [x], name="lost", memory_budget=100)
-        (w,) = [c for c in g.contexts if isinstance(c, WhileContext)]
+        (w,) = [c for c in g.contexts if isinstance(c, WhileContext) and c.name == "lost"]
         w.body_fn = None  # as a loop whose body function is not at hand
         with pytest.raises(UnsupportedError, match='"lost".*no Python body'):
             tn.gradients(y, [x])

@@ -24,9 +24,10 @@ so after ``n`` steps ``buf[:count]`` holds the states at ``0, stride, 2 stride, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -112,22 +113,35 @@ def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> Onlin
     return OnlineCheckpoints(cp, tuple(made[:-2]), made[-2], made[-1])
 
 
-def keep(w: WhileContext, ck: OnlineCheckpoints) -> list[Tensor]:
+def keep(w: WhileContext, ck: OnlineCheckpoints, loop: Callable[..., Any]) -> list[Tensor]:
     """In the body of ``w``: the slots' next values, after thinning and keeping the state before this
     step (the module docstring). Thinning is a ``tn.cond``, so the steps that do not thin (all but
     about ``log2(n)``) do not copy the buffers for it. Keeping writes one slot every step
     (``tn.update_slot``, in place where compiled): the state when it is due, else the slot's own
     value, so no step copies a whole buffer (a ``Select`` over the buffers did, and a ``tn.cond``
-    around the write was measured slower still: its branches copy the buffers)."""
+    around the write was measured slower still: its branches copy the buffers).
+
+    A thinning moves the kept states down one by one (slot ``k`` takes slot ``2k``, ``k`` rising,
+    in an inner loop built by ``loop``, the loop builder, passed in by its caller so that this module
+    does not import it back), each move a ``tn.update_slot`` in place. Why not gather every other
+    slot at once: a gather makes new buffers as large as the slots, which the compiled step then
+    holds beside the old ones, twice the loop's budget (XLA's own count of the step's temporaries,
+    ``tests/test_recompute.py``)."""
     slots = ck.plan.slots
     i = _body_in(w.counter)
     x = [_body_in(lv) for lv in state_vars(w)]
     held = [*(_body_in(lv) for lv in ck.bufs), _body_in(ck.count), _body_in(ck.stride)]
-    every_other = ops.constant(np.minimum(2 * np.arange(slots), slots - 1).astype(np.int32))
 
     def thin(bufs_count_stride: list[Tensor]) -> list[Tensor]:
         *bufs, count, stride = bufs_count_stride
-        return [*(ops.gather(b, every_other) for b in bufs), (count + 1) // 2, stride * 2]
+        kept = (count + 1) // 2
+
+        def move(k: Tensor, *bufs: Tensor) -> list[Tensor]:
+            return [k + 1, *(ops.update_slot(b, k, ops.gather(b, 2 * k)) for b in bufs)]
+
+        moved = loop(lambda k, *_: k < kept, move, [ops.constant(1), *bufs], back_prop=False,
+                     name=f"{w.name}/thin_moves")
+        return [*moved[1:], kept, stride * 2]
 
     for _ in range(thinnings(slots)):
         count, stride = held[-2], held[-1]

@@ -235,7 +235,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                     for t in flat_out]
         counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
         if ctx.checkpoints is not None:
-            flat_out += checkpoints.keep(ctx, ctx.checkpoints)
+            flat_out += checkpoints.keep(ctx, ctx.checkpoints, while_loop)
     with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):
             if t.dtype != lv.merge.outputs[0].dtype:
