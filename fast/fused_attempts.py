@@ -94,17 +94,18 @@ class FusedAttempts(DirectCalls):
         caps = plan.ladder if plan.ladder is not None else self._ladder(plan)
         marks = plan.marks
         assert marks is not None  # (made with the ladder)
-        c: Optional[int] = marks.start()
+        c: Optional[int] = marks.begin()
         while c is not None:
             p = self._rung(plan, c, fetches, feeds, variables)
             got = self._run_fused(p, fetches, feeds, variables, max_iter, budget) if p.fused is not None else None
             if isinstance(got, tuple):
-                plan.rung = p
+                # the rung the next run starts on: this one, unless the marks now fit a lower one (then
+                # no rung is the plan's, and its repeated run's lane hands the next run back)
+                plan.rung = p if marks.note(got[1]["stack_mark"]) >= c else None
                 self._last_fused = (plan, p)
                 for other in plan.rungs.values():  # only the rung that ran keeps its buffers
                     if other is not p:
                         self._stack_bufs.pop(id(other), None)
-                marks.note(got[1]["stack_mark"])
                 got[1]["stack_ladder"] = list(caps)
                 return got
             if p is not plan:

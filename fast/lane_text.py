@@ -191,12 +191,13 @@ def _flags_text(spec: CallSpec, lc: LaneCall) -> list[str]:
     splits, written out: its call frame runs cold, about 1 µs), act on a nonzero word and refuse a
     dead fetch. None for a call that returns no flags.
 
-    A fused attempt's flags hold its stacks' high-water mark (``spec.marked``): the lane records it in
-    its plan's ``StackMarks`` (``recent``, ``marks``), lets the next run start on a lower rung when the
-    marks say so (``top.rung = None`` sends it to the general path, which starts where
-    ``marks.start()`` says), and hands back a run that outgrew its rung (``cap``), whose mark the
-    general path reads as the rung to go to. Why the test of ``lower`` first: a run that did not fit
-    the rung below cannot make the plan descend, so a repeated run of one length pays one compare."""
+    A fused attempt's flags hold its stacks' high-water mark (``spec.marked``): the lane hands back a
+    run that outgrew its rung (``cap``), leaving its mark as ``marks.pending`` for the general path to
+    start from; otherwise it records the mark in its plan's ``StackMarks`` (``recent``, ``marks``) and
+    lets the next run start on a lower rung when the marks say so (``top.rung = None`` sends it to the
+    general path, which starts where ``marks.start()`` says). Why the test of ``lower`` first: a run
+    that did not fit the rung below cannot make the plan descend, so a repeated run of one length pays
+    one compare."""
     marked = spec.marked and lc.attempt
     words = "mark, *lives" if marked else "*lives"
     if spec.packed is not None:
@@ -210,10 +211,10 @@ def _flags_text(spec: CallSpec, lc: LaneCall) -> list[str]:
     else:
         return []
     if marked:  # (the fused attempt's high-water mark: ``stack_sizes.StackMarks``, written out)
-        lines += ["        recent.append(mark)", "        stats['stack_mark'] = mark",
-                  "        if mark <= lower and marks.start() < cap:",
-                  "            top.rung = None", "        if code or mark > cap:",
-                  "            fail(backend, plan, code, True, mark)", "            return None"]
+        lines += ["        if code or mark > cap:", "            fail(backend, plan, code, True, mark)",
+                  "            marks.pending = mark", "            return None",
+                  "        recent.append(mark)", "        stats['stack_mark'] = mark",
+                  "        if mark <= lower and marks.start() < cap:", "            top.rung = None"]
     else:
         lines += ["        if code:", f"            fail(backend, plan, code, {lc.attempt})", "            return None"]
     live = [j for _, j in lc.sources if j is not None]

@@ -123,17 +123,30 @@ class StackMarks:
     def __init__(self, ladder: list[int], window: int) -> None:
         self.ladder = ladder
         self.recent: deque[int] = deque(maxlen=max(1, window))
+        #: the mark of a run a lane handed back because it outgrew the lane's rung: the general path
+        #: runs it again from the rung that holds it, and notes it once, when it has run
+        self.pending = 0
 
     def note(self, mark: int) -> int:
-        """Record a run's (or a discarded attempt's) mark; returns the capacity the next run starts at
-        (``start``). A lane compares it with its own rung's to know when to hand the next run back."""
+        """Record a run's mark (once per run that a fused attempt finished); returns the capacity the
+        next run starts at (``start``)."""
         self.recent.append(mark)
+        self.pending = 0
         return self.start()
 
+    def begin(self) -> int:
+        """The rung a run of the general path starts on (``start``); a handed-back run's mark, which
+        chose it, is then spent (the run is noted once it has run, or not at all if it goes to the
+        stages)."""
+        c = self.start()
+        self.pending = 0
+        return c
+
     def start(self) -> int:
-        """The smallest rung holding every mark of the window (the first rung before any run), or the
-        top when none does: a run past the top goes to the stages, whatever rung it starts on."""
-        need = max(self.recent, default=0)
+        """The smallest rung holding every mark of the window and a handed-back run's (the first rung
+        before any run), or the top when none does: a run past the top goes to the stages, whatever
+        rung it starts on."""
+        need = max(max(self.recent, default=0), self.pending)
         return next((c for c in self.ladder if c >= need), self.ladder[-1])
 
     def holds(self, mark: int) -> bool:

@@ -12,11 +12,14 @@ The numbers asserted are the executor's own accounting (``RunResult.stats``).
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import graphs
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import turnout as tn
 
@@ -275,6 +278,52 @@ def test_a_plan_starts_lower_after_runs_that_fit_a_lower_rung() -> None:
     assert caps == [512] * 12
 
 
+class _RungModel:
+    """What ``FastBackend`` should do with a run of ``t`` iterations of ``graphs.power_loop`` (one
+    entry per iteration): past the ladder's top, or right after a staged run that moved chunks, the
+    stages; else the fused program on the smallest rung holding the marks of the last ``window``
+    fused runs and its own."""
+
+    def __init__(self, ladder: list[int], window: int) -> None:
+        self.ladder, self.recent, self.predict = ladder, deque(maxlen=window), False
+
+    def run(self, t: int) -> tuple[bool, int]:
+        """(fused, stack_capacity) the run should report."""
+        top = self.ladder[-1]
+        if self.predict or t > top:
+            self.predict = t > top  # (a staged run past the chunk moves chunks: the next skips the attempt)
+            return False, top
+        need = max([*self.recent, t])
+        self.recent.append(t)
+        return True, next(c for c in self.ladder if c >= need)
+
+
+_MARKED: dict[int, tuple[tn.Session, _RungModel, Any]] = {}
+
+
+@given(trips=st.lists(st.sampled_from([0, 1, 7, 8, 9, 13, 18, 19, 27, 30, 40, 41, 55]), min_size=1, max_size=8),
+       window=st.integers(1, 3))
+def test_each_run_takes_the_rung_its_plans_marks_say(trips: list[int], window: int) -> None:
+    """Any sequence of trip counts, on a session that keeps running across examples (whatever came
+    before is in the model too): each run has ``x**n``'s value and gradient, reports its trip count as
+    its mark, and runs where the model of the marks' window says (``_RungModel``), through the lane
+    or the general path alike."""
+    if window not in _MARKED:
+        g, x, n, y, dx = graphs.power_loop()
+        sess = tn.Session(g, backend="fast", stack_chunk=40, stack_first_rung=8, stack_rung_ratio=1.5,
+                          stack_descend_after=window, inside_stack_bytes=0)
+        _MARKED[window] = (sess, _RungModel([8, 12, 18, 27, 40], window), (x, n, y, dx))
+    sess, model, (x, n, y, dx) = _MARKED[window]
+    for t in trips:
+        got = sess.run([y, dx], {x: 1.01, n: t})
+        np.testing.assert_allclose(got, [1.01**t, t * 1.01 ** (t - 1)], rtol=1e-12)
+        stats = sess.last_result.stats
+        fused, capacity = model.run(t)
+        assert (stats["fused"], stats["stack_capacity"]) == (fused, capacity), (t, stats.get("route"))
+        if fused:
+            assert stats["stack_mark"] == t
+
+
 def test_stack_marks_choose_the_rung_that_holds_the_window() -> None:
     """``StackMarks``: the smallest rung holding every mark of the last ``window`` runs (the first rung
     before any), the top past them all."""
@@ -285,6 +334,11 @@ def test_stack_marks_choose_the_rung_that_holds_the_window() -> None:
     assert marks.note(17) == 24 and marks.note(3) == 24  # (17 is still in the window)
     assert marks.note(5) == 16
     assert marks.note(500) == 100 and not marks.holds(500) and marks.holds(100)
+    marks = StackMarks([16, 24, 36, 100], window=2)
+    marks.pending = 30  # (a run a lane handed back: the general path starts where it fits)
+    assert marks.start() == 36 and marks.note(30) == 36 and marks.pending == 0
+    marks.pending = 200  # (one past the top: the stages run it, and it is never noted)
+    assert marks.begin() == 100 and marks.pending == 0 and marks.start() == 36
 
 
 def test_one_rung_options_keep_the_chunk() -> None:
