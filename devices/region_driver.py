@@ -30,7 +30,7 @@ from turnout.devices.swap import SpanningStacks, traffic
 from turnout.fast import stacks as stk
 from turnout.fast.driven import drive_chunks, loop_fns, split_carry
 from turnout.fast.emit import Emitter
-from turnout.fast.outcome import ErrorCodes
+from turnout.fast.outcome import ErrorCodes, Raise, Retry, enforce
 from turnout.fast.regions import Key, Program, WhileRegion
 
 
@@ -72,6 +72,8 @@ class RegionDriver:
         if c is not None:
             c = drive_chunks(self.chunk, env_in, c, max_iter, self.push, self.pop, self.capacity, store,
                              self.who)
+            if isinstance(c, (Retry, Raise)):  # (raised to the partitioned run's capacity loop)
+                enforce(c)
         if c is None:
             assert after is not None
             rest, stk_in = stk.split_state(after)

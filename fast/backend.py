@@ -81,7 +81,7 @@ from turnout.fast.fused_attempts import FusedAttempts
 from turnout.fast.guards import device_oom, iteration_bound, refuse_firing_budget
 from turnout.fast.lane import Lane, holds_wide
 from turnout.fast.lowering_base import NeedsStatic, Specialise
-from turnout.fast.outcome import Discard, StacksOutgrown, enforce
+from turnout.fast.outcome import Discard, Outcome, Raise, Retry, enforce
 from turnout.fast.plan import (
     Direct,
     Plan,
@@ -369,12 +369,12 @@ class FastBackend(FusedAttempts):
         retries = 0
         with jax.enable_x64(True):
             while True:
-                try:
-                    values, stats = self._run(fetches, feeds, variables, options, cap, budget)
+                got = self._run(fetches, feeds, variables, options, cap, budget)
+                if not isinstance(got, Retry):  # (past MAX_CAPACITY, ``decode`` raised instead)
                     break
-                except StacksOutgrown as e:  # (past MAX_CAPACITY, ``decode`` raised instead)
-                    cap = e.retry.capacity
-                    retries += 1
+                cap = got.capacity
+                retries += 1
+        values, stats = got
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
 
@@ -456,10 +456,11 @@ class FastBackend(FusedAttempts):
         return got[1]
 
     def _run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-             options: Any, cap: int, budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]]:
+             options: Any, cap: int, budget: Optional[MemoryPlan] = None
+             ) -> tuple[list[Any], dict[str, Any]] | Retry:
         """A run of the plan at capacity ``cap`` (under the memory plan ``budget``, if any): its fused
         attempt first when it has one (and the last run did not swap), else, or when the attempt is
-        discarded, its stages."""
+        discarded, its stages; ``Retry`` where a stage's stacks outgrew ``cap``."""
         plan = self._plan(fetches, feeds, variables, cap)
         max_iter = iteration_bound(options)
         if plan.fused is not None and not plan.predict_overflow:
@@ -472,7 +473,7 @@ class FastBackend(FusedAttempts):
 
     def _execute(self, plan: Plan, stages: list[Stage], fetches: list[Tensor], feeds: dict[Tensor, Any],
                  variables: dict[str, np.ndarray], max_iter: Any, attempt: bool,
-                 budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]] | Discard:
+                 budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]] | Discard | Retry:
         """Run ``stages`` of ``plan`` in order, and finish the run: the one way a plan with gradient
         stacks runs. Its stages (``plan.stages``: compiled segments and driven loops, in root order)
         or, as an ``attempt``, its fused stage alone (``[plan.fused]``).
@@ -481,7 +482,9 @@ class FastBackend(FusedAttempts):
         trace refused, it is discarded — the outcome ``Discard``, no Variable written, no error raised
         — and the caller (``_run_fused``) runs the stages.
         Its stack buffers are kept either way (the stages, or the next attempt, reuse them). Otherwise
-        each stage's errors are raised after it, as the interpreter raises them during the run.
+        each stage's errors are raised after it, as the interpreter raises them during the run, and a
+        stage whose stacks outgrew their chunk ends the run with the outcome ``Retry``: the caller
+        (``_run_compiled``) runs it again with larger chunks.
         """
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
@@ -499,32 +502,24 @@ class FastBackend(FusedAttempts):
         for i, st in enumerate(stages):
             t1 = time.perf_counter()
             env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
-            if st.driven is None:
-                got = (self._call_fused(plan, st, env_in, state, max_iter) if attempt
-                       else self._call_segment(plan, st, i, env_in, state, max_iter))
-                if isinstance(got, Discard):  # (the fused stage's trace refused)
-                    return got
-                out, lv, state = got
-                lives.update(lv)
-            else:
-                with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
-                    before = self.compile_count
-                    out, state = self._drive(plan, st, env_in, state, max_iter, store)
-                    args["compiled"] = self.compile_count != before
+            got = self._stage(plan, st, i, env_in, state, max_iter, store, attempt)
+            if not isinstance(got, tuple):  # (the fused stage's trace refused, or a driven loop outgrew)
+                return got
+            out, lv, state = got
+            lives.update(lv)
             if attempt:
-                plan.fused_warm = True
                 mark = state.pop("mark")
-                if plan.prealloc:
-                    self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
-                outcome = self._decode(plan, int(state["err"]), attempt=True, mark=mark)
+                outcome = self._attempt_outcome(plan, state, mark, first)
                 if isinstance(outcome, Discard):
                     return outcome
-                if first and self.options.precompile_staged:
-                    return Discard()
             store.observe(state, plan.index_bytes if attempt else None)
             if attempt and plan.inside:
                 store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()))
-            enforce(outcome if attempt else self._decode(plan, int(state["err"]), store.moved()))
+            if not attempt:
+                outcome = self._decode(plan, int(state["err"]), store.moved())
+                if isinstance(outcome, Retry):
+                    return outcome
+            enforce(outcome)
             env.update(out)
             if attempt:
                 # (constants of the fused stage: they do not cross the call)
@@ -545,6 +540,35 @@ class FastBackend(FusedAttempts):
         }
         return values, stats
 
+    def _stage(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
+               store: stk.ChunkStore, attempt: bool) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard | Retry:
+        """One stage of ``_execute``: (its outputs, their live flags, the state after it), or the
+        outcome that ends the run — the fused stage's trace refused (``Discard``), or a driven loop's
+        stacks outgrew their chunk (``Retry``)."""
+        if st.driven is None:
+            return (self._call_fused(plan, st, env_in, state, max_iter) if attempt
+                    else self._call_segment(plan, st, i, env_in, state, max_iter))
+        with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
+            before = self.compile_count
+            got = self._drive(plan, st, env_in, state, max_iter, store)
+            args["compiled"] = self.compile_count != before
+        if isinstance(got, Retry):
+            return got
+        out, state = got
+        return out, {}, state
+
+    def _attempt_outcome(self, plan: Plan, state: dict[str, Any], mark: int, first: bool) -> Outcome:
+        """What a fused attempt that ran comes to (``outcome.decode`` of its word and mark), its stack
+        buffers kept for the next attempt or the stages either way. With ``precompile_staged`` a plan's
+        first attempt is discarded, so that its stages compile up front."""
+        plan.fused_warm = True
+        if plan.prealloc:
+            self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
+        outcome = self._decode(plan, int(state["err"]), attempt=True, mark=mark)
+        if first and self.options.precompile_staged and not isinstance(outcome, Discard):
+            return Discard()
+        return outcome
+
     def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
                       max_iter: Any) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
         """One compiled segment of the stages (``_execute``), called in the convention of
@@ -560,11 +584,11 @@ class FastBackend(FusedAttempts):
         return out, lv, state
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
-               store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]]:
+               store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]] | Retry:
         """Run a top-level loop chunk by chunk (``fast.driven.drive_chunks``). Between chunks, a stack
         that outgrew its buffer hands the full chunk to ``store`` (to host memory, or kept on the
         device: the loop's ``swap_memory``), and a stack that runs low takes the chunk that ``store``
-        brought back."""
+        brought back. ``Retry``: a chunk could make no progress at this capacity."""
         if not st.fns:
             st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
         store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
@@ -574,6 +598,10 @@ class FastBackend(FusedAttempts):
         if c is not None:
             c = drive_chunks(st.fns["chunk"], env_in, c, max_iter, st.push_stacks, st.pop_stacks, plan.capacity,
                              store, WHO, self._chunk_guard(plan, st))
+            if isinstance(c, Raise):
+                raise c.error
+            if isinstance(c, Retry):
+                return c
         with device_oom(plan, st):
             if c is None:
                 rest, stacks = stk.split_state(state)

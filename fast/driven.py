@@ -27,7 +27,7 @@ import numpy as np
 
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter
-from turnout.fast.outcome import enforce, larger
+from turnout.fast.outcome import larger
 from turnout.fast.regions import Key, WhileRegion
 from turnout.fast.tracing import jnp_tree
 from turnout.fast.values import wrap_static
@@ -123,9 +123,9 @@ def drive_chunks(chunk: Callable[..., Any], env_in: dict[Any, Any], c: Any, max_
 
     ``push`` and ``pop`` are the stacks the loop pushes and pops, with the most entries one
     iteration moves as traced; ``capacity`` is their buffers' size. A chunk that neither ran an
-    iteration nor left a stack to move cannot make progress at this capacity: the run is retried with
-    larger chunks (``outcome.larger``: ``StacksOutgrown``, or past ``MAX_CAPACITY`` the error naming
-    ``who``).
+    iteration nor left a stack to move cannot make progress at this capacity: the run must be retried
+    with larger chunks, and that outcome is returned instead of a carry (``outcome.larger``: a
+    ``Retry``, or past ``MAX_CAPACITY`` a ``Raise`` of the error naming ``who``).
     """
     budget = int(max_iter)
     # committed to the stacks' device like the chunk outputs that replace them (``stk.scalar_on``)
@@ -154,7 +154,7 @@ def drive_chunks(chunk: Callable[..., Any], env_in: dict[Any, Any], c: Any, max_
             with guard("refill", sorted(low)):
                 state = {**state, **store.refill(low, report.ptr)}
         if not (full or low) and report.iters == before:
-            enforce(larger(capacity, who))
+            return larger(capacity, who)
         before = report.iters
         c = (vals, pred, state, iters)
 

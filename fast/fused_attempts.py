@@ -25,7 +25,7 @@ from turnout.fast.call_spec import CallArgs
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.direct_call import DirectCalls
 from turnout.fast.guards import device_oom
-from turnout.fast.outcome import Discard
+from turnout.fast.outcome import Discard, Retry
 from turnout.fast.plan import Plan, Stage
 from turnout.fast.regions import Key
 from turnout.fast.stack_sizes import StackMarks, capacity_ladder
@@ -159,6 +159,7 @@ class FusedAttempts(DirectCalls):
         if isinstance(got, Discard) and got.rerecord:  # (run again at once, traced with every record)
             self._record_every_stack(plan)
             got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
+        assert not isinstance(got, Retry)  # (an attempt's outgrown stacks discard it)
         if isinstance(got, Discard) and got.refused:  # (its trace refused at this rung: the stages, or
             plan.fused = None                            # the next rung, from now on)
         return got

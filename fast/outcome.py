@@ -20,9 +20,10 @@ turns it into an *outcome*, a value saying what to do next:
 
 Why one decoder: each route used to read the word itself, and a kind handled on one route and not on
 another raised a different error for the same program. Where the layer that decides cannot return
-the outcome (a stage deep inside a staged run, a chunk of a driven loop) ``enforce`` raises it, a
-retry as ``StacksOutgrown``, the one exception that steers a run; the loop that sizes the stacks
-catches it.
+the outcome (a segment or driven loop of the partitioned executor, deep in the host's control of
+conds and loops) ``enforce`` raises it, a retry as ``StacksOutgrown``, the one exception that steers a
+run; the loop that sizes the stacks catches it. The one-device backend's stages and its chunk driver
+(``driven.drive_chunks``) return the outcome instead.
 """
 
 from __future__ import annotations
@@ -181,8 +182,8 @@ def first(outcomes: Sequence[Outcome]) -> Outcome:
 
 
 class StacksOutgrown(Exception):
-    """A ``Retry`` raised through the layers of a run that cannot return it (a stage of a staged run,
-    a chunk of a driven loop, a segment of a partitioned run) to the loop that sizes the stacks."""
+    """A ``Retry`` raised through the layers of a run that cannot return it (a segment or driven loop
+    of the fast partitioned executor) to the loop that sizes the stacks."""
 
     def __init__(self, retry: Retry) -> None:
         super().__init__(f"stacks outgrew their chunk: run again with {retry.capacity} entries")

@@ -200,6 +200,6 @@ class RunState:
         return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt, mark=mark)
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
-        """The error word of a stage (or a Direct call) acted on: raised, or a retry with larger
-        stacks (``outcome.StacksOutgrown``, caught by the capacity loop of ``_compile_and_run``)."""
+        """The error word of a Direct call acted on: its error raised. (A Direct plan has no gradient
+        stacks, so its word never asks for a retry; the stages return theirs, ``_execute``.)"""
         enforce(self._decode(plan, int(state["err"]), swapped))

@@ -161,7 +161,8 @@ def filled_and_emptied_inside(program: Program) -> bool:
     for it in program.items:
         if isinstance(it, Node):
             continue
-        pushed, popped = set(), set()
+        pushed: set[int] = set()
+        popped: set[int] = set()
         for n in item_nodes(it):
             src = stack_source(n.inputs[0]) if n.op in ("StackPush", "StackPop") else None
             if src is not None:
