@@ -91,3 +91,24 @@ def test_a_capture_captured_again_is_the_same_tensor() -> None:
         (gx,) = tn.gradients(c, [x])
     got = tn.Session(g).run([c, gx], {x: 1.1})
     np.testing.assert_allclose(got, [4 * 1.1**6, 24 * 1.1**5], rtol=1e-5)
+
+
+def test_a_difference_of_equal_terms_compares_as_zero_on_every_backend() -> None:
+    """Found by ``tests/test_routes.py`` (the ``dev`` profile): ``exp(tanh(f0)) - exp(tanh(f0))`` in the
+    untaken-by-default branch of a cond is exactly 0 on the interpreter and 1.1e-16 on the fast
+    backend, whose two evaluations XLA computed differently. Both are right to a rounding; the
+    comparison of the differential tests accepts a few units in the last place of a value near 1,
+    not a relative error against an exact 0."""
+    g = tn.Graph()
+    with g.as_default():
+        x0 = tn.placeholder(tn.int32, [], name="x0")
+        f0 = tn.placeholder(tn.float64, [], name="f0")
+        v0 = tn.cond(tn.logical_and(0 < x0, 0 < x0), lambda: f0,
+                     lambda: tn.exp(tn.tanh(f0)) - tn.exp(tn.tanh(f0)))
+    feeds = {x0: np.int32(0), f0: np.float64(0.7)}
+    want = tn.Session(g, backend="reference").run([v0], feeds)
+    assert float(want[0]) == 0.0
+    for backend in ("fast", "reference"):
+        got = tn.Session(g, backend=backend).run([v0], feeds)
+        assert abs(float(got[0])) <= 4 * np.finfo(np.float64).eps
+        assert_values_equal(got, want, backend)
