@@ -32,18 +32,39 @@ from turnout.primitives import COMPUTE
 #: must happen when the program runs, not when it is traced)
 NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep"}
 
+#: the most bytes a folded value may have. Why a bound: a folded value becomes a constant of the
+#: compiled program, which holds it and copies it into every buffer it starts (a loop variable, say)
+#: on every call. A loop's checkpoint slots (``tn.fill`` of ``[slots, ...]`` zeros, constant inputs)
+#: were folded into a constant as large as the loop's memory budget: twice the budget resident, and
+#: a 256 MiB copy per step (the LSTM step at T = 1000 cost 4 to 7 times its store-everything step).
+#: A value this small costs nothing to compute where the program runs instead.
+FOLD_BYTES = 64 * 1024
+
 
 def fold(n: Node, xs: Sequence[Any]) -> Optional[list[Any]]:
     """``n``'s outputs computed by the reference kernels when every input is known while tracing and
-    ``n`` is pure compute (not in ``NO_FOLD``); ``None`` otherwise, and when the kernel refuses the
-    values: the rule then lowers the node, and its check reports the error if the node runs (a
-    refusal at trace time would raise for a node on a branch that is never taken)."""
+    ``n`` is pure compute (not in ``NO_FOLD``) with outputs of at most ``FOLD_BYTES`` (as its shapes
+    say, where they are static; as computed, where not); ``None`` otherwise, and when the kernel
+    refuses the values: the rule then lowers the node, and its check reports the error if the node
+    runs (a refusal at trace time would raise for a node on a branch that is never taken)."""
     if n.op not in COMPUTE or n.op in NO_FOLD or not all(is_static(x) for x in xs):
         return None
+    if any(_static_bytes(t.spec) > FOLD_BYTES for t in n.outputs):
+        return None
     try:
-        return [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
+        outs = [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
     except KernelError:
         return None
+    return None if any(v.nbytes > FOLD_BYTES for v in outs) else outs
+
+
+def _static_bytes(spec: Any) -> int:
+    """The bytes of a value of ``spec`` where its shape is static and its dtype has a size, else 0
+    (unknown: the fold computes it and looks)."""
+    shape, dtype = spec.shape, spec.dtype
+    if shape is None or any(not isinstance(d, int) for d in shape) or dtype.is_opaque:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 def lower_node(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> list[Any]:
@@ -68,4 +89,4 @@ def lower_node(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> list[Any]:
         raise UnsupportedError(f"fast backend: cannot lower {describe_node(n)}: {e}") from None
 
 
-__all__ = ["NO_FOLD", "fold", "lower_node"]
+__all__ = ["FOLD_BYTES", "NO_FOLD", "fold", "lower_node"]

@@ -274,6 +274,28 @@ def test_the_fast_backends_program_holds_the_slots_within_the_budget(monkeypatch
     assert temp_bytes(budget) <= budget + temp_bytes(None) + 2 * 4 * size
 
 
+def test_the_slots_are_made_where_the_program_runs_not_folded_into_a_constant() -> None:
+    """The slots start as ``tn.fill`` of zeros, whose inputs are constants: folding it while tracing
+    made a constant as large as the budget, which the compiled program held beside the buffers it
+    copied it into (a 256 MiB budget's step peaked at 796 MiB of RSS where 539 do). Values larger
+    than ``FOLD_BYTES`` are not folded; small ones still are."""
+    pytest.importorskip("jax")
+    from turnout.fast.lower_node import FOLD_BYTES, fold
+
+    g = tn.Graph()
+    with g.as_default():
+        big = tn.fill(tn.constant(np.array([FOLD_BYTES // 4 + 1], np.int32)), tn.constant(np.float32(0)))
+        small = tn.fill(tn.constant(np.array([16], np.int32)), tn.constant(np.float32(2)))
+    args = {t: [np.array([t.shape[0]], np.int32), np.float32(v)] for t, v in ((big, 0), (small, 2))}
+    assert fold(big.node, args[big]) is None
+    (got,) = fold(small.node, args[small])  # type: ignore[misc]
+    np.testing.assert_array_equal(got, np.full(16, 2, np.float32))
+    m = model(4 * STATE)
+    ck = next(c.checkpoints for c in m["g"].contexts if isinstance(c, WhileContext) and c.checkpoints)
+    (fill,) = {lv.enter.inputs[0].node for lv in ck.bufs[:1]}
+    assert fill.op == "Fill"  # (what the slots start as: the node the bound keeps from folding, when large)
+
+
 def test_the_report_and_explain_say_the_loop_recomputes() -> None:
     m = model(3 * STATE + 5)
     lp = tn.memory_report(m["g"]).plan.loop("rnn")  # type: ignore[union-attr]
