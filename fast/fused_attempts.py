@@ -25,7 +25,7 @@ from turnout.fast.call_spec import CallArgs
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.direct_call import DirectCalls
 from turnout.fast.guards import device_oom
-from turnout.fast.outcome import Discard, Retry
+from turnout.fast.outcome import Discard, Outcome, Retry
 from turnout.fast.plan import Plan, Stage
 from turnout.fast.regions import Key
 from turnout.fast.stack_sizes import StackMarks, capacity_ladder
@@ -171,3 +171,15 @@ class FusedAttempts(DirectCalls):
         this and every later run; hot routes made for the old trace are forgotten."""
         plan.record_every_stack()
         self.repeats.forget()
+
+    def _attempt_outcome(self, plan: Plan, state: dict[str, Any], mark: int, first: bool) -> Outcome:
+        """What a fused attempt that ran comes to (``outcome.decode`` of its word and mark), its stack
+        buffers kept for the next attempt or the stages either way. With ``precompile_staged`` a plan's
+        first attempt is discarded, so that its stages compile up front."""
+        plan.fused_warm = True
+        if plan.prealloc:
+            self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
+        outcome = self._decode(plan, int(state["err"]), attempt=True, mark=mark)
+        if first and self.options.precompile_staged and not isinstance(outcome, Discard):
+            return Discard()
+        return outcome

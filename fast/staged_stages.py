@@ -1,0 +1,108 @@
+"""The staged path's stages: a compiled segment, or a top-level loop driven chunk by chunk.
+
+Why a layer of its own (under ``FastBackend``, which runs the stages in order, ``_execute``): these
+are how one stage of the staged path is called — a segment through ``fast.segment.SegmentFn`` in
+the calling convention of ``fast.call_spec``, a driven loop through ``fast.driven.drive_chunks``,
+which moves full stack chunks between its calls — and what a stage comes to: its outputs and state,
+or the outcome that ends the run (``Discard`` where the fused stage's trace refused, ``Retry`` where
+a driven loop's stacks outgrew their chunk), returned, not raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+from turnout.fast import stacks as stk
+from turnout.fast.driven import Guard, drive_chunks, split_carry
+from turnout.fast.fused_attempts import FusedAttempts
+from turnout.fast.guards import device_oom
+from turnout.fast.outcome import Discard, Raise, Retry
+from turnout.fast.plan import Plan, Stage
+from turnout.fast.regions import Key
+from turnout.fast.run_state import WHO
+
+
+class StagedStages(FusedAttempts):
+    """One stage of a run (``FastBackend._execute``): the fused attempt's call (``FusedAttempts``), a
+    compiled segment, or a driven loop."""
+
+    def _stage(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
+               store: stk.ChunkStore, attempt: bool) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard | Retry:
+        """One stage of ``_execute``: (its outputs, their live flags, the state after it), or the
+        outcome that ends the run — the fused stage's trace refused (``Discard``), or a driven loop's
+        stacks outgrew their chunk (``Retry``)."""
+        if st.driven is None:
+            return (self._call_fused(plan, st, env_in, state, max_iter) if attempt
+                    else self._call_segment(plan, st, i, env_in, state, max_iter))
+        with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
+            before = self.compile_count
+            got = self._drive(plan, st, env_in, state, max_iter, store)
+            args["compiled"] = self.compile_count != before
+        if isinstance(got, Retry):
+            return got
+        out, state = got
+        return out, {}, state
+
+    def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
+                      max_iter: Any) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
+        """One compiled segment of the stages (``_execute``), called in the convention of
+        ``fast.call_spec`` through ``fast.segment.SegmentFn`` (``Plan.segment_fn``: its error word
+        carried in its state): (its outputs, their live flags, the state after it)."""
+        if "seg" not in st.fns:
+            st.fns["seg"] = plan.segment_fn(st)
+        with self._span(f"stage {i}: compiled segment", "compiled stages") as args, device_oom(plan, st):
+            before = self.compile_count
+            out, lv, state = st.fns["seg"](env_in, state, max_iter)
+            args["compiled"] = self.compile_count != before
+            args["error_word"] = int(state["err"])
+        return out, lv, state
+
+    def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
+               store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]] | Retry:
+        """Run a top-level loop chunk by chunk (``fast.driven.drive_chunks``). Between chunks, a stack
+        that outgrew its buffer hands the full chunk to ``store`` (to host memory, or kept on the
+        device: the loop's ``swap_memory``), and a stack that runs low takes the chunk that ``store``
+        brought back. ``Retry``: a chunk could make no progress at this capacity."""
+        if not st.fns:
+            st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
+        store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
+        rest, stacks = stk.split_state(state)
+        with device_oom(plan, st):
+            c, state = st.fns["init"](env_in, rest, stacks, max_iter)
+        if c is not None:
+            c = drive_chunks(st.fns["chunk"], env_in, c, max_iter, st.push_stacks, st.pop_stacks, plan.capacity,
+                             store, WHO, self._chunk_guard(plan, st))
+            if isinstance(c, Raise):
+                raise c.error
+            if isinstance(c, Retry):
+                return c
+        with device_oom(plan, st):
+            if c is None:
+                rest, stacks = stk.split_state(state)
+                out, _, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
+            else:
+                c_rest, c_stacks = split_carry(c)
+                out, _, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
+        store.end_pushes(st.push_stacks)
+        return out, state
+
+    def _chunk_guard(self, plan: Plan, st: Stage) -> Guard:
+        """The guard of ``drive_chunks`` for stage ``st``: each chunk call and each move of stack
+        chunks is a span of the run's timeline (when traced), and XLA's out-of-memory in any of them
+        is ``ResourceExhaustedError`` naming the loop (``device_oom``)."""
+        @contextmanager
+        def guard(what: str, stacks: Optional[list[str]]) -> Iterator[dict[str, Any]]:
+            if what == "chunk":
+                span = self._span("chunk", "driven loops")
+            else:
+                span = self._span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",
+                                  stacks=stacks)
+            with span as args, device_oom(plan, st):
+                yield args
+
+        return guard
+
+
+__all__ = ["StagedStages"]
