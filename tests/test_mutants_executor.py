@@ -147,6 +147,73 @@ def test_an_iteration_retires_after_every_loop_nested_in_it() -> None:
     assert all(last[k] < retired[k] for k in last), (last, retired)
 
 
+
+def test_an_iteration_in_which_nothing_can_fire_retires_and_its_loop_ends_dead() -> None:
+    """[E-Iter-Retire] / [E-Frame-Done]: an iteration retires once nothing in it is ready, even if nothing
+    in it ever was. Here the loop's Merge also waits for the control token of a non-constant Enter, which
+    delivers to iteration 0 only, so iteration 1 starts (its back-edge value arrives) but none of its
+    nodes can fire: it retires at once, the frame completes and its Exit, dead at iteration 0, releases
+    its dead token, so the fetch is dead (with the stall noted), as in the small-step system, instead of
+    the loop instance hanging on incomplete."""
+    g = tn.Graph()
+    with g.as_default():
+        gate = raw.enter(tn.constant(0), "loop", name="gate")
+        lim = raw.enter(tn.constant(3), "loop", is_constant=True)
+        one = raw.enter(tn.constant(1), "loop", is_constant=True)
+        e = raw.enter(tn.constant(0), "loop")
+        with tn.control_dependencies([gate]):
+            m, _ = raw.merge([e, raw.BACK_EDGE], name="m")
+        f, t = raw.switch(m, raw.loop_cond(m < lim))
+        raw.close_back_edge(m, raw.next_iteration(t + one))
+        out = raw.exit(f, name="out")
+    want = r'^fetched tensor out:0 is dead: .*a loop that ended because its next iteration stalled\?'
+    with pytest.raises(tn.DeadFetchError, match=want) as e_ref:
+        run_graph(g, [out], options=RunOptions(trace=True))
+    assert 'Merge node "m" (created at ' in str(e_ref.value) and "at loop:1 waits for" in str(e_ref.value)
+    with pytest.raises(tn.DeadFetchError, match="^fetched tensor out:0 is dead"):
+        ss.run(g, [out])
+
+    from turnout.reference.executor import Interpreter, make_plan
+
+    it = Interpreter(make_plan(g, [out], set()), {}, {}, RunOptions(trace=True))
+    it.run()
+    assert it.trace is not None
+    assert [ev.tag for ev in it.trace.events if ev.rule == "E-Iter-Retire"] == [(("loop", 0),), (("loop", 1),)]
+    assert [(ev.node, ev.tag) for ev in it.trace.events if ev.rule == "E-Frame-Done"] == [("out", ())]
+    assert it.frames == {}
+
+
+def test_a_loop_instance_keeps_counts_only_for_its_unretired_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop instance's per-iteration counts (nodes ready, nested instances incomplete) cover only its
+    iterations ``oldest .. started-1``: a retired iteration leaves nothing behind, so what a long loop
+    holds is bounded by its ``parallel_iterations`` window, not by how many iterations it ran. Checked
+    after every retirement check of a loop of 12 iterations (window 2) that runs a nested loop in each."""
+    from turnout.reference import executor
+
+    seen: list[tuple[str, int, int, list[int], list[int]]] = []
+    real = executor.Interpreter.check_retire
+
+    def checked(self: Any, inst: Any) -> None:
+        real(self, inst)
+        seen.append((inst.name, inst.oldest, inst.started, sorted(inst.ready), sorted(inst.children)))
+
+    monkeypatch.setattr(executor.Interpreter, "check_retire", checked)
+    g = tn.Graph()
+    with g.as_default():
+        def body(i: Any, acc: Any) -> tuple[Any, Any]:
+            (a,) = tn.while_loop(lambda j: j < 3, lambda j: j + 1, [tn.constant(0)], name="inner")
+            return i + 1, acc + a
+
+        _, acc = tn.while_loop(lambda i, acc: i < 12, body, [tn.constant(0), tn.constant(0)], name="outer",
+                               parallel_iterations=2)
+    assert [int(v) for v in run_graph(g, [acc]).values] == [36]
+    for name, oldest, started, ready, children in seen:
+        live = set(range(oldest, started))
+        assert set(ready) <= live and set(children) <= live, (name, oldest, started, ready, children)
+    assert max(s[2] for s in seen if "outer" in s[0]) == 13  # iterations 0..12 (the 13th finds i < 12 false)
+    assert any(s[4] for s in seen)  # the outer loop did count its nested instances
+
+
 # ---- what a trace records ------------------------------------------------------------------------------
 def test_every_trace_event_says_what_it_is() -> None:
     """A trace holds node firings and two kinds of bookkeeping (``Trace.summary``): a node firing carries
@@ -232,6 +299,30 @@ def test_a_run_past_max_seconds_says_which_option_to_raise() -> None:
             r"'[^']*forever[^']*' \(instance root; entered by Enter node .*\), at iteration \d+" + _hint("max_seconds"))
     with pytest.raises(tn.NonTerminationError, match=want):
         run_graph(g, [k], options=RunOptions(max_seconds=0.02, max_firings=100_000))
+
+
+
+def test_the_wall_clock_guard_names_the_firing_it_stopped_at_as_the_firing_guard_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by ``max_seconds`` names its last firing (node and tag) and the busiest loop in the
+    same words as one stopped by ``max_firings``. With a clock that passes the deadline at its first
+    check (firing 1024), the run stops where ``max_firings=1023`` stops it: at the same firing."""
+    from turnout.reference import executor
+
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="forever")
+    clock = iter([0.0])  # the deadline is set at 0.0 + max_seconds; every later read is far past it
+    monkeypatch.setattr(executor.time, "monotonic", lambda: next(clock, 1e9))
+    with pytest.raises(tn.NonTerminationError, match="^the run took more than max_seconds=1.0 seconds") as by_clock:
+        run_graph(g, [k], options=RunOptions(max_seconds=1.0, max_firings=10_000))
+    with pytest.raises(tn.NonTerminationError, match="^more than max_firings=1023 firings") as by_count:
+        run_graph(g, [k], options=RunOptions(max_firings=1023))
+    last = re.compile(r"\(last: (\w+ node .*) at (forever/frame0:\d+)\); the busiest loop is (.*), "
+                      r"at iteration (\d+)\.")
+    a, b = last.search(str(by_clock.value)), last.search(str(by_count.value))
+    assert a is not None and b is not None, (str(by_clock.value), str(by_count.value))
+    assert a.groups() == b.groups()
 
 
 # ---- exactly once: [T3-Exactly-Once], [E-Merge-Live] -------------------------------------------------------
