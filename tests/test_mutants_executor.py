@@ -148,28 +148,37 @@ def test_an_iteration_retires_after_every_loop_nested_in_it() -> None:
 
 
 
-def test_an_iteration_in_which_nothing_can_fire_retires_and_its_loop_ends_dead() -> None:
-    """[E-Iter-Retire] / [E-Frame-Done]: an iteration retires once nothing in it is ready, even if nothing
-    in it ever was. Here the loop's Merge also waits for the control token of a non-constant Enter, which
-    delivers to iteration 0 only, so iteration 1 starts (its back-edge value arrives) but none of its
-    nodes can fire: it retires at once, the frame completes and its Exit, dead at iteration 0, releases
-    its dead token, so the fetch is dead (with the stall noted), as in the small-step system, instead of
-    the loop instance hanging on incomplete."""
+def _gated_loop() -> tuple[tn.Graph, tn.Tensor]:
+    """``i = 0; while i < 3: i = i + 1`` by hand, whose Merge ``m`` and increment ``step`` also wait for
+    the control token of a non-constant Enter (``gate``), which delivers to iteration 0 only: iteration 1
+    starts (its back-edge value arrives) but none of its nodes can ever fire. ``step`` waits on the
+    constant Enter ``lim`` too, which reaches every iteration."""
     g = tn.Graph()
     with g.as_default():
         gate = raw.enter(tn.constant(0), "loop", name="gate")
-        lim = raw.enter(tn.constant(3), "loop", is_constant=True)
+        lim = raw.enter(tn.constant(3), "loop", is_constant=True, name="lim")
         one = raw.enter(tn.constant(1), "loop", is_constant=True)
-        e = raw.enter(tn.constant(0), "loop")
+        start = raw.enter(tn.constant(0), "loop", name="start")
         with tn.control_dependencies([gate]):
-            m, _ = raw.merge([e, raw.BACK_EDGE], name="m")
-        f, t = raw.switch(m, raw.loop_cond(m < lim))
-        raw.close_back_edge(m, raw.next_iteration(t + one))
+            m, _ = raw.merge([start, raw.BACK_EDGE], name="m")
+        f, t = raw.switch(m, raw.loop_cond(tn.less(m, lim, name="less")), name="sw")
+        with tn.control_dependencies([lim, gate]):
+            step = tn.add(t, one, name="step")
+        raw.close_back_edge(m, raw.next_iteration(step))
         out = raw.exit(f, name="out")
+    return g, out
+
+
+def test_an_iteration_in_which_nothing_can_fire_retires_and_its_loop_ends_dead() -> None:
+    """[E-Iter-Retire] / [E-Frame-Done]: an iteration retires once nothing in it is ready, even if nothing
+    in it ever was. In ``_gated_loop`` iteration 1 starts but none of its nodes can fire: it retires at
+    once, the frame completes and its Exit, dead at iteration 0, releases its dead token, so the fetch is
+    dead (with the stall noted), as in the small-step system, instead of the loop instance hanging on
+    incomplete."""
+    g, out = _gated_loop()
     want = r'^fetched tensor out:0 is dead: .*a loop that ended because its next iteration stalled\?'
-    with pytest.raises(tn.DeadFetchError, match=want) as e_ref:
-        run_graph(g, [out], options=RunOptions(trace=True))
-    assert 'Merge node "m" (created at ' in str(e_ref.value) and "at loop:1 waits for" in str(e_ref.value)
+    with pytest.raises(tn.DeadFetchError, match=want):
+        run_graph(g, [out])
     with pytest.raises(tn.DeadFetchError, match="^fetched tensor out:0 is dead"):
         ss.run(g, [out])
 
@@ -428,6 +437,37 @@ def test_a_deadlock_report_names_parked_values_and_missing_enters() -> None:
         '  Add node "inc" at o:1/i:0 waits for input 0 (si:1)\n'
         "  frame 'o' at root has parked values for iterations [2]\n"
         "  frame 'i' at o:1 received 2 of 3 Enters")
+
+
+
+def test_a_stall_report_names_each_missing_input_and_counts_the_missing_control_inputs() -> None:
+    """The report of nodes left waiting gives, for each (in node order), every data input it still lacks
+    (slot and producer) and how many of its control inputs have not arrived (those that did are not
+    counted), separated by commas. In ``_gated_loop``'s stalled iteration 1, ``step`` holds its
+    constant input and the control token of ``lim``, and lacks its Switch input and ``gate``'s token."""
+    g, out = _gated_loop()
+    with pytest.raises(tn.DeadFetchError) as e:
+        run_graph(g, [out])
+    msg = re.sub(r" \(created at [^)]*\)", "", str(e.value))
+    assert msg.endswith(":\n"
+                        '  Merge node "m" at loop:1 waits for input 0 (start:0), 1 control input(s)\n'
+                        '  Less node "less" at loop:1 waits for input 0 (m:0)\n'
+                        '  Add node "step" at loop:1 waits for input 0 (sw:1), 1 control input(s)'), msg
+
+
+def test_a_node_made_ready_is_not_stranded_even_when_a_limit_stops_the_run_first() -> None:
+    """``stranded()`` lists the nodes that received part of their inputs and can never fire; a node made
+    ready has all it needs, so it is not among them, even when ``max_firings`` stops the run as it is
+    about to fire (here the Add, the third firing of a run limited to two)."""
+    from turnout.reference.executor import Interpreter, make_plan
+
+    g = tn.Graph()
+    with g.as_default():
+        y = tn.add(tn.constant(1), tn.constant(2), name="y")
+    it = Interpreter(make_plan(g, [y], set()), {}, {}, RunOptions(max_firings=2))
+    with pytest.raises(tn.NonTerminationError, match='last: Add node "y"'):
+        it.run()
+    assert (y.node.id, ()) in it.inboxes and it.stranded() == []
 
 
 def test_the_wall_clock_guard_reads_the_clock_once_per_1024_firings(monkeypatch: pytest.MonkeyPatch) -> None:
