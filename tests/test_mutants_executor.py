@@ -147,6 +147,82 @@ def test_an_iteration_retires_after_every_loop_nested_in_it() -> None:
     assert all(last[k] < retired[k] for k in last), (last, retired)
 
 
+
+def _gated_loop() -> tuple[tn.Graph, tn.Tensor]:
+    """``i = 0; while i < 3: i = i + 1`` by hand, whose Merge ``m`` and increment ``step`` also wait for
+    the control token of a non-constant Enter (``gate``), which delivers to iteration 0 only: iteration 1
+    starts (its back-edge value arrives) but none of its nodes can ever fire. ``step`` waits on the
+    constant Enter ``lim`` too, which reaches every iteration."""
+    g = tn.Graph()
+    with g.as_default():
+        gate = raw.enter(tn.constant(0), "loop", name="gate")
+        lim = raw.enter(tn.constant(3), "loop", is_constant=True, name="lim")
+        one = raw.enter(tn.constant(1), "loop", is_constant=True)
+        start = raw.enter(tn.constant(0), "loop", name="start")
+        with tn.control_dependencies([gate]):
+            m, _ = raw.merge([start, raw.BACK_EDGE], name="m")
+        f, t = raw.switch(m, raw.loop_cond(tn.less(m, lim, name="less")), name="sw")
+        with tn.control_dependencies([lim, gate]):
+            step = tn.add(t, one, name="step")
+        raw.close_back_edge(m, raw.next_iteration(step))
+        out = raw.exit(f, name="out")
+    return g, out
+
+
+def test_an_iteration_in_which_nothing_can_fire_retires_and_its_loop_ends_dead() -> None:
+    """[E-Iter-Retire] / [E-Frame-Done]: an iteration retires once nothing in it is ready, even if nothing
+    in it ever was. In ``_gated_loop`` iteration 1 starts but none of its nodes can fire: it retires at
+    once, the frame completes and its Exit, dead at iteration 0, releases its dead token, so the fetch is
+    dead (with the stall noted), as in the small-step system, instead of the loop instance hanging on
+    incomplete."""
+    g, out = _gated_loop()
+    want = r'^fetched tensor out:0 is dead: .*a loop that ended because its next iteration stalled\?'
+    with pytest.raises(tn.DeadFetchError, match=want):
+        run_graph(g, [out])
+    with pytest.raises(tn.DeadFetchError, match="^fetched tensor out:0 is dead"):
+        ss.run(g, [out])
+
+    from turnout.reference.executor import Interpreter, make_plan
+
+    it = Interpreter(make_plan(g, [out], set()), {}, {}, RunOptions(trace=True))
+    it.run()
+    assert it.trace is not None
+    assert [ev.tag for ev in it.trace.events if ev.rule == "E-Iter-Retire"] == [(("loop", 0),), (("loop", 1),)]
+    assert [(ev.node, ev.tag) for ev in it.trace.events if ev.rule == "E-Frame-Done"] == [("out", ())]
+    assert it.frames == {}
+
+
+def test_a_loop_instance_keeps_counts_only_for_its_unretired_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop instance's per-iteration counts (nodes ready, nested instances incomplete) cover only its
+    iterations ``oldest .. started-1``: a retired iteration leaves nothing behind, so what a long loop
+    holds is bounded by its ``parallel_iterations`` window, not by how many iterations it ran. Checked
+    after every retirement check of a loop of 12 iterations (window 2) that runs a nested loop in each."""
+    from turnout.reference import executor
+
+    seen: list[tuple[str, int, int, list[int], list[int]]] = []
+    real = executor.Interpreter.check_retire
+
+    def checked(self: Any, inst: Any) -> None:
+        real(self, inst)
+        seen.append((inst.name, inst.oldest, inst.started, sorted(inst.ready), sorted(inst.children)))
+
+    monkeypatch.setattr(executor.Interpreter, "check_retire", checked)
+    g = tn.Graph()
+    with g.as_default():
+        def body(i: Any, acc: Any) -> tuple[Any, Any]:
+            (a,) = tn.while_loop(lambda j: j < 3, lambda j: j + 1, [tn.constant(0)], name="inner")
+            return i + 1, acc + a
+
+        _, acc = tn.while_loop(lambda i, acc: i < 12, body, [tn.constant(0), tn.constant(0)], name="outer",
+                               parallel_iterations=2)
+    assert [int(v) for v in run_graph(g, [acc]).values] == [36]
+    for name, oldest, started, ready, children in seen:
+        live = set(range(oldest, started))
+        assert set(ready) <= live and set(children) <= live, (name, oldest, started, ready, children)
+    assert max(s[2] for s in seen if "outer" in s[0]) == 13  # iterations 0..12 (the 13th finds i < 12 false)
+    assert any(s[4] for s in seen)  # the outer loop did count its nested instances
+
+
 # ---- what a trace records ------------------------------------------------------------------------------
 def test_every_trace_event_says_what_it_is() -> None:
     """A trace holds node firings and two kinds of bookkeeping (``Trace.summary``): a node firing carries
@@ -232,6 +308,30 @@ def test_a_run_past_max_seconds_says_which_option_to_raise() -> None:
             r"'[^']*forever[^']*' \(instance root; entered by Enter node .*\), at iteration \d+" + _hint("max_seconds"))
     with pytest.raises(tn.NonTerminationError, match=want):
         run_graph(g, [k], options=RunOptions(max_seconds=0.02, max_firings=100_000))
+
+
+
+def test_the_wall_clock_guard_names_the_firing_it_stopped_at_as_the_firing_guard_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped by ``max_seconds`` names its last firing (node and tag) and the busiest loop in the
+    same words as one stopped by ``max_firings``. With a clock that passes the deadline at its first
+    check (firing 1024), the run stops where ``max_firings=1023`` stops it: at the same firing."""
+    from turnout.reference import executor
+
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k >= 0, lambda k: k + 1, [tn.constant(0)], name="forever")
+    clock = iter([0.0])  # the deadline is set at 0.0 + max_seconds; every later read is far past it
+    monkeypatch.setattr(executor.time, "monotonic", lambda: next(clock, 1e9))
+    with pytest.raises(tn.NonTerminationError, match="^the run took more than max_seconds=1.0 seconds") as by_clock:
+        run_graph(g, [k], options=RunOptions(max_seconds=1.0, max_firings=10_000))
+    with pytest.raises(tn.NonTerminationError, match="^more than max_firings=1023 firings") as by_count:
+        run_graph(g, [k], options=RunOptions(max_firings=1023))
+    last = re.compile(r"\(last: (\w+ node .*) at (forever/frame0:\d+)\); the busiest loop is (.*), "
+                      r"at iteration (\d+)\.")
+    a, b = last.search(str(by_clock.value)), last.search(str(by_count.value))
+    assert a is not None and b is not None, (str(by_clock.value), str(by_count.value))
+    assert a.groups() == b.groups()
 
 
 # ---- exactly once: [T3-Exactly-Once], [E-Merge-Live] -------------------------------------------------------
@@ -337,6 +437,37 @@ def test_a_deadlock_report_names_parked_values_and_missing_enters() -> None:
         '  Add node "inc" at o:1/i:0 waits for input 0 (si:1)\n'
         "  frame 'o' at root has parked values for iterations [2]\n"
         "  frame 'i' at o:1 received 2 of 3 Enters")
+
+
+
+def test_a_stall_report_names_each_missing_input_and_counts_the_missing_control_inputs() -> None:
+    """The report of nodes left waiting gives, for each (in node order), every data input it still lacks
+    (slot and producer) and how many of its control inputs have not arrived (those that did are not
+    counted), separated by commas. In ``_gated_loop``'s stalled iteration 1, ``step`` holds its
+    constant input and the control token of ``lim``, and lacks its Switch input and ``gate``'s token."""
+    g, out = _gated_loop()
+    with pytest.raises(tn.DeadFetchError) as e:
+        run_graph(g, [out])
+    msg = re.sub(r" \(created at [^)]*\)", "", str(e.value))
+    assert msg.endswith(":\n"
+                        '  Merge node "m" at loop:1 waits for input 0 (start:0), 1 control input(s)\n'
+                        '  Less node "less" at loop:1 waits for input 0 (m:0)\n'
+                        '  Add node "step" at loop:1 waits for input 0 (sw:1), 1 control input(s)'), msg
+
+
+def test_a_node_made_ready_is_not_stranded_even_when_a_limit_stops_the_run_first() -> None:
+    """``stranded()`` lists the nodes that received part of their inputs and can never fire; a node made
+    ready has all it needs, so it is not among them, even when ``max_firings`` stops the run as it is
+    about to fire (here the Add, the third firing of a run limited to two)."""
+    from turnout.reference.executor import Interpreter, make_plan
+
+    g = tn.Graph()
+    with g.as_default():
+        y = tn.add(tn.constant(1), tn.constant(2), name="y")
+    it = Interpreter(make_plan(g, [y], set()), {}, {}, RunOptions(max_firings=2))
+    with pytest.raises(tn.NonTerminationError, match='last: Add node "y"'):
+        it.run()
+    assert (y.node.id, ()) in it.inboxes and it.stranded() == []
 
 
 def test_the_wall_clock_guard_reads_the_clock_once_per_1024_firings(monkeypatch: pytest.MonkeyPatch) -> None:
