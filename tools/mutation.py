@@ -232,11 +232,17 @@ class _Lazy:
 
     def __init__(self, src: str, path: str, module: Any, m: Any, fn: Any, fm: Any) -> None:
         self.src, self.path, self.module, self.m, self.fn, self.fm = src, path, module, m, fn, fm
+        self._diff: Optional[str] = None
 
     def diff(self) -> str:
-        plain = self.fm.deep_replace(self.module, self.m.original_node, self.m.mutated_node).code
-        return "".join(difflib.unified_diff(self.src.splitlines(True), plain.splitlines(True), self.path,
-                                            self.path, n=0))
+        """The mutant's diff, rendered once: the report is written again after every mutant and shows
+        every finished one's diff, and rendering one (a libcst replacement of the whole module) costs
+        seconds, which made a resumed campaign spend minutes on mutants it had already decided."""
+        if self._diff is None:
+            plain = self.fm.deep_replace(self.module, self.m.original_node, self.m.mutated_node).code
+            self._diff = "".join(difflib.unified_diff(self.src.splitlines(True), plain.splitlines(True), self.path,
+                                                      self.path, n=0))
+        return self._diff
 
     def source(self) -> str:
         if self.fn is None:
