@@ -149,10 +149,6 @@ class StackMarks:
         need = max(max(self.recent, default=0), self.pending)
         return next((c for c in self.ladder if c >= need), self.ladder[-1])
 
-    def holds(self, mark: int) -> bool:
-        """Whether some rung of the ladder holds ``mark`` entries (else the run needs the stages)."""
-        return mark <= self.ladder[-1]
-
 
 def filled_and_emptied_inside(program: Program) -> bool:
     """Whether some gradient stack of ``program`` is both pushed and popped inside one root region (a
