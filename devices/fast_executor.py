@@ -83,7 +83,7 @@ from turnout.fast.backend import variable_signature
 from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
-from turnout.fast.outcome import StacksOutgrown, decode, enforce
+from turnout.fast.outcome import Outcome, decode
 from turnout.fast.regions import WhileRegion, key
 from turnout.fast.segment import SegmentFn
 from turnout.fast.values import DEAD, to_host
@@ -348,12 +348,11 @@ class FastPartitionedBackend:
                 plan = self._plan(sig, fetches, feeds, cap)
                 tl = DeviceTimeline() if options.trace else None
                 scratch = dict(variables)
-                try:
-                    values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
+                values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
+                if run.retry is None:
                     break
-                except StacksOutgrown as e:  # (past MAX_CAPACITY, ``decode`` raised instead)
-                    cap = e.retry.capacity
-                    retries += 1
+                cap = run.retry.capacity  # (past MAX_CAPACITY, ``decode`` gave the error instead)
+                retries += 1
         variables.update(scratch)
         sched = plan.schedule
         self._records = run.stacks.records()
@@ -372,6 +371,9 @@ class FastPartitionedBackend:
     def _run_plan(self, plan: DevicePlan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                   variables: dict[str, np.ndarray], options: RunOptions,
                   tl: Optional[DeviceTimeline]) -> tuple[list[Any], PlanRun]:
+        """One run of ``plan``: the fetched values and the run; no values where the run ended in a
+        ``Retry`` (``run.retry``: nothing of it is kept, and ``variables``, the caller's scratch copy,
+        is dropped)."""
         run = PlanRun(self, plan, variables, options, tl)
         env = HostEnv()
         for t, v in feeds.items():
@@ -388,6 +390,8 @@ class FastPartitionedBackend:
                     pass
             if tl is not None:
                 tl.close()
+        if run.retry is not None:
+            return [], run
         values = []
         for t in fetches:
             k = key(t)
@@ -401,11 +405,10 @@ class FastPartitionedBackend:
                 variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])
         return values, run
 
-    def raise_code(self, plan: DevicePlan, code: int, moved: int = 0) -> None:
-        """Raise the error an error word holds (``outcome.decode``). A stack that overflowed its chunk
-        inside one call (an inner loop compiled whole), or ran empty inside one after chunks were moved
-        out of it: run again with twice the chunk (``StacksOutgrown``), as the one-device backend does."""
-        enforce(decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved))
+    def outcome_of(self, plan: DevicePlan, code: int, moved: int = 0) -> Outcome:
+        """What an error word of a call of ``plan`` means (``outcome.decode``, in this executor's
+        words); ``moved``: stack chunks moved out of the devices so far."""
+        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved)
 
     # ---- compiled segments ------------------------------------------------------------------------
     def driver(self, plan: DevicePlan, seg: Segment) -> RegionDriver:

@@ -24,6 +24,7 @@ import numpy as np
 from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
 from turnout.devices.segments import HostCond, HostLoop, Step
 from turnout.errors import NonTerminationError, describe_node, runaway_message
+from turnout.fast.outcome import Retry
 from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.kernels import truth
@@ -49,6 +50,8 @@ class HostControl:
     max_iter_py: Optional[int]
     pools: dict[str, Any]
     last_fut: dict[str, Future[Any]]
+    #: the run's first ``Retry``: from then on no step runs and every cond and loop returns at once
+    retry: Optional[Retry]
     steps: Callable[[list[Step], HostEnv], None]
     on_workers: Callable[[Callable[[], None]], None]
     _retire: Callable[[list[Any]], None]
@@ -69,7 +72,8 @@ class HostControl:
             self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
         benv = switched(env, r.switches, int(b))
         self.steps(hc.branches[b], benv)
-        self._join(hc, b, benv, env, exports)
+        if self.retry is None:
+            self._join(hc, b, benv, env, exports)
 
     @staticmethod
     def _join(hc: HostCond, b: bool, benv: HostEnv, env: HostEnv, exports: list[Key]) -> None:
@@ -106,6 +110,8 @@ class HostControl:
         outer_iteration = self.iteration
         henv, iters = self._iterate(hl, base, vals)
         self.iteration = outer_iteration
+        if self.retry is not None:
+            return
         pushed = self.plan.loop_pushes.get(id(hl))
         if pushed:
             self.on_workers(lambda: self.stacks.loop_ended(pushed))
@@ -117,8 +123,8 @@ class HostControl:
             env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
 
     def _iterate(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]]) -> tuple[HostEnv, int]:
-        """Run iterations until the predicate is false: the environment of the last header (where the
-        exit side starts) and the number of iterations run."""
+        """Run iterations until the predicate is false, or until the run's ``Retry``: the environment
+        of the last header (where the exit side starts) and the number of iterations run."""
         r = hl.region
         window: deque[list[Any]] = deque()
         depth = max(1, int(r.parallel_iterations))
@@ -127,7 +133,7 @@ class HostControl:
             henv = self._enter_iteration(hl, base, vals, first=iters == 0)
             self.iteration = iters
             self.steps(hl.header, henv)
-            if not self._go(hl, henv, iters):
+            if self.retry is not None or not self._go(hl, henv, iters):
                 return henv, iters
             if self.max_iter_py is not None and iters >= self.max_iter_py:
                 raise NonTerminationError(runaway_message(r.describe(), self.max_iter_py))
@@ -135,6 +141,8 @@ class HostControl:
                 self._retire(window.popleft())
             benv = switched(henv, r.switches, 1)
             self.steps(hl.body, benv)
+            if self.retry is not None:
+                return henv, iters
             vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
                     r.loop_vars]
             if self.pools:

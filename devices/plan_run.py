@@ -23,7 +23,7 @@ from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.fast import stacks as stk
 from turnout.fast.emit import var_key
 from turnout.fast.guards import iteration_bound
-from turnout.fast.outcome import ErrorCodes
+from turnout.fast.outcome import ErrorCodes, Retry, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
 from turnout.fast.values import DEAD, wrap_static
@@ -105,11 +105,18 @@ class PlanRun(HostControl):
         self.pools = backend.pools() if plan.threaded else {}
         self.futures: list[Future[Any]] = []
         self.last_fut: dict[str, Future[Any]] = {}
+        #: the first ``Retry`` of the run (stacks that outgrew their chunk within one call, read from an
+        #: error word or returned by a driven loop): nothing of the run is kept from then on, the host
+        #: dispatches no further step, and the executor runs it again with the larger chunk
+        self.retry: Optional[Retry] = None
 
     # ---- steps ------------------------------------------------------------------------------------
     def steps(self, steps: list[Step], env: HostEnv) -> None:  # type: ignore[override]
-        """Run a scope's steps in order: segment calls, and the conds and loops the host drives."""
+        """Run a scope's steps in order: segment calls, and the conds and loops the host drives. None
+        after a ``Retry`` (``self.retry``)."""
         for s in steps:
+            if self.retry is not None:
+                return
             if isinstance(s, Segment):
                 self.segment(s, env)
             elif isinstance(s, HostCond):
@@ -125,7 +132,11 @@ class PlanRun(HostControl):
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
         t0 = self.tl.now() if self.tl else 0.0
-        out, lives, state = self.call(seg, env_in, self.state[dev])
+        got = self.call(seg, env_in, self.state[dev])
+        if isinstance(got, Retry):
+            self.retry = self.retry or got
+            return
+        out, lives, state = got
         if self.tl is not None:
             self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
             inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
@@ -141,7 +152,8 @@ class PlanRun(HostControl):
     def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Any:
         """One call of ``seg`` on its device's ``state``: ``(writes, live flags, new state)``. The
         stacks it pushes or pops are spilled or refilled first where the call needs it
-        (``devices.swap``); a driven segment runs its loop chunk by chunk (``devices.region_driver``)."""
+        (``devices.swap``); a driven segment runs its loop chunk by chunk (``devices.region_driver``),
+        and returns a ``Retry`` where its stacks outgrew their chunk within one call."""
         dev = seg.device
         if seg.fn is None:
             seg.fn = self.b.driver(self.plan, seg) if seg.driven else self.b.segment_fn(self.plan, seg)
@@ -186,7 +198,11 @@ class PlanRun(HostControl):
                 env_in[k] = wrap_static(v)
             t0 = tl.now() if tl else 0.0
             # on this device's worker, the only thread that touches its state and stacks
-            out, lives, state = self.call(seg, env_in, self.state[dev])
+            got = self.call(seg, env_in, self.state[dev])
+            if isinstance(got, Retry):  # the host stops dispatching; what waits on this call reads dead values
+                self.retry = self.retry or got
+                return {}, {}, self.state[dev]["err"]
+            out, lives, state = got
             self.state[dev] = state
             if tl is not None:
                 # a traced worker waits for its call: the span is then exactly the segment's run
@@ -232,21 +248,34 @@ class PlanRun(HostControl):
             raise first
 
     def _retire(self, errs: list[Any]) -> None:
-        """Wait for an iteration's segments (their error words) and stop at its first error."""
+        """Wait for an iteration's segments (their error words) and act on its first error."""
         t0 = self.tl.now() if self.tl else 0.0
         codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
         if self.tl:
             self.tl.host("wait: parallel_iterations window", t0)
         for c in codes:
             if c:
-                self.b.raise_code(self.plan, c, self.stacks.moved())
+                self.check(c)
+                return
 
     def finish(self) -> None:
+        """Wait for every call and act on the first error word of any device."""
         self.drain()
         for d in self.b.devices:
             c = int(np.asarray(self.state[d]["err"]))
-            if c:
-                self.b.raise_code(self.plan, c, self.stacks.moved())
+            if c and self.retry is None:
+                self.check(c)
+
+    def check(self, code: int) -> None:
+        """Act on a nonzero error word (``outcome.decode``): its error raised, or, for stacks that
+        outgrew their chunk within one call (an inner loop compiled whole), or ran empty inside one
+        after chunks were moved out of it, the ``Retry`` kept (``self.retry``), as the one-device
+        backend returns it."""
+        got = self.b.outcome_of(self.plan, code, self.stacks.moved())
+        if isinstance(got, Retry):
+            self.retry = self.retry or got
+        else:
+            enforce(got)
 
 
 

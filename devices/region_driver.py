@@ -22,7 +22,7 @@ place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 
@@ -62,9 +62,10 @@ class RegionDriver:
                                                       emitter, jax.jit)
 
     def run(self, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any, stacks: SpanningStacks,
-            device: str) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
+            device: str) -> Union[tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]], Retry]:
         """Run the loop from ``state`` (its device's state), moving chunks between calls; returns the
-        segment's ``(writes, live flags, new state)``."""
+        segment's ``(writes, live flags, new state)``, or the ``Retry`` of stacks that outgrew their
+        chunk within one call (the run's, ``PlanRun.retry``: it starts again with the larger chunk)."""
         store = stacks.stores[device]
         rest, stk_in = stk.split_state(state)
         store.begin_pops({s: stk_in[s] for s in self.pop if s in stk_in})
@@ -72,7 +73,9 @@ class RegionDriver:
         if c is not None:
             c = drive_chunks(self.chunk, env_in, c, max_iter, self.push, self.pop, self.capacity, store,
                              self.who)
-            if isinstance(c, (Retry, Raise)):  # (raised to the partitioned run's capacity loop)
+            if isinstance(c, Retry):
+                return c
+            if isinstance(c, Raise):
                 enforce(c)
         if c is None:
             assert after is not None

@@ -19,11 +19,11 @@ turns it into an *outcome*, a value saying what to do next:
   ``MAX_CAPACITY`` entries.
 
 Why one decoder: each route used to read the word itself, and a kind handled on one route and not on
-another raised a different error for the same program. Where the layer that decides cannot return
-the outcome (a segment or driven loop of the partitioned executor, deep in the host's control of
-conds and loops) ``enforce`` raises it, a retry as ``StacksOutgrown``, the one exception that steers a
-run; the loop that sizes the stacks catches it. The one-device backend's stages and its chunk driver
-(``driven.drive_chunks``) return the outcome instead.
+another raised a different error for the same program. No outcome but ``Raise`` is raised: every
+layer returns a ``Retry`` or ``Discard`` to the loop that acts on it (the one-device backend's stages
+and its chunk driver, ``driven.drive_chunks``; in the partitioned executor, a run keeps the first
+``Retry`` a segment, a driven loop or an iteration's error words gave it, ``PlanRun.retry``, and the
+host's conds and loops stop at it). ``enforce`` raises the error of a ``Raise``.
 """
 
 from __future__ import annotations
@@ -181,27 +181,17 @@ def first(outcomes: Sequence[Outcome]) -> Outcome:
     return outcomes[0] if outcomes else OK
 
 
-class StacksOutgrown(Exception):
-    """A ``Retry`` raised through the layers of a run that cannot return it (a segment or driven loop
-    of the fast partitioned executor) to the loop that sizes the stacks."""
-
-    def __init__(self, retry: Retry) -> None:
-        super().__init__(f"stacks outgrew their chunk: run again with {retry.capacity} entries")
-        self.retry = retry
-
-
 def enforce(outcome: Outcome) -> None:
-    """Act on ``outcome`` where the caller cannot return it: nothing for ``Ok``, its error for
-    ``Raise``, ``StacksOutgrown`` for ``Retry``. A ``Discard`` comes only from an attempt, whose caller
-    returns it: here it is a fault of ours."""
+    """Act on an outcome that can only be ``Ok`` or ``Raise``: nothing, or its error raised (the run
+    fails, as on the interpreters). A ``Retry`` or a ``Discard`` is returned by every layer up to the
+    loop that acts on it (the one that sizes the stacks, or the fused attempt's caller): reaching here
+    it is a fault of ours."""
     if isinstance(outcome, Ok):
         return
     if isinstance(outcome, Raise):
         raise outcome.error
-    if isinstance(outcome, Retry):
-        raise StacksOutgrown(outcome)
-    raise AssertionError(f"an attempt's outcome {outcome!r} reached a stage that cannot discard")
+    raise AssertionError(f"outcome {outcome!r} reached a layer that can only raise errors")
 
 
 __all__ = ["DISCARDED", "MAX_CAPACITY", "NONTERM", "OK", "Discard", "ErrorCodes", "Ok", "Outcome", "Raise", "Retry",
-           "StacksOutgrown", "decode", "enforce", "first", "larger"]
+           "decode", "enforce", "first", "larger"]

@@ -32,7 +32,7 @@ one fused call instead, with no driver: see ``backend``.)
 Design for nested loops: an inner loop's pushes go to the same buffers, inside the outer loop's chunk.
 The outer chunk also stops when a stack's free room is smaller than the largest number of values one
 outer iteration has pushed so far (``grow``); if an outer iteration still overflows (an irregular inner
-trip count), the run is repeated with twice the capacity (``outcome.StacksOutgrown``; counted in
+trip count), the run is repeated with twice the capacity (an ``outcome.Retry``; counted in
 ``RunResult.stats['stack_capacity_retries']``).
 
 Pops are checked against the pushed iteration index ([E-Stack-Pop]): a StackPop receives the

@@ -509,3 +509,69 @@ def test_the_fast_partitioned_executor_takes_the_fast_backend_s_options() -> Non
     sess = tn.Session(one, backend="fast", devices=D2, stack_chunk=8)
     assert sess.run(y, {x: 1.5}) == 3.0
     assert sess.backend._single.options is sess.backend.options  # the one-device tier: the same value
+
+
+def _inner_pushes_past_the_chunk() -> tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, Any]]:
+    """y = x**15 through an outer loop of 3 iterations whose body spans cpu:0 and cpu:1, each running an
+    inner loop of 5 multiplications on cpu:1 compiled whole: its gradient pushes 5 entries within one
+    segment call."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                _, y2 = tn.while_loop(lambda j, y: j < 5, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
+            with tn.device("cpu:0"):
+                return i + 1, y2 + 0.0
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 3, outer, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    return g, [y, dx], {x: 1.01}
+
+
+@pytest.mark.parametrize("threads", ["auto", "always"])
+def test_a_stack_outgrowing_its_chunk_within_one_call_reruns_the_plan(threads: str) -> None:
+    """A stack that outgrows its chunk inside one segment call (an inner loop compiled whole, pushed 5
+    times into a chunk of 1) gives the run a ``Retry``: the host stops dispatching, its loops and conds
+    return, and the executor runs the plan again with the larger chunk, the values those of the
+    reference, from the host thread and from per-device workers alike."""
+    g, fetches, feeds = _inner_pushes_past_the_chunk()
+    sess = tn.Session(g, backend="fast", devices=D2, stack_chunk=1, threads=threads)
+    got = sess.run(fetches, feeds)
+    np.testing.assert_allclose(got, [1.01**15, 15 * 1.01**14], rtol=1e-12)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "host-driven" and stats["stack_capacity_retries"] > 0, stats
+    assert stats["stack_capacity"] >= 5, stats
+    np.testing.assert_allclose(sess.run(fetches, feeds), got, rtol=0)  # the plan of the larger chunk, again
+
+
+@pytest.mark.parametrize("threads", ["auto", "always"])
+def test_a_driven_loop_whose_iteration_outgrows_the_chunk_reruns_the_plan(threads: str) -> None:
+    """A loop on one device that pushes gradient stacks is driven chunk by chunk from the host
+    (``devices.region_driver``); an outer iteration whose inner loop pushes more than the chunk holds
+    (trip counts 1, 2, ..., 6: more each iteration than the last) leaves an overflow in its device's
+    error word, the run's ``Retry`` once read, and the plan runs again with the larger chunk: the
+    reference's values."""
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("cpu:1"):
+            x = tn.placeholder(tn.float64, [], name="x")
+
+        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            _, y2 = tn.while_loop(lambda j, y: j <= i, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
+            return i + 1, y2
+
+        with tn.device("cpu:1"):
+            _, y = tn.while_loop(lambda i, y: i < 6, outer, [tn.constant(0), tn.ones_like(x)])
+        with tn.device("cpu:0"):
+            z = y * 2.0
+        with tn.device("cpu:1"):  # both loops on cpu:1: each a driven segment
+            (dx,) = tn.gradients(z, [x])
+    feeds = {x: 1.01}
+    want = tn.Session(g).run([z, dx], feeds)
+    sess = tn.Session(g, backend="fast", devices=D2, stack_chunk=2, threads=threads)
+    np.testing.assert_allclose(sess.run([z, dx], feeds), want, rtol=1e-12)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "compiled" and stats["host_loops"] == 0 and stats["stack_capacity_retries"] > 0, stats
