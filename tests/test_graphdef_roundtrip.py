@@ -147,9 +147,31 @@ def _gather_grads() -> Built:
     return g, [loss, gx], {x: np.linspace(-1.0, 1.0, 24, dtype=np.float32).reshape(2, 3, 4)}
 
 
+def _scan_and_map_grads() -> Built:
+    """Gradients of ``scan``, ``map_fn`` and a loop reading one element twice per iteration: each read
+    of an element array in a loop adds its gradient into an accumulator carried by the backward loop
+    (``TensorArrayAccumulate``), exported as writes to one TensorFlow gradient array, whose writes to
+    a written slot add."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, shape=[4, 2], name="xs")
+        c = tn.scan(lambda a, v: tn.tanh(a * 0.5 + v), xs, initializer=tn.zeros([2]))
+        m = tn.map_fn(lambda v: tn.reduce_sum(v * v * v), xs)
+        ta = tn.TensorArray(tn.float32, size=4, element_shape=[2]).unstack(xs)
+
+        def body(i: Any, s: Any) -> Any:  # slot i read twice, slot 0 in every iteration
+            return i + 1, s * ta.read(i) + ta.read(i) * ta.read(0)
+
+        _, s = tn.while_loop(lambda i, s: i < 4, body, [tn.constant(0), tn.ones([2])])
+        loss = tn.reduce_sum(c * c) + tn.reduce_sum(m) + tn.reduce_sum(s)
+        (gx,) = tn.gradients(loss, [xs])
+    assert any(nd.op == "TensorArrayAccumulate" for nd in g.nodes)
+    return g, [loss, gx], {xs: np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(4, 2)}
+
+
 BUILDERS: dict[str, Callable[[], Built]] = {f.__name__[1:]: f for f in
                                             (_while_grad, _nested_grad, _cond_in_while, _tensor_array_and_slices,
-                                             _variables, _gather_grads,
+                                             _variables, _gather_grads, _scan_and_map_grads,
                                              _tensor_array_grad, _tensor_array_grads_summed, _recomputed_loop)}
 
 
@@ -177,10 +199,12 @@ def test_export_keeps_frames_and_scopes() -> None:
     assert any(nd.name.startswith("gradients/while/") for nd in gd.node)
 
 
-def test_summed_gradient_arrays_export_outside_loops_only() -> None:
-    """A TensorArrayAdd in the frame its arrays were made in exports; one that sums into an array
-    carried by a loop (an accumulator of gradient arrays) is refused, naming it, rather than exported
-    as a new array per iteration that the loop's reads would never see."""
+def test_summed_gradient_arrays_export_only_in_tensorflows_form() -> None:
+    """A TensorArrayAdd in the frame its arrays were made in exports; one that sums, in each iteration,
+    an array made outside the loop into an array carried by the loop has no TensorFlow form (its
+    gradient-array form needs the array summed in to be made in the iteration, written, and read by
+    nothing else) and is refused, naming it, rather than exported as a new array per iteration that
+    the loop's reads would never see."""
     g, _, _ = _tensor_array_grads_summed()
     assert any(n.op == "TensorArrayAdd" for n in g.nodes)
     export_graph_def(g)
@@ -198,14 +222,37 @@ def test_summed_gradient_arrays_export_outside_loops_only() -> None:
         export_graph_def(g)
 
 
-def test_unexportable_primitives_are_listed() -> None:
+def test_an_accumulator_read_between_its_sums_is_refused() -> None:
+    """``TensorArrayAccumulate`` exports as a write to one TensorFlow gradient array, which holds every
+    sum made so far: where a version of the accumulator is read before a later sum into it, no such
+    array gives Turnout's value, so the export refuses, naming the op."""
     g = tn.Graph()
     with g.as_default():
-        x = tn.placeholder(tn.float32, shape=[3], name="x")
-        c = tn.scan(lambda a, v: a * 0.5 + v, x, initializer=tn.constant(0.0))
-        tn.gradients(tn.reduce_sum(c), [x])  # the gradient of a TensorArray read in a loop
-    with pytest.raises(UnsupportedError, match="(?s)no TensorFlow v1 form.*TensorArrayAccumulate"):
+        v = tn.placeholder(tn.float32, shape=[2], name="v")
+        acc = tn.TensorArray(tn.float32, size=2, element_shape=[2])
+        once = g.create_node("TensorArrayAccumulate", [acc.tensor, tn.constant(0), v], name="once").outputs[0]
+        seen = tn.TensorArray(_tensor=once).read(0)
+        g.create_node("TensorArrayAccumulate", [once, tn.constant(0), v * 2.0], name="twice")
+    assert seen.shape is not None
+    with pytest.raises(UnsupportedError, match="TensorArrayAccumulate"):
         export_graph_def(g)
+
+
+def test_unexportable_primitives_are_listed() -> None:
+    """A device's partition holds Send and Recv, Turnout's transfers, which TensorFlow's GraphDef of a
+    whole graph has no form of: the export names them and refuses."""
+    from turnout.devices import partition, place
+
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("cpu:0"):
+            x = tn.placeholder(tn.float32, shape=[3], name="x")
+        with tn.device("cpu:1"):
+            y = tn.reduce_sum(x * 2.0)
+    parts = partition(g, place(g, ["cpu:0", "cpu:1"]), [y])
+    cut = next(p.graph for p in parts.partitions.values() if any(n.op == "Recv" for n in p.graph.nodes))
+    with pytest.raises(UnsupportedError, match="(?s)no TensorFlow v1 form.*Recv"):
+        export_graph_def(cut)
 
 
 # ---- with TensorFlow ------------------------------------------------------------------------------

@@ -6,9 +6,7 @@ TensorFlow reads back.
   again (tools/tf_fixtures.py), restores that checkpoint with ``Saver.restore``, and has Turnout's
   weights exactly, and Turnout's loss after training.
 * **Graphs**: a GraphDef Turnout exports of an imported model runs in TensorFlow's v1 Session with the
-  values TensorFlow computed for the original (the fixture's), training runs included. The models
-  whose gradients use Turnout's gradient-only TensorArray primitives do not export (``EXPORT_GAPS``,
-  and docs/missing.rst).
+  values TensorFlow computed for the original (the fixture's), training runs included.
 
 TensorFlow runs in its own process (tools/tf_check.py): ``TURNOUT_TF_PYTHON`` names a Python with
 ``tensorflow`` and ``tf_keras``, else this Python is used when it has them; otherwise every test here
@@ -39,8 +37,6 @@ from turnout.graphdef import export_graph_def, import_graph_def  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tf"
 TOOL = ROOT / "tools" / "tf_check.py"
-#: fixtures whose import holds a primitive with no TensorFlow v1 form, and that primitive
-EXPORT_GAPS = {"grad_map_fn": "TensorArrayAdd", "grad_scan": "TensorArrayAdd", "grad_scan_foldl": "TensorArrayAdd"}
 CASES = sorted(p.stem for p in DATA.glob("*.pbtxt"))
 
 
@@ -68,22 +64,17 @@ def _fixture(case: str) -> dict[str, Any]:
     return json.loads((DATA / f"{case}.json").read_text())  # type: ignore[no-any-return]
 
 
-def test_export_gaps_are_what_export_refuses() -> None:
-    """The list above is exact: these fixtures fail to export, naming the primitive; every other exports."""
+def test_every_fixture_exports() -> None:
+    """Every TensorFlow-made fixture, imported, exports again: the gradients of ``map_fn``, ``scan`` and
+    ``foldl`` too, whose loop-carried sums of gradient arrays take TensorFlow's gradient-array form."""
     for case in CASES:
         imp = import_graph_def(DATA / f"{case}.pbtxt")
-        if case in EXPORT_GAPS:
-            with pytest.raises(tn.UnsupportedError, match=EXPORT_GAPS[case]):
-                export_graph_def(imp.graph)
-        else:
-            export_graph_def(imp.graph)
+        export_graph_def(imp.graph)
 
 
 def test_tensorflow_runs_what_turnout_exported_with_tensorflows_values(tmp_path: Path) -> None:
     jobs, expected = [], []
     for case in CASES:
-        if case in EXPORT_GAPS:
-            continue
         imp = import_graph_def(DATA / f"{case}.pbtxt")
         ex = export_graph_def(imp.graph)
         path = ex.write(tmp_path / f"{case}.pb")

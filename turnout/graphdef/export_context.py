@@ -20,6 +20,7 @@ from turnout.errors import UnsupportedError, describe_node
 from turnout.frames import Frame, static_frames
 from turnout.graph import Graph, Node, Tensor
 from turnout.graphdef import protos
+from turnout.graphdef.array_sums import ArraySums, array_sums
 
 Rule = Callable[["ExportContext", Node], Sequence[str]]
 
@@ -45,6 +46,8 @@ class ExportContext:
         self.node_names: dict[int, str] = {}  # Turnout node id -> TF node name (for control edges)
         self.used: set[str] = set()
         self.fa = static_frames(graph)
+        #: the arrays written as TensorFlow gradient arrays, whose writes add (``array_sums``)
+        self.sums: ArraySums = array_sums(graph, self.fa)
         self.node: Node = graph.nodes[0] if graph.nodes else None  # type: ignore[assignment]
         self.ta_handles: dict[str, str] = {}  # Turnout TensorArray tensor -> TF handle tensor (its frame)
         self.enter_cache: dict[tuple[str, Frame], str] = {}
@@ -71,14 +74,18 @@ class ExportContext:
 
     # ---- writing -----------------------------------------------------------------------------------
     def add(self, op: str, inputs: Sequence[str], attrs: Optional[dict[str, Any]] = None,
-            suffix: Optional[str] = None, control: Sequence[str] = (), name: Optional[str] = None) -> str:
+            suffix: Optional[str] = None, control: Sequence[str] = (), name: Optional[str] = None,
+            own_control: bool = True) -> str:
         """Write a NodeDef for the current node (named after it, or ``<name>/<suffix>``); every one
-        carries the node's control inputs. Returns the TensorFlow node name."""
+        carries the node's control inputs, but where ``own_control`` is False (an ``Enter`` of a value
+        from an outer frame, which a control edge from the node's own frame would contradict).
+        Returns the TensorFlow node name."""
         name = name or self.fresh(self.node.name if suffix is None else f"{self.node.name}/{suffix}")
         nd = self.gd.node.add()
         nd.name, nd.op = name, op
         nd.input.extend(list(inputs))
-        ctrl = [f"^{self.node_names[c.id]}" for c in self.node.control_inputs if c.id in self.node_names]
+        ctrl = [f"^{self.node_names[c.id]}" for c in self.node.control_inputs
+                if own_control and c.id in self.node_names]
         nd.input.extend(dict.fromkeys(ctrl + [f"^{c}" for c in control]))
         for k, v in (attrs or {}).items():
             set_attr(self, nd.attr[k], v)

@@ -812,7 +812,10 @@ def _ta_new(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("TensorArrayWriteV3")
 def _ta_write(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    return [ctx.create("TensorArrayWrite", [ins[3], ins[1], ins[2]]).outputs[0]]
+    """A write; to a gradient array, whose writes to a written slot add in TensorFlow (the sum of a
+    slot's gradients), an accumulation (``TensorArrayAccumulate``: an unwritten slot counts as zero)."""
+    op = "TensorArrayAccumulate" if _is_grad(ctx) else "TensorArrayWrite"
+    return [ctx.create(op, [ins[3], ins[1], ins[2]]).outputs[0]]
 
 
 def _is_grad(ctx: ImportContext, handle_input: int = 0) -> bool:
