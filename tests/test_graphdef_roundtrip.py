@@ -11,8 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from programs import assert_same_outcome, run_outcome, to_source
+from strategies import GradientCase, gradient_cases
 
 import turnout as tn
+from turnout.session import RunOptions
 
 pytest.importorskip("tensorboard.compat.proto.graph_pb2")
 
@@ -20,6 +24,7 @@ from turnout.errors import UnsupportedError  # noqa: E402
 from turnout.graphdef import export_graph_def, import_graph_def  # noqa: E402
 
 Built = tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, Any]]
+BUDGET = settings.default.max_examples
 
 
 def _while_grad() -> Built:
@@ -331,3 +336,70 @@ def test_lstm_example_trains_identically_in_tensorflow() -> None:
             tf_feeds = {ex.tf_name(k): v for k, v in feeds.items()}
             got = [s.run([ex.tf_name(m["loss"]), ex.tf_op(m["train_op"])], tf_feeds)[0] for _ in range(2)]
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_an_array_handle_enters_a_loop_with_the_loops_parallel_iterations() -> None:
+    """Regression (found by the generated round trip below): a TensorArray's handle entered into a
+    ``scan`` of ``parallel_iterations=1`` must say 1, as the loop's own Enters do; it said 10, and
+    the import back refused the frame ([W-Frame-Name])."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [3], name="xs")
+        s = tn.reduce_sum(tn.scan(lambda c, e: c + e * e, xs, initializer=tn.constant(0.0), parallel_iterations=1))
+        (d,) = tn.gradients(s, [xs])
+    feeds = {xs: np.array([1.0, -2.0, 0.5], np.float32)}
+    ex = export_graph_def(g)
+    pis = {nd.attr["parallel_iterations"].i for nd in ex.graph_def.node
+           if nd.op == "Enter" and nd.attr["frame_name"].s.decode().startswith("scan/")}
+    assert pis == {1}
+    imp = import_graph_def(ex.graph_def)
+    got = imp.run(tn.Session(imp.graph), [ex.tf_name(s), ex.tf_name(d)], {ex.tf_name(xs): feeds[xs]})
+    for a, b in zip(got, tn.Session(g).run([s, d], feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@settings(max_examples=max(1, BUDGET // 4), deadline=None)
+@given(gradient_cases())
+def test_generated_gradients_export_and_import_back_with_their_values(case: GradientCase) -> None:
+    """A generated program's gradients (loops, conds, scans: stacks, TensorArrays and sums of
+    gradient arrays across iterations) export, import back, and give the original's values, or its
+    error type, on the reference interpreter."""
+    fetches = [t for t in case.grads if t is not None]
+    ex = export_graph_def(case.graph)
+    imp = import_graph_def(ex.graph_def)
+    guard = RunOptions(max_iterations=1000)
+    back = [imp.tensor(ex.tf_name(t)) for t in fetches]
+    feeds = {imp.tensor(ex.tf_name(k)): v for k, v in case.feeds.items()}
+    assert_same_outcome(lambda: tn.Session(case.graph).run(fetches, case.feeds, options=guard),
+                        lambda: tn.Session(imp.graph).run(back, feeds, options=guard),
+                        to_source(case.program) + "\nexported and imported back")
+
+
+@settings(max_examples=max(1, BUDGET // 10), deadline=None)
+@given(gradient_cases())
+def test_generated_gradients_run_in_tensorflow_with_turnouts_values(case: GradientCase) -> None:
+    """Where TensorFlow is installed: a generated program's gradients, exported, run in TensorFlow's
+    v1 ``Session`` with the values Turnout's reference interpreter gives (programs it refuses are
+    left out: TensorFlow's errors are its own). TensorFlow's executor runs the graph as written: its
+    graph optimizers are off, since they make a cond whose predicate folds to a constant dead
+    (``tf.cond(tf.logical_and(0 < 1, 0 < 1), ...)`` built by TensorFlow itself fetches no value with
+    them on)."""
+    tf = _tf()
+    fetches = [t for t in case.grads if t is not None]
+    want, err = run_outcome(lambda: tn.Session(case.graph).run(fetches, case.feeds,
+                                                               options=RunOptions(max_iterations=1000)))
+    assume(err is None)
+    ex = export_graph_def(case.graph)
+    gd = tf.compat.v1.GraphDef.FromString(ex.graph_def.SerializeToString())
+    rewrite = importlib.import_module("tensorflow.core.protobuf.rewriter_config_pb2")
+    as_written = tf.compat.v1.ConfigProto(graph_options=tf.compat.v1.GraphOptions(
+        rewrite_options=rewrite.RewriterConfig(disable_meta_optimizer=True),
+        optimizer_options=tf.compat.v1.OptimizerOptions(opt_level=tf.compat.v1.OptimizerOptions.L0,
+                                                        do_constant_folding=False)))
+    with tf.Graph().as_default() as tg:
+        tf.compat.v1.import_graph_def(gd, name="")
+        with tf.compat.v1.Session(graph=tg, config=as_written) as sess:
+            got = sess.run([ex.tf_name(t) for t in fetches], {ex.tf_name(k): v for k, v in case.feeds.items()})
+    assert want is not None
+    for a, b, t in zip(got, want, fetches, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9, err_msg=f"{to_source(case.program)}\n{t.name}")

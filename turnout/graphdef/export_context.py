@@ -72,6 +72,11 @@ class ExportContext:
     def frame(self, n: Optional[Node] = None) -> Frame:
         return self.fa.node_frame[(n or self.node).id]
 
+    def parallel_iterations(self, frame: Frame) -> int:
+        """What every ``Enter`` of ``frame`` says (TensorFlow refuses a frame whose Enters differ): the
+        loop's own, or 1 for a frame that pushes or pops stacks (``serial_frames``)."""
+        return 1 if frame in self.serial_frames else int(self.fa.frames[frame].parallel_iterations)
+
     # ---- writing -----------------------------------------------------------------------------------
     def add(self, op: str, inputs: Sequence[str], attrs: Optional[dict[str, Any]] = None,
             suffix: Optional[str] = None, control: Sequence[str] = (), name: Optional[str] = None,

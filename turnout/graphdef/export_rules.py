@@ -46,7 +46,7 @@ def _placeholder(ctx: ExportContext, n: Node) -> Outs:
 @_rule("Enter")
 def _enter(ctx: ExportContext, n: Node) -> Outs:
     frame = ctx.frame()
-    pi = 1 if frame in ctx.serial_frames else int(n.attrs.get("parallel_iterations", 10))
+    pi = ctx.parallel_iterations(frame)
     attrs = {"T": _T(n), "frame_name": n.attrs["frame_name"], "is_constant": bool(n.attrs.get("is_constant")),
              "parallel_iterations": pi}
     return [f'{ctx.add("Enter", _ins(ctx, n), attrs)}:0']

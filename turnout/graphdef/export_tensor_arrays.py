@@ -50,7 +50,7 @@ def _handle_of(ctx: ExportContext, src: Node) -> str:
         key = (h, want[: k + 1])
         if key not in ctx.enter_cache:
             fname = want[k]
-            pi = 1 if want[: k + 1] in ctx.serial_frames else 10
+            pi = ctx.parallel_iterations(want[: k + 1])
             ctx.enter_cache[key] = f'{ctx.add("Enter", [h], {"T": Dt(dt.resource), "frame_name": fname, "is_constant": True, "parallel_iterations": pi}, suffix="handle_enter", own_control=False)}:0'  # noqa: E501
         h = ctx.enter_cache[key]
     return h
