@@ -9,6 +9,7 @@ interpreter's traces and schedulers, so they run on it alone.
 from __future__ import annotations
 
 import collections
+import warnings
 from typing import Any
 
 import numpy as np
@@ -542,6 +543,32 @@ def test_tensor_array_accumulation_in_a_loop(backend: str) -> None:
         stacked, size, third = ta.stack(), ta.size(), ta.read(2)
     s, sz, r = run(backend, g, [stacked, size, third], {n: 4})
     assert ints(s) == [0, 1, 4, 9] and int(sz) == 4 and int(r) == 4
+
+
+def test_a_dynamic_size_tensor_array_grows_with_its_writes(backend: str) -> None:
+    """``dynamic_size=True``: a loop of fed length writes past the end of an array of size 0, and the
+    array grows to hold each write (TensorFlow's ``TensorArray(size=0, dynamic_size=True)`` of a
+    decoder's outputs); its gradient flows back through the writes. A fixed-size one refuses the
+    same write past its end."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        x = tn.placeholder(tn.float32, [], name="x")
+        ta0 = tn.TensorArray(tn.float32, size=0, dynamic_size=True)
+        _, ta = tn.while_loop(lambda i, ta: i < n, lambda i, ta: (i + 1, ta.write(i, x * tn.cast(i, tn.float32))),
+                              [tn.constant(0), ta0])
+        stacked, size = ta.stack(), ta.size()
+        (dx,) = tn.gradients(tn.reduce_sum(stacked), [x])
+        fixed = tn.TensorArray(tn.float32, size=1).write(1, x)
+        with pytest.raises(tn.GraphBuildError, match="dynamic_size must be a bool"):
+            tn.TensorArray(tn.float32, size=0, dynamic_size="yes")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the fast backend runs it on the interpreter
+        s, sz, d = run(backend, g, [stacked, size, dx], {n: 4, x: 0.5})
+    np.testing.assert_allclose(s, [0.0, 0.5, 1.0, 1.5])
+    assert int(sz) == 4 and float(d) == 6.0
+    with pytest.raises(tn.KernelError, match="out of range|size"):
+        run(backend, g, fixed.size(), {x: 1.0})
 
 
 def test_tensor_array_unstack_read(backend: str) -> None:

@@ -24,10 +24,15 @@ from turnout.graph import Tensor, get_default_graph
 
 
 class TensorArray:
-    """``tn.TensorArray(tn.float32, size=n)``; ``ta = ta.write(i, v)``; ``ta.read(i)``; ``ta.stack()``."""
+    """``tn.TensorArray(tn.float32, size=n)``; ``ta = ta.write(i, v)``; ``ta.read(i)``; ``ta.stack()``.
+
+    ``dynamic_size=True``: a write past the end grows the array to hold it (slots between stay
+    unwritten), as TensorFlow's does, for outputs whose count a loop decides (a decoder's); ``size`` is
+    then where it starts (0 is usual). The fast backend runs a program with one on the reference
+    interpreter (an XLA buffer cannot grow)."""
 
     def __init__(self, dtype: Any = None, size: Any = None, element_shape: Any = None,
-                 name: Optional[str] = None, *, _tensor: Optional[Tensor] = None) -> None:
+                 name: Optional[str] = None, *, dynamic_size: bool = False, _tensor: Optional[Tensor] = None) -> None:
         if _tensor is not None:
             if _tensor.dtype != dt.tensor_array:
                 raise GraphBuildError(f"{_tensor.name} is not a TensorArray value")
@@ -37,13 +42,15 @@ class TensorArray:
 
         if dtype is None or size is None:
             raise GraphBuildError("TensorArray needs a dtype and a size")
+        if not isinstance(dynamic_size, (bool, np.bool_)):
+            raise GraphBuildError(f"TensorArray: dynamic_size must be a bool, got {dynamic_size!r}")
         d = dt.as_dtype(dtype)
         n = convert_to_tensor(size, dtype=dt.int32)
         es = sh.as_shape(element_shape)
-        self.tensor = n.graph.create_node(
-            "TensorArrayNew", [n], {"dtype": d.name, "element_shape": None if es is None else list(es)},
-            name=name or "TensorArray",
-        ).outputs[0]
+        attrs: dict[str, Any] = {"dtype": d.name, "element_shape": None if es is None else list(es)}
+        if dynamic_size:
+            attrs["dynamic_size"] = True
+        self.tensor = n.graph.create_node("TensorArrayNew", [n], attrs, name=name or "TensorArray").outputs[0]
 
     @property
     def dtype(self) -> dt.DType:
