@@ -89,6 +89,7 @@ from turnout.fast.segment import SegmentFn
 from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
+from turnout.memory_plan import budgeted_loops
 from turnout.run_schedule import RunSchedule
 from turnout.run_schedule import Step as RunStep
 from turnout.session import RunOptions, RunResult
@@ -122,7 +123,17 @@ class FastPartitionedBackend:
     loop), ``threads`` (``"auto"``, default: a plan dispatches its segments from per-device threads when
     one holds a host callback; ``"always"``: every plan does, see ``THREADS``), and ``order`` / ``seed``,
     passed to the partitioned reference executor when it runs.
+
+    Memory budgets (``RunOptions.memory_budget`` and a loop's own on its stacks) bound what each
+    device's gradient stacks hold, counted by that device's ``ChunkStore`` as the one-device backend
+    counts its own (``turnout.memory_plan``: a loop the plan swaps is swapped); a run that would go
+    over stops with ``ResourceExhaustedError`` naming the loop and the device. A graph on one device
+    takes the one-device backend's budget handling; a budget passes over the SPMD tier, which never
+    moves a stack chunk (as ``device_memory_limit`` does).
     """
+
+    #: runs honour memory budgets, per device (each device's chunk store counts its stack buffers)
+    memory_budgets = True
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0,
@@ -204,16 +215,17 @@ class FastPartitionedBackend:
             return self._single.memory_records()  # type: ignore[no-any-return]
         return [dict(r) for r in self._records]
 
-    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
-                ) -> RunSchedule:
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                memory_budget: Optional[int] = None) -> RunSchedule:
         """How a run of ``fetches`` executes (``Session.explain``), read from the plans the run would
         take, with nothing compiled: the one-device backend's schedule on a graph placed on one
         device, the SPMD program where that tier takes the run, else the per-device segments with the
-        loops and conds the host drives (``devices.segments.steps_of``)."""
+        loops and conds the host drives (``devices.segments.steps_of``). ``memory_budget``: the run's
+        (it passes over the SPMD tier)."""
         _, placement, used = self._placed()
         if len(used) == 1:
             (device,) = used
-            inner = self._one_device().explain(fetches, feeds, variables)
+            inner = self._one_device().explain(fetches, feeds, variables, memory_budget)
             step = RunStep("one device", "every node is placed here: the one-device fast backend's schedule",
                         parse(device).short, (*inner.steps, *inner.otherwise))
             return RunSchedule("fast (partitioned)", (step,), notes=inner.notes)
@@ -221,11 +233,15 @@ class FastPartitionedBackend:
         if sig in self._fallback:
             return RunSchedule("fast (partitioned)", (RunStep("interpreter", "the partitioned reference executor "
                                                                           f"(fallback: {self._fallback[sig]})"),))
-        whole = self._whole_program(sig, placement, fetches, feeds)
+        whole = None if self._budgeted(memory_budget) else self._whole_program(sig, placement, fetches, feeds)
         with jax.enable_x64(True):
             plan = self._plan(sig, fetches, feeds, self.options.stack_chunk)
         per_device = steps_of(plan.schedule.steps)
-        notes = (f"the SPMD tier declined: {self._whole_declined[sig]}",) if sig in self._whole_declined else ()
+        notes: tuple[str, ...] = ((f"the SPMD tier declined: {self._whole_declined[sig]}",)
+                                  if sig in self._whole_declined else ())
+        if self._budgeted(memory_budget):
+            notes += ("a memory budget applies: each device's gradient stacks are counted against it (the SPMD "
+                      "tier, which never moves a stack chunk, is passed over)",)
         if whole is not None:
             over = ", ".join(parse(d).short for d in sorted(used))
             spmd = RunStep("spmd program", f"one shard_map program over {over}, spanning loops in lockstep")
@@ -250,7 +266,8 @@ class FastPartitionedBackend:
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
             return self._run_reference(sig, fetches, feeds, variables, options)
-        whole = None if options.trace else self._whole_program(sig, placement, fetches, feeds)
+        budgeted = self._budgeted(options.memory_budget)
+        whole = None if options.trace or budgeted else self._whole_program(sig, placement, fetches, feeds)
         if whole is not None:
             try:
                 result: RunResult = whole.run(feeds, variables, options)
@@ -275,6 +292,23 @@ class FastPartitionedBackend:
             warnings.warn(f"{e}; this program runs on the partitioned reference executor instead (at interpreter "
                           "speed)", RuntimeWarning, stacklevel=4)
             return self._run_reference(sig, fetches, feeds, variables, options)
+
+    def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                        run_budget: Optional[int]) -> int:
+        """The stack chunk a run starts with: ``stack_chunk``, or where a memory budget applies the
+        smaller chunk whose buffers its plan holds (``MemoryPlan.capacity``), as the one-device backend
+        sizes its own; a run that outgrows it then meets the budget's check, not a larger chunk."""
+        chunk = self.options.stack_chunk
+        if not self._budgeted(run_budget):
+            return chunk
+        with jax.enable_x64(True):
+            budget = self._plan(sig, fetches, feeds, chunk).budget(run_budget)
+        cap = None if budget is None else budget.capacity()
+        return chunk if cap is None else min(chunk, cap)
+
+    def _budgeted(self, run_budget: Optional[int]) -> bool:
+        """Whether a memory budget applies to a run: the run's, or a loop's own on its stacks."""
+        return run_budget is not None or bool(budgeted_loops(self.graph))
 
     def _run_one_device(self, device: str, fetches: list[Tensor], feeds: dict[Tensor, Any],
                         variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
@@ -335,12 +369,12 @@ class FastPartitionedBackend:
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
             plan = self._plans[(sig, cap)] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
-                                                    self.threads)
+                                                    self.threads, self.jax_devices[self.devices[0]].platform)
         return plan
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                       variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        cap = self.options.stack_chunk
+        cap = self._budgeted_chunk(sig, fetches, feeds, options.memory_budget)
         retries = 0
         t0 = time.perf_counter()
         with jax.enable_x64(True):

@@ -21,12 +21,14 @@ from turnout.devices.host_env import HostEnv, Lazy
 from turnout.devices.segments import HostCond, Schedule, Segment, Step
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.fast import stacks as stk
+from turnout.fast.chunk_store import budget_plan
 from turnout.fast.emit import var_key
 from turnout.fast.guards import iteration_bound
 from turnout.fast.outcome import ErrorCodes, Retry, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
 from turnout.fast.values import DEAD, wrap_static
+from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions
 
 if TYPE_CHECKING:
@@ -43,8 +45,9 @@ class DevicePlan:
     """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
 
     def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
-                 device_of: dict[int, str], threads: str = "auto") -> None:
+                 device_of: dict[int, str], threads: str = "auto", platform: str = "cpu") -> None:
         self.program = program
+        self.platform = platform  # where the stacks live, for the memory plan (``budget``)
         self.schedule = sched
         self.fed = fed
         self.capacity = capacity
@@ -67,6 +70,17 @@ class DevicePlan:
         self.stack_info = stack_infos(nodes.values())
         self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
         self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
+        self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
+
+    def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:
+        """The memory plan a run under ``run_budget`` honours (None: no budget applies), made once per
+        run budget: the plan of the program's stacks and pushes (``chunk_store.budget_plan``) on the
+        devices' platform."""
+        if run_budget not in self._budgets:
+            nodes = program_nodes(self.program)
+            stacks = [n for n in nodes if n.op == "StackNew"]
+            self._budgets[run_budget] = budget_plan(nodes, stacks, self.platform, run_budget)
+        return self._budgets[run_budget]
 
 
 class PlanRun(HostControl):
@@ -90,9 +104,10 @@ class PlanRun(HostControl):
             self.state[d][var_key(name)] = jax.device_put(variables[name], self.jdev[d])
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
             self.state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, self.jdev[d])
-        # full stack chunks to host memory or kept on their device, per loop's swap_memory; the cap
+        # full stack chunks to host memory or kept on their device, per loop's swap_memory (or the memory
+        # plan's); the cap and the budgets, counted per device
         self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity,
-                                     backend.options.device_memory_limit)
+                                     backend.options.device_memory_limit, plan.budget(options.memory_budget))
         for d in backend.devices:
             self.stacks.observe(d, self.state[d])
         self.lives: dict[Key, Any] = {}

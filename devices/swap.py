@@ -45,6 +45,7 @@ from turnout.fast.emit import stack_source
 from turnout.fast.plan import stack_infos
 from turnout.fast.regions import CondRegion, Item, WhileRegion, walk
 from turnout.graph import Node
+from turnout.memory_plan import MemoryPlan
 
 
 @dataclass
@@ -113,9 +114,11 @@ class SpanningStacks:
     """
 
     def __init__(self, info: dict[str, stk.StackInfo], devices: Iterable[str], capacity: int,
-                 limit: Optional[int]) -> None:
+                 limit: Optional[int], budget: Optional[MemoryPlan] = None) -> None:
         self.capacity = capacity
-        self.stores = {d: stk.ChunkStore(info, limit) for d in devices}
+        # one store per device: each counts its own buffers against the cap and the budget
+        self.stores = {d: stk.ChunkStore(info, limit, budget, f"fast partitioned executor (device {parse(d).short})")
+                       for d in devices}
         self.known: dict[str, int] = {}      # the pointer when last read (0: not read since a spill)
         self.pushed: dict[str, int] = {}     # the most values pushed since that read
         self.popped: dict[str, int] = {}     # the most values popped since that read

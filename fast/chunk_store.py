@@ -153,14 +153,16 @@ class ChunkStore:
     ``FastBackend.memory_records`` reports after the run. ``limit`` is the device memory cap in bytes
     (None: no cap); ``info`` maps a stack key to its ``StackInfo``; ``budget``: the run's memory plan
     when a budget applies (its loops' device bytes are checked against it as they are recorded, and
-    the loops it swaps are swapped as if they asked for ``swap_memory=True``).
+    the loops it swaps are swapped as if they asked for ``swap_memory=True``). ``who``: the route its
+    errors name (the fast backend, or one device of the partitioned executor).
     """
 
     def __init__(self, info: dict[str, StackInfo], limit: Optional[int] = None,
-                 budget: Optional[MemoryPlan] = None) -> None:
+                 budget: Optional[MemoryPlan] = None, who: str = "fast backend") -> None:
         self.info = info
         self.limit = limit
         self.budget = budget
+        self.who = who
         self.swapped = budget.swapped() if budget is not None else frozenset()
         self.chunks: dict[str, list[Chunk]] = {}
         self.spares: dict[str, tuple[Any, Any, Optional[Chunk]]] = {}  # buffer, indices, its chunk in flight
@@ -232,7 +234,7 @@ class ChunkStore:
         for key, lg in self.ledgers.items():
             loop = self._info(key).loop
             by_loop[loop] = by_loop.get(loop, 0) + lg.device_bytes + (extra if key == k else 0)
-        check_budget(self.budget, by_loop, "fast backend", f"stack buffers: {what}")
+        check_budget(self.budget, by_loop, self.who, f"stack buffers: {what}")
 
     def _info(self, k: str) -> StackInfo:
         return self.info.get(k, StackInfo("?", f"the loop of stack {k}", False))
@@ -250,7 +252,7 @@ class ChunkStore:
                 "or raise the limit" if self.swaps(k) else
                 "run the loop with swap_memory=True to move full stack chunks to host memory, or raise the limit")
         raise ResourceExhaustedError(
-            f"fast backend: the gradient stacks of {info.where} need {self.device_bytes() + extra} bytes on device "
+            f"{self.who}: the gradient stacks of {info.where} need {self.device_bytes() + extra} bytes on device "
             f"{lg.device or '?'} ({what}), over device_memory_limit={self.limit} bytes; {hint}")
 
     def moved(self) -> int:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import turnout as tn
 from turnout import memory_plan as mp
-from turnout.errors import ArgumentError, ResourceExhaustedError, UnsupportedError
+from turnout.errors import ArgumentError, ResourceExhaustedError
 
 BACKENDS = ["reference", "fast"]
 X0 = np.array([0.1, -0.4, 0.7, 1.2], np.float32)
@@ -428,15 +428,49 @@ def test_the_partitioned_reference_counts_each_devices_saved_values_against_the_
         sess.explain(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6))
 
 
-def test_backends_that_do_not_honour_a_run_budget_refuse_it() -> None:
-    """The fast partitioned backend does not count saved values: it refuses budgets by name."""
+def _fast_partitioned(m: dict[str, Any], **opts: Any) -> Any:
+    """The model on the fast partitioned backend, round robin over two devices as ``_partitioned``:
+    the loop and its gradient span both, driven from the host."""
+    req = {node.name: f"cpu:{k % 2}" for k, node in enumerate(m["g"].nodes)}
+    return tn.Session(m["g"], backend="fast", devices=["cpu:0", "cpu:1"], requests=req, **opts)
+
+
+def test_the_fast_partitioned_backend_counts_each_devices_stacks_against_the_budget() -> None:
+    """The fast partitioned backend honours budgets as the partitioned reference does: each device's
+    stack buffers are counted against the run's budget and the loop's own, its chunks sized from the
+    budget; a run within it gives the reference's gradient, one that would go over stops with the
+    reference's error type, naming the loop and the device."""
     pytest.importorskip("jax")
-    devices = ["cpu:0", "cpu:1"]
+    e = entry_bytes(build())
     m = build()
-    sess = tn.Session(m["g"], backend="fast", devices=devices)
-    with pytest.raises(UnsupportedError, match="memory_budget"):
-        sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}, memory_budget=10**6)
-    assert sess.run(m["gx"], {m["x"]: X0, m["n"]: 2}) is not None
-    m = build(10**6, swap=True)  # a loop's own budget on its stacks, which the backend would not count: refused too
-    with pytest.raises(UnsupportedError, match='memory_budget of loop'):
-        tn.Session(m["g"], backend="fast", devices=devices).run(m["gx"], {m["x"]: X0, m["n"]: 2})
+    sess = _fast_partitioned(m)
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6), expected_grad(5),
+                               rtol=1e-5)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "host-driven" and 0 < stats["peak_device_stack_bytes"] <= 10**6, stats
+    with pytest.raises(ResourceExhaustedError, match=r"(?s)device cpu:\d.*the run's memory_budget of"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 40}, memory_budget=e)
+    with pytest.raises(ResourceExhaustedError):  # the partitioned reference stops it too
+        _partitioned(m).run(m["gx"], {m["x"]: X0, m["n"]: 40}, memory_budget=e)
+    assert "each device's gradient stacks are counted" in str(
+        sess.explain(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6))
+    m = build(12 * e, swap=True)  # a loop's own budget on stacks it swaps: any length, within the budget
+    sess = _fast_partitioned(m)
+    for n in (6, 200):
+        np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: n}), expected_grad(n), rtol=1e-4)  # float32
+        stats = sess.last_result.stats
+        assert 0 < stats["peak_device_stack_bytes"] <= 12 * e, stats
+    assert stats["stack_chunks_swapped"] > 0, stats
+
+
+def test_a_graph_on_one_device_of_the_fast_partitioned_backend_takes_the_one_device_budget() -> None:
+    """Placed wholly on one device, the run is the one-device fast backend's, budget included."""
+    pytest.importorskip("jax")
+    e = entry_bytes(build())
+    m = build()
+    sess = tn.Session(m["g"], backend="fast", devices=["cpu:0"])
+    np.testing.assert_allclose(sess.run(m["gx"], {m["x"]: X0, m["n"]: 5}, memory_budget=10**6), expected_grad(5),
+                               rtol=1e-5)
+    assert sess.last_result.stats["tier"] == "one device"
+    with pytest.raises(ResourceExhaustedError, match="the run's memory_budget of"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 40}, memory_budget=e)

@@ -423,3 +423,24 @@ def test_mistakes_raise_the_reference_error_types_across_tasks(pool: TaskPool, c
         tn.Session(g).run(fetch, feeds)
     with tn.Session(g, cluster=pool) as sess, pytest.raises(error):
         sess.run(fetch, feeds)
+
+
+def test_a_cluster_session_refuses_a_memory_budget_by_name(pool: TaskPool) -> None:
+    """The cluster backends do not count saved values against a budget: a run budget, or a loop's own
+    on its stacks, is refused with an ``UnsupportedError`` naming it, never run over without a word."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * x), [tn.constant(0), x],
+                             swap_memory=True, memory_budget=10**6, name="budgeted")
+        (gx,) = tn.gradients(y, [x])
+    with tn.Session(g, cluster=pool) as sess:
+        with pytest.raises(tn.UnsupportedError, match=r"memory_budget of loop\(s\) \['budgeted'\]"):
+            sess.run(gx, {x: 1.5})
+    g2 = tn.Graph()
+    with g2.as_default():
+        z = tn.placeholder(tn.float32, [], name="z")
+        doubled = z * 2.0
+    with tn.Session(g2, cluster=pool) as sess:
+        with pytest.raises(tn.UnsupportedError, match="does not honour memory_budget"):
+            sess.run(doubled, {z: 1.0}, memory_budget=10**6)

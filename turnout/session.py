@@ -52,8 +52,8 @@ class RunOptions:
     stacks) may hold on the device at once, all loops together (None: no budget; a loop's own
     ``tn.while_loop(..., memory_budget=)`` bounds that loop's share). ``turnout.memory_plan`` decides
     per loop how it is honoured; a run that cannot stay within it raises ``ResourceExhaustedError``
-    (the reference backend, on one device or per device when partitioned, the small-step system and
-    the one-device fast backend; the others refuse the option). ``docs/memory_budgets.rst``.
+    (the reference and fast backends, on one device or per device when partitioned, and the small-step
+    system; the cluster backends refuse the option). ``docs/memory_budgets.rst``.
     """
 
     scheduler: str = "fifo"
@@ -265,9 +265,9 @@ class Session:
         return nest.pack_as(fetches, out)
 
     def _refuse_budgets(self, opts: RunOptions) -> None:
-        """On a backend that does not honour memory budgets (only the reference interpreter, on one device
-        or per device when partitioned, the small-step system and the one-device fast backend count
-        saved values against them): refuse a run budget, and a graph with a loop's own
+        """On a backend that does not honour memory budgets (the reference and fast backends, on one
+        device or per device when partitioned, and the small-step system count saved values against
+        them; the cluster backends do not): refuse a run budget, and a graph with a loop's own
         budget, rather than run over it without a word. The graph is read once per version
         (``memory_plan.budgeted_loops``)."""
         from turnout.memory_plan import budgeted_loops
@@ -278,9 +278,9 @@ class Session:
             from turnout.errors import UnsupportedError
 
             what = "memory_budget" if budgeted else f"the memory_budget of loop(s) {sorted(loops)}"
-            raise UnsupportedError(f"backend {self.backend_name!r} does not honour {what}: the reference backend "
-                                   "(one device or partitioned), the small-step system and the fast backend on one "
-                                   "device do; run there, or without the budget")
+            raise UnsupportedError(f"backend {self.backend_name!r} does not honour {what}: the reference and fast "
+                                   "backends (on one device or partitioned over devices) and the small-step system "
+                                   "do; run there, or without the budget")
 
     def explain(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
                 memory_budget: Optional[int] = None) -> RunSchedule:
