@@ -93,6 +93,9 @@ class EmitterCore(ABC):
         #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
         #: earlier one pushed
         self.pushed: dict[str, Any] = {}
+        #: stack key -> (element shape, index shape) its pushes pushed while tracing, ``MIXED`` where
+        #: two differ (``note_push_shape``); a plan shares one across its traces (``Plan.learn_stack_shapes``)
+        self.push_shapes: dict[str, Any] = {}
         #: the integer ranges of traced values (``fast.ranges``): the counters of the counted loops
         #: whose bodies are being traced, and what is computed from them
         self.ranges: Ranges = Ranges()
@@ -217,6 +220,13 @@ class EmitterCore(ABC):
             self.pushed[k] = np.array(value)  # (a copy: the pushed value is never changed after)
         elif prev is not MIXED and not same_constant(prev, value):
             self.pushed[k] = MIXED  # (one push node traced twice to different constants: a case chain's)
+
+    def note_push_shape(self, h: Handle, value: Any, index: Any) -> None:
+        """Record the shapes of a push of ``value`` at ``index`` on stack ``h``, as traced."""
+        k = stack_key(h)
+        got = (tuple(int(d) for d in jnp.shape(value)), tuple(int(d) for d in jnp.shape(index)))
+        prev = self.push_shapes.get(k)
+        self.push_shapes[k] = got if prev is None or prev == got else MIXED
 
     def pushed_constant(self, h: Handle) -> Any:
         """The constant every push of stack ``h`` pushed (see ``note_push``), or ``None``. Every push of

@@ -61,6 +61,7 @@ def _stack_push(ctx, n, xs):
     if ctx.holds(h):  # its one value is taken as its loop starts (``fast.held``)
         return [v]
     s0 = ctx.get_stack(n, h)
+    ctx.note_push_shape(h, v, index)
     # a counted stack whose chain of loops is being traced: the push is proved to fit and to land at
     # its index's position, and no pop reads its index record (``fast.counted_stacks``)
     key = stk.state_key(h.name)

@@ -177,19 +177,10 @@ class Plan:
         self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
         self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
-        #: per gradient stack, in ``stack_nodes`` order: its state key, element dtype and static shapes
-        #: (``prealloc``; ``None``: known only when tracing), computed once for every run to read
-        self.stack_slots: list[tuple[str, Any, Optional[tuple[Any, ...]]]] = [
-            (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id)) for sn in self.stack_nodes]
-        #: the stacks of static shapes (``prealloc``): key -> (dtype, (element shape, index shape))
-        self.static = static = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
-        #: the static stacks small enough to be made inside the fused stage's call (``inside_stacks``):
-        #: key -> (dtype, (element shape, index shape)); they are neither passed in nor kept
-        self.inside = inside_stacks(static, capacity, self.options.inside_limit(jax.default_backend()))
-        #: the stacks whose buffers are kept between runs (``prealloc``, less ``inside``): key ->
-        #: (dtype, (element shape, index shape)). The fused stage takes and returns their value
-        #: buffers alone.
-        self.kept = {k: v for k, v in static.items() if k not in self.inside}
+        #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push``),
+        #: or ``MIXED``: shared by every trace of the plan, read by ``learn_stack_shapes``
+        self.push_shapes: dict[str, Any] = {}
+        self._lay_out_stacks()
         #: stacks the fused stage runs without an index record (``positional_stacks``), static or
         #: not (one whose shapes are known only when tracing makes no record at its first push);
         #: emptied for good by a run that pushed one of them away from its position
@@ -242,6 +233,40 @@ class Plan:
         record's bytes: they exist on the device only within that call."""
         return {k: stack_bytes(self.capacity, dtype, shapes, k not in self.positional)
                 for k, (dtype, shapes) in self.inside.items()}
+
+    def _lay_out_stacks(self) -> None:
+        """The stacks' layout, from ``prealloc``: what each run allocates, passes and keeps."""
+        #: per gradient stack, in ``stack_nodes`` order: its state key, element dtype and static shapes
+        #: (``prealloc``; ``None``: known only when tracing), computed once for every run to read
+        self.stack_slots: list[tuple[str, Any, Optional[tuple[Any, ...]]]] = [
+            (stack_key(Handle("stack", sn.id)), stack_dtype(sn), self.prealloc.get(sn.id)) for sn in self.stack_nodes]
+        #: the stacks of static shapes (``prealloc``): key -> (dtype, (element shape, index shape))
+        self.static = static = {k: (dtype, shapes) for k, dtype, shapes in self.stack_slots if shapes is not None}
+        #: the static stacks small enough to be made inside the fused stage's call (``inside_stacks``):
+        #: key -> (dtype, (element shape, index shape)); they are neither passed in nor kept
+        self.inside = inside_stacks(static, self.capacity, self.options.inside_limit(jax.default_backend()))
+        #: the stacks whose buffers are kept between runs (``prealloc``, less ``inside``): key ->
+        #: (dtype, (element shape, index shape)). The fused stage takes and returns their value
+        #: buffers alone.
+        self.kept = {k: v for k, v in static.items() if k not in self.inside}
+
+    def learn_stack_shapes(self) -> bool:
+        """Take as static the shapes a trace saw the pushes of the stacks ``prealloc`` lacks push (one
+        shape per stack, ``push_shapes``), and lay the stacks out again; True when it did, and the
+        fused stage is then traced again by the next attempt, with those stacks allocated before it
+        and kept between runs. Why: a stack's shapes may be unknown in the graph (a placeholder of
+        ``None`` batch, an imported TF1 model's loops) yet fixed for this plan, which is made for one
+        signature of feeds; a stack made inside each call keeps a repeated run off its lane, which
+        needs every stack's buffers kept (the imported LSTM training step took the general path at
+        every run). False where a stack's shapes are still unknown, or differ between its pushes."""
+        pending = {sn.id: stack_key(Handle("stack", sn.id)) for sn in self.stack_nodes if sn.id not in self.prealloc}
+        if not pending or any(not isinstance(self.push_shapes.get(k), tuple) for k in pending.values()):
+            return False
+        self.prealloc.update({i: self.push_shapes[k] for i, k in pending.items()})
+        self._lay_out_stacks()
+        if self.fused is not None:
+            self.fused.fns.pop("seg", None)
+        return True
 
     def record_every_stack(self) -> None:
         """From now on the fused stage keeps an index record for every stack (its function is traced
@@ -365,6 +390,7 @@ class Plan:
         em.fed = self.fed
         em.static = self.static_feeds
         em.pushed = self.pushed
+        em.push_shapes = self.push_shapes
         em.held = self.held
         return em
 

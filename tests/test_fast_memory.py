@@ -83,6 +83,40 @@ def test_stack_buffers_held_between_runs_can_be_freed() -> None:
         tn.Session(g, backend="fast", keep_stack_buffers="no")
 
 
+def test_stacks_of_shapes_known_only_when_traced_are_kept_after_the_first_run() -> None:
+    """A loop over a batch of ``None`` rows pushes values whose shapes the graph does not know, but
+    every run of one plan (one feed signature) does: after its first run the plan takes the shapes its
+    trace saw as static (``Plan.learn_stack_shapes``), its second run traces the fused stage again with
+    those stacks allocated before it, and from then on the buffers are kept between runs and the run
+    repeats on a lane (the session's, or the backend's hot route). A plan of another batch learns its
+    own. The values are the reference's at every run."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 3], name="x")
+        w = tn.placeholder(tn.float32, [3, 3], name="w")
+        _, h = tn.while_loop(lambda i, h: i < 6, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))), [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        gx, gw = tn.gradients(loss, [x, w])
+    assert any(nd.op == "StackPush" and nd.inputs[2].shape[0] is None for nd in g.nodes)
+    rng = np.random.default_rng(0)
+    wv = rng.standard_normal((3, 3)).astype(np.float32) * 0.5
+    ref = tn.Session(g)
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)  # every static stack kept, none made inside
+    for rows in (4, 7):
+        feed = {x: rng.standard_normal((rows, 3)).astype(np.float32), w: wv}
+        want = ref.run([loss, gx, gw], feed)
+        routes, compiles = [], []
+        for _ in range(4):
+            before = sess.backend.compile_count
+            for a, b in zip(sess.run([loss, gx, gw], feed), want, strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            routes.append(sess.last_result.stats["route"])
+            compiles.append(sess.backend.compile_count - before)
+        assert routes[:2] == ["general", "general"] and set(routes[2:]) <= {"hot", "lane"}, routes
+        assert compiles[1] == 1 and compiles[2:] == [0, 0], compiles  # traced again once, with the shapes
+        assert sess.backend.held_bytes() > 0
+
+
 # ---- the fused attempt's capacity ladder (``FastBackend._run_fused_sized``) ----------------------------
 def test_the_capacity_ladder_of_a_chunk() -> None:
     from turnout.fast.plan import capacity_ladder
