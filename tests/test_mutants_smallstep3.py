@@ -1,0 +1,133 @@
+"""Laws of the small-step system's updates and enabling rules, found missing by mutation testing
+(``python tools/mutation.py --module semantics/smallstep.py``): what ``put`` discards at a Merge that
+has fired, what ``emit`` records as produced, how ``open`` and ``start`` bound and feed iterations, the
+rule each ordinary op cites, the tokens a firing names, and the Guard, conflict and dead cases of a
+Merge. Where a law is about values, the reference interpreter is run beside it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import turnout as tn
+from turnout import raw
+from turnout.errors import MAX_ITERATIONS_HINT, describe_node
+from turnout.reference.executor import run_graph
+from turnout.semantics import smallstep as ss
+from turnout.session import RunOptions
+
+
+def _run_to_quiescence(c: ss.Config, skip: str | None = None) -> ss.Config:
+    """Fire the first enabled firing until none is left (none of node ``skip``, where given)."""
+    while en := [f for f in ss.enabled(c) if f.node != skip]:
+        c = ss.fire(c, en[0])
+    return c
+
+
+def _node(g: tn.Graph, name: str) -> tn.Node:
+    return next(n for n in g.nodes if n.name == name)
+
+
+# ---- put: what reaches a Merge after it fired -----------------------------------------------------------
+def test_a_dead_input_reaching_a_merge_after_it_fired_is_discarded() -> None:
+    """``put`` at a Merge that has already fired at the tag: a dead data token (the untaken branch of a
+    cond, arriving after the taken one fired the Merge) is discarded, so the run ends with Q empty
+    ([T4-Quiescence]) and the value the reference interpreter gives."""
+    g = tn.Graph()
+    with g.as_default():
+        sf, st = raw.switch(tn.constant(4.0), tn.constant(True))
+        slow = sf
+        for i in range(4):
+            slow = tn.identity(slow, name=f"slow{i}")
+        out, _ = raw.merge([slow, tn.identity(st, name="fast")], name="m")
+    for sched in ("fifo", "lifo"):
+        r = ss.run(g, [out], scheduler=sched)
+        assert float(r.values[0]) == float(run_graph(g, [out]).values[0]) == 4.0
+        assert ss.stranded(r.final) == []
+    fired = [(rule, node) for rule, node, *_ in ss.run(g, [out]).firings]
+    assert fired.index(("E-Merge-Live", "m")) < fired.index(("E-Op-Dead", "slow3"))  # the dead one came late
+
+
+def test_a_control_token_reaching_a_merge_after_it_fired_is_discarded() -> None:
+    """``put``: a control token that reaches a Merge at a tag where it already fired is discarded, live
+    or dead; only a live *data* token stays (it is a conflict). Here an Exit taken from a hand-built
+    loop's true branch fires live in every body iteration, so its control edge delivers at the root tag
+    once per iteration: the Merge waiting on it fires at the first and the later ones leave Q empty."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
+        _, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
+        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
+        each = raw.exit(st, name="each")
+        five = tn.constant(5.0)
+        with tn.control_dependencies([each]):
+            out, _ = raw.merge([five], name="waiter")
+    r = ss.run(g, [out])
+    assert float(r.values[0]) == 5.0
+    assert [rule for rule, node, *_ in r.firings if node == "each"].count("E-Exit-Live") == 3
+    assert ss.stranded(r.final) == []
+
+
+# ---- emit: the fetch edges ------------------------------------------------------------------------------
+def test_produced_holds_the_fetch_edges_only() -> None:
+    """``emit`` records a token in ``produced`` for the fetch edges only (the configuration's fetch
+    edges, ``<.., produced>``): a run ends with exactly the fetched outputs there, however many other
+    outputs fired."""
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k < 3, lambda k: k + 1, [tn.constant(0)])
+        y = k * 2
+    r = ss.run(g, [y])
+    assert set(r.final.produced) == {(y.node.id, y.index)} and int(r.values[0]) == 6
+
+
+# ---- open and start: the iteration bound ----------------------------------------------------------------
+def _zero_trip(limit_value: int) -> tuple[tn.Graph, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        (k,) = tn.while_loop(lambda k: k < limit_value, lambda k: k + 1, [tn.constant(0)])
+    return g, k
+
+
+def test_every_iteration_start_is_bounded_iteration_zero_included() -> None:
+    """``RunOptions.max_iterations`` bounds every iteration a frame instance starts: iteration ``limit``
+    may start (to find the predicate false), so ``max_iterations=0`` runs a loop that does no body;
+    opening an instance starts iteration 0, so a limit below 0 (reachable by calling ``run`` directly)
+    stops the run there, naming the frame instance."""
+    g, k = _zero_trip(0)
+    assert int(ss.run(g, [k], max_iterations=0).values[0]) == 0
+    g1, k1 = _zero_trip(1)
+    with pytest.raises(tn.NonTerminationError, match=r"would run body 1, over the limit max_iterations=0"):
+        ss.run(g1, [k1], max_iterations=0)
+    enter = min((n for n in g.nodes if n.op == "Enter"), key=lambda n: n.id)
+    words = f"loop frame {enter.attrs['frame_name']!r} (instance root; entered by {describe_node(enter)})"
+    with pytest.raises(tn.NonTerminationError) as info:
+        ss.run(g, [k], max_iterations=-1)
+    assert str(info.value) == (f"{words} started iteration 0, over the limit max_iterations=-1; "
+                               f"{MAX_ITERATIONS_HINT}")
+
+
+def _no_loop_cond_loop() -> tuple[tn.Graph, tn.Tensor]:
+    """i = 0; while i < 6: i += 1, by hand, its Switch predicate not passed through a LoopCond."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0), "f", name="entry"), raw.BACK_EDGE])
+        sf, st = raw.switch(m, m < raw.enter(tn.constant(6), "f", is_constant=True))
+        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
+        out = raw.exit(sf)
+    return g, out
+
+
+def test_a_frame_without_a_loop_cond_stops_at_the_first_iteration_over_the_limit() -> None:
+    """``_check_limit`` at ``start``: a frame without a LoopCond is bounded where it starts iteration
+    ``limit + 1``; the run stops with the reference interpreter's message word for word (the frame, its
+    instance, its first Enter, the iteration and the limit). Under a limit it does not reach, it runs."""
+    g, out = _no_loop_cond_loop()
+    assert int(ss.run(g, [out], max_iterations=6).values[0]) == 6
+    with pytest.raises(tn.NonTerminationError) as ref:
+        run_graph(g, [out], options=RunOptions(max_iterations=2))
+    with pytest.raises(tn.NonTerminationError) as info:
+        ss.run(g, [out], max_iterations=2)
+    assert str(info.value) == str(ref.value)
+    assert "'f' (instance root; entered by " in str(info.value) and "started iteration 3" in str(info.value)
+    assert describe_node(_node(g, "entry")) in str(info.value)
