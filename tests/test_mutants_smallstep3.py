@@ -131,3 +131,73 @@ def test_a_frame_without_a_loop_cond_stops_at_the_first_iteration_over_the_limit
     assert str(info.value) == str(ref.value)
     assert "'f' (instance root; entered by " in str(info.value) and "started iteration 3" in str(info.value)
     assert describe_node(_node(g, "entry")) in str(info.value)
+
+
+# ---- start: invariants reach every iteration, control edges included --------------------------------------
+def test_a_constant_enters_control_edge_releases_its_waiter_in_every_iteration() -> None:
+    """[E-Enter-Const] through ``start``: a new iteration receives each invariant on its data *and*
+    control edges, live at that iteration's tag, so a body op waiting on a constant Enter only by a
+    control edge fires live in every iteration, not in iteration 0 alone. Same value and firings as the
+    reference interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        gate = raw.enter(tn.constant(0), "f", is_constant=True, name="gate")
+        one = raw.enter(tn.constant(1), "f", is_constant=True)
+        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(4), "f", is_constant=True)))
+        with tn.control_dependencies([gate]):
+            inc = tn.add(st, one, name="inc")
+        raw.close_back_edge(m, raw.next_iteration(inc))
+        out = raw.exit(sf)
+    r = ss.run(g, [out])
+    ref = run_graph(g, [out], options=RunOptions(trace=True))
+    assert int(r.values[0]) == int(ref.values[0]) == 4
+    assert ref.trace is not None
+    incs = sorted((tag, dead) for _, node, tag, dead in r.firings if node == "inc")
+    assert incs == sorted((e.tag, e.dead) for e in ref.trace.events if e.node == "inc")
+    assert [dead for _, dead in incs].count(False) == 4
+
+
+def test_a_dead_invariant_reaches_every_iteration_dead() -> None:
+    """[E-Enter-Const] through ``start``: an invariant entered dead (the untaken output of a Switch) is
+    delivered dead to every iteration, so a body Merge of it and a live value forwards the live one in
+    iteration of the body (no [E-Merge-Conflict]) and fires dead in the exit iteration; the loop's value
+    equals the reference interpreter's."""
+    g = tn.Graph()
+    with g.as_default():
+        untaken, _ = raw.switch(tn.constant(7), tn.constant(True))
+        dead_inv = raw.enter(untaken, "f", is_constant=True, name="dead_inv")
+        one = raw.enter(tn.constant(1), "f", is_constant=True)
+        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
+        sf, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
+        pick, _ = raw.merge([dead_inv, st + one], name="pick")
+        raw.close_back_edge(m, raw.next_iteration(pick))
+        out = raw.exit(sf)
+    r = ss.run(g, [out])
+    assert int(r.values[0]) == int(run_graph(g, [out]).values[0]) == 3
+    picks = sorted((rule, tag[-1][1]) for rule, node, tag, _ in r.firings if node == "pick")
+    assert picks == [("E-Merge-AllDead", 3)] + [("E-Merge-Live", k) for k in range(3)]  # 3: the exit iteration
+
+
+# ---- the rule an ordinary op cites --------------------------------------------------------------------
+def test_stateful_ops_fire_by_their_own_rules() -> None:
+    """[E-Var-Read], [E-Var-Assign], [E-Stack-Push] and [E-Stack-Pop]: a live stateful op's firing is
+    logged under its own rule, not the pure [E-Op] (the trace, the rule coverage and the memory budget's
+    count of pushes all read the rule); a pure op and a StackNew cite [E-Op]."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(1.0, name="v")
+        a = v.assign_add(2.0)
+        with tn.control_dependencies([a]):
+            read = v.read()
+        h = g.create_node("StackNew", [], {"elem_dtype": "float32", "elem_shape": []}, name="stack").outputs[0]
+        push = g.create_node("StackPush", [h, tn.constant([0]), read], name="push")
+        pop = g.create_node("StackPop", [h, tn.constant([0])], {"dtype": "float32", "shape": []},
+                            control_inputs=[push], name="pop").outputs[0]
+        out = tn.multiply(pop, 2.0, name="double")
+    r = ss.run(g, [out])
+    assert float(r.values[0]) == 6.0
+    rules = {node: rule for rule, node, *_ in r.firings}
+    assert rules[a.node.name] == "E-Var-Assign" and rules[read.node.name] == "E-Var-Read"
+    assert (rules["push"], rules["pop"], rules["stack"], rules["double"]) == (
+        "E-Stack-Push", "E-Stack-Pop", "E-Op", "E-Op")
