@@ -201,3 +201,61 @@ def test_stateful_ops_fire_by_their_own_rules() -> None:
     assert rules[a.node.name] == "E-Var-Assign" and rules[read.node.name] == "E-Var-Read"
     assert (rules["push"], rules["pop"], rules["stack"], rules["double"]) == (
         "E-Stack-Push", "E-Stack-Pop", "E-Op", "E-Op")
+
+
+# ---- Merge: Guard, conflict, the dead cases ---------------------------------------------------------------
+def _merge_waiting_on(control_dead: bool) -> tuple[tn.Graph, tn.Tensor]:
+    """A root Merge of one live constant with a control input from a node that fires live or dead."""
+    g = tn.Graph()
+    with g.as_default():
+        sf, st = raw.switch(tn.constant(1.0), tn.constant(not control_dead))
+        gate = tn.identity(st, name="gate")  # live when the switch takes its true side, else dead
+        x = tn.constant(5.0, name="x")
+        with tn.control_dependencies([gate]):
+            out, _ = raw.merge([x], name="m")
+    return g, out
+
+
+def test_a_merge_waits_for_its_control_inputs() -> None:
+    """Guard(m, t): a Merge with control inputs fires only once every control input holds a token at
+    t; its live data input alone enables nothing. Once the control token comes, live, it forwards the
+    live input ([E-Merge-Live]), as the reference interpreter does."""
+    g, out = _merge_waiting_on(control_dead=False)
+    c = _run_to_quiescence(ss.initial(g, [out]), skip="gate")
+    assert any(node == "m" for node, *_ in ss.stranded(c))  # the data token waits
+    assert [f for f in ss.enabled(c) if f.node == "m"] == []
+    c = _run_to_quiescence(c)
+    assert float(ss.outputs(c)[0]) == float(run_graph(g, [out]).values[0]) == 5.0
+
+
+def test_a_dead_control_input_kills_a_merge_with_a_live_data_input() -> None:
+    """[E-Merge-AllDead] (b): a Merge whose control input is dead goes dead where it would have fired
+    live; the firing is dead, names the Merge and its tag and consumes the control tokens (its
+    ``inputs``), and its outputs are dead, so fetching it fails as on the reference interpreter."""
+    g, out = _merge_waiting_on(control_dead=True)
+    c = _run_to_quiescence(ss.initial(g, [out]), skip="m")
+    m = _node(g, "m")
+    ctl = ss.Token.dead(())
+    assert [f for f in ss.enabled(c) if f.node == "m"] == [ss.Firing("E-Merge-AllDead", "m", (), True, m.id, (ctl,))]
+    with pytest.raises(tn.DeadFetchError):
+        run_graph(g, [out])
+    with pytest.raises(tn.DeadFetchError):
+        ss.outputs(_run_to_quiescence(c))
+    with pytest.raises(tn.DeadFetchError):
+        ss.run(g, [out])
+
+
+def test_two_live_data_inputs_enable_only_a_live_merge_conflict() -> None:
+    """[E-Merge-Conflict]: when a Merge holds two live data inputs at t, the one firing the rules allow
+    for it is the conflict: live (no input of it is dead), naming the Merge and its tag, consuming
+    nothing; firing it stops the run with MergeConflictError, as on the reference interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        out, _ = raw.merge([tn.constant(1.0), tn.constant(2.0)], name="m")
+    c = _run_to_quiescence(ss.initial(g, [out]), skip="m")
+    conflicts = [f for f in ss.enabled(c) if f.node == "m"]
+    assert conflicts == [ss.Firing("E-Merge-Conflict", "m", (), False, _node(g, "m").id, ())]
+    with pytest.raises(tn.MergeConflictError):
+        ss.fire(c, conflicts[0])
+    with pytest.raises(tn.MergeConflictError):
+        run_graph(g, [out])
