@@ -7,6 +7,10 @@ Merge. Where a law is about values, the reference interpreter is run beside it.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
 import pytest
 
 import turnout as tn
@@ -259,3 +263,115 @@ def test_two_live_data_inputs_enable_only_a_live_merge_conflict() -> None:
         ss.fire(c, conflicts[0])
     with pytest.raises(tn.MergeConflictError):
         run_graph(g, [out])
+
+
+# ---- hand-built configurations: the rules read any configuration -----------------------------------------
+def _counting_loop(limit: int = 3, window: int = 10) -> tuple[tn.Graph, tn.Tensor]:
+    """i = 0; while i < limit: i += 1, by hand: a loop Merge "m" (slot 0 the Enter, slot 1 the back
+    edge) and a NextIteration "next"."""
+    g = tn.Graph()
+    with g.as_default():
+        e = raw.enter(tn.constant(0), "f", parallel_iterations=window)
+        m, _ = raw.merge([e, raw.BACK_EDGE], name="m")
+        lim = raw.enter(tn.constant(limit), "f", is_constant=True, parallel_iterations=window)
+        sf, st = raw.switch(m, raw.loop_cond(m < lim))
+        one = raw.enter(tn.constant(1), "f", is_constant=True, parallel_iterations=window)
+        raw.close_back_edge(m, raw.next_iteration(st + one, name="next"))
+        out = raw.exit(sf)
+    return g, out
+
+
+def _until(g: tn.Graph, out: tn.Tensor, found: Callable[[ss.Firing], bool]) -> tuple[ss.Config, ss.Firing]:
+    """Run the loop step by step up to the first configuration where a firing ``found`` is enabled."""
+    c = ss.initial(g, [out])
+    while en := ss.enabled(c):
+        hit = [f for f in en if found(f)]
+        if hit:
+            return c, hit[0]
+        c = ss.fire(c, en[0])
+    raise AssertionError("never enabled")
+
+
+def _with_pending(c: ss.Config, key: tuple[int, ss.Tag], toks: set[tuple[int, ss.Token]]) -> ss.Config:
+    return dataclasses.replace(c, pending={**c.pending, key: frozenset(toks)}, _key_cache=[])
+
+
+def test_a_loop_merge_goes_dead_by_its_back_edges_after_iteration_zero() -> None:
+    """Arr(m, t) and [E-Merge-AllDead] (a) / [E-Merge-DeadEnter]: in iteration 0 a loop Merge can hear
+    only from its Enter, and a dead one fires it by [E-Merge-DeadEnter]; in an iteration k > 0 it can
+    hear only from its back edges: every back edge dead fires it by [E-Merge-AllDead], while a token on
+    its Enter's slot there enables nothing."""
+    g, out = _counting_loop()
+    m = _node(g, "m")
+
+    def merge_firings(c: ss.Config, tag: ss.Tag, toks: set[tuple[int, ss.Token]]) -> list[ss.Firing]:
+        return [f for f in ss.enabled(_with_pending(c, (m.id, tag), toks)) if f.node == "m" and f.tag == tag]
+
+    c, live = _until(g, out, lambda f: f.node == "m" and f.tag == (("f", 1),))
+    assert live.rule == "E-Merge-Live" and live.slot == 1
+    dead = ss.Token.dead(live.tag)
+    assert merge_firings(c, live.tag, {(1, dead)}) == [ss.Firing("E-Merge-AllDead", "m", live.tag, True, m.id, ())]
+    assert merge_firings(c, live.tag, {(0, dead)}) == []
+    c, first = _until(g, out, lambda f: f.node == "m")
+    assert first.tag == (("f", 0),) and first.slot == 0
+    dead = ss.Token.dead(first.tag)
+    assert merge_firings(c, first.tag, {(0, dead)}) == [
+        ss.Firing("E-Merge-DeadEnter", "m", first.tag, True, m.id, ())]
+
+
+def test_every_node_firing_names_the_tokens_it_consumes() -> None:
+    """A firing's ``inputs`` are the tokens it consumes, one per slot, each waiting in Q at the firing's
+    tag: for every step of a loop run that consumes a node's inputs by a strict rule, the NextIteration's
+    [E-Next-Dead] in the exit iteration included."""
+    g, out = _counting_loop()
+    c = ss.initial(g, [out])
+    seen = set()
+    while en := ss.enabled(c):
+        for f in en:
+            if f.is_node_firing and not f.rule.startswith("E-Merge"):
+                assert len(f.inputs) == c.program.n_slots[f.node_id], f
+                assert set(enumerate(f.inputs)) <= c.pending.get((f.node_id, f.tag), frozenset()), f
+                seen.add(f.rule)
+        c = ss.fire(c, en[0])
+    assert {"E-Next-Dead", "E-Next-Live", "E-Op", "E-Op-Dead", "E-Switch", "E-LoopCond"} <= seen
+
+
+def test_a_next_iteration_holding_several_tokens_enables_one_firing_for_each() -> None:
+    """``enabled`` lists every firing the rules allow: where a NextIteration's input holds two tokens at
+    one tag (a graph breaking [W-Merge-Unique]), a dead and a live one, it enables [E-Next-Dead] for the
+    dead one and [E-Next-Live] for the live one, whichever of them the rules look at first."""
+    g, out = _counting_loop()
+    c, nxt = _until(g, out, lambda f: f.node == "next")
+    key = (nxt.node_id, nxt.tag)
+    for v in range(24):  # the order Q holds the two tokens in varies with the values' hashes
+        live = ss.Token.live(np.int32(v), nxt.tag)
+        rules = sorted(f.rule for f in ss.enabled(_with_pending(c, key, {(0, live), (0, ss.Token.dead(nxt.tag))}))
+                       if f.node == "next")
+        assert rules == ["E-Next-Dead", "E-Next-Live"], v
+
+
+def test_a_next_iteration_delivers_at_once_into_an_iteration_already_started() -> None:
+    """[E-Next-Live] / [E-Next-Park]: a NextIteration in iteration k delivers now when iteration k+1 has
+    started (k+1 in S(I)) or lies inside the window (k+1 < o(I) + N(I)); only otherwise does it park.
+    With the window at 1 and iteration 1 recorded as started, it delivers; not started, it parks."""
+    g, out = _counting_loop(window=1)
+    c, nxt = _until(g, out, lambda f: f.node == "next" and not f.dead)
+    inst = nxt.instance
+    assert nxt.rule == "E-Next-Park" and inst is not None and nxt.tag == (("f", 0),)
+    rec = c.instances[inst]
+    for started, rule in (({0, 1}, "E-Next-Live"), ({0}, "E-Next-Park")):
+        c2 = dataclasses.replace(c, instances={**c.instances, inst: dataclasses.replace(
+            rec, started=frozenset(started))}, _key_cache=[])
+        assert [f.rule for f in ss.enabled(c2) if f.node == "next"] == [rule]
+
+
+def test_a_live_next_iteration_whose_frame_instance_is_gone_is_an_execution_error() -> None:
+    """``enabled`` on a configuration where a live NextIteration waits in a frame instance that no longer
+    exists (no run reaches one: an instance is deleted only once nothing in it waits) refuses it with
+    ExecutionError naming the node and its tag, rather than guessing the window."""
+    g, out = _counting_loop()
+    c, nxt = _until(g, out, lambda f: f.node == "next" and not f.dead)
+    gone = dataclasses.replace(c, instances={}, _key_cache=[])
+    with pytest.raises(tn.ExecutionError, match=r'NextIteration node "next" .*at tag f\[0\]: its frame '
+                                                 r"instance is gone"):
+        ss.enabled(gone)
