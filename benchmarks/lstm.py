@@ -18,10 +18,12 @@ from benchmarks.common import timed, timed_pair
 
 
 def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_memory: bool = False,
-          memory_budget: Optional[int] = None) -> dict[str, Any]:
+          memory_budget: Optional[int] = None, bounded: bool = False) -> dict[str, Any]:
     """The LSTM training step's graph; ``swap_memory`` and ``memory_budget`` are its loop's (see
     benchmarks/paper/memory.py and benchmarks/lstm_budget.py: with a budget, its gradient recomputes
-    from checkpoints instead of keeping stacks)."""
+    from checkpoints instead of keeping stacks). ``bounded``: the loop also says it runs at most
+    ``t_max`` steps (``maximum_iterations``, as TensorFlow's ``dynamic_rnn`` does), which bounds the
+    checkpoints a budget keeps."""
     rng = np.random.default_rng(seed)
     w0 = (rng.normal(size=(inp + hidden, 4 * hidden)) * 0.05).astype(np.float32)
     g = tn.Graph()
@@ -48,7 +50,8 @@ def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_mem
         zeros = tn.zeros([batch, hidden], tn.float32)
         _, _, _, loss = tn.while_loop(lambda t, h, c, loss: t < T, body,
                                       [tn.constant(0), zeros, zeros, tn.constant(0.0)], swap_memory=swap_memory,
-                                      memory_budget=memory_budget, name="lstm")
+                                      memory_budget=memory_budget, name="lstm",
+                                      maximum_iterations=t_max if bounded else None)
         dW, db = tn.gradients(loss, [W, b])
     return {"graph": g, "xs": xs, "T": T, "loss": loss, "grads": [dW, db], "w0": w0}
 

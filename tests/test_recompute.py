@@ -486,3 +486,57 @@ def test_any_trip_count_on_the_compiled_and_partitioned_backends(n: int, slots: 
     if backend.startswith("fast"):
         pytest.importorskip("jax")
     assert_same_gradients(kind, slots, backend, n)
+
+
+# ---- slots sized by the loop's own bound ---------------------------------------------------------------
+def _bounded(bound: Any, budget: int = 1000 * STATE) -> dict[str, Any]:
+    """The plain model with ``maximum_iterations=bound`` under a budget of 1000 states."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.placeholder(tn.float32, [4], name="w")
+        m = bound(g) if callable(bound) else bound
+        _, y = tn.while_loop(lambda i, v: i < n, body_of("plain", w), [tn.constant(0), x], name="rnn",
+                             memory_budget=budget, maximum_iterations=m)
+        gx, gw = tn.gradients(tn.reduce_sum(y * y), [x, w])
+    (loop,) = [c for c in g.contexts if getattr(c, "checkpoints", None) is not None]
+    return {"g": g, "x": x, "n": n, "w": w, "grads": [gx, gw], "slots": loop.checkpoints.slots, "m": m}
+
+
+@pytest.mark.parametrize("backend", ["reference", "smallstep", "fast"])
+def test_a_loop_bounded_by_maximum_iterations_keeps_no_more_slots_than_its_bound(backend: str) -> None:
+    """A loop's ``maximum_iterations`` bounds its trip count, so its forward loop never keeps more
+    states than that: its buffers get ``min(slots, max(1, maximum_iterations))`` slots
+    (``checkpoints.slot_count``), not every one the budget holds, whether the bound is a constant or
+    fed (the fast backend then compiles a plan per bound). The gradients are the store-everything ones
+    below, at and past the bound (where the loop stops at the bound)."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+    for bound, feeds in ((6, {}), (lambda g: tn.placeholder(tn.int32, [], name="m"), {"m": 6}),
+                         (lambda g: tn.placeholder(tn.int32, [], name="m"), {"m": 9})):
+        mdl = _bounded(bound)
+        sess = tn.Session(mdl["g"], backend=backend)
+        extra = {mdl["m"]: feeds["m"]} if feeds else {}
+        m = feeds.get("m", 6)
+        for n in (0, m - 1, m, m + 3):
+            feed = {mdl["x"]: X0, mdl["n"]: n, mdl["w"]: W0, **extra}
+            got = sess.run([*mdl["grads"], mdl["slots"]], feed)
+            want = run(model(None), "reference", min(n, m))
+            for a, b in zip(got[:2], want, strict=True):
+                np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+            assert int(got[2]) == m, got[2]
+
+
+def test_a_bound_a_compiled_backend_cannot_know_keeps_the_budgets_slots() -> None:
+    """A ``maximum_iterations`` read from a Variable is known only when the run reads it: the buffers
+    keep the budget's count (a compiled backend could not size them), and the gradient is unchanged."""
+    def from_variable(g: tn.Graph) -> Any:
+        return tn.Variable(5, name="bound").read()
+
+    mdl = _bounded(from_variable)
+    assert int(tn.Session(mdl["g"]).run(mdl["slots"])) == 1000
+    sess = tn.Session(mdl["g"])
+    got = sess.run(mdl["grads"], {mdl["x"]: X0, mdl["n"]: 8, mdl["w"]: W0})
+    for a, b in zip(got, run(model(None), "reference", 5), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)

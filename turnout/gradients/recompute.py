@@ -126,7 +126,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     assert ck is not None
     bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
     n = b.value(exit_of(w.counter))
-    pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))
+    n_slots = b.value(ck.slots)  # the slots the buffers have (``checkpoints.slot_count``: at most ``slots``)
+    pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))  # (entries past them unused)
     init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]
     nb, nc = len(bufs0), len(ct0)
 
@@ -139,7 +140,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
         _seed_captures(ctx, outside)
         flat = [to_graph_value(v) for v in rest]  # an outside TensorArray's gradient is one
         bufs, ct, acc = flat[:nb], flat[nb:nb + nc], flat[nb + nc:]
-        top, pos, bufs = push_all(w, slots, end, top, pos, bufs)
+        top, pos, bufs = push_all(w, n_slots, end, top, pos, bufs)
         start = ops.gather(pos, top)
         x = advance(w, [ops.gather(buf, top) for buf in bufs], end - 1 - start)
         out = vjp_step(b, w, x, diff, ct, acc, read)
@@ -156,7 +157,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     return pairs
 
 
-def push_all(w: WhileContext, slots: int, end: Tensor, top: Tensor, pos: Tensor, bufs: list[Tensor]
+def push_all(w: WhileContext, slots: Tensor, end: Tensor, top: Tensor, pos: Tensor, bufs: list[Tensor]
              ) -> tuple[Tensor, Tensor, list[Tensor]]:
     """The schedule's pushes before the next reversed step, as an inner ``tn.while_loop`` (named
     ``<loop>/push``): while two slots or more are free from the top one and the top segment
