@@ -153,7 +153,8 @@ def _buffer(count: Tensor, like: Tensor) -> Tensor:
     a ``Fill`` of that constant shape (its shape known in the graph); else a ``Fill`` of the flat size,
     reshaped, so that the buffer's shape is known but for ``count`` (a ``Fill`` of a computed shape has
     no known shape, and a loop variable's must be the same after every iteration)."""
-    elem = tuple(like.shape or ())
+    elem = tuple(int(d) for d in like.shape or () if d is not None)  # (a static state: ``state_bytes``)
+    assert len(elem) == len(like.shape or ())
     zero = ops.constant(np.zeros((), like.dtype.numpy))
     if count.node.op == "Const":
         return ops.fill(ops.constant(np.array([int(count.node.attrs["value"]), *elem], np.int32)), zero)
