@@ -36,7 +36,7 @@ from turnout import memory_plan, ops, primitives
 from turnout import shapes as sh
 from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import LoopVar, WhileContext
-from turnout.graph import BACK_EDGE, Tensor, TensorSpec
+from turnout.graph import BACK_EDGE, Tensor, TensorSpec, ancestors
 
 if TYPE_CHECKING:
     from turnout.graph import Graph
@@ -115,16 +115,8 @@ def static_able(t: Tensor) -> bool:
     """Whether ``t`` is computed from constants and fed placeholders alone (no Variable, no TensorArray,
     no value of a loop or a branch), so that a compiled backend knows it when compiling, or specialises
     on the feeds behind it."""
-    todo, seen = [t.node], set()
-    while todo:
-        n = todo.pop()
-        if n.id in seen:
-            continue
-        seen.add(n.id)
-        if n.op in primitives.STATEFUL or n.op in primitives.CONTROL_FLOW or n.op.startswith("TensorArray"):
-            return False
-        todo.extend(x.node for x in n.inputs)
-    return True
+    return not any(n.op in primitives.STATEFUL or n.op in primitives.CONTROL_FLOW or n.op.startswith("TensorArray")
+                   for n in ancestors([t]).values())
 
 
 def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> OnlineCheckpoints:
