@@ -177,7 +177,7 @@ class Plan:
         self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
         self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
-        #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push``),
+        #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push_shape``),
         #: or ``MIXED``: shared by every trace of the plan, read by ``learn_stack_shapes``
         self.push_shapes: dict[str, Any] = {}
         self._lay_out_stacks()
@@ -251,8 +251,8 @@ class Plan:
         self.kept = {k: v for k, v in static.items() if k not in self.inside}
 
     def learn_stack_shapes(self) -> bool:
-        """Take as static the shapes a trace saw the pushes of the stacks ``prealloc`` lacks push (one
-        shape per stack, ``push_shapes``), and lay the stacks out again; True when it did, and the
+        """Take as static, for every stack ``prealloc`` lacks, the one shape a trace saw its pushes push
+        (``push_shapes``), and lay the stacks out again; True when it did, and the
         fused stage is then traced again by the next attempt, with those stacks allocated before it
         and kept between runs. Why: a stack's shapes may be unknown in the graph (a placeholder of
         ``None`` batch, an imported TF1 model's loops) yet fixed for this plan, which is made for one
