@@ -15,6 +15,7 @@ import pytest
 
 import turnout as tn
 from turnout import dtypes as dt
+from turnout import raw
 from turnout.errors import ExecutionError, KernelError, describe_node
 from turnout.reference.executor import run_graph
 from turnout.semantics import smallstep as ss
@@ -46,13 +47,16 @@ def test_the_handle_input_names_the_variable() -> None:
 
 
 def _fed_handle_graph(var_name: str, op: str = "ReadVariable") -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
-    """A variable op whose handle input is a fed resource Placeholder: no handle value reaches it."""
+    """A variable op whose handle input is a fed resource Placeholder, so no handle value reaches it;
+    the op sits in frame ``f`` (its tag is ``f[0]``) and its output leaves by an Exit."""
     g = tn.Graph()
     with g.as_default():
         tn.Variable(2.0, name="v")
         h = tn.placeholder(dt.resource, [], name="h")
-        inputs = [h] if op == "ReadVariable" else [h, tn.constant(3.0)]
-        out = _var_op(g, op, inputs, var_name, "op")
+        inputs = [raw.enter(h, "f")]
+        if op != "ReadVariable":
+            inputs.append(raw.enter(tn.constant(3.0), "f"))
+        out = raw.exit(_var_op(g, op, inputs, var_name, "op"))
     return g, h, out
 
 
@@ -67,15 +71,17 @@ def test_a_handle_that_is_not_a_handle_value_falls_back_to_the_var_name_attribut
     assert float(r.values[0]) == float(r.variables["v"]) == 5.0
 
 
-def _no_value_message(node: tn.Node, verb: str, name: str) -> str:
-    return re.escape(f"{describe_node(node)} at tag {ss.fmt_tag(())} {verb} variable {name!r}, which has no value")
+def _no_value_message(g: tn.Graph, verb: str, name: str) -> str:
+    node = next(n for n in g.nodes if n.name == "op")
+    return re.escape(f"{describe_node(node)} at tag {ss.fmt_tag((('f', 0),))} {verb} variable {name!r}, "
+                     "which has no value")
 
 
 def test_reading_a_variable_with_no_value_is_an_execution_error() -> None:
     """[E-Var-Read] needs sigma(x) defined: reading a variable the store lacks stops the run with
     ExecutionError naming the node, its tag and the variable."""
     g, h, out = _fed_handle_graph("ghost")
-    with pytest.raises(ExecutionError, match=_no_value_message(out.node, "reads", "ghost")):
+    with pytest.raises(ExecutionError, match=_no_value_message(g, "reads", "ghost")):
         ss.run(g, [out], feeds={h: np.float32(0.0)})
 
 
@@ -85,7 +91,7 @@ def test_updating_a_variable_with_no_value_is_an_execution_error() -> None:
     variable."""
     for op in ("AssignAddVariable", "AssignSubVariable"):
         g, h, out = _fed_handle_graph("ghost", op)
-        with pytest.raises(ExecutionError, match=_no_value_message(out.node, "updates", "ghost")):
+        with pytest.raises(ExecutionError, match=_no_value_message(g, "updates", "ghost")):
             ss.run(g, [out], feeds={h: np.float32(0.0)})
 
 
@@ -128,13 +134,37 @@ def test_an_update_stores_the_variables_declared_dtype() -> None:
 def test_an_assignment_keeps_the_variables_shape() -> None:
     """A Variable keeps its shape ([E-Var-Assign], as on every backend): a value of its shape is stored;
     one of another shape (the store started from a value of another shape, ``variables=``) stops the
-    run with ExecutionError naming the node, its tag and both shapes."""
+    run with ExecutionError naming the node, its tag (here ``f[0]``, inside a frame) and both shapes."""
     g = tn.Graph()
     with g.as_default():
         v = tn.Variable([1.0, 2.0], name="v")
-        put = v.assign(tn.constant([3.0, 4.0]), name="put")
-    r = ss.run(g, [put])
+        put = g.create_node("AssignVariable", [raw.enter(v.handle, "f"), raw.enter(tn.constant([3.0, 4.0]), "f")],
+                            v._attrs(), name="put").outputs[0]
+        out = raw.exit(put)
+    r = ss.run(g, [out])
     assert r.values[0].tolist() == r.variables["v"].tolist() == [3.0, 4.0]
-    want = f"{describe_node(put.node)} at tag {ss.fmt_tag(())}: assigning shape (2,) to a variable of shape (3,)"
+    want = (f"{describe_node(put.node)} at tag {ss.fmt_tag((('f', 0),))}: assigning shape (2,) to a variable "
+            "of shape (3,)")
     with pytest.raises(ExecutionError, match=re.escape(want)):
-        ss.run(g, [put], variables={"v": np.zeros(3, np.float32)})
+        ss.run(g, [out], variables={"v": np.zeros(3, np.float32)})
+
+
+# ---- stacks: the handle and a missing entry ----------------------------------------------------------
+def test_popping_a_missing_entry_names_the_stack_and_the_key() -> None:
+    """[E-Stack-Pop] needs Sigma(h)(tuple(index)) defined: a pop under an index nothing was pushed at
+    stops the run with KernelError naming the node, its tag (``f[0]``), the stack handle (the creating
+    key (StackNew node, tag), [E-Stack-Push]) and the missing key; the pushed index pops its value."""
+    g = tn.Graph()
+    with g.as_default():
+        h = raw.enter(g.create_node("StackNew", [], {"elem_dtype": "float32", "elem_shape": []},
+                                    name="stack").outputs[0], "f")
+        push = g.create_node("StackPush", [h, raw.enter(tn.constant([0]), "f"), raw.enter(tn.constant(5.0), "f")],
+                             name="push")
+        pops = [g.create_node("StackPop", [h, raw.enter(tn.constant([k]), "f")], _F32, control_inputs=[push],
+                              name=f"pop{k}").outputs[0] for k in (0, 1)]
+        outs = [raw.exit(p) for p in pops]
+    assert float(ss.run(g, [outs[0]]).values[0]) == 5.0
+    handle = ss.StackHandleValue("stack", ())
+    want = f"{describe_node(pops[1].node)} at tag {ss.fmt_tag((('f', 0),))}: stack {handle} has no entry under key (1,)"
+    with pytest.raises(KernelError, match=re.escape(want)):
+        ss.run(g, [outs[1]])

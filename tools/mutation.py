@@ -120,7 +120,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "reference/trace.py": {"module": "turnout.reference.trace", "tests": _REF_TESTS},
     "semantics/smallstep.py": {"module": "turnout.semantics.smallstep",
                                "tests": ["test_mutants_smallstep.py", "test_mutants_smallstep2.py",
-                                         "test_mutants_smallstep3.py", "test_trace_rules.py", "test_smallstep.py",
+                                         "test_mutants_smallstep3.py", "test_mutants_smallstep4.py",
+                                         "test_trace_rules.py", "test_smallstep.py",
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
