@@ -16,7 +16,9 @@ import pytest
 import turnout as tn
 from turnout import dtypes as dt
 from turnout import raw
-from turnout.errors import ExecutionError, KernelError, describe_node
+from turnout.devices import partition, place
+from turnout.devices import smallstep as pss
+from turnout.errors import ExecutionError, KernelError, MergeConflictError, describe_node
 from turnout.reference.executor import run_graph
 from turnout.semantics import smallstep as ss
 
@@ -168,3 +170,79 @@ def test_popping_a_missing_entry_names_the_stack_and_the_key() -> None:
     want = f"{describe_node(pops[1].node)} at tag {ss.fmt_tag((('f', 0),))}: stack {handle} has no entry under key (1,)"
     with pytest.raises(KernelError, match=re.escape(want)):
         ss.run(g, [outs[1]])
+
+
+# ---- what the firing log records --------------------------------------------------------------------------
+def test_a_loops_iteration_steps_are_logged_live_and_its_frame_done_at_the_parent_tag() -> None:
+    """The run's log records (rule, node, tag, dead) per firing: every [E-Next-Live] is live, fresh or
+    delivered out of Park (here ``parallel_iterations=1`` parks each next iteration until the one
+    before retires), and [E-Frame-Done] is keyed by the instance's parent tag (the root here, ``()``).
+    The loop's value is the reference interpreter's."""
+    g = tn.Graph()
+    with g.as_default():
+        out = tn.while_loop(lambda i: i < 4, lambda i: i + 1, [tn.constant(0)], parallel_iterations=1)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    r = ss.run(g, [out])
+    assert int(r.values[0]) == int(run_graph(g, [out]).values[0]) == 4
+    nexts = [dead for rule, _, _, dead in r.firings if rule == "E-Next-Live"]
+    assert nexts and set(nexts) == {False}
+    assert [tag for rule, _, tag, _ in r.firings if rule == "E-Frame-Done"] == [()]
+
+
+# ---- a live input reaching a Merge after it fired --------------------------------------------------------
+def test_a_late_live_input_enables_a_merge_conflict_firing() -> None:
+    """[E-Merge-Conflict]: a live data token reaching a Merge that already fired at its tag enables one
+    live conflict firing of that Merge at that tag (consuming nothing), and firing it stops the run with
+    MergeConflictError; the reference interpreter stops alike."""
+    g = tn.Graph()
+    with g.as_default():
+        slow = tn.constant(2.0)
+        for i in range(3):
+            slow = tn.identity(slow, name=f"slow{i}")
+        out, _ = raw.merge([tn.constant(1.0), slow], name="m")
+    c = ss.initial(g, [out])
+    en = ss.enabled(c)
+    while not any(f.rule == "E-Merge-Conflict" for f in en):
+        c = ss.fire(c, next((f for f in en if f.node == "m"), en[0]))  # the Merge fires as soon as it can
+        en = ss.enabled(c)
+    nid = _node(g, "m").id
+    assert [f for f in en if f.rule == "E-Merge-Conflict"] == [ss.Firing("E-Merge-Conflict", "m", (), False, nid, ())]
+    with pytest.raises(MergeConflictError):
+        ss.fire(c, next(f for f in en if f.rule == "E-Merge-Conflict"))
+    with pytest.raises(MergeConflictError):
+        run_graph(g, [out])
+
+
+def _node(g: tn.Graph, name: str) -> tn.Node:
+    return next(n for n in g.nodes if n.name == name)
+
+
+# ---- Send and Recv across partitions --------------------------------------------------------------------
+def test_send_and_recv_firings_name_their_node() -> None:
+    """[E-Send], [E-Recv] and [E-Recv-Dead] firings name their node, as every node firing does (the
+    log, the trace and the deadlock report read it): in every configuration of a run of a cond split
+    over two devices, each enabled node firing names the node its id is."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=[], name="p")
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+
+        def taken() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return x * 10
+
+        z = tn.cond(p, taken, lambda: x - 1)
+    seen = set()
+    for pv in (True, False):
+        feeds = {p: pv, x: 3}
+        parted = partition(g, place(g, ["cpu:0", "cpu:1"]), [z], {(t.node.id, t.index) for t in feeds})
+        s = pss.system(parted, feeds)
+        pc = s.initial
+        while nxt := pss.steps(s, pc):
+            for i, f in nxt:
+                if f.is_node_firing:
+                    assert f.node == pc.configs[i].program.nodes[f.node_id].name
+                    seen.add(f.rule)
+            pc = pss.step(s, pc, *nxt[0])
+        assert pss.outcome(s, pc) is not None
+    assert {"E-Send", "E-Recv", "E-Recv-Dead"} <= seen
