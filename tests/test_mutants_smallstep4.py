@@ -246,3 +246,31 @@ def test_send_and_recv_firings_name_their_node() -> None:
             pc = pss.step(s, pc, *nxt[0])
         assert pss.outcome(s, pc) is not None
     assert {"E-Send", "E-Recv", "E-Recv-Dead"} <= seen
+
+
+# ---- a Merge whose data inputs are all dead ---------------------------------------------------------------
+def _run_to_quiescence(c: ss.Config, skip: str | None = None) -> ss.Config:
+    """Fire the first enabled firing until none is left (none of node ``skip``, where given)."""
+    while en := [f for f in ss.enabled(c) if f.node != skip]:
+        c = ss.fire(c, en[0])
+    return c
+
+
+def test_a_merge_of_dead_data_inputs_consumes_its_control_tokens() -> None:
+    """[E-Merge-AllDead] (a): a Merge whose every data input is dead goes dead once its control inputs
+    (Guard(m, t)) hold a token; the firing consumes those control tokens (its ``inputs``), live here,
+    and fetching it fails as on the reference interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        dead, _ = raw.switch(tn.constant(1.0), tn.constant(True))
+        gate = tn.identity(tn.constant(2.0), name="gate")
+        with tn.control_dependencies([gate]):
+            out, _ = raw.merge([dead], name="m")
+    c = _run_to_quiescence(ss.initial(g, [out]), skip="m")
+    ctl = ss.Token(None, False, ())
+    assert [f for f in ss.enabled(c) if f.node == "m"] == [
+        ss.Firing("E-Merge-AllDead", "m", (), True, _node(g, "m").id, (ctl,))]
+    with pytest.raises(tn.DeadFetchError):
+        run_graph(g, [out])
+    with pytest.raises(tn.DeadFetchError):
+        ss.run(g, [out])
