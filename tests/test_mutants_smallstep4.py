@@ -274,3 +274,30 @@ def test_a_merge_of_dead_data_inputs_consumes_its_control_tokens() -> None:
         run_graph(g, [out])
     with pytest.raises(tn.DeadFetchError):
         ss.run(g, [out])
+
+
+# ---- instance steps of one loop while another waits ------------------------------------------------------
+def test_a_loop_retires_and_finishes_while_another_waits_for_an_enter() -> None:
+    """[E-Iter-Retire] and [E-Frame-Done] are about one frame instance and the tags busy under it: an
+    instance still waiting for one of its Enters (pend > 0) holds back only itself, so a sibling loop
+    opened after it retires each iteration and finishes meanwhile. Both loops then give the reference
+    interpreter's values."""
+    g = tn.Graph()
+    with g.as_default():
+        slow = tn.identity(tn.constant(2), name="slow")
+        a = tn.while_loop(lambda i, j: i < j, lambda i, j: (i + 1, j + 0), [tn.constant(0), slow], name="a")
+        b0 = tn.constant(0)
+        for k in range(3):  # b opens after a
+            b0 = tn.identity(b0, name=f"b{k}")
+        b = tn.while_loop(lambda i: i < 2, lambda i: i + 1, [b0], name="b")
+    b = b[0] if isinstance(b, (list, tuple)) else b
+    c = ss.initial(g, [a[0], b])
+    steps = []
+    while en := [f for f in ss.enabled(c) if f.node != "slow"]:
+        c = ss.fire(c, en[0])
+        steps.append((en[0].rule, en[0].node))
+    assert [frame.split("/")[0] for (_, frame), rec in c.instances.items() if rec.pend] == ["a"]
+    assert [node.split("/")[0] for rule, node in steps if rule == "E-Frame-Done"] == ["b"]
+    assert [node.split("/")[0] for rule, node in steps if rule == "E-Iter-Retire"] == ["b"] * 3
+    c = _run_to_quiescence(c)
+    assert [int(v) for v in ss.outputs(c)] == [int(v) for v in run_graph(g, [a[0], b]).values] == [2, 2]
