@@ -301,3 +301,22 @@ def test_a_loop_retires_and_finishes_while_another_waits_for_an_enter() -> None:
     assert [node.split("/")[0] for rule, node in steps if rule == "E-Iter-Retire"] == ["b"] * 3
     c = _run_to_quiescence(c)
     assert [int(v) for v in ss.outputs(c)] == [int(v) for v in run_graph(g, [a[0], b]).values] == [2, 2]
+
+
+def test_a_send_is_enabled_once_per_choice_of_its_inputs() -> None:
+    """[E-Send] fires once its inputs are full at t, one firing per way Full(n, t) picks a token per slot:
+    where an edge holds several tokens at t (a graph that breaks [W-Merge-Unique]: here an Exit taken
+    from a hand-built loop's true branch fires in every iteration and delivers at the root tag each
+    time), each token is a firing of its own, as for every other strict rule."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
+        _, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
+        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
+        each = raw.exit(st, name="each")
+        g.create_node("Send", [each], {"edge": "e", "src_device": "a", "dst_device": "b", "credit": 1,
+                                       "control": False}, name="send")
+    c = _run_to_quiescence(ss.initial(g, [each], whole_graph=True), skip="send")
+    sends = [f for f in ss.enabled(c) if f.node == "send"]
+    assert {f.rule for f in sends} == {"E-Send"}
+    assert sorted(int(f.inputs[0].value) for f in sends) == [0, 1, 2]
