@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import turnout as tn
+from turnout import raw
 
 
 class PowerLoop(NamedTuple):
@@ -101,3 +102,29 @@ def nested_exit_waiter(wrapped: bool = False) -> ExitWaiter:
     top = frame_of("top/") if wrapped else None
     return ExitWaiter(g, n, total, inner_sum, exits[0], frame_of("top/body/outer/" if wrapped else "outer/"),
                       top, rounds)
+
+
+def cond_split_over_two_devices() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """``z = x * 10 if p else x - 1`` with the taken branch's multiply on ``cpu:1``: a cond whose
+    partitions exchange Send/Recv pairs. Returns ``(graph, p, x, z)``."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, shape=[], name="p")
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+
+        def taken() -> tn.Tensor:
+            with tn.device("cpu:1"):
+                return x * 10
+
+        z = tn.cond(p, taken, lambda: x - 1)
+    return g, p, x, z
+
+
+def exit_every_iteration() -> tn.Tensor:
+    """In the default graph: a hand-built loop of three iterations whose Exit (named ``each``) is taken
+    from the Switch's *true* branch, so it fires live in every iteration and delivers at the root tag
+    each time (a graph that breaks [W-Merge-Unique]). Returns that Exit's output."""
+    m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
+    _, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
+    raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
+    return raw.exit(st, name="each")

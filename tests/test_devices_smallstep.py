@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import graphs
 import numpy as np
 import pytest
 
@@ -33,23 +34,9 @@ def _want(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor, Any]) ->
     return tuple(("live", value_repr(np.asarray(v))) for v in vals)
 
 
-def _cond() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
-    g = tn.Graph()
-    with g.as_default():
-        p = tn.placeholder(tn.bool, shape=[], name="p")
-        x = tn.placeholder(tn.int32, shape=[], name="x")
-
-        def taken() -> tn.Tensor:
-            with tn.device("cpu:1"):
-                return x * 10
-
-        z = tn.cond(p, taken, lambda: x - 1)
-    return g, p, x, z
-
-
 @pytest.mark.parametrize("pv", [True, False])
 def test_every_interleaving_of_a_cond_across_devices_gives_the_unpartitioned_result(pv: bool) -> None:
-    g, p, x, z = _cond()
+    g, p, x, z = graphs.cond_split_over_two_devices()
     feeds = {p: pv, x: 3}
     r = pss.explore(_system(g, [z], feeds))
     assert r.complete and not r.stuck

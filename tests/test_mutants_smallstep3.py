@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import graphs
 import numpy as np
 import pytest
 
@@ -59,10 +60,7 @@ def test_a_control_token_reaching_a_merge_after_it_fired_is_discarded() -> None:
     once per iteration: the Merge waiting on it fires at the first and the later ones leave Q empty."""
     g = tn.Graph()
     with g.as_default():
-        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
-        _, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
-        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
-        each = raw.exit(st, name="each")
+        each = graphs.exit_every_iteration()
         five = tn.constant(5.0)
         with tn.control_dependencies([each]):
             out, _ = raw.merge([five], name="waiter")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import graphs
 import numpy as np
 import pytest
 
@@ -222,16 +223,7 @@ def test_send_and_recv_firings_name_their_node() -> None:
     """[E-Send], [E-Recv] and [E-Recv-Dead] firings name their node, as every node firing does (the
     log, the trace and the deadlock report read it): in every configuration of a run of a cond split
     over two devices, each enabled node firing names the node its id is."""
-    g = tn.Graph()
-    with g.as_default():
-        p = tn.placeholder(tn.bool, shape=[], name="p")
-        x = tn.placeholder(tn.int32, shape=[], name="x")
-
-        def taken() -> tn.Tensor:
-            with tn.device("cpu:1"):
-                return x * 10
-
-        z = tn.cond(p, taken, lambda: x - 1)
+    g, p, x, z = graphs.cond_split_over_two_devices()
     seen = set()
     for pv in (True, False):
         feeds = {p: pv, x: 3}
@@ -310,10 +302,7 @@ def test_a_send_is_enabled_once_per_choice_of_its_inputs() -> None:
     time), each token is a firing of its own, as for every other strict rule."""
     g = tn.Graph()
     with g.as_default():
-        m, _ = raw.merge([raw.enter(tn.constant(0), "f"), raw.BACK_EDGE])
-        _, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
-        raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
-        each = raw.exit(st, name="each")
+        each = graphs.exit_every_iteration()
         g.create_node("Send", [each], {"edge": "e", "src_device": "a", "dst_device": "b", "credit": 1,
                                        "control": False}, name="send")
     c = _run_to_quiescence(ss.initial(g, [each], whole_graph=True), skip="send")
