@@ -524,11 +524,12 @@ def test_explore_counts_every_reachable_configuration_once() -> None:
     ``smallstep.explore:7e326f51`` (the search stopped at its first final configuration). A cond across
     two devices has many interleavings; an independent search over ``steps`` and ``step`` finds the same
     reachable configurations and final outcomes as ``explore``."""
-    from test_devices_smallstep import _cond, _system
+    import graphs
+    from test_devices_smallstep import _system
 
     from turnout.devices import smallstep as pss
 
-    g, p, x, z = _cond()
+    g, p, x, z = graphs.cond_split_over_two_devices()
     s = _system(g, [z], {p: True, x: 3})
     seen = {s.initial}
     frontier = [s.initial]
