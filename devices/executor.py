@@ -37,9 +37,8 @@ from turnout.errors import (
     dead_fetch_message,
     describe_node,
 )
-from turnout.frames import Frame
 from turnout.graph import Graph, Node, Tensor
-from turnout.reference.executor import Interpreter, Plan
+from turnout.reference.executor import Interpreter, Plan, plan_of
 from turnout.reference.rules import Inbox, Tag, Token
 from turnout.run_schedule import RunSchedule, Step
 from turnout.session import RunOptions, RunResult
@@ -52,26 +51,9 @@ def partition_plan(graph: Graph, fed: frozenset[int] = frozenset()) -> Plan:
     sources: even a root-frame Recv waits for its token; nor are the Placeholders of ``fed``."""
     from turnout.validate import validate
 
-    fa = validate(graph)
     nodes = list(graph.nodes)
-    consumers: dict[tuple[int, int], list[tuple[Node, int]]] = {}
-    control_consumers: dict[int, list[Node]] = {}
-    back: dict[int, frozenset[int]] = {}
-    enters: dict[Frame, int] = {}
-    exits: dict[Frame, list[Node]] = {}
-    for n in nodes:
-        for slot, t in enumerate(n.inputs):
-            consumers.setdefault((t.node.id, t.index), []).append((n, slot))
-        for c in n.control_inputs:
-            control_consumers.setdefault(c.id, []).append(n)
-        back[n.id] = frozenset(s for s, t in enumerate(n.inputs) if n.op == "Merge" and t.node.op == "NextIteration")
-        if n.op == "Enter":
-            f = fa.node_frame[n.id]
-            enters[f] = enters.get(f, 0) + 1
-        elif n.op == "Exit":
-            exits.setdefault(fa.node_frame[n.inputs[0].node.id], []).append(n)
     sources = [n for n in nodes if not n.inputs and not n.control_inputs and n.op != "Recv" and n.id not in fed]
-    return Plan(nodes, consumers, control_consumers, back, fa, enters, exits, sources)
+    return plan_of(nodes, validate(graph), sources)
 
 
 class Port:

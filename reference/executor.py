@@ -44,7 +44,9 @@ from turnout.session import RunOptions, RunResult
 @dataclass
 class Plan:
     """What one (graph version, fetches, feeds) needs, computed once: the pruned node set and its
-    consumers, the back-edge slots of each Merge, and the static frames."""
+    consumers, the back-edge slots of each Merge, and the static frames. ``frame_origin``: the Enter
+    of lowest id of each frame, which names its instances in messages (the same Enter whichever of
+    them arrives first, and the one the small-step system and the fast backend name)."""
 
     nodes: list[Node]
     consumers: dict[tuple[int, int], list[tuple[Node, int]]]
@@ -54,6 +56,7 @@ class Plan:
     enters_per_frame: dict[Frame, int]
     exits_per_frame: dict[Frame, list[Node]]
     sources: list[Node]
+    frame_origin: dict[Frame, Node]
 
 
 def _validate(graph: Graph, fetches: list[Tensor]) -> FrameAnalysis:
@@ -67,9 +70,18 @@ def make_plan(graph: Graph, fetches: list[Tensor], fed: set[tuple[int, int]]) ->
     """Prune to the ancestors of the fetches, like TensorFlow: only what the fetches need runs."""
     fa = _validate(graph, fetches)
     nodes = list(ancestors(fetches, fed).values())
+    return plan_of(nodes, fa, [n for n in nodes if not n.inputs and not n.control_inputs])
+
+
+def plan_of(nodes: list[Node], fa: FrameAnalysis, sources: list[Node]) -> Plan:
+    """The plan of running ``nodes`` (a pruned graph, or a whole partition) from ``sources``: their
+    consumers, back-edge slots and frames, counted once."""
     consumers: dict[tuple[int, int], list[tuple[Node, int]]] = {}
     control_consumers: dict[int, list[Node]] = {}
     back: dict[int, frozenset[int]] = {}
+    enters: dict[Frame, int] = {}
+    exits: dict[Frame, list[Node]] = {}
+    origin: dict[Frame, Node] = {}
     for n in nodes:
         for slot, t in enumerate(n.inputs):
             consumers.setdefault((t.node.id, t.index), []).append((n, slot))
@@ -78,16 +90,14 @@ def make_plan(graph: Graph, fetches: list[Tensor], fed: set[tuple[int, int]]) ->
         back[n.id] = frozenset(
             s for s, t in enumerate(n.inputs) if n.op == "Merge" and t.node.op == "NextIteration"
         )
-    enters: dict[Frame, int] = {}
-    exits: dict[Frame, list[Node]] = {}
-    for n in nodes:
         if n.op == "Enter":
             f = fa.node_frame[n.id]
             enters[f] = enters.get(f, 0) + 1
+            if f not in origin or n.id < origin[f].id:
+                origin[f] = n
         elif n.op == "Exit":
             exits.setdefault(fa.node_frame[n.inputs[0].node.id], []).append(n)
-    sources = [n for n in nodes if not n.inputs and not n.control_inputs]
-    return Plan(nodes, consumers, control_consumers, back, fa, enters, exits, sources)
+    return Plan(nodes, consumers, control_consumers, back, fa, enters, exits, sources, origin)
 
 
 @dataclass
@@ -109,7 +119,7 @@ class FrameInstance:
     parked: dict[int, list[tuple[Node, Token]]] = field(default_factory=dict)
     dead_exits: set[int] = field(default_factory=set)
     live_exits: set[int] = field(default_factory=set)
-    origin: str = ""  # the Enter that created the instance, as describe_node gives it
+    origin: str = ""  # the frame's Enter of lowest id (``Plan.frame_origin``), as describe_node gives it
 
     def describe(self) -> str:
         """'loop frame "while/frame0" (instance root; entered by Enter node ... at model.py:3)'."""
@@ -214,7 +224,8 @@ class Interpreter:
         if inst is None:
             path = self.plan.frames.node_frame[enter.id]
             inst = FrameInstance(self, tag, name, path, int(enter.attrs.get("parallel_iterations", 10)),
-                                 self.plan.enters_per_frame[path], origin=describe_node(enter))
+                                 self.plan.enters_per_frame[path],
+                                 origin=describe_node(self.plan.frame_origin[path]))
             self.frames[key] = inst
             if tag:
                 parent = self.frame_of(tag)

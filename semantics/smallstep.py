@@ -49,13 +49,12 @@ from turnout.errors import (
     KernelError,
     MergeConflictError,
     NonTerminationError,
-    ValidationError,
     dead_fetch_message,
     describe_node,
     merge_conflict_message,
     runaway_message,
 )
-from turnout.frames import Frame, static_frames
+from turnout.frames import Frame
 from turnout.graph import Graph, Node, Tensor, ancestors
 from turnout.kernels import TensorArrayValue, run_kernel, truth
 from turnout.memory_plan import SavedBytes, platform, run_plan
@@ -290,15 +289,17 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
     ``max_iterations + 1`` in a frame without one (``RunOptions.max_iterations``; None, the default
     here, sets no bound).
 
-    Raises ``ValidationError`` for an unbound back edge ([W-Merge-Bound]), inconsistent frames, or a
-    fetch inside a loop ([W-Fetch-Root]); ``FeedError`` for a needed Placeholder that is not fed or a
-    fed tensor inside a loop.
+    Raises ``ValidationError`` for a graph that breaks a well-formedness rule (``turnout.validate``:
+    an unbound back edge, inconsistent frames, a fetch inside a loop, recorded types its ops do not
+    make...); ``FeedError`` for a needed Placeholder that is not fed or a fed tensor inside a loop.
     """
     fetch_ts = [_as_tensor(graph, f) for f in fetches]
-    analysis = static_frames(graph)
+    fed_ts = {_as_tensor(graph, k): v for k, v in (feeds or {}).items()}
+    # every well-formedness rule, as every backend checks them before a run: the rules below are
+    # defined on well-formed graphs ([T4-Quiescence])
+    analysis = validate(graph, fetch_ts, list(fed_ts))
     fed: dict[tuple[int, int], Any] = {}
-    for k, v in (feeds or {}).items():
-        t = _as_tensor(graph, k)
+    for t, v in fed_ts.items():
         if analysis.node_frame[t.node.id]:
             raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
         fed[(t.node.id, t.index)] = _feed_value(t, v)
@@ -312,16 +313,8 @@ def initial(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | Non
     fed_nodes = {i for i, n in keep.items() if n.op == "Placeholder" and (i, 0) in fed}
     keep = {i: n for i, n in keep.items() if i not in fed_nodes}
     for n in keep.values():
-        if n.has_pending_back_edge:
-            raise ValidationError(f"{describe_node(n)} has a back edge that was never closed",
-                                  "W-Merge-Bound", n)
         if n.op == "Placeholder":
             raise FeedError(f"{describe_node(n)} must be fed a value: a fetched value depends on it")
-    for t in fetch_ts:
-        if analysis.node_frame[t.node.id]:
-            raise ValidationError(
-                f"fetch {t.name} is inside frame {'/'.join(analysis.node_frame[t.node.id])}; fetch the "
-                "value of an Exit instead", "W-Fetch-Root", t.node)
 
     n_data = {i: len(n.raw_inputs) for i, n in keep.items()}
     n_slots = {i: n_data[i] + len(n.control_inputs) for i, n in keep.items()}
@@ -728,12 +721,13 @@ _ASSIGN: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _k_assign(u: _Update, node: Node, tag: Tag, vals: list[Any]) -> list[Any]:
-    """[E-Var-Assign]: sigma(x) := f_n(sigma(x), v); the new value is the output."""
+    """[E-Var-Assign]: sigma(x) := f_n(sigma(x), v); the new value is the output. The store holds a
+    copy: the value assigned may be a constant's array or a fed one, which sigma(x) must not share."""
     name = _var_name(node, vals[0])
     old = u.variables.get(name)
     if old is None and node.op != "AssignVariable":
         raise ExecutionError(f"{_describe(node, tag)} updates variable {name!r}, which has no value")
-    new = np.asarray(_ASSIGN[node.op](old, vals[1]))
+    new = np.array(_ASSIGN[node.op](old, vals[1]))
     if "dtype" in node.attrs:
         new = new.astype(as_dtype(node.attrs["dtype"]).numpy, copy=False)
     if old is not None and new.shape != np.shape(old):  # a Variable keeps its shape, as on every backend
@@ -1151,7 +1145,6 @@ class SmallStepBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, Any],
             options: RunOptions) -> RunResult:
-        validate(self.graph, fetches, list(feeds))
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
                 max_steps=limit if limit is not None else 10**9, variables=variables,

@@ -128,23 +128,42 @@ def test_a_mutant_runs_the_tests_that_ran_its_function() -> None:
     assert mutation.tests_reaching(top, by_line) is None
 
 
-def test_kept_outcomes_survive_a_rerun_until_their_module_or_the_tests_change(tmp_path: Any,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Resuming: a kill is kept while the module's source is unchanged; a survivor or a gap only while
-    the tests are unchanged too (a new test may kill it)."""
+def test_kept_outcomes_survive_a_rerun_until_their_function_or_the_tests_change(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming: a kill is kept while the function holding its mutant is unchanged (an edit elsewhere
+    in the module keeps it); a survivor or a gap only while the tests are unchanged too (a new test
+    may kill it)."""
     monkeypatch.setattr(mutation, "WORK", str(tmp_path))
     r = mutation.Results("reference/scheduler.py")
     for k, outcome in enumerate(("killed", "survived", "not reached", "timeout")):
         m = _fake(k)
-        m.outcome = outcome
+        m.outcome, m.context = outcome, "f-as-it-was"
         r.put(m)
     again = mutation.Results("reference/scheduler.py")
-    assert {mid: rec["outcome"] for mid, rec in again.done.items()} == {
+    as_it_was = [_fake(k) for k in range(4)]
+    for m in as_it_was:
+        m.context = "f-as-it-was"
+    assert {m.id: again.get(m)["outcome"] for m in as_it_was} == {  # type: ignore[index]
         "m.f:0": "killed", "m.f:1": "survived", "m.f:2": "not reached", "m.f:3": "timeout"}
+    edited = _fake(0)
+    edited.context = "f-edited"
+    assert again.get(edited) is None  # its function changed: run again
     assert mutation.Results("reference/scheduler.py", fresh=True).done == {}
     monkeypatch.setattr(mutation, "tests_digest", lambda: "changed")
-    assert sorted(mutation.Results("reference/scheduler.py").done) == ["m.f:0", "m.f:3"]
-    assert mutation.Results("reference/rules.py").done == {}  # another module (another source hash)
+    assert sorted(mid for mid, _ in mutation.Results("reference/scheduler.py").done) == ["m.f:0", "m.f:3"]
+    assert mutation.Results("reference/rules.py").done == {}  # another module
+
+
+@needs_mutmut
+def test_a_mutants_context_is_the_source_of_its_function() -> None:
+    """``Mutant.context`` hashes the function holding the mutant: two mutants of one function share
+    it, mutants of two functions differ."""
+    ms = mutation.mutants_of("reference/scheduler.py")
+    by_fn: dict[str, set[str]] = {}
+    for m in ms:
+        by_fn.setdefault(m.function, set()).add(m.context)
+    assert all(len(c) == 1 for c in by_fn.values())
+    assert len({next(iter(c)) for c in by_fn.values()}) == len(by_fn) > 1
 
 
 @needs_mutmut

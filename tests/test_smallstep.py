@@ -206,8 +206,24 @@ def test_raw_loop_entered_dead_ends_with_dead_exits_not_a_hang():
 
 
 def test_a_missing_input_deadlocks_and_the_report_names_the_blocked_node():
-    """An Exit fed by a NextIteration of a loop that runs zero times never receives a token, so its
-    consumer waits forever: the run is quiescent with the fetch missing."""
+    """A Recv whose Send is in no graph never receives a token, so its consumer waits forever: the run
+    is quiescent with the fetch missing, and the report names the blocked consumer and its input."""
+    g = tn.Graph()
+    with g.as_default():
+        r = g.create_node("Recv", [], {"edge": "e", "src_device": "a", "dst_device": "b", "credit": 1,
+                                       "control": False, "dtype": "int32", "shape": []}, name="lone_recv")
+        z = tn.add(r.outputs[0], tn.constant(5), name="consumer")
+    blocked = r'(?s)Add node "consumer".*at tag \(\).*missing: lone_recv:0'
+    with pytest.raises(tn.DeadlockError, match=blocked):
+        ss.run(g, [z])
+    # every interleaving gets stuck the same way, and the explorer reports it
+    ce = ex.check_confluence(g, [z])
+    assert ce is not None and ce.kind == "stuck" and "consumer" in ce.outcome_a[1]
+
+
+def test_an_exit_fed_by_a_next_iteration_is_refused_before_it_could_deadlock():
+    """An Exit fed by a NextIteration would never receive a token (its consumer would wait forever):
+    the small-step system refuses the graph before it runs, as every backend does ([W-Next-In-Frame])."""
     g = tn.Graph()
     with g.as_default():
         e = tn.raw.enter(tn.constant(0), "L")
@@ -218,12 +234,10 @@ def test_a_missing_input_deadlocks_and_the_report_names_the_blocked_node():
         nxt = tn.raw.next_iteration(tn.add(t, one))
         tn.raw.close_back_edge(m, nxt)
         z = tn.add(tn.raw.exit(nxt, name="stray_exit"), tn.constant(5), name="consumer")
-    blocked = r'(?s)Add node "consumer".*at tag \(\).*missing: stray_exit:0'
-    with pytest.raises(tn.DeadlockError, match=blocked):
-        ss.run(g, [z])
-    # every interleaving gets stuck the same way, and the explorer reports it
-    ce = ex.check_confluence(g, [z])
-    assert ce is not None and ce.kind == "stuck" and "consumer" in ce.outcome_a[1]
+    for start in (ss.run, ex.check_confluence):
+        with pytest.raises(tn.ValidationError, match="stray_exit") as info:
+            start(g, [z])
+        assert info.value.rule == "W-Next-In-Frame"
 
 
 def test_unfed_placeholder_unbound_back_edge_and_fetch_inside_a_loop_are_rejected():
@@ -509,3 +523,63 @@ def test_every_rule_implemented_is_named_in_the_spec_and_every_primitive_is_hand
     for p in PRIMITIVES.values():
         handled = p.name in ss._ENABLE or p.name in ss._LIVE_OPS or p.name in KERNELS
         assert handled, f"primitive {p.name} has no small-step rule"
+
+
+def test_run_refuses_an_ill_typed_graph_with_the_validators_error() -> None:
+    """``smallstep.run`` and ``initial`` check every well-formedness rule, as every backend does: a node
+    that records another number of outputs than its op makes ([W-Types]) is a ``ValidationError``
+    naming it, never a raw error from the rules' plumbing when it fires."""
+    from turnout.graph import TensorSpec
+
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(1.0)
+        two = g.create_node("Identity", [a], name="two_outputs",
+                            specs=[TensorSpec(tn.float32, ()), TensorSpec(tn.float32, ())])
+    for start in (ss.run, ss.initial):
+        with pytest.raises(tn.ValidationError, match="two_outputs") as e:
+            start(g, [two.outputs[0]])
+        assert e.value.rule == "W-Types"
+
+
+def test_the_variable_store_holds_a_copy_of_what_was_assigned() -> None:
+    """[E-Var-Assign] stores sigma(x) := v by value: the store never shares memory with the constant
+    or the fed array assigned, so changing the run's returned store (or the fed array) later leaves
+    the graph's constants and the next run as they were, as on the reference interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.zeros(3, np.float32), name="v")
+        c = tn.constant(np.array([1.0, 2.0, 3.0], np.float32), name="c")
+        x = tn.placeholder(tn.float32, [3], name="x")
+        from_const, from_feed = v.assign(c), v.assign(x)
+    fed = np.array([4.0, 5.0, 6.0], np.float32)
+    r = ss.run(g, [from_const], variables={"v": np.zeros(3, np.float32)})
+    r.variables["v"][:] = -1.0
+    assert ss.run(g, [c]).values[0].tolist() == [1.0, 2.0, 3.0]
+    r = ss.run(g, [from_feed], {x: fed}, variables={"v": np.zeros(3, np.float32)})
+    fed[:] = 0.0
+    assert r.variables["v"].tolist() == [4.0, 5.0, 6.0]
+
+
+def test_a_runaway_loop_is_named_by_its_frames_first_enter_on_every_backend() -> None:
+    """A loop stopped by ``max_iterations`` is named by the frame's Enter of lowest id, whichever Enter
+    arrives first: here the second loop variable's Enter (its value is a constant) fires long before
+    the first's (behind a chain of adds), and the reference interpreter, the small-step system and the
+    fast backend all name the first; the two oracles word for word (the fast backend's message, made
+    when the loop is traced, names neither the instance nor the body number)."""
+    from turnout.errors import describe_node
+
+    g = tn.Graph()
+    with g.as_default():
+        slow = tn.constant(1.0)
+        for _ in range(6):
+            slow = slow + 1.0
+        a, b = tn.while_loop(lambda a, b: b > -1, lambda a, b: [a, b + 1], [slow, tn.constant(0)])
+    first = min((n for n in g.nodes if n.op == "Enter"), key=lambda n: n.id)
+    messages = []
+    for backend in ("reference", "smallstep", "fast"):
+        with pytest.raises(tn.NonTerminationError) as e:
+            tn.Session(g, backend=backend).run([a, b], max_iterations=3)
+        messages.append(str(e.value))
+    assert all(f"entered by {describe_node(first)})" in m for m in messages)
+    assert messages[1] == messages[0]

@@ -44,9 +44,11 @@ report (``.mutation/report.md`` and ``.json``, untracked) gives the score per mo
 and unreached mutant with its diff.
 
 Resuming and parallel runs: each finished mutant's outcome is kept under ``.mutation/results/``,
-keyed by its id and the hash of its module's source, so a campaign stopped part way (or a nightly run
-repeated) skips the mutants already decided. A kill stays valid while the module is unchanged; a
-survivor or a gap is run again once any file under ``tests/`` changes (a new test may kill it).
+keyed by its id and the hash of the function that holds it (of the module, for a mutant outside any
+function), so a campaign stopped part way (or a nightly run repeated) skips the mutants already
+decided, and a fix in one function sends only that function's mutants round again. A kill stays valid
+while its function is unchanged; a survivor or a gap is run again once any file under ``tests/``
+changes (a new test may kill it).
 ``--fresh`` ignores the kept outcomes. ``--jobs N`` runs N mutants at a time, each in its own pytest
 process and its own copy of the mutated module. Ctrl-C, ``kill -INT PID`` or ``kill PID`` stops a
 campaign: the queued mutants are dropped, the running pytest processes ended (each runs in its own
@@ -199,7 +201,9 @@ ORACLE_MODULES = ["reference/rules.py", "reference/executor.py", "reference/sche
 @dataclass
 class Mutant:
     """One mutation of one module: a stable id (function + hash of the change), the line, the diff, and
-    the lines of the body of the function holding it (``span``, first and last; None at module level)."""
+    the lines of the body of the function holding it (``span``, first and last; None at module level).
+    ``context``: a hash of the source of the function holding it (of the whole module at module level),
+    which its kept outcome must match (``Results``)."""
 
     path: str
     id: str
@@ -211,6 +215,7 @@ class Mutant:
     seconds: float = 0.0
     reason: str = ""
     tests: int = 0  # how many tests it ran (0: every test of its module, or none when not reached)
+    context: str = ""
 
     @property
     def diff(self) -> str:
@@ -295,11 +300,12 @@ def mutants_of(path: str) -> list[Mutant]:
         seen[h] = seen.get(h, 0) + 1
         mid = f"{os.path.splitext(os.path.basename(path))[0]}.{fname}:{h}" + (f".{seen[h]}" if seen[h] > 1 else "")
         span = None
+        context = hashlib.sha1((module.code_for_node(fn) if fn is not None else src).encode()).hexdigest()[:12]
         if fn is not None:  # the body, not the def line (which runs when the module loads)
             body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else [fn.body]
             span = (positions[body[0]].start.line, positions[fn].end.line)
         out.append(Mutant(path, mid, positions[m.original_node].start.line, fname,
-                          _Lazy(src, path, module, m, fn, fm), span))
+                          _Lazy(src, path, module, m, fn, fm), span, context=context))
     return out
 
 
@@ -615,30 +621,34 @@ def tests_digest() -> str:
 
 
 class Results:
-    """Finished mutants' outcomes under ``.mutation/results/``, one file per module version (the hash of
-    its source): a rerun skips what is decided. Kills are kept while the module is unchanged; survivors
-    and gaps only while ``tests/`` is unchanged too."""
+    """Finished mutants' outcomes under ``.mutation/results/``, one file per module, each outcome with
+    the hash of the function holding its mutant (``Mutant.context``): a rerun skips what is decided.
+    Kills are kept while their function is unchanged; survivors and gaps only while ``tests/`` is
+    unchanged too. Why per function, not per module: a full set takes hours, and a fix to one
+    function (a bug the campaign found) would otherwise send every mutant of the module round again."""
 
     KEPT = ("killed", "timeout")
 
     def __init__(self, path: str, fresh: bool = False) -> None:
         self.tests = tests_digest()
         stem = path.replace("/", "_").removesuffix(".py")
-        self.file = os.path.join(WORK, "results", f"{stem}-{_digest([path])}.jsonl")
-        self.done: dict[str, dict[str, Any]] = {}
+        self.file = os.path.join(WORK, "results", f"{stem}.jsonl")
+        #: (mutant id, context) -> its record
+        self.done: dict[tuple[str, str], dict[str, Any]] = {}
         if not fresh and os.path.exists(self.file):
             for line in open(self.file):
                 rec = json.loads(line)
                 if rec["outcome"] in self.KEPT or rec["tests"] == self.tests:
-                    self.done[rec["id"]] = rec
+                    self.done[rec["id"], rec["context"]] = rec
 
-    def get(self, mid: str) -> Optional[dict[str, Any]]:
-        return self.done.get(mid)
+    def get(self, m: Mutant) -> Optional[dict[str, Any]]:
+        """``m``'s kept outcome, if its function is as it was when the outcome was decided."""
+        return self.done.get((m.id, m.context))
 
     def put(self, m: Mutant) -> None:
-        rec = {"id": m.id, "outcome": m.outcome, "seconds": round(m.seconds, 2), "ran": m.tests,
-               "tests": self.tests}
-        self.done[m.id] = rec
+        rec = {"id": m.id, "context": m.context, "outcome": m.outcome, "seconds": round(m.seconds, 2),
+               "ran": m.tests, "tests": self.tests}
+        self.done[m.id, m.context] = rec
         os.makedirs(os.path.dirname(self.file), exist_ok=True)
         with open(self.file, "a") as f:  # one line per mutant: a run killed midway loses at most one
             f.write(json.dumps(rec) + "\n")
@@ -699,7 +709,7 @@ def campaign(path: str, n: Optional[int], seed: int, timeout: Optional[float], l
     finished: list[Mutant] = []
 
     def one(m: Mutant) -> None:
-        kept = results.get(m.id)
+        kept = results.get(m)
         picked = tests_reaching(m, by_line) if by_line is not None else None
         if m.id in equivalents:
             m.outcome, m.reason = "equivalent", equivalents[m.id]
