@@ -83,9 +83,11 @@ from turnout.fast.backend import variable_signature
 from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
+from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
-from turnout.fast.regions import WhileRegion, key
+from turnout.fast.regions import Key, WhileRegion, key
 from turnout.fast.segment import SegmentFn
+from turnout.fast.specialise import run_specialised, static_signature
 from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
@@ -168,6 +170,8 @@ class FastPartitionedBackend:
         self._placement: Optional[tuple[int, Placement, frozenset[str]]] = None
         self._plans: dict[Any, DevicePlan] = {}
         self._fallback: dict[Any, str] = {}
+        # run signature -> fed tensors whose values decide shapes: plans are specialised on them
+        self._static_keys: dict[Any, frozenset[Key]] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
         #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_swap``)
@@ -281,7 +285,7 @@ class FastPartitionedBackend:
                 result.stats.setdefault("tier", "spmd")
                 return result
         try:
-            result = self._run_compiled(sig, fetches, feeds, variables, options)
+            result = self._run_specialised(sig, fetches, feeds, variables, options)
             if self._whole_declined.get(sig):
                 result.stats["whole_program_declined"] = self._whole_declined[sig]
             return result
@@ -293,8 +297,24 @@ class FastPartitionedBackend:
                           "speed)", RuntimeWarning, stacklevel=4)
             return self._run_reference(sig, fetches, feeds, variables, options)
 
+    def _run_specialised(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                         variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
+        """A compiled run on the plan specialised on the fed values that decide shapes, as the
+        one-device backend specialises (``fast.specialise.run_specialised``): a trace that meets such
+        a shape (``NeedsStatic``) plans and traces again with those feeds as constants."""
+        def compile_run(values: dict[Key, np.ndarray]) -> RunResult | Specialise:
+            try:
+                return self._run_compiled(sig, fetches, feeds, variables, options, values)
+            except NeedsStatic as e:
+                return Specialise(e.keys, str(e))
+
+        result, values = run_specialised(self._static_keys, sig, {key(t): v for t, v in feeds.items()}, compile_run)
+        if values:
+            result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name for k in values)
+        return result
+
     def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                        run_budget: Optional[int]) -> int:
+                        run_budget: Optional[int], static: Optional[dict[Key, np.ndarray]] = None) -> int:
         """The stack chunk a run starts with: ``stack_chunk``, or where a memory budget applies the
         smaller chunk whose buffers its plan holds (``MemoryPlan.capacity``), as the one-device backend
         sizes its own; a run that outgrows it then meets the budget's check, not a larger chunk."""
@@ -302,7 +322,7 @@ class FastPartitionedBackend:
         if not self._budgeted(run_budget):
             return chunk
         with jax.enable_x64(True):
-            budget = self._plan(sig, fetches, feeds, chunk).budget(run_budget)
+            budget = self._plan(sig, fetches, feeds, chunk, static).budget(run_budget)
         cap = None if budget is None else budget.capacity()
         return chunk if cap is None else min(chunk, cap)
 
@@ -356,8 +376,13 @@ class FastPartitionedBackend:
         self._records = []
         return result
 
-    def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int) -> DevicePlan:
-        plan = self._plans.get((sig, cap))
+    def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int,
+              static: Optional[dict[Key, np.ndarray]] = None) -> DevicePlan:
+        """The plan of run signature ``sig`` at stack chunk ``cap``, specialised on the fed values
+        ``static`` (``fast.specialise``), made once."""
+        static = static or {}
+        pkey = (sig, cap, static_signature(static))
+        plan = self._plans.get(pkey)
         if plan is None:
             from turnout.validate import validate
 
@@ -368,18 +393,19 @@ class FastPartitionedBackend:
             program = functionalize(self.graph, fetches, feeds)
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
-            plan = self._plans[(sig, cap)] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
-                                                    self.threads, self.jax_devices[self.devices[0]].platform)
+            plan = self._plans[pkey] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
+                                                  self.threads, self.jax_devices[self.devices[0]].platform, static)
         return plan
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                      variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        cap = self._budgeted_chunk(sig, fetches, feeds, options.memory_budget)
+                      variables: dict[str, np.ndarray], options: RunOptions,
+                      static: dict[Key, np.ndarray]) -> RunResult:
+        cap = self._budgeted_chunk(sig, fetches, feeds, options.memory_budget, static)
         retries = 0
         t0 = time.perf_counter()
         with jax.enable_x64(True):
             while True:
-                plan = self._plan(sig, fetches, feeds, cap)
+                plan = self._plan(sig, fetches, feeds, cap, static)
                 tl = DeviceTimeline() if options.trace else None
                 scratch = dict(variables)
                 values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
@@ -449,11 +475,11 @@ class FastPartitionedBackend:
         """The chunk-by-chunk runner of a driven segment's loop (``devices.region_driver``)."""
         assert isinstance(seg.items[0], WhileRegion)
 
-        def traced() -> None:
-            self.compile_count += 1
+        def emitter(state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
+            self.compile_count += 1  # runs only while tracing
+            return plan.emitter(state, max_iter, free_pointers)
 
-        return RegionDriver(plan.program, plan.codes, plan.capacity, seg.items[0], plan.fed, list(seg.writes),
-                            list(seg.fetched), traced, WHO)
+        return RegionDriver(emitter, plan.capacity, seg.items[0], list(seg.writes), list(seg.fetched), WHO)
 
     def segment_fn(self, plan: DevicePlan, seg: Segment) -> SegmentFn:
         """The segment's items as the fast backend's staged path compiles a stage (``fast.segment``):
@@ -464,10 +490,7 @@ class FastPartitionedBackend:
 
         def emitter(state: dict[str, Any], max_iter: Any) -> Emitter:
             self.compile_count += 1  # runs only while tracing
-            em = Emitter(plan.program, plan.codes, plan.capacity, max_iter)
-            em.state = dict(state)
-            em.fed = plan.fed
-            return em
+            return plan.emitter(state, max_iter)
 
         return SegmentFn(seg.items, list(seg.writes), set(seg.fetched), emitter, jax.jit)
 

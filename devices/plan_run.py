@@ -22,7 +22,7 @@ from turnout.devices.segments import HostCond, Schedule, Segment, Step
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.fast import stacks as stk
 from turnout.fast.chunk_store import budget_plan
-from turnout.fast.emit import var_key
+from turnout.fast.emit import Emitter, var_key
 from turnout.fast.guards import iteration_bound
 from turnout.fast.outcome import ErrorCodes, Retry, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
@@ -45,8 +45,11 @@ class DevicePlan:
     """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
 
     def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
-                 device_of: dict[int, str], threads: str = "auto", platform: str = "cpu") -> None:
+                 device_of: dict[int, str], threads: str = "auto", platform: str = "cpu",
+                 static_feeds: Optional[dict[Key, np.ndarray]] = None) -> None:
         self.program = program
+        #: fed tensors the plan is specialised on, with their values (``fast.specialise``)
+        self.static_feeds = dict(static_feeds or {})
         self.platform = platform  # where the stacks live, for the memory plan (``budget``)
         self.schedule = sched
         self.fed = fed
@@ -71,6 +74,16 @@ class DevicePlan:
         self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
         self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
+
+    def emitter(self, state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
+        """A fresh emitter over the program from ``state``, for a segment's trace or a driven loop's
+        (made only while tracing): the plan's error codes and capacity, its feeds, and the fed values
+        it is specialised on as constants."""
+        em = Emitter(self.program, self.codes, self.capacity, max_iter, free_pointers=free_pointers)
+        em.state = dict(state)
+        em.fed = self.fed
+        em.static = self.static_feeds
+        return em
 
     def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:
         """The memory plan a run under ``run_budget`` honours (None: no budget applies), made once per

@@ -21,26 +21,25 @@ place.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import jax
 
 from turnout.devices.swap import SpanningStacks, traffic
 from turnout.fast import stacks as stk
-from turnout.fast.driven import drive_chunks, loop_fns, split_carry
-from turnout.fast.emit import Emitter
-from turnout.fast.outcome import ErrorCodes, Raise, Retry, enforce
-from turnout.fast.regions import Key, Program, WhileRegion
+from turnout.fast.driven import MakeEmitter, drive_chunks, loop_fns, split_carry
+from turnout.fast.outcome import Raise, Retry, enforce
+from turnout.fast.regions import Key, WhileRegion
 
 
 class RegionDriver:
     """The compiled ``init`` / ``chunk`` / ``finish`` of one loop on one device, and the host loop
     that runs them (``run``). ``writes`` and ``fetched`` are the segment's: the keys the loop gives
-    back, and those of them that leave with a live flag."""
+    back, and those of them that leave with a live flag; ``emitter`` makes the emitter of each trace
+    (``DevicePlan.emitter``, counted by the executor)."""
 
-    def __init__(self, program: Program, codes: ErrorCodes, capacity: int, region: WhileRegion, fed: set[int],
-                 writes: list[Key], fetched: list[Key], on_trace: Callable[[], None], who: str) -> None:
+    def __init__(self, emitter: MakeEmitter, capacity: int, region: WhileRegion, writes: list[Key],
+                 fetched: list[Key], who: str) -> None:
         self.region = region
         self.capacity = capacity
         self.who = who
@@ -50,14 +49,6 @@ class RegionDriver:
         self.push.update({s: n or 0 for s, n in t.push.items()})
         self.pop = {s: n or 0 for s, n in traffic([region]).pop.items()}
         self.pop.update({s: n or 0 for s, n in t.pop.items()})
-
-        def emitter(state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
-            on_trace()  # runs only while tracing
-            em = Emitter(program, codes, capacity, max_iter, free_pointers=free_pointers)
-            em.state = dict(state)
-            em.fed = fed
-            return em
-
         self.init, self.chunk, self.finish = loop_fns(region, writes, set(fetched), self.push, self.pop, capacity,
                                                       emitter, jax.jit)
 

@@ -86,6 +86,7 @@ from turnout.fast.plan import (
 from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.run_state import variable_signature
+from turnout.fast.specialise import run_specialised, static_signature
 from turnout.fast.staged_stages import StagedStages
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import start_reads, wrap_static
@@ -283,23 +284,18 @@ class FastBackend(StagedStages):
         whose outcome is ``Specialise`` (``lowering_base.NeedsStatic`` met while tracing) adds its
         feeds to the run signature's static ones and runs again; one that learns nothing new (no
         feed, or only feeds it is specialised on already) is refused, and the program falls back."""
-        while True:
-            static = self._static_keys.get(dsig, frozenset())
-            by_key = {key(t): v for t, v in feeds.items()}
-            self._static_now = {k: np.asarray(by_key[k]) for k in sorted(static)}
-            vsig = dsig + (tuple((k, v.tobytes()) for k, v in self._static_now.items()),) if static else dsig
-            result = self._run_compiled(vsig, fetches, feeds, variables, options)
-            if isinstance(result, Specialise):
-                if result.keys <= static or not result.keys <= set(by_key):
-                    raise UnsupportedError(result.reason)
-                self._static_keys[dsig] = static | result.keys
-                continue
-            result.stats["executor"] = "compiled"
-            if static:
-                result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name for k in static)
-            else:
-                self._remember_route(vsig, fetches, feeds, result)
-            return result
+        def compile_run(values: dict[Key, np.ndarray]) -> RunResult | Specialise:
+            self._static_now = values
+            return self._run_compiled(dsig + (static_signature(values),) if values else dsig, fetches, feeds,
+                                      variables, options)
+
+        result, values = run_specialised(self._static_keys, dsig, {key(t): v for t, v in feeds.items()}, compile_run)
+        result.stats["executor"] = "compiled"
+        if values:
+            result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name for k in values)
+        else:
+            self._remember_route(dsig, fetches, feeds, result)
+        return result
 
     def _remember_route(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], result: RunResult) -> None:
         """After a compiled run of run signature ``dsig``: the route its repeats take (``fast.repeat``),
@@ -406,7 +402,7 @@ class FastBackend(StagedStages):
             id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), v.dtype.str, np.shape(v)) for t, v in feeds.items())),
             variable_signature(self.graph, variables), cap,
-            tuple((k, v.tobytes()) for k, v in self._static_now.items()),
+            static_signature(self._static_now),
         )
         plan = self._plans.get(sig)
         if plan is None:  # (on the deep thread where the program may nest deeply: ``_thread_nesting``)

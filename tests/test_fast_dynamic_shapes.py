@@ -196,3 +196,37 @@ def test_a_ragged_cond_decided_by_data_is_not_specialised_on_it() -> None:
         with pytest.warns(RuntimeWarning, match="different types or shapes") if k == 0 else warnings.catch_warnings():
             np.testing.assert_array_equal(sess.run(r, {x: xv}), tn.Session(g).run(r, {x: xv}))
         assert sess.last_result.stats["executor"] == "reference interpreter (fallback)"
+
+
+@pytest.mark.parametrize("whole_program", ["auto", "never"])
+def test_the_partitioned_executor_specialises_as_the_one_device_backend_does(whole_program: str) -> None:
+    """Over two devices the fast partitioned executor specialises too (``fast.specialise``): a
+    TensorArray of fed size written by a loop on ``cpu:1`` and a ``fill`` of a fed shape on
+    ``cpu:0``, with a gradient, run compiled (no fallback) with the reference's values, on the
+    per-device tiers and (``auto``) after the SPMD tier declines; a value seen before never
+    recompiles, a new one compiles again."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.placeholder(tn.float32, [], name="w")
+        with tn.device("cpu:1"):
+            ta0 = tn.TensorArray(tn.float32, size=n)
+            _, ta = tn.while_loop(lambda i, ta: i < n,
+                                  lambda i, ta: (i + 1, ta.write(i, w * tn.cast(i + 1, tn.float32))),
+                                  [tn.constant(0), ta0])
+        with tn.device("cpu:0"):
+            total = tn.reduce_sum(ta.stack() * tn.fill(tn.expand_dims(n, 0), w))
+            (dw,) = tn.gradients(total, [w])
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], whole_program=whole_program)
+    counts = []
+    for k in (3, 5, 3):
+        feed = {n: np.int32(k), w: np.float32(0.5)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            got = sess.run([total, dw], feed)
+        stats = sess.last_result.stats
+        assert stats["executor"] == "fast partitioned" and stats["tier"] != "reference", stats
+        assert stats["specialized_on"] == ["n:0"]
+        np.testing.assert_allclose(got, reference(g, [total, dw], feed), rtol=1e-6)
+        counts.append(sess.backend.compile_count)
+    assert counts[2] == counts[1] > counts[0]
