@@ -66,6 +66,7 @@ from turnout.errors import ExecutionError, PlacementError, TurnoutError, Unsuppo
 from turnout.fast.backend import FastBackend
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lower_node import lower_node
+from turnout.fast.lowering_base import Shows
 from turnout.fast.ranges import Ranges
 from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds
@@ -282,7 +283,8 @@ class _Checks:
         self.ranges = Ranges()
         self.fresh_writes: dict[int, frozenset[int]] = {}
 
-    def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+    def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None:
+        # (a group whose check fails runs again on the reference kernels, whose error shows the values)
         if is_static(ok) and bool(ok):
             return
         self.oks.append(ok)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from turnout.fast.emit import Emitter, Traced, _jnp_tree, _zeros_of
+from turnout.fast.lowering_base import Shows
 from turnout.fast.regions import CondRegion, Key, WhileRegion, key
 from turnout.fast.values import DEAD, Handle, is_static
 from turnout.graph import Node, Tensor
@@ -179,10 +180,10 @@ class SpmdEmitter(Emitter):
             env[("moved", key(t), d)] = (env[key(t)], got)
 
     # -- checks and predicates -------------------------------------------------------------------------
-    def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+    def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None:
         if self.mask is not None and not (is_static(ok) and bool(ok)):
             ok = jnp.asarray(ok, bool) | (self.idx != self.mask)
-        super().check(ok, message, code)
+        super().check(ok, message, code, shows)
 
     def read_pred(self, env: Env, t: Tensor) -> Any:
         """A predicate every device agrees on: broadcast from its owner by a ``psum``, once per value."""

@@ -11,6 +11,7 @@ of this core, as classes stacked in that order; ``fast.emit.Emitter`` is the top
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from functools import partial
 from typing import Any, Optional
 
 import jax
@@ -21,6 +22,7 @@ from turnout import kernels
 from turnout.errors import UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.lower_node import lower_node
+from turnout.fast.lowering_base import Shows
 from turnout.fast.outcome import NONTERM, ErrorCodes
 from turnout.fast.ranges import Ranges, propagate
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
@@ -111,10 +113,21 @@ class EmitterCore(ABC):
         """The trace state of the layers above the core (each extends this, calling it first): the
         core's own is made by ``__init__``."""
 
-    def check(self, ok: Any, message: str, code: str = "kernel") -> None:
+    def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None:
+        """The error word set to the code of ``message`` where ``ok`` does not hold. ``shows``: a
+        message that depends on run-time values (an ``Assert``'s data), made on the host from them
+        when this check is the run's first failure (``ErrorCodes.detail``; the error word carries a
+        code, not values)."""
         if is_static(ok) and bool(ok):
             return
-        self._set_err(~jnp.asarray(ok, bool), self.codes.code(code, message))
+        bad, c = ~jnp.asarray(ok, bool), self.codes.code(code, message)
+        if shows is not None:
+            text, values = shows
+            first = jax.lax.bitwise_and(jax.lax.eq(jnp.asarray(self.state["err"], jnp.int32), np.int32(0)), bad)
+            record = partial(self.codes.detail, c, text)
+            jax.lax.cond(first, lambda vs: jax.debug.callback(record, *vs), lambda vs: None,
+                         [jnp.asarray(v) for v in values])
+        self._set_err(bad, c)
 
     def _set_err(self, bad: Any, code: int) -> None:
         """The error word set to ``code`` where ``bad`` holds and no earlier error set it."""

@@ -50,6 +50,7 @@ from turnout.fast.lowering_base import (
 )
 from turnout.fast.values import DEAD, is_static
 from turnout.primitives import PRIMITIVES
+from turnout.summarize import assert_message
 
 
 # ---- sources and control flow --------------------------------------------------------------------
@@ -87,8 +88,14 @@ def _identity(ctx, n, xs):
 
 @lowering_rule("Assert")
 def _assert(ctx, n, xs):
-    # (the value leaves as it came; a false condition sets the error word, raised after the run)
-    ctx.check(jnp.asarray(xs[0], bool), f"{describe_node(n)}: Assert: {n.attrs['message']}")
+    # (the value leaves as it came; a false condition sets the error word, raised after the run, with
+    # the data it shows, which the host formats as the kernel does: ``turnout.summarize``)
+    head = f"{describe_node(n)}: Assert:"
+    shows = None
+    if len(xs) > 2:
+        shown, limit = n.attrs.get("shown"), n.attrs.get("summarize", 3)
+        shows = (lambda *vs: f"{head} {assert_message(n.attrs['message'], shown, vs, limit)}", xs[2:])
+    ctx.check(jnp.asarray(xs[0], bool), f"{head} {n.attrs['message']}", shows=shows)
     return [xs[1]]
 
 

@@ -25,6 +25,10 @@ from turnout.graph import Node, Tensor
 from turnout.limits import check_allocation
 from turnout.tables import registrar
 
+#: what a failed check shows beside its message: a function making the failure's full message from
+#: the values (numpy, on the host), and the traced values (an ``Assert``'s data: ``EmitterCore.check``)
+Shows = tuple[Callable[..., str], Sequence[Any]]
+
 
 class LoweringContext(Protocol):
     """What a lowering rule may use of the emitter that runs it (``fast.emitter_core.EmitterCore``)."""
@@ -48,7 +52,7 @@ class LoweringContext(Protocol):
     ranges: Ranges
     fresh_writes: dict[int, frozenset[int]]
 
-    def check(self, ok: Any, message: str, code: str = "kernel") -> None: ...
+    def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None: ...
     def read_var(self, node: Node, h: Handle) -> Any: ...
     def write_var(self, h: Handle, value: Any) -> None: ...
     def get_stack(self, node: Node, h: Handle) -> stk.StackValue: ...

@@ -28,9 +28,11 @@ host's conds and loops stop at it). ``enforce`` raises the error of a ``Raise``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
+
+import numpy as np
 
 from turnout.errors import KernelError, NonTerminationError, TurnoutError
 
@@ -62,6 +64,9 @@ class ErrorCodes:
         self._index: dict[tuple[str, str], int] = {}
         #: loop number -> message, for the codes from ``NONTERM`` up
         self.loops: dict[int, str] = {}
+        #: code -> the full message of its failure in the run being decoded, where the message shows
+        #: run-time values (``detail``); taken by ``decode``
+        self.details: dict[int, str] = {}
 
     def code(self, kind: str, message: str) -> int:
         """The code of a check of ``kind`` failing with ``message`` (the same code for the same pair)."""
@@ -74,6 +79,11 @@ class ErrorCodes:
     def name_loop(self, number: int, message: str) -> None:
         """The message of the nonterm code ``NONTERM + number``."""
         self.loops[number] = message
+
+    def detail(self, code: int, text: Callable[..., str], *values: Any) -> None:
+        """Called from a compiled program (a host callback) when the check of ``code`` is the run's
+        first failure: its full message, ``text`` of the values it shows (``EmitterCore.check``)."""
+        self.details[code] = text(*[np.asarray(v) for v in values])
 
     def lookup(self, code: int) -> tuple[str, str]:
         """The (kind, message) of a nonzero code."""
@@ -160,6 +170,7 @@ def decode(codes: ErrorCodes, code: int, *, capacity: int, who: str, moved: int 
     if not code:
         return OK
     kind, message = codes.lookup(code)
+    message = codes.details.pop(code, message)  # (the values a failed Assert shows)
     if attempt and kind in DISCARDED:
         return Discard(rerecord=kind == "unrecorded")
     # A nested loop's stack outgrew its chunk (overflow), or was swapped out at a point its backward

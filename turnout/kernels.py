@@ -22,6 +22,7 @@ from turnout import shapes as sh
 from turnout.errors import KernelError, ResourceExhaustedError
 from turnout.limits import check_allocation
 from turnout.shape_rules import concrete_shape_error
+from turnout.summarize import assert_message
 from turnout.tables import registrar
 
 Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
@@ -138,8 +139,9 @@ def _identity(xs, attrs):
 
 @_k("Assert")
 def _assert(xs, attrs):
-    if not bool(xs[0]):
-        raise KernelError(f"Assert: {attrs['message']}")
+    if not bool(xs[0]):  # the message, then the data it shows, as TensorFlow prints them
+        shown = assert_message(attrs["message"], attrs.get("shown"), xs[2:], attrs.get("summarize", 3))
+        raise KernelError(f"Assert: {shown}")
     return [xs[1]]
 
 

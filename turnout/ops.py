@@ -184,9 +184,12 @@ def sleep(x: Any, seconds: float, name: Optional[str] = None) -> Tensor:
 
 
 @checked
-def assert_true(condition: Any, value: Any, message: str, name: Optional[str] = None) -> Tensor:
+def assert_true(condition: Any, value: Any, message: str, data: Sequence[Any] = (), summarize: int = 3,
+                name: Optional[str] = None) -> Tensor:
     """``value``, once the bool scalar ``condition`` is true; a ``KernelError`` naming the op, its
-    source line and ``message`` when it is false, on every backend.
+    source line and ``message`` when it is false, on every backend, followed by the values of the
+    tensors ``data`` as TensorFlow's ``Assert`` shows them (each in brackets, at most ``summarize``
+    elements of each, all of them when negative: ``turnout.summarize``).
 
     Why a value passes through (TensorFlow's ``Assert`` has no output and is waited on by control
     edges): whatever reads the result cannot run before the check, and a check inside a branch or a
@@ -194,8 +197,16 @@ def assert_true(condition: Any, value: Any, message: str, name: Optional[str] = 
     fails). Its gradient passes ``value``'s through."""
     if not isinstance(message, str) or not message:
         raise GraphBuildError(f"assert_true: message must be a non-empty string, got {message!r}")
+    if isinstance(summarize, bool) or not isinstance(summarize, int):
+        raise GraphBuildError(f"assert_true: summarize must be an int, got {summarize!r}")
+    if not isinstance(data, (list, tuple)):
+        raise GraphBuildError(f"assert_true: data must be a list of tensors, got {type(data).__name__}")
     c, v = convert_to_tensor(condition), convert_to_tensor(value)
-    return c.graph.create_node("Assert", [c, v], {"message": message}, name=name).outputs[0]
+    shown = [convert_to_tensor(d) for d in data]
+    attrs: dict[str, Any] = {"message": message}
+    if shown:
+        attrs.update(shown=[None] * len(shown), summarize=summarize)
+    return c.graph.create_node("Assert", [c, v, *shown], attrs, name=name).outputs[0]
 
 
 @checked

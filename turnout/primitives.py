@@ -45,7 +45,8 @@ _DECLS: list[Primitive] = [
     # elementwise
     _P("Identity", "compute"),
     _P("Sleep", "compute", True, "its input, after the host waits attr seconds: a stand-in for I/O in benchmarks"),
-    _P("Assert", "compute", True, "input 1, once input 0 (a bool scalar) is true; else a KernelError (attr message)"),
+    _P("Assert", "compute", True, "input 1, once input 0 (a bool scalar) is true; else a KernelError (attr message, "
+                                  "then the inputs after 1 shown as attrs shown and summarize say)"),
     _P("Add", "compute"),
     _P("Sub", "compute"),
     _P("Mul", "compute"),

@@ -527,6 +527,16 @@ def _c_opt(check: Checker) -> Checker:
     return opt
 
 
+def _c_text(v: Any, what: str) -> None:
+    if not isinstance(v, str):
+        raise _Fail(f"{what} must be a string, got {_kind(v)} {_short(v)}")
+
+
+def _c_shown(v: Any, what: str) -> None:
+    if not isinstance(v, list) or not all(x is None or isinstance(x, str) for x in v):
+        raise _Fail(f"{what} must be a list of strings and nulls (a datum shown), got {_kind(v)} {_short(v)}")
+
+
 def _c_axis(v: Any, what: str) -> None:
     if v is None or _is_int(v):
         return
@@ -575,6 +585,7 @@ def _c_any_dtype(v: Any, what: str) -> None:
 
 ATTR_RULES: dict[str, AttrRules] = {
     "Const": {"value": (True, _c_ndarray), "dtype": (True, _c_value_dtype)},
+    "Assert": {"message": (True, _c_text), "shown": (False, _c_shown), "summarize": (False, _c_int)},
     "Placeholder": {"dtype": (True, _c_value_dtype), "shape": (False, _c_shape)},
     "Enter": {"frame_name": (True, _c_name), "is_constant": (True, _c_bool),
               "parallel_iterations": (True, _c_pos_int)},
@@ -630,6 +641,14 @@ def _check_getitem_inputs(attrs: dict[str, Any], n_inputs: int, first_dyn: int) 
                     "index inputs; each must be referred to exactly once")
 
 
+def _check_shown(attrs: dict[str, Any], n_inputs: int) -> None:
+    shown = attrs.get("shown")
+    data = n_inputs - 2
+    if shown is not None and shown.count(None) != data:
+        raise _Fail(f"attr shown shows {shown.count(None)} data but the node has {data} data inputs after its "
+                    "condition and value")
+
+
 def _check_array_attr(attrs: dict[str, Any], arr_key: str, shape_key: str | None) -> None:
     arr = attrs[arr_key]
     if arr.dtype != np.dtype(dt.ALL[attrs["dtype"]].numpy):
@@ -641,6 +660,7 @@ def _check_array_attr(attrs: dict[str, Any], arr_key: str, shape_key: str | None
 #: Checks that relate attrs to each other or to the number of inputs, keyed by primitive.
 NODE_RULES: dict[str, Callable[[dict[str, Any], int], None]] = {
     "Const": lambda a, n: _check_array_attr(a, "value", None),
+    "Assert": _check_shown,
     "VarHandle": lambda a, n: _check_array_attr(a, "initial_value", "shape"),
     "GetItem": lambda a, n: _check_getitem_inputs(a, n, 1),
     "GetItemGrad": lambda a, n: _check_getitem_inputs(a, n, 2),

@@ -133,7 +133,7 @@ def _identity(op, specs, attrs):
 
 @_rule("Assert")
 def _assert(op, specs, attrs):
-    c, v = specs
+    c, v = specs[:2]  # (the data it shows when it fails, any shape, follow)
     _bool_scalar("Assert: the condition", c)
     return [v]
 

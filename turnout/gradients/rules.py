@@ -90,7 +90,8 @@ def _identity(b, n, dys):
 
 @_grad("Assert")
 def _assert(b, n, dys):
-    return [None, dys[0]]  # the value passes through; the condition has no gradient
+    # the value passes through; the condition and the data it shows have no gradient
+    return [None, dys[0]] + [None] * (len(n.inputs) - 2)
 
 
 @_grad("ReadVariable")

@@ -388,22 +388,34 @@ for _tn, _tf in [("AssignVariable", "AssignVariableOp"), ("AssignAddVariable", "
 
 @_rule("Assert")
 def _assert(ctx: ExportContext, n: Node) -> Outs:
-    """TensorFlow's ``Assert`` has no output: it checks the condition and shows its data (here the
-    value) when it fails, and what waits on it takes a control edge. So the value leaves through an
-    ``Identity`` that waits on the check. The message travels as the first datum, a string constant
-    (TensorFlow shows it first, and a re-import reads it back into the message)."""
-    cond, value = _ins(ctx, n)
-    message = str(n.attrs.get("message", ""))
-    text = ctx.add("Const", [], {}, suffix="message",
-                   control=[cond.split(":")[0].lstrip("^")] if ctx.frame() else [])
-    nd = ctx.gd.node[len(ctx.gd.node) - 1]
-    nd.attr["dtype"].type = protos.DT_STRING
-    nd.attr["value"].tensor.dtype = protos.DT_STRING
-    nd.attr["value"].tensor.tensor_shape.SetInParent()
-    nd.attr["value"].tensor.string_val.append(message.encode())
-    check = ctx.add("Assert", [cond, f"{text}:0", value], {"T": [_T(n, 1), _T(n, 1)], "summarize": 3},
-                    suffix="check")
-    ctx.gd.node[len(ctx.gd.node) - 1].attr["T"].list.type[0] = protos.DT_STRING
+    """TensorFlow's ``Assert`` has no output: it checks the condition and shows its data when it fails,
+    and what waits on it takes a control edge. So the value leaves through an ``Identity`` that waits
+    on the check. The message travels as the first datum, a string constant (TensorFlow shows it
+    first, and a re-import reads it back into the message); then what the Turnout Assert shows, its
+    texts as string constants and its data tensors (``shown``), or, where it shows none, the value."""
+    cond, value, *data = _ins(ctx, n)
+    at_frame = [cond.split(":")[0].lstrip("^")] if ctx.frame() else []
+
+    def text(s: str) -> str:
+        name = ctx.add("Const", [], {}, suffix="message", control=at_frame)
+        nd = ctx.gd.node[len(ctx.gd.node) - 1]
+        nd.attr["dtype"].type = protos.DT_STRING
+        nd.attr["value"].tensor.dtype = protos.DT_STRING
+        nd.attr["value"].tensor.tensor_shape.SetInParent()
+        nd.attr["value"].tensor.string_val.append(s.encode())
+        return f"{name}:0"
+
+    shown = n.attrs.get("shown", [None] * len(data))
+    typed = iter([(d, _T(n, 2 + k)) for k, d in enumerate(data)])
+    parts = [(text(p), None) if p is not None else next(typed) for p in shown]
+    items = [(text(str(n.attrs.get("message", ""))), None), *(parts if data or shown else [(value, _T(n, 1))])]
+    check = ctx.add("Assert", [cond, *[i for i, _ in items]],
+                    {"T": [t if t is not None else _T(n, 1) for _, t in items],
+                     "summarize": int(n.attrs.get("summarize", 3))}, suffix="check")
+    types = ctx.gd.node[len(ctx.gd.node) - 1].attr["T"].list.type
+    for k, (_, t) in enumerate(items):
+        if t is None:
+            types[k] = protos.DT_STRING
     return [f'{ctx.add("Identity", [value], {"T": _T(n, 1)}, control=[check])}:0']
 
 

@@ -7,7 +7,7 @@ one value per TensorFlow output. Most are one Turnout node; the rest say why the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -957,17 +957,13 @@ def _sum_to_like(ctx: ImportContext, nd: Any, dz: Tensor, like: Tensor) -> Tenso
 @_rule("Assert")
 def _assert(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """A run-time check: Turnout's Assert of the condition, whose failure is a ``KernelError`` with
-    TensorFlow's message (its string parts, and the names of the tensors it would print). TensorFlow's
-    Assert has no output: what waits on it waits on the Turnout node by a control edge."""
-    parts = []
-    for v, name in zip(ins[1:], ctx.data_inputs()[1:]):
-        if isinstance(v, Text):
-            parts.append(f"[{v.value}]")
-        else:
-            known = ctx.static(name)
-            parts.append(f"[{known.tolist() if known is not None else name}]")
-    message = "assertion failed: " + " ".join(parts)
-    ctx.create("Assert", [ins[0], ins[0]], {"message": f"{nd.name}: {message}"})
+    TensorFlow's message, word for word: its string parts, and the values of the tensors it shows
+    (at most ``summarize`` elements of each, as TensorFlow prints them: ``turnout.summarize``).
+    TensorFlow's Assert has no output: what waits on it waits on the Turnout node by a control edge."""
+    shown: list[Optional[str]] = [v.value if isinstance(v, Text) else None for v in ins[1:]]
+    data = [_t(v) for v in ins[1:] if not isinstance(v, Text)]
+    ctx.create("Assert", [ins[0], ins[0], *data], {"message": f"{nd.name}: assertion failed:", "shown": shown,
+                                                   "summarize": int(ctx.attr("summarize", 3))})
     return []
 
 
