@@ -172,3 +172,31 @@ def test_an_assert_showing_data_exports_and_imports_back_with_its_message() -> N
         with pytest.raises(tn.KernelError) as e:
             tn.Session(imp.graph, backend="reference").run(imp.tensor(ex.tf_name(fetch[key])), back)
         assert str(e.value).endswith(f"assertion failed: {shows}")
+
+
+@pytest.mark.parametrize("whole_program,tier", [("always", "spmd"), ("never", "host-driven")])
+def test_a_loop_spanning_two_devices_shows_the_failing_iterations_values(whole_program: str, tier: str) -> None:
+    """An Assert on ``cpu:1`` in the body of a loop driven from ``cpu:0``: the SPMD program (one
+    ``shard_map`` over both devices) and the host-driven tier both show the values of the iteration
+    that failed (i = 6, y = 64: the first doubling past 50)."""
+    pytest.importorskip("jax")
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> list[tn.Tensor]:
+            with tn.device("cpu:1"):
+                z = tn.assert_true(y < 50.0, y * 2.0, "too big", data=[i, y])
+            return [i + 1, z]
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x])
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], whole_program=whole_program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert float(sess.run(y, {x: 1.0, n: 3})) == 8.0
+        assert sess.last_result.stats["tier"] == tier
+        with pytest.raises(tn.KernelError) as e:
+            sess.run(y, {x: 1.0, n: 10})
+    assert str(e.value).endswith("Assert: too big [6] [64]")
