@@ -264,13 +264,16 @@ class WhileContext(ControlFlowContext):
         self.pred_nodes = [n for n in self.pred_nodes if n.id < n0]
 
     def _make_capture(self, t: Tensor) -> Tensor:
-        """[lowering: while_loop] an outside value enters as a loop invariant: Enter(is_constant=True)."""
+        """[lowering: while_loop] an outside value enters as a loop invariant: Enter(is_constant=True).
+        Where the value is an invariant of an enclosing loop (live at each of its iterations, the exit
+        iteration included), the Enter waits on that loop's pivot, as the loop variables' Enters do:
+        otherwise it would enter, live, in an outer iteration whose body never ran."""
         g = self.graph
         with g._in_context(self), g._no_capture(), g.control_dependencies(None):
             e = g.create_node(
                 "Enter", [t],
                 {"frame_name": self.frame_name, "is_constant": True, "parallel_iterations": self.parallel_iterations},
-                name="enter_const", control_inputs=self.outer_deps,
+                name="enter_const", control_inputs=list(self.outer_deps) or invariant_pivot(self.outer, [t]),
             )
         self.invariants[(t.node.id, t.index)] = e
         return e.outputs[0]
