@@ -10,6 +10,7 @@ are numpy arrays (0-d for scalars) or ``TensorArrayValue``. Kernels never see de
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -169,6 +170,8 @@ def _pow(a: Any, b: Any) -> Any:
     return np.power(a, b)
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+
 KERNELS.update({
     "Add": _elementwise(np.add),
     "Sub": _elementwise(np.subtract),
@@ -188,6 +191,14 @@ KERNELS.update({
     "Exp": _elementwise(np.exp),
     "Log": _elementwise(np.log),
     "Sqrt": _elementwise(np.sqrt),
+    "Log1p": _elementwise(np.log1p),
+    "Expm1": _elementwise(np.expm1),
+    "Erf": _elementwise(lambda x: np.asarray(_erf(x), dtype=np.result_type(x))),  # (numpy has no erf)
+    "Sin": _elementwise(np.sin),
+    "Cos": _elementwise(np.cos),
+    "Floor": _elementwise(np.floor, flush=False),
+    "Ceil": _elementwise(np.ceil, flush=False),
+    "Round": _elementwise(np.round, flush=False),  # half to even, as TensorFlow's Round
     "Less": _compare(np.less),
     "LessEqual": _compare(np.less_equal),
     "Greater": _compare(np.greater),
@@ -387,6 +398,20 @@ def _sum(xs, attrs):
     x = np.asarray(xs[0])
     return [flush_subnormals(np.asarray(np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)),
                                         dtype=x.dtype))]
+
+
+@_k("Cumsum")
+def _cumsum(xs, attrs):
+    """``exclusive`` shifts the inclusive sums by one slot (a leading zero), as TensorFlow's scan
+    does, rather than subtracting each element again (which would round differently)."""
+    x = np.asarray(xs[0])
+    ax = attrs["axis"] % x.ndim
+    y = np.flip(x, ax) if attrs.get("reverse", False) else x
+    s = np.cumsum(y, axis=ax, dtype=x.dtype)
+    if attrs.get("exclusive", False):
+        lead = np.zeros_like(np.take(s, [0], axis=ax))
+        s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax) if x.shape[ax] else s
+    return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
 
 
 @_k("Mean")

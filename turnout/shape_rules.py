@@ -230,7 +230,7 @@ def _unary_numeric(op, specs, attrs):
     return [TensorSpec(specs[0].dtype, specs[0].shape)]
 
 
-@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt")
+@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round")
 def _unary_float(op, specs, attrs):
     _floating(op, specs[0].dtype)
     return [TensorSpec(specs[0].dtype, specs[0].shape)]
@@ -484,6 +484,17 @@ def _reduce(op, specs, attrs):
         return [TensorSpec(x.dtype, reduced_shape(x.shape, attrs.get("axis"), attrs.get("keepdims", False)))]
     except ShapeError as e:
         raise ShapeError(f"{op}: {e}") from None
+
+
+@_rule("Cumsum")
+def _cumsum(op, specs, attrs):
+    x = specs[0]
+    _numeric(op, x.dtype)
+    rank = None if x.shape is None else len(x.shape)
+    if rank == 0:
+        raise ShapeError(f"{op}: the input must have rank 1 or more, got a scalar")
+    _axis(op, attrs["axis"], rank)
+    return [TensorSpec(x.dtype, x.shape)]
 
 
 @_rule("ArgMax", "ArgMin")

@@ -83,7 +83,9 @@ for _tn, _tf in [("Add", "AddV2"), ("Sub", "Sub"), ("Mul", "Mul"), ("Maximum", "
                  ("Greater", "Greater"), ("GreaterEqual", "GreaterEqual"), ("Equal", "Equal"),
                  ("NotEqual", "NotEqual"), ("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp", "Exp"),
                  ("Log", "Log"), ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"),
-                 ("Relu", "Relu"), ("ZerosLike", "ZerosLike"), ("OnesLike", "OnesLike")]:
+                 ("Relu", "Relu"), ("ZerosLike", "ZerosLike"), ("OnesLike", "OnesLike"), ("Log1p", "Log1p"),
+                 ("Expm1", "Expm1"), ("Erf", "Erf"), ("Sin", "Sin"), ("Cos", "Cos"), ("Floor", "Floor"),
+                 ("Ceil", "Ceil"), ("Round", "Round")]:
     _rule(_tn)(_same(_tf))
 
 
