@@ -106,3 +106,27 @@ def test_the_new_primitives_export_and_import_as_the_tensorflow_ops_of_their_nam
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(want[7], [0.0, -2.0, 2.0, 4.0])  # halves to even, as TensorFlow
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncating_division_and_remainder(backend: str) -> None:
+    """C's ``/`` and ``%``, against Python's truncation of exact fractions, over every sign pair."""
+    a = np.asarray([7, -7, 7, -7, 6, -6, 0], np.int32)
+    b = np.asarray([2, 2, -2, -2, 3, -3, 5], np.int32)
+    xf = np.asarray([7.5, -7.5, 2.0, -0.25], np.float32)
+    yf = np.asarray([2.0, 2.0, -4.0, 1.0], np.float32)
+    g = GraphDef()
+    g.node("q", "TruncateDiv", (g.const("a", a), g.const("b", b)), T=I32)
+    g.node("r", "TruncateMod", ("a", "b"), T=I32)
+    g.node("m", "Mod", ("a", "b"), T=I32)
+    g.node("qf", "TruncateDiv", (g.const("xf", xf), g.const("yf", yf)), T=F32)
+    q, r, m, qf = _run(g, ["q:0", "r:0", "m:0", "qf:0"], {}, backend)
+    want_q = [int(p / s) for p, s in zip(a.tolist(), b.tolist())]
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(r, [p - s * w for p, s, w in zip(a.tolist(), b.tolist(), want_q)])
+    np.testing.assert_array_equal(m, r)
+    np.testing.assert_array_equal(qf, np.trunc(xf / yf))
+    g2 = GraphDef()
+    g2.node("r", "TruncateMod", (g2.const("x", xf), g2.const("y", yf)), T=F32)
+    with pytest.raises(UnsupportedError, match='TruncateMod node "r": supported for integer inputs only'):
+        import_graph_def(g2.gd)

@@ -245,13 +245,18 @@ def _cast(xs, attrs):
 
 @_k("MatMul")
 def _matmul(xs, attrs):
+    """Matrices, or batches of them whose batch dimensions broadcast; a transpose swaps the last two axes."""
     a, b = xs
     if attrs.get("transpose_a"):
-        a = a.T
+        a = np.swapaxes(a, -1, -2)
     if attrs.get("transpose_b"):
-        b = b.T
-    if a.shape[1] != b.shape[0]:
+        b = np.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
         raise KernelError(f"MatMul: inner dimensions differ at run time: {a.shape} @ {b.shape}")
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise KernelError(f"MatMul: batch dimensions do not broadcast at run time: {a.shape} @ {b.shape}") from None
     return [flush_subnormals(np.matmul(a, b))]
 
 

@@ -259,16 +259,17 @@ def _matmul(op, specs, attrs):
     a, b = specs
     d = _same_dtype(op, specs)
     _numeric(op, d)
-    if a.shape is not None and len(a.shape) != 2 or b.shape is not None and len(b.shape) != 2:
-        raise ShapeError(f"MatMul: operands must be matrices, got {sh.fmt(a.shape)} @ {sh.fmt(b.shape)}")
+    if a.shape is not None and len(a.shape) < 2 or b.shape is not None and len(b.shape) < 2:
+        raise ShapeError(f"MatMul: operands must be matrices or batches of them, got {sh.fmt(a.shape)} @ "
+                         f"{sh.fmt(b.shape)}")
     ta, tb = attrs.get("transpose_a", False), attrs.get("transpose_b", False)
-    if a.shape is None or b.shape is None:
-        return [TensorSpec(d, (None, None))]
-    m, k1 = (a.shape[1], a.shape[0]) if ta else a.shape
-    k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if a.shape is None or b.shape is None:  # (an operand of unknown rank may be a batch: so may the product)
+        return [TensorSpec(d, None)]
+    m, k1 = (a.shape[-1], a.shape[-2]) if ta else a.shape[-2:]
+    k2, n = (b.shape[-1], b.shape[-2]) if tb else b.shape[-2:]
     if k1 is not None and k2 is not None and k1 != k2:
         raise ShapeError(f"MatMul: inner dimensions differ: {sh.fmt(a.shape)} @ {sh.fmt(b.shape)}")
-    return [TensorSpec(d, (m, n))]
+    return [TensorSpec(d, (*_bcast(op, a.shape[:-2], b.shape[:-2]), m, n))]
 
 
 @_rule("Reshape")

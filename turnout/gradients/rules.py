@@ -290,13 +290,17 @@ def _matmul(b, n, dys):
     ta, tb = n.attrs.get("transpose_a", False), n.attrs.get("transpose_b", False)
     # z = op(a) @ op(c): d op(a) = dy @ op(c)^T, d op(c) = op(a)^T @ dy; transpose back where op transposed.
     if not ta and not tb:
-        return [ops.matmul(dy, cv, transpose_b=True), ops.matmul(av, dy, transpose_a=True)]
-    if ta and not tb:
-        return [ops.matmul(cv, dy, transpose_b=True), ops.matmul(av, dy)]
-    if not ta and tb:
-        return [ops.matmul(dy, cv), ops.matmul(dy, av, transpose_a=True)]
-    return [ops.matmul(cv, dy, transpose_a=True, transpose_b=True),
-            ops.matmul(dy, av, transpose_a=True, transpose_b=True)]
+        gs = [ops.matmul(dy, cv, transpose_b=True), ops.matmul(av, dy, transpose_a=True)]
+    elif ta and not tb:
+        gs = [ops.matmul(cv, dy, transpose_b=True), ops.matmul(av, dy)]
+    elif not ta and tb:
+        gs = [ops.matmul(dy, cv), ops.matmul(dy, av, transpose_a=True)]
+    else:
+        gs = [ops.matmul(cv, dy, transpose_a=True, transpose_b=True),
+              ops.matmul(dy, av, transpose_a=True, transpose_b=True)]
+    if all(x.shape is not None and len(x.shape) == 2 for x in (a, c)):
+        return gs
+    return [b.unbroadcast(g, x, n.outputs[0]) for g, x in zip(gs, (a, c))]  # batch axes one side broadcast
 
 
 @_grad("Reshape")

@@ -195,3 +195,34 @@ def _softplus_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     dy, x = _t(ins[0]), _t(ins[1])
     f = _floating(ctx, x)
     return [ctx.create("Div", [dy, f.op("Add", f.op("Exp", f.op("Neg", x)), 1.0)]).outputs[0]]
+
+
+# ---- truncating division ----------------------------------------------------------------------------
+def _truncation_fix(f: _Formula, x: Tensor, y: Tensor, r: Tensor) -> Tensor:
+    """Where a floored division and a truncated one differ: a remainder, and operands of opposite signs."""
+    return f.op("LogicalAnd", f.op("NotEqual", r, 0), f.op("NotEqual", f.op("Less", x, 0), f.op("Less", y, 0)))
+
+
+@_rule("TruncateDiv")
+def _truncate_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x / y`` rounded toward zero. Floats: the ceiling of a negative quotient, else its floor;
+    integers: Turnout's Div floors, so the quotients the floor took one below get it back."""
+    x, y = _t(ins[0]), _t(ins[1])
+    f = _Formula(ctx, x)
+    q = f.op("Div", x, y)
+    if x.dtype.is_floating:
+        return _select(ctx, f.op("Less", q, 0.0), f.op("Ceil", q), f.op("Floor", q))
+    return _select(ctx, _truncation_fix(f, x, y, f.op("FloorMod", x, y)), f.op("Add", q, 1), q)
+
+
+@_rule("TruncateMod", "Mod")
+def _truncate_mod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The remainder of the truncated division (C's ``%``; TensorFlow's ``Mod`` is this one), for
+    integers: the floored remainder, less ``y`` where the two divisions differ. Floats are refused:
+    the same step on a floored float remainder rounds, where TensorFlow's ``fmod`` is exact."""
+    x, y = _t(ins[0]), _t(ins[1])
+    if not x.dtype.is_integer:
+        raise UnsupportedError(f"{ctx.where()}: supported for integer inputs only, got {x.dtype.name}")
+    f = _Formula(ctx, x)
+    r = f.op("FloorMod", x, y)
+    return _select(ctx, _truncation_fix(f, x, y, r), f.op("Sub", r, y), r)
