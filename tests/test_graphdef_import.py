@@ -100,7 +100,7 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "L2Loss",
                # structure ops of TF1 model code
                "BatchMatMulV2", "Squeeze", "Unpack", "PlaceholderWithDefault", "IdentityN", "CheckNumerics",
-               "EnsureShape", "Pad", "PadV2", "OneHot", "Cumsum", "GatherNd"]:
+               "EnsureShape", "Pad", "PadV2", "OneHot", "Cumsum", "GatherNd", "ScatterNd"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

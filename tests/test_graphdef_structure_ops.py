@@ -125,3 +125,15 @@ def test_batched_matmul_broadcasts_differentiates_and_exports(backend: str) -> N
     imp = import_graph_def(ex.graph_def)
     (back,) = imp.run(tn.Session(imp.graph, backend=backend), [ex.tf_name(z)], {ex.tf_name(a): av, ex.tf_name(w): wv})
     np.testing.assert_allclose(back, zz, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_nd_adds_repeated_indices_and_refuses_one_out_of_range(backend: str) -> None:
+    g = GraphDef()
+    idx = g.placeholder("i", I32, [-1, 2])
+    upd = g.const("u", np.asarray([1.0, 2.0, 4.0], np.float32))
+    g.node("s", "ScatterNd", (idx, upd, g.const("shape", np.asarray([2, 3], np.int32))), T=F32, Tindices=I32)
+    (got,) = _run(g, ["s:0"], {"i:0": np.asarray([[1, 2], [0, 0], [1, 2]], np.int32)}, backend)
+    np.testing.assert_array_equal(got, [[2.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    with pytest.raises(KernelError, match=r"indices do not index into output shape \[2,3\]"):
+        _run(g, ["s:0"], {"i:0": np.asarray([[0, 3], [0, 0], [0, 0]], np.int32)}, backend)

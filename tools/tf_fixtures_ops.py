@@ -81,7 +81,8 @@ def attention_block(tf: Any) -> list[dict[str, Any]]:
 def one_hot_cumsum_pad(tf: Any) -> list[dict[str, Any]]:
     """A program over labels and steps: one_hot, cumsum (plain, exclusive, reverse), unstack, pad
     (Pad, PadV2), placeholder_with_default, identity_n, ensure_shape, check_numerics (a run with a
-    NaN fails with TensorFlow's message), gather_nd; its weights trained by SGD."""
+    NaN fails with TensorFlow's message), gather_nd (its gradient: ScatterNd of a run-time shape);
+    its weights trained by SGD."""
     labels = tf.compat.v1.placeholder(tf.int32, [None], name="labels")
     x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
     scale = tf.compat.v1.placeholder_with_default(tf.constant(1.5), [], name="scale")
@@ -94,9 +95,9 @@ def one_hot_cumsum_pad(tf: Any) -> list[dict[str, Any]]:
     mixed = tf.stack([cols[0] * cols[1], cols[2] - cols[3]], axis=1)
     padded = tf.pad(mixed, [[1, 0], [0, 2]]) + tf.pad(mixed, [[0, 1], [1, 1]], constant_values=0.25)
     a, b = tf.identity_n([padded, c])
-    loss = tf.reduce_mean(tf.square(a)) + 0.1 * tf.reduce_mean(b)
-    train = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss)
     picked = tf.gather_nd(c, [[0, 1], [2, 3]], name="picked")
+    loss = tf.reduce_mean(tf.square(a)) + 0.1 * tf.reduce_mean(b) + 0.1 * tf.reduce_sum(picked * picked)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.002).minimize(loss)
     cols_hot = tf.one_hot(labels, 3, axis=0, name="cols_hot")
     rng = np.random.default_rng(81)
     xv = rng.normal(size=(3, 3)).astype(np.float32)

@@ -20,7 +20,7 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _dim, _getitem, _t
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _dim, _getitem, _like_shape, _t
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -223,25 +223,20 @@ def _batch_matmul(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("MatMul", [a, b], attrs).outputs[0]]
 
 
-@_rule("GatherNd")
-def _gather_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``params[tuple(indices[..., :])]``: the first K axes of ``params`` (K: the indices' last
-    dimension) flattened into one, each index row made one linear index, and a ``Gather`` along it.
-    An index outside its axis is an ``Assert`` with TensorFlow's message (a linear index could
-    otherwise land in range)."""
-    params, idx = _t(ins[0]), _t(ins[1])
-    if ctx.attr("bad_indices_policy", "") not in ("", "DEFAULT", "ERROR"):
-        raise UnsupportedError(f"{ctx.where()}: bad_indices_policy {ctx.attr('bad_indices_policy')!r} is not "
-                               "supported (out-of-range indices are an error)")
-    ri, rp = _rank(ctx, idx), _rank(ctx, params)
-    assert idx.shape is not None and params.shape is not None
+def _linear_index(ctx: ImportContext, idx: Tensor, like: Tensor, what: str) -> tuple[Tensor, list[int]]:
+    """The index rows ``idx[..., :K]`` into a tensor shaped like ``like`` as linear indices into its
+    first K axes flattened into one, after an ``Assert`` that each index is within its axis (a
+    linear index could otherwise land in range); and the shape of ``like`` past those K axes.
+    Every dimension of ``like`` but the first must be known when importing."""
+    ri, rl = _rank(ctx, idx), _rank(ctx, like)
+    assert idx.shape is not None and like.shape is not None
     k = idx.shape[-1] if ri else None
-    if k is None or k > rp or any(d is None for d in params.shape[1:]):
-        raise UnsupportedError(f"{ctx.where()}: needs the indices' last dimension and the params' shape past "
-                               f"the first axis when importing, got {k} and {list(params.shape)}")
+    if k is None or k > rl or any(d is None for d in like.shape[1:]):
+        raise UnsupportedError(f"{ctx.where()}: needs the indices' last dimension and the {what} shape past the "
+                               f"first axis when importing, got {k} and {list(like.shape)}")
     if idx.dtype != dt.int32:
         idx = ctx.create("Cast", [idx], {"dtype": "int32"}, suffix="indices").outputs[0]
-    sizes = [_dim(ctx, params, j, f"dim{j}") for j in range(k)]  # (only the first may be a run-time size)
+    sizes = [_dim(ctx, like, j, f"dim{j}") for j in range(k)]  # (only the first may be a run-time size)
     lo = ctx.const(np.zeros((), np.int32), [idx], suffix="zero")
     hi = ctx.create("Pack", [d if isinstance(d, Tensor) else ctx.const(np.asarray(d, np.int32), [idx],
                                                                         suffix=f"size{j}")
@@ -249,15 +244,48 @@ def _gather_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [idx, lo], suffix="ge").outputs[0],
                                    ctx.create("Less", [idx, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
     every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix="all_in_range").outputs[0]
-    shown = ",".join("?" if d is None else str(d) for d in params.shape)
-    message = f"{nd.name}: indices do not index into param shape [{shown}]"
+    shown = ",".join("?" if d is None else str(d) for d in like.shape)
+    message = f"{ctx.node.name}: indices do not index into {what} shape [{shown}]"
     idx = ctx.create("Assert", [every, idx], {"message": message}, suffix="check").outputs[0]
-    rest = [int(d or 0) for d in params.shape[1:]]  # (all known: checked above)
-    dims = rest[:k - 1]
-    strides = [int(np.prod(dims[j:])) for j in range(k)]
+    rest = [int(d or 0) for d in like.shape[1:]]  # (all known: checked above)
+    strides = [int(np.prod(rest[j:k - 1])) for j in range(k)]
     flat = ctx.const(np.asarray(strides, np.int32), [idx], suffix="strides")
     lin = ctx.create("Sum", [ctx.create("Mul", [idx, flat], suffix="scaled").outputs[0]],
                      {"axis": [-1], "keepdims": False}, suffix="linear").outputs[0]
-    rows = ctx.create("Reshape", [params], {"shape": [-1, *rest[k - 1:]]},
-                      suffix="rows").outputs[0]
+    return lin, rest[k - 1:]
+
+
+@_rule("GatherNd")
+def _gather_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``params[tuple(indices[..., :])]``: a ``Gather`` of the linear indices (``_linear_index``)
+    from the params with their first K axes flattened (K: the indices' last dimension)."""
+    params = _t(ins[0])
+    if ctx.attr("bad_indices_policy", "") not in ("", "DEFAULT", "ERROR"):
+        raise UnsupportedError(f"{ctx.where()}: bad_indices_policy {ctx.attr('bad_indices_policy')!r} is not "
+                               "supported (out-of-range indices are an error)")
+    lin, rest = _linear_index(ctx, _t(ins[1]), params, "param")
+    rows = ctx.create("Reshape", [params], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
     return [ctx.create("Gather", [rows, lin], {"axis": 0}).outputs[0]]
+
+
+@_rule("ScatterNd")
+def _scatter_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Zeros of ``shape`` with each update added at its index row (GatherNd's gradient): Turnout's
+    ``ScatterAddLike`` along the linear indices of ``_linear_index`` into the rows of the first K
+    axes flattened, reshaped back. ``shape`` is known when importing, or read by a Shape op (the
+    gradient's ``shape(params)``), whose input then stands for it."""
+    idx, upd = _t(ins[0]), _t(ins[1])
+    if ctx.attr("bad_indices_policy", "") not in ("", "DEFAULT", "ERROR"):
+        raise UnsupportedError(f"{ctx.where()}: bad_indices_policy {ctx.attr('bad_indices_policy')!r} is not "
+                               "supported (out-of-range indices are an error)")
+    tname = ctx.data_inputs()[2]
+    shape = ctx.static(tname)
+    if shape is not None:
+        like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], upd.dtype.numpy), [upd], suffix="zeros")
+    else:
+        like = _like_shape(ctx, tname, _t(ins[2]))
+    lin, rest = _linear_index(ctx, idx, like, "output")
+    rows = ctx.create("Reshape", [like], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
+    summed = ctx.create("ScatterAddLike", [rows, lin, upd], {"axis": 0}, suffix="sum").outputs[0]
+    assert like.shape is not None
+    return [ctx.create("Reshape", [summed], {"shape": [-1 if d is None else int(d) for d in like.shape]}).outputs[0]]
