@@ -20,6 +20,12 @@ from test_graphdef_model_ops import BACKENDS, F32, I32, GraphDef, _run  # noqa: 
 from turnout.graphdef import import_graph_def  # noqa: E402
 
 
+def _one_op(op: str, x: np.ndarray, t: int) -> GraphDef:
+    g = GraphDef()
+    g.node("y", op, (g.const("x", x),), T=t)
+    return g
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_softplus_at_its_thresholds_and_between(backend: str) -> None:
     """Above 13.94 it is x, below -13.94 exp(x), else log1p(exp(x)): each exact where used."""
@@ -70,6 +76,8 @@ def test_activations_with_their_gradients(backend: str) -> None:
     np.testing.assert_array_equal(lr, np.where(x > 0, x, x * np.float32(0.25)))
     np.testing.assert_array_equal(lrg, np.where(x > 0, dy, dy * np.float32(0.25)))
     np.testing.assert_array_equal(r6, [0, 2, 6])
+    (same,) = _run(_one_op("Round", np.asarray([-3, 2, 9], np.int32), I32), ["y:0"], {}, backend)
+    np.testing.assert_array_equal(same, [-3, 2, 9])  # TensorFlow's Round of an integer
     np.testing.assert_array_equal(r6g, [0.0, 0.0, 0.0, 4.0, 0.0])
     np.testing.assert_allclose(elu, np.where(x < 0, np.expm1(x), x), rtol=1e-6)
     np.testing.assert_allclose(elug, np.where(x < 0, dy * np.exp(x), dy), rtol=1e-6)

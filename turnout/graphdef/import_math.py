@@ -74,6 +74,13 @@ def _reciprocal_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Mul", [f.op("Mul", f.op("Neg", dy), y), y]).outputs[0]]
 
 
+@_rule("Round")
+def _round(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout's Round (half to even); of an integer, TensorFlow's Round is the value itself."""
+    x = _t(ins[0])
+    return [ctx.create("Round" if x.dtype.is_floating else "Identity", [x]).outputs[0]]
+
+
 @_rule("SquaredDifference")
 def _squared_difference(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     d = ctx.create("Sub", ins[:2], suffix="difference").outputs[0]
