@@ -2,7 +2,7 @@
 TensorFlow fixtures (``attention_block``, ``one_hot_cumsum_pad``) do not take: run-time dimensions,
 failing run-time checks with TensorFlow's messages, and the refusals that name the op and its
 argument; plus Turnout's MatMul of batches, which BatchMatMulV2 imports to, differentiated and
-exported. Hand-written GraphDefs against numpy closed forms, on both backends. Needs the ``tf``
+exported, and its Cumsum, which Cumsum imports to, on int32 and on an empty axis. Hand-written GraphDefs against numpy closed forms, on both backends. Needs the ``tf``
 extra, not TensorFlow."""
 
 from __future__ import annotations
@@ -137,3 +137,24 @@ def test_scatter_nd_adds_repeated_indices_and_refuses_one_out_of_range(backend: 
     np.testing.assert_array_equal(got, [[2.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
     with pytest.raises(KernelError, match=r"indices do not index into output shape \[2,3\]"):
         _run(g, ["s:0"], {"i:0": np.asarray([[0, 3], [0, 0], [0, 0]], np.int32)}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cumsum_of_int32_and_of_an_empty_axis(backend: str) -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [None, 3], name="x")
+        ys = [tn.cumsum(x, axis=a, exclusive=e, reverse=r) for a in (0, 1) for e in (False, True) for r in (False, True)]
+    xv = np.asarray([[1, 2, 3], [4, 5, 6]], np.int32)
+
+    def want(v: np.ndarray, a: int, e: bool, r: bool) -> np.ndarray:
+        w = np.flip(v, a) if r else v
+        s = np.cumsum(w, axis=a) - (w if e else 0)
+        return np.flip(s, a) if r else s
+
+    cases = [(a, e, r) for a in (0, 1) for e in (False, True) for r in (False, True)]
+    for v in (xv, np.zeros((0, 3), np.int32)):
+        got = tn.Session(g, backend=backend).run(ys, {x: v})
+        for out, (a, e, r) in zip(got, cases):
+            assert out.dtype == np.int32
+            np.testing.assert_array_equal(out, want(v, a, e, r), err_msg=f"axis {a} exclusive {e} reverse {r}")

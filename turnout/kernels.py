@@ -413,9 +413,9 @@ def _cumsum(xs, attrs):
     ax = attrs["axis"] % x.ndim
     y = np.flip(x, ax) if attrs.get("reverse", False) else x
     s = np.cumsum(y, axis=ax, dtype=x.dtype)
-    if attrs.get("exclusive", False):
+    if attrs.get("exclusive", False) and x.shape[ax]:
         lead = np.zeros_like(np.take(s, [0], axis=ax))
-        s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax) if x.shape[ax] else s
+        s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax)
     return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
 
 
