@@ -2,8 +2,8 @@
 TensorFlow fixtures (``attention_block``, ``one_hot_cumsum_pad``) do not take: run-time dimensions,
 failing run-time checks with TensorFlow's messages, and the refusals that name the op and its
 argument; plus Turnout's MatMul of batches, which BatchMatMulV2 imports to, differentiated and
-exported, and its Cumsum, which Cumsum imports to, on int32 and on an empty axis. Hand-written GraphDefs against numpy closed forms, on both backends. Needs the ``tf``
-extra, not TensorFlow."""
+exported, and its Cumsum, which Cumsum imports to, on int32 and on an empty axis. Hand-written
+GraphDefs against numpy closed forms, on both backends. Needs the ``tf`` extra, not TensorFlow."""
 
 from __future__ import annotations
 
@@ -144,7 +144,8 @@ def test_cumsum_of_int32_and_of_an_empty_axis(backend: str) -> None:
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.int32, [None, 3], name="x")
-        ys = [tn.cumsum(x, axis=a, exclusive=e, reverse=r) for a in (0, 1) for e in (False, True) for r in (False, True)]
+        cases = [(a, e, r) for a in (0, 1) for e in (False, True) for r in (False, True)]
+        ys = [tn.cumsum(x, axis=a, exclusive=e, reverse=r) for a, e, r in cases]
     xv = np.asarray([[1, 2, 3], [4, 5, 6]], np.int32)
 
     def want(v: np.ndarray, a: int, e: bool, r: bool) -> np.ndarray:
@@ -152,7 +153,6 @@ def test_cumsum_of_int32_and_of_an_empty_axis(backend: str) -> None:
         s = np.cumsum(w, axis=a) - (w if e else 0)
         return np.flip(s, a) if r else s
 
-    cases = [(a, e, r) for a in (0, 1) for e in (False, True) for r in (False, True)]
     for v in (xv, np.zeros((0, 3), np.int32)):
         got = tn.Session(g, backend=backend).run(ys, {x: v})
         for out, (a, e, r) in zip(got, cases):
