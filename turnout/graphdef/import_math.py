@@ -1,5 +1,5 @@
-"""Import rules of TensorFlow's element-wise math and activation ops, and of the gradient ops
-``tf.gradients`` emits for them (``RsqrtGrad``, ``EluGrad``, ...).
+"""Import rules of TensorFlow's element-wise math and activation ops, of the gradient ops
+``tf.gradients`` emits for them (``RsqrtGrad``, ``EluGrad``, ...), and of the truncating divisions.
 
 Each rule is the formula TensorFlow's CPU kernel evaluates, written with Turnout primitives in the
 kernel's order (``Elu`` is ``exp(x) - 1`` below zero, not ``expm1``, because TensorFlow's is), so the

@@ -1,10 +1,11 @@
 """Import rules of the structure ops of TF1 model code: Squeeze, Unpack, IdentityN,
 PlaceholderWithDefault, CheckNumerics, EnsureShape, Pad / PadV2, OneHot, Cumsum, the batched
-matrix products and GatherNd.
+matrix products, GatherNd and its gradient ScatterNd.
 
 Each is existing Turnout primitives put together (``GetItem`` for squeezes and unstacks, ``Concat``
-of filled blocks for pads, ``Equal`` against the class indices for one-hot, ``Assert`` for the
-run-time checks, with TensorFlow's messages), except ``Cumsum`` (its own primitive, as a running sum
+of filled blocks for pads, ``Equal`` against the class indices for one-hot, ``Gather`` and
+``ScatterAddLike`` along linear indices for GatherNd and ScatterNd, ``Assert`` for the run-time
+checks, with TensorFlow's messages), except ``Cumsum`` (its own primitive, as a running sum
 is no composition of the others) and the batched products (Turnout's ``MatMul`` takes batches of
 matrices). Why a module of its own: ``import_rules`` holds the rules of the control-flow, variable
 and TensorArray machinery; these share none of it.
