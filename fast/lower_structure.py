@@ -34,9 +34,9 @@ from turnout.shape_rules import SHAPE_RULES, reduced_shape, spec_shape_error
 def _matmul(ctx, n, xs):
     a, b = xs
     if n.attrs.get("transpose_a"):
-        a = a.T
+        a = jnp.swapaxes(a, -1, -2)
     if n.attrs.get("transpose_b"):
-        b = b.T
+        b = jnp.swapaxes(b, -1, -2)
     return [jnp.matmul(a, b)]
 
 

@@ -184,6 +184,8 @@ LOWERING_RULES.update({
     "Relu": _ew(lambda x: jnp.maximum(x, jnp.zeros((), jnp.result_type(x)))),
     "Tanh": _ew(jnp.tanh), "Sigmoid": _ew(lambda x: 1 / (1 + jnp.exp(-x))),
     "Exp": _ew(jnp.exp), "Log": _ew(jnp.log), "Sqrt": _ew(jnp.sqrt),
+    "Log1p": _ew(jnp.log1p), "Expm1": _ew(jnp.expm1), "Erf": _ew(jax.scipy.special.erf), "Sin": _ew(jnp.sin),
+    "Cos": _ew(jnp.cos), "Floor": _ew(jnp.floor), "Ceil": _ew(jnp.ceil), "Round": _ew(jnp.round),
     "Less": _ew(jnp.less), "LessEqual": _ew(jnp.less_equal), "Greater": _ew(jnp.greater),
     "GreaterEqual": _ew(jnp.greater_equal), "Equal": _ew(jnp.equal), "NotEqual": _ew(jnp.not_equal),
     "LogicalAnd": _ew(jnp.logical_and), "LogicalOr": _ew(jnp.logical_or), "LogicalNot": _ew(jnp.logical_not),
@@ -194,6 +196,19 @@ LOWERING_RULES.update({
 def _select(ctx, n, xs):
     c, a, b = xs
     return [jnp.where(c, a, b)]
+
+
+@lowering_rule("Cumsum")
+def _cumsum(ctx, n, xs):
+    """The reference kernel's order: an exclusive sum is the inclusive one shifted by a slot."""
+    x = jnp.asarray(xs[0])
+    ax, rev = n.attrs["axis"] % x.ndim, n.attrs.get("reverse", False)
+    y = jnp.flip(x, ax) if rev else x
+    s = jnp.cumsum(y, axis=ax, dtype=x.dtype)
+    if n.attrs.get("exclusive", False) and x.shape[ax]:
+        lead = jnp.zeros_like(jax.lax.slice_in_dim(s, 0, 1, axis=ax))
+        s = jnp.concatenate([lead, jax.lax.slice_in_dim(s, 0, x.shape[ax] - 1, axis=ax)], axis=ax)
+    return [jnp.flip(s, ax) if rev else s]
 
 
 @lowering_rule("Cast")

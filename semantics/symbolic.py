@@ -315,7 +315,8 @@ def _cast(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
 #: functions, and the stateful ones are still refused.
 Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Placeholder",  # not a rule: a Placeholder is an input of the query (its own z3 constant)
-    "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow",
+    "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow", "Log1p", "Expm1", "Erf", "Sin", "Cos",
+    "Floor", "Ceil", "Round", "Cumsum",
     "Assert",  # a failing check is an error, which the encoding has no value for
     "ArgMax", "ArgMin", "TopK", "ReverseSequence",
     "MatMul", "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",

@@ -92,7 +92,15 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "UnsortedSegmentSum",
                # TF1's reference variables
                "VariableV2", "Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent", "RefEnter", "RefSwitch",
-               "ApplyMomentum", "ApplyAdam", "ApplyRMSProp", "ApplyAdagrad"]:
+               "ApplyMomentum", "ApplyAdam", "ApplyRMSProp", "ApplyAdagrad",
+               # element-wise math and activations of TF1 model code, with their gradient ops
+               "Rsqrt", "RsqrtGrad", "SqrtGrad", "Reciprocal", "ReciprocalGrad", "Softplus", "Elu",
+               "EluGrad", "Selu", "SeluGrad", "LeakyRelu", "LeakyReluGrad", "Relu6", "Relu6Grad", "Floor", "Ceil",
+               "Round", "Log1p", "Expm1", "Erf", "IsFinite", "SquaredDifference", "DivNoNan", "Sin", "Cos",
+               "L2Loss",
+               # structure ops of TF1 model code
+               "BatchMatMulV2", "Squeeze", "Unpack", "PlaceholderWithDefault", "IdentityN", "CheckNumerics",
+               "EnsureShape", "Pad", "PadV2", "OneHot", "Cumsum", "GatherNd", "ScatterNd"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

@@ -22,8 +22,8 @@ BACKENDS = ["reference", "fast"]
 
 
 class GraphDef:
-    """A GraphDef written by hand: ``node(name, op, inputs, **attrs)`` with ints, floats, type enums
-    (``T=F32``) and numpy constants (``value=...``)."""
+    """A GraphDef written by hand: ``node(name, op, inputs, **attrs)`` with ints, floats, int lists,
+    type enums (``T=F32``), shapes and numpy constants (``value=...``)."""
 
     def __init__(self) -> None:
         self.gd = protos.pb().graph_pb2.GraphDef()
@@ -45,6 +45,10 @@ class GraphDef:
                 a.b = v
             elif isinstance(v, int):
                 a.i = v
+            elif isinstance(v, float):
+                a.f = v
+            elif isinstance(v, list):
+                a.list.i.extend(v)
             else:
                 a.s = str(v).encode()
         return name

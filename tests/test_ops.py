@@ -6,6 +6,7 @@ written next to the op, so a reader can check it by hand.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ B = np.array([[0.5, 2.0, -1.0], [4.0, -0.5, 2.0]], np.float32)
 P = np.array([[0.5, 1.0, 2.0], [4.0, 0.25, 9.0]], np.float32)  # positive, for log / sqrt / pow
 I = np.array([7, -7, 9, 0], np.int32)
 J = np.array([2, 2, -4, 3], np.int32)
+H = np.array([[0.5, 1.5, 2.5], [-0.5, -2.5, 3.7]], np.float32)  # halves, for round's ties to even
 
 
 #: tests of reference-only machinery, or of graphs the fast backend rejects by design (UnsupportedError)
@@ -60,6 +62,15 @@ UNARY: list[tuple[str, Callable[[Any], Any], Callable[[np.ndarray], np.ndarray],
     ("zeros_like", tn.zeros_like, np.zeros_like, A),
     ("ones_like", tn.ones_like, np.ones_like, A),
     ("abs_int", tn.abs, np.abs, I),
+    ("log1p", tn.log1p, np.log1p, P),
+    ("expm1", tn.expm1, np.expm1, A),
+    ("erf", tn.erf, lambda x: np.vectorize(math.erf, otypes=[np.float32])(x), A),
+    ("sin", tn.sin, np.sin, A),
+    ("cos", tn.cos, np.cos, A),
+    ("floor", tn.floor, np.floor, H),
+    ("ceil", tn.ceil, np.ceil, H),
+    ("round", tn.round, np.round, H),
+    ("cumsum", tn.cumsum, lambda x: np.cumsum(x, axis=0), A),
     ("negative_int", tn.negative, lambda x: -x, I),
 ]
 
@@ -430,13 +441,15 @@ CHECKED_ELSEWHERE = {
 
 
 def test_every_op_constructor_is_checked() -> None:
-    """A new op constructor in turnout.ops needs a value test here (add it to a table above)."""
+    """A new op constructor in turnout.ops or turnout.math_ops needs a value test here (add it to a
+    table above)."""
     import inspect
 
+    import turnout.math_ops as math_ops
     import turnout.ops as ops
 
-    public = {n for n, f in vars(ops).items()
-              if inspect.isfunction(f) and f.__module__ == "turnout.ops" and not n.startswith("_")}
+    public = {n for m in (ops, math_ops) for n, f in vars(m).items()
+              if inspect.isfunction(f) and f.__module__ == m.__name__ and not n.startswith("_")}
     tabled = {f.__name__ for _, f, *_ in UNARY} | {f.__name__ for _, f, *_ in BINARY}
     unchecked = sorted(public - tabled - CHECKED_ELSEWHERE)
     assert not unchecked, f"op constructors with no value test in tests/test_ops.py: {unchecked}"

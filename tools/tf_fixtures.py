@@ -5,9 +5,10 @@ variables), runs it in a ``tf.compat.v1.Session`` and writes ``<case>.pbtxt`` (t
 and ``<case>.json`` (the runs: feeds by tensor name, fetched tensor names, TensorFlow's values).
 tests/test_graphdef_import.py replays the runs on every Turnout backend without TensorFlow.
 
-    python tools/tf_fixtures.py [--out tests/data/tf] [--check]
+    python tools/tf_fixtures.py [--out tests/data/tf] [--check] [CASE ...]
 
-``--check`` writes nothing: it re-runs every case in TensorFlow and compares with the checked-in values.
+Named cases are the only ones written (or checked); without names, every case. ``--check`` writes
+nothing: it re-runs every case in TensorFlow and compares with the checked-in values.
 TensorFlow is not a dependency of Turnout; this script is the only place that imports it. The model
 families need TF1's RNN cells, which TensorFlow 2.16 and later take from the ``tf_keras`` package.
 """
@@ -24,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
+# the helpers the op-coverage cases share live in a module of their own, beside this one
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tf_fixture_helpers import _seeded, _train_runs, _weights  # noqa: E402
+
 CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
 
 
 def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
     CASES[fn.__name__] = fn
     return fn
-
-
-def names(ts: Any) -> list[str]:
-    return [t.name for t in ts]
 
 
 @case
@@ -252,29 +253,6 @@ def grad_dynamic_tensor_array(tf: Any) -> list[dict[str, Any]]:
 
 
 # ---- TF1 model families (issue 38): built with tf.compat.v1's high-level APIs, trained three steps ----
-def _weights(shape: tuple[int, ...], seed: int, scale: float = 0.3) -> np.ndarray:
-    """Seeded initial weights: the fixtures use constant initializers, so the GraphDef holds them."""
-    return (np.random.default_rng(seed).uniform(-1.0, 1.0, shape) * scale).astype(np.float32)
-
-
-def _seeded(tf: Any, seed: int) -> Any:
-    """An initializer of seeded constants of whatever shape a cell asks for (a GRU asks for two)."""
-    def init(shape: Any, dtype: Any = None, partition_info: Any = None) -> Any:
-        return tf.constant(_weights(tuple(int(d) for d in shape), seed))
-
-    return init
-
-
-def _train_runs(feeds: dict[str, Any], loss: Any, train: Any, watched: list[Any],
-                steps: int = 3) -> list[dict[str, Any]]:
-    """``steps`` training steps, each fetching the loss it trains on, then the loss and the watched
-    tensors (the updated weights) after them."""
-    runs: list[dict[str, Any]] = [{"feeds": feeds, "fetches": [loss.name], "targets": [train.name]}
-                                  for _ in range(steps)]
-    runs.append({"feeds": feeds, "fetches": [loss.name, *names(watched)]})
-    return runs
-
-
 def _lstm_training(tf: Any, optimizer: Any, known_sizes: bool, rnn_device: str | None = None,
                    ) -> list[dict[str, Any]]:
     """``nn.dynamic_rnn`` over an LSTMCell with a fed ``sequence_length``, a squared-error loss on the
@@ -569,6 +547,11 @@ def placed_gpu_fallback(tf: Any) -> list[dict[str, Any]]:
     rng = np.random.default_rng(46)
     feeds = {"n:0": 3, "xs:0": rng.normal(size=(3, 1, 2)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [w.value(), u.value()])
+
+
+import tf_fixtures_ops  # noqa: E402  (element-wise math, activations and structure ops of TF1 models)
+
+CASES.update(tf_fixtures_ops.CASES)
 
 
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:

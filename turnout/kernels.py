@@ -10,6 +10,7 @@ are numpy arrays (0-d for scalars) or ``TensorArrayValue``. Kernels never see de
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -171,6 +172,8 @@ def _pow(a: Any, b: Any) -> Any:
     return np.power(a, b)
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+
 KERNELS.update({
     "Add": _elementwise(np.add),
     "Sub": _elementwise(np.subtract),
@@ -190,6 +193,14 @@ KERNELS.update({
     "Exp": _elementwise(np.exp),
     "Log": _elementwise(np.log),
     "Sqrt": _elementwise(np.sqrt),
+    "Log1p": _elementwise(np.log1p),
+    "Expm1": _elementwise(np.expm1),
+    "Erf": _elementwise(lambda x: np.asarray(_erf(x), dtype=np.result_type(x))),  # (numpy has no erf)
+    "Sin": _elementwise(np.sin),
+    "Cos": _elementwise(np.cos),
+    "Floor": _elementwise(np.floor, flush=False),
+    "Ceil": _elementwise(np.ceil, flush=False),
+    "Round": _elementwise(np.round, flush=False),  # half to even, as TensorFlow's Round
     "Less": _compare(np.less),
     "LessEqual": _compare(np.less_equal),
     "Greater": _compare(np.greater),
@@ -236,13 +247,18 @@ def _cast(xs, attrs):
 
 @_k("MatMul")
 def _matmul(xs, attrs):
+    """Matrices, or batches of them whose batch dimensions broadcast; a transpose swaps the last two axes."""
     a, b = xs
     if attrs.get("transpose_a"):
-        a = a.T
+        a = np.swapaxes(a, -1, -2)
     if attrs.get("transpose_b"):
-        b = b.T
-    if a.shape[1] != b.shape[0]:
+        b = np.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
         raise KernelError(f"MatMul: inner dimensions differ at run time: {a.shape} @ {b.shape}")
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise KernelError(f"MatMul: batch dimensions do not broadcast at run time: {a.shape} @ {b.shape}") from None
     return [flush_subnormals(np.matmul(a, b))]
 
 
@@ -389,6 +405,20 @@ def _sum(xs, attrs):
     x = np.asarray(xs[0])
     return [flush_subnormals(np.asarray(np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)),
                                         dtype=x.dtype))]
+
+
+@_k("Cumsum")
+def _cumsum(xs, attrs):
+    """``exclusive`` shifts the inclusive sums by one slot (a leading zero), as TensorFlow's scan
+    does, rather than subtracting each element again (which would round differently)."""
+    x = np.asarray(xs[0])
+    ax = attrs["axis"] % x.ndim
+    y = np.flip(x, ax) if attrs.get("reverse", False) else x
+    s = np.cumsum(y, axis=ax, dtype=x.dtype)
+    if attrs.get("exclusive", False) and x.shape[ax]:
+        lead = np.zeros_like(np.take(s, [0], axis=ax))
+        s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax)
+    return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
 
 
 @_k("Mean")

@@ -401,7 +401,9 @@ def stop_gradient(x: Any, name: Optional[str] = None) -> Tensor:
 
 @checked
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, name: Optional[str] = None) -> Tensor:
-    """Matrix product of two rank-2 tensors, optionally transposing either operand first."""
+    """Matrix product of two rank-2 tensors, optionally transposing either operand first; of batches
+    of matrices (rank 3 or more) it is ``np.matmul``'s: one product per batch entry, the batch
+    dimensions broadcast, a transpose swapping the last two axes."""
     return _op2("MatMul", a, b, name, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
 
 

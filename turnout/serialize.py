@@ -593,6 +593,7 @@ ATTR_RULES: dict[str, AttrRules] = {
     "Cast": {"dtype": (True, _c_value_dtype)},
     "Sum": _REDUCE, "Mean": _REDUCE, "Max": _REDUCE, "Min": _REDUCE, "All": _REDUCE, "Any": _REDUCE,
     "Concat": {"axis": (True, _c_int)},
+    "Cumsum": {"axis": (True, _c_int), "exclusive": (False, _c_bool), "reverse": (False, _c_bool)},
     "ExpandDims": {"axis": (True, _c_int)},
     "Gather": {"axis": (False, _c_int)},
     "ScatterAddLike": {"axis": (False, _c_int)},

@@ -230,7 +230,7 @@ def _unary_numeric(op, specs, attrs):
     return [TensorSpec(specs[0].dtype, specs[0].shape)]
 
 
-@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt")
+@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round")
 def _unary_float(op, specs, attrs):
     _floating(op, specs[0].dtype)
     return [TensorSpec(specs[0].dtype, specs[0].shape)]
@@ -259,16 +259,17 @@ def _matmul(op, specs, attrs):
     a, b = specs
     d = _same_dtype(op, specs)
     _numeric(op, d)
-    if a.shape is not None and len(a.shape) != 2 or b.shape is not None and len(b.shape) != 2:
-        raise ShapeError(f"MatMul: operands must be matrices, got {sh.fmt(a.shape)} @ {sh.fmt(b.shape)}")
+    if a.shape is not None and len(a.shape) < 2 or b.shape is not None and len(b.shape) < 2:
+        raise ShapeError(f"MatMul: operands must be matrices or batches of them, got {sh.fmt(a.shape)} @ "
+                         f"{sh.fmt(b.shape)}")
     ta, tb = attrs.get("transpose_a", False), attrs.get("transpose_b", False)
-    if a.shape is None or b.shape is None:
-        return [TensorSpec(d, (None, None))]
-    m, k1 = (a.shape[1], a.shape[0]) if ta else a.shape
-    k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if a.shape is None or b.shape is None:  # (an operand of unknown rank may be a batch: so may the product)
+        return [TensorSpec(d, None)]
+    m, k1 = (a.shape[-1], a.shape[-2]) if ta else a.shape[-2:]
+    k2, n = (b.shape[-1], b.shape[-2]) if tb else b.shape[-2:]
     if k1 is not None and k2 is not None and k1 != k2:
         raise ShapeError(f"MatMul: inner dimensions differ: {sh.fmt(a.shape)} @ {sh.fmt(b.shape)}")
-    return [TensorSpec(d, (m, n))]
+    return [TensorSpec(d, (*_bcast(op, a.shape[:-2], b.shape[:-2]), m, n))]
 
 
 @_rule("Reshape")
@@ -484,6 +485,17 @@ def _reduce(op, specs, attrs):
         return [TensorSpec(x.dtype, reduced_shape(x.shape, attrs.get("axis"), attrs.get("keepdims", False)))]
     except ShapeError as e:
         raise ShapeError(f"{op}: {e}") from None
+
+
+@_rule("Cumsum")
+def _cumsum(op, specs, attrs):
+    x = specs[0]
+    _numeric(op, x.dtype)
+    rank = None if x.shape is None else len(x.shape)
+    if rank == 0:
+        raise ShapeError(f"{op}: the input must have rank 1 or more, got a scalar")
+    _axis(op, attrs["axis"], rank)
+    return [TensorSpec(x.dtype, x.shape)]
 
 
 @_rule("ArgMax", "ArgMin")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout import ops
+from turnout import math_ops, ops
 from turnout.errors import GradientError
 from turnout.gradients.grads import SlotGrad
 from turnout.graph import Node, Tensor
@@ -56,7 +56,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "All": INTEGER_OUTPUTS, "Any": INTEGER_OUTPUTS, "ArgMax": INTEGER_OUTPUTS, "ArgMin": INTEGER_OUTPUTS,
     "TensorArrayNew": "its only input is the integer size: a fresh TensorArray holds no values",
     "ZerosLike": CONSTANT_IN_INPUT, "OnesLike": CONSTANT_IN_INPUT,
-    "Sign": PIECEWISE_CONSTANT,
+    "Sign": PIECEWISE_CONSTANT, "Floor": PIECEWISE_CONSTANT, "Ceil": PIECEWISE_CONSTANT, "Round": PIECEWISE_CONSTANT,
     "StopGradient": BY_DEFINITION,
     "AssignVariable": STATE_UPDATE, "AssignAddVariable": STATE_UPDATE, "AssignSubVariable": STATE_UPDATE,
     "StackPush": GRADIENT_MACHINERY,
@@ -195,6 +195,32 @@ def _sqrt(b, n, dys):
     return [dys[0] / (b.value(n.outputs[0]) * 2)]  # d sqrt x = 1 / (2 sqrt x)
 
 
+@_grad("Log1p")
+def _log1p(b, n, dys):
+    return [dys[0] / (b.value(_in(n, 0)) + 1)]  # d log(1 + x) = 1 / (1 + x)
+
+
+@_grad("Expm1")
+def _expm1(b, n, dys):
+    return [dys[0] * ops.exp(b.value(_in(n, 0)))]  # d (e^x - 1) = e^x
+
+
+@_grad("Erf")
+def _erf(b, n, dys):
+    x = b.value(_in(n, 0))
+    return [dys[0] * (ops.exp(-(x * x)) * (2 / np.sqrt(np.pi)))]  # d erf x = 2 / sqrt(pi) e^(-x^2)
+
+
+@_grad("Sin")
+def _sin(b, n, dys):
+    return [dys[0] * math_ops.cos(b.value(_in(n, 0)))]
+
+
+@_grad("Cos")
+def _cos(b, n, dys):
+    return [-(dys[0] * math_ops.sin(b.value(_in(n, 0))))]
+
+
 def _select_where(b: Backward, n: Node, dy: Tensor, pick_x: Tensor) -> Grads:
     x, y = n.inputs
     z = ops.zeros_like(dy)
@@ -265,13 +291,17 @@ def _matmul(b, n, dys):
     ta, tb = n.attrs.get("transpose_a", False), n.attrs.get("transpose_b", False)
     # z = op(a) @ op(c): d op(a) = dy @ op(c)^T, d op(c) = op(a)^T @ dy; transpose back where op transposed.
     if not ta and not tb:
-        return [ops.matmul(dy, cv, transpose_b=True), ops.matmul(av, dy, transpose_a=True)]
-    if ta and not tb:
-        return [ops.matmul(cv, dy, transpose_b=True), ops.matmul(av, dy)]
-    if not ta and tb:
-        return [ops.matmul(dy, cv), ops.matmul(dy, av, transpose_a=True)]
-    return [ops.matmul(cv, dy, transpose_a=True, transpose_b=True),
-            ops.matmul(dy, av, transpose_a=True, transpose_b=True)]
+        gs = [ops.matmul(dy, cv, transpose_b=True), ops.matmul(av, dy, transpose_a=True)]
+    elif ta and not tb:
+        gs = [ops.matmul(cv, dy, transpose_b=True), ops.matmul(av, dy)]
+    elif not ta and tb:
+        gs = [ops.matmul(dy, cv), ops.matmul(dy, av, transpose_a=True)]
+    else:
+        gs = [ops.matmul(cv, dy, transpose_a=True, transpose_b=True),
+              ops.matmul(dy, av, transpose_a=True, transpose_b=True)]
+    if all(x.shape is not None and len(x.shape) == 2 for x in (a, c)):
+        return gs
+    return [b.unbroadcast(g, x, n.outputs[0]) for g, x in zip(gs, (a, c))]  # batch axes one side broadcast
 
 
 @_grad("Reshape")
@@ -409,6 +439,14 @@ def _tile(b, n, dys):
 def _sum(b, n, dys):
     x = _in(n, 0)
     return [b.broadcast_to(b.keepdims(dys[0], n), x)]
+
+
+@_grad("Cumsum")
+def _cumsum(b, n, dys):
+    """Each input element reaches the sums after it (before it, reversed): the gradient's running sum
+    in the other direction, exclusive when the forward sum was."""
+    a = n.attrs
+    return [math_ops.cumsum(dys[0], a["axis"], a.get("exclusive", False), not a.get("reverse", False))]
 
 
 @_grad("Mean")

@@ -83,7 +83,9 @@ for _tn, _tf in [("Add", "AddV2"), ("Sub", "Sub"), ("Mul", "Mul"), ("Maximum", "
                  ("Greater", "Greater"), ("GreaterEqual", "GreaterEqual"), ("Equal", "Equal"),
                  ("NotEqual", "NotEqual"), ("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp", "Exp"),
                  ("Log", "Log"), ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"),
-                 ("Relu", "Relu"), ("ZerosLike", "ZerosLike"), ("OnesLike", "OnesLike")]:
+                 ("Relu", "Relu"), ("ZerosLike", "ZerosLike"), ("OnesLike", "OnesLike"), ("Log1p", "Log1p"),
+                 ("Expm1", "Expm1"), ("Erf", "Erf"), ("Sin", "Sin"), ("Cos", "Cos"), ("Floor", "Floor"),
+                 ("Ceil", "Ceil"), ("Round", "Round")]:
     _rule(_tn)(_same(_tf))
 
 
@@ -117,9 +119,12 @@ def _cast(ctx: ExportContext, n: Node) -> Outs:
 
 @_rule("MatMul")
 def _matmul(ctx: ExportContext, n: Node) -> Outs:
-    attrs = {"T": _T(n), "transpose_a": bool(n.attrs.get("transpose_a", False)),
-             "transpose_b": bool(n.attrs.get("transpose_b", False))}
-    return [f'{ctx.add("MatMul", _ins(ctx, n), attrs)}:0']
+    """TensorFlow's MatMul takes matrices only: a product of batches (or of an operand of unknown
+    rank) is its BatchMatMulV2, whose ``adj_x`` / ``adj_y`` transpose real operands."""
+    ta, tb = bool(n.attrs.get("transpose_a", False)), bool(n.attrs.get("transpose_b", False))
+    if all(x.shape is not None and len(x.shape) == 2 for x in n.inputs):
+        return [f'{ctx.add("MatMul", _ins(ctx, n), {"T": _T(n), "transpose_a": ta, "transpose_b": tb})}:0']
+    return [f'{ctx.add("BatchMatMulV2", _ins(ctx, n), {"T": _T(n), "adj_x": ta, "adj_y": tb})}:0']
 
 
 # ---- static attributes become constant inputs ------------------------------------------------------

@@ -207,7 +207,8 @@ for _tf, _tn in [("Sub", "Sub"), ("Mul", "Mul"), ("RealDiv", "Div"), ("Div", "Di
     _rule(_tf)(_simple(_tn, 2))
 for _tf, _tn in [("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp", "Exp"), ("Log", "Log"),
                  ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"), ("Relu", "Relu"),
-                 ("LogicalNot", "LogicalNot"), ("Size", "Size")]:
+                 ("LogicalNot", "LogicalNot"), ("Size", "Size"), ("Log1p", "Log1p"), ("Expm1", "Expm1"),
+                 ("Erf", "Erf"), ("Sin", "Sin"), ("Cos", "Cos"), ("Floor", "Floor"), ("Ceil", "Ceil")]:
     _rule(_tf)(_simple(_tn, 1))
 _rule("SelectV2")(_simple("Select", 3))
 

@@ -1,0 +1,140 @@
+"""Import rules of TensorFlow's element-wise math and activation ops (turnout.graphdef.import_math)
+on the paths the TensorFlow fixture (``mlp_layer_norm``) does not take: the extremes of Softplus,
+infinities and NaNs, a zero divisor broadcast against a larger dividend, integer inputs, and the
+refusals that name the op. Hand-written GraphDefs against numpy closed forms, on both backends.
+Needs the ``tf`` extra, not TensorFlow."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from turnout.errors import UnsupportedError
+
+pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+
+from test_graphdef_model_ops import BACKENDS, F32, I32, GraphDef, _run  # noqa: E402
+
+from turnout.graphdef import import_graph_def  # noqa: E402
+
+
+def _one_op(op: str, x: np.ndarray, t: int) -> GraphDef:
+    g = GraphDef()
+    g.node("y", op, (g.const("x", x),), T=t)
+    return g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softplus_at_its_thresholds_and_between(backend: str) -> None:
+    """Above 13.94 it is x, below -13.94 exp(x), else log1p(exp(x)): each exact where used."""
+    x = np.asarray([-30.0, -14.0, -1e-3, 0.0, 2.5, 14.0, 40.0], np.float32)
+    g = GraphDef()
+    g.node("y", "Softplus", (g.const("x", x),), T=F32)
+    g.node("dy", "SoftplusGrad", (g.const("g", np.ones_like(x)), "x"), T=F32)
+    y, dy = _run(g, ["y:0", "dy:0"], {}, backend)
+    want = np.asarray([math.log1p(math.exp(float(v))) for v in x], np.float32)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    assert y[-1] == 40.0 and y[0] == np.float32(math.exp(-30.0))
+    np.testing.assert_allclose(dy, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_is_finite_div_no_nan_and_reciprocal_on_infinities(backend: str) -> None:
+    x = np.asarray([[1.0, np.inf, -np.inf, np.nan], [0.0, -2.0, 3.0, 4.0]], np.float32)
+    y = np.asarray([0.0, 2.0, 0.0, 4.0], np.float32)  # broadcast against x's rows
+    g = GraphDef()
+    g.node("fin", "IsFinite", (g.const("x", x),), T=F32)
+    g.node("q", "DivNoNan", ("x", g.const("y", y)), T=F32)
+    g.node("r", "Reciprocal", (g.const("z", np.asarray([0.0, -0.5, 4.0], np.float32)),), T=F32)
+    fin, q, r = _run(g, ["fin:0", "q:0", "r:0"], {}, backend)
+    np.testing.assert_array_equal(fin, np.isfinite(x))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(q, np.where(y == 0, 0.0, x / np.where(y == 0, 1.0, y)))
+    np.testing.assert_array_equal(r, [np.inf, -2.0, 0.25])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_activations_with_their_gradients(backend: str) -> None:
+    """LeakyRelu's alpha attribute, Relu6 on int32, Elu and Selu below and above zero."""
+    x = np.asarray([-2.0, -0.5, 0.0, 0.5, 7.0], np.float32)
+    dy = np.asarray([1.0, 2.0, 3.0, 4.0, 5.0], np.float32)
+    g = GraphDef()
+    g.const("x", x)
+    g.const("dy", dy)
+    g.node("lr", "LeakyRelu", ("x",), T=F32, alpha=0.25)
+    g.node("lrg", "LeakyReluGrad", ("dy", "x"), T=F32, alpha=0.25)
+    g.node("r6", "Relu6", (g.const("i", np.asarray([-3, 2, 9], np.int32)),), T=I32)
+    g.node("r6g", "Relu6Grad", ("dy", "x"), T=F32)
+    g.node("elu", "Elu", ("x",), T=F32)
+    g.node("elug", "EluGrad", ("dy", "elu"), T=F32)
+    g.node("selu", "Selu", ("x",), T=F32)
+    g.node("selug", "SeluGrad", ("dy", "selu"), T=F32)
+    got = _run(g, ["lr:0", "lrg:0", "r6:0", "r6g:0", "elu:0", "elug:0", "selu:0", "selug:0"], {}, backend)
+    lr, lrg, r6, r6g, elu, elug, selu, selug = got
+    np.testing.assert_array_equal(lr, np.where(x > 0, x, x * np.float32(0.25)))
+    np.testing.assert_array_equal(lrg, np.where(x > 0, dy, dy * np.float32(0.25)))
+    np.testing.assert_array_equal(r6, [0, 2, 6])
+    (same,) = _run(_one_op("Round", np.asarray([-3, 2, 9], np.int32), I32), ["y:0"], {}, backend)
+    np.testing.assert_array_equal(same, [-3, 2, 9])  # TensorFlow's Round of an integer
+    np.testing.assert_array_equal(r6g, [0.0, 0.0, 0.0, 4.0, 0.0])
+    np.testing.assert_allclose(elu, np.where(x < 0, np.expm1(x), x), rtol=1e-6)
+    np.testing.assert_allclose(elug, np.where(x < 0, dy * np.exp(x), dy), rtol=1e-6)
+    scale, alpha = 1.0507009873554805, 1.6732632423543772
+    np.testing.assert_allclose(selu, scale * np.where(x < 0, alpha * np.expm1(x), x), rtol=1e-6)
+    np.testing.assert_allclose(selug, np.where(x < 0, dy * scale * alpha * np.exp(x), dy * scale), rtol=1e-6)
+
+
+def test_integer_reciprocal_and_activations_of_integers_are_refused_naming_the_node() -> None:
+    """TensorFlow's integer Reciprocal truncates ``1 / x``; Turnout's integer Div floors, so it is
+    refused rather than computed differently; Elu of an int32 has no TensorFlow kernel either."""
+    for op in ("Reciprocal", "Elu", "Softplus", "Rsqrt", "IsFinite"):
+        g = GraphDef()
+        g.node("y", op, (g.const("i", np.asarray([1, -2], np.int32)),), T=I32)
+        with pytest.raises(UnsupportedError, match=f'{op} node "y": supported for floating inputs only'):
+            import_graph_def(g.gd)
+
+
+def test_the_new_primitives_export_and_import_as_the_tensorflow_ops_of_their_names() -> None:
+    import turnout as tn
+    from turnout.graphdef import export_graph_def
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        parts = [tn.log1p(x), tn.expm1(x), tn.erf(x), tn.sin(x), tn.cos(x), tn.floor(x), tn.ceil(x), tn.round(x)]
+    ex = export_graph_def(g)
+    ops = {nd.op for nd in ex.graph_def.node}
+    assert {"Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round"} <= ops
+    imp = import_graph_def(ex.graph_def)
+    xv = np.asarray([0.25, -1.5, 2.5, 3.5], np.float32)
+    got = imp.run(tn.Session(imp.graph), [ex.tf_name(p) for p in parts], {ex.tf_name(x): xv})
+    want = tn.Session(g).run(parts, {x: xv})
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(want[7], [0.0, -2.0, 2.0, 4.0])  # halves to even, as TensorFlow
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncating_division_and_remainder(backend: str) -> None:
+    """C's ``/`` and ``%``, against Python's truncation of exact fractions, over every sign pair."""
+    a = np.asarray([7, -7, 7, -7, 6, -6, 0], np.int32)
+    b = np.asarray([2, 2, -2, -2, 3, -3, 5], np.int32)
+    xf = np.asarray([7.5, -7.5, 2.0, -0.25], np.float32)
+    yf = np.asarray([2.0, 2.0, -4.0, 1.0], np.float32)
+    g = GraphDef()
+    g.node("q", "TruncateDiv", (g.const("a", a), g.const("b", b)), T=I32)
+    g.node("r", "TruncateMod", ("a", "b"), T=I32)
+    g.node("m", "Mod", ("a", "b"), T=I32)
+    g.node("qf", "TruncateDiv", (g.const("xf", xf), g.const("yf", yf)), T=F32)
+    q, r, m, qf = _run(g, ["q:0", "r:0", "m:0", "qf:0"], {}, backend)
+    want_q = [int(p / s) for p, s in zip(a.tolist(), b.tolist())]
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(r, [p - s * w for p, s, w in zip(a.tolist(), b.tolist(), want_q)])
+    np.testing.assert_array_equal(m, r)
+    np.testing.assert_array_equal(qf, np.trunc(xf / yf))
+    g2 = GraphDef()
+    g2.node("r", "TruncateMod", (g2.const("x", xf), g2.const("y", yf)), T=F32)
+    with pytest.raises(UnsupportedError, match='TruncateMod node "r": supported for integer inputs only'):
+        import_graph_def(g2.gd)

@@ -1,0 +1,112 @@
+"""TensorFlow fixture cases for the element-wise math, activation and structure ops of TF1 model code
+(tools/tf_fixtures.py registers and writes them): small models trained three steps by a TF1
+optimizer, whose ``minimize`` calls ``tf.gradients``, so the GraphDefs hold TensorFlow's gradient ops
+(``RsqrtGrad``, ``EluGrad``, ...) beside the forward ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tf_fixture_helpers import _train_runs, _weights
+
+CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
+
+
+def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def _activations(tf: Any, h: Any) -> Any:
+    """Every activation and element-wise function of the list, each on the same pre-activation."""
+    a = (tf.nn.elu(h) + tf.nn.selu(h) + tf.nn.softplus(h) + tf.nn.leaky_relu(h, alpha=0.1)
+         + tf.nn.relu6(4.0 * h) + 0.5 * h * (1.0 + tf.math.erf(h / np.sqrt(2.0))))
+    pos = tf.abs(h) + 0.5
+    return a + 0.1 * (tf.sin(h) + tf.cos(h) + tf.math.log1p(pos) + tf.math.expm1(-pos) + tf.sqrt(pos)
+                      + tf.math.reciprocal(pos) + tf.math.rsqrt(pos) + tf.math.square(h))
+
+
+@case
+def mlp_layer_norm(tf: Any) -> list[dict[str, Any]]:
+    """An MLP with layer normalisation (``nn.moments``: Mean, SquaredDifference; Rsqrt), every
+    activation of the list, ``losses.mean_squared_error`` (DivNoNan) with L2 regularisation and a
+    clipped term, trained by SGD; floor/ceil/round, is_finite and div_no_nan on the outputs."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 2], name="y")
+    w1 = tf.compat.v1.get_variable("w1", initializer=_weights((4, 6), 60, 0.8))
+    b1 = tf.compat.v1.get_variable("b1", initializer=_weights((6,), 61))
+    gamma = tf.compat.v1.get_variable("gamma", initializer=tf.ones([6]))
+    w2 = tf.compat.v1.get_variable("w2", initializer=_weights((6, 2), 62, 0.1))
+    h = tf.matmul(x, w1) + b1
+    mean, var = tf.nn.moments(h, axes=[1], keepdims=True)
+    h = (h - mean) * tf.math.rsqrt(var + 1e-3) * gamma
+    out = tf.matmul(_activations(tf, h), w2)
+    loss = tf.compat.v1.losses.mean_squared_error(y, out) + 1e-2 * (tf.nn.l2_loss(w1) + tf.nn.l2_loss(w2))
+    loss += 0.1 * tf.reduce_mean(tf.math.squared_difference(tf.clip_by_value(out, -0.5, 0.5), y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.005).minimize(loss)
+    steps = tf.floor(3.0 * out) + 10.0 * tf.math.ceil(3.0 * out) + 100.0 * tf.round(3.0 * out)
+    ratio = tf.math.divide_no_nan(out, tf.round(out), name="ratio")
+    finite = tf.math.is_finite(tf.math.reciprocal(tf.round(out)), name="finite")
+    rng = np.random.default_rng(63)
+    feeds = {"x:0": rng.normal(size=(5, 4)).astype(np.float32), "y:0": rng.normal(size=(5, 2)).astype(np.float32)}
+    runs = _train_runs(feeds, loss, train, [w1.value(), b1.value(), gamma.value(), w2.value()])
+    return runs + [{"feeds": feeds, "fetches": [steps.name, ratio.name, finite.name]}]
+
+
+@case
+def attention_block(tf: Any) -> list[dict[str, Any]]:
+    """One self-attention block over a batch of sequences: projections that broadcast a matrix over
+    the batch and the scores ``q k^T`` (BatchMatMulV2, adj_y), Softmax, the first position picked
+    by Squeeze and a mean-pooled ExpandDims residual; trained by Adam."""
+    d = 4
+    x = tf.compat.v1.placeholder(tf.float32, [2, 3, d], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [2, d], name="y")
+    wq, wk, wv = (tf.compat.v1.get_variable(n, initializer=_weights((d, d), 70 + k, 0.6))
+                  for k, n in enumerate(("wq", "wk", "wv")))
+    q, k, v = tf.matmul(x, wq), tf.matmul(x, wk), tf.matmul(x, wv)
+    scores = tf.matmul(q, k, transpose_b=True) / np.sqrt(d).astype(np.float32)
+    att = tf.matmul(tf.nn.softmax(scores), v) + tf.expand_dims(tf.reduce_mean(x, axis=1), 1)
+    first = tf.squeeze(att[:, :1, :], axis=[1])
+    loss = tf.reduce_mean(tf.square(first - y)) + 0.1 * tf.reduce_mean(tf.matmul(att, att, adjoint_a=True))
+    train = tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss)
+    rng = np.random.default_rng(74)
+    feeds = {"x:0": rng.normal(size=(2, 3, d)).astype(np.float32), "y:0": rng.normal(size=(2, d)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [wq.value(), wk.value(), wv.value()])
+
+
+@case
+def one_hot_cumsum_pad(tf: Any) -> list[dict[str, Any]]:
+    """A program over labels and steps: one_hot, cumsum (plain, exclusive, reverse), unstack, pad
+    (Pad, PadV2), placeholder_with_default, identity_n, ensure_shape, check_numerics (a run with a
+    NaN fails with TensorFlow's message), gather_nd (its gradient: ScatterNd of a run-time shape);
+    its weights trained by SGD."""
+    labels = tf.compat.v1.placeholder(tf.int32, [None], name="labels")
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    scale = tf.compat.v1.placeholder_with_default(tf.constant(1.5), [], name="scale")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((3, 4), 80, 0.7))
+    x = tf.debugging.check_numerics(tf.ensure_shape(x, [None, 3]), "x is not finite")
+    hot = tf.one_hot(labels, 4, on_value=2.0, off_value=-0.5)
+    h = tf.matmul(x, w) * scale + hot
+    c = tf.cumsum(h, axis=1) + tf.cumsum(h, axis=1, exclusive=True) + tf.cumsum(h, axis=0, reverse=True)
+    cols = tf.unstack(c, axis=1)
+    mixed = tf.stack([cols[0] * cols[1], cols[2] - cols[3]], axis=1)
+    padded = tf.pad(mixed, [[1, 0], [0, 2]]) + tf.pad(mixed, [[0, 1], [1, 1]], constant_values=0.25)
+    a, b = tf.identity_n([padded, c])
+    picked = tf.gather_nd(c, [[0, 1], [2, 3]], name="picked")
+    loss = tf.reduce_mean(tf.square(a)) + 0.1 * tf.reduce_mean(b) + 0.1 * tf.reduce_sum(picked * picked)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.002).minimize(loss)
+    cols_hot = tf.one_hot(labels, 3, axis=0, name="cols_hot")
+    rng = np.random.default_rng(81)
+    xv = rng.normal(size=(3, 3)).astype(np.float32)
+    feeds = {"labels:0": np.asarray([0, 3, 1], np.int32), "x:0": xv}
+    runs = _train_runs(feeds, loss, train, [w.value()])
+    bad = xv.copy()
+    bad[1, 2] = np.nan
+    return runs + [
+        {"feeds": {**feeds, "labels:0": np.asarray([2, -1, 5], np.int32), "scale:0": 0.5},
+         "fetches": [loss.name, picked.name, cols_hot.name]},
+        {"feeds": {**feeds, "x:0": bad}, "fetches": [loss.name], "error": "x is not finite : Tensor had NaN values"},
+    ]

@@ -1,0 +1,235 @@
+"""Import rules of TensorFlow's element-wise math and activation ops, of the gradient ops
+``tf.gradients`` emits for them (``RsqrtGrad``, ``EluGrad``, ...), and of the truncating divisions.
+
+Each rule is the formula TensorFlow's CPU kernel evaluates, written with Turnout primitives in the
+kernel's order (``Elu`` is ``exp(x) - 1`` below zero, not ``expm1``, because TensorFlow's is), so the
+imported graph computes TensorFlow's numbers. The ops with a Turnout primitive of their own
+(``Log1p``, ``Erf``, ``Floor``, ...) are one node each (``import_rules``). Why a module of its own:
+``import_rules`` holds the structural rules; these are one formula each and share nothing with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
+from turnout.graphdef.import_context import ImportContext, Value
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _t
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+
+def _floating(ctx: ImportContext, x: Tensor) -> _Formula:
+    """The formula builder of a rule whose TensorFlow kernel exists for floating types only (or
+    whose integer form, like ``Reciprocal``'s truncating ``1 / x``, Turnout does not compute)."""
+    if not x.dtype.is_floating:
+        raise UnsupportedError(f"{ctx.where()}: supported for floating inputs only, got {x.dtype.name}")
+    return _Formula(ctx, x)
+
+
+def _select(ctx: ImportContext, cond: Tensor, a: Tensor, b: Tensor) -> Outs:
+    return [ctx.create("Select", [cond, a, b]).outputs[0]]
+
+
+# ---- powers and reciprocals -------------------------------------------------------------------------
+@_rule("Rsqrt")
+def _rsqrt(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    return [ctx.create("Div", [f.c(1.0), f.op("Sqrt", x)]).outputs[0]]
+
+
+@_rule("RsqrtGrad")
+def _rsqrt_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``-0.5 * (dy * y) * (y * y)`` from the forward output y (TensorFlow's order)."""
+    y, dy = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, y)
+    return [ctx.create("Mul", [f.op("Mul", -0.5, f.op("Mul", dy, y)), f.op("Mul", y, y)]).outputs[0]]
+
+
+@_rule("SqrtGrad")
+def _sqrt_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``0.5 * dy / y`` from the forward output y."""
+    y, dy = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, y)
+    return [ctx.create("Div", [f.op("Mul", 0.5, dy), y]).outputs[0]]
+
+
+@_rule("Reciprocal", "Inv")
+def _reciprocal(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    return [ctx.create("Div", [f.c(1.0), x]).outputs[0]]
+
+
+@_rule("ReciprocalGrad", "InvGrad")
+def _reciprocal_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``-dy * y * y`` from the forward output y."""
+    y, dy = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, y)
+    return [ctx.create("Mul", [f.op("Mul", f.op("Neg", dy), y), y]).outputs[0]]
+
+
+@_rule("Round")
+def _round(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout's Round (half to even); of an integer, TensorFlow's Round is the value itself."""
+    x = _t(ins[0])
+    return [ctx.create("Round" if x.dtype.is_floating else "Identity", [x]).outputs[0]]
+
+
+@_rule("SquaredDifference")
+def _squared_difference(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    d = ctx.create("Sub", ins[:2], suffix="difference").outputs[0]
+    return [ctx.create("Mul", [d, d]).outputs[0]]
+
+
+@_rule("DivNoNan")
+def _div_no_nan(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``0 where y == 0, else x / y``; the division reads 1 where y is 0, so no inf or NaN is made."""
+    x, y = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, x)
+    zero = f.op("Equal", y, 0.0)
+    q = f.op("Div", x, ctx.create("Select", [zero, f.op("OnesLike", y), y], suffix="safe").outputs[0])
+    return _select(ctx, zero, f.op("ZerosLike", q), q)
+
+
+@_rule("IsFinite")
+def _is_finite(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x - x == 0``: 0 for every finite x, NaN for an infinity or a NaN."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    return [ctx.create("Equal", [f.op("Sub", x, x), f.op("ZerosLike", x)]).outputs[0]]
+
+
+@_rule("L2Loss")
+def _l2_loss(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``sum(x^2 * 0.5)`` (TensorFlow halves each square, then sums)."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    return [ctx.create("Sum", [f.op("Mul", f.op("Square", x), 0.5)], {"axis": None, "keepdims": False}).outputs[0]]
+
+
+@_rule("ClipByValue")
+def _clip_by_value(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``max(min(t, hi), lo)``, TensorFlow's order (it decides where lo > hi)."""
+    t, lo, hi = (_t(v) for v in ins[:3])
+    upper = ctx.create("Minimum", [t, hi], suffix="upper").outputs[0]
+    return [ctx.create("Maximum", [upper, lo]).outputs[0]]
+
+
+# ---- activations ------------------------------------------------------------------------------------
+@_rule("Relu6")
+def _relu6(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    f = _Formula(ctx, x)
+    return [ctx.create("Minimum", [f.op("Maximum", x, 0), f.c(6)]).outputs[0]]
+
+
+@_rule("Relu6Grad")
+def _relu6_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """dy where 0 < x < 6 (x: the forward input, or its output, as tf.gradients passes it)."""
+    dy, x = _t(ins[0]), _t(ins[1])
+    f = _Formula(ctx, x)
+    inside = f.op("LogicalAnd", f.op("Greater", x, 0), f.op("Less", x, 6))
+    return _select(ctx, inside, dy, f.op("ZerosLike", dy))
+
+
+def _alpha(ctx: ImportContext, f: _Formula) -> Tensor:
+    return f.c(float(ctx.attr("alpha", 0.2)))
+
+
+@_rule("LeakyRelu")
+def _leaky_relu(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x where x > 0, else x * alpha``."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    return _select(ctx, f.op("Greater", x, 0.0), x, f.op("Mul", x, _alpha(ctx, f)))
+
+
+@_rule("LeakyReluGrad")
+def _leaky_relu_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    dy, x = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, x)
+    return _select(ctx, f.op("Greater", x, 0.0), dy, f.op("Mul", dy, _alpha(ctx, f)))
+
+
+#: SELU's constants, as TensorFlow's kernel writes them
+_SELU_SCALE, _SELU_SCALE_ALPHA = 1.0507009873554804934193349852946, 1.7580993408473768599402175208123
+
+
+@_rule("Elu", "Selu")
+def _elu(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``exp(x) - 1`` below zero, else x; SELU scales the two sides (TensorFlow's kernels)."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    neg, below = f.op("Less", x, 0.0), f.op("Sub", f.op("Exp", x), 1.0)
+    if nd.op == "Selu":
+        return _select(ctx, neg, f.op("Mul", _SELU_SCALE_ALPHA, below), f.op("Mul", _SELU_SCALE, x))
+    return _select(ctx, neg, below, x)
+
+
+@_rule("EluGrad", "SeluGrad")
+def _elu_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """From the forward output y: ``dy * (y + 1)`` below zero, else dy (SELU: ``dy * (y + scale *
+    alpha)``, else ``dy * scale``)."""
+    dy, y = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, y)
+    neg = f.op("Less", y, 0.0)
+    if nd.op == "SeluGrad":
+        return _select(ctx, neg, f.op("Mul", dy, f.op("Add", y, _SELU_SCALE_ALPHA)), f.op("Mul", dy, _SELU_SCALE))
+    return _select(ctx, neg, f.op("Mul", f.op("Add", y, 1.0), dy), dy)
+
+
+@_rule("Softplus")
+def _softplus(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's kernel: x above ``-t``, ``exp(x)`` below ``t``, else ``log1p(exp(x))``, with
+    ``t = log(eps) + 2`` of the dtype (where the other two forms are already exact)."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    t = float(np.log(np.finfo(x.dtype.numpy).eps) + 2)
+    e = f.op("Exp", x)
+    small = ctx.create("Select", [f.op("Less", x, t), e, f.op("Log1p", e)], suffix="small").outputs[0]
+    return _select(ctx, f.op("Greater", x, -t), x, small)
+
+
+@_rule("SoftplusGrad")
+def _softplus_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``dy / (exp(-x) + 1)`` from the forward input x."""
+    dy, x = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, x)
+    return [ctx.create("Div", [dy, f.op("Add", f.op("Exp", f.op("Neg", x)), 1.0)]).outputs[0]]
+
+
+# ---- truncating division ----------------------------------------------------------------------------
+def _truncation_fix(f: _Formula, x: Tensor, y: Tensor, r: Tensor) -> Tensor:
+    """Where a floored division and a truncated one differ: a remainder, and operands of opposite signs."""
+    return f.op("LogicalAnd", f.op("NotEqual", r, 0), f.op("NotEqual", f.op("Less", x, 0), f.op("Less", y, 0)))
+
+
+@_rule("TruncateDiv")
+def _truncate_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x / y`` rounded toward zero. Floats: the ceiling of a negative quotient, else its floor;
+    integers: Turnout's Div floors, so the quotients the floor took one below get it back."""
+    x, y = _t(ins[0]), _t(ins[1])
+    f = _Formula(ctx, x)
+    q = f.op("Div", x, y)
+    if x.dtype.is_floating:
+        return _select(ctx, f.op("Less", q, 0.0), f.op("Ceil", q), f.op("Floor", q))
+    return _select(ctx, _truncation_fix(f, x, y, f.op("FloorMod", x, y)), f.op("Add", q, 1), q)
+
+
+@_rule("TruncateMod", "Mod")
+def _truncate_mod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The remainder of the truncated division (C's ``%``; TensorFlow's ``Mod`` is this one), for
+    integers: the floored remainder, less ``y`` where the two divisions differ. Floats are refused:
+    the same step on a floored float remainder rounds, where TensorFlow's ``fmod`` is exact."""
+    x, y = _t(ins[0]), _t(ins[1])
+    if not x.dtype.is_integer:
+        raise UnsupportedError(f"{ctx.where()}: supported for integer inputs only, got {x.dtype.name}")
+    f = _Formula(ctx, x)
+    r = f.op("FloorMod", x, y)
+    return _select(ctx, _truncation_fix(f, x, y, r), f.op("Sub", r, y), r)

@@ -1,0 +1,292 @@
+"""Import rules of the structure ops of TF1 model code: Squeeze, Unpack, IdentityN,
+PlaceholderWithDefault, CheckNumerics, EnsureShape, Pad / PadV2, OneHot, Cumsum, the batched
+matrix products, GatherNd and its gradient ScatterNd.
+
+Each is existing Turnout primitives put together (``GetItem`` for squeezes and unstacks, ``Concat``
+of filled blocks for pads, ``Equal`` against the class indices for one-hot, ``Gather`` and
+``ScatterAddLike`` along linear indices for GatherNd and ScatterNd, ``Assert`` for the run-time
+checks, with TensorFlow's messages), except ``Cumsum`` (its own primitive, as a running sum
+is no composition of the others) and the batched products (Turnout's ``MatMul`` takes batches of
+matrices). Why a module of its own: ``import_rules`` holds the rules of the control-flow, variable
+and TensorArray machinery; these share none of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
+from turnout.graphdef.import_context import ImportContext, Value
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _dim, _getitem, _like_shape, _t
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+
+def _rank(ctx: ImportContext, x: Tensor) -> int:
+    if x.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the input's rank when importing")
+    return len(x.shape)
+
+
+def _last(k: int, n: int, what: str) -> str | None:
+    """The suffix of output ``k`` of ``n``: the last carries the NodeDef's name."""
+    return None if k == n - 1 else f"{what}{k}"
+
+
+# ---- pass-throughs ----------------------------------------------------------------------------------
+@_rule("IdentityN")
+def _identity_n(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return [ctx.create("Identity", [x], suffix=_last(k, len(ins), "out")).outputs[0] for k, x in enumerate(ins)]
+
+
+@_rule("PlaceholderWithDefault")
+def _placeholder_with_default(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The default, through an Identity that a feed replaces (every root-frame tensor can be fed).
+    The Identity has the default's shape, so a declared shape less specific than it (a feed of
+    another shape) is refused rather than narrowed."""
+    x = _t(ins[0])
+    declared = ctx.attr("shape")
+    if declared is not None and (x.shape is None or len(declared) != len(x.shape)
+                                 or any(d is None and s is not None for d, s in zip(declared, x.shape))):
+        raise UnsupportedError(f"{ctx.where()}: its shape {declared} is less specific than its default's "
+                               f"{None if x.shape is None else list(x.shape)}; Turnout feeds it with the default's")
+    return [ctx.create("Identity", [x]).outputs[0]]
+
+
+@_rule("CheckNumerics")
+def _check_numerics(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The input, once three ``Assert`` s pass, each failing with one of TensorFlow's messages:
+    ``<message> : Tensor had Inf and NaN values`` (or ``Inf`` or ``NaN``). NaN is ``x != x``; an
+    infinity is a non-NaN ``x`` with ``x - x != 0``."""
+    x = _t(ins[0])
+    if not x.dtype.is_floating:
+        raise UnsupportedError(f"{ctx.where()}: supported for floating inputs only, got {x.dtype.name}")
+    every = {"axis": None, "keepdims": False}
+    nan_at = ctx.create("NotEqual", [x, x], suffix="nan_at").outputs[0]
+    zero = ctx.create("ZerosLike", [x], suffix="zero").outputs[0]
+    inf_at = ctx.create("LogicalAnd", [ctx.create("LogicalNot", [nan_at], suffix="not_nan").outputs[0],
+                                       ctx.create("NotEqual", [ctx.create("Sub", [x, x], suffix="x_minus_x").outputs[0],
+                                                               zero], suffix="nonzero").outputs[0]],
+                        suffix="inf_at").outputs[0]
+    nan = ctx.create("Any", [nan_at], every, suffix="nan").outputs[0]
+    inf = ctx.create("Any", [inf_at], every, suffix="inf").outputs[0]
+    both = ctx.create("LogicalAnd", [nan, inf], suffix="both").outputs[0]
+    out = x
+    for k, (bad, what) in enumerate([(both, "Inf and NaN"), (inf, "Inf"), (nan, "NaN")]):
+        ok = ctx.create("LogicalNot", [bad], suffix=f"no_{k}").outputs[0]
+        message = f"{nd.name}: {ctx.attr('message', '')} : Tensor had {what} values"
+        out = ctx.create("Assert", [ok, out], {"message": message}, suffix=None if k == 2 else f"check{k}").outputs[0]
+    return [out]
+
+
+# ---- shapes -----------------------------------------------------------------------------------------
+@_rule("Squeeze")
+def _squeeze(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x[..., 0, ...]`` at each squeezed axis, whose size must be known to be 1 when importing."""
+    x = _t(ins[0])
+    r = _rank(ctx, x)
+    assert x.shape is not None
+    dims = list(ctx.attr("squeeze_dims") or [])
+    if any(not -r <= d < r for d in dims):
+        raise UnsupportedError(f"{ctx.where()}: squeeze_dims {dims} out of range for rank {r}")
+    axes = {d % r for d in dims} if dims else {k for k, d in enumerate(x.shape) if d == 1}
+    if not dims and None in x.shape:
+        raise UnsupportedError(f"{ctx.where()}: squeezing every axis of size 1 (no squeeze_dims) needs the input's "
+                               f"shape when importing, got {list(x.shape)}")
+    for a in sorted(axes):
+        if x.shape[a] != 1:
+            raise UnsupportedError(f"{ctx.where()}: squeeze_dims axis {a} must have size 1 when importing, "
+                                   f"got {x.shape[a]}")
+    return [_getitem(ctx, x, tuple(0 if k in axes else slice(None) for k in range(r)), None)]
+
+
+@_rule("Unpack")
+def _unpack(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    r, n = _rank(ctx, x), int(ctx.attr("num"))
+    axis = int(ctx.attr("axis", 0)) % r
+    return [_getitem(ctx, x, (*[slice(None)] * axis, k), _last(k, n, "part")) for k in range(n)]
+
+
+@_rule("EnsureShape")
+def _ensure_shape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A run-time check of the dimensions the ``shape`` attribute gives that the input's static shape
+    does not (an ``Assert`` with TensorFlow's message); none when the static shape has them all."""
+    x, want = _t(ins[0]), ctx.attr("shape")
+    if want is None:  # an unknown rank: nothing is checked
+        return [ctx.create("Identity", [x]).outputs[0]]
+    if _rank(ctx, x) != len(want):
+        raise UnsupportedError(f"{ctx.where()}: rank {len(x.shape or ())} does not match the shape {want}")
+    assert x.shape is not None
+    if any(d is not None and s is not None and d != s for d, s in zip(want, x.shape)):
+        raise UnsupportedError(f"{ctx.where()}: shape {list(x.shape)} is not compatible with {want}")
+    open_dims = [k for k, (d, s) in enumerate(zip(want, x.shape)) if d is not None and s is None]
+    if not open_dims:
+        return [ctx.create("Identity", [x], shapes=[want]).outputs[0]]
+    shp = ctx.create("Shape", [x], suffix="shape").outputs[0]
+    got = ctx.create("Pack", [_getitem(ctx, shp, (k,), f"dim{k}") for k in open_dims], suffix="dims").outputs[0]
+    need = ctx.const(np.asarray([want[k] for k in open_dims], np.int32), [x], suffix="expected")
+    ok = ctx.create("All", [ctx.create("Equal", [got, need], suffix="equal").outputs[0]],
+                    {"axis": None, "keepdims": False}, suffix="ok").outputs[0]
+    fmt = ",".join("?" if d is None else str(d) for d in want)
+    message = f"{nd.name}: Shape of tensor {nd.input[0]} is not compatible with expected shape [{fmt}]."
+    return [ctx.create("Assert", [ok, x], {"message": message}, shapes=[want]).outputs[0]]
+
+
+@_rule("Pad", "PadV2")
+def _pad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Blocks of the pad value concatenated before and after each padded axis (``mode`` is not an
+    attribute of these ops: ``MirrorPad`` is another op). The value is 0 for Pad."""
+    x = _t(ins[0])
+    names = ctx.data_inputs()
+    pads = ctx.static_int_list(names[1], "the paddings")
+    r = _rank(ctx, x)
+    assert x.shape is not None
+    if len(pads) != 2 * r or min(pads, default=0) < 0:
+        raise UnsupportedError(f"{ctx.where()}: paddings {pads} must be {r} non-negative [before, after] pairs")
+    value = np.zeros((), x.dtype.numpy) if nd.op == "Pad" else ctx.static(names[2])
+    fill = ins[2] if nd.op == "PadV2" and value is None else None
+    cur, shape = x, list(x.shape)
+    padded = [a for a in range(r) if pads[2 * a] or pads[2 * a + 1]]
+    if not padded:
+        return [ctx.create("Identity", [x]).outputs[0]]
+    for a in padded:
+        blocks = []
+        for side, n in (("before", pads[2 * a]), ("after", pads[2 * a + 1])):
+            if n:
+                blocks.append(_block(ctx, cur, a, n, value, fill, f"{side}{a}"))
+        blocks.insert(1 if pads[2 * a] else 0, cur)
+        size = shape[a]
+        shape[a] = None if size is None else size + pads[2 * a] + pads[2 * a + 1]
+        cur = ctx.create("Concat", blocks, {"axis": a}, suffix=None if a == padded[-1] else f"axis{a}",
+                         shapes=[list(shape)]).outputs[0]
+    return [cur]
+
+
+def _block(ctx: ImportContext, x: Tensor, axis: int, n: int, value: Any, fill: Value | None, suffix: str) -> Tensor:
+    """A block shaped like ``x`` but ``n`` long on ``axis``, of the pad value: a constant when every
+    dimension and the value are known, else a Fill of the run-time shape."""
+    assert x.shape is not None
+    dims = [n if k == axis else _dim(ctx, x, k, f"{suffix}_dim{k}") for k in range(len(x.shape))]
+    if value is not None and all(isinstance(d, int) for d in dims):
+        return ctx.const(np.full(dims, value, x.dtype.numpy), [x], suffix=suffix)
+    parts = [d if isinstance(d, Tensor) else ctx.const(np.asarray(d, np.int32), [x], suffix=f"{suffix}_n{k}")
+             for k, d in enumerate(dims)]
+    shp = ctx.create("Pack", parts, suffix=f"{suffix}_shape").outputs[0]
+    v = fill if value is None else ctx.const(np.asarray(value, x.dtype.numpy), [x], suffix=f"{suffix}_value")
+    return ctx.create("Fill", [shp, v], suffix=suffix).outputs[0]
+
+
+# ---- one-hot, running sums --------------------------------------------------------------------------
+@_rule("OneHot")
+def _one_hot(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``on where index == class else off``, the classes along ``axis``: an index outside
+    ``[0, depth)`` gives a row of ``off``, as in TensorFlow."""
+    idx, on, off = _t(ins[0]), _t(ins[2]), _t(ins[3])
+    (depth,) = ctx.static_int_list(ctx.data_inputs()[1], "the depth")
+    r = _rank(ctx, idx)
+    axis = int(ctx.attr("axis", -1))
+    if not -1 <= axis <= r:
+        raise UnsupportedError(f"{ctx.where()}: axis {axis} out of range for indices of rank {r}")
+    axis = r if axis == -1 else axis
+    col = ctx.create("ExpandDims", [idx], {"axis": axis}, suffix="index").outputs[0]
+    classes = ctx.const(np.arange(depth, dtype=idx.dtype.numpy).reshape([depth] + [1] * (r - axis)), [idx],
+                        suffix="classes")
+    hot = ctx.create("Equal", [col, classes], suffix="hot").outputs[0]
+    return [ctx.create("Select", [hot, on, off]).outputs[0]]
+
+
+@_rule("Cumsum")
+def _cumsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
+    attrs = {"axis": axis, "exclusive": bool(ctx.attr("exclusive", False)), "reverse": bool(ctx.attr("reverse", False))}
+    return [ctx.create("Cumsum", ins[:1], attrs).outputs[0]]
+
+
+# ---- batched products and gathers -------------------------------------------------------------------
+@_rule("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+def _batch_matmul(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Turnout's MatMul of batches (batch dimensions broadcast; BatchMatMul's equal ones are a case
+    of that); ``adj_x`` / ``adj_y`` transpose, which for real types is the adjoint. ``grad_x`` and
+    ``grad_y`` only tell TensorFlow that this product is a gradient: they leave its value alone."""
+    a, b = _t(ins[0]), _t(ins[1])
+    if nd.op == "BatchMatMulV3":
+        for key in ("Ta", "Tb", "Tout"):
+            if ctx.attr(key) is not None and ctx.dtype(key) != a.dtype:
+                raise UnsupportedError(f"{ctx.where()}: {key} {ctx.dtype(key).name} differs from the operands' "
+                                       f"{a.dtype.name}; Turnout multiplies in one dtype")
+    attrs = {"transpose_a": bool(ctx.attr("adj_x", False)), "transpose_b": bool(ctx.attr("adj_y", False))}
+    return [ctx.create("MatMul", [a, b], attrs).outputs[0]]
+
+
+def _linear_index(ctx: ImportContext, idx: Tensor, like: Tensor, what: str) -> tuple[Tensor, list[int]]:
+    """The index rows ``idx[..., :K]`` into a tensor shaped like ``like`` as linear indices into its
+    first K axes flattened into one, after an ``Assert`` that each index is within its axis (a
+    linear index could otherwise land in range); and the shape of ``like`` past those K axes.
+    Every dimension of ``like`` but the first must be known when importing."""
+    ri, rl = _rank(ctx, idx), _rank(ctx, like)
+    assert idx.shape is not None and like.shape is not None
+    k = idx.shape[-1] if ri else None
+    if k is None or k > rl or any(d is None for d in like.shape[1:]):
+        raise UnsupportedError(f"{ctx.where()}: needs the indices' last dimension and the {what} shape past the "
+                               f"first axis when importing, got {k} and {list(like.shape)}")
+    if idx.dtype != dt.int32:
+        idx = ctx.create("Cast", [idx], {"dtype": "int32"}, suffix="indices").outputs[0]
+    sizes = [_dim(ctx, like, j, f"dim{j}") for j in range(k)]  # (only the first may be a run-time size)
+    lo = ctx.const(np.zeros((), np.int32), [idx], suffix="zero")
+    hi = ctx.create("Pack", [d if isinstance(d, Tensor) else ctx.const(np.asarray(d, np.int32), [idx],
+                                                                        suffix=f"size{j}")
+                             for j, d in enumerate(sizes)], suffix="sizes").outputs[0]
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [idx, lo], suffix="ge").outputs[0],
+                                   ctx.create("Less", [idx, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
+    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix="all_in_range").outputs[0]
+    shown = ",".join("?" if d is None else str(d) for d in like.shape)
+    message = f"{ctx.node.name}: indices do not index into {what} shape [{shown}]"
+    idx = ctx.create("Assert", [every, idx], {"message": message}, suffix="check").outputs[0]
+    rest = [int(d or 0) for d in like.shape[1:]]  # (all known: checked above)
+    strides = [int(np.prod(rest[j:k - 1])) for j in range(k)]
+    flat = ctx.const(np.asarray(strides, np.int32), [idx], suffix="strides")
+    lin = ctx.create("Sum", [ctx.create("Mul", [idx, flat], suffix="scaled").outputs[0]],
+                     {"axis": [-1], "keepdims": False}, suffix="linear").outputs[0]
+    return lin, rest[k - 1:]
+
+
+@_rule("GatherNd")
+def _gather_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``params[tuple(indices[..., :])]``: a ``Gather`` of the linear indices (``_linear_index``)
+    from the params with their first K axes flattened (K: the indices' last dimension)."""
+    params = _t(ins[0])
+    if ctx.attr("bad_indices_policy", "") not in ("", "DEFAULT", "ERROR"):
+        raise UnsupportedError(f"{ctx.where()}: bad_indices_policy {ctx.attr('bad_indices_policy')!r} is not "
+                               "supported (out-of-range indices are an error)")
+    lin, rest = _linear_index(ctx, _t(ins[1]), params, "param")
+    rows = ctx.create("Reshape", [params], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
+    return [ctx.create("Gather", [rows, lin], {"axis": 0}).outputs[0]]
+
+
+@_rule("ScatterNd")
+def _scatter_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Zeros of ``shape`` with each update added at its index row (GatherNd's gradient): Turnout's
+    ``ScatterAddLike`` along the linear indices of ``_linear_index`` into the rows of the first K
+    axes flattened, reshaped back. ``shape`` is known when importing, or read by a Shape op (the
+    gradient's ``shape(params)``), whose input then stands for it."""
+    idx, upd = _t(ins[0]), _t(ins[1])
+    if ctx.attr("bad_indices_policy", "") not in ("", "DEFAULT", "ERROR"):
+        raise UnsupportedError(f"{ctx.where()}: bad_indices_policy {ctx.attr('bad_indices_policy')!r} is not "
+                               "supported (out-of-range indices are an error)")
+    tname = ctx.data_inputs()[2]
+    shape = ctx.static(tname)
+    if shape is not None:
+        like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], upd.dtype.numpy), [upd], suffix="zeros")
+    else:
+        like = _like_shape(ctx, tname, _t(ins[2]))
+    lin, rest = _linear_index(ctx, idx, like, "output")
+    rows = ctx.create("Reshape", [like], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
+    summed = ctx.create("ScatterAddLike", [rows, lin, upd], {"axis": 0}, suffix="sum").outputs[0]
+    assert like.shape is not None
+    return [ctx.create("Reshape", [summed], {"shape": [-1 if d is None else int(d) for d in like.shape]}).outputs[0]]
