@@ -463,6 +463,15 @@ def _arg_reduce(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
 
 
+@_rule("Cumsum")
+def _cumsum(ctx: ExportContext, n: Node) -> Outs:
+    """A running sum along ``axis``: TensorFlow's ``Cumsum``, whose axis is an input."""
+    a = ctx.const(_i32(n.attrs["axis"]), "axis")
+    attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "exclusive": bool(n.attrs.get("exclusive", False)),
+             "reverse": bool(n.attrs.get("reverse", False))}
+    return [f'{ctx.add("Cumsum", [ctx.t(n.inputs[0]), a], attrs)}:0']
+
+
 @_rule("TopK")
 def _top_k(ctx: ExportContext, n: Node) -> Outs:
     k = ctx.const(_i32(n.attrs["k"]), "k")
