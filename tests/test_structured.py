@@ -425,3 +425,28 @@ def test_generated_programs_agree_with_the_ast_interpreter_and_the_reference(dat
     values, live, _ = _reference(built.graph, built.fetches, feeds)
     programs.assert_values_equal(r.values, values, "structured vs reference")
     assert set(r.live) == live, "[T5-Deadness-Soundness]: the ops that ran live differ"
+
+
+def test_an_outer_invariant_enters_a_nested_loop_only_in_iterations_that_ran() -> None:
+    """Regression (found by the ``dev`` campaign of the generated-programs test above): a nested loop
+    whose body reads an invariant of the enclosing loop (``x``) entered it through a constant Enter
+    with no control input, so in the enclosing loop's exit iteration, whose body never runs, that
+    Enter fired live in the reference interpreter while the structured meaning runs no body there
+    ([T5-Deadness-Soundness]). It now waits on the enclosing loop's pivot, as the nested loop's
+    variables' Enters do, and the two agree on every live firing."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+
+        def outer(i: tn.Tensor, s: tn.Tensor) -> list[tn.Tensor]:
+            (t,) = tn.while_loop(lambda t: t < 0, lambda t: [x], [tn.constant(0)], name="inner")
+            return [i + 1, s + t]
+
+        _, total = tn.while_loop(lambda i, s: i < 1, outer, [tn.constant(0), tn.constant(0)], name="outer")
+    inner_enters = [n for n in g.nodes if n.op == "Enter" and n.attrs["is_constant"]
+                    and n.inputs[0].node.op == "Enter"]
+    assert inner_enters and all(n.control_inputs for n in inner_enters)
+    r = evaluate(g, [total], {x: 3})
+    values, live, _ = _reference(g, [total], {x: 3})
+    assert int(r.values[0]) == int(values[0]) == 0
+    assert set(r.live) == live
