@@ -19,6 +19,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+#: what TensorFlow's Assert kernel writes before the data it shows: an imported Assert's message,
+#: which export leaves out of TensorFlow's data (TensorFlow writes it again)
+TF_ASSERT_PREFIX = "assertion failed:"
+
 
 def element_text(x: Any) -> str:
     """One element as TensorFlow prints it (``%g`` with the digits that read back the same value)."""
@@ -78,4 +82,4 @@ def assert_message(message: str, shown: Optional[Sequence[Optional[str]]], data:
     return " ".join([message, *words]) if words else message
 
 
-__all__ = ["assert_message", "element_text", "summarize_value"]
+__all__ = ["TF_ASSERT_PREFIX", "assert_message", "element_text", "summarize_value"]

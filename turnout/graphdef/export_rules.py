@@ -14,6 +14,7 @@ from turnout.graph import Node, Tensor
 from turnout.graphdef import protos
 from turnout.graphdef.export_context import Dt, ExportContext, Shape, Value
 from turnout.graphdef.export_context import Rule as _Rule
+from turnout.summarize import TF_ASSERT_PREFIX
 from turnout.tables import registrar
 
 #: Turnout primitive -> export rule
@@ -396,8 +397,9 @@ def _assert(ctx: ExportContext, n: Node) -> Outs:
     """TensorFlow's ``Assert`` has no output: it checks the condition and shows its data when it fails,
     and what waits on it takes a control edge. So the value leaves through an ``Identity`` that waits
     on the check. The message travels as the first datum, a string constant (TensorFlow shows it
-    first, and a re-import reads it back into the message); then what the Turnout Assert shows, its
-    texts as string constants and its data tensors (``shown``), or, where it shows none, the value."""
+    first), but for TensorFlow's own prefix (an imported Assert's message, which TensorFlow writes
+    again); then what the Turnout Assert shows, its texts as string constants and its data tensors
+    (``shown``), or, where it shows none, the value."""
     cond, value, *data = _ins(ctx, n)
     at_frame = [cond.split(":")[0].lstrip("^")] if ctx.frame() else []
 
@@ -413,7 +415,9 @@ def _assert(ctx: ExportContext, n: Node) -> Outs:
     shown = n.attrs.get("shown", [None] * len(data))
     typed = iter([(d, _T(n, 2 + k)) for k, d in enumerate(data)])
     parts = [(text(p), None) if p is not None else next(typed) for p in shown]
-    items = [(text(str(n.attrs.get("message", ""))), None), *(parts if data or shown else [(value, _T(n, 1))])]
+    message = str(n.attrs.get("message", ""))
+    head = [] if message == TF_ASSERT_PREFIX else [(text(message), None)]
+    items = [*head, *(parts if data or shown else [(value, _T(n, 1))])]
     check = ctx.add("Assert", [cond, *[i for i, _ in items]],
                     {"T": [t if t is not None else _T(n, 1) for _, t in items],
                      "summarize": int(n.attrs.get("summarize", 3))}, suffix="check")

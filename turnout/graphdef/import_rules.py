@@ -26,6 +26,7 @@ from turnout.graphdef.import_context import (
     strided_slice_index,
 )
 from turnout.graphdef.import_context import Rule as _Rule
+from turnout.summarize import TF_ASSERT_PREFIX
 from turnout.tables import registrar
 
 #: TensorFlow op name -> import rule
@@ -963,7 +964,7 @@ def _assert(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     TensorFlow's Assert has no output: what waits on it waits on the Turnout node by a control edge."""
     shown: list[Optional[str]] = [v.value if isinstance(v, Text) else None for v in ins[1:]]
     data = [_t(v) for v in ins[1:] if not isinstance(v, Text)]
-    ctx.create("Assert", [ins[0], ins[0], *data], {"message": f"{nd.name}: assertion failed:", "shown": shown,
+    ctx.create("Assert", [ins[0], ins[0], *data], {"message": TF_ASSERT_PREFIX, "shown": shown,
                                                    "summarize": int(ctx.attr("summarize", 3))})
     return []
 
