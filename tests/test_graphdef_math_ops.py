@@ -138,3 +138,26 @@ def test_truncating_division_and_remainder(backend: str) -> None:
     g2.node("r", "TruncateMod", (g2.const("x", xf), g2.const("y", yf)), T=F32)
     with pytest.raises(UnsupportedError, match='TruncateMod node "r": supported for integer inputs only'):
         import_graph_def(g2.gd)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_clip_by_value_inv_and_their_gradient_forms(backend: str) -> None:
+    """``ClipByValue`` is ``max(min(t, hi), lo)``, TensorFlow's order, which decides where lo > hi
+    (the result is lo); ``Inv`` is ``Reciprocal``'s older name, and ``InvGrad`` / ``ReciprocalGrad``
+    are ``-dy * y * y`` from the forward output y."""
+    t = np.asarray([[-5.0, 0.5, 9.0], [1.0, 2.0, 3.0]], np.float32)
+    g = GraphDef()
+    g.node("clip", "ClipByValue", (g.const("t", t), g.const("lo", np.float32(0.0)), g.const("hi", np.float32(2.0))),
+           T=F32)
+    g.node("odd", "ClipByValue", ("t", g.const("lo2", np.float32(3.0)), g.const("hi2", np.float32(1.0))), T=F32)
+    y = np.asarray([0.5, -4.0, 2.0], np.float32)
+    dy = np.asarray([1.0, 2.0, -3.0], np.float32)
+    g.node("inv", "Inv", (g.const("y", y),), T=F32)
+    g.node("ig", "InvGrad", ("inv", g.const("dy", dy)), T=F32)
+    g.node("rg", "ReciprocalGrad", ("inv", "dy"), T=F32)
+    clip, odd, inv, ig, rg = _run(g, ["clip:0", "odd:0", "inv:0", "ig:0", "rg:0"], {}, backend)
+    np.testing.assert_array_equal(clip, np.clip(t, 0.0, 2.0))
+    np.testing.assert_array_equal(odd, np.full_like(t, 3.0))
+    np.testing.assert_array_equal(inv, 1 / y)
+    np.testing.assert_allclose(ig, -dy / (y * y), rtol=1e-6)
+    np.testing.assert_array_equal(rg, ig)

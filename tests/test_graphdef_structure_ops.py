@@ -158,3 +158,17 @@ def test_cumsum_of_int32_and_of_an_empty_axis(backend: str) -> None:
         for out, (a, e, r) in zip(got, cases):
             assert out.dtype == np.int32
             np.testing.assert_array_equal(out, want(v, a, e, r), err_msg=f"axis {a} exclusive {e} reverse {r}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_matmul_v1_and_v3_multiply_batches(backend: str) -> None:
+    """TF1's ``BatchMatMul`` (equal batch dimensions) and ``BatchMatMulV3`` whose ``Ta`` / ``Tb`` /
+    ``Tout`` name the operands' dtype, with ``adj_x`` / ``adj_y`` transposing the last two axes."""
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(2, 4, 3)).astype(np.float32), rng.normal(size=(2, 5, 4)).astype(np.float32)
+    g = GraphDef()
+    g.node("v1", "BatchMatMul", (g.const("a", a), g.const("b", b)), T=F32, adj_x=True, adj_y=True)
+    g.node("v3", "BatchMatMulV3", ("b", "a"), Ta=F32, Tb=F32, Tout=F32)
+    v1, v3 = _run(g, ["v1:0", "v3:0"], {}, backend)
+    np.testing.assert_allclose(v1, np.swapaxes(a, 1, 2) @ np.swapaxes(b, 1, 2), rtol=1e-5)
+    np.testing.assert_allclose(v3, b @ a, rtol=1e-5)
