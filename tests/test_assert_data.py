@@ -200,3 +200,24 @@ def test_a_loop_spanning_two_devices_shows_the_failing_iterations_values(whole_p
         with pytest.raises(tn.KernelError) as e:
             sess.run(y, {x: 1.0, n: 10})
     assert str(e.value).endswith("Assert: too big [6] [64]")
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_each_failing_run_shows_its_own_values(backend: str) -> None:
+    """Runs of one compiled program, passing and failing in turn, each failure showing the values of
+    its own run (never those a previous run left behind), whichever route the repeated run takes."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        y = tn.assert_true(tn.reduce_all(x < 10.0), x + 1.0, "small", data=[x]) * 3.0
+    sess = tn.Session(g, backend=backend)
+    for k in range(6):
+        v = np.asarray([k, 20.0 + k if k % 2 else k], np.float32)
+        if k % 2:
+            with pytest.raises(tn.KernelError) as e:
+                sess.run(y, {x: v})
+            assert str(e.value).endswith(f"Assert: small [{k} {20 + k}]")
+        else:
+            np.testing.assert_array_equal(sess.run(y, {x: v}), (v + 1.0) * 3.0)
