@@ -107,3 +107,77 @@ def test_a_run_without_a_budget_counts_nothing() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert "saved_bytes" not in ref_stats and "saved_bytes" not in ss_stats and "peak_saved_bytes" not in ss_stats
     assert ss.run(g, [gx], {x: X0}).saved is None
+
+
+# ---- the scheduler: fifo, lifo, and a seeded random choice ------------------------------------------------
+def _chains(n: int = 4) -> tuple[tn.Graph, list[tn.Tensor]]:
+    """Three independent chains ``a0 -> a1 -> ... -> a{n-1}`` (a constant, then Neg ops), b and c alike."""
+    g = tn.Graph()
+    ends = []
+    with g.as_default():
+        for c in "abc":
+            t = tn.constant(1.0, name=f"{c}0")
+            for i in range(1, n):
+                t = tn.negative(t, name=f"{c}{i}")
+            ends.append(t)
+    return g, ends
+
+
+def _order(r: ss.SmallStepResult) -> list[str]:
+    return [node for _, node, _, _ in r.firings]
+
+
+def test_fifo_fires_by_enabling_age_and_lifo_the_newest_first() -> None:
+    """``fifo`` takes the firing enabled longest ago: the three constants (enabled at the start, in the
+    order ``enabled`` lists them), then each chain's first Neg in the order their constants fired, and
+    so on level by level. ``lifo`` takes the one enabled most recently: the last constant listed, then
+    the Neg it just enabled, its whole chain, before the next chain. Both through ``SmallStepBackend``
+    too (its trace is ``run``'s log under the session's scheduler). Values never depend on the policy.
+
+    Kills smallstep.run:c3c2e1f5 3a9ca798 3fff1ce0.2 13892f66.2 cffe5967 9eb25d59 67d5d927
+    847a3994 bdbf5748."""
+    g, ends = _chains()
+    first = [f.node for f in ss.enabled(ss.initial(g, ends))]
+    assert sorted(first) == ["a0", "b0", "c0"]
+    fifo = [f"{c[0]}{i}" for i in range(4) for c in first]
+    lifo = [f"{c[0]}{i}" for c in reversed(first) for i in range(4)]
+    for scheduler, want in (("fifo", fifo), ("lifo", lifo)):
+        r = ss.run(g, ends, scheduler=scheduler)
+        assert _order(r) == want
+        assert [float(v) for v in r.values] == [-1.0, -1.0, -1.0]
+        sess = tn.Session(g, backend="smallstep")
+        sess.run(ends, scheduler=scheduler, trace=True)
+        assert [node for _, node, _, _ in sess.last_result.trace] == want
+
+
+def test_the_random_scheduler_is_a_seeded_choice() -> None:
+    """``random`` is a uniform choice from ``random.Random(seed)``: one seed gives one schedule, run
+    after run and through ``SmallStepBackend`` (which passes the session's seed on); different seeds
+    give different schedules (more than two among six seeds: not all fifo's or lifo's).
+
+    Kills smallstep.run:1ce886fb 37471441 9eb25d59 b636e1fd e9897094."""
+    g, ends = _chains()
+    logs = {seed: _order(ss.run(g, ends, scheduler="random", seed=seed)) for seed in range(6)}
+    assert len(set(map(tuple, logs.values()))) > 2  # so not all of them are fifo's or lifo's
+    for seed in (0, 3):
+        assert _order(ss.run(g, ends, scheduler="random", seed=seed)) == logs[seed]
+        sess = tn.Session(g, backend="smallstep")
+        sess.run(ends, scheduler="random", seed=seed, trace=True)
+        assert [node for _, node, _, _ in sess.last_result.trace] == logs[seed]
+    assert logs[0] != logs[3]
+
+
+def test_a_firings_age_counts_from_when_it_became_enabled() -> None:
+    """``fifo``'s age of a firing is the step at which it became enabled, not when its first input
+    arrived: ``x = a0 + b3`` holds a0's token from the first step, yet it becomes enabled only when b3
+    fires, after c3 (enabled when c2 fired, before b3 did); so fifo fires c3 before x.
+
+    Kills smallstep.run:7196291d (which ages every firing afresh at every step, in ``enabled``'s order:
+    x's pending entry, made when a0 fired, is listed before c3's)."""
+    g, ends = _chains()
+    with g.as_default():
+        a0, b3 = (next(n for n in g.nodes if n.name == name).outputs[0] for name in ("a0", "b3"))
+        x = tn.add(a0, b3, name="x")
+    first = [f.node for f in ss.enabled(ss.initial(g, [*ends, x]))]
+    want = [f"{c[0]}{i}" for i in range(4) for c in first] + ["x"]
+    assert _order(ss.run(g, [*ends, x], scheduler="fifo")) == want
