@@ -10,6 +10,7 @@ mutant ids it kills.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -181,3 +182,71 @@ def test_a_firings_age_counts_from_when_it_became_enabled() -> None:
     first = [f.node for f in ss.enabled(ss.initial(g, [*ends, x]))]
     want = [f"{c[0]}{i}" for i in range(4) for c in first] + ["x"]
     assert _order(ss.run(g, [*ends, x], scheduler="fifo")) == want
+
+
+# ---- max_steps and max_seconds: the messages name the last firing and the option that raises the limit ----
+def _counting_loop(n: int = 60) -> tuple[tn.Graph, tn.Tensor]:
+    g = tn.Graph()
+    with g.as_default():
+        (out,) = tn.while_loop(lambda i: i < n, lambda i: i + 1, [tn.constant(0)], name="count")
+    return g, out
+
+
+def test_max_steps_names_the_last_firing_taken() -> None:
+    """After ``max_steps`` firings with more enabled the run stops with ``NonTerminationError`` naming
+    the limit and the last firing taken (the ``max_steps``-th of the same fifo run left unbounded),
+    and the run option that raises it (``max_firings``, which ``SmallStepBackend`` passes on as
+    ``max_steps``; None there is no bound: the run ends).
+
+    Kills smallstep.run:be2b1d47 ed21ca22 eb7eea39 bddb1213."""
+    g, out = _counting_loop()
+    full = ss.run(g, [out]).firings
+    assert len(full) > 100
+    for n in (5, 40):
+        want = (f"small-step run exceeded max_steps={n} firings (a loop that does not end?); "
+                f"last: {full[n - 1]}; raise the limit with sess.run(..., max_firings=N)")
+        with pytest.raises(tn.NonTerminationError, match=f"^{re.escape(want)}$"):
+            ss.run(g, [out], max_steps=n)
+        with pytest.raises(tn.NonTerminationError, match=f"^{re.escape(want)}$"):
+            tn.Session(g, backend="smallstep").run(out, max_firings=n)
+    sess = tn.Session(g, backend="smallstep")
+    assert int(sess.run(out, max_firings=None)) == 60
+    assert sess.last_result.stats["firings"] == len(full)
+
+
+class _Clock:
+    """A stand-in for the ``time`` module whose ``monotonic()`` advances one second per call."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_max_seconds_is_checked_every_256_firings_and_names_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max_seconds`` is checked before the first firing and then before every 256th (the clock is
+    read only then), and the run stops once the time is strictly past the deadline; the message names
+    the limit, the last firing taken (None before the first), and the option that raises it. With a
+    clock that advances one second per reading: a limit of 0.5 s stops the run before any firing; of
+    1 s, not at the first check (exactly at the deadline) but at the next, after 256 firings; of 1.5 s,
+    after 256 firings too. ``SmallStepBackend`` passes the session's ``max_seconds`` on.
+
+    Kills smallstep.run:066315d6 04215c51 111b7161 f938da5b aa8c8ce9 be2b1d47.2 ed21ca22.2 edcf3423 3e95558c."""
+    g, out = _counting_loop()
+    full = ss.run(g, [out]).firings
+    assert len(full) > 300
+
+    def want(limit: float, last: Any) -> str:
+        text = (f"small-step run took more than max_seconds={limit} seconds (a loop that does not end?); "
+                f"last: {last}; raise the limit with sess.run(..., max_seconds=N)")
+        return f"^{re.escape(text)}$"
+
+    for limit, last in ((0.5, None), (1.0, full[255]), (1.5, full[255])):
+        monkeypatch.setattr(ss, "time", _Clock())
+        with pytest.raises(tn.NonTerminationError, match=want(limit, last)):
+            ss.run(g, [out], max_seconds=limit)
+        monkeypatch.setattr(ss, "time", _Clock())
+        with pytest.raises(tn.NonTerminationError, match=want(limit, last)):
+            tn.Session(g, backend="smallstep").run(out, max_seconds=limit)
