@@ -18,6 +18,7 @@ import pytest
 
 import turnout as tn
 from turnout import memory_plan as mp
+from turnout import raw
 from turnout.errors import ResourceExhaustedError
 from turnout.semantics import smallstep as ss
 
@@ -250,3 +251,68 @@ def test_max_seconds_is_checked_every_256_firings_and_names_the_last(monkeypatch
         monkeypatch.setattr(ss, "time", _Clock())
         with pytest.raises(tn.NonTerminationError, match=want(limit, last)):
             tn.Session(g, backend="smallstep").run(out, max_seconds=limit)
+
+
+# ---- deadlock_report, outputs, is_final, and a firing taken twice ----------------------------------------
+_RECV = {"src_device": "a", "dst_device": "b", "credit": 1, "control": False, "dtype": "float32", "shape": []}
+
+
+def _lone_recv(g: tn.Graph, edge: str, name: str) -> tn.Tensor:
+    """A Recv whose Send is in no graph: it never receives a token."""
+    return g.create_node("Recv", [], {**_RECV, "edge": edge}, name=name).outputs[0]
+
+
+def test_a_deadlock_report_reads_exactly() -> None:
+    """``deadlock_report`` (the ``DeadlockError`` text): a first line naming every fetch never produced,
+    comma-separated; then per blocked key (pending, not fired) its node at its tag, the inputs that
+    arrived and those missing by their sources, comma-separated, ``nothing`` where none is missing (a
+    Recv whose control input came but whose message never will); then each open frame instance.
+
+    Kills smallstep.deadlock_report:a46df45c 5c23369f a46df45c.3 1613ca9e.2 20da1589.2."""
+    from turnout.errors import describe_node
+
+    g = tn.Graph()
+    with g.as_default():
+        r1, r2 = _lone_recv(g, "e1", "lone1"), _lone_recv(g, "e2", "lone2")
+        five = tn.constant(5.0, name="five")
+        with tn.control_dependencies([five]):
+            both = tn.add(r1, r2, name="both")
+            gated = g.create_node("Recv", [], {**_RECV, "edge": "e3"}, name="gated").outputs[0]
+        inner = tn.add(raw.enter(r1, "f", name="enter_r"), raw.enter(five, "f", name="enter_five"), name="inner")
+        out = raw.exit(inner, name="out")
+    with pytest.raises(tn.DeadlockError) as e:
+        ss.run(g, [both, out, gated])
+    lines = str(e.value).splitlines()
+    assert lines[0] == "deadlock: no firing is enabled, yet fetches both:0, out:0, gated:0 were never produced"
+    assert sorted(lines[1:4]) == sorted([
+        f"  blocked: {describe_node(both.node)} at tag (); arrived: ^five; missing: lone1:0, lone2:0",
+        f"  blocked: {describe_node(gated.node)} at tag (); arrived: ^five; missing: nothing",
+        f"  blocked: {describe_node(inner.node)} at tag f[0]; arrived: enter_five:0; missing: enter_r:0",
+    ])
+    assert lines[4:] == ["  open frame instance 'f' entered at tag (): started [0], oldest active 0, "
+                         "Enters still to arrive 1"]
+
+
+def _fire_named(c: ss.Config, *names: str) -> ss.Config:
+    """Fire, in order, the enabled node firing of each named node."""
+    for name in names:
+        c = ss.fire(c, next(f for f in ss.enabled(c) if f.node == name))
+    return c
+
+
+def test_a_deadlock_report_skips_a_fired_key_and_lists_the_keys_after_it() -> None:
+    """``deadlock_report`` lists the keys of Q that have not fired; a key that has (a Merge that fired,
+    holding a late live input: [E-Merge-Conflict] is what it enables) is skipped, and the listing goes
+    on past it: here the Merge's key entered Q again (with c2's token) before z's did, and z, waiting for
+    a Recv that never receives, is still reported.
+
+    Kills smallstep.deadlock_report:92e20f51."""
+    g = tn.Graph()
+    with g.as_default():
+        m, _ = raw.merge([tn.constant(1.0, name="c1"), tn.constant(2.0, name="c2")], name="m")
+        z = tn.add(_lone_recv(g, "e1", "lone"), tn.constant(5.0, name="five"), name="z")
+    c = _fire_named(ss.initial(g, [m, z]), "c1", "m", "c2", "five")
+    assert [f.rule for f in ss.enabled(c)] == ["E-Merge-Conflict"]
+    blocked = [ln for ln in ss.deadlock_report(c).splitlines() if ln.startswith("  blocked:")]
+    assert len(blocked) == 1 and blocked[0].endswith("at tag (); arrived: five:0; missing: lone:0")
+    assert 'Add node "z"' in blocked[0]
