@@ -20,6 +20,7 @@ import turnout as tn
 from turnout import memory_plan as mp
 from turnout import raw
 from turnout.errors import ResourceExhaustedError
+from turnout.reference.executor import run_graph
 from turnout.semantics import smallstep as ss
 
 X0 = np.array([0.1, -0.4, 0.7], np.float32)
@@ -316,3 +317,62 @@ def test_a_deadlock_report_skips_a_fired_key_and_lists_the_keys_after_it() -> No
     blocked = [ln for ln in ss.deadlock_report(c).splitlines() if ln.startswith("  blocked:")]
     assert len(blocked) == 1 and blocked[0].endswith("at tag (); arrived: five:0; missing: lone:0")
     assert 'Add node "z"' in blocked[0]
+
+
+def test_a_dead_fetch_names_its_node_as_the_reference_does() -> None:
+    """``outputs``: a fetched tensor whose token is dead raises ``DeadFetchError`` with the message every
+    backend gives, naming the tensor and the node it is an output of (here output 1 of a Switch that is
+    not the program's first node), word for word the reference interpreter's.
+
+    Kills smallstep.outputs:96f72336 20d59a20."""
+    g = tn.Graph()
+    with g.as_default():
+        tn.constant(0.0, name="first")
+        sf, st = raw.switch(tn.constant(2.0, name="v"), tn.constant(False, name="p"), name="sw")
+        both = tn.add(sf, tn.constant(1.0, name="one"), name="after")
+    msgs = []
+    for run in (lambda: ss.run(g, [both, st]), lambda: run_graph(g, [both, st])):
+        with pytest.raises(tn.DeadFetchError) as e:
+            run()
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1]
+    assert msgs[0].startswith('fetched tensor sw:1 is dead: Switch node "sw"')
+
+
+def test_is_final_needs_every_fetch_and_quiescence() -> None:
+    """``is_final``: quiescent with every fetch edge holding a token. Not at the start (nothing
+    produced, firings enabled), not once the fetch is produced while other firings are still enabled,
+    not at a deadlock (quiescent, a fetch missing); at the end of a run that ended normally it is.
+
+    Kills smallstep.is_final:89ac81fa 0984de26 e66bb6f6 8f942b03."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.constant(1.0, name="a")
+        tn.negative(tn.constant(2.0, name="b"), name="nb")
+    c = ss.initial(g, [a], whole_graph=True)  # b and nb are kept, though the fetch does not need them
+    assert not ss.is_final(c)
+    c = _fire_named(c, "a")
+    assert a.node.id in {nid for nid, _ in c.produced} and ss.enabled(c) and not ss.is_final(c)
+    c = _fire_named(c, "b", "nb")
+    assert not ss.enabled(c) and ss.is_final(c)
+    g2 = tn.Graph()
+    with g2.as_default():
+        z = tn.add(_lone_recv(g2, "e", "lone"), tn.constant(5.0, name="five"), name="z")
+    c = _fire_named(ss.initial(g2, [z]), "five")
+    assert not ss.enabled(c) and not ss.is_final(c)
+
+
+def test_a_firing_taken_twice_is_refused_naming_its_node_and_tag() -> None:
+    """``fire`` takes a node firing once per key (n, t): firing it again raises ``ArgumentError``
+    naming the node and the tag (inside a frame: ``f[0]``).
+
+    Kills smallstep.fire_sending:6b09ebf7."""
+    g = tn.Graph()
+    with g.as_default():
+        out = raw.exit(tn.negative(raw.enter(tn.constant(1.0), "f"), name="neg"))
+    c = ss.initial(g, [out])
+    while not any(f.node == "neg" for f in ss.enabled(c)):
+        c = ss.fire(c, ss.enabled(c)[0])
+    f = next(f for f in ss.enabled(c) if f.node == "neg")
+    with pytest.raises(tn.ArgumentError, match=r"^neg has already fired at tag f\[0\]$"):
+        ss.fire(ss.fire(c, f), f)
