@@ -376,3 +376,88 @@ def test_a_firing_taken_twice_is_refused_naming_its_node_and_tag() -> None:
     f = next(f for f in ss.enabled(c) if f.node == "neg")
     with pytest.raises(tn.ArgumentError, match=r"^neg has already fired at tag f\[0\]$"):
         ss.fire(ss.fire(c, f), f)
+
+
+# ---- a predicate that is not a bool scalar -----------------------------------------------------------------
+def test_a_predicate_that_is_not_a_scalar_names_the_switch_or_loop_cond_and_its_tag() -> None:
+    """[E-Switch] and [E-LoopCond] take the truth of a 0-d predicate; a vector fed where the static shape
+    is unknown is a ``KernelError`` naming the node and the tag it fired at (``f[0]`` here, inside a
+    frame) and the value's shape. The reference interpreter refuses the same value with the same
+    words after the node (it writes the tag its own way, ``at f:0``).
+
+    Kills smallstep._fire_switch:3bff2b22 5b74d281 25f77ad5 61a54557 e6f57f2e 973d4351;
+    smallstep._fire_loop_cond:8fbfdd08 46f1afac c21c5ee9 c45a4107 c96cc47e d350c31c."""
+    from turnout.errors import KernelError, describe_node
+    from turnout.kernels import predicate_shape_message
+
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, None, name="p")
+        ep = raw.enter(p, "f", name="ep")
+        sf, _ = raw.switch(raw.enter(tn.constant(1.0), "f"), ep, name="sw")
+        via_switch = raw.exit(sf, name="out")
+        lc = raw.loop_cond(ep, name="lc")
+        via_loop_cond = raw.exit(lc, name="out2")
+    feed = {p: np.array([True, False])}
+    for fetch, node in ((via_switch, sf.node), (via_loop_cond, lc.node)):
+        want = predicate_shape_message(f"{describe_node(node)} at tag f[0]", (2,))
+        with pytest.raises(KernelError) as e:
+            ss.run(g, [fetch], feed)
+        assert str(e.value) == want
+        with pytest.raises(KernelError) as ref:
+            run_graph(g, [fetch], feed)
+        assert str(ref.value) == want.replace(" at tag f[0]: ", " at f:0: ")
+
+
+# ---- where an emitting rule's control token goes ----------------------------------------------------------
+def test_a_control_edge_carries_the_firings_liveness_at_its_tag() -> None:
+    """emit(n, u, ...; c): every control edge of n gets one token at n's tag, live when the firing is.
+    [E-Switch] fires live whatever the predicate (a node gated on the Switch runs); [E-LoopCond] passes
+    its predicate's liveness (gated on a live LoopCond inside frame ``f``, the node runs at ``f[0]``;
+    on a LoopCond of a dead predicate, it is dead); [E-Send] fires live (a node gated on a Send runs);
+    and [E-Merge-Live]'s index output goes at the Merge's tag (``h[0]`` inside frame ``h``) to whatever
+    reads it. As the reference
+    interpreter computes, where it runs the graph.
+
+    Kills smallstep._fire_switch:6c0d2704 653095b2 d0a84732; smallstep._fire_loop_cond:6e23dfae d2580513
+    446da76b ff6fe2f2.2; smallstep._fire_send:9dd5a113 b7d2a84a aaa00cea; smallstep._fire_merge_live:112bb29a."""
+    g = tn.Graph()
+    with g.as_default():
+        seven = tn.constant(7.0, name="seven")
+        sw_f, sw_t = raw.switch(tn.constant(True), tn.constant(False), name="sw")
+        with tn.control_dependencies([sw_f.node]):
+            after_switch = tn.identity(seven, name="after_switch")
+        live_p = raw.enter(tn.constant(True), "f", name="live_p")
+        lc = raw.loop_cond(live_p, name="lc")
+        seven_f = raw.enter(seven, "f", is_constant=True)
+        with tn.control_dependencies([lc.node]):
+            in_f = tn.identity(seven_f, name="in_f")
+        after_lc = raw.exit(tn.add(in_f, tn.cast(lc, tn.float32)), name="after_lc")
+        dead_p = raw.enter(sw_t, "g", name="dead_p")  # the Switch's true output is dead
+        lc_dead = raw.loop_cond(dead_p, name="lc_dead")
+        seven_g = raw.enter(seven, "g", is_constant=True)
+        with tn.control_dependencies([lc_dead.node]):
+            in_g = tn.identity(seven_g, name="in_g")
+        after_dead_lc = raw.exit(in_g, name="after_dead_lc")
+        lc_dead_out = raw.exit(lc_dead, name="lc_dead_out")
+        _, idx = raw.merge([sw_f, sw_t], name="m")  # the live input is the first: index 0
+        index = tn.identity(idx, name="index")
+        h_f, h_t = raw.switch(raw.enter(tn.constant(True), "h"), raw.enter(tn.constant(False), "h"), name="sw_h")
+        _, idx_h = raw.merge([h_f, h_t], name="m_h")
+        index_h = raw.exit(tn.add(idx_h, raw.enter(tn.constant(10), "h", is_constant=True)), name="index_h")
+    fetches = [after_switch, after_lc, index, index_h]
+    r = ss.run(g, fetches)
+    want = run_graph(g, fetches).values
+    assert [float(v) for v in r.values] == [float(v) for v in want] == [7.0, 8.0, 0.0, 10.0]
+    for fetch in (after_dead_lc, lc_dead_out):
+        with pytest.raises(tn.DeadFetchError):
+            ss.run(g, [fetch])
+        with pytest.raises(tn.DeadFetchError):
+            run_graph(g, [fetch])
+    g2 = tn.Graph()
+    with g2.as_default():
+        send = g2.create_node("Send", [tn.constant(1.0)], {**_RECV, "edge": "e"}, name="send")
+        seven = tn.constant(7.0, name="seven")
+        with tn.control_dependencies([send]):
+            after_send = tn.identity(seven, name="after_send")
+    assert float(ss.run(g2, [after_send]).values[0]) == 7.0
