@@ -461,3 +461,66 @@ def test_a_control_edge_carries_the_firings_liveness_at_its_tag() -> None:
         with tn.control_dependencies([send]):
             after_send = tn.identity(seven, name="after_send")
     assert float(ss.run(g2, [after_send]).values[0]) == 7.0
+
+
+# ---- an Enter without parallel_iterations ------------------------------------------------------------------
+def _window_loop(pi: int | None) -> tuple[tn.Graph, tn.Tensor]:
+    """A loop over a counter m (to 20) and an accumulator a whose every step waits for a slow invariant
+    (a chain of 60 Negs at the root): the counter runs ahead of iteration 0, which cannot retire. Every
+    Enter is built by hand, with ``parallel_iterations=pi`` or (None) without the attribute."""
+    g = tn.Graph()
+    with g.as_default():
+        def enter(x: tn.Tensor, const: bool, name: str | None = None) -> tn.Tensor:
+            attrs: dict[str, Any] = {"frame_name": "f", "is_constant": const}
+            if pi is not None:
+                attrs["parallel_iterations"] = pi
+            return g.create_node("Enter", [x], attrs, name=name).outputs[0]
+
+        slow = tn.constant(0)
+        for _ in range(60):
+            slow = tn.negative(slow)
+        m, _ = raw.merge([enter(tn.constant(0), False, "e"), raw.BACK_EDGE], name="m")
+        p = raw.loop_cond(tn.less(m, enter(tn.constant(20), True)), name="p")
+        _, st = raw.switch(m, p, name="sw")
+        a, _ = raw.merge([enter(tn.constant(0), False, "ea"), raw.BACK_EDGE], name="a")
+        af, at = raw.switch(a, p, name="swa")
+        raw.close_back_edge(a, raw.next_iteration(tn.add(at, enter(slow, True), name="side")))
+        raw.close_back_edge(m, raw.next_iteration(st + enter(tn.constant(1), True)))
+        out = raw.exit(af, name="out")
+    return g, out
+
+
+def test_an_enter_without_parallel_iterations_opens_a_window_of_ten() -> None:
+    """[E-Enter] opens the frame instance with the window its ``parallel_iterations`` gives, 10 (as
+    ``raw.enter``'s default and TensorFlow's) where the attribute is absent: iteration 0 waits for the
+    slow invariant while the counter runs on, so the counter's NextIteration at iteration 9 parks
+    ([E-Next-Park]: iteration 10 lies outside the window), exactly as with ``parallel_iterations=10``
+    and unlike 11. The value is the reference interpreter's.
+
+    Kills smallstep._fire_enter:f0713f69 f7fa1d17 280b59f1."""
+    def parks(pi: int | None) -> list[Any]:
+        g, out = _window_loop(pi)
+        r = ss.run(g, [out])
+        assert int(r.values[0]) == int(run_graph(g, [out]).values[0]) == 0
+        return [(node, tag) for rule, node, tag, _ in r.firings if rule == "E-Next-Park"]
+
+    ten = parks(10)
+    assert [tag for _, tag in ten] == [(("f", 9),)]
+    assert parks(None) == ten
+    assert parks(11) == []
+
+
+# ---- SmallStepBackend's options ----------------------------------------------------------------------------
+def test_the_small_step_backend_refuses_every_backend_option_by_name() -> None:
+    """``SmallStepBackend`` honours no backend option, so it refuses any (an option no one honours must
+    not be silently ignored) with an ``ArgumentError`` listing them sorted; built without any, it keeps
+    the (empty) options it was given, as the other backends keep theirs in ``backend.options``.
+
+    Kills smallstep.__init__:95d43607 db47d52b 50ac79b6."""
+    g, ends = _chains(2)
+    with pytest.raises(tn.ArgumentError) as e:
+        ss.SmallStepBackend(g, stack_chunk=8, device_memory_limit=1)
+    assert str(e.value) == "the small-step backend takes no options, got ['device_memory_limit', 'stack_chunk']"
+    sess = tn.Session(g, backend="smallstep")
+    assert sess.backend.options == {}
+    assert [float(v) for v in sess.run(ends)] == [-1.0, -1.0, -1.0]
