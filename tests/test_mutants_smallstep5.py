@@ -156,9 +156,10 @@ def test_fifo_fires_by_enabling_age_and_lifo_the_newest_first() -> None:
 def test_the_random_scheduler_is_a_seeded_choice() -> None:
     """``random`` is a uniform choice from ``random.Random(seed)``: one seed gives one schedule, run
     after run and through ``SmallStepBackend`` (which passes the session's seed on); different seeds
-    give different schedules (more than two among six seeds: not all fifo's or lifo's).
+    give different schedules (more than two among six seeds: not all fifo's or lifo's). ``run``'s
+    default seed is ``RunOptions``' (0), so a direct call and a session's run take one schedule.
 
-    Kills smallstep.run:1ce886fb 37471441 9eb25d59 b636e1fd e9897094."""
+    Kills smallstep.run:1ce886fb 37471441 9eb25d59 b636e1fd e9897094 a8908532."""
     g, ends = _chains()
     logs = {seed: _order(ss.run(g, ends, scheduler="random", seed=seed)) for seed in range(6)}
     assert len(set(map(tuple, logs.values()))) > 2  # so not all of them are fifo's or lifo's
@@ -168,6 +169,11 @@ def test_the_random_scheduler_is_a_seeded_choice() -> None:
         sess.run(ends, scheduler="random", seed=seed, trace=True)
         assert [node for _, node, _, _ in sess.last_result.trace] == logs[seed]
     assert logs[0] != logs[3]
+    # the default seed is 0 on both paths (``run``'s and ``RunOptions``'): a direct call schedules as a session
+    assert _order(ss.run(g, ends, scheduler="random")) == logs[0]
+    sess = tn.Session(g, backend="smallstep")
+    sess.run(ends, scheduler="random", trace=True)
+    assert [node for _, node, _, _ in sess.last_result.trace] == logs[0]
 
 
 def test_a_firings_age_counts_from_when_it_became_enabled() -> None:
@@ -524,3 +530,27 @@ def test_the_small_step_backend_refuses_every_backend_option_by_name() -> None:
     sess = tn.Session(g, backend="smallstep")
     assert sess.backend.options == {}
     assert [float(v) for v in sess.run(ends)] == [-1.0, -1.0, -1.0]
+
+
+def test_a_push_of_a_value_without_bytes_or_under_a_control_input_is_counted_as_the_reference_does() -> None:
+    """``_count_push`` reads a live [E-Stack-Push]'s first three inputs (handle, index, value), whatever
+    control inputs follow them, and counts the value's ``nbytes``, 0 for a value that has none (a
+    variable's handle), plus 4 bytes per int of the index: here a float32 scalar under a control input
+    (4 + 4) and a handle (0 + 4), 12 bytes under loop ``L``, as the reference interpreter counts them.
+
+    Kills smallstep._count_push:2a128c40 773c3a00 6ccc9ba7 6cdf1195."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(1.0, name="v")
+        h = g.create_node("StackNew", [], {"elem_dtype": "float32", "elem_shape": [], "loop_name": "L"},
+                          name="stack").outputs[0]
+        gate = tn.constant(1.0, name="gate")
+        with tn.control_dependencies([gate.node]):
+            pushed = g.create_node("StackPush", [h, tn.constant(np.array([0], np.int32)), tn.constant(2.5)], {},
+                                   name="push").outputs[0]
+        handle = g.create_node("StackPush", [h, tn.constant(np.array([1], np.int32)), v.handle], {},
+                               name="push_handle").outputs[0]
+    (_, ref_stats), (got, ss_stats) = _both(g, [pushed, handle], {}, memory_budget=1000)
+    assert float(got[0]) == 2.5
+    assert ss_stats["saved_bytes"] == ref_stats["saved_bytes"] == {"L": 12}
+    assert ss_stats["peak_saved_bytes"] == ref_stats["peak_saved_bytes"] == 12
