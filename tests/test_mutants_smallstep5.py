@@ -554,3 +554,15 @@ def test_a_push_of_a_value_without_bytes_or_under_a_control_input_is_counted_as_
     assert float(got[0]) == 2.5
     assert ss_stats["saved_bytes"] == ref_stats["saved_bytes"] == {"L": 12}
     assert ss_stats["peak_saved_bytes"] == ref_stats["peak_saved_bytes"] == 12
+
+
+def test_a_direct_run_bounds_each_loop_instance_as_a_sessions_default_does() -> None:
+    """``run``'s default ``max_iterations`` is ``RunOptions``' (1,000,000): the program a direct call
+    runs carries the same iteration bound as a session's run with default options, and None lifts it.
+
+    Kills smallstep.run:152e42c4."""
+    g, out = _counting_loop()
+    default = tn.RunOptions().max_iterations
+    assert ss.run(g, [out]).final.program.max_iterations == default
+    assert ss.run(g, [out], max_iterations=None).final.program.max_iterations is None
+    assert ss.run(g, [out], max_iterations=60).final.program.max_iterations == 60
