@@ -123,6 +123,7 @@ MODULES: dict[str, dict[str, Any]] = {
     "semantics/smallstep.py": {"module": "turnout.semantics.smallstep",
                                "tests": ["test_mutants_smallstep.py", "test_mutants_smallstep2.py",
                                          "test_mutants_smallstep3.py", "test_mutants_smallstep4.py",
+                                         "test_mutants_smallstep5.py",
                                          "test_trace_rules.py", "test_smallstep.py",
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
