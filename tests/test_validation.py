@@ -356,3 +356,24 @@ def test_tn_validate_stays_the_function_after_a_run() -> None:
     n = counting_loop()
     tn.Session(n["g"]).run(n["exit"])  # the reference interpreter imports turnout.validate
     assert tn.validate is validate and callable(tn.validate)
+
+
+def test_a_stack_op_on_a_variable_handle_and_a_variable_op_on_a_stack_are_refused() -> None:
+    """[W-Types]: stack and Variable handles are both ``resource`` tensors, so the validator traces a
+    handle to what made it (through Enter, Switch, Merge...): a StackPush on a Variable's handle (which
+    the reference interpreter met as a bare ``KeyError`` and the small-step system ran), or a Variable
+    read of a stack, is refused naming the node and the handle's maker."""
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.Variable(np.zeros(2, np.float32), name="v")
+        inside = tn.raw.enter(v.handle, "f", is_constant=True)
+        g.create_node("StackPush", [inside, tn.raw.enter(tn.constant(np.array([0], np.int32)), "f", is_constant=True),
+                                    tn.raw.enter(tn.constant(1.0), "f", is_constant=True)], name="push_on_var")
+    err = expect("W-Types", "push_on_var", validate, g)
+    assert "a Variable's handle" in str(err) and "needs a stack's" in str(err)
+    g2 = tn.Graph()
+    with g2.as_default():
+        s = g2.create_node("StackNew", [], {"elem_dtype": "float32", "elem_shape": []}, name="stack").outputs[0]
+        g2.create_node("ReadVariable", [s], {"dtype": "float32", "shape": [2]}, name="read_a_stack")
+    err = expect("W-Types", "read_a_stack", validate, g2)
+    assert "a stack's handle" in str(err) and "needs a Variable's" in str(err)

@@ -15,7 +15,8 @@ implements one well-formedness rule of ``specs/semantics.rst`` (section "Well-fo
   Enters (its entry), so inputs arrive at iteration 0 only and back edges at iterations >= 1 only;
 - ``[W-Types]``: every node's output specs are re-inferred on the final graph and compared with the
   recorded ones (equal dtypes, compatible shapes), Merge data inputs (back edges included) share a
-  dtype, stack indices are int32 vectors;
+  dtype, stack indices are int32 vectors, a stack op's handle comes from a StackNew and a Variable
+  op's from a VarHandle;
 - ``[W-Fetch-Root]``: fetched tensors belong to this graph and lie in the root frame.
 
 ``[W-Merge-Unique]`` is a condition on runs, not on graphs; the builders guarantee it and it is not
@@ -222,11 +223,55 @@ def _check_stack_index(n: Node) -> None:
         raise _types_error(n, f"the stack index must be an int32 vector, got {got}")
 
 
+#: the ops a resource handle passes through unchanged (to the frame, branch or iteration that uses it)
+_HANDLE_CARRIERS = frozenset({"Enter", "Exit", "Identity", "Switch", "Merge", "NextIteration"})
+#: the source each handle-reading op needs, and the kind of handle it makes
+_HANDLE_SOURCE = {"StackNew": "a stack's", "VarHandle": "a Variable's"}
+_HANDLE_READERS = {"StackPush": "StackNew", "StackPop": "StackNew", "ReadVariable": "VarHandle",
+                   "AssignVariable": "VarHandle", "AssignAddVariable": "VarHandle", "AssignSubVariable": "VarHandle"}
+
+
+def _handle_sources(t: Tensor) -> set[Node]:
+    """The nodes that made the resource handle ``t``: walked back through the ops that pass a handle
+    on unchanged (``_HANDLE_CARRIERS``; every data input of a Merge)."""
+    seen: set[int] = set()
+    out: set[Node] = set()
+    todo = [t.node]
+    while todo:
+        n = todo.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.op not in _HANDLE_CARRIERS:
+            out.add(n)
+            continue
+        ins = n.inputs if n.op == "Merge" else n.inputs[:1]
+        todo.extend(x.node for x in ins)
+    return out
+
+
+def _check_handle_kind(n: Node) -> None:
+    """A stack op's handle is a stack's and a Variable op's a Variable's: both are ``resource``
+    tensors, which the dtypes cannot tell apart, so the handle is traced to what made it. A mix-up
+    would otherwise fail at run time in the interpreters' stores, differently on each."""
+    want = _HANDLE_READERS[n.op]
+    for src in _handle_sources(n.inputs[0]):
+        if src.op in _HANDLE_SOURCE and src.op != want:
+            raise _types_error(n, f"its handle input {n.inputs[0].name} is {_HANDLE_SOURCE[src.op]} handle "
+                                  f"(made by {describe_node(src)}), where it needs {_HANDLE_SOURCE[want]}")
+
+
+def _check_stack_op(n: Node) -> None:
+    _check_stack_index(n)
+    _check_handle_kind(n)
+
+
 #: extra type checks keyed by primitive, on top of re-running the shape rule.
 _EXTRA_TYPE_CHECKS: dict[str, Callable[[Node], None]] = {
     "Merge": _check_merge_types,
-    "StackPush": _check_stack_index,
-    "StackPop": _check_stack_index,
+    "StackPush": _check_stack_op,
+    "StackPop": _check_stack_op,
+    **{op: _check_handle_kind for op, src in _HANDLE_READERS.items() if src == "VarHandle"},
 }
 
 
