@@ -116,7 +116,8 @@ _SWAP_TESTS = ["test_mutants_s6.py", "test_mutants_s5.py", "test_devices_swap.py
 #: the fast, pointed ones first: a killed mutant stops at its first failure). ``select``, where given, is
 #: a pytest ``-k`` expression narrowing those files to the tests that reach the module.
 MODULES: dict[str, dict[str, Any]] = {
-    "reference/rules.py": {"module": "turnout.reference.rules", "tests": _REF_TESTS},
+    # (the small-step tests that compare a budgeted run's accounting with the reference's own)
+    "reference/rules.py": {"module": "turnout.reference.rules", "tests": [*_REF_TESTS, "test_mutants_smallstep5.py"]},
     "reference/executor.py": {"module": "turnout.reference.executor", "tests": _REF_TESTS},
     "reference/scheduler.py": {"module": "turnout.reference.scheduler", "tests": _REF_TESTS},
     "reference/trace.py": {"module": "turnout.reference.trace", "tests": _REF_TESTS},
