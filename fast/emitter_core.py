@@ -123,9 +123,8 @@ class EmitterCore(ABC):
         bad, c = ~jnp.asarray(ok, bool), self.codes.code(code, message)
         if shows is not None:
             text, values = shows
-            first = jax.lax.bitwise_and(jax.lax.eq(jnp.asarray(self.state["err"], jnp.int32), np.int32(0)), bad)
             record = partial(self.codes.detail, c, text)
-            jax.lax.cond(first, lambda vs: jax.debug.callback(record, *vs), lambda vs: None,
+            jax.lax.cond(self._first_failure(bad), lambda vs: jax.debug.callback(record, *vs), lambda vs: None,
                          [jnp.asarray(v) for v in values])
         self._set_err(bad, c)
 
@@ -134,10 +133,14 @@ class EmitterCore(ABC):
         if self.hoist_depth:  # an error inside a nest whose bound checks were made first
             self.refuted = True  # (the nest is traced again without them: ``LightLoops.run_light_while``)
         err = jnp.asarray(self.state["err"], jnp.int32)
-        # lax ops, not jnp.where and operators: each of those is a nested jit call, one more function
-        # per check to trace and lower
-        unset = jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jnp.asarray(bad, bool))
-        self.state["err"] = jax.lax.select(unset, jnp.full_like(err, code), err)
+        self.state["err"] = jax.lax.select(self._first_failure(bad), jnp.full_like(err, code), err)
+
+    def _first_failure(self, bad: Any) -> Any:
+        """Where ``bad`` holds and no earlier check has set the error word: the run's first failure.
+        (lax ops, not jnp.where and operators: each of those is a nested jit call, one more function
+        per check to trace and lower.)"""
+        err = jnp.asarray(self.state["err"], jnp.int32)
+        return jax.lax.bitwise_and(jax.lax.eq(err, np.int32(0)), jnp.asarray(bad, bool))
 
     def stack_mark(self, mark: Any) -> Any:
         """``mark`` raised to the most entries any gradient stack of the state holds now (one scalar
