@@ -274,6 +274,7 @@ class _Checks:
     stop_on_error = False
     free_pointers = False
     push_limit = None
+    capacity = 0  # (TensorArray ops are never in a group)
 
     def __init__(self) -> None:
         self.oks: list[Any] = []

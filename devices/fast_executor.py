@@ -85,9 +85,17 @@ from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
-from turnout.fast.regions import Key, WhileRegion, key
+from turnout.fast.regions import Key, WhileRegion, key, tensor_of
 from turnout.fast.segment import SegmentFn
-from turnout.fast.specialise import run_specialised, static_signature
+from turnout.fast.specialise import (
+    NOTHING,
+    Specialisation,
+    computed,
+    run_specialised,
+    specialisation_notes,
+    specialisation_stats,
+    static_signature,
+)
 from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
@@ -171,7 +179,7 @@ class FastPartitionedBackend:
         self._plans: dict[Any, DevicePlan] = {}
         self._fallback: dict[Any, str] = {}
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
-        self._static_keys: dict[Any, frozenset[Key]] = {}
+        self._static_keys: dict[Any, Specialisation] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
         #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_swap``)
@@ -243,6 +251,7 @@ class FastPartitionedBackend:
         per_device = steps_of(plan.schedule.steps)
         notes: tuple[str, ...] = ((f"the SPMD tier declined: {self._whole_declined[sig]}",)
                                   if sig in self._whole_declined else ())
+        notes += specialisation_notes(self.graph, self._static_keys.get(sig, NOTHING))
         if self._budgeted(memory_budget):
             notes += ("a memory budget applies: each device's gradient stacks are counted against it (the SPMD "
                       "tier, which never moves a stack chunk, is passed over)",)
@@ -299,18 +308,27 @@ class FastPartitionedBackend:
 
     def _run_specialised(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        """A compiled run on the plan specialised on the fed values that decide shapes, as the
-        one-device backend specialises (``fast.specialise.run_specialised``): a trace that meets such
-        a shape (``NeedsStatic``) plans and traces again with those feeds as constants."""
-        def compile_run(values: dict[Key, np.ndarray]) -> RunResult | Specialise:
+        """A compiled run on the plan specialised on the values that decide shapes, as the one-device
+        backend specialises (``fast.specialise.run_specialised``): a trace that meets such a shape
+        (``NeedsStatic``) plans and traces again with those feeds as constants, or with the tensors
+        it names computed first (by a run that fetches them) and fed."""
+        def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
+            fed = {**feeds, **{tensor_of(self.graph, k): v for k, v in computed.items()}} if computed else feeds
             try:
-                return self._run_compiled(sig, fetches, feeds, variables, options, values)
+                return self._run_compiled(self._signature(fetches, fed, variables) if computed else sig, fetches, fed,
+                                          variables, options, values)
             except NeedsStatic as e:
-                return Specialise(e.keys, str(e))
+                return Specialise.of(e)
 
-        result, values = run_specialised(self._static_keys, sig, {key(t): v for t, v in feeds.items()}, compile_run)
-        if values:
-            result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name for k in values)
+        def compute(cut: frozenset[Key]) -> dict[Key, Any]:
+            def fetch(ts: list[Tensor]) -> list[Any]:
+                return self._run_specialised(self._signature(ts, feeds, variables), ts, feeds, variables,
+                                             options).values
+            return computed(self.graph, cut, {key(t) for t in feeds}, fetch, "fast partitioned executor")
+
+        result, values = run_specialised(self._static_keys, sig, {key(t): v for t, v in feeds.items()}, compile_run,
+                                         compute)
+        result.stats.update(specialisation_stats(self.graph, self._static_keys.get(sig, NOTHING), values))
         return result
 
     def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],

@@ -83,10 +83,18 @@ from turnout.fast.plan import (
     Plan,
     Stage,
 )
-from turnout.fast.regions import Key, key
+from turnout.fast.regions import Key, key, tensor_of
 from turnout.fast.repeat import HotFused, Repeats
-from turnout.fast.run_state import variable_signature
-from turnout.fast.specialise import run_specialised, static_signature
+from turnout.fast.run_state import WHO, variable_signature
+from turnout.fast.specialise import (
+    NOTHING,
+    Specialisation,
+    computed,
+    run_specialised,
+    specialisation_notes,
+    specialisation_stats,
+    static_signature,
+)
 from turnout.fast.staged_stages import StagedStages
 from turnout.fast.timeline import Timeline
 from turnout.fast.values import start_reads, wrap_static
@@ -116,7 +124,7 @@ class FastBackend(StagedStages):
         self._budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]] = {}  # (id(plan), run budget) -> it
         self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
-        self._static_keys: dict[Any, frozenset[Key]] = {}
+        self._static_keys: dict[Any, Specialisation] = {}
         self._static_now: dict[Key, np.ndarray] = {}  # their values in the run being planned
         self._home: Any = None  # the device fed jax.Arrays are placed on (``device_feed``), found once
         self._reference: Any = None
@@ -204,8 +212,10 @@ class FastBackend(StagedStages):
                 plan, budget = call_deep(planned, nesting=nesting) if nesting else planned()
         except UnsupportedError as e:
             return fallback_schedule(str(e))
-        return plan_schedule(plan, self._ladder(plan), budget.swapped_frames() if budget is not None else frozenset(),
-                             lane=memory_budget is None)
+        swapped = budget.swapped_frames() if budget is not None else frozenset()
+        schedule = plan_schedule(plan, self._ladder(plan), swapped, lane=memory_budget is None)
+        learnt = specialisation_notes(self.graph, self._static_keys.get(dsig, NOTHING))
+        return dataclasses.replace(schedule, notes=schedule.notes + learnt) if learnt else schedule
 
     def device_feed(self, value: Any) -> Any:
         """A fed array the session passes to this backend as it is (``Session._check_feed``, for an
@@ -280,20 +290,30 @@ class FastBackend(StagedStages):
 
     def _run_specialised(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], options: Any) -> RunResult:
-        """A compiled run, on the plan specialised on the fed values that decide shapes: a compile
-        whose outcome is ``Specialise`` (``lowering_base.NeedsStatic`` met while tracing) adds its
-        feeds to the run signature's static ones and runs again; one that learns nothing new (no
-        feed, or only feeds it is specialised on already) is refused, and the program falls back."""
-        def compile_run(values: dict[Key, np.ndarray]) -> RunResult | Specialise:
+        """A compiled run, on the plan specialised on the values that decide shapes
+        (``fast.specialise``): a compile whose outcome is ``Specialise`` (``lowering_base.NeedsStatic``
+        met while tracing) adds its feeds to the run signature's static ones, or the tensors to cut
+        the run at (computed first by a run that fetches them, ``specialise.computed``), and runs again; one that
+        learns nothing new is refused, and the program falls back."""
+        def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
             self._static_now = values
-            return self._run_compiled(dsig + (static_signature(values),) if values else dsig, fetches, feeds,
+            fed = {**feeds, **{tensor_of(self.graph, k): v for k, v in computed.items()}} if computed else feeds
+            sig = self._run_signature(fetches, fed, variables) if computed else dsig
+            return self._run_compiled(sig + (static_signature(values),) if values else sig, fetches, fed,
                                       variables, options)
 
-        result, values = run_specialised(self._static_keys, dsig, {key(t): v for t, v in feeds.items()}, compile_run)
+        def compute(cut: frozenset[Key]) -> dict[Key, Any]:
+            def fetch(ts: list[Tensor]) -> list[Any]:
+                return self._run_specialised(self._run_signature(ts, feeds, variables), ts, feeds, variables,
+                                             options).values
+            return computed(self.graph, cut, {key(t) for t in feeds}, fetch, WHO)
+
+        result, values = run_specialised(self._static_keys, dsig, {key(t): v for t, v in feeds.items()}, compile_run,
+                                         compute)
         result.stats["executor"] = "compiled"
-        if values:
-            result.stats["specialized_on"] = sorted(self.graph.nodes[k[0]].outputs[k[1]].name for k in values)
-        else:
+        spec = self._static_keys.get(dsig, NOTHING)
+        result.stats.update(specialisation_stats(self.graph, spec, values))
+        if spec == NOTHING:
             self._remember_route(dsig, fetches, feeds, result)
         return result
 
@@ -345,7 +365,7 @@ class FastBackend(StagedStages):
         try:
             return self._compile_and_run(dsig, fetches, feeds, variables, options)
         except NeedsStatic as e:
-            return Specialise(e.keys, str(e))
+            return Specialise.of(e)
 
     def _compile_and_run(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], options: Any) -> RunResult:

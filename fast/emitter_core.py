@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from functools import partial
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import jax
 import jax.numpy as jnp
@@ -22,13 +22,13 @@ from turnout import kernels
 from turnout.errors import UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.lower_node import lower_node
-from turnout.fast.lowering_base import Shows
+from turnout.fast.lowering_base import NeedsStatic, Shows
 from turnout.fast.outcome import NONTERM, ErrorCodes
 from turnout.fast.ranges import Ranges, propagate
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
 from turnout.fast.state_keys import pushed_once, stack_key, var_key
 from turnout.fast.tracing import same_constant
-from turnout.fast.values import DEAD, Handle, is_static
+from turnout.fast.values import DEAD, Handle, Stacked, is_static
 from turnout.fast_options import FRAME_HEIGHT
 from turnout.graph import Node, Tensor
 
@@ -311,11 +311,27 @@ class EmitterCore(ABC):
             for o in n.outputs:
                 env[key(o)] = DEAD
             return
+        if any(isinstance(x, Stacked) for x in xs):
+            self._cut_at(n, [t for t, x in zip(n.inputs, xs, strict=True) if isinstance(x, Stacked)])
         outs = lower_node(self, n, xs)
         for o, v in zip(n.outputs, outs, strict=True):
             env[key(o)] = v
         if self.ranges:
             propagate(self.ranges, n, xs, outs)
+
+    def _cut_at(self, n: Node, stacks: list[Tensor]) -> NoReturn:
+        """``n`` reads ``stacks``, stacks of TensorArrays of dynamic size (``values.Stacked``), whose shape
+        only the run tells: the run is cut there (``NeedsStatic`` with ``cut``: ``fast.specialise``),
+        where that tensor is computed unconditionally in the root frame (a node of the program's
+        root items), which an earlier run can fetch; elsewhere (in a loop or a branch) the program
+        cannot be compiled."""
+        roots = {it.id for it in self.program.items if isinstance(it, Node)}
+        cut = frozenset(key(t) for t in stacks if t.node.id in roots)
+        message = (f"fast backend: {describe_node(n)} reads the stack of a TensorArray of dynamic size, whose shape "
+                   "is known only when the program runs")
+        if len(cut) < len(stacks):
+            raise UnsupportedError(message + " (inside a loop or a branch)")
+        raise NeedsStatic(message, frozenset(), cut)
 
 
 __all__ = ["MIXED", "Env", "EmitterCore"]

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Optional
 
 from turnout.errors import FeedError, MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
-from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, walk
+from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, tensor_of, walk
 from turnout.frames import Frame, FrameAnalysis
 from turnout.graph import Graph, Node, Tensor
 from turnout.validate import frame_analysis
@@ -384,7 +384,7 @@ class _Raiser:
                 merges.append((e, self.merge_side[e.id][1]))
             else:
                 pools[(p, True) in a].append(e)
-        region = CondRegion(self.tensors[p] if p in self.tensors else _tensor_of(self.graph, p), scope,
+        region = CondRegion(self.tensors[p] if p in self.tensors else tensor_of(self.graph, p), scope,
                             switches, merges,
                             {b: self.build_items(scope | {(p, b)}, pools[b]) for b in (False, True)})
         region.nodes = [n for e in members for n in self.nodes_of(e)]
@@ -499,10 +499,6 @@ def _boundary(it: Item) -> list[Node]:
     if isinstance(it, WhileRegion):
         return [e for e, _, _, _, _ in it.loop_vars] + list(it.invariants)
     return it.nodes
-
-
-def _tensor_of(graph: Graph, k: Key) -> Tensor:
-    return graph.nodes[k[0]].outputs[k[1]]
 
 
 def functionalize(graph: Graph, fetches: list[Tensor], feeds: Iterable[Tensor] = ()) -> Program:

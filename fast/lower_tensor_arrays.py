@@ -21,16 +21,20 @@ from turnout.fast.lowering_base import (
     np_dtype,
 )
 from turnout.fast.ranges import first_write, known_within
-from turnout.fast.values import MASK_DTYPE, TA, is_static
-from turnout.graph import Node
+from turnout.fast.values import MASK_DTYPE, TA, Stacked, is_static
+from turnout.graph import Node, Tensor, sources
 from turnout.kernels import ta_element_mismatch
+from turnout.validate import HANDLE_CARRIERS
 
 
 # ---- TensorArray -----------------------------------------------------------------------------------
-def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
+def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str, grows: bool = False) -> Any:
     """Slot ``i`` of ``ta``, checked to be in range (a constant, or an index the trace has proved in
     range, needs no check: ``fast.ranges``), clamped into it: a Python int when it is a constant,
-    so that indexing with it is static."""
+    so that indexing with it is static. ``grows``: the op may write past the end of a dynamic array
+    (``_dynamic_index``)."""
+    if ta.dynamic:
+        return _dynamic_index(ctx, n, ta, i, op, grows)
     if is_static(i):
         ctx.check(np.asarray(0 <= int(i) < ta.size), f"{describe_node(n)}: {op}: index out of range for a "
                   f"TensorArray of size {ta.size}")
@@ -42,11 +46,28 @@ def _ta_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str) -> Any:
     return jnp.clip(i, 0, max(ta.size - 1, 0))
 
 
+def _dynamic_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str, grows: bool) -> Any:
+    """Slot ``i`` of the dynamic array ``ta``, clamped into its buffer. An op that ``grows`` it (a
+    write) takes any slot from 0 up, as the interpreters do: one past the capacity is the error
+    word's ``overflow`` (the run goes again with twice the capacity, ``outcome.Retry``); any other
+    op reads below its run-time length."""
+    top = np.int32(max(ta.size - 1, 0))
+    if grows:
+        ctx.check(np.asarray(i >= 0) if is_static(i) else i >= 0,
+                  f"{describe_node(n)}: {op}: negative index into a TensorArray of dynamic size")
+        ctx.check(np.asarray(int(i) < ta.size) if is_static(i) else i < ta.size,
+                  f"{describe_node(n)}: a TensorArray of dynamic size outgrew its capacity of {ta.size}",
+                  code="overflow")
+    else:
+        ctx.check((i >= 0) & (i < ta.length), f"{describe_node(n)}: {op}: index out of range for a TensorArray of "
+                  "dynamic size")
+    if is_static(i):
+        return min(max(int(i), 0), int(top))
+    return jnp.clip(i, 0, top)
+
+
 @lowering_rule("TensorArrayNew")
 def _ta_new(ctx, n, xs):
-    if n.attrs.get("dynamic_size"):
-        raise UnsupportedError(f"fast backend: {describe_node(n)}: a TensorArray of dynamic size grows with its "
-                               "writes, and an XLA buffer cannot")
     if not is_static(xs[0]):
         not_static(ctx, n, 0,
                     f"fast backend: {describe_node(n)}: a TensorArray's size must be known when compiling (it may "
@@ -57,7 +78,11 @@ def _ta_new(ctx, n, xs):
         ctx.check(np.asarray(False), f"{describe_node(n)}: TensorArrayNew: negative size {size}")
         size = 0
     es = n.attrs.get("element_shape")
-    ta = TA(size, np_dtype(n.attrs["dtype"]), None, written=frozenset())
+    if n.attrs.get("dynamic_size"):  # a buffer of the run's capacity, and the size it has now (``TA``)
+        ta = TA(max(size, ctx.capacity), np_dtype(n.attrs["dtype"]), None, written=frozenset(),
+                length=np.int32(size))
+    else:
+        ta = TA(size, np_dtype(n.attrs["dtype"]), None, written=frozenset())
     if es is not None and all(d is not None for d in es):
         ta = ta.materialize(tuple(es), n)
     return [ta]
@@ -76,7 +101,7 @@ def _ta_write(ctx, n, xs):
             return [ta]
     if ta.pending:
         ta = ta.materialize(tuple(v.shape), n)
-    j = _ta_index(ctx, n, ta, i, "TensorArrayWrite")
+    j = _ta_index(ctx, n, ta, i, "TensorArrayWrite", grows=True)
     if ta.size:
         if first_write(ctx, n, ta.written, i):  # (``fast.ranges``: no slot is written twice)
             mask = put(ta.mask, j, np.ones((), MASK_DTYPE))
@@ -84,8 +109,18 @@ def _ta_write(ctx, n, xs):
             mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)
             ctx.check(mask[j] == 1, f"{describe_node(n)}: TensorArrayWrite: a slot was already written (TensorArray "
                       "slots are write-once)")
-        return [TA(ta.size, ta.dtype, ta.elem_shape, put(ta.buf, j, v), mask, written=_written(ta, i))]
+        return [ta.with_slots(put(ta.buf, j, v), mask, _written(ta, i), _grown(ta, i))]
     return [ta]
+
+
+def _grown(ta: TA, i: Any) -> Any:
+    """The length of the dynamic array ``ta`` once slot ``i`` is written (``None`` for an array of
+    static size): one past ``i`` where that is more."""
+    if not ta.dynamic:
+        return None
+    if is_static(i) and is_static(ta.length):
+        return np.int32(max(int(ta.length), int(i) + 1))
+    return jnp.maximum(ta.length, jnp.asarray(i, jnp.int32) + 1)
 
 
 #: the most constant slots whose writes a TensorArray's ``written`` records
@@ -114,6 +149,24 @@ def _ta_read(ctx, n, xs):
     return [slot(ta.buf, j)]
 
 
+#: ops whose output 0 is the TensorArray of their input 0, or of every data input (``graph.sources``)
+_PASSES_ARRAY = {**HANDLE_CARRIERS, "TensorArrayWrite": False, "TensorArrayAccumulate": False, "TensorArrayAdd": True}
+
+
+def _declared(t: Tensor) -> bool:
+    """Whether every array that can reach ``t`` declared its element shape when it was made (a
+    ``TensorArrayNew`` with a fully known ``element_shape``; an unstacked tensor's). Why the graph
+    is asked: an array that enters a loop with no element shape is given the one its writes have
+    (``light_loops._settled_arrays``), so a loop that runs no body leaves an array with an element
+    shape that the interpreters, which saw no write, do not know, and refuse to stack empty."""
+    def declared(m: Node) -> bool:
+        es = m.attrs.get("element_shape")
+        return m.op == "TensorArrayUnstack" or (m.op == "TensorArrayNew" and es is not None
+                                                and all(d is not None for d in es))
+
+    return all(declared(m) for m in sources(t, _PASSES_ARRAY))
+
+
 @lowering_rule("TensorArrayStack")
 def _ta_stack(ctx, n, xs):
     (ta,) = xs
@@ -121,9 +174,26 @@ def _ta_stack(ctx, n, xs):
         if ta.size:
             raise UnsupportedError(f"fast backend: {describe_node(n)} stacks a TensorArray nothing was written to")
         raise UnsupportedError(f"fast backend: {describe_node(n)}: empty TensorArray with an unknown element shape")
+    if not _declared(n.inputs[0]):  # (an empty array's element shape is known only from a write)
+        ctx.check(ta.sized() > 0, f"{describe_node(n)}: TensorArrayStack: empty TensorArray with an unknown "
+                  "element shape")
+    if ta.dynamic:
+        return [_stack_dynamic(ctx, n, ta)]
     if ta.size:
         ctx.check(jnp.all(ta.mask > 0), f"{describe_node(n)}: TensorArrayStack: some slots were never written")
     return [ta.buf]
+
+
+def _stack_dynamic(ctx: LoweringContext, n: Node, ta: TA) -> Any:
+    """The stack of dynamic array ``ta``: its first ``length`` slots, each written. Where ``length``
+    is known while tracing, an array of that many rows; else a ``Stacked`` value, which the host
+    cuts to its length when it is fetched, and at which the run is cut when an op reads it
+    (``EmitterCore.run_node``)."""
+    below = jnp.arange(ta.size, dtype=jnp.int32) < ta.length
+    ctx.check(jnp.all((ta.mask > 0) | ~below), f"{describe_node(n)}: TensorArrayStack: some slots were never written")
+    if is_static(ta.length):
+        return ta.buf[:int(ta.length)]
+    return Stacked(ta.buf, ta.length)
 
 
 @lowering_rule("TensorArrayUnstack")
@@ -134,7 +204,7 @@ def _ta_unstack(ctx, n, xs):
 
 @lowering_rule("TensorArraySize")
 def _ta_size(ctx, n, xs):
-    return [np.asarray(xs[0].size, np.int32)]
+    return [xs[0].sized()]
 
 
 
@@ -148,6 +218,8 @@ def _zeroed(ta: TA) -> Any:
 @lowering_rule("TensorArrayAdd")
 def _ta_add(ctx, n, xs):
     a, b = xs
+    if a.dynamic or b.dynamic:
+        return [_add_dynamic(ctx, n, a, b)]
     if a.size != b.size:
         raise UnsupportedError(f"fast backend: {describe_node(n)}: TensorArrayAdd of sizes {a.size} and {b.size}")
     if a.pending:
@@ -155,6 +227,26 @@ def _ta_add(ctx, n, xs):
     if b.pending:
         return [a]
     return [TA(a.size, a.dtype, a.elem_shape, _zeroed(a) + _zeroed(b), jnp.maximum(a.mask, b.mask))]
+
+
+def _add_dynamic(ctx: LoweringContext, n: Node, a: TA, b: TA) -> TA:
+    """The slotwise sum of two arrays one of which is dynamic, as the interpreters add them: the
+    longer one's size, a missing slot unwritten. (Its capacity is the larger of theirs.)"""
+    length = jnp.maximum(a.sized(), b.sized())
+    if a.pending and b.pending:
+        return TA(max(a.size, b.size), a.dtype, None, length=length)
+    shape = (b if a.pending else a).elem_shape
+    cap = max(a.size, b.size)
+    bufs, masks = [], []
+    for t in (a, b):
+        if t.pending:
+            continue
+        pad = cap - t.size
+        bufs.append(jnp.pad(_zeroed(t), [(0, pad)] + [(0, 0)] * len(shape)))
+        masks.append(jnp.pad(t.mask, (0, pad)))
+    buf = bufs[0] if len(bufs) == 1 else bufs[0] + bufs[1]
+    mask = masks[0] if len(masks) == 1 else jnp.maximum(masks[0], masks[1])
+    return TA(cap, a.dtype, shape, buf, mask, length=length)
 
 
 @lowering_rule("TensorArrayAccumulate")
@@ -174,8 +266,8 @@ def _ta_accumulate(ctx, n, xs):
         ta = ta.materialize(tuple(v.shape), n)
     if not ta.size:
         return [ta]
-    j = _ta_index(ctx, n, ta, i, "TensorArrayAccumulate")
-    return [TA(ta.size, ta.dtype, ta.elem_shape, ta.buf.at[j].add(v), ta.mask.at[j].set(1))]
+    j = _ta_index(ctx, n, ta, i, "TensorArrayAccumulate", grows=True)
+    return [ta.with_slots(ta.buf.at[j].add(v), ta.mask.at[j].set(1), length=_grown(ta, i))]
 
 
 def _static_shape(ctx: LoweringContext, n: Node, shp: Any, i: int) -> tuple[int, ...]:
@@ -188,6 +280,14 @@ def _static_shape(ctx: LoweringContext, n: Node, shp: Any, i: int) -> tuple[int,
 def _ta_read_or_zeros(ctx, n, xs):
     ta, i, shp = xs
     shape = _static_shape(ctx, n, shp, 2)
+    if ta.dynamic:  # any slot from 0 up: one past the end (or the capacity) reads as zeros
+        ctx.check(np.asarray(i >= 0) if is_static(i) else i >= 0, f"{describe_node(n)}: TensorArrayReadOrZeros: "
+                  "negative index into a TensorArray of dynamic size")
+        if ta.pending:
+            return [jnp.zeros(shape, ta.dtype)]
+        j = jnp.clip(i, 0, ta.size - 1)
+        inside = (i < ta.size) & (slot(ta.mask, j) > 0)
+        return [jnp.where(inside, slot(ta.buf, j), jnp.zeros((), ta.dtype)).reshape(shape)]
     if ta.pending or not ta.size:
         if not known_within(ctx, i, 0, ta.size - 1):
             ctx.check((i >= 0) & (i < ta.size), f"{describe_node(n)}: TensorArrayReadOrZeros: index out of range "
@@ -201,6 +301,15 @@ def _ta_read_or_zeros(ctx, n, xs):
 def _ta_stack_or_zeros(ctx, n, xs):
     ta, shp = xs
     shape = _static_shape(ctx, n, shp, 1)
+    if ta.dynamic:
+        ctx.check(ta.length == shape[0], f"{describe_node(n)}: TensorArrayStackOrZeros: a TensorArray of dynamic "
+                  f"size for a leading dimension of {shape[0]}")
+        if ta.pending:
+            return [jnp.zeros(shape, ta.dtype)]
+        buf = _zeroed(ta)
+        rows = (buf[:shape[0]] if ta.size >= shape[0]
+                else jnp.pad(buf, [(0, shape[0] - ta.size)] + [(0, 0)] * (buf.ndim - 1)))
+        return [rows.reshape(shape)]
     if shape[0] != ta.size:
         raise UnsupportedError(f"fast backend: {describe_node(n)}: {ta.size} slots for a leading dimension of "
                                f"{shape[0]}")

@@ -42,6 +42,9 @@ class LoweringContext(Protocol):
     push_limit: Optional[int]
     #: the nodes whose outputs were fed (a shape argument behind one can be made static: ``NeedsStatic``)
     fed: set[int]
+    #: the entries a buffer that grows with a loop holds in this trace (a gradient stack's chunk, a
+    #: TensorArray of dynamic size: ``fast.values.TA``); one past it is the error word's ``overflow``
+    capacity: int
     #: counted stacks whose chain is being traced, proved (their pushes check nothing), and those whose
     #: chain has ended, with its trip counts (``fast.counted_nests``; empty where there are none)
     dense: set[str]
@@ -97,19 +100,31 @@ class NeedsStatic(UnsupportedError):
     also is.
     """
 
-    def __init__(self, message: str, keys: frozenset[tuple[int, int]]) -> None:
+    def __init__(self, message: str, keys: frozenset[tuple[int, int]], cut: frozenset[tuple[int, int]] = frozenset()
+                 ) -> None:
         super().__init__(message)
         self.keys = keys
+        #: root-frame tensors, computed by the program, whose shapes only a run can tell (the stack of a
+        #: TensorArray of dynamic size, ``fast.values.Stacked``): the run is cut at them
+        #: (``fast.specialise``)
+        self.cut = cut
 
 
 @dataclass(frozen=True)
 class Specialise:
     """The outcome of a compile that met ``NeedsStatic``: plan and trace again with the fed tensors
-    ``keys`` as constants of the plan (``FastBackend._run_specialised`` decides whether that can
-    help); ``reason`` is the refusal's message, for a run that falls back."""
+    ``keys`` as constants of the plan, or with the computed tensors ``cut`` computed first and fed
+    (``fast.specialise.run_specialised`` decides whether that can help); ``reason`` is the
+    refusal's message, for a run that falls back."""
 
     keys: frozenset[tuple[int, int]]
     reason: str
+    cut: frozenset[tuple[int, int]] = frozenset()
+
+    @staticmethod
+    def of(e: NeedsStatic) -> Specialise:
+        """The outcome of a compile whose trace raised ``e``."""
+        return Specialise(e.keys, str(e), e.cut)
 
 
 #: ops through which a shape argument is not traced back to feeds: their value is not a function of

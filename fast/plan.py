@@ -175,6 +175,9 @@ class Plan:
         self.held = held_reads(program)
         held_ids = {h.stack for h in self.held.values()}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
+        #: a TensorArray of dynamic size grows with its writes: its buffer holds ``capacity`` entries,
+        #: and one more asks for a ``Retry`` at twice the capacity, which only the stages act on
+        self.grows = any(n.op == "TensorArrayNew" and n.attrs.get("dynamic_size") for n in nodes)
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
         self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
         #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push_shape``),
@@ -335,10 +338,11 @@ class Plan:
 
     @property
     def direct_ok(self) -> bool:
-        """Whether runs take the ``Direct`` call: one compiled segment, no gradient stacks. (Any fetch
-        fits its convention: a TensorArray or a handle crosses the call as it is, a value dead at
-        trace time stays out of it and is refused on the host, as on every route.)"""
-        return len(self.stages) == 1 and self.stages[0].driven is None and not self.stack_nodes
+        """Whether runs take the ``Direct`` call: one compiled segment, no gradient stacks, no
+        TensorArray of dynamic size (whose growth past the capacity only the stages retry). (Any
+        fetch fits its convention: a TensorArray or a handle crosses the call as it is, a value dead
+        at trace time stays out of it and is refused on the host, as on every route.)"""
+        return len(self.stages) == 1 and self.stages[0].driven is None and not self.stack_nodes and not self.grows
 
     #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
     static_feeds: dict[Key, Any] = {}

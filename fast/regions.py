@@ -22,7 +22,7 @@ from typing import Any, Union
 
 from turnout.errors import describe_node
 from turnout.frames import Frame
-from turnout.graph import Node, Tensor
+from turnout.graph import Graph, Node, Tensor
 
 #: (node id, output index) of a tensor: the key under which values live in an environment.
 Key = tuple[int, int]
@@ -34,6 +34,11 @@ EMPTY: Guard = frozenset()
 
 def key(t: Tensor) -> Key:
     return (t.node.id, t.index)
+
+
+def tensor_of(graph: Graph, k: Key) -> Tensor:
+    """The tensor of ``graph`` that key ``k`` names (``key``'s inverse)."""
+    return graph.nodes[k[0]].outputs[k[1]]
 
 
 @dataclass

@@ -40,7 +40,10 @@ def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
     (an abstract value of the same place). Why: a loop carry or a cond result must have one type, but
     a TensorArray's element shape is only known after its first write."""
     if isinstance(value, (TA, stk.StackValue)) and value.pending and not getattr(other, "pending", True):
-        return zeros_of(other), True
+        made = zeros_of(other)
+        if isinstance(value, TA) and value.dynamic:  # (its buffer is made, its length is its own)
+            made = TA(made.size, made.dtype, made.elem_shape, made.buf, made.mask, length=value.length)
+        return made, True
     if value is DEAD and other is not DEAD:
         return zeros_of(other), True
     if isinstance(value, dict) and isinstance(other, dict):

@@ -64,12 +64,23 @@ class TA:
     size must be known when the program is compiled (it may depend on feed *shapes*, not values).
     ``buf is None`` while no element shape is known yet (no write so far): a *pending* array, which
     becomes concrete at its first write.
+
+    A TensorArray of *dynamic* size (``dynamic_size=True``: TensorFlow's decoders' outputs) grows with
+    its writes, and an XLA buffer cannot. It is a buffer of a static *capacity* (``size``: the run's
+    capacity for buffers that grow with a loop, as a gradient stack's chunk, or its declared size
+    when larger) and a run-time ``length`` (its size as the interpreters count it: one past the
+    highest slot written, or its declared size). A write past the capacity sets the error word's
+    ``overflow`` kind, and the run goes again with twice the capacity (``outcome.Retry``), as a stack
+    that outgrew its chunk does. ``length`` is a leaf of the tree (a traced int32), ``dynamic`` part
+    of its structure; for an array of static size ``length`` is ``size``.
     """
 
     def __init__(self, size: int, dtype: Any, elem_shape: Optional[tuple[int, ...]],
                  buf: Any = None, mask: Any = None, full: bool = False,
-                 written: Optional[frozenset[int]] = None) -> None:
+                 written: Optional[frozenset[int]] = None, length: Any = None) -> None:
         self.size, self.dtype, self.elem_shape, self.buf, self.mask = size, np.dtype(dtype), elem_shape, buf, mask
+        #: dynamic size: the int32 length (numpy where known while tracing); ``None``: static size
+        self.length = length
         #: What the trace knows of the mask. ``full``: every slot is written (an unstacked tensor), so
         #: a read need not look at the mask. ``written``: exactly these slots are written (a new
         #: array, then writes at constant indices), ``None`` when unknown; a loop whose body writes
@@ -85,27 +96,67 @@ class TA:
     def pending(self) -> bool:
         return self.buf is None
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether the array grows with its writes (``dynamic_size``): its size is ``length``."""
+        return self.length is not None
+
+    def sized(self) -> Any:
+        """The array's size as the interpreters count it: ``length`` for a dynamic array, else
+        ``size`` (an int32, traced or known)."""
+        return np.int32(self.size) if self.length is None else self.length
+
+    def with_slots(self, buf: Any, mask: Any, written: Optional[frozenset[int]] = None, length: Any = None) -> TA:
+        """This array with new buffer and mask (and, for a dynamic array, ``length``, else its own)."""
+        return TA(self.size, self.dtype, self.elem_shape, buf, mask, written=written,
+                  length=self.length if length is None else length)
+
     def materialize(self, elem_shape: tuple[int, ...], node: Node) -> TA:
         """This array with its buffer and mask made for ``elem_shape``, once its first write (or
         declaration) fixes it. Why the allocation guard here: the interpreters keep a TensorArray
         as slots and allocate only what is written or stacked, while XLA allocates ``size`` slots at
         once, so a large declared size must meet ``max_tensor_bytes`` here (``node``, whose element
         shape this is, is named) rather than fail inside XLA."""
-        try:
-            check_ta_capacity(self.size, tuple(elem_shape), self.dtype)
-        except ResourceExhaustedError as e:
-            raise ResourceExhaustedError(f"{describe_node(node)}: {e}") from None
+        if not self.dynamic:  # (a dynamic array's capacity is the run's, not the program's: the
+            try:              # interpreters guard what its first write makes it, ``_ta_write``)
+                check_ta_capacity(self.size, tuple(elem_shape), self.dtype)
+            except ResourceExhaustedError as e:
+                raise ResourceExhaustedError(f"{describe_node(node)}: {e}") from None
         return TA(self.size, self.dtype, tuple(elem_shape), jnp.zeros((self.size, *elem_shape), self.dtype),
-                  jnp.zeros((self.size,), MASK_DTYPE), written=self.written)
+                  jnp.zeros((self.size,), MASK_DTYPE), written=self.written, length=self.length)
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        aux = (self.size, self.dtype.str, self.elem_shape)
-        return ((), aux + (True,)) if self.pending else ((self.buf, self.mask), aux + (False,))
+        aux = (self.size, self.dtype.str, self.elem_shape, self.dynamic)
+        slots = () if self.pending else (self.buf, self.mask)
+        return slots + ((self.length,) if self.dynamic else ()), aux + (self.pending,)
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> TA:
-        size, d, es, pending = aux
-        return cls(size, d, es) if pending else cls(size, d, es, *children)
+        size, d, es, dynamic, pending = aux
+        length = children[-1] if dynamic else None
+        slots = children[:-1] if dynamic else children
+        return cls(size, d, es, length=length) if pending else cls(size, d, es, slots[0], slots[1], length=length)
+
+
+@jax.tree_util.register_pytree_node_class
+class Stacked:
+    """The stack of a TensorArray of dynamic size (``TensorArrayStack``): its buffer, of the array's
+    capacity, and the run-time ``length`` of it that holds the elements.
+
+    Why a value of its own: its shape is known only when the program runs, which XLA cannot express.
+    Fetched, the host takes the first ``length`` rows (``to_host``). Read by another op, the run is
+    cut at it (``fast.specialise``): an earlier run computes it, and the program runs with it fed, its
+    shape then known (``EmitterCore.run_node``)."""
+
+    def __init__(self, buf: Any, length: Any) -> None:
+        self.buf, self.length = buf, length
+
+    def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
+        return (self.buf, self.length), None
+
+    @classmethod
+    def tree_unflatten(cls, aux: None, children: tuple[Any, Any]) -> Stacked:
+        return cls(*children)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -159,11 +210,15 @@ def is_static(v: Any) -> bool:
 
 def to_host(v: Any) -> Any:
     """A fetched value as the session returns it: numpy arrays, a TensorArray as the reference
-    backend's ``TensorArrayValue``, a resource handle as it is."""
+    backend's ``TensorArrayValue``, the stack of a dynamic one cut to its length, a resource handle
+    as it is."""
     if isinstance(v, TA):
-        items = tuple(None for _ in range(v.size)) if v.pending else tuple(
-            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(v.size))
-        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items)
+        n = int(v.sized())
+        items = tuple(None for _ in range(n)) if v.pending else tuple(
+            np.asarray(v.buf[i]) if bool(v.mask[i]) else None for i in range(n))
+        return TensorArrayValue(np.dtype(v.dtype).name, v.elem_shape, items, v.dynamic)
+    if isinstance(v, Stacked):
+        return np.asarray(v.buf)[:int(v.length)]
     if isinstance(v, Handle):
         return v
     return np.asarray(v)

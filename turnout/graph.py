@@ -17,7 +17,7 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from turnout import dtypes as _dt
@@ -585,6 +585,25 @@ def ancestors(fetches: Sequence[Tensor], fed: Any = ()) -> dict[int, Node]:
         stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor) and (t.node.id, t.index) not in fed)
         stack.extend(n.control_inputs)
     return dict(sorted(keep.items()))
+
+
+def sources(t: Tensor, passes: Mapping[str, bool]) -> set[Node]:
+    """The nodes that made the value ``t`` carries (a resource handle, a TensorArray): walked back
+    through the ops of ``passes``, which pass such a value on from their input 0, or from every data
+    input where ``passes[op]`` is true (a Merge's, a sum's)."""
+    seen: set[int] = set()
+    out: set[Node] = set()
+    todo = [t.node]
+    while todo:
+        n = todo.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.op not in passes:
+            out.add(n)
+            continue
+        todo.extend(x.node for x in (n.inputs if passes[n.op] else n.inputs[:1]))
+    return out
 
 
 def _check_visible(t: Tensor, ctx: Optional[ControlFlowContext], op: str) -> None:

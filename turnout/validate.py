@@ -35,7 +35,7 @@ from turnout import shapes as sh
 from turnout.arguments import checked
 from turnout.errors import ArgumentError, ValidationError, describe_node
 from turnout.frames import FrameAnalysis, static_frames
-from turnout.graph import Graph, Node, Tensor, TensorSpec, fetched_tensor
+from turnout.graph import Graph, Node, Tensor, TensorSpec, fetched_tensor, sources
 
 __all__ = ["validate", "clear_cache"]
 
@@ -223,31 +223,14 @@ def _check_stack_index(n: Node) -> None:
         raise _types_error(n, f"the stack index must be an int32 vector, got {got}")
 
 
-#: the ops a resource handle passes through unchanged (to the frame, branch or iteration that uses it)
-_HANDLE_CARRIERS = frozenset({"Enter", "Exit", "Identity", "Switch", "Merge", "NextIteration"})
+#: the ops a resource handle passes through unchanged (to the frame, branch or iteration that uses
+#: it), and whether from every data input (a Merge) rather than input 0 (``graph.sources``)
+HANDLE_CARRIERS = {"Enter": False, "Exit": False, "Identity": False, "Switch": False, "Merge": True,
+                   "NextIteration": False}
 #: the source each handle-reading op needs, and the kind of handle it makes
 _HANDLE_SOURCE = {"StackNew": "a stack's", "VarHandle": "a Variable's"}
 _HANDLE_READERS = {"StackPush": "StackNew", "StackPop": "StackNew", "ReadVariable": "VarHandle",
                    "AssignVariable": "VarHandle", "AssignAddVariable": "VarHandle", "AssignSubVariable": "VarHandle"}
-
-
-def _handle_sources(t: Tensor) -> set[Node]:
-    """The nodes that made the resource handle ``t``: walked back through the ops that pass a handle
-    on unchanged (``_HANDLE_CARRIERS``; every data input of a Merge)."""
-    seen: set[int] = set()
-    out: set[Node] = set()
-    todo = [t.node]
-    while todo:
-        n = todo.pop()
-        if n.id in seen:
-            continue
-        seen.add(n.id)
-        if n.op not in _HANDLE_CARRIERS:
-            out.add(n)
-            continue
-        ins = n.inputs if n.op == "Merge" else n.inputs[:1]
-        todo.extend(x.node for x in ins)
-    return out
 
 
 def _check_handle_kind(n: Node) -> None:
@@ -255,7 +238,7 @@ def _check_handle_kind(n: Node) -> None:
     tensors, which the dtypes cannot tell apart, so the handle is traced to what made it. A mix-up
     would otherwise fail at run time in the interpreters' stores, differently on each."""
     want = _HANDLE_READERS[n.op]
-    for src in _handle_sources(n.inputs[0]):
+    for src in sources(n.inputs[0], HANDLE_CARRIERS):
         if src.op in _HANDLE_SOURCE and src.op != want:
             raise _types_error(n, f"its handle input {n.inputs[0].name} is {_HANDLE_SOURCE[src.op]} handle "
                                   f"(made by {describe_node(src)}), where it needs {_HANDLE_SOURCE[want]}")

@@ -28,8 +28,8 @@ class TensorArray:
 
     ``dynamic_size=True``: a write past the end grows the array to hold it (slots between stay
     unwritten), as TensorFlow's does, for outputs whose count a loop decides (a decoder's); ``size`` is
-    then where it starts (0 is usual). The fast backend runs a program with one on the reference
-    interpreter (an XLA buffer cannot grow)."""
+    then where it starts (0 is usual). The fast backend compiles it as a buffer of the run's capacity
+    with a run-time length, running again at twice the capacity when the writes outgrow it."""
 
     def __init__(self, dtype: Any = None, size: Any = None, element_shape: Any = None,
                  name: Optional[str] = None, *, dynamic_size: bool = False, _tensor: Optional[Tensor] = None) -> None:

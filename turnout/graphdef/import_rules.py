@@ -806,7 +806,7 @@ def _written_shape(ctx: ImportContext, origin: str, declared: Any) -> Any:
 def _ta_new(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     shape = ctx.attr("element_shape")
     attrs = {"dtype": ctx.dtype("dtype").name, "element_shape": shape}
-    if ctx.attr("dynamic_size", False):  # writes past the end grow it (the fast backend runs it on the interpreter)
+    if ctx.attr("dynamic_size", False):  # writes past the end grow it
         attrs["dynamic_size"] = True
     ta = ctx.create("TensorArrayNew", ins[:1], attrs).outputs[0]
     return [ta, ta]  # the handle and the flow both stand for the (empty) array
