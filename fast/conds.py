@@ -31,10 +31,11 @@ from turnout.graph import Graph, Node, Tensor
 SMALL_DECISION = 8
 
 
-def _small_decision(t: Tensor) -> bool:
-    """Whether a plan may be specialised on the values of fed tensor ``t`` to pick a ragged cond's
-    branch (``CondEmitter._refuse_ragged``): a bool or integer of at most ``SMALL_DECISION`` elements (a
-    flag, an index), whose values are few. A float, or a larger tensor, is data: a plan per value
+def small_decision(t: Tensor) -> bool:
+    """Whether a plan may be specialised on the values of fed tensor ``t`` to decide control flow (a
+    ragged cond's branch, ``CondEmitter._refuse_ragged``; an unrolled loop's trip count,
+    ``fast.unrolled``): a bool or integer of at most ``SMALL_DECISION`` elements (a flag, an index,
+    a count), whose values are few. A float, or a larger tensor, is data: a plan per value
     would compile on every run."""
     d = t.dtype
     n = sh.num_elements(t.shape)
@@ -248,7 +249,7 @@ class CondEmitter(EmitterCore):
                 raise UnsupportedError(message) from None
             keys |= behind
         graph = conds[0].pred.graph
-        if not all(_small_decision(graph.nodes[i].outputs[j]) for i, j in keys):
+        if not all(small_decision(graph.nodes[i].outputs[j]) for i, j in keys):
             raise UnsupportedError(message) from None  # (one plan per value of a data tensor: never)
         raise NeedsStatic(message, frozenset(keys)) from None
 
@@ -329,4 +330,4 @@ class CondEmitter(EmitterCore):
         return fn
 
 
-__all__ = ["SMALL_DECISION", "Branch", "CondEmitter"]
+__all__ = ["SMALL_DECISION", "Branch", "CondEmitter", "small_decision"]

@@ -20,14 +20,18 @@ loops, their form chosen before tracing). ``Emitter`` here is the top, and picks
 
 from __future__ import annotations
 
+from turnout.errors import UnsupportedError
 from turnout.fast.conds import SMALL_DECISION
 from turnout.fast.counted_nests import BOUND_DEPTH, BOUND_OPS
 from turnout.fast.emitter_core import EmitterCore, Env
 from turnout.fast.facts import light_header
-from turnout.fast.light_loops import SMALL_NEST, LightLoops, exit_counts
+from turnout.fast.light_loops import SMALL_NEST, LightLoop, LightLoops, exit_counts
+from turnout.fast.loops import CarryChanges
+from turnout.fast.lowering_base import NeedsStatic
 from turnout.fast.regions import WhileRegion
 from turnout.fast.state_keys import stack_key, stack_key_of, stack_source, var_key
 from turnout.fast.tracing import Traced, jnp_tree, reconcile, settled, zeros_of
+from turnout.fast.unrolled import run_unrolled
 
 #: the names the rest of the code imports from here under their former private spellings
 _jnp_tree = jnp_tree
@@ -43,11 +47,23 @@ class Emitter(LightLoops):
         """Loop ``r`` in its form: light (``run_light_while``) where its header may be recomputed,
         else full (``run_full_while``). The light form computes the predicate in the loop's test; an
         emitter that shares predicates between devices (the SPMD tier's ``read_pred``, a collective)
-        keeps it in the body instead."""
-        if type(self).read_pred is EmitterCore.read_pred and light_header(r, self.read_at_1()):
-            self.run_light_while(r, env)
-        else:
-            self.run_full_while(r, env)
+        keeps it in the body instead. A loop that neither form can lower (its carry changes type
+        across iterations, or what it computes from that has no static shape) is unrolled where the
+        trace knows its trip count (``fast.unrolled``; on one device), else refused as it was."""
+        one_device = type(self).read_pred is EmitterCore.read_pred
+        before = self.trace_point()
+        try:
+            if one_device and light_header(r, self.read_at_1()):
+                self.run_light_while(r, env)
+            else:
+                self.run_full_while(r, env)
+        except NeedsStatic:
+            raise
+        except UnsupportedError as e:  # (its carry changes type, or it computes what no lax loop can)
+            if not one_device or (isinstance(e, CarryChanges) and e.region is not r):
+                raise
+            self.back_to(before)  # (as the loop found them: its trace is abandoned)
+            run_unrolled(self, LightLoop(self, r, env), e)
         self.note_mark()
 
 

@@ -94,7 +94,7 @@ class EmitterCore(ABC):
         #: stack key -> the constant its one push pushed while tracing (``note_push``); a plan shares
         #: one dict between its traces, so a stage traced later (a driven backward loop) sees what an
         #: earlier one pushed
-        self.pushed: dict[str, Any] = {}
+        self.pushed: dict[Any, Any] = {}
         #: stack key -> (element shape, index shape) its pushes pushed while tracing, ``MIXED`` where
         #: two differ (``note_push_shape``); a plan shares one across its traces (``Plan.learn_stack_shapes``)
         self.push_shapes: dict[str, Any] = {}
@@ -219,16 +219,24 @@ class EmitterCore(ABC):
             if h.loop is r and var_key(h.var_name) in state:
                 state[stk.HELD_PREFIX + k] = state[var_key(h.var_name)]
 
-    def note_push(self, node: Node, h: Handle, value: Any) -> None:
+    def note_push(self, node: Node, h: Handle, value: Any, index: Any = None) -> None:
         """Record a push of ``value`` on stack ``h`` by StackPush ``node``: a constant while tracing (a
         forward value's shape, which a compiled loop keeps fixed) pushed by the only StackPush of that
         stack in the whole graph is what every pop of it returns, and ``pushed_constant`` says so.
         Why: the gradient of a value of partly known shape saves its shape on a stack and builds
         zeros of it in the backward loop (``Fill``); XLA needs that shape when compiling, and here it
-        is known."""
+        is known. A constant pushed under an ``index`` known while tracing (a loop unrolled while
+        tracing, ``fast.unrolled``, whose shapes differ per iteration) is what a pop under that index
+        returns."""
         if h.name not in pushed_once(node.graph):
             return
         k = stack_key(h)
+        self._note_constant(k, value)
+        if index is not None and is_static(index):
+            self._note_constant((k, np.asarray(index).tobytes()), value)
+
+    def _note_constant(self, k: Any, value: Any) -> None:
+        """``pushed[k]``: the constant pushed under ``k``, or ``MIXED`` where traced or different values were."""
         prev = self.pushed.get(k)
         if not is_static(value):
             self.pushed[k] = MIXED
@@ -244,11 +252,15 @@ class EmitterCore(ABC):
         prev = self.push_shapes.get(k)
         self.push_shapes[k] = got if prev is None or prev == got else MIXED
 
-    def pushed_constant(self, h: Handle) -> Any:
-        """The constant every push of stack ``h`` pushed (see ``note_push``), or ``None``. Every push of
-        a forward loop is traced before any pop of its gradient (program order within a trace, stage
-        order across a plan's traces), so a pop never reads a constant that a later push contradicts."""
-        v = self.pushed.get(stack_key(h))
+    def pushed_constant(self, h: Handle, index: Any = None) -> Any:
+        """The constant every push of stack ``h`` pushed, or every push under ``index`` where that is
+        known while tracing (see ``note_push``), or ``None``. Every push of a forward loop is traced
+        before any pop of its gradient (program order within a trace, stage order across a plan's
+        traces), so a pop never reads a constant that a later push contradicts."""
+        k = stack_key(h)
+        v = self.pushed.get(k)
+        if (v is None or v is MIXED) and index is not None and is_static(index):
+            v = self.pushed.get((k, np.asarray(index).tobytes()))
         return None if v is None or v is MIXED else v
 
     # ---- reads along control-flow edges ---------------------------------------------------------

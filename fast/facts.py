@@ -39,15 +39,13 @@ def _safe_operand(n: Node) -> bool:
 
 
 def bounded_counter(r: WhileRegion) -> Optional[tuple[int, Tensor]]:
-    """``(j, bound)`` when loop ``r``'s header is one ``Less(counter, bound)`` on loop variable ``j``,
-    a counter (``counters``), beside constants (``i < 10`` makes its 10 in the header), alone or
-    and-ed with ``True`` (``_bound_test``): in every body
+    """``(j, bound)`` when loop ``r``'s predicate is one ``Less(counter, bound)`` on loop variable
+    ``j``, a counter (``counters``), alone or and-ed with ``True`` (``_bound_test``): in every body
     that runs, the counter is below ``bound`` and no lower than where it started (``fast.ranges``).
-    ``None`` for any other loop."""
+    ``None`` for any other loop. (The header may compute other values beside it, such as the read of
+    a Variable that an imported TF1 loop makes there: they do not decide the predicate.)"""
     less = _bound_test(r.loop_cond.inputs[0])
-    test = r.loop_cond.inputs[0].node
-    if less is None or not all(it is less or it is test or (isinstance(it, Node) and it.op == "Const")
-                               for it in r.header):
+    if less is None:
         return None
     count, bound = less.inputs
     for j in counters(r):
@@ -300,6 +298,52 @@ def hoistable(r: WhileRegion, chain: Sequence[tuple[WhileRegion, Any]]) -> bool:
     return True
 
 
+def counter_starts(r: WhileRegion, vals0: Sequence[Any]) -> dict[int, int]:
+    """The loop variables of ``r`` that count its iterations (``counters``) and start at a value
+    known while tracing (``vals0``: the loop's entry values), with that value."""
+    return {j: int(vals0[j]) for j in counters(r) if is_static(vals0[j])}
+
+
+def counted_range(r: WhileRegion, starts: dict[int, int], base: dict[Any, Any]) -> Optional[tuple[int, int, int]]:
+    """Where loop ``r``'s header is ``counter < bound`` with the counter's start (``starts``:
+    ``counter_starts``) and the bound (a constant, or an invariant's value in ``base``) known while
+    tracing: (the counter's index, its start, ``bound - 1``), the range the counter takes in every
+    body; else ``None``."""
+    found = bounded_counter(r)
+    if found is None or found[0] not in starts:
+        return None
+    b = found[1].node
+    bound = base.get((found[1].node.id, found[1].index)) if b.op != "Const" else np.asarray(b.attrs["value"])
+    if bound is None or not is_static(bound) or np.asarray(bound).shape != ():
+        return None
+    return found[0], starts[found[0]], int(bound) - 1
+
+
+def counter_exits(r: WhileRegion, vals0: Sequence[Any], base: dict[Any, Any]) -> dict[int, Any]:
+    """The values the counters of loop ``r`` hold after it (``exit_counts``), where its range is known
+    while tracing (``counted_range``, from its entry values ``vals0`` and invariants ``base``); none
+    otherwise."""
+    starts = counter_starts(r, vals0)
+    ranged = counted_range(r, starts, base)
+    return {} if ranged is None else exit_counts(starts, ranged)
+
+
+def exit_counts(starts: dict[int, int], ranged: tuple[int, int, int]) -> dict[int, Any]:
+    """The values the counters of a loop whose header is ``counter < bound`` hold when it ends, both
+    known when tracing (``ranged``: the header's counter, its start, ``bound - 1``): the loop runs
+    ``max(bound - start, 0)`` bodies, and each counter (``starts``: loop variable index -> its
+    start) ends that many past its start.
+
+    Why they may be constants: a run in which the loop ends otherwise (its iteration budget spent,
+    or an error that stops a fused attempt's loop) has its error word set, and none of its values
+    is returned. As constants, the trip count that a gradient reads from the loop's counter is known
+    when its backward loop is traced: that loop is counted too (its counter's range proves the
+    indices it pops, ``fast.ranges``), and a nested loop's trip count, pushed as a constant, pops as
+    one (``Emitter.pushed_constant``)."""
+    bodies = max(ranged[2] + 1 - ranged[1], 0)
+    return {j: np.int32(s + bodies) for j, s in starts.items()}
+
+
 __all__ = ["FLOAT_ONLY_FAIL", "NEVER_FAIL", "TA_INDEXED", "body_value", "bounded_counter", "cannot_fail",
-           "counted_bound", "counter_merges", "counters", "fresh_writes", "hoistable", "indexing_counters",
-           "light_header", "nest_loops", "own_writes"]
+           "counted_bound", "counted_range", "counter_exits", "counter_merges", "counter_starts", "counters",
+           "exit_counts", "fresh_writes", "hoistable", "indexing_counters", "light_header", "nest_loops", "own_writes"]

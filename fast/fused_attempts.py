@@ -25,6 +25,7 @@ from turnout.fast.call_spec import CallArgs
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.direct_call import DirectCalls
 from turnout.fast.guards import device_oom
+from turnout.fast.lowering_base import NeedsStatic
 from turnout.fast.outcome import Discard, Outcome, Retry
 from turnout.fast.plan import Plan, Stage
 from turnout.fast.regions import Key
@@ -47,7 +48,9 @@ class FusedAttempts(DirectCalls):
 
         A trace that refuses (``UnsupportedError``, or ``RungTooSmall``: a counted stack longer than
         this rung) is the outcome ``Discard(refused=...)``: the caller drops the fused stage. Those
-        exceptions must leave JAX's trace by raising; they stop here, at the call that traced."""
+        exceptions must leave JAX's trace by raising; they stop here, at the call that traced. A
+        shape that fed values decide (``NeedsStatic``) goes on to the compile of the run, which
+        specialises the plan (``FastBackend._run_compiled``), as it does from every other trace."""
         rest, stacks = stk.split_state(state)
         with self._span("fused attempt (whole program, one call)", "compiled stages") as args, device_oom(plan, st):
             before = self.compile_count
@@ -58,6 +61,8 @@ class FusedAttempts(DirectCalls):
                 res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
             except RungTooSmall as e:
                 return Discard(refused=str(e), needed=e.entries)
+            except NeedsStatic:
+                raise  # (the plan is specialised, and the attempt traced again: ``fast.specialise``)
             except UnsupportedError as e:
                 return Discard(refused=str(e))
             spec = st.spec

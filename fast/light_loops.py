@@ -18,10 +18,11 @@ from turnout.errors import runaway_message
 from turnout.fast.counted_nests import CountedNests
 from turnout.fast.emitter_core import Env
 from turnout.fast.facts import (
-    bounded_counter,
     cannot_fail,
+    counted_range,
     counter_merges,
-    counters,
+    counter_starts,
+    exit_counts,
     fresh_writes,
     hoistable,
     nest_loops,
@@ -96,6 +97,15 @@ class LightLoops(CountedNests):
         self.hoisted.difference_update(id(c) for c, _ in form.chain)
         self.unbounded.difference_update(id(c) for c, _ in form.chain)
 
+    def trace_point(self) -> tuple[dict[str, Any], set[str]]:
+        """What a loop's trace changes of the emitter (its run-time state, the counted stacks it
+        entered), as it is now: a trace abandoned inside the loop goes back to it (``back_to``)."""
+        return dict(self.state), set(self.dense)
+
+    def back_to(self, point: tuple[dict[str, Any], set[str]]) -> None:
+        """The emitter as it was at ``point`` (``trace_point``)."""
+        self.state, self.dense = dict(point[0]), set(point[1])
+
     def _emit_hoisted(self, loop: LightLoop, form: LoopForm, vals0: list[Any]) -> Optional[list[Any]]:
         """The nest ``loop`` heads with its bound checks made before it (``_hoist_checks``): its
         carried loop variables after it, or ``None`` where its trace wrote the error word (something
@@ -142,23 +152,18 @@ class LightLoops(CountedNests):
         small RNN training step, two one-loop nests, 1.62 times JAX's fixed cost with them and 1.55
         without), and without a known trip count XLA:CPU evaluates each loop's test computation at
         every iteration."""
-        starts = {j: int(vals0[j]) for j in counters(r) if is_static(vals0[j])}
+        starts = counter_starts(r, vals0)
         twin = {j: next(k for k in starts if starts[k] == v) for j, v in starts.items()}
         keep = [j for j in range(len(vals0)) if twin.get(j, j) == j]
         count = next((j for j in keep if starts.get(j) == 0), None)
         head = self.hoist_depth == 0 and id(r) not in self.no_hoist and loop.number > 0 \
             and cannot_fail(r.nodes, counter_merges(r), self._proved_stack_ops(r))
-        found = bounded_counter(r)
-        ranged: Optional[tuple[int, int, int]] = None
+        ranged = counted_range(r, starts, loop.base)
         fresh: dict[int, frozenset[int]] = {}
-        if found is not None and twin.get(found[0], found[0]) in starts:
-            b = found[1].node
-            bound = loop.base.get(key(found[1])) if b.op != "Const" else np.asarray(b.attrs["value"])
-            if bound is not None and is_static(bound) and np.asarray(bound).shape == ():
-                ranged = (found[0], starts[twin.get(found[0], found[0])], int(bound) - 1)
-                fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
-                         if isinstance(vals0[j], TA) and vals0[j].written is not None}
-                loop.exits.update(exit_counts(starts, ranged))
+        if ranged is not None:
+            fresh = {w.id: vals0[j].written for j, w in fresh_writes(r)
+                     if isinstance(vals0[j], TA) and vals0[j].written is not None}
+            loop.exits.update(exit_counts(starts, ranged))
         chain = (nest if nest is not None else self._counted_chain(r, env)) if head else []
         if chain and not hoistable(r, chain):
             chain = []
@@ -346,22 +351,6 @@ def _settled_arrays(r: WhileRegion, vals0: list[Any]) -> list[Any]:
         if isinstance(v, TA) and v.pending and shape is not None and all(d is not None for d in shape):
             vals[j] = v.materialize(tuple(shape), w)
     return vals
-
-
-def exit_counts(starts: dict[int, int], ranged: tuple[int, int, int]) -> dict[int, Any]:
-    """The values the counters of a loop whose header is ``counter < bound`` hold when it ends, both
-    known when tracing (``ranged``: the header's counter, its start, ``bound - 1``): the loop runs
-    ``max(bound - start, 0)`` bodies, and each counter (``starts``: loop variable index -> its
-    start) ends that many past its start.
-
-    Why they may be constants: a run in which the loop ends otherwise (its iteration budget spent,
-    or an error that stops a fused attempt's loop) has its error word set, and none of its values
-    is returned. As constants, the trip count that a gradient reads from the loop's counter is known
-    when its backward loop is traced: that loop is counted too (its counter's range proves the
-    indices it pops, ``fast.ranges``), and a nested loop's trip count, pushed as a constant, pops as
-    one (``Emitter.pushed_constant``)."""
-    bodies = max(ranged[2] + 1 - ranged[1], 0)
-    return {j: np.int32(s + bodies) for j, s in starts.items()}
 
 
 __all__ = ["SMALL_NEST", "LightLoop", "LightLoops", "LoopForm", "exit_counts"]

@@ -20,6 +20,7 @@ import numpy as np
 from turnout.errors import UnsupportedError, runaway_message
 from turnout.fast.conds import CondEmitter
 from turnout.fast.emitter_core import Env
+from turnout.fast.facts import counter_exits
 from turnout.fast.regions import WhileRegion, key, program_nodes
 from turnout.fast.tracing import Traced, jnp_tree, reconcile, settled
 from turnout.fast.values import DEAD, is_static
@@ -34,6 +35,17 @@ class _BodyFault(Exception):
     Why an exception: it crosses a JAX trace boundary (the body runs inside ``lax.while_loop``, which
     can only be left by raising) and goes no further than the method around that call; it steers no
     layer (nothing retries, falls back or deepens on it)."""
+
+
+class CarryChanges(UnsupportedError):
+    """Loop ``region``'s carry changes type across iterations (a loop variable with
+    ``shape_invariants``): it has no ``lax.while_loop``. Raised inside the loop's trace (only raising
+    leaves it) and caught around that one loop (``Emitter.run_while``), which unrolls it where the
+    trace knows its trip count (``fast.unrolled``); elsewhere it is the ``UnsupportedError`` it is."""
+
+    def __init__(self, message: str, region: Optional[WhileRegion]) -> None:
+        super().__init__(message)
+        self.region = region
 
 
 class LoopEmitter(CondEmitter):
@@ -57,12 +69,11 @@ class LoopEmitter(CondEmitter):
         The carry is ``(carried values, predicate, state, iteration count)``: the header runs once
         before the loop and at the end of each body, so the predicate is computed once per iteration.
         """
-        base = dict(env)
-        for inv in r.invariants:
-            base[key(inv.outputs[0])] = self.read(env, inv.inputs[0], inv)
+        base = {**env, **{key(inv.outputs[0]): self.read(env, inv.inputs[0], inv) for inv in r.invariants}}
         pkey = key(r.loop_cond.inputs[0])
         ckeys = [key(t) for t in r.carried if key(t) != pkey]  # the predicate has its own slot
         lck = key(r.loop_cond.outputs[0])
+        exits: Env = {}  # the counters' values after the loop, where it is counted (``facts.counter_exits``)
 
         def header(vals: list[Any], first: bool, state: dict[str, Any]) -> tuple[Any, ...]:
             self.state = dict(state)
@@ -78,16 +89,14 @@ class LoopEmitter(CondEmitter):
             vals0 = [self.read(env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
             if any(v is DEAD for v in vals0):
                 return None
+            exits.update({key(r.loop_vars[j][1].outputs[0]): v for j, v in counter_exits(r, vals0, base).items()})
             vals, pred, st = header(vals0, True, state)
             return (vals, pred, st, np.asarray(0, np.int32))
 
-        def side_env(vals: Any, pred: Any, taken: int) -> Env:
-            """The loop's environment on one side of its Switches ([E-Switch] with the predicate
-            decided): output ``taken`` carries the loop value, the other output is dead."""
-            env = dict(base)
-            env.update(zip(ckeys, vals, strict=True))
-            env[pkey] = pred
-            env[lck] = pred
+        def side_env(vals: Any, pred: Any, taken: int, known: Optional[Env] = None) -> Env:
+            """The loop's environment on one side of its Switches ([E-Switch], the predicate decided), with
+            the values ``known`` while tracing in place of carried ones (the counters after the loop)."""
+            env = {**base, **dict(zip(ckeys, vals, strict=True)), **(known or {}), pkey: pred, lck: pred}
             for s in r.switches:
                 env[key(s.outputs[taken])] = self.read(env, s.inputs[0], s)
                 env[key(s.outputs[1 - taken])] = DEAD
@@ -109,11 +118,10 @@ class LoopEmitter(CondEmitter):
                 return
             vals, pred, state, iters = c
             self.state = dict(state)
-            eenv = side_env(vals, pred, 0)
+            eenv = side_env(vals, pred, 0, exits)
             self.run_items(r.exit_side, eenv)
-            # The loop stops when its predicate is false, when the iteration budget is spent, or (in a
-            # fused attempt) on an error, which the error word already holds: a predicate still true
-            # here therefore means the budget was spent.
+            # The loop stops when its predicate is false, when the iteration budget is spent, or (in a fused
+            # attempt) on an error, which the error word holds: a true predicate here means the budget was spent.
             self.check(~jnp.asarray(pred), runaway_message(r.describe()), code="nonterm")
             for x in r.exits:
                 out_env[key(x.outputs[0])] = self.read(eenv, x.inputs[0], x)
@@ -173,9 +181,9 @@ class LoopEmitter(CondEmitter):
         bad = not same_tree or any(jnp.shape(a) != tuple(b.shape) or jnp.result_type(a) != b.dtype
                                    for a, b in zip(ins, outs, strict=True))
         if bad:
-            raise UnsupportedError(
+            raise CarryChanges(
                 f"fast backend: a loop variable of {region.describe() if region else 'a loop'} changes "
-                "type or shape across iterations (shape_invariants); XLA loops need a fixed shape")
+                "type or shape across iterations (shape_invariants); XLA loops need a fixed shape", region)
 
     def read_at_1(self) -> set[int]:
         """The ids of the program's nodes whose output 1 some node reads (``light_header``), found once."""
@@ -212,9 +220,9 @@ class LoopEmitter(CondEmitter):
         except _BodyFault as e:
             raise e.__cause__ from None  # type: ignore[misc]
         except TypeError as e:
-            raise UnsupportedError(
+            raise CarryChanges(
                 f"fast backend: a loop variable of {r.describe()} changes type or shape across iterations "
-                f"(shape_invariants); XLA loops need a fixed shape: {e}") from None
+                f"(shape_invariants); XLA loops need a fixed shape: {e}", r) from None
 
 
-__all__ = ["LoopEmitter"]
+__all__ = ["CarryChanges", "LoopEmitter"]

@@ -86,7 +86,7 @@ def _stack_push(ctx, n, xs):
         ctx.check(stk.positional(s0, index), "a positional stack pushed away from its position", code="unrecorded")
         ctx.check(ok, f"{describe_node(n)}: stack chunk overflow", code="overflow")
     ctx.set_stack(h, s)
-    ctx.note_push(n, h, v)
+    ctx.note_push(n, h, v, index)
     return [v]
 
 
@@ -123,4 +123,6 @@ def _stack_pop(ctx, n, xs):
     ctx.check(match, f"{describe_node(n)}: StackPop: the popped value was pushed under another iteration index "
               "(pushes and pops are not in reverse order)")
     ctx.set_stack(h, s)
+    if const is None:  # (a constant pushed under this index, in a loop unrolled while tracing)
+        const = ctx.pushed_constant(h, index)
     return [v if const is None else const]

@@ -166,7 +166,7 @@ class Plan:
         self.fed = fed
         #: the constants that stacks' only pushes pushed, shared by every trace of the plan
         #: (``Emitter.note_push``): a stage traced later pops them as constants
-        self.pushed: dict[str, Any] = {}
+        self.pushed: dict[Any, Any] = {}
         nodes = program_nodes(program)
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}

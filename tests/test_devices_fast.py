@@ -327,7 +327,9 @@ def test_what_cannot_be_compiled_runs_on_the_partitioned_reference_executor() ->
     with g.as_default():
         w = tn.placeholder(tn.float32, [], name="w")
         with tn.device("cpu:1"):
-            _, x = tn.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, tn.concat([x, x * w], 0)),
+            # (for as many iterations as w decides: not unrolled either)
+            _, x = tn.while_loop(lambda i, x: tn.reduce_sum(x) < 20.0,
+                                 lambda i, x: (i + 1, tn.concat([x, x * w], 0)),
                                  [tn.constant(0), tn.reshape(w, [1])], shape_invariants=[[], [None]])
         s = tn.reduce_sum(x)
     sess = tn.Session(g, backend="fast", devices=D2)

@@ -61,20 +61,24 @@ def test_a_program_without_stacks_is_one_direct_call_and_the_run_takes_it() -> N
 
 
 def test_a_program_that_fell_back_is_explained_as_the_interpreter_with_the_reason() -> None:
-    """A loop variable that grows each iteration is refused while tracing, not while planning: before
-    the first run the schedule says the interpreter runs *otherwise*; after it, that it runs, and why."""
+    """A loop variable that grows each iteration, for as many iterations as its fed values decide, is
+    refused while tracing, not while planning: before the first run the schedule says the
+    interpreter runs *otherwise*; after it, that it runs, and why."""
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
-        _, x = tn.while_loop(lambda i, x: i < 2, lambda i, x: (i + 1, tn.concat([x, tn.fill(tn.stack([n]), 2.0)], 0)),
+        c = tn.placeholder(tn.float32, [], name="c")
+        _, x = tn.while_loop(lambda i, x: tn.reduce_sum(x) < 10.0,
+                             lambda i, x: (i + 1, tn.concat([x, tn.fill(tn.stack([n]), c)], 0)),
                              [tn.constant(0), tn.zeros([0])], shape_invariants=[[], [None]])
         y = tn.reduce_sum(x)
     sess = tn.Session(g, backend="fast")
-    before = sess.explain(y, {n: 3})
+    feeds = {n: 3, c: 2.0}
+    before = sess.explain(y, feeds)
     assert before.steps[0].kind == "compiled call" and before.otherwise[-1].kind == "interpreter"
     with pytest.warns(RuntimeWarning, match="reference interpreter"):
-        sess.run(y, {n: 3})
-    after = sess.explain(y, {n: 3})
+        sess.run(y, feeds)
+    after = sess.explain(y, feeds)
     assert after.kinds() == {"interpreter"}
     assert sess.last_result.stats["fallback_reason"] in after.steps[0].what
 

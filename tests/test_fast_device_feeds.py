@@ -107,7 +107,8 @@ def test_a_program_that_falls_back_reads_device_feeds_on_the_host() -> None:
     g = tn.Graph()
     with g.as_default():
         w = tn.placeholder(tn.float32, [], name="w")
-        _, x = tn.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, tn.concat([x, x * w], 0)),
+        # (a loop variable that changes shape, for as many iterations as w decides: not compiled)
+        _, x = tn.while_loop(lambda i, x: tn.reduce_sum(x) < 20.0, lambda i, x: (i + 1, tn.concat([x, x * w], 0)),
                              [tn.constant(0), tn.reshape(w, [1])], shape_invariants=[[], [None]])
     sess = tn.Session(g, backend="fast")
     with warnings.catch_warnings():

@@ -157,7 +157,8 @@ def test_a_negative_fed_dimension_is_the_reference_error() -> None:
 def test_a_ragged_cond_in_a_loop_compiles_when_a_feed_decides_its_predicate() -> None:
     """A cond whose branches give different shapes, inside a loop, with a predicate that a feed alone
     decides (a loop invariant): the plan is specialised on that feed and compiled. With a predicate
-    the loop decides, the program runs on the interpreter (the same values)."""
+    the loop decides, the loop is unrolled where the trace knows its trip count (``fast.unrolled``),
+    and the program runs on the interpreter where it does not (the same values)."""
     g = tn.Graph()
     with g.as_default():
         p = tn.placeholder(tn.bool, [], name="p")
@@ -168,18 +169,19 @@ def test_a_ragged_cond_in_a_loop_compiles_when_a_feed_decides_its_predicate() ->
             return i + 1, s + tn.reduce_sum(part)
 
         _, s = tn.while_loop(lambda i, s: i < 3, body, [tn.constant(0), tn.constant(0.0)])
-        _, t = tn.while_loop(lambda i, s: i < 3,
-                             lambda i, s: (i + 1, s + tn.reduce_sum(tn.cond(i > 1, lambda: x[:2], lambda: x))),
-                             [tn.constant(0), tn.constant(0.0)])
+        ragged = lambda i, s: (i + 1, s + tn.reduce_sum(tn.cond(i > 1, lambda: x[:2], lambda: x)))  # noqa: E731
+        _, t = tn.while_loop(lambda i, s: i < 3, ragged, [tn.constant(0), tn.constant(0.0)])
+        _, u = tn.while_loop(lambda i, s: s < 12.0, ragged, [tn.constant(0), tn.constant(0.0)])  # (data decide)
     xv = np.array([1.0, 2.0, 4.0], np.float32)
     sess = tn.Session(g, backend="fast", fallback=False)
     for pv, want in ((True, 9.0), (False, 63.0)):
         assert float(sess.run(s, {p: pv, x: xv})) == want
         assert sess.last_result.stats["specialized_on"] == ["p:0"]
+    assert float(sess.run(t, {x: xv})) == 17.0  # unrolled: three bodies
     with pytest.raises(tn.UnsupportedError, match="different types or shapes"):
-        sess.run(t, {x: xv})
+        sess.run(u, {x: xv})
     with pytest.warns(RuntimeWarning, match="different types or shapes"):
-        assert float(tn.Session(g, backend="fast").run(t, {x: xv})) == 17.0
+        assert float(tn.Session(g, backend="fast").run(u, {x: xv})) == float(tn.Session(g).run(u, {x: xv}))
 
 
 def test_a_ragged_cond_decided_by_data_is_not_specialised_on_it() -> None:

@@ -163,7 +163,9 @@ def test_a_run_that_falls_back_reads_the_deferred_value() -> None:
     with g.as_default():
         v = tn.Variable(np.float32(1.0), name="v")
         bump = v.assign_add(2.0)
-        _, x = tn.while_loop(lambda i, x: i < 2, lambda i, x: (i + 1, tn.concat([x, x * v.read()], 0)),
+        # (a loop variable that changes shape, for as many iterations as v decides: not compiled)
+        _, x = tn.while_loop(lambda i, x: tn.reduce_sum(x) < 20.0,
+                             lambda i, x: (i + 1, tn.concat([x, x * v.read()], 0)),
                              [tn.constant(0), tn.ones([1])], shape_invariants=[[], [None]])
     sess = tn.Session(g, backend="fast")
     for _ in range(3):
@@ -262,7 +264,9 @@ def _shared_graph() -> tuple[tn.Graph, dict[str, Any], dict[Any, np.ndarray]]:
         loop_loss = tn.reduce_sum(h * h)
         looped = [loop_loss, tn.train.SGD(0.1).minimize(loop_loss, var_list=[w])]
         read = [w.read(), b.read()]
-        _, grown = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, tn.concat([v, v * w.read()[0]], 0)),
+        # (a loop variable that changes shape, with a predicate that reads a Variable: not compiled)
+        _, grown = tn.while_loop(lambda i, v: tn.logical_and(i < 2, w.read()[0] < 1e6),
+                                 lambda i, v: (i + 1, tn.concat([v, v * w.read()[0]], 0)),
                                  [tn.constant(0), tn.ones([1])], shape_invariants=[[], [None]])
     fetches = {"direct": direct, "looped": looped, "read": read, "grown": grown}
     return g, fetches, {x: rng.normal(size=(4, 2)).astype(np.float32)}

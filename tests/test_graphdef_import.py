@@ -23,11 +23,6 @@ CASES = sorted(p.stem for p in DATA.glob("*.pbtxt"))
 
 # Known limits, each with the error it raises (so the test fails when one is lifted, or changes).
 KNOWN: dict[tuple[str, str], tuple[type[Exception], str]] = {
-    # a loop variable whose shape changes across iterations (shape_invariants; the IndexedSlices a
-    # gather's gradient accumulates in a loop): XLA loops need fixed shapes, so the fast backend runs
-    # these programs on the interpreter
-    ("while_shape_invariants", "fast"): (UnsupportedError, "changes type or shape across iterations"),
-    ("grad_gather_in_loop", "fast"): (UnsupportedError, "changes type or shape across iterations"),
 }
 
 

@@ -229,15 +229,20 @@ def test_pow_of_fed_values(backend: str) -> None:
 
 def test_a_slice_with_a_stop_decided_by_loop_state_is_refused_by_name() -> None:
     """A slice bound fed from outside is compiled by specialising the plan on the feed; one that is a loop
-    variable has a new value every iteration, so no plan fits it: refused naming the GetItem node."""
+    variable has a new value every iteration, so no plan fits it: where the trace knows the loop's trip
+    count the loop is unrolled (each body with its own bound), else refused naming the GetItem node."""
     g = tn.Graph()
     with g.as_default():
         x = tn.constant([1.0, 2.0, 3.0])
+        w = tn.placeholder(tn.float32, [], name="w")
         _, total = tn.while_loop(lambda i, s: i < 4, lambda i, s: (i + 1, s + tn.reduce_sum(x[:i])),
                                  [tn.constant(0), tn.constant(0.0)])
+        _, data = tn.while_loop(lambda i, s: s < w, lambda i, s: (i + 1, s + tn.reduce_sum(x[:i])),
+                                [tn.constant(0), tn.constant(0.0)])
     assert tn.Session(g).run(total) == 0.0 + 1.0 + 3.0 + 6.0
+    assert tn.Session(g, backend="fast", fallback=False).run(total) == 10.0  # (unrolled: four bodies)
     with pytest.raises(tn.UnsupportedError, match=r"GetItem node .*slices with a bound known only at run time"):
-        tn.Session(g, backend="fast", fallback=False).run(total)
+        tn.Session(g, backend="fast", fallback=False).run(data, {w: 2.0})
 
 
 def test_a_slice_with_a_fed_stop_is_compiled_once_per_value() -> None:
