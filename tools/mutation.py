@@ -145,11 +145,20 @@ MODULES: dict[str, dict[str, Any]] = {
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
-       for m in ("lowering", "lowering_base", "lower_structure", "lower_tensor_arrays", "lower_state")},
+       for m in ("lowering", "lowering_base", "lower_structure", "lower_state")},
+    "fast/lower_tensor_arrays.py": {"module": "turnout.fast.lower_tensor_arrays",
+                                    "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
+                                              "test_error_parity.py", *_FAST_TESTS]},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
        for m in ("stacks", "stack_values", "chunk_store")},
     "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
+    # loops unrolled while tracing, and runs specialised on values or cut at computed shapes
+    "fast/unrolled.py": {"module": "turnout.fast.unrolled",
+                         "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py"]},
+    "fast/specialise.py": {"module": "turnout.fast.specialise",
+                           "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_dynamic_shapes.py",
+                                     "test_fast_unrolled.py"]},
     "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
