@@ -43,6 +43,7 @@ def run_unrolled(em: LightLoops, loop: LightLoop, refusal: UnsupportedError) -> 
     be unrolled either: a predicate known only when the program runs (or ``NeedsStatic`` where fed
     values decide it), or more than ``UNROLL_MAX`` bodies."""
     r = loop.r
+    em.hold(r, em.state)  # (the stacks its gradient holds take their Variables' values now, ``fast.held``)
     vals = [em.read(loop.env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
     if any(v is DEAD for v in vals):
         for x in r.exits:

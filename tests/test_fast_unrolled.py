@@ -67,6 +67,21 @@ def test_the_gradient_of_an_unrolled_loop() -> None:
     _compiled(g, [t["total"], t["dx"]], {t["x"]: np.array([1.0, -0.5], np.float32), t["n"]: 3})
 
 
+def test_the_gradient_of_an_unrolled_loop_that_reads_a_variable() -> None:
+    """The Variable's value as the loop began is what the gradient's pops of it return (``fast.held``):
+    the unrolled loop takes it at its start, as the lax forms do."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        v = tn.Variable(np.float32(1.5), name="v")
+        _, acc = tn.while_loop(lambda i, a: i < 3,
+                               lambda i, a: (i + 1, tn.concat([a, tn.tanh(a[-2:]) * v.read()], 0)),
+                               [tn.constant(0), x], shape_invariants=[[], [None]])
+        loss = tn.reduce_sum(acc * acc)
+        grads = tn.gradients(loss, [x, v.handle])
+    _compiled(g, [loss, *grads], {x: np.array([0.5, -1.0], np.float32)})
+
+
 def test_an_unrolled_loop_meets_the_iteration_budget() -> None:
     g, t = _growing()
     feeds = {t["x"]: np.array([1.0, -0.5], np.float32), t["n"]: 5}
