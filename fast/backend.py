@@ -213,8 +213,9 @@ class FastBackend(StagedStages):
         except UnsupportedError as e:
             return fallback_schedule(str(e))
         swapped = budget.swapped_frames() if budget is not None else frozenset()
-        schedule = plan_schedule(plan, self._ladder(plan), swapped, lane=memory_budget is None)
-        learnt = specialisation_notes(self.graph, self._static_keys.get(dsig, NOTHING))
+        spec = self._static_keys.get(dsig, NOTHING)
+        schedule = plan_schedule(plan, self._ladder(plan), swapped, lane=memory_budget is None and spec == NOTHING)
+        learnt = specialisation_notes(self.graph, spec)
         return dataclasses.replace(schedule, notes=schedule.notes + learnt) if learnt else schedule
 
     def device_feed(self, value: Any) -> Any:

@@ -29,7 +29,7 @@ from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, ke
 from turnout.fast.state_keys import pushed_once, stack_key, var_key
 from turnout.fast.tracing import same_constant
 from turnout.fast.values import DEAD, Handle, Stacked, is_static
-from turnout.fast_options import FRAME_HEIGHT
+from turnout.fast_options import FRAME_HEIGHT, UNROLL_MAX
 from turnout.graph import Node, Tensor
 
 Env = dict[Key, Any]
@@ -47,8 +47,10 @@ class EmitterCore(ABC):
 
     def __init__(self, program: Program, codes: ErrorCodes, capacity: int, max_iter: Any,
                  frame_height: int = FRAME_HEIGHT, stop_on_error: bool = False, free_pointers: bool = False,
-                 push_limit: Optional[int] = None) -> None:
+                 push_limit: Optional[int] = None, unroll_max: int = UNROLL_MAX) -> None:
         self.program = program
+        #: the most bodies a loop is unrolled to (``fast.unrolled``, ``FastOptions.unroll_max``)
+        self.unroll_max = unroll_max
         #: light loops with more than this many levels of loops in them are frames (``FastOptions.frame_height``).
         #: Why not all of them: XLA:CPU compiles the innermost levels of a nest, as long as they access
         #: under 1 kB (``small-while-loop-hoisting``), to one kernel, where a check's constant costs

@@ -25,7 +25,7 @@ def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozen
     (``FastBackend._ladder``); ``swapped``: the frames whose full chunks a memory plan swaps
     (``turnout.memory_plan.MemoryPlan.swapped_frames``) besides those that ask for it; ``lane``:
     whether a repeated run may take its lane (not under a run's memory budget, which the general path
-    checks)."""
+    checks, nor on a plan specialised on values or cut, whose runs each go through ``fast.specialise``)."""
     otherwise = (Step("interpreter", "the reference interpreter, if tracing finds an op the compiler refuses"),)
     if plan.fused is not None:
         sizes = (f"of {rungs[0]} entries" if len(rungs) == 1 else
@@ -40,7 +40,7 @@ def plan_schedule(plan: Plan, rungs: list[int], swapped: frozenset[str] = frozen
         step = Step("compiled call", "one jitted call: feeds and Variables in, fetches, the error word and live "
                                      "flags out (Direct)")
         return RunSchedule("fast", (step,), otherwise, ("a repeated run of this signature is its lane: the same call, "
-                                                        "without the general path's checks",))
+                                                        "without the general path's checks",) if lane else ())
     steps = tuple(_stage(st, plan.capacity, swapped) for st in plan.stages)
     return RunSchedule("fast", steps if len(steps) == 1 else (Step("staged", "the stages in order", steps=steps),),
                        otherwise)

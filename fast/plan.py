@@ -389,7 +389,8 @@ class Plan:
         a trace in the backend's ``compile_count``."""
         self.backend.compile_count += 1  # runs only while tracing
         em = Emitter(self.program, self.codes, self.capacity, max_iter, frame_height=self.options.frame_height,
-                     stop_on_error=stop_on_error, free_pointers=free_pointers, push_limit=push_limit)
+                     stop_on_error=stop_on_error, free_pointers=free_pointers, push_limit=push_limit,
+                     unroll_max=self.options.unroll_max)
         em.state = dict(state)
         em.fed = self.fed
         em.static = self.static_feeds

@@ -6,7 +6,7 @@ per iteration; the indices and values a gather's gradient accumulates in a loop)
 known at every iteration while tracing (a counter from a constant against a constant or fed bound).
 The emitter then runs it as the interpreter does, one iteration after the other, each body traced
 with the shapes its own iteration has: the program holds one copy of the body per iteration, so the
-form is kept to loops of at most ``UNROLL_MAX`` bodies.
+form is kept to loops of at most ``FastOptions.unroll_max`` bodies (``UNROLL_MAX``, 64, by default).
 
 Why not chosen before tracing: whether a carry keeps its type is known only once its body is
 traced. The emitter tries the loop's form, and a loop whose carry changes type is refused inside
@@ -32,16 +32,13 @@ from turnout.fast.outcome import NONTERM
 from turnout.fast.regions import Key, key, tensor_of
 from turnout.fast.values import DEAD, is_static
 
-#: the most bodies an unrolled loop may run: each is one more copy of the body in the program
-UNROLL_MAX = 64
-
 
 def run_unrolled(em: LightLoops, loop: LightLoop, refusal: UnsupportedError) -> None:
     """Loop ``loop.r`` unrolled on ``loop.env``: its Exits' values into it. ``refusal`` (why the loop
     could not be lowered: its carry changed type, ``CarryChanges``, or what it computes from that,
     such as a shape that a pop of a value pushed in such a loop decides) is raised where it cannot
     be unrolled either: a predicate known only when the program runs (or ``NeedsStatic`` where fed
-    values decide it), or more than ``UNROLL_MAX`` bodies."""
+    values decide it), or more than ``em.unroll_max`` bodies."""
     r = loop.r
     em.hold(r, em.state)  # (the stacks its gradient holds take their Variables' values now, ``fast.held``)
     vals = [em.read(loop.env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
@@ -69,18 +66,18 @@ def _iterate(em: LightLoops, loop: LightLoop, vals: list[Any], refusal: Unsuppor
     """The bodies, one after the other, while the predicate (known while tracing) holds: how many ran,
     and the header's environment and predicate that ended the loop."""
     r = loop.r
-    for k in range(UNROLL_MAX + 1):
+    for k in range(em.unroll_max + 1):
         henv, pred = loop.header(vals, k == 0)
         if not is_static(pred):
             _not_known(em, loop, k, refusal)
         if not bool(pred):
             return k, henv, pred
-        if k == UNROLL_MAX:
+        if k == em.unroll_max:
             break
         benv = loop.side(henv, pred, 1)
         em.run_items(r.body, benv)
         vals = [em.read(benv, nxt.inputs[0], m) for _, m, nxt, _, _ in r.loop_vars]
-    raise _refused(refusal, f"it runs more than {UNROLL_MAX} bodies, too many to unroll")
+    raise _refused(refusal, f"it runs more than {em.unroll_max} bodies, too many to unroll (FastOptions.unroll_max)")
 
 
 def _not_known(em: LightLoops, loop: LightLoop, k: int, refusal: UnsupportedError) -> NoReturn:
@@ -132,4 +129,4 @@ def _budget(em: LightLoops, loop: LightLoop, bodies: int) -> None:
         em._set_err(over, NONTERM + loop.off)
 
 
-__all__ = ["UNROLL_MAX", "run_unrolled"]
+__all__ = ["run_unrolled"]

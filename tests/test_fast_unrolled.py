@@ -19,7 +19,7 @@ from programs import assert_same_outcome
 
 import turnout as tn
 from turnout.errors import NonTerminationError, UnsupportedError
-from turnout.fast.unrolled import UNROLL_MAX
+from turnout.fast_options import UNROLL_MAX
 
 
 def _growing(bound: Any = None) -> tuple[tn.Graph, dict[str, Any]]:
@@ -100,6 +100,20 @@ def test_more_bodies_than_unroll_max_are_not_compiled() -> None:
     with pytest.warns(RuntimeWarning, match="too many to unroll"):
         got = tn.Session(g, backend="fast").run(t["total"], feeds)
     np.testing.assert_allclose(got, tn.Session(g).run(t["total"], feeds), rtol=1e-6)
+
+
+def test_unroll_max_is_an_option() -> None:
+    """``FastOptions.unroll_max`` bounds the bodies a loop is unrolled to: three bodies under a bound
+    of two run on the interpreter; a bad value is refused by name."""
+    g, t = _growing(bound=3)
+    feeds = {t["x"]: np.array([1.0, -0.5], np.float32)}
+    with pytest.raises(UnsupportedError, match="more than 2 bodies"):
+        tn.Session(g, backend="fast", fallback=False, unroll_max=2).run(t["acc"], feeds)
+    sess = tn.Session(g, backend="fast", fallback=False, options=tn.FastOptions(unroll_max=3))
+    np.testing.assert_allclose(sess.run(t["acc"], feeds), tn.Session(g).run(t["acc"], feeds))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(tn.ArgumentError, match="unroll_max"):
+            tn.FastOptions(unroll_max=bad)
 
 
 def test_a_trip_count_that_data_decide_is_not_compiled() -> None:

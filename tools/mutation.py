@@ -155,10 +155,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
     # loops unrolled while tracing, and runs specialised on values or cut at computed shapes
     "fast/unrolled.py": {"module": "turnout.fast.unrolled",
-                         "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py"]},
+                         "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py",
+                                   "test_exports.py"]},
     "fast/specialise.py": {"module": "turnout.fast.specialise",
                            "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_dynamic_shapes.py",
-                                     "test_fast_unrolled.py"]},
+                                     "test_fast_unrolled.py", "test_exports.py"]},
     "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},

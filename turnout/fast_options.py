@@ -43,6 +43,10 @@ STACK_DESCEND_AFTER = 8
 #: the part of a nest XLA:CPU compiles to one kernel
 FRAME_HEIGHT = 8
 
+#: the default of ``FastOptions.unroll_max`` (``fast.unrolled``): each body of an unrolled loop is one
+#: more copy of it in the program
+UNROLL_MAX = 64
+
 
 def _positive_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(v >= 1)
@@ -89,6 +93,9 @@ class FastOptions:
     platform's threshold in ``INSIDE_STACK_BYTES``, 32 KiB on the CPU and none elsewhere; 0: never).
     ``frame_height``: a light loop with more than this many levels of loops inside it is a frame of
     its own in the traced program (default ``FRAME_HEIGHT``, 8; 0: every enclosing loop).
+    ``unroll_max``: the most bodies a loop whose variables change shape may be unrolled to while
+    tracing (``fast.unrolled``; default ``UNROLL_MAX``, 64; 0: never unrolled, such a loop runs on
+    the interpreter).
     ``gpu_command_buffers``: the command types XLA is asked to run as command buffers on a GPU
     (default ``GPU_COMMAND_BUFFERS``, which includes loops and conditionals; None or "" asks nothing).
     """
@@ -104,6 +111,7 @@ class FastOptions:
     stack_descend_after: int = STACK_DESCEND_AFTER
     inside_stack_bytes: Optional[int] = None
     frame_height: int = FRAME_HEIGHT
+    unroll_max: int = UNROLL_MAX
     gpu_command_buffers: Optional[str] = GPU_COMMAND_BUFFERS
 
     def __post_init__(self) -> None:
@@ -128,15 +136,16 @@ class FastOptions:
         inside = self.inside_stack_bytes
         if inside is not None and (not isinstance(inside, (int, np.integer)) or isinstance(inside, bool) or inside < 0):
             raise ArgumentError(f"FastOptions.inside_stack_bytes must be an int >= 0 (bytes) or None, got {inside!r}")
-        height = self.frame_height
-        if not isinstance(height, (int, np.integer)) or isinstance(height, bool) or height < 0:
-            raise ArgumentError(f"FastOptions.frame_height must be an int >= 0, got {height!r}")
+        for name in ("frame_height", "unroll_max"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+                raise ArgumentError(f"FastOptions.{name} must be an int >= 0, got {v!r}")
         kinds = self.gpu_command_buffers
         if kinds is not None and not isinstance(kinds, str):
             raise ArgumentError(f"FastOptions.gpu_command_buffers must be a comma-separated str or None, got {kinds!r}")
         # numpy integers become ints: the value is hashed and compared as part of plan keys
-        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height", "stack_first_rung",
-                     "stack_descend_after"):
+        for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height", "unroll_max",
+                     "stack_first_rung", "stack_descend_after"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
         object.__setattr__(self, "stack_rung_ratio", float(ratio))

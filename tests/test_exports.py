@@ -1,0 +1,36 @@
+"""Every module's ``__all__`` names what the module defines: an export list that names something gone
+(a renamed function, a typo) breaks ``from module import *`` and misleads a reader."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import turnout
+
+#: packages that live outside ``turnout/`` in the source tree (mapped into it when installed), which a
+#: walk of ``turnout.__path__`` does not find
+_MAPPED = ("turnout.fast", "turnout.devices", "turnout.reference", "turnout.semantics")
+
+
+def _modules() -> list[str]:
+    names = {m.name for m in pkgutil.walk_packages(turnout.__path__, "turnout.")}
+    for pkg in _MAPPED:
+        names.add(pkg)
+        names |= {m.name for m in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + ".")}
+    return sorted(names)
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_every_exported_name_exists(name: str) -> None:
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:  # an optional engine that is not installed (Ray, TensorBoard's protos)
+        pytest.skip(f"{name}: {e}")
+    exported = getattr(module, "__all__", None)
+    if exported is None:
+        return
+    missing = [n for n in exported if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it does not define: {missing}"
