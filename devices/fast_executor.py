@@ -85,7 +85,7 @@ from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
-from turnout.fast.regions import Key, WhileRegion, key, tensor_of
+from turnout.fast.regions import Key, WhileRegion, key
 from turnout.fast.segment import SegmentFn
 from turnout.fast.specialise import (
     NOTHING,
@@ -95,6 +95,7 @@ from turnout.fast.specialise import (
     specialisation_notes,
     specialisation_stats,
     static_signature,
+    with_computed,
 )
 from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
@@ -313,7 +314,7 @@ class FastPartitionedBackend:
         (``NeedsStatic``) plans and traces again with those feeds as constants, or with the tensors
         it names computed first (by a run that fetches them) and fed."""
         def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
-            fed = {**feeds, **{tensor_of(self.graph, k): v for k, v in computed.items()}} if computed else feeds
+            fed = with_computed(self.graph, feeds, computed)
             try:
                 return self._run_compiled(self._signature(fetches, fed, variables) if computed else sig, fetches, fed,
                                           variables, options, values)

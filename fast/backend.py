@@ -83,7 +83,7 @@ from turnout.fast.plan import (
     Plan,
     Stage,
 )
-from turnout.fast.regions import Key, key, tensor_of
+from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.run_state import WHO, variable_signature
 from turnout.fast.specialise import (
@@ -94,6 +94,7 @@ from turnout.fast.specialise import (
     specialisation_notes,
     specialisation_stats,
     static_signature,
+    with_computed,
 )
 from turnout.fast.staged_stages import StagedStages
 from turnout.fast.timeline import Timeline
@@ -298,7 +299,7 @@ class FastBackend(StagedStages):
         learns nothing new is refused, and the program falls back."""
         def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
             self._static_now = values
-            fed = {**feeds, **{tensor_of(self.graph, k): v for k, v in computed.items()}} if computed else feeds
+            fed = with_computed(self.graph, feeds, computed)
             sig = self._run_signature(fetches, fed, variables) if computed else dsig
             return self._run_compiled(sig + (static_signature(values),) if values else sig, fetches, fed,
                                       variables, options)

@@ -20,7 +20,7 @@ import numpy as np
 
 from turnout.fast.case_chain import SPECULABLE
 from turnout.fast.ranges import counters_reached, from_counter
-from turnout.fast.regions import WhileRegion, walk
+from turnout.fast.regions import WhileRegion, key, walk
 from turnout.fast.values import is_static
 from turnout.graph import Node, Tensor
 
@@ -313,7 +313,7 @@ def counted_range(r: WhileRegion, starts: dict[int, int], base: dict[Any, Any]) 
     if found is None or found[0] not in starts:
         return None
     b = found[1].node
-    bound = base.get((found[1].node.id, found[1].index)) if b.op != "Const" else np.asarray(b.attrs["value"])
+    bound = base.get(key(found[1])) if b.op != "Const" else np.asarray(b.attrs["value"])
     if bound is None or not is_static(bound) or np.asarray(bound).shape != ():
         return None
     return found[0], starts[found[0]], int(bound) - 1

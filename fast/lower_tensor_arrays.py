@@ -53,10 +53,8 @@ def _dynamic_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str, grows
     op reads below its run-time length."""
     top = np.int32(max(ta.size - 1, 0))
     if grows:
-        ctx.check(np.asarray(i >= 0) if is_static(i) else i >= 0,
-                  f"{describe_node(n)}: {op}: negative index into a TensorArray of dynamic size")
-        ctx.check(np.asarray(int(i) < ta.size) if is_static(i) else i < ta.size,
-                  f"{describe_node(n)}: a TensorArray of dynamic size outgrew its capacity of {ta.size}",
+        _nonnegative(ctx, n, i, op)
+        ctx.check(i < ta.size, f"{describe_node(n)}: a TensorArray of dynamic size outgrew its capacity of {ta.size}",
                   code="overflow")
     else:
         ctx.check((i >= 0) & (i < ta.length), f"{describe_node(n)}: {op}: index out of range for a TensorArray of "
@@ -64,6 +62,12 @@ def _dynamic_index(ctx: LoweringContext, n: Node, ta: TA, i: Any, op: str, grows
     if is_static(i):
         return min(max(int(i), 0), int(top))
     return jnp.clip(i, 0, top)
+
+
+def _nonnegative(ctx: LoweringContext, n: Node, i: Any, op: str) -> None:
+    """The check that index ``i`` of an op of a dynamic array (which takes any slot from 0 up) is not
+    negative."""
+    ctx.check(i >= 0, f"{describe_node(n)}: {op}: negative index into a TensorArray of dynamic size")
 
 
 @lowering_rule("TensorArrayNew")
@@ -219,7 +223,7 @@ def _zeroed(ta: TA) -> Any:
 def _ta_add(ctx, n, xs):
     a, b = xs
     if a.dynamic or b.dynamic:
-        return [_add_dynamic(ctx, n, a, b)]
+        return [_add_dynamic(a, b)]
     if a.size != b.size:
         raise UnsupportedError(f"fast backend: {describe_node(n)}: TensorArrayAdd of sizes {a.size} and {b.size}")
     if a.pending:
@@ -229,7 +233,7 @@ def _ta_add(ctx, n, xs):
     return [TA(a.size, a.dtype, a.elem_shape, _zeroed(a) + _zeroed(b), jnp.maximum(a.mask, b.mask))]
 
 
-def _add_dynamic(ctx: LoweringContext, n: Node, a: TA, b: TA) -> TA:
+def _add_dynamic(a: TA, b: TA) -> TA:
     """The slotwise sum of two arrays one of which is dynamic, as the interpreters add them: the
     longer one's size, a missing slot unwritten. (Its capacity is the larger of theirs.)"""
     length = jnp.maximum(a.sized(), b.sized())
@@ -281,8 +285,7 @@ def _ta_read_or_zeros(ctx, n, xs):
     ta, i, shp = xs
     shape = _static_shape(ctx, n, shp, 2)
     if ta.dynamic:  # any slot from 0 up: one past the end (or the capacity) reads as zeros
-        ctx.check(np.asarray(i >= 0) if is_static(i) else i >= 0, f"{describe_node(n)}: TensorArrayReadOrZeros: "
-                  "negative index into a TensorArray of dynamic size")
+        _nonnegative(ctx, n, i, "TensorArrayReadOrZeros")
         if ta.pending:
             return [jnp.zeros(shape, ta.dtype)]
         j = jnp.clip(i, 0, ta.size - 1)

@@ -86,6 +86,11 @@ def _learn(spec: Specialisation, result: Specialise, fed: set[Key], can_cut: boo
     return replace(spec, static=spec.static | result.keys)
 
 
+def with_computed(graph: Graph, feeds: dict[Tensor, Any], computed: Mapping[Key, Any]) -> dict[Tensor, Any]:
+    """The feeds of a run cut at the tensors ``computed`` holds values of: ``feeds`` and those values."""
+    return {**feeds, **{tensor_of(graph, k): v for k, v in computed.items()}} if computed else feeds
+
+
 def computed(graph: Graph, cut: frozenset[Key], fed: set[Key], fetch: Callable[[list[Tensor]], list[Any]],
              who: str) -> dict[Key, Any]:
     """The values of the tensors ``cut`` of ``graph``, computed by ``fetch`` (a run of the executor
@@ -144,4 +149,4 @@ def static_signature(values: Mapping[Key, np.ndarray]) -> tuple[tuple[Key, bytes
 
 
 __all__ = ["NOTHING", "Compute", "Specialisation", "computed", "cut_refusal", "run_specialised", "specialisation_notes",
-           "specialisation_stats", "static_signature"]
+           "specialisation_stats", "static_signature", "with_computed"]

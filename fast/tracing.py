@@ -42,7 +42,7 @@ def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
     if isinstance(value, (TA, stk.StackValue)) and value.pending and not getattr(other, "pending", True):
         made = zeros_of(other)
         if isinstance(value, TA) and value.dynamic:  # (its buffer is made, its length is its own)
-            made = TA(made.size, made.dtype, made.elem_shape, made.buf, made.mask, length=value.length)
+            made = made.with_slots(made.buf, made.mask, length=value.length)
         return made, True
     if value is DEAD and other is not DEAD:
         return zeros_of(other), True
