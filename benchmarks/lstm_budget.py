@@ -21,6 +21,9 @@ sequence length ``T``:
 - ``16 MiB``, ``64 MiB``, ``256 MiB``: the loop's own budget;
 - ``sqrt``: a budget of ``isqrt(2T)`` slots, the checkpoint count of the issue's 1.5x target (the
   budgets above hold thousands of this model's states).
+- ``64 MiB unbounded``, ``256 MiB unbounded``: those budgets on the loop without its
+  ``maximum_iterations`` (every other configuration has it), so that only the runs can tell how many
+  slots it needs: the fast backend sizes them from the runs' trip counts (``fast.slot_sizes``).
 
 Per length, in one process: each configuration's first step, then ``--repeat`` rounds of every step
 in turn (``benchmarks.common.timed_interleaved``). Reported per configuration: the best step (ms) and
@@ -71,13 +74,15 @@ from turnout import checkpoint_schedule as cs  # noqa: E402
 MIB = 2**20
 #: the issue's budgets, in MiB
 BUDGETS_MIB = (16, 64, 256)
+#: the budgets also measured on the loop without ``maximum_iterations``, in MiB
+UNBOUNDED_MIB = (64, 256)
 #: the tolerances of ``allclose`` between two gradients of one backend, and between the backends
 RTOL, RTOL_BACKENDS = 1e-5, 1e-3
 
 
 def config_names() -> list[str]:
     """The configurations of one length, ``store`` first."""
-    return ["store", *(f"{b} MiB" for b in BUDGETS_MIB), "sqrt"]
+    return ["store", *(f"{b} MiB" for b in BUDGETS_MIB), "sqrt", *(f"{b} MiB unbounded" for b in UNBOUNDED_MIB)]
 
 
 def _plan_of(model: dict[str, Any], target: Any = None) -> Any:
@@ -107,7 +112,7 @@ def budget_of(name: str, T: int, slot: int) -> Optional[int]:
 def step(name: str, T: int, batch: int, hidden: int, xs: Any, slot: int,
          backend: str = "fast") -> tuple[Any, dict[str, Any], Callable[[], Any]]:
     """A session of configuration ``name``, its model and a function running one training step."""
-    m = build(batch, hidden, hidden, T, memory_budget=budget_of(name, T, slot), bounded=True)
+    m = build(batch, hidden, hidden, T, memory_budget=budget_of(name, T, slot), bounded="unbounded" not in name)
     options = {"stack_chunk": max(T, 1), "stack_ladder": False} if name == "store" and backend == "fast" else {}
     sess = tn.Session(m["graph"], backend=backend, **options)
     fetch, feed = [m["loss"], *m["grads"]], {m["xs"]: xs, m["T"]: T}

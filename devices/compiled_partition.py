@@ -275,6 +275,8 @@ class _Checks:
     free_pointers = False
     push_limit = None
     capacity = 0  # (TensorArray ops are never in a group)
+    slot_capacity = None  # (a recomputed loop's slots: every one its budget holds)
+    learn_slots = None
 
     def __init__(self) -> None:
         self.oks: list[Any] = []

@@ -86,6 +86,7 @@ from turnout.fast.plan import (
 from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.run_state import WHO, variable_signature
+from turnout.fast.slot_sizes import SlotSizes, slot_notes
 from turnout.fast.specialise import (
     NOTHING,
     Specialisation,
@@ -153,6 +154,8 @@ class FastBackend(StagedStages):
         self._nestings: dict[Any, int] = {}
         self._nesting_cache: Optional[tuple[int, int]] = None  # (graph version, _nesting_bound)
         self._checked_version = -1  # the graph version whose validation the last run saw pass
+        #: per program, the checkpoint slots a recomputed loop gets, learnt from its runs (``fast.slot_sizes``)
+        self.slot_sizes = SlotSizes()
 
     def memory_records(self) -> list[dict[str, Any]]:
         """Per loop and device, the gradient stack memory of the last run: ``loop``, ``device``,
@@ -190,7 +193,15 @@ class FastBackend(StagedStages):
         else:
             result = self._run_any(fetches, feeds, variables, options)
         result.stats.setdefault("route", "general")
+        if self.slot_sizes.needs:  # (a recomputed loop needed more slots than its plan gave it)
+            self._slots_learnt(self.slot_sizes.take())
         return result
+
+    def _slots_learnt(self, grown: set[Any]) -> None:
+        """After a run that learnt that programs ``grown`` need more checkpoint slots: their plans are
+        made again by their next runs (the slot capacity is in a plan's key, ``_plan``), so their
+        ``Direct`` calls, which a run would find first, are dropped."""
+        self._direct = {k: d for k, d in self._direct.items() if d.plan.program_key not in grown}
 
     def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                 memory_budget: Optional[int] = None) -> RunSchedule:
@@ -216,7 +227,8 @@ class FastBackend(StagedStages):
         swapped = budget.swapped_frames() if budget is not None else frozenset()
         spec = self._static_keys.get(dsig, NOTHING)
         schedule = plan_schedule(plan, self._ladder(plan), swapped, lane=memory_budget is None and spec == NOTHING)
-        learnt = specialisation_notes(self.graph, spec)
+        learnt = specialisation_notes(self.graph, spec) + slot_notes(
+            plan.slot_budgets, plan.slot_counts, self.slot_sizes.capacity(plan.program_key))
         return dataclasses.replace(schedule, notes=schedule.notes + learnt) if learnt else schedule
 
     def device_feed(self, value: Any) -> Any:
@@ -424,13 +436,16 @@ class FastBackend(StagedStages):
             id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), v.dtype.str, np.shape(v)) for t, v in feeds.items())),
             variable_signature(self.graph, variables), cap,
-            static_signature(self._static_now),
+            static_signature(self._static_now), self.slot_sizes.capacity(pk := self._program_key(fetches, feeds)),
         )
         plan = self._plans.get(sig)
         if plan is None:  # (on the deep thread where the program may nest deeply: ``_thread_nesting``)
             program = functionalize(self.graph, fetches, feeds)
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
             plan.static_feeds = dict(self._static_now)
+            plan.program_key = pk
+            plan.slot_capacity = sig[-1] or cap
+            plan.learn_slots = self.slot_sizes.learner(pk) if plan.learns_slots else None
             self._nestings[self._program_key(fetches, feeds)] = plan.nesting
             if plan.nesting > DEEP_NESTING:
                 self._deep_nesting = max(self._deep_nesting, plan.nesting)
@@ -554,5 +569,6 @@ class FastBackend(StagedStages):
             "backend": "fast", "compiles": self.compile_count, "stages": len(stages), "fused": attempt,
             "stack_capacity": plan.capacity, "stage_seconds": stage_s if not attempt else [time.perf_counter() - t0],
             **({"stack_mark": mark} if attempt else {}), **store.stats(),
+            **({"checkpoint_slots": plan.slot_counts} if plan.slot_budgets else {}),
         }
         return values, stats

@@ -11,6 +11,7 @@ of this core, as classes stacked in that order; ``fast.emit.Emitter`` is the top
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from functools import partial
 from typing import Any, NoReturn, Optional
 
@@ -107,6 +108,11 @@ class EmitterCore(ABC):
         #: that writes it was entered, while that loop's body is traced (``fresh_write``,
         #: ``ranges.first_write``)
         self.fresh_writes: dict[int, frozenset[int]] = {}
+        #: the most checkpoint slots a recomputed loop gets, and where a run that needed more says so
+        #: (``fast.lower_state``: ``CheckpointSlots``, ``CheckpointTrips``); ``None``, every slot its
+        #: budget holds, and nowhere, unless the plan sizes them (``Plan.emitter``)
+        self.slot_capacity: Optional[int] = None
+        self.learn_slots: Optional[Callable[[Any], None]] = None
 
     # ---- LoweringContext ------------------------------------------------------------------------
         self.init_trace_state()

@@ -28,9 +28,11 @@ from turnout.fast.values import is_static
 from turnout.graph import Node
 from turnout.primitives import COMPUTE
 
-#: never folded while tracing: TensorArrays (their values are built up in place) and Sleep (its wait
-#: must happen when the program runs, not when it is traced)
-NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep"}
+#: never folded while tracing: TensorArrays (their values are built up in place), Sleep (its wait
+#: must happen when the program runs, not when it is traced), and the checkpoint slots' count and
+#: trip count (their rules size the slots: the reference kernels give the budget's count)
+NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep", "CheckpointSlots",
+                                                                          "CheckpointTrips"}
 
 #: the most bytes a folded value may have. Why a bound: a folded value becomes a constant of the
 #: compiled program, which holds it and copies it into every buffer it starts (a loop variable, say)

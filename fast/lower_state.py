@@ -1,15 +1,18 @@
-"""Lowering rules of state: Variables (read and assigned through the run-time state) and gradient
-stacks (pushed and popped through ``fast.stacks``, counted and held stacks included).
+"""Lowering rules of state: Variables (read and assigned through the run-time state), gradient
+stacks (pushed and popped through ``fast.stacks``, counted and held stacks included), and the count of
+a recomputed loop's checkpoint slots, sized to what the runs need.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout.control_flow.checkpoints import fewest_slots
 from turnout.errors import UnsupportedError, describe_node
 from turnout.fast import counted_stacks
 from turnout.fast import stacks as stk
@@ -126,3 +129,38 @@ def _stack_pop(ctx, n, xs):
     if const is None:  # (a constant pushed under this index, in a loop unrolled while tracing)
         const = ctx.pushed_constant(h, index)
     return [v if const is None else const]
+
+
+# ---- checkpoint slots ------------------------------------------------------------------------------
+def slots_given(slots: int, capacity: Optional[int]) -> int:
+    """How many slots a loop whose budget holds ``slots`` gets in a trace whose ``slot_capacity`` is
+    ``capacity``: all of them where it is ``None`` (the interpreters' count), else at most
+    ``capacity`` and at least ``checkpoints.fewest_slots``."""
+    return slots if capacity is None else min(slots, max(capacity, fewest_slots(slots)))
+
+
+@lowering_rule("CheckpointSlots")
+def _checkpoint_slots(ctx, n, xs):
+    # (an array, as the reference kernels give a constant: a numpy scalar would not cross a call as one)
+    return [np.asarray(slots_given(int(n.attrs["slots"]), ctx.slot_capacity), np.int32)]
+
+
+@lowering_rule("CheckpointTrips")
+def _checkpoint_trips(ctx, n, xs):
+    """The trip count passed on; where the slots were sized below the budget's and the loop needed
+    more (``min(trips, slots)`` over what it got), that need goes to ``ctx.learn_slots`` (the backend
+    sizes later runs by it): while tracing when the count is known then, else by a host callback
+    that only a run that needed more makes."""
+    (trips,) = xs
+    slots = int(n.attrs["slots"])
+    given = slots_given(slots, ctx.slot_capacity)
+    learn = ctx.learn_slots
+    if learn is None or given >= slots:
+        return [trips]
+    if is_static(trips):
+        if min(int(trips), slots) > given:
+            learn(np.int32(min(int(trips), slots)))
+        return [trips]
+    need = jnp.minimum(jnp.asarray(trips, jnp.int32), np.int32(slots))
+    jax.lax.cond(need > given, lambda v: jax.debug.callback(learn, v), lambda v: None, need)
+    return [trips]

@@ -54,6 +54,11 @@ class LoweringContext(Protocol):
     #: nobody wrote (``facts.fresh_writes``)
     ranges: Ranges
     fresh_writes: dict[int, frozenset[int]]
+    #: the most checkpoint slots a loop under its own budget gets in this trace (``CheckpointSlots``;
+    #: ``None``: every slot its budget holds), and where a run that needed more says so (``None``:
+    #: nowhere); set by the one-device backend, which sizes the slots to what its runs need
+    slot_capacity: Optional[int]
+    learn_slots: Optional[Callable[[Any], None]]
 
     def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None: ...
     def read_var(self, node: Node, h: Handle) -> Any: ...

@@ -45,6 +45,7 @@ from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import loop_fns
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
+from turnout.fast.lower_state import slots_given
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.segment import SegmentFn
@@ -213,6 +214,26 @@ class Plan:
         #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
         #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
         self.marks: Optional[StackMarks] = None
+        #: per loop reversed from checkpoints (``CheckpointSlots``), the most slots its budget holds; the
+        #: most a trace gives it (``fast.slot_sizes``: this capacity until a run needed more, then what
+        #: it learnt; set by the backend as it makes the plan), and where a run that needed more says so
+        self.slot_budgets = {str(n.attrs["loop"]): int(n.attrs["slots"]) for n in nodes if n.op == "CheckpointSlots"}
+        self.slot_capacity: int = capacity
+        #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
+        self.program_key: Any = None
+        self.learn_slots: Optional[Callable[[Any], None]] = None
+
+    @property
+    def slot_counts(self) -> dict[str, int]:
+        """Per loop reversed from checkpoints, the slots this plan's traces give it (``slots_given``)."""
+        return {loop: slots_given(s, self.slot_capacity) for loop, s in self.slot_budgets.items()}
+
+    @property
+    def learns_slots(self) -> bool:
+        """Whether a run of this plan may learn that a loop needs more slots than it gives (some loop
+        gets fewer than its budget holds). Such a plan takes no lane: a lane repeats one plan, and
+        would never take up what a run learnt."""
+        return any(c < self.slot_budgets[loop] for loop, c in self.slot_counts.items())
 
     @property
     def push_limit(self) -> int:
@@ -397,6 +418,7 @@ class Plan:
         em.pushed = self.pushed
         em.push_shapes = self.push_shapes
         em.held = self.held
+        em.slot_capacity, em.learn_slots = self.slot_capacity, self.learn_slots
         return em
 
     def segment_fn(self, st: Stage) -> SegmentFn:

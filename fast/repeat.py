@@ -97,7 +97,11 @@ class Repeats:
     def remember(self, d: Direct | HotFused, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
         """After a run on ``d`` (a ``Direct`` call, or a plan's fused attempt): the next run of the same
         fetches and feed signature goes straight to its lane (``run_hot``) while the graph's edits and
-        the plan's Variables are unchanged, and the session may ask for that lane (``lane_for``)."""
+        the plan's Variables are unchanged, and the session may ask for that lane (``lane_for``).
+        Not for a plan whose runs may learn that a loop needs more checkpoint slots
+        (``Plan.learns_slots``): its runs take the general path, which plans them with what they learnt."""
+        if d.plan.learns_slots:
+            return
         k = self.key(fetches, feeds)
         old = self.routes.get(k)
         if old is not None and old[0] is not d:  # its lanes go with it (a fused route is new per general run)

@@ -171,7 +171,12 @@ def _const(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
     return [literal(n.attrs["value"], _out(n))]
 
 
-@_rule("Identity", "StopGradient", "Sleep")
+@_rule("CheckpointSlots")
+def _checkpoint_slots(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
+    return [literal(n.attrs["slots"], _out(n))]
+
+
+@_rule("Identity", "StopGradient", "Sleep", "CheckpointTrips")
 def _identity(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
     return [ins[0]]
 

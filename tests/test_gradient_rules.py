@@ -263,6 +263,7 @@ def _integer_output_examples(x: Any) -> dict[str, Any]:
         "ArgMin": x.graph.create_node("ArgMin", [x], {"axis": 0, "dtype": "int32"}).outputs[0],
         "Shape": tn.shape(x), "Size": tn.size(x), "TensorArraySize": ta.size(),
         "LoopCond": tn.raw.loop_cond(tn.reduce_sum(x) > 0.0),
+        "CheckpointTrips": x.graph.create_node("CheckpointTrips", [tn.size(x)], {"slots": 4, "loop": "l"}).outputs[0],
     }
 
 

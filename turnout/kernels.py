@@ -518,6 +518,16 @@ def _fill(xs, attrs):
     return [np.full(tuple(int(d) for d in shp), v, dtype=np.asarray(v).dtype)]
 
 
+@_k("CheckpointSlots")
+def _checkpoint_slots(xs, attrs):
+    return [np.asarray(attrs["slots"], dtype=np.int32)]
+
+
+@_k("CheckpointTrips")
+def _checkpoint_trips(xs, attrs):
+    return [xs[0]]
+
+
 @_k("Shape")
 def _shape(xs, attrs):
     return [np.asarray(np.shape(xs[0]), dtype=np.int32)]

@@ -99,6 +99,12 @@ _DECLS: list[Primitive] = [
     _P("ScatterAddLike", "compute", True, "zeros like x with updates added at indices (Gather's gradient)"),
     _P("UpdateSlot", "compute", True, "x with its slot i along axis 0 replaced by v (a write in place where compiled)"),
     _P("Tile", "compute"),
+    # checkpoint slots of a loop under its own memory budget (turnout.control_flow.checkpoints)
+    _P("CheckpointSlots", "compute", False,
+       "how many checkpoint slots a loop's buffers get: attr slots, the most its budget holds (a compiled "
+       "backend may give fewer; the gradient's values do not depend on it)"),
+    _P("CheckpointTrips", "compute", False,
+       "its input, a recomputed loop's trip count, passed on (a compiled backend sizes later runs' slots by it)"),
     _P("ArgMax", "compute", False, "the index of the largest element along attr axis (the first among ties)"),
     _P("ArgMin", "compute", False, "the index of the smallest element along attr axis (the first among ties)"),
     _P("TopK", "compute", True, "the k largest entries along the last axis and their indices, largest first"),

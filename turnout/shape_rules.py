@@ -555,6 +555,24 @@ def _fill(op, specs, attrs):
     return [TensorSpec(val.dtype, None if n is None else (None,) * n)]
 
 
+@_rule("CheckpointSlots")
+def _checkpoint_slots(op, specs, attrs):
+    slots = attrs.get("slots")
+    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
+        raise GraphBuildError(f"CheckpointSlots: attr slots must be a positive integer, got {slots!r}")
+    return [TensorSpec(dt.int32, ())]
+
+
+@_rule("CheckpointTrips")
+def _checkpoint_trips(op, specs, attrs):
+    (n,) = specs
+    if n.dtype != dt.int32:
+        raise DTypeError(f"CheckpointTrips: the trip count must be int32, got {n.dtype.name}")
+    if n.shape is not None and n.shape != ():
+        raise ShapeError(f"CheckpointTrips: the trip count must be a scalar, got shape {sh.fmt(n.shape)}")
+    return [TensorSpec(dt.int32, ())]
+
+
 @_rule("Shape")
 def _shape(op, specs, attrs):
     return [TensorSpec(dt.int32, (None if specs[0].shape is None else len(specs[0].shape),))]

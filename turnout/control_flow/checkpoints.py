@@ -95,20 +95,44 @@ def thinnings(slots: int) -> int:
     return 2 if slots == 2 else 1
 
 
+def fewest_slots(slots: int) -> int:
+    """The fewest slots a backend may give the buffers of a loop whose budget holds ``slots``
+    (``CheckpointSlots``): ``slots`` itself when it is 3 or less, else 3. Why 3: a step makes at most
+    ``thinnings(slots)`` thinnings, and ``thinnings`` is 1 for every count of 3 or more (its argument
+    holds for any such count, not only the budget's), so one count of 3 or more serves the one
+    thinning the loop's body was built with; 2 slots need two a step, and 1 slot none (the loop keeps
+    only the state before its first step, ``keep``'s cap of ``slots`` when that is 1)."""
+    return min(slots, 3)
+
+
 def slot_count(w: WhileContext, slots: int) -> Tensor:
-    """How many slots the buffers of loop ``w`` get, as an int32 scalar of its outer context: the
-    budget's ``slots``, or fewer where the loop's ``maximum_iterations`` bounds its trip count ``n``
-    (at most ``n`` states are ever kept, one before each step, so ``max(1, maximum_iterations)``
-    slots hold them all and no thinning is ever due). Why it may be fewer: the buffers are allocated,
-    and zero-filled, whole at every run, and a budget that holds far more states than the loop runs
-    steps made every run pay for all of them (the LSTM step at ``T = 1000``: 5.4 times store-everything
-    under 256 MiB); the gradient's values do not depend on the count. Only a bound that a compiled
-    backend can know when compiling (``static_able``: constants and feeds, not a Variable or a value of
-    a loop) is taken; otherwise the budget's count."""
+    """How many slots the buffers of loop ``w`` get, as an int32 scalar of its outer context: a
+    ``CheckpointSlots`` node, the budget's ``slots`` on the interpreters, which a compiled backend may
+    size down to what the runs need (at least ``fewest_slots``); fewer still where the loop's
+    ``maximum_iterations`` bounds its trip count ``n`` (at most ``n`` states are ever kept, one before
+    each step, so ``max(1, maximum_iterations)`` slots hold them all and no thinning is ever due).
+
+    Why not the budget's count as a constant: the buffers are allocated, and zero-filled, whole at
+    every run, and a budget that holds far more states than the loop runs steps made every run pay
+    for all of them (the LSTM step at ``T = 1000``: 5.4 times store-everything under 256 MiB with
+    every slot; 3.6 times for a loop with no bound before the fast backend sized them). The gradient's
+    values do not depend on the count. Only a bound that a compiled backend can know when compiling
+    (``static_able``: constants and feeds, not a Variable or a value of a loop) is taken."""
+    g = w.graph
+    most = g.create_node("CheckpointSlots", [], {"slots": int(slots), "loop": w.name},
+                         name=f"{w.name}/checkpoints/slots").outputs[0]
     m = w.maximum_iterations
     if m is None or slots <= 1 or not static_able(m):
-        return ops.constant(slots)
-    return ops.minimum(ops.constant(slots), ops.maximum(m, 1))
+        return most
+    return ops.minimum(most, ops.maximum(m, 1))
+
+
+def trips(n: Tensor, w: WhileContext, slots: int) -> Tensor:
+    """The trip count ``n`` of loop ``w`` as its checkpointed backward loop reads it: through a
+    ``CheckpointTrips`` node, which passes it on and from which a compiled backend learns how many
+    slots the loop needed (at most ``slots``), to size later runs' buffers."""
+    return w.graph.create_node("CheckpointTrips", [n], {"slots": int(slots), "loop": w.name},
+                               name=f"{w.name}/checkpoints/trips").outputs[0]
 
 
 def static_able(t: Tensor) -> bool:
@@ -141,15 +165,13 @@ def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> Onlin
 
 
 def _buffer(count: Tensor, like: Tensor) -> Tensor:
-    """Zeros of ``[count, *like.shape]`` in ``like``'s dtype. Where ``count`` is the budget's constant,
-    a ``Fill`` of that constant shape (its shape known in the graph); else a ``Fill`` of the flat size,
-    reshaped, so that the buffer's shape is known but for ``count`` (a ``Fill`` of a computed shape has
-    no known shape, and a loop variable's must be the same after every iteration)."""
+    """Zeros of ``[count, *like.shape]`` in ``like``'s dtype: a ``Fill`` of the flat size, reshaped,
+    so that the buffer's shape is known but for ``count``, which the run decides (``slot_count``; a
+    ``Fill`` of a computed shape has no known shape, and a loop variable's must be the same after
+    every iteration)."""
     elem = tuple(int(d) for d in like.shape or () if d is not None)  # (a static state: ``state_bytes``)
     assert len(elem) == len(like.shape or ())
     zero = ops.constant(np.zeros((), like.dtype.numpy))
-    if count.node.op == "Const":
-        return ops.fill(ops.constant(np.array([int(count.node.attrs["value"]), *elem], np.int32)), zero)
     flat = ops.reshape(count * int(np.prod(elem, dtype=np.int64)), [1])
     return ops.reshape(ops.fill(flat, zero), [-1, *elem])
 
@@ -202,5 +224,5 @@ def _body_in(lv: LoopVar) -> Tensor:
     return lv.body_input.outputs[0]
 
 
-__all__ = ["OnlineCheckpoints", "add_slots", "checkpointing_of", "keep", "slot_count", "state_bytes", "state_vars",
-           "static_able", "thinnings"]
+__all__ = ["OnlineCheckpoints", "add_slots", "checkpointing_of", "fewest_slots", "keep", "slot_count", "state_bytes",
+           "state_vars", "static_able", "thinnings", "trips"]

@@ -125,7 +125,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     slots, ck = cp.slots, w.checkpoints
     assert ck is not None
     bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
-    n = b.value(exit_of(w.counter))
+    n = checkpoints.trips(b.value(exit_of(w.counter)), w, slots)
     n_slots = b.value(ck.slots)  # the slots the buffers have (``checkpoints.slot_count``: at most ``slots``)
     pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))  # (entries past them unused)
     init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]

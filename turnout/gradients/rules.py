@@ -49,7 +49,7 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "Const": NO_INPUTS, "Placeholder": NO_INPUTS, "VarHandle": NO_INPUTS, "StackNew": NO_INPUTS,
     "NoOp": "no outputs",
     "LoopCond": INTEGER_OUTPUTS, "Shape": INTEGER_OUTPUTS, "Size": INTEGER_OUTPUTS,
-    "TensorArraySize": INTEGER_OUTPUTS,
+    "TensorArraySize": INTEGER_OUTPUTS, "CheckpointSlots": NO_INPUTS, "CheckpointTrips": INTEGER_OUTPUTS,
     "Less": INTEGER_OUTPUTS, "LessEqual": INTEGER_OUTPUTS, "Greater": INTEGER_OUTPUTS,
     "GreaterEqual": INTEGER_OUTPUTS, "Equal": INTEGER_OUTPUTS, "NotEqual": INTEGER_OUTPUTS,
     "LogicalAnd": INTEGER_OUTPUTS, "LogicalOr": INTEGER_OUTPUTS, "LogicalNot": INTEGER_OUTPUTS,

@@ -38,6 +38,14 @@ def _const(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("Const", [], {"dtype": Dt(dt.as_dtype(n.attrs["dtype"])), "value": Value(v)})}:0']
 
 
+@_rule("CheckpointSlots")
+def _checkpoint_slots(ctx: ExportContext, n: Node) -> Outs:
+    """The count a TensorFlow program gives the slots: the most the budget holds (what Turnout's
+    interpreters give; TensorFlow has no run that could size them)."""
+    v = np.asarray(n.attrs["slots"], np.int32)
+    return [f'{ctx.add("Const", [], {"dtype": Dt(dt.int32), "value": Value(v)})}:0']
+
+
 @_rule("Placeholder")
 def _placeholder(ctx: ExportContext, n: Node) -> Outs:
     shape = n.attrs.get("shape")
@@ -63,6 +71,7 @@ def _same(tf_op: str) -> _Rule:
 
 for _op in ("Exit", "NextIteration", "Switch", "Identity", "StopGradient"):
     _rule(_op)(_same(_op))
+_rule("CheckpointTrips")(_same("Identity"))
 _rule("LoopCond")(_same("LoopCond"))
 
 

@@ -1,0 +1,217 @@
+"""The checkpoint slots of a recomputed loop, sized by the fast backend to what its runs need.
+
+A loop under its own ``memory_budget`` keeps checkpoints of its state in ``CheckpointSlots`` slots:
+every slot the budget holds on the interpreters; on the one-device fast backend at most the plan's
+slot capacity (its stack capacity, ``stack_chunk``, until a run needed more, then the smallest power
+of two holding what it needed, learnt from the ``CheckpointTrips`` the backward loop reads;
+``fast.slot_sizes``). The gradient's values do not depend on the count: every case compares them with
+the store-everything gradients of the same loop, run by run, while the count changes between runs.
+
+The model: ``v <- tanh(v) * w`` for ``n`` steps (``n`` fed, or a constant), 4 float32s of state, so
+a budget of ``24 k`` bytes holds ``k`` slots (the counter, the state and its position).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turnout as tn
+from turnout.errors import DTypeError, GraphBuildError
+
+pytest.importorskip("jax")
+
+X0 = np.array([0.1, -0.4, 0.7, 1.2], np.float32)
+W0 = np.array([1.1, 0.9, -1.2, 1.05], np.float32)
+STATE = 24
+
+
+def model(budget: Optional[int], steps: Optional[int] = None, bound: Optional[int] = None) -> dict[str, Any]:
+    """The loop and its gradients w.r.t. ``x`` and ``w``: ``n`` steps fed (``steps`` None) or a
+    constant count, under ``budget`` (None: store everything), with ``maximum_iterations=bound``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n") if steps is None else tn.constant(steps)
+        w = tn.placeholder(tn.float32, [4], name="w")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * w), [tn.constant(0), x],
+                             name="rnn", memory_budget=budget, maximum_iterations=bound)
+        gx, gw = tn.gradients(tn.reduce_sum(y * y), [x, w])
+    return {"g": g, "x": x, "n": n, "w": w, "grads": [gx, gw], "fed": steps is None}
+
+
+def feed(m: dict[str, Any], n: int) -> dict[Any, Any]:
+    return {m["x"]: X0, m["w"]: W0, **({m["n"]: n} if m["fed"] else {})}
+
+
+_STORED: dict[int, list[np.ndarray]] = {}
+
+
+def stored(n: int) -> list[np.ndarray]:
+    """The store-everything gradients after ``n`` steps, on the reference interpreter."""
+    if n not in _STORED:
+        m = model(None)
+        _STORED[n] = list(tn.Session(m["g"]).run(m["grads"], feed(m, n)))
+    return _STORED[n]
+
+
+def check(got: list[Any], n: int) -> None:
+    for a, b in zip(got, stored(n), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def slots_of(sess: tn.Session) -> int:
+    return int(sess.last_result.stats["checkpoint_slots"]["rnn"])
+
+
+def test_the_primitives_are_the_budgets_count_and_the_trip_count_on_the_interpreters() -> None:
+    m = model(64 * STATE)
+    (slots,) = [nd for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
+    (trips,) = [nd for nd in m["g"].nodes if nd.op == "CheckpointTrips"]
+    assert slots.attrs == {"slots": 64, "loop": "rnn"} and trips.attrs == {"slots": 64, "loop": "rnn"}
+    for backend in ("reference", "smallstep"):
+        got = tn.Session(m["g"], backend=backend).run([slots.outputs[0], trips.outputs[0]], feed(m, 7))
+        assert [int(v) for v in got] == [64, 7]
+
+
+def test_a_run_gets_at_most_the_stack_capacity_and_the_next_run_what_it_needed() -> None:
+    """A budget of 64 slots with ``stack_chunk=8``: the first runs get 8 slots; a run of 30 steps thins
+    them (values unchanged) and teaches 32, which the next run gets (compiled once); one of 100 steps
+    teaches the whole budget, after which nothing is learnt and repeated runs take a lane."""
+    m = model(64 * STATE)
+    sess = tn.Session(m["g"], backend="fast", stack_chunk=8)
+    for n, want in ((5, 8), (30, 8), (30, 32), (20, 32), (100, 32), (100, 64), (3, 64)):
+        check(sess.run(m["grads"], feed(m, n)), n)
+        assert slots_of(sess) == want, (n, want)
+    for _ in range(3):
+        check(sess.run(m["grads"], feed(m, 3)), 3)
+    assert sess.last_result.stats["route"] in ("hot", "lane")
+
+
+def test_a_plan_that_may_still_learn_takes_no_lane() -> None:
+    """A lane repeats one plan: a run through it that needed more slots would teach nothing. So a plan
+    that gives a loop fewer slots than its budget holds runs on the general path every time."""
+    m = model(64 * STATE)
+    sess = tn.Session(m["g"], backend="fast", stack_chunk=8)
+    for _ in range(4):
+        check(sess.run(m["grads"], feed(m, 4)), 4)
+        assert sess.last_result.stats["route"] == "general" and slots_of(sess) == 8
+    check(sess.run(m["grads"], feed(m, 12)), 12)
+    check(sess.run(m["grads"], feed(m, 4)), 4)
+    assert slots_of(sess) == 16
+
+
+def test_a_trip_count_known_while_tracing_is_learnt_by_the_trace() -> None:
+    """A loop of a constant 40 steps: its backward loop's ``CheckpointTrips`` is a constant of the
+    trace, which learns from it at once (no host callback); the run after the first gets 64."""
+    m = model(100 * STATE, steps=40)
+    sess = tn.Session(m["g"], backend="fast", stack_chunk=4)
+    check(sess.run(m["grads"], feed(m, 40)), 40)
+    assert slots_of(sess) == 4
+    check(sess.run(m["grads"], feed(m, 40)), 40)
+    assert slots_of(sess) == 64
+
+
+def test_a_bounded_loop_keeps_its_bound_below_what_was_learnt() -> None:
+    """``maximum_iterations`` still bounds the count: ``min(slots given, max(1, bound))``."""
+    m = model(64 * STATE, bound=10)
+    sess = tn.Session(m["g"], backend="fast", stack_chunk=4)
+    (count,) = [nd.outputs[0] for nd in m["g"].nodes if nd.op == "Minimum" and "checkpoints" in nd.name]
+    for n, want in ((3, 4), (12, 4), (12, 10)):
+        got = sess.run([*m["grads"], count], feed(m, n))
+        check(got[:2], min(n, 10))
+        assert int(got[2]) == want, (n, want)
+
+
+def test_explain_says_how_many_slots_and_why() -> None:
+    m = model(64 * STATE)
+    sess = tn.Session(m["g"], backend="fast", stack_chunk=8)
+    notes = " ".join(sess.explain(m["grads"], feed(m, 5)).notes)
+    assert "keeps at most 8 checkpoint slots of the 64 its memory_budget holds (the plan's stack capacity" in notes
+    sess.run(m["grads"], feed(m, 20))
+    notes = " ".join(sess.explain(m["grads"], feed(m, 5)).notes)
+    assert "at most 32 checkpoint slots of the 64" in notes and "learnt from an earlier run" in notes
+
+
+@pytest.mark.parametrize("whole_program", ["always", "never"])
+def test_the_partitioned_routes_give_every_slot_the_budget_holds(whole_program: str) -> None:
+    """The partitioned fast executor's tiers (the SPMD program, the per-device segments) do not size
+    the slots (``slot_capacity`` is None there): with the nodes spread over two devices and
+    ``stack_chunk=4``, the count is the interpreters' 6, and the gradients the same; on one device,
+    which runs as the one-device backend, it is 4."""
+    m = model(6 * STATE)
+    (slots,) = [nd.outputs[0] for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
+    spread = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(m["g"].nodes)}
+    for devices, requests, want in ((["cpu:0", "cpu:1"], spread, 6), (["cpu:0"], None, 4)):
+        sess = tn.Session(m["g"], backend="fast", devices=devices, requests=requests, stack_chunk=4,
+                          whole_program=whole_program, fallback=False)
+        got = sess.run([*m["grads"], slots], feed(m, 9))
+        check(got[:2], 9)
+        assert int(got[2]) == want, devices
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5])
+def test_the_fewest_slots_a_backend_gives(chunk: int) -> None:
+    """However small the stack capacity, a loop gets at least three slots (two where its budget holds
+    two, one where one: ``checkpoints.fewest_slots``), and thins in them to the same gradients."""
+    for budget_slots in (1, 2, 3, 7):
+        m = model(budget_slots * STATE)
+        sess = tn.Session(m["g"], backend="fast", stack_chunk=chunk)
+        for n in (0, 1, 6, 17):
+            check(sess.run(m["grads"], feed(m, n)), n)
+        assert slots_of(sess) <= budget_slots
+
+
+@settings(max_examples=25, deadline=None)
+@given(runs=st.lists(st.integers(0, 45), min_size=1, max_size=5), budget_slots=st.integers(1, 40),
+       chunk=st.sampled_from([1, 3, 4, 8, 16, 1024]), bounded=st.booleans())
+def test_any_runs_under_any_budget_and_capacity(runs: list[int], budget_slots: int, chunk: int, bounded: bool) -> None:
+    """Runs of any trip counts, one after another on one session (each may teach the next a larger
+    count), give the store-everything gradients; the count given is never more than the budget's."""
+    m = model(budget_slots * STATE, bound=30 if bounded else None)
+    sess = tn.Session(m["g"], backend="fast", stack_chunk=chunk)
+    for n in runs:
+        check(sess.run(m["grads"], feed(m, n)), min(n, 30) if bounded else n)
+        assert slots_of(sess) <= budget_slots
+
+
+def test_the_primitives_shape_rules_refuse_bad_arguments() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        for bad in (0, -3, 2.5, True, None):
+            with pytest.raises(GraphBuildError, match="CheckpointSlots: attr slots must be a positive integer"):
+                g.create_node("CheckpointSlots", [], {"slots": bad, "loop": "l"})
+        with pytest.raises(DTypeError, match="CheckpointTrips: the trip count must be int32"):
+            g.create_node("CheckpointTrips", [tn.constant(1.0)], {"slots": 3, "loop": "l"})
+        with pytest.raises(tn.ShapeError, match="must be a scalar"):
+            g.create_node("CheckpointTrips", [tn.constant([1, 2])], {"slots": 3, "loop": "l"})
+
+
+def test_a_budgeted_loop_survives_saving_and_exporting() -> None:
+    """Saved (``tn.save``), the graph gives the same gradients, its slots sized as before; exported to
+    a TensorFlow GraphDef, the count is the budget's constant and the trip count an ``Identity``, and
+    imported back it gives the same gradients on the reference interpreter."""
+    import os
+    import tempfile
+
+    from turnout.graphdef import export_graph_def, import_graph_def
+
+    m = model(8 * STATE)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "g.json")
+        tn.save(m["g"], path)
+        g2 = tn.load(path)
+    x, n, w = (g2.tensor(t.name) for t in (m["x"], m["n"], m["w"]))
+    sess = tn.Session(g2, backend="fast", stack_chunk=4)
+    check(sess.run([g2.tensor(t.name) for t in m["grads"]], {x: X0, n: 11, w: W0}), 11)
+    assert slots_of(sess) == 4
+    ex = export_graph_def(m["g"])
+    ops = {nd.op for nd in ex.graph_def.node}
+    assert not ops & {"CheckpointSlots", "CheckpointTrips"}
+    imp = import_graph_def(ex.graph_def)
+    back = {imp.tensor(ex.tf_name(t)): v for t, v in feed(m, 11).items()}
+    check(tn.Session(imp.graph).run([imp.tensor(ex.tf_name(t)) for t in m["grads"]], back), 11)
