@@ -271,29 +271,16 @@ class FastPartitionedBackend:
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
         """One ``Session.run``: the whole-program tier if available, else compiled and host-driven
-        segments, else (fallback) the partitioned reference executor."""
+        segments, each specialised on the fed values that decide shapes (``_run_specialised``), else
+        (fallback) the partitioned reference executor."""
         refuse_firing_budget("fast partitioned executor", options)
-        _, placement, used = self._placed()
+        _, _, used = self._placed()
         if len(used) == 1:
             return self._run_one_device(next(iter(used)), fetches, feeds, variables, options)
         self._single_ran = False
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
             return self._run_reference(sig, fetches, feeds, variables, options)
-        budgeted = self._budgeted(options.memory_budget)
-        whole = None if options.trace or budgeted else self._whole_program(sig, placement, fetches, feeds)
-        if whole is not None:
-            try:
-                result: RunResult = whole.run(feeds, variables, options)
-            except UnsupportedError as e:
-                # An op that does not lower inside one multi-device program: found while tracing,
-                # before anything ran, so the per-device tiers run the program instead.
-                self._whole[sig] = None
-                self._whole_declined[sig] = str(e)
-            else:
-                result.stats.setdefault("executor", "fast partitioned")
-                result.stats.setdefault("tier", "spmd")
-                return result
         try:
             result = self._run_specialised(sig, fetches, feeds, variables, options)
             if self._whole_declined.get(sig):
@@ -315,9 +302,10 @@ class FastPartitionedBackend:
         it names computed first (by a run that fetches them) and fed."""
         def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
             fed = with_computed(self.graph, feeds, computed)
+            s = self._signature(fetches, fed, variables) if computed else sig
             try:
-                return self._run_compiled(self._signature(fetches, fed, variables) if computed else sig, fetches, fed,
-                                          variables, options, values)
+                whole = self._run_whole(s, fetches, fed, variables, options, values)
+                return whole if whole is not None else self._run_compiled(s, fetches, fed, variables, options, values)
             except NeedsStatic as e:
                 return Specialise.of(e)
 
@@ -330,6 +318,31 @@ class FastPartitionedBackend:
         result, values = run_specialised(self._static_keys, sig, {key(t): v for t, v in feeds.items()}, compile_run,
                                          compute)
         result.stats.update(specialisation_stats(self.graph, self._static_keys.get(sig, NOTHING), values))
+        return result
+
+    def _run_whole(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                   options: RunOptions, static: dict[Key, np.ndarray]) -> Optional[RunResult]:
+        """The run as one SPMD program (``devices.spmd``), specialised on ``static`` as the other tiers
+        are, or None where that tier is absent, declines the program, or finds while tracing an op
+        that does not lower inside one multi-device program (before anything ran: the per-device
+        tiers then run it, and this signature no longer tries the tier). ``NeedsStatic`` goes on to
+        the specialisation loop (``_run_specialised``)."""
+        if options.trace or self._budgeted(options.memory_budget):
+            return None
+        _, placement, _ = self._placed()
+        whole = self._whole_program(sig, placement, fetches, feeds)
+        if whole is None:
+            return None
+        try:
+            result: RunResult = whole.run(feeds, variables, options, static)
+        except NeedsStatic:
+            raise
+        except UnsupportedError as e:
+            self._whole[sig] = None
+            self._whole_declined[sig] = str(e)
+            return None
+        result.stats.setdefault("executor", "fast partitioned")
+        result.stats.setdefault("tier", "spmd")
         return result
 
     def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],

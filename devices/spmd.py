@@ -73,6 +73,7 @@ from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.plan import stack_source_var
 from turnout.fast.regions import CondRegion, WhileRegion, key, walk
+from turnout.fast.specialise import static_signature
 from turnout.fast.stacks import StackValue
 from turnout.fast.values import DEAD, is_static
 from turnout.graph import Graph, Node, Tensor
@@ -248,7 +249,8 @@ class SpmdPlan:
             counts[d] += 1
         return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
 
-    def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int) -> _Compiled:
+    def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int,
+               static: dict[Any, np.ndarray]) -> _Compiled:
         comp = _Compiled(None)
         fetch_keys = [key(t) for t in self.fetches]
         ndev = len(self.devices)
@@ -257,6 +259,7 @@ class SpmdPlan:
             self.compile_count += 1
             em = SpmdEmitter(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
+            em.static = static  # (fed values the plan is specialised on: constants of the trace)
             # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
             em.state = {"err": jnp.int32(0), **{f"var:{n}": v[0] for n, v in zip(var_names, var_vals, strict=True)}}
             for sid, (dtype, elem, index) in self.stacks.items():
@@ -287,10 +290,15 @@ class SpmdPlan:
         comp.fn = jax.jit(sm)
         return comp
 
-    def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        """Run the compiled program once. Errors keep the reference backend's types: a kernel error in
-        compiled code is ``KernelError``, a loop past ``options.max_iterations`` is
-        ``NonTerminationError``, a fetch whose branch did not run is ``DeadFetchError``."""
+    def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions,
+            static: Optional[dict[Any, np.ndarray]] = None) -> RunResult:
+        """Run the compiled program once, specialised on the fed values ``static`` (by key: constants
+        of its trace, as ``fast.specialise`` decides; a trace that meets a shape other feeds decide
+        raises ``NeedsStatic``, which the caller's specialisation loop takes). Errors keep the
+        reference backend's types: a kernel error in compiled code is ``KernelError``, a loop past
+        ``options.max_iterations`` is ``NonTerminationError``, a fetch whose branch did not run is
+        ``DeadFetchError``."""
+        static = static or {}
         refuse_firing_budget("SPMD tier", options)
         if options.trace:
             raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
@@ -310,11 +318,12 @@ class SpmdPlan:
         before = self.compile_count
         while True:
             sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
-                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host), self.stack_capacity)
+                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host), self.stack_capacity,
+                   static_signature(static))
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
-                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity)
+                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity, static)
             with jax.enable_x64(True):
                 outs, flags, var_out = comp.fn(feed_vals, var_vals, mi)
                 flags = np.asarray(flags)

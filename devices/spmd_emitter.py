@@ -223,6 +223,7 @@ class SpmdEmitter(Emitter):
 
     # -- batches of ops ------------------------------------------------------------------------------
     def run_items(self, items: list[Any], env: Env) -> None:
+        self.take_static(env)
         batch: dict[int, list[Node]] = {}
         made: dict[Key, int] = {}  # outputs of the open batch -> the device computing them
         for it in items:

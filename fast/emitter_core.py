@@ -300,9 +300,7 @@ class EmitterCore(ABC):
 
     # ---- items ----------------------------------------------------------------------------------
     def run_items(self, items: list[Item], env: Env) -> None:
-        for k, v in self.static.items():
-            if k in env:
-                env[k] = v
+        self.take_static(env)
         for it in items:
             if isinstance(it, Node):
                 self.run_node(it, env)
@@ -310,6 +308,13 @@ class EmitterCore(ABC):
                 self.run_cond(it, env)
             else:
                 self.run_while(it, env)
+
+    def take_static(self, env: Env) -> None:
+        """The fed values the plan is specialised on (``static``) in place of those fed: constants of
+        the trace. Every emitter's ``run_items`` starts so."""
+        for k, v in self.static.items():
+            if k in env:
+                env[k] = v
 
     @abstractmethod
     def run_cond(self, r: CondRegion, env: Env) -> None:

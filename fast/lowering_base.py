@@ -99,10 +99,9 @@ class NeedsStatic(UnsupportedError):
     It leaves the trace by raising (only raising can) and goes no further than the backend's compile
     of a run (``FastBackend._run_compiled``), which returns it as the outcome ``Specialise`` (from
     the fused attempt's trace, ``FastBackend._call_fused`` takes it as a refusal, and the stages
-    meet it again); the fast partitioned executor's compile returns it likewise, and both specialise
-    in one loop (``fast.specialise``). A route that does not specialise (the SPMD tier, which then
-    declines the program; the cluster's compiled partitions) takes it as the ``UnsupportedError`` it
-    also is.
+    meet it again); the fast partitioned executor's compile (its SPMD program's or a segment's trace)
+    returns it likewise, and both specialise in one loop (``fast.specialise``). A route that does not
+    specialise (the cluster's compiled partitions) takes it as the ``UnsupportedError`` it also is.
     """
 
     def __init__(self, message: str, keys: frozenset[tuple[int, int]], cut: frozenset[tuple[int, int]] = frozenset()

@@ -234,3 +234,35 @@ def test_the_partitioned_executor_specialises_as_the_one_device_backend_does(who
         np.testing.assert_allclose(got, reference(g, [total, dw], feed), rtol=1e-6)
         counts.append(sess.backend.compile_count)
     assert counts[2] == counts[1] > counts[0]
+
+
+def test_the_spmd_program_specialises_on_fed_shapes() -> None:
+    """The SPMD tier (one ``shard_map`` program over both devices) takes part in the one specialisation
+    loop: a ``fill`` of a fed shape before a loop spanning ``cpu:0`` and ``cpu:1`` runs there,
+    specialised on the feed, with the reference's values; a value seen before never recompiles."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        x = tn.placeholder(tn.float32, [], name="x")
+        with tn.device("cpu:0"):
+            v0 = tn.fill(tn.expand_dims(n, 0), x)
+
+        def body(i: Any, v: Any) -> Any:
+            with tn.device("cpu:1"):
+                v = tn.tanh(v) * 1.5
+            return i + 1, v
+
+        with tn.device("cpu:0"):
+            _, v = tn.while_loop(lambda i, v: i < 3, body, [tn.constant(0), v0])
+            total = tn.reduce_sum(v)
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], whole_program="always", fallback=False)
+    counts = []
+    for k in (2, 4, 2):
+        feed = {n: np.int32(k), x: np.float32(0.3)}
+        got = sess.run([total, v], feed)
+        stats = sess.last_result.stats
+        assert stats["tier"] == "spmd" and stats["specialized_on"] == ["n:0"], stats
+        np.testing.assert_allclose(got[1], reference(g, [v], feed)[0], rtol=1e-5)
+        assert got[1].shape == (k,)
+        counts.append(sess.backend.compile_count)
+    assert counts[2] == counts[1]
