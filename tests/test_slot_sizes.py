@@ -182,9 +182,12 @@ def test_any_runs_under_any_budget_and_capacity(runs: list[int], budget_slots: i
 def test_the_primitives_shape_rules_refuse_bad_arguments() -> None:
     g = tn.Graph()
     with g.as_default():
-        for bad in (0, -3, 2.5, True, None):
-            with pytest.raises(GraphBuildError, match="CheckpointSlots: attr slots must be a positive integer"):
+        for bad in (0, -3, 2.5, True, None, 2**31, "7"):
+            with pytest.raises(GraphBuildError, match="CheckpointSlots: attr slots must be a positive int32"):
                 g.create_node("CheckpointSlots", [], {"slots": bad, "loop": "l"})
+        for op, ins in (("CheckpointSlots", []), ("CheckpointTrips", [tn.constant(1)])):
+            with pytest.raises(GraphBuildError, match=f"{op}: attr loop must be the loop's name"):
+                g.create_node(op, ins, {"slots": 3})
         with pytest.raises(DTypeError, match="CheckpointTrips: the trip count must be int32"):
             g.create_node("CheckpointTrips", [tn.constant(1.0)], {"slots": 3, "loop": "l"})
         with pytest.raises(tn.ShapeError, match="must be a scalar"):

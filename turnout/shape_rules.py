@@ -555,16 +555,24 @@ def _fill(op, specs, attrs):
     return [TensorSpec(val.dtype, None if n is None else (None,) * n)]
 
 
+def _checkpoint_attrs(op: str, attrs: dict[str, Any]) -> None:
+    """``slots``, the most slots a loop's budget holds (a positive int32), and ``loop``, its name."""
+    slots = attrs.get("slots")
+    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or not 1 <= slots <= 2**31 - 1:
+        raise GraphBuildError(f"{op}: attr slots must be a positive int32, got {slots!r}")
+    if not isinstance(attrs.get("loop"), str):
+        raise GraphBuildError(f"{op}: attr loop must be the loop's name (a string), got {attrs.get('loop')!r}")
+
+
 @_rule("CheckpointSlots")
 def _checkpoint_slots(op, specs, attrs):
-    slots = attrs.get("slots")
-    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
-        raise GraphBuildError(f"CheckpointSlots: attr slots must be a positive integer, got {slots!r}")
+    _checkpoint_attrs(op, attrs)
     return [TensorSpec(dt.int32, ())]
 
 
 @_rule("CheckpointTrips")
 def _checkpoint_trips(op, specs, attrs):
+    _checkpoint_attrs(op, attrs)
     (n,) = specs
     if n.dtype != dt.int32:
         raise DTypeError(f"CheckpointTrips: the trip count must be int32, got {n.dtype.name}")
