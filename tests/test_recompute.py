@@ -446,16 +446,17 @@ def test_a_second_order_gradient_through_a_recomputing_loop_is_refused() -> None
             tn.gradients(gx, [x])
 
 
-def test_a_loop_that_swaps_or_carries_a_tensor_array_keeps_its_stacks() -> None:
+def test_a_loop_that_swaps_or_reads_its_tensor_array_keeps_its_stacks() -> None:
     """Rules 4 and 2 of the planner: swapping asked for, or a state with no static size (a
-    TensorArray): the gradient keeps stacks under the loop's budget, as without recomputation."""
+    TensorArray the body reads, not only writes: ``checkpoints.accumulators``): the gradient keeps
+    stacks under the loop's budget, as without recomputation."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [3], name="x")
         ta = tn.TensorArray(tn.float32, size=3)
 
         def body(i: Any, v: Any, t: Any) -> Any:
-            return i + 1, tn.tanh(v), t.write(i, v)
+            return i + 1, tn.tanh(v), t.write(i, v * tn.cast(t.size(), tn.float32))
 
         _, y, t = tn.while_loop(lambda i, v, t: i < 3, body, [tn.constant(0), x, ta], memory_budget=10**6)
         (gx,) = tn.gradients(tn.reduce_sum(y) + tn.reduce_sum(t.stack()), [x])
@@ -544,4 +545,100 @@ def test_a_bound_a_compiled_backend_cannot_know_keeps_the_budgets_slots() -> Non
     sess = tn.Session(mdl["g"])
     got = sess.run(mdl["grads"], {mdl["x"]: X0, mdl["n"]: 8, mdl["w"]: W0})
     for a, b in zip(got, run(model(None), "reference", 5), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+# ---- arrays the body only writes: a scan's and a map's results ----------------------------------------
+def _accumulating(kind: str, budget: Optional[int]) -> dict[str, Any]:
+    """``kind``: a ``tn.scan`` (carry and the array of results), a ``tn.map_fn`` (the counter and the
+    array), a ``tn.while_loop`` writing two arrays, one twice per step (``writes``), or one whose body
+    also reads its array (``reads``: not an accumulator, so its gradient keeps stacks); the gradients of
+    ``sum(results ** 2)`` with respect to ``xs`` and ``w``."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [None, 3], name="xs")
+        w = tn.placeholder(tn.float32, [3], name="w")
+        n = tn.shape(xs)[0]
+        if kind == "scan":
+            ys = tn.scan(lambda c, x: tn.tanh(c * w + x), xs, tn.zeros([3]), memory_budget=budget)
+        elif kind == "map":
+            ys = tn.map_fn(lambda x: tn.tanh(x * w), xs, memory_budget=budget)
+        else:
+            rows = tn.TensorArray(tn.float32, size=n).unstack(xs)
+            out = [tn.TensorArray(tn.float32, size=2 * n, element_shape=[3]),
+                   tn.TensorArray(tn.float32, size=n, element_shape=[3])]
+
+            def body(i: Any, v: Any, a: Any, b: Any) -> Any:
+                v = tn.tanh(v * w + rows.read(i))
+                if kind == "reads":
+                    v = v + 0.01 * tn.cast(a.size(), tn.float32)
+                return i + 1, v, a.write(2 * i, v).write(2 * i + 1, v * v), b.write(i, tn.sin(v))
+
+            _, _, a, b = tn.while_loop(lambda i, *_: i < n, body, [tn.constant(0), tn.zeros([3]), *out],
+                                       memory_budget=budget, name="acc")
+            ys = [a.stack(), b.stack()]
+        parts = [tn.reduce_sum(y * y) for y in (ys if isinstance(ys, list) else [ys])]
+        loss = parts[0] if len(parts) == 1 else parts[0] + parts[1]
+        grads = tn.gradients(loss, [xs, w])
+    return {"g": g, "xs": xs, "w": w, "fetch": [loss, *grads]}
+
+
+_ACC: dict[Any, dict[str, Any]] = {}
+
+
+def accumulating(kind: str, budget: Optional[int]) -> dict[str, Any]:
+    if (kind, budget) not in _ACC:
+        _ACC[(kind, budget)] = _accumulating(kind, budget)
+    return _ACC[(kind, budget)]
+
+
+def _run_acc(m: dict[str, Any], backend: str, rows: int) -> list[np.ndarray]:
+    xs = np.sin(np.arange(3 * rows, dtype=np.float32) * 0.7).reshape(rows, 3)
+    sess = m.setdefault("sessions", {}).get(backend)
+    if sess is None:
+        kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
+        sess = m["sessions"][backend] = tn.Session(m["g"], backend=backend, **kw)
+    return list(sess.run(m["fetch"], {m["xs"]: xs, m["w"]: np.array([0.9, -1.1, 0.6], np.float32)}))
+
+
+@pytest.mark.parametrize("kind", ["scan", "map", "writes"])
+def test_an_array_the_body_only_writes_is_no_part_of_a_checkpoint(kind: str) -> None:
+    """A TensorArray the body only writes (``checkpoints.accumulators``: write after write, the last
+    its next value) is left out of the checkpoints: its loop recomputes under a budget, the slots hold
+    the other variables only, and a recomputed step is given the loop's initial array, its writes
+    dropped. Its gradient is the store-everything one, on every backend, thinning included."""
+    m = accumulating(kind, 40 * 3)
+    (w,) = [c for c in m["g"].contexts if isinstance(c, WhileContext) and c.checkpoints is not None]
+    arrays = [i for i, lv in enumerate(w.loop_vars[1:1 + w.num_state])
+              if lv.merge.outputs[0].dtype.name == "tensor_array"]
+    assert w.accumulators == frozenset(arrays) and arrays
+    assert len(w.checkpoints.bufs) == w.num_state - len(arrays)
+    assert not [nd for nd in m["g"].nodes if nd.op == "StackNew"]
+    for rows in (0, 1, 5, 17):
+        want = _run_acc(accumulating(kind, None), "reference", rows)
+        for backend in ("reference", "fast", "smallstep" if rows < 6 else "partitioned"):
+            for a, b in zip(_run_acc(m, backend, rows), want, strict=True):
+                np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def test_an_array_the_body_reads_keeps_its_stacks() -> None:
+    """A body that reads its array (its size) could depend on what it holds: it is no accumulator,
+    the state has no static size, and the gradient keeps stacks under the budget."""
+    m = accumulating("reads", 10**6)
+    (w,) = [c for c in m["g"].contexts if isinstance(c, WhileContext) and c.name == "acc"]
+    assert w.checkpoints is None and w.accumulators == frozenset({3})  # (the array it does not read)
+    assert [nd for nd in m["g"].nodes if nd.op == "StackNew"]
+    for a, b in zip(_run_acc(m, "fast", 4), _run_acc(accumulating("reads", None), "reference", 4), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.integers(0, 25), slots=st.integers(1, 9), kind=st.sampled_from(["scan", "map", "writes"]),
+       backend=st.sampled_from(["reference", "fast"]))
+def test_any_trip_count_of_an_accumulating_loop(rows: int, slots: int, kind: str, backend: str) -> None:
+    if backend == "fast":
+        pytest.importorskip("jax")
+    per = {"scan": 20, "map": 8, "writes": 20}[kind]  # bytes of a checkpoint: its state and position
+    want = _run_acc(accumulating(kind, None), "reference", rows)
+    for a, b in zip(_run_acc(accumulating(kind, slots * per), backend, rows), want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)

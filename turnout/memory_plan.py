@@ -300,8 +300,8 @@ def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], 
     ``plan_loop`` on the graph's default platform (the CPU, where swapping frees nothing) calls for
     recomputation wherever a loop's own budget and a static size meet. A loop that asked to swap
     (``swap_memory=True``, rule 4) keeps its stacks and swaps them; one whose state has no static size
-    (rule 2: a TensorArray, a dynamic shape) keeps them too, checked as the run goes. A run's budget
-    (``Session.run``) comes after the graph is built and never changes it."""
+    (rule 2: a TensorArray the body reads, a dynamic shape) keeps them too, checked as the run goes. A
+    run's budget (``Session.run``) comes after the graph is built and never changes it."""
     if budget is None or swap_asked or state_bytes is None:
         return None
     per_state = state_bytes + POSITION_BYTES

@@ -62,11 +62,47 @@ def state_vars(w: WhileContext) -> list[LoopVar]:
     return w.loop_vars[1:1 + w.num_state]
 
 
+def accumulators(w: WhileContext) -> frozenset[int]:
+    """The indices, among ``state_vars(w)``, of the TensorArrays that the body of ``w`` only writes (the
+    outputs a ``tn.scan`` or ``tn.map_fn`` collects): in the body such an array is written, write after
+    write, and the last write is its next value; nothing else reads it. Found once the body is built
+    (the builder records them, ``WhileContext.accumulators``).
+
+    Why they matter: no step's result depends on what such an array holds, so a recomputed step may
+    be given any array of its type (the loop's initial one) and its writes dropped. Checkpoints need
+    not keep it, and its gradient (an array of cotangents, one slot read per step) flows back as the
+    store-everything gradient's does."""
+    users = w.graph.consumers()
+    out = set()
+    for k, lv in enumerate(state_vars(w)):
+        if lv.merge.outputs[0].dtype != dt.tensor_array or lv.body_input is None or lv.next_iteration is None:
+            continue
+        t, last = lv.body_input.outputs[0], lv.next_iteration.inputs[0]
+        while True:
+            readers = [n for n, slot in users[t.node.id] if n.inputs[slot] is t]
+            if t is last:
+                if readers == [lv.next_iteration]:
+                    out.add(k)
+                break
+            if len(readers) != 1 or readers[0].op != "TensorArrayWrite" or readers[0].inputs[0] is not t:
+                break
+            t = readers[0].outputs[0]
+    return frozenset(out)
+
+
+def checkpointed(w: WhileContext) -> list[int]:
+    """The indices, among ``state_vars(w)``, of the variables a checkpoint keeps: all but the arrays
+    the body only writes (``accumulators``, as the builder recorded them)."""
+    return [i for i in range(w.num_state) if i not in w.accumulators]
+
+
 def state_bytes(w: WhileContext) -> Optional[int]:
-    """Bytes of one state of ``w`` (its state variables), or None when one has no static size (a
-    TensorArray, a shape that changes across iterations)."""
+    """Bytes of one checkpointed state of ``w`` (its state variables but the arrays it only writes),
+    or None when one has no static size (a TensorArray the body reads, a shape that changes across
+    iterations)."""
     total = 0
-    for lv in state_vars(w):
+    lvs = state_vars(w)
+    for lv in (lvs[i] for i in checkpointed(w)):
         t = lv.merge.outputs[0]
         n = sh.num_elements(t.shape)
         if n is None or t.dtype.is_opaque:
@@ -144,22 +180,31 @@ def static_able(t: Tensor) -> bool:
 
 
 def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> OnlineCheckpoints:
-    """Append the slots' loop variables to ``w`` (Enter -> Merge, as the builder lowers every loop
-    variable; the builder then gives them their Switch, Exit and NextIteration). The buffers start as
-    zeros of a run-time ``Fill`` of ``slot_count`` slots, not a constant as large as the budget in the
-    graph."""
+    """Append the slots' loop variables to ``w``, once its body is built (which arrays it only writes
+    is known then: ``accumulators``): one buffer per checkpointed state variable, the count and the
+    stride, each lowered as the builder lowers every loop variable (Enter -> Merge -> Switch ->
+    Identity and Exit; the builder closes the back edge with what ``keep`` computes). The buffers
+    start as zeros of a run-time ``Fill`` of ``slot_count`` slots, not a constant as large as the
+    budget in the graph."""
+    assert w.pivot is not None
+    lvs = state_vars(w)
     with g._in_context(w.outer), g.control_dependencies(None), g.name_scope(f"{w.name}/checkpoints"):
         count = slot_count(w, cp.slots)
-        inits = [_buffer(count, lv.merge.outputs[0]) for lv in state_vars(w)]
+        inits = [_buffer(count, lvs[i].merge.outputs[0]) for i in checkpointed(w)]
         inits += [ops.constant(0), ops.constant(1)]
     attrs = {"frame_name": w.frame_name, "is_constant": False, "parallel_iterations": w.parallel_iterations}
     made = []
-    with g._in_context(w), g._no_capture(), g.control_dependencies(None):
-        for t in inits:
+    for t in inits:
+        with g._in_context(w), g._no_capture(), g.control_dependencies(None):
             e = g.create_node("Enter", [t], attrs, name=f"{w.name}/checkpoints/enter", control_inputs=w.outer_deps)
             m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{w.name}/checkpoints/merge",
                               specs=[e.outputs[0].spec, TensorSpec(dt.int32, ())])
-            made.append(LoopVar(enter=e, merge=m))
+            sw = g.create_node("Switch", [m.outputs[0], w.pivot.outputs[0]], name=f"{w.name}/checkpoints/switch")
+            bi = g.create_node("Identity", [sw.outputs[1]], name=f"{w.name}/checkpoints/body_in")
+        with g._in_context(w.outer), g._no_capture(), g.control_dependencies(None):
+            ex = g.create_node("Exit", [sw.outputs[0]], name=f"{w.name}/checkpoints/exit")
+        made.append(LoopVar(enter=e, merge=m, switch=sw, body_input=bi, exit=ex))
+        w.pred_nodes.extend([e, m, sw, bi])  # (as the builder records a loop variable's: made before the body)
     w.loop_vars.extend(made)
     return OnlineCheckpoints(cp, tuple(made[:-2]), made[-2], made[-1], count)
 
@@ -193,7 +238,8 @@ def keep(w: WhileContext, ck: OnlineCheckpoints, loop: Callable[..., Any]) -> li
     slots = ck.plan.slots  # the most there are: how many thinnings a step may make (``thinnings``)
     n_slots = ck.slots  # how many there are (``slot_count``; a capture of the loop's outer value)
     i = _body_in(w.counter)
-    x = [_body_in(lv) for lv in state_vars(w)]
+    lvs = state_vars(w)
+    x = [_body_in(lvs[k]) for k in checkpointed(w)]
     held = [*(_body_in(lv) for lv in ck.bufs), _body_in(ck.count), _body_in(ck.stride)]
 
     def thin(bufs_count_stride: list[Tensor]) -> list[Tensor]:
@@ -224,5 +270,5 @@ def _body_in(lv: LoopVar) -> Tensor:
     return lv.body_input.outputs[0]
 
 
-__all__ = ["OnlineCheckpoints", "add_slots", "checkpointing_of", "fewest_slots", "keep", "slot_count", "state_bytes",
-           "state_vars", "static_able", "thinnings", "trips"]
+__all__ = ["OnlineCheckpoints", "accumulators", "add_slots", "checkpointed", "checkpointing_of", "fewest_slots", "keep",
+           "slot_count", "state_bytes", "state_vars", "static_able", "thinnings", "trips"]

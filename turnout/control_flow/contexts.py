@@ -247,6 +247,9 @@ class WhileContext(ControlFlowContext):
         # the slots of online checkpoints that the forward loop keeps for a gradient that recomputes
         # (``control_flow.checkpoints``); None: it keeps none
         self.checkpoints: Optional[OnlineCheckpoints] = None
+        # the indices, among the user's loop variables, of the TensorArrays the body only writes
+        # (``checkpoints.accumulators``, recorded once the body is built): checkpoints leave them out
+        self.accumulators: frozenset[int] = frozenset()
 
     def describe(self) -> str:
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'

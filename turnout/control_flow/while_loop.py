@@ -40,7 +40,7 @@ from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import ArgumentError, DTypeError, GraphBuildError, ShapeError
-from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
+from turnout.graph import BACK_EDGE, Graph, Tensor, TensorSpec, get_default_graph
 from turnout.ops import convert_argument, identity, logical_and
 
 
@@ -80,6 +80,24 @@ def _graph_for(flat: list[Any]) -> Any:
         if isinstance(v, Tensor):
             return v.graph
     return get_default_graph()
+
+
+def _keep_checkpoints(g: Graph, ctx: WhileContext) -> None:
+    """Once the loop is built: where its gradient will recompute (``checkpoints.checkpointing_of``),
+    the slots that keep its checkpoints online, their next values computed in its body. Why after the
+    body: which TensorArrays the body only writes (``checkpoints.accumulators``) is known only then,
+    and checkpoints leave those out."""
+    ctx.accumulators = checkpoints.accumulators(ctx)
+    cp = checkpoints.checkpointing_of(ctx)
+    if cp is None or cp.slots < 1:
+        return
+    ctx.checkpoints = checkpoints.add_slots(g, ctx, cp)
+    with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{ctx.name}/body"):
+        nexts = checkpoints.keep(ctx, ctx.checkpoints, while_loop)
+    with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
+        for lv, t in zip([*ctx.checkpoints.bufs, ctx.checkpoints.count, ctx.checkpoints.stride], nexts, strict=True):
+            lv.next_iteration = g.create_node("NextIteration", [t], name=f"{ctx.name}/next_iteration")
+            lv.merge.close_back_edge(lv.next_iteration.outputs[0])
 
 
 @checked
@@ -183,9 +201,6 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                               specs=[spec, TensorSpec(dt.int32, ())])
             ctx.loop_vars.append(LoopVar(enter=e, merge=m))
     ctx.num_state = len(init)
-    cp = checkpoints.checkpointing_of(ctx)
-    if cp is not None and cp.slots >= 1:  # its gradient will recompute: keep checkpoints online
-        ctx.checkpoints = checkpoints.add_slots(g, ctx, cp)
     ctx.pivot_for_pred = ctx.counter.merge
     merged = [from_graph_value(lv.merge.outputs[0]) for lv in ctx.loop_vars]
 
@@ -234,8 +249,6 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
         flat_out = [identity(t) if t.node.op == "Enter" and t.node.attrs.get("is_constant") else t
                     for t in flat_out]
         counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
-        if ctx.checkpoints is not None:
-            flat_out += checkpoints.keep(ctx, ctx.checkpoints, while_loop)
     with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
         for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):
             if t.dtype != lv.merge.outputs[0].dtype:
@@ -245,6 +258,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                 )
             lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
             lv.merge.close_back_edge(lv.next_iteration.outputs[0])
+    _keep_checkpoints(g, ctx)
     ctx.mode = "done"
     results = [from_graph_value(lv.exit.outputs[0]) for lv in checkpoints.state_vars(ctx)]  # type: ignore[union-attr]
     return nest.pack_as(loop_vars, results)

@@ -124,6 +124,9 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
     slots, ck = cp.slots, w.checkpoints
     assert ck is not None
+    # the arrays the body only writes are not checkpointed: a recomputed step is given the loop's
+    # initial one, whose writes it drops (``checkpoints.accumulators``)
+    st = State(checkpoints.checkpointed(w), {i: b.value(lvs[i].enter.inputs[0]) for i in w.accumulators})
     bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
     n = checkpoints.trips(b.value(exit_of(w.counter)), w, slots)
     n_slots = b.value(ck.slots)  # the slots the buffers have (``checkpoints.slot_count``: at most ``slots``)
@@ -140,10 +143,10 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
         _seed_captures(ctx, outside)
         flat = [to_graph_value(v) for v in rest]  # an outside TensorArray's gradient is one
         bufs, ct, acc = flat[:nb], flat[nb:nb + nc], flat[nb + nc:]
-        top, pos, bufs = push_all(w, n_slots, end, top, pos, bufs)
+        top, pos, bufs = push_all(w, st, n_slots, end, top, pos, bufs)
         start = ops.gather(pos, top)
-        x = advance(w, [ops.gather(buf, top) for buf in bufs], end - 1 - start)
-        out = vjp_step(b, w, x, diff, ct, acc, read)
+        x = advance(w, st, [ops.gather(buf, top) for buf in bufs], end - 1 - start)
+        out = vjp_step(b, w, st.whole(x), diff, ct, acc, read)
         ct, acc = out[:nc], out[nc:]
         end = end - 1
         return [ops.where(ops.equal(end, start), top - 1, top), end, pos, *bufs, *ct, *acc]
@@ -157,7 +160,26 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     return pairs
 
 
-def push_all(w: WhileContext, slots: Tensor, end: Tensor, top: Tensor, pos: Tensor, bufs: list[Tensor]
+@dataclass(frozen=True)
+class State:
+    """How a checkpointed state stands for the loop's whole state: ``kept``, the indices of the state
+    variables a checkpoint holds (``checkpoints.checkpointed``), in order; ``spare``, per other index
+    (an array the body only writes), the array a recomputed step is given."""
+
+    kept: list[int]
+    spare: dict[int, Tensor]
+
+    def whole(self, xs: Sequence[Tensor]) -> list[Tensor]:
+        """The whole state, the checkpointed ``xs`` with the spare arrays between them."""
+        it = iter(xs)
+        return [self.spare[i] if i in self.spare else next(it) for i in range(len(self.kept) + len(self.spare))]
+
+    def part(self, whole: Sequence[Tensor]) -> list[Tensor]:
+        """What a checkpoint holds of a whole state."""
+        return [whole[i] for i in self.kept]
+
+
+def push_all(w: WhileContext, st: State, slots: Tensor, end: Tensor, top: Tensor, pos: Tensor, bufs: list[Tensor]
              ) -> tuple[Tensor, Tensor, list[Tensor]]:
     """The schedule's pushes before the next reversed step, as an inner ``tn.while_loop`` (named
     ``<loop>/push``): while two slots or more are free from the top one and the top segment
@@ -170,7 +192,7 @@ def push_all(w: WhileContext, slots: Tensor, end: Tensor, top: Tensor, pos: Tens
     def push(top: Tensor, pos: Tensor, *bufs: Tensor) -> list[Tensor]:
         start = ops.gather(pos, top)
         m = split(end - start, slots - top)
-        x = advance(w, [ops.gather(buf, top) for buf in bufs], m)
+        x = advance(w, st, [ops.gather(buf, top) for buf in bufs], m)
         bufs_next = [ops.update_slot(buf, top + 1, v) for buf, v in zip(bufs, x, strict=True)]
         return [top + 1, ops.update_slot(pos, top + 1, start + m), *bufs_next]
 
@@ -228,9 +250,10 @@ def call_body(w: WhileContext, xs: Sequence[Tensor]) -> list[Tensor]:
     return [ops.convert_to_tensor(to_graph_value(v)) for v in nest.flatten(out)]
 
 
-def advance(w: WhileContext, x: list[Tensor], m: Tensor) -> list[Tensor]:
-    """The state ``m`` steps after ``x``: the body recomputed in an inner loop (``recompute``)."""
-    res = build_while_loop(lambda j, *_: j < m, lambda j, *xs: [j + 1, *call_body(w, xs)],
+def advance(w: WhileContext, st: State, x: list[Tensor], m: Tensor) -> list[Tensor]:
+    """The checkpointed state ``m`` steps after ``x``: the body recomputed in an inner loop
+    (``recompute``), given the spare arrays (``State``), its writes to them dropped."""
+    res = build_while_loop(lambda j, *_: j < m, lambda j, *xs: [j + 1, *st.part(call_body(w, st.whole(xs)))],
                            [ops.constant(0), *x], name=f"{w.name}/recompute")
     return [to_graph_value(r) for r in res[1:]]
 
@@ -283,5 +306,5 @@ def split(length: Tensor, free: Tensor) -> Tensor:
     return ops.minimum(length - 1, ops.maximum(ops.maximum(1, length - (beta - beta1)), beta2))
 
 
-__all__ = ["WRITES", "Outside", "advance", "call_body", "cannot_recompute", "exit_of", "loop_grad", "plan", "split",
-           "vjp_step"]
+__all__ = ["WRITES", "Outside", "State", "advance", "call_body", "cannot_recompute", "exit_of", "loop_grad", "plan",
+           "split", "vjp_step"]
