@@ -35,8 +35,10 @@ def test_every_exported_name_exists(name: str) -> None:
         if (e.name or "").split(".")[0] not in _EXTRAS:
             raise  # a broken import, not a missing extra
         pytest.skip(f"{name} needs an extra that is not installed: {e}")  # (the test extra installs them all)
-    exported = getattr(module, "__all__", None)
-    if exported is None:
+    if "__all__" not in vars(module):
         return
+    exported = module.__all__
+    assert isinstance(exported, (list, tuple)) and all(isinstance(n, str) for n in exported), (
+        f"{name}.__all__ must be a list of names, got {exported!r}")
     missing = [n for n in exported if not hasattr(module, n)]
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"

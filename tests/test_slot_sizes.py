@@ -218,3 +218,36 @@ def test_a_budgeted_loop_survives_saving_and_exporting() -> None:
     imp = import_graph_def(ex.graph_def)
     back = {imp.tensor(ex.tf_name(t)): v for t, v in feed(m, 11).items()}
     check(tn.Session(imp.graph).run([imp.tensor(ex.tf_name(t)) for t in m["grads"]], back), 11)
+
+
+def test_the_largest_need_of_the_runs_decides_a_power_of_two() -> None:
+    """``SlotSizes``: what the runs reported (a loop inside another reports once per outer iteration,
+    any order) becomes the smallest power of two holding the largest; ``take`` names the programs whose
+    capacity grew, and a need the capacity holds already grows nothing."""
+    from turnout.fast.slot_sizes import SlotSizes
+
+    s = SlotSizes()
+    learn, other = s.learner("p"), s.learner("q")
+    learn(20)
+    learn(np.int32(9))
+    other(32)
+    assert s.take() == {"p", "q"} and s.learnt == {"p": 32, "q": 32} and not s.needs
+    learn(17)
+    other(33)
+    assert s.take() == {"q"} and s.learnt == {"p": 32, "q": 64}
+    learn(2)
+    assert s.take() == set() and s.capacity("p") == 32 and s.capacity("r") is None
+    s.learner("r")(1)
+    assert s.take() == {"r"} and s.learnt["r"] == 1
+
+
+def test_the_notes_say_why_only_where_a_loop_gets_fewer_than_its_budget_holds() -> None:
+    from turnout.fast.slot_sizes import slot_notes
+
+    assert slot_notes({"rnn": 64, "inner": 6}, {"rnn": 8, "inner": 6}, None) == (
+        "loop 'rnn' keeps at most 8 checkpoint slots of the 64 its memory_budget holds (the plan's stack "
+        "capacity; a longer run teaches more)",
+        "loop 'inner' keeps at most 6 checkpoint slots of the 6 its memory_budget holds")
+    assert slot_notes({"rnn": 64}, {"rnn": 32}, 32) == (
+        "loop 'rnn' keeps at most 32 checkpoint slots of the 64 its memory_budget holds (learnt from an "
+        "earlier run's trip count; a longer run teaches more)",)
