@@ -7,14 +7,18 @@ keeps every iteration's values on stacks. The issue's target: within 1.5 times o
 with about ``sqrt(n)`` checkpoints.
 
 The loop: ``v <- tanh(v W)`` for ``T`` steps, ``v`` of shape ``[1, H]``, ``W`` of ``[H, H]`` read from
-outside the loop; the gradients of the initial ``v`` and of ``W``. Per trip count, in one process,
+outside the loop; the gradients of the initial ``v`` and of ``W``. With ``--builder scan`` the same
+recurrence is a ``tn.scan`` over ``T`` inputs, ``v <- tanh(v W + x)``, whose every ``v`` is an
+output (the TensorArray of its results, which a checkpoint leaves out: ``checkpoints.accumulators``),
+and the loss sums them all. Per trip count, in one process,
 calls interleaved (``benchmarks.common.timed_interleaved``): ``store`` (no budget), ``sqrt`` (a budget
 of ``isqrt(2T)`` states) and ``16`` (16 states). Reported: ms per gradient (median and best of
 ``--repeat`` after the first call), the ratio of the best to ``store``'s, the schedule's extra forward
 passes (``checkpoint_schedule.cost(T, slots).overhead``), and the largest difference from ``store``'s
 gradients.
 
-Usage: ``bash scripts/py.sh benchmarks/recompute_graph.py [--backend fast] [--lengths 1000 4000] [--hidden 256]``;
+Usage: ``bash scripts/py.sh benchmarks/recompute_graph.py [--backend fast] [--builder while_loop|scan]
+[--lengths 1000 4000] [--hidden 256]``;
 writes ``benchmarks/results/recompute_graph.json`` and ``.md``.
 """
 
@@ -37,29 +41,37 @@ except ImportError:  # pragma: no cover
     from benchmarks.common import machine, timed_interleaved, write_report
 
 
-def build(hidden: int, slots: Optional[int]) -> tuple[tn.Graph, dict[str, Any], list[Any]]:
+def build(hidden: int, slots: Optional[int], builder: str = "while_loop") -> tuple[tn.Graph, dict[str, Any], list[Any]]:
     """The loop and its gradients; ``slots`` states of budget (None: no budget, store everything)."""
-    state = 4 + 4 * hidden + 4  # bytes of one slot: the int32 i, v's float32s, the int32 position
+    state = 4 + 4 * hidden + 4  # bytes of one slot: the int32 counter, v's float32s, the int32 position
+    budget = None if slots is None else slots * state
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [1, hidden], name="x")
         w = tn.placeholder(tn.float32, [hidden, hidden], name="w")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(tn.matmul(v, w))),
-                             [tn.constant(0), x], name="rnn", memory_budget=None if slots is None else slots * state)
-        grads = tn.gradients(tn.reduce_sum(y * y), [x, w])
+        if builder == "scan":
+            n = tn.placeholder(tn.float32, [None, 1, hidden], name="n")  # (the inputs: T of them)
+            ys = tn.scan(lambda v, u: tn.tanh(tn.matmul(v, w) + u), n, x, memory_budget=budget, name="rnn")
+            loss = tn.reduce_sum(ys * ys)
+        else:
+            n = tn.placeholder(tn.int32, [], name="n")
+            _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(tn.matmul(v, w))),
+                                 [tn.constant(0), x], name="rnn", memory_budget=budget)
+            loss = tn.reduce_sum(y * y)
+        grads = tn.gradients(loss, [x, w])
     return g, {"x": x, "w": w, "n": n}, list(grads)
 
 
-def measure(backend: str, hidden: int, length: int, repeat: int) -> dict[str, Any]:
+def measure(backend: str, hidden: int, length: int, repeat: int, builder: str = "while_loop") -> dict[str, Any]:
     """Times and gradients of the three variants at one trip count."""
     rng = np.random.default_rng(0)
+    steps: Any = length if builder != "scan" else (rng.normal(size=(length, 1, hidden)) * 0.1).astype(np.float32)
     feeds = {"x": rng.normal(size=(1, hidden)).astype(np.float32),
-             "w": (rng.normal(size=(hidden, hidden)) / math.sqrt(hidden)).astype(np.float32), "n": length}
+             "w": (rng.normal(size=(hidden, hidden)) / math.sqrt(hidden)).astype(np.float32), "n": steps}
     variants = {"store": None, "sqrt": math.isqrt(2 * length), "16": 16}
     calls, got = {}, {}
     for name, slots in variants.items():
-        g, ph, grads = build(hidden, slots)
+        g, ph, grads = build(hidden, slots, builder)
         sess = tn.Session(g, backend=backend)
         feed = {ph[k]: v for k, v in feeds.items()}
         calls[name] = (lambda s=sess, f=feed, gs=grads: s.run(gs, f))
@@ -78,12 +90,14 @@ def measure(backend: str, hidden: int, length: int, repeat: int) -> dict[str, An
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="fast")
+    ap.add_argument("--builder", choices=["while_loop", "scan"], default="while_loop")
     ap.add_argument("--lengths", type=int, nargs="+", default=[1000, 4000])
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    rows = [measure(args.backend, args.hidden, t, args.repeat) for t in args.lengths]
-    lines = [f"recompute_graph: backend {args.backend}, H = {args.hidden}, best of {args.repeat} after the first",
+    rows = [measure(args.backend, args.hidden, t, args.repeat, args.builder) for t in args.lengths]
+    lines = [f"recompute_graph: backend {args.backend}, {args.builder}, H = {args.hidden}, best of {args.repeat} "
+             "after the first",
              "| T | store ms | sqrt slots | sqrt ms | ratio | extra passes | 16 ms | ratio | extra passes | max diff |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
