@@ -446,7 +446,7 @@ class FastBackend(StagedStages):
             plan.program_key = pk
             plan.slot_capacity = sig[-1] or cap
             plan.learn_slots = self.slot_sizes.learner(pk) if plan.learns_slots else None
-            self._nestings[self._program_key(fetches, feeds)] = plan.nesting
+            self._nestings[pk] = plan.nesting
             if plan.nesting > DEEP_NESTING:
                 self._deep_nesting = max(self._deep_nesting, plan.nesting)
         return plan
