@@ -432,11 +432,13 @@ class FastBackend(StagedStages):
 
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
               cap: int) -> Plan:
+        pk = self._program_key(fetches, feeds)
+        learnt = self.slot_sizes.capacity(pk)  # (checkpoint slots the program's runs showed it needs)
         sig = (
             id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), v.dtype.str, np.shape(v)) for t, v in feeds.items())),
             variable_signature(self.graph, variables), cap,
-            static_signature(self._static_now), self.slot_sizes.capacity(pk := self._program_key(fetches, feeds)),
+            static_signature(self._static_now), learnt,
         )
         plan = self._plans.get(sig)
         if plan is None:  # (on the deep thread where the program may nest deeply: ``_thread_nesting``)
@@ -444,7 +446,7 @@ class FastBackend(StagedStages):
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
             plan.static_feeds = dict(self._static_now)
             plan.program_key = pk
-            plan.slot_capacity = sig[-1] or cap
+            plan.slot_capacity = learnt or cap
             plan.learn_slots = self.slot_sizes.learner(pk) if plan.learns_slots else None
             self._nestings[pk] = plan.nesting
             if plan.nesting > DEEP_NESTING:
@@ -569,6 +571,6 @@ class FastBackend(StagedStages):
             "backend": "fast", "compiles": self.compile_count, "stages": len(stages), "fused": attempt,
             "stack_capacity": plan.capacity, "stage_seconds": stage_s if not attempt else [time.perf_counter() - t0],
             **({"stack_mark": mark} if attempt else {}), **store.stats(),
-            **({"checkpoint_slots": plan.slot_counts} if plan.slot_budgets else {}),
+            **plan.slot_stats,
         }
         return values, stats

@@ -37,7 +37,7 @@ class DirectCalls(RunState):
             "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stack_capacity_retries": 0, "executor": "compiled",
-            **({"checkpoint_slots": plan.slot_counts} if plan.slot_budgets else {}),
+            **plan.slot_stats,
         }
         d = Direct(plan, None, args, var_names, stats)
         d.fn = plan.direct_fn(args, tuple(key(t) for t in fetches), d.record)

@@ -229,6 +229,11 @@ class Plan:
         return {loop: slots_given(s, self.slot_capacity) for loop, s in self.slot_budgets.items()}
 
     @property
+    def slot_stats(self) -> dict[str, Any]:
+        """What a run's stats say of the slots (``checkpoint_slots``: ``slot_counts``), where it has any."""
+        return {"checkpoint_slots": self.slot_counts} if self.slot_budgets else {}
+
+    @property
     def learns_slots(self) -> bool:
         """Whether a run of this plan may learn that a loop needs more slots than it gives (some loop
         gets fewer than its budget holds). Such a plan takes no lane: a lane repeats one plan, and
