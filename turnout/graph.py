@@ -431,6 +431,17 @@ class Graph:
         self._edits += 1
 
     @contextlib.contextmanager
+    def _root_scope(self) -> Iterator[None]:
+        """Name what is built inside from the root, not from whatever name scope is open: plumbing
+        that builders and gradients add to a loop already built is named after the loop itself."""
+        saved = self._scope
+        self._scope = []
+        try:
+            yield
+        finally:
+            self._scope = saved
+
+    @contextlib.contextmanager
     def _no_capture(self) -> Iterator[None]:
         saved = self._capture_enabled
         self._capture_enabled = False

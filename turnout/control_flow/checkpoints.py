@@ -36,7 +36,7 @@ from turnout import memory_plan, ops, primitives
 from turnout import shapes as sh
 from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import LoopVar, WhileContext
-from turnout.graph import BACK_EDGE, Tensor, TensorSpec, ancestors
+from turnout.graph import Tensor, ancestors
 
 if TYPE_CHECKING:
     from turnout.graph import Graph
@@ -182,8 +182,8 @@ def static_able(t: Tensor) -> bool:
 def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> OnlineCheckpoints:
     """Append the slots' loop variables to ``w``, once its body is built (which arrays it only writes
     is known then: ``accumulators``): one buffer per checkpointed state variable, the count and the
-    stride, each lowered as the builder lowers every loop variable (Enter -> Merge -> Switch ->
-    Identity and Exit; the builder closes the back edge with what ``keep`` computes). The buffers
+    stride (``WhileContext.add_loop_var``; the builder closes their back edges with what ``keep``
+    computes). The buffers
     start as zeros of a run-time ``Fill`` of ``slot_count`` slots, not a constant as large as the
     budget in the graph."""
     assert w.pivot is not None
@@ -192,20 +192,7 @@ def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> Onlin
         count = slot_count(w, cp.slots)
         inits = [_buffer(count, lvs[i].merge.outputs[0]) for i in checkpointed(w)]
         inits += [ops.constant(0), ops.constant(1)]
-    attrs = {"frame_name": w.frame_name, "is_constant": False, "parallel_iterations": w.parallel_iterations}
-    made = []
-    for t in inits:
-        with g._in_context(w), g._no_capture(), g.control_dependencies(None):
-            e = g.create_node("Enter", [t], attrs, name=f"{w.name}/checkpoints/enter", control_inputs=w.outer_deps)
-            m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{w.name}/checkpoints/merge",
-                              specs=[e.outputs[0].spec, TensorSpec(dt.int32, ())])
-            sw = g.create_node("Switch", [m.outputs[0], w.pivot.outputs[0]], name=f"{w.name}/checkpoints/switch")
-            bi = g.create_node("Identity", [sw.outputs[1]], name=f"{w.name}/checkpoints/body_in")
-        with g._in_context(w.outer), g._no_capture(), g.control_dependencies(None):
-            ex = g.create_node("Exit", [sw.outputs[0]], name=f"{w.name}/checkpoints/exit")
-        made.append(LoopVar(enter=e, merge=m, switch=sw, body_input=bi, exit=ex))
-        w.pred_nodes.extend([e, m, sw, bi])  # (as the builder records a loop variable's: made before the body)
-    w.loop_vars.extend(made)
+    made = [w.add_loop_var(t, f"{w.name}/checkpoints") for t in inits]
     return OnlineCheckpoints(cp, tuple(made[:-2]), made[-2], made[-1], count)
 
 

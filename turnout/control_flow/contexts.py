@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from turnout import dtypes as dt
 from turnout.errors import GraphBuildError
-from turnout.graph import Graph, Node, Tensor
+from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
 
 if TYPE_CHECKING:
     from turnout.control_flow.checkpoints import OnlineCheckpoints
@@ -289,6 +290,41 @@ class WhileContext(ControlFlowContext):
     @property
     def counter(self) -> LoopVar:
         return self.loop_vars[0]
+
+    def add_loop_var(self, init: Tensor, prefix: str, **enter_attrs: Any) -> LoopVar:
+        """One more loop variable, added once the loop's pivot exists (by a gradient's sync variable,
+        by the slots of online checkpoints), lowered as the builder lowers each (the paper, Sec. 4.2):
+        ``Enter -> Merge(enter, <back edge>) -> Switch(merge, pivot) -> (Identity, Exit)``, named
+        ``prefix/...`` from the root. Its back edge stays open until ``close_loop_var``. Registered in
+        ``loop_vars``, and its header in ``pred_nodes`` (where the builder records a loop variable's,
+        made before the body), so that structured passes see an ordinary loop variable.
+
+        Why no control dependencies but the loop's own (``outer_deps``, on its Enters): a
+        ``tn.control_dependencies`` open where the plumbing is added must not reach into the frame."""
+        assert self.pivot is not None
+        g = self.graph
+        attrs = {"frame_name": self.frame_name, "is_constant": False,
+                 "parallel_iterations": self.parallel_iterations, **enter_attrs}
+        with g._in_context(self), g._no_capture(), g.control_dependencies(None), g._root_scope():
+            e = g.create_node("Enter", [init], attrs, name=f"{prefix}/enter", control_inputs=self.outer_deps)
+            m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{prefix}/merge",
+                              specs=[e.outputs[0].spec, TensorSpec(dt.int32, ())])
+            sw = g.create_node("Switch", [m.outputs[0], self.pivot.outputs[0]], name=f"{prefix}/switch")
+            bi = g.create_node("Identity", [sw.outputs[1]], name=f"{prefix}/body_in")
+        with g._in_context(self.outer), g._no_capture(), g.control_dependencies(None), g._root_scope():
+            ex = g.create_node("Exit", [sw.outputs[0]], name=f"{prefix}/exit")
+        lv = LoopVar(enter=e, merge=m, switch=sw, body_input=bi, exit=ex)
+        self.loop_vars.append(lv)
+        self.pred_nodes.extend([e, m, sw, bi])
+        return lv
+
+    def close_loop_var(self, lv: LoopVar, next_value: Tensor, name: str) -> None:
+        """Close ``lv``'s back edge: ``next_value``, computed in the body, through a NextIteration
+        named ``name`` from the root."""
+        g = self.graph
+        with g._in_context(self), g._no_capture(), g.control_dependencies(None), g._root_scope():
+            lv.next_iteration = g.create_node("NextIteration", [next_value], name=name)
+        lv.merge.close_back_edge(lv.next_iteration.outputs[0])
 
 
 def invariant_pivot(ctx: Optional[ControlFlowContext], inputs: list[Tensor]) -> list[Node]:

@@ -94,10 +94,8 @@ def _keep_checkpoints(g: Graph, ctx: WhileContext) -> None:
     ctx.checkpoints = checkpoints.add_slots(g, ctx, cp)
     with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{ctx.name}/body"):
         nexts = checkpoints.keep(ctx, ctx.checkpoints, while_loop)
-    with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
-        for lv, t in zip([*ctx.checkpoints.bufs, ctx.checkpoints.count, ctx.checkpoints.stride], nexts, strict=True):
-            lv.next_iteration = g.create_node("NextIteration", [t], name=f"{ctx.name}/next_iteration")
-            lv.merge.close_back_edge(lv.next_iteration.outputs[0])
+    for lv, t in zip([*ctx.checkpoints.bufs, ctx.checkpoints.count, ctx.checkpoints.stride], nexts, strict=True):
+        ctx.close_loop_var(lv, t, f"{ctx.name}/next_iteration")
 
 
 @checked

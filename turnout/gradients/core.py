@@ -294,11 +294,11 @@ class Backward:
         g = self.g
         other = info.branches[1 - branch]
         assert other.pivot is not None
-        with g._in_context(other), g._no_capture(), g.control_dependencies(None), stacks.no_scope(g):
+        with g._in_context(other), g._no_capture(), g.control_dependencies(None), g._root_scope():
             filler = _filler(g, t, other.pivot)
         pair = [filler, t] if branch == 1 else [t, filler]
         with g._in_context(info.branches[branch].outer), g._no_capture(), g.control_dependencies(None), \
-                stacks.no_scope(g):
+                g._root_scope():
             m = g.create_node("Merge", pair, name=f"{info.name}/gradient_export",
                               specs=[t.spec, TensorSpec(dt.int32, ())])
         info.merges.append(m)
@@ -334,7 +334,7 @@ class Backward:
         """[counters of all enclosing forward loops, outermost first], inside ``w``."""
         if w.id not in self._fwd_index:
             g = self.g
-            with g._in_context(w), g.control_dependencies(None), stacks.no_scope(g):
+            with g._in_context(w), g.control_dependencies(None), g._root_scope():
                 cs = [lp.counter.body_input.outputs[0] for lp in self._enclosing_loops(w)]  # type: ignore[union-attr]
                 self._fwd_index[w.id] = ops.stack(cs, name=f"{w.name}/gradient_stack_index")
         return self._fwd_index[w.id]
@@ -375,7 +375,7 @@ class Backward:
             g = self.g
             lv = stacks.add_sync_var(g, w)
             assert lv.exit is not None and w.counter.exit is not None
-            with g._in_context(w.outer), g._no_capture(), g.control_dependencies(None), stacks.no_scope(g):
+            with g._in_context(w.outer), g._no_capture(), g.control_dependencies(None), g._root_scope():
                 n = g.create_node("Identity", [w.counter.exit.outputs[0]], control_inputs=[lv.exit],
                                   name=f"{w.name}/gradient_sync/trip_count").outputs[0]
             self._sync[w.id] = _LoopSync(lv, n)
@@ -398,7 +398,7 @@ class Backward:
         k = (kind, key(t))
         if k not in self._aux:
             g = self.g
-            with g._in_context(t.node.context), g.control_dependencies(None), stacks.no_scope(g):
+            with g._in_context(t.node.context), g.control_dependencies(None), g._root_scope():
                 op = "Shape" if kind == "shape" else "TensorArraySize"
                 self._aux[k] = g.create_node(op, [t], name=f"{t.node.name}/gradient_{kind}").outputs[0]
         return self.value(self._aux[k])
@@ -420,7 +420,7 @@ class Backward:
         if gs is None:
             a = root.attrs
             with self.g._in_context(None), self.g.control_dependencies(None), self.g._no_capture(), \
-                    stacks.no_scope(self.g):
+                    self.g._root_scope():
                 gs = self.g.create_node("StackNew", (), {**a, "forward_tensor": f"{a['forward_tensor']}/gradient",
                                                          "gradient_stack": True},
                                         name=f"gradients/gradient_stack/{root.name}")

@@ -15,25 +15,12 @@ expressed with the paper's own primitives and without editing existing nodes (gr
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.control_flow.contexts import LoopVar, WhileContext
-from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
-
-
-@contextlib.contextmanager
-def no_scope(g: Graph) -> Iterator[None]:
-    """Name gradient plumbing from the root, not from whatever name scope is open while it is built."""
-    saved = g._scope
-    g._scope = []
-    try:
-        yield
-    finally:
-        g._scope = saved
+from turnout.graph import Graph, Node, Tensor
 
 
 def new_stack(g: Graph, t: Tensor, loop: WhileContext) -> Node:
@@ -53,13 +40,13 @@ def new_stack(g: Graph, t: Tensor, loop: WhileContext) -> Node:
     if t.dtype == dt.tensor_array:
         attrs["ta_elem_dtype"] = t.spec.elem_dtype.name if t.spec.elem_dtype else None
         attrs["ta_elem_shape"] = None if t.spec.elem_shape is None else list(t.spec.elem_shape)
-    with g._in_context(None), g.control_dependencies(None), g._no_capture(), no_scope(g):
+    with g._in_context(None), g.control_dependencies(None), g._no_capture(), g._root_scope():
         return g.create_node("StackNew", (), attrs, name=f"gradients/stack/{t.node.name}")
 
 
 def push(g: Graph, handle: Tensor, index: Tensor, t: Tensor, loop: WhileContext) -> Node:
     """StackPush inside the forward loop body (the handle is captured into the frame)."""
-    with g._in_context(loop), g.control_dependencies(None), no_scope(g):
+    with g._in_context(loop), g.control_dependencies(None), g._root_scope():
         return g.create_node("StackPush", [handle, index, t], name=f"gradients/push/{t.node.name}")
 
 
@@ -77,42 +64,18 @@ def pop(g: Graph, stack: Node, index: Tensor) -> Tensor:
 
 
 def add_sync_var(g: Graph, loop: WhileContext) -> LoopVar:
-    """A new int32 loop variable of ``loop`` whose back edge stays open until ``close_sync_var``.
-
-    Enter -> Merge(enter, <back edge>) -> Switch(merge, pivot) -> (Identity, Exit): the lowering of
-    one more loop variable (the paper, Sec. 4.2), registered in ``loop.loop_vars`` so structured
-    passes see an ordinary loop variable.
-    """
-    assert loop.pivot is not None
-    init = loop.counter.enter.inputs[0]
-    # control_dependencies(None): the forward loop's own dependencies are ``outer_deps`` (on its Enter);
-    # a tn.control_dependencies open around tn.gradients must not reach into the forward frame.
-    with g._in_context(loop), g._no_capture(), g.control_dependencies(None), no_scope(g):
-        e = g.create_node("Enter", [init], {"frame_name": loop.frame_name, "is_constant": False,
-                                            "parallel_iterations": loop.parallel_iterations,
-                                            "gradient_sync": True},
-                          name=f"{loop.name}/gradient_sync/enter", control_inputs=loop.outer_deps)
-        m = g.create_node("Merge", [e.outputs[0], BACK_EDGE], name=f"{loop.name}/gradient_sync/merge",
-                          specs=[TensorSpec(dt.int32, ()), TensorSpec(dt.int32, ())])
-        sw = g.create_node("Switch", [m.outputs[0], loop.pivot.outputs[0]], name=f"{loop.name}/gradient_sync/switch")
-        bi = g.create_node("Identity", [sw.outputs[1]], name=f"{loop.name}/gradient_sync/body_in")
-    with g._in_context(loop.outer), g._no_capture(), g.control_dependencies(None), no_scope(g):
-        ex = g.create_node("Exit", [sw.outputs[0]], name=f"{loop.name}/gradient_sync/exit")
-    lv = LoopVar(enter=e, merge=m, switch=sw, body_input=bi, exit=ex)
-    loop.loop_vars.append(lv)
-    loop.pred_nodes.extend([e, m, sw, bi])  # as the builder records them: created before the body
-    return lv
+    """A new int32 loop variable of ``loop`` (``WhileContext.add_loop_var``) whose back edge stays
+    open until ``close_sync_var``."""
+    return loop.add_loop_var(loop.counter.enter.inputs[0], f"{loop.name}/gradient_sync", gradient_sync=True)
 
 
 def close_sync_var(g: Graph, loop: WhileContext, lv: LoopVar, pushes: list[Node]) -> None:
     """Close the sync variable: its next value waits (control edges) for every push of the iteration."""
     assert lv.body_input is not None
-    with g._in_context(loop), g._no_capture(), g.control_dependencies(None), no_scope(g):
+    with g._in_context(loop), g._no_capture(), g.control_dependencies(None), g._root_scope():
         s = g.create_node("Identity", [lv.body_input.outputs[0]], control_inputs=pushes,
                           name=f"{loop.name}/gradient_sync/after_pushes")
-        lv.next_iteration = g.create_node("NextIteration", [s.outputs[0]],
-                                          name=f"{loop.name}/gradient_sync/next_iteration")
-    lv.merge.close_back_edge(lv.next_iteration.outputs[0])
+    loop.close_loop_var(lv, s.outputs[0], f"{loop.name}/gradient_sync/next_iteration")
 
 
 def bytes_per_iteration(dtype: dt.DType, shape: sh.Shape) -> int | None:
