@@ -46,6 +46,7 @@ Enter values in, its Exit values out) is not done.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections import deque
@@ -64,10 +65,12 @@ from turnout.devices.partition_executors import ExecutorKind
 from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast.backend import FastBackend
+from turnout.fast.call_spec import CallArgs, CallSpec, Traced, copy_static, tagged_call
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lower_node import lower_node
 from turnout.fast.lowering_base import Shows
 from turnout.fast.ranges import Ranges
+from turnout.fast.values import DEAD as FAST_DEAD
 from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
@@ -294,27 +297,37 @@ class _Checks:
 
 
 def compile_group(g: Group) -> Callable[..., Any]:
-    """``jax.jit`` of the group: outside inputs in, ``(returned outputs, all checks held)`` out. Each
-    member is lowered by ``fast.lower_node``, the step the fast backend's emitter takes too (folded
-    with the reference kernels when its inputs are known while tracing)."""
-    def fn(*xs: Any) -> Any:
+    """The group as a compiled call in the one calling convention (``fast.call_spec``): its inputs
+    from outside are the fed values (by their (member, slot)), its returned member outputs the
+    outputs, and its error word 1 where a member's check failed (the caller then runs the group on
+    the reference kernels, whose error names the op and its values). Each member is lowered by
+    ``fast.lower_node``, the step the fast backend's emitter takes too (folded with the reference
+    kernels when its inputs are known while tracing). Traced again when its inputs change type, so
+    each call's results come back with their own ``CallSpec`` (``call_spec.tagged_call``)."""
+    args = CallArgs(tuple(sorted(g.slot_index, key=g.slot_index.__getitem__)), (), bounded=False)
+
+    def body(feeds: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
         env: dict[Key, Any] = {}
         ctx = _Checks()
         for m in g.members:
-            ins = [xs[g.slot_index[(m.id, s)]] if (m.id, s) in g.slot_index else env[(t.node.id, t.index)]
+            ins = [feeds[(m.id, s)] if (m.id, s) in g.slot_index else env[(t.node.id, t.index)]
                    for s, t in enumerate(m.inputs)]
-            outs = lower_node(ctx, m, ins)
-            for i, v in enumerate(outs):
+            for i, v in enumerate(lower_node(ctx, m, ins)):
                 env[(m.id, i)] = v
-        ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else jnp.asarray(True)
-        return [env[k] for k in g.returns], ok
+        ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else True
+        return Traced({k: env[k] for k in g.returns}, 0 if ok is True else jnp.where(ok, 0, 1), {}, {})
 
-    return jax.jit(fn)
+    return tagged_call(args, body, jax.jit)  # type: ignore[no-any-return]
 
 
 # ---- the executor -----------------------------------------------------------------------------------
 #: a member output the compiled function does not return (read only inside its group): never emitted
 _UNSET = Token(None)
+
+def _token(v: Any) -> Token:
+    """A group's output as the interpreter's token: a value dead while tracing is a dead token."""
+    return DEAD if v is FAST_DEAD else Token(np.asarray(v))
+
 
 class _Box:
     """A group's inbox at one tag: outside data tokens by argument position, control tokens by member."""
@@ -437,20 +450,19 @@ class CompiledPartition(PartitionInterpreter):
                 if g.fn is None:
                     g.fn = compile_group(g)
                     self.stats["compiles"] += 1
-                if self.jdev is not None:
-                    with jax.default_device(self.jdev):
-                        vals, ok = g.fn(*args)
-                else:
-                    vals, ok = g.fn(*args)
-                if not bool(ok):
+                with jax.default_device(self.jdev) if self.jdev is not None else contextlib.nullcontext():
+                    res, tag = g.fn(*args)
+                spec: CallSpec = tag.spec
+                got, flags, _ = spec.split(res)
+                if flags is not None and int(np.asarray(flags)[0]):
                     self.stats["check_reruns"] += 1
                     return None  # the reference kernels raise the error, naming the op and its tag
         except (TurnoutError, TypeError, ValueError, IndexError, KeyError) as e:
             g.interpreted_reason = f"{type(e).__name__}: {e}"
             return None
         self.stats["compiled_calls"] += 1
-        got = dict(zip(g.returns, vals, strict=True))
-        return {m.id: [Token(np.asarray(got[(m.id, i)])) if (m.id, i) in got else _UNSET
+        got.update((k, copy_static(v)) for k, v in spec.static.items())
+        return {m.id: [_token(got[(m.id, i)]) if (m.id, i) in got else _UNSET
                        for i in range(len(m.outputs))] for m in g.members}
 
     def _interpreted(self, g: Group, tag: Tag, box: _Box, dead: set[int]) -> dict[int, list[Token]]:

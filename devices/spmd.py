@@ -66,6 +66,7 @@ from turnout.errors import (
     dead_fetch_message,
     describe_node,
 )
+from turnout.fast.call_spec import CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.emit import stack_source
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
@@ -199,7 +200,12 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
 # ---- the plan ----------------------------------------------------------------------------------------------
 @dataclass
 class _Compiled:
-    fn: Any
+    """One trace of the program: its calling convention (``fast.call_spec``), jitted function and,
+    once traced, the ``CallSpec`` of its results and what the emitter counted."""
+
+    args: CallArgs
+    fn: Any = None
+    spec: Optional[CallSpec] = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -208,6 +214,13 @@ class SpmdPlan:
 
     ``devices`` are the canonical names of the mesh, in mesh order; ``run`` takes the fed values, the
     session's Variable store (updated in place, as every backend does) and the run options.
+
+    The program is called in the one calling convention of the compiled side (``fast.call_spec``),
+    each device returning its own copy of every result: the fed values (the same on every device),
+    the error word, carried (``CallArgs.carries_word``: every device returns its own, and a stack
+    that outgrew its buffer on any of them decides) and the Variables (one copy per device), then the
+    iteration bound; the results, laid out by ``call_spec.lay_out``, have the devices on their leading
+    axis, and the run reads an output and its live flag from its owner device's copy.
 
     Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with), allocated on
     every device at the start of a run (only the owner's copy is written). A run that pushes more is
@@ -251,43 +264,44 @@ class SpmdPlan:
 
     def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int,
                static: dict[Any, np.ndarray]) -> _Compiled:
-        comp = _Compiled(None)
+        """The program for these feeds, Variables, stack capacity and specialisation, in the calling
+        convention of ``fast.call_spec`` (built by its one builder, ``flat_call``)."""
+        comp = _Compiled(CallArgs(feed_keys, ("err", *(f"var:{n}" for n in var_names))))
         fetch_keys = [key(t) for t in self.fetches]
-        ndev = len(self.devices)
 
-        def program(feed_vals: tuple[Any, ...], var_vals: tuple[Any, ...], max_iter: Any) -> Any:
+        def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
             self.compile_count += 1
-            em = SpmdEmitter(self.program, self.codes, 1, max_iter, loc=self.loc, ndev=ndev, readers=self.readers)
+            em = SpmdEmitter(self.program, self.codes, 1, bound, loc=self.loc, ndev=len(self.devices),
+                             readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
             em.static = static  # (fed values the plan is specialised on: constants of the trace)
             # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
-            em.state = {"err": jnp.int32(0), **{f"var:{n}": v[0] for n, v in zip(var_names, var_vals, strict=True)}}
+            em.state = {k: v if k == "err" else v[0] for k, v in state.items()}
             for sid, (dtype, elem, index) in self.stacks.items():
                 em.state[f"stack:{sid}"] = StackValue(capacity, dtype).materialize(elem, index)
-            env: dict[Any, Any] = dict(zip(feed_keys, feed_vals, strict=True))
+            env: dict[Any, Any] = dict(feeds)
             em.run_items(self.program.items, env)
-            outs: list[Any] = []
-            kinds: list[tuple[str, Any]] = []
             for k in fetch_keys:
-                v = env[k]
-                if v is DEAD:
-                    kinds.append(("dead", None))
-                elif is_static(v):
-                    kinds.append(("static", np.asarray(v)))
-                elif not isinstance(v, jax.Array):
-                    raise UnsupportedError(f"SPMD tier: fetch {k} is not an array ({type(v).__name__})")
-                else:
-                    kinds.append(("array", None))
-                    outs.append(v[None])
-            comp.meta = {"kinds": kinds, "moves": em.moves, "broadcasts": em.broadcasts, "batches": em.batches}
-            # the error word and the fetches' live flags, one row per device: one read-back
-            flags = jnp.stack([jnp.asarray(em.state["err"], jnp.int32)]
-                              + [jnp.asarray(em.lives.get(k, True), jnp.int32) for k in fetch_keys])
-            written = tuple(jnp.asarray(em.state[f"var:{n}"])[None] for n in var_names if n in self.written)
-            return tuple(outs), flags[None], written
+                if not (env[k] is DEAD or is_static(env[k]) or isinstance(env[k], jax.Array)):
+                    raise UnsupportedError(f"SPMD tier: fetch {k} is not an array ({type(env[k]).__name__})")
+            comp.meta = {"moves": em.moves, "broadcasts": em.broadcasts, "batches": em.batches}
+            written = {f"var:{n}": em.state[f"var:{n}"] for n in var_names if n in self.written}
+            return Traced({k: env[k] for k in fetch_keys}, 0, {k: em.lives.get(k, True) for k in fetch_keys},
+                          {"err": em.state["err"], **written})
 
-        sm = shard_map(program, mesh=self.mesh, in_specs=(P(), P(AXIS), P()), out_specs=P(AXIS), check_vma=False)
-        comp.fn = jax.jit(sm)
+        def per_device(fn: Any, donate_argnums: tuple[int, ...]) -> Any:
+            """``fn`` over the mesh: the Variables split by device, the rest the same on each, every
+            result given a leading axis of one (the device's row of the whole)."""
+            specs = tuple(P(AXIS) if k.startswith("var:") else P() for k in comp.args.state)
+            in_specs = (*(P(),) * len(feed_keys), *specs, P())
+            sm = shard_map(lambda *flat: tuple(jnp.asarray(r)[None] for r in fn(*flat)), mesh=self.mesh,
+                           in_specs=in_specs, out_specs=P(AXIS), check_vma=False)
+            return jax.jit(sm, donate_argnums=donate_argnums)
+
+        def record(spec: CallSpec) -> None:
+            comp.spec = spec
+
+        comp.fn = flat_call(comp.args, body, per_device, record)
         return comp
 
     def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions,
@@ -304,50 +318,42 @@ class SpmdPlan:
             raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
                                    "trace the run on another tier")
         t0 = time.perf_counter()
-        feed_keys = tuple(sorted(key(t) for t in feeds))
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
-        feed_vals = tuple(by_key[k] for k in feed_keys)
+        feed_keys = tuple(sorted(by_key))
         var_names = tuple(sorted(self.var_nodes))
         for name in var_names:
             if name not in variables:
                 vn = self.var_nodes[name]
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-        var_host = tuple(variables[n] for n in var_names)
-        var_vals = tuple(self._device_var(n, h) for n, h in zip(var_names, var_host, strict=True))
+        var_host = {n: variables[n] for n in var_names}
+        var_dev = {f"var:{n}": self._device_var(n, h) for n, h in var_host.items()}
         mi = iteration_bound(options)
         before = self.compile_count
         while True:
-            sig = (feed_keys, tuple((v.dtype.str, v.shape) for v in feed_vals),
-                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host), self.stack_capacity,
+            sig = (feed_keys, tuple((by_key[k].dtype.str, by_key[k].shape) for k in feed_keys),
+                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host.values()), self.stack_capacity,
                    static_signature(static))
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
                 comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity, static)
             with jax.enable_x64(True):
-                outs, flags, var_out = comp.fn(feed_vals, var_vals, mi)
-                flags = np.asarray(flags)
+                res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
+            assert comp.spec is not None
+            out, flags, state = comp.spec.split(res)
+            words = np.asarray(state["err"])
             # one error word per device: a stack that outgrew its buffer on any of them decides
             outcome = first([decode(self.codes, c, capacity=self.stack_capacity, who="SPMD tier", unit="")
-                             for c in sorted({int(c) for c in flags[:, 0] if int(c)})])
+                             for c in sorted({int(c) for c in words if int(c)})])
             if not isinstance(outcome, Retry):
                 break
             # nothing of this run is kept; run again with room for twice as many
             self.stack_capacity = outcome.capacity
         enforce(outcome)
-        values: list[Any] = []
-        arrays = iter(outs)
-        for i, (t, (kind, static)) in enumerate(zip(self.fetches, comp.meta["kinds"], strict=True)):
-            owner = self.loc.get(t.node.id, 0)
-            live = bool(flags[owner, 1 + i]) and kind != "dead"
-            v = next(arrays) if kind == "array" else static
-            if not live:
-                raise DeadFetchError(dead_fetch_message(t.name, t.node))
-            values.append(self._from_owner(v, owner) if kind == "array" else np.asarray(v))
-        written = iter(var_out)
-        for name, dev in zip(var_names, var_vals, strict=True):
-            if name in self.written:
-                dev = next(written)
+        values = [self._fetched(comp.spec, t, out, flags) for t in self.fetches]
+        for name in var_names:
+            dev = state.get(f"var:{name}", var_dev[f"var:{name}"])
+            if f"var:{name}" in state:
                 variables[name] = self._from_owner(dev, self.loc.get(self.var_nodes[name].id, 0))
             self._dev_vars[name] = (variables[name], dev)
         stats = {
@@ -358,6 +364,20 @@ class SpmdPlan:
             "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, stats=stats)
+
+    def _fetched(self, spec: CallSpec, t: Tensor, out: dict[Any, Any], flags: Any) -> np.ndarray:
+        """Fetch ``t`` as the run hands it out: a constant of the trace, or its owner device's copy,
+        live by the owner's flag (``DeadFetchError`` where its branch did not run there)."""
+        k, owner = key(t), self.loc.get(t.node.id, 0)
+        if k in spec.static:
+            v = spec.static[k]
+            live = v is not DEAD
+        else:
+            v = out[k]
+            live = flags is None or k not in spec.live or bool(np.asarray(flags)[owner, 1 + spec.live.index(k)])
+        if not live:
+            raise DeadFetchError(dead_fetch_message(t.name, t.node))
+        return np.array(v) if k in spec.static else self._from_owner(v, owner)
 
     def _device_var(self, name: str, host: Any) -> Any:
         """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays

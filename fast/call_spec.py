@@ -7,8 +7,12 @@ lane (``fast.lane``) written out for a repeated run. Each once kept its own reco
 arguments and results were; now one value says it, and one builder makes the function that fits it.
 A compiled segment (``fast.segment``: a stage of the staged path, a segment of the partitioned
 tiers) is called in the same convention, its results laid out by the same ``lay_out``; it carries its
-error word in its state (``CallArgs.carries_word``) and hands back each call's spec with its results,
-as it is traced once per type of what it reads.
+error word in its state (``CallArgs.carries_word``) and hands back each call's spec with its results
+(``tagged_call``), as it is traced once per type of what it reads; so does a fused group of a
+cluster partition (``devices.compiled_partition``). The partitioned backend's SPMD program
+(``devices.spmd``) is built by ``flat_call`` with a ``jit`` that maps the function over a mesh of
+devices, each returning its own copy of every result; its word is carried, so that each device's
+leaves apart from the outputs that the run reads from their owners.
 
 The convention, as plain Python (``args``: a ``CallArgs``; ``spec``: the ``CallSpec`` its trace made)::
 
@@ -217,6 +221,40 @@ def flat_call(args: CallArgs, body: Body, jit: Callable[..., Any], record: Calla
         first[:] = [spec]
         record(spec)
         return res
+
+    return jit(fn, donate_argnums=args.donated())
+
+
+@jax.tree_util.register_pytree_node_class
+class Tagged:
+    """The ``CallSpec`` of the trace that made a call's results, handed back with them: a pytree node
+    without leaves, so it crosses the call as structure, not as a value."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: CallSpec) -> None:
+        self.spec = spec
+
+    def tree_flatten(self) -> tuple[tuple[()], Any]:
+        """No children; the node itself is the auxiliary data."""
+        return (), self
+
+    @classmethod
+    def tree_unflatten(cls, aux: Any, children: tuple[()]) -> Tagged:
+        """The node, as it was flattened."""
+        return aux  # type: ignore[no-any-return]
+
+
+def tagged_call(args: CallArgs, body: Body, jit: Callable[..., Any]) -> Any:
+    """The jitted function of the calling convention for a call that is traced again when what it
+    reads changes type (a compiled segment, a cluster partition's fused group): ``fn(*flat) -> (res,
+    Tagged(spec))``, each call's results handed back with the ``CallSpec`` of the trace that made
+    them. Why not ``flat_call``'s one spec: another trace may lay its results out otherwise (an
+    output constant in one, traced in the other), and JAX keeps every trace, so a call is read by
+    the spec of its own."""
+    def fn(*flat: Any) -> tuple[tuple[Any, ...], Tagged]:
+        spec, res = lay_out(args, body(*args.keyed(flat)))
+        return res, Tagged(spec)
 
     return jit(fn, donate_argnums=args.donated())
 

@@ -25,12 +25,12 @@ segment is read by the next one, which must get it as a device value, not as a h
 from a carrier.
 
 Why a function of the arguments' layout, and each call's ``CallSpec`` returned with its results
-(``Tagged``): a segment is traced again when what it reads changes type — a host loop's first
+(``call_spec.Tagged``): a segment is traced again when what it reads changes type — a host loop's first
 iteration gives a Merge's index as a constant other than later ones, a loop variable can change
 shape — and another trace may lay its results out otherwise (an output constant in one, traced in
 the other). The ``Direct`` call and the fused attempt are traced once per plan and keep one spec
 (``call_spec.flat_call`` refuses a second layout); a segment's results carry the spec of the trace
-that made them, a leafless pytree node that JAX hands back with every call.
+that made them (``call_spec.tagged_call``), a leafless pytree node that JAX hands back with every call.
 """
 
 from __future__ import annotations
@@ -38,10 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import jax
-
 from turnout.fast import stacks as stk
-from turnout.fast.call_spec import CallArgs, CallSpec, Traced, copy_static, lay_out
+from turnout.fast.call_spec import CallArgs, CallSpec, Traced, copy_static, tagged_call
 from turnout.fast.emit import Emitter
 from turnout.fast.regions import Item, Key
 from turnout.fast.values import Static
@@ -49,26 +47,6 @@ from turnout.fast.values import Static
 #: ``emitter(state, bound)``: a fresh emitter over the program starting from ``state`` (made only
 #: while tracing: the caller counts its traces there)
 MakeEmitter = Callable[[dict[str, Any], Any], Emitter]
-
-
-@jax.tree_util.register_pytree_node_class
-class Tagged:
-    """The ``CallSpec`` of the trace that made a call's results, handed back with them: a pytree node
-    without leaves, so it crosses the call as structure, not as a value."""
-
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: CallSpec) -> None:
-        self.spec = spec
-
-    def tree_flatten(self) -> tuple[tuple[()], Any]:
-        """No children; the node itself is the auxiliary data."""
-        return (), self
-
-    @classmethod
-    def tree_unflatten(cls, aux: Any, children: tuple[()]) -> Tagged:
-        """The node, as it was flattened."""
-        return aux  # type: ignore[no-any-return]
 
 
 class SegmentFn:
@@ -101,7 +79,7 @@ class SegmentFn:
         got = self.fns.get(layout)
         if got is None:
             args = CallArgs(*layout)
-            fn = self.jit(self._flat(args), donate_argnums=args.donated())
+            fn = tagged_call(args, self._body, self.jit)
             got = self.fns[layout] = (args, fn, [k for k in self.writes if k in env_in])
         args, fn, through = got
         res, tag = fn(*args.flat(env_in, rest, stacks, bound))
@@ -120,15 +98,6 @@ class SegmentFn:
                 lives.update(zip(spec.live, list(flags)[1:], strict=True))
         return out, lives, {**rest, **new}
 
-    def _flat(self, args: CallArgs) -> Callable[..., Any]:
-        """The traced function for arguments laid out as ``args`` say: its results in the flat
-        convention (``call_spec.lay_out``) and the spec that says where each is."""
-        def fn(*flat: Any) -> tuple[tuple[Any, ...], Tagged]:
-            spec, res = lay_out(args, self._body(*args.keyed(flat)))
-            return res, Tagged(spec)
-
-        return fn
-
     def _body(self, feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
         """The items run on the arguments: what leaves, in the terms of ``call_spec.Traced``."""
         em = self.emitter({**given, **stacks}, bound)
@@ -142,4 +111,4 @@ class SegmentFn:
         return Traced(out, 0, lives, state)
 
 
-__all__ = ["MakeEmitter", "SegmentFn", "Tagged"]
+__all__ = ["MakeEmitter", "SegmentFn"]
