@@ -50,28 +50,24 @@ import contextlib
 import dataclasses
 import itertools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from turnout.devices.executor import PartitionInterpreter, partition_plan
+from turnout.devices.fused_group import Group, Key, compile_group
 from turnout.devices.names import parse
 from turnout.devices.partition import Partition
 from turnout.devices.partition_executors import ExecutorKind
 from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast.backend import FastBackend
-from turnout.fast.call_spec import CallArgs, CallSpec, Traced, copy_static, tagged_call
+from turnout.fast.call_spec import CallSpec, copy_static
 from turnout.fast.guards import refuse_firing_budget
-from turnout.fast.lower_node import lower_node
-from turnout.fast.lowering_base import Shows
-from turnout.fast.ranges import Ranges
 from turnout.fast.values import DEAD as FAST_DEAD
-from turnout.fast.values import is_static
 from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
 from turnout.kernels import run_kernel
@@ -90,7 +86,6 @@ NOT_FUSED: dict[str, str] = {
     "Sleep": "a host wait: it stays a firing of its own, where the program put it",
 }
 
-Key = tuple[int, int]
 
 
 def fusible(node: Node) -> bool:
@@ -107,30 +102,6 @@ def fusible(node: Node) -> bool:
     elif not node.inputs:
         return False
     return all(t.spec.elem_dtype is None for t in (*node.inputs, *node.outputs))
-
-
-@dataclass
-class Group:
-    """One fused group of a partition: its members in topological order and its edges to the outside."""
-
-    gid: int
-    members: tuple[Node, ...]
-    #: (member id, input slot) -> position in the compiled function's arguments, for inputs from outside
-    slot_index: dict[tuple[int, int], int]
-    #: member outputs the compiled function returns: those read outside the group, and in the root frame
-    #: (where fetches live) every output; the others are never emitted
-    returns: tuple[Key, ...]
-    expected: int  # deliveries (data and control) that make the group ready at a tag
-    fn: Optional[Callable[..., Any]] = None
-    interpreted_reason: Optional[str] = None
-
-    @property
-    def head(self) -> Node:
-        return self.members[0]
-
-    def describe(self) -> str:
-        return f"fused group of {len(self.members)} ops ({', '.join(m.name for m in self.members[:3])}" + (
-            ", ...)" if len(self.members) > 3 else ")")
 
 
 @dataclass
@@ -266,58 +237,6 @@ def prepare(part: Partition, min_size: int = 2) -> Prepared:
     return Prepared(dataclasses.replace(plan, consumers=consumers, control_consumers=controls), groups, group_of,
                     part, whole_declined=None if alone else "it sends or receives",
                     jdev=_jax_device(part.device) if groups or alone else None)
-
-
-# ---- compiling a group ------------------------------------------------------------------------------
-class _Checks:
-    """The lowering rules' ``LoweringContext`` for a group: only ``check`` is used (groups hold no
-    Variables or stacks, and no input of a group is a root-frame feed it could be specialised on);
-    each check's ``ok`` is kept, and the function returns whether all held."""
-
-    stop_on_error = False
-    free_pointers = False
-    push_limit = None
-    capacity = 0  # (TensorArray ops are never in a group)
-    slot_capacity = None  # (a recomputed loop's slots: every one its budget holds)
-    learn_slots = None
-
-    def __init__(self) -> None:
-        self.oks: list[Any] = []
-        self.fed: set[int] = set()
-        self.dense: set[str] = set()
-        self.full: dict[str, Any] = {}
-        self.ranges = Ranges()
-        self.fresh_writes: dict[int, frozenset[int]] = {}
-
-    def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None:
-        # (a group whose check fails runs again on the reference kernels, whose error shows the values)
-        if is_static(ok) and bool(ok):
-            return
-        self.oks.append(ok)
-
-
-def compile_group(g: Group) -> Callable[..., Any]:
-    """The group as a compiled call in the one calling convention (``fast.call_spec``): its inputs
-    from outside are the fed values (by their (member, slot)), its returned member outputs the
-    outputs, and its error word 1 where a member's check failed (the caller then runs the group on
-    the reference kernels, whose error names the op and its values). Each member is lowered by
-    ``fast.lower_node``, the step the fast backend's emitter takes too (folded with the reference
-    kernels when its inputs are known while tracing). Traced again when its inputs change type, so
-    each call's results come back with their own ``CallSpec`` (``call_spec.tagged_call``)."""
-    args = CallArgs(tuple(sorted(g.slot_index, key=g.slot_index.__getitem__)), (), bounded=False)
-
-    def body(feeds: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
-        env: dict[Key, Any] = {}
-        ctx = _Checks()
-        for m in g.members:
-            ins = [feeds[(m.id, s)] if (m.id, s) in g.slot_index else env[(t.node.id, t.index)]
-                   for s, t in enumerate(m.inputs)]
-            for i, v in enumerate(lower_node(ctx, m, ins)):
-                env[(m.id, i)] = v
-        ok = jnp.all(jnp.stack([jnp.asarray(o, bool) for o in ctx.oks])) if ctx.oks else True
-        return Traced({k: env[k] for k in g.returns}, 0 if ok is True else jnp.where(ok, 0, 1), {}, {})
-
-    return tagged_call(args, body, jax.jit)  # type: ignore[no-any-return]
 
 
 # ---- the executor -----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from turnout.fast.outcome import ErrorCodes, Retry, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
 from turnout.fast.values import DEAD, wrap_static
-from turnout.memory_plan import MemoryPlan
+from turnout.memory_plan import MemoryPlan, checkpoint_bytes
 from turnout.session import RunOptions
 
 if TYPE_CHECKING:
@@ -74,6 +74,13 @@ class DevicePlan:
         self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
         self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
+        #: per device, per loop reversed from checkpoints, the bytes of the slots its forward loop keeps
+        #: there (every slot its budget holds: this tier does not size them), counted with the stacks
+        self.slot_bytes: dict[str, dict[str, int]] = {}
+        for n in nodes.values():
+            if n.op == "CheckpointSlots":
+                loop, b = checkpoint_bytes(n.attrs, int(n.attrs["slots"]))
+                self.slot_bytes.setdefault(device_of[n.id], {})[loop] = b
 
     def emitter(self, state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
         """A fresh emitter over the program from ``state``, for a segment's trace or a driven loop's
@@ -87,11 +94,11 @@ class DevicePlan:
 
     def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:
         """The memory plan a run under ``run_budget`` honours (None: no budget applies), made once per
-        run budget: the plan of the program's stacks and pushes (``chunk_store.budget_plan``) on the
-        devices' platform."""
+        run budget: the plan of the program's stacks and pushes and its checkpoint slots
+        (``chunk_store.budget_plan``) on the devices' platform."""
         if run_budget not in self._budgets:
             nodes = program_nodes(self.program)
-            stacks = [n for n in nodes if n.op == "StackNew"]
+            stacks = [n for n in nodes if n.op in ("StackNew", "CheckpointSlots")]
             self._budgets[run_budget] = budget_plan(nodes, stacks, self.platform, run_budget)
         return self._budgets[run_budget]
 
@@ -120,7 +127,8 @@ class PlanRun(HostControl):
         # full stack chunks to host memory or kept on their device, per loop's swap_memory (or the memory
         # plan's); the cap and the budgets, counted per device
         self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity,
-                                     backend.options.device_memory_limit, plan.budget(options.memory_budget))
+                                     backend.options.device_memory_limit, plan.budget(options.memory_budget),
+                                     plan.slot_bytes)
         for d in backend.devices:
             self.stacks.observe(d, self.state[d])
         self.lives: dict[Key, Any] = {}

@@ -114,11 +114,14 @@ class SpanningStacks:
     """
 
     def __init__(self, info: dict[str, stk.StackInfo], devices: Iterable[str], capacity: int,
-                 limit: Optional[int], budget: Optional[MemoryPlan] = None) -> None:
+                 limit: Optional[int], budget: Optional[MemoryPlan] = None,
+                 held: Optional[dict[str, dict[str, int]]] = None) -> None:
         self.capacity = capacity
-        # one store per device: each counts its own buffers against the cap and the budget
-        self.stores = {d: stk.ChunkStore(info, limit, budget, f"fast partitioned executor (device {parse(d).short})")
-                       for d in devices}
+        # one store per device: each counts its own buffers, and the checkpoint slots it holds (``held``:
+        # per device, per loop), against the cap and the budget
+        held = held or {}
+        self.stores = {d: stk.ChunkStore(info, limit, budget, f"fast partitioned executor (device {parse(d).short})",
+                                         held.get(d)) for d in devices}
         self.known: dict[str, int] = {}      # the pointer when last read (0: not read since a spill)
         self.pushed: dict[str, int] = {}     # the most values pushed since that read
         self.popped: dict[str, int] = {}     # the most values popped since that read
@@ -238,14 +241,18 @@ class SpanningStacks:
         """Per loop and device: the rows of ``memory_records``."""
         return [r for st in self.stores.values() for r in st.records()]
 
-    def stats(self) -> dict[str, int]:
-        """The run's totals, for ``RunResult.stats`` (peaks summed over devices)."""
-        out: dict[str, int] = {}
+    def stats(self) -> dict[str, Any]:
+        """The run's totals, for ``RunResult.stats`` (peaks summed over devices), with the bytes of
+        the checkpoint slots per loop (``checkpoint_bytes``, where a loop keeps any)."""
+        out: dict[str, Any] = {}
+        slots: dict[str, int] = {}
         for st in self.stores.values():
             for k, v in st.stats().items():
                 out[k] = out.get(k, 0) + v
+            for loop, b in st.held.items():
+                slots[loop] = slots.get(loop, 0) + b
         out["stack_pointer_reads"] = self.reads
-        return out
+        return {**out, "checkpoint_bytes": slots} if slots else out
 
 
 __all__ = ["SpanningStacks", "Traffic", "pushed_in", "stack_infos", "traffic"]

@@ -419,8 +419,8 @@ class FastBackend(StagedStages):
             plan = self._plan(fetches, feeds, variables, chunk)
         k = (id(plan), options.memory_budget)  # (plans live as long as the backend)
         if k not in self._budgets:
-            self._budgets[k] = None if not plan.stack_nodes else stk.budget_plan(
-                self.graph.nodes, plan.stack_nodes, self.memory_platform(), options.memory_budget)
+            self._budgets[k] = None if not (plan.stack_nodes or plan.slot_nodes) else stk.budget_plan(
+                self.graph.nodes, [*plan.stack_nodes, *plan.slot_nodes], self.memory_platform(), options.memory_budget)
         budget = self._budgets[k]
         cap = None if budget is None else budget.capacity()
         return (chunk if cap is None else min(chunk, cap)), budget
@@ -523,7 +523,7 @@ class FastBackend(StagedStages):
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables, fused=attempt)
-        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget)
+        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget, held=plan.slot_bytes)
         store.observe(state)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
         # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not

@@ -158,11 +158,16 @@ class ChunkStore:
     """
 
     def __init__(self, info: dict[str, StackInfo], limit: Optional[int] = None,
-                 budget: Optional[MemoryPlan] = None, who: str = "fast backend") -> None:
+                 budget: Optional[MemoryPlan] = None, who: str = "fast backend",
+                 held: Optional[dict[str, int]] = None) -> None:
         self.info = info
         self.limit = limit
         self.budget = budget
         self.who = who
+        #: per loop reversed from checkpoints, the bytes its slots hold on the device for the whole run
+        #: (``Plan.slot_bytes``), counted with the stacks' against the budget
+        self.held = dict(held or {})
+        check_slots(budget, self.held, who)
         self.swapped = budget.swapped() if budget is not None else frozenset()
         self.chunks: dict[str, list[Chunk]] = {}
         self.spares: dict[str, tuple[Any, Any, Optional[Chunk]]] = {}  # buffer, indices, its chunk in flight
@@ -230,7 +235,7 @@ class ChunkStore:
         """The memory plan's budgets against the device bytes per loop, ``extra`` more for stack ``k``'s loop."""
         if self.budget is None:
             return
-        by_loop: dict[str, int] = {}
+        by_loop = dict(self.held)
         for key, lg in self.ledgers.items():
             loop = self._info(key).loop
             by_loop[loop] = by_loop.get(loop, 0) + lg.device_bytes + (extra if key == k else 0)
@@ -514,11 +519,20 @@ class ChunkStore:
             lg.kept -= c.nbytes
 
 
+def check_slots(budget: Optional[MemoryPlan], held: dict[str, int], who: str) -> None:
+    """The bytes that loops' checkpoint slots hold (``held``, per loop: ``Plan.slot_bytes``) against
+    the memory plan ``budget``: ``ResourceExhaustedError`` where they alone are over it (a run's
+    budget below what a gradient built to recompute keeps)."""
+    if budget is not None and held:
+        check_budget(budget, held, who, "checkpoint slots")
+
+
 def budget_plan(nodes: Iterable[Any], stack_nodes: Iterable[Any], platform_name: str,
                 run_budget: Optional[int]) -> Optional[MemoryPlan]:
-    """The memory plan (``turnout.memory_plan.run_plan``) of a run whose gradient stacks are
-    ``stack_nodes`` (a plan's), read with their pushes from ``nodes`` (the graph's), on platform
-    ``platform_name``; None when no budget applies."""
+    """The memory plan (``turnout.memory_plan.run_plan``) of a run whose gradient stacks and
+    checkpoint slots are ``stack_nodes`` (a plan's ``StackNew`` and ``CheckpointSlots`` nodes), read
+    with their pushes from ``nodes`` (the graph's), on platform ``platform_name``; None when no budget
+    applies."""
     ids = {n.id for n in stack_nodes}
     mine = [n for n in nodes if n.id in ids or n.op == "StackPush"]  # (the pushes say each entry's index size)
     return run_plan(mine, platform(platform_name), run_budget)

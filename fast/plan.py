@@ -64,6 +64,7 @@ from turnout.fast.values import Handle
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
 from turnout.graph import Node
+from turnout.memory_plan import checkpoint_bytes
 
 INT32_MAX = 2**31 - 1
 INT32_MAX_NP = np.int32(INT32_MAX)
@@ -217,11 +218,16 @@ class Plan:
         #: per loop reversed from checkpoints (``CheckpointSlots``), the most slots its budget holds; the
         #: most a trace gives it (``fast.slot_sizes``: this capacity until a run needed more, then what
         #: it learnt; set by the backend as it makes the plan), and where a run that needed more says so
-        self.slot_budgets = {str(n.attrs["loop"]): int(n.attrs["slots"]) for n in nodes if n.op == "CheckpointSlots"}
+        self.slot_nodes = [n for n in nodes if n.op == "CheckpointSlots"]
         self.slot_capacity: int = capacity
         #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
         self.program_key: Any = None
         self.learn_slots: Optional[Callable[[Any], None]] = None
+
+    @property
+    def slot_budgets(self) -> dict[str, int]:
+        """Per loop reversed from checkpoints, the most slots its budget holds (``CheckpointSlots``)."""
+        return {str(n.attrs["loop"]): int(n.attrs["slots"]) for n in self.slot_nodes}
 
     @property
     def slot_counts(self) -> dict[str, int]:
@@ -229,9 +235,18 @@ class Plan:
         return {loop: slots_given(s, self.slot_capacity) for loop, s in self.slot_budgets.items()}
 
     @property
+    def slot_bytes(self) -> dict[str, int]:
+        """Per loop reversed from checkpoints, the bytes of the slots this plan's traces give it (at
+        most: a loop bounded by ``maximum_iterations`` may get fewer), as a memory budget counts them
+        (``memory_plan.checkpoint_bytes``): the backend's own accounting of its checkpoints."""
+        return dict(checkpoint_bytes(n.attrs, slots_given(int(n.attrs["slots"]), self.slot_capacity))
+                    for n in self.slot_nodes)
+
+    @property
     def slot_stats(self) -> dict[str, Any]:
-        """What a run's stats say of the slots (``checkpoint_slots``: ``slot_counts``), where it has any."""
-        return {"checkpoint_slots": self.slot_counts} if self.slot_budgets else {}
+        """What a run's stats say of the slots (``checkpoint_slots``: ``slot_counts``; ``checkpoint_bytes``:
+        ``slot_bytes``), where it has any."""
+        return {"checkpoint_slots": self.slot_counts, "checkpoint_bytes": self.slot_bytes} if self.slot_nodes else {}
 
     @property
     def learns_slots(self) -> bool:

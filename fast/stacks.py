@@ -62,6 +62,7 @@ from turnout.fast.chunk_store import (
     Pair,
     StackInfo,
     budget_plan,
+    check_slots,
     device_label,
     device_name,
 )
@@ -208,7 +209,7 @@ class ChunkReport:
 
 __all__ = [
     "HELD_PREFIX", "STACK_PREFIX", "Chunk", "ChunkReport", "ChunkStore", "Later", "Ledger", "Pair", "StackInfo",
-    "StackValue", "budget_plan", "chunk_loop", "committed", "device_label", "device_name", "device_zeros",
-    "kept_arrays", "pop", "positional", "push", "report_vector", "return_freed_memory", "scalar_on", "scalars_on",
-    "split_state", "stack_nbytes", "state_key", "zeros_like_all",
+    "StackValue", "budget_plan", "chunk_loop", "check_slots", "committed", "device_label", "device_name",
+    "device_zeros", "kept_arrays", "pop", "positional", "push", "report_vector", "return_freed_memory", "scalar_on",
+    "scalars_on", "split_state", "stack_nbytes", "state_key", "zeros_like_all"
 ]

@@ -278,6 +278,16 @@ def _stack_push(it: Interpreter, node: Node, vals: list[Any]) -> Any:
     return v
 
 
+def _checkpoint_slots(it: Interpreter, node: Node, vals: list[Any]) -> Any:
+    """The slots of a loop's checkpoints (``CheckpointSlots``: the most its budget holds, which the
+    slot buffers of the forward loop then take), counted where a memory budget applies as what the
+    loop saves (``SavedBytes.checkpoints``)."""
+    (count,) = run_kernel(node.op, vals, node.attrs)
+    if it.saved is not None:
+        it.saved.checkpoints(node.attrs, int(count))
+    return count
+
+
 def _stack_pop(it: Interpreter, node: Node, vals: list[Any]) -> Any:
     """[E-Stack-Pop]: read back the value saved under the index."""
     h, idx = vals
@@ -323,6 +333,7 @@ FIRE: dict[str, Fire] = {
     "AssignSubVariable": _stateful(_assign(lambda old, v: old - v)),
     "StackNew": fire_stack_new,
     "StackPush": _stateful(_stack_push),
+    "CheckpointSlots": _stateful(_checkpoint_slots),
     "StackPop": _stateful(_stack_pop),
 }
 

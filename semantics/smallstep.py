@@ -1101,8 +1101,8 @@ def run(graph: Graph, fetches: Sequence[Any], feeds: Mapping[Any, Any] | None = 
         log.append((pick.rule, pick.node, pick.tag, pick.dead))
         if pick.is_node_firing:
             counts[(pick.node, pick.tag)] = counts.get((pick.node, pick.tag), 0) + 1
-        if saved is not None and pick.rule == "E-Stack-Push" and not pick.dead:
-            _count_push(saved, loop_of, pick)
+        if saved is not None and not pick.dead:
+            _count_saved(saved, loop_of, c.program, pick)
     return SmallStepResult(outputs(c), log, counts, dict(c.variables), c, saved)
 
 
@@ -1112,10 +1112,21 @@ def _saved_bytes(p: Program, memory_budget: int | None) -> SavedBytes | None:
     return None if plan is None else SavedBytes(plan, "small-step system")
 
 
+def _count_saved(saved: SavedBytes, loop_of: Mapping[str, str], p: Program, f: Firing) -> None:
+    """What a live firing saves, as the reference interpreter counts it: a ``[E-Stack-Push]`` stored
+    one entry (its value and its index) under the loop its stack belongs to (``loop_of``: a
+    ``StackNew``'s name -> its ``loop_name``); a ``CheckpointSlots`` gave the slots its loop's
+    checkpoints then take (``SavedBytes.checkpoints``)."""
+    if f.rule == "E-Stack-Push":
+        _count_push(saved, loop_of, f)
+    elif f.is_node_firing and p.nodes[f.node_id].op == "CheckpointSlots":
+        node = p.nodes[f.node_id]
+        saved.checkpoints(node.attrs, int(node.attrs["slots"]))
+
+
 def _count_push(saved: SavedBytes, loop_of: Mapping[str, str], f: Firing) -> None:
     """A live ``[E-Stack-Push]`` stored one entry: its value and its index, counted under the loop its
-    stack belongs to (``loop_of``: a ``StackNew``'s name -> its ``loop_name``), as the reference
-    counts them."""
+    stack belongs to, as the reference counts them."""
     h, idx, v = (tok.value for tok in f.inputs[:3])
     assert isinstance(h, StackHandleValue) and idx is not None
     loop = loop_of.get(h.node)

@@ -32,6 +32,9 @@ jax.config.update("jax_enable_x64", True)
 F = tn.float64
 RNG = np.random.default_rng(7)
 
+#: the attrs of a checkpoint primitive made by hand: four slots of 8 bytes under a budget of 32
+CHECKPOINT_ATTRS = {"slots": 4, "loop": "l", "state_bytes": 8, "memory_budget": 32}
+
 
 def _arr(*shape: int, lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
     return RNG.uniform(lo, hi, shape)
@@ -263,7 +266,7 @@ def _integer_output_examples(x: Any) -> dict[str, Any]:
         "ArgMin": x.graph.create_node("ArgMin", [x], {"axis": 0, "dtype": "int32"}).outputs[0],
         "Shape": tn.shape(x), "Size": tn.size(x), "TensorArraySize": ta.size(),
         "LoopCond": tn.raw.loop_cond(tn.reduce_sum(x) > 0.0),
-        "CheckpointTrips": x.graph.create_node("CheckpointTrips", [tn.size(x)], {"slots": 4, "loop": "l"}).outputs[0],
+        "CheckpointTrips": x.graph.create_node("CheckpointTrips", [tn.size(x)], CHECKPOINT_ATTRS).outputs[0],
     }
 
 

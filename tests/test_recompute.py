@@ -78,10 +78,22 @@ def run(m: dict[str, Any], backend: str, n: int, **opts: Any) -> list[np.ndarray
 
 
 def assert_same_gradients(kind: str, slots: int, backend: str, n: int) -> None:
+    """The gradients under a budget of ``slots`` states are the store-everything ones, and the
+    backend's own accounting of what the loop holds (``held``) is its slots, within the budget."""
     want = run(model(None, kind), "reference", n)
-    got = run(model(slots * STATE, kind), backend, n)
+    m = model(slots * STATE, kind)
+    got = run(m, backend, n)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert held(m["sessions"][backend])["rnn"] == slots * STATE
+
+
+def held(sess: tn.Session) -> dict[str, int]:
+    """Per loop, the bytes the last run held for its gradient, as the backend counts them: the
+    interpreters' ``saved_bytes`` (the values pushed and the checkpoints' slots), the compiled
+    backends' ``checkpoint_bytes`` (the slots their programs allocate)."""
+    stats = sess.last_result.stats
+    return dict(stats["checkpoint_bytes"] if "checkpoint_bytes" in stats else stats["saved_bytes"])
 
 
 def live_tanh(sess: tn.Session) -> int:
@@ -235,6 +247,23 @@ def test_nothing_is_stacked_and_the_slots_fit_the_budget(budget: int) -> None:
     assert all(lv.merge.outputs[0].shape[0] is None for lv in ck.bufs)  # (their count is the run's)
     elem = sum(int(np.prod(lv.merge.outputs[0].shape[1:])) * lv.merge.outputs[0].dtype.itemsize for lv in ck.bufs)
     assert ck.plan.slots * elem == (budget // STATE) * (STATE - 4)
+
+
+@pytest.mark.parametrize("backend", ["reference", "smallstep", "partitioned", "fast", "fast partitioned"])
+def test_a_runs_budget_counts_the_checkpoints_slots(backend: str) -> None:
+    """Under a run's budget too, what a loop whose gradient recomputes holds is its slots: a run whose
+    budget holds them runs (the backend's own accounting shows them); one whose budget is below them
+    stops with ``ResourceExhaustedError`` naming the loop's checkpoints, on every backend (a run's
+    budget cannot change a gradient already built)."""
+    if backend.startswith("fast"):
+        pytest.importorskip("jax")
+    m = model(3 * STATE)
+    for a, b in zip(run(m, backend, 6, memory_budget=3 * STATE), run(model(None), "reference", 6), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert held(m["sessions"][backend]) == {"rnn": 3 * STATE}
+    with pytest.raises(tn.ResourceExhaustedError, match=r'the checkpoints of loop "rnn" \(3 slots of 24 bytes.*'
+                                                        r"over the run's memory_budget of 71 bytes"):
+        run(m, backend, 6, memory_budget=3 * STATE - 1)
 
 
 def test_the_fast_backends_program_holds_the_slots_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:

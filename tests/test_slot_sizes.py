@@ -72,7 +72,8 @@ def test_the_primitives_are_the_budgets_count_and_the_trip_count_on_the_interpre
     m = model(64 * STATE)
     (slots,) = [nd for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
     (trips,) = [nd for nd in m["g"].nodes if nd.op == "CheckpointTrips"]
-    assert slots.attrs == {"slots": 64, "loop": "rnn"} and trips.attrs == {"slots": 64, "loop": "rnn"}
+    attrs = {"slots": 64, "loop": "rnn", "state_bytes": STATE, "memory_budget": 64 * STATE}
+    assert slots.attrs == attrs and trips.attrs == attrs
     for backend in ("reference", "smallstep"):
         got = tn.Session(m["g"], backend=backend).run([slots.outputs[0], trips.outputs[0]], feed(m, 7))
         assert [int(v) for v in got] == [64, 7]
@@ -179,19 +180,24 @@ def test_any_runs_under_any_budget_and_capacity(runs: list[int], budget_slots: i
         assert slots_of(sess) <= budget_slots
 
 
+GOOD = {"slots": 3, "loop": "l", "state_bytes": 8, "memory_budget": 24}
+
+
 def test_the_primitives_shape_rules_refuse_bad_arguments() -> None:
     g = tn.Graph()
     with g.as_default():
-        for bad in (0, -3, 2.5, True, None, 2**31, "7"):
-            with pytest.raises(GraphBuildError, match="CheckpointSlots: attr slots must be a positive int32"):
-                g.create_node("CheckpointSlots", [], {"slots": bad, "loop": "l"})
+        for attr, top in (("slots", 2**31), ("state_bytes", 2**63), ("memory_budget", 2**63)):
+            for bad in (0, -3, 2.5, True, None, top, "7"):
+                with pytest.raises(GraphBuildError, match=f"CheckpointSlots: attr {attr} must be a positive int"):
+                    g.create_node("CheckpointSlots", [], {**GOOD, attr: bad})
         for op, ins in (("CheckpointSlots", []), ("CheckpointTrips", [tn.constant(1)])):
             with pytest.raises(GraphBuildError, match=f"{op}: attr loop must be the loop's name"):
-                g.create_node(op, ins, {"slots": 3})
+                g.create_node(op, ins, {k: v for k, v in GOOD.items() if k != "loop"})
+            g.create_node(op, ins, GOOD)  # (the good ones are taken)
         with pytest.raises(DTypeError, match="CheckpointTrips: the trip count must be int32"):
-            g.create_node("CheckpointTrips", [tn.constant(1.0)], {"slots": 3, "loop": "l"})
+            g.create_node("CheckpointTrips", [tn.constant(1.0)], GOOD)
         with pytest.raises(tn.ShapeError, match="must be a scalar"):
-            g.create_node("CheckpointTrips", [tn.constant([1, 2])], {"slots": 3, "loop": "l"})
+            g.create_node("CheckpointTrips", [tn.constant([1, 2])], GOOD)
 
 
 def test_a_budgeted_loop_survives_saving_and_exporting() -> None:

@@ -112,6 +112,9 @@ _BACKEND_TESTS = ["test_mutants_s5.py", "test_fast_repeated_runs.py", "test_fast
 _SWAP_TESTS = ["test_mutants_s6.py", "test_mutants_s5.py", "test_devices_swap.py", "test_mutants_devices_fast.py",
                "test_devices_fast.py"]
 
+#: the tests of the cluster's compiled partitions
+_COMPILED_PARTITION_TESTS = ["test_mutants_compiled_partition.py", "test_compiled_partition.py", "test_cluster.py"]
+
 #: Each module under test: its import name and the test files that check it (run in this order, so put
 #: the fast, pointed ones first: a killed mutant stops at its first failure). ``select``, where given, is
 #: a pytest ``-k`` expression narrowing those files to the tests that reach the module.
@@ -180,9 +183,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/spmd_emitter.py": {"module": "turnout.devices.spmd_emitter", "tests": _FAST_DEV_TESTS},
     "devices/swap.py": {"module": "turnout.devices.swap", "tests": _SWAP_TESTS},
     "devices/region_driver.py": {"module": "turnout.devices.region_driver", "tests": _SWAP_TESTS},
-    "devices/compiled_partition.py": {"module": "turnout.devices.compiled_partition",
-                                      "tests": ["test_mutants_compiled_partition.py", "test_compiled_partition.py",
-                                                "test_cluster.py"]},
+    **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": _COMPILED_PARTITION_TESTS}
+       for m in ("compiled_partition", "fused_group")},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}

@@ -366,11 +366,15 @@ def budgeted_loops(graph: Any) -> tuple[str, ...]:
 
 def run_plan(nodes: Iterable[Any], where: Platform, run_budget: Optional[int]) -> Optional[MemoryPlan]:
     """The plan a backend honours for a run of ``nodes`` under ``run_budget``, or None when no budget
-    applies (no run budget, and no loop among them has one): the run then needs no checks."""
+    applies (no run budget, and no loop among them has one): the run then needs no checks. The
+    loops among them whose gradient recomputes (``recomputed_loops``) have a budget of their own."""
+    nodes = list(nodes)
     sizes = stack_sizes(nodes)
-    if not sizes or (run_budget is None and all(s.memory_budget is None for s in sizes)):
+    done = recomputed_loops(nodes)
+    if not done and (not sizes or (run_budget is None and all(s.memory_budget is None for s in sizes))):
         return None
-    return plan_memory(sizes, where, run_budget)
+    plan = plan_memory(sizes, where, run_budget)
+    return dataclasses.replace(plan, loops=plan.loops + done)
 
 
 def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_name: str = "cpu",
@@ -381,10 +385,18 @@ def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_nam
 
     nodes = graph.nodes if fetches is None else list(ancestors(list(fetches)).values())
     plan = plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
-    ids = {n.id for n in nodes}
-    done = [c.reverses_by_recomputing for c in getattr(graph, "contexts", ())
-            if getattr(c, "reverses_by_recomputing", None) is not None and c.pivot is not None and c.pivot.id in ids]
-    return dataclasses.replace(plan, loops=plan.loops + tuple(recomputed(cp) for cp in done))
+    return dataclasses.replace(plan, loops=plan.loops + recomputed_loops(nodes))
+
+
+def recomputed_loops(nodes: Iterable[Any]) -> tuple[LoopPlan, ...]:
+    """The plan lines (``recomputed``) of the loops among ``nodes`` whose gradient recomputes, one per
+    loop, read from the attrs (the loop's ``Checkpointing``) of their ``CheckpointSlots`` (its
+    forward loop's slots) or ``CheckpointTrips`` (its backward loop's trip count) nodes, so that a
+    graph loaded from a file has them too, and a device of a partitioned run holding either."""
+    got = {str(a["loop"]): Checkpointing(str(a["loop"]), int(a["memory_budget"]), int(a["state_bytes"]),
+                                         int(a["slots"]))
+           for n in nodes if n.op in ("CheckpointSlots", "CheckpointTrips") for a in [n.attrs]}
+    return tuple(recomputed(cp) for cp in got.values())
 
 
 def recomputed(cp: Checkpointing) -> LoopPlan:
@@ -406,22 +418,49 @@ def backend_platform(backend: Any) -> str:
 
 class SavedBytes:
     """A run's count of the bytes its loops have saved, checked against a plan at every push: the
-    reference interpreter's accounting (it holds every pushed value until the run ends)."""
+    reference interpreter's accounting (it holds every pushed value until the run ends), and the
+    slots of loops' checkpoints (``checkpoints``)."""
 
     def __init__(self, plan: MemoryPlan, backend: str) -> None:
         self.plan, self.backend = plan, backend
-        self.by_loop: dict[str, int] = {}
+        self.pushed: dict[str, int] = {}  # per loop, the bytes of the values its stacks hold
+        self.slots: dict[str, int] = {}  # per loop, the bytes of one entry's checkpoint slots
         self.peak = 0
+
+    @property
+    def by_loop(self) -> dict[str, int]:
+        """Per loop, the bytes it holds: what its stacks saved and its checkpoints' slots."""
+        return {k: self.pushed.get(k, 0) + self.slots.get(k, 0) for k in {**self.pushed, **self.slots}}
 
     def push(self, loop: str, nbytes: int) -> None:
         """``nbytes`` more saved by ``loop``: raise ``ResourceExhaustedError`` if a budget is now exceeded."""
-        self.by_loop[loop] = self.by_loop.get(loop, 0) + nbytes
-        self.peak = max(self.peak, sum(self.by_loop.values()))
-        check(self.plan, self.by_loop, self.backend, "the values pushed so far")
+        self.pushed[loop] = self.pushed.get(loop, 0) + nbytes
+        self._check("the values pushed so far")
+
+    def checkpoints(self, attrs: Mapping[str, Any], count: int) -> None:
+        """A ``CheckpointSlots`` node with these attrs gave its loop ``count`` slots, which the slot
+        buffers of its forward loop then take (``checkpoint_bytes``). They count once per loop, the
+        largest of its entries': the slots an entry of a nested loop leaves at its exit are saved by
+        the loops around it, which count them as theirs."""
+        loop, nbytes = checkpoint_bytes(attrs, count)
+        self.slots[loop] = max(self.slots.get(loop, 0), nbytes)
+        self._check("")
+
+    def _check(self, what: str) -> None:
+        held = self.by_loop
+        self.peak = max(self.peak, sum(held.values()))
+        check(self.plan, held, self.backend, what)
 
     def stats(self) -> dict[str, Any]:
         """What a run's stats report of it: the peak bytes held and the bytes per loop."""
-        return {"peak_saved_bytes": self.peak, "saved_bytes": dict(self.by_loop)}
+        return {"peak_saved_bytes": self.peak, "saved_bytes": self.by_loop}
+
+
+def checkpoint_bytes(attrs: Mapping[str, Any], count: int) -> tuple[str, int]:
+    """The loop, and the bytes its checkpoints hold, of a ``CheckpointSlots`` node with these attrs
+    that gave ``count`` slots: each holds one state of the loop and its position (``state_bytes``),
+    the unit its budget counts (``Checkpointing``)."""
+    return str(attrs["loop"]), int(count) * int(attrs["state_bytes"])
 
 
 def check(plan: MemoryPlan, loop_bytes: Mapping[str, int], backend: str, what: str = "") -> None:
@@ -443,6 +482,12 @@ def check(plan: MemoryPlan, loop_bytes: Mapping[str, int], backend: str, what: s
 def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, what: str) -> str:
     """The message of a run stopped by a budget: the loop, its bytes per iteration, the budget, and
     what would meet it."""
+    if lp.slots is not None:  # (a loop whose gradient was built to recompute: its slots are fixed)
+        return (f"{backend}: the checkpoints of loop \"{lp.loop}\" ({lp.slots} slots of {lp.entry_bytes} bytes, "
+                f"which its gradient was built to recompute from) and the values the run's other loops saved "
+                f"would hold {got} bytes on the device{f' ({what})' if what else ''}, over {whose} of {budget} "
+                "bytes. A run's budget cannot change a gradient already built: give the loop a memory_budget of "
+                "its own that fits within the run's (fewer slots, more recomputation), or raise the run's budget")
     e = "an unknown number of" if lp.entry_bytes is None else str(lp.entry_bytes)
     fits = "" if lp.entry_bytes is None else f" (it fits {budget // max(1, lp.entry_bytes)} iterations)"
     return (f"{backend}: the saved values of loop \"{lp.loop}\" ({e} bytes per iteration) would hold {got} bytes "
@@ -453,8 +498,9 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
             "platform with host memory let the loop swap (swap_memory=True)")
 
 
-__all__ = ["HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
-           "MemoryPlan", "Platform",
-           "SavedBytes", "StackSize", "backend_platform", "check", "checkpointing", "entry_bytes", "recomputed",
-           "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform",
-           "run_plan", "stack_sizes"]
+__all__ = [
+    "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
+    "MemoryPlan", "Platform", "SavedBytes", "StackSize", "backend_platform", "check", "checkpoint_bytes",
+    "checkpointing", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan", "over_budget", "plan_loop",
+    "plan_memory", "platform", "run_plan", "stack_sizes"
+]

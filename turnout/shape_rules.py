@@ -556,10 +556,13 @@ def _fill(op, specs, attrs):
 
 
 def _checkpoint_attrs(op: str, attrs: dict[str, Any]) -> None:
-    """``slots``, the most slots a loop's budget holds (a positive int32), and ``loop``, its name."""
-    slots = attrs.get("slots")
-    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or not 1 <= slots <= 2**31 - 1:
-        raise GraphBuildError(f"{op}: attr slots must be a positive int32, got {slots!r}")
+    """``slots``, the most slots a loop's budget holds (a positive int32), ``loop``, its name, and
+    ``state_bytes`` and ``memory_budget``, the bytes of one checkpoint and the loop's budget
+    (positive ints: ``memory_plan.Checkpointing``)."""
+    for a, top in (("slots", 2**31 - 1), ("state_bytes", 2**63 - 1), ("memory_budget", 2**63 - 1)):
+        v = attrs.get(a)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= top:
+            raise GraphBuildError(f"{op}: attr {a} must be a positive {'int32' if a == 'slots' else 'int'}, got {v!r}")
     if not isinstance(attrs.get("loop"), str):
         raise GraphBuildError(f"{op}: attr loop must be the loop's name (a string), got {attrs.get('loop')!r}")
 

@@ -141,7 +141,7 @@ def fewest_slots(slots: int) -> int:
     return min(slots, 3)
 
 
-def slot_count(w: WhileContext, slots: int) -> Tensor:
+def slot_count(w: WhileContext, cp: memory_plan.Checkpointing) -> Tensor:
     """How many slots the buffers of loop ``w`` get, as an int32 scalar of its outer context: a
     ``CheckpointSlots`` node, the budget's ``slots`` on the interpreters, which a compiled backend may
     size down to what the runs need (at least ``fewest_slots``); fewer still where the loop's
@@ -155,20 +155,28 @@ def slot_count(w: WhileContext, slots: int) -> Tensor:
     values do not depend on the count. Only a bound that a compiled backend can know when compiling
     (``static_able``: constants and feeds, not a Variable or a value of a loop) is taken."""
     g = w.graph
-    most = g.create_node("CheckpointSlots", [], {"slots": int(slots), "loop": w.name},
-                         name=f"{w.name}/checkpoints/slots").outputs[0]
+    most = g.create_node("CheckpointSlots", [], checkpoint_attrs(cp), name=f"{w.name}/checkpoints/slots").outputs[0]
     m = w.maximum_iterations
-    if m is None or slots <= 1 or not static_able(m):
+    if m is None or cp.slots <= 1 or not static_able(m):
         return most
     return ops.minimum(most, ops.maximum(m, 1))
 
 
-def trips(n: Tensor, w: WhileContext, slots: int) -> Tensor:
+def trips(n: Tensor, w: WhileContext, cp: memory_plan.Checkpointing) -> Tensor:
     """The trip count ``n`` of loop ``w`` as its checkpointed backward loop reads it: through a
     ``CheckpointTrips`` node, which passes it on and from which a compiled backend learns how many
-    slots the loop needed (at most ``slots``), to size later runs' buffers."""
-    return w.graph.create_node("CheckpointTrips", [n], {"slots": int(slots), "loop": w.name},
+    slots the loop needed (at most ``cp.slots``), to size later runs' buffers. Only a gradient that
+    recomputes makes one: ``memory_plan.recomputed_loops`` reads the plan of such gradients there."""
+    return w.graph.create_node("CheckpointTrips", [n], checkpoint_attrs(cp),
                                name=f"{w.name}/checkpoints/trips").outputs[0]
+
+
+def checkpoint_attrs(cp: memory_plan.Checkpointing) -> dict[str, Any]:
+    """The attrs of ``CheckpointSlots`` and ``CheckpointTrips``: the loop's checkpointing as the
+    graph keeps it (``memory_plan.Checkpointing``), so that every backend's accounting and
+    ``tn.memory_report`` read it from the nodes of a run, built here or loaded from a file."""
+    return {"slots": int(cp.slots), "loop": cp.loop, "state_bytes": int(cp.state_bytes),
+            "memory_budget": int(cp.budget)}
 
 
 def static_able(t: Tensor) -> bool:
@@ -189,7 +197,7 @@ def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> Onlin
     assert w.pivot is not None
     lvs = state_vars(w)
     with g._in_context(w.outer), g.control_dependencies(None), g.name_scope(f"{w.name}/checkpoints"):
-        count = slot_count(w, cp.slots)
+        count = slot_count(w, cp)
         inits = [_buffer(count, lvs[i].merge.outputs[0]) for i in checkpointed(w)]
         inits += [ops.constant(0), ops.constant(1)]
     made = [w.add_loop_var(t, f"{w.name}/checkpoints") for t in inits]
@@ -257,5 +265,5 @@ def _body_in(lv: LoopVar) -> Tensor:
     return lv.body_input.outputs[0]
 
 
-__all__ = ["OnlineCheckpoints", "accumulators", "add_slots", "checkpointed", "checkpointing_of", "fewest_slots", "keep",
-           "slot_count", "state_bytes", "state_vars", "static_able", "thinnings", "trips"]
+__all__ = ["OnlineCheckpoints", "accumulators", "add_slots", "checkpoint_attrs", "checkpointed", "checkpointing_of",
+           "fewest_slots", "keep", "slot_count", "state_bytes", "state_vars", "static_able", "thinnings", "trips"]

@@ -128,7 +128,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     # initial one, whose writes it drops (``checkpoints.accumulators``)
     st = State(checkpoints.checkpointed(w), {i: b.value(lvs[i].enter.inputs[0]) for i in w.accumulators})
     bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
-    n = checkpoints.trips(b.value(exit_of(w.counter)), w, slots)
+    n = checkpoints.trips(b.value(exit_of(w.counter)), w, cp)
     n_slots = b.value(ck.slots)  # the slots the buffers have (``checkpoints.slot_count``: at most ``slots``)
     pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))  # (entries past them unused)
     init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]
