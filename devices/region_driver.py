@@ -15,8 +15,8 @@ memory, or kept on the device) and takes them back for the backward loop between
 Three compiled functions per region, each committed to the region's device by its inputs: ``init``
 (the carry before the first iteration, with pending stacks made concrete), ``chunk`` (iterations up
 to the stacks' room) and ``finish`` (the exit side), made by the one builder of both drivers
-(``fast.driven.loop_fns``). The stacks are donated to each call, so pushes update the buffers in
-place.
+(``fast.driven.DrivenLoop``, in the one calling convention of the compiled side). The stacks are
+donated to each call, so pushes update the buffers in place.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from typing import Any, Optional, Union
 import jax
 
 from turnout.devices.swap import SpanningStacks, traffic
-from turnout.fast import stacks as stk
-from turnout.fast.driven import MakeEmitter, drive_chunks, loop_fns, split_carry
+from turnout.fast.driven import DrivenLoop, MakeEmitter
 from turnout.fast.outcome import Raise, Retry, enforce
 from turnout.fast.regions import Key, WhileRegion
 
@@ -49,33 +48,20 @@ class RegionDriver:
         self.push.update({s: n or 0 for s, n in t.push.items()})
         self.pop = {s: n or 0 for s, n in traffic([region]).pop.items()}
         self.pop.update({s: n or 0 for s, n in t.pop.items()})
-        self.init, self.chunk, self.finish = loop_fns(region, writes, set(fetched), self.push, self.pop, capacity,
-                                                      emitter, jax.jit)
+        self.loop = DrivenLoop(region, writes, set(fetched), self.push, self.pop, capacity, emitter, jax.jit)
 
     def run(self, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any, stacks: SpanningStacks,
             device: str) -> Union[tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]], Retry]:
         """Run the loop from ``state`` (its device's state), moving chunks between calls; returns the
         segment's ``(writes, live flags, new state)``, or the ``Retry`` of stacks that outgrew their
         chunk within one call (the run's, ``PlanRun.retry``: it starts again with the larger chunk)."""
-        store = stacks.stores[device]
-        rest, stk_in = stk.split_state(state)
-        store.begin_pops({s: stk_in[s] for s in self.pop if s in stk_in})
-        c, after = self.init(env_in, rest, stk_in, max_iter)
-        if c is not None:
-            c = drive_chunks(self.chunk, env_in, c, max_iter, self.push, self.pop, self.capacity, store,
-                             self.who)
-            if isinstance(c, Retry):
-                return c
-            if isinstance(c, Raise):
-                enforce(c)
-        if c is None:
-            assert after is not None
-            rest, stk_in = stk.split_state(after)
-            out, lives, new = self.finish(env_in, None, stk_in, rest, max_iter)
-        else:
-            c_rest, c_stacks = split_carry(c)
-            out, lives, new = self.finish(env_in, c_rest, c_stacks, {}, max_iter)
-        store.end_pushes(self.push)
+        got = self.loop.run(env_in, state, max_iter, stacks.stores[device], self.who)
+        if isinstance(got, Retry):
+            return got
+        if isinstance(got, Raise):
+            enforce(got)
+        assert not isinstance(got, Raise)
+        out, lives, new = got
         stacks.settle(device, {s: v for s, v in new.items() if s in self.push or s in self.pop})
         return out, lives, new
 

@@ -259,6 +259,39 @@ def tagged_call(args: CallArgs, body: Body, jit: Callable[..., Any]) -> Any:
     return jit(fn, donate_argnums=args.donated())
 
 
+class LayoutCalls:
+    """A body called in the calling convention with keyed values, one jitted function per layout of
+    its arguments (their keys: ``CallArgs``), each call read by the spec of its own trace
+    (``tagged_call``): the caller of a compiled segment (``fast.segment``) and of a driven loop's
+    calls (``fast.driven``), whose arguments' keys change from call to call (a stack made at its first
+    push, a loop that did not run) and whose traces change with their types."""
+
+    def __init__(self, body: Body, jit: Callable[..., Any]) -> None:
+        self.body = body
+        self.jit = jit
+        self.fns: dict[tuple[Any, ...], tuple[CallArgs, Any]] = {}
+
+    def __call__(self, feeds: Mapping[Key, Any], state: Mapping[str, Any], stacks: Mapping[str, Any],
+                 bound: Any) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
+        """One call: ``(outputs, live flags by key, the state entries that left it changed)``, the
+        outputs with the trace's constants merged (copies: ``copy_static``), the flags device values."""
+        # sorted: a state that gained an entry (a stack made at its first push) keeps one layout
+        layout = (tuple(feeds), tuple(sorted(state)), tuple(sorted(stacks)))
+        got = self.fns.get(layout)
+        if got is None:
+            args = CallArgs(*layout)
+            got = self.fns[layout] = (args, tagged_call(args, self.body, self.jit))
+        args, fn = got
+        res, tag = fn(*args.flat(feeds, state, stacks, bound))
+        spec: CallSpec = tag.spec
+        out, flags, new = spec.split(res)
+        out.update((k, copy_static(v)) for k, v in spec.static.items())
+        lives: dict[Key, Any] = dict.fromkeys(spec.live, True)
+        if flags is not None:  # (a live flag traced: the flags follow the outputs, on the device)
+            lives.update(zip(spec.live, list(flags)[1:], strict=True))
+        return out, lives, new
+
+
 def lay_out(args: CallArgs, t: Traced) -> tuple[CallSpec, tuple[Any, ...]]:
     """A body's traced results in the flat convention, and the ``CallSpec`` that says where each is."""
     out = {k: wrap_static(v) for k, v in t.out.items()}

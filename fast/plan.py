@@ -18,7 +18,7 @@ Each compiled function is built from the same ``Emitter`` (``fast.emit``), made 
 (which counts traces in the backend's ``compile_count``), and compiled lazily, by the first run that
 needs it: the ``Direct`` call and the fused stage here (``fast.call_spec.flat_call``), a compiled
 stage by the builder the partitioned executor's segments share (``fast.segment.SegmentFn``), a
-driven loop's functions likewise (``fast.driven.loop_fns``).
+driven loop's calls likewise (``fast.driven.DrivenLoop``).
 
 Stack buffers: gradient stacks whose pushes have static shapes (``Plan.prealloc``) are allocated
 before the first stage and passed to every compiled stage as a separate, *donated* argument, so the
@@ -42,7 +42,7 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
-from turnout.fast.driven import loop_fns
+from turnout.fast.driven import DrivenLoop
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
 from turnout.fast.lower_state import slots_given
@@ -525,16 +525,16 @@ class Plan:
             return v.buf
         return stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
 
-    def loop_fns(self, st: Stage) -> tuple[Any, Any, Any]:
-        """``(init, chunk, finish)`` of a driven loop (``fast.driven.loop_fns``, the builder the
-        partitioned executor's driven loops share): the loop's entry up to its first carry, a run of
-        iterations that stops before a push would overflow a stack's chunk (or a pop find it empty
-        while the host holds more), and the exit side. The host loop between them (the backend's
-        ``_drive``) swaps full chunks out and empty ones back in. A chunk's pointers run free: the
-        backend reads the error word after every stage, before any pointer."""
+    def driven_loop(self, st: Stage) -> DrivenLoop:
+        """The driven loop of stage ``st`` (``fast.driven.DrivenLoop``, the builder the partitioned
+        executor's driven loops share): the loop's entry up to its first carry, a run of iterations
+        that stops before a push would overflow a stack's chunk (or a pop find it empty while the host
+        holds more), and the exit side; its ``run`` swaps full chunks out and empty ones back in
+        between them. A chunk's pointers run free: the backend reads the error word after every
+        stage, before any pointer."""
         assert st.driven is not None
-        return loop_fns(st.driven, st.writes, set(), st.push_stacks, st.pop_stacks, self.capacity, self.emitter,
-                        self.jit, st.measured, free_pointers=True)
+        return DrivenLoop(st.driven, st.writes, set(), st.push_stacks, st.pop_stacks, self.capacity, self.emitter,
+                          self.jit, st.measured, free_pointers=True)
 
 
 @dataclass

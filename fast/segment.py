@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from turnout.fast import stacks as stk
-from turnout.fast.call_spec import CallArgs, CallSpec, Traced, copy_static, tagged_call
+from turnout.fast.call_spec import LayoutCalls, Traced
 from turnout.fast.emit import Emitter
 from turnout.fast.regions import Item, Key
 from turnout.fast.values import Static
@@ -58,7 +58,8 @@ class SegmentFn:
     constants known while tracing (numpy, or ``DEAD``), or, for a write that left as it came in, the
     caller's own value (it does not cross the call: returning it would copy it). The state is the
     caller's, with what the call changed: the stacks (donated: updated in place), the error word, the
-    Variables it assigned, the stacks it made."""
+    Variables it assigned, the stacks it made. Its calls are ``call_spec.LayoutCalls``: one function
+    per layout of the arguments."""
 
     def __init__(self, items: list[Item], writes: list[Key], fetched: set[Key], emitter: MakeEmitter,
                  jit: Callable[..., Any]) -> None:
@@ -66,36 +67,16 @@ class SegmentFn:
         self.writes = writes
         self.fetched = fetched
         self.emitter = emitter
-        self.jit = jit
-        #: per layout of the arguments (their keys): its ``CallArgs``, jitted function, and the writes
-        #: among the arguments (a write that leaves as it came in is not returned)
-        self.fns: dict[tuple[Any, ...], tuple[CallArgs, Any, list[Key]]] = {}
+        self.calls = LayoutCalls(self._body, jit)
 
     def __call__(self, env_in: dict[Key, Any], state: dict[str, Any], bound: Any
                  ) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
         rest, stacks = stk.split_state(state)
-        # sorted: a state that gained an entry (a stack made at its first push) keeps one layout
-        layout = (tuple(env_in), tuple(sorted(rest)), tuple(sorted(stacks)))
-        got = self.fns.get(layout)
-        if got is None:
-            args = CallArgs(*layout)
-            fn = tagged_call(args, self._body, self.jit)
-            got = self.fns[layout] = (args, fn, [k for k in self.writes if k in env_in])
-        args, fn, through = got
-        res, tag = fn(*args.flat(env_in, rest, stacks, bound))
-        spec: CallSpec = tag.spec
-        out, flags, new = spec.split(res)
-        if spec.static:
-            out.update((k, copy_static(v)) for k, v in spec.static.items())
-        for k in through:  # (a write that may have left as it came in)
-            if k not in out:
+        out, lives, new = self.calls(env_in, rest, stacks, bound)
+        for k in self.writes:  # (a write that may have left as it came in)
+            if k in env_in and k not in out:
                 v = env_in[k]
                 out[k] = v.value if isinstance(v, Static) else v
-        lives: dict[Key, Any] = {}
-        if spec.live:
-            lives = dict.fromkeys(spec.live, True)
-            if flags is not None:  # (a live flag traced: the flags follow the outputs, on the device)
-                lives.update(zip(spec.live, list(flags)[1:], strict=True))
         return out, lives, {**rest, **new}
 
     def _body(self, feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:

@@ -2,7 +2,7 @@
 
 Why a layer of its own (under ``FastBackend``, which runs the stages in order, ``_execute``): these
 are how one stage of the staged path is called — a segment through ``fast.segment.SegmentFn`` in
-the calling convention of ``fast.call_spec``, a driven loop through ``fast.driven.drive_chunks``,
+the calling convention of ``fast.call_spec``, a driven loop through ``fast.driven.DrivenLoop``,
 which moves full stack chunks between its calls — and what a stage comes to: its outputs and state,
 or the outcome that ends the run (``Discard`` where the fused stage's trace refused, ``Retry`` where
 a driven loop's stacks outgrew their chunk), returned, not raised.
@@ -10,12 +10,13 @@ a driven loop's stacks outgrew their chunk), returned, not raised.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
 from turnout.fast import stacks as stk
-from turnout.fast.driven import Guard, drive_chunks, split_carry
+from turnout.fast.driven import Guard
 from turnout.fast.fused_attempts import FusedAttempts
 from turnout.fast.guards import device_oom
 from turnout.fast.outcome import Discard, Raise, Retry
@@ -61,31 +62,18 @@ class StagedStages(FusedAttempts):
 
     def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
                store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]] | Retry:
-        """Run a top-level loop chunk by chunk (``fast.driven.drive_chunks``). Between chunks, a stack
+        """Run a top-level loop chunk by chunk (``fast.driven.DrivenLoop.run``). Between chunks, a stack
         that outgrew its buffer hands the full chunk to ``store`` (to host memory, or kept on the
         device: the loop's ``swap_memory``), and a stack that runs low takes the chunk that ``store``
         brought back. ``Retry``: a chunk could make no progress at this capacity."""
-        if not st.fns:
-            st.fns["init"], st.fns["chunk"], st.fns["finish"] = plan.loop_fns(st)
-        store.begin_pops({s: state[s] for s in st.pop_stacks if s in state})
-        rest, stacks = stk.split_state(state)
-        with device_oom(plan, st):
-            c, state = st.fns["init"](env_in, rest, stacks, max_iter)
-        if c is not None:
-            c = drive_chunks(st.fns["chunk"], env_in, c, max_iter, st.push_stacks, st.pop_stacks, plan.capacity,
-                             store, WHO, self._chunk_guard(plan, st))
-            if isinstance(c, Raise):
-                raise c.error
-            if isinstance(c, Retry):
-                return c
-        with device_oom(plan, st):
-            if c is None:
-                rest, stacks = stk.split_state(state)
-                out, _, state = st.fns["finish"](env_in, None, stacks, rest, max_iter)
-            else:
-                c_rest, c_stacks = split_carry(c)
-                out, _, state = st.fns["finish"](env_in, c_rest, c_stacks, {}, max_iter)
-        store.end_pushes(st.push_stacks)
+        if "loop" not in st.fns:
+            st.fns["loop"] = plan.driven_loop(st)
+        got = st.fns["loop"].run(env_in, state, max_iter, store, WHO, self._chunk_guard(plan, st))
+        if isinstance(got, Raise):
+            raise got.error
+        if isinstance(got, Retry):
+            return got
+        out, _, state = got
         return out, state
 
     def _chunk_guard(self, plan: Plan, st: Stage) -> Guard:
@@ -94,7 +82,10 @@ class StagedStages(FusedAttempts):
         is ``ResourceExhaustedError`` naming the loop (``device_oom``)."""
         @contextmanager
         def guard(what: str, stacks: Optional[list[str]]) -> Iterator[dict[str, Any]]:
-            if what == "chunk":
+            span: Any
+            if what in ("init", "finish"):
+                span = contextlib.nullcontext({})
+            elif what == "chunk":
                 span = self._span("chunk", "driven loops")
             else:
                 span = self._span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",

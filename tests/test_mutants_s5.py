@@ -356,7 +356,7 @@ def test_a_fetch_on_a_branch_not_taken_is_dead_in_a_partitioned_run() -> None:
 # ---- fast/backend.py --------------------------------------------------------------------------------------
 def test_xla_out_of_memory_entering_a_driven_loop_names_the_loop() -> None:
     """Kills ``backend._drive:b1709d6d`` (the ``RESOURCE_EXHAUSTED`` handler around a driven loop's first
-    call given no plan). XLA's out-of-memory raised by the call that enters the loop (a GPU allocator's;
+    call given no plan; now the guard around ``DrivenLoop.run``'s ``init``). XLA's out-of-memory raised by the call that enters the loop (a GPU allocator's;
     CPUs do not raise it here, so the call is made to) is a ``ResourceExhaustedError`` naming the loop,
     as it is from the later chunk calls."""
     import jax
@@ -371,13 +371,13 @@ def test_xla_out_of_memory_entering_a_driven_loop_names_the_loop() -> None:
     def oom(*args: Any) -> Any:
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.")
 
-    inits = {id(st): st.fns["init"] for st in stages}
+    inits = {id(st): st.fns["loop"].init for st in stages}
     for st in stages:
-        st.fns["init"] = oom
+        st.fns["loop"].init = oom
     with pytest.raises(tn.ResourceExhaustedError, match=r'ran out of memory running loop "while".*swap_memory=True'):
         sess.run([y, dx], {x: 1.5, n: 100})
     for st in stages:
-        st.fns["init"] = inits[id(st)]
+        st.fns["loop"].init = inits[id(st)]
     got = sess.run([y, dx], {x: 1.5, n: 100})
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b)
