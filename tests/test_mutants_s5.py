@@ -356,7 +356,8 @@ def test_a_fetch_on_a_branch_not_taken_is_dead_in_a_partitioned_run() -> None:
 # ---- fast/backend.py --------------------------------------------------------------------------------------
 def test_xla_out_of_memory_entering_a_driven_loop_names_the_loop() -> None:
     """Kills ``backend._drive:b1709d6d`` (the ``RESOURCE_EXHAUSTED`` handler around a driven loop's first
-    call given no plan; now the guard around ``DrivenLoop.run``'s ``init``). XLA's out-of-memory raised by the call that enters the loop (a GPU allocator's;
+    call given no plan; now the guard around ``DrivenLoop.run``'s ``init``). XLA's out-of-memory raised
+    by the call that enters the loop (a GPU allocator's;
     CPUs do not raise it here, so the call is made to) is a ``ResourceExhaustedError`` naming the loop,
     as it is from the later chunk calls."""
     import jax
