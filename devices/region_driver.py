@@ -48,7 +48,9 @@ class RegionDriver:
         self.push.update({s: n or 0 for s, n in t.push.items()})
         self.pop = {s: n or 0 for s, n in traffic([region]).pop.items()}
         self.pop.update({s: n or 0 for s, n in t.pop.items()})
-        self.loop = DrivenLoop(region, writes, set(fetched), self.push, self.pop, capacity, emitter, jax.jit)
+        # (its pointers stop at the capacity: the executor reads a device's word only when it must wait)
+        self.loop = DrivenLoop(region, writes, set(fetched), self.push, self.pop, capacity, emitter, jax.jit,
+                               measured=None, free_pointers=False)
 
     def run(self, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any, stacks: SpanningStacks,
             device: str) -> Union[tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]], Retry]:

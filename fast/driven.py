@@ -80,7 +80,7 @@ class DrivenLoop:
 
     def __init__(self, region: WhileRegion, writes: list[Key], fetched: set[Key], push: dict[str, int],
                  pop: dict[str, int], capacity: int, emitter: MakeEmitter, jit: Callable[..., Any],
-                 measured: Optional[set[str]] = None, free_pointers: bool = False) -> None:
+                 measured: Optional[set[str]], free_pointers: bool) -> None:
         self.region, self.writes, self.fetched = region, writes, fetched
         self.push, self.pop, self.capacity, self.measured = push, pop, capacity, measured
         self.emitter, self.free_pointers = emitter, free_pointers
@@ -92,10 +92,12 @@ class DrivenLoop:
         em = self.emitter({**state, **stacks}, bound)
         start, body, _ = em.while_fns(self.region, dict(feeds))
         c0 = start(em.state)
-        if c0 is None:  # the loop does not run: the (donated) stacks go back for ``finish``
-            return Traced({}, 0, {}, _changed(em.state, state, stacks))
-        vals, pred, st, iters = em.discover(body, jnp_tree(c0), self.region)[0]
-        return Traced({}, 0, {}, {**_changed(st, state, stacks), VALS: vals, PRED: pred, ITERS: iters})
+        # (where the loop does not run, no carry: the state, the donated stacks among it, goes to ``finish``)
+        st, carry = em.state, {}
+        if c0 is not None:
+            vals, pred, st, iters = em.discover(body, jnp_tree(c0), self.region)[0]
+            carry = {VALS: vals, PRED: pred, ITERS: iters}
+        return Traced({}, 0, {}, {**_changed(st, state, stacks), **carry})
 
     def _chunk(self, feeds: dict[Key, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
         rest = {k: v for k, v in state.items() if k not in (*CARRY, AUX, HOST_HAS)}

@@ -213,6 +213,10 @@ MODULES: dict[str, dict[str, Any]] = {
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
                                "test_fast_positional_stacks.py", "test_fast_memory.py"]},
 }
+#: run for every module after its own tests: each module's ``__all__`` names only what it defines (a
+#: module-level mutant runs every test of its module; a function's, only those that reach it)
+for _spec in MODULES.values():
+    _spec["tests"] = [*_spec["tests"], "test_exports.py"]
 MODULE_PATHS = {spec["module"]: path for path, spec in MODULES.items()}  # import name -> file
 DEFAULT_MODULES = ["reference/rules.py", "reference/executor.py", "semantics/smallstep.py"]
 #: The oracle core: what every other executor is judged by (``docs/checking.rst`` gives their scores).
