@@ -669,5 +669,7 @@ def test_any_trip_count_of_an_accumulating_loop(rows: int, slots: int, kind: str
         pytest.importorskip("jax")
     per = {"scan": 20, "map": 8, "writes": 20}[kind]  # bytes of a checkpoint: its state and position
     want = _run_acc(accumulating(kind, None), "reference", rows)
-    for a, b in zip(_run_acc(accumulating(kind, slots * per), backend, rows), want, strict=True):
+    m = accumulating(kind, slots * per)
+    for a, b in zip(_run_acc(m, backend, rows), want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert sum(held(m["sessions"][backend]).values()) == slots * per  # (the backend's own count: the slots)
