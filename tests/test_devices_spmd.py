@@ -130,6 +130,30 @@ def test_variables_assigned_on_one_device() -> None:
     assert float(sess.variables["total"]) == float(variables["total"])
 
 
+def test_a_fetched_new_value_of_a_variable_and_a_constant_fetch() -> None:
+    """A Variable assigned after a loop on another device, whose new value is also fetched: the run
+    hands it out both as the fetch, from its owner device, and as the Variable's new value, run after
+    run; a constant fetch (known while tracing) does not cross the program (``CallSpec.static``) and
+    is merged by the run."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device(_cpu(1)):
+            total = tn.Variable(np.float32(1.0), name="total")
+        with tn.device(_cpu(0)):
+            _, x = tn.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 2.0), [tn.constant(0), tn.constant(1.0)])
+        with tn.device(_cpu(1)):
+            new = total.assign_add(x * 1.0)
+            three = tn.constant(3.0) * 1.0
+    plan = _plan(g, [new, x, three], [n], 2, only_spanning=False)
+    variables: dict[str, np.ndarray] = {}
+    for k, want in ((3, 9.0), (2, 13.0)):
+        r = plan.run({n: np.int32(k)}, variables, OPTS)
+        assert [float(v) for v in r.values] == [want, 2.0 ** k, 3.0]
+        assert float(variables["total"]) == want
+    assert (three.node.id, three.index) in next(iter(plan._compiled.values())).spec.static
+
+
 def test_errors_keep_reference_types() -> None:
     g, n, xs = _ring_loop(2)
     plan = _plan(g, xs, [n], 2)
