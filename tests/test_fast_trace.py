@@ -52,7 +52,9 @@ def test_driven_loops_show_chunks_and_host_swaps(tmp_path: Path) -> None:
     tl = sess.last_result.trace
     chunks = [s for s in tl.spans if s.row == "driven loops"]
     assert sum(s.args["iterations"] for s in chunks) == 20  # 10 forward + 10 backward iterations
-    assert any(s.row == "host swaps" for s in tl.spans)  # 10 pushes do not fit a chunk of 4
+    swaps = [s for s in tl.spans if s.row == "host swaps"]  # 10 pushes do not fit a chunk of 4
+    # full chunks leave while the forward loop pushes, and come back while the backward loop pops
+    assert {s.name for s in swaps} == {"stack chunks full", "stack chunks back"}
     path = tmp_path / "fast_trace.json"
     tl.save_chrome(str(path))
     doc = json.loads(path.read_text())

@@ -139,7 +139,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/outcome.py": {"module": "turnout.fast.outcome",
                         "tests": ["test_fast_outcome.py", "test_error_parity.py", "test_swap_memory.py",
                                   "test_fast_stack_pointers.py"]},
-    "fast/driven.py": {"module": "turnout.fast.driven", "tests": [*_STACK_TESTS, "test_devices_swap.py"]},
+    "fast/driven.py": {"module": "turnout.fast.driven",
+                       "tests": [*_STACK_TESTS, "test_devices_swap.py", "test_fast_trace.py"]},
     # the one calling convention: every compiled call's (one device, segments, SPMD, fused groups)
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": [*_BACKEND_TESTS, *_FAST_DEV_TESTS, "test_compiled_partition.py"]}
