@@ -194,6 +194,25 @@ def test_a_kernel_error_inside_a_group_is_the_reference_error_naming_the_op() ->
     assert run_tasks(g, [y], {x: 5}) == tn.Session(g).run([y], {x: 5})
 
 
+def test_a_group_whose_checks_hold_runs_compiled() -> None:
+    """A group with a check decided at run time (an integer division's divisor) runs as its compiled
+    call while the check holds, its error word 0 (no interpreted call, no rerun); where it fails,
+    the call's word says so and the group runs again on the reference kernels, which raise."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, shape=[], name="x")
+        with tn.device(dev(0)):
+            x1 = x * 1
+        with tn.device(dev(1)):
+            y = tn.divide(x1 + 1, x1 - 3, name="divide") * 2 + 1
+    out = run_in_process(g, [y], {x: 5}, executor="fast", options=RunOptions())
+    assert fetched(out) == tn.Session(g).run([y], {x: 5})
+    s = stats_of(out)
+    assert s["compiled_calls"] > 0 and s["interpreted_calls"] == 0 and s["check_reruns"] == 0, s
+    out = run_in_process(g, [y], {x: 3}, executor="fast", options=RunOptions())
+    assert any(isinstance(o, tn.KernelError) for o in out.values())
+
+
 def test_shapes_the_rule_refuses_in_a_group_fail_as_on_the_reference() -> None:
     """A fused group meets a ``matmul`` of two vectors (shapes unknown when built): the group's
     checks fail and its members run on the reference kernels, which raise the shape rule's error
