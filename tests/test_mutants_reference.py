@@ -737,3 +737,23 @@ def test_a_dead_control_input_kills_an_enter_and_so_its_loop() -> None:
         run_graph(g, [out])
     with pytest.raises(tn.DeadFetchError):
         ss.run(g, [out])
+
+
+def test_a_recomputed_loops_slots_are_counted_where_they_are_made() -> None:
+    """Kills ``rules._checkpoint_slots:41c7a430`` (the slots' count skipped where a budget applies). The
+    ``CheckpointSlots`` node of a loop whose gradient recomputes gives its forward loop the slots its
+    budget holds, and the interpreter counts them as what the loop saves (``saved_bytes``), so that a
+    run's budget below them stops with ``ResourceExhaustedError`` naming the loop's checkpoints."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], name="rnn",
+                             memory_budget=3 * 24)  # three states of 24 bytes: the counter, v, the position
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    sess = tn.Session(g, backend="reference")
+    feeds = {x: np.ones(4, np.float32), n: 7}
+    sess.run(gx, feeds)
+    assert sess.last_result.stats["saved_bytes"] == {"rnn": 72}
+    with pytest.raises(tn.ResourceExhaustedError, match='the checkpoints of loop "rnn" \\(3 slots of 24 bytes'):
+        sess.run(gx, feeds, memory_budget=71)

@@ -566,3 +566,26 @@ def test_a_direct_run_bounds_each_loop_instance_as_a_sessions_default_does() -> 
     assert ss.run(g, [out]).final.program.max_iterations == default
     assert ss.run(g, [out], max_iterations=None).final.program.max_iterations is None
     assert ss.run(g, [out], max_iterations=60).final.program.max_iterations == 60
+
+
+def test_the_small_step_system_counts_a_recomputed_loops_slots() -> None:
+    """``_count_saved``: a live ``CheckpointSlots`` firing counts the slots its loop's checkpoints take
+    (``SavedBytes.checkpoints``), as the reference interpreter counts them; a push counts its entry;
+    other firings count nothing. A run's budget below the slots stops with the reference's message."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 5, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], name="rnn",
+                             memory_budget=2 * 24)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    feeds = {x: np.ones(4, np.float32)}
+    r = ss.run(g, [gx], feeds)
+    assert r.saved is not None and r.saved.stats() == {"peak_saved_bytes": 48, "saved_bytes": {"rnn": 48}}
+    np.testing.assert_allclose(r.values[0], run_graph(g, [gx], feeds).values[0], rtol=1e-6)
+    msgs = []
+    for run in (lambda: ss.run(g, [gx], feeds, memory_budget=47),
+                lambda: tn.Session(g).run(gx, feeds, memory_budget=47)):
+        with pytest.raises(ResourceExhaustedError) as e:
+            run()
+        msgs.append(str(e.value).split(": ", 1)[1])
+    assert msgs[0] == msgs[1] and msgs[0].startswith('the checkpoints of loop "rnn" (2 slots of 24 bytes')
