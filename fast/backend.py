@@ -417,11 +417,7 @@ class FastBackend(StagedStages):
             return chunk, None
         with jax.enable_x64(True):
             plan = self._plan(fetches, feeds, variables, chunk)
-        k = (id(plan), options.memory_budget)  # (plans live as long as the backend)
-        if k not in self._budgets:
-            self._budgets[k] = None if not (plan.stack_nodes or plan.slot_nodes) else stk.budget_plan(
-                self.graph.nodes, [*plan.stack_nodes, *plan.slot_nodes], self.memory_platform(), options.memory_budget)
-        budget = self._budgets[k]
+        budget = self._run_budget(plan, options.memory_budget)
         cap = None if budget is None else budget.capacity()
         return (chunk if cap is None else min(chunk, cap)), budget
 

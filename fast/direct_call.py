@@ -49,8 +49,7 @@ class DirectCalls(RunState):
         """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
         t0 = time.perf_counter()
         if options.memory_budget is not None and d.plan.slot_nodes:  # (a loop's own budget holds its slots)
-            budget = stk.budget_plan(self.graph.nodes, d.plan.slot_nodes, self.memory_platform(), options.memory_budget)
-            stk.check_slots(budget, d.plan.slot_bytes, "fast backend")
+            stk.check_slots(self._run_budget(d.plan, options.memory_budget), d.plan.slot_bytes, "fast backend")
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
         var_vals = {var_key(name): self._device_var(d.plan, name, variables) for name in d.var_names}
         flat = d.args.flat(by_key, var_vals, {}, iteration_bound(options))

@@ -13,6 +13,7 @@ of them owns (``fast.direct_call``, ``fast.fused_attempts``, ``fast.backend``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Optional
 
@@ -31,6 +32,7 @@ from turnout.fast.values import DEAD, to_host
 from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
 from turnout.fast_options import FastOptions
 from turnout.graph import Graph, Tensor
+from turnout.memory_plan import MemoryPlan
 
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 #: how errors of this backend name it (``outcome.decode``)
@@ -76,6 +78,20 @@ class RunState:
     _timeline: Optional[Timeline]
     #: per loop and device, the gradient stack memory of the last run (``memory_records``)
     _records: list[dict[str, Any]]
+    #: (id of a plan, run budget) -> the memory plan its runs honour (``_run_budget``)
+    _budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]]
+    #: the platform whose memory the stacks use (``FastBackend.memory_platform``)
+    memory_platform: Callable[[], str]
+
+    def _run_budget(self, plan: Plan, run_budget: Optional[int]) -> Optional[MemoryPlan]:
+        """The memory plan runs of ``plan`` under ``run_budget`` honour (``chunk_store.budget_plan`` of
+        its stacks and checkpoint slots; None: it has neither), made once per plan and run budget
+        (plans live as long as the backend)."""
+        k = (id(plan), run_budget)
+        if k not in self._budgets:
+            self._budgets[k] = None if not (plan.stack_nodes or plan.slot_nodes) else stk.budget_plan(
+                self.graph.nodes, [*plan.stack_nodes, *plan.slot_nodes], self.memory_platform(), run_budget)
+        return self._budgets[k]
 
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
