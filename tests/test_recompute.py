@@ -398,6 +398,82 @@ def test_a_loop_without_a_budget_or_that_keeps_stacks_keeps_no_checkpoints() -> 
     assert len(w.loop_vars) == 1 + 2 + 2 + 2  # the counter, i and v, their buffers, the count and stride
 
 
+def _slot_nodes(g: tn.Graph) -> list[Any]:
+    return [nd for nd in g.nodes if "checkpoints" in nd.name or "thin" in nd.name]
+
+
+def test_the_slots_are_built_by_the_first_gradient_that_recomputes() -> None:
+    """A budgeted loop carries no slots until a gradient that recomputes it is built (as the
+    store-everything gradient adds its pushes then): its forward graph is the unbudgeted loop's,
+    node for node. The first gradient adds them; a second gradient of the same loop reuses them."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        w0 = tn.placeholder(tn.float32, [4], name="w")
+        _, y = tn.while_loop(lambda i, v: i < 5, body_of("plain", w0), [tn.constant(0), x], name="rnn",
+                             memory_budget=3 * STATE)
+    (w,) = [c for c in g.contexts if isinstance(c, WhileContext)]
+    assert w.checkpoints is None and len(w.loop_vars) == 3 and not _slot_nodes(g)
+    forward = len(g.nodes)
+    with g.as_default():
+        (gx,) = tn.gradients(tn.reduce_sum(y * y), [x])
+    ck = w.checkpoints
+    assert ck is not None and ck.plan.slots == 3 and len(w.loop_vars) == 7 and _slot_nodes(g)
+    assert all(nd.id >= forward for nd in _slot_nodes(g))
+    with g.as_default():
+        (gw,) = tn.gradients(tn.reduce_sum(tn.tanh(y)), [w0])
+    assert w.checkpoints is ck and len(w.loop_vars) == 7
+    assert not [nd for nd in g.nodes if nd.op == "StackNew"]
+    feeds = {x: X0, w0: W0}
+    got = tn.Session(g).run([gx, gw], feeds)
+    g2 = tn.Graph()
+    with g2.as_default():
+        x2 = tn.placeholder(tn.float32, [4], name="x")
+        w2 = tn.placeholder(tn.float32, [4], name="w")
+        _, y2 = tn.while_loop(lambda i, v: i < 5, body_of("plain", w2), [tn.constant(0), x2], name="rnn")
+        want = tn.Session(g2).run([tn.gradients(tn.reduce_sum(y2 * y2), [x2])[0],
+                                   tn.gradients(tn.reduce_sum(tn.tanh(y2)), [w2])[0]], {x2: X0, w2: W0})
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_gradient_refused_past_the_slots_leaves_the_loop_without_them() -> None:
+    """A gradient that fails after it built one loop's slots (here: the later loop recomputes, the
+    earlier one writes state and is refused) leaves the graph as it was: no slots, no loop variable
+    of them, and the loop's gradient can still be built alone."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        count = tn.Variable(0.0, name="count")
+
+        def counted(v: Any) -> Any:
+            with tn.control_dependencies([count.assign_add(1.0)]):
+                return [tn.tanh(v)]
+
+        (a,) = tn.while_loop(lambda v: tn.reduce_sum(v) > 10.0, counted, [x], name="counted", memory_budget=1000)
+        _, y = tn.while_loop(lambda i, v: i < 4, lambda i, v: (i + 1, tn.tanh(v) * 0.9), [tn.constant(0), a],
+                             name="rnn", memory_budget=3 * STATE)
+        loss = tn.reduce_sum(y)
+    (w,) = [c for c in g.contexts if isinstance(c, WhileContext) and c.name == "rnn"]
+    before = len(g.nodes)
+    with g.as_default(), pytest.raises(UnsupportedError, match='"counted".*writes state'):
+        tn.gradients(loss, [x])
+    assert len(g.nodes) == before and w.checkpoints is None and len(w.loop_vars) == 3 and not _slot_nodes(g)
+    with g.as_default():
+        (ga,) = tn.gradients(loss, [a])
+    assert w.checkpoints is not None and len(w.loop_vars) == 7
+    got = tn.Session(g).run(ga, {a: np.array([0.1, -0.2, 0.3, 0.05], np.float32)})
+    want = np.ones(4, np.float32)
+    u = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    us = []
+    for _ in range(4):
+        us.append(u)
+        u = np.tanh(u) * 0.9
+    for u in reversed(us):
+        want = want * 0.9 * (1 - np.tanh(u) ** 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def thinning_boundaries(slots: int, upto: int) -> list[int]:
     """The trip counts just before, at and after each step at which the forward loop thins."""
     out = set()

@@ -9,7 +9,10 @@ initial state alone, and recomputes about one forward pass instead of about two.
 
 The slots are extra loop variables of the forward loop, appended after the user's (``state_vars``
 are the user's): one ``[slots, ...]`` buffer per loop variable, the number of states kept and the
-stride. A loop without a budget, or whose gradient keeps stacks, has none of them.
+stride. They are added when a gradient that recomputes is first built (``slots_of``), as the paper's
+gradient adds its stack pushes to the forward loop: a loop without a budget, whose gradient keeps
+stacks, or whose gradient is never built (or refused) has none of them, so a forward pass pays
+nothing for a budget it does not use.
 
 Its meaning, per iteration (``x`` the state before step ``i``)::
 
@@ -187,16 +190,37 @@ def static_able(t: Tensor) -> bool:
                    for n in ancestors([t]).values())
 
 
+def slots_of(w: WhileContext, cp: memory_plan.Checkpointing, loop: Callable[..., Any]) -> OnlineCheckpoints:
+    """The slots of loop ``w``, which its gradient recomputes from in ``cp.slots`` slots: built into
+    the forward loop the first time such a gradient is (``add_slots``, their next values by ``keep``
+    in its body, ``loop`` the loop builder, passed in so that this module does not import it back),
+    and shared by every later gradient of ``w``.
+
+    Why at the gradient, not with the loop: a forward pass (a loop whose gradient is never built, or
+    refused) would otherwise carry the slots in its graph, which the interpreters run and which made
+    the LSTM step's forward pass under a budget 1.2 times the one without. The paper's gradient adds
+    its stack pushes to the forward loop the same way."""
+    if w.checkpoints is None:
+        g = w.graph
+        w.checkpoints = add_slots(g, w, cp)
+        with g._in_context(w), g.control_dependencies(None), g._root_scope(), g.name_scope(f"{w.name}/body"):
+            nexts = keep(w, w.checkpoints, loop)
+        for lv, t in zip([*w.checkpoints.bufs, w.checkpoints.count, w.checkpoints.stride], nexts, strict=True):
+            w.close_loop_var(lv, t, f"{w.name}/next_iteration")
+    assert w.checkpoints.plan == cp, w.name
+    return w.checkpoints
+
+
 def add_slots(g: Graph, w: WhileContext, cp: memory_plan.Checkpointing) -> OnlineCheckpoints:
     """Append the slots' loop variables to ``w``, once its body is built (which arrays it only writes
     is known then: ``accumulators``): one buffer per checkpointed state variable, the count and the
-    stride (``WhileContext.add_loop_var``; the builder closes their back edges with what ``keep``
-    computes). The buffers
-    start as zeros of a run-time ``Fill`` of ``slot_count`` slots, not a constant as large as the
-    budget in the graph."""
+    stride (``WhileContext.add_loop_var``; ``slots_of`` closes their back edges with what ``keep``
+    computes). The buffers start as zeros of a run-time ``Fill`` of ``slot_count`` slots, not a
+    constant as large as the budget in the graph."""
     assert w.pivot is not None
     lvs = state_vars(w)
-    with g._in_context(w.outer), g.control_dependencies(None), g.name_scope(f"{w.name}/checkpoints"):
+    with (g._in_context(w.outer), g.control_dependencies(None), g._root_scope(),
+          g.name_scope(f"{w.name}/checkpoints")):
         count = slot_count(w, cp)
         inits = [_buffer(count, lvs[i].merge.outputs[0]) for i in checkpointed(w)]
         inits += [ops.constant(0), ops.constant(1)]
@@ -266,4 +290,5 @@ def _body_in(lv: LoopVar) -> Tensor:
 
 
 __all__ = ["OnlineCheckpoints", "accumulators", "add_slots", "checkpoint_attrs", "checkpointed", "checkpointing_of",
-           "fewest_slots", "keep", "slot_count", "state_bytes", "state_vars", "static_able", "thinnings", "trips"]
+           "fewest_slots", "keep", "slot_count", "slots_of", "state_bytes", "state_vars", "static_able", "thinnings",
+           "trips"]

@@ -245,8 +245,8 @@ class WhileContext(ControlFlowContext):
         # for the backward loop that ``gradients.recompute`` builds: how it reverses which loop
         self.reverses_by_recomputing: Optional[Checkpointing] = None
         self.num_state = 0  # the user's loop variables (after the counter); the rest are the builder's
-        # the slots of online checkpoints that the forward loop keeps for a gradient that recomputes
-        # (``control_flow.checkpoints``); None: it keeps none
+        # the slots of online checkpoints that the forward loop keeps for a gradient that recomputes,
+        # added by the first such gradient (``control_flow.checkpoints.slots_of``); None: it keeps none
         self.checkpoints: Optional[OnlineCheckpoints] = None
         # the indices, among the user's loop variables, of the TensorArrays the body only writes
         # (``checkpoints.accumulators``, recorded once the body is built): checkpoints leave them out
@@ -266,6 +266,11 @@ class WhileContext(ControlFlowContext):
         super().forget_nodes_from(n0)
         self.invariants = {k: e for k, e in self.invariants.items() if e.id < n0}
         self.pred_nodes = [n for n in self.pred_nodes if n.id < n0]
+        # loop variables a gradient added to a loop already built (``add_loop_var``): its sync
+        # variable, the slots of online checkpoints
+        self.loop_vars = [lv for lv in self.loop_vars if lv.enter.id < n0]
+        if self.checkpoints is not None and self.checkpoints.count.enter.id >= n0:
+            self.checkpoints = None
 
     def _make_capture(self, t: Tensor) -> Tensor:
         """[lowering: while_loop] an outside value enters as a loop invariant: Enter(is_constant=True).

@@ -40,7 +40,7 @@ from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import ArgumentError, DTypeError, GraphBuildError, ShapeError
-from turnout.graph import BACK_EDGE, Graph, Tensor, TensorSpec, get_default_graph
+from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
 from turnout.ops import convert_argument, identity, logical_and
 
 
@@ -80,22 +80,6 @@ def _graph_for(flat: list[Any]) -> Any:
         if isinstance(v, Tensor):
             return v.graph
     return get_default_graph()
-
-
-def _keep_checkpoints(g: Graph, ctx: WhileContext) -> None:
-    """Once the loop is built: where its gradient will recompute (``checkpoints.checkpointing_of``),
-    the slots that keep its checkpoints online, their next values computed in its body. Why after the
-    body: which TensorArrays the body only writes (``checkpoints.accumulators``) is known only then,
-    and checkpoints leave those out."""
-    ctx.accumulators = checkpoints.accumulators(ctx)
-    cp = checkpoints.checkpointing_of(ctx)
-    if cp is None or cp.slots < 1:
-        return
-    ctx.checkpoints = checkpoints.add_slots(g, ctx, cp)
-    with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{ctx.name}/body"):
-        nexts = checkpoints.keep(ctx, ctx.checkpoints, while_loop)
-    for lv, t in zip([*ctx.checkpoints.bufs, ctx.checkpoints.count, ctx.checkpoints.stride], nexts, strict=True):
-        ctx.close_loop_var(lv, t, f"{ctx.name}/next_iteration")
 
 
 @checked
@@ -256,7 +240,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                 )
             lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
             lv.merge.close_back_edge(lv.next_iteration.outputs[0])
-    _keep_checkpoints(g, ctx)
+    ctx.accumulators = checkpoints.accumulators(ctx)
     ctx.mode = "done"
     results = [from_graph_value(lv.exit.outputs[0]) for lv in checkpoints.state_vars(ctx)]  # type: ignore[union-attr]
     return nest.pack_as(loop_vars, results)

@@ -3,8 +3,9 @@
 A loop differentiated with gradient stacks saves values in every iteration, so its memory grows with
 the trip count. A ``tn.while_loop(..., memory_budget=B)`` whose plan calls for recomputation
 (``control_flow.checkpoints.checkpointing_of``, the rule its builder applied too) pushes nothing on
-stacks: its forward loop kept ``slots`` states online instead (``control_flow.checkpoints``: the
-positions ``checkpoint_schedule.forward_checkpoints(n, slots)`` gives). Its backward loop knows the
+stacks: its forward loop keeps ``slots`` states online instead (``control_flow.checkpoints``: the
+positions ``checkpoint_schedule.forward_checkpoints(n, slots)`` gives), slots this builder adds to it,
+as the store-everything gradient adds its pushes (``checkpoints.slots_of``). Its backward loop knows the
 trip count ``n`` when it starts, and runs the schedule's backward half from those states,
 ``checkpoint_schedule.actions(n, slots)``, as a ``tn.while_loop`` that reverses one step per
 iteration: an inner loop (``push_all``) first makes the schedule's pushes (each recomputes ``split``
@@ -92,7 +93,6 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
         raise UnsupportedError(f"{head}, but it holds no loop state: one takes {cp.state_bytes} bytes (its loop "
                                f"variables and a {memory_plan.POSITION_BYTES}-byte position); give at least "
                                f"{cp.state_bytes}")
-    assert w.checkpoints is not None and w.checkpoints.plan == cp, w.name
     return cp
 
 
@@ -117,13 +117,13 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     invs = [e for e in w.invariants.values() if e.id in b.on_path and b.wants(e.inputs[0])]
     if not wanted and not invs:
         return []
+    ck = checkpoints.slots_of(w, cp, build_while_loop)  # (built into the forward loop by its first such gradient)
     diff = [i for i, lv in enumerate(lvs) if is_differentiable_dtype(lv.merge.outputs[0].dtype)]
     outside = [Outside(tuple(b.aliases(g.nodes[k[0]].outputs[k[1]])), b.value(e.inputs[0]))
                for k, e in w.invariants.items()]
     ct0 = [dys[i + 1] if dys[i + 1] is not None else b.zeros_like(lvs[i].enter.inputs[0]) for i in diff]
     acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
-    slots, ck = cp.slots, w.checkpoints
-    assert ck is not None
+    slots = cp.slots
     # the arrays the body only writes are not checkpointed: a recomputed step is given the loop's
     # initial one, whose writes it drops (``checkpoints.accumulators``)
     st = State(checkpoints.checkpointed(w), {i: b.value(lvs[i].enter.inputs[0]) for i in w.accumulators})
