@@ -4,7 +4,7 @@ Why a module of its own: a cond or a loop whose nodes sit on several devices can
 call; the host decides it, reading the one value it must (the predicate) and running the steps of the
 taken side (``devices.segments``: ``HostCond``, ``HostLoop``). That is the paper's Switch, Merge,
 Enter, NextIteration and Exit done on the host's environment (``devices.host_env``), one decision at a
-time, where the emitter (``fast.conds``, ``fast.loops``) does them inside a trace; the segment calls
+time, by the wiring the emitter applies inside a trace (``fast.plumbing``); the segment calls
 between the decisions are the run's (``devices.plan_run``), which mixes this class in.
 
 For a loop, the host also bounds the iterations in flight by its ``parallel_iterations``: before
@@ -25,6 +25,16 @@ from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
 from turnout.devices.segments import HostCond, HostLoop, Step
 from turnout.errors import NonTerminationError, describe_node, runaway_message
 from turnout.fast.outcome import Retry
+from turnout.fast.plumbing import (
+    dead,
+    entries,
+    exit_keys,
+    exit_wires,
+    invariant_wires,
+    join_wires,
+    merge_outputs,
+    next_values,
+)
 from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.kernels import truth
@@ -63,8 +73,7 @@ class HostControl:
         p = resolved(env.vals[key(r.pred)])
         exports = cond_exports(r, self.plan.program.fetch_keys)
         if p is DEAD:
-            for k in cond_outputs(r, exports):
-                env.set(k, DEAD, None)
+            env.wire(dead(cond_outputs(r, exports)), env)
             return
         t0 = self.tl.now() if self.tl else 0.0
         b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
@@ -79,13 +88,7 @@ class HostControl:
     def _join(hc: HostCond, b: bool, benv: HostEnv, env: HostEnv, exports: list[Key]) -> None:
         """Branch ``b``'s results into ``env``: each Merge forwards the input of that branch (and its
         index), or is dead where the branch has none; an export the branch did not make is dead."""
-        for m, slots in hc.region.merges:
-            if b in slots:
-                env.take(key(m.outputs[0]), benv, key(m.inputs[slots[b]]))
-                env.set(key(m.outputs[1]), np.asarray(slots[b], np.int32), None)
-            else:
-                env.set(key(m.outputs[0]), DEAD, None)
-                env.set(key(m.outputs[1]), DEAD, None)
+        env.wire(join_wires(hc.region, b), benv)
         for k in exports:
             if k in benv.vals:
                 env.take(k, benv, k)
@@ -99,13 +102,10 @@ class HostControl:
         iterations run ahead of the ones whose error words have been read."""
         r = hl.region
         base = env.child()
-        for inv in r.invariants:
-            base.take(key(inv.outputs[0]), env, key(inv.inputs[0]))
-        vals = [(resolved(env.vals[key(e.inputs[0])]), env.where.get(key(e.inputs[0])))
-                for e, _, _, _, _ in r.loop_vars]
+        base.wire(invariant_wires(r), env)
+        vals = [(resolved(env.vals[key(t)]), env.where.get(key(t))) for t, _ in entries(r)]
         if any(v is DEAD for v, _ in vals):
-            for x in r.exits:
-                env.set(key(x.outputs[0]), DEAD, None)
+            env.wire(dead(exit_keys(r)), env)
             return
         outer_iteration = self.iteration
         henv, iters = self._iterate(hl, base, vals)
@@ -119,8 +119,7 @@ class HostControl:
         self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
         eenv = switched(henv, r.switches, 0)
         self.steps(hl.exit_side, eenv)
-        for x in r.exits:
-            env.take(key(x.outputs[0]), eenv, key(x.inputs[0]))
+        env.wire(exit_wires(r), eenv)
 
     def _iterate(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]]) -> tuple[HostEnv, int]:
         """Run iterations until the predicate is false, or until the run's ``Retry``: the environment
@@ -143,8 +142,7 @@ class HostControl:
             self.steps(hl.body, benv)
             if self.retry is not None:
                 return henv, iters
-            vals = [(benv.vals[key(nx.inputs[0])], benv.where.get(key(nx.inputs[0]))) for _, _, nx, _, _ in
-                    r.loop_vars]
+            vals = [(benv.vals[key(t)], benv.where.get(key(t))) for t, _ in next_values(r)]
             if self.pools:
                 window.append([self.last_fut[d] for d in hl.devices if d in self.last_fut])
             else:
@@ -156,15 +154,15 @@ class HostControl:
         """One iteration's environment: each loop variable's Merge holds its value (from the Enter at
         the first iteration, from the NextIteration after) and which input it came from."""
         henv = base.child()
-        for (_, m, _, es, ns), (v, w) in zip(hl.region.loop_vars, vals, strict=True):
+        for (kv, ki, idx), (v, w) in zip(merge_outputs(hl.region, first), vals, strict=True):
             if isinstance(v, (np.ndarray, np.generic)):
                 # a loop variable known on the host enters as a device value, so the segments are
                 # traced once for the loop, not once per value
                 v, w = jax.device_put(np.asarray(v), self.jdev[hl.home]), hl.home
             elif isinstance(v, Lazy):
                 v = Lazy(v.fut, v.k, data=True)
-            henv.set(key(m.outputs[0]), v, w)
-            henv.set(key(m.outputs[1]), np.asarray(es if first else ns, np.int32), None)
+            henv.set(kv, v, w)
+            henv.set(ki, idx, None)
         return henv
 
     def _go(self, hl: HostLoop, henv: HostEnv, iters: int) -> bool:

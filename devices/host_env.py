@@ -17,6 +17,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
+from turnout.fast.plumbing import Wire, switch_wires
 from turnout.fast.regions import Key, key
 from turnout.fast.values import DEAD, Handle
 
@@ -45,6 +46,15 @@ class HostEnv:
     def take(self, k: Key, other: HostEnv, src: Key) -> None:
         """``self[k] = other[src]``, keeping where it lives."""
         self.set(k, other.vals[src], other.where.get(src))
+
+    def wire(self, wires: Sequence[Wire], src: HostEnv) -> None:
+        """Apply the plumbing's ``wires`` (``fast.plumbing``) from ``src``: each output takes its
+        source where it lives, or the constant, known on the host."""
+        for w in wires:
+            if w.src is None:
+                self.set(w.dst, w.value, None)
+            else:
+                self.take(w.dst, src, key(w.src))
 
     def on(self, k: Key, device: str, jdev: Any) -> Any:
         """The value of ``k`` on ``device`` (JAX device ``jdev``): copied there once, if it lives
@@ -99,9 +109,7 @@ def switched(env: HostEnv, switches: Sequence[Any], taken: int) -> HostEnv:
     """A child of ``env`` past ``switches``: each forwards its input to output ``taken``; the other
     output is dead (a cond's branch, a loop's body with 1, its exit side with 0)."""
     out = env.child()
-    for s in switches:
-        out.take(key(s.outputs[taken]), env, key(s.inputs[0]))
-        out.set(key(s.outputs[1 - taken]), DEAD, None)
+    out.wire(switch_wires(switches, taken), env)
     return out
 
 

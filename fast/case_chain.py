@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
+from turnout.fast.plumbing import switch_wires
 from turnout.fast.regions import CondRegion, Item, Key, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.graph import Node
@@ -69,9 +70,7 @@ def speculate(chain: list[CondRegion], env: dict[Key, Any], emitter: Any
         preds.append(p)
         if j + 1 == len(chain):
             break
-        for s in r.switches:
-            senv[key(s.outputs[0])] = emitter.read(senv, s.inputs[0], s)
-            senv[key(s.outputs[1])] = DEAD
+        emitter.wire(switch_wires(r.switches, 0), senv)
         nodes, _ = _prefix(r)  # type: ignore[misc]
         # through the emitter's own runner, not node by node: the SPMD emitter runs each node on its
         # device and moves the values it reads there (``devices.spmd_emitter``); run one by one, a

@@ -22,6 +22,7 @@ from turnout.errors import UnsupportedError, describe_node
 from turnout.fast.case_chain import MIN_LEVELS, find_chain, first_true, speculate
 from turnout.fast.emitter_core import EmitterCore, Env
 from turnout.fast.lowering import NeedsStatic, feeds_behind
+from turnout.fast.plumbing import branch_joins, switch_wires
 from turnout.fast.regions import CondRegion, Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.tracing import Traced, jnp_tree, reconcile, same_constant
 from turnout.fast.values import DEAD, is_static
@@ -175,23 +176,20 @@ class CondEmitter(EmitterCore):
         def fn(state: Any) -> Branch:
             self.state = dict(state)
             benv = dict(env)
-            for s in r.switches:
-                benv[key(s.outputs[int(b)])] = self.read(benv, s.inputs[0], s)
-                benv[key(s.outputs[1 - int(b)])] = DEAD
+            self.wire(switch_wires(r.switches, int(b)), benv)
             saved = self.lives
             self.lives = {}
             try:  # (restored however the trace ends)
                 self.run_items(r.branches[b], benv)
                 merges = []
-                for m, slots in r.merges:
-                    if b in slots:
-                        src = m.inputs[slots[b]]
-                        v = DEAD if fill and _is_filler(src) else self.read(benv, src, m)
-                        if fill and is_static(v) and _exports_for_gradient(m):
-                            fixed[m.id] = v
-                        merges.append((v, np.asarray(slots[b], np.int32)))
-                    else:
+                for m, src, idx in branch_joins(r, b):
+                    if src is None:
                         merges.append((DEAD, DEAD))
+                        continue
+                    v = DEAD if fill and _is_filler(src) else self.read(benv, src, m)
+                    if fill and is_static(v) and _exports_for_gradient(m):
+                        fixed[m.id] = v
+                    merges.append((v, idx))
                 vals = [benv.get(k, DEAD) for k in exports]
                 flags = self._live_flags(exports, vals)
             finally:

@@ -25,6 +25,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.lower_node import lower_node
 from turnout.fast.lowering_base import NeedsStatic, Shows
 from turnout.fast.outcome import NONTERM, ErrorCodes
+from turnout.fast.plumbing import Wire
 from turnout.fast.ranges import Ranges, propagate
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key
 from turnout.fast.state_keys import pushed_once, stack_key, var_key
@@ -272,6 +273,13 @@ class EmitterCore(ABC):
         return None if v is None or v is MIXED else v
 
     # ---- reads along control-flow edges ---------------------------------------------------------
+    def wire(self, wires: list[Wire], src: Env, dst: Optional[Env] = None) -> None:
+        """Apply the plumbing's ``wires`` (``fast.plumbing``) from ``src`` into ``dst`` (``src``
+        itself when None): each output takes its source as ``read`` passes it on, or the constant."""
+        out = src if dst is None else dst
+        for w in wires:
+            out[w.dst] = w.value if w.src is None else self.read(src, w.src, w.reader)
+
     def read(self, env: Env, t: Tensor, reader: Node) -> Any:
         """The value of ``t`` as the structural node ``reader`` (a Switch, Merge, Enter, Exit) passes
         it on. Why a method: on one device it is just the environment's value, but the SPMD tier

@@ -29,6 +29,16 @@ from turnout.fast.facts import (
     own_writes,
 )
 from turnout.fast.outcome import NONTERM
+from turnout.fast.plumbing import (
+    dead,
+    entries,
+    exit_keys,
+    exit_wires,
+    invariant_wires,
+    merge_outputs,
+    next_values,
+    switch_wires,
+)
 from turnout.fast.regions import WhileRegion, key, loop_height, loop_number
 from turnout.fast.tracing import jnp_tree
 from turnout.fast.values import DEAD, TA, is_static
@@ -70,10 +80,9 @@ class LightLoops(CountedNests):
         """
         self.hold(r, self.state)
         loop = LightLoop(self, r, env)
-        vals0 = [self.read(env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
+        vals0 = [self.read(env, t, m) for t, m in entries(r)]
         if any(v is DEAD for v in vals0):
-            for x in r.exits:
-                env[key(x.outputs[0])] = DEAD
+            self.wire(dead(exit_keys(r)), env)
             return
         vals0 = _settled_arrays(r, vals0)
         _, p0 = loop.header(vals0, True)
@@ -246,8 +255,7 @@ class LightLoop:
         self.r: WhileRegion = r
         self.env: Env = env
         self.base = dict(env)
-        for inv in r.invariants:
-            self.base[key(inv.outputs[0])] = em.read(env, inv.inputs[0], inv)
+        em.wire(invariant_wires(r), env, self.base)
         self.pkey = key(r.loop_cond.inputs[0])
         self.lck = key(r.loop_cond.outputs[0])
         # The invariants the header reads (and the iteration bound) travel in the carry: the loop's
@@ -272,9 +280,8 @@ class LightLoop:
         henv = dict(self.base)
         if hvals is not None:
             henv.update(zip(self.hkeys, hvals, strict=True))
-        for (_, m, _, es, ns), v in zip(self.r.loop_vars, vals, strict=True):
-            henv[key(m.outputs[0])] = v
-            henv[key(m.outputs[1])] = np.asarray(es if first else ns, np.int32)
+        for (kv, ki, idx), v in zip(merge_outputs(self.r, first), vals, strict=True):
+            henv[kv], henv[ki] = v, idx
         self.em.run_items(self.r.header, henv)
         return henv, self.em.predicate(henv, self.r.loop_cond.inputs[0], self.r.loop_cond)
 
@@ -283,9 +290,7 @@ class LightLoop:
         decided): output ``taken`` carries the loop value, the other output is dead."""
         senv = dict(henv)
         senv[self.pkey] = senv[self.lck] = pred
-        for s in self.r.switches:
-            senv[key(s.outputs[taken])] = self.em.read(senv, s.inputs[0], s)
-            senv[key(s.outputs[1 - taken])] = DEAD
+        self.em.wire(switch_wires(self.r.switches, taken), senv)
         return senv
 
     def body(self, form: LoopForm, c: Any) -> Any:
@@ -307,7 +312,8 @@ class LightLoop:
             henv, pred = self.header(vals, False, hvals)
             benv = self.side(henv, pred, 1)
             em.run_items(r.body, benv)
-            nxt = [em.read(benv, r.loop_vars[j][2].inputs[0], r.loop_vars[j][1]) for j in form.keep]
+            nexts = next_values(r)
+            nxt = [em.read(benv, *nexts[j]) for j in form.keep]
         finally:
             em.max_iter = saved
             if self.framed:
@@ -335,8 +341,7 @@ class LightLoop:
             em.check(~jnp.asarray(pred), self.message, code="nonterm")
         elif not (is_static(pred) and not bool(pred)):
             em._set_err(jnp.asarray(pred, bool), NONTERM + self.off)
-        for x in r.exits:
-            self.env[key(x.outputs[0])] = em.read(eenv, x.inputs[0], x)
+        em.wire(exit_wires(r), eenv, self.env)
 
 
 def _settled_arrays(r: WhileRegion, vals0: list[Any]) -> list[Any]:

@@ -29,6 +29,7 @@ from turnout.fast.light_loops import LightLoop, LightLoops
 from turnout.fast.loops import CarryChanges
 from turnout.fast.lowering_base import NeedsStatic, feeds_behind
 from turnout.fast.outcome import NONTERM
+from turnout.fast.plumbing import dead, entries, exit_keys, exit_wires
 from turnout.fast.regions import Key, key, tensor_of
 from turnout.fast.values import DEAD, is_static
 
@@ -41,10 +42,9 @@ def run_unrolled(em: LightLoops, loop: LightLoop, refusal: UnsupportedError) -> 
     values decide it), or more than ``em.unroll_max`` bodies."""
     r = loop.r
     em.hold(r, em.state)  # (the stacks its gradient holds take their Variables' values now, ``fast.held``)
-    vals = [em.read(loop.env, e.inputs[0], m) for e, m, _, _, _ in r.loop_vars]
+    vals = [em.read(loop.env, t, m) for t, m in entries(r)]
     if any(v is DEAD for v in vals):
-        for x in r.exits:
-            loop.env[key(x.outputs[0])] = DEAD
+        em.wire(dead(exit_keys(r)), loop.env)
         return
     if loop.framed:
         em.frames.append(loop.number)
@@ -58,8 +58,7 @@ def run_unrolled(em: LightLoops, loop: LightLoop, refusal: UnsupportedError) -> 
     _budget(em, loop, bodies)
     eenv = loop.side(henv, pred, 0)
     em.run_items(r.exit_side, eenv)
-    for x in r.exits:
-        loop.env[key(x.outputs[0])] = em.read(eenv, x.inputs[0], x)
+    em.wire(exit_wires(r), eenv, loop.env)
 
 
 def _iterate(em: LightLoops, loop: LightLoop, vals: list[Any], refusal: UnsupportedError) -> tuple[int, Env, Any]:

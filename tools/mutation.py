@@ -133,6 +133,10 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
        for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops", "tracing")},
+    # the control-flow wiring that the emitter and the host's conds and loops both apply
+    "fast/plumbing.py": {"module": "turnout.fast.plumbing",
+                         "tests": ["test_fast_plumbing.py", "test_fast_loop_forms.py", *_FAST_TESTS,
+                                   *_FAST_DEV_TESTS]},
     "fast/facts.py": {"module": "turnout.fast.facts",
                       "tests": ["test_fast_counted_nests.py", "test_fast_counted_stacks.py", "test_fast_compile.py",
                                 *_FAST_TESTS]},
@@ -184,6 +188,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/ray_runtime.py": {"module": "turnout.devices.ray_runtime", "tests": _RAY_TESTS},
     "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
     "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
+    **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
+       for m in ("host_control", "host_env")},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
     "devices/spmd_emitter.py": {"module": "turnout.devices.spmd_emitter", "tests": _FAST_DEV_TESTS},
     "devices/swap.py": {"module": "turnout.devices.swap", "tests": _SWAP_TESTS},
