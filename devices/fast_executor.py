@@ -81,12 +81,13 @@ from turnout.errors import (
 )
 from turnout.fast.backend import variable_signature
 from turnout.fast.emit import Emitter, var_key
-from turnout.fast.functionalize import functionalize
+from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
-from turnout.fast.regions import Key, WhileRegion, key
+from turnout.fast.regions import Key, WhileRegion, key, program_nodes
 from turnout.fast.segment import SegmentFn
+from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.fast.specialise import (
     NOTHING,
     Specialisation,
@@ -178,6 +179,9 @@ class FastPartitionedBackend:
         self.compile_count = 0
         self._placement: Optional[tuple[int, Placement, frozenset[str]]] = None
         self._plans: dict[Any, DevicePlan] = {}
+        #: per program, the checkpoint slots its recomputed loops get, learnt from its runs, as the
+        #: one-device backend learns them (``fast.slot_sizes``), for the per-device tiers and the SPMD program
+        self.slot_sizes = SlotSizes()
         self._fallback: dict[Any, str] = {}
         # run signature -> fed tensors whose values decide shapes: plans are specialised on them
         self._static_keys: dict[Any, Specialisation] = {}
@@ -253,6 +257,10 @@ class FastPartitionedBackend:
         notes: tuple[str, ...] = ((f"the SPMD tier declined: {self._whole_declined[sig]}",)
                                   if sig in self._whole_declined else ())
         notes += specialisation_notes(self.graph, self._static_keys.get(sig, NOTHING))
+        slots = (self.slot_sizes.plan(program_key(self.graph, fetches, feeds), program_nodes(whole.program),
+                                      whole.stack_capacity) if whole is not None else plan.slots)
+        notes += slot_notes(slots.budgets, slots.counts, self.slot_sizes.capacity(program_key(self.graph, fetches,
+                                                                                              feeds)))
         if self._budgeted(memory_budget):
             notes += ("a memory budget applies: each device's gradient stacks are counted against it (the SPMD "
                       "tier, which never moves a stack chunk, is passed over)",)
@@ -283,6 +291,8 @@ class FastPartitionedBackend:
             return self._run_reference(sig, fetches, feeds, variables, options)
         try:
             result = self._run_specialised(sig, fetches, feeds, variables, options)
+            if self.slot_sizes.needs:  # (a recomputed loop needed more slots: later plans give it more)
+                self.slot_sizes.take()
             if self._whole_declined.get(sig):
                 result.stats["whole_program_declined"] = self._whole_declined[sig]
             return result
@@ -333,8 +343,10 @@ class FastPartitionedBackend:
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
             return None
+        slots = self.slot_sizes.plan(program_key(self.graph, fetches, feeds), program_nodes(whole.program),
+                                     whole.stack_capacity)
         try:
-            result: RunResult = whole.run(feeds, variables, options, static)
+            result: RunResult = whole.run(feeds, variables, options, static, slots)
         except NeedsStatic:
             raise
         except UnsupportedError as e:
@@ -413,7 +425,8 @@ class FastPartitionedBackend:
         """The plan of run signature ``sig`` at stack chunk ``cap``, specialised on the fed values
         ``static`` (``fast.specialise``), made once."""
         static = static or {}
-        pkey = (sig, cap, static_signature(static))
+        pk = program_key(self.graph, fetches, feeds)
+        pkey = (sig, cap, static_signature(static), self.slot_sizes.capacity(pk))
         plan = self._plans.get(pkey)
         if plan is None:
             from turnout.validate import validate
@@ -426,7 +439,8 @@ class FastPartitionedBackend:
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
             plan = self._plans[pkey] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
-                                                  self.threads, self.jax_devices[self.devices[0]].platform, static)
+                                                  self.threads, self.jax_devices[self.devices[0]].platform, static,
+                                                  self.slot_sizes.plan(pk, program_nodes(program), cap))
         return plan
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -456,7 +470,7 @@ class FastPartitionedBackend:
             "compiled_loops": sched.compiled_loops, "host_loops": len(sched.host_loops),
             "host_conds": len(sched.host_conds), "host_iterations": dict(run.host_iterations),
             "compiles": self.compile_count, "stack_capacity": cap, "stack_capacity_retries": retries,
-            **run.stacks.stats(), "seconds": time.perf_counter() - t0,
+            **run.stacks.stats(), **_slot_counts(plan.slots), "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, trace=run.tl, stats=stats)
 
@@ -572,5 +586,11 @@ def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[st
                 "SPMD tier does not count stack bytes")
     return None
 
+
+
+def _slot_counts(slots: SlotPlan) -> dict[str, Any]:
+    """A run's stats of its checkpoint slots: per loop, how many its plan gave (``checkpoint_slots``;
+    their bytes per device are the stacks' stats, ``checkpoint_bytes``)."""
+    return {"checkpoint_slots": slots.counts} if slots.nodes else {}
 
 __all__ = ["FastPartitionedBackend", "cannot_swap"]

@@ -27,8 +27,9 @@ from turnout.fast.guards import iteration_bound
 from turnout.fast.outcome import ErrorCodes, Retry, enforce
 from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
+from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.values import DEAD, wrap_static
-from turnout.memory_plan import MemoryPlan, checkpoint_bytes
+from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class DevicePlan:
 
     def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
                  device_of: dict[int, str], threads: str = "auto", platform: str = "cpu",
-                 static_feeds: Optional[dict[Key, np.ndarray]] = None) -> None:
+                 static_feeds: Optional[dict[Key, np.ndarray]] = None, slots: Optional[SlotPlan] = None) -> None:
         self.program = program
         #: fed tensors the plan is specialised on, with their values (``fast.specialise``)
         self.static_feeds = dict(static_feeds or {})
@@ -74,13 +75,13 @@ class DevicePlan:
         self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
         self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
-        #: per device, per loop reversed from checkpoints, the bytes of the slots its forward loop keeps
-        #: there (every slot its budget holds: this tier does not size them), counted with the stacks
-        self.slot_bytes: dict[str, dict[str, int]] = {}
-        for n in nodes.values():
-            if n.op == "CheckpointSlots":
-                loop, b = checkpoint_bytes(n.attrs, int(n.attrs["slots"]))
-                self.slot_bytes.setdefault(device_of[n.id], {})[loop] = b
+        #: the checkpoint slots of the loops reversed from checkpoints, sized as the one-device backend
+        #: sizes them (``fast.slot_sizes``: the backend's ``SlotSizes.plan``; every slot the budgets
+        #: hold where none is given), and per device the bytes of those its forward loops keep there,
+        #: counted with the stacks
+        self.slots = slots if slots is not None else SlotPlan(tuple(n for n in nodes.values()
+                                                                    if n.op == "CheckpointSlots"))
+        self.slot_bytes: dict[str, dict[str, int]] = self.slots.bytes_by_device(device_of)
 
     def emitter(self, state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
         """A fresh emitter over the program from ``state``, for a segment's trace or a driven loop's
@@ -90,6 +91,7 @@ class DevicePlan:
         em.state = dict(state)
         em.fed = self.fed
         em.static = self.static_feeds
+        em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
         return em
 
     def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:

@@ -73,7 +73,8 @@ from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.plan import stack_source_var
-from turnout.fast.regions import CondRegion, WhileRegion, key, walk
+from turnout.fast.regions import CondRegion, WhileRegion, key, program_nodes, walk
+from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
 from turnout.fast.stacks import StackValue
 from turnout.fast.values import DEAD, is_static
@@ -263,7 +264,7 @@ class SpmdPlan:
         return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
 
     def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int,
-               static: dict[Any, np.ndarray]) -> _Compiled:
+               static: dict[Any, np.ndarray], slots: SlotPlan) -> _Compiled:
         """The program for these feeds, Variables, stack capacity and specialisation, in the calling
         convention of ``fast.call_spec`` (built by its one builder, ``flat_call``)."""
         comp = _Compiled(CallArgs(feed_keys, ("err", *(f"var:{n}" for n in var_names))))
@@ -275,6 +276,7 @@ class SpmdPlan:
                              readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
             em.static = static  # (fed values the plan is specialised on: constants of the trace)
+            em.slot_capacity, em.learn_slots = slots.capacity, slots.learn
             # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
             em.state = {k: v if k == "err" else v[0] for k, v in state.items()}
             for sid, (dtype, elem, index) in self.stacks.items():
@@ -305,14 +307,17 @@ class SpmdPlan:
         return comp
 
     def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions,
-            static: Optional[dict[Any, np.ndarray]] = None) -> RunResult:
+            static: Optional[dict[Any, np.ndarray]] = None, slots: Optional[SlotPlan] = None) -> RunResult:
         """Run the compiled program once, specialised on the fed values ``static`` (by key: constants
         of its trace, as ``fast.specialise`` decides; a trace that meets a shape other feeds decide
         raises ``NeedsStatic``, which the caller's specialisation loop takes). Errors keep the
         reference backend's types: a kernel error in compiled code is ``KernelError``, a loop past
         ``options.max_iterations`` is ``NonTerminationError``, a fetch whose branch did not run is
-        ``DeadFetchError``."""
+        ``DeadFetchError``. ``slots``: the checkpoint slots the program gives its recomputed loops (the
+        backend's ``SlotSizes.plan``; every slot their budgets hold where None)."""
         static = static or {}
+        slots = slots if slots is not None else SlotPlan(tuple(n for n in program_nodes(self.program)
+                                                               if n.op == "CheckpointSlots"))
         refuse_firing_budget("SPMD tier", options)
         if options.trace:
             raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
@@ -332,11 +337,11 @@ class SpmdPlan:
         while True:
             sig = (feed_keys, tuple((by_key[k].dtype.str, by_key[k].shape) for k in feed_keys),
                    tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host.values()), self.stack_capacity,
-                   static_signature(static))
+                   static_signature(static), slots.capacity)
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
-                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity, static)
+                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity, static, slots)
             with jax.enable_x64(True):
                 res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
             assert comp.spec is not None
@@ -360,7 +365,7 @@ class SpmdPlan:
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
-            "stack_capacity": self.stack_capacity,
+            "stack_capacity": self.stack_capacity, **slots.stats,
             "seconds": time.perf_counter() - t0,
         }
         return RunResult(values=values, stats=stats)

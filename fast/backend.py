@@ -73,7 +73,7 @@ from turnout.fast import stacks as stk
 from turnout.fast.call_spec import copy_static
 from turnout.fast.deep import DEEP_NESTING, call_deep, on_deep_thread
 from turnout.fast.explain import fallback_schedule, plan_schedule
-from turnout.fast.functionalize import functionalize
+from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.lane import Lane, holds_wide
 from turnout.fast.lowering_base import NeedsStatic, Specialise
@@ -228,7 +228,7 @@ class FastBackend(StagedStages):
         spec = self._static_keys.get(dsig, NOTHING)
         schedule = plan_schedule(plan, self._ladder(plan), swapped, lane=memory_budget is None and spec == NOTHING)
         learnt = specialisation_notes(self.graph, spec) + slot_notes(
-            plan.slot_budgets, plan.slot_counts, self.slot_sizes.capacity(plan.program_key))
+            plan.slots.budgets, plan.slots.counts, self.slot_sizes.capacity(plan.program_key))
         return dataclasses.replace(schedule, notes=schedule.notes + learnt) if learnt else schedule
 
     def device_feed(self, value: Any) -> Any:
@@ -442,17 +442,15 @@ class FastBackend(StagedStages):
             plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
             plan.static_feeds = dict(self._static_now)
             plan.program_key = pk
-            plan.slot_capacity = learnt or cap
-            plan.learn_slots = self.slot_sizes.learner(pk) if plan.learns_slots else None
+            plan.slots = self.slot_sizes.plan(pk, plan.slots.nodes, cap)
             self._nestings[pk] = plan.nesting
             if plan.nesting > DEEP_NESTING:
                 self._deep_nesting = max(self._deep_nesting, plan.nesting)
         return plan
 
     def _program_key(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
-        """What the program of a run (``functionalize``) is a function of: the graph's edits, the
-        fetches and the fed tensors. Every plan of it, at any capacity or specialisation, nests alike."""
-        return self.graph.edits, tuple([key(t) for t in fetches]), tuple(sorted([key(t) for t in feeds]))
+        """The program of a run (``functionalize.program_key``): every plan of it nests alike."""
+        return program_key(self.graph, fetches, feeds)
 
     def _thread_nesting(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> int:
         """The thread a run (or an ``explain``) takes, decided before it starts: the nesting to give
@@ -519,7 +517,7 @@ class FastBackend(StagedStages):
         t0 = time.perf_counter()
         first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables, fused=attempt)
-        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget, held=plan.slot_bytes)
+        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget, held=plan.slots.bytes())
         store.observe(state)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
         # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not
@@ -567,6 +565,6 @@ class FastBackend(StagedStages):
             "backend": "fast", "compiles": self.compile_count, "stages": len(stages), "fused": attempt,
             "stack_capacity": plan.capacity, "stage_seconds": stage_s if not attempt else [time.perf_counter() - t0],
             **({"stack_mark": mark} if attempt else {}), **store.stats(),
-            **plan.slot_stats,
+            **plan.slots.stats,
         }
         return values, stats

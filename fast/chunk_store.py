@@ -165,7 +165,7 @@ class ChunkStore:
         self.budget = budget
         self.who = who
         #: per loop reversed from checkpoints, the bytes its slots hold on the device for the whole run
-        #: (``Plan.slot_bytes``), counted with the stacks' against the budget
+        #: (``SlotPlan.bytes``), counted with the stacks' against the budget
         self.held = dict(held or {})
         check_slots(budget, self.held, who)
         self.swapped = budget.swapped() if budget is not None else frozenset()
@@ -520,7 +520,7 @@ class ChunkStore:
 
 
 def check_slots(budget: Optional[MemoryPlan], held: dict[str, int], who: str) -> None:
-    """The bytes that loops' checkpoint slots hold (``held``, per loop: ``Plan.slot_bytes``) against
+    """The bytes that loops' checkpoint slots hold (``held``, per loop: ``SlotPlan.bytes``) against
     the memory plan ``budget``: ``ResourceExhaustedError`` where they alone are over it (a run's
     budget below what a gradient built to recompute keeps)."""
     if budget is not None and held:

@@ -38,7 +38,7 @@ class DirectCalls(RunState):
             "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stack_capacity_retries": 0, "executor": "compiled",
-            **plan.slot_stats,
+            **plan.slots.stats,
         }
         d = Direct(plan, None, args, var_names, stats)
         d.fn = plan.direct_fn(args, tuple(key(t) for t in fetches), d.record)
@@ -48,8 +48,8 @@ class DirectCalls(RunState):
                     variables: dict[str, np.ndarray], options: Any) -> Any:
         """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
         t0 = time.perf_counter()
-        if options.memory_budget is not None and d.plan.slot_nodes:  # (a loop's own budget holds its slots)
-            stk.check_slots(self._run_budget(d.plan, options.memory_budget), d.plan.slot_bytes, "fast backend")
+        if options.memory_budget is not None and d.plan.slots.nodes:  # (a loop's own budget holds its slots)
+            stk.check_slots(self._run_budget(d.plan, options.memory_budget), d.plan.slots.bytes(), "fast backend")
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
         var_vals = {var_key(name): self._device_var(d.plan, name, variables) for name in d.var_names}
         flat = d.args.flat(by_key, var_vals, {}, iteration_bound(options))

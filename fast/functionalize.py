@@ -19,7 +19,7 @@ here is recomputed from the primitives:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Optional
+from typing import Any, Optional
 
 from turnout.errors import FeedError, MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
 from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, tensor_of, walk
@@ -499,6 +499,14 @@ def _boundary(it: Item) -> list[Node]:
     if isinstance(it, WhileRegion):
         return [e for e, _, _, _, _ in it.loop_vars] + list(it.invariants)
     return it.nodes
+
+
+def program_key(graph: Graph, fetches: Iterable[Tensor], feeds: Iterable[Tensor]) -> Any:
+    """What the program of a run (``functionalize``) is a function of: the graph's edits, the fetches
+    and the fed tensors. Every plan of one program, at any capacity or specialisation, on any backend,
+    runs the same regions: what a backend learns of a program (how deep it nests, how many checkpoint
+    slots its loops need) is kept under this key."""
+    return graph.edits, tuple(key(t) for t in fetches), tuple(sorted(key(t) for t in feeds))
 
 
 def functionalize(graph: Graph, fetches: list[Tensor], feeds: Iterable[Tensor] = ()) -> Program:

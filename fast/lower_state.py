@@ -6,13 +6,12 @@ a recomputed loop's checkpoint slots, sized to what the runs need.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from turnout.control_flow.checkpoints import fewest_slots
 from turnout.errors import UnsupportedError, describe_node
 from turnout.fast import counted_stacks
 from turnout.fast import stacks as stk
@@ -22,6 +21,7 @@ from turnout.fast.lowering_base import (
     lowering_rule,
     np_dtype,
 )
+from turnout.fast.slot_sizes import slots_given
 from turnout.fast.values import Handle, is_static
 
 
@@ -132,13 +132,6 @@ def _stack_pop(ctx, n, xs):
 
 
 # ---- checkpoint slots ------------------------------------------------------------------------------
-def slots_given(slots: int, capacity: Optional[int]) -> int:
-    """How many slots a loop whose budget holds ``slots`` gets in a trace whose ``slot_capacity`` is
-    ``capacity``: all of them where it is ``None`` (the interpreters' count), else at most
-    ``capacity`` and at least ``checkpoints.fewest_slots``."""
-    return slots if capacity is None else min(slots, max(capacity, fewest_slots(slots)))
-
-
 @lowering_rule("CheckpointSlots")
 def _checkpoint_slots(ctx, n, xs):
     # (an array, as the reference kernels give a constant: a numpy scalar would not cross a call as one)

@@ -45,10 +45,10 @@ from turnout.fast.counted_stacks import counted_stacks
 from turnout.fast.driven import DrivenLoop
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
-from turnout.fast.lower_state import slots_given
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
 from turnout.fast.segment import SegmentFn
+from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.stack_sizes import (
     StackMarks,
     capacity_ladder,
@@ -64,7 +64,6 @@ from turnout.fast.values import Handle
 from turnout.fast.xla_options import compiler_options
 from turnout.fast_options import FastOptions
 from turnout.graph import Node
-from turnout.memory_plan import checkpoint_bytes
 
 INT32_MAX = 2**31 - 1
 INT32_MAX_NP = np.int32(INT32_MAX)
@@ -215,45 +214,12 @@ class Plan:
         #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
         #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
         self.marks: Optional[StackMarks] = None
-        #: per loop reversed from checkpoints (``CheckpointSlots``), the most slots its budget holds; the
-        #: most a trace gives it (``fast.slot_sizes``: this capacity until a run needed more, then what
-        #: it learnt; set by the backend as it makes the plan), and where a run that needed more says so
-        self.slot_nodes = [n for n in nodes if n.op == "CheckpointSlots"]
-        self.slot_capacity: int = capacity
+        #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``):
+        #: every one their budgets hold until the backend sizes them as it makes the plan
+        #: (``SlotSizes.plan``: this capacity until a run needed more, then what it learnt)
+        self.slots = SlotPlan(tuple(n for n in nodes if n.op == "CheckpointSlots"))
         #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
         self.program_key: Any = None
-        self.learn_slots: Optional[Callable[[Any], None]] = None
-
-    @property
-    def slot_budgets(self) -> dict[str, int]:
-        """Per loop reversed from checkpoints, the most slots its budget holds (``CheckpointSlots``)."""
-        return {str(n.attrs["loop"]): int(n.attrs["slots"]) for n in self.slot_nodes}
-
-    @property
-    def slot_counts(self) -> dict[str, int]:
-        """Per loop reversed from checkpoints, the slots this plan's traces give it (``slots_given``)."""
-        return {loop: slots_given(s, self.slot_capacity) for loop, s in self.slot_budgets.items()}
-
-    @property
-    def slot_bytes(self) -> dict[str, int]:
-        """Per loop reversed from checkpoints, the bytes of the slots this plan's traces give it (at
-        most: a loop bounded by ``maximum_iterations`` may get fewer), as a memory budget counts them
-        (``memory_plan.checkpoint_bytes``): the backend's own accounting of its checkpoints."""
-        return dict(checkpoint_bytes(n.attrs, slots_given(int(n.attrs["slots"]), self.slot_capacity))
-                    for n in self.slot_nodes)
-
-    @property
-    def slot_stats(self) -> dict[str, Any]:
-        """What a run's stats say of the slots (``checkpoint_slots``: ``slot_counts``; ``checkpoint_bytes``:
-        ``slot_bytes``), where it has any."""
-        return {"checkpoint_slots": self.slot_counts, "checkpoint_bytes": self.slot_bytes} if self.slot_nodes else {}
-
-    @property
-    def learns_slots(self) -> bool:
-        """Whether a run of this plan may learn that a loop needs more slots than it gives (some loop
-        gets fewer than its budget holds). Such a plan takes no lane: a lane repeats one plan, and
-        would never take up what a run learnt."""
-        return any(c < self.slot_budgets[loop] for loop, c in self.slot_counts.items())
 
     @property
     def push_limit(self) -> int:
@@ -438,7 +404,7 @@ class Plan:
         em.pushed = self.pushed
         em.push_shapes = self.push_shapes
         em.held = self.held
-        em.slot_capacity, em.learn_slots = self.slot_capacity, self.learn_slots
+        em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
         return em
 
     def segment_fn(self, st: Stage) -> SegmentFn:

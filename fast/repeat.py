@@ -99,8 +99,8 @@ class Repeats:
         fetches and feed signature goes straight to its lane (``run_hot``) while the graph's edits and
         the plan's Variables are unchanged, and the session may ask for that lane (``lane_for``).
         Not for a plan whose runs may learn that a loop needs more checkpoint slots
-        (``Plan.learns_slots``): its runs take the general path, which plans them with what they learnt."""
-        if d.plan.learns_slots:
+        (``SlotPlan.learns``): its runs take the general path, which plans them with what they learnt."""
+        if d.plan.slots.learns:
             return
         k = self.key(fetches, feeds)
         old = self.routes.get(k)

@@ -89,8 +89,8 @@ class RunState:
         (plans live as long as the backend)."""
         k = (id(plan), run_budget)
         if k not in self._budgets:
-            self._budgets[k] = None if not (plan.stack_nodes or plan.slot_nodes) else stk.budget_plan(
-                self.graph.nodes, [*plan.stack_nodes, *plan.slot_nodes], self.memory_platform(), run_budget)
+            self._budgets[k] = None if not (plan.stack_nodes or plan.slots.nodes) else stk.budget_plan(
+                self.graph.nodes, [*plan.stack_nodes, *plan.slots.nodes], self.memory_platform(), run_budget)
         return self._budgets[k]
 
     def held_bytes(self) -> int:

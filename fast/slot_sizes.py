@@ -1,4 +1,4 @@
-"""How many checkpoint slots the one-device backend gives a recomputed loop: learnt from its runs.
+"""How many checkpoint slots a compiled backend gives a recomputed loop: learnt from its runs.
 
 A loop under its own memory budget keeps checkpoints of its state in slots (``CheckpointSlots``,
 ``turnout.control_flow.checkpoints``), buffers that every run allocates and zero-fills whole. The
@@ -15,17 +15,83 @@ that holds what it needed, compiled once per power.
 
 Why per program, not per plan: every plan of one program (at any rung, specialised on any feed)
 runs the same loops, so what one run learnt sizes them all.
+
+The one-device backend (``fast.backend``) and the fast partitioned executor's tiers
+(``devices.fast_executor``: the per-device segments and the SPMD program) size them alike: each keeps
+a ``SlotSizes`` and gives each plan the ``SlotPlan`` that ``SlotSizes.plan`` makes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Optional
 
+from turnout.control_flow.checkpoints import fewest_slots
+from turnout.graph import Node
+from turnout.memory_plan import checkpoint_bytes
+
+
+def slots_given(slots: int, capacity: Optional[int]) -> int:
+    """How many slots a loop whose budget holds ``slots`` gets in a trace whose ``slot_capacity`` is
+    ``capacity``: all of them where it is ``None`` (the interpreters' count), else at most
+    ``capacity`` and at least ``checkpoints.fewest_slots``."""
+    return slots if capacity is None else min(slots, max(capacity, fewest_slots(slots)))
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """The checkpoint slots of one plan: its ``CheckpointSlots`` nodes (one per loop reversed from
+    checkpoints), the most slots its traces give a loop (``capacity``; None: every one the budget
+    holds), and where a run that needed more says so (``learn``, the ``ctx.learn_slots`` of its
+    traces; None where every loop gets all its budget holds, or nothing learns)."""
+
+    nodes: tuple[Node, ...] = ()
+    capacity: Optional[int] = None
+    learn: Optional[Callable[[Any], None]] = None
+
+    @property
+    def budgets(self) -> dict[str, int]:
+        """Per loop, the most slots its budget holds."""
+        return {str(n.attrs["loop"]): int(n.attrs["slots"]) for n in self.nodes}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Per loop, the slots this plan's traces give it (``slots_given``)."""
+        return {loop: slots_given(s, self.capacity) for loop, s in self.budgets.items()}
+
+    def bytes(self, nodes: Optional[Iterable[Node]] = None) -> dict[str, int]:
+        """Per loop (of ``nodes``, a subset of this plan's: a device's; all where None), the bytes of
+        the slots this plan's traces give it (at most: a loop bounded by ``maximum_iterations`` may
+        get fewer), as a memory budget counts them (``memory_plan.checkpoint_bytes``): the backend's
+        own accounting of its checkpoints."""
+        return dict(checkpoint_bytes(n.attrs, slots_given(int(n.attrs["slots"]), self.capacity))
+                    for n in (self.nodes if nodes is None else nodes))
+
+    def bytes_by_device(self, device_of: Mapping[int, str]) -> dict[str, dict[str, int]]:
+        """``bytes`` per device of a placed plan (``device_of``: node id -> device)."""
+        out: dict[str, dict[str, int]] = {}
+        for n in self.nodes:
+            out.setdefault(device_of[n.id], {}).update(self.bytes([n]))
+        return out
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """What a run's stats say of the slots (``checkpoint_slots``: ``counts``;
+        ``checkpoint_bytes``: ``bytes``), where the plan has any."""
+        return {"checkpoint_slots": self.counts, "checkpoint_bytes": self.bytes()} if self.nodes else {}
+
+    @property
+    def learns(self) -> bool:
+        """Whether a run of this plan may learn that a loop needs more slots than it gives (some loop
+        gets fewer than its budget holds). Such a plan takes no lane: a lane repeats one plan, and
+        would never take up what a run learnt."""
+        return any(c < self.budgets[loop] for loop, c in self.counts.items())
+
 
 class SlotSizes:
-    """The slot capacities learnt per program (``FastBackend._program_key``), and the needs the runs
+    """The slot capacities learnt per program (``functionalize.program_key``), and the needs the runs
     in progress reported (from a host callback of the compiled program, or while tracing), which
     ``take`` turns into capacities after the run."""
 
@@ -36,6 +102,14 @@ class SlotSizes:
     def capacity(self, program: Any) -> Optional[int]:
         """The slot capacity learnt for ``program``, or None (none learnt: the plan's own capacity)."""
         return self.learnt.get(program)
+
+    def plan(self, program: Any, nodes: Iterable[Node], capacity: int) -> SlotPlan:
+        """The ``SlotPlan`` of a plan of ``program`` whose nodes are ``nodes`` and whose stack
+        capacity is ``capacity``: at most what the program's runs taught (``capacity(program)``), else
+        ``capacity``; learning where a loop gets fewer than its budget holds."""
+        slots = tuple(n for n in nodes if n.op == "CheckpointSlots")
+        sized = SlotPlan(slots, self.capacity(program) or capacity)
+        return SlotPlan(slots, sized.capacity, self.learner(program)) if sized.learns else sized
 
     def learner(self, program: Any) -> Callable[[Any], None]:
         """What a trace of ``program``'s plans calls with the slots a run needed (``ctx.learn_slots``)."""
@@ -67,4 +141,4 @@ def slot_notes(budgets: dict[str, int], given: dict[str, int], learnt: Optional[
                  for loop, most in budgets.items())
 
 
-__all__ = ["SlotSizes", "slot_notes"]
+__all__ = ["SlotPlan", "SlotSizes", "slot_notes", "slots_given"]

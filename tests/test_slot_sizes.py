@@ -1,11 +1,12 @@
 """The checkpoint slots of a recomputed loop, sized by the fast backend to what its runs need.
 
 A loop under its own ``memory_budget`` keeps checkpoints of its state in ``CheckpointSlots`` slots:
-every slot the budget holds on the interpreters; on the one-device fast backend at most the plan's
-slot capacity (its stack capacity, ``stack_chunk``, until a run needed more, then the smallest power
-of two holding what it needed, learnt from the ``CheckpointTrips`` the backward loop reads;
-``fast.slot_sizes``). The gradient's values do not depend on the count: every case compares them with
-the store-everything gradients of the same loop, run by run, while the count changes between runs.
+every slot the budget holds on the interpreters; on the fast backends (one device, and the
+partitioned executor's per-device tiers and SPMD program) at most the plan's slot capacity (its
+stack capacity, ``stack_chunk``, until a run needed more, then the smallest power of two holding
+what it needed, learnt from the ``CheckpointTrips`` the backward loop reads; ``fast.slot_sizes``).
+The gradient's values do not depend on the count: every case compares them with the store-everything
+gradients of the same loop, run by run, while the count changes between runs.
 
 The model: ``v <- tanh(v) * w`` for ``n`` steps (``n`` fed, or a constant), 4 float32s of state, so
 a budget of ``24 k`` bytes holds ``k`` slots (the counter, the state and its position).
@@ -138,21 +139,37 @@ def test_explain_says_how_many_slots_and_why() -> None:
     assert "at most 32 checkpoint slots of the 64" in notes and "learnt from an earlier run" in notes
 
 
-@pytest.mark.parametrize("whole_program", ["always", "never"])
-def test_the_partitioned_routes_give_every_slot_the_budget_holds(whole_program: str) -> None:
-    """The partitioned fast executor's tiers (the SPMD program, the per-device segments) do not size
-    the slots (``slot_capacity`` is None there): with the nodes spread over two devices and
-    ``stack_chunk=4``, the count is the interpreters' 6, and the gradients the same; on one device,
-    which runs as the one-device backend, it is 4."""
-    m = model(6 * STATE)
+@pytest.mark.parametrize("whole_program, tier", [("always", "spmd"), ("never", "host-driven")])
+def test_the_partitioned_tiers_size_the_slots_as_the_one_device_backend(whole_program: str, tier: str) -> None:
+    """The partitioned fast executor's tiers (the SPMD program, the per-device segments) size the
+    slots by the one rule (``fast.slot_sizes``): at most the plan's stack capacity (``stack_chunk=4``
+    for the per-device tiers; the SPMD program's own, 64 at first), until a run needed more, then the
+    smallest power of two that holds what it needed. The gradients are the store-everything ones at
+    every count."""
+    m = model(200 * STATE)
     (slots,) = [nd.outputs[0] for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
     spread = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(m["g"].nodes)}
-    for devices, requests, want in ((["cpu:0", "cpu:1"], spread, 6), (["cpu:0"], None, 4)):
-        sess = tn.Session(m["g"], backend="fast", devices=devices, requests=requests, stack_chunk=4,
-                          whole_program=whole_program, fallback=False)
-        got = sess.run([*m["grads"], slots], feed(m, 9))
-        check(got[:2], 9)
-        assert int(got[2]) == want, devices
+    sess = tn.Session(m["g"], backend="fast", devices=["cpu:0", "cpu:1"], requests=spread, stack_chunk=4,
+                      whole_program=whole_program, fallback=False)
+    first = 64 if tier == "spmd" else 4
+    learnt = 1 << (first + 4).bit_length()  # (the smallest power of two holding the first + 5 slots needed)
+    for n, want in ((3, first), (first + 5, first), (6, learnt), (200, learnt), (5, 200)):
+        notes = " ".join(sess.explain([*m["grads"], slots], feed(m, n)).notes)  # (what the run will give)
+        assert f"keeps at most {want} checkpoint slots of the 200" in notes, notes
+        got = sess.run([*m["grads"], slots], feed(m, n))
+        check(got[:2], n)
+        stats = sess.last_result.stats
+        assert stats["tier"] == tier and int(got[2]) == want == stats["checkpoint_slots"]["rnn"], (n, stats)
+
+
+def test_one_device_through_the_partitioned_backend_sizes_them_too() -> None:
+    """A graph placed on one device runs as the one-device backend, which sizes them (``stack_chunk=4``)."""
+    m = model(6 * STATE)
+    (slots,) = [nd.outputs[0] for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
+    sess = tn.Session(m["g"], backend="fast", devices=["cpu:0"], stack_chunk=4, fallback=False)
+    got = sess.run([*m["grads"], slots], feed(m, 9))
+    check(got[:2], 9)
+    assert int(got[2]) == 4
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5])
