@@ -460,6 +460,13 @@ class WholePartition:
     def trace(self) -> Any:
         return self.inner.trace if self.inner is not None else None
 
+    @property
+    def saved(self) -> Any:
+        """The interpreter's count of saved values (``memory_plan.SavedBytes``) once the partition runs
+        on ``CompiledPartition``; run whole, the fast backend counts its stacks itself, and its stats
+        say what it held (``peak_device_stack_bytes``)."""
+        return self.inner.saved if self.inner is not None else None
+
     def start(self) -> None:
         """Run the partition whole, or hand it to ``CompiledPartition``."""
         p = self.prepared
@@ -491,6 +498,7 @@ class WholePartition:
         for t, v in zip(fetches, result.values, strict=True):
             self._produced[(t.node.id, t.index)] = Token(v)
         self.stats["whole_runs"] += 1
+        self.stats["peak_device_stack_bytes"] = int(result.stats.get("peak_device_stack_bytes", 0))
         self.stats["compiles"] += p.whole.compile_count - before
 
     def drain(self) -> None:
@@ -526,4 +534,4 @@ def make(device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict
     return CompiledPartition(device, prepared, feeds, variables, options, rv, clock)
 
 
-FAST = ExecutorKind("fast", prepare, make)
+FAST = ExecutorKind("fast", prepare, make, memory_budgets=True)

@@ -38,6 +38,7 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.graph import Graph, Node, Tensor
+from turnout.memory_plan import device_saved_stats
 from turnout.reference.executor import Interpreter, Plan, plan_of
 from turnout.reference.rules import Inbox, Tag, Token
 from turnout.run_schedule import RunSchedule, Step
@@ -382,15 +383,6 @@ class PartitionedBackend:
 
 
 def _saved_stats(parts: Sequence[PartitionInterpreter]) -> dict[str, Any]:
-    """What the partitions' interpreters counted of their saved values under a memory budget (nothing
-    without one): the most any device held, each device's peak, and each loop's bytes over devices."""
-    counted = [p for p in parts if p.saved is not None]
-    if not counted:
-        return {}
-    by_loop: dict[str, int] = {}
-    for p in counted:
-        assert p.saved is not None
-        for loop, b in p.saved.by_loop.items():
-            by_loop[loop] = by_loop.get(loop, 0) + b
-    peaks = {p.device: p.saved.peak for p in counted if p.saved is not None}
-    return {"peak_saved_bytes": max(peaks.values()), "peak_saved_bytes_per_device": peaks, "saved_bytes": by_loop}
+    """What the partitions' interpreters counted of their saved values under a memory budget
+    (``memory_plan.device_saved_stats``; nothing without one)."""
+    return device_saved_stats({p.device: p.saved for p in parts if p.saved is not None})

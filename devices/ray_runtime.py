@@ -55,6 +55,7 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.graph import Graph, Tensor
+from turnout.memory_plan import device_saved_stats
 from turnout.session import RunOptions, RunResult
 from turnout.store import check_variable
 
@@ -169,7 +170,16 @@ class RayBackend:
     ``partition_executors.PARTITION_EXECUTORS``, default the reference interpreter; ``"fast"`` is the
     compiled one, which ``tn.Session(graph, backend="fast", cluster=...)`` selects). Ray must already be
     running in this process: ``ray.init(address=...)`` for an existing cluster, or ``LocalCluster``.
+
+    Memory budgets (``RunOptions.memory_budget`` and a loop's own) bound what each device holds, as on
+    the partitioned executors: each task's partitions count what their loops save (the interpreter's
+    ``SavedBytes``; a partition run whole, the fast backend's own stacks) and stop the run with
+    ``ResourceExhaustedError`` where a device would go over. Stats: ``peak_saved_bytes``, per device
+    and per loop, as the partitioned reference executor reports them. A partition executor plugged in
+    by name counts them only where its kind says so (``ExecutorKind.memory_budgets``); the session
+    refuses a budget otherwise.
     """
+
 
     def __init__(self, graph: Graph, cluster: Any, requests: Optional[dict[str, str]] = None,
                  recv_timeout: float = 60.0, start_timeout: float = 120.0, detail: bool = False,
@@ -178,7 +188,9 @@ class RayBackend:
         if devices is not None:
             raise UnsupportedError("pass either devices=... (one process) or cluster=... (its tasks own the "
                                    "devices), not both")
-        executor_kind(partition_executor)  # an unknown kind is refused before any process starts
+        #: whether runs honour memory budgets, per device (each task's partitions count their own): where
+        #: the partition executor's kind does (``ExecutorKind.memory_budgets``), else the session refuses them
+        self.memory_budgets = executor_kind(partition_executor).memory_budgets  # (an unknown kind: refused here)
         self.partition_executor = partition_executor
         self.own_pool = not isinstance(cluster, TaskPool)
         self.spec = cluster.spec if isinstance(cluster, TaskPool) else (
@@ -352,6 +364,7 @@ class RayBackend:
             "waits_per_task": {t: o.waits for t, o in outcomes.items()},
             "partition_executor": self.partition_executor,
         }
+        stats.update(device_saved_stats({d: s for o in outcomes.values() for d, s in (o.saved or {}).items()}))
         per_device = {d: c for o in outcomes.values() for d, c in (o.executor_stats or {}).items()}
         if per_device:  # a compiled kind's counters (``compiled_partition``), summed and per device
             stats["executor_stats"] = per_device

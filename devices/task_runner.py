@@ -43,6 +43,7 @@ from turnout.devices.partition_executors import ExecutorKind, PartitionExecutor,
 from turnout.devices.rendezvous import Key, Rendezvous, fmt_key, key_of
 from turnout.errors import DeadlockError, ExecutionError, NonTerminationError, RecvTimeoutError, TaskFailedError
 from turnout.graph import Node
+from turnout.memory_plan import SavedBytes
 from turnout.reference.rules import Tag, Token
 from turnout.reference.trace import Event
 from turnout.session import RunOptions
@@ -92,6 +93,9 @@ class TaskOutcome:
     wait_s: float = 0.0  # seconds spent waiting for a message from another task
     waits: int = 0  # times the task ran out of work and waited
     executor_stats: Optional[dict[str, dict[str, int]]] = None  # device -> its executor's counters, if it keeps any
+    #: device -> what its interpreter counted of the values its loops saved, under a memory budget
+    #: (``memory_plan.SavedBytes``; the driver merges them, ``memory_plan.device_saved_stats``)
+    saved: Optional[dict[str, SavedBytes]] = None
 
 
 def split_by_task(parted: Partitioned, task_of: Callable[[str], str]) -> dict[str, TaskPlan]:
@@ -359,7 +363,8 @@ class TaskRunner:
             return TaskOutcome(values, {p.device: p.firings for p in parts}, dict(counts), sum(rv.sent.values()),
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
                                rv.remote_calls, rv.credit_calls, traces, busy, wait, waits,
-                               {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None})
+                               {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None},
+                               {p.device: s for p in parts if (s := getattr(p, "saved", None)) is not None} or None)
         except BaseException:
             if before is not None:  # the run failed here, or was aborted: it changes no Variable
                 _put_back(variables, before)

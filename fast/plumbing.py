@@ -5,7 +5,7 @@ Why a module of its own: the emitter does these primitives inside a trace (``fas
 compiled calls (``devices.host_control``), each on its own environment: a traced value in a dict, a
 value on some device in a ``devices.host_env.HostEnv``. What differs is how a value is read and
 written; which output takes which input, which is dead and which index a Merge reports is one set of
-rules (the semantics' [E-Switch], [E-Merge], [E-Enter], [E-Exit]), written here once as values that
+rules (the semantics' [E-Switch], [E-Merge-Live], [E-Enter], [E-Exit-Live]), written here once as values that
 each environment applies (``EmitterCore.wire``, ``HostEnv.wire``).
 
 A ``Wire`` says: output ``dst`` takes the value of tensor ``src`` as the structural node ``reader``
@@ -54,7 +54,7 @@ def switch_wires(switches: Sequence[Node], taken: int) -> list[Wire]:
 
 
 def branch_joins(r: CondRegion, b: bool) -> list[tuple[Node, Optional[Tensor], Any]]:
-    """[E-Merge] after branch ``b`` of ``r`` ran: per Merge, in order, the input it forwards and its
+    """[E-Merge-Live] after branch ``b`` of ``r`` ran: per Merge, in order, the input it forwards and its
     index, or ``(None, DEAD)`` where the branch gives it none (a Merge of the other branch alone)."""
     out: list[tuple[Node, Optional[Tensor], Any]] = []
     for m, slots in r.merges:
@@ -75,7 +75,7 @@ def join_wires(r: CondRegion, b: bool) -> list[Wire]:
 
 
 def invariant_wires(r: WhileRegion) -> list[Wire]:
-    """[E-Enter] of a loop invariant (``is_constant``): its value is the parent scope's, in every
+    """[E-Enter-Const] of a loop invariant (``is_constant``): its value is the parent scope's, in every
     iteration."""
     return [Wire(key(inv.outputs[0]), inv.inputs[0], inv) for inv in r.invariants]
 
@@ -87,13 +87,13 @@ def entries(r: WhileRegion) -> list[tuple[Tensor, Node]]:
 
 
 def next_values(r: WhileRegion) -> list[tuple[Tensor, Node]]:
-    """[E-NextIteration] of each loop variable, in order: the tensor the body hands to the next
+    """[E-Next-Live] of each loop variable, in order: the tensor the body hands to the next
     iteration and the Merge that reads it."""
     return [(nx.inputs[0], m) for _, m, nx, _, _ in r.loop_vars]
 
 
 def merge_outputs(r: WhileRegion, first: bool) -> list[tuple[Key, Key, np.ndarray]]:
-    """[E-Merge] at a loop's header, per loop variable in order: the keys of its Merge's value and
+    """[E-Merge-Live] at a loop's header, per loop variable in order: the keys of its Merge's value and
     index, and the index, the Enter's input slot at the first iteration and the NextIteration's
     after (the value is the carry's, which each environment holds its own way)."""
     return [(key(m.outputs[0]), key(m.outputs[1]), np.asarray(es if first else ns, np.int32))
@@ -101,7 +101,7 @@ def merge_outputs(r: WhileRegion, first: bool) -> list[tuple[Key, Key, np.ndarra
 
 
 def exit_wires(r: WhileRegion) -> list[Wire]:
-    """[E-Exit]: each Exit passes on the exit side's value of what it reads (the Switch's false
+    """[E-Exit-Live]: each Exit passes on the exit side's value of what it reads (the Switch's false
     output) to the scope around the loop."""
     return [Wire(key(x.outputs[0]), x.inputs[0], x) for x in r.exits]
 

@@ -43,6 +43,27 @@ def loop_across_tasks(n: int = 20, parallel_iterations: int = 10) -> tuple[tn.Gr
     return g, x, y
 
 
+def gradient_across_tasks(n: int = 8, budget: int | None = None) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """``loop_across_tasks`` with a body whose gradient saves values (a ``tanh`` and a product) on
+    both devices of task 1, under the loop's own ``memory_budget`` (None: none), and the gradient of
+    its result with respect to ``x``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device(dev(1, 1)):
+                y2 = tn.tanh(y) * 1.5
+            with tn.device(dev(1, 0)):
+                y3 = y2 * y + 0.25
+            return i + 1, y3
+
+        with tn.device(dev(0, 1)):
+            _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="loop", memory_budget=budget)
+            (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    return g, x, gx
+
+
 def cond_across_tasks() -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
     """A cond whose predicate is computed on task 0 and whose branches run on task 1."""
     g = tn.Graph()

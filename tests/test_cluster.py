@@ -8,7 +8,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cluster_programs import SPEC, T0, T1, cond_across_tasks, dev, fetched, loop_across_tasks, run_in_process
+from cluster_programs import (
+    SPEC,
+    T0,
+    T1,
+    cond_across_tasks,
+    dev,
+    fetched,
+    gradient_across_tasks,
+    loop_across_tasks,
+    run_in_process,
+)
 
 import turnout as tn
 from turnout.devices.cluster import ClusterSpec
@@ -157,6 +167,77 @@ def test_a_partition_executor_plugs_in_by_name_or_path(monkeypatch: pytest.Monke
         np.testing.assert_equal(fetched(out), [want])
         n_parts = sum(len(o.firings) for o in out.values())
         assert n_parts == 3 and (_Counted.prepared, _Counted.made) == (before[0] + n_parts, before[1] + n_parts)
+
+
+# ---- memory budgets, counted per device on every task ------------------------------------------------
+X3 = np.array([0.3, -0.6, 0.9], np.float32)
+
+
+def _partitioned_reference(g: tn.Graph, gx: tn.Tensor, x: tn.Tensor, budget: int) -> dict[str, Any]:
+    """The partitioned reference executor's stats of the same run on the cluster's devices."""
+    sess = tn.Session(g, backend="partitioned", devices=SPEC.devices)
+    sess.run(gx, {x: X3}, memory_budget=budget)
+    return sess.last_result.stats
+
+
+@pytest.mark.parametrize("executor", ["reference", "fast"])
+def test_a_run_budget_is_counted_per_device_on_every_task(executor: str) -> None:
+    """Each task's partitions count what their loops save against a run's ``memory_budget``, per
+    device, as the partitioned reference executor counts them (the driver merges the tasks' counts
+    with ``memory_plan.device_saved_stats``); a budget below what a device saves stops the run with
+    ``ResourceExhaustedError`` naming the loop, on the task that would go over."""
+    from turnout.memory_plan import device_saved_stats
+
+    if executor == "fast":
+        pytest.importorskip("jax")
+    g, x, gx = gradient_across_tasks()
+    want = tn.Session(g).run(gx, {x: X3})
+    roomy = 10**6
+    out = run_in_process(g, [gx], {x: X3}, executor=executor, options=RunOptions(memory_budget=roomy))
+    np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-5)
+    merged = device_saved_stats({d: s for o in out.values() for d, s in (o.saved or {}).items()})
+    ref = _partitioned_reference(g, gx, x, roomy)
+    assert merged["peak_saved_bytes_per_device"] == ref["peak_saved_bytes_per_device"] and merged["saved_bytes"]
+    assert merged["saved_bytes"] == ref["saved_bytes"] and merged["peak_saved_bytes"] == ref["peak_saved_bytes"]
+    tight = merged["peak_saved_bytes"] - 1
+    out = run_in_process(g, [gx], {x: X3}, executor=executor, options=RunOptions(memory_budget=tight))
+    errors = [o for o in out.values() if isinstance(o, tn.ResourceExhaustedError)]
+    assert errors and 'loop "loop"' in str(errors[0]), out
+
+
+def test_a_partition_run_whole_counts_its_stacks_as_the_fast_backend() -> None:
+    """A partition that talks to no other runs whole on the fast backend, which counts its own stack
+    buffers against the run's budget: its peak in the task's stats (``peak_device_stack_bytes``), and
+    a budget below it stops the run with ``ResourceExhaustedError``."""
+    pytest.importorskip("jax")
+    g = tn.Graph()
+    with g.as_default(), tn.device(dev(1, 0)):
+        x = tn.placeholder(tn.float32, shape=[3], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 6, lambda i, v: (i + 1, tn.tanh(v) * v), [tn.constant(0), x])
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    want = tn.Session(g).run(gx, {x: X3})
+    out = run_in_process(g, [gx], {x: X3}, executor="fast", options=RunOptions(memory_budget=10**6))
+    np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-5)
+    (stats,) = [s for o in out.values() for s in (o.executor_stats or {}).values() if s.get("whole_runs")]
+    assert stats["peak_device_stack_bytes"] > 0
+    out = run_in_process(g, [gx], {x: X3}, executor="fast", options=RunOptions(memory_budget=16))
+    assert any(isinstance(o, tn.ResourceExhaustedError) for o in out.values()), out
+
+
+@pytest.mark.parametrize("executor", ["reference", "fast"])
+def test_a_loops_own_budget_recomputes_across_tasks(executor: str) -> None:
+    """A loop's own ``memory_budget`` reverses it from checkpoints on the cluster too: the gradient is
+    the store-everything one, and what the tasks count of the loop is its slots, within the budget."""
+    if executor == "fast":
+        pytest.importorskip("jax")
+    budget = 3 * (3 * 4 + 4 + 4)  # three states: the counter, the vector and its position
+    g, x, gx = gradient_across_tasks(budget=budget)
+    g0, x0, gx0 = gradient_across_tasks()
+    assert not [nd for nd in g.nodes if nd.op == "StackPush"]
+    out = run_in_process(g, [gx], {x: X3}, executor=executor, options=RunOptions(memory_budget=10**6))
+    np.testing.assert_allclose(fetched(out)[0], tn.Session(g0).run(gx0, {x0: X3}), rtol=1e-5)
+    counted = {d: s.by_loop for o in out.values() for d, s in (o.saved or {}).items()}
+    assert any(b.get("loop") for b in counted.values()) and all(b.get("loop", 0) <= budget for b in counted.values())
 
 
 @pytest.mark.parametrize("name, match", [

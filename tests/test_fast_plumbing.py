@@ -61,7 +61,7 @@ def test_a_switch_passes_its_data_to_the_taken_output_and_kills_the_other(taken:
 
 @pytest.mark.parametrize("b", [False, True])
 def test_a_merge_forwards_the_input_of_the_branch_that_ran_with_its_index(b: bool) -> None:
-    """[E-Merge]: after branch ``b`` each Merge forwards the input that branch gives it and reports its
+    """[E-Merge-Live]: after branch ``b`` each Merge forwards the input that branch gives it and reports its
     slot; a Merge the branch gives nothing is dead, its index too."""
     cr, _ = _regions()
     joins = plumbing.branch_joins(cr, b)
@@ -76,8 +76,8 @@ def test_a_merge_forwards_the_input_of_the_branch_that_ran_with_its_index(b: boo
 
 
 def test_a_loops_merges_report_the_enter_first_and_the_next_iteration_after() -> None:
-    """[E-Merge] at a loop's header: the Enter's input slot at the first iteration, the
-    NextIteration's after; [E-Enter] and [E-NextIteration] read what enters and what the body hands on."""
+    """[E-Merge-Live] at a loop's header: the Enter's input slot at the first iteration, the
+    NextIteration's after; [E-Enter] and [E-Next-Live] read what enters and what the body hands on."""
     _, wr = _regions()
     for first in (True, False):
         got = plumbing.merge_outputs(wr, first)

@@ -425,22 +425,42 @@ def test_mistakes_raise_the_reference_error_types_across_tasks(pool: TaskPool, c
         sess.run(fetch, feeds)
 
 
-def test_a_cluster_session_refuses_a_memory_budget_by_name(pool: TaskPool) -> None:
-    """The cluster backends do not count saved values against a budget: a run budget, or a loop's own
-    on its stacks, is refused with an ``UnsupportedError`` naming it, never run over without a word."""
+def test_a_cluster_session_counts_a_memory_budget_per_device(pool: TaskPool) -> None:
+    """A run's ``memory_budget`` bounds what each device of each task saves, as on the partitioned
+    executors: the stats report it per device and per loop (as the partitioned reference executor's),
+    and a budget below a device's peak stops the run with ``ResourceExhaustedError`` naming the loop."""
+    from cluster_programs import gradient_across_tasks
+
+    g, x, gx = gradient_across_tasks()
+    xv = np.array([0.3, -0.6, 0.9], np.float32)
+    ref = tn.Session(g, backend="partitioned", devices=pool.spec.devices)
+    want = ref.run(gx, {x: xv}, memory_budget=10**6)
+    with tn.Session(g, cluster=pool) as sess:
+        np.testing.assert_allclose(sess.run(gx, {x: xv}, memory_budget=10**6), want, rtol=1e-5)
+        stats = sess.last_result.stats
+        for k in ("peak_saved_bytes", "peak_saved_bytes_per_device", "saved_bytes"):
+            assert stats[k] == ref.last_result.stats[k], k
+        with pytest.raises(tn.ResourceExhaustedError, match='loop "loop"'):
+            sess.run(gx, {x: xv}, memory_budget=stats["peak_saved_bytes"] - 1)
+
+
+def test_a_partition_executor_that_does_not_count_is_refused_a_budget_by_name(pool: TaskPool) -> None:
+    """A partition executor plugged in by name whose kind does not count saved values
+    (``ExecutorKind.memory_budgets``) is refused a run budget, and a graph with a loop's own, with an
+    ``UnsupportedError`` naming it, never run over it without a word."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")
         _, y = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * x), [tn.constant(0), x],
                              swap_memory=True, memory_budget=10**6, name="budgeted")
         (gx,) = tn.gradients(y, [x])
-    with tn.Session(g, cluster=pool) as sess:
+    with tn.Session(g, cluster=pool, partition_executor="cluster_programs:COUNTING") as sess:
         with pytest.raises(tn.UnsupportedError, match=r"memory_budget of loop\(s\) \['budgeted'\]"):
             sess.run(gx, {x: 1.5})
     g2 = tn.Graph()
     with g2.as_default():
         z = tn.placeholder(tn.float32, [], name="z")
         doubled = z * 2.0
-    with tn.Session(g2, cluster=pool) as sess:
+    with tn.Session(g2, cluster=pool, partition_executor="cluster_programs:COUNTING") as sess:
         with pytest.raises(tn.UnsupportedError, match="does not honour memory_budget"):
             sess.run(doubled, {z: 1.0}, memory_budget=10**6)

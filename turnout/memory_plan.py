@@ -456,6 +456,22 @@ class SavedBytes:
         return {"peak_saved_bytes": self.peak, "saved_bytes": self.by_loop}
 
 
+def device_saved_stats(per_device: Mapping[str, SavedBytes]) -> dict[str, Any]:
+    """What a partitioned run's stats report of the counts its devices kept (``SavedBytes`` per
+    device, each its own interpreter's; nothing without one): the most any device held
+    (``peak_saved_bytes``), each device's peak, and each loop's bytes summed over devices
+    (``saved_bytes``). One function for the partitioned reference executor and the cluster, whose
+    tasks hand their devices' counts to the driver."""
+    if not per_device:
+        return {}
+    by_loop: dict[str, int] = {}
+    for saved in per_device.values():
+        for loop, b in saved.by_loop.items():
+            by_loop[loop] = by_loop.get(loop, 0) + b
+    peaks = {d: saved.peak for d, saved in per_device.items()}
+    return {"peak_saved_bytes": max(peaks.values()), "peak_saved_bytes_per_device": peaks, "saved_bytes": by_loop}
+
+
 def checkpoint_bytes(attrs: Mapping[str, Any], count: int) -> tuple[str, int]:
     """The loop, and the bytes its checkpoints hold, of a ``CheckpointSlots`` node with these attrs
     that gave ``count`` slots: each holds one state of the loop and its position (``state_bytes``),
@@ -501,6 +517,6 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
 __all__ = [
     "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
     "MemoryPlan", "Platform", "SavedBytes", "StackSize", "backend_platform", "check", "checkpoint_bytes",
-    "checkpointing", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan", "over_budget", "plan_loop",
-    "plan_memory", "platform", "run_plan", "stack_sizes"
+    "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan",
+    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "stack_sizes"
 ]

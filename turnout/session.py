@@ -52,8 +52,9 @@ class RunOptions:
     stacks) may hold on the device at once, all loops together (None: no budget; a loop's own
     ``tn.while_loop(..., memory_budget=)`` bounds that loop's share). ``turnout.memory_plan`` decides
     per loop how it is honoured; a run that cannot stay within it raises ``ResourceExhaustedError``
-    (the reference and fast backends, on one device or per device when partitioned, and the small-step
-    system; the cluster backends refuse the option). ``docs/memory_budgets.rst``.
+    (the reference and fast backends, on one device or per device when partitioned or on a cluster's
+    tasks, and the small-step system; a backend that cannot count it refuses the option).
+    ``docs/memory_budgets.rst``.
     """
 
     scheduler: str = "fifo"
@@ -266,10 +267,10 @@ class Session:
 
     def _refuse_budgets(self, opts: RunOptions) -> None:
         """On a backend that does not honour memory budgets (the reference and fast backends, on one
-        device or per device when partitioned, and the small-step system count saved values against
-        them; the cluster backends do not): refuse a run budget, and a graph with a loop's own
-        budget, rather than run over it without a word. The graph is read once per version
-        (``memory_plan.budgeted_loops``)."""
+        device, per device when partitioned or on a cluster's tasks, and the small-step system count
+        saved values against them; a cluster whose partition executor does not, does not): refuse a
+        run budget, and a graph with a loop's own budget, rather than run over it without a word. The
+        graph is read once per version (``memory_plan.budgeted_loops``)."""
         from turnout.memory_plan import budgeted_loops
 
         budgeted = opts.memory_budget is not None
@@ -279,8 +280,9 @@ class Session:
 
             what = "memory_budget" if budgeted else f"the memory_budget of loop(s) {sorted(loops)}"
             raise UnsupportedError(f"backend {self.backend_name!r} does not honour {what}: the reference and fast "
-                                   "backends (on one device or partitioned over devices) and the small-step system "
-                                   "do; run there, or without the budget")
+                                   "backends (on one device, partitioned over devices, or on a cluster with the "
+                                   "reference or fast partition executor) and the small-step system do; run there, "
+                                   "or without the budget")
 
     def explain(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
                 memory_budget: Optional[int] = None) -> RunSchedule:
