@@ -12,13 +12,17 @@ recurrence is a ``tn.scan`` over ``T`` inputs, ``v <- tanh(v W + x)``, whose eve
 output (the TensorArray of its results, which a checkpoint leaves out: ``checkpoints.accumulators``),
 and the loss sums them all. Per trip count, in one process,
 calls interleaved (``benchmarks.common.timed_interleaved``): ``store`` (no budget), ``sqrt`` (a budget
-of ``isqrt(2T)`` states) and ``16`` (16 states). Reported: ms per gradient (median and best of
+of ``isqrt(2T)`` states), ``16`` (16 states) and ``64MiB`` (a budget of 64 MiB, which holds far more
+states than the loop runs steps: what it costs is how many slots the backend gives, sized to the
+runs or not, ``fast.slot_sizes``). With ``--devices N`` the graph's nodes are placed round robin over
+``N`` CPU devices (the fast partitioned executor; ``--whole-program never`` for its per-device tiers,
+``always`` for its SPMD program). Reported: ms per gradient (median and best of
 ``--repeat`` after the first call), the ratio of the best to ``store``'s, the schedule's extra forward
 passes (``checkpoint_schedule.cost(T, slots).overhead``), and the largest difference from ``store``'s
 gradients.
 
 Usage: ``bash scripts/py.sh benchmarks/recompute_graph.py [--backend fast] [--builder while_loop|scan]
-[--lengths 1000 4000] [--hidden 256]``;
+[--lengths 1000 4000] [--hidden 256] [--devices 2 --whole-program never|always]``;
 writes ``benchmarks/results/recompute_graph.json`` and ``.md``.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import Any, Optional
 
@@ -62,17 +67,28 @@ def build(hidden: int, slots: Optional[int], builder: str = "while_loop") -> tup
     return g, {"x": x, "w": w, "n": n}, list(grads)
 
 
-def measure(backend: str, hidden: int, length: int, repeat: int, builder: str = "while_loop") -> dict[str, Any]:
-    """Times and gradients of the three variants at one trip count."""
+def session(g: tn.Graph, backend: str, devices: int, whole_program: str) -> tn.Session:
+    """A session of ``g`` on ``backend``, its nodes placed round robin over ``devices`` CPU devices
+    where there are several (the fast partitioned executor, taking ``whole_program``)."""
+    if devices <= 1:
+        return tn.Session(g, backend=backend)
+    names = [f"cpu:{k}" for k in range(devices)]
+    spread = {nd.name: names[k % devices] for k, nd in enumerate(g.nodes)}
+    return tn.Session(g, backend=backend, devices=names, requests=spread, whole_program=whole_program)
+
+
+def measure(backend: str, hidden: int, length: int, repeat: int, builder: str = "while_loop", devices: int = 1,
+            whole_program: str = "auto") -> dict[str, Any]:
+    """Times and gradients of the four variants at one trip count."""
     rng = np.random.default_rng(0)
     steps: Any = length if builder != "scan" else (rng.normal(size=(length, 1, hidden)) * 0.1).astype(np.float32)
     feeds = {"x": rng.normal(size=(1, hidden)).astype(np.float32),
              "w": (rng.normal(size=(hidden, hidden)) / math.sqrt(hidden)).astype(np.float32), "n": steps}
-    variants = {"store": None, "sqrt": math.isqrt(2 * length), "16": 16}
+    variants = {"store": None, "sqrt": math.isqrt(2 * length), "16": 16, "64MiB": (64 << 20) // (8 + 4 * hidden)}
     calls, got = {}, {}
     for name, slots in variants.items():
         g, ph, grads = build(hidden, slots, builder)
-        sess = tn.Session(g, backend=backend)
+        sess = session(g, backend, devices, whole_program)
         feed = {ph[k]: v for k, v in feeds.items()}
         calls[name] = (lambda s=sess, f=feed, gs=grads: s.run(gs, f))
         got[name] = calls[name]()
@@ -94,18 +110,26 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[1000, 4000])
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--devices", type=int, default=1, help="CPU devices to place the nodes on, round robin")
+    ap.add_argument("--whole-program", choices=["auto", "always", "never"], default="auto")
     args = ap.parse_args(argv)
-    rows = [measure(args.backend, args.hidden, t, args.repeat, args.builder) for t in args.lengths]
+    if args.devices > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + f" --xla_force_host_platform_device_count={args.devices}").strip()
+    rows = [measure(args.backend, args.hidden, t, args.repeat, args.builder, args.devices, args.whole_program)
+            for t in args.lengths]
     lines = [f"recompute_graph: backend {args.backend}, {args.builder}, H = {args.hidden}, best of {args.repeat} "
-             "after the first",
-             "| T | store ms | sqrt slots | sqrt ms | ratio | extra passes | 16 ms | ratio | extra passes | max diff |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"after the first, {args.devices} device(s), whole_program={args.whole_program}",
+             "| T | store ms | sqrt slots | sqrt ms | ratio | extra passes | 16 ms | ratio | extra passes "
+             "| 64 MiB ms | ratio | max diff |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        s, q, k = r["store"], r["sqrt"], r["16"]
-        diff = max(q["max_rel_diff"], k["max_rel_diff"])
+        s, q, k, b = r["store"], r["sqrt"], r["16"], r["64MiB"]
+        diff = max(q["max_rel_diff"], k["max_rel_diff"], b["max_rel_diff"])
         lines.append(f"| {r['length']} | {1e3 * s['min_s']:.1f} | {q['slots']} | {1e3 * q['min_s']:.1f} | "
                      f"{q['ratio']:.2f} | {q['extra_forward_passes']:.2f} | {1e3 * k['min_s']:.1f} | "
-                     f"{k['ratio']:.2f} | {k['extra_forward_passes']:.2f} | {diff:.1e} |")
+                     f"{k['ratio']:.2f} | {k['extra_forward_passes']:.2f} | {1e3 * b['min_s']:.1f} | "
+                     f"{b['ratio']:.2f} | {diff:.1e} |")
     write_report("recompute_graph", {"machine": machine(), "args": vars(args), "rows": rows}, lines)
 
 

@@ -135,6 +135,71 @@ def test_second_order_through_loops_matches_jax(name: str, backend: str) -> None
     np.testing.assert_allclose(run(backend, g, [d1, d2], {x: v}), want, rtol=1e-9)
 
 
+W2 = np.array([0.9, -1.1])
+
+
+def _inner_step(v: Any, loops: bool) -> Any:
+    """``v - 0.1 d/dv sum(u(v)^2)``, ``u`` two steps of ``u <- tanh(u) w + 0.05``: in a loop of its own
+    (``loops``), whose gradient is then taken in the enclosing scope, or unrolled."""
+    w = tn.constant(W2)
+    if loops:
+        _, u = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.tanh(u) * w + 0.05), [tn.constant(0), v],
+                             name="inner")
+    else:
+        u = tn.tanh(tn.tanh(v) * w + 0.05) * w + 0.05
+    (du,) = tn.gradients(tn.reduce_sum(u * u), [v])
+    return v - 0.1 * du
+
+
+def _outer(n: int, loops: bool) -> tuple[tn.Graph, Any, Any]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [2], name="x")
+        if loops:
+            _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, _inner_step(v, True)),
+                                 [tn.constant(0), x], name="outer")
+        else:
+            y = x
+            for _ in range(n):
+                y = _inner_step(y, False)
+        (gx,) = tn.gradients(tn.reduce_sum(y * y), [x])
+    return g, x, gx
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_loop_whose_body_differentiates_a_loop_inside_it(n: int, backend: str) -> None:
+    """Regression: a loop body that takes the gradient of a loop inside it (its backward loop beside
+    it, in the same body), then the gradient of the outer loop. The inner backward loop's pops get
+    gradients in a backward loop built in the same scope as the one that must read them, and it read
+    them before their gate existed: that contribution was left out, a silent wrong gradient
+    ([0.259, -0.376] for [0.295, -0.549] at n = 3). The answer is the unrolled program's."""
+    xv = np.array([0.3, -0.5])
+    g, x, gx = _outer(n, True)
+    g0, x0, gx0 = _outer(n, False)
+    np.testing.assert_allclose(run(backend, g, gx, {x: xv}), run("reference", g0, gx0, {x0: xv}), rtol=1e-9)
+
+
+def test_a_first_order_gradient_in_a_branch_around_a_loop_it_differentiates_is_refused() -> None:
+    """The same with the inner gradient taken inside a cond branch and the inner loop outside it: the
+    gradients of its popped values would be computed, inside the branch's backward, after the outer
+    backward loop had read them. Not built: a ``GradientError`` naming the loop, never a wrong number."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [2], name="x")
+        w = tn.constant(W2)
+
+        def step(v: Any) -> Any:
+            _, u = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.tanh(u) * w), [tn.constant(0), v],
+                                 name="inner")
+            du = tn.cond(tn.reduce_sum(v) < 5.0, lambda: tn.gradients(tn.reduce_sum(u * u), [v])[0],
+                         lambda: tn.zeros_like(v))
+            return v - 0.1 * du
+
+        _, y = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, step(v)), [tn.constant(0), x], name="outer")
+        with pytest.raises(tn.GradientError, match='second-order gradient through while_loop "outer/body/inner"'):
+            tn.gradients(tn.reduce_sum(y * y), [x])
+
+
 def test_third_order_through_a_loop_is_refused_by_name() -> None:
     """Not built yet (docs/missing.rst): it must be an error, never a wrong number."""
     g = tn.Graph()

@@ -24,7 +24,6 @@ from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
 
 if TYPE_CHECKING:
     from turnout.control_flow.checkpoints import OnlineCheckpoints
-    from turnout.memory_plan import Checkpointing
 
 
 class ControlFlowContext(ABC):
@@ -242,8 +241,6 @@ class WhileContext(ControlFlowContext):
         # the user's body function, kept so that a gradient under a memory budget can call it again to
         # recompute loop states (``gradients.recompute``); None for a loop imported from a GraphDef
         self.body_fn: Optional[Callable[..., Any]] = None
-        # for the backward loop that ``gradients.recompute`` builds: how it reverses which loop
-        self.reverses_by_recomputing: Optional[Checkpointing] = None
         self.num_state = 0  # the user's loop variables (after the counter); the rest are the builder's
         # the slots of online checkpoints that the forward loop keeps for a gradient that recomputes,
         # added by the first such gradient (``control_flow.checkpoints.slots_of``); None: it keeps none

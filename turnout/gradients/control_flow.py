@@ -144,7 +144,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
                            shape_invariants=shapes, swap_memory=w.swap_memory, memory_budget=w.memory_budget,
                            name=f"gradients/{w.name}")
     b.close_sync(w)
-    b.close_stack_gradients(built[0])
+    b.close_stack_gradients(built[0], w)
     res = [to_graph_value(r) for r in res]
     pairs: Pairs = [(lv.enter.inputs[0], r) for (_, lv), r in zip(vars_, res[:nv], strict=True)]
     pairs += [(e.inputs[0], r) for e, r in zip(invs, res[nv:], strict=True)]

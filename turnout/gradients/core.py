@@ -429,24 +429,58 @@ class Backward:
             p = self.g.create_node("StackPush", [gs.outputs[0], index, dy], name="gradients/push_gradient")
         self._grad_stack_pushes.setdefault(w.id, []).append((p, root.id))
 
-    def close_stack_gradients(self, bwd: WhileContext) -> None:
-        """After backward loop ``bwd`` is built: its gradient pushes are known; give them a sync
-        variable, whose Exit gates every pop of those gradient stacks."""
+    def close_stack_gradients(self, bwd: WhileContext, fwd: WhileContext) -> None:
+        """After backward loop ``bwd`` (of forward loop ``fwd``) is built: its gradient pushes are
+        known; give them a sync variable, whose Exit gates every pop of those gradient stacks.
+
+        Where the gate stands: the pops come in the backward loop of the forward loop that pushed the
+        stack's values (``_pusher``), built in the backward scope of that loop's scope; ``bwd``'s
+        Exits stand in the backward scope of ``fwd``'s. Where ``fwd``'s scope encloses the pusher's
+        (the two loops side by side in one loop body, as when a loop's body takes the gradient of a
+        loop inside it, or at the root), the gate is the Exit here, which that backward loop, built
+        later in the same scope, reads. Otherwise (the pops are in a backward loop nested deeper than
+        the pusher, as in a first-order gradient of nested loops) it is one more "push" of the
+        enclosing backward loop's iteration, and is set when that loop closes, up to the root."""
         pushes = self._grad_stack_pushes.pop(bwd.id, [])
         if not pushes:
             return
         s = self._sync_for(bwd)
         s.pushes.extend(p for p, _ in pushes)
         self.close_sync(bwd)
-        # s.trip_count fires after every push of every iteration. Inside an enclosing backward loop
-        # still being built, it is one more "push" of that loop's iteration: the gate is set when the
-        # outermost one closes, in the root, where the forward loops' backward loops can read it.
         outer = bwd.outer.while_context if bwd.outer is not None else None
-        if outer is not None:
-            self._grad_stack_pushes.setdefault(outer.id, []).extend((s.trip_count.node, sid) for _, sid in pushes)
-        else:
-            for _, sid in pushes:
+        later = []
+        for _, sid in pushes:
+            if outer is None or _encloses(fwd.outer, self._pusher(sid).outer):
                 self._grad_stack_gate[sid] = s.trip_count
+            else:
+                later.append(sid)
+        if later:
+            assert outer is not None
+            self._grad_stack_pushes.setdefault(outer.id, []).extend((s.trip_count.node, sid) for sid in later)
+
+    def _pusher(self, sid: int) -> WhileContext:
+        """The forward loop whose body pushes the values of stack ``sid``."""
+        for n in self.g.nodes:
+            if n.op == "StackPush" and _stack_root(n.inputs[0]).id == sid and n.context is not None:
+                w = n.context.while_context
+                if w is not None:
+                    return w
+        raise AssertionError(f"stack {sid} has no push inside a loop")
+
+    def _check_no_pending(self, w: WhileContext) -> None:
+        """Before the backward loop of ``w`` reads the gradients of its popped values: none may still
+        wait on a backward loop not closed yet (its gate would come after this loop is built, and the
+        gradient would leave those values' contribution out). Raises ``GradientError`` naming the loop
+        rather than build such a gradient."""
+        mine = {_stack_root(n.inputs[0]).id for n in w.nodes if n.op == "StackPush"}
+        pending = {sid for pushes in self._grad_stack_pushes.values() for _, sid in pushes} & mine
+        pending -= set(self._grad_stack_gate)
+        if pending:
+            raise GradientError(
+                f'gradients: the second-order gradient through while_loop "{w.name}" would read gradients of its '
+                "saved values that a loop in another scope (a cond branch around the first-order gradient) "
+                "computes only later; this arrangement is not supported: take the first-order gradient in the "
+                "scope of the loop")
 
     def has_stack_gradients(self, w: WhileContext) -> bool:
         """Do values of ``w`` or of loops nested in it have gradients waiting on gradient stacks?"""
@@ -455,6 +489,7 @@ class Backward:
 
     def stack_gradients(self, w: WhileContext) -> list[tuple[Tensor, Node, Tensor]]:
         """(forward value, gradient stack, gate) for each value of loop ``w`` whose pops got gradients."""
+        self._check_no_pending(w)
         out = []
         for n in w.nodes:
             if n.op == "StackPush":
@@ -576,6 +611,11 @@ class Backward:
         if s is not None and sum(d is None for d in s) <= 1:
             return ops.reshape(dy, [-1 if d is None else d for d in s])
         raise GradientError(f"reshape gradient needs the static shape of {x.name} (at most one unknown dimension)")
+
+
+def _encloses(scope: Optional[ControlFlowContext], inner: Optional[ControlFlowContext]) -> bool:
+    """Whether ``inner`` lies in ``scope`` (itself or nested in it; everything lies in the root, None)."""
+    return scope is None or (inner is not None and inner.is_within(scope))
 
 
 def _stack_root(t: Tensor) -> Node:

@@ -70,16 +70,12 @@ WRITES = frozenset({"AssignVariable", "AssignAddVariable", "AssignSubVariable"})
 def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
     """How many slots the gradient of ``w`` recomputes in, or None when it keeps gradient stacks.
     Raises ``UnsupportedError`` naming the loop where its budget calls for recomputation and the
-    loop cannot be recomputed (no Python body, a body that writes state) or holds no state, and
-    where ``w`` is itself such a gradient's backward loop: a second-order gradient through it is not
-    built (tried, it matched the store-everything one for bodies with a cond, not for bodies with a
-    loop inside, and it would keep stacks of every action, outside the budget)."""
-    if w.reverses_by_recomputing is not None:
-        raise UnsupportedError(f'gradients: while_loop "{w.name}" reverses while_loop '
-                               f'"{w.reverses_by_recomputing.loop}" '
-                               "by recomputing under its memory_budget, and a gradient of that gradient (second "
-                               "order) is not built; for second order give that loop swap_memory=True (it then "
-                               "keeps its stacks) or no memory_budget")
+    loop cannot be recomputed (no Python body, a body that writes state) or holds no state.
+
+    A gradient of such a gradient (second order) differentiates the backward loop built here, a loop
+    without a budget of its own: it keeps stacks of that loop's values, which a run's budget counts;
+    the cotangents of the checkpoints it starts from go back into the forward states they hold
+    (``Kept``)."""
     cp = checkpoints.checkpointing_of(w)  # the rule by which the loop builder kept its checkpoints
     if cp is None:
         return None
@@ -133,13 +129,13 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))  # (entries past them unused)
     init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]
     nb, nc = len(bufs0), len(ct0)
+    kept = Kept.of(b, w, ck, dys, diff, st)
 
     read = [o for e, o in zip(w.invariants.values(), outside, strict=True) if e in invs]
 
     def reverse(top: Tensor, end: Tensor, pos: Tensor, *rest: Any) -> list[Tensor]:
         ctx = g.current_context
         assert isinstance(ctx, WhileContext)
-        ctx.reverses_by_recomputing = cp
         _seed_captures(ctx, outside)
         flat = [to_graph_value(v) for v in rest]  # an outside TensorArray's gradient is one
         bufs, ct, acc = flat[:nb], flat[nb:nb + nc], flat[nb + nc:]
@@ -147,7 +143,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
         start = ops.gather(pos, top)
         x = advance(w, st, [ops.gather(buf, top) for buf in bufs], end - 1 - start)
         out = vjp_step(b, w, st.whole(x), diff, ct, acc, read)
-        ct, acc = out[:nc], out[nc:]
+        ct, acc = kept.add(out[:nc], end - 1), out[nc:]
         end = end - 1
         return [ops.where(ops.equal(end, start), top - 1, top), end, pos, *bufs, *ct, *acc]
 
@@ -158,6 +154,51 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
     pairs: Pairs = [(lvs[i].enter.inputs[0], ct[diff.index(i)]) for i in wanted]
     pairs += [(e.inputs[0], a) for e, a in zip(invs, acc, strict=True)]
     return pairs
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The cotangents of the forward loop's checkpoints, where a gradient of its gradient (second
+    order) gives them: ``cts``, per checkpointed state variable that has one, its index among the
+    cotangents the backward loop carries and the cotangent of its slot buffer; ``stride`` and
+    ``count``, the forward loop's last stride and number of states kept, and ``slots``, the buffers'
+    slot count.
+
+    Why: the buffers the backward loop starts from are states of the forward loop, so the backward
+    loop's result depends on the initial values through them too. When the forward loop ends, slot
+    ``k < count`` holds the state before step ``k * stride`` (``checkpoints.keep``), so the
+    cotangent of that slot adds to the state's as the backward loop reverses that step."""
+
+    cts: tuple[tuple[int, Tensor], ...]
+    stride: Optional[Tensor] = None
+    count: Optional[Tensor] = None
+    slots: Optional[Tensor] = None
+
+    @classmethod
+    def of(cls, b: Backward, w: WhileContext, ck: checkpoints.OnlineCheckpoints, dys: Sequence[Optional[Tensor]],
+           diff: list[int], st: State) -> Kept:
+        """The checkpoints' cotangents among ``dys`` (one per loop variable of ``w``; none in a
+        first-order gradient, which then builds nothing for them)."""
+        at = {id(lv): k for k, lv in enumerate(w.loop_vars[:len(dys)])}  # (slots built by this gradient: no dys)
+        cts = tuple((diff.index(i), d) for lv, i in zip(ck.bufs, st.kept, strict=True)
+                    if id(lv) in at and (d := dys[at[id(lv)]]) is not None and i in diff)
+        if not cts:
+            return cls(())
+        return cls(cts, b.value(exit_of(ck.stride)), b.value(exit_of(ck.count)), b.value(ck.slots))
+
+    def add(self, ct: list[Tensor], p: Tensor) -> list[Tensor]:
+        """``ct``, the cotangents of the state before step ``p``, with those of the slot that holds it."""
+        if not self.cts:
+            return ct
+        assert self.stride is not None and self.count is not None and self.slots is not None
+        k = p // self.stride
+        held = ops.logical_and(ops.equal(p % self.stride, 0), k < self.count)
+        at = ops.maximum(ops.minimum(k, self.slots - 1), 0)
+        out = list(ct)
+        for j, d in self.cts:
+            got = ops.gather(d, at)
+            out[j] = out[j] + ops.where(held, got, ops.zeros_like(got))
+        return out
 
 
 @dataclass(frozen=True)
