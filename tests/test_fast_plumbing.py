@@ -73,6 +73,10 @@ def test_a_merge_forwards_the_input_of_the_branch_that_ran_with_its_index(b: boo
     assert all(src is None and idx is DEAD for _, src, idx in plumbing.branch_joins(one_sided, b))
     wires = plumbing.join_wires(one_sided, b)
     assert all(w.src is None and w.value is DEAD for w in wires)
+    assert [w.dst for w in wires] == [key(o) for m, _ in cr.merges for o in m.outputs[:2]]
+    live = plumbing.join_wires(cr, b)
+    assert [w.dst for w in live] == [w.dst for w in wires]
+    assert [(w.src, w.reader) for w in live[::2]] == [(m.inputs[s[b]], m) for m, s in cr.merges]
 
 
 def test_a_loops_merges_report_the_enter_first_and_the_next_iteration_after() -> None:
@@ -84,6 +88,7 @@ def test_a_loops_merges_report_the_enter_first_and_the_next_iteration_after() ->
         assert [(kv, ki) for kv, ki, _ in got] == [(key(m.outputs[0]), key(m.outputs[1]))
                                                   for _, m, _, _, _ in wr.loop_vars]
         assert [int(i) for _, _, i in got] == [es if first else ns for _, _, _, es, ns in wr.loop_vars]
+        assert all(i.dtype == np.int32 for _, _, i in got)  # (a Merge's value_index is int32)
     assert plumbing.entries(wr) == [(e.inputs[0], m) for e, m, _, _, _ in wr.loop_vars]
     assert plumbing.next_values(wr) == [(nx.inputs[0], m) for _, m, nx, _, _ in wr.loop_vars]
     assert [(w.dst, w.src, w.reader) for w in plumbing.invariant_wires(wr)] == [
