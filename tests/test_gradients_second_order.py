@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turnout as tn
 
@@ -177,6 +179,64 @@ def test_a_loop_whose_body_differentiates_a_loop_inside_it(n: int, backend: str)
     g, x, gx = _outer(n, True)
     g0, x0, gx0 = _outer(n, False)
     np.testing.assert_allclose(run(backend, g, gx, {x: xv}), run("reference", g0, gx0, {x0: xv}), rtol=1e-9)
+
+
+def _step_of(kind: str, m: int, w: Any) -> Any:
+    """A step ``v -> v - 0.1 d/dv sum(h(v)^2)`` whose ``h`` is ``kind``: ``m`` steps of
+    ``u <- tanh(u) w + 0.05`` in a loop of its own (``loop``), two such loops nested (``nested``), a
+    cond on the sign of ``sum(v)`` (``cond``) or straight-line code."""
+    def f(u: Any) -> Any:
+        return tn.tanh(u) * w + 0.05
+
+    def h(v: Any) -> Any:
+        if kind == "loop":
+            return tn.while_loop(lambda j, u: j < m, lambda j, u: (j + 1, f(u)), [tn.constant(0), v], name="h")[1]
+        if kind == "nested":
+            def outer(j: Any, u: Any) -> Any:
+                return j + 1, tn.while_loop(lambda k, z: k < m, lambda k, z: (k + 1, f(z)), [tn.constant(0), u],
+                                            name="hh")[1]
+            return tn.while_loop(lambda j, u: j < 2, outer, [tn.constant(0), v], name="h")[1]
+        if kind == "cond":
+            return tn.cond(tn.reduce_sum(v) > 0.0, lambda: f(f(v)), lambda: f(v) * v)
+        return f(v) * v
+
+    def step(v: Any) -> Any:
+        (dv,) = tn.gradients(tn.reduce_sum(h(v) * h(v)), [v])
+        return v - 0.1 * dv
+
+    return step
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 4), deadline=None)
+@given(kind=st.sampled_from(["loop", "nested", "cond", "plain"]), n=st.integers(1, 4), m=st.integers(1, 3),
+       xs=st.lists(st.floats(-1.5, 1.5, allow_nan=False, width=32), min_size=2, max_size=2),
+       ws=st.lists(st.floats(-1.5, 1.5, allow_nan=False, width=32), min_size=2, max_size=2))
+def test_a_loop_whose_body_takes_a_gradient_matches_its_unrolled_program(kind: str, n: int, m: int, xs: list[float],
+                                                                         ws: list[float]) -> None:
+    """Property: a ``tn.while_loop`` of ``n`` steps whose body takes the gradient of a loop, of nested
+    loops, of a cond or of straight-line code, differentiated again through the outer loop, gives
+    the gradient of the same program unrolled in Python (no loop at all: the outer loop's steps one
+    after the other, the inner loops and the cond taken as they went). Second order inside a loop
+    body: the case the generated programs of ``test_generated_programs_second_order_match_jax`` do not
+    make."""
+    xv, wv = np.array(xs), np.array(ws)
+    outs = []
+    for loops in (True, False):
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(F, [2], name="x")
+            w = tn.constant(wv)
+            step = _step_of(kind, m, w)
+            if loops:
+                _, y = tn.while_loop(lambda i, v, step=step: i < n, lambda i, v, step=step: (i + 1, step(v)),
+                                     [tn.constant(0), x], name="outer")
+            else:  # (the outer steps one after the other, each at the root: the gradient there is right)
+                y = x
+                for _ in range(n):
+                    y = step(y)
+            (gx,) = tn.gradients(tn.reduce_sum(y * y), [x])
+        outs.append(run("reference", g, gx, {x: xv}))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-9, atol=1e-12)
 
 
 def test_a_first_order_gradient_in_a_branch_around_a_loop_it_differentiates_is_refused() -> None:
