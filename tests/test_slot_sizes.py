@@ -160,6 +160,30 @@ def test_the_partitioned_tiers_size_the_slots_as_the_one_device_backend(whole_pr
         check(got[:2], n)
         stats = sess.last_result.stats
         assert stats["tier"] == tier and int(got[2]) == want == stats["checkpoint_slots"]["rnn"], (n, stats)
+        assert stats["checkpoint_bytes"] == {"rnn": want * STATE}  # (the slots given, not the budget's)
+
+
+def test_a_slot_plan_counts_each_loops_slots_on_its_own_device() -> None:
+    """``SlotPlan.bytes_by_device``: each device holds the slots of the loops whose ``CheckpointSlots``
+    it runs, as many as the plan gives them (``capacity``), not every loop's nor every slot the budgets
+    hold."""
+    from turnout.fast.slot_sizes import SlotPlan
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, a = tn.while_loop(lambda i, v: i < 5, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], name="a",
+                             memory_budget=40 * STATE)
+        _, b = tn.while_loop(lambda i, v: i < 5, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), a], name="b",
+                             memory_budget=7 * STATE)
+        tn.gradients(tn.reduce_sum(b), [x])
+    na, nb = sorted((nd for nd in g.nodes if nd.op == "CheckpointSlots"), key=lambda nd: nd.attrs["loop"])
+    plan = SlotPlan((na, nb), capacity=16)
+    assert plan.counts == {"a": 16, "b": 7} and plan.bytes() == {"a": 16 * STATE, "b": 7 * STATE}
+    assert plan.bytes_by_device({na.id: "cpu:0", nb.id: "cpu:1"}) == {"cpu:0": {"a": 16 * STATE},
+                                                                       "cpu:1": {"b": 7 * STATE}}
+    assert SlotPlan((na, nb)).bytes() == {"a": 40 * STATE, "b": 7 * STATE} and not SlotPlan((na, nb)).learns
+    assert plan.learns and plan.stats == {"checkpoint_slots": plan.counts, "checkpoint_bytes": plan.bytes()}
 
 
 def test_one_device_through_the_partitioned_backend_sizes_them_too() -> None:
