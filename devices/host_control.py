@@ -24,17 +24,8 @@ import numpy as np
 from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
 from turnout.devices.segments import HostCond, HostLoop, Step
 from turnout.errors import NonTerminationError, describe_node, runaway_message
+from turnout.fast import plumbing
 from turnout.fast.outcome import Retry
-from turnout.fast.plumbing import (
-    dead,
-    entries,
-    exit_keys,
-    exit_wires,
-    invariant_wires,
-    join_wires,
-    merge_outputs,
-    next_values,
-)
 from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.kernels import truth
@@ -73,7 +64,7 @@ class HostControl:
         p = resolved(env.vals[key(r.pred)])
         exports = cond_exports(r, self.plan.program.fetch_keys)
         if p is DEAD:
-            env.wire(dead(cond_outputs(r, exports)), env)
+            env.wire(plumbing.dead(cond_outputs(r, exports)), env)
             return
         t0 = self.tl.now() if self.tl else 0.0
         b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
@@ -88,7 +79,7 @@ class HostControl:
     def _join(hc: HostCond, b: bool, benv: HostEnv, env: HostEnv, exports: list[Key]) -> None:
         """Branch ``b``'s results into ``env``: each Merge forwards the input of that branch (and its
         index), or is dead where the branch has none; an export the branch did not make is dead."""
-        env.wire(join_wires(hc.region, b), benv)
+        env.wire(plumbing.join_wires(hc.region, b), benv)
         for k in exports:
             if k in benv.vals:
                 env.take(k, benv, k)
@@ -102,10 +93,10 @@ class HostControl:
         iterations run ahead of the ones whose error words have been read."""
         r = hl.region
         base = env.child()
-        base.wire(invariant_wires(r), env)
-        vals = [(resolved(env.vals[key(t)]), env.where.get(key(t))) for t, _ in entries(r)]
+        base.wire(plumbing.invariant_wires(r), env)
+        vals = [(resolved(env.vals[key(t)]), env.where.get(key(t))) for t, _ in plumbing.entries(r)]
         if any(v is DEAD for v, _ in vals):
-            env.wire(dead(exit_keys(r)), env)
+            env.wire(plumbing.dead(plumbing.exit_keys(r)), env)
             return
         outer_iteration = self.iteration
         henv, iters = self._iterate(hl, base, vals)
@@ -119,7 +110,7 @@ class HostControl:
         self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
         eenv = switched(henv, r.switches, 0)
         self.steps(hl.exit_side, eenv)
-        env.wire(exit_wires(r), eenv)
+        env.wire(plumbing.exit_wires(r), eenv)
 
     def _iterate(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]]) -> tuple[HostEnv, int]:
         """Run iterations until the predicate is false, or until the run's ``Retry``: the environment
@@ -142,7 +133,7 @@ class HostControl:
             self.steps(hl.body, benv)
             if self.retry is not None:
                 return henv, iters
-            vals = [(benv.vals[key(t)], benv.where.get(key(t))) for t, _ in next_values(r)]
+            vals = [(benv.vals[key(t)], benv.where.get(key(t))) for t, _ in plumbing.next_values(r)]
             if self.pools:
                 window.append([self.last_fut[d] for d in hl.devices if d in self.last_fut])
             else:
@@ -154,7 +145,7 @@ class HostControl:
         """One iteration's environment: each loop variable's Merge holds its value (from the Enter at
         the first iteration, from the NextIteration after) and which input it came from."""
         henv = base.child()
-        for (kv, ki, idx), (v, w) in zip(merge_outputs(hl.region, first), vals, strict=True):
+        for (kv, ki, idx), (v, w) in zip(plumbing.merge_outputs(hl.region, first), vals, strict=True):
             if isinstance(v, (np.ndarray, np.generic)):
                 # a loop variable known on the host enters as a device value, so the segments are
                 # traced once for the loop, not once per value

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout.errors import runaway_message
+from turnout.fast import plumbing
 from turnout.fast.counted_nests import CountedNests
 from turnout.fast.emitter_core import Env
 from turnout.fast.facts import (
@@ -29,16 +30,6 @@ from turnout.fast.facts import (
     own_writes,
 )
 from turnout.fast.outcome import NONTERM
-from turnout.fast.plumbing import (
-    dead,
-    entries,
-    exit_keys,
-    exit_wires,
-    invariant_wires,
-    merge_outputs,
-    next_values,
-    switch_wires,
-)
 from turnout.fast.regions import WhileRegion, key, loop_height, loop_number
 from turnout.fast.tracing import jnp_tree
 from turnout.fast.values import DEAD, TA, is_static
@@ -80,9 +71,9 @@ class LightLoops(CountedNests):
         """
         self.hold(r, self.state)
         loop = LightLoop(self, r, env)
-        vals0 = [self.read(env, t, m) for t, m in entries(r)]
+        vals0 = [self.read(env, t, m) for t, m in plumbing.entries(r)]
         if any(v is DEAD for v in vals0):
-            self.wire(dead(exit_keys(r)), env)
+            self.wire(plumbing.dead(plumbing.exit_keys(r)), env)
             return
         vals0 = _settled_arrays(r, vals0)
         _, p0 = loop.header(vals0, True)
@@ -255,7 +246,7 @@ class LightLoop:
         self.r: WhileRegion = r
         self.env: Env = env
         self.base = dict(env)
-        em.wire(invariant_wires(r), env, self.base)
+        em.wire(plumbing.invariant_wires(r), env, self.base)
         self.pkey = key(r.loop_cond.inputs[0])
         self.lck = key(r.loop_cond.outputs[0])
         # The invariants the header reads (and the iteration bound) travel in the carry: the loop's
@@ -280,7 +271,7 @@ class LightLoop:
         henv = dict(self.base)
         if hvals is not None:
             henv.update(zip(self.hkeys, hvals, strict=True))
-        for (kv, ki, idx), v in zip(merge_outputs(self.r, first), vals, strict=True):
+        for (kv, ki, idx), v in zip(plumbing.merge_outputs(self.r, first), vals, strict=True):
             henv[kv], henv[ki] = v, idx
         self.em.run_items(self.r.header, henv)
         return henv, self.em.predicate(henv, self.r.loop_cond.inputs[0], self.r.loop_cond)
@@ -290,7 +281,7 @@ class LightLoop:
         decided): output ``taken`` carries the loop value, the other output is dead."""
         senv = dict(henv)
         senv[self.pkey] = senv[self.lck] = pred
-        self.em.wire(switch_wires(self.r.switches, taken), senv)
+        self.em.wire(plumbing.switch_wires(self.r.switches, taken), senv)
         return senv
 
     def body(self, form: LoopForm, c: Any) -> Any:
@@ -312,7 +303,7 @@ class LightLoop:
             henv, pred = self.header(vals, False, hvals)
             benv = self.side(henv, pred, 1)
             em.run_items(r.body, benv)
-            nexts = next_values(r)
+            nexts = plumbing.next_values(r)
             nxt = [em.read(benv, *nexts[j]) for j in form.keep]
         finally:
             em.max_iter = saved
@@ -341,7 +332,7 @@ class LightLoop:
             em.check(~jnp.asarray(pred), self.message, code="nonterm")
         elif not (is_static(pred) and not bool(pred)):
             em._set_err(jnp.asarray(pred, bool), NONTERM + self.off)
-        em.wire(exit_wires(r), eenv, self.env)
+        em.wire(plumbing.exit_wires(r), eenv, self.env)
 
 
 def _settled_arrays(r: WhileRegion, vals0: list[Any]) -> list[Any]:

@@ -18,19 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout.errors import UnsupportedError, runaway_message
+from turnout.fast import plumbing
 from turnout.fast.conds import CondEmitter
 from turnout.fast.emitter_core import Env
 from turnout.fast.facts import counter_exits
-from turnout.fast.plumbing import (
-    dead,
-    entries,
-    exit_keys,
-    exit_wires,
-    invariant_wires,
-    merge_outputs,
-    next_values,
-    switch_wires,
-)
 from turnout.fast.regions import WhileRegion, key, program_nodes
 from turnout.fast.tracing import Traced, jnp_tree, reconcile, settled
 from turnout.fast.values import DEAD, is_static
@@ -80,7 +71,7 @@ class LoopEmitter(CondEmitter):
         before the loop and at the end of each body, so the predicate is computed once per iteration.
         """
         base = dict(env)
-        self.wire(invariant_wires(r), env, base)
+        self.wire(plumbing.invariant_wires(r), env, base)
         pkey = key(r.loop_cond.inputs[0])
         ckeys = [key(t) for t in r.carried if key(t) != pkey]  # the predicate has its own slot
         lck = key(r.loop_cond.outputs[0])
@@ -89,14 +80,14 @@ class LoopEmitter(CondEmitter):
         def header(vals: list[Any], first: bool, state: dict[str, Any]) -> tuple[Any, ...]:
             self.state = dict(state)
             henv = dict(base)
-            for (kv, ki, idx), v in zip(merge_outputs(r, first), vals, strict=True):
+            for (kv, ki, idx), v in zip(plumbing.merge_outputs(r, first), vals, strict=True):
                 henv[kv], henv[ki] = v, idx
             self.run_items(r.header, henv)
             return [henv[k] for k in ckeys], self.predicate(henv, r.loop_cond.inputs[0], r.loop_cond), self.state
 
         def start(state: dict[str, Any]) -> Any:
             self.hold(r, state)  # (before a dead entry: the backward loop's pops read it even then)
-            vals0 = [self.read(env, t, m) for t, m in entries(r)]
+            vals0 = [self.read(env, t, m) for t, m in plumbing.entries(r)]
             if any(v is DEAD for v in vals0):
                 return None
             exits.update({key(r.loop_vars[j][1].outputs[0]): v for j, v in counter_exits(r, vals0, base).items()})
@@ -107,7 +98,7 @@ class LoopEmitter(CondEmitter):
             """The loop's environment on one side of its Switches ([E-Switch], the predicate decided), with
             the values ``known`` while tracing in place of carried ones (the counters after the loop)."""
             env = {**base, **dict(zip(ckeys, vals, strict=True)), **(known or {}), pkey: pred, lck: pred}
-            self.wire(switch_wires(r.switches, taken), env)
+            self.wire(plumbing.switch_wires(r.switches, taken), env)
             return env
 
         def body(c: Any) -> Any:
@@ -115,13 +106,13 @@ class LoopEmitter(CondEmitter):
             self.state = dict(state)
             benv = side_env(vals, pred, 1)
             self.run_items(r.body, benv)
-            nxt = [self.read(benv, t, m) for t, m in next_values(r)]
+            nxt = [self.read(benv, t, m) for t, m in plumbing.next_values(r)]
             vals2, pred2, st2 = header(nxt, False, self.state)
             return jnp_tree((vals2, pred2, st2, iters + 1))
 
         def finish(c: Any, out_env: Env) -> None:
             if c is None:
-                self.wire(dead(exit_keys(r)), out_env)
+                self.wire(plumbing.dead(plumbing.exit_keys(r)), out_env)
                 return
             vals, pred, state, iters = c
             self.state = dict(state)
@@ -130,7 +121,7 @@ class LoopEmitter(CondEmitter):
             # The loop stops when its predicate is false, when the iteration budget is spent, or (in a fused
             # attempt) on an error, which the error word holds: a true predicate here means the budget was spent.
             self.check(~jnp.asarray(pred), runaway_message(r.describe()), code="nonterm")
-            self.wire(exit_wires(r), eenv, out_env)
+            self.wire(plumbing.exit_wires(r), eenv, out_env)
 
         return start, body, finish
 
