@@ -30,7 +30,7 @@ in turn (``benchmarks.common.timed_interleaved``). Reported per configuration: t
 its time per iteration (µs), its ratio to ``store``'s best; the planner's action and slots
 (``tn.memory_report(session).plan``) and the schedule's extra forward passes
 (``checkpoint_schedule.cost(T, slots).overhead``); the saved bytes the backend reports
-(``peak_device_stack_bytes``; the slots are loop variables, not stacks, so a recomputed loop reports 0)
+(``peak_device_stack_bytes`` and the checkpoint slots, ``checkpoint_bytes``: a recomputed loop's)
 beside the plan's bound (``LoopPlan.peak_bytes(T)``); whether store-everything fits the budget (its
 bytes per iteration times ``T``); the largest difference from ``store``'s gradients (relative to
 their largest value) and whether they are ``allclose``. Per configuration, a fresh process (peak RSS
@@ -83,6 +83,15 @@ RTOL, RTOL_BACKENDS = 1e-5, 1e-3
 def config_names() -> list[str]:
     """The configurations of one length, ``store`` first."""
     return ["store", *(f"{b} MiB" for b in BUDGETS_MIB), "sqrt", *(f"{b} MiB unbounded" for b in UNBOUNDED_MIB)]
+
+
+def _saved(stats: dict[str, Any]) -> Optional[int]:
+    """The bytes a run's loops saved, by the backend's own accounting: its stack buffers' peak and the
+    checkpoint slots of the loops it recomputes (None where it reports neither)."""
+    stacks, slots = stats.get("peak_device_stack_bytes"), stats.get("checkpoint_bytes")
+    if stacks is None and slots is None:
+        return None
+    return int(stacks or 0) + sum((slots or {}).values())
 
 
 def _plan_of(model: dict[str, Any], target: Any = None) -> Any:
@@ -165,7 +174,7 @@ def measure(T: int, batch: int, hidden: int, repeat: int, size: dict[str, int], 
         out = {"budget": budget, **times[name], "us_per_iteration": 1e6 * times[name]["min_s"] / T,
                "action": plan.action, "slots": plan.slots, "plan_bytes": plan.peak_bytes(T),
                "extra_forward_passes": None if plan.slots is None else cs.cost(T, plan.slots).overhead,
-               "backend_saved_bytes": sess.last_result.stats.get("peak_device_stack_bytes"),
+               "backend_saved_bytes": _saved(sess.last_result.stats),
                "fused": sess.last_result.stats.get("fused"),
                "store_fits": None if budget is None else size["store"] * T <= budget}
         if "store" in got:
