@@ -200,7 +200,8 @@ def test_a_run_budget_is_counted_per_device_on_every_task(executor: str) -> None
     assert merged["peak_saved_bytes_per_device"] == ref["peak_saved_bytes_per_device"] and merged["saved_bytes"]
     assert merged["saved_bytes"] == ref["saved_bytes"] and merged["peak_saved_bytes"] == ref["peak_saved_bytes"]
     tight = merged["peak_saved_bytes"] - 1
-    out = run_in_process(g, [gx], {x: X3}, executor=executor, options=RunOptions(memory_budget=tight))
+    out = run_in_process(g, [gx], {x: X3}, executor=executor, options=RunOptions(memory_budget=tight),
+                         recv_timeout=1.0)  # (the other task waits for what the failed one never sends)
     errors = [o for o in out.values() if isinstance(o, tn.ResourceExhaustedError)]
     assert errors and 'loop "loop"' in str(errors[0]), out
 
@@ -220,7 +221,7 @@ def test_a_partition_run_whole_counts_its_stacks_as_the_fast_backend() -> None:
     np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-5)
     (stats,) = [s for o in out.values() for s in (o.executor_stats or {}).values() if s.get("whole_runs")]
     assert stats["peak_device_stack_bytes"] > 0
-    out = run_in_process(g, [gx], {x: X3}, executor="fast", options=RunOptions(memory_budget=16))
+    out = run_in_process(g, [gx], {x: X3}, executor="fast", options=RunOptions(memory_budget=16), recv_timeout=1.0)
     assert any(isinstance(o, tn.ResourceExhaustedError) for o in out.values()), out
 
 
