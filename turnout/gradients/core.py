@@ -483,7 +483,9 @@ class Backward:
                 "scope of the loop")
 
     def has_stack_gradients(self, w: WhileContext) -> bool:
-        """Do values of ``w`` or of loops nested in it have gradients waiting on gradient stacks?"""
+        """Do values of ``w`` or of loops nested in it have gradients waiting on gradient stacks?
+        (Raises where some of ``w``'s would be set only after its backward loop: ``_check_no_pending``.)"""
+        self._check_no_pending(w)
         return any(n.op == "StackPush" and n.context is not None and n.context.is_within(w)
                    and _stack_root(n.inputs[0]).id in self._grad_stack_gate for n in self.g.nodes)
 
