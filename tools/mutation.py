@@ -203,6 +203,13 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
+    "turnout/gradients/core.py": {"module": "turnout.gradients.core",
+                                  "tests": ["test_gradients_second_order.py", "test_gradients_loops.py",
+                                            "test_gradients.py", "test_recompute.py"]},
+    "turnout/gradients/recompute.py": {"module": "turnout.gradients.recompute",
+                                       "tests": ["test_recompute.py", "test_slot_sizes.py",
+                                                 "test_gradients_second_order.py"]},
     "turnout/store.py": {"module": "turnout.store",
                          "tests": ["test_error_parity.py", "test_fast_variable_store.py", "test_checkpoint.py",
                                    "test_bad_inputs.py"]},
