@@ -85,7 +85,7 @@ from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
-from turnout.fast.regions import Key, WhileRegion, key, program_nodes
+from turnout.fast.regions import Key, Program, WhileRegion, key, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.fast.specialise import (
@@ -257,10 +257,9 @@ class FastPartitionedBackend:
         notes: tuple[str, ...] = ((f"the SPMD tier declined: {self._whole_declined[sig]}",)
                                   if sig in self._whole_declined else ())
         notes += specialisation_notes(self.graph, self._static_keys.get(sig, NOTHING))
-        slots = (self.slot_sizes.plan(program_key(self.graph, fetches, feeds), program_nodes(whole.program),
-                                      whole.stack_capacity) if whole is not None else plan.slots)
-        notes += slot_notes(slots.budgets, slots.counts, self.slot_sizes.capacity(program_key(self.graph, fetches,
-                                                                                              feeds)))
+        slots = plan.slots if whole is None else self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
+        learnt = self.slot_sizes.capacity(program_key(self.graph, fetches, feeds))
+        notes += slot_notes(slots.budgets, slots.counts, learnt)
         if self._budgeted(memory_budget):
             notes += ("a memory budget applies: each device's gradient stacks are counted against it (the SPMD "
                       "tier, which never moves a stack chunk, is passed over)",)
@@ -343,10 +342,9 @@ class FastPartitionedBackend:
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
             return None
-        slots = self.slot_sizes.plan(program_key(self.graph, fetches, feeds), program_nodes(whole.program),
-                                     whole.stack_capacity)
+        slots = self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
         try:
-            result: RunResult = whole.run(feeds, variables, options, static, slots)
+            result: RunResult = whole.run(feeds, variables, options, static, slots=slots)
         except NeedsStatic:
             raise
         except UnsupportedError as e:
@@ -425,8 +423,7 @@ class FastPartitionedBackend:
         """The plan of run signature ``sig`` at stack chunk ``cap``, specialised on the fed values
         ``static`` (``fast.specialise``), made once."""
         static = static or {}
-        pk = program_key(self.graph, fetches, feeds)
-        pkey = (sig, cap, static_signature(static), self.slot_sizes.capacity(pk))
+        pkey = (sig, cap, static_signature(static), self.slot_sizes.capacity(program_key(self.graph, fetches, feeds)))
         plan = self._plans.get(pkey)
         if plan is None:
             from turnout.validate import validate
@@ -440,8 +437,14 @@ class FastPartitionedBackend:
             device_of = self.placement.device_of
             plan = self._plans[pkey] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
                                                   self.threads, self.jax_devices[self.devices[0]].platform, static,
-                                                  self.slot_sizes.plan(pk, program_nodes(program), cap))
+                                                  slots=self._slot_plan(fetches, feeds, program, cap))
         return plan
+
+    def _slot_plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], program: Program, capacity: int) -> SlotPlan:
+        """The checkpoint slots a plan of ``program`` (the per-device tiers' or the SPMD program's)
+        gives its recomputed loops at stack capacity ``capacity``: what this program's runs taught
+        (``fast.slot_sizes``), the one rule of every fast backend."""
+        return self.slot_sizes.plan(program_key(self.graph, fetches, feeds), program_nodes(program), capacity)
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                       variables: dict[str, np.ndarray], options: RunOptions,
@@ -587,10 +590,10 @@ def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[st
     return None
 
 
-
 def _slot_counts(slots: SlotPlan) -> dict[str, Any]:
     """A run's stats of its checkpoint slots: per loop, how many its plan gave (``checkpoint_slots``;
     their bytes per device are the stacks' stats, ``checkpoint_bytes``)."""
     return {"checkpoint_slots": slots.counts} if slots.nodes else {}
+
 
 __all__ = ["FastPartitionedBackend", "cannot_swap"]

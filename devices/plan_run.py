@@ -47,7 +47,7 @@ class DevicePlan:
 
     def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
                  device_of: dict[int, str], threads: str = "auto", platform: str = "cpu",
-                 static_feeds: Optional[dict[Key, np.ndarray]] = None, slots: Optional[SlotPlan] = None) -> None:
+                 static_feeds: Optional[dict[Key, np.ndarray]] = None, *, slots: SlotPlan) -> None:
         self.program = program
         #: fed tensors the plan is specialised on, with their values (``fast.specialise``)
         self.static_feeds = dict(static_feeds or {})
@@ -76,11 +76,9 @@ class DevicePlan:
         self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
         #: the checkpoint slots of the loops reversed from checkpoints, sized as the one-device backend
-        #: sizes them (``fast.slot_sizes``: the backend's ``SlotSizes.plan``; every slot the budgets
-        #: hold where none is given), and per device the bytes of those its forward loops keep there,
-        #: counted with the stacks
-        self.slots = slots if slots is not None else SlotPlan(tuple(n for n in nodes.values()
-                                                                    if n.op == "CheckpointSlots"))
+        #: sizes them (``fast.slot_sizes``: the backend's ``SlotSizes.plan``), and per device the bytes
+        #: of those its forward loops keep there, counted with the stacks
+        self.slots = slots
         self.slot_bytes: dict[str, dict[str, int]] = self.slots.bytes_by_device(device_of)
 
     def emitter(self, state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:

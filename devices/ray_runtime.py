@@ -180,7 +180,6 @@ class RayBackend:
     refuses a budget otherwise.
     """
 
-
     def __init__(self, graph: Graph, cluster: Any, requests: Optional[dict[str, str]] = None,
                  recv_timeout: float = 60.0, start_timeout: float = 120.0, detail: bool = False,
                  devices: Any = None, partition_executor: str = "reference", allow_soft_placement: bool = False,

@@ -307,14 +307,15 @@ class SpmdPlan:
         return comp
 
     def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions,
-            static: Optional[dict[Any, np.ndarray]] = None, slots: Optional[SlotPlan] = None) -> RunResult:
+            static: Optional[dict[Any, np.ndarray]] = None, *, slots: Optional[SlotPlan] = None) -> RunResult:
         """Run the compiled program once, specialised on the fed values ``static`` (by key: constants
         of its trace, as ``fast.specialise`` decides; a trace that meets a shape other feeds decide
         raises ``NeedsStatic``, which the caller's specialisation loop takes). Errors keep the
         reference backend's types: a kernel error in compiled code is ``KernelError``, a loop past
         ``options.max_iterations`` is ``NonTerminationError``, a fetch whose branch did not run is
         ``DeadFetchError``. ``slots``: the checkpoint slots the program gives its recomputed loops (the
-        backend's ``SlotSizes.plan``; every slot their budgets hold where None)."""
+        backend's ``SlotSizes.plan``; every slot their budgets hold where None, for a plan run on its
+        own)."""
         static = static or {}
         slots = slots if slots is not None else SlotPlan(tuple(n for n in program_nodes(self.program)
                                                                if n.op == "CheckpointSlots"))
