@@ -103,7 +103,7 @@ from turnout.fast.values import start_reads, wrap_static
 from turnout.fast.variable_store import DeviceVariables
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
-from turnout.memory_plan import MemoryPlan, budgeted_loops
+from turnout.memory_plan import MemoryPlan, budgeted_loops, swapped_loops
 from turnout.run_schedule import RunSchedule
 from turnout.session import RunOptions, RunResult
 from turnout.validate import frame_analysis
@@ -218,15 +218,14 @@ class FastBackend(StagedStages):
             nesting = self._thread_nesting(fetches, feeds)
             def planned() -> tuple[Plan, Optional[MemoryPlan]]:
                 cap, budget = self._budgeted_chunk(fetches, feeds, variables, RunOptions(memory_budget=memory_budget))
-                return self._plan(fetches, feeds, variables, cap), budget
+                return self._plan(fetches, feeds, variables, cap, swapped_loops(budget)), budget
 
             with jax.enable_x64(True):
                 plan, budget = call_deep(planned, nesting=nesting) if nesting else planned()
         except UnsupportedError as e:
             return fallback_schedule(str(e))
-        swapped = budget.swapped_frames() if budget is not None else frozenset()
         spec = self._static_keys.get(dsig, NOTHING)
-        schedule = plan_schedule(plan, self._ladder(plan), swapped, lane=memory_budget is None and spec == NOTHING)
+        schedule = plan_schedule(plan, self._ladder(plan), lane=memory_budget is None and spec == NOTHING)
         learnt = specialisation_notes(self.graph, spec) + slot_notes(
             plan.slots.budgets, plan.slots.counts, self.slot_sizes.capacity(plan.program_key))
         return dataclasses.replace(schedule, notes=schedule.notes + learnt) if learnt else schedule
@@ -427,19 +426,22 @@ class FastBackend(StagedStages):
         return str(self._home_device().platform)
 
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-              cap: int) -> Plan:
+              cap: int, swapped: frozenset[str] = frozenset()) -> Plan:
+        """The plan of a run at stack capacity ``cap`` whose memory plan swaps the loops ``swapped``
+        (their stacks in host memory in the fused stage: ``Plan.host``), made by the first run that
+        needs it and kept."""
         pk = self._program_key(fetches, feeds)
         learnt = self.slot_sizes.capacity(pk)  # (checkpoint slots the program's runs showed it needs)
         sig = (
             id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
             tuple(sorted((key(t), v.dtype.str, np.shape(v)) for t, v in feeds.items())),
             variable_signature(self.graph, variables), cap,
-            static_signature(self._static_now), learnt,
+            static_signature(self._static_now), learnt, swapped,
         )
         plan = self._plans.get(sig)
         if plan is None:  # (on the deep thread where the program may nest deeply: ``_thread_nesting``)
             program = functionalize(self.graph, fetches, feeds)
-            plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap)
+            plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap, swapped)
             plan.static_feeds = dict(self._static_now)
             plan.program_key = pk
             plan.slots = self.slot_sizes.plan(pk, plan.slots.nodes, cap)
@@ -489,7 +491,7 @@ class FastBackend(StagedStages):
         """A run of the plan at capacity ``cap`` (under the memory plan ``budget``, if any): its fused
         attempt first when it has one (and the last run did not swap), else, or when the attempt is
         discarded, its stages; ``Retry`` where a stage's stacks outgrew ``cap``."""
-        plan = self._plan(fetches, feeds, variables, cap)
+        plan = self._plan(fetches, feeds, variables, cap, swapped_loops(budget))
         max_iter = iteration_bound(options)
         if plan.fused is not None and not plan.predict_overflow:
             got = self._run_fused_sized(plan, fetches, feeds, variables, max_iter, budget)
@@ -518,7 +520,8 @@ class FastBackend(StagedStages):
         first = attempt and not plan.fused_warm
         state = self._initial_state(plan, variables, fused=attempt)
         store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget, held=plan.slots.bytes())
-        store.observe(state)
+        host = plan.host if attempt else frozenset()  # (the fused stage's stacks in host memory)
+        store.observe(state, None, host)
         # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
         # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not
         # jnp.asarray: on CPU it aliases a 64-byte-aligned host array (such as the host view of a jax
@@ -540,9 +543,9 @@ class FastBackend(StagedStages):
                 outcome = self._attempt_outcome(plan, state, mark, first)
                 if isinstance(outcome, Discard):
                     return outcome
-            store.observe(state, plan.index_bytes if attempt else None)
+            store.observe(state, plan.index_bytes if attempt else None, host)
             if attempt and plan.inside:
-                store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()))
+                store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()), plan.host_bytes)
             if not attempt:
                 outcome = self._decode(plan, int(state["err"]), store.moved())
                 if isinstance(outcome, Retry):

@@ -195,26 +195,32 @@ class ChunkStore:
         self.peak_device = max(self.peak_device, self.device_bytes())
         self.peak_host = max(self.peak_host, self.host_bytes())
 
-    def observe(self, stacks: dict[str, Any], index_bytes: Optional[dict[str, int]] = None) -> None:
+    def observe(self, stacks: dict[str, Any], index_bytes: Optional[dict[str, int]] = None,
+                host: frozenset[str] = frozenset()) -> None:
         """Record the buffers in the loop state (``StackValue`` per key, or a value buffer alone with
         its index record's bytes in ``index_bytes``: the fused stage's) and check the cap: called
         after every compiled call, since a stack whose element shape is known only while tracing is
-        allocated inside it."""
+        allocated inside it. ``host``: the stacks whose value buffers the fused stage keeps in host
+        memory (``Plan.host``), counted there (as ``StackValue.host`` says of a buffer moved there)."""
         for k, sv in stacks.items():
             buf, _ = kept_arrays(sv) if isinstance(sv, StackValue) or k.startswith(STACK_PREFIX) else (None, None)
             if buf is not None:
                 lg = self.ledger(k)
-                lg.active = stack_nbytes(sv, (index_bytes or {}).get(k, 0))
+                on_host = int(buf.nbytes) if k in host or (isinstance(sv, StackValue) and sv.host) else 0
+                lg.active = stack_nbytes(sv, (index_bytes or {}).get(k, 0)) - on_host
+                lg.host = on_host or lg.host
                 if not lg.device:
                     lg.device = device_name(buf)
         self._recorded()
 
-    def observe_inside(self, nbytes: dict[str, int], device: str) -> None:
-        """Record the stacks a fused stage made inside its call (``Plan.inside``): ``nbytes`` per key,
-        on ``device``. They are in no state the call returns, but they took that memory during it."""
+    def observe_inside(self, nbytes: dict[str, int], device: str, host: Optional[dict[str, int]] = None) -> None:
+        """Record the stacks a fused stage made inside its call (``Plan.inside``): ``nbytes`` per key
+        on ``device``, and ``host`` per key in its host memory (``Plan.host_bytes``). They are in no
+        state the call returns, but they took that memory during it."""
         for k, b in nbytes.items():
             lg = self.ledger(k)
             lg.active = b
+            lg.host = (host or {}).get(k, lg.host)
             lg.device = lg.device or device
         self._recorded()
 

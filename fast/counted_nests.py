@@ -277,8 +277,9 @@ class CountedNests(LoopEmitter):
                 raise RungTooSmall(cs.key, math.prod(dims), s.capacity)
             if cs.key in self.resizable:  # (zeroing and carrying a buffer of the rung's capacity cost the call)
                 n = max(math.prod(dims), 1)
-                self.state[cs.key] = stk.StackValue(n, s.dtype, jnp.zeros((n, *s.buf.shape[1:]), s.dtype), None,
-                                                    np.int32(0))
+                buf = jnp.zeros((n, *s.buf.shape[1:]), s.dtype)
+                self.state[cs.key] = stk.StackValue(n, s.dtype, stk.to_host(buf) if s.host else buf, None, np.int32(0),
+                                                    host=s.host)
             self.dense.add(cs.key)
             if cs.counter is not None:
                 self.counter_pushes[cs.key] = cs.counter
@@ -310,7 +311,7 @@ class CountedNests(LoopEmitter):
             if k not in self.pushed_counted:  # its push never ran: it pushed nothing, and its pops check
                 continue
             s = self.state[k]
-            self.state[k] = stk.StackValue(s.capacity, s.dtype, s.buf, s.idx, np.int32(math.prod(dims)))
+            self.state[k] = s.replace(s.buf, s.idx, np.int32(math.prod(dims)))
             self.full[k] = dims
 
 

@@ -116,6 +116,9 @@ class FusedAttempts(DirectCalls):
             if p is not plan:
                 self._stack_bufs.pop(id(p), None)
                 stk.return_freed_memory(self._home_device().platform)
+            if got is not None and got.refused and not got.needed:
+                plan.fused = None  # (its trace refused for a reason no capacity changes: the stages run,
+                return None        # now and from now on, and no other rung is traced to learn it again)
             # the next rung: the first above this one that holds what the attempt counted
             needed = got.needed if got is not None else 0
             c = next((r for r in caps if r > c and r >= needed), None)
@@ -130,8 +133,9 @@ class FusedAttempts(DirectCalls):
         chunk (a nested loop's stack outgrew it on the staged path) has one too."""
         o = self.options
         one = o.precompile_staged or not o.stack_ladder or plan.capacity > o.stack_chunk
-        plan.ladder = [plan.capacity] if one else capacity_ladder(plan.capacity, o.stack_first_rung,
-                                                                  o.stack_rung_ratio)
+        # (a plan whose stacks all live in host memory climbs past its own capacity: ``Plan.ladder_top``)
+        top = max(plan.capacity, plan.ladder_top) if plan.all_host else plan.capacity
+        plan.ladder = [plan.capacity] if one else capacity_ladder(top, o.stack_first_rung, o.stack_rung_ratio)
         plan.marks = StackMarks(plan.ladder, o.stack_descend_after)
         return plan.ladder
 
@@ -142,7 +146,7 @@ class FusedAttempts(DirectCalls):
         p = plan.rungs.get(capacity)
         if p is None:
             p = plan.rungs[capacity] = plan if capacity == plan.capacity else self._plan(fetches, feeds, variables,
-                                                                                         capacity)
+                                                                                         capacity, plan.swapped)
         return p
 
     def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -39,16 +39,21 @@ def _start(x: Any, j: Any) -> tuple[Any, ...]:
     return (jnp.asarray(j, jnp.int32),) + (np.int32(0),) * (jnp.ndim(x) - 1)
 
 
-def slot(x: Any, j: Any) -> Any:
-    """``x[j]`` along the first axis, for ``j`` in range: static indexing for a Python int."""
-    if isinstance(j, int):
+def slot(x: Any, j: Any, place: Optional[Callable[[Any], Any]] = None) -> Any:
+    """``x[j]`` along the first axis, for ``j`` in range: static indexing for a Python int.
+    ``place``: a move the slice takes before anything else touches it (``stack_values.to_device``,
+    for a buffer in host memory, where no op but the slice and the move may run)."""
+    if isinstance(j, int) and place is None:
         return x[j]
-    return jax.lax.squeeze(jax.lax.dynamic_slice(x, _start(x, j), (1, *jnp.shape(x)[1:]), **_NO_WRAP), (0,))
+    got = jax.lax.dynamic_slice(x, _start(x, j), (1, *jnp.shape(x)[1:]), **_NO_WRAP)
+    return jax.lax.squeeze(got if place is None else place(got), (0,))
 
 
-def put(x: Any, j: Any, v: Any) -> Any:
-    """``x`` with slot ``j`` along the first axis set to ``v``, for ``j`` in range."""
-    if isinstance(j, int):
+def put(x: Any, j: Any, v: Any, place: Optional[Callable[[Any], Any]] = None) -> Any:
+    """``x`` with slot ``j`` along the first axis set to ``v``, for ``j`` in range. ``place``: a move
+    the update takes last (``stack_values.to_host``, for a buffer in host memory)."""
+    if isinstance(j, int) and place is None:
         return x.at[j].set(v)
     update = jnp.reshape(jnp.asarray(v, x.dtype), (1, *jnp.shape(x)[1:]))
+    update = update if place is None else place(update)
     return jax.lax.dynamic_update_slice(x, update, _start(x, j), **_NO_WRAP_UPDATE)

@@ -156,7 +156,8 @@ def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
 class Plan:
     """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
 
-    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int) -> None:
+    def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int,
+                 swapped: frozenset[str] = frozenset()) -> None:
         self.backend = backend
         #: the backend's options: the thresholds this plan's stacks and traces follow
         self.options = backend.options
@@ -180,6 +181,20 @@ class Plan:
         #: and one more asks for a ``Retry`` at twice the capacity, which only the stages act on
         self.grows = any(n.op == "TensorArrayNew" and n.attrs.get("dynamic_size") for n in nodes)
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
+        #: the loops a run's memory plan swaps (``MemoryPlan.swapped``), besides those that ask for it
+        self.swapped = swapped
+        #: the stacks the fused stage keeps in host memory: those of the loops that swap
+        #: (``swap_memory=True``, or ``swapped``). Where the platform's host memory is apart from its
+        #: device's (``host_apart``), each push moves its value there inside the call and each pop
+        #: brings it back (``StackValue.host``), so a swapping loop holds none of its stack on the
+        #: device whatever its trip count, with no driver between chunks (the staged path's way)
+        self.host = frozenset(k for k, v in self.stack_info.items() if v.swap or v.loop in swapped)
+        #: whether the platform's host memory is apart from its device memory (not the CPU's, where
+        #: JAX drops the moves): only there are host stacks made inside the call and moved at each
+        #: push and pop; on the CPU they are kept between runs like any other stack, in what already
+        #: is host memory, since making them at every run cost it 2 to 20% of the memory
+        #: experiment's step (``benchmarks/paper/memory.py``)
+        self.host_apart = stk.host_apart(jax.default_backend())
         self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
         #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push_shape``),
         #: or ``MIXED``: shared by every trace of the plan, read by ``learn_stack_shapes``
@@ -228,7 +243,23 @@ class Plan:
         when that is larger. Why count past the rung: the attempt's high-water mark then says which
         rung holds the run (``FastBackend._run_fused_sized`` goes there at once, compiling no rung
         between), where stopping at the rung said only that it did not."""
-        return max(self.capacity, self.options.stack_chunk)
+        return max(self.capacity, self.ladder_top)
+
+    @property
+    def ladder_top(self) -> int:
+        """The top of the fused attempt's ladder of capacities: ``FastOptions.stack_chunk``, or, for a
+        plan whose every gradient stack the fused stage keeps in host memory (``host``),
+        ``FastOptions.host_stack_limit``. Why two: the chunk bounds what a stack holds on the device
+        at once; a stack in host memory holds nothing there, and the staged path, which a run past
+        the top takes, would only move the same entries to host memory chunk by chunk, driven from
+        the host."""
+        return self.options.host_stack_limit if self.all_host else self.options.stack_chunk
+
+    @property
+    def all_host(self) -> bool:
+        """Whether the fused stage keeps every gradient stack of this plan in host memory (``host``)."""
+        keys = [k for k, _, _ in self.stack_slots]
+        return bool(keys) and all(k in self.host for k in keys)
 
     @property
     def index_bytes(self) -> dict[str, int]:
@@ -239,10 +270,17 @@ class Plan:
 
     @property
     def inside_bytes(self) -> dict[str, int]:
-        """Per stack made inside the fused stage's call (``inside``), its buffer's and index
-        record's bytes: they exist on the device only within that call."""
+        """Per stack made inside the fused stage's call (``inside``), its device bytes: its buffer's
+        and index record's, or its record's alone for a stack in host memory (``host_bytes``). They
+        exist only within that call."""
         return {k: stack_bytes(self.capacity, dtype, shapes, k not in self.positional)
-                for k, (dtype, shapes) in self.inside.items()}
+                - self.host_bytes.get(k, 0) for k, (dtype, shapes) in self.inside.items()}
+
+    @property
+    def host_bytes(self) -> dict[str, int]:
+        """Per static stack the fused stage keeps in host memory (``host``), its value buffer's bytes."""
+        return {k: stack_bytes(self.capacity, dtype, shapes, False)
+                for k, (dtype, shapes) in self.inside.items() if k in self.host}
 
     def _lay_out_stacks(self) -> None:
         """The stacks' layout, from ``prealloc``: what each run allocates, passes and keeps."""
@@ -255,6 +293,10 @@ class Plan:
         #: the static stacks small enough to be made inside the fused stage's call (``inside_stacks``):
         #: key -> (dtype, (element shape, index shape)); they are neither passed in nor kept
         self.inside = inside_stacks(static, self.capacity, self.options.inside_limit(jax.default_backend()))
+        # (and every stack it keeps in host memory: a host buffer kept between runs would only be
+        # passed back in, and making it inside was the faster way on a GPU, ``benchmarks/host_memory_loop.py``)
+        if self.host_apart:
+            self.inside.update({k: v for k, v in static.items() if k in self.host})
         #: the stacks whose buffers are kept between runs (``prealloc``, less ``inside``): key ->
         #: (dtype, (element shape, index shape)). The fused stage takes and returns their value
         #: buffers alone.
@@ -472,15 +514,17 @@ class Plan:
         a fresh index record (none for a positional stack) and the pointer 0, and a stack made inside
         (``v`` None, ``Plan.inside``) a fresh buffer too; any other stack is still pending (allocated
         at its first push inside the call) and comes as it is."""
+        host = k in self.host and self.host_apart
         if isinstance(v, stk.StackValue):
-            if v.pending and k in self.positional:  # (its first push makes no index record)
-                return stk.StackValue(v.capacity, v.dtype, record=False)
+            if v.pending:  # (a positional stack's first push makes no index record)
+                return stk.StackValue(v.capacity, v.dtype, record=v.record and k not in self.positional, host=host)
             return v
         dtype, (elem_shape, index_shape) = self.static[k]
         if v is None:
             v = jnp.zeros((self.capacity, *elem_shape), dtype)
+            v = stk.to_host(v) if host else v
         record = None if k in self.positional else jnp.zeros((self.capacity, *index_shape), jnp.int32)
-        return stk.StackValue(self.capacity, dtype, v, record, np.int32(0))
+        return stk.StackValue(self.capacity, dtype, v, record, np.int32(0), host=host)
 
     def _fused_exit(self, k: str, v: Any) -> Any:
         """A state entry on its way out of the fused stage: a kept stack's value buffer alone, any
@@ -489,7 +533,7 @@ class Plan:
             return v
         if k in self.kept:
             return v.buf
-        return stk.StackValue(v.capacity, v.dtype, v.buf, v.idx)
+        return v.replace(v.buf, v.idx, None)
 
     def driven_loop(self, st: Stage) -> DrivenLoop:
         """The driven loop of stage ``st`` (``fast.driven.DrivenLoop``, the builder the partitioned

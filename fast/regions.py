@@ -108,7 +108,6 @@ class WhileRegion:
     exit_side: list[Item]
     carried: list[Tensor]
     parallel_iterations: int
-    swap_memory: bool = False
     nodes: list[Node] = field(default_factory=list)  # every node of the frame, nested frames and Exits
     #: facts about the loop computed once from the region alone (``fast.facts``), by name
     facts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -56,7 +56,7 @@ class StackValue:
     """
 
     def __init__(self, capacity: int, dtype: Any, buf: Any = None, idx: Any = None, ptr: Any = None,
-                 record: bool = True) -> None:
+                 record: bool = True, host: bool = False) -> None:
         # (JAX rebuilds every stack of a compiled call's results through here: no conversion when the
         # dtype already is one)
         dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
@@ -64,6 +64,14 @@ class StackValue:
         #: for a pending stack: whether its first push makes an index record (False: a positional
         #: stack whose element shape is known only when tracing, ``Plan.positional``)
         self.record = record
+        #: the value buffer lives in the device's host memory inside a compiled call (``to_host``):
+        #: a swapping loop's stack in the fused stage (``Plan.host``); its index record and pointer
+        #: stay on the device
+        self.host = host
+
+    def replace(self, buf: Any, idx: Any, ptr: Any) -> StackValue:
+        """This stack with new arrays (its capacity, dtype, record flag and memory kept)."""
+        return StackValue(self.capacity, self.dtype, buf, idx, ptr, self.record, self.host)
 
     @property
     def pending(self) -> bool:
@@ -71,8 +79,8 @@ class StackValue:
 
     def materialize(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...]) -> StackValue:
         record = jnp.zeros((self.capacity, *index_shape), jnp.int32) if self.record else None
-        return StackValue(self.capacity, self.dtype, jnp.zeros((self.capacity, *elem_shape), self.dtype),
-                          record, jnp.zeros((), jnp.int32))
+        buf = jnp.zeros((self.capacity, *elem_shape), self.dtype)
+        return self.replace(to_host(buf) if self.host else buf, record, jnp.zeros((), jnp.int32))
 
     def allocate(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...], device: Any = None) -> StackValue:
         """``materialize`` outside a trace: fresh buffers committed to ``device`` (JAX's default device
@@ -87,10 +95,36 @@ class StackValue:
                           device_zeros((), np.int32, device))
 
     def nbytes(self) -> int:
+        """Bytes of the value buffer and the index record (wherever they live: ``host_nbytes``)."""
         if self.pending:
             return 0
         record = 0 if self.idx is None else math.prod(self.idx.shape) * 4
         return math.prod(self.buf.shape) * self.buf.dtype.itemsize + record
+
+    def host_nbytes(self) -> int:
+        """Bytes of this stack in host memory: its value buffer where it lives there (``host``)."""
+        return 0 if self.pending or not self.host else math.prod(self.buf.shape) * self.buf.dtype.itemsize
+
+
+def host_apart(platform: str) -> bool:
+    """Whether ``platform`` (JAX's name: ``"cpu"``, ``"gpu"``, ``"tpu"``) has a host memory apart from
+    its device memory, which ``to_host`` moves values to: every platform but the CPU, whose device
+    memory already is host memory."""
+    return platform != "cpu"
+
+
+def to_host(x: Any) -> Any:
+    """``x`` moved to its device's host memory, inside a trace (JAX's host memory space: ``pinned_host``
+    on a GPU or TPU). Why inside the compiled call: a swapping loop's stack then needs no driver
+    between chunks; each push is a device-to-host copy that XLA schedules beside the loop's work and
+    each pop one back. Where host and device memory are one (the CPU) JAX drops the move and the
+    program is the one without it."""
+    return jax.device_put(x, jax.memory.Space.Host)
+
+
+def to_device(x: Any) -> Any:
+    """``x`` brought back from host memory to its device, inside a trace (see ``to_host``)."""
+    return jax.device_put(x, jax.memory.Space.Device)
 
 
 def device_zeros(shape: tuple[int, ...], dtype: Any, device: Any = None) -> Any:
@@ -143,7 +177,7 @@ def stack_nbytes(v: Any, index_bytes: int = 0) -> int:
 
 
 jax.tree_util.register_dataclass(StackValue, data_fields=["buf", "idx", "ptr"],
-                                 meta_fields=["capacity", "dtype", "record"])
+                                 meta_fields=["capacity", "dtype", "record", "host"])
 
 
 def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool = False,
@@ -181,13 +215,14 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool
         raise UnsupportedError(f"fast backend: a value of shape {value.shape} (index {index.shape}) pushed "
                                f"on a stack of elements {s.buf.shape[1:]}"
                                + ("" if s.idx is None else f" (index {s.idx.shape[1:]})"))
+    place = to_host if s.host else None
     if proved:
-        return StackValue(s.capacity, s.dtype, put(s.buf, s.ptr, value), s.idx, s.ptr + 1), np.bool_(True)
+        return s.replace(put(s.buf, s.ptr, value, place), s.idx, s.ptr + 1), np.bool_(True)
     ok = s.ptr < (s.capacity if limit is None or not free else limit)
     p = jnp.minimum(s.ptr, s.capacity - 1)
-    buf = put(s.buf, p, value)
+    buf = put(s.buf, p, value, place)
     idx = None if s.idx is None else put(s.idx, p, index)
-    return StackValue(s.capacity, s.dtype, buf, idx, s.ptr + (1 if free else ok.astype(jnp.int32))), ok
+    return s.replace(buf, idx, s.ptr + (1 if free else ok.astype(jnp.int32))), ok
 
 
 def positional(s: StackValue, index: Any) -> Any:
@@ -206,11 +241,11 @@ def pop(s: StackValue, index: Any, free: bool = False) -> tuple[StackValue, Any,
     iteration index equals ``index``). ``free``: the pointer runs free, as for ``push``."""
     ok = s.ptr > 0
     p = jnp.maximum(s.ptr - 1, 0)
-    v = slot(s.buf, p)
+    v = slot(s.buf, p, to_device if s.host else None)
     # a positional stack's entry was pushed under its position (``positional``)
     pushed_at = p if s.idx is None else slot(s.idx, p)
     match = jnp.all(pushed_at == jnp.asarray(index, jnp.int32)) | ~ok
-    return StackValue(s.capacity, s.dtype, s.buf, s.idx, s.ptr - (1 if free else ok.astype(jnp.int32))), v, ok, match
+    return s.replace(s.buf, s.idx, s.ptr - (1 if free else ok.astype(jnp.int32))), v, ok, match
 
 
 

@@ -72,6 +72,7 @@ from turnout.fast.stack_values import (
     StackValue,
     committed,
     device_zeros,
+    host_apart,
     kept_arrays,
     pop,
     positional,
@@ -82,6 +83,8 @@ from turnout.fast.stack_values import (
     split_state,
     stack_nbytes,
     state_key,
+    to_device,
+    to_host,
     zeros_like_all,
 )
 
@@ -210,6 +213,6 @@ class ChunkReport:
 __all__ = [
     "HELD_PREFIX", "STACK_PREFIX", "Chunk", "ChunkReport", "ChunkStore", "Later", "Ledger", "Pair", "StackInfo",
     "StackValue", "budget_plan", "chunk_loop", "check_slots", "committed", "device_label", "device_name",
-    "device_zeros", "kept_arrays", "pop", "positional", "push", "report_vector", "return_freed_memory", "scalar_on",
-    "scalars_on", "split_state", "stack_nbytes", "state_key", "zeros_like_all"
+    "device_zeros", "host_apart", "kept_arrays", "pop", "positional", "push", "report_vector", "return_freed_memory",
+    "scalar_on", "scalars_on", "split_state", "stack_nbytes", "state_key", "to_device", "to_host", "zeros_like_all"
 ]

@@ -445,7 +445,8 @@ def test_a_graph_on_one_device_runs_as_the_unpartitioned_fast_backend() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert sess.last_result.stats["tier"] == "one device"
     (rec,) = tn.memory_report(sess).records
-    assert rec.device == "cpu:1" and rec.swap_memory and rec.chunks_to_host >= 2  # 40 pushes, chunks of 16
+    # 40 pushes in one fused call, past the chunk of 16: the swapping loop's stacks in host memory
+    assert rec.device == "cpu:1" and rec.swap_memory and rec.host_bytes > 0 and rec.peak_device_bytes == 0
 
 
 def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:

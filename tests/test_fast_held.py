@@ -88,10 +88,10 @@ def test_reads_in_a_loop_are_held_and_agree(shape: str, options: dict[str, Any])
 
 
 def test_held_reads_with_swapped_stacks() -> None:
-    sess = agree(rnn(swap=True), stack_chunk=8)
+    sess = agree(rnn(swap=True), stack_chunk=8, host_stack_limit=8)  # (past 8 pushes: the staged path)
     assert held_names(sess) == {"w"}
     g, fetches, ph = rnn(swap=True)()
-    fast = tn.Session(g, backend="fast", stack_chunk=8)
+    fast = tn.Session(g, backend="fast", stack_chunk=8, host_stack_limit=8)
     fast.run(fetches, {ph["x"]: X, ph["n"]: 40})
     assert sum(r.chunks_to_host for r in tn.memory_report(fast).records) > 0  # 40 iterations, chunks of 8
     assert held_names(fast) == {"w"}

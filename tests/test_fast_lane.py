@@ -447,12 +447,16 @@ def test_a_fused_lane_lays_out_its_flat_arguments_as_the_stage_does(n: int) -> N
     assert routes == ["general", "lane", "lane", "lane"]
     np.testing.assert_allclose(fast.variables["w"], ref.variables["w"], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(fast.variables["scale"], ref.variables["scale"])
+    import jax
+
     from turnout.fast.repeat import HotFused
 
     (hot,) = [d for d, _ in fast.backend.repeats.routes.values() if isinstance(d, HotFused)]
     layout = hot.plan.fused.spec.args
     assert layout is not None and len(layout.feeds) == 3 and len(layout.state) == 2
-    assert len(layout.stacks) == (0 if n == 3 else len(hot.plan.kept)) and (n == 3 or len(layout.stacks) >= 2)
+    assert len(layout.stacks) == len(hot.plan.kept) and (n == 3 or len(layout.stacks) >= 2)
+    if n == 3 and hot.plan.options.inside_limit(jax.default_backend()) > 0:  # (the CPU's: made inside)
+        assert not layout.stacks
     assert all(p == pointers[1] for p in pointers[2:])  # each stack back in its own buffer
 
 

@@ -308,10 +308,17 @@ def test_a_run_under_a_budget_holds_buffers_sized_to_the_run() -> None:
 
 
 def test_a_swapped_loop_under_a_budget_runs_at_any_length_within_it() -> None:
+    """In one call, its stacks in host memory; past ``host_stack_limit``, on the staged path in chunks
+    of the budget's size, swapped out."""
     pytest.importorskip("jax")
     e = entry_bytes(build())
     budget = 2 * 6 * e  # two chunks of 6 iterations
     m, sess = session("fast", budget, swap=True)
+    got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 50})
+    np.testing.assert_allclose(got, expected_grad(50), rtol=1e-5)
+    stats = sess.last_result.stats
+    assert stats["fused"] and stats["stack_chunks_swapped"] == 0 and stats["peak_device_stack_bytes"] == 0
+    m, sess = session("fast", budget, swap=True, host_stack_limit=6)
     got = sess.run(m["gx"], {m["x"]: X0, m["n"]: 50})
     np.testing.assert_allclose(got, expected_grad(50), rtol=1e-5)
     stats = sess.last_result.stats

@@ -29,7 +29,7 @@ VALUE = 8  # a run in one fused call checks the stack by position: no index reco
 # ---- fast/stacks.py: the chunk store ------------------------------------------------------------------
 @pytest.mark.parametrize("swap, chunk, limit, steps, what", [
     # one chunk does not fit at all: the buffers in the loop state are over the cap (ChunkStore.observe)
-    (True, 64, 64 * VALUE - 1, 10, "its stack buffers"),
+    (False, 64, 64 * VALUE - 1, 10, "its stack buffers"),
     # a swapped stack needs a second buffer while its full chunk is copied out (ChunkStore._swap_out)
     (True, 64, 64 * PER_ENTRY + 1, 200, "a second buffer while a full chunk is copied to host memory"),
     # an unswapped stack keeps full chunks on the device until they no longer fit (ChunkStore.spill)
@@ -40,7 +40,9 @@ def test_each_device_memory_cap_error_names_the_loop_its_device_and_what_needed_
     """A cap error must say which loop's stacks crossed it, on which device, how many bytes they
     needed and what asked for them: without the loop a user cannot tell which ``swap_memory`` to set."""
     g, x, n, y, dx = graphs.power_loop(swap_memory=swap)
-    sess = tn.Session(g, backend="fast", stack_chunk=chunk, device_memory_limit=limit, fallback=False)
+    # (host_stack_limit: a swapped run past the chunk takes the staged path, whose chunks the cap counts)
+    sess = tn.Session(g, backend="fast", stack_chunk=chunk, device_memory_limit=limit, fallback=False,
+                      host_stack_limit=chunk)
     with pytest.raises(ResourceExhaustedError) as info:
         sess.run([y, dx], {x: 1.5, n: steps})
     msg = str(info.value)
@@ -81,7 +83,7 @@ def test_stack_chunks_are_copied_by_one_named_worker_thread() -> None:
     """The copies to and from host memory run on one worker thread (in order: a chunk's copy out
     before its copy back), named so that a profiler or a thread dump shows what it is."""
     g, x, n, y, dx = graphs.power_loop(swap_memory=True)
-    sess = tn.Session(g, backend="fast", stack_chunk=8, fallback=False)
+    sess = tn.Session(g, backend="fast", stack_chunk=8, fallback=False, host_stack_limit=8)
     yv, dv = sess.run([y, dx], {x: 1.01, n: 50})
     np.testing.assert_allclose([yv, dv], [1.01**50, 50 * 1.01**49], rtol=1e-9)
     assert sess.last_result.stats["stack_chunks_swapped"] > 0

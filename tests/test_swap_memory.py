@@ -1,9 +1,12 @@
 """``swap_memory`` per loop, the device memory cap, and the runtime memory report (fast backend).
 
-A loop that pushes gradient stacks runs in chunks of ``stack_chunk`` entries per stack. With
-``swap_memory=True`` each full chunk is copied to host memory and brought back before the backward
-loop needs it, so the device holds at most one chunk per stack plus the one whose copy is in flight,
-at any trip count. With ``swap_memory=False`` (the default) full chunks stay on the device: the stack
+A loop that pushes gradient stacks runs, on the staged path, in chunks of ``stack_chunk`` entries per
+stack. With ``swap_memory=True`` each full chunk is copied to host memory and brought back before the
+backward loop needs it, so the device holds at most one chunk per stack plus the one whose copy is in
+flight, at any trip count. (The fused call keeps such a loop's stacks in host memory up to
+``host_stack_limit`` pushes, ``tests/test_fast_host_stacks.py``; the sessions here set that limit
+to the chunk, so that a run longer than one chunk takes the staged path.) With ``swap_memory=False``
+(the default) full chunks stay on the device: the stack
 grows there and nothing is copied to the host. ``device_memory_limit`` caps the stack bytes on the
 device; crossing it is ``ResourceExhaustedError`` naming the loop. The figures asserted are the
 backend's own accounting, read through ``tn.memory_report(session)``.
@@ -20,7 +23,10 @@ import pytest
 import turnout as tn
 from turnout.errors import ResourceExhaustedError
 
-pytest.importorskip("jax")
+jax = pytest.importorskip("jax")
+
+#: the default device, as memory reports name it ('cpu:0', 'gpu:0')
+DEVICE = f"{jax.devices()[0].platform}:{jax.devices()[0].id}"
 
 CHUNK = 16
 PER_ENTRY = 8 + 4  # a float64 value and its int32 iteration index (one enclosing loop)
@@ -61,7 +67,7 @@ def model(swap: bool, nested: bool = False, chunk: int = CHUNK) -> dict[str, Any
     if k not in _MODELS:
         m = rnn(swap, nested)
         m["ref"] = tn.Session(m["g"])
-        m["fast"] = tn.Session(m["g"], backend="fast", stack_chunk=chunk)
+        m["fast"] = tn.Session(m["g"], backend="fast", stack_chunk=chunk, host_stack_limit=chunk)
         _MODELS[k] = m
     return _MODELS[k]
 
@@ -97,7 +103,11 @@ def run_rnn(swap: bool, steps: int) -> tuple[dict[str, Any], tn.Session, Any, in
 @pytest.mark.parametrize("steps", [10, 64, 200])
 def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> None:
     m, sess, rec, one_chunk = run_rnn(True, steps)
-    assert rec.device == "cpu:0" and rec.swap_memory is True
+    assert rec.device == DEVICE and rec.swap_memory is True
+    if steps <= CHUNK:  # the fused call: every stack in host memory, nothing on the device
+        assert sess.last_result.stats["fused"] and rec.peak_device_bytes == 0 and rec.host_bytes > 0
+        assert rec.chunks_to_host == rec.chunks_from_host == 0
+        return
     assert 0 < rec.peak_device_bytes <= 2 * one_chunk  # the chunk being filled + the one in flight
     stacks = len(tn.memory_report(m["g"]).loop("rnn").stacked)
     full = steps // CHUNK - (1 if steps % CHUNK == 0 else 0)  # the last chunk never leaves the loop state
@@ -110,7 +120,7 @@ def test_swapped_loop_holds_one_chunk_per_stack_on_the_device(steps: int) -> Non
 
 def test_swapped_device_memory_does_not_grow_with_the_trip_count() -> None:
     g, x, n, y, dx = graphs.power_loop(swap_memory=True)
-    sess = tn.Session(g, backend="fast", stack_chunk=64)
+    sess = tn.Session(g, backend="fast", stack_chunk=64, host_stack_limit=64)
     peaks = []
     for steps in (200, 2_000, 8_000):
         yv, dv = sess.run([y, dx], {x: 1.0001, n: steps})
@@ -167,7 +177,7 @@ def test_the_device_memory_cap_names_the_unswapped_loop() -> None:
         sess.run([y, dx], {x: 1.0001, n: steps})
 
     g, x, n, y, dx = graphs.power_loop(swap_memory=True)
-    sess = tn.Session(g, backend="fast", stack_chunk=chunk, device_memory_limit=limit)
+    sess = tn.Session(g, backend="fast", stack_chunk=chunk, device_memory_limit=limit, host_stack_limit=chunk)
     yv, dv = sess.run([y, dx], {x: 1.0001, n: steps})
     np.testing.assert_allclose([yv, dv], [1.0001**steps, steps * 1.0001 ** (steps - 1)], rtol=1e-9)
     (rec,) = tn.memory_report(sess).records
@@ -176,11 +186,12 @@ def test_the_device_memory_cap_names_the_unswapped_loop() -> None:
 
 def test_a_cap_below_two_chunks_stops_a_swapped_loop_with_advice() -> None:
     g, x, n, y, dx = graphs.power_loop(swap_memory=True)
-    sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * PER_ENTRY + 1)
+    sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * PER_ENTRY + 1, host_stack_limit=64)
     with pytest.raises(ResourceExhaustedError, match="lower stack_chunk"):
         sess.run([y, dx], {x: 1.5, n: 200})
-    # one chunk does not fit, even when nothing is swapped (a run of one fused call: its stacks are
+    # one chunk of a loop that does not swap does not fit (a run of one fused call: its stacks are
     # checked by position and hold values alone, no index record)
+    g, x, n, y, dx = graphs.power_loop(swap_memory=False)
     sess = tn.Session(g, backend="fast", stack_chunk=64, device_memory_limit=64 * 8 - 1)
     with pytest.raises(ResourceExhaustedError, match="device_memory_limit"):
         sess.run([y, dx], {x: 1.5, n: 10})
@@ -219,16 +230,17 @@ def test_memory_report_of_a_session() -> None:
     rep = tn.memory_report(ref)
     assert rep.records == [] and "no gradient stacks" in rep.summary()
     assert rep.static.loop("while").swap_memory is True
-    fast = tn.Session(g, backend="fast", stack_chunk=4)
+    fast = tn.Session(g, backend="fast", stack_chunk=4, host_stack_limit=4)
     fast.run([y, dx], {x: 1.5, n: 30})
     rep = tn.memory_report(fast)
     assert [r.loop for r in rep.records] == ["while"] and "chunks to host" in str(rep)
     rows = fast.backend.memory_records()
     assert set(rows[0]) >= {"loop", "device", "device_bytes", "host_bytes", "chunks_to_host", "chunks_from_host",
                             "peak_device_bytes"}
-    fast.run([y, dx], {x: 1.5, n: 2})  # fits one chunk: the fused path, nothing moved
+    fast = tn.Session(g, backend="fast", stack_chunk=4, host_stack_limit=4)
+    fast.run([y, dx], {x: 1.5, n: 2})  # fits one chunk: the fused path, its stack in host memory, no chunk moved
     (rec,) = tn.memory_report(fast).records
-    assert rec.chunks_to_host == 0 and rec.device_bytes == rec.peak_device_bytes == 4 * PER_ENTRY
+    assert rec.chunks_to_host == 0 and rec.device_bytes == rec.peak_device_bytes == 0 and rec.host_bytes == 4 * 8
     with pytest.raises(TypeError, match="Graph or a Session"):
         tn.memory_report(42)
 

@@ -39,6 +39,11 @@ STACK_RUNG_RATIO = 1.25
 #: plan starts on it
 STACK_DESCEND_AFTER = 8
 
+#: the default of ``FastOptions.host_stack_limit``: the entries a gradient stack in host memory may hold
+#: inside the fused call before a run takes the staged path (a million: 2 GiB for a stack of 2 KiB
+#: entries, such as the benchmark LSTM's at batch 16 and hidden 32)
+HOST_STACK_LIMIT = 1 << 20
+
 #: the default of ``FastOptions.frame_height`` (``fast.emit``): about eight levels of a plain nest fit
 #: the part of a nest XLA:CPU compiles to one kernel
 FRAME_HEIGHT = 8
@@ -83,6 +88,11 @@ class FastOptions:
     ``stack_first_rung``), and a plan compiles at most one fused program per rung it uses,
     ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` at most (4 by default).
     A finer ratio sizes buffers more tightly for more compilations.
+    ``host_stack_limit`` (default ``HOST_STACK_LIMIT``, 2**20): the top of the ladder instead of
+    ``stack_chunk`` for a plan whose every gradient stack the fused call keeps in host memory (their
+    loops swap: ``swap_memory=True``, or a memory plan swaps them): such a stack holds nothing on the
+    device, so the chunk does not bound it, and a run of up to this many pushes per stack stays one
+    compiled call; a longer one takes the staged path, which moves chunks to host memory.
     ``stack_descend_after`` (default 8): a plan starts on a lower rung once this many runs in a row
     fitted it (``fast.stack_sizes.StackMarks``); fewer frees the buffers of a long run sooner, more
     keeps a plan whose lengths alternate from climbing again.
@@ -109,6 +119,7 @@ class FastOptions:
     stack_first_rung: int = STACK_FIRST_RUNG
     stack_rung_ratio: float = STACK_RUNG_RATIO
     stack_descend_after: int = STACK_DESCEND_AFTER
+    host_stack_limit: int = HOST_STACK_LIMIT
     inside_stack_bytes: Optional[int] = None
     frame_height: int = FRAME_HEIGHT
     unroll_max: int = UNROLL_MAX
@@ -127,6 +138,8 @@ class FastOptions:
         # at least 1.1: a ratio near 1 would make a rung, and a compilation, every few entries
         if not isinstance(ratio, (int, float, np.integer, np.floating)) or isinstance(ratio, bool) or not ratio >= 1.1:
             raise ArgumentError(f"FastOptions.stack_rung_ratio must be a number >= 1.1, got {ratio!r}")
+        if not _positive_int(self.host_stack_limit):
+            raise ArgumentError(f"FastOptions.host_stack_limit must be a positive int, got {self.host_stack_limit!r}")
         if not _positive_int(self.stack_descend_after):
             raise ArgumentError("FastOptions.stack_descend_after must be a positive int (runs), "
                                 f"got {self.stack_descend_after!r}")

@@ -351,6 +351,11 @@ def stack_sizes(nodes: Iterable[Any]) -> list[StackSize]:
 _BUDGETED: weakref.WeakKeyDictionary[Any, tuple[int, tuple[str, ...]]] = weakref.WeakKeyDictionary()
 
 
+def swapped_loops(plan: Optional[MemoryPlan]) -> frozenset[str]:
+    """The loops whose stacks ``plan`` swaps (``MemoryPlan.swapped``); none without a plan."""
+    return plan.swapped() if plan is not None else frozenset()
+
+
 def budgeted_loops(graph: Any) -> tuple[str, ...]:
     """The names of ``graph``'s loops that have a memory budget of their own (``tn.while_loop(...,
     memory_budget=)``, recorded on their stacks), in build order, without repeats. Why memoised per
@@ -518,5 +523,5 @@ __all__ = [
     "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
     "MemoryPlan", "Platform", "SavedBytes", "StackSize", "backend_platform", "check", "checkpoint_bytes",
     "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan",
-    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "stack_sizes"
+    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "stack_sizes", "swapped_loops"
 ]

@@ -4,16 +4,17 @@ An LSTM ``while_loop`` and its gradient (``benchmarks/lstm.py``'s model) run for
 step pushes the values its gradient needs on stacks, so a step of length ``T`` saves ``T`` times the
 per-iteration bytes until the backward loop pops them. Two graphs of the same model differ only in the
 loop's ``swap_memory``; both run on the fast backend with one stack chunk size and one device memory
-cap (``device_memory_limit``), chosen so that the stacks of a few hundred steps fit on the device and
-those of the longest lengths do not. The unswapped loop keeps its full chunks on the device and stops
-with ``ResourceExhaustedError`` naming the loop once the cap is crossed; the swapped loop moves full
-chunks to host memory (asynchronously) and brings them back ahead of the backward loop, so its device
-footprint stays at one chunk per stack plus the one in flight at any length.
+cap (``device_memory_limit``), chosen so that the stacks of the lengths up to one chunk fit on the
+device and those of the longest lengths do not. Both sides run each length as one compiled call. The
+unswapped loop keeps its stacks on the device: up to one chunk in the call, past it on the staged
+path, chunk by chunk, until the cap stops it with ``ResourceExhaustedError`` naming the loop. The
+swapped loop keeps its stacks in host memory inside the call (each push a copy there, each pop one
+back), so it holds no stack on the device at any length.
 
 Measured, per length and side by side (timed calls interleaved, so both see the same machine load):
-the time per loop iteration (step time / ``T``), the peak device stack bytes and the chunks moved, from
-``tn.memory_report(session)``. Run: ``python benchmarks/paper/memory.py [--quick] [--docs]``; results go
-to ``benchmarks/results/paper/memory.json`` and ``memory.png``.
+the time per loop iteration (step time / ``T``), the peak device stack bytes, the host stack bytes
+and the chunks moved, from ``tn.memory_report(session)``. Run: ``python benchmarks/paper/memory.py
+[--quick] [--docs]``; results go to ``benchmarks/results/paper/memory.json`` and ``memory.png``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ NAME = "memory"
 
 def _config(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"batch": 8, "inp": 16, "hidden": 16, "lengths": [50, 100, 200, 400], "chunk": 25,
+        return {"batch": 8, "inp": 16, "hidden": 16, "lengths": [50, 100, 200, 400], "chunk": 128,
                 "fits_steps": 150, "repeat": 3}
-    # a chunk of 64 steps: every length swaps (a run that fits one chunk takes the fused path and
-    # moves nothing); the cap holds 1200 steps of stacks, so the unswapped loop fits up to T = 1000
-    return {"batch": 16, "inp": 32, "hidden": 64, "lengths": [100, 200, 500, 1000, 2000, 4000], "chunk": 64,
+    # the default chunk of 1024 steps, and a cap that holds 1200 steps of stacks: the unswapped loop
+    # runs up to T = 1000 in one call, and from 2000 needs two chunks, over the cap
+    return {"batch": 16, "inp": 32, "hidden": 64, "lengths": [100, 200, 500, 1000, 2000, 4000], "chunk": 1024,
             "fits_steps": 1200, "repeat": 9}
 
 
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="small model and lengths: a smoke run")
     ap.add_argument("--docs", action="store_true", help="also write docs/_static/paper/memory.png")
     ap.add_argument("--repeat", type=int, default=None, help="timed steps per side and length (default 9, 3 quick)")
+    ap.add_argument("--batch", type=int, default=None, help="the model's batch (default 16, 8 quick)")
+    ap.add_argument("--hidden", type=int, default=None, help="the model's hidden size (default 64, 16 quick)")
     args = ap.parse_args(argv)
     if "jax" not in sys.modules:  # run alone: the conventions of every paper experiment
         force_host_devices(8)
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = _config(args.quick)
     if args.repeat is not None:
         cfg["repeat"] = max(1, args.repeat)
+    cfg.update({k: max(1, v) for k, v in (("batch", args.batch), ("hidden", args.hidden)) if v is not None})
     lengths, chunk = cfg["lengths"], cfg["chunk"]
     t_max = max(lengths)
     models = {swap: build(cfg["batch"], cfg["inp"], cfg["hidden"], t_max, swap_memory=swap) for swap in (False, True)}
@@ -156,9 +160,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     cap, chunk = summary["limit_bytes"] / 2**20, summary["one_chunk_bytes"] / 2**20
     lines = [f"cap {cap:.2f} MiB, one chunk per stack {chunk:.2f} MiB",
-             "T | no swap us/iter | swap us/iter | swap/no swap (medians; paired) | swap peak device MiB | "
-             "chunks to host | "
-             "hand-over ms/step (no swap, swap)"]
+             "T | no swap us/iter | swap us/iter | swap/no swap (medians; paired) | peak device MiB (no swap, swap) | "
+             "swap host MiB | chunks to host (no swap, swap)"]
     for r in rows:
         ns = r["no_swap"]
         sw = r["swap"]
@@ -167,10 +170,9 @@ def _table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             f"{ns['us_per_iteration']:.1f}" if "us_per_iteration" in ns else "out of memory",
             f"{sw['us_per_iteration']:.1f}" if "us_per_iteration" in sw else "out of memory",
             f"{r['swap_over_no_swap']:.3f}; {r['paired_swap_over_no_swap']:.3f}" if "swap_over_no_swap" in r else "-",
-            f"{sw['peak_device_bytes'] / 2**20:.2f}" if "peak_device_bytes" in sw else "-",
-            str(sw.get("chunks_to_host", "-")),
-            ", ".join(f"{d['handover_s_per_step'] * 1e3:.1f}" if "handover_s_per_step" in d else "-"
-                      for d in (ns, sw))]))
+            ", ".join(f"{d['peak_device_bytes'] / 2**20:.2f}" if "peak_device_bytes" in d else "-" for d in (ns, sw)),
+            f"{sw['host_bytes'] / 2**20:.2f}" if "host_bytes" in sw else "-",
+            ", ".join(str(d.get("chunks_to_host", "-")) for d in (ns, sw))]))
     return "\n".join(lines)
 
 
