@@ -547,9 +547,10 @@ class Built:
 
 
 class _Emitter:
-    def __init__(self, g: tn.Graph, built: Built) -> None:
+    def __init__(self, g: tn.Graph, built: Built, swap_memory: bool = False) -> None:
         self.g = g
         self.built = built
+        self.swap_memory = swap_memory
 
     def const(self, v: Any, dtype: str) -> tn.Tensor:
         return tn.constant(v, dtype=dtype)
@@ -629,7 +630,7 @@ class _Emitter:
         start = len(self.g.contexts)
         mi = None if s.maximum_iterations is None else self.const(s.maximum_iterations, INT)
         outs = tn.while_loop(cond, body, init, parallel_iterations=s.parallel_iterations,
-                             maximum_iterations=mi, name=s.id)
+                             maximum_iterations=mi, name=s.id, swap_memory=self.swap_memory)
         self.built.loops[s.id] = self.g.contexts[start]
         return list(outs)
 
@@ -639,7 +640,8 @@ class _Emitter:
 
         start = len(self.g.contexts)
         ys = tn.scan(fn, env[s.elems], initializer=self.expr(s.init, env),
-                     parallel_iterations=s.parallel_iterations, name=s.id, reverse=s.reverse)
+                     parallel_iterations=s.parallel_iterations, name=s.id, reverse=s.reverse,
+                     swap_memory=self.swap_memory)
         self.built.loops[s.id] = self.g.contexts[start]
         return tn.reduce_sum(ys)
 
@@ -673,10 +675,11 @@ def _case_chain_parent(c: Any, outer: Any) -> bool:
 SCALAR: Any = ()
 
 
-def build(p: Program, float_shape: Any = SCALAR) -> Built:
+def build(p: Program, float_shape: Any = SCALAR, swap_memory: bool = False) -> Built:
     """Emit ``p`` into a fresh graph with the Turnout builders. ``float_shape`` is the declared shape
     of its scalar float inputs: ``[None]`` makes them batches of unknown size, ``None`` of unknown
-    rank (fed vectors, the values broadcast through the program)."""
+    rank (fed vectors, the values broadcast through the program). ``swap_memory``: every loop and
+    scan is built with it (their gradient stacks then swap)."""
     g = tn.Graph()
     built = Built(g, {}, [])
     with g.as_default():
@@ -685,7 +688,7 @@ def build(p: Program, float_shape: Any = SCALAR) -> Built:
             if d.length is None and d.dtype.startswith("float") and float_shape is not SCALAR:
                 shape = float_shape
             built.placeholders[d.name] = tn.placeholder(d.dtype, shape=shape, name=d.name)
-        em = _Emitter(g, built)
+        em = _Emitter(g, built, swap_memory)
         built.fetches = em.block(p.body, dict(built.placeholders))
     return built
 

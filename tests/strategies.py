@@ -326,14 +326,14 @@ def gradient_cases(draw: Any, max_depth: int = 2) -> GradientCase:
     return GradientCase(p, b.graph, grads, b.feed_dict(draw(inputs_for(p, wide=False))))
 
 
-def gradient_graph(p: Program, float_shape: Any = SCALAR) -> tuple[Built, list[tn.Tensor]]:
-    """``p`` built (``float_shape`` as ``programs.build`` takes it), with ``tn.gradients`` of its first
-    float fetch w.r.t. its float inputs (None gradients left out); a program without such a pair, or
-    whose gradients are all None, is rejected (hypothesis ``assume``). What ``gradient_cases`` draws,
-    for tests that feed the graph many times."""
+def gradient_graph(p: Program, float_shape: Any = SCALAR, swap_memory: bool = False) -> tuple[Built, list[tn.Tensor]]:
+    """``p`` built (``float_shape`` and ``swap_memory`` as ``programs.build`` takes them), with
+    ``tn.gradients`` of its first float fetch w.r.t. its float inputs (None gradients left out); a
+    program without such a pair, or whose gradients are all None, is rejected (hypothesis
+    ``assume``). What ``gradient_cases`` draws, for tests that feed the graph many times."""
     from hypothesis import assume
 
-    b = build(p, float_shape)
+    b = build(p, float_shape, swap_memory)
     xs = [t for t in b.placeholders.values() if t.dtype.is_floating]
     ys = [f for f in b.fetches if f.dtype.is_floating]
     assume(xs and ys)

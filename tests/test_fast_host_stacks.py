@@ -8,7 +8,8 @@ bounded by ``stack_chunk``: a plan whose every stack swaps climbs its ladder up 
 
 On the CPU, where host and device memory are one, JAX drops the moves: what is checked here is that
 the runs take that route, give the reference's values, and are counted where they live (the
-backend's own accounting, ``tn.memory_report``). Whether a GPU really moves the buffer is checked
+backend's own accounting, ``tn.memory_report``), on chosen programs and on generated ones with
+gradients, every loop built swapping. Whether a GPU really moves the buffer is checked
 there (``test_a_gpu_keeps_the_stacks_out_of_device_memory``) and measured by
 ``benchmarks/host_memory_loop.py``.
 """
@@ -19,14 +20,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from typing import Any
 
 import graphs
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from programs import assert_same_outcome, run_outcome, to_source
+from strategies import float_programs, gradient_graph, inputs_for
 
 import turnout as tn
 from turnout.errors import ResourceExhaustedError
+from turnout.session import RunOptions
 
 jax = pytest.importorskip("jax")
 
@@ -180,6 +187,39 @@ def test_a_host_stack_pushes_and_pops_what_a_device_stack_does() -> None:
     np.testing.assert_array_equal(np.asarray(dev), np.arange(10, dtype=np.float32).reshape(5, 2)[::-1])
     np.testing.assert_array_equal(np.asarray(host), np.asarray(dev))
     assert int(p_dev) == int(p_host) == 0
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 6))
+@given(st.data())
+def test_swapping_generated_programs_give_the_reference_gradients(data: st.DataObject) -> None:
+    """Generated programs with gradients, every loop and scan built with ``swap_memory=True``: the
+    fused call with every stack in host memory, and the staged path past a ``host_stack_limit`` of
+    one entry (every chunk of one entry swapped out and back), each the reference's values."""
+    p = data.draw(float_programs(max_depth=2))
+    b, grads = gradient_graph(p, swap_memory=True)
+    feeds = b.feed_dict(data.draw(inputs_for(p, wide=False)))
+    guard = RunOptions(max_iterations=1_000)
+    want = run_outcome(lambda: tn.Session(b.graph).run(grads, feeds, options=guard))
+    for opts in ({}, {"stack_chunk": 1, "host_stack_limit": 1, "stack_ladder": False}):
+        def run(opts: dict[str, Any] = opts) -> list[Any]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)  # (no fallback to the interpreter)
+                sess = tn.Session(b.graph, backend="fast", **opts)
+                got = list(sess.run(grads, feeds, options=guard))
+            records = tn.memory_report(sess).records
+            assert all(r.swap_memory for r in records), records
+            if not opts:  # the fused call: every stack buffer in host memory
+                assert all(r.host_bytes > 0 for r in records), records
+            return got
+
+        assert_same_outcome(lambda: _given(want), run, f"{to_source(p)}\n{opts}")
+
+
+def _given(outcome: tuple[Any, Any]) -> list[Any]:
+    values, err = outcome
+    if err is not None:
+        raise err("the reference run raised this")
+    return list(values)
 
 
 _PEAK = """
