@@ -126,7 +126,9 @@ class FastPartitionedBackend:
     reference partitioned executor: a colocation conflict or an absent device resolved by the rules of
     ``devices.placement``), and of the fast backend's
     ``FastOptions`` (``options=`` or keywords, as for ``backend="fast"``) those of ``PARTITIONED_FIELDS``:
-    ``stack_chunk`` (gradient stack capacity per chunk, default 1024), ``fallback`` (default True: run
+    ``stack_chunk`` (gradient stack capacity per chunk, default 1024), ``host_stack_limit`` (as for
+    ``backend="fast"``: the entries a swapping loop's stacks may hold in host memory inside the
+    one-device tier's fused call, the only tier with one), ``fallback`` (default True: run
     on the partitioned reference executor what cannot be compiled, with a RuntimeWarning; False raises
     the UnsupportedError),
     ``whole_program`` (``"auto"``, ``"always"`` or ``"never"``: when the SPMD tier runs, see
@@ -547,7 +549,7 @@ class FastPartitionedBackend:
 #: when the whole-program (SPMD) tier runs a program it accepts
 WHOLE_PROGRAM = ("auto", "always", "never")
 #: the fields of ``FastOptions`` the partitioned backend honours on every tier
-PARTITIONED_FIELDS = ("stack_chunk", "fallback", "device_memory_limit")
+PARTITIONED_FIELDS = ("stack_chunk", "fallback", "device_memory_limit", "host_stack_limit")
 
 
 def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:

@@ -447,6 +447,11 @@ def test_a_graph_on_one_device_runs_as_the_unpartitioned_fast_backend() -> None:
     (rec,) = tn.memory_report(sess).records
     # 40 pushes in one fused call, past the chunk of 16: the swapping loop's stacks in host memory
     assert rec.device == "cpu:1" and rec.swap_memory and rec.host_bytes > 0 and rec.peak_device_bytes == 0
+    # past the one-device tier's host_stack_limit, its staged path swaps chunks of 16
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"], stack_chunk=16, host_stack_limit=16)
+    np.testing.assert_allclose(sess.run([y, dx], {x: 0.5, n: 40}), want, rtol=1e-5)
+    (rec,) = tn.memory_report(sess).records
+    assert sess.last_result.stats["tier"] == "one device" and rec.chunks_to_host >= 2
 
 
 def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:
