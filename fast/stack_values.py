@@ -95,15 +95,11 @@ class StackValue:
                           device_zeros((), np.int32, device))
 
     def nbytes(self) -> int:
-        """Bytes of the value buffer and the index record (wherever they live: ``host_nbytes``)."""
+        """Bytes of the value buffer and the index record (wherever they live: ``host``)."""
         if self.pending:
             return 0
         record = 0 if self.idx is None else math.prod(self.idx.shape) * 4
         return math.prod(self.buf.shape) * self.buf.dtype.itemsize + record
-
-    def host_nbytes(self) -> int:
-        """Bytes of this stack in host memory: its value buffer where it lives there (``host``)."""
-        return 0 if self.pending or not self.host else math.prod(self.buf.shape) * self.buf.dtype.itemsize
 
 
 def host_apart(platform: str) -> bool:

@@ -63,6 +63,22 @@ def test_a_swapping_loop_runs_in_one_call_past_the_chunk_with_nothing_on_the_dev
     assert "loop(s) 'while' in host memory" in what and f"{tn.FastOptions().host_stack_limit} entries" in what
 
 
+def test_where_host_memory_is_the_devices_the_stacks_are_kept_between_runs() -> None:
+    """The CPU's device memory is host memory (``stack_values.host_apart``): a swapping loop's large
+    stacks are kept between runs there, as any stack of their size, since making them at every run
+    costs the allocation; where host memory is apart they are made in it inside every call, and
+    nothing is held."""
+    from turnout.fast import stacks as stk
+
+    assert not stk.host_apart("cpu") and stk.host_apart("gpu") and stk.host_apart("tpu")
+    g, x, n, y, dx = graphs.power_loop(swap_memory=True)
+    sess = tn.Session(g, backend="fast")
+    np.testing.assert_allclose(sess.run([y, dx], {x: 1.0001, n: 5000}), power(5000), rtol=1e-9)
+    held = sess.backend.held_bytes()
+    assert held >= 5000 * 8 if jax.default_backend() == "cpu" else held == 0
+    assert sess.last_result.stats["peak_device_stack_bytes"] == 0  # (counted as host memory either way)
+
+
 def test_past_host_stack_limit_the_staged_path_swaps_chunks() -> None:
     g, x, n, y, dx = graphs.power_loop(swap_memory=True)
     sess = tn.Session(g, backend="fast", stack_chunk=CHUNK, host_stack_limit=4 * CHUNK)
@@ -179,14 +195,16 @@ def test_a_host_stack_pushes_and_pops_what_a_device_stack_does() -> None:
             for t in reversed(range(5)):
                 s, v, ok, match = stk.pop(s, np.int32(t), free=True)
                 outs.append(v * ok * match)
-            return jax.numpy.stack(outs), s.ptr
+            return jax.numpy.stack(outs), s.ptr, s.buf, outs[0]
 
         return jax.jit(f)(np.arange(10, dtype=np.float32).reshape(5, 2))
 
-    (dev, p_dev), (host, p_host) = run(False), run(True)
+    (dev, p_dev, _, _), (host, p_host, buf, popped) = run(False), run(True)
     np.testing.assert_array_equal(np.asarray(dev), np.arange(10, dtype=np.float32).reshape(5, 2)[::-1])
     np.testing.assert_array_equal(np.asarray(host), np.asarray(dev))
     assert int(p_dev) == int(p_host) == 0
+    # where it lives (JAX keeps the memory kinds of a program's results on the CPU too)
+    assert buf.sharding.memory_kind == "pinned_host" and popped.sharding.memory_kind == "device"
 
 
 @settings(max_examples=max(1, settings.default.max_examples // 6))
