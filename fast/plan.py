@@ -165,21 +165,51 @@ class Plan:
         self.fed = fed
         self.capacity = capacity
         self.codes = ErrorCodes()
-        self.fed = fed
         #: the constants that stacks' only pushes pushed, shared by every trace of the plan
         #: (``Emitter.note_push``): a stage traced later pops them as constants
         self.pushed: dict[Any, Any] = {}
         nodes = program_nodes(program)
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
+        #: a TensorArray of dynamic size grows with its writes: its buffer holds ``capacity`` entries,
+        #: and one more asks for a ``Retry`` at twice the capacity, which only the stages act on
+        self.grows = any(n.op == "TensorArrayNew" and n.attrs.get("dynamic_size") for n in nodes)
+        self._find_stacks(program, nodes, swapped)
+        #: some stack is pushed and popped within one root item (a loop whose body differentiates a
+        #: loop of its own): the fused trace then takes the high-water mark as every loop leaves, at
+        #: any depth; otherwise after each root item alone (``_fused_body``)
+        self.marks_inside = filled_and_emptied_inside(program)
+        self.nesting = nesting(program.items)
+        self.stages = self._stages()
+        self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
+        self.fused_warm = False  # the fused stage has run once
+        # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): its capacities,
+        # smallest first, this plan's last; the plans of the rungs reached so far, by capacity; and
+        # the rung that held the last run
+        self.ladder: Optional[list[int]] = None
+        self.rungs: dict[int, Plan] = {}
+        self.rung: Optional[Plan] = None
+        # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
+        # it skips the fused attempt (a loop of a million iterations would not fit either time)
+        self.predict_overflow = False
+        #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
+        #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
+        self.marks: Optional[StackMarks] = None
+        #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``):
+        #: every one their budgets hold until the backend sizes them as it makes the plan
+        #: (``SlotSizes.plan``: this capacity until a run needed more, then what it learnt)
+        self.slots = SlotPlan(tuple(n for n in nodes if n.op == "CheckpointSlots"))
+        #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
+        self.program_key: Any = None
+
+    def _find_stacks(self, program: Program, nodes: list[Node], swapped: frozenset[str]) -> None:
+        """The plan's gradient stacks: those it holds, those it gives buffers, where the fused stage
+        keeps each and how it checks them (the attributes below, read by every trace and run)."""
         #: the stacks this plan holds (``fast.held``): no buffer, no chunk, no push; their pops return
         #: the Variable's value as their loop began
         self.held = held_reads(program)
         held_ids = {h.stack for h in self.held.values()}
         self.stack_nodes = [n for n in nodes if n.op == "StackNew" and n.id not in held_ids]
-        #: a TensorArray of dynamic size grows with its writes: its buffer holds ``capacity`` entries,
-        #: and one more asks for a ``Retry`` at twice the capacity, which only the stages act on
-        self.grows = any(n.op == "TensorArrayNew" and n.attrs.get("dynamic_size") for n in nodes)
         self.stack_info = {k: v for k, v in stack_infos(nodes).items() if k not in self.held}
         #: the loops a run's memory plan swaps (``MemoryPlan.swapped``), besides those that ask for it
         self.swapped = swapped
@@ -209,32 +239,6 @@ class Plan:
         #: the held ones; the fused trace proves their pushes and pops
         self.counted = {head: kept for head, found in counted_stacks(program, stack_key_of).items()
                         if (kept := [cs for cs in found if cs.key not in self.held])}
-        #: some stack is pushed and popped within one root item (a loop whose body differentiates a
-        #: loop of its own): the fused trace then takes the high-water mark as every loop leaves, at
-        #: any depth; otherwise after each root item alone (``_fused_body``)
-        self.marks_inside = filled_and_emptied_inside(program)
-        self.nesting = nesting(program.items)
-        self.stages = self._stages()
-        self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
-        self.fused_warm = False  # the fused stage has run once
-        # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): its capacities,
-        # smallest first, this plan's last; the plans of the rungs reached so far, by capacity; and
-        # the rung that held the last run
-        self.ladder: Optional[list[int]] = None
-        self.rungs: dict[int, Plan] = {}
-        self.rung: Optional[Plan] = None
-        # the last staged run swapped stack chunks: the next run most likely overflows a chunk too, so
-        # it skips the fused attempt (a loop of a million iterations would not fit either time)
-        self.predict_overflow = False
-        #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
-        #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
-        self.marks: Optional[StackMarks] = None
-        #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``):
-        #: every one their budgets hold until the backend sizes them as it makes the plan
-        #: (``SlotSizes.plan``: this capacity until a run needed more, then what it learnt)
-        self.slots = SlotPlan(tuple(n for n in nodes if n.op == "CheckpointSlots"))
-        #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
-        self.program_key: Any = None
 
     @property
     def push_limit(self) -> int:
