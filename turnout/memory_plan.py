@@ -266,7 +266,8 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
                     + ("hides behind" if hidden else "exceeds") + f" {costs.iteration_seconds * 1e6:.1f} us of compute"
                     + ("" if hidden else ": recomputation would be cheaper (a loop's own budget without "
                                           "swap_memory=True)"))
-        return plan(SWAP, f"{why}: two chunks of {chunk} iterations on the device at any trip count", chunk=chunk,
+        return plan(SWAP, f"{why}: two chunks of {chunk} iterations on the device at any trip count (none in "
+                    "the fast backend's one compiled call, which keeps the stacks in host memory)", chunk=chunk,
                     transfer_seconds=secs)
     return plan(RECOMPUTE, f"on the {where.name} host and device memory are one, so swapping frees nothing; only "
                 f"recomputation from checkpoints meets the budget at any trip count, which a loop's own budget gets "
