@@ -48,6 +48,44 @@ def test_fast_backend_names_the_fused_attempt_its_ladder_and_the_staged_path() -
     assert sess.explain(fetches, feeds) == got  # explaining changes nothing, and neither did the run
 
 
+@pytest.mark.parametrize("swap", [False, True])
+def test_the_fast_schedule_says_where_each_loops_stacks_go(swap: bool) -> None:
+    """A swapping loop's stacks: in host memory in the fused call, whose ladder then goes on to
+    ``host_stack_limit`` (said in short), and swapped chunk by chunk on the staged path; a loop that
+    does not swap keeps them on the device in both. The gradient loop pushes nothing: its chunks stay."""
+    p = power_loop(swap_memory=swap)
+    got = tn.Session(p.g, backend="fast").explain([p.y, p.dx], {p.x: 1.5, p.n: 5})
+    assert got.backend == "fast"
+    fused = got.steps[0].what
+    assert ("host memory" in fused) == swap
+    assert ("those of loop(s) 'while' in host memory (a copy at each push and pop)" in fused) == swap
+    limit = tn.FastOptions().host_stack_limit
+    assert (f"(128, 160, 200, ..., {limit} entries: 42 rungs)" if swap else "959, 1024 entries)") in fused
+    forward, backward = [st.what for st in got.otherwise[0].steps if st.kind == "driven loop"]
+    assert forward.endswith("chunks swapped to host memory" if swap else "chunks kept on the device")
+    assert backward.endswith("full stack chunks kept on the device") and "at most 1024 iterations per call" in backward
+    assert got.otherwise[-1] == Step("interpreter", "the reference interpreter, if tracing finds an op the compiler "
+                                                    "refuses")
+    assert got.notes == ("a repeated run of this signature calls the rung that held the last run directly (its lane)",)
+
+
+def test_a_plan_whose_fused_stage_was_dropped_is_explained_as_its_stages() -> None:
+    """A fused trace that refused for a reason no capacity changes drops the fused stage for good
+    (``FusedAttempts._run_fused_sized``): the schedule is then the stages in order."""
+    p = power_loop(swap_memory=True)
+    sess = tn.Session(p.g, backend="fast")
+    feeds = {p.x: 1.5, p.n: 5}
+    sess.explain([p.y, p.dx], feeds)
+    (plan,) = sess.backend._plans.values()
+    plan.fused = None
+    got = sess.explain([p.y, p.dx], feeds)
+    (staged,) = got.steps
+    assert staged == Step("staged", "the stages in order", steps=staged.steps)
+    assert got.otherwise[-1].kind == "interpreter"
+    assert [st.kind for st in staged.steps].count("driven loop") == 2
+    assert "swapped to host memory" in staged.steps[1].what
+
+
 def test_a_program_without_stacks_is_one_direct_call_and_the_run_takes_it() -> None:
     g = tn.Graph()
     with g.as_default():
@@ -56,6 +94,7 @@ def test_a_program_without_stacks_is_one_direct_call_and_the_run_takes_it() -> N
     sess = tn.Session(g, backend="fast")
     got = sess.explain(y, {x: np.ones(3, np.float32)})
     assert [s.kind for s in got.steps] == ["compiled call"] and "Direct" in got.steps[0].what
+    assert got.backend == "fast" and "is its lane" in got.notes[0]
     sess.run(y, {x: np.ones(3, np.float32)})
     assert sess.last_result.stats["stages"] == 1 and not sess.last_result.stats["fused"]
 

@@ -102,7 +102,7 @@ _FAST_TESTS = ["test_mutants_s7.py", "test_fast_nested_compile.py", "test_mutant
                "test_fast_gradients.py"]
 # the gradient stacks' chunking, swapping and memory accounting, and the cond chains raised to lax.switch
 _STACK_TESTS = ["test_mutants_fast3.py", "test_mutants_fast2.py", "test_swap_memory.py", "test_fast_memory.py",
-                "test_fast_repeated_runs.py", "test_fast_positional_stacks.py"]
+                "test_fast_repeated_runs.py", "test_fast_positional_stacks.py", "test_fast_host_stacks.py"]
 _CASE_TESTS = ["test_mutants_fast3.py", "test_fast_case_chain.py", "test_fast_compile.py"]
 # the fast backend's driver: plans, stages, the direct and fused paths, the reference fallback, buffers kept
 _BACKEND_TESTS = ["test_mutants_s5.py", "test_fast_repeated_runs.py", "test_fast_memory.py", "test_fast.py",
@@ -203,6 +203,8 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # the schedule a run of the one-device backend would take, read from its plan
+    "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
     # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
     "turnout/gradients/core.py": {"module": "turnout.gradients.core",
                                   "tests": ["test_gradients_second_order.py", "test_gradients_loops.py",
