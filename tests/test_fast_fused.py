@@ -161,3 +161,32 @@ def test_a_fused_run_hands_over_only_what_it_changed() -> None:
         got = sess.run([out, p.dx], {x: 1.5, n: nv})
         assert sess.last_result.stats["fused"] == fused
         np.testing.assert_allclose(got, [3 * 1.5**nv, nv * 1.5 ** (nv - 1)], rtol=1e-12)
+
+
+def test_a_fused_trace_refused_for_a_reason_no_capacity_changes_is_traced_once(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    """A fused trace that refuses without saying how many entries it needed (an ``UnsupportedError``
+    of its own, not a rung too small) would refuse on every rung: the fused stage is dropped at once,
+    the run takes the stages, and no later run traces it again (it was traced once per rung of the
+    ladder, eleven times, in the one run)."""
+    from turnout.errors import UnsupportedError
+    from turnout.fast.plan import Plan
+
+    traces = []
+
+    def refusing(self: Plan, st: object) -> object:
+        def body(*args: object) -> object:
+            traces.append(self.capacity)
+            raise UnsupportedError("refused by the test")
+
+        return body
+
+    monkeypatch.setattr(Plan, "_fused_body", refusing)
+    p = power_loop()
+    sess = tn.Session(p["g"], backend="fast")
+    for _ in range(2):
+        got = sess.run([p["y"], p["dx"]], {p["x"]: 1.5, p["n"]: 20})
+        np.testing.assert_allclose(got, [1.5**20, 20 * 1.5**19])
+        assert not sess.last_result.stats["fused"]
+    assert traces == [128]
+    assert [s.kind for s in sess.explain([p["y"], p["dx"]], {p["x"]: 1.5, p["n"]: 20}).steps] == ["staged"]
