@@ -91,7 +91,8 @@ def run(quick: bool) -> dict[str, Any]:
     # ``chunk``: the fast backend's stack capacity for the main rows (None: its default, 1024, so
     # every length fits on the device and each step is one fused call); ``swap_chunk``: a second
     # session with a small capacity, run at the longest length, to show the cost of swapping stack
-    # chunks to host memory (the staged path).
+    # chunks to host memory (the staged path: its ``host_stack_limit`` is the chunk too, or the fused
+    # call would keep the swapping loop's stacks in host memory whole).
     if quick:
         batch, inp, hidden, lengths, repeat, chunk, swap_chunk = 16, 32, 32, [10, 20, 50], 9, None, 8
     else:
@@ -147,7 +148,7 @@ def run(quick: bool) -> dict[str, Any]:
     # the same model with swap_memory=True, so that full chunks go to host memory (without it they
     # would stay on the device, see docs/fast_backend.rst)
     ms = build(batch, inp, hidden, t_max, swap_memory=True)
-    small = tn.Session(ms["graph"], backend="fast", stack_chunk=swap_chunk)
+    small = tn.Session(ms["graph"], backend="fast", stack_chunk=swap_chunk, host_stack_limit=swap_chunk)
     fetch, feed = [ms["loss"], *ms["grads"]], {ms["xs"]: xs_dev, ms["T"]: T}
     got = small.run(fetch, feed)
     st = timed(lambda: small.run(fetch, feed), repeat)
