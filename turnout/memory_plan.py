@@ -176,12 +176,9 @@ class MemoryPlan:
         return max(1, min(known)) if known else None
 
     def swapped(self) -> frozenset[str]:
-        """The loops whose full chunks go to host memory."""
+        """The loops whose stacks swap: kept in host memory by the fast backend's fused call, their
+        full chunks moved there on the staged path and the partitioned tiers."""
         return frozenset(lp.loop for lp in self.loops if lp.action == SWAP)
-
-    def swapped_frames(self) -> frozenset[str]:
-        """The frame names of the loops whose full chunks go to host memory."""
-        return frozenset(lp.frame for lp in self.loops if lp.action == SWAP)
 
     def lines(self) -> list[str]:
         """One line per loop (``LoopPlan.line``), after the run budget's."""
