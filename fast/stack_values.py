@@ -112,9 +112,10 @@ def host_apart(platform: str) -> bool:
 def to_host(x: Any) -> Any:
     """``x`` moved to its device's host memory, inside a trace (JAX's host memory space: ``pinned_host``
     on a GPU or TPU). Why inside the compiled call: a swapping loop's stack then needs no driver
-    between chunks; each push is a device-to-host copy that XLA schedules beside the loop's work and
-    each pop one back. Where host and device memory are one (the CPU) JAX drops the move and the
-    program is the one without it."""
+    between chunks; each push is a device-to-host copy and each pop one back, which XLA makes where
+    the loop reaches them (on an H200 they were not hidden behind the loop's compute,
+    ``benchmarks/host_memory_loop.py``). Where host and device memory are one (the CPU) JAX drops the
+    move and the program is the one without it."""
     return jax.device_put(x, jax.memory.Space.Host)
 
 
