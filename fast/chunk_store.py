@@ -201,12 +201,12 @@ class ChunkStore:
         its index record's bytes in ``index_bytes``: the fused stage's) and check the cap: called
         after every compiled call, since a stack whose element shape is known only while tracing is
         allocated inside it. ``host``: the stacks whose value buffers the fused stage keeps in host
-        memory (``Plan.host``), counted there (as ``StackValue.host`` says of a buffer moved there)."""
+        memory (``Plan.host``: every stack traced with ``StackValue.host`` is one), counted there."""
         for k, sv in stacks.items():
             buf, _ = kept_arrays(sv) if isinstance(sv, StackValue) or k.startswith(STACK_PREFIX) else (None, None)
             if buf is not None:
                 lg = self.ledger(k)
-                on_host = int(buf.nbytes) if k in host or (isinstance(sv, StackValue) and sv.host) else 0
+                on_host = int(buf.nbytes) if k in host else 0
                 lg.active = stack_nbytes(sv, (index_bytes or {}).get(k, 0)) - on_host
                 lg.host = on_host or lg.host
                 if not lg.device:

@@ -277,9 +277,8 @@ class CountedNests(LoopEmitter):
                 raise RungTooSmall(cs.key, math.prod(dims), s.capacity)
             if cs.key in self.resizable:  # (zeroing and carrying a buffer of the rung's capacity cost the call)
                 n = max(math.prod(dims), 1)
-                buf = jnp.zeros((n, *s.buf.shape[1:]), s.dtype)
-                self.state[cs.key] = stk.StackValue(n, s.dtype, stk.to_host(buf) if s.host else buf, None, np.int32(0),
-                                                    host=s.host)
+                buf = stk.placed(jnp.zeros((n, *s.buf.shape[1:]), s.dtype), s.host)
+                self.state[cs.key] = stk.StackValue(n, s.dtype, buf, None, np.int32(0), host=s.host)
             self.dense.add(cs.key)
             if cs.counter is not None:
                 self.counter_pushes[cs.key] = cs.counter

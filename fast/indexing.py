@@ -41,7 +41,7 @@ def _start(x: Any, j: Any) -> tuple[Any, ...]:
 
 def slot(x: Any, j: Any, place: Optional[Callable[[Any], Any]] = None) -> Any:
     """``x[j]`` along the first axis, for ``j`` in range: static indexing for a Python int.
-    ``place``: a move the slice takes before anything else touches it (``stack_values.to_device``,
+    ``place``: a move the slice takes before anything else touches it (``stack_values.to_device_memory``,
     for a buffer in host memory, where no op but the slice and the move may run)."""
     if isinstance(j, int) and place is None:
         return x[j]
@@ -51,7 +51,7 @@ def slot(x: Any, j: Any, place: Optional[Callable[[Any], Any]] = None) -> Any:
 
 def put(x: Any, j: Any, v: Any, place: Optional[Callable[[Any], Any]] = None) -> Any:
     """``x`` with slot ``j`` along the first axis set to ``v``, for ``j`` in range. ``place``: a move
-    the update takes last (``stack_values.to_host``, for a buffer in host memory)."""
+    the update takes last (``stack_values.to_host_memory``, for a buffer in host memory)."""
     if isinstance(j, int) and place is None:
         return x.at[j].set(v)
     update = jnp.reshape(jnp.asarray(v, x.dtype), (1, *jnp.shape(x)[1:]))

@@ -525,8 +525,7 @@ class Plan:
             return v
         dtype, (elem_shape, index_shape) = self.static[k]
         if v is None:
-            v = jnp.zeros((self.capacity, *elem_shape), dtype)
-            v = stk.to_host(v) if host else v
+            v = stk.placed(jnp.zeros((self.capacity, *elem_shape), dtype), host)
         record = None if k in self.positional else jnp.zeros((self.capacity, *index_shape), jnp.int32)
         return stk.StackValue(self.capacity, dtype, v, record, np.int32(0), host=host)
 

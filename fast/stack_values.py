@@ -64,7 +64,7 @@ class StackValue:
         #: for a pending stack: whether its first push makes an index record (False: a positional
         #: stack whose element shape is known only when tracing, ``Plan.positional``)
         self.record = record
-        #: the value buffer lives in the device's host memory inside a compiled call (``to_host``):
+        #: the value buffer lives in the device's host memory inside a compiled call (``placed``):
         #: a swapping loop's stack in the fused stage (``Plan.host``); its index record and pointer
         #: stay on the device
         self.host = host
@@ -79,8 +79,8 @@ class StackValue:
 
     def materialize(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...]) -> StackValue:
         record = jnp.zeros((self.capacity, *index_shape), jnp.int32) if self.record else None
-        buf = jnp.zeros((self.capacity, *elem_shape), self.dtype)
-        return self.replace(to_host(buf) if self.host else buf, record, jnp.zeros((), jnp.int32))
+        buf = placed(jnp.zeros((self.capacity, *elem_shape), self.dtype), self.host)
+        return self.replace(buf, record, jnp.zeros((), jnp.int32))
 
     def allocate(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...], device: Any = None) -> StackValue:
         """``materialize`` outside a trace: fresh buffers committed to ``device`` (JAX's default device
@@ -104,24 +104,33 @@ class StackValue:
 
 def host_apart(platform: str) -> bool:
     """Whether ``platform`` (JAX's name: ``"cpu"``, ``"gpu"``, ``"tpu"``) has a host memory apart from
-    its device memory, which ``to_host`` moves values to: every platform but the CPU, whose device
+    its device memory, which ``to_host_memory`` moves values to: every platform but the CPU, whose device
     memory already is host memory."""
     return platform != "cpu"
 
 
-def to_host(x: Any) -> Any:
+def to_host_memory(x: Any) -> Any:
     """``x`` moved to its device's host memory, inside a trace (JAX's host memory space: ``pinned_host``
-    on a GPU or TPU). Why inside the compiled call: a swapping loop's stack then needs no driver
-    between chunks; each push is a device-to-host copy and each pop one back, which XLA makes where
-    the loop reaches them (on an H200 they were not hidden behind the loop's compute,
-    ``benchmarks/host_memory_loop.py``). Where host and device memory are one (the CPU) JAX drops the
-    move and the program is the one without it."""
+    on a GPU or TPU); not ``fast.values.to_host``, which reads a fetched value back as numpy. Why
+    inside the compiled call: a swapping loop's stack then needs no driver between chunks; each push
+    is a device-to-host copy and each pop one back, which XLA makes where the loop reaches them (on an
+    H200 they were not hidden behind the loop's compute, ``benchmarks/host_memory_loop.py``). Where
+    host and device memory are one (the CPU) JAX drops the move and the program is the one without
+    it."""
     return jax.device_put(x, jax.memory.Space.Host)
 
 
-def to_device(x: Any) -> Any:
-    """``x`` brought back from host memory to its device, inside a trace (see ``to_host``)."""
+def to_device_memory(x: Any) -> Any:
+    """``x`` brought back from host memory to its device, inside a trace (see ``to_host_memory``)."""
     return jax.device_put(x, jax.memory.Space.Device)
+
+
+def placed(buf: Any, host: bool) -> Any:
+    """A stack's new value buffer ``buf`` where the stack keeps it, inside a trace: moved to host
+    memory for a stack in host memory (``StackValue.host``), as it is otherwise. The one rule for
+    every place a buffer is made (``StackValue.materialize``, ``Plan._fused_entry``, a counted
+    stack resized, a pending stack of a loop carry made concrete)."""
+    return to_host_memory(buf) if host else buf
 
 
 def device_zeros(shape: tuple[int, ...], dtype: Any, device: Any = None) -> Any:
@@ -212,7 +221,7 @@ def push(s: StackValue, index: Any, value: Any, free: bool = False, proved: bool
         raise UnsupportedError(f"fast backend: a value of shape {value.shape} (index {index.shape}) pushed "
                                f"on a stack of elements {s.buf.shape[1:]}"
                                + ("" if s.idx is None else f" (index {s.idx.shape[1:]})"))
-    place = to_host if s.host else None
+    place = to_host_memory if s.host else None
     if proved:
         return s.replace(put(s.buf, s.ptr, value, place), s.idx, s.ptr + 1), np.bool_(True)
     ok = s.ptr < (s.capacity if limit is None or not free else limit)
@@ -238,7 +247,7 @@ def pop(s: StackValue, index: Any, free: bool = False) -> tuple[StackValue, Any,
     iteration index equals ``index``). ``free``: the pointer runs free, as for ``push``."""
     ok = s.ptr > 0
     p = jnp.maximum(s.ptr - 1, 0)
-    v = slot(s.buf, p, to_device if s.host else None)
+    v = slot(s.buf, p, to_device_memory if s.host else None)
     # a positional stack's entry was pushed under its position (``positional``)
     pushed_at = p if s.idx is None else slot(s.idx, p)
     match = jnp.all(pushed_at == jnp.asarray(index, jnp.int32)) | ~ok

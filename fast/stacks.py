@@ -74,6 +74,7 @@ from turnout.fast.stack_values import (
     device_zeros,
     host_apart,
     kept_arrays,
+    placed,
     pop,
     positional,
     push,
@@ -83,8 +84,8 @@ from turnout.fast.stack_values import (
     split_state,
     stack_nbytes,
     state_key,
-    to_device,
-    to_host,
+    to_device_memory,
+    to_host_memory,
     zeros_like_all,
 )
 
@@ -213,6 +214,7 @@ class ChunkReport:
 __all__ = [
     "HELD_PREFIX", "STACK_PREFIX", "Chunk", "ChunkReport", "ChunkStore", "Later", "Ledger", "Pair", "StackInfo",
     "StackValue", "budget_plan", "chunk_loop", "check_slots", "committed", "device_label", "device_name",
-    "device_zeros", "host_apart", "kept_arrays", "pop", "positional", "push", "report_vector", "return_freed_memory",
-    "scalar_on", "scalars_on", "split_state", "stack_nbytes", "state_key", "to_device", "to_host", "zeros_like_all"
+    "device_zeros", "host_apart", "kept_arrays", "placed", "pop", "positional", "push", "report_vector",
+    "return_freed_memory", "scalar_on", "scalars_on", "split_state", "stack_nbytes", "state_key", "to_device_memory",
+    "to_host_memory", "zeros_like_all"
 ]

@@ -44,7 +44,7 @@ def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
         if isinstance(value, TA) and value.dynamic:  # (its buffer is made, its length is its own)
             made = made.with_slots(made.buf, made.mask, length=value.length)
         if isinstance(value, stk.StackValue) and value.host:  # (zeros are made on the device)
-            made = made.replace(stk.to_host(made.buf), made.idx, made.ptr)
+            made = made.replace(stk.placed(made.buf, True), made.idx, made.ptr)
         return made, True
     if value is DEAD and other is not DEAD:
         return zeros_of(other), True

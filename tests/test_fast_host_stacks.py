@@ -2,7 +2,7 @@
 
 A loop that swaps (``swap_memory=True``, or a memory plan that swaps it) keeps its stacks in the
 device's host memory inside the one compiled call: each push moves its value there and each pop brings
-it back (``fast.stack_values.to_host``). The device then holds none of its stacks, so the call is not
+it back (``fast.stack_values.to_host_memory``). The device then holds none of its stacks, so the call is not
 bounded by ``stack_chunk``: a plan whose every stack swaps climbs its ladder up to
 ``host_stack_limit`` entries, and only a run past that takes the staged path, which moves chunks.
 
