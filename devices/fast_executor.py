@@ -68,7 +68,7 @@ from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
 from turnout.devices.plan_run import DevicePlan, PlanRun
 from turnout.devices.region_driver import RegionDriver
-from turnout.devices.segments import Segment, schedule, steps_of
+from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice
 from turnout.devices.timeline import DeviceTimeline
 from turnout.errors import (
@@ -80,12 +80,13 @@ from turnout.errors import (
     dead_fetch_message,
 )
 from turnout.fast.backend import variable_signature
+from turnout.fast.cut import Segment
 from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
-from turnout.fast.regions import Key, Program, WhileRegion, key, program_nodes
+from turnout.fast.regions import Key, Program, key, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.fast.specialise import (
@@ -437,8 +438,9 @@ class FastPartitionedBackend:
             program = functionalize(self.graph, fetches, feeds)
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
-            plan = self._plans[pkey] = DevicePlan(program, schedule(program, device_of, fed), fed, cap, device_of,
-                                                  self.threads, self.jax_devices[self.devices[0]].platform, static,
+            sched = placed_schedule(program, device_of, fed)
+            platform = self.jax_devices[self.devices[0]].platform
+            plan = self._plans[pkey] = DevicePlan(program, sched, fed, cap, device_of, self.threads, platform, static,
                                                   slots=self._slot_plan(fetches, feeds, program, cap))
         return plan
 
@@ -524,13 +526,11 @@ class FastPartitionedBackend:
     # ---- compiled segments ------------------------------------------------------------------------
     def driver(self, plan: DevicePlan, seg: Segment) -> RegionDriver:
         """The chunk-by-chunk runner of a driven segment's loop (``devices.region_driver``)."""
-        assert isinstance(seg.items[0], WhileRegion)
-
         def emitter(state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
             self.compile_count += 1  # runs only while tracing
             return plan.emitter(state, max_iter, free_pointers)
 
-        return RegionDriver(emitter, plan.capacity, seg.items[0], list(seg.writes), list(seg.fetched), WHO)
+        return RegionDriver(emitter, plan.capacity, seg, WHO)
 
     def segment_fn(self, plan: DevicePlan, seg: Segment) -> SegmentFn:
         """The segment's items as the fast backend's staged path compiles a stage (``fast.segment``):

@@ -22,9 +22,9 @@ import jax
 import numpy as np
 
 from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
-from turnout.devices.segments import HostCond, HostLoop, Step
 from turnout.errors import NonTerminationError, describe_node, runaway_message
 from turnout.fast import plumbing
+from turnout.fast.cut import HostCond, HostLoop, Step
 from turnout.fast.outcome import Retry
 from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD

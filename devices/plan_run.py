@@ -18,10 +18,10 @@ import numpy as np
 
 from turnout.devices.host_control import HostControl
 from turnout.devices.host_env import HostEnv, Lazy
-from turnout.devices.segments import HostCond, Schedule, Segment, Step
 from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
 from turnout.fast import stacks as stk
 from turnout.fast.chunk_store import budget_plan
+from turnout.fast.cut import HostCond, Schedule, Segment, Step
 from turnout.fast.emit import Emitter, var_key
 from turnout.fast.guards import iteration_bound
 from turnout.fast.outcome import ErrorCodes, Retry, enforce

@@ -21,36 +21,32 @@ donated to each call, so pushes update the buffers in place.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import jax
 
-from turnout.devices.swap import SpanningStacks, traffic
+from turnout.devices.swap import SpanningStacks
+from turnout.fast.cut import Segment
 from turnout.fast.driven import DrivenLoop, MakeEmitter
 from turnout.fast.outcome import Raise, Retry, enforce
-from turnout.fast.regions import Key, WhileRegion
+from turnout.fast.regions import Key
 
 
 class RegionDriver:
-    """The compiled ``init`` / ``chunk`` / ``finish`` of one loop on one device, and the host loop
-    that runs them (``run``). ``writes`` and ``fetched`` are the segment's: the keys the loop gives
-    back, and those of them that leave with a live flag; ``emitter`` makes the emitter of each trace
-    (``DevicePlan.emitter``, counted by the executor)."""
+    """The compiled ``init`` / ``chunk`` / ``finish`` of a driven segment's loop on its device, and
+    the host loop that runs them (``run``). The segment (``fast.cut``) gives the loop, the keys it
+    gives back (and those that leave with a live flag) and its stacks' pushes and pops per iteration;
+    ``emitter`` makes the emitter of each trace (``DevicePlan.emitter``, counted by the executor)."""
 
-    def __init__(self, emitter: MakeEmitter, capacity: int, region: WhileRegion, writes: list[Key],
-                 fetched: list[Key], who: str) -> None:
-        self.region = region
+    def __init__(self, emitter: MakeEmitter, capacity: int, seg: Segment, who: str) -> None:
+        assert seg.driven is not None
+        self.region = seg.driven
         self.capacity = capacity
         self.who = who
-        t = traffic(region.body)
-        # pushes (pops) per iteration the host can count; a nested loop's are learnt as the growth seen
-        self.push = {s: n or 0 for s, n in traffic([region]).push.items()}
-        self.push.update({s: n or 0 for s, n in t.push.items()})
-        self.pop = {s: n or 0 for s, n in traffic([region]).pop.items()}
-        self.pop.update({s: n or 0 for s, n in t.pop.items()})
+        self.push, self.pop = seg.push, seg.pop
         # (its pointers stop at the capacity: the executor reads a device's word only when it must wait)
-        self.loop = DrivenLoop(region, writes, set(fetched), self.push, self.pop, capacity, emitter, jax.jit,
-                               measured=None, free_pointers=False)
+        self.loop = DrivenLoop(seg.driven, seg.writes, set(seg.fetched), seg.push, seg.pop, capacity, emitter,
+                               jax.jit, measured=seg.measured, free_pointers=False)
 
     def run(self, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any, stacks: SpanningStacks,
             device: str) -> Union[tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]], Retry]:
@@ -68,12 +64,4 @@ class RegionDriver:
         return out, lives, new
 
 
-def driven_loop(items: list[Any]) -> Optional[WhileRegion]:
-    """The loop a segment of exactly one loop that pushes or pops gradient stacks holds, else None."""
-    if len(items) == 1 and isinstance(items[0], WhileRegion) and any(
-            n.op in ("StackPush", "StackPop") for n in items[0].nodes):
-        return items[0]
-    return None
-
-
-__all__ = ["RegionDriver", "driven_loop"]
+__all__ = ["RegionDriver"]

@@ -71,6 +71,7 @@ import numpy as np
 from turnout.errors import UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import copy_static
+from turnout.fast.cut import Segment
 from turnout.fast.deep import DEEP_NESTING, call_deep, on_deep_thread
 from turnout.fast.explain import fallback_schedule, plan_schedule
 from turnout.fast.functionalize import functionalize, program_key
@@ -78,11 +79,7 @@ from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.lane import Lane, holds_wide
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Discard, Retry, enforce
-from turnout.fast.plan import (
-    Direct,
-    Plan,
-    Stage,
-)
+from turnout.fast.plan import Direct, FusedStage, Plan
 from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.run_state import WHO, variable_signature
@@ -501,8 +498,8 @@ class FastBackend(StagedStages):
         assert not isinstance(done, Discard)  # only an attempt is ever discarded
         return done
 
-    def _execute(self, plan: Plan, stages: list[Stage], fetches: list[Tensor], feeds: dict[Tensor, Any],
-                 variables: dict[str, np.ndarray], max_iter: Any, attempt: bool,
+    def _execute(self, plan: Plan, stages: list[Segment] | list[FusedStage], fetches: list[Tensor],
+                 feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], max_iter: Any, attempt: bool,
                  budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]] | Discard | Retry:
         """Run ``stages`` of ``plan`` in order, and finish the run: the one way a plan with gradient
         stacks runs. Its stages (``plan.stages``: compiled segments and driven loops, in root order)
@@ -533,7 +530,7 @@ class FastBackend(StagedStages):
         for i, st in enumerate(stages):
             t1 = time.perf_counter()
             env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
-            got = self._stage(plan, st, i, env_in, state, max_iter, store, attempt)
+            got = self._stage(plan, st, i, env_in, state, max_iter, store)
             if not isinstance(got, tuple):  # (the fused stage's trace refused, or a driven loop outgrew)
                 return got
             out, lv, state = got

@@ -8,7 +8,8 @@ partitioned backend reads its placed program's segments the same way (``devices.
 
 from __future__ import annotations
 
-from turnout.fast.plan import Plan, Stage
+from turnout.fast.cut import Segment
+from turnout.fast.plan import Plan
 from turnout.fast.regions import WhileRegion
 from turnout.run_schedule import RunSchedule, Step
 
@@ -60,9 +61,9 @@ def _host(plan: Plan) -> str:
            "and pop)" if loops else ""
 
 
-def _stage(plan: Plan, st: Stage) -> Step:
+def _stage(plan: Plan, st: Segment) -> Step:
     if st.driven is not None:
-        swap = any(k in plan.host for k in st.push_stacks)
+        swap = any(k in plan.host for k in st.push)
         return Step("driven loop", f"{_loop(st.driven)}: at most {plan.capacity} iterations per call, full stack "
                                    f"chunks {'swapped to host memory' if swap else 'kept on the device'}")
     loops = sum(1 for it in st.items if isinstance(it, WhileRegion))

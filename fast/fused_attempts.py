@@ -27,7 +27,7 @@ from turnout.fast.direct_call import DirectCalls
 from turnout.fast.guards import device_oom
 from turnout.fast.lowering_base import NeedsStatic
 from turnout.fast.outcome import Discard, Outcome, Retry
-from turnout.fast.plan import Plan, Stage
+from turnout.fast.plan import FusedStage, Plan
 from turnout.fast.regions import Key
 from turnout.fast.stack_sizes import StackMarks, capacity_ladder
 from turnout.fast.values import start_reads
@@ -39,7 +39,7 @@ class FusedAttempts(DirectCalls):
     """The fused attempt of a run and its ladder of rungs. It runs an attempt through the backend's
     ``_execute`` and makes a rung's plan with its ``_plan`` (``FastBackend``, the layer above)."""
 
-    def _call_fused(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any
+    def _call_fused(self, plan: Plan, st: FusedStage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any
                     ) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard:
         """The fused attempt's one call (``_execute``): (its outputs, their live flags, the state after
         it), with flat arguments laid out once per function (``Plan.fused_fn``), its error word, live
@@ -52,7 +52,7 @@ class FusedAttempts(DirectCalls):
         shape that fed values decide (``NeedsStatic``) goes on to the compile of the run, which
         specialises the plan (``FastBackend._run_compiled``), as it does from every other trace."""
         rest, stacks = stk.split_state(state)
-        with self._span("fused attempt (whole program, one call)", "compiled stages") as args, device_oom(plan, st):
+        with self._span("fused attempt (whole program, one call)", "compiled stages") as args, device_oom(plan):
             before = self.compile_count
             try:
                 call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))

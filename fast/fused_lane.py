@@ -94,9 +94,9 @@ def buffers_of(stacks: dict[Any, Any]) -> dict[Any, Any]:
     return {k: kept_arrays(v)[0] if type(v) is StackValue else v for k, v in stacks.items()}
 
 
-def out_of_memory(plan: Any, stage: Any, e: Exception) -> None:
+def out_of_memory(plan: Any, e: Exception) -> None:
     """``e``, a fused lane's call failing, raised as ``device_oom`` raises it (a ``ResourceExhaustedError``
     naming the loops) when it is XLA's out-of-memory; other errors return and are raised as they are."""
-    with device_oom(plan, stage):
+    with device_oom(plan):
         if "RESOURCE_EXHAUSTED" in str(e):
             raise e

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Optional
 
 import jax
 import numpy as np
 
 from turnout.errors import ResourceExhaustedError, UnsupportedError
-from turnout.fast.plan import INT32_MAX, INT32_MAX_NP, Plan, Stage
+from turnout.fast.cut import Segment
+from turnout.fast.plan import INT32_MAX, INT32_MAX_NP, Plan
 from turnout.session import RunOptions
 
 #: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
@@ -43,17 +45,19 @@ def refuse_firing_budget(who: str, options: RunOptions) -> None:
 
 
 @contextmanager
-def device_oom(plan: Plan, st: Stage) -> Iterator[None]:
+def device_oom(plan: Plan, st: Optional[Segment] = None) -> Iterator[None]:
     """XLA's own out-of-memory (``RESOURCE_EXHAUSTED``, from a GPU or TPU allocator) as Turnout's
-    ``ResourceExhaustedError``, naming the loop whose stage ran and suggesting ``swap_memory=True``."""
+    ``ResourceExhaustedError``, naming the loop whose stage ran (``st``: a segment of the staged path;
+    None: the fused attempt) and suggesting ``swap_memory=True``."""
     try:
         yield
     except jax.errors.JaxRuntimeError as e:
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        keys = [*st.push_stacks, *st.pop_stacks]
+        keys = [*st.push, *st.pop] if st is not None else []
         loops = sorted({plan.stack_info[k].where for k in keys if k in plan.stack_info})
-        what = ", ".join(loops) if loops else (st.driven.describe() if st.driven is not None else "a compiled stage")
+        driven = st.driven if st is not None else None
+        what = ", ".join(loops) if loops else (driven.describe() if driven is not None else "a compiled stage")
         raise ResourceExhaustedError(
             f"fast backend: the device ran out of memory running {what}: {str(e).splitlines()[0]}; run loops "
             "with swap_memory=True to move full gradient stack chunks to host memory, or lower stack_chunk") from None

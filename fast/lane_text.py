@@ -158,7 +158,7 @@ def lane_text(lc: LaneCall, names: list[str]) -> str:
     body += ["        t_start = clock()"]
     if lc.attempt:
         body += ["        try:", f"            res = call({args})", "        except JaxRuntimeError as e:",
-                 "            out_of_memory(plan, stage, e)", "            raise"]
+                 "            out_of_memory(plan, e)", "            raise"]
     else:
         body += [f"        res = call({args})"]
     body += ["        if pending:  # JAX made the executable's C++ entry point on this first call",

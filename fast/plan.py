@@ -42,11 +42,12 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
+from turnout.fast.cut import Segment, one_device
 from turnout.fast.driven import DrivenLoop
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
 from turnout.fast.outcome import ErrorCodes
-from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, item_nodes, key, nesting, program_nodes
+from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.stack_sizes import (
@@ -78,37 +79,18 @@ class CompileCounter(Protocol):
 
 
 @dataclass
-class Stage:
-    """A compiled segment of root items, or one driven (chunked) top-level loop."""
+class FusedStage:
+    """The whole root frame as one compiled stage (``Plan.fused``): the fused attempt."""
 
     items: list[Item]
     reads: list[Key]
     writes: list[Key] = field(default_factory=list)
-    driven: Optional[WhileRegion] = None
-    push_stacks: dict[str, int] = field(default_factory=dict)  # stack key -> pushes per iteration (static)
-    pop_stacks: dict[str, int] = field(default_factory=dict)
-    #: stacks pushed or popped elsewhere than directly in the body (a nested loop): their counts per
-    #: iteration are measured at run time (``stacks.chunk_loop``)
-    measured: set[str] = field(default_factory=set)
+    #: the attempt's compiled function (``fns["seg"]``, made by ``Plan.fused_fn``)
     fns: dict[str, Any] = field(default_factory=dict)
     passthrough: set[Key] = field(default_factory=set)  # set while tracing the fused stage, see _fused_body
     #: how the fused stage's function (``fns["seg"]``) is called and what it returns, set by that
     #: function's trace (``Plan.fused_fn``, ``fast.call_spec``)
     spec: Optional[CallSpec] = None
-
-
-def _direct_nodes(items: list[Item]) -> list[Node]:
-    """The nodes of one iteration of a loop body, conds included (both branches: counted from them, a
-    stack's pushes per iteration are an upper bound), nested loops not (those are measured at run
-    time, see ``stacks.chunk_loop``)."""
-    out: list[Node] = []
-    for it in items:
-        if isinstance(it, Node):
-            out.append(it)
-        elif isinstance(it, CondRegion):
-            for b in (False, True):
-                out += _direct_nodes(it.branches[b])
-    return out
 
 
 def positional_stacks(program: Program) -> set[str]:
@@ -180,7 +162,8 @@ class Plan:
         #: any depth; otherwise after each root item alone (``_fused_body``)
         self.marks_inside = filled_and_emptied_inside(program)
         self.nesting = nesting(program.items)
-        self.stages = self._stages()
+        #: the staged path: the program cut for one device (``fast.cut``), compiled segments and driven loops
+        self.stages = one_device(program, fed, self.held)
         self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
         self.fused_warm = False  # the fused stage has run once
         # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): its capacities,
@@ -331,48 +314,7 @@ class Plan:
         if self.fused is not None:
             self.fused.fns.pop("seg", None)
 
-    def _stages(self) -> list[Stage]:
-        stages: list[Stage] = []
-        seg: list[Item] = []
-        held = set(self.held)
-
-        def counts(nodes: list[Node], op: str) -> dict[str, int]:
-            return {k: c for k, c in _stack_counts(nodes, op).items() if k not in held}
-
-        for it in self.program.items:
-            if isinstance(it, WhileRegion) and (counts(it.nodes, "StackPush") or counts(it.nodes, "StackPop")):
-                if seg:
-                    stages.append(Stage(seg, []))
-                    seg = []
-                st = Stage([it], [], driven=it)
-                direct = _direct_nodes(it.body)
-                direct_push, direct_pop = counts(direct, "StackPush"), counts(direct, "StackPop")
-                st.push_stacks = {s: direct_push.get(s, 0) for s in counts(it.nodes, "StackPush")}
-                st.pop_stacks = {s: direct_pop.get(s, 0) for s in counts(it.nodes, "StackPop")}
-                # a stack pushed or popped anywhere else than directly in the body (a nested loop) has
-                # no static count per iteration: the chunk loop measures it
-                ids = {n.id for n in direct}
-                others = [n for n in it.nodes if n.id not in ids]
-                st.measured = {*counts(others, "StackPush"), *counts(others, "StackPop")}
-                stages.append(st)
-            else:
-                seg.append(it)
-        if seg or not stages:
-            stages.append(Stage(seg, []))
-        fetch = set(self.program.fetch_keys)
-        produced: list[set[Key]] = []
-        for st in stages:
-            ns = [n for it in st.items for n in item_nodes(it)]
-            ids = {n.id for n in ns}
-            produced.append({key(o) for n in ns for o in n.outputs})
-            st.reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
-                              | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
-        for i, st in enumerate(stages):
-            later = set().union(*(set(s.reads) for s in stages[i + 1:])) | fetch
-            st.writes = sorted(produced[i] & later)
-        return stages
-
-    def _fused_stage(self) -> Stage:
+    def _fused_stage(self) -> FusedStage:
         """The whole root frame as one compiled stage, driven loops included as plain ``lax``
         loops: the fast path of a program with gradient stacks whose pushes all fit their chunk.
 
@@ -387,7 +329,7 @@ class Plan:
         reads = sorted({key(t) for n in ns for t in n.inputs if t.node.id not in ids or t.node.id in self.fed}
                        | {key(o) for n in ns if n.id in self.fed for o in n.outputs})
         produced = {key(o) for n in ns for o in n.outputs}
-        return Stage(list(self.program.items), reads, sorted(produced & set(self.program.fetch_keys)))
+        return FusedStage(list(self.program.items), reads, sorted(produced & set(self.program.fetch_keys)))
 
     @property
     def direct_ok(self) -> bool:
@@ -453,16 +395,16 @@ class Plan:
         em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
         return em
 
-    def segment_fn(self, st: Stage) -> SegmentFn:
+    def segment_fn(self, st: Segment) -> SegmentFn:
         """The compiled segment ``st`` of the stages (``fast.segment``: the one builder of the staged
         path's segments and the partitioned tiers'): ``f(env_in, state, max_iter) -> (outputs, live
         flags, state)``, in the calling convention of ``fast.call_spec``; its stacks are donated."""
-        return SegmentFn(st.items, st.writes, set(self.program.fetch_keys), self.emitter, self.jit)
+        return SegmentFn(st.items, st.writes, set(st.fetched), self.emitter, self.jit)
 
     def fused_fn(self, args: CallArgs) -> Any:
         """The fused stage's jitted function for arguments laid out as ``args`` say (feeds, state,
         stacks, the bound), in the calling convention of ``fast.call_spec``; its trace records its
-        results' layout in ``Stage.spec``. The stacks are donated."""
+        results' layout in ``FusedStage.spec``. The stacks are donated."""
         st = self.fused
         assert st is not None
 
@@ -471,7 +413,7 @@ class Plan:
 
         return flat_call(args, self._fused_body(st), self.jit, record)
 
-    def _fused_body(self, st: Stage) -> Body:
+    def _fused_body(self, st: FusedStage) -> Body:
         """The body of the fused stage (``fused_fn``): the whole root frame, its stack-pushing loops
         stopping on an error (``Emitter.stop_on_error``), so an attempt that overflows stops there.
 
@@ -538,7 +480,7 @@ class Plan:
             return v.buf
         return v.replace(v.buf, v.idx, None)
 
-    def driven_loop(self, st: Stage) -> DrivenLoop:
+    def driven_loop(self, st: Segment) -> DrivenLoop:
         """The driven loop of stage ``st`` (``fast.driven.DrivenLoop``, the builder the partitioned
         executor's driven loops share): the loop's entry up to its first carry, a run of iterations
         that stops before a push would overflow a stack's chunk (or a pop find it empty while the host
@@ -546,7 +488,7 @@ class Plan:
         between them. A chunk's pointers run free: the backend reads the error word after every
         stage, before any pointer."""
         assert st.driven is not None
-        return DrivenLoop(st.driven, st.writes, set(), st.push_stacks, st.pop_stacks, self.capacity, self.emitter,
+        return DrivenLoop(st.driven, st.writes, set(), st.push, st.pop, self.capacity, self.emitter,
                           self.jit, st.measured, free_pointers=True)
 
 
@@ -577,5 +519,6 @@ class Direct:
         self.spec = spec
 
 
-__all__ = ["INT32_MAX", "INT32_MAX_NP", "CompileCounter", "Direct", "Plan", "Stage", "capacity_ladder", "inside_stacks",
-           "positional_stacks", "stack_bytes", "stack_dtype", "stack_infos", "stack_source_var", "static_stack_shapes"]
+__all__ = ["INT32_MAX", "INT32_MAX_NP", "CompileCounter", "Direct", "FusedStage", "Plan", "capacity_ladder",
+           "inside_stacks", "positional_stacks", "stack_bytes", "stack_dtype", "stack_infos", "stack_source_var",
+           "static_stack_shapes"]

@@ -16,11 +16,12 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 from turnout.fast import stacks as stk
+from turnout.fast.cut import Segment
 from turnout.fast.driven import Guard
 from turnout.fast.fused_attempts import FusedAttempts
 from turnout.fast.guards import device_oom
 from turnout.fast.outcome import Discard, Raise, Retry
-from turnout.fast.plan import Plan, Stage
+from turnout.fast.plan import FusedStage, Plan
 from turnout.fast.regions import Key
 from turnout.fast.run_state import WHO
 
@@ -29,14 +30,15 @@ class StagedStages(FusedAttempts):
     """One stage of a run (``FastBackend._execute``): the fused attempt's call (``FusedAttempts``), a
     compiled segment, or a driven loop."""
 
-    def _stage(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
-               store: stk.ChunkStore, attempt: bool) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard | Retry:
+    def _stage(self, plan: Plan, st: Segment | FusedStage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
+               max_iter: Any, store: stk.ChunkStore) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard | Retry:
         """One stage of ``_execute``: (its outputs, their live flags, the state after it), or the
         outcome that ends the run — the fused stage's trace refused (``Discard``), or a driven loop's
         stacks outgrew their chunk (``Retry``)."""
+        if isinstance(st, FusedStage):
+            return self._call_fused(plan, st, env_in, state, max_iter)
         if st.driven is None:
-            return (self._call_fused(plan, st, env_in, state, max_iter) if attempt
-                    else self._call_segment(plan, st, i, env_in, state, max_iter))
+            return self._call_segment(plan, st, i, env_in, state, max_iter)
         with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
             before = self.compile_count
             got = self._drive(plan, st, env_in, state, max_iter, store)
@@ -46,29 +48,29 @@ class StagedStages(FusedAttempts):
         out, state = got
         return out, {}, state
 
-    def _call_segment(self, plan: Plan, st: Stage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
+    def _call_segment(self, plan: Plan, st: Segment, i: int, env_in: dict[Key, Any], state: dict[str, Any],
                       max_iter: Any) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
         """One compiled segment of the stages (``_execute``), called in the convention of
         ``fast.call_spec`` through ``fast.segment.SegmentFn`` (``Plan.segment_fn``: its error word
         carried in its state): (its outputs, their live flags, the state after it)."""
-        if "seg" not in st.fns:
-            st.fns["seg"] = plan.segment_fn(st)
+        if st.fn is None:
+            st.fn = plan.segment_fn(st)
         with self._span(f"stage {i}: compiled segment", "compiled stages") as args, device_oom(plan, st):
             before = self.compile_count
-            out, lv, state = st.fns["seg"](env_in, state, max_iter)
+            out, lv, state = st.fn(env_in, state, max_iter)
             args["compiled"] = self.compile_count != before
             args["error_word"] = int(state["err"])
         return out, lv, state
 
-    def _drive(self, plan: Plan, st: Stage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
+    def _drive(self, plan: Plan, st: Segment, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
                store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]] | Retry:
         """Run a top-level loop chunk by chunk (``fast.driven.DrivenLoop.run``). Between chunks, a stack
         that outgrew its buffer hands the full chunk to ``store`` (to host memory, or kept on the
         device: the loop's ``swap_memory``), and a stack that runs low takes the chunk that ``store``
         brought back. ``Retry``: a chunk could make no progress at this capacity."""
-        if "loop" not in st.fns:
-            st.fns["loop"] = plan.driven_loop(st)
-        got = st.fns["loop"].run(env_in, state, max_iter, store, WHO, self._chunk_guard(plan, st))
+        if st.fn is None:
+            st.fn = plan.driven_loop(st)
+        got = st.fn.run(env_in, state, max_iter, store, WHO, self._chunk_guard(plan, st))
         if isinstance(got, Raise):
             raise got.error
         if isinstance(got, Retry):
@@ -76,7 +78,7 @@ class StagedStages(FusedAttempts):
         out, _, state = got
         return out, state
 
-    def _chunk_guard(self, plan: Plan, st: Stage) -> Guard:
+    def _chunk_guard(self, plan: Plan, st: Segment) -> Guard:
         """The guard of ``drive_chunks`` for stage ``st``: each chunk call and each move of stack
         chunks is a span of the run's timeline (when traced), and XLA's out-of-memory in any of them
         is ``ResourceExhaustedError`` naming the loop (``device_oom``)."""

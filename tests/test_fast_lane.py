@@ -530,7 +530,7 @@ def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch
 def test_a_fused_lane_returns_a_fetched_feed() -> None:
     """Regression (found by the ``dev`` profile of
     ``test_generated_gradients_over_batches_of_unknown_size_compile_and_agree``): a fed tensor fetched
-    beside a gradient through a loop does not cross the fused call (``Stage.passthrough``). Making the
+    beside a gradient through a loop does not cross the fused call (``FusedStage.passthrough``). Making the
     lane failed on the first run, looking for it among the call's results (and before the flat call,
     the lane's repeat raised ``KeyError``). The lane returns the fed value, as the general path does,
     as an array or a Python number, and a dead fetch beside it is still refused."""

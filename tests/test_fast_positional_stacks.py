@@ -109,7 +109,7 @@ def test_a_push_away_from_its_position_brings_the_records_back(dynamic: bool) ->
     assert fused == [True, True, True, True]
     warm = [p for p in fast.backend._plans.values() if p.fused is not None and p.fused_warm]
     assert warm and all(not p.positional for p in warm)
-    assert all(not st.fns for p in warm for st in p.stages)  # the stages were never compiled
+    assert all(st.fn is None for p in warm for st in p.stages)  # the stages were never compiled
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -157,7 +157,7 @@ def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fuse
     assert warm
     for p in warm:
         assert p.positional and p.positional < set(p.static)  # some by position, the others recorded
-        assert all(not st.fns for st in p.stages)  # never a discarded attempt: the stages never ran
+        assert all(st.fn is None for st in p.stages)  # never a discarded attempt: the stages never ran
 
 
 def test_a_push_away_from_its_position_on_a_repeated_run() -> None:

@@ -67,7 +67,7 @@ def test_a_fused_attempt_overflowing_mid_loop_climbs_to_the_reference_gradient()
 def test_a_driven_loop_measures_only_the_stacks_its_nested_loops_use() -> None:
     """A driven loop's chunk measures per iteration the pushes and pops of the stacks a nested loop
     uses (their counts are known only at run time) and trusts the static count of the others
-    (``Stage.measured``, ``stacks.chunk_loop``). The outer loop pushes ``h`` once per iteration; the
+    (``Segment.measured``, ``stacks.chunk_loop``). The outer loop pushes ``h`` once per iteration; the
     inner loop, run ``i`` times in outer iteration ``i``, pushes ``y``. With a chunk of 4 the run swaps
     chunks on the staged path, and its values and gradient equal the reference's."""
     g = tn.Graph()
@@ -89,8 +89,8 @@ def test_a_driven_loop_measures_only_the_stacks_its_nested_loops_use() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-10)
     stats = sess.last_result.stats
     assert stats["fused"] is False and stats["stack_chunks_swapped"] > 0
-    driven = [st for p in sess.backend._plans.values() for st in p.stages if st.driven is not None and st.push_stacks]
+    driven = [st for p in sess.backend._plans.values() for st in p.stages if st.driven is not None and st.push]
     assert driven, "the forward loop is a driven stage"
     for st in driven:
         nested = st.measured
-        assert nested and nested < set(st.push_stacks)  # some stacks measured, not all
+        assert nested and nested < set(st.push)  # some stacks measured, not all

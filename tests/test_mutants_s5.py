@@ -191,11 +191,15 @@ def test_a_driven_loop_in_a_branch_the_host_does_not_take(swap: bool) -> None:
         _run_checked(sess, g, [y, z], {x: np.float64(0.4), n: np.int32(20), p: np.bool_(taken)})
     plan = _plan(sess)
     assert any(seg.driven for seg in plan.schedule.segments)
-    from turnout.devices.region_driver import driven_loop
+    # no loop here is driven by the host: a segment is driven exactly when it is one loop that pushes
+    # or pops, and then its loop is that item
+    from turnout.fast.regions import WhileRegion
 
-    # no loop here is driven by the host, so ``driven_loop`` picks exactly the driven segments' loops
     for seg in plan.schedule.segments:
-        assert driven_loop(seg.items) is (seg.items[0] if seg.driven else None)
+        it = seg.items[0]
+        one_loop = (len(seg.items) == 1 and isinstance(it, WhileRegion)
+                    and any(n.op in ("StackPush", "StackPop") for n in it.nodes))
+        assert seg.driven is (it if one_loop else None)
 
 
 # ---- devices/segments.py ----------------------------------------------------------------------------------
@@ -205,7 +209,7 @@ def test_segments_describe_themselves_by_device_first_node_and_what_else_they_ho
     `` (its loop run in chunks)`` for a driven loop, and nothing else."""
     import re
 
-    from turnout.devices.segments import item_nodes
+    from turnout.fast.regions import item_nodes
 
     m = _spanning_loop(cond_in_step=True)
     sess = tn.Session(m["g"], backend="fast", devices=D3, stack_chunk=CHUNK)
@@ -372,13 +376,13 @@ def test_xla_out_of_memory_entering_a_driven_loop_names_the_loop() -> None:
     def oom(*args: Any) -> Any:
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.")
 
-    inits = {id(st): st.fns["loop"].init for st in stages}
+    inits = {id(st): st.fn.init for st in stages}
     for st in stages:
-        st.fns["loop"].init = oom
+        st.fn.init = oom
     with pytest.raises(tn.ResourceExhaustedError, match=r'ran out of memory running loop "while".*swap_memory=True'):
         sess.run([y, dx], {x: 1.5, n: 100})
     for st in stages:
-        st.fns["loop"].init = inits[id(st)]
+        st.fn.init = inits[id(st)]
     got = sess.run([y, dx], {x: 1.5, n: 100})
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b)

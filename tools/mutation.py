@@ -198,6 +198,7 @@ MODULES: dict[str, dict[str, Any]] = {
        for m in ("compiled_partition", "fused_group")},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
+    "fast/cut.py": {"module": "turnout.fast.cut", "tests": list(dict.fromkeys([*_BACKEND_TESTS, *_FAST_DEV_TESTS]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
        for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts")},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
