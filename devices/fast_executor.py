@@ -62,28 +62,27 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from turnout.devices.host_env import HostEnv, resolved
 from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.placement import Placement, place
-from turnout.devices.plan_run import DevicePlan, PlanRun
-from turnout.devices.region_driver import RegionDriver
+from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice
 from turnout.devices.timeline import DeviceTimeline
 from turnout.errors import (
     ArgumentError,
-    DeadFetchError,
     FeedError,
     PlacementError,
     UnsupportedError,
-    dead_fetch_message,
 )
 from turnout.fast.backend import variable_signature
 from turnout.fast.cut import Segment
+from turnout.fast.driven import DrivenLoop
 from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import refuse_firing_budget
+from turnout.fast.host_env import HostEnv, fetched
+from turnout.fast.lane import write_variables
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
 from turnout.fast.regions import Key, Program, key, program_nodes
@@ -99,17 +98,12 @@ from turnout.fast.specialise import (
     static_signature,
     with_computed,
 )
-from turnout.fast.values import DEAD, to_host
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import budgeted_loops
 from turnout.run_schedule import RunSchedule
 from turnout.run_schedule import Step as RunStep
 from turnout.session import RunOptions, RunResult
-
-#: how errors of this executor name it (``outcome.decode``)
-WHO = "fast partitioned executor"
-
 
 #: when a plan dispatches its segments from per-device threads: ``"auto"``, when a segment holds a host
 #: callback (``devices.plan_run.HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
@@ -505,17 +499,10 @@ class FastPartitionedBackend:
                 tl.close()
         if run.retry is not None:
             return [], run
-        values = []
-        for t in fetches:
-            k = key(t)
-            v = resolved(env.vals.get(k, DEAD))
-            live = resolved(run.lives.get(k, True))
-            if v is DEAD or not bool(np.asarray(live)):
-                raise DeadFetchError(dead_fetch_message(t.name, t.node))
-            values.append(to_host(v))
-        for name in plan.written_vars:
-            if name is not None and name in plan.var_device:
-                variables[name] = np.asarray(run.state[plan.var_device[name]][var_key(name)])
+        values = fetched(fetches, env.vals, run.lives)
+        names = [n for n in plan.written_vars if n is not None and n in plan.var_device]
+        write_variables(tuple((n, True, None) for n in names),
+                        [run.state[plan.var_device[n]][var_key(n)] for n in names], values, variables, {})
         return values, run
 
     def outcome_of(self, plan: DevicePlan, code: int, moved: int = 0) -> Outcome:
@@ -524,13 +511,17 @@ class FastPartitionedBackend:
         return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved)
 
     # ---- compiled segments ------------------------------------------------------------------------
-    def driver(self, plan: DevicePlan, seg: Segment) -> RegionDriver:
-        """The chunk-by-chunk runner of a driven segment's loop (``devices.region_driver``)."""
+    def driver(self, plan: DevicePlan, seg: Segment) -> DrivenLoop:
+        """The driven loop of a driven segment (``fast.driven``: run chunk by chunk, its full chunks
+        moved between calls). Its pointers stop at the capacity: the executor reads a device's word
+        only when it must wait, after later calls."""
         def emitter(state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
             self.compile_count += 1  # runs only while tracing
             return plan.emitter(state, max_iter, free_pointers)
 
-        return RegionDriver(emitter, plan.capacity, seg, WHO)
+        assert seg.driven is not None
+        return DrivenLoop(seg.driven, seg.writes, set(seg.fetched), seg.push, seg.pop, plan.capacity, emitter, jax.jit,
+                          measured=seg.measured, free_pointers=False)
 
     def segment_fn(self, plan: DevicePlan, seg: Segment) -> SegmentFn:
         """The segment's items as the fast backend's staged path compiles a stage (``fast.segment``):

@@ -1,32 +1,33 @@
 """One run of the fast partitioned executor's per-device tiers: the plan it runs and the run itself.
 
 Why a module of its own: ``devices.fast_executor`` decides which tier takes a run and reports it;
-this module runs the per-device tiers' plan (``DevicePlan``): each device's state (error word,
-Variables, gradient stacks), the segment calls committed to their devices (from the host thread, or
-from per-device workers when a segment holds a host callback), the stacks moved between calls
-(``devices.swap``), and, mixed in from ``devices.host_control``, the conds and loops the host
-drives between them.
+this module makes the per-device tiers' plan (``DevicePlan``: the program cut by device,
+``fast.cut``) and runs it with the one runner (``fast.runner.StepRunner``), adding what only a run
+over several devices has: each device's state placed there, the segment calls dispatched from
+per-device workers when a segment holds a host callback, and the device timeline of a traced run.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import jax
 import numpy as np
 
-from turnout.devices.host_control import HostControl
-from turnout.devices.host_env import HostEnv, Lazy
-from turnout.devices.swap import SpanningStacks, pushed_in, stack_infos, traffic
+from turnout.devices.names import parse
 from turnout.fast import stacks as stk
 from turnout.fast.chunk_store import budget_plan
-from turnout.fast.cut import HostCond, Schedule, Segment, Step
+from turnout.fast.cut import Schedule, Segment
+from turnout.fast.device_stacks import DeviceStacks
+from turnout.fast.driven import DrivenLoop
 from turnout.fast.emit import Emitter, var_key
-from turnout.fast.guards import iteration_bound
-from turnout.fast.outcome import ErrorCodes, Retry, enforce
-from turnout.fast.plan import stack_dtype, stack_source_var, static_stack_shapes
+from turnout.fast.host_env import HostEnv, Lazy
+from turnout.fast.outcome import ErrorCodes, Outcome, Retry
+from turnout.fast.plan import stack_dtype, stack_infos, stack_source_var, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
+from turnout.fast.runner import RunPolicy, StepRunner
+from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.values import DEAD, wrap_static
 from turnout.memory_plan import MemoryPlan
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 #: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
 #: (``FastPartitionedBackend(threads="always")`` makes every plan dispatch so)
 HOST_CALLBACK_OPS = frozenset({"Sleep"})
+#: how errors of this executor name it (``outcome.decode``)
+WHO = "fast partitioned executor"
 
 
 class DevicePlan:
@@ -69,11 +72,8 @@ class DevicePlan:
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
             f"stack:{sid}": (device_of[sid], stack_dtype(nodes[sid]), shapes)
             for sid, shapes in static_stack_shapes(list(nodes.values())).items() if sid in nodes}
-        # the stacks' loops and swap_memory, what each segment's call does to them, and the stacks each
-        # host-driven loop pushes (``devices.swap``)
+        # the stacks' loops and swap_memory (``fast.device_stacks``)
         self.stack_info = stack_infos(nodes.values())
-        self.traffic = {seg.index: t for seg in sched.segments if (t := traffic(seg.items))}
-        self.loop_pushes = {id(hl): ks for hl in sched.host_loops if (ks := pushed_in(hl.region))}
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
         #: the checkpoint slots of the loops reversed from checkpoints, sized as the one-device backend
         #: sizes them (``fast.slot_sizes``: the backend's ``SlotSizes.plan``), and per device the bytes
@@ -103,107 +103,70 @@ class DevicePlan:
         return self._budgets[run_budget]
 
 
-class PlanRun(HostControl):
-    """One run of a plan: per-device state (error word, Variables, stacks) and the host driver."""
+class PlanRun(StepRunner):
+    """One run of a plan: the one runner (``fast.runner``) over the plan's devices, dispatching from
+    per-device worker threads where the plan holds a host callback, and recording the device timeline
+    of a traced run."""
+
+    retry: Optional[Retry]
 
     def __init__(self, backend: FastPartitionedBackend, plan: DevicePlan, variables: dict[str, np.ndarray],
                  options: RunOptions, timeline: Optional[DeviceTimeline]) -> None:
         self.b = backend
         self.plan = plan
-        self.tl = timeline
-        mi = options.max_iterations
-        self.max_iter_py = mi
-        self.max_iter = iteration_bound(options)
-        self.jdev = backend.jax_devices
-        self.state: dict[str, dict[str, Any]] = {
-            d: {"err": jax.device_put(np.int32(0), self.jdev[d])} for d in backend.devices}
+        jdev = backend.jax_devices
+        state: dict[str, dict[str, Any]] = {d: {"err": jax.device_put(np.int32(0), jdev[d])} for d in backend.devices}
         for name, vn in plan.var_nodes.items():
             if name not in variables:
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
             d = plan.var_device[name]
-            self.state[d][var_key(name)] = jax.device_put(variables[name], self.jdev[d])
+            state[d][var_key(name)] = jax.device_put(variables[name], jdev[d])
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
-            self.state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, self.jdev[d])
+            state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, jdev[d])
         # full stack chunks to host memory or kept on their device, per loop's swap_memory (or the memory
         # plan's); the cap and the budgets, counted per device
-        self.stacks = SpanningStacks(plan.stack_info, backend.devices, plan.capacity,
-                                     backend.options.device_memory_limit, plan.budget(options.memory_budget),
-                                     plan.slot_bytes)
-        for d in backend.devices:
-            self.stacks.observe(d, self.state[d])
-        self.lives: dict[Key, Any] = {}
-        self.host_iterations: dict[str, int] = {}
-        self.iteration = 0  # the innermost host loop's iteration, for trace labels
+        stacks = DeviceStacks(plan.stack_info, backend.devices, plan.capacity, backend.options.device_memory_limit,
+                              plan.budget(options.memory_budget), plan.slot_bytes, who=WHO,
+                              label=lambda d: parse(d).short)
+        super().__init__(plan.program, state, stacks, jdev, options, RunPolicy(WHO))
+        self.tl = timeline
         # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
         # that its id is not reused during the run
         self.producer: dict[int, tuple[Any, int]] = {}
         # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
         self.pools = backend.pools() if plan.threaded else {}
         self.futures: list[Future[Any]] = []
-        self.last_fut: dict[str, Future[Any]] = {}
-        #: the first ``Retry`` of the run (stacks that outgrew their chunk within one call, read from an
-        #: error word or returned by a driven loop): nothing of the run is kept from then on, the host
-        #: dispatches no further step, and the executor runs it again with the larger chunk
-        self.retry: Optional[Retry] = None
+
+    # ---- what the runner asks -----------------------------------------------------------------------
+    def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
+        """The segment's compiled function, or its driven loop, made by the executor (which counts traces)."""
+        return self.b.driver(self.plan, seg) if seg.driven is not None else self.b.segment_fn(self.plan, seg)
+
+    def outcome_of(self, code: int, moved: int) -> Outcome:
+        """What the plan's error word means (``outcome.decode``, in this executor's words)."""
+        return self.b.outcome_of(self.plan, code, moved)
 
     # ---- steps ------------------------------------------------------------------------------------
-    def steps(self, steps: list[Step], env: HostEnv) -> None:  # type: ignore[override]
-        """Run a scope's steps in order: segment calls, and the conds and loops the host drives. None
-        after a ``Retry`` (``self.retry``)."""
-        for s in steps:
-            if self.retry is not None:
-                return
-            if isinstance(s, Segment):
-                self.segment(s, env)
-            elif isinstance(s, HostCond):
-                self.cond(s, env)
-            else:
-                self.loop(s, env)
-
     def segment(self, seg: Segment, env: HostEnv) -> None:
+        """A segment call: handed to its device's worker in a threaded run, else the runner's."""
         if self.pools:
             self.segment_threaded(seg, env)
             return
-        dev = seg.device
-        jd = self.jdev[dev]
-        env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
         t0 = self.tl.now() if self.tl else 0.0
-        got = self.call(seg, env_in, self.state[dev])
-        if isinstance(got, Retry):
-            self.retry = self.retry or got
-            return
-        out, lives, state = got
-        if self.tl is not None:
-            self.tl.host(f"dispatch {seg.describe()}", t0, iteration=self.iteration)
-            inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
-                             if k in env.vals and id(env.vals[k]) in self.producer})
-            span = self.tl.dispatched(dev, seg.describe(), self.iteration, state["err"], inputs)
-            for v in out.values():
-                self.producer[id(v)] = (v, span)
-        self.state[dev] = state
-        for k, v in out.items():
-            env.set(k, v, dev)
-        self.lives.update(lives)
+        self._t0 = t0
+        super().segment(seg, env)
 
-    def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Any:
-        """One call of ``seg`` on its device's ``state``: ``(writes, live flags, new state)``. The
-        stacks it pushes or pops are spilled or refilled first where the call needs it
-        (``devices.swap``); a driven segment runs its loop chunk by chunk (``devices.region_driver``),
-        and returns a ``Retry`` where its stacks outgrew their chunk within one call."""
-        dev = seg.device
-        if seg.fn is None:
-            seg.fn = self.b.driver(self.plan, seg) if seg.driven else self.b.segment_fn(self.plan, seg)
-        moves = self.plan.traffic.get(seg.index)
-        with self.stacks.device_oom(moves, dev, seg.describe):
-            if seg.driven:
-                return seg.fn.run(env_in, state, self.max_iter, self.stacks, dev)
-            if moves:
-                rest, stacks = stk.split_state(state)
-                state = {**rest, **self.stacks.before(moves, dev, stacks)}
-            out, lives, new = seg.fn(env_in, state, self.max_iter)
-        if moves:
-            self.stacks.after(moves, dev, new)
-        return out, lives, new
+    def ran(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any]) -> None:
+        """A traced run records the dispatch on the host and the call on its device, with the spans
+        that made its inputs."""
+        if self.tl is None:
+            return
+        self.tl.host(f"dispatch {seg.describe()}", self._t0, iteration=self.iteration)
+        inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
+                         if k in env.vals and id(env.vals[k]) in self.producer})
+        span = self.tl.dispatched(seg.device, seg.describe(), self.iteration, state["err"], inputs)
+        for v in out.values():
+            self.producer[id(v)] = (v, span)
 
     def segment_threaded(self, seg: Segment, env: HostEnv) -> None:
         """Hand the segment's call to its device's worker; its outputs become ``Lazy`` values. The
@@ -283,36 +246,10 @@ class PlanRun(HostControl):
         if first is not None:
             raise first
 
-    def _retire(self, errs: list[Any]) -> None:
-        """Wait for an iteration's segments (their error words) and act on its first error."""
-        t0 = self.tl.now() if self.tl else 0.0
-        codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
-        if self.tl:
-            self.tl.host("wait: parallel_iterations window", t0)
-        for c in codes:
-            if c:
-                self.check(c)
-                return
-
     def finish(self) -> None:
-        """Wait for every call and act on the first error word of any device."""
+        """Wait for every call, then act on the first error word of any device."""
         self.drain()
-        for d in self.b.devices:
-            c = int(np.asarray(self.state[d]["err"]))
-            if c and self.retry is None:
-                self.check(c)
-
-    def check(self, code: int) -> None:
-        """Act on a nonzero error word (``outcome.decode``): its error raised, or, for stacks that
-        outgrew their chunk within one call (an inner loop compiled whole), or ran empty inside one
-        after chunks were moved out of it, the ``Retry`` kept (``self.retry``), as the one-device
-        backend returns it."""
-        got = self.b.outcome_of(self.plan, code, self.stacks.moved())
-        if isinstance(got, Retry):
-            self.retry = self.retry or got
-        else:
-            enforce(got)
+        super().finish()
 
 
-
-__all__ = ["HOST_CALLBACK_OPS", "DevicePlan", "PlanRun"]
+__all__ = ["HOST_CALLBACK_OPS", "WHO", "DevicePlan", "PlanRun"]

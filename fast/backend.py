@@ -61,7 +61,6 @@ cannot be compiled runs on the reference interpreter (``fallback``).
 from __future__ import annotations
 
 import dataclasses
-import time
 import warnings
 from typing import Any, Optional
 
@@ -70,16 +69,14 @@ import numpy as np
 
 from turnout.errors import UnsupportedError
 from turnout.fast import stacks as stk
-from turnout.fast.call_spec import copy_static
-from turnout.fast.cut import Segment
 from turnout.fast.deep import DEEP_NESTING, call_deep, on_deep_thread
 from turnout.fast.explain import fallback_schedule, plan_schedule
 from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.lane import Lane, holds_wide
 from turnout.fast.lowering_base import NeedsStatic, Specialise
-from turnout.fast.outcome import Discard, Retry, enforce
-from turnout.fast.plan import Direct, FusedStage, Plan
+from turnout.fast.outcome import Retry
+from turnout.fast.plan import Direct, Plan
 from turnout.fast.regions import Key, key
 from turnout.fast.repeat import HotFused, Repeats
 from turnout.fast.run_state import WHO, variable_signature
@@ -96,7 +93,6 @@ from turnout.fast.specialise import (
 )
 from turnout.fast.staged_stages import StagedStages
 from turnout.fast.timeline import Timeline
-from turnout.fast.values import start_reads, wrap_static
 from turnout.fast.variable_store import DeviceVariables
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
@@ -494,77 +490,4 @@ class FastBackend(StagedStages):
             got = self._run_fused_sized(plan, fetches, feeds, variables, max_iter, budget)
             if got is not None:
                 return got
-        done = self._execute(plan, plan.stages, fetches, feeds, variables, max_iter, attempt=False, budget=budget)
-        assert not isinstance(done, Discard)  # only an attempt is ever discarded
-        return done
-
-    def _execute(self, plan: Plan, stages: list[Segment] | list[FusedStage], fetches: list[Tensor],
-                 feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], max_iter: Any, attempt: bool,
-                 budget: Optional[MemoryPlan] = None) -> tuple[list[Any], dict[str, Any]] | Discard | Retry:
-        """Run ``stages`` of ``plan`` in order, and finish the run: the one way a plan with gradient
-        stacks runs. Its stages (``plan.stages``: compiled segments and driven loops, in root order)
-        or, as an ``attempt``, its fused stage alone (``[plan.fused]``).
-
-        An attempt cannot swap stack chunks: when a stack outgrew (or underflowed) its capacity, or its
-        trace refused, it is discarded — the outcome ``Discard``, no Variable written, no error raised
-        — and the caller (``_run_fused``) runs the stages.
-        Its stack buffers are kept either way (the stages, or the next attempt, reuse them). Otherwise
-        each stage's errors are raised after it, as the interpreter raises them during the run, and a
-        stage whose stacks outgrew their chunk ends the run with the outcome ``Retry``: the caller
-        (``_run_compiled``) runs it again with larger chunks.
-        """
-        t0 = time.perf_counter()
-        first = attempt and not plan.fused_warm
-        state = self._initial_state(plan, variables, fused=attempt)
-        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget, held=plan.slots.bytes())
-        host = plan.host if attempt else frozenset()  # (the fused stage's stacks in host memory)
-        store.observe(state, None, host)
-        # An attempt is one call, to which the fed numpy arrays go as they are (the call transfers them,
-        # as a jitted JAX function does). Stages share the feeds, placed once with device_put, not
-        # jnp.asarray: on CPU it aliases a 64-byte-aligned host array (such as the host view of a jax
-        # array) instead of copying it; the run reads it only until it returns.
-        env: dict[Key, Any] = {key(t): (v if attempt else jax.device_put(v)) for t, v in feeds.items()}
-        lives: dict[Key, Any] = {}
-        stage_s: list[float] = []
-        mark = 0  # (the fused attempt's stacks' high-water mark)
-        for i, st in enumerate(stages):
-            t1 = time.perf_counter()
-            env_in = {k: (env[k] if attempt else wrap_static(env[k])) for k in st.reads if k in env}
-            got = self._stage(plan, st, i, env_in, state, max_iter, store)
-            if not isinstance(got, tuple):  # (the fused stage's trace refused, or a driven loop outgrew)
-                return got
-            out, lv, state = got
-            lives.update(lv)
-            if attempt:
-                mark = state.pop("mark")
-                outcome = self._attempt_outcome(plan, state, mark, first)
-                if isinstance(outcome, Discard):
-                    return outcome
-            store.observe(state, plan.index_bytes if attempt else None, host)
-            if attempt and plan.inside:
-                store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()), plan.host_bytes)
-            if not attempt:
-                outcome = self._decode(plan, int(state["err"]), store.moved())
-                if isinstance(outcome, Retry):
-                    return outcome
-            enforce(outcome)
-            env.update(out)
-            if attempt:
-                # (constants of the fused stage: they do not cross the call)
-                env.update({k: copy_static(v) for k, v in (st.spec.static if st.spec is not None else {}).items()})
-            stage_s.append(time.perf_counter() - t1)
-        if attempt:
-            store.saved(store.ledgers)
-        else:
-            plan.predict_overflow = store.moved() > 0
-        if self.overlap_reads and not attempt:  # (an attempt started its reads before its error word)
-            start_reads([env[(t.node.id, t.index)] for t in fetches])
-        values = self._finish(plan, fetches, env, lives, state, variables)
-        self._records = store.records()
-        stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": len(stages), "fused": attempt,
-            "stack_capacity": plan.capacity, "stage_seconds": stage_s if not attempt else [time.perf_counter() - t0],
-            **({"stack_mark": mark} if attempt else {}), **store.stats(),
-            **plan.slots.stats,
-        }
-        return values, stats
+        return self._run_stages(plan, fetches, feeds, variables, options, budget)

@@ -38,6 +38,44 @@ ONE = "one device"
 
 
 @dataclass
+class Traffic:
+    """What one call of a segment can do to the stacks of its device: stack key -> the most values
+    it pushes (or pops), ``None`` where there is no bound (a push inside a loop compiled whole)."""
+
+    push: dict[str, Optional[int]] = field(default_factory=dict)
+    pop: dict[str, Optional[int]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.push or self.pop)
+
+
+def _add(into: dict[str, Optional[int]], s: str, n: Optional[int]) -> None:
+    old = into.get(s, 0)
+    into[s] = None if old is None or n is None else old + n
+
+
+def traffic(items: list[Item], held: Collection[str] = ()) -> Traffic:
+    """The ``Traffic`` of a segment's items (stacks not ``held``). Why a cond counts its larger
+    branch: only one runs. Why a loop counts as unbounded: its trip count is known only on the device."""
+    out = Traffic()
+    for it in items:
+        if isinstance(it, Node):
+            for op, s in _stack_ops([it], held):
+                _add(out.push if op == "StackPush" else out.pop, s, 1)
+        elif isinstance(it, CondRegion):
+            per = [traffic(it.branches[b], held) for b in (False, True)]
+            for side in ("push", "pop"):
+                keys = set(getattr(per[0], side)) | set(getattr(per[1], side))
+                for s in keys:
+                    got = [getattr(t, side).get(s, 0) for t in per]
+                    _add(getattr(out, side), s, None if None in got else max(got))
+        else:
+            for op, s in _stack_ops(it.nodes, held):
+                _add(out.push if op == "StackPush" else out.pop, s, None)
+    return out
+
+
+@dataclass
 class Segment:
     """Items of one scope placed on one device, compiled as one function committed to ``device``."""
 
@@ -56,7 +94,9 @@ class Segment:
     push: dict[str, int] = field(default_factory=dict)
     pop: dict[str, int] = field(default_factory=dict)
     measured: set[str] = field(default_factory=set)
-    #: the segment's compiled function (``SegmentFn``, or a driven loop's runner), made on first use
+    #: what one call can do to its device's stacks (``traffic``): the host moves chunks around it
+    traffic: Traffic = field(default_factory=Traffic)
+    #: the segment's compiled function (``SegmentFn``, or a driven loop's ``DrivenLoop``), made on first use
     fn: Any = None
     #: the device as traces and errors name it (``schedule``'s ``label``; none on one device)
     label: str = ""
@@ -89,6 +129,8 @@ class HostLoop:
     exit_side: list[Step]
     devices: list[str]
     home: str  # the device of the loop's Merges (and its NextIterations): loop variables live there
+    #: the stacks the loop (or a loop nested in it) pushes: when it ends, their pushes are over
+    pushes: set[str] = field(default_factory=set)
 
 
 Step = Union[Segment, HostCond, HostLoop]
@@ -251,7 +293,7 @@ class _Builder:
         produced = {key(o) for n in nodes if n.id not in self.fed for o in n.outputs} | {(n.id, -1) for n in nodes}
         writes = sorted(k for k in produced if k in self.fetch or self.readers.get(k, set()) - ids)
         seg = Segment(device, items, sorted(reads), writes, [k for k in writes if k in self.fetch],
-                      index=len(self.segments), label=self.label(device))
+                      index=len(self.segments), label=self.label(device), traffic=traffic(items, self.held))
         if len(items) == 1 and self._drives(items[0]):
             loop = items[0]
             assert isinstance(loop, WhileRegion)
@@ -273,7 +315,8 @@ class _Builder:
         self.host_loop_depth += 1
         try:
             hl = HostLoop(it, self.scope(it.header), self.scope(it.body), self.scope(it.exit_side),
-                          sorted(item_devices(it, self.device_of)), home)
+                          sorted(item_devices(it, self.device_of)), home,
+                          {k for op, k in _stack_ops(it.nodes, self.held) if op == "StackPush"})
         finally:
             self.host_loop_depth -= 1
         self.host_loops.append(hl)
@@ -300,5 +343,5 @@ def one_device(program: Program, fed: set[int], held: Collection[str] = ()) -> l
     return segs or [Segment(ONE, [], index=0)]
 
 
-__all__ = ["ONE", "HostCond", "HostLoop", "Schedule", "Segment", "Step", "item_devices", "iteration_counts",
-           "one_device", "schedule"]
+__all__ = ["ONE", "HostCond", "HostLoop", "Schedule", "Segment", "Step", "Traffic", "item_devices",
+           "iteration_counts", "one_device", "schedule", "traffic"]

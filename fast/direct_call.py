@@ -16,6 +16,7 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import CallArgs, copy_static
 from turnout.fast.guards import iteration_bound
+from turnout.fast.host_env import fetched
 from turnout.fast.lane import write_variables
 from turnout.fast.plan import Direct, Plan
 from turnout.fast.regions import key
@@ -74,10 +75,10 @@ class DirectCalls(RunState):
         out, code, lives, _ = spec.read_flags(out, flags)
         if code:
             self._raise_errors(d.plan, {"err": code}, 0)
-        values = self._fetched(fetches, {**out, **{k: copy_static(v) for k, v in spec.static.items()}}, lives)
-        fetched = {key(t): i for i, t in reversed(list(enumerate(fetches)))}
+        values = fetched(fetches, {**out, **{k: copy_static(v) for k, v in spec.static.items()}}, lives)
+        position = {key(t): i for i, t in reversed(list(enumerate(fetches)))}
         aliases = dict(spec.aliases)
-        var_plan = tuple((name, spec.returns(var_key(name)), fetched.get(aliases.get(var_key(name))))
+        var_plan = tuple((name, spec.returns(var_key(name)), position.get(aliases.get(var_key(name))))
                          for name in d.var_names)
         write_variables(var_plan, [state.get(k, v) for k, v in var_vals.items()], values, variables, self._dev_vars)
         self._records: list[dict[str, Any]] = []

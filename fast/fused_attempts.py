@@ -9,26 +9,29 @@ next rung, then the stages, run), a positional stack left its position (traced a
 index record, at once), or its trace refused (``Discard.refused``: the rung's fused stage is dropped
 for good).
 
-Why a layer of its own: the ladder is a policy over the backend's one way of running stages
-(``FastBackend._execute``, which this layer calls with ``attempt=True``), not a second runner.
+Why a layer of its own: an attempt is one compiled call, not a run of steps (those are the one
+runner's, ``fast.runner``, which the staged path takes), and the ladder is a policy over it: which
+capacity to call it at, and what its outcome asks for next.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import numpy as np
 
 from turnout.errors import UnsupportedError
 from turnout.fast import stacks as stk
-from turnout.fast.call_spec import CallArgs
+from turnout.fast.call_spec import CallArgs, copy_static
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.direct_call import DirectCalls
-from turnout.fast.guards import device_oom
+from turnout.fast.guards import fused_oom
 from turnout.fast.lowering_base import NeedsStatic
-from turnout.fast.outcome import Discard, Outcome, Retry
+from turnout.fast.outcome import Discard, Outcome, enforce
 from turnout.fast.plan import FusedStage, Plan
-from turnout.fast.regions import Key
+from turnout.fast.regions import Key, key
+from turnout.fast.run_state import WHO
 from turnout.fast.stack_sizes import StackMarks, capacity_ladder
 from turnout.fast.values import start_reads
 from turnout.graph import Tensor
@@ -37,11 +40,11 @@ from turnout.memory_plan import MemoryPlan
 
 class FusedAttempts(DirectCalls):
     """The fused attempt of a run and its ladder of rungs. It runs an attempt through the backend's
-    ``_execute`` and makes a rung's plan with its ``_plan`` (``FastBackend``, the layer above)."""
+    ``_attempt`` and makes a rung's plan with its ``_plan`` (``FastBackend``, the layer above)."""
 
     def _call_fused(self, plan: Plan, st: FusedStage, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any
                     ) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard:
-        """The fused attempt's one call (``_execute``): (its outputs, their live flags, the state after
+        """The fused attempt's one call (``_attempt``): (its outputs, their live flags, the state after
         it), with flat arguments laid out once per function (``Plan.fused_fn``), its error word, live
         flags and stacks' high-water mark read back at once, behind a fetched value where
         ``fast.packing`` put them there (the word as ``state["err"]``, the mark as ``state["mark"]``).
@@ -52,7 +55,7 @@ class FusedAttempts(DirectCalls):
         shape that fed values decide (``NeedsStatic``) goes on to the compile of the run, which
         specialises the plan (``FastBackend._run_compiled``), as it does from every other trace."""
         rest, stacks = stk.split_state(state)
-        with self._span("fused attempt (whole program, one call)", "compiled stages") as args, device_oom(plan):
+        with self._span("fused attempt (whole program, one call)", "compiled stages") as args, fused_oom(WHO):
             before = self.compile_count
             try:
                 call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
@@ -152,7 +155,7 @@ class FusedAttempts(DirectCalls):
     def _run_fused(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                    variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
                    ) -> tuple[list[Any], dict[str, Any]] | Discard:
-        """The attempt of ``plan.fused`` (``_execute``), or the ``Discard`` that says why the next rung,
+        """The attempt of ``plan.fused`` (``_attempt``), or the ``Discard`` that says why the next rung,
         or the stages, must run instead (``needed``: how many entries its stacks counted).
 
         They must when a stack overflowed its capacity (or underflowed: the stages decide whether that
@@ -164,14 +167,52 @@ class FusedAttempts(DirectCalls):
         with every index record (``_record_every_stack``).
         """
         assert plan.fused is not None
-        got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
+        got = self._attempt(plan, fetches, feeds, variables, max_iter, budget)
         if isinstance(got, Discard) and got.rerecord:  # (run again at once, traced with every record)
             self._record_every_stack(plan)
-            got = self._execute(plan, [plan.fused], fetches, feeds, variables, max_iter, attempt=True, budget=budget)
-        assert not isinstance(got, Retry)  # (an attempt's outgrown stacks discard it)
+            got = self._attempt(plan, fetches, feeds, variables, max_iter, budget)
         if isinstance(got, Discard) and got.refused:  # (its trace refused at this rung: the stages, or
             plan.fused = None                            # the next rung, from now on)
         return got
+
+    def _attempt(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                 max_iter: Any, budget: Optional[MemoryPlan]) -> tuple[list[Any], dict[str, Any]] | Discard:
+        """One attempt of ``plan.fused`` and the run's end: (the fetched values, the run's stats), or
+        ``Discard`` — a stack outgrew (or underflowed) its capacity, or the trace refused — with no
+        Variable written and no error raised. Its stack buffers are kept either way (the stages, or
+        the next attempt, reuse them). The fed numpy arrays go to the call as they are (the call
+        transfers them, as a jitted JAX function does)."""
+        t0 = time.perf_counter()
+        st = plan.fused
+        assert st is not None
+        first = not plan.fused_warm
+        state = self._initial_state(plan, variables, fused=True)
+        store = stk.ChunkStore(plan.stack_info, self.options.device_memory_limit, budget, held=plan.slots.bytes())
+        store.observe(state, None, plan.host)
+        env: dict[Key, Any] = {key(t): v for t, v in feeds.items()}
+        got = self._call_fused(plan, st, {k: env[k] for k in st.reads if k in env}, state, max_iter)
+        if isinstance(got, Discard):  # (its trace refused)
+            return got
+        out, lives, state = got
+        mark = state.pop("mark")
+        outcome = self._attempt_outcome(plan, state, mark, first)
+        if isinstance(outcome, Discard):
+            return outcome
+        store.observe(state, plan.index_bytes, plan.host)
+        if plan.inside:
+            store.observe_inside(plan.inside_bytes, stk.device_label(self._home_device()), plan.host_bytes)
+        enforce(outcome)
+        env.update(out)
+        # (constants of the fused stage: they do not cross the call)
+        env.update({k: copy_static(v) for k, v in (st.spec.static if st.spec is not None else {}).items()})
+        store.saved(store.ledgers)
+        values = self._finish(plan, fetches, env, lives, state, variables)
+        self._records = store.records()
+        return values, {
+            "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": True,
+            "stack_capacity": plan.capacity, "stage_seconds": [time.perf_counter() - t0], "stack_mark": mark,
+            **store.stats(), **plan.slots.stats,
+        }
 
     def _record_every_stack(self, plan: Plan) -> None:
         """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):

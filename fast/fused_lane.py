@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import jax
 
-from turnout.fast.guards import DEFAULT_BOUND, device_oom
+from turnout.fast.guards import DEFAULT_BOUND, fused_oom
 from turnout.fast.lane import Lane, ahead_of_time, compile_lane, describe, in_wide_mode, signature
+from turnout.fast.run_state import WHO
 from turnout.fast.stacks import StackValue, kept_arrays
 from turnout.graph import Tensor
 
@@ -95,8 +96,8 @@ def buffers_of(stacks: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def out_of_memory(plan: Any, e: Exception) -> None:
-    """``e``, a fused lane's call failing, raised as ``device_oom`` raises it (a ``ResourceExhaustedError``
+    """``e``, a fused lane's call failing, raised as ``fused_oom`` raises it (a ``ResourceExhaustedError``
     naming the loops) when it is XLA's out-of-memory; other errors return and are raised as they are."""
-    with device_oom(plan):
+    with fused_oom(WHO):
         if "RESOURCE_EXHAUSTED" in str(e):
             raise e

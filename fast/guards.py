@@ -8,16 +8,14 @@ same way for the same mistake to raise the same error on every route.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Optional
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import jax
 import numpy as np
 
 from turnout.errors import ResourceExhaustedError, UnsupportedError
-from turnout.fast.cut import Segment
-from turnout.fast.plan import INT32_MAX, INT32_MAX_NP, Plan
+from turnout.fast.plan import INT32_MAX, INT32_MAX_NP
 from turnout.session import RunOptions
 
 #: RunOptions' default firing budget: a guard the user did not choose, which compiled code (counting
@@ -45,19 +43,21 @@ def refuse_firing_budget(who: str, options: RunOptions) -> None:
 
 
 @contextmanager
-def device_oom(plan: Plan, st: Optional[Segment] = None) -> Iterator[None]:
-    """XLA's own out-of-memory (``RESOURCE_EXHAUSTED``, from a GPU or TPU allocator) as Turnout's
-    ``ResourceExhaustedError``, naming the loop whose stage ran (``st``: a segment of the staged path;
-    None: the fused attempt) and suggesting ``swap_memory=True``."""
+def device_oom(who: str, where: str, what: Callable[[], str]) -> Iterator[None]:
+    """XLA's own out-of-memory (``RESOURCE_EXHAUSTED``, from a GPU or TPU allocator) in a compiled
+    call, as Turnout's ``ResourceExhaustedError``: ``who`` ran out of memory on ``where`` (a device)
+    running ``what()`` (the loops whose stacks the call touches, made only then: a description can
+    cost more than a small call), suggesting ``swap_memory=True``."""
     try:
         yield
     except jax.errors.JaxRuntimeError as e:
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        keys = [*st.push, *st.pop] if st is not None else []
-        loops = sorted({plan.stack_info[k].where for k in keys if k in plan.stack_info})
-        driven = st.driven if st is not None else None
-        what = ", ".join(loops) if loops else (driven.describe() if driven is not None else "a compiled stage")
         raise ResourceExhaustedError(
-            f"fast backend: the device ran out of memory running {what}: {str(e).splitlines()[0]}; run loops "
-            "with swap_memory=True to move full gradient stack chunks to host memory, or lower stack_chunk") from None
+            f"{who}: {where} ran out of memory running {what()}: {str(e).splitlines()[0]}; run loops with "
+            "swap_memory=True to move full gradient stack chunks to host memory, or lower stack_chunk") from None
+
+
+def fused_oom(who: str) -> AbstractContextManager[None]:
+    """``device_oom`` of the fused attempt's one call (and of its lane): the whole program at once."""
+    return device_oom(who, "the device", lambda: "the whole program (its fused call)")

@@ -20,15 +20,14 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from turnout.errors import DeadFetchError, dead_fetch_message
 from turnout.fast import stacks as stk
+from turnout.fast.host_env import fetched
 from turnout.fast.lane import write_variables
 from turnout.fast.outcome import Outcome, decode, enforce
 from turnout.fast.plan import Plan
 from turnout.fast.regions import Key
 from turnout.fast.state_keys import var_key
 from turnout.fast.timeline import Timeline
-from turnout.fast.values import DEAD, to_host
 from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
 from turnout.fast_options import FastOptions
 from turnout.graph import Graph, Tensor
@@ -183,23 +182,10 @@ class RunState:
         ``StackValue`` (after the stages) or a value buffer alone (after the fused stage)."""
         return {k: state[k] for k in plan.kept if k in state and stk.kept_arrays(state[k])[0] is not None}
 
-    @staticmethod
-    def _fetched(fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any]) -> list[Any]:
-        """The fetched values on the host; a fetch that is dead (``DEAD``, or its live flag false)
-        raises ``DeadFetchError``."""
-        values = []
-        for t in fetches:
-            k = (t.node.id, t.index)
-            v = env[k]
-            if v is DEAD or not bool(lives.get(k, True)):
-                raise DeadFetchError(dead_fetch_message(t.name, t.node))
-            values.append(to_host(v))
-        return values
-
     def _finish(self, plan: Plan, fetches: list[Tensor], env: dict[Key, Any], lives: dict[Key, Any],
                 state: dict[str, Any], variables: dict[str, np.ndarray]) -> list[Any]:
         """The fetched values on the host, and the Variables written back: the last step of a run."""
-        values = self._fetched(fetches, env, lives)
+        values = fetched(fetches, env, lives)
         if plan.prealloc and self.options.keep_stack_buffers:
             self._stack_bufs[id(plan)] = self._kept_stacks(plan, state)
         else:

@@ -1,11 +1,16 @@
-"""The staged path's stages: a compiled segment, or a top-level loop driven chunk by chunk.
+"""The staged path: the fast backend's cut for one device, run by the one runner.
 
-Why a layer of its own (under ``FastBackend``, which runs the stages in order, ``_execute``): these
-are how one stage of the staged path is called — a segment through ``fast.segment.SegmentFn`` in
-the calling convention of ``fast.call_spec``, a driven loop through ``fast.driven.DrivenLoop``,
-which moves full stack chunks between its calls — and what a stage comes to: its outputs and state,
-or the outcome that ends the run (``Discard`` where the fused stage's trace refused, ``Retry`` where
-a driven loop's stacks outgrew their chunk), returned, not raised.
+Why a layer of its own (under ``FastBackend``): a plan whose fused attempt cannot hold its run (its
+stacks outgrow the largest rung, or it has none) runs as its stages — compiled segments and top-level
+loops driven chunk by chunk, the program cut for one device (``fast.cut.one_device``, ``Plan.stages``)
+— and those are run by the runner every run of steps takes (``fast.runner.StepRunner``), the
+partitioned executor's per-device tiers included. What this layer gives it is what is particular to
+one device of this backend: the plan's compiled segments and driven loops (``Plan.segment_fn``,
+``Plan.driven_loop``), what the plan's error words mean, and the backend's trace spans. It reads each
+stage's error word as the stage returns (``RunPolicy.check_each_step``): a stage's error is raised
+after it, as the interpreter raises it during the run, and stacks that outgrew their chunk within one
+call end the run with the outcome ``Retry``, which the caller (``_run_compiled``) runs again with
+larger chunks.
 """
 
 from __future__ import annotations
@@ -13,89 +18,104 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from turnout.fast import stacks as stk
-from turnout.fast.cut import Segment
-from turnout.fast.driven import Guard
+import jax
+import numpy as np
+
+from turnout.fast.cut import ONE, Segment
+from turnout.fast.device_stacks import DeviceStacks
+from turnout.fast.driven import DrivenLoop, Guard
 from turnout.fast.fused_attempts import FusedAttempts
-from turnout.fast.guards import device_oom
-from turnout.fast.outcome import Discard, Raise, Retry
-from turnout.fast.plan import FusedStage, Plan
-from turnout.fast.regions import Key
+from turnout.fast.host_env import HostEnv
+from turnout.fast.outcome import Outcome, Retry
+from turnout.fast.plan import Plan
+from turnout.fast.regions import Key, key
 from turnout.fast.run_state import WHO
+from turnout.fast.runner import Called, RunPolicy, StepRunner
+from turnout.fast.segment import SegmentFn
+from turnout.fast.values import start_reads
+from turnout.graph import Tensor
+from turnout.memory_plan import MemoryPlan
+from turnout.session import RunOptions
 
 
-class StagedStages(FusedAttempts):
-    """One stage of a run (``FastBackend._execute``): the fused attempt's call (``FusedAttempts``), a
-    compiled segment, or a driven loop."""
+class StagedRun(StepRunner):
+    """One run of a plan's stages: the one runner on this backend's one device (``fast.cut.ONE``)."""
 
-    def _stage(self, plan: Plan, st: Segment | FusedStage, i: int, env_in: dict[Key, Any], state: dict[str, Any],
-               max_iter: Any, store: stk.ChunkStore) -> tuple[dict[Key, Any], Any, dict[str, Any]] | Discard | Retry:
-        """One stage of ``_execute``: (its outputs, their live flags, the state after it), or the
-        outcome that ends the run — the fused stage's trace refused (``Discard``), or a driven loop's
-        stacks outgrew their chunk (``Retry``)."""
-        if isinstance(st, FusedStage):
-            return self._call_fused(plan, st, env_in, state, max_iter)
-        if st.driven is None:
-            return self._call_segment(plan, st, i, env_in, state, max_iter)
-        with self._span(f"stage {i}: driven {st.driven.describe()}", "compiled stages") as args:
-            before = self.compile_count
-            got = self._drive(plan, st, env_in, state, max_iter, store)
-            args["compiled"] = self.compile_count != before
-        if isinstance(got, Retry):
-            return got
-        out, state = got
-        return out, {}, state
+    def __init__(self, backend: StagedStages, plan: Plan, state: dict[str, Any], stacks: DeviceStacks,
+                 options: RunOptions) -> None:
+        super().__init__(plan.program, {ONE: state}, stacks, {ONE: None}, options, RunPolicy(WHO, check_each_step=True))
+        self.b, self.plan = backend, plan
 
-    def _call_segment(self, plan: Plan, st: Segment, i: int, env_in: dict[Key, Any], state: dict[str, Any],
-                      max_iter: Any) -> tuple[dict[Key, Any], Any, dict[str, Any]]:
-        """One compiled segment of the stages (``_execute``), called in the convention of
-        ``fast.call_spec`` through ``fast.segment.SegmentFn`` (``Plan.segment_fn``: its error word
-        carried in its state): (its outputs, their live flags, the state after it)."""
-        if st.fn is None:
-            st.fn = plan.segment_fn(st)
-        with self._span(f"stage {i}: compiled segment", "compiled stages") as args, device_oom(plan, st):
-            before = self.compile_count
-            out, lv, state = st.fn(env_in, state, max_iter)
-            args["compiled"] = self.compile_count != before
-            args["error_word"] = int(state["err"])
-        return out, lv, state
+    def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
+        """The plan's compiled segment, or its driven loop (pointers running free: the word is read first)."""
+        return self.plan.driven_loop(seg) if seg.driven is not None else self.plan.segment_fn(seg)
 
-    def _drive(self, plan: Plan, st: Segment, env_in: dict[Key, Any], state: dict[str, Any], max_iter: Any,
-               store: stk.ChunkStore) -> tuple[dict[Key, Any], dict[str, Any]] | Retry:
-        """Run a top-level loop chunk by chunk (``fast.driven.DrivenLoop.run``). Between chunks, a stack
-        that outgrew its buffer hands the full chunk to ``store`` (to host memory, or kept on the
-        device: the loop's ``swap_memory``), and a stack that runs low takes the chunk that ``store``
-        brought back. ``Retry``: a chunk could make no progress at this capacity."""
-        if st.fn is None:
-            st.fn = plan.driven_loop(st)
-        got = st.fn.run(env_in, state, max_iter, store, WHO, self._chunk_guard(plan, st))
-        if isinstance(got, Raise):
-            raise got.error
-        if isinstance(got, Retry):
-            return got
-        out, _, state = got
-        return out, state
+    def outcome_of(self, code: int, moved: int) -> Outcome:
+        """What the plan's error word means (``outcome.decode``)."""
+        return self.b._decode(self.plan, code, moved)
 
-    def _chunk_guard(self, plan: Plan, st: Segment) -> Guard:
-        """The guard of ``drive_chunks`` for stage ``st``: each chunk call and each move of stack
-        chunks is a span of the run's timeline (when traced), and XLA's out-of-memory in any of them
-        is ``ResourceExhaustedError`` naming the loop (``device_oom``)."""
+    def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
+        """The stage's call, a span of the run's timeline when traced."""
+        what = f"driven {seg.driven.describe()}" if seg.driven is not None else "compiled segment"
+        with self.b._span(f"stage {seg.index}: {what}", "compiled stages") as args:
+            before = self.b.compile_count
+            got = super().call(seg, env_in, state)
+            args["compiled"] = self.b.compile_count != before
+            if self.b._timeline is not None and seg.driven is None and not isinstance(got, Retry):
+                args["error_word"] = int(np.asarray(got[2]["err"]))
+        return got
+
+    def guard(self, seg: Segment) -> Guard:
+        """Each chunk call and each move of stack chunks of a driven stage, a span of the timeline."""
+        b = self.b
+
         @contextmanager
-        def guard(what: str, stacks: Optional[list[str]]) -> Iterator[dict[str, Any]]:
+        def guard(what: str, stacks: Optional[list[str]]) -> Iterator[Any]:
             span: Any
             if what in ("init", "finish"):
                 span = contextlib.nullcontext({})
             elif what == "chunk":
-                span = self._span("chunk", "driven loops")
+                span = b._span("chunk", "driven loops")
             else:
-                span = self._span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",
-                                  stacks=stacks)
-            with span as args, device_oom(plan, st):
+                span = b._span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",
+                               stacks=stacks)
+            with span as args:
                 yield args
 
         return guard
 
 
-__all__ = ["StagedStages"]
+class StagedStages(FusedAttempts):
+    """The staged path of ``FastBackend`` (``_run_stages``), over its fused attempts."""
+
+    def _run_stages(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                    variables: dict[str, np.ndarray], options: RunOptions, budget: Optional[MemoryPlan] = None
+                    ) -> tuple[list[Any], dict[str, Any]] | Retry:
+        """Run ``plan.stages`` in order and finish the run: (the fetched values, the run's stats), or
+        the ``Retry`` of stacks that outgrew their chunk. The feeds are placed once with
+        ``device_put``, not ``jnp.asarray``: on the CPU it aliases a 64-byte-aligned host array (such
+        as the host view of a JAX array) instead of copying it; the run reads it only until it returns."""
+        stacks = DeviceStacks(plan.stack_info, [ONE], plan.capacity, self.options.device_memory_limit, budget,
+                              {ONE: plan.slots.bytes()}, who=WHO, label=lambda _: "")
+        run = StagedRun(self, plan, self._initial_state(plan, variables), stacks, options)
+        env = HostEnv()
+        for t, v in feeds.items():
+            env.set(key(t), jax.device_put(v), ONE)
+        run.steps(plan.stages, env)
+        if run.retry is not None:
+            return run.retry
+        plan.predict_overflow = stacks.moved() > 0
+        if self.overlap_reads:
+            start_reads([env.vals[key(t)] for t in fetches if key(t) in env.vals])
+        values = self._finish(plan, fetches, env.vals, run.lives, run.state[ONE], variables)
+        self._records = stacks.records()
+        stats = {
+            "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages), "fused": False,
+            "stack_capacity": plan.capacity, "stage_seconds": run.seconds, **stacks.stats(), **plan.slots.stats,
+        }
+        return values, stats
+
+
+__all__ = ["StagedRun", "StagedStages"]

@@ -224,7 +224,7 @@ def test_an_xla_out_of_memory_in_a_segment_names_the_loop_and_its_device() -> No
     sess = fast(m)
     run_checked(sess, m, 3)
     (plan,) = sess.backend._plans.values()
-    pushing = [seg for seg in plan.schedule.segments if plan.traffic.get(seg.index)]
+    pushing = [seg for seg in plan.schedule.segments if seg.traffic]
     assert pushing
 
     def oom(*args: Any) -> Any:

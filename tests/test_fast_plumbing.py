@@ -17,9 +17,9 @@ import turnout as tn
 
 jax = pytest.importorskip("jax")
 
-from turnout.devices.host_env import HostEnv  # noqa: E402
 from turnout.fast import plumbing  # noqa: E402
 from turnout.fast.functionalize import functionalize  # noqa: E402
+from turnout.fast.host_env import HostEnv  # noqa: E402
 from turnout.fast.regions import CondRegion, WhileRegion, key, walk  # noqa: E402
 from turnout.fast.values import DEAD  # noqa: E402
 

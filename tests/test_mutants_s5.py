@@ -44,11 +44,11 @@ def _plan(sess: tn.Session) -> Any:
 
 def _stack_pushes(items: list[Any]) -> dict[str, int]:
     """Stack key -> StackPush nodes among ``items`` (plain nodes only)."""
-    from turnout.devices.swap import _stack_of
+    from turnout.fast.state_keys import stack_key_of
 
     out: dict[str, int] = {}
     for it in items:
-        if isinstance(it, tn.graph.Node) and it.op == "StackPush" and (s := _stack_of(it)) is not None:
+        if isinstance(it, tn.graph.Node) and it.op == "StackPush" and (s := stack_key_of(it)) is not None:
             out[s] = out.get(s, 0) + 1
     return out
 
@@ -81,7 +81,7 @@ def test_each_segment_of_a_spanning_loop_counts_its_pushes_per_call_exactly() ->
     pushing = {k: v for k, v in pushing.items() if v}
     assert pushing  # the loop body's segments on cpu:1 and cpu:2 push
     for index, want in pushing.items():
-        assert plan.traffic[index].push == want
+        assert plan.schedule.segments[index].traffic.push == want
     # one read per chunk per stack (three stacks) and a few for the pops: far fewer than the calls
     assert stats["stack_pointer_reads"] < 3 * steps
 
@@ -100,7 +100,7 @@ def test_a_cond_in_a_spanning_loop_counts_its_larger_branch() -> None:
     conds = [seg for seg in plan.schedule.segments if any(isinstance(it, CondRegion) for it in seg.items)]
     assert conds, "the cond is compiled inside a segment"
     for seg in conds:
-        t = plan.traffic[seg.index]
+        t = seg.traffic
         for it in seg.items:
             if isinstance(it, CondRegion):
                 per = [_stack_pushes(it.branches[b]) for b in (False, True)]
@@ -120,8 +120,8 @@ def test_a_chunk_of_one_entry_is_swapped_out_after_every_push() -> None:
     assert stats["stack_chunks_swapped"] >= 3 * (steps - 1)  # three stacks, each chunk one push
 
 
-@pytest.mark.parametrize("module", ["turnout.devices.swap", "turnout.devices.region_driver", "turnout.fast.backend",
-                                    "turnout.devices.segments", "turnout.devices.spmd",
+@pytest.mark.parametrize("module", ["turnout.fast.device_stacks", "turnout.fast.runner", "turnout.fast.backend",
+                                    "turnout.fast.cut", "turnout.devices.segments", "turnout.devices.spmd",
                                     "turnout.devices.fast_executor"])
 def test_every_name_a_module_exports_exists(module: str) -> None:
     """Kills the ``__all__`` mutants (``swap.<module>:f977144a``, ``swap.<module>:9e697743``, ...): a name

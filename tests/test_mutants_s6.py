@@ -75,8 +75,8 @@ def test_a_stack_without_a_buffer_does_not_hide_the_segments_other_stacks() -> N
     # what the test is about: a segment whose pushes list a stack without a buffer before run time (not
     # allocated: its element shape is not static) ahead of a stack it pushes once per call
     plan = _plan(sess)
-    orders = [list(plan.traffic[seg.index].push.items()) for seg in plan.schedule.segments
-              if seg.index in plan.traffic]
+    orders = [list(seg.traffic.push.items()) for seg in plan.schedule.segments
+              if seg.traffic]
     assert any(
         any(s not in plan.stack_alloc and any(t in plan.stack_alloc and c == 1 for t, c in order[i + 1:])
             for i, (s, _) in enumerate(order))
@@ -92,15 +92,15 @@ def test_a_driven_loop_whose_entry_values_are_dead_does_not_run() -> None:
 
     No session reaches this path today: a loop whose inputs can be dead is placed, by its guard, inside
     the cond that makes them so, and the host skips a branch it does not take. So the driven segment of
-    ``test_devices_swap.loop_on_one_device`` is called directly, as the fast partitioned executor calls
-    it (``RegionDriver.run``), with every value it reads dead. A live run on the same session before and
-    after gives the reference's values."""
+    ``test_devices_swap.loop_on_one_device`` is called directly, as the one runner calls it
+    (``DrivenLoop.run``, ``fast.runner``), with every value it reads dead. A live run on the same session
+    before and after gives the reference's values."""
     import jax
     from test_devices_swap import loop_on_one_device
 
-    from turnout.devices.region_driver import RegionDriver
-    from turnout.devices.swap import SpanningStacks
     from turnout.fast import stacks as stk
+    from turnout.fast.device_stacks import DeviceStacks
+    from turnout.fast.driven import DrivenLoop
     from turnout.fast.values import DEAD
 
     m = loop_on_one_device(True)
@@ -114,7 +114,7 @@ def test_a_driven_loop_whose_entry_values_are_dead_does_not_run() -> None:
     assert len(forward) == 1
     seg = forward[0]
     drv = seg.fn
-    assert isinstance(drv, RegionDriver)
+    assert isinstance(drv, DrivenLoop)
     dev = seg.device
     jd = sess.backend.jax_devices[dev]
     with jax.enable_x64(True):  # as the executor runs (the loop computes in float64)
@@ -125,10 +125,13 @@ def test_a_driven_loop_whose_entry_values_are_dead_does_not_run() -> None:
                     state[k] = stk.StackValue(plan.capacity, dtype).materialize(*shapes)
         pushed = set(drv.push)
         assert pushed and pushed <= set(state)  # the loop's stacks have buffers on its device
-        stacks = SpanningStacks(plan.stack_info, sess.backend.devices, plan.capacity, None)
+        stacks = DeviceStacks(plan.stack_info, sess.backend.devices, plan.capacity, None, who="test",
+                              label=lambda d: tn.devices.parse(d).short)
         stacks.observe(dev, state)
 
-        out, _, new = drv.run({k: DEAD for k in seg.reads}, state, np.int32(10_000), stacks, dev)
+        got = drv.run({k: DEAD for k in seg.reads}, state, np.int32(10_000), stacks.stores[dev], "test")
+        assert isinstance(got, tuple)
+        out, _, new = got
 
     exits = {(x_.id, 0) for x_ in seg.items[0].exits}
     assert exits & set(seg.writes)  # the loop's result leaves the segment

@@ -188,19 +188,20 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/ray_runtime.py": {"module": "turnout.devices.ray_runtime", "tests": _RAY_TESTS},
     "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
     "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
-    **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
+    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
        for m in ("host_control", "host_env")},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
     "devices/spmd_emitter.py": {"module": "turnout.devices.spmd_emitter", "tests": _FAST_DEV_TESTS},
-    "devices/swap.py": {"module": "turnout.devices.swap", "tests": _SWAP_TESTS},
-    "devices/region_driver.py": {"module": "turnout.devices.region_driver", "tests": _SWAP_TESTS},
+    "fast/device_stacks.py": {"module": "turnout.fast.device_stacks", "tests": _SWAP_TESTS},
+    "fast/runner.py": {"module": "turnout.fast.runner",
+                       "tests": [*_SWAP_TESTS, "test_fast_fused.py", "test_routes.py"]},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": _COMPILED_PARTITION_TESTS}
        for m in ("compiled_partition", "fused_group")},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
-    "fast/cut.py": {"module": "turnout.fast.cut", "tests": list(dict.fromkeys([*_BACKEND_TESTS, *_FAST_DEV_TESTS]))},
+    "fast/cut.py": {"module": "turnout.fast.cut", "tests": list(dict.fromkeys([*_SWAP_TESTS, *_BACKEND_TESTS]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
-       for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts")},
+       for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts", "staged_stages")},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},

@@ -1,11 +1,11 @@
-"""The host-driven tier of the fast partitioned executor: conds and loops whose steps span devices.
+"""The host's conds and loops: steps of a run whose nodes span devices.
 
 Why a module of its own: a cond or a loop whose nodes sit on several devices cannot be one compiled
 call; the host decides it, reading the one value it must (the predicate) and running the steps of the
-taken side (``devices.segments``: ``HostCond``, ``HostLoop``). That is the paper's Switch, Merge,
-Enter, NextIteration and Exit done on the host's environment (``devices.host_env``), one decision at a
-time, by the wiring the emitter applies inside a trace (``fast.plumbing``); the segment calls
-between the decisions are the run's (``devices.plan_run``), which mixes this class in.
+taken side (``fast.cut``: ``HostCond``, ``HostLoop``). That is the paper's Switch, Merge, Enter,
+NextIteration and Exit done on the host's environment (``fast.host_env``), one decision at a time, by
+the wiring the emitter applies inside a trace (``fast.plumbing``); the segment calls between the
+decisions are the run's (``fast.runner``), which mixes this class in.
 
 For a loop, the host also bounds the iterations in flight by its ``parallel_iterations``: before
 dispatching iteration i it waits for the error words of iteration ``i - P`` (``_retire``).
@@ -16,33 +16,42 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import jax
 import numpy as np
 
-from turnout.devices.host_env import HostEnv, Lazy, resolved, switched
 from turnout.errors import NonTerminationError, describe_node, runaway_message
 from turnout.fast import plumbing
 from turnout.fast.cut import HostCond, HostLoop, Step
+from turnout.fast.host_env import HostEnv, Lazy, resolved, switched
 from turnout.fast.outcome import Retry
 from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD
 from turnout.kernels import truth
 
 if TYPE_CHECKING:
-    from turnout.devices.plan_run import DevicePlan
-    from turnout.devices.swap import SpanningStacks
-    from turnout.devices.timeline import DeviceTimeline
+    from turnout.fast.device_stacks import DeviceStacks
+    from turnout.fast.regions import Program
+
+
+class HostClock(Protocol):
+    """What the host's decisions record on a run's timeline, where it has one."""
+
+    def now(self) -> float:
+        """The timeline's clock."""
+
+    def host(self, what: str, t0: float, **args: Any) -> None:
+        """A span of host work from ``t0`` to now."""
 
 
 class HostControl:
-    """The host's conds and loops of one run (mixed into ``devices.plan_run.PlanRun``, which has the
+    """The host's conds and loops of one run (mixed into ``fast.runner.StepRunner``, which has the
     state, the segment calls and the attributes declared here)."""
 
-    plan: DevicePlan
-    tl: Optional[DeviceTimeline]
-    stacks: SpanningStacks
+    program: Program
+    tl: Optional[HostClock]
+    stacks: DeviceStacks
     jdev: dict[str, Any]
     state: dict[str, dict[str, Any]]
     #: the innermost host loop's iteration, for trace labels; the iterations run per loop name
@@ -62,7 +71,7 @@ class HostControl:
         steps, and joins its Merges and exports into ``env`` (all dead for a dead predicate)."""
         r = hc.region
         p = resolved(env.vals[key(r.pred)])
-        exports = cond_exports(r, self.plan.program.fetch_keys)
+        exports = cond_exports(r, self.program.fetch_keys)
         if p is DEAD:
             env.wire(plumbing.dead(cond_outputs(r, exports)), env)
             return
@@ -103,9 +112,8 @@ class HostControl:
         self.iteration = outer_iteration
         if self.retry is not None:
             return
-        pushed = self.plan.loop_pushes.get(id(hl))
-        if pushed:
-            self.on_workers(lambda: self.stacks.loop_ended(pushed))
+        if hl.pushes:
+            self.on_workers(lambda: self.stacks.loop_ended(hl.pushes))
         name = str(r.frame[-1])
         self.host_iterations[name] = self.host_iterations.get(name, 0) + iters
         eenv = switched(henv, r.switches, 0)

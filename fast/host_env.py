@@ -1,11 +1,11 @@
-"""The host's side of a fast partitioned run: the values of a scope, where each lives, and the
-Switches the host decides.
+"""The host's side of a run of steps: the values of a scope, where each lives, and the Switches the
+host decides.
 
-Why a module of its own: the per-device tiers (``devices.fast_executor``) keep between segment calls
-an environment that the emitter (``fast.emit``) does not need: each value's device (a segment on
-another device reads a copy, made once per device), and, in a threaded run, values that are still the
-futures of segment calls (``Lazy``). The host-driven conds and loops (``devices.host_control``) and
-the segment calls (``devices.plan_run``) both work on it.
+Why a module of its own: the one runner (``fast.runner``) keeps between segment calls an environment
+that the emitter (``fast.emit``) does not need: each value's device (a segment on another device
+reads a copy, made once per device), and, in a threaded run, values that are still the futures of
+segment calls (``Lazy``). The host-driven conds and loops (``fast.host_control``) and the segment
+calls (``fast.runner``) both work on it, and a run's fetches are read from it (``fetched``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
+from turnout.errors import DeadFetchError, dead_fetch_message
 from turnout.fast.plumbing import Wire, switch_wires
 from turnout.fast.regions import Key, key
-from turnout.fast.values import DEAD, Handle
+from turnout.fast.values import DEAD, Handle, to_host
+from turnout.graph import Tensor
 
 
 class HostEnv:
@@ -113,4 +115,17 @@ def switched(env: HostEnv, switches: Sequence[Any], taken: int) -> HostEnv:
     return out
 
 
-__all__ = ["HostEnv", "Lazy", "resolved", "switched", "where_of"]
+def fetched(fetches: list[Tensor], vals: dict[Key, Any], lives: dict[Key, Any]) -> list[Any]:
+    """The fetched values on the host, waiting for the calls that make them; a fetch that is dead
+    (``DEAD``, absent, or its live flag false) raises ``DeadFetchError``: the last step of every run."""
+    values = []
+    for t in fetches:
+        k = key(t)
+        v = resolved(vals.get(k, DEAD))
+        if v is DEAD or not bool(np.asarray(resolved(lives.get(k, True)))):
+            raise DeadFetchError(dead_fetch_message(t.name, t.node))
+        values.append(to_host(v))
+    return values
+
+
+__all__ = ["HostEnv", "Lazy", "fetched", "resolved", "switched", "where_of"]

@@ -1,12 +1,11 @@
-"""Gradient stacks of a graph that spans devices: chunks swapped to host memory or kept, per device.
+"""Gradient stacks of a run's steps: chunks swapped to host memory or kept, per device.
 
-Why this module. In a graph placed over several devices, every gradient stack lives on the device of
-its pushes (placement colocates each ``StackPush`` and ``StackPop`` with its ``StackNew``), as the fast
-backend's fixed-capacity stack buffer carried in that device's state. A loop that spans devices is
-driven by the host one iteration at a time (``devices.fast_executor``), each iteration a few
-per-device segment calls. So the host sits between the calls that push, exactly where the
-one-device backend's chunk driver sits between chunk calls, and the same ``fast.stacks.ChunkStore``
-can take a full buffer out of the device state and hand an empty one back:
+Why this module. Every gradient stack lives on the device of its pushes (placement colocates each
+``StackPush`` and ``StackPop`` with its ``StackNew``), as the fixed-capacity stack buffer carried in
+that device's state. The one runner (``fast.runner``) calls a run's steps one by one — segments,
+driven loops, and, where a loop spans devices, a few per-device segments per iteration — so the host
+sits between the calls that push, and a ``ChunkStore`` per device can take a full buffer out of the
+device state and hand an empty one back:
 
 - ``swap_memory=True``: the full chunk goes to host memory asynchronously (the store's copier thread)
   and comes back, on the device of its pushes, ahead of the backward loop's pops; the device holds at
@@ -16,96 +15,38 @@ can take a full buffer out of the device state and hand an empty one back:
   there: it grows on the device, chunk by chunk, and the run is not repeated.
 
 There is one ``ChunkStore`` per device, so ``device_memory_limit`` caps each device's stack bytes on
-its own, and the memory report names the device of every record.
+its own, and the memory report names the device of every record. A graph on one device is the case
+of one store.
 
 Why the host does not read every stack pointer: a read waits for the device, which would undo the
 asynchronous dispatch that lets device A run ahead of device B. The host instead counts, per stack,
-the most values the calls it has dispatched since its last read can have pushed (``Traffic``: the
+the most values the calls it has dispatched since its last read can have pushed (``cut.Traffic``: the
 ``StackPush`` nodes of a segment, at most one branch of a compiled cond); only when that bound says the
 next call might not fit does it read the pointer (once per chunk in a loop that pushes every
 iteration) and, if the buffer is really that full, spill it. Pops are the mirror image: a stack is
 refilled from its newest chunk when the pops dispatched since the last read might empty it. A segment
 that pushes inside a loop compiled whole (an inner loop on one device) has no such bound: the host
 reads its stacks' pointers before each of its calls and keeps the largest growth seen, and an inner
-loop that still overflows its chunk repeats the run with twice the chunk, as on the one-device
-backend.
+loop that still overflows its chunk repeats the run with twice the chunk. A driven loop moves its own
+chunks between its calls (``fast.driven``); the host reads its pointers once it has run (``settle``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any, Optional
 
-from turnout.devices.names import parse
-from turnout.errors import ResourceExhaustedError
 from turnout.fast import stacks as stk
-from turnout.fast.emit import stack_source
-from turnout.fast.plan import stack_infos
-from turnout.fast.regions import CondRegion, Item, WhileRegion, walk
-from turnout.graph import Node
+from turnout.fast.cut import Traffic
+from turnout.fast.guards import device_oom
 from turnout.memory_plan import MemoryPlan
 
 
-@dataclass
-class Traffic:
-    """What one call of a segment can do to the stacks of its device: stack key -> the most values
-    it pushes (or pops), ``None`` where there is no bound (a push inside a loop compiled whole)."""
-
-    push: dict[str, Optional[int]] = field(default_factory=dict)
-    pop: dict[str, Optional[int]] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.push or self.pop)
-
-
-def _stack_of(n: Node) -> Optional[str]:
-    src = stack_source(n.inputs[0])
-    return None if src is None else f"stack:{src.id}"
-
-
-def _add(into: dict[str, Optional[int]], s: str, n: Optional[int]) -> None:
-    old = into.get(s, 0)
-    into[s] = None if old is None or n is None else old + n
-
-
-def traffic(items: list[Item]) -> Traffic:
-    """The ``Traffic`` of a segment's items. Why a cond counts its larger branch: only one runs. Why
-    a loop counts as unbounded: its trip count is known only on the device."""
-    out = Traffic()
-    for it in items:
-        if isinstance(it, Node):
-            if it.op in ("StackPush", "StackPop"):
-                s = _stack_of(it)
-                if s is not None:
-                    _add(out.push if it.op == "StackPush" else out.pop, s, 1)
-        elif isinstance(it, CondRegion):
-            per = [traffic(it.branches[b]) for b in (False, True)]
-            for side in ("push", "pop"):
-                keys = set(getattr(per[0], side)) | set(getattr(per[1], side))
-                for s in keys:
-                    got = [getattr(t, side).get(s, 0) for t in per]
-                    _add(getattr(out, side), s, None if None in got else max(got))
-        else:
-            assert isinstance(it, WhileRegion)
-            for n in it.nodes:
-                if n.op in ("StackPush", "StackPop"):
-                    s = _stack_of(n)
-                    if s is not None:
-                        _add(out.push if n.op == "StackPush" else out.pop, s, None)
-    return out
-
-
-def pushed_in(region: WhileRegion) -> set[str]:
-    """The stacks a loop (or a loop nested in it) pushes."""
-    return {s for it in walk([region]) for n in ([it] if isinstance(it, Node) else it.nodes)
-            if n.op == "StackPush" and (s := _stack_of(n)) is not None}
-
-
-class SpanningStacks:
-    """The gradient stacks of one run of a graph that spans devices: a ``ChunkStore`` per device, and
-    what the host knows of each stack's pointer without reading it (see the module docstring).
+class DeviceStacks:
+    """The gradient stacks of one run: a ``ChunkStore`` per device, and what the host knows of each
+    stack's pointer without reading it (see the module docstring). ``who`` and ``label`` name the
+    run's executor and a device in errors (a device with no label: the one device of the run).
 
     ``before(traffic, device, stacks)`` runs before a segment call and returns the stacks to pass it
     (full buffers swapped or kept, low ones refilled); ``after(traffic, device, stacks)`` records the
@@ -115,12 +56,14 @@ class SpanningStacks:
 
     def __init__(self, info: dict[str, stk.StackInfo], devices: Iterable[str], capacity: int,
                  limit: Optional[int], budget: Optional[MemoryPlan] = None,
-                 held: Optional[dict[str, dict[str, int]]] = None) -> None:
+                 held: Optional[dict[str, dict[str, int]]] = None, *, who: str,
+                 label: Callable[[str], str]) -> None:
         self.capacity = capacity
+        self.who, self.label = who, label
         # one store per device: each counts its own buffers, and the checkpoint slots it holds (``held``:
         # per device, per loop), against the cap and the budget
         held = held or {}
-        self.stores = {d: stk.ChunkStore(info, limit, budget, f"fast partitioned executor (device {parse(d).short})",
+        self.stores = {d: stk.ChunkStore(info, limit, budget, f"{who} (device {label(d)})" if label(d) else who,
                                          held.get(d)) for d in devices}
         self.known: dict[str, int] = {}      # the pointer when last read (0: not read since a spill)
         self.pushed: dict[str, int] = {}     # the most values pushed since that read
@@ -211,27 +154,17 @@ class SpanningStacks:
         for store in self.stores.values():
             store.end_pushes([k for k in keys if k in store.ledgers])
 
-    @contextmanager
-    def device_oom(self, t: Optional[Traffic], device: str, what: Callable[[], str]) -> Iterator[None]:
-        """XLA's own out-of-memory (``RESOURCE_EXHAUSTED`` from a GPU or TPU allocator) in a segment
-        call, as ``ResourceExhaustedError`` naming the loops whose stacks the segment touches (or the
-        segment, described by ``what()``: made only then, as a segment's description costs tens of
-        microseconds, more than a small segment's call) and the device, and suggesting
-        ``swap_memory=True``."""
-        import jax
+    def device_oom(self, t: Optional[Traffic], device: str, what: Callable[[], str]) -> AbstractContextManager[None]:
+        """XLA's own out-of-memory in a call on ``device`` (``guards.device_oom``), naming the loops whose
+        stacks the call touches (traffic ``t``), or else the call, described by ``what()``."""
+        info = self.stores[device].info
 
-        try:
-            yield
-        except jax.errors.JaxRuntimeError as e:
-            if "RESOURCE_EXHAUSTED" not in str(e):
-                raise
-            info = self.stores[device].info
+        def loops() -> str:
             keys = [*t.push, *t.pop] if t else []
-            loops = sorted({info[k].where for k in keys if k in info})
-            raise ResourceExhaustedError(
-                f"fast partitioned executor: device {parse(device).short} ran out of memory running "
-                f"{', '.join(loops) if loops else what()}: {str(e).splitlines()[0]}; run loops with swap_memory=True "
-                "to move full gradient stack chunks to host memory, or lower stack_chunk") from None
+            return ", ".join(sorted({info[k].where for k in keys if k in info})) or what()
+
+        lab = self.label(device)
+        return device_oom(self.who, f"device {lab}" if lab else "the device", loops)
 
     def moved(self) -> int:
         """Full chunks taken out of a device state this run (to host memory or kept on the device)."""
@@ -255,4 +188,4 @@ class SpanningStacks:
         return {**out, "checkpoint_bytes": slots} if slots else out
 
 
-__all__ = ["SpanningStacks", "Traffic", "pushed_in", "stack_infos", "traffic"]
+__all__ = ["DeviceStacks"]

@@ -1,0 +1,216 @@
+"""The one runner: the steps of a run's cut (``fast.cut``) executed on one device or many.
+
+Why one runner. A run that is not one compiled call is a list of steps: compiled segments, loops
+driven chunk by chunk, and, where a cond or a loop spans devices, the host's decisions between
+per-device segments (``fast.host_control``, mixed in here). The one-device backend's staged path is
+the case of one device and no host decisions; the partitioned executor's per-device tiers are the
+case of several. Both are this runner, so what a step does is written once: how its inputs are read
+from the host's environment (a value that lives on another device is copied once, ``fast.host_env``),
+how a segment is called and a driven loop driven, how full stack chunks move around the calls
+(``fast.device_stacks``), what an error word means (``outcome_of``) and when it is read
+(``RunPolicy``), and the run's first ``Retry``, after which no step runs.
+
+What an executor gives it: the per-device state a run starts from (error word, Variables, stacks)
+and the stacks' store; and, as the methods of its subclass, the compiled function of each segment
+(``compiled``, made once per plan and kept on the segment) and what an error word means
+(``outcome_of``). What an executor adds — the partitioned executor's worker threads and device
+timeline, the fast backend's trace spans — it adds by overriding the hooks ``call``, ``ran`` and
+``guard``, or ``segment`` itself.
+
+A run, as plain Python::
+
+    run = Runner(program, state, stacks, devices, options, policy)   # a subclass of StepRunner
+    run.steps(cut.steps, env)   # env: the feeds, on their devices
+    run.finish()                # every device's error word acted on
+    if run.retry is None:
+        values = fetched(fetches, env.vals, run.lives)
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from turnout.fast import stacks as stk
+from turnout.fast.cut import HostCond, Segment, Step
+from turnout.fast.device_stacks import DeviceStacks
+from turnout.fast.driven import DrivenLoop, Guard, no_guard
+from turnout.fast.guards import iteration_bound
+from turnout.fast.host_control import HostControl
+from turnout.fast.host_env import HostEnv
+from turnout.fast.outcome import Outcome, Raise, Retry, enforce
+from turnout.fast.regions import Key, Program
+from turnout.fast.segment import SegmentFn
+from turnout.fast.values import wrap_static
+from turnout.session import RunOptions
+
+#: what a step's call gives back: its writes, their live flags, its device's state after it; or the
+#: ``Retry`` of stacks that outgrew their chunk within one call
+Called = Union[tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]], Retry]
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """How a run reads its error words. ``who``: the executor its errors name. ``check_each_step``:
+    read a segment's error word as soon as it returns and act on it there, as the one-device backend
+    does (a step's error is raised after that step, as the interpreter raises it during the run, and a
+    ``Retry`` stops the run at once); otherwise a device's word is read only when the host must wait
+    for it (a loop's ``parallel_iterations`` window, the end of the run), so that devices run ahead
+    of the host."""
+
+    who: str
+    check_each_step: bool = False
+
+
+class StepRunner(HostControl):
+    """One run of a cut's steps over per-device state (see the module docstring)."""
+
+    def __init__(self, program: Program, state: dict[str, dict[str, Any]], stacks: DeviceStacks,
+                 jdev: dict[str, Any], options: RunOptions, policy: RunPolicy) -> None:
+        self.program = program
+        #: device -> its state: the error word, the Variables placed there, its gradient stacks
+        self.state = state
+        self.stacks = stacks
+        #: device name -> its JAX device (values of other devices are copied there once)
+        self.jdev = jdev
+        self.policy = policy
+        self.max_iter_py = options.max_iterations
+        self.max_iter = iteration_bound(options)
+        self.tl = None
+        #: the live flags of fetched writes (a fetch inside a compiled cond can be dead)
+        self.lives: dict[Key, Any] = {}
+        self.host_iterations: dict[str, int] = {}
+        self.iteration = 0  # the innermost host loop's iteration, for trace labels
+        #: worker threads per device, where an executor dispatches from them (none here)
+        self.pools: dict[str, Any] = {}
+        self.last_fut: dict[str, Future[Any]] = {}
+        #: the seconds of each segment call, in order
+        self.seconds: list[float] = []
+        #: the first ``Retry`` of the run (stacks that outgrew their chunk within one call, read from an
+        #: error word or returned by a driven loop): nothing of the run is kept from then on, no further
+        #: step runs, and the executor runs it again with the larger chunk
+        self.retry: Optional[Retry] = None
+        for d, st in state.items():
+            stacks.observe(d, st)
+
+    # ---- steps ------------------------------------------------------------------------------------
+    def steps(self, steps: list[Step], env: HostEnv) -> None:
+        """Run a scope's steps in order: segment calls, and the conds and loops the host drives.
+        Nothing after a ``Retry`` (``self.retry``)."""
+        for s in steps:
+            if self.retry is not None:
+                return
+            if isinstance(s, Segment):
+                self.segment(s, env)
+            elif isinstance(s, HostCond):
+                self.cond(s, env)
+            else:
+                self.loop(s, env)
+
+    def segment(self, seg: Segment, env: HostEnv) -> None:
+        """One segment: its inputs from ``env`` (on its device), its call, its outputs into ``env``."""
+        dev = seg.device
+        jd = self.jdev[dev]
+        t0 = time.perf_counter()
+        env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
+        got = self.call(seg, env_in, self.state[dev])
+        if isinstance(got, Retry):
+            self.retry = self.retry or got
+            return
+        out, lives, state = got
+        self.ran(seg, env, out, state)
+        self.state[dev] = state
+        for k, v in out.items():
+            env.set(k, v, dev)
+        self.lives.update(lives)
+        if self.policy.check_each_step:
+            code = int(np.asarray(state["err"]))
+            if code:
+                self.check(code)
+        self.seconds.append(time.perf_counter() - t0)
+
+    def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
+        """One call of ``seg`` on its device's ``state``. The stacks it pushes or pops are spilled or
+        refilled first where the call needs it (``DeviceStacks.before``); a driven segment runs its
+        loop chunk by chunk, moving its own chunks between its calls."""
+        if seg.fn is None:
+            seg.fn = self.compiled(seg)
+        dev, t = seg.device, seg.traffic
+        with self.stacks.device_oom(t, dev, seg.describe):
+            if seg.driven is not None:
+                return self._drive(seg, env_in, state)
+            if t:
+                rest, stacks = stk.split_state(state)
+                state = {**rest, **self.stacks.before(t, dev, stacks)}
+            out, lives, new = seg.fn(env_in, state, self.max_iter)
+        if t:
+            self.stacks.after(t, dev, new)
+        return out, lives, new
+
+    def _drive(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
+        """A driven segment's loop (``fast.driven.DrivenLoop.run``), its full chunks handed to its
+        device's store between chunk calls; then its stacks' pointers are known to the host."""
+        got = seg.fn.run(env_in, state, self.max_iter, self.stacks.stores[seg.device], self.policy.who,
+                         self.guard(seg))
+        if isinstance(got, Retry):
+            return got
+        if isinstance(got, Raise):
+            enforce(got)
+        assert not isinstance(got, Raise)
+        out, lives, new = got
+        self.stacks.settle(seg.device, {s: v for s, v in new.items() if s in seg.push or s in seg.pop})
+        return out, lives, new
+
+    # ---- what an executor gives ---------------------------------------------------------------------
+    def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
+        """The compiled function of ``seg``: a ``SegmentFn``, or for a driven segment its ``DrivenLoop``."""
+        raise NotImplementedError
+
+    def outcome_of(self, code: int, moved: int) -> Outcome:
+        """What error word ``code`` means, ``moved`` stack chunks having left the devices so far."""
+        raise NotImplementedError
+
+    # ---- hooks ------------------------------------------------------------------------------------
+    def ran(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any]) -> None:
+        """After a segment's call returned (the partitioned executor's timeline records it)."""
+
+    def guard(self, seg: Segment) -> Guard:
+        """The guard around each call and move of a driven segment (``fast.driven``): none here."""
+        return no_guard
+
+    def on_workers(self, fn: Any) -> None:
+        """Run ``fn`` once every call dispatched so far may be touched (at once, with no workers)."""
+        fn()
+
+    # ---- error words ------------------------------------------------------------------------------
+    def _retire(self, errs: list[Any]) -> None:
+        """Wait for an iteration's segments (their error words) and act on its first error."""
+        codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
+        for c in codes:
+            if c:
+                self.check(c)
+                return
+
+    def finish(self) -> None:
+        """Act on the first error word of any device, once every call has returned."""
+        for st in self.state.values():
+            c = int(np.asarray(st["err"]))
+            if c and self.retry is None:
+                self.check(c)
+
+    def check(self, code: int) -> None:
+        """Act on a nonzero error word: its error raised, or, for stacks that outgrew their chunk
+        within one call (or ran empty inside one after chunks were moved out of it), the ``Retry``
+        kept (``self.retry``)."""
+        got = self.outcome_of(code, self.stacks.moved())
+        if isinstance(got, Retry):
+            self.retry = self.retry or got
+        else:
+            enforce(got)
+
+
+__all__ = ["Called", "RunPolicy", "StepRunner"]
