@@ -94,8 +94,9 @@ class Segment:
     push: dict[str, int] = field(default_factory=dict)
     pop: dict[str, int] = field(default_factory=dict)
     measured: set[str] = field(default_factory=set)
-    #: what one call can do to its device's stacks (``traffic``): the host moves chunks around it
-    traffic: Traffic = field(default_factory=Traffic)
+    #: what one call can do to its device's stacks (``traffic``), None where it touches none: the host
+    #: moves chunks around the calls that do
+    traffic: Optional[Traffic] = None
     #: the segment's compiled function (``SegmentFn``, or a driven loop's ``DrivenLoop``), made on first use
     fn: Any = None
     #: the device as traces and errors name it (``schedule``'s ``label``; none on one device)
@@ -293,7 +294,7 @@ class _Builder:
         produced = {key(o) for n in nodes if n.id not in self.fed for o in n.outputs} | {(n.id, -1) for n in nodes}
         writes = sorted(k for k in produced if k in self.fetch or self.readers.get(k, set()) - ids)
         seg = Segment(device, items, sorted(reads), writes, [k for k in writes if k in self.fetch],
-                      index=len(self.segments), label=self.label(device), traffic=traffic(items, self.held))
+                      index=len(self.segments), label=self.label(device), traffic=traffic(items, self.held) or None)
         if len(items) == 1 and self._drives(items[0]):
             loop = items[0]
             assert isinstance(loop, WhileRegion)

@@ -59,12 +59,14 @@ class DeviceStacks:
                  held: Optional[dict[str, dict[str, int]]] = None, *, who: str,
                  label: Callable[[str], str]) -> None:
         self.capacity = capacity
-        self.who, self.label = who, label
+        self.who = who
+        #: device -> its name in errors, made once (a call's out-of-memory guard is made on every call)
+        self.labels = {d: label(d) for d in devices}
         # one store per device: each counts its own buffers, and the checkpoint slots it holds (``held``:
         # per device, per loop), against the cap and the budget
         held = held or {}
-        self.stores = {d: stk.ChunkStore(info, limit, budget, f"{who} (device {label(d)})" if label(d) else who,
-                                         held.get(d)) for d in devices}
+        self.stores = {d: stk.ChunkStore(info, limit, budget, f"{who} (device {lab})" if lab else who, held.get(d))
+                       for d, lab in self.labels.items()}
         self.known: dict[str, int] = {}      # the pointer when last read (0: not read since a spill)
         self.pushed: dict[str, int] = {}     # the most values pushed since that read
         self.popped: dict[str, int] = {}     # the most values popped since that read
@@ -163,7 +165,7 @@ class DeviceStacks:
             keys = [*t.push, *t.pop] if t else []
             return ", ".join(sorted({info[k].where for k in keys if k in info})) or what()
 
-        lab = self.label(device)
+        lab = self.labels[device]
         return device_oom(self.who, f"device {lab}" if lab else "the device", loops)
 
     def moved(self) -> int:

@@ -40,7 +40,7 @@ from turnout.fast.cut import HostCond, Segment, Step
 from turnout.fast.device_stacks import DeviceStacks
 from turnout.fast.driven import DrivenLoop, Guard, no_guard
 from turnout.fast.guards import iteration_bound
-from turnout.fast.host_control import HostControl
+from turnout.fast.host_control import HostClock, HostControl
 from turnout.fast.host_env import HostEnv
 from turnout.fast.outcome import Outcome, Raise, Retry, enforce
 from turnout.fast.regions import Key, Program
@@ -80,7 +80,8 @@ class StepRunner(HostControl):
         self.policy = policy
         self.max_iter_py = options.max_iterations
         self.max_iter = iteration_bound(options)
-        self.tl = None
+        #: a traced run's timeline, where the executor keeps one (the host's waits and decisions go on it)
+        self.tl: Optional[HostClock] = None
         #: the live flags of fetched writes (a fetch inside a compiled cond can be dead)
         self.lives: dict[Key, Any] = {}
         self.host_iterations: dict[str, int] = {}
@@ -143,11 +144,11 @@ class StepRunner(HostControl):
         with self.stacks.device_oom(t, dev, seg.describe):
             if seg.driven is not None:
                 return self._drive(seg, env_in, state)
-            if t:
+            if t is not None:
                 rest, stacks = stk.split_state(state)
                 state = {**rest, **self.stacks.before(t, dev, stacks)}
             out, lives, new = seg.fn(env_in, state, self.max_iter)
-        if t:
+        if t is not None:
             self.stacks.after(t, dev, new)
         return out, lives, new
 
@@ -189,7 +190,10 @@ class StepRunner(HostControl):
     # ---- error words ------------------------------------------------------------------------------
     def _retire(self, errs: list[Any]) -> None:
         """Wait for an iteration's segments (their error words) and act on its first error."""
+        t0 = self.tl.now() if self.tl else 0.0
         codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
+        if self.tl:
+            self.tl.host("wait: parallel_iterations window", t0)
         for c in codes:
             if c:
                 self.check(c)

@@ -81,7 +81,8 @@ def test_each_segment_of_a_spanning_loop_counts_its_pushes_per_call_exactly() ->
     pushing = {k: v for k, v in pushing.items() if v}
     assert pushing  # the loop body's segments on cpu:1 and cpu:2 push
     for index, want in pushing.items():
-        assert plan.schedule.segments[index].traffic.push == want
+        t = plan.schedule.segments[index].traffic
+        assert t is not None and t.push == want
     # one read per chunk per stack (three stacks) and a few for the pops: far fewer than the calls
     assert stats["stack_pointer_reads"] < 3 * steps
 
@@ -101,6 +102,7 @@ def test_a_cond_in_a_spanning_loop_counts_its_larger_branch() -> None:
     assert conds, "the cond is compiled inside a segment"
     for seg in conds:
         t = seg.traffic
+        assert t is not None
         for it in seg.items:
             if isinstance(it, CondRegion):
                 per = [_stack_pushes(it.branches[b]) for b in (False, True)]
