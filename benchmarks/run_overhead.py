@@ -6,7 +6,8 @@ beside its hand-written ``jax.jit`` twin called on the same numpy arrays and rea
 ``np.asarray`` (what a JAX user pays per call):
 
 - ``elementwise``: ``x * 2 + 1`` on a fed ``(4,)`` array (nothing to check, one output);
-- ``variable``: ``v.assign_add(x)`` read back (a Variable kept on the device between runs);
+- ``variable``: ``v.assign_add(x)`` read back (a Variable kept on the device between runs), and the
+  same through the partitioned backend with every node on its one device (``devices=["cpu:0"]``);
 - ``checked_loop``: a ``while_loop`` of fed length whose body divides by a fed integer (an error
   word and an iteration bound to check after the call);
 - ``training_step``: ``[loss, train_op]`` of a small regression with SGD (the op fetched as ``None``);
@@ -78,6 +79,15 @@ def _programs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
         return np.asarray(state["v"])
 
     out["variable"] = (lambda: vsess.run(upd, {x2: a}), hand_var)
+    # the same graph through the partitioned backend, every node on its one device: the one-device tier
+    psess = tn.Session(g, backend="fast", devices=["cpu:0"])
+    pstate = {"v": jnp.zeros(4, jnp.float32)}
+
+    def hand_var_placed() -> Any:
+        pstate["v"] = fv(pstate["v"], a)
+        return np.asarray(pstate["v"])
+
+    out["variable, devices=[cpu:0]"] = (lambda: psess.run(upd, {x2: a}), hand_var_placed)
 
     g = tn.Graph()
     with g.as_default():

@@ -8,8 +8,9 @@ and the tree is cut by device (``devices.segments``). Cross-device values move w
 buffers, and a copy is what a Send/Recv pair would do.
 
 A graph placed wholly on one device is simply the unpartitioned fast backend's program, and runs on
-that backend with the device as JAX's default (``stats['tier'] == "one device"``). Otherwise three
-tiers, tried in this order:
+that backend with the device as JAX's default (``stats['tier'] == "one device"``,
+``devices.one_device``: its lanes, device feeds and deferred Variables too). Otherwise three tiers,
+tried in this order:
 
 1. **Whole program**: ``turnout.devices.spmd.spmd_choice(graph, placement, fetches, fed)`` compiles a
    program whose every op lowers as ONE ``shard_map`` program, in which the devices run each spanning
@@ -64,6 +65,7 @@ import numpy as np
 
 from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
+from turnout.devices.one_device import OneDevice
 from turnout.devices.placement import Placement, place
 from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
@@ -82,7 +84,7 @@ from turnout.fast.emit import Emitter, var_key
 from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.host_env import HostEnv, fetched
-from turnout.fast.lane import write_variables
+from turnout.fast.lane import Lane, write_variables
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Outcome, decode
 from turnout.fast.regions import Key, Program, key, program_nodes
@@ -186,9 +188,12 @@ class FastPartitionedBackend:
         self._whole: dict[Any, Any] = {}
         #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_swap``)
         self._whole_declined: dict[Any, str] = {}
-        #: the unpartitioned fast backend, for graphs placed wholly on one device (``_run_one_device``)
-        self._single: Any = None
-        self._single_ran = False
+        #: the unpartitioned fast backend, for graphs placed wholly on one device (``devices.one_device``)
+        self._single = OneDevice(graph, self.options, self.jax_devices)
+        self._single_ran = False  # the last run was the one-device tier's
+        #: ``session.variables``: the one-device backend's store, on every tier (Variables a one-device
+        #: run wrote stay on its device until read)
+        self.variable_store = self._single.variable_store
         self._reference: Any = None
         self._records: list[dict[str, Any]] = []
         self._pools: dict[str, ThreadPoolExecutor] = {}
@@ -226,7 +231,7 @@ class FastPartitionedBackend:
         when the forward loop ended), ``peak_device_bytes``, ``host_bytes`` (held in host memory then),
         ``chunks_to_host``, ``chunks_from_host`` and ``chunks_kept_on_device`` (see ``devices.swap``)."""
         if self._single_ran:
-            return self._single.memory_records()  # type: ignore[no-any-return]
+            return self._single.backend.memory_records()
         return [dict(r) for r in self._records]
 
     def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -239,7 +244,7 @@ class FastPartitionedBackend:
         _, placement, used = self._placed()
         if len(used) == 1:
             (device,) = used
-            inner = self._one_device().explain(fetches, feeds, variables, memory_budget)
+            inner = self._single.explain(device, fetches, feeds, variables, memory_budget)
             step = RunStep("one device", "every node is placed here: the one-device fast backend's schedule",
                         parse(device).short, (*inner.steps, *inner.otherwise))
             return RunSchedule("fast (partitioned)", (step,), notes=inner.notes)
@@ -280,7 +285,8 @@ class FastPartitionedBackend:
         refuse_firing_budget("fast partitioned executor", options)
         _, _, used = self._placed()
         if len(used) == 1:
-            return self._run_one_device(next(iter(used)), fetches, feeds, variables, options)
+            self._single_ran = True
+            return self._single.run(next(iter(used)), fetches, feeds, variables, options)
         self._single_ran = False
         sig = self._signature(fetches, feeds, variables)
         if sig in self._fallback:
@@ -369,26 +375,18 @@ class FastPartitionedBackend:
         """Whether a memory budget applies to a run: the run's, or a loop's own on its stacks."""
         return run_budget is not None or bool(budgeted_loops(self.graph))
 
-    def _run_one_device(self, device: str, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                        variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        """A graph placed wholly on one device is the unpartitioned fast backend's program: it runs
-        there, with that device as JAX's default, so it gets everything that backend does (driven
-        loops whose gradient stacks follow ``swap_memory``, the fused path, traces) at its speed."""
-        with jax.default_device(self.jax_devices[device]):
-            result: RunResult = self._one_device().run(fetches, feeds, variables, options)
-        self._single_ran = True
-        result.stats.setdefault("executor", "fast partitioned")
-        result.stats["tier"] = "one device"
-        return result
+    def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
+                 ops: Optional[list[bool]] = None) -> Optional[Lane]:
+        """After a ``Session.run``: where the run was the one-device tier's, that backend's lane for
+        repeating it, on the graph's device (``devices.one_device``); else None (the other tiers'
+        runs are not repeated by a lane)."""
+        return self._single.lane_for(fetches, feeds, given, ops) if self._single_ran else None
 
-    def _one_device(self) -> Any:
-        """The one-device fast backend that runs (and explains) a graph placed wholly on one device,
-        made on first use."""
-        if self._single is None:
-            from turnout.fast.backend import FastBackend
-
-            self._single = FastBackend(self.graph, options=self.options)
-        return self._single
+    def device_feed(self, value: Any) -> Any:
+        """A fed ``jax.Array`` the session passes as it is: where the graph is placed on one device,
+        as that tier's backend takes it (on that device); else None (read through numpy)."""
+        _, _, used = self._placed()
+        return self._single.device_feed(next(iter(used)), value) if len(used) == 1 else None
 
     def _whole_program(self, sig: Any, placement: Placement, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
         """The whole-program tier's plan for this run signature, made once (its traces are cached in it),

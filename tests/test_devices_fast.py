@@ -454,6 +454,50 @@ def test_a_graph_on_one_device_runs_as_the_unpartitioned_fast_backend() -> None:
     assert sess.last_result.stats["tier"] == "one device" and rec.chunks_to_host >= 2
 
 
+def test_a_graph_on_one_device_takes_the_backends_lane_device_feeds_and_deferred_variables() -> None:
+    """The one-device tier gives a placed graph what ``backend="fast"`` gives it (``devices.one_device``):
+    a repeated run goes through the session's lane (``stats["route"] == "lane"``), on the graph's device;
+    a fed ``jax.Array`` is taken as it is, on that device; a Variable a run assigns stays on the device
+    until read (``session.variables`` is the backend's store). Each value equals the reference's."""
+    import jax
+
+    g = tn.Graph()
+    with g.as_default(), tn.device("cpu:1"):
+        x = tn.placeholder(tn.float32, [3], name="x")
+        v = tn.Variable(np.zeros(3, np.float32), name="v")
+        y = tn.reduce_sum(x * 2.0 + v.read())
+        step = v.assign_add(x)
+    ref = tn.Session(g)
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"])
+    cpu1 = sess.backend.jax_devices[canonical("cpu:1")]
+    for k in range(4):
+        feed = np.arange(3, dtype=np.float32) + k
+        got, want = sess.run([y, step], {x: feed}), ref.run([y, step], {x: feed})
+        np.testing.assert_allclose(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1])
+        stats = sess.last_result.stats
+        assert stats["tier"] == "one device"
+        if k >= 2:
+            assert stats["route"] == "lane", stats
+    np.testing.assert_allclose(sess.variables["v"], ref.variables["v"])
+    assert type(sess.variables).__name__ == "DeviceVariables"
+    # the Variable's device copy, and a lane's outputs, live on the graph's device
+    (dev,) = sess.backend._single.backend._dev_vars["v"][1].devices()
+    assert dev == cpu1
+    # a fed jax.Array on another device goes to the graph's device as it is
+    on0 = jax.device_put(np.ones(3, np.float32), sess.backend.jax_devices[canonical("cpu:0")])
+    placed = sess.backend.device_feed(on0)
+    assert placed is not None and placed.devices() == {cpu1}
+    np.testing.assert_allclose(sess.run(y, {x: on0}), ref.run(y, {x: np.ones(3, np.float32)}))
+    # a graph over two devices keeps the session's numpy path: no device feed, no lane
+    with g.as_default(), tn.device("cpu:0"):
+        z = y * 3.0
+    assert sess.backend.device_feed(on0) is None
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(z, {x: np.ones(3, np.float32)}), ref.run(z, {x: np.ones(3, np.float32)}))
+    assert sess.last_result.stats.get("route") != "lane" and sess.last_result.stats["tier"] != "one device"
+
+
 def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:
     """Regression: a loop with gradient stacks compiled whole on one device while its inputs come from
     another. Its stacks are allocated before the run (static push shapes), so the loop carry keeps one
@@ -516,7 +560,7 @@ def test_the_fast_partitioned_executor_takes_the_fast_backend_s_options() -> Non
         y = x * 2.0
     sess = tn.Session(one, backend="fast", devices=D2, stack_chunk=8)
     assert sess.run(y, {x: 1.5}) == 3.0
-    assert sess.backend._single.options is sess.backend.options  # the one-device tier: the same value
+    assert sess.backend._single.backend.options is sess.backend.options  # the one-device tier: the same value
 
 
 def _inner_pushes_past_the_chunk() -> tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, Any]]:

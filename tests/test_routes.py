@@ -182,7 +182,7 @@ STRICT = {
     "one call (Direct or the fused attempt), then its lane":
         lambda s: s[0]["fused"] and s[0]["stack_capacity"] == 128 and s[1]["route"] == "lane",
     "staged, chunks of one entry": lambda s: not s[0]["fused"] and s[0]["stages"] > 1,
-    "one device, through the partitioned backend": lambda s: s[1]["tier"] == "one device" and s[1]["route"] == "hot",
+    "one device, through the partitioned backend": lambda s: s[1]["tier"] == "one device" and s[1]["route"] == "lane",
     "several devices, per-device tiers": lambda s: s[0]["tier"] == "host-driven",
     "several devices, SPMD": lambda s: s[0]["tier"] == "spmd",
     "several devices, partitioned reference":
