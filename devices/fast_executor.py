@@ -255,7 +255,7 @@ class FastPartitionedBackend:
         whole = None if self._budgeted(memory_budget) else self._whole_program(sig, placement, fetches, feeds)
         with jax.enable_x64(True):
             plan = self._plan(sig, fetches, feeds, self.options.stack_chunk)
-        per_device = steps_of(plan.schedule.steps)
+        per_device = steps_of(plan)
         notes: tuple[str, ...] = ((f"the SPMD tier declined: {self._whole_declined[sig]}",)
                                   if sig in self._whole_declined else ())
         notes += specialisation_notes(self.graph, self._static_keys.get(sig, NOTHING))

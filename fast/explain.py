@@ -3,12 +3,16 @@
 Why here and not in the backend: the schedule is a *reading* of the plan (``fast.plan.Plan``) the
 runs themselves use; making it must not compile, run or change what a later run does. So this module
 takes a plan and returns steps, and the backend only finds the plan (``FastBackend.explain``). The
-partitioned backend reads its placed program's segments the same way (``devices.segments.steps_of``).
+steps of a cut (``fast.cut``: the staged path's stages, a placed program's per-device segments and
+host conds and loops) are printed by one function, ``cut_steps``, for both backends.
 """
 
 from __future__ import annotations
 
-from turnout.fast.cut import Segment
+from collections.abc import Callable, Sequence
+from typing import Optional
+
+from turnout.fast import cut
 from turnout.fast.plan import Plan
 from turnout.fast.regions import WhileRegion
 from turnout.run_schedule import RunSchedule, Step
@@ -31,7 +35,7 @@ def plan_schedule(plan: Plan, rungs: list[int], lane: bool = True) -> RunSchedul
         fused = Step("compiled call", f"the whole program in one call, every loop a lax loop, gradient stacks "
                                       f"{_rungs(rungs)}{_host(plan)}")
         staged = Step("staged", "when the stacks outgrow the largest rung: the stages in order",
-                      steps=tuple(_stage(plan, st) for st in plan.stages))
+                      steps=_stages(plan))
         return RunSchedule("fast", (fused,), (staged, *otherwise),
                            ("a repeated run of this signature calls the rung that held the last run directly "
                             "(its lane)",) if lane else ())
@@ -40,7 +44,7 @@ def plan_schedule(plan: Plan, rungs: list[int], lane: bool = True) -> RunSchedul
                                      "flags out (Direct)")
         return RunSchedule("fast", (step,), otherwise, ("a repeated run of this signature is its lane: the same call, "
                                                         "without the general path's checks",) if lane else ())
-    steps = tuple(_stage(plan, st) for st in plan.stages)
+    steps = _stages(plan)
     return RunSchedule("fast", steps if len(steps) == 1 else (Step("staged", "the stages in order", steps=steps),),
                        otherwise)
 
@@ -61,13 +65,37 @@ def _host(plan: Plan) -> str:
            "and pop)" if loops else ""
 
 
-def _stage(plan: Plan, st: Segment) -> Step:
-    if st.driven is not None:
-        swap = any(k in plan.host for k in st.push)
-        return Step("driven loop", f"{_loop(st.driven)}: at most {plan.capacity} iterations per call, full stack "
-                                   f"chunks {'swapped to host memory' if swap else 'kept on the device'}")
-    loops = sum(1 for it in st.items if isinstance(it, WhileRegion))
-    return Step("compiled call", f"a segment of {len(st.items)} item(s)" + (f", {loops} loop(s)" if loops else ""))
+def _stages(plan: Plan) -> tuple[Step, ...]:
+    """The staged path's stages: the plan's cut for one device."""
+    return cut_steps(plan.stages, plan.capacity, lambda k: k in plan.host)
+
+
+def cut_steps(steps: Sequence[cut.Step], capacity: int, swaps: Callable[[str], bool],
+              label: Callable[[str], Optional[str]] = lambda _: None) -> tuple[Step, ...]:
+    """The steps of a cut (``fast.cut``) as schedule steps: a compiled segment, a driven loop (at most
+    ``capacity`` iterations per call, its full chunks swapped to host memory where ``swaps`` says so of
+    its stacks, else kept on the device), a host cond (its branches) or a host loop (its header, body
+    and exit side). ``label`` names a step's device (None: the backend's one device)."""
+    out: list[Step] = []
+    for s in steps:
+        if isinstance(s, cut.Segment) and s.driven is not None:
+            kept = "swapped to host memory" if any(swaps(k) for k in s.push) else "kept on the device"
+            out.append(Step("driven loop", f"{_loop(s.driven)}: at most {capacity} iterations per call, full stack "
+                                           f"chunks {kept}", label(s.device)))
+        elif isinstance(s, cut.Segment):
+            loops = sum(1 for it in s.items if isinstance(it, WhileRegion))
+            out.append(Step("compiled call", s.describe() + (f", {loops} loop(s) compiled whole" if loops else ""),
+                            label(s.device)))
+        elif isinstance(s, cut.HostCond):
+            branches = tuple(Step("staged", f"branch {b}", steps=cut_steps(s.branches[b], capacity, swaps, label))
+                             for b in (True, False))
+            out.append(Step("host cond", f"predicate {s.region.pred.name}", steps=branches))
+        else:
+            over = ", ".join(str(label(d)) for d in s.devices)
+            parts = tuple(Step("staged", part, steps=cut_steps(sub, capacity, swaps, label))
+                          for part, sub in (("header", s.header), ("body", s.body), ("exit", s.exit_side)) if sub)
+            out.append(Step("host loop", f"loop {s.region.frame[-1]!r} over {over}", label(s.home), parts))
+    return tuple(out)
 
 
 def _loop(region: WhileRegion) -> str:
@@ -75,4 +103,4 @@ def _loop(region: WhileRegion) -> str:
 
 
 
-__all__ = ["fallback_schedule", "plan_schedule"]
+__all__ = ["cut_steps", "fallback_schedule", "plan_schedule"]

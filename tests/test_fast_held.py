@@ -295,3 +295,48 @@ def test_random_loops_reading_variables_train_as_the_reference(
     for (ra, rv), (fa, fv) in zip(got["reference"], got["fast"], strict=True):
         for a, b in zip([*ra, *rv], [*fa, *fv], strict=True):
             np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12)
+
+
+def test_a_held_stack_pushed_under_a_cond_is_no_stack_of_the_driven_loop() -> None:
+    """A hand-built stack pushed a Variable's read inside a cond of a loop, and popped only after the
+    loop, is held (its pushes do nothing, its pops give the Variable's value); the loop also has a
+    gradient's stacks, so on the staged path it is driven chunk by chunk. The law of the cut
+    (``cut.iteration_counts``): a driven loop counts the pushes and pops of its stacks per iteration,
+    and a held stack is none of them at any depth, under a cond too. Counted, the chunk would look
+    for a buffer the held stack does not have. Equal to the reference interpreter's values (which
+    keeps one entry per push)."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.float32(2.0), name="w")
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+
+        def body(i: Any, h: Any) -> Any:
+            index = tn.reshape(i, [1])
+
+            def push() -> Any:
+                p = g.create_node("StackPush", [stack, index, w.read()], name="push").outputs[0]
+                return h * 1.0 + p * 0.0
+
+            return i + 1, tn.tanh(tn.cond(tn.equal(i % 2, 0), push, lambda: h * 1.0) * 1.1)
+
+        _, y = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+        with tn.control_dependencies([y]):
+            last = (n - 1) // 2 * 2  # the last index pushed (the even iterations push)
+
+        def pop_body(j: Any, s: Any) -> Any:
+            popped = g.create_node("StackPop", [stack, tn.reshape(last - 2 * j, [1])], {"dtype": "float32"},
+                                   name="pop").outputs[0]
+            return j + 1, s + tn.reshape(popped, [])
+
+        _, total = tn.while_loop(lambda j, s: j < (n + 1) // 2, pop_body, [tn.constant(0), tn.constant(0.0)])
+    feeds = {x: np.float32(0.3), n: np.int32(40)}
+    want = tn.Session(g).run([y, dx, total], feeds)
+    sess = tn.Session(g, backend="fast", stack_chunk=8)
+    np.testing.assert_allclose(sess.run([y, dx, total], feeds), want, rtol=1e-4)
+    assert float(want[2]) == 40.0  # twenty pops of w = 2
+    assert held_names(sess) == {"w"}
+    stats = sess.last_result.stats
+    assert not stats["fused"] and stats["stages"] > 1  # the staged path: the forward loop driven

@@ -199,7 +199,8 @@ MODULES: dict[str, dict[str, Any]] = {
        for m in ("compiled_partition", "fused_group")},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
-    "fast/cut.py": {"module": "turnout.fast.cut", "tests": list(dict.fromkeys([*_SWAP_TESTS, *_BACKEND_TESTS]))},
+    "fast/cut.py": {"module": "turnout.fast.cut",
+                    "tests": list(dict.fromkeys([*_SWAP_TESTS, *_BACKEND_TESTS, "test_fast_held.py"]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
        for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts", "staged_stages")},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
