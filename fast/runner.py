@@ -28,7 +28,6 @@ A run, as plain Python::
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -89,8 +88,6 @@ class StepRunner(HostControl):
         #: worker threads per device, where an executor dispatches from them (none here)
         self.pools: dict[str, Any] = {}
         self.last_fut: dict[str, Future[Any]] = {}
-        #: the seconds of each segment call, in order
-        self.seconds: list[float] = []
         #: the first ``Retry`` of the run (stacks that outgrew their chunk within one call, read from an
         #: error word or returned by a driven loop): nothing of the run is kept from then on, no further
         #: step runs, and the executor runs it again with the larger chunk
@@ -116,7 +113,6 @@ class StepRunner(HostControl):
         """One segment: its inputs from ``env`` (on its device), its call, its outputs into ``env``."""
         dev = seg.device
         jd = self.jdev[dev]
-        t0 = time.perf_counter()
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
         got = self.call(seg, env_in, self.state[dev])
         if isinstance(got, Retry):
@@ -132,7 +128,6 @@ class StepRunner(HostControl):
             code = int(np.asarray(state["err"]))
             if code:
                 self.check(code)
-        self.seconds.append(time.perf_counter() - t0)
 
     def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
         """One call of ``seg`` on its device's ``state``. The stacks it pushes or pops are spilled or

@@ -16,6 +16,7 @@ larger chunks.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional, Union
@@ -47,6 +48,8 @@ class StagedRun(StepRunner):
                  options: RunOptions) -> None:
         super().__init__(plan.program, {ONE: state}, stacks, {ONE: None}, options, RunPolicy(WHO, check_each_step=True))
         self.b, self.plan = backend, plan
+        #: the seconds of each stage's call, in order (``stats["stage_seconds"]``)
+        self.seconds: list[float] = []
 
     def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
         """The plan's compiled segment, or its driven loop (pointers running free: the word is read first)."""
@@ -57,7 +60,8 @@ class StagedRun(StepRunner):
         return self.b._decode(self.plan, code, moved)
 
     def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
-        """The stage's call, a span of the run's timeline when traced."""
+        """The stage's call, timed, and a span of the run's timeline when traced."""
+        t0 = time.perf_counter()
         what = f"driven {seg.driven.describe()}" if seg.driven is not None else "compiled segment"
         with self.b._span(f"stage {seg.index}: {what}", "compiled stages") as args:
             before = self.b.compile_count
@@ -65,6 +69,7 @@ class StagedRun(StepRunner):
             args["compiled"] = self.b.compile_count != before
             if self.b._timeline is not None and seg.driven is None and not isinstance(got, Retry):
                 args["error_word"] = int(np.asarray(got[2]["err"]))
+        self.seconds.append(time.perf_counter() - t0)
         return got
 
     def guard(self, seg: Segment) -> Guard:
