@@ -1,16 +1,17 @@
 """``FastBackend``: ``tn.Session(graph, backend="fast")``.
 
 One execution model. A run signature (graph edits, fetches, feed signature, Variables' types, stack
-capacity) has a ``Plan`` (``fast.plan``): the root frame cut into **stages** — compiled segments, and
-*driven loops* (top-level loops that push or pop gradient stacks, compiled to run at most a chunk of
-iterations per call and re-entered by a Python loop, ``_drive``, that hands full stack chunks to a
-``stacks.ChunkStore``: to host memory for a loop with ``swap_memory=True``, kept on the device
-otherwise). ``_execute`` runs a list of stages in order and finishes the run (fetches to the host,
-Variables written back, the stack buffers kept for the next run). Everything else is a property of
-the plan that shortens the route through the same model:
+capacity) has a ``Plan`` (``fast.plan``): the root frame cut into **stages** (``fast.cut``, the one
+cut of every placement, here for one device) — compiled segments, and *driven loops* (top-level loops
+that push or pop gradient stacks, compiled to run at most a chunk of iterations per call and
+re-entered by the host, which hands full stack chunks to a ``stacks.ChunkStore``: to host memory for
+a loop with ``swap_memory=True``, kept on the device otherwise). The one runner of the compiled side
+(``fast.runner``, ``StagedStages._run_stages``) runs the stages in order and the run finishes
+(fetches to the host, Variables written back, the stack buffers kept for the next run). Everything
+else is a property of the plan that shortens the route through the same model:
 
 - ``Plan.fused``: a plan with driven loops also has its whole root frame as ONE stage, every loop a
-  plain ``lax`` loop. ``_execute`` attempts it first (``[plan.fused]``, ``attempt=True``), on a
+  plain ``lax`` loop. A run attempts it first (``FusedAttempts._attempt``: one call), on a
   ladder of stack capacities (``fast.fused_attempts``: 128, 256, 512 entries, then ``stack_chunk``,
   by default; ``FastOptions.stack_first_rung`` and ``stack_rung_ratio`` set the rungs); an attempt
   that outgrows its stacks stops (the error word's ``overflow``), is discarded and the stages run.

@@ -3,19 +3,19 @@ again, moving full gradient-stack chunks out and bringing emptied ones back betw
 
 A driven loop (a loop that pushes or pops gradient stacks, run so that one call holds at most what
 the stacks have room for) is compiled as three calls: ``init``, ``chunk`` and ``finish``, made by one
-builder, ``DrivenLoop``, for both drivers (``Plan.driven_loop``,
-``devices.region_driver.RegionDriver``), in the one calling convention of the compiled side
-(``fast.call_spec``): the loop's carry crosses each call as state entries (``VALS``, ``PRED``,
-``ITERS``), the stacks as its donated stacks. ``drive_chunks`` is the loop between ``init`` and
-``finish``. After each chunk it reads the chunk's report (``stacks.ChunkReport``: one transfer),
-then asks the run's ``ChunkStore`` to take the chunks of stacks that are full and to give back
-chunks to stacks that run low. It ends when the loop's predicate is false, an error is recorded, or
-the iteration budget is spent.
+builder, ``DrivenLoop``, for both executors' driven segments (``Plan.driven_loop``,
+``FastPartitionedBackend.driver``), run by the one runner (``fast.runner``), in the one calling
+convention of the compiled side (``fast.call_spec``): the loop's carry crosses each call as state
+entries (``VALS``, ``PRED``, ``ITERS``), the stacks as its donated stacks. ``drive_chunks`` is the
+loop between ``init`` and ``finish``. After each chunk it reads the chunk's report
+(``stacks.ChunkReport``: one transfer), then asks the run's ``ChunkStore`` to take the chunks of
+stacks that are full and to give back chunks to stacks that run low. It ends when the loop's
+predicate is false, an error is recorded, or the iteration budget is spent.
 
 Why one function: the one-device fast backend drives its top-level loops, and the partitioned
 executor drives a loop on one device of a graph that spans devices. Both make the same decisions.
 Two things differ, and they are passed in: the name of the route its errors give (``who``), and a
-``guard`` around each call (the fast backend's trace spans and its out-of-memory message);
+``guard`` around each call (the fast backend's trace spans);
 ``DrivenLoop.run`` is the sequence both take.
 """
 
@@ -60,7 +60,7 @@ CARRY = (VALS, PRED, ITERS)
 
 class DrivenLoop:
     """A driven loop: its three compiled calls, made by one builder for both drivers (the fast
-    backend's, ``Plan.driven_loop``; the partitioned executor's, ``devices.region_driver``), each in
+    backend's, ``Plan.driven_loop``; the partitioned executor's, ``FastPartitionedBackend.driver``), each in
     the one calling convention (``fast.call_spec``, through ``LayoutCalls``: the fed values, the
     state with the loop's carry in it, the stacks, donated, the iteration bound), and ``run``, the
     host's side between them:

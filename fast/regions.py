@@ -68,7 +68,7 @@ class CondRegion:
 def cond_exports(r: CondRegion, fetch_keys: Collection[Key]) -> list[Key]:
     """The keys a cond hands out besides its Merges, sorted: the fetched values its branches compute
     and its ``exports``. One answer for the emitter (``fast.conds``, which joins them after a
-    ``lax.cond``) and the host (``devices.host_control``, which joins them after the branch it ran)."""
+    ``lax.cond``) and the host (``fast.host_control``, which joins them after the branch it ran)."""
     joins = {m.id for m, _ in r.merges}
     return sorted({key(o) for n in r.nodes if n.id not in joins for o in n.outputs if key(o) in fetch_keys}
                   | set(r.exports))

@@ -203,5 +203,5 @@ class RunState:
 
     def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
         """The error word of a Direct call acted on: its error raised. (A Direct plan has no gradient
-        stacks, so its word never asks for a retry; the stages return theirs, ``_execute``.)"""
+        stacks, so its word never asks for a retry; the stages return theirs, ``fast.runner``.)"""
         enforce(self._decode(plan, int(state["err"]), swapped))

@@ -70,7 +70,7 @@ def stack_infos(nodes: Iterable[Node]) -> dict[str, stk.StackInfo]:
     """Stack key -> its forward loop's name, how errors name it (with the user's source line of the
     loop, from its Enter nodes) and its ``swap_memory``, read from the ``StackNew`` attrs of ``nodes``.
     Both executors name stacks this way: this backend's plans and the partitioned executor's
-    (``devices.swap``)."""
+    (``fast.device_stacks``)."""
     nodes = list(nodes)
     sources: dict[str, str] = {}
     for n in nodes:

@@ -108,7 +108,7 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
     experiment's LSTM (ten stacks) they were a third of a backward iteration.
 
     The one bounded loop of both drivers: the fast backend's (``fast.plan.Plan.driven_loop``) and the
-    partitioned executor's for a loop on one device (``devices.region_driver``)."""
+    partitioned executor's for a loop on one device (both run by ``fast.runner``)."""
     def ptrs(state: dict[str, Any]) -> dict[str, Any]:
         return {s: _pointer(state, s) for s in {*push, *pop}}
 
@@ -164,8 +164,7 @@ def _pointer(state: dict[str, Any], s: str) -> Any:
 @dataclass(frozen=True)
 class ChunkReport:
     """A driven loop's chunk as the host sees it, read back at once (``report_vector``); the host's
-    swap decisions between chunks, shared by both drivers (``fast.backend`` and
-    ``devices.region_driver``)."""
+    swap decisions between chunks, shared by every driven loop (``fast.driven``)."""
 
     err: int
     pred: bool

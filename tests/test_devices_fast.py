@@ -602,7 +602,7 @@ def test_a_stack_outgrowing_its_chunk_within_one_call_reruns_the_plan(threads: s
 @pytest.mark.parametrize("threads", ["auto", "always"])
 def test_a_driven_loop_whose_iteration_outgrows_the_chunk_reruns_the_plan(threads: str) -> None:
     """A loop on one device that pushes gradient stacks is driven chunk by chunk from the host
-    (``devices.region_driver``); an outer iteration whose inner loop pushes more than the chunk holds
+    (the one runner, ``fast.runner``); an outer iteration whose inner loop pushes more than the chunk holds
     (trip counts 1, 2, ..., 6: more each iteration than the last) leaves an overflow in its device's
     error word, the run's ``Retry`` once read, and the plan runs again with the larger chunk: the
     reference's values."""

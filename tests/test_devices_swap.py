@@ -1,4 +1,4 @@
-"""Gradient stacks of graphs that span devices (``turnout.devices.swap``), on forced CPU devices.
+"""Gradient stacks of graphs that span devices (``turnout.fast.device_stacks``), on forced CPU devices.
 
 A loop spanning devices pushes the values its gradient needs on stacks that live on the device of
 their pushes. With ``swap_memory=True`` its full chunks go to host memory and come back for the
