@@ -116,12 +116,12 @@ def test_the_staged_path_is_compiled_by_the_first_run_that_needs_it() -> None:
 
 def test_every_path_reports_its_stage_times() -> None:
     """``stats['stage_seconds']``: one time per stage on the staged path (segments and driven loops),
-    one for the whole call on the fused and one-call paths."""
+    one for the whole call on the fused and one-call paths; every path's stats name the backend."""
     g, x, n, y, dx = graphs.power_loop()
     staged = tn.Session(g, backend="fast", stack_chunk=4)  # 20 pushes outgrow the chunk: the stages run
     staged.run([y, dx], {x: 1.5, n: 20})
     stats = staged.last_result.stats
-    assert stats["fused"] is False
+    assert stats["fused"] is False and stats["backend"] == "fast"
     assert len(stats["stage_seconds"]) == stats["stages"] >= 2
     assert all(isinstance(t, float) and t > 0 for t in stats["stage_seconds"])
     fused = tn.Session(g, backend="fast")
