@@ -133,6 +133,7 @@ class PlanRun(StepRunner):
         # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
         # that its id is not reused during the run
         self.producer: dict[int, tuple[Any, int]] = {}
+        self._t0 = 0.0  # (traced runs: when the segment call being dispatched began, on the timeline's clock)
         # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
         self.pools = backend.pools() if plan.threaded else {}
         self.futures: list[Future[Any]] = []
@@ -152,8 +153,7 @@ class PlanRun(StepRunner):
         if self.pools:
             self.segment_threaded(seg, env)
             return
-        t0 = self.tl.now() if self.tl else 0.0
-        self._t0 = t0
+        self._t0 = self.tl.now() if self.tl else 0.0
         super().segment(seg, env)
 
     def ran(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any]) -> None:
