@@ -93,17 +93,13 @@ def _on_device(lane: Lane, jd: Any) -> Lane:
     """``lane`` run on device ``jd``, its stats naming the tier. A lane whose call is an executable
     compiled ahead of time runs where it was compiled (on ``jd``: ``lane_for`` made it in that scope),
     so only a lane that calls the jitted function enters the scope on every call (about 1 µs)."""
-    if getattr(lane, "ahead_of_time", False):
-        def compiled(feed_dict: Any, variables: Any) -> Optional[LaneResult]:
-            got = lane(feed_dict, variables)
-            if got is not None:
-                got[1]["tier"] = TIER
-            return got
-
-        return compiled
+    scoped = not getattr(lane, "ahead_of_time", False)
 
     def placed(feed_dict: Any, variables: Any) -> Optional[LaneResult]:
-        with jax.default_device(jd):
+        if scoped:
+            with jax.default_device(jd):
+                got = lane(feed_dict, variables)
+        else:
             got = lane(feed_dict, variables)
         if got is not None:
             _name_tier(got[1])

@@ -49,30 +49,13 @@ class Traffic:
         return bool(self.push or self.pop)
 
 
-def _add(into: dict[str, Optional[int]], s: str, n: Optional[int]) -> None:
-    old = into.get(s, 0)
-    into[s] = None if old is None or n is None else old + n
-
-
 def traffic(items: list[Item], held: Collection[str] = ()) -> Traffic:
-    """The ``Traffic`` of a segment's items (stacks not ``held``). Why a cond counts its larger
-    branch: only one runs. Why a loop counts as unbounded: its trip count is known only on the device."""
-    out = Traffic()
-    for it in items:
-        if isinstance(it, Node):
-            for op, s in _stack_ops([it], held):
-                _add(out.push if op == "StackPush" else out.pop, s, 1)
-        elif isinstance(it, CondRegion):
-            per = [traffic(it.branches[b], held) for b in (False, True)]
-            for side in ("push", "pop"):
-                keys = set(getattr(per[0], side)) | set(getattr(per[1], side))
-                for s in keys:
-                    got = [getattr(t, side).get(s, 0) for t in per]
-                    _add(getattr(out, side), s, None if None in got else max(got))
-        else:
-            for op, s in _stack_ops(it.nodes, held):
-                _add(out.push if op == "StackPush" else out.pop, s, None)
-    return out
+    """The ``Traffic`` of a segment's items (stacks not ``held``): the counts of ``iteration_counts``,
+    unbounded (``None``) for a stack a loop among the items pushes or pops, since its trip count is
+    known only on the device."""
+    push, pop, unbounded = iteration_counts(items, held)
+    return Traffic({k: None if k in unbounded else n for k, n in push.items()},
+                   {k: None if k in unbounded else n for k, n in pop.items()})
 
 
 @dataclass
@@ -160,10 +143,11 @@ def _stack_ops(nodes: list[Node], held: Collection[str]) -> list[tuple[str, str]
 
 
 def iteration_counts(items: list[Item], held: Collection[str] = ()) -> tuple[dict[str, int], dict[str, int], set[str]]:
-    """What one iteration of a loop body ``items`` does to its stacks: (pushes per stack, pops per
-    stack, the stacks a nested loop pushes or pops). Why a cond counts its larger branch: only one
-    runs. Why a nested loop counts nothing but names its stacks: its trip count is known only on the
-    device, so the chunk that runs it measures what one iteration did (``stacks.chunk_loop``)."""
+    """What one run of ``items`` (a loop body's iteration, or a segment's call) does to its stacks:
+    (pushes per stack, pops per stack, the stacks a loop among them pushes or pops). Why a cond counts
+    its larger branch: only one runs. Why a loop counts nothing but names its stacks: its trip count is
+    known only on the device, so a driven loop's chunk measures what one iteration of a nested loop did
+    (``stacks.chunk_loop``) and ``traffic`` calls it unbounded."""
     push: dict[str, int] = {}
     pop: dict[str, int] = {}
     measured: set[str] = set()

@@ -208,11 +208,8 @@ class FusedAttempts(DirectCalls):
         store.saved(store.ledgers)
         values = self._finish(plan, fetches, env, lives, state, variables)
         self._records = store.records()
-        return values, {
-            "backend": "fast", "compiles": self.compile_count, "stages": 1, "fused": True,
-            "stack_capacity": plan.capacity, "stage_seconds": [time.perf_counter() - t0], "stack_mark": mark,
-            **store.stats(), **plan.slots.stats,
-        }
+        stats = self._run_stats(plan, 1, True, [time.perf_counter() - t0], store.stats())
+        return values, {**stats, "stack_mark": mark}
 
     def _record_every_stack(self, plan: Plan) -> None:
         """A fused attempt pushed a positional stack away from its position (``plan.positional_stacks``):

@@ -64,6 +64,8 @@ class RunState:
 
     options: FastOptions
     graph: Graph
+    #: traces made so far (``FastBackend.compile_count``)
+    compile_count: int
     #: run signature -> its plan (``FastBackend._plan``)
     _plans: dict[Any, Plan]
     #: name -> (the session's entry for the Variable, its device copy): the copy a run starts from
@@ -194,6 +196,14 @@ class RunState:
         write_variables(tuple((name, name in plan.written_vars, None) for name in names),
                         [state[var_key(name)] for name in names], values, variables, self._dev_vars)
         return values
+
+    def _run_stats(self, plan: Plan, stages: int, fused: bool, seconds: list[float],
+                   stacks: dict[str, Any]) -> dict[str, Any]:
+        """The stats of a run of ``plan`` on the general path, the fused attempt's or the stages':
+        ``stages`` compiled stages (1 for the fused call), their ``seconds``, the stacks' accounting
+        (``ChunkStore.stats`` or ``DeviceStacks.stats``) and the checkpoint slots'."""
+        return {"backend": "fast", "compiles": self.compile_count, "stages": stages, "fused": fused,
+                "stack_capacity": plan.capacity, "stage_seconds": seconds, **stacks, **plan.slots.stats}
 
     @staticmethod
     def _decode(plan: Plan, code: int, swapped: int = 0, attempt: bool = False, mark: int = 0) -> Outcome:

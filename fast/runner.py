@@ -28,6 +28,7 @@ A run, as plain Python::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -65,7 +66,7 @@ class RunPolicy:
     check_each_step: bool = False
 
 
-class StepRunner(HostControl):
+class StepRunner(HostControl, ABC):
     """One run of a cut's steps over per-device state (see the module docstring)."""
 
     def __init__(self, program: Program, state: dict[str, dict[str, Any]], stacks: DeviceStacks,
@@ -161,14 +162,14 @@ class StepRunner(HostControl):
         self.stacks.settle(seg.device, {s: v for s, v in new.items() if s in seg.push or s in seg.pop})
         return out, lives, new
 
-    # ---- what an executor gives ---------------------------------------------------------------------
+    # ---- what an executor gives (each executor's runner defines them) -------------------------------
+    @abstractmethod
     def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
         """The compiled function of ``seg``: a ``SegmentFn``, or for a driven segment its ``DrivenLoop``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def outcome_of(self, code: int, moved: int) -> Outcome:
         """What error word ``code`` means, ``moved`` stack chunks having left the devices so far."""
-        raise NotImplementedError
 
     # ---- hooks ------------------------------------------------------------------------------------
     def ran(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any]) -> None:

@@ -116,11 +116,7 @@ class StagedStages(FusedAttempts):
             start_reads([env.vals[key(t)] for t in fetches if key(t) in env.vals])
         values = self._finish(plan, fetches, env.vals, run.lives, run.state[ONE], variables)
         self._records = stacks.records()
-        stats = {
-            "backend": "fast", "compiles": self.compile_count, "stages": len(plan.stages), "fused": False,
-            "stack_capacity": plan.capacity, "stage_seconds": run.seconds, **stacks.stats(), **plan.slots.stats,
-        }
-        return values, stats
+        return values, self._run_stats(plan, len(plan.stages), False, run.seconds, stacks.stats())
 
 
 __all__ = ["StagedRun", "StagedStages"]
