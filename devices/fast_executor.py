@@ -70,7 +70,6 @@ from turnout.devices.placement import Placement, place
 from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice
-from turnout.devices.timeline import DeviceTimeline
 from turnout.errors import (
     ArgumentError,
     FeedError,
@@ -100,6 +99,7 @@ from turnout.fast.specialise import (
     static_signature,
     with_computed,
 )
+from turnout.fast.timeline import Timeline
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import budgeted_loops
@@ -448,16 +448,20 @@ class FastPartitionedBackend:
         cap = self._budgeted_chunk(sig, fetches, feeds, options.memory_budget, static)
         retries = 0
         t0 = time.perf_counter()
+        tl = Timeline() if options.trace else None  # (the attempts of a run retried record on one timeline)
+        compiles = self.compile_count
         with jax.enable_x64(True):
             while True:
                 plan = self._plan(sig, fetches, feeds, cap, static)
-                tl = DeviceTimeline() if options.trace else None
                 scratch = dict(variables)
                 values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
                 if run.retry is None:
                     break
                 cap = run.retry.capacity  # (past MAX_CAPACITY, ``decode`` gave the error instead)
                 retries += 1
+        if tl is not None:
+            tl.ran("run", "Session.run", 0.0, tl.now(), compiled=self.compile_count != compiles,
+                   compiles=self.compile_count - compiles)
         variables.update(scratch)
         sched = plan.schedule
         self._records = run.stacks.records()
@@ -475,7 +479,7 @@ class FastPartitionedBackend:
 
     def _run_plan(self, plan: DevicePlan, fetches: list[Tensor], feeds: dict[Tensor, Any],
                   variables: dict[str, np.ndarray], options: RunOptions,
-                  tl: Optional[DeviceTimeline]) -> tuple[list[Any], PlanRun]:
+                  tl: Optional[Timeline]) -> tuple[list[Any], PlanRun]:
         """One run of ``plan``: the fetched values and the run; no values where the run ended in a
         ``Retry`` (``run.retry``: nothing of it is kept, and ``variables``, the caller's scratch copy,
         is dropped)."""

@@ -4,7 +4,7 @@ Why a module of its own: ``devices.fast_executor`` decides which tier takes a ru
 this module makes the per-device tiers' plan (``DevicePlan``: the program cut by device,
 ``fast.cut``) and runs it with the one runner (``fast.runner.StepRunner``), adding what only a run
 over several devices has: each device's state placed there, the segment calls dispatched from
-per-device workers when a segment holds a host callback, and the device timeline of a traced run.
+per-device workers when a segment holds a host callback.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from turnout.fast.regions import Key, Program, item_nodes, program_nodes
 from turnout.fast.runner import RunPolicy, StepRunner
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
+from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, wrap_static
 from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions
 
 if TYPE_CHECKING:
     from turnout.devices.fast_executor import FastPartitionedBackend
-    from turnout.devices.timeline import DeviceTimeline
 
 #: ops lowered to host callbacks: on CPU a compiled call that contains one runs synchronously (the
 #: call returns only when it has run), so a plan with such a segment dispatches from per-device threads
@@ -105,13 +105,12 @@ class DevicePlan:
 
 class PlanRun(StepRunner):
     """One run of a plan: the one runner (``fast.runner``) over the plan's devices, dispatching from
-    per-device worker threads where the plan holds a host callback, and recording the device timeline
-    of a traced run."""
+    per-device worker threads where the plan holds a host callback."""
 
     retry: Optional[Retry]
 
     def __init__(self, backend: FastPartitionedBackend, plan: DevicePlan, variables: dict[str, np.ndarray],
-                 options: RunOptions, timeline: Optional[DeviceTimeline]) -> None:
+                 options: RunOptions, timeline: Optional[Timeline]) -> None:
         self.b = backend
         self.plan = plan
         jdev = backend.jax_devices
@@ -128,12 +127,7 @@ class PlanRun(StepRunner):
         stacks = DeviceStacks(plan.stack_info, backend.devices, plan.capacity, backend.options.device_memory_limit,
                               plan.budget(options.memory_budget), plan.slot_bytes, who=WHO,
                               label=lambda d: parse(d).short)
-        super().__init__(plan.program, state, stacks, jdev, options, RunPolicy(WHO))
-        self.tl = timeline
-        # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
-        # that its id is not reused during the run
-        self.producer: dict[int, tuple[Any, int]] = {}
-        self._t0 = 0.0  # (traced runs: when the segment call being dispatched began, on the timeline's clock)
+        super().__init__(plan.program, state, stacks, jdev, options, RunPolicy(WHO), timeline)
         # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
         self.pools = backend.pools() if plan.threaded else {}
         self.futures: list[Future[Any]] = []
@@ -147,26 +141,17 @@ class PlanRun(StepRunner):
         """What the plan's error word means (``outcome.decode``, in this executor's words)."""
         return self.b.outcome_of(self.plan, code, moved)
 
+    def compiles(self) -> int:
+        """The executor's count of traces."""
+        return self.b.compile_count
+
     # ---- steps ------------------------------------------------------------------------------------
     def segment(self, seg: Segment, env: HostEnv) -> None:
         """A segment call: handed to its device's worker in a threaded run, else the runner's."""
         if self.pools:
             self.segment_threaded(seg, env)
             return
-        self._t0 = self.tl.now() if self.tl else 0.0
         super().segment(seg, env)
-
-    def ran(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any]) -> None:
-        """A traced run records the dispatch on the host and the call on its device, with the spans
-        that made its inputs."""
-        if self.tl is None:
-            return
-        self.tl.host(f"dispatch {seg.describe()}", self._t0, iteration=self.iteration)
-        inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
-                         if k in env.vals and id(env.vals[k]) in self.producer})
-        span = self.tl.dispatched(seg.device, seg.describe(), self.iteration, state["err"], inputs)
-        for v in out.values():
-            self.producer[id(v)] = (v, span)
 
     def segment_threaded(self, seg: Segment, env: HostEnv) -> None:
         """Hand the segment's call to its device's worker; its outputs become ``Lazy`` values. The
@@ -195,7 +180,7 @@ class PlanRun(StepRunner):
                 elif w is not None and w != dev:
                     v = jax.device_put(v, jd)
                 env_in[k] = wrap_static(v)
-            t0 = tl.now() if tl else 0.0
+            t0 = tl.now() if tl is not None else 0.0
             # on this device's worker, the only thread that touches its state and stacks
             got = self.call(seg, env_in, self.state[dev])
             if isinstance(got, Retry):  # the host stops dispatching; what waits on this call reads dead values
@@ -206,7 +191,7 @@ class PlanRun(StepRunner):
             if tl is not None:
                 # a traced worker waits for its call: the span is then exactly the segment's run
                 jax.block_until_ready(state["err"])
-                tl.ran(dev, name, iteration, t0, tl.now())
+                tl.ran(device_track(dev), name, t0, tl.now(), iteration=iteration)
             return out, lives, state["err"]
 
         fut = self.pools[dev].submit(job)

@@ -59,21 +59,20 @@ from turnout.devices.names import parse
 from turnout.devices.placement import Placement
 from turnout.devices.spmd_emitter import AXIS, SpmdEmitter
 from turnout.errors import (
-    DeadFetchError,
     PlacementError,
     TurnoutError,
     UnsupportedError,
-    dead_fetch_message,
     describe_node,
 )
 from turnout.fast.call_spec import CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.emit import stack_source
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
+from turnout.fast.host_env import fetched
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.plan import stack_source_var
-from turnout.fast.regions import CondRegion, WhileRegion, key, program_nodes, walk
+from turnout.fast.regions import CondRegion, Key, WhileRegion, key, program_nodes, walk
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
 from turnout.fast.stacks import StackValue
@@ -356,7 +355,7 @@ class SpmdPlan:
             # nothing of this run is kept; run again with room for twice as many
             self.stack_capacity = outcome.capacity
         enforce(outcome)
-        values = [self._fetched(comp.spec, t, out, flags) for t in self.fetches]
+        values = fetched(self.fetches, *self._owners_view(comp.spec, out, flags))
         for name in var_names:
             dev = state.get(f"var:{name}", var_dev[f"var:{name}"])
             if f"var:{name}" in state:
@@ -371,19 +370,22 @@ class SpmdPlan:
         }
         return RunResult(values=values, stats=stats)
 
-    def _fetched(self, spec: CallSpec, t: Tensor, out: dict[Any, Any], flags: Any) -> np.ndarray:
-        """Fetch ``t`` as the run hands it out: a constant of the trace, or its owner device's copy,
-        live by the owner's flag (``DeadFetchError`` where its branch did not run there)."""
-        k, owner = key(t), self.loc.get(t.node.id, 0)
-        if k in spec.static:
-            v = spec.static[k]
-            live = v is not DEAD
-        else:
-            v = out[k]
-            live = flags is None or k not in spec.live or bool(np.asarray(flags)[owner, 1 + spec.live.index(k)])
-        if not live:
-            raise DeadFetchError(dead_fetch_message(t.name, t.node))
-        return np.array(v) if k in spec.static else self._from_owner(v, owner)
+    def _owners_view(self, spec: CallSpec, out: dict[Any, Any], flags: Any) -> tuple[dict[Key, Any], dict[Key, Any]]:
+        """The fetches as their owner devices hold them, with the owners' live flags, for the one
+        reader of every run's fetches (``fast.host_env.fetched``): a constant of the trace as a copy
+        (``DEAD`` where the trace found it dead), else the owner device's copy (only that shard comes
+        to the host) and its flag."""
+        vals: dict[Key, Any] = {}
+        lives: dict[Key, Any] = {}
+        for t in self.fetches:
+            k, owner = key(t), self.loc.get(t.node.id, 0)
+            if k in spec.static:
+                vals[k] = DEAD if spec.static[k] is DEAD else np.array(spec.static[k])
+                continue
+            vals[k] = self._from_owner(out[k], owner)
+            if flags is not None and k in spec.live:
+                lives[k] = np.asarray(flags)[owner, 1 + spec.live.index(k)]
+        return vals, lives
 
     def _device_var(self, name: str, host: Any) -> Any:
         """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays

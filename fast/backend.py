@@ -260,7 +260,10 @@ class FastBackend(StagedStages):
         try:
             with tl.span("Session.run", "run") as args:
                 before = self.compile_count
-                result = self.run(fetches, feeds, variables, untraced)
+                try:
+                    result = self.run(fetches, feeds, variables, untraced)
+                finally:
+                    tl.close()  # (the calls dispatched on the staged path: their ends)
                 args["compiled"] = self.compile_count != before
                 args["compiles"] = self.compile_count - before
         finally:

@@ -86,12 +86,13 @@ class Segment:
     label: str = ""
 
     def describe(self) -> str:
-        """A short label for traces and errors: the device and the first node's name."""
+        """A short label for traces and errors: the device and the first node's name, or the loop
+        a driven segment runs in chunks."""
+        where = f" on {self.label}" if self.label else ""
+        if self.driven is not None:
+            return f"segment {self.index}{where}: driven {self.driven.describe()}"
         first = item_nodes(self.items[0])[0].name if self.items else "(empty)"
         more = f" (+{len(self.items) - 1} more)" if len(self.items) > 1 else ""
-        if self.driven is not None:
-            more = " (its loop run in chunks)"
-        where = f" on {self.label}" if self.label else ""
         return f"segment {self.index}{where}: {first}{more}"
 
 

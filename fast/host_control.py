@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional
 
 import jax
 import numpy as np
@@ -33,16 +33,7 @@ from turnout.kernels import truth
 if TYPE_CHECKING:
     from turnout.fast.device_stacks import DeviceStacks
     from turnout.fast.regions import Program
-
-
-class HostClock(Protocol):
-    """What the host's decisions record on a run's timeline, where it has one."""
-
-    def now(self) -> float:
-        """The timeline's clock."""
-
-    def host(self, what: str, t0: float, **args: Any) -> None:
-        """A span of host work from ``t0`` to now."""
+    from turnout.fast.timeline import Timeline
 
 
 class HostControl:
@@ -50,7 +41,7 @@ class HostControl:
     state, the segment calls and the attributes declared here)."""
 
     program: Program
-    tl: Optional[HostClock]
+    tl: Optional[Timeline]
     stacks: DeviceStacks
     jdev: dict[str, Any]
     state: dict[str, dict[str, Any]]
@@ -75,9 +66,9 @@ class HostControl:
         if p is DEAD:
             env.wire(plumbing.dead(cond_outputs(r, exports)), env)
             return
-        t0 = self.tl.now() if self.tl else 0.0
+        t0 = self.tl.now() if self.tl is not None else 0.0
         b = truth(p, lambda: describe_node(pred_reader(r)))  # the one value the host must read
-        if self.tl:
+        if self.tl is not None:
             self.tl.host(f"read predicate of {r.describe()}", t0, value=b)
         benv = switched(env, r.switches, int(b))
         self.steps(hc.branches[b], benv)
@@ -169,9 +160,9 @@ class HostControl:
         r = hl.region
         pkey = key(r.loop_cond.inputs[0])
         pred = resolved(henv.vals[pkey])
-        t0 = self.tl.now() if self.tl else 0.0
+        t0 = self.tl.now() if self.tl is not None else 0.0
         go = pred is not DEAD and truth(pred, lambda: describe_node(r.loop_cond))
-        if self.tl:
+        if self.tl is not None:
             self.tl.host(f"read predicate of {r.describe()}", t0, iteration=iters, value=go)
         henv.take(key(r.loop_cond.outputs[0]), henv, pkey)
         return go

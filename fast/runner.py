@@ -8,14 +8,16 @@ case of several. Both are this runner, so what a step does is written once: how 
 from the host's environment (a value that lives on another device is copied once, ``fast.host_env``),
 how a segment is called and a driven loop driven, how full stack chunks move around the calls
 (``fast.device_stacks``), what an error word means (``outcome_of``) and when it is read
-(``RunPolicy``), and the run's first ``Retry``, after which no step runs.
+(``RunPolicy``), the run's first ``Retry``, after which no step runs, and, in a traced run, the
+spans of its timeline (``fast.timeline``: each call dispatched on its device's track, each chunk of a
+driven loop and each move of stack chunks, the host's dispatches, reads and waits).
 
 What an executor gives it: the per-device state a run starts from (error word, Variables, stacks)
 and the stacks' store; and, as the methods of its subclass, the compiled function of each segment
-(``compiled``, made once per plan and kept on the segment) and what an error word means
-(``outcome_of``). What an executor adds — the partitioned executor's worker threads and device
-timeline, the fast backend's trace spans — it adds by overriding the hooks ``call``, ``ran`` and
-``guard``, or ``segment`` itself.
+(``compiled``, made once per plan and kept on the segment), what an error word means
+(``outcome_of``) and its count of traces (``compiles``). What an executor adds — the partitioned
+executor's worker threads, the staged path's stage times — it adds by overriding the hooks ``call``
+and ``on_workers``, or ``segment`` itself.
 
 A run, as plain Python::
 
@@ -29,7 +31,9 @@ A run, as plain Python::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -40,11 +44,12 @@ from turnout.fast.cut import HostCond, Segment, Step
 from turnout.fast.device_stacks import DeviceStacks
 from turnout.fast.driven import DrivenLoop, Guard, no_guard
 from turnout.fast.guards import iteration_bound
-from turnout.fast.host_control import HostClock, HostControl
+from turnout.fast.host_control import HostControl
 from turnout.fast.host_env import HostEnv
 from turnout.fast.outcome import Outcome, Raise, Retry, enforce
 from turnout.fast.regions import Key, Program
 from turnout.fast.segment import SegmentFn
+from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import wrap_static
 from turnout.session import RunOptions
 
@@ -70,7 +75,8 @@ class StepRunner(HostControl, ABC):
     """One run of a cut's steps over per-device state (see the module docstring)."""
 
     def __init__(self, program: Program, state: dict[str, dict[str, Any]], stacks: DeviceStacks,
-                 jdev: dict[str, Any], options: RunOptions, policy: RunPolicy) -> None:
+                 jdev: dict[str, Any], options: RunOptions, policy: RunPolicy,
+                 timeline: Optional[Timeline] = None) -> None:
         self.program = program
         #: device -> its state: the error word, the Variables placed there, its gradient stacks
         self.state = state
@@ -80,8 +86,11 @@ class StepRunner(HostControl, ABC):
         self.policy = policy
         self.max_iter_py = options.max_iterations
         self.max_iter = iteration_bound(options)
-        #: a traced run's timeline, where the executor keeps one (the host's waits and decisions go on it)
-        self.tl: Optional[HostClock] = None
+        #: a traced run's timeline (``fast.timeline``), where the executor keeps one
+        self.tl = timeline
+        # traced runs: id(value) -> (value, the span that produced it); the value is kept alive so
+        # that its id is not reused during the run
+        self.producer: dict[int, tuple[Any, int]] = {}
         #: the live flags of fetched writes (a fetch inside a compiled cond can be dead)
         self.lives: dict[Key, Any] = {}
         self.host_iterations: dict[str, int] = {}
@@ -115,20 +124,22 @@ class StepRunner(HostControl, ABC):
         dev = seg.device
         jd = self.jdev[dev]
         env_in = {k: wrap_static(env.on(k, dev, jd)) for k in seg.reads if k in env.vals}
+        tl = self.tl
+        t0, before = (tl.now(), self.compiles()) if tl is not None else (0.0, 0)
         got = self.call(seg, env_in, self.state[dev])
         if isinstance(got, Retry):
             self.retry = self.retry or got
             return
         out, lives, state = got
-        self.ran(seg, env, out, state)
         self.state[dev] = state
+        code = int(np.asarray(state["err"])) if self.policy.check_each_step else 0  # (waits for the call)
+        if tl is not None:
+            self._traced(seg, env, out, state, t0, self.compiles() != before)
         for k, v in out.items():
             env.set(k, v, dev)
         self.lives.update(lives)
-        if self.policy.check_each_step:
-            code = int(np.asarray(state["err"]))
-            if code:
-                self.check(code)
+        if code:
+            self.check(code)
 
     def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
         """One call of ``seg`` on its device's ``state``. The stacks it pushes or pops are spilled or
@@ -147,6 +158,24 @@ class StepRunner(HostControl, ABC):
         if t is not None:
             self.stacks.after(t, dev, new)
         return out, lives, new
+
+    def _traced(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any], t0: float,
+                compiled: bool) -> None:
+        """A traced call's span on its device's track. A call the host has waited for (its error word
+        read at once, or a driven loop, whose chunks ran during the call) is measured; a call
+        dispatched to run ahead of the host is recorded with its dispatch, on the host's track, and
+        its run is timed by the timeline's watcher, after the spans that made its inputs."""
+        assert self.tl is not None
+        name, track = seg.describe(), device_track(seg.device)
+        if self.policy.check_each_step or seg.driven is not None:
+            span = self.tl.ran(track, name, t0, self.tl.now(), iteration=self.iteration, compiled=compiled)
+        else:
+            self.tl.host(f"dispatch {name}", t0, iteration=self.iteration)
+            inputs = sorted({self.producer[id(env.vals[k])][1] for k in seg.reads
+                             if k in env.vals and id(env.vals[k]) in self.producer})
+            span = self.tl.dispatched(track, name, state["err"], inputs, iteration=self.iteration, compiled=compiled)
+        for v in out.values():
+            self.producer[id(v)] = (v, span)
 
     def _drive(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
         """A driven segment's loop (``fast.driven.DrivenLoop.run``), its full chunks handed to its
@@ -171,13 +200,32 @@ class StepRunner(HostControl, ABC):
     def outcome_of(self, code: int, moved: int) -> Outcome:
         """What error word ``code`` means, ``moved`` stack chunks having left the devices so far."""
 
-    # ---- hooks ------------------------------------------------------------------------------------
-    def ran(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any]) -> None:
-        """After a segment's call returned (the partitioned executor's timeline records it)."""
+    @abstractmethod
+    def compiles(self) -> int:
+        """The executor's running count of traces (a traced call's span says whether it compiled)."""
 
+    # ---- hooks ------------------------------------------------------------------------------------
     def guard(self, seg: Segment) -> Guard:
-        """The guard around each call and move of a driven segment (``fast.driven``): none here."""
-        return no_guard
+        """The guard around each call and move of a driven segment (``fast.driven``): in a traced
+        run, a span per chunk call (``driven loops``) and per move of full stack chunks (``host
+        swaps``), naming the device where there are several; else none."""
+        tl = self.tl
+        if tl is None:
+            return no_guard
+        where = {"device": self.stacks.labels[seg.device]} if len(self.state) > 1 else {}
+
+        @contextmanager
+        def guard(what: str, stacks: Optional[list[str]]) -> Iterator[Any]:
+            span: Any = nullcontext({})
+            if what == "chunk":
+                span = tl.span("chunk", "driven loops", **where)
+            elif what in ("spill", "refill"):
+                span = tl.span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",
+                               stacks=stacks, **where)
+            with span as args:
+                yield args
+
+        return guard
 
     def on_workers(self, fn: Any) -> None:
         """Run ``fn`` once every call dispatched so far may be touched (at once, with no workers)."""
@@ -186,9 +234,9 @@ class StepRunner(HostControl, ABC):
     # ---- error words ------------------------------------------------------------------------------
     def _retire(self, errs: list[Any]) -> None:
         """Wait for an iteration's segments (their error words) and act on its first error."""
-        t0 = self.tl.now() if self.tl else 0.0
+        t0 = self.tl.now() if self.tl is not None else 0.0
         codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
-        if self.tl:
+        if self.tl is not None:
             self.tl.host("wait: parallel_iterations window", t0)
         for c in codes:
             if c:

@@ -6,7 +6,7 @@ loops driven chunk by chunk, the program cut for one device (``fast.cut.one_devi
 — and those are run by the runner every run of steps takes (``fast.runner.StepRunner``), the
 partitioned executor's per-device tiers included. What this layer gives it is what is particular to
 one device of this backend: the plan's compiled segments and driven loops (``Plan.segment_fn``,
-``Plan.driven_loop``), what the plan's error words mean, and the backend's trace spans. It reads each
+``Plan.driven_loop``), what the plan's error words mean, and the times of its stages. It reads each
 stage's error word as the stage returns (``RunPolicy.check_each_step``): a stage's error is raised
 after it, as the interpreter raises it during the run, and stacks that outgrew their chunk within one
 call end the run with the outcome ``Retry``, which the caller (``_run_compiled``) runs again with
@@ -15,10 +15,7 @@ larger chunks.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Optional, Union
 
 import jax
@@ -26,7 +23,7 @@ import numpy as np
 
 from turnout.fast.cut import ONE, Segment
 from turnout.fast.device_stacks import DeviceStacks
-from turnout.fast.driven import DrivenLoop, Guard
+from turnout.fast.driven import DrivenLoop
 from turnout.fast.fused_attempts import FusedAttempts
 from turnout.fast.host_env import HostEnv
 from turnout.fast.outcome import Outcome, Retry
@@ -46,7 +43,8 @@ class StagedRun(StepRunner):
 
     def __init__(self, backend: StagedStages, plan: Plan, state: dict[str, Any], stacks: DeviceStacks,
                  options: RunOptions) -> None:
-        super().__init__(plan.program, {ONE: state}, stacks, {ONE: None}, options, RunPolicy(WHO, check_each_step=True))
+        super().__init__(plan.program, {ONE: state}, stacks, {ONE: None}, options, RunPolicy(WHO, check_each_step=True),
+                         backend._timeline)
         self.b, self.plan = backend, plan
         #: the seconds of each stage's call, in order (``stats["stage_seconds"]``)
         self.seconds: list[float] = []
@@ -59,37 +57,16 @@ class StagedRun(StepRunner):
         """What the plan's error word means (``outcome.decode``)."""
         return self.b._decode(self.plan, code, moved)
 
+    def compiles(self) -> int:
+        """The backend's count of traces."""
+        return self.b.compile_count
+
     def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
-        """The stage's call, timed, and a span of the run's timeline when traced."""
+        """The stage's call, timed (``stats["stage_seconds"]``)."""
         t0 = time.perf_counter()
-        what = f"driven {seg.driven.describe()}" if seg.driven is not None else "compiled segment"
-        with self.b._span(f"stage {seg.index}: {what}", "compiled stages") as args:
-            before = self.b.compile_count
-            got = super().call(seg, env_in, state)
-            args["compiled"] = self.b.compile_count != before
-            if self.b._timeline is not None and seg.driven is None and not isinstance(got, Retry):
-                args["error_word"] = int(np.asarray(got[2]["err"]))
+        got = super().call(seg, env_in, state)
         self.seconds.append(time.perf_counter() - t0)
         return got
-
-    def guard(self, seg: Segment) -> Guard:
-        """Each chunk call and each move of stack chunks of a driven stage, a span of the timeline."""
-        b = self.b
-
-        @contextmanager
-        def guard(what: str, stacks: Optional[list[str]]) -> Iterator[Any]:
-            span: Any
-            if what in ("init", "finish"):
-                span = contextlib.nullcontext({})
-            elif what == "chunk":
-                span = b._span("chunk", "driven loops")
-            else:
-                span = b._span("stack chunks full" if what == "spill" else "stack chunks back", "host swaps",
-                               stacks=stacks)
-            with span as args:
-                yield args
-
-        return guard
 
 
 class StagedStages(FusedAttempts):

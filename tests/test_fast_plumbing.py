@@ -118,6 +118,26 @@ def test_the_host_and_a_plain_environment_apply_the_same_wires_alike() -> None:
         assert v is host.vals[k] or (v is not DEAD and np.array_equal(v, host.vals[k])), k
 
 
+def test_a_value_crosses_to_another_device_once_per_scope() -> None:
+    """``HostEnv.on``: a value that lives on one device and is read on another is copied there once
+    (two segments there read the same copy), a copy made in a child scope (a branch, an iteration)
+    stays out of its parent's cache, and a value set again is copied afresh."""
+    d0, d1 = jax.devices()[:2]
+    k = ("x", 0)
+    env = HostEnv()
+    env.set(k, jax.device_put(np.float32(2.0), d0), "a")
+    first = env.on(k, "b", d1)
+    assert first.devices() == {d1} and env.on(k, "b", d1) is first
+    assert env.on(k, "a", d0) is env.vals[k]  # (read where it lives: no copy)
+    inner = HostEnv()
+    inner.set(k, jax.device_put(np.float32(3.0), d0), "a")
+    scope = inner.child()
+    copy = scope.on(k, "b", d1)
+    assert scope.on(k, "b", d1) is copy and "b" not in inner.copies.get(k, {})
+    env.set(k, jax.device_put(np.float32(4.0), d0), "a")
+    assert float(env.on(k, "b", d1)) == 4.0
+
+
 class _Plain:
     """The emitter's ``read`` on one device: the environment's value."""
 

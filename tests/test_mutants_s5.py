@@ -18,6 +18,8 @@ from turnout.session import RunOptions
 
 pytest.importorskip("jax")
 
+from turnout.fast.timeline import TRACKS  # noqa: E402
+
 D3 = ["cpu:0", "cpu:1", "cpu:2"]
 CHUNK = 8
 
@@ -208,7 +210,7 @@ def test_a_driven_loop_in_a_branch_the_host_does_not_take(swap: bool) -> None:
 def test_segments_describe_themselves_by_device_first_node_and_what_else_they_hold() -> None:
     """Kills ``segments.describe:6b6a5ede`` (a suffix on the label of a one-item segment). Every segment
     label reads ``segment INDEX on DEVICE: FIRST NODE``, then `` (+N more)`` for N more items, or
-    `` (its loop run in chunks)`` for a driven loop, and nothing else."""
+    ``driven`` and its loop for a driven segment, and nothing else."""
     import re
 
     from turnout.fast.regions import item_nodes
@@ -311,10 +313,10 @@ def test_a_traced_host_driven_run_names_each_dispatch_on_the_host_track() -> Non
         np.testing.assert_allclose(a, b, rtol=1e-12)
     assert sess.last_result.stats["tier"] == "host-driven"
     tl = sess.last_result.trace
-    host = [s["name"] for s in tl.spans if s["track"] == "host"]
+    host = [s.name for s in tl.spans if s.track == "host"]
     assert all(isinstance(name, str) and name for name in host), host
     dispatched = sorted(name[len("dispatch "):] for name in host if name.startswith("dispatch "))
-    ran = sorted(s["name"] for s in tl.spans if s["track"] != "host")
+    ran = sorted(s.name for s in tl.spans if s.track not in TRACKS and ": driven " not in s.name)  # (on devices)
     assert ran and dispatched == ran
 
 

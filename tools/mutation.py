@@ -190,6 +190,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
        for m in ("host_control", "host_env")},
+    **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
+                           "tests": [*_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py", "test_routes.py"]}
+       for m in ("plan_run", "one_device")},
+    "fast/timeline.py": {"module": "turnout.fast.timeline",
+                         "tests": ["test_fast_trace.py", "test_devices_fast.py", "test_mutants_s5.py"]},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
     "devices/spmd_emitter.py": {"module": "turnout.devices.spmd_emitter", "tests": _FAST_DEV_TESTS},
     "fast/device_stacks.py": {"module": "turnout.fast.device_stacks", "tests": _SWAP_TESTS},

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # allocated or reused, prefetches), which is what swapping adds to the critical path
             sessions[swap].run(fetch, feed, trace=True)
             tl = sessions[swap].last_result.trace
-            hand = [sp.dur_s for sp in tl.spans if sp.row == "host swaps"]
+            hand = [sp.dur_s for sp in tl.spans if sp.track == "host swaps"]
             row["swap" if swap else "no_swap"]["handover_s_per_step"] = sum(hand)
             row["swap" if swap else "no_swap"]["handovers"] = len(hand)
         if len(live) == 2:

@@ -106,6 +106,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
     import turnout as tn
     from benchmarks.common import timed, timed_pair
+    from turnout.fast.timeline import TRACKS
 
     devices = [f"cpu:{k}" for k in range(STAGES)]
     n = 12 if args.quick else 32
@@ -139,8 +140,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     s4, x4, acc4 = sessions[4]
     s4.run(acc4, {x4: 1.0}, trace=True)
     tl = s4.last_result.trace
-    spans = [{"device": sp["track"], "iteration": sp["args"].get("iteration"), "start_s": sp["start_s"],
-              "dur_s": sp["dur_s"]} for sp in tl.spans if sp["track"] != "host"]
+    spans = [{"device": sp.track, "iteration": sp.args.get("iteration"), "start_s": sp.start_s,
+              "dur_s": sp.dur_s} for sp in tl.spans if sp.track not in TRACKS]
     for s, _, _ in sessions.values():
         s.close()
 
