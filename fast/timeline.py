@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 import jax
@@ -57,7 +57,7 @@ class Span:
     track: str
     start_s: float
     dur_s: float
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any]
 
 
 @dataclass
@@ -66,7 +66,8 @@ class _Pending:
 
     inputs: list[int]
     prev: Optional[int]
-    end: Optional[float] = None
+    #: when its result was ready (stamped by the watcher of its track)
+    end: Optional[float]
 
 
 class Timeline:
@@ -110,7 +111,7 @@ class Timeline:
         with self._lock:
             i = len(self.spans)
             self.spans.append(Span(name, track, self.now(), 0.0, args))
-            self._pending[i] = _Pending(inputs, self._last.get(track))
+            self._pending[i] = _Pending(inputs, self._last.get(track), None)
             self._last[track] = i
             q = self._queues.get(track)
             if q is None:

@@ -5,14 +5,16 @@ on several, exportable to Perfetto like the reference trace."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import turnout as tn
 
-pytest.importorskip("jax")
+jax = pytest.importorskip("jax")
 
 from turnout.fast.timeline import TRACKS, Span, Timeline  # noqa: E402
 
@@ -93,6 +95,9 @@ def test_every_fast_route_records_one_timeline() -> None:
         assert isinstance(tl, Timeline), route
         summary = tl.summary()
         assert summary["spans"]["run"] == 1 and summary["compiles_this_run"] == sess.last_result.stats["compiles"] > 0
+        run = tl.track_spans("run")[0]  # every span within the run's, on the run's clock
+        assert 0 <= run.start_s < 1 and all(run.start_s - 1e-3 <= s.start_s and s.start_s + s.dur_s
+                                            <= run.start_s + run.dur_s + 1e-3 for s in tl.spans), route
         chunks = [s for s in tl.spans if s.track == "driven loops"]
         forward = [s.args["iterations"] for s in chunks][:3]
         assert forward == [4, 4, 2], (route, forward)
@@ -119,11 +124,12 @@ def test_a_timeline_exports_every_field_a_trace_viewer_reads() -> None:
     per track naming its row, and per span a complete event (``ph`` ``X``) on its track's row with
     its name, category, times in microseconds and arguments."""
     tl = Timeline()
-    tl.ran("dev:b", "segment 2", 0.5, 0.75, iteration=1, compiled=True)
-    tl.ran("host", "dispatch segment 2", 0.25, 0.5)
-    tl.ran("dev:a", "segment 1", 0.0, 0.5, iteration=0, compiled=False)
-    tl.ran("compiled stages", "fused attempt", 0.0, 0.125, compiled=True)
-    tl.ran("run", "Session.run", 0.0, 1.0, compiles=2, compiled=True)
+    made = [tl.ran("dev:b", "segment 2", 0.5, 0.75, iteration=1, compiled=True),
+            tl.ran("host", "dispatch segment 2", 0.25, 0.5),
+            tl.ran("dev:a", "segment 1", 0.0, 0.5, iteration=0, compiled=False),
+            tl.ran("compiled stages", "fused attempt", 0.0, 0.125, compiled=True),
+            tl.ran("run", "Session.run", 0.0, 1.0, compiles=2, compiled=True)]
+    assert made == [0, 1, 2, 3, 4]  # (each span's index: a call's inputs name the spans that made them)
     assert tl.tracks() == ["run", "host", "compiled stages", "dev:a", "dev:b"]
     assert [s.name for s in tl.track_spans("dev:a")] == ["segment 1"]
     assert tl.summary() == {
@@ -166,3 +172,44 @@ def test_a_dispatched_call_starts_after_what_it_waits_for() -> None:
     d = tl.dispatched("dev:a", "d", jnp.ones(3), [c])
     tl.close()
     assert after(tl.spans[d], sb, sc) and len(tl) == 4
+
+
+def test_a_dispatched_call_is_timed_by_a_watcher_until_its_result_is_ready() -> None:
+    """Calls that run ahead of the host: each span ends when its result is ready, not when it was
+    dispatched (a call of some 30 ms, dispatched in microseconds), and a call dispatched while its
+    track is busy starts when the call before it ends (a device runs its calls in order). The
+    watchers are daemon threads named by their track, so a timeline never keeps a process alive."""
+    import threading
+
+    import jax.numpy as jnp
+    from jax import lax
+
+    @jax.jit
+    def slow(x: Any) -> Any:
+        return lax.fori_loop(0, 40, lambda i, a: jnp.tanh(a @ a), x)
+
+    x = jnp.ones((400, 400), jnp.float32) * 1e-3
+    slow(x).block_until_ready()  # (compiled)
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        slow(x).block_until_ready()
+        times.append(time.perf_counter() - t)
+    alone = min(times)  # (a loaded machine only makes the traced calls longer)
+    tl = Timeline()
+    first = slow(x)
+    one = tl.dispatched("dev:a", "one", first, [])
+    watchers = [th for th in threading.enumerate() if th.name == "turnout-trace-dev:a"]
+    try:
+        assert len(watchers) == 1 and watchers[0].daemon
+        first.block_until_ready()  # (the host waits too, and lets the watcher run meanwhile)
+    finally:
+        tl.close()
+    assert tl.spans[one].dur_s >= 0.5 * alone
+    a = tl.dispatched("dev:a", "a", slow(x), [])
+    b = tl.dispatched("dev:a", "b", slow(x), [])
+    tl.close()
+    sa, sb = tl.spans[a], tl.spans[b]
+    assert sa.dur_s > 0 and sb.dur_s > 0
+    assert sb.start_s >= sa.start_s + sa.dur_s  # after the call before it on its track
+    assert not [th for th in threading.enumerate() if th.name.startswith("turnout-trace-")]
