@@ -16,8 +16,8 @@ tried in this order:
    program whose every op lowers as ONE ``shard_map`` program, in which the devices run each spanning
    loop in lockstep. It is tried where lockstep costs nothing — every loop spanning devices has
    ``parallel_iterations == 1`` (``whole_program="auto"``, see ``wants_whole_program``; ``"always"`` and
-   ``"never"`` force the choice) — and when it declines (or a traced run asks for a per-device
-   timeline) the run goes on below.
+   ``"never"`` force the choice) — and when it declines the run goes on below. A traced run takes
+   the tier its untraced twin takes, so its trace shows how the run executes.
 2. **Compiled regions**: a region (a loop, a cond, any straight-line run of ops) whose nodes all sit on
    one device is compiled whole by the fast backend's emitter and committed to that device. A loop
    inside one partition therefore stays one ``lax.while_loop`` with no host work per iteration.
@@ -339,7 +339,7 @@ class FastPartitionedBackend:
         that does not lower inside one multi-device program (before anything ran: the per-device
         tiers then run it, and this signature no longer tries the tier). ``NeedsStatic`` goes on to
         the specialisation loop (``_run_specialised``)."""
-        if options.trace or self._budgeted(options.memory_budget):
+        if self._budgeted(options.memory_budget):
             return None
         _, placement, _ = self._placed()
         whole = self._whole_program(sig, placement, fetches, feeds)

@@ -25,9 +25,8 @@ from turnout.graph import Graph, Tensor
 from turnout.run_schedule import RunSchedule
 from turnout.session import RunOptions, RunResult
 
-#: what a run of this tier adds to its stats (the tier, and the executor unless the backend named one)
+#: the tier a run of this tier names in its stats
 TIER = "one device"
-EXECUTOR = "fast partitioned"
 
 
 class OneDevice:
@@ -85,7 +84,7 @@ class OneDevice:
 
 
 def _name_tier(stats: dict[str, Any]) -> None:
-    stats.setdefault("executor", EXECUTOR)
+    """The tier named in a run's stats (the executor is the backend's: compiled, or its fallback)."""
     stats["tier"] = TIER
 
 
@@ -108,4 +107,4 @@ def _on_device(lane: Lane, jd: Any) -> Lane:
     return placed
 
 
-__all__ = ["EXECUTOR", "TIER", "OneDevice"]
+__all__ = ["TIER", "OneDevice"]

@@ -76,6 +76,7 @@ from turnout.fast.regions import CondRegion, Key, WhileRegion, key, program_node
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
 from turnout.fast.stacks import StackValue
+from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, is_static
 from turnout.graph import Graph, Node, Tensor
 from turnout.session import RunOptions, RunResult
@@ -319,9 +320,7 @@ class SpmdPlan:
         slots = slots if slots is not None else SlotPlan(tuple(n for n in program_nodes(self.program)
                                                                if n.op == "CheckpointSlots"))
         refuse_firing_budget("SPMD tier", options)
-        if options.trace:
-            raise UnsupportedError("SPMD tier: trace=True is not supported (the program runs as one compiled call); "
-                                   "trace the run on another tier")
+        tl = Timeline() if options.trace else None
         t0 = time.perf_counter()
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
         feed_keys = tuple(sorted(by_key))
@@ -342,11 +341,14 @@ class SpmdPlan:
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
                 comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity, static, slots)
+            called, compiles = tl.now() if tl is not None else 0.0, self.compile_count
             with jax.enable_x64(True):
                 res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
             assert comp.spec is not None
             out, flags, state = comp.spec.split(res)
-            words = np.asarray(state["err"])
+            words = np.asarray(state["err"])  # (the host waits for the program: its span is measured)
+            if tl is not None:
+                self._traced(tl, called, self.compile_count != compiles)
             # one error word per device: a stack that outgrew its buffer on any of them decides
             outcome = first([decode(self.codes, c, capacity=self.stack_capacity, who="SPMD tier", unit="")
                              for c in sorted({int(c) for c in words if int(c)})])
@@ -368,7 +370,17 @@ class SpmdPlan:
             "stack_capacity": self.stack_capacity, **slots.stats,
             "seconds": time.perf_counter() - t0,
         }
-        return RunResult(values=values, stats=stats)
+        if tl is not None:
+            tl.ran("run", "Session.run", 0.0, tl.now(), compiled=self.compile_count != before,
+                   compiles=self.compile_count - before)
+        return RunResult(values=values, trace=tl, stats=stats)
+
+    def _traced(self, tl: Timeline, start: float, compiled: bool) -> None:
+        """A traced call of the program: one span on every mesh device's track (each runs the whole
+        program, in lockstep), measured from its call to its error words read back."""
+        end = tl.now()
+        for d in self.devices:
+            tl.ran(device_track(d), f"SPMD program over {len(self.devices)} devices", start, end, compiled=compiled)
 
     def _owners_view(self, spec: CallSpec, out: dict[Any, Any], flags: Any) -> tuple[dict[Key, Any], dict[Key, Any]]:
         """The fetches as their owner devices hold them, with the owners' live flags, for the one

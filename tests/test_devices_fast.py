@@ -391,7 +391,8 @@ def test_sleeping_stages_run_from_per_device_workers_and_overlap() -> None:
     i+1 runs; with parallel_iterations=1 no two iterations overlap."""
     for p in (4, 1):
         g, x, acc = _sleeping_pipeline(p)
-        sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:2"])
+        # (the per-device tiers: with parallel_iterations=1 the SPMD program would take the loop)
+        sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1", "cpu:2"], whole_program="never")
         assert float(sess.run(acc, {x: 1.0})) == float(tn.Session(g).run(acc, {x: 1.0}))
         sess.run(acc, {x: 1.0}, trace=True)
         tl = sess.last_result.trace
@@ -468,6 +469,29 @@ def test_a_graph_on_one_device_runs_as_the_unpartitioned_fast_backend() -> None:
     np.testing.assert_allclose(sess.run([y, dx], {x: 0.5, n: 40}), want, rtol=1e-5)
     (rec,) = tn.memory_report(sess).records
     assert sess.last_result.stats["tier"] == "one device" and rec.chunks_to_host >= 2
+
+
+def test_a_graph_on_one_device_explains_itself_as_the_one_device_backend() -> None:
+    """``Session.explain`` of a graph placed on one device: one step on that device holding the
+    one-device backend's schedule of the same run (its steps, then what runs otherwise), with its
+    notes; the run then names the tier and the executor in its stats."""
+    g = tn.Graph()
+    with g.as_default(), tn.device("cpu:1"):
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v * 1.5), [tn.constant(0), x])
+        (dx,) = tn.gradients(y, [x])
+    feed = {x: 2.0, n: 5}
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"])
+    want = tn.Session(g, backend="fast").explain([y, dx], feed)
+    got = sess.explain([y, dx], feed)
+    assert got.backend == "fast (partitioned)" and got.notes == want.notes
+    (step,) = got.steps
+    assert step.kind == "one device" and step.device == "cpu:1"
+    assert step.steps == (*want.steps, *want.otherwise)
+    sess.run([y, dx], feed)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "one device" and stats["executor"] == "compiled"
 
 
 def test_a_graph_on_one_device_takes_the_backends_lane_device_feeds_and_deferred_variables() -> None:

@@ -213,3 +213,33 @@ def test_a_dispatched_call_is_timed_by_a_watcher_until_its_result_is_ready() -> 
     assert sa.dur_s > 0 and sb.dur_s > 0
     assert sb.start_s >= sa.start_s + sa.dur_s  # after the call before it on its track
     assert not [th for th in threading.enumerate() if th.name.startswith("turnout-trace-")]
+
+
+def test_a_traced_run_takes_the_tier_its_untraced_twin_takes() -> None:
+    """Tracing does not change the route: a loop spanning two devices in lockstep runs as one SPMD
+    program traced or not, with the same values; its timeline holds the program's span on both
+    devices' tracks (one call, measured, within the run's span) and the run's compiles."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = y * 1.5
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 6, body, [tn.constant(0), x], parallel_iterations=1)
+    sess = tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"])
+    traced = sess.run(y, {x: 2.0}, trace=True)
+    stats, tl = sess.last_result.stats, sess.last_result.trace
+    assert stats["tier"] == "spmd" and isinstance(tl, Timeline)
+    assert float(traced) == float(sess.run(y, {x: 2.0})) == 2.0 * 1.5**6
+    assert sess.last_result.stats["tier"] == "spmd" and sess.last_result.trace is None
+    devices = [t for t in tl.tracks() if t not in TRACKS]
+    assert len(devices) == 2
+    calls = [s for t in devices for s in tl.track_spans(t)]
+    assert [s.name for s in calls] == ["SPMD program over 2 devices"] * 2 and calls[0].args["compiled"]
+    run = tl.track_spans("run")[0]
+    assert all(run.start_s <= s.start_s and s.start_s + s.dur_s <= run.start_s + run.dur_s for s in calls)
+    assert tl.summary()["compiles_this_run"] == stats["compiles"] > 0

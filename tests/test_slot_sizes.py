@@ -163,6 +163,30 @@ def test_the_partitioned_tiers_size_the_slots_as_the_one_device_backend(whole_pr
         assert stats["checkpoint_bytes"] == {"rnn": want * STATE}  # (the slots given, not the budget's)
 
 
+def test_a_run_budget_below_what_a_loop_holds_is_refused_on_every_fast_route() -> None:
+    """The checkpoint slots a recomputed loop holds count against a run's ``memory_budget`` on the
+    one-device backend and on the partitioned tiers alike (there, on the device that holds them, and
+    named): 96 bytes of slots (4 of 24) pass a budget of 500 and are refused under one of 50, as
+    ``ResourceExhaustedError``, never run past the budget; so are the stacks of the same loop when it
+    stores every iteration (50 iterations under 200 bytes)."""
+    m = model(200 * STATE)
+    spread = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(m["g"].nodes)}
+    routes = {"fast": {}, "per-device tiers": {"devices": ["cpu:0", "cpu:1"], "requests": spread,
+                                               "whole_program": "never"}}
+    for route, kw in routes.items():
+        sess = tn.Session(m["g"], backend="fast", stack_chunk=4, fallback=False, **kw)
+        check(sess.run(m["grads"], feed(m, 3), memory_budget=500), 3)
+        with pytest.raises(tn.ResourceExhaustedError, match='checkpoints of loop "rnn"') as err:
+            sess.run(m["grads"], feed(m, 3), memory_budget=50)
+        assert ("(device cpu:" in str(err.value)) == (route != "fast"), route
+        # and the same loop storing everything: its stacks (20 bytes an iteration) under the run's budget
+        kept = model(None)
+        sess = tn.Session(kept["g"], backend="fast", stack_chunk=4, fallback=False, **kw)
+        check(sess.run(kept["grads"], feed(kept, 50), memory_budget=10**6), 50)
+        with pytest.raises(tn.ResourceExhaustedError, match='saved values of loop "rnn"'):
+            sess.run(kept["grads"], feed(kept, 50), memory_budget=200)
+
+
 def test_a_slot_plan_counts_each_loops_slots_on_its_own_device() -> None:
     """``SlotPlan.bytes_by_device``: each device holds the slots of the loops whose ``CheckpointSlots``
     it runs, as many as the plan gives them (``capacity``), not every loop's nor every slot the budgets

@@ -191,7 +191,8 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
        for m in ("host_control", "host_env")},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
-                           "tests": [*_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py", "test_routes.py"]}
+                           "tests": [*_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py", "test_routes.py",
+                                     "test_slot_sizes.py"]}
        for m in ("plan_run", "one_device")},
     "fast/timeline.py": {"module": "turnout.fast.timeline",
                          "tests": ["test_fast_trace.py", "test_devices_fast.py", "test_mutants_s5.py"]},
