@@ -84,6 +84,28 @@ def test_T7_with_every_segment_dispatched_from_per_device_workers(pi: tuple[Any,
     sess.close()
 
 
+def test_a_dead_fetch_of_a_threaded_run_raises_as_on_the_host_thread() -> None:
+    """A fetch that a compiled cond leaves dead carries a live flag out of its segment; a run whose
+    segments are dispatched from per-device workers reads that flag from the worker's result
+    (``host_env.Lazy``) as the host thread reads it: ``DeadFetchError``, never the zeros that stand
+    for the dead value inside the compiled call. A live one is the reference's value."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        c = tn.placeholder(tn.bool, [], name="c")
+        with tn.device("cpu:0"):
+            _, t = tn.raw.switch(x, c)
+            y = t * 2.0
+        with tn.device("cpu:1"):
+            z = x + 1.0
+    for threads in ("auto", "always"):
+        sess = tn.Session(g, backend="fast", devices=D2, fallback=False, threads=threads, whole_program="never")
+        np.testing.assert_allclose(sess.run([y, z], {x: 3.0, c: True}), [6.0, 4.0])
+        with pytest.raises(tn.DeadFetchError, match="Mul:0 is dead"):
+            sess.run([y, z], {x: 3.0, c: False})
+        sess.close()
+
+
 # ---- closed-form cases -----------------------------------------------------------------------------
 def _spanning_loop(n_default: int = 10, parallel_iterations: int = 10) -> tuple[tn.Graph, Any, Any, Any]:
     """``y = x * 2**n`` by a loop whose counter sits on cpu:0 and whose multiply sits on cpu:1."""

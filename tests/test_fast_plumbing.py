@@ -120,8 +120,9 @@ def test_the_host_and_a_plain_environment_apply_the_same_wires_alike() -> None:
 
 def test_a_value_crosses_to_another_device_once_per_scope() -> None:
     """``HostEnv.on``: a value that lives on one device and is read on another is copied there once
-    (two segments there read the same copy), a copy made in a child scope (a branch, an iteration)
-    stays out of its parent's cache, and a value set again is copied afresh."""
+    (two segments there read the same copy, and so does a child scope, a branch or an iteration), a
+    copy made in a child scope stays out of its parent's cache, and a value set again is copied
+    afresh."""
     d0, d1 = jax.devices()[:2]
     k = ("x", 0)
     env = HostEnv()
@@ -129,6 +130,7 @@ def test_a_value_crosses_to_another_device_once_per_scope() -> None:
     first = env.on(k, "b", d1)
     assert first.devices() == {d1} and env.on(k, "b", d1) is first
     assert env.on(k, "a", d0) is env.vals[k]  # (read where it lives: no copy)
+    assert env.child().on(k, "b", d1) is first  # (a child scope reads its parent's copy)
     inner = HostEnv()
     inner.set(k, jax.device_put(np.float32(3.0), d0), "a")
     scope = inner.child()
