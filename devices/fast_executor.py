@@ -460,8 +460,7 @@ class FastPartitionedBackend:
                 cap = run.retry.capacity  # (past MAX_CAPACITY, ``decode`` gave the error instead)
                 retries += 1
         if tl is not None:
-            tl.ran("run", "Session.run", 0.0, tl.now(), compiled=self.compile_count != compiles,
-                   compiles=self.compile_count - compiles)
+            tl.finished(self.compile_count - compiles)
         variables.update(scratch)
         sched = plan.schedule
         self._records = run.stacks.records()

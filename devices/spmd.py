@@ -371,8 +371,7 @@ class SpmdPlan:
             "seconds": time.perf_counter() - t0,
         }
         if tl is not None:
-            tl.ran("run", "Session.run", 0.0, tl.now(), compiled=self.compile_count != before,
-                   compiles=self.compile_count - before)
+            tl.finished(self.compile_count - before)
         return RunResult(values=values, trace=tl, stats=stats)
 
     def _traced(self, tl: Timeline, start: float, compiled: bool) -> None:

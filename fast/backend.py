@@ -257,17 +257,13 @@ class FastBackend(StagedStages):
         waited for so that its span covers its device time."""
         tl = self._timeline = Timeline()
         untraced = dataclasses.replace(options, trace=False)
+        before = self.compile_count
         try:
-            with tl.span("Session.run", "run") as args:
-                before = self.compile_count
-                try:
-                    result = self.run(fetches, feeds, variables, untraced)
-                finally:
-                    tl.close()  # (the calls dispatched on the staged path: their ends)
-                args["compiled"] = self.compile_count != before
-                args["compiles"] = self.compile_count - before
+            result = self.run(fetches, feeds, variables, untraced)
         finally:
             self._timeline = None
+            tl.close()  # (every call of one device is waited for; this settles any span left to a watcher)
+        tl.finished(self.compile_count - before)
         result.trace = tl
         return result
 

@@ -15,7 +15,7 @@ predicate is false, an error is recorded, or the iteration budget is spent.
 Why one function: the one-device fast backend drives its top-level loops, and the partitioned
 executor drives a loop on one device of a graph that spans devices. Both make the same decisions.
 Two things differ, and they are passed in: the name of the route its errors give (``who``), and a
-``guard`` around each call (the fast backend's trace spans);
+``guard`` around each call (the runner's trace spans, ``fast.runner``);
 ``DrivenLoop.run`` is the sequence both take.
 """
 

@@ -126,10 +126,10 @@ class RunState:
         self._dev_vars.clear()
         self.variable_store.settle()
 
-    def _span(self, name: str, row: str, **args: Any) -> AbstractContextManager[dict[str, Any]]:
+    def _span(self, name: str, track: str, **args: Any) -> AbstractContextManager[dict[str, Any]]:
         """A timeline span while tracing; otherwise nothing (one attribute read)."""
         tl = self._timeline
-        return tl.span(name, row, **args) if tl is not None else _NO_SPAN
+        return tl.span(name, track, **args) if tl is not None else _NO_SPAN
 
     def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
         """The device copy of Variable ``name`` a run starts from: the one the last run handed back while

@@ -95,6 +95,11 @@ class Timeline:
         finally:
             self.ran(track, name, start, self.now(), **args)
 
+    def finished(self, compiles: int) -> None:
+        """The run's own span (track ``run``), from the timeline's start to now, with the programs it
+        traced and compiled (``summary()["compiles_this_run"]``)."""
+        self.ran("run", "Session.run", 0.0, self.now(), compiled=compiles > 0, compiles=compiles)
+
     def host(self, name: str, start: float, **args: Any) -> None:
         """A span of the host's own work, from ``start`` to now."""
         self.ran("host", name, start, self.now(), **args)
