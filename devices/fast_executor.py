@@ -348,8 +348,6 @@ class FastPartitionedBackend:
         slots = self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
         try:
             result: RunResult = whole.run(feeds, variables, options, static, slots=slots)
-        except NeedsStatic:
-            raise
         except UnsupportedError as e:
             self._whole[sig] = None
             self._whole_declined[sig] = str(e)

@@ -69,6 +69,7 @@ from turnout.fast.emit import stack_source
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.host_env import fetched
+from turnout.fast.lane import write_variables
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.plan import stack_source_var
@@ -78,6 +79,7 @@ from turnout.fast.specialise import static_signature
 from turnout.fast.stacks import StackValue
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, is_static
+from turnout.fast.variable_store import peeker
 from turnout.graph import Graph, Node, Tensor
 from turnout.session import RunOptions, RunResult
 from turnout.validate import validate
@@ -210,6 +212,42 @@ class _Compiled:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+class MeshCopies:
+    """A Variable's copies on every mesh device after a run (stacked on a leading axis), standing for
+    its owner device's copy, the Variable's value.
+
+    Why: the session's store keeps a run's new value on the device until someone reads it
+    (``fast.variable_store``), and the write-back of every backend is one function
+    (``lane.write_variables``). That function stores the device value it is given and records it
+    as the device copy the next run starts from; here those are one object, whose dtype and shape
+    are one copy's and whose host value (``numpy.asarray``) is the owner device's shard alone,
+    copied to the host only when read."""
+
+    __slots__ = ("stacked", "owner")
+
+    def __init__(self, stacked: Any, owner: Any) -> None:
+        self.stacked = stacked
+        self.owner = owner
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """One copy's numpy dtype."""
+        return np.dtype(self.stacked.dtype)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One copy's shape (the stacked array's without its leading mesh axis)."""
+        return tuple(self.stacked.shape[1:])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The owner device's copy on the host (only its shard is copied)."""
+        for s in self.stacked.addressable_shards:
+            if s.device == self.owner:
+                return np.asarray(np.asarray(s.data)[0, ...], dtype=dtype)
+        raise PlacementError(f"SPMD tier: device {self.owner} holds no copy this process can read"
+                             )  # pragma: no cover - the tier runs on devices of this process only
+
+
 class SpmdPlan:
     """One placed program compiled as one ``shard_map`` program (see the module docstring).
 
@@ -325,18 +363,19 @@ class SpmdPlan:
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
         feed_keys = tuple(sorted(by_key))
         var_names = tuple(sorted(self.var_nodes))
+        peek = peeker(variables)
         for name in var_names:
-            if name not in variables:
+            if peek(name) is None:
                 vn = self.var_nodes[name]
                 variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-        var_host = {n: variables[n] for n in var_names}
-        var_dev = {f"var:{n}": self._device_var(n, h) for n, h in var_host.items()}
+        entries = {n: peek(n) for n in var_names}
+        var_dev = {f"var:{n}": self._device_var(n, e, variables) for n, e in entries.items()}
+        var_sig = tuple((np.dtype(c.dtype).str, tuple(c.shape)) for c in var_dev.values())
         mi = iteration_bound(options)
         before = self.compile_count
         while True:
-            sig = (feed_keys, tuple((by_key[k].dtype.str, by_key[k].shape) for k in feed_keys),
-                   tuple((np.asarray(v).dtype.str, np.shape(v)) for v in var_host.values()), self.stack_capacity,
-                   static_signature(static), slots.capacity)
+            sig = (feed_keys, tuple((by_key[k].dtype.str, by_key[k].shape) for k in feed_keys), var_sig,
+                   self.stack_capacity, static_signature(static), slots.capacity)
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
@@ -358,11 +397,9 @@ class SpmdPlan:
             self.stack_capacity = outcome.capacity
         enforce(outcome)
         values = fetched(self.fetches, *self._owners_view(comp.spec, out, flags))
-        for name in var_names:
-            dev = state.get(f"var:{name}", var_dev[f"var:{name}"])
-            if f"var:{name}" in state:
-                variables[name] = self._from_owner(dev, self.loc.get(self.var_nodes[name].id, 0))
-            self._dev_vars[name] = (variables[name], dev)
+        write_variables(tuple((n, f"var:{n}" in state, None) for n in var_names),
+                        [self._mesh_copies(n, state.get(f"var:{n}", var_dev[f"var:{n}"])) for n in var_names],
+                        values, variables, self._dev_vars)
         stats = {
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
@@ -398,25 +435,26 @@ class SpmdPlan:
                 lives[k] = np.asarray(flags)[owner, 1 + spec.live.index(k)]
         return vals, lives
 
-    def _device_var(self, name: str, host: Any) -> Any:
+    def _device_var(self, name: str, entry: Any, variables: dict[str, np.ndarray]) -> Any:
         """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays
-        of the last run while the session still holds the value that run left, so that steady-state
-        runs copy no weights from the host; otherwise the host value, copied to every device."""
+        of the last run while the session still holds the entry that run left (``entry``, as the
+        store holds it: ``fast.variable_store``), so that steady-state runs copy no weights from the
+        host and read none back; otherwise the host value, copied to every device."""
         cached = self._dev_vars.get(name)
-        if cached is not None and cached[0] is host:
-            return cached[1]
-        arr = np.asarray(host)
+        if cached is not None and cached[0] is entry:
+            return cached[1].stacked
+        arr = np.asarray(variables[name])
         stacked = np.ascontiguousarray(np.broadcast_to(arr[None], (len(self.devices), *arr.shape)))
         with jax.enable_x64(True):  # as the program runs: a float64 Variable stays float64 on the devices
             return jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS)))
 
+    def _mesh_copies(self, name: str, stacked: Any) -> MeshCopies:
+        """Variable ``name``'s copies after a run, standing for its owner device's copy."""
+        return MeshCopies(stacked, self.jax_devices[self.loc.get(self.var_nodes[name].id, 0)])
+
     def _from_owner(self, arr: Any, owner: int) -> np.ndarray:
         """The owner device's copy of a per-device output (only that shard is copied to the host)."""
-        dev = self.jax_devices[owner]
-        for s in arr.addressable_shards:
-            if s.device == dev:
-                return np.asarray(s.data)[0, ...]
-        return np.asarray(arr)[owner]  # pragma: no cover - every shard of the mesh is addressable
+        return np.asarray(MeshCopies(arr, self.jax_devices[owner]))
 
 
-__all__ = ["AXIS", "SpmdPlan", "spmd_plan", "spmd_reason"]
+__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_plan", "spmd_reason"]

@@ -27,7 +27,6 @@ from turnout.fast.emitter_core import EmitterCore, Env
 from turnout.fast.facts import light_header
 from turnout.fast.light_loops import SMALL_NEST, LightLoop, LightLoops, exit_counts
 from turnout.fast.loops import CarryChanges
-from turnout.fast.lowering_base import NeedsStatic
 from turnout.fast.regions import WhileRegion
 from turnout.fast.state_keys import stack_key, stack_key_of, stack_source, var_key
 from turnout.fast.tracing import Traced, jnp_tree, reconcile, settled, zeros_of
@@ -57,8 +56,6 @@ class Emitter(LightLoops):
                 self.run_light_while(r, env)
             else:
                 self.run_full_while(r, env)
-        except NeedsStatic:
-            raise
         except UnsupportedError as e:  # (its carry changes type, or it computes what no lax loop can)
             if not one_device or (isinstance(e, CarryChanges) and e.region is not r):
                 raise

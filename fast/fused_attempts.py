@@ -27,7 +27,6 @@ from turnout.fast.call_spec import CallArgs, copy_static
 from turnout.fast.counted_stacks import RungTooSmall
 from turnout.fast.direct_call import DirectCalls
 from turnout.fast.guards import fused_oom
-from turnout.fast.lowering_base import NeedsStatic
 from turnout.fast.outcome import Discard, Outcome, enforce
 from turnout.fast.plan import FusedStage, Plan
 from turnout.fast.regions import Key, key
@@ -64,8 +63,6 @@ class FusedAttempts(DirectCalls):
                 res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
             except RungTooSmall as e:
                 return Discard(refused=str(e), needed=e.entries)
-            except NeedsStatic:
-                raise  # (the plan is specialised, and the attempt traced again: ``fast.specialise``)
             except UnsupportedError as e:
                 return Discard(refused=str(e))
             spec = st.spec

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout.errors import ResourceExhaustedError, UnsupportedError, describe_node
+from turnout.errors import ResourceExhaustedError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast import stacks as stk
 from turnout.fast.ranges import Ranges
 from turnout.fast.values import Handle
@@ -86,22 +86,25 @@ UNSUPPORTED: dict[str, str] = {
 lowering_rule = registrar(LOWERING_RULES)
 
 
-class NeedsStatic(UnsupportedError):
+class NeedsStatic(TurnoutError):
     """A shape argument (a ``fill`` shape, a TensorArray size, a slice bound) known only at run time,
     computed from root-frame feeds alone.
 
-    Why an error of its own: XLA needs static shapes, but such a program still compiles once those
-    feeds are constants of the plan. The backend catches this error, makes the feeds in ``keys``
+    Why an exception of its own: XLA needs static shapes, but such a program still compiles once
+    those feeds are constants of the plan. The backend catches it, makes the feeds in ``keys``
     static (their values become part of the plan's cache key, so a value seen before never
-    recompiles) and traces again. Where nothing is learned (no feed behind the value) it is an
-    ordinary ``UnsupportedError`` and the program runs on the interpreter fallback.
+    recompiles) and traces again. Where nothing is learned (no feed behind the value) the refusal is
+    an ``UnsupportedError`` instead, and the program runs on the interpreter fallback.
 
-    It leaves the trace by raising (only raising can) and goes no further than the backend's compile
-    of a run (``FastBackend._run_compiled``), which returns it as the outcome ``Specialise`` (from
-    the fused attempt's trace, ``FastBackend._call_fused`` takes it as a refusal, and the stages
-    meet it again); the fast partitioned executor's compile (its SPMD program's or a segment's trace)
-    returns it likewise, and both specialise in one loop (``fast.specialise``). A route that does not
-    specialise (the cluster's compiled partitions) takes it as the ``UnsupportedError`` it also is.
+    It is not an ``UnsupportedError``: it never means "this cannot be compiled", so no handler of
+    refusals (a fused attempt's ``Discard``, a loop form tried before another, the SPMD tier's
+    decline, the interpreter fallback) takes it by mistake. It leaves the trace by raising (only
+    raising can) and goes no further than the one place of each backend that compiles a run: the
+    fast backend's ``FastBackend._run_compiled`` and the fast partitioned executor's compile of a run
+    (its SPMD program's or a segment's trace), each of which returns it as the outcome
+    ``Specialise`` to the one loop that specialises (``fast.specialise``). The cluster's fused groups,
+    which trace with no feeds behind their values, never meet it (``not_static`` refuses with an
+    ``UnsupportedError`` there).
     """
 
     def __init__(self, message: str, keys: frozenset[tuple[int, int]], cut: frozenset[tuple[int, int]] = frozenset()

@@ -350,3 +350,46 @@ def test_a_case_in_a_spanning_loop_is_one_switch_with_its_assignments(switches: 
         assert sess.last_result.stats["tier"] == "spmd"
         assert 6 in switches, switches
         np.testing.assert_allclose(sess.run(v.value()), ref.run(v.value()), rtol=1e-12)
+
+
+def test_variables_a_run_assigns_stay_on_the_mesh_until_read() -> None:
+    """The SPMD program's new Variable values go back as every backend's do (``lane.write_variables``):
+    the session's store defers them (nothing is copied to the host by the run), the next run starts
+    from the copies the last one left, a value read is the owner device's copy, a value set from
+    outside is the one the next run takes, and a run on another tier reads what the SPMD run left."""
+    from turnout.fast.variable_store import Deferred
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        with tn.device(_cpu(1)):
+            w = tn.Variable(np.ones(3, np.float32), name="w")
+
+        def body(i: Any, a: Any) -> Any:
+            with tn.device(_cpu(0)):
+                b = a * 1.5
+            with tn.device(_cpu(1)):
+                return i + 1, b + w.read()
+
+        with tn.device(_cpu(0)):
+            _, y = tn.while_loop(lambda i, a: i < 3, body, [tn.constant(0), x])
+        with tn.device(_cpu(1)):
+            upd = w.assign_add(tn.reduce_sum(y) * tn.ones([3]) * 0.01)
+            plain = w.read() * 2.0
+    sess = tn.Session(g, backend="fast", devices=[_cpu(0), _cpu(1)], whole_program="always")
+    ref = tn.Session(g, backend="reference")
+    feed = {x: np.arange(3, dtype=np.float32)}
+    for _ in range(2):
+        got, want = sess.run([y, upd], feed), ref.run([y, upd], feed)
+        assert sess.last_result.stats["tier"] == "spmd"
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        entry = sess.variables.peek("w")
+        assert type(entry) is Deferred and entry._host is None  # (no copy to the host by the run)
+        assert entry.shape == (3,) and entry.dtype == np.float32
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-6)
+    sess.variables["w"] = ref.variables["w"] = np.full(3, -2.0, np.float32)  # set from outside: taken
+    np.testing.assert_allclose(sess.run(upd, feed), ref.run(upd, feed), rtol=1e-6)
+    # another fetch, another tier (no loop spans devices): it reads what the SPMD run left
+    sess.run([y, upd], feed), ref.run([y, upd], feed)
+    np.testing.assert_allclose(sess.run(plain), ref.run(plain), rtol=1e-6)
+    assert sess.last_result.stats["tier"] != "spmd"

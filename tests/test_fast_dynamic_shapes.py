@@ -266,3 +266,28 @@ def test_the_spmd_program_specialises_on_fed_shapes() -> None:
         assert got[1].shape == (k,)
         counts.append(sess.backend.compile_count)
     assert counts[2] == counts[1]
+
+
+def test_a_fed_shape_inside_a_differentiated_loop_keeps_the_fused_program() -> None:
+    """A shape that feeds decide is a reason to specialise, never a refusal: the fused attempt (whose
+    refusals drop it for the stages) and the loop forms (whose refusals try another form) let it pass
+    to the one loop that specialises, so the run stays one fused call, specialised on the feed."""
+    g = tn.Graph()
+    with g.as_default():
+        shp = tn.placeholder(tn.int32, [2], name="shp")
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: Any, acc: Any) -> Any:
+            return i + 1, acc + tn.reduce_sum(tn.fill(shp, x) * acc)
+
+        _, y = tn.while_loop(lambda i, a: i < 4, body, [tn.constant(0), x])
+        dx, = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast")
+    for s in ([2, 3], [1, 5]):
+        feed = {shp: np.array(s, np.int32), x: np.float32(0.5)}
+        got = compiled(sess, [y, dx], feed)
+        for a, b in zip(got, reference(g, [y, dx], feed), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        stats = sess.last_result.stats
+        assert stats["fused"] is True and stats["specialized_on"] == ["shp:0"], stats
+    assert not issubclass(tn.fast.lowering_base.NeedsStatic, tn.UnsupportedError)
