@@ -82,7 +82,87 @@ def test_enforce_raises_errors_and_nothing_else() -> None:
     enforce(OK)
     with pytest.raises(KernelError, match="boom"):
         enforce(Raise(KernelError("boom")))
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=r"outcome Retry\(capacity=256\) reached a layer that can only raise"):
         enforce(Retry(256))
     with pytest.raises(AssertionError):
         enforce(Discard())
+
+
+def test_the_cap_is_two_to_the_twenty_fourth_entries_worded_by_the_route() -> None:
+    """The cap ``docs/fast_backend.rst`` states (2**24 entries), reached by doubling; past it the error
+    names the route (``who``) and, by default, says the entries are per chunk."""
+    assert MAX_CAPACITY == 1 << 24
+    assert larger(1 << 23, "w") == Retry(1 << 24)
+    assert isinstance(larger(1 << 24, "w"), Raise)
+    codes, c = _codes()
+    past = decode(codes, c["overflow"], capacity=MAX_CAPACITY, who="SPMD tier")
+    assert isinstance(past, Raise) and past.outgrown
+    assert str(past.error) == "SPMD tier: a gradient stack needs more than 16777216 entries per chunk"
+    whole = decode(codes, c["underflow"], capacity=MAX_CAPACITY, who="fast backend", moved=1, unit="")
+    assert isinstance(whole, Raise)
+    assert str(whole.error) == "fast backend: a gradient stack needs more than 16777216 entries"
+
+
+def test_an_attempt_outgrew_its_rung_only_past_its_capacity() -> None:
+    """``mark``, the most entries the attempt's stacks held: a rung holds exactly its capacity, one
+    more is a ``Discard`` that names how many the next rung must hold; a call that is not an attempt
+    ignores it."""
+    codes, _ = _codes()
+    assert decode(codes, 0, capacity=4, who="w", attempt=True, mark=4) is OK
+    assert decode(codes, 0, capacity=4, who="w", attempt=True, mark=5) == Discard(needed=5)
+    assert decode(codes, 0, capacity=4, who="w", mark=5) is OK
+
+
+def test_an_assert_that_shows_values_reports_them_through_its_code() -> None:
+    """A check whose message depends on run-time values has them recorded on the host under its code
+    (``ErrorCodes.detail``, called from the compiled program), and the decoded error is that text."""
+    codes, c = _codes()
+    codes.detail(c["kernel"], lambda v: f"kernel message: got {int(v)}", 7)
+    got = decode(codes, c["kernel"], capacity=64, who="w")
+    assert isinstance(got, Raise) and str(got.error) == "kernel message: got 7"
+    again = decode(codes, c["kernel"], capacity=64, who="w")  # (a detail is the one run's: used once)
+    assert isinstance(again, Raise) and str(again.error) == "kernel message"
+
+
+def test_a_precompiled_first_attempt_is_discarded_once_and_later_runs_are_fused() -> None:
+    """``precompile_staged``: the first run discards its fused attempt (``Discard()``, no refusal) so
+    that the stages compile up front; the fused stage is not dropped, and every later run is one
+    fused call that compiles nothing."""
+    import numpy as np
+
+    import turnout as tn
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        _, y = tn.while_loop(lambda i, a: i < 5, lambda i, a: (i + 1, a * 1.1 + tn.sin(a)), [tn.constant(0), x])
+        dx, = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", options=tn.FastOptions(precompile_staged=True))
+    want = tn.Session(g, backend="reference").run(dx, {x: 0.5})
+    seen = []
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(dx, {x: 0.5}), want, rtol=1e-5)
+        seen.append((sess.last_result.stats.get("fused"), sess.backend.compile_count))
+    assert seen[0][0] is False and seen[1][0] is True and seen[2][0] in (True, None)
+    assert seen[1][1] == seen[0][1] == seen[2][1]
+
+
+def test_a_rung_holds_exactly_its_capacity() -> None:
+    """A loop that pushes exactly the first rung's entries runs on that rung, not the next."""
+    import numpy as np
+
+    import turnout as tn
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, a * 0.99 + tn.sin(a) * 0.01),
+                             [tn.constant(0), x])
+        dx, = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", options=tn.FastOptions(stack_first_rung=16))
+    for steps, rung in ((16, 16), (17, 20)):
+        got = sess.run(dx, {x: 0.5, n: steps})
+        np.testing.assert_allclose(got, tn.Session(g, backend="reference").run(dx, {x: 0.5, n: steps}), rtol=1e-5)
+        stats = sess.last_result.stats
+        assert stats["fused"] is True and stats["stack_capacity"] == rung, stats
