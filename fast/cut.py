@@ -278,6 +278,8 @@ class _Builder:
         reads |= {(c.id, -1) for n in nodes for c in n.control_inputs if c.id not in ids}
         produced = {key(o) for n in nodes if n.id not in self.fed for o in n.outputs} | {(n.id, -1) for n in nodes}
         writes = sorted(k for k in produced if k in self.fetch or self.readers.get(k, set()) - ids)
+        # (what a segment reads is made outside it, or fed: so no value it is given leaves it again)
+        assert not reads & produced, f"a segment writes keys it reads: {sorted(reads & produced)}"
         seg = Segment(device, items, sorted(reads), writes, [k for k in writes if k in self.fetch],
                       index=len(self.segments), label=self.label(device), traffic=traffic(items, self.held) or None)
         if len(items) == 1 and self._drives(items[0]):

@@ -42,7 +42,6 @@ from turnout.fast import stacks as stk
 from turnout.fast.call_spec import LayoutCalls, Traced
 from turnout.fast.emit import Emitter
 from turnout.fast.regions import Item, Key
-from turnout.fast.values import Static
 
 #: ``emitter(state, bound)``: a fresh emitter over the program starting from ``state`` (made only
 #: while tracing: the caller counts its traces there)
@@ -55,8 +54,8 @@ class SegmentFn:
     ``writes`` are the keys that leave it (those its items make), ``fetched`` those of them that leave
     with a live flag (a fetch inside a compiled cond can be dead); ``emitter`` makes the emitter of a
     trace and ``jit`` jits a function (``jit(fn, donate_argnums=...)``). The outputs are device values,
-    constants known while tracing (numpy, or ``DEAD``), or, for a write that left as it came in, the
-    caller's own value (it does not cross the call: returning it would copy it). The state is the
+    constants known while tracing (numpy, or ``DEAD``); a segment reads none of the keys it writes
+    (``fast.cut`` makes it so), so no output is a value the caller passed in. The state is the
     caller's, with what the call changed: the stacks (donated: updated in place), the error word, the
     Variables it assigned, the stacks it made. Its calls are ``call_spec.LayoutCalls``: one function
     per layout of the arguments."""
@@ -73,10 +72,6 @@ class SegmentFn:
                  ) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
         rest, stacks = stk.split_state(state)
         out, lives, new = self.calls(env_in, rest, stacks, bound)
-        for k in self.writes:  # (a write that may have left as it came in)
-            if k in env_in and k not in out:
-                v = env_in[k]
-                out[k] = v.value if isinstance(v, Static) else v
         return out, lives, {**rest, **new}
 
     def _body(self, feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
@@ -84,7 +79,7 @@ class SegmentFn:
         em = self.emitter({**given, **stacks}, bound)
         env = dict(feeds)
         em.run_items(self.items, env)
-        out = {k: env[k] for k in self.writes if k in env and not (k in feeds and env[k] is feeds[k])}
+        out = {k: env[k] for k in self.writes if k in env}
         lives = {k: em.lives.get(k, True) for k in self.writes if k in self.fetched and k in env}
         # every stack comes back (it was donated), the word always (the caller waits on each call's),
         # any other entry only when it changed
