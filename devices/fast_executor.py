@@ -40,8 +40,9 @@ stacks on one device, outside the loops the host drives, is a segment of its own
 (``devices.region_driver``), so its chunks move the same way. A stack that outgrows its chunk inside
 one call (an inner loop compiled whole in a host-driven iteration) runs the program again with twice
 the chunk (``stats['stack_capacity_retries']``). ``memory_records()`` reports the stack bytes per loop and
-device of the last run. The SPMD tier cannot swap or count bytes per device, so it is passed over when
-either is asked for (``cannot_swap``).
+device of the last run. The SPMD tier keeps a swapping loop's stacks in host memory inside its program
+but cannot count bytes per device, so it is passed over when a ``device_memory_limit`` is set
+(``cannot_count``).
 
 What the fast path cannot run (``UnsupportedError`` while raising or tracing) runs on the partitioned
 reference executor with a ``RuntimeWarning``, as the unpartitioned fast backend falls back to the
@@ -186,7 +187,7 @@ class FastPartitionedBackend:
         self._static_keys: dict[Any, Specialisation] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
-        #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_swap``)
+        #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_count``)
         self._whole_declined: dict[Any, str] = {}
         #: the unpartitioned fast backend, for graphs placed wholly on one device (``devices.one_device``)
         self._single = OneDevice(graph, self.options, self.jax_devices)
@@ -354,6 +355,7 @@ class FastPartitionedBackend:
             return None
         result.stats.setdefault("executor", "fast partitioned")
         result.stats.setdefault("tier", "spmd")
+        self._records = whole.memory_records()
         return result
 
     def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
@@ -391,7 +393,7 @@ class FastPartitionedBackend:
         or None where the tier is absent or the program is not eligible."""
         if sig not in self._whole:
             wanted = wants_whole_program(self.whole_program, self.graph, placement)
-            why = cannot_swap(self.graph, self.options.device_memory_limit) if wanted else None
+            why = cannot_count(self.graph, self.options.device_memory_limit) if wanted else None
             got = spmd_choice(self.graph, placement, fetches, list(feeds)) if wanted and why is None else why
             if isinstance(got, str):
                 self._whole_declined[sig] = got
@@ -563,19 +565,14 @@ def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
     return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
 
 
-def cannot_swap(graph: Graph, device_memory_limit: Optional[int]) -> Optional[str]:
+def cannot_count(graph: Graph, device_memory_limit: Optional[int]) -> Optional[str]:
     """Why the SPMD tier must not run this graph although ``whole_program`` would take it, or None.
 
-    Why: one ``shard_map`` program keeps every gradient stack's whole history on its device (it has no
-    host between iterations to move a chunk) and does not count stack bytes per device. So a loop
-    that asks for ``swap_memory=True``, or a ``device_memory_limit``, is run by the per-device tiers,
-    which honour both (``devices.swap``); the reason is in ``stats["whole_program_declined"]``."""
+    Why: one ``shard_map`` program does not count stack bytes per device (a loop that swaps keeps its
+    stacks in host memory inside it, ``SpmdPlan``, but nothing bounds what the others hold). So a
+    ``device_memory_limit`` is honoured by the per-device tiers, which count (``fast.device_stacks``);
+    the reason is in ``stats["whole_program_declined"]``."""
     stacks = [n for n in graph.nodes if n.op == "StackNew"]
-    swapped = sorted({n.attrs.get("loop_name") or n.attrs.get("frame_name", "?") for n in stacks
-                      if n.attrs.get("swap_memory")})
-    if swapped:
-        return (f"loop(s) {', '.join(repr(x) for x in swapped)} ask for swap_memory=True, and the SPMD tier cannot "
-                "swap stack chunks to host memory; the per-device tiers run the program")
     if device_memory_limit is not None and stacks:
         return (f"device_memory_limit={device_memory_limit} is counted per device by the per-device tiers only; the "
                 "SPMD tier does not count stack bytes")
@@ -588,4 +585,4 @@ def _slot_counts(slots: SlotPlan) -> dict[str, Any]:
     return {"checkpoint_slots": slots.counts} if slots.nodes else {}
 
 
-__all__ = ["FastPartitionedBackend", "cannot_swap"]
+__all__ = ["FastPartitionedBackend", "cannot_count"]

@@ -32,7 +32,8 @@ device allocates every stack, and a run whose pushes overflow the buffer is repe
 one. Their pushes and pops are the one exception to "only on the owner": they run on every device,
 outside any branch, each device updating its own copy (a buffer passed through a conditional would
 be copied at every push); only the owner's copy holds real values, only its checks count, and only
-it is read. Stacks are not swapped to host memory in this tier.
+it is read. A loop that asks for ``swap_memory=True`` keeps its stacks' value buffers in each
+device's host memory inside the program (``StackValue.host``), as the one-device fused call does.
 
 What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): a stack whose
 pushes have run-time shapes, ops without a JAX lowering, devices not of this process or of mixed
@@ -265,9 +266,11 @@ class SpmdPlan:
     every device at the start of a run (only the owner's copy is written). A run that pushes more is
     repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
     ended, and later runs keep it), up to ``outcome.MAX_CAPACITY``. Why small to start: every run
-    allocates and zeroes every stack on every device, so room that is never used costs time. Unlike
-    the one-device fast backend, this tier does not swap full chunks to host memory: a stack's whole
-    history stays on its device.
+    allocates and zeroes every stack on every device, so room that is never used costs time. A loop
+    that asks for ``swap_memory=True`` keeps its stacks' value buffers in each device's host memory
+    inside the program (``StackValue.host``: each push moves its value there, each pop brings it
+    back), as the one-device fast backend's fused call does; ``stats["stacks_in_host_memory"]`` names
+    those loops. The other stacks' whole history stays on their device.
     """
 
     def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
@@ -289,9 +292,13 @@ class SpmdPlan:
             for t in n.inputs:
                 self.readers.setdefault(key(t), set()).add(n.id)
         self.stacks = analysis.stacks
+        #: the stacks of loops that swap (``swap_memory=True``), by StackNew id: kept in host memory
+        self.host_stacks = {n.id: n.attrs.get("loop_name") or n.attrs.get("frame_name", "?")
+                            for n in analysis.nodes if n.op == "StackNew" and n.attrs.get("swap_memory")}
         self.stack_capacity = stack_capacity
         self._dev_vars: dict[str, tuple[Any, Any]] = {}  # name -> (host value, its device copies)
         self._compiled: dict[Any, _Compiled] = {}
+        self._memory_rows: dict[int, list[dict[str, Any]]] = {}  # stack capacity -> memory_records
         self.compile_count = 0
 
     def describe(self) -> str:
@@ -318,7 +325,8 @@ class SpmdPlan:
             # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
             em.state = {k: v if k == "err" else v[0] for k, v in state.items()}
             for sid, (dtype, elem, index) in self.stacks.items():
-                em.state[f"stack:{sid}"] = StackValue(capacity, dtype).materialize(elem, index)
+                em.state[f"stack:{sid}"] = StackValue(capacity, dtype, host=sid in self.host_stacks
+                                                      ).materialize(elem, index)
             env: dict[Any, Any] = dict(feeds)
             em.run_items(self.program.items, env)
             for k in fetch_keys:
@@ -405,11 +413,41 @@ class SpmdPlan:
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
             "stack_capacity": self.stack_capacity, **slots.stats,
+            "stacks_in_host_memory": sorted(set(self.host_stacks.values())),
             "seconds": time.perf_counter() - t0,
         }
         if tl is not None:
             tl.finished(self.compile_count - before)
         return RunResult(values=values, trace=tl, stats=stats)
+
+    def memory_records(self) -> list[dict[str, Any]]:
+        """The stacks' memory of a run at the present capacity, one record per (loop, device) in the
+        terms of ``memory_report`` (``FastPartitionedBackend.memory_records``): every device allocates
+        every stack whole (``stack_capacity`` entries, zeroed at the start of each run), so what each
+        holds is the buffers' size, whatever the trip count; a swapping loop's value buffers in host
+        memory (``host_bytes``), their index records and the other stacks on the device. No chunk
+        moves between calls: the program is one call. Made once per capacity (runs read it after
+        every call)."""
+        kept = self._memory_rows.get(self.stack_capacity)
+        if kept is not None:
+            return kept
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        loops = {n.id: n.attrs.get("loop_name") or n.attrs.get("frame_name", "?")
+                 for n in program_nodes(self.program) if n.op == "StackNew"}
+        for sid, (dtype, elem, index) in sorted(self.stacks.items()):
+            values = self.stack_capacity * int(np.prod(elem, dtype=np.int64)) * np.dtype(dtype).itemsize
+            record = self.stack_capacity * int(np.prod(index, dtype=np.int64)) * 4
+            host = sid in self.host_stacks
+            for d in self.devices:
+                r = rows.setdefault((loops.get(sid, "?"), d), {
+                    "loop": loops.get(sid, "?"), "device": parse(d).short, "device_bytes": 0, "host_bytes": 0,
+                    "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0, "swap_memory": host})
+                r["device_bytes"] += record + (0 if host else values)
+                r["host_bytes"] += values if host else 0
+        for r in rows.values():
+            r["peak_device_bytes"] = r["device_bytes"]
+        kept = self._memory_rows[self.stack_capacity] = list(rows.values())
+        return kept
 
     def _traced(self, tl: Timeline, start: float, compiled: bool) -> None:
         """A traced call of the program: one span on every mesh device's track (each runs the whole

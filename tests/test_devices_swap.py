@@ -110,7 +110,7 @@ def by_device(sess: tn.Session) -> dict[str, Any]:
 @pytest.mark.parametrize("parallel_iterations", [1, 8])
 def test_a_swapped_spanning_loop_holds_two_chunks_per_stack_at_any_trip_count(parallel_iterations: int) -> None:
     m = spanning_rnn(swap=True, parallel_iterations=parallel_iterations)
-    sess = fast(m)
+    sess = fast(m, whole_program="never")  # (the host-driven tier's chunks; the SPMD tier's: below)
     run_checked(sess, m, 3)  # fits one chunk: each device holds one chunk of each of its stacks
     one = {d: r.peak_device_bytes for d, r in by_device(sess).items()}
     assert set(one) == {"cpu:1", "cpu:2"}  # the tanh's stack on cpu:1, the rest of the step's on cpu:2
@@ -118,8 +118,6 @@ def test_a_swapped_spanning_loop_holds_two_chunks_per_stack_at_any_trip_count(pa
     for steps in (40, 120):
         stats = run_checked(sess, m, steps)
         assert stats["tier"] == "host-driven" and stats["stack_capacity_retries"] == 0
-        if parallel_iterations == 1:  # the SPMD tier would take it, but cannot swap: it says why it passed
-            assert "swap_memory=True" in stats["whole_program_declined"]
         recs = by_device(sess)
         assert set(recs) == set(one)
         for d, r in recs.items():
@@ -289,3 +287,45 @@ def test_a_loop_compiled_on_one_device_of_a_spanning_graph_moves_its_chunks(swap
     else:
         with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd".*device cpu:1.*swap_memory=True'):
             capped.run(m["fetch"], feeds(m, 120))
+
+
+def test_the_spmd_program_keeps_a_swapping_loops_stacks_in_host_memory() -> None:
+    """A swapping loop that spans devices in lockstep is the SPMD tier's: one program whose swapping
+    stacks' value buffers live in each device's host memory (each push moves its value there, each
+    pop brings it back: device_put to the host memory space in the program), within and past the
+    first capacity, with the reference's gradients; ``memory_report`` counts them as host bytes, their
+    index records on the device. The same loop without ``swap_memory`` keeps them on the device, and a
+    ``device_memory_limit`` (which only the per-device tiers count) still passes the tier over."""
+    import jax
+
+    from turnout.fast.regions import key
+
+    def host_moves(sess: tn.Session, m: dict[str, Any]) -> int:
+        """Moves to the host memory space in the jaxpr of the session's last SPMD program."""
+        (whole,) = [w for w in sess.backend._whole.values() if w is not None]
+        comp = list(whole._compiled.values())[-1]
+        fed = {key(t): np.asarray(v) for t, v in feeds(m, 3).items()}
+        args = comp.args.flat(fed, {"err": np.int32(0)}, {}, np.int32(10**6))
+        with jax.enable_x64(True):  # (as the program runs: float64 stacks)
+            return str(jax.make_jaxpr(comp.fn)(*args)).count("MemorySpace.Host")
+
+    for swap in (True, False):
+        m = spanning_rnn(swap=swap, parallel_iterations=1)
+        sess = fast(m, whole_program="always")
+        for steps in (3, 100):  # (100 outgrows the tier's first capacity, 64: one run again at 128)
+            stats = run_checked(sess, m, steps)
+            assert stats["tier"] == "spmd", stats.get("whole_program_declined")
+            assert stats["stacks_in_host_memory"] == (["fwd"] if swap else [])
+        moves = host_moves(sess, m)
+        assert moves > 0 if swap else moves == 0, moves
+        recs = by_device(sess)
+        assert set(recs) == {"cpu:0", "cpu:1", "cpu:2"}  # (every device allocates every stack)
+        for r in recs.values():
+            assert r.swap_memory is swap and r.chunks_to_host == 0
+            cap = stats["stack_capacity"]
+            assert r.host_bytes == (3 * cap * 8 if swap else 0)  # three float64 stacks' values
+            assert r.device_bytes == r.peak_device_bytes == 3 * cap * 4 + (0 if swap else 3 * cap * 8)
+    limited = fast(spanning_rnn(swap=True, parallel_iterations=1), whole_program="always",
+                   device_memory_limit=10**6)
+    stats = run_checked(limited, spanning_rnn(swap=True, parallel_iterations=1), 20)
+    assert stats["tier"] == "host-driven" and "device_memory_limit" in stats["whole_program_declined"]
