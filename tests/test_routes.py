@@ -27,7 +27,7 @@ from graphs import power_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import assert_same_outcome, build, run_outcome, to_source
-from strategies import gradient_cases, placements, programs_with_inputs
+from strategies import float_programs, gradient_cases, gradient_graph, inputs_for, placements, programs_with_inputs
 from test_stateful_properties import ACTIONS
 from test_stateful_properties import _build as stateful_program
 
@@ -137,6 +137,20 @@ def test_every_route_gives_the_reference_gradients(data: st.DataObject) -> None:
     req = data.draw(placements(case.graph, min_devices=3, max_devices=3)).requests
     req = {k: DEVICES[int(v[-1])] for k, v in req.items()}
     _check(case.graph, case.grads, case.feeds, req, to_source(case.program) + "\n")
+
+
+@settings(max_examples=max(1, BUDGET // 20))
+@given(st.data())
+def test_every_route_gives_the_reference_gradients_when_every_loop_swaps(data: st.DataObject) -> None:
+    """The same with every loop and scan built with ``swap_memory=True``: the one-device routes keep
+    the stacks in host memory inside the call or swap chunks, the per-device tiers move full chunks
+    between calls, the SPMD program keeps them in host memory inside its one call."""
+    p = data.draw(float_programs(max_depth=2))
+    b, grads = gradient_graph(p, swap_memory=True)
+    feeds = b.feed_dict(data.draw(inputs_for(p, wide=False)))
+    req = data.draw(placements(b.graph, min_devices=3, max_devices=3)).requests
+    req = {k: DEVICES[int(v[-1])] for k, v in req.items()}
+    _check(b.graph, grads, feeds, req, to_source(p) + "\n(every loop swaps)\n")
 
 
 @settings(max_examples=max(1, BUDGET // 12))
