@@ -207,3 +207,17 @@ def test_a_dead_fetch_of_a_fused_stage_behind_its_flags_is_refused() -> None:
         with pytest.raises(tn.DeadFetchError):
             fast.run([dead_or_not], {x: 1.0, p: False})
     assert _fused_stage(fast).spec.packed is not None
+
+
+def test_the_carrier_is_the_first_smallest_array_of_at_most_the_limit() -> None:
+    """``carrier`` read as a rule: values that are not traced arrays of a carrier dtype are passed
+    over (the scan goes on past them), so are those in ``taken`` and those of more than
+    ``PACK_MAX_ELEMENTS`` elements (exactly the limit may carry), and of equal sizes the first wins."""
+    lim = packing.PACK_MAX_ELEMENTS
+    at_limit, past = jnp.zeros(lim, jnp.float32), jnp.zeros(lim + 1, jnp.float32)
+    small, other = jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.float32)
+    assert packing.carrier((past,), set()) is None
+    assert packing.carrier((at_limit,), set()) == 0
+    assert packing.carrier((np.float32(1.0), jnp.zeros(2, jnp.bool_), small), set()) == 2
+    assert packing.carrier((small, other), set()) == 0 and packing.carrier((other, small), set()) == 0
+    assert packing.carrier((small, other), {0}) == 1

@@ -311,3 +311,30 @@ def test_interleaved_runs_reads_and_writes_agree_with_the_reference(actions: lis
     assert sorted(fast.variables) == sorted(ref.variables)
     for name in ref.variables:
         np.testing.assert_allclose(fast.variables[name], ref.variables[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_fetched_new_value_is_stored_as_it_came_and_keep_returns_the_entry() -> None:
+    """``put_fetched`` stores a run's fetched new value itself: in the session's store without the
+    check a value set from outside gets (it is the run's own array), in a plain dict as the value;
+    ``keep`` returns the entry the mapping holds, which the run's device-copy record compares by
+    identity at the next run (a deferred one in the store, the host array in a plain dict)."""
+    from turnout.fast.variable_store import keep, put_fetched
+
+    g = tn.Graph()
+    with g.as_default():
+        tn.Variable(np.zeros(3, np.float32), name="w")
+    store = DeviceVariables(g)
+    host = np.arange(3, dtype=np.float32)
+    host.flags.writeable = False  # (a run's fetched values are read-only)
+    put_fetched(store, "w", host)
+    assert store.peek("w") is host
+    plain: dict[str, Any] = {}
+    put_fetched(plain, "w", host)
+    assert plain["w"] is host
+    import jax
+
+    dev = jax.numpy.ones(3, jax.numpy.float32)
+    entry = keep(plain, "w", dev)
+    assert entry is plain["w"] and np.array_equal(entry, np.ones(3, np.float32))
+    deferred = keep(store, "w", dev)
+    assert type(deferred) is Deferred and store.peek("w") is deferred
