@@ -356,3 +356,18 @@ def test_a_variable_without_a_value_yet_says_why(backend: str) -> None:
     assert sess.variables.get("b") is None and "b" not in sess.variables
     np.testing.assert_allclose(sess.run(g.variable_objects[1]), np.zeros(2))
     np.testing.assert_allclose(sess.variables["b"], np.zeros(2))
+
+
+def test_a_firing_budget_on_compiled_code_is_refused_saying_what_to_use_instead() -> None:
+    """Compiled code counts loop iterations, not firings: a ``max_firings`` budget is never silently
+    ignored by the fast backend: it is refused, naming the option's value and what bounds a compiled
+    run, with the interpreter fallback on or off (the fallback is for programs, not options)."""
+    g, out = infinite_loop()
+    strict = tn.Session(g, backend="fast", options=tn.FastOptions(fallback=False))
+    with pytest.raises(tn.UnsupportedError) as e:
+        strict.run(out, max_firings=500)
+    assert str(e.value).endswith(
+        "RunOptions.max_firings=500 cannot be honoured: compiled code counts loop iterations, not firings; "
+        "bound loops with max_iterations (or run on backend='reference')"), str(e.value)
+    with pytest.raises(tn.UnsupportedError, match="max_firings=500 cannot be honoured"):
+        tn.Session(g, backend="fast").run(out, max_firings=500)

@@ -210,7 +210,8 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
        for m in ("stack_sizes", "run_state", "direct_call", "fused_attempts", "staged_stages")},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
-    "fast/guards.py": {"module": "turnout.fast.guards", "tests": _BACKEND_TESTS},
+    "fast/guards.py": {"module": "turnout.fast.guards",
+                       "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
     # the schedule a run of the one-device backend would take, read from its plan
     "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
