@@ -292,11 +292,13 @@ class SpmdPlan:
             for t in n.inputs:
                 self.readers.setdefault(key(t), set()).add(n.id)
         self.stacks = analysis.stacks
-        #: the stacks of loops that swap (``swap_memory=True``), by StackNew id: kept in host memory
-        self.host_stacks = {n.id: n.attrs.get("loop_name") or n.attrs.get("frame_name", "?")
-                            for n in analysis.nodes if n.op == "StackNew" and n.attrs.get("swap_memory")}
+        #: each stack's loop (by StackNew id), and the stacks of loops that swap (``swap_memory=True``),
+        #: kept in host memory
+        news = [n for n in analysis.nodes if n.op == "StackNew"]
+        self.stack_loops = {n.id: n.attrs.get("loop_name") or n.attrs.get("frame_name", "?") for n in news}
+        self.host_stacks = frozenset(n.id for n in news if n.attrs.get("swap_memory"))
         self.stack_capacity = stack_capacity
-        self._dev_vars: dict[str, tuple[Any, Any]] = {}  # name -> (host value, its device copies)
+        self._dev_vars: dict[str, tuple[Any, MeshCopies]] = {}  # name -> (the store's entry, its copies)
         self._compiled: dict[Any, _Compiled] = {}
         self._memory_rows: dict[int, list[dict[str, Any]]] = {}  # stack capacity -> memory_records
         self.compile_count = 0
@@ -413,7 +415,7 @@ class SpmdPlan:
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
             "stack_capacity": self.stack_capacity, **slots.stats,
-            "stacks_in_host_memory": sorted(set(self.host_stacks.values())),
+            "stacks_in_host_memory": sorted({self.stack_loops[sid] for sid in self.host_stacks}),
             "seconds": time.perf_counter() - t0,
         }
         if tl is not None:
@@ -432,15 +434,14 @@ class SpmdPlan:
         if kept is not None:
             return kept
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        loops = {n.id: n.attrs.get("loop_name") or n.attrs.get("frame_name", "?")
-                 for n in program_nodes(self.program) if n.op == "StackNew"}
         for sid, (dtype, elem, index) in sorted(self.stacks.items()):
+            loop = self.stack_loops.get(sid, "?")
             values = self.stack_capacity * int(np.prod(elem, dtype=np.int64)) * np.dtype(dtype).itemsize
             record = self.stack_capacity * int(np.prod(index, dtype=np.int64)) * 4
             host = sid in self.host_stacks
             for d in self.devices:
-                r = rows.setdefault((loops.get(sid, "?"), d), {
-                    "loop": loops.get(sid, "?"), "device": parse(d).short, "device_bytes": 0, "host_bytes": 0,
+                r = rows.setdefault((loop, d), {
+                    "loop": loop, "device": parse(d).short, "device_bytes": 0, "host_bytes": 0,
                     "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0, "swap_memory": host})
                 r["device_bytes"] += record + (0 if host else values)
                 r["host_bytes"] += values if host else 0
