@@ -136,3 +136,21 @@ def test_tracing_a_case_grows_quadratically_not_cubically(monkeypatch: pytest.Mo
         np.testing.assert_allclose(got, np.tanh(np.ones(3) * n) + n - 1, rtol=1e-6)
         lookups[n] = counted[0]
     assert lookups[32] < 4.6 * lookups[16], lookups  # cubic growth gives about 8
+
+
+def test_a_case_whose_branches_give_different_constants_is_not_folded_to_one(switches: list[int]) -> None:
+    """A raised case whose levels give constants: where every level gives the same one the result is
+    it, and where they differ (of one dtype) the switch chooses among them at run time, at every
+    index and the default, as the reference does."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [], name="k")
+        same = tn.case(k, [lambda: tn.constant(5.0), lambda: tn.constant(5.0)], default=lambda: tn.constant(5.0))
+        differ = tn.case(k, [lambda: tn.constant(1.0), lambda: tn.constant(2.0), lambda: tn.constant(1.0)],
+                         default=lambda: tn.constant(3.0))
+        out = [same * 2.0, differ * 2.0]
+    fast = tn.Session(g, backend="fast")
+    for v in range(5):
+        got, want = fast.run(out, {k: v}), tn.Session(g).run(out, {k: v})
+        assert [float(a) for a in got] == [float(b) for b in want] == [10.0, [2.0, 4.0, 2.0, 6.0, 6.0][v]]
+    assert switches, "the case was raised to a switch"
