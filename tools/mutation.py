@@ -132,7 +132,11 @@ MODULES: dict[str, dict[str, Any]] = {
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
-       for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops", "tracing")},
+       for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops")},
+    # what a trace makes of pending TensorArrays and stacks: dynamic ones and ones in host memory too
+    "fast/tracing.py": {"module": "turnout.fast.tracing",
+                        "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS,
+                                  "test_fast_dynamic_tensor_arrays.py", "test_fast_host_stacks.py"]},
     # the control-flow wiring that the emitter and the host's conds and loops both apply
     "fast/plumbing.py": {"module": "turnout.fast.plumbing",
                          "tests": ["test_fast_plumbing.py", "test_fast_loop_forms.py", *_FAST_TESTS,
