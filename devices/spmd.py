@@ -77,7 +77,8 @@ from turnout.fast.plan import stack_source_var
 from turnout.fast.regions import CondRegion, Key, WhileRegion, key, program_nodes, walk
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
-from turnout.fast.stacks import StackValue
+from turnout.fast.stack_sizes import stack_bytes, stack_infos
+from turnout.fast.stacks import StackValue, state_key
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, is_static
 from turnout.fast.variable_store import peeker
@@ -292,11 +293,9 @@ class SpmdPlan:
             for t in n.inputs:
                 self.readers.setdefault(key(t), set()).add(n.id)
         self.stacks = analysis.stacks
-        #: each stack's loop (by StackNew id), and the stacks of loops that swap (``swap_memory=True``),
-        #: kept in host memory
-        news = [n for n in analysis.nodes if n.op == "StackNew"]
-        self.stack_loops = {n.id: n.attrs.get("loop_name") or n.attrs.get("frame_name", "?") for n in news}
-        self.host_stacks = frozenset(n.id for n in news if n.attrs.get("swap_memory"))
+        #: each stack's loop and ``swap_memory`` (by state key), as every executor names them: a
+        #: swapping loop's stacks are kept in host memory
+        self.stack_info = stack_infos(analysis.nodes)
         self.stack_capacity = stack_capacity
         self._dev_vars: dict[str, tuple[Any, MeshCopies]] = {}  # name -> (the store's entry, its copies)
         self._compiled: dict[Any, _Compiled] = {}
@@ -327,8 +326,8 @@ class SpmdPlan:
             # each Variable arrives as one copy per device (leading axis of the mesh): this device's is [0]
             em.state = {k: v if k == "err" else v[0] for k, v in state.items()}
             for sid, (dtype, elem, index) in self.stacks.items():
-                em.state[f"stack:{sid}"] = StackValue(capacity, dtype, host=sid in self.host_stacks
-                                                      ).materialize(elem, index)
+                k = state_key(sid)
+                em.state[k] = StackValue(capacity, dtype, host=self.stack_info[k].swap).materialize(elem, index)
             env: dict[Any, Any] = dict(feeds)
             em.run_items(self.program.items, env)
             for k in fetch_keys:
@@ -415,7 +414,7 @@ class SpmdPlan:
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
             "stack_capacity": self.stack_capacity, **slots.stats,
-            "stacks_in_host_memory": sorted({self.stack_loops[sid] for sid in self.host_stacks}),
+            "stacks_in_host_memory": sorted({i.loop for i in self.stack_info.values() if i.swap}),
             "seconds": time.perf_counter() - t0,
         }
         if tl is not None:
@@ -435,15 +434,17 @@ class SpmdPlan:
             return kept
         rows: dict[tuple[str, str], dict[str, Any]] = {}
         for sid, (dtype, elem, index) in sorted(self.stacks.items()):
-            loop = self.stack_loops.get(sid, "?")
-            values = self.stack_capacity * int(np.prod(elem, dtype=np.int64)) * np.dtype(dtype).itemsize
-            record = self.stack_capacity * int(np.prod(index, dtype=np.int64)) * 4
-            host = sid in self.host_stacks
+            info = self.stack_info[state_key(sid)]
+            both = stack_bytes(self.stack_capacity, dtype, (elem, index))
+            values = stack_bytes(self.stack_capacity, dtype, (elem, index), record=False)
+            host = info.swap
             for d in self.devices:
-                r = rows.setdefault((loop, d), {
-                    "loop": loop, "device": parse(d).short, "device_bytes": 0, "host_bytes": 0,
-                    "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0, "swap_memory": host})
-                r["device_bytes"] += record + (0 if host else values)
+                r = rows.setdefault((info.loop, d), {
+                    "loop": info.loop, "device": parse(d).short, "swap_memory": host, "stacks": 0,
+                    "device_bytes": 0, "host_bytes": 0, "chunks_to_host": 0, "chunks_from_host": 0,
+                    "chunks_kept_on_device": 0})
+                r["stacks"] += 1
+                r["device_bytes"] += both - values if host else both
                 r["host_bytes"] += values if host else 0
         for r in rows.values():
             r["peak_device_bytes"] = r["device_bytes"]
