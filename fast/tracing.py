@@ -40,12 +40,7 @@ def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
     (an abstract value of the same place). Why: a loop carry or a cond result must have one type, but
     a TensorArray's element shape is only known after its first write."""
     if isinstance(value, (TA, stk.StackValue)) and value.pending and not getattr(other, "pending", True):
-        made = zeros_of(other)
-        if isinstance(value, TA) and value.dynamic:  # (its buffer is made, its length is its own)
-            made = made.with_slots(made.buf, made.mask, length=value.length)
-        if isinstance(value, stk.StackValue) and value.host:  # (zeros are made on the device)
-            made = made.replace(stk.placed(made.buf, True), made.idx, made.ptr)
-        return made, True
+        return made_like(value, other), True
     if value is DEAD and other is not DEAD:
         return zeros_of(other), True
     if isinstance(value, dict) and isinstance(other, dict):
@@ -58,6 +53,17 @@ def reconcile(value: Any, other: Any) -> tuple[Any, bool]:
         pairs = [reconcile(v, o) for v, o in zip(value, other, strict=True)]
         return type(value)(p[0] for p in pairs), any(p[1] for p in pairs)
     return value, False
+
+
+def made_like(value: Any, other: Any) -> Any:
+    """A pending TensorArray or stack ``value`` made concrete with the type of ``other`` (the same
+    array or stack after a write or push): a stack by its own rule (``StackValue.materialize``, which
+    makes its buffer where the stack keeps it, in host memory for a swapping loop's), a TensorArray
+    as zeros of ``other``'s type, keeping its own run-time length where it has one."""
+    if isinstance(value, stk.StackValue):
+        return value.materialize(tuple(other.buf.shape[1:]), () if other.idx is None else tuple(other.idx.shape[1:]))
+    made = zeros_of(other)
+    return made.with_slots(made.buf, made.mask, length=value.length) if value.dynamic else made
 
 
 class Traced:
@@ -98,4 +104,4 @@ def settled(carry: Any) -> bool:
     return True
 
 
-__all__ = ["Traced", "jnp_tree", "reconcile", "same_constant", "settled", "zeros_of"]
+__all__ = ["Traced", "jnp_tree", "made_like", "reconcile", "same_constant", "settled", "zeros_of"]
