@@ -41,8 +41,9 @@ stacks on one device, outside the loops the host drives, is a segment of its own
 one call (an inner loop compiled whole in a host-driven iteration) runs the program again with twice
 the chunk (``stats['stack_capacity_retries']``). ``memory_records()`` reports the stack bytes per loop and
 device of the last run. The SPMD tier keeps a swapping loop's stacks in host memory inside its program
-but cannot count bytes per device, so it is passed over when a ``device_memory_limit`` is set
-(``cannot_count``).
+and, under a ``device_memory_limit``, grows its stacks only as far as the limit lets every device
+hold them (``SpmdPlan.room``): a run that outgrows that is left to the per-device tiers, which move
+chunks between calls (or name the loop that crossed the limit).
 
 What the fast path cannot run (``UnsupportedError`` while raising or tracing) runs on the partitioned
 reference executor with a ``RuntimeWarning``, as the unpartitioned fast backend falls back to the
@@ -59,7 +60,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 import numpy as np
@@ -86,7 +87,7 @@ from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.host_env import HostEnv, fetched
 from turnout.fast.lane import Lane, write_variables
 from turnout.fast.lowering_base import NeedsStatic, Specialise
-from turnout.fast.outcome import Outcome, decode
+from turnout.fast.outcome import Discard, Outcome, decode
 from turnout.fast.regions import Key, Program, key, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
@@ -141,7 +142,7 @@ class FastPartitionedBackend:
     counts its own (``turnout.memory_plan``: a loop the plan swaps is swapped); a run that would go
     over stops with ``ResourceExhaustedError`` naming the loop and the device. A graph on one device
     takes the one-device backend's budget handling; a budget passes over the SPMD tier, which never
-    moves a stack chunk (as ``device_memory_limit`` does).
+    moves a stack chunk (under a ``device_memory_limit`` it runs what fits, ``SpmdPlan.room``).
     """
 
     #: runs honour memory budgets, per device (each device's chunk store counts its stack buffers)
@@ -187,7 +188,7 @@ class FastPartitionedBackend:
         self._static_keys: dict[Any, Specialisation] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
-        #: why the SPMD tier was not tried although ``whole_program`` asked for it (``cannot_count``)
+        #: why the SPMD tier was not tried although ``whole_program`` asked for it (``spmd_choice``)
         self._whole_declined: dict[Any, str] = {}
         #: the unpartitioned fast backend, for graphs placed wholly on one device (``devices.one_device``)
         self._single = OneDevice(graph, self.options, self.jax_devices)
@@ -269,6 +270,10 @@ class FastPartitionedBackend:
         if whole is not None:
             over = ", ".join(parse(d).short for d in sorted(used))
             spmd = RunStep("spmd program", f"one shard_map program over {over}, spanning loops in lockstep")
+            if self.options.device_memory_limit is not None and whole.stacks:
+                notes += (f"device_memory_limit={self.options.device_memory_limit} lets the SPMD program hold "
+                          f"{whole.room} entries a stack on each device; a run that needs more takes the "
+                          "per-device steps",)
             return RunSchedule("fast (partitioned)", (spmd,), per_device, notes)
         return RunSchedule("fast (partitioned)", per_device, notes=notes)
 
@@ -318,7 +323,12 @@ class FastPartitionedBackend:
             s = self._signature(fetches, fed, variables) if computed else sig
             try:
                 whole = self._run_whole(s, fetches, fed, variables, options, values)
-                return whole if whole is not None else self._run_compiled(s, fetches, fed, variables, options, values)
+                if isinstance(whole, RunResult):
+                    return whole
+                result = self._run_compiled(s, fetches, fed, variables, options, values)
+                if whole:  # (this run outgrew the SPMD program: say so in its stats)
+                    result.stats["whole_program_declined"] = whole
+                return result
             except NeedsStatic as e:
                 return Specialise.of(e)
 
@@ -334,25 +344,30 @@ class FastPartitionedBackend:
         return result
 
     def _run_whole(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-                   options: RunOptions, static: dict[Key, np.ndarray]) -> Optional[RunResult]:
+                   options: RunOptions, static: dict[Key, np.ndarray]) -> Union[RunResult, str]:
         """The run as one SPMD program (``devices.spmd``), specialised on ``static`` as the other tiers
-        are, or None where that tier is absent, declines the program, or finds while tracing an op
-        that does not lower inside one multi-device program (before anything ran: the per-device
-        tiers then run it, and this signature no longer tries the tier). ``NeedsStatic`` goes on to
-        the specialisation loop (``_run_specialised``)."""
+        are; else why this run is left to the per-device tiers: empty where the tier is absent,
+        declines the program, or finds while tracing an op that does not lower inside one
+        multi-device program (before anything ran: this signature no longer tries the tier), or
+        the run's stacks outgrew what the ``device_memory_limit`` lets the program hold (its
+        ``Discard``; the next run tries the tier again). ``NeedsStatic`` goes on to the
+        specialisation loop (``_run_specialised``)."""
         if self._budgeted(options.memory_budget):
-            return None
+            return ""
         _, placement, _ = self._placed()
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
-            return None
+            return ""
         slots = self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
         try:
-            result: RunResult = whole.run(feeds, variables, options, static, slots=slots)
+            result = whole.run(feeds, variables, options, static, slots=slots)
         except UnsupportedError as e:
             self._whole[sig] = None
             self._whole_declined[sig] = str(e)
-            return None
+            return ""
+        if isinstance(result, Discard):
+            return (f"this run's stacks outgrew the {whole.room} entries a stack that device_memory_limit="
+                    f"{self.options.device_memory_limit} lets the SPMD program hold on each device")
         result.stats.setdefault("executor", "fast partitioned")
         result.stats.setdefault("tier", "spmd")
         self._records = whole.memory_records()
@@ -393,8 +408,8 @@ class FastPartitionedBackend:
         or None where the tier is absent or the program is not eligible."""
         if sig not in self._whole:
             wanted = wants_whole_program(self.whole_program, self.graph, placement)
-            why = cannot_count(self.graph, self.options.device_memory_limit) if wanted else None
-            got = spmd_choice(self.graph, placement, fetches, list(feeds)) if wanted and why is None else why
+            got = (spmd_choice(self.graph, placement, fetches, list(feeds),
+                               device_memory_limit=self.options.device_memory_limit) if wanted else None)
             if isinstance(got, str):
                 self._whole_declined[sig] = got
             self._whole[sig] = None if got is None or isinstance(got, str) else got
@@ -565,24 +580,10 @@ def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
     return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
 
 
-def cannot_count(graph: Graph, device_memory_limit: Optional[int]) -> Optional[str]:
-    """Why the SPMD tier must not run this graph although ``whole_program`` would take it, or None.
-
-    Why: one ``shard_map`` program does not count stack bytes per device (a loop that swaps keeps its
-    stacks in host memory inside it, ``SpmdPlan``, but nothing bounds what the others hold). So a
-    ``device_memory_limit`` is honoured by the per-device tiers, which count (``fast.device_stacks``);
-    the reason is in ``stats["whole_program_declined"]``."""
-    stacks = [n for n in graph.nodes if n.op == "StackNew"]
-    if device_memory_limit is not None and stacks:
-        return (f"device_memory_limit={device_memory_limit} is counted per device by the per-device tiers only; the "
-                "SPMD tier does not count stack bytes")
-    return None
-
-
 def _slot_counts(slots: SlotPlan) -> dict[str, Any]:
     """A run's stats of its checkpoint slots: per loop, how many its plan gave (``checkpoint_slots``;
     their bytes per device are the stacks' stats, ``checkpoint_bytes``)."""
     return {"checkpoint_slots": slots.counts} if slots.nodes else {}
 
 
-__all__ = ["FastPartitionedBackend", "cannot_count"]
+__all__ = ["FastPartitionedBackend"]

@@ -59,6 +59,11 @@ class DevicePlan:
         self.fed = fed
         self.capacity = capacity
         self.codes = ErrorCodes()
+        #: the constants that stacks' only pushes pushed, shared by every segment's trace, as the
+        #: one-device plan shares them across its stages (``Emitter.note_push``): a gradient's segment,
+        #: traced after its forward loop's, pops them as constants (a shape the backward loop fills
+        #: with, pushed on another device)
+        self.pushed: dict[Any, Any] = {}
         nodes = {n.id: n for n in program_nodes(program)}
         self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
         self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
@@ -89,6 +94,7 @@ class DevicePlan:
         em.state = dict(state)
         em.fed = self.fed
         em.static = self.static_feeds
+        em.pushed = self.pushed
         em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
         return em
 

@@ -72,7 +72,7 @@ from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.host_env import fetched
 from turnout.fast.lane import write_variables
 from turnout.fast.lowering import LOWERING_RULES
-from turnout.fast.outcome import ErrorCodes, Retry, decode, enforce, first
+from turnout.fast.outcome import MAX_CAPACITY, Discard, ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.plan import stack_source_var
 from turnout.fast.regions import CondRegion, Key, WhileRegion, key, program_nodes, walk
 from turnout.fast.slot_sizes import SlotPlan
@@ -178,17 +178,24 @@ def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: 
 
 
 def spmd_choice(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-                stack_capacity: int = 64) -> Union[SpmdPlan, str]:
+                stack_capacity: int = 64, device_memory_limit: Optional[int] = None) -> Union[SpmdPlan, str]:
     """The SPMD tier's plan, or the reason it declines the program: one analysis gives either, so the
-    partitioned backend can say in a run's statistics why the tier it was asked for did not run."""
+    partitioned backend can say in a run's statistics why the tier it was asked for did not run.
+    ``device_memory_limit``: the stack bytes each device may hold (``SpmdPlan.room``); a limit that
+    holds no entry of the stacks declines the program."""
     got = _analyse(graph, placement, list(fetches), list(fed), True)
     if isinstance(got, str):
         return got
-    return SpmdPlan(graph, placement, list(fetches), list(fed), got, stack_capacity)
+    plan = SpmdPlan(graph, placement, list(fetches), list(fed), got, stack_capacity, device_memory_limit)
+    if plan.room < 1:
+        return (f"device_memory_limit={device_memory_limit} bytes holds no entry of the stacks on one device "
+                f"({plan.entry_bytes} bytes an entry); the per-device tiers move stack chunks instead")
+    return plan
 
 
 def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-              only_spanning: bool = True, stack_capacity: int = 64) -> Optional[SpmdPlan]:
+              only_spanning: bool = True, stack_capacity: int = 64, device_memory_limit: Optional[int] = None
+              ) -> Optional[SpmdPlan]:
     """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed,
     or ``None`` when the program is not eligible (``spmd_reason`` says why).
 
@@ -199,7 +206,8 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
     got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     if isinstance(got, str):
         return None
-    return SpmdPlan(graph, placement, list(fetches), [t for t in fed], got, stack_capacity)
+    plan = SpmdPlan(graph, placement, list(fetches), [t for t in fed], got, stack_capacity, device_memory_limit)
+    return plan if plan.room >= 1 else None
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------
@@ -266,7 +274,11 @@ class SpmdPlan:
     Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with), allocated on
     every device at the start of a run (only the owner's copy is written). A run that pushes more is
     repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
-    ended, and later runs keep it), up to ``outcome.MAX_CAPACITY``. Why small to start: every run
+    ended, and later runs keep it), up to ``outcome.MAX_CAPACITY``, or up to ``room``, the entries
+    that ``device_memory_limit`` lets every stack hold on one device. A run that outgrows ``room``
+    returns ``Discard``: nothing of it is kept, and the caller runs the per-device tiers, which move
+    stack chunks between calls (or say which loop crossed the limit), as a fused attempt that
+    outgrows its rung leaves the run to the staged path. Why small to start: every run
     allocates and zeroes every stack on every device, so room that is never used costs time. A loop
     that asks for ``swap_memory=True`` keeps its stacks' value buffers in each device's host memory
     inside the program (``StackValue.host``: each push moves its value there, each pop brings it
@@ -275,7 +287,7 @@ class SpmdPlan:
     """
 
     def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
-                 analysis: _Analysis, stack_capacity: int = 64) -> None:
+                 analysis: _Analysis, stack_capacity: int = 64, device_memory_limit: Optional[int] = None) -> None:
         self.graph = graph
         self.placement = placement
         self.fetches = fetches
@@ -296,7 +308,12 @@ class SpmdPlan:
         #: each stack's loop and ``swap_memory`` (by state key), as every executor names them: a
         #: swapping loop's stacks are kept in host memory
         self.stack_info = stack_infos(analysis.nodes)
-        self.stack_capacity = stack_capacity
+        #: the bytes one entry of every stack takes on each device (every device allocates every stack),
+        #: and the most entries ``device_memory_limit`` lets each stack hold there (unbounded: none)
+        self.entry_bytes = sum(self._stack_bytes(sid, 1)[0] for sid in self.stacks)
+        self.room = (MAX_CAPACITY if device_memory_limit is None or not self.entry_bytes
+                     else device_memory_limit // self.entry_bytes)
+        self.stack_capacity = min(stack_capacity, self.room)
         self._dev_vars: dict[str, tuple[Any, MeshCopies]] = {}  # name -> (the store's entry, its copies)
         self._compiled: dict[Any, _Compiled] = {}
         self._memory_rows: dict[int, list[dict[str, Any]]] = {}  # stack capacity -> memory_records
@@ -354,7 +371,8 @@ class SpmdPlan:
         return comp
 
     def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions,
-            static: Optional[dict[Any, np.ndarray]] = None, *, slots: Optional[SlotPlan] = None) -> RunResult:
+            static: Optional[dict[Any, np.ndarray]] = None, *, slots: Optional[SlotPlan] = None
+            ) -> Union[RunResult, Discard]:
         """Run the compiled program once, specialised on the fed values ``static`` (by key: constants
         of its trace, as ``fast.specialise`` decides; a trace that meets a shape other feeds decide
         raises ``NeedsStatic``, which the caller's specialisation loop takes). Errors keep the
@@ -362,7 +380,7 @@ class SpmdPlan:
         ``options.max_iterations`` is ``NonTerminationError``, a fetch whose branch did not run is
         ``DeadFetchError``. ``slots``: the checkpoint slots the program gives its recomputed loops (the
         backend's ``SlotSizes.plan``; every slot their budgets hold where None, for a plan run on its
-        own)."""
+        own). A run whose stacks outgrow ``room`` returns ``Discard`` (the class docstring)."""
         static = static or {}
         slots = slots if slots is not None else SlotPlan(tuple(n for n in program_nodes(self.program)
                                                                if n.op == "CheckpointSlots"))
@@ -402,8 +420,10 @@ class SpmdPlan:
                              for c in sorted({int(c) for c in words if int(c)})])
             if not isinstance(outcome, Retry):
                 break
-            # nothing of this run is kept; run again with room for twice as many
-            self.stack_capacity = outcome.capacity
+            if self.stack_capacity >= self.room:  # (the device memory limit holds no more)
+                return Discard()
+            # nothing of this run is kept; run again with room for twice as many, or as many as fit
+            self.stack_capacity = min(outcome.capacity, self.room)
         enforce(outcome)
         values = fetched(self.fetches, *self._owners_view(comp.spec, out, flags))
         write_variables(tuple((n, f"var:{n}" in state, None) for n in var_names),
@@ -433,23 +453,32 @@ class SpmdPlan:
         if kept is not None:
             return kept
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for sid, (dtype, elem, index) in sorted(self.stacks.items()):
+        for sid in sorted(self.stacks):
             info = self.stack_info[state_key(sid)]
-            both = stack_bytes(self.stack_capacity, dtype, (elem, index))
-            values = stack_bytes(self.stack_capacity, dtype, (elem, index), record=False)
-            host = info.swap
+            on_device, on_host = self._stack_bytes(sid, self.stack_capacity)
             for d in self.devices:
                 r = rows.setdefault((info.loop, d), {
-                    "loop": info.loop, "device": parse(d).short, "swap_memory": host, "stacks": 0,
+                    "loop": info.loop, "device": parse(d).short, "swap_memory": info.swap, "stacks": 0,
                     "device_bytes": 0, "host_bytes": 0, "chunks_to_host": 0, "chunks_from_host": 0,
                     "chunks_kept_on_device": 0})
                 r["stacks"] += 1
-                r["device_bytes"] += both - values if host else both
-                r["host_bytes"] += values if host else 0
+                r["device_bytes"] += on_device
+                r["host_bytes"] += on_host
         for r in rows.values():
             r["peak_device_bytes"] = r["device_bytes"]
         kept = self._memory_rows[self.stack_capacity] = list(rows.values())
         return kept
+
+    def _stack_bytes(self, sid: int, capacity: int) -> tuple[int, int]:
+        """The bytes stack ``sid`` holds on each device at ``capacity`` entries, and in its host memory:
+        a swapping loop's value buffer in host memory and its index record on the device, any other
+        stack whole on the device."""
+        dtype, elem, index = self.stacks[sid]
+        both = stack_bytes(capacity, dtype, (elem, index))
+        if not self.stack_info[state_key(sid)].swap:
+            return both, 0
+        values = stack_bytes(capacity, dtype, (elem, index), record=False)
+        return both - values, values
 
     def _traced(self, tl: Timeline, start: float, compiled: bool) -> None:
         """A traced call of the program: one span on every mesh device's track (each runs the whole

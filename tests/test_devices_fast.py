@@ -582,6 +582,34 @@ def test_a_gradient_loop_inside_one_partition_is_compiled_whole() -> None:
         assert sess.last_result.stats["tier"] == "compiled"
 
 
+@pytest.mark.parametrize("whole_program", ["never", "always"])
+def test_a_backward_loop_fills_with_a_shape_its_forward_loop_pushed_on_another_device(whole_program: str) -> None:
+    """A loop over a vector whose length is fed: its gradient pushes the shape of each step's value
+    and its backward loop fills a gradient of that shape. With every node placed round robin, the
+    push and the pop lie in segments of different devices, each traced on its own; the plan shares
+    what the pushes pushed across its traces (``DevicePlan.pushed``), as the one-device plan does
+    across its stages, so the pop is that shape while tracing. It ran on the interpreter before (the
+    Fill's shape unknown). The SPMD program (``"always"``) declines a stack of run-time shape and says so."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             parallel_iterations=1)
+        (dx,) = tn.gradients(tn.reduce_sum(y), [x])
+    devices = ["cpu:0", "cpu:1", "cpu:2"]
+    req = {node.name: devices[k % len(devices)] for k, node in enumerate(g.nodes)}
+    sess = tn.Session(g, backend="fast", devices=devices, requests=req, whole_program=whole_program)
+    for xv, steps in ((np.array([0.5, -0.25]), 5), (np.array([0.1, 0.2, 0.3]), 0), (np.array([0.7]), 12)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (a fallback to the interpreter would fail here)
+            got = sess.run([y, dx], {x: xv, n: steps})
+        np.testing.assert_allclose(got, tn.Session(g).run([y, dx], {x: xv, n: steps}), rtol=1e-12)
+        stats = sess.last_result.stats
+        assert stats["tier"] == "host-driven"
+        assert ("run-time shape" in stats.get("whole_program_declined", "")) == (whole_program == "always")
+
+
 def test_device_memory_limit_on_the_fast_partitioned_executor() -> None:
     """Honoured for a graph placed on one device (it runs as the one-device fast backend, whose cap names
     the loop); validated like the fast backend's. (Graphs spanning devices: tests/test_devices_swap.py.)"""

@@ -181,15 +181,36 @@ def test_the_cap_is_counted_per_device() -> None:
     assert sum(need.values()) > need["cpu:2"]
 
 
-def test_the_whole_program_tier_is_passed_over_only_when_it_cannot_honour_the_run() -> None:
+def test_under_a_device_memory_limit_the_spmd_program_runs_what_fits() -> None:
+    """The SPMD program allocates every stack on every device (here three, of a float64 value and an
+    int32 index: 36 bytes an entry), so under a ``device_memory_limit`` it grows them only as far as
+    that lets each device hold (``SpmdPlan.room``: 100 entries here). A run that fits is the SPMD
+    tier's, its stacks counted under the limit; a longer one is left to the per-device tiers, which
+    keep chunks per device and name the loop that crosses the limit, with the reason in the run's
+    stats, and the next run that fits is the SPMD tier's again. A limit that holds no entry passes
+    the tier over for every run, saying why."""
     m = spanning_rnn(swap=False, parallel_iterations=1)
-    sess = fast(m)
-    assert run_checked(sess, m, 20)["tier"] == "spmd"
-    sess = fast(m, device_memory_limit=2**20)
+    assert run_checked(fast(m), m, 20)["tier"] == "spmd"
+    entry, room = 3 * (8 + 4), 100
+    sess = fast(m, device_memory_limit=room * entry)
+    assert any(f"hold {room} entries" in n for n in sess.explain(m["fetch"], feeds(m, 20)).notes)
     stats = run_checked(sess, m, 20)
+    assert stats["tier"] == "spmd" and stats["stack_capacity"] == 64 and "whole_program_declined" not in stats
+    stats = run_checked(sess, m, 90)  # (past 64: once more at the room's 100, not at 128)
+    assert stats["tier"] == "spmd" and stats["stack_capacity"] == room
+    assert all(r.peak_device_bytes == room * entry for r in by_device(sess).values())
+    # 120 steps: past the room; the per-device tiers keep 15 chunks of 8 on cpu:2 for its two stacks
+    stats = run_checked(sess, m, 120)
     assert stats["tier"] == "host-driven" and "device_memory_limit" in stats["whole_program_declined"]
-    sess = fast(m, whole_program="never")
-    assert "whole_program_declined" not in run_checked(sess, m, 20)
+    assert max(r.peak_device_bytes for r in by_device(sess).values()) == 2 * 15 * ONE_CHUNK <= room * entry
+    with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd".*device cpu:2'):
+        sess.run(m["fetch"], feeds(m, 300))
+    stats = run_checked(sess, m, 30)
+    assert stats["tier"] == "spmd" and "whole_program_declined" not in stats
+    # (one step in chunks of one entry: cpu:2 holds 24 bytes of its two stacks, the SPMD program 36 on each)
+    stats = run_checked(fast(m, device_memory_limit=entry - 1, stack_chunk=1), m, 1)
+    assert stats["tier"] == "host-driven" and "holds no entry" in stats["whole_program_declined"]
+    assert "whole_program_declined" not in run_checked(fast(m, whole_program="never"), m, 20)
 
 
 @pytest.mark.parametrize("swap", [True, False])
@@ -295,7 +316,7 @@ def test_the_spmd_program_keeps_a_swapping_loops_stacks_in_host_memory() -> None
     pop brings it back: device_put to the host memory space in the program), within and past the
     first capacity, with the reference's gradients; ``memory_report`` counts them as host bytes, their
     index records on the device. The same loop without ``swap_memory`` keeps them on the device, and a
-    ``device_memory_limit`` (which only the per-device tiers count) still passes the tier over."""
+    ``device_memory_limit`` counts only what stays on the device (``SpmdPlan.room``)."""
     import jax
 
     from turnout.fast.regions import key
@@ -325,7 +346,9 @@ def test_the_spmd_program_keeps_a_swapping_loops_stacks_in_host_memory() -> None
             cap = stats["stack_capacity"]
             assert r.host_bytes == (3 * cap * 8 if swap else 0)  # three float64 stacks' values
             assert r.device_bytes == r.peak_device_bytes == 3 * cap * 4 + (0 if swap else 3 * cap * 8)
-    limited = fast(spanning_rnn(swap=True, parallel_iterations=1), whole_program="always",
-                   device_memory_limit=10**6)
-    stats = run_checked(limited, spanning_rnn(swap=True, parallel_iterations=1), 20)
-    assert stats["tier"] == "host-driven" and "device_memory_limit" in stats["whole_program_declined"]
+    # index records alone on the device: 3 stacks of 4 bytes an entry, so 12 * 100 bytes hold 100 entries
+    m = spanning_rnn(swap=True, parallel_iterations=1)
+    limited = fast(m, whole_program="always", device_memory_limit=12 * 100)
+    stats = run_checked(limited, m, 90)
+    assert stats["tier"] == "spmd" and stats["stack_capacity"] == 100
+    assert all(r.device_bytes == 12 * 100 and r.host_bytes == 3 * 8 * 100 for r in by_device(limited).values())

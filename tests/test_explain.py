@@ -141,15 +141,24 @@ def test_partitioned_fast_backend_explains_each_tier_and_the_run_takes_it() -> N
 
 
 def test_the_spmd_tier_says_why_it_declined() -> None:
-    """``whole_program="always"`` on a program the SPMD tier refuses: the schedule and the run's
-    statistics both carry the reason, instead of the run silently taking the per-device tiers."""
-    g, fetches, feeds, req = _loop_with_gradient()
-    sess = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="always",
-                      device_memory_limit=1 << 30)
+    """``whole_program="always"`` on a program the SPMD tier refuses (a gradient stack of values whose
+    shape the graph does not know: each device allocates its stacks before the program runs): the
+    schedule and the run's statistics both carry the reason, instead of the run silently taking the
+    per-device tiers."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             parallel_iterations=1)
+        (dx,) = tn.gradients(tn.reduce_sum(y), [x])
+    req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(g.nodes)}
+    fetches, feeds = [y, dx], {x: np.array([0.5, -0.25]), n: 5}
+    sess = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="always")
     got = sess.explain(fetches, feeds)
-    assert any("declined" in n for n in got.notes)
-    sess.run(fetches, feeds)
-    assert "device_memory_limit" in sess.last_result.stats["whole_program_declined"]
+    assert any("declined" in n and "run-time shape" in n for n in got.notes), got.notes
+    np.testing.assert_allclose(sess.run(fetches, feeds), tn.Session(g).run(fetches, feeds))
+    assert "run-time shape" in sess.last_result.stats["whole_program_declined"]
 
 
 def test_partitioned_reference_explains_its_partitions() -> None:
