@@ -10,6 +10,9 @@ beside its hand-written ``jax.jit`` twin called on the same numpy arrays and rea
   same through the partitioned backend with every node on its one device (``devices=["cpu:0"]``);
 - ``checked_loop``: a ``while_loop`` of fed length whose body divides by a fed integer (an error
   word and an iteration bound to check after the call);
+- ``specialised (fed length)``: ``fill([m], x) * 2`` with ``m`` fed, a shape the plan is specialised
+  on (``fast.specialise``; JAX's twin takes ``m`` as a static argument), repeated by a lane that
+  checks ``m``'s value;
 - ``training_step``: ``[loss, train_op]`` of a small regression with SGD (the op fetched as ``None``);
 - ``rnn_training_step``: the same of a two-step RNN, a gradient through a loop (the fused stage).
 
@@ -105,6 +108,17 @@ def _programs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
     nv, kv = np.int32(8), np.int32(3)
     assert int(lsess.run(s, {n: nv, k: kv})) == int(hand_loop(nv, kv))
     out["checked_loop"] = (lambda: lsess.run(s, {n: nv, k: kv}), lambda: np.asarray(hand_loop(nv, kv)))
+
+    g = tn.Graph()
+    with g.as_default():
+        m = tn.placeholder(tn.int32, [], name="m")
+        xs = tn.placeholder(tn.float32, [], name="x")
+        filled = tn.fill(tn.reshape(m, [1]), xs) * 2.0
+    ssess = tn.Session(g, backend="fast")
+    ffill = jax.jit(lambda mv, xv: jnp.full((mv,), xv) * 2.0, static_argnums=0)
+    mv, xv = 4, np.float32(1.5)
+    np.testing.assert_allclose(ssess.run(filled, {m: mv, xs: xv}), np.asarray(ffill(mv, xv)))
+    out["specialised (fed length)"] = (lambda: ssess.run(filled, {m: mv, xs: xv}), lambda: np.asarray(ffill(mv, xv)))
     out["training_step"] = _training_step()
     out["rnn_training_step"] = _rnn_training_step()
     return out

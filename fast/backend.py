@@ -319,14 +319,15 @@ class FastBackend(StagedStages):
         result.stats["executor"] = "compiled"
         spec = self._static_keys.get(dsig, NOTHING)
         result.stats.update(specialisation_stats(self.graph, spec, values))
-        if spec == NOTHING:
-            self._remember_route(dsig, fetches, feeds, result)
+        if not spec.cut:  # (a run cut short first is two runs: no route repeats it)
+            self._remember_route(dsig + (static_signature(values),) if values else dsig, fetches, feeds, result)
         return result
 
     def _remember_route(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], result: RunResult) -> None:
-        """After a compiled run of run signature ``dsig``: the route its repeats take (``fast.repeat``),
-        its ``Direct`` call, or the fused attempt on the rung that held it, where its stacks were all
-        kept."""
+        """After a compiled run of run signature ``dsig`` (with the values its plan is specialised on,
+        where it is: a repeat with other values is handed back by the lane, which checks them): the
+        route its repeats take (``fast.repeat``), its ``Direct`` call, or the fused attempt on the rung
+        that held it, where its stacks were all kept."""
         d = self._direct.get(dsig)
         if d is not None:  # it ran on the Direct path
             self.repeats.remember(d, fetches, feeds)

@@ -21,6 +21,7 @@ from turnout.fast.lane import write_variables
 from turnout.fast.plan import Direct, Plan
 from turnout.fast.regions import key
 from turnout.fast.run_state import RunState
+from turnout.fast.specialise import NOTHING, specialisation_stats
 from turnout.fast.state_keys import var_key
 from turnout.fast.values import start_reads
 from turnout.graph import Tensor
@@ -39,7 +40,7 @@ class DirectCalls(RunState):
             "stack_capacity": plan.capacity, "stack_chunks_kept": 0, "stack_chunks_from_host": 0,
             "peak_device_stack_bytes": 0, "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0,
             "stack_capacity_retries": 0, "executor": "compiled",
-            **plan.slots.stats,
+            **plan.slots.stats, **specialisation_stats(self.graph, NOTHING, plan.static_feeds),
         }
         d = Direct(plan, None, args, var_names, stats)
         d.fn = plan.direct_fn(args, tuple(key(t) for t in fetches), d.record)

@@ -80,7 +80,7 @@ def make_fused_lane(backend: FastBackend, h: HotFused, fetches: list[Tensor], fe
     for m, k in enumerate(a.stacks):
         env[f"b{m}"] = k
     lc = describe(spec, sig, fetches, tuple(ops) if ops is not None else None, h.var_names,
-                  [var_of[k] for k in a.state], backend.overlap_reads, env, attempt=True,
+                  [var_of[k] for k in a.state], backend.overlap_reads, env, h.plan.static_feeds, attempt=True,
                   kept=tuple(spec.position(k) for k in h.plan.kept))
     if lc is None:
         return None

@@ -24,7 +24,8 @@ graph's ``version`` and ``edits`` are the ones it was built under (no validation
 plan is stale); the run's options are the defaults (the session looks for a lane only then);
 the feeds are the same tensors, in the same order, as numpy arrays (or scalars) of exactly the
 tensors' dtypes and of the shapes seen, so every check ``check_feed`` makes passed for this signature
-and none depends on the values, or as Python numbers of the same type, which get the one check that
+and none depends on the values (but a feed the plan is specialised on, ``fast.specialise``, which
+must hold the value the plan took as a constant), or as Python numbers of the same type, which get the one check that
 depends on the value (the session's ``_scalar_fits``: in range, finite where it must be) and are
 converted as the session converts them, or as ``jax.Array`` values of exactly the tensors' dtypes
 and shapes, still holding a value (not deleted or donated) on the backend's device; and each
@@ -38,7 +39,7 @@ when a program is traced, and a lane never traces.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 import jax
@@ -49,6 +50,7 @@ from turnout.fast.call_spec import CallSpec
 from turnout.fast.emit import var_key
 from turnout.fast.lane_text import LaneCall, Signature, lane_filename, lane_text, sources_of
 from turnout.fast.outcome import Raise
+from turnout.fast.regions import Key
 from turnout.fast.values import start_reads, to_host
 from turnout.fast.variable_store import Deferred, DeviceVariables, keep, peeker, put_fetched
 from turnout.graph import Tensor
@@ -98,21 +100,30 @@ def make_lane(backend: FastBackend, d: Direct, fetches: list[Tensor], feeds: dic
             bound = jax.device_put(bound)
     env: dict[str, Any] = {"plan": d.plan, "stats": {**d.stats, "route": "lane"}}
     lc = describe(spec, sig, fetches, tuple(ops) if ops is not None else None, d.var_names,
-                  [var_of[k] for k in spec.args.state], backend.overlap_reads, env)
+                  [var_of[k] for k in spec.args.state], backend.overlap_reads, env, d.plan.static_feeds)
     return None if lc is None else compile_lane(backend, lc, fetches, call, bound, env, {})
 
 
 def describe(spec: CallSpec, sig: Signature, fetches: list[Tensor], ops: Optional[tuple[bool, ...]],
              var_names: tuple[str, ...], state: list[int], overlap: bool, env: dict[str, Any],
-             attempt: bool = False, kept: tuple[int, ...] = ()) -> Optional[LaneCall]:
+             static: Mapping[Key, np.ndarray], attempt: bool = False, kept: tuple[int, ...] = ()
+             ) -> Optional[LaneCall]:
     """What a lane's text is written from (``LaneCall``), shared by both routes: where each fetch's
-    value comes from (``sources_of``; its static values go into ``env``), and which Variables take a
-    new value from which result (every Variable of ``var_names`` is checked, ``w{i}`` in ``env``).
-    ``None`` when a fetch is not had from the call."""
+    value comes from (``sources_of``; its static values go into ``env``), which Variables take a
+    new value from which result (every Variable of ``var_names`` is checked, ``w{i}`` in ``env``),
+    and which feeds must hold the values ``static`` that the call's plan is specialised on
+    (``e{i}`` in ``env``). ``None`` when a fetch is not had from the call, or a value the plan is
+    specialised on is not a feed the lane can compare on the host (a tensor computed by an earlier
+    run, a ``jax.Array``)."""
     keys = [(t.node.id, t.index) for t, _, _, _ in sig]
     sources = sources_of(spec, fetches, keys, ops, env)
     if sources is None:
         return None
+    fixed = tuple(sorted(keys.index(k) for k in static if k in keys))
+    if len(fixed) != len(static) or any(issubclass(sig[i][1], jax.Array) for i in fixed):
+        return None
+    for i in fixed:
+        env[f"e{i}"] = static[keys[i]]
     if spec.packed is not None:
         env["how"] = spec.packed[1]
     aliases = dict(spec.aliases)
@@ -125,7 +136,7 @@ def describe(spec: CallSpec, sig: Signature, fetches: list[Tensor], ops: Optiona
                          and sources[f][0].startswith("asarray(")), None)
             stores.append((i, spec.position(k), host))
     return LaneCall(spec, sig, tuple(keys.index(k) for k in spec.args.feeds), len(var_names), tuple(state),
-                    tuple(stores), sources, attempt, kept, overlap)
+                    tuple(stores), sources, attempt, kept, overlap, fixed)
 
 
 def signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, Any]) -> Optional[Signature]:
@@ -165,7 +176,8 @@ def compile_lane(backend: FastBackend, lc: LaneCall, fetches: list[Tensor], call
            "dev_vars": backend._dev_vars, "fetches": fetches, **env}
     for i, (t, kind, dtype, shape) in enumerate(lc.sig):
         env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
-    scope = {"asarray": np.asarray, "clock": time.perf_counter, "cpp_entry": cpp_entry, "fits": _scalar_fits,
+    scope = {"asarray": np.asarray, "array_equal": np.array_equal, "clock": time.perf_counter, "cpp_entry": cpp_entry,
+             "fits": _scalar_fits,
              "DeviceVariables": DeviceVariables, "home": {backend._home}, "to_host": to_host,
              "start_reads": start_reads, "Deferred": Deferred, "fail": lane_failure, "refuse_dead": refuse_dead,
              **scope}

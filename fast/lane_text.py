@@ -65,6 +65,9 @@ class LaneCall:
     kept: tuple[int, ...] = ()
     #: start every output's copy to the host before reading the first (``FastBackend.overlap_reads``)
     overlap: bool = False
+    #: the feeds (places in ``sig``) whose values the call's plan is specialised on (``fast.specialise``):
+    #: the lane checks each equals the value its trace took as a constant (``e{i}``)
+    fixed: tuple[int, ...] = ()
 
 
 def sources_of(spec: CallSpec, fetches: list[Tensor], fed: list[Any], ops: Optional[tuple[bool, ...]],
@@ -96,14 +99,15 @@ def sources_of(spec: CallSpec, fetches: list[Tensor], fed: list[Any], ops: Optio
     return tuple(out)
 
 
-def check_source(sig: Signature, n_vars: int) -> list[str]:
+def check_source(sig: Signature, n_vars: int, fixed: tuple[int, ...] = ()) -> list[str]:
     """The lines every lane starts with, each returning ``None`` (the general path) on a mismatch: the
     graph unchanged since the lane was made; the feeds (``feed_dict``) those of signature ``sig``
     (per feed: tensor ``t{i}``, Python type ``c{i}``, dtype ``d{i}``, shape ``s{i}``; a shape of
     ``None`` marks a Python number, which is range-checked and converted into ``v{i}``; a
-    ``jax.Array`` must still hold a value, on the backend's device, ``home``); and each of
-    the ``n_vars`` Variables (``w{i}``) still the session's entry its device copy was made from
-    (``r{i}``: that record)."""
+    ``jax.Array`` must still hold a value, on the backend's device, ``home``), and each feed of
+    ``fixed`` (a flag or a small index the plan is specialised on) of the value ``e{i}`` its plan
+    took as a constant; and each of the ``n_vars`` Variables (``w{i}``) still the session's entry
+    its device copy was made from (``r{i}``: that record)."""
     n = len(sig)
     body = ["        if graph._version != version or graph._edits != edits:",
             "            return None"]
@@ -124,6 +128,9 @@ def check_source(sig: Signature, n_vars: int) -> list[str]:
                 if kind is not bool:
                     body += [f"        if not fits(d{i}[0], v{i}):", "            return None"]
                 body += [f"        v{i} = d{i}[1](v{i})"]
+            if i in fixed:  # (a 0-d value compares as one bool; a small array, element by element)
+                same = f"v{i} == e{i}" if shape in (None, ()) else f"array_equal(v{i}, e{i})"
+                body += [f"        if not ({same}):", "            return None"]
     if n_vars:  # each Variable still the entry its device copy was made from (a store the backend gave)
         body += ["        if type(variables) is not DeviceVariables:", "            return None",
                  "        slots = variables._slots"]
@@ -143,7 +150,7 @@ def lane_text(lc: LaneCall, names: list[str]) -> str:
     attempt's rung; nothing the call's result would change has been applied then but the stack
     buffers, which the general path takes."""
     spec, a = lc.spec, lc.spec.args
-    body = check_source(lc.sig, lc.n_vars)
+    body = check_source(lc.sig, lc.n_vars, lc.fixed)
     if lc.attempt:  # the last run swapped or climbed, or the stage was traced again: not this lane's call
         body += ["        if top.predict_overflow or top.rung is not plan or stage.fns.get('seg') is not seg:",
                  "            return None",

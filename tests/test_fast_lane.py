@@ -745,3 +745,51 @@ def test_a_lanes_text_is_registered_so_tracebacks_show_it() -> None:
         assert code.co_filename.startswith("<turnout.fast.lane ")
         first = linecache.getline(code.co_filename, code.co_firstlineno)
         assert first.lstrip().startswith("def "), first
+
+
+@pytest.mark.parametrize("kind", [int, np.int32, lambda v: np.array([v, 1], np.int32)],
+                         ids=["python int", "numpy scalar", "small array"])
+def test_a_plan_specialised_on_a_feed_takes_the_lane_for_that_value_only(kind: Any) -> None:
+    """A plan specialised on a fed size (``fast.specialise``: its value is a constant of the trace) is
+    repeated by a lane that checks the feed holds that value (``LaneCall.fixed``); a run with another
+    value is handed back to the general path (its own plan, then its own lane), and each gives the
+    reference's values."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [] if kind in (int, np.int32) else [2], name="n")
+        x = tn.placeholder(tn.float32, [], name="x")
+        y = tn.fill(tn.reshape(tn.reduce_sum(n), [1]), x) * 2.0
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    routes = []
+    for v, xv in ((3, 1.0), (3, 2.0), (3, 3.0), (4, 1.0), (4, 1.5), (3, 0.5), (3, 0.25)):
+        feed = {n: kind(v), x: xv}
+        np.testing.assert_array_equal(sess.run(y, feed), ref.run(y, feed))
+        routes.append(_route(sess))
+        assert sess.last_result.stats["specialized_on"] == ["n:0"]
+    # (back to 3: the session still holds the lane of the plan for 3, and takes it)
+    assert routes == ["general", "lane", "lane", "general", "lane", "lane", "lane"]
+
+
+def test_a_fused_lane_of_a_specialised_plan_checks_the_value_it_is_specialised_on() -> None:
+    """The same for a plan with gradient stacks (its fused attempt's lane): a loop whose state is
+    filled to a fed length, with its gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        x = tn.placeholder(tn.float32, [], name="x")
+        v0 = tn.fill(tn.reshape(n, [1]), x)
+        _, v = tn.while_loop(lambda i, v: i < 4, lambda i, v: (i + 1, tn.tanh(v) * 1.5), [tn.constant(0), v0])
+        (dx,) = tn.gradients(tn.reduce_sum(v), [x])
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    routes = []
+    for k, size in enumerate((2, 2, 2, 5, 5, 2)):
+        feed = {n: size, x: 0.1 * (k + 1)}
+        got, want = sess.run([v, dx], feed), ref.run([v, dx], feed)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        routes.append(_route(sess))
+    assert sess.last_result.stats["fused"] and sess.last_result.stats["specialized_on"] == ["n:0"]
+    # (a plan's first run learns its stacks' shapes, ``Plan.learn_stack_shapes``, and its second traces
+    # the fused stage again with them: the third of a size is the first on the lane; back to 2, the
+    # session still holds that size's lane)
+    assert routes == ["general", "general", "lane", "general", "general", "lane"]

@@ -244,3 +244,34 @@ def test_a_nest_that_can_be_hoisted_is_hoisted_once() -> None:
             feed = {x: np.float32(1.0), n: np.int32(nv), m: np.int32(mv)}
             assert _run(fast, y, feed, mi) == _run(ref, y, feed, mi)
     assert hoisted == [True]  # (one trace: fed bounds and budgets never recompile)
+
+
+@pytest.mark.parametrize("element_shape", [None, [2]], ids=["pending", "known"])
+def test_a_carry_is_made_concrete_once_and_the_body_traced_for_it(element_shape: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop whose carry holds a TensorArray of unknown element shape (pending until its first
+    write) is traced once to learn the written array's type and once more with the array made
+    (``loops.discover``, by ``tracing.reconcile``, which says whether anything changed); a carry of
+    known types is traced once. Why count: a ``reconcile`` that said "changed" for a settled carry
+    would trace every loop body up to eight times, and one that kept a pending array would leave the
+    carry's type changing across iterations."""
+    from turnout.fast import loops
+
+    made = []
+
+    class Counting(loops.Traced):  # type: ignore[misc, name-defined]
+        def __init__(self, fn: Any, *args: Any) -> None:
+            made.append(fn)
+            super().__init__(fn, *args)
+
+    monkeypatch.setattr(loops, "Traced", Counting)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        ta = tn.TensorArray(tn.float32, size=3, element_shape=element_shape)
+        _, ta = tn.while_loop(lambda i, t: i < 3, lambda i, t: (i + 1, t.write(i, x * tn.cast(i, tn.float32))),
+                              [tn.constant(0), ta])
+        y = ta.stack()
+    xv = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(tn.Session(g, backend="fast").run(y, {x: xv}), tn.Session(g).run(y, {x: xv}))
+    assert len(made) == (2 if element_shape is None else 0)  # (a settled carry: the body as it is, traced once)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from graphs import power_loop
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from programs import assert_same_outcome, build, run_outcome, to_source
 from strategies import float_programs, gradient_cases, gradient_graph, inputs_for, placements, programs_with_inputs
@@ -68,9 +68,11 @@ def _placed(**kw: Any) -> Callable[[tn.Graph, dict[str, str]], tn.Session]:
 
 
 ROUTES = [
-    Route("one call (Direct or the fused attempt), then its lane", _fast(), 2,
+    # (three runs: a plan whose first run learns its stacks' shapes traces its fused stage again in the
+    # second, ``Plan.learn_stack_shapes``, and a plan specialised on fed values has its lane too)
+    Route("one call (Direct or the fused attempt), then its lane", _fast(), 3,
           lambda s: s[0]["route"] == "general" and s[0]["executor"] == "compiled" and s[0]["stages"] == 1
-          and s[1]["route"] in ("lane", "hot")),
+          and s[-1]["route"] in ("lane", "hot")),
     Route("staged, chunks of one entry", _fast(options=tn.FastOptions(stack_chunk=1, stack_ladder=False)), 1,
           # (a stack inside a loop inside the fused program cannot be driven: its capacity doubles instead)
           lambda s: s[0]["executor"] == "compiled"
@@ -151,6 +153,33 @@ def test_every_route_gives_the_reference_gradients_when_every_loop_swaps(data: s
     req = data.draw(placements(b.graph, min_devices=3, max_devices=3)).requests
     req = {k: DEVICES[int(v[-1])] for k, v in req.items()}
     _check(b.graph, grads, feeds, req, to_source(p) + "\n(every loop swaps)\n")
+
+
+@settings(max_examples=max(1, BUDGET // 20))
+@given(st.data())
+def test_every_route_gives_the_reference_gradients_over_batches_of_unknown_size(data: st.DataObject) -> None:
+    """The generated gradient programs with their float inputs declared as batches of unknown size
+    (``[None]``) and fed three values: a shape the plan learns only from the feeds (its stacks', a
+    gradient's ``Fill``) on every route. A program the one-device fast backend runs on the
+    interpreter (the limits ``tests/test_fast_gradients.py`` lists) is left out; every other must
+    compile on every route. Found by it: a backward loop filling with a shape that a segment on
+    another device pushed ran on the interpreter (``DevicePlan.pushed``)."""
+    p = data.draw(float_programs(max_depth=2))
+    try:
+        b, grads = gradient_graph(p, [None])
+    except (tn.ShapeError, tn.DTypeError):  # (a loop variable that turns a scalar into a batch)
+        assume(False)
+    feeds = {}
+    for name, v in data.draw(inputs_for(p, wide=False)).items():
+        t = b.placeholders[name]
+        feeds[t] = np.array([v, v * 0.5, -v], t.dtype.numpy) if t.dtype.is_floating and np.ndim(v) == 0 else v
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        run_outcome(lambda: tn.Session(b.graph, backend="fast").run(grads, feeds, options=RunOptions(**GUARD)))
+    assume(not any(issubclass(w.category, RuntimeWarning) for w in caught))
+    req = data.draw(placements(b.graph, min_devices=3, max_devices=3)).requests
+    req = {k: DEVICES[int(v[-1])] for k, v in req.items()}
+    _check(b.graph, grads, feeds, req, to_source(p) + "\n(batches of unknown size)\n")
 
 
 @settings(max_examples=max(1, BUDGET // 12))
