@@ -31,6 +31,21 @@ def power_loop(swap_memory: bool = False) -> PowerLoop:
     return PowerLoop(g, x, n, y, dx)
 
 
+def vector_loop_round_robin(devices: list[str]) -> tuple[tn.Graph, PowerLoop, dict[str, str]]:
+    """``v <- tanh(v) * 1.1`` for ``n`` steps over a vector ``x`` whose length is fed (shape
+    ``[None]``), with the gradient of ``sum(v)``: the gradient pushes the shape of each step's value
+    and its backward loop fills with it. Returns the graph, its tensors (as ``PowerLoop`` names
+    them) and requests placing its nodes round robin over ``devices``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             parallel_iterations=1)
+        (dx,) = tn.gradients(tn.reduce_sum(y), [x])
+    return g, PowerLoop(g, x, n, y, dx), {node.name: devices[k % len(devices)] for k, node in enumerate(g.nodes)}
+
+
 def nested_loops(depth: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
     """``benchmarks/compile_time.py``'s nest: ``depth`` while loops named ``level{depth}`` (outermost)
     to ``level1``, each running ``trips`` iterations (fed), around ``v * 1.5 + 1.0``. Returns (graph,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import vector_loop_round_robin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import Built, assert_same_outcome, build, to_source
@@ -595,15 +596,9 @@ def test_a_backward_loop_fills_with_a_shape_its_forward_loop_pushed_on_another_d
     what the pushes pushed across its traces (``DevicePlan.pushed``), as the one-device plan does
     across its stages, so the pop is that shape while tracing. It ran on the interpreter before (the
     Fill's shape unknown). The SPMD program (``"always"``) declines a stack of run-time shape and says so."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [None], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
-                             parallel_iterations=1)
-        (dx,) = tn.gradients(tn.reduce_sum(y), [x])
+    g, p, req = vector_loop_round_robin(["cpu:0", "cpu:1", "cpu:2"])
+    x, n, y, dx = p.x, p.n, p.y, p.dx
     devices = ["cpu:0", "cpu:1", "cpu:2"]
-    req = {node.name: devices[k % len(devices)] for k, node in enumerate(g.nodes)}
     sess = tn.Session(g, backend="fast", devices=devices, requests=req, whole_program=whole_program)
     for xv, steps in ((np.array([0.5, -0.25]), 5), (np.array([0.1, 0.2, 0.3]), 0), (np.array([0.7]), 12)):
         with warnings.catch_warnings():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graphs import power_loop
+from graphs import power_loop, vector_loop_round_robin
 
 import turnout as tn
 from turnout.run_schedule import STEP_KINDS, RunSchedule, Step
@@ -145,18 +145,12 @@ def test_the_spmd_tier_says_why_it_declined() -> None:
     shape the graph does not know: each device allocates its stacks before the program runs): the
     schedule and the run's statistics both carry the reason, instead of the run silently taking the
     per-device tiers."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [None], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
-                             parallel_iterations=1)
-        (dx,) = tn.gradients(tn.reduce_sum(y), [x])
-    req = {node.name: DEVICES[k % len(DEVICES)] for k, node in enumerate(g.nodes)}
+    g, p, req = vector_loop_round_robin(DEVICES)
+    y, dx, x, n = p.y, p.dx, p.x, p.n
     fetches, feeds = [y, dx], {x: np.array([0.5, -0.25]), n: 5}
     sess = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="always")
     got = sess.explain(fetches, feeds)
-    assert any("declined" in n and "run-time shape" in n for n in got.notes), got.notes
+    assert any("declined" in note and "run-time shape" in note for note in got.notes), got.notes
     np.testing.assert_allclose(sess.run(fetches, feeds), tn.Session(g).run(fetches, feeds))
     assert "run-time shape" in sess.last_result.stats["whole_program_declined"]
 
