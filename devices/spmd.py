@@ -200,8 +200,10 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
     or ``None`` when the program is not eligible (``spmd_reason`` says why).
 
     ``only_spanning=False`` also accepts programs in which no loop spans two devices (benchmarks use it
-    to run the same program on one device). Tracing happens at the first ``SpmdPlan.run`` per feed
-    signature; a program that turns out not to lower then raises ``UnsupportedError`` there.
+    to run the same program on one device). ``device_memory_limit``: the stack bytes each device may
+    hold (``SpmdPlan.room``; ``None`` where it holds no entry). Tracing happens at the first
+    ``SpmdPlan.run`` per feed signature; a program that turns out not to lower then raises
+    ``UnsupportedError`` there.
     """
     got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     if isinstance(got, str):
