@@ -431,7 +431,14 @@ class SpmdPlan:
         write_variables(tuple((n, f"var:{n}" in state, None) for n in var_names),
                         [self._mesh_copies(n, state.get(f"var:{n}", var_dev[f"var:{n}"])) for n in var_names],
                         values, variables, self._dev_vars)
-        stats = {
+        if tl is not None:
+            tl.finished(self.compile_count - before)
+        return RunResult(values=values, trace=tl, stats=self._stats(comp, before, slots, t0))
+
+    def _stats(self, comp: _Compiled, before: int, slots: SlotPlan, t0: float) -> dict[str, Any]:
+        """A run's stats: its tier and mesh, what its trace moved and batched, its stacks' capacity
+        and where the swapping loops keep them, its checkpoint slots and its time since ``t0``."""
+        return {
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
@@ -439,9 +446,6 @@ class SpmdPlan:
             "stacks_in_host_memory": sorted({i.loop for i in self.stack_info.values() if i.swap}),
             "seconds": time.perf_counter() - t0,
         }
-        if tl is not None:
-            tl.finished(self.compile_count - before)
-        return RunResult(values=values, trace=tl, stats=stats)
 
     def memory_records(self) -> list[dict[str, Any]]:
         """The stacks' memory of a run at the present capacity, one record per (loop, device) in the
