@@ -223,3 +223,24 @@ def test_each_segment_call_is_read_by_the_spec_of_its_own_trace() -> None:
         assert float(np.asarray(out["y"])) == want_y and int(new["err"]) == want_err and lives == {}
         assert isinstance(out["y"], np.ndarray) == isinstance(x, Static)
     assert len(traces) == 3  # (the last call reuses the second trace)
+
+
+def test_flat_arguments_keyed_again_are_exactly_those_laid_out() -> None:
+    """``CallArgs.keyed`` inverts ``CallArgs.flat``, group by group (feeds, state, stacks, the
+    bound), and refuses arguments of another count in any group, rather than keying a shorter
+    tuple's values to the wrong names."""
+    args = CallArgs((("a", 0), ("b", 0)), ("err", "var:v"), ("stack:1",), True)
+    feeds, state, stacks = {("a", 0): 1, ("b", 0): 2}, {"err": 3, "var:v": 4}, {"stack:1": 5}
+    flat = args.flat(feeds, state, stacks, 6)
+    assert flat == (1, 2, 3, 4, 5, 6)
+    assert args.keyed(flat) == (feeds, state, stacks, 6)
+    for short in ((1,), (1, 2, 3), (1, 2, 3, 4)):  # a feed, a state entry, a stack missing
+        with pytest.raises(ValueError):
+            args.keyed(short)
+    unbounded = CallArgs((("a", 0),), ("err",), (), False)
+    assert unbounded.keyed((1, 3)) == ({("a", 0): 1}, {"err": 3}, {}, None)
+    # (the last group of a call is checked on its own too: feeds alone, or feeds and state alone)
+    for last, short in ((CallArgs((("a", 0), ("b", 0)), (), (), False), (1,)),
+                        (CallArgs((("a", 0),), ("err", "var:v"), (), False), (1, 3))):
+        with pytest.raises(ValueError):
+            last.keyed(short)
