@@ -178,12 +178,13 @@ def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: 
 
 
 def spmd_choice(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-                stack_capacity: int = 64, device_memory_limit: Optional[int] = None) -> Union[SpmdPlan, str]:
+                stack_capacity: int = 64, device_memory_limit: Optional[int] = None,
+                only_spanning: bool = True) -> Union[SpmdPlan, str]:
     """The SPMD tier's plan, or the reason it declines the program: one analysis gives either, so the
     partitioned backend can say in a run's statistics why the tier it was asked for did not run.
     ``device_memory_limit``: the stack bytes each device may hold (``SpmdPlan.room``); a limit that
-    holds no entry of the stacks declines the program."""
-    got = _analyse(graph, placement, list(fetches), list(fed), True)
+    holds no entry of the stacks declines the program. ``only_spanning``: as ``spmd_plan`` takes it."""
+    got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     if isinstance(got, str):
         return got
     plan = SpmdPlan(graph, placement, list(fetches), list(fed), got, stack_capacity, device_memory_limit)
@@ -197,7 +198,7 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
               only_spanning: bool = True, stack_capacity: int = 64, device_memory_limit: Optional[int] = None
               ) -> Optional[SpmdPlan]:
     """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed,
-    or ``None`` when the program is not eligible (``spmd_reason`` says why).
+    or ``None`` when the program is not eligible (``spmd_choice`` says why).
 
     ``only_spanning=False`` also accepts programs in which no loop spans two devices (benchmarks use it
     to run the same program on one device). ``device_memory_limit``: the stack bytes each device may
@@ -205,11 +206,8 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
     ``SpmdPlan.run`` per feed signature; a program that turns out not to lower then raises
     ``UnsupportedError`` there.
     """
-    got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
-    if isinstance(got, str):
-        return None
-    plan = SpmdPlan(graph, placement, list(fetches), [t for t in fed], got, stack_capacity, device_memory_limit)
-    return plan if plan.room >= 1 else None
+    got = spmd_choice(graph, placement, fetches, fed, stack_capacity, device_memory_limit, only_spanning)
+    return None if isinstance(got, str) else got
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------

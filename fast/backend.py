@@ -305,8 +305,7 @@ class FastBackend(StagedStages):
             self._static_now = values
             fed = with_computed(self.graph, feeds, computed)
             sig = self._run_signature(fetches, fed, variables) if computed else dsig
-            return self._run_compiled(sig + (static_signature(values),) if values else sig, fetches, fed,
-                                      variables, options)
+            return self._run_compiled(_with_values(sig, values), fetches, fed, variables, options)
 
         def compute(cut: frozenset[Key]) -> dict[Key, Any]:
             def fetch(ts: list[Tensor]) -> list[Any]:
@@ -320,7 +319,7 @@ class FastBackend(StagedStages):
         spec = self._static_keys.get(dsig, NOTHING)
         result.stats.update(specialisation_stats(self.graph, spec, values))
         if not spec.cut:  # (a run cut short first is two runs: no route repeats it)
-            self._remember_route(dsig + (static_signature(values),) if values else dsig, fetches, feeds, result)
+            self._remember_route(_with_values(dsig, values), fetches, feeds, result)
         return result
 
     def _remember_route(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], result: RunResult) -> None:
@@ -492,3 +491,9 @@ class FastBackend(StagedStages):
             if got is not None:
                 return got
         return self._run_stages(plan, fetches, feeds, variables, options, budget)
+
+
+def _with_values(sig: Any, values: dict[Key, np.ndarray]) -> Any:
+    """Run signature ``sig`` of a plan specialised on ``values`` (the key its compile and its route
+    are kept under): ``sig`` itself where the plan is specialised on nothing."""
+    return sig + (static_signature(values),) if values else sig

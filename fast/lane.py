@@ -25,9 +25,9 @@ plan is stale); the run's options are the defaults (the session looks for a lane
 the feeds are the same tensors, in the same order, as numpy arrays (or scalars) of exactly the
 tensors' dtypes and of the shapes seen, so every check ``check_feed`` makes passed for this signature
 and none depends on the values (but a feed the plan is specialised on, ``fast.specialise``, which
-must hold the value the plan took as a constant), or as Python numbers of the same type, which get the one check that
-depends on the value (the session's ``_scalar_fits``: in range, finite where it must be) and are
-converted as the session converts them, or as ``jax.Array`` values of exactly the tensors' dtypes
+must hold the value the plan took as a constant), or as Python numbers of the same type, which get
+the one check that depends on the value (the session's ``_scalar_fits``: in range, finite where it
+must be) and are converted as the session converts them, or as ``jax.Array`` values of exactly the tensors' dtypes
 and shapes, still holding a value (not deleted or donated) on the backend's device; and each
 Variable is still the host array the backend's device copy was made from. A fused attempt's lane
 (``fast.fused_lane``) also needs the stack buffers the last run left on its rung, and hands a run
@@ -176,11 +176,10 @@ def compile_lane(backend: FastBackend, lc: LaneCall, fetches: list[Tensor], call
            "dev_vars": backend._dev_vars, "fetches": fetches, **env}
     for i, (t, kind, dtype, shape) in enumerate(lc.sig):
         env.update({f"t{i}": t, f"c{i}": kind, f"d{i}": dtype, f"s{i}": shape})
-    scope = {"asarray": np.asarray, "array_equal": np.array_equal, "clock": time.perf_counter, "cpp_entry": cpp_entry,
-             "fits": _scalar_fits,
-             "DeviceVariables": DeviceVariables, "home": {backend._home}, "to_host": to_host,
-             "start_reads": start_reads, "Deferred": Deferred, "fail": lane_failure, "refuse_dead": refuse_dead,
-             **scope}
+    scope = {"asarray": np.asarray, "array_equal": np.array_equal, "clock": time.perf_counter,
+             "cpp_entry": cpp_entry, "fits": _scalar_fits, "DeviceVariables": DeviceVariables,
+             "home": {backend._home}, "to_host": to_host, "start_reads": start_reads, "Deferred": Deferred,
+             "fail": lane_failure, "refuse_dead": refuse_dead, **scope}
     source = lane_text(lc, list(env))
     exec(compile(source, lane_filename(source), "exec"), scope)  # our own text: no user value is in it
     lane: Any = scope["make"](**env)
