@@ -17,7 +17,8 @@ Three ways honour a budget at any trip count, and this module chooses one per lo
   any budget that holds one state, for about one extra forward pass with ``sqrt(2n)`` checkpoints.
 
 What runs today (``docs/memory_budgets.rst``): keep and swap on the graph backends, and recomputation
-where the gradient graph is built, for a loop with a budget of its own (``checkpointing`` decides, and
+where the gradient graph is built, for a loop with a budget of its own or a share of its gradient's
+(``tn.gradients(..., memory_budget=)``, ``shares``; ``checkpointing`` decides, and
 ``turnout.control_flow.checkpoints`` keeps checkpoints in the forward loop and
 ``turnout.gradients.recompute`` builds a backward loop from them, with no stacks at all); and
 ``turnout.jax.while_loop``. A run's budget comes after the graph is built, so where it calls for
@@ -142,7 +143,7 @@ class LoopPlan:
         if self.slots is not None:
             return f'loop "{self.loop}": {self.action}; budget {self.budget} B ({self.budget_from}): {self.reason}'
         budget = "no budget" if self.budget is None else f"budget {self.budget} B ({self.budget_from})"
-        act = self.action if self.built else f"{self.action} (built only for a loop's own memory_budget)"
+        act = self.action if self.built else f"{self.action} (built only for a loop's or a gradient's memory_budget)"
         return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
 
 
@@ -247,10 +248,10 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
                     "checks its stacks against the budget as they grow")
     fits = budget // e
     if budget < 2 * e:
-        return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the device: "
-                    f"only recomputation from checkpoints meets it, which a loop's own budget gets where its gradient "
-                    f"is built; these stacks keep {fits} iteration(s) and stop with ResourceExhaustedError beyond",
-                    max_iterations=fits)
+        return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the "
+                    "device: only recomputation from checkpoints meets it, which a loop's or a gradient's budget "
+                    f"gets where the gradient is built; these stacks keep {fits} iteration(s) and stop with "
+                    "ResourceExhaustedError beyond", max_iterations=fits)
     chunk = budget // (2 * e)
     if swap_asked or where.host_memory:
         secs = None if where.bandwidth is None else e / where.bandwidth
@@ -267,9 +268,9 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
                     "the fast backend's one compiled call, which keeps the stacks in host memory)", chunk=chunk,
                     transfer_seconds=secs)
     return plan(RECOMPUTE, f"on the {where.name} host and device memory are one, so swapping frees nothing; only "
-                f"recomputation from checkpoints meets the budget at any trip count, which a loop's own budget gets "
-                f"where its gradient is built; these stacks keep the values of {fits} iterations and stop with "
-                "ResourceExhaustedError beyond", max_iterations=fits)
+                "recomputation from checkpoints meets the budget at any trip count, which a loop's or a gradient's "
+                f"budget gets where the gradient is built; these stacks keep the values of {fits} iterations and "
+                "stop with ResourceExhaustedError beyond", max_iterations=fits)
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,30 @@ def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], 
         return None
     per_state = state_bytes + POSITION_BYTES
     return Checkpointing(loop, budget, per_state, schedule.slots_for_budget(budget, per_state))
+
+
+def shares(weights: Mapping[str, Optional[int]], own: Mapping[str, int], budget: int) -> dict[str, int]:
+    """How ``tn.gradients(..., memory_budget=budget)`` divides its budget among the loops it reverses
+    (``weights``: each loop's bytes per checkpointed state, None where it has no static size; ``own``:
+    the loops' own budgets). The loops with budgets of their own keep them where they fit together
+    (else they share the whole budget in proportion to them); the others share what is left in
+    proportion to their bytes per state, so that a loop with the larger state gets the larger share
+    and each about as many checkpoints. A loop of no static size counts as the mean of the others.
+
+    Why the shares sum to at most ``budget``: each becomes that loop's own budget, which every
+    backend checks on its own (the slots of a loop that recomputes, the stacks of one that keeps
+    them), and no check sees the loops together unless a run's budget is given too."""
+    mine = {n: own[n] for n in weights if n in own}
+    held = sum(mine.values())
+    out = dict(mine) if held <= budget else {n: budget * b // held for n, b in mine.items()}
+    left = budget - sum(out.values())
+    rest = [n for n in weights if n not in mine]
+    known = [w for n in rest if (w := weights[n]) is not None]
+    fill = sum(known) // len(known) if known else 1
+    scale = {n: w if (w := weights[n]) is not None else fill for n in rest}
+    total = max(1, sum(scale.values()))
+    out.update({n: left * scale[n] // total for n in rest})
+    return out
 
 
 def _total(sizes: Iterable[Optional[int]]) -> Optional[int]:
@@ -505,21 +530,22 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
         return (f"{backend}: the checkpoints of loop \"{lp.loop}\" ({lp.slots} slots of {lp.entry_bytes} bytes, "
                 f"which its gradient was built to recompute from) and the values the run's other loops saved "
                 f"would hold {got} bytes on the device{f' ({what})' if what else ''}, over {whose} of {budget} "
-                "bytes. A run's budget cannot change a gradient already built: give the loop a memory_budget of "
-                "its own that fits within the run's (fewer slots, more recomputation), or raise the run's budget")
+                "bytes. A run's budget cannot change a gradient already built: give the loop (or the gradient) a "
+                "memory_budget that fits within the run's (fewer slots, more recomputation), or raise the run's "
+                "budget")
     e = "an unknown number of" if lp.entry_bytes is None else str(lp.entry_bytes)
     fits = "" if lp.entry_bytes is None else f" (it fits {budget // max(1, lp.entry_bytes)} iterations)"
     return (f"{backend}: the saved values of loop \"{lp.loop}\" ({e} bytes per iteration) would hold {got} bytes "
             f"on the device{f' ({what})' if what else ''}, over {whose} of {budget} bytes{fits}. Recomputing "
-            "them from checkpoints would meet it at any trip count, and a loop's own budget gets that "
-            "(tn.while_loop(..., memory_budget=B) without swap_memory=True: its gradient is then built to "
-            "recompute), a run's budget does not; raise the budget, give the loop a budget of its own, or on a "
-            "platform with host memory let the loop swap (swap_memory=True)")
+            "them from checkpoints would meet it at any trip count, and a loop's or a gradient's budget gets that "
+            "(tn.while_loop(..., memory_budget=B) without swap_memory=True, or tn.gradients(..., memory_budget=B): "
+            "the gradient is then built to recompute), a run's budget does not; raise the budget, give the loop "
+            "or the gradient a budget, or on a platform with host memory let the loop swap (swap_memory=True)")
 
 
 __all__ = [
     "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
     "MemoryPlan", "Platform", "SavedBytes", "StackSize", "backend_platform", "check", "checkpoint_bytes",
     "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan",
-    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "stack_sizes", "swapped_loops"
+    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares", "stack_sizes", "swapped_loops"
 ]

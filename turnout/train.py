@@ -27,14 +27,17 @@ from turnout.variables import Variable, trainable_variables
 class Optimizer(ABC):
     """Base class: ``minimize`` = ``compute_gradients`` + ``apply_gradients``."""
 
-    def compute_gradients(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None
-                          ) -> list[tuple[Tensor, Variable]]:
+    def compute_gradients(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None,
+                          memory_budget: Optional[int] = None) -> list[tuple[Tensor, Variable]]:
+        """The (gradient, Variable) pairs of ``loss`` for ``var_list`` (every trainable Variable by
+        default), those with a gradient; ``memory_budget`` bounds what the loops save for them, as
+        ``tn.gradients``'s does."""
         from turnout.gradients import gradients
 
         vs = list(var_list) if var_list is not None else trainable_variables(loss.graph)
         if not vs:
             raise GradientError("minimize: there are no trainable Variables to optimize")
-        grads = gradients(loss, vs)
+        grads = gradients(loss, vs, memory_budget=memory_budget)
         pairs = [(g, v) for g, v in zip(grads, vs, strict=True) if g is not None]
         if not pairs:
             raise GradientError(f"minimize: the loss {loss.name} does not depend on any of {[v.name for v in vs]}")
@@ -46,9 +49,11 @@ class Optimizer(ABC):
             updates = self._updates(grads_and_vars)
         return ops.group(*updates, name=f"{type(self).__name__}/update")
 
-    def minimize(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None) -> Node:
-        """One training step: the op to run. Fetch ``loss`` alongside it to watch it decrease."""
-        return self.apply_gradients(self.compute_gradients(loss, var_list), after=[loss])
+    def minimize(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None,
+                 memory_budget: Optional[int] = None) -> Node:
+        """One training step: the op to run. Fetch ``loss`` alongside it to watch it decrease.
+        ``memory_budget``: the bytes the step's loops may save for its gradient (``tn.gradients``)."""
+        return self.apply_gradients(self.compute_gradients(loss, var_list, memory_budget), after=[loss])
 
     @abstractmethod
     def _updates(self, grads_and_vars: Sequence[tuple[Tensor, Variable]]) -> list[Tensor]:

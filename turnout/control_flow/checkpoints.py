@@ -114,13 +114,14 @@ def state_bytes(w: WhileContext) -> Optional[int]:
     return total
 
 
-def checkpointing_of(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
-    """Whether loop ``w`` is reversed by recomputation, and in how many slots (None: its gradient keeps
-    stacks, or it has none). The one rule: the loop builder keeps online checkpoints exactly where the
-    gradient builder recomputes (``memory_plan.checkpointing`` on the loop's budget and state size)."""
+def checkpointing_of(w: WhileContext, budget: Optional[int]) -> Optional[memory_plan.Checkpointing]:
+    """Whether loop ``w`` is reversed by recomputation under ``budget`` (its own, or its share of a
+    gradient's), and in how many slots (None: its gradient keeps stacks, or it has none). The one
+    rule (``memory_plan.checkpointing`` on the budget and the loop's state size) by which the slots
+    are added to the forward loop and the backward loop recomputes from them."""
     if not w.back_prop:
         return None
-    return memory_plan.checkpointing(w.name, w.memory_budget, state_bytes(w), w.swap_memory)
+    return memory_plan.checkpointing(w.name, budget, state_bytes(w), w.swap_memory)
 
 
 def thinnings(slots: int) -> int:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from turnout import nest, ops, shapes
 from turnout.arguments import checked
-from turnout.errors import GradientError
+from turnout.errors import ArgumentError, GradientError
 from turnout.gradients.core import Backward
 from turnout.gradients.grads import Grads, key
 from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
@@ -52,15 +54,25 @@ def _backprop_outward(b: Backward, root: Any, grads: Grads) -> None:
 
 
 @checked
-def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none") -> list[Optional[Tensor]]:
+def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none",
+              memory_budget: Optional[int] = None) -> list[Optional[Tensor]]:
     """Gradients of ``sum(ys)`` (weighted by ``grad_ys``, default ones) with respect to each of ``xs``.
 
     ``xs`` may hold Variables (the gradient w.r.t. all reads of the Variable). A gradient that does not
     exist (no differentiable path) is ``None``, or zeros with ``unconnected_gradients="zero"``. Call it
     inside a loop body or cond branch to differentiate within that iteration / branch.
+
+    ``memory_budget``: the bytes that the loops this gradient reverses may save for it, all together,
+    at any trip count (``docs/memory_budgets.rst``): each loop gets a share (``gradients.budgets``),
+    reversed as a loop with that budget of its own is, by recomputation from checkpoints where its
+    state has a static size. Why here and not only per run: a run's budget comes after the gradient
+    graph is built, and cannot turn stacks into recomputation.
     """
     if unconnected_gradients not in ("none", "zero"):
         raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
+    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer))
+                                      or isinstance(memory_budget, bool) or memory_budget < 1):
+        raise ArgumentError(f"gradients: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
     y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys)]
     x_list = [_as_x(x) for x in (xs if isinstance(xs, (list, tuple)) else [xs])]
     if not y_list:
@@ -83,6 +95,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
         if len(gy_list) != len(y_list):
             raise GradientError(f"gradients: {len(gy_list)} grad_ys for {len(y_list)} ys")
     b = Backward(g, root, x_list, y_list)
+    b.share(None if memory_budget is None else int(memory_budget))
     grads = Grads()
     # (all or nothing: a gradient that fails to build, say an op without a gradient rule in a loop,
     # leaves no half-built backward loop behind, see ``Graph._all_or_nothing``)

@@ -82,8 +82,8 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
     """Gradients of a loop's initial values and invariants, given those of its Exits."""
     if not w.back_prop:
         return []  # back_prop=False: the loop is a constant for gradients (as in TensorFlow)
-    cp = recompute.plan(w)
-    if cp is not None:  # under its own memory budget: a backward loop that recomputes, no stacks
+    cp = recompute.plan(w, b.budget_of(w))
+    if cp is not None:  # under its budget: a backward loop that recomputes, no stacks
         return recompute.loop_grad(b, w, dys, cp)
     extra = b.stack_gradients(w)
     vars_ = [(i, lv) for i, lv in enumerate(w.loop_vars)
@@ -141,7 +141,7 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]]) -> 
 
     res = build_while_loop(lambda *vs: ops.constant(True), body_and_context, init,
                            parallel_iterations=w.parallel_iterations, maximum_iterations=trip_count,
-                           shape_invariants=shapes, swap_memory=w.swap_memory, memory_budget=w.memory_budget,
+                           shape_invariants=shapes, swap_memory=w.swap_memory, memory_budget=b.budget_of(w).bytes,
                            name=f"gradients/{w.name}")
     b.close_sync(w)
     b.close_stack_gradients(built[0], w)

@@ -28,7 +28,7 @@ from turnout import ops
 from turnout import shapes as sh
 from turnout.control_flow.contexts import CondContext, CondInfo, ControlFlowContext, LoopVar, WhileContext
 from turnout.errors import GradientError, describe_node
-from turnout.gradients import stacks
+from turnout.gradients import budgets, stacks
 from turnout.gradients.control_flow import cond_grad, loop_grad
 from turnout.gradients.grads import Frame, Grads, Key, key
 from turnout.gradients.rules import (
@@ -80,6 +80,8 @@ class Backward:
         self._skip |= set(self._capture_switch)
         self.reachable = self._forward_reachable(xs)
         self.on_path = self.reachable & self._backward_reachable(ys)
+        #: the loops' shares of the gradient's ``memory_budget`` (``share``; the others keep their own)
+        self.budgets: dict[int, budgets.LoopBudget] = {}
         self._values: dict[tuple[int, Key], Tensor] = {}
         self._stacks: dict[Key, Node] = {}
         self._exports: dict[Key, Tensor] = {}
@@ -307,6 +309,22 @@ class Backward:
         self._exports[key(t)] = m.outputs[0]
         return m.outputs[0]
 
+    def share(self, memory_budget: Optional[int]) -> None:
+        """Divide ``memory_budget`` (None: none) among the loops this gradient reverses, once its path
+        is known (``gradients.budgets``)."""
+        if memory_budget is not None:
+            self.budgets = budgets.loop_budgets(budgets.reversed_loops(self.g, self.root, self.on_path),
+                                                memory_budget)
+
+    def budget_of(self, w: WhileContext) -> budgets.LoopBudget:
+        """The budget this gradient reverses loop ``w`` under: its share of the gradient's, or its own."""
+        return self.budgets.get(id(w)) or budgets.own(w)
+
+    def inner_budget(self, w: WhileContext) -> Optional[int]:
+        """The shares of the loops inside ``w`` (None: no gradient budget): what the gradient of one
+        step of ``w`` may save, where ``w`` recomputes and each step is differentiated on its own."""
+        return budgets.inside(self.budgets, w) if id(w) in self.budgets else None
+
     def _pop(self, t: Tensor, i: int) -> Tensor:
         fr = self.frames[i]
         w = fr.fwd
@@ -314,7 +332,7 @@ class Backward:
         g = self.g
         stack = self._stacks.get(key(t))
         if stack is None:
-            stack = stacks.new_stack(g, t, w)
+            stack = stacks.new_stack(g, t, w, self.budget_of(w).bytes)
             p = stacks.push(g, stack.outputs[0], self._forward_index(w), t, w)
             self._stacks[key(t)] = stack
             self._sync_for(w).pushes.append(p)

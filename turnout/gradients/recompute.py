@@ -54,6 +54,7 @@ from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import _call
 from turnout.control_flow.while_loop import while_loop as build_while_loop
 from turnout.errors import UnsupportedError, describe_node
+from turnout.gradients.budgets import LoopBudget
 from turnout.gradients.grads import Grads, Key, key
 from turnout.gradients.rules import is_differentiable_dtype
 from turnout.graph import Tensor
@@ -67,19 +68,22 @@ Pairs = list[tuple[Tensor, Tensor]]
 WRITES = frozenset({"AssignVariable", "AssignAddVariable", "AssignSubVariable"})
 
 
-def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
-    """How many slots the gradient of ``w`` recomputes in, or None when it keeps gradient stacks.
-    Raises ``UnsupportedError`` naming the loop where its budget calls for recomputation and the
-    loop cannot be recomputed (no Python body, a body that writes state) or holds no state.
+def plan(w: WhileContext, budget: LoopBudget) -> Optional[memory_plan.Checkpointing]:
+    """How many slots the gradient of ``w`` recomputes in under ``budget`` (the loop's own, or its
+    share of the gradient's: ``Backward.budget_of``), or None when it keeps gradient stacks. Raises
+    ``UnsupportedError`` naming the loop where its budget calls for recomputation and the loop cannot
+    be recomputed (no Python body, a body that writes state) or holds no state, or where an earlier
+    gradient gave the forward loop more slots than this budget holds. A forward loop holds one set
+    of slots, so a gradient whose budget holds those an earlier one made recomputes from them.
 
     A gradient of such a gradient (second order) differentiates the backward loop built here, a loop
     without a budget of its own: it keeps stacks of that loop's values, which a run's budget counts;
     the cotangents of the checkpoints it starts from go back into the forward states they hold
     (``Kept``)."""
-    cp = checkpoints.checkpointing_of(w)  # the rule by which the loop builder kept its checkpoints
+    cp = checkpoints.checkpointing_of(w, budget.bytes)
     if cp is None:
         return None
-    head = (f'gradients: while_loop "{w.name}" has memory_budget={cp.budget} bytes, which only recomputation '
+    head = (f'gradients: while_loop "{w.name}" has {budget.words}, which only recomputation '
             "from checkpoints meets at any trip count")
     why = cannot_recompute(w)
     if why is not None:
@@ -87,9 +91,15 @@ def plan(w: WhileContext) -> Optional[memory_plan.Checkpointing]:
                                "its gradient stacks instead")
     if cp.slots < 1:
         raise UnsupportedError(f"{head}, but it holds no loop state: one takes {cp.state_bytes} bytes (its loop "
-                               f"variables and a {memory_plan.POSITION_BYTES}-byte position); give at least "
-                               f"{cp.state_bytes}")
-    return cp
+                               f"variables and a {memory_plan.POSITION_BYTES}-byte position); "
+                               f"{budget.advice(cp.state_bytes)}")
+    held = w.checkpoints.plan if w.checkpoints is not None else cp
+    if held.slots * held.state_bytes > cp.budget:
+        raise UnsupportedError(f"{head}, but an earlier gradient gave its forward loop {held.slots} checkpoint "
+                               f"slot(s) of {held.state_bytes} bytes, more than this budget holds, and a loop holds "
+                               "one set of slots; give this gradient at least "
+                               f"{held.slots * held.state_bytes} bytes")
+    return held
 
 
 def cannot_recompute(w: WhileContext) -> Optional[str]:
@@ -318,6 +328,7 @@ def vjp_step(b: Backward, w: WhileContext, x: list[Tensor], diff: list[int], ct:
     xs = [xb[i] for i in diff]
     step = type(b)(g, branch, [*xs, *invb], [ys[i] for i in diff])
     step.on_path = {i for i in step.on_path if i >= n0}
+    step.share(b.inner_budget(w))  # (the loops the body runs, made again here, share what the originals had)
     grads = Grads()
     for i, c in zip(diff, ct, strict=True):
         grads.add(ys[i], branch.capture(c))

@@ -15,7 +15,7 @@ expressed with the paper's own primitives and without editing existing nodes (gr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
@@ -23,9 +23,11 @@ from turnout.control_flow.contexts import LoopVar, WhileContext
 from turnout.graph import Graph, Node, Tensor
 
 
-def new_stack(g: Graph, t: Tensor, loop: WhileContext) -> Node:
-    """A StackNew in the root frame for forward tensor ``t`` of ``loop``. Its attrs tell the fast
-    backend and ``memory_report`` what is stacked, for which frame, and whether to swap it out."""
+def new_stack(g: Graph, t: Tensor, loop: WhileContext, budget: Optional[int]) -> Node:
+    """A StackNew in the root frame for forward tensor ``t`` of ``loop``, whose gradient keeps stacks
+    under ``budget`` (the loop's own, or its share of the gradient's: ``Backward.budget_of``). Its
+    attrs tell the backends and ``memory_report`` what is stacked, for which frame, whether to swap
+    it out and within what budget."""
     attrs: dict[str, Any] = {
         "elem_dtype": t.dtype.name,
         "elem_shape": None if t.shape is None else list(t.shape),
@@ -35,8 +37,8 @@ def new_stack(g: Graph, t: Tensor, loop: WhileContext) -> Node:
         "swap_memory": loop.swap_memory,
         "parallel_iterations": loop.parallel_iterations,
     }
-    if getattr(loop, "memory_budget", None) is not None:  # recorded only when set: older graphs read the same
-        attrs["memory_budget"] = loop.memory_budget
+    if budget is not None:  # recorded only when set: older graphs read the same
+        attrs["memory_budget"] = budget
     if t.dtype == dt.tensor_array:
         attrs["ta_elem_dtype"] = t.spec.elem_dtype.name if t.spec.elem_dtype else None
         attrs["ta_elem_shape"] = None if t.spec.elem_shape is None else list(t.spec.elem_shape)

@@ -1,0 +1,294 @@
+"""A gradient's memory budget (``tn.gradients(..., memory_budget=B)``, ``Optimizer.minimize``).
+
+The loops a gradient reverses share ``B`` (``memory_plan.shares``, ``gradients.budgets``), each
+reversed as a loop with its share as a budget of its own: by recomputation from checkpoints where
+its state has a static size, else with stacks checked against the share. The gradients are the
+store-everything ones on every backend, each backend's own accounting of what a loop holds stays
+within its share, and a run under the same budget goes on at trip counts where the store-everything
+gradient stops with ``ResourceExhaustedError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turnout as tn
+from turnout import memory_plan
+from turnout.errors import ArgumentError, ResourceExhaustedError, UnsupportedError
+
+X0 = np.array([0.1, -0.4, 0.7, 1.2], np.float32)
+H0 = np.linspace(-1.0, 1.0, 16).astype(np.float32)
+A_STATE, B_STATE = 24, 72  # bytes per checkpoint: int32 counter, the floats, the int32 position
+
+
+def two_loops(budget: Optional[int], own: Optional[int] = None, nested: bool = False) -> dict[str, Any]:
+    """Loop ``a`` over four floats (``own``: its own budget; ``nested``: an inner loop in its body),
+    loop ``b`` over sixteen, both ``n`` steps; the gradient w.r.t. both inputs under ``budget``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        h = tn.placeholder(tn.float32, [16], name="h")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body_a(i: Any, v: Any) -> Any:
+            if nested:
+                _, v = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.tanh(u) * 1.1),
+                                     [tn.constant(0), v], name="inner")
+                return i + 1, v
+            return i + 1, tn.tanh(v) * 1.1
+
+        _, y = tn.while_loop(lambda i, v: i < n, body_a, [tn.constant(0), x], name="a", memory_budget=own)
+        _, z = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.sin(v) * 0.9), [tn.constant(0), h],
+                             name="b")
+        grads = tn.gradients(tn.reduce_sum(y * y) + tn.reduce_sum(z), [x, h], memory_budget=budget)
+    return {"g": g, "feeds": lambda k: {x: X0, h: H0, n: k}, "grads": grads}
+
+
+def slots(g: tn.Graph) -> dict[str, dict[str, Any]]:
+    return {nd.attrs["loop"]: nd.attrs for nd in g.nodes if nd.op == "CheckpointSlots"}
+
+
+def session(m: dict[str, Any], backend: str) -> tn.Session:
+    if backend == "fast partitioned":  # round robin over two devices: the loops span both
+        req = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(m["g"].nodes)}
+        return tn.Session(m["g"], backend="fast", devices=["cpu:0", "cpu:1"], requests=req)
+    kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
+    return tn.Session(m["g"], backend=backend, **kw)
+
+
+def held(sess: tn.Session) -> dict[str, int]:
+    stats = sess.last_result.stats
+    return dict(stats["checkpoint_bytes"] if "checkpoint_bytes" in stats else stats["saved_bytes"])
+
+
+def test_the_loops_share_the_budget_in_proportion_to_their_state() -> None:
+    m = two_loops(2000)
+    got = slots(m["g"])
+    assert {k: a["memory_budget"] for k, a in got.items()} == {"a": 500, "b": 1500}
+    assert {k: a["slots"] for k, a in got.items()} == {"a": 500 // A_STATE, "b": 1500 // B_STATE}
+    assert not [nd for nd in m["g"].nodes if nd.op == "StackNew"]  # both recompute: no stacks at all
+    lines = str(tn.memory_report(m["g"]))
+    assert 'loop "a": recompute; budget 500 B' in lines and 'loop "b": recompute; budget 1500 B' in lines
+
+
+@pytest.mark.parametrize("backend", ["reference", "partitioned", "fast", "fast partitioned", "smallstep"])
+def test_every_backend_gives_the_store_everything_gradients_within_the_shares(backend: str) -> None:
+    if backend.startswith("fast"):
+        pytest.importorskip("jax")
+    want_m = two_loops(None)
+    ref = tn.Session(want_m["g"])
+    m = two_loops(2000)
+    sess = session(m, backend)
+    for n in (0, 1, 3) if backend == "smallstep" else (0, 1, 7, 60):
+        want = ref.run(want_m["grads"], want_m["feeds"](n))
+        got = sess.run(m["grads"], m["feeds"](n), memory_budget=2000)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+        mine = held(sess)
+        assert mine["a"] <= 500 and mine["b"] <= 1500
+
+
+def test_a_run_under_the_same_budget_goes_where_stacks_stop() -> None:
+    """The point of a gradient's budget: the store-everything gradient under a run's budget of 2000
+    bytes keeps stacks and stops once they outgrow it; built under that budget, the run goes on."""
+    kept = two_loops(None)
+    with pytest.raises(ResourceExhaustedError):
+        tn.Session(kept["g"]).run(kept["grads"], kept["feeds"](60), memory_budget=2000)
+    m = two_loops(2000)
+    for backend in ("reference", "fast"):
+        tn.Session(m["g"], backend=backend).run(m["grads"], m["feeds"](150), memory_budget=2000)
+
+
+def test_a_loop_keeps_its_own_budget_and_the_others_share_what_is_left() -> None:
+    assert {k: a["memory_budget"] for k, a in slots(two_loops(2000, own=300)["g"]).items()} == {"a": 300, "b": 1700}
+    # own budgets over the gradient's: scaled into it, nothing left for the others
+    with pytest.raises(UnsupportedError, match='leaves while_loop "b" none of it'):
+        two_loops(200, own=300)
+
+
+def test_an_inner_loop_is_reversed_within_its_outer_loops_share() -> None:
+    want_m = two_loops(None, nested=True)
+    m = two_loops(2000, nested=True)
+    # the inner loop shares the budget too; made again in the reversed step of "a", it recomputes there
+    shares = {k: a["memory_budget"] for k, a in slots(m["g"]).items()}
+    assert shares == {"a": 2000 * A_STATE // 120, "b": 2000 * B_STATE // 120,
+                      "gradients/a/body/inner": 2000 * A_STATE // 120}
+    for n in (0, 2, 9):
+        want = tn.Session(want_m["g"]).run(want_m["grads"], want_m["feeds"](n))
+        got = tn.Session(m["g"]).run(m["grads"], m["feeds"](n))
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def _reading_loop(budget: int, swap: bool = False) -> dict[str, Any]:
+    """A loop whose state has no static size (a TensorArray its body reads), or that asks to swap:
+    it keeps stacks, checked against its share."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        if swap:
+            _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
+                                 name="kept", swap_memory=True)
+            loss = tn.reduce_sum(y)
+        else:
+            ta = tn.TensorArray(tn.float32, size=0, dynamic_size=True)
+
+            def body(i: Any, v: Any, t: Any) -> Any:
+                return i + 1, tn.tanh(v), t.write(i, v * tn.cast(t.size(), tn.float32))
+
+            _, y, t = tn.while_loop(lambda i, v, t: i < n, body, [tn.constant(0), x, ta], name="kept")
+            loss = tn.reduce_sum(y) + tn.reduce_sum(t.stack())
+        (gx,) = tn.gradients(loss, [x], memory_budget=budget)
+    return {"g": g, "gx": gx, "x": x, "n": n}
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_loop_that_keeps_stacks_is_checked_against_its_share(swap: bool) -> None:
+    m = _reading_loop(1000, swap)
+    assert {nd.attrs["memory_budget"] for nd in m["g"].nodes if nd.op == "StackNew"} == {1000}
+    assert not slots(m["g"])
+    sess = tn.Session(m["g"])
+    sess.run(m["gx"], {m["x"]: X0, m["n"]: 3})
+    with pytest.raises(ResourceExhaustedError, match="kept"):
+        sess.run(m["gx"], {m["x"]: X0, m["n"]: 200})
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "1000"])
+def test_a_budget_that_is_not_a_positive_int_is_refused(bad: Any) -> None:
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        two_loops(bad)
+
+
+def test_a_share_that_holds_no_state_names_the_loop_and_the_share() -> None:
+    with pytest.raises(UnsupportedError, match='"b" has a share of 30 bytes of the gradient.s memory_budget=40.*'
+                                               f"holds no loop state.*give the gradient at least {A_STATE + B_STATE}"):
+        two_loops(40)
+    two_loops(A_STATE + B_STATE)
+
+
+def test_a_body_that_writes_state_is_refused_by_name() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        count = tn.Variable(0.0, name="count")
+
+        def body(v: Any) -> Any:
+            with tn.control_dependencies([count.assign_add(1.0)]):
+                return [tn.tanh(v)]
+
+        (y,) = tn.while_loop(lambda v: v > 10.0, body, [x], name="counted")
+        with pytest.raises(UnsupportedError, match='"counted" has a share.*writes state.*swap_memory=True'):
+            tn.gradients(y, [x], memory_budget=1000)
+        tn.gradients(y, [x])  # (without the budget: stacks, as ever)
+
+
+def test_a_second_gradient_recomputes_from_the_slots_the_first_made() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 9, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], name="r")
+        (g1,) = tn.gradients(tn.reduce_sum(y), [x], memory_budget=4 * A_STATE)
+        (g2,) = tn.gradients(tn.reduce_sum(y * y), [x], memory_budget=10 * A_STATE)  # holds the 4: reuses them
+        assert [a["slots"] for a in slots(g).values()] == [4]
+        with pytest.raises(UnsupportedError, match='"r".*earlier gradient gave its forward loop 4 checkpoint.*'
+                                                   f"at least {4 * A_STATE} bytes"):
+            tn.gradients(tn.reduce_sum(tn.sin(y)), [x], memory_budget=2 * A_STATE)
+        (k1,) = tn.gradients(tn.reduce_sum(y), [x])
+        (k2,) = tn.gradients(tn.reduce_sum(y * y), [x])
+    sess = tn.Session(g)
+    got, want = sess.run([g1, g2], {x: X0}), sess.run([k1, k2], {x: X0})
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5)
+
+
+def test_minimize_under_a_budget_trains_as_without() -> None:
+    pytest.importorskip("jax")
+
+    def step(budget: Optional[int]) -> list[float]:
+        g = tn.Graph()
+        with g.as_default():
+            w = tn.Variable(np.full(4, 0.5, np.float32), name="w")
+            _, y = tn.while_loop(lambda i, v: i < 30, lambda i, v: (i + 1, tn.tanh(v * w.read())),
+                                 [tn.constant(0), tn.constant(X0)], name="rnn")
+            loss = tn.reduce_sum(y * y)
+            train = tn.train.SGD(0.1).minimize(loss, memory_budget=budget)
+            assert bool(slots(g)) == (budget is not None)
+        sess = tn.Session(g, backend="fast")
+        return [float(sess.run([loss, train])[0]) for _ in range(3)]
+
+    np.testing.assert_allclose(step(6 * A_STATE), step(None), rtol=1e-5)
+
+
+@given(weights=st.dictionaries(st.sampled_from("abcdef"), st.one_of(st.none(), st.integers(1, 10**4)), min_size=1),
+       own=st.dictionaries(st.sampled_from("abcdef"), st.integers(1, 10**4)), budget=st.integers(1, 10**5))
+def test_the_shares_never_sum_past_the_budget(weights: dict[str, Optional[int]], own: dict[str, int],
+                                              budget: int) -> None:
+    own = {k: v for k, v in own.items() if k in weights}
+    got = memory_plan.shares(weights, own, budget)
+    assert set(got) == set(weights) and sum(got.values()) <= budget and min(got.values()) >= 0
+    if sum(own.values()) <= budget:
+        assert all(got[k] == v for k, v in own.items())
+    rest = [k for k in weights if k not in own and weights[k] is not None]
+    for p in rest:  # the larger state, the larger share
+        for q in rest:
+            if weights[p] > weights[q]:  # type: ignore[operator]
+                assert got[p] >= got[q]
+
+
+_WANT: dict[bool, dict[str, Any]] = {}
+
+
+@settings(max_examples=12)
+@given(n=st.integers(0, 25), extra=st.integers(0, 30 * (A_STATE + B_STATE)), nested=st.booleans())
+def test_any_trip_count_under_any_gradient_budget(n: int, extra: int, nested: bool) -> None:
+    """Any budget that holds a state of each loop (the inner loop's too, where there is one): the
+    store-everything gradients, each loop within its share, and a run under the same budget."""
+    budget = A_STATE + B_STATE + (A_STATE if nested else 0) + extra
+    if nested not in _WANT:
+        _WANT[nested] = two_loops(None, nested=nested)
+    want_m = _WANT[nested]
+    m = two_loops(budget, nested=nested)
+    shares = {k: a["memory_budget"] for k, a in slots(m["g"]).items()}
+    assert sum(shares.values()) <= budget
+    sess = tn.Session(m["g"])
+    got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget)
+    want = tn.Session(want_m["g"]).run(want_m["grads"], want_m["feeds"](n))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert all(held(sess)[k] <= shares[k] for k in ("a", "b"))
+
+
+def test_a_loop_inside_one_that_keeps_stacks_is_checked_against_its_own_share() -> None:
+    """The outer loop reads a TensorArray (no static size): it keeps stacks; the inner one, reversed
+    by the same gradient within each step, recomputes under its own share, and the slots of each of
+    its runs are among the values the outer loop's stacks save, checked against the outer share."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        ta = tn.TensorArray(tn.float32, size=0, dynamic_size=True)
+
+        def body(i: Any, v: Any, t: Any) -> Any:
+            _, u = tn.while_loop(lambda j, u: j < 3, lambda j, u: (j + 1, tn.tanh(u)), [tn.constant(0), v],
+                                 name="inner")
+            return i + 1, u, t.write(i, v * tn.cast(t.size(), tn.float32))
+
+        _, y, t = tn.while_loop(lambda i, v, t: i < n, body, [tn.constant(0), x, ta], name="outer")
+        (gx,) = tn.gradients(tn.reduce_sum(y) + tn.reduce_sum(t.stack()), [x], memory_budget=40_000)
+    kept = {nd.attrs["loop_name"]: nd.attrs["memory_budget"] for nd in g.nodes if nd.op == "StackNew"}
+    made = {k: a["memory_budget"] for k, a in slots(g).items()}  # the inner loop's state is static: it recomputes
+    assert set(kept) == {"outer"} and set(made) == {"outer/body/inner"}
+    assert sum([*kept.values(), *made.values()]) <= 40_000
+    with g.as_default():
+        (plain,) = tn.gradients(tn.reduce_sum(y) + tn.reduce_sum(t.stack()), [x])
+    sess = tn.Session(g)
+    want = sess.run(plain, {x: X0, n: 1})
+    np.testing.assert_allclose(sess.run(gx, {x: X0, n: 1}), want, rtol=2e-5)
+    with pytest.raises(ResourceExhaustedError, match="inner|outer"):
+        sess.run(gx, {x: X0, n: 100})
