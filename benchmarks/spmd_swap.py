@@ -8,7 +8,9 @@ matmul on ``cpu:1`` and the second on ``cpu:0``, ``swap_memory=True`` and ``para
 (the devices take turns, so pipelining gains nothing), and the gradient of ``sum(h * h)`` with
 respect to the start. A third session runs the SPMD program under a ``device_memory_limit`` that
 holds 1024 entries of the stacks on each device (a run under a limit took the host-driven tier before
-the program counted its bytes, ``SpmdPlan.room``). The sessions run on the same forced CPU devices,
+the program counted its bytes, ``SpmdPlan.room``), and a fourth runs it under a run's
+``memory_budget`` of the same bytes (``SpmdPlan.budget_room``; such runs too took the host-driven
+tier before). The sessions run on the same forced CPU devices,
 their calls alternated, best of ``--repeat``; the ratio is the host-driven step's time over the SPMD
 program's. On the CPU the host
 memory moves are dropped by JAX, so this measures the tiers, not the copies.
@@ -83,25 +85,32 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     stacks = sum(1 for node in m["graph"].nodes if node.op == "StackNew")
     sessions["limited"] = tn.Session(m["graph"], backend="fast", devices=["cpu:0", "cpu:1"], whole_program="always",
                                      device_memory_limit=1024 * 4 * stacks)
+    sessions["budgeted"] = tn.Session(m["graph"], backend="fast", devices=["cpu:0", "cpu:1"], whole_program="always")
+    budget = {"budgeted": 1024 * 4 * stacks}
     rows = []
     for T in lengths:
         feeds = {m["x"]: x0, m["n"]: np.int32(T)}
-        got = {mode: s.run(m["grad"], feeds) for mode, s in sessions.items()}
-        for mode in ("never", "limited"):
+        calls = {mode: (lambda s=s, f=feeds, b=budget.get(mode): s.run(m["grad"], f, memory_budget=b))
+                 for mode, s in sessions.items()}
+        got = {mode: call() for mode, call in calls.items()}
+        for mode in ("never", "limited", "budgeted"):
             np.testing.assert_allclose(got["always"], got[mode], rtol=1e-4, atol=1e-6)
         tiers = {mode: s.last_result.stats["tier"] for mode, s in sessions.items()}
-        assert tiers == {"always": "spmd", "never": "host-driven", "limited": "spmd"}, tiers
-        t = timed_interleaved({mode: (lambda s=s, f=feeds: s.run(m["grad"], f)) for mode, s in sessions.items()},
-                              repeat)
+        assert tiers == {"always": "spmd", "never": "host-driven", "limited": "spmd", "budgeted": "spmd"}, tiers
+        t = timed_interleaved(calls, repeat)
         rows.append({"T": T, "spmd": t["always"], "host_driven": t["never"], "spmd_limited": t["limited"],
+                     "spmd_budgeted": t["budgeted"],
                      "host_driven_over_spmd": t["never"]["min_s"] / t["always"]["min_s"],
-                     "limited_over_spmd": t["limited"]["min_s"] / t["always"]["min_s"]})
+                     "limited_over_spmd": t["limited"]["min_s"] / t["always"]["min_s"],
+                     "budgeted_over_spmd": t["budgeted"]["min_s"] / t["always"]["min_s"]})
     lines = ["# A swapping loop spanning two devices: SPMD program against the host-driven tier", "",
-             "| T | SPMD program (ms) | host-driven tier (ms) | ratio | SPMD under device_memory_limit (ms) | ratio |",
-             "|---|---|---|---|---|---|"]
+             "| T | SPMD program (ms) | host-driven tier (ms) | ratio | SPMD under device_memory_limit (ms) | ratio "
+             "| SPMD under a run's memory_budget (ms) | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['T']} | {1e3 * r['spmd']['min_s']:.2f} | {1e3 * r['host_driven']['min_s']:.2f} | "
               f"{r['host_driven_over_spmd']:.1f} | {1e3 * r['spmd_limited']['min_s']:.2f} | "
-              f"{r['limited_over_spmd']:.2f} |" for r in rows]
+              f"{r['limited_over_spmd']:.2f} | {1e3 * r['spmd_budgeted']['min_s']:.2f} | "
+              f"{r['budgeted_over_spmd']:.2f} |" for r in rows]
     out = {"name": NAME, "quick": args.quick, "repeat": repeat, "rows": rows}
     write_report(NAME, out, lines)
     return out

@@ -87,7 +87,7 @@ from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.host_env import HostEnv, fetched
 from turnout.fast.lane import Lane, write_variables
 from turnout.fast.lowering_base import NeedsStatic, Specialise
-from turnout.fast.outcome import Discard, Outcome, decode
+from turnout.fast.outcome import MAX_CAPACITY, Discard, Outcome, decode
 from turnout.fast.regions import Key, Program, key, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
@@ -242,7 +242,7 @@ class FastPartitionedBackend:
         take, with nothing compiled: the one-device backend's schedule on a graph placed on one
         device, the SPMD program where that tier takes the run, else the per-device segments with the
         loops and conds the host drives (``devices.segments.steps_of``). ``memory_budget``: the run's
-        (it passes over the SPMD tier)."""
+        (the SPMD program runs what it lets every device hold)."""
         _, placement, used = self._placed()
         if len(used) == 1:
             (device,) = used
@@ -254,7 +254,7 @@ class FastPartitionedBackend:
         if sig in self._fallback:
             return RunSchedule("fast (partitioned)", (RunStep("interpreter", "the partitioned reference executor "
                                                                           f"(fallback: {self._fallback[sig]})"),))
-        whole = None if self._budgeted(memory_budget) else self._whole_program(sig, placement, fetches, feeds)
+        whole = self._whole_program(sig, placement, fetches, feeds)
         with jax.enable_x64(True):
             plan = self._plan(sig, fetches, feeds, self.options.stack_chunk)
         per_device = steps_of(plan)
@@ -265,8 +265,14 @@ class FastPartitionedBackend:
         learnt = self.slot_sizes.capacity(program_key(self.graph, fetches, feeds))
         notes += slot_notes(slots.budgets, slots.counts, learnt)
         if self._budgeted(memory_budget):
-            notes += ("a memory budget applies: each device's gradient stacks are counted against it (the SPMD "
-                      "tier, which never moves a stack chunk, is passed over)",)
+            budgets = plan.budget(memory_budget)
+            room = MAX_CAPACITY if budgets is None or whole is None else whole.budget_room(budgets, slots.bytes())
+            held = ("" if whole is None else
+                    f"; the SPMD program holds the {room} entries a stack it lets every device hold, and a run "
+                    "that needs more takes the per-device steps" if room >= 1 else
+                    "; it holds no entry of the SPMD program's stacks on one device: the per-device steps run")
+            notes += ("a memory budget applies: each device's gradient stacks are counted against it" + held,)
+            whole = whole if room >= 1 else None
         if whole is not None:
             over = ", ".join(parse(d).short for d in sorted(used))
             spmd = RunStep("spmd program", f"one shard_map program over {over}, spanning loops in lockstep")
@@ -350,24 +356,32 @@ class FastPartitionedBackend:
         declines the program, or finds while tracing an op that does not lower inside one
         multi-device program (before anything ran: this signature no longer tries the tier), or
         the run's stacks outgrew what the ``device_memory_limit`` lets the program hold (its
-        ``Discard``; the next run tries the tier again). ``NeedsStatic`` goes on to the
-        specialisation loop (``_run_specialised``)."""
-        if self._budgeted(options.memory_budget):
-            return ""
+        ``Discard``; the next run tries the tier again), or than its memory budgets let it hold
+        (``SpmdPlan.budget_room``). ``NeedsStatic`` goes on to the specialisation loop
+        (``_run_specialised``)."""
         _, placement, _ = self._placed()
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
             return ""
         slots = self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
+        room, limits = None, f"device_memory_limit={self.options.device_memory_limit}"
+        if self._budgeted(options.memory_budget):
+            with jax.enable_x64(True):
+                plan = self._plan(sig, fetches, feeds, self.options.stack_chunk, static)
+            budgets = plan.budget(options.memory_budget)
+            room = MAX_CAPACITY if budgets is None else whole.budget_room(budgets, slots.bytes())
+            limits = "the memory budgets" if room < whole.room else limits
+            if room < 1:
+                return "the memory budgets hold no entry of the stacks on one device (with the checkpoint slots)"
         try:
-            result = whole.run(feeds, variables, options, static, slots=slots)
+            result = whole.run(feeds, variables, options, static, slots=slots, room=room)
         except UnsupportedError as e:
             self._whole[sig] = None
             self._whole_declined[sig] = str(e)
             return ""
         if isinstance(result, Discard):
-            return (f"this run's stacks outgrew the {whole.room} entries a stack that device_memory_limit="
-                    f"{self.options.device_memory_limit} lets the SPMD program hold on each device")
+            return (f"this run's stacks outgrew the {min(whole.room, room or MAX_CAPACITY)} entries a stack that "
+                    f"{limits} let the SPMD program hold on each device")
         result.stats.setdefault("executor", "fast partitioned")
         result.stats.setdefault("tier", "spmd")
         self._records = whole.memory_records()

@@ -44,7 +44,7 @@ spans two devices — those run as well or better as per-device compiled segment
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -83,6 +83,7 @@ from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, is_static
 from turnout.fast.variable_store import peeker
 from turnout.graph import Graph, Node, Tensor
+from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions, RunResult
 from turnout.validate import validate
 
@@ -275,8 +276,9 @@ class SpmdPlan:
     every device at the start of a run (only the owner's copy is written). A run that pushes more is
     repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
     ended, and later runs keep it), up to ``outcome.MAX_CAPACITY``, or up to ``room``, the entries
-    that ``device_memory_limit`` lets every stack hold on one device. A run that outgrows ``room``
-    returns ``Discard``: nothing of it is kept, and the caller runs the per-device tiers, which move
+    that ``device_memory_limit`` lets every stack hold on one device, and, for a run under memory
+    budgets, up to the entries they hold (``budget_room``). A run that outgrows either returns
+    ``Discard``: nothing of it is kept, and the caller runs the per-device tiers, which move
     stack chunks between calls (or say which loop crossed the limit), as a fused attempt that
     outgrows its rung leaves the run to the staged path. Why small to start: every run
     allocates and zeroes every stack on every device, so room that is never used costs time. A loop
@@ -314,6 +316,7 @@ class SpmdPlan:
         self.room = (MAX_CAPACITY if device_memory_limit is None or not self.entry_bytes
                      else device_memory_limit // self.entry_bytes)
         self.stack_capacity = min(stack_capacity, self.room)
+        self.last_capacity = self.stack_capacity  # (the capacity of the last run: its stats and memory records)
         self._dev_vars: dict[str, tuple[Any, MeshCopies]] = {}  # name -> (the store's entry, its copies)
         self._compiled: dict[Any, _Compiled] = {}
         self._memory_rows: dict[int, list[dict[str, Any]]] = {}  # stack capacity -> memory_records
@@ -371,8 +374,8 @@ class SpmdPlan:
         return comp
 
     def run(self, feeds: dict[Tensor, Any], variables: dict[str, np.ndarray], options: RunOptions,
-            static: Optional[dict[Any, np.ndarray]] = None, *, slots: Optional[SlotPlan] = None
-            ) -> Union[RunResult, Discard]:
+            static: Optional[dict[Any, np.ndarray]] = None, *, slots: Optional[SlotPlan] = None,
+            room: Optional[int] = None) -> Union[RunResult, Discard]:
         """Run the compiled program once, specialised on the fed values ``static`` (by key: constants
         of its trace, as ``fast.specialise`` decides; a trace that meets a shape other feeds decide
         raises ``NeedsStatic``, which the caller's specialisation loop takes). Errors keep the
@@ -380,7 +383,9 @@ class SpmdPlan:
         ``options.max_iterations`` is ``NonTerminationError``, a fetch whose branch did not run is
         ``DeadFetchError``. ``slots``: the checkpoint slots the program gives its recomputed loops (the
         backend's ``SlotSizes.plan``; every slot their budgets hold where None, for a plan run on its
-        own). A run whose stacks outgrow ``room`` returns ``Discard`` (the class docstring)."""
+        own). ``room``: the entries a stack may hold under this run's memory budgets
+        (``budget_room``; None: none apply). A run whose stacks outgrow ``room`` or the plan's
+        returns ``Discard`` (the class docstring)."""
         static = static or {}
         slots = slots if slots is not None else SlotPlan(tuple(n for n in program_nodes(self.program)
                                                                if n.op == "CheckpointSlots"))
@@ -400,13 +405,15 @@ class SpmdPlan:
         var_sig = tuple((np.dtype(c.dtype).str, tuple(c.shape)) for c in var_dev.values())
         mi = iteration_bound(options)
         before = self.compile_count
+        most = self.room if room is None else min(self.room, room)
+        capacity = min(self.stack_capacity, most)
         while True:
             sig = (feed_keys, tuple((by_key[k].dtype.str, by_key[k].shape) for k in feed_keys), var_sig,
-                   self.stack_capacity, static_signature(static), slots.capacity)
+                   capacity, static_signature(static), slots.capacity)
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
-                comp = self._compiled[sig] = self._build(feed_keys, var_names, self.stack_capacity, static, slots)
+                comp = self._compiled[sig] = self._build(feed_keys, var_names, capacity, static, slots)
             called, compiles = tl.now() if tl is not None else 0.0, self.compile_count
             with jax.enable_x64(True):
                 res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
@@ -416,14 +423,16 @@ class SpmdPlan:
             if tl is not None:
                 self._traced(tl, called, self.compile_count != compiles)
             # one error word per device: a stack that outgrew its buffer on any of them decides
-            outcome = first([decode(self.codes, c, capacity=self.stack_capacity, who="SPMD tier", unit="")
+            outcome = first([decode(self.codes, c, capacity=capacity, who="SPMD tier", unit="")
                              for c in sorted({int(c) for c in words if int(c)})])
             if not isinstance(outcome, Retry):
                 break
-            if self.stack_capacity >= self.room:  # (the device memory limit holds no more)
+            if capacity >= most:  # (the device memory limit or the budgets hold no more)
                 return Discard()
             # nothing of this run is kept; run again with room for twice as many, or as many as fit
-            self.stack_capacity = min(outcome.capacity, self.room)
+            capacity = min(outcome.capacity, most)
+            self.stack_capacity = max(self.stack_capacity, capacity)  # (later runs start there)
+        self.last_capacity = capacity
         enforce(outcome)
         values = fetched(self.fetches, *self._owners_view(comp.spec, out, flags))
         write_variables(tuple((n, f"var:{n}" in state, None) for n in var_names),
@@ -433,6 +442,28 @@ class SpmdPlan:
             tl.finished(self.compile_count - before)
         return RunResult(values=values, trace=tl, stats=self._stats(comp, before, slots, t0))
 
+    def budget_room(self, plan: MemoryPlan, slot_bytes: Mapping[str, int]) -> int:
+        """The most entries every stack may hold on each device under ``plan``'s budgets, the
+        checkpoint slots ``slot_bytes`` (per loop) held beside them, as the per-device tiers count
+        (``memory_plan.check``): each loop's own budget against its stacks and slots, the run's
+        against them all. Every device holds every stack whole and every slot, so capacity ``c``
+        holds ``c`` times each loop's bytes an entry there. Zero: the budgets hold no entry (or the
+        slots alone overrun them), and the per-device tiers, which count chunk by chunk, take the run
+        and say which budget it outgrew."""
+        per_loop: dict[str, int] = {}
+        for sid in self.stacks:
+            loop = self.stack_info[state_key(sid)].loop
+            per_loop[loop] = per_loop.get(loop, 0) + self._stack_bytes(sid, 1)[0]
+        caps = [MAX_CAPACITY]
+        for lp in plan.loops:
+            if lp.budget is not None and lp.budget_from == "loop":
+                left = lp.budget - slot_bytes.get(lp.loop, 0)
+                caps.append(left // per_loop[lp.loop] if per_loop.get(lp.loop) else (MAX_CAPACITY if left >= 0 else 0))
+        if plan.run_budget is not None:
+            left = plan.run_budget - sum(slot_bytes.values())
+            caps.append(left // self.entry_bytes if self.entry_bytes else (MAX_CAPACITY if left >= 0 else 0))
+        return max(0, min(caps))
+
     def _stats(self, comp: _Compiled, before: int, slots: SlotPlan, t0: float) -> dict[str, Any]:
         """A run's stats: its tier and mesh, what its trace moved and batched, its stacks' capacity
         and where the swapping loops keep them, its checkpoint slots and its time since ``t0``."""
@@ -440,7 +471,7 @@ class SpmdPlan:
             "backend": "fast", "tier": "spmd", "devices": list(self.devices), "compiled": self.compile_count != before,
             "compiles": self.compile_count, "moves_per_trace": comp.meta.get("moves"),
             "broadcasts_per_trace": comp.meta.get("broadcasts"), "batches_per_trace": comp.meta.get("batches"),
-            "stack_capacity": self.stack_capacity, **slots.stats,
+            "stack_capacity": self.last_capacity, **slots.stats,
             "stacks_in_host_memory": sorted({i.loop for i in self.stack_info.values() if i.swap}),
             "seconds": time.perf_counter() - t0,
         }
@@ -453,13 +484,13 @@ class SpmdPlan:
         memory (``host_bytes``), their index records and the other stacks on the device. No chunk
         moves between calls: the program is one call. Made once per capacity (runs read it after
         every call)."""
-        kept = self._memory_rows.get(self.stack_capacity)
+        kept = self._memory_rows.get(self.last_capacity)
         if kept is not None:
             return kept
         rows: dict[tuple[str, str], dict[str, Any]] = {}
         for sid in sorted(self.stacks):
             info = self.stack_info[state_key(sid)]
-            on_device, on_host = self._stack_bytes(sid, self.stack_capacity)
+            on_device, on_host = self._stack_bytes(sid, self.last_capacity)
             for d in self.devices:
                 r = rows.setdefault((info.loop, d), {
                     "loop": info.loop, "device": parse(d).short, "swap_memory": info.swap, "stacks": 0,
@@ -470,7 +501,7 @@ class SpmdPlan:
                 r["host_bytes"] += on_host
         for r in rows.values():
             r["peak_device_bytes"] = r["device_bytes"]
-        kept = self._memory_rows[self.stack_capacity] = list(rows.values())
+        kept = self._memory_rows[self.last_capacity] = list(rows.values())
         return kept
 
     def _stack_bytes(self, sid: int, capacity: int) -> tuple[int, int]:

@@ -84,18 +84,20 @@ def fast(m: dict[str, Any], **kw: Any) -> tn.Session:
     return tn.Session(m["g"], backend="fast", devices=D3, **kw)
 
 
-def run_checked(sess: tn.Session, m: dict[str, Any], steps: int) -> dict[str, Any]:
-    """Run ``steps`` steps on ``sess`` (no fallback allowed) and on the partitioned reference executor:
-    the same values; returns the fast run's stats."""
+def run_checked(sess: tn.Session, m: dict[str, Any], steps: int, memory_budget: Any = None) -> dict[str, Any]:
+    """Run ``steps`` steps on ``sess`` (no fallback allowed) and on the partitioned reference executor,
+    under ``memory_budget``: the same values, or the same error; returns the fast run's stats."""
     def want() -> Any:
-        if steps not in m["want"]:
-            m["want"][steps] = tn.Session(m["g"], devices=D3).run(m["fetch"], feeds(m, steps))
-        return m["want"][steps]
+        if (steps, memory_budget) not in m["want"]:
+            m["want"][steps, memory_budget] = tn.Session(m["g"], devices=D3).run(
+                m["fetch"], feeds(m, steps), memory_budget=memory_budget)
+        return m["want"][steps, memory_budget]
 
     def got() -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a fallback to the reference executor would prove nothing
-            return sess.run(m["fetch"], feeds(m, steps), options=RunOptions(max_iterations=10_000))
+            return sess.run(m["fetch"], feeds(m, steps),
+                            options=RunOptions(max_iterations=10_000, memory_budget=memory_budget))
 
     assert assert_same_outcome(want, got, f"{steps} steps")
     return sess.last_result.stats
@@ -211,6 +213,45 @@ def test_under_a_device_memory_limit_the_spmd_program_runs_what_fits() -> None:
     stats = run_checked(fast(m, device_memory_limit=entry - 1, stack_chunk=1), m, 1)
     assert stats["tier"] == "host-driven" and "holds no entry" in stats["whole_program_declined"]
     assert "whole_program_declined" not in run_checked(fast(m, whole_program="never"), m, 20)
+
+
+def test_under_a_memory_budget_the_spmd_program_runs_what_fits() -> None:
+    """A run's memory budget caps the SPMD program's stacks as a ``device_memory_limit`` does
+    (``SpmdPlan.budget_room``): every device allocates every stack (36 bytes an entry), so a budget of
+    50 entries' bytes lets it hold 50 entries a stack. A run that fits is the SPMD tier's; a longer
+    one is left to the per-device tiers, which count each device's own stacks (cpu:2 holds 24 bytes
+    an entry, so they fit 75 steps where the program fits 50) and stop a run that crosses the budget
+    on a device. A budget that holds no entry passes the tier over (``Session.explain`` says so).
+    (The per-device tiers hold no stack of the pushed constant 0.1, which the partitioned reference
+    executor holds, so they fit runs of 51 to 74 steps that it stops.)"""
+    m = spanning_rnn(swap=False, parallel_iterations=1)
+    entry, room = 3 * (8 + 4), 50
+    budget = room * entry
+    sess = fast(m)
+    assert any(f"holds the {room} entries" in n for n in sess.explain(m["fetch"], feeds(m, 20), budget).notes)
+    stats = run_checked(sess, m, 20, budget)
+    assert stats["tier"] == "spmd" and stats["stack_capacity"] == room and "whole_program_declined" not in stats
+    assert all(r.peak_device_bytes == budget for r in by_device(sess).values())
+    # past the program's 50 the per-device tiers run it
+    got = sess.run(m["fetch"], feeds(m, 60), memory_budget=budget)
+    np.testing.assert_allclose(got, tn.Session(m["g"], devices=D3).run(m["fetch"], feeds(m, 60)), rtol=1e-12)
+    stats = sess.last_result.stats
+    assert stats["tier"] == "host-driven" and "the memory budgets" in stats["whole_program_declined"]
+    assert max(r.peak_device_bytes for r in by_device(sess).values()) <= budget
+    with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd"'):
+        sess.run(m["fetch"], feeds(m, 100), memory_budget=budget)
+    with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd"'):  # (as the partitioned reference does)
+        tn.Session(m["g"], devices=D3).run(m["fetch"], feeds(m, 100), memory_budget=budget)
+    stats = run_checked(sess, m, 30, budget)
+    assert stats["tier"] == "spmd" and stats["stack_capacity"] == room
+    stats = run_checked(sess, m, 30)  # without the budget: the ladder where it was, 64
+    assert stats["tier"] == "spmd" and stats["stack_capacity"] == 64
+    small = fast(m, stack_chunk=1)  # (11 bytes: not one entry of a stack, on any device, on any route)
+    assert any("holds no entry of the SPMD program's stacks" in n
+               for n in small.explain(m["fetch"], feeds(m, 1), 11).notes)
+    for sess in (small, tn.Session(m["g"], devices=D3)):
+        with pytest.raises(tn.ResourceExhaustedError, match=r'loop "fwd"'):
+            sess.run(m["fetch"], feeds(m, 1), memory_budget=11)
 
 
 @pytest.mark.parametrize("swap", [True, False])

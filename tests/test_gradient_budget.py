@@ -54,9 +54,10 @@ def slots(g: tn.Graph) -> dict[str, dict[str, Any]]:
 
 
 def session(m: dict[str, Any], backend: str) -> tn.Session:
-    if backend == "fast partitioned":  # round robin over two devices: the loops span both
+    if backend.startswith("fast ") and backend != "fast":  # round robin over two devices: the loops span both
         req = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(m["g"].nodes)}
-        return tn.Session(m["g"], backend="fast", devices=["cpu:0", "cpu:1"], requests=req)
+        whole = "always" if backend == "fast spmd" else "never"
+        return tn.Session(m["g"], backend="fast", devices=["cpu:0", "cpu:1"], requests=req, whole_program=whole)
     kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
     return tn.Session(m["g"], backend=backend, **kw)
 
@@ -76,7 +77,7 @@ def test_the_loops_share_the_budget_in_proportion_to_their_state() -> None:
     assert 'loop "a": recompute; budget 500 B' in lines and 'loop "b": recompute; budget 1500 B' in lines
 
 
-@pytest.mark.parametrize("backend", ["reference", "partitioned", "fast", "fast partitioned", "smallstep"])
+@pytest.mark.parametrize("backend", ["reference", "partitioned", "fast", "fast partitioned", "fast spmd", "smallstep"])
 def test_every_backend_gives_the_store_everything_gradients_within_the_shares(backend: str) -> None:
     if backend.startswith("fast"):
         pytest.importorskip("jax")
@@ -91,6 +92,8 @@ def test_every_backend_gives_the_store_everything_gradients_within_the_shares(ba
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
         mine = held(sess)
         assert mine["a"] <= 500 and mine["b"] <= 1500
+        if backend in ("fast partitioned", "fast spmd"):  # (the SPMD program too, under the run's budget)
+            assert sess.last_result.stats["tier"] == ("spmd" if backend == "fast spmd" else "host-driven")
 
 
 def test_a_run_under_the_same_budget_goes_where_stacks_stop() -> None:
