@@ -71,7 +71,7 @@ from turnout.devices.one_device import OneDevice
 from turnout.devices.placement import Placement, place
 from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
-from turnout.devices.spmd import spmd_choice
+from turnout.devices.spmd import spmd_choice, wants_whole_program
 from turnout.errors import (
     ArgumentError,
     FeedError,
@@ -264,15 +264,14 @@ class FastPartitionedBackend:
         slots = plan.slots if whole is None else self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
         learnt = self.slot_sizes.capacity(program_key(self.graph, fetches, feeds))
         notes += slot_notes(slots.budgets, slots.counts, learnt)
+        room = None if whole is None else self._budget_room(whole, sig, fetches, feeds, memory_budget, slots)
         if self._budgeted(memory_budget):
-            budgets = plan.budget(memory_budget)
-            room = MAX_CAPACITY if budgets is None or whole is None else whole.budget_room(budgets, slots.bytes())
-            held = ("" if whole is None else
+            held = ("" if whole is None or room is None else
                     f"; the SPMD program holds the {room} entries a stack it lets every device hold, and a run "
                     "that needs more takes the per-device steps" if room >= 1 else
                     "; it holds no entry of the SPMD program's stacks on one device: the per-device steps run")
             notes += ("a memory budget applies: each device's gradient stacks are counted against it" + held,)
-            whole = whole if room >= 1 else None
+            whole = whole if room is None or room >= 1 else None
         if whole is not None:
             over = ", ".join(parse(d).short for d in sorted(used))
             spmd = RunStep("spmd program", f"one shard_map program over {over}, spanning loops in lockstep")
@@ -354,25 +353,20 @@ class FastPartitionedBackend:
         """The run as one SPMD program (``devices.spmd``), specialised on ``static`` as the other tiers
         are; else why this run is left to the per-device tiers: empty where the tier is absent,
         declines the program, or finds while tracing an op that does not lower inside one
-        multi-device program (before anything ran: this signature no longer tries the tier), or
-        the run's stacks outgrew what the ``device_memory_limit`` lets the program hold (its
-        ``Discard``; the next run tries the tier again), or than its memory budgets let it hold
-        (``SpmdPlan.budget_room``). ``NeedsStatic`` goes on to the specialisation loop
-        (``_run_specialised``)."""
+        multi-device program (before anything ran: this signature no longer tries the tier), or the
+        run's stacks outgrew what the ``device_memory_limit`` or the memory budgets let the program
+        hold (its ``Discard``; the next run tries the tier again). ``NeedsStatic`` goes on to the
+        specialisation loop (``_run_specialised``)."""
         _, placement, _ = self._placed()
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
             return ""
         slots = self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
-        room, limits = None, f"device_memory_limit={self.options.device_memory_limit}"
-        if self._budgeted(options.memory_budget):
-            with jax.enable_x64(True):
-                plan = self._plan(sig, fetches, feeds, self.options.stack_chunk, static)
-            budgets = plan.budget(options.memory_budget)
-            room = MAX_CAPACITY if budgets is None else whole.budget_room(budgets, slots.bytes())
-            limits = "the memory budgets" if room < whole.room else limits
-            if room < 1:
-                return "the memory budgets hold no entry of the stacks on one device (with the checkpoint slots)"
+        room = self._budget_room(whole, sig, fetches, feeds, options.memory_budget, slots, static)
+        limits = "the memory budgets" if room is not None and room < whole.room else \
+            f"device_memory_limit={self.options.device_memory_limit}"
+        if room is not None and room < 1:
+            return "the memory budgets hold no entry of the stacks on one device (with the checkpoint slots)"
         try:
             result = whole.run(feeds, variables, options, static, slots=slots, room=room)
         except UnsupportedError as e:
@@ -386,6 +380,17 @@ class FastPartitionedBackend:
         result.stats.setdefault("tier", "spmd")
         self._records = whole.memory_records()
         return result
+
+    def _budget_room(self, whole: Any, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                     run_budget: Optional[int], slots: SlotPlan, static: Optional[dict[Key, np.ndarray]] = None
+                     ) -> Optional[int]:
+        """The entries a stack of the SPMD program ``whole`` may hold under a run's memory budgets and
+        the loops' own (``SpmdPlan.budget_room``, with the checkpoint ``slots``); None: none apply."""
+        if not self._budgeted(run_budget):
+            return None
+        with jax.enable_x64(True):
+            budgets = self._plan(sig, fetches, feeds, self.options.stack_chunk, static).budget(run_budget)
+        return MAX_CAPACITY if budgets is None else int(whole.budget_room(budgets, slots.bytes()))
 
     def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                         run_budget: Optional[int], static: Optional[dict[Key, np.ndarray]] = None) -> int:
@@ -571,27 +576,6 @@ class FastPartitionedBackend:
 WHOLE_PROGRAM = ("auto", "always", "never")
 #: the fields of ``FastOptions`` the partitioned backend honours on every tier
 PARTITIONED_FIELDS = ("stack_chunk", "fallback", "device_memory_limit", "host_stack_limit")
-
-
-def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
-    """Whether to try the SPMD tier first. Why ``"auto"`` looks at ``parallel_iterations``: one
-    multi-device program runs every spanning loop in lockstep (the predicate is shared each
-    iteration), which is the cheapest per iteration but overlaps nothing; a loop that asks for
-    ``parallel_iterations > 1`` asks for device A to run ahead of device B — the pipelining of model
-    parallelism — which only the host-driven tier gives. So ``"auto"`` takes the SPMD tier when every
-    loop that spans devices has ``parallel_iterations == 1``; ``"always"`` whenever it accepts the
-    program; ``"never"`` not at all."""
-    if mode != "auto":
-        return mode == "always"
-    from turnout.validate import validate
-
-    fa = validate(graph)
-    spans: dict[Any, set[str]] = {}
-    for n in graph.nodes:
-        f = fa.node_frame.get(n.id, ())
-        for i in range(1, len(f) + 1):  # a node is in its frame and in every enclosing one
-            spans.setdefault(f[:i], set()).add(placement.device_of.get(n.id, ""))
-    return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
 
 
 def _slot_counts(slots: SlotPlan) -> dict[str, Any]:

@@ -211,6 +211,25 @@ def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: It
     return None if isinstance(got, str) else got
 
 
+def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
+    """Whether to try the SPMD tier first. Why ``"auto"`` looks at ``parallel_iterations``: one
+    multi-device program runs every spanning loop in lockstep (the predicate is shared each
+    iteration), which is the cheapest per iteration but overlaps nothing; a loop that asks for
+    ``parallel_iterations > 1`` asks for device A to run ahead of device B — the pipelining of model
+    parallelism — which only the host-driven tier gives. So ``"auto"`` takes the SPMD tier when every
+    loop that spans devices has ``parallel_iterations == 1``; ``"always"`` whenever it accepts the
+    program; ``"never"`` not at all."""
+    if mode != "auto":
+        return mode == "always"
+    fa = validate(graph)
+    spans: dict[Any, set[str]] = {}
+    for n in graph.nodes:
+        f = fa.node_frame.get(n.id, ())
+        for i in range(1, len(f) + 1):  # a node is in its frame and in every enclosing one
+            spans.setdefault(f[:i], set()).add(placement.device_of.get(n.id, ""))
+    return all(fa.frames[f].parallel_iterations == 1 for f, ds in spans.items() if len(ds) > 1)
+
+
 # ---- the plan ----------------------------------------------------------------------------------------------
 @dataclass
 class _Compiled:
@@ -561,4 +580,4 @@ class SpmdPlan:
         return np.asarray(MeshCopies(arr, self.jax_devices[owner]))
 
 
-__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_plan", "spmd_reason"]
+__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_plan", "spmd_reason", "wants_whole_program"]
