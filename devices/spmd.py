@@ -580,4 +580,4 @@ class SpmdPlan:
         return np.asarray(MeshCopies(arr, self.jax_devices[owner]))
 
 
-__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_plan", "spmd_reason", "wants_whole_program"]
+__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_choice", "spmd_plan", "spmd_reason", "wants_whole_program"]
