@@ -175,22 +175,6 @@ def test_a_share_that_holds_no_state_names_the_loop_and_the_share() -> None:
     two_loops(A_STATE + B_STATE)
 
 
-def test_a_body_that_writes_state_is_refused_by_name() -> None:
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [], name="x")
-        count = tn.Variable(0.0, name="count")
-
-        def body(v: Any) -> Any:
-            with tn.control_dependencies([count.assign_add(1.0)]):
-                return [tn.tanh(v)]
-
-        (y,) = tn.while_loop(lambda v: v > 10.0, body, [x], name="counted")
-        with pytest.raises(UnsupportedError, match='"counted" has a share.*writes state.*swap_memory=True'):
-            tn.gradients(y, [x], memory_budget=1000)
-        tn.gradients(y, [x])  # (without the budget: stacks, as ever)
-
-
 def test_a_second_gradient_recomputes_from_the_slots_the_first_made() -> None:
     g = tn.Graph()
     with g.as_default():

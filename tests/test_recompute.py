@@ -505,7 +505,9 @@ def test_the_small_step_system_across_a_thinning() -> None:
 
 
 # ---- where it cannot apply --------------------------------------------------------------------------------
-def test_a_body_that_writes_state_is_refused_by_name() -> None:
+@pytest.mark.parametrize("whose", ["loop", "gradient"])
+def test_a_body_that_writes_state_is_refused_by_name(whose: str) -> None:
+    """The loop's own budget, or its share of a gradient's (``tn.gradients(..., memory_budget=)``)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [], name="x")
@@ -515,9 +517,13 @@ def test_a_body_that_writes_state_is_refused_by_name() -> None:
             with tn.control_dependencies([count.assign_add(1.0)]):
                 return [tn.tanh(v)]
 
-        (y,) = tn.while_loop(lambda v: v > 10.0, body, [x], name="counted", memory_budget=1000)
-        with pytest.raises(UnsupportedError, match='while_loop "counted".*writes state.*swap_memory=True'):
-            tn.gradients(y, [x])
+        (y,) = tn.while_loop(lambda v: v > 10.0, body, [x], name="counted",
+                             memory_budget=1000 if whose == "loop" else None)
+        words = "memory_budget=1000 bytes" if whose == "loop" else "a share of 1000 bytes of the gradient's"
+        with pytest.raises(UnsupportedError, match=f'while_loop "counted" has {words}.*writes state.*swap_memory=True'):
+            tn.gradients(y, [x], memory_budget=None if whose == "loop" else 1000)
+        if whose == "gradient":
+            tn.gradients(y, [x])  # (without the budget: stacks, as ever)
 
 
 def test_a_budget_that_holds_no_state_is_refused() -> None:

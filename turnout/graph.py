@@ -582,10 +582,11 @@ def fetched_tensor(f: Any) -> Any:
     return get() if get is not None else f._as_tensor()
 
 
-def ancestors(fetches: Sequence[Tensor], fed: Any = ()) -> dict[int, Node]:
+def ancestors(fetches: Sequence[Tensor], fed: Any = (), control: bool = True) -> dict[int, Node]:
     """The nodes ``fetches`` depend on through data and control edges (back edges included), stopping
     at fed tensors — the pruning a session does (TensorFlow's too): only these nodes run. ``fed`` is a
-    collection of ``(node id, output index)`` keys. Returned by node id, in creation order."""
+    collection of ``(node id, output index)`` keys. ``control=False``: through data edges only, the
+    nodes a value is computed from. Returned by node id, in creation order."""
     keep: dict[int, Node] = {}
     stack = [t.node for t in fetches if (t.node.id, t.index) not in fed]
     while stack:
@@ -594,7 +595,8 @@ def ancestors(fetches: Sequence[Tensor], fed: Any = ()) -> dict[int, Node]:
             continue
         keep[n.id] = n
         stack.extend(t.node for t in n.raw_inputs if isinstance(t, Tensor) and (t.node.id, t.index) not in fed)
-        stack.extend(n.control_inputs)
+        if control:
+            stack.extend(n.control_inputs)
     return dict(sorted(keep.items()))
 
 

@@ -39,7 +39,7 @@ from turnout import memory_plan, ops, primitives
 from turnout import shapes as sh
 from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.contexts import LoopVar, WhileContext
-from turnout.graph import Tensor
+from turnout.graph import Tensor, ancestors
 
 if TYPE_CHECKING:
     from turnout.graph import Graph
@@ -188,17 +188,8 @@ def static_able(t: Tensor) -> bool:
     no value of a loop or a branch), so that a compiled backend knows it when compiling, or specialises
     on the feeds behind it. Only data edges count: a constant inside a loop body (the bound of a loop
     nested in it) waits on the body's pivot by a control edge, but has one value in every iteration."""
-    seen: set[int] = set()
-    todo = [t.node]
-    while todo:
-        n = todo.pop()
-        if n.id in seen:
-            continue
-        seen.add(n.id)
-        if n.op in primitives.STATEFUL or n.op in primitives.CONTROL_FLOW or n.op.startswith("TensorArray"):
-            return False
-        todo.extend(x.node for x in n.raw_inputs if isinstance(x, Tensor))
-    return True
+    return not any(n.op in primitives.STATEFUL or n.op in primitives.CONTROL_FLOW or n.op.startswith("TensorArray")
+                   for n in ancestors([t], control=False).values())
 
 
 def slots_of(w: WhileContext, cp: memory_plan.Checkpointing, loop: Callable[..., Any]) -> OnlineCheckpoints:
