@@ -326,11 +326,13 @@ def gradient_cases(draw: Any, max_depth: int = 2) -> GradientCase:
     return GradientCase(p, b.graph, grads, b.feed_dict(draw(inputs_for(p, wide=False))))
 
 
-def gradient_graph(p: Program, float_shape: Any = SCALAR, swap_memory: bool = False) -> tuple[Built, list[tn.Tensor]]:
+def gradient_graph(p: Program, float_shape: Any = SCALAR, swap_memory: bool = False,
+                   memory_budget: Optional[int] = None) -> tuple[Built, list[tn.Tensor]]:
     """``p`` built (``float_shape`` and ``swap_memory`` as ``programs.build`` takes them), with
-    ``tn.gradients`` of its first float fetch w.r.t. its float inputs (None gradients left out); a
-    program without such a pair, or whose gradients are all None, is rejected (hypothesis
-    ``assume``). What ``gradient_cases`` draws, for tests that feed the graph many times."""
+    ``tn.gradients`` of its first float fetch w.r.t. its float inputs (None gradients left out), under
+    ``memory_budget`` (the gradient's); a program without such a pair, or whose gradients are all
+    None, is rejected (hypothesis ``assume``). What ``gradient_cases`` draws, for tests that feed the
+    graph many times."""
     from hypothesis import assume
 
     b = build(p, float_shape, swap_memory)
@@ -338,7 +340,7 @@ def gradient_graph(p: Program, float_shape: Any = SCALAR, swap_memory: bool = Fa
     ys = [f for f in b.fetches if f.dtype.is_floating]
     assume(xs and ys)
     with b.graph.as_default():
-        grads = [g for g in tn.gradients(ys[0], xs) if g is not None]
+        grads = [g for g in tn.gradients(ys[0], xs, memory_budget=memory_budget) if g is not None]
     assume(grads)
     return b, grads
 

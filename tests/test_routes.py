@@ -270,3 +270,35 @@ def test_a_case_assigning_a_variable_in_its_inner_branch_on_the_spmd_tier(action
     np.testing.assert_allclose(sess.run(fetches, {n: 3}), ref.run(want_f, {want_n: 3}), rtol=1e-12)
     assert sess.last_result.stats["tier"] == "spmd"
     np.testing.assert_allclose(sess.run(vs), ref.run(want_vs), rtol=1e-12)
+
+
+@settings(max_examples=max(1, BUDGET // 20))
+@given(st.data())
+def test_every_route_gives_the_store_everything_gradients_under_a_gradient_budget(data: st.DataObject) -> None:
+    """The generated gradient programs built under a gradient's memory budget (``tn.gradients(...,
+    memory_budget=B)``): every loop and scan whose state has a static size is reversed by
+    recomputation from checkpoints within its share, the others keep stacks checked against theirs.
+    Every route, and the reference on the budgeted graph, gives what the reference gives of the same
+    program built without the budget: the store-everything gradients. A budget that leaves a loop no
+    state is refused where the gradient is built; such draws are left out."""
+    p = data.draw(float_programs(max_depth=2))
+    budget = data.draw(st.integers(16, 4096))
+    try:
+        b, grads = gradient_graph(p, memory_budget=budget)
+    except tn.UnsupportedError as e:
+        assert "holds no loop state" in str(e) or "none of it" in str(e), e
+        assume(False)
+        raise
+    plain, plain_grads = gradient_graph(p)
+    given_inputs = data.draw(inputs_for(p, wide=False))
+    want = run_outcome(lambda: tn.Session(plain.graph).run(plain_grads, plain.feed_dict(given_inputs),
+                                                           options=RunOptions(**GUARD)))
+    feeds = b.feed_dict(given_inputs)
+    req = data.draw(placements(b.graph, min_devices=3, max_devices=3)).requests
+    req = {k: DEVICES[int(v[-1])] for k, v in req.items()}
+    what = to_source(p) + f"\n(gradient memory_budget={budget})\n"
+    budgeted = tn.Session(b.graph)
+    assert_same_outcome(lambda: _given(want), lambda: budgeted.run(grads, feeds, options=RunOptions(**GUARD)),
+                        what + "reference")
+    for route in ROUTES:
+        assert_same_outcome(lambda: _given(want), _run_route(route, b.graph, req, grads, feeds), what + route.name)
