@@ -284,3 +284,17 @@ def test_a_loop_inside_one_that_keeps_stacks_is_checked_against_its_own_share() 
     assert sess.last_result.stats["saved_bytes"]["outer"] < 2 * (16 * 3 + 400)
     with pytest.raises(ResourceExhaustedError, match="inner|outer"):
         sess.run(gx, {x: X0, n: 300})
+
+
+def test_a_graph_built_under_a_gradient_budget_is_saved_with_its_shares() -> None:
+    """The shares live in the graph (the slots' ``CheckpointSlots`` attrs, a stack's
+    ``memory_budget``), so a graph saved and loaded runs the same plan and reports it."""
+    m = two_loops(2000)
+    back = tn.loads(tn.dumps(m["g"]))
+    assert slots(back) == slots(m["g"])
+    assert str(tn.memory_report(back)) == str(tn.memory_report(m["g"]))
+    names = [t.name for t in m["grads"]]
+    feeds = {back.tensor(t.name): v for t, v in m["feeds"](9).items()}
+    got = tn.Session(back).run([back.tensor(nm) for nm in names], feeds, memory_budget=2000)
+    for a, b in zip(got, tn.Session(m["g"]).run(m["grads"], m["feeds"](9)), strict=True):
+        np.testing.assert_array_equal(a, b)
