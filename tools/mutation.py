@@ -226,6 +226,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "turnout/gradients/recompute.py": {"module": "turnout.gradients.recompute",
                                        "tests": ["test_recompute.py", "test_slot_sizes.py",
                                                  "test_gradients_second_order.py"]},
+    # a gradient's memory budget, divided among the loops it reverses
+    "turnout/gradients/budgets.py": {"module": "turnout.gradients.budgets",
+                                     "tests": ["test_gradient_budget.py"]},
     "turnout/store.py": {"module": "turnout.store",
                          "tests": ["test_error_parity.py", "test_fast_variable_store.py", "test_checkpoint.py",
                                    "test_bad_inputs.py"]},
