@@ -775,3 +775,26 @@ def test_any_trip_count_of_an_accumulating_loop(rows: int, slots: int, kind: str
     for a, b in zip(_run_acc(m, backend, rows), want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     assert sum(held(m["sessions"][backend]).values()) == slots * per  # (the backend's own count: the slots)
+
+
+@pytest.mark.parametrize("backend", ["reference", "smallstep", "fast", "partitioned"])
+def test_a_body_that_returns_an_outside_tensor_unchanged(backend: str) -> None:
+    """Found by the routes property under a gradient budget: ``lambda i, v: (i + 1, x)`` reads ``x``
+    in no op, so the recomputed step captured nothing and its gradient to ``x`` was lost (0 for
+    every trip count past 0; 1 is right). The recomputed body's results are now captured where it is
+    called (``recompute.call_body``)."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+    def gradients(budget: Optional[int]) -> list[float]:
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float64, [], name="x")
+            n = tn.placeholder(tn.int32, [], name="n")
+            _, v = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, x), [tn.constant(0), x * 3.0],
+                                 memory_budget=budget)
+            (gx,) = tn.gradients(v * v, [x])
+        kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
+        sess = tn.Session(g, backend=backend, **kw)
+        return [float(sess.run(gx, {x: 2.0, n: k})) for k in (0, 1, 3)]
+
+    assert gradients(None) == gradients(1000) == [36.0, 4.0, 4.0]

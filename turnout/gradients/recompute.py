@@ -293,12 +293,17 @@ def _seed_captures(ctx: ControlFlowContext, outside: Sequence[Outside]) -> list[
 
 
 def call_body(w: WhileContext, xs: Sequence[Tensor]) -> list[Tensor]:
-    """The loop's body function called once more on the flat state ``xs``; its flat result."""
+    """The loop's body function called once more on the flat state ``xs``; its flat result, as the
+    context it is called in sees it. Why captured: a body may return a tensor from outside the loop
+    unchanged (``lambda i, v: (i + 1, x)``), which no op of the call then reads, so nothing captured
+    it; its capture (the one ``_seed_captures`` made) is what carries its gradient outside."""
     assert w.body_fn is not None
     out = _call(w.body_fn, w.structure, nest.pack_as(w.structure, [from_graph_value(x) for x in xs]))
     if not isinstance(out, (list, tuple)) and len(xs) == 1:
         out = [out]
-    return [ops.convert_to_tensor(to_graph_value(v)) for v in nest.flatten(out)]
+    flat = [ops.convert_to_tensor(to_graph_value(v)) for v in nest.flatten(out)]
+    here = w.graph.current_context
+    return flat if here is None else [here.capture(t) for t in flat]
 
 
 def advance(w: WhileContext, st: State, x: list[Tensor], m: Tensor) -> list[Tensor]:
