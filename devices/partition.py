@@ -105,9 +105,11 @@ class Partitioned:
     frames: dict[Frame, set[str]]  # every frame of the pruned graph -> the devices holding its nodes
 
     def partition_of(self, device: str) -> Partition:
+        """The partition of ``device`` (any spelling of its name: ``"cpu:1"`` or the full one)."""
         return self.partitions[parse(device).name]
 
     def control_loops(self) -> list[ControlLoop]:
+        """Every partition's control loops, one per spanning frame and device."""
         return [c for p in self.partitions.values() for c in p.control_loops.values()]
 
 
