@@ -36,9 +36,9 @@ def two_loops(budget: Optional[int], own: Optional[int] = None, nested: bool = F
         n = tn.placeholder(tn.int32, [], name="n")
 
         def body_a(i: Any, v: Any) -> Any:
-            if nested:
-                _, v = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.tanh(u) * 1.1),
-                                     [tn.constant(0), v], name="inner")
+            if nested:  # (the inner loop's state, 28 bytes with its position, is not "a"'s 24)
+                _, v, _ = tn.while_loop(lambda j, u, s: j < 2, lambda j, u, s: (j + 1, tn.tanh(u) * 1.1, s + 1.0),
+                                        [tn.constant(0), v, tn.constant(0.0)], name="inner")
                 return i + 1, v
             return i + 1, tn.tanh(v) * 1.1
 
@@ -119,8 +119,9 @@ def test_an_inner_loop_is_reversed_within_its_outer_loops_share() -> None:
     m = two_loops(2000, nested=True)
     # the inner loop shares the budget too; made again in the reversed step of "a", it recomputes there
     shares = {k: a["memory_budget"] for k, a in slots(m["g"]).items()}
-    assert shares == {"a": 2000 * A_STATE // 120, "b": 2000 * B_STATE // 120,
-                      "gradients/a/body/inner": 2000 * A_STATE // 120}
+    total = A_STATE + B_STATE + 28
+    assert shares == {"a": 2000 * A_STATE // total, "b": 2000 * B_STATE // total,
+                      "gradients/a/body/inner": 2000 * 28 // total}
     for n in (0, 2, 9):
         want = tn.Session(want_m["g"]).run(want_m["grads"], want_m["feeds"](n))
         got = tn.Session(m["g"]).run(m["grads"], m["feeds"](n))
@@ -236,7 +237,7 @@ _WANT: dict[bool, dict[str, Any]] = {}
 def test_any_trip_count_under_any_gradient_budget(n: int, extra: int, nested: bool) -> None:
     """Any budget that holds a state of each loop (the inner loop's too, where there is one): the
     store-everything gradients, each loop within its share, and a run under the same budget."""
-    budget = A_STATE + B_STATE + (A_STATE if nested else 0) + extra
+    budget = A_STATE + B_STATE + (28 if nested else 0) + extra
     if nested not in _WANT:
         _WANT[nested] = two_loops(None, nested=nested)
     want_m = _WANT[nested]
@@ -298,3 +299,65 @@ def test_a_graph_built_under_a_gradient_budget_is_saved_with_its_shares() -> Non
     got = tn.Session(back).run([back.tensor(nm) for nm in names], feeds, memory_budget=2000)
     for a, b in zip(got, tn.Session(m["g"]).run(m["grads"], m["feeds"](9)), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _one_loop(own: Optional[int], budget: int, back_prop_loop: bool = False) -> tn.Graph:
+    """Loop "r" over four floats (``own``: its own budget); with ``back_prop_loop``, a loop with
+    ``back_prop=False`` ("still") on the gradient's path too. The gradient under ``budget``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        if back_prop_loop:
+            _, x2 = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 2.0), [tn.constant(0), x],
+                                  back_prop=False, name="still")
+            x2 = x2 + x
+        else:
+            x2 = x
+        _, y = tn.while_loop(lambda i, v: i < 9, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x2], name="r",
+                             memory_budget=own)
+        tn.gradients(tn.reduce_sum(y), [x], memory_budget=budget)
+    return g
+
+
+def test_an_own_budget_is_named_as_the_loops_and_a_scaled_one_as_a_share() -> None:
+    with pytest.raises(UnsupportedError, match='"r" has memory_budget=10 bytes,.*give at least 24'):
+        _one_loop(10, 2000)
+    # its own budget over the gradient's: scaled into it, and then a share
+    with pytest.raises(UnsupportedError, match='"r" has a share of 20 bytes of the gradient.s memory_budget=20'):
+        _one_loop(300, 20)
+
+
+def test_a_loop_that_is_not_differentiated_takes_no_share() -> None:
+    """``back_prop=False``: a constant for gradients, so the budget is the other loop's whole."""
+    assert slots(_one_loop(None, 2000, back_prop_loop=True))["r"]["memory_budget"] == 2000
+
+
+def test_a_share_of_one_byte_is_a_share() -> None:
+    """The rule refuses a share under one byte; a loop that keeps stacks with one byte stops at its
+    first push, as any budget it outgrows."""
+    m = _reading_loop(1)
+    assert {nd.attrs["memory_budget"] for nd in m["g"].nodes if nd.op == "StackNew"} == {1}
+    with pytest.raises(ResourceExhaustedError, match="kept"):
+        tn.Session(m["g"]).run(m["gx"], {m["x"]: X0, m["n"]: 1})
+
+
+def test_a_gradient_inside_a_loop_body_shares_its_budget_among_the_loops_inside() -> None:
+    """Called inside a loop's body, a gradient reverses the loops inside that body (they get its
+    budget); the loop around it is not reversed by it, and a loop outside that the gradient reaches
+    (through a value the body captures) keeps its own budget (none: stacks)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, r = tn.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tn.sin(v)), [tn.constant(0), x], name="before")
+
+        def outer(j: Any, acc: Any) -> Any:
+            _, h = tn.while_loop(lambda i, v: i < 4, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), acc + r],
+                                 name="inside")
+            (dx,) = tn.gradients(tn.reduce_sum(h), [x], memory_budget=1000)
+            return j + 1, acc + dx
+
+        _, got = tn.while_loop(lambda j, acc: j < 2, outer, [tn.constant(0), tn.zeros([4])], name="around")
+    assert {k: a["memory_budget"] for k, a in slots(g).items()} == {"around/body/inside": 1000}
+    assert all("memory_budget" not in nd.attrs for nd in g.nodes if nd.op == "StackNew")
+    want = tn.Session(g).run(got, {x: X0})
+    assert np.all(np.isfinite(want))

@@ -322,13 +322,27 @@ def shares(weights: Mapping[str, Optional[int]], own: Mapping[str, int], budget:
     held = sum(mine.values())
     out = dict(mine) if held <= budget else {n: budget * b // held for n, b in mine.items()}
     left = budget - sum(out.values())
+    scale = _scale(weights, mine)
+    total = max(1, sum(scale.values()))
+    out.update({n: left * s // total for n, s in scale.items()})
+    return out
+
+
+def smallest_shared(weights: Mapping[str, Optional[int]], own: Mapping[str, int]) -> int:
+    """The smallest budget whose ``shares`` give each loop with a static state one state, where
+    the loops' own budgets fit it: their own budgets and the others' bytes per state (a loop of no
+    static size counted as the mean, as ``shares`` counts it)."""
+    mine = {n: own[n] for n in weights if n in own}
+    return sum(mine.values()) + sum(_scale(weights, mine).values())
+
+
+def _scale(weights: Mapping[str, Optional[int]], mine: Mapping[str, int]) -> dict[str, int]:
+    """The weights ``shares`` divides a budget by among the loops without their own (``mine``):
+    their bytes per state, the mean of those for a loop of no static size (1 where none has one)."""
     rest = [n for n in weights if n not in mine]
     known = [w for n in rest if (w := weights[n]) is not None]
     fill = sum(known) // len(known) if known else 1
-    scale = {n: w if (w := weights[n]) is not None else fill for n in rest}
-    total = max(1, sum(scale.values()))
-    out.update({n: left * scale[n] // total for n in rest})
-    return out
+    return {n: w if (w := weights[n]) is not None else fill for n in rest}
 
 
 def _total(sizes: Iterable[Optional[int]]) -> Optional[int]:
@@ -547,5 +561,6 @@ __all__ = [
     "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
     "MemoryPlan", "Platform", "SavedBytes", "StackSize", "backend_platform", "check", "checkpoint_bytes",
     "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan",
-    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares", "stack_sizes", "swapped_loops"
+    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares", "smallest_shared", "stack_sizes",
+    "swapped_loops"
 ]

@@ -81,16 +81,17 @@ def loop_budgets(loops: list[WhileContext], budget: int) -> dict[int, LoopBudget
         weights[w.name] = None if size is None else size + memory_plan.POSITION_BYTES
     own_ = {w.name: w.memory_budget for w in loops if w.memory_budget is not None}
     got = memory_plan.shares(weights, own_, budget)
-    floor = sum(own_.values()) + sum(w if w is not None else 0 for n, w in weights.items() if n not in own_)
+    floor = memory_plan.smallest_shared(weights, own_)
     out = {}
     for w in loops:
         share = got[w.name]
         if share < 1:
             raise UnsupportedError(f'gradients: memory_budget={budget} bytes leaves while_loop "{w.name}" none of '
                                    f"it (the {len(loops)} loops it reverses share it); give a larger budget")
-        words = (f"memory_budget={share} bytes" if w.name in own_ and share == w.memory_budget else
-                 f"a share of {share} bytes of the gradient's memory_budget={budget}")
-        out[id(w)] = LoopBudget(share, words, floor)
+        if w.name in own_ and share == w.memory_budget:  # its own, kept: only a larger one of its own helps
+            out[id(w)] = LoopBudget(share, f"memory_budget={share} bytes")
+        else:
+            out[id(w)] = LoopBudget(share, f"a share of {share} bytes of the gradient's memory_budget={budget}", floor)
     return out
 
 
