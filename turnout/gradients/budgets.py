@@ -8,8 +8,9 @@ loop it reverses is built the way its share calls for, as if the loop had been g
 budget of its own (``tn.while_loop(..., memory_budget=)``): recomputation from checkpoints where the
 loop's state has a static size, else stacks checked against the share as they grow.
 
-Which loops share it: every loop the gradient differentiates, at any depth (``reversed_loops``),
-so the shares together bound all it saves. A loop inside another that keeps stacks is reversed by
+Which loops share it: every loop the gradient differentiates, at any depth, inside the context it is
+called in (``reversed_loops``), so the shares together bound all it saves there (a gradient taken
+inside a loop's body that reaches a loop outside it leaves that loop its own budget). A loop inside another that keeps stacks is reversed by
 this gradient and checked against its share. A loop inside another that recomputes is made again
 from the body function in each reversed step, whose gradient is built on its own
 (``recompute.vjp_step``): that step's gradient gets the shares of the loops inside (``inside``) as
