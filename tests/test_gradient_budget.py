@@ -26,9 +26,11 @@ H0 = np.linspace(-1.0, 1.0, 16).astype(np.float32)
 A_STATE, B_STATE = 24, 72  # bytes per checkpoint: int32 counter, the floats, the int32 position
 
 
-def two_loops(budget: Optional[int], own: Optional[int] = None, nested: bool = False) -> dict[str, Any]:
-    """Loop ``a`` over four floats (``own``: its own budget; ``nested``: an inner loop in its body),
-    loop ``b`` over sixteen, both ``n`` steps; the gradient w.r.t. both inputs under ``budget``."""
+def two_loops(budget: Optional[int], own: Optional[int] = None, nested: bool = False,
+              inner_own: Optional[int] = None) -> dict[str, Any]:
+    """Loop ``a`` over four floats (``own``: its own budget; ``nested``: an inner loop in its body,
+    ``inner_own`` its own budget), loop ``b`` over sixteen, both ``n`` steps; the gradient w.r.t. both
+    inputs under ``budget``."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [4], name="x")
@@ -38,7 +40,8 @@ def two_loops(budget: Optional[int], own: Optional[int] = None, nested: bool = F
         def body_a(i: Any, v: Any) -> Any:
             if nested:  # (the inner loop's state, 28 bytes with its position, is not "a"'s 24)
                 _, v, _ = tn.while_loop(lambda j, u, s: j < 2, lambda j, u, s: (j + 1, tn.tanh(u) * 1.1, s + 1.0),
-                                        [tn.constant(0), v, tn.constant(0.0)], name="inner")
+                                        [tn.constant(0), v, tn.constant(0.0)], name="inner",
+                                        memory_budget=inner_own)
                 return i + 1, v
             return i + 1, tn.tanh(v) * 1.1
 
@@ -361,3 +364,15 @@ def test_a_gradient_inside_a_loop_body_shares_its_budget_among_the_loops_inside(
     assert all("memory_budget" not in nd.attrs for nd in g.nodes if nd.op == "StackNew")
     want = tn.Session(g).run(got, {x: X0})
     assert np.all(np.isfinite(want))
+
+
+def test_an_inner_loop_keeps_its_own_budget_in_each_reversed_step() -> None:
+    """The inner loop's own budget is kept (it fits the gradient's) and is what the reversed step of
+    "a" gives the loop it makes again; "a" and "b" share the rest."""
+    m = two_loops(3000, nested=True, inner_own=200)
+    shares = {k: a["memory_budget"] for k, a in slots(m["g"]).items()}
+    assert shares == {"a": 2800 * A_STATE // 96, "b": 2800 * B_STATE // 96, "gradients/a/body/inner": 200}
+    want_m = two_loops(None, nested=True)
+    got = tn.Session(m["g"]).run(m["grads"], m["feeds"](5))
+    for a, b in zip(got, tn.Session(want_m["g"]).run(want_m["grads"], want_m["feeds"](5)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)

@@ -10,11 +10,11 @@ loop's state has a static size, else stacks checked against the share as they gr
 
 Which loops share it: every loop the gradient differentiates, at any depth, inside the context it is
 called in (``reversed_loops``), so the shares together bound all it saves there (a gradient taken
-inside a loop's body that reaches a loop outside it leaves that loop its own budget). A loop inside another that keeps stacks is reversed by
-this gradient and checked against its share. A loop inside another that recomputes is made again
-from the body function in each reversed step, whose gradient is built on its own
-(``recompute.vjp_step``): that step's gradient gets the shares of the loops inside (``inside``) as
-its budget, and its loops, the originals made again, share it as they did.
+inside a loop's body that reaches a loop outside it leaves that loop its own budget). A loop inside
+another that keeps stacks is reversed by this gradient and checked against its share. A loop inside
+another that recomputes is made again from the body function in each reversed step, whose gradient
+is built on its own (``recompute.vjp_step``): that step's gradient gets the shares of the loops
+inside (``inside``) as its budget, and its loops, the originals made again, share it as they did.
 """
 
 from __future__ import annotations
