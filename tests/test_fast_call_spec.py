@@ -244,3 +244,49 @@ def test_flat_arguments_keyed_again_are_exactly_those_laid_out() -> None:
                         (CallArgs((("a", 0),), ("err", "var:v"), (), False), (1, 3))):
         with pytest.raises(ValueError):
             last.keyed(short)
+
+
+def test_changed_state_sits_after_the_outputs_and_a_flags_vector_in_its_own_order() -> None:
+    """A call whose flags cannot ride behind an output (its one output is large) returns them as a
+    vector after the outputs; two state entries that leave changed (no output aliases them) follow,
+    in their order. ``outputs``, ``position`` and ``split`` all read that layout."""
+    specs: list[Any] = []
+
+    def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        a = feeds["a"]
+        new = {"var:p": state["var:p"] + 1.0, "var:q": state["var:q"] * 3.0, "stack:s": stacks["stack:s"] + 5.0}
+        return Traced({"big": a * 2.0}, jnp.where(bound > 100, 1, 0).astype(jnp.int32), {"big": True}, new)
+
+    args = CallArgs(("a",), ("var:p", "var:q"), ("stack:s",), bounded=True)
+    fn = flat_call(args, body, jax.jit, specs.append)
+    res = fn(np.arange(5000, dtype=np.float32), np.zeros(2, np.float32), np.ones(2, np.float32),
+             jnp.zeros(3, jnp.float32), np.int32(7))
+    (spec,) = specs
+    assert spec.flags and spec.packed is None and spec.stacks == ("stack:s",) and spec.out == ("big",)
+    assert spec.changed == ("var:p", "var:q") and len(res) == 1 + 1 + 1 + 2
+    assert spec.outputs() == slice(1, 2)
+    np.testing.assert_array_equal(np.asarray(res[spec.outputs()][0]), np.arange(5000, dtype=np.float32) * 2)
+    assert [spec.position(k) for k in ("stack:s", "big", "var:p", "var:q")] == [0, 1, 3, 4]
+    np.testing.assert_array_equal(np.asarray(res[spec.position("var:p")]), np.ones(2, np.float32))
+    np.testing.assert_array_equal(np.asarray(res[spec.position("var:q")]), np.full(2, 3.0, np.float32))
+    out, flags, state = spec.split(res)
+    assert set(out) == {"big"} and set(state) == {"stack:s", "var:p", "var:q"}
+    np.testing.assert_array_equal(np.asarray(state["stack:s"]), np.full(3, 5.0, np.float32))
+    assert spec.read_flags(out, flags)[1:] == (0, {"big": 1}, 0)
+
+
+def test_a_second_trace_with_the_same_layout_and_constant_outputs_is_taken() -> None:
+    """Traced again for another shape, a call lays its results out as before: taken, though its
+    constant outputs are new arrays (their values are merged by the caller, not part of the layout)."""
+    specs: list[Any] = []
+
+    def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        x = feeds["x"]
+        const = np.full(2, 7.0, np.float32)  # (a fresh array in every trace)
+        return Traced({"y": x * 2.0, "c": const}, np.int32(0), {"y": True, "c": True}, {})
+
+    fn = flat_call(CallArgs(("x",), (), (), bounded=False), body, jax.jit, specs.append)
+    for n in (3, 4):
+        (y,) = fn(np.ones(n, np.float32))
+        np.testing.assert_array_equal(np.asarray(y), np.full(n, 2.0, np.float32))
+    assert len(specs) == 2 and specs[0] == specs[1] and specs[0].static["c"] is not specs[1].static["c"]
