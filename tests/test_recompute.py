@@ -616,7 +616,8 @@ def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: s
         assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots).body_calls
 
 
-@settings(max_examples=20)
+# an eighth of the loaded profile's budget (12 in the default run): each example compiles
+@settings(max_examples=max(1, settings.default.max_examples // 8))
 @given(n=st.integers(0, 40), slots=st.sampled_from([1, 2, 3, 5]),
        backend=st.sampled_from(["fast", "partitioned", "fast partitioned"]), kind=st.sampled_from(KINDS))
 def test_any_trip_count_on_the_compiled_and_partitioned_backends(n: int, slots: int, backend: str, kind: str) -> None:
