@@ -88,7 +88,8 @@ def test_every_backend_gives_the_store_everything_gradients_within_the_shares(ba
     ref = tn.Session(want_m["g"])
     m = two_loops(2000)
     sess = session(m, backend)
-    for n in (0, 1, 3) if backend == "smallstep" else (0, 1, 7, 60):
+    # (the tiers of several devices pay a host dispatch per step: a shorter longest run, past 20 slots)
+    for n in (0, 1, 3) if backend == "smallstep" else (0, 1, 7, 25) if backend.startswith("fast ") else (0, 1, 7, 60):
         want = ref.run(want_m["grads"], want_m["feeds"](n))
         got = sess.run(m["grads"], m["feeds"](n), memory_budget=2000)
         for a, b in zip(got, want, strict=True):
