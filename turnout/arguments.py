@@ -39,6 +39,13 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
+def positive_int(v: Any) -> bool:
+    """Whether ``v`` is an int (Python's or numpy's, not a bool) of at least 1: what every count and
+    byte budget of the API takes (``RunOptions``, ``FastOptions``, ``memory_budget=``), checked by
+    this one test so each refuses the same values."""
+    return _is_int(v) and bool(v >= 1)
+
+
 def _is_iterable(v: Any) -> bool:
     return isinstance(v, abc.Iterable) and not isinstance(v, (str, bytes))
 

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from turnout.arguments import positive_int
 from turnout.errors import ArgumentError
 
 #: the command types asked for on a GPU (``fast.xla_options``): XLA's usual kinds, and loops and
@@ -51,10 +52,6 @@ FRAME_HEIGHT = 8
 #: the default of ``FastOptions.unroll_max`` (``fast.unrolled``): each body of an unrolled loop is one
 #: more copy of it in the program
 UNROLL_MAX = 64
-
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and bool(v >= 1)
 
 
 @dataclass(frozen=True)
@@ -127,23 +124,23 @@ class FastOptions:
 
     def __post_init__(self) -> None:
         # Checked here, once, so a bad value is refused by name before any backend state exists.
-        if not _positive_int(self.stack_chunk):
+        if not positive_int(self.stack_chunk):
             raise ArgumentError(f"FastOptions.stack_chunk must be a positive int, got {self.stack_chunk!r}")
         for name in ("keep_stack_buffers", "fallback", "precompile_staged", "stack_ladder"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(f"FastOptions.{name} must be True or False, got {getattr(self, name)!r}")
-        if not _positive_int(self.stack_first_rung):
+        if not positive_int(self.stack_first_rung):
             raise ArgumentError(f"FastOptions.stack_first_rung must be a positive int, got {self.stack_first_rung!r}")
         ratio = self.stack_rung_ratio
         # at least 1.1: a ratio near 1 would make a rung, and a compilation, every few entries
         if not isinstance(ratio, (int, float, np.integer, np.floating)) or isinstance(ratio, bool) or not ratio >= 1.1:
             raise ArgumentError(f"FastOptions.stack_rung_ratio must be a number >= 1.1, got {ratio!r}")
-        if not _positive_int(self.host_stack_limit):
+        if not positive_int(self.host_stack_limit):
             raise ArgumentError(f"FastOptions.host_stack_limit must be a positive int, got {self.host_stack_limit!r}")
-        if not _positive_int(self.stack_descend_after):
+        if not positive_int(self.stack_descend_after):
             raise ArgumentError("FastOptions.stack_descend_after must be a positive int (runs), "
                                 f"got {self.stack_descend_after!r}")
-        if self.device_memory_limit is not None and not _positive_int(self.device_memory_limit):
+        if self.device_memory_limit is not None and not positive_int(self.device_memory_limit):
             raise ArgumentError("FastOptions.device_memory_limit must be a positive int (bytes) or None, "
                                 f"got {self.device_memory_limit!r}")
         inside = self.inside_stack_bytes

@@ -19,6 +19,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
+from turnout.arguments import positive_int
 from turnout.errors import ArgumentError, ExecutionError, FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, fetched_tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
@@ -72,7 +73,7 @@ class RunOptions:
             raise ArgumentError(f"unknown scheduler {self.scheduler!r}; choose fifo, lifo or random")
         for name in ("max_firings", "max_iterations", "max_tensor_bytes", "memory_budget"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
+            if v is not None and not positive_int(v):
                 raise ArgumentError(f"RunOptions.{name} must be a positive int or None, got {v!r}")
         v = self.max_seconds
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):

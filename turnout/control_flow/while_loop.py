@@ -35,7 +35,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.arguments import checked
+from turnout.arguments import checked, positive_int
 from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
@@ -113,8 +113,7 @@ def while_loop(
         raise GraphBuildError("while_loop: cond and body must be callables")
     if not isinstance(parallel_iterations, int) or isinstance(parallel_iterations, bool) or parallel_iterations < 1:
         raise GraphBuildError(f"while_loop: parallel_iterations must be a positive int, got {parallel_iterations!r}")
-    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer))
-                                      or isinstance(memory_budget, bool) or memory_budget < 1):
+    if memory_budget is not None and not positive_int(memory_budget):
         raise ArgumentError(f"while_loop: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
     leaves = nest.flatten(loop_vars)
     if not leaves:

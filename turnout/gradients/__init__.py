@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import nest, ops, shapes
-from turnout.arguments import checked
+from turnout.arguments import checked, positive_int
 from turnout.errors import ArgumentError, GradientError
 from turnout.gradients.core import Backward
 from turnout.gradients.grads import Grads, key
@@ -70,8 +70,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
     """
     if unconnected_gradients not in ("none", "zero"):
         raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
-    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer))
-                                      or isinstance(memory_budget, bool) or memory_budget < 1):
+    if memory_budget is not None and not positive_int(memory_budget):
         raise ArgumentError(f"gradients: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
     y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys)]
     x_list = [_as_x(x) for x in (xs if isinstance(xs, (list, tuple)) else [xs])]
