@@ -469,18 +469,18 @@ class SpmdPlan:
         holds ``c`` times each loop's bytes an entry there. Zero: the budgets hold no entry (or the
         slots alone overrun them), and the per-device tiers, which count chunk by chunk, take the run
         and say which budget it outgrew."""
+        def entries(budget: int, slots: int, entry: int) -> int:  # (entry 0: no stack, the slots alone)
+            return (budget - slots) // entry if entry else (MAX_CAPACITY if budget >= slots else 0)
+
         per_loop: dict[str, int] = {}
         for sid in self.stacks:
             loop = self.stack_info[state_key(sid)].loop
             per_loop[loop] = per_loop.get(loop, 0) + self._stack_bytes(sid, 1)[0]
         caps = [MAX_CAPACITY]
-        for lp in plan.loops:
-            if lp.budget is not None and lp.budget_from == "loop":
-                left = lp.budget - slot_bytes.get(lp.loop, 0)
-                caps.append(left // per_loop[lp.loop] if per_loop.get(lp.loop) else (MAX_CAPACITY if left >= 0 else 0))
+        caps += [entries(lp.budget, slot_bytes.get(lp.loop, 0), per_loop.get(lp.loop, 0)) for lp in plan.loops
+                 if lp.budget is not None and lp.budget_from == "loop"]
         if plan.run_budget is not None:
-            left = plan.run_budget - sum(slot_bytes.values())
-            caps.append(left // self.entry_bytes if self.entry_bytes else (MAX_CAPACITY if left >= 0 else 0))
+            caps.append(entries(plan.run_budget, sum(slot_bytes.values()), self.entry_bytes))
         return max(0, min(caps))
 
     def _stats(self, comp: _Compiled, before: int, slots: SlotPlan, t0: float) -> dict[str, Any]:

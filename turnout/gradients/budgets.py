@@ -90,7 +90,7 @@ def loop_budgets(loops: list[WhileContext], budget: int) -> dict[int, LoopBudget
             raise UnsupportedError(f'gradients: memory_budget={budget} bytes leaves while_loop "{w.name}" none of '
                                    f"it (the {len(loops)} loops it reverses share it); give a larger budget")
         if w.name in own_ and share == w.memory_budget:  # its own, kept: only a larger one of its own helps
-            out[id(w)] = LoopBudget(share, f"memory_budget={share} bytes")
+            out[id(w)] = own(w)
         else:
             out[id(w)] = LoopBudget(share, f"a share of {share} bytes of the gradient's memory_budget={budget}", floor)
     return out
