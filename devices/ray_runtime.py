@@ -288,12 +288,20 @@ class RayBackend:
         """Tell every task of a failed run to put its Variables back (``TaskRunner.settle``): all or
         nothing, as in one process. Waited for, so the next run starts from the Variables as they
         were; a run that ended well costs no call (its snapshots go with the next run). A pool whose
-        actors were stopped has nothing to put back."""
+        actors were stopped has nothing to put back. A task that does not answer within
+        ``recv_timeout`` (the session's bound on a silent task) may still hold the failed run's
+        Variables, so no later run could be all or nothing: the pool is stopped, as when a task dies."""
         if self.pool.closed is not None:
             return
-        calls = [self.actors[t].settle.remote(run_id, False) for t in tasks if t in self.actors]
-        if calls:
-            ray.wait(calls, num_returns=len(calls), timeout=30.0)
+        calls = {self.actors[t].settle.remote(run_id, False): t for t in tasks if t in self.actors}
+        if not calls:
+            return
+        _, late = ray.wait(list(calls), num_returns=len(calls), timeout=self.recv_timeout)
+        if late:
+            silent = ", ".join(sorted(calls[c] for c in late))
+            self.pool.close(f"task {silent} did not answer within recv_timeout={self.recv_timeout:g} s after a "
+                            "failed run, so its Variables may not be put back; the cluster's actors were stopped "
+                            "(start a new Session and restore its Variables from a checkpoint)")
 
     def _wait_all(self, refs: dict[str, Any], run_id: Any) -> dict[str, Any]:
         """Wait for every task's call; on the first failure stop the others and raise a clear error."""
