@@ -478,7 +478,7 @@ class SpmdPlan:
             per_loop[loop] = per_loop.get(loop, 0) + self._stack_bytes(sid, 1)[0]
         caps = [MAX_CAPACITY]
         caps += [entries(lp.budget, slot_bytes.get(lp.loop, 0), per_loop.get(lp.loop, 0)) for lp in plan.loops
-                 if lp.budget is not None and lp.budget_from == "loop"]
+                 if lp.per_loop and lp.budget is not None]
         if plan.run_budget is not None:
             caps.append(entries(plan.run_budget, sum(slot_bytes.values()), self.entry_bytes))
         return max(0, min(caps))

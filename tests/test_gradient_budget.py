@@ -77,7 +77,23 @@ def test_the_loops_share_the_budget_in_proportion_to_their_state() -> None:
     assert {k: a["slots"] for k, a in got.items()} == {"a": 500 // A_STATE, "b": 1500 // B_STATE}
     assert not [nd for nd in m["g"].nodes if nd.op == "StackNew"]  # both recompute: no stacks at all
     lines = str(tn.memory_report(m["g"]))
-    assert 'loop "a": recompute; budget 500 B' in lines and 'loop "b": recompute; budget 1500 B' in lines
+    share = "(its share of the gradient's)"
+    assert f'loop "a": recompute; budget 500 B {share}' in lines
+    assert f'loop "b": recompute; budget 1500 B {share}' in lines
+    assert {a.get("budget_from") for a in got.values()} == {"gradient"}
+
+
+def test_a_loop_whose_own_budget_is_kept_is_reported_as_its_own() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, v = tn.while_loop(lambda i, v: i < 9, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x], name="own",
+                             memory_budget=200)
+        _, w = tn.while_loop(lambda i, v: i < 9, lambda i, v: (i + 1, tn.sin(v)), [tn.constant(0), v], name="shared")
+        tn.gradients(tn.reduce_sum(w), [x], memory_budget=1000)
+    lines = str(tn.memory_report(g))
+    assert 'loop "own": recompute; budget 200 B (loop)' in lines
+    assert 'loop "shared": recompute; budget 800 B (its share of the gradient\'s)' in lines
 
 
 @pytest.mark.parametrize("backend", ["reference", "partitioned", "fast", "fast partitioned", "fast spmd", "smallstep"])
@@ -159,11 +175,13 @@ def _reading_loop(budget: int, swap: bool = False) -> dict[str, Any]:
 @pytest.mark.parametrize("swap", [False, True])
 def test_a_loop_that_keeps_stacks_is_checked_against_its_share(swap: bool) -> None:
     m = _reading_loop(1000, swap)
-    assert {nd.attrs["memory_budget"] for nd in m["g"].nodes if nd.op == "StackNew"} == {1000}
+    assert {(nd.attrs["memory_budget"], nd.attrs["budget_from"]) for nd in m["g"].nodes
+            if nd.op == "StackNew"} == {(1000, "gradient")}
     assert not slots(m["g"])
+    assert "budget 1000 B (its share of the gradient's)" in str(tn.memory_report(m["g"]))
     sess = tn.Session(m["g"])
     sess.run(m["gx"], {m["x"]: X0, m["n"]: 3})
-    with pytest.raises(ResourceExhaustedError, match="kept"):
+    with pytest.raises(ResourceExhaustedError, match="kept.*over its share of the gradient's memory_budget of 1000"):
         sess.run(m["gx"], {m["x"]: X0, m["n"]: 200})
 
 

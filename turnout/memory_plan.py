@@ -93,6 +93,13 @@ class StackSize:
     swap_memory: bool = False
     memory_budget: Optional[int] = None
     frame: str = ""
+    #: whose ``memory_budget`` is: the loop's own (``"loop"``) or its share of a gradient's (``"gradient"``)
+    budget_from: str = "loop"
+
+
+#: the budgets a loop's own saved values must fit (``LoopPlan.budget_from``), and how a plan line says whose
+PER_LOOP = frozenset({"loop", "gradient"})
+WHOSE = {"loop": "loop", "gradient": "its share of the gradient's", "run": "run", "none": "none"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,8 @@ class LoopPlan:
     the graph backends do it for these stacks (see the module docstring); ``entry_bytes``:
     bytes saved per iteration, all its stacks together (None: unknown until run time); ``budget``:
     the bytes its saved values may hold on the device (None: no budget) and ``budget_from`` whose it
-    is (``"loop"``, ``"run"`` or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
+    is (``"loop"``: its own; ``"gradient"``: its share of a gradient's, which binds it as its own
+    would; ``"run"``; or ``"none"``); ``chunk``: a swapped loop's entries per device chunk;
     ``max_iterations``: the most iterations the run can save within the budget (None: any);
     ``transfer_seconds``: a swapped loop's estimated transfer time per iteration, each way; ``frame``:
     the loop's frame name; ``slots``: the checkpoints of a loop whose gradient was built to recompute
@@ -137,12 +145,19 @@ class LoopPlan:
             return min(n, 2 * self.chunk) * e
         return n * e
 
+    @property
+    def per_loop(self) -> bool:
+        """Whether the budget is the loop's alone (its own, or its share of a gradient's), which its
+        own saved values must fit, not only the run's together."""
+        return self.budget is not None and self.budget_from in PER_LOOP
+
     def line(self) -> str:
         """One line: the loop, its action and why."""
         e = "?" if self.entry_bytes is None else self.entry_bytes
+        whose = WHOSE[self.budget_from]
         if self.slots is not None:
-            return f'loop "{self.loop}": {self.action}; budget {self.budget} B ({self.budget_from}): {self.reason}'
-        budget = "no budget" if self.budget is None else f"budget {self.budget} B ({self.budget_from})"
+            return f'loop "{self.loop}": {self.action}; budget {self.budget} B ({whose}): {self.reason}'
+        budget = "no budget" if self.budget is None else f"budget {self.budget} B ({whose})"
         act = self.action if self.built else f"{self.action} (built only for a loop's or a gradient's memory_budget)"
         return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
 
@@ -201,13 +216,16 @@ def plan_memory(stacks: Sequence[StackSize], where: Platform, run_budget: Option
         loops.setdefault(s.loop, []).append(s)
     entry = {name: _total([s.entry_bytes for s in ss]) for name, ss in loops.items()}
     own: dict[str, int] = {}
+    own_from: dict[str, str] = {}
     for name, ss in loops.items():
-        given = [s.memory_budget for s in ss if s.memory_budget is not None]
+        given = [s for s in ss if s.memory_budget is not None]
         if given:
-            own[name] = min(given)
+            least = min(given, key=lambda s: s.memory_budget or 0)
+            own[name], own_from[name] = least.memory_budget or 0, least.budget_from
     out = []
     for name, ss in loops.items():
         b, src = _budget_of(name, own, entry, run_budget)
+        src = own_from[name] if src == "loop" else src
         lp = plan_loop(name, len(ss), entry[name], b, src, any(s.swap_memory for s in ss), where, costs)
         out.append(dataclasses.replace(lp, frame=ss[0].frame))
     return MemoryPlan(tuple(out), run_budget, where)
@@ -283,14 +301,16 @@ class Checkpointing:
     budget: int
     state_bytes: int
     slots: int
+    #: whose ``budget`` is: the loop's own (``"loop"``) or its share of a gradient's (``"gradient"``)
+    budget_from: str = "loop"
 
 
 #: bytes of bookkeeping per checkpointed state: the int32 position (iteration) it was taken before
 POSITION_BYTES = 4
 
 
-def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], swap_asked: bool
-                  ) -> Optional[Checkpointing]:
+def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], swap_asked: bool,
+                  budget_from: str = "loop") -> Optional[Checkpointing]:
     """The build-time half of the plan: whether ``tn.gradients`` differentiates loop ``loop`` by
     recomputation from checkpoints (``turnout.gradients.recompute``) instead of gradient stacks, and
     in how many slots. None: it keeps stacks, and the run-time plan (``plan_memory``) honours them.
@@ -304,7 +324,7 @@ def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], 
     if budget is None or swap_asked or state_bytes is None:
         return None
     per_state = state_bytes + POSITION_BYTES
-    return Checkpointing(loop, budget, per_state, schedule.slots_for_budget(budget, per_state))
+    return Checkpointing(loop, budget, per_state, schedule.slots_for_budget(budget, per_state), budget_from)
 
 
 def shares(weights: Mapping[str, Optional[int]], own: Mapping[str, int], budget: int) -> dict[str, int]:
@@ -380,7 +400,7 @@ def stack_sizes(nodes: Iterable[Any]) -> list[StackSize]:
         if n.op == "StackNew" and "loop_name" in a:
             out.append(StackSize(n.name, str(a["loop_name"]), entry_bytes(a, depth.get(n.id)),
                                  bool(a.get("swap_memory", False)), a.get("memory_budget"),
-                                 str(a.get("frame_name", ""))))
+                                 str(a.get("frame_name", "")), str(a.get("budget_from", "loop"))))
     return out
 
 
@@ -436,7 +456,7 @@ def recomputed_loops(nodes: Iterable[Any]) -> tuple[LoopPlan, ...]:
     forward loop's slots) or ``CheckpointTrips`` (its backward loop's trip count) nodes, so that a
     graph loaded from a file has them too, and a device of a partitioned run holding either."""
     got = {str(a["loop"]): Checkpointing(str(a["loop"]), int(a["memory_budget"]), int(a["state_bytes"]),
-                                         int(a["slots"]))
+                                         int(a["slots"]), str(a.get("budget_from", "loop")))
            for n in nodes if n.op in ("CheckpointSlots", "CheckpointTrips") for a in [n.attrs]}
     return tuple(recomputed(cp) for cp in got.values())
 
@@ -445,7 +465,7 @@ def recomputed(cp: Checkpointing) -> LoopPlan:
     """The plan line of a loop whose gradient was built to recompute (``checkpointing``): it saves no
     stacks; its forward loop keeps, and its backward loop holds, ``cp.slots`` states of
     ``cp.state_bytes`` each."""
-    return LoopPlan(cp.loop, 0, cp.state_bytes, cp.budget, "loop", RECOMPUTE, True,
+    return LoopPlan(cp.loop, 0, cp.state_bytes, cp.budget, cp.budget_from, RECOMPUTE, True,
                     f"its gradient recomputes from {cp.slots} checkpoint(s) of {cp.state_bytes} B, "
                     f"{cp.slots * cp.state_bytes} B at any trip count; it evaluates the body "
                     f"checkpoint_schedule.cost(n, {cp.slots}).body_calls times", slots=cp.slots)
@@ -527,8 +547,10 @@ def check(plan: MemoryPlan, loop_bytes: Mapping[str, int], backend: str, what: s
     accounting (the reference interpreter's values, the fast backend's buffers)."""
     for lp in plan.loops:
         got = loop_bytes.get(lp.loop, 0)
-        if lp.budget is not None and lp.budget_from == "loop" and got > lp.budget:
-            raise ResourceExhaustedError(over_budget(lp, got, lp.budget, "the loop's memory_budget", backend, what))
+        if lp.per_loop and lp.budget is not None and got > lp.budget:
+            whose = ("the loop's memory_budget" if lp.budget_from == "loop" else
+                     "its share of the gradient's memory_budget")
+            raise ResourceExhaustedError(over_budget(lp, got, lp.budget, whose, backend, what))
     total = sum(loop_bytes.values())
     if plan.run_budget is not None and total > plan.run_budget:
         worst = max(loop_bytes, key=lambda k: loop_bytes[k])

@@ -114,14 +114,15 @@ def state_bytes(w: WhileContext) -> Optional[int]:
     return total
 
 
-def checkpointing_of(w: WhileContext, budget: Optional[int]) -> Optional[memory_plan.Checkpointing]:
+def checkpointing_of(w: WhileContext, budget: Optional[int], budget_from: str = "loop"
+                     ) -> Optional[memory_plan.Checkpointing]:
     """Whether loop ``w`` is reversed by recomputation under ``budget`` (its own, or its share of a
-    gradient's), and in how many slots (None: its gradient keeps stacks, or it has none). The one
+    gradient's: ``budget_from``), and in how many slots (None: its gradient keeps stacks, or it has none). The one
     rule (``memory_plan.checkpointing`` on the budget and the loop's state size) by which the slots
     are added to the forward loop and the backward loop recomputes from them."""
     if not w.back_prop:
         return None
-    return memory_plan.checkpointing(w.name, budget, state_bytes(w), w.swap_memory)
+    return memory_plan.checkpointing(w.name, budget, state_bytes(w), w.swap_memory, budget_from)
 
 
 def thinnings(slots: int) -> int:
@@ -179,8 +180,11 @@ def checkpoint_attrs(cp: memory_plan.Checkpointing) -> dict[str, Any]:
     """The attrs of ``CheckpointSlots`` and ``CheckpointTrips``: the loop's checkpointing as the
     graph keeps it (``memory_plan.Checkpointing``), so that every backend's accounting and
     ``tn.memory_report`` read it from the nodes of a run, built here or loaded from a file."""
-    return {"slots": int(cp.slots), "loop": cp.loop, "state_bytes": int(cp.state_bytes),
-            "memory_budget": int(cp.budget)}
+    attrs: dict[str, Any] = {"slots": int(cp.slots), "loop": cp.loop, "state_bytes": int(cp.state_bytes),
+                             "memory_budget": int(cp.budget)}
+    if cp.budget_from != "loop":  # recorded only for a gradient's share: older graphs read the same
+        attrs["budget_from"] = cp.budget_from
+    return attrs
 
 
 def static_able(t: Tensor) -> bool:

@@ -39,6 +39,8 @@ class LoopBudget:
     words: str
     #: the smallest budget of the gradient whose shares hold one state of each loop (None: its own)
     floor: Optional[int] = None
+    #: whose it is, as the graph records it and plans print it (``memory_plan.LoopPlan.budget_from``)
+    budget_from: str = "loop"
 
     def advice(self, state_bytes: int) -> str:
         """What to give where this budget holds no state of ``state_bytes`` bytes."""
@@ -92,7 +94,8 @@ def loop_budgets(loops: list[WhileContext], budget: int) -> dict[int, LoopBudget
         if w.name in own_ and share == w.memory_budget:  # its own, kept: only a larger one of its own helps
             out[id(w)] = own(w)
         else:
-            out[id(w)] = LoopBudget(share, f"a share of {share} bytes of the gradient's memory_budget={budget}", floor)
+            out[id(w)] = LoopBudget(share, f"a share of {share} bytes of the gradient's memory_budget={budget}", floor,
+                                    "gradient")
     return out
 
 

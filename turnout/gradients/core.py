@@ -332,7 +332,7 @@ class Backward:
         g = self.g
         stack = self._stacks.get(key(t))
         if stack is None:
-            stack = stacks.new_stack(g, t, w, self.budget_of(w).bytes)
+            stack = stacks.new_stack(g, t, w, self.budget_of(w))
             p = stacks.push(g, stack.outputs[0], self._forward_index(w), t, w)
             self._stacks[key(t)] = stack
             self._sync_for(w).pushes.append(p)

@@ -80,7 +80,7 @@ def plan(w: WhileContext, budget: LoopBudget) -> Optional[memory_plan.Checkpoint
     without a budget of its own: it keeps stacks of that loop's values, which a run's budget counts;
     the cotangents of the checkpoints it starts from go back into the forward states they hold
     (``Kept``)."""
-    cp = checkpoints.checkpointing_of(w, budget.bytes)
+    cp = checkpoints.checkpointing_of(w, budget.bytes, budget.budget_from)
     if cp is None:
         return None
     head = (f'gradients: while_loop "{w.name}" has {budget.words}, which only recomputation '

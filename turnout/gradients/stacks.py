@@ -15,15 +15,16 @@ expressed with the paper's own primitives and without editing existing nodes (gr
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.control_flow.contexts import LoopVar, WhileContext
+from turnout.gradients.budgets import LoopBudget
 from turnout.graph import Graph, Node, Tensor
 
 
-def new_stack(g: Graph, t: Tensor, loop: WhileContext, budget: Optional[int]) -> Node:
+def new_stack(g: Graph, t: Tensor, loop: WhileContext, budget: LoopBudget) -> Node:
     """A StackNew in the root frame for forward tensor ``t`` of ``loop``, whose gradient keeps stacks
     under ``budget`` (the loop's own, or its share of the gradient's: ``Backward.budget_of``). Its
     attrs tell the backends and ``memory_report`` what is stacked, for which frame, whether to swap
@@ -37,8 +38,10 @@ def new_stack(g: Graph, t: Tensor, loop: WhileContext, budget: Optional[int]) ->
         "swap_memory": loop.swap_memory,
         "parallel_iterations": loop.parallel_iterations,
     }
-    if budget is not None:  # recorded only when set: older graphs read the same
-        attrs["memory_budget"] = budget
+    if budget.bytes is not None:  # recorded only when set: older graphs read the same
+        attrs["memory_budget"] = budget.bytes
+        if budget.budget_from != "loop":
+            attrs["budget_from"] = budget.budget_from
     if t.dtype == dt.tensor_array:
         attrs["ta_elem_dtype"] = t.spec.elem_dtype.name if t.spec.elem_dtype else None
         attrs["ta_elem_shape"] = None if t.spec.elem_shape is None else list(t.spec.elem_shape)
