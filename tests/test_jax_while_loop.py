@@ -336,5 +336,34 @@ def test_second_derivatives_are_unsupported_errors() -> None:
     def f(x: jax.Array) -> jax.Array:
         return tnj.while_loop(lambda c: c[1] < 5, lambda c: (jnp.sin(c[0]), c[1] + 1), (x, 0), checkpoints=2)[0]
 
-    with pytest.raises(tn.UnsupportedError, match="second and higher derivatives"):
-        jax.grad(jax.grad(f))(0.5)
+    for second in (jax.grad(jax.grad(f)), jax.jacfwd(jax.grad(f)), jax.grad(jax.jacfwd(f)),
+                   jax.jit(jax.jacrev(jax.jacfwd(f)))):
+        with pytest.raises(tn.UnsupportedError, match="second and higher derivatives"):
+            second(0.5)
+
+
+def _decay(w: jax.Array, x: jax.Array, n: Any) -> jax.Array:
+    """A loop whose tangents come through its state (``x``) and through an array it closes over (``w``)."""
+    return tnj.while_loop(lambda c: c[1] < n, lambda c: (jnp.tanh(c[0] * w), c[1] + 1), (x, 0), checkpoints=3)[0]
+
+
+def _decay_scan(w: jax.Array, x: jax.Array, n: int) -> jax.Array:
+    return lax.fori_loop(0, n, lambda _, v: jnp.tanh(v * w), x)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 40])
+def test_forward_mode_is_the_loops_own(n: int) -> None:
+    # jax.jvp and jax.jacfwd differentiate lax.while_loop forward (no state saved), where JAX would
+    # refuse the custom_vjp of the reverse mode: the same tangents as a loop of a fixed trip count
+    w, x = jnp.linspace(0.5, 1.5, 3), jnp.linspace(-1.0, 1.0, 3)
+    tw, tx = jnp.array([0.3, -0.2, 1.0]), jnp.array([1.0, 0.5, -2.0])
+    got = jax.jvp(lambda w, x: _decay(w, x, n), (w, x), (tw, tx))
+    want = jax.jvp(lambda w, x: _decay_scan(w, x, n), (w, x), (tw, tx))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    jitted = jax.jit(lambda w, x, n: jax.jvp(lambda w, x: _decay(w, x, n), (w, x), (tw, tx)))(w, x, n)
+    np.testing.assert_allclose(jitted, want, rtol=1e-6, atol=1e-7)
+    forward = jax.jacfwd(_decay, argnums=(0, 1))(w, x, n)
+    reverse = jax.jacrev(_decay, argnums=(0, 1))(w, x, n)
+    np.testing.assert_allclose(forward, reverse, rtol=1e-5, atol=1e-6)
+    batched = jax.vmap(lambda t: jax.jvp(lambda x: _decay(w, x, n), (x,), (t,))[1])(jnp.eye(3))
+    np.testing.assert_allclose(batched, forward[1].T, rtol=1e-5, atol=1e-6)

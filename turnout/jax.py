@@ -43,6 +43,13 @@ DEFAULT_CHECKPOINTS = 64
 POSITION_BYTES = 4
 #: more slots than this is a budget far beyond what any trip count of int32 needs; it would allocate them
 MAX_SLOTS = 2**28
+#: why a second derivative is refused (the backward loop, or the forward mode's loop, is itself a loop of
+#: unknown length, which reverse mode cannot differentiate)
+SECOND_ORDER = ("turnout.jax.while_loop: second and higher derivatives (a gradient of its gradient, a Hessian) "
+                "are not supported; differentiate it once, or use lax.scan with a fixed trip count for higher orders")
+#: the tracers of forward mode (``jax.jvp``, ``jax.jacfwd``); reverse mode (``jax.grad``) linearizes
+#: with tracers of another kind
+_JVP_TRACER = getattr(getattr(jax.interpreters, "ad", None), "JVPTracer", ())
 
 
 def while_loop(cond_fun: Callable[[T], Any], body_fun: Callable[[T], T], init_val: T, *,
@@ -72,7 +79,10 @@ def while_loop(cond_fun: Callable[[T], Any], body_fun: Callable[[T], T], init_va
     slots = checkpoint_slots(x0, memory_budget=memory_budget, checkpoints=checkpoints)
     body, body_consts = jax.closure_convert(body_fun, x0)
     cond, cond_consts = jax.closure_convert(cond_fun, x0)
-    return _loop(_Plan(slots, cond, body), x0, tuple(cond_consts), tuple(body_consts))
+    plan, consts = _Plan(slots, cond, body), (tuple(cond_consts), tuple(body_consts))
+    if _forward_mode((x0, consts)):
+        return _forward(plan, x0, *consts)
+    return _loop(plan, x0, *consts)
 
 
 def checkpoint_slots(init_val: Any, *, memory_budget: int | None = None, checkpoints: int | None = None) -> int:
@@ -158,9 +168,36 @@ class _Plan:
     body: Callable[..., Any]
 
 
+def _forward_mode(args: Any) -> bool:
+    """Whether ``while_loop`` is differentiated in forward mode here: a leaf of ``args`` (the state
+    and the closed-over arrays) is a tracer of ``jax.jvp``. Why ask: JAX gives a ``custom_vjp``
+    function no forward mode (it fails, eagerly or when compiled, with its own ``TypeError``), while
+    ``lax.while_loop``'s own rule carries the tangents along with the states and needs nothing saved.
+    A reverse-mode derivative of that forward one (``jax.jacrev(jax.jacfwd(f))``) would transpose
+    the loop, which no rule can at an unknown trip count: refused, like every second derivative.
+    (Where JAX linearizes with ``jax.jvp``'s tracers too, ``jax_use_direct_linearize`` off, the two
+    modes cannot be told apart, and the loop keeps its reverse mode.)"""
+    if not getattr(jax.config, "jax_use_direct_linearize", False):
+        return False
+    forward = [a for a in jax.tree.leaves(args) if isinstance(a, _JVP_TRACER)]
+    for t in forward:
+        while isinstance(t, jax.core.Tracer):
+            if type(t).__name__ == "LinearizeTracer":
+                raise UnsupportedError(SECOND_ORDER)
+            t = getattr(t, "primal", None)
+    return bool(forward)
+
+
+def _forward(plan: _Plan, x0: Any, cond_consts: tuple[Any, ...], body_consts: tuple[Any, ...]) -> Any:
+    """The loop as ``lax.while_loop`` runs it: the value of ``while_loop``, and its forward-mode
+    derivative too (``jax.jvp``, ``jax.jacfwd``), which carries the tangents along with the states and
+    so needs no state saved, whatever the trip count."""
+    return lax.while_loop(lambda x: plan.cond(x, *cond_consts), lambda x: plan.body(x, *body_consts), x0)
+
+
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _loop(plan: _Plan, x0: Any, cond_consts: tuple[Any, ...], body_consts: tuple[Any, ...]) -> Any:
-    return lax.while_loop(lambda x: plan.cond(x, *cond_consts), lambda x: plan.body(x, *body_consts), x0)
+    return _forward(plan, x0, cond_consts, body_consts)
 
 
 def _loop_fwd(plan: _Plan, x0: Any, cond_consts: tuple[Any, ...], body_consts: tuple[Any, ...]) -> tuple[Any, Any]:
@@ -277,9 +314,7 @@ def _reverse(rev: _Reversal, n: jax.Array, count: jax.Array, buf: Any, pos: jax.
 def _reverse_jvp(rev: _Reversal, primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
     """Why refuse: the backward loop is itself a loop of unknown length, which would need a schedule of
     its own to be differentiated again."""
-    raise UnsupportedError("turnout.jax.while_loop: second and higher derivatives (a gradient of its gradient, "
-                           "a Hessian) are not supported; differentiate it once, or use lax.scan with a fixed "
-                           "trip count for higher orders")
+    raise UnsupportedError(SECOND_ORDER)
 
 
 def _split(length: jax.Array, slots: jax.Array) -> jax.Array:
