@@ -316,6 +316,24 @@ def test_bad_states_and_functions_are_argument_errors() -> None:
         _loop(body=lambda c: (c[0].astype(jnp.int32), c[1] + 1))
     with pytest.raises(tn.ArgumentError, match="cond_fun must return a scalar bool"):
         _loop(cond=lambda c: c[0] > 0)
+    with pytest.raises(tn.ArgumentError, match=r"body_fun must be a function, got 3 \(int\)"):
+        _loop(body=3)
+
+
+def test_what_jax_cannot_trace_in_the_users_functions_is_an_argument_error_naming_it() -> None:
+    # JAX's own tracing errors (a Python bool or int of a traced value) name the function and its line,
+    # JAX's explanation chained; an error the user's function raises of its own passes as it is
+    def python_if(c: Any) -> Any:
+        return bool(c[1] < 3)
+
+    with pytest.raises(tn.ArgumentError, match=rf"JAX cannot trace cond_fun \(.*test_jax_while_loop.py:"
+                                               rf"{python_if.__code__.co_firstlineno}\).*boolean conversion") as info:
+        _loop(cond=python_if)
+    assert isinstance(info.value.__cause__, jax.errors.TracerBoolConversionError)
+    with pytest.raises(tn.ArgumentError, match="JAX cannot trace body_fun"):
+        _loop(body=lambda c: (c[0], c[1] + int(c[1])))
+    with pytest.raises(ZeroDivisionError):
+        _loop(body=lambda c: (c[0], c[1] + 1 // 0))
 
 
 def test_import_turnout_does_not_import_jax() -> None:

@@ -70,9 +70,11 @@ def while_loop(cond_fun: Callable[[T], Any], body_fun: Callable[[T], T], init_va
         ``DEFAULT_CHECKPOINTS``.
 
     Raises:
-      ArgumentError: a leaf of ``init_val`` that is not an array, a ``body_fun`` whose output differs
-        from its input in structure, shape or dtype, a ``cond_fun`` that does not return a scalar bool,
-        or a budget that holds no state.
+      ArgumentError: a leaf of ``init_val`` that is not an array, a function that is not one, a
+        ``body_fun`` whose output differs from its input in structure, shape or dtype, a ``cond_fun``
+        that does not return a scalar bool, a function JAX cannot trace (a Python ``if`` on a traced
+        value), or a budget that holds no state.
+      UnsupportedError: a second derivative.
     """
     x0 = _as_state(init_val)
     _check_functions(cond_fun, body_fun, x0)
@@ -136,7 +138,7 @@ def _as_state(init_val: Any) -> Any:
 def _check_functions(cond_fun: Callable[..., Any], body_fun: Callable[..., Any], x0: Any) -> None:
     """Refuse, as Turnout errors, the mistakes ``lax.while_loop`` would report from deep inside JAX."""
     want = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), x0)
-    got = jax.eval_shape(body_fun, x0)
+    got = _traced(body_fun, "body_fun", x0)
     got_tree: Any = jax.tree.structure(got)
     if got_tree != jax.tree.structure(want):
         raise ArgumentError(f"while_loop: body_fun must return the structure it takes, "
@@ -146,9 +148,25 @@ def _check_functions(cond_fun: Callable[..., Any], body_fun: Callable[..., Any],
             raise ArgumentError(f"while_loop: body_fun changes the state{jax.tree_util.keystr(path)} from "
                                 f"{w.dtype}{list(w.shape)} to {g.dtype}{list(g.shape)}; a loop state keeps its "
                                 f"shape and dtype")
-    pred = jax.eval_shape(cond_fun, x0)
+    pred = _traced(cond_fun, "cond_fun", x0)
     if not (isinstance(pred, jax.ShapeDtypeStruct) and pred.shape == () and pred.dtype == jnp.bool_):
         raise ArgumentError(f"while_loop: cond_fun must return a scalar bool, it returned {pred}")
+
+
+def _traced(fn: Any, name: str, x0: Any) -> Any:
+    """The shapes ``fn`` (the user's ``name``) returns for state ``x0``. JAX's own errors of tracing it
+    (a Python ``bool`` or ``int`` of a traced value, an index JAX cannot trace) become an
+    ``ArgumentError`` naming the function and where it is defined, JAX's explanation chained to it;
+    an error the function raises of its own is the user's and passes as it is."""
+    if not callable(fn):
+        raise ArgumentError(f"while_loop: {name} must be a function, got {fn!r} ({type(fn).__name__})")
+    try:
+        return jax.eval_shape(fn, x0)
+    except (jax.errors.JAXTypeError, jax.errors.JAXIndexError) as e:
+        code = getattr(fn, "__code__", None)
+        where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArgumentError(f"while_loop: JAX cannot trace {name}{where} on the loop state: {first}") from e
 
 
 def _is_int(x: object) -> bool:
