@@ -341,6 +341,11 @@ def test_the_report_and_explain_say_the_loop_recomputes() -> None:
     assert lp.peak_bytes(10**6) == 3 * STATE
     assert 'loop "rnn": recompute; budget 77 B (loop): its gradient recomputes from 3 checkpoint(s)' in str(
         tn.memory_report(m["g"]))
+    # what the budget costs, from the schedule itself, at two trip counts
+    again = [schedule.cost(n, 3).recomputed / n for n in (1000, 10_000)]
+    assert f"its backward loop recomputes {again[0]:.2g} forward passes at 1000 steps, {again[1]:.2g} at 10000" in str(
+        tn.memory_report(m["g"]))
+    assert again[0] > 10  # (three slots: a quadratic schedule's cost, not the sqrt budget's one pass)
     sess = tn.Session(m["g"])
     notes = sess.explain(m["grads"], {m["x"]: X0, m["n"]: 3, m["w"]: W0}).notes
     assert any('loop "rnn": recompute' in n for n in notes)

@@ -467,8 +467,20 @@ def recomputed(cp: Checkpointing) -> LoopPlan:
     ``cp.state_bytes`` each."""
     return LoopPlan(cp.loop, 0, cp.state_bytes, cp.budget, cp.budget_from, RECOMPUTE, True,
                     f"its gradient recomputes from {cp.slots} checkpoint(s) of {cp.state_bytes} B, "
-                    f"{cp.slots * cp.state_bytes} B at any trip count; it evaluates the body "
-                    f"checkpoint_schedule.cost(n, {cp.slots}).body_calls times", slots=cp.slots)
+                    f"{cp.slots * cp.state_bytes} B at any trip count; {recompute_cost(cp.slots)}", slots=cp.slots)
+
+
+#: the trip counts at which a plan line says what recomputation costs
+COST_AT = (1_000, 10_000)
+
+
+def recompute_cost(slots: int) -> str:
+    """What reversing a loop in ``slots`` slots costs at the trip counts ``COST_AT``, in forward passes
+    of the body recomputed (``checkpoint_schedule.cost``, exact: it runs the schedule), for a plan
+    line: a user weighing a budget sees what it buys without running it."""
+    first, *more = [f"{schedule.cost(n, slots).recomputed / n:.2g}" for n in COST_AT]
+    rest = "".join(f", {p} at {n}" for p, n in zip(more, COST_AT[1:], strict=True))
+    return f"its backward loop recomputes {first} forward passes at {COST_AT[0]} steps{rest}"
 
 
 def backend_platform(backend: Any) -> str:
