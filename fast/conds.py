@@ -90,10 +90,11 @@ _SIZE_OPS = frozenset({"Shape", "Size", "Rank", "TensorArraySize"})
 
 
 def _a_size(t: Tensor) -> bool:
-    """Whether ``t`` is a size (``_SIZE_OPS``), through the Switches and Identities that carry it."""
+    """Whether ``t`` is a size (``_SIZE_OPS``, or a gradient's constant standing for one,
+    ``gradient_shape``), through the Switches and Identities that carry it."""
     while t.node.op in ("Switch", "Identity"):
         t = t.node.inputs[0]
-    return t.node.op in _SIZE_OPS
+    return t.node.op in _SIZE_OPS or bool(t.node.op == "Const" and t.node.attrs.get("gradient_shape"))
 
 
 

@@ -96,6 +96,32 @@ def test_cond_inside_loop_gradient() -> None:
     check(g, [y, dx], {x: 3.0}, [6.75, 27.0 / 4.0])
 
 
+@pytest.mark.parametrize("wrap", ["cond", "case"])
+def test_a_scan_inside_a_conditional_has_its_gradient_compiled(wrap: str) -> None:
+    """Found by the routes property under a gradient budget (dev profile), but no budget is needed: the
+    gradient of a TensorArray unstacked in a branch stacks the cotangents to the forward value's shape,
+    a constant of the backward branch that left the conditional as a traced value, so the compiled
+    program could not size the stack and the run went to the interpreter. The gradient marks such a
+    constant as the size it is (``gradient_shape``), which a conditional hands out as a constant.
+    The scan's results sum ``fs``: the gradient is ones where the branch runs, else zeros."""
+    g = tn.Graph()
+    with g.as_default():
+        fs = tn.placeholder(tn.float64, [3], name="fs")
+        k = tn.placeholder(tn.int32, [], name="k")
+
+        def branch() -> tn.Tensor:
+            return tn.reduce_sum(tn.scan(lambda c, e: e * 1.0, fs, initializer=tn.constant(0.0, tn.float64)))
+
+        def other() -> tn.Tensor:
+            return tn.constant(0.0, tn.float64)
+
+        y = tn.cond(k > 0, branch, other) if wrap == "cond" else tn.case(1 - k, [branch], default=other)
+        (gx,) = tn.gradients(y, [fs])
+    sess = tn.Session(g, backend="fast", fallback=False)
+    for taken in (0, 1):
+        np.testing.assert_array_equal(sess.run(gx, {fs: np.arange(3.0), k: taken}), np.full(3, float(taken)))
+
+
 @pytest.mark.parametrize("take", [True, False])
 def test_loop_inside_cond_gradient(take: bool) -> None:
     g = tn.Graph()

@@ -534,8 +534,12 @@ class Backward:
 
     # ---- helpers for rules --------------------------------------------------------------------------
     def shape_of(self, t: Tensor) -> Tensor:
+        """The shape of forward tensor ``t`` in the current backward context: a constant where it is
+        static, marked ``gradient_shape`` (the size of a value that exists, which a compiler may
+        treat as the ``Shape`` it stands for: ``fast.conds``), else saved from the forward pass."""
         if sh.is_fully_defined(t.shape):
-            return ops.constant(np.asarray(t.shape, np.int32), dtype=dt.int32)
+            return self.g.create_node("Const", (), {"value": np.asarray(t.shape, np.int32), "dtype": "int32",
+                                                   "gradient_shape": True}, name="Const").outputs[0]
         return self._forward_aux("shape", t)
 
     def size_of(self, ta: Tensor) -> Tensor:
@@ -656,7 +660,6 @@ def _filler(g: Graph, t: Tensor, pivot: Node) -> Tensor:
     if t.dtype.is_opaque:
         raise GradientError(f"cannot export {t.name} ({t.dtype.name}) from a cond branch for its gradient")
     # any value of a shape the Merge accepts will do: unknown sizes become 0 (an empty array of the
-    # right rank), an unknown rank a scalar
     # right rank), an unknown rank a scalar. ``gradient_filler`` tells a compiler that the value is
     # never read, so it may stand in zeros of the other branch's shape where that shape is known only
     # when the program runs (``fast.emit``: one ``lax.cond`` needs both sides of one shape).
