@@ -10,6 +10,7 @@ gradient stops with ``ResourceExhaustedError``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import numpy as np
@@ -321,6 +322,17 @@ def test_a_graph_built_under_a_gradient_budget_is_saved_with_its_shares() -> Non
     got = tn.Session(back).run([back.tensor(nm) for nm in names], feeds, memory_budget=2000)
     for a, b in zip(got, tn.Session(m["g"]).run(m["grads"], m["feeds"](9)), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("op", ["CheckpointSlots", "StackNew"])
+def test_a_file_that_says_a_budget_is_nobodys_is_refused(op: str) -> None:
+    m = two_loops(2000) if op == "CheckpointSlots" else _reading_loop(1000)
+    doc = json.loads(tn.dumps(m["g"]))
+    node = next(nd for nd in doc["nodes"] if nd["op"] == op)
+    assert node["attrs"]["budget_from"] == "gradient"
+    node["attrs"]["budget_from"] = "run"
+    with pytest.raises(tn.SerializationError, match="budget_from must be 'loop' or 'gradient'"):
+        tn.loads(json.dumps(doc))
 
 
 def _one_loop(own: Optional[int], budget: int, back_prop_loop: bool = False) -> tn.Graph:

@@ -479,6 +479,11 @@ def _c_bool(v: Any, what: str) -> None:
         raise _Fail(f"{what} must be a bool, got {_kind(v)} {_short(v)}")
 
 
+def _c_budget_from(v: Any, what: str) -> None:
+    if v not in ("loop", "gradient"):
+        raise _Fail(f"{what} must be 'loop' or 'gradient' (whose memory budget), got {_short(v)}")
+
+
 def _c_name(v: Any, what: str) -> None:
     _check_name(v, what)
 
@@ -584,7 +589,8 @@ def _c_any_dtype(v: Any, what: str) -> None:
 
 
 ATTR_RULES: dict[str, AttrRules] = {
-    "Const": {"value": (True, _c_ndarray), "dtype": (True, _c_value_dtype)},
+    "Const": {"value": (True, _c_ndarray), "dtype": (True, _c_value_dtype), "gradient_filler": (False, _c_bool),
+              "gradient_shape": (False, _c_bool)},
     "Assert": {"message": (True, _c_text), "shown": (False, _c_shown), "summarize": (False, _c_int)},
     "Placeholder": {"dtype": (True, _c_value_dtype), "shape": (False, _c_shape)},
     "Enter": {"frame_name": (True, _c_name), "is_constant": (True, _c_bool),
@@ -612,7 +618,7 @@ ATTR_RULES: dict[str, AttrRules] = {
                        "dynamic_size": (False, _c_bool)},
     "StackNew": {"dtype": (False, _c_opt_value_dtype), "shape": (False, _c_shape),
                  "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape),
-                 "memory_budget": (False, _c_pos_int)},
+                 "memory_budget": (False, _c_pos_int), "budget_from": (False, _c_budget_from)},
     "Send": _TRANSFER,
     "Recv": {**_TRANSFER, "dtype": (True, _c_any_dtype), "shape": (False, _c_shape),
              "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape)},

@@ -556,15 +556,18 @@ def _fill(op, specs, attrs):
 
 
 def _checkpoint_attrs(op: str, attrs: dict[str, Any]) -> None:
-    """``slots``, the most slots a loop's budget holds (a positive int32), ``loop``, its name, and
+    """``slots``, the most slots a loop's budget holds (a positive int32), ``loop``, its name,
     ``state_bytes`` and ``memory_budget``, the bytes of one checkpoint and the loop's budget
-    (positive ints: ``memory_plan.Checkpointing``)."""
+    (positive ints: ``memory_plan.Checkpointing``), and ``budget_from``, whose budget it is."""
     for a, top in (("slots", 2**31 - 1), ("state_bytes", 2**63 - 1), ("memory_budget", 2**63 - 1)):
         v = attrs.get(a)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= top:
             raise GraphBuildError(f"{op}: attr {a} must be a positive {'int32' if a == 'slots' else 'int'}, got {v!r}")
     if not isinstance(attrs.get("loop"), str):
         raise GraphBuildError(f"{op}: attr loop must be the loop's name (a string), got {attrs.get('loop')!r}")
+    if attrs.get("budget_from", "loop") not in ("loop", "gradient"):
+        raise GraphBuildError(f"{op}: attr budget_from must be 'loop' or 'gradient' (whose memory_budget), got "
+                              f"{attrs.get('budget_from')!r}")
 
 
 @_rule("CheckpointSlots")
