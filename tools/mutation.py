@@ -151,7 +151,8 @@ MODULES: dict[str, dict[str, Any]] = {
                        "tests": [*_STACK_TESTS, "test_devices_swap.py", "test_fast_trace.py"]},
     # the one calling convention: every compiled call's (one device, segments, SPMD, fused groups)
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
-                        "tests": [*_BACKEND_TESTS, *_FAST_DEV_TESTS, "test_compiled_partition.py"]}
+                        "tests": ["test_fast_call_spec.py", *_BACKEND_TESTS, *_FAST_DEV_TESTS,
+                                  "test_compiled_partition.py"]}
        for m in ("call_spec", "segment")},
     "fast/ranges.py": {"module": "turnout.fast.ranges",
                        "tests": ["test_fast_ranges.py", "test_fast_counted_nests.py"]},
