@@ -122,6 +122,21 @@ def test_gradients_of_a_tensor_of_another_graph_raise() -> None:
             tn.gradients(x * 2.0, [a])
 
 
+def test_gradients_are_built_in_the_graph_of_ys_whichever_graph_is_the_default(backend: str) -> None:
+    # (called outside ``with g.as_default()``, they made their ones and sums in the default graph and
+    # failed with "belongs to another graph"; ys and xs say which graph they belong in)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [3], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * x), [0, x])
+        loss = tn.reduce_sum(y)
+    other = tn.Graph()
+    with other.as_default():
+        (dx,) = tn.gradients(loss, [x], grad_ys=[2.0], memory_budget=4096)
+    assert dx.graph is g and not other.nodes
+    np.testing.assert_allclose(run(backend, g, dx, {x: np.arange(3.0)}), 2 * 3 * np.arange(3.0) ** 2)
+
+
 def test_map_fn_in_a_loop_body_keeps_the_static_shape(backend: str) -> None:
     g = tn.Graph()
     with g.as_default():

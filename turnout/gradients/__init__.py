@@ -21,7 +21,7 @@ from turnout.gradients.core import Backward
 from turnout.gradients.grads import Grads, key
 from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
 from turnout.gradients.rules import GRAD_RULES, NON_DIFFERENTIABLE
-from turnout.graph import Tensor
+from turnout.graph import Graph, Tensor
 
 __all__ = ["GRAD_RULES", "NON_DIFFERENTIABLE", "LoopDeviceMemory", "MemoryReport", "RunMemoryReport", "gradients",
            "memory_report"]
@@ -88,11 +88,22 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
             raise GradientError(
                 f"gradients: {t.name} was created inside {c.describe()}; call tn.gradients inside it"
             )
+    # (built in the graph of ys and xs, whichever graph is the default: the one place it can go)
+    with g.as_default():
+        return _build(g, root, y_list, x_list, grad_ys, unconnected_gradients, memory_budget)
+
+
+def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], grad_ys: Any,
+           unconnected_gradients: str, memory_budget: Optional[int]) -> list[Optional[Tensor]]:
+    """``gradients``, its arguments checked, with ``g`` the default graph."""
     gy_list: list[Any] = [None] * len(y_list)
     if grad_ys is not None:
-        gy_list = [ops.convert_to_tensor(v) for v in nest.flatten(grad_ys)]
-        if len(gy_list) != len(y_list):
-            raise GradientError(f"gradients: {len(gy_list)} grad_ys for {len(y_list)} ys")
+        given = nest.flatten(grad_ys)
+        if len(given) != len(y_list):
+            raise GradientError(f"gradients: {len(given)} grad_ys for {len(y_list)} ys")
+        # (a value that is not yet a tensor takes the dtype of the y it weights, as in TensorFlow)
+        gy_list = [v if v is None or isinstance(v, Tensor) else ops.convert_to_tensor(v, dtype=y.dtype)
+                   for v, y in zip(given, y_list, strict=True)]
     b = Backward(g, root, x_list, y_list)
     b.share(None if memory_budget is None else int(memory_budget))
     grads = Grads()
