@@ -117,6 +117,24 @@ def test_the_new_primitives_export_and_import_as_the_tensorflow_ops_of_their_nam
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_floor_division_of_floats_is_the_floor_of_the_quotient(backend: str) -> None:
+    """TensorFlow's FloorDiv: ``floor(x / y)`` on floats (so ``1 // 0.1`` is 10, where Python's
+    ``//`` gives 9), floor division on integers; signs of every pair, a zero divisor, a NaN."""
+    xf = np.asarray([7.5, -7.5, 7.5, -7.5, 1.0, 1.0, np.nan], np.float32)
+    yf = np.asarray([2.0, 2.0, -2.0, -2.0, np.float32(0.1), 0.0, 1.0], np.float32)
+    a = np.asarray([7, -7, 7, -7], np.int32)
+    b = np.asarray([2, 2, -2, -2], np.int32)
+    g = GraphDef()
+    g.node("qf", "FloorDiv", (g.const("xf", xf), g.const("yf", yf)), T=F32)
+    g.node("q", "FloorDiv", (g.const("a", a), g.const("b", b)), T=I32)
+    qf, q = _run(g, ["qf:0", "q:0"], {}, backend)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(qf, np.floor(xf / yf))
+    assert qf[4] == 10.0 and qf[5] == np.inf
+    np.testing.assert_array_equal(q, [3, -4, -4, 3])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_truncating_division_and_remainder(backend: str) -> None:
     """C's ``/`` and ``%``, against Python's truncation of exact fractions, over every sign pair."""
     a = np.asarray([7, -7, 7, -7, 6, -6, 0], np.int32)

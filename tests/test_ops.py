@@ -96,6 +96,9 @@ BINARY: list[tuple[str, Callable[[Any, Any], Any], Callable[[Any, Any], Any], An
     # integer division is floor division, integer mod follows the divisor's sign (Python's //, %)
     ("divide_int", tn.divide, np.floor_divide, I, J),
     ("mod_int", tn.mod, np.mod, I, J),
+    # floor division: the floor of the float quotient (TensorFlow's floordiv), Div on integers
+    ("floordiv_float", tn.floordiv, lambda a, b: np.floor(a / b), A, B),
+    ("floordiv_int", tn.floordiv, np.floor_divide, I, J),
     ("add_broadcast_row", tn.add, np.add, A, B[0]),
     ("mul_broadcast_col", tn.multiply, np.multiply, A, B[:, :1]),
     ("less", tn.less, np.less, A, B),
@@ -124,6 +127,16 @@ def test_binary_matches_numpy(backend: str, name: str, op: Any, ref: Any, a: Any
 def test_integer_division_by_hand(backend: str) -> None:
     _, v = build_and_run(backend, lambda: (tn.constant(7) // 2, tn.constant(-7) // 2, tn.constant(-7) % 3))
     assert [int(x) for x in v] == [3, -4, 2]
+
+
+def test_floor_division_of_floats_rounds_the_quotient_down(backend: str) -> None:
+    # ``//`` on floats was ``/`` (Div divides floats exactly): -7.5 // 2.0 gave -3.75
+    x = np.array([-7.5, 7.5, -7.5, 6.0], np.float32)
+    _, (q, rq, f) = build_and_run(backend, lambda: (tn.constant(x) // 2.0, 15.0 // tn.constant(x),
+                                                    tn.floordiv(tn.constant(x), -2.0)))
+    np.testing.assert_array_equal(q, [-4.0, 3.0, -4.0, 3.0])
+    np.testing.assert_array_equal(rq, np.floor(15.0 / x))
+    np.testing.assert_array_equal(f, [3.0, -4.0, 3.0, -3.0])
 
 
 def test_logical_not_and_where(backend: str) -> None:

@@ -61,6 +61,7 @@ from turnout.ops import (
     exp,
     expand_dims,
     fill,
+    floordiv,
     gather,
     greater,
     greater_equal,

@@ -234,6 +234,15 @@ def divide(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
 
 
 @checked
+def floordiv(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Division rounded toward minus infinity (``a // b``): ``Div`` on integers, which floors, and the
+    ``Floor`` of the quotient on floats, as TensorFlow's ``floordiv`` computes it. Why not ``Div``
+    alone: on floats it divides exactly, so ``-7.5 // 2.0`` would be -3.75, not -4."""
+    q = _op2("Div", a, b, name)
+    return _op1("Floor", q) if q.dtype.is_floating else q
+
+
+@checked
 def mod(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Floor modulo (the sign follows the divisor, as Python's ``%``)."""
     return _op2("FloorMod", a, b, name)
@@ -685,7 +694,7 @@ def _install_operators() -> None:
         "__sub__": subtract, "__rsub__": rev(subtract),
         "__mul__": multiply, "__rmul__": rev(multiply),
         "__truediv__": divide, "__rtruediv__": rev(divide),
-        "__floordiv__": divide, "__rfloordiv__": rev(divide),
+        "__floordiv__": floordiv, "__rfloordiv__": rev(floordiv),
         "__mod__": mod, "__rmod__": rev(mod),
         "__pow__": pow, "__rpow__": rev(pow),
         "__matmul__": matmul, "__rmatmul__": rev(matmul),

@@ -935,10 +935,12 @@ def _broadcast_to(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("FloorDiv")
 def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Turnout's Div floors on integers; on floats it divides exactly, so float FloorDiv is refused."""
-    if not _t(ins[0]).dtype.is_integer:
-        raise UnsupportedError(f"{ctx.where()}: FloorDiv of floating values is not supported")
-    return [ctx.create("Div", ins[:2]).outputs[0]]
+    """Turnout's Div floors on integers; on floats it divides exactly, and TensorFlow's FloorDiv is
+    the ``Floor`` of that quotient (``tn.floordiv``)."""
+    if not _t(ins[0]).dtype.is_floating:
+        return [ctx.create("Div", ins[:2]).outputs[0]]
+    q = ctx.create("Div", ins[:2], suffix="quotient").outputs[0]
+    return [ctx.create("Floor", [q]).outputs[0]]
 
 
 def _sum_to_like(ctx: ImportContext, nd: Any, dz: Tensor, like: Tensor) -> Tensor:
