@@ -7,6 +7,7 @@ written next to the op, so a reader can check it by hand.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +100,9 @@ BINARY: list[tuple[str, Callable[[Any, Any], Any], Callable[[Any, Any], Any], An
     # floor division: the floor of the float quotient (TensorFlow's floordiv), Div on integers
     ("floordiv_float", tn.floordiv, lambda a, b: np.floor(a / b), A, B),
     ("floordiv_int", tn.floordiv, np.floor_divide, I, J),
+    # true division: integers as float64 (TensorFlow's truediv, numpy's divide)
+    ("truediv_int", tn.truediv, lambda a, b: np.divide(a, b, dtype=np.float64), I, J),
+    ("truediv_float", tn.truediv, np.divide, A, B),
     ("add_broadcast_row", tn.add, np.add, A, B[0]),
     ("mul_broadcast_col", tn.multiply, np.multiply, A, B[:, :1]),
     ("less", tn.less, np.less, A, B),
@@ -122,6 +126,14 @@ def test_binary_matches_numpy(backend: str, name: str, op: Any, ref: Any, a: Any
     assert t.dtype.numpy == want.dtype, "static dtype inference"
     assert v.dtype == want.dtype
     np.testing.assert_allclose(v, want, rtol=1e-6)
+
+
+def test_the_mean_of_nothing_warns_of_nothing(backend: str) -> None:
+    # numpy's mean of an empty slice prints a RuntimeWarning from inside numpy (an error under -W error)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, v = build_and_run(backend, lambda: tn.reduce_mean(tn.constant(np.zeros((0, 3), np.float32)), axis=0))
+    assert np.isnan(v).all() and v.shape == (3,)
 
 
 def test_integer_division_by_hand(backend: str) -> None:
@@ -199,6 +211,9 @@ STRUCT: list[tuple[str, Callable[[], Any], Any, tuple[Any, ...]]] = [
      (A > A.min()).any(0, keepdims=True), (1, 3)),
     ("reduce_all_empty", lambda: tn.reduce_all(tn.constant(np.zeros((0, 2), bool)), axis=0), np.ones(2, bool), (2,)),
     ("reduce_any_empty", lambda: tn.reduce_any(tn.constant(np.zeros((0, 2), bool))), np.bool_(False), ()),
+    # (0/0, as TensorFlow gives; with no numpy warning: ``test_the_mean_of_nothing_warns_of_nothing``)
+    ("reduce_mean_empty", lambda: tn.reduce_mean(tn.constant(np.zeros((0, 2), np.float32)), axis=0),
+     np.full(2, np.nan, np.float32), (2,)),
     ("zeros", lambda: tn.zeros([2, 2]), np.zeros((2, 2), np.float32), (2, 2)),
     ("ones_int", lambda: tn.ones([3], tn.int32), np.ones(3, np.int32), (3,)),
     ("shape", lambda: tn.shape(tn.constant(A)), np.array([2, 3], np.int32), (2,)),
@@ -302,13 +317,16 @@ def test_arithmetic_operators_and_python_scalars(backend: str) -> None:
         outs = {
             "add": x + 1, "radd": 1 + x, "sub": x - 1, "rsub": 1 - x, "mul": x * 2, "rmul": 2 * x,
             "div": x / 4, "rdiv": 3 / x, "pow": x ** 2, "rpow": 2 ** x, "neg": -x, "abs": abs(-x),
-            "floordiv": k // 2, "mod": k % 4, "rmod": 9 % k,
+            "floordiv": k // 2, "mod": k % 4, "rmod": 9 % k, "intdiv": k / 2, "rintdiv": 14 / k,
         }
+        # ``/`` of integers is true division, in float64 (as in TensorFlow and numpy); ``//`` floors
+        assert outs["intdiv"].dtype == tn.float64 and outs["rintdiv"].dtype == tn.float64
         # a Python scalar takes the dtype of the tensor it meets
         assert outs["add"].dtype == tn.float32 and outs["floordiv"].dtype == tn.int32
     v = run(backend, g, outs)
     want = {"add": 7, "radd": 7, "sub": 5, "rsub": -5, "mul": 12, "rmul": 12, "div": 1.5, "rdiv": 0.5,
-            "pow": 36, "rpow": 64, "neg": -6, "abs": 6, "floordiv": 3, "mod": 3, "rmod": 2}
+            "pow": 36, "rpow": 64, "neg": -6, "abs": 6, "floordiv": 3, "mod": 3, "rmod": 2, "intdiv": 3.5,
+            "rintdiv": 2}
     assert {k: float(x) for k, x in v.items()} == want
 
 

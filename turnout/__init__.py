@@ -108,6 +108,7 @@ from turnout.ops import (
     tanh,
     tile,
     transpose,
+    truediv,
     update_slot,
     where,
     zeros,

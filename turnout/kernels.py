@@ -423,9 +423,14 @@ def _cumsum(xs, attrs):
 
 @_k("Mean")
 def _mean(xs, attrs):
+    """The sum over the count, as ``np.mean`` computes it (integers summed in float64); over no
+    elements 0/0, NaN, as TensorFlow gives, without the warning ``np.mean`` prints there."""
     x = np.asarray(xs[0])
-    return [flush_subnormals(np.asarray(np.mean(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)),
-                                        dtype=x.dtype))]
+    total = np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False),
+                   dtype=np.float64 if x.dtype.kind in "biu" else None)
+    count = x.size // total.size if total.size else 0
+    with np.errstate(all="ignore"):
+        return [flush_subnormals(np.asarray(np.true_divide(total, count), dtype=x.dtype))]
 
 
 def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:

@@ -234,6 +234,18 @@ def divide(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
 
 
 @checked
+def truediv(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Division as Python's ``/`` (``a / b``): integers are divided as float64 (as TensorFlow's
+    ``truediv`` and numpy divide them), floats exactly. Why not ``Div`` alone: it floors integers, so
+    ``i / n`` of two int32 counters would be 0 for every ``i < n``, a silent wrong answer for a
+    program written for TensorFlow or numpy; ``tn.divide`` and ``//`` keep the floor."""
+    tensors = [t for t in (a, b) if isinstance(t, Tensor)]  # (a Python number follows the tensor it meets)
+    if tensors and all(t.dtype.is_integer for t in tensors):
+        a, b = (cast(t, dt.float64) if isinstance(t, Tensor) else convert_to_tensor(t, dt.float64) for t in (a, b))
+    return _op2("Div", a, b, name)
+
+
+@checked
 def floordiv(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     """Division rounded toward minus infinity (``a // b``): ``Div`` on integers, which floors, and the
     ``Floor`` of the quotient on floats, as TensorFlow's ``floordiv`` computes it. Why not ``Div``
@@ -693,7 +705,7 @@ def _install_operators() -> None:
         "__add__": add, "__radd__": rev(add),
         "__sub__": subtract, "__rsub__": rev(subtract),
         "__mul__": multiply, "__rmul__": rev(multiply),
-        "__truediv__": divide, "__rtruediv__": rev(divide),
+        "__truediv__": truediv, "__rtruediv__": rev(truediv),
         "__floordiv__": floordiv, "__rfloordiv__": rev(floordiv),
         "__mod__": mod, "__rmod__": rev(mod),
         "__pow__": pow, "__rpow__": rev(pow),

@@ -222,6 +222,15 @@ def _truncate_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return _select(ctx, _truncation_fix(f, x, y, f.op("FloorMod", x, y)), f.op("Add", q, 1), q)
 
 
+@_rule("Div")
+def _div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's ``Div``: exact on floats; on integers C's ``/``, the kernel ``TruncateDiv`` runs
+    too, which rounds toward zero where Turnout's ``Div`` floors (-7 / 2 is -3, not -4)."""
+    if _t(ins[0]).dtype.is_floating:
+        return [ctx.create("Div", ins[:2]).outputs[0]]
+    return _truncate_div(ctx, nd, ins)
+
+
 @_rule("TruncateMod", "Mod")
 def _truncate_mod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """The remainder of the truncated division (C's ``%``; TensorFlow's ``Mod`` is this one), for

@@ -200,7 +200,7 @@ def _simple(tn_op: str, arity: int) -> _Rule:
     return rule
 
 
-for _tf, _tn in [("Sub", "Sub"), ("Mul", "Mul"), ("RealDiv", "Div"), ("Div", "Div"), ("Maximum", "Maximum"),
+for _tf, _tn in [("Sub", "Sub"), ("Mul", "Mul"), ("RealDiv", "Div"), ("Maximum", "Maximum"),
                  ("Minimum", "Minimum"), ("Pow", "Pow"), ("FloorMod", "FloorMod"), ("Less", "Less"),
                  ("LessEqual", "LessEqual"), ("Greater", "Greater"), ("GreaterEqual", "GreaterEqual"),
                  ("Equal", "Equal"), ("NotEqual", "NotEqual"), ("LogicalAnd", "LogicalAnd"),
