@@ -16,7 +16,7 @@ import turnout as tn
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-from turnout.fast.call_spec import CallArgs, Traced, flat_call  # noqa: E402
+from turnout.fast.call_spec import CallArgs, CallSpec, Traced, flat_call  # noqa: E402
 
 
 def _build(err: Any) -> tuple[Any, list[Any]]:
@@ -290,3 +290,27 @@ def test_a_second_trace_with_the_same_layout_and_constant_outputs_is_taken() -> 
         (y,) = fn(np.ones(n, np.float32))
         np.testing.assert_array_equal(np.asarray(y), np.full(n, 2.0, np.float32))
     assert len(specs) == 2 and specs[0] == specs[1] and specs[0].static["c"] is not specs[1].static["c"]
+
+
+def test_flags_read_back_are_exactly_as_many_as_the_spec_has_live_keys() -> None:
+    """``CallSpec.read_flags`` pairs the words after the error word with the spec's live keys one for
+    one: a flags vector of another length (a call read by another trace's spec) is refused, never
+    read as the flags of the first keys it happens to cover."""
+    spec = CallSpec(CallArgs((), ()), (), ("a",), True, (), live=("a", "b"))
+    assert spec.read_flags({"a": 5}, np.asarray([0, 1, 0])).lives == {"a": 1, "b": 0}
+    for wrong in ([0, 1], [0, 1, 0, 1]):
+        with pytest.raises(ValueError):
+            spec.read_flags({"a": 5}, np.asarray(wrong))
+
+
+def test_flat_results_split_again_are_exactly_those_laid_out() -> None:
+    """``CallSpec.split`` keys the flat results group by group (stacks, outputs, flags, changed state)
+    and refuses results of another count in any group, rather than keying a shorter tuple's values
+    to the wrong names. Each group is made the last one in turn, so that only it comes short."""
+    full = CallSpec(CallArgs((), ()), ("s",), ("a",), True, ("v",))
+    assert full.split((1, 2, 3, 4)) == ({"a": 2}, 3, {"s": 1, "v": 4})
+    for spec, short in ((CallSpec(CallArgs((), ()), ("s", "t"), (), False, ()), (1,)),
+                        (CallSpec(CallArgs((), ()), ("s",), ("a", "b"), False, ()), (1, 2)),
+                        (CallSpec(CallArgs((), ()), ("s",), ("a",), True, ("v", "w")), (1, 2, 3, 4))):
+        with pytest.raises(ValueError):
+            spec.split(short)
