@@ -317,7 +317,7 @@ def lay_out(args: CallArgs, t: Traced) -> tuple[CallSpec, tuple[Any, ...]]:
         at = packing.carrier(tuple(out.get(k) for k in live), taken)
         if at is not None:
             k = live[at]
-            out[k], how = packing.pack(out[k], flags, list(out).index(k))
+            out[k], how = packing.pack(out[k], flags)
             packed, flags = (k, how), None
     spec = CallSpec(args, back, tuple(out), flags is not None, changed, aliases, tuple(t.lives), packed, static,
                     frozenset(k for k, v in out.items() if not isinstance(v, jax.Array)), marked)

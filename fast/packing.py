@@ -46,11 +46,10 @@ PACK_MAX_ELEMENTS = 4096
 
 @dataclass(frozen=True)
 class Packing:
-    """Where a compiled call put its flags: behind its ``index``-th output (``CallSpec.out``), a value
-    of ``shape`` (``size`` elements), its tail read as ``view`` (``None``: as it is). Recorded by the
-    call's trace, in its ``CallSpec.packed``."""
+    """How a compiled call put its flags behind an output (which one: the key beside it in
+    ``CallSpec.packed``): a value of ``shape`` (``size`` elements), its tail read as ``view``
+    (``None``: as it is). Recorded by the call's trace."""
 
-    index: int
     shape: tuple[int, ...]
     size: int
     view: Optional[np.dtype]
@@ -71,7 +70,7 @@ def carrier(vals: tuple[Any, ...], taken: set[int]) -> Optional[int]:
     return None if best is None else best[1]
 
 
-def pack(value: Any, flags: Any, index: int) -> tuple[Any, Packing]:
+def pack(value: Any, flags: Any) -> tuple[Any, Packing]:
     """``value`` (traced) raveled with the int32 ``flags`` appended, as ``value``'s dtype, and how to
     split it again."""
     dtype = np.dtype(value.dtype)
@@ -79,7 +78,7 @@ def pack(value: Any, flags: Any, index: int) -> tuple[Any, Packing]:
     words = flags.astype(jnp.int64) if dtype.itemsize == 8 else flags
     tail = words if view is None else lax.bitcast_convert_type(words, dtype)
     packed = jnp.concatenate([jnp.ravel(value), tail])
-    return packed, Packing(index, tuple(value.shape), math.prod(value.shape), view)
+    return packed, Packing(tuple(value.shape), math.prod(value.shape), view)
 
 
 def unpack(arr: np.ndarray, p: Packing) -> tuple[np.ndarray, list[int]]:

@@ -60,6 +60,27 @@ def test_the_lane_returns_the_structure_asked_for() -> None:
         assert _route(sess) == "lane"
 
 
+def test_a_tensor_array_fetched_on_the_lane_is_the_references_value() -> None:
+    # (the lane reads an output that is not a plain array, a TensorArray, as the general path does)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        ta = tn.TensorArray(tn.float32, size=3).write(0, x).write(2, x * 2.0)
+        y = tn.reduce_sum(x)
+    a = np.arange(2, dtype=np.float32)
+    want = tn.Session(g).run(ta, {x: a})
+    sess = tn.Session(g, backend="fast")
+    routes = []
+    for _ in range(3):
+        got, total = sess.run([ta, y], {x: a})
+        routes.append(_route(sess))
+        assert type(got) is type(want) and (got.dtype, got.element_shape, got.dynamic) == (
+            want.dtype, want.element_shape, want.dynamic)
+        assert got.items[1] is None and all(np.array_equal(u, v) for u, v in zip(got.items[::2], want.items[::2]))
+        assert float(total) == 1.0
+    assert routes[-1] in ("lane", "hot") and routes[0] not in ("lane", "hot")
+
+
 @pytest.mark.parametrize("backend", ["reference", "fast"])
 def test_fetching_a_variable_after_lanes_exist(backend: str) -> None:
     """A Variable is no list of fetches: looking its lane up must not iterate it. ``tuple(v)`` once
