@@ -333,10 +333,6 @@ def copy_static(v: Any) -> Any:
 
 
 def _is_zero(v: Any) -> bool:
-    """Whether an error word is known to be 0 while tracing (a constant, not a traced value)."""
-    if isinstance(v, jax.core.Tracer):
-        return False
-    try:
-        return int(np.asarray(v)) == 0
-    except (TypeError, ValueError):
-        return False
+    """Whether an error word (or the stacks' mark, an int32 scalar too) is known to be 0 while
+    tracing (a constant, not a traced value)."""
+    return not isinstance(v, jax.core.Tracer) and int(np.asarray(v)) == 0

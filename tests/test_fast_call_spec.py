@@ -16,7 +16,7 @@ import turnout as tn
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-from turnout.fast.call_spec import CallArgs, CallSpec, Traced, flat_call  # noqa: E402
+from turnout.fast.call_spec import CallArgs, CallSpec, LayoutCalls, Traced, flat_call, lay_out, tagged_call  # noqa: E402
 
 
 def _build(err: Any) -> tuple[Any, list[Any]]:
@@ -314,3 +314,35 @@ def test_flat_results_split_again_are_exactly_those_laid_out() -> None:
                         (CallSpec(CallArgs((), ()), ("s",), ("a",), True, ("v", "w")), (1, 2, 3, 4))):
         with pytest.raises(ValueError):
             spec.split(short)
+
+
+def test_a_mark_known_to_be_zero_while_tracing_adds_no_flags() -> None:
+    """The stacks' high-water mark rides in the flags only where it may be nonzero: a call whose mark
+    and error word are constant zeros, every fetch live, returns no flags vector at all."""
+    args = CallArgs(("a",), ())
+    zero = np.int32(0)
+    spec, res = lay_out(args, Traced({"y": jnp.ones(2)}, zero, {"y": True}, {}, mark=zero))
+    assert not spec.marked and not spec.flags and len(res) == 1
+    spec, res = lay_out(args, Traced({"y": jnp.ones(2)}, zero, {"y": True}, {}, mark=np.int32(3)))
+    out, flags, _ = spec.split(res)
+    assert spec.marked and spec.read_flags(out, flags)[1:] == (0, {"y": 1}, 3)
+
+
+def test_a_segment_call_donates_its_stacks_and_hands_out_copies_of_its_constants() -> None:
+    """A call's stacks are donated (the one buffer of a stack is its argument's, reused for its
+    result), and a constant output is a copy that a caller may write into: the next call, which reuses
+    the trace, hands out the trace's constant unchanged."""
+    def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
+        return Traced({"c": np.arange(3.0)}, np.int32(0), {}, {"stack:s": stacks["stack:s"] + 1.0})
+
+    calls = LayoutCalls(body, jax.jit)
+    for _ in range(2):
+        stack = jnp.zeros(4)
+        out, lives, new = calls({}, {}, {"stack:s": stack}, None)
+        assert stack.is_deleted() and np.asarray(new["stack:s"]).tolist() == [1.0] * 4
+        assert out["c"].tolist() == [0.0, 1.0, 2.0]
+        out["c"][:] = -1.0  # (the caller's to change)
+    fn = tagged_call(CallArgs((), (), ("stack:s",), False), body, jax.jit)
+    stack = jnp.zeros(4)
+    fn(stack)
+    assert stack.is_deleted()
