@@ -309,6 +309,7 @@ def test_flat_results_split_again_are_exactly_those_laid_out() -> None:
     to the wrong names. Each group is made the last one in turn, so that only it comes short."""
     full = CallSpec(CallArgs((), ()), ("s",), ("a",), True, ("v",))
     assert full.split((1, 2, 3, 4)) == ({"a": 2}, 3, {"s": 1, "v": 4})
+    assert full.read_flags({"a": 2}, np.asarray([5])).lives == {}  # (no live key: the word alone)
     for spec, short in ((CallSpec(CallArgs((), ()), ("s", "t"), (), False, ()), (1,)),
                         (CallSpec(CallArgs((), ()), ("s",), ("a", "b"), False, ()), (1, 2)),
                         (CallSpec(CallArgs((), ()), ("s",), ("a",), True, ("v", "w")), (1, 2, 3, 4))):
