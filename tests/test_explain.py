@@ -140,6 +140,27 @@ def test_partitioned_fast_backend_explains_each_tier_and_the_run_takes_it() -> N
     assert "driven loop" in got.kinds()
 
 
+def test_the_host_driven_tier_prints_each_loop_with_its_parts_and_devices() -> None:
+    """The host-driven schedule as a tree: each host loop on its home device, over the devices it
+    spans, with its header and body (no exit side where nothing follows the loop there) as the
+    compiled calls of each part, each on its device, in the order they run."""
+    g, fetches, feeds, req = _loop_with_gradient()
+    got = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="never").explain(fetches, feeds)
+    lines = str(got).splitlines()
+    loops = [k for k, line in enumerate(lines) if "host loop" in line]
+    assert [lines[k] for k in loops] == [
+        "  host loop [cpu:1]: loop 'while/frame0' over cpu:0, cpu:1, cpu:2",
+        "  host loop [cpu:0]: loop 'gradients/while/frame1' over cpu:0, cpu:1, cpu:2"]
+    forward = lines[loops[0] + 1:loops[1]]
+    assert forward[:2] == ["    staged: header",
+                           "      compiled call [cpu:0]: segment 3 on cpu:0: while/cond/Less"]
+    assert forward[2] == "    staged: body" and "staged: exit" not in str(got)
+    assert [line.split(":")[0].strip() for line in forward[3:8]] == ["compiled call [cpu"] * 5
+    assert [line[len("      compiled call "):][:7] for line in forward[3:8]] == [
+        "[cpu:0]", "[cpu:2]", "[cpu:1]", "[cpu:0]", "[cpu:2]"]
+    assert forward[8] == "  compiled call [cpu:2]: segment 9 on cpu:2: while/gradient_sync/trip_count (+1 more)"
+
+
 def test_the_spmd_tier_says_why_it_declined() -> None:
     """``whole_program="always"`` on a program the SPMD tier refuses (a gradient stack of values whose
     shape the graph does not know: each device allocates its stacks before the program runs): the
