@@ -118,8 +118,8 @@ def test_a_program_that_fell_back_is_explained_as_the_interpreter_with_the_reaso
     with pytest.warns(RuntimeWarning, match="reference interpreter"):
         sess.run(y, feeds)
     after = sess.explain(y, feeds)
-    assert after.kinds() == {"interpreter"}
-    assert sess.last_result.stats["fallback_reason"] in after.steps[0].what
+    assert after.kinds() == {"interpreter"} and after.backend == "fast"
+    assert after.steps[0].what == f"the reference interpreter (fallback: {sess.last_result.stats['fallback_reason']})"
 
 
 def test_partitioned_fast_backend_explains_each_tier_and_the_run_takes_it() -> None:
@@ -202,3 +202,28 @@ def test_steps_print_as_an_indented_tree_and_refuse_unknown_kinds() -> None:
     assert set(STEP_KINDS) >= s.kinds()
     with pytest.raises(tn.ArgumentError):
         Step("teleport", "x")
+
+
+def test_the_fast_schedules_words() -> None:
+    """What the one-device schedule says, word for word, of its usual plans: the ``Direct`` call and
+    its lane, the fused attempt on the ladder's rungs (or on one rung where the ladder is off), the
+    staged path after it, and the lane of a plan with stacks."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        y = tn.reduce_sum(tn.tanh(x))
+    got = tn.Session(g, backend="fast").explain(y, {x: np.ones(3, np.float32)})
+    assert got.backend == "fast" and got.steps == (Step(
+        "compiled call", "one jitted call: feeds and Variables in, fetches, the error word and live flags out "
+        "(Direct)"),)
+    assert got.notes == ("a repeated run of this signature is its lane: the same call, without the general "
+                         "path's checks",)
+    p = power_loop()
+    for options, rungs in (({}, "on the rung of the capacity ladder (128, 160, 200, 250, 313, 392, 490, 613, 767, "
+                                "959, 1024 entries) that holds the run"),
+                           ({"stack_ladder": False}, "of 1024 entries")):
+        got = tn.Session(p.g, backend="fast", **options).explain([p.y, p.dx], {p.x: 1.5, p.n: 5})
+        assert got.steps[0].what == ("the whole program in one call, every loop a lax loop, gradient stacks "
+                                     + rungs)
+        assert got.otherwise[0].what == "when the stacks outgrow the largest rung: the stages in order"
+        assert got.backend == "fast"
