@@ -97,8 +97,12 @@ class StackSize:
     budget_from: str = "loop"
 
 
-#: the budgets a loop's own saved values must fit (``LoopPlan.budget_from``), and how a plan line says whose
+#: the budgets a loop's own saved values must fit (``LoopPlan.budget_from``): also the values of the
+#: ``budget_from`` attr a node may record, which loading checks against this set (``turnout.serialize``;
+#: the checkpoint nodes' shape rule spells them out, since ``turnout.graph``, which this module reads,
+#: imports the shape rules)
 PER_LOOP = frozenset({"loop", "gradient"})
+#: how a plan line says whose a budget is
 WHOSE = {"loop": "loop", "gradient": "its share of the gradient's", "run": "run", "none": "none"}
 
 

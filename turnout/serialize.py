@@ -41,6 +41,7 @@ from turnout import primitives
 from turnout import shapes as sh
 from turnout.errors import ArgumentError, SerializationError, TurnoutError, ValidationError
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, _PendingBackEdge
+from turnout.memory_plan import PER_LOOP
 from turnout.shape_rules import infer
 from turnout.validate import spec_mismatch
 from turnout.validate import validate as _validate
@@ -480,7 +481,7 @@ def _c_bool(v: Any, what: str) -> None:
 
 
 def _c_budget_from(v: Any, what: str) -> None:
-    if v not in ("loop", "gradient"):
+    if v not in PER_LOOP:
         raise _Fail(f"{what} must be 'loop' or 'gradient' (whose memory budget), got {_short(v)}")
 
 
