@@ -227,3 +227,82 @@ def test_the_fast_schedules_words() -> None:
                                      + rungs)
         assert got.otherwise[0].what == "when the stacks outgrow the largest rung: the stages in order"
         assert got.backend == "fast"
+
+
+def test_the_ladder_is_written_out_up_to_twelve_rungs_and_in_short_beyond() -> None:
+    """Twelve rungs are still read at a glance; from thirteen the schedule names the first three, the
+    last and the count, so a host-memory ladder of forty rungs stays one line."""
+    from turnout.fast.explain import _rungs
+
+    twelve = [10 * (k + 1) for k in range(12)]
+    assert _rungs(twelve) == ("on the rung of the capacity ladder (10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, "
+                              "120 entries) that holds the run")
+    assert _rungs([*twelve, 130]) == "on the rung of the capacity ladder (10, 20, 30, ..., 130 entries: 13 rungs) " \
+                                     "that holds the run"
+    assert _rungs([64]) == "of 64 entries"
+
+
+def test_two_swapping_loops_are_named_in_order_beside_one_that_keeps_its_stacks() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        _, a = tn.while_loop(lambda i, v: i < 3, lambda i, v: [i + 1, v * x], [tn.constant(0), x],
+                             swap_memory=True, name="second")
+        _, b = tn.while_loop(lambda i, v: i < 2, lambda i, v: [i + 1, tn.sin(v)], [tn.constant(0), a],
+                             swap_memory=True, name="first")
+        _, c = tn.while_loop(lambda i, v: i < 2, lambda i, v: [i + 1, tn.cos(v)], [tn.constant(0), b], name="kept")
+        dx = tn.gradients(c, [x])[0]
+    got = tn.Session(g, backend="fast").explain([c, dx], {x: 1.1})
+    assert got.steps[0].what.endswith(", those of loop(s) 'first', 'second' in host memory (a copy at each push "
+                                      "and pop)")
+    driven = {st.what.split(":")[0]: st.what.split(", full stack chunks ")[1]
+              for st in got.otherwise[0].steps if st.kind == "driven loop"}
+    assert driven == {"loop 'second/frame0'": "swapped to host memory", "loop 'first/frame1'": "swapped to host memory",
+                      "loop 'kept/frame2'": "kept on the device",
+                      **{f"loop 'gradients/{n}'": "kept on the device" for n in ("kept/frame3", "first/frame4",
+                                                                                   "second/frame5")}}
+
+
+def test_a_cond_across_devices_is_a_host_cond_with_its_branches_in_order() -> None:
+    """A cond whose nodes span devices: the host reads the predicate, then runs the true branch's
+    calls or the false branch's, each on its device; the schedule says so as a tree."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        z = tn.cond(x > 0, lambda: tn.sin(x) * 2.0, lambda: tn.cos(x) + 1.0) * 3.0
+    req = {n.name: DEVICES[k % 3] for k, n in enumerate(g.nodes)}
+    sess = tn.Session(g, backend="fast", devices=DEVICES, requests=req, whole_program="never")
+    lines = str(sess.explain(z, {x: 1.0})).splitlines()
+    at = lines.index("  host cond: predicate Greater:0")
+    assert lines[at + 1:at + 9] == [
+        "    staged: branch True",
+        "      compiled call [cpu:1]: segment 6 on cpu:1: cond/pivot_t (+1 more)",
+        "      compiled call [cpu:0]: segment 7 on cpu:0: cond/true/Sin",
+        "      compiled call [cpu:2]: segment 8 on cpu:2: cond/true/Mul",
+        "    staged: branch False",
+        "      compiled call [cpu:0]: segment 3 on cpu:0: cond/pivot_f (+1 more)",
+        "      compiled call [cpu:2]: segment 4 on cpu:2: cond/false/Cos",
+        "      compiled call [cpu:1]: segment 5 on cpu:1: cond/false/Add"]
+    for v in (1.0, -1.0):
+        np.testing.assert_allclose(sess.run(z, {x: v}), tn.Session(g).run(z, {x: v}), rtol=1e-6)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_loop_on_one_device_is_driven_there(swap: bool) -> None:
+    """A forward loop whose frame sits on one device, beside its gradient loop on another: the loop is
+    driven on its device, its full chunks swapped to host memory where it asks, and the gradient loop,
+    which spans both (it pops the forward loop's stacks), is a host loop on its own device."""
+    p = power_loop(swap_memory=swap)
+
+    def device(n: tn.Node) -> str:
+        return "cpu:0" if n.op == "Placeholder" else \
+            "cpu:2" if n.name.startswith(("gradients/while", "gradients/Ones")) else "cpu:1"
+    sess = tn.Session(p.g, backend="fast", devices=DEVICES, requests={n.name: device(n) for n in p.g.nodes},
+                      whole_program="never")
+    got = sess.explain([p.y, p.dx], {p.x: 1.5, p.n: 5})
+    driven = [st for st in got.steps if st.kind == "driven loop"]
+    assert driven == [Step("driven loop", "loop 'while/frame0': at most 1024 iterations per call, full stack chunks "
+                           + ("swapped to host memory" if swap else "kept on the device"), "cpu:1")]
+    (host,) = [st for st in got.steps if st.kind == "host loop"]
+    assert host.what == "loop 'gradients/while/frame1' over cpu:1, cpu:2" and host.device == "cpu:2"
+    np.testing.assert_allclose(sess.run([p.y, p.dx], {p.x: 1.5, p.n: 5}), [7.59375, 25.3125])
