@@ -235,6 +235,57 @@ def test_vmap_of_the_gradient_with_a_trip_count_per_element() -> None:
     assert_grads_close(jax.vmap(jax.grad(f))(xs, ns), jax.vmap(jax.grad(masked))(xs, ns))
 
 
+def test_a_loop_in_anothers_body_reads_the_outer_counter() -> None:
+    """An inner loop whose predicate reads the outer loop's integer counter: the counter is a traced
+    value of the outer body, which the inner loop's functions take as an argument (not baked in), so
+    the backward loops, which run the bodies again in traces of their own, find no escaped tracer."""
+    def f(x: jax.Array) -> jax.Array:
+        def body(s: Any) -> Any:
+            i, v = s
+            _, w = tnj.while_loop(lambda t: t[0] < i + 1, lambda t: (t[0] + 1, jnp.sin(t[1]) * 1.1), (0, v),
+                                  checkpoints=2)
+            return i + 1, w
+        return tnj.while_loop(lambda s: s[0] < 4, body, (0, x), checkpoints=3)[1]
+
+    def unrolled(x: jax.Array) -> jax.Array:
+        for i in range(4):
+            for _ in range(i + 1):
+                x = jnp.sin(x) * 1.1
+        return x
+
+    x = jnp.float32(0.7)
+    np.testing.assert_allclose(f(x), unrolled(x), rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(f)(x), jax.grad(unrolled)(x), rtol=1e-5)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(x), jax.grad(unrolled)(x), rtol=1e-5)
+
+
+def test_a_loop_in_a_scan_step() -> None:
+    def f(x: jax.Array) -> jax.Array:
+        def st(c: jax.Array, _: None) -> tuple[jax.Array, None]:
+            return tnj.while_loop(lambda s: s[0] < 2, lambda s: (s[0] + 1, jnp.cos(s[1])), (0, c))[1], None
+        return lax.scan(st, x, None, length=3)[0]
+
+    def unrolled(x: jax.Array) -> jax.Array:
+        for _ in range(6):
+            x = jnp.cos(x)
+        return x
+
+    np.testing.assert_allclose(jax.grad(f)(jnp.float32(0.5)), jax.grad(unrolled)(jnp.float32(0.5)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("t", [5.0, jnp.float32(5.0), 5], ids=["python float", "array", "python int"])
+def test_a_value_only_the_predicate_reads_gets_a_zero_cotangent(t: Any) -> None:
+    """The trip count is a step function of a threshold the predicate closes over: its derivative is
+    zero almost everywhere, as ``jax.grad`` of the unrolled loop says, whatever kind of number it is."""
+    def f(x: jax.Array, t: Any) -> jax.Array:
+        return tnj.while_loop(lambda v: v < t, lambda v: v * 1.5 + 0.1, x, checkpoints=2)
+
+    x = jnp.float32(0.3)
+    np.testing.assert_allclose(jax.grad(f)(x, t), 1.5 ** 6, rtol=1e-6)
+    if not isinstance(t, int):
+        assert float(jax.grad(f, argnums=1)(x, t)) == 0.0
+
+
 # ---- the recompute cost is the schedule's --------------------------------------------------------------------
 
 

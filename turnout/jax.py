@@ -79,8 +79,8 @@ def while_loop(cond_fun: Callable[[T], Any], body_fun: Callable[[T], T], init_va
     x0 = _as_state(init_val)
     _check_functions(cond_fun, body_fun, x0)
     slots = checkpoint_slots(x0, memory_budget=memory_budget, checkpoints=checkpoints)
-    body, body_consts = jax.closure_convert(body_fun, x0)
-    cond, cond_consts = jax.closure_convert(cond_fun, x0)
+    body, body_consts = _closure_convert(body_fun, x0)
+    cond, cond_consts = _closure_convert(cond_fun, x0)
     plan, consts = _Plan(slots, cond, body), (tuple(cond_consts), tuple(body_consts))
     if _forward_mode((x0, consts)):
         return _forward(plan, x0, *consts)
@@ -174,6 +174,28 @@ def _is_int(x: object) -> bool:
 
 
 # ---- the loop and its gradient ------------------------------------------------------------------------
+
+
+def _closure_convert(fun: Callable[[Any], Any], x0: Any) -> tuple[Callable[..., Any], list[Any]]:
+    """``fun`` as a function of the state and of every traced value it closes over (``fun(x, *consts)``),
+    and those values. Why not ``jax.closure_convert``: it hoists only the values that may carry a
+    tangent (floats) and bakes the others into the function, so a loop nested in another's body whose
+    predicate reads the outer loop's integer counter would keep that counter's tracer, and the
+    backward loop, which calls the function again in another trace, would find it escaped. Values that
+    are not traced (constants) stay inside."""
+    flat, tree = jax.tree.flatten(x0)
+    closed = jax.make_jaxpr(lambda *a: fun(jax.tree.unflatten(tree, a)), return_shape=True)
+    jaxpr, out = closed(*flat)
+    traced = [isinstance(c, jax.core.Tracer) for c in jaxpr.consts]
+    kept = [c for c, t in zip(jaxpr.consts, traced, strict=True) if not t]
+    out_tree = jax.tree.structure(out)
+
+    def converted(x: Any, *hoisted: Any) -> Any:
+        given, fixed = iter(hoisted), iter(kept)
+        consts = [next(given) if t else next(fixed) for t in traced]
+        return jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(jaxpr.jaxpr, consts, *jax.tree.leaves(x)))
+
+    return converted, [c for c, t in zip(jaxpr.consts, traced, strict=True) if t]
 
 
 @dataclass(frozen=True)
@@ -371,6 +393,7 @@ def _fill(picked: Sequence[Any], keep: Sequence[bool], like: Sequence[Any]) -> l
 
 
 def _zero_ct(a: Any) -> Any:
-    if _inexact(a):
-        return jnp.zeros(a.shape, a.dtype)
-    return np.zeros(a.shape, dtype=jax.dtypes.float0)
+    t = jax.typeof(a)  # (a closed-over Python number comes back from the residuals without a shape)
+    if jnp.issubdtype(t.dtype, jnp.inexact):
+        return jnp.zeros(t.shape, t.dtype)
+    return np.zeros(t.shape, dtype=jax.dtypes.float0)
