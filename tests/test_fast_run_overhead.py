@@ -360,3 +360,27 @@ def test_an_update_step_fetched_returns_the_new_value_once() -> None:
     # v's new value is the first fetch, returned once; w's is returned apart (its op is fetched, not it)
     alias = dict(d.spec.aliases)  # type: ignore[attr-defined]
     assert alias["var:v"] == (upd.node.id, upd.index) and "var:w" not in alias and "var:w" in d.spec.changed
+
+
+def test_a_direct_runs_statistics_say_what_ran_word_for_word() -> None:
+    """The statistics of a ``Direct`` run (one compiled call, no stacks), on its first run (the general
+    path, which compiles) and on its lane: one stage, not fused, no stack traffic, the plan's capacity,
+    the backend's compile count, one stage time and the route. A reader of ``last_result.stats`` (the
+    benchmarks, ``Session.explain``'s tests) takes them at their word."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        v = tn.Variable(np.ones(3, np.float32), name="v")
+        y = tn.reduce_sum(tn.tanh(x) * v)
+        up = v.assign(v * 2.0)
+    sess = tn.Session(g, backend="fast")
+    zeros = {"stack_chunks_kept": 0, "stack_chunks_from_host": 0, "peak_device_stack_bytes": 0,
+             "stack_chunks_swapped": 0, "peak_host_stack_bytes": 0, "stack_capacity_retries": 0}
+    for route in ("general", "lane"):
+        sess.run([y, up], {x: np.ones(3, np.float32)})
+        stats = dict(sess.last_result.stats)
+        seconds = stats.pop("stage_seconds")
+        assert len(seconds) == 1 and 0 < seconds[0] < 60
+        assert stats == {"backend": "fast", "stages": 1, "fused": False, "stack_capacity": 1024, **zeros,
+                         "executor": "compiled", "compiles": 1, "route": route}
+    np.testing.assert_allclose(sess.run(v.read()), [4.0, 4.0, 4.0])  # both runs wrote the Variable back
