@@ -1,5 +1,5 @@
 """Import rules of TF1 model ops on paths the TensorFlow fixtures do not take (SplitV with a -1 size,
-Slice with run-time bounds, NCHW BiasAdd, TF1's row Select, ReverseSequence, TopKV2, the sparse
+Slice with run-time bounds, NCHW BiasAdd, TF1's row Select, ReverseSequence, TopKV2, Unique, Einsum, the sparse
 softmax loss's label check), on hand-written GraphDefs, against numpy closed forms on both backends.
 Needs the ``tf`` extra, not TensorFlow."""
 
@@ -146,3 +146,36 @@ def test_sparse_softmax_loss_refuses_a_label_out_of_range(backend: str) -> None:
     np.testing.assert_allclose(backprop, p - np.eye(3)[[1, 2]], rtol=1e-6, atol=1e-7)
     with pytest.raises(KernelError, match="outside the valid range"):
         _run(g, ["xent:0"], {"labels:0": np.asarray([1, 3], np.int32)}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unique_keeps_first_appearances_in_order(backend: str) -> None:
+    """``y`` the distinct ids in order of first appearance (a length known only when it runs),
+    ``x == y[idx]``, as the optimizers' deduplication of IndexedSlices reads them."""
+    g = GraphDef()
+    g.node("u", "Unique", (g.placeholder("x", I32, [-1]),), T=I32)
+    for x in ([5, 3, 5, 0, 3, 3, 7], [2], [4, 4, 4]):
+        y, idx = _run(g, ["u:0", "u:1"], {"x:0": np.asarray(x, np.int32)}, backend)
+        want = list(dict.fromkeys(x))
+        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(idx, [want.index(v) for v in x])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_einsum_equations(backend: str) -> None:
+    """Contractions, a batch label kept, an outer product, a transpose and a sum of one operand."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    b = rng.normal(size=(4, 5)).astype(np.float32)
+    c = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    g = GraphDef()
+    xa, xb, xc = g.const("a", a), g.const("b", b), g.const("c", c)
+    cases = {"e1": ("tbh,hv->tbv", (xa, xb)), "e2": ("tbv,tbh->hv", (xc, xa)), "e3": ("tbh,tbv->bhv", (xa, xc)),
+             "e4": ("hv,tbh->vbt", (xb, xa)), "e5": ("tbh->hb", (xa,)), "e6": ("ij,kl->ijkl", (xb, xb))}
+    for name, (eq, ins) in cases.items():
+        g.node(name, "Einsum", ins, T=F32, N=len(ins), equation=eq)
+    got = _run(g, [f"{n}:0" for n in cases], {}, backend)
+    vals = {"a": a, "b": b, "c": c}
+    for (eq, ins), out in zip(cases.values(), got):
+        want = np.einsum(eq, *(vals[i] for i in ins))
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=eq)

@@ -553,6 +553,10 @@ import tf_fixtures_ops  # noqa: E402  (element-wise math, activations and struct
 
 CASES.update(tf_fixtures_ops.CASES)
 
+import tf_fixtures_models  # noqa: E402  (TF1 model patterns: dropout, clipping, sparse gradients, CNN, seq2seq)
+
+CASES.update(tf_fixtures_models.CASES)
+
 
 def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
     g = tf.Graph()

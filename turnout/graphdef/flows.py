@@ -44,6 +44,17 @@ def gradient_flow_start(nodes: dict[str, Any], nd: Any) -> str | None:
     return None
 
 
+def _stack_source(nodes: dict[str, Any], tname: str) -> str:
+    """The StackV2 node a push or pop reaches through the Enters (and Identities) before it."""
+    n = tname.split(":")[0]
+    while n in nodes and nodes[n].op != "StackV2":
+        ins = [i for i in nodes[n].input if not i.startswith("^")]
+        if not ins:
+            break
+        n = ins[0].split(":")[0]
+    return n
+
+
 class FlowAnalysis:
     """Union-find over tensor names; ``label(name)`` is ``("fwd"|"grad", TensorArrayV3 node)`` or None."""
 
@@ -62,6 +73,17 @@ class FlowAnalysis:
                 self._union(f"{n}:0", ins[0])
             elif nd.op in ("TensorArrayReadV3", "TensorArrayGatherV3", "TensorArraySizeV3"):
                 self._union(ins[-1], ins[0])
+        # A TensorArray made inside a loop body has its handle saved for the gradient loop on a stack
+        # (tf.gradients' accumulator): what a pop of that stack gives is the pushed array.
+        pushes: dict[str, list[str]] = {}
+        pops: dict[str, list[str]] = {}
+        for n, nd in nodes.items():
+            if nd.op in ("StackPushV2", "StackPopV2") and data[n]:
+                src = _stack_source(nodes, data[n][0])
+                if nd.op == "StackPushV2" and len(data[n]) > 1:
+                    pushes.setdefault(src, []).append(data[n][1])
+                elif nd.op == "StackPopV2":
+                    pops.setdefault(src, []).append(f"{n}:0")
         # Pass-throughs and sums only spread flow-ness: run them after every seed is in place, and
         # only join classes of which one is a flow (a plain float Add must stay a plain float).
         changed = True
@@ -85,16 +107,24 @@ class FlowAnalysis:
                 if any(self._is_flow(t) for t in group):
                     for t in group[1:]:
                         changed |= self._union(group[0], t)
+            for src, pushed in pushes.items():
+                for t in pushed:
+                    if self._is_flow(t):
+                        for p in pops.get(src, []):
+                            changed |= self._union(t, p)
             for n, nd in nodes.items():
                 if nd.op == "TensorArrayGradV3":
                     fwd = self.label(data[n][0])
-                    if fwd is None:
-                        raise UnsupportedError(f'TensorArrayGradV3 node "{n}": its handle is no TensorArrayV3')
+                    if fwd is None:  # (not yet: a handle popped from a stack is labelled on a later pass)
+                        continue
                     for t in (f"{n}:0", f"{n}:1"):
                         if self.label(t) is None:
                             self._label(t, ("grad", fwd[1]))
                             changed = True
                         self._union(f"{n}:0", t)
+        for n, nd in nodes.items():
+            if nd.op == "TensorArrayGradV3" and self.label(data[n][0]) is None:
+                raise UnsupportedError(f'TensorArrayGradV3 node "{n}": its handle is no TensorArrayV3')
 
     def _find(self, x: str) -> str:
         p = self.parent.setdefault(x, x)

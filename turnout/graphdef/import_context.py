@@ -99,6 +99,9 @@ class ImportContext:
         self.created: list[Node] = []
         #: StackPushV2 name -> what it pushes when that is not its input (a TensorArray flow's stand-in)
         self.pushed: dict[str, Tensor] = {}
+        #: StackV2 name -> the ``range(start, n, delta)`` its pushes save (the indices of a stack() in a
+        #: loop body, which the gradient's scatter pops): the stack holds ``n``, a pop rebuilds the range
+        self.pushed_ranges: dict[str, tuple[Optional[int], Optional[int], str]] = {}
         #: loop Merge name -> the shape it is imported with: TensorFlow's loop variable was relaxed
         #: (``shape_invariants``), found when its back edge did not fit (see ``_import``)
         self.relaxed: dict[str, list[Any]] = {}

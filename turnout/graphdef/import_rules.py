@@ -14,7 +14,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
-from turnout.graphdef.flows import gradient_flow_start
+from turnout.graphdef.flows import gradient_flow_start, tensor_name
 from turnout.graphdef.import_context import (
     BroadcastAxes,
     Bundle,
@@ -135,41 +135,66 @@ def _noop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("ControlTrigger")
 def _control_trigger(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """A NoOp whose waits on nodes inside a tf.cond branch go through a Merge with the other side.
+    """A NoOp whose waits on nodes inside tf.cond branches go through a Merge with the other sides.
 
     TensorFlow's ControlTrigger fires live even when its control inputs are dead; a Turnout NoOp
     would be dead then. tf.gradients hangs a loop's counter on triggers that wait for stack pushes
     and pops made inside a tf.cond, so in every iteration whose branch is not taken a plain NoOp
     would stop the loop. For such a wait on node ``c`` in branch ``b`` of predicate ``p``, the NoOp
     waits instead on ``Merge(signal after c, Switch(p, p)[1 - b])``: live in either case, and
-    still after ``c`` whenever ``c`` runs."""
+    still after ``c`` whenever ``c`` runs. Inside nested conds (``tf.case``, a cond in a branch),
+    branches ``b1..bk`` of predicates ``p1..pk`` from the outside in, the Merge takes one more input
+    per level: ``Switch(taken_{j-1}, p_j)[1 - b_j]``, where ``taken_j`` is that Switch's other
+    output (``taken_0``: ``p_1``), live exactly when the levels outside ``j`` are taken and ``j``
+    is not. Exactly one of them is live in every iteration; they are joined innermost first, two
+    at a time (one predicate's two sides each, which the fast backend raises to a conditional)."""
     waits = []
     for c in ctx.ctrl_inputs():
-        side = _cond_side(ctx, c.name)
-        if side is None:
+        sides = _cond_sides(ctx, c.name)
+        if not sides:
             waits.append(c)
             continue
-        pred, branch = side
         k = len(waits)
         done = ctx.create("Const", [], {"value": np.asarray(True), "dtype": "bool"}, suffix=f"after{k}", control=[c])
-        pivot = ctx.create("Switch", [pred, pred], suffix=f"pivot{k}", control=[])
-        m = ctx.create("Merge", [done.outputs[0], pivot.outputs[1 - branch]], suffix=f"either{k}", control=[])
-        waits.append(m)
+        alts, taken = [], None
+        for j, (pred, branch) in enumerate(sides):
+            pivot = ctx.create("Switch", [pred if taken is None else taken, pred],
+                               suffix=f"pivot{k}" if j == 0 else f"pivot{k}_{j}", control=[])
+            alts.append(pivot.outputs[1 - branch])
+            taken = pivot.outputs[branch]
+        signal = done.outputs[0]
+        for j in reversed(range(len(alts))):  # innermost first: each Merge joins one predicate's two sides
+            signal = ctx.create("Merge", [signal, alts[j]], suffix=f"either{k}" if j == 0 else f"either{k}_{j}",
+                                control=[]).outputs[0]
+        waits.append(signal.node)
     ctx.create("NoOp", [], control=waits)
     return []
 
 
-def _cond_side(ctx: ImportContext, tn_name: str) -> tuple[Tensor, int] | None:
-    """For an imported node (by its name) inside a tf.cond branch: the predicate and the branch (the
-    first Switch on a non-loop predicate found going back along data edges within the frame)."""
+def _cond_sides(ctx: ImportContext, tn_name: str) -> list[tuple[Tensor, int]]:
+    """For an imported node (by its name) inside tf.cond branches: the predicate and the branch of
+    each enclosing cond within the frame, from the outermost in (empty outside any cond)."""
+    return _cond_chain(ctx, tn_name.split("/_tn/")[0], {})
+
+
+def _cond_chain(ctx: ImportContext, name: str, memo: dict[str, list[tuple[Tensor, int]]]) -> list[tuple[Tensor, int]]:
+    """The conds around TensorFlow node ``name``, outermost first. Every value entering a branch
+    passes its cond's Switch, so going back along data edges within the frame, the first Switches
+    on non-loop predicates met border the node's branch: each, with the conds around that Switch,
+    is a chain, and the longest is the node's (a node of an inner branch may also read an outer
+    cond's Switch directly, as tf.gradients' stack pushes in nested conds do)."""
+    if name in memo:
+        return memo[name]
+    memo[name] = []  # (a cycle back to here adds nothing)
+    best: list[tuple[Tensor, int]] = []
     seen: set[str] = set()
-    todo = [tn_name.split("/_tn/")[0]]
+    todo = [name]
     while todo:
-        name = todo.pop()
-        if name in seen or name not in ctx.nodes:
+        cur = todo.pop()
+        if cur in seen or cur not in ctx.nodes:
             continue
-        seen.add(name)
-        nd = ctx.nodes[name]
+        seen.add(cur)
+        nd = ctx.nodes[cur]
         if nd.op in ("Merge", "RefMerge", "Enter", "RefEnter"):
             continue
         for i in nd.input:
@@ -186,10 +211,13 @@ def _cond_side(ctx: ImportContext, tn_name: str) -> tuple[Tensor, int] | None:
                     assert isinstance(pred, Tensor)
                     while pred.node.op == "Identity" and not pred.node.control_inputs:
                         pred = pred.node.inputs[0]
-                    return pred, int(i.split(":")[1]) if ":" in i else 0
+                    chain = [*_cond_chain(ctx, src.name, memo), (pred, int(i.split(":")[1]) if ":" in i else 0)]
+                    if len(chain) > len(best):
+                        best = chain
                 continue
             todo.append(src.name)
-    return None
+    memo[name] = best
+    return best
 
 
 # ---- elementwise ------------------------------------------------------------------------------------
@@ -343,12 +371,15 @@ _rule("Rank")(_folded)
 
 @_rule("Prod")
 def _prod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Folded when known; else the product of a vector of known length as a chain of Muls of its
-    elements (tf.gradients' Mean gradient counts the elements of a run-time shape so)."""
+    """Folded when known; the input itself over no axes; else the product of a vector of known
+    length as a chain of Muls of its elements (tf.gradients' Mean gradient counts the elements of a
+    run-time shape so)."""
     if ctx.static(f"{nd.name}:0") is not None:
         return _folded(ctx, nd, ins)
     x = _t(ins[0])
     axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
+    if not axes:  # over no axes (a Mean over one axis given as a scalar: its gradient counts a scalar so)
+        return [ctx.create("Identity", [x]).outputs[0]]
     if x.shape is None or len(x.shape) != 1 or x.shape[0] is None or axes not in ([0], [-1]):
         raise UnsupportedError(f"{ctx.where()}: a run-time product is supported over a vector of known length only")
     n = int(x.shape[0])
@@ -401,7 +432,55 @@ def _reshape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     target = _t(ins[1])
     if target.dtype != dt.int32:
         target = ctx.create("Cast", [target], {"dtype": "int32"}, suffix="shape").outputs[0]
-    return [ctx.create("ReshapeTo", [ins[0], target]).outputs[0]]
+    return [ctx.create("ReshapeTo", [ins[0], target], shapes=[_partial_shape(ctx, ctx.data_inputs()[1])]).outputs[0]]
+
+
+def _shape_entry(ctx: ImportContext, tname: str) -> int | None:
+    """``shape(x)[k]`` (a StridedSlice of a Shape that picks one entry) where the imported ``x``
+    knows that dimension, though not all of them (a loss reshaping logits to ``[-1, classes]``)."""
+    nd = ctx.nodes.get(tname.split(":")[0])
+    if nd is None or nd.op != "StridedSlice" or not ctx.attr_of(nd, "shrink_axis_mask", 0):
+        return None
+    names = ctx.data_inputs(nd)
+    src = ctx.nodes.get(names[0].split(":")[0])
+    begin = ctx.static(names[1])
+    if src is None or src.op != "Shape" or begin is None or np.size(begin) != 1:
+        return None
+    x = ctx.values.get(tensor_name(ctx.data_inputs(src)[0]))
+    if not isinstance(x, Tensor) or x.shape is None or not -len(x.shape) <= int(np.ravel(begin)[0]) < len(x.shape):
+        return None
+    d = x.shape[int(np.ravel(begin)[0])]
+    return None if d is None else int(d)
+
+
+def _partial_shape(ctx: ImportContext, tname: str) -> list[Any] | None:
+    """What is known at import time of a run-time shape vector, entry by entry (None: known when it
+    runs; -1 too): a ConcatV2 or Pack of parts, some constant. An embedding's gradient reshapes its
+    rows to ``concat([n], shape(params)[1:])``, whose row length is known."""
+    v = ctx.static(tname)
+    if v is not None:
+        return [None if int(d) < 0 else int(d) for d in np.ravel(v)]
+    nd = ctx.nodes.get(tname.split(":")[0])
+    if nd is None:
+        return None
+    if nd.op == "Pack":
+        out: list[Any] = []
+        for t in ctx.data_inputs(nd):
+            d = ctx.static(t)
+            out.append(_shape_entry(ctx, t) if d is None else None if int(d) < 0 else int(d))
+        return out
+    if nd.op == "ConcatV2":
+        out = []
+        for t in ctx.data_inputs(nd)[:-1]:
+            part = _partial_shape(ctx, t)
+            if part is None:
+                x = ctx.values.get(tensor_name(t))
+                if not isinstance(x, Tensor) or x.shape is None or len(x.shape) != 1 or x.shape[0] is None:
+                    return None
+                part = [None] * int(x.shape[0])
+            out += part
+        return out
+    return None
 
 
 @_rule("ExpandDims")
@@ -511,7 +590,8 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
     """The entries of a small int vector: ints where known, Turnout scalars where a Pack builds it
-    from run-time values (``x[i]`` with a tensor ``i``)."""
+    from run-time values (``x[i]`` with a tensor ``i``), or elements of a run-time vector of known
+    length (such a Pack saved on a stack by ``tf.gradients`` and popped in the gradient loop)."""
     v = ctx.static(tname)
     if v is not None:
         return [int(x) for x in np.ravel(v)]
@@ -522,6 +602,9 @@ def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
             s = ctx.static(t)
             out.append(int(s) if s is not None else ctx.values[t])
         return out
+    vec = ctx.values.get(tensor_name(tname))
+    if isinstance(vec, Tensor) and vec.shape is not None and len(vec.shape) == 1 and vec.shape[0] is not None:
+        return [_getitem(ctx, vec, (k,), f"{what.split()[-1]}{k}") for k in range(vec.shape[0])]
     raise UnsupportedError(f"{ctx.where()}: {what} ({tname}) must be a constant or packed from scalars")
 
 
@@ -669,6 +752,11 @@ def _stack_parts(ctx: ImportContext, v: Value) -> tuple[Tensor, Tensor]:
 @_rule("StackPushV2")
 def _push(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     stack, depth = _stack_parts(ctx, ins[0])
+    if isinstance(ins[1], RangeMarker):  # a run-time range of indices: its limit is what varies
+        r = ins[1]
+        ctx.pushed_ranges[_stack_source(ctx, nd)] = (r.start, r.delta, r.limit_node)
+        ctx.pushed[nd.name] = r.limit
+        ins = [ins[0], r.limit]
     elem = _t(ins[1])
     if elem.dtype == dt.tensor_array and _pops_only_order(ctx, nd):
         # tf.gradients saves a forward TensorArray's flow only to order the gradient array's creation
@@ -699,7 +787,11 @@ def _pop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if pushed.dtype == dt.tensor_array:
         attrs["elem_dtype"] = pushed.spec.elem_dtype.name if pushed.spec.elem_dtype else None
         attrs["elem_shape"] = None if pushed.spec.elem_shape is None else list(pushed.spec.elem_shape)
-    return [ctx.create("StackPop", [stack, key], attrs).outputs[0]]
+    popped = ctx.create("StackPop", [stack, key], attrs).outputs[0]
+    saved = ctx.pushed_ranges.get(_stack_source(ctx, nd))
+    if saved is not None:  # the range whose limit was pushed
+        return [RangeMarker(saved[0], popped, saved[1], saved[2])]
+    return [popped]
 
 
 def _pushed_tensor(ctx: ImportContext) -> Tensor:
@@ -921,15 +1013,18 @@ def _ta_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("BroadcastTo")
 def _broadcast_to(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Turnout broadcasts to the shape of another tensor: the one whose Shape this op reads, or a
-    constant of the folded shape."""
+    """Turnout broadcasts to the shape of another tensor: the one whose Shape this op reads, a
+    constant of the folded shape, or else a ``Fill`` of the run-time shape (a reduction's gradient
+    inside a loop broadcasts to the input shape it popped from a stack)."""
     sname = ctx.data_inputs()[1]
     snd = ctx.nodes[sname.split(":")[0]]
+    shape = ctx.static(sname)
     if snd.op == "Shape":
         like = ctx.values[ctx.data_inputs(snd)[0]]
+    elif shape is not None:
+        like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], _t(ins[0]).dtype.numpy), [ins[0]], suffix="like")
     else:
-        shape = ctx.static_int_list(sname, "the target shape")
-        like = ctx.const(np.zeros(shape, _t(ins[0]).dtype.numpy), [ins[0]], suffix="like")
+        like = _like_shape(ctx, sname, _t(ins[1]))
     return [ctx.create("BroadcastLike", [ins[0], like]).outputs[0]]
 
 
@@ -1148,21 +1243,44 @@ class _Formula:
 
 
 def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
-                  formula: Any) -> Outs:
+                  formula: Any, sparse: bool = False) -> Outs:
     """The resource form of an ``Apply*`` op: read the variable's slots (inputs 1..n_slots-1), compute
     ``formula(f, slots, scalars, grad) -> (new slot values, the variable's decrement)`` and assign
-    them; the op's control output waits for every assign."""
+    them; the op's control output waits for every assign.
+
+    ``sparse`` (a ``SparseApply*`` op, the update of an ``IndexedSlices`` gradient): the input after
+    the gradient's rows is their indices. The formula runs densely on the rows
+    scattered into zeros of the variable's shape, and only the rows named change (``Select`` on the
+    rows the indices touch): TensorFlow's kernel updates each named row by the same formula. The
+    optimizers deduplicate the indices first; for repeated ones this sums their rows, where the
+    kernel would apply them one after the other."""
     names = ctx.data_inputs()
+    touched = None
+    if sparse:  # the indices follow the gradient: last, but for Momentum's (..., grad, indices, momentum)
+        at = 4 if nd.op.endswith("ApplyMomentum") else len(ins) - 1
+        indices, ins, names = ins[at], [*ins[:at], *ins[at + 1:]], [*names[:at], *names[at + 1:]]
     if nd.op.endswith("ApplyMomentum"):  # (var, accum, lr, grad, momentum): the gradient comes before momentum
         ins, names = [*ins[:3], ins[4], ins[3]], [*names[:3], names[4], names[3]]
     grad = _t(ins[-1])
     handles = [x.handle if isinstance(x, Ref) else x for x in ins[:n_slots]]
     slot_attrs = [x.attrs if isinstance(x, Ref) else _var_attrs(ctx, _var_node(ctx, t))
                   for x, t in zip(ins[:n_slots], names[:n_slots])]
+    if sparse:
+        shape = slot_attrs[0]["shape"]
+        if shape is None or any(d is None for d in shape):
+            raise UnsupportedError(f"{ctx.where()}: needs the variable's static shape")
+        zeros = ctx.const(np.zeros(shape, grad.dtype.numpy), [grad], suffix="zeros")
+        ones = ctx.create("OnesLike", [grad], suffix="ones").outputs[0]
+        count = ctx.create("ScatterAddLike", [zeros, indices, ones], suffix="count").outputs[0]
+        touched = ctx.create("Greater", [count, zeros], suffix="touched").outputs[0]
+        grad = ctx.create("ScatterAddLike", [zeros, indices, grad], suffix="dense").outputs[0]
     reads = [ctx.create("ReadVariable", [h], a, suffix=f"read{k}").outputs[0]
              for k, (h, a) in enumerate(zip(handles[1:], slot_attrs[1:]))]
     f = _Formula(ctx, grad)
     new_slots, decrement = formula(f, reads, [_t(x) for x in ins[n_slots:-1]], grad)
+    if touched is not None:
+        new_slots = [f.op("Select", touched, v, old) for v, old in zip(new_slots, reads)]
+        decrement = f.op("Select", touched, decrement, zeros)
     done = []
     for k, v in enumerate(new_slots):
         done.append(ctx.create("AssignVariable", [handles[1 + k], v], slot_attrs[1 + k], suffix=f"assign{k}"))
@@ -1223,13 +1341,68 @@ for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 
                      (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop),
                      (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2,
                       _adagrad)]:
-    def _make(n: int, formula: Any) -> _Rule:
+    def _make(n: int, formula: Any, sparse: bool) -> _Rule:
         def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-            return _apply_update(ctx, nd, ins, n, formula)
+            return _apply_update(ctx, nd, ins, n, formula, sparse)
 
         return rule
 
-    _rule(*_ops)(_make(_n, _f))
+    _rule(*_ops)(_make(_n, _f, False))
+    if _f not in (_sgd, _adam):  # (SGD's and Adam's sparse updates are ResourceScatterAdds; the
+        # reference forms, SparseApply* of a VariableV2, are not imported: no fixture exercises them)
+        _rule(*(o.replace("Apply", "SparseApply", 1) for o in _ops if o.startswith("Resource")))(_make(_n, _f, True))
+
+
+@_rule("ResourceScatterAdd", "ResourceScatterSub")
+def _resource_scatter_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``var[indices] += updates`` (repeated indices add up): the updates scattered into zeros of the
+    variable's shape, added to it (SGD's and Adam's updates of an ``IndexedSlices`` gradient)."""
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    upd = _t(ins[2])
+    if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
+        raise UnsupportedError(f"{ctx.where()}: needs the variable's static shape")
+    zeros = ctx.const(np.zeros(attrs["shape"], upd.dtype.numpy), [upd], suffix="zeros")
+    dense = ctx.create("ScatterAddLike", [zeros, ins[1], upd], suffix="dense").outputs[0]
+    op = "AssignAddVariable" if nd.op == "ResourceScatterAdd" else "AssignSubVariable"
+    ctx.create(op, [ins[0], dense], attrs)
+    return []
+
+
+@_rule("Unique")
+def _unique(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``y, idx = unique(x)`` of a vector: ``y`` its distinct values in order of first appearance,
+    ``x == y[idx]`` (how the optimizers deduplicate an ``IndexedSlices`` gradient's indices). With
+    ``eq = x[:, None] == x[None, :]``, element ``i`` is a first appearance when the first ``j`` with
+    ``eq[i, j]`` is ``i``; ``idx`` counts the first appearances before that ``j``; ``y`` scatters
+    the first appearances to their ``idx`` and keeps as many entries as there are (a length known
+    when the program runs). Quadratic in the length of ``x``: it is meant for a batch's ids."""
+    x = _t(ins[0])
+    if x.shape is None or len(x.shape) != 1:
+        raise UnsupportedError(f"{ctx.where()}: needs a vector input")
+    out_idx = ctx.dtype("out_idx").name if ctx.attr("out_idx") else "int32"
+    col = ctx.create("ExpandDims", [x], {"axis": 1}, suffix="col").outputs[0]
+    row = ctx.create("ExpandDims", [x], {"axis": 0}, suffix="row").outputs[0]
+    eq = ctx.create("Equal", [col, row], suffix="eq").outputs[0]
+    first = ctx.create("ArgMax", [ctx.create("Cast", [eq], {"dtype": "int32"}, suffix="eq_int").outputs[0]],
+                       {"axis": 1, "dtype": "int32"}, suffix="first").outputs[0]
+    pos = ctx.create("Cumsum", [ctx.create("OnesLike", [first], suffix="ones").outputs[0]], {"axis": 0},
+                     suffix="pos").outputs[0]
+    one = ctx.const(np.asarray(1, np.int32), [pos], suffix="one")
+    pos = ctx.create("Sub", [pos, one], suffix="position").outputs[0]
+    is_first = ctx.create("Cast", [ctx.create("Equal", [first, pos], suffix="is_first").outputs[0]],
+                          {"dtype": "int32"}, suffix="first_int").outputs[0]
+    rank = ctx.create("Sub", [ctx.create("Cumsum", [is_first], {"axis": 0}, suffix="firsts").outputs[0], one],
+                      suffix="rank").outputs[0]
+    idx = ctx.create("Gather", [rank, first], {"axis": 0}, suffix="idx32").outputs[0]
+    kept = ctx.create("Mul", [x, ctx.create("Cast", [is_first], {"dtype": x.dtype.name}, suffix="keep").outputs[0]],
+                      suffix="kept").outputs[0]
+    padded = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [x], suffix="zeros").outputs[0], idx, kept],
+                        suffix="padded").outputs[0]
+    n = ctx.create("Sum", [is_first], {"axis": None, "keepdims": False}, suffix="count").outputs[0]
+    y = _getitem(ctx, padded, (slice(None, n, None),), None)
+    if out_idx != "int32":
+        idx = ctx.create("Cast", [idx], {"dtype": out_idx}, suffix="idx").outputs[0]
+    return [y, idx]
 
 
 @_rule("ResourceGather")
@@ -1337,9 +1510,12 @@ def _sparse_softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 @_rule("DynamicStitch", "ParallelDynamicStitch")
 def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``merged[indices[m][i]] = data[m][i]`` with indices known at import time and vector data (how
-    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements."""
+    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements.
+    A scalar index stitches its scalar datum whole (a reduction over one axis given as a scalar,
+    ``tf.reduce_sum(x, axis=1)``, whose gradient stitches the scalar ``1`` in at that axis)."""
     n = len(ins) // 2
     index_lists = [ctx.static_int_list(t, "the indices") for t in ctx.data_inputs()[:n]]
+    scalar = [np.ndim(ctx.static(t)) == 0 for t in ctx.data_inputs()[:n]]
     if ctx.static(f"{nd.name}:0") is not None:
         return [ctx.const(ctx.static(f"{nd.name}:0"), [x for x in ins if isinstance(x, Tensor)], suffix=None)]
     where: dict[int, tuple[int, int]] = {}
@@ -1350,9 +1526,10 @@ def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         raise UnsupportedError(f"{ctx.where()}: the indices must cover 0..n-1")
     for m in range(n):
         s = _t(ins[n + m]).shape
-        if s is None or len(s) != 1:
+        if s is None or len(s) != (0 if scalar[m] else 1):
             raise UnsupportedError(f"{ctx.where()}: supported for vector data only")
-    parts = [_getitem(ctx, _t(ins[n + m]), (i,), f"part{j}") for j, (m, i) in sorted(where.items())]
+    parts = [_t(ins[n + m]) if scalar[m] else _getitem(ctx, _t(ins[n + m]), (i,), f"part{j}")
+             for j, (m, i) in sorted(where.items())]
     return [ctx.create("Pack", parts).outputs[0]]
 
 

@@ -1,6 +1,6 @@
 """Import rules of the structure ops of TF1 model code: Squeeze, Unpack, IdentityN,
 PlaceholderWithDefault, CheckNumerics, EnsureShape, Pad / PadV2, OneHot, Cumsum, the batched
-matrix products, GatherNd and its gradient ScatterNd.
+matrix products, Einsum, GatherNd and its gradient ScatterNd.
 
 Each is existing Turnout primitives put together (``GetItem`` for squeezes and unstacks, ``Concat``
 of filled blocks for pads, ``Equal`` against the class indices for one-hot, ``Gather`` and
@@ -222,6 +222,43 @@ def _batch_matmul(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                                        f"{a.dtype.name}; Turnout multiplies in one dtype")
     attrs = {"transpose_a": bool(ctx.attr("adj_x", False)), "transpose_b": bool(ctx.attr("adj_y", False))}
     return [ctx.create("MatMul", [a, b], attrs).outputs[0]]
+
+
+@_rule("Einsum")
+def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.einsum`` of one or two operands (its gradients are Einsums too): each operand transposed
+    to the order of its labels among all labels (the output's first, then the summed ones) and given
+    axes of size 1 for the labels it lacks, the two multiplied with broadcasting and the summed labels'
+    axes reduced. No ellipsis, and no label twice in one operand (a diagonal)."""
+    eq = ctx.attr("equation")
+    eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+    eq = eq.replace(" ", "")
+    if "." in eq or "->" not in eq:
+        raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: an ellipsis or an implicit output is not supported")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ins) or len(terms) > 2 or any(len(set(t)) != len(t) for t in [*terms, out]):
+        raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: one or two operands, each label once per operand")
+    labels = list(out) + [c for c in dict.fromkeys("".join(terms)) if c not in out]
+    if any(c not in "".join(terms) for c in out):
+        raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: an output label no operand has")
+    parts = []
+    for k, (term, x) in enumerate(zip(terms, ins)):
+        x = _t(x)
+        if _rank(ctx, x) != len(term):
+            raise UnsupportedError(f"{ctx.where()}: operand {k} has rank {_rank(ctx, x)}, the equation {len(term)}")
+        order = sorted(range(len(term)), key=lambda j: labels.index(term[j]))
+        if order != list(range(len(term))):
+            x = ctx.create("Transpose", [x], {"perm": order}, suffix=f"perm{k}").outputs[0]
+        for j, c in enumerate(labels):
+            if c not in term:
+                x = ctx.create("ExpandDims", [x], {"axis": j}, suffix=f"axis{k}_{j}").outputs[0]
+        parts.append(x)
+    prod = parts[0] if len(parts) == 1 else ctx.create("Mul", parts, suffix="product").outputs[0]
+    summed = list(range(len(out), len(labels)))
+    if not summed:
+        return [ctx.create("Identity", [prod]).outputs[0]]
+    return [ctx.create("Sum", [prod], {"axis": summed, "keepdims": False}).outputs[0]]
 
 
 def _linear_index(ctx: ImportContext, idx: Tensor, like: Tensor, what: str) -> tuple[Tensor, list[int]]:
