@@ -1,0 +1,317 @@
+"""Import rules of the ops TF1 training and decoding code emits beyond its control flow: the
+optimizers' fused updates (``Apply*``, dense, and ``SparseApply*`` for ``IndexedSlices`` gradients,
+with ``Unique``, ``ResourceScatterAdd``/``Sub`` and ``ResourceGather``), ``DynamicStitch``, softmax and
+its losses, and the decoders' ``ArgMax``/``ArgMin``, ``TopKV2`` and ``ReverseSequence``.
+
+Each is the formula TensorFlow's kernel computes, written on existing Turnout primitives
+(``import_rules._Formula``). Why a module of its own: ``import_rules`` holds the rules of the
+control-flow, variable and TensorArray machinery; these only read Variables through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
+from turnout.graphdef.import_context import ImportContext, Ref, Value
+from turnout.graphdef.import_context import Rule as _Rule
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _getitem, _t, _var_attrs, _var_node
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+
+# ---- optimizers' update ops: TensorFlow's fused kernels, as the update formulas they compute -------
+def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
+                  formula: Any, sparse: bool = False) -> Outs:
+    """The resource form of an ``Apply*`` op: read the variable's slots (inputs 1..n_slots-1), compute
+    ``formula(f, slots, scalars, grad) -> (new slot values, the variable's decrement)`` and assign
+    them; the op's control output waits for every assign.
+
+    ``sparse`` (a ``SparseApply*`` op, the update of an ``IndexedSlices`` gradient): the input after
+    the gradient's rows is their indices. The formula runs densely on the rows
+    scattered into zeros of the variable's shape, and only the rows named change (``Select`` on the
+    rows the indices touch): TensorFlow's kernel updates each named row by the same formula. The
+    optimizers deduplicate the indices first; for repeated ones this sums their rows, where the
+    kernel would apply them one after the other."""
+    names = ctx.data_inputs()
+    touched = None
+    if sparse:  # the indices follow the gradient: last, but for Momentum's (..., grad, indices, momentum)
+        at = 4 if nd.op.endswith("ApplyMomentum") else len(ins) - 1
+        indices, ins, names = ins[at], [*ins[:at], *ins[at + 1:]], [*names[:at], *names[at + 1:]]
+    if nd.op.endswith("ApplyMomentum"):  # (var, accum, lr, grad, momentum): the gradient comes before momentum
+        ins, names = [*ins[:3], ins[4], ins[3]], [*names[:3], names[4], names[3]]
+    grad = _t(ins[-1])
+    handles = [x.handle if isinstance(x, Ref) else x for x in ins[:n_slots]]
+    slot_attrs = [x.attrs if isinstance(x, Ref) else _var_attrs(ctx, _var_node(ctx, t))
+                  for x, t in zip(ins[:n_slots], names[:n_slots])]
+    if sparse:
+        shape = slot_attrs[0]["shape"]
+        if shape is None or any(d is None for d in shape):
+            raise UnsupportedError(f"{ctx.where()}: needs the variable's static shape")
+        zeros = ctx.const(np.zeros(shape, grad.dtype.numpy), [grad], suffix="zeros")
+        ones = ctx.create("OnesLike", [grad], suffix="ones").outputs[0]
+        count = ctx.create("ScatterAddLike", [zeros, indices, ones], suffix="count").outputs[0]
+        touched = ctx.create("Greater", [count, zeros], suffix="touched").outputs[0]
+        grad = ctx.create("ScatterAddLike", [zeros, indices, grad], suffix="dense").outputs[0]
+    reads = [ctx.create("ReadVariable", [h], a, suffix=f"read{k}").outputs[0]
+             for k, (h, a) in enumerate(zip(handles[1:], slot_attrs[1:]))]
+    f = _Formula(ctx, grad)
+    new_slots, decrement = formula(f, reads, [_t(x) for x in ins[n_slots:-1]], grad)
+    if touched is not None:
+        new_slots = [f.op("Select", touched, v, old) for v, old in zip(new_slots, reads)]
+        decrement = f.op("Select", touched, decrement, zeros)
+    done = []
+    for k, v in enumerate(new_slots):
+        done.append(ctx.create("AssignVariable", [handles[1 + k], v], slot_attrs[1 + k], suffix=f"assign{k}"))
+    update = ctx.create("AssignSubVariable", [handles[0], decrement], slot_attrs[0], suffix="update")
+    if isinstance(ins[0], Ref):  # the reference form outputs the updated variable
+        return [ctx.create("Identity", [update.outputs[0]], control=ctx.ctrl_inputs() + done).outputs[0]]
+    ctx.create("NoOp", [], control=ctx.ctrl_inputs() + done + [update])
+    return []
+
+
+def _sgd(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    (alpha,) = s
+    return [], f.op("Mul", alpha, g)
+
+
+def _momentum(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    (accum,), (lr, momentum) = slots, s
+    acc = f.op("Add", f.op("Mul", accum, momentum), g)
+    if f.ctx.attr("use_nesterov", False):
+        return [acc], f.op("Add", f.op("Mul", g, lr), f.op("Mul", f.op("Mul", acc, momentum), lr))
+    return [acc], f.op("Mul", acc, lr)
+
+
+def _adam(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """TensorFlow's ApplyAdam kernel: m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2);
+    var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) (Nesterov: m replaced by (1 - b1) g + b1 m)."""
+    (m, v), (b1p, b2p, lr, b1, b2, eps) = slots, s
+    m2 = f.op("Add", m, f.op("Mul", f.op("Sub", g, m), f.op("Sub", 1.0, b1)))
+    v2 = f.op("Add", v, f.op("Mul", f.op("Sub", f.op("Mul", g, g), v), f.op("Sub", 1.0, b2)))
+    lr_t = f.op("Div", f.op("Mul", lr, f.op("Sqrt", f.op("Sub", 1.0, b2p))), f.op("Sub", 1.0, b1p))
+    mm = m2
+    if f.ctx.attr("use_nesterov", False):
+        mm = f.op("Add", f.op("Mul", g, f.op("Sub", 1.0, b1)), f.op("Mul", b1, m2))
+    return [m2, v2], f.op("Div", f.op("Mul", mm, lr_t), f.op("Add", f.op("Sqrt", v2), eps))
+
+
+def _rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """ms += (g^2 - ms)(1 - rho); mom = momentum mom + lr g / sqrt(ms + eps); var -= mom."""
+    (ms, mom), (lr, rho, momentum, eps) = slots, s
+    ms2 = f.op("Add", ms, f.op("Mul", f.op("Sub", f.op("Mul", g, g), ms), f.op("Sub", 1.0, rho)))
+    mom2 = f.op("Add", f.op("Mul", momentum, mom), f.op("Div", f.op("Mul", lr, g), f.op("Sqrt", f.op("Add", ms2, eps))))
+    return [ms2, mom2], mom2
+
+
+def _adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """accum += g^2 (when update_slots); var -= lr g / sqrt(accum) (V2: / (sqrt(accum) + eps))."""
+    (accum,), lr = slots, s[0]
+    acc = f.op("Add", accum, f.op("Mul", g, g)) if f.ctx.attr("update_slots", True) else accum
+    denom = f.op("Sqrt", acc)
+    if len(s) > 1:
+        denom = f.op("Add", denom, s[1])
+    return [acc], f.op("Div", f.op("Mul", lr, g), denom)
+
+
+for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 1, _sgd),
+                     (("ResourceApplyMomentum", "ApplyMomentum"), 2, _momentum),
+                     (("ResourceApplyAdam", "ApplyAdam"), 3, _adam),
+                     (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop),
+                     (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2,
+                      _adagrad)]:
+    def _make(n: int, formula: Any, sparse: bool) -> _Rule:
+        def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+            return _apply_update(ctx, nd, ins, n, formula, sparse)
+
+        return rule
+
+    _rule(*_ops)(_make(_n, _f, False))
+    if _f not in (_sgd, _adam):  # (SGD's and Adam's sparse updates are ResourceScatterAdds; the
+        # reference forms, SparseApply* of a VariableV2, are not imported: no fixture exercises them)
+        _rule(*(o.replace("Apply", "SparseApply", 1) for o in _ops if o.startswith("Resource")))(_make(_n, _f, True))
+
+
+@_rule("ResourceScatterAdd", "ResourceScatterSub")
+def _resource_scatter_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``var[indices] += updates`` (repeated indices add up): the updates scattered into zeros of the
+    variable's shape, added to it (SGD's and Adam's updates of an ``IndexedSlices`` gradient)."""
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    upd = _t(ins[2])
+    if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
+        raise UnsupportedError(f"{ctx.where()}: needs the variable's static shape")
+    zeros = ctx.const(np.zeros(attrs["shape"], upd.dtype.numpy), [upd], suffix="zeros")
+    dense = ctx.create("ScatterAddLike", [zeros, ins[1], upd], suffix="dense").outputs[0]
+    op = "AssignAddVariable" if nd.op == "ResourceScatterAdd" else "AssignSubVariable"
+    ctx.create(op, [ins[0], dense], attrs)
+    return []
+
+
+@_rule("Unique")
+def _unique(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``y, idx = unique(x)`` of a vector: ``y`` its distinct values in order of first appearance,
+    ``x == y[idx]`` (how the optimizers deduplicate an ``IndexedSlices`` gradient's indices). With
+    ``eq = x[:, None] == x[None, :]``, element ``i`` is a first appearance when the first ``j`` with
+    ``eq[i, j]`` is ``i``; ``idx`` counts the first appearances before that ``j``; ``y`` scatters
+    the first appearances to their ``idx`` and keeps as many entries as there are (a length known
+    when the program runs). Quadratic in the length of ``x``: it is meant for a batch's ids."""
+    x = _t(ins[0])
+    if x.shape is None or len(x.shape) != 1:
+        raise UnsupportedError(f"{ctx.where()}: needs a vector input")
+    out_idx = ctx.dtype("out_idx").name if ctx.attr("out_idx") else "int32"
+    col = ctx.create("ExpandDims", [x], {"axis": 1}, suffix="col").outputs[0]
+    row = ctx.create("ExpandDims", [x], {"axis": 0}, suffix="row").outputs[0]
+    eq = ctx.create("Equal", [col, row], suffix="eq").outputs[0]
+    first = ctx.create("ArgMax", [ctx.create("Cast", [eq], {"dtype": "int32"}, suffix="eq_int").outputs[0]],
+                       {"axis": 1, "dtype": "int32"}, suffix="first").outputs[0]
+    pos = ctx.create("Cumsum", [ctx.create("OnesLike", [first], suffix="ones").outputs[0]], {"axis": 0},
+                     suffix="pos").outputs[0]
+    one = ctx.const(np.asarray(1, np.int32), [pos], suffix="one")
+    pos = ctx.create("Sub", [pos, one], suffix="position").outputs[0]
+    is_first = ctx.create("Cast", [ctx.create("Equal", [first, pos], suffix="is_first").outputs[0]],
+                          {"dtype": "int32"}, suffix="first_int").outputs[0]
+    rank = ctx.create("Sub", [ctx.create("Cumsum", [is_first], {"axis": 0}, suffix="firsts").outputs[0], one],
+                      suffix="rank").outputs[0]
+    idx = ctx.create("Gather", [rank, first], {"axis": 0}, suffix="idx32").outputs[0]
+    kept = ctx.create("Mul", [x, ctx.create("Cast", [is_first], {"dtype": x.dtype.name}, suffix="keep").outputs[0]],
+                      suffix="kept").outputs[0]
+    padded = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [x], suffix="zeros").outputs[0], idx, kept],
+                        suffix="padded").outputs[0]
+    n = ctx.create("Sum", [is_first], {"axis": None, "keepdims": False}, suffix="count").outputs[0]
+    y = _getitem(ctx, padded, (slice(None, n, None),), None)
+    if out_idx != "int32":
+        idx = ctx.create("Cast", [idx], {"dtype": out_idx}, suffix="idx").outputs[0]
+    return [y, idx]
+
+
+@_rule("ResourceGather")
+def _resource_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.gather`` of a resource Variable (an embedding lookup): a read of the Variable, gathered
+    along axis 0 (``batch_dims`` 0 only, as TF1's ``embedding_lookup`` uses it)."""
+    if ctx.attr("batch_dims", 0):
+        raise UnsupportedError(f"{ctx.where()}: batch_dims is not supported")
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    value = ctx.create("ReadVariable", ins[:1], attrs, suffix="read").outputs[0]
+    return [ctx.create("Gather", [value, ins[1]], {"axis": 0}).outputs[0]]
+
+
+@_rule("ArgMax", "ArgMin")
+def _arg_reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
+    attrs = {"axis": axis, "dtype": ctx.dtype("output_type").name if ctx.attr("output_type") else "int64"}
+    return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
+
+
+@_rule("TopKV2", "TopK")
+def _top_k_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The k largest along the last axis, largest first (``sorted=False`` allows any order: this one)."""
+    k = ctx.attr("k") if nd.op == "TopK" else ctx.static_int_list(ctx.data_inputs()[1], "k")[0]
+    n = ctx.create("TopK", ins[:1], {"k": int(k)})
+    return [n.outputs[0], n.outputs[1]]
+
+
+@_rule("ReverseSequence")
+def _reverse_sequence_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    attrs = {"seq_axis": int(ctx.attr("seq_dim")), "batch_axis": int(ctx.attr("batch_dim", 0))}
+    x = _t(ins[0])
+    if x.shape is not None:
+        attrs = {k: v % len(x.shape) for k, v in attrs.items()}
+    elif any(v < 0 for v in attrs.values()):
+        raise UnsupportedError(f"{ctx.where()}: a negative axis needs the input's rank")
+    return [ctx.create("ReverseSequence", ins[:2], attrs).outputs[0]]
+
+
+# ---- softmax and its losses: TensorFlow's kernels compute these formulas (max subtracted first) -----
+def _log_softmax_parts(f: _Formula, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(x - max(x), log(sum(exp(x - max(x)))))`` over the last axis (the sum kept as an axis)."""
+    shifted = f.ctx.create("Sub", [x, f.ctx.create("Max", [x], {"axis": [-1], "keepdims": True},
+                                                   suffix="max").outputs[0]], suffix="shifted").outputs[0]
+    total = f.ctx.create("Sum", [f.op("Exp", shifted)], {"axis": [-1], "keepdims": True}, suffix="sum").outputs[0]
+    return shifted, f.op("Log", total)
+
+
+@_rule("Softmax")
+def _softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    f = _Formula(ctx, x)
+    shifted, log_total = _log_softmax_parts(f, x)
+    return [ctx.create("Exp", [f.op("Sub", shifted, log_total)]).outputs[0]]
+
+
+@_rule("LogSoftmax")
+def _log_softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    x = _t(ins[0])
+    shifted, log_total = _log_softmax_parts(_Formula(ctx, x), x)
+    return [ctx.create("Sub", [shifted, log_total]).outputs[0]]
+
+
+def _softmax_loss(ctx: ImportContext, x: Tensor, labels: Tensor) -> Outs:
+    """The loss ``sum(-labels * log_softmax(x))`` per row and TensorFlow's second output, the
+    gradient ``softmax(x) - labels`` (which TensorFlow's gradient of this op reads)."""
+    f = _Formula(ctx, x)
+    shifted, log_total = _log_softmax_parts(f, x)
+    logp = f.op("Sub", shifted, log_total)
+    loss = ctx.create("Neg", [ctx.create("Sum", [f.op("Mul", labels, logp)], {"axis": [-1], "keepdims": False},
+                                         suffix="dot").outputs[0]], suffix="loss").outputs[0]
+    backprop = ctx.create("Sub", [f.op("Exp", logp), labels]).outputs[0]
+    return [loss, backprop]
+
+
+@_rule("SoftmaxCrossEntropyWithLogits")
+def _softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return _softmax_loss(ctx, _t(ins[0]), _t(ins[1]))
+
+
+@_rule("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The dense loss of one-hot labels (an out-of-range label makes a zero row, where TensorFlow
+    raises on the CPU: the classes must be known when importing, and the labels are checked)."""
+    x, labels = _t(ins[0]), _t(ins[1])
+    classes = None if x.shape is None else x.shape[-1]
+    if classes is None:
+        raise UnsupportedError(f"{ctx.where()}: the number of classes must be known when importing")
+    lab = labels if labels.dtype == dt.int32 else ctx.create("Cast", [labels], {"dtype": "int32"},
+                                                             suffix="labels").outputs[0]
+    lo = ctx.const(np.asarray(0, np.int32), [lab], suffix="lo")
+    hi = ctx.const(np.asarray(classes, np.int32), [lab], suffix="hi")
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [lab, lo], suffix="ge").outputs[0],
+                                   ctx.create("Less", [lab, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
+    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix="all_in_range").outputs[0]
+    checked = ctx.create("Assert", [every, lab], {"message": f"{nd.name}: Received a label value outside the "
+                                                  f"valid range of [0, {classes})"}, suffix="check").outputs[0]
+    hot = ctx.create("Equal", [ctx.create("ExpandDims", [checked], {"axis": -1}, suffix="col").outputs[0],
+                               ctx.const(np.arange(classes, dtype=np.int32), [lab], suffix="classes")],
+                     suffix="hot").outputs[0]
+    dense = ctx.create("Cast", [hot], {"dtype": x.dtype.name}, suffix="one_hot").outputs[0]
+    return _softmax_loss(ctx, x, dense)
+
+
+@_rule("DynamicStitch", "ParallelDynamicStitch")
+def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``merged[indices[m][i]] = data[m][i]`` with indices known at import time and vector data (how
+    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements.
+    A scalar index stitches its scalar datum whole (a reduction over one axis given as a scalar,
+    ``tf.reduce_sum(x, axis=1)``, whose gradient stitches the scalar ``1`` in at that axis)."""
+    n = len(ins) // 2
+    index_lists = [ctx.static_int_list(t, "the indices") for t in ctx.data_inputs()[:n]]
+    scalar = [v is not None and np.ndim(v) == 0 for v in (ctx.static(t) for t in ctx.data_inputs()[:n])]
+    if ctx.static(f"{nd.name}:0") is not None:
+        return [ctx.const(ctx.static(f"{nd.name}:0"), [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+    where: dict[int, tuple[int, int]] = {}
+    for m, idx in enumerate(index_lists):
+        for i, j in enumerate(idx):
+            where[j] = (m, i)  # a later list wins, as in TensorFlow
+    if sorted(where) != list(range(len(where))):
+        raise UnsupportedError(f"{ctx.where()}: the indices must cover 0..n-1")
+    for m in range(n):
+        s = _t(ins[n + m]).shape
+        if s is None or len(s) != (0 if scalar[m] else 1):
+            raise UnsupportedError(f"{ctx.where()}: supported for vector data only")
+    parts = [_t(ins[n + m]) if scalar[m] else _getitem(ctx, _t(ins[n + m]), (i,), f"part{j}")
+             for j, (m, i) in sorted(where.items())]
+    return [ctx.create("Pack", parts).outputs[0]]
