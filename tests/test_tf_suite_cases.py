@@ -310,3 +310,38 @@ def test_elems_of_two_run_time_lengths_are_a_kernel_error_on_every_route(route: 
     np.testing.assert_allclose(got[0], [3.0, 8.0])
     np.testing.assert_allclose(got[1], [3.0, 11.0])
     assert float(got[2]) == 11.0
+
+
+def test_session_placement_options_and_run_options_of_the_wrong_kind_are_argument_errors() -> None:
+    """``devices=3`` and ``requests=3`` reached the partitioned backends' ``list``/``dict`` (Python's
+    ``TypeError``); ``RunOptions(foo=1)`` the dataclass's ``TypeError``."""
+    g = tn.Graph()
+    with g.as_default():
+        tn.constant(1.0)
+    for backend in ("reference", "fast"):
+        with pytest.raises(tn.ArgumentError, match="Session: devices must be a list of device names"):
+            tn.Session(g, backend=backend, devices=3)
+        with pytest.raises(tn.ArgumentError, match="Session: requests must be a dict"):
+            tn.Session(g, backend=backend, devices=["cpu:0"], requests=3)
+    with pytest.raises(tn.ArgumentError, match=r"unknown run option\(s\) \['foo'\]"):
+        RunOptions(foo=1)
+    assert RunOptions(max_iterations=5).max_iterations == 5
+
+
+@pytest.mark.parametrize("route", ["reference", "fast"])
+def test_grad_ys_are_taken_apart_only_as_deep_as_ys(route: str) -> None:
+    """``grad_ys=[[1.0, 2.0]]`` for ``ys=[y]`` of shape [2] is one weight, given as a Python list, as
+    TensorFlow takes it; flattened whole it was two ("2 grad_ys for 1 ys")."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [2], name="x")
+        y, s = x * x, tn.reduce_sum(x)
+        (a,) = tn.gradients([y], [x], grad_ys=[[1.0, 2.0]])
+        (b,) = tn.gradients({"a": y, "b": [s]}, [x], grad_ys={"a": [1.0, 0.0], "b": [2.0]})
+        (c,) = tn.gradients([y, s], [x], grad_ys=[None, 3.0])
+        with pytest.raises(tn.GradientError, match=r"grad_ys for Mul:0 has shape \[1\], expected \[2\]"):
+            tn.gradients([y, s], [x], grad_ys=[[1.0], [2.0]])
+        with pytest.raises(tn.GradientError, match="2 grad_ys for 1 ys"):
+            tn.gradients(y, [x], grad_ys=[1.0, 2.0])
+    got = _run(g, route, [a, b, c], {x: np.array([3.0, 4.0])})
+    np.testing.assert_allclose(got, [[6.0, 16.0], [8.0, 2.0], [9.0, 11.0]])
