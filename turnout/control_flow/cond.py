@@ -97,8 +97,8 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
                 )
             if f.spec.elem_dtype != t.spec.elem_dtype:  # (TensorArrays: both are dtype tensor_array)
                 raise DTypeError(
-                    f'cond "{cname}": output {i} is a TensorArray of {t.spec.elem_dtype.name} in true_fn but of '
-                    f"{f.spec.elem_dtype.name} in false_fn"
+                    f'cond "{cname}": output {i} is a TensorArray of {t.spec.elem_dtype.name} in true_fn but of '  # type: ignore[union-attr]
+                    f"{f.spec.elem_dtype.name} in false_fn"  # type: ignore[union-attr]
                 )
             m = g.create_node("Merge", [f, t], name=f"{cname}/merge")
             info.merges.append(m)
@@ -168,7 +168,7 @@ def _indexed_branches(branch_fns: Any) -> list[Callable[[], Any]]:
         for k, f in enumerate(items):
             if not callable(f):
                 raise GraphBuildError(f"case: branch_fns[{k}] must be a callable taking no arguments, got {f!r}")
-        return items
+        return items  # type: ignore[return-value]
     for k, item in enumerate(items):
         if not (isinstance(item, tuple) and len(item) == 2):
             raise GraphBuildError(f"case: branch_fns[{k}] must be an (index, callable) pair as the items before it "
