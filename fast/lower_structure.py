@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from turnout import dtypes as dt
 from turnout.errors import UnsupportedError, describe_node
 from turnout.fast.lowering_base import (
     LOWERING_RULES,
@@ -23,7 +24,7 @@ from turnout.fast.lowering_base import (
     np_dtype,
 )
 from turnout.fast.ranges import known_within
-from turnout.fast.values import is_static
+from turnout.fast.values import MASK_DTYPE, TA, is_static
 from turnout.graph import Node
 from turnout.kernels import sums_to
 from turnout.shape_rules import SHAPE_RULES, reduced_shape, spec_shape_error
@@ -348,7 +349,20 @@ def refused_by_shape_rule(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> O
     if refused is None:
         return None
     ctx.check(np.asarray(False), f"{describe_node(n)}: {refused}")
-    return [jnp.zeros(tuple(d or 0 for d in (o.shape or ())), o.dtype.numpy) for o in n.outputs]
+    return [_stand_in(o.spec) for o in n.outputs]
+
+
+def _stand_in(spec: Any) -> Any:
+    """A value of ``spec`` standing in for the output of a node whose shape rule refused its inputs:
+    zeros, and for a TensorArray (``TensorArrayUnstack`` of a scalar) an empty one of its element
+    type. Why not zeros for that too: the ops that read the array take a ``TA``, and a bare array
+    in its place made them fail with Python's ``AttributeError`` while tracing, before the check
+    above could say what was wrong (``tn.scan`` of a fed scalar reads slot 0 at once)."""
+    if spec.dtype == dt.tensor_array:
+        es = tuple(d or 0 for d in (spec.elem_shape or ()))
+        d = spec.elem_dtype.numpy
+        return TA(0, d, es, jnp.zeros((0, *es), d), jnp.zeros((0,), MASK_DTYPE), full=True)
+    return jnp.zeros(tuple(d or 0 for d in (spec.shape or ())), spec.dtype.numpy)
 
 
 @lowering_rule("BroadcastLike")

@@ -20,7 +20,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, TypeVar
 
 import numpy as np
@@ -155,6 +155,27 @@ def checked(fn: F) -> F:
             _DEPTH.reset(depth)
 
     return wrapper  # type: ignore[return-value]
+
+
+def call_user(fn: Callable[..., Any], args: Sequence[Any], where: str, what: str) -> Any:
+    """``fn(*args)``, a function the user handed a builder (``what``: its role in ``where``, such as
+    ``body`` in ``while_loop "while"``), its arity checked against ``args`` first: a function that
+    cannot take them is an ``ArgumentError`` naming the builder and the role. Why from the signature,
+    before the call: a body that takes one parameter for two loop variables is a mismatch of
+    structures, which reached the user as Python's ``TypeError`` from the builder's call, while a
+    ``TypeError`` raised inside ``fn`` is the user's own and must pass unchanged. A callable whose
+    signature Python cannot read (some built-ins) is called as it is."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn(*args)
+    try:
+        sig.bind(*args)
+    except TypeError as e:
+        n = len(args)
+        raise ArgumentError(f"{where}: {what} is called with {n} positional argument{'s' if n != 1 else ''}, "
+                            f"which it cannot take ({e})") from None
+    return fn(*args)
 
 
 #: how many checked functions the current call is inside: an error names the argument of the

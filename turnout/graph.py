@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from turnout import dtypes as _dt
 from turnout import primitives
 from turnout import shapes as _sh
-from turnout.errors import GraphBuildError, NotFoundError, describe_node
+from turnout.errors import ArgumentError, GraphBuildError, NotFoundError, describe_node
 from turnout.shape_rules import check_merge_input, infer
 from turnout.specs import TensorSpec
 
@@ -322,6 +322,8 @@ class Graph:
 
     @contextlib.contextmanager
     def name_scope(self, name: str) -> Iterator[None]:
+        if not isinstance(name, str):  # (joined into node names: Python's TypeError from str.join)
+            raise ArgumentError(f"name_scope: the name must be a string, got {name!r}")
         saved = self._scope
         self._scope = [self._in_scope(name)]
         try:
@@ -361,6 +363,11 @@ class Graph:
 
     @contextlib.contextmanager
     def device(self, name: Optional[str]) -> Iterator[None]:
+        """Ops created inside are placed on device ``name`` (a string; ``None`` clears an outer scope).
+        Why its kind is checked here: a scope is read only by placement, so a name that is no string
+        was an error on the partitioned backends alone, and ignored by the others."""
+        if name is not None and not isinstance(name, str):
+            raise ArgumentError(f"device: the name must be a string such as 'cpu:1' (or None), got {name!r}")
         self._devices.append(name)
         try:
             yield
@@ -371,6 +378,8 @@ class Graph:
     def colocate_with(self, op: Optional[Node]) -> Iterator[None]:
         """Ops created inside are placed on the device of ``op`` (``None`` clears an outer scope).
         Placement (``turnout.devices.place``) honours it, and reports a conflict with a device scope."""
+        if op is not None and not isinstance(op, Node):
+            raise ArgumentError(f"colocate_with: expected a tensor, a node or a Variable (or None), got {op!r}")
         self._colocate.append(op)
         try:
             yield

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Protocol
 
@@ -66,6 +66,13 @@ class RunOptions:
     max_seconds: Optional[float] = 10.0
     max_tensor_bytes: Optional[int] = DEFAULT_MAX_TENSOR_BYTES
     memory_budget: Optional[int] = None
+
+    def __new__(cls, *args: Any, **fields: Any) -> RunOptions:
+        # a misspelt option (or one too many) is refused by name, not by the dataclass's TypeError
+        _run_option_fields(fields)
+        if len(args) > len(dataclasses.fields(cls)):
+            raise ArgumentError(f"RunOptions takes at most {len(dataclasses.fields(cls))} options, got {len(args)}")
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         # Checked here, once, so every backend rejects the same bad options the same way.
@@ -186,6 +193,7 @@ class Session:
             backend_options = _cluster_options(backend, backend_options)
             backend = _clustered(backend)
         elif backend_options.get("devices") is not None:
+            _check_placement_kinds(backend_options)
             backend = _partitioned(backend)
         self.backend = load_backend(backend)(self.graph, **backend_options)
         # A backend whose Variables live elsewhere (a cluster's tasks, the fast backend's device) gives
@@ -514,6 +522,19 @@ _NO_FETCH = object()  # ``Session._last_fetch`` before any run took a lane
 #: run that misses them all has tried only this many
 _LANES_PER_FETCH = 4
 _DEFAULT_OPTIONS = RunOptions()  # what ``run`` uses when given no options (RunOptions checks itself once)
+
+
+def _check_placement_kinds(options: Mapping[str, Any]) -> None:
+    """``devices`` a collection of device names and ``requests`` a mapping (node name -> device), or
+    an ``ArgumentError`` naming the option. Why here: both backends that take them (the partitioned
+    reference and fast executors) copied them with ``list`` and ``dict``, so ``devices=3`` was
+    Python's "'int' object is not iterable"."""
+    devices, requests = options.get("devices"), options.get("requests")
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+        raise ArgumentError(f"Session: devices must be a list of device names such as ['cpu:0', 'cpu:1'], "
+                            f"got {devices!r}")
+    if requests is not None and not isinstance(requests, Mapping):
+        raise ArgumentError(f"Session: requests must be a dict of node name -> device, got {requests!r}")
 
 
 def _partitioned(backend: str) -> str:

@@ -123,7 +123,21 @@ def _merge(op, specs, attrs):
     for s in specs[1:]:
         shape = sh.most_specific_common(shape, s.shape)
     out = specs[0]
-    return [TensorSpec(d, shape, out.elem_dtype, out.elem_shape), TensorSpec(dt.int32, ())]
+    elem_shape = out.elem_shape
+    for s in specs[1:]:
+        _same_elements("Merge", out, s)
+        elem_shape = sh.most_specific_common(elem_shape, s.elem_shape)
+    return [TensorSpec(d, shape, out.elem_dtype, elem_shape), TensorSpec(dt.int32, ())]
+
+
+def _same_elements(what: str, a: TensorSpec, b: TensorSpec) -> None:
+    """Two TensorArray values that may flow to one place (a Merge's inputs) hold one element dtype.
+    Why checked: a TensorArray's dtype is ``tensor_array`` whatever its elements are, so the dtype
+    check let a cond whose branches return a float32 and an int32 array through, its result typed as
+    one branch's array (int32) while it held the other's floats on every backend."""
+    if a.elem_dtype is not None and b.elem_dtype is not None and a.elem_dtype != b.elem_dtype:
+        raise DTypeError(f"{what}: TensorArrays of {a.elem_dtype.name} and {b.elem_dtype.name} elements; both must "
+                         "hold one dtype")
 
 
 @_rule("Enter", "Exit", "NextIteration", "Identity", "StopGradient", "Sleep")
@@ -181,6 +195,12 @@ def check_merge_input(merge: Node, t: Tensor) -> None:
             f'Merge "{merge.name}": the loop variable has shape {sh.fmt(out.shape)} on entry but '
             f"{sh.fmt(t.shape)} after one iteration ({t.name}); pass shape_invariants to while_loop "
             "to allow a shape that changes across iterations"
+        )
+    _same_elements(f'Merge "{merge.name}": the loop variable and back edge {t.name} are', out, t.spec)
+    if not sh.compatible(out.elem_shape, t.spec.elem_shape):  # (an array's elements never change shape)
+        raise ShapeError(
+            f'Merge "{merge.name}": the loop variable is a TensorArray of elements {sh.fmt(out.elem_shape)} on '
+            f"entry but of {sh.fmt(t.spec.elem_shape)} after one iteration ({t.name})"
         )
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
+import numpy as np
+
 from turnout import dtypes as dt
 from turnout import nest
-from turnout.arguments import checked
+from turnout.arguments import call_user, checked
 from turnout.control_flow.contexts import CondContext, CondInfo, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
@@ -78,7 +80,7 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
         with g._in_context(ctx), g._no_capture():
             ctx.pivot = g.create_node("Identity", [sw.outputs[branch]], name=f"{cname}/pivot_{'t' if branch else 'f'}")
         with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{cname}/{'true' if branch else 'false'}"):
-            out = fn()
+            out = call_user(fn, [], f'cond "{cname}"', "true_fn" if branch else "false_fn")
             structures[branch] = out
             fname = "true_fn" if branch else "false_fn"
             flat = [convert_argument(to_graph_value(v), f'cond "{cname}"', f"output {i} of {fname}")
@@ -93,6 +95,11 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
                 raise DTypeError(
                     f'cond "{cname}": output {i} is {t.dtype.name} in true_fn but {f.dtype.name} in false_fn'
                 )
+            if f.spec.elem_dtype != t.spec.elem_dtype:  # (TensorArrays: both are dtype tensor_array)
+                raise DTypeError(
+                    f'cond "{cname}": output {i} is a TensorArray of {t.spec.elem_dtype.name} in true_fn but of '  # type: ignore[union-attr]
+                    f"{f.spec.elem_dtype.name} in false_fn"  # type: ignore[union-attr]
+                )
             m = g.create_node("Merge", [f, t], name=f"{cname}/merge")
             info.merges.append(m)
             merged.append(from_graph_value(m.outputs[0]))
@@ -104,6 +111,8 @@ def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], An
          default: Optional[Callable[[], Any]] = None, name: Optional[str] = None, exclusive: bool = False, *,
          pred_fn_pairs: Any = None) -> Any:
     """Run ``branch_fns[branch_index]()``, or ``default()`` when the index is out of range.
+    ``branch_fns`` is a list of callables, or (as TensorFlow's ``tf.switch_case`` takes them) a dict
+    of index -> callable or a list of ``(index, callable)`` pairs, the indices ``0 .. n-1``.
 
     Without ``default`` the last branch serves as default. Lowered to nested conds, so exactly one
     branch computes.
@@ -128,9 +137,7 @@ def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], An
     if exclusive:
         raise GraphBuildError("case: exclusive applies to the predicate form, case(pred_fn_pairs, ...), "
                               "where several predicates may hold")
-    fns = list(branch_fns)
-    if not fns:
-        raise GraphBuildError("case: needs at least one branch function")
+    fns = _indexed_branches(branch_fns)
     idx = convert_argument(branch_index, "case", "branch_index")
     if idx.dtype != dt.int32 or (idx.shape is not None and idx.shape != ()):
         raise DTypeError(f"case: branch_index must be an int32 scalar, got {idx.dtype.name} {idx.shape}")
@@ -141,11 +148,39 @@ def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], An
 
     def chain(k: int) -> Any:
         if k == len(fns):
-            return default()  # type: ignore[misc]
+            return call_user(default, [], f'case "{cname}"', "default")  # type: ignore[arg-type]
         return cond(equal(idx, k), fns[k], lambda: chain(k + 1), name=f"{cname}/branch{k}")
 
     with g._all_or_nothing():
         return chain(0)
+
+
+def _indexed_branches(branch_fns: Any) -> list[Callable[[], Any]]:
+    """``case``'s branch functions in index order, from what TensorFlow's ``tf.switch_case`` takes: a
+    list of callables (branch ``k`` is item ``k``), a dict of index -> callable, or a list of
+    ``(index, callable)`` pairs, the indices ``0 .. n-1`` each once. Why checked here: an item that
+    is not callable used to be called when the branches were built, and a dict gave its keys as the
+    branches, both Python's "'int' object is not callable" from deep inside ``cond``."""
+    items = list(branch_fns.items()) if isinstance(branch_fns, dict) else list(branch_fns)
+    if not items:
+        raise GraphBuildError("case: needs at least one branch function")
+    if not isinstance(items[0], tuple):  # a list of callables
+        for k, f in enumerate(items):
+            if not callable(f):
+                raise GraphBuildError(f"case: branch_fns[{k}] must be a callable taking no arguments, got {f!r}")
+        return items  # type: ignore[return-value]
+    for k, item in enumerate(items):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise GraphBuildError(f"case: branch_fns[{k}] must be an (index, callable) pair as the items before it "
+                                  f"are, got {item!r}")
+        if not isinstance(item[0], (int, np.integer)) or isinstance(item[0], (bool, np.bool_)):
+            raise GraphBuildError(f"case: the index of branch_fns[{k}] must be an int, got {item[0]!r}")
+        if not callable(item[1]):
+            raise GraphBuildError(f"case: the branch function for index {item[0]} is not callable: {item[1]!r}")
+    keys = sorted(int(i) for i, _ in items)
+    if keys != list(range(len(items))):
+        raise GraphBuildError(f"case: the branch indices must be 0 to {len(items) - 1}, each once; got {keys}")
+    return [f for _, f in sorted(items, key=lambda p: int(p[0]))]
 
 
 def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: bool, name: Optional[str]) -> Any:
@@ -170,7 +205,7 @@ def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: 
         preds.append(p)
         fns.append(item[1])
     if not fns:
-        return default()  # type: ignore[misc]
+        return call_user(default, [], "case", "default")  # type: ignore[arg-type]
     g = preds[0].graph
     cname = g.unique_name(name or "case")
     with g._all_or_nothing():

@@ -41,12 +41,12 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.arguments import checked
+from turnout.arguments import call_user, checked
 from turnout.control_flow.tensor_array import TensorArray, unstack
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import GraphBuildError, ShapeError
 from turnout.graph import Tensor, get_default_graph
-from turnout.ops import concat, constant, convert_to_tensor, getitem, shape, stack
+from turnout.ops import assert_true, concat, constant, convert_to_tensor, equal, getitem, shape, stack
 
 
 def _leading(flat: list[Tensor]) -> Optional[int]:
@@ -102,10 +102,26 @@ def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
         if t.shape is not None and len(t.shape) == 0:
             raise GraphBuildError(f"elems must have a leading dimension to iterate over; {t.name} is a scalar")
     known = [(t.name, t.shape[0]) for t in flat if t.shape is not None and t.shape[0] is not None]
-    if len({n for _, n in known}) > 1:  # (lengths known only at run time meet the reads' range check)
+    if len({n for _, n in known}) > 1:
         raise ShapeError("elems must share their leading dimension (one element of each per step); got "
                          + ", ".join(f"{name} with {n}" for name, n in known))
-    return flat, getitem(shape(flat[0]), 0)
+    n = getitem(shape(flat[0]), 0)
+    return [flat[0], *[t if _same_length(flat[0], t) else _checked_length(t, n) for t in flat[1:]]], n
+
+
+def _same_length(first: Tensor, t: Tensor) -> bool:
+    """Whether ``t`` is known while building to have as many elements as ``first`` (the loop's
+    count)."""
+    return first.shape is not None and t.shape is not None and first.shape[0] is not None and t.shape[0] is not None
+
+
+def _checked_length(t: Tensor, n: Tensor) -> Tensor:
+    """``t``, once its leading dimension is ``n`` (a ``KernelError`` at run time when not). Why a run-time
+    check for lengths known only then: the loop runs ``n`` steps, the first leaf's length, so a longer
+    other leaf lost its last elements silently (a shorter one met the read's range check)."""
+    size = getitem(shape(t), 0)
+    return assert_true(equal(size, n), t, "elems must share their leading dimension (one element of each per step)",
+                       data=[n, size])
 
 
 def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: bool, kw: dict[str, Any],
@@ -136,7 +152,7 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
     def body(i: Tensor, carry: Any, tas: Any) -> Any:
         j = slot(i)
         x = nest.pack_as(elems, [ta.read(j) for ta in xs])
-        new = fn(carry, x)
+        new = call_user(fn, [carry, x], kw["name"], "fn")
         nest.assert_same_structure(init, new, "the function's output and the accumulator")
         flat_new = [convert_to_tensor(v) for v in nest.flatten(new)]
         if keep:  # a fold carries no TensorArrays
@@ -216,7 +232,7 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
     out_shapes: list[sh.Shape] = []
 
     def body(i: Tensor, tas: Any) -> Any:
-        y = fn(nest.pack_as(elems, [ta.read(i) for ta in xs]))
+        y = call_user(fn, [nest.pack_as(elems, [ta.read(i) for ta in xs])], name or "map_fn", "fn")
         flat_y = [convert_to_tensor(v) for v in nest.flatten(y)]
         out_shapes[:] = [v.shape for v in flat_y]
         if len(flat_y) != len(tas):
@@ -224,6 +240,9 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
                 f"map_fn: fn returned {len(flat_y)} tensors but {len(tas)} were expected; pass dtype= to "
                 "describe fn's output"
             )
+        # (as many tensors in another structure, a dict for a tuple, was packed as the tuple, silently)
+        nest.assert_same_structure(out_struct, y, "map_fn: fn's output and " + ("elems (pass dtype= to describe "
+                                   "fn's output)" if dtype is None else "dtype"))
         for k, (v, d) in enumerate(zip(flat_y, out_dtypes, strict=True)):
             if v.dtype != d:
                 raise GraphBuildError(f"map_fn: output {k} of fn is {v.dtype.name}, expected {d.name}; pass dtype=")

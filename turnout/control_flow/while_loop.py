@@ -35,7 +35,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.arguments import checked, positive_int
+from turnout.arguments import call_user, checked, positive_int
 from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
@@ -44,12 +44,13 @@ from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
 from turnout.ops import convert_argument, identity, logical_and
 
 
-def _call(fn: Callable[..., Any], structure: Any, values: Any) -> Any:
+def _call(fn: Callable[..., Any], structure: Any, values: Any, where: str, what: str) -> Any:
     """Lists and plain tuples are spread as positional arguments (TensorFlow's convention); a single
-    tensor, a dict or a namedtuple is passed as one argument."""
+    tensor, a dict or a namedtuple is passed as one argument. A ``fn`` that cannot take them is an
+    ``ArgumentError`` naming ``what`` it is (``call_user``)."""
     if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
-        return fn(*values)
-    return fn(values)
+        return call_user(fn, list(values), where, what)
+    return call_user(fn, [values], where, what)
 
 
 def _has_dict(x: Any) -> bool:
@@ -188,7 +189,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
     # The predicate, and LoopCond: the pivot.
     with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/cond"):
         ctx.mode = "pred"
-        p = _call(cond, loop_vars, nest.pack_as(loop_vars, merged[1:1 + len(init)]))
+        p = _call(cond, loop_vars, nest.pack_as(loop_vars, merged[1:1 + len(init)]), f'while_loop "{lname}"', "cond")
         p = convert_argument(p, f'while_loop "{lname}"', "the value cond returns")
         p = ctx.capture(p)
         if p.dtype != dt.bool_ or (p.shape is not None and p.shape != ()):
@@ -210,7 +211,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
     with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{lname}/body"):
         ctx.mode = "body"
         body_in = [from_graph_value(lv.body_input.outputs[0]) for lv in ctx.loop_vars]  # type: ignore[union-attr]
-        out = _call(body, loop_vars, nest.pack_as(loop_vars, body_in[1:1 + len(init)]))
+        out = _call(body, loop_vars, nest.pack_as(loop_vars, body_in[1:1 + len(init)]), f'while_loop "{lname}"', "body")
         if isinstance(loop_vars, (list, tuple)) and not isinstance(out, (list, tuple)) and len(loop_vars) == 1:
             out = [out]
         if isinstance(loop_vars, (list, tuple)) and isinstance(out, (list, tuple)) and not hasattr(out, "_fields"):
@@ -236,6 +237,12 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                 raise DTypeError(
                     f'while_loop "{lname}": loop variable {k - 1} enters as {lv.merge.outputs[0].dtype.name} '
                     f"but the body returns {t.dtype.name} ({t.name})"
+                )
+            enters = lv.merge.outputs[0].spec.elem_dtype
+            if t.spec.elem_dtype != enters:  # (TensorArrays: both are dtype tensor_array)
+                raise DTypeError(
+                    f'while_loop "{lname}": loop variable {k - 1} enters as a TensorArray of {enters.name} '  # type: ignore[union-attr]
+                    f"but the body returns one of {t.spec.elem_dtype.name} ({t.name})"  # type: ignore[union-attr]
                 )
             lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
             lv.merge.close_back_edge(lv.next_iteration.outputs[0])

@@ -90,15 +90,39 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
             )
     # (built in the graph of ys and xs, whichever graph is the default: the one place it can go)
     with g.as_default():
-        return _build(g, root, y_list, x_list, grad_ys, unconnected_gradients, memory_budget)
+        return _build(g, root, y_list, x_list, ys, grad_ys, unconnected_gradients, memory_budget)
 
 
-def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], grad_ys: Any,
+def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
+    """The weight of each tensor of ``ys``: ``grad_ys`` taken apart only as deep as ``ys`` is nested,
+    as TensorFlow does (a single ``y`` may have its weight in a one-item list). Why not flattened
+    whole: a weight given as a Python list (``grad_ys=[[1.0, 2.0]]`` for ``ys=[y]`` of shape [2]) is one
+    value, which flattening split into two ("2 grad_ys for 1 ys")."""
+    if not nest.is_nested(ys):
+        return list(grad_ys) if isinstance(grad_ys, (list, tuple)) else [grad_ys]
+
+    def up_to(s: Any, v: Any) -> list[Any]:
+        if not nest.is_nested(s):
+            return [v]
+        if isinstance(s, dict):
+            if not isinstance(v, dict) or sorted(v) != sorted(s):
+                raise GradientError(f"gradients: grad_ys must have the structure of ys: a dict with keys {sorted(s)} "
+                                    f"where ys has one, got {type(v).__name__}")
+            return [w for k in sorted(s) for w in up_to(s[k], v[k])]
+        if not isinstance(v, (list, tuple)) or len(v) != len(s):
+            n = len(v) if isinstance(v, (list, tuple)) else 1
+            raise GradientError(f"gradients: {n} grad_ys for {len(s)} ys")
+        return [w for a, b in zip(s, v, strict=True) for w in up_to(a, b)]
+
+    return up_to(ys, grad_ys)
+
+
+def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], ys: Any, grad_ys: Any,
            unconnected_gradients: str, memory_budget: Optional[int]) -> list[Optional[Tensor]]:
     """``gradients``, its arguments checked, with ``g`` the default graph."""
     gy_list: list[Any] = [None] * len(y_list)
     if grad_ys is not None:
-        given = nest.flatten(grad_ys)
+        given = _grad_ys_up_to(ys, grad_ys)
         if len(given) != len(y_list):
             raise GradientError(f"gradients: {len(given)} grad_ys for {len(y_list)} ys")
         # (a value that is not yet a tensor takes the dtype of the y it weights, as in TensorFlow)

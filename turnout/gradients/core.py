@@ -544,7 +544,11 @@ class Backward:
 
     def size_of(self, ta: Tensor) -> Tensor:
         """The size of TensorArray ``ta``, from where it was made when that is visible (a static
-        unstacked shape, or the size given to TensorArrayNew), so nothing need be saved for it."""
+        unstacked shape, or the size given to TensorArrayNew), so nothing need be saved for it. An
+        array of dynamic size grows with its writes, so the size it was made with is not its size:
+        ``ta``'s own is saved from the forward pass (a read at slot 3 of an array made with size 1
+        and grown to 4 had a gradient array of size 1, and its gradient failed "index 3 out of
+        range")."""
         t = self.canonical(ta)
         while t.node.op in ("TensorArrayWrite", "TensorArrayAdd", "TensorArrayAccumulate"):
             t = self.canonical(t.node.inputs[0])
@@ -553,9 +557,9 @@ class Backward:
             if x.shape is not None and x.shape[0] is not None:
                 return ops.constant(np.asarray(x.shape[0], np.int32), dtype=dt.int32)
             return ops.getitem(self.shape_of(x), 0)
-        if t.node.op == "TensorArrayNew":
+        if t.node.op == "TensorArrayNew" and not t.node.attrs.get("dynamic_size"):
             return self.value(t.node.inputs[0])
-        return self._forward_aux("size", t)
+        return self._forward_aux("size", self.canonical(ta))
 
     def zeros_like(self, t: Tensor) -> Tensor:
         """Zeros of ``t``'s type, built in the current backward context."""

@@ -298,7 +298,8 @@ def call_body(w: WhileContext, xs: Sequence[Tensor]) -> list[Tensor]:
     unchanged (``lambda i, v: (i + 1, x)``), which no op of the call then reads, so nothing captured
     it; its capture (the one ``_seed_captures`` made) is what carries its gradient outside."""
     assert w.body_fn is not None
-    out = _call(w.body_fn, w.structure, nest.pack_as(w.structure, [from_graph_value(x) for x in xs]))
+    out = _call(w.body_fn, w.structure, nest.pack_as(w.structure, [from_graph_value(x) for x in xs]),
+                f'while_loop "{w.name}"', "body")
     if not isinstance(out, (list, tuple)) and len(xs) == 1:
         out = [out]
     flat = [ops.convert_to_tensor(to_graph_value(v)) for v in nest.flatten(out)]
