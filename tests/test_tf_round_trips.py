@@ -37,7 +37,13 @@ from turnout.graphdef import export_graph_def, import_graph_def  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tf"
 TOOL = ROOT / "tools" / "tf_check.py"
-CASES = sorted(p.stem for p in DATA.glob("*.pbtxt"))
+#: fixtures that import and run but do not export, with why (docs/missing.rst lists them)
+NOT_EXPORTED = {
+    # map_fn of a function that makes its own TensorArray: tf.gradients saves the array's handle on a
+    # stack, and Turnout's TensorArray (a value on its flow edge) has no handle to push
+    "while_case_map_fn": "stacks of resource values have no TensorFlow form",
+}
+CASES = sorted(p.stem for p in DATA.glob("*.pbtxt") if p.stem not in NOT_EXPORTED)
 
 
 def tf_python() -> str | None:
@@ -69,6 +75,13 @@ def test_every_fixture_exports() -> None:
     ``foldl`` too, whose loop-carried sums of gradient arrays take TensorFlow's gradient-array form."""
     for case in CASES:
         imp = import_graph_def(DATA / f"{case}.pbtxt")
+        export_graph_def(imp.graph)
+
+
+@pytest.mark.parametrize("case", sorted(NOT_EXPORTED))
+def test_a_fixture_that_does_not_export_is_refused_naming_why(case: str) -> None:
+    imp = import_graph_def(DATA / f"{case}.pbtxt")
+    with pytest.raises(tn.UnsupportedError, match=NOT_EXPORTED[case]):
         export_graph_def(imp.graph)
 
 

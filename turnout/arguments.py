@@ -157,25 +157,25 @@ def checked(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def call_user(fn: Callable[..., Any], args: Sequence[Any], where: str, what: str) -> Any:
-    """``fn(*args)``, a function the user handed a builder (``what``: its role in ``where``, such as
-    ``body`` in ``while_loop "while"``), its arity checked against ``args`` first: a function that
-    cannot take them is an ``ArgumentError`` naming the builder and the role. Why from the signature,
-    before the call: a body that takes one parameter for two loop variables is a mismatch of
-    structures, which reached the user as Python's ``TypeError`` from the builder's call, while a
-    ``TypeError`` raised inside ``fn`` is the user's own and must pass unchanged. A callable whose
-    signature Python cannot read (some built-ins) is called as it is."""
+def check_arity(fn: Callable[..., Any], args: Sequence[Any], where: str, what: str) -> None:
+    """Refuse a function the user handed a builder (``what``: its role in ``where``, such as ``body``
+    in ``while_loop "while"``) that cannot take ``args``: an ``ArgumentError`` naming the builder and
+    the role. Why from the signature, before the call: a body that takes one parameter for two loop
+    variables is a mismatch of structures, which reached the user as Python's ``TypeError`` from the
+    builder's call, while a ``TypeError`` raised inside ``fn`` is the user's own and must pass
+    unchanged. Why the builder then calls ``fn`` itself: no frame is added between a builder and the
+    user's function, whose nesting (a cond in a cond's branch) is Python recursion. A callable whose
+    signature Python cannot read (some built-ins) passes."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return fn(*args)
+        return
     try:
         sig.bind(*args)
     except TypeError as e:
         n = len(args)
         raise ArgumentError(f"{where}: {what} is called with {n} positional argument{'s' if n != 1 else ''}, "
                             f"which it cannot take ({e})") from None
-    return fn(*args)
 
 
 #: how many checked functions the current call is inside: an error names the argument of the

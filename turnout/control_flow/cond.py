@@ -23,7 +23,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import nest
-from turnout.arguments import call_user, checked
+from turnout.arguments import check_arity, checked
 from turnout.control_flow.contexts import CondContext, CondInfo, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
@@ -80,7 +80,8 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
         with g._in_context(ctx), g._no_capture():
             ctx.pivot = g.create_node("Identity", [sw.outputs[branch]], name=f"{cname}/pivot_{'t' if branch else 'f'}")
         with g._in_context(ctx), g.control_dependencies(None), g.name_scope(f"{cname}/{'true' if branch else 'false'}"):
-            out = call_user(fn, [], f'cond "{cname}"', "true_fn" if branch else "false_fn")
+            check_arity(fn, [], f'cond "{cname}"', "true_fn" if branch else "false_fn")
+            out = fn()
             structures[branch] = out
             fname = "true_fn" if branch else "false_fn"
             flat = [convert_argument(to_graph_value(v), f'cond "{cname}"', f"output {i} of {fname}")
@@ -148,7 +149,8 @@ def case(branch_index: Any = None, branch_fns: Optional[Sequence[Callable[[], An
 
     def chain(k: int) -> Any:
         if k == len(fns):
-            return call_user(default, [], f'case "{cname}"', "default")  # type: ignore[arg-type]
+            check_arity(default, [], f'case "{cname}"', "default")  # type: ignore[arg-type]
+            return default()  # type: ignore[misc]
         return cond(equal(idx, k), fns[k], lambda: chain(k + 1), name=f"{cname}/branch{k}")
 
     with g._all_or_nothing():
@@ -205,7 +207,8 @@ def _case_of_pairs(pairs: Any, default: Optional[Callable[[], Any]], exclusive: 
         preds.append(p)
         fns.append(item[1])
     if not fns:
-        return call_user(default, [], "case", "default")  # type: ignore[arg-type]
+        check_arity(default, [], "case", "default")  # type: ignore[arg-type]
+        return default()  # type: ignore[misc]
     g = preds[0].graph
     cname = g.unique_name(name or "case")
     with g._all_or_nothing():

@@ -41,7 +41,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.arguments import call_user, checked
+from turnout.arguments import check_arity, checked
 from turnout.control_flow.tensor_array import TensorArray, unstack
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import GraphBuildError, ShapeError
@@ -152,7 +152,8 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
     def body(i: Tensor, carry: Any, tas: Any) -> Any:
         j = slot(i)
         x = nest.pack_as(elems, [ta.read(j) for ta in xs])
-        new = call_user(fn, [carry, x], kw["name"], "fn")
+        check_arity(fn, [carry, x], kw["name"], "fn")
+        new = fn(carry, x)
         nest.assert_same_structure(init, new, "the function's output and the accumulator")
         flat_new = [convert_to_tensor(v) for v in nest.flatten(new)]
         if keep:  # a fold carries no TensorArrays
@@ -232,7 +233,9 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
     out_shapes: list[sh.Shape] = []
 
     def body(i: Tensor, tas: Any) -> Any:
-        y = call_user(fn, [nest.pack_as(elems, [ta.read(i) for ta in xs])], name or "map_fn", "fn")
+        x = nest.pack_as(elems, [ta.read(i) for ta in xs])
+        check_arity(fn, [x], name or "map_fn", "fn")
+        y = fn(x)
         flat_y = [convert_to_tensor(v) for v in nest.flatten(y)]
         out_shapes[:] = [v.shape for v in flat_y]
         if len(flat_y) != len(tas):

@@ -35,7 +35,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.arguments import call_user, checked, positive_int
+from turnout.arguments import check_arity, checked, positive_int
 from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
@@ -47,10 +47,10 @@ from turnout.ops import convert_argument, identity, logical_and
 def _call(fn: Callable[..., Any], structure: Any, values: Any, where: str, what: str) -> Any:
     """Lists and plain tuples are spread as positional arguments (TensorFlow's convention); a single
     tensor, a dict or a namedtuple is passed as one argument. A ``fn`` that cannot take them is an
-    ``ArgumentError`` naming ``what`` it is (``call_user``)."""
-    if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
-        return call_user(fn, list(values), where, what)
-    return call_user(fn, [values], where, what)
+    ``ArgumentError`` naming ``what`` it is (``check_arity``)."""
+    args = list(values) if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields") else [values]
+    check_arity(fn, args, where, what)
+    return fn(*args)
 
 
 def _has_dict(x: Any) -> bool:
