@@ -135,3 +135,19 @@ def test_tile_gradient_sums_the_tiles_at_run_time_shapes(route: str) -> None:
     got = _run(route, g, [du, dv], {u: uv, v: vv})
     np.testing.assert_allclose(got[0], 12 * uv)
     np.testing.assert_allclose(got[1], 9 * vv ** 2)
+
+
+# ---- the gradient of a gather along a negative axis ------------------------------------------------------
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_gather_gradient_along_a_negative_axis_with_matrix_indices(route: str) -> None:
+    """jax.grad of sum(erf(take(x, idx, axis=-1))) for a [3, 2] ``x`` and [2, 2] indices: the
+    gradient scatters back along the axis counted from the end (the scatter moved the wrong axes, a
+    KernelError on the interpreters and a fallback with a warning on the fast backend)."""
+    idx = np.array([[0, -1], [1, 0]], np.int32)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [3, 2])
+        (d,) = tn.gradients(tn.reduce_sum(tn.erf(tn.gather(x, idx, axis=-1))), [x])
+    xv = np.array([[0.5, -1.0], [0.25, 2.0], [-0.75, 1.5]])
+    want = _jax(jax.grad(lambda x: jnp.sum(jax.scipy.special.erf(jnp.take(x, jnp.asarray(idx) % 2, axis=-1)))), xv)
+    np.testing.assert_allclose(_run(route, g, d, {x: xv}), want, rtol=1e-12)
