@@ -205,7 +205,7 @@ def _scatter_add_like(ctx, n, xs):
     like, idx, upd = xs
     upd = jnp.asarray(upd)
     idx = jnp.asarray(idx)
-    ax = n.attrs.get("axis", 0)
+    ax = n.attrs.get("axis", 0) % max(jnp.ndim(like), 1)  # (``kernels._scatter_add_like``: from the end)
     out = jnp.moveaxis(jnp.zeros(jnp.shape(like), upd.dtype), ax, 0)
     upd_m = jnp.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
     return [jnp.moveaxis(out.at[idx].add(upd_m), 0, ax)]

@@ -353,7 +353,7 @@ def _gather(xs, attrs):
 @_k("ScatterAddLike")
 def _scatter_add_like(xs, attrs):
     like, idx, upd = xs
-    ax = attrs.get("axis", 0)
+    ax = attrs.get("axis", 0) % max(np.ndim(like), 1)  # (a negative axis, as Gather's, counts from the end)
     out = np.zeros(np.shape(like), dtype=np.asarray(upd).dtype)
     moved = np.moveaxis(out, ax, 0)
     upd_m = np.asarray(upd)

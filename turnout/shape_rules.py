@@ -617,14 +617,32 @@ def _size(op, specs, attrs):
     return [TensorSpec(dt.int32, ())]
 
 
+def _one_way(op: str, small: sh.Shape, big: sh.Shape, what: str) -> None:
+    """Refuse ``small`` where it cannot broadcast to ``big`` as far as both are known: more dimensions,
+    or a trailing dimension that is neither 1 nor ``big``'s. Why: broadcasting is one way here (the
+    result has ``big``'s shape), so ``sh.broadcast``'s two-way check would take [3, 1] against [3];
+    without this the mismatch surfaced when the op ran, as numpy's "operand has more dimensions than
+    allowed by the axis remapping" on the interpreters and another message on the fast backend."""
+    if small is None or big is None:
+        return
+    lead = len(big) - len(small)
+    if lead < 0 or any(a not in (1, None) and big[i + lead] is not None and a != big[i + lead]
+                       for i, a in enumerate(small)):
+        raise ShapeError(what)
+
+
 @_rule("BroadcastLike")
 def _broadcast_like(op, specs, attrs):
-    return [TensorSpec(specs[0].dtype, specs[1].shape)]
+    x, like = specs[0].shape, specs[1].shape
+    _one_way(op, x, like, f"BroadcastLike: shape {sh.fmt(x)} does not broadcast to {sh.fmt(like)}")
+    return [TensorSpec(specs[0].dtype, like)]
 
 
 @_rule("SumToLike")
 def _sum_to_like(op, specs, attrs):
-    return [TensorSpec(specs[0].dtype, specs[1].shape)]
+    x, like = specs[0].shape, specs[1].shape
+    _one_way(op, like, x, f"SumToLike: a tensor of shape {sh.fmt(x)} cannot be summed to shape {sh.fmt(like)}")
+    return [TensorSpec(specs[0].dtype, like)]
 
 
 # ---- TensorArray -----------------------------------------------------------------------------------

@@ -125,6 +125,33 @@ def while_loop(
                       back_prop, swap_memory, name, None if memory_budget is None else int(memory_budget))
 
 
+def _settle_element_shape(init: Tensor, lv: LoopVar, out: Tensor) -> None:
+    """Give the Exit of a TensorArray loop variable the element shape its body writes, where the
+    array enters the loop fresh (a ``TensorArrayNew``, no slot written) and its element shape is not
+    declared: as TensorFlow 1's TensorArray learns its element shape from its first write.
+
+    Why: the loop variable's spec is fixed when it enters, before the body is built, so a stack
+    after the loop had an unknown shape, not even a rank; a loop variable computed from it then no
+    longer fitted its Merge, and gradients that need a rank (a concat's, a reduction's over a
+    negative axis) were refused. Why only a fresh array: every value that leaves this loop and can
+    be read or stacked was written by the body (a fresh array's unwritten slot fails when read or
+    stacked), so its elements have the body's shape; an array written before the loop could, after
+    no iteration, hold elements of another shape. The Exit's recorded spec is more precise than the
+    one inferred from its Switch, which ``validate.spec_mismatch`` accepts (compatible shapes)."""
+    if init.dtype != dt.tensor_array or lv.exit is None:
+        return
+    src = init
+    while src.node.op == "Enter":
+        src = src.node.inputs[0]
+    have, body = lv.exit.outputs[0].spec, out.spec
+    if src.node.op != "TensorArrayNew" or body.elem_shape is None or have.elem_shape == body.elem_shape:
+        return
+    if not sh.compatible(have.elem_shape, body.elem_shape):
+        return
+    lv.exit.outputs[0].spec = TensorSpec(have.dtype, have.shape, have.elem_dtype,
+                                         sh.merge(have.elem_shape, body.elem_shape))
+
+
 def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any, leaves: list[Any],
            parallel_iterations: int, maximum_iterations: Any, shape_invariants: Any, back_prop: bool,
            swap_memory: bool, name: Optional[str], memory_budget: Optional[int] = None) -> Any:
@@ -246,6 +273,8 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                 )
             lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
             lv.merge.close_back_edge(lv.next_iteration.outputs[0])
+    for t0, lv, t in zip(init, ctx.loop_vars[1:], flat_out, strict=True):
+        _settle_element_shape(t0, lv, t)
     ctx.accumulators = checkpoints.accumulators(ctx)
     ctx.mode = "done"
     results = [from_graph_value(lv.exit.outputs[0]) for lv in checkpoints.state_vars(ctx)]  # type: ignore[union-attr]

@@ -635,10 +635,15 @@ class Backward:
         return ops.reshape(t, shape)  # type: ignore[arg-type]
 
     def reshape_like(self, dy: Tensor, x: Tensor) -> Tensor:
+        """``dy`` reshaped to forward tensor ``x``'s shape: a static Reshape where at most one size of
+        ``x`` is unknown, else a ``ReshapeTo`` the run-time shape (``shape_of``). Why the fallback: a
+        value whose static shape inference lost (a placeholder of unknown shape, a TensorArray's stack)
+        has a shape when it runs, as TensorFlow's Reshape gradient reads it; refusing it was a
+        GradientError for a program every backend runs."""
         s = x.shape
         if s is not None and sum(d is None for d in s) <= 1:
             return ops.reshape(dy, [-1 if d is None else d for d in s])
-        raise GradientError(f"reshape gradient needs the static shape of {x.name} (at most one unknown dimension)")
+        return dy.graph.create_node("ReshapeTo", [dy, self.shape_of(x)]).outputs[0]
 
 
 def _encloses(scope: Optional[ControlFlowContext], inner: Optional[ControlFlowContext]) -> bool:

@@ -425,14 +425,22 @@ def _update_slot(b, n, dys):
 
 @_grad("Tile")
 def _tile(b, n, dys):
-    """dx = sum of dy over the tiles: reshape dy to (m0, d0, m1, d1, ...) and sum the m axes."""
+    """dx = sum of dy over the tiles: reshape dy to (m0, d0, m1, d1, ...) and sum the m axes. Where a
+    size of the input is known only at run time (a placeholder's, a TensorArray's stack), the split
+    shape interleaves the multiples with the run-time shape (``b.shape_of``), as TensorFlow's Tile
+    gradient does; its rank is always known, ``len(multiples)``."""
     x = _in(n, 0)
     mult = n.attrs["multiples"]
-    if x.shape is None or any(d is None for d in x.shape):
-        raise GradientError(f'Tile node "{n.name}": its gradient needs the static shape of the input')
-    split = [s for m, d in zip(mult, x.shape, strict=True) for s in (m, d)]
-    r = ops.reshape(dys[0], split)
-    return [ops.reduce_sum(r, axis=list(range(0, 2 * len(mult), 2)))]
+    axes = list(range(0, 2 * len(mult), 2))
+    if x.shape is not None and all(d is not None for d in x.shape):
+        split = [s for m, d in zip(mult, x.shape, strict=True) for s in (m, d)]
+        return [ops.reduce_sum(ops.reshape(dys[0], split), axis=axes)]
+    if not mult:
+        return [dys[0]]
+    pairs = ops.stack([ops.constant(np.asarray(mult, np.int32)), b.shape_of(x)])  # [[m0, m1, ...], [d0, d1, ...]]
+    split = ops.reshape(ops.transpose(pairs), [2 * len(mult)])
+    r = dys[0].graph.create_node("ReshapeTo", [dys[0], split]).outputs[0]
+    return [ops.reduce_sum(r, axis=axes)]
 
 
 @_grad("Sum")
