@@ -239,6 +239,8 @@ class PartitionedRun:
         self.by_device = {p.device: p for p in self.parts}
 
     def run(self, order: str = "round_robin", seed: int = 0) -> None:
+        if not self.parts:  # nothing fetched (``run([])``): no partition has work
+            return
         for p in self.parts:
             p.start()
         if order == "threads":

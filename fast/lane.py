@@ -156,7 +156,7 @@ def signature(backend: FastBackend, feeds: dict[Tensor, Any], given: dict[Any, A
         if isinstance(v, jax.Array):  # passed as it is, on the backend's device (``device_feed``)
             if v.dtype != t.dtype.numpy or t.dtype.is_opaque or backend.device_feed(v) is not v:
                 return None
-        elif not isinstance(v, (np.ndarray, np.generic)) or v.dtype != t.dtype.numpy:
+        elif not (type(v) is np.ndarray or isinstance(v, np.generic)) or v.dtype != t.dtype.numpy:
             return None
         sig.append((t, type(v), v.dtype, v.shape))
     return tuple(sig)

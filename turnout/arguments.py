@@ -113,9 +113,12 @@ def checked(fn: F) -> F:
     say). The tests are made on the first call (annotations may name classes defined after ``fn``)."""
     sig = inspect.signature(fn)
     tests: Optional[tuple[dict[str, Test], dict[str, Test]]] = None
+    # a constructor is named by its class (``Variable``), a method by its class too (``SGD.minimize``)
+    label = fn.__qualname__.removesuffix(".__init__") if "." in fn.__qualname__ and "<" not in fn.__qualname__ \
+        else fn.__name__
 
     def refuse(name: str, value: Any) -> ArgumentError:
-        return ArgumentError(f"{fn.__name__}: {name} must be {_say(sig.parameters[name])}, "
+        return ArgumentError(f"{label}: {name} must be {_say(sig.parameters[name])}, "
                              f"got {type(value).__name__} {_short(value)}")
 
     @functools.wraps(fn)
@@ -130,7 +133,7 @@ def checked(fn: F) -> F:
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as e:
-            raise ArgumentError(f"{fn.__name__}: {e}") from None
+            raise ArgumentError(f"{label}: {e}") from None
         for name, value in bound.arguments.items():
             test = eager.get(name)
             if test is not None and not test(value):
@@ -139,7 +142,8 @@ def checked(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except GraphBuildError as e:
-            named = _naming(fn.__name__, e, bound.arguments) if _DEPTH.get() == 1 else None
+            given = {k: v for k, v in bound.arguments.items() if k != "self"}
+            named = _naming(label, e, given) if _DEPTH.get() == 1 else None
             if named is None:
                 raise
             raise named from None

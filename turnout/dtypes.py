@@ -131,8 +131,13 @@ def as_checked_array(value: Any, d: DType, what: str) -> np.ndarray:
     """
     if d.is_opaque:
         raise ValueError(f"{what}: cannot make a value of dtype {d.name}")
-    if isinstance(value, np.ndarray):
+    if type(value) is np.ndarray:
         arr = value
+    elif isinstance(value, np.ndarray):  # a subclass: a masked array's mask no tensor holds; an np.matrix
+        if isinstance(value, np.ma.MaskedArray):  # (or other subclass) is taken as its plain array
+            raise ValueError(f"{what}: {_short(value)} is a masked array, whose mask a tensor cannot hold; "
+                             "fill it first (value.filled(...))")
+        arr = np.asarray(value)
     else:
         try:
             arr = np.asarray(value)

@@ -354,8 +354,14 @@ class Session:
                     k = self.graph.tensor(k)
                 except (KeyError, IndexError, ValueError):
                     raise FeedError(f"feed_dict key {k!r} names no tensor of this graph") from None
-            if hasattr(k, "_as_tensor") and not isinstance(k, Tensor):
-                raise FeedError("feed a Variable by assigning it, not through feed_dict")
+            if hasattr(k, "_as_tensor") and not isinstance(k, Tensor):  # a Variable or a TensorArray
+                from turnout.variables import Variable
+
+                if isinstance(k, Variable):
+                    raise FeedError(f"cannot feed Variable {k.name!r}: feed a Variable by assigning it, "
+                                    "not through feed_dict")
+                raise FeedError(f"feed_dict key {k!r} is a {type(k).__name__}, which cannot be fed: its "
+                                "value comes from the ops that write it; feed a placeholder instead")
             if not isinstance(k, Tensor) or k.graph is not self.graph:
                 raise FeedError(f"feed_dict key {k!r} is not a tensor of this graph")
             checked = self._check_feed(k, v)
@@ -466,6 +472,8 @@ class Session:
             arr = value
         elif tv is int or tv is float or tv is bool or isinstance(value, np.generic):
             arr = np.asarray(value)  # a numpy scalar (``np.int32(8)``) is checked like a 0-d array
+        elif isinstance(value, np.ndarray):  # a subclass of ndarray (a masked array): every check, each run
+            return check_feed(t, value)
         elif hasattr(value, "__array__") and isinstance(getattr(value, "dtype", None), np.dtype):
             deleted = getattr(value, "is_deleted", None)  # a jax.Array donated or deleted: no value left
             if callable(deleted) and deleted():

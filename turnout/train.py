@@ -19,14 +19,37 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import ops
-from turnout.errors import GradientError
+from turnout.arguments import checked
+from turnout.errors import ArgumentError, GradientError
 from turnout.graph import Node, Tensor
 from turnout.variables import Variable, trainable_variables
+
+#: the largest float (a Python float: comparing a huge int with numpy's overflows)
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
+def _rate(value: Any, what: str) -> float:
+    """A hyperparameter as a float: a finite real number, or ``ArgumentError`` naming it."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    x = float(value) if ok and abs(value) <= _FLOAT_MAX else float("nan")
+    if not np.isfinite(x):
+        raise ArgumentError(f"{what} must be a finite number, got {type(value).__name__} {value!r:.60}")
+    return x
+
+
+def _variables(vs: Any, what: str) -> list[Variable]:
+    """``vs`` as a list of Variables, or ``ArgumentError`` naming the first that is not one."""
+    out = list(vs)
+    for v in out:
+        if not isinstance(v, Variable):
+            raise ArgumentError(f"{what} must hold Variables, got {type(v).__name__} {v!r:.60}")
+    return out
 
 
 class Optimizer(ABC):
     """Base class: ``minimize`` = ``compute_gradients`` + ``apply_gradients``."""
 
+    @checked
     def compute_gradients(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None,
                           memory_budget: Optional[int] = None) -> list[tuple[Tensor, Variable]]:
         """The (gradient, Variable) pairs of ``loss`` for ``var_list`` (every trainable Variable by
@@ -34,7 +57,8 @@ class Optimizer(ABC):
         ``tn.gradients``'s does."""
         from turnout.gradients import gradients
 
-        vs = list(var_list) if var_list is not None else trainable_variables(loss.graph)
+        vs = _variables(var_list, f"{type(self).__name__}: var_list") if var_list is not None \
+            else trainable_variables(loss.graph)
         if not vs:
             raise GradientError("minimize: there are no trainable Variables to optimize")
         grads = gradients(loss, vs, memory_budget=memory_budget)
@@ -43,12 +67,22 @@ class Optimizer(ABC):
             raise GradientError(f"minimize: the loss {loss.name} does not depend on any of {[v.name for v in vs]}")
         return pairs
 
+    @checked
     def apply_gradients(self, grads_and_vars: Sequence[tuple[Tensor, Variable]], after: Sequence[Any] = ()) -> Node:
+        what = f"{type(self).__name__}.apply_gradients: grads_and_vars"
+        grads_and_vars = list(grads_and_vars)
+        if not grads_and_vars:
+            raise ArgumentError(f"{what} is empty: there is nothing to update")
+        for pair in grads_and_vars:
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], Tensor)):
+                raise ArgumentError(f"{what} must hold (gradient tensor, Variable) pairs, got {pair!r:.60}")
+        _variables([v for _, v in grads_and_vars], what)
         g = grads_and_vars[0][1]._graph
         with g.control_dependencies([*after, *(gr for gr, _ in grads_and_vars)]):
             updates = self._updates(grads_and_vars)
         return ops.group(*updates, name=f"{type(self).__name__}/update")
 
+    @checked
     def minimize(self, loss: Tensor, var_list: Optional[Sequence[Variable]] = None,
                  memory_budget: Optional[int] = None) -> Node:
         """One training step: the op to run. Fetch ``loss`` alongside it to watch it decrease.
@@ -64,7 +98,7 @@ class SGD(Optimizer):
     """Plain gradient descent: ``v -= lr * g``."""
 
     def __init__(self, learning_rate: float) -> None:
-        self.lr = float(learning_rate)
+        self.lr = _rate(learning_rate, "SGD: learning_rate")
 
     def _updates(self, grads_and_vars: Sequence[tuple[Tensor, Variable]]) -> list[Tensor]:
         return [v.assign_sub(ops.multiply(gr, self.lr)) for gr, v in grads_and_vars]
@@ -84,7 +118,8 @@ class Adam(Optimizer):
 
     def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8) -> None:
-        self.lr, self.beta1, self.beta2, self.eps = float(learning_rate), float(beta1), float(beta2), float(epsilon)
+        self.lr, self.beta1, self.beta2, self.eps = (_rate(v, f"Adam: {n}") for v, n in (
+            (learning_rate, "learning_rate"), (beta1, "beta1"), (beta2, "beta2"), (epsilon, "epsilon")))
         self.slots: dict[str, tuple[Variable, Variable]] = {}
         self.step: Optional[Variable] = None
 

@@ -18,6 +18,7 @@ from turnout.graph import Graph, Node, Tensor, get_default_graph, same_graph_obj
 class Variable:
     """A mutable tensor. ``initial_value`` is a constant (Python or numpy value)."""
 
+    @checked
     def __init__(self, initial_value: Any, dtype: Any = None, name: Optional[str] = None,
                  trainable: bool = True) -> None:
         if isinstance(initial_value, Tensor):

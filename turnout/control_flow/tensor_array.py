@@ -19,6 +19,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
+from turnout.arguments import checked
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Tensor, get_default_graph
 
@@ -31,6 +32,7 @@ class TensorArray:
     then where it starts (0 is usual). The fast backend compiles it as a buffer of the run's capacity
     with a run-time length, running again at twice the capacity when the writes outgrow it."""
 
+    @checked
     def __init__(self, dtype: Any = None, size: Any = None, element_shape: Any = None,
                  name: Optional[str] = None, *, dynamic_size: bool = False, _tensor: Optional[Tensor] = None) -> None:
         if _tensor is not None:

@@ -19,6 +19,7 @@ from typing import Any, Optional, overload
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
+from turnout.arguments import checked
 from turnout.errors import ArgumentError, NotFoundError
 from turnout.gradients.stacks import bytes_per_iteration
 from turnout.graph import Graph
@@ -166,6 +167,7 @@ def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int]
                   platform: Optional[str] = None) -> RunMemoryReport: ...
 
 
+@checked
 def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int] = None,
                   platform: Optional[str] = None) -> MemoryReport | RunMemoryReport:
     """``memory_report(graph)``: for each forward loop that has gradient stacks, the tensors stacked per
