@@ -146,3 +146,15 @@ def test_a_float64_to_float32_cast_that_overflows_warns_nowhere(any_backend: str
     with session(g, any_backend) as s, warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert np.isinf(s.run(y, {x: [1e300]})[0])
+
+
+def test_a_path_with_a_nul_byte_is_a_serialization_error() -> None:
+    with pytest.raises(tn.SerializationError, match="cannot read"):
+        tn.load("\0bad")
+
+
+def test_checkpoint_save_of_no_session_is_an_argument_error(tmp_path: Any) -> None:
+    from turnout import checkpoint
+
+    with pytest.raises(tn.ArgumentError, match="session must be a tn Session"):
+        checkpoint.save(3, tmp_path / "ck")

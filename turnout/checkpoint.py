@@ -56,6 +56,10 @@ def save(session: Any, path: str | os.PathLike[str], variables: Optional[Iterabl
     """Write the current values of ``session``'s Variables (all of the graph's, or the names given) to
     ``path``; returns the names saved. A Variable that no run has touched yet is saved with its
     initial value, so a checkpoint always holds every Variable asked for."""
+    if not (hasattr(session, "graph") and hasattr(session, "variables")):
+        from turnout.errors import ArgumentError
+
+        raise ArgumentError(f"checkpoint.save: session must be a tn Session, got {type(session).__name__}")
     graph = session.graph
     names = sorted(graph.variables) if variables is None else list(variables)
     entries: list[dict[str, Any]] = []

@@ -240,7 +240,9 @@ def load(path: str | os.PathLike[str], *, validate: bool = True, max_chars: int 
             raise SerializationError(f"{os.fspath(path)}: file of {size} bytes exceeds the limit of {max_chars}")
         with open(path, "rb") as f:
             data = f.read(max_chars + 1)
-    except (OSError, TypeError) as e:
+    except SerializationError:
+        raise
+    except (OSError, TypeError, ValueError) as e:  # (ValueError: a path with a NUL byte)
         raise SerializationError(f"cannot read a serialized graph from {path!r}: {e}") from None
     try:
         return loads(data, validate=validate, origin=os.path.basename(os.fspath(path)), max_chars=max_chars)
