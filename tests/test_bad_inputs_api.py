@@ -158,3 +158,19 @@ def test_checkpoint_save_of_no_session_is_an_argument_error(tmp_path: Any) -> No
 
     with pytest.raises(tn.ArgumentError, match="session must be a tn Session"):
         checkpoint.save(3, tmp_path / "ck")
+
+
+@pytest.mark.parametrize("key", ["nope", 3, None, ["v"]], ids=["name", "int", "none", "list"])
+def test_a_variable_looked_up_by_no_name_of_the_graph_is_not_found(any_backend: str, key: Any) -> None:
+    """``session.variables[key]`` raised a bare ``KeyError`` (or ``TypeError`` for a list); it is a
+    ``NotFoundError``, still a ``KeyError`` so ``in`` and ``get`` keep working."""
+    g = tn.Graph()
+    with g.as_default():
+        tn.Variable(np.zeros(2, np.float32), name="v")
+    with session(g, any_backend) as s:
+        with pytest.raises(tn.NotFoundError, match="no Variable of this graph is named"):
+            s.variables[key]
+        with pytest.raises(tn.NotFoundError):
+            del s.variables[key]
+        assert s.variables.get(key) is None and key not in s.variables
+

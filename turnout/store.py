@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout.errors import FeedError
+from turnout.errors import FeedError, NotFoundError
 from turnout.graph import Graph
 
 
@@ -68,22 +68,25 @@ class VariableStore(MutableMapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         try:
             return self._slots[name]  # type: ignore[no-any-return]
-        except KeyError:
+        except (KeyError, TypeError):  # (TypeError: a key that cannot be a name, a list)
             raise self.missing(name) from None
 
-    def missing(self, name: str) -> KeyError:
+    def missing(self, name: str) -> NotFoundError:
         """The ``KeyError`` for a name with no value here, saying why: a Variable holds a value in a
         session once a run has read or assigned it (its initial value on first use), and a name no
-        Variable of the graph has never does. Still a ``KeyError``: ``get`` and ``in`` rely on it."""
-        if name in self.graph.variables:
-            return KeyError(f"Variable {name!r} holds no value in this session yet: no run has read or "
-                            f"assigned it (sess.run(v) reads it, giving its initial value)")
-        return KeyError(f"no Variable of this graph is named {name!r}")
+        Variable of the graph has never does. A ``NotFoundError``, so still a ``KeyError``: ``get`` and
+        ``in`` rely on it."""
+        if isinstance(name, str) and name in self.graph.variables:
+            return NotFoundError(f"Variable {name!r} holds no value in this session yet: no run has read or "
+                                 f"assigned it (sess.run(v) reads it, giving its initial value)")
+        return NotFoundError(f"no Variable of this graph is named {name!r}")
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
         self._slots[name] = self.checked(name, value)
 
     def __delitem__(self, name: str) -> None:
+        if not isinstance(name, str) or name not in self._slots:
+            raise self.missing(name)
         del self._slots[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -93,7 +96,7 @@ class VariableStore(MutableMapping[str, np.ndarray]):
         return len(self._slots)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._slots
+        return isinstance(name, str) and name in self._slots
 
     def clear(self) -> None:
         """Forget every value (``Session.close``)."""
