@@ -79,3 +79,36 @@ def test_the_stack_of_a_tensor_array_of_constant_size_has_a_static_length(route:
     got = _run(route, g, [v, d], {x: xv})
     np.testing.assert_allclose(got[0], np.broadcast_to(3 * xv[0] * xv, (2, 1, 3)), rtol=1e-12)
     np.testing.assert_allclose(got[1], _jax(jax.grad(f), xv), rtol=1e-12)
+
+
+# ---- an unstack whose count is known only when it runs ---------------------------------------------------
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_unstack_checks_the_count_it_fills_when_it_runs(route: str) -> None:
+    """``TensorArray(size=3).unstack(x)`` for an ``x`` of shape [?] fills the array of size 3: inside a
+    loop's body and a cond's branch (the size crosses into the frame) the values and the gradient are
+    jax.grad's, and four elements are a KernelError on every backend, as TensorFlow's scatter into an
+    array that is not resizeable fails (it used to make an array of size 4, silently)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None])
+        ta = tn.TensorArray(tn.float64, size=3)
+
+        def body(i: Any, s: Any) -> Any:
+            return i + 1, s + ta.unstack(tn.sin(x) * tn.cast(i + 1, tn.float64)).read(1)
+
+        _, s = tn.while_loop(lambda i, s: i < 2, body, [tn.constant(0), tn.constant(0.0, tn.float64)])
+        c = tn.cond(tn.reduce_sum(x) > 0, lambda: ta.unstack(tn.square(x)).stack(), lambda: x)
+        y = s * tn.reduce_sum(c)
+        (d,) = tn.gradients(y, [x])
+        grown = tn.TensorArray(tn.float64, size=0, dynamic_size=True).unstack(x).stack()
+
+    def f(x: Any) -> Any:
+        return 3 * jnp.sin(x[1]) * jnp.sum(jnp.square(x))
+
+    xv = np.array([0.5, -1.0, 2.0])
+    got = _run(route, g, [y, d], {x: xv})
+    np.testing.assert_allclose(got[0], _jax(f, xv), rtol=1e-12)
+    np.testing.assert_allclose(got[1], _jax(jax.grad(f), xv), rtol=1e-12)
+    np.testing.assert_array_equal(_run(route, g, grown, {x: np.arange(4.0)}), np.arange(4.0))
+    with pytest.raises(tn.KernelError, match="the number of elements is not the TensorArray's size"):
+        _run(route, g, y, {x: np.arange(4.0)})

@@ -112,6 +112,8 @@ class TensorArray:
             size = static_size(self.tensor)
             if size is not None and v.shape[0] is not None and v.shape[0] != size:
                 raise ShapeError(f"{where}: {v.shape[0]} elements into a TensorArray of size {size}")
+        if not self.tensor.node.attrs.get("dynamic_size") and not _count_known(v, self.tensor):
+            v = _assert_count(v, self.tensor.node.inputs[0], where)
         node = v.graph.create_node("TensorArrayUnstack", [v], name=name or "ta_unstack")
         return TensorArray(_tensor=node.outputs[0])
 
@@ -120,6 +122,24 @@ class TensorArray:
 
     def __repr__(self) -> str:
         return f"<tn.TensorArray {self.tensor.name} of {self.dtype.name}{sh.fmt(self.element_shape)}>"
+
+
+def _count_known(v: Tensor, ta: Tensor) -> bool:
+    """Whether the builder has already checked that ``v`` has as many elements as ``ta`` has slots."""
+    size = static_size(ta)
+    return size is not None and v.shape is not None and len(v.shape) > 0 and v.shape[0] == size
+
+
+def _assert_count(v: Tensor, size: Tensor, where: str) -> Tensor:
+    """``v``, once its leading dimension is ``size`` when it runs (else a KernelError on every backend).
+    Why: an unstack fills the array it is called on, of that size; with a count known only when it
+    runs, four elements into a TensorArray of size 3 made an array of size 4, silently (TensorFlow's
+    scatter fails: the array is not resizeable)."""
+    from turnout.ops import assert_true, equal, shape
+
+    n = shape(v)[0]
+    return assert_true(equal(n, size), v, f"{where}: the number of elements is not the TensorArray's size",
+                       data=[n, size], name="ta_unstack_count")
 
 
 #: Ops whose TensorArray output has the size of their first input's array (writes, and the frame and
