@@ -691,7 +691,8 @@ def _ta_stack(op, specs, attrs):
     (ta,) = specs
     _need_ta(op, ta)
     es = ta.elem_shape
-    return [TensorSpec(ta.elem_dtype, None if es is None else (None, *es))]  # type: ignore[arg-type]
+    n = attrs.get("static_size")  # the array's size, when the builder knew it (TensorArray.stack)
+    return [TensorSpec(ta.elem_dtype, None if es is None else (n, *es))]  # type: ignore[arg-type]
 
 
 @_rule("TensorArrayUnstack")

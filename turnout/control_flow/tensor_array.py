@@ -80,7 +80,15 @@ class TensorArray:
         return self.tensor.graph.create_node("TensorArrayRead", [self.tensor, i], name=name or "ta_read").outputs[0]
 
     def stack(self, name: Optional[str] = None) -> Tensor:
-        return self.tensor.graph.create_node("TensorArrayStack", [self.tensor], name=name or "ta_stack").outputs[0]
+        """The elements stacked, of shape ``[size, *element_shape]`` when the size is known while
+        building (an array of constant size, not ``dynamic_size``, whatever loops and conds carried it;
+        or an unstack of a tensor whose leading dimension is known), as TensorFlow 1's ``stack`` is.
+        Why: with ``[?, *element_shape]`` a loop variable that meets the stack (``v + stack``, a
+        ``[2, 1, 3]`` and a ``[?, 1]`` giving ``[2, ?, 3]``) no longer fit its own entry shape."""
+        size = static_size(self.tensor)
+        attrs = {} if size is None else {"static_size": size}
+        return self.tensor.graph.create_node("TensorArrayStack", [self.tensor], attrs,
+                                             name=name or "ta_stack").outputs[0]
 
     def unstack(self, value: Any, name: Optional[str] = None) -> TensorArray:
         """A TensorArray whose slot i is ``value[i]`` (its size is ``value``'s leading dimension).
@@ -103,9 +111,11 @@ class TensorArray:
             if not sh.compatible(tuple(v.shape[1:]), self.element_shape):
                 raise ShapeError(f"{where}: elements of shape {sh.fmt(tuple(v.shape[1:]))} into a TensorArray "
                                  f"of elements {sh.fmt(self.element_shape)}")
-            size = _static_size(self)
+            size = static_size(self.tensor)
             if size is not None and v.shape[0] is not None and v.shape[0] != size:
                 raise ShapeError(f"{where}: {v.shape[0]} elements into a TensorArray of size {size}")
+        if not self.tensor.node.attrs.get("dynamic_size") and not _count_known(v, self.tensor):
+            v = _assert_count(v, self.tensor.node.inputs[0], where)
         node = v.graph.create_node("TensorArrayUnstack", [v], name=name or "ta_unstack")
         return TensorArray(_tensor=node.outputs[0])
 
@@ -116,12 +126,66 @@ class TensorArray:
         return f"<tn.TensorArray {self.tensor.name} of {self.dtype.name}{sh.fmt(self.element_shape)}>"
 
 
-def _static_size(ta: TensorArray) -> Optional[int]:
-    """The size a new TensorArray was given, when it is a constant; None otherwise."""
-    size = ta.tensor.node.inputs[0]
-    if size.node.op != "Const":
-        return None
-    return int(np.asarray(size.node.attrs["value"]))
+def _count_known(v: Tensor, ta: Tensor) -> bool:
+    """Whether the builder has already checked that ``v`` has as many elements as ``ta`` has slots."""
+    size = static_size(ta)
+    return size is not None and v.shape is not None and len(v.shape) > 0 and v.shape[0] == size
+
+
+def _assert_count(v: Tensor, size: Tensor, where: str) -> Tensor:
+    """``v``, once its leading dimension is ``size`` when it runs (else a KernelError on every backend).
+    Why: an unstack fills the array it is called on, of that size; with a count known only when it
+    runs, four elements into a TensorArray of size 3 made an array of size 4, silently (TensorFlow's
+    scatter fails: the array is not resizeable)."""
+    from turnout.ops import assert_true, equal, shape
+
+    n = shape(v)[0]
+    return assert_true(equal(n, size), v, f"{where}: the number of elements is not the TensorArray's size",
+                       data=[n, size], name="ta_unstack_count")
+
+
+#: Ops whose TensorArray output has the size of their first input's array (writes, and the frame and
+#: cond plumbing a TensorArray value crosses).
+_SAME_SIZE = frozenset({"TensorArrayWrite", "TensorArrayAccumulate", "Enter", "Exit", "NextIteration", "Switch",
+                        "Identity"})
+#: Ops whose TensorArray output has the size of all their array inputs, when they agree.
+_JOIN_SIZE = frozenset({"Merge", "TensorArrayAdd"})
+
+
+def static_size(t: Tensor) -> Optional[int]:
+    """The number of slots TensorArray value ``t`` has whenever it runs, when the graph fixes it while
+    building: traced back through writes, loop frames and conds to a ``TensorArrayNew`` of constant
+    size that is not ``dynamic_size``, or to an unstack of a tensor of known leading dimension. A
+    Merge's inputs must agree (a loop's back edge, met again on the way round, says nothing). None
+    where it is not fixed."""
+    unknown, any_size = object(), object()
+    seen: set[int] = set()
+
+    def walk(t: Tensor) -> Any:
+        n = t.node
+        while n.op in _SAME_SIZE and n.inputs:
+            if id(n) in seen:
+                return any_size
+            seen.add(id(n))
+            n = n.inputs[0].node
+        if n.op == "TensorArrayNew":
+            size = n.inputs[0]
+            if n.attrs.get("dynamic_size") or size.node.op != "Const":
+                return unknown
+            return int(np.asarray(size.node.attrs["value"]))
+        if n.op == "TensorArrayUnstack":
+            shape = n.inputs[0].shape
+            return unknown if shape is None or not shape or shape[0] is None else int(shape[0])
+        if n.op in _JOIN_SIZE:
+            if id(n) in seen:
+                return any_size
+            seen.add(id(n))
+            sizes = {walk(x) for x in n.inputs} - {any_size}
+            return sizes.pop() if len(sizes) == 1 else (unknown if sizes else any_size)
+        return unknown
+
+    got = walk(t)
+    return got if isinstance(got, int) else None
 
 
 def unstack(value: Any, name: Optional[str] = None) -> TensorArray:
