@@ -17,15 +17,14 @@ partitioned executor. A route gives the closed form, and the reference's values 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
 import pytest
+from route_table import ROUTES, run_on
 
 import turnout as tn
-from turnout.session import RunOptions
 
 pytest.importorskip("jax")
 
@@ -208,29 +207,11 @@ def matrix_power_and_its_gradient() -> Case:
     return [m, d], {a: A}, [A @ A @ A, grad]
 
 
-def _round_robin(g: tn.Graph) -> dict[str, str]:
-    return {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(g.nodes)}
-
-
-ROUTES: dict[str, Callable[[tn.Graph], tn.Session]] = {
-    "reference": lambda g: tn.Session(g),
-    "smallstep": lambda g: tn.Session(g, backend="smallstep"),
-    "fast": lambda g: tn.Session(g, backend="fast"),
-    "fast, one device partitioned": lambda g: tn.Session(g, backend="fast", devices=["cpu:0"]),
-    "reference, two devices": lambda g: tn.Session(g, devices=["cpu:0", "cpu:1"], requests=_round_robin(g)),
-    "fast, two devices": lambda g: tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"],
-                                              requests=_round_robin(g)),
-}
-GUARD = RunOptions(max_iterations=10_000)
-
-
 def _run(name: str, route: str) -> tuple[list[Any], Optional[list[Any]]]:
     g = tn.Graph()
     with g.as_default():
         fetches, feeds, want = CASES[name]()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # programs the fast routes run on the interpreter
-        return list(ROUTES[route](g).run(fetches, feeds, options=GUARD)), want
+    return list(run_on(route, g, fetches, feeds)), want
 
 
 def _close(got: list[Any], want: list[Any], what: str) -> None:

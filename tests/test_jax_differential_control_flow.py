@@ -11,35 +11,20 @@ interpreter, the fast backend, and the fast backend through the partitioned exec
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from route_table import COMPILED_ROUTES, run_strictly
+from route_table import in_jax as _jax
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
+
 import turnout as tn  # noqa: E402
 
-ROUTES: dict[str, Callable[[tn.Graph], Any]] = {
-    "reference": lambda g: tn.Session(g),
-    "fast": lambda g: tn.Session(g, backend="fast"),
-    "fast, one device partitioned": lambda g: tn.Session(g, backend="fast", devices=["cpu:0"]),
-}
-
-
-def _run(route: str, g: tn.Graph, fetches: Any, feeds: dict[Any, Any]) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a fallback to the interpreter, or numpy's warning, is a failure
-        return ROUTES[route](g).run(fetches, feeds)
-
-
-def _jax(fn: Callable[..., Any], *args: Any) -> Any:
-    with jax.enable_x64(True):
-        out = fn(*[jnp.asarray(a) for a in args])
-        return jax.tree_util.tree_map(np.asarray, out)
+ROUTES = COMPILED_ROUTES
 
 
 # ---- the stack of a TensorArray of constant size ---------------------------------------------------------
@@ -76,7 +61,7 @@ def test_the_stack_of_a_tensor_array_of_constant_size_has_a_static_length(route:
         return jnp.sum(jnp.square(v)) + jnp.sum(rows @ jnp.reshape(x, (3, 1)))
 
     xv = np.array([0.5, -1.0, 2.0])
-    got = _run(route, g, [v, d], {x: xv})
+    got = run_strictly(route, g, [v, d], {x: xv})
     np.testing.assert_allclose(got[0], np.broadcast_to(3 * xv[0] * xv, (2, 1, 3)), rtol=1e-12)
     np.testing.assert_allclose(got[1], _jax(jax.grad(f), xv), rtol=1e-12)
 
@@ -106,9 +91,9 @@ def test_unstack_checks_the_count_it_fills_when_it_runs(route: str) -> None:
         return 3 * jnp.sin(x[1]) * jnp.sum(jnp.square(x))
 
     xv = np.array([0.5, -1.0, 2.0])
-    got = _run(route, g, [y, d], {x: xv})
+    got = run_strictly(route, g, [y, d], {x: xv})
     np.testing.assert_allclose(got[0], _jax(f, xv), rtol=1e-12)
     np.testing.assert_allclose(got[1], _jax(jax.grad(f), xv), rtol=1e-12)
-    np.testing.assert_array_equal(_run(route, g, grown, {x: np.arange(4.0)}), np.arange(4.0))
+    np.testing.assert_array_equal(run_strictly(route, g, grown, {x: np.arange(4.0)}), np.arange(4.0))
     with pytest.raises(tn.KernelError, match="the number of elements is not the TensorArray's size"):
-        _run(route, g, y, {x: np.arange(4.0)})
+        run_strictly(route, g, y, {x: np.arange(4.0)})

@@ -31,12 +31,12 @@ right value, after its fix:
 from __future__ import annotations
 
 import collections
-import warnings
 from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
 import pytest
+from route_table import ROUTES, run_on
 
 import turnout as tn
 from turnout.session import RunOptions
@@ -126,26 +126,8 @@ def loop_gradient_through_stop_gradient_and_past_a_constant_loop() -> Case:
     return [b, c, dx, dy], {x: 2.0, y: 3.0}, [26.0, 8.0, 9.0, 12.0]
 
 
-def _round_robin(g: tn.Graph) -> dict[str, str]:
-    return {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(g.nodes)}
-
-
-ROUTES: dict[str, Callable[[tn.Graph], tn.Session]] = {
-    "reference": lambda g: tn.Session(g),
-    "smallstep": lambda g: tn.Session(g, backend="smallstep"),
-    "fast": lambda g: tn.Session(g, backend="fast"),
-    "fast, one device partitioned": lambda g: tn.Session(g, backend="fast", devices=["cpu:0"]),
-    "reference, two devices": lambda g: tn.Session(g, devices=["cpu:0", "cpu:1"], requests=_round_robin(g)),
-    "fast, two devices": lambda g: tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"],
-                                              requests=_round_robin(g)),
-}
-GUARD = RunOptions(max_iterations=10_000)
-
-
 def _run(g: tn.Graph, route: str, fetches: Any, feeds: Any = None) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # programs the fast routes run on the interpreter
-        return ROUTES[route](g).run(fetches, feeds, options=GUARD)
+    return run_on(route, g, fetches, feeds)
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
