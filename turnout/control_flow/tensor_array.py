@@ -44,8 +44,6 @@ class TensorArray:
 
         if dtype is None or size is None:
             raise GraphBuildError("TensorArray needs a dtype and a size")
-        if not isinstance(dynamic_size, (bool, np.bool_)):
-            raise GraphBuildError(f"TensorArray: dynamic_size must be a bool, got {dynamic_size!r}")
         d = dt.as_dtype(dtype)
         n = convert_to_tensor(size, dtype=dt.int32)
         es = sh.as_shape(element_shape)
