@@ -37,6 +37,11 @@ def test_a_one_call_program_traces_one_compiled_stage() -> None:
     assert sess.last_result.stats["compiles"] == compiles
     assert sess.last_result.trace.summary()["compiles_this_run"] == 0
     assert sess.last_result.trace.summary()["compiled_stages"] == 0
+    # the stage is the Direct call, named as such, and says whether this run compiled it
+    (stage,) = [s for s in tl.spans if s.track == "compiled stages"]
+    assert (stage.name, stage.args["compiled"]) == ("one compiled call", True)
+    (again,) = [s for s in sess.last_result.trace.spans if s.track == "compiled stages"]
+    assert (again.name, again.args["compiled"]) == ("one compiled call", False)
     sess.run(y, {x: 3.0})
     assert sess.last_result.trace is None  # untraced runs record nothing
 
