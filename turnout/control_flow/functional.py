@@ -42,11 +42,11 @@ from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
 from turnout.arguments import check_arity, checked
-from turnout.control_flow.tensor_array import TensorArray, unstack
+from turnout.control_flow.tensor_array import TensorArray, unstack, with_length
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import GraphBuildError, ShapeError
 from turnout.graph import Tensor, get_default_graph
-from turnout.ops import assert_true, concat, constant, convert_to_tensor, equal, getitem, shape, stack
+from turnout.ops import concat, constant, convert_to_tensor, getitem, shape, stack
 
 
 def _leading(flat: list[Tensor]) -> Optional[int]:
@@ -106,22 +106,20 @@ def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
         raise ShapeError("elems must share their leading dimension (one element of each per step); got "
                          + ", ".join(f"{name} with {n}" for name, n in known))
     n = getitem(shape(flat[0]), 0)
-    return [flat[0], *[t if _same_length(flat[0], t) else _checked_length(t, n) for t in flat[1:]]], n
+    return [flat[0], *[t if _same_length(flat[0], t) else with_length(t, n, _UNEQUAL_ELEMS, name="elems_length")
+                     for t in flat[1:]]], n
+
+
+#: Why a run-time check for lengths known only then: the loop runs ``n`` steps, the first leaf's
+#: length, so a longer other leaf lost its last elements silently (a shorter one met the read's range
+#: check).
+_UNEQUAL_ELEMS = "elems must share their leading dimension (one element of each per step)"
 
 
 def _same_length(first: Tensor, t: Tensor) -> bool:
     """Whether ``t`` is known while building to have as many elements as ``first`` (the loop's
     count)."""
     return first.shape is not None and t.shape is not None and first.shape[0] is not None and t.shape[0] is not None
-
-
-def _checked_length(t: Tensor, n: Tensor) -> Tensor:
-    """``t``, once its leading dimension is ``n`` (a ``KernelError`` at run time when not). Why a run-time
-    check for lengths known only then: the loop runs ``n`` steps, the first leaf's length, so a longer
-    other leaf lost its last elements silently (a shorter one met the read's range check)."""
-    size = getitem(shape(t), 0)
-    return assert_true(equal(size, n), t, "elems must share their leading dimension (one element of each per step)",
-                       data=[n, size])
 
 
 def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: bool, kw: dict[str, Any],

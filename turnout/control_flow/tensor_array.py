@@ -113,7 +113,8 @@ class TensorArray:
             if size is not None and v.shape[0] is not None and v.shape[0] != size:
                 raise ShapeError(f"{where}: {v.shape[0]} elements into a TensorArray of size {size}")
         if not self.tensor.node.attrs.get("dynamic_size") and not _count_known(v, self.tensor):
-            v = _assert_count(v, self.tensor.node.inputs[0], where)
+            v = with_length(v, self.tensor.node.inputs[0], f"{where}: the number of elements is not the "
+                            "TensorArray's size", name="ta_unstack_count")
         node = v.graph.create_node("TensorArrayUnstack", [v], name=name or "ta_unstack")
         return TensorArray(_tensor=node.outputs[0])
 
@@ -130,16 +131,16 @@ def _count_known(v: Tensor, ta: Tensor) -> bool:
     return size is not None and v.shape is not None and len(v.shape) > 0 and v.shape[0] == size
 
 
-def _assert_count(v: Tensor, size: Tensor, where: str) -> Tensor:
-    """``v``, once its leading dimension is ``size`` when it runs (else a KernelError on every backend).
-    Why: an unstack fills the array it is called on, of that size; with a count known only when it
-    runs, four elements into a TensorArray of size 3 made an array of size 4, silently (TensorFlow's
-    scatter fails: the array is not resizeable)."""
+def with_length(v: Tensor, n: Tensor, message: str, name: str = "length_check") -> Tensor:
+    """``v``, once its leading dimension is ``n`` when it runs; else a KernelError on every backend,
+    whose data are the expected length, then the one found. Why one check: an unstack of a count known
+    only at run time into a TensorArray of another size, and elems of different run-time lengths given
+    to map_fn/scan/fold, were both silent (a longer value made a larger array, or lost its last
+    elements) where TensorFlow fails."""
     from turnout.ops import assert_true, equal, shape
 
-    n = shape(v)[0]
-    return assert_true(equal(n, size), v, f"{where}: the number of elements is not the TensorArray's size",
-                       data=[n, size], name="ta_unstack_count")
+    found = shape(v)[0]
+    return assert_true(equal(found, n), v, message, data=[n, found], name=name)
 
 
 #: Ops whose TensorArray output has the size of their first input's array (writes, and the frame and
