@@ -75,7 +75,7 @@ class DirectCalls(RunState):
             start_reads(out.values())
         out, code, lives, _ = spec.read_flags(out, flags)
         if code:
-            self._raise_errors(d.plan, {"err": code}, 0)
+            self._raise_errors(d.plan, code)
         values = fetched(fetches, {**out, **{k: copy_static(v) for k, v in spec.static.items()}}, lives)
         position = {key(t): i for i, t in reversed(list(enumerate(fetches)))}
         aliases = dict(spec.aliases)

@@ -211,7 +211,8 @@ class RunState:
         ``plan`` means (``outcome.decode``)."""
         return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt, mark=mark)
 
-    def _raise_errors(self, plan: Plan, state: dict[str, Any], swapped: int) -> None:
+    def _raise_errors(self, plan: Plan, code: int) -> None:
         """The error word of a Direct call acted on: its error raised. (A Direct plan has no gradient
-        stacks, so its word never asks for a retry; the stages return theirs, ``fast.runner``.)"""
-        enforce(self._decode(plan, int(state["err"]), swapped))
+        stacks, so its word never asks for a retry and no stack chunk moved; the stages return theirs,
+        ``fast.runner``.)"""
+        enforce(self._decode(plan, int(code)))

@@ -86,6 +86,20 @@ def test_stack_buffers_held_between_runs_can_be_freed() -> None:
         tn.Session(g, backend="fast", keep_stack_buffers="no")
 
 
+def test_a_run_without_stacks_reports_none_after_one_with_them() -> None:
+    """``memory_report(session)`` is what the *last* run held: a run of the forward loop alone (no
+    gradient stacks, one compiled call) after a gradient run reports no stack records, on its first
+    run and on the lane that repeats it."""
+    g, x, n, y, dx = graphs.power_loop()
+    sess = tn.Session(g, backend="fast")
+    sess.run([y, dx], {x: 1.5, n: 20})
+    assert len(tn.memory_report(sess).records) == 1
+    for route in ("general", "lane"):
+        np.testing.assert_allclose(sess.run(y, {x: 1.5, n: 20}), 1.5**20)
+        assert sess.last_result.stats["route"] == route
+        assert tn.memory_report(sess).records == []
+
+
 def test_stacks_of_shapes_known_only_when_traced_are_kept_after_the_first_run() -> None:
     """A loop over a batch of ``None`` rows pushes values whose shapes the graph does not know, but
     every run of one plan (one feed signature) does: after its first run the plan takes the shapes its

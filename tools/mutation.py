@@ -215,7 +215,8 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
        for m in ("stack_sizes", "run_state", "fused_attempts", "staged_stages")},
     # (and a run's budget over the checkpoint slots of a loop that recomputes, a Direct plan's one check)
-    "fast/direct_call.py": {"module": "turnout.fast.direct_call", "tests": [*_BACKEND_TESTS, "test_recompute.py"]},
+    "fast/direct_call.py": {"module": "turnout.fast.direct_call",
+                            "tests": [*_BACKEND_TESTS, "test_recompute.py", "test_fast_variable_store.py"]},
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
