@@ -712,14 +712,16 @@ def test_a_builder_that_raises_leaves_the_graph_as_it_was(backend: str) -> None:
         six = tn.constant(2.0) * 3.0
         _, z = tn.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a + tn.reduce_sum(tn.concat([x, x], -1) * a)),
                              [tn.constant(0), tn.constant(1.0)])
+        (second,) = tn.gradients(tn.reduce_sum(tn.gradients(z, [x])[0]), [x])
+        total = tn.reduce_sum(second)
         zero, one, vec = tn.constant(0), tn.constant(True), tn.constant([1.0, 2.0])
         before = (len(g.nodes), len(g.contexts), g.version)
         with pytest.raises(tn.DTypeError, match="loop variable"):
             tn.while_loop(lambda i: i < 3, lambda i: tn.cast(i, tn.float32), [zero])
         with pytest.raises(tn.DTypeError, match="true_fn"):
             tn.cond(one, lambda: tn.constant(1.0), lambda: tn.constant(1))
-        with pytest.raises(tn.GradientError, match="Concat"):  # x has no static rank
-            tn.gradients(z, [x])
+        with pytest.raises(tn.GradientError, match="third and higher-order"):  # after a backward loop or two
+            tn.gradients(total, [x])
         with pytest.raises(ZeroDivisionError):  # the user's own exception, in a loop body
             tn.while_loop(lambda i: i < 3, lambda i: i + 1 // 0, [zero])
         with pytest.raises(tn.GraphBuildError, match="None"):  # after map_fn made its TensorArrays

@@ -136,3 +136,89 @@ def test_gather_gradient_along_a_negative_axis_with_matrix_indices(route: str) -
     xv = np.array([[0.5, -1.0], [0.25, 2.0], [-0.75, 1.5]])
     want = _jax(jax.grad(lambda x: jnp.sum(jax.scipy.special.erf(jnp.take(x, jnp.asarray(idx) % 2, axis=-1)))), xv)
     np.testing.assert_allclose(run_strictly(route, g, d, {x: xv}), want, rtol=1e-12)
+
+
+# ---- gradients that need the rank of a value of unknown rank ---------------------------------------------
+@pytest.mark.parametrize("route", sorted(ROUTES))
+@pytest.mark.parametrize("axis", [0, 1, -1, -2])
+def test_concat_gradient_of_values_of_unknown_rank(route: str, axis: int) -> None:
+    """jax.grad of sum(w * sin(concat([a, b], axis))) for placeholders of unknown rank, pieces of
+    different sizes along ``axis``: each piece's gradient is its range of the output's, counted from
+    the end when the axis is negative (a GradientError, "its gradient needs the rank of the output").
+    Also inside a loop, whose body saves the pieces' shapes for the backward loop."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float64, None)
+        b = tn.placeholder(tn.float64, None)
+        w = tn.placeholder(tn.float64, None)
+        y = tn.reduce_sum(w * tn.sin(tn.concat([a, b], axis)))
+        _, z = tn.while_loop(lambda i, s: i < 3,
+                             lambda i, s: (i + 1, s + tn.reduce_sum(w * tn.concat([a * a, b], axis))),
+                             [tn.constant(0), tn.constant(0.0, tn.float64)])
+        grads = tn.gradients(y, [a, b]) + tn.gradients(z, [a, b])
+    ax = axis % 2
+    av = np.arange(6.0).reshape(2, 3) / 7
+    bv = np.arange(4.0).reshape(2, 2) / 5 if ax == 1 else np.arange(3.0).reshape(1, 3) / 5
+    joined = np.concatenate([av, bv], ax).shape
+    wv = np.cos(np.arange(np.prod(joined), dtype=float)).reshape(joined)
+
+    def f(a: Any, b: Any) -> Any:
+        return jnp.sum(wv * jnp.sin(jnp.concatenate([a, b], axis)))
+
+    def h(a: Any, b: Any) -> Any:
+        return 3 * jnp.sum(wv * jnp.concatenate([a * a, b], axis))
+
+    got = run_strictly(route, g, grads, {a: av, b: bv, w: wv})
+    for have, want in zip(got, [*_jax(jax.grad(f, (0, 1)), av, bv), *_jax(jax.grad(h, (0, 1)), av, bv)]):
+        np.testing.assert_allclose(have, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_reductions_over_negative_axes_of_unknown_rank_have_gradients(route: str) -> None:
+    """jax.grad of sums, maxima and means over negative axes (one, and a negative with a positive) of
+    a placeholder of unknown rank: the reduced axes go back where they were, found when the run knows
+    the rank (a GradientError, "its gradient needs the rank of the input")."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, None)
+        w = tn.placeholder(tn.float64, None)
+        y = (tn.reduce_sum(w * tn.reduce_max(tn.sin(x), axis=-1)) + tn.reduce_sum(tn.reduce_sum(x * x, axis=[0, -1]))
+             + tn.reduce_sum(w * tn.reduce_mean(tn.exp(x), axis=-1)))
+        (d,) = tn.gradients(y, [x])
+    xv = np.arange(12.0).reshape(3, 4) / 5
+    wv = np.array([1.0, -2.0, 0.5])
+
+    def f(x: Any) -> Any:
+        return (jnp.sum(wv * jnp.max(jnp.sin(x), axis=-1)) + jnp.sum(x * x)
+                + jnp.sum(wv * jnp.mean(jnp.exp(x), axis=-1)))
+
+    np.testing.assert_allclose(run_strictly(route, g, d, {x: xv, w: wv}), _jax(jax.grad(f), xv), rtol=1e-12)
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_stack_along_any_axis_is_jax_stack(route: str) -> None:
+    """``tn.stack(values, axis)`` is ``jnp.stack`` for every axis from ``-(r + 1)`` to ``r``, with its
+    gradient, also of values of unknown rank; an axis out of that range is a ShapeError."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float64, [2, 3])
+        b = tn.placeholder(tn.float64, None)
+        outs = [tn.stack([a, tn.sin(a) * 2], axis=k) for k in range(-3, 3)]
+        y = sum(tn.reduce_sum(tn.cos(o) * (i + 1.0)) for i, o in enumerate(outs))
+        unknown = tn.stack([b, b * b], axis=-1)
+        grads = tn.gradients(y, [a]) + tn.gradients(tn.reduce_sum(tn.sin(unknown)), [b])
+        with pytest.raises(tn.ShapeError, match=r"stack: axis 3 is out of range for values of rank 2"):
+            tn.stack([a, a], axis=3)
+    av = np.arange(6.0).reshape(2, 3) / 4
+
+    def f(a: Any) -> Any:
+        return sum(jnp.sum(jnp.cos(jnp.stack([a, jnp.sin(a) * 2], axis=k)) * (i + 1.0))
+                   for i, k in enumerate(range(-3, 3)))
+
+    got = run_strictly(route, g, [*outs, unknown, *grads], {a: av, b: av})
+    for k, o in zip(range(-3, 3), got):
+        np.testing.assert_array_equal(o, np.stack([av, np.sin(av) * 2], axis=k))
+    np.testing.assert_array_equal(got[6], np.stack([av, av * av], axis=-1))
+    np.testing.assert_allclose(got[7], _jax(jax.grad(f), av), rtol=1e-12)
+    np.testing.assert_allclose(got[8], _jax(jax.grad(lambda b: jnp.sum(jnp.sin(jnp.stack([b, b * b], -1)))), av),
+                               rtol=1e-12)

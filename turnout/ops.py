@@ -15,7 +15,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.arguments import checked
-from turnout.errors import GraphBuildError, ResourceExhaustedError
+from turnout.errors import GraphBuildError, ResourceExhaustedError, ShapeError
 from turnout.graph import Graph, Node, Tensor, TensorSpec, get_default_graph, user_source_line
 from turnout.limits import check_allocation
 
@@ -456,12 +456,22 @@ def concat(values: Sequence[Any], axis: int, name: Optional[str] = None) -> Tens
 
 
 @checked
-def stack(values: Sequence[Any], name: Optional[str] = None) -> Tensor:
-    """Stack equally shaped tensors along a new leading axis."""
+def stack(values: Sequence[Any], axis: int = 0, name: Optional[str] = None) -> Tensor:
+    """Stack equally shaped tensors along a new axis ``axis`` (as ``tf.stack``: for inputs of rank
+    ``r``, from ``-(r + 1)`` to ``r``). The new leading axis is the ``Pack`` primitive; another is
+    each value given that axis (``expand_dims``) and joined along it (``concat``), so gradients, the
+    backends and export need nothing new."""
     if not values:
         raise GraphBuildError("stack: needs at least one tensor")
     ts = [convert_to_tensor(v) for v in values]
-    return ts[0].graph.create_node("Pack", ts, name=name).outputs[0]
+    ax = int_attr(axis, "stack", "axis")
+    if ax == 0:
+        return ts[0].graph.create_node("Pack", ts, name=name).outputs[0]
+    rank = None if ts[0].shape is None else len(ts[0].shape)
+    if rank is not None and not -(rank + 1) <= ax <= rank:
+        raise ShapeError(f"stack: axis {ax} is out of range for values of rank {rank} (from {-(rank + 1)} "
+                         f"to {rank})")
+    return concat([expand_dims(t, ax) for t in ts], ax, name=name)
 
 
 def _index_entry(e: Any, dyn: list[Tensor]) -> Any:

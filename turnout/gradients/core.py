@@ -17,6 +17,7 @@ from the forward cond through one more Merge (so the backward cond reads them th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -24,7 +25,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout import ops
+from turnout import math_ops, ops
 from turnout import shapes as sh
 from turnout.control_flow.contexts import CondContext, CondInfo, ControlFlowContext, LoopVar, WhileContext
 from turnout.errors import GradientError, describe_node
@@ -614,7 +615,7 @@ class Backward:
         listed = axis if isinstance(axis, list) else [axis]
         if x.shape is None:
             if any(a < 0 for a in listed):
-                raise GradientError(f"{describe_node(n)}: its gradient needs the rank of the input")
+                return dy.graph.create_node("ReshapeTo", [dy, self.kept_shape(x, listed)]).outputs[0]
             for a in sorted(set(listed)):
                 dy = ops.expand_dims(dy, a)
             return dy
@@ -626,6 +627,17 @@ class Backward:
         for a in sorted(set(axes)):
             dy = ops.expand_dims(dy, a)
         return dy
+
+    def kept_shape(self, x: Tensor, axes: list[int]) -> Tensor:
+        """The run-time shape of forward tensor ``x`` with ``axes`` (negative ones counted from its
+        end) set to 1: the shape of a reduction of ``x`` that kept its dims. Why at run time: for ``x``
+        of unknown rank the position of a negative axis is known only then (TensorFlow computes the
+        same from ``Shape`` and ``Rank``)."""
+        s = self.shape_of(x)
+        position = math_ops.cumsum(ops.ones_like(s), exclusive=True)  # 0, 1, ..., rank - 1
+        from_end = position - ops.size(s)  # -rank, ..., -1
+        hit = functools.reduce(ops.logical_or, [ops.equal(from_end if a < 0 else position, a) for a in axes])
+        return ops.where(hit, ops.ones_like(s), s)
 
     def refine_shape(self, t: Tensor, shape: sh.Shape) -> Tensor:
         """``t`` with static shape ``shape`` when inference lost it (a loop's back edge must be as

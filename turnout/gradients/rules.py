@@ -20,7 +20,6 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import math_ops, ops
-from turnout.errors import GradientError
 from turnout.gradients.grads import SlotGrad
 from turnout.graph import Node, Tensor
 from turnout.tables import registrar
@@ -334,21 +333,25 @@ def _transpose(b, n, dys):
 
 @_grad("Concat")
 def _concat(b, n, dys):
-    """Slice dy back into the pieces; sizes along the axis come from the inputs' shapes."""
+    """Slice dy back into the pieces; sizes along the axis come from the inputs' shapes. A negative
+    axis of an output of unknown rank is counted from the end when it runs: each piece is then a
+    gather of its run-time range of positions along that axis."""
     dy = dys[0]
     ax = n.attrs["axis"]
     rank = len(n.outputs[0].shape) if n.outputs[0].shape is not None else None
-    if rank is None:
-        raise GradientError(f'Concat node "{n.name}": its gradient needs the rank of the output')
-    ax = ax % rank
+    if rank is not None:
+        ax = ax % rank
     out: Grads = []
     start: Any = 0
     for x in n.inputs:
         d = x.shape[ax] if x.shape is not None else None
         size = d if d is not None else ops.getitem(b.shape_of(x), ax)
         stop = start + size
-        key = tuple([slice(None)] * ax + [slice(start, stop)])
-        out.append(ops.getitem(dy, key))
+        if ax >= 0:
+            out.append(ops.getitem(dy, tuple([slice(None)] * ax + [slice(start, stop)])))
+        else:
+            span = math_ops.cumsum(ops.fill(ops.expand_dims(size, 0), 1), exclusive=True) + start
+            out.append(ops.gather(dy, span, axis=ax))
         start = stop
     return out
 
