@@ -179,3 +179,18 @@ def test_einsum_equations(backend: str) -> None:
     for (eq, ins), out in zip(cases.values(), got):
         want = np.einsum(eq, *(vals[i] for i in ins))
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=eq)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pack_along_an_inner_axis_needs_no_rank(backend: str) -> None:
+    """``tf.stack`` along axis 1 or -1 of inputs of unknown rank (a Placeholder without a shape) is
+    ``np.stack``: imported as ``tn.stack`` builds it (it was refused: "packing along axis 1 needs the
+    inputs' rank")."""
+    g = GraphDef()
+    p = g.node("p", "Placeholder", dtype=F32)
+    q = g.node("q", "Mul", (p, g.const("two", np.float32(2))), T=F32)
+    g.node("inner", "Pack", (p, q), T=F32, N=2, axis=1)
+    g.node("last", "Pack", (p, q), T=F32, N=2, axis=-1)
+    inner, last = _run(g, ["inner:0", "last:0"], {"p:0": X}, backend)
+    np.testing.assert_array_equal(inner, np.stack([X, 2 * X], axis=1))
+    np.testing.assert_array_equal(last, np.stack([X, 2 * X], axis=-1))

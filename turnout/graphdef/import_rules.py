@@ -538,16 +538,13 @@ def _concat(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Pack")
 def _pack(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.stack``, as ``tn.stack`` builds it: the ``Pack`` primitive along a new leading axis;
+    along another, each input given that axis and joined along it (so no rank is needed)."""
     axis = int(ctx.attr("axis", 0))
     if axis == 0:
         return [ctx.create("Pack", ins).outputs[0]]
-    p = ctx.create("Pack", ins, suffix="pack").outputs[0]
-    if p.shape is None:
-        raise UnsupportedError(f"{ctx.where()}: packing along axis {axis} needs the inputs' rank")
-    r = len(p.shape)
-    axis %= r
-    perm = [*range(1, axis + 1), 0, *range(axis + 1, r)]
-    return [ctx.create("Transpose", [p], {"perm": perm}).outputs[0]]
+    parts = [ctx.create("ExpandDims", [t], {"axis": axis}, suffix=f"expand_{k}").outputs[0] for k, t in enumerate(ins)]
+    return [ctx.create("Concat", parts, {"axis": axis}).outputs[0]]
 
 
 @_rule("Fill")
