@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tf_fixture_helpers import _seeded, _train_runs, _weights
+from tf_fixture_helpers import _seeded, _train_runs, _weights, names
 
 CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
 #: cases Turnout cannot import yet (docs/missing.rst: the CNN ops), kept here to be written and
@@ -248,3 +248,48 @@ def scan_rnn_adam(tf: Any) -> list[dict[str, Any]]:
     feeds = {"x:0": rng.normal(size=(time, batch, depth)).astype(np.float32)}
     runs = _train_runs(feeds, loss, train, [wx.value(), wh.value(), b.value()])
     return runs + [{"feeds": feeds, "fetches": [top.name, where.name, best.name]}]
+
+
+@case
+def mlp_random_init(tf: Any) -> list[dict[str, Any]]:
+    """A two-layer MLP as TF1 model code writes it, initialised by TensorFlow's random ops under a
+    graph seed (``set_random_seed``): ``tf.compat.v1.layers.dense`` with its default initializers
+    (a glorot_uniform kernel, a RandomUniform; a zero bias), an output layer from ``get_variable``
+    with a truncated_normal kernel and a random_normal bias, a he_normal (variance scaling) gain and
+    a float64 random_uniform offset; trained by Adam. The first run fetches the initial values."""
+    tf.compat.v1.set_random_seed(1234)
+    batch, depth, hidden, classes = 6, 4, 8, 3
+    x = tf.compat.v1.placeholder(tf.float32, [None, depth], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, classes], name="y")
+    h = tf.compat.v1.layers.dense(x, hidden, activation=tf.tanh, name="hidden")
+    v1 = tf.compat.v1
+    w = v1.get_variable("out_w", [hidden, classes], initializer=v1.truncated_normal_initializer(stddev=0.3))
+    b = v1.get_variable("out_b", [classes], initializer=v1.random_normal_initializer(0.0, 0.1))
+    gain = v1.get_variable("gain", [hidden], initializer=v1.keras.initializers.he_normal())
+    offset = v1.get_variable("offset", [classes], tf.float64, initializer=v1.random_uniform_initializer(-0.5, 0.5))
+    logits = tf.matmul(h * gain, w) + b + tf.cast(offset, tf.float32)
+    loss = tf.reduce_mean(tf.square(tf.nn.softmax(logits) - y))
+    train = v1.train.AdamOptimizer(0.05).minimize(loss)
+    rng = np.random.default_rng(150)
+    feeds = {"x:0": rng.normal(size=(batch, depth)).astype(np.float32),
+             "y:0": np.eye(classes, dtype=np.float32)[rng.integers(0, classes, batch)]}
+    watched = [v.value() for v in v1.global_variables() if "Adam" not in v.name and "power" not in v.name]
+    return [{"feeds": {}, "fetches": names(watched)}] + _train_runs(feeds, loss, train, watched)
+
+
+@case
+def lstm_random_init(tf: Any) -> list[dict[str, Any]]:
+    """An ``LSTMCell`` under ``dynamic_rnn`` with TensorFlow's default initializers (``get_variable``'s
+    glorot_uniform for the kernel, zeros for the bias) and a glorot_normal read-out (TruncatedNormal),
+    seeded by the graph seed, trained by Adam."""
+    tf.compat.v1.set_random_seed(77)
+    batch, time, depth, hidden = 3, 4, 2, 5
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, None, depth], name="x")
+    out, _ = v1.nn.dynamic_rnn(v1.nn.rnn_cell.LSTMCell(hidden), x, dtype=tf.float32)
+    w = v1.get_variable("readout", [hidden, 1], initializer=v1.glorot_normal_initializer())
+    loss = tf.reduce_mean(tf.square(tf.tensordot(out, w, 1) - 0.5))
+    train = v1.train.AdamOptimizer(0.05).minimize(loss)
+    feeds = {"x:0": np.random.default_rng(151).normal(size=(batch, time, depth)).astype(np.float32)}
+    watched = [v.value() for v in v1.trainable_variables()]
+    return [{"feeds": {}, "fetches": names(watched)}] + _train_runs(feeds, loss, train, watched)

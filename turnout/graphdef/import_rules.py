@@ -667,8 +667,9 @@ def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
 
 @_rule("VarHandleOp")
 def _var_handle(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """A Variable. Turnout variables carry their initial value: it is the constant that the
-    initializer (the AssignVariableOp TensorFlow names ``<var>/Assign``) writes."""
+    """A Variable. Turnout variables carry their initial value: it is the value that the
+    initializer (the AssignVariableOp TensorFlow names ``<var>/Assign``) writes, computed at import
+    (``ImportContext.initial_value``: constants, or TensorFlow's random ops drawn as it draws them)."""
     attrs = _var_attrs(ctx, nd)
     init = None
     candidates = []
@@ -677,12 +678,12 @@ def _var_handle(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
             candidates.append(other)
     candidates.sort(key=lambda o: o.name != f"{nd.name}/Assign")
     for c in candidates:
-        init = ctx.static(ctx.data_inputs(c)[1])
+        init = ctx.initial_value(ctx.data_inputs(c)[1])
         if init is not None:
             break
     if init is None:
-        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an AssignVariableOp "
-                               "of a value known at import time)")
+        raise UnsupportedError(f"{ctx.where()}: the variable has no initializer that can be computed at import "
+                               "(an AssignVariableOp of constants and random ops of shapes known at import time)")
     if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
         attrs["shape"] = list(np.shape(init))
     name = ctx.attr("shared_name") or nd.name
@@ -705,10 +706,21 @@ def _read_var(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("ReadVariable", ins[:1], attrs).outputs[0]]
 
 
+def _written(ctx: ImportContext, value: Value) -> Value:
+    """What an assign writes: a value that depends on random draws and is computed at import (a
+    variable initializer, ``ImportContext.initial_value``) as that constant, the very numbers the
+    Variable starts with, whatever arithmetic a backend would use; any other value as it is."""
+    name = ctx.data_inputs()[1]
+    drawn = ctx.initial_value(name) if ctx.static(name) is None else None
+    if drawn is None:
+        return value
+    return ctx.const(drawn, [value] if isinstance(value, Tensor) else [], suffix="initial_value")
+
+
 def _assign(tn_op: str) -> _Rule:
     def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
-        ctx.create(tn_op, ins[:2], attrs)
+        ctx.create(tn_op, [ins[0], _written(ctx, ins[1])], attrs)
         return []  # TensorFlow's resource assigns have no outputs
 
     return rule
@@ -1243,14 +1255,14 @@ class _Formula:
 @_rule("VariableV2", "Variable")
 def _variable_v2(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """A reference variable, with the value its initializer (the ``Assign`` TensorFlow names
-    ``<var>/Assign``, of a value known at import time) writes."""
+    ``<var>/Assign``, of a value computed at import: ``ImportContext.initial_value``) writes."""
     attrs = {"dtype": ctx.dtype("dtype").name, "shape": ctx.attr("shape")}
     inits = [o for o in ctx.nodes.values() if o.op == "Assign" and _ref_source(ctx, o) == nd.name]
     inits.sort(key=lambda o: o.name != f"{nd.name}/Assign")
-    init = next((v for v in (ctx.static(ctx.data_inputs(o)[1]) for o in inits) if v is not None), None)
+    init = next((v for v in (ctx.initial_value(ctx.data_inputs(o)[1]) for o in inits) if v is not None), None)
     if init is None:
-        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an Assign of a value "
-                               "known at import time)")
+        raise UnsupportedError(f"{ctx.where()}: the variable has no initializer that can be computed at import "
+                               "(an Assign of constants and random ops of shapes known at import time)")
     if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
         attrs["shape"] = list(np.shape(init))
     name = ctx.prefix + (ctx.attr("shared_name") or nd.name)
@@ -1279,7 +1291,7 @@ def _ref_assign(tn_op: str) -> _Rule:
     def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         """The assign, whose output (TensorFlow's ref after the update) is the Variable's new value."""
         ref = _ref(ctx, ins[0])
-        return [ctx.create(tn_op, [ref.handle, ins[1]], ref.attrs).outputs[0]]
+        return [ctx.create(tn_op, [ref.handle, _written(ctx, ins[1])], ref.attrs).outputs[0]]
 
     return rule
 
