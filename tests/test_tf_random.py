@@ -5,7 +5,11 @@ ops the importer cannot honour are refused, naming the op."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,18 @@ def test_philox_matches_the_published_known_answers() -> None:
     for ctr, key, want in cases:
         out = tf_random.philox(key[0] | key[1] << 32, ctr[2] | ctr[3] << 32, np.asarray([ctr[0] | ctr[1] << 32]))
         assert tuple(int(w) for w in out[0]) == want
+
+
+def test_the_draws_are_what_tensorflow_draws() -> None:
+    """Where TensorFlow is installed (``TURNOUT_TF_PYTHON`` names its Python, or this one has it),
+    every draw of the fixture is made again in TensorFlow and compared with the checked-in bytes."""
+    python = os.environ.get("TURNOUT_TF_PYTHON") or (sys.executable if importlib.util.find_spec("tensorflow")
+                                                      else None)
+    if python is None:
+        pytest.skip("TensorFlow is not installed (set TURNOUT_TF_PYTHON to a Python with tensorflow)")
+    tool = Path(__file__).resolve().parent.parent / "tools" / "tf_random_fixtures.py"
+    done = subprocess.run([python, str(tool), "--check"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_unseeded_draws_differ_from_run_to_run() -> None:
@@ -151,3 +167,12 @@ def test_a_random_op_outside_initializers_is_refused(use: str) -> None:
     """Law: a random op whose value the graph uses as it runs is refused, never frozen into a constant."""
     with pytest.raises(UnsupportedError, match='RandomUniform node "w/Initializer/r": a random op is supported only'):
         import_graph_def(_graph([2], nodes=use if "reset" in use else _VAR + "\n" + use))
+
+
+def test_an_empty_uniform_int_needs_no_range() -> None:
+    """Law (TensorFlow's kernel): minval < maxval is checked only when there is an element to draw;
+    the bounds must be scalars either way."""
+    out = tf_random.sample("RandomUniformInt", "u", np.asarray([0, 3]), np.dtype(np.int32), 1, 2, (5, 5))
+    assert out.shape == (0, 3) and out.dtype == np.int32
+    with pytest.raises(ArgumentError, match="u: minval and maxval must be scalars"):
+        tf_random.sample("RandomUniformInt", "u", np.asarray([2]), np.dtype(np.int32), 1, 2, ([5, 6], 9))

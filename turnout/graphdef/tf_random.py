@@ -247,7 +247,7 @@ def sample(op: str, where: str, shape: Any, dtype: np.dtype, seed: int, seed2: i
         if lo.shape != () or hi.shape != ():
             raise ArgumentError(f"{where}: minval and maxval must be scalars, got shapes {list(lo.shape)} "
                                 f"and {list(hi.shape)}")
-        if not int(lo) < int(hi):
+        if size and not int(lo) < int(hi):  # (as TensorFlow's kernel: an empty output needs no range)
             raise ArgumentError(f"{where}: it needs minval < maxval, got {int(lo)} >= {int(hi)}")
         flat = uniform_int(*key, size, int(lo), int(hi), np.dtype(dtype)) if size else np.zeros(0, dtype)
     else:
