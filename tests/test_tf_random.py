@@ -74,9 +74,12 @@ def test_unseeded_draws_differ_from_run_to_run() -> None:
 
 
 # ---- the importer -------------------------------------------------------------------------------------
-pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+def import_graph_def(source: Any) -> Any:
+    """``tn.import_graph_def``, for the tests that need the ``tf`` extra's protobuf definitions."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    from turnout.graphdef import import_graph_def as imp
 
-from turnout.graphdef import import_graph_def  # noqa: E402
+    return imp(source)
 
 _SHAPE = ('node {{ name: "shape" op: "Const" attr {{ key: "dtype" value {{ type: {dt} }} }} attr {{ key: "value" '
           'value {{ tensor {{ dtype: {dt} tensor_shape {{ {dims} }} {vals} }} }} }} }}')
@@ -96,6 +99,7 @@ def _graph(shape: list[Any], op: str = "RandomUniform", dt: str = "DT_FLOAT", sh
     text = "\n".join([_SHAPE.format(dt=shape_dt, dims=dims or f"dim {{ size: {len(shape)} }}", vals=vals),
                       _RANDOM.format(op=op, extra=extra, key="Tout" if op == "RandomUniformInt" else "dtype", dt=dt,
                                      seed=seed, seed2=seed2), nodes])
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
     from google.protobuf import text_format
 
     from turnout.graphdef import protos
