@@ -125,7 +125,8 @@ def test_a_seeded_initializer_imports_as_tensorflows_draw() -> None:
 def test_imported_models_start_from_tensorflows_initial_values(case: str) -> None:
     """Law: the initial values of a model TF1 code initialised with its default random initializers
     (glorot_uniform, truncated_normal, random_normal, he_normal, under set_random_seed) are TensorFlow's
-    bit for bit (the fixture's first run fetches them after TensorFlow's initializer)."""
+    bit for bit (the fixture's first run fetches them after TensorFlow's initializer), and running the
+    imported ``init`` writes the same bits on every backend."""
     meta = json.loads((DATA / "tf" / f"{case}.json").read_text())
     imp = import_graph_def(DATA / "tf" / f"{case}.pbtxt")
     first = meta["runs"][0]
@@ -133,6 +134,22 @@ def test_imported_models_start_from_tensorflows_initial_values(case: str) -> Non
     assert len(got) >= 3
     for fetch, g, want in zip(first["fetches"], got, first["expected"], strict=True):
         assert g.tobytes() == np.asarray(want, g.dtype).tobytes(), fetch
+    for backend in ("reference", "fast"):  # TensorFlow's ``init`` writes those very values again
+        sess = tn.Session(imp.graph, backend=backend)
+        sess.run(imp.node("init"))
+        again = sess.run([imp.tensor(f) for f in first["fetches"]])
+        assert all(a.tobytes() == g.tobytes() for a, g in zip(again, got, strict=True)), backend
+
+
+def test_an_initializer_assign_writes_the_folded_draw() -> None:
+    """Law: the Assign of a random initializer (glorot_uniform: ``RandomUniform * range + minval``)
+    writes the value folded at import, a constant equal to the Variable's initial value, not the
+    arithmetic again (which a backend may compute otherwise: a GPU contracts ``a * b + c`` into an FMA)."""
+    imp = import_graph_def(DATA / "tf" / "mlp_random_init.pbtxt")
+    assign = imp.node("hidden/kernel/Assign")
+    written = assign.raw_inputs[1]
+    assert written.node.op == "Const"
+    assert written.node.attrs["value"].tobytes() == imp.graph.variables["hidden/kernel"].attrs["initial_value"].tobytes()
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
