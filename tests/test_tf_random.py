@@ -149,7 +149,8 @@ def test_an_initializer_assign_writes_the_folded_draw() -> None:
     assign = imp.node("hidden/kernel/Assign")
     written = assign.raw_inputs[1]
     assert written.node.op == "Const"
-    assert written.node.attrs["value"].tobytes() == imp.graph.variables["hidden/kernel"].attrs["initial_value"].tobytes()
+    initial = imp.graph.variables["hidden/kernel"].attrs["initial_value"]
+    assert written.node.attrs["value"].tobytes() == initial.tobytes()
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
