@@ -182,3 +182,21 @@ def test_windows_round_trip_through_a_graph_def() -> None:
                   {ex.tf_name(xp): x, ex.tf_name(wp): w})
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_windows_round_trip_through_tn_save_and_bad_attributes_are_refused_when_loaded() -> None:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [None, 5, 4, 2], name="x")
+        y = tn.max_pool(tn.conv2d(x, np.ones((2, 2, 2, 3)), 2, "SAME", dilations=[1, 2]), 2, 1, "VALID")
+        (dx,) = tn.gradients(tn.reduce_sum(tn.avg_pool(y, 2, 1, "SAME")), [x])
+    text = tn.dumps(g)
+    back = tn.loads(text)
+    feed = RNG.normal(size=(2, 5, 4, 2))
+    want = tn.Session(g).run(dx, {x: feed})
+    np.testing.assert_array_equal(tn.Session(back).run(back.tensor(dx.name), {back.tensor(x.name): feed}), want)
+    for good, bad, message in [('"padding": "VALID"', '"padding": "FOO"', "padding must be 'SAME' or 'VALID'"),
+                               ('"ksize": [2, 2]', '"ksize": [0, 2]', "ksize must hold integers >= 1")]:
+        assert good in text
+        with pytest.raises(tn.SerializationError, match=message):
+            tn.loads(text.replace(good, bad, 1))

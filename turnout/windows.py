@@ -36,7 +36,7 @@ class Axis(NamedTuple):
 
 
 def _pair(op: str, attrs: dict[str, Any], name: str) -> tuple[int, int]:
-    v = attrs.get(name)
+    v: Any = attrs.get(name)
     ok = (isinstance(v, (list, tuple)) and len(v) == 2
           and all(isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_)) and e >= 1 for e in v))
     if not ok:
@@ -90,7 +90,7 @@ def out_hw(op: str, attrs: dict[str, Any], hw: Sequence[Optional[int]],
            kernel: Optional[Sequence[Optional[int]]] = None) -> tuple[Optional[int], Optional[int]]:
     """The output's rows and columns as far as they are known (None where an input size is not)."""
     k, s, d = window(op, attrs, kernel)
-    out = []
+    out: list[Optional[int]] = []
     for i in range(2):
         if hw[i] is None or k[i] is None:
             out.append(None)
