@@ -158,6 +158,22 @@ def cnn_windows_momentum(tf: Any) -> list[dict[str, Any]]:
 
 
 @case
+def cnn_pool_ties(tf: Any) -> list[dict[str, Any]]:
+    """Max pooling of inputs full of equal values (small integers, then all ones), whose gradient
+    TensorFlow sends to the first largest element of each window in row-major order: 3x3 windows,
+    stride 2, SAME (overlapping, with the uneven padding) and 2x2, stride 1, VALID; an average pool's
+    gradient beside them. The gradient of a weighted sum is fetched."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 5, 6, 2], name="x")
+    pools = [tf.nn.max_pool2d(x, 3, 2, "SAME"), tf.nn.max_pool2d(x, 2, 1, "VALID"), tf.nn.avg_pool2d(x, 3, 2, "SAME")]
+    loss = tf.add_n([tf.reduce_sum(p * _weights(tuple(p.shape[1:]), 140 + k, 1.0)) for k, p in enumerate(pools)])
+    (grad,) = tf.gradients(loss, [x])
+    rng = np.random.default_rng(141)
+    fetches = [*(p.name for p in pools), grad.name]
+    return [{"feeds": {"x:0": rng.integers(0, 3, size=(2, 5, 6, 2)).astype(np.float32)}, "fetches": fetches},
+            {"feeds": {"x:0": np.ones((1, 5, 6, 2), np.float32)}, "fetches": fetches}]
+
+
+@case
 def while_case_map_fn(tf: Any) -> list[dict[str, Any]]:
     """A ``while_loop`` with ``parallel_iterations=8`` whose body picks a branch with ``tf.case``
     (two predicates and a default) nested in a ``tf.cond``, then a ``map_fn`` over the batch that
