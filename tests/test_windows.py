@@ -200,3 +200,14 @@ def test_windows_round_trip_through_tn_save_and_bad_attributes_are_refused_when_
         assert good in text
         with pytest.raises(tn.SerializationError, match=message):
             tn.loads(text.replace(good, bad, 1))
+
+
+def test_a_second_derivative_through_max_pooling_is_refused_naming_it() -> None:
+    """MaxPoolGrad has no gradient (TensorFlow's MaxPoolGradGrad is not built, docs/missing.rst): a
+    second derivative through a max pool is a GradientError naming the op, never a silent zero."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(F, [1, 4, 4, 1])
+        (dx,) = tn.gradients(tn.reduce_sum(tn.square(tn.max_pool(x * x, 2, 2, "VALID"))), [x])
+        with pytest.raises(tn.GradientError, match="MaxPoolGrad.*second derivative through max pooling"):
+            tn.gradients(tn.reduce_sum(dx), [x])
