@@ -102,9 +102,11 @@ for _tf, _tn in [("Enter", "Enter"), ("RefEnter", "Enter"), ("Exit", "Exit"), ("
 @_rule("Switch", "RefSwitch")
 def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Switch on the predicate itself, not on tf.cond's ``pred_id`` Identity of it: the same value,
-    and one tensor per predicate lets the fast backend see the two sides of one condition."""
+    and one tensor per predicate lets the fast backend see the two sides of one condition. The
+    Identity that stands for a ``PlaceholderWithDefault`` is kept: a feed replaces it, and the
+    default behind it would take the branch the feed did not choose."""
     pred = _t(ins[1])
-    while pred.node.op == "Identity" and not pred.node.control_inputs:
+    while pred.node.op == "Identity" and not pred.node.control_inputs and not _fed_default(ctx, pred):
         pred = pred.node.inputs[0]
     x = ins[0]
     if isinstance(x, Ref):  # a ref routed into a branch: its handle
@@ -116,6 +118,12 @@ def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         return [Bundle(tuple(n.outputs[0] for n in parts)), Bundle(tuple(n.outputs[1] for n in parts))]
     n = ctx.create("Switch", [x, pred])
     return [n.outputs[0], n.outputs[1]]
+
+
+def _fed_default(ctx: ImportContext, t: Tensor) -> bool:
+    """Whether ``t`` is the import of a ``PlaceholderWithDefault`` (the Identity of its default)."""
+    nd = ctx.nodes.get(t.node.name.removeprefix(ctx.prefix)) if t.node.name.startswith(ctx.prefix) else None
+    return nd is not None and nd.op == "PlaceholderWithDefault"
 
 
 @_rule("Merge", "RefMerge")

@@ -32,6 +32,7 @@ from turnout.graph import BACK_EDGE, Graph, Node, Tensor
 from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_math,
     import_models,
+    import_nn,
     import_random,
     import_structure,
     protos,
