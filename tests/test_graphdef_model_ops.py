@@ -194,3 +194,35 @@ def test_pack_along_an_inner_axis_needs_no_rank(backend: str) -> None:
     inner, last = _run(g, ["inner:0", "last:0"], {"p:0": X}, backend)
     np.testing.assert_array_equal(inner, np.stack([X, 2 * X], axis=1))
     np.testing.assert_array_equal(last, np.stack([X, 2 * X], axis=-1))
+
+
+def _cond_on(g: GraphDef, pred: str) -> str:
+    """tf.cond(pred, lambda: x * 2, lambda: x + 1) as TensorFlow 1 writes it: the predicate switched
+    on itself for the pivots, every other input switched on its ``pred_id`` Identity."""
+    x = g.const("x", np.float32(5))
+    g.node("cond/Switch", "Switch", (pred, pred), T=BOOL)
+    g.node("cond/switch_t", "Identity", ("cond/Switch:1",), T=BOOL)
+    g.node("cond/switch_f", "Identity", ("cond/Switch",), T=BOOL)
+    pred_id = g.node("cond/pred_id", "Identity", (pred,), T=BOOL)
+    g.node("cond/Switch_1", "Switch", (x, pred_id), T=F32)
+    g.node("cond/mul", "Mul", ("cond/Switch_1:1", g.node("cond/two", "Const", ("^cond/switch_t",),
+                                                           value=np.float32(2), dtype=F32)), T=F32)
+    g.node("cond/add", "Add", ("cond/Switch_1", g.node("cond/one", "Const", ("^cond/switch_f",),
+                                                         value=np.float32(1), dtype=F32)), T=F32)
+    return g.node("cond/Merge", "Merge", ("cond/add", "cond/mul"), T=F32, N=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fed_identity_in_front_of_a_cond_chooses_its_branch(backend: str) -> None:
+    """An ``is_training = tf.identity(tf.constant(True))`` fed False takes the false branch: the
+    import reads past tf.cond's own ``pred_id`` only, never past another Identity (it read past every
+    Identity to the constant, and took the true branch whatever was fed: a silent wrong answer). A
+    feed of ``pred_id`` itself is refused, naming it."""
+    g = GraphDef()
+    flag = g.node("is_training", "Identity", (g.const("flag", np.bool_(True)),), T=BOOL)
+    out = _cond_on(g, flag)
+    assert _run(g, [f"{out}:0"], {}, backend) == [10.0]
+    assert _run(g, [f"{out}:0"], {"is_training:0": False}, backend) == [6.0]
+    imp = import_graph_def(g.gd)
+    with pytest.raises(tn.FeedError, match=r"feed 'cond/pred_id:0'.*feed the predicate itself"):
+        imp.run(tn.Session(imp.graph, backend=backend), [f"{out}:0"], {"cond/pred_id:0": False})

@@ -97,6 +97,8 @@ class ImportContext:
         self.back_edges: list[tuple[Node, int, str]] = []
         self.node: Any = None
         self.created: list[Node] = []
+        #: names of tf.cond ``pred_id`` Identity nodes that Switches read past (``import_rules._switch``)
+        self.looked_through: set[str] = set()
         #: StackPushV2 name -> what it pushes when that is not its input (a TensorArray flow's stand-in)
         self.pushed: dict[str, Tensor] = {}
         #: StackV2 name -> the ``range(start, n, delta)`` its pushes save (the indices of a stack() in a

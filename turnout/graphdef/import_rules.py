@@ -101,12 +101,15 @@ for _tf, _tn in [("Enter", "Enter"), ("RefEnter", "Enter"), ("Exit", "Exit"), ("
 
 @_rule("Switch", "RefSwitch")
 def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Switch on the predicate itself, not on tf.cond's ``pred_id`` Identity of it: the same value,
-    and one tensor per predicate lets the fast backend see the two sides of one condition. The
-    Identity that stands for a ``PlaceholderWithDefault`` is kept: a feed replaces it, and the
-    default behind it would take the branch the feed did not choose."""
+    """Switch on the predicate itself, not on tf.cond's ``pred_id`` Identity of it: the same value
+    (tf.cond switches the predicate on itself and every other input on ``pred_id``), and one tensor
+    per predicate lets the fast backend see the two sides of one condition. Only that Identity is
+    looked through: any other may be fed, and a Switch reading past it would take the branch the
+    feed did not choose (an ``is_training`` Identity of a constant, a ``PlaceholderWithDefault``);
+    a feed of ``pred_id`` itself is refused by ``ImportedGraph.run``."""
     pred = _t(ins[1])
-    while pred.node.op == "Identity" and not pred.node.control_inputs and not _fed_default(ctx, pred):
+    if _is_pred_id(ctx, pred):
+        ctx.looked_through.add(ctx.data_inputs()[1].split(":")[0])
         pred = pred.node.inputs[0]
     x = ins[0]
     if isinstance(x, Ref):  # a ref routed into a branch: its handle
@@ -120,10 +123,13 @@ def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [n.outputs[0], n.outputs[1]]
 
 
-def _fed_default(ctx: ImportContext, t: Tensor) -> bool:
-    """Whether ``t`` is the import of a ``PlaceholderWithDefault`` (the Identity of its default)."""
-    nd = ctx.nodes.get(t.node.name.removeprefix(ctx.prefix)) if t.node.name.startswith(ctx.prefix) else None
-    return nd is not None and nd.op == "PlaceholderWithDefault"
+def _is_pred_id(ctx: ImportContext, t: Tensor) -> bool:
+    """Whether ``t`` is the import of tf.cond's own ``pred_id``: an Identity node of the GraphDef of
+    that name, with no control inputs."""
+    name = t.node.name.removeprefix(ctx.prefix) if t.node.name.startswith(ctx.prefix) else None
+    nd = ctx.nodes.get(name) if name is not None else None
+    return (nd is not None and nd.op == "Identity" and name.rsplit("/", 1)[-1] == "pred_id"
+            and t.node.op == "Identity" and not t.node.control_inputs)
 
 
 @_rule("Merge", "RefMerge")

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from turnout.errors import (
     ArgumentError,
+    FeedError,
     GraphBuildError,
     NotFoundError,
     SerializationError,
@@ -56,6 +57,9 @@ class ImportedGraph:
     values: dict[str, Any] = field(default_factory=dict)
     controls: dict[str, Node] = field(default_factory=dict)
     op_counts: dict[str, int] = field(default_factory=dict)
+    #: tf.cond ``pred_id`` nodes whose Switches read the predicate behind them: a feed of one would
+    #: not reach those Switches, so ``run`` refuses it
+    looked_through: frozenset[str] = frozenset()
 
     def tensor(self, name: str) -> Tensor:
         """The Turnout tensor for a TensorFlow tensor name (``"op:0"``, or ``"op"`` for output 0)."""
@@ -78,6 +82,11 @@ class ImportedGraph:
     def run(self, session: Any, fetches: Sequence[str], feed_dict: Optional[dict[str, Any]] = None,
             targets: Sequence[str] = ()) -> list[Any]:
         """``session.run`` with TensorFlow tensor names for fetches and feeds, and op names as targets."""
+        for k in feed_dict or {}:
+            if isinstance(k, str) and tensor_name(k).split(":")[0] in self.looked_through:
+                raise FeedError(f"feed {k!r}: the Switches of its tf.cond read the predicate behind this "
+                                "pred_id Identity, not it, so the feed would not choose the branch; feed the "
+                                "predicate itself")
         feeds = {self.tensor(k): v for k, v in (feed_dict or {}).items()}
         out = session.run([self.tensor(f) for f in fetches] + [self.node(t) for t in targets], feeds)
         return list(out[: len(fetches)])
@@ -306,7 +315,7 @@ def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: s
     _colocate(g, nodes, made)
     _follow_resources(made)
     counts = dict(Counter(nd.op for nd in nodes.values()))
-    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), counts)
+    return ImportedGraph(g, dict(ctx.values), dict(ctx.control), counts, frozenset(ctx.looked_through))
 
 
 def _follow_resources(made: dict[str, list[Node]]) -> None:
