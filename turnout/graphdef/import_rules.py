@@ -126,8 +126,10 @@ def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _is_pred_id(ctx: ImportContext, t: Tensor) -> bool:
     """Whether ``t`` is the import of tf.cond's own ``pred_id``: an Identity node of the GraphDef of
     that name, with no control inputs."""
-    name = t.node.name.removeprefix(ctx.prefix) if t.node.name.startswith(ctx.prefix) else None
-    nd = ctx.nodes.get(name) if name is not None else None
+    if not t.node.name.startswith(ctx.prefix):
+        return False
+    name = t.node.name.removeprefix(ctx.prefix)
+    nd = ctx.nodes.get(name)
     return (nd is not None and nd.op == "Identity" and name.rsplit("/", 1)[-1] == "pred_id"
             and t.node.op == "Identity" and not t.node.control_inputs)
 
