@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from route_table import COMPILED_ROUTES, run_strictly
+from route_table import COMPILED_ROUTES, run_on, run_strictly
 from route_table import in_jax as _jax
 
 import turnout as tn
@@ -86,3 +86,140 @@ def test_each_builder_computes_jaxs_values_and_gradients(route: str) -> None:
     np.testing.assert_array_equal(v["range"], np.asarray([1.0, 1.5, 2.0], np.float32))
     np.testing.assert_array_equal(v["range_down"], [10, 7, 4])
     assert v["range"].dtype == np.float32 and v["range_down"].dtype == np.int64
+
+
+# ---- sizes known only when the program runs --------------------------------------------------------------
+def _run_time_graph() -> tuple[tn.Graph, dict[str, Any], dict[str, Any]]:
+    g = tn.Graph()
+    with g.as_default():
+        y = tn.placeholder(tn.float64, [None, None], name="y")
+        n = tn.placeholder(tn.int32, [], name="n")
+        d = tn.placeholder(tn.int32, [], name="d")
+        f = tn.placeholder(tn.float32, [], name="f")
+        out = {
+            "range": tn.range(n), "range_step": tn.range(n, 1, d), "range_float": tn.range(0.0, f, 0.75),
+            "squeeze": tn.squeeze(y, 1), "unstack": tn.unstack(y, num=4), "split": tn.split(y, 2),
+            "split_rest": tn.split(y, [1, -1, 1]), "slice": tn.slice(y, [1, 0], [2, -1]), "rank": tn.rank(y),
+        }
+        middle = tn.squeeze(tn.split(y, [1, -1, 1])[1], 1)  # y[1:3, 0], twice: the gradient is 2 y there
+        grad = tn.gradients(tn.reduce_sum(middle * tn.squeeze(tn.slice(y, [1, 0], [2, 1]), 1)), [y])[0]
+    return g, {**out, "grad": grad}, {"y": y, "n": n, "d": d, "f": f}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_run_time_sizes_give_numpys_values(route: str) -> None:
+    """A range of run-time bounds is ``np.arange`` of them (empty when the bounds are the wrong way
+    round), and the slices of an axis of run-time size are numpy's."""
+    g, out, ph = _run_time_graph()
+    yv = np.arange(4.0).reshape(4, 1) + 0.5
+    for nv, dv, fv in [(5, -2, 2.0), (0, 3, -1.0)]:
+        got = run_strictly(route, g, out, {ph["y"]: yv, ph["n"]: nv, ph["d"]: dv, ph["f"]: np.float32(fv)})
+        np.testing.assert_array_equal(got["range"], np.arange(nv, dtype=np.int32))
+        np.testing.assert_array_equal(got["range_step"], np.arange(nv, 1, dv, dtype=np.int32))
+        np.testing.assert_allclose(got["range_float"], np.arange(0.0, fv, 0.75, dtype=np.float32))
+    np.testing.assert_array_equal(got["squeeze"], yv[:, 0])
+    for k in range(4):
+        np.testing.assert_array_equal(got["unstack"][k], yv[k])
+    np.testing.assert_array_equal(got["split"][1], yv[2:])
+    for part, want in zip(got["split_rest"], [yv[:1], yv[1:3], yv[3:]], strict=True):
+        np.testing.assert_array_equal(part, want)
+    np.testing.assert_array_equal(got["slice"], yv[1:3])
+    assert got["rank"] == 2
+    want_grad = np.zeros_like(yv)
+    want_grad[1:3] = 2 * yv[1:3]
+    np.testing.assert_array_equal(got["grad"], want_grad)
+
+
+RUN_TIME_ERRORS = [
+    ("squeeze", np.zeros((4, 2)), r"squeeze: axis 1 must have size 1"),
+    ("unstack", np.zeros((3, 1)), r"unstack: axis 0 must have size num=4"),
+    ("split", np.zeros((3, 1)), r"split: num_or_size_splits=2 does not divide axis 0"),
+    ("split_rest", np.zeros((1, 1)), r"split: axis 0 must have at least 2 entries"),
+    ("slice", np.zeros((2, 1)), r"slice: begin\[0\]=1, size\[0\]=2 do not lie in axis 0"),
+    ("range_step", np.zeros((4, 1)), r"range: delta must not be 0"),
+]
+#: a fed delta of 0 leaves the fast backend no length to compile the range with: it runs the program
+#: on the interpreter (with its RuntimeWarning), which raises the check's KernelError
+FALLS_BACK = {"range_step"}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("fetch, yv, message", RUN_TIME_ERRORS, ids=[c[0] for c in RUN_TIME_ERRORS])
+def test_sizes_that_do_not_fit_when_it_runs_are_kernel_errors(route: str, fetch: str, yv: Any, message: str) -> None:
+    """What a builder cannot check when building (an axis of unknown size is 1, is num long, splits,
+    holds the slice; a delta that is fed) is checked when it runs: a KernelError naming the builder,
+    the same on every route, never a value computed from a clipped or truncated slice."""
+    g, out, ph = _run_time_graph()
+    run = run_on if fetch in FALLS_BACK else run_strictly
+    with pytest.raises(tn.KernelError, match=message):
+        run(route, g, out[fetch], {ph["y"]: yv, ph["n"]: 3, ph["d"]: 0, ph["f"]: np.float32(1.0)})
+
+
+# ---- inside loops ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("route", ROUTES)
+def test_builders_inside_while_loop_and_map_fn(route: str) -> None:
+    """In a ``while_loop`` body, ``sum(range(i))`` (a run-time length each iteration) and a softmax
+    of the scaled input; in ``map_fn``, each row's one-hot argmax times its log-softmax; values and
+    the gradient through both against plain Python and ``jax.grad``."""
+    x2 = RNG.randn(3, 4)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [3, 4])
+
+        def body(i: Any, tri: Any, acc: Any) -> Any:
+            s = tn.cast(i, tn.float64)
+            return i + 1, tri + tn.reduce_sum(tn.range(i)), acc + tn.reduce_sum(tn.nn.softmax(x * s) * x)
+
+        start = [tn.constant(0), tn.constant(0), tn.constant(0.0, tn.float64)]
+        _, tri, acc = tn.while_loop(lambda i, t, a: i < 4, body, start)
+        rows = tn.map_fn(lambda r: tn.one_hot(tn.argmax(r, 0), 4, dtype=tn.float64) * tn.nn.log_softmax(r), x)
+        loss = acc + tn.reduce_sum(rows)
+        (dx,) = tn.gradients(loss, [x])
+    got_tri, got_loss, got_dx = run_strictly(route, g, [tri, loss, dx], {x: x2})
+    assert got_tri == sum(sum(range(i)) for i in range(4))
+
+    def jloss(v: Any) -> Any:
+        acc = sum(jnp.sum(jax.nn.softmax(v * float(i)) * v) for i in range(4))
+        hot = jax.nn.one_hot(jnp.argmax(v, 1), 4)
+        return acc + jnp.sum(hot * jax.nn.log_softmax(v))
+
+    want, dwant = _jax(jax.value_and_grad(jloss), x2)
+    np.testing.assert_allclose(got_loss, want, rtol=1e-12)
+    np.testing.assert_allclose(got_dx, dwant, rtol=1e-12, atol=1e-15)
+
+
+# ---- bad arguments ---------------------------------------------------------------------------------------
+BUILD_ERRORS = [
+    (lambda x: tn.squeeze(x, 3), tn.ShapeError, r"squeeze: axis 3 is out of range for a tensor of rank 3"),
+    (lambda x: tn.squeeze(x, 0), tn.ShapeError, r"squeeze: axis 0 of x has size 2, not 1"),
+    (lambda x: tn.squeeze(tn.placeholder(tn.float32, [None, 1])), tn.ShapeError, r"squeeze: axis=None needs"),
+    (lambda x: tn.unstack(tn.placeholder(tn.float32, [None])), tn.ShapeError, r"unstack: num is not given"),
+    (lambda x: tn.unstack(x, num=3), tn.ShapeError, r"unstack: num=3 does not match the size 2"),
+    (lambda x: tn.split(x, [1, 1], axis=2), tn.ShapeError, r"split: sizes \[1, 1\] do not sum to the size 3"),
+    (lambda x: tn.split(x, 2, axis=-1), tn.ShapeError, r"split: num_or_size_splits=2 does not divide axis 2"),
+    (lambda x: tn.split(x, [-1, -1], axis=2), tn.ShapeError, r"split: num_or_size_splits \[-1, -1\]"),
+    (lambda x: tn.slice(x, [0, 0, 2], [1, 1, 2]), tn.ShapeError, r"slice: begin\[2\]=2, size\[2\]=2 do not lie"),
+    (lambda x: tn.slice(x, [0, 0], [1, 1]), tn.ShapeError, r"slice: begin \[0, 0\] and size \[1, 1\] must have"),
+    (lambda x: tn.one_hot([1, 2], -1), tn.ShapeError, r"one_hot: depth must be >= 0, got -1"),
+    (lambda x: tn.one_hot([1, 2], 3, axis=2), tn.ShapeError, r"one_hot: axis 2 is out of range"),
+    (lambda x: tn.one_hot(x, 3), tn.DTypeError, r"one_hot: indices must be integers"),
+    (lambda x: tn.argmax(x, 3), tn.ShapeError, r"argmax: axis 3 is out of range"),
+    (lambda x: tn.argmin(x, 0, output_type=tn.float32), tn.DTypeError, r"argmin: output_type must be int32"),
+    (lambda x: tn.argmax(x, 1.0), tn.GraphBuildError, r"argmax: axis must be an int"),
+    (lambda x: tn.range(0, 5, 0), tn.GraphBuildError, r"range: delta must not be 0"),
+    (lambda x: tn.range(tn.constant(5), 0, 0), tn.GraphBuildError, r"range: delta must not be 0"),
+    (lambda x: tn.range(tn.constant(5), tn.constant(2.0)), tn.DTypeError, r"range: limit is float32, the range is "),
+    (lambda x: tn.range(tn.zeros([2], tn.int32)), tn.ShapeError, r"range: limit must be a scalar"),
+    (lambda x: tn.clip_by_value(x, tn.constant(0), 1.0), tn.DTypeError, r"clip_by_value: the bounds must have"),
+    (lambda x: tn.nn.softmax(x, axis=-4), tn.ShapeError, r"softmax: axis -4 is out of range"),
+    (lambda x: tn.nn.log_softmax(tn.constant([1, 2])), tn.DTypeError, r"log_softmax: x must be floating"),
+]
+
+
+@pytest.mark.parametrize("make, error, message", BUILD_ERRORS, ids=[str(k) for k in range(len(BUILD_ERRORS))])
+def test_bad_arguments_are_build_errors_naming_the_function_and_argument(make: Any, error: type, message: str) -> None:
+    """Arguments that cannot be right whatever is fed fail when building, with a Turnout error that
+    names the builder and the argument."""
+    with tn.Graph().as_default():
+        with pytest.raises(error, match=message):
+            make(tn.placeholder(tn.float32, [2, 1, 3]))
