@@ -223,3 +223,69 @@ def test_bad_arguments_are_build_errors_naming_the_function_and_argument(make: A
     with tn.Graph().as_default():
         with pytest.raises(error, match=message):
             make(tn.placeholder(tn.float32, [2, 1, 3]))
+
+
+# ---- the importer builds these ops as the builders do ----------------------------------------------------
+def _ops(g: tn.Graph) -> list[str]:
+    return [n.op for n in g.nodes if n.op not in ("Placeholder", "Const")]
+
+
+def test_imported_ops_are_built_as_the_builders_build_them() -> None:
+    """An imported Softmax, LogSoftmax, ClipByValue, OneHot, Squeeze, Unpack, SplitV and Slice are
+    the nodes ``tn`` builds for the same call: one construction (``turnout.composite``), so a ported
+    program and an imported one compute the same thing, gradients included."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    from test_graphdef_model_ops import F32, I32, GraphDef
+
+    def c(g: Any, name: str, v: Any) -> str:
+        return g.const(name, np.asarray(v, np.float32 if isinstance(v, float) else np.int32))
+
+    cases = [
+        ("Softmax", lambda g: ("x",), {"T": F32}, lambda x, i: tn.nn.softmax(x)),
+        ("LogSoftmax", lambda g: ("x",), {"T": F32}, lambda x, i: tn.nn.log_softmax(x)),
+        ("ClipByValue", lambda g: ("x", c(g, "lo", 0.0), c(g, "hi", 1.0)), {"T": F32},
+         lambda x, i: tn.clip_by_value(x, 0.0, 1.0)),
+        ("OneHot", lambda g: ("i", c(g, "depth", 3), c(g, "on", 1.0), c(g, "off", 0.0)),
+         {"T": F32, "TI": I32, "axis": -1}, lambda x, i: tn.one_hot(i, 3)),
+        ("Squeeze", lambda g: ("x",), {"T": F32, "squeeze_dims": [1]}, lambda x, i: tn.squeeze(x, 1)),
+        ("Unpack", lambda g: ("x",), {"T": F32, "num": 3, "axis": 2}, lambda x, i: tn.unstack(x, axis=2)),
+        ("SplitV", lambda g: ("x", c(g, "sizes", [1, -1]), c(g, "axis", 2)), {"T": F32, "Tlen": I32, "num_split": 2},
+         lambda x, i: tn.split(x, [1, -1], axis=2)),
+        ("Slice", lambda g: ("x", c(g, "begin", [1, 0, 1]), c(g, "size", [1, -1, 2])), {"T": F32, "Index": I32},
+         lambda x, i: tn.slice(x, [1, 0, 1], [1, -1, 2])),
+    ]
+    for op, inputs, attrs, build in cases:
+        g = GraphDef()
+        g.placeholder("x", F32, [2, 1, 3])
+        g.placeholder("i", I32, [4])
+        g.node("op", op, inputs(g), **attrs)
+        imported = tn.import_graph_def(g.gd).graph
+        built = tn.Graph()
+        with built.as_default():
+            build(tn.placeholder(tn.float32, [2, 1, 3]), tn.placeholder(tn.int32, [4]))
+        assert _ops(imported) == _ops(built), op
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_imported_squeeze_and_split_of_run_time_sizes_check_them_when_run(backend: str) -> None:
+    """Regression: an imported Squeeze, Unpack or Split of an axis whose size is known only when the
+    program runs was refused when importing; built as ``tn`` builds them, they now run, and a size
+    that does not fit is a KernelError naming the NodeDef (as TensorFlow fails), never a slice of it."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    from test_graphdef_model_ops import F32, GraphDef, _run
+
+    g = GraphDef()
+    y = g.placeholder("y", F32, [-1, -1])
+    g.node("sq", "Squeeze", (y,), T=F32, squeeze_dims=[1])
+    g.node("un", "Unpack", (y,), T=F32, num=2, axis=0)
+    g.node("sp", "Split", (g.const("axis", np.int32(0)), y), T=F32, num_split=2)
+    yv = np.asarray([[1.0], [2.0]], np.float32)
+    sq, un1, sp1 = _run(g, ["sq:0", "un:1", "sp:1"], {"y:0": yv}, backend)
+    np.testing.assert_array_equal(sq, [1.0, 2.0])
+    np.testing.assert_array_equal(un1, [2.0])
+    np.testing.assert_array_equal(sp1, [[2.0]])
+    for fetch, shape, message in [("sq:0", (2, 2), r'Squeeze node "sq": axis 1 must have size 1'),
+                                  ("un:0", (3, 1), r'Unpack node "un": axis 0 must have size num=2'),
+                                  ("sp:0", (3, 1), r'Split node "sp": num_or_size_splits=2')]:
+        with pytest.raises(tn.KernelError, match=message):
+            _run(g, [fetch], {"y:0": np.zeros(shape, np.float32)}, backend)
