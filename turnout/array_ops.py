@@ -178,8 +178,9 @@ def equal_split_parts(m: Maker, x: Tensor, num: int, axis: int, what: str) -> li
     """``num`` equal slices along ``axis``; of an axis of unknown size, the slices' bounds are
     multiples of ``size // num``, read when the program runs, which checks that ``num`` divides it."""
     assert x.shape is not None
-    if x.shape[axis] is not None:
-        return split_parts(m, x, [int(x.shape[axis]) // num] * num, axis, what)
+    total = x.shape[axis]
+    if total is not None:
+        return split_parts(m, x, [int(total) // num] * num, axis, what)
     d = dim(m, x, axis, "dim")
     n = int32(m, num, x, "num")
     rest = m.create("FloorMod", [d, n], suffix="rest").outputs[0]
