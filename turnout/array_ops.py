@@ -379,7 +379,9 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None,  # n
     is a float, unless ``dtype`` says otherwise). Any bound may be a scalar tensor: the length is
     then known only when the program runs, ``max(0, ceil((limit - start) / delta))``, and the value
     is ``start + k * delta`` over a ``Fill`` of that length counted by an exclusive ``Cumsum``.
-    ``delta`` 0 is a GraphBuildError, or a KernelError when the program runs."""
+    ``delta`` 0 is a GraphBuildError, or a KernelError when the program runs. The fast backend
+    compiles a length that depends on fed values by specialising the program on them (one compile
+    per length: *Shapes decided by fed values* on the fast backend's page)."""
     if limit is None:
         start, limit = 0, start
     bounds = (start, limit, delta)
@@ -441,4 +443,6 @@ def _constant_range(start: Any, limit: Any, delta: Any, dtype: Any, name: Option
     return constant(value, dtype=d, name=name)
 
 
-__all__ = ["argmax", "argmin", "clip_by_value", "one_hot", "range", "rank", "slice", "split", "squeeze", "unstack"]
+__all__ = ["argmax", "argmin", "clip_by_value", "clip_part", "equal_split_parts", "normalize_axis", "one_hot",
+           "one_hot_part", "range", "rank", "slice", "slice_part", "split", "split_parts", "squeeze", "squeeze_axes",
+           "unstack", "unstack_parts"]

@@ -69,4 +69,4 @@ def log_softmax(x: Any, axis: int = -1, name: Optional[str] = None) -> Tensor:
     return log_softmax_part(GraphMaker(t.graph, name, "log_softmax"), t, ax)
 
 
-__all__ = ["log_softmax", "softmax"]
+__all__ = ["log_softmax", "log_softmax_part", "log_softmax_parts", "softmax", "softmax_part"]
