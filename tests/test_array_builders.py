@@ -289,3 +289,20 @@ def test_imported_squeeze_and_split_of_run_time_sizes_check_them_when_run(backen
                                   ("sp:0", (3, 1), r'Split node "sp": num_or_size_splits=2')]:
         with pytest.raises(tn.KernelError, match=message):
             _run(g, [fetch], {"y:0": np.zeros(shape, np.float32)}, backend)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_imported_range_of_a_run_time_limit_is_read_as_tns_range(backend: str) -> None:
+    """Regression: ``tf.range(2, n, 3)`` with a fed ``n``, read by an op other than a TensorArray's
+    gather or scatter, was refused when importing ("a Range with run-time bounds"); it is now the
+    tensor ``tn.range`` builds (``array_ops.range_part``), ``np.arange(2, n, 3)``, empty when ``n <= 2``."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    from test_graphdef_model_ops import I32, GraphDef, _run
+
+    g = GraphDef()
+    n = g.placeholder("n", I32, [])
+    g.node("r", "Range", (g.const("start", np.int32(2)), n, g.const("delta", np.int32(3))), Tidx=I32)
+    g.node("twice", "Mul", ("r", g.const("two", np.int32(2))), T=I32)
+    for nv in (9, 2, -4):
+        (got,) = _run(g, ["twice:0"], {"n:0": np.int32(nv)}, backend)
+        np.testing.assert_array_equal(got, 2 * np.arange(2, nv, 3, dtype=np.int32))

@@ -24,25 +24,15 @@ from turnout.composite import GraphMaker, Maker, checked_that, dim, getitem, int
 from turnout.errors import ArgumentError, DTypeError, GraphBuildError, ResourceExhaustedError, ShapeError
 from turnout.graph import Tensor
 from turnout.limits import check_allocation
-from turnout.math_ops import ceil, cumsum
 from turnout.ops import (
     _pair,
-    assert_true,
     bad_value,
-    cast,
     constant,
     convert_to_tensor,
-    fill,
-    floordiv,
-    identity,
     int_attr,
     int_list_attr,
-    maximum,
-    not_equal,
     shape,
     size,
-    stack,
-    truediv,
 )
 
 _Axes = Union[int, Sequence[int], None]
@@ -397,14 +387,35 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None,  # n
     s, lim, dl = (_bound(v, d, arg) for v, arg in zip(bounds, ("start", "limit", "delta"), strict=True))
     if _is_number(delta) and delta == 0:
         raise bad_value("range: delta must not be 0")
-    if not _is_number(delta):
-        dl = _assert_nonzero(dl)
-    # the length ceil((limit - start) / delta), as -((start - limit) // delta) on integers (exact)
-    n = -floordiv(s - lim, dl) if d.is_integer else ceil(truediv(lim - s, dl))
-    n = maximum(n if n.dtype == dt.int32 else cast(n, dt.int32), 0)
-    k = cumsum(fill(stack([n]), np.int32(1)), exclusive=True)
-    out = s + cast(k, d) * dl
-    return out if name is None else identity(out, name=name)
+    return range_part(GraphMaker(s.graph, name, "range"), s, lim, dl, "range", check_delta=not _is_number(delta))
+
+
+def range_part(m: Maker, start: Tensor, limit: Tensor, delta: Tensor, what: str, check_delta: bool) -> Tensor:
+    """``start + k * delta`` for ``k`` in ``range(n)``, ``n = max(0, ceil((limit - start) / delta))``
+    read when the program runs (scalars of one dtype): ``k`` is an exclusive ``Cumsum`` of a
+    ``Fill`` of ones of that length. The length is ``-((start - limit) // delta)`` on integers (exact;
+    a float division would round large bounds). ``check_delta``: an ``Assert`` that ``delta`` is not
+    0 first (whose division would fail with a message about division, not about the range)."""
+    if check_delta:
+        zero = m.const(np.zeros((), delta.dtype.numpy), [delta], suffix="zero")
+        ok = m.create("NotEqual", [delta, zero], suffix="delta_nonzero").outputs[0]
+        delta = checked_that(m, ok, delta, f"{what}: delta must not be 0", "check_delta")
+    if start.dtype.is_integer:
+        q = m.create("Div", [m.create("Sub", [start, limit], suffix="span").outputs[0], delta], suffix="quotient")
+        n = m.create("Neg", [q.outputs[0]], suffix="length").outputs[0]
+    else:
+        q = m.create("Div", [m.create("Sub", [limit, start], suffix="span").outputs[0], delta], suffix="quotient")
+        n = m.create("Ceil", [q.outputs[0]], suffix="length").outputs[0]
+    if n.dtype != dt.int32:
+        n = m.create("Cast", [n], {"dtype": "int32"}, suffix="length_int32").outputs[0]
+    n = m.create("Maximum", [n, int32(m, 0, n, "none")], suffix="count").outputs[0]
+    ones = m.create("Fill", [m.create("Pack", [n], suffix="shape").outputs[0], int32(m, 1, n, "one")],
+                    suffix="ones").outputs[0]
+    k = m.create("Cumsum", [ones], {"axis": 0, "exclusive": True, "reverse": False}, suffix="k").outputs[0]
+    if start.dtype != dt.int32:
+        k = m.create("Cast", [k], {"dtype": start.dtype.name}, suffix="k_cast").outputs[0]
+    steps = m.create("Mul", [k, delta], suffix="steps").outputs[0]
+    return m.create("Add", [start, steps]).outputs[0]
 
 
 def _bound(v: Any, d: dt.DType, argument: str) -> Tensor:
@@ -419,10 +430,6 @@ def _bound(v: Any, d: dt.DType, argument: str) -> Tensor:
         return constant(dt.as_checked_array(v, d, f"range: {argument}"), dtype=d)
     except ValueError as e:
         raise bad_value(str(e)) from None
-
-
-def _assert_nonzero(delta: Tensor) -> Tensor:
-    return assert_true(not_equal(delta, 0), delta, "range: delta must not be 0")
 
 
 def _constant_range(start: Any, limit: Any, delta: Any, dtype: Any, name: Optional[str]) -> Tensor:
@@ -444,5 +451,5 @@ def _constant_range(start: Any, limit: Any, delta: Any, dtype: Any, name: Option
 
 
 __all__ = ["argmax", "argmin", "clip_by_value", "clip_part", "equal_split_parts", "normalize_axis", "one_hot",
-           "one_hot_part", "range", "rank", "slice", "slice_part", "split", "split_parts", "squeeze", "squeeze_axes",
-           "unstack", "unstack_parts"]
+           "one_hot_part", "range", "range_part", "rank", "slice", "slice_part", "split", "split_parts", "squeeze",
+           "squeeze_axes", "unstack", "unstack_parts"]
