@@ -306,3 +306,26 @@ def test_an_imported_range_of_a_run_time_limit_is_read_as_tns_range(backend: str
     for nv in (9, 2, -4):
         (got,) = _run(g, ["twice:0"], {"n:0": np.int32(nv)}, backend)
         np.testing.assert_array_equal(got, 2 * np.arange(2, nv, 3, dtype=np.int32))
+
+
+def test_builders_export_to_tensorflow_and_import_back_to_the_same_values() -> None:
+    """The builders' nodes are primitives that export (``tn.export_graph_def``): imported back, the
+    graph computes the same values, and a run-time check still fails, with the builder's message."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2, 1, 3], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        y = tn.placeholder(tn.float32, [None, None], name="y")
+        outs = [tn.range(n), tn.squeeze(y, 1), tn.split(y, 2)[1], tn.slice(y, [1, 0], [2, -1]), tn.one_hot([0, 2], 3),
+                tn.argmax(x, 2), tn.clip_by_value(x, 0.0, 1.0), tn.nn.log_softmax(x), tn.unstack(x, axis=2)[1]]
+    exported = tn.export_graph_def(g)
+    imp = tn.import_graph_def(exported.graph_def)
+    names = [exported.tf_name(t) for t in outs]
+    xv, yv = XV.astype(np.float32), np.arange(4.0, dtype=np.float32).reshape(4, 1)
+    want = tn.Session(g).run(outs, {x: xv, n: 4, y: yv})
+    got = imp.run(tn.Session(imp.graph), names, {"x:0": xv, "n:0": np.int32(4), "y:0": yv})
+    for name, a, b in zip(names, want, got, strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    with pytest.raises(tn.KernelError, match="squeeze: axis 1 must have size 1"):
+        imp.run(tn.Session(imp.graph), names[1:2], {"y:0": np.zeros((4, 2), np.float32)})
