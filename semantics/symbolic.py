@@ -324,6 +324,7 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Floor", "Ceil", "Round", "Cumsum",
     "Assert",  # a failing check is an error, which the encoding has no value for
     "ArgMax", "ArgMin", "TopK", "ReverseSequence",
+    "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool", "AvgPoolGrad",
     "MatMul", "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
     "ScatterAddLike", "UpdateSlot", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill",
     "Shape",

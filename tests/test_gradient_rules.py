@@ -132,6 +132,28 @@ def _floor_mod_inputs() -> list[np.ndarray]:
     return [q * y, y]
 
 
+#: the windows of the convolution cases: TensorFlow's uneven SAME padding, a stride and a dilation
+CONV = {"strides": [2, 1], "dilations": [1, 2], "padding": "SAME"}
+POOL = {"ksize": [2, 3], "strides": [2, 1], "padding": "SAME"}
+
+
+def _jax_conv(x: Any, w: Any) -> Any:
+    return jax.lax.conv_general_dilated(x, w, (2, 1), [(0, 0), (1, 1)], rhs_dilation=(1, 2),
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _window(op: str, attrs: dict[str, Any], *ins: Any) -> Any:
+    return ins[0].graph.create_node(op, list(ins), attrs).outputs[0]
+
+
+def _jax_pool(x: Any, init: float, reducer: Any) -> Any:
+    return jax.lax.reduce_window(x, init, reducer, (1, 2, 3, 1), (1, 2, 1, 1), [(0, 0), (0, 0), (1, 1), (0, 0)])
+
+
+def _jax_avg_pool(x: Any) -> Any:
+    return _jax_pool(x, 0.0, jax.lax.add) / _jax_pool(jnp.ones_like(x), 0.0, jax.lax.add)
+
+
 HAND_BUILT = ("fast backend: the gradient of a hand-built (tn.raw) Switch/Merge is a Switch on the Merge's "
               "value_index, which the fast backend cannot raise to a conditional")
 
@@ -225,6 +247,21 @@ CASES: dict[str, Case] = {
     "TensorArrayAccumulate": Case([_arr(3, 2), _arr(2)], _ta_accumulate,
                                   lambda x, v: x.at[1].add(v * v + jnp.tanh(v))),
     "TensorArrayReadOrZeros": Case([_arr(2)], _ta_read_or_zeros, lambda x: x * x),
+    # windows: x is (1, 4, 3, 2), the filter (2, 2, 2, 3), the convolution's output (1, 2, 3, 3)
+    "Conv2D": Case([_arr(1, 4, 3, 2), _arr(2, 2, 2, 3)], lambda x, w: tn.conv2d(x, w, [2, 1], "SAME", dilations=[1, 2]),
+                   _jax_conv),
+    "Conv2DBackpropInput": Case([_arr(2, 2, 2, 3), _arr(1, 2, 3, 3)],
+                                lambda w, dy: _window("Conv2DBackpropInput", CONV, tn.zeros([1, 4, 3, 2], F), w, dy),
+                                lambda w, dy: jax.vjp(lambda x: _jax_conv(x, w), jnp.zeros((1, 4, 3, 2)))[1](dy)[0]),
+    "Conv2DBackpropFilter": Case([_arr(1, 4, 3, 2), _arr(1, 2, 3, 3)],
+                                 lambda x, dy: _window("Conv2DBackpropFilter", CONV, x, tn.zeros([2, 2, 2, 3], F), dy),
+                                 lambda x, dy: jax.vjp(lambda w: _jax_conv(x, w), jnp.zeros((2, 2, 2, 3)))[1](dy)[0]),
+    # distinct values, so no window has a tie (a max's derivative is not defined there)
+    "MaxPool": Case([RNG.permutation(24).reshape(1, 4, 3, 2) / 10.0], lambda x: tn.max_pool(x, [2, 3], [2, 1], "SAME"),
+                    lambda x: _jax_pool(x, -jnp.inf, jax.lax.max)),
+    "AvgPool": Case([_arr(1, 4, 3, 2)], lambda x: tn.avg_pool(x, [2, 3], [2, 1], "SAME"), _jax_avg_pool),
+    "AvgPoolGrad": Case([_arr(1, 2, 3, 2)], lambda dy: _window("AvgPoolGrad", POOL, tn.zeros([1, 4, 3, 2], F), dy * dy),
+                        lambda dy: jax.vjp(_jax_avg_pool, jnp.zeros((1, 4, 3, 2)))[1](dy * dy)[0]),
     "TensorArrayStackOrZeros": Case([_arr(2)], _ta_stack_or_zeros,
                                     lambda x: jnp.zeros((3, 2)).at[2].set(jnp.tanh(x))),
 }

@@ -1,7 +1,7 @@
 """TensorFlow fixture cases for the TF1 model patterns the first families left out (tools/tf_fixtures.py
 registers and writes them): dropout-wrapped stacked RNNs with gradient clipping and a decayed learning
-rate, sparse (IndexedSlices) embedding gradients under every optimizer, a small CNN with batch
-normalisation in both modes (pending: Turnout has no convolution yet), loops with
+rate, sparse (IndexedSlices) embedding gradients under every optimizer, small CNNs with batch
+normalisation in both modes, strided, dilated and padded windows and both poolings, loops with
 ``parallel_iterations`` and ``tf.case`` inside, an encoder and early-stopping greedy decoder, and the
 gradient of a ``tf.scan`` RNN. Each is small: a few units, a few steps, so the replay on every
 backend stays quick.
@@ -13,21 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tf_fixture_helpers import _seeded, _train_runs, _weights
+from tf_fixture_helpers import _seeded, _train_runs, _weights, names
 
 CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
-#: cases Turnout cannot import yet (docs/missing.rst: the CNN ops), kept here to be written and
-#: registered once it can: ``python tools/tf_fixtures.py`` writes only the registered cases
-PENDING: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
 
 
 def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
     CASES[fn.__name__] = fn
-    return fn
-
-
-def pending(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
-    PENDING[fn.__name__] = fn
     return fn
 
 
@@ -105,7 +97,7 @@ def _cnn(tf: Any, images: Any, training: Any) -> Any:
     return tf.matmul(tf.reshape(h, [-1, 9]), w)
 
 
-@pending
+@case
 def cnn_batch_norm(tf: Any) -> list[dict[str, Any]]:
     """A small CNN (``conv2d``, ``max_pool2d``, ``conv1d``) with ``layers.batch_normalization``
     whose ``training`` flag is a fed boolean (a ``tf.cond`` of FusedBatchNorm in both modes), its
@@ -124,7 +116,7 @@ def cnn_batch_norm(tf: Any) -> list[dict[str, Any]]:
     return runs + [{"feeds": {**feeds, "training:0": False}, "fetches": [loss.name, logits.name, pred.name]}]
 
 
-@pending
+@case
 def cnn_batch_norm_adam(tf: Any) -> list[dict[str, Any]]:
     """The same CNN with its batch normalisation in training mode only (``training=True``: no cond),
     trained by Adam; the moving statistics fetched after training."""
@@ -137,6 +129,48 @@ def cnn_batch_norm_adam(tf: Any) -> list[dict[str, Any]]:
     rng = np.random.default_rng(124)
     feeds = {"images:0": rng.normal(size=(2, 4, 4, 1)).astype(np.float32), "labels:0": np.asarray([1, 2], np.int32)}
     return _train_runs(feeds, loss, train, [v.value() for v in tf.compat.v1.global_variables()])
+
+
+@case
+def cnn_windows_momentum(tf: Any) -> list[dict[str, Any]]:
+    """conv (SAME, stride 2 along the rows: TensorFlow's uneven padding) -> fused batch normalisation
+    in training mode -> relu, then a max pool (3x3, stride 2, SAME) and an average pool (2x2, VALID)
+    side by side, a dilated conv (VALID) after the average pool, and a dense head, trained by Momentum
+    (the images' batch size unknown to the graph)."""
+    images = tf.compat.v1.placeholder(tf.float32, [None, 6, 5, 2], name="images")
+    labels = tf.compat.v1.placeholder(tf.int32, [None], name="labels")
+    k1 = tf.compat.v1.get_variable("k1", initializer=_weights((3, 3, 2, 3), 130, 0.8))
+    h = tf.nn.conv2d(images, k1, strides=[1, 2, 1, 1], padding="SAME")  # (batch, 3, 5, 3)
+    h = tf.nn.relu(tf.compat.v1.layers.batch_normalization(h, training=True, momentum=0.9, name="bn"))
+    peak = tf.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME")  # (batch, 2, 3, 3)
+    mean = tf.nn.avg_pool2d(h, ksize=2, strides=1, padding="VALID")  # (batch, 2, 4, 3)
+    k2 = tf.compat.v1.get_variable("k2", initializer=_weights((2, 2, 3, 2), 131, 0.8))
+    wide = tf.nn.conv2d(mean, k2, strides=1, padding="VALID", dilations=[1, 1, 2, 1])  # (batch, 1, 2, 2)
+    feats = tf.concat([tf.reshape(peak, [-1, 18]), tf.reshape(wide, [-1, 4])], axis=1)
+    w = tf.compat.v1.get_variable("w", initializer=_weights((22, 3), 132, 0.5))
+    logits = tf.matmul(feats, w)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+        train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+    rng = np.random.default_rng(133)
+    feeds = {"images:0": rng.normal(size=(3, 6, 5, 2)).astype(np.float32), "labels:0": np.asarray([2, 0, 1], np.int32)}
+    return _train_runs(feeds, loss, train, [v.value() for v in tf.compat.v1.global_variables()])
+
+
+@case
+def cnn_pool_ties(tf: Any) -> list[dict[str, Any]]:
+    """Max pooling of inputs full of equal values (small integers, then all ones), whose gradient
+    TensorFlow sends to the first largest element of each window in row-major order: 3x3 windows,
+    stride 2, SAME (overlapping, with the uneven padding) and 2x2, stride 1, VALID; an average pool's
+    gradient beside them. The gradient of a weighted sum is fetched."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 5, 6, 2], name="x")
+    pools = [tf.nn.max_pool2d(x, 3, 2, "SAME"), tf.nn.max_pool2d(x, 2, 1, "VALID"), tf.nn.avg_pool2d(x, 3, 2, "SAME")]
+    loss = tf.add_n([tf.reduce_sum(p * _weights(tuple(p.shape[1:]), 140 + k, 1.0)) for k, p in enumerate(pools)])
+    (grad,) = tf.gradients(loss, [x])
+    rng = np.random.default_rng(141)
+    fetches = [*(p.name for p in pools), grad.name]
+    return [{"feeds": {"x:0": rng.integers(0, 3, size=(2, 5, 6, 2)).astype(np.float32)}, "fetches": fetches},
+            {"feeds": {"x:0": np.ones((1, 5, 6, 2), np.float32)}, "fetches": fetches}]
 
 
 @case
@@ -248,3 +282,48 @@ def scan_rnn_adam(tf: Any) -> list[dict[str, Any]]:
     feeds = {"x:0": rng.normal(size=(time, batch, depth)).astype(np.float32)}
     runs = _train_runs(feeds, loss, train, [wx.value(), wh.value(), b.value()])
     return runs + [{"feeds": feeds, "fetches": [top.name, where.name, best.name]}]
+
+
+@case
+def mlp_random_init(tf: Any) -> list[dict[str, Any]]:
+    """A two-layer MLP as TF1 model code writes it, initialised by TensorFlow's random ops under a
+    graph seed (``set_random_seed``): ``tf.compat.v1.layers.dense`` with its default initializers
+    (a glorot_uniform kernel, a RandomUniform; a zero bias), an output layer from ``get_variable``
+    with a truncated_normal kernel and a random_normal bias, a he_normal (variance scaling) gain and
+    a float64 random_uniform offset; trained by Adam. The first run fetches the initial values."""
+    tf.compat.v1.set_random_seed(1234)
+    batch, depth, hidden, classes = 6, 4, 8, 3
+    x = tf.compat.v1.placeholder(tf.float32, [None, depth], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, classes], name="y")
+    h = tf.compat.v1.layers.dense(x, hidden, activation=tf.tanh, name="hidden")
+    v1 = tf.compat.v1
+    w = v1.get_variable("out_w", [hidden, classes], initializer=v1.truncated_normal_initializer(stddev=0.3))
+    b = v1.get_variable("out_b", [classes], initializer=v1.random_normal_initializer(0.0, 0.1))
+    gain = v1.get_variable("gain", [hidden], initializer=v1.keras.initializers.he_normal())
+    offset = v1.get_variable("offset", [classes], tf.float64, initializer=v1.random_uniform_initializer(-0.5, 0.5))
+    logits = tf.matmul(h * gain, w) + b + tf.cast(offset, tf.float32)
+    loss = tf.reduce_mean(tf.square(tf.nn.softmax(logits) - y))
+    train = v1.train.AdamOptimizer(0.05).minimize(loss)
+    rng = np.random.default_rng(150)
+    feeds = {"x:0": rng.normal(size=(batch, depth)).astype(np.float32),
+             "y:0": np.eye(classes, dtype=np.float32)[rng.integers(0, classes, batch)]}
+    watched = [v.value() for v in v1.global_variables() if "Adam" not in v.name and "power" not in v.name]
+    return [{"feeds": {}, "fetches": names(watched)}] + _train_runs(feeds, loss, train, watched)
+
+
+@case
+def lstm_random_init(tf: Any) -> list[dict[str, Any]]:
+    """An ``LSTMCell`` under ``dynamic_rnn`` with TensorFlow's default initializers (``get_variable``'s
+    glorot_uniform for the kernel, made inside the RNN's scope; zeros for the bias) and a
+    glorot_normal read-out (TruncatedNormal), seeded by the graph seed: its initial values and its
+    loss (not trained: ``mlp_random_init`` trains, and a compiled LSTM training step is slow to test)."""
+    tf.compat.v1.set_random_seed(77)
+    batch, time, depth, hidden = 3, 4, 2, 5
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, None, depth], name="x")
+    out, _ = v1.nn.dynamic_rnn(v1.nn.rnn_cell.LSTMCell(hidden), x, dtype=tf.float32)
+    w = v1.get_variable("readout", [hidden, 1], initializer=v1.glorot_normal_initializer())
+    loss = tf.reduce_mean(tf.square(tf.tensordot(out, w, 1) - 0.5))
+    feeds = {"x:0": np.random.default_rng(151).normal(size=(batch, time, depth)).astype(np.float32)}
+    watched = [v.value() for v in v1.trainable_variables()]
+    return [{"feeds": {}, "fetches": names(watched)}, {"feeds": feeds, "fetches": [loss.name]}]

@@ -58,6 +58,7 @@ from turnout.errors import (
 from turnout.gradients import gradients, memory_report
 from turnout.graph import Graph, Node, Tensor, get_default_graph, reset_default_graph
 from turnout.math_ops import ceil, cos, cumsum, erf, expm1, floor, log1p, round, sin
+from turnout.nn_ops import avg_pool, conv2d, max_pool
 from turnout.ops import (
     abs,
     add,

@@ -25,6 +25,7 @@ from turnout.limits import check_allocation
 from turnout.shape_rules import concrete_shape_error
 from turnout.summarize import assert_message
 from turnout.tables import registrar
+from turnout.window_kernels import WINDOW_KERNELS
 
 Kernel = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
 #: primitive name -> its numpy kernel, shared by the reference interpreter and the structured evaluator
@@ -70,6 +71,7 @@ class TensorArrayValue:
 
 
 _k = registrar(KERNELS)
+KERNELS.update(WINDOW_KERNELS)  # convolution and pooling, in a module of their own
 
 #: Bytes counted per TensorArray slot by the allocation guard (one reference in the slot table).
 TA_SLOT_BYTES = 8

@@ -125,6 +125,17 @@ _DECLS: list[Primitive] = [
     _P("Size", "compute", False),
     _P("BroadcastLike", "compute", True, "broadcast x to the shape of another tensor"),
     _P("SumToLike", "compute", True, "sum x down to the shape of another tensor (undo broadcasting)"),
+    # windows over NHWC images (geometry: turnout.windows; attrs strides, padding, and dilations or ksize)
+    _P("Conv2D", "compute", True, "x (NHWC) cross-correlated with filters w (HWIO), as TensorFlow's Conv2D"),
+    _P("Conv2DBackpropInput", "compute", True,
+       "(like, w, dy): Conv2D's gradient with respect to its input, shaped like like (the transposed convolution)"),
+    _P("Conv2DBackpropFilter", "compute", True,
+       "(x, like, dy): Conv2D's gradient with respect to its filters, shaped like like"),
+    _P("MaxPool", "compute", True, "the largest element of each window"),
+    _P("MaxPoolGrad", "compute", True,
+       "(x, y, dy): each window's gradient added at the first largest element of x in it (TensorFlow's choice)"),
+    _P("AvgPool", "compute", True, "the mean of each window, over its elements inside the input"),
+    _P("AvgPoolGrad", "compute", True, "(like, dy): each window's gradient spread evenly over its elements"),
     # TensorArray: a per-iteration accumulator, as an immutable value
     _P("TensorArrayNew", "compute", False),
     _P("TensorArrayWrite", "compute"),

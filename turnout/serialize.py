@@ -591,6 +591,10 @@ def _c_any_dtype(v: Any, what: str) -> None:
     _parse_dtype(v, what, opaque_ok=True)
 
 
+#: the window ops (turnout.windows): two ints each and the padding's name, which the shape rule checks
+_CONV: AttrRules = {"strides": (True, _c_int_list(1)), "dilations": (True, _c_int_list(1)), "padding": (True, _c_text)}
+_POOL: AttrRules = {"ksize": (True, _c_int_list(1)), "strides": (True, _c_int_list(1)), "padding": (True, _c_text)}
+
 ATTR_RULES: dict[str, AttrRules] = {
     "Const": {"value": (True, _c_ndarray), "dtype": (True, _c_value_dtype), "gradient_filler": (False, _c_bool),
               "gradient_shape": (False, _c_bool)},
@@ -612,6 +616,8 @@ ATTR_RULES: dict[str, AttrRules] = {
     "TopK": {"k": (True, _c_int)},
     "ReverseSequence": {"seq_axis": (True, _c_int), "batch_axis": (True, _c_int)},
     "MatMul": {"transpose_a": (False, _c_bool), "transpose_b": (False, _c_bool)},
+    "Conv2D": _CONV, "Conv2DBackpropInput": _CONV, "Conv2DBackpropFilter": _CONV,
+    "MaxPool": _POOL, "MaxPoolGrad": _POOL, "AvgPool": _POOL, "AvgPoolGrad": _POOL,
     "GetItem": {"spec": (True, _c_getitem_spec)},
     "GetItemGrad": {"spec": (True, _c_getitem_spec)},
     "VarHandle": {"var_name": (True, _c_name), "dtype": (True, _c_value_dtype), "shape": (True, _c_known_shape),

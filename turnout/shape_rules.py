@@ -9,12 +9,13 @@ DTypeError with the op named.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
+from turnout import windows
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.specs import TensorSpec
 from turnout.tables import registrar
@@ -605,6 +606,102 @@ def _checkpoint_trips(op, specs, attrs):
     if n.shape is not None and n.shape != ():
         raise ShapeError(f"CheckpointTrips: the trip count must be a scalar, got shape {sh.fmt(n.shape)}")
     return [TensorSpec(dt.int32, ())]
+
+
+# ---- windows: convolution and pooling over NHWC images (geometry in turnout.windows) -----------------
+def _image(op: str, what: str, spec: TensorSpec) -> tuple[Any, ...]:
+    """``spec``'s shape as four entries (None where unknown): an NHWC image batch or an HWIO filter."""
+    if spec.shape is None:
+        return (None,) * 4
+    if len(spec.shape) != 4:
+        raise ShapeError(f"{op}: {what} must have rank 4, got shape {sh.fmt(spec.shape)}")
+    return tuple(spec.shape)
+
+
+def _same_size(op: str, what: str, a: Any, b: Any) -> None:
+    if a is not None and b is not None and a != b:
+        raise ShapeError(f"{op}: {what}: {a} against {b}")
+
+
+def _conv_shapes(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any], x: TensorSpec, w: TensorSpec,
+                 dy: Optional[TensorSpec] = None) -> tuple[Any, Any]:
+    """Check a convolution's input ``x`` (NHWC) against its filter ``w`` (HWIO) and, for the two
+    backprops, the gradient ``dy`` against the output they imply; the output's shape."""
+    windows.check_attrs(op, attrs)
+    d = _same_dtype(op, specs)
+    _floating(op, d)
+    xs, ws = _image(op, "the input", x), _image(op, "the filter", w)
+    if any(k is not None and k < 1 for k in ws[:2]):
+        raise ShapeError(f"{op}: the filter must have at least one row and column, got shape {sh.fmt(w.shape)}")
+    _same_size(op, "the input's channels differ from the filter's input channels (axis 2)", xs[3], ws[2])
+    oh, ow = windows.out_hw(op, attrs, xs[1:3], ws[:2])
+    out = (xs[0], oh, ow, ws[3])
+    if dy is not None:
+        ds = _image(op, "the output gradient", dy)
+        for k, what in enumerate(("batch", "rows", "columns", "channels")):
+            _same_size(op, f"the output gradient's {what} differ from the convolution's output {sh.fmt(out)}",
+                       ds[k], out[k])
+    return d, out
+
+
+@_rule("Conv2D")
+def _conv2d(op, specs, attrs):
+    """``x`` (NHWC) convolved with ``w`` (HWIO): TensorFlow's ``Conv2D``, a cross-correlation."""
+    d, out = _conv_shapes(op, specs, attrs, specs[0], specs[1])
+    return [TensorSpec(d, out)]
+
+
+@_rule("Conv2DBackpropInput")
+def _conv2d_backprop_input(op, specs, attrs):
+    """``(like, w, dy)``: the gradient of Conv2D with respect to its input, shaped like ``like``."""
+    like, w, dy = specs
+    d, _ = _conv_shapes(op, specs, attrs, like, w, dy)
+    return [TensorSpec(d, like.shape)]
+
+
+@_rule("Conv2DBackpropFilter")
+def _conv2d_backprop_filter(op, specs, attrs):
+    """``(x, like, dy)``: the gradient of Conv2D with respect to its filter, shaped like ``like``."""
+    x, like, dy = specs
+    d, _ = _conv_shapes(op, specs, attrs, x, like, dy)
+    return [TensorSpec(d, like.shape)]
+
+
+def _pool_shape(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any], floating: bool) -> tuple[Any, Any]:
+    """Check a pooling op's input (NHWC, ``specs[0]``) and the rest against the pooled shape."""
+    windows.check_attrs(op, attrs)
+    d = _same_dtype(op, specs)
+    (_floating if floating else _numeric)(op, d)
+    xs = _image(op, "the input", specs[0])
+    oh, ow = windows.out_hw(op, attrs, xs[1:3])
+    out = (xs[0], oh, ow, xs[3])
+    for s in specs[1:]:
+        ss = _image(op, "the pooled value and its gradient", s)
+        for k in range(4):
+            _same_size(op, f"a pooled value or gradient of shape {sh.fmt(s.shape)} for a pooling of shape "
+                       f"{sh.fmt(out)}", ss[k], out[k])
+    return d, out
+
+
+@_rule("MaxPool", "AvgPool")
+def _pool(op, specs, attrs):
+    """The largest (the mean) of each window; an average counts only the elements inside the input."""
+    d, out = _pool_shape(op, specs, attrs, floating=op == "AvgPool")
+    return [TensorSpec(d, out)]
+
+
+@_rule("MaxPoolGrad")
+def _max_pool_grad(op, specs, attrs):
+    """``(x, y, dy)``: each window's gradient goes to the first largest element of ``x`` in it."""
+    d, _ = _pool_shape(op, specs, attrs, floating=True)
+    return [TensorSpec(d, specs[0].shape)]
+
+
+@_rule("AvgPoolGrad")
+def _avg_pool_grad(op, specs, attrs):
+    """``(like, dy)``: each window's gradient spread evenly over its elements inside the input."""
+    d, _ = _pool_shape(op, specs, attrs, floating=True)
+    return [TensorSpec(d, specs[0].shape)]
 
 
 @_rule("Shape")

@@ -71,6 +71,7 @@ UNSUPPORTED: dict[str, str] = {
             "differentiate the unpartitioned graph",
     "Recv": "Send and Recv are made by partitioning (turnout.devices), after gradients are built; "
             "differentiate the unpartitioned graph",
+    "MaxPoolGrad": "a second derivative through max pooling (TensorFlow's MaxPoolGradGrad) is not built",
 }
 
 
@@ -466,6 +467,50 @@ def _mean(b, n, dys):
     g = b.broadcast_to(b.keepdims(dys[0], n), x)
     count = ops.cast(ops.size(b.value(x)), x.dtype) / ops.cast(ops.size(b.value(n.outputs[0])), x.dtype)
     return [g / count]
+
+
+# ---- windows: each convolution gradient is a convolution again (the three ops are one bilinear form,
+# <dy, Conv2D(x, w)> = <x, Conv2DBackpropInput(dy, w)> = <w, Conv2DBackpropFilter(x, dy)>) ---------------
+def _window(op: str, ins: Sequence[Tensor], n: Node) -> Tensor:
+    return ins[0].graph.create_node(op, list(ins), dict(n.attrs)).outputs[0]
+
+
+@_grad("Conv2D")
+def _conv2d(b, n, dys):
+    x, w = b.value(_in(n, 0)), b.value(_in(n, 1))
+    return [_window("Conv2DBackpropInput", [x, w, dys[0]], n), _window("Conv2DBackpropFilter", [x, w, dys[0]], n)]
+
+
+@_grad("Conv2DBackpropInput")
+def _conv2d_backprop_input(b, n, dys):
+    """``(like, w, dy)``: linear in ``w`` and ``dy``; ``like`` gives only the shape."""
+    w, dy = b.value(_in(n, 1)), b.value(_in(n, 2))
+    return [None, _window("Conv2DBackpropFilter", [dys[0], w, dy], n), _window("Conv2D", [dys[0], w], n)]
+
+
+@_grad("Conv2DBackpropFilter")
+def _conv2d_backprop_filter(b, n, dys):
+    """``(x, like, dy)``: linear in ``x`` and ``dy``; ``like`` gives only the shape."""
+    x, dy = b.value(_in(n, 0)), b.value(_in(n, 2))
+    return [_window("Conv2DBackpropInput", [x, dys[0], dy], n), None, _window("Conv2D", [x, dys[0]], n)]
+
+
+@_grad("MaxPool")
+def _max_pool(b, n, dys):
+    """Each window's gradient goes to its first largest element (TensorFlow's ``MaxPoolGrad``)."""
+    x = b.value(_in(n, 0))
+    return [_window("MaxPoolGrad", [x, b.value(n.outputs[0]), dys[0]], n)]
+
+
+@_grad("AvgPool")
+def _avg_pool(b, n, dys):
+    return [_window("AvgPoolGrad", [b.value(_in(n, 0)), dys[0]], n)]
+
+
+@_grad("AvgPoolGrad")
+def _avg_pool_grad(b, n, dys):
+    """AvgPoolGrad is AvgPool's adjoint, so its own adjoint in ``dy`` is AvgPool (``like``: no gradient)."""
+    return [None, _window("AvgPool", [dys[0]], n)]
 
 
 @_grad("Max", "Min")

@@ -22,7 +22,7 @@ from turnout import dtypes as dt
 from turnout.array_ops import range_part
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
-from turnout.graphdef import protos
+from turnout.graphdef import protos, tf_random
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 
 
@@ -110,6 +110,12 @@ class ImportContext:
         self._static: dict[str, Optional[np.ndarray]] = {}
         #: id of a RangeMarker -> (it, the tensor it was read as): one Range, one set of nodes
         self._ranges: dict[int, tuple[RangeMarker, Tensor]] = {}
+        #: folding for a variable's initial value (``initial_value``), where random ops fold too: its
+        #: own cache, so that a random draw never becomes a static attribute of the run graph, and
+        #: each random op is drawn once (the Variable's value and its Assign see the same draw)
+        self._initial: dict[str, Optional[np.ndarray]] = {}
+        self.initializing = False
+        self._users: Optional[dict[str, list[tuple[Any, int]]]] = None
         #: the Turnout device of the current NodeDef's annotation (``placement.tf_device``), given to
         #: every node its rule creates; None keeps the device scope of the import, if any
         self.device: Optional[str] = None
@@ -224,13 +230,34 @@ class ImportContext:
         nd = nd if nd is not None else self.node
         return [tensor_name(i) for i in nd.input if not i.startswith("^")]
 
+    def users(self, name: str) -> list[tuple[Any, int]]:
+        """The NodeDefs that read an output of node ``name``, each with the input slot it reads."""
+        if self._users is None:
+            self._users = {}
+            for nd in self.nodes.values():
+                for slot, t in enumerate(self.data_inputs(nd)):
+                    self._users.setdefault(t.rpartition(":")[0], []).append((nd, slot))
+        return self._users.get(name, [])
+
     def static(self, tname: str) -> Optional[np.ndarray]:
         """The value of a TensorFlow tensor when it is known at import time, else None."""
         tname = tensor_name(tname)
-        if tname not in self._static:
-            self._static[tname] = None  # cycles (loops) are not constant
-            self._static[tname] = _fold(self, tname)
-        return self._static[tname]
+        cache = self._initial if self.initializing else self._static
+        if tname not in cache:
+            cache[tname] = None  # cycles (loops) are not constant
+            cache[tname] = _fold(self, tname)
+        return cache[tname]
+
+    def initial_value(self, tname: str) -> Optional[np.ndarray]:
+        """The value a variable initializer computes, when it can be computed at import time: constant
+        folding in which TensorFlow's random ops fold too, to what their kernels draw the first time
+        they run (``tf_random``). Only initializers fold so; in the run graph a random op is a new
+        draw every step, never a constant."""
+        before, self.initializing = self.initializing, True
+        try:
+            return self.static(tname)
+        finally:
+            self.initializing = before
 
     def static_int_list(self, tname: str, what: str) -> list[int]:
         v = self.static(tname)
@@ -269,6 +296,9 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
 }
 
+#: the ops constant folding evaluates from their inputs (``Const`` and the shape ops aside)
+FOLDED_OPS = frozenset(_FOLD)
+
 
 def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
     node_name, _, idx = tname.rpartition(":")
@@ -288,6 +318,8 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         out = {"Shape": np.asarray(shp, np.int32), "Size": np.asarray(int(np.prod(shp)), np.int32),
                "Rank": np.asarray(len(shp), np.int32)}[op]
         return out.astype(np.int64) if protos.attr(nd, "out_type") == 9 else out
+    if op in tf_random.DTYPES:
+        return _draw(ctx, nd) if ctx.initializing else None
     if op not in _FOLD:
         return None
     ins = [ctx.static(t) for t in ctx.data_inputs(nd)]
@@ -335,6 +367,17 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         return None
 
 
+def _draw(ctx: ImportContext, nd: Any) -> Optional[np.ndarray]:
+    """What random op ``nd`` outputs the first time it runs, if its arguments are known at import."""
+    ins = [ctx.static(t) for t in ctx.data_inputs(nd)]
+    if any(v is None for v in ins):
+        return None
+    where = f'{nd.op} node "{nd.name}"'
+    dtype = protos.tf_dtype(protos.attr(nd, "Tout" if nd.op == "RandomUniformInt" else "dtype"), where)
+    return tf_random.sample(nd.op, where, ins[0], dtype.numpy, int(protos.attr(nd, "seed", 0)),
+                            int(protos.attr(nd, "seed2", 0)), ins[1:])
+
+
 def broadcast_gradient_args(s0: Any, s1: Any) -> tuple[np.ndarray, np.ndarray]:
     """The axes along which each operand of a broadcasting binary op was broadcast (its gradient
     is summed over them), as TensorFlow's BroadcastGradientArgs computes them."""
@@ -362,5 +405,5 @@ def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strid
     return tuple(key)
 
 
-__all__ = ["REF_OPS", "BroadcastAxes", "Bundle", "ImportContext", "RangeMarker", "Ref", "Rule", "Text", "Value",
-           "broadcast_gradient_args", "strided_slice_index"]
+__all__ = ["FOLDED_OPS", "REF_OPS", "BroadcastAxes", "Bundle", "ImportContext", "RangeMarker", "Ref", "Rule", "Text",
+           "Value", "broadcast_gradient_args", "strided_slice_index"]

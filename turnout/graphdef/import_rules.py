@@ -104,9 +104,11 @@ for _tf, _tn in [("Enter", "Enter"), ("RefEnter", "Enter"), ("Exit", "Exit"), ("
 @_rule("Switch", "RefSwitch")
 def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Switch on the predicate itself, not on tf.cond's ``pred_id`` Identity of it: the same value,
-    and one tensor per predicate lets the fast backend see the two sides of one condition."""
+    and one tensor per predicate lets the fast backend see the two sides of one condition. The
+    Identity that stands for a ``PlaceholderWithDefault`` is kept: a feed replaces it, and the
+    default behind it would take the branch the feed did not choose."""
     pred = _t(ins[1])
-    while pred.node.op == "Identity" and not pred.node.control_inputs:
+    while pred.node.op == "Identity" and not pred.node.control_inputs and not _fed_default(ctx, pred):
         pred = pred.node.inputs[0]
     x = ins[0]
     if isinstance(x, Ref):  # a ref routed into a branch: its handle
@@ -118,6 +120,12 @@ def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         return [Bundle(tuple(n.outputs[0] for n in parts)), Bundle(tuple(n.outputs[1] for n in parts))]
     n = ctx.create("Switch", [x, pred])
     return [n.outputs[0], n.outputs[1]]
+
+
+def _fed_default(ctx: ImportContext, t: Tensor) -> bool:
+    """Whether ``t`` is the import of a ``PlaceholderWithDefault`` (the Identity of its default)."""
+    nd = ctx.nodes.get(t.node.name.removeprefix(ctx.prefix)) if t.node.name.startswith(ctx.prefix) else None
+    return nd is not None and nd.op == "PlaceholderWithDefault"
 
 
 @_rule("Merge", "RefMerge")
@@ -653,8 +661,9 @@ def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
 
 @_rule("VarHandleOp")
 def _var_handle(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """A Variable. Turnout variables carry their initial value: it is the constant that the
-    initializer (the AssignVariableOp TensorFlow names ``<var>/Assign``) writes."""
+    """A Variable. Turnout variables carry their initial value: it is the value that the
+    initializer (the AssignVariableOp TensorFlow names ``<var>/Assign``) writes, computed at import
+    (``ImportContext.initial_value``: constants, or TensorFlow's random ops drawn as it draws them)."""
     attrs = _var_attrs(ctx, nd)
     init = None
     candidates = []
@@ -663,12 +672,12 @@ def _var_handle(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
             candidates.append(other)
     candidates.sort(key=lambda o: o.name != f"{nd.name}/Assign")
     for c in candidates:
-        init = ctx.static(ctx.data_inputs(c)[1])
+        init = ctx.initial_value(ctx.data_inputs(c)[1])
         if init is not None:
             break
     if init is None:
-        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an AssignVariableOp "
-                               "of a value known at import time)")
+        raise UnsupportedError(f"{ctx.where()}: the variable has no initializer that can be computed at import "
+                               "(an AssignVariableOp of constants and random ops of shapes known at import time)")
     if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
         attrs["shape"] = list(np.shape(init))
     name = ctx.attr("shared_name") or nd.name
@@ -691,10 +700,21 @@ def _read_var(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("ReadVariable", ins[:1], attrs).outputs[0]]
 
 
+def _written(ctx: ImportContext, value: Value) -> Value:
+    """What an assign writes: a value that depends on random draws and is computed at import (a
+    variable initializer, ``ImportContext.initial_value``) as that constant, the very numbers the
+    Variable starts with, whatever arithmetic a backend would use; any other value as it is."""
+    name = ctx.data_inputs()[1]
+    drawn = ctx.initial_value(name) if ctx.static(name) is None else None
+    if drawn is None:
+        return value
+    return ctx.const(drawn, [value] if isinstance(value, Tensor) else [], suffix="initial_value")
+
+
 def _assign(tn_op: str) -> _Rule:
     def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
-        ctx.create(tn_op, ins[:2], attrs)
+        ctx.create(tn_op, [ins[0], _written(ctx, ins[1])], attrs)
         return []  # TensorFlow's resource assigns have no outputs
 
     return rule
@@ -1186,14 +1206,14 @@ class _Formula:
 @_rule("VariableV2", "Variable")
 def _variable_v2(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """A reference variable, with the value its initializer (the ``Assign`` TensorFlow names
-    ``<var>/Assign``, of a value known at import time) writes."""
+    ``<var>/Assign``, of a value computed at import: ``ImportContext.initial_value``) writes."""
     attrs = {"dtype": ctx.dtype("dtype").name, "shape": ctx.attr("shape")}
     inits = [o for o in ctx.nodes.values() if o.op == "Assign" and _ref_source(ctx, o) == nd.name]
     inits.sort(key=lambda o: o.name != f"{nd.name}/Assign")
-    init = next((v for v in (ctx.static(ctx.data_inputs(o)[1]) for o in inits) if v is not None), None)
+    init = next((v for v in (ctx.initial_value(ctx.data_inputs(o)[1]) for o in inits) if v is not None), None)
     if init is None:
-        raise UnsupportedError(f"{ctx.where()}: the variable has no constant initializer (an Assign of a value "
-                               "known at import time)")
+        raise UnsupportedError(f"{ctx.where()}: the variable has no initializer that can be computed at import "
+                               "(an Assign of constants and random ops of shapes known at import time)")
     if attrs["shape"] is None or any(d is None for d in attrs["shape"]):
         attrs["shape"] = list(np.shape(init))
     name = ctx.prefix + (ctx.attr("shared_name") or nd.name)
@@ -1222,7 +1242,7 @@ def _ref_assign(tn_op: str) -> _Rule:
     def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         """The assign, whose output (TensorFlow's ref after the update) is the Variable's new value."""
         ref = _ref(ctx, ins[0])
-        return [ctx.create(tn_op, [ref.handle, ins[1]], ref.attrs).outputs[0]]
+        return [ctx.create(tn_op, [ref.handle, _written(ctx, ins[1])], ref.attrs).outputs[0]]
 
     return rule
 

@@ -29,7 +29,14 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor
-from turnout.graphdef import import_math, import_models, import_structure, protos  # noqa: F401  (their rules join IMPORT_RULES)
+from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
+    import_math,
+    import_models,
+    import_nn,
+    import_random,
+    import_structure,
+    protos,
+)
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref
 from turnout.graphdef.import_rules import IMPORT_RULES

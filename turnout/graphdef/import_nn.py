@@ -1,0 +1,233 @@
+"""Import rules of the ops of TF1 convolutional networks: ``Conv2D`` with its gradients
+``Conv2DBackpropInput`` / ``Conv2DBackpropFilter``, ``MaxPool`` / ``MaxPoolGrad``, ``AvgPool`` /
+``AvgPoolGrad``, batch normalisation (``FusedBatchNorm``, V2, V3 and their gradients) and
+``VariableShape``.
+
+The window ops map one to one onto Turnout's window primitives (``turnout.windows``). Where
+TensorFlow passes a gradient's result shape as a tensor (``input_sizes``, ``filter_sizes``,
+``orig_input_shape``), the primitive takes a tensor of that shape (``like``): zeros filled to the
+sizes, which no backend reads but for its shape. An NCHW op is its NHWC primitive between transposes.
+Batch normalisation is no primitive: it is the formula TensorFlow's CPU kernel computes, written on
+means, sums and square roots (``import_rules._Formula``), in training mode (batch statistics, the
+running statistics' update by ``exponential_avg_factor``) and in inference mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
+from turnout.graphdef.import_context import ImportContext, Value
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _t, _var_attrs, _var_node
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+#: NHWC -> NCHW and back
+_TO_NCHW, _TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+
+def _nchw(ctx: ImportContext) -> bool:
+    fmt = ctx.attr("data_format", "NHWC")
+    if fmt not in ("NHWC", "NCHW"):
+        raise UnsupportedError(f"{ctx.where()}: data_format {fmt!r} is not supported (NHWC or NCHW)")
+    return fmt == "NCHW"
+
+
+def _hw(ctx: ImportContext, key: str, default: Optional[list[int]] = None) -> list[int]:
+    """A four-entry attribute (``strides``, ``ksize``, ``dilations``) as its rows and columns; its
+    batch and channel entries must be 1, as TensorFlow's CPU kernels require."""
+    v = ctx.attr(key, default)
+    if not isinstance(v, list) or len(v) != 4:
+        raise UnsupportedError(f"{ctx.where()}: {key} must have 4 entries, got {v!r}")
+    batch, chan, hw = (v[0], v[1], v[2:4]) if _nchw(ctx) else (v[0], v[3], v[1:3])
+    if batch != 1 or chan != 1:
+        raise UnsupportedError(f"{ctx.where()}: {key} {v} moves along the batch or the channels; only rows "
+                               "and columns are supported")
+    return [int(e) for e in hw]
+
+
+def _attrs(ctx: ImportContext, pool: bool) -> dict[str, Any]:
+    padding = ctx.attr("padding")
+    if padding == "EXPLICIT":
+        raise UnsupportedError(f"{ctx.where()}: padding EXPLICIT (explicit_paddings) is not supported")
+    window = {"ksize": _hw(ctx, "ksize")} if pool else {"dilations": _hw(ctx, "dilations", [1, 1, 1, 1])}
+    return {"strides": _hw(ctx, "strides"), **window, "padding": padding}
+
+
+def _in_nhwc(ctx: ImportContext, t: Tensor, k: int) -> Tensor:
+    if not _nchw(ctx):
+        return t
+    return ctx.create("Transpose", [t], {"perm": _TO_NHWC}, suffix=f"nhwc{k}").outputs[0]
+
+
+def _like(ctx: ImportContext, sizes: Value, dtype: Any, k: int, image: bool = True) -> Tensor:
+    """Zeros of the run-time shape ``sizes`` (input ``k``, an int32 vector): the ``like`` input of a
+    gradient primitive, in NHWC where it is an ``image`` (a filter is HWIO in both layouts). Where
+    the sizes are known when importing, a Reshape gives it that static shape."""
+    zero = ctx.const(np.asarray(0, dtype.numpy), [sizes], suffix=f"zero{k}")
+    like = ctx.create("Fill", [sizes, zero], suffix=f"like{k}").outputs[0]
+    static = ctx.static(ctx.data_inputs()[k])
+    if static is not None:
+        like = ctx.create("Reshape", [like], {"shape": [int(d) for d in np.ravel(static)]},
+                          suffix=f"like_shape{k}").outputs[0]
+    return _in_nhwc(ctx, like, k) if image else like
+
+
+def _window_op(ctx: ImportContext, op: str, ins: list[Tensor], attrs: dict[str, Any]) -> Outs:
+    """The window primitive ``op`` over NHWC inputs; its result back in the NodeDef's layout."""
+    if not _nchw(ctx):
+        return [ctx.create(op, ins, attrs).outputs[0]]
+    y = ctx.create(op, ins, attrs, suffix="nhwc_out").outputs[0]
+    return [ctx.create("Transpose", [y], {"perm": _TO_NCHW}).outputs[0]]
+
+
+@_rule("Conv2D")
+def _conv2d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return _window_op(ctx, "Conv2D", [_in_nhwc(ctx, _t(ins[0]), 0), _t(ins[1])], _attrs(ctx, pool=False))
+
+
+@_rule("Conv2DBackpropInput")
+def _conv2d_backprop_input(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(input_sizes, filter, out_backprop)``."""
+    w, dy = _t(ins[1]), _t(ins[2])
+    return _window_op(ctx, "Conv2DBackpropInput", [_like(ctx, ins[0], dy.dtype, 0), w, _in_nhwc(ctx, dy, 2)],
+                      _attrs(ctx, pool=False))
+
+
+@_rule("Conv2DBackpropFilter")
+def _conv2d_backprop_filter(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(input, filter_sizes, out_backprop)``; the filter is HWIO in both layouts."""
+    x, dy = _t(ins[0]), _t(ins[2])
+    like = _like(ctx, ins[1], dy.dtype, 1, image=False)
+    return [ctx.create("Conv2DBackpropFilter", [_in_nhwc(ctx, x, 0), like, _in_nhwc(ctx, dy, 2)],
+                       _attrs(ctx, pool=False)).outputs[0]]
+
+
+@_rule("MaxPool", "AvgPool")
+def _pool(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    return _window_op(ctx, nd.op, [_in_nhwc(ctx, _t(ins[0]), 0)], _attrs(ctx, pool=True))
+
+
+@_rule("MaxPoolGrad")
+def _max_pool_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(orig_input, orig_output, grad)``."""
+    return _window_op(ctx, "MaxPoolGrad", [_in_nhwc(ctx, _t(x), k) for k, x in enumerate(ins[:3])],
+                      _attrs(ctx, pool=True))
+
+
+@_rule("AvgPoolGrad")
+def _avg_pool_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(orig_input_shape, grad)``."""
+    dy = _t(ins[1])
+    return _window_op(ctx, "AvgPoolGrad", [_like(ctx, ins[0], dy.dtype, 0), _in_nhwc(ctx, dy, 1)],
+                      _attrs(ctx, pool=True))
+
+
+# ---- batch normalisation: TensorFlow's CPU kernels' formulas, per channel over N, H and W -------------
+_AXES = {"axis": [0, 1, 2], "keepdims": False}
+
+
+class _Norm(_Formula):
+    """The formula helper with the per-channel reductions batch normalisation needs."""
+
+    def mean(self, x: Tensor) -> Tensor:
+        self.k += 1
+        return self.ctx.create("Mean", [x], _AXES, suffix=f"mean{self.k}").outputs[0]
+
+    def sum(self, x: Tensor) -> Tensor:
+        self.k += 1
+        return self.ctx.create("Sum", [x], _AXES, suffix=f"sum{self.k}").outputs[0]
+
+    def rsqrt(self, x: Tensor, eps: float) -> Tensor:
+        return self.op("Div", 1.0, self.op("Sqrt", self.op("Add", x, eps)))
+
+    def empty(self, k: int) -> Tensor:
+        """TensorFlow's unused reserve outputs: an empty vector."""
+        return self.ctx.const(np.zeros((0,), self.anchor.dtype.numpy), [self.anchor], suffix=f"reserve{k}")
+
+    def last(self, t: Tensor) -> Tensor:
+        """``t`` through the Identity that carries the NodeDef's name (its first output)."""
+        return self.ctx.create("Identity", [t]).outputs[0]
+
+
+def _epsilon(ctx: ImportContext) -> float:
+    return float(ctx.attr("epsilon", 1e-4))
+
+
+@_rule("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+def _fused_batch_norm(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(x, scale, offset, mean, variance)`` -> ``(y, batch_mean, batch_variance, reserve_space_1,
+    reserve_space_2[, reserve_space_3])``. Training: ``y`` normalised by the batch's mean and biased
+    variance; ``batch_variance`` is the unbiased variance (times ``n / (n - 1)``), and with an
+    ``exponential_avg_factor`` f other than 1 both statistics are ``(1 - f) * running + f * batch``;
+    the reserve spaces keep the batch's mean and biased variance for the gradient. Inference: ``y``
+    normalised by the given mean and variance, which pass through."""
+    x = _in_nhwc(ctx, _t(ins[0]), 0)
+    scale, offset, mean_in, var_in = (_t(v) for v in ins[1:5])
+    f = _Norm(ctx, x)
+    eps = _epsilon(ctx)
+    if ctx.attr("is_training", True):
+        mean = f.mean(x)
+        centred = f.op("Sub", x, mean)
+        var = f.mean(f.op("Mul", centred, centred))
+        n = f.op("Div", ctx.create("Cast", [ctx.create("Size", [x], suffix="size").outputs[0]],
+                                   {"dtype": x.dtype.name}, suffix="count").outputs[0],
+                 ctx.create("Cast", [ctx.create("Size", [scale], suffix="channels").outputs[0]],
+                            {"dtype": x.dtype.name}, suffix="channel_count").outputs[0])
+        unbiased = f.op("Mul", var, f.op("Div", n, f.op("Maximum", f.op("Sub", n, 1.0), 1.0)))
+        factor = float(ctx.attr("exponential_avg_factor", 1.0))
+        new_mean, new_var = mean, unbiased
+        if factor != 1.0:
+            new_mean = f.op("Add", f.op("Mul", 1.0 - factor, mean_in), f.op("Mul", factor, mean))
+            new_var = f.op("Add", f.op("Mul", 1.0 - factor, var_in), f.op("Mul", factor, unbiased))
+        stats = [new_mean, new_var, mean, var]
+    else:
+        centred = f.op("Sub", x, mean_in)
+        var = var_in
+        stats = [mean_in, var_in, mean_in, var_in]
+    y = f.op("Add", f.op("Mul", centred, f.op("Mul", f.rsqrt(var, eps), scale)), offset)
+    if _nchw(ctx):
+        y = ctx.create("Transpose", [y], {"perm": _TO_NCHW}, suffix="nchw").outputs[0]
+    reserve3 = [f.empty(3)] if nd.op == "FusedBatchNormV3" else []
+    return [f.last(y), *stats, *reserve3]
+
+
+@_rule("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
+def _fused_batch_norm_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(dy, x, scale, reserve_space_1, reserve_space_2[, reserve_space_3])`` -> ``(dx, dscale,
+    doffset, reserve_space_4, reserve_space_5)``. The reserves are the batch's mean and biased
+    variance (training) or the running mean and variance (inference). Training:
+    ``dx = scale / sqrt(var + eps) * (dy - mean(dy) - (x - mean) * mean(dy * (x - mean)) / (var + eps))``;
+    inference: ``dx = dy * scale / sqrt(var + eps)``. Both: ``dscale = sum(dy * (x - mean)) / sqrt(var + eps)``,
+    ``doffset = sum(dy)``."""
+    dy, x = _in_nhwc(ctx, _t(ins[0]), 0), _in_nhwc(ctx, _t(ins[1]), 1)
+    scale, mean, var = (_t(v) for v in ins[2:5])
+    f = _Norm(ctx, x)
+    inv = f.rsqrt(var, _epsilon(ctx))
+    centred = f.op("Sub", x, mean)
+    dy_centred = f.op("Mul", dy, centred)
+    dscale = f.op("Mul", f.sum(dy_centred), inv)
+    doffset = f.sum(dy)
+    if ctx.attr("is_training", True):
+        tail = f.op("Mul", centred, f.op("Mul", f.mean(dy_centred), f.op("Mul", inv, inv)))
+        dx = f.op("Mul", f.op("Mul", scale, inv), f.op("Sub", f.op("Sub", dy, f.mean(dy)), tail))
+    else:
+        dx = f.op("Mul", dy, f.op("Mul", scale, inv))
+    if _nchw(ctx):
+        dx = ctx.create("Transpose", [dx], {"perm": _TO_NCHW}, suffix="nchw").outputs[0]
+    return [f.last(dx), dscale, doffset, f.empty(4), f.empty(5)]
+
+
+@_rule("VariableShape")
+def _variable_shape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The shape of a resource Variable's value: the Shape of a read of it (what the read would give)."""
+    attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
+    value = ctx.create("ReadVariable", ins[:1], attrs, suffix="read").outputs[0]
+    if ctx.attr("out_type", 3) == 3:
+        return [ctx.create("Shape", [value]).outputs[0]]
+    s = ctx.create("Shape", [value], suffix="int32").outputs[0]
+    return [ctx.create("Cast", [s], {"dtype": ctx.dtype("out_type").name}).outputs[0]]
