@@ -329,3 +329,52 @@ def test_builders_export_to_tensorflow_and_import_back_to_the_same_values() -> N
         np.testing.assert_array_equal(a, b, err_msg=name)
     with pytest.raises(tn.KernelError, match="squeeze: axis 1 must have size 1"):
         imp.run(tn.Session(imp.graph), names[1:2], {"y:0": np.zeros((4, 2), np.float32)})
+
+
+# ---- against TensorFlow itself, where it is installed -------------------------------------------------------
+_TF_CASES = """
+import sys
+import numpy as np
+import tensorflow as tf
+x = np.load(sys.argv[1])
+out = {"one_hot": tf.one_hot([0, 2, -1, 3], 3, on_value=5.0, off_value=-1.0, axis=0),
+       "split": tf.split(x, [1, -1], axis=2)[1], "range_float": tf.range(0.3, 2.0, 0.35),
+       "range_down": tf.range(10, 1, -3),
+       "clip": tf.clip_by_value(x, 0.5, -0.5), "softmax": tf.nn.softmax(x, axis=0), "log_softmax": tf.nn.log_softmax(x),
+       "argmax": tf.argmax(x, 2), "slice": tf.slice(x, [1, 0, 1], [1, -1, 2]), "squeeze": tf.squeeze(x),
+       "unstack": tf.unstack(x, axis=2)[2], "rank": tf.rank(x)}
+np.savez(sys.argv[2], **{k: v.numpy() for k, v in out.items()})
+"""
+
+
+def test_builders_compute_tensorflows_values_dtypes_and_shapes(tmp_path: Any) -> None:
+    """Where TensorFlow is installed (``TURNOUT_TF_PYTHON`` names its Python), each builder gives
+    what the TensorFlow function of the same name gives on the same input: dtype, shape and value
+    (softmax to a float32 rounding), including TensorFlow's corners (an index out of range in
+    ``one_hot`` along axis 0, ``clip_by_value`` with ``lo > hi``, a float range, a -1 split size)."""
+    import os
+    import subprocess
+
+    python = os.environ.get("TURNOUT_TF_PYTHON")
+    if python is None:
+        pytest.skip("TensorFlow's Python is not given (set TURNOUT_TF_PYTHON)")
+    xv = XV.astype(np.float32)
+    np.save(tmp_path / "x.npy", xv)
+    done = subprocess.run([python, "-c", _TF_CASES, str(tmp_path / "x.npy"), str(tmp_path / "tf.npz")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    want = np.load(tmp_path / "tf.npz")
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2, 1, 3])
+        ours = {"one_hot": tn.one_hot([0, 2, -1, 3], 3, on_value=5.0, off_value=-1.0, axis=0),
+                "split": tn.split(x, [1, -1], axis=2)[1], "range_float": tn.range(0.3, 2.0, 0.35),
+                "range_down": tn.range(10, 1, -3), "clip": tn.clip_by_value(x, 0.5, -0.5),
+                "softmax": tn.nn.softmax(x, axis=0), "log_softmax": tn.nn.log_softmax(x), "argmax": tn.argmax(x, 2),
+                "slice": tn.slice(x, [1, 0, 1], [1, -1, 2]), "squeeze": tn.squeeze(x),
+                "unstack": tn.unstack(x, axis=2)[2], "rank": tn.rank(x)}
+    got = tn.Session(g).run(ours, {x: xv})
+    assert set(got) == set(want.files)
+    for k, v in got.items():
+        assert (v.dtype, v.shape) == (want[k].dtype, want[k].shape), k
+        np.testing.assert_allclose(v, want[k], rtol=2e-7, atol=0, err_msg=k)
