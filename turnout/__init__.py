@@ -9,7 +9,19 @@ backend (JAX) and the z3 encodings load on first use.
 
 from typing import Any as _Any
 
-from turnout import raw
+from turnout import nn, raw
+from turnout.array_ops import (
+    argmax,
+    argmin,
+    clip_by_value,
+    one_hot,
+    range,
+    rank,
+    slice,
+    split,
+    squeeze,
+    unstack,
+)
 from turnout.control_flow.cond import case, cond
 from turnout.control_flow.functional import foldl, foldr, map_fn, scan
 from turnout.control_flow.tensor_array import TensorArray

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.array_ops import range_part
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
 from turnout.graphdef import protos, tf_random
@@ -36,7 +37,8 @@ class Bundle:
 @dataclass(frozen=True)
 class RangeMarker:
     """``Range(start, limit, delta)`` with run-time bounds: Turnout has no such op, so it is kept
-    symbolic and accepted only where its meaning is a whole prefix (TensorArray gather / scatter)."""
+    symbolic: TensorArray gather / scatter read it as a whole prefix; another op reads it as the tensor
+    ``tn.range`` builds, where start and delta are known integers (``ImportContext._range_tensor``)."""
 
     start: Any
     limit: Any
@@ -108,6 +110,8 @@ class ImportContext:
         #: (``shape_invariants``), found when its back edge did not fit (see ``_import``)
         self.relaxed: dict[str, list[Any]] = {}
         self._static: dict[str, Optional[np.ndarray]] = {}
+        #: id of a RangeMarker -> (it, the tensor it was read as): one Range, one set of nodes
+        self._ranges: dict[int, tuple[RangeMarker, Tensor]] = {}
         #: folding for a variable's initial value (``initial_value``), where random ops fold too: its
         #: own cache, so that a random draw never becomes a static attribute of the run graph, and
         #: each random op is drawn once (the Variable's value and its Assign see the same draw)
@@ -133,6 +137,7 @@ class ImportContext:
         NodeDef's name takes the NodeDef's ``_output_shapes`` so, where TensorFlow wrote them."""
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
+        inputs = [self._range_tensor(t) if isinstance(t, RangeMarker) else t for t in inputs]
         for t in inputs:
             if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes, Ref)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
@@ -144,6 +149,24 @@ class ImportContext:
             n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl, specs=specs)
         self.created.append(n)
         return n
+
+    def _range_tensor(self, r: RangeMarker) -> Any:
+        """A Range of a run-time limit read as a tensor (not as TensorArray indices, which read the
+        marker), built as ``tn.range`` builds it (``array_ops.range_part``) once per Range, its nodes
+        named after the NodeDef that reads it first (``<name>/_tn/range``). The marker itself (an
+        error below) where start or delta are run-time too, or the bounds are not integers (the
+        marker keeps them as ints)."""
+        limit = r.limit
+        if r.start is None or r.delta is None or not isinstance(limit, Tensor) or not limit.dtype.is_integer:
+            return r
+        if r.delta == 0:
+            raise UnsupportedError(f"{self.where()}: reads a Range whose delta is 0")
+        if id(r) not in self._ranges:
+            m = _Within(self, "range")
+            start, delta = (m.const(np.asarray(v, limit.dtype.numpy), [limit], suffix=what)
+                            for v, what in ((r.start, "start"), (r.delta, "delta")))
+            self._ranges[id(r)] = (r, range_part(m, start, limit, delta, f"Range {r.limit_node}", check_delta=False))
+        return self._ranges[id(r)][1]
 
     def _refined(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
                  shapes: Sequence[Any]) -> Optional[list[TensorSpec]]:
@@ -190,7 +213,8 @@ class ImportContext:
         if isinstance(v, Text):
             return "a string constant (Turnout has no string tensors; only Assert's message may read one)"
         if isinstance(v, RangeMarker):
-            return "a Range with run-time bounds (supported only as TensorArray gather/scatter indices)"
+            return ("a Range with run-time start or delta, or of floats (a Range of a run-time limit is read as a "
+                    "tensor; one of run-time bounds only as TensorArray gather/scatter indices)")
         return "an output TensorFlow defines but the importer does not produce"
 
     # ---- attributes and constant folding ---------------------------------------------------------
@@ -247,6 +271,21 @@ class ImportContext:
     def spec_shape(self, tname: str) -> Optional[tuple[Any, ...]]:
         v = self.values.get(tensor_name(tname))
         return v.shape if isinstance(v, Tensor) else None
+
+
+class _Within:
+    """The ``Maker`` (``turnout.composite``) of a construction built for an input of the current
+    NodeDef: its nodes are helpers named ``<what>_<suffix>``, so the NodeDef's own node keeps its name."""
+
+    def __init__(self, ctx: ImportContext, what: str) -> None:
+        self.ctx, self.what = ctx, what
+
+    def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
+               suffix: Optional[str] = None) -> Node:
+        return self.ctx.create(op, inputs, attrs, suffix=self.what if suffix is None else f"{self.what}_{suffix}")
+
+    def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
+        return self.ctx.const(value, anchors, suffix=f"{self.what}_{suffix}")
 
 
 # ---- constant folding ------------------------------------------------------------------------------

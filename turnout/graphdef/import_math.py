@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from turnout.array_ops import clip_part
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
@@ -115,10 +116,9 @@ def _l2_loss(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("ClipByValue")
 def _clip_by_value(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``max(min(t, hi), lo)``, TensorFlow's order (it decides where lo > hi)."""
+    """``max(min(t, hi), lo)``, TensorFlow's order (it decides where lo > hi), as ``tn.clip_by_value``."""
     t, lo, hi = (_t(v) for v in ins[:3])
-    upper = ctx.create("Minimum", [t, hi], suffix="upper").outputs[0]
-    return [ctx.create("Maximum", [upper, lo]).outputs[0]]
+    return [clip_part(ctx, t, lo, hi)]
 
 
 # ---- activations ------------------------------------------------------------------------------------

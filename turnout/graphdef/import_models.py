@@ -20,6 +20,7 @@ from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
 from turnout.graphdef.import_context import Rule as _Rule
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _getitem, _t, _var_attrs, _var_node
+from turnout.nn import log_softmax_part, log_softmax_parts, softmax_part
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -226,35 +227,23 @@ def _reverse_sequence_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Out
     return [ctx.create("ReverseSequence", ins[:2], attrs).outputs[0]]
 
 
-# ---- softmax and its losses: TensorFlow's kernels compute these formulas (max subtracted first) -----
-def _log_softmax_parts(f: _Formula, x: Tensor) -> tuple[Tensor, Tensor]:
-    """``(x - max(x), log(sum(exp(x - max(x)))))`` over the last axis (the sum kept as an axis)."""
-    shifted = f.ctx.create("Sub", [x, f.ctx.create("Max", [x], {"axis": [-1], "keepdims": True},
-                                                   suffix="max").outputs[0]], suffix="shifted").outputs[0]
-    total = f.ctx.create("Sum", [f.op("Exp", shifted)], {"axis": [-1], "keepdims": True}, suffix="sum").outputs[0]
-    return shifted, f.op("Log", total)
-
-
+# ---- softmax and its losses: TensorFlow's kernels compute these formulas (max subtracted first), built
+# as tn.nn builds them ---------------------------------------------------------------------------------
 @_rule("Softmax")
 def _softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    x = _t(ins[0])
-    f = _Formula(ctx, x)
-    shifted, log_total = _log_softmax_parts(f, x)
-    return [ctx.create("Exp", [f.op("Sub", shifted, log_total)]).outputs[0]]
+    return [softmax_part(ctx, _t(ins[0]), -1)]
 
 
 @_rule("LogSoftmax")
 def _log_softmax(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    x = _t(ins[0])
-    shifted, log_total = _log_softmax_parts(_Formula(ctx, x), x)
-    return [ctx.create("Sub", [shifted, log_total]).outputs[0]]
+    return [log_softmax_part(ctx, _t(ins[0]), -1)]
 
 
 def _softmax_loss(ctx: ImportContext, x: Tensor, labels: Tensor) -> Outs:
     """The loss ``sum(-labels * log_softmax(x))`` per row and TensorFlow's second output, the
     gradient ``softmax(x) - labels`` (which TensorFlow's gradient of this op reads)."""
     f = _Formula(ctx, x)
-    shifted, log_total = _log_softmax_parts(f, x)
+    shifted, log_total = log_softmax_parts(ctx, x, -1)
     logp = f.op("Sub", shifted, log_total)
     loss = ctx.create("Neg", [ctx.create("Sum", [f.op("Mul", labels, logp)], {"axis": [-1], "keepdims": False},
                                          suffix="dot").outputs[0]], suffix="loss").outputs[0]

@@ -12,6 +12,8 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.array_ops import equal_split_parts, slice_part, split_parts
+from turnout.composite import dim, getitem, getitem_spec
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start, tensor_name
@@ -621,28 +623,12 @@ def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
     raise UnsupportedError(f"{ctx.where()}: {what} ({tname}) must be a constant or packed from scalars")
 
 
-def _spec(key: tuple[Any, ...], dyn: list[Tensor]) -> list[dict[str, Any]]:
-    def entry(x: Any) -> Any:
-        if isinstance(x, Tensor):
-            dyn.append(x)
-            return {"input": len(dyn) - 1}
-        return x
-
-    spec: list[dict[str, Any]] = []
-    for k in key:
-        if isinstance(k, slice):
-            spec.append({"kind": "slice", "start": entry(k.start), "stop": entry(k.stop), "step": k.step})
-        else:
-            spec.append({"kind": "index", "value": entry(k)})
-    return spec
-
-
 def _slice_args(ctx: ImportContext, names: list[str]) -> tuple[list[dict[str, Any]], list[Tensor]]:
     begin = _elems(ctx, names[0], "begin")
     end = _elems(ctx, names[1], "end")
     strides = ctx.static_int_list(names[2], "the strides")
     dyn: list[Tensor] = []
-    return _spec(strided_slice_index(ctx.node, begin, end, strides), dyn), dyn
+    return getitem_spec(strided_slice_index(ctx.node, begin, end, strides), dyn), dyn
 
 
 @_rule("StridedSlice")
@@ -1113,51 +1099,30 @@ def _bias_add_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Sum", [dy], {"axis": axes, "keepdims": False}).outputs[0]]
 
 
-def _dim(ctx: ImportContext, x: Tensor, axis: int, suffix: str) -> Any:
-    """Dimension ``axis`` of ``x``: an int when its shape says so, else a Turnout int32 scalar."""
-    d = None if x.shape is None else x.shape[axis]
-    if d is not None:
-        return int(d)
-    shp = ctx.create("Shape", [x], suffix=f"{suffix}_shape").outputs[0]
-    spec = [{"kind": "index", "value": axis}]
-    return ctx.create("GetItem", [shp], {"spec": spec}, suffix=suffix).outputs[0]
-
-
-def _getitem(ctx: ImportContext, x: Tensor, key: tuple[Any, ...], suffix: str | None) -> Tensor:
-    dyn: list[Tensor] = []
-    spec = _spec(key, dyn)
-    return ctx.create("GetItem", [x, *dyn], {"spec": spec}, suffix=suffix).outputs[0]
-
-
-def _add_int(ctx: ImportContext, a: Any, b: Any, suffix: str) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    ta = a if isinstance(a, Tensor) else ctx.const(np.asarray(a, np.int32), [b], suffix=f"{suffix}_c")
-    tb = b if isinstance(b, Tensor) else ctx.const(np.asarray(b, np.int32), [a], suffix=f"{suffix}_c")
-    return ctx.create("Add", [ta, tb], suffix=suffix).outputs[0]
+# GetItem and a dimension, built as the builders build them (``turnout.composite``)
+_getitem = getitem
+_dim = dim
 
 
 @_rule("Split")
 def _split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``num_split`` equal slices along the axis (GetItem each): TensorFlow's gradient, a Concat of
-    the pieces, is already in the GraphDef."""
+    """``num_split`` equal slices along the axis, built as ``tn.split`` builds them (an axis of
+    run-time size is cut at multiples of ``size // num_split``, checked to divide it when the
+    program runs): TensorFlow's gradient, a Concat of the pieces, is already in the GraphDef."""
     (axis,) = ctx.static_int_list(ctx.data_inputs()[0], "the axis")
     x, n = _t(ins[1]), int(ctx.attr("num_split"))
     if x.shape is None:
         raise UnsupportedError(f"{ctx.where()}: needs the input's rank")
     axis %= len(x.shape)
     size = x.shape[axis]
-    if size is None:
-        raise UnsupportedError(f"{ctx.where()}: the split dimension must be known when importing")
-    if size % n:
+    if n < 1 or size is not None and size % n:
         raise UnsupportedError(f"{ctx.where()}: dimension {size} does not split into {n} equal parts")
-    step = size // n
-    return [_getitem(ctx, x, (*[slice(None)] * axis, slice(k * step, (k + 1) * step, None)),
-                     None if k == n - 1 else f"part{k}") for k in range(n)]
+    return equal_split_parts(ctx, x, n, axis, ctx.where())
 
 
 @_rule("SplitV")
 def _split_v(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Slices of the given sizes, built as ``tn.split`` builds them (a -1 size takes the rest)."""
     names = ctx.data_inputs()
     sizes = ctx.static_int_list(names[1], "the split sizes")
     (axis,) = ctx.static_int_list(names[2], "the axis")
@@ -1165,24 +1130,16 @@ def _split_v(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if x.shape is None:
         raise UnsupportedError(f"{ctx.where()}: needs the input's rank")
     axis %= len(x.shape)
-    if sizes.count(-1) == 1:
-        whole = x.shape[axis]
-        if whole is None:
-            raise UnsupportedError(f"{ctx.where()}: a -1 size needs the split dimension when importing")
-        sizes[sizes.index(-1)] = int(whole) - sum(s for s in sizes if s != -1)
-    outs, at = [], 0
-    for k, s in enumerate(sizes):
-        outs.append(_getitem(ctx, x, (*[slice(None)] * axis, slice(at, at + s, None)),
-                             None if k == len(sizes) - 1 else f"part{k}"))
-        at += s
-    return outs
+    if sizes.count(-1) > 1 or any(s < -1 for s in sizes):
+        raise UnsupportedError(f"{ctx.where()}: split sizes {sizes} must be >= 0, at most one of them -1")
+    return split_parts(ctx, x, sizes, axis, ctx.where())
 
 
 @_rule("Slice")
 def _slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``x[begin:begin + size]`` per axis (size -1: to the end). Begin and size may be run-time int32
-    vectors (tf.gradients computes them with ConcatOffset and Shape): their entries become GetItem's
-    tensor bounds."""
+    """``x[begin:begin + size]`` per axis (size -1: to the end), built as ``tn.slice`` builds it.
+    Begin and size may be run-time int32 vectors (tf.gradients computes them with ConcatOffset and
+    Shape): their entries become GetItem's tensor bounds."""
     x = _t(ins[0])
     names = ctx.data_inputs()
     begin, size = ctx.static(names[1]), ctx.static(names[2])
@@ -1198,26 +1155,12 @@ def _slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if rank is None:
         raise UnsupportedError(f"{ctx.where()}: needs the rank of the slice")
 
-    def entry(vec: Any, tensor: Value, k: int, what: str) -> Any:
+    def entries(vec: Any, tensor: Value, what: str) -> list[Any]:
         if vec is not None:
-            return int(np.ravel(vec)[k])
-        return _getitem(ctx, _t(tensor), (k,), f"{what}{k}")
+            return [int(v) for v in np.ravel(vec)]
+        return [_getitem(ctx, _t(tensor), (k,), f"{what}{k}") for k in range(rank)]
 
-    key = []
-    for k in range(rank):
-        b = entry(begin, ins[1], k, "begin")
-        n = entry(size, ins[2], k, "size")
-        if isinstance(n, int):
-            stop: Any = None if n == -1 else _add_int(ctx, b, n, f"stop{k}")
-        else:  # a run-time size: -1 still means the whole rest of the axis
-            dim = _dim(ctx, x, k, f"dim{k}")
-            dim_t = dim if isinstance(dim, Tensor) else ctx.const(np.asarray(dim, np.int32), [n], suffix=f"dim{k}")
-            zero = ctx.const(np.asarray(0, np.int32), [n], suffix=f"zero{k}")
-            neg = ctx.create("Less", [n, zero], suffix=f"rest{k}").outputs[0]
-            end = _add_int(ctx, b, n, f"end{k}")
-            stop = ctx.create("Select", [neg, dim_t, end], suffix=f"stop{k}").outputs[0]
-        key.append(slice(b, stop, None))
-    return [_getitem(ctx, x, tuple(key), None)]
+    return [slice_part(ctx, x, entries(begin, ins[1], "begin"), entries(size, ins[2], "size"))]
 
 
 @_rule("ConcatOffset")

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.array_ops import one_hot_part, squeeze_axes, unstack_parts
+from turnout.composite import last_suffix
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
@@ -33,9 +35,7 @@ def _rank(ctx: ImportContext, x: Tensor) -> int:
     return len(x.shape)
 
 
-def _last(k: int, n: int, what: str) -> str | None:
-    """The suffix of output ``k`` of ``n``: the last carries the NodeDef's name."""
-    return None if k == n - 1 else f"{what}{k}"
+_last = last_suffix
 
 
 # ---- pass-throughs ----------------------------------------------------------------------------------
@@ -87,7 +87,8 @@ def _check_numerics(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 # ---- shapes -----------------------------------------------------------------------------------------
 @_rule("Squeeze")
 def _squeeze(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``x[..., 0, ...]`` at each squeezed axis, whose size must be known to be 1 when importing."""
+    """``x[..., 0, ...]`` at each squeezed axis, built as ``tn.squeeze`` builds it (an axis of
+    run-time size is checked to be 1 when the program runs)."""
     x = _t(ins[0])
     r = _rank(ctx, x)
     assert x.shape is not None
@@ -99,10 +100,9 @@ def _squeeze(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         raise UnsupportedError(f"{ctx.where()}: squeezing every axis of size 1 (no squeeze_dims) needs the input's "
                                f"shape when importing, got {list(x.shape)}")
     for a in sorted(axes):
-        if x.shape[a] != 1:
-            raise UnsupportedError(f"{ctx.where()}: squeeze_dims axis {a} must have size 1 when importing, "
-                                   f"got {x.shape[a]}")
-    return [_getitem(ctx, x, tuple(0 if k in axes else slice(None) for k in range(r)), None)]
+        if x.shape[a] not in (None, 1):
+            raise UnsupportedError(f"{ctx.where()}: squeeze_dims axis {a} must have size 1, got {x.shape[a]}")
+    return [squeeze_axes(ctx, x, sorted(axes), ctx.where())]
 
 
 @_rule("Unpack")
@@ -110,7 +110,10 @@ def _unpack(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     x = _t(ins[0])
     r, n = _rank(ctx, x), int(ctx.attr("num"))
     axis = int(ctx.attr("axis", 0)) % r
-    return [_getitem(ctx, x, (*[slice(None)] * axis, k), _last(k, n, "part")) for k in range(n)]
+    assert x.shape is not None
+    if x.shape[axis] not in (None, n):
+        raise UnsupportedError(f"{ctx.where()}: num={n} does not match the size {x.shape[axis]} of axis {axis}")
+    return unstack_parts(ctx, x, n, axis, ctx.where())
 
 
 @_rule("EnsureShape")
@@ -186,19 +189,16 @@ def _block(ctx: ImportContext, x: Tensor, axis: int, n: int, value: Any, fill: V
 @_rule("OneHot")
 def _one_hot(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``on where index == class else off``, the classes along ``axis``: an index outside
-    ``[0, depth)`` gives a row of ``off``, as in TensorFlow."""
+    ``[0, depth)`` gives a row of ``off``, as in TensorFlow (built as ``tn.one_hot`` builds it)."""
     idx, on, off = _t(ins[0]), _t(ins[2]), _t(ins[3])
     (depth,) = ctx.static_int_list(ctx.data_inputs()[1], "the depth")
     r = _rank(ctx, idx)
     axis = int(ctx.attr("axis", -1))
     if not -1 <= axis <= r:
         raise UnsupportedError(f"{ctx.where()}: axis {axis} out of range for indices of rank {r}")
-    axis = r if axis == -1 else axis
-    col = ctx.create("ExpandDims", [idx], {"axis": axis}, suffix="index").outputs[0]
-    classes = ctx.const(np.arange(depth, dtype=idx.dtype.numpy).reshape([depth] + [1] * (r - axis)), [idx],
-                        suffix="classes")
-    hot = ctx.create("Equal", [col, classes], suffix="hot").outputs[0]
-    return [ctx.create("Select", [hot, on, off]).outputs[0]]
+    if depth < 0:
+        raise UnsupportedError(f"{ctx.where()}: depth must be >= 0, got {depth}")
+    return [one_hot_part(ctx, idx, depth, on, off, r if axis == -1 else axis)]
 
 
 @_rule("Cumsum")

@@ -1,0 +1,72 @@
+"""``tn.nn``: TensorFlow's ``tf.nn`` functions that are compositions of primitives (``softmax``,
+``log_softmax``).
+
+Why a namespace of its own: TensorFlow programs call them as ``tf.nn.softmax``, so a port changes
+only the module prefix. Each is a construction shared with the GraphDef import rule of the same
+TensorFlow op (``turnout.composite``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from turnout.arguments import checked
+from turnout.array_ops import normalize_axis
+from turnout.composite import GraphMaker, Maker
+from turnout.errors import DTypeError
+from turnout.graph import Tensor
+from turnout.ops import convert_to_tensor, int_attr
+
+
+def log_softmax_parts(m: Maker, x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
+    """``(x - max(x), log(sum(exp(x - max(x)))))`` over ``axis`` (the sum kept as an axis). Why the
+    shift: ``exp`` of a large logit overflows, and the shift changes neither result. The max is a
+    constant to the gradient (``StopGradient``): the shift cancels, so its gradient is zero by the
+    algebra, and this makes it zero exactly."""
+    top = m.create("Max", [x], {"axis": [axis], "keepdims": True}, suffix="max").outputs[0]
+    shifted = m.create("Sub", [x, m.create("StopGradient", [top], suffix="max_const").outputs[0]],
+                       suffix="shifted").outputs[0]
+    total = m.create("Sum", [m.create("Exp", [shifted], suffix="exp").outputs[0]], {"axis": [axis], "keepdims": True},
+                     suffix="sum").outputs[0]
+    return shifted, m.create("Log", [total], suffix="log_sum").outputs[0]
+
+
+def softmax_part(m: Maker, x: Tensor, axis: int) -> Tensor:
+    """``exp(x - max(x) - log(sum(exp(x - max(x)))))``: each entry in (0, 1], summing to 1 on ``axis``."""
+    shifted, log_total = log_softmax_parts(m, x, axis)
+    return m.create("Exp", [m.create("Sub", [shifted, log_total], suffix="log_softmax").outputs[0]]).outputs[0]
+
+
+def log_softmax_part(m: Maker, x: Tensor, axis: int) -> Tensor:
+    """``x - max(x) - log(sum(exp(x - max(x))))``, finite wherever ``x`` is."""
+    shifted, log_total = log_softmax_parts(m, x, axis)
+    return m.create("Sub", [shifted, log_total]).outputs[0]
+
+
+def _floating(x: Any, fn: str, axis: int) -> tuple[Tensor, int]:
+    t = convert_to_tensor(x)
+    if not t.dtype.is_floating:
+        raise DTypeError(f"{fn}: x must be floating, got {t.dtype.name}")
+    ax = int_attr(axis, fn, "axis")
+    if t.shape is not None:
+        ax = normalize_axis(ax, len(t.shape), fn)
+    return t, ax
+
+
+@checked
+def softmax(x: Any, axis: int = -1, name: Optional[str] = None) -> Tensor:
+    """``exp(x) / sum(exp(x))`` along ``axis``, as ``tf.nn.softmax``, computed after subtracting the
+    largest entry so that large logits do not overflow."""
+    t, ax = _floating(x, "softmax", axis)
+    return softmax_part(GraphMaker(t.graph, name, "softmax"), t, ax)
+
+
+@checked
+def log_softmax(x: Any, axis: int = -1, name: Optional[str] = None) -> Tensor:
+    """``x - log(sum(exp(x)))`` along ``axis``, as ``tf.nn.log_softmax``: finite even where
+    ``softmax`` underflows to 0 (the largest entry is subtracted first)."""
+    t, ax = _floating(x, "log_softmax", axis)
+    return log_softmax_part(GraphMaker(t.graph, name, "log_softmax"), t, ax)
+
+
+__all__ = ["log_softmax", "log_softmax_part", "log_softmax_parts", "softmax", "softmax_part"]
