@@ -138,6 +138,9 @@ def checked(fn: F) -> F:
             test = eager.get(name)
             if test is not None and not test(value):
                 raise refuse(name, value)
+        node_name = bound.arguments.get("name")
+        if isinstance(node_name, str):  # every checked function's ``name`` names the node(s) it makes
+            check_node_name(node_name, label)
         depth = _DEPTH.set(_DEPTH.get() + 1)
         try:
             return fn(*args, **kwargs)
@@ -159,6 +162,37 @@ def checked(fn: F) -> F:
             _DEPTH.reset(depth)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_node_name(name: str, who: str) -> None:
+    """Refuse a node name given by the user (``who``: the function it was given to) that holds a
+    ``":"`` or starts with ``"^"``. Why: a tensor is named ``"node:index"`` and a control input
+    ``"^node"``, in ``Graph.tensor``, in a GraphDef's inputs and in TensorFlow's checkpoints, so a
+    Variable ``"a:b"`` would read back from an exported GraphDef as output ``b`` of a node ``a``, and
+    under a key TensorFlow's ``Saver`` cannot restore into that graph. Applied by ``checked`` to every
+    builder's ``name`` argument and by ``Graph.name_scope``. The names Turnout makes itself (the
+    partitioner's ``"_send/add:0->cpu:1"``) live in graphs that are never exported to TensorFlow."""
+    if ":" in name or name.startswith("^"):
+        why = ("':' separates a node's name from an output index (\"node:0\")" if ":" in name
+               else "a leading '^' marks a control input (\"^node\")")
+        raise ArgumentError(f"{who}: node name {name!r} cannot be used: {why}, so the name would not read back "
+                            "from an exported GraphDef or a TensorFlow checkpoint")
+
+
+def option_fields(cls: type, args: Sequence[Any], fields: Any, what: str) -> None:
+    """Refuse a call of the options dataclass ``cls`` (``RunOptions``, ``FastOptions``) that names a
+    field it does not have or passes more positional values than it has fields: an ``ArgumentError``
+    naming the misspelt options (``what``: how a message calls one, "run option"). Why here and not
+    the dataclass's own ``TypeError``: every options class refuses a misspelt option alike, by name,
+    as a ``checked`` function refuses a misspelt argument. Called from the class's ``__new__``."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        raise ArgumentError(f"unknown {what}(s) {unknown}; {cls.__name__} has {sorted(known)}")
+    if len(args) > len(known):
+        raise ArgumentError(f"{cls.__name__} takes at most {len(known)} options, got {len(args)}")
 
 
 def check_arity(fn: Callable[..., Any], args: Sequence[Any], where: str, what: str) -> None:

@@ -39,6 +39,8 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout.errors import SerializationError
+from turnout.files import file_path
+from turnout.shapes import too_large_to_index
 from turnout.tf_checkpoint import list_tf, read_tf, restore_tf, save_tf, write_tf
 
 __all__ = ["save", "read", "restore", "list_tf", "read_tf", "write_tf", "restore_tf", "save_tf"]
@@ -81,25 +83,29 @@ def save(session: Any, path: str | os.PathLike[str], variables: Optional[Iterabl
         offset += len(raw)
     header = json.dumps({"format": FORMAT, "version": VERSION, "variables": entries},
                         sort_keys=True).encode("utf-8")
-    target = os.fspath(path)
+    target = file_path(path, "checkpoint.save")
     tmp = f"{target}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(MAGIC)
-        f.write(b"%012d\n" % len(header))
-        f.write(header)
-        for raw in chunks:
-            f.write(raw)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(MAGIC)
+            f.write(b"%012d\n" % len(header))
+            f.write(header)
+            for raw in chunks:
+                f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        raise SerializationError(f"cannot write a checkpoint to {target!r}: {e}") from None
     return names
 
 
 def read(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The values stored in a checkpoint, by Variable name, each checked against its header entry and
     digest. Raises SerializationError naming what is wrong (and the variable, where one is at fault)."""
+    where = file_path(path, "checkpoint.read")
     try:
-        return _read(os.fspath(path))
+        return _read(where)
     except OSError as e:
         raise SerializationError(f"cannot read a checkpoint from {path!r}: {e}") from None
 
@@ -160,8 +166,9 @@ def _entry(where: str, e: Any, data: bytes) -> tuple[str, np.ndarray]:
     itemsize = np.dtype(d.numpy).itemsize
     # math.prod of Python ints, not np.prod: int64 arithmetic wraps, and a wrapped count could match
     # (numpy also refuses a shape whose nonzero dimensions multiply past its index range, [2**40, 2**40, 0])
-    if len(shape) > 64 or math.prod(s for s in shape if s) * itemsize > 2**63 - 1:
-        raise SerializationError(f"{where}: variable {name!r} declares shape {shape}, too large to index")
+    why = too_large_to_index(shape, itemsize)
+    if why is not None:
+        raise SerializationError(f"{where}: variable {name!r} declares shape {shape}: {why}")
     if nbytes != math.prod(shape) * itemsize:
         raise SerializationError(f"{where}: variable {name!r}: {nbytes} bytes do not hold {d.name}{shape}")
     if offset + nbytes > len(data):
@@ -181,9 +188,9 @@ def restore(session: Any, path: str | os.PathLike[str], strict: bool = True) -> 
     Every stored Variable must exist in the session's graph with the same dtype and shape, or nothing
     is restored (a checkpoint of another model is an error, not a partial load). With ``strict`` (the
     default) every Variable of the graph must also be in the checkpoint."""
-    values = read(path)
+    where = file_path(path, "checkpoint.restore")
+    values = read(where)
     graph = session.graph
-    where = os.fspath(path)
     for name, arr in values.items():
         node = graph.variables.get(name)
         if node is None:

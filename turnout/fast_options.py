@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from turnout.arguments import positive_int
+from turnout.arguments import option_fields, positive_int
 from turnout.errors import ArgumentError
 
 #: the command types asked for on a GPU (``fast.xla_options``): XLA's usual kinds, and loops and
@@ -121,6 +121,11 @@ class FastOptions:
     frame_height: int = FRAME_HEIGHT
     unroll_max: int = UNROLL_MAX
     gpu_command_buffers: Optional[str] = GPU_COMMAND_BUFFERS
+
+    def __new__(cls, *args: Any, **fields: Any) -> FastOptions:
+        # a misspelt option (or one too many) is refused by name, as RunOptions refuses it
+        option_fields(cls, args, fields, "fast option")
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         # Checked here, once, so a bad value is refused by name before any backend state exists.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from turnout import dtypes as _dt
 from turnout import primitives
 from turnout import shapes as _sh
+from turnout.arguments import check_node_name
 from turnout.errors import ArgumentError, GraphBuildError, NotFoundError, describe_node
 from turnout.shape_rules import check_merge_input, infer
 from turnout.specs import TensorSpec
@@ -324,6 +325,7 @@ class Graph:
     def name_scope(self, name: str) -> Iterator[None]:
         if not isinstance(name, str):  # (joined into node names: Python's TypeError from str.join)
             raise ArgumentError(f"name_scope: the name must be a string, got {name!r}")
+        check_node_name(name, "name_scope")
         saved = self._scope
         self._scope = [self._in_scope(name)]
         try:

@@ -40,6 +40,7 @@ from turnout import dtypes as dt
 from turnout import primitives
 from turnout import shapes as sh
 from turnout.errors import ArgumentError, SerializationError, TurnoutError, ValidationError
+from turnout.files import file_path
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, _PendingBackEdge
 from turnout.memory_plan import PER_LOOP
 from turnout.shape_rules import infer
@@ -94,6 +95,7 @@ def dumps(graph: Graph) -> str:
 def save(graph: Graph, path: str | os.PathLike[str]) -> None:
     """Write ``dumps(graph)`` to ``path`` (UTF-8)."""
     text = dumps(graph)
+    path = file_path(path, "save")
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
@@ -234,6 +236,7 @@ def load(path: str | os.PathLike[str], *, validate: bool = True, max_chars: int 
     cannot be read (missing, a directory, no permission) is a ``SerializationError`` naming it. A file
     of more than ``max_chars`` bytes (default ``MAX_TEXT_CHARS``) is refused before it is read."""
     max_chars = _checked_max_chars(max_chars, "load")
+    path = file_path(path, "load")
     try:
         size = os.path.getsize(path)
         if size > max_chars:
@@ -425,11 +428,10 @@ def _decode_array(body: Any) -> np.ndarray:
             raise _Fail(f"ndarray data[{k}] = {_short(x)} is not a valid {d.name} element")
     if d.is_floating:
         data = [_NONFINITE[x] if isinstance(x, str) else x for x in data]
-    # an empty array may still declare huge dimensions beside its 0 ([2**40, 2**40, 0]): numpy refuses
-    # a shape whose other dimensions multiply past what it can index, with an error naming nothing
-    if math.prod(s for s in shape if s) * np.dtype(d.numpy).itemsize > _INT64_MAX:
-        raise _Fail(f"ndarray shape {list(shape)} is too large to index (its nonzero dimensions multiply past "
-                    "the int64 range)")
+    # an empty array may still declare huge dimensions beside its 0 ([2**40, 2**40, 0])
+    why = sh.too_large_to_index(shape, np.dtype(d.numpy).itemsize)
+    if why is not None:
+        raise _Fail(f"ndarray shape {list(shape)} cannot be made: {why}")
     try:
         return np.array(data, dtype=d.numpy).reshape(shape)
     except (ValueError, OverflowError, MemoryError) as e:

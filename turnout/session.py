@@ -7,7 +7,6 @@ Variable persistence are written once here, and the backends agree on errors by 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
@@ -19,7 +18,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import nest
 from turnout import shapes as sh
-from turnout.arguments import positive_int
+from turnout.arguments import option_fields, positive_int
 from turnout.errors import ArgumentError, ExecutionError, FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, fetched_tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
@@ -69,9 +68,7 @@ class RunOptions:
 
     def __new__(cls, *args: Any, **fields: Any) -> RunOptions:
         # a misspelt option (or one too many) is refused by name, not by the dataclass's TypeError
-        _run_option_fields(fields)
-        if len(args) > len(dataclasses.fields(cls)):
-            raise ArgumentError(f"RunOptions takes at most {len(dataclasses.fields(cls))} options, got {len(args)}")
+        option_fields(cls, args, fields, "run option")
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
@@ -94,10 +91,7 @@ class RunOptions:
 def _run_option_fields(fields: Mapping[Any, Any]) -> dict[str, Any]:
     """``fields`` checked to name fields of ``RunOptions`` (a misspelt option is refused by name, not
     left to the dataclass's ``TypeError``)."""
-    known = {f.name for f in dataclasses.fields(RunOptions)}
-    unknown = [k for k in fields if k not in known]
-    if unknown:
-        raise ArgumentError(f"unknown run option(s) {unknown}; RunOptions has {sorted(known)}")
+    option_fields(RunOptions, (), fields, "run option")
     return dict(fields)
 
 

@@ -6,12 +6,16 @@ Shapes are plain tuples so they serialize, hash and compare without ceremony.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 from turnout.errors import ArgumentError
 
 Shape = Optional[tuple[Optional[int], ...]]
+
+#: the most dimensions numpy (and so every backend) gives an array
+MAX_NDARRAY_RANK = 64
 
 
 class _AnyShape:
@@ -147,3 +151,16 @@ def rank(s: Shape) -> Optional[int]:
 
 def seq(s: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(d) for d in s)
+
+
+def too_large_to_index(dims: Sequence[int], itemsize: int) -> Optional[str]:
+    """Why numpy cannot make an array of the known ``dims`` (of ``itemsize`` bytes an element), or
+    ``None`` when it can. Why a check of its own: a file can declare any shape, and numpy refuses more
+    than 64 dimensions, and dimensions whose nonzero sizes multiply past the int64 range even when a
+    zero beside them makes the array empty (``[2**62, 0]``), with a ``ValueError`` naming nothing of
+    the file's; every reader of outside data asks this first (Python ints: the product cannot wrap)."""
+    if len(dims) > MAX_NDARRAY_RANK:
+        return f"{len(dims)} dimensions, more than the {MAX_NDARRAY_RANK} an array can have"
+    if math.prod(d for d in dims if d) * itemsize > 2**63 - 1:
+        return "its nonzero dimensions multiply past the int64 range, too large to index"
+    return None

@@ -41,6 +41,8 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.crc32c import crc32c, mask, unmask
 from turnout.errors import ArgumentError, NotFoundError, SerializationError
+from turnout.files import file_path
+from turnout.shapes import too_large_to_index
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_BYTES = 48
@@ -401,8 +403,8 @@ def data_path(prefix: str | os.PathLike[str], shard: int, num_shards: int) -> st
     return f"{os.fspath(prefix)}.data-{shard:05d}-of-{num_shards:05d}"
 
 
-def _index(prefix: str | os.PathLike[str]) -> tuple[str, _Header, dict[str, Entry]]:
-    where = f"{os.fspath(prefix)}.index"
+def _index(prefix: str) -> tuple[str, _Header, dict[str, Entry]]:
+    where = f"{prefix}.index"
     try:
         with open(where, "rb") as f:
             data = f.read()
@@ -432,7 +434,7 @@ def list_tf(prefix: str | os.PathLike[str]) -> dict[str, tuple[str, tuple[int, .
     """The tensors of the TensorFlow checkpoint ``prefix`` (the path without ``.index``), by name:
     ``(dtype name, shape)``, read from the index alone (like ``tf.train.list_variables``). A dtype this
     module cannot read is listed by TensorFlow's name for it (``"string"``)."""
-    _, _, entries = _index(prefix)
+    _, _, entries = _index(file_path(prefix, "list_tf", "prefix"))
     return {name: (e.dtype_name, e.shape) for name, e in entries.items()}
 
 
@@ -445,6 +447,7 @@ def read_tf(prefix: str | os.PathLike[str], names: Optional[Iterable[str]] = Non
     tensor."""
     if isinstance(names, (str, bytes)):
         raise ArgumentError(f"read_tf: names must be a list of tensor names, got the string {names!r}")
+    prefix = file_path(prefix, "read_tf", "prefix")
     where, header, entries = _index(prefix)
     if names is not None:
         names = list(names)
@@ -481,6 +484,9 @@ def _tensor(f: Any, file_size: int, path: str, name: str, e: Entry, order: Liter
     want = math.prod(e.shape) * base.itemsize
     if e.size != want:
         raise SerializationError(f"{what}: {e.size} bytes do not hold {base.name}{list(e.shape)} ({want} bytes)")
+    why = too_large_to_index(e.shape, base.itemsize)  # (an empty tensor may still declare huge dimensions)
+    if why is not None:
+        raise SerializationError(f"{what} declares shape {list(e.shape)}: {why}")
     if e.offset > file_size or e.size > file_size - e.offset:
         raise SerializationError(f"{what} lies at bytes {e.offset} to {e.offset + e.size}, past the end of the "
                                  f"{file_size}-byte file (truncated?)")
@@ -530,13 +536,16 @@ def write_tf(prefix: str | os.PathLike[str], values: Mapping[str, Any], num_shar
                                                len(raw), mask(crc32c(raw))))))
         shards[shard].append(raw)
         offsets[shard] += len(raw)
-    target = os.fspath(prefix)
+    target = file_path(prefix, "write_tf", "prefix")
     parent = os.path.dirname(target)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    for shard, chunks in enumerate(shards):
-        _replace(data_path(target, shard, num_shards), chunks)
-    _replace(f"{target}.index", [_write_table(items, block_bytes)])
+    try:
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        for shard, chunks in enumerate(shards):
+            _replace(data_path(target, shard, num_shards), chunks)
+        _replace(f"{target}.index", [_write_table(items, block_bytes)])
+    except OSError as e:
+        raise SerializationError(f"cannot write the checkpoint {target!r}: {e}") from None
     return [arrays[k][0] for k in keys]
 
 
@@ -579,7 +588,7 @@ def restore_tf(session: Any, prefix: str | os.PathLike[str], name_map: Optional[
     holds beyond those asked for are ignored, as ``Saver`` ignores them. With ``strict`` (the default)
     every Variable asked for must be in the checkpoint; each must match its Variable's dtype and shape.
     On any error nothing is restored."""
-    where = os.fspath(prefix)
+    where = prefix = file_path(prefix, "restore_tf", "prefix")
     mapping = _mapping(session.graph, name_map, "restore_tf")
     listed = list_tf(prefix)
     wanted = {tf: tn for tf, tn in mapping.items() if tf in listed}

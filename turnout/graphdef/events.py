@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from turnout.crc32c import crc32c, masked_crc  # noqa: F401 - crc32c stays importable from here
 from turnout.errors import ExecutionError, SerializationError
+from turnout.files import file_path
 from turnout.graphdef import protos
 
 
@@ -32,10 +33,13 @@ class EventWriter:
 
     def __init__(self, logdir: str | Path, filename_suffix: str = "") -> None:
         self.p = protos.pb()
-        self.logdir = Path(logdir)
-        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.logdir = Path(file_path(logdir, "EventWriter", "logdir"))
         self.path = self.logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}{filename_suffix}"
-        self._f: Optional[Any] = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        try:
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            self._f: Optional[Any] = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        except OSError as e:
+            raise SerializationError(f"EventWriter: cannot write an event file in {str(self.logdir)!r}: {e}") from None
         ev = self.p.event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         self._write(ev)
 
@@ -84,9 +88,10 @@ def read_events(path: str | Path) -> list[Any]:
     from google.protobuf.message import DecodeError
 
     p = protos.pb()
+    path = file_path(path, "read_events")
     try:
         data = Path(path).read_bytes()
-    except (OSError, TypeError) as e:
+    except OSError as e:
         raise SerializationError(f"cannot read an event file from {path!r}: {e}") from None
     out, i = [], 0
     while i < len(data):

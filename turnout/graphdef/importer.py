@@ -14,6 +14,7 @@ every unsupported op of the graph.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from turnout.errors import (
     TurnoutError,
     UnsupportedError,
 )
+from turnout.files import file_path
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor
 from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_math,
@@ -102,12 +104,13 @@ def parse_graph_def(source: Any) -> Any:
         return _parsed(gd, bytes(source), "the GraphDef bytes", text=False)
     if not isinstance(source, (str, os.PathLike)):
         raise ArgumentError(f"import_graph_def takes a GraphDef, its bytes or a path, got {type(source).__name__}")
-    path = Path(source)
+    where = file_path(source, "import_graph_def", "graph_def")
+    path = Path(where)
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise SerializationError(f"cannot read a GraphDef from {os.fspath(source)!r}: {e}") from None
-    return _parsed(gd, data, os.fspath(source), text=path.suffix in (".pbtxt", ".txt"))
+        raise SerializationError(f"cannot read a GraphDef from {where!r}: {e}") from None
+    return _parsed(gd, data, where, text=path.suffix in (".pbtxt", ".txt"))
 
 
 def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
@@ -119,11 +122,19 @@ def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
 
     try:
         if text:
-            text_format.Parse(data.decode("utf-8"), gd)
+            with warnings.catch_warnings():  # (protobuf's own DeprecationWarning for an escape like "\k")
+                warnings.simplefilter("ignore", DeprecationWarning)
+                text_format.Parse(data.decode("utf-8"), gd)
         else:
             gd.ParseFromString(data)
     except (DecodeError, text_format.ParseError, ValueError, RecursionError, RuntimeError) as e:
         raise SerializationError(f"{where}: not a valid GraphDef ({type(e).__name__}: {e})") from None
+    if not gd.HasField("versions"):
+        # A GraphDef has no length or checksum: cut at a node's end, it parses as the graph of the nodes
+        # before the cut. TensorFlow (and ``export_graph_def``) write ``versions`` after the nodes (field
+        # 4, after ``node`` and ``library``), so its absence is how a cut file shows.
+        raise SerializationError(f"{where}: the GraphDef has no 'versions' field, which TensorFlow writes after "
+                                 "the nodes: the file is cut short (truncated?) or is not a GraphDef")
     return gd
 
 
@@ -202,12 +213,20 @@ def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str 
     gd = parse_graph_def(graph_def)
     try:
         return _import(gd, graph, prefix)
-    except TurnoutError:
-        raise
+    except TurnoutError as e:
+        raise _in_file(e, graph_def) from e.__cause__
     except MALFORMED as e:
         # a field of a well-formed message that holds what no TensorFlow writes (an attr of the wrong
         # kind, an input that names nothing, a size out of range): a Turnout error, never the raw one
-        raise GraphBuildError(f"the GraphDef is malformed: {type(e).__name__}: {e}") from None
+        raise _in_file(GraphBuildError(f"the GraphDef is malformed: {type(e).__name__}: {e}"), graph_def) from None
+
+
+def _in_file(e: TurnoutError, source: Any) -> TurnoutError:
+    """``e`` with the file it was found in named first, when the GraphDef came from a path, as every
+    reader's errors name their file (the type is kept: it is the same mistake, now with its file)."""
+    if isinstance(source, (str, os.PathLike)) and e.args and isinstance(e.args[0], str):
+        e.args = (f"{os.fsdecode(os.fspath(source))}: {e.args[0]}", *e.args[1:])
+    return e
 
 
 def _input(ctx: ImportContext, nodes: dict[str, Any], nd: Any, t: str) -> Any:

@@ -8,12 +8,13 @@ this module imports it, on first use, so ``import turnout`` stays numpy-only.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from turnout import dtypes as dt
-from turnout.errors import UnsupportedError
+from turnout.errors import GraphBuildError, UnsupportedError
 
 # TensorFlow DataType enum values (tensorflow/core/framework/types.proto); the *_REF forms add 100.
 TF_TO_DTYPE: dict[int, dt.DType] = {
@@ -71,28 +72,59 @@ def shape_of(proto: Any) -> list[int | None] | None:
     """A TensorShapeProto as a list (None for an unknown dimension), or None for an unknown rank."""
     if proto.unknown_rank:
         return None
+    bad = [int(d.size) for d in proto.dim if d.size < -1]
+    if bad:  # (TensorFlow's TensorShapeProto: a size, or -1 for unknown)
+        raise GraphBuildError(f"a shape has dimension {bad[0]}; a dimension is a size, or -1 for unknown")
     return [None if d.size < 0 else int(d.size) for d in proto.dim]
 
 
-_VAL_FIELDS = {1: "float_val", 2: "double_val", 3: "int_val", 9: "int64_val", 10: "bool_val"}
+#: the typed field a TensorProto of each dtype lists its values in
+_VAL_FIELDS = {"float32": "float_val", "float64": "double_val", "int32": "int_val", "int64": "int64_val",
+               "bool": "bool_val"}
 
 
 def tensor_to_numpy(t: Any, where: str) -> np.ndarray:
     """A TensorProto's value: from ``tensor_content`` bytes, or from the typed repeated field (one
-    value broadcast to the whole shape, as TensorFlow writes splat constants)."""
+    value broadcast to the whole shape, as TensorFlow writes splat constants).
+
+    Every size is checked before an array is made, as TensorFlow's ``Tensor::FromProto`` checks it: a
+    shape of unknown rank or with a negative dimension, ``tensor_content`` that is not exactly the
+    shape's bytes, more values than the shape holds, or bool bytes other than 0 and 1 are a
+    ``GraphBuildError`` naming the node; a shape numpy cannot index (``shapes.too_large_to_index``) is
+    one too, and a splat over the allocation guard (``turnout.limits``, ``max_tensor_bytes``) a
+    ``ResourceExhaustedError``, before anything is allocated."""
+    from turnout.limits import check_allocation
+    from turnout.shapes import too_large_to_index
+
     d = tf_dtype(t.dtype, where)
+    if d.name not in _VAL_FIELDS:
+        raise UnsupportedError(f"{where}: a constant tensor of dtype {d.name} (a handle has no value to import)")
+    if t.tensor_shape.unknown_rank:
+        raise GraphBuildError(f"{where}: its tensor has a shape of unknown rank")
     shape = [int(x.size) for x in t.tensor_shape.dim]
+    if any(n < 0 for n in shape):
+        raise GraphBuildError(f"{where}: its tensor has a negative dimension in shape {shape}")
     npd = np.dtype(d.numpy)
+    why = too_large_to_index(shape, npd.itemsize)
+    if why is not None:
+        raise GraphBuildError(f"{where}: its tensor's shape {shape} cannot be made: {why}")
+    n = math.prod(shape)
     if t.tensor_content:
-        return np.frombuffer(t.tensor_content, dtype=npd.newbyteorder("<")).astype(npd).reshape(shape)
-    vals = list(getattr(t, _VAL_FIELDS[t.dtype]))
-    n = int(np.prod(shape)) if shape else 1
-    if not vals:
-        return np.zeros(shape, dtype=npd)
+        if len(t.tensor_content) != n * npd.itemsize:
+            raise GraphBuildError(f"{where}: tensor_content holds {len(t.tensor_content)} bytes, but "
+                                  f"{d.name}{shape} is {n * npd.itemsize}")
+        arr = np.frombuffer(t.tensor_content, dtype=npd.newbyteorder("<"))
+        if d.name == "bool" and not np.isin(arr.view(np.uint8), (0, 1)).all():
+            raise GraphBuildError(f"{where}: tensor_content holds bool bytes other than 0 and 1")
+        return arr.astype(npd).reshape(shape)
+    vals = getattr(t, _VAL_FIELDS[d.name])
+    if len(vals) > n:
+        raise GraphBuildError(f"{where}: its tensor lists {len(vals)} values for shape {shape}, which holds {n}")
+    check_allocation(where, shape, npd.itemsize)
     if len(vals) == n:
-        return np.asarray(vals, dtype=npd).reshape(shape)
-    arr = np.full(n, vals[-1], dtype=npd)
-    arr[: len(vals)] = vals
+        return np.asarray(list(vals), dtype=npd).reshape(shape)
+    arr = np.full(n, vals[-1] if len(vals) else 0, dtype=npd)  # no values: zeros, as TensorFlow reads it
+    arr[: len(vals)] = list(vals)
     return arr.reshape(shape)
 
 
