@@ -371,6 +371,18 @@ def test_a_node_name_that_cannot_read_back_is_an_argument_error(name: str) -> No
     assert ok.name == "a/b.c-d_e" and not any(n.name.startswith(name) for n in g.nodes)
 
 
+@pytest.mark.parametrize("prefix, error", [("a:b/", "cannot be used"), ("^p/", "cannot be used"),
+                                           (3, "prefix must be a string")])
+def test_an_import_prefix_that_cannot_begin_a_node_name_is_an_argument_error(prefix: Any, error: str) -> None:
+    """The prefix begins every imported node's name; ``"a:b/"`` made nodes ``"a:b/x"``, and an int
+    reached Python's ``TypeError`` inside the first rule."""
+    pytest.importorskip("google.protobuf")
+    with pytest.raises(tn.ArgumentError, match=error):
+        tn.import_graph_def(_const_graph_def([2], values=[1.0]), prefix=prefix)
+    assert [n.name for n in tn.import_graph_def(_const_graph_def([2], values=[1.0]), prefix="ok/").graph.nodes] \
+        == ["ok/c"]
+
+
 # ---- options and call signatures ---------------------------------------------------------------------
 @pytest.mark.parametrize("options", [tn.RunOptions, tn.FastOptions])
 def test_every_options_class_refuses_a_misspelt_option_by_name(options: Any) -> None:

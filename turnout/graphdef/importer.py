@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from turnout.arguments import check_node_name
 from turnout.errors import (
     ArgumentError,
     FeedError,
@@ -210,6 +211,11 @@ def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str 
     tensors. Raises ``UnsupportedError`` listing every op without an import rule (see
     ``turnout.graphdef.SUPPORTED_OPS``); needs the ``tf`` extra (``pip install 'turnout[tf]'``).
     """
+    if graph is not None and not isinstance(graph, Graph):
+        raise ArgumentError(f"import_graph_def: graph must be a tn.Graph or None, got {type(graph).__name__}")
+    if not isinstance(prefix, str):
+        raise ArgumentError(f"import_graph_def: prefix must be a string, got {type(prefix).__name__} {prefix!r:.60}")
+    check_node_name(prefix, "import_graph_def (prefix)")  # it begins every imported node's name
     gd = parse_graph_def(graph_def)
     try:
         return _import(gd, graph, prefix)
