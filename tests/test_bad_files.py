@@ -200,6 +200,26 @@ def test_an_empty_tf_checkpoint_tensor_declaring_huge_dimensions_is_refused(shap
         tfc.read_tf(tmp_path / "m")
 
 
+def test_a_damaged_name_in_a_turnout_checkpoint_is_refused_not_read_as_another(tmp_path: Path) -> None:
+    """The variables' digests cover their bytes, not their names: a flipped bit read ``"v"`` as ``"w"``
+    (and ``restore(strict=False)`` would have loaded it into another Variable of that shape). The
+    header's own digest (``header_sha256``) now covers the entries; a file without it still reads."""
+    import json
+
+    path, read, same, _ = _turnout_checkpoint(tmp_path)
+    good = path.read_bytes()
+    path.write_bytes(good.replace(b'"name": "v"', b'"name": "w"'))
+    with pytest.raises(tn.SerializationError, match="model.ckpt: the header does not match its digest"):
+        read(path)
+    m = len(checkpoint.MAGIC)
+    size = int(good[m:m + 12])
+    header = json.loads(good[m + 13:m + 13 + size])
+    del header["header_sha256"]  # as files written before the field was added
+    old = json.dumps(header).encode()
+    path.write_bytes(checkpoint.MAGIC + b"%012d\n" % len(old) + old + good[m + 13 + size:])
+    assert _same_arrays(read(path), {"v": np.array([1.5, -2.0], np.float32)})
+
+
 def _const_graph_def(shape: list[int], content: bytes | None = None, values: list[Any] | None = None,
                      dtype: int = 1, unknown_rank: bool = False) -> Any:
     pytest.importorskip("google.protobuf")

@@ -11,14 +11,19 @@ The format (version 1), all in one file::
     <header length, 12 ASCII digits>\\n      the byte length of the JSON header that follows
     <JSON header>                            {"format": "turnout.checkpoint", "version": 1,
                                               "variables": [{"name", "dtype", "shape", "offset",
-                                                             "nbytes", "sha256"}, ...]}
+                                                             "nbytes", "sha256"}, ...],
+                                              "header_sha256": "..."}
     <data>                                   each variable's bytes, little-endian, C order, at
                                              ``offset`` from the start of the data section
 
 ``dtype`` is a Turnout dtype name (``float32``, ``int64``, ``bool`` ...). ``sha256`` is the hex digest
 of the variable's bytes, so a truncated or corrupted file is an error naming the variable, never a
-silently wrong value. Writes go to a temporary file that replaces the target only when complete, so a
-crash during a save leaves the previous checkpoint intact.
+silently wrong value. ``header_sha256`` is the hex digest of the ``variables`` list written as
+canonical JSON (``json.dumps(variables, sort_keys=True)``), so a damaged name (``"v"`` read as ``"w"``,
+which no variable's digest covers) is an error too; files written before it was added (it is
+optional, and version 1 is unchanged) are read without it. Writes go to a temporary file that
+replaces the target only when complete, so a crash during a save leaves the previous checkpoint
+intact.
 
 TensorFlow v1 checkpoints (``tf.compat.v1.train.Saver``'s format) are read and written by
 ``turnout.tf_checkpoint``; its ``read_tf``, ``write_tf``, ``list_tf``, ``restore_tf`` and ``save_tf``
@@ -81,8 +86,8 @@ def save(session: Any, path: str | os.PathLike[str], variables: Optional[Iterabl
                         "nbytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()})
         chunks.append(raw)
         offset += len(raw)
-    header = json.dumps({"format": FORMAT, "version": VERSION, "variables": entries},
-                        sort_keys=True).encode("utf-8")
+    header = json.dumps({"format": FORMAT, "version": VERSION, "variables": entries,
+                         "header_sha256": _header_digest(entries)}, sort_keys=True).encode("utf-8")
     target = file_path(path, "checkpoint.save")
     tmp = f"{target}.tmp-{os.getpid()}"
     try:
@@ -133,6 +138,9 @@ def _read(where: str) -> dict[str, np.ndarray]:
         raise SerializationError(f"{where}: the header does not describe a {FORMAT}")
     if header.get("version") != VERSION:
         raise SerializationError(f"{where}: checkpoint version {header.get('version')!r}; this Turnout reads {VERSION}")
+    unknown = sorted(set(header) - {"format", "version", "variables", "header_sha256"})
+    if unknown:
+        raise SerializationError(f"{where}: unknown header field {unknown[0][:80]!r}")
     entries = header.get("variables")
     if not isinstance(entries, list):
         raise SerializationError(f"{where}: 'variables' must be a list")
@@ -142,7 +150,15 @@ def _read(where: str) -> dict[str, np.ndarray]:
         if name in out:
             raise SerializationError(f"{where}: variable {name!r} is stored twice")
         out[name] = arr
+    if "header_sha256" in header and header["header_sha256"] != _header_digest(entries):
+        raise SerializationError(f"{where}: the header does not match its digest (a damaged name?)")
     return out
+
+
+def _header_digest(entries: list[Any]) -> str:
+    """The digest of the header's variable entries, written as canonical JSON: it covers what the
+    variables' own digests do not, their names, dtypes, shapes and places."""
+    return hashlib.sha256(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _entry(where: str, e: Any, data: bytes) -> tuple[str, np.ndarray]:
