@@ -353,6 +353,11 @@ def test_a_path_with_a_nul_byte_is_a_serialization_error(function: str, tmp_path
     """Python's ``ValueError`` "embedded null byte" reached the user from every one but ``tn.load``."""
     with pytest.raises(tn.SerializationError, match="cannot hold a NUL byte"):
         _readers_and_writers(tmp_path)[function](str(tmp_path / "a\0b"))
+    if function == "EventWriter":  # (the file name is the log directory and a suffix)
+        from turnout.graphdef.events import EventWriter
+
+        with pytest.raises(tn.SerializationError, match="cannot hold a NUL byte"):
+            EventWriter(tmp_path, filename_suffix="\0")
 
 
 def test_a_write_that_the_file_system_refuses_is_a_serialization_error(tmp_path: Path) -> None:

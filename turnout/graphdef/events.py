@@ -34,7 +34,9 @@ class EventWriter:
     def __init__(self, logdir: str | Path, filename_suffix: str = "") -> None:
         self.p = protos.pb()
         self.logdir = Path(file_path(logdir, "EventWriter", "logdir"))
-        self.path = self.logdir / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}{filename_suffix}"
+        self.path = Path(file_path(str(self.logdir / f"events.out.tfevents.{int(time.time())}."
+                                                     f"{socket.gethostname()}{filename_suffix}"),
+                                   "EventWriter", "filename_suffix"))
         try:
             self.logdir.mkdir(parents=True, exist_ok=True)
             self._f: Optional[Any] = open(self.path, "ab")  # noqa: SIM115 - closed by close()
