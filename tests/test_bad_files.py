@@ -107,10 +107,13 @@ def _graph_def(suffix: str) -> Callable[[Path], tuple[Path, Callable[[Path], Any
         path = d / f"graph{suffix}"
         path.write_bytes(text_format.MessageToString(gd).encode() if suffix == ".pbtxt" else gd.SerializeToString())
 
-        def same(a: Any, b: Any) -> bool:
-            return [(n.name, n.op) for n in a.graph.nodes] == [(n.name, n.op) for n in b.graph.nodes]
+        def whole_nodes(got: Any, expected: Any) -> bool:
+            """A GraphDef has no length or checksum and its ``versions`` are optional, so a cut where
+            a node ends reads the nodes before it: never a part of one."""
+            got, expected = [(n.name, n.op) for n in got.graph.nodes], [(n.name, n.op) for n in expected.graph.nodes]
+            return got == expected[:len(got)]
 
-        return path, tn.import_graph_def, same, False
+        return path, tn.import_graph_def, whole_nodes, False
     return make
 
 
@@ -289,10 +292,11 @@ def test_a_graph_def_shape_dimension_below_minus_one_is_refused() -> None:
 
 
 @pytest.mark.parametrize("suffix", [".pb", ".pbtxt"])
-def test_a_graph_def_file_cut_after_a_node_is_refused_not_read_short(suffix: str, tmp_path: Path) -> None:
-    """A GraphDef has no length or checksum: cut where a node ends, it parsed as the graph of the nodes
-    before the cut, a silent partial load. Its ``versions`` field, which TensorFlow and
-    ``export_graph_def`` write after the nodes, is now required of a file or bytes."""
+def test_a_graph_def_without_versions_imports_and_a_missing_node_is_named(suffix: str, tmp_path: Path) -> None:
+    """A GraphDef has no length or checksum, and its ``versions`` field is optional (TensorFlow imports
+    one without it, and hand-written ones often lack it), so a file holding only some nodes (as one cut
+    where a node ends would) imports as those nodes; a fetch of a node it lacks is a NotFoundError
+    naming it, never a value of another."""
     pytest.importorskip("google.protobuf")
     from google.protobuf import text_format
 
@@ -302,13 +306,14 @@ def test_a_graph_def_file_cut_after_a_node_is_refused_not_read_short(suffix: str
     gd = tn.export_graph_def(g).graph_def
     assert [nd.name for nd in gd.node] == ["x", "y", "z"]
     short = type(gd)()
-    short.node.extend(gd.node[:2])  # what a cut after the second node parses as: a graph of x and y
-    path = tmp_path / f"cut{suffix}"
+    short.node.extend(gd.node[:2])  # no versions, and the last node missing
+    path = tmp_path / f"short{suffix}"
     path.write_bytes(text_format.MessageToString(short).encode() if suffix == ".pbtxt" else short.SerializeToString())
-    with pytest.raises(tn.SerializationError, match=f"cut{suffix}: .*no 'versions' field.*truncated"):
-        tn.import_graph_def(path)
-    short.versions.CopyFrom(gd.versions)  # the same nodes, whole: they import
-    assert [n.name for n in tn.import_graph_def(short.SerializeToString()).graph.nodes] == ["x", "y"]
+    imp = tn.import_graph_def(path)
+    assert [n.name for n in imp.graph.nodes] == ["x", "y"]
+    assert imp.run(tn.Session(imp.graph), ["y:0"], {"x:0": 2.0}) == [2.0]
+    with pytest.raises(tn.NotFoundError, match="'z:0'"):
+        imp.run(tn.Session(imp.graph), ["z:0"], {"x:0": 2.0})
 
 
 def test_an_error_found_importing_a_graph_def_file_names_the_file(tmp_path: Path) -> None:

@@ -130,12 +130,6 @@ def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
             gd.ParseFromString(data)
     except (DecodeError, text_format.ParseError, ValueError, RecursionError, RuntimeError) as e:
         raise SerializationError(f"{where}: not a valid GraphDef ({type(e).__name__}: {e})") from None
-    if not gd.HasField("versions"):
-        # A GraphDef has no length or checksum: cut at a node's end, it parses as the graph of the nodes
-        # before the cut. TensorFlow (and ``export_graph_def``) write ``versions`` after the nodes (field
-        # 4, after ``node`` and ``library``), so its absence is how a cut file shows.
-        raise SerializationError(f"{where}: the GraphDef has no 'versions' field, which TensorFlow writes after "
-                                 "the nodes: the file is cut short (truncated?) or is not a GraphDef")
     return gd
 
 
