@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
+
 import turnout as tn
 from turnout import raw
 
@@ -143,3 +145,19 @@ def exit_every_iteration() -> tn.Tensor:
     _, st = raw.switch(m, raw.loop_cond(m < raw.enter(tn.constant(3), "f", is_constant=True)))
     raw.close_back_edge(m, raw.next_iteration(st + raw.enter(tn.constant(1), "f", is_constant=True)))
     return raw.exit(st, name="each")
+
+
+def every_kind_of_node() -> tn.Graph:
+    """A graph with a loop, a cond, a TensorArray and a Variable: every kind of node a file holds."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        v = tn.Variable(np.ones(2, np.float32), name="v")
+        ta = tn.TensorArray(tn.float32, size=3)
+
+        def body(i: tn.Tensor, a: Any, s: tn.Tensor) -> tuple[Any, ...]:
+            return i + 1, a.write(i, s), tn.cond(i > 1, lambda: s * 2.0, lambda: s + v.read())
+
+        _, ta, s = tn.while_loop(lambda i, a, s: i < 3, body, [tn.constant(0), ta, x])
+        tn.identity(ta.stack() + s, name="out")
+    return g

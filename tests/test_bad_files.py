@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import graphs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -48,22 +49,6 @@ def _positions(n: int, tries: int = 100) -> range:
     return range(0, n, 1 if EVERY_BYTE else max(1, n // tries))
 
 
-def _sample_graph() -> tn.Graph:
-    """A graph with a loop, a cond, a TensorArray and a Variable: every kind of node a file holds."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [2], name="x")
-        v = tn.Variable(np.ones(2, np.float32), name="v")
-        ta = tn.TensorArray(tn.float32, size=3)
-
-        def body(i: tn.Tensor, a: Any, s: tn.Tensor) -> tuple[Any, ...]:
-            return i + 1, a.write(i, s), tn.cond(i > 1, lambda: s * 2.0, lambda: s + v.read())
-
-        _, ta, s = tn.while_loop(lambda i, a, s: i < 3, body, [tn.constant(0), ta, x])
-        tn.identity(ta.stack() + s, name="out")
-    return g
-
-
 # ---- one entry per reader: (write a good file, the file to damage, read it, what reading gives) ----------
 def _same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
@@ -71,13 +56,13 @@ def _same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 
 def _saved_graph(d: Path) -> tuple[Path, Callable[[Path], Any], Callable[[Any, Any], bool], bool]:
     path = d / "graph.json"
-    serialize.save(_sample_graph(), path)
+    serialize.save(graphs.every_kind_of_node(), path)
     return path, tn.load, lambda a, b: serialize.dumps(a) == serialize.dumps(b), False
 
 
 def _turnout_checkpoint(d: Path) -> tuple[Path, Callable[[Path], Any], Callable[[Any, Any], bool], bool]:
     path = d / "model.ckpt"
-    s = tn.Session(_sample_graph())
+    s = tn.Session(graphs.every_kind_of_node())
     s.variables["v"] = np.array([1.5, -2.0], np.float32)
     checkpoint.save(s, path)
     return path, checkpoint.read, _same_arrays, True
@@ -103,7 +88,7 @@ def _graph_def(suffix: str) -> Callable[[Path], tuple[Path, Callable[[Path], Any
         pytest.importorskip("google.protobuf")
         from google.protobuf import text_format
 
-        gd = tn.export_graph_def(_sample_graph()).graph_def
+        gd = tn.export_graph_def(graphs.every_kind_of_node()).graph_def
         path = d / f"graph{suffix}"
         path.write_bytes(text_format.MessageToString(gd).encode() if suffix == ".pbtxt" else gd.SerializeToString())
 
@@ -328,7 +313,7 @@ def _readers_and_writers(tmp_path: Path) -> dict[str, Callable[[Any], Any]]:
     pytest.importorskip("google.protobuf")
     from turnout.graphdef.events import EventWriter, read_events
 
-    g = _sample_graph()
+    g = graphs.every_kind_of_node()
     s = tn.Session(g)
     return {
         "tn.load": tn.load, "tn.save": lambda p: tn.save(g, p), "checkpoint.read": checkpoint.read,
@@ -369,7 +354,7 @@ def test_a_write_that_the_file_system_refuses_is_a_serialization_error(tmp_path:
     """checkpoint.save and write_tf raised ``FileNotFoundError``/``NotADirectoryError``."""
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    s = tn.Session(_sample_graph())
+    s = tn.Session(graphs.every_kind_of_node())
     with pytest.raises(tn.SerializationError, match="cannot write a checkpoint"):
         checkpoint.save(s, blocker / "model.ckpt")
     with pytest.raises(tn.SerializationError, match="cannot write the checkpoint"):

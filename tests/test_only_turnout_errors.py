@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import graphs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -242,22 +243,6 @@ def test_a_missing_file_is_a_serialization_error(tmp_path: Path) -> None:
 
 
 # ---- fuzzing the loaders --------------------------------------------------------------------------------
-def _sample_graph() -> tn.Graph:
-    """A graph with a loop, a cond, a TensorArray and a Variable: every kind of node a file holds."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [2], name="x")
-        v = tn.Variable(np.ones(2, np.float32), name="v")
-        ta = tn.TensorArray(tn.float32, size=3)
-
-        def body(i: tn.Tensor, a: Any, s: tn.Tensor) -> tuple[Any, ...]:
-            return i + 1, a.write(i, s), tn.cond(i > 1, lambda: s * 2.0, lambda: s + v.read())
-
-        _, ta, s = tn.while_loop(lambda i, a, s: i < 3, body, [tn.constant(0), ta, x])
-        tn.identity(ta.stack() + s, name="out")
-    return g
-
-
 _FUZZ = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None)
 
 
@@ -309,7 +294,7 @@ def _run_loaded(g: tn.Graph) -> None:
 @_FUZZ
 @given(data=st.data())
 def test_fuzzed_serialized_graphs_give_only_turnout_errors(data: st.DataObject) -> None:
-    text = serialize.dumps(_sample_graph())
+    text = serialize.dumps(graphs.every_kind_of_node())
     if data.draw(st.booleans()):
         raw = data.draw(byte_mutations(text.encode("utf-8")))
         g = _only_turnout_errors(lambda: serialize.loads(raw))
@@ -323,7 +308,7 @@ def test_fuzzed_serialized_graphs_give_only_turnout_errors(data: st.DataObject) 
 
 def _graph_def_bytes() -> bytes:
     pytest.importorskip("google.protobuf")
-    return bytes(tn.export_graph_def(_sample_graph()).graph_def.SerializeToString())
+    return bytes(tn.export_graph_def(graphs.every_kind_of_node()).graph_def.SerializeToString())
 
 
 @_FUZZ
@@ -373,7 +358,7 @@ def test_graph_defs_with_fields_of_every_wrong_kind_give_only_turnout_errors(dat
 @_FUZZ
 @given(data=st.data())
 def test_fuzzed_checkpoints_give_only_serialization_errors(data: st.DataObject, tmp_path_factory: Any) -> None:
-    g = _sample_graph()
+    g = graphs.every_kind_of_node()
     s = tn.Session(g)
     d = tmp_path_factory.mktemp("ckpt")
     path = os.path.join(d, "model.ckpt")
