@@ -38,6 +38,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from programs import assert_same_outcome, run_outcome
+from route_table import ROUTES as ROUTE_TABLE
 
 import turnout as tn
 from turnout import raw
@@ -323,3 +324,36 @@ def test_the_boundary_sequence_agrees_with_the_reference(route: str) -> None:
     for action in BOUNDARY_SEQUENCE:
         machine.step(action)
         machine.same_variables()
+
+
+@pytest.mark.parametrize("route", list(ROUTE_TABLE))
+def test_an_array_given_to_or_read_from_the_variables_is_not_the_variable(route: str) -> None:
+    """Regression (found by the hunt around these sequences), law: a Variable changes only by an
+    assignment, a run's or ``session.variables[name] = ...``; an array given to the store, read from
+    it, or fed to a run that assigns it, written in place afterwards, changes no later run. The store
+    kept the user's array itself and handed its entries out as it held them, so writing into one
+    changed the Variable on the interpreters and on most compiled routes, while the fast backend's
+    lane, whose device copy is matched to the entry by identity, kept the old value: the same session
+    then read ``w = [99, -5]`` from ``session.variables`` and computed with ``[3, 4]``
+    (``turnout.store.owned`` keeps a read-only copy, so an entry read back cannot be written either)."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.array([1.0, 2.0]), name="w")
+        x = tn.placeholder(tn.float64, [2], name="x")
+        y = w.read() * x
+        put = w.assign(x)
+    sess = ROUTE_TABLE[route](g)
+    ones = np.ones(2)
+    given = np.array([3.0, 4.0])
+    sess.variables["w"] = given
+    for _ in range(2):  # (the second run through the lane, where a route has one)
+        assert sess.run(y, {x: ones}).tolist() == [3.0, 4.0]
+    given[0] = 99.0
+    assert sess.run(y, {x: ones}).tolist() == [3.0, 4.0]
+    read = sess.variables["w"]
+    assert not read.flags.writeable and read.tolist() == [3.0, 4.0]
+    fed = np.array([5.0, 6.0])
+    sess.run(put, {x: fed})
+    fed[1] = -1.0
+    assert sess.run(y, {x: ones}).tolist() == [5.0, 6.0]
+    assert sess.variables["w"].tolist() == [5.0, 6.0]
