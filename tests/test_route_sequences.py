@@ -162,11 +162,14 @@ REFUSED = st.one_of(st.none(), st.none(), st.none(),
 OPTIONS = st.one_of(st.none(), st.none(), st.just({"trace": True}),
                     st.builds(lambda m: {"max_iterations": m}, st.sampled_from([1, 5, 6, 7, 16])))
 #: a step of a sequence: a run (``("run", fetch list, feeds, options, refused feed or None)``) four
-#: times in five, else ``("set", Variable name, value)``
+#: times in six, else ``("set", Variable name, value)``, ``("del", Variable name)`` (the Variable starts
+#: again from its initial value) or ``("explain", fetch list, feeds)`` (which must change nothing)
 _RUN = st.tuples(st.just("run"), st.sampled_from(FETCH_LISTS), _feed_values(), OPTIONS, REFUSED)
-_SET = st.tuples(st.just("set"), st.sampled_from(["w", "c"]),
-                 st.sampled_from([0.25, -0.5, 1.5, np.float32(2.0), [0.0], np.ones(2)]))
-ACTIONS = st.one_of(_RUN, _RUN, _RUN, _RUN, _SET)
+_SET = st.one_of(st.tuples(st.just("set"), st.sampled_from(["w", "c"]),
+                           st.sampled_from([0.25, -0.5, 1.5, np.float32(2.0), [0.0], np.ones(2)])),
+                 st.tuples(st.just("del"), st.sampled_from(["w", "c"])))
+_EXPLAIN = st.tuples(st.just("explain"), st.sampled_from(FETCH_LISTS), _feed_values())
+ACTIONS = st.one_of(_RUN, _RUN, _RUN, _RUN, _SET, _EXPLAIN)
 
 
 class RouteSequence(RuleBasedStateMachine):
@@ -196,8 +199,21 @@ class RouteSequence(RuleBasedStateMachine):
         off per sequence, never leaves a sequence without runs)."""
         if action[0] == "set":
             self.set_variable(*action[1:])
+        elif action[0] == "del":
+            self._both(f"del variables[{action[1]!r}]", lambda sess, _p: _delete(sess, action[1]))
+        elif action[0] == "explain":
+            self.explain(*action[1:])
         else:
             self.run_fetches(*action[1:])
+
+    def explain(self, fetch: tuple[str, ...], feeds: dict[str, Any]) -> None:
+        """``Session.explain``: its schedule is the route's own, so only its outcome (a schedule, or
+        the error type of a refused feed) is compared; the runs after it must not notice it."""
+        def step(sess: tn.Session, prog: Program) -> list[Any]:
+            sess.explain([prog.fetches[f] for f in fetch], {getattr(prog, k): v for k, v in feeds.items()})
+            return []
+
+        self._both(f"explain {fetch} {feeds}", step)
 
     def run_fetches(self, fetch: tuple[str, ...], feeds: dict[str, Any], options: Any,
                     bad: Optional[tuple[str, Any]]) -> None:
@@ -226,6 +242,11 @@ class RouteSequence(RuleBasedStateMachine):
     @invariant()
     def same_variables(self) -> None:
         self._both("read the Variables", lambda sess, _p: [np.asarray(sess.variables[k]) for k in ("w", "c")])
+
+
+def _delete(sess: tn.Session, name: str) -> list[Any]:
+    del sess.variables[name]
+    return []
 
 
 def _fails_the_assert(n: Any) -> bool:
