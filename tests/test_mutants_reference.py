@@ -84,7 +84,8 @@ def test_fetched_variable_values_are_copies_of_the_store() -> None:
     out[...] = -5.0
     np.testing.assert_array_equal(sess.run(read), [2.0, 3.0])
     np.testing.assert_array_equal(sess.variables["v"], [2.0, 3.0])
-    sess.variables["v"][...] = 7.0  # nor does the store share memory with the graph's initial value
+    # nor does the store share memory with the graph's initial value
+    assert not np.shares_memory(sess.variables["v"], g.variables["v"].attrs["initial_value"])
     np.testing.assert_array_equal(tn.Session(g).run(read), [1.0, 2.0])
 
 
@@ -372,7 +373,11 @@ def test_the_store_never_shares_memory_with_the_initial_value() -> None:
         read = v.read()
     sess = tn.Session(g)
     np.testing.assert_array_equal(sess.run(read), [1.0, 2.0])
-    sess.variables["v"][...] = 7.0  # the store as first created by VarHandle, written in place
+    # the store as first created by VarHandle: its own memory, which nobody can write in place
+    # (``turnout.store.owned``), so the graph's initial value and the next session stay as they were
+    held = sess.variables["v"]
+    assert not np.shares_memory(held, g.variables["v"].attrs["initial_value"]) and not held.flags.writeable
+    sess.variables["v"] = np.array([7.0, 7.0], np.float32)
     np.testing.assert_array_equal(sess.run(read), [7.0, 7.0])
     np.testing.assert_array_equal(tn.Session(g).run(read), [1.0, 2.0])
 

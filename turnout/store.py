@@ -82,7 +82,7 @@ class VariableStore(MutableMapping[str, np.ndarray]):
         return NotFoundError(f"no Variable of this graph is named {name!r}")
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
-        self._slots[name] = self.checked(name, value)
+        self._slots[name] = owned(self.checked(name, value))
 
     def __delitem__(self, name: str) -> None:
         if not isinstance(name, str) or name not in self._slots:
@@ -118,6 +118,25 @@ class VariableStore(MutableMapping[str, np.ndarray]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.copy()!r})"
+
+
+def owned(value: Any) -> Any:
+    """``value`` as the store keeps it: an array nobody else can write, so that the Variable changes only
+    by an assignment (a run's, or ``session.variables[name] = ...``). A read-only array that is no view
+    of another array (a run's value read back from JAX) is kept as it is; any other array is copied,
+    and the copy made read-only.
+
+    Why: the store kept the user's array itself, and handed its entries out as they were held. Writing
+    into such an array in place (the one set, one read back, or a fed array a run assigned) changed
+    the Variable on the interpreters, while the fast backend's device copy, matched to the entry by
+    identity, kept the old value: one session's runs and its ``session.variables`` disagreed without a
+    word, and so did the routes. An entry that cannot be written in place is read-only for every
+    reader, as a fast run's fetched values are."""
+    if type(value) is not np.ndarray or (not value.flags.writeable and not isinstance(value.base, np.ndarray)):
+        return value
+    kept = np.array(value, copy=True)
+    kept.flags.writeable = False
+    return kept
 
 
 def _floating(value: Any) -> bool:
