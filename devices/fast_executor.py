@@ -69,7 +69,7 @@ from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.one_device import OneDevice
 from turnout.devices.placement import Placement, place
-from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
+from turnout.devices.plan_run import DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice, wants_whole_program
 from turnout.errors import (
@@ -79,17 +79,14 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.fast.backend import variable_signature
-from turnout.fast.cut import Segment
-from turnout.fast.driven import DrivenLoop
-from turnout.fast.emit import Emitter, var_key
+from turnout.fast.emit import var_key
 from turnout.fast.functionalize import functionalize, program_key
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.host_env import HostEnv, fetched
 from turnout.fast.lane import Lane, write_variables
 from turnout.fast.lowering_base import NeedsStatic, Specialise
-from turnout.fast.outcome import MAX_CAPACITY, Discard, Outcome, decode
+from turnout.fast.outcome import MAX_CAPACITY, Discard
 from turnout.fast.regions import Key, Program, key, program_nodes
-from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.fast.specialise import (
     NOTHING,
@@ -466,8 +463,8 @@ class FastPartitionedBackend:
             device_of = self.placement.device_of
             sched = placed_schedule(program, device_of, fed)
             platform = self.jax_devices[self.devices[0]].platform
-            plan = self._plans[pkey] = DevicePlan(program, sched, fed, cap, device_of, self.threads, platform, static,
-                                                  slots=self._slot_plan(fetches, feeds, program, cap))
+            plan = self._plans[pkey] = DevicePlan(self, program, sched, fed, cap, device_of, self.threads, platform,
+                                                  static, slots=self._slot_plan(fetches, feeds, program, cap))
         return plan
 
     def _slot_plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], program: Program, capacity: int) -> SlotPlan:
@@ -539,37 +536,6 @@ class FastPartitionedBackend:
         write_variables(tuple((n, True, None) for n in names),
                         [run.state[plan.var_device[n]][var_key(n)] for n in names], values, variables, {})
         return values, run
-
-    def outcome_of(self, plan: DevicePlan, code: int, moved: int = 0) -> Outcome:
-        """What an error word of a call of ``plan`` means (``outcome.decode``, in this executor's
-        words); ``moved``: stack chunks moved out of the devices so far."""
-        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=moved)
-
-    # ---- compiled segments ------------------------------------------------------------------------
-    def driver(self, plan: DevicePlan, seg: Segment) -> DrivenLoop:
-        """The driven loop of a driven segment (``fast.driven``: run chunk by chunk, its full chunks
-        moved between calls). Its pointers stop at the capacity: the executor reads a device's word
-        only when it must wait, after later calls."""
-        def emitter(state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
-            self.compile_count += 1  # runs only while tracing
-            return plan.emitter(state, max_iter, free_pointers)
-
-        assert seg.driven is not None
-        return DrivenLoop(seg.driven, seg.writes, set(seg.fetched), seg.push, seg.pop, plan.capacity, emitter, jax.jit,
-                          measured=seg.measured, free_pointers=False)
-
-    def segment_fn(self, plan: DevicePlan, seg: Segment) -> SegmentFn:
-        """The segment's items as the fast backend's staged path compiles a stage (``fast.segment``):
-        ``f(env_in, state, max_iter) -> (writes, live flags of fetched writes, state)``, in the
-        calling convention of ``fast.call_spec``. It runs on the device its inputs are committed to
-        (every segment receives its device's error word, so there is always one); its stacks are
-        donated: a push updates the buffer in place."""
-
-        def emitter(state: dict[str, Any], max_iter: Any) -> Emitter:
-            self.compile_count += 1  # runs only while tracing
-            return plan.emitter(state, max_iter)
-
-        return SegmentFn(seg.items, list(seg.writes), set(seg.fetched), emitter, jax.jit)
 
 
 #: when the whole-program (SPMD) tier runs a program it accepts

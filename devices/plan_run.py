@@ -2,7 +2,8 @@
 
 Why a module of its own: ``devices.fast_executor`` decides which tier takes a run and reports it;
 this module makes the per-device tiers' plan (``DevicePlan``: the program cut by device,
-``fast.cut``) and runs it with the one runner (``fast.runner.StepRunner``), adding what only a run
+``fast.cut``, a ``fast.step_plan.StepPlan`` as the one-device plan is, whose steps it compiles as
+that plan compiles its stages) and runs it with the one runner (``fast.runner.StepRunner``), adding what only a run
 over several devices has: each device's state placed there, the segment calls dispatched from
 per-device workers when a segment holds a host callback.
 """
@@ -10,7 +11,7 @@ per-device workers when a segment holds a host callback.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 import jax
 import numpy as np
@@ -20,15 +21,14 @@ from turnout.fast import stacks as stk
 from turnout.fast.chunk_store import budget_plan
 from turnout.fast.cut import Schedule, Segment
 from turnout.fast.device_stacks import DeviceStacks
-from turnout.fast.driven import DrivenLoop
-from turnout.fast.emit import Emitter, var_key
+from turnout.fast.emit import var_key
 from turnout.fast.host_env import HostEnv, Lazy
-from turnout.fast.outcome import ErrorCodes, Outcome, Retry
-from turnout.fast.plan import stack_dtype, stack_infos, stack_source_var, static_stack_shapes
+from turnout.fast.outcome import Retry
+from turnout.fast.plan import stack_dtype, stack_infos, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
 from turnout.fast.runner import RunPolicy, StepRunner
-from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
+from turnout.fast.step_plan import CompileCounter, StepPlan
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, wrap_static
 from turnout.memory_plan import MemoryPlan
@@ -45,28 +45,16 @@ HOST_CALLBACK_OPS = frozenset({"Sleep"})
 WHO = "fast partitioned executor"
 
 
-class DevicePlan:
+class DevicePlan(StepPlan):
     """Everything made once per (graph version, fetches, feed signature, variable signature, capacity)."""
 
-    def __init__(self, program: Program, sched: Schedule, fed: set[int], capacity: int,
+    def __init__(self, backend: CompileCounter, program: Program, sched: Schedule, fed: set[int], capacity: int,
                  device_of: dict[int, str], threads: str = "auto", platform: str = "cpu",
                  static_feeds: Optional[dict[Key, np.ndarray]] = None, *, slots: SlotPlan) -> None:
-        self.program = program
-        #: fed tensors the plan is specialised on, with their values (``fast.specialise``)
-        self.static_feeds = dict(static_feeds or {})
+        super().__init__(backend, program, fed, capacity, slots, static_feeds)
         self.platform = platform  # where the stacks live, for the memory plan (``budget``)
         self.schedule = sched
-        self.fed = fed
-        self.capacity = capacity
-        self.codes = ErrorCodes()
-        #: the constants that stacks' only pushes pushed, shared by every segment's trace, as the
-        #: one-device plan shares them across its stages (``Emitter.note_push``): a gradient's segment,
-        #: traced after its forward loop's, pops them as constants (a shape the backward loop fills
-        #: with, pushed on another device)
-        self.pushed: dict[Any, Any] = {}
         nodes = {n.id: n for n in program_nodes(program)}
-        self.var_nodes = {n.attrs["var_name"]: n for n in nodes.values() if n.op == "VarHandle"}
-        self.written_vars = {stack_source_var(n) for n in nodes.values() if n.op.startswith("Assign")} - {None}
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
         self.threaded = bool(sched.segments) if threads == "always" else any(
             n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items for n in item_nodes(it))
@@ -80,23 +68,10 @@ class DevicePlan:
         # the stacks' loops and swap_memory (``fast.device_stacks``)
         self.stack_info = stack_infos(nodes.values())
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
-        #: the checkpoint slots of the loops reversed from checkpoints, sized as the one-device backend
-        #: sizes them (``fast.slot_sizes``: the backend's ``SlotSizes.plan``), and per device the bytes
-        #: of those its forward loops keep there, counted with the stacks
-        self.slots = slots
+        #: per device, the bytes of the checkpoint slots (sized as the one-device backend sizes them,
+        #: ``fast.slot_sizes``: the backend's ``SlotSizes.plan``) its forward loops keep there, counted
+        #: with the stacks
         self.slot_bytes: dict[str, dict[str, int]] = self.slots.bytes_by_device(device_of)
-
-    def emitter(self, state: dict[str, Any], max_iter: Any, free_pointers: bool = False) -> Emitter:
-        """A fresh emitter over the program from ``state``, for a segment's trace or a driven loop's
-        (made only while tracing): the plan's error codes and capacity, its feeds, and the fed values
-        it is specialised on as constants."""
-        em = Emitter(self.program, self.codes, self.capacity, max_iter, free_pointers=free_pointers)
-        em.state = dict(state)
-        em.fed = self.fed
-        em.static = self.static_feeds
-        em.pushed = self.pushed
-        em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
-        return em
 
     def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:
         """The memory plan a run under ``run_budget`` honours (None: no budget applies), made once per
@@ -118,7 +93,6 @@ class PlanRun(StepRunner):
     def __init__(self, backend: FastPartitionedBackend, plan: DevicePlan, variables: dict[str, np.ndarray],
                  options: RunOptions, timeline: Optional[Timeline]) -> None:
         self.b = backend
-        self.plan = plan
         jdev = backend.jax_devices
         state: dict[str, dict[str, Any]] = {d: {"err": jax.device_put(np.int32(0), jdev[d])} for d in backend.devices}
         for name, vn in plan.var_nodes.items():
@@ -133,23 +107,11 @@ class PlanRun(StepRunner):
         stacks = DeviceStacks(plan.stack_info, backend.devices, plan.capacity, backend.options.device_memory_limit,
                               plan.budget(options.memory_budget), plan.slot_bytes, who=WHO,
                               label=lambda d: parse(d).short)
-        super().__init__(plan.program, state, stacks, jdev, options, RunPolicy(WHO), timeline)
+        super().__init__(plan, state, stacks, jdev, options, RunPolicy(WHO), timeline)
+        self.plan: DevicePlan = plan
         # threaded runs (plan.threaded): each device's segment calls go to its own worker, in order
         self.pools = backend.pools() if plan.threaded else {}
         self.futures: list[Future[Any]] = []
-
-    # ---- what the runner asks -----------------------------------------------------------------------
-    def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
-        """The segment's compiled function, or its driven loop, made by the executor (which counts traces)."""
-        return self.b.driver(self.plan, seg) if seg.driven is not None else self.b.segment_fn(self.plan, seg)
-
-    def outcome_of(self, code: int, moved: int) -> Outcome:
-        """What the plan's error word means (``outcome.decode``, in this executor's words)."""
-        return self.b.outcome_of(self.plan, code, moved)
-
-    def compiles(self) -> int:
-        """The executor's count of traces."""
-        return self.b.compile_count
 
     # ---- steps ------------------------------------------------------------------------------------
     def segment(self, seg: Segment, env: HostEnv) -> None:

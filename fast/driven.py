@@ -3,8 +3,8 @@ again, moving full gradient-stack chunks out and bringing emptied ones back betw
 
 A driven loop (a loop that pushes or pops gradient stacks, run so that one call holds at most what
 the stacks have room for) is compiled as three calls: ``init``, ``chunk`` and ``finish``, made by one
-builder, ``DrivenLoop``, for both executors' driven segments (``Plan.driven_loop``,
-``FastPartitionedBackend.driver``), run by the one runner (``fast.runner``), in the one calling
+builder, ``DrivenLoop``, for both executors' driven segments (``fast.step_plan.StepPlan.compiled``),
+run by the one runner (``fast.runner``), in the one calling
 convention of the compiled side (``fast.call_spec``): the loop's carry crosses each call as state
 entries (``VALS``, ``PRED``, ``ITERS``), the stacks as its donated stacks. ``drive_chunks`` is the
 loop between ``init`` and ``finish``. After each chunk it reads the chunk's report
@@ -60,7 +60,7 @@ CARRY = (VALS, PRED, ITERS)
 
 class DrivenLoop:
     """A driven loop: its three compiled calls, made by one builder for both drivers (the fast
-    backend's, ``Plan.driven_loop``; the partitioned executor's, ``FastPartitionedBackend.driver``), each in
+    backend's and the partitioned executor's, ``StepPlan.compiled``), each in
     the one calling convention (``fast.call_spec``, through ``LayoutCalls``: the fed values, the
     state with the loop's carry in it, the stacks, donated, the iteration bound), and ``run``, the
     host's side between them:

@@ -71,7 +71,7 @@ class EmitterCore(ABC):
         self.stop_on_error = stop_on_error
         #: Stack pointers updated by ``ptr + 1`` / ``ptr - 1`` whether or not the push or pop fitted
         #: (``stacks.push``), where no pointer of a run with an error set is ever read: the fused trace,
-        #: and a driven loop's chunk (``Plan.driven_loop``). Given when the emitter is made.
+        #: and a driven loop's chunk on one device (``StepPlan.compiled``). Given when the emitter is made.
         self.free_pointers = free_pointers
         #: With ``free_pointers``: a push overflows only at this many entries (``stacks.push``); the
         #: fused attempt counts past its rung up to the top of its ladder, and its high-water mark

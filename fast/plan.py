@@ -16,9 +16,9 @@ loop that pushes or pops gradient stacks, compiled to run at most a chunk of ite
 
 Each compiled function is built from the same ``Emitter`` (``fast.emit``), made by ``Plan.emitter``
 (which counts traces in the backend's ``compile_count``), and compiled lazily, by the first run that
-needs it: the ``Direct`` call and the fused stage here (``fast.call_spec.flat_call``), a compiled
-stage by the builder the partitioned executor's segments share (``fast.segment.SegmentFn``), a
-driven loop's calls likewise (``fast.driven.DrivenLoop``).
+needs it: the ``Direct`` call and the fused stage here (``fast.call_spec.flat_call``), a stage as
+the partitioned executor's steps are (``fast.step_plan.StepPlan.compiled``: a ``fast.segment.SegmentFn``
+or a ``fast.driven.DrivenLoop``).
 
 Stack buffers: gradient stacks whose pushes have static shapes (``Plan.prealloc``) are allocated
 before the first stage and passed to every compiled stage as a separate, *donated* argument, so the
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,13 +42,10 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.call_spec import Body, CallArgs, CallSpec, Traced, flat_call
 from turnout.fast.counted_stacks import counted_stacks
-from turnout.fast.cut import Segment, one_device
-from turnout.fast.driven import DrivenLoop
+from turnout.fast.cut import one_device
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
-from turnout.fast.outcome import ErrorCodes
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting, program_nodes
-from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.stack_sizes import (
     StackMarks,
@@ -61,21 +58,13 @@ from turnout.fast.stack_sizes import (
     stack_source_var,
     static_stack_shapes,
 )
+from turnout.fast.step_plan import CompileCounter, StepPlan
 from turnout.fast.values import Handle
 from turnout.fast.xla_options import compiler_options
-from turnout.fast_options import FastOptions
 from turnout.graph import Node
 
 INT32_MAX = 2**31 - 1
 INT32_MAX_NP = np.int32(INT32_MAX)
-
-
-class CompileCounter(Protocol):
-    """What a plan needs of its backend: the trace counter that tests and stats read, and the
-    backend's options (``turnout.fast_options.FastOptions``)."""
-
-    compile_count: int
-    options: FastOptions
 
 
 @dataclass
@@ -135,24 +124,19 @@ def _stack_counts(nodes: list[Node], op: str) -> dict[str, int]:
     return out
 
 
-class Plan:
-    """Everything compiled for one (graph version, fetches, feed signature, capacity)."""
+class Plan(StepPlan):
+    """Everything compiled for one (graph version, fetches, feed signature, capacity): a ``StepPlan``
+    of the one device, with its ``Direct`` call and its fused attempt."""
 
     def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int,
                  swapped: frozenset[str] = frozenset()) -> None:
-        self.backend = backend
+        nodes = program_nodes(program)
+        #: the checkpoint slots: every one their budgets hold until the backend sizes them as it makes
+        #: the plan (``SlotSizes.plan``: this capacity until a run needed more, then what it learnt)
+        super().__init__(backend, program, fed, capacity,
+                         SlotPlan(tuple(n for n in nodes if n.op == "CheckpointSlots")))
         #: the backend's options: the thresholds this plan's stacks and traces follow
         self.options = backend.options
-        self.program = program
-        self.fed = fed
-        self.capacity = capacity
-        self.codes = ErrorCodes()
-        #: the constants that stacks' only pushes pushed, shared by every trace of the plan
-        #: (``Emitter.note_push``): a stage traced later pops them as constants
-        self.pushed: dict[Any, Any] = {}
-        nodes = program_nodes(program)
-        self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
-        self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         #: a TensorArray of dynamic size grows with its writes: its buffer holds ``capacity`` entries,
         #: and one more asks for a ``Retry`` at twice the capacity, which only the stages act on
         self.grows = any(n.op == "TensorArrayNew" and n.attrs.get("dynamic_size") for n in nodes)
@@ -178,10 +162,6 @@ class Plan:
         #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
         #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
         self.marks: Optional[StackMarks] = None
-        #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``):
-        #: every one their budgets hold until the backend sizes them as it makes the plan
-        #: (``SlotSizes.plan``: this capacity until a run needed more, then what it learnt)
-        self.slots = SlotPlan(tuple(n for n in nodes if n.op == "CheckpointSlots"))
         #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
         self.program_key: Any = None
 
@@ -339,9 +319,6 @@ class Plan:
         at trace time stays out of it and is refused on the host, as on every route.)"""
         return len(self.stages) == 1 and self.stages[0].driven is None and not self.stack_nodes and not self.grows
 
-    #: fed tensors this plan is specialised on, with their values (``lowering.NeedsStatic``)
-    static_feeds: dict[Key, Any] = {}
-
     # ---- compiled functions ---------------------------------------------------------------------
     @property
     def has_loops(self) -> bool:
@@ -377,29 +354,15 @@ class Plan:
         return jax.jit(fn, donate_argnums=donate_argnums,
                        compiler_options=compiler_options(self.options.gpu_command_buffers))
 
-    def emitter(self, state: dict[str, Any], max_iter: Any, stop_on_error: bool = False,
-                free_pointers: bool = False, push_limit: Optional[int] = None) -> Emitter:
-        """A fresh ``Emitter`` over the program, starting from ``state`` (``stop_on_error``,
-        ``free_pointers`` and ``push_limit``: see ``Emitter``); called only while tracing, so it counts
-        a trace in the backend's ``compile_count``."""
-        self.backend.compile_count += 1  # runs only while tracing
-        em = Emitter(self.program, self.codes, self.capacity, max_iter, frame_height=self.options.frame_height,
-                     stop_on_error=stop_on_error, free_pointers=free_pointers, push_limit=push_limit,
-                     unroll_max=self.options.unroll_max)
-        em.state = dict(state)
-        em.fed = self.fed
-        em.static = self.static_feeds
-        em.pushed = self.pushed
+    def emitter(self, state: dict[str, Any], max_iter: Any, **options: Any) -> Emitter:
+        """``StepPlan.emitter`` with the backend's frame height and unrolling bound, and the plan's
+        held stacks and traced push shapes (``options``: ``stop_on_error``, ``free_pointers``,
+        ``push_limit``, see ``Emitter``)."""
+        em = super().emitter(state, max_iter, frame_height=self.options.frame_height,
+                             unroll_max=self.options.unroll_max, **options)
         em.push_shapes = self.push_shapes
         em.held = self.held
-        em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
         return em
-
-    def segment_fn(self, st: Segment) -> SegmentFn:
-        """The compiled segment ``st`` of the stages (``fast.segment``: the one builder of the staged
-        path's segments and the partitioned tiers'): ``f(env_in, state, max_iter) -> (outputs, live
-        flags, state)``, in the calling convention of ``fast.call_spec``; its stacks are donated."""
-        return SegmentFn(st.items, st.writes, set(st.fetched), self.emitter, self.jit)
 
     def fused_fn(self, args: CallArgs) -> Any:
         """The fused stage's jitted function for arguments laid out as ``args`` say (feeds, state,
@@ -479,17 +442,6 @@ class Plan:
         if k in self.kept:
             return v.buf
         return v.replace(v.buf, v.idx, None)
-
-    def driven_loop(self, st: Segment) -> DrivenLoop:
-        """The driven loop of stage ``st`` (``fast.driven.DrivenLoop``, the builder the partitioned
-        executor's driven loops share): the loop's entry up to its first carry, a run of iterations
-        that stops before a push would overflow a stack's chunk (or a pop find it empty while the host
-        holds more), and the exit side; its ``run`` swaps full chunks out and empty ones back in
-        between them. A chunk's pointers run free: the backend reads the error word after every
-        stage, before any pointer."""
-        assert st.driven is not None
-        return DrivenLoop(st.driven, st.writes, set(), st.push, st.pop, self.capacity, self.emitter,
-                          self.jit, st.measured, free_pointers=True)
 
 
 @dataclass

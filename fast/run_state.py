@@ -23,7 +23,7 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.host_env import fetched
 from turnout.fast.lane import write_variables
-from turnout.fast.outcome import Outcome, decode, enforce
+from turnout.fast.outcome import Outcome, enforce
 from turnout.fast.plan import Plan
 from turnout.fast.regions import Key
 from turnout.fast.state_keys import var_key
@@ -209,7 +209,7 @@ class RunState:
     def _decode(plan: Plan, code: int, swapped: int = 0, attempt: bool = False, mark: int = 0) -> Outcome:
         """What error word ``code`` (and, for an attempt, high-water mark ``mark``) of a call of
         ``plan`` means (``outcome.decode``)."""
-        return decode(plan.codes, code, capacity=plan.capacity, who=WHO, moved=swapped, attempt=attempt, mark=mark)
+        return plan.outcome_of(code, WHO, swapped, attempt, mark)
 
     def _raise_errors(self, plan: Plan, code: int) -> None:
         """The error word of a Direct call acted on: its error raised. (A Direct plan has no gradient

@@ -12,16 +12,16 @@ how a segment is called and a driven loop driven, how full stack chunks move aro
 spans of its timeline (``fast.timeline``: each call dispatched on its device's track, each chunk of a
 driven loop and each move of stack chunks, the host's dispatches, reads and waits).
 
-What an executor gives it: the per-device state a run starts from (error word, Variables, stacks)
-and the stacks' store; and, as the methods of its subclass, the compiled function of each segment
-(``compiled``, made once per plan and kept on the segment), what an error word means
-(``outcome_of``) and its count of traces (``compiles``). What an executor adds — the partitioned
-executor's worker threads, the staged path's stage times — it adds by overriding the hooks ``call``
-and ``on_workers``, or ``segment`` itself.
+What an executor gives it: its plan (``fast.step_plan.StepPlan``: the program, the compiled function
+of each segment, made once per plan and kept on the segment, what an error word means, and the
+backend whose count of traces a traced call's span reads), the per-device state a run starts from
+(error word, Variables, stacks) and the stacks' store. What an executor adds — the partitioned
+executor's worker threads, the staged path's stage times — it adds in a subclass, by overriding the
+hooks ``call`` and ``on_workers``, or ``segment`` itself.
 
 A run, as plain Python::
 
-    run = Runner(program, state, stacks, devices, options, policy)   # a subclass of StepRunner
+    run = StepRunner(plan, state, stacks, devices, options, policy)   # or a subclass
     run.steps(cut.steps, env)   # env: the feeds, on their devices
     run.finish()                # every device's error word acted on
     if run.retry is None:
@@ -30,7 +30,6 @@ A run, as plain Python::
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, nullcontext
@@ -42,13 +41,13 @@ import numpy as np
 from turnout.fast import stacks as stk
 from turnout.fast.cut import HostCond, Segment, Step
 from turnout.fast.device_stacks import DeviceStacks
-from turnout.fast.driven import DrivenLoop, Guard, no_guard
+from turnout.fast.driven import Guard, no_guard
 from turnout.fast.guards import iteration_bound
 from turnout.fast.host_control import HostControl
 from turnout.fast.host_env import HostEnv
-from turnout.fast.outcome import Outcome, Raise, Retry, enforce
-from turnout.fast.regions import Key, Program
-from turnout.fast.segment import SegmentFn
+from turnout.fast.outcome import Raise, Retry, enforce
+from turnout.fast.regions import Key
+from turnout.fast.step_plan import StepPlan
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import wrap_static
 from turnout.session import RunOptions
@@ -71,13 +70,14 @@ class RunPolicy:
     check_each_step: bool = False
 
 
-class StepRunner(HostControl, ABC):
-    """One run of a cut's steps over per-device state (see the module docstring)."""
+class StepRunner(HostControl):
+    """One run of a cut's steps of ``plan`` over per-device state (see the module docstring)."""
 
-    def __init__(self, program: Program, state: dict[str, dict[str, Any]], stacks: DeviceStacks,
+    def __init__(self, plan: StepPlan, state: dict[str, dict[str, Any]], stacks: DeviceStacks,
                  jdev: dict[str, Any], options: RunOptions, policy: RunPolicy,
                  timeline: Optional[Timeline] = None) -> None:
-        self.program = program
+        self.plan = plan
+        self.program = plan.program
         #: device -> its state: the error word, the Variables placed there, its gradient stacks
         self.state = state
         self.stacks = stacks
@@ -146,7 +146,8 @@ class StepRunner(HostControl, ABC):
         refilled first where the call needs it (``DeviceStacks.before``); a driven segment runs its
         loop chunk by chunk, moving its own chunks between its calls."""
         if seg.fn is None:
-            seg.fn = self.compiled(seg)
+            # (a driven loop's pointers run free where each step's word is read before any pointer)
+            seg.fn = self.plan.compiled(seg, free_pointers=self.policy.check_each_step)
         dev, t = seg.device, seg.traffic
         with self.stacks.device_oom(t, dev, seg.describe):
             if seg.driven is not None:
@@ -191,18 +192,9 @@ class StepRunner(HostControl, ABC):
         self.stacks.settle(seg.device, {s: v for s, v in new.items() if s in seg.push or s in seg.pop})
         return out, lives, new
 
-    # ---- what an executor gives (each executor's runner defines them) -------------------------------
-    @abstractmethod
-    def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
-        """The compiled function of ``seg``: a ``SegmentFn``, or for a driven segment its ``DrivenLoop``."""
-
-    @abstractmethod
-    def outcome_of(self, code: int, moved: int) -> Outcome:
-        """What error word ``code`` means, ``moved`` stack chunks having left the devices so far."""
-
-    @abstractmethod
     def compiles(self) -> int:
-        """The executor's running count of traces (a traced call's span says whether it compiled)."""
+        """The backend's running count of traces (a traced call's span says whether it compiled)."""
+        return self.plan.backend.compile_count
 
     # ---- hooks ------------------------------------------------------------------------------------
     def guard(self, seg: Segment) -> Guard:
@@ -254,7 +246,7 @@ class StepRunner(HostControl, ABC):
         """Act on a nonzero error word: its error raised, or, for stacks that outgrew their chunk
         within one call (or ran empty inside one after chunks were moved out of it), the ``Retry``
         kept (``self.retry``)."""
-        got = self.outcome_of(code, self.stacks.moved())
+        got = self.plan.outcome_of(code, self.policy.who, self.stacks.moved())
         if isinstance(got, Retry):
             self.retry = self.retry or got
         else:

@@ -1,7 +1,7 @@
 """One compiled segment: items of a program run by the emitter, called in the one calling convention.
 
 Why a module of its own: two runners call a compiled run of items between host decisions — the fast
-backend's staged path (a stage of root items between its driven loops, ``Plan.segment_fn``) and the
+backend's staged path (a stage of root items between its driven loops) and the
 fast partitioned executor's per-device tiers (a segment of one device between host-driven conds and
 loops, ``devices.plan_run``). Each once built its own function, dicts in and out, with its own idea of
 what came back; now ``SegmentFn`` is both, in the calling convention of ``fast.call_spec``: flat

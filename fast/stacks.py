@@ -107,7 +107,7 @@ def chunk_loop(body: Callable[[Any], Any], c: Any, aux: Any, push: dict[str, int
     and on the CPU each operation of a loop body is dispatched on its own; for the memory
     experiment's LSTM (ten stacks) they were a third of a backward iteration.
 
-    The one bounded loop of both drivers: the fast backend's (``fast.plan.Plan.driven_loop``) and the
+    The one bounded loop of both drivers: the fast backend's and the
     partitioned executor's for a loop on one device (both run by ``fast.runner``)."""
     def ptrs(state: dict[str, Any]) -> dict[str, Any]:
         return {s: _pointer(state, s) for s in {*push, *pop}}

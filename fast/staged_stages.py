@@ -4,9 +4,10 @@ Why a layer of its own (under ``FastBackend``): a plan whose fused attempt canno
 stacks outgrow the largest rung, or it has none) runs as its stages — compiled segments and top-level
 loops driven chunk by chunk, the program cut for one device (``fast.cut.one_device``, ``Plan.stages``)
 — and those are run by the runner every run of steps takes (``fast.runner.StepRunner``), the
-partitioned executor's per-device tiers included. What this layer gives it is what is particular to
-one device of this backend: the plan's compiled segments and driven loops (``Plan.segment_fn``,
-``Plan.driven_loop``), what the plan's error words mean, and the times of its stages. It reads each
+partitioned executor's per-device tiers included, which compiles each stage as the plan says
+(``fast.step_plan.StepPlan``). What this layer gives it is what is particular to one device of this
+backend: its state and stack store, the policy that reads each stage's word at once (which lets a
+driven loop's pointers run free) and the times of its stages. It reads each
 stage's error word as the stage returns (``RunPolicy.check_each_step``): a stage's error is raised
 after it, as the interpreter raises it during the run, and stacks that outgrew their chunk within one
 call end the run with the outcome ``Retry``, which the caller (``_run_compiled``) runs again with
@@ -16,22 +17,20 @@ larger chunks.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import jax
 import numpy as np
 
 from turnout.fast.cut import ONE, Segment
 from turnout.fast.device_stacks import DeviceStacks
-from turnout.fast.driven import DrivenLoop
 from turnout.fast.fused_attempts import FusedAttempts
 from turnout.fast.host_env import HostEnv
-from turnout.fast.outcome import Outcome, Retry
+from turnout.fast.outcome import Retry
 from turnout.fast.plan import Plan
 from turnout.fast.regions import Key, key
 from turnout.fast.run_state import WHO
 from turnout.fast.runner import Called, RunPolicy, StepRunner
-from turnout.fast.segment import SegmentFn
 from turnout.fast.values import start_reads
 from turnout.graph import Tensor
 from turnout.memory_plan import MemoryPlan
@@ -43,23 +42,10 @@ class StagedRun(StepRunner):
 
     def __init__(self, backend: StagedStages, plan: Plan, state: dict[str, Any], stacks: DeviceStacks,
                  options: RunOptions) -> None:
-        super().__init__(plan.program, {ONE: state}, stacks, {ONE: None}, options, RunPolicy(WHO, check_each_step=True),
+        super().__init__(plan, {ONE: state}, stacks, {ONE: None}, options, RunPolicy(WHO, check_each_step=True),
                          backend._timeline)
-        self.b, self.plan = backend, plan
         #: the seconds of each stage's call, in order (``stats["stage_seconds"]``)
         self.seconds: list[float] = []
-
-    def compiled(self, seg: Segment) -> Union[SegmentFn, DrivenLoop]:
-        """The plan's compiled segment, or its driven loop (pointers running free: the word is read first)."""
-        return self.plan.driven_loop(seg) if seg.driven is not None else self.plan.segment_fn(seg)
-
-    def outcome_of(self, code: int, moved: int) -> Outcome:
-        """What the plan's error word means (``outcome.decode``)."""
-        return self.b._decode(self.plan, code, moved)
-
-    def compiles(self) -> int:
-        """The backend's count of traces."""
-        return self.b.compile_count
 
     def call(self, seg: Segment, env_in: dict[Key, Any], state: dict[str, Any]) -> Called:
         """The stage's call, timed (``stats["stage_seconds"]``)."""

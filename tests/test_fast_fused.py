@@ -136,7 +136,7 @@ def test_every_path_reports_its_stage_times() -> None:
 
 
 def test_a_fused_run_hands_over_only_what_it_changed() -> None:
-    """The fused call's arguments and results are its cost on a small model (``Plan.segment_fn``): a
+    """The fused call's arguments and results are its cost on a small model (``Plan.fused_fn``): a
     kept stack crosses it as its value buffer alone (the index record is made inside the call), and
     a Variable no op assigns is not returned, so its device copy is the same array run after run
     instead of a fresh copy each time. The staged path, which needs the index records, still takes
