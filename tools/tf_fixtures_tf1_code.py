@@ -59,8 +59,9 @@ def vae_fed_noise(tf: Any) -> list[dict[str, Any]]:
     """A small VAE: a ``layers.dense`` encoder to a mean and a log-variance, the reparameterisation
     ``z = mu + exp(logvar / 2) * eps`` with ``eps`` a fed placeholder (so every backend draws the same),
     a sigmoid decoder, the Bernoulli reconstruction loss (``sigmoid_cross_entropy_with_logits``) plus
-    the KL term, trained by Adam; default initializers under a graph seed; the Saver's checkpoint
-    (Adam's slots and powers) before the last two runs."""
+    the KL term, trained by Adam at an ``exponential_decay`` rate of the global step; default
+    initializers under a graph seed; the Saver's checkpoint (Adam's slots and powers, the global
+    step) before the last two runs."""
     v1 = tf.compat.v1
     v1.set_random_seed(7)
     depth, hidden, latent = 6, 5, 2
@@ -75,7 +76,9 @@ def vae_fed_noise(tf: Any) -> list[dict[str, Any]]:
     recon = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=x, logits=logits), axis=1)
     kl = -0.5 * tf.reduce_sum(1.0 + logvar - tf.square(mu) - tf.exp(logvar), axis=1)
     loss = tf.reduce_mean(recon + kl, name="elbo")
-    train = v1.train.AdamOptimizer(0.01).minimize(loss)
+    step = v1.train.get_or_create_global_step()
+    rate = v1.train.exponential_decay(0.02, step, 2, 0.5)  # (not staircase: 0.5 ** (step / 2))
+    train = v1.train.AdamOptimizer(rate).minimize(loss, global_step=step)
     rng = np.random.default_rng(301)
     feeds = {"x:0": (rng.uniform(size=(4, depth)) > 0.5).astype(np.float32),
              "eps:0": rng.normal(size=(4, latent)).astype(np.float32)}
@@ -136,24 +139,31 @@ def transformer_encoder(tf: Any) -> list[dict[str, Any]]:
 
 @case
 def keras_sequential(tf: Any) -> list[dict[str, Any]]:
-    """A ``tf.compat.v1.keras`` ``Sequential`` model of ``Dense`` layers called on a placeholder in
-    graph mode, its default Keras initializers under a graph seed, trained by a ``tf.compat.v1.train``
-    optimizer on its output. (No ``Dropout``: Keras builds its mask in a ``cond`` on the learning
-    phase, a ``RandomUniform`` the run graph draws from, which the import refuses; docs/missing.rst.)"""
+    """A ``tf.compat.v1.keras`` ``Sequential`` model (``Dense``, ``BatchNormalization``, ``Dense``,
+    ``Dense``; no input shape, so its call on a placeholder builds it) in graph mode, its default
+    Keras initializers under a graph seed, trained by a ``tf.compat.v1.train`` optimizer with
+    ``model.updates`` (the moving statistics) as control dependencies and Keras's learning phase
+    fed True (a ``cond`` on the ``keras_learning_phase`` ``PlaceholderWithDefault``); one run in
+    inference mode (its default). (No ``Dropout``: Keras builds its mask in a ``cond`` on the
+    learning phase, a ``RandomUniform`` the run graph draws from, which the import refuses;
+    docs/missing.rst.)"""
     v1 = tf.compat.v1
     v1.set_random_seed(5)
     layers = v1.keras.layers
-    model = v1.keras.Sequential([layers.Dense(6, activation="relu", input_shape=(4,)),
+    model = v1.keras.Sequential([layers.Dense(6, activation="relu"), layers.BatchNormalization(),
                                  layers.Dense(3, activation="tanh"), layers.Dense(2)])
     x = v1.placeholder(tf.float32, [None, 4], name="x")
     y = v1.placeholder(tf.float32, [None, 2], name="y")
     out = model(x)
     loss = tf.reduce_mean(tf.square(out - y), name="loss")
-    train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=model.trainable_variables)
+    with tf.control_dependencies(model.updates):
+        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=model.trainable_variables)
+    phase = v1.keras.backend.learning_phase()
     rng = np.random.default_rng(303)
     feeds = {"x:0": rng.normal(size=(5, 4)).astype(np.float32), "y:0": rng.normal(size=(5, 2)).astype(np.float32)}
-    watched = [v.value() if hasattr(v, "value") else v for v in model.trainable_variables]
-    return [{"feeds": {}, "fetches": names(watched)}] + _train_runs(feeds, loss, train, watched)
+    watched = [v.value() for v in model.variables]
+    runs = _train_runs({**feeds, phase.name: True}, loss, train, watched)
+    return [{"feeds": {}, "fetches": names(watched)}, *runs, {"feeds": feeds, "fetches": [loss.name, out.name]}]
 
 
 @case
