@@ -93,6 +93,8 @@ def test_tensorflow_runs_what_turnout_exported_with_tensorflows_values(tmp_path:
         path = ex.write(tmp_path / f"{case}.pb")
         runs = []
         for r in _fixture(case)["runs"]:
+            if "save" in r:  # (where TensorFlow's Saver wrote a checkpoint: test_graphdef_import restores it)
+                continue
             runs.append({"feeds": {ex.tf_name(imp.tensor(k)): v for k, v in r["feeds"].items()},
                          "fetches": [ex.tf_name(imp.tensor(f)) for f in r["fetches"]],
                          "targets": [ex.tf_op(imp.node(t)) for t in r.get("targets", [])]})

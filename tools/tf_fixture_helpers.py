@@ -33,3 +33,10 @@ def _train_runs(feeds: dict[str, Any], loss: Any, train: Any, watched: list[Any]
                                   for _ in range(steps)]
     runs.append({"feeds": feeds, "fetches": [loss.name, *names(watched)]})
     return runs
+
+
+def _saved(runs: list[dict[str, Any]], replayed: int = 1) -> list[dict[str, Any]]:
+    """``runs`` with a Saver checkpoint written before the last ``replayed`` runs (tools/tf_fixtures.py
+    saves it as ``saver/<case>/model.ckpt``): the test restores it into a fresh session of the
+    imported model and replays those runs with TensorFlow's values."""
+    return [*runs[:-replayed], {"save": True}, *runs[-replayed:]]

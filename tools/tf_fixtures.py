@@ -557,18 +557,31 @@ import tf_fixtures_models  # noqa: E402  (TF1 model patterns: dropout, clipping,
 
 CASES.update(tf_fixtures_models.CASES)
 
+import tf_fixtures_tf1_code  # noqa: E402  (TF1 model code as written: default initializers, layers, keras, EMA)
 
-def build(tf: Any, name: str) -> tuple[str, list[dict[str, Any]]]:
+CASES.update(tf_fixtures_tf1_code.CASES)
+
+
+def build(tf: Any, name: str, out: Path) -> tuple[str, list[dict[str, Any]]]:
+    """The case's GraphDef as text and its runs with TensorFlow's values; a ``{"save": True}`` run
+    (``_saved``) writes the Variables with ``tf.compat.v1.train.Saver`` under ``out`` at that point
+    and records the prefix, relative to ``out``, as its ``checkpoint``."""
     g = tf.Graph()
     with g.as_default():
         runs = CASES[name](tf)
         init = tf.compat.v1.global_variables_initializer()
+        saver = tf.compat.v1.train.Saver() if any("save" in r for r in runs) else None
     from google.protobuf import text_format
 
     config = tf.compat.v1.ConfigProto(**SESSION_CONFIG.get(name, {}))
     with tf.compat.v1.Session(graph=g, config=config) as sess:
         sess.run(init)
         for r in runs:
+            if "save" in r:
+                r["checkpoint"] = f"saver/{name}/model.ckpt"
+                (out / r["checkpoint"]).parent.mkdir(parents=True, exist_ok=True)
+                saver.save(sess, str(out / r["checkpoint"]), write_meta_graph=False, write_state=False)
+                continue
             if "error" in r:  # a run that TensorFlow refuses (an Assert): the message must be TF's
                 try:
                     sess.run(r["fetches"], feed_dict=r["feeds"])
@@ -603,15 +616,18 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     bad = 0
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp())  # (--check writes its checkpoints there)
     for name in a.cases or sorted(CASES):
-        text, runs = build(tf, name)
+        text, runs = build(tf, name, scratch if a.check else out)
         meta = {"tensorflow": tf.__version__, "runs": runs}
         if name in SESSION_CONFIG:
             meta["session_config"] = SESSION_CONFIG[name]
         if a.check:
             old = json.loads((out / f"{name}.json").read_text())
             for r_old, r_new in zip(old["runs"], runs):
-                for e_old, e_new in zip(r_old["expected"], r_new["expected"]):
+                for e_old, e_new in zip(r_old.get("expected", []), r_new.get("expected", [])):
                     if not np.allclose(e_old, e_new, rtol=1e-5, atol=1e-6):
                         print(f"{name}: TensorFlow now gives {e_new}, the fixture says {e_old}")
                         bad += 1

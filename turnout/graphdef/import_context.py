@@ -243,6 +243,12 @@ class ImportContext:
 
     def static(self, tname: str) -> Optional[np.ndarray]:
         """The value of a TensorFlow tensor when it is known at import time, else None."""
+        v = self.folded(tname)
+        return None if v is DEAD else v
+
+    def folded(self, tname: str) -> Any:
+        """``static``, or ``DEAD`` for a tensor on the untaken side of a Switch whose predicate an
+        initializer folds (``_fold_guard``): what folding needs to pass a Merge."""
         tname = tensor_name(tname)
         cache = self._initial if self.initializing else self._static
         if tname not in cache:
@@ -289,6 +295,16 @@ class _Within:
 
 
 # ---- constant folding ------------------------------------------------------------------------------
+class _Dead:
+    """The fold of a dead tensor (the paper's dead value): the untaken output of a Switch whose
+    predicate folds, and whatever reads it, up to a Merge."""
+
+    def __repr__(self) -> str:
+        return "DEAD"
+
+
+DEAD = _Dead()
+
 _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Identity": lambda x: x, "Snapshot": lambda x: x, "StopGradient": lambda x: x,
     "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "Maximum": np.maximum,
@@ -322,6 +338,10 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         return out.astype(np.int64) if protos.attr(nd, "out_type") == 9 else out
     if op in tf_random.DTYPES:
         return _draw(ctx, nd) if ctx.initializing else None
+    if ctx.initializing:
+        guarded = _fold_guard(ctx, nd, int(idx or 0))
+        if guarded is not _NOT_A_GUARD:
+            return guarded
     if op not in _FOLD:
         return None
     ins = [ctx.static(t) for t in ctx.data_inputs(nd)]
@@ -369,6 +389,31 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         return None
 
 
+_NOT_A_GUARD = object()
+
+
+def _fold_guard(ctx: ImportContext, nd: Any, port: int) -> Any:
+    """Folding inside an initializer, where TensorFlow's ``initialized_value()`` guard appears: an
+    initial value computed from another Variable's (an ``ExponentialMovingAverage`` shadow, a slot
+    made from its primary) is ``cond(is_initialized(v), read(v), v.initial_value)``. When initializers
+    run, ``v`` holds its initial value or nothing, so both branches give the initial value: the
+    ``VarIsInitializedOp`` / ``IsVariableInitialized`` folds to False, a ``Switch`` on a folded
+    predicate passes its data to the taken output and ``DEAD`` to the other, an op with a dead input is
+    dead, and a ``Merge`` is its one live input. ``_NOT_A_GUARD`` leaves the op to ``_fold``."""
+    op = nd.op
+    if op in ("VarIsInitializedOp", "IsVariableInitialized"):
+        return np.asarray(False)
+    ins = [ctx.folded(t) for t in ctx.data_inputs(nd)]
+    if op in ("Switch", "RefSwitch"):
+        if ins[1] is None or ins[1] is DEAD:
+            return ins[1]
+        return ins[0] if port == int(bool(ins[1])) else DEAD
+    if op in ("Merge", "RefMerge"):
+        live = [v for v in ins if v is not DEAD]
+        return DEAD if not live else live[0] if len(live) == 1 and port == 0 else None
+    return DEAD if any(v is DEAD for v in ins) else _NOT_A_GUARD
+
+
 def _draw(ctx: ImportContext, nd: Any) -> Optional[np.ndarray]:
     """What random op ``nd`` outputs the first time it runs, if its arguments are known at import."""
     ins = [ctx.static(t) for t in ctx.data_inputs(nd)]
@@ -391,21 +436,53 @@ def broadcast_gradient_args(s0: Any, s1: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(r0, np.int32), np.asarray(r1, np.int32)
 
 def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strides: Sequence[int]) -> tuple[Any, ...]:
-    """The numpy index of a StridedSlice (masks decoded); entries of begin/end may be tensors."""
+    """The numpy index of a StridedSlice (masks decoded); entries of begin/end may be tensors. A
+    new-axis bit is ``None`` (it wins over a shrink bit, as in TensorFlow) and the ellipsis bit is
+    ``...`` (its begin, end and stride ignored): ``x[:, None, ..., 0]`` as numpy reads it."""
     from turnout.graphdef import protos
 
     a = {k: int(protos.attr(nd, k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                                                    "shrink_axis_mask")}
-    if a["ellipsis_mask"] or a["new_axis_mask"]:
-        raise UnsupportedError(f'StridedSlice node "{nd.name}": ellipsis and new-axis masks are not supported')
     key: list[Any] = []
     for i, (b, e, s) in enumerate(zip(begin, end, strides)):
-        if a["shrink_axis_mask"] >> i & 1:
+        if a["ellipsis_mask"] >> i & 1:
+            key.append(Ellipsis)
+        elif a["new_axis_mask"] >> i & 1:
+            key.append(None)
+        elif a["shrink_axis_mask"] >> i & 1:
             key.append(b)
         else:
             key.append(slice(None if a["begin_mask"] >> i & 1 else b, None if a["end_mask"] >> i & 1 else e, s))
+    if sum(k is Ellipsis for k in key) > 1:  # (by identity: entries may be tensors, which compare elementwise)
+        raise UnsupportedError(f'StridedSlice node "{nd.name}": more than one ellipsis bit in ellipsis_mask')
     return tuple(key)
 
 
+def basic_index(key: tuple[Any, ...], rank: Optional[int], where: str) -> tuple[tuple[Any, ...], list[int]]:
+    """A numpy index with ``...`` and ``None`` (``strided_slice_index``) as Turnout's ``GetItem``
+    takes it, ints and slices only, and the axes of the result at which a ``None`` adds a dimension
+    of size 1 (in increasing order, so that ``ExpandDims`` at each in turn rebuilds numpy's result).
+    Expanding ``...`` needs the rank of the indexed tensor."""
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    at = [i for i, k in enumerate(key) if k is Ellipsis]  # (by identity: entries may be tensors)
+    if at:
+        if rank is None:
+            raise UnsupportedError(f"{where}: an ellipsis (ellipsis_mask) needs the rank of the sliced tensor "
+                                   "when importing")
+        i = at[0]
+        key = (*key[:i], *[slice(None)] * max(rank - consumed, 0), *key[i + 1:])
+    plain: list[Any] = []
+    new_axes: list[int] = []
+    out = 0  # axes of the result so far
+    for k in key:
+        if k is None:
+            new_axes.append(out)
+            out += 1
+        else:
+            plain.append(k)
+            out += isinstance(k, slice)
+    return tuple(plain), new_axes
+
+
 __all__ = ["FOLDED_OPS", "REF_OPS", "BroadcastAxes", "Bundle", "ImportContext", "RangeMarker", "Ref", "Rule", "Text",
-           "Value", "broadcast_gradient_args", "strided_slice_index"]
+           "Value", "basic_index", "broadcast_gradient_args", "strided_slice_index"]

@@ -37,13 +37,23 @@ def initializer_only(ctx: ImportContext, name: str) -> bool:
             if nd.op in ("Assign", "AssignVariableOp") and slot == 1:
                 if nd.name != f"{ctx.data_inputs(nd)[0].rpartition(':')[0]}/Assign":
                     return False
-            elif nd.op in FOLDED_OPS or nd.op in tf_random.DTYPES:
+            elif nd.op in FOLDED_OPS or nd.op in tf_random.DTYPES or _guard_path(ctx, nd, slot):
                 if nd.name not in seen:
                     seen.add(nd.name)
                     todo.append(nd.name)
             else:
                 return False
     return True
+
+
+def _guard_path(ctx: ImportContext, nd: Any, slot: int) -> bool:
+    """Whether ``nd`` passes an initial value through the ``initialized_value()`` guard of another
+    Variable's initializer (an ``ExponentialMovingAverage`` shadow starting from its Variable's
+    initial value): the guard's Switch, by its data input, on a predicate that folds when
+    initializers run (``ImportContext.initial_value``), or its Merge."""
+    if nd.op in ("Switch", "RefSwitch"):
+        return slot == 0 and ctx.initial_value(ctx.data_inputs(nd)[1]) is not None
+    return nd.op in ("Merge", "RefMerge")
 
 
 @_rule(*tf_random.DTYPES)

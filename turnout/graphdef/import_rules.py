@@ -25,6 +25,7 @@ from turnout.graphdef.import_context import (
     Ref,
     Text,
     Value,
+    basic_index,
     strided_slice_index,
 )
 from turnout.graphdef.import_context import Rule as _Rule
@@ -623,18 +624,34 @@ def _elems(ctx: ImportContext, tname: str, what: str) -> list[Any]:
     raise UnsupportedError(f"{ctx.where()}: {what} ({tname}) must be a constant or packed from scalars")
 
 
-def _slice_args(ctx: ImportContext, names: list[str]) -> tuple[list[dict[str, Any]], list[Tensor]]:
+def _slice_args(ctx: ImportContext, names: list[str], rank: Optional[int]
+                ) -> tuple[list[dict[str, Any]], list[Tensor], list[int]]:
+    """GetItem's spec and run-time entries of a StridedSlice's begin, end and strides, and the axes
+    of its result that its new-axis bits add (``basic_index``; ``rank`` is the sliced tensor's)."""
     begin = _elems(ctx, names[0], "begin")
     end = _elems(ctx, names[1], "end")
     strides = ctx.static_int_list(names[2], "the strides")
+    key, new_axes = basic_index(strided_slice_index(ctx.node, begin, end, strides), rank, ctx.where())
     dyn: list[Tensor] = []
-    return getitem_spec(strided_slice_index(ctx.node, begin, end, strides), dyn), dyn
+    return getitem_spec(key, dyn), dyn, new_axes
+
+
+def _rank(x: Tensor) -> Optional[int]:
+    return None if x.shape is None else len(x.shape)
 
 
 @_rule("StridedSlice")
 def _strided_slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    spec, dyn = _slice_args(ctx, ctx.data_inputs()[1:4])
-    return [ctx.create("GetItem", [ins[0], *dyn], {"spec": spec}).outputs[0]]
+    """A ``GetItem``; each new-axis bit an ``ExpandDims`` of its result (``x[:, None]``)."""
+    x = _t(ins[0])
+    spec, dyn, new_axes = _slice_args(ctx, ctx.data_inputs()[1:4], _rank(x))
+    if not new_axes:
+        return [ctx.create("GetItem", [x, *dyn], {"spec": spec}).outputs[0]]
+    out = ctx.create("GetItem", [x, *dyn], {"spec": spec}, suffix="basic").outputs[0]
+    for k, axis in enumerate(new_axes):
+        last = k == len(new_axes) - 1
+        out = ctx.create("ExpandDims", [out], {"axis": axis}, suffix=None if last else f"new_axis{k}").outputs[0]
+    return [out]
 
 
 @_rule("StridedSliceGrad")
@@ -646,7 +663,9 @@ def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         like = ctx.const(np.zeros([int(d) for d in np.ravel(shape)], dy.dtype.numpy), [dy], suffix="zeros")
     else:  # a run-time input shape: the tensor its Shape op read, or zeros of that shape
         like = _like_shape(ctx, names[0], _t(ins[0]))
-    spec, dyn = _slice_args(ctx, names[1:4])
+    spec, dyn, new_axes = _slice_args(ctx, names[1:4], _rank(like))
+    for axis in reversed(new_axes):  # the axes the new-axis bits added, of size 1, dropped again
+        dy = _getitem(ctx, dy, (*[slice(None)] * axis, 0), f"drop_new_axis{axis}")
     return [ctx.create("GetItemGrad", [like, dy, *dyn], {"spec": spec}).outputs[0]]
 
 
@@ -1050,16 +1069,25 @@ def _floor_div(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 
 def _sum_to_like(ctx: ImportContext, nd: Any, dz: Tensor, like: Tensor) -> Tensor:
-    """``Sum(dz, BroadcastGradientArgs(...)[k])``: dz summed down to ``like``'s shape. The Sum drops
-    the reduced axes and the Reshape after it restores them, so this stands for the two only when
-    every use of the Sum is such a Reshape (what tf.gradients builds)."""
+    """``Sum(dz, BroadcastGradientArgs(...)[k])``: dz summed down to the shape the Reshape after it
+    restores. The Sum drops the reduced axes and the Reshape restores them, so this stands for the
+    two only when every use of the Sum is such a Reshape (what tf.gradients builds). The target is
+    the Reshape's shape, not the broadcast operand's: a batch matmul's gradient broadcasts the batch
+    axes only (``shape(x)[:-2]``) and reshapes to all of ``shape(x)``; summing down to ``x``'s shape
+    with numpy's (right-aligned) broadcasting is the same sum, as the matrix axes agree."""
     if nd.op != "Sum":
         raise UnsupportedError(f"{ctx.where()}: run-time broadcast axes are supported in a Sum only")
+    targets = []
     for other in ctx.nodes.values():
         for k, i in enumerate(ctx.data_inputs(other)):
             if i == f"{nd.name}:0" and not (other.op == "Reshape" and k == 0):
                 raise UnsupportedError(f"{ctx.where()}: a sum over run-time broadcast axes is supported only "
                                        f"when a Reshape restores its shape (used by {other.op} \"{other.name}\")")
+            if i == f"{nd.name}:0":
+                targets.append(ctx.data_inputs(other)[1])
+    shape = ctx.values.get(targets[0]) if targets else None
+    if isinstance(shape, Tensor):  # (imported: the Shape the broadcast axes were computed from)
+        like = _like_shape(ctx, targets[0], shape, "target")
     return ctx.create("SumToLike", [dz, like]).outputs[0]
 
 

@@ -45,6 +45,7 @@ from turnout.graphdef.flows import FlowAnalysis, tensor_name
 from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref
 from turnout.graphdef.import_rules import IMPORT_RULES
 from turnout.graphdef.placement import colocation_targets, tf_device
+from turnout.graphdef.saver_ops import saver_nodes
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -63,6 +64,15 @@ class ImportedGraph:
     #: tf.cond ``pred_id`` nodes whose Switches read the predicate behind them: a feed of one would
     #: not reach those Switches, so ``run`` refuses it
     looked_through: frozenset[str] = frozenset()
+    #: the nodes of TensorFlow's Saver, which the import leaves out (``saver_ops``)
+    left_out: frozenset[str] = frozenset()
+
+    def _missing(self, what: str, name: str) -> NotFoundError:
+        if name.split(":")[0] in self.left_out:
+            return NotFoundError(f"{what} {name!r} belongs to TensorFlow's Saver, which the import leaves out: "
+                                 "read and write the Variables' checkpoints with turnout.checkpoint.restore_tf "
+                                 "and save_tf")
+        return NotFoundError(f"the imported GraphDef has no {what} {name!r}")
 
     def tensor(self, name: str) -> Tensor:
         """The Turnout tensor for a TensorFlow tensor name (``"op:0"``, or ``"op"`` for output 0)."""
@@ -72,7 +82,7 @@ class ImportedGraph:
         if isinstance(v, Tensor):
             return v
         if v is None and tensor_name(name) not in self.values:
-            raise NotFoundError(f"the imported GraphDef has no tensor {name!r}")
+            raise self._missing("tensor", name)
         raise UnsupportedError(f"tensor {name!r} has no Turnout value: it is {ImportContext.describe(v)}")
 
     def node(self, name: str) -> Node:
@@ -80,7 +90,7 @@ class ImportedGraph:
         try:
             return self.controls[name.split(":")[0]]
         except KeyError:
-            raise NotFoundError(f"the imported GraphDef has no op {name!r}") from None
+            raise self._missing("op", name) from None
 
     def run(self, session: Any, fetches: Sequence[str], feed_dict: Optional[dict[str, Any]] = None,
             targets: Sequence[str] = ()) -> list[Any]:
@@ -134,10 +144,12 @@ def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
 
 
 def unsupported_ops(gd: Any) -> dict[str, list[str]]:
-    """Op name -> the nodes that use it, for every op of ``gd`` that has no import rule."""
+    """Op name -> the nodes that use it, for every op of ``gd`` that has no import rule (the nodes of
+    its Saver aside: the import leaves them out, ``saver_ops``)."""
     bad: dict[str, list[str]] = {}
+    saver = saver_nodes(gd)
     for nd in gd.node:
-        if nd.op not in IMPORT_RULES:
+        if nd.op not in IMPORT_RULES and nd.name not in saver:
             bad.setdefault(nd.op, []).append(nd.name)
     return bad
 
@@ -246,7 +258,20 @@ MALFORMED = (KeyError, IndexError, ValueError, TypeError, AttributeError, Overfl
 
 
 def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
-    """``import_graph_def`` of a parsed message."""
+    """``import_graph_def`` of a parsed message, less its Saver's nodes (``saver_ops``)."""
+    left_out = saver_nodes(gd)
+    if left_out:
+        kept = type(gd)()
+        kept.CopyFrom(gd)
+        del kept.node[:]
+        kept.node.extend(nd for nd in gd.node if nd.name not in left_out)
+        gd = kept
+    imported = _import_kept(gd, graph, prefix)
+    imported.left_out = left_out
+    return imported
+
+
+def _import_kept(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     bad = unsupported_ops(gd)
     if bad:
         lines = [f"  {op}: {len(ns)} node(s), e.g. {ns[0]!r}" for op, ns in sorted(bad.items())]

@@ -1,0 +1,139 @@
+"""Import rules that TF1 model code as people write it needs (the fixtures of
+tools/tf_fixtures_tf1_code.py): StridedSlice's new-axis and ellipsis bits (``mask[:, None, None, :]``
+of an attention mask), the gradient of a batch matmul with run-time batch dimensions, and the
+``initialized_value()`` guard of an ``ExponentialMovingAverage`` shadow's initializer. Hand-written
+GraphDefs against numpy on both backends, and the fixture the guard comes from. Needs the ``tf``
+extra, not TensorFlow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.errors import UnsupportedError
+
+pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+
+from test_graphdef_model_ops import BACKENDS, F32, I32, GraphDef, _run  # noqa: E402
+
+from turnout.graphdef import import_graph_def  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "tf"
+X = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+
+def _slice(g: GraphDef, name: str, x: str, begin: list[int], end: list[int], **masks: int) -> str:
+    consts = [g.const(f"{name}/{k}", np.asarray(v, np.int32)) for k, v in
+              (("begin", begin), ("end", end), ("strides", [1] * len(begin)))]
+    return g.node(name, "StridedSlice", (x, *consts), T=F32, Index=I32, **masks)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_slice_new_axis_and_ellipsis_bits_index_as_numpy(backend: str) -> None:
+    """Law: a StridedSlice is numpy's ``x[key]``, a new-axis bit ``None`` (winning over a shrink bit on
+    the same entry, as in TensorFlow) and the ellipsis bit ``...``; its gradient puts ``dy`` back
+    where the slice read, the new axes dropped."""
+    g = GraphDef()
+    x = g.placeholder("x", F32, [-1, 3, 4])
+    _slice(g, "a", x, [0, 0, 1], [0, 0, 3], ellipsis_mask=1, new_axis_mask=2)  # x[..., None, 1:3]
+    _slice(g, "b", x, [0, 0, 0], [0, 0, 1], begin_mask=1, end_mask=1, new_axis_mask=2, shrink_axis_mask=4)
+    _slice(g, "c", x, [0, 1], [0, 2], new_axis_mask=1, shrink_axis_mask=3)  # x[None, 1]
+    _slice(g, "d", x, [0, 0, 0, 0], [0, 0, 0, 0], begin_mask=15, end_mask=15, new_axis_mask=9)  # x[None,:,:,None]
+    dy = g.placeholder("dy", F32, [-1, 1, 4])
+    shape = g.node("shape", "Shape", (x,), T=F32, out_type=I32)
+    g.node("db", "StridedSliceGrad", (shape, "b/begin", "b/end", "b/strides", dy), T=F32, Index=I32,
+           begin_mask=1, end_mask=1, new_axis_mask=2, shrink_axis_mask=4)
+    dyv = np.arange(8, dtype=np.float32).reshape(2, 1, 4) + 1.0
+    a, b, c, d, db = _run(g, ["a:0", "b:0", "c:0", "d:0", "db:0"], {"x:0": X, "dy:0": dyv}, backend)
+    for got, want in [(a, X[..., None, 1:3]), (b, X[:, None, 0]), (c, X[None, 1]), (d, X[None, :, :, None])]:
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    want_db = np.zeros_like(X)
+    want_db[:, 0] = dyv[:, 0]
+    np.testing.assert_array_equal(db, want_db)
+
+
+def test_an_ellipsis_needs_the_rank_of_the_sliced_tensor() -> None:
+    g = GraphDef()
+    g.node("x", "Placeholder", dtype=F32)  # no shape at all
+    _slice(g, "a", "x", [0, 1], [0, 2], ellipsis_mask=1)
+    with pytest.raises(UnsupportedError, match='StridedSlice node "a".*ellipsis'):
+        import_graph_def(g.gd)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_matmul_gradient_sums_to_the_reshape_s_shape(backend: str) -> None:
+    """Law: ``reshape(sum(dz, BroadcastGradientArgs(shape(x)[:-2], shape(y)[:-2])[0]), shape(x))``,
+    which tf.gradients builds for a batch matmul, is dz summed down to x's whole shape (the batch
+    axes broadcast, the matrix axes kept), though the broadcast axes were computed from the batch
+    part of the shapes only."""
+    g = GraphDef()
+    x = g.placeholder("x", F32, [-1, 3])  # a matrix, broadcast against y's batch of matrices
+    y = g.placeholder("y", F32, [-1, -1, 3, 5])
+    dz = g.placeholder("dz", F32, [-1, -1, -1, 3])
+    batch = []
+    for t in (x, y):
+        s = g.node(f"{t}_shape", "Shape", (t,), T=F32, out_type=I32)
+        batch.append(_slice(g, f"{t}_batch", s, [0], [-2], begin_mask=1))
+    g.node("bga", "BroadcastGradientArgs", tuple(batch), T=I32)
+    g.node("sum", "Sum", (dz, "bga:0"), T=F32, Tidx=I32)
+    g.node("dx", "Reshape", ("sum", "x_shape"), T=F32, Tshape=I32)
+    dzv = np.random.default_rng(0).normal(size=(2, 4, 2, 3)).astype(np.float32)
+    feeds = {"x:0": np.ones((2, 3), np.float32), "y:0": np.ones((2, 4, 3, 5), np.float32), "dz:0": dzv}
+    (dx,) = _run(g, ["dx:0"], feeds, backend)
+    np.testing.assert_allclose(dx, dzv.sum(axis=(0, 1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_moving_average_shadow_starts_from_its_variable_s_drawn_initial_value(backend: str) -> None:
+    """Law: an ``ExponentialMovingAverage`` shadow's initializer is ``cond(is_initialized(w), read(w),
+    w.initial_value)``; when initializers run both branches give w's initial value, so the shadow
+    starts equal to ``w`` (here drawn by glorot_uniform, a random op that reaches the shadow's
+    initializer through the guard, not only w's)."""
+    imp = import_graph_def(DATA / "while_training_loop.pbtxt")
+    sess = tn.Session(imp.graph, backend=backend)
+    names = ("w", "w/ExponentialMovingAverage", "b", "b/ExponentialMovingAverage")
+    reads = [f"{v}/Read/ReadVariableOp:0" for v in names]
+    w, shadow, b, b_shadow = imp.run(sess, reads, {})
+    assert np.all(w != 0)
+    np.testing.assert_array_equal(shadow, w)
+    np.testing.assert_array_equal(b_shadow, b)
+
+
+def test_a_saver_s_nodes_are_left_out_and_name_where_the_weights_go() -> None:
+    """A GraphDef written after ``tf.compat.v1.train.Saver()`` holds SaveV2 / RestoreV2, string
+    constants and the restore's assigns: the import leaves exactly those out (the model's Variables
+    and their initializers stay), and a fetch of one says to use turnout.checkpoint."""
+    from turnout.errors import NotFoundError
+    from turnout.graphdef import parse_graph_def, unsupported_ops
+    from turnout.graphdef.saver_ops import saver_nodes
+
+    gd = parse_graph_def(DATA / "resnet_block_bn.pbtxt")
+    left = saver_nodes(gd)
+    assert {"save/SaveV2", "save/RestoreV2", "save/Const", "save/restore_all", "save/control_dependency"} <= left
+    assert all(n.startswith("save/") for n in left)
+    assert not any(nd.op == "VarHandleOp" for nd in gd.node if nd.name in left)
+    assert unsupported_ops(gd) == {}
+    imp = import_graph_def(gd)
+    with pytest.raises(NotFoundError, match="belongs to TensorFlow's Saver.*restore_tf"):
+        imp.node("save/restore_all")
+    with pytest.raises(NotFoundError, match="has no tensor 'nope:0'"):
+        imp.tensor("nope:0")
+    assert "conv1/kernel" in imp.graph.variables
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dynamic_rnn_stopping_before_the_time_dimension_is_refused_naming_the_slots(backend: str) -> None:
+    """A known limit (docs/missing.rst), pinned so that this fails when it is lifted: dynamic_rnn's
+    loop runs to the longest sequence length; its output array's later slots stay unwritten, which
+    TensorFlow stacks as zeros and the import refuses, naming them."""
+    from turnout.errors import KernelError
+
+    imp = import_graph_def(DATA / "bilstm_seq_lengths.pbtxt")
+    sess = tn.Session(imp.graph, backend=backend)
+    feeds = {"x:0": np.ones((2, 3, 2), np.float32), "seq:0": np.asarray([2, 0], np.int32)}
+    with pytest.raises(KernelError, match="never written"):
+        imp.run(sess, ["readout/BiasAdd:0"], feeds)

@@ -1,0 +1,225 @@
+"""TensorFlow fixture cases written the way TF1 model code is written (tools/tf_fixtures.py registers
+and writes them): default initializers under ``tf.compat.v1.set_random_seed``, ``tf.compat.v1.layers``
+and ``tf.compat.v1.keras.layers`` in graph mode, ``tf.compat.v1.train`` optimizers, learning-rate
+schedules of the global step, ``ExponentialMovingAverage``, and a ``tf.compat.v1.train.Saver`` whose
+checkpoint (written by ``_saved`` runs) the tests restore into the imported model. Each is small (a
+few units, a few steps), so the replay on every backend stays quick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tf_fixture_helpers import _saved, _train_runs, names
+
+CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
+
+
+def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+@case
+def resnet_block_bn(tf: Any) -> list[dict[str, Any]]:
+    """A ResNet-style block: ``layers.conv2d`` (default glorot kernel, no bias) -> ``layers.batch_normalization``
+    whose mode is a fed ``training`` flag -> relu -> conv -> batch norm, added to a 1x1 projection of
+    the input, relu, global average pooling and a dense head; Momentum with the moving averages in
+    ``UPDATE_OPS`` and a ``piecewise_constant`` learning rate of the global step. One run in inference
+    mode after training; the Saver's checkpoint before the last two runs."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(2018)
+    images = v1.placeholder(tf.float32, [None, 4, 4, 2], name="images")
+    labels = v1.placeholder(tf.int32, [None], name="labels")
+    training = v1.placeholder(tf.bool, [], name="training")
+    h = v1.layers.conv2d(images, 3, 3, padding="same", use_bias=False, name="conv1")
+    h = tf.nn.relu(v1.layers.batch_normalization(h, training=training, name="bn1"))
+    h = v1.layers.conv2d(h, 3, 3, padding="same", use_bias=False, name="conv2")
+    h = v1.layers.batch_normalization(h, training=training, name="bn2")
+    short = v1.layers.conv2d(images, 3, 1, name="proj")
+    h = tf.nn.relu(h + short)
+    logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2]), 3, name="head")
+    loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    step = v1.train.get_or_create_global_step()
+    rate = v1.train.piecewise_constant(step, [2], [0.1, 0.02])
+    with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+        train = v1.train.MomentumOptimizer(rate, 0.9).minimize(loss, global_step=step)
+    rng = np.random.default_rng(300)
+    feeds = {"images:0": rng.normal(size=(3, 4, 4, 2)).astype(np.float32), "labels:0": np.asarray([0, 2, 1], np.int32)}
+    watched = [v.value() for v in v1.global_variables() if "Momentum" not in v.name]
+    runs = _train_runs({**feeds, "training:0": True}, loss, train, watched)
+    runs += [{"feeds": {**feeds, "training:0": False}, "fetches": [loss.name, logits.name, rate.name]}]
+    return _saved(runs, replayed=2)
+
+
+@case
+def vae_fed_noise(tf: Any) -> list[dict[str, Any]]:
+    """A small VAE: a ``layers.dense`` encoder to a mean and a log-variance, the reparameterisation
+    ``z = mu + exp(logvar / 2) * eps`` with ``eps`` a fed placeholder (so every backend draws the same),
+    a sigmoid decoder, the Bernoulli reconstruction loss (``sigmoid_cross_entropy_with_logits``) plus
+    the KL term, trained by Adam at an ``exponential_decay`` rate of the global step; default
+    initializers under a graph seed; the Saver's checkpoint (Adam's slots and powers, the global
+    step) before the last two runs."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(7)
+    depth, hidden, latent = 6, 5, 2
+    x = v1.placeholder(tf.float32, [None, depth], name="x")
+    eps = v1.placeholder(tf.float32, [None, latent], name="eps")
+    h = v1.layers.dense(x, hidden, activation=tf.nn.relu, name="enc")
+    mu = v1.layers.dense(h, latent, name="mu")
+    logvar = v1.layers.dense(h, latent, name="logvar")
+    z = mu + tf.exp(0.5 * logvar) * eps
+    dh = v1.layers.dense(z, hidden, activation=tf.nn.softplus, name="dec")
+    logits = v1.layers.dense(dh, depth, name="out")
+    recon = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=x, logits=logits), axis=1)
+    kl = -0.5 * tf.reduce_sum(1.0 + logvar - tf.square(mu) - tf.exp(logvar), axis=1)
+    loss = tf.reduce_mean(recon + kl, name="elbo")
+    step = v1.train.get_or_create_global_step()
+    rate = v1.train.exponential_decay(0.02, step, 2, 0.5)  # (not staircase: 0.5 ** (step / 2))
+    train = v1.train.AdamOptimizer(rate).minimize(loss, global_step=step)
+    rng = np.random.default_rng(301)
+    feeds = {"x:0": (rng.uniform(size=(4, depth)) > 0.5).astype(np.float32),
+             "eps:0": rng.normal(size=(4, latent)).astype(np.float32)}
+    watched = [v.value() for v in v1.trainable_variables()]
+    sample = tf.sigmoid(logits, name="sample")
+    return _saved(_train_runs(feeds, loss, train, watched) + [{"feeds": feeds, "fetches": [sample.name, kl.name]}], 2)
+
+
+def _layer_norm(tf: Any, x: Any, name: str) -> Any:
+    """Layer normalisation as TF1 transformer code writes it: ``nn.moments`` over the last axis, a
+    gain and a bias Variable (ones and zeros)."""
+    v1 = tf.compat.v1
+    with v1.variable_scope(name):
+        d = x.shape[-1]
+        g = v1.get_variable("gamma", [d], initializer=v1.ones_initializer())
+        b = v1.get_variable("beta", [d], initializer=v1.zeros_initializer())
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(var + 1e-6) * g + b
+
+
+@case
+def transformer_encoder(tf: Any) -> list[dict[str, Any]]:
+    """One transformer encoder layer: multi-head self-attention (``layers.dense`` projections, heads
+    split by ``reshape`` / ``transpose``, scaled ``q k^T``, a padding mask from fed lengths made with
+    ``sequence_mask`` added as ``-1e9``, ``softmax``), residuals with layer normalisation, a relu
+    feed-forward block; trained by Momentum with gradients clipped by global norm; batch and time
+    dimensions ``None``. (Not Adam: the attention weights' gradients are about 1e-7 here, sums of
+    larger terms that cancel, and Adam's step divides them by a square root of the same size plus
+    ``epsilon``, which turns float32 rounding into steps that differ in the third digit.)"""
+    v1 = tf.compat.v1
+    v1.set_random_seed(11)
+    d, heads = 4, 2
+    x = v1.placeholder(tf.float32, [None, None, d], name="x")
+    lengths = v1.placeholder(tf.int32, [None], name="lengths")
+    batch, time = tf.shape(x)[0], tf.shape(x)[1]
+
+    def split(t: Any) -> Any:
+        return tf.transpose(tf.reshape(t, [batch, time, heads, d // heads]), [0, 2, 1, 3])
+
+    q, k, v = (split(v1.layers.dense(x, d, use_bias=False, name=n)) for n in ("q", "k", "v"))
+    scores = tf.matmul(q, k, transpose_b=True) / float(np.sqrt(d // heads))
+    mask = tf.sequence_mask(lengths, time, dtype=tf.float32)[:, None, None, :]
+    weights = tf.nn.softmax(scores + (1.0 - mask) * -1e9)
+    att = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]), [batch, time, d])
+    h = _layer_norm(tf, x + v1.layers.dense(att, d, name="o"), "ln1")
+    ff = v1.layers.dense(v1.layers.dense(h, 2 * d, activation=tf.nn.relu, name="ff1"), d, name="ff2")
+    out = _layer_norm(tf, h + ff, "ln2")
+    valid = tf.sequence_mask(lengths, time, dtype=tf.float32)
+    loss = tf.reduce_sum(tf.reduce_sum(tf.square(out - 0.1), axis=2) * valid) / tf.reduce_sum(valid)
+    tvars = v1.trainable_variables()
+    grads, norm = tf.clip_by_global_norm(tf.gradients(loss, tvars), 1.0)
+    train = v1.train.MomentumOptimizer(0.1, 0.9).apply_gradients(zip(grads, tvars))
+    rng = np.random.default_rng(302)
+    feeds = {"x:0": rng.normal(size=(2, 3, d)).astype(np.float32), "lengths:0": np.asarray([3, 2], np.int32)}
+    runs = _train_runs(feeds, loss, train, [t.value() for t in tvars])
+    return runs + [{"feeds": feeds, "fetches": [weights.name, norm.name]}]
+
+
+@case
+def keras_sequential(tf: Any) -> list[dict[str, Any]]:
+    """A ``tf.compat.v1.keras`` ``Sequential`` model (``Dense``, ``BatchNormalization``, ``Dense``,
+    ``Dense``; no input shape, so its call on a placeholder builds it) in graph mode, its default
+    Keras initializers under a graph seed, trained by a ``tf.compat.v1.train`` optimizer with
+    ``model.updates`` (the moving statistics) as control dependencies and Keras's learning phase
+    fed True (a ``cond`` on the ``keras_learning_phase`` ``PlaceholderWithDefault``); one run in
+    inference mode (its default). (No ``Dropout``: Keras builds its mask in a ``cond`` on the
+    learning phase, a ``RandomUniform`` the run graph draws from, which the import refuses;
+    docs/missing.rst.)"""
+    v1 = tf.compat.v1
+    v1.set_random_seed(5)
+    layers = v1.keras.layers
+    model = v1.keras.Sequential([layers.Dense(6, activation="relu"), layers.BatchNormalization(),
+                                 layers.Dense(3, activation="tanh"), layers.Dense(2)])
+    x = v1.placeholder(tf.float32, [None, 4], name="x")
+    y = v1.placeholder(tf.float32, [None, 2], name="y")
+    out = model(x)
+    loss = tf.reduce_mean(tf.square(out - y), name="loss")
+    with tf.control_dependencies(model.updates):
+        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=model.trainable_variables)
+    phase = v1.keras.backend.learning_phase()
+    rng = np.random.default_rng(303)
+    feeds = {"x:0": rng.normal(size=(5, 4)).astype(np.float32), "y:0": rng.normal(size=(5, 2)).astype(np.float32)}
+    watched = [v.value() for v in model.variables]
+    runs = _train_runs({**feeds, phase.name: True}, loss, train, watched)
+    return [{"feeds": {}, "fetches": names(watched)}, *runs, {"feeds": feeds, "fetches": [loss.name, out.name]}]
+
+
+@case
+def bilstm_seq_lengths(tf: Any) -> list[dict[str, Any]]:
+    """``bidirectional_dynamic_rnn`` of two ``LSTMCell`` s with their default initializers under a
+    graph seed, fed ``sequence_length``, the two directions' outputs concatenated and read out by a
+    ``layers.dense``: the initial values, the outputs (zero past each row's length, a length 0
+    included) and the loss at two sets of lengths (not trained: ``bigru_rmsprop`` trains a
+    bidirectional RNN, and a compiled LSTM training step is slow to test). Lengths all shorter than
+    the time dimension are not among the runs: docs/missing.rst."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(21)
+    x = v1.placeholder(tf.float32, [None, None, 2], name="x")
+    seq = v1.placeholder(tf.int32, [None], name="seq")
+    (fw, bw), (fw_state, _) = v1.nn.bidirectional_dynamic_rnn(
+        v1.nn.rnn_cell.LSTMCell(3), v1.nn.rnn_cell.LSTMCell(3), x, sequence_length=seq, dtype=tf.float32)
+    pred = v1.layers.dense(tf.concat([fw, bw], axis=2), 1, name="readout")
+    loss = tf.reduce_mean(tf.square(pred - 0.3))
+    rng = np.random.default_rng(304)
+    xv = rng.normal(size=(2, 3, 2)).astype(np.float32)
+    watched = [v.value() for v in v1.trainable_variables()]
+    return [{"feeds": {}, "fetches": names(watched)}] + [
+        {"feeds": {"x:0": xv, "seq:0": np.asarray(lengths, np.int32)},
+         "fetches": [pred.name, fw_state.h.name, loss.name]} for lengths in ([3, 1], [3, 0])]
+
+
+@case
+def while_training_loop(tf: Any) -> list[dict[str, Any]]:
+    """A whole training loop inside one ``tf.while_loop``: each iteration computes a linear model's
+    loss and its gradients with ``tf.gradients`` of the loop's own tensors, clips them by global norm
+    and takes an SGD step on loop variables; the trained weights are assigned to the Variables after
+    the loop; ``tf.compat.v1.train.ExponentialMovingAverage`` of the Variables is applied after that
+    (its shadows start from the Variables' initial values through ``initialized_value()``); the
+    Saver's checkpoint before the last run."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(3)
+    x = v1.placeholder(tf.float32, [None, 3], name="x")
+    y = v1.placeholder(tf.float32, [None, 1], name="y")
+    steps = v1.placeholder(tf.int32, [], name="steps")
+    w = v1.get_variable("w", [3, 1])
+    b = v1.get_variable("b", [1], initializer=v1.zeros_initializer())
+
+    def body(i: Any, wv: Any, bv: Any, last: Any) -> Any:
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, wv) + bv - y))
+        gw, gb = tf.gradients(loss, [wv, bv])
+        (gw, gb), _ = tf.clip_by_global_norm([gw, gb], 0.5)
+        return i + 1, wv - 0.2 * gw, bv - 0.2 * gb, loss
+
+    _, wt, bt, last = tf.while_loop(lambda i, *_: i < steps, body, [0, w.value(), b.value(), 0.0])
+    fit = tf.group(w.assign(wt), b.assign(bt))
+    ema = v1.train.ExponentialMovingAverage(0.5)
+    with tf.control_dependencies([fit]):
+        train = ema.apply([w, b])
+    rng = np.random.default_rng(305)
+    feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32), "y:0": rng.normal(size=(6, 1)).astype(np.float32),
+             "steps:0": 4}
+    watched = [w.value(), b.value(), ema.average(w).value(), ema.average(b).value()]
+    runs = [{"feeds": feeds, "fetches": [last.name], "targets": [train.name]} for _ in range(2)]
+    return _saved(runs + [{"feeds": {**feeds, "steps:0": 0}, "fetches": [last.name, *names(watched)]}])
