@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
-settings.register_profile("ci", derandomize=True, max_examples=100, deadline=None, suppress_health_check=_SLOW,
+settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, suppress_health_check=_SLOW,
                           print_blob=True)
 settings.register_profile("dev", max_examples=300, deadline=None, suppress_health_check=_SLOW, print_blob=True)
 settings.register_profile("nightly", max_examples=5000, deadline=None, suppress_health_check=_SLOW,

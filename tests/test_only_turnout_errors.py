@@ -157,13 +157,14 @@ def test_a_negative_size_from_an_attribute_is_refused_when_built(build: Callable
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("declared", [True, False, "partly"])
 def test_a_tensor_array_over_the_allocation_guard_is_refused_on_every_backend(backend: str, declared: Any) -> None:
-    """2**26 slots of [64] float32 (16 GiB): the guard counts a TensorArray's whole capacity once its
-    element shape is known (declared, or fixed by the first write), so a compiled backend, which
-    allocates every slot at once, and the interpreters give the same ``ResourceExhaustedError``."""
+    """2**23 slots of [64] float32 (2 GiB, over the default guard of 1 GiB): the guard counts a
+    TensorArray's whole capacity once its element shape is known (declared, or fixed by the first
+    write), so a compiled backend, which allocates every slot at once, and the interpreters give the
+    same ``ResourceExhaustedError``."""
     g = tn.Graph()
     with g.as_default():
         shape = {True: [64], False: None, "partly": [None]}[declared]
-        ta = tn.TensorArray(tn.float32, size=2**26, element_shape=shape)
+        ta = tn.TensorArray(tn.float32, size=2**23, element_shape=shape)
         y = ta.write(0, tn.zeros([64])).read(0)
     with pytest.raises(tn.ResourceExhaustedError, match="TensorArray.*max_tensor_bytes"):
         run(g, backend, y)

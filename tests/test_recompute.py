@@ -570,12 +570,14 @@ def test_a_second_order_gradient_through_a_recomputing_loop(kind: str, backend: 
     a cond or a loop inside, with slots enough for every state or thinned to one: the backward loop
     is differentiated like any loop (it keeps stacks, having no budget of its own), and the
     cotangents of the checkpoints it starts from go back into the forward states they hold
-    (``recompute.Kept``; without them the second order was wrong for every body)."""
+    (``recompute.Kept``; without them the second order was wrong for every body). The graph is the
+    same rewrite on every backend: the fast backend, where each slot count is a compile, runs the
+    two ends (thinned to one, and a slot for every state)."""
     if backend == "fast":
         pytest.importorskip("jax")
     ref = _second_order(kind, None)
     want = tn.Session(ref["g"]).run(ref["fetch"], {ref["x"]: X0})
-    for slots in (1, 2, 3, 8):
+    for slots in (1, 8) if backend == "fast" else (1, 2, 3, 8):
         m = _second_order(kind, slots * STATE)
         assert not [nd for nd in m["g"].nodes if nd.op == "StackNew" and "rnn" in nd.attrs.get("forward_tensor", "")
                     and "gradients/" not in nd.attrs.get("forward_tensor", "")]
@@ -623,7 +625,7 @@ def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: s
         assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots).body_calls
 
 
-# an eighth of the loaded profile's budget (12 in the default run): each example compiles
+# an eighth of the loaded profile's budget (6 in the default run): each example compiles
 @settings(max_examples=max(1, settings.default.max_examples // 8))
 @given(n=st.integers(0, 40), slots=st.sampled_from([1, 2, 3, 5]),
        backend=st.sampled_from(["fast", "partitioned", "fast partitioned"]), kind=st.sampled_from(KINDS))

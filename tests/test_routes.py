@@ -10,7 +10,7 @@ generated programs — with gradients and with Variables — and must give the r
 values, Variables and error types. The reference fallback route is the interpreter itself; the
 programs below all compile, so a run that fell back would fail the ``warnings`` filter.
 
-The ``ci`` profile keeps this to about twenty programs, each run seven ways (about a minute on two
+The ``ci`` profile keeps this to about ten programs, each run seven ways (about half a minute on two
 cores); ``TURNOUT_HYPOTHESIS_PROFILE=dev`` or ``nightly`` runs many more.
 """
 

@@ -232,7 +232,7 @@ def test_the_fewest_slots_a_backend_gives(chunk: int) -> None:
         assert slots_of(sess) <= budget_slots
 
 
-# an eighth of the loaded profile's budget (12 in the default run): each example runs several sessions
+# an eighth of the loaded profile's budget (6 in the default run): each example runs several sessions
 @settings(max_examples=max(1, settings.default.max_examples // 8), deadline=None)
 @given(runs=st.lists(st.integers(0, 45), min_size=1, max_size=5), budget_slots=st.integers(1, 40),
        chunk=st.sampled_from([1, 3, 4, 8, 16, 1024]), bounded=st.booleans())
