@@ -1,0 +1,85 @@
+"""The window ops and the array builders against JAX, inside control flow: the regressions a
+differential campaign found, and a small derandomized form of that campaign.
+
+The campaign drew programs of ``tn.conv2d`` / ``tn.max_pool`` / ``tn.avg_pool`` (NHWC and NCHW, SAME and
+VALID, strides larger than the window, windows larger than the input, dilations, batches of 0 and 1,
+integer inputs to max pooling, float32 and float64, shapes known only when the program runs) and of the
+array builders (``squeeze``, ``unstack``, ``split``, ``slice``, ``one_hot``, ``argmax``/``argmin``,
+``rank``, ``clip_by_value``, ``stack(axis=)``, ``tn.nn.softmax``/``log_softmax``, ``tn.range``), plain
+and in ``while_loop`` bodies (whose gradients pop the saved values off stacks), ``cond`` branches,
+``map_fn``, ``scan`` and ``foldl``, and compared values, dtypes, shapes, gradients and error types with
+the same program in ``jax.numpy`` and ``jax.grad`` on every route of ``tests/route_table.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from route_table import ROUTES, run_on
+
+import turnout as tn
+
+jax = pytest.importorskip("jax")
+
+
+def _each_route(g: tn.Graph, fetches: Any, feeds: Any) -> dict[str, Any]:
+    return {route: run_on(route, g, fetches, feeds) for route in ROUTES}
+
+
+# ---- empty batches, empty images, no output channels ----------------------------------------------------
+def test_max_pool_gradient_of_an_empty_batch_is_empty_on_every_route() -> None:
+    """Law: the gradient of a max pool over an empty batch (N = 0) is an empty gradient of the input's
+    shape, as ``jax.grad`` gives it, in a while_loop too (the interpreters' MaxPoolGrad kernel failed,
+    "cannot reshape array of size 0", while the fast backend ran it)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 1, 3, 1])
+        plain = tn.gradients(tn.reduce_sum(tn.max_pool(x, [1, 3], [3, 4], "SAME") ** 2), [x])[0]
+        _, s = tn.while_loop(lambda i, s: i < 2,
+                             lambda i, s: (i + 1, s + tn.reduce_sum(tn.max_pool(x * tn.cast(i, tn.float32), 2, 1,
+                                                                                "SAME"))),
+                             [tn.constant(0), tn.constant(0.0)])
+        looped = tn.gradients(s, [x])[0]
+    xv = np.zeros((0, 1, 3, 1), np.float32)
+    for route, got in _each_route(g, [plain, looped], {x: xv}).items():
+        for a in got:
+            assert a.shape == xv.shape and a.dtype == np.float32, route
+
+
+@pytest.mark.parametrize("op", ["conv2d", "max_pool", "avg_pool"])
+def test_an_empty_image_under_same_padding_has_an_empty_output_and_gradient(op: str) -> None:
+    """Law (TensorFlow's and XLA's SAME): an image with no rows has ``ceil(0 / stride) = 0`` output rows,
+    and its gradient is empty too, whatever the window; a window longer than the padded (empty) input
+    is no error (the interpreters' kernels failed, "window shape cannot be larger than input array
+    shape", while the fast backend gave the empty output)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, None)
+        w = tn.placeholder(tn.float64, None)
+        y = tn.conv2d(x, w, 1, "SAME") if op == "conv2d" else getattr(tn, op)(x, 2, 1, "SAME")
+        grads = tn.gradients(tn.reduce_sum(y * y), [x, w] if op == "conv2d" else [x])
+    xv, wv = np.ones((1, 0, 3, 1)), np.ones((2, 2, 1, 2))
+    for route, got in _each_route(g, [y, *grads], {x: xv, w: wv}).items():
+        assert got[0].shape == (1, 0, 3, 2 if op == "conv2d" else 1), route
+        assert got[1].shape == xv.shape, route
+        if op == "conv2d":
+            np.testing.assert_array_equal(got[2], np.zeros_like(wv), err_msg=route)
+
+
+def test_a_convolution_to_no_output_channels_is_empty_and_its_input_gradient_zero() -> None:
+    """Law: a filter of shape [kh, kw, c, 0] gives an output with no channels, an input gradient of
+    zeros and an empty filter gradient, as ``jax.grad`` of ``lax.conv_general_dilated`` (the interpreters'
+    kernel failed, "cannot reshape array of size 0", from a reshape with -1 of an empty filter)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, None)
+        w = tn.placeholder(tn.float64, None)
+        y = tn.conv2d(x, w, [1, 2], "VALID")
+        gx, gw = tn.gradients(tn.reduce_sum(tn.sin(y)), [x, w])
+    xv, wv = np.arange(18.0).reshape(1, 3, 3, 2), np.ones((2, 2, 2, 0))
+    for route, got in _each_route(g, [y, gx, gw], {x: xv, w: wv}).items():
+        assert got[0].shape == (1, 2, 1, 0), route
+        np.testing.assert_array_equal(got[1], np.zeros_like(xv), err_msg=route)
+        assert got[2].shape == wv.shape, route
