@@ -83,3 +83,56 @@ def test_a_convolution_to_no_output_channels_is_empty_and_its_input_gradient_zer
         assert got[0].shape == (1, 2, 1, 0), route
         np.testing.assert_array_equal(got[1], np.zeros_like(xv), err_msg=route)
         assert got[2].shape == wv.shape, route
+
+
+# ---- Fill: a vector shape and a scalar value, when built and when run ----------------------------------
+def test_fill_refuses_a_value_that_is_not_a_scalar_and_a_shape_that_is_not_a_vector() -> None:
+    """Law (TensorFlow's Fill): the value is a scalar and the shape a vector. When built, a vector value
+    is a ShapeError (numpy and JAX broadcast it silently into the result); known only when run, it
+    and a shape of rank 2 are KernelErrors with the shape rule's words on every route. ``tn.range``
+    of a fed limit of shape [1] meets the second (it failed with numpy's "only 0-dimensional arrays
+    can be converted to Python scalars")."""
+    g = tn.Graph()
+    with g.as_default():
+        with pytest.raises(tn.ShapeError, match=r"Fill: the value must be a scalar, got shape \[2\]"):
+            tn.fill([2], tn.constant([1.0, 2.0]))
+        v = tn.placeholder(tn.float64, None)
+        n = tn.placeholder(tn.int32, None)
+        filled = tn.fill([2], v)
+        counted = tn.range(n)
+    for route in ROUTES:
+        np.testing.assert_array_equal(run_on(route, g, filled, {v: 3.0}), [3.0, 3.0])
+        np.testing.assert_array_equal(run_on(route, g, counted, {n: 3}), [0, 1, 2])
+        with pytest.raises(tn.KernelError, match=r"Fill: the value must be a scalar, got shape \[2\]"):
+            run_on(route, g, filled, {v: np.ones(2)})
+        with pytest.raises(tn.KernelError, match=r"node \"range/"):  # (on two devices the partition holding
+            run_on(route, g, counted, {n: np.array([3], np.int32)})  # range's Cumsum may report first)
+    with pytest.raises(tn.KernelError, match=r"range/ones.*Fill: the shape must be a vector, got a tensor of shape "
+                                             r"\[1, 1\]"):
+        run_on("fast", g, counted, {n: np.array([3], np.int32)})
+
+
+# ---- the extremum of no rows -----------------------------------------------------------------------------
+def test_max_and_softmax_of_a_batch_of_no_rows_are_empty_on_every_route() -> None:
+    """Law (TensorFlow, numpy and JAX): reducing an empty tensor along axes that are not empty leaves an
+    empty result, so ``reduce_max(x, axis=1)`` of a [0, 3] ``x`` is [0] and ``tn.nn.softmax`` /
+    ``log_softmax`` of a batch of no rows are [0, 3], with empty gradients, in a while_loop too (Max
+    and Min refused any empty input, "reduction over an empty tensor", on every route). Reducing the
+    empty axis itself, where an output element has no elements, is still that KernelError."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 3])
+        top, low = tn.reduce_max(x, axis=1), tn.reduce_min(x, axis=-1, keepdims=True)
+        probs, logs = tn.nn.softmax(x), tn.nn.log_softmax(x)
+        _, s = tn.while_loop(lambda i, s: i < 2,
+                             lambda i, s: (i + 1, s + tn.reduce_sum(tn.nn.log_softmax(x * tn.cast(i, tn.float32)))),
+                             [tn.constant(0), tn.constant(0.0)])
+        (dx,) = tn.gradients(tn.reduce_sum(probs * probs) + s, [x])
+        over_rows = tn.reduce_max(x, axis=0)
+    xv = np.zeros((0, 3), np.float32)
+    for route in ROUTES:
+        got = run_on(route, g, [top, low, probs, logs, s, dx], {x: xv})
+        assert [a.shape for a in got] == [(0,), (0, 1), (0, 3), (0, 3), (), (0, 3)], route
+        assert all(a.dtype == np.float32 for a in got) and got[4] == 0.0, route
+        with pytest.raises(tn.KernelError, match="Max: reduction over an empty tensor"):
+            run_on(route, g, over_rows, {x: xv})
