@@ -444,9 +444,10 @@ def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:
         x = np.asarray(xs[0])
         axis, keep = _axis_arg(attrs, x), attrs.get("keepdims", False)
         if x.size == 0:
-            if int(np.prod(reduced_shape(x.shape, axis, keep))):
+            shape = tuple(int(d) for d in reduced_shape(x.shape, axis, keep) or ())
+            if math.prod(shape):
                 raise KernelError(f"{op}: reduction over an empty tensor")
-            return [np.zeros(reduced_shape(x.shape, axis, keep), x.dtype)]
+            return [np.zeros(shape, x.dtype)]
         return [np.asarray(reduce(x, axis=axis, keepdims=keep), dtype=x.dtype)]
 
     return kernel
