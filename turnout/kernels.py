@@ -444,7 +444,7 @@ def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:
         x = np.asarray(xs[0])
         axis, keep = _axis_arg(attrs, x), attrs.get("keepdims", False)
         if x.size == 0:
-            shape = tuple(int(d) for d in reduced_shape(x.shape, axis, keep) or ())
+            shape = tuple(int(d or 0) for d in reduced_shape(x.shape, axis, keep) or ())
             if math.prod(shape):
                 raise KernelError(f"{op}: reduction over an empty tensor")
             return [np.zeros(shape, x.dtype)]
