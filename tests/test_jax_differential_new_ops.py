@@ -17,11 +17,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from route_table import ROUTES, run_on
+from hypothesis import given, settings
+from route_table import COMPILED_ROUTES, ROUTES, run_on
+from strategies import WindowCase, window_cases
 
 import turnout as tn
 
 jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
 
 
 def _each_route(g: tn.Graph, fetches: Any, feeds: Any) -> dict[str, Any]:
@@ -136,3 +140,99 @@ def test_max_and_softmax_of_a_batch_of_no_rows_are_empty_on_every_route() -> Non
         assert all(a.dtype == np.float32 for a in got) and got[4] == 0.0, route
         with pytest.raises(tn.KernelError, match="Max: reduction over an empty tensor"):
             run_on(route, g, over_rows, {x: xv})
+
+
+# ---- the campaign, derandomized: window programs in control flow against jax.grad ----------------------
+def _pads(size: int, k: int, s: int, d: int, padding: str) -> tuple[int, int]:
+    """TensorFlow's SAME split (the odd element after), written out here so JAX gets explicit pads."""
+    if padding == "VALID":
+        return (0, 0)
+    total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+    return (total // 2, total - total // 2)
+
+
+def _jax_window(c: WindowCase, x: Any, w: Any) -> Any:
+    """The window op of ``c`` in JAX over an NHWC ``x``."""
+    pads = [_pads(x.shape[1 + i], c.window[i], c.strides[i], c.dilations[i], c.padding) for i in range(2)]
+    if c.op == "conv":
+        return lax.conv_general_dilated(x, w, c.strides, pads, rhs_dilation=c.dilations,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=lax.Precision.HIGHEST)
+    win, st, full = (1, *c.window, 1), (1, *c.strides, 1), [(0, 0), *pads, (0, 0)]
+    if c.op == "max":
+        return lax.reduce_window(x, -jnp.inf, lax.max, win, st, full)
+    ones = jnp.ones_like(x)
+    return lax.reduce_window(x, 0.0, lax.add, win, st, full) / lax.reduce_window(ones, 0.0, lax.add, win, st, full)
+
+
+def _turnout_window(c: WindowCase, x: Any, w: Any) -> Any:
+    if c.op == "conv":
+        return tn.conv2d(x, w, list(c.strides), c.padding, dilations=list(c.dilations), data_format=c.data_format)
+    pool = tn.max_pool if c.op == "max" else tn.avg_pool
+    return pool(x, list(c.window), list(c.strides), c.padding, data_format=c.data_format)
+
+
+def _in_context(c: WindowCase, loss: Any, x: Any, lib: str) -> Any:
+    """``loss`` of ``x`` in ``c.context``, the same program in Turnout (``lib="tn"``) and in JAX (loops
+    unrolled; the while loop runs twice, the cond takes its true branch, map/scan go over the batch)."""
+    if lib == "jax":
+        per = [loss(x[i:i + 1]) for i in range(x.shape[0])]
+        return {"plain": lambda: loss(x), "while": lambda: loss(x) + loss(2 * x), "cond": lambda: loss(x),
+                "map": lambda: sum((p * p for p in per), 0.0),
+                "scan": lambda: sum((sum(per[:i + 1], 0.0) for i in range(len(per))), 0.0)}[c.context]()
+    one = tn.constant(1, x.dtype)
+    if c.context == "plain":
+        return loss(x)
+    if c.context == "while":
+        return tn.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s + loss(x * (tn.cast(i, x.dtype) + one))),
+                             [tn.constant(0), tn.constant(0, x.dtype)])[1]
+    if c.context == "cond":
+        return tn.cond(tn.reduce_sum(tn.zeros_like(x)) < one, lambda: loss(x), lambda: loss(x + x))
+    if c.context == "map":
+        return tn.reduce_sum(tn.map_fn(lambda e: loss(tn.expand_dims(e, 0)), x, dtype=x.dtype) ** 2)
+    return tn.reduce_sum(tn.scan(lambda s, e: s + loss(tn.expand_dims(e, 0)), x, initializer=tn.constant(0, x.dtype)))
+
+
+@settings(max_examples=max(3, settings.default.max_examples // 25))
+@given(window_cases())
+def test_generated_window_programs_in_control_flow_match_jax(c: WindowCase) -> None:
+    """Law: a window op in a while_loop body, a cond branch, map_fn or scan, and its gradient with
+    respect to the images and the filter, equal the same program in JAX and ``jax.grad``, on the
+    compiled routes, for batches of 0 to 2, images with no rows, SAME windows larger than the input and
+    strides larger than the window (``TURNOUT_HYPOTHESIS_PROFILE=dev`` or ``nightly`` for a long run;
+    the campaign behind it also ran every route of ``tests/route_table.py``)."""
+    rng = np.random.default_rng(c.seed)
+    n, h, w, ch = c.nhwc
+    shape = (n, h, w, ch) if c.data_format == "NHWC" else (n, ch, h, w)
+    xv = rng.normal(size=shape).astype(c.dtype)
+    wv = rng.normal(size=(*c.window, ch, c.out_channels)).astype(c.dtype)
+    known = {"static": list(shape), "batch": [None, *shape[1:]], "unknown": None}[c.shape_mode]
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(getattr(tn, c.dtype), known)
+        f = tn.placeholder(getattr(tn, c.dtype), None if c.shape_mode == "unknown" else list(wv.shape))
+
+        def loss(t: Any) -> Any:
+            y = _turnout_window(c, t, f)
+            return tn.reduce_sum(tn.tanh(y)) + tn.reduce_sum(y * y) * tn.constant(0.25, t.dtype)
+
+        out = _in_context(c, loss, x, "tn")
+        fetches = [out, *tn.gradients(out, [x, f] if c.op == "conv" else [x])]
+
+    def program(xj: Any, wj: Any) -> Any:
+        def loss(t: Any) -> Any:
+            y = _jax_window(c, t if c.data_format == "NHWC" else jnp.transpose(t, (0, 2, 3, 1)), wj)
+            return jnp.sum(jnp.tanh(y)) + jnp.sum(y * y) * 0.25
+
+        return _in_context(c, loss, xj, "jax")
+
+    with jax.enable_x64(True):
+        xj, wj = jnp.asarray(xv), jnp.asarray(wv)
+        value, grads = jax.value_and_grad(program, (0, 1) if c.op == "conv" else (0,))(xj, wj)
+    want = [np.asarray(value), *map(np.asarray, grads)]
+    tol = 2e-4 if c.dtype == "float32" else 1e-9
+    for route in COMPILED_ROUTES:
+        got = run_on(route, g, fetches, {x: xv, f: wv})
+        for k, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert a.shape == b.shape and a.dtype == np.dtype(c.dtype), (route, k, a.shape, a.dtype)
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max(initial=0))),
+                                       err_msg=f"{route}: output {k}")
