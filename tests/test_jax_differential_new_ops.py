@@ -142,6 +142,22 @@ def test_max_and_softmax_of_a_batch_of_no_rows_are_empty_on_every_route() -> Non
             run_on(route, g, over_rows, {x: xv})
 
 
+
+# ---- max pooling's gradient where a window holds NaN (docs/missing.rst) ----------------------------------
+@pytest.mark.xfail(strict=True, reason="docs/missing.rst: the fast backend picks by XLA's select-and-scatter")
+def test_max_pool_gradient_of_a_window_holding_nan_is_one_answer_everywhere() -> None:
+    """Law (one answer on every route): the gradient of a max pool over windows [1, nan] and [nan, 5]
+    goes to the same element of each window on every route. The interpreters give it to each window's
+    first element, the fast backend to the NaN of the first window and the 5 of the second."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [1, 1, 4, 1])
+        (d,) = tn.gradients(tn.reduce_sum(tn.max_pool(x, [1, 2], [1, 2], "VALID")), [x])
+    xv = np.array([1.0, np.nan, np.nan, 5.0]).reshape(1, 1, 4, 1)
+    got = _each_route(g, d, {x: xv})
+    for route, a in got.items():
+        np.testing.assert_array_equal(a, got["reference"], err_msg=route)
+
 # ---- the campaign, derandomized: window programs in control flow against jax.grad ----------------------
 def _pads(size: int, k: int, s: int, d: int, padding: str) -> tuple[int, int]:
     """TensorFlow's SAME split (the odd element after), written out here so JAX gets explicit pads."""
