@@ -143,6 +143,26 @@ def test_max_and_softmax_of_a_batch_of_no_rows_are_empty_on_every_route() -> Non
 
 
 
+
+# ---- a gradient reshaped back to a shape with an unknown size beside a 0 ---------------------------------
+def test_gradients_back_to_a_shape_with_an_unknown_size_beside_a_zero_read_the_run_time_shape() -> None:
+    """Law: the gradient of ``squeeze(expand_dims(x, 0) * 1.5, 0)`` and of ``reshape(x, [-1])`` for an
+    ``x`` of static shape [?, 0] is an empty gradient of x's run-time shape, in a while_loop too.
+    Reshaping back to [-1, 0] names no size (any size times 0 is 0), so the gradient reads the shape
+    when it runs (it was a KernelError, "cannot reshape [1, 3, 0] to [-1, 0]", on every route)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None, 0])
+
+        def f(t: Any) -> Any:
+            return tn.reduce_sum(tn.squeeze(tn.expand_dims(t, 0) * 1.5, 0)) + tn.reduce_sum(tn.reshape(t, [-1]))
+
+        _, s = tn.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s + f(x)),
+                             [tn.constant(0), tn.constant(0.0, tn.float64)])
+        grads = tn.gradients(f(x), [x]) + tn.gradients(s, [x])
+    for route, got in _each_route(g, grads, {x: np.zeros((3, 0))}).items():
+        assert [a.shape for a in got] == [(3, 0), (3, 0)], route
+
 # ---- max pooling's gradient where a window holds NaN (docs/missing.rst) ----------------------------------
 @pytest.mark.xfail(strict=True, reason="docs/missing.rst: the fast backend picks by XLA's select-and-scatter")
 def test_max_pool_gradient_of_a_window_holding_nan_is_one_answer_everywhere() -> None:
