@@ -228,7 +228,7 @@ def _in_context(c: WindowCase, loss: Any, x: Any, lib: str) -> Any:
     return tn.reduce_sum(tn.scan(lambda s, e: s + loss(tn.expand_dims(e, 0)), x, initializer=tn.constant(0, x.dtype)))
 
 
-@settings(max_examples=max(3, settings.default.max_examples // 25))
+@settings(max_examples=max(3, settings.default.max_examples // 34))
 @given(window_cases())
 def test_generated_window_programs_in_control_flow_match_jax(c: WindowCase) -> None:
     """Law: a window op in a while_loop body, a cond branch, map_fn or scan, and its gradient with
