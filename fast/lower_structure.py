@@ -241,8 +241,9 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
     unknown rank gets its rank only then): an axis out of range is refused, and the program runs on
     the reference interpreter, which raises its ``KernelError`` if the op runs. A scalar takes axis 0
     only, and is its own reduction (``kernels._axis_arg``, the shape rule's choice). ``empty_fails``: a
-    reduction with no identity (``Max``) fails on an empty tensor when it runs, as the interpreters'
-    kernel does (``kernels._max``); JAX would refuse to trace it, so zeros of the result's shape stand in."""
+    reduction with no identity (``Max``) fails when it runs where an output element reduces no elements,
+    as the interpreters' kernel does (``kernels._extremum``); JAX would refuse to trace it, so zeros of
+    the result's shape stand in. An empty result (an empty axis that is not reduced) is no failure."""
     def rule(ctx, n, xs):
         x = jnp.asarray(xs[0])
         axis = _axis(n)
@@ -259,6 +260,8 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
         if empty_fails and x.size == 0:
             shape = reduced_shape(x.shape, axis, keep)  # (the shape rule's answer, now that the rank is known)
             assert shape is not None
+            if not int(np.prod(shape)):  # no output element: an empty result, no extremum needed
+                return [jnp.zeros(shape, x.dtype)]
             return fails_when_run(ctx, n, f"{n.op}: reduction over an empty tensor", shape, x.dtype)
         return [fn(x, axis=axis, keepdims=keep).astype(x.dtype)]
 

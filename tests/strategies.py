@@ -500,3 +500,50 @@ def byte_mutations(data: bytes, max_flips: int = 8) -> st.SearchStrategy[bytes]:
         lambda a: data[:a[0]] + a[1] + data[a[0]:])
     delete = st.tuples(st.integers(0, n - 1), st.integers(1, 32)).map(lambda a: data[:a[0]] + data[a[0] + a[1]:])
     return st.one_of(truncate, flips, insert, delete)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Window programs (tests/test_jax_differential_new_ops.py): a window op in a control-flow context
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WindowCase:
+    """One window op (``conv`` / ``max`` / ``avg``) over an image batch of ``nhwc`` (the filter
+    ``kernel`` x ``channels``), in ``context`` (plain, while, cond, map, scan), with the placeholder's
+    shape ``known`` as far as ``shape_mode`` says (static, batch unknown, rank unknown)."""
+
+    op: str
+    dtype: str
+    data_format: str
+    nhwc: tuple[int, int, int, int]
+    out_channels: int
+    window: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    padding: str
+    shape_mode: str
+    context: str
+    seed: int
+
+
+@st.composite
+def window_cases(draw: Any) -> WindowCase:
+    """Batches of 0 to 2 images of 0 to 4 rows and columns, windows up to 3 (larger than the input
+    under SAME), strides up to 3 (larger than the window), dilations of a convolution up to 2; a VALID
+    window that would not fit is drawn as SAME (that refusal has its own test)."""
+    op = draw(st.sampled_from(["conv", "max", "avg"]))
+    nhwc = (draw(st.integers(0, 2)), draw(st.integers(0, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 2)))
+    window = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) if op == "conv" else (1, 1)
+    padding = draw(st.sampled_from(["SAME", "VALID"]))
+    if any((window[i] - 1) * dil[i] + 1 > nhwc[1 + i] for i in range(2)):
+        padding = "SAME"
+    return WindowCase(op=op, dtype=draw(st.sampled_from(["float32", "float64"])),
+                      data_format=draw(st.sampled_from(["NHWC", "NCHW"])), nhwc=nhwc,
+                      out_channels=draw(st.integers(1, 2)), window=window,
+                      strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))), dilations=dil, padding=padding,
+                      shape_mode=draw(st.sampled_from(["static", "batch", "unknown"])),
+                      context=draw(st.sampled_from(["plain", "while", "cond", "map", "scan"])),
+                      seed=draw(st.integers(0, 2**31 - 1)))
+
+
+__all__ += ["WindowCase", "window_cases"]

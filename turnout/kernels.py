@@ -22,7 +22,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import KernelError, ResourceExhaustedError
 from turnout.limits import check_allocation
-from turnout.shape_rules import concrete_shape_error
+from turnout.shape_rules import concrete_shape_error, reduced_shape
 from turnout.summarize import assert_message
 from turnout.tables import registrar
 from turnout.window_kernels import WINDOW_KERNELS
@@ -437,12 +437,18 @@ def _mean(xs, attrs):
 
 
 def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:
-    """The kernel of ``Max`` or ``Min``: over no elements there is no extremum, so it fails."""
+    """The kernel of ``Max`` or ``Min``: an output element over no elements has no extremum, so it
+    fails; an empty tensor reduced along axes that are not empty has an empty result, as in
+    TensorFlow (the softmax of a batch of no rows)."""
     def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
         x = np.asarray(xs[0])
+        axis, keep = _axis_arg(attrs, x), attrs.get("keepdims", False)
         if x.size == 0:
-            raise KernelError(f"{op}: reduction over an empty tensor")
-        return [np.asarray(reduce(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False)), dtype=x.dtype)]
+            shape = tuple(int(d or 0) for d in reduced_shape(x.shape, axis, keep) or ())
+            if math.prod(shape):
+                raise KernelError(f"{op}: reduction over an empty tensor")
+            return [np.zeros(shape, x.dtype)]
+        return [np.asarray(reduce(x, axis=axis, keepdims=keep), dtype=x.dtype)]
 
     return kernel
 

@@ -569,9 +569,17 @@ def _like(op, specs, attrs):
 
 @_rule("Fill")
 def _fill(op, specs, attrs):
+    """A tensor of the shape ``dims`` gives, filled with the scalar ``val`` (TensorFlow's Fill). Why
+    ShapeErrors for the ranks: the interpreters and the fast backend re-ask this rule when the
+    program runs, so a ``dims`` or ``val`` of the wrong rank known only then (``tn.range`` of a fed
+    [1] limit) is refused with these words, not numpy's, nor broadcast silently (a vector value)."""
     shp, val = specs
-    if shp.dtype != dt.int32 or (shp.shape is not None and len(shp.shape) != 1):
-        raise DTypeError("Fill: the shape must be an int32 vector")
+    if shp.dtype != dt.int32:
+        raise DTypeError(f"Fill: the shape must be an int32 vector, got {shp.dtype.name}")
+    if shp.shape is not None and len(shp.shape) != 1:
+        raise ShapeError(f"Fill: the shape must be a vector, got a tensor of shape {sh.fmt(shp.shape)}")
+    if val.shape is not None and val.shape != ():
+        raise ShapeError(f"Fill: the value must be a scalar, got shape {sh.fmt(val.shape)}")
     n = None if shp.shape is None else shp.shape[0]
     return [TensorSpec(val.dtype, None if n is None else (None,) * n)]
 

@@ -40,6 +40,8 @@ def patches(xp: np.ndarray, axes: Sequence[windows.Axis], k: Sequence[int], s: S
             d: Sequence[int]) -> np.ndarray:
     """The windows of the padded batch ``xp`` as a view of shape (N, OH, OW, C, KH, KW)."""
     eff = [(k[i] - 1) * d[i] + 1 for i in range(2)]
+    if not (axes[0].out and axes[1].out):  # no window (an empty input under SAME may be shorter than one)
+        return np.zeros((xp.shape[0], axes[0].out, axes[1].out, xp.shape[3], k[0], k[1]), xp.dtype)
     v = sliding_window_view(xp, eff, axis=(1, 2))
     return v[:, ::s[0], ::s[1], :, ::d[0], ::d[1]][:, :axes[0].out, :axes[1].out]
 
@@ -70,12 +72,23 @@ def _im2col(op: str, x: np.ndarray, axes: Any, k: Any, s: Any, d: Any) -> np.nda
     return np.ascontiguousarray(p.transpose(0, 1, 2, 4, 5, 3)).reshape(rows, k[0] * k[1] * x.shape[3])
 
 
+def _matrix(w: np.ndarray) -> np.ndarray:
+    """An HWIO filter as the matrix (KH*KW*I, O) the windows multiply. Why no ``-1`` in the reshapes:
+    numpy cannot infer it when a filter or a batch is empty (0 out channels, an empty batch)."""
+    return w.reshape(w.shape[0] * w.shape[1] * w.shape[2], w.shape[3])
+
+
+def _rows(dy: np.ndarray) -> np.ndarray:
+    """An NHWC output gradient as one row per output position, (N*OH*OW, C)."""
+    return dy.reshape(dy.shape[0] * dy.shape[1] * dy.shape[2], dy.shape[3])
+
+
 @_k("Conv2D")
 def _conv2d(xs, attrs):
     x, w = np.asarray(xs[0]), np.asarray(xs[1])
     axes, k, s, d = _geometry("Conv2D", attrs, x.shape[1:3], w.shape[:2])
     cols = _im2col("Conv2D", x, axes, k, s, d)
-    y = cols @ w.reshape(-1, w.shape[3])
+    y = cols @ _matrix(w)
     return [y.reshape(x.shape[0], axes[0].out, axes[1].out, w.shape[3]).astype(x.dtype, copy=False)]
 
 
@@ -83,7 +96,7 @@ def _conv2d(xs, attrs):
 def _conv2d_backprop_input(xs, attrs):
     like, w, dy = np.asarray(xs[0]), np.asarray(xs[1]), np.asarray(xs[2])
     axes, k, s, d = _geometry("Conv2DBackpropInput", attrs, like.shape[1:3], w.shape[:2])
-    cols = dy.reshape(-1, w.shape[3]) @ w.reshape(-1, w.shape[3]).T
+    cols = _rows(dy) @ _matrix(w).T
     cols = cols.reshape(*dy.shape[:3], k[0], k[1], w.shape[2])
     return [scatter_windows(cols, like.shape[1:3], axes, k, s, d).astype(like.dtype, copy=False)]
 
@@ -93,7 +106,7 @@ def _conv2d_backprop_filter(xs, attrs):
     x, like, dy = np.asarray(xs[0]), np.asarray(xs[1]), np.asarray(xs[2])
     axes, k, s, d = _geometry("Conv2DBackpropFilter", attrs, x.shape[1:3], like.shape[:2])
     cols = _im2col("Conv2DBackpropFilter", x, axes, k, s, d)
-    dw = cols.T @ dy.reshape(-1, like.shape[3])
+    dw = cols.T @ _rows(dy)
     return [dw.reshape(like.shape).astype(like.dtype, copy=False)]
 
 
@@ -114,8 +127,9 @@ def first_argmax(p: np.ndarray, valid: np.ndarray) -> np.ndarray:
     window of ``p`` (N, OH, OW, C, KH, KW): TensorFlow's CPU kernel scans a window in that order and
     keeps an element only when a later one is strictly larger. Where a window holds NaN or only
     ``-inf``, the first element inside the input."""
-    flat = p.reshape(*p.shape[:4], -1)
-    ok = np.broadcast_to(valid.reshape(*valid.shape[:4], -1), flat.shape)
+    size = p.shape[4] * p.shape[5]  # not -1: numpy cannot infer it when the batch or the channels are empty
+    flat = p.reshape(*p.shape[:4], size)
+    ok = np.broadcast_to(valid.reshape(*valid.shape[:4], size), flat.shape)
     best = np.max(np.where(ok, flat, _lowest(p.dtype)), axis=-1, keepdims=True)
     hit = ok & (flat == best)
     hit = np.where(hit.any(axis=-1, keepdims=True), hit, ok)

@@ -648,12 +648,13 @@ class Backward:
 
     def reshape_like(self, dy: Tensor, x: Tensor) -> Tensor:
         """``dy`` reshaped to forward tensor ``x``'s shape: a static Reshape where at most one size of
-        ``x`` is unknown, else a ``ReshapeTo`` the run-time shape (``shape_of``). Why the fallback: a
-        value whose static shape inference lost (a placeholder of unknown shape, a TensorArray's stack)
-        has a shape when it runs, as TensorFlow's Reshape gradient reads it; refusing it was a
-        GradientError for a program every backend runs."""
+        ``x`` is unknown (and none is 0), else a ``ReshapeTo`` the run-time shape (``shape_of``). Why
+        the fallback: a value whose static shape inference lost (a placeholder of unknown shape, a
+        TensorArray's stack) has a shape when it runs, as TensorFlow's Reshape gradient reads it;
+        refusing it was a GradientError for a program every backend runs. And a -1 beside a 0 names
+        no size (any size times 0 is 0): [?, 0] reshaped to [-1, 0] was a KernelError."""
         s = x.shape
-        if s is not None and sum(d is None for d in s) <= 1:
+        if s is not None and (None not in s or (sum(d is None for d in s) == 1 and 0 not in s)):
             return ops.reshape(dy, [-1 if d is None else d for d in s])
         return dy.graph.create_node("ReshapeTo", [dy, self.shape_of(x)]).outputs[0]
 
