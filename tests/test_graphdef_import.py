@@ -104,7 +104,8 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
     used = set()
     for case in CASES:  # (a Saver's SaveV2 / RestoreV2 are left out by the import: turnout.graphdef.saver_ops)
         gd = parse_graph_def(DATA / f"{case}.pbtxt")
-        used |= {nd.op for nd in gd.node if nd.name not in saver_nodes(gd)}
+        saver = saver_nodes(gd)
+        used |= {nd.op for nd in gd.node if nd.name not in saver}
     for op in ["Enter", "Exit", "Switch", "Merge", "NextIteration", "LoopCond", "StackV2", "StackPushV2",
                "StackPopV2", "ControlTrigger", "TensorArrayV3", "TensorArrayWriteV3", "TensorArrayReadV3",
                "TensorArrayGatherV3", "TensorArrayScatterV3", "TensorArrayGradV3", "VarHandleOp",
