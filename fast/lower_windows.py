@@ -43,20 +43,24 @@ def _conv2d(ctx, n, xs):
     return [_conv(n.attrs, jnp.shape(x)[1:3], w)(x, w)]
 
 
+def _conv_vjp(attrs: dict[str, Any], x: Any, w: Any, dy: Any, wrt: int) -> Any:
+    """The cotangent of Conv2D's input (``wrt`` 0) or filter (1) for ``dy``: the ``jax.vjp`` of the
+    forward lowering at ``x`` and ``w``, one of which stands in for the other's shape only."""
+    conv = _conv(attrs, jnp.shape(x)[1:3], w)
+    _, back = jax.vjp(lambda a: conv(a, w) if wrt == 0 else conv(x, a), w if wrt else x)
+    return back(dy)[0]
+
+
 @lowering_rule("Conv2DBackpropInput")
 def _conv2d_backprop_input(ctx, n, xs):
     like, w, dy = xs
-    conv = _conv(n.attrs, jnp.shape(like)[1:3], w)
-    _, back = jax.vjp(lambda x: conv(x, w), jnp.zeros(jnp.shape(like), jnp.result_type(like)))
-    return [back(dy)[0]]
+    return [_conv_vjp(n.attrs, jnp.zeros(jnp.shape(like), jnp.result_type(like)), w, dy, 0)]
 
 
 @lowering_rule("Conv2DBackpropFilter")
 def _conv2d_backprop_filter(ctx, n, xs):
     x, like, dy = xs
-    conv = _conv(n.attrs, jnp.shape(x)[1:3], like)
-    _, back = jax.vjp(lambda f: conv(x, f), jnp.zeros(jnp.shape(like), jnp.result_type(like)))
-    return [back(dy)[0]]
+    return [_conv_vjp(n.attrs, x, jnp.zeros(jnp.shape(like), jnp.result_type(like)), dy, 1)]
 
 
 def _window_sum(op: str, attrs: dict[str, Any], x: Any, init: Any, reducer: Any) -> Any:
