@@ -181,6 +181,8 @@ def _ta_stack(ctx, n, xs):
     if not _declared(n.inputs[0]):  # (an empty array's element shape is known only from a write)
         ctx.check(ta.sized() > 0, f"{describe_node(n)}: TensorArrayStack: empty TensorArray with an unknown "
                   "element shape")
+    if n.attrs.get("unwritten_zeros"):  # (the kernel's ``_stack_with_zeros``)
+        ta = ta.with_slots(_zeroed(ta), jnp.ones_like(ta.mask))
     if ta.dynamic:
         return [_stack_dynamic(ctx, n, ta)]
     if ta.size:

@@ -661,6 +661,8 @@ def _ta_read(xs, attrs):
 def _ta_stack(xs, attrs):
     (ta,) = xs
     missing = [i for i, v in enumerate(ta.items) if v is None]
+    if missing and attrs.get("unwritten_zeros"):
+        return [_stack_with_zeros(ta, missing)]
     if missing:
         raise KernelError(f"TensorArrayStack: slots {missing[:5]} were never written")
     if not ta.items:
@@ -669,6 +671,19 @@ def _ta_stack(xs, attrs):
             raise KernelError("TensorArrayStack: empty TensorArray with an unknown element shape")
         return [np.zeros((0, *es), dtype=_np(ta.dtype))]
     return [np.stack(ta.items, axis=0)]
+
+
+def _stack_with_zeros(ta: TensorArrayValue, missing: list[int]) -> np.ndarray:
+    """The stack of ``ta`` with its unwritten slots (``missing``) as zeros of its element shape, known
+    from a write or declared whole: TensorFlow's gather of an array whose element shape is known
+    (``dynamic_rnn`` stacks an output array of the time dimension's size that its loop, stopped at
+    the longest sequence, wrote only in part)."""
+    written = next((v for v in ta.items if v is not None), None)
+    es = ta.element_shape if written is None else written.shape
+    if es is None or any(d is None for d in es):
+        raise KernelError(f"TensorArrayStack: slots {missing[:5]} were never written, and the element shape "
+                          "that would make them zeros is not known")
+    return np.stack([np.zeros(tuple(es), dtype=_np(ta.dtype)) if v is None else v for v in ta.items], axis=0)
 
 
 @_k("TensorArrayUnstack")

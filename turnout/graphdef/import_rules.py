@@ -992,11 +992,16 @@ def _whole_prefix(ctx: ImportContext, idx: Value, tname: str) -> bool:
     return v is not None and np.array_equal(np.ravel(v), np.arange(np.size(v)))
 
 
+#: TensorFlow gathers an unwritten slot of an array whose element shape is known as zeros
+#: (``dynamic_rnn``'s loop stops at the longest sequence, short of its output array's size)
+_ZEROS = {"unwritten_zeros": True}
+
+
 @_rule("TensorArrayGatherV3")
 def _ta_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ta, idx = _t(ins[2]), ins[1]
     if not _whole_prefix(ctx, idx, ctx.data_inputs()[1]):
-        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack").outputs[0]
+        stacked = ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix="stack").outputs[0]
         return [ctx.create("Gather", [stacked, idx], {"axis": 0}).outputs[0]]
     es = ta.spec.elem_shape
     if _is_grad(ctx) and es is not None and all(d is not None for d in es):
@@ -1007,10 +1012,10 @@ def _ta_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     es = _element_shape(ctx, 2)
     shapes = [None if es is None else [None, *es]]
     if isinstance(idx, RangeMarker) and ctx.nodes[idx.limit_node].op != "TensorArraySizeV3":
-        stacked = ctx.create("TensorArrayStack", [ta], suffix="stack", shapes=shapes).outputs[0]
+        stacked = ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix="stack", shapes=shapes).outputs[0]
         spec = [{"kind": "slice", "start": None, "stop": {"input": 0}, "step": None}]
         return [ctx.create("GetItem", [stacked, idx.limit], {"spec": spec}).outputs[0]]
-    return [ctx.create("TensorArrayStack", [ta], shapes=shapes).outputs[0]]
+    return [ctx.create("TensorArrayStack", [ta], dict(_ZEROS), shapes=shapes).outputs[0]]
 
 
 @_rule("TensorArrayScatterV3")
