@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from route_table import COMPILED_ROUTES, run_strictly
+from route_table import COMPILED_ROUTES, run_on, run_strictly
+from route_table import ROUTES as ALL_ROUTES
 from route_table import in_jax as _jax
 
 jax = pytest.importorskip("jax")
@@ -97,3 +98,24 @@ def test_unstack_checks_the_count_it_fills_when_it_runs(route: str) -> None:
     np.testing.assert_array_equal(run_strictly(route, g, grown, {x: np.arange(4.0)}), np.arange(4.0))
     with pytest.raises(tn.KernelError, match=r"the number of elements is not the TensorArray's size.*\[3\] \[4\]"):
         run_strictly(route, g, y, {x: np.arange(4.0)})
+
+
+@pytest.mark.parametrize("route", sorted(ALL_ROUTES))
+def test_a_stack_with_unwritten_zeros_fills_what_a_loop_left_unwritten(route: str) -> None:
+    """``TensorArrayStack`` with ``unwritten_zeros`` (what an imported TensorFlow gather is) stacks
+    the slots a loop did not write as zeros of the written elements' shape, on every route; without
+    it, the same stack is a KernelError naming the unwritten slots."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: Any, t: Any) -> Any:
+            return i + 1, t.write(i, tn.fill(tn.stack([2]), tn.cast(i + 1, tn.float32)))
+
+        _, ta = tn.while_loop(lambda i, t: i < n, body, [tn.constant(0), tn.TensorArray(tn.float32, size=4)])
+        zeros = g.create_node("TensorArrayStack", [ta.tensor], {"unwritten_zeros": True}).outputs[0]
+        plain = ta.stack()
+    want = np.array([[1.0, 1.0], [2.0, 2.0], [0.0, 0.0], [0.0, 0.0]], np.float32)
+    np.testing.assert_array_equal(run_on(route, g, zeros, {n: 2}), want)
+    with pytest.raises(tn.KernelError, match="never written"):
+        run_on(route, g, plain, {n: 2})
