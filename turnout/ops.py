@@ -15,6 +15,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.arguments import checked
+from turnout.composite import getitem_spec
 from turnout.errors import GraphBuildError, ResourceExhaustedError, ShapeError
 from turnout.graph import Graph, Node, Tensor, TensorSpec, get_default_graph, user_source_line
 from turnout.limits import check_allocation
@@ -474,37 +475,38 @@ def stack(values: Sequence[Any], axis: int = 0, name: Optional[str] = None) -> T
     return concat([expand_dims(t, ax) for t in ts], ax, name=name)
 
 
-def _index_entry(e: Any, dyn: list[Tensor]) -> Any:
+def _index_entry(e: Any) -> Any:
+    """An index or slice bound of ``getitem``'s key as ``composite.getitem_spec`` takes it: None, an
+    int, or an integer scalar tensor."""
     if e is None or isinstance(e, (int, np.integer)) and not isinstance(e, bool):
         return None if e is None else int(e)
     t = convert_to_tensor(e)
     if not t.dtype.is_integer or (t.shape is not None and t.shape != ()):
         raise GraphBuildError(f"indices must be Python ints or integer scalar tensors, got {t!r}")
-    dyn.append(t)
-    return {"input": len(dyn) - 1}
+    return t
 
 
 def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
     """Basic indexing ``x[i]``, ``x[i:j:k]`` and tuples of them, with ints or int32 scalar tensors."""
     x = convert_to_tensor(x)
     keys = key if isinstance(key, tuple) else (key,)
-    spec: list[dict[str, Any]] = []
-    dyn: list[Tensor] = []
+    checked_key: list[Any] = []
     for k in keys:
         if isinstance(k, slice):
             if k.step is not None:
                 int_attr(k.step, "getitem", "slice step")
             if k.step == 0:
                 raise GraphBuildError("slice step cannot be zero")
-            spec.append({"kind": "slice", "start": _index_entry(k.start, dyn), "stop": _index_entry(k.stop, dyn),
-                         "step": k.step})
+            checked_key.append(slice(_index_entry(k.start), _index_entry(k.stop), k.step))
         elif k is Ellipsis or k is None:
             raise GraphBuildError("indexing with ... or None is not supported; use reshape/expand_dims")
         else:
-            v = _index_entry(k, dyn)
+            v = _index_entry(k)
             if v is None:
                 raise GraphBuildError("invalid index None")
-            spec.append({"kind": "index", "value": v})
+            checked_key.append(v)
+    dyn: list[Tensor] = []
+    spec = getitem_spec(tuple(checked_key), dyn)
     return x.graph.create_node("GetItem", [x, *dyn], {"spec": spec}, name=name).outputs[0]
 
 
