@@ -683,7 +683,16 @@ def _stack_with_zeros(ta: TensorArrayValue, missing: list[int]) -> np.ndarray:
     if es is None or any(d is None for d in es):
         raise KernelError(f"TensorArrayStack: slots {missing[:5]} were never written, and the element shape "
                           "that would make them zeros is not known")
-    return np.stack([np.zeros(tuple(es), dtype=_np(ta.dtype)) if v is None else v for v in ta.items], axis=0)
+    return _zero_filled(ta, (len(ta.items), *es))
+
+
+def _zero_filled(ta: TensorArrayValue, shape: tuple[int, ...]) -> np.ndarray:
+    """The written slots of ``ta`` in an array of zeros of ``shape`` (its size, then its elements')."""
+    out = np.zeros(shape, dtype=_np(ta.dtype))
+    for i, v in enumerate(ta.items):
+        if v is not None:
+            out[i] = v
+    return out
 
 
 @_k("TensorArrayUnstack")
@@ -745,11 +754,7 @@ def _ta_stack_or_zeros(xs, attrs):
     if shape[0] != ta.size:
         raise KernelError(f"TensorArrayStackOrZeros: {ta.size} slots for a leading dimension of {shape[0]}")
     check_allocation("TensorArrayStackOrZeros", shape, dt.as_dtype(ta.dtype).itemsize)
-    out = np.zeros(shape, dtype=_np(ta.dtype))
-    for i, v in enumerate(ta.items):
-        if v is not None:
-            out[i] = v
-    return [out]
+    return [_zero_filled(ta, shape)]
 
 
 def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any],
