@@ -268,7 +268,8 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
     return rule
 
 
-LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max, empty_fails=True)})
+LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Prod": _reduce(jnp.prod), "Mean": _reduce(jnp.mean)})
+LOWERING_RULES.update({"Max": _reduce(jnp.max, empty_fails=True)})
 LOWERING_RULES.update({"Min": _reduce(jnp.min, empty_fails=True), "All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
 
 

@@ -410,18 +410,32 @@ def _sum(xs, attrs):
                                         dtype=x.dtype))]
 
 
-@_k("Cumsum")
-def _cumsum(xs, attrs):
-    """``exclusive`` shifts the inclusive sums by one slot (a leading zero), as TensorFlow's scan
-    does, rather than subtracting each element again (which would round differently)."""
+@_k("Prod")
+def _prod(xs, attrs):
     x = np.asarray(xs[0])
-    ax = attrs["axis"] % x.ndim
-    y = np.flip(x, ax) if attrs.get("reverse", False) else x
-    s = np.cumsum(y, axis=ax, dtype=x.dtype)
-    if attrs.get("exclusive", False) and x.shape[ax]:
-        lead = np.zeros_like(np.take(s, [0], axis=ax))
-        s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax)
-    return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
+    return [flush_subnormals(np.asarray(np.prod(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False),
+                                                 dtype=x.dtype), dtype=x.dtype))]
+
+
+def _scan(run: Callable[..., Any], unit: int) -> Kernel:
+    """The kernel of ``Cumsum`` (``unit`` 0) or ``Cumprod`` (1). ``exclusive`` shifts the inclusive
+    results by one slot (a leading ``unit``), as TensorFlow's scan does, rather than taking each
+    element out again (which would round differently, and divide by zero for a product)."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        ax = attrs["axis"] % x.ndim
+        y = np.flip(x, ax) if attrs.get("reverse", False) else x
+        s = run(y, axis=ax, dtype=x.dtype)
+        if attrs.get("exclusive", False) and x.shape[ax]:
+            lead = np.full_like(np.take(s, [0], axis=ax), unit)
+            s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax)
+        return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
+
+    return kernel
+
+
+_k("Cumsum")(_scan(np.cumsum, 0))
+_k("Cumprod")(_scan(np.cumprod, 1))
 
 
 @_k("Mean")

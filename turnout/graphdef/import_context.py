@@ -312,7 +312,11 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
+    "ListDiff": None,
 }
+
+#: the ops folding evaluates that have two outputs
+TWO_OUTPUTS = frozenset({"BroadcastGradientArgs", "ListDiff"})
 
 #: the ops constant folding evaluates from their inputs (``Const`` and the shape ops aside)
 FOLDED_OPS = frozenset(_FOLD)
@@ -383,6 +387,10 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             return off
         if op == "BroadcastGradientArgs":
             return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
+        if op == "ListDiff":  # the entries of x not in y, in x's order, and where they are in x (Prod's gradient)
+            kept = [k for k, v in enumerate(np.ravel(vals[0])) if v not in set(np.ravel(vals[1]).tolist())]
+            out = np.ravel(vals[0])[kept] if int(idx or 0) == 0 else np.asarray(kept)
+            return out.astype(protos.tf_dtype(protos.attr(nd, "out_idx"), op).numpy) if int(idx or 0) else out
         fn = _FOLD[op]
         return None if fn is None else np.asarray(fn(*vals))
     except (ValueError, IndexError, TypeError):

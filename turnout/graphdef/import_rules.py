@@ -18,6 +18,7 @@ from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start, tensor_name
 from turnout.graphdef.import_context import (
+    TWO_OUTPUTS,
     BroadcastAxes,
     Bundle,
     ImportContext,
@@ -376,7 +377,7 @@ def _shape_n(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """An op over shapes that constant folding evaluates (all its inputs are known at import time)."""
     names = ctx.data_inputs()
-    n_out = 2 if nd.op == "BroadcastGradientArgs" else 1
+    n_out = 2 if nd.op in TWO_OUTPUTS else 1
     vals = [ctx.static(f"{nd.name}:{k}") for k in range(n_out)]
     if any(v is None for v in vals):
         raise UnsupportedError(f"{ctx.where()}: supported only when its inputs are known at import time "
@@ -385,31 +386,16 @@ def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                       f"out{k}") for k, v in enumerate(vals)]
 
 
-_rule("Rank")(_folded)
+_rule("Rank", "ListDiff")(_folded)
 
 
 @_rule("Prod")
 def _prod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Folded when known; the input itself over no axes; else the product of a vector of known
-    length as a chain of Muls of its elements (tf.gradients' Mean gradient counts the elements of a
-    run-time shape so)."""
+    """Folded when known (a shape's size, say), else the ``Prod`` primitive over the static axes."""
     if ctx.static(f"{nd.name}:0") is not None:
         return _folded(ctx, nd, ins)
-    x = _t(ins[0])
     axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
-    if not axes:  # over no axes (a Mean over one axis given as a scalar: its gradient counts a scalar so)
-        return [ctx.create("Identity", [x]).outputs[0]]
-    if x.shape is None or len(x.shape) != 1 or x.shape[0] is None or axes not in ([0], [-1]):
-        raise UnsupportedError(f"{ctx.where()}: a run-time product is supported over a vector of known length only")
-    n = int(x.shape[0])
-    if n == 0:
-        return [ctx.const(np.ones([1] if ctx.attr("keep_dims", False) else [], x.dtype.numpy), [x], suffix=None)]
-    acc = _getitem(ctx, x, (0,), "elem0")
-    for k in range(1, n):
-        acc = ctx.create("Mul", [acc, _getitem(ctx, x, (k,), f"elem{k}")], suffix=f"prod{k}").outputs[0]
-    if ctx.attr("keep_dims", False):
-        return [ctx.create("Reshape", [acc], {"shape": [1]}).outputs[0]]
-    return [ctx.create("Identity", [acc]).outputs[0]]
+    return [ctx.create("Prod", ins[:1], {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}).outputs[0]]
 
 
 @_rule("BroadcastGradientArgs")

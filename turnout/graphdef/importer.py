@@ -41,6 +41,7 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_structure,
     protos,
 )
+from turnout.graphdef.exporter import ExportedGraphDef
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref
 from turnout.graphdef.import_rules import IMPORT_RULES
@@ -106,15 +107,19 @@ class ImportedGraph:
 
 
 def parse_graph_def(source: Any) -> Any:
-    """A GraphDef message from a message, serialized bytes, or a ``.pb`` / ``.pbtxt`` path."""
+    """A GraphDef message from a message, serialized bytes, a ``.pb`` / ``.pbtxt`` path, or what
+    ``export_graph_def`` returned (its ``graph_def``: a round trip needs no unwrapping)."""
     p = protos.pb()
+    if isinstance(source, ExportedGraphDef):
+        source = source.graph_def
     if isinstance(source, p.graph_pb2.GraphDef):
         return source
     gd = p.graph_pb2.GraphDef()
     if isinstance(source, (bytes, bytearray)):
         return _parsed(gd, bytes(source), "the GraphDef bytes", text=False)
     if not isinstance(source, (str, os.PathLike)):
-        raise ArgumentError(f"import_graph_def takes a GraphDef, its bytes or a path, got {type(source).__name__}")
+        raise ArgumentError("import_graph_def takes a GraphDef, its bytes, a path or an export_graph_def result, "
+                            f"got {type(source).__name__}")
     where = file_path(source, "import_graph_def", "graph_def")
     path = Path(where)
     try:
@@ -212,7 +217,8 @@ def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
 
 
 def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str = "") -> ImportedGraph:
-    """Import a TensorFlow v1 GraphDef (message, bytes, or a ``.pb`` / ``.pbtxt`` path) into ``graph``
+    """Import a TensorFlow v1 GraphDef (message, bytes, a ``.pb`` / ``.pbtxt`` path, or an
+    ``export_graph_def`` result) into ``graph``
     (a new Graph by default). Returns an ``ImportedGraph`` that maps TensorFlow names to Turnout
     tensors. Raises ``UnsupportedError`` listing every op without an import rule (see
     ``turnout.graphdef.SUPPORTED_OPS``); needs the ``tf`` extra (``pip install 'turnout[tf]'``).
