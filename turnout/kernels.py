@@ -450,18 +450,28 @@ def _mean(xs, attrs):
         return [flush_subnormals(np.asarray(np.true_divide(total, count), dtype=x.dtype))]
 
 
+def extremum_identity(op: str, dtype: Any) -> Any:
+    """What ``Max`` (``Min``) gives for an output element over no elements: the identity of the
+    reduction, the least (greatest) value of the dtype, -inf (inf) for floats, as TensorFlow's
+    kernels give. Why not an error (numpy's): ``tn.nn.softmax`` along an axis of size 0 shifts by
+    such a maximum and has an empty result, as TensorFlow's has; the compiled backends share this."""
+    d = np.dtype(dtype)
+    if d.kind == "f":
+        return d.type(-np.inf if op == "Max" else np.inf)
+    info = np.iinfo(d)
+    return d.type(info.min if op == "Max" else info.max)
+
+
 def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:
-    """The kernel of ``Max`` or ``Min``: an output element over no elements has no extremum, so it
-    fails; an empty tensor reduced along axes that are not empty has an empty result, as in
-    TensorFlow (the softmax of a batch of no rows)."""
+    """The kernel of ``Max`` or ``Min``; an output element over no elements is the reduction's
+    identity (``extremum_identity``), and an empty tensor reduced along axes that are not empty has an
+    empty result, as in TensorFlow."""
     def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
         x = np.asarray(xs[0])
         axis, keep = _axis_arg(attrs, x), attrs.get("keepdims", False)
         if x.size == 0:
             shape = tuple(int(d or 0) for d in reduced_shape(x.shape, axis, keep) or ())
-            if math.prod(shape):
-                raise KernelError(f"{op}: reduction over an empty tensor")
-            return [np.zeros(shape, x.dtype)]
+            return [np.full(shape, extremum_identity(op, x.dtype), x.dtype)]
         return [np.asarray(reduce(x, axis=axis, keepdims=keep), dtype=x.dtype)]
 
     return kernel
