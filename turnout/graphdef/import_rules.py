@@ -658,7 +658,7 @@ def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 # ---- resource variables -----------------------------------------------------------------------------
 def _var_node(ctx: ImportContext, tname: str) -> Any:
     nd = ctx.nodes[tname.split(":")[0]]
-    while nd.op not in ("VarHandleOp",):
+    while nd.op not in ("VarHandleOp", "_Arg"):  # (a function's argument: ``import_functions``)
         ins = ctx.data_inputs(nd)
         if nd.op not in ("Identity", "Enter", "Switch", "Merge", "Exit", "RefEnter", "RefIdentity") or not ins:
             raise UnsupportedError(f"{ctx.where()}: its resource does not come from a VarHandleOp")
@@ -667,8 +667,17 @@ def _var_node(ctx: ImportContext, tname: str) -> Any:
 
 
 def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
+    """The dtype and shape of the Variable of VarHandleOp ``vnd``, or of the Variable a function's
+    resource argument ``vnd`` is passed (read off the Turnout VarHandle the call's value comes from)."""
     from turnout.graphdef import protos
 
+    if vnd.op == "_Arg":
+        handle = _t(ctx.args[vnd.name]).node
+        while handle.op != "VarHandle" and handle.inputs:
+            handle = handle.inputs[0].node
+        if handle.op != "VarHandle":
+            raise UnsupportedError(f"{ctx.where()}: its resource does not come from a Variable")
+        return {"dtype": handle.attrs["dtype"], "shape": handle.attrs["shape"]}
     return {"dtype": protos.tf_dtype(protos.attr(vnd, "dtype"), vnd.name).name, "shape": protos.attr(vnd, "shape")}
 
 

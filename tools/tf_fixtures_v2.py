@@ -1,0 +1,73 @@
+"""TensorFlow fixture cases built with control flow v2 (tools/tf_fixtures.py registers and writes them):
+TF1-style graph code as TensorFlow 2 writes it when only eager execution is turned off, so its loops
+and conditionals are the functional ``While`` / ``StatelessWhile``, ``If`` / ``StatelessIf`` and
+``Case`` ops over functions of the GraphDef's library, and a ``tf.function`` called from the graph is
+a ``StatefulPartitionedCall``. The runs fetch forward values and apply Variable updates (the
+gradients of v2 loops use TensorList ops, which Turnout does not import).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from tf_fixture_helpers import _weights
+
+CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
+
+
+def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+@contextmanager
+def control_flow_v2() -> Iterator[None]:
+    """Control flow v2 while the case builds its graph (the runner turns TF2 behaviour off)."""
+    from tensorflow.python.ops import control_flow_util
+
+    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = True
+    try:
+        yield
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+
+
+@case
+def v2_while_cond_case(tf: Any) -> list[dict[str, Any]]:
+    """A loop over a fed vector that reads a Variable, a cond on the loop's result whose branches
+    differ in shape work, a switch_case on a fed index (out of range: the last branch), a loop nested
+    in a loop whose inner trip count is the outer counter, a cond with a stateful branch (an
+    AssignAdd the run's target applies), and a tf.function called from the graph."""
+    with control_flow_v2():
+        x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+        k = tf.compat.v1.placeholder(tf.int32, [], name="k")
+        v = tf.compat.v1.get_variable("v", initializer=tf.constant(_weights((), 110, 2.0) + 1.5))
+        count = tf.compat.v1.get_variable("count", initializer=tf.constant(0.0))
+        _, y = tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * v + 0.5), [0, x])
+        z = tf.cond(tf.reduce_sum(y) > 10.0, lambda: y - tf.reduce_mean(y), lambda: tf.tanh(y) * v, name="c")
+        picked = tf.switch_case(k, [lambda: z * 2.0, lambda: z[::-1], lambda: z + v], name="sw")
+
+        def outer(i: Any, acc: Any) -> Any:
+            _, inner = tf.while_loop(lambda j, a: j < i, lambda j, a: (j + 1, a + tf.cast(j, tf.float32)), [0, acc])
+            return i + 1, inner * 0.5
+
+        _, nest = tf.while_loop(lambda i, a: i < 4, outer, [0, tf.reduce_sum(x)])
+
+        @tf.function
+        def scaled(a: Any, b: Any) -> Any:
+            return a * b + tf.reduce_max(a)
+
+        called = scaled(picked, v)
+        bump = tf.cond(k > 0, lambda: count.assign_add(1.0), lambda: tf.identity(count.read_value()), name="bump")
+        out = tf.identity(called + nest, name="out")
+    feeds = {"x:0": np.asarray([0.5, -1.0, 2.0], np.float32), "k:0": 1}
+    runs = []
+    for kk, xv in [(0, [0.5, -1.0, 2.0]), (1, [3.0, 4.0]), (2, [-0.25]), (5, [1.0, 2.0, 3.0, 4.0]), (-1, [])]:
+        f = {**feeds, "x:0": np.asarray(xv, np.float32), "k:0": kk}
+        runs.append({"feeds": f, "fetches": [out.name, z.name, picked.name, nest.name, bump.name]})
+    runs.append({"feeds": feeds, "fetches": [count.value().name]})
+    return runs
