@@ -71,3 +71,38 @@ def v2_while_cond_case(tf: Any) -> list[dict[str, Any]]:
         runs.append({"feeds": f, "fetches": [out.name, z.name, picked.name, nest.name, bump.name]})
     runs.append({"feeds": feeds, "fetches": [count.value().name]})
     return runs
+
+
+@case
+def v2_rnn_training(tf: Any) -> list[dict[str, Any]]:
+    """A recurrent loop over a fed sequence written with a TensorArray (under control flow v2, a
+    TensorList: ``TensorListReserve``, ``TensorListFromTensor``, ``TensorListGetItem``,
+    ``TensorListSetItem``, ``TensorListStack``) and a cond on its last state, trained by SGD through
+    ``minimize``: the v2 loop's own gradient, which saves its forward values on TensorList
+    accumulators (``EmptyTensorList``, ``TensorListPushBack``, ``TensorListPopBack``), and the cond's,
+    whose branches hand their values to it as Optionals."""
+    with control_flow_v2():
+        xs = tf.compat.v1.placeholder(tf.float32, [None, 3], name="xs")
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant(_weights((3, 3), 120, 0.6)))
+        u = tf.compat.v1.get_variable("u", initializer=tf.constant(_weights((3, 3), 121, 0.6)))
+        n = tf.shape(xs)[0]
+        inputs = tf.TensorArray(tf.float32, size=n).unstack(xs)
+        outs = tf.TensorArray(tf.float32, size=n)
+
+        def body(t: Any, h: Any, outs: Any) -> Any:
+            x = tf.expand_dims(inputs.read(t), 0)
+            h2 = tf.tanh(tf.matmul(x, w) + tf.matmul(h, u))
+            return t + 1, h2, outs.write(t, tf.squeeze(h2, 0))
+
+        _, h, outs = tf.while_loop(lambda t, h, o: t < n, body, [0, tf.zeros([1, 3]), outs])
+        seq = outs.stack()
+        last = tf.cond(tf.reduce_sum(h) > 0.0, lambda: tf.sin(h) * h, lambda: 0.5 * tf.square(h), name="last")
+        loss = tf.reduce_mean(tf.square(seq - 0.25)) + 0.1 * tf.reduce_sum(last)
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    rng = np.random.default_rng(122)
+    runs = []
+    for length in (4, 2, 5):
+        feeds = {"xs:0": rng.normal(size=(length, 3)).astype(np.float32)}
+        runs.append({"feeds": feeds, "fetches": [loss.name], "targets": [train.name]})
+    runs.append({"feeds": feeds, "fetches": [loss.name, seq.name, w.value().name, u.value().name]})
+    return runs

@@ -657,7 +657,7 @@ def ta_element_mismatch(shape: tuple[int, ...], elements: sh.Shape) -> str:
 def _ta_write(xs, attrs):
     ta, i, v = xs
     i = _check_ta_index("TensorArrayWrite", ta, i, grows=True)
-    if i < ta.size and ta.items[i] is not None:
+    if i < ta.size and ta.items[i] is not None and not attrs.get("overwrite", False):
         raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
     v = np.asarray(v)
     es = ta.element_shape

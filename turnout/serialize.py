@@ -629,6 +629,7 @@ ATTR_RULES: dict[str, AttrRules] = {
     "TensorArrayNew": {"dtype": (True, _c_value_dtype), "element_shape": (False, _c_shape),
                        "dynamic_size": (False, _c_bool)},
     "TensorArrayStack": {"static_size": (False, _c_int), "unwritten_zeros": (False, _c_bool)},
+    "TensorArrayWrite": {"overwrite": (False, _c_bool)},
     "StackNew": {"dtype": (False, _c_opt_value_dtype), "shape": (False, _c_shape),
                  "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape),
                  "memory_budget": (False, _c_pos_int), "budget_from": (False, _c_budget_from)},

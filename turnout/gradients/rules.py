@@ -20,6 +20,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import math_ops, ops
+from turnout.errors import GradientError, describe_node
 from turnout.gradients.grads import SlotGrad
 from turnout.graph import Node, Tensor
 from turnout.tables import registrar
@@ -604,6 +605,9 @@ def _ta_read(b, n, dys):
 
 @_grad("TensorArrayWrite")
 def _ta_write(b, n, dys):
+    if n.attrs.get("overwrite", False):
+        raise GradientError(f"{describe_node(n)}: the gradient of a TensorArray write that may overwrite a "
+                            "slot (an imported TensorList's set) is not built")
     ta, i, v = n.inputs
     dta = dys[0]
     static = None if v.shape is None else list(v.shape)  # the slot holds what was written: v's type

@@ -28,17 +28,21 @@ from collections import ChainMap
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from turnout import dtypes as dt
 from turnout import ops
 from turnout.control_flow.cond import case as build_case
 from turnout.control_flow.cond import cond as build_cond
+from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
 from turnout.errors import UnsupportedError
 from turnout.graph import Node, Tensor
 from turnout.graphdef import protos
-from turnout.graphdef.import_context import ImportContext, Rule, Value
+from turnout.graphdef.import_context import Bundle, ImportContext, Rule, Value
 from turnout.graphdef.import_nodes import import_nodes, order
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
+from turnout.graphdef.import_tensor_lists import NO_VALUE
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -65,6 +69,7 @@ OUTPUT_ARGS: dict[str, tuple[str, ...]] = {
     "SoftmaxCrossEntropyWithLogits": ("loss", "backprop"),
     "SparseSoftmaxCrossEntropyWithLogits": ("loss", "backprop"),
     "TensorArrayV3": ("handle", "flow"),
+    "TensorListPopBack": ("output_handle", "tensor"),
     "TensorArrayGradV3": ("grad_handle", "flow_out"),
     "TopK": ("values", "indices"),
     "TopKV2": ("values", "indices"),
@@ -157,20 +162,31 @@ def _func(ctx: ImportContext, key: str) -> str:
     return ctx.node.attr[key].func.name
 
 
-def _carried(ins: Sequence[Value], where: str) -> list[int]:
-    """The positions of the values a loop carries or a branch takes: all but resources (Variables)."""
-    for v in ins:
-        if not isinstance(v, Tensor):
-            raise UnsupportedError(f"{where}: an input is {ImportContext.describe(v)}, which a function "
-                                   "cannot take here")
-    return [k for k, v in enumerate(ins) if not _is_resource(v)]
+def _parts(v: Value, where: str) -> list[Tensor]:
+    """The tensors a loop carries or a branch outputs for value ``v``: itself; none for a resource (a
+    Variable, read where it is used); both parts of a TensorList (``import_tensor_lists``)."""
+    if isinstance(v, Bundle):
+        return list(v.parts)
+    if not isinstance(v, Tensor):
+        raise UnsupportedError(f"{where}: a value is {ImportContext.describe(v)}, which a function cannot "
+                               "take or return here")
+    return [] if _is_resource(v) else [v]
 
 
-def _with(ins: Sequence[Value], carried: list[int], vals: Sequence[Any]) -> list[Value]:
-    """``ins`` with the carried positions replaced by ``vals``."""
-    out = list(ins)
-    for k, v in zip(carried, vals, strict=True):
-        out[k] = v
+def _flat(vals: Sequence[Value], where: str) -> list[Tensor]:
+    return [t for v in vals for t in _parts(v, where)]
+
+
+def _unflat(like: Sequence[Value], flat: Sequence[Any]) -> list[Value]:
+    """Values of ``like``'s structure from ``flat`` (``_flat``'s order, a TensorArray as a builder
+    passes it or as its tensor); a resource stays itself."""
+    it = iter(to_graph_value(v) for v in flat)
+    out: list[Value] = []
+    for v in like:
+        if isinstance(v, Bundle):
+            out.append(Bundle(tuple(next(it) for _ in v.parts)))
+        else:
+            out.append(v if _is_resource(v) else next(it))
     return out
 
 
@@ -178,36 +194,51 @@ def _named(ctx: ImportContext, outs: Sequence[Value], waits: Sequence[Any] = ())
     """The op's outputs as Identities named for its NodeDef (a resource passes as it is), and a NoOp
     carrying the NodeDef's name that waits for them all and for ``waits`` (the tensors or nodes of
     effects no output carries), so that a control edge from the op waits for the whole call."""
-    named = [v if _is_resource(v) else ctx.create("Identity", [v], suffix=f"output{k}").outputs[0]
-             for k, v in enumerate(outs)]
+    named = [v if _is_resource(v) or isinstance(v, Bundle) else
+             ctx.create("Identity", [v], suffix=f"output{k}").outputs[0] for k, v in enumerate(outs)]
     after = [w.node if isinstance(w, Tensor) else w for w in waits]
-    ctx.create("NoOp", [], control=[*ctx.ctrl_inputs(), *[v.node for v in named if not _is_resource(v)], *after])
+    parts = [t.node for t in _flat(named, ctx.where())]
+    ctx.create("NoOp", [], control=[*ctx.ctrl_inputs(), *parts, *after])
     return named
 
 
 @_rule("While", "StatelessWhile")
 def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``tn.while_loop`` of the ``cond`` and ``body`` functions over the non-resource inputs, with
-    ``output_shapes`` as the shape invariants (TensorFlow's are those of its loop variables)."""
-    carried = _carried(ins, ctx.where())
+    """``tn.while_loop`` of the ``cond`` and ``body`` functions over the inputs' tensors (a resource
+    is not carried, a TensorList is carried as its two parts), with ``output_shapes`` as the shape
+    invariants of the plain tensors (TensorFlow's are those of its loop variables)."""
     cond_f, body_f = _func(ctx, "cond"), _func(ctx, "body")
+    flat = _flat(ins, ctx.where())
+    if not flat:
+        raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
     shapes = ctx.attr("output_shapes") or [None] * len(ins)
+    invariants = _invariants(ins, shapes)
 
     def cond(*vs: Any) -> Any:
-        (p,) = _after(*call(ctx, cond_f, _with(ins, carried, vs), "cond"))
+        (p,) = _after(*call(ctx, cond_f, _unflat(ins, vs), "cond"))
         return p
 
     def body(*vs: Any) -> Any:
-        outs = _after(*call(ctx, body_f, _with(ins, carried, vs), "body"))
-        return [outs[k] for k in carried]
+        outs = _after(*call(ctx, body_f, _unflat(ins, vs), "body"))
+        return [from_graph_value(t) for t in _flat(outs, ctx.where())]
 
-    if not carried:
-        raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
     with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context):
-        res = build_while_loop(cond, body, [ins[k] for k in carried], parallel_iterations=int(ctx.attr(
-            "parallel_iterations", 10) or 10), shape_invariants=[shapes[k] for k in carried],
-            name=f"{ctx.prefix}{nd.name}")
-    return _named(ctx, _with(ins, carried, res))
+        res = build_while_loop(cond, body, [from_graph_value(t) for t in flat], shape_invariants=invariants,
+                               parallel_iterations=int(ctx.attr("parallel_iterations", 10) or 10),
+                               name=f"{ctx.prefix}{nd.name}")
+    return _named(ctx, _unflat(ins, res))
+
+
+def _invariants(ins: Sequence[Value], shapes: Sequence[Any]) -> list[Any]:
+    """The shape invariant of each carried tensor: the op's ``output_shapes`` entry of a plain
+    tensor; none for a TensorList's parts (an array and its length)."""
+    out: list[Any] = []
+    for v, shape in zip(ins, shapes, strict=False):
+        if isinstance(v, Bundle):
+            out.extend(p.shape for p in v.parts)
+        elif not _is_resource(v):
+            out.append(shape)
+    return out
 
 
 @_rule("If", "StatelessIf")
@@ -235,28 +266,62 @@ def _branches(ctx: ImportContext, args: Sequence[Value], fnames: list[str],
               build: Callable[[list[Callable[[], Any]]], Any]) -> tuple[list[Value], list[Value]]:
     """The outputs of a conditional over functions ``fnames`` called with ``args``, and what the op's
     control edges must wait for besides. A branch that returns a resource (a Variable chosen by the
-    branch) is refused; a conditional with no outputs whose branches have stateful ops (an
-    assignment) has a scalar each branch makes after them, to wait for."""
-    _carried(args, ctx.where())
+    branch) is refused; a TensorList output comes out as its two parts; a conditional with no
+    outputs whose branches have stateful ops (an assignment) has a scalar each branch makes after
+    them, to wait for."""
     for fname in fnames:
         fdef = ctx.library.get(fname)
         if fdef is not None and any(a.type == _DT_RESOURCE for a in fdef.signature.output_arg):
             raise UnsupportedError(f"{ctx.where()}: branch {fname!r} returns a resource (a Variable chosen "
                                    "by a branch)")
+    shaped: list[list[Value]] = []
+    types = _optional_types(ctx, fnames)
 
     def branch(k: int, fname: str) -> Callable[[], Any]:
         def fn() -> Any:
             outs, waits = call(ctx, fname, args, f"branch{k}")
             if outs:
-                return _after(outs, waits)
+                outs = [_stand_in(ctx, types, j, shaped) if v is NO_VALUE else v for j, v in enumerate(outs)]
+                shaped.append(outs)
+                return [from_graph_value(t) for t in _flat(_after(outs, waits), ctx.where())]
             with ops.control_dependencies(waits):
                 return [ops.constant(True)]
         return fn
 
     with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context):
         res = build([branch(k, f) for k, f in enumerate(fnames)])
-    first = ctx.library.get(fnames[0])
-    return ([], list(res)) if first is not None and not first.signature.output_arg else (list(res), [])
+    if not shaped:
+        return [], list(res)
+    return _unflat(shaped[0], list(res)), []
+
+
+def _optional_types(ctx: ImportContext, fnames: list[str]) -> dict[int, dt.DType]:
+    """Output position -> the dtype some branch's ``OptionalFromValue`` gives it (what another branch's
+    ``OptionalNone`` at that position stands for)."""
+    types: dict[int, dt.DType] = {}
+    for fname in fnames:
+        fdef = ctx.library.get(fname)
+        if fdef is None:
+            continue
+        by_name = {nd.name: nd for nd in fdef.node_def}
+        for j, o in enumerate(fdef.signature.output_arg):
+            src = by_name.get(fdef.ret[o.name].split(":")[0])
+            if src is not None and src.op == "OptionalFromValue":
+                types[j] = protos.tf_dtype(protos.attr(src, "Toutput_types")[0], ctx.where())
+    return types
+
+
+def _stand_in(ctx: ImportContext, types: dict[int, dt.DType], j: int, shaped: list[list[Value]]) -> Tensor:
+    """A value for output ``j`` of a branch that did not compute it (its ``OptionalNone``): zeros of the
+    shape another branch gave it, where one was imported already, marked ``gradient_filler`` (never
+    read: the backward branch that reads it is this one's twin, which the same predicate takes)."""
+    if j not in types:
+        raise UnsupportedError(f"{ctx.where()}: output {j} is an OptionalNone in every branch")
+    other = [o[j] for o in shaped if isinstance(o[j], Tensor)]
+    shape = tuple(0 if d is None else d for d in (other[0].shape or ())) if other else ()
+    value = np.zeros(shape, types[j].numpy)
+    attrs = {"value": value, "dtype": types[j].name, "gradient_filler": True}
+    return ctx.graph.create_node("Const", (), attrs, name=f"{ctx.prefix}{ctx.node.name}/filler").outputs[0]
 
 
 #: TensorFlow's DataType enum of ``resource``

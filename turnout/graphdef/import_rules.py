@@ -281,6 +281,18 @@ def _like(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     lab = ctx.flows.label(f"{nd.name}:0")
     if lab is not None:  # zeros for a TensorArray gradient flow: an empty gradient TensorArray
         return [_empty_ta(ctx, lab, ins)]
+    x = ins[0]
+    if isinstance(x, Bundle) and x.parts[0].dtype == dt.tensor_array and nd.op == "ZerosLike":
+        # a TensorList's (``import_tensor_lists``): a list of its length whose elements are never set,
+        # the gradient a v2 loop's gradient passes for a list output nothing differentiates (an
+        # element reads as zeros where its shape is known, as TensorFlow's unset elements; else the
+        # read is an error, never a silent value)
+        ta, n = x.parts
+        es, elem = ta.spec.elem_shape, ta.spec.elem_dtype
+        assert elem is not None
+        attrs = {"dtype": elem.name, "element_shape": None if es is None else list(es),
+                 "dynamic_size": True}
+        return [Bundle((ctx.create("TensorArrayNew", [n], attrs).outputs[0], n))]
     return [ctx.create(nd.op, ins[:1]).outputs[0]]
 
 
@@ -289,6 +301,12 @@ def _add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """A sum; of TensorArray flows (tf.gradients aggregating TensorArray gradients) a slotwise sum."""
     if len(ins) == 1:
         return [ctx.create("Identity", ins).outputs[0]]
+    if all(isinstance(x, Bundle) for x in ins):  # TensorLists (``import_tensor_lists``): slotwise too
+        arrays = [x.parts[0] for x in ins]  # type: ignore[union-attr]
+        acc = arrays[0]
+        for k, a in enumerate(arrays[1:]):
+            acc = ctx.create("TensorArrayAdd", [acc, a], suffix=f"add{k}").outputs[0]
+        return [Bundle((acc, ins[0].parts[1]))]  # type: ignore[union-attr]
     op = "TensorArrayAdd" if _t(ins[0]).dtype == dt.tensor_array else "Add"
     acc = ins[0]
     for k, x in enumerate(ins[1:]):
@@ -657,12 +675,18 @@ def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 # ---- resource variables -----------------------------------------------------------------------------
 def _var_node(ctx: ImportContext, tname: str) -> Any:
-    nd = ctx.nodes[tname.split(":")[0]]
-    while nd.op not in ("VarHandleOp", "_Arg"):  # (a function's argument: ``import_functions``)
+    """The NodeDef that makes the resource ``tname`` reads: a VarHandleOp, or a function's argument
+    (``import_functions``), through the ops that pass a resource on (a v2 loop's output ``k`` is its
+    input ``k``: a loop passes a Variable through unchanged)."""
+    nd, port = ctx.nodes[tname.split(":")[0]], int(tensor_name(tname).split(":")[1])
+    while nd.op not in ("VarHandleOp", "_Arg"):
         ins = ctx.data_inputs(nd)
+        if nd.op in ("While", "StatelessWhile") and port < len(ins):
+            nd, port = ctx.nodes[ins[port].split(":")[0]], int(ins[port].split(":")[1])
+            continue
         if nd.op not in ("Identity", "Enter", "Switch", "Merge", "Exit", "RefEnter", "RefIdentity") or not ins:
             raise UnsupportedError(f"{ctx.where()}: its resource does not come from a VarHandleOp")
-        nd = ctx.nodes[ins[0].split(":")[0]]
+        nd, port = ctx.nodes[ins[0].split(":")[0]], int(ins[0].split(":")[1])
     return nd
 
 

@@ -40,6 +40,7 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_nn,
     import_random,
     import_structure,
+    import_tensor_lists,
     protos,
 )
 from turnout.graphdef.exporter import ExportedGraphDef
