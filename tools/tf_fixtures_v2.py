@@ -49,7 +49,7 @@ def v2_while_cond_case(tf: Any) -> list[dict[str, Any]]:
         count = tf.compat.v1.get_variable("count", initializer=tf.constant(0.0))
         _, y = tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * v + 0.5), [0, x])
         z = tf.cond(tf.reduce_sum(y) > 10.0, lambda: y - tf.reduce_mean(y), lambda: tf.tanh(y) * v, name="c")
-        picked = tf.switch_case(k, [lambda: z * 2.0, lambda: z[::-1], lambda: z + v], name="sw")
+        picked = tf.switch_case(k, [lambda: z * 2.0, lambda: tf.reverse(z, [0]), lambda: z + v], name="sw")
 
         def outer(i: Any, acc: Any) -> Any:
             _, inner = tf.while_loop(lambda j, a: j < i, lambda j, a: (j + 1, a + tf.cast(j, tf.float32)), [0, acc])

@@ -201,6 +201,27 @@ def _one_hot(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [one_hot_part(ctx, idx, depth, on, off, r if axis == -1 else axis)]
 
 
+@_rule("ReverseV2")
+def _reverse(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.reverse``: ``x[..., ::-1, ...]`` along the static ``axis`` list, one ``GetItem`` (numpy's
+    basic index with step -1), whose gradient is the same reversal."""
+    x = _t(ins[0])
+    axes = ctx.static_int_list(ctx.data_inputs()[1], "the axes")
+    rank = None if x.shape is None else len(x.shape)
+    if rank is None and any(a < 0 for a in axes):
+        raise UnsupportedError(f"{ctx.where()}: a negative axis needs the rank, unknown at import")
+    bad = [a for a in axes if rank is not None and not -rank <= a < rank]
+    if bad:
+        raise UnsupportedError(f"{ctx.where()}: axis {bad[0]} is out of range for rank {rank}")
+    flipped = {a % rank if rank else a for a in axes}
+    if len(flipped) != len(axes):
+        raise UnsupportedError(f"{ctx.where()}: axes {axes} repeat a dimension")
+    if not flipped:
+        return [ctx.create("Identity", [x]).outputs[0]]
+    key = tuple(slice(None, None, -1) if k in flipped else slice(None) for k in range(max(flipped) + 1))
+    return [_getitem(ctx, x, key, None)]
+
+
 @_rule("Cumsum", "Cumprod")
 def _cumsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
