@@ -94,6 +94,9 @@ def _ta_new(ctx, n, xs):
 
 @lowering_rule("TensorArrayWrite")
 def _ta_write(ctx, n, xs):
+    if n.attrs.get("ragged", False):
+        raise UnsupportedError(f"fast backend: {describe_node(n)}: a TensorArray of elements of several shapes "
+                               "(an imported list of a cond's Optionals) has no buffer; it runs on the interpreter")
     ta, i, v = xs
     v = jnp.asarray(v, ta.dtype)
     # the element shape the graph declares (or earlier writes fixed), checked as the reference kernel

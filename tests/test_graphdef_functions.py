@@ -74,11 +74,21 @@ def test_a_v2_loop_s_own_gradient_imports_and_matches_the_closed_form() -> None:
         np.testing.assert_allclose(got, d, rtol=1e-5, atol=1e-6, err_msg=route)
 
 
-def test_a_cond_inside_a_differentiated_v2_loop_is_refused_naming_its_list() -> None:
-    """The gradient of a v2 loop around a cond saves the cond's Optionals on a list of variant
-    elements, which Turnout does not import (docs/missing.rst): a clear UnsupportedError."""
-    with pytest.raises(tn.UnsupportedError, match="list of variant elements"):
-        tn.import_graph_def(DATA / "v2_cond_in_loop_gradient.pbtxt")
+def test_a_cond_inside_a_differentiated_v2_loop_matches_the_chain_rule() -> None:
+    """The gradient of a v2 loop around a cond (``y <- sin(y) y`` where ``sum(y) > 0``, else ``y``)
+    saves the cond's Optionals on a list of variant elements: each is its value, or a stand-in where
+    the branch that ran did not compute it, so the list's elements may differ in shape (ragged writes:
+    the fast backend runs it on the interpreter). The imported gradient is the chain rule's, with
+    the branch each step took."""
+    imp = tn.import_graph_def(DATA / "v2_cond_in_loop_gradient.pbtxt")
+    for xv in (np.asarray([0.5, -1.0, 2.0], np.float32), np.asarray([-0.5, -1.0, 0.75], np.float32)):
+        y, d = xv.astype(np.float64), np.ones(3)
+        for _ in range(3):
+            if y.sum() > 0:
+                d, y = d * (np.cos(y) * y + np.sin(y)), np.sin(y) * y
+        for route in ROUTES:
+            got = run_on(route, imp.graph, imp.tensor("dx:0"), {imp.tensor("x:0"): xv})
+            np.testing.assert_allclose(got, d, rtol=1e-5, atol=1e-6, err_msg=route)
 
 
 def test_a_tensor_list_op_of_an_unsupported_kind_is_listed_with_its_function() -> None:

@@ -32,6 +32,9 @@ KNOWN: dict[tuple[str, str], tuple[type[Exception], str]] = {
     # the teacher-forced scan's embedding gradient: IndexedSlices accumulated across the backward loop
     # (as in grad_gather_in_loop), a loop variable that grows
     ("seq2seq_greedy", "fast"): (UnsupportedError, "changes type or shape across iterations"),
+    # the v2 gradient of a cond inside a loop saves the cond's Optionals on a list whose elements may
+    # differ in shape (a stand-in where the branch that ran did not compute the value): no buffer
+    ("v2_cond_in_loop_training", "fast"): (UnsupportedError, "elements of several shapes"),
 }
 
 

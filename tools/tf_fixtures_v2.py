@@ -106,3 +106,30 @@ def v2_rnn_training(tf: Any) -> list[dict[str, Any]]:
         runs.append({"feeds": feeds, "fetches": [loss.name], "targets": [train.name]})
     runs.append({"feeds": feeds, "fetches": [loss.name, seq.name, w.value().name, u.value().name]})
     return runs
+
+
+@case
+def v2_cond_in_loop_training(tf: Any) -> list[dict[str, Any]]:
+    """A loop whose body takes one of two branches by the sign of its state (so the branch changes
+    from step to step), trained by SGD through ``minimize``: the v2 gradient saves the cond's values
+    as Optionals on a list of variant elements (``OptionalFromValue`` in the branch that computed a
+    value, ``OptionalNone`` in the other), and the backward cond reads them back."""
+    with control_flow_v2():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant(_weights((2, 2), 130, 0.9)))
+
+        def body(i: Any, h: Any) -> Any:
+            pre = tf.matmul(h, w)
+            h2 = tf.cond(tf.reduce_sum(pre) > 0.0, lambda: tf.sin(pre) * pre, lambda: tf.tanh(pre) - 0.1 * h)
+            return i + 1, h2
+
+        _, h = tf.while_loop(lambda i, h: i < 4, body, [0, x])
+        loss = tf.reduce_sum(tf.square(h - 0.3))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.2).minimize(loss)
+    rng = np.random.default_rng(131)
+    runs = []
+    for rows in (3, 1, 2):
+        feeds = {"x:0": rng.normal(size=(rows, 2)).astype(np.float32)}
+        runs.append({"feeds": feeds, "fetches": [loss.name], "targets": [train.name]})
+    runs.append({"feeds": feeds, "fetches": [loss.name, h.name, w.value().name]})
+    return runs

@@ -661,6 +661,11 @@ def _ta_write(xs, attrs):
         raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
     v = np.asarray(v)
     es = ta.element_shape
+    if attrs.get("ragged", False):  # elements of any shape (an imported list of Optionals): none fixed
+        check_ta_capacity(len(ta.items), v.shape, ta.dtype)
+        items = _grown(ta.items, i)
+        items[i] = v
+        return [TensorArrayValue(ta.dtype, None, tuple(items), ta.dynamic)]
     if es is not None and not sh.compatible(tuple(es), v.shape):
         raise KernelError(ta_element_mismatch(v.shape, tuple(es)))
     if es is None or any(d is None for d in es):  # its first write fixes the element shape

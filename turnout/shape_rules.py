@@ -778,6 +778,8 @@ def _ta_write(op, specs, attrs):
     _need_index(op, i)
     if v.dtype != ta.elem_dtype:
         raise DTypeError(f"{op}: writing {v.dtype.name} into a TensorArray of {ta.elem_dtype.name}")  # type: ignore[union-attr]
+    if attrs.get("ragged", False):  # elements of any shape (an imported list of Optionals)
+        return [_ta_spec(ta.elem_dtype, None)]  # type: ignore[arg-type]
     if not sh.compatible(ta.elem_shape, v.shape):
         raise ShapeError(f"{op}: writing shape {sh.fmt(v.shape)} into a TensorArray of {sh.fmt(ta.elem_shape)}")
     return [_ta_spec(ta.elem_dtype, sh.merge(ta.elem_shape, v.shape))]  # type: ignore[arg-type]

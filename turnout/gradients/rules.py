@@ -605,9 +605,9 @@ def _ta_read(b, n, dys):
 
 @_grad("TensorArrayWrite")
 def _ta_write(b, n, dys):
-    if n.attrs.get("overwrite", False):
+    if n.attrs.get("overwrite", False) or n.attrs.get("ragged", False):
         raise GradientError(f"{describe_node(n)}: the gradient of a TensorArray write that may overwrite a "
-                            "slot (an imported TensorList's set) is not built")
+                            "slot or hold elements of several shapes (an imported TensorList's) is not built")
     ta, i, v = n.inputs
     dta = dys[0]
     static = None if v.shape is None else list(v.shape)  # the slot holds what was written: v's type

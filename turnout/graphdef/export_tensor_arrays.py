@@ -150,7 +150,7 @@ def _ta_accumulate(ctx: ExportContext, n: Node) -> Outs:
 
 @_rule("TensorArrayWrite")
 def _ta_write(ctx: ExportContext, n: Node) -> Outs:
-    if n.attrs.get("overwrite", False):
+    if n.attrs.get("overwrite", False) or n.attrs.get("ragged", False):
         raise UnsupportedError(f"{describe_node(n)}: a TensorArray write that overwrites (an imported "
                                "TensorList's set) has no TensorArrayWriteV3 form")
     ta, i, v = _ins(ctx, n)

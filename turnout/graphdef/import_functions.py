@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -37,12 +37,12 @@ from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
 from turnout.errors import UnsupportedError
-from turnout.graph import Node, Tensor
+from turnout.graph import Node, Tensor, TensorSpec
 from turnout.graphdef import protos
 from turnout.graphdef.import_context import Bundle, ImportContext, Rule, Value
 from turnout.graphdef.import_nodes import import_nodes, order
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
-from turnout.graphdef.import_tensor_lists import NO_VALUE
+from turnout.graphdef.import_tensor_lists import NO_VALUE, PendingList, typed_list
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -208,6 +208,7 @@ def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     is not carried, a TensorList is carried as its two parts), with ``output_shapes`` as the shape
     invariants of the plain tensors (TensorFlow's are those of its loop variables)."""
     cond_f, body_f = _func(ctx, "cond"), _func(ctx, "body")
+    ins = [_typed(ctx, body_f, k, v) if isinstance(v, PendingList) else v for k, v in enumerate(ins)]
     flat = _flat(ins, ctx.where())
     if not flat:
         raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
@@ -220,13 +221,62 @@ def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
     def body(*vs: Any) -> Any:
         outs = _after(*call(ctx, body_f, _unflat(ins, vs), "body"))
-        return [from_graph_value(t) for t in _flat(outs, ctx.where())]
+        return [from_graph_value(_as_recorded(ctx, t, s)) for t, s in zip(_flat(outs, ctx.where()), invariants,
+                                                                         strict=True)]
 
     with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context):
         res = build_while_loop(cond, body, [from_graph_value(t) for t in flat], shape_invariants=invariants,
                                parallel_iterations=int(ctx.attr("parallel_iterations", 10) or 10),
                                name=f"{ctx.prefix}{nd.name}")
     return _named(ctx, _unflat(ins, res))
+
+
+def _typed(ctx: ImportContext, body_f: str, k: int, pending: PendingList) -> Bundle:
+    """The list loop input ``k`` stands for, of the dtype the body pushes onto it: a cond's output that
+    some branch makes with ``OptionalFromValue`` (the accumulator of a v2 gradient)."""
+    fdef = ctx.library.get(body_f)
+    dtype = None if fdef is None else _pushed_dtype(ctx, fdef, fdef.signature.input_arg[k].name)
+    if dtype is None:
+        raise UnsupportedError(f"{ctx.where()}: loop input {k} is a list of variant elements whose element "
+                               "dtype the body does not show (only a cond's Optionals are supported)")
+    return typed_list(ctx, dtype, pending.length)
+
+
+def _pushed_dtype(ctx: ImportContext, fdef: Any, arg: str) -> Optional[dt.DType]:
+    """The dtype of what ``fdef`` pushes onto its list argument ``arg``: the value an
+    ``OptionalFromValue`` wraps, directly or as the output of a conditional one of whose branches
+    returns it there."""
+    by_name = {nd.name: nd for nd in fdef.node_def}
+    for nd in fdef.node_def:
+        if nd.op != "TensorListPushBack" or nd.input[0] != arg:
+            continue
+        src, _, rest = nd.input[1].partition(":")
+        node = by_name.get(src)
+        if node is None:
+            return None
+        if node.op == "OptionalFromValue":
+            return protos.tf_dtype(protos.attr(node, "Toutput_types")[0], ctx.where())
+        if node.op in ("If", "StatelessIf", "Case", "StatelessCase"):
+            j = int(rest.rpartition(":")[2] or 0)
+            branches = ([node.attr["then_branch"].func.name, node.attr["else_branch"].func.name]
+                        if "then_branch" in node.attr else [f.name for f in node.attr["branches"].list.func])
+            return _optional_types(ctx, branches).get(j)
+    return None
+
+
+def _as_recorded(ctx: ImportContext, t: Tensor, shape: Any) -> Tensor:
+    """``t`` with the static shape TensorFlow recorded for its loop variable where ``t``'s own is less
+    specific (a value popped off a list whose element shape the import could not know), as the
+    importer takes every shape TensorFlow recorded (``ImportContext._refined``)."""
+    from turnout import shapes as sh
+
+    if t.dtype.is_opaque or shape is None or not sh.compatible(t.shape, sh.as_shape(shape)):
+        return t
+    merged = sh.merge(t.shape, sh.as_shape(shape))
+    if merged == t.shape:
+        return t
+    return ctx.graph.create_node("Identity", [t], name=f"{ctx.prefix}{ctx.node.name}/recorded_shape",
+                                 specs=[TensorSpec(t.dtype, merged)]).outputs[0]
 
 
 def _invariants(ins: Sequence[Value], shapes: Sequence[Any]) -> list[Any]:

@@ -23,6 +23,7 @@ replaces with a stand-in never read (``import_functions``): the paper's dead val
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -57,10 +58,25 @@ def _element_shape(ctx: ImportContext, k: int) -> Optional[list[Optional[int]]]:
 _DT_VARIANT = 21
 
 
+@dataclass(frozen=True)
+class PendingList:
+    """An empty list of variant elements (``EmptyTensorList``): the accumulator a v2 loop's gradient
+    pushes a cond's Optionals onto. Its elements' dtype is the Optionals' values', which only the loop
+    body shows: the loop that takes it makes its TensorArray (``import_functions``)."""
+
+    length: Tensor
+
+
+def typed_list(ctx: ImportContext, dtype: dt.DType, length: Tensor) -> Bundle:
+    """An empty list of ``dtype`` elements of any shapes, made in ``ctx``'s current op: a cond's
+    Optionals, each its value where the branch that ran computed one and a stand-in where it did not,
+    whose shape only the other branch knows (so the pushes are ``ragged`` writes: the interpreters
+    keep them; the fast backend runs such a program on the interpreter)."""
+    attrs = {"dtype": dtype.name, "element_shape": None, "dynamic_size": True, "ragged_list": True}
+    return Bundle((ctx.create("TensorArrayNew", [length], attrs, suffix="array").outputs[0], length))
+
+
 def _new(ctx: ImportContext, size: Tensor, length: Tensor, shape_input: int) -> Bundle:
-    if ctx.attr("element_dtype") == _DT_VARIANT:
-        raise UnsupportedError(f"{ctx.where()}: a list of variant elements (the Optionals or lists a v2 "
-                               "loop's gradient saves for a cond or a list inside the loop) is not supported")
     attrs = {"dtype": protos.tf_dtype(ctx.attr("element_dtype"), ctx.where()).name,
              "element_shape": _element_shape(ctx, shape_input), "dynamic_size": True}
     return Bundle((ctx.create("TensorArrayNew", [size], attrs, suffix="array").outputs[0], length))
@@ -70,9 +86,24 @@ def _i32(ctx: ImportContext, v: int, anchors: list[Any]) -> Tensor:
     return ctx.const(np.int32(v), anchors, suffix=f"c{v}")
 
 
+#: the ops an array passes through unchanged but for its writes (a frame's, a branch's, a write's)
+_ARRAY_PASSES = frozenset({"Identity", "Enter", "Exit", "Merge", "Switch", "NextIteration", "TensorArrayWrite"})
+
+
+def _ragged_source(ta: Tensor) -> bool:
+    """Whether array ``ta`` is a ``typed_list``'s (through loops, branches and writes: a loop's Merge
+    by its entry), whose pushes are ragged."""
+    n = ta.node
+    while n.op in _ARRAY_PASSES and n.raw_inputs and isinstance(n.raw_inputs[0], Tensor):
+        n = n.raw_inputs[0].node  # (``raw_inputs``: a loop's Merge is read while its back edge is open)
+    return n.op == "TensorArrayNew" and bool(n.attrs.get("ragged_list"))
+
+
 @_rule("EmptyTensorList")
 def _empty(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     zero = _i32(ctx, 0, [x for x in ins if isinstance(x, Tensor)])
+    if ctx.attr("element_dtype") == _DT_VARIANT:
+        return [PendingList(zero)]
     return [_new(ctx, zero, zero, 0)]
 
 
@@ -88,7 +119,8 @@ def _reserve(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 @_rule("TensorListPushBack")
 def _push(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ta, n = _list(ctx, ins[0])
-    written = ctx.create("TensorArrayWrite", [ta, n, ins[1]], suffix="write").outputs[0]
+    ragged = {"ragged": True} if _ragged_source(ta) else {}
+    written = ctx.create("TensorArrayWrite", [ta, n, ins[1]], ragged, suffix="write").outputs[0]
     return [Bundle((written, ctx.create("Add", [n, _i32(ctx, 1, [n])], suffix="length").outputs[0]))]
 
 
@@ -193,4 +225,4 @@ def _optional_value(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ins[0]]
 
 
-__all__ = ["NO_VALUE"]
+__all__ = ["NO_VALUE", "PendingList", "typed_list"]
