@@ -28,7 +28,7 @@ from turnout.fast.plan import Plan
 from turnout.fast.regions import Key
 from turnout.fast.state_keys import var_key
 from turnout.fast.timeline import Timeline
-from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
+from turnout.fast.variable_store import Deferred, DeviceVariables, cached_copy, initial_value, peeker, start_entry
 from turnout.fast_options import FastOptions
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import MemoryPlan
@@ -48,10 +48,8 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     peek = peeker(variables)
     for name in sorted(gv):
         v = peek(name)
-        if v is None:  # as the run will set it: the initial value in the Variable's dtype (a float64
-            # initial value of a float32 Variable must not make the first run's plan another one's)
-            attrs = gv[name].attrs
-            v = np.asarray(attrs.get("initial_value"), dtype=np.dtype(attrs["dtype"]) if "dtype" in attrs else None)
+        if v is None:  # as the run will set it, in the Variable's dtype (a float64 initial value of a
+            v = initial_value(gv[name])  # float32 Variable must not make the first run's plan another one's)
         if type(v) is not Deferred:  # (a deferred value's dtype and shape are its device array's)
             v = np.asarray(v)
         out.append((name, v.dtype.str, v.shape))
@@ -138,16 +136,8 @@ class RunState:
         ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
         shape (about 35 ms each on the development machine, so a model's first run paid it once per
         Variable shape); ``device_put`` copies the host array as it is."""
-        peek = peeker(variables)
-        slot = peek(name)
-        if slot is None:
-            vn = plan.var_nodes[name]
-            variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-            slot = peek(name)
-        cached = self._dev_vars.get(name)
-        if cached is not None and cached[0] is slot:
-            return cached[1]
-        return stk.committed(jax.device_put(variables[name]))
+        dev = cached_copy(self._dev_vars, name, start_entry(variables, plan.var_nodes[name]))
+        return dev if dev is not None else stk.committed(jax.device_put(variables[name]))
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the
