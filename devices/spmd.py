@@ -321,7 +321,7 @@ class SpmdPlan:
 
         def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
             self.compile_count += 1
-            em = SpmdEmitter(self.program, self.codes, 1, bound, loc=self.loc, ndev=len(self.devices),
+            em = SpmdEmitter(self.program, self.codes, capacity, bound, loc=self.loc, ndev=len(self.devices),
                              readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
             em.static = static  # (fed values the plan is specialised on: constants of the trace)

@@ -263,6 +263,31 @@ def test_gradient_of_a_loop_spanning_devices() -> None:
     assert r.stats["stack_capacity"] >= 9
 
 
+def test_a_tensor_array_of_dynamic_size_grows_with_the_stacks() -> None:
+    """A TensorArray of dynamic size written on one device from a loop spanning two has a buffer of the
+    run's capacity, as on one device: a run that writes past it is repeated with twice the room, and
+    reads the reference backend's value (its buffer once had one entry, whatever the capacity, so every
+    retry overflowed again until the stacks' cap was reached and the run raised KernelError)."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        ta0 = tn.TensorArray(tn.float32, size=0, dynamic_size=True, element_shape=[])
+
+        def body(i: Any, y: Any, ta: Any) -> Any:
+            with tn.device(_cpu(1)):
+                y2 = y * 2.0
+            with tn.device(_cpu(0)):
+                return i + 1, y2, ta.write(i, y2)
+
+        with tn.device(_cpu(0)):
+            _, _, ta = tn.while_loop(lambda i, y, ta: i < n, body, [tn.constant(0), tn.constant(1.0), ta0])
+            out = ta.read(4)
+    plan = _plan(g, [out], [n], 2, stack_capacity=2)
+    r = plan.run({n: np.int32(6)}, {}, OPTS)
+    assert float(r.values[0]) == float(tn.Session(g).run(out, {n: 6})) == 32.0
+    assert r.stats["stack_capacity"] == 8 and r.stats["compiles"] == 3
+
+
 # ---- generated programs under random placements ---------------------------------------------------------------
 def _check_against_reference(plan: SpmdPlan, graph: tn.Graph, fetches: Any, feeds: dict[Any, Any], source: str,
                              pl: Any) -> None:
