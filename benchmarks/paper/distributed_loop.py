@@ -126,7 +126,7 @@ def turnout_runner(ndev: int, pi: int) -> tuple[Callable[[int], list[Any]], str,
     if isinstance(plan, str):
         raise SystemExit(f"the SPMD tier declined the benchmark loop: {plan}")
     opts = RunOptions()
-    return (lambda v: plan.run({n: np.int32(v)}, {}, opts).values), "spmd_plan", lambda: "spmd"
+    return (lambda v: plan.run({n: np.int32(v)}, {}, opts).values), "spmd_choice", lambda: "spmd"
 
 
 def partitioned_reference(ndev: int, pi: int, iters: int) -> dict[str, Any]:
