@@ -59,6 +59,7 @@ import numpy as np
 
 from turnout.devices.executor import PartitionInterpreter, partition_plan
 from turnout.devices.fused_group import Group, Key, compile_group
+from turnout.devices.jax_device import process_devices
 from turnout.devices.names import parse
 from turnout.devices.partition import Partition
 from turnout.devices.partition_executors import ExecutorKind
@@ -265,10 +266,7 @@ def _jax_device(device: str) -> Any:
     spec = parse(device)
     if spec.type.upper() == "CPU":
         return None
-    try:
-        have = jax.devices(spec.type.lower())
-    except RuntimeError:
-        have = []
+    have = process_devices(spec.type)
     if spec.index >= len(have):
         raise PlacementError(f"device {spec.name}: this task's process has {len(have)} JAX {spec.type} device(s)")
     return have[spec.index]

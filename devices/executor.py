@@ -18,7 +18,7 @@ import itertools
 import random
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -145,11 +145,32 @@ class PartitionInterpreter(Interpreter):
         return out
 
 
-def _check_limit(parts: Sequence[PartitionInterpreter], options: RunOptions) -> None:
-    limit = options.max_firings
-    if limit is not None and sum(p.firings for p in parts) > limit:
-        raise NonTerminationError(f"more than max_firings={limit} firings over all partitions; does a loop "
+def check_firings(fired: int, options: RunOptions, who: str = "", scope: str = " over all partitions") -> None:
+    """NonTerminationError once ``fired`` firings pass ``options.max_firings``: the firing limit of
+    partitioned runs, in process (all partitions') and per cluster task (``who``)."""
+    if options.max_firings is not None and fired > options.max_firings:
+        raise NonTerminationError(f"{who}more than max_firings={options.max_firings} firings{scope}; does a loop "
                                   "fail to terminate?")
+
+
+def stuck_report(rendezvous: list[str], parts: Sequence[Any], fetches: Iterable[tuple[str, str, Any]]
+                 ) -> tuple[list[str], Optional[str]]:
+    """The ``fetches`` (name, device, key) a partitioned run (in process or a cluster task's) never
+    produced, and what it is blocked on: messages waiting (``rendezvous``) and its ``parts``' own
+    waits; None where nothing is missing or waits."""
+    by_device = {p.device: p for p in parts}
+    missing = [name for name, d, k in fetches if k not in by_device[d].produced and k not in by_device[d].feeds]
+    if not (rendezvous or missing):
+        return missing, None
+    lines = list(rendezvous)
+    for p in parts:
+        lines += p.waiting_report()
+    return missing, limited(lines) or "  (nothing waits)"
+
+
+def limited(lines: list[str]) -> str:
+    """``lines`` as one report of at most 20 of them (every stuck-run report is cut so)."""
+    return "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
 
 
 def drive_cooperative(parts: list[PartitionInterpreter], order: str, seed: int, options: RunOptions) -> None:
@@ -171,8 +192,8 @@ def drive_cooperative(parts: list[PartitionInterpreter], order: str, seed: int, 
         p.step()
         checked += 1
         if checked % 1024 == 0:
-            _check_limit(parts, options)
-    _check_limit(parts, options)
+            check_firings(sum(p.firings for p in parts), options)
+    check_firings(sum(p.firings for p in parts), options)
 
 
 def drive_threads(parts: list[PartitionInterpreter], rv: Rendezvous, options: RunOptions) -> None:
@@ -193,7 +214,7 @@ def drive_threads(parts: list[PartitionInterpreter], rv: Rendezvous, options: Ru
                     p.step()
                     n += 1
                     if n % 1024 == 0:
-                        _check_limit(parts, options)
+                        check_firings(sum(p.firings for p in parts), options)
                     continue
                 with cond:
                     if p.mailbox:
@@ -220,7 +241,26 @@ def drive_threads(parts: list[PartitionInterpreter], rv: Rendezvous, options: Ru
         t.join()
     if state["error"] is not None:
         raise state["error"]
-    _check_limit(parts, options)
+    check_firings(sum(p.firings for p in parts), options)
+
+
+def check_feeds(graph: Graph, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> dict[tuple[int, int], Any]:
+    """``feeds`` by key, validated with the graph: a partitioned run feeds root-frame tensors only."""
+    from turnout.validate import validate
+
+    fa = validate(graph, fetches)
+    for t in feeds:
+        if fa.node_frame.get(t.node.id, ()) != ():
+            raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+    return {(t.node.id, t.index): v for t, v in feeds.items()}
+
+
+def check_fed(parted: Partitioned) -> None:
+    """FeedError for a Placeholder of the partitions that the run does not feed."""
+    for part in parted.partitions.values():
+        for n in part.graph.nodes:
+            if n.op == "Placeholder" and not n.name.startswith("_feed/"):
+                raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
 
 
 class PartitionedRun:
@@ -252,17 +292,11 @@ class PartitionedRun:
         """DeadlockError if a fetch is missing, or a Recv still waits or a Send is blocked. Nodes left
         half-fed inside a partition do not stop a run whose fetches were all produced: it ends at
         quiescence, as the unpartitioned reference run does (TensorFlow's ``testLoop_false``)."""
-        rendezvous = self.rv.report()
-        missing = [t.name for (d, t) in self.parted.fetches
-                   if (t.node.id, t.index) not in self.by_device[d].produced
-                   and (t.node.id, t.index) not in self.by_device[d].feeds]
-        if rendezvous or missing:
-            lines = list(rendezvous)
-            for p in self.parts:
-                lines += p.waiting_report()
+        missing, body = stuck_report(self.rv.report(), self.parts,
+                                     ((t.name, d, (t.node.id, t.index)) for d, t in self.parted.fetches))
+        if body is not None:
             head = f"no partition can fire, but fetches {', '.join(missing)} were never produced. " if missing else ""
-            body = "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
-            raise DeadlockError(f"{head}The partitioned run is stuck. Blocked:\n{body or '  (nothing waits)'}")
+            raise DeadlockError(f"{head}The partitioned run is stuck. Blocked:\n{body}")
 
     def values(self) -> list[Any]:
         out = []
@@ -357,18 +391,9 @@ class PartitionedBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
-        from turnout.validate import validate
-
-        fed = {(t.node.id, t.index): v for t, v in feeds.items()}
-        fa = validate(self.graph, fetches)
-        for t in feeds:
-            if fa.node_frame.get(t.node.id, ()) != ():
-                raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+        fed = check_feeds(self.graph, fetches, feeds)
         parted, plans = self.partitioned(fetches, set(fed))
-        for part in parted.partitions.values():
-            for n in part.graph.nodes:
-                if n.op == "Placeholder" and not n.name.startswith("_feed/"):
-                    raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
+        check_fed(parted)
         run = PartitionedRun(parted, fed, variables, options, plans, fetches)
         self.last_run = run
         run.run(self.order, self.seed)

@@ -24,10 +24,7 @@ def jax_device(name: str | DeviceSpec) -> Any:
         raise PlacementError(f"device {spec.name} belongs to another task; the fast partitioned executor runs the "
                              "devices of this process only (a cluster runs with cluster=...)")
     kind = spec.type.lower()
-    try:
-        have = jax.devices(kind)
-    except RuntimeError:
-        have = []
+    have = process_devices(kind)
     if spec.index >= len(have):
         hint = (" (more CPU devices: set XLA_FLAGS=--xla_force_host_platform_device_count=N before jax is "
                 "imported)" if kind == "cpu" else "")
@@ -36,4 +33,14 @@ def jax_device(name: str | DeviceSpec) -> Any:
     return have[spec.index]
 
 
-__all__ = ["jax_device"]
+def process_devices(kind: str) -> list[Any]:
+    """JAX's devices of ``kind`` (``"cpu"``, ``"gpu"``, ...) in this process; none where JAX has no such
+    platform. Every executor that places work by device name looks devices up here (``jax_device``,
+    a cluster task's compiled partitions)."""
+    try:
+        return jax.devices(kind.lower())
+    except RuntimeError:
+        return []
+
+
+__all__ = ["jax_device", "process_devices"]

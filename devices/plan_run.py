@@ -30,6 +30,7 @@ from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.step_plan import CompileCounter, StepPlan
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, wrap_static
+from turnout.fast.variable_store import start_entry
 from turnout.session import RunOptions
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class DevicePlan(StepPlan):
         # loop compiled whole on one device carries them from its first iteration (a stack made at its
         # first push inside the loop would change the loop carry's type)
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
-            f"stack:{sid}": (device_of[sid], stack_dtype(nodes[sid]), shapes)
+            stk.state_key(sid): (device_of[sid], stack_dtype(nodes[sid]), shapes)
             for sid, shapes in static_stack_shapes(list(nodes.values())).items() if sid in nodes}
         # the stacks' loops and swap_memory (``fast.device_stacks``)
         self.stack_info = stack_infos(nodes.values())
@@ -83,8 +84,7 @@ class PlanRun(StepRunner):
         jdev = backend.jax_devices
         state: dict[str, dict[str, Any]] = {d: {"err": jax.device_put(np.int32(0), jdev[d])} for d in backend.devices}
         for name, vn in plan.var_nodes.items():
-            if name not in variables:
-                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+            start_entry(variables, vn)
             d = plan.var_device[name]
             state[d][var_key(name)] = jax.device_put(variables[name], jdev[d])
         for k, (d, dtype, shapes) in plan.stack_alloc.items():

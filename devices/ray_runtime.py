@@ -38,7 +38,7 @@ import ray
 
 from turnout.devices.cluster import ClusterSpec
 from turnout.devices.cluster_trace import merge
-from turnout.devices.executor import partition_plan
+from turnout.devices.executor import check_fed, check_feeds, partition_plan
 from turnout.devices.partition import Partitioned, check_partitions, partition
 from turnout.devices.partition_executors import executor_kind
 from turnout.devices.placement import Placement, place
@@ -46,13 +46,11 @@ from turnout.devices.task_runner import TaskOutcome, TaskPlan, TaskRunner, split
 from turnout.errors import (
     DeadFetchError,
     ExecutionError,
-    FeedError,
     NotFoundError,
     TaskFailedError,
     TurnoutError,
     UnsupportedError,
     dead_fetch_message,
-    describe_node,
 )
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import device_saved_stats
@@ -254,20 +252,11 @@ class RayBackend:
 
     # ---- a run ------------------------------------------------------------------------------------
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: Any, options: RunOptions) -> RunResult:
-        from turnout.validate import validate
-
         if self.pool.closed is not None:
             raise TaskFailedError(self.pool.closed)
-        fed = {(t.node.id, t.index): v for t, v in feeds.items()}
-        fa = validate(self.graph, fetches)
-        for t in feeds:
-            if fa.node_frame.get(t.node.id, ()) != ():
-                raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
+        fed = check_feeds(self.graph, fetches, feeds)
         parted, plans, pid = self._plan(fetches, set(fed))
-        for part in parted.partitions.values():
-            for n in part.graph.nodes:
-                if n.op == "Placeholder" and not n.name.startswith("_feed/"):
-                    raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
+        check_fed(parted)
         shipping = [self.actors[t].prepare.remote(pid, plan, self.partition_executor) for t, plan in plans.items()
                     if (t, pid) not in self._shipped]
         if shipping:

@@ -35,7 +35,7 @@ be copied at every push); only the owner's copy holds real values, only its chec
 it is read. A loop that asks for ``swap_memory=True`` keeps its stacks' value buffers in each
 device's host memory inside the program (``StackValue.host``), as the one-device fused call does.
 
-What is not eligible (``spmd_reason`` says why; the caller runs another tier instead): a stack whose
+What is not eligible (``spmd_choice`` says why; the caller runs another tier instead): a stack whose
 pushes have run-time shapes, ops without a JAX lowering, devices not of this process or of mixed
 kinds, programs the fast backend cannot raise to regions, and (by default) programs in which no loop
 spans two devices — those run as well or better as per-device compiled segments.
@@ -44,6 +44,7 @@ spans two devices — those run as well or better as per-device compiled segment
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -66,6 +67,7 @@ from turnout.errors import (
     describe_node,
 )
 from turnout.fast.call_spec import CallArgs, CallSpec, Traced, flat_call
+from turnout.fast.chunk_store import memory_row
 from turnout.fast.emit import stack_source
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
@@ -73,15 +75,15 @@ from turnout.fast.host_env import fetched
 from turnout.fast.lane import write_variables
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import MAX_CAPACITY, Discard, ErrorCodes, Retry, decode, enforce, first
-from turnout.fast.plan import stack_source_var
-from turnout.fast.regions import CondRegion, Key, WhileRegion, key, program_nodes, walk
+from turnout.fast.regions import Key, WhileRegion, key, program_nodes, walk
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
-from turnout.fast.stack_sizes import stack_bytes, stack_infos
+from turnout.fast.stack_sizes import stack_bytes, stack_infos, static_push_shapes, variables_of
 from turnout.fast.stacks import StackValue, state_key
+from turnout.fast.state_keys import var_key
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, is_static
-from turnout.fast.variable_store import peeker
+from turnout.fast.variable_store import cached_copy, start_entry
 from turnout.graph import Graph, Node, Tensor
 from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions, RunResult
@@ -107,11 +109,10 @@ def _stack_layouts(nodes: list[Node]) -> dict[int, tuple[Any, tuple[int, ...], t
     for n in nodes:
         if n.op != "StackPush":
             continue
-        src = stack_source(n.inputs[0])
-        v, i = n.inputs[2].shape, n.inputs[1].shape
-        if src is None or v is None or i is None or not all(isinstance(d, int) for d in (*v, *i)):
+        src, shapes = stack_source(n.inputs[0]), static_push_shapes(n)
+        if src is None or shapes is None:
             return f"{describe_node(n)} pushes a value of run-time shape; stacks need static shapes in the SPMD tier"
-        got = (n.inputs[2].dtype.numpy, tuple(v), tuple(i))
+        got = (n.inputs[2].dtype.numpy, *shapes)
         if out.setdefault(src.id, got) != got:
             return f"{describe_node(src)} receives pushes of different shapes"
     for n in nodes:
@@ -132,16 +133,9 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
         program = functionalize(graph, list(fetches), list(fed))
     except TurnoutError as e:
         return f"no structured form: {e}"
-    nodes: dict[int, Node] = {}
-    spanning = False
-    for it in walk(program.items):
-        ns = [it] if isinstance(it, Node) else it.nodes
-        for n in ns:
-            nodes[n.id] = n
-        if isinstance(it, WhileRegion):
-            spanning |= len({placement.device_of.get(n.id) for n in it.nodes}) > 1
-        elif isinstance(it, CondRegion):
-            pass
+    nodes = {n.id: n for n in program_nodes(program)}
+    spanning = any(len({placement.device_of.get(n.id) for n in it.nodes}) > 1
+                   for it in walk(program.items) if isinstance(it, WhileRegion))
     for n in nodes.values():
         if n.op in ("Send", "Recv"):
             return f"{describe_node(n)}: the graph is already partitioned; give the SPMD tier the placed graph"
@@ -171,44 +165,24 @@ def _analyse(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Ite
     return _Analysis(program, list(nodes.values()), names, loc, stacks)
 
 
-def spmd_reason(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-                only_spanning: bool = True) -> Optional[str]:
-    """Why ``spmd_plan`` would decline this program (``None``: it accepts it)."""
-    got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
-    return got if isinstance(got, str) else None
-
-
 def spmd_choice(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
                 stack_capacity: int = 64, device_memory_limit: Optional[int] = None,
                 only_spanning: bool = True) -> Union[SpmdPlan, str]:
-    """The SPMD tier's plan, or the reason it declines the program: one analysis gives either, so the
-    partitioned backend can say in a run's statistics why the tier it was asked for did not run.
-    ``device_memory_limit``: the stack bytes each device may hold (``SpmdPlan.room``); a limit that
-    holds no entry of the stacks declines the program. ``only_spanning``: as ``spmd_plan`` takes it."""
+    """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed, or
+    the reason it declines the program: one analysis gives either, so the partitioned backend can say
+    in a run's statistics why the tier it was asked for did not run. ``device_memory_limit``: the
+    stack bytes each device may hold (``SpmdPlan.room``); a limit that holds no entry of the stacks
+    declines the program. ``only_spanning=False`` also accepts programs in which no loop spans two
+    devices (benchmarks run one program on one device so). A program that turns out not to lower
+    raises ``UnsupportedError`` at its first ``SpmdPlan.run``."""
     got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     if isinstance(got, str):
         return got
-    plan = SpmdPlan(graph, placement, list(fetches), list(fed), got, stack_capacity, device_memory_limit)
+    plan = SpmdPlan(graph, list(fetches), got, stack_capacity, device_memory_limit)
     if plan.room < 1:
         return (f"device_memory_limit={device_memory_limit} bytes holds no entry of the stacks on one device "
                 f"({plan.entry_bytes} bytes an entry); the per-device tiers move stack chunks instead")
     return plan
-
-
-def spmd_plan(graph: Graph, placement: Placement, fetches: list[Tensor], fed: Iterable[Tensor] = (),
-              only_spanning: bool = True, stack_capacity: int = 64, device_memory_limit: Optional[int] = None
-              ) -> Optional[SpmdPlan]:
-    """The SPMD tier's plan for running ``fetches`` of the placed ``graph`` with ``fed`` tensors fed,
-    or ``None`` when the program is not eligible (``spmd_choice`` says why).
-
-    ``only_spanning=False`` also accepts programs in which no loop spans two devices (benchmarks use it
-    to run the same program on one device). ``device_memory_limit``: the stack bytes each device may
-    hold (``SpmdPlan.room``; ``None`` where it holds no entry). Tracing happens at the first
-    ``SpmdPlan.run`` per feed signature; a program that turns out not to lower then raises
-    ``UnsupportedError`` there.
-    """
-    got = spmd_choice(graph, placement, fetches, fed, stack_capacity, device_memory_limit, only_spanning)
-    return None if isinstance(got, str) else got
 
 
 def wants_whole_program(mode: str, graph: Graph, placement: Placement) -> bool:
@@ -291,36 +265,28 @@ class SpmdPlan:
     iteration bound; the results, laid out by ``call_spec.lay_out``, have the devices on their leading
     axis, and the run reads an output and its live flag from its owner device's copy.
 
-    Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with), allocated on
-    every device at the start of a run (only the owner's copy is written). A run that pushes more is
-    repeated with twice the capacity (a new compilation; ``stats["stack_capacity"]`` says where it
-    ended, and later runs keep it), up to ``outcome.MAX_CAPACITY``, or up to ``room``, the entries
-    that ``device_memory_limit`` lets every stack hold on one device, and, for a run under memory
-    budgets, up to the entries they hold (``budget_room``). A run that outgrows either returns
-    ``Discard``: nothing of it is kept, and the caller runs the per-device tiers, which move
-    stack chunks between calls (or say which loop crossed the limit), as a fused attempt that
-    outgrows its rung leaves the run to the staged path. Why small to start: every run
-    allocates and zeroes every stack on every device, so room that is never used costs time. A loop
-    that asks for ``swap_memory=True`` keeps its stacks' value buffers in each device's host memory
-    inside the program (``StackValue.host``: each push moves its value there, each pop brings it
-    back), as the one-device fast backend's fused call does; ``stats["stacks_in_host_memory"]`` names
-    those loops. The other stacks' whole history stays on their device.
+    Gradient stacks are device buffers of ``stack_capacity`` entries (64 to start with: every run
+    allocates and zeroes every stack on every device, so room never used costs time). A run that
+    pushes more is repeated with twice the capacity (a new compilation; later runs keep it,
+    ``stats["stack_capacity"]``), up to ``outcome.MAX_CAPACITY``, ``room`` (the entries
+    ``device_memory_limit`` lets every stack hold on one device) and, under memory budgets, the
+    entries they hold (``budget_room``). A run that outgrows them returns ``Discard``: nothing of it
+    is kept, and the caller runs the per-device tiers, which move stack chunks between calls, as a
+    fused attempt that outgrows its rung leaves the run to the staged path. The loops that keep their
+    stacks in host memory (the module docstring) are ``stats["stacks_in_host_memory"]``.
     """
 
-    def __init__(self, graph: Graph, placement: Placement, fetches: list[Tensor], fed: list[Tensor],
-                 analysis: _Analysis, stack_capacity: int = 64, device_memory_limit: Optional[int] = None) -> None:
+    def __init__(self, graph: Graph, fetches: list[Tensor], analysis: _Analysis, stack_capacity: int = 64,
+                 device_memory_limit: Optional[int] = None) -> None:
         self.graph = graph
-        self.placement = placement
         self.fetches = fetches
-        self.fed = fed
         self.program = analysis.program
         self.devices = analysis.mesh_names
         self.loc = analysis.loc
         self.jax_devices = [jax_device(d) for d in self.devices]
         self.mesh = Mesh(np.array(self.jax_devices, dtype=object), (AXIS,))
         self.codes = ErrorCodes()
-        self.var_nodes = {n.attrs["var_name"]: n for n in analysis.nodes if n.op == "VarHandle"}
-        self.written = {stack_source_var(n) for n in analysis.nodes if n.op.startswith("Assign")} - {None}
+        self.var_nodes, self.written = variables_of(analysis.nodes)
         self.readers: dict[Any, set[int]] = {}
         for n in analysis.nodes:
             for t in n.inputs:
@@ -343,21 +309,19 @@ class SpmdPlan:
 
     def describe(self) -> str:
         """The mesh, in order, with the number of graph nodes each device owns."""
-        counts = [0] * len(self.devices)
-        for d in self.loc.values():
-            counts[d] += 1
-        return ", ".join(f"{parse(n).short}: {c} nodes" for n, c in zip(self.devices, counts, strict=True))
+        counts = Counter(self.loc.values())
+        return ", ".join(f"{parse(n).short}: {counts[d]} nodes" for d, n in enumerate(self.devices))
 
     def _build(self, feed_keys: tuple[Any, ...], var_names: tuple[str, ...], capacity: int,
                static: dict[Any, np.ndarray], slots: SlotPlan) -> _Compiled:
         """The program for these feeds, Variables, stack capacity and specialisation, in the calling
         convention of ``fast.call_spec`` (built by its one builder, ``flat_call``)."""
-        comp = _Compiled(CallArgs(feed_keys, ("err", *(f"var:{n}" for n in var_names))))
+        comp = _Compiled(CallArgs(feed_keys, ("err", *(var_key(n) for n in var_names))))
         fetch_keys = [key(t) for t in self.fetches]
 
         def body(feeds: dict[Any, Any], state: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
             self.compile_count += 1
-            em = SpmdEmitter(self.program, self.codes, 1, bound, loc=self.loc, ndev=len(self.devices),
+            em = SpmdEmitter(self.program, self.codes, capacity, bound, loc=self.loc, ndev=len(self.devices),
                              readers=self.readers)
             em.fed = {k[0] for k in feed_keys}
             em.static = static  # (fed values the plan is specialised on: constants of the trace)
@@ -373,7 +337,7 @@ class SpmdPlan:
                 if not (env[k] is DEAD or is_static(env[k]) or isinstance(env[k], jax.Array)):
                     raise UnsupportedError(f"SPMD tier: fetch {k} is not an array ({type(env[k]).__name__})")
             comp.meta = {"moves": em.moves, "broadcasts": em.broadcasts, "batches": em.batches}
-            written = {f"var:{n}": em.state[f"var:{n}"] for n in var_names if n in self.written}
+            written = {var_key(n): em.state[var_key(n)] for n in var_names if n in self.written}
             return Traced({k: env[k] for k in fetch_keys}, 0, {k: em.lives.get(k, True) for k in fetch_keys},
                           {"err": em.state["err"], **written})
 
@@ -411,19 +375,33 @@ class SpmdPlan:
         refuse_firing_budget("SPMD tier", options)
         tl = Timeline() if options.trace else None
         t0 = time.perf_counter()
+        names = tuple(sorted(self.var_nodes))
+        copies = {n: self._copies(n, variables) for n in names}
+        before = self.compile_count
+        got = self._call(feeds, copies, options, static, slots, room, tl)
+        if isinstance(got, Discard):
+            return got
+        comp, out, flags, state = got
+        values = fetched(self.fetches, *self._owners_view(comp.spec, out, flags))
+        write_variables(tuple((n, var_key(n) in state, None) for n in names),
+                        [self._mesh_copies(n, state[var_key(n)]) if var_key(n) in state else copies[n] for n in names],
+                        values, variables, self._dev_vars)
+        if tl is not None:
+            tl.finished(self.compile_count - before)
+        return RunResult(values=values, trace=tl, stats=self._stats(comp, before, slots, t0))
+
+    def _call(self, feeds: dict[Tensor, Any], copies: dict[str, MeshCopies], options: RunOptions,
+              static: dict[Any, np.ndarray], slots: SlotPlan, room: Optional[int], tl: Optional[Timeline]
+              ) -> Union[tuple[_Compiled, dict[Any, Any], Any, dict[str, Any]], Discard]:
+        """The program called on the fed values and the Variables' ``copies``, from ``stack_capacity``
+        up to the capacity that holds the run (each a trace of its own, ``_build``): its trace, its
+        outputs, live flags and changed state; or ``Discard`` where the stacks outgrow ``room`` or the
+        plan's (the class docstring). Its error words are acted on (``outcome.enforce``)."""
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
         feed_keys = tuple(sorted(by_key))
-        var_names = tuple(sorted(self.var_nodes))
-        peek = peeker(variables)
-        for name in var_names:
-            if peek(name) is None:
-                vn = self.var_nodes[name]
-                variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-        entries = {n: peek(n) for n in var_names}
-        var_dev = {f"var:{n}": self._device_var(n, e, variables) for n, e in entries.items()}
+        var_dev = {var_key(n): c.stacked for n, c in copies.items()}
         var_sig = tuple((np.dtype(c.dtype).str, tuple(c.shape)) for c in var_dev.values())
         mi = iteration_bound(options)
-        before = self.compile_count
         most = self.room if room is None else min(self.room, room)
         capacity = min(self.stack_capacity, most)
         while True:
@@ -432,7 +410,7 @@ class SpmdPlan:
             comp = self._compiled.get(sig)
             if comp is None:
                 validate(self.graph, self.fetches, list(feeds))
-                comp = self._compiled[sig] = self._build(feed_keys, var_names, capacity, static, slots)
+                comp = self._compiled[sig] = self._build(feed_keys, tuple(copies), capacity, static, slots)
             called, compiles = tl.now() if tl is not None else 0.0, self.compile_count
             with jax.enable_x64(True):
                 res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
@@ -453,13 +431,7 @@ class SpmdPlan:
             self.stack_capacity = max(self.stack_capacity, capacity)  # (later runs start there)
         self.last_capacity = capacity
         enforce(outcome)
-        values = fetched(self.fetches, *self._owners_view(comp.spec, out, flags))
-        write_variables(tuple((n, f"var:{n}" in state, None) for n in var_names),
-                        [self._mesh_copies(n, state.get(f"var:{n}", var_dev[f"var:{n}"])) for n in var_names],
-                        values, variables, self._dev_vars)
-        if tl is not None:
-            tl.finished(self.compile_count - before)
-        return RunResult(values=values, trace=tl, stats=self._stats(comp, before, slots, t0))
+        return comp, out, flags, state
 
     def budget_room(self, plan: MemoryPlan, slot_bytes: Mapping[str, int]) -> int:
         """The most entries every stack may hold on each device under ``plan``'s budgets, the
@@ -511,15 +483,11 @@ class SpmdPlan:
             info = self.stack_info[state_key(sid)]
             on_device, on_host = self._stack_bytes(sid, self.last_capacity)
             for d in self.devices:
-                r = rows.setdefault((info.loop, d), {
-                    "loop": info.loop, "device": parse(d).short, "swap_memory": info.swap, "stacks": 0,
-                    "device_bytes": 0, "host_bytes": 0, "chunks_to_host": 0, "chunks_from_host": 0,
-                    "chunks_kept_on_device": 0})
+                r = rows.setdefault((info.loop, d), memory_row(info.loop, parse(d).short, info.swap))
                 r["stacks"] += 1
                 r["device_bytes"] += on_device
+                r["peak_device_bytes"] += on_device
                 r["host_bytes"] += on_host
-        for r in rows.values():
-            r["peak_device_bytes"] = r["device_bytes"]
         kept = self._memory_rows[self.last_capacity] = list(rows.values())
         return kept
 
@@ -553,31 +521,27 @@ class SpmdPlan:
             if k in spec.static:
                 vals[k] = DEAD if spec.static[k] is DEAD else np.array(spec.static[k])
                 continue
-            vals[k] = self._from_owner(out[k], owner)
+            vals[k] = np.asarray(MeshCopies(out[k], self.jax_devices[owner]))  # (only that shard is copied)
             if flags is not None and k in spec.live:
                 lives[k] = np.asarray(flags)[owner, 1 + spec.live.index(k)]
         return vals, lives
 
-    def _device_var(self, name: str, entry: Any, variables: dict[str, np.ndarray]) -> Any:
-        """A Variable's per-device copies (one per mesh device, stacked on a leading axis): the arrays
-        of the last run while the session still holds the entry that run left (``entry``, as the
-        store holds it: ``fast.variable_store``), so that steady-state runs copy no weights from the
-        host and read none back; otherwise the host value, copied to every device."""
-        cached = self._dev_vars.get(name)
-        if cached is not None and cached[0] is entry:
-            return cached[1].stacked
+    def _copies(self, name: str, variables: dict[str, np.ndarray]) -> MeshCopies:
+        """Variable ``name``'s per-device copies a run starts from (one per mesh device, stacked on a
+        leading axis; set to its initial value the first time): the last run's while the session still
+        holds the entry that run left (``variable_store.cached_copy``), so that steady-state runs copy
+        no weights from the host and read none back; otherwise the host value, copied to every device."""
+        cached: Optional[MeshCopies] = cached_copy(self._dev_vars, name, start_entry(variables, self.var_nodes[name]))
+        if cached is not None:
+            return cached
         arr = np.asarray(variables[name])
         stacked = np.ascontiguousarray(np.broadcast_to(arr[None], (len(self.devices), *arr.shape)))
         with jax.enable_x64(True):  # as the program runs: a float64 Variable stays float64 on the devices
-            return jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS)))
+            return self._mesh_copies(name, jax.device_put(stacked, NamedSharding(self.mesh, P(AXIS))))
 
     def _mesh_copies(self, name: str, stacked: Any) -> MeshCopies:
         """Variable ``name``'s copies after a run, standing for its owner device's copy."""
         return MeshCopies(stacked, self.jax_devices[self.loc.get(self.var_nodes[name].id, 0)])
 
-    def _from_owner(self, arr: Any, owner: int) -> np.ndarray:
-        """The owner device's copy of a per-device output (only that shard is copied to the host)."""
-        return np.asarray(MeshCopies(arr, self.jax_devices[owner]))
 
-
-__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_choice", "spmd_plan", "spmd_reason", "wants_whole_program"]
+__all__ = ["AXIS", "MeshCopies", "SpmdPlan", "spmd_choice", "wants_whole_program"]

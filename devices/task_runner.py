@@ -38,10 +38,11 @@ from typing import Any, Optional, cast
 import numpy as np
 
 from turnout.devices.cluster_trace import WallClock
+from turnout.devices.executor import check_firings, limited, stuck_report
 from turnout.devices.partition import Partition, Partitioned
 from turnout.devices.partition_executors import ExecutorKind, PartitionExecutor, executor_kind
 from turnout.devices.rendezvous import Key, Rendezvous, fmt_key, key_of
-from turnout.errors import DeadlockError, ExecutionError, NonTerminationError, RecvTimeoutError, TaskFailedError
+from turnout.errors import DeadlockError, ExecutionError, RecvTimeoutError, TaskFailedError
 from turnout.graph import Node
 from turnout.memory_plan import SavedBytes
 from turnout.reference.rules import Tag, Token
@@ -396,7 +397,6 @@ class TaskRunner:
         message. Ends when nothing waits on another task (see the module docstring). Returns the
         seconds spent busy and waiting, and the number of waits (the benchmark's diagnosis: a task
         that waits often is starved by its peers, one that never waits is the bottleneck)."""
-        limit = options.max_firings
         fired = 0
         busy = wait = 0.0
         waits = 0
@@ -416,9 +416,7 @@ class TaskRunner:
             rv.flush(force=not progressed)
             if rv.aborted is not None:
                 raise rv.aborted
-            if limit is not None and fired > limit:
-                raise NonTerminationError(f"task {self.task}: more than max_firings={limit} firings; does a loop "
-                                          "fail to terminate?")
+            check_firings(fired, options, f"task {self.task}: ", "")
             if progressed:
                 continue
             with rv.cond:
@@ -455,7 +453,7 @@ class TaskRunner:
                 dst = rv.plan.remote_out.get(edge, self.task)
                 lines.append(f"  Send {node.name!r} on {it.device} waits for a credit of {fmt_key((edge, tag))} "
                              f"from task {dst}")
-        body = "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
+        body = limited(lines)
         return (f"task {self.task}: no message for {timeout:g} s (recv_timeout); is a sending task dead, stopped "
                 f"or stuck?\n{body}")
 
@@ -464,18 +462,10 @@ class TaskRunner:
         Nodes left half-fed inside a partition do not stop a run whose fetches were all produced: it
         ends at quiescence, as the unpartitioned and the in-process partitioned runs do (TensorFlow's
         ``testLoop_false``), so a dead fetch is a DeadFetchError on the driver, as there."""
-        rendezvous = rv.report()
-        by_device = {p.device: p for p in parts}
-        missing = [f"#{i}" for i, d, key in plan.fetches
-                   if key not in by_device[d].produced and key not in by_device[d].feeds]
-        if rendezvous or missing:
-            lines = list(rendezvous)
-            for p in parts:
-                lines += p.waiting_report()
+        missing, body = stuck_report(rv.report(), parts, ((f"#{i}", d, key) for i, d, key in plan.fetches))
+        if body is not None:
             head = f"fetches {', '.join(missing)} were never produced. " if missing else ""
-            body = "\n".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
-            raise DeadlockError(f"task {self.task}: {head}no partition can fire. Blocked:\n"
-                                f"{body or '  (nothing waits)'}")
+            raise DeadlockError(f"task {self.task}: {head}no partition can fire. Blocked:\n{body}")
 
     # ---- Variables ------------------------------------------------------------------------------------
     def get_variables(self, names: list[str], store: Any = None) -> dict[str, np.ndarray]:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from turnout.arguments import checked
 from turnout.errors import ArgumentError, DeadFetchError
@@ -27,6 +26,7 @@ from turnout.fast.outcome import ErrorCodes
 from turnout.fast.plan import stack_dtype
 from turnout.fast.regions import key
 from turnout.fast.values import DEAD, TA, Handle
+from turnout.fast.variable_store import initial_value
 from turnout.graph import Graph, Tensor
 
 
@@ -51,8 +51,7 @@ def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capaci
         em.fed = {t.node.id for t in ins}
         em.state = {"err": jnp.int32(0)}
         for vn in var_nodes:
-            em.state[var_key(vn.attrs["var_name"])] = jnp.asarray(
-                np.asarray(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"])))
+            em.state[var_key(vn.attrs["var_name"])] = jnp.asarray(initial_value(vn))
         for sn in stack_nodes:
             em.state[stack_key(Handle("stack", sn.id))] = stk.StackValue(stack_capacity, stack_dtype(sn))
         env = {key(t): jnp.asarray(a, t.dtype.numpy) for t, a in zip(ins, args, strict=True)}

@@ -145,6 +145,13 @@ def _memory(arr: Any, kind: str) -> Optional[Any]:
         return None
 
 
+def memory_row(loop: str, device: str, swap: bool) -> dict[str, Any]:
+    """An empty row of ``memory_records`` for ``loop``'s stacks on ``device``: the terms every executor
+    reports a run's stack memory in (``ChunkStore.records``, the SPMD tier's)."""
+    return {"loop": loop, "device": device, "swap_memory": swap, "stacks": 0, "device_bytes": 0, "host_bytes": 0,
+            "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0, "peak_device_bytes": 0}
+
+
 class ChunkStore:
     """The full chunks of one run's gradient stacks, and their memory accounting.
 
@@ -290,10 +297,7 @@ class ChunkStore:
         rows: dict[tuple[str, str], dict[str, Any]] = {}
         for k, lg in self.ledgers.items():
             info = self.info.get(k, StackInfo("?", "?", False))
-            r = rows.setdefault((info.loop, lg.device), {
-                "loop": info.loop, "device": lg.device, "swap_memory": self.swaps(k), "stacks": 0, "device_bytes": 0,
-                "host_bytes": 0, "chunks_to_host": 0, "chunks_from_host": 0, "chunks_kept_on_device": 0,
-                "peak_device_bytes": 0})
+            r = rows.setdefault((info.loop, lg.device), memory_row(info.loop, lg.device, self.swaps(k)))
             r["stacks"] += 1
             r["device_bytes"] += max(lg.saved_device, lg.active)
             r["host_bytes"] += lg.saved_host

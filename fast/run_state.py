@@ -28,7 +28,7 @@ from turnout.fast.regions import Key
 from turnout.fast.shell import BackendShell
 from turnout.fast.state_keys import var_key
 from turnout.fast.timeline import Timeline
-from turnout.fast.variable_store import DeviceVariables, peeker
+from turnout.fast.variable_store import DeviceVariables, cached_copy, start_entry
 from turnout.graph import Tensor
 
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
@@ -95,16 +95,8 @@ class RunState(BackendShell):
         ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
         shape (about 35 ms each on the development machine, so a model's first run paid it once per
         Variable shape); ``device_put`` copies the host array as it is."""
-        peek = peeker(variables)
-        slot = peek(name)
-        if slot is None:
-            vn = plan.var_nodes[name]
-            variables[name] = np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
-            slot = peek(name)
-        cached = self._dev_vars.get(name)
-        if cached is not None and cached[0] is slot:
-            return cached[1]
-        return stk.committed(jax.device_put(variables[name]))
+        dev = cached_copy(self._dev_vars, name, start_entry(variables, plan.var_nodes[name]))
+        return dev if dev is not None else stk.committed(jax.device_put(variables[name]))
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the

@@ -28,7 +28,7 @@ from turnout.fast.outcome import Retry
 from turnout.fast.regions import Key, key
 from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.fast.step_plan import StepPlan
-from turnout.fast.variable_store import Deferred, peeker
+from turnout.fast.variable_store import Deferred, initial_value, peeker
 from turnout.fast_options import FastOptions
 from turnout.frames import FrameAnalysis
 from turnout.graph import Graph, Tensor
@@ -49,10 +49,8 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     peek = peeker(variables)
     for name in sorted(gv):
         v = peek(name)
-        if v is None:  # as the run will set it: the initial value in the Variable's dtype (a float64
-            # initial value of a float32 Variable must not make the first run's plan another one's)
-            attrs = gv[name].attrs
-            v = np.asarray(attrs.get("initial_value"), dtype=np.dtype(attrs["dtype"]) if "dtype" in attrs else None)
+        if v is None:  # as the run will set it, in the Variable's dtype (a float64 initial value of a
+            v = initial_value(gv[name])  # float32 Variable must not make the first run's plan another one's)
         if type(v) is not Deferred:  # (a deferred value's dtype and shape are its device array's)
             v = np.asarray(v)
         out.append((name, v.dtype.str, v.shape))

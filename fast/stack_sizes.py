@@ -24,21 +24,24 @@ from turnout.fast_options import STACK_FIRST_RUNG, STACK_RUNG_RATIO
 from turnout.graph import Node
 
 
+def static_push_shapes(n: Node) -> Optional[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """StackPush ``n``'s (element shape, index shape), where both are static; else None. Every plan
+    that allocates stacks before it runs reads pushes so (``static_stack_shapes``, the SPMD tier)."""
+    v, i = n.inputs[2].shape, n.inputs[1].shape
+    ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
+    return (tuple(v), tuple(i)) if ok else None  # type: ignore[arg-type]
+
+
 def static_stack_shapes(nodes: list[Node]) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
     """StackNew id -> (element shape, index shape), for stacks whose every push has fully static
     shapes. Those stacks are allocated before the first stage (and their buffers reused by the next
     run), instead of materialized at their first push while tracing."""
     shapes: dict[int, Any] = {}
     for n in nodes:
-        if n.op != "StackPush":
-            continue
-        src = stack_source(n.inputs[0])
-        if src is None:
-            continue
-        v, i = n.inputs[2].shape, n.inputs[1].shape
-        ok = v is not None and i is not None and all(isinstance(d, int) for d in (*v, *i))
-        got = (tuple(v), tuple(i)) if ok and v is not None and i is not None else None
-        shapes[src.id] = got if shapes.get(src.id, got) == got else None
+        src = stack_source(n.inputs[0]) if n.op == "StackPush" else None
+        if src is not None:
+            got = static_push_shapes(n)
+            shapes[src.id] = got if shapes.get(src.id, got) == got else None
     return {k: v for k, v in shapes.items() if v is not None}
 
 
@@ -175,6 +178,13 @@ def stack_source_var(n: Node) -> Optional[str]:
     while src.op in ("Enter", "Switch", "Identity", "Merge") and src.raw_inputs:
         src = src.inputs[0].node
     return src.attrs.get("var_name") if src.op == "VarHandle" else None
+
+
+def variables_of(nodes: Iterable[Node]) -> tuple[dict[str, Node], set[Optional[str]]]:
+    """The Variables ``nodes`` use (name -> VarHandle) and those they assign, as every plan reads them."""
+    nodes = list(nodes)
+    return ({n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"},
+            {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None})
 
 
 def stack_dtype(sn: Node) -> Any:

@@ -29,7 +29,7 @@ from turnout.fast.outcome import ErrorCodes, Outcome, decode
 from turnout.fast.regions import Key, Program, program_nodes
 from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
-from turnout.fast.stack_sizes import stack_source_var
+from turnout.fast.stack_sizes import variables_of
 from turnout.fast_options import FastOptions
 from turnout.graph import Graph, Node
 from turnout.memory_plan import MemoryPlan
@@ -65,9 +65,7 @@ class StepPlan:
         #: (``Emitter.note_push``): a step traced later (a gradient's, perhaps on another device) pops
         #: them as constants
         self.pushed: dict[Any, Any] = {}
-        nodes = program_nodes(program)
-        self.var_nodes = {n.attrs["var_name"]: n for n in nodes if n.op == "VarHandle"}
-        self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
+        self.var_nodes, self.written_vars = variables_of(program_nodes(program))
         #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``)
         self.slots = slots
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}  # run budget -> its memory plan

@@ -13,8 +13,8 @@ wrote, read back once, on first access, and then cached.
 
 What stays as it was: the store is a mapping from name to numpy array for everyone who reads it
 (``sess.variables["w"]``, ``tn.checkpoint.save``, the reference interpreter); a value set from outside
-replaces the entry, and the next run copies it to the device (``FastBackend._device_var`` compares
-the entry with the one its device copy stands for). A run given any other mapping (the partitioned
+replaces the entry, and the next run copies it to the device (``cached_copy`` compares the entry
+with the one its device copy stands for). A run given any other mapping (the partitioned
 executors pass plain dicts) reads its written Variables back at once, as before (``keep``).
 """
 
@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from turnout.graph import Node
 from turnout.store import VariableStore
 
 
@@ -89,6 +90,27 @@ def peeker(variables: MutableMapping[str, Any]) -> Callable[[str], Any]:
     """How a run looks at an entry of ``variables`` without reading a deferred value back:
     ``DeviceVariables.peek``, or ``get`` of any other mapping."""
     return variables.peek if type(variables) is DeviceVariables else variables.get
+
+
+def initial_value(vn: Node) -> np.ndarray:
+    """VarHandle ``vn``'s initial value in the Variable's dtype: what every executor starts it from."""
+    return np.array(vn.attrs["initial_value"], dtype=np.dtype(vn.attrs["dtype"]))
+
+
+def start_entry(variables: MutableMapping[str, Any], vn: Node) -> Any:
+    """The session's entry for ``vn``'s Variable as a run of any executor starts (``peeker``), set to
+    its ``initial_value`` the first time."""
+    name = vn.attrs["var_name"]
+    if peeker(variables)(name) is None:
+        variables[name] = initial_value(vn)
+    return peeker(variables)(name)
+
+
+def cached_copy(dev_vars: dict[str, tuple[Any, Any]], name: str, entry: Any) -> Any:
+    """The device copy of Variable ``name`` the last run left (``lane.write_variables``) while the
+    session's entry is still ``entry``, the one it stands for; else None (put the host value)."""
+    cached = dev_vars.get(name)
+    return cached[1] if cached is not None and cached[0] is entry else None
 
 
 def put_fetched(variables: MutableMapping[str, Any], name: str, host: np.ndarray) -> None:

@@ -4,7 +4,7 @@
 Closed-form cases first (a loop spanning 2 and 4 devices, a cond inside a loop with its branches on
 another device, Variables assigned on one device, the reference backend's error types), then a
 property test: generated programs under random placements, whose results must equal the reference
-backend's whenever ``spmd_plan`` accepts them, with a floor on the share it accepts.
+backend's whenever ``spmd_choice`` accepts them, with a floor on the share it accepts.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from strategies import gradient_cases, placements, programs_with_inputs
 
 import turnout as tn
 from turnout.devices import place
-from turnout.devices.spmd import SpmdPlan, spmd_plan, spmd_reason
+from turnout.devices.spmd import SpmdPlan, spmd_choice
 from turnout.session import RunOptions
 
 OPTS = RunOptions()
@@ -31,8 +31,8 @@ def _cpu(i: int) -> str:
 
 
 def _plan(g: tn.Graph, fetches: list[tn.Tensor], fed: list[tn.Tensor], ndev: int, **kw: Any) -> SpmdPlan:
-    plan = spmd_plan(g, place(g, [_cpu(i) for i in range(ndev)]), fetches, fed, **kw)
-    assert plan is not None, spmd_reason(g, place(g, [_cpu(i) for i in range(ndev)]), fetches, fed, **kw)
+    plan = spmd_choice(g, place(g, [_cpu(i) for i in range(ndev)]), fetches, fed, **kw)
+    assert not isinstance(plan, str), plan
     return plan
 
 
@@ -202,8 +202,8 @@ def test_dead_fetch_is_an_error() -> None:
             # a loop spanning both devices, so that the SPMD tier takes the program
             _, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), tn.constant(0)])
     pl = place(g, [_cpu(0), _cpu(1)])
-    plan = spmd_plan(g, pl, [t, y], [n])
-    assert plan is not None, spmd_reason(g, pl, [t, y], [n])
+    plan = spmd_choice(g, pl, [t, y], [n])
+    assert not isinstance(plan, str), plan
     assert [int(v) for v in plan.run({n: np.int32(4)}, {}, OPTS).values] == [40, 16]
     with pytest.raises(tn.DeadFetchError):
         plan.run({n: np.int32(1)}, {}, OPTS)
@@ -220,17 +220,18 @@ def test_ineligible_programs_say_why() -> None:
         with tn.device(_cpu(1)):
             z = y + 1.0
     pl = place(g, [_cpu(0), _cpu(1)])
-    assert "no loop spans" in (spmd_reason(g, pl, [z], [x]) or "")
-    assert spmd_plan(g, pl, [z], [x]) is None
-    one = spmd_plan(g, pl, [z], [x], only_spanning=False)  # still runs when asked to
-    assert one is not None and float(one.run({x: np.float32(2.0)}, {}, OPTS).values[0]) == 17.0
+    why = spmd_choice(g, pl, [z], [x])
+    assert isinstance(why, str) and "no loop spans" in why
+    one = spmd_choice(g, pl, [z], [x], only_spanning=False)  # still runs when asked to
+    assert not isinstance(one, str) and float(one.run({x: np.float32(2.0)}, {}, OPTS).values[0]) == 17.0
     g3 = tn.Graph()
     with g3.as_default():
         x3 = tn.placeholder(tn.float32, [], name="x3")
         with tn.device("cpu:99"):  # this process has 8 CPU devices
             z3 = x3 + 1.0
     far = place(g3, [_cpu(0), "cpu:99"])
-    assert "cpu:99" in (spmd_reason(g3, far, [z3], [x3], only_spanning=False) or "")
+    why = spmd_choice(g3, far, [z3], [x3], only_spanning=False)
+    assert isinstance(why, str) and "cpu:99" in why
 
 
 def test_gradient_of_a_loop_spanning_devices() -> None:
@@ -252,14 +253,39 @@ def test_gradient_of_a_loop_spanning_devices() -> None:
         with tn.device(_cpu(0)):
             (y,) = tn.while_loop(cond, body, [x])
         dx = tn.gradients(y, x)[0]
-    plan = spmd_plan(g, place(g, [_cpu(0), _cpu(1)]), [y, dx], [x], stack_capacity=4)
-    assert plan is not None
+    plan = spmd_choice(g, place(g, [_cpu(0), _cpu(1)]), [y, dx], [x], stack_capacity=4)
+    assert not isinstance(plan, str), plan
     r = plan.run({x: np.float32(2.0)}, {}, OPTS)
     assert [float(v) for v in r.values] == [256.0, 1024.0]
     assert r.stats["stack_capacity"] == 4
     r = plan.run({x: np.float32(1.01)}, {}, OPTS)  # 9 iterations: the stacks grow again
     assert_values_equal(r.values, tn.Session(g).run([y, dx], {x: 1.01}), "gradient")
     assert r.stats["stack_capacity"] >= 9
+
+
+def test_a_tensor_array_of_dynamic_size_grows_with_the_stacks() -> None:
+    """A TensorArray of dynamic size written on one device from a loop spanning two has a buffer of the
+    run's capacity, as on one device: a run that writes past it is repeated with twice the room, and
+    reads the reference backend's value (its buffer once had one entry, whatever the capacity, so every
+    retry overflowed again until the stacks' cap was reached and the run raised KernelError)."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        ta0 = tn.TensorArray(tn.float32, size=0, dynamic_size=True, element_shape=[])
+
+        def body(i: Any, y: Any, ta: Any) -> Any:
+            with tn.device(_cpu(1)):
+                y2 = y * 2.0
+            with tn.device(_cpu(0)):
+                return i + 1, y2, ta.write(i, y2)
+
+        with tn.device(_cpu(0)):
+            _, _, ta = tn.while_loop(lambda i, y, ta: i < n, body, [tn.constant(0), tn.constant(1.0), ta0])
+            out = ta.read(4)
+    plan = _plan(g, [out], [n], 2, stack_capacity=2)
+    r = plan.run({n: np.int32(6)}, {}, OPTS)
+    assert float(r.values[0]) == float(tn.Session(g).run(out, {n: 6})) == 32.0
+    assert r.stats["stack_capacity"] == 8 and r.stats["compiles"] == 3
 
 
 # ---- generated programs under random placements ---------------------------------------------------------------
@@ -286,9 +312,9 @@ def test_generated_programs_equal_reference() -> None:
         pl = place(b.graph, list(draw.devices), draw.requests)
         feeds = b.feed_dict(inputs)
         seen["programs"] += 1
-        seen["spanning"] += spmd_reason(b.graph, pl, b.fetches, list(feeds)) is None
-        plan = spmd_plan(b.graph, pl, b.fetches, list(feeds), only_spanning=False)
-        if plan is None:
+        seen["spanning"] += not isinstance(spmd_choice(b.graph, pl, b.fetches, list(feeds)), str)
+        plan = spmd_choice(b.graph, pl, b.fetches, list(feeds), only_spanning=False)
+        if isinstance(plan, str):
             return
         _check_against_reference(plan, b.graph, b.fetches, feeds, to_source(p), pl)
         seen["accepted"] += 1
@@ -309,8 +335,8 @@ def test_generated_gradient_programs_equal_reference() -> None:
         draw = data.draw(placements(case.graph))
         pl = place(case.graph, list(draw.devices), draw.requests)
         seen["programs"] += 1
-        plan = spmd_plan(case.graph, pl, case.grads, list(case.feeds), only_spanning=False, stack_capacity=2)
-        if plan is None:
+        plan = spmd_choice(case.graph, pl, case.grads, list(case.feeds), only_spanning=False, stack_capacity=2)
+        if isinstance(plan, str):
             return
         source = to_source(case.program)
         _check_against_reference(plan, case.graph, case.grads, case.feeds, source, pl)

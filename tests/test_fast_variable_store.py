@@ -21,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import turnout as tn
-from turnout.fast.variable_store import Deferred, DeviceVariables
+from turnout.fast.variable_store import Deferred, DeviceVariables, cached_copy, start_entry
 from turnout.session import _DEFAULT_OPTIONS, _target_proxy
 
 
@@ -338,3 +338,22 @@ def test_a_fetched_new_value_is_stored_as_it_came_and_keep_returns_the_entry() -
     assert entry is plain["w"] and np.array_equal(entry, np.ones(3, np.float32))
     deferred = keep(store, "w", dev)
     assert type(deferred) is Deferred and store.peek("w") is deferred
+
+
+def test_every_executor_starts_a_variable_once_and_reuses_a_device_copy_only_for_its_entry() -> None:
+    """``start_entry`` (the one Variable start-up of the fast backend, the SPMD tier and the partitioned
+    plans) sets a Variable not yet in the store to its initial value in the Variable's dtype, once:
+    an entry already there, deferred or not, is returned as it is. ``cached_copy`` hands back the
+    last run's device copy only while the store still holds the very entry it was made for."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.array([1.0, 2.0]), dtype=tn.float32, name="w")  # (a float64 initial value)
+    vn = w.handle_node
+    for store in (DeviceVariables(g), {}):
+        first = start_entry(store, vn)
+        assert first.dtype == np.float32 and first.tolist() == [1.0, 2.0] and start_entry(store, vn) is first
+        later = store.defer("w", np.zeros(2, np.float32)) if isinstance(store, DeviceVariables) else first
+        assert start_entry(store, vn) is later
+        dev_vars = {"w": (later, "device copy")}
+        assert cached_copy(dev_vars, "w", later) == "device copy"
+        assert cached_copy(dev_vars, "w", np.array(later)) is None and cached_copy({}, "w", later) is None

@@ -104,7 +104,7 @@ def turnout_runner(ndev: int, pi: int) -> tuple[Callable[[int], list[Any]], str,
 
     import turnout as tn
     from turnout.devices import place
-    from turnout.devices.spmd import spmd_plan, spmd_reason
+    from turnout.devices.spmd import spmd_choice
     from turnout.session import RunOptions
 
     g, n, xs = build(ndev, pi)
@@ -122,11 +122,11 @@ def turnout_runner(ndev: int, pi: int) -> tuple[Callable[[int], list[Any]], str,
 
         return (lambda v: sess.run(xs, {n: v})), "session", tier
     pl = place(g, devs)
-    plan = spmd_plan(g, pl, xs, [n], only_spanning=False)
-    if plan is None:
-        raise SystemExit(f"the SPMD tier declined the benchmark loop: {spmd_reason(g, pl, xs, [n], False)}")
+    plan = spmd_choice(g, pl, xs, [n], only_spanning=False)
+    if isinstance(plan, str):
+        raise SystemExit(f"the SPMD tier declined the benchmark loop: {plan}")
     opts = RunOptions()
-    return (lambda v: plan.run({n: np.int32(v)}, {}, opts).values), "spmd_plan", lambda: "spmd"
+    return (lambda v: plan.run({n: np.int32(v)}, {}, opts).values), "spmd_choice", lambda: "spmd"
 
 
 def partitioned_reference(ndev: int, pi: int, iters: int) -> dict[str, Any]:
