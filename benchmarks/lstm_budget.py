@@ -43,12 +43,14 @@ beside an idle process that built the model and placed its inputs. ``store`` is 
 stacks would pass ``--store-limit-mib``.
 
 The reference interpreter checks the gradients at ``--reference-length`` (1000; ``--quick``: 100):
-``store``, ``16 MiB``, ``sqrt`` and ``run sqrt`` there, each ``allclose`` to its own ``store`` and to the fast one.
+``store``, ``16 MiB``, ``sqrt`` and ``run sqrt`` there, each ``allclose`` to its own ``store`` and to
+the fast one.
 (Larger budgets are slow there: with 256 MiB its forward loop had not passed 140 iterations after
 10 s.)
 
 Usage: ``bash scripts/py.sh benchmarks/lstm_budget.py [--quick] [--lengths 1000 10000 100000]
-[--repeat 3]``; writes ``benchmarks/results/lstm_budget.json`` and ``.md`` (untracked).
+[--repeat 3] [--configs store sqrt "run sqrt"]``; writes ``benchmarks/results/lstm_budget.json`` and
+``.md`` (untracked).
 """
 
 from __future__ import annotations
@@ -169,10 +171,13 @@ def difference(got: list[Any], want: list[Any], rtol: float) -> tuple[float, boo
     return worst, close
 
 
-def measure(T: int, batch: int, hidden: int, repeat: int, size: dict[str, int], store_limit: int) -> dict[str, Any]:
-    """Every configuration at length ``T`` in this process, their steps interleaved."""
+def measure(T: int, batch: int, hidden: int, repeat: int, size: dict[str, int], store_limit: int,
+            only: Optional[list[str]] = None) -> dict[str, Any]:
+    """Every configuration (those in ``only``, when given) at length ``T`` in this process, their
+    steps interleaved."""
     xs = inputs(T, batch, hidden, on_device=True)
-    names = [n for n in config_names() if n != "store" or size["store"] * T <= store_limit]
+    names = [n for n in config_names() if (n != "store" or size["store"] * T <= store_limit)
+             and (only is None or n in only)]
     sessions, calls, got = {}, {}, {}
     for name in names:
         print(f"  T={T} {name}: first step", file=sys.stderr, flush=True)
@@ -312,6 +317,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--reference-length", type=int, default=None, help="0: no reference check (default 1000)")
     ap.add_argument("--store-limit-mib", type=int, default=4096, help="leave out store where its stacks pass this")
     ap.add_argument("--no-rss", action="store_true", help="no peak-RSS processes")
+    ap.add_argument("--configs", nargs="+", default=None, choices=config_names(),
+                    help="only these configurations (default: all)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -324,7 +331,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     size = sizes(args.batch, args.hidden)
     rows = []
     for T in args.lengths:
-        row = measure(T, args.batch, args.hidden, args.repeat, size, args.store_limit_mib * MIB)
+        row = measure(T, args.batch, args.hidden, args.repeat, size, args.store_limit_mib * MIB, args.configs)
         if not args.no_rss:
             row["rss"] = peak_rss(T, args.batch, args.hidden, list(row["configs"]))
         rows.append(row)

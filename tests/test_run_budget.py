@@ -11,6 +11,7 @@ pay nothing for the twin.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,7 @@ def test_a_run_that_outgrows_the_stacks_recomputes_with_the_store_everything_gra
     for a, b in zip(sess.run(m["grads"], m["feeds"](7)), ref.run(m["grads"], m["feeds"](7)), strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     assert "rebuilt_gradients" not in sess.last_result.stats
+    assert not sess.last_result.stats.get("checkpoint_bytes")  # (the twin's slots: not run for the old gradient)
 
 
 def test_a_run_whose_stacks_fit_builds_no_twin_and_later_runs_keep_the_rebuilt_one() -> None:
@@ -171,10 +173,26 @@ def test_a_run_whose_stacks_fit_builds_no_twin_and_later_runs_keep_the_rebuilt_o
 
 
 def test_the_old_gradients_runs_do_not_compute_the_twins_slots() -> None:
-    """The twin adds slots to the forward loops; a run of the old gradient needs none of them."""
+    """The twin adds slots to the forward loops; a run of the old gradient needs none of them: the
+    nodes the interpreters run (the fetches' ancestors) and those the fast backend compiles
+    (``needed_nodes``) are the ones they were before the twin, and no slot fires."""
+    from turnout.graph import ancestors
+    from turnout.validate import frame_analysis
+
+    def compiled(g: tn.Graph, fetches: list[Any]) -> Any:
+        if importlib.util.find_spec("jax") is None:  # (the fast backend is an optional extra)
+            return None
+        from turnout.fast.functionalize import needed_nodes
+
+        return needed_nodes(g, frame_analysis(g), fetches)
+
     m = two_loops()
+    g, fetches = m["g"], m["grads"]
+    before = (set(ancestors(fetches)), compiled(g, fetches))
     sess = tn.Session(m["g"])
     sess.run(m["grads"], m["feeds"](100), memory_budget=BUDGET)  # builds the twin
+    assert sess.last_result.stats["rebuilt_gradients"]
+    assert (set(ancestors(fetches)), compiled(g, fetches)) == before
     assert [nd for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
     sess.run(m["grads"], m["feeds"](30), options=tn.RunOptions(trace=True))
     fired = {e.node for e in sess.last_result.trace.events}
