@@ -300,3 +300,19 @@ def test_a_loaded_graph_has_no_record_and_stops_as_before() -> None:
     feeds = {back.tensor(k.name): v for k, v in m["feeds"](100).items()}
     with pytest.raises(ResourceExhaustedError, match="the run's memory_budget of"):
         tn.Session(back).run(grads, feeds, memory_budget=BUDGET)
+
+
+def test_a_loop_that_keeps_stacks_under_any_budget_is_said_to_stop() -> None:
+    """A loop that asked to swap keeps its stacks under any budget: under a run budget of less than
+    two iterations the plan recomputes, which a rebuild cannot give it; explain and the error say so."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 20, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             name="rnn", swap_memory=True)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    sess = tn.Session(g)
+    notes = sess.explain(gx, {x: X0}, memory_budget=30).notes
+    assert any("stops: the gradient" in s and "swap_memory=True" in s for s in notes), notes
+    with pytest.raises(ResourceExhaustedError, match=r"(?s)could not be rebuilt.*swap_memory=True"):
+        sess.run(gx, {x: X0}, memory_budget=30)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Optional
 
 from turnout import memory_plan
@@ -178,9 +179,16 @@ def explain_lines(g: Graph, fetches: Sequence[Tensor], plan: memory_plan.MemoryP
         return [f"this session runs these fetches with {line}" for line in done.lines()]
     want = wanted(plan)
     calls = calls_for(g, fetches, want) if want and plan.run_budget is not None else []
-    return [f"a run that outgrows the stacks of loop(s) {sorted(c.stacked & want)} is repeated with the gradient "
-            f"(tn.gradients{f' at {c.source}' if c.source else ''}) rebuilt to recompute from checkpoints"
-            for c in calls]
+    out = []
+    for c in calls:
+        loops = sorted(c.stacked & want)
+        why = [w for w in map(partial(why_not, g), loops) if w is not None]
+        src = f"tn.gradients{f' at {c.source}' if c.source else ''}"
+        out.append(f"a run that outgrows the stacks of loop(s) {loops} is repeated with the gradient ({src}) rebuilt "
+                   "to recompute from checkpoints" if not why else
+                   f"a run that outgrows the stacks of loop(s) {loops} stops: the gradient ({src}) cannot be rebuilt "
+                   f"to recompute ({'; '.join(why)})")
+    return out
 
 
 __all__ = ["Builder", "GradientCall", "Rebuilt", "calls_for", "explain_lines", "for_run", "rebuilt_run",
