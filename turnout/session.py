@@ -51,9 +51,11 @@ class RunOptions:
     ``memory_budget``: the bytes that the values the run's loops save for their gradients (gradient
     stacks) may hold on the device at once, all loops together (None: no budget; a loop's own
     ``tn.while_loop(..., memory_budget=)`` bounds that loop's share). ``turnout.memory_plan`` decides
-    per loop how it is honoured; a run that cannot stay within it raises ``ResourceExhaustedError``
-    (the reference and fast backends, on one device or per device when partitioned or on a cluster's
-    tasks, and the small-step system; a backend that cannot count it refuses the option).
+    per loop how it is honoured; a run that outgrows a gradient's stacks is repeated on the
+    ``tn.gradients`` call rebuilt to recompute under it (``turnout.rebuild``), and one that cannot
+    stay within it raises ``ResourceExhaustedError`` (the reference and fast backends, on one device
+    or per device when partitioned or on a cluster's tasks, and the small-step system; a backend
+    that cannot count it refuses the option).
     ``docs/memory_budgets.rst``.
     """
 
