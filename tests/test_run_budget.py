@@ -288,8 +288,10 @@ def test_a_body_that_writes_state_cannot_be_recomputed_and_the_error_says_so() -
 
         _, y = tn.while_loop(lambda i, v: i < 50, body, [tn.constant(0), x], name="rnn")
         (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    nodes = len(g.nodes)
     with pytest.raises(ResourceExhaustedError, match=r"(?s)the run's memory_budget.*writes state"):
         tn.Session(g).run(gx, {x: X0}, memory_budget=400)
+    assert len(g.nodes) == nodes and not g.gradient_calls[0].twins  # (the twin that raised left nothing)
 
 
 def test_a_loaded_graph_has_no_record_and_stops_as_before() -> None:
