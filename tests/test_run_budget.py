@@ -248,6 +248,56 @@ def test_any_budget_gives_the_store_everything_gradient_or_says_why(n: int, budg
     assert held(sess) <= budget
 
 
+@settings(max_examples=3)
+@given(n=st.integers(0, 40), budget=st.integers(200, 3000))
+@pytest.mark.parametrize("backend", ["smallstep", "partitioned", "fast"])
+def test_any_budget_on_the_other_backends(backend: str, n: int, budget: int) -> None:
+    """As above on the other executors (fewer examples: each compiles or interprets its own graph)."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+    n = min(n, 12) if backend == "smallstep" else n
+    m = two_loops()
+    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](n))
+    sess = session(m, backend)
+    got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert held(sess) <= budget
+
+
+def scan_and_nested() -> dict[str, Any]:
+    """A ``tn.scan`` over the rows of ``xs`` and a loop with a loop inside, under one plain gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        xs = tn.placeholder(tn.float32, [None, 4], name="xs")
+        x = tn.placeholder(tn.float32, [4], name="x")
+        ys = tn.scan(lambda c, r: tn.tanh(c * r + 0.1), xs, initializer=x, name="scan")
+
+        def outer(i: Any, v: Any) -> Any:
+            _, w = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.sin(u) * 1.05), [tn.constant(0), v],
+                                 name="inner")
+            return i + 1, w
+
+        _, z = tn.while_loop(lambda i, v: i < tn.shape(xs)[0], outer, [tn.constant(0), x], name="outer")
+        grads = tn.gradients(tn.reduce_sum(ys * ys) + tn.reduce_sum(z), [x, xs])
+    rows = lambda k: np.cos(np.arange(4 * k, dtype=np.float32)).reshape(k, 4)  # noqa: E731
+    return {"g": g, "feeds": lambda k: {xs: rows(k), x: X0}, "grads": grads}
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_scan_and_a_nested_loop_are_rebuilt_under_the_run_budget(backend: str) -> None:
+    if backend == "fast":
+        pytest.importorskip("jax")
+    m = scan_and_nested()
+    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](40))
+    sess = tn.Session(m["g"], backend=backend)
+    got = sess.run(m["grads"], m["feeds"](40), memory_budget=1500)
+    assert sess.last_result.stats["rebuilt_gradients"]
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert held(sess) <= 1500
+
+
 def test_a_smaller_budget_than_the_slots_made_is_refused_naming_the_bytes() -> None:
     """A forward loop holds one set of slots: a later run under a budget they do not fit says so."""
     m = two_loops()
