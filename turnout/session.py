@@ -434,16 +434,27 @@ class Session:
             return tp([None if t else v for t, v in zip(targets, result.values)])
         return tp(result.values[: len(tensors)])
 
-    def _backend_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions) -> RunResult:
+    def _backend_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions,
+                     rebuild: bool = True) -> RunResult:
         """The backend's run, all or nothing for Variables: a run that raises leaves
         ``session.variables`` as they were before it (``[E-Var-Assign]`` and the other effects of the
         ops that fired before the error are undone), so the state after an error is the same on every
         backend, whatever order the ops fired in. A store that takes no snapshot (a cluster's, whose
         values live on its tasks) is the backend's to put back: the Ray backend's tasks do
-        (``TaskRunner.settle``)."""
-        if opts.memory_budget is not None and self._honours_budgets:
+        (``TaskRunner.settle``). Under a memory budget (``rebuild``: not yet looked at), the run may
+        take a rebuilt gradient (``_budgeted_run``)."""
+        if rebuild and opts.memory_budget is not None and self._honours_budgets:
             return self._budgeted_run(tensors, feeds, opts)
-        return self._run_once(tensors, feeds, opts)
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        try:
+            if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
+                return self.backend.run(tensors, feeds, self.variables, opts)
+            with allocation_limit(opts.max_tensor_bytes):
+                return self.backend.run(tensors, feeds, self.variables, opts)
+        except BaseException:
+            if snapshot is not None:
+                self.variables.restore(snapshot)  # type: ignore[attr-defined]
+            raise
 
     def _budgeted_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions) -> RunResult:
         """A run under a memory budget: on the gradient stacks while they fit; a run that outgrows
@@ -458,27 +469,14 @@ class Session:
         done = self._rebuilt.get(k)
         if done is None:
             try:
-                return self._run_once(tensors, feeds, opts)
+                return self._backend_run(tensors, feeds, opts, rebuild=False)
             except ResourceExhaustedError as e:
                 assert opts.memory_budget is not None
                 done = rebuild.rebuilt_run(self.graph, tensors, backend_platform(self.backend), opts.memory_budget, e)
             self._rebuilt[k] = done
-        result = self._run_once(done.fetches, feeds, opts)
+        result = self._backend_run(done.fetches, feeds, opts, rebuild=False)
         result.stats["rebuilt_gradients"] = done.lines()
         return result
-
-    def _run_once(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions) -> RunResult:
-        """One run on the backend, Variables all or nothing (``_backend_run``)."""
-        snapshot = self._snapshot() if self._snapshot is not None else None
-        try:
-            if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
-                return self.backend.run(tensors, feeds, self.variables, opts)
-            with allocation_limit(opts.max_tensor_bytes):
-                return self.backend.run(tensors, feeds, self.variables, opts)
-        except BaseException:
-            if snapshot is not None:
-                self.variables.restore(snapshot)  # type: ignore[attr-defined]
-            raise
 
     @property
     def last_result(self) -> Optional[RunResult]:
