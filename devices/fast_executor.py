@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
@@ -69,39 +68,23 @@ from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.one_device import OneDevice
 from turnout.devices.placement import Placement, place
-from turnout.devices.plan_run import DevicePlan, PlanRun
+from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice, wants_whole_program
-from turnout.errors import (
-    ArgumentError,
-    FeedError,
-    PlacementError,
-    UnsupportedError,
-)
-from turnout.fast.backend import variable_signature
+from turnout.errors import ArgumentError, FeedError, PlacementError, UnsupportedError
 from turnout.fast.emit import var_key
-from turnout.fast.functionalize import functionalize, program_key
+from turnout.fast.explain import fallback_schedule
+from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
 from turnout.fast.host_env import HostEnv, fetched
 from turnout.fast.lane import Lane, write_variables
-from turnout.fast.lowering_base import NeedsStatic, Specialise
-from turnout.fast.outcome import MAX_CAPACITY, Discard
+from turnout.fast.outcome import MAX_CAPACITY, Discard, Retry
 from turnout.fast.regions import Key, Program, key, program_nodes
-from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
-from turnout.fast.specialise import (
-    NOTHING,
-    Specialisation,
-    computed,
-    run_specialised,
-    specialisation_notes,
-    specialisation_stats,
-    static_signature,
-    with_computed,
-)
+from turnout.fast.shell import BackendShell, retried
+from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.timeline import Timeline
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
-from turnout.memory_plan import budgeted_loops
 from turnout.run_schedule import RunSchedule
 from turnout.run_schedule import Step as RunStep
 from turnout.session import RunOptions, RunResult
@@ -109,11 +92,9 @@ from turnout.session import RunOptions, RunResult
 #: when a plan dispatches its segments from per-device threads: ``"auto"``, when a segment holds a host
 #: callback (``devices.plan_run.HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
 THREADS = ("auto", "always")
-#: the run of a plan, by the name it had when it lived here (tests patch it)
-_Run = PlanRun
 
 
-class FastPartitionedBackend:
+class FastPartitionedBackend(BackendShell):
     """``tn.Session(graph, backend="fast", devices=[...])``: place the graph, compile what sits on one
     device, drive from the host what spans devices (see the module docstring).
 
@@ -144,14 +125,17 @@ class FastPartitionedBackend:
 
     #: runs honour memory budgets, per device (each device's chunk store counts its stack buffers)
     memory_budgets = True
+    WHO = WHO
+    FALLBACK_TO = "the partitioned reference executor"
+    FALLBACK_STATS = {"executor": "partitioned reference executor (fallback)", "tier": "reference"}
 
     def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec] = (),
                  requests: Optional[dict[str, str]] = None, order: str = "round_robin", seed: int = 0,
                  whole_program: str = "auto", threads: str = "auto", options: Optional[FastOptions] = None,
                  allow_soft_placement: bool = False, **fields: Any) -> None:
-        #: the fast backend's options (``turnout.fast_options``); only ``PARTITIONED_FIELDS`` may differ
-        #: from their defaults, as the per-device tiers honour no other
-        self.options = fast_options(options, fields, "FastPartitionedBackend")
+        # only ``PARTITIONED_FIELDS`` of the options may differ from their defaults: the per-device
+        # tiers honour no other
+        super().__init__(graph, fast_options(options, fields, "FastPartitionedBackend"))
         other = [f for f in dataclasses.fields(FastOptions)
                  if f.name not in PARTITIONED_FIELDS and getattr(self.options, f.name) != f.default]
         if other:
@@ -164,7 +148,6 @@ class FastPartitionedBackend:
         if not isinstance(allow_soft_placement, bool):
             raise ArgumentError(f"allow_soft_placement must be True or False, got {allow_soft_placement!r}")
         self.threads = threads
-        self.graph = graph
         self.requests = dict(requests or {})
         self.allow_soft_placement = allow_soft_placement
         self.whole_program = whole_program
@@ -174,15 +157,8 @@ class FastPartitionedBackend:
             raise PlacementError("the fast partitioned executor needs at least one device (devices=[...])")
         self.devices = [canonical(d) for d in devices]
         self.jax_devices = {d: jax_device(d) for d in self.devices}
-        self.compile_count = 0
         self._placement: Optional[tuple[int, Placement, frozenset[str]]] = None
         self._plans: dict[Any, DevicePlan] = {}
-        #: per program, the checkpoint slots its recomputed loops get, learnt from its runs, as the
-        #: one-device backend learns them (``fast.slot_sizes``), for the per-device tiers and the SPMD program
-        self.slot_sizes = SlotSizes()
-        self._fallback: dict[Any, str] = {}
-        # run signature -> fed tensors whose values decide shapes: plans are specialised on them
-        self._static_keys: dict[Any, Specialisation] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
         #: why the SPMD tier was not tried although ``whole_program`` asked for it (``spmd_choice``)
@@ -193,8 +169,6 @@ class FastPartitionedBackend:
         #: ``session.variables``: the one-device backend's store, on every tier (Variables a one-device
         #: run wrote stay on its device until read)
         self.variable_store = self._single.variable_store
-        self._reference: Any = None
-        self._records: list[dict[str, Any]] = []
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self.placement  # noqa: B018 - unknown devices and conflicts are reported when the Session is made
 
@@ -229,9 +203,7 @@ class FastPartitionedBackend:
         """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
         when the forward loop ended), ``peak_device_bytes``, ``host_bytes`` (held in host memory then),
         ``chunks_to_host``, ``chunks_from_host`` and ``chunks_kept_on_device`` (see ``devices.swap``)."""
-        if self._single_ran:
-            return self._single.backend.memory_records()
-        return [dict(r) for r in self._records]
+        return self._single.backend.memory_records() if self._single_ran else super().memory_records()
 
     def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
                 memory_budget: Optional[int] = None) -> RunSchedule:
@@ -247,20 +219,17 @@ class FastPartitionedBackend:
             step = RunStep("one device", "every node is placed here: the one-device fast backend's schedule",
                         parse(device).short, (*inner.steps, *inner.otherwise))
             return RunSchedule("fast (partitioned)", (step,), notes=inner.notes)
-        sig = self._signature(fetches, feeds, variables)
+        sig = self._run_signature(fetches, feeds, variables)
         if sig in self._fallback:
-            return RunSchedule("fast (partitioned)", (RunStep("interpreter", "the partitioned reference executor "
-                                                                          f"(fallback: {self._fallback[sig]})"),))
+            return fallback_schedule(self._fallback[sig], "fast (partitioned)", "the partitioned reference executor")
         whole = self._whole_program(sig, placement, fetches, feeds)
         with jax.enable_x64(True):
             plan = self._plan(sig, fetches, feeds, self.options.stack_chunk)
         per_device = steps_of(plan)
         notes: tuple[str, ...] = ((f"the SPMD tier declined: {self._whole_declined[sig]}",)
                                   if sig in self._whole_declined else ())
-        notes += specialisation_notes(self.graph, self._static_keys.get(sig, NOTHING))
         slots = plan.slots if whole is None else self._slot_plan(fetches, feeds, whole.program, whole.stack_capacity)
-        learnt = self.slot_sizes.capacity(program_key(self.graph, fetches, feeds))
-        notes += slot_notes(slots.budgets, slots.counts, learnt)
+        notes += self._learnt_notes(sig, fetches, feeds, slots)
         room = None if whole is None else self._budget_room(whole, sig, fetches, feeds, memory_budget, slots)
         if self._budgeted(memory_budget):
             held = ("" if whole is None or room is None else
@@ -279,10 +248,9 @@ class FastPartitionedBackend:
             return RunSchedule("fast (partitioned)", (spmd,), per_device, notes)
         return RunSchedule("fast (partitioned)", per_device, notes=notes)
 
-    def _signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]) -> Any:
-        return (self.graph.version, tuple(key(t) for t in fetches),
-                tuple(sorted((key(t), np.asarray(v).dtype.str, np.shape(v)) for t, v in feeds.items())),
-                variable_signature(self.graph, variables))
+    def _graph_stamp(self) -> int:
+        """``version``, not ``edits``: the placement is made per graph version (``_placed``)."""
+        return self.graph.version
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -296,53 +264,31 @@ class FastPartitionedBackend:
             self._single_ran = True
             return self._single.run(next(iter(used)), fetches, feeds, variables, options)
         self._single_ran = False
-        sig = self._signature(fetches, feeds, variables)
-        if sig in self._fallback:
-            return self._run_reference(sig, fetches, feeds, variables, options)
-        try:
-            result = self._run_specialised(sig, fetches, feeds, variables, options)
-            if self.slot_sizes.needs:  # (a recomputed loop needed more slots: later plans give it more)
-                self.slot_sizes.take()
-            if self._whole_declined.get(sig):
-                result.stats["whole_program_declined"] = self._whole_declined[sig]
-            return result
-        except UnsupportedError as e:
-            if not self.options.fallback:
-                raise
-            self._fallback[sig] = str(e)
-            warnings.warn(f"{e}; this program runs on the partitioned reference executor instead (at interpreter "
-                          "speed)", RuntimeWarning, stacklevel=4)
-            return self._run_reference(sig, fetches, feeds, variables, options)
+        return self._run_or_fall_back(self._run_signature(fetches, feeds, variables), self._run_tiers, fetches, feeds,
+                                      variables, options)
 
-    def _run_specialised(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                         variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        """A compiled run on the plan specialised on the values that decide shapes, as the one-device
-        backend specialises (``fast.specialise.run_specialised``): a trace that meets such a shape
-        (``NeedsStatic``) plans and traces again with those feeds as constants, or with the tensors
-        it names computed first (by a run that fetches them) and fed."""
-        def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
-            fed = with_computed(self.graph, feeds, computed)
-            s = self._signature(fetches, fed, variables) if computed else sig
-            try:
-                whole = self._run_whole(s, fetches, fed, variables, options, values)
-                if isinstance(whole, RunResult):
-                    return whole
-                result = self._run_compiled(s, fetches, fed, variables, options, values)
-                if whole:  # (this run outgrew the SPMD program: say so in its stats)
-                    result.stats["whole_program_declined"] = whole
-                return result
-            except NeedsStatic as e:
-                return Specialise.of(e)
+    def _run_tiers(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                   variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
+        """A compiled run, specialised as its signature needs (``fast.shell``), on the SPMD tier or the
+        per-device tiers (``_compile_run``)."""
+        result = self._run_specialised(sig, fetches, feeds, variables, options)
+        if self.slot_sizes.needs:  # (a recomputed loop needed more slots: later plans give it more)
+            self.slot_sizes.take()
+        if self._whole_declined.get(sig):
+            result.stats["whole_program_declined"] = self._whole_declined[sig]
+        return result
 
-        def compute(cut: frozenset[Key]) -> dict[Key, Any]:
-            def fetch(ts: list[Tensor]) -> list[Any]:
-                return self._run_specialised(self._signature(ts, feeds, variables), ts, feeds, variables,
-                                             options).values
-            return computed(self.graph, cut, {key(t) for t in feeds}, fetch, "fast partitioned executor")
-
-        result, values = run_specialised(self._static_keys, sig, {key(t): v for t, v in feeds.items()}, compile_run,
-                                         compute)
-        result.stats.update(specialisation_stats(self.graph, self._static_keys.get(sig, NOTHING), values))
+    def _compile_run(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                     variables: dict[str, np.ndarray], options: RunOptions, static: dict[Key, np.ndarray]
+                     ) -> RunResult:
+        """The run as one SPMD program where that tier takes it, else on the per-device tiers, each
+        specialised on ``static`` (``NeedsStatic`` goes on to the shell's specialisation)."""
+        whole = self._run_whole(sig, fetches, feeds, variables, options, static)
+        if isinstance(whole, RunResult):
+            return whole
+        result = self._run_compiled(sig, fetches, feeds, variables, options, static)
+        if whole:  # (this run outgrew the SPMD program: say so in its stats)
+            result.stats["whole_program_declined"] = whole
         return result
 
     def _run_whole(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -353,7 +299,7 @@ class FastPartitionedBackend:
         multi-device program (before anything ran: this signature no longer tries the tier), or the
         run's stacks outgrew what the ``device_memory_limit`` or the memory budgets let the program
         hold (its ``Discard``; the next run tries the tier again). ``NeedsStatic`` goes on to the
-        specialisation loop (``_run_specialised``)."""
+        specialisation loop (``BackendShell._specialised``)."""
         _, placement, _ = self._placed()
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
@@ -389,23 +335,6 @@ class FastPartitionedBackend:
             budgets = self._plan(sig, fetches, feeds, self.options.stack_chunk, static).budget(run_budget)
         return MAX_CAPACITY if budgets is None else int(whole.budget_room(budgets, slots.bytes()))
 
-    def _budgeted_chunk(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                        run_budget: Optional[int], static: Optional[dict[Key, np.ndarray]] = None) -> int:
-        """The stack chunk a run starts with: ``stack_chunk``, or where a memory budget applies the
-        smaller chunk whose buffers its plan holds (``MemoryPlan.capacity``), as the one-device backend
-        sizes its own; a run that outgrows it then meets the budget's check, not a larger chunk."""
-        chunk = self.options.stack_chunk
-        if not self._budgeted(run_budget):
-            return chunk
-        with jax.enable_x64(True):
-            budget = self._plan(sig, fetches, feeds, chunk, static).budget(run_budget)
-        cap = None if budget is None else budget.capacity()
-        return chunk if cap is None else min(chunk, cap)
-
-    def _budgeted(self, run_budget: Optional[int]) -> bool:
-        """Whether a memory budget applies to a run: the run's, or a loop's own on its stacks."""
-        return run_budget is not None or bool(budgeted_loops(self.graph))
-
     def lane_for(self, fetches: list[Tensor], feeds: dict[Tensor, Any], given: dict[Any, Any],
                  ops: Optional[list[bool]] = None) -> Optional[Lane]:
         """After a ``Session.run``: where the run was the one-device tier's, that backend's lane for
@@ -431,30 +360,21 @@ class FastPartitionedBackend:
             self._whole[sig] = None if got is None or isinstance(got, str) else got
         return self._whole[sig]
 
-    def _run_reference(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                       variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
-        if self._reference is None:
-            from turnout.devices.executor import PartitionedBackend
+    def _reference_executor(self) -> Any:
+        from turnout.devices.executor import PartitionedBackend
 
-            self._reference = PartitionedBackend(self.graph, self.devices, self.requests, self.order, self.seed,
-                                                 self.allow_soft_placement)
-        result: RunResult = self._reference.run(fetches, feeds, variables, options)
-        result.stats.update({"executor": "partitioned reference executor (fallback)", "tier": "reference",
-                             "fallback_reason": self._fallback[sig]})
-        self._records = []
-        return result
+        return PartitionedBackend(self.graph, self.devices, self.requests, self.order, self.seed,
+                                  self.allow_soft_placement)
 
     def _plan(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int,
               static: Optional[dict[Key, np.ndarray]] = None) -> DevicePlan:
         """The plan of run signature ``sig`` at stack chunk ``cap``, specialised on the fed values
         ``static`` (``fast.specialise``), made once."""
         static = static or {}
-        pkey = (sig, cap, static_signature(static), self.slot_sizes.capacity(program_key(self.graph, fetches, feeds)))
+        pkey = self._plan_key(sig, fetches, feeds, cap, static)
         plan = self._plans.get(pkey)
         if plan is None:
-            from turnout.validate import validate
-
-            fa = validate(self.graph, fetches, list(feeds))
+            fa = self._validate(fetches, feeds)
             for t in feeds:
                 if fa.node_frame.get(t.node.id, ()) != ():
                     raise FeedError(f"cannot feed {t.name}: it is inside a loop frame; feed root-frame tensors only")
@@ -471,25 +391,23 @@ class FastPartitionedBackend:
         """The checkpoint slots a plan of ``program`` (the per-device tiers' or the SPMD program's)
         gives its recomputed loops at stack capacity ``capacity``: what this program's runs taught
         (``fast.slot_sizes``), the one rule of every fast backend."""
-        return self.slot_sizes.plan(program_key(self.graph, fetches, feeds), program_nodes(program), capacity)
+        return self.slot_sizes.plan(self._program_key(fetches, feeds), program_nodes(program), capacity)
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                       variables: dict[str, np.ndarray], options: RunOptions,
                       static: dict[Key, np.ndarray]) -> RunResult:
-        cap = self._budgeted_chunk(sig, fetches, feeds, options.memory_budget, static)
-        retries = 0
+        cap, _ = self._budgeted_chunk(options.memory_budget, lambda c: self._plan(sig, fetches, feeds, c, static))
         t0 = time.perf_counter()
         tl = Timeline() if options.trace else None  # (the attempts of a run retried record on one timeline)
         compiles = self.compile_count
-        with jax.enable_x64(True):
-            while True:
-                plan = self._plan(sig, fetches, feeds, cap, static)
-                scratch = dict(variables)
-                values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
-                if run.retry is None:
-                    break
-                cap = run.retry.capacity  # (past MAX_CAPACITY, ``decode`` gave the error instead)
-                retries += 1
+
+        def run_at(cap: int) -> tuple[DevicePlan, dict[str, np.ndarray], list[Any], PlanRun] | Retry:
+            plan = self._plan(sig, fetches, feeds, cap, static)
+            scratch = dict(variables)  # (dropped where the run ends in a ``Retry``)
+            values, run = self._run_plan(plan, fetches, feeds, scratch, options, tl)
+            return run.retry if run.retry is not None else (plan, scratch, values, run)
+
+        (plan, scratch, values, run), cap, retries = retried(cap, run_at)
         if tl is not None:
             tl.finished(self.compile_count - compiles)
         variables.update(scratch)

@@ -18,7 +18,6 @@ import numpy as np
 
 from turnout.devices.names import parse
 from turnout.fast import stacks as stk
-from turnout.fast.chunk_store import budget_plan
 from turnout.fast.cut import Schedule, Segment
 from turnout.fast.device_stacks import DeviceStacks
 from turnout.fast.emit import var_key
@@ -31,7 +30,6 @@ from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.step_plan import CompileCounter, StepPlan
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, wrap_static
-from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions
 
 if TYPE_CHECKING:
@@ -67,21 +65,10 @@ class DevicePlan(StepPlan):
             for sid, shapes in static_stack_shapes(list(nodes.values())).items() if sid in nodes}
         # the stacks' loops and swap_memory (``fast.device_stacks``)
         self.stack_info = stack_infos(nodes.values())
-        self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}
         #: per device, the bytes of the checkpoint slots (sized as the one-device backend sizes them,
         #: ``fast.slot_sizes``: the backend's ``SlotSizes.plan``) its forward loops keep there, counted
         #: with the stacks
         self.slot_bytes: dict[str, dict[str, int]] = self.slots.bytes_by_device(device_of)
-
-    def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:
-        """The memory plan a run under ``run_budget`` honours (None: no budget applies), made once per
-        run budget: the plan of the program's stacks and pushes and its checkpoint slots
-        (``chunk_store.budget_plan``) on the devices' platform."""
-        if run_budget not in self._budgets:
-            nodes = program_nodes(self.program)
-            stacks = [n for n in nodes if n.op in ("StackNew", "CheckpointSlots")]
-            self._budgets[run_budget] = budget_plan(nodes, stacks, self.platform, run_budget)
-        return self._budgets[run_budget]
 
 
 class PlanRun(StepRunner):

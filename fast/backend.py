@@ -62,7 +62,6 @@ cannot be compiled runs on the reference interpreter (``fallback``).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Optional
 
 import jax
@@ -72,34 +71,24 @@ from turnout.errors import UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.deep import DEEP_NESTING, call_deep, on_deep_thread
 from turnout.fast.explain import fallback_schedule, plan_schedule
-from turnout.fast.functionalize import functionalize, program_key
+from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import iteration_bound, refuse_firing_budget
 from turnout.fast.lane import Lane, holds_wide
-from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Retry
 from turnout.fast.plan import Direct, Plan
-from turnout.fast.regions import Key, key
+from turnout.fast.regions import Key
 from turnout.fast.repeat import HotFused, Repeats
-from turnout.fast.run_state import WHO, variable_signature
-from turnout.fast.slot_sizes import SlotSizes, slot_notes
-from turnout.fast.specialise import (
-    NOTHING,
-    Specialisation,
-    computed,
-    run_specialised,
-    specialisation_notes,
-    specialisation_stats,
-    static_signature,
-    with_computed,
-)
+from turnout.fast.run_state import WHO
+from turnout.fast.shell import retried
+from turnout.fast.specialise import NOTHING, static_signature
 from turnout.fast.staged_stages import StagedStages
 from turnout.fast.timeline import Timeline
 from turnout.fast.variable_store import DeviceVariables
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
-from turnout.memory_plan import MemoryPlan, budgeted_loops, swapped_loops
+from turnout.memory_plan import MemoryPlan, swapped_loops
 from turnout.run_schedule import RunSchedule
-from turnout.session import RunOptions, RunResult
+from turnout.session import RunResult
 from turnout.validate import frame_analysis
 
 
@@ -112,20 +101,14 @@ class FastBackend(StagedStages):
 
     #: runs honour ``RunOptions.memory_budget`` (``turnout.memory_plan``)
     memory_budgets = True
+    WHO = WHO
+    FALLBACK_TO = "the reference interpreter"
+    FALLBACK_STATS = {"backend": "fast", "executor": "reference interpreter (fallback)"}
 
     def __init__(self, graph: Graph, options: Optional[FastOptions] = None, **fields: Any) -> None:
-        #: the backend's options, fixed for its life (``turnout.fast_options.FastOptions``)
-        self.options = fast_options(options, fields)
-        self._records: list[dict[str, Any]] = []
-        self._budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]] = {}  # (id(plan), run budget) -> it
-        self._fallback: dict[Any, str] = {}  # run signature -> why it cannot be compiled
-        # run signature -> fed tensors whose values decide shapes: plans are specialised on them
-        self._static_keys: dict[Any, Specialisation] = {}
-        self._static_now: dict[Key, np.ndarray] = {}  # their values in the run being planned
+        super().__init__(graph, fast_options(options, fields))
+        self._static_now: dict[Key, np.ndarray] = {}  # the values a plan is specialised on, in the run being planned
         self._home: Any = None  # the device fed jax.Arrays are placed on (``device_feed``), found once
-        self._reference: Any = None
-        self.graph = graph
-        self.compile_count = 0
         self._plans: dict[Any, Plan] = {}
         # name -> (the session's entry for the Variable, its device copy): the copy a run starts from
         # while the entry is still the one it stands for (``_device_var``)
@@ -148,25 +131,6 @@ class FastBackend(StagedStages):
         self._nestings: dict[Any, int] = {}
         self._nesting_cache: Optional[tuple[int, int]] = None  # (graph version, _nesting_bound)
         self._checked_version = -1  # the graph version whose validation the last run saw pass
-        #: per program, the checkpoint slots a recomputed loop gets, learnt from its runs (``fast.slot_sizes``)
-        self.slot_sizes = SlotSizes()
-
-    def memory_records(self) -> list[dict[str, Any]]:
-        """Per loop and device, the gradient stack memory of the last run: ``loop``, ``device``,
-        ``device_bytes`` and ``host_bytes`` (what the loop's stacks held on each when its forward
-        loop ended), ``chunks_to_host`` / ``chunks_from_host`` (chunks copied out and back),
-        ``peak_device_bytes``, and ``swap_memory``, ``stacks``, ``chunks_kept_on_device``.
-        ``tn.memory_report(session)`` presents them."""
-        return [dict(r) for r in self._records]
-
-    def _validate(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> None:
-        """Reject ill-formed graphs before compiling, with the reference backend's ValidationError
-        (``turnout.validate`` caches the graph part per graph version)."""
-        try:
-            from turnout.validate import validate
-        except ImportError:  # pragma: no cover - validation is part of turnout
-            return
-        validate(self.graph, fetches, list(feeds))
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: Any) -> Any:
@@ -211,17 +175,16 @@ class FastBackend(StagedStages):
         try:
             nesting = self._thread_nesting(fetches, feeds)
             def planned() -> tuple[Plan, Optional[MemoryPlan]]:
-                cap, budget = self._budgeted_chunk(fetches, feeds, variables, RunOptions(memory_budget=memory_budget))
+                cap, budget = self._budgeted_chunk(memory_budget, lambda c: self._plan(fetches, feeds, variables, c))
                 return self._plan(fetches, feeds, variables, cap, swapped_loops(budget)), budget
 
             with jax.enable_x64(True):
                 plan, budget = call_deep(planned, nesting=nesting) if nesting else planned()
         except UnsupportedError as e:
             return fallback_schedule(str(e))
-        spec = self._static_keys.get(dsig, NOTHING)
-        schedule = plan_schedule(plan, self._ladder(plan), lane=memory_budget is None and spec == NOTHING)
-        learnt = specialisation_notes(self.graph, spec) + slot_notes(
-            plan.slots.budgets, plan.slots.counts, self.slot_sizes.capacity(plan.program_key))
+        lane = memory_budget is None and self._static_keys.get(dsig, NOTHING) == NOTHING
+        schedule = plan_schedule(plan, self._ladder(plan), lane=lane)
+        learnt = self._learnt_notes(dsig, fetches, feeds, plan.slots)
         return dataclasses.replace(schedule, notes=schedule.notes + learnt) if learnt else schedule
 
     def device_feed(self, value: Any) -> Any:
@@ -276,49 +239,22 @@ class FastBackend(StagedStages):
             self._validate(fetches, feeds)
             self._checked_version = self.graph.version
         dsig = self._run_signature(fetches, feeds, variables)
-        if self._fallback and dsig in self._fallback:
-            return self._run_reference(dsig, fetches, feeds, variables, options)
-        try:
-            d = self._direct.get(dsig) if dsig not in self._static_keys else None
-            if d is not None:  # the common repeated run: straight to its one compiled call
-                with jax.enable_x64(True):
-                    result = self._run_direct(d, fetches, feeds, variables, options)
-                self.repeats.remember(d, fetches, feeds)
-                return result
-            return self._run_specialised(dsig, fetches, feeds, variables, options)
-        except UnsupportedError as e:
-            if not self.options.fallback:
-                raise
-            self._fallback[dsig] = str(e)
-            warnings.warn(f"{e}; this program runs on the reference interpreter instead (at interpreter speed)",
-                          RuntimeWarning, stacklevel=4)
-            return self._run_reference(dsig, fetches, feeds, variables, options)
+        return self._run_or_fall_back(dsig, self._run_specialised, fetches, feeds, variables, options)
 
     def _run_specialised(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], options: Any) -> RunResult:
-        """A compiled run, on the plan specialised on the values that decide shapes
-        (``fast.specialise``): a compile whose outcome is ``Specialise`` (``lowering_base.NeedsStatic``
-        met while tracing) adds its feeds to the run signature's static ones, or the tensors to cut
-        the run at (computed first by a run that fetches them, ``specialise.computed``), and runs again; one that
-        learns nothing new is refused, and the program falls back."""
-        def compile_run(computed: dict[Key, Any], values: dict[Key, np.ndarray]) -> RunResult | Specialise:
-            self._static_now = values
-            fed = with_computed(self.graph, feeds, computed)
-            sig = self._run_signature(fetches, fed, variables) if computed else dsig
-            return self._run_compiled(_with_values(sig, values), fetches, fed, variables, options)
-
-        def compute(cut: frozenset[Key]) -> dict[Key, Any]:
-            def fetch(ts: list[Tensor]) -> list[Any]:
-                return self._run_specialised(self._run_signature(ts, feeds, variables), ts, feeds, variables,
-                                             options).values
-            return computed(self.graph, cut, {key(t) for t in feeds}, fetch, WHO)
-
-        result, values = run_specialised(self._static_keys, dsig, {key(t): v for t, v in feeds.items()}, compile_run,
-                                         compute)
+        """A compiled run: straight to its ``Direct`` call where it has one (the common repeated run),
+        else specialised as its signature needs (``fast.shell``), the route its repeats take
+        remembered (``_remember_route``)."""
+        d = self._direct.get(dsig) if dsig not in self._static_keys else None
+        if d is not None:
+            with jax.enable_x64(True):
+                result = self._run_direct(d, fetches, feeds, variables, options)
+            self.repeats.remember(d, fetches, feeds)
+            return result
+        result, values = self._specialised(dsig, fetches, feeds, variables, options)
         result.stats["executor"] = "compiled"
-        spec = self._static_keys.get(dsig, NOTHING)
-        result.stats.update(specialisation_stats(self.graph, spec, values))
-        if not spec.cut:  # (a run cut short first is two runs: no route repeats it)
+        if not self._static_keys.get(dsig, NOTHING).cut:  # (a run cut short first is two runs: no route repeats it)
             self._remember_route(_with_values(dsig, values), fetches, feeds, result)
         return result
 
@@ -339,42 +275,18 @@ class FastBackend(StagedStages):
                 self.repeats.remember(HotFused(rung, top, stats, self.memory_records(), tuple(rung.var_nodes),
                                                holds_wide(list(feeds))), fetches, feeds)
 
-    def _run_signature(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray]
-                       ) -> Any:
-        """What a run's plans and fallback are keyed on. ``edits``, not ``version``: nodes appended
-        since (an op fetch's proxy) leave the plan valid."""
-        return (self.graph.edits, tuple([(t.node.id, t.index) for t in fetches]),
-                tuple(sorted([(t.node.id, t.index, v.dtype.str, v.shape) for t, v in feeds.items()])),
-                variable_signature(self.graph, variables))
+    def _reference_executor(self) -> Any:
+        from turnout.reference.executor import ReferenceBackend
 
-    def _run_reference(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                       variables: dict[str, np.ndarray], options: Any) -> Any:
-        """Run a program the fast backend cannot compile on the reference interpreter: the same
-        values, Variables and errors, at interpreter speed. ``stats['executor']`` says so."""
-        if self._reference is None:
-            from turnout.reference.executor import ReferenceBackend
+        return ReferenceBackend(self.graph)
 
-            self._reference = ReferenceBackend(self.graph)
-        host = {t: (np.asarray(v) if isinstance(v, jax.Array) else v) for t, v in feeds.items()}
-        result = self._reference.run(fetches, host, variables, options)
-        self._records = []  # the interpreter's stacks are Python objects, on no device
-        result.stats.update({"backend": "fast", "executor": "reference interpreter (fallback)",
-                             "fallback_reason": self._fallback[dsig]})
-        return result
-
-    def _run_compiled(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                      variables: dict[str, np.ndarray], options: Any) -> RunResult | Specialise:
-        """A run of run signature ``dsig`` on its plans, compiled by the first run that needs them: its
-        ``Direct`` call, or its stages (and fused attempt) with the stacks sized again while they
-        outgrow their chunk. ``Specialise``: a trace met a shape that fed values decide
-        (``NeedsStatic``, which can only leave JAX's trace by raising, and goes no further than here)."""
-        try:
-            return self._compile_and_run(dsig, fetches, feeds, variables, options)
-        except NeedsStatic as e:
-            return Specialise.of(e)
-
-    def _compile_and_run(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
-                         variables: dict[str, np.ndarray], options: Any) -> RunResult:
+    def _compile_run(self, dsig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
+                     variables: dict[str, np.ndarray], options: Any, static: dict[Key, np.ndarray]) -> RunResult:
+        """A run of run signature ``dsig`` on its plans specialised on ``static``, compiled by the
+        first run that needs them: its ``Direct`` call, or its stages (and fused attempt) with the
+        stacks sized again while they outgrow their chunk (``shell.retried``)."""
+        self._static_now = static
+        dsig = _with_values(dsig, static)
         d = self._direct.get(dsig)
         if d is None:
             self._validate(fetches, feeds)
@@ -386,32 +298,10 @@ class FastBackend(StagedStages):
             with jax.enable_x64(True):
                 return self._run_direct(d, fetches, feeds, variables, options)
         self._validate(fetches, feeds)
-        cap, budget = self._budgeted_chunk(fetches, feeds, variables, options)
-        retries = 0
-        with jax.enable_x64(True):
-            while True:
-                got = self._run(fetches, feeds, variables, options, cap, budget)
-                if not isinstance(got, Retry):  # (past MAX_CAPACITY, ``decode`` raised instead)
-                    break
-                cap = got.capacity
-                retries += 1
-        values, stats = got
+        cap, budget = self._budgeted_chunk(options.memory_budget, lambda c: self._plan(fetches, feeds, variables, c))
+        (values, stats), _, retries = retried(cap, lambda c: self._run(fetches, feeds, variables, options, c, budget))
         stats["stack_capacity_retries"] = retries
         return RunResult(values=values, stats=stats)
-
-    def _budgeted_chunk(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-                        options: Any) -> tuple[int, Optional[MemoryPlan]]:
-        """The stack chunk of a run and its memory plan: ``stack_chunk`` and None, or a smaller chunk
-        where a memory budget applies (``turnout.memory_plan``), so that the buffers fit it, and the
-        plan that the run's ``ChunkStore`` checks and whose swaps it makes."""
-        chunk = self.options.stack_chunk
-        if options.memory_budget is None and not budgeted_loops(self.graph):  # (nor has any loop one)
-            return chunk, None
-        with jax.enable_x64(True):
-            plan = self._plan(fetches, feeds, variables, chunk)
-        budget = self._run_budget(plan, options.memory_budget)
-        cap = None if budget is None else budget.capacity()
-        return (chunk if cap is None else min(chunk, cap)), budget
 
     def memory_platform(self) -> str:
         """The platform whose memory the stacks use (``jax.default_backend()``'s name for the backend's
@@ -423,18 +313,14 @@ class FastBackend(StagedStages):
         """The plan of a run at stack capacity ``cap`` whose memory plan swaps the loops ``swapped``
         (their stacks in host memory in the fused stage: ``Plan.host``), made by the first run that
         needs it and kept."""
-        pk = self._program_key(fetches, feeds)
-        learnt = self.slot_sizes.capacity(pk)  # (checkpoint slots the program's runs showed it needs)
-        sig = (
-            id(self.graph), self.graph.edits, tuple(key(t) for t in fetches),
-            tuple(sorted((key(t), v.dtype.str, np.shape(v)) for t, v in feeds.items())),
-            variable_signature(self.graph, variables), cap,
-            static_signature(self._static_now), learnt, swapped,
-        )
+        sig = (*self._plan_key(self._run_signature(fetches, feeds, variables), fetches, feeds, cap, self._static_now),
+               swapped)
         plan = self._plans.get(sig)
         if plan is None:  # (on the deep thread where the program may nest deeply: ``_thread_nesting``)
+            pk = self._program_key(fetches, feeds)
             program = functionalize(self.graph, fetches, feeds)
-            plan = self._plans[sig] = Plan(self, program, {t.node.id for t in feeds}, cap, swapped)
+            fed = {t.node.id for t in feeds}
+            plan = self._plans[sig] = Plan(self, program, fed, cap, swapped, self.memory_platform)
             plan.static_feeds = dict(self._static_now)
             plan.program_key = pk
             plan.slots = self.slot_sizes.plan(pk, plan.slots.nodes, cap)
@@ -442,10 +328,6 @@ class FastBackend(StagedStages):
             if plan.nesting > DEEP_NESTING:
                 self._deep_nesting = max(self._deep_nesting, plan.nesting)
         return plan
-
-    def _program_key(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:
-        """The program of a run (``functionalize.program_key``): every plan of it nests alike."""
-        return program_key(self.graph, fetches, feeds)
 
     def _thread_nesting(self, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> int:
         """The thread a run (or an ``explain``) takes, decided before it starts: the nesting to give

@@ -51,7 +51,7 @@ class DirectCalls(RunState):
         """One run on the ``Direct`` path; the same checks, errors and variable updates as ``_run``."""
         t0 = time.perf_counter()
         if options.memory_budget is not None and d.plan.slots.nodes:  # (a loop's own budget holds its slots)
-            stk.check_slots(self._run_budget(d.plan, options.memory_budget), d.plan.slots.bytes(), "fast backend")
+            stk.check_slots(d.plan.budget(options.memory_budget), d.plan.slots.bytes(), "fast backend")
         by_key = {(t.node.id, t.index): v for t, v in feeds.items()}
         var_vals = {var_key(name): self._device_var(d.plan, name, variables) for name in d.var_names}
         flat = d.args.flat(by_key, var_vals, {}, iteration_bound(options))

@@ -18,10 +18,10 @@ from turnout.fast.regions import WhileRegion
 from turnout.run_schedule import RunSchedule, Step
 
 
-def fallback_schedule(reason: str) -> RunSchedule:
-    """The schedule of a signature the fast backend runs on the reference interpreter (``reason``:
+def fallback_schedule(reason: str, backend: str = "fast", on: str = "the reference interpreter") -> RunSchedule:
+    """The schedule of a signature that ``backend`` runs on its reference executor ``on`` (``reason``:
     why it cannot be compiled)."""
-    return RunSchedule("fast", (Step("interpreter", f"the reference interpreter (fallback: {reason})"),))
+    return RunSchedule(backend, (Step("interpreter", f"{on} (fallback: {reason})"),))
 
 
 def plan_schedule(plan: Plan, rungs: list[int], lane: bool = True) -> RunSchedule:

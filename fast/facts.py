@@ -170,7 +170,7 @@ NEVER_FAIL = frozenset({
     "Add", "Sub", "Mul", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square", "Relu", "Tanh", "Sigmoid",
     "Exp", "Log", "Sqrt", "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual",
     "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "MatMul", "Transpose", "ExpandDims", "Concat",
-    "Pack", "Reshape", "Sum", "Mean", "StopGradient", "ZerosLike", "OnesLike", "Shape", "Size",
+    "Pack", "Reshape", "Sum", "Prod", "Mean", "StopGradient", "ZerosLike", "OnesLike", "Shape", "Size",
     "BroadcastLike", "SumToLike", "TensorArraySize", "TensorArrayUnstack", "TensorArrayNew",
     "TensorArrayStackOrZeros", "VarHandle", "ReadVariable",
 })

@@ -26,7 +26,7 @@ from turnout.fast.lowering_base import (
 from turnout.fast.ranges import known_within
 from turnout.fast.values import MASK_DTYPE, TA, is_static
 from turnout.graph import Node
-from turnout.kernels import sums_to
+from turnout.kernels import extremum_identity, sums_to
 from turnout.shape_rules import SHAPE_RULES, reduced_shape, spec_shape_error
 
 
@@ -236,14 +236,14 @@ def _axis(n: Node) -> Any:
     return tuple(a) if isinstance(a, list) else a
 
 
-def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
+def _reduce(fn: Callable[..., Any], extremum: Optional[str] = None) -> Rule:
     """A reduction's rule. Its axes are checked against the rank seen when tracing (a placeholder of
     unknown rank gets its rank only then): an axis out of range is refused, and the program runs on
     the reference interpreter, which raises its ``KernelError`` if the op runs. A scalar takes axis 0
-    only, and is its own reduction (``kernels._axis_arg``, the shape rule's choice). ``empty_fails``: a
-    reduction with no identity (``Max``) fails when it runs where an output element reduces no elements,
-    as the interpreters' kernel does (``kernels._extremum``); JAX would refuse to trace it, so zeros of
-    the result's shape stand in. An empty result (an empty axis that is not reduced) is no failure."""
+    only, and is its own reduction (``kernels._axis_arg``, the shape rule's choice). ``extremum``
+    (``Max`` or ``Min``): an empty input gives the reduction's identity wherever an output element
+    reduces no elements (``kernels.extremum_identity``, the interpreters' value), which ``jnp.max``
+    would refuse to trace."""
     def rule(ctx, n, xs):
         x = jnp.asarray(xs[0])
         axis = _axis(n)
@@ -257,19 +257,18 @@ def _reduce(fn: Callable[..., Any], empty_fails: bool = False) -> Rule:
             what = f"axis {bad[0]} is out of range" if bad else f"axes {list(axes)} repeat a dimension"
             raise UnsupportedError(f"fast backend: {describe_node(n)}: {what} for a tensor of rank {x.ndim}")
         keep = n.attrs.get("keepdims", False)
-        if empty_fails and x.size == 0:
+        if extremum is not None and x.size == 0:
             shape = reduced_shape(x.shape, axis, keep)  # (the shape rule's answer, now that the rank is known)
             assert shape is not None
-            if not int(np.prod(shape)):  # no output element: an empty result, no extremum needed
-                return [jnp.zeros(shape, x.dtype)]
-            return fails_when_run(ctx, n, f"{n.op}: reduction over an empty tensor", shape, x.dtype)
+            return [jnp.full(shape, extremum_identity(extremum, x.dtype), x.dtype)]
         return [fn(x, axis=axis, keepdims=keep).astype(x.dtype)]
 
     return rule
 
 
-LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Mean": _reduce(jnp.mean), "Max": _reduce(jnp.max, empty_fails=True)})
-LOWERING_RULES.update({"Min": _reduce(jnp.min, empty_fails=True), "All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
+LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Prod": _reduce(jnp.prod), "Mean": _reduce(jnp.mean)})
+LOWERING_RULES.update({"Max": _reduce(jnp.max, "Max"), "Min": _reduce(jnp.min, "Min")})
+LOWERING_RULES.update({"All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
 
 
 def _arg_reduce(fn: Callable[..., Any]) -> Rule:

@@ -107,7 +107,9 @@ def _ta_write(ctx, n, xs):
         ta = ta.materialize(tuple(v.shape), n)
     j = _ta_index(ctx, n, ta, i, "TensorArrayWrite", grows=True)
     if ta.size:
-        if first_write(ctx, n, ta.written, i):  # (``fast.ranges``: no slot is written twice)
+        if n.attrs.get("overwrite", False) or first_write(ctx, n, ta.written, i):
+            # (an overwrite, a TensorList's set, sets the slot whatever it held; ``fast.ranges``: no
+            # slot is written twice)
             mask = put(ta.mask, j, np.ones((), MASK_DTYPE))
         else:
             mask = ta.mask.at[j].add(1)  # the check reads the updated count: the update stays in place (TA)

@@ -199,17 +199,23 @@ def _select(ctx, n, xs):
     return [jnp.where(c, a, b)]
 
 
-@lowering_rule("Cumsum")
-def _cumsum(ctx, n, xs):
-    """The reference kernel's order: an exclusive sum is the inclusive one shifted by a slot."""
-    x = jnp.asarray(xs[0])
-    ax, rev = n.attrs["axis"] % x.ndim, n.attrs.get("reverse", False)
-    y = jnp.flip(x, ax) if rev else x
-    s = jnp.cumsum(y, axis=ax, dtype=x.dtype)
-    if n.attrs.get("exclusive", False) and x.shape[ax]:
-        lead = jnp.zeros_like(jax.lax.slice_in_dim(s, 0, 1, axis=ax))
-        s = jnp.concatenate([lead, jax.lax.slice_in_dim(s, 0, x.shape[ax] - 1, axis=ax)], axis=ax)
-    return [jnp.flip(s, ax) if rev else s]
+def _scan(run: Callable[..., Any], unit: int) -> Rule:
+    """``Cumsum`` (``unit`` 0) or ``Cumprod`` (1) in the reference kernel's order: an exclusive scan
+    is the inclusive one shifted by a slot."""
+    def rule(ctx, n, xs):
+        x = jnp.asarray(xs[0])
+        ax, rev = n.attrs["axis"] % x.ndim, n.attrs.get("reverse", False)
+        y = jnp.flip(x, ax) if rev else x
+        s = run(y, axis=ax, dtype=x.dtype)
+        if n.attrs.get("exclusive", False) and x.shape[ax]:
+            lead = jnp.full_like(jax.lax.slice_in_dim(s, 0, 1, axis=ax), unit)
+            s = jnp.concatenate([lead, jax.lax.slice_in_dim(s, 0, x.shape[ax] - 1, axis=ax)], axis=ax)
+        return [jnp.flip(s, ax) if rev else s]
+
+    return rule
+
+
+LOWERING_RULES.update({"Cumsum": _scan(jnp.cumsum, 0), "Cumprod": _scan(jnp.cumprod, 1)})
 
 
 @lowering_rule("Cast")

@@ -31,7 +31,7 @@ buffer, making it costs the call less than taking it and handing it back, and no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -129,8 +129,9 @@ class Plan(StepPlan):
     of the one device, with its ``Direct`` call and its fused attempt."""
 
     def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int,
-                 swapped: frozenset[str] = frozenset()) -> None:
+                 swapped: frozenset[str], platform: Callable[[], str]) -> None:
         nodes = program_nodes(program)
+        self._platform = platform  # (the platform whose memory the stacks use, found when ``budget`` asks)
         #: the checkpoint slots: every one their budgets hold until the backend sizes them as it makes
         #: the plan (``SlotSizes.plan``: this capacity until a run needed more, then what it learnt)
         super().__init__(backend, program, fed, capacity,
@@ -162,7 +163,7 @@ class Plan(StepPlan):
         #: the high-water marks of the last runs of this plan's ladder (``stack_sizes.StackMarks``):
         #: they choose the rung a run starts on; made with the ladder (``FastBackend._ladder``)
         self.marks: Optional[StackMarks] = None
-        #: the program this plan runs, as the backend names it (``FastBackend._program_key``)
+        #: the program this plan runs, as the backend names it (``BackendShell._program_key``)
         self.program_key: Any = None
 
     def _find_stacks(self, program: Program, nodes: list[Node], swapped: frozenset[str]) -> None:
@@ -347,6 +348,11 @@ class Plan(StepPlan):
             return Traced(vals, em.state["err"], {k: em.lives.get(k, True) for k in outs}, changed)
 
         return flat_call(args, body, self.jit, record)
+
+    def budget_inputs(self) -> tuple[Iterable[Node], list[Node], str]:
+        """The graph's nodes, the stacks this plan gives buffers (not those it holds) and its
+        checkpoint slots, on the platform of the backend's device (``FastBackend.memory_platform``)."""
+        return self.backend.graph.nodes, [*self.stack_nodes, *self.slots.nodes], self._platform()
 
     def jit(self, fn: Any, donate_argnums: tuple[int, ...] = ()) -> Any:
         """``jax.jit`` of one of this plan's functions, with the options the backend gives XLA

@@ -13,7 +13,6 @@ of them owns (``fast.direct_call``, ``fast.fused_attempts``, ``fast.backend``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Optional
 
@@ -26,46 +25,21 @@ from turnout.fast.lane import write_variables
 from turnout.fast.outcome import Outcome, enforce
 from turnout.fast.plan import Plan
 from turnout.fast.regions import Key
+from turnout.fast.shell import BackendShell
 from turnout.fast.state_keys import var_key
 from turnout.fast.timeline import Timeline
-from turnout.fast.variable_store import Deferred, DeviceVariables, peeker
-from turnout.fast_options import FastOptions
-from turnout.graph import Graph, Tensor
-from turnout.memory_plan import MemoryPlan
+from turnout.fast.variable_store import DeviceVariables, peeker
+from turnout.graph import Tensor
 
 _NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 #: how errors of this backend name it (``outcome.decode``)
 WHO = "fast backend"
 
 
-def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[Any, ...]:
-    """(name, dtype, shape) of every Variable of the graph, as plan signatures take them: a Variable
-    the session has not set yet counts with its initial value."""
-    gv = graph.variables
-    if not gv:
-        return ()
-    out = []
-    peek = peeker(variables)
-    for name in sorted(gv):
-        v = peek(name)
-        if v is None:  # as the run will set it: the initial value in the Variable's dtype (a float64
-            # initial value of a float32 Variable must not make the first run's plan another one's)
-            attrs = gv[name].attrs
-            v = np.asarray(attrs.get("initial_value"), dtype=np.dtype(attrs["dtype"]) if "dtype" in attrs else None)
-        if type(v) is not Deferred:  # (a deferred value's dtype and shape are its device array's)
-            v = np.asarray(v)
-        out.append((name, v.dtype.str, v.shape))
-    return tuple(out)
+class RunState(BackendShell):
+    """The state a backend's runs share (made by ``FastBackend.__init__``, over the shell's,
+    ``fast.shell``) and the first and last steps of every run over it."""
 
-
-class RunState:
-    """The state a backend's runs share (made by ``FastBackend.__init__``) and the first and last
-    steps of every run over it."""
-
-    options: FastOptions
-    graph: Graph
-    #: traces made so far (``FastBackend.compile_count``)
-    compile_count: int
     #: run signature -> its plan (``FastBackend._plan``)
     _plans: dict[Any, Plan]
     #: name -> (the session's entry for the Variable, its device copy): the copy a run starts from
@@ -77,23 +51,6 @@ class RunState:
     variable_store: DeviceVariables
     #: the trace of the run in progress (``trace=True``)
     _timeline: Optional[Timeline]
-    #: per loop and device, the gradient stack memory of the last run (``memory_records``)
-    _records: list[dict[str, Any]]
-    #: (id of a plan, run budget) -> the memory plan its runs honour (``_run_budget``)
-    _budgets: dict[tuple[int, Optional[int]], Optional[MemoryPlan]]
-    #: the platform whose memory the stacks use (``FastBackend.memory_platform``)
-    memory_platform: Callable[[], str]
-
-    def _run_budget(self, plan: Plan, run_budget: Optional[int]) -> Optional[MemoryPlan]:
-        """The memory plan runs of ``plan`` under ``run_budget`` honour (``chunk_store.budget_plan`` of
-        its stacks and checkpoint slots; None: it has neither), made once per plan and run budget
-        (plans live as long as the backend)."""
-        k = (id(plan), run_budget)
-        if k not in self._budgets:
-            self._budgets[k] = None if not (plan.stack_nodes or plan.slots.nodes) else stk.budget_plan(
-                self.graph.nodes, [*plan.stack_nodes, *plan.slots.nodes], self.memory_platform(), run_budget)
-        return self._budgets[k]
-
     def held_bytes(self) -> int:
         """Device bytes this backend holds between runs: kept gradient stack buffers and the device
         copies of Variables."""

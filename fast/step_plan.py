@@ -16,10 +16,12 @@ besides (``emitter``: the one-device plan's held and counted stacks).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Optional, Protocol
 
 import jax
 
+from turnout.fast.chunk_store import budget_plan
 from turnout.fast.cut import Segment
 from turnout.fast.driven import DrivenLoop
 from turnout.fast.emit import Emitter
@@ -29,20 +31,25 @@ from turnout.fast.segment import SegmentFn
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.stack_sizes import stack_source_var
 from turnout.fast_options import FastOptions
+from turnout.graph import Graph, Node
+from turnout.memory_plan import MemoryPlan
 
 
 class CompileCounter(Protocol):
-    """What a plan needs of its backend: the trace counter that tests and stats read, and the
-    backend's options (``turnout.fast_options.FastOptions``)."""
+    """What a plan needs of its backend: the trace counter that tests and stats read, the backend's
+    options (``turnout.fast_options.FastOptions``) and its graph."""
 
     compile_count: int
     options: FastOptions
+    graph: Graph
 
 
 class StepPlan:
     """A program planned for one run signature and stack capacity: what its traces share (error
     codes, the constants its stacks' only pushes pushed, the fed values it is specialised on, its
     checkpoint slots) and the compiled function of each of its steps."""
+
+    platform: str  # where the stacks live, for the memory plan (``budget_inputs``; set by a plan that reads it)
 
     def __init__(self, backend: CompileCounter, program: Program, fed: set[int], capacity: int,
                  slots: SlotPlan, static_feeds: Optional[dict[Key, Any]] = None) -> None:
@@ -63,6 +70,7 @@ class StepPlan:
         self.written_vars = {stack_source_var(n) for n in nodes if n.op.startswith("Assign")} - {None}
         #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``)
         self.slots = slots
+        self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}  # run budget -> its memory plan
 
     def jit(self, fn: Any, donate_argnums: tuple[int, ...] = ()) -> Any:
         """``jax.jit`` of one of this plan's functions."""
@@ -93,6 +101,22 @@ class StepPlan:
             return SegmentFn(seg.items, list(seg.writes), set(seg.fetched), self.emitter, self.jit)
         return DrivenLoop(seg.driven, seg.writes, set(seg.fetched), seg.push, seg.pop, self.capacity, self.emitter,
                           self.jit, seg.measured, free_pointers=free_pointers)
+
+    def budget(self, run_budget: Optional[int]) -> Optional[MemoryPlan]:
+        """The memory plan a run of this plan under ``run_budget`` honours (None: no budget applies,
+        or the plan has neither stacks nor checkpoint slots), made once per run budget: the plan of
+        ``budget_inputs`` (``chunk_store.budget_plan``). The one place both backends make it."""
+        if run_budget not in self._budgets:
+            nodes, stacks, platform = self.budget_inputs()
+            self._budgets[run_budget] = budget_plan(nodes, stacks, platform, run_budget) if stacks else None
+        return self._budgets[run_budget]
+
+    def budget_inputs(self) -> tuple[Iterable[Node], list[Node], str]:
+        """What the memory plan (``budget``) reads: the nodes whose pushes size the stacks, the plan's
+        stacks and checkpoint slots (its ``StackNew`` and ``CheckpointSlots`` nodes), and the
+        platform whose memory they use; here the program's, on the plan's ``platform``."""
+        nodes = program_nodes(self.program)
+        return nodes, [n for n in nodes if n.op in ("StackNew", "CheckpointSlots")], self.platform
 
     def outcome_of(self, code: int, who: str, moved: int = 0, attempt: bool = False, mark: int = 0) -> Outcome:
         """What error word ``code`` (and, for a fused attempt, high-water mark ``mark``) of a call of

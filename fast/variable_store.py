@@ -32,7 +32,7 @@ class Deferred:
     """A Variable's value that a run left on the device, read back on first use and then kept.
 
     ``dtype`` and ``shape`` are the device array's: a run's plan signature reads them without a copy
-    (``fast.backend.variable_signature``)."""
+    (``fast.shell.variable_signature``)."""
 
     __slots__ = ("dev", "_host")
 

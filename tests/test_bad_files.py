@@ -334,7 +334,7 @@ def test_a_path_that_is_no_file_name_is_an_argument_error(function: str, tmp_pat
     """An int was opened as that file descriptor by some readers, others raised Python's TypeError."""
     call = _readers_and_writers(tmp_path)[function]
     for bad in (3, None, 1.5):
-        with pytest.raises(tn.ArgumentError, match="file name|GraphDef, its bytes or a path"):
+        with pytest.raises(tn.ArgumentError, match="file name|GraphDef, its bytes, a path"):
             call(bad)
 
 

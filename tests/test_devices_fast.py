@@ -24,7 +24,7 @@ from strategies import PlacementDraw, gradient_cases, placements, programs_with_
 
 import turnout as tn
 from turnout.devices import canonical
-from turnout.devices import fast_executor as fx
+from turnout.devices.plan_run import PlanRun
 from turnout.fast.timeline import Span, Timeline
 from turnout.session import RunOptions
 
@@ -246,13 +246,13 @@ def test_parallel_iterations_bounds_the_iterations_in_flight(monkeypatch: pytest
     """Before dispatching iteration i the host waits for iteration i - P: with P = 1 it waits before
     every iteration but the first, with P = 4 before all but the first four."""
     waits: list[int] = []
-    orig = fx._Run._retire
+    orig = PlanRun._retire
 
     def counting(self: Any, errs: list[Any]) -> None:
         waits.append(len(errs))
         orig(self, errs)
 
-    monkeypatch.setattr(fx._Run, "_retire", counting)
+    monkeypatch.setattr(PlanRun, "_retire", counting)
     for p, want in ((1, 9), (4, 6), (20, 0)):
         g, x, i, y = _spanning_loop(10, parallel_iterations=p)
         waits.clear()

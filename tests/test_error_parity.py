@@ -210,13 +210,15 @@ def gather_from_an_empty_axis() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     return g, y, {x: np.zeros(0, np.float32), k: np.array([2], np.int32)}
 
 
-def max_of_an_empty_tensor() -> tuple[tn.Graph, Any, dict[Any, Any]]:
-    """A maximum over no values has no identity: the interpreters' kernel refuses it, and the fast
-    backend had returned an empty array where the result was empty, or ``-inf``."""
+def argmax_of_an_empty_axis() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """The index of the largest of no values does not exist (a maximum over none is its identity,
+    -inf, but no index holds it): every backend refuses it when it runs, as TensorFlow does. (This
+    case was a ``reduce_max`` of an empty tensor, which the fast backend had returned as an empty
+    array where the interpreters failed; a maximum over none is now -inf on every route.)"""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [None, 3], name="x")
-        y = tn.reduce_max(x, axis=0)
+        y = tn.argmax(x, axis=0)
     return g, y, {x: np.zeros((0, 3), np.float32)}
 
 
@@ -290,7 +292,7 @@ CATALOGUE: dict[str, Mistake] = {
     "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
     "index into an empty dimension": Mistake(index_into_an_empty_dimension, tn.KernelError),
     "gather from an empty axis": Mistake(gather_from_an_empty_axis, tn.KernelError),
-    "max of an empty tensor": Mistake(max_of_an_empty_tensor, tn.KernelError),
+    "argmax of an empty axis": Mistake(argmax_of_an_empty_axis, tn.KernelError),
     "reduction axis beyond the rank": Mistake(reduction_axis_beyond_the_rank, tn.KernelError),
     "sum to a shape that does not broadcast": Mistake(sum_to_a_shape_that_does_not_broadcast, tn.KernelError),
     "unknown run option": Mistake(unfed_placeholder, TypeError, {"no_such_option": 1}),

@@ -332,7 +332,7 @@ def _assert_same(name: str, seed: int, backend: str, want: tuple[str, Any], got:
 # case in tests/test_error_parity.py); the seeds replay them in this file's families
 @example("index", 14)  # an integer index into an axis of size 0 failed inside JAX (IndexError)
 @example("gather", 2)  # a Gather from an axis of size 0 failed inside JAX
-@example("reduction", 0)  # a Max of an empty tensor returned an empty array, not KernelError
+@example("reduction", 0)  # a Max of an empty tensor returned an empty array (now -inf on every route)
 @example("reduction", 121)  # a reduction axis beyond a fed scalar's rank failed inside the lowering
 @example("in_a_branch", 2)  # an untaken branch's Gather from an empty axis failed the whole run
 @example("gradient", 37)  # the gradient of an index into an empty axis, on no path that runs

@@ -189,6 +189,13 @@ CASES: dict[str, Case] = {
     "Cumsum": Case([_arr(3, 4)],
                    lambda x: tn.cumsum(x, axis=1) + tn.cumsum(x * x, axis=0, exclusive=True, reverse=True),
                    lambda x: jnp.cumsum(x, axis=1) + jnp.flip(jnp.cumsum(jnp.flip(x * x, 0), 0), 0) - x * x),
+    "Cumprod": Case([_arr(3, 4, lo=0.5, hi=2.0)],
+                    lambda x: tn.cumprod(x, axis=1) + tn.cumprod(x * x, axis=0, exclusive=True, reverse=True),
+                    lambda x: jnp.cumprod(x, axis=1) + jnp.flip(jnp.cumprod(jnp.flip(x * x, 0), 0), 0) / (x * x)),
+    "Prod": Case([np.array([[0.5, 0.0, -1.5], [2.0, 0.0, 0.7], [1.1, -0.3, 0.9], [0.0, 1.2, 2.0]])],
+                 lambda x: tn.reduce_prod(x, axis=1) * tn.reduce_prod(x, axis=[0, 1], keepdims=True)[0]
+                 + tn.reduce_sum(tn.reduce_prod(x, axis=-2)) + tn.reduce_prod(x + 1.0),
+                 lambda x: jnp.prod(x, axis=1) * jnp.prod(x) + jnp.prod(x, axis=-2).sum() + jnp.prod(x + 1.0)),
     "Maximum": Case([np.array([0.1, 0.9, -0.4]), np.array([0.5, 0.2, -0.3])], tn.maximum, jnp.maximum),
     "Minimum": Case([np.array([0.1, 0.9, -0.4]), np.array([0.5, 0.2, -0.3])], tn.minimum, jnp.minimum),
     "Select": Case([_arr(*SQ), _arr(*SQ)], lambda x, y: tn.where(x > y, x * 2.0, y * y),

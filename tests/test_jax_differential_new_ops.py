@@ -122,7 +122,8 @@ def test_max_and_softmax_of_a_batch_of_no_rows_are_empty_on_every_route() -> Non
     empty result, so ``reduce_max(x, axis=1)`` of a [0, 3] ``x`` is [0] and ``tn.nn.softmax`` /
     ``log_softmax`` of a batch of no rows are [0, 3], with empty gradients, in a while_loop too (Max
     and Min refused any empty input, "reduction over an empty tensor", on every route). Reducing the
-    empty axis itself, where an output element has no elements, is still that KernelError."""
+    empty axis itself gives the reduction's identity, as TensorFlow's kernels do: -inf for a maximum
+    (test_extremum_over_no_elements_is_its_identity_and_softmax_of_no_classes_is_empty)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [None, 3])
@@ -138,8 +139,29 @@ def test_max_and_softmax_of_a_batch_of_no_rows_are_empty_on_every_route() -> Non
         got = run_on(route, g, [top, low, probs, logs, s, dx], {x: xv})
         assert [a.shape for a in got] == [(0,), (0, 1), (0, 3), (0, 3), (), (0, 3)], route
         assert all(a.dtype == np.float32 for a in got) and got[4] == 0.0, route
-        with pytest.raises(tn.KernelError, match="Max: reduction over an empty tensor"):
-            run_on(route, g, over_rows, {x: xv})
+        np.testing.assert_array_equal(run_on(route, g, over_rows, {x: xv}), np.full(3, -np.inf, np.float32))
+
+
+def test_extremum_over_no_elements_is_its_identity_and_softmax_of_no_classes_is_empty() -> None:
+    """Law (TensorFlow's kernels; ``jax.lax.reduce_max``): ``Max`` over no elements is the least value
+    of the dtype (-inf for floats), ``Min`` the greatest, so ``tn.nn.softmax`` and ``log_softmax``
+    along an axis of size 0 are empty, with empty gradients, as TensorFlow's are (all three were
+    KernelError "Max: reduction over an empty tensor", on every route)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2, None])
+        i = tn.placeholder(tn.int32, [None])
+        probs, logs = tn.nn.softmax(x), tn.nn.log_softmax(x)
+        (dx,) = tn.gradients(tn.reduce_sum(probs) + tn.reduce_sum(logs), [x])
+        outs = [tn.reduce_max(x, axis=1), tn.reduce_min(x, axis=-1, keepdims=True), tn.reduce_max(i),
+                tn.reduce_min(i), probs, logs, dx]
+    for route in ROUTES:
+        got = run_on(route, g, outs, {x: np.zeros((2, 0), np.float32), i: np.zeros(0, np.int32)})
+        np.testing.assert_array_equal(got[0], np.full(2, -np.inf, np.float32))
+        np.testing.assert_array_equal(got[1], np.full((2, 1), np.inf, np.float32))
+        assert got[2] == np.iinfo(np.int32).min and got[3] == np.iinfo(np.int32).max, route
+        assert [a.shape for a in got[4:]] == [(2, 0)] * 3, route
+        assert all(a.dtype == np.float32 for a in got[:2] + got[4:]), route
 
 
 

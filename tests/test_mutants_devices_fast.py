@@ -39,16 +39,16 @@ def test_each_devices_segments_run_on_that_device(monkeypatch: pytest.MonkeyPatc
     fill on cpu:1 above has no device input at all; its outputs and state must be on JAX's cpu:1."""
     import jax
 
-    from turnout.devices import fast_executor
+    from turnout.devices import plan_run
 
     runs: list[Any] = []
-    init = fast_executor._Run.__init__
+    init = plan_run.PlanRun.__init__
 
     def keep(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         runs.append(self)
 
-    monkeypatch.setattr(fast_executor._Run, "__init__", keep)
+    monkeypatch.setattr(plan_run.PlanRun, "__init__", keep)
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, shape=[2, 3], name="x")

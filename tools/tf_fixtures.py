@@ -561,6 +561,10 @@ import tf_fixtures_tf1_code  # noqa: E402  (TF1 model code as written: default i
 
 CASES.update(tf_fixtures_tf1_code.CASES)
 
+import tf_fixtures_v2  # noqa: E402  (control flow v2: While, If, Case, a tf.function call)
+
+CASES.update(tf_fixtures_v2.CASES)
+
 
 def build(tf: Any, name: str, out: Path) -> tuple[str, list[dict[str, Any]]]:
     """The case's GraphDef as text and its runs with TensorFlow's values; a ``{"save": True}`` run

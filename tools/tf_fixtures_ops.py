@@ -110,3 +110,31 @@ def one_hot_cumsum_pad(tf: Any) -> list[dict[str, Any]]:
          "fetches": [loss.name, picked.name, cols_hot.name]},
         {"feeds": {**feeds, "x:0": bad}, "fetches": [loss.name], "error": "x is not finite : Tensor had NaN values"},
     ]
+
+
+@case
+def prod_cumprod(tf: Any) -> list[dict[str, Any]]:
+    """Products: reduce_prod over one axis, two axes with keep_dims and all axes, of groups that
+    hold one zero and two (its gradient, TensorFlow's _ProdGrad, is exact there), the int32
+    reduce_prod of a shape's tail that flattens a batch, and cumprod (plain, exclusive, reverse) of
+    positive values; trained by SGD."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3, 2], name="x")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((6, 3), 90, 0.7))
+    p = tf.compat.v1.get_variable("p", initializer=_weights((3, 2), 91, 0.9))
+    h = x * p
+    flat = tf.reshape(h, [-1, tf.reduce_prod(tf.shape(h)[1:])], name="flat")
+    out = tf.matmul(flat, w)
+    prods = (tf.reduce_prod(h, axis=1) + tf.reduce_sum(tf.reduce_prod(h, axis=[0, 2], keepdims=True))
+             + tf.reduce_prod(p))
+    pos = tf.abs(out) + 0.5
+    c = tf.math.cumprod(pos, axis=1) + tf.math.cumprod(pos, axis=1, exclusive=True) \
+        + tf.math.cumprod(pos, axis=0, reverse=True)
+    loss = tf.reduce_mean(tf.square(out)) + 0.1 * tf.reduce_sum(prods) + 0.01 * tf.reduce_mean(c)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+    rng = np.random.default_rng(92)
+    xv = rng.normal(size=(4, 3, 2)).astype(np.float32)
+    xv[0, 1, 0] = 0.0  # one zero in a group along axis 1
+    xv[2, :2, 1] = 0.0  # two zeros in another
+    feeds = {"x:0": xv}
+    runs = _train_runs(feeds, loss, train, [w.value(), p.value()])
+    return runs + [{"feeds": feeds, "fetches": [flat.name, c.name]}]

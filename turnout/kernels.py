@@ -410,18 +410,32 @@ def _sum(xs, attrs):
                                         dtype=x.dtype))]
 
 
-@_k("Cumsum")
-def _cumsum(xs, attrs):
-    """``exclusive`` shifts the inclusive sums by one slot (a leading zero), as TensorFlow's scan
-    does, rather than subtracting each element again (which would round differently)."""
+@_k("Prod")
+def _prod(xs, attrs):
     x = np.asarray(xs[0])
-    ax = attrs["axis"] % x.ndim
-    y = np.flip(x, ax) if attrs.get("reverse", False) else x
-    s = np.cumsum(y, axis=ax, dtype=x.dtype)
-    if attrs.get("exclusive", False) and x.shape[ax]:
-        lead = np.zeros_like(np.take(s, [0], axis=ax))
-        s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax)
-    return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
+    return [flush_subnormals(np.asarray(np.prod(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False),
+                                                 dtype=x.dtype), dtype=x.dtype))]
+
+
+def _scan(run: Callable[..., Any], unit: int) -> Kernel:
+    """The kernel of ``Cumsum`` (``unit`` 0) or ``Cumprod`` (1). ``exclusive`` shifts the inclusive
+    results by one slot (a leading ``unit``), as TensorFlow's scan does, rather than taking each
+    element out again (which would round differently, and divide by zero for a product)."""
+    def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        x = np.asarray(xs[0])
+        ax = attrs["axis"] % x.ndim
+        y = np.flip(x, ax) if attrs.get("reverse", False) else x
+        s = run(y, axis=ax, dtype=x.dtype)
+        if attrs.get("exclusive", False) and x.shape[ax]:
+            lead = np.full_like(np.take(s, [0], axis=ax), unit)
+            s = np.concatenate([lead, np.delete(s, -1, axis=ax)], axis=ax)
+        return [flush_subnormals(np.flip(s, ax) if attrs.get("reverse", False) else s)]
+
+    return kernel
+
+
+_k("Cumsum")(_scan(np.cumsum, 0))
+_k("Cumprod")(_scan(np.cumprod, 1))
 
 
 @_k("Mean")
@@ -436,18 +450,28 @@ def _mean(xs, attrs):
         return [flush_subnormals(np.asarray(np.true_divide(total, count), dtype=x.dtype))]
 
 
+def extremum_identity(op: str, dtype: Any) -> Any:
+    """What ``Max`` (``Min``) gives for an output element over no elements: the identity of the
+    reduction, the least (greatest) value of the dtype, -inf (inf) for floats, as TensorFlow's
+    kernels give. Why not an error (numpy's): ``tn.nn.softmax`` along an axis of size 0 shifts by
+    such a maximum and has an empty result, as TensorFlow's has; the compiled backends share this."""
+    d = np.dtype(dtype)
+    if d.kind == "f":
+        return d.type(-np.inf if op == "Max" else np.inf)
+    info = np.iinfo(d)
+    return d.type(info.min if op == "Max" else info.max)
+
+
 def _extremum(op: str, reduce: Callable[..., Any]) -> Kernel:
-    """The kernel of ``Max`` or ``Min``: an output element over no elements has no extremum, so it
-    fails; an empty tensor reduced along axes that are not empty has an empty result, as in
-    TensorFlow (the softmax of a batch of no rows)."""
+    """The kernel of ``Max`` or ``Min``; an output element over no elements is the reduction's
+    identity (``extremum_identity``), and an empty tensor reduced along axes that are not empty has an
+    empty result, as in TensorFlow."""
     def kernel(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
         x = np.asarray(xs[0])
         axis, keep = _axis_arg(attrs, x), attrs.get("keepdims", False)
         if x.size == 0:
             shape = tuple(int(d or 0) for d in reduced_shape(x.shape, axis, keep) or ())
-            if math.prod(shape):
-                raise KernelError(f"{op}: reduction over an empty tensor")
-            return [np.zeros(shape, x.dtype)]
+            return [np.full(shape, extremum_identity(op, x.dtype), x.dtype)]
         return [np.asarray(reduce(x, axis=axis, keepdims=keep), dtype=x.dtype)]
 
     return kernel
@@ -633,7 +657,7 @@ def ta_element_mismatch(shape: tuple[int, ...], elements: sh.Shape) -> str:
 def _ta_write(xs, attrs):
     ta, i, v = xs
     i = _check_ta_index("TensorArrayWrite", ta, i, grows=True)
-    if i < ta.size and ta.items[i] is not None:
+    if i < ta.size and ta.items[i] is not None and not attrs.get("overwrite", False):
         raise KernelError(f"TensorArrayWrite: slot {i} was already written (TensorArray slots are write-once)")
     v = np.asarray(v)
     es = ta.element_shape

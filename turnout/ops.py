@@ -553,6 +553,14 @@ def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[
 
 
 @checked
+def reduce_prod(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
+    """Product over ``axis``, like ``reduce_sum`` (over no elements 1). Its gradient is exact where
+    the product holds zeros: each element's is the product of the others, taken from running
+    products from either end rather than by dividing the product by the element."""
+    return _op1("Prod", x, name, axis=_axis_attr(axis, "reduce_prod"), keepdims=bool(keepdims))
+
+
+@checked
 def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
     """Mean over ``axis`` (floating dtypes only), like ``reduce_sum``."""
     return _op1("Mean", x, name, axis=_axis_attr(axis, "reduce_mean"), keepdims=bool(keepdims))

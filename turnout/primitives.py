@@ -112,7 +112,11 @@ _DECLS: list[Primitive] = [
        "reverse the first lengths[b] entries along attr seq_axis of each slice b along attr batch_axis"),
     _P("Cumsum", "compute", True,
        "running sum along attr axis (attr exclusive: each element left out of its sum; attr reverse: from the end)"),
+    _P("Cumprod", "compute", True,
+       "running product along attr axis (attr exclusive: each element left out of its product; attr reverse: "
+       "from the end)"),
     _P("Sum", "compute"),
+    _P("Prod", "compute", True, "product over axes (over none, a product of no elements: 1)"),
     _P("Mean", "compute"),
     _P("Max", "compute"),
     _P("Min", "compute"),

@@ -492,7 +492,7 @@ def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
+@_rule("Sum", "Prod", "Mean", "Max", "Min", "All", "Any")
 def _reduce(op, specs, attrs):
     x = specs[0]
     if op in ("All", "Any"):
@@ -508,7 +508,7 @@ def _reduce(op, specs, attrs):
         raise ShapeError(f"{op}: {e}") from None
 
 
-@_rule("Cumsum")
+@_rule("Cumsum", "Cumprod")
 def _cumsum(op, specs, attrs):
     x = specs[0]
     _numeric(op, x.dtype)

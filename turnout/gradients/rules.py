@@ -20,6 +20,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import math_ops, ops
+from turnout.errors import GradientError, describe_node
 from turnout.gradients.grads import SlotGrad
 from turnout.graph import Node, Tensor
 from turnout.tables import registrar
@@ -461,6 +462,46 @@ def _cumsum(b, n, dys):
     return [math_ops.cumsum(dys[0], a["axis"], a.get("exclusive", False), not a.get("reverse", False))]
 
 
+@_grad("Cumprod")
+def _cumprod(b, n, dys):
+    """TensorFlow's formula: ``dx = cumsum(y * dy, the other direction) / x`` (not finite where ``x``
+    holds a zero; ``Prod``'s gradient does not come here)."""
+    a = n.attrs
+    x = b.value(_in(n, 0))
+    back = math_ops.cumsum(b.value(n.outputs[0]) * dys[0], a["axis"], a.get("exclusive", False),
+                           not a.get("reverse", False))
+    return [back / x]
+
+
+@_grad("Prod")
+def _prod(b, n, dys):
+    """Each element's gradient is ``dy`` times the product of the other elements of its group, exact
+    where the group holds zeros (dividing the product by the element is not). Over the whole tensor
+    (``axis`` None, rank possibly unknown) the group is its flattening."""
+    x = _in(n, 0)
+    dy = b.broadcast_to(b.keepdims(dys[0], n), x)
+    axis = n.attrs.get("axis")
+    if axis is None:
+        flat = ops.reshape(b.value(x), [-1])
+        return [b.reshape_like(_others_product(flat, [0]), x) * dy]
+    axes = axis if isinstance(axis, list) else [axis]
+    if not axes or x.shape == ():
+        return [dy]  # a product over no axis (or of a scalar) is the element itself
+    return [_others_product(b.value(x), axes) * dy]
+
+
+def _others_product(x: Tensor, axes: list[int]) -> Tensor:
+    """For each element of ``x``, the product of the other elements of its group over ``axes``. Along
+    one axis: the exclusive running products from either end, multiplied. Over several: a product over
+    the first axis then over the rest, so (chain rule) the first axis's others times the others of
+    the element's line among the lines' products."""
+    first = math_ops.cumprod(x, axes[0], exclusive=True) * math_ops.cumprod(x, axes[0], exclusive=True, reverse=True)
+    if len(axes) == 1:
+        return first
+    lines = ops.reduce_prod(x, axis=axes[0], keepdims=True)
+    return first * _others_product(lines, axes[1:])
+
+
 @_grad("Mean")
 def _mean(b, n, dys):
     x = _in(n, 0)
@@ -564,6 +605,9 @@ def _ta_read(b, n, dys):
 
 @_grad("TensorArrayWrite")
 def _ta_write(b, n, dys):
+    if n.attrs.get("overwrite", False):
+        raise GradientError(f"{describe_node(n)}: the gradient of a TensorArray write that may overwrite a "
+                            "slot (an imported TensorList's set) is not built")
     ta, i, v = n.inputs
     dta = dys[0]
     static = None if v.shape is None else list(v.shape)  # the slot holds what was written: v's type

@@ -263,7 +263,7 @@ def _update_slot(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add("TensorScatterUpdate", [ctx.t(x), f"{idx}:0", f"{upd}:0"], {"T": T, "Tindices": Ti})}:0']
 
 
-@_rule("Sum", "Mean", "Max", "Min", "All", "Any")
+@_rule("Sum", "Prod", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ExportContext, n: Node) -> Outs:
     axis = n.attrs.get("axis")
     if axis is None:
@@ -476,13 +476,13 @@ def _arg_reduce(ctx: ExportContext, n: Node) -> Outs:
     return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
 
 
-@_rule("Cumsum")
+@_rule("Cumsum", "Cumprod")
 def _cumsum(ctx: ExportContext, n: Node) -> Outs:
-    """A running sum along ``axis``: TensorFlow's ``Cumsum``, whose axis is an input."""
+    """A running sum or product along ``axis``: TensorFlow's op of the same name, whose axis is an input."""
     a = ctx.const(_i32(n.attrs["axis"]), "axis")
     attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "exclusive": bool(n.attrs.get("exclusive", False)),
              "reverse": bool(n.attrs.get("reverse", False))}
-    return [f'{ctx.add("Cumsum", [ctx.t(n.inputs[0]), a], attrs)}:0']
+    return [f'{ctx.add(n.op, [ctx.t(n.inputs[0]), a], attrs)}:0']
 
 
 @_rule("TopK")

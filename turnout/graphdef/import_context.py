@@ -121,6 +121,23 @@ class ImportContext:
         #: the Turnout device of the current NodeDef's annotation (``placement.tf_device``), given to
         #: every node its rule creates; None keeps the device scope of the import, if any
         self.device: Optional[str] = None
+        #: the GraphDef's functions by name (control flow v2 calls them: ``import_functions``)
+        self.library: dict[str, Any] = {}
+        #: a function body's arguments: ``_Arg`` NodeDef name -> the value the call passes
+        self.args: dict[str, Value] = {}
+        #: where created nodes go: a GraphDef's top level builds its own frames (Enter, Exit, ...) at
+        #: the root, without capture; a function body called by a builder (``tn.while_loop``'s body)
+        #: goes into the builder's context, which captures outside tensors as the builder does
+        self.flow_context: Any = None
+        self.capture = False
+
+    def child(self, nodes: dict[str, Any], prefix: str, args: dict[str, Value]) -> ImportContext:
+        """The context of a function body's NodeDefs ``nodes`` called with ``args``, built into the
+        control-flow context current now (a builder's branch or loop body) under ``prefix``."""
+        sub = ImportContext(self.graph, nodes, FlowAnalysis(nodes), prefix)
+        sub.library, sub.args, sub.device = self.library, args, self.device
+        sub.flow_context, sub.capture = self.graph._context, True
+        return sub
 
     # ---- building --------------------------------------------------------------------------------
     def ctrl_inputs(self) -> list[Node]:
@@ -144,7 +161,8 @@ class ImportContext:
         if shapes is None and suffix is None:
             shapes = self.relaxed.get(self.node.name) or protos.attr(self.node, "_output_shapes")
         specs = self._refined(op, inputs, attrs or {}, shapes) if shapes else None
-        with self.graph._in_context(None), self.graph._no_capture(), self.graph.control_dependencies(None), \
+        capture = contextlib.nullcontext() if self.capture else self.graph._no_capture()
+        with self.graph._in_context(self.flow_context), capture, self.graph.control_dependencies(None), \
                 self.graph.device(self.device) if self.device is not None else contextlib.nullcontext():
             n = self.graph.create_node(op, list(inputs), attrs or {}, name=name, control_inputs=ctrl, specs=specs)
         self.created.append(n)
@@ -312,7 +330,11 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
+    "ListDiff": None,
 }
+
+#: the ops folding evaluates that have two outputs
+TWO_OUTPUTS = frozenset({"BroadcastGradientArgs", "ListDiff"})
 
 #: the ops constant folding evaluates from their inputs (``Const`` and the shape ops aside)
 FOLDED_OPS = frozenset(_FOLD)
@@ -383,6 +405,10 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             return off
         if op == "BroadcastGradientArgs":
             return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
+        if op == "ListDiff":  # the entries of x not in y, in x's order, and where they are in x (Prod's gradient)
+            kept = [k for k, v in enumerate(np.ravel(vals[0])) if v not in set(np.ravel(vals[1]).tolist())]
+            out = np.ravel(vals[0])[kept] if int(idx or 0) == 0 else np.asarray(kept)
+            return out.astype(protos.tf_dtype(protos.attr(nd, "out_idx"), op).numpy) if int(idx or 0) else out
         fn = _FOLD[op]
         return None if fn is None else np.asarray(fn(*vals))
     except (ValueError, IndexError, TypeError):

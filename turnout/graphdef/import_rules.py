@@ -18,6 +18,7 @@ from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start, tensor_name
 from turnout.graphdef.import_context import (
+    TWO_OUTPUTS,
     BroadcastAxes,
     Bundle,
     ImportContext,
@@ -280,6 +281,18 @@ def _like(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     lab = ctx.flows.label(f"{nd.name}:0")
     if lab is not None:  # zeros for a TensorArray gradient flow: an empty gradient TensorArray
         return [_empty_ta(ctx, lab, ins)]
+    x = ins[0]
+    if isinstance(x, Bundle) and x.parts[0].dtype == dt.tensor_array and nd.op == "ZerosLike":
+        # a TensorList's (``import_tensor_lists``): a list of its length whose elements are never set,
+        # the gradient a v2 loop's gradient passes for a list output nothing differentiates (an
+        # element reads as zeros where its shape is known, as TensorFlow's unset elements; else the
+        # read is an error, never a silent value)
+        ta, n = x.parts
+        es, elem = ta.spec.elem_shape, ta.spec.elem_dtype
+        assert elem is not None
+        attrs = {"dtype": elem.name, "element_shape": None if es is None else list(es),
+                 "dynamic_size": True}
+        return [Bundle((ctx.create("TensorArrayNew", [n], attrs).outputs[0], n))]
     return [ctx.create(nd.op, ins[:1]).outputs[0]]
 
 
@@ -288,6 +301,12 @@ def _add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """A sum; of TensorArray flows (tf.gradients aggregating TensorArray gradients) a slotwise sum."""
     if len(ins) == 1:
         return [ctx.create("Identity", ins).outputs[0]]
+    if all(isinstance(x, Bundle) for x in ins):  # TensorLists (``import_tensor_lists``): slotwise too
+        arrays = [x.parts[0] for x in ins]  # type: ignore[union-attr]
+        acc = arrays[0]
+        for k, a in enumerate(arrays[1:]):
+            acc = ctx.create("TensorArrayAdd", [acc, a], suffix=f"add{k}").outputs[0]
+        return [Bundle((acc, ins[0].parts[1]))]  # type: ignore[union-attr]
     op = "TensorArrayAdd" if _t(ins[0]).dtype == dt.tensor_array else "Add"
     acc = ins[0]
     for k, x in enumerate(ins[1:]):
@@ -376,7 +395,7 @@ def _shape_n(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """An op over shapes that constant folding evaluates (all its inputs are known at import time)."""
     names = ctx.data_inputs()
-    n_out = 2 if nd.op == "BroadcastGradientArgs" else 1
+    n_out = 2 if nd.op in TWO_OUTPUTS else 1
     vals = [ctx.static(f"{nd.name}:{k}") for k in range(n_out)]
     if any(v is None for v in vals):
         raise UnsupportedError(f"{ctx.where()}: supported only when its inputs are known at import time "
@@ -385,31 +404,16 @@ def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                       f"out{k}") for k, v in enumerate(vals)]
 
 
-_rule("Rank")(_folded)
+_rule("Rank", "ListDiff")(_folded)
 
 
 @_rule("Prod")
 def _prod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Folded when known; the input itself over no axes; else the product of a vector of known
-    length as a chain of Muls of its elements (tf.gradients' Mean gradient counts the elements of a
-    run-time shape so)."""
+    """Folded when known (a shape's size, say), else the ``Prod`` primitive over the static axes."""
     if ctx.static(f"{nd.name}:0") is not None:
         return _folded(ctx, nd, ins)
-    x = _t(ins[0])
     axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
-    if not axes:  # over no axes (a Mean over one axis given as a scalar: its gradient counts a scalar so)
-        return [ctx.create("Identity", [x]).outputs[0]]
-    if x.shape is None or len(x.shape) != 1 or x.shape[0] is None or axes not in ([0], [-1]):
-        raise UnsupportedError(f"{ctx.where()}: a run-time product is supported over a vector of known length only")
-    n = int(x.shape[0])
-    if n == 0:
-        return [ctx.const(np.ones([1] if ctx.attr("keep_dims", False) else [], x.dtype.numpy), [x], suffix=None)]
-    acc = _getitem(ctx, x, (0,), "elem0")
-    for k in range(1, n):
-        acc = ctx.create("Mul", [acc, _getitem(ctx, x, (k,), f"elem{k}")], suffix=f"prod{k}").outputs[0]
-    if ctx.attr("keep_dims", False):
-        return [ctx.create("Reshape", [acc], {"shape": [1]}).outputs[0]]
-    return [ctx.create("Identity", [acc]).outputs[0]]
+    return [ctx.create("Prod", ins[:1], {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}).outputs[0]]
 
 
 @_rule("BroadcastGradientArgs")
@@ -671,18 +675,33 @@ def _strided_slice_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 # ---- resource variables -----------------------------------------------------------------------------
 def _var_node(ctx: ImportContext, tname: str) -> Any:
-    nd = ctx.nodes[tname.split(":")[0]]
-    while nd.op not in ("VarHandleOp",):
+    """The NodeDef that makes the resource ``tname`` reads: a VarHandleOp, or a function's argument
+    (``import_functions``), through the ops that pass a resource on (a v2 loop's output ``k`` is its
+    input ``k``: a loop passes a Variable through unchanged)."""
+    nd, port = ctx.nodes[tname.split(":")[0]], int(tensor_name(tname).split(":")[1])
+    while nd.op not in ("VarHandleOp", "_Arg"):
         ins = ctx.data_inputs(nd)
+        if nd.op in ("While", "StatelessWhile") and port < len(ins):
+            nd, port = ctx.nodes[ins[port].split(":")[0]], int(ins[port].split(":")[1])
+            continue
         if nd.op not in ("Identity", "Enter", "Switch", "Merge", "Exit", "RefEnter", "RefIdentity") or not ins:
             raise UnsupportedError(f"{ctx.where()}: its resource does not come from a VarHandleOp")
-        nd = ctx.nodes[ins[0].split(":")[0]]
+        nd, port = ctx.nodes[ins[0].split(":")[0]], int(ins[0].split(":")[1])
     return nd
 
 
 def _var_attrs(ctx: ImportContext, vnd: Any) -> dict[str, Any]:
+    """The dtype and shape of the Variable of VarHandleOp ``vnd``, or of the Variable a function's
+    resource argument ``vnd`` is passed (read off the Turnout VarHandle the call's value comes from)."""
     from turnout.graphdef import protos
 
+    if vnd.op == "_Arg":
+        handle = _t(ctx.args[vnd.name]).node
+        while handle.op != "VarHandle" and handle.inputs:
+            handle = handle.inputs[0].node
+        if handle.op != "VarHandle":
+            raise UnsupportedError(f"{ctx.where()}: its resource does not come from a Variable")
+        return {"dtype": handle.attrs["dtype"], "shape": handle.attrs["shape"]}
     return {"dtype": protos.tf_dtype(protos.attr(vnd, "dtype"), vnd.name).name, "shape": protos.attr(vnd, "shape")}
 
 

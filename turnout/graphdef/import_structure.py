@@ -201,11 +201,11 @@ def _one_hot(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [one_hot_part(ctx, idx, depth, on, off, r if axis == -1 else axis)]
 
 
-@_rule("Cumsum")
+@_rule("Cumsum", "Cumprod")
 def _cumsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     (axis,) = ctx.static_int_list(ctx.data_inputs()[1], "the axis")
     attrs = {"axis": axis, "exclusive": bool(ctx.attr("exclusive", False)), "reverse": bool(ctx.attr("reverse", False))}
-    return [ctx.create("Cumsum", ins[:1], attrs).outputs[0]]
+    return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
 
 
 # ---- batched products and gathers -------------------------------------------------------------------

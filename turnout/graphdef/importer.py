@@ -32,17 +32,21 @@ from turnout.errors import (
     UnsupportedError,
 )
 from turnout.files import file_path
-from turnout.graph import BACK_EDGE, Graph, Node, Tensor
+from turnout.graph import Graph, Node, Tensor
 from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
+    import_functions,
     import_math,
     import_models,
     import_nn,
     import_random,
     import_structure,
+    import_tensor_lists,
     protos,
 )
+from turnout.graphdef.exporter import ExportedGraphDef
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
-from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref
+from turnout.graphdef.import_context import ImportContext, Ref
+from turnout.graphdef.import_nodes import MALFORMED, import_nodes, order
 from turnout.graphdef.import_rules import IMPORT_RULES
 from turnout.graphdef.placement import colocation_targets, tf_device
 from turnout.graphdef.saver_ops import saver_nodes
@@ -106,15 +110,19 @@ class ImportedGraph:
 
 
 def parse_graph_def(source: Any) -> Any:
-    """A GraphDef message from a message, serialized bytes, or a ``.pb`` / ``.pbtxt`` path."""
+    """A GraphDef message from a message, serialized bytes, a ``.pb`` / ``.pbtxt`` path, or what
+    ``export_graph_def`` returned (its ``graph_def``: a round trip needs no unwrapping)."""
     p = protos.pb()
+    if isinstance(source, ExportedGraphDef):
+        source = source.graph_def
     if isinstance(source, p.graph_pb2.GraphDef):
         return source
     gd = p.graph_pb2.GraphDef()
     if isinstance(source, (bytes, bytearray)):
         return _parsed(gd, bytes(source), "the GraphDef bytes", text=False)
     if not isinstance(source, (str, os.PathLike)):
-        raise ArgumentError(f"import_graph_def takes a GraphDef, its bytes or a path, got {type(source).__name__}")
+        raise ArgumentError("import_graph_def takes a GraphDef, its bytes, a path or an export_graph_def result, "
+                            f"got {type(source).__name__}")
     where = file_path(source, "import_graph_def", "graph_def")
     path = Path(where)
     try:
@@ -145,74 +153,23 @@ def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
 
 def unsupported_ops(gd: Any) -> dict[str, list[str]]:
     """Op name -> the nodes that use it, for every op of ``gd`` that has no import rule (the nodes of
-    its Saver aside: the import leaves them out, ``saver_ops``)."""
+    its Saver aside: the import leaves them out, ``saver_ops``), the bodies of its functions included
+    (a node there is named ``<function>/<node>``)."""
     bad: dict[str, list[str]] = {}
     saver = saver_nodes(gd)
     for nd in gd.node:
         if nd.op not in IMPORT_RULES and nd.name not in saver:
             bad.setdefault(nd.op, []).append(nd.name)
+    for f in gd.library.function:
+        for nd in f.node_def:
+            if nd.op not in IMPORT_RULES:
+                bad.setdefault(nd.op, []).append(f"{f.signature.name}/{nd.name}")
     return bad
 
 
-def _stack_of(nodes: dict[str, Any], nd: Any) -> str:
-    t = nd.input[0].split(":")[0]
-    while nodes[t].op != "StackV2" and nodes[t].input:
-        t = nodes[t].input[0].split(":")[0]
-    return t
-
-
-def _order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
-    """A topological order of the NodeDefs, ignoring the NextIteration -> Merge back edges. A stack
-    pop comes after every push onto its stack: state links them, not an edge, and the pop takes its
-    type from the pushed tensor."""
-    pushes: dict[str, list[str]] = {}
-    writes: dict[str, list[str]] = {}  # forward TensorArray -> the nodes that write into it
-    for n, nd in nodes.items():
-        if nd.op == "StackPushV2":
-            pushes.setdefault(_stack_of(nodes, nd), []).append(n)
-        if nd.op in ("TensorArrayWriteV3", "TensorArrayScatterV3"):
-            lab = flows.label(nd.input[0])
-            if lab is not None and lab[0] == "fwd":
-                writes.setdefault(lab[1], []).append(n)
-    deps: dict[str, set[str]] = {}
-    for n, nd in nodes.items():
-        ds = set()
-        for i in nd.input:
-            src = i.lstrip("^").split(":")[0]
-            if src not in nodes:
-                raise GraphBuildError(f'node "{n}" reads "{i}", which is not in the GraphDef')
-            if nd.op in ("Merge", "RefMerge") and nodes[src].op in ("NextIteration", "RefNextIteration"):
-                continue
-            ds.add(src)
-        if nd.op == "StackPopV2":
-            ds.update(pushes.get(_stack_of(nodes, nd), []))
-        lab = flows.label(f"{n}:0") if nd.op in ("Const", "ZerosLike", "OnesLike", "Fill") else None
-        if lab is not None:  # an empty TensorArray takes its size and element shape from the forward array
-            ds.add(lab[1])
-            ds.update(w for w in writes.get(lab[1], []) if w != n)
-        deps[n] = ds
-    users: dict[str, list[str]] = {n: [] for n in nodes}
-    for n, ds in deps.items():
-        for d in ds:
-            users[d].append(n)
-    indeg = {n: len(ds) for n, ds in deps.items()}
-    ready = [n for n in nodes if indeg[n] == 0]
-    out: list[str] = []
-    while ready:
-        n = ready.pop()
-        out.append(n)
-        for u in users[n]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if len(out) != len(nodes):
-        stuck = sorted(set(nodes) - set(out))[:5]
-        raise GraphBuildError(f"the GraphDef has a cycle that is not a loop back edge (through {stuck})")
-    return out
-
-
 def import_graph_def(graph_def: Any, graph: Optional[Graph] = None, prefix: str = "") -> ImportedGraph:
-    """Import a TensorFlow v1 GraphDef (message, bytes, or a ``.pb`` / ``.pbtxt`` path) into ``graph``
+    """Import a TensorFlow v1 GraphDef (message, bytes, a ``.pb`` / ``.pbtxt`` path, or an
+    ``export_graph_def`` result) into ``graph``
     (a new Graph by default). Returns an ``ImportedGraph`` that maps TensorFlow names to Turnout
     tensors. Raises ``UnsupportedError`` listing every op without an import rule (see
     ``turnout.graphdef.SUPPORTED_OPS``); needs the ``tf`` extra (``pip install 'turnout[tf]'``).
@@ -239,22 +196,6 @@ def _in_file(e: TurnoutError, source: Any) -> TurnoutError:
     if isinstance(source, (str, os.PathLike)) and e.args and isinstance(e.args[0], str):
         e.args = (f"{os.fsdecode(os.fspath(source))}: {e.args[0]}", *e.args[1:])
     return e
-
-
-def _input(ctx: ImportContext, nodes: dict[str, Any], nd: Any, t: str) -> Any:
-    """The value of input ``t`` of NodeDef ``nd``: made by an earlier node, or the back edge of a
-    loop's Merge (a NextIteration's output, bound once the loop is imported). Any other name (an
-    output index its node does not have) is refused, naming both."""
-    if t in ctx.values:
-        return ctx.values[t]
-    src = nodes.get(t.split(":")[0])
-    if nd.op in ("Merge", "RefMerge") and src is not None and src.op in ("NextIteration", "RefNextIteration"):
-        return BACK_EDGE
-    raise GraphBuildError(f'node "{nd.name}" ({nd.op}) reads "{t}", which no node of the GraphDef outputs')
-
-
-#: what a rule or an analysis raises when a NodeDef's fields hold what no TensorFlow writes
-MALFORMED = (KeyError, IndexError, ValueError, TypeError, AttributeError, OverflowError, RecursionError)
 
 
 def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
@@ -286,6 +227,7 @@ def _import_kept(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"', scope) for nd in gd.node
                if nd.device}
     flows = FlowAnalysis(nodes)
+    library = {f.signature.name: f for f in gd.library.function}
     # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
     # fit the shape it entered with: the import then starts again with that Merge relaxed. Into a
     # graph the caller gave, the tries go to scratch graphs, so the caller's graph gets one import.
@@ -294,9 +236,10 @@ def _import_kept(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     for _ in range(8 * len(nodes) + 1):
         try:
             if graph is not None and loops:
-                _import_once(nodes, flows, Graph(), prefix, relaxed, devices)
-                return _import_once(nodes, flows, graph, prefix, relaxed, devices)
-            return _import_once(nodes, flows, Graph() if graph is None else graph, prefix, relaxed, devices)
+                _import_once(nodes, flows, Graph(), prefix, relaxed, devices, library)
+                return _import_once(nodes, flows, graph, prefix, relaxed, devices, library)
+            return _import_once(nodes, flows, Graph() if graph is None else graph, prefix, relaxed, devices,
+                                library)
         except _Relax as r:
             relaxed.update(r.shapes)
     raise GraphBuildError("the loop variables' shapes did not settle")  # (each try relaxes a shape: unreachable)
@@ -311,36 +254,15 @@ class _Relax(Exception):
 
 
 def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: str,
-                 relaxed: dict[str, list[Any]], devices: dict[str, Optional[str]]) -> ImportedGraph:
+                 relaxed: dict[str, list[Any]], devices: dict[str, Optional[str]],
+                 library: dict[str, Any]) -> ImportedGraph:
     """One import of the NodeDefs into ``g``, with the loop Merges of ``relaxed`` relaxed, each node on
-    the Turnout device of its NodeDef's annotation (``devices``)."""
+    the Turnout device of its NodeDef's annotation (``devices``), calling the functions of ``library``."""
     from turnout import shapes as sh
 
     ctx = ImportContext(g, nodes, flows, prefix)
-    ctx.relaxed = relaxed
-    made: dict[str, list[Node]] = {}  # TF node name -> the Turnout nodes its rule built
-    for name in _order(nodes, ctx.flows):
-        nd = nodes[name]
-        ctx.node, ctx.created, ctx.device = nd, [], None
-        ins = [_input(ctx, nodes, nd, t) for t in ctx.data_inputs(nd)]
-        if nd.op not in REF_OPS:  # a ref read as a value: the Variable's value where this op runs (on the
-            # Variable's device, by the colocation of resource ops; TensorFlow sends the value to the op)
-            ins = [ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
-                   if isinstance(v, Ref) else v for k, v in enumerate(ins)]
-        first, ctx.device = len(ctx.created), devices.get(name)
-        try:
-            outs = IMPORT_RULES[nd.op](ctx, nd, ins)
-        except TurnoutError as e:
-            if f'"{nd.name}"' in str(e):
-                raise
-            raise type(e)(f'{ctx.where()}: {e}') from e
-        except MALFORMED as e:
-            raise GraphBuildError(f"{ctx.where()}: the node is malformed ({type(e).__name__}: {e})") from None
-        for k, v in enumerate(outs):
-            ctx.values[f"{name}:{k}"] = v
-        if ctx.created:
-            ctx.control[name] = ctx.created[-1]
-        made[name] = ctx.created[first:]
+    ctx.relaxed, ctx.library = relaxed, library
+    made = import_nodes(ctx, nodes, order(nodes, ctx.flows), devices)
     relax: dict[str, list[Any]] = {}
     for merge, _slot, src in ctx.back_edges:
         v = ctx.values.get(src)

@@ -1,0 +1,350 @@
+"""Import rules of TensorFlow's functional control flow (control flow v2): ``While`` /
+``StatelessWhile``, ``If`` / ``StatelessIf``, ``Case`` / ``StatelessCase`` and the calls
+``PartitionedCall`` / ``StatefulPartitionedCall``, whose bodies are functions of the GraphDef's
+library.
+
+Why: TensorFlow 2 builds these wherever control flow v2 is on, which is its default even in graph
+mode (a TF1 script under ``tf.compat.v1.disable_eager_execution()`` alone writes ``StatelessWhile`` and
+``StatelessIf``, not Switch and Merge). Each becomes the Turnout builder of the same meaning, so it
+lowers to the paper's primitives as a ``tn.while_loop``, ``tn.cond`` or ``tn.case`` written by hand
+does, and ``tn.gradients`` differentiates it: the function's body is imported, NodeDef by NodeDef
+through the ordinary rules (``import_nodes``), inside the builder's callback, with the callback's
+arguments bound to the function's arguments (``_Arg``).
+
+Loop variables and branch arguments of dtype ``resource`` (a Variable a body reads or assigns, which
+TensorFlow passes in as an argument) are not carried: the body reads the Variable itself, as a body
+that captured it would, and the op's output for it is the Variable again (TensorFlow's bodies return
+a resource argument unchanged). A function's stateful ops that no output depends on (its
+``control_ret``: an assignment in a branch) are kept by making every output wait for them.
+
+A function's node inputs name ``node:arg:index``, an output argument of the node's op and an index
+into it; ``OUTPUT_ARGS`` lists the ops whose outputs are several arguments, in order (every other op
+has one), so the name becomes the GraphDef's ``node:k``.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout import ops
+from turnout.control_flow.cond import case as build_case
+from turnout.control_flow.cond import cond as build_cond
+from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
+from turnout.control_flow.while_loop import while_loop as build_while_loop
+from turnout.errors import UnsupportedError
+from turnout.graph import Node, Tensor
+from turnout.graphdef import protos
+from turnout.graphdef.import_context import Bundle, ImportContext, Rule, Value
+from turnout.graphdef.import_nodes import import_nodes, order
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs
+from turnout.graphdef.import_tensor_lists import NO_VALUE
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+#: the ops of ``SUPPORTED_OPS`` whose outputs are several output arguments, their names in order
+#: (TensorFlow's op registry; ``tests/test_graphdef_functions.py`` checks it there when it can)
+OUTPUT_ARGS: dict[str, tuple[str, ...]] = {
+    "BroadcastGradientArgs": ("r0", "r1"),
+    "FusedBatchNorm": ("y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2"),
+    "FusedBatchNormV2": ("y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2"),
+    "FusedBatchNormV3": ("y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2",
+                         "reserve_space_3"),
+    "FusedBatchNormGrad": ("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_3",
+                           "reserve_space_4"),
+    "FusedBatchNormGradV2": ("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_3",
+                             "reserve_space_4"),
+    "FusedBatchNormGradV3": ("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_4",
+                             "reserve_space_5"),
+    "ListDiff": ("out", "idx"),
+    "Merge": ("output", "value_index"),
+    "RefMerge": ("output", "value_index"),
+    "Switch": ("output_false", "output_true"),
+    "RefSwitch": ("output_false", "output_true"),
+    "SoftmaxCrossEntropyWithLogits": ("loss", "backprop"),
+    "SparseSoftmaxCrossEntropyWithLogits": ("loss", "backprop"),
+    "TensorArrayV3": ("handle", "flow"),
+    "TensorListPopBack": ("output_handle", "tensor"),
+    "TensorArrayGradV3": ("grad_handle", "flow_out"),
+    "TopK": ("values", "indices"),
+    "TopKV2": ("values", "indices"),
+    "Unique": ("y", "idx"),
+}
+
+#: the NodeDef op of a function's argument (TensorFlow's own name for it)
+ARG = "_Arg"
+
+
+def function_nodes(fdef: Any) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The NodeDefs of function ``fdef`` with GraphDef input names, an ``_Arg`` NodeDef per argument
+    (named ``_arg/<name>``); the argument NodeDef names in order; the GraphDef names of its outputs."""
+    gd = protos.pb().graph_pb2.GraphDef()
+    ops_of = {nd.name: nd.op for nd in fdef.node_def}
+    args = [f"_arg/{a.name}" for a in fdef.signature.input_arg]
+    nodes: dict[str, Any] = {}
+    for a, name in zip(fdef.signature.input_arg, args, strict=True):
+        nd = gd.node.add()
+        nd.name, nd.op = name, ARG
+        nd.attr["T"].type = a.type
+    for src in fdef.node_def:
+        nd = gd.node.add()
+        nd.CopyFrom(src)
+        del nd.input[:]
+        nd.input.extend(_graph_input(i, ops_of) for i in src.input)
+        nodes[nd.name] = nd
+    nodes.update({nd.name: nd for nd in gd.node if nd.op == ARG})
+    rets = [_graph_input(fdef.ret[o.name], ops_of) for o in fdef.signature.output_arg]
+    return nodes, args, rets
+
+
+def _graph_input(ref: str, ops_of: dict[str, str]) -> str:
+    """A function's input name (``arg``, ``node:out_arg:k``, ``^node``) as a GraphDef's (``node:k``)."""
+    if ref.startswith("^"):
+        return ref if ref[1:] in ops_of else f"^_arg/{ref[1:]}"
+    parts = ref.split(":")
+    if len(parts) == 1:
+        return f"_arg/{ref}"
+    node, arg, k = parts[0], parts[1], int(parts[2]) if len(parts) > 2 else 0
+    names = OUTPUT_ARGS.get(ops_of.get(node, ""))
+    if names is None:
+        return f"{node}:{k}"
+    if arg not in names:
+        raise UnsupportedError(f"a function's node reads {ref!r}: {ops_of[node]} has no output {arg!r}")
+    return f"{node}:{names.index(arg) + k}"
+
+
+def _arg(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A function's argument: the value its call passes. (A rule of function bodies only, ``BODY_RULES``:
+    a GraphDef's own ``_Arg`` node is no op of the GraphDef format, and is refused as unsupported.)"""
+    return [ctx.args[nd.name]]
+
+
+#: the rules of a function body's NodeDefs: every op's, and its arguments'
+BODY_RULES: ChainMap[str, Rule] = ChainMap({ARG: _arg}, IMPORT_RULES)
+
+
+def call(ctx: ImportContext, fname: str, args: Sequence[Value], role: str) -> tuple[list[Value], list[Node]]:
+    """Import the body of function ``fname`` with ``args`` into the control-flow context current now
+    (a builder's callback), its nodes named under ``<node>/<role>/``; returns its outputs and the
+    nodes of its stateful ops that nothing need wait for otherwise (its ``control_ret``)."""
+    fdef = ctx.library.get(fname)
+    if fdef is None:
+        raise UnsupportedError(f"{ctx.where()}: calls function {fname!r}, which the GraphDef's library lacks")
+    if len(args) != len(fdef.signature.input_arg):
+        raise UnsupportedError(f"{ctx.where()}: calls {fname!r} with {len(args)} arguments; it takes "
+                               f"{len(fdef.signature.input_arg)}")
+    nodes, arg_names, rets = function_nodes(fdef)
+    sub = ctx.child(nodes, f"{ctx.prefix}{ctx.node.name}/{role}/", dict(zip(arg_names, args, strict=True)))
+    import_nodes(sub, nodes, order(nodes, sub.flows), {}, BODY_RULES)
+    outs = [sub.values[r if ":" in r else f"{r}:0"] for r in rets]
+    return outs, [sub.control[n] for n in fdef.control_ret.values() if n in sub.control]
+
+
+def _after(outs: Sequence[Value], waits: list[Node]) -> list[Value]:
+    """``outs``, each (but a resource) through an Identity that waits for ``waits``: what a caller reads
+    of a function comes after the function's stateful ops, as TensorFlow's call guarantees."""
+    if not waits:
+        return list(outs)
+    with waits[0].graph.as_default(), ops.control_dependencies(waits):
+        return [v if _is_resource(v) else ops.identity(v) for v in outs]
+
+
+def _is_resource(v: Value) -> bool:
+    return isinstance(v, Tensor) and v.dtype == dt.resource
+
+
+def _func(ctx: ImportContext, key: str) -> str:
+    return ctx.node.attr[key].func.name
+
+
+def _parts(v: Value, where: str) -> list[Tensor]:
+    """The tensors a loop carries or a branch outputs for value ``v``: itself; none for a resource (a
+    Variable, read where it is used); both parts of a TensorList (``import_tensor_lists``)."""
+    if isinstance(v, Bundle):
+        return list(v.parts)
+    if not isinstance(v, Tensor):
+        raise UnsupportedError(f"{where}: a value is {ImportContext.describe(v)}, which a function cannot "
+                               "take or return here")
+    return [] if _is_resource(v) else [v]
+
+
+def _flat(vals: Sequence[Value], where: str) -> list[Tensor]:
+    return [t for v in vals for t in _parts(v, where)]
+
+
+def _unflat(like: Sequence[Value], flat: Sequence[Any]) -> list[Value]:
+    """Values of ``like``'s structure from ``flat`` (``_flat``'s order, a TensorArray as a builder
+    passes it or as its tensor); a resource stays itself."""
+    it = iter(to_graph_value(v) for v in flat)
+    out: list[Value] = []
+    for v in like:
+        if isinstance(v, Bundle):
+            out.append(Bundle(tuple(next(it) for _ in v.parts)))
+        else:
+            out.append(v if _is_resource(v) else next(it))
+    return out
+
+
+def _named(ctx: ImportContext, outs: Sequence[Value], waits: Sequence[Any] = ()) -> Outs:
+    """The op's outputs as Identities named for its NodeDef (a resource passes as it is), and a NoOp
+    carrying the NodeDef's name that waits for them all and for ``waits`` (the tensors or nodes of
+    effects no output carries), so that a control edge from the op waits for the whole call."""
+    named = [v if _is_resource(v) or isinstance(v, Bundle) else
+             ctx.create("Identity", [v], suffix=f"output{k}").outputs[0] for k, v in enumerate(outs)]
+    after = [w.node if isinstance(w, Tensor) else w for w in waits]
+    parts = [t.node for t in _flat(named, ctx.where())]
+    ctx.create("NoOp", [], control=[*ctx.ctrl_inputs(), *parts, *after])
+    return named
+
+
+@_rule("While", "StatelessWhile")
+def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tn.while_loop`` of the ``cond`` and ``body`` functions over the inputs' tensors (a resource
+    is not carried, a TensorList is carried as its two parts), with ``output_shapes`` as the shape
+    invariants of the plain tensors (TensorFlow's are those of its loop variables)."""
+    cond_f, body_f = _func(ctx, "cond"), _func(ctx, "body")
+    flat = _flat(ins, ctx.where())
+    if not flat:
+        raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
+    shapes = ctx.attr("output_shapes") or [None] * len(ins)
+    invariants = _invariants(ins, shapes)
+
+    def cond(*vs: Any) -> Any:
+        (p,) = _after(*call(ctx, cond_f, _unflat(ins, vs), "cond"))
+        return p
+
+    def body(*vs: Any) -> Any:
+        outs = _after(*call(ctx, body_f, _unflat(ins, vs), "body"))
+        return [from_graph_value(t) for t in _flat(outs, ctx.where())]
+
+    with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context):
+        res = build_while_loop(cond, body, [from_graph_value(t) for t in flat], shape_invariants=invariants,
+                               parallel_iterations=int(ctx.attr("parallel_iterations", 10) or 10),
+                               name=f"{ctx.prefix}{nd.name}")
+    return _named(ctx, _unflat(ins, res))
+
+
+def _invariants(ins: Sequence[Value], shapes: Sequence[Any]) -> list[Any]:
+    """The shape invariant of each carried tensor: the op's ``output_shapes`` entry of a plain
+    tensor; none for a TensorList's parts (an array and its length)."""
+    out: list[Any] = []
+    for v, shape in zip(ins, shapes, strict=False):
+        if isinstance(v, Bundle):
+            out.extend(p.shape for p in v.parts)
+        elif not _is_resource(v):
+            out.append(shape)
+    return out
+
+
+@_rule("If", "StatelessIf")
+def _if(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tn.cond`` of the ``then_branch`` and ``else_branch`` functions; a predicate that is not a
+    bool is true where it is not zero, as TensorFlow's If reads a number."""
+    pred, args = _predicate(ctx, ins[0]), ins[1:]
+    then_f, else_f = _func(ctx, "then_branch"), _func(ctx, "else_branch")
+    return _named(ctx, *_branches(ctx, args, [then_f, else_f],
+                                  lambda fns: build_cond(pred, fns[0], fns[1], name=f"{ctx.prefix}{nd.name}")))
+
+
+@_rule("Case", "StatelessCase")
+def _case(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tn.case`` of the ``branches`` functions: an index out of range runs the last, as in TensorFlow."""
+    index, args = ins[0], ins[1:]
+    names = [f.name for f in nd.attr["branches"].list.func]
+    if not names:
+        raise UnsupportedError(f"{ctx.where()}: a Case with no branches")
+    return _named(ctx, *_branches(ctx, args, names,
+                                  lambda fns: build_case(index, list(fns), name=f"{ctx.prefix}{nd.name}")))
+
+
+def _branches(ctx: ImportContext, args: Sequence[Value], fnames: list[str],
+              build: Callable[[list[Callable[[], Any]]], Any]) -> tuple[list[Value], list[Value]]:
+    """The outputs of a conditional over functions ``fnames`` called with ``args``, and what the op's
+    control edges must wait for besides. A branch that returns a resource (a Variable chosen by the
+    branch) is refused; a TensorList output comes out as its two parts; a conditional with no
+    outputs whose branches have stateful ops (an assignment) has a scalar each branch makes after
+    them, to wait for."""
+    for fname in fnames:
+        fdef = ctx.library.get(fname)
+        if fdef is not None and any(a.type == _DT_RESOURCE for a in fdef.signature.output_arg):
+            raise UnsupportedError(f"{ctx.where()}: branch {fname!r} returns a resource (a Variable chosen "
+                                   "by a branch)")
+    shaped: list[list[Value]] = []
+    types = _optional_types(ctx, fnames)
+
+    def branch(k: int, fname: str) -> Callable[[], Any]:
+        def fn() -> Any:
+            outs, waits = call(ctx, fname, args, f"branch{k}")
+            if outs:
+                outs = [_stand_in(ctx, types, j, shaped) if v is NO_VALUE else v for j, v in enumerate(outs)]
+                shaped.append(outs)
+                return [from_graph_value(t) for t in _flat(_after(outs, waits), ctx.where())]
+            with ops.control_dependencies(waits):
+                return [ops.constant(True)]
+        return fn
+
+    with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context):
+        res = build([branch(k, f) for k, f in enumerate(fnames)])
+    if not shaped:
+        return [], list(res)
+    return _unflat(shaped[0], list(res)), []
+
+
+def _optional_types(ctx: ImportContext, fnames: list[str]) -> dict[int, dt.DType]:
+    """Output position -> the dtype some branch's ``OptionalFromValue`` gives it (what another branch's
+    ``OptionalNone`` at that position stands for)."""
+    types: dict[int, dt.DType] = {}
+    for fname in fnames:
+        fdef = ctx.library.get(fname)
+        if fdef is None:
+            continue
+        by_name = {nd.name: nd for nd in fdef.node_def}
+        for j, o in enumerate(fdef.signature.output_arg):
+            src = by_name.get(fdef.ret[o.name].split(":")[0])
+            if src is not None and src.op == "OptionalFromValue":
+                types[j] = protos.tf_dtype(protos.attr(src, "Toutput_types")[0], ctx.where())
+    return types
+
+
+def _stand_in(ctx: ImportContext, types: dict[int, dt.DType], j: int, shaped: list[list[Value]]) -> Tensor:
+    """A value for output ``j`` of a branch that did not compute it (its ``OptionalNone``): zeros of the
+    shape another branch gave it, where one was imported already, marked ``gradient_filler`` (never
+    read: the backward branch that reads it is this one's twin, which the same predicate takes)."""
+    if j not in types:
+        raise UnsupportedError(f"{ctx.where()}: output {j} is an OptionalNone in every branch")
+    other = [o[j] for o in shaped if isinstance(o[j], Tensor)]
+    shape = tuple(0 if d is None else d for d in (other[0].shape or ())) if other else ()
+    value = np.zeros(shape, types[j].numpy)
+    attrs = {"value": value, "dtype": types[j].name, "gradient_filler": True}
+    return ctx.graph.create_node("Const", (), attrs, name=f"{ctx.prefix}{ctx.node.name}/filler").outputs[0]
+
+
+#: TensorFlow's DataType enum of ``resource``
+_DT_RESOURCE = 20
+
+
+def _predicate(ctx: ImportContext, p: Value) -> Tensor:
+    if not isinstance(p, Tensor):
+        raise UnsupportedError(f"{ctx.where()}: its predicate is {ImportContext.describe(p)}")
+    if p.dtype == dt.bool_:
+        return p
+    if p.shape != ():
+        raise UnsupportedError(f"{ctx.where()}: a predicate of dtype {p.dtype.name} must be a scalar here "
+                               f"(got shape {p.shape})")
+    return ctx.create("NotEqual", [p, ctx.const(p.dtype.numpy.type(0), [p], suffix="zero")], suffix="pred").outputs[0]
+
+
+@_rule("PartitionedCall", "StatefulPartitionedCall")
+def _call(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The function ``f`` called where the op stands: its body imported in its place."""
+    outs, waits = call(ctx, _func(ctx, "f"), ins, "call")
+    return _named(ctx, _after(outs, waits), waits)
+
+
+__all__ = ["ARG", "OUTPUT_ARGS", "call", "function_nodes"]
+
