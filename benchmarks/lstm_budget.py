@@ -24,6 +24,10 @@ sequence length ``T``:
 - ``64 MiB unbounded``, ``256 MiB unbounded``: those budgets on the loop without its
   ``maximum_iterations`` (every other configuration has it), so that only the runs can tell how many
   slots it needs: the fast backend sizes them from the runs' trip counts (``fast.slot_sizes``).
+- ``run 16 MiB``, ``run sqrt``: the step built as ``store`` is (no budget where its gradient is built),
+  the budget given to the run alone (``Session.run(..., memory_budget=)``): a run that outgrows the
+  stacks is repeated on the gradient rebuilt to recompute under it (``turnout.rebuild``), as are the
+  runs after it; where the stacks fit the budget they run on them.
 
 Per length, in one process: each configuration's first step, then ``--repeat`` rounds of every step
 in turn (``benchmarks.common.timed_interleaved``). Reported per configuration: the best step (ms) and
@@ -39,12 +43,14 @@ beside an idle process that built the model and placed its inputs. ``store`` is 
 stacks would pass ``--store-limit-mib``.
 
 The reference interpreter checks the gradients at ``--reference-length`` (1000; ``--quick``: 100):
-``store``, ``16 MiB`` and ``sqrt`` there, each ``allclose`` to its own ``store`` and to the fast one.
+``store``, ``16 MiB``, ``sqrt`` and ``run sqrt`` there, each ``allclose`` to its own ``store`` and to
+the fast one.
 (Larger budgets are slow there: with 256 MiB its forward loop had not passed 140 iterations after
 10 s.)
 
 Usage: ``bash scripts/py.sh benchmarks/lstm_budget.py [--quick] [--lengths 1000 10000 100000]
-[--repeat 3]``; writes ``benchmarks/results/lstm_budget.json`` and ``.md`` (untracked).
+[--repeat 3] [--configs store sqrt "run sqrt"]``; writes ``benchmarks/results/lstm_budget.json`` and
+``.md`` (untracked).
 """
 
 from __future__ import annotations
@@ -82,7 +88,12 @@ RTOL, RTOL_BACKENDS = 1e-5, 1e-3
 
 def config_names() -> list[str]:
     """The configurations of one length, ``store`` first."""
-    return ["store", *(f"{b} MiB" for b in BUDGETS_MIB), "sqrt", *(f"{b} MiB unbounded" for b in UNBOUNDED_MIB)]
+    return ["store", *(f"{b} MiB" for b in BUDGETS_MIB), "sqrt", *(f"{b} MiB unbounded" for b in UNBOUNDED_MIB),
+            *RUN_BUDGETS]
+
+
+#: the configurations whose budget is the run's alone
+RUN_BUDGETS = (f"run {BUDGETS_MIB[0]} MiB", "run sqrt")
 
 
 def _saved(stats: dict[str, Any]) -> Optional[int]:
@@ -113,6 +124,7 @@ def budget_of(name: str, T: int, slot: int) -> Optional[int]:
     """The loop's budget in bytes for configuration ``name`` at length ``T`` (None: store everything)."""
     if name == "store":
         return None
+    name = name.removeprefix("run ")
     if name == "sqrt":
         return math.isqrt(2 * T) * slot
     return int(name.split()[0]) * MIB
@@ -121,13 +133,16 @@ def budget_of(name: str, T: int, slot: int) -> Optional[int]:
 def step(name: str, T: int, batch: int, hidden: int, xs: Any, slot: int,
          backend: str = "fast") -> tuple[Any, dict[str, Any], Callable[[], Any]]:
     """A session of configuration ``name``, its model and a function running one training step."""
-    m = build(batch, hidden, hidden, T, memory_budget=budget_of(name, T, slot), bounded="unbounded" not in name)
+    per_run = name in RUN_BUDGETS
+    budget = budget_of(name, T, slot)
+    m = build(batch, hidden, hidden, T, memory_budget=None if per_run else budget, bounded="unbounded" not in name)
     options = {"stack_chunk": max(T, 1), "stack_ladder": False} if name == "store" and backend == "fast" else {}
     sess = tn.Session(m["graph"], backend=backend, **options)
     fetch, feed = [m["loss"], *m["grads"]], {m["xs"]: xs, m["T"]: T}
+    opts: dict[str, Any] = {"memory_budget": budget} if per_run else {}
     if backend == "reference":
-        return sess, m, lambda: sess.run(fetch, feed, max_seconds=None)
-    return sess, m, lambda: sess.run(fetch, feed)
+        return sess, m, lambda: sess.run(fetch, feed, max_seconds=None, **opts)
+    return sess, m, lambda: sess.run(fetch, feed, **opts)
 
 
 def inputs(T: int, batch: int, hidden: int, on_device: bool) -> Any:
@@ -156,10 +171,13 @@ def difference(got: list[Any], want: list[Any], rtol: float) -> tuple[float, boo
     return worst, close
 
 
-def measure(T: int, batch: int, hidden: int, repeat: int, size: dict[str, int], store_limit: int) -> dict[str, Any]:
-    """Every configuration at length ``T`` in this process, their steps interleaved."""
+def measure(T: int, batch: int, hidden: int, repeat: int, size: dict[str, int], store_limit: int,
+            only: Optional[list[str]] = None) -> dict[str, Any]:
+    """Every configuration (those in ``only``, when given) at length ``T`` in this process, their
+    steps interleaved."""
     xs = inputs(T, batch, hidden, on_device=True)
-    names = [n for n in config_names() if n != "store" or size["store"] * T <= store_limit]
+    names = [n for n in config_names() if (n != "store" or size["store"] * T <= store_limit)
+             and (only is None or n in only)]
     sessions, calls, got = {}, {}, {}
     for name in names:
         print(f"  T={T} {name}: first step", file=sys.stderr, flush=True)
@@ -171,11 +189,14 @@ def measure(T: int, batch: int, hidden: int, repeat: int, size: dict[str, int], 
     for name in names:
         sess, model = sessions[name]
         plan, budget = _plan_of(model, sess), budget_of(name, T, size["slot"])
+        rebuilt = sess.last_result.stats.get("rebuilt_gradients")
+        if rebuilt:  # (a run budget's: the plan of the rebuilt gradient the session runs)
+            plan = next(lp for lp in tn.memory_report(model["graph"]).plan.loops if lp.slots is not None)
         out = {"budget": budget, **times[name], "us_per_iteration": 1e6 * times[name]["min_s"] / T,
                "action": plan.action, "slots": plan.slots, "plan_bytes": plan.peak_bytes(T),
                "extra_forward_passes": None if plan.slots is None else cs.cost(T, plan.slots).overhead,
                "backend_saved_bytes": _saved(sess.last_result.stats),
-               "fused": sess.last_result.stats.get("fused"),
+               "fused": sess.last_result.stats.get("fused"), "rebuilt": bool(rebuilt),
                "store_fits": None if budget is None else size["store"] * T <= budget}
         if "store" in got:
             out["ratio"] = times[name]["min_s"] / times["store"]["min_s"]
@@ -192,7 +213,7 @@ def reference_check(T: int, batch: int, hidden: int, size: dict[str, int]) -> di
     xs = inputs(T, batch, hidden, on_device=False)
     out: dict[str, Any] = {"T": T, "configs": {}}
     want = None
-    for name in ("store", f"{BUDGETS_MIB[0]} MiB", "sqrt"):
+    for name in ("store", f"{BUDGETS_MIB[0]} MiB", "sqrt", "run sqrt"):
         print(f"  reference T={T} {name}", file=sys.stderr, flush=True)
         _, _, run = step(name, T, batch, hidden, xs, size["slot"], backend="reference")
         t0 = time.perf_counter()
@@ -296,6 +317,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--reference-length", type=int, default=None, help="0: no reference check (default 1000)")
     ap.add_argument("--store-limit-mib", type=int, default=4096, help="leave out store where its stacks pass this")
     ap.add_argument("--no-rss", action="store_true", help="no peak-RSS processes")
+    ap.add_argument("--configs", nargs="+", default=None, choices=config_names(),
+                    help="only these configurations (default: all)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -308,7 +331,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     size = sizes(args.batch, args.hidden)
     rows = []
     for T in args.lengths:
-        row = measure(T, args.batch, args.hidden, args.repeat, size, args.store_limit_mib * MIB)
+        row = measure(T, args.batch, args.hidden, args.repeat, size, args.store_limit_mib * MIB, args.configs)
         if not args.no_rss:
             row["rss"] = peak_rss(T, args.batch, args.hidden, list(row["configs"]))
         rows.append(row)

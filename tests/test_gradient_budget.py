@@ -119,13 +119,22 @@ def test_every_backend_gives_the_store_everything_gradients_within_the_shares(ba
 
 def test_a_run_under_the_same_budget_goes_where_stacks_stop() -> None:
     """The point of a gradient's budget: the store-everything gradient under a run's budget of 2000
-    bytes keeps stacks and stops once they outgrow it; built under that budget, the run goes on."""
+    bytes keeps stacks and stops once they outgrow it (where the graph keeps no record of the call:
+    with one, the run is repeated on the call rebuilt under the run's budget); built under that
+    budget, the run goes on from its first step."""
     kept = two_loops(None)
+    sess = tn.Session(kept["g"])
+    sess.run(kept["grads"], kept["feeds"](60), memory_budget=2000)
+    assert sess.last_result.stats["rebuilt_gradients"]
+    kept = two_loops(None)
+    kept["g"].gradient_calls.clear()
     with pytest.raises(ResourceExhaustedError):
         tn.Session(kept["g"]).run(kept["grads"], kept["feeds"](60), memory_budget=2000)
     m = two_loops(2000)
     for backend in ("reference", "fast"):
-        tn.Session(m["g"], backend=backend).run(m["grads"], m["feeds"](150), memory_budget=2000)
+        sess = tn.Session(m["g"], backend=backend)
+        sess.run(m["grads"], m["feeds"](150), memory_budget=2000)
+        assert "rebuilt_gradients" not in sess.last_result.stats
 
 
 def test_a_loop_keeps_its_own_budget_and_the_others_share_what_is_left() -> None:

@@ -469,3 +469,21 @@ def test_a_partition_executor_that_does_not_count_is_refused_a_budget_by_name(po
     with tn.Session(g2, cluster=pool, partition_executor="cluster_programs:COUNTING") as sess:
         with pytest.raises(tn.UnsupportedError, match="does not honour memory_budget"):
             sess.run(doubled, {z: 1.0}, memory_budget=10**6)
+
+
+def test_a_run_budget_rebuilds_the_gradient_on_a_cluster(pool: TaskPool) -> None:
+    """A run that outgrows the stacks under a run's budget is repeated on the gradient rebuilt to
+    recompute (``turnout.rebuild``), on a cluster's tasks as on one process, each within the budget."""
+    from test_run_budget import BUDGET, two_loops
+
+    m = two_loops()
+    req = {nd.name: pool.spec.devices[k % len(pool.spec.devices)] for k, nd in enumerate(m["g"].nodes)}
+    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](60))
+    with tn.Session(m["g"], cluster=pool, requests=req) as sess:
+        sess.run(m["grads"], m["feeds"](5), memory_budget=BUDGET)
+        assert "rebuilt_gradients" not in sess.last_result.stats
+        got = sess.run(m["grads"], m["feeds"](60), memory_budget=BUDGET)
+        stats = sess.last_result.stats
+        assert stats["rebuilt_gradients"] and stats["peak_saved_bytes"] <= BUDGET
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)

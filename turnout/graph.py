@@ -288,6 +288,9 @@ class Graph:
         self._frame_counter = itertools.count()
         self._capture_enabled = True
         self.variable_objects: list[Any] = []
+        #: the top-level ``tn.gradients`` calls built into this graph, in order
+        #: (``turnout.rebuild.GradientCall``): what a run under a memory budget may rebuild
+        self.gradient_calls: list[Any] = []
 
     # ---- default graph ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -436,6 +439,9 @@ class Graph:
         del self.contexts[c0:]
         self.variables = {k: v for k, v in self.variables.items() if v.id < n0}
         self.variable_objects = [v for v in self.variable_objects if v.handle_node.id < n0]
+        self.gradient_calls = [c for c in self.gradient_calls if c.start < n0]
+        for c in self.gradient_calls:
+            c.forget_nodes_from(n0)
         for ctx in self.contexts:
             ctx.forget_nodes_from(n0)
         self._version += 1

@@ -24,7 +24,8 @@ where the gradient graph is built, for a loop with a budget of its own or a shar
 ``turnout.jax.while_loop``. A run's budget comes after the graph is built, so where it calls for
 recomputation of a loop that keeps stacks, its plan says so (``built=False``), the run keeps the
 values while they fit (``max_iterations``), and a run that goes further stops with
-``ResourceExhaustedError`` (``check``), never over the budget in silence.
+``ResourceExhaustedError`` (``check``), never over the budget in silence; the session then repeats
+it on the ``tn.gradients`` call rebuilt to recompute (``turnout.rebuild``), where it can.
 
 Why a pure function over small records: the planner's rules are the design, so they are written once
 (``plan_memory``), tested without running anything, printed by ``tn.memory_report`` and
@@ -162,7 +163,7 @@ class LoopPlan:
         if self.slots is not None:
             return f'loop "{self.loop}": {self.action}; budget {self.budget} B ({whose}): {self.reason}'
         budget = "no budget" if self.budget is None else f"budget {self.budget} B ({whose})"
-        act = self.action if self.built else f"{self.action} (built only for a loop's or a gradient's memory_budget)"
+        act = self.action if self.built else f"{self.action} (after the stacks, by a rebuilt gradient)"
         return f'loop "{self.loop}": {act}; {e} B per iteration, {budget}: {self.reason}'
 
 
@@ -271,9 +272,8 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
     fits = budget // e
     if budget < 2 * e:
         return plan(RECOMPUTE, f"the budget holds {fits} iteration(s) and swapping needs two chunks on the "
-                    "device: only recomputation from checkpoints meets it, which a loop's or a gradient's budget "
-                    f"gets where the gradient is built; these stacks keep {fits} iteration(s) and stop with "
-                    "ResourceExhaustedError beyond", max_iterations=fits)
+                    f"device: only recomputation from checkpoints meets it; {_AFTER.format(fits=fits)}",
+                    max_iterations=fits)
     chunk = budget // (2 * e)
     if swap_asked or where.host_memory:
         secs = None if where.bandwidth is None else e / where.bandwidth
@@ -290,9 +290,15 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
                     "the fast backend's one compiled call, which keeps the stacks in host memory)", chunk=chunk,
                     transfer_seconds=secs)
     return plan(RECOMPUTE, f"on the {where.name} host and device memory are one, so swapping frees nothing; only "
-                "recomputation from checkpoints meets the budget at any trip count, which a loop's or a gradient's "
-                f"budget gets where the gradient is built; these stacks keep the values of {fits} iterations and "
-                "stop with ResourceExhaustedError beyond", max_iterations=fits)
+                f"recomputation from checkpoints meets the budget at any trip count; {_AFTER.format(fits=fits)}",
+                max_iterations=fits)
+
+
+#: what a run does for a loop whose plan recomputes and whose gradient was built with stacks
+_AFTER = ("a loop's or a gradient's budget builds its gradient that way; under a run's budget these stacks keep "
+          "the values of {fits} iteration(s), and a run that goes further is repeated on the tn.gradients call "
+          "rebuilt to recompute (turnout.rebuild), or stops with ResourceExhaustedError where it cannot "
+          "be rebuilt")
 
 
 @dataclass(frozen=True)
@@ -324,7 +330,9 @@ def checkpointing(loop: str, budget: Optional[int], state_bytes: Optional[int], 
     recomputation wherever a loop's own budget and a static size meet. A loop that asked to swap
     (``swap_memory=True``, rule 4) keeps its stacks and swaps them; one whose state has no static size
     (rule 2: a TensorArray the body reads, a dynamic shape) keeps them too, checked as the run goes. A
-    run's budget (``Session.run``) comes after the graph is built and never changes it."""
+    run's budget (``Session.run``) comes after the graph is built; a run that outgrows the stacks is
+    repeated on a gradient built again with a budget (``turnout.rebuild``), which this rule
+    decides for as for any gradient's."""
     if budget is None or swap_asked or state_bytes is None:
         return None
     per_state = state_bytes + POSITION_BYTES
@@ -582,17 +590,18 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
         return (f"{backend}: the checkpoints of loop \"{lp.loop}\" ({lp.slots} slots of {lp.entry_bytes} bytes, "
                 f"which its gradient was built to recompute from) and the values the run's other loops saved "
                 f"would hold {got} bytes on the device{f' ({what})' if what else ''}, over {whose} of {budget} "
-                "bytes. A run's budget cannot change a gradient already built: give the loop (or the gradient) a "
+                "bytes. A run's budget cannot change slots already built: give the loop (or the gradient) a "
                 "memory_budget that fits within the run's (fewer slots, more recomputation), or raise the run's "
                 "budget")
     e = "an unknown number of" if lp.entry_bytes is None else str(lp.entry_bytes)
     fits = "" if lp.entry_bytes is None else f" (it fits {budget // max(1, lp.entry_bytes)} iterations)"
     return (f"{backend}: the saved values of loop \"{lp.loop}\" ({e} bytes per iteration) would hold {got} bytes "
             f"on the device{f' ({what})' if what else ''}, over {whose} of {budget} bytes{fits}. Recomputing "
-            "them from checkpoints would meet it at any trip count, and a loop's or a gradient's budget gets that "
-            "(tn.while_loop(..., memory_budget=B) without swap_memory=True, or tn.gradients(..., memory_budget=B): "
-            "the gradient is then built to recompute), a run's budget does not; raise the budget, give the loop "
-            "or the gradient a budget, or on a platform with host memory let the loop swap (swap_memory=True)")
+            "them from checkpoints would meet it at any trip count: a loop's or a gradient's budget builds the "
+            "gradient that way (tn.while_loop(..., memory_budget=B) without swap_memory=True, or "
+            "tn.gradients(..., memory_budget=B)), and a run's budget rebuilds a tn.gradients call that way where "
+            "it can (turnout.rebuild); raise the budget, give the loop or the gradient a budget, or on "
+            "a platform with host memory let the loop swap (swap_memory=True)")
 
 
 __all__ = [

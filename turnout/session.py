@@ -51,9 +51,11 @@ class RunOptions:
     ``memory_budget``: the bytes that the values the run's loops save for their gradients (gradient
     stacks) may hold on the device at once, all loops together (None: no budget; a loop's own
     ``tn.while_loop(..., memory_budget=)`` bounds that loop's share). ``turnout.memory_plan`` decides
-    per loop how it is honoured; a run that cannot stay within it raises ``ResourceExhaustedError``
-    (the reference and fast backends, on one device or per device when partitioned or on a cluster's
-    tasks, and the small-step system; a backend that cannot count it refuses the option).
+    per loop how it is honoured; a run that outgrows a gradient's stacks is repeated on the
+    ``tn.gradients`` call rebuilt to recompute under it (``turnout.rebuild``), and one that cannot
+    stay within it raises ``ResourceExhaustedError`` (the reference and fast backends, on one device
+    or per device when partitioned or on a cluster's tasks, and the small-step system; a backend
+    that cannot count it refuses the option).
     ``docs/memory_budgets.rst``.
     """
 
@@ -216,6 +218,9 @@ class Session:
         # (tensor, dtype, shape) of feeds that passed check_feed -> whether their values still need a
         # per-value range check (``_range_checked``); the other checks depend only on the signature
         self._feeds_ok: dict[tuple[Tensor, np.dtype, tuple[int, ...]], bool] = {}
+        # (fetches, run budget) -> the rebuilt run its runs take once one outgrew the gradient stacks
+        # (``_budgeted_run``)
+        self._rebuilt: dict[tuple[tuple[Tensor, ...], Optional[int]], Any] = {}
 
     def run(self, fetches: Any, feed_dict: Optional[dict[Any, Any]] = None,
             options: Optional[RunOptions | dict[str, Any]] = None, **kw: Any) -> Any:
@@ -294,11 +299,17 @@ class Session:
         steps). Fetches and feeds are checked as ``run`` checks them; the fed values matter only
         where they decide a shape. Backends that plan nothing (the interpreters) give one step. Where a
         memory budget applies (``memory_budget``, the run option, or a loop's own), the notes end with
-        the memory plan's line per loop (``turnout.memory_plan``)."""
+        the memory plan's line per loop (``turnout.memory_plan``), and say which gradients a run that
+        outgrows its stacks rebuilds to recompute, or this session's runs already use
+        (``turnout.rebuild``)."""
         self._check_call(feed_dict)
         RunOptions(memory_budget=memory_budget)  # checked as ``run`` checks it
         _, tensors, targets, feeds = self._resolve(fetches, feed_dict)
         fetched = tensors + [_target_proxy(n) for n in targets]
+        # (fetches whose runs under this budget were rebuilt to recompute: the run they take)
+        done = self._rebuilt.get((tuple(fetched), memory_budget)) if memory_budget is not None else None
+        if done is not None:
+            fetched = done.fetches
         explain = getattr(self.backend, "explain", None)
         if explain is None:
             schedule = RunSchedule(self.backend_name, (Step("interpreter", "the graph's ops fire one by one as their "
@@ -312,7 +323,10 @@ class Session:
         plan = graph_plan(self.graph, fetched, backend_platform(self.backend), memory_budget)
         if not plan.budgeted:
             return schedule  # type: ignore[no-any-return]
-        return replace(schedule, notes=(*schedule.notes, *(f"memory plan: {line}" for line in plan.lines())))
+        from turnout import rebuild
+
+        lines = [*plan.lines(), *rebuild.explain_lines(self.graph, fetched, plan, done)]
+        return replace(schedule, notes=(*schedule.notes, *(f"memory plan: {line}" for line in lines)))
 
     def _check_call(self, feed_dict: Any) -> None:
         """What ``run`` and ``explain`` refuse before reading their fetches: a closed session, a
@@ -420,13 +434,17 @@ class Session:
             return tp([None if t else v for t, v in zip(targets, result.values)])
         return tp(result.values[: len(tensors)])
 
-    def _backend_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions) -> RunResult:
+    def _backend_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions,
+                     rebuild: bool = True) -> RunResult:
         """The backend's run, all or nothing for Variables: a run that raises leaves
         ``session.variables`` as they were before it (``[E-Var-Assign]`` and the other effects of the
         ops that fired before the error are undone), so the state after an error is the same on every
         backend, whatever order the ops fired in. A store that takes no snapshot (a cluster's, whose
         values live on its tasks) is the backend's to put back: the Ray backend's tasks do
-        (``TaskRunner.settle``)."""
+        (``TaskRunner.settle``). Under a memory budget (``rebuild``: not yet looked at), the run may
+        take a rebuilt gradient (``_budgeted_run``)."""
+        if rebuild and opts.memory_budget is not None and self._honours_budgets:
+            return self._budgeted_run(tensors, feeds, opts)
         snapshot = self._snapshot() if self._snapshot is not None else None
         try:
             if current_limit() == opts.max_tensor_bytes:  # the limit already in force: nothing to install
@@ -437,6 +455,28 @@ class Session:
             if snapshot is not None:
                 self.variables.restore(snapshot)  # type: ignore[attr-defined]
             raise
+
+    def _budgeted_run(self, tensors: list[Tensor], feeds: dict[Tensor, Any], opts: RunOptions) -> RunResult:
+        """A run under a memory budget: on the gradient stacks while they fit; a run that outgrows
+        them is repeated with each gradient that keeps them rebuilt to recompute from checkpoints
+        (``turnout.rebuild``), as are this session's later runs of these fetches under
+        this budget (the rebuilt run once made is kept: ``_rebuilt``)."""
+        from turnout import rebuild
+        from turnout.errors import ResourceExhaustedError
+        from turnout.memory_plan import backend_platform
+
+        k = (tuple(tensors), opts.memory_budget)
+        done = self._rebuilt.get(k)
+        if done is None:
+            try:
+                return self._backend_run(tensors, feeds, opts, rebuild=False)
+            except ResourceExhaustedError as e:
+                assert opts.memory_budget is not None
+                done = rebuild.rebuilt_run(self.graph, tensors, backend_platform(self.backend), opts.memory_budget, e)
+            self._rebuilt[k] = done
+        result = self._backend_run(done.fetches, feeds, opts, rebuild=False)
+        result.stats["rebuilt_gradients"] = done.lines()
+        return result
 
     @property
     def last_result(self) -> Optional[RunResult]:

@@ -5,23 +5,26 @@
 ``memory_report(session)`` what the last run held per loop and device.
 Modules: ``rules`` (one gradient rule per primitive), ``control_flow`` (conds and loops as whole
 constructs), ``stacks`` (StackNew / StackPush / StackPop and the sync variable), ``grads`` (the values they
-pass: gradient contributions and frames), ``core`` (the reverse-mode walk), ``memory`` (the report).
+pass: gradient contributions and frames), ``core`` (the reverse-mode walk), ``memory`` (the report). Each
+top-level call is recorded on its graph (``turnout.rebuild``), to be built again where a run's memory
+budget needs it to recompute.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Optional
 
 import numpy as np
 
-from turnout import nest, ops, shapes
+from turnout import nest, ops, rebuild, shapes
 from turnout.arguments import checked, positive_int
 from turnout.errors import ArgumentError, GradientError
 from turnout.gradients.core import Backward
 from turnout.gradients.grads import Grads, key
 from turnout.gradients.memory import LoopDeviceMemory, MemoryReport, RunMemoryReport, memory_report
 from turnout.gradients.rules import GRAD_RULES, NON_DIFFERENTIABLE
-from turnout.graph import Graph, Tensor
+from turnout.graph import Graph, Tensor, user_source_line
 
 __all__ = ["GRAD_RULES", "NON_DIFFERENTIABLE", "LoopDeviceMemory", "MemoryReport", "RunMemoryReport", "gradients",
            "memory_report"]
@@ -66,7 +69,9 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
     at any trip count (``docs/memory_budgets.rst``): each loop gets a share (``gradients.budgets``),
     reversed as a loop with that budget of its own is, by recomputation from checkpoints where its
     state has a static size. Why here and not only per run: a run's budget comes after the gradient
-    graph is built, and cannot turn stacks into recomputation.
+    graph is built; a run that outgrows the stacks is repeated on this call built again under the
+    run's budget (``turnout.rebuild``, recorded for a call at the top level), after the stacks
+    stopped it, and a loop holds one set of slots, made by the first budget that recomputes it.
     """
     if unconnected_gradients not in ("none", "zero"):
         raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
@@ -90,7 +95,33 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
             )
     # (built in the graph of ys and xs, whichever graph is the default: the one place it can go)
     with g.as_default():
-        return _build(g, root, y_list, x_list, ys, grad_ys, unconnected_gradients, memory_budget)
+        gy_list = _weights(y_list, ys, grad_ys)
+        start = len(g.nodes)
+        out = _build(g, root, y_list, x_list, gy_list, unconnected_gradients, memory_budget)
+    if root is None:  # a top-level call: a run under a memory budget may build it again (``rebuild``)
+        rebuild.record(g, start, out, user_source_line(),
+                       partial(_twin, g, y_list, x_list, gy_list, unconnected_gradients))
+    return out
+
+
+def _twin(g: Graph, y_list: list[Tensor], x_list: list[Tensor], gy_list: list[Any], unconnected_gradients: str,
+          memory_budget: Optional[int]) -> list[Optional[Tensor]]:
+    """A recorded top-level call built again under ``memory_budget`` (``rebuild.GradientCall.build``),
+    at the top level of its graph whatever is being built when it is asked for."""
+    with g.as_default(), g._in_context(None), g.control_dependencies(None):
+        return _build(g, None, y_list, x_list, gy_list, unconnected_gradients, memory_budget)
+
+
+def _weights(y_list: list[Tensor], ys: Any, grad_ys: Any) -> list[Any]:
+    """The weight of each tensor of ``y_list`` (None: ones), a tensor of its dtype."""
+    if grad_ys is None:
+        return [None] * len(y_list)
+    given = _grad_ys_up_to(ys, grad_ys)
+    if len(given) != len(y_list):
+        raise GradientError(f"gradients: {len(given)} grad_ys for {len(y_list)} ys")
+    # (a value that is not yet a tensor takes the dtype of the y it weights, as in TensorFlow)
+    return [v if v is None or isinstance(v, Tensor) else ops.convert_to_tensor(v, dtype=y.dtype)
+            for v, y in zip(given, y_list, strict=True)]
 
 
 def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
@@ -117,17 +148,9 @@ def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
     return up_to(ys, grad_ys)
 
 
-def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], ys: Any, grad_ys: Any,
+def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], gy_list: list[Any],
            unconnected_gradients: str, memory_budget: Optional[int]) -> list[Optional[Tensor]]:
-    """``gradients``, its arguments checked, with ``g`` the default graph."""
-    gy_list: list[Any] = [None] * len(y_list)
-    if grad_ys is not None:
-        given = _grad_ys_up_to(ys, grad_ys)
-        if len(given) != len(y_list):
-            raise GradientError(f"gradients: {len(given)} grad_ys for {len(y_list)} ys")
-        # (a value that is not yet a tensor takes the dtype of the y it weights, as in TensorFlow)
-        gy_list = [v if v is None or isinstance(v, Tensor) else ops.convert_to_tensor(v, dtype=y.dtype)
-                   for v, y in zip(given, y_list, strict=True)]
+    """``gradients``, its arguments checked and its weights made tensors, with ``g`` the default graph."""
     b = Backward(g, root, x_list, y_list)
     b.share(None if memory_budget is None else int(memory_budget))
     grads = Grads()

@@ -3,7 +3,8 @@
 ``tn.gradients(ys, xs, memory_budget=B)`` bounds the bytes that the loops it differentiates save for
 it, all of them together, at any trip count: the budget of a training step, given where its gradient
 is built. A run's budget (``Session.run(..., memory_budget=)``) comes after the gradient graph is
-built and cannot turn a loop's stacks into recomputation; a gradient's budget comes before, so every
+built, and turns a loop's stacks into recomputation only by building the call again with a budget
+once a run outgrew them (``turnout.rebuild``); a gradient's budget comes before, so every
 loop it reverses is built the way its share calls for, as if the loop had been given that share as a
 budget of its own (``tn.while_loop(..., memory_budget=)``): recomputation from checkpoints where the
 loop's state has a static size, else stacks checked against the share as they grow.

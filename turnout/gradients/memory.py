@@ -120,10 +120,12 @@ class LoopDeviceMemory:
 @dataclass
 class RunMemoryReport:
     """``memory_report(session)``: per loop and device, the last run's stack memory (``records``),
-    next to the static per-iteration report of the session's graph (``static``)."""
+    next to the static per-iteration report of the session's graph (``static``), and the gradients
+    the last run took rebuilt to recompute under its budget (``rebuilt``, ``turnout.rebuild``)."""
 
     records: list[LoopDeviceMemory]
     static: MemoryReport
+    rebuilt: list[str] = field(default_factory=list)
 
     @property
     def plan(self) -> Optional[MemoryPlan]:
@@ -139,7 +141,7 @@ class RunMemoryReport:
 
     def summary(self) -> str:
         """Per loop and device, what the last run held; then the memory plan where a budget applies."""
-        plan = _plan_lines(self.plan)
+        plan = _plan_lines(self.plan) + [f"the last run took {line}" for line in self.rebuilt]
         if not self.records:
             return "\n".join(["the last run held no gradient stacks on a device", *plan])
         lines = []
@@ -203,7 +205,9 @@ def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int]
             chunks_from_host=int(r["chunks_from_host"]), peak_device_bytes=int(r["peak_device_bytes"]),
             swap_memory=r.get("swap_memory"), chunks_kept_on_device=int(r.get("chunks_kept_on_device", 0))))
     where = platform or backend_platform(backend)
-    return RunMemoryReport(records, _static_report(graph, _plan(graph, fetches, where, memory_budget)))
+    last = getattr(target, "last_result", None)
+    rebuilt = [str(x) for x in (last.stats.get("rebuilt_gradients") or [])] if last is not None else []
+    return RunMemoryReport(records, _static_report(graph, _plan(graph, fetches, where, memory_budget)), rebuilt)
 
 
 def _plan(graph: Graph, fetches: Any, where: str, budget: Optional[int]) -> MemoryPlan:

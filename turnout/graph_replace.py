@@ -1,0 +1,121 @@
+"""Graph replace: the fetches as they would be if some tensors were others, by copying what lies between.
+
+``replaced(fetches, {old: new})`` returns, for each fetch, a tensor that computes what the fetch
+computes with every read of ``old`` made a read of ``new``: the nodes on a path from an ``old`` to
+a fetch (through data or control edges) are copied, their copies reading ``new`` and each other's
+outputs; every other node is shared. Nothing is edited (graphs are append-only), so the original
+fetches still run as before.
+
+Why: a run under a memory budget may swap a gradient built with stacks for one built to recompute
+(``turnout.rebuild``); the values that depend on the gradient, an optimizer's updates and
+the ``train_op`` that groups them, must then read the new gradient. TensorFlow's
+``graph_editor.graph_replace`` does the same, for the same reason.
+
+The law it relies on: a node's value depends only on its op, attrs and inputs (and, for the
+Variable ops, on the Variable, which the copy reads and writes as the original does). So a copy
+reading ``new`` gives what the original would give had ``old`` held ``new``'s value. What is not a
+function of its inputs alone is refused (``UnsupportedError`` naming the node and its source line):
+a node inside a loop or a cond (its frame is the loop's, and one loop cannot be copied apart from
+the rest of it), a control-flow primitive, a stack op or a Variable's handle (a new stack or
+Variable would not be the old one), a Send or Recv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+from turnout import primitives
+from turnout.errors import UnsupportedError, describe_node
+from turnout.graph import Graph, Node, Tensor
+
+Key = tuple[int, int]
+
+#: ops whose copy would not compute what the original does (module docstring)
+NOT_COPIED = primitives.CONTROL_FLOW | primitives.TRANSFER | frozenset(
+    {"StackNew", "StackPush", "StackPop", "VarHandle", "Placeholder"})
+
+
+def key(t: Tensor) -> Key:
+    """A tensor's key: its node's id and its output index."""
+    return (t.node.id, t.index)
+
+
+def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
+    """The nodes on a path from a tensor of ``old`` (keys) to one of ``fetches``, in creation order
+    (which is an order of their edges: a root-frame node's inputs are older than it). A read of an
+    ``old`` tensor is where a path starts; so is a control edge from a node that made one."""
+    makers = {k[0] for k in old}
+    seen: dict[int, Node] = {}
+    work = [t.node for t in fetches if key(t) not in old]
+    while work:
+        n = work.pop()
+        if n.id in seen or n.id in makers:
+            continue
+        seen[n.id] = n
+        work += [t.node for t in n.raw_inputs if isinstance(t, Tensor) and key(t) not in old]
+        work += n.control_inputs
+    hit: set[int] = set()
+    for i in sorted(seen):
+        n = seen[i]
+        if any(isinstance(t, Tensor) and (key(t) in old or t.node.id in hit) for t in n.raw_inputs) or \
+                any(c.id in makers or c.id in hit for c in n.control_inputs):
+            hit.add(i)
+    return [seen[i] for i in sorted(hit)]
+
+
+def refusal(n: Node) -> Optional[str]:
+    """Why node ``n`` cannot be copied (None: it can), in words for an error."""
+    if n.context is not None:
+        return f"{describe_node(n)} lies inside {n.context.describe()}, which cannot be copied apart from it"
+    if n.op in NOT_COPIED:
+        return f"{describe_node(n)} is a {n.op}, whose copy would not be the same {n.op.lower()}"
+    return None
+
+
+def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], what: str = "graph_replace"
+             ) -> list[Tensor]:
+    """``fetches`` with each read of a key of ``old_to_new`` made a read of its value (module
+    docstring): the nodes between them copied, named ``<what>/<name>``, on the same devices and with
+    the same source lines. ``what`` also begins an error's message. Raises ``UnsupportedError``,
+    naming the node, for a node it cannot copy."""
+    old = {key(o): n for o, n in old_to_new.items()}
+    for o, t in old_to_new.items():
+        if t.dtype != o.dtype or t.graph is not o.graph:
+            raise UnsupportedError(f"{what}: {t.name} cannot stand for {o.name}: another dtype or graph")
+    nodes = between(fetches, old)
+    for n in nodes:
+        why = refusal(n)
+        if why is not None:
+            raise UnsupportedError(f"{what}: cannot copy what reads the replaced tensors: {why}")
+    copies: dict[int, Node] = {}
+    made = {k[0]: v.node for k, v in old.items()}  # (a control edge from an old tensor's maker: the new one's)
+    g: Optional[Graph] = nodes[0].graph if nodes else None
+    for n in nodes:
+        assert g is not None
+
+        def read(t: Tensor) -> Tensor:
+            if key(t) in old:
+                return old[key(t)]
+            return copies[t.node.id].outputs[t.index] if t.node.id in copies else t
+
+        ins = [read(t) for t in n.inputs]
+        ctrl = [copies.get(c.id) or made.get(c.id) or c for c in n.control_inputs]
+        with g._in_context(None), g.control_dependencies(None), g._root_scope(), g._no_capture():
+            c = g.create_node(n.op, ins, n.attrs, name=f"{what}/{n.name}", control_inputs=ctrl)
+        c.device, c.source = n.device, n.source
+        if n.id in g.gradient_of:
+            g.gradient_of[c.id] = g.gradient_of[n.id]
+        if n.id in g.colocation:
+            g.colocation[c.id] = tuple(copies[i].id if i in copies else i for i in g.colocation[n.id])
+        copies[n.id] = c
+    out = []
+    for t in fetches:
+        if key(t) in old:
+            out.append(old[key(t)])
+        else:
+            out.append(copies[t.node.id].outputs[t.index] if t.node.id in copies else t)
+    return out
+
+
+__all__ = ["NOT_COPIED", "between", "key", "refusal", "replaced"]
