@@ -288,6 +288,8 @@ class Graph:
         self._frame_counter = itertools.count()
         self._capture_enabled = True
         self.variable_objects: list[Any] = []
+        #: the graph-level seed of its random ops (``tn.random.set_random_seed``), or None
+        self.random_seed: Optional[int] = None
 
     # ---- default graph ---------------------------------------------------------------------------
     @contextlib.contextmanager
