@@ -1,7 +1,8 @@
 """TensorFlow's random ops (``turnout.graphdef.tf_random``) and the variable initializers built from
 them: the draws equal TensorFlow's bit for bit (tests/data/tf_random_streams.json, written by
-tools/tf_random_fixtures.py), imported models start from TensorFlow's initial values, and random
-ops the importer cannot honour are refused, naming the op."""
+tools/tf_random_fixtures.py), imported models start from TensorFlow's initial values, random ops
+of the run graph draw TensorFlow's stream, and random ops the importer cannot honour are refused,
+naming the op."""
 
 from __future__ import annotations
 
@@ -185,10 +186,21 @@ def test_uniform_int_needs_minval_below_maxval() -> None:
     # an assign that is not the variable's initializer (a "re-randomize" op): each run draws again
     _VAR.replace('name: "w/Assign"', 'name: "reset"'),
 ])
-def test_a_random_op_outside_initializers_is_refused(use: str) -> None:
-    """Law: a random op whose value the graph uses as it runs is refused, never frozen into a constant."""
-    with pytest.raises(UnsupportedError, match='RandomUniform node "w/Initializer/r": a random op is supported only'):
-        import_graph_def(_graph([2], nodes=use if "reset" in use else _VAR + "\n" + use))
+def test_a_random_op_outside_initializers_draws_anew_at_each_run(use: str) -> None:
+    """Law: a random op whose value the graph uses as it runs is TensorFlow's stateful op: its k-th
+    run draws TensorFlow's k-th values (the stored first draw, then the stream 256 calls per output
+    on), on the reference and fast backends; never a constant."""
+    d = next(d for d in _by_op("RandomUniform") if d["dtype"] == "float32" and d["shape"] == [3]
+             and (d["seed"], d["seed2"]) == (1, 2))
+    first = np.frombuffer(bytes.fromhex(d["bits"]), "<f4")
+    imp = import_graph_def(_graph([3], nodes=use if "reset" in use else _VAR + "\n" + use))
+    fetch = imp.tensor("w/Initializer/r")
+    for backend in ("reference", "fast"):
+        sess = tn.Session(imp.graph, backend=backend)
+        runs = [sess.run(fetch) for _ in range(3)]
+        assert runs[0].tobytes() == first.tobytes(), backend
+        for k in (1, 2):
+            assert runs[k].tobytes() == tf_random.uniform(1, 2, 3, np.dtype(np.float32), k * 3 * 256).tobytes()
 
 
 def test_an_empty_uniform_int_needs_no_range() -> None:

@@ -31,9 +31,9 @@ from turnout import dtypes as dt
 from turnout.arguments import checked
 from turnout.control_flow.contexts import CondContext, WhileContext
 from turnout.errors import ArgumentError, UnsupportedError
-from turnout.graph import Graph, Tensor, get_default_graph
+from turnout.graph import Graph, Node, Tensor, get_default_graph
 from turnout.graphdef import tf_random
-from turnout.ops import cast, constant, control_dependencies, convert_to_tensor, identity, size
+from turnout.ops import constant, control_dependencies, convert_to_tensor, identity
 from turnout.random_rules import SEED_LIMIT
 from turnout.specs import TensorSpec
 from turnout.variables import Variable
@@ -97,29 +97,50 @@ def _loop_token(ctx: Any, prefix: str) -> tuple[Optional[Tensor], Callable[[Tens
     return lv.body_input.outputs[0], close
 
 
+#: how a construction creates a node: (op, inputs, attrs, suffix, static output dims or None) -> Node
+Create = Callable[[str, Sequence[Tensor], dict[str, Any], str, Optional[list[int]]], Node]
+
+
+def draw_part(create: Create, counter: Tensor, shape: Tensor, bounds: Sequence[Tensor], attrs: dict[str, Any],
+              dims: Optional[list[int]]) -> tuple[Tensor, Tensor]:
+    """One execution of a stateful random op: ``read`` the counter (the handle of an int64 scalar
+    Variable), ``RandomDraw`` from it, and ``assign_add`` the calls the draw reserves. Returns the
+    draw and the assign's output, on which whatever reads the draw must wait. Shared by
+    ``stateful_draw`` and the GraphDef importer."""
+    var = {"dtype": dt.int64.name, "shape": [], "var_name": counter.node.attrs["var_name"]}
+    read = create("ReadVariable", [counter], var, "read", None).outputs[0]
+    drawn = create("RandomDraw", [shape, read, *bounds], attrs, "draw", dims).outputs[0]
+    n = create("Size", [drawn], {}, "size", None).outputs[0]
+    n64 = create("Cast", [n], {"dtype": dt.int64.name}, "size64", None).outputs[0]
+    per = create("Const", [], {"value": np.int64(tf_random.reserved_calls(1)), "dtype": dt.int64.name},
+                 "per_output", None).outputs[0]
+    reserved = create("Mul", [n64, per], {}, "reserved", None).outputs[0]
+    advanced = create("AssignAddVariable", [counter, reserved], var, "advance", None).outputs[0]
+    return drawn, advanced
+
+
 def stateful_draw(distribution: str, shape: Any, dtype: Any, seed: Optional[int], name: str,
                   bounds: Sequence[Tensor] = ()) -> Tensor:
-    """One stateful random op: its counter Variable, ``read -> RandomDraw -> assign_add``, and the
-    draw, which waits on the assign (module docstring). Shared by the builders and the GraphDef
-    importer (whose ``seed`` is the node's ``(seed, seed2)`` pair)."""
+    """One stateful random op built where the graph is being built: its counter Variable, the
+    ``draw_part`` (after the loops' token, module docstring), and the draw, waiting on the assign."""
     g = get_default_graph()
-    key = seed if isinstance(seed, tuple) else get_seed(seed, g)
+    key = get_seed(seed, g)
     d = dt.as_dtype(dtype)
     shp, static = _shape_input(shape, name)
     prefix = g.unique_name(name)
-    with g.name_scope(prefix):
-        counter = Variable(np.int64(0), name=f"{prefix}/counter", trainable=False)
-        token, close = _loop_token(g.current_context, prefix)
-        with control_dependencies([token.node] if token is not None else []):
-            read = counter.read()
-        attrs = {"distribution": distribution, "dtype": d.name, "seed": int(key[0]), "seed2": int(key[1])}
-        spec = None if static is None else [TensorSpec(d, tuple(static))]
-        drawn = g.create_node("RandomDraw", [shp, read, *bounds], attrs, name="RandomDraw", specs=spec).outputs[0]
-        reserved = cast(size(drawn), dt.int64) * np.int64(tf_random.reserved_calls(1))
-        advanced = counter.assign_add(reserved)
-        close(advanced)
-        with control_dependencies([advanced.node]):
-            return identity(drawn)
+    attrs = {"distribution": distribution, "dtype": d.name, "seed": int(key[0]), "seed2": int(key[1])}
+
+    def create(op: str, inputs: Sequence[Tensor], a: dict[str, Any], suffix: str, dims: Optional[list[int]]) -> Node:
+        spec = None if dims is None else [TensorSpec(d, tuple(dims))]
+        return g.create_node(op, list(inputs), a, name=f"{prefix}/{suffix}", specs=spec)
+
+    counter = Variable(np.int64(0), name=f"{prefix}/counter", trainable=False)
+    token, close = _loop_token(g.current_context, prefix)
+    with control_dependencies([token.node] if token is not None else []):
+        drawn, advanced = draw_part(create, counter.handle, shp, bounds, attrs, static)
+    close(advanced)
+    with control_dependencies([advanced.node]):
+        return identity(drawn, name=prefix)
 
 
 def _shape_input(shape: Any, name: str) -> tuple[Tensor, Optional[list[int]]]:
@@ -190,5 +211,5 @@ def truncated_normal(shape: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any 
     return stateful_draw("TruncatedNormal", shape, d, seed, who) * s + m
 
 
-__all__ = ["DEFAULT_GRAPH_SEED", "get_seed", "normal", "set_random_seed", "stateful_draw", "truncated_normal",
-           "uniform"]
+__all__ = ["DEFAULT_GRAPH_SEED", "draw_part", "get_seed", "normal", "set_random_seed", "stateful_draw",
+           "truncated_normal", "uniform"]
