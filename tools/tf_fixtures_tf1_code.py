@@ -184,7 +184,7 @@ def mlp_dropout(tf: Any) -> list[dict[str, Any]]:
     rng = np.random.default_rng(307)
     feeds = {"x:0": rng.normal(size=(6, 5)).astype(np.float32), "y:0": rng.normal(size=(6, 2)).astype(np.float32)}
     watched = [v.value() for v in v1.trainable_variables()]
-    return _train_runs(feeds, loss, train, watched, steps=4)
+    return _train_runs(feeds, loss, train, watched)
 
 
 @case
