@@ -1,5 +1,5 @@
 """Lowering of ``RandomDraw``: TensorFlow's Philox4x32-10 draws in ``jax.numpy``, the numbers of
-``turnout.graphdef.tf_random`` (the interpreters' kernel, ``turnout.random_rules``).
+``turnout.tf_random`` (the interpreters' kernel, ``turnout.random_rules``).
 
 Why they agree: Philox is 32-bit integer arithmetic (a 32 x 32 -> 64-bit product is exact in uint64,
 and the backend traces with 64-bit types on), and a uniform float is the word's low bits put under the

@@ -2,7 +2,7 @@
 every executor.
 
 Laws: a random op's ``k``-th execution in a session draws the ``k``-th chunk of its Philox stream
-(TensorFlow's: ``256 n`` calls per execution of ``n`` outputs; ``turnout.graphdef.tf_random`` is
+(TensorFlow's: ``256 n`` calls per execution of ``n`` outputs; ``turnout.tf_random`` is
 checked against TensorFlow in tests/test_tf_random.py); executions are counted across runs and
 across loop iterations in iteration order, whatever the scheduler; every route gives the reference
 interpreter's uniform numbers bit for bit and its normals to float32 rounding (docs/random.rst).
@@ -17,8 +17,8 @@ import pytest
 from route_table import ROUTES
 
 import turnout as tn
+from turnout import tf_random
 from turnout.errors import ArgumentError, DTypeError, KernelError, UnsupportedError
-from turnout.graphdef import tf_random
 
 pytest.importorskip("jax")
 

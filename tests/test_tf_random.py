@@ -1,4 +1,4 @@
-"""TensorFlow's random ops (``turnout.graphdef.tf_random``) and the variable initializers built from
+"""TensorFlow's random ops (``turnout.tf_random``) and the variable initializers built from
 them: the draws equal TensorFlow's bit for bit (tests/data/tf_random_streams.json, written by
 tools/tf_random_fixtures.py), imported models start from TensorFlow's initial values, random ops
 of the run graph draw TensorFlow's stream, and random ops the importer cannot honour are refused,
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import turnout as tn
+from turnout import tf_random
 from turnout.errors import ArgumentError, UnsupportedError
-from turnout.graphdef import tf_random
 
 DATA = Path(__file__).parent / "data"
 DRAWS = json.loads((DATA / "tf_random_streams.json").read_text())["draws"]

@@ -4,7 +4,7 @@ bit for bit (run where TensorFlow is installed).
 Each entry is one op (``RandomUniform``, ``RandomStandardNormal``, ``TruncatedNormal``,
 ``RandomUniformInt``) with a dtype, a shape, the attrs ``seed`` / ``seed2`` (and the bounds of
 ``RandomUniformInt``), run once in a fresh graph and session on the CPU, its output's bytes as hex.
-tests/test_tf_random.py checks ``turnout.graphdef.tf_random`` against them without TensorFlow.
+tests/test_tf_random.py checks ``turnout.tf_random`` against them without TensorFlow.
 
     python tools/tf_random_fixtures.py [--out tests/data/tf_random_streams.json] [--check]
 

@@ -28,11 +28,11 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout import tf_random
 from turnout.arguments import checked
 from turnout.control_flow.contexts import CondContext, WhileContext
 from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
-from turnout.graphdef import tf_random
 from turnout.ops import constant, control_dependencies, convert_to_tensor, identity
 from turnout.random_rules import SEED_LIMIT
 from turnout.specs import TensorSpec

@@ -5,7 +5,7 @@ every executor, inside loops and conds and across ``Session.run`` calls. ``Rando
 of its inputs alone: the values of TensorFlow's random op ``distribution`` (``RandomUniform``,
 ``RandomStandardNormal``, ``TruncatedNormal``, ``RandomUniformInt``) of the shape input 0 gives, drawn
 from Philox call ``counter`` (input 1, an int64) on of the stream keyed by attrs ``seed`` and
-``seed2`` (``turnout.graphdef.tf_random``, bit for bit TensorFlow's CPU kernels). The stream's
+``seed2`` (``turnout.tf_random``, bit for bit TensorFlow's CPU kernels). The stream's
 position is state kept elsewhere, in an ordinary Variable that ``turnout.random`` reads, passes here
 and advances (by ``tf_random.reserved_calls``), so every executor's Variable semantics orders the
 draws, and this rule table needs nothing stateful. ``RandomUniformInt`` takes minval and maxval as
@@ -23,8 +23,8 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import shapes as sh
+from turnout import tf_random
 from turnout.errors import DTypeError, GraphBuildError, KernelError, ShapeError
-from turnout.graphdef import tf_random
 from turnout.specs import TensorSpec
 
 #: the distributions (TensorFlow's op names) and the Turnout dtypes each may draw

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from turnout import tf_random
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
-from turnout.graphdef import tf_random
 from turnout.graphdef.import_context import FOLDED_OPS, ImportContext, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
 from turnout.tables import registrar

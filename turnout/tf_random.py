@@ -1,15 +1,19 @@
 """TensorFlow's stateful random ops as its CPU kernels compute them, in numpy, bit for bit.
 
 Why: a TF1 model initialises its variables by random ops (``glorot_uniform``, ``truncated_normal``,
-...). For the imported model to start where TensorFlow's starts, the importer evaluates those ops
-once (``import_context``'s constant folding of an initializer) with TensorFlow's own numbers.
+...), and draws dropout masks and noise from them at every step. For a ported or imported model to
+see TensorFlow's numbers, the importer folds an initializer's ops once (``import_context``'s
+constant folding) and ``RandomDraw``'s kernel (``turnout.random_rules``) draws each execution's
+chunk of the stream (``draw``, from the counter ``base`` the op's earlier executions reached).
 
 How TensorFlow draws them (``RandomUniform``, ``RandomStandardNormal``, ``TruncatedNormal``,
 ``RandomUniformInt``):
 
 * The generator is Philox4x32-10: a 128-bit counter, a 64-bit key, ten rounds; each call returns
   four 32-bit words and adds one to the counter. The op's attrs ``seed`` and ``seed2`` are the key
-  and the counter's upper half; the lower half starts at 0 the first time the op runs.
+  and the counter's upper half; the lower half starts at 0 the first time the op runs, and each
+  execution of ``n`` outputs moves it ``256 n`` calls on (``reserved_calls``), so execution ``k``
+  of an op of fixed size starts at call ``256 n k``.
 * The output is cut into *groups* of as many elements as one draw of the distribution makes (four
   floats, two doubles). Group ``g`` of a distribution that takes one Philox call per draw uses the
   ``g``-th call. ``TruncatedNormal`` rejects samples, so it takes a variable number of calls; each
