@@ -210,3 +210,12 @@ def test_an_empty_uniform_int_needs_no_range() -> None:
     assert out.shape == (0, 3) and out.dtype == np.int32
     with pytest.raises(ArgumentError, match="u: minval and maxval must be scalars"):
         tf_random.sample("RandomUniformInt", "u", np.asarray([2]), np.dtype(np.int32), 1, 2, ([5, 6], 9))
+
+
+def test_a_random_op_in_a_cond_inside_a_tensorflow_loop_is_refused() -> None:
+    """Law: a draw in a cond branch inside a TensorFlow while loop is refused, naming the op (its
+    executions could not be ordered across iterations: docs/random.rst). The graph is TensorFlow
+    2.21's ``while_loop`` whose body is ``cond(i > 1, lambda: nn.dropout(x, 0.5), lambda: x)``."""
+    with pytest.raises(UnsupportedError, match='RandomUniform node "while/cond/dropout/random_uniform/RandomUniform": '
+                                               "a random op in a cond inside a TensorFlow while loop"):
+        import_graph_def(DATA / "random_in_loop_cond.pbtxt")

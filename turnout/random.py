@@ -104,10 +104,13 @@ Create = Callable[[str, Sequence[Tensor], dict[str, Any], str, Optional[list[int
 def draw_part(create: Create, counter: Tensor, shape: Tensor, bounds: Sequence[Tensor], attrs: dict[str, Any],
               dims: Optional[list[int]]) -> tuple[Tensor, Tensor]:
     """One execution of a stateful random op: ``read`` the counter (the handle of an int64 scalar
-    Variable), ``RandomDraw`` from it, and ``assign_add`` the calls the draw reserves. Returns the
-    draw and the assign's output, on which whatever reads the draw must wait. Shared by
-    ``stateful_draw`` and the GraphDef importer."""
-    var = {"dtype": dt.int64.name, "shape": [], "var_name": counter.node.attrs["var_name"]}
+    Variable, or that handle entered into loop frames), ``RandomDraw`` from it, and ``assign_add``
+    the calls the draw reserves. Returns the draw and the assign's output, on which whatever reads
+    the draw must wait. Shared by ``stateful_draw`` and the GraphDef importer."""
+    handle = counter.node
+    while handle.op == "Enter":  # (an imported loop enters the handle, as TensorFlow does)
+        handle = handle.inputs[0].node
+    var = {"dtype": dt.int64.name, "shape": [], "var_name": handle.attrs["var_name"]}
     read = create("ReadVariable", [counter], var, "read", None).outputs[0]
     drawn = create("RandomDraw", [shape, read, *bounds], attrs, "draw", dims).outputs[0]
     n = create("Size", [drawn], {}, "size", None).outputs[0]
