@@ -42,6 +42,37 @@ def test_seeded_draws_equal_tensorflows_bit_for_bit(op: str) -> None:
         assert got.tobytes() == want.astype(got.dtype).tobytes(), (op, d["dtype"], d["shape"], d["seed"], d["seed2"])
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_later_runs_draw_where_tensorflows_counter_moved(backend: str) -> None:
+    """Law: run ``k`` of a stateful op of ``n`` outputs draws from Philox call ``256 n k`` on
+    (TensorFlow reserves 256 calls per output): the fixture's second and third outputs of each op in
+    one TensorFlow session are ``tf_random.draw``'s from there, and ``tn.random``'s ops of those seeds
+    give them at their second and third runs on every backend (normals within rounding on the fast
+    backend, docs/random.rst)."""
+    later = [d for d in DRAWS if "later" in d]
+    assert len(later) == 24
+    build = {"RandomUniform": tn.random.uniform, "RandomStandardNormal": tn.random.normal,
+             "TruncatedNormal": tn.random.truncated_normal}
+    g = tn.Graph()
+    with g.as_default():
+        tn.random.set_random_seed(1)  # (the fixture's key is (1, 2): graph seed 1, op seed 2)
+        ops = [tn.random.uniform(d["shape"], *d["bounds"], dtype=d["dtype"], seed=2) if "bounds" in d
+               else build[d["op"]](d["shape"], dtype=d["dtype"], seed=2) for d in later]
+    sess = tn.Session(g, backend=backend)
+    runs = [sess.run(ops) for _ in range(3)]
+    for i, d in enumerate(later):
+        dtype = np.dtype(d["dtype"]).newbyteorder("<")
+        for k, bits in enumerate([d["bits"], *d["later"]]):
+            want = np.frombuffer(bytes.fromhex(bits), dtype).reshape(d["shape"])
+            drawn = tf_random.draw(d["op"], d["op"], d["shape"], np.dtype(d["dtype"]), 1, 2,
+                                   k * 256 * int(np.prod(d["shape"])), d.get("bounds", ()))
+            assert drawn.tobytes() == want.astype(drawn.dtype).tobytes(), (d["op"], d["dtype"], d["shape"], k)
+            if backend == "reference" or d["op"] == "RandomUniform" or "bounds" in d:
+                assert runs[k][i].tobytes() == drawn.tobytes(), (d["op"], d["dtype"], d["shape"], k)
+            else:
+                np.testing.assert_allclose(runs[k][i], drawn, rtol=1e-6, atol=1e-7)
+
+
 def test_philox_matches_the_published_known_answers() -> None:
     """Law: Philox4x32-10 is Salmon et al.'s generator: the known-answer vectors of Random123 (counter
     and key all zeros; all ones; the digits of pi)."""
