@@ -272,3 +272,32 @@ def test_a_random_op_in_a_cond_inside_a_loop_is_refused() -> None:
                 tn.random.uniform([], maxval=2, dtype=tn.int32), tn.int32), lambda: i + 1), [tn.constant(0)])
         with pytest.raises(UnsupportedError, match="in the predicate of while_loop"):
             tn.while_loop(lambda i: tn.random.uniform([]) < 2.0, lambda i: i + 1, [tn.constant(0)])
+
+
+def test_dropout_in_nested_loops_differentiates_alike_on_every_backend() -> None:
+    """Law: dropout in the inner of two nested loops (the inner's token entered from the outer's)
+    gives the same loss and weight gradient on the reference, small-step and fast backends, and the
+    second run draws new masks."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.full((2, 2), 0.5, np.float32), name="w")
+
+        def outer(i: Any, h: Any) -> Any:
+            def inner(j: Any, a: Any) -> Any:
+                return j + 1, tn.tanh(tn.matmul(tn.nn.dropout(a, rate=0.3, seed=2), w))
+
+            return i + 1, tn.while_loop(lambda j, a: j < 2, inner, [tn.constant(0), h])[1]
+
+        h = tn.while_loop(lambda i, h: i < 3, outer, [tn.constant(0), tn.ones([1, 2])])[1]
+        loss = tn.reduce_sum(h * h)
+        gw = tn.gradients(loss, [w])[0]
+    runs = {}
+    for backend in ("reference", "smallstep", "fast"):
+        sess = tn.Session(g, backend=backend)
+        runs[backend] = [sess.run([loss, gw]) for _ in range(2)]
+    ref = runs["reference"]
+    assert ref[0][0] != ref[1][0]
+    for backend, got in runs.items():
+        for a, b in zip(got, ref, strict=True):
+            np.testing.assert_allclose(a[0], b[0], rtol=1e-6, err_msg=backend)
+            np.testing.assert_allclose(a[1], b[1], rtol=1e-5, err_msg=backend)
