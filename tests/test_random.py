@@ -301,3 +301,23 @@ def test_dropout_in_nested_loops_differentiates_alike_on_every_backend() -> None
         for a, b in zip(got, ref, strict=True):
             np.testing.assert_allclose(a[0], b[0], rtol=1e-6, err_msg=backend)
             np.testing.assert_allclose(a[1], b[1], rtol=1e-5, err_msg=backend)
+
+
+def test_a_loop_in_an_untaken_branch_draws_nothing(backend: str) -> None:
+    """Law: a loop of draws inside a cond branch runs only when the branch is taken; a run that takes
+    the other branch leaves the stream where it was (the third run draws the second run of three)."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+
+        def loop() -> Any:
+            return tn.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a + tn.random.uniform([2], seed=1)),
+                                 [tn.constant(0), tn.zeros([2])])[1]
+
+        y = tn.cond(p, loop, lambda: tn.ones([2]))
+    sess = tn.Session(g, backend=backend)
+    runs = [sess.run(y, {p: v}) for v in (True, False, True)]
+    want = [sum(chunk(87654321, 1, 2, k) for k in range(r, r + 3)) for r in (0, 3)]
+    np.testing.assert_allclose(runs[0], want[0], rtol=1e-6)
+    assert runs[1].tolist() == [1.0, 1.0]
+    np.testing.assert_allclose(runs[2], want[1], rtol=1e-6)

@@ -83,8 +83,8 @@ def _loop_token(ctx: Any, prefix: str) -> tuple[Optional[Tensor], Callable[[Tens
                                "(draw it in the body)")
     g = ctx.graph
     outer, close_outer = _loop_token(ctx.outer, prefix)
-    if outer is None:
-        with g._in_context(None), g.control_dependencies(None):
+    if outer is None:  # (made in the loop's own context: in a cond branch it runs only when taken)
+        with g._in_context(ctx.outer), g.control_dependencies(None):
             outer = constant(np.int64(0), name=f"{prefix}/sync_init")
     lv = ctx.add_loop_var(outer, f"{prefix}/sync")
 
