@@ -321,3 +321,29 @@ def test_a_loop_in_an_untaken_branch_draws_nothing(backend: str) -> None:
     np.testing.assert_allclose(runs[0], want[0], rtol=1e-6)
     assert runs[1].tolist() == [1.0, 1.0]
     np.testing.assert_allclose(runs[2], want[1], rtol=1e-6)
+
+
+def test_a_draw_exports_as_tensorflows_stateless_philox_op() -> None:
+    """Law: ``RandomDraw`` exports as ``StatelessRandom*V2`` with the Philox algorithm, key ``[seed]``
+    and counter ``[counter, seed2]`` (TensorFlow then draws the same numbers: the dropout fixtures
+    run so in tests/test_tf_round_trips.py where TensorFlow is installed)."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    g = tn.Graph()
+    with g.as_default():
+        tn.random.set_random_seed(3)
+        tn.random.uniform([2], seed=4)
+        tn.random.truncated_normal([2], seed=5, dtype=tn.float64)
+        tn.random.uniform([2], minval=0, maxval=7, dtype=tn.int64, seed=6)
+    gd = tn.export_graph_def(g).graph_def
+    by_name = {nd.name: nd for nd in gd.node}
+    ops = {nd.op: nd for nd in gd.node if nd.op.startswith("Stateless")}
+    wanted = {"StatelessRandomUniformV2": 4, "StatelessTruncatedNormalV2": 5, "StatelessRandomUniformIntV2": 6}
+    assert sorted(ops) == sorted(wanted)
+    for op, seed2 in wanted.items():
+        nd = ops[op]
+        key = by_name[nd.input[1].split(":")[0]].attr["value"].tensor
+        assert key.dtype == 23 and np.frombuffer(key.tensor_content, "<u8").tolist() == [3]
+        pack = by_name[nd.input[2].split(":")[0]]
+        high = by_name[pack.input[1].split(":")[0]].attr["value"].tensor
+        assert pack.op == "Pack" and np.frombuffer(high.tensor_content, "<u8").tolist() == [seed2]
+        assert int(by_name[nd.input[3].split(":")[0]].attr["value"].tensor.tensor_content[0]) == 1  # Philox

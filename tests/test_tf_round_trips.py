@@ -42,9 +42,6 @@ NOT_EXPORTED = {
     # map_fn of a function that makes its own TensorArray: tf.gradients saves the array's handle on a
     # stack, and Turnout's TensorArray (a value on its flow edge) has no handle to push
     "while_case_map_fn": "stacks of resource values have no TensorFlow form",
-    # random ops of the run graph import as Turnout's stateful draw (RandomDraw on a counter
-    # Variable), which has no export rule yet
-    "mlp_dropout": "RandomDraw", "keras_dropout": "RandomDraw", "dropout_wrapper_rnn": "RandomDraw",
 }
 CASES = sorted(p.stem for p in DATA.glob("*.pbtxt") if p.stem not in NOT_EXPORTED)
 
