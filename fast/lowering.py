@@ -15,7 +15,7 @@ have rules that the region emitter (``emit``) applies as part of a Cond or While
 
 The rules live in modules by the kind of op they lower: here sources, control flow and elementwise
 ops; ``fast.lower_structure`` (linear algebra, indexing, reductions, shapes),
-``fast.lower_windows`` (convolution and pooling), ``fast.lower_tensor_arrays`` and
+``fast.lower_windows`` (convolution and pooling), ``fast.lower_random`` (RandomDraw), ``fast.lower_tensor_arrays`` and
 ``fast.lower_state`` (Variables and gradient stacks). Each files its rules in the one table of
 ``fast.lowering_base``, and importing this module imports them all, so ``LOWERING_RULES`` read from
 here holds every rule.
@@ -35,7 +35,14 @@ from jax.experimental import io_callback
 from turnout.errors import FeedError, UnsupportedError, describe_node
 
 # (importing the rule modules files their rules in ``LOWERING_RULES``)
-from turnout.fast import counted_stacks, lower_state, lower_structure, lower_tensor_arrays, lower_windows  # noqa: F401
+from turnout.fast import (  # noqa: F401
+    counted_stacks,
+    lower_random,
+    lower_state,
+    lower_structure,
+    lower_tensor_arrays,  # noqa: F401
+    lower_windows,
+)
 from turnout.fast.lower_structure import _pad_config, refused_by_shape_rule, sum_to_shape
 from turnout.fast.lower_tensor_arrays import _ta_index
 from turnout.fast.lowering_base import (

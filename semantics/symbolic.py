@@ -322,6 +322,7 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Placeholder",  # not a rule: a Placeholder is an input of the query (its own z3 constant)
     "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow", "Log1p", "Expm1", "Erf", "Sin", "Cos",
     "Floor", "Ceil", "Round", "Cumsum", "Cumprod", "Prod",
+    "RandomDraw",  # Philox arithmetic: encodable, but no query needs it
     "Assert",  # a failing check is an error, which the encoding has no value for
     "ArgMax", "ArgMin", "TopK", "ReverseSequence",
     "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool", "AvgPoolGrad",

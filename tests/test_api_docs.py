@@ -19,7 +19,7 @@ LAZY = ["Session", "FastOptions", "train", "pretty", "to_dot", "save", "load", "
         "import_graph_def", "export_graph_def", "checkpoint"]
 #: submodules that are part of the API (the rest are reachable as attributes only because Python
 #: binds imported submodules on their package)
-PUBLIC_MODULES = {"raw", "train", "checkpoint", "nn"}
+PUBLIC_MODULES = {"raw", "train", "checkpoint", "nn", "random"}
 
 
 def _automodules(text: str) -> dict[str, set[str] | None]:

@@ -435,6 +435,8 @@ def _public_functions() -> list[tuple[str, Callable[..., Any]]]:
 
     out = []
     for prefix, mod, names in (("tn", tn, public_names()), ("tn.raw", tn.raw, tn.raw.__all__),
+                               ("tn.random", tn.random, ["uniform", "normal", "truncated_normal", "set_random_seed"]),
+                               ("tn.nn", tn.nn, ["dropout"]),
                                ("turnout.fast", turnout.fast, turnout.fast.__all__),
                                ("turnout.devices", turnout.devices, turnout.devices.__all__)):
         for n in names:

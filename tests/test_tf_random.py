@@ -1,7 +1,8 @@
-"""TensorFlow's random ops (``turnout.graphdef.tf_random``) and the variable initializers built from
+"""TensorFlow's random ops (``turnout.tf_random``) and the variable initializers built from
 them: the draws equal TensorFlow's bit for bit (tests/data/tf_random_streams.json, written by
-tools/tf_random_fixtures.py), imported models start from TensorFlow's initial values, and random
-ops the importer cannot honour are refused, naming the op."""
+tools/tf_random_fixtures.py), imported models start from TensorFlow's initial values, random ops
+of the run graph draw TensorFlow's stream, and random ops the importer cannot honour are refused,
+naming the op."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import numpy as np
 import pytest
 
 import turnout as tn
+from turnout import tf_random
 from turnout.errors import ArgumentError, UnsupportedError
-from turnout.graphdef import tf_random
 
 DATA = Path(__file__).parent / "data"
 DRAWS = json.loads((DATA / "tf_random_streams.json").read_text())["draws"]
@@ -39,6 +40,37 @@ def test_seeded_draws_equal_tensorflows_bit_for_bit(op: str) -> None:
         want = np.frombuffer(bytes.fromhex(d["bits"]), np.dtype(d["dtype"]).newbyteorder("<")).reshape(d["shape"])
         assert got.dtype == np.dtype(d["dtype"]) and got.shape == tuple(d["shape"])
         assert got.tobytes() == want.astype(got.dtype).tobytes(), (op, d["dtype"], d["shape"], d["seed"], d["seed2"])
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_later_runs_draw_where_tensorflows_counter_moved(backend: str) -> None:
+    """Law: run ``k`` of a stateful op of ``n`` outputs draws from Philox call ``256 n k`` on
+    (TensorFlow reserves 256 calls per output): the fixture's second and third outputs of each op in
+    one TensorFlow session are ``tf_random.draw``'s from there, and ``tn.random``'s ops of those seeds
+    give them at their second and third runs on every backend (normals within rounding on the fast
+    backend, docs/random.rst)."""
+    later = [d for d in DRAWS if "later" in d]
+    assert len(later) == 24
+    build = {"RandomUniform": tn.random.uniform, "RandomStandardNormal": tn.random.normal,
+             "TruncatedNormal": tn.random.truncated_normal}
+    g = tn.Graph()
+    with g.as_default():
+        tn.random.set_random_seed(1)  # (the fixture's key is (1, 2): graph seed 1, op seed 2)
+        ops = [tn.random.uniform(d["shape"], *d["bounds"], dtype=d["dtype"], seed=2) if "bounds" in d
+               else build[d["op"]](d["shape"], dtype=d["dtype"], seed=2) for d in later]
+    sess = tn.Session(g, backend=backend)
+    runs = [sess.run(ops) for _ in range(3)]
+    for i, d in enumerate(later):
+        dtype = np.dtype(d["dtype"]).newbyteorder("<")
+        for k, bits in enumerate([d["bits"], *d["later"]]):
+            want = np.frombuffer(bytes.fromhex(bits), dtype).reshape(d["shape"])
+            drawn = tf_random.draw(d["op"], d["op"], d["shape"], np.dtype(d["dtype"]), 1, 2,
+                                   k * 256 * int(np.prod(d["shape"])), d.get("bounds", ()))
+            assert drawn.tobytes() == want.astype(drawn.dtype).tobytes(), (d["op"], d["dtype"], d["shape"], k)
+            if backend == "reference" or d["op"] == "RandomUniform" or "bounds" in d:
+                assert runs[k][i].tobytes() == drawn.tobytes(), (d["op"], d["dtype"], d["shape"], k)
+            else:
+                np.testing.assert_allclose(runs[k][i], drawn, rtol=1e-6, atol=1e-7)
 
 
 def test_philox_matches_the_published_known_answers() -> None:
@@ -185,10 +217,21 @@ def test_uniform_int_needs_minval_below_maxval() -> None:
     # an assign that is not the variable's initializer (a "re-randomize" op): each run draws again
     _VAR.replace('name: "w/Assign"', 'name: "reset"'),
 ])
-def test_a_random_op_outside_initializers_is_refused(use: str) -> None:
-    """Law: a random op whose value the graph uses as it runs is refused, never frozen into a constant."""
-    with pytest.raises(UnsupportedError, match='RandomUniform node "w/Initializer/r": a random op is supported only'):
-        import_graph_def(_graph([2], nodes=use if "reset" in use else _VAR + "\n" + use))
+def test_a_random_op_outside_initializers_draws_anew_at_each_run(use: str) -> None:
+    """Law: a random op whose value the graph uses as it runs is TensorFlow's stateful op: its k-th
+    run draws TensorFlow's k-th values (the stored first draw, then the stream 256 calls per output
+    on), on the reference and fast backends; never a constant."""
+    d = next(d for d in _by_op("RandomUniform") if d["dtype"] == "float32" and d["shape"] == [3]
+             and (d["seed"], d["seed2"]) == (1, 2))
+    first = np.frombuffer(bytes.fromhex(d["bits"]), "<f4")
+    imp = import_graph_def(_graph([3], nodes=use if "reset" in use else _VAR + "\n" + use))
+    fetch = imp.tensor("w/Initializer/r")
+    for backend in ("reference", "fast"):
+        sess = tn.Session(imp.graph, backend=backend)
+        runs = [sess.run(fetch) for _ in range(3)]
+        assert runs[0].tobytes() == first.tobytes(), backend
+        for k in (1, 2):
+            assert runs[k].tobytes() == tf_random.uniform(1, 2, 3, np.dtype(np.float32), k * 3 * 256).tobytes()
 
 
 def test_an_empty_uniform_int_needs_no_range() -> None:
@@ -198,3 +241,12 @@ def test_an_empty_uniform_int_needs_no_range() -> None:
     assert out.shape == (0, 3) and out.dtype == np.int32
     with pytest.raises(ArgumentError, match="u: minval and maxval must be scalars"):
         tf_random.sample("RandomUniformInt", "u", np.asarray([2]), np.dtype(np.int32), 1, 2, ([5, 6], 9))
+
+
+def test_a_random_op_in_a_cond_inside_a_tensorflow_loop_is_refused() -> None:
+    """Law: a draw in a cond branch inside a TensorFlow while loop is refused, naming the op (its
+    executions could not be ordered across iterations: docs/random.rst). The graph is TensorFlow
+    2.21's ``while_loop`` whose body is ``cond(i > 1, lambda: nn.dropout(x, 0.5), lambda: x)``."""
+    with pytest.raises(UnsupportedError, match='RandomUniform node "while/cond/dropout/random_uniform/RandomUniform": '
+                                               "a random op in a cond inside a TensorFlow while loop"):
+        import_graph_def(DATA / "random_in_loop_cond.pbtxt")

@@ -1,8 +1,9 @@
 """TensorFlow fixture cases for the TF1 model patterns the first families left out (tools/tf_fixtures.py
 registers and writes them): dropout-wrapped stacked RNNs with gradient clipping and a decayed learning
-rate, sparse (IndexedSlices) embedding gradients under every optimizer, small CNNs with batch
-normalisation in both modes, strided, dilated and padded windows and both poolings, loops with
-``parallel_iterations`` and ``tf.case`` inside, an encoder and early-stopping greedy decoder, and the
+rate, an RNN whose ``DropoutWrapper`` draws a mask at every time step, sparse (IndexedSlices)
+embedding gradients under every optimizer, small CNNs with batch normalisation in both modes,
+strided, dilated and padded windows and both poolings, loops with ``parallel_iterations`` and
+``tf.case`` inside, an encoder and early-stopping greedy decoder, and the
 gradient of a ``tf.scan`` RNN. Each is small: a few units, a few steps, so the replay on every
 backend stays quick.
 """
@@ -48,6 +49,25 @@ def dropout_rnn_clip(tf: Any) -> list[dict[str, Any]]:
     feeds = {"x:0": rng.normal(size=(batch, 4, depth)).astype(np.float32), "seq:0": np.asarray([4, 2, 3], np.int32)}
     runs = _train_runs(feeds, loss, train, [*(v.value() for v in tvars), step.value()])
     return runs + [{"feeds": feeds, "fetches": [norm.name, rate.name]}]
+
+
+@case
+def dropout_wrapper_rnn(tf: Any) -> list[dict[str, Any]]:
+    """A ``BasicRNNCell`` in a ``DropoutWrapper`` that drops its outputs (keep probability 0.7, under
+    ``set_random_seed``) inside ``dynamic_rnn``: the mask is a new ``RandomUniform`` draw at every time
+    step of every run, drawn inside TensorFlow's while loop, and its gradient pops the saved masks;
+    SGD for three steps. ``parallel_iterations=1``: with more, TensorFlow's executor may run a later
+    step's draw first (its shape is a constant once folded), and its numbers change from session to
+    session; Turnout draws in iteration order (docs/random.rst)."""
+    tf.compat.v1.set_random_seed(21)
+    x = tf.compat.v1.placeholder(tf.float32, [None, None, 2], name="x")
+    cell = tf.compat.v1.nn.rnn_cell.DropoutWrapper(tf.compat.v1.nn.rnn_cell.BasicRNNCell(3), output_keep_prob=0.7)
+    with tf.compat.v1.variable_scope("rnn", initializer=_seeded(tf, 92)):
+        out, _ = tf.compat.v1.nn.dynamic_rnn(cell, x, dtype=tf.float32, parallel_iterations=1)
+    loss = tf.reduce_mean(tf.square(out - 0.25), name="loss")
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(loss)
+    feeds = {"x:0": np.random.default_rng(93).normal(size=(2, 4, 2)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [v.value() for v in tf.compat.v1.trainable_variables()])
 
 
 @case

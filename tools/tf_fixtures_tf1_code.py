@@ -144,9 +144,7 @@ def keras_sequential(tf: Any) -> list[dict[str, Any]]:
     Keras initializers under a graph seed, trained by a ``tf.compat.v1.train`` optimizer with
     ``model.updates`` (the moving statistics) as control dependencies and Keras's learning phase
     fed True (a ``cond`` on the ``keras_learning_phase`` ``PlaceholderWithDefault``); one run in
-    inference mode (its default). (No ``Dropout``: Keras builds its mask in a ``cond`` on the
-    learning phase, a ``RandomUniform`` the run graph draws from, which the import refuses;
-    docs/missing.rst.)"""
+    inference mode (its default). (``keras_dropout`` adds a ``Dropout``.)"""
     v1 = tf.compat.v1
     v1.set_random_seed(5)
     layers = v1.keras.layers
@@ -164,6 +162,50 @@ def keras_sequential(tf: Any) -> list[dict[str, Any]]:
     watched = [v.value() for v in model.variables]
     runs = _train_runs({**feeds, phase.name: True}, loss, train, watched)
     return [{"feeds": {}, "fetches": names(watched)}, *runs, {"feeds": feeds, "fetches": [loss.name, out.name]}]
+
+
+@case
+def mlp_dropout(tf: Any) -> list[dict[str, Any]]:
+    """An MLP trained with ``tf.nn.dropout`` on its hidden layers (rates 0.5 and a fed 0.25), its
+    masks drawn anew at every step by TensorFlow's ``RandomUniform`` under ``set_random_seed``:
+    Turnout's import must draw the same masks step after step for the losses and weights to agree."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(77)
+    x = v1.placeholder(tf.float32, [None, 5], name="x")
+    y = v1.placeholder(tf.float32, [None, 2], name="y")
+    rate = v1.placeholder_with_default(0.25, [], name="rate")
+    h = v1.layers.dense(x, 8, activation=tf.nn.relu, name="h1")
+    h = tf.nn.dropout(h, rate=0.5)
+    h = v1.layers.dense(h, 6, activation=tf.nn.tanh, name="h2")
+    h = tf.nn.dropout(h, rate=rate)
+    out = v1.layers.dense(h, 2, name="out")
+    loss = tf.reduce_mean(tf.square(out - y), name="loss")
+    train = v1.train.GradientDescentOptimizer(0.2).minimize(loss)
+    rng = np.random.default_rng(307)
+    feeds = {"x:0": rng.normal(size=(6, 5)).astype(np.float32), "y:0": rng.normal(size=(6, 2)).astype(np.float32)}
+    watched = [v.value() for v in v1.trainable_variables()]
+    return _train_runs(feeds, loss, train, watched)
+
+
+@case
+def keras_dropout(tf: Any) -> list[dict[str, Any]]:
+    """A ``tf.compat.v1.keras`` ``Sequential`` model with a ``Dropout`` layer in graph mode: Keras builds
+    its mask in a ``cond`` on the learning phase (fed True while training, a new ``RandomUniform``
+    draw each step; its default False in the last run, where the layer passes its input)."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(9)
+    layers = v1.keras.layers
+    model = v1.keras.Sequential([layers.Dense(6, activation="relu"), layers.Dropout(0.4), layers.Dense(2)])
+    x = v1.placeholder(tf.float32, [None, 3], name="x")
+    y = v1.placeholder(tf.float32, [None, 2], name="y")
+    out = model(x)
+    loss = tf.reduce_mean(tf.square(out - y), name="loss")
+    train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=model.trainable_variables)
+    phase = v1.keras.backend.learning_phase()
+    rng = np.random.default_rng(308)
+    feeds = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "y:0": rng.normal(size=(4, 2)).astype(np.float32)}
+    runs = _train_runs({**feeds, phase.name: True}, loss, train, [v.value() for v in model.variables])
+    return [*runs, {"feeds": feeds, "fetches": [loss.name, out.name]}]
 
 
 @case

@@ -291,6 +291,8 @@ class Graph:
         #: the top-level ``tn.gradients`` calls built into this graph, in order
         #: (``turnout.rebuild.GradientCall``): what a run under a memory budget may rebuild
         self.gradient_calls: list[Any] = []
+        #: the graph-level seed of its random ops (``tn.random.set_random_seed``), or None
+        self.random_seed: Optional[int] = None
 
     # ---- default graph ---------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """``tn.nn``: TensorFlow's ``tf.nn`` functions that are compositions of primitives (``softmax``,
-``log_softmax``).
+``log_softmax``, ``dropout``).
 
 Why a namespace of its own: TensorFlow programs call them as ``tf.nn.softmax``, so a port changes
 only the module prefix. Each is a construction shared with the GraphDef import rule of the same
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from turnout.arguments import checked
 from turnout.array_ops import normalize_axis
 from turnout.composite import GraphMaker, Maker
-from turnout.errors import DTypeError
+from turnout.errors import ArgumentError, DTypeError
 from turnout.graph import Tensor
 from turnout.ops import convert_to_tensor, int_attr
 
@@ -69,4 +71,43 @@ def log_softmax(x: Any, axis: int = -1, name: Optional[str] = None) -> Tensor:
     return log_softmax_part(GraphMaker(t.graph, name, "log_softmax"), t, ax)
 
 
-__all__ = ["log_softmax", "log_softmax_part", "log_softmax_parts", "softmax", "softmax_part"]
+@checked
+def dropout(x: Any, rate: Any = None, keep_prob: Any = None, noise_shape: Any = None, seed: Optional[int] = None,
+            name: Optional[str] = None) -> Tensor:
+    """``x`` with each element kept with probability ``1 - rate`` (scaled by ``1 / (1 - rate)``) and
+    zeroed otherwise, a new mask at each execution: ``tf.nn.dropout``. The mask is
+    ``tn.random.uniform(noise_shape) >= rate`` (TensorFlow's draw, bit for bit; ``noise_shape``
+    defaults to ``x``'s shape and broadcasts against it), so the result is
+    ``x * (1 / (1 - rate)) * cast(mask)`` and its gradient the upstream gradient times the same.
+    Give ``rate`` or TensorFlow 1's ``keep_prob`` (``rate = 1 - keep_prob``), a number in [0, 1)
+    or a float scalar tensor (checked when it runs)."""
+    from turnout import random as tr
+    from turnout.ops import assert_true, cast, convert_to_tensor, logical_and, shape
+
+    who = name or "dropout"
+    t = convert_to_tensor(x)
+    if not t.dtype.is_floating:
+        raise DTypeError(f"{who}: x must be floating, got {t.dtype.name}")
+    if (rate is None) == (keep_prob is None):
+        raise ArgumentError(f"{who}: give exactly one of rate and keep_prob")
+    given, what = (rate, "rate") if rate is not None else (keep_prob, "keep_prob")
+    if not isinstance(given, Tensor):
+        if isinstance(given, bool) or not isinstance(given, (int, float, np.integer, np.floating)):
+            raise ArgumentError(f"{who}: {what} must be a number or a float scalar tensor, got {given!r}")
+        r = float(given) if rate is not None else 1.0 - float(given)
+        if not 0.0 <= r < 1.0:
+            raise ArgumentError(f"{who}: {what} must give a rate in [0, 1), got {what}={given!r}")
+        p = convert_to_tensor(r, t.dtype)
+    else:
+        if given.dtype != t.dtype or (given.shape is not None and given.shape != ()):
+            raise ArgumentError(f"{who}: {what} must be a {t.dtype.name} scalar, got a {given.dtype.name} tensor "
+                                f"of shape {given.shape}")
+        p = given if rate is not None else 1.0 - given
+        p = assert_true(logical_and(p >= 0.0, p < 1.0), p, f"{who}: the rate must lie in [0, 1)", [p])
+    if noise_shape is None:
+        noise_shape = list(t.shape) if t.shape is not None and None not in t.shape else shape(t)
+    u = tr.uniform(noise_shape, dtype=t.dtype, seed=seed, name=f"{who}/random_uniform")
+    return t * (1.0 / (1.0 - p)) * cast(u >= p, t.dtype)
+
+
+__all__ = ["dropout", "log_softmax", "log_softmax_part", "log_softmax_parts", "softmax", "softmax_part"]

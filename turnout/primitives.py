@@ -99,6 +99,11 @@ _DECLS: list[Primitive] = [
     _P("ScatterAddLike", "compute", True, "zeros like x with updates added at indices (Gather's gradient)"),
     _P("UpdateSlot", "compute", True, "x with its slot i along axis 0 replaced by v (a write in place where compiled)"),
     _P("Tile", "compute"),
+    # random numbers: a pure draw; the stream's position is a Variable (turnout.random, turnout.random_rules)
+    _P("RandomDraw", "compute", False,
+       "attr distribution's values (TensorFlow's RandomUniform, RandomStandardNormal, TruncatedNormal or "
+       "RandomUniformInt) of the shape input 0 gives, from Philox call input 1 (int64) on of the stream keyed "
+       "by attrs seed, seed2 (RandomUniformInt: minval, maxval as inputs 2, 3)"),
     # checkpoint slots of a loop under its own memory budget (turnout.control_flow.checkpoints)
     _P("CheckpointSlots", "compute", False,
        "how many checkpoint slots a loop's buffers get: attr slots, the most its budget holds (a compiled "

@@ -474,6 +474,12 @@ def _c_int(v: Any, what: str) -> None:
         raise _Fail(f"{what} must be an integer, got {_kind(v)} {_short(v)}")
 
 
+def _c_seed(v: Any, what: str) -> None:
+    """A random op's seed: a 64-bit word, as TensorFlow's attrs (turnout.random_rules)."""
+    if not _is_int(v) or not 0 <= v < 2**64:
+        raise _Fail(f"{what} must be an integer in [0, 2**64), got {_short(v)}")
+
+
 def _c_pos_int(v: Any, what: str) -> None:
     if not _is_int(v) or v < 1:
         raise _Fail(f"{what} must be an integer >= 1, got {_short(v)}")
@@ -633,6 +639,8 @@ ATTR_RULES: dict[str, AttrRules] = {
     "StackNew": {"dtype": (False, _c_opt_value_dtype), "shape": (False, _c_shape),
                  "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape),
                  "memory_budget": (False, _c_pos_int), "budget_from": (False, _c_budget_from)},
+    "RandomDraw": {"distribution": (True, _c_text), "dtype": (True, _c_value_dtype), "seed": (True, _c_seed),
+                   "seed2": (True, _c_seed)},
     "Send": _TRANSFER,
     "Recv": {**_TRANSFER, "dtype": (True, _c_any_dtype), "shape": (False, _c_shape),
              "elem_dtype": (False, _c_opt_value_dtype), "elem_shape": (False, _c_shape)},

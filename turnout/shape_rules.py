@@ -17,6 +17,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout import windows
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
+from turnout.random_rules import RANDOM_SHAPE_RULES
 from turnout.specs import TensorSpec
 from turnout.tables import registrar
 
@@ -28,6 +29,7 @@ SHAPE_RULES: dict[str, Rule] = {}
 
 
 _rule = registrar(SHAPE_RULES)
+SHAPE_RULES.update(RANDOM_SHAPE_RULES)  # RandomDraw, with its kernel
 
 
 def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequence[Any] = ()) -> list[TensorSpec]:

@@ -259,7 +259,8 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                     for t in flat_out]
         counter_next = ctx.counter.body_input.outputs[0] + 1  # type: ignore[union-attr]
     with g._in_context(ctx), g._no_capture(), g.control_dependencies(None):
-        for k, (lv, t) in enumerate(zip(ctx.loop_vars, [counter_next, *flat_out], strict=True)):
+        # (loop variables the body added, a random op's sync token, come after these and are closed)
+        for k, (lv, t) in enumerate(zip(ctx.loop_vars[:1 + ctx.num_state], [counter_next, *flat_out], strict=True)):
             if t.dtype != lv.merge.outputs[0].dtype:
                 raise DTypeError(
                     f'while_loop "{lname}": loop variable {k - 1} enters as {lv.merge.outputs[0].dtype.name} '
@@ -273,7 +274,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                 )
             lv.next_iteration = g.create_node("NextIteration", [t], name=f"{lname}/next_iteration")
             lv.merge.close_back_edge(lv.next_iteration.outputs[0])
-    for t0, lv, t in zip(init, ctx.loop_vars[1:], flat_out, strict=True):
+    for t0, lv, t in zip(init, checkpoints.state_vars(ctx), flat_out, strict=True):
         _settle_element_shape(t0, lv, t)
     ctx.accumulators = checkpoints.accumulators(ctx)
     ctx.mode = "done"

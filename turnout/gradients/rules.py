@@ -60,6 +60,8 @@ NON_DIFFERENTIABLE: dict[str, str] = {
     "StopGradient": BY_DEFINITION,
     "AssignVariable": STATE_UPDATE, "AssignAddVariable": STATE_UPDATE, "AssignSubVariable": STATE_UPDATE,
     "StackPush": GRADIENT_MACHINERY,
+    "RandomDraw": "a random draw: its values do not depend on its inputs' values smoothly (TensorFlow "
+                  "registers no gradient for its random ops)",
 }
 
 #: differentiated only as parts of whole builder-made loops (a hand-built loop has no trip count or

@@ -134,8 +134,18 @@ class Shape:
     dims: Optional[Sequence[Optional[int]]]
 
 
+@dataclass(frozen=True)
+class TfType:
+    """An attr value that is a TensorFlow DataType Turnout has no dtype for, by its enum (uint64, 23:
+    the key and counter of TensorFlow's stateless random ops, ``export_random``)."""
+
+    enum: int
+
+
 def set_attr(ctx: ExportContext, a: Any, v: Any) -> None:
-    if isinstance(v, Dt):
+    if isinstance(v, TfType):
+        a.type = v.enum
+    elif isinstance(v, Dt):
         if v.dtype == dt.tensor_array:  # a TensorArray value travels as its float flow
             a.type = protos.DTYPE_TO_TF["float32"]
         elif v.dtype.name not in protos.DTYPE_TO_TF:

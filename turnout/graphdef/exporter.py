@@ -22,11 +22,12 @@ from turnout.frames import topological_order
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 from turnout.graphdef.export_context import ExportContext
 from turnout.graphdef.export_nn import WINDOW_RULES
+from turnout.graphdef.export_random import RANDOM_RULES
 from turnout.graphdef.export_rules import EXPORT_RULES as _OP_RULES
 from turnout.graphdef.export_tensor_arrays import TENSOR_ARRAY_RULES
 
 #: Turnout primitive -> export rule: the TensorArrays' (``export_tensor_arrays``) and every other's
-EXPORT_RULES = {**_OP_RULES, **TENSOR_ARRAY_RULES, **WINDOW_RULES}
+EXPORT_RULES = {**_OP_RULES, **TENSOR_ARRAY_RULES, **WINDOW_RULES, **RANDOM_RULES}
 
 
 @dataclass

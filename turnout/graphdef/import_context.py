@@ -19,10 +19,11 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout import tf_random
 from turnout.array_ops import range_part
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec
-from turnout.graphdef import protos, tf_random
+from turnout.graphdef import protos
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 
 

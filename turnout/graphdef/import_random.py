@@ -1,21 +1,26 @@
 """Import rules of TensorFlow's stateful random ops (``RandomUniform``, ``RandomStandardNormal``,
-``TruncatedNormal``, ``RandomUniformInt``) where a TF1 model uses them: in variable initializers.
+``TruncatedNormal``, ``RandomUniformInt``).
 
-Why only there: an initializer runs once, so its random op is one draw, which the importer computes
-with TensorFlow's own numbers (``tf_random``, through ``ImportContext.initial_value``) and imports as
-a constant; the Variable starts with it and its Assign writes it. A random op the run graph draws
-from every step (a dropout mask) would need a random stream that every backend draws identically,
-which Turnout does not have yet (docs/missing.rst), so such an op is refused, never frozen into a
-constant.
+In a variable's initializer, the op is one draw, which the importer computes with TensorFlow's own
+numbers (``tf_random``, through ``ImportContext.initial_value``) and imports as a constant; the
+Variable starts with it and its Assign writes it. In the run graph (a dropout mask, noise) the op is
+drawn anew at each execution: it becomes the stateful draw ``tn.random`` builds (``random.draw_part``:
+a counter Variable read, a ``RandomDraw`` from it, the counter advanced), keyed by the node's own
+``seed`` and ``seed2``, so its ``k``-th execution draws TensorFlow's ``k``-th values. Inside a
+TensorFlow while loop the op gets a token loop variable in each loop around it (``_frame_token``), as
+``tn.random`` threads one through a builder's loop, so its executions follow the iterations.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Optional
 
+import numpy as np
+
+from turnout import tf_random
 from turnout.errors import UnsupportedError
-from turnout.graph import Tensor
-from turnout.graphdef import tf_random
+from turnout.graph import BACK_EDGE, Node, Tensor
 from turnout.graphdef.import_context import FOLDED_OPS, ImportContext, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
 from turnout.tables import registrar
@@ -56,14 +61,97 @@ def _guard_path(ctx: ImportContext, nd: Any, slot: int) -> bool:
     return nd.op in ("Merge", "RefMerge")
 
 
+def loop_enter(t: Tensor) -> Optional[Node]:
+    """The Enter into the innermost loop frame ``t`` lies in, or None at the root: walking back from
+    it along first inputs (data, else control), the first Enter met with the Exits passed on the way
+    matched (a node without inputs, reached first, is in the root frame)."""
+    depth, n = 0, t.node
+    while True:
+        if n.op == "Enter":
+            if depth == 0:
+                return n
+            depth -= 1
+        elif n.op == "Exit":
+            depth += 1
+        ins = [x for x in n.raw_inputs if isinstance(x, Tensor)] or [c.outputs[0] for c in n.control_inputs
+                                                                      if c.outputs]
+        if not ins:
+            return None
+        n = ins[0].node
+
+
+def in_loop_cond(t: Tensor) -> bool:
+    """Whether ``t`` lies in a branch of a cond inside the innermost loop around it: walking back
+    along first inputs, a cond's Switch (one whose predicate is not a LoopCond) is met before the
+    loop's own Switch or Enter, counting the cond Merges passed on the way."""
+    open_conds, n = 0, t.node
+    while n.op != "Enter":
+        if n.op == "Switch":
+            if n.raw_inputs[1].node.op == "LoopCond":  # type: ignore[union-attr]
+                return False
+            if open_conds == 0:
+                return True
+            open_conds -= 1
+        elif n.op == "Merge" and not n.has_pending_back_edge:
+            open_conds += 1
+        ins = [x for x in n.raw_inputs if isinstance(x, Tensor)] or [c.outputs[0] for c in n.control_inputs
+                                                                      if c.outputs]
+        if not ins:
+            return False
+        n = ins[0].node
+    return False
+
+
+def _frame_token(ctx: ImportContext, enter: Node) -> tuple[Tensor, Callable[[Tensor], None]]:
+    """A token loop variable of the frame ``enter`` enters (``random._loop_token`` for an imported
+    loop): ``Enter -> Merge -> Switch(pivot) -> Identity`` whose value each iteration is the counter
+    its draw just wrote, so the next iteration's read waits on it; entered from the enclosing frame's
+    token (or a constant at the root). Returns the iteration's token and the function closing the
+    back edge with the op's update. The frame's LoopCond must be imported already."""
+    frame = enter.attrs["frame_name"]
+    pivot = next((n for n in ctx.graph.nodes if n.op == "LoopCond"
+                  and getattr(loop_enter(n.outputs[0]), "attrs", {}).get("frame_name") == frame), None)
+    if pivot is None:
+        raise UnsupportedError(f"{ctx.where()}: a random op inside TensorFlow while loop {frame!r} that reads only "
+                               "the loop's invariants is not built (its draws could not be ordered across iterations)")
+    outer = loop_enter(enter.inputs[0])
+    if outer is None:
+        init = ctx.create("Const", [], {"value": np.asarray(0, np.int64), "dtype": "int64"}, suffix="sync/init",
+                          control=[]).outputs[0]
+        close_outer: Callable[[Tensor], None] = lambda t: None  # noqa: E731
+    else:
+        init, close_outer = _frame_token(ctx, outer)
+    attrs = {"frame_name": frame, "is_constant": False,
+             "parallel_iterations": enter.attrs.get("parallel_iterations", 10)}
+    e = ctx.create("Enter", [init], attrs, suffix="sync/enter", control=[])
+    m = ctx.create("Merge", [e.outputs[0], BACK_EDGE], suffix="sync/merge", control=[])
+    sw = ctx.create("Switch", [m.outputs[0], pivot.outputs[0]], suffix="sync/switch", control=[])
+    body = ctx.create("Identity", [sw.outputs[1]], suffix="sync/body", control=[])
+    ex = ctx.create("Exit", [sw.outputs[0]], suffix="sync/exit", control=[])
+
+    def close(advanced: Tensor) -> None:
+        m.close_back_edge(ctx.create("NextIteration", [advanced], suffix="sync/next", control=[]).outputs[0])
+        close_outer(ex.outputs[0])
+
+    return body.outputs[0], close
+
+
+def _entered(ctx: ImportContext, t: Tensor, enter: Node) -> Tensor:
+    """Root tensor ``t`` entered, as a loop invariant, into the frame ``enter`` enters and every frame
+    around it (an imported graph has no capture: TensorFlow enters a handle as this does)."""
+    outer = loop_enter(enter.inputs[0])
+    if outer is not None:
+        t = _entered(ctx, t, outer)
+    attrs = {"frame_name": enter.attrs["frame_name"], "is_constant": True,
+             "parallel_iterations": enter.attrs.get("parallel_iterations", 10)}
+    return ctx.create("Enter", [t], attrs, suffix=f"enter_{enter.attrs['frame_name']}", control=[]).outputs[0]
+
+
 @_rule(*tf_random.DTYPES)
 def _random(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """The op's first draw, as TensorFlow's CPU kernel makes it, as a constant: for a random op of a
-    variable initializer only."""
+    """The op's first draw as a constant in a variable's initializer; elsewhere the stateful draw."""
     if not initializer_only(ctx, nd.name):
-        raise UnsupportedError(f"{ctx.where()}: a random op is supported only in a variable's initializer "
-                               "(drawn once, at import); one the graph draws from as it runs (a dropout mask, "
-                               "noise) is not built yet")
+        return [_stateful(ctx, nd, ins)]
     value = ctx.initial_value(f"{nd.name}:0")
     if value is None:
         raise UnsupportedError(f"{ctx.where()}: its shape and bounds must be known at import time "
@@ -71,4 +159,42 @@ def _random(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.const(value, [x for x in ins if isinstance(x, Tensor)], suffix=None)]
 
 
-__all__ = ["initializer_only"]
+def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
+    """``random.draw_part`` under the node's name, on a counter Variable of its own, keyed by the node's
+    ``(seed, seed2)`` (TensorFlow's fresh key for an unseeded op is drawn once, here)."""
+    from turnout.random import draw_part
+
+    shape, bounds = ins[0], ins[1:]
+    anchors = [x for x in ins if isinstance(x, Tensor)] + [c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs]
+    enter = next((e for e in map(loop_enter, anchors) if e is not None), None)
+    if enter is not None and any(in_loop_cond(t) for t in anchors):
+        raise UnsupportedError(f"{ctx.where()}: a random op in a cond inside a TensorFlow while loop is not built "
+                               "(its draws could not be ordered across iterations)")
+    op = nd.op
+    dtype = ctx.dtype("Tout" if op == "RandomUniformInt" else "dtype")
+    if np.dtype(dtype.numpy) not in [np.dtype(d) for d in tf_random.DTYPES[op]]:
+        raise UnsupportedError(f"{ctx.where()}: dtype {dtype.name} is not supported")
+    seed, seed2 = tf_random.stream_seeds(int(ctx.attr("seed", 0)), int(ctx.attr("seed2", 0)))
+    name = f"{ctx.prefix}{nd.name}/counter"
+    counter = ctx.create("VarHandle", [], {"var_name": name, "dtype": "int64", "shape": [],
+                                           "initial_value": np.asarray(0, np.int64)}, suffix="counter", control=[])
+    token, close = _frame_token(ctx, enter) if enter is not None else (None, None)
+    ctx.graph.variables[name] = counter
+    static = ctx.static(ctx.data_inputs()[0])
+    dims = None if static is None else [int(d) for d in np.ravel(static)]
+    attrs = {"distribution": op, "dtype": dtype.name, "seed": seed, "seed2": seed2}
+
+    handle = counter.outputs[0] if enter is None else _entered(ctx, counter.outputs[0], enter)
+
+    def create(o: str, inputs: Any, a: dict[str, Any], suffix: str, shape_: Any) -> Any:
+        wait = [token.node] if token is not None and (o == "ReadVariable" or not inputs) else []
+        return ctx.create(o, inputs, a, suffix=suffix, shapes=None if shape_ is None else [shape_],
+                          control=[*ctx.ctrl_inputs(), *wait])
+
+    drawn, advanced = draw_part(create, handle, shape, bounds, attrs, dims)
+    if close is not None:
+        close(advanced)
+    return ctx.create("Identity", [drawn], control=[*ctx.ctrl_inputs(), advanced.node]).outputs[0]
+
+
+__all__ = ["in_loop_cond", "initializer_only", "loop_enter"]

@@ -22,6 +22,7 @@ TF_TO_DTYPE: dict[int, dt.DType] = {
 }
 DTYPE_TO_TF: dict[str, int] = {d.name: e for e, d in TF_TO_DTYPE.items()}
 DT_VARIANT = 21
+DT_UINT64 = 23
 DT_STRING = 7
 TF_TYPE_NAMES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
                  9: "int64", 10: "bool", 14: "bfloat16", 19: "float16", 20: "resource", 21: "variant"}
@@ -129,8 +130,15 @@ def tensor_to_numpy(t: Any, where: str) -> np.ndarray:
 
 
 def numpy_to_tensor(value: Any, tensor: Any) -> None:
-    """Fill a TensorProto from a numpy value (little-endian ``tensor_content``, as TensorFlow writes)."""
+    """Fill a TensorProto from a numpy value (little-endian ``tensor_content``, as TensorFlow writes);
+    a uint64 array (a stateless random op's key) is written as TensorFlow's uint64."""
     arr = np.asarray(value)
+    if arr.dtype == np.uint64:
+        tensor.dtype = DT_UINT64
+        for n in arr.shape:
+            tensor.tensor_shape.dim.add().size = int(n)
+        tensor.tensor_content = arr.astype("<u8").tobytes()
+        return
     d = dt.as_dtype(arr.dtype)
     tensor.dtype = DTYPE_TO_TF[d.name]
     for n in arr.shape:

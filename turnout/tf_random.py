@@ -1,15 +1,19 @@
 """TensorFlow's stateful random ops as its CPU kernels compute them, in numpy, bit for bit.
 
 Why: a TF1 model initialises its variables by random ops (``glorot_uniform``, ``truncated_normal``,
-...). For the imported model to start where TensorFlow's starts, the importer evaluates those ops
-once (``import_context``'s constant folding of an initializer) with TensorFlow's own numbers.
+...), and draws dropout masks and noise from them at every step. For a ported or imported model to
+see TensorFlow's numbers, the importer folds an initializer's ops once (``import_context``'s
+constant folding) and ``RandomDraw``'s kernel (``turnout.random_rules``) draws each execution's
+chunk of the stream (``draw``, from the counter ``base`` the op's earlier executions reached).
 
 How TensorFlow draws them (``RandomUniform``, ``RandomStandardNormal``, ``TruncatedNormal``,
 ``RandomUniformInt``):
 
 * The generator is Philox4x32-10: a 128-bit counter, a 64-bit key, ten rounds; each call returns
   four 32-bit words and adds one to the counter. The op's attrs ``seed`` and ``seed2`` are the key
-  and the counter's upper half; the lower half starts at 0 the first time the op runs.
+  and the counter's upper half; the lower half starts at 0 the first time the op runs, and each
+  execution of ``n`` outputs moves it ``256 n`` calls on (``reserved_calls``), so execution ``k``
+  of an op of fixed size starts at call ``256 n k``.
 * The output is cut into *groups* of as many elements as one draw of the distribution makes (four
   floats, two doubles). Group ``g`` of a distribution that takes one Philox call per draw uses the
   ``g``-th call. ``TruncatedNormal`` rejects samples, so it takes a variable number of calls; each
@@ -148,31 +152,38 @@ def _box_muller(w: np.ndarray, double: bool) -> np.ndarray:
 
 
 # ---- the ops -----------------------------------------------------------------------------------------
-def _words(seed: int, seed2: int, size: int, per_call: int) -> np.ndarray:
-    """The Philox words of the first ``ceil(size / per_call)`` calls, one row per call."""
-    return philox(seed, seed2, np.arange(-(-size // per_call), dtype=np.uint64))
+def _words(seed: int, seed2: int, size: int, per_call: int, base: int = 0) -> np.ndarray:
+    """The Philox words of calls ``base`` to ``base + ceil(size / per_call) - 1``, one row per call."""
+    return philox(seed, seed2, np.arange(-(-size // per_call), dtype=np.uint64) + np.uint64(base))
 
 
-def uniform(seed: int, seed2: int, size: int, dtype: np.dtype) -> np.ndarray:
-    """``RandomUniform``: ``size`` values in [0, 1)."""
+def reserved_calls(size: int) -> int:
+    """The Philox calls one execution of a random op of ``size`` outputs reserves: the next
+    execution starts this many calls later. TensorFlow's kernels reserve 256 calls per output
+    (``GuardedPhiloxRandom::ReserveRandomOutputs(size, 256)``), whatever the distribution uses."""
+    return size * _RESERVED
+
+
+def uniform(seed: int, seed2: int, size: int, dtype: np.dtype, base: int = 0) -> np.ndarray:
+    """``RandomUniform``: ``size`` values in [0, 1), from Philox call ``base`` on."""
     if dtype == np.float64:
-        w = _words(seed, seed2, size, 2).reshape(-1, 2, 2)
+        w = _words(seed, seed2, size, 2, base).reshape(-1, 2, 2)
         return _unit_double(w[..., 0], w[..., 1]).ravel()[:size]
-    return _unit_float(_words(seed, seed2, size, 4).ravel())[:size]
+    return _unit_float(_words(seed, seed2, size, 4, base).ravel())[:size]
 
 
-def normal(seed: int, seed2: int, size: int, dtype: np.dtype) -> np.ndarray:
-    """``RandomStandardNormal``: ``size`` standard normals."""
+def normal(seed: int, seed2: int, size: int, dtype: np.dtype, base: int = 0) -> np.ndarray:
+    """``RandomStandardNormal``: ``size`` standard normals, from Philox call ``base`` on."""
     if dtype == np.float64:
-        return _box_muller(_words(seed, seed2, size, 2), True).ravel()[:size]
-    return _box_muller(_words(seed, seed2, size, 4).reshape(-1, 2), False).ravel()[:size]
+        return _box_muller(_words(seed, seed2, size, 2, base), True).ravel()[:size]
+    return _box_muller(_words(seed, seed2, size, 4, base).reshape(-1, 2), False).ravel()[:size]
 
 
-def truncated_normal(seed: int, seed2: int, size: int, dtype: np.dtype) -> np.ndarray:
+def truncated_normal(seed: int, seed2: int, size: int, dtype: np.dtype, base: int = 0) -> np.ndarray:
     """``TruncatedNormal``: standard normals of magnitude under 2. Group ``g`` (4 values, 2 for
-    doubles) draws from call ``g * stride`` on (256 words per value, 4 words per call) and keeps
-    the first of its samples that pass; the calls are drawn a few per group at a time, more only for
-    the groups still short."""
+    doubles) draws from call ``base + g * stride`` on (256 words per value, 4 words per call) and
+    keeps the first of its samples that pass; the calls are drawn a few per group at a time, more
+    only for the groups still short."""
     double = dtype == np.float64
     group = 2 if double else 4
     stride = group * _RESERVED // 4
@@ -181,7 +192,7 @@ def truncated_normal(seed: int, seed2: int, size: int, dtype: np.dtype) -> np.nd
     todo, taken, drawn = np.arange(groups), np.zeros(groups, np.int64), 0
     while todo.size:
         batch = 2 if drawn == 0 else 1
-        calls = (todo[:, None] * stride + drawn + np.arange(batch)).ravel()
+        calls = (todo[:, None] * stride + drawn + np.arange(batch)).ravel() + base
         w = philox(seed, seed2, calls.astype(np.uint64))
         pairs = _box_muller(w if double else w.reshape(-1, 2), double).reshape(todo.size, -1)
         passed = np.abs(pairs) < _TRUNCATE_AT
@@ -194,13 +205,14 @@ def truncated_normal(seed: int, seed2: int, size: int, dtype: np.dtype) -> np.nd
     return out.ravel()[:size]
 
 
-def uniform_int(seed: int, seed2: int, size: int, lo: int, hi: int, dtype: np.dtype) -> np.ndarray:
-    """``RandomUniformInt``: ``lo + word % (hi - lo)``, a word of 32 bits (int32) or two (int64)."""
+def uniform_int(seed: int, seed2: int, size: int, lo: int, hi: int, dtype: np.dtype, base: int = 0) -> np.ndarray:
+    """``RandomUniformInt``: ``lo + word % (hi - lo)``, a word of 32 bits (int32) or two (int64),
+    from Philox call ``base`` on."""
     span = (hi - lo) % (1 << (32 if dtype == np.int32 else 64))
     if dtype == np.int32:
-        w = _words(seed, seed2, size, 4).ravel()[:size].astype(np.uint64)
+        w = _words(seed, seed2, size, 4, base).ravel()[:size].astype(np.uint64)
         return ((w % np.uint64(span)).astype(np.int64) + lo).astype(np.int32)
-    w = _words(seed, seed2, size, 2).reshape(-1, 2).astype(np.uint64)
+    w = _words(seed, seed2, size, 2, base).reshape(-1, 2).astype(np.uint64)
     bits = (w[:, 0] | (w[:, 1] << np.uint64(32)))[:size]
     return ((bits % np.uint64(span)) + np.uint64(lo % (1 << 64))).view(np.int64)
 
@@ -225,10 +237,8 @@ def stream_seeds(seed: int, seed2: int) -> tuple[int, int]:
     return seed % (1 << 64), seed2 % (1 << 64)
 
 
-def sample(op: str, where: str, shape: Any, dtype: np.dtype, seed: int, seed2: int,
-           bounds: Sequence[Any] = ()) -> np.ndarray:
-    """The output of random op ``op`` (named by ``where`` in errors) the first time it runs:
-    ``shape`` is its shape input's value, ``bounds`` RandomUniformInt's (minval, maxval)."""
+def dims_of(where: str, shape: Any) -> list[int]:
+    """The dimensions a random op's shape input gives: a 1-D integer tensor of sizes >= 0."""
     shp = np.asarray(shape)
     if shp.ndim != 1 or shp.dtype.kind not in "iu":
         raise ArgumentError(f"{where}: its shape must be a 1-D int32 or int64 tensor, got {shp.dtype.name} "
@@ -236,12 +246,19 @@ def sample(op: str, where: str, shape: Any, dtype: np.dtype, seed: int, seed2: i
     dims = [int(d) for d in shp]
     if any(d < 0 for d in dims):
         raise ArgumentError(f"{where}: its shape {dims} has a negative dimension")
+    return dims
+
+
+def draw(op: str, where: str, dims: Sequence[int], dtype: np.dtype, seed: int, seed2: int, base: int,
+         bounds: Sequence[Any] = ()) -> np.ndarray:
+    """The output of random op ``op`` (named by ``where`` in errors) of shape ``dims`` from Philox
+    call ``base`` on of the stream keyed by ``(seed, seed2)``: its ``k``-th execution in a session
+    has ``base`` = the calls its earlier executions reserved (``reserved_calls``)."""
     if np.dtype(dtype) not in [np.dtype(d) for d in DTYPES[op]]:
         raise UnsupportedError(f"{where}: dtype {np.dtype(dtype).name} is not supported (TensorFlow's kernel "
                                f"takes {', '.join(np.dtype(d).name for d in DTYPES[op])})")
     check_allocation(where, dims, np.dtype(dtype).itemsize)
     size = math.prod(dims)
-    key = stream_seeds(seed, seed2)
     if op == "RandomUniformInt":
         lo, hi = (np.asarray(b) for b in bounds)
         if lo.shape != () or hi.shape != ():
@@ -249,11 +266,21 @@ def sample(op: str, where: str, shape: Any, dtype: np.dtype, seed: int, seed2: i
                                 f"and {list(hi.shape)}")
         if size and not int(lo) < int(hi):  # (as TensorFlow's kernel: an empty output needs no range)
             raise ArgumentError(f"{where}: it needs minval < maxval, got {int(lo)} >= {int(hi)}")
-        flat = uniform_int(*key, size, int(lo), int(hi), np.dtype(dtype)) if size else np.zeros(0, dtype)
+        flat = (uniform_int(seed, seed2, size, int(lo), int(hi), np.dtype(dtype), base) if size
+                else np.zeros(0, dtype))
     else:
         fn = {"RandomUniform": uniform, "RandomStandardNormal": normal, "TruncatedNormal": truncated_normal}[op]
-        flat = fn(*key, size, np.dtype(dtype)) if size else np.zeros(0, dtype)
+        flat = fn(seed, seed2, size, np.dtype(dtype), base) if size else np.zeros(0, dtype)
     return np.asarray(flat, dtype).reshape(dims)
 
 
-__all__ = ["DTYPES", "normal", "philox", "sample", "stream_seeds", "truncated_normal", "uniform", "uniform_int"]
+def sample(op: str, where: str, shape: Any, dtype: np.dtype, seed: int, seed2: int,
+           bounds: Sequence[Any] = ()) -> np.ndarray:
+    """The output of random op ``op`` (named by ``where`` in errors) the first time it runs:
+    ``shape`` is its shape input's value, ``bounds`` RandomUniformInt's (minval, maxval)."""
+    dims = dims_of(where, shape)
+    return draw(op, where, dims, dtype, *stream_seeds(seed, seed2), 0, bounds)
+
+
+__all__ = ["DTYPES", "dims_of", "draw", "normal", "philox", "reserved_calls", "sample",
+           "stream_seeds", "truncated_normal", "uniform", "uniform_int"]
