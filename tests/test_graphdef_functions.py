@@ -208,3 +208,20 @@ def test_a_tensor_array_write_that_overwrites_sets_its_slot_on_every_route() -> 
         tn.gradients(tn.reduce_sum(stacked), [x])
     with pytest.raises(tn.UnsupportedError, match="overwrites"):
         tn.export_graph_def(g)
+
+
+def test_a_qr_outside_an_initializer_is_refused() -> None:
+    """``Qr`` and ``DiagPart`` are computed at import for ``orthogonal_initializer`` only (fixture
+    ``orthogonal_init_rnn``); in the run graph they are an UnsupportedError naming the node."""
+    from turnout.graphdef import protos
+
+    gd = protos.pb().graph_pb2.GraphDef()
+    x = gd.node.add()
+    x.name, x.op = "x", "Placeholder"
+    x.attr["dtype"].type = 1
+    q = gd.node.add()
+    q.name, q.op = "qr", "Qr"
+    q.input.append("x")
+    q.attr["T"].type = 1
+    with pytest.raises(tn.UnsupportedError, match='"qr".*only in a variable\'s initializer'):
+        tn.import_graph_def(gd.SerializeToString())

@@ -138,3 +138,26 @@ def prod_cumprod(tf: Any) -> list[dict[str, Any]]:
     feeds = {"x:0": xv}
     runs = _train_runs(feeds, loss, train, [w.value(), p.value()])
     return runs + [{"feeds": feeds, "fetches": [flat.name, c.name]}]
+
+
+@case
+def orthogonal_init_rnn(tf: Any) -> list[dict[str, Any]]:
+    """A recurrent loop whose weights start from ``orthogonal_initializer`` (a random normal matrix's
+    Q, its columns' signs R's diagonal's: ``Qr``, ``DiagPart``, ``Sign``, a ``Transpose`` for a wide
+    matrix, a gain) under a graph seed, trained by SGD. Turnout computes the initial values at import
+    with numpy's QR, equal to TensorFlow's to rounding."""
+    tf.compat.v1.set_random_seed(140)
+    xs = tf.compat.v1.placeholder(tf.float32, [None, 3], name="xs")
+    w = tf.compat.v1.get_variable("w", [3, 4], initializer=tf.compat.v1.orthogonal_initializer(gain=1.2))
+    u = tf.compat.v1.get_variable("u", [4, 4], initializer=tf.compat.v1.orthogonal_initializer())
+    v = tf.compat.v1.get_variable("v", [4, 2], initializer=tf.compat.v1.orthogonal_initializer(seed=3))
+    n = tf.shape(xs)[0]
+
+    def body(t: Any, h: Any) -> Any:
+        return t + 1, tf.tanh(tf.matmul(tf.expand_dims(xs[t], 0), w) + tf.matmul(h, u))
+
+    _, h = tf.while_loop(lambda t, h: t < n, body, [0, tf.zeros([1, 4])])
+    loss = tf.reduce_sum(tf.square(tf.matmul(h, v) - 0.5))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    feeds = {"xs:0": np.random.default_rng(141).normal(size=(5, 3)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w.value(), u.value(), v.value()])

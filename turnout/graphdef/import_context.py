@@ -331,11 +331,11 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
-    "ListDiff": None,
+    "ListDiff": None, "Sign": np.sign, "Transpose": None, "DiagPart": None, "Qr": None,
 }
 
 #: the ops folding evaluates that have two outputs
-TWO_OUTPUTS = frozenset({"BroadcastGradientArgs", "ListDiff"})
+TWO_OUTPUTS = frozenset({"BroadcastGradientArgs", "ListDiff", "Qr"})
 
 #: the ops constant folding evaluates from their inputs (``Const`` and the shape ops aside)
 FOLDED_OPS = frozenset(_FOLD)
@@ -406,6 +406,16 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             return off
         if op == "BroadcastGradientArgs":
             return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
+        if op == "Transpose":
+            return np.transpose(vals[0], [int(a) for a in np.ravel(vals[1])])
+        if op == "DiagPart":  # (an input of shape [d..., d...]: its diagonal, of shape [d...])
+            half = vals[0].shape[: vals[0].ndim // 2]
+            n = int(np.prod(half))
+            return np.diagonal(vals[0].reshape(n, n)).reshape(half).copy()
+        if op == "Qr":  # (numpy's LAPACK factorisation: TensorFlow's Eigen one agrees to rounding)
+            full = bool(protos.attr(nd, "full_matrices", False))
+            q, r = np.linalg.qr(vals[0], mode="complete" if full else "reduced")
+            return np.asarray((q, r)[int(idx or 0)], dtype=vals[0].dtype)
         if op == "ListDiff":  # the entries of x not in y, in x's order, and where they are in x (Prod's gradient)
             kept = [k for k, v in enumerate(np.ravel(vals[0])) if v not in set(np.ravel(vals[1]).tolist())]
             out = np.ravel(vals[0])[kept] if int(idx or 0) == 0 else np.asarray(kept)

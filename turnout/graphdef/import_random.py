@@ -197,4 +197,20 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
     return ctx.create("Identity", [drawn], control=[*ctx.ctrl_inputs(), advanced.node]).outputs[0]
 
 
+@_rule("Qr", "DiagPart")
+def _initializer_fold(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A ``Qr`` or ``DiagPart`` of an initializer (``orthogonal_initializer``: the Q of a random normal
+    matrix, its columns' signs those of R's diagonal), computed at import like the draw it reads
+    (numpy's QR, which agrees with TensorFlow's to rounding, not bit for bit); elsewhere refused."""
+    if not initializer_only(ctx, nd.name):
+        raise UnsupportedError(f"{ctx.where()}: {nd.op} is supported only in a variable's initializer "
+                               "(computed once, at import)")
+    n_out = 2 if nd.op == "Qr" else 1
+    vals = [ctx.initial_value(f"{nd.name}:{k}") for k in range(n_out)]
+    if any(v is None for v in vals):
+        raise UnsupportedError(f"{ctx.where()}: its input must be known at import time")
+    anchors = [x for x in ins if isinstance(x, Tensor)]
+    return [ctx.const(v, anchors, suffix=None if k == n_out - 1 else f"out{k}") for k, v in enumerate(vals)]
+
+
 __all__ = ["in_loop_cond", "initializer_only", "loop_enter"]
