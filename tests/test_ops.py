@@ -72,6 +72,7 @@ UNARY: list[tuple[str, Callable[[Any], Any], Callable[[np.ndarray], np.ndarray],
     ("ceil", tn.ceil, np.ceil, H),
     ("round", tn.round, np.round, H),
     ("cumsum", tn.cumsum, lambda x: np.cumsum(x, axis=0), A),
+    ("cumprod", tn.cumprod, lambda x: np.cumprod(x, axis=0), A),
     ("negative_int", tn.negative, lambda x: -x, I),
 ]
 
@@ -114,6 +115,8 @@ BINARY: list[tuple[str, Callable[[Any, Any], Any], Callable[[Any, Any], Any], An
     ("logical_and", tn.logical_and, np.logical_and, np.array([True, True, False, False]),
      np.array([True, False, True, False])),
     ("logical_or", tn.logical_or, np.logical_or, np.array([True, True, False, False]),
+     np.array([True, False, True, False])),
+    ("logical_xor", tn.logical_xor, np.logical_xor, np.array([True, True, False, False]),
      np.array([True, False, True, False])),
 ]
 
@@ -206,6 +209,7 @@ STRUCT: list[tuple[str, Callable[[], Any], Any, tuple[Any, ...]]] = [
     ("reduce_mean", lambda: tn.reduce_mean(tn.constant(A), axis=1), A.mean(1), (2,)),
     ("reduce_max", lambda: tn.reduce_max(tn.constant(A), axis=[0, 1]), A.max(), ()),
     ("reduce_min", lambda: tn.reduce_min(tn.constant(A), axis=1), A.min(1), (2,)),
+    ("reduce_prod", lambda: tn.reduce_prod(tn.constant(A), axis=1), A.prod(1), (2,)),
     ("reduce_all", lambda: tn.reduce_all(tn.constant(A) > A.min(), axis=1), (A > A.min()).all(1), (2,)),
     ("reduce_any", lambda: tn.reduce_any(tn.constant(A) > A.min(), axis=0, keepdims=True),
      (A > A.min()).any(0, keepdims=True), (1, 3)),
@@ -462,8 +466,8 @@ def test_assert_true_passes_its_value_on(backend: str) -> None:
 #: op constructors whose values some test above checks, beyond those in the UNARY and BINARY tables
 CHECKED_ELSEWHERE = {
     "cast", "matmul", "reshape", "transpose", "expand_dims", "concat", "stack", "gather", "tile", "update_slot",
-    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_all", "reduce_any", "zeros", "ones", "shape",
-    "size", "broadcast_like",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any", "zeros", "ones",
+    "shape", "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
     "group", "no_op", "convert_to_tensor", "control_dependencies", "assert_true",
     # value checkers, not op constructors: tests/test_bad_inputs.py

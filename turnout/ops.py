@@ -15,7 +15,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.arguments import checked
-from turnout.composite import getitem_spec
+from turnout.composite import GraphMaker, basic_index, getitem_spec, index_with_new_axes
 from turnout.errors import GraphBuildError, ResourceExhaustedError, ShapeError
 from turnout.graph import Graph, Node, Tensor, TensorSpec, get_default_graph, user_source_line
 from turnout.limits import check_allocation
@@ -388,6 +388,17 @@ def logical_or(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
 
 
 @checked
+def logical_xor(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a != b`` on bool tensors (``a ^ b``), built as TensorFlow's ``logical_xor``
+    builds it, ``(a or b) and not (a and b)``: three existing primitives, so every backend, the
+    gradients (none) and the GraphDef export need nothing new."""
+    a, b = _pair(a, b, "LogicalOr")
+    either = _op2("LogicalOr", a, b, None)
+    both = _op2("LogicalAnd", a, b, None)
+    return _op2("LogicalAnd", either, _op1("LogicalNot", both, None), name)
+
+
+@checked
 def logical_not(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``not x`` on a bool tensor."""
     return _op1("LogicalNot", x, name)
@@ -487,7 +498,11 @@ def _index_entry(e: Any) -> Any:
 
 
 def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
-    """Basic indexing ``x[i]``, ``x[i:j:k]`` and tuples of them, with ints or int32 scalar tensors."""
+    """Basic indexing ``x[i]``, ``x[i:j:k]``, ``x[..., i]``, ``x[:, None]`` and tuples of them, with
+    ints or int32 scalar tensors, as numpy (and TensorFlow's ``StridedSlice``) read them: ``None``
+    adds an axis of size 1, ``...`` stands for the full slices of the axes the other entries leave
+    (so it needs ``x``'s rank). Built by ``composite.index_with_new_axes``, the importer's
+    construction of ``StridedSlice``'s new-axis and ellipsis bits, so the two build the same nodes."""
     x = convert_to_tensor(x)
     keys = key if isinstance(key, tuple) else (key,)
     checked_key: list[Any] = []
@@ -499,15 +514,20 @@ def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
                 raise GraphBuildError("slice step cannot be zero")
             checked_key.append(slice(_index_entry(k.start), _index_entry(k.stop), k.step))
         elif k is Ellipsis or k is None:
-            raise GraphBuildError("indexing with ... or None is not supported; use reshape/expand_dims")
+            checked_key.append(k)
         else:
-            v = _index_entry(k)
-            if v is None:
-                raise GraphBuildError("invalid index None")
-            checked_key.append(v)
+            checked_key.append(_index_entry(k))
+    ellipses = sum(1 for k in checked_key if k is Ellipsis)
+    if ellipses > 1:
+        raise GraphBuildError(f"getitem of {x.name}: an index can have only one ellipsis (...), got {ellipses}")
+    rank = None if x.shape is None else len(x.shape)
+    if ellipses and rank is None:
+        raise ShapeError(f"getitem of {x.name}: an ellipsis (...) needs the rank of the indexed tensor, which is "
+                         "not known while building; give it a shape (a placeholder's shape=) or index without one")
+    plain, new_axes = basic_index(tuple(checked_key), rank)
     dyn: list[Tensor] = []
-    spec = getitem_spec(tuple(checked_key), dyn)
-    return x.graph.create_node("GetItem", [x, *dyn], {"spec": spec}, name=name).outputs[0]
+    spec = getitem_spec(plain, dyn)
+    return index_with_new_axes(GraphMaker(x.graph, name, "GetItem"), x, spec, dyn, new_axes)
 
 
 @checked
@@ -733,6 +753,7 @@ def _install_operators() -> None:
         "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
         "__and__": logical_and, "__rand__": rev(logical_and),
         "__or__": logical_or, "__ror__": rev(logical_or),
+        "__xor__": logical_xor, "__rxor__": rev(logical_xor),
         "__neg__": lambda self: negative(self),
         "__abs__": lambda self: abs(self),
         "__invert__": lambda self: logical_not(self),
