@@ -443,3 +443,21 @@ def test_xor_of_bool_tensors_is_logical_xor(route: str) -> None:
             tn.constant(1.0) ^ tn.constant(2.0)
     got = run_on(route, g, outs, {q: np.array([True, False, True, False])})
     _close(got, [[0, 1, 1, 0], [0, 1, 0, 1], [1, 0, 1, 0]], f"xor on {route}")
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_a_list_that_holds_tensors_is_packed_where_a_tensor_is_due(route: str) -> None:
+    """``tf.fill([n, 2], v)``, ``tf.gather(x, [i, j])`` and ``tf.reduce_sum([a, b])`` (TensorFlow's
+    autopacking) were a GraphBuildError ("cannot convert [...] to a tensor"): a list holding a tensor
+    went to numpy. It is now the ``stack`` of its entries, its Python numbers in the tensors' dtype."""
+    g = tn.Graph()
+    with g.as_default():
+        n, i = ph(name="n", dtype=tn.int32), ph(name="i", dtype=tn.int32)
+        a, b = ph(name="a"), ph(name="b")
+        s = tn.reduce_sum([b * b, 1.0])
+        outs = [tn.fill([n, 2], 1.5), tn.gather(f64([1.0, 2.0, 3.0]), [i, n]), tn.reduce_sum([a, b]), s, grad(s, b),
+                tn.constant([1, 2]) + [n, i], [[n], [i]] * tn.constant([[2]])]
+        with pytest.raises(tn.GraphBuildError, match="not a whole number"):
+            tn.identity([n, 1.5])
+    got = run_on(route, g, outs, {n: 2, i: 0, a: 1.0, b: 3.0})
+    _close(got, [np.full((2, 2), 1.5), [1.0, 3.0], 4.0, 10.0, 6.0, [3, 2], [[4], [0]]], f"autopacking on {route}")

@@ -119,14 +119,42 @@ def int_list_attr(values: Any, op: str, argument: str) -> list[int]:
 
 @checked
 def convert_to_tensor(x: Any, dtype: Any = None, name: Optional[str] = None) -> Tensor:
-    """Tensors pass through (dtype checked); Variables are read; anything else becomes a constant."""
+    """Tensors pass through (dtype checked); Variables are read; a list or tuple that holds tensors is
+    packed (``_autopack``); anything else becomes a constant."""
     if isinstance(x, Tensor):
         if dtype is not None and x.dtype != dt.as_dtype(dtype):
             raise GraphBuildError(f"expected a {dt.as_dtype(dtype).name} tensor, got {x.name} of {x.dtype.name}")
         return x
     if hasattr(x, "_as_tensor"):
         return x._as_tensor()
+    if _holds_tensor(x):
+        return _autopack(x, dtype, name)
     return constant(x, dtype=dtype, name=name)
+
+
+def _holds_tensor(x: Any) -> bool:
+    """Whether ``x`` is a list or tuple with a tensor (or a Variable) among its entries, at any depth."""
+    return isinstance(x, (list, tuple)) and any(
+        isinstance(e, Tensor) or hasattr(e, "_as_tensor") or _holds_tensor(e) for e in x)
+
+
+def _first_tensor(x: Any) -> Tensor:
+    for e in x:
+        if isinstance(e, Tensor) or hasattr(e, "_as_tensor"):
+            return convert_to_tensor(e)
+        if _holds_tensor(e):
+            return _first_tensor(e)
+    raise AssertionError("_first_tensor of a list that holds no tensor")
+
+
+def _autopack(x: Sequence[Any], dtype: Any, name: Optional[str]) -> Tensor:
+    """TensorFlow's autopacking: ``[n, 2]`` where a tensor is due, ``n`` a tensor, is ``stack([n, 2])``
+    (``tf.fill([n, 2], v)``, ``tf.gather(x, [i, j])``, ``tf.reduce_sum([a, b])``); its Python entries
+    take the dtype asked for, else the first tensor's, and nested lists pack inner first. Why: a
+    list that held a tensor was numpy's conversion of a tensor, a ``GraphBuildError`` where
+    TensorFlow gives a value; a ``Pack`` needs nothing new on any backend, gradient or export."""
+    d = dt.as_dtype(dtype) if dtype is not None else _first_tensor(x).dtype
+    return stack([convert_to_tensor(e, dtype=d) for e in x], name=name)
 
 
 def convert_argument(x: Any, builder: str, argument: str, dtype: Any = None) -> Tensor:
@@ -148,6 +176,10 @@ def _pair(a: Any, b: Any, op: str = "operator") -> tuple[Tensor, Tensor]:
     """Convert two operands, letting a Python scalar take the dtype of the tensor operand."""
     ta = a if isinstance(a, Tensor) else (a._as_tensor() if hasattr(a, "_as_tensor") else None)
     tb = b if isinstance(b, Tensor) else (b._as_tensor() if hasattr(b, "_as_tensor") else None)
+    if ta is None and _holds_tensor(a):  # a list that holds tensors packs to a tensor of its own dtype
+        ta = convert_to_tensor(a)
+    if tb is None and _holds_tensor(b):
+        tb = convert_to_tensor(b)
     if ta is None and tb is None:
         ta = convert_to_tensor(a)
     if ta is None:
