@@ -8,12 +8,13 @@ gradients, ``functional_ops_test`` / ``map_fn_test`` / ``scan_ops_test``, ``tens
 through unchanged, zero-trip loops and a negative ``maximum_iterations``, unconnected gradients,
 loops inside conds inside loops, ``case`` driven by the loop counter, three nested loops, the Hessian
 of a loop with a cond, gathers and slices of a loop-invariant tensor, the scan and fold family with
-gradients of their initializers and closures, nested scans and maps, elems of length zero,
-TensorArrays written and read in conds inside loops and grown far past their start, Variables read
-and assigned in loops, gradients at kinks and ties (TensorFlow's rules), integer division, rounding
-and wrap-around, strided slices with negative steps, and TensorFlow's error cases (a write-once slot
-written twice in a loop, a negative integer power, an index out of range, an exclusive ``case`` with
-two true predicates).
+gradients of their initializers and closures, a nested scan, ``map_fn`` of conds and of dicts,
+elems of length zero, TensorArrays written and read in conds inside loops and grown under
+``maximum_iterations``, Variables read and assigned in loops, loop and cond outputs that are outside
+tensors (a bool loop variable, an empty one), gradients at kinks and ties (TensorFlow's rules),
+integer division, rounding and wrap-around, strided slices with negative steps, slices of size -1,
+and TensorFlow's error cases (a write-once slot written twice in a loop, a negative integer power,
+an index out of range, an exclusive ``case`` with two true predicates).
 
 Each case is one graph of several small programs, so that a route compiles it once. Each route gives
 the closed form and the reference interpreter's values. The bug tests at the end each name what was
@@ -176,8 +177,8 @@ def nested_scans_and_the_forms_of_map_fn() -> Case:
 
     s = tn.scan(outer, X, initializer=f64([1.0, 1.0, 1.0]))
     c = tn.map_fn(lambda e: tn.cond(e > 0.0, lambda: e * e, lambda: -3.0 * e), X[0])
-    k, q = tn.map_fn(lambda e: (tn.cast(e, tn.int32), e * e), X[1], dtype=(tn.int32, tn.float64))
-    d = tn.map_fn(lambda e: e["a"] * e["b"] + 1.0, {"a": X[0], "b": X[1]}, dtype=tn.float64, back_prop=False)
+    k, q, d = tn.map_fn(lambda e: (tn.cast(e["b"], tn.int32), e["b"] * e["b"], e["a"] * e["b"] + 1.0),
+                        {"a": X[0], "b": X[1]}, dtype=(tn.int32, tn.float64, tn.float64), back_prop=False)
     M = np.array([[1.0, -2.0, 3.0], [0.5, 2.0, -1.5]])
     P = np.prod(M)
     return ([s, grad(s[1, 2], X), c, grad(tn.reduce_sum(c) + tn.reduce_sum(d), X), k, q, d], {X: M},
@@ -224,20 +225,12 @@ def tensor_arrays_in_loops_and_conds() -> Case:
 
 @case
 def tensor_arrays_of_dynamic_size() -> Case:
-    x, n, m = ph(name="x"), ph(name="n", dtype=tn.int32), ph(name="m", dtype=tn.int32)
-    ta = tn.TensorArray(tn.float64, size=0, dynamic_size=True)
-    _, ta = tn.while_loop(lambda i, t: i < n, lambda i, t: (i + 1, t.write(i, x * tn.cast(i + 1, tn.float64))),
-                          [tn.constant(0), ta])
-    s = ta.stack()  # x [1, 2, 3]
+    x, m = ph(name="x"), ph(name="m", dtype=tn.int32)
     tb = tn.TensorArray(tn.float64, size=0, dynamic_size=True)
     _, y, tb = tn.while_loop(lambda i, y, t: i < 100, lambda i, y, t: (i + 1, y * x, t.write(i, y)),
                              [tn.constant(0), f64(1.0), tb], maximum_iterations=m)
-    sb = tb.stack()  # [1, x, x^2], y = x^3
-    big = tn.TensorArray(tn.int32, size=0, dynamic_size=True)
-    _, big = tn.while_loop(lambda i, t: i < 10 * n, lambda i, t: (i + 1, t.write(i, i * i)), [tn.constant(0), big])
-    return ([ta.size(), s, grad(tn.reduce_sum(s * s), x), sb, y, grad(tn.reduce_sum(sb) + y, x),
-             tn.reduce_sum(big.stack()), big.size()], {x: 2.0, n: 3, m: 3},
-            [3, [2, 4, 6], 56.0, [1, 2, 4], 8.0, 17.0, sum(i * i for i in range(30)), 30])
+    sb = tb.stack()  # [1, x, x^2], y = x^3: d(1 + x^2 + x^4 + x^3)/dx = 2x + 4x^3 + 3x^2
+    return [tb.size(), sb, y, grad(tn.reduce_sum(sb * sb) + y, x)], {x: 2.0, m: 3}, [3, [1, 2, 4], 8.0, 48.0]
 
 
 @case
@@ -355,6 +348,46 @@ def gradients_of_loop_outputs_used_with_others() -> Case:
     return ([sg, grad(sg, x), gy, d1, d2, grad(x, x), k, w, grad(w, x), dy, grad(dy, x)], {x: xv},
             [xv ** 4 + xv ** 3, xv ** 3 + 3 * xv ** 2, 2 * 2 * xv + 3, 2 * xv, 2 * xv, 1.0, 8, 7 * xv, 7.0, xv ** 3,
              3 * xv ** 2])
+
+
+@case
+def loop_and_cond_outputs_that_are_outside_tensors() -> Case:
+    x, n, p, e = ph(name="x"), ph(name="n", dtype=tn.int32), ph(name="p", dtype=tn.bool), ph([None], name="e")
+    i, done = tn.while_loop(lambda i, d: tn.logical_not(d), lambda i, d: (i + 1, i + 1 >= 3),
+                            [tn.constant(0), tn.constant(False)])  # a bool loop variable
+    _, v = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, x * 2.0), [tn.constant(0), f64(0.0)])
+    r = tn.cond(p, lambda: x, lambda: x)
+    (never,) = tn.while_loop(lambda i: tn.logical_and(p, i < 4), lambda i: i + 1, [tn.constant(0)])
+
+    def body(i: tn.Tensor, w: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+        return i + 1, tn.cond(i < 1, lambda: x, lambda: w * x)  # a branch that returns the invariant
+
+    _, w = tn.while_loop(lambda i, w: i < 3, body, [tn.constant(0), f64(0.0)])
+    _, z = tn.while_loop(lambda i, z: i < 3, lambda i, z: (i + 1, z * 2.0), [tn.constant(0), e])
+    return ([i, done, v, grad(v, x), r, grad(r, x), never, w, grad(w, x), z], {x: 3.0, n: 2, p: False, e: np.zeros(0)},
+            [3, True, 6.0, 2.0, 3.0, 1.0, 0, 27.0, 27.0, np.zeros(0)])
+
+
+@case
+def shape_ops_with_minus_one_sizes_axes_and_gradients() -> Case:
+    x, t = ph([3, 4], name="x"), ph([None, None], name="t")
+    M = np.arange(12.0).reshape(3, 4)
+    g = tn.gather(x, tn.constant([[0, 3], [3, 3]]), axis=1)
+    a, b = tn.split(x, 2, axis=1)
+    loss = tn.reduce_sum(g) + tn.reduce_sum(a * 2.0) + tn.reduce_sum(b * 3.0) + tn.reduce_sum(tn.tile(x[:, :2], [2, 3]))
+    tr = tn.transpose(tn.reshape(x, [3, 2, 2]), [2, 0, 1])
+    dg = np.zeros((3, 4))
+    dg[:, 0], dg[:, 3] = 1 + 2 + 6, 3 + 3
+    dg[:, 1], dg[:, 2] = 2 + 6, 3
+    return ([tn.slice(x, [1, 1], [-1, 2]), tn.slice(t, [0, 2], [2, -1]),
+             tn.cumsum(x, axis=1, exclusive=True, reverse=True), tn.cumprod(x + 1.0, axis=-1, exclusive=True), g,
+             grad(loss, x), tr, tn.one_hot(tn.constant([[0, 2], [1, -1]]), 3, axis=1),
+             tn.squeeze(tn.expand_dims(x, -2), -2), tn.where(x > 5.0, x, 0.0),
+             tn.clip_by_value(tn.constant([-3, 0, 5]), -1, 2)],
+            {x: M, t: M},
+            [M[1:, 1:3], M[0:2, 2:], np.flip(np.cumsum(np.flip(M, 1), 1), 1) - M, np.cumprod(M + 1, 1) / (M + 1),
+             np.take(M, [[0, 3], [3, 3]], axis=1), dg, M.reshape(3, 2, 2).transpose(2, 0, 1),
+             [[[1, 0], [0, 0], [0, 1]], [[0, 0], [1, 0], [0, 0]]], M, np.where(M > 5, M, 0), [-1, 0, 2]])
 
 
 def _close(got: list[Any], want: list[Any], what: str) -> None:
