@@ -494,3 +494,17 @@ def test_a_list_that_holds_tensors_is_packed_where_a_tensor_is_due(route: str) -
             tn.identity([n, 1.5])
     got = run_on(route, g, outs, {n: 2, i: 0, a: 1.0, b: 3.0})
     _close(got, [np.full((2, 2), 1.5), [1.0, 3.0], 4.0, 10.0, 6.0, [3, 2], [[4], [0]]], f"autopacking on {route}")
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_the_mean_of_integers_rounds_toward_zero_as_tensorflows(route: str) -> None:
+    """``tn.reduce_mean`` of an integer tensor was a DTypeError ("expected a floating dtype") where
+    TensorFlow gives a value: the sum divided by the count rounding toward zero, and 0 over no
+    elements (its reducer's identity for integers)."""
+    g = tn.Graph()
+    with g.as_default():
+        v, e = ph([None, 2], name="v", dtype=tn.int32), ph([None], name="e", dtype=tn.int64)
+        outs = [tn.reduce_mean(v), tn.reduce_mean(v, 0), tn.reduce_mean(v, 1, keepdims=True), tn.reduce_mean(e)]
+    got = run_on(route, g, outs, {v: np.array([[-7, 2], [3, 3]], np.int32), e: np.zeros(0, np.int64)})
+    assert [np.asarray(a).dtype for a in got] == [np.int32, np.int32, np.int32, np.int64]
+    _close(got, [0, [-2, 2], [[-2], [3]], 0], f"integer mean on {route}")

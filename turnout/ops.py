@@ -614,7 +614,9 @@ def reduce_prod(x: Any, axis: Any = None, keepdims: bool = False, name: Optional
 
 @checked
 def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
-    """Mean over ``axis`` (floating dtypes only), like ``reduce_sum``."""
+    """Mean over ``axis``, like ``reduce_sum``; NaN over no elements. Integers as TensorFlow's kernel
+    takes them: the sum (in their dtype) divided by the count rounding toward zero, 0 over no
+    elements."""
     return _op1("Mean", x, name, axis=_axis_attr(axis, "reduce_mean"), keepdims=bool(keepdims))
 
 
