@@ -508,3 +508,23 @@ def test_the_mean_of_integers_rounds_toward_zero_as_tensorflows(route: str) -> N
     got = run_on(route, g, outs, {v: np.array([[-7, 2], [3, 3]], np.int32), e: np.zeros(0, np.int64)})
     assert [np.asarray(a).dtype for a in got] == [np.int32, np.int32, np.int32, np.int64]
     _close(got, [0, [-2, 2], [[-2], [3]], 0], f"integer mean on {route}")
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_stop_gradients_are_constants_for_one_gradients_call(route: str) -> None:
+    """``tn.gradients`` had no ``stop_gradients`` (TensorFlow's argument; Python's ``TypeError`` for an
+    unexpected keyword). A stopped tensor passes no gradient on, in a loop or a cond as anywhere,
+    and still gets its own where it is one of ``xs``; the same graph's other gradients are unchanged."""
+    g = tn.Graph()
+    with g.as_default():
+        a, p = ph(name="a"), ph(name="p", dtype=tn.bool)
+        b, h = 2.0 * a, a * a
+        _, y = tn.while_loop(lambda i, y: i < 2, lambda i, y: (i + 1, y * h), [tn.constant(0), a])  # a h^2
+        r = tn.cond(p, lambda: h * a, lambda: a)
+        outs = [*tn.gradients(a + b, [a, b], stop_gradients=[a, b]), *tn.gradients(a + b, [a, b]),
+                *tn.gradients(y, [a, h], stop_gradients=h), grad(y, a), grad(r, a, stop_gradients=[h])]
+        assert tn.gradients(h, [a], stop_gradients=[h]) == [None]
+        with pytest.raises(tn.GradientError, match="stop_gradients must be tensors"):
+            tn.gradients(y, [a], stop_gradients=[1.0])
+    got = run_on(route, g, outs, {a: 3.0, p: True})
+    _close(got, [1.0, 1.0, 3.0, 1.0, 81.0, 54.0, 81.0 + 4 * 81.0, 9.0], f"stop_gradients on {route}")

@@ -55,7 +55,7 @@ def _backprop_outward(b: Backward, root: Any, grads: Grads) -> None:
 
 @checked
 def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none",
-              memory_budget: Optional[int] = None) -> list[Optional[Tensor]]:
+              memory_budget: Optional[int] = None, stop_gradients: Any = None) -> list[Optional[Tensor]]:
     """Gradients of ``sum(ys)`` (weighted by ``grad_ys``, default ones) with respect to each of ``xs``.
 
     ``xs`` may hold Variables (the gradient w.r.t. all reads of the Variable). A gradient that does not
@@ -67,6 +67,11 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
     reversed as a loop with that budget of its own is, by recomputation from checkpoints where its
     state has a static size. Why here and not only per run: a run's budget comes after the gradient
     graph is built, and cannot turn stacks into recomputation.
+
+    ``stop_gradients`` (a tensor or a list of them), as TensorFlow's: no gradient passes through
+    them, as if each were ``tn.stop_gradient`` of itself for this call alone; one that is also in
+    ``xs`` still gets its own gradient (``gradients(a + 2a, [a, 2a], stop_gradients=[a, 2a])`` is
+    ``[1, 1]``).
     """
     if unconnected_gradients not in ("none", "zero"):
         raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
@@ -74,10 +79,14 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
         raise ArgumentError(f"gradients: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
     y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys)]
     x_list = [_as_x(x) for x in (xs if isinstance(xs, (list, tuple)) else [xs])]
+    stops = [] if stop_gradients is None else nest.flatten(stop_gradients)
+    for t in stops:
+        if not isinstance(t, Tensor):
+            raise GradientError(f"gradients: stop_gradients must be tensors, got {type(t).__name__}")
     if not y_list:
         raise GradientError("gradients: ys is empty")
     g = y_list[0].graph
-    for t in [*y_list, *x_list]:
+    for t in [*y_list, *x_list, *stops]:
         if t.graph is not g:
             raise GradientError(f"gradients: {t.name} belongs to another graph than {y_list[0].name}; "
                                 "ys and xs must all be tensors of one graph")
@@ -90,7 +99,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
             )
     # (built in the graph of ys and xs, whichever graph is the default: the one place it can go)
     with g.as_default():
-        return _build(g, root, y_list, x_list, ys, grad_ys, unconnected_gradients, memory_budget)
+        return _build(g, root, y_list, x_list, ys, grad_ys, unconnected_gradients, memory_budget, stops)
 
 
 def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
@@ -118,7 +127,7 @@ def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
 
 
 def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], ys: Any, grad_ys: Any,
-           unconnected_gradients: str, memory_budget: Optional[int]) -> list[Optional[Tensor]]:
+           unconnected_gradients: str, memory_budget: Optional[int], stops: list[Tensor]) -> list[Optional[Tensor]]:
     """``gradients``, its arguments checked, with ``g`` the default graph."""
     gy_list: list[Any] = [None] * len(y_list)
     if grad_ys is not None:
@@ -128,7 +137,7 @@ def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], ys: 
         # (a value that is not yet a tensor takes the dtype of the y it weights, as in TensorFlow)
         gy_list = [v if v is None or isinstance(v, Tensor) else ops.convert_to_tensor(v, dtype=y.dtype)
                    for v, y in zip(given, y_list, strict=True)]
-    b = Backward(g, root, x_list, y_list)
+    b = Backward(g, root, x_list, y_list, stops)
     b.share(None if memory_budget is None else int(memory_budget))
     grads = Grads()
     # (all or nothing: a gradient that fails to build, say an op without a gradient rule in a loop,
