@@ -528,3 +528,31 @@ def test_stop_gradients_are_constants_for_one_gradients_call(route: str) -> None
             tn.gradients(y, [a], stop_gradients=[1.0])
     got = run_on(route, g, outs, {a: 3.0, p: True})
     _close(got, [1.0, 1.0, 3.0, 1.0, 81.0, 54.0, 81.0 + 4 * 81.0, 9.0], f"stop_gradients on {route}")
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_tensor_array_gather_and_scatter_as_tensorflows(route: str) -> None:
+    """``ta.gather(indices)`` and ``ta.scatter(indices, value)`` (TensorFlow's, which its TensorArray
+    tests use throughout) were Python's ``AttributeError``. They are reads and writes, slot by slot:
+    gradients flow through them, and a slot unwritten, written twice or a value of another length
+    is a KernelError as in TensorFlow."""
+    g = tn.Graph()
+    with g.as_default():
+        x, v, i = ph([3], name="x"), ph(None, name="v"), ph([2], name="i", dtype=tn.int32)
+        ta = tn.TensorArray(tn.float64, size=4).scatter([3, 0, 2], x * x)  # slots 4, _, 9, 1 at x = 1, 2, 3
+        got_ = ta.gather(i)
+        lw = tn.while_loop(lambda k, t: k < 3, lambda k, t: (k + 1, t.write(k, tn.cast(k, tn.float64) * x[k])),
+                           [tn.constant(0), tn.TensorArray(tn.float64, size=3)])[1]
+        outs = [got_, grad(tn.reduce_sum(got_ * f64([1.0, 2.0])), x), lw.gather([2, 0])]
+        long = tn.TensorArray(tn.float64, size=4).scatter([0, 1], v).stack()
+        twice = tn.TensorArray(tn.float64, size=4).scatter([1, 1], x[:2]).read(1)
+        with pytest.raises(tn.ShapeError, match="2 indices for a value of shape"):
+            tn.TensorArray(tn.float64, size=4).scatter([0, 1], x)
+        with pytest.raises(tn.GraphBuildError, match="length is known while building"):
+            ta.gather(ph([None], name="u", dtype=tn.int32))
+    feeds = {x: np.array([1.0, 2.0, 3.0]), i: np.array([2, 0], np.int32)}
+    _close(run_on(route, g, outs, feeds), [[9.0, 4.0], [0.0, 8.0, 6.0], [6.0, 0.0]], f"gather on {route}")
+    for fetch, fed, words in [(got_, {**feeds, i: np.array([1, 0], np.int32)}, "never written"),
+                              (long, {v: np.ones(3)}, "not the number of indices"), (twice, feeds, "already written")]:
+        with pytest.raises(tn.KernelError, match=words):
+            run_on(route, g, fetch, fed)
