@@ -266,7 +266,19 @@ def _reduce(fn: Callable[..., Any], extremum: Optional[str] = None) -> Rule:
     return rule
 
 
-LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Prod": _reduce(jnp.prod), "Mean": _reduce(jnp.mean)})
+def _mean(x: Any, axis: Any, keepdims: bool) -> Any:
+    """``jnp.mean``; integers as ``kernels._mean`` takes them (TensorFlow's kernel): summed in their
+    dtype, divided by the count rounding toward zero (``lax.div``), 0 over no elements. Why not
+    ``jnp.mean`` and a cast: it sums integers as floats (inexact past 2^24 in float32) and gives NaN,
+    then garbage, over no elements."""
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        return jnp.mean(x, axis=axis, keepdims=keepdims)
+    total = jnp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+    count = x.size // total.size if total.size else 0
+    return jnp.zeros_like(total) if count == 0 else jax.lax.div(total, jnp.asarray(count, x.dtype))
+
+
+LOWERING_RULES.update({"Sum": _reduce(jnp.sum), "Prod": _reduce(jnp.prod), "Mean": _reduce(_mean)})
 LOWERING_RULES.update({"Max": _reduce(jnp.max, "Max"), "Min": _reduce(jnp.min, "Min")})
 LOWERING_RULES.update({"All": _reduce(jnp.all), "Any": _reduce(jnp.any)})
 

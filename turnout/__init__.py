@@ -86,6 +86,7 @@ from turnout.ops import (
     logical_and,
     logical_not,
     logical_or,
+    logical_xor,
     matmul,
     maximum,
     minimum,

@@ -72,6 +72,45 @@ def getitem_spec(key: tuple[Any, ...], dyn: list[Tensor]) -> list[dict[str, Any]
     return spec
 
 
+def basic_index(key: tuple[Any, ...], rank: Optional[int]) -> tuple[tuple[Any, ...], list[int]]:
+    """A numpy index with ``...`` and ``None`` as ``GetItem`` takes it, ints and slices only, and the
+    axes of the result at which a ``None`` adds a dimension of size 1 (in increasing order, so that
+    ``ExpandDims`` at each in turn rebuilds numpy's result: ``new_axes``). ``...`` stands for as many
+    full slices as the axes the other entries leave, so expanding it needs the rank of the indexed
+    tensor; the caller refuses an ellipsis of unknown rank, and more than one, with its own error.
+    Shared by ``x[key]`` and the importer's ``StridedSlice`` (its new-axis and ellipsis bits)."""
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    at = [i for i, k in enumerate(key) if k is Ellipsis]  # (by identity: entries may be tensors)
+    if at:
+        assert rank is not None, "the caller refuses an ellipsis of unknown rank"
+        i = at[0]
+        key = (*key[:i], *[slice(None)] * max(rank - consumed, 0), *key[i + 1:])
+    plain: list[Any] = []
+    new_axes: list[int] = []
+    out = 0  # axes of the result so far
+    for k in key:
+        if k is None:
+            new_axes.append(out)
+            out += 1
+        else:
+            plain.append(k)
+            out += isinstance(k, slice)
+    return tuple(plain), new_axes
+
+
+def index_with_new_axes(m: Maker, x: Tensor, spec: list[dict[str, Any]], dyn: Sequence[Tensor],
+                        new_axes: Sequence[int]) -> Tensor:
+    """``x[key]`` for a ``basic_index`` result: one ``GetItem`` of the plain part (``spec``, its
+    run-time entries ``dyn``), then an ``ExpandDims`` at each new axis; the last node built carries
+    the op's name. Gradients and every backend need nothing beyond those two primitives."""
+    if not new_axes:
+        return m.create("GetItem", [x, *dyn], {"spec": spec}).outputs[0]
+    out = m.create("GetItem", [x, *dyn], {"spec": spec}, suffix="basic").outputs[0]
+    for k, axis in enumerate(new_axes):
+        out = m.create("ExpandDims", [out], {"axis": axis}, suffix=last_suffix(k, len(new_axes), "new_axis")).outputs[0]
+    return out
+
+
 def getitem(m: Maker, x: Tensor, key: tuple[Any, ...], suffix: Optional[str]) -> Tensor:
     """``x[key]`` as one GetItem node (numpy's basic indexing)."""
     dyn: list[Tensor] = []

@@ -442,11 +442,20 @@ _k("Cumprod")(_scan(np.cumprod, 1))
 
 @_k("Mean")
 def _mean(xs, attrs):
-    """The sum over the count, as ``np.mean`` computes it (integers summed in float64); over no
-    elements 0/0, NaN, as TensorFlow gives, without the warning ``np.mean`` prints there."""
+    """The sum over the count, as ``np.mean`` computes it; over no elements 0/0, NaN, as TensorFlow
+    gives, without the warning ``np.mean`` prints there. Integers as TensorFlow's kernel takes them:
+    summed in their own dtype (wrapping), the sum divided by the count rounding toward zero, and 0
+    over no elements (the identity its ``MeanReducer`` fills, NaN for floats and 0 for integers)."""
     x = np.asarray(xs[0])
-    total = np.sum(x, axis=_axis_arg(attrs, x), keepdims=attrs.get("keepdims", False),
-                   dtype=np.float64 if x.dtype.kind in "biu" else None)
+    axis, keep = _axis_arg(attrs, x), attrs.get("keepdims", False)
+    if x.dtype.kind in "iu":
+        total = np.sum(x, axis=axis, keepdims=keep, dtype=x.dtype)
+        count = x.size // total.size if total.size else 0
+        if count == 0:
+            return [np.zeros_like(total)]
+        q = total // count  # the floor; one more where a negative sum leaves a remainder: toward zero
+        return [np.asarray(q + ((total < 0) & (q * count != total)), dtype=x.dtype)]
+    total = np.sum(x, axis=axis, keepdims=keep)
     count = x.size // total.size if total.size else 0
     with np.errstate(all="ignore"):
         return [flush_subnormals(np.asarray(np.true_divide(total, count), dtype=x.dtype))]

@@ -15,7 +15,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.arguments import checked
-from turnout.composite import getitem_spec
+from turnout.composite import GraphMaker, basic_index, getitem_spec, index_with_new_axes
 from turnout.errors import GraphBuildError, ResourceExhaustedError, ShapeError
 from turnout.graph import Graph, Node, Tensor, TensorSpec, get_default_graph, user_source_line
 from turnout.limits import check_allocation
@@ -119,14 +119,42 @@ def int_list_attr(values: Any, op: str, argument: str) -> list[int]:
 
 @checked
 def convert_to_tensor(x: Any, dtype: Any = None, name: Optional[str] = None) -> Tensor:
-    """Tensors pass through (dtype checked); Variables are read; anything else becomes a constant."""
+    """Tensors pass through (dtype checked); Variables are read; a list or tuple that holds tensors is
+    packed (``_autopack``); anything else becomes a constant."""
     if isinstance(x, Tensor):
         if dtype is not None and x.dtype != dt.as_dtype(dtype):
             raise GraphBuildError(f"expected a {dt.as_dtype(dtype).name} tensor, got {x.name} of {x.dtype.name}")
         return x
     if hasattr(x, "_as_tensor"):
         return x._as_tensor()
+    if _holds_tensor(x):
+        return _autopack(x, dtype, name)
     return constant(x, dtype=dtype, name=name)
+
+
+def _holds_tensor(x: Any) -> bool:
+    """Whether ``x`` is a list or tuple with a tensor (or a Variable) among its entries, at any depth."""
+    return isinstance(x, (list, tuple)) and any(
+        isinstance(e, Tensor) or hasattr(e, "_as_tensor") or _holds_tensor(e) for e in x)
+
+
+def _first_tensor(x: Any) -> Tensor:
+    for e in x:
+        if isinstance(e, Tensor) or hasattr(e, "_as_tensor"):
+            return convert_to_tensor(e)
+        if _holds_tensor(e):
+            return _first_tensor(e)
+    raise AssertionError("_first_tensor of a list that holds no tensor")
+
+
+def _autopack(x: Sequence[Any], dtype: Any, name: Optional[str]) -> Tensor:
+    """TensorFlow's autopacking: ``[n, 2]`` where a tensor is due, ``n`` a tensor, is ``stack([n, 2])``
+    (``tf.fill([n, 2], v)``, ``tf.gather(x, [i, j])``, ``tf.reduce_sum([a, b])``); its Python entries
+    take the dtype asked for, else the first tensor's, and nested lists pack inner first. Why: a
+    list that held a tensor was numpy's conversion of a tensor, a ``GraphBuildError`` where
+    TensorFlow gives a value; a ``Pack`` needs nothing new on any backend, gradient or export."""
+    d = dt.as_dtype(dtype) if dtype is not None else _first_tensor(x).dtype
+    return stack([convert_to_tensor(e, dtype=d) for e in x], name=name)
 
 
 def convert_argument(x: Any, builder: str, argument: str, dtype: Any = None) -> Tensor:
@@ -148,6 +176,10 @@ def _pair(a: Any, b: Any, op: str = "operator") -> tuple[Tensor, Tensor]:
     """Convert two operands, letting a Python scalar take the dtype of the tensor operand."""
     ta = a if isinstance(a, Tensor) else (a._as_tensor() if hasattr(a, "_as_tensor") else None)
     tb = b if isinstance(b, Tensor) else (b._as_tensor() if hasattr(b, "_as_tensor") else None)
+    if ta is None and _holds_tensor(a):  # a list that holds tensors packs to a tensor of its own dtype
+        ta = convert_to_tensor(a)
+    if tb is None and _holds_tensor(b):
+        tb = convert_to_tensor(b)
     if ta is None and tb is None:
         ta = convert_to_tensor(a)
     if ta is None:
@@ -388,6 +420,17 @@ def logical_or(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
 
 
 @checked
+def logical_xor(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``a != b`` on bool tensors (``a ^ b``), built as TensorFlow's ``logical_xor``
+    builds it, ``(a or b) and not (a and b)``: three existing primitives, so every backend, the
+    gradients (none) and the GraphDef export need nothing new."""
+    a, b = _pair(a, b, "LogicalOr")
+    either = _op2("LogicalOr", a, b, None)
+    both = _op2("LogicalAnd", a, b, None)
+    return _op2("LogicalAnd", either, _op1("LogicalNot", both, None), name)
+
+
+@checked
 def logical_not(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``not x`` on a bool tensor."""
     return _op1("LogicalNot", x, name)
@@ -487,7 +530,11 @@ def _index_entry(e: Any) -> Any:
 
 
 def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
-    """Basic indexing ``x[i]``, ``x[i:j:k]`` and tuples of them, with ints or int32 scalar tensors."""
+    """Basic indexing ``x[i]``, ``x[i:j:k]``, ``x[..., i]``, ``x[:, None]`` and tuples of them, with
+    ints or int32 scalar tensors, as numpy (and TensorFlow's ``StridedSlice``) read them: ``None``
+    adds an axis of size 1, ``...`` stands for the full slices of the axes the other entries leave
+    (so it needs ``x``'s rank). Built by ``composite.index_with_new_axes``, the importer's
+    construction of ``StridedSlice``'s new-axis and ellipsis bits, so the two build the same nodes."""
     x = convert_to_tensor(x)
     keys = key if isinstance(key, tuple) else (key,)
     checked_key: list[Any] = []
@@ -499,15 +546,20 @@ def getitem(x: Any, key: Any, name: Optional[str] = None) -> Tensor:
                 raise GraphBuildError("slice step cannot be zero")
             checked_key.append(slice(_index_entry(k.start), _index_entry(k.stop), k.step))
         elif k is Ellipsis or k is None:
-            raise GraphBuildError("indexing with ... or None is not supported; use reshape/expand_dims")
+            checked_key.append(k)
         else:
-            v = _index_entry(k)
-            if v is None:
-                raise GraphBuildError("invalid index None")
-            checked_key.append(v)
+            checked_key.append(_index_entry(k))
+    ellipses = sum(1 for k in checked_key if k is Ellipsis)
+    if ellipses > 1:
+        raise GraphBuildError(f"getitem of {x.name}: an index can have only one ellipsis (...), got {ellipses}")
+    rank = None if x.shape is None else len(x.shape)
+    if ellipses and rank is None:
+        raise ShapeError(f"getitem of {x.name}: an ellipsis (...) needs the rank of the indexed tensor, which is "
+                         "not known while building; give it a shape (a placeholder's shape=) or index without one")
+    plain, new_axes = basic_index(tuple(checked_key), rank)
     dyn: list[Tensor] = []
-    spec = getitem_spec(tuple(checked_key), dyn)
-    return x.graph.create_node("GetItem", [x, *dyn], {"spec": spec}, name=name).outputs[0]
+    spec = getitem_spec(plain, dyn)
+    return index_with_new_axes(GraphMaker(x.graph, name, "GetItem"), x, spec, dyn, new_axes)
 
 
 @checked
@@ -562,7 +614,9 @@ def reduce_prod(x: Any, axis: Any = None, keepdims: bool = False, name: Optional
 
 @checked
 def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False, name: Optional[str] = None) -> Tensor:
-    """Mean over ``axis`` (floating dtypes only), like ``reduce_sum``."""
+    """Mean over ``axis``, like ``reduce_sum``; NaN over no elements. Integers as TensorFlow's kernel
+    takes them: the sum (in their dtype) divided by the count rounding toward zero, 0 over no
+    elements."""
     return _op1("Mean", x, name, axis=_axis_attr(axis, "reduce_mean"), keepdims=bool(keepdims))
 
 
@@ -733,6 +787,7 @@ def _install_operators() -> None:
         "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
         "__and__": logical_and, "__rand__": rev(logical_and),
         "__or__": logical_or, "__ror__": rev(logical_or),
+        "__xor__": logical_xor, "__rxor__": rev(logical_xor),
         "__neg__": lambda self: negative(self),
         "__abs__": lambda self: abs(self),
         "__invert__": lambda self: logical_not(self),

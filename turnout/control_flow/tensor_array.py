@@ -121,8 +121,54 @@ class TensorArray:
     def size(self, name: Optional[str] = None) -> Tensor:
         return self.tensor.graph.create_node("TensorArraySize", [self.tensor], name=name or "ta_size").outputs[0]
 
+    def gather(self, indices: Any, name: Optional[str] = None) -> Tensor:
+        """``stack([ta.read(i) for i in indices])``, TensorFlow's ``TensorArray.gather``: the elements at
+        ``indices``, an int32 vector of a length known while building, each read as ``read`` reads
+        it (a slot out of range or never written is a KernelError), so gradients and every backend
+        need nothing new. Why reads, not a slice of ``stack()``: gathering needs only its slots
+        written."""
+        from turnout.ops import stack
+
+        idx = self._index_vector(indices, "gather")
+        return stack([self.read(idx[k]) for k in range(_length(idx))], name=name)
+
+    def scatter(self, indices: Any, value: Any, name: Optional[str] = None) -> TensorArray:
+        """This TensorArray with ``value[k]`` written at ``indices[k]`` for each ``k`` (TensorFlow's
+        ``TensorArray.scatter``): ``write`` after ``write``, so a slot written twice is a KernelError as
+        there. ``value``'s leading dimension must be the number of indices (checked when it runs
+        where it is not known while building: a longer value lost its last rows silently)."""
+        from turnout.ops import constant, convert_to_tensor
+
+        idx = self._index_vector(indices, "scatter")
+        n = _length(idx)
+        v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) else value
+        where = f"TensorArray.scatter into {self.tensor.name}"
+        if v.shape is None or len(v.shape) == 0 or v.shape[0] != n:
+            if v.shape is not None and (len(v.shape) == 0 or v.shape[0] is not None):
+                raise ShapeError(f"{where}: {n} indices for a value of shape {sh.fmt(v.shape)}")
+            v = with_length(v, constant(n), f"{where}: the value's leading dimension is not the number of indices")
+        ta = self
+        for k in range(n):
+            ta = ta.write(idx[k], v[k], name=name if k == n - 1 else None)
+        return ta
+
+    def _index_vector(self, indices: Any, what: str) -> Tensor:
+        from turnout.ops import convert_to_tensor
+
+        idx = convert_to_tensor(indices, dtype=dt.int32)
+        if idx.shape is None or len(idx.shape) != 1 or idx.shape[0] is None:
+            raise GraphBuildError(f"TensorArray.{what}: indices must be an int32 vector whose length is known while "
+                                  f"building, got {idx.name} of shape {sh.fmt(idx.shape)}")
+        return idx
+
     def __repr__(self) -> str:
         return f"<tn.TensorArray {self.tensor.name} of {self.dtype.name}{sh.fmt(self.element_shape)}>"
+
+
+def _length(v: Tensor) -> int:
+    """The static length of a vector that ``_index_vector`` accepted."""
+    assert v.shape is not None and v.shape[0] is not None
+    return int(v.shape[0])
 
 
 def _count_known(v: Tensor, ta: Tensor) -> bool:

@@ -58,7 +58,7 @@ def _backprop_outward(b: Backward, root: Any, grads: Grads) -> None:
 
 @checked
 def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str = "none",
-              memory_budget: Optional[int] = None) -> list[Optional[Tensor]]:
+              memory_budget: Optional[int] = None, stop_gradients: Any = None) -> list[Optional[Tensor]]:
     """Gradients of ``sum(ys)`` (weighted by ``grad_ys``, default ones) with respect to each of ``xs``.
 
     ``xs`` may hold Variables (the gradient w.r.t. all reads of the Variable). A gradient that does not
@@ -72,6 +72,11 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
     graph is built; a run that outgrows the stacks is repeated on this call built again under the
     run's budget (``turnout.rebuild``, recorded for a call at the top level), after the stacks
     stopped it, and a loop holds one set of slots, made by the first budget that recomputes it.
+
+    ``stop_gradients`` (a tensor or a list of them), as TensorFlow's: no gradient passes through
+    them, as if each were ``tn.stop_gradient`` of itself for this call alone; one that is also in
+    ``xs`` still gets its own gradient (``gradients(a + 2a, [a, 2a], stop_gradients=[a, 2a])`` is
+    ``[1, 1]``).
     """
     if unconnected_gradients not in ("none", "zero"):
         raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
@@ -79,10 +84,14 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
         raise ArgumentError(f"gradients: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
     y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys)]
     x_list = [_as_x(x) for x in (xs if isinstance(xs, (list, tuple)) else [xs])]
+    stops = [] if stop_gradients is None else nest.flatten(stop_gradients)
+    for t in stops:
+        if not isinstance(t, Tensor):
+            raise GradientError(f"gradients: stop_gradients must be tensors, got {type(t).__name__}")
     if not y_list:
         raise GradientError("gradients: ys is empty")
     g = y_list[0].graph
-    for t in [*y_list, *x_list]:
+    for t in [*y_list, *x_list, *stops]:
         if t.graph is not g:
             raise GradientError(f"gradients: {t.name} belongs to another graph than {y_list[0].name}; "
                                 "ys and xs must all be tensors of one graph")
@@ -97,19 +106,19 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
     with g.as_default():
         gy_list = _weights(y_list, ys, grad_ys)
         start = len(g.nodes)
-        out = _build(g, root, y_list, x_list, gy_list, unconnected_gradients, memory_budget)
+        out = _build(g, root, y_list, x_list, gy_list, unconnected_gradients, memory_budget, stops)
     if root is None:  # a top-level call: a run under a memory budget may build it again (``rebuild``)
         rebuild.record(g, start, out, user_source_line(),
-                       partial(_twin, g, y_list, x_list, gy_list, unconnected_gradients))
+                       partial(_twin, g, y_list, x_list, gy_list, unconnected_gradients, stops))
     return out
 
 
 def _twin(g: Graph, y_list: list[Tensor], x_list: list[Tensor], gy_list: list[Any], unconnected_gradients: str,
-          memory_budget: Optional[int]) -> list[Optional[Tensor]]:
+          stops: list[Tensor], memory_budget: Optional[int]) -> list[Optional[Tensor]]:
     """A recorded top-level call built again under ``memory_budget`` (``rebuild.GradientCall.build``),
     at the top level of its graph whatever is being built when it is asked for."""
     with g.as_default(), g._in_context(None), g.control_dependencies(None):
-        return _build(g, None, y_list, x_list, gy_list, unconnected_gradients, memory_budget)
+        return _build(g, None, y_list, x_list, gy_list, unconnected_gradients, memory_budget, stops)
 
 
 def _weights(y_list: list[Tensor], ys: Any, grad_ys: Any) -> list[Any]:
@@ -149,9 +158,9 @@ def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
 
 
 def _build(g: Graph, root: Any, y_list: list[Tensor], x_list: list[Tensor], gy_list: list[Any],
-           unconnected_gradients: str, memory_budget: Optional[int]) -> list[Optional[Tensor]]:
+           unconnected_gradients: str, memory_budget: Optional[int], stops: list[Tensor]) -> list[Optional[Tensor]]:
     """``gradients``, its arguments checked and its weights made tensors, with ``g`` the default graph."""
-    b = Backward(g, root, x_list, y_list)
+    b = Backward(g, root, x_list, y_list, stops)
     b.share(None if memory_budget is None else int(memory_budget))
     grads = Grads()
     # (all or nothing: a gradient that fails to build, say an op without a gradient rule in a loop,

@@ -66,11 +66,14 @@ class Backward:
     """State of one ``gradients`` call: which nodes lie on a gradient path, the frames being
     differentiated, and caches so each forward value is pushed, exported and popped only once."""
 
-    def __init__(self, g: Graph, root: Ctx, xs: Sequence[Tensor], ys: Sequence[Tensor]) -> None:
+    def __init__(self, g: Graph, root: Ctx, xs: Sequence[Tensor], ys: Sequence[Tensor],
+                 stops: Sequence[Tensor] = ()) -> None:
         self.g = g
         self.root = root
         self.frames: list[Frame] = []
         self.x_keys = {key(x) for x in xs}
+        #: ``stop_gradients``: tensors no gradient passes through (TensorFlow's constants for this call)
+        self.stop_keys = {key(t) for t in stops}
         self._capture_switch: dict[int, CondContext] = {}
         self._skip: set[int] = set()
         for c in g.contexts:
@@ -119,7 +122,7 @@ class Backward:
                 continue
             for c, slot in cons[n.id]:
                 t = c.raw_inputs[slot]
-                if isinstance(t, Tensor) and is_differentiable_dtype(t.dtype):
+                if isinstance(t, Tensor) and is_differentiable_dtype(t.dtype) and key(t) not in self.stop_keys:
                     work.append(c)
         return seen
 
@@ -140,7 +143,7 @@ class Backward:
             if n.op in NON_DIFFERENTIABLE:
                 continue
             for t in n.raw_inputs:
-                if isinstance(t, Tensor) and is_differentiable_dtype(t.dtype):
+                if isinstance(t, Tensor) and is_differentiable_dtype(t.dtype) and key(t) not in self.stop_keys:
                     work.append(t.node)
         return seen
 
@@ -222,7 +225,9 @@ class Backward:
                         grads.add(t, d)
 
     def _total(self, grads: Grads, t: Tensor) -> Optional[Tensor]:
-        if not is_differentiable_dtype(t.dtype):
+        """The gradient that flows on from ``t`` to what computed it: none from a stopped tensor (its
+        own gradient is still there for ``gradients`` to return where it is one of ``xs``)."""
+        if not is_differentiable_dtype(t.dtype) or key(t) in self.stop_keys:
             return None
         return grads.total(t)
 

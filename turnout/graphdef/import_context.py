@@ -495,31 +495,5 @@ def strided_slice_index(nd: Any, begin: Sequence[Any], end: Sequence[Any], strid
     return tuple(key)
 
 
-def basic_index(key: tuple[Any, ...], rank: Optional[int], where: str) -> tuple[tuple[Any, ...], list[int]]:
-    """A numpy index with ``...`` and ``None`` (``strided_slice_index``) as Turnout's ``GetItem``
-    takes it, ints and slices only, and the axes of the result at which a ``None`` adds a dimension
-    of size 1 (in increasing order, so that ``ExpandDims`` at each in turn rebuilds numpy's result).
-    Expanding ``...`` needs the rank of the indexed tensor."""
-    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
-    at = [i for i, k in enumerate(key) if k is Ellipsis]  # (by identity: entries may be tensors)
-    if at:
-        if rank is None:
-            raise UnsupportedError(f"{where}: an ellipsis (ellipsis_mask) needs the rank of the sliced tensor "
-                                   "when importing")
-        i = at[0]
-        key = (*key[:i], *[slice(None)] * max(rank - consumed, 0), *key[i + 1:])
-    plain: list[Any] = []
-    new_axes: list[int] = []
-    out = 0  # axes of the result so far
-    for k in key:
-        if k is None:
-            new_axes.append(out)
-            out += 1
-        else:
-            plain.append(k)
-            out += isinstance(k, slice)
-    return tuple(plain), new_axes
-
-
 __all__ = ["FOLDED_OPS", "REF_OPS", "BroadcastAxes", "Bundle", "ImportContext", "RangeMarker", "Ref", "Rule", "Text",
-           "Value", "basic_index", "broadcast_gradient_args", "strided_slice_index"]
+           "Value", "broadcast_gradient_args", "strided_slice_index"]

@@ -13,7 +13,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout.array_ops import equal_split_parts, slice_part, split_parts
-from turnout.composite import dim, getitem, getitem_spec
+from turnout.composite import basic_index, dim, getitem, getitem_spec, index_with_new_axes
 from turnout.errors import UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start, tensor_name
@@ -26,7 +26,6 @@ from turnout.graphdef.import_context import (
     Ref,
     Text,
     Value,
-    basic_index,
     strided_slice_index,
 )
 from turnout.graphdef.import_context import Rule as _Rule
@@ -635,7 +634,11 @@ def _slice_args(ctx: ImportContext, names: list[str], rank: Optional[int]
     begin = _elems(ctx, names[0], "begin")
     end = _elems(ctx, names[1], "end")
     strides = ctx.static_int_list(names[2], "the strides")
-    key, new_axes = basic_index(strided_slice_index(ctx.node, begin, end, strides), rank, ctx.where())
+    key = strided_slice_index(ctx.node, begin, end, strides)
+    if rank is None and any(k is Ellipsis for k in key):  # (by identity: entries may be tensors)
+        raise UnsupportedError(f"{ctx.where()}: an ellipsis (ellipsis_mask) needs the rank of the sliced tensor "
+                               "when importing")
+    key, new_axes = basic_index(key, rank)
     dyn: list[Tensor] = []
     return getitem_spec(key, dyn), dyn, new_axes
 
@@ -646,16 +649,10 @@ def _rank(x: Tensor) -> Optional[int]:
 
 @_rule("StridedSlice")
 def _strided_slice(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """A ``GetItem``; each new-axis bit an ``ExpandDims`` of its result (``x[:, None]``)."""
+    """A ``GetItem``; each new-axis bit an ``ExpandDims`` of its result (``x[:, None]``), as ``x[key]``."""
     x = _t(ins[0])
     spec, dyn, new_axes = _slice_args(ctx, ctx.data_inputs()[1:4], _rank(x))
-    if not new_axes:
-        return [ctx.create("GetItem", [x, *dyn], {"spec": spec}).outputs[0]]
-    out = ctx.create("GetItem", [x, *dyn], {"spec": spec}, suffix="basic").outputs[0]
-    for k, axis in enumerate(new_axes):
-        last = k == len(new_axes) - 1
-        out = ctx.create("ExpandDims", [out], {"axis": axis}, suffix=None if last else f"new_axis{k}").outputs[0]
-    return [out]
+    return [index_with_new_axes(ctx, x, spec, dyn, new_axes)]
 
 
 @_rule("StridedSliceGrad")
