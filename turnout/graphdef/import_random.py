@@ -73,11 +73,10 @@ def loop_enter(t: Tensor) -> Optional[Node]:
             depth -= 1
         elif n.op == "Exit":
             depth += 1
-        ins = [x for x in n.raw_inputs if isinstance(x, Tensor)] or [c.outputs[0] for c in n.control_inputs
-                                                                      if c.outputs]
-        if not ins:
+        up = _upstream(n)
+        if up is None:
             return None
-        n = ins[0].node
+        n = up
 
 
 def in_loop_cond(t: Tensor) -> bool:
@@ -94,12 +93,18 @@ def in_loop_cond(t: Tensor) -> bool:
             open_conds -= 1
         elif n.op == "Merge" and not n.has_pending_back_edge:
             open_conds += 1
-        ins = [x for x in n.raw_inputs if isinstance(x, Tensor)] or [c.outputs[0] for c in n.control_inputs
-                                                                      if c.outputs]
-        if not ins:
+        up = _upstream(n)
+        if up is None:
             return False
-        n = ins[0].node
+        n = up
     return False
+
+
+def _upstream(n: Node) -> Optional[Node]:
+    """The node of ``n``'s first input (data, else control; None for a node without inputs): the
+    step of the walks above, which follow a value back to the frame it was made in."""
+    ins = [x for x in n.raw_inputs if isinstance(x, Tensor)] or [c.outputs[0] for c in n.control_inputs if c.outputs]
+    return ins[0].node if ins else None
 
 
 def _frame_token(ctx: ImportContext, enter: Node) -> tuple[Tensor, Callable[[Tensor], None]]:
