@@ -151,8 +151,8 @@ def _ta_accumulate(ctx: ExportContext, n: Node) -> Outs:
 @_rule("TensorArrayWrite")
 def _ta_write(ctx: ExportContext, n: Node) -> Outs:
     if n.attrs.get("overwrite", False) or n.attrs.get("ragged", False):
-        raise UnsupportedError(f"{describe_node(n)}: a TensorArray write that overwrites (an imported "
-                               "TensorList's set) has no TensorArrayWriteV3 form")
+        raise UnsupportedError(f"{describe_node(n)}: a TensorArray write that overwrites or holds elements of "
+                               "several shapes (an imported TensorList's) has no TensorArrayWriteV3 form")
     ta, i, v = _ins(ctx, n)
     return [f'{ctx.add("TensorArrayWriteV3", [_handle(ctx, n.inputs[0]), i, v, ta], {"T": _T(n, 2)})}:0']
 
