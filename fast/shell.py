@@ -14,6 +14,7 @@ run (``_compile_run``), its reference executor and how its fallback is named, it
 from __future__ import annotations
 
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
@@ -57,7 +58,7 @@ def variable_signature(graph: Graph, variables: dict[str, np.ndarray]) -> tuple[
     return tuple(out)
 
 
-class BackendShell:
+class BackendShell(ABC):
     """What a compiled backend does around its compiled runs (the module docstring), and the state
     it keeps for them. ``FALLBACK_TO`` names the reference executor in the fallback's warning, and a
     run on it adds ``FALLBACK_STATS`` to its stats."""
@@ -139,8 +140,9 @@ class BackendShell:
                           RuntimeWarning, stacklevel=5)
             return self._run_reference(sig, fetches, feeds, variables, options)
 
+    @abstractmethod
     def _reference_executor(self) -> Any:
-        raise NotImplementedError  # (the backend's: the oracle it falls back to)
+        """The backend's oracle, which a program it cannot compile runs on."""
 
     def _run_reference(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                        variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
@@ -154,10 +156,11 @@ class BackendShell:
         result.stats.update({**self.FALLBACK_STATS, "fallback_reason": self._fallback[sig]})
         return result
 
+    @abstractmethod
     def _compile_run(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                      variables: dict[str, np.ndarray], options: RunOptions, static: dict[Key, np.ndarray]
                      ) -> RunResult:
-        raise NotImplementedError  # (the backend's: a run on plans specialised on ``static``; may raise NeedsStatic)
+        """The backend's run on plans specialised on ``static`` (may raise ``NeedsStatic``)."""
 
     def _run_specialised(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],
                          variables: dict[str, np.ndarray], options: RunOptions) -> RunResult:
