@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -104,14 +105,19 @@ def test_a_tensor_list_op_of_an_unsupported_kind_is_listed_with_its_function() -
         tn.import_graph_def(gd.SerializeToString())
 
 
-def _one_call(fname: str, library: bool) -> bytes:
+def _with_placeholder() -> Any:
+    """A GraphDef of one float32 Placeholder ``x``."""
     from turnout.graphdef import protos
 
-    pb = protos.pb()
-    gd = pb.graph_pb2.GraphDef()
+    gd = protos.pb().graph_pb2.GraphDef()
     x = gd.node.add()
     x.name, x.op = "x", "Placeholder"
     x.attr["dtype"].type = 1
+    return gd
+
+
+def _one_call(fname: str, library: bool) -> bytes:
+    gd = _with_placeholder()
     call = gd.node.add()
     call.name, call.op = "call", "PartitionedCall"
     call.input.append("x")
@@ -213,12 +219,7 @@ def test_a_tensor_array_write_that_overwrites_sets_its_slot_on_every_route() -> 
 def test_a_qr_outside_an_initializer_is_refused() -> None:
     """``Qr`` and ``DiagPart`` are computed at import for ``orthogonal_initializer`` only (fixture
     ``orthogonal_init_rnn``); in the run graph they are an UnsupportedError naming the node."""
-    from turnout.graphdef import protos
-
-    gd = protos.pb().graph_pb2.GraphDef()
-    x = gd.node.add()
-    x.name, x.op = "x", "Placeholder"
-    x.attr["dtype"].type = 1
+    gd = _with_placeholder()
     q = gd.node.add()
     q.name, q.op = "qr", "Qr"
     q.input.append("x")
