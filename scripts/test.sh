@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Everything CI checks: set up (scripts/setup.sh), the default test suite, the docs with warnings as
-# errors, the linter and the type checker. Extra arguments go to pytest.
+# Everything CI checks: set up (scripts/setup.sh), the default test suite (the docs built with warnings
+# as errors are one of its tests, tests/test_docs.py), the linter and the type checker. The suite runs
+# in one worker process per core (pytest-xdist), a test file to a worker, so that the tests of one file
+# share what they compile. Extra arguments go to pytest.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-python3 -m pytest "$@"
-python3 -m sphinx -W --keep-going -q -b html docs docs/_build/html
+python3 -m pytest -n auto --dist loadfile "$@"
 python3 -m ruff check .
 python3 -m mypy turnout reference semantics fast devices
