@@ -124,6 +124,8 @@ def describe(spec: CallSpec, sig: Signature, fetches: list[Tensor], ops: Optiona
         return None
     for i in fixed:
         env[f"e{i}"] = static[keys[i]]
+        if sig[i][3] is None and issubclass(sig[i][1], int):  # (``lane_text.check_source``)
+            env[f"x{i}"] = np.asarray(static[keys[i]]).item()
     if spec.packed is not None:
         env["how"] = spec.packed[1]
     aliases = dict(spec.aliases)

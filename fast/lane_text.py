@@ -106,7 +106,8 @@ def check_source(sig: Signature, n_vars: int, fixed: tuple[int, ...] = ()) -> li
     ``None`` marks a Python number, which is range-checked and converted into ``v{i}``; a
     ``jax.Array`` must still hold a value, on the backend's device, ``home``), and each feed of
     ``fixed`` (a flag or a small index the plan is specialised on) of the value ``e{i}`` its plan
-    took as a constant; and each of the ``n_vars`` Variables (``w{i}``) still the session's entry
+    took as a constant (a Python int or bool compared as the Python value ``x{i}``); and each of the
+    ``n_vars`` Variables (``w{i}``) still the session's entry
     its device copy was made from (``r{i}``: that record)."""
     n = len(sig)
     body = ["        if graph._version != version or graph._edits != edits:",
@@ -124,6 +125,11 @@ def check_source(sig: Signature, n_vars: int, fixed: tuple[int, ...] = ()) -> li
             if issubclass(kind, jax.Array):  # still holding a value, on the backend's device
                 test += f" or v{i}.is_deleted() or v{i}.devices() != home"
             body += [f"        if {test}:", "            return None"]
+            if shape is None and i in fixed and issubclass(kind, int):
+                # a Python int or bool the plan is specialised on: equal to its value (``x{i}``) it
+                # fits the feed's dtype, so the lane takes the converted constant ``e{i}`` instead
+                body += [f"        if v{i} != x{i}:", "            return None", f"        v{i} = e{i}"]
+                continue
             if shape is None:  # a Python number: the per-value check ``Session._check_feed`` makes
                 if kind is not bool:
                     body += [f"        if not fits(d{i}[0], v{i}):", "            return None"]

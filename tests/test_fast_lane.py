@@ -814,3 +814,26 @@ def test_a_fused_lane_of_a_specialised_plan_checks_the_value_it_is_specialised_o
     # the fused stage again with them: the third of a size is the first on the lane; back to 2, the
     # session still holds that size's lane)
     assert routes == ["general", "general", "lane", "general", "general", "lane"]
+
+
+def test_a_lane_specialised_on_a_python_int_refuses_another_value_or_one_out_of_range() -> None:
+    """The lane of a plan specialised on a Python int compares the feed with the Python value (equal,
+    it fits the feed's dtype): a value out of the dtype's range, or equal only after conversion, is
+    the general path's, which refuses the first as the reference does and runs the second on its own
+    plan."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        y = tn.fill(tn.reshape(n, [1]), 2.0)
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(y, {n: 3}), [2.0, 2.0, 2.0])
+    assert _route(sess) == "lane"
+    with pytest.raises(FeedError) as fast_error:
+        sess.run(y, {n: 3 + 2**32})  # (3 after a wrapping conversion to int32)
+    with pytest.raises(FeedError) as ref_error:
+        ref.run(y, {n: 3 + 2**32})
+    assert str(fast_error.value) == str(ref_error.value)
+    np.testing.assert_array_equal(sess.run(y, {n: 3}), [2.0, 2.0, 2.0])
+    assert _route(sess) == "lane"
+    np.testing.assert_array_equal(sess.run(y, {n: np.int32(2)}), [2.0, 2.0])
