@@ -310,6 +310,40 @@ def test_a_smaller_budget_than_the_slots_made_is_refused_naming_the_bytes() -> N
     assert held(sess) <= BUDGET
 
 
+@pytest.mark.parametrize("backend", ["reference", "smallstep", "fast"])
+def test_a_gradient_of_a_gradient_under_a_run_budget_is_right_or_refused(backend: str) -> None:
+    """A second ``tn.gradients`` call that differentiates the first reverses the first's backward
+    loop, which keeps stacks of every step. Under a run's budget a run gives the store-everything
+    values within the budget by the backend's own accounting, or stops with a ResourceExhaustedError
+    naming the loop whose checkpoints and stacks do not fit; never other values. (The rebuilt second
+    call still differentiates the first call's gradient as it was built: docs/missing.rst.)"""
+    if backend == "fast":
+        pytest.importorskip("jax")
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             name="a")
+        (g1,) = tn.gradients(tn.reduce_sum(y * y), [x])
+        (g2,) = tn.gradients(tn.reduce_sum(g1 * g1), [x])
+    feeds = {x: X0, n: 40}
+    want = tn.Session(g).run([g1, g2], feeds)
+    ran = []
+    for budget in (2000, 4000, 7000, 20000):
+        sess = tn.Session(g, backend=backend)
+        try:
+            got = sess.run([g1, g2], feeds, memory_budget=budget)
+        except ResourceExhaustedError as e:
+            assert 'loop "a"' in str(e) and "memory_budget" in str(e), str(e)
+            continue
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+        assert held(sess) <= budget
+        ran.append(budget)
+    assert ran and ran[-1] == 20000 and 2000 not in ran, ran
+
+
 # ---- what cannot be rebuilt ---------------------------------------------------------------------------
 def test_a_gradient_read_inside_a_loop_cannot_be_copied_and_the_error_says_so() -> None:
     g = tn.Graph()
