@@ -76,7 +76,7 @@ from turnout.fast.emit import var_key
 from turnout.fast.explain import fallback_schedule
 from turnout.fast.functionalize import functionalize
 from turnout.fast.guards import refuse_firing_budget
-from turnout.fast.host_env import HostEnv, fetched
+from turnout.fast.host_env import fetched
 from turnout.fast.lane import Lane, write_variables
 from turnout.fast.outcome import MAX_CAPACITY, Discard, Retry
 from turnout.fast.regions import Key, Program, key, program_nodes
@@ -432,22 +432,9 @@ class FastPartitionedBackend(BackendShell):
         ``Retry`` (``run.retry``: nothing of it is kept, and ``variables``, the caller's scratch copy,
         is dropped)."""
         run = PlanRun(self, plan, variables, options, tl)
-        env = HostEnv()
-        for t, v in feeds.items():
-            d = self.placement.device_of[t.node.id]
-            env.set(key(t), jax.device_put(v, self.jax_devices[d]), d)
-        try:
-            run.steps(plan.schedule.steps, env)
-            run.finish()
-        finally:
-            if run.pools:
-                try:
-                    run.drain()
-                except BaseException:  # noqa: BLE001 - the run's own error (or result) is what is reported
-                    pass
-            if tl is not None:
-                tl.close()
-        if run.retry is not None:
+        device_of = self.placement.device_of
+        env = run.run(plan.schedule.steps, [(key(t), v, device_of[t.node.id]) for t, v in feeds.items()])
+        if env is None:
             return [], run
         values = fetched(fetches, env.vals, run.lives)
         names = [n for n in plan.written_vars if n is not None and n in plan.var_device]

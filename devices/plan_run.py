@@ -191,5 +191,15 @@ class PlanRun(StepRunner):
         self.drain()
         super().finish()
 
+    def settle(self) -> None:
+        """After a run, however it ended: every call handed to a worker waited for (the run's own
+        error, or its result, is what is reported), then the runner's settling."""
+        if self.pools:
+            try:
+                self.drain()
+            except BaseException:  # noqa: BLE001 - the run's own error (or result) is what is reported
+                pass
+        super().settle()
+
 
 __all__ = ["HOST_CALLBACK_OPS", "WHO", "DevicePlan", "PlanRun"]

@@ -76,6 +76,7 @@ from turnout.fast.lane import write_variables
 from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import MAX_CAPACITY, Discard, ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.regions import Key, WhileRegion, key, program_nodes, walk
+from turnout.fast.shell import retried
 from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
 from turnout.fast.stack_sizes import stack_bytes, stack_infos, static_push_shapes, variables_of
@@ -394,7 +395,8 @@ class SpmdPlan:
               static: dict[Any, np.ndarray], slots: SlotPlan, room: Optional[int], tl: Optional[Timeline]
               ) -> Union[tuple[_Compiled, dict[Any, Any], Any, dict[str, Any]], Discard]:
         """The program called on the fed values and the Variables' ``copies``, from ``stack_capacity``
-        up to the capacity that holds the run (each a trace of its own, ``_build``): its trace, its
+        up to the capacity that holds the run (each a trace of its own, ``_build``; the sized retry of
+        every compiled backend, ``fast.shell.retried``, each ``Retry`` capped at ``room``): its trace, its
         outputs, live flags and changed state; or ``Discard`` where the stacks outgrow ``room`` or the
         plan's (the class docstring). Its error words are acted on (``outcome.enforce``)."""
         by_key = {key(t): np.asarray(v) for t, v in feeds.items()}
@@ -403,8 +405,8 @@ class SpmdPlan:
         var_sig = tuple((np.dtype(c.dtype).str, tuple(c.shape)) for c in var_dev.values())
         mi = iteration_bound(options)
         most = self.room if room is None else min(self.room, room)
-        capacity = min(self.stack_capacity, most)
-        while True:
+
+        def run_at(capacity: int) -> Union[tuple[_Compiled, dict[Any, Any], Any, dict[str, Any]], Discard, Retry]:
             sig = (feed_keys, tuple((by_key[k].dtype.str, by_key[k].shape) for k in feed_keys), var_sig,
                    capacity, static_signature(static), slots.capacity)
             comp = self._compiled.get(sig)
@@ -412,8 +414,7 @@ class SpmdPlan:
                 validate(self.graph, self.fetches, list(feeds))
                 comp = self._compiled[sig] = self._build(feed_keys, tuple(copies), capacity, static, slots)
             called, compiles = tl.now() if tl is not None else 0.0, self.compile_count
-            with jax.enable_x64(True):
-                res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
+            res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
             assert comp.spec is not None
             out, flags, state = comp.spec.split(res)
             words = np.asarray(state["err"])  # (the host waits for the program: its span is measured)
@@ -422,16 +423,19 @@ class SpmdPlan:
             # one error word per device: a stack that outgrew its buffer on any of them decides
             outcome = first([decode(self.codes, c, capacity=capacity, who="SPMD tier", unit="")
                              for c in sorted({int(c) for c in words if int(c)})])
-            if not isinstance(outcome, Retry):
-                break
-            if capacity >= most:  # (the device memory limit or the budgets hold no more)
-                return Discard()
-            # nothing of this run is kept; run again with room for twice as many, or as many as fit
-            capacity = min(outcome.capacity, most)
-            self.stack_capacity = max(self.stack_capacity, capacity)  # (later runs start there)
-        self.last_capacity = capacity
-        enforce(outcome)
-        return comp, out, flags, state
+            if isinstance(outcome, Retry):
+                if capacity >= most:  # (the device memory limit or the budgets hold no more)
+                    return Discard()
+                # nothing of this run is kept; run again with room for twice as many, or as many as fit
+                self.stack_capacity = max(self.stack_capacity, min(outcome.capacity, most))  # (later runs start there)
+                return Retry(min(outcome.capacity, most))
+            enforce(outcome)
+            return comp, out, flags, state
+
+        got, capacity, _ = retried(min(self.stack_capacity, most), run_at)
+        if not isinstance(got, Discard):
+            self.last_capacity = capacity
+        return got
 
     def budget_room(self, plan: MemoryPlan, slot_bytes: Mapping[str, int]) -> int:
         """The most entries every stack may hold on each device under ``plan``'s budgets, the

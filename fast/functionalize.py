@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from turnout.errors import FeedError, MergeConflictError, UnsupportedError, describe_node, merge_conflict_message
 from turnout.fast.regions import EMPTY, CondRegion, Guard, Item, Key, Program, WhileRegion, key, tensor_of, walk
-from turnout.frames import Frame, FrameAnalysis
+from turnout.frames import Frame, FrameAnalysis, kahn_order
 from turnout.graph import Graph, Node, Tensor
 from turnout.validate import frame_analysis
 
@@ -339,23 +339,9 @@ class _Raiser:
                     j = owner.get(q.id)
                     if j is not None and j != i and not (n.op == "Merge" and q.op == "NextIteration"):
                         preds[i].add(j)
-        succ: list[list[int]] = [[] for _ in elems]
-        indeg = [len(ps) for ps in preds]
-        for i, ps in enumerate(preds):
-            for j in ps:
-                succ[j].append(i)
-        ready = [i for i in range(len(elems)) if indeg[i] == 0]
-        order = []
-        while ready:
-            i = ready.pop()
-            order.append(i)
-            for k in succ[i]:
-                indeg[k] -= 1
-                if indeg[k] == 0:
-                    ready.append(k)
         level = [0] * len(elems)
         reach: list[dict[Key, int]] = [{} for _ in elems]  # predicate -> highest member level upstream
-        for i in order:
+        for i in kahn_order(range(len(elems)), preds.__getitem__, int):
             p = pred_of.get(i)
             lv = 0
             for j in preds[i]:

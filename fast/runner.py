@@ -22,20 +22,20 @@ hooks ``call`` and ``on_workers``, or ``segment`` itself.
 A run, as plain Python::
 
     run = StepRunner(plan, state, stacks, devices, options, policy)   # or a subclass
-    run.steps(cut.steps, env)   # env: the feeds, on their devices
-    run.finish()                # every device's error word acted on
-    if run.retry is None:
+    env = run.run(cut.steps, feeds)   # feeds: (key, value, device); every error word acted on
+    if env is not None:               # (None: the run ended in a ``Retry``)
         values = fetched(fetches, env.vals, run.lives)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+import jax
 import numpy as np
 
 from turnout.fast import stacks as stk
@@ -106,6 +106,29 @@ class StepRunner(HostControl):
             stacks.observe(d, st)
 
     # ---- steps ------------------------------------------------------------------------------------
+    def run(self, steps: list[Step], feeds: Iterable[tuple[Key, Any, str]]) -> Optional[HostEnv]:
+        """The whole run, as both executors run it: the feeds ``(key, value, device)`` placed on their
+        devices, the steps, every device's error word acted on; then the host environment that holds
+        the fetches, or None where the run ended in a ``Retry`` (``self.retry``: nothing of it is
+        kept). Why ``jax.device_put``, not ``jnp.asarray``: on the CPU it aliases a 64-byte-aligned
+        host array (such as the host view of a JAX array) instead of copying it; the run reads it only
+        until it returns. Whatever ends the run, ``settle`` runs after it."""
+        env = HostEnv()
+        for k, v, d in feeds:
+            env.set(k, jax.device_put(v, self.jdev[d]), d)
+        try:
+            self.steps(steps, env)
+            self.finish()
+        finally:
+            self.settle()
+        return None if self.retry is not None else env
+
+    def settle(self) -> None:
+        """After a run, however it ended: the spans it dispatched settled (``Timeline.close``), so
+        that a traced run's timeline is complete, and a run tried again records on it afresh."""
+        if self.tl is not None:
+            self.tl.close()
+
     def steps(self, steps: list[Step], env: HostEnv) -> None:
         """Run a scope's steps in order: segment calls, and the conds and loops the host drives.
         Nothing after a ``Retry`` (``self.retry``)."""

@@ -19,13 +19,11 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-import jax
 import numpy as np
 
 from turnout.fast.cut import ONE, Segment
 from turnout.fast.device_stacks import DeviceStacks
 from turnout.fast.fused_attempts import FusedAttempts
-from turnout.fast.host_env import HostEnv
 from turnout.fast.outcome import Retry
 from turnout.fast.plan import Plan
 from turnout.fast.regions import Key, key
@@ -62,17 +60,13 @@ class StagedStages(FusedAttempts):
                     variables: dict[str, np.ndarray], options: RunOptions, budget: Optional[MemoryPlan] = None
                     ) -> tuple[list[Any], dict[str, Any]] | Retry:
         """Run ``plan.stages`` in order and finish the run: (the fetched values, the run's stats), or
-        the ``Retry`` of stacks that outgrew their chunk. The feeds are placed once with
-        ``device_put``, not ``jnp.asarray``: on the CPU it aliases a 64-byte-aligned host array (such
-        as the host view of a JAX array) instead of copying it; the run reads it only until it returns."""
+        the ``Retry`` of stacks that outgrew their chunk (the runner's ``StepRunner.run``)."""
         stacks = DeviceStacks(plan.stack_info, [ONE], plan.capacity, self.options.device_memory_limit, budget,
                               {ONE: plan.slots.bytes()}, who=WHO, label=lambda _: "")
         run = StagedRun(self, plan, self._initial_state(plan, variables), stacks, options)
-        env = HostEnv()
-        for t, v in feeds.items():
-            env.set(key(t), jax.device_put(v), ONE)
-        run.steps(plan.stages, env)
-        if run.retry is not None:
+        env = run.run(plan.stages, [(key(t), v, ONE) for t, v in feeds.items()])
+        if env is None:
+            assert run.retry is not None
             return run.retry
         plan.predict_overflow = stacks.moved() > 0
         if self.overlap_reads:

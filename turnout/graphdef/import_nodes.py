@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnout.errors import GraphBuildError, TurnoutError
+from turnout.frames import kahn_order
 from turnout.graph import BACK_EDGE, Node
 from turnout.graphdef.flows import FlowAnalysis
 from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref, Rule
@@ -104,20 +105,7 @@ def order(nodes: dict[str, Any], flows: FlowAnalysis) -> list[str]:
             ds.add(lab[1])
             ds.update(w for w in writes.get(lab[1], []) if w != n)
         deps[n] = ds
-    users: dict[str, list[str]] = {n: [] for n in nodes}
-    for n, ds in deps.items():
-        for d in ds:
-            users[d].append(n)
-    indeg = {n: len(ds) for n, ds in deps.items()}
-    ready = [n for n in nodes if indeg[n] == 0]
-    out: list[str] = []
-    while ready:
-        n = ready.pop()
-        out.append(n)
-        for u in users[n]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
+    out = kahn_order(list(nodes), deps.__getitem__, str)
     if len(out) != len(nodes):
         stuck = sorted(set(nodes) - set(out))[:5]
         raise GraphBuildError(f"the GraphDef has a cycle that is not a loop back edge (through {stuck})")
