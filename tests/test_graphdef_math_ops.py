@@ -46,10 +46,14 @@ def test_is_finite_div_no_nan_and_reciprocal_on_infinities(backend: str) -> None
     y = np.asarray([0.0, 2.0, 0.0, 4.0], np.float32)  # broadcast against x's rows
     g = GraphDef()
     g.node("fin", "IsFinite", (g.const("x", x),), T=F32)
+    g.node("nan", "IsNan", ("x",), T=F32)
+    g.node("inf", "IsInf", ("x",), T=F32)
     g.node("q", "DivNoNan", ("x", g.const("y", y)), T=F32)
     g.node("r", "Reciprocal", (g.const("z", np.asarray([0.0, -0.5, 4.0], np.float32)),), T=F32)
-    fin, q, r = _run(g, ["fin:0", "q:0", "r:0"], {}, backend)
+    fin, nan, inf, q, r = _run(g, ["fin:0", "nan:0", "inf:0", "q:0", "r:0"], {}, backend)
     np.testing.assert_array_equal(fin, np.isfinite(x))
+    np.testing.assert_array_equal(nan, np.isnan(x))
+    np.testing.assert_array_equal(inf, np.isinf(x))
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(q, np.where(y == 0, 0.0, x / np.where(y == 0, 1.0, y)))
     np.testing.assert_array_equal(r, [np.inf, -2.0, 0.25])
@@ -89,7 +93,7 @@ def test_activations_with_their_gradients(backend: str) -> None:
 def test_integer_reciprocal_and_activations_of_integers_are_refused_naming_the_node() -> None:
     """TensorFlow's integer Reciprocal truncates ``1 / x``; Turnout's integer Div floors, so it is
     refused rather than computed differently; Elu of an int32 has no TensorFlow kernel either."""
-    for op in ("Reciprocal", "Elu", "Softplus", "Rsqrt", "IsFinite"):
+    for op in ("Reciprocal", "Elu", "Softplus", "Rsqrt", "IsFinite", "IsNan", "IsInf"):
         g = GraphDef()
         g.node("y", op, (g.const("i", np.asarray([1, -2], np.int32)),), T=I32)
         with pytest.raises(UnsupportedError, match=f'{op} node "y": supported for floating inputs only'):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import turnout as tn
+from turnout.errors import GraphBuildError
 
 A = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]], np.float32)
 B = np.array([[0.5, 2.0, -1.0], [4.0, -0.5, 2.0]], np.float32)
@@ -152,6 +153,21 @@ def test_floor_division_of_floats_rounds_the_quotient_down(backend: str) -> None
     np.testing.assert_array_equal(q, [-4.0, 3.0, -4.0, 3.0])
     np.testing.assert_array_equal(rq, np.floor(15.0 / x))
     np.testing.assert_array_equal(f, [3.0, -4.0, 3.0, -3.0])
+
+
+def test_is_nan_is_inf_and_is_finite_as_numpy(backend: str) -> None:
+    """TensorFlow's three tests of a float, in both float dtypes, at both infinities, NaN, zero, the
+    largest finite float and a subnormal; an integer input is a build error naming the builder."""
+    for dtype in (np.float32, np.float64):
+        x = np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -np.finfo(dtype).max, np.finfo(dtype).tiny / 4], dtype)
+        ts, vs = build_and_run(backend, lambda x=x: tuple(f(tn.constant(x)) for f in (tn.is_nan, tn.is_inf,
+                                                                                       tn.is_finite)))
+        for t, v, want in zip(ts, vs, (np.isnan(x), np.isinf(x), np.isfinite(x)), strict=True):
+            assert t.dtype == tn.bool and t.shape == x.shape
+            np.testing.assert_array_equal(v, want)
+    for op in (tn.is_nan, tn.is_inf, tn.is_finite):
+        with tn.Graph().as_default(), pytest.raises(GraphBuildError, match=f"{op.__name__}: expected a floating"):
+            op(tn.constant([1, 2]))
 
 
 def test_logical_not_and_where(backend: str) -> None:

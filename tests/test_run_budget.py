@@ -85,6 +85,25 @@ def test_replace_refuses_a_node_it_cannot_copy_naming_it() -> None:
         replaced([y], {old: other}, "test")
 
 
+def test_replace_copies_a_cond_whose_predicate_and_branches_read_the_replaced_tensor() -> None:
+    """A cond in the root frame is a function of its inputs, deadness included: copied, with a
+    predicate and a branch that read the replaced tensor, it computes what the original would."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [], name="a")
+        b = tn.placeholder(tn.float32, [], name="b")
+        old = a * 1.0
+        out = tn.cond(old > 0.0, lambda: old * 2.0, lambda: a - 1.0) + old
+        new = b * 1.0
+    (got,) = replaced([out], {old: new}, "test")
+    assert any(nd.op == "Switch" and nd.name.startswith("test/") for nd in g.nodes)
+    for backend in ("reference", "smallstep"):
+        sess = tn.Session(g, backend=backend)
+        for av, bv in ((1.0, -3.0), (-2.0, 5.0), (4.0, 0.5)):
+            assert float(sess.run(got, {a: av, b: bv})) == (bv * 2.0 if bv > 0 else av - 1.0) + bv
+            assert float(sess.run(out, {a: av, b: bv})) == (av * 2.0 if av > 0 else av - 1.0) + av
+
+
 # ---- the rebuilt run ---------------------------------------------------------------------------------
 def two_loops() -> dict[str, Any]:
     """Loop ``a`` over four floats, loop ``b`` over sixteen, ``n`` steps each, with a plain gradient
@@ -342,6 +361,39 @@ def test_a_gradient_of_a_gradient_under_a_run_budget_is_right_or_refused(backend
         assert held(sess) <= budget
         ran.append(budget)
     assert ran and ran[-1] == 20000 and 2000 not in ran, ran
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_step_applied_under_a_cond_on_the_gradient_is_rebuilt(backend: str) -> None:
+    """The mixed-precision pattern: apply the update only where the gradient is finite, a cond
+    whose predicate and branch read the gradient. Under a run's budget that the stacks outgrow, the
+    cond is copied with the gradient's twin and the step trains as without a budget."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+
+    def build() -> dict[str, Any]:
+        g = tn.Graph()
+        with g.as_default():
+            w = tn.Variable(np.full(4, 0.3, np.float32), name="w")
+            n = tn.placeholder(tn.int32, [], name="n")
+            wr = w.read()
+            _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v * wr)),
+                                 [tn.constant(0), tn.constant(X0)], name="rnn")
+            loss = tn.reduce_sum(y * y)
+            (gw,) = tn.gradients(loss, [wr])
+            finite = tn.reduce_all(tn.is_finite(gw))
+            step = tn.cond(finite, lambda: w.assign_sub(0.1 * gw), lambda: w.read())
+        return {"g": g, "w": w, "n": n, "loss": loss, "step": step}
+
+    plain, budgeted = build(), build()
+    sp, sb = tn.Session(plain["g"], backend=backend), tn.Session(budgeted["g"], backend=backend)
+    for k in (3, 90, 40):
+        a = sp.run([plain["loss"], plain["step"]], {plain["n"]: k})
+        b = sb.run([budgeted["loss"], budgeted["step"]], {budgeted["n"]: k}, memory_budget=400)
+        assert held(sb) <= 400
+        assert bool(sb.last_result.stats.get("rebuilt_gradients")) == (k > 3), k  # (3 steps fit the stacks)
+        np.testing.assert_allclose(a[0], b[0], rtol=1e-5)
+        np.testing.assert_allclose(sp.run(plain["w"].read()), sb.run(budgeted["w"].read()), rtol=1e-5)
 
 
 # ---- what cannot be rebuilt ---------------------------------------------------------------------------

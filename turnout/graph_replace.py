@@ -13,11 +13,15 @@ the ``train_op`` that groups them, must then read the new gradient. TensorFlow's
 
 The law it relies on: a node's value depends only on its op, attrs and inputs (and, for the
 Variable ops, on the Variable, which the copy reads and writes as the original does). So a copy
-reading ``new`` gives what the original would give had ``old`` held ``new``'s value. What is not a
+reading ``new`` gives what the original would give had ``old`` held ``new``'s value. ``Switch`` and
+``Merge`` obey it too, deadness included (a dead input gives the same dead outputs), so a cond in the
+root frame is copied like any other nodes: its copy is a cond of the same predicate and branches,
+any of which may read ``new``, and it runs in whichever executor runs the original. What is not a
 function of its inputs alone is refused (``UnsupportedError`` naming the node and its source line):
-a node inside a loop or a cond (its frame is the loop's, and one loop cannot be copied apart from
-the rest of it), a control-flow primitive, a stack op or a Variable's handle (a new stack or
-Variable would not be the old one), a Send or Recv.
+a node inside a loop (its frame is the loop's, named by its ``Enter`` nodes, and one loop cannot be
+copied apart from the rest of it), the frame primitives (``Enter``, ``Exit``, ``NextIteration``,
+``LoopCond``), a stack op or a Variable's handle (a new stack or Variable would not be the old one),
+a Send or Recv.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from turnout.graph import Graph, Node, Tensor
 
 Key = tuple[int, int]
 
-#: ops whose copy would not compute what the original does (module docstring)
-NOT_COPIED = primitives.CONTROL_FLOW | primitives.TRANSFER | frozenset(
+#: ops whose copy would not compute what the original does (module docstring): the frame primitives,
+#: transfers, stacks, Variable handles and placeholders; ``Switch`` and ``Merge`` are copied
+NOT_COPIED = (primitives.CONTROL_FLOW - {"Switch", "Merge"}) | primitives.TRANSFER | frozenset(
     {"StackNew", "StackPush", "StackPop", "VarHandle", "Placeholder"})
 
 
@@ -66,8 +71,9 @@ def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
 
 def refusal(n: Node) -> Optional[str]:
     """Why node ``n`` cannot be copied (None: it can), in words for an error."""
-    if n.context is not None:
-        return f"{describe_node(n)} lies inside {n.context.describe()}, which cannot be copied apart from it"
+    loop = n.context.while_context if n.context is not None else None
+    if loop is not None:
+        return f"{describe_node(n)} lies inside {loop.describe()}, which cannot be copied apart from it"
     if n.op in NOT_COPIED:
         return f"{describe_node(n)} is a {n.op}, whose copy would not be the same {n.op.lower()}"
     return None

@@ -430,6 +430,43 @@ def logical_xor(a: Any, b: Any, name: Optional[str] = None) -> Tensor:
     return _op2("LogicalAnd", either, _op1("LogicalNot", both, None), name)
 
 
+def _floating(x: Any, what: str) -> Tensor:
+    """``x`` as a tensor of a floating dtype, else the build error naming ``what`` (TensorFlow's
+    ``is_nan``, ``is_inf`` and ``is_finite`` exist for floating types only)."""
+    t = convert_to_tensor(x)
+    if not t.dtype.is_floating:
+        raise GraphBuildError(f"{what}: expected a floating tensor, got {t.name} of {t.dtype.name}")
+    return t
+
+
+@checked
+def is_nan(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise: whether ``x`` is NaN (TensorFlow's ``is_nan``), as ``x != x``: by IEEE 754 NaN
+    alone is unequal to itself. One existing primitive, so every backend, the gradients (none) and
+    the GraphDef export need nothing new (floating dtypes only)."""
+    x = _floating(x, "is_nan")
+    return _op2("NotEqual", x, x, name)
+
+
+@checked
+def is_finite(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise: whether ``x`` is neither infinite nor NaN (TensorFlow's ``is_finite``), as
+    ``x - x == 0``: the difference is 0 for a finite ``x`` and NaN for an infinity or a NaN. It is
+    how a mixed-precision step decides to skip an update whose gradient overflowed, and how
+    ``tn.import_graph_def`` imports TensorFlow's ``IsFinite`` (floating dtypes only)."""
+    x = _floating(x, "is_finite")
+    return _op2("Equal", _op2("Sub", x, x, None), _op1("ZerosLike", x, None), name)
+
+
+@checked
+def is_inf(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise: whether ``x`` is +inf or -inf (TensorFlow's ``is_inf``): neither finite nor NaN
+    (floating dtypes only)."""
+    x = _floating(x, "is_inf")
+    either = _op2("LogicalOr", is_nan(x), is_finite(x), None)
+    return _op1("LogicalNot", either, name)
+
+
 @checked
 def logical_not(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``not x`` on a bool tensor."""

@@ -106,6 +106,25 @@ def _is_finite(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Equal", [f.op("Sub", x, x), f.op("ZerosLike", x)]).outputs[0]]
 
 
+@_rule("IsNan")
+def _is_nan(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x != x``, as ``tn.is_nan``: NaN alone is unequal to itself."""
+    x = _t(ins[0])
+    _floating(ctx, x)
+    return [ctx.create("NotEqual", [x, x]).outputs[0]]
+
+
+@_rule("IsInf")
+def _is_inf(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``not (is_nan(x) or is_finite(x))``, as ``tn.is_inf``."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    nan = ctx.create("NotEqual", [x, x], suffix="nan").outputs[0]
+    finite = ctx.create("Equal", [f.op("Sub", x, x), f.op("ZerosLike", x)], suffix="finite").outputs[0]
+    either = ctx.create("LogicalOr", [nan, finite], suffix="either").outputs[0]
+    return [ctx.create("LogicalNot", [either]).outputs[0]]
+
+
 @_rule("L2Loss")
 def _l2_loss(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``sum(x^2 * 0.5)`` (TensorFlow halves each square, then sums)."""
