@@ -70,15 +70,46 @@ def test_replace_follows_control_edges_and_keeps_variable_effects() -> None:
     assert float(sess.run(v.read())) == pytest.approx(1.0 - 5.5)
 
 
-def test_replace_refuses_a_node_it_cannot_copy_naming_it() -> None:
+def test_replace_copies_a_loop_that_reads_the_replaced_tensor_whole() -> None:
+    """A loop cannot be copied in part: the loop whose body reads the replaced tensor is copied
+    whole under a frame name of its own (an inner loop and its counter with it, which read nothing
+    replaced), and the original loop still runs as before, on every interpreter and compiled."""
     g = tn.Graph()
     with g.as_default():
         a = tn.placeholder(tn.float32, [], name="a")
         old = a + 1.0
-        _, y = tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + old), [tn.constant(0), a], name="sum")
+
+        def body(i: Any, s: Any) -> Any:
+            _, t = tn.while_loop(lambda j, t: j < i, lambda j, t: (j + 1, t + 0.5), [tn.constant(0), s], name="inner")
+            return i + 1, t + old
+
+        _, y = tn.while_loop(lambda i, s: i < 3, body, [tn.constant(0), a], name="sum")
+        y1, new, other = y * 1.0, a * 2.0, a * 3.0
+    frames = {nd.attrs["frame_name"] for nd in g.nodes if nd.op == "Enter"}
+    (got,) = replaced([y1], {old: new}, "test")
+    added = {nd.attrs["frame_name"] for nd in g.nodes if nd.op == "Enter"} - frames
+    assert len(added) == 1 and next(iter(added)).endswith("_copy")  # (the inner frame keeps its name)
+    (again,) = replaced([y], {old: other}, "test")  # a second copy takes another name
+    assert len({nd.attrs["frame_name"] for nd in g.nodes if nd.op == "Enter"} - frames) == 2
+    for backend in ("reference", "smallstep", "fast"):
+        sess = tn.Session(g, backend=backend)
+        # y = a + 1.5 (inner loops add 0, 0.5, 1.0) + 3 * old
+        np.testing.assert_allclose(sess.run([got, again, y], {a: 2.0}), [3.5 + 12.0, 3.5 + 18.0, 3.5 + 9.0])
+
+
+def test_replace_refuses_a_node_it_cannot_copy_naming_it() -> None:
+    """A loop whose gradient is taken keeps stacks: a copy would push onto new stacks that no
+    gradient pops, so it is refused, naming a stack node of the loop; so is a tensor of another dtype."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [], name="a")
+        old = a + 1.0
+        _, y = tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, tn.tanh(s * old)), [tn.constant(0), a],
+                             name="sum")
+        (ga,) = tn.gradients(y, [a])
         new = a * 2.0
-    with pytest.raises(UnsupportedError, match=r'test: cannot copy .*"sum"'):
-        replaced([y], {old: new}, "test")
+    with pytest.raises(UnsupportedError, match=r"test: cannot copy .* is a Stack"):
+        replaced([ga], {old: new}, "test")
     with g.as_default():
         other = tn.placeholder(tn.int32, [], name="other")
     with pytest.raises(UnsupportedError, match="another dtype"):
@@ -397,7 +428,13 @@ def test_a_step_applied_under_a_cond_on_the_gradient_is_rebuilt(backend: str) ->
 
 
 # ---- what cannot be rebuilt ---------------------------------------------------------------------------
-def test_a_gradient_read_inside_a_loop_cannot_be_copied_and_the_error_says_so() -> None:
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_gradient_read_inside_a_loop_is_copied_with_the_loop(backend: str) -> None:
+    """A fetch that reads the gradient inside a loop (an accumulation, a line search, L-BFGS's two
+    loops): under a run's budget that the stacks outgrow, the loop is copied whole reading the
+    gradient's twin, and the fetch is the store-everything one within the budget."""
+    if backend == "fast":
+        pytest.importorskip("jax")
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [4], name="x")
@@ -406,10 +443,12 @@ def test_a_gradient_read_inside_a_loop_cannot_be_copied_and_the_error_says_so() 
                              name="rnn")
         (gx,) = tn.gradients(tn.reduce_sum(y), [x])
         _, acc = tn.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s + gx), [tn.constant(0), x], name="use")
-    sess = tn.Session(g)
-    sess.run(acc, {x: X0, n: 3}, memory_budget=400)  # its stacks fit: nothing to rebuild
-    with pytest.raises(ResourceExhaustedError, match=r'(?s)loop "rnn".*cannot copy .*"use"'):
-        sess.run(acc, {x: X0, n: 100}, memory_budget=400)
+    ref, sess = tn.Session(g), tn.Session(g, backend=backend)
+    for k in (3, 100):
+        got = sess.run(acc, {x: X0, n: k}, memory_budget=400)
+        assert bool(sess.last_result.stats.get("rebuilt_gradients")) == (k == 100)
+        assert held(sess) <= 400
+        np.testing.assert_allclose(got, ref.run(acc, {x: X0, n: k}), rtol=2e-5, atol=1e-6)
 
 
 def test_a_body_that_writes_state_cannot_be_recomputed_and_the_error_says_so() -> None:

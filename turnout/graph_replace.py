@@ -16,12 +16,13 @@ Variable ops, on the Variable, which the copy reads and writes as the original d
 reading ``new`` gives what the original would give had ``old`` held ``new``'s value. ``Switch`` and
 ``Merge`` obey it too, deadness included (a dead input gives the same dead outputs), so a cond in the
 root frame is copied like any other nodes: its copy is a cond of the same predicate and branches,
-any of which may read ``new``, and it runs in whichever executor runs the original. What is not a
-function of its inputs alone is refused (``UnsupportedError`` naming the node and its source line):
-a node inside a loop (its frame is the loop's, named by its ``Enter`` nodes, and one loop cannot be
-copied apart from the rest of it), the frame primitives (``Enter``, ``Exit``, ``NextIteration``,
-``LoopCond``), a stack op or a Variable's handle (a new stack or Variable would not be the old one),
-a Send or Recv.
+any of which may read ``new``, and it runs in whichever executor runs the original. A loop is a
+cycle whose frame is named by its ``Enter`` nodes, so one node of it cannot be copied apart from the
+rest: where the nodes between reach into a loop, the whole loop (its frame and the frames nested in
+it) is copied under a frame name of its own, each ``Merge`` closing its back edge on the copy of its
+``NextIteration``. What is not a function of its inputs alone is refused (``UnsupportedError`` naming
+the node and its source line): a stack op or a Variable's handle (a new stack or Variable would not
+be the old one), a placeholder, a Send or Recv.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from typing import Optional
 
 from turnout import primitives
 from turnout.errors import UnsupportedError, describe_node
-from turnout.graph import Graph, Node, Tensor
+from turnout.graph import BACK_EDGE, Graph, Node, Tensor
+from turnout.validate import frame_analysis
 
 Key = tuple[int, int]
 
-#: ops whose copy would not compute what the original does (module docstring): the frame primitives,
-#: transfers, stacks, Variable handles and placeholders; ``Switch`` and ``Merge`` are copied
-NOT_COPIED = (primitives.CONTROL_FLOW - {"Switch", "Merge"}) | primitives.TRANSFER | frozenset(
-    {"StackNew", "StackPush", "StackPop", "VarHandle", "Placeholder"})
+#: ops whose copy would not compute what the original does (module docstring): transfers, stacks,
+#: Variable handles and placeholders
+NOT_COPIED = primitives.TRANSFER | frozenset({"StackNew", "StackPush", "StackPop", "VarHandle", "Placeholder"})
 
 
 def key(t: Tensor) -> Key:
@@ -48,8 +49,8 @@ def key(t: Tensor) -> Key:
 
 def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
     """The nodes on a path from a tensor of ``old`` (keys) to one of ``fetches``, in creation order
-    (which is an order of their edges: a root-frame node's inputs are older than it). A read of an
-    ``old`` tensor is where a path starts; so is a control edge from a node that made one."""
+    (an order of their edges but a loop's back edges, which the walk forward follows too). A read of
+    an ``old`` tensor is where a path starts; so is a control edge from a node that made one."""
     makers = {k[0] for k in old}
     seen: dict[int, Node] = {}
     work = [t.node for t in fetches if key(t) not in old]
@@ -60,20 +61,54 @@ def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
         seen[n.id] = n
         work += [t.node for t in n.raw_inputs if isinstance(t, Tensor) and key(t) not in old]
         work += n.control_inputs
+    consumers: dict[int, list[int]] = {}
     hit: set[int] = set()
-    for i in sorted(seen):
-        n = seen[i]
-        if any(isinstance(t, Tensor) and (key(t) in old or t.node.id in hit) for t in n.raw_inputs) or \
-                any(c.id in makers or c.id in hit for c in n.control_inputs):
-            hit.add(i)
+    for n in seen.values():
+        preds = [t.node.id for t in n.raw_inputs if isinstance(t, Tensor)] + [c.id for c in n.control_inputs]
+        for p in preds:
+            consumers.setdefault(p, []).append(n.id)
+        if any(isinstance(t, Tensor) and key(t) in old for t in n.raw_inputs) or \
+                any(c.id in makers for c in n.control_inputs):
+            hit.add(n.id)
+    work = list(hit)  # (forward from the reads of ``old``, a loop's back edges included)
+    while work:
+        for m in consumers.get(work.pop(), ()):
+            if m not in hit:
+                hit.add(m)
+                work.append(m)
     return [seen[i] for i in sorted(hit)]
+
+
+def with_loops(nodes: list[Node]) -> tuple[list[Node], dict[str, str]]:
+    """``nodes`` with every node of each loop one of them lies in (the outermost loop, whole, with
+    its ``Exit`` nodes), in creation order; and a frame name for each such loop's copy, unused in the
+    graph. A path into or out of a loop passes an ``Enter`` or an ``Exit``, so nodes with no
+    control-flow primitive among them lie in the root frame."""
+    if not any(n.op in primitives.CONTROL_FLOW for n in nodes):
+        return nodes, {}
+    g = nodes[0].graph
+    frame = frame_analysis(g).node_frame
+
+    def loop_of(n: Node) -> str | None:  # (the outermost loop an Exit leaves is its input's)
+        f = frame[n.inputs[0].node.id if n.op == "Exit" else n.id]
+        return f[0] if f else None
+
+    tops = {loop_of(n) for n in nodes} - {None}
+    if not tops:
+        return nodes, {}
+    keep = {n.id: n for n in nodes} | {n.id: n for n in g.nodes if loop_of(n) in tops}
+    used = {str(n.attrs["frame_name"]) for n in g.nodes if n.op == "Enter"}
+    names: dict[str, str] = {}
+    for top in sorted(t for t in tops if t is not None):
+        name = next(c for c in (f"{top}_copy" + (f"_{k}" if k else "") for k in range(len(used) + 1))
+                    if c not in used)
+        used.add(name)
+        names[top] = name
+    return [keep[i] for i in sorted(keep)], names
 
 
 def refusal(n: Node) -> Optional[str]:
     """Why node ``n`` cannot be copied (None: it can), in words for an error."""
-    loop = n.context.while_context if n.context is not None else None
-    if loop is not None:
-        return f"{describe_node(n)} lies inside {loop.describe()}, which cannot be copied apart from it"
     if n.op in NOT_COPIED:
         return f"{describe_node(n)} is a {n.op}, whose copy would not be the same {n.op.lower()}"
     return None
@@ -89,32 +124,41 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
     for o, t in old_to_new.items():
         if t.dtype != o.dtype or t.graph is not o.graph:
             raise UnsupportedError(f"{what}: {t.name} cannot stand for {o.name}: another dtype or graph")
-    nodes = between(fetches, old)
+    nodes, frames = with_loops(between(fetches, old))
     for n in nodes:
         why = refusal(n)
         if why is not None:
             raise UnsupportedError(f"{what}: cannot copy what reads the replaced tensors: {why}")
     copies: dict[int, Node] = {}
     made = {k[0]: v.node for k, v in old.items()}  # (a control edge from an old tensor's maker: the new one's)
+    back: list[tuple[Node, int, Tensor]] = []  # a copied Merge's back edges: (copy, slot, original source)
     g: Optional[Graph] = nodes[0].graph if nodes else None
+
+    def read(t: Tensor) -> Tensor:
+        if key(t) in old:
+            return old[key(t)]
+        return copies[t.node.id].outputs[t.index] if t.node.id in copies else t
+
     for n in nodes:
         assert g is not None
-
-        def read(t: Tensor) -> Tensor:
-            if key(t) in old:
-                return old[key(t)]
-            return copies[t.node.id].outputs[t.index] if t.node.id in copies else t
-
-        ins = [read(t) for t in n.inputs]
+        later = [i for i, t in enumerate(n.inputs) if n.op == "Merge" and t.node.id >= n.id]
+        ins = [BACK_EDGE if i in later else read(t) for i, t in enumerate(n.inputs)]
         ctrl = [copies.get(c.id) or made.get(c.id) or c for c in n.control_inputs]
+        attrs = dict(n.attrs)
+        if n.op == "Enter" and attrs["frame_name"] in frames:
+            attrs["frame_name"] = frames[attrs["frame_name"]]
+        specs = [t.spec for t in n.outputs] if later else None  # (a Merge's, as its loop relaxed them)
         with g._in_context(None), g.control_dependencies(None), g._root_scope(), g._no_capture():
-            c = g.create_node(n.op, ins, n.attrs, name=f"{what}/{n.name}", control_inputs=ctrl)
+            c = g.create_node(n.op, ins, attrs, name=f"{what}/{n.name}", control_inputs=ctrl, specs=specs)
+        back += [(c, i, n.inputs[i]) for i in later]
         c.device, c.source = n.device, n.source
         if n.id in g.gradient_of:
             g.gradient_of[c.id] = g.gradient_of[n.id]
         if n.id in g.colocation:
             g.colocation[c.id] = tuple(copies[i].id if i in copies else i for i in g.colocation[n.id])
         copies[n.id] = c
+    for c, i, t in back:
+        c.close_back_edge(read(t), i)
     out = []
     for t in fetches:
         if key(t) in old:
@@ -124,4 +168,4 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
     return out
 
 
-__all__ = ["NOT_COPIED", "between", "key", "refusal", "replaced"]
+__all__ = ["NOT_COPIED", "between", "key", "refusal", "replaced", "with_loops"]
