@@ -70,12 +70,12 @@ def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
         if any(isinstance(t, Tensor) and key(t) in old for t in n.raw_inputs) or \
                 any(c.id in makers for c in n.control_inputs):
             hit.add(n.id)
-    work = list(hit)  # (forward from the reads of ``old``, a loop's back edges included)
-    while work:
-        for m in consumers.get(work.pop(), ()):
+    front = list(hit)  # (forward from the reads of ``old``, a loop's back edges included)
+    while front:
+        for m in consumers.get(front.pop(), []):
             if m not in hit:
                 hit.add(m)
-                work.append(m)
+                front.append(m)
     return [seen[i] for i in sorted(hit)]
 
 
