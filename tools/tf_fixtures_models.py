@@ -52,6 +52,50 @@ def dropout_rnn_clip(tf: Any) -> list[dict[str, Any]]:
 
 
 @case
+def loss_scaled_skip_step(tf: Any) -> list[dict[str, Any]]:
+    """Mixed precision's dynamic loss scaling, written out as TF1 code did before
+    ``LossScaleOptimizer``: a tanh RNN's loss multiplied by a fed scale, the gradients unscaled, and
+    the SGD update applied only under ``tf.cond`` where ``is_finite`` holds for every gradient
+    (otherwise a counter of skipped steps grows); ``is_nan`` and ``is_inf`` of the gradients fetched.
+    A scale of 3e38 overflows a scaled gradient to inf, an infinite one makes NaNs (both steps are
+    skipped); a scale of 128 does not."""
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    scale = tf.compat.v1.placeholder(tf.float32, [], name="scale")
+    xs = tf.compat.v1.placeholder(tf.float32, [None, 2, 3], name="xs")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((3, 4), 95, 2.0))
+    u = tf.compat.v1.get_variable("u", initializer=_weights((4, 4), 96))
+    skipped = tf.compat.v1.get_variable("skipped", initializer=tf.constant(0), trainable=False)
+
+    def body(i: Any, h: Any) -> Any:
+        return i + 1, tf.tanh(tf.matmul(xs[i], w) + tf.matmul(h, u))
+
+    _, h = tf.while_loop(lambda i, h: i < n, body, [0, tf.zeros([2, 4])])
+    loss = tf.reduce_sum(h * h) + 1.0
+    grads = [g / scale for g in tf.gradients(loss * scale, [w, u])]
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+    nan = tf.reduce_any([tf.reduce_any(tf.math.is_nan(g)) for g in grads])
+    inf = tf.reduce_any([tf.reduce_any(tf.math.is_inf(g)) for g in grads])
+
+    def apply() -> Any:
+        with tf.control_dependencies([w.assign_sub(0.1 * grads[0]), u.assign_sub(0.1 * grads[1])]):
+            return tf.constant(True)
+
+    def skip() -> Any:
+        with tf.control_dependencies([skipped.assign_add(1)]):
+            return tf.constant(False)
+
+    step = tf.cond(finite, apply, skip)
+    xv = np.random.default_rng(97).normal(size=(5, 2, 3)).astype(np.float32)
+    runs: list[dict[str, Any]] = []
+    for s in (128.0, 3e38, float("inf"), 128.0):
+        feeds = {"n:0": 5, "xs:0": xv, "scale:0": s}
+        runs.append({"feeds": feeds, "fetches": [loss.name, nan.name, inf.name, finite.name, step.name]})
+    runs.append({"feeds": {"n:0": 5, "xs:0": xv, "scale:0": 1.0},
+                 "fetches": [loss.name, w.value().name, u.value().name, skipped.value().name]})
+    return runs
+
+
+@case
 def dropout_wrapper_rnn(tf: Any) -> list[dict[str, Any]]:
     """A ``BasicRNNCell`` in a ``DropoutWrapper`` that drops its outputs (keep probability 0.7, under
     ``set_random_seed``) inside ``dynamic_rnn``: the mask is a new ``RandomUniform`` draw at every time

@@ -803,12 +803,15 @@ def run_kernel(op: str, inputs: Sequence[Any], attrs: dict[str, Any],
     be a function returning the description: the interpreters pass one, so that the string (node,
     source line, tag) is formatted only when a kernel fails, not at every firing. The op's shape rule
     sees the inputs' shapes first (``shape_rules.concrete_shape_error``): shapes it would refuse at
-    build time are refused at run time with its message, rather than given to numpy."""
+    build time are refused at run time with its message, rather than given to numpy. Floating-point
+    overflow and invalid operations give IEEE's inf and NaN without numpy's RuntimeWarning, as the
+    compiled backends give them (a matmul of an infinity warned "invalid value encountered")."""
     try:
         refused = concrete_shape_error(op, inputs, attrs)
         if refused is not None:
             raise KernelError(refused)
-        return KERNELS[op](inputs, attrs)
+        with np.errstate(all="ignore"):
+            return KERNELS[op](inputs, attrs)
     except KernelError as e:
         desc = _desc(node_desc)
         raise KernelError(f"{desc}: {e}" if desc else str(e)) from None
