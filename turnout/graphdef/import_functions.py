@@ -63,6 +63,7 @@ OUTPUT_ARGS: dict[str, tuple[str, ...]] = {
                              "reserve_space_5"),
     "ListDiff": ("out", "idx"),
     "Merge": ("output", "value_index"),
+    "Qr": ("q", "r"),
     "RefMerge": ("output", "value_index"),
     "Switch": ("output_false", "output_true"),
     "RefSwitch": ("output_false", "output_true"),
