@@ -9,6 +9,7 @@ GraphDef; bad arguments as the same Turnout error on every route.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -133,3 +134,91 @@ def test_bad_product_arguments_are_turnout_errors(route: str) -> None:
     with pytest.raises(tn.TurnoutError) as err:
         run_on(route, g, y, {u: np.ones((2, 2), np.float32)})
     assert type(err.value).__name__ in ("KernelError", "ShapeError")
+
+
+def _jax_cumprod(v: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
+    """``tf.math.cumprod`` in jax.numpy: a running product, shifted by one when ``exclusive``."""
+    import jax.numpy as jnp
+
+    if reverse:
+        v = jnp.flip(v, axis)
+    c = jnp.cumprod(v, axis=axis)
+    if exclusive:
+        c = jnp.concatenate([jnp.ones_like(jnp.take(c, jnp.arange(1), axis=axis)),
+                             jnp.take(c, jnp.arange(v.shape[axis] - 1), axis=axis)], axis=axis)
+    return jnp.flip(c, axis) if reverse else c
+
+
+#: lines with no zero, one, two (adjacent and apart) and three, along both axes
+ZEROS = np.array([[2.0, 0.0, 3.0, 4.0, 0.0, 5.0], [0.0, 0.0, 1.5, 2.0, -1.0, 3.0],
+                  [1.0, 2.0, 3.0, 0.0, 0.5, 2.0], [0.5, 0.0, 2.0, -1.0, 3.0, 0.0]])
+
+
+#: every direction, exclusive or not, each along one of the two axes
+VARIANTS = [(-1, False, False), (-1, True, True), (0, False, True), (0, True, False)]
+W = np.linspace(-1.0, 2.0, ZEROS.size).reshape(ZEROS.shape)
+
+
+@functools.cache
+def _jax_cumprod_gradients(order: int) -> list[np.ndarray]:
+    """jax.grad of ``sum(cumprod(x) * W)`` at ``ZEROS`` for each of ``VARIANTS`` (``order`` 2: the
+    gradient of ``sum(that gradient * W)``)."""
+    import jax
+    import jax.numpy as jnp
+
+    out = []
+    for axis, ex, rv in VARIANTS:
+        def f(u: Any, axis: int = axis, ex: bool = ex, rv: bool = rv) -> Any:
+            return jnp.sum(_jax_cumprod(u, axis, ex, rv) * W)
+
+        def f2(u: Any, f: Any = f) -> Any:
+            return jnp.sum(jax.grad(f)(u) * W)
+
+        out.append(in_jax(jax.grad(f if order == 1 else f2), ZEROS))
+    return out
+
+
+def _cumprod_gradients(order: int) -> tuple[tn.Graph, tn.Tensor, list[tn.Tensor]]:
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [4, 6], name="x")
+        grads = []
+        for axis, ex, rv in VARIANTS:
+            (dx,) = tn.gradients(tn.reduce_sum(tn.cumprod(x, axis, exclusive=ex, reverse=rv) * W), [x])
+            grads.extend([dx] if order == 1 else tn.gradients(tn.reduce_sum(dx * W), [x]))
+    return g, x, grads
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_cumprod_gradient_is_exact_where_a_line_holds_zeros(route: str) -> None:
+    """Found by the bug hunt of 2026-12-06: ``cumprod``'s gradient divided by ``x`` and was NaN at a
+    line's first zero (``d sum(cumprod([2, 0, 3, 4])) = [1, 32, 0, 0]``, it gave ``[1, nan, 0, 0]``).
+    It is jax.grad's now on every route, for every direction, exclusive or not."""
+    g, x, grads = _cumprod_gradients(1)
+    with g.as_default():
+        v = tn.placeholder(tn.float64, [4], name="v")
+        (closed,) = tn.gradients(tn.reduce_sum(tn.cumprod(v)), [v])
+    got = run_on(route, g, [closed, *grads], {x: ZEROS, v: np.array([2.0, 0.0, 3.0, 4.0])})
+    np.testing.assert_array_equal(got[0], [1.0, 32.0, 0.0, 0.0])
+    for a, b in zip(got[1:], _jax_cumprod_gradients(1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_cumprod_second_derivative_is_exact_where_a_line_holds_zeros() -> None:
+    """The gradient of ``cumprod``'s gradient is jax's too, at a line's second zero as well (where the
+    gradient is 0 but grows with the first zero), and so is ``reduce_prod``'s second derivative."""
+    g, x, grads = _cumprod_gradients(2)
+    with g.as_default():  # reduce_prod's gradient is made of cumprods, so its second derivative was NaN
+        (dp,) = tn.gradients(tn.reduce_sum(tn.reduce_prod(x, axis=1) ** 2), [x])
+        (ddp,) = tn.gradients(tn.reduce_sum(dp * W), [x])
+    got = tn.Session(g).run([*grads, ddp], {x: ZEROS})
+    for a, b in zip(got[:-1], _jax_cumprod_gradients(2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+    import jax
+    import jax.numpy as jnp
+
+    def p2(u: Any) -> Any:
+        return jnp.sum(jax.grad(lambda v: jnp.sum(jnp.prod(v, axis=1) ** 2))(u) * W)
+
+    np.testing.assert_allclose(got[-1], in_jax(jax.grad(p2), ZEROS), rtol=1e-12, atol=1e-12)

@@ -86,9 +86,9 @@ def cumprod(x: Any, axis: int = 0, exclusive: bool = False, reverse: bool = Fals
             name: Optional[str] = None) -> Tensor:
     """Running product along ``axis``, as ``tf.math.cumprod``: ``np.cumprod(x, axis)``; ``exclusive``
     leaves each element out of its own product (the first is 1), ``reverse`` multiplies from the end.
-    Its gradient is TensorFlow's formula, a running sum of ``y * dy`` in the other direction divided by
-    ``x``: where ``x`` holds a zero it is not finite (TensorFlow's gives 0 there, which is not the
-    derivative either); ``reduce_prod``'s own gradient does not use it and is exact."""
+    Its gradient is exact where ``x`` holds zeros: TensorFlow's formula (a running sum of ``y * dy`` in
+    the other direction divided by ``x``) where that is exact, and at a line's first zero the same sum
+    with the zero read as 1 (TensorFlow's gives 0 there, which is not the derivative)."""
     return _op1("Cumprod", x, name, axis=int_attr(axis, "cumprod", "axis"), exclusive=bool(exclusive),
                 reverse=bool(reverse))
 

@@ -466,13 +466,33 @@ def _cumsum(b, n, dys):
 
 @_grad("Cumprod")
 def _cumprod(b, n, dys):
-    """TensorFlow's formula: ``dx = cumsum(y * dy, the other direction) / x`` (not finite where ``x``
-    holds a zero; ``Prod``'s gradient does not come here)."""
+    """Exact where ``x`` holds zeros, and so is its own gradient. TensorFlow's formula ``dx =
+    cumsum(y * dy, the other direction) / x`` is exact at every element but a zero (TensorFlow's
+    ``div_no_nan`` gives 0 at every zero, wrong at a line's first; the plain division gives NaN). At
+    a line's first zero (in the product's direction) the same sum over the line with that zero read
+    as 1 is the gradient. At its second, the gradient is 0 but depends on the first zero ``z``: it
+    is ``z`` times the sum over the line with both read as 1, so the second derivative is exact too.
+    Past the second zero the gradient is 0 to the second order (two zeros remain in every term)."""
     a = n.attrs
-    x = b.value(_in(n, 0))
-    back = math_ops.cumsum(b.value(n.outputs[0]) * dys[0], a["axis"], a.get("exclusive", False),
-                           not a.get("reverse", False))
-    return [back / x]
+    axis, exclusive, reverse = a["axis"], a.get("exclusive", False), a.get("reverse", False)
+    x, dy = b.value(_in(n, 0)), dys[0]
+    zeros, ones = ops.zeros_like(x), ops.ones_like(x)
+    zero = ops.equal(x, zeros)
+    before = math_ops.cumsum(ops.where(zero, ones, zeros), axis, exclusive=True, reverse=reverse)
+    first = ops.logical_and(zero, ops.equal(before, zeros))  # no zero before it
+    second = ops.logical_and(zero, ops.equal(before, ones))  # one zero before it
+
+    def summed(y: Tensor) -> Tensor:  # each element's sum of y * dy over the products it reaches
+        return math_ops.cumsum(y * dy, axis, exclusive, not reverse)
+
+    def read_as_one(mask: Tensor) -> Tensor:
+        return summed(math_ops.cumprod(ops.where(mask, ones, x), axis, exclusive, reverse))
+
+    z = ops.reduce_sum(ops.where(first, x, zeros), axis=axis, keepdims=True)  # the first zero (0), as x
+    at_second = z * read_as_one(ops.logical_or(first, second))
+    divided = summed(b.value(n.outputs[0])) / ops.where(zero, ones, x)
+    rest = ops.where(second, at_second, ops.where(zero, zeros, divided))
+    return [ops.where(first, read_as_one(first), rest)]
 
 
 @_grad("Prod")
