@@ -6,8 +6,9 @@ TensorFlow's values in ``tests/test_graphdef_import.py``, and ``v2_rnn_training`
 v2 loop's own gradient there; here: ``tn.gradients`` through the imported loops on every route, a
 v2 loop's ``tf.gradients`` (TensorList accumulators) against the chain rule, what the import refuses
 (a cond inside a differentiated v2 loop, whose list holds Optionals; a call of a function the library
-lacks; a GraphDef of its own ``_Arg`` node; an unknown op inside a function), and the table of ops
-with several output arguments against TensorFlow's registry where TensorFlow is installed.
+lacks; a GraphDef of its own ``_Arg`` node; an unknown op inside a function; a battery of malformed
+functions built by hand: recursion, wrong arity, branches that disagree), and the table of ops with
+several output arguments against TensorFlow's registry where TensorFlow is installed.
 """
 
 from __future__ import annotations
@@ -226,3 +227,244 @@ def test_a_qr_outside_an_initializer_is_refused() -> None:
     q.attr["T"].type = 1
     with pytest.raises(tn.UnsupportedError, match='"qr".*only in a variable\'s initializer'):
         tn.import_graph_def(gd.SerializeToString())
+
+
+# ---- malformed functions: a battery found by the bug hunt of 2026-12-06 -----------------------------
+# Each case is a GraphDef built by hand with what no TensorFlow writes. Before, a recursive function
+# ran Python out of stack (a RecursionError reported as a "malformed" node), a loop's body or cond
+# returning the wrong number of values, a missing ``ret`` entry or a branch count mismatch read as a
+# zip's or a dict's error (or, for a branch of no outputs, as a bool output), ``output_shapes`` longer
+# than the loop's inputs was ignored, and a library holding two functions of one name used the last.
+
+F32, I32, BOOL = 1, 3, 10
+
+
+def _function(gd: Any, name: str, ins: list[tuple[str, int]], outs: list[tuple[str, int]],
+              nodes: list[tuple[str, str, list[str], dict[str, Any]]], rets: dict[str, str]) -> Any:
+    """Add function ``name`` to ``gd``'s library: its arguments and outputs (name, DataType enum),
+    NodeDefs (name, op, inputs, attrs: an int is a type, a str a function, a float a scalar float32
+    tensor) and its ``ret`` map."""
+    f = gd.library.function.add()
+    f.signature.name = name
+    for names, args in ((ins, f.signature.input_arg), (outs, f.signature.output_arg)):
+        for n, t in names:
+            a = args.add()
+            a.name, a.type = n, t
+    for nm, op, inputs, attrs in nodes:
+        nd = f.node_def.add()
+        nd.name, nd.op = nm, op
+        nd.input.extend(inputs)
+        _set_attrs(nd, attrs)
+    for k, v in rets.items():
+        f.ret[k] = v
+    return f
+
+
+def _set_attrs(nd: Any, attrs: dict[str, Any]) -> None:
+    for k, v in attrs.items():
+        if isinstance(v, bool) or not isinstance(v, (int, str, float, list)):
+            raise TypeError(k)
+        if isinstance(v, int):
+            nd.attr[k].type = v
+        elif isinstance(v, str):
+            nd.attr[k].func.name = v
+        elif isinstance(v, float):
+            t = nd.attr[k].tensor
+            t.dtype = F32
+            t.float_val.append(v)
+            t.tensor_shape.SetInParent()
+        elif v and isinstance(v[0], str):
+            for s in v:
+                nd.attr[k].list.func.add().name = s
+        else:
+            nd.attr[k].list.type.extend(v)
+
+
+def _node(gd: Any, name: str, op: str, inputs: list[str], **attrs: Any) -> Any:
+    nd = gd.node.add()
+    nd.name, nd.op = name, op
+    nd.input.extend(inputs)
+    _set_attrs(nd, attrs)
+    return nd
+
+
+def _under_ten(arg: str) -> list[tuple[str, str, list[str], dict[str, Any]]]:
+    """The NodeDefs of ``arg < 10`` (node ``lt``)."""
+    return [("lim", "Const", [], {"dtype": F32, "value": 10.0}), ("lt", "Less", [arg, "lim:output:0"], {"T": F32})]
+
+
+def _less_than_ten(gd: Any, name: str = "cond", nargs: int = 2, nouts: int = 1) -> Any:
+    """A loop condition ``a0 < 10`` over ``nargs`` float32 arguments, returning it ``nouts`` times."""
+    outs = [(f"p{k}", BOOL) for k in range(nouts)]
+    return _function(gd, name, [(f"a{k}", F32) for k in range(nargs)], outs, _under_ten("a0"),
+                     {n: "lt:z:0" for n, _ in outs})
+
+
+def _step(gd: Any, name: str = "body", nouts: int = 2) -> Any:
+    """A loop body ``(a0 + 1, a1 + a1)``, its first ``nouts`` outputs."""
+    outs = [("o0", F32), ("o1", F32)][:nouts]
+    rets = {"o0": "inc:z:0", "o1": "dbl:z:0"}
+    nodes = [("one", "Const", [], {"dtype": F32, "value": 1.0}),
+             ("inc", "AddV2", ["a0", "one:output:0"], {"T": F32}), ("dbl", "AddV2", ["a1", "a1"], {"T": F32})]
+    return _function(gd, name, [("a0", F32), ("a1", F32)], outs, nodes, {n: rets[n] for n, _ in outs})
+
+
+def _loop(shapes: Any = None, cond: Any = _less_than_ten, body: Any = _step) -> Any:
+    """``x`` doubled while a counter from 0 stays under 10 (``StatelessWhile``; ``out`` is 1024 x)."""
+    gd = _with_placeholder()
+    _node(gd, "zero", "Const", [], dtype=F32, value=0.0)
+    w = _node(gd, "w", "StatelessWhile", ["zero", "x"], T=[F32, F32], cond="cond", body="body")
+    for dims in shapes or []:
+        shape = w.attr["output_shapes"].list.shape.add()
+        for d in dims:
+            shape.dim.add().size = d
+    _node(gd, "out", "Identity", ["w:1"], T=F32)
+    cond(gd)
+    body(gd)
+    return gd
+
+
+def _calling(callee: str, op: str = "PartitionedCall") -> tuple[str, str, list[str], dict[str, Any]]:
+    return ("c", op, ["a"], {"f": callee, "Tin": [F32], "Tout": [F32]})
+
+
+def _negate(gd: Any, name: str) -> Any:
+    return _function(gd, name, [("a", F32)], [("o", F32)], [("y", "Neg", ["a"], {"T": F32})], {"o": "y:y:0"})
+
+
+def _calls(*pairs: tuple[str, str]) -> Any:
+    """A top-level call of ``f``; each (function, callee) pair a function that calls its callee."""
+    gd = _with_placeholder()
+    _node(gd, "call", "PartitionedCall", ["x"], f="f", Tin=[F32], Tout=[F32])
+    for fname, callee in pairs:
+        _function(gd, fname, [("a", F32)], [("o", F32)], [_calling(callee)], {"o": "c:output:0"})
+    return gd
+
+
+def _recursive_loop_body() -> Any:
+    """A loop whose body is a loop over the same body."""
+    gd = _with_placeholder()
+    _node(gd, "w", "StatelessWhile", ["x"], T=[F32], cond="c", body="b")
+    _function(gd, "c", [("a", F32)], [("p", BOOL)], _under_ten("a"), {"p": "lt:z:0"})
+    inner = ("w2", "StatelessWhile", ["a"], {"T": [F32], "cond": "c", "body": "b"})
+    _function(gd, "b", [("a", F32)], [("o", F32)], [inner], {"o": "w2:output:0"})
+    return gd
+
+
+def _conditional(op: str, branches: list[str], add: Any) -> Any:
+    """``op`` (``StatelessIf`` or ``Case``) over ``branches`` of ``x``, the functions ``add(gd)`` makes."""
+    gd = _with_placeholder()
+    _node(gd, "p", "Placeholder", [], dtype=BOOL if op == "StatelessIf" else I32)
+    if op == "StatelessIf":
+        _node(gd, "c", op, ["p", "x"], Tcond=BOOL, Tin=[F32], Tout=[F32], then_branch=branches[0],
+              else_branch=branches[1])
+    else:
+        _node(gd, "c", op, ["p", "x"], Tin=[F32], Tout=[F32], branches=branches)
+    add(gd)
+    return gd
+
+
+def _two_outputs(gd: Any, name: str) -> Any:
+    return _function(gd, name, [("a", F32)], [("o", F32), ("q", F32)], [("y", "Neg", ["a"], {"T": F32})],
+                     {"o": "y:y:0", "q": "y:y:0"})
+
+
+def _no_output(gd: Any, name: str) -> Any:
+    return _function(gd, name, [("a", F32)], [], [("y", "Neg", ["a"], {"T": F32})], {})
+
+
+def _to_int(gd: Any, name: str) -> Any:
+    return _function(gd, name, [("a", F32)], [("o", I32)], [("y", "Cast", ["a"], {"SrcT": F32, "DstT": I32})],
+                     {"o": "y:y:0"})
+
+
+def _missing_ret(gd: Any) -> None:
+    del _step(gd).ret["o1"]
+
+
+def _ret_of_no_node(gd: Any) -> None:
+    _step(gd).ret["o1"] = "nothere:z:0"
+
+
+BAD_FUNCTIONS: list[tuple[str, Any, type, str]] = [
+    ("a function calls itself", lambda: _calls(("f", "f")), tn.UnsupportedError, r"'f' calls itself \(f -> f\)"),
+    ("two functions call each other", lambda: _calls(("f", "g"), ("g", "f")), tn.UnsupportedError,
+     r"'f' calls itself \(f -> g -> f\)"),
+    ("a loop's body is a loop over it", _recursive_loop_body, tn.UnsupportedError, r"'b' calls itself \(b -> b\)"),
+    ("a branch calls its conditional's function",
+     lambda: _conditional("StatelessIf", ["f", "e"], lambda gd: (_negate(gd, "e"), _function(
+         gd, "f", [("a", F32)], [("o", F32)], [_calling("f")], {"o": "c:output:0"}))),
+     tn.UnsupportedError, r"'f' calls itself"),
+    ("a loop body returns one value for two", lambda: _loop(body=lambda gd: _step(gd, nouts=1)), tn.GraphBuildError,
+     "function 'body' returns 1 values; a loop's body over 2 variables returns 2"),
+    ("a loop cond returns two values", lambda: _loop(cond=lambda gd: _less_than_ten(gd, nouts=2)), tn.GraphBuildError,
+     "function 'cond' returns 2 values; a loop's condition returns 1"),
+    ("a loop cond returns nothing", lambda: _loop(cond=lambda gd: _less_than_ten(gd, nouts=0)), tn.GraphBuildError,
+     "function 'cond' returns 0 values"),
+    ("a loop cond takes one argument of two", lambda: _loop(cond=lambda gd: _less_than_ten(gd, nargs=1)),
+     tn.UnsupportedError, "calls 'cond' with 2 arguments; it takes 1"),
+    ("a ret map without an output", lambda: _loop(body=_missing_ret), tn.GraphBuildError,
+     "function 'body': its ret map names no value for output 'o1'"),
+    ("a ret of no node", lambda: _loop(body=_ret_of_no_node), tn.GraphBuildError,
+     "function 'body' returns 'nothere:0', which none of its nodes outputs"),
+    ("output_shapes of three for two", lambda: _loop(shapes=[[], [], []]), tn.GraphBuildError,
+     "output_shapes holds 3 shapes for 2 loop variables"),
+    ("output_shapes of one for two", lambda: _loop(shapes=[[]]), tn.GraphBuildError,
+     "output_shapes holds 1 shapes for 2 loop variables"),
+    ("output_shapes that disagree", lambda: _loop(shapes=[[2], []]), tn.ShapeError, "shape invariant"),
+    ("a library of two functions of one name", lambda: _loop(body=lambda gd: (_step(gd), _step(gd))),
+     tn.GraphBuildError, "defines function 'body' twice"),
+    ("If branches of two and one outputs",
+     lambda: _conditional("StatelessIf", ["t", "e"], lambda gd: (_two_outputs(gd, "t"), _negate(gd, "e"))),
+     tn.GraphBuildError, "branch 'e' returns 1 values and branch 't' 2"),
+    ("an If branch of no outputs",
+     lambda: _conditional("StatelessIf", ["t", "e"], lambda gd: (_no_output(gd, "t"), _negate(gd, "e"))),
+     tn.GraphBuildError, "branch 'e' returns 1 values and branch 't' 0"),
+    ("If branches of float32 and int32",
+     lambda: _conditional("StatelessIf", ["t", "e"], lambda gd: (_negate(gd, "t"), _to_int(gd, "e"))),
+     tn.DTypeError, "output 0 of branch 'e' is of dtype int32, of branch 't' float32"),
+    ("Case branches of float32 and int32",
+     lambda: _conditional("Case", ["b0", "b1"], lambda gd: (_negate(gd, "b0"), _to_int(gd, "b1"))),
+     tn.DTypeError, "output 0 of branch 'b1' is of dtype int32, of branch 'b0' float32"),
+    ("Case branches of one and two outputs",
+     lambda: _conditional("Case", ["b0", "b1"], lambda gd: (_negate(gd, "b0"), _two_outputs(gd, "b1"))),
+     tn.GraphBuildError, "branch 'b1' returns 2 values and branch 'b0' 1"),
+    ("a Case branch the library lacks", lambda: _conditional("Case", ["b0", "gone"], lambda gd: _negate(gd, "b0")),
+     tn.UnsupportedError, "'gone', which the GraphDef's library lacks"),
+    ("an unknown op in a loop body",
+     lambda: _loop(body=lambda gd: setattr(_step(gd).node_def[1], "op", "FrobnicateV9")),
+     tn.UnsupportedError, "FrobnicateV9: 1 node.*'body/inc'"),
+]
+
+
+@pytest.mark.parametrize("case,make,error,words", BAD_FUNCTIONS, ids=[c[0] for c in BAD_FUNCTIONS])
+def test_malformed_functions_are_turnout_errors_naming_node_and_function(case: str, make: Any, error: type,
+                                                                         words: str) -> None:
+    """Each is the Turnout error of its kind, naming the function at fault and the op's node (but for
+    the library's and the unsupported-op check's, which come before any node imports)."""
+    with pytest.raises(error, match=words) as info:
+        tn.import_graph_def(make().SerializeToString())
+    assert case in BEFORE_ANY_NODE or 'node "' in str(info.value)
+
+
+#: the cases refused before the import of the GraphDef's nodes
+BEFORE_ANY_NODE = {"a library of two functions of one name", "an unknown op in a loop body"}
+
+
+def test_the_battery_s_well_formed_twins_import_and_run() -> None:
+    """The loop, the call chain and the Case the battery breaks run as written: 1024 x; -x; the last
+    branch for an index out of range either way, as TensorFlow's Case, on every route."""
+    x = np.float32(1.5)
+    imp = tn.import_graph_def(_loop(shapes=[[], []]).SerializeToString())
+    chain = _calls(("f", "g"))
+    _negate(chain, "g")
+    imp2 = tn.import_graph_def(chain.SerializeToString())
+    case = _conditional("Case", ["b0", "b1", "b2"], lambda gd: (_negate(gd, "b0"), _negate(gd, "b1"), _function(
+        gd, "b2", [("a", F32)], [("o", F32)], [("y", "Square", ["a"], {"T": F32})], {"o": "y:y:0"})))
+    imp3 = tn.import_graph_def(case.SerializeToString())
+    for route in ROUTES:
+        assert run_on(route, imp.graph, imp.tensor("out:0"), {imp.tensor("x:0"): x}) == np.float32(1536.0), route
+        assert run_on(route, imp2.graph, imp2.tensor("call:0"), {imp2.tensor("x:0"): x}) == -x, route
+        got = [run_on(route, imp3.graph, imp3.tensor("c:0"), {imp3.tensor("x:0"): x, imp3.tensor("p:0"): np.int32(k)})
+               for k in (0, 2, 3, -1)]
+        assert got == [-x, x * x, x * x, x * x], route

@@ -126,17 +126,21 @@ class ImportContext:
         self.library: dict[str, Any] = {}
         #: a function body's arguments: ``_Arg`` NodeDef name -> the value the call passes
         self.args: dict[str, Value] = {}
+        #: the functions whose bodies are being imported around this one, outermost first (a call of
+        #: one of them again is a recursion, which inlining cannot end)
+        self.calls: tuple[str, ...] = ()
         #: where created nodes go: a GraphDef's top level builds its own frames (Enter, Exit, ...) at
         #: the root, without capture; a function body called by a builder (``tn.while_loop``'s body)
         #: goes into the builder's context, which captures outside tensors as the builder does
         self.flow_context: Any = None
         self.capture = False
 
-    def child(self, nodes: dict[str, Any], prefix: str, args: dict[str, Value]) -> ImportContext:
-        """The context of a function body's NodeDefs ``nodes`` called with ``args``, built into the
-        control-flow context current now (a builder's branch or loop body) under ``prefix``."""
+    def child(self, nodes: dict[str, Any], prefix: str, args: dict[str, Value], fname: str) -> ImportContext:
+        """The context of the NodeDefs ``nodes`` of function ``fname``'s body called with ``args``, built
+        into the control-flow context current now (a builder's branch or loop body) under ``prefix``."""
         sub = ImportContext(self.graph, nodes, FlowAnalysis(nodes), prefix)
         sub.library, sub.args, sub.device = self.library, args, self.device
+        sub.calls = (*self.calls, fname)
         sub.flow_context, sub.capture = self.graph._context, True
         return sub
 

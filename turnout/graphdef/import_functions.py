@@ -17,6 +17,10 @@ that captured it would, and the op's output for it is the Variable again (Tensor
 a resource argument unchanged). A function's stateful ops that no output depends on (its
 ``control_ret``: an assignment in a branch) are kept by making every output wait for them.
 
+Every call is inlined, so a recursive function is refused (``_function``), and a function whose
+outputs do not fit its op (their count, a branch's dtypes) is refused before a builder sees it, naming
+the function.
+
 A function's node inputs name ``node:arg:index``, an output argument of the node's op and an index
 into it; ``OUTPUT_ARGS`` lists the ops whose outputs are several arguments, in order (every other op
 has one), so the name becomes the GraphDef's ``node:k``.
@@ -36,7 +40,7 @@ from turnout.control_flow.cond import case as build_case
 from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.control_flow.while_loop import while_loop as build_while_loop
-from turnout.errors import UnsupportedError
+from turnout.errors import DTypeError, GraphBuildError, UnsupportedError
 from turnout.graph import Node, Tensor, TensorSpec
 from turnout.graphdef import protos
 from turnout.graphdef.import_context import Bundle, ImportContext, Rule, Value
@@ -99,6 +103,10 @@ def function_nodes(fdef: Any) -> tuple[dict[str, Any], list[str], list[str]]:
         nd.input.extend(_graph_input(i, ops_of) for i in src.input)
         nodes[nd.name] = nd
     nodes.update({nd.name: nd for nd in gd.node if nd.op == ARG})
+    missing = [o.name for o in fdef.signature.output_arg if o.name not in fdef.ret]
+    if missing:
+        raise GraphBuildError(f"function {fdef.signature.name!r}: its ret map names no value for output "
+                              f"{missing[0]!r}")
     rets = [_graph_input(fdef.ret[o.name], ops_of) for o in fdef.signature.output_arg]
     return nodes, args, rets
 
@@ -133,17 +141,42 @@ def call(ctx: ImportContext, fname: str, args: Sequence[Value], role: str) -> tu
     """Import the body of function ``fname`` with ``args`` into the control-flow context current now
     (a builder's callback), its nodes named under ``<node>/<role>/``; returns its outputs and the
     nodes of its stateful ops that nothing need wait for otherwise (its ``control_ret``)."""
-    fdef = ctx.library.get(fname)
-    if fdef is None:
-        raise UnsupportedError(f"{ctx.where()}: calls function {fname!r}, which the GraphDef's library lacks")
+    fdef = _function(ctx, fname)
     if len(args) != len(fdef.signature.input_arg):
         raise UnsupportedError(f"{ctx.where()}: calls {fname!r} with {len(args)} arguments; it takes "
                                f"{len(fdef.signature.input_arg)}")
     nodes, arg_names, rets = function_nodes(fdef)
-    sub = ctx.child(nodes, f"{ctx.prefix}{ctx.node.name}/{role}/", dict(zip(arg_names, args, strict=True)))
+    sub = ctx.child(nodes, f"{ctx.prefix}{ctx.node.name}/{role}/", dict(zip(arg_names, args, strict=True)), fname)
     import_nodes(sub, nodes, order(nodes, sub.flows), {}, BODY_RULES)
-    outs = [sub.values[r if ":" in r else f"{r}:0"] for r in rets]
+    outs = []
+    for r in rets:
+        name = r if ":" in r else f"{r}:0"
+        if name not in sub.values:
+            raise GraphBuildError(f"{ctx.where()}: function {fname!r} returns {name!r}, which none of its "
+                                  "nodes outputs")
+        outs.append(sub.values[name])
     return outs, [sub.control[n] for n in fdef.control_ret.values() if n in sub.control]
+
+
+def _function(ctx: ImportContext, fname: str) -> Any:
+    """The FunctionDef ``fname`` of the library, where calling it from here ends: Turnout inlines
+    every call, so a function that calls itself, directly or through others, is refused (TensorFlow
+    runs such a recursion one call at a time; inlined, it would never stop)."""
+    fdef = ctx.library.get(fname)
+    if fdef is None:
+        raise UnsupportedError(f"{ctx.where()}: calls function {fname!r}, which the GraphDef's library lacks")
+    if fname in ctx.calls:
+        chain = " -> ".join((*ctx.calls[ctx.calls.index(fname):], fname))
+        raise UnsupportedError(f"{ctx.where()}: function {fname!r} calls itself ({chain}); Turnout inlines "
+                               "calls and cannot import a recursive function")
+    return fdef
+
+
+def _count(ctx: ImportContext, fname: str, outs: Sequence[Any], want: int, what: str) -> None:
+    """Refuse function ``fname`` (a loop's cond or body) returning other than ``want`` values."""
+    if len(outs) != want:
+        raise GraphBuildError(f"{ctx.where()}: function {fname!r} returns {len(outs)} values; a loop's {what} "
+                              f"returns {want}")
 
 
 def _after(outs: Sequence[Value], waits: list[Node]) -> list[Value]:
@@ -214,14 +247,19 @@ def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if not flat:
         raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
     shapes = ctx.attr("output_shapes") or [None] * len(ins)
+    if len(shapes) != len(ins):
+        raise GraphBuildError(f"{ctx.where()}: output_shapes holds {len(shapes)} shapes for {len(ins)} loop "
+                              "variables")
     invariants = _invariants(ins, shapes)
 
     def cond(*vs: Any) -> Any:
-        (p,) = _after(*call(ctx, cond_f, _unflat(ins, vs), "cond"))
-        return p
+        outs = _after(*call(ctx, cond_f, _unflat(ins, vs), "cond"))
+        _count(ctx, cond_f, outs, 1, "condition")
+        return outs[0]
 
     def body(*vs: Any) -> Any:
         outs = _after(*call(ctx, body_f, _unflat(ins, vs), "body"))
+        _count(ctx, body_f, outs, len(ins), f"body over {len(ins)} variables")
         return [from_graph_value(_as_recorded(ctx, t, s)) for t, s in zip(_flat(outs, ctx.where()), invariants,
                                                                          strict=True)]
 
@@ -284,7 +322,7 @@ def _invariants(ins: Sequence[Value], shapes: Sequence[Any]) -> list[Any]:
     """The shape invariant of each carried tensor: the op's ``output_shapes`` entry of a plain
     tensor; none for a TensorList's parts (an array and its length)."""
     out: list[Any] = []
-    for v, shape in zip(ins, shapes, strict=False):
+    for v, shape in zip(ins, shapes, strict=True):
         if isinstance(v, Bundle):
             out.extend(p.shape for p in v.parts)
         elif not _is_resource(v):
@@ -320,11 +358,7 @@ def _branches(ctx: ImportContext, args: Sequence[Value], fnames: list[str],
     branch) is refused; a TensorList output comes out as its two parts; a conditional with no
     outputs whose branches have stateful ops (an assignment) has a scalar each branch makes after
     them, to wait for."""
-    for fname in fnames:
-        fdef = ctx.library.get(fname)
-        if fdef is not None and any(a.type == _DT_RESOURCE for a in fdef.signature.output_arg):
-            raise UnsupportedError(f"{ctx.where()}: branch {fname!r} returns a resource (a Variable chosen "
-                                   "by a branch)")
+    _same_outputs(ctx, fnames)
     shaped: list[list[Value]] = []
     types = _optional_types(ctx, fnames)
 
@@ -344,6 +378,29 @@ def _branches(ctx: ImportContext, args: Sequence[Value], fnames: list[str],
     if not shaped:
         return [], list(res)
     return _unflat(shaped[0], list(res)), []
+
+
+def _same_outputs(ctx: ImportContext, fnames: list[str]) -> None:
+    """Refuse branches ``fnames`` unless each returns what the first does, as many values of the same
+    types (their signatures'), naming the branch that differs; and one that returns a resource (a
+    Variable chosen by a branch), which Turnout's conditionals do not carry."""
+    types = {f: [a.type for a in _function(ctx, f).signature.output_arg] for f in fnames}
+    first = fnames[0]
+    for f in fnames:
+        if _DT_RESOURCE in types[f]:
+            raise UnsupportedError(f"{ctx.where()}: branch {f!r} returns a resource (a Variable chosen by a "
+                                   "branch)")
+        if len(types[f]) != len(types[first]):
+            raise GraphBuildError(f"{ctx.where()}: branch {f!r} returns {len(types[f])} values and branch "
+                                  f"{first!r} {len(types[first])}; every branch of a conditional returns as many")
+        j = next((j for j, (a, b) in enumerate(zip(types[f], types[first], strict=True)) if a != b), None)
+        if j is not None:
+            raise DTypeError(f"{ctx.where()}: output {j} of branch {f!r} is of dtype "
+                             f"{_type_name(types[f][j])}, of branch {first!r} {_type_name(types[first][j])}")
+
+
+def _type_name(enum: int) -> str:
+    return protos.TF_TYPE_NAMES.get(enum, f"enum {enum}")
 
 
 def _optional_types(ctx: ImportContext, fnames: list[str]) -> dict[int, dt.DType]:
@@ -397,5 +454,16 @@ def _call(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return _named(ctx, _after(outs, waits), waits)
 
 
-__all__ = ["ARG", "OUTPUT_ARGS", "call", "function_nodes"]
+def library(gd: Any) -> dict[str, Any]:
+    """The functions of GraphDef ``gd``'s library by name. Two of one name are refused, as
+    TensorFlow's function library refuses them: which one a call meant is not known."""
+    out: dict[str, Any] = {}
+    for f in gd.library.function:
+        if f.signature.name in out:
+            raise GraphBuildError(f"the GraphDef's library defines function {f.signature.name!r} twice")
+        out[f.signature.name] = f
+    return out
+
+
+__all__ = ["ARG", "OUTPUT_ARGS", "call", "function_nodes", "library"]
 

@@ -227,7 +227,7 @@ def _import_kept(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
     devices = {nd.name: tf_device(nd.device, f'{nd.op} node "{nd.name}"', scope) for nd in gd.node
                if nd.device}
     flows = FlowAnalysis(nodes)
-    library = {f.signature.name: f for f in gd.library.function}
+    library = import_functions.library(gd)
     # A loop variable TensorFlow relaxed (shape_invariants) shows only when its back edge does not
     # fit the shape it entered with: the import then starts again with that Merge relaxed. Into a
     # graph the caller gave, the tries go to scratch graphs, so the caller's graph gets one import.
