@@ -468,3 +468,66 @@ def test_the_battery_s_well_formed_twins_import_and_run() -> None:
         got = [run_on(route, imp3.graph, imp3.tensor("c:0"), {imp3.tensor("x:0"): x, imp3.tensor("p:0"): np.int32(k)})
                for k in (0, 2, 3, -1)]
         assert got == [-x, x * x, x * x, x * x], route
+
+
+def _int_const(gd: Any, name: str, value: Any) -> None:
+    nd = _node(gd, name, "Const", [], dtype=I32)
+    t = nd.attr["value"].tensor
+    t.dtype = I32
+    arr = np.asarray(value, np.int32)
+    for d in arr.shape:
+        t.tensor_shape.dim.add().size = d
+    t.int_val.extend(arr.ravel().tolist())
+
+
+def _lists() -> Any:
+    """TensorLists of scalars at a GraphDef's top level: ``full`` = [x, 2x, 3x] (reserved, then set),
+    ``g`` its element ``k``, ``s`` it with element ``k`` set to 0, ``popped`` = [x, x] pushed, less one."""
+    gd = _with_placeholder()
+    gd.node[0].attr["shape"].shape.SetInParent()
+    _node(gd, "k", "Placeholder", [], dtype=I32)
+    _int_const(gd, "es", [])
+    _int_const(gd, "three", 3)
+    _int_const(gd, "none", -1)
+    _node(gd, "l", "TensorListReserve", ["es", "three"], element_dtype=F32, shape_type=I32)
+    prev = "l"
+    for j in range(3):
+        _int_const(gd, f"c{j}", j)
+        _int_const(gd, f"m{j}", j + 1)
+        _node(gd, f"mf{j}", "Cast", [f"m{j}"], SrcT=I32, DstT=F32)
+        _node(gd, f"v{j}", "Mul", ["x", f"mf{j}"], T=F32)
+        _node(gd, f"s{j}", "TensorListSetItem", [prev, f"c{j}", f"v{j}"], element_dtype=F32)
+        prev = f"s{j}"
+    _node(gd, "g", "TensorListGetItem", ["s2", "k", "es"], element_dtype=F32)
+    _node(gd, "zero", "ZerosLike", ["x"], T=F32)
+    _node(gd, "s", "TensorListSetItem", ["s2", "k", "zero"], element_dtype=F32)
+    _node(gd, "e", "EmptyTensorList", ["es", "none"], element_dtype=F32, shape_type=I32)
+    _node(gd, "a", "TensorListPushBack", ["e", "x"], element_dtype=F32)
+    _node(gd, "a2", "TensorListPushBack", ["a", "x"], element_dtype=F32)
+    _node(gd, "p", "TensorListPopBack", ["a2", "es"], element_dtype=F32)
+    for name, src in (("full", "s2"), ("set", "s"), ("popped", "p")):
+        _node(gd, name, "TensorListStack", [src, "es"], element_dtype=F32).attr["num_elements"].i = -1
+    return gd
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_tensor_list_index_outside_its_length_and_a_popped_stack_are_refused(route: str) -> None:
+    """Found by the bug hunt of 2026-12-06: a list's array grows at a write past its size and reads
+    zeros past its writes, so ``TensorListGetItem`` of element 3 of a list of 3 read 0.0, a
+    ``TensorListSetItem`` there made a stack of 4 under a length of 3, and the stack of a popped
+    list held the popped element. Each is TensorFlow's error now (a KernelError naming the node),
+    on every route; in range, the values are TensorFlow's."""
+    imp = tn.import_graph_def(_lists().SerializeToString())
+    x, k = imp.tensor("x:0"), imp.tensor("k:0")
+    full, get, set_, popped = (imp.tensor(f"{n}:0") for n in ("full", "g", "set", "popped"))
+    sess = ROUTES[route](imp.graph)
+    got = sess.run([full, get, set_], {x: np.float32(1.5), k: np.int32(1)})
+    np.testing.assert_array_equal(got[0], [1.5, 3.0, 4.5])
+    assert got[1] == np.float32(3.0)
+    np.testing.assert_array_equal(got[2], [1.5, 0.0, 4.5])
+    with pytest.raises(tn.KernelError, match="g: Trying to access an element outside"):
+        sess.run(get, {x: np.float32(1.5), k: np.int32(3)})
+    with pytest.raises(tn.KernelError, match="s: Trying to modify an element outside"):
+        sess.run(set_, {x: np.float32(1.5), k: np.int32(-1)})
+    with pytest.raises(tn.KernelError, match="popped: a TensorList that was popped"):
+        sess.run(popped, {x: np.float32(1.5)})

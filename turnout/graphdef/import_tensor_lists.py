@@ -133,12 +133,29 @@ def _pop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [Bundle((ta, last)), value]
 
 
+def _index(ctx: ImportContext, i: Value, n: Tensor, verb: str) -> Tensor:
+    """Index ``i`` of a list of length ``n``, once it is in ``[0, n)``; else a KernelError with
+    TensorFlow's words, when it runs. Why: the array under the list grows at a write past its size
+    and reads zeros past its writes, which would set an element a list of ``n`` does not have, or
+    read one, where TensorFlow's kernel refuses."""
+    if not isinstance(i, Tensor):
+        raise UnsupportedError(f"{ctx.where()}: its index is {ImportContext.describe(i)}")
+    zero = _i32(ctx, 0, [i])
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [i, zero], suffix="index_from").outputs[0],
+                                   ctx.create("Less", [i, n], suffix="index_below").outputs[0]],
+                    suffix="index_ok").outputs[0]
+    message = f"{ctx.node.name}: Trying to {verb} an element outside the list's length"
+    return ctx.create("Assert", [ok, i], {"message": message}, suffix="index").outputs[0]
+
+
 @_rule("TensorListSetItem")
 def _set(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """The list with element ``index`` set, whatever it held (a list is a value: the gradient of a set
-    sets the same element of the gradient list to zero), so a TensorArray write that overwrites."""
+    sets the same element of the gradient list to zero), so a TensorArray write that overwrites; an
+    index outside the list is refused when it runs (``_index``)."""
     ta, n = _list(ctx, ins[0])
-    written = ctx.create("TensorArrayWrite", [ta, ins[1], ins[2]], {"overwrite": True}, suffix="write").outputs[0]
+    i = _index(ctx, ins[1], n, "modify")
+    written = ctx.create("TensorArrayWrite", [ta, i, ins[2]], {"overwrite": True}, suffix="write").outputs[0]
     return [Bundle((written, n))]
 
 
@@ -154,21 +171,27 @@ def _known_shape(ctx: ImportContext, ta: Tensor, k: int) -> Optional[list[int]]:
 def _get(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """An element; one never set reads as zeros of the element shape, as TensorFlow's does (the
     gradient of a read sets one element of a list of unset ones), where that shape is known."""
-    ta, _ = _list(ctx, ins[0])
+    ta, n = _list(ctx, ins[0])
+    i = _index(ctx, ins[1], n, "access")
     es = _known_shape(ctx, ta, 2)
     if es is None:
-        return [ctx.create("TensorArrayRead", [ta, ins[1]]).outputs[0]]
+        return [ctx.create("TensorArrayRead", [ta, i]).outputs[0]]
     shape = ctx.const(np.asarray(es, np.int32), [ta], suffix="shape")
-    return [ctx.create("TensorArrayReadOrZeros", [ta, ins[1], shape]).outputs[0]]
+    return [ctx.create("TensorArrayReadOrZeros", [ta, i, shape]).outputs[0]]
 
 
 @_rule("TensorListStack")
 def _stack(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """Every element, stacked; unset ones as zeros where the element shape is known (a list that was
-    popped is refused when it runs: its array is longer than the list)."""
-    ta, _ = _list(ctx, ins[0])
+    """Every element, stacked; unset ones as zeros where the element shape is known. A list that was
+    popped is refused when it runs (an ``Assert``): its array keeps the popped slots, so it is
+    longer than the list."""
+    ta, n = _list(ctx, ins[0])
     zeros = {"unwritten_zeros": True} if _known_shape(ctx, ta, 1) is not None else {}
-    return [ctx.create("TensorArrayStack", [ta], zeros).outputs[0]]
+    stacked = ctx.create("TensorArrayStack", [ta], zeros, suffix="stack").outputs[0]
+    size = ctx.create("TensorArraySize", [ta], suffix="size").outputs[0]
+    ok = ctx.create("Equal", [size, n], suffix="whole").outputs[0]
+    message = f"{nd.name}: a TensorList that was popped cannot be stacked here (Turnout keeps its popped slots)"
+    return [ctx.create("Assert", [ok, stacked], {"message": message}).outputs[0]]
 
 
 @_rule("TensorListFromTensor")
