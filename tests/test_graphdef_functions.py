@@ -531,3 +531,22 @@ def test_a_tensor_list_index_outside_its_length_and_a_popped_stack_are_refused(r
         sess.run(set_, {x: np.float32(1.5), k: np.int32(-1)})
     with pytest.raises(tn.KernelError, match="popped: a TensorList that was popped"):
         sess.run(popped, {x: np.float32(1.5)})
+
+
+@pytest.mark.parametrize("dtype", [F32, I32])
+def test_an_if_of_a_number_predicate_is_true_where_it_is_not_zero(dtype: int) -> None:
+    """Found by the bug hunt of 2026-12-06: an If whose predicate is a float or int scalar (TensorFlow
+    reads it as ``!= 0``) failed to import as "malformed" (the zero it compares with was built with
+    a numpy attribute that does not exist); it takes the then branch where the predicate is not 0."""
+    gd = _with_placeholder()
+    _node(gd, "p", "Placeholder", [], dtype=dtype).attr["shape"].shape.SetInParent()
+    _node(gd, "c", "StatelessIf", ["p", "x"], Tcond=dtype, Tin=[F32], Tout=[F32], then_branch="t", else_branch="e")
+    _negate(gd, "t")
+    _function(gd, "e", [("a", F32)], [("o", F32)], [("y", "Square", ["a"], {"T": F32})], {"o": "y:y:0"})
+    imp = tn.import_graph_def(gd.SerializeToString())
+    number = np.float32 if dtype == F32 else np.int32
+    for route in ("reference", "fast"):
+        sess = ROUTES[route](imp.graph)
+        got = [sess.run(imp.tensor("c:0"), {imp.tensor("x:0"): np.float32(3.0), imp.tensor("p:0"): number(p)})
+               for p in (2, 0, -1)]
+        assert got == [-3.0, 9.0, -3.0], route

@@ -18,7 +18,7 @@ from route_table import ROUTES
 
 import turnout as tn
 from turnout import tf_random
-from turnout.errors import ArgumentError, DTypeError, KernelError, UnsupportedError
+from turnout.errors import ArgumentError, DTypeError, KernelError, ShapeError, UnsupportedError
 
 pytest.importorskip("jax")
 
@@ -70,6 +70,23 @@ def test_graph_seed_and_op_seed_follow_tensorflow_1() -> None:
     assert b.tobytes() == chunk(5, draws[1].attrs["seed2"], 2, 0).tobytes() and b.tobytes() != c.tobytes()
     g2, outs2 = build()
     assert [x.tobytes() for x in tn.Session(g2).run(outs2)] == [a.tobytes(), b.tobytes(), c.tobytes()]
+
+
+def test_seeds_are_taken_modulo_2_31_minus_1_as_tensorflows() -> None:
+    """Found by the bug hunt of 2026-12-06: TensorFlow's ``get_seed`` takes each seed modulo
+    ``2**31 - 1`` before the kernel sees it (``_truncate_seed``), and only then turns (0, 0) into
+    (0, 2**31 - 1); Turnout took them modulo ``2**64``, so an op seed of -1 or ``2**31`` or a graph
+    seed of ``2**31 - 1`` drew other numbers than TensorFlow's."""
+    m = 2**31 - 1
+    g = tn.Graph()
+    with g.as_default():
+        outs = [tn.random.uniform([3], seed=s) for s in (-1, 2**31, 2**64 + 5)]
+        tn.random.set_random_seed(m)
+        outs += [tn.random.uniform([3], seed=m), tn.random.uniform([3], seed=m + 7)]
+    keys = [(n.attrs["seed"], n.attrs["seed2"]) for n in g.nodes if n.op == "RandomDraw"]
+    assert keys == [(87654321, m - 1), (87654321, 1), (87654321, (2**64 + 5) % m), (0, m), (0, 7)]
+    for got, key in zip(tn.Session(g).run(outs), keys, strict=True):
+        assert got.tobytes() == chunk(*key, 3, 0).tobytes()
 
 
 def test_scaled_draws(backend: str) -> None:
@@ -236,6 +253,17 @@ def test_random_ops_have_no_gradient() -> None:
     (lambda: tn.nn.dropout(tn.ones([2]), rate="x"), ArgumentError, "rate must be a number"),
     (lambda: tn.nn.dropout(tn.constant([1, 2]), rate=0.5), DTypeError, "dropout: x must be floating"),
     (lambda: tn.nn.dropout(tn.ones([2]), rate=tn.constant([0.5, 0.5])), ArgumentError, "must be a float32 scalar"),
+    # found by the bug hunt of 2026-12-06: a rate below 1 that float32 rounds to 1 (NaN on the reference,
+    # 0 on the fast backend); a noise_shape of higher rank (the result was not x's shape); a graph seed
+    # that is not an int (truncated or parsed by int()); a size past int32 (numpy's OverflowError)
+    (lambda: tn.nn.dropout(tn.ones([2]), rate=0.999999999), ArgumentError, "rate in \\[0, 1\\) in float32"),
+    (lambda: tn.nn.dropout(tn.ones([2]), keep_prob=1e-9), ArgumentError, "rate in \\[0, 1\\) in float32"),
+    (lambda: tn.nn.dropout(tn.ones([2, 3]), rate=0.5, noise_shape=[4, 2, 3]), ShapeError,
+     "noise_shape \\[4, 2, 3\\] does not broadcast to x's shape \\[2, 3\\]"),
+    (lambda: tn.nn.dropout(tn.ones([1, 3]), rate=0.5, noise_shape=[2, 3]), ShapeError, "does not broadcast"),
+    (lambda: tn.random.set_random_seed(1.5), ArgumentError, "set_random_seed: seed must be an int"),
+    (lambda: tn.random.set_random_seed("1"), ArgumentError, "set_random_seed: seed must be an int"),
+    (lambda: tn.random.uniform([2**31]), ArgumentError, "random_uniform: shape .* past int32's range"),
 ])
 def test_bad_arguments_are_turnout_errors_naming_the_op(build: Any, error: type, match: str) -> None:
     with tn.Graph().as_default(), pytest.raises(error, match=match):

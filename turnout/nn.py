@@ -15,7 +15,7 @@ import numpy as np
 from turnout.arguments import checked
 from turnout.array_ops import normalize_axis
 from turnout.composite import GraphMaker, Maker
-from turnout.errors import ArgumentError, DTypeError
+from turnout.errors import ArgumentError, DTypeError, ShapeError
 from turnout.graph import Tensor
 from turnout.ops import convert_to_tensor, int_attr
 
@@ -80,7 +80,8 @@ def dropout(x: Any, rate: Any = None, keep_prob: Any = None, noise_shape: Any = 
     defaults to ``x``'s shape and broadcasts against it), so the result is
     ``x * (1 / (1 - rate)) * cast(mask)`` and its gradient the upstream gradient times the same.
     Give ``rate`` or TensorFlow 1's ``keep_prob`` (``rate = 1 - keep_prob``), a number in [0, 1)
-    or a float scalar tensor (checked when it runs)."""
+    in ``x``'s dtype or a float scalar tensor (checked when it runs); ``noise_shape`` must broadcast
+    to ``x``'s shape."""
     from turnout import random as tr
     from turnout.ops import assert_true, cast, convert_to_tensor, logical_and, shape
 
@@ -95,8 +96,8 @@ def dropout(x: Any, rate: Any = None, keep_prob: Any = None, noise_shape: Any = 
         if isinstance(given, bool) or not isinstance(given, (int, float, np.integer, np.floating)):
             raise ArgumentError(f"{who}: {what} must be a number or a float scalar tensor, got {given!r}")
         r = float(given) if rate is not None else 1.0 - float(given)
-        if not 0.0 <= r < 1.0:
-            raise ArgumentError(f"{who}: {what} must give a rate in [0, 1), got {what}={given!r}")
+        if not 0.0 <= r < 1.0 or not t.dtype.numpy(r) < 1:  # (0.999999999 is 1 in float32)
+            raise ArgumentError(f"{who}: {what} must give a rate in [0, 1) in {t.dtype.name}, got {what}={given!r}")
         p = convert_to_tensor(r, t.dtype)
     else:
         if given.dtype != t.dtype or (given.shape is not None and given.shape != ()):
@@ -107,7 +108,21 @@ def dropout(x: Any, rate: Any = None, keep_prob: Any = None, noise_shape: Any = 
     if noise_shape is None:
         noise_shape = list(t.shape) if t.shape is not None and None not in t.shape else shape(t)
     u = tr.uniform(noise_shape, dtype=t.dtype, seed=seed, name=f"{who}/random_uniform")
-    return t * (1.0 / (1.0 - p)) * cast(u >= p, t.dtype)
+    out = t * (1.0 / (1.0 - p)) * cast(u >= p, t.dtype)
+    _check_noise_shape(out, t, noise_shape, who)
+    return out
+
+
+def _check_noise_shape(out: Tensor, x: Tensor, noise_shape: Any, who: str) -> None:
+    """Refuse a ``noise_shape`` that broadcasts ``x`` to another shape (of higher rank, or a size 1 of
+    ``x`` where the mask has more): the result is ``x``'s shape, as TensorFlow's ``set_shape`` holds
+    it. (A size of ``x`` known only when it runs is taken on trust.)"""
+    from turnout import shapes as sh
+
+    if out.shape is None or x.shape is None:
+        return
+    if not sh.compatible(out.shape, x.shape):
+        raise ShapeError(f"{who}: noise_shape {noise_shape!r} does not broadcast to x's shape {list(x.shape)}")
 
 
 __all__ = ["dropout", "log_softmax", "log_softmax_part", "log_softmax_parts", "softmax", "softmax_part"]

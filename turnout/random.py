@@ -34,34 +34,43 @@ from turnout.control_flow.contexts import CondContext, WhileContext
 from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 from turnout.ops import constant, control_dependencies, convert_to_tensor, identity
-from turnout.random_rules import SEED_LIMIT
 from turnout.specs import TensorSpec
 from turnout.variables import Variable
 
 DEFAULT_GRAPH_SEED = 87654321  # TensorFlow 1's, for an op seeded without a graph seed
+#: TensorFlow's ``get_seed`` takes every seed modulo this (``_truncate_seed``: to fit 32 bits)
+SEED_MODULUS = 2**31 - 1
 
 
 @checked
 def set_random_seed(seed: Optional[int], graph: Optional[Graph] = None) -> None:
     """Set the graph-level seed of ``graph`` (the default graph), as ``tf.compat.v1.set_random_seed``:
     the random ops built after it get seeds from it (module docstring); None unsets it."""
+    _check_seed(seed, "set_random_seed")
     (graph or get_default_graph()).random_seed = None if seed is None else int(seed)
+
+
+def _check_seed(seed: Any, who: str) -> None:
+    """Refuse a seed that is not an int or None (a float or a string was truncated or parsed)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise ArgumentError(f"{who}: seed must be an int or None, got {seed!r}")
 
 
 def get_seed(op_seed: Optional[int], graph: Optional[Graph] = None) -> tuple[int, int]:
     """The key ``(seed, seed2)`` of a random op built now with op seed ``op_seed``: TensorFlow 1's
-    ``get_seed``, with the unseeded case drawn here once (module docstring)."""
+    ``get_seed``, with the unseeded case drawn here once (module docstring). Each seed is taken
+    modulo ``2**31 - 1`` first, as TensorFlow's ``_truncate_seed`` does (so -1 and ``2**31`` draw
+    TensorFlow's numbers), and (0, 0) after that becomes (0, 2**31 - 1)."""
     g = graph or get_default_graph()
     graph_seed = g.random_seed
-    if op_seed is not None and (isinstance(op_seed, bool) or not isinstance(op_seed, (int, np.integer))):
-        raise ArgumentError(f"random: seed must be an int or None, got {op_seed!r}")
+    _check_seed(op_seed, "random")
     if graph_seed is None and op_seed is None:
         return tf_random.stream_seeds(0, 0)
-    s = DEFAULT_GRAPH_SEED if graph_seed is None else graph_seed
-    s2 = len(g.nodes) if op_seed is None else int(op_seed)
+    s = DEFAULT_GRAPH_SEED if graph_seed is None else int(graph_seed) % SEED_MODULUS
+    s2 = (len(g.nodes) if op_seed is None else int(op_seed)) % SEED_MODULUS
     if s == 0 and s2 == 0:  # (0, 0) means "unseeded" to the kernel: TensorFlow takes (0, 2**31 - 1)
-        s2 = 2**31 - 1
-    return s % SEED_LIMIT, s2 % SEED_LIMIT
+        s2 = SEED_MODULUS
+    return s, s2
 
 
 # ---- the stateful draw ----------------------------------------------------------------------------
@@ -161,6 +170,8 @@ def _shape_input(shape: Any, name: str) -> tuple[Tensor, Optional[list[int]]]:
         raise ArgumentError(f"{name}: shape must be a list of ints or an int32 vector tensor, got {shape!r}")
     if any(x < 0 for x in dims):
         raise ArgumentError(f"{name}: shape {dims} has a negative dimension")
+    if any(x > np.iinfo(np.int32).max for x in dims):
+        raise ArgumentError(f"{name}: shape {dims} has a dimension past int32's range")
     return constant(np.asarray(dims, np.int32), name="shape"), dims
 
 

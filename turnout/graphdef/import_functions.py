@@ -444,7 +444,7 @@ def _predicate(ctx: ImportContext, p: Value) -> Tensor:
     if p.shape != ():
         raise UnsupportedError(f"{ctx.where()}: a predicate of dtype {p.dtype.name} must be a scalar here "
                                f"(got shape {p.shape})")
-    return ctx.create("NotEqual", [p, ctx.const(p.dtype.numpy.type(0), [p], suffix="zero")], suffix="pred").outputs[0]
+    return ctx.create("NotEqual", [p, ctx.const(p.dtype.numpy(0), [p], suffix="zero")], suffix="pred").outputs[0]
 
 
 @_rule("PartitionedCall", "StatefulPartitionedCall")
