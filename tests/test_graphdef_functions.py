@@ -550,3 +550,47 @@ def test_an_if_of_a_number_predicate_is_true_where_it_is_not_zero(dtype: int) ->
         got = [sess.run(imp.tensor("c:0"), {imp.tensor("x:0"): np.float32(3.0), imp.tensor("p:0"): number(p)})
                for p in (2, 0, -1)]
         assert got == [-3.0, 9.0, -3.0], route
+
+
+def _loop_of_draws() -> Any:
+    """``While`` (stateful) of ``(i, y) -> (i + 1, y + u)`` for three steps from ``(0, x)``, ``u`` a
+    ``RandomUniform`` scalar of seeds (1, 2) drawn in the body."""
+    gd = _with_placeholder()
+    gd.node[0].attr["shape"].shape.SetInParent()
+    _node(gd, "zero", "Const", [], dtype=F32, value=0.0)
+    _node(gd, "w", "While", ["zero", "x"], T=[F32, F32], cond="cond", body="body")
+    f = _function(gd, "cond", [("a0", F32), ("a1", F32)], [("p", BOOL)], _under_ten("a0"), {"p": "lt:z:0"})
+    f.node_def[0].attr["value"].tensor.float_val[0] = 3.0
+    body = _step(gd)
+    shape = body.node_def.add()
+    shape.name, shape.op = "shape", "Const"
+    shape.attr["dtype"].type = I32
+    shape.attr["value"].tensor.dtype = I32
+    shape.attr["value"].tensor.tensor_shape.dim.add().size = 0
+    u = body.node_def.add()
+    u.name, u.op = "u", "RandomUniform"
+    u.input.append("shape:output:0")
+    u.attr["dtype"].type, u.attr["T"].type, u.attr["seed"].i, u.attr["seed2"].i = F32, I32, 1, 2
+    body.node_def[2].op = "AddV2"
+    body.node_def[2].input[:] = ["a1", "u:output:0"]
+    _node(gd, "out", "Identity", ["w:1"], T=F32)
+    return gd
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_random_op_in_a_v2_loop_body_draws_tensorflow_s_stream(route: str) -> None:
+    """Found by the bug hunt of 2026-12-06: a random op inside a v2 loop's body got the token loop
+    variable of a TensorFlow v1 frame, built by hand beside the builder's own, and every run failed
+    validation (a Switch reading two frames). It takes the builder's token now, as ``tn.random`` in a
+    body written by hand: the ``k``-th iteration draws TensorFlow's ``k``-th chunk, across runs too."""
+    from turnout import tf_random
+
+    imp = tn.import_graph_def(_loop_of_draws().SerializeToString())
+    sess = ROUTES[route](imp.graph)
+    seeds = tf_random.stream_seeds(1, 2)
+    draws = [tf_random.uniform(*seeds, 1, np.dtype(np.float32), 256 * k)[0] for k in range(6)]
+    for run in range(2):
+        want = np.float32(0.5)
+        for u in draws[3 * run: 3 * run + 3]:
+            want = np.float32(want + u)
+        assert sess.run(imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(0.5)}) == want

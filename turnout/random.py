@@ -74,7 +74,7 @@ def get_seed(op_seed: Optional[int], graph: Optional[Graph] = None) -> tuple[int
 
 
 # ---- the stateful draw ----------------------------------------------------------------------------
-def _loop_token(ctx: Any, prefix: str) -> tuple[Optional[Tensor], Callable[[Tensor], None]]:
+def loop_token(ctx: Any, prefix: str) -> tuple[Optional[Tensor], Callable[[Tensor], None]]:
     """A token of the current iteration that the op's counter read waits on, and the function that
     passes the op's assign on as the next iteration's token (None and a no-op outside loops). A
     loop nested in a loop takes its first token from the outer loop's and hands its last on."""
@@ -91,7 +91,7 @@ def _loop_token(ctx: Any, prefix: str) -> tuple[Optional[Tensor], Callable[[Tens
         raise UnsupportedError(f"random: a random op in the predicate of while_loop \"{ctx.name}\" is not built "
                                "(draw it in the body)")
     g = ctx.graph
-    outer, close_outer = _loop_token(ctx.outer, prefix)
+    outer, close_outer = loop_token(ctx.outer, prefix)
     if outer is None:  # (made in the loop's own context: in a cond branch it runs only when taken)
         with g._in_context(ctx.outer), g.control_dependencies(None):
             outer = constant(np.int64(0), name=f"{prefix}/sync_init")
@@ -147,7 +147,7 @@ def stateful_draw(distribution: str, shape: Any, dtype: Any, seed: Optional[int]
         return g.create_node(op, list(inputs), a, name=f"{prefix}/{suffix}", specs=spec)
 
     counter = Variable(np.int64(0), name=f"{prefix}/counter", trainable=False)
-    token, close = _loop_token(g.current_context, prefix)
+    token, close = loop_token(g.current_context, prefix)
     with control_dependencies([token.node] if token is not None else []):
         drawn, advanced = draw_part(create, counter.handle, shp, bounds, attrs, static)
     close(advanced)

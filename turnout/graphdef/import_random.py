@@ -8,7 +8,10 @@ drawn anew at each execution: it becomes the stateful draw ``tn.random`` builds 
 a counter Variable read, a ``RandomDraw`` from it, the counter advanced), keyed by the node's own
 ``seed`` and ``seed2``, so its ``k``-th execution draws TensorFlow's ``k``-th values. Inside a
 TensorFlow while loop the op gets a token loop variable in each loop around it (``_frame_token``), as
-``tn.random`` threads one through a builder's loop, so its executions follow the iterations.
+``tn.random`` threads one through a builder's loop, so its executions follow the iterations. In a
+function body of control flow v2 (a ``While``'s body, imported inside ``tn.while_loop``'s callback)
+the loops around the op are builders' loops, so it takes their tokens as ``tn.random`` does
+(``random.loop_token``).
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def _upstream(n: Node) -> Optional[Node]:
 
 
 def _frame_token(ctx: ImportContext, enter: Node) -> tuple[Tensor, Callable[[Tensor], None]]:
-    """A token loop variable of the frame ``enter`` enters (``random._loop_token`` for an imported
+    """A token loop variable of the frame ``enter`` enters (``random.loop_token`` for an imported
     loop): ``Enter -> Merge -> Switch(pivot) -> Identity`` whose value each iteration is the counter
     its draw just wrote, so the next iteration's read waits on it; entered from the enclosing frame's
     token (or a constant at the root). Returns the iteration's token and the function closing the
@@ -171,7 +174,8 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
 
     shape, bounds = ins[0], ins[1:]
     anchors = [x for x in ins if isinstance(x, Tensor)] + [c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs]
-    enter = next((e for e in map(loop_enter, anchors) if e is not None), None)
+    # (a function body's values lie in its builder's frames, which the builder threads tokens through)
+    enter = None if ctx.capture else next((e for e in map(loop_enter, anchors) if e is not None), None)
     if enter is not None and any(in_loop_cond(t) for t in anchors):
         raise UnsupportedError(f"{ctx.where()}: a random op in a cond inside a TensorFlow while loop is not built "
                                "(its draws could not be ordered across iterations)")
@@ -181,9 +185,8 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
         raise UnsupportedError(f"{ctx.where()}: dtype {dtype.name} is not supported")
     seed, seed2 = tf_random.stream_seeds(int(ctx.attr("seed", 0)), int(ctx.attr("seed2", 0)))
     name = f"{ctx.prefix}{nd.name}/counter"
-    counter = ctx.create("VarHandle", [], {"var_name": name, "dtype": "int64", "shape": [],
-                                           "initial_value": np.asarray(0, np.int64)}, suffix="counter", control=[])
-    token, close = _frame_token(ctx, enter) if enter is not None else (None, None)
+    counter = _counter(ctx, name)
+    token, close = _token(ctx, enter)
     ctx.graph.variables[name] = counter
     static = ctx.static(ctx.data_inputs()[0])
     dims = None if static is None else [int(d) for d in np.ravel(static)]
@@ -200,6 +203,28 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
     if close is not None:
         close(advanced)
     return ctx.create("Identity", [drawn], control=[*ctx.ctrl_inputs(), advanced.node]).outputs[0]
+
+
+def _token(ctx: ImportContext, enter: Optional[Node]) -> tuple[Optional[Tensor], Optional[Callable[[Tensor], None]]]:
+    """The iteration's token the op's counter read waits on, and the function passing its update on
+    as the next iteration's: a builder's (in a v2 function body), a v1 frame's, or none at the root."""
+    from turnout.random import loop_token
+
+    if ctx.capture:
+        with ctx.graph._in_context(ctx.flow_context):
+            return loop_token(ctx.flow_context, f"{ctx.prefix}{ctx.node.name}")
+    return _frame_token(ctx, enter) if enter is not None else (None, None)
+
+
+def _counter(ctx: ImportContext, name: str) -> Node:
+    """The op's counter Variable, at the root of the graph (a VarHandle made inside a builder's loop
+    would be a value of each iteration, not one Variable)."""
+    attrs = {"var_name": name, "dtype": "int64", "shape": [], "initial_value": np.asarray(0, np.int64)}
+    flow, ctx.flow_context = ctx.flow_context, None
+    try:
+        return ctx.create("VarHandle", [], attrs, suffix="counter", control=[])
+    finally:
+        ctx.flow_context = flow
 
 
 @_rule("Qr", "DiagPart")
