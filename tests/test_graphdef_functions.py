@@ -594,3 +594,22 @@ def test_a_random_op_in_a_v2_loop_body_draws_tensorflow_s_stream(route: str) -> 
         for u in draws[3 * run: 3 * run + 3]:
             want = np.float32(want + u)
         assert sess.run(imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(0.5)}) == want
+
+
+def test_an_output_shape_of_unknown_rank_lets_a_v2_loop_variable_change_rank() -> None:
+    """Found by the bug hunt of 2026-12-06: TensorFlow records a loop variable relaxed to any shape
+    (``shape_invariants=[tf.TensorShape(None)]``) as an ``output_shapes`` entry of unknown rank, which
+    the import read as "no invariant", so a body that stacks the variable was a ShapeError. It is
+    ``tn.ANY_SHAPE`` now: ``y <- [y, y]`` three times from a scalar is a ``[2, 2, 2]`` of it."""
+    def stacking(gd: Any) -> None:
+        body = _step(gd)
+        body.node_def[2].op = "Pack"
+        body.node_def[2].attr["N"].i = 2
+    gd = _loop(shapes=[[], []], body=stacking)
+    gd.node[0].attr["shape"].shape.SetInParent()  # (x: a scalar)
+    gd.node[2].attr["output_shapes"].list.shape[1].unknown_rank = True  # (node 2: the While)
+    gd.library.function[0].node_def[0].attr["value"].tensor.float_val[0] = 3.0  # (cond: a0 < 3)
+    imp = tn.import_graph_def(gd.SerializeToString())
+    for route in ("reference", "fast"):
+        got = run_on(route, imp.graph, imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(1.5)})
+        np.testing.assert_array_equal(got, np.full((2, 2, 2), 1.5, np.float32), err_msg=route)

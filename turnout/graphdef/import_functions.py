@@ -36,6 +36,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import ops
+from turnout import shapes as sh
 from turnout.control_flow.cond import case as build_case
 from turnout.control_flow.cond import cond as build_cond
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
@@ -240,13 +241,16 @@ def _named(ctx: ImportContext, outs: Sequence[Value], waits: Sequence[Any] = ())
 def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``tn.while_loop`` of the ``cond`` and ``body`` functions over the inputs' tensors (a resource
     is not carried, a TensorList is carried as its two parts), with ``output_shapes`` as the shape
-    invariants of the plain tensors (TensorFlow's are those of its loop variables)."""
+    invariants of the plain tensors (TensorFlow's are those of its loop variables; one of unknown rank
+    is ``tn.ANY_SHAPE``, TensorFlow's ``TensorShape(None)``)."""
     cond_f, body_f = _func(ctx, "cond"), _func(ctx, "body")
     ins = [_typed(ctx, body_f, k, v) if isinstance(v, PendingList) else v for k, v in enumerate(ins)]
     flat = _flat(ins, ctx.where())
     if not flat:
         raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
-    shapes = ctx.attr("output_shapes") or [None] * len(ins)
+    recorded = ctx.attr("output_shapes")
+    # (a shape of unknown rank recorded is TensorFlow's relaxed invariant: the rank may change)
+    shapes = [sh.ANY_SHAPE if s is None else s for s in recorded] if recorded else [None] * len(ins)
     if len(shapes) != len(ins):
         raise GraphBuildError(f"{ctx.where()}: output_shapes holds {len(shapes)} shapes for {len(ins)} loop "
                               "variables")
@@ -307,9 +311,7 @@ def _as_recorded(ctx: ImportContext, t: Tensor, shape: Any) -> Tensor:
     """``t`` with the static shape TensorFlow recorded for its loop variable where ``t``'s own is less
     specific (a value popped off a list whose element shape the import could not know), as the
     importer takes every shape TensorFlow recorded (``ImportContext._refined``)."""
-    from turnout import shapes as sh
-
-    if t.dtype.is_opaque or shape is None or not sh.compatible(t.shape, sh.as_shape(shape)):
+    if t.dtype.is_opaque or shape is None or shape is sh.ANY_SHAPE or not sh.compatible(t.shape, sh.as_shape(shape)):
         return t
     merged = sh.merge(t.shape, sh.as_shape(shape))
     if merged == t.shape:
