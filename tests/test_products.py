@@ -127,6 +127,8 @@ def test_bad_product_arguments_are_turnout_errors(route: str) -> None:
             tn.cumprod(tn.constant(2.0))
         with pytest.raises(tn.ShapeError, match="Prod"):
             tn.reduce_prod(tn.constant([1.0, 2.0]), axis=3)
+        with pytest.raises(tn.ShapeError, match=r"Prod: reduction axes \[1, -1\] name an axis twice"):
+            tn.reduce_prod(tn.constant([[1.0, 2.0]]), axis=[1, -1])  # (bug hunt 2026-12-06: a KernelError at run)
         with pytest.raises(tn.GraphBuildError, match="axis"):
             tn.cumprod(tn.constant([1.0]), axis="0")  # type: ignore[arg-type]
         u = tn.placeholder(tn.float32, None, name="u")

@@ -489,6 +489,8 @@ def reduced_shape(shape: sh.Shape, axis: Any, keepdims: bool) -> sh.Shape:
         if not -r <= a < max(r, 1):
             raise ShapeError(f"reduction axis {a} out of range for rank {r}")
     axes = set(range(r)) if axis is None else {a % r if r else 0 for a in listed}
+    if len(axes) < len(listed):  # (the kernels refuse it when they run: refused here, where it is known)
+        raise ShapeError(f"reduction axes {listed} name an axis twice for rank {r}")
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
