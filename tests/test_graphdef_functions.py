@@ -613,3 +613,47 @@ def test_an_output_shape_of_unknown_rank_lets_a_v2_loop_variable_change_rank() -
     for route in ("reference", "fast"):
         got = run_on(route, imp.graph, imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(1.5)})
         np.testing.assert_array_equal(got, np.full((2, 2, 2), 1.5, np.float32), err_msg=route)
+
+
+def _v1_loop_calling(body: list[tuple[str, str, list[str], dict[str, Any]]], ret: str) -> Any:
+    """A TensorFlow v1 while loop (Turnout's own, exported) of ``y <- f(y)`` three times from ``x``,
+    ``f`` a ``PartitionedCall`` of a function of ``body`` NodeDefs returning ``ret``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        _, y = tn.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, tn.identity(y, name="hook")), [tn.constant(0), x])
+        tn.identity(y, name="out")
+    gd = tn.export_graph_def(g).graph_def
+    (hook,) = [nd for nd in gd.node if nd.name.endswith("/hook")]
+    hook.op = "PartitionedCall"
+    del hook.attr["T"]
+    _set_attrs(hook, {"f": "f", "Tin": [F32], "Tout": [F32]})
+    _function(gd, "f", [("a", F32)], [("o", F32)], body, {"o": ret})
+    return gd
+
+
+@pytest.mark.parametrize("route", ["reference", "fast"])
+def test_a_call_in_a_v1_loop_makes_its_constants_and_draws_in_the_loop(route: str) -> None:
+    """Found by the bug hunt of 2026-12-06: a ``PartitionedCall`` inside a TensorFlow v1 loop inlined
+    its function's constants at the root, outside the loop's frame, and every run failed validation.
+    They wait for the call's argument now, as TensorFlow's inliner makes them wait for the call: ``y
+    + 0.25`` three times, and a ``RandomUniform`` in the function draws TensorFlow's stream, one
+    chunk per iteration."""
+    from turnout import tf_random
+
+    plus = _v1_loop_calling([("c", "Const", [], {"dtype": F32, "value": 0.25}),
+                             ("y", "AddV2", ["a", "c:output:0"], {"T": F32})], "y:z:0")
+    imp = tn.import_graph_def(plus.SerializeToString())
+    assert run_on(route, imp.graph, imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(0.5)}) == np.float32(1.25)
+    draws = _v1_loop_calling([("s", "Const", [], {"dtype": I32}), ("u", "RandomUniform", ["s:output:0"], {
+        "dtype": F32, "T": I32}), ("y", "AddV2", ["a", "u:output:0"], {"T": F32})], "y:z:0")
+    shape = draws.library.function[0].node_def[0].attr["value"].tensor
+    shape.dtype = I32
+    shape.tensor_shape.dim.add().size = 0
+    u = draws.library.function[0].node_def[1]
+    u.attr["seed"].i, u.attr["seed2"].i = 1, 2
+    imp = tn.import_graph_def(draws.SerializeToString())
+    want = np.float32(0.5)
+    for k in range(3):
+        want = np.float32(want + tf_random.uniform(*tf_random.stream_seeds(1, 2), 1, np.dtype(np.float32), 256 * k)[0])
+    assert run_on(route, imp.graph, imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(0.5)}) == want

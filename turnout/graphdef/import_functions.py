@@ -148,6 +148,8 @@ def call(ctx: ImportContext, fname: str, args: Sequence[Value], role: str) -> tu
                                f"{len(fdef.signature.input_arg)}")
     nodes, arg_names, rets = function_nodes(fdef)
     sub = ctx.child(nodes, f"{ctx.prefix}{ctx.node.name}/{role}/", dict(zip(arg_names, args, strict=True)), fname)
+    if ctx.flow_context is None:
+        _anchor_sources(sub, nodes, arg_names)
     import_nodes(sub, nodes, order(nodes, sub.flows), {}, BODY_RULES)
     outs = []
     for r in rets:
@@ -157,6 +159,24 @@ def call(ctx: ImportContext, fname: str, args: Sequence[Value], role: str) -> tu
                                   "nodes outputs")
         outs.append(sub.values[name])
     return outs, [sub.control[n] for n in fdef.control_ret.values() if n in sub.control]
+
+
+def _anchor_sources(sub: ImportContext, nodes: dict[str, Any], arg_names: list[str]) -> None:
+    """Make the body's NodeDefs that read nothing (a constant) wait for the call's first tensor
+    argument, as TensorFlow's inliner makes them wait for the call (its input control node). Why: a
+    call at the GraphDef's top level may stand in a TensorFlow v1 loop, and a node that reads nothing
+    would be made at the root, outside the loop's frame. (Inside a builder its context places them.)"""
+    first = next((n for n in arg_names if any(not _is_resource(t) for t in _tensors(sub.args[n]))), None)
+    if first is None:
+        return
+    sub.control[first] = next(t for t in _tensors(sub.args[first]) if not _is_resource(t)).node
+    for nd in nodes.values():
+        if nd.op != ARG and not nd.input:
+            nd.input.append(f"^{first}")
+
+
+def _tensors(v: Value) -> list[Tensor]:
+    return list(v.parts) if isinstance(v, Bundle) else [v] if isinstance(v, Tensor) else []
 
 
 def _function(ctx: ImportContext, fname: str) -> Any:

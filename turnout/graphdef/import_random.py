@@ -174,8 +174,9 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
 
     shape, bounds = ins[0], ins[1:]
     anchors = [x for x in ins if isinstance(x, Tensor)] + [c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs]
-    # (a function body's values lie in its builder's frames, which the builder threads tokens through)
-    enter = None if ctx.capture else next((e for e in map(loop_enter, anchors) if e is not None), None)
+    # (a function body inside a builder: its values lie in the builder's frames, which it threads
+    # tokens through; a call at the top level, in a TensorFlow v1 frame or none, is read as the GraphDef)
+    enter = None if _in_builder(ctx) else next((e for e in map(loop_enter, anchors) if e is not None), None)
     if enter is not None and any(in_loop_cond(t) for t in anchors):
         raise UnsupportedError(f"{ctx.where()}: a random op in a cond inside a TensorFlow while loop is not built "
                                "(its draws could not be ordered across iterations)")
@@ -210,10 +211,15 @@ def _token(ctx: ImportContext, enter: Optional[Node]) -> tuple[Optional[Tensor],
     as the next iteration's: a builder's (in a v2 function body), a v1 frame's, or none at the root."""
     from turnout.random import loop_token
 
-    if ctx.capture:
+    if _in_builder(ctx):
         with ctx.graph._in_context(ctx.flow_context):
             return loop_token(ctx.flow_context, f"{ctx.prefix}{ctx.node.name}")
     return _frame_token(ctx, enter) if enter is not None else (None, None)
+
+
+def _in_builder(ctx: ImportContext) -> bool:
+    """Whether the op is imported inside a builder's loop or branch (a v2 function body)."""
+    return ctx.capture and ctx.flow_context is not None
 
 
 def _counter(ctx: ImportContext, name: str) -> Node:
