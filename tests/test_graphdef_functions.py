@@ -657,3 +657,13 @@ def test_a_call_in_a_v1_loop_makes_its_constants_and_draws_in_the_loop(route: st
     for k in range(3):
         want = np.float32(want + tf_random.uniform(*tf_random.stream_seeds(1, 2), 1, np.dtype(np.float32), 256 * k)[0])
     assert run_on(route, imp.graph, imp.tensor("out:0"), {imp.tensor("x:0"): np.float32(0.5)}) == want
+
+
+def test_a_tensor_list_where_a_tensor_is_due_is_a_turnout_error() -> None:
+    """Found by the bug hunt's fuzzing of function GraphDefs (2026-12-06): an ``AddV2`` reading a
+    TensorList handle stopped the import on a bare ``assert`` (Python's ``AssertionError``); it is an
+    UnsupportedError naming the node and what it read."""
+    gd = _lists()
+    _node(gd, "bad", "AddV2", ["l", "x"], T=F32)
+    with pytest.raises(tn.UnsupportedError, match='AddV2 node "bad": an input is a TensorFlow stack or TensorList'):
+        tn.import_graph_def(gd.SerializeToString())

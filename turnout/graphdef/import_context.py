@@ -228,7 +228,7 @@ class ImportContext:
     @staticmethod
     def describe(v: Any) -> str:
         if isinstance(v, Bundle):
-            return "a TensorFlow stack handle"
+            return "a TensorFlow stack or TensorList handle"
         if isinstance(v, Ref):
             return "a reference variable's ref (only ops that take refs may use it)"
         if isinstance(v, BroadcastAxes):

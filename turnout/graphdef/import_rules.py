@@ -39,7 +39,11 @@ Outs = Sequence[Value]
 
 
 def _t(v: Value) -> Tensor:
-    assert isinstance(v, Tensor)
+    """``v``, which a rule reads as a tensor; another value (a TensorList, a stack handle, a string)
+    in its place is a malformed GraphDef's, an ``UnsupportedError`` that ``import_nodes`` names the
+    node in (it was an ``assert``: a raw ``AssertionError``, found by the bug hunt of 2026-12-06)."""
+    if not isinstance(v, Tensor):
+        raise UnsupportedError(f"an input is {ImportContext.describe(v)}, where a tensor is due")
     return v
 
 
@@ -226,8 +230,7 @@ def _cond_chain(ctx: ImportContext, name: str, memo: dict[str, list[tuple[Tensor
                 pname = ctx.data_inputs(src)[1]
                 pnd = ctx.nodes.get(pname.split(":")[0])
                 if pnd is not None and pnd.op != "LoopCond":
-                    pred = ctx.values[pname]
-                    assert isinstance(pred, Tensor)
+                    pred = _t(ctx.values[pname])
                     while pred.node.op == "Identity" and not pred.node.control_inputs:
                         pred = pred.node.inputs[0]
                     chain = [*_cond_chain(ctx, src.name, memo), (pred, int(i.split(":")[1]) if ":" in i else 0)]
