@@ -20,7 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turnout as tn
+from turnout import raw
 from turnout.errors import ResourceExhaustedError, UnsupportedError
+from turnout.graph import ancestors
 from turnout.graph_replace import replaced
 from turnout.session import _target_proxy
 
@@ -135,6 +137,77 @@ def test_replace_copies_a_cond_whose_predicate_and_branches_read_the_replaced_te
             assert float(sess.run(out, {a: av, b: bv})) == (av * 2.0 if av > 0 else av - 1.0) + av
 
 
+def test_a_loop_copied_whole_runs_once_where_its_other_output_is_read() -> None:
+    """Regression (found by the consumer property below): a loop copied whole for one output that
+    reads the replaced tensor, whose other output (reading nothing replaced) a fetch also reads. That
+    read was left on the original loop, so both loops ran, and a Variable update in the body ran
+    twice per step. Now what reads the copied loop is copied too: the loop runs once."""
+    g = tn.Graph()
+    with g.as_default():
+        c = tn.Variable(np.float32(0.0), name="c")
+        a = tn.placeholder(tn.float32, [], name="a")
+        old, new = a + 1.0, a * 2.0
+
+        def body(i: Any, s: Any, o: Any) -> Any:
+            with tn.control_dependencies([c.assign_add(1.0)]):
+                return i + 1, s + old, o * 2.0
+
+        _, s, o = tn.while_loop(lambda i, s, o: i < 3, body, [tn.constant(0), a, a], name="counted")
+        tripled = o * 3.0
+    got = replaced([s, tripled], {old: new}, "test")
+    assert got[1] is not tripled
+    assert not any(nd.op == "Enter" and nd.attrs["frame_name"] == "counted" for nd in ancestors(got).values())
+    for backend in ("reference", "smallstep", "fast"):
+        if backend == "fast" and importlib.util.find_spec("jax") is None:
+            continue
+        sess = tn.Session(g, backend=backend)
+        np.testing.assert_allclose(sess.run(got, {a: 2.0}), [2.0 + 3 * 4.0, 2.0 * 8 * 3.0])
+        assert float(sess.run(c.read())) == 3.0, backend  # (three steps, once each)
+
+
+def raw_loop(frame: str, x: Any, step: Any, back_first: bool = False) -> tuple[Any, Any]:
+    """By hand, from the primitives: ``m, s = 0.0, x; while m < 3: m, s = m + 1, s + step``; returns
+    the exits of ``s`` and ``m``. ``back_first``: ``m``'s Merge has its back edge in slot 0."""
+    e_m, e_s = raw.enter(tn.constant(0.0), frame), raw.enter(x, frame)
+    three, one, inc = (raw.enter(c, frame, is_constant=True) for c in (tn.constant(3.0), tn.constant(1.0), step))
+    m, _ = raw.merge([raw.BACK_EDGE, e_m] if back_first else [e_m, raw.BACK_EDGE])
+    s, _ = raw.merge([e_s, raw.BACK_EDGE])
+    p = raw.loop_cond(m < three)
+    m_out, m_on = raw.switch(m, p)
+    s_out, s_on = raw.switch(s, p)
+    raw.close_back_edge(m, raw.next_iteration(m_on + one))
+    raw.close_back_edge(s, raw.next_iteration(s_on + inc))
+    return raw.exit(s_out), raw.exit(m_out)
+
+
+def test_replace_copies_loops_and_conds_built_from_the_primitives() -> None:
+    """No builder records: a loop by hand whose step reads the replaced tensor is copied whole, under
+    a frame name not taken (another loop by hand is already called ``L_copy``), a Merge whose back
+    edge is its first slot included; its counter's exit, which reads nothing replaced, is the copy's
+    (the loop runs once); a cond by hand on the replaced tensor is copied; and the exit of a loop that
+    reads nothing replaced is shared."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.float32, [], name="a")
+        old, new = a * 1.0, a * 2.0
+        s1, m1 = raw_loop("L", a, old, back_first=True)
+        s2, _ = raw_loop("L_copy", a, a)
+        off, on = raw.switch(s1, old > 0.0)
+        out, _ = raw.merge([off - 1.0, on * 2.0])
+    frames = {nd.attrs["frame_name"] for nd in g.nodes if nd.op == "Enter"}
+    got_out, got_m1, got_s2 = replaced([out, m1, s2], {old: new}, "test")
+    assert got_s2 is s2 and got_m1 is not m1
+    assert {nd.attrs["frame_name"] for nd in g.nodes if nd.op == "Enter"} - frames == {"L_copy_1"}
+    for backend in ("reference", "smallstep", "fast"):
+        if backend == "fast" and importlib.util.find_spec("jax") is None:
+            continue
+        sess = tn.Session(g, backend=backend)
+        for av in (2.0, -1.0):
+            s_new, s_old = av + 3 * 2 * av, av + 3 * av
+            want = [s_new * 2.0 if av > 0 else s_new - 1.0, 3.0, 4 * av, s_old * 2.0 if av > 0 else s_old - 1.0]
+            np.testing.assert_allclose(sess.run([got_out, got_m1, got_s2, out], {a: av}), want)
+
+
 # ---- the rebuilt run ---------------------------------------------------------------------------------
 def two_loops() -> dict[str, Any]:
     """Loop ``a`` over four floats, loop ``b`` over sixteen, ``n`` steps each, with a plain gradient
@@ -226,7 +299,6 @@ def test_the_old_gradients_runs_do_not_compute_the_twins_slots() -> None:
     """The twin adds slots to the forward loops; a run of the old gradient needs none of them: the
     nodes the interpreters run (the fetches' ancestors) and those the fast backend compiles
     (``needed_nodes``) are the ones they were before the twin, and no slot fires."""
-    from turnout.graph import ancestors
     from turnout.validate import frame_analysis
 
     def compiled(g: tn.Graph, fetches: list[Any]) -> Any:
@@ -493,3 +565,100 @@ def test_a_loop_that_keeps_stacks_under_any_budget_is_said_to_stop() -> None:
     assert any("stops: the gradient" in s and "swap_memory=True" in s for s in notes), notes
     with pytest.raises(ResourceExhaustedError, match=r"(?s)could not be rebuilt.*swap_memory=True"):
         sess.run(gx, {x: X0}, memory_budget=30)
+
+
+# ---- the copying of what reads the gradient, hunted by property ----------------------------------------
+# Each consumer takes (the value so far, the forward input x, a Variable w) to a value of shape [4];
+# applied in turn to the gradient, they give the fetch. The Variable's value after the run is fetched too.
+def _arith(v: Any, x: Any, w: Any) -> Any:
+    return v * 2.0 + x
+
+
+def _cond(v: Any, x: Any, w: Any) -> Any:
+    return tn.cond(tn.reduce_sum(v) > 0.0, lambda: v * 3.0, lambda: x - v)
+
+
+def _accumulate(v: Any, x: Any, w: Any) -> Any:
+    return tn.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + v), [tn.constant(0), x], name="acc")[1]
+
+
+def _nested(v: Any, x: Any, w: Any) -> Any:
+    def outer(i: Any, s: Any) -> Any:
+        _, t = tn.while_loop(lambda j, t: j < i, lambda j, t: (j + 1, t + v), [tn.constant(0), s], name="inner")
+        return i + 1, t
+
+    return tn.while_loop(lambda i, s: i < 3, outer, [tn.constant(0), x], name="outer")[1]
+
+
+def _cond_in_loop(v: Any, x: Any, w: Any) -> Any:
+    def body(i: Any, s: Any) -> Any:
+        return i + 1, tn.cond(tn.reduce_sum(s) > 1.0, lambda: s - v, lambda: s + v)
+
+    return tn.while_loop(lambda i, s: i < 4, body, [tn.constant(0), x], name="condloop")[1]
+
+
+def _loop_in_cond(v: Any, x: Any, w: Any) -> Any:
+    def loop() -> Any:
+        return tn.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s * 0.5 + v), [tn.constant(0), v],
+                             name="inloop")[1]
+
+    return tn.cond(tn.reduce_max(v) > -1e-3, loop, lambda: v + x)
+
+
+def _update(v: Any, x: Any, w: Any) -> Any:
+    step = tn.group(w.assign_sub(0.1 * v), name="step")
+    with tn.control_dependencies([step]):
+        return w.read() + v
+
+
+def _counted_loop(v: Any, x: Any, w: Any) -> Any:
+    """A loop whose one variable reads ``v`` and whose other does not, each step adding 1 to ``w``:
+    both outputs are used, so the loop must run once (its copy), not twice."""
+    def body(i: Any, s: Any, o: Any) -> Any:
+        with tn.control_dependencies([w.assign_add(tn.ones_like(x))]):
+            return i + 1, s + v, o * 2.0
+
+    _, s, o = tn.while_loop(lambda i, s, o: i < 2, body, [tn.constant(0), x, x], name="counted")
+    return s + o * 3.0
+
+
+CONSUMERS = {f.__name__[1:]: f for f in (_arith, _cond, _accumulate, _nested, _cond_in_loop, _loop_in_cond,
+                                          _update, _counted_loop)}
+
+
+def consumed(kinds: list[str]) -> dict[str, Any]:
+    """A loop over four floats, ``n`` steps, with a plain gradient w.r.t. its input, then ``kinds``
+    applied in turn to the gradient."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.Variable(np.full(4, 0.5, np.float32), name="w")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                             name="rnn")
+        (v,) = tn.gradients(tn.reduce_sum(y * y), [x])
+        for k in kinds:
+            v = CONSUMERS[k](v, x, w)
+    return {"g": g, "out": v, "w": w, "feeds": lambda k: {x: X0, n: k}}
+
+
+@settings(max_examples=max(4, settings.default.max_examples // 25))
+@given(kinds=st.lists(st.sampled_from(sorted(CONSUMERS)), min_size=1, max_size=2), n=st.integers(60, 90))
+@pytest.mark.parametrize("backend", ["reference", "fast", "smallstep"])
+def test_any_consumer_of_a_rebuilt_gradient_gives_the_store_everything_value(backend: str, kinds: list[str],
+                                                                            n: int) -> None:
+    """Whatever reads the gradient (arithmetic, conds on it, loops reading it, loops in conds and conds
+    in loops, Variable updates it drives), a run under a budget the stacks outgrow gives the fetch and
+    the Variable's value of a run without one, within the budget."""
+    if backend == "fast":
+        pytest.importorskip("jax")
+    n, budget = (min(n, 12), 150) if backend == "smallstep" else (n, 400)
+    plain, budgeted = consumed(kinds), consumed(kinds)
+    ref = tn.Session(plain["g"])
+    want = ref.run(plain["out"], plain["feeds"](n))
+    sess = tn.Session(budgeted["g"], backend=backend)
+    got = sess.run(budgeted["out"], budgeted["feeds"](n), memory_budget=budget)
+    assert sess.last_result.stats.get("rebuilt_gradients"), "the budget did not force the rebuild"
+    assert held(sess) <= budget
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.run(budgeted["w"].read()), ref.run(plain["w"].read()), rtol=2e-5, atol=1e-6)

@@ -20,9 +20,11 @@ any of which may read ``new``, and it runs in whichever executor runs the origin
 cycle whose frame is named by its ``Enter`` nodes, so one node of it cannot be copied apart from the
 rest: where the nodes between reach into a loop, the whole loop (its frame and the frames nested in
 it) is copied under a frame name of its own, each ``Merge`` closing its back edge on the copy of its
-``NextIteration``. What is not a function of its inputs alone is refused (``UnsupportedError`` naming
-the node and its source line): a stack op or a Variable's handle (a new stack or Variable would not
-be the old one), a placeholder, a Send or Recv.
+``NextIteration``; what reads any output of a loop so copied is copied too, whether or not that
+output depends on ``new`` (read from the original, the original loop would run beside its copy,
+and a Variable update in its body twice). What is not a function of its inputs alone is refused
+(``UnsupportedError`` naming the node and its source line): a stack op or a Variable's handle (a new
+stack or Variable would not be the old one), a placeholder, a Send or Recv.
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ def key(t: Tensor) -> Key:
     return (t.node.id, t.index)
 
 
-def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
+def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor], copied: frozenset[int] = frozenset()) -> list[Node]:
     """The nodes on a path from a tensor of ``old`` (keys) to one of ``fetches``, in creation order
     (an order of their edges but a loop's back edges, which the walk forward follows too). A read of
-    an ``old`` tensor is where a path starts; so is a control edge from a node that made one."""
+    an ``old`` tensor is where a path starts; so is a control edge from a node that made one, and an
+    edge from a node of ``copied`` (ids: the loops copied whole, ``closure``)."""
     makers = {k[0] for k in old}
     seen: dict[int, Node] = {}
     work = [t.node for t in fetches if key(t) not in old]
@@ -67,8 +70,8 @@ def between(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> list[Node]:
         preds = [t.node.id for t in n.raw_inputs if isinstance(t, Tensor)] + [c.id for c in n.control_inputs]
         for p in preds:
             consumers.setdefault(p, []).append(n.id)
-        if any(isinstance(t, Tensor) and key(t) in old for t in n.raw_inputs) or \
-                any(c.id in makers for c in n.control_inputs):
+        if any(isinstance(t, Tensor) and key(t) in old for t in n.raw_inputs) or n.id in copied or \
+                any(c.id in makers for c in n.control_inputs) or any(p in copied for p in preds):
             hit.add(n.id)
     front = list(hit)  # (forward from the reads of ``old``, a loop's back edges included)
     while front:
@@ -107,6 +110,20 @@ def with_loops(nodes: list[Node]) -> tuple[list[Node], dict[str, str]]:
     return [keep[i] for i in sorted(keep)], names
 
 
+def closure(fetches: Sequence[Tensor], old: Mapping[Key, Tensor]) -> tuple[list[Node], dict[str, str]]:
+    """``between`` with its loops whole (``with_loops``), and again with what reads those loops'
+    other nodes, until nothing is added. Why: a node that reads an ``Exit`` of a loop copied whole
+    but not the replaced tensors would otherwise read the original loop, which then runs too: a
+    Variable update in its body (which the copy runs as well) would be applied twice."""
+    copied: frozenset[int] = frozenset()
+    while True:
+        nodes, frames = with_loops(between(fetches, old, copied))
+        ids = frozenset(n.id for n in nodes)
+        if ids <= copied:
+            return nodes, frames
+        copied = ids
+
+
 def refusal(n: Node) -> Optional[str]:
     """Why node ``n`` cannot be copied (None: it can), in words for an error."""
     if n.op in NOT_COPIED:
@@ -124,7 +141,7 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
     for o, t in old_to_new.items():
         if t.dtype != o.dtype or t.graph is not o.graph:
             raise UnsupportedError(f"{what}: {t.name} cannot stand for {o.name}: another dtype or graph")
-    nodes, frames = with_loops(between(fetches, old))
+    nodes, frames = closure(fetches, old)
     for n in nodes:
         why = refusal(n)
         if why is not None:
@@ -168,4 +185,4 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
     return out
 
 
-__all__ = ["NOT_COPIED", "between", "key", "refusal", "replaced", "with_loops"]
+__all__ = ["NOT_COPIED", "between", "closure", "key", "refusal", "replaced", "with_loops"]
