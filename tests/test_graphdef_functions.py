@@ -6,11 +6,12 @@ TensorFlow's values in ``tests/test_graphdef_import.py``, and ``v2_rnn_training`
 v2 loop's own gradient there; here: ``tn.gradients`` through the imported loops on every route, a
 v2 loop's ``tf.gradients`` (TensorList accumulators) against the chain rule, what the import refuses
 (a cond inside a differentiated v2 loop, whose list holds Optionals; a call of a function the library
-lacks; a GraphDef of its own ``_Arg`` node; an unknown op inside a function; a battery of malformed
-functions built by hand: recursion, wrong arity, branches that disagree), TensorLists outside their
-length, random ops in function bodies, a property that mutated function GraphDefs give only Turnout
-errors, and the table of ops with several output arguments against TensorFlow's registry where
-TensorFlow is installed.
+lacks; a GraphDef of its own ``_Arg`` node; an unknown op inside a function a node calls, where one
+in a function no node calls imports, as in TensorFlow; a battery of malformed functions built by
+hand: recursion, wrong arity, branches that disagree), TensorLists outside their length, random ops
+in function bodies, a property that mutated function GraphDefs give only Turnout errors, and the
+table of ops with several output arguments against TensorFlow's registry where TensorFlow is
+installed.
 """
 
 from __future__ import annotations
@@ -98,16 +99,41 @@ def test_a_cond_inside_a_differentiated_v2_loop_matches_the_chain_rule() -> None
 
 
 def test_a_tensor_list_op_of_an_unsupported_kind_is_listed_with_its_function() -> None:
-    """An op no rule imports inside a library function is listed with ``<function>/<node>``."""
-    from turnout.graphdef import protos
-
-    gd = protos.pb().graph_pb2.GraphDef()
-    f = gd.library.function.add()
-    f.signature.name = "f"
-    n = f.node_def.add()
-    n.name, n.op = "odd", "TensorListConcatLists"
+    """An op no rule imports inside a library function a node calls is listed with ``<function>/<node>``."""
+    gd = _calls()
+    _function(gd, "f", [("a", F32)], [("o", F32)], [("odd", "TensorListConcatLists", ["a"], {})],
+              {"o": "odd:output:0"})
     with pytest.raises(tn.UnsupportedError, match="TensorListConcatLists: 1 node.*'f/odd'"):
         tn.import_graph_def(gd.SerializeToString())
+
+
+def _frobnicate(gd: Any, name: str) -> Any:
+    """A function of an op no rule imports (nor TensorFlow knows)."""
+    return _function(gd, name, [("a", F32)], [("o", F32)], [("y", "FrobnicateV9", ["a"], {"T": F32})], {"o": "y:y:0"})
+
+
+def test_a_function_no_node_calls_is_not_imported_whatever_its_ops() -> None:
+    """TensorFlow imports a GraphDef whose library also holds a function no node calls, whatever its
+    ops (a SavedModel's graph keeps every function it traced): so does Turnout, and the graph runs on
+    every route. An unknown op in a function called only through another, or as a ``Case``'s branch
+    (a list of functions), is still refused, naming it."""
+    from turnout.graphdef import unsupported_ops
+
+    gd = _calls(("f", "g"))
+    _negate(gd, "g")
+    _frobnicate(gd, "unused")
+    assert unsupported_ops(gd) == {}
+    imp = tn.import_graph_def(gd.SerializeToString())
+    for route in ROUTES:
+        got = run_on(route, imp.graph, imp.tensor("call:0"), {imp.tensor("x:0"): np.float32(1.5)})
+        assert got == np.float32(-1.5), route
+    deep = _calls(("f", "g"))
+    _frobnicate(deep, "g")
+    with pytest.raises(tn.UnsupportedError, match="FrobnicateV9: 1 node.*'g/y'"):
+        tn.import_graph_def(deep.SerializeToString())
+    branch = _conditional("Case", ["b0", "b1"], lambda gd: (_negate(gd, "b0"), _frobnicate(gd, "b1")))
+    with pytest.raises(tn.UnsupportedError, match="FrobnicateV9: 1 node.*'b1/y'"):
+        tn.import_graph_def(branch.SerializeToString())
 
 
 def _with_placeholder() -> Any:

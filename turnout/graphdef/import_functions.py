@@ -17,6 +17,10 @@ that captured it would, and the op's output for it is the Variable again (Tensor
 a resource argument unchanged). A function's stateful ops that no output depends on (its
 ``control_ret``: an assignment in a branch) are kept by making every output wait for them.
 
+Only the functions a node calls, directly or through other functions, are imported or need a rule
+for each op of their bodies (``called``): TensorFlow imports a GraphDef whose library also holds
+functions no node calls (a SavedModel's graph keeps every function it traced), whatever their ops.
+
 Every call is inlined, so a recursive function is refused (``_function``), and a function whose
 outputs do not fit its op (their count, a branch's dtypes) is refused before a builder sees it, naming
 the function.
@@ -29,7 +33,7 @@ has one), so the name becomes the GraphDef's ``node:k``.
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -487,5 +491,35 @@ def library(gd: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ARG", "OUTPUT_ARGS", "call", "function_nodes", "library"]
+def _callees(nd: Any) -> Iterator[str]:
+    """The names NodeDef ``nd`` calls a function by: a function-valued attr (a loop's ``cond`` and
+    ``body``, an ``If``'s branches, a call's ``f``), a list of them (a ``Case``'s ``branches``), and its
+    op (TensorFlow calls a library function whose name is a node's op)."""
+    for a in nd.attr.values():
+        kind = a.WhichOneof("value")
+        if kind == "func":
+            yield a.func.name
+        elif kind == "list":
+            yield from (f.name for f in a.list.func)
+    yield nd.op
+
+
+def called(gd: Any) -> list[Any]:
+    """The FunctionDefs of GraphDef ``gd``'s library that its nodes call, directly or through the
+    functions they call, in the library's order (every definition of a name defined twice, which
+    ``library`` refuses). Why: only these are imported (module docstring)."""
+    by_name: dict[str, list[Any]] = {}
+    for f in gd.library.function:
+        by_name.setdefault(f.signature.name, []).append(f)
+    seen: set[str] = set()
+    work = list(gd.node)
+    while work:
+        for name in _callees(work.pop()):
+            if name in by_name and name not in seen:
+                seen.add(name)
+                work += [nd for f in by_name[name] for nd in f.node_def]
+    return [f for f in gd.library.function if f.signature.name in seen]
+
+
+__all__ = ["ARG", "OUTPUT_ARGS", "call", "called", "function_nodes", "library"]
 

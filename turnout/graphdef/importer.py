@@ -153,14 +153,15 @@ def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
 
 def unsupported_ops(gd: Any) -> dict[str, list[str]]:
     """Op name -> the nodes that use it, for every op of ``gd`` that has no import rule (the nodes of
-    its Saver aside: the import leaves them out, ``saver_ops``), the bodies of its functions included
-    (a node there is named ``<function>/<node>``)."""
+    its Saver aside: the import leaves them out, ``saver_ops``), the bodies of the functions its nodes
+    call included (a node there is named ``<function>/<node>``; a function no node calls is not
+    imported, as TensorFlow imports it whatever its ops: ``import_functions.called``)."""
     bad: dict[str, list[str]] = {}
     saver = saver_nodes(gd)
     for nd in gd.node:
         if nd.op not in IMPORT_RULES and nd.name not in saver:
             bad.setdefault(nd.op, []).append(nd.name)
-    for f in gd.library.function:
+    for f in import_functions.called(gd):
         for nd in f.node_def:
             if nd.op not in IMPORT_RULES:
                 bad.setdefault(nd.op, []).append(f"{f.signature.name}/{nd.name}")
