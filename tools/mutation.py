@@ -146,7 +146,7 @@ MODULES: dict[str, dict[str, Any]] = {
                                 *_FAST_TESTS]},
     "fast/outcome.py": {"module": "turnout.fast.outcome",
                         "tests": ["test_fast_outcome.py", "test_error_parity.py", "test_swap_memory.py",
-                                  "test_fast_stack_pointers.py", "test_assert_data.py"]},
+                                  "test_fast_stack_pointers.py", "test_assert_data.py", "test_fast_fused.py"]},
     "fast/driven.py": {"module": "turnout.fast.driven",
                        "tests": [*_STACK_TESTS, "test_devices_swap.py", "test_fast_trace.py"]},
     # the one calling convention: every compiled call's (one device, segments, SPMD, fused groups)
