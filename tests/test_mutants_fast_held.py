@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import turnout as tn
+from turnout.errors import ExecutionError
 from turnout.fast.held import variable_of
 
 pytest.importorskip("jax")
@@ -124,3 +125,116 @@ def test_a_handle_names_one_variable_only_if_every_path_reaches_the_same_one() -
     assert variable_of(a_again) == "a" and variable_of(same) == "a"
     assert variable_of(twice) is None
     assert variable_of(nested) is None
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_hand_built_stack_popped_before_its_loop_is_not_held(backend: str) -> None:
+    """A stack popped in the root frame before the loop that pushes ``w``'s reads onto it (the loop
+    starts from the popped value): the pop finds the stack empty on every backend, and the fast
+    backend keeps the stack's buffer. The pop reads the ``StackNew`` itself, with no node between:
+    held, it would have been refused as a pop of a held stack before its loop."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.float32(2.0), name="w")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+        popped = g.create_node("StackPop", [stack, tn.constant([0])], {"dtype": "float32"}, name="pop").outputs[0]
+
+        def body(i: Any, h: Any) -> Any:
+            pushed = g.create_node("StackPush", [stack, tn.reshape(i, [1]), w.read()], name="push").outputs[0]
+            return i + 1, h + pushed * 0.0
+
+        _, h = tn.while_loop(lambda i, h: i < 3, body, [tn.constant(0), tn.reshape(popped, [])])
+    sess = tn.Session(g, backend=backend, **({"options": tn.FastOptions(fallback=False)} if backend == "fast" else {}))
+    with pytest.raises(ExecutionError, match="pop"):
+        sess.run(h)
+    if backend == "fast":
+        assert _held(sess) == set()
+
+
+def test_an_assignment_to_a_variable_chosen_at_run_time_forbids_holding() -> None:
+    """An assignment in the loop whose handle is a Merge of two Variables' handles (a fed predicate
+    picks ``w``) may write any Variable: no read in that loop is held, and the reads after the
+    assignment see the new value every iteration, as on the reference interpreter. A later loop that
+    only reads ``w`` still holds its stack: the first loop forbids holding in itself alone."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.float64(0.9), name="w")
+        a = tn.Variable(np.float64(0.1), name="a")
+        p = tn.placeholder(tn.bool, [], name="p")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        a_false, _ = tn.raw.switch(a.handle, p)
+        _, w_true = tn.raw.switch(w.handle, p)
+        which, _ = tn.raw.merge([a_false, w_true])
+
+        def body(i: Any, h: Any) -> Any:
+            bump = g.create_node("AssignAddVariable", [which, tn.constant(0.05, tn.float64)], w._attrs(),
+                                 name="bump").outputs[0]
+            with tn.control_dependencies([bump]):
+                r = w.read()
+            return i + 1, tn.tanh(h * r)
+
+        _, h = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), tn.constant(0.7, tn.float64)])
+        def after(i: Any, h: Any) -> Any:
+            with tn.control_dependencies([h]):  # (read once the first loop has ended: no race with it)
+                r = w.read()
+            return i + 1, tn.sin(h * r)
+
+        # a second loop, after it, that only reads w: held
+        _, h = tn.while_loop(lambda i, h: i < n, after, [tn.constant(0), h])
+        (dw,) = tn.gradients(h, [w])
+    feeds = {p: True, n: np.int32(4)}
+    want = tn.Session(g).run([h, dw], feeds)
+    sess = tn.Session(g, backend="fast", options=tn.FastOptions(fallback=False))
+    np.testing.assert_allclose(sess.run([h, dw], feeds), want, rtol=1e-9)
+    # (held, the first loop's pops would give w's value before its first assignment)
+    assert _held(sess) == {"w"}
+
+
+def test_a_read_used_through_identities_is_held() -> None:
+    """The value a gradient saves may be the read passed through ``Identity`` nodes
+    (``tn.identity(w)`` in the body): it is still the read's value, and the stack is held."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.eye(3, dtype=np.float32) * 0.6, name="w")
+        x = tn.placeholder(tn.float32, [3, 3], name="x")
+        _, h = tn.while_loop(lambda i, h: i < 4,
+                             lambda i, h: (i + 1, tn.tanh(tn.matmul(h, tn.identity(tn.identity(w.read()))))),
+                             [tn.constant(0), x])
+        (dx,) = tn.gradients(tn.reduce_sum(h * h), [x])
+    feeds = {x: np.random.default_rng(1).normal(size=(3, 3)).astype(np.float32)}
+    want = tn.Session(g).run([h, dx], feeds)
+    sess = tn.Session(g, backend="fast", options=tn.FastOptions(fallback=False))
+    np.testing.assert_allclose(sess.run([h, dx], feeds), want, rtol=3e-5, atol=1e-6)
+    assert _held(sess) == {"w"}
+
+
+def test_a_stack_with_a_second_push_is_not_held() -> None:
+    """A stack that two pushes share (``w``'s read at even indices, a constant at odd ones) keeps its
+    buffer: only a stack with one push, of the read, is held. Held, every pop would give ``w``."""
+    g = tn.Graph()
+    with g.as_default():
+        w = tn.Variable(np.float32(2.0), name="w")
+        n = tn.placeholder(tn.int32, [], name="n")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+
+        def body(i: Any, s: Any) -> Any:
+            a = g.create_node("StackPush", [stack, tn.reshape(2 * i, [1]), w.read()], name="push_w").outputs[0]
+            with tn.control_dependencies([a]):  # (pushed in index order, popped in reverse)
+                b = g.create_node("StackPush", [stack, tn.reshape(2 * i + 1, [1]), tn.constant(5.0)],
+                                  name="push_c").outputs[0]
+            return i + 1, s + a * 0.0 + b * 0.0
+
+        _, s = tn.while_loop(lambda i, s: i < n, body, [tn.constant(0), tn.constant(0.0)])
+        with tn.control_dependencies([s]):
+            last = 2 * n - 1
+
+        def pop_body(j: Any, total: Any) -> Any:
+            popped = g.create_node("StackPop", [stack, tn.reshape(last - j, [1])], {"dtype": "float32"},
+                                   name="pop").outputs[0]
+            return j + 1, total + tn.reshape(popped, [])
+
+        _, total = tn.while_loop(lambda j, t: j < 2 * n, pop_body, [tn.constant(0), tn.constant(0.0)])
+    sess = _agree(g, [s, total], {n: np.int32(3)})
+    assert float(sess.run(total, {n: np.int32(3)})) == 3 * 2.0 + 3 * 5.0
+    assert _held(sess) == set()
