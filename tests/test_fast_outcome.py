@@ -166,3 +166,38 @@ def test_a_rung_holds_exactly_its_capacity() -> None:
         np.testing.assert_allclose(got, tn.Session(g, backend="reference").run(dx, {x: 0.5, n: steps}), rtol=1e-5)
         stats = sess.last_result.stats
         assert stats["fused"] is True and stats["stack_capacity"] == rung, stats
+
+
+def test_a_pop_past_every_push_is_the_interpreters_error_from_any_rung() -> None:
+    """An attempt whose stack ran empty (``underflow``, nothing moved out) is discarded with no count
+    of entries (``Discard().needed == 0``): the capacity ladder climbs past its rung and the stages
+    decide, raising the ``KernelError`` of the pop as the reference interpreter does. The attempt ran
+    on the first of several rungs, so the next rung is chosen from that count."""
+    import turnout as tn
+
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+
+        def push_body(i: tn.Tensor, h: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            p = g.create_node("StackPush", [stack, tn.reshape(i, [1]), tn.cast(i, tn.float32)], name="push").outputs[0]
+            return i + 1, h + p * 0.0
+
+        _, h = tn.while_loop(lambda i, h: i < n, push_body, [tn.constant(0), tn.constant(0.0)])
+        with tn.control_dependencies([h]):
+            top = n + 0
+
+        def pop_body(j: tn.Tensor, s: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            popped = g.create_node("StackPop", [stack, tn.reshape(top - 1 - j, [1])], {"dtype": "float32"},
+                                   name="pop").outputs[0]
+            return j + 1, s + tn.reshape(popped, [])
+
+        # one pop more than the pushes: the last reads index -1
+        _, total = tn.while_loop(lambda j, s: j < n + 1, pop_body, [tn.constant(0), tn.constant(0.0)])
+    with pytest.raises(KernelError, match="StackPop node .*pop"):
+        tn.Session(g).run(total, {n: 3})
+    sess = tn.Session(g, backend="fast", options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
+    with pytest.raises(KernelError, match="StackPop node .*pop"):
+        sess.run(total, {n: 3})
+    assert len(next(iter(sess.backend._plans.values())).ladder) > 1  # (the attempt had rungs above it)

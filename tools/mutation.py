@@ -146,7 +146,7 @@ MODULES: dict[str, dict[str, Any]] = {
                                 *_FAST_TESTS]},
     "fast/outcome.py": {"module": "turnout.fast.outcome",
                         "tests": ["test_fast_outcome.py", "test_error_parity.py", "test_swap_memory.py",
-                                  "test_fast_stack_pointers.py", "test_assert_data.py"]},
+                                  "test_fast_stack_pointers.py", "test_assert_data.py", "test_fast_fused.py"]},
     "fast/driven.py": {"module": "turnout.fast.driven",
                        "tests": [*_STACK_TESTS, "test_devices_swap.py", "test_fast_trace.py"]},
     # the one calling convention: every compiled call's (one device, segments, SPMD, fused groups)
@@ -244,7 +244,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
                                "test_fast_positional_stacks.py", "test_fast_memory.py"]},
     "fast/held.py": {"module": "turnout.fast.held",
-                     "tests": ["test_fast_held.py", "test_fast_memory.py", "test_fast_gradients.py"]},
+                     "tests": ["test_mutants_fast_held.py", "test_fast_held.py", "test_fast_memory.py",
+                               "test_fast_gradients.py"]},
     "fast/fused_lane.py": {"module": "turnout.fast.fused_lane",
                      "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
