@@ -490,6 +490,7 @@ CHECKED_ELSEWHERE = {
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_all", "reduce_any", "zeros", "ones",
     "shape", "size", "broadcast_like",
     "sum_to_like", "fill", "constant", "placeholder", "getitem", "where", "select", "logical_not",
+    "is_nan", "is_inf", "is_finite",  # test_is_nan_is_inf_and_is_finite_as_numpy
     "group", "no_op", "convert_to_tensor", "control_dependencies", "assert_true",
     # value checkers, not op constructors: tests/test_bad_inputs.py
     "bad_value", "checked_scalar", "int_attr", "int_list_attr", "convert_argument", "checked_constant_value",
