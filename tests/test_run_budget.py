@@ -223,6 +223,15 @@ def two_loops() -> dict[str, Any]:
     return {"g": g, "feeds": lambda k: {x: X0, h: H0, n: k}, "grads": grads}
 
 
+def tanh_loop(name: str) -> tuple[Any, Any, Any]:
+    """In the default graph: ``x`` (four floats), ``n`` and loop ``name``'s output ``tanh(v) * 1.1``
+    after ``n`` steps from ``x``, with no gradient yet."""
+    x = tn.placeholder(tn.float32, [4], name="x")
+    n = tn.placeholder(tn.int32, [], name="n")
+    _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x], name=name)
+    return x, n, y
+
+
 def session(m: dict[str, Any], backend: str) -> tn.Session:
     if backend == "fast partitioned":  # round robin over two devices: the loops span both
         req = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(m["g"].nodes)}
@@ -443,10 +452,7 @@ def test_a_gradient_of_a_gradient_under_a_run_budget_is_right_or_refused(backend
         pytest.importorskip("jax")
     g = tn.Graph()
     with g.as_default():
-        x = tn.placeholder(tn.float32, [4], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
-                             name="a")
+        x, n, y = tanh_loop("a")
         (g1,) = tn.gradients(tn.reduce_sum(y * y), [x])
         (g2,) = tn.gradients(tn.reduce_sum(g1 * g1), [x])
     feeds = {x: X0, n: 40}
@@ -499,7 +505,6 @@ def test_a_step_applied_under_a_cond_on_the_gradient_is_rebuilt(backend: str) ->
         np.testing.assert_allclose(sp.run(plain["w"].read()), sb.run(budgeted["w"].read()), rtol=1e-5)
 
 
-# ---- what cannot be rebuilt ---------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["reference", "fast"])
 def test_a_gradient_read_inside_a_loop_is_copied_with_the_loop(backend: str) -> None:
     """A fetch that reads the gradient inside a loop (an accumulation, a line search, L-BFGS's two
@@ -509,10 +514,7 @@ def test_a_gradient_read_inside_a_loop_is_copied_with_the_loop(backend: str) -> 
         pytest.importorskip("jax")
     g = tn.Graph()
     with g.as_default():
-        x = tn.placeholder(tn.float32, [4], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
-                             name="rnn")
+        x, n, y = tanh_loop("rnn")
         (gx,) = tn.gradients(tn.reduce_sum(y), [x])
         _, acc = tn.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s + gx), [tn.constant(0), x], name="use")
     ref, sess = tn.Session(g), tn.Session(g, backend=backend)
@@ -523,6 +525,7 @@ def test_a_gradient_read_inside_a_loop_is_copied_with_the_loop(backend: str) -> 
         np.testing.assert_allclose(got, ref.run(acc, {x: X0, n: k}), rtol=2e-5, atol=1e-6)
 
 
+# ---- what cannot be rebuilt ---------------------------------------------------------------------------
 def test_a_body_that_writes_state_cannot_be_recomputed_and_the_error_says_so() -> None:
     g = tn.Graph()
     with g.as_default():
