@@ -96,15 +96,17 @@ def with_loops(nodes: list[Node]) -> tuple[list[Node], dict[str, str]]:
         f = frame[n.inputs[0].node.id if n.op == "Exit" else n.id]
         return f[0] if f else None
 
-    tops = {loop_of(n) for n in nodes} - {None}
+    tops = {top for top in map(loop_of, nodes) if top is not None}
     if not tops:
         return nodes, {}
     keep = {n.id: n for n in nodes} | {n.id: n for n in g.nodes if loop_of(n) in tops}
     used = {str(n.attrs["frame_name"]) for n in g.nodes if n.op == "Enter"}
     names: dict[str, str] = {}
-    for top in sorted(t for t in tops if t is not None):
-        name = next(c for c in (f"{top}_copy" + (f"_{k}" if k else "") for k in range(len(used) + 1))
-                    if c not in used)
+    for top in sorted(tops):
+        name, k = f"{top}_copy", 0
+        while name in used:
+            k += 1
+            name = f"{top}_copy_{k}"
         used.add(name)
         names[top] = name
     return [keep[i] for i in sorted(keep)], names
@@ -176,13 +178,7 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
         copies[n.id] = c
     for c, i, t in back:
         c.close_back_edge(read(t), i)
-    out = []
-    for t in fetches:
-        if key(t) in old:
-            out.append(old[key(t)])
-        else:
-            out.append(copies[t.node.id].outputs[t.index] if t.node.id in copies else t)
-    return out
+    return [read(t) for t in fetches]
 
 
 __all__ = ["NOT_COPIED", "between", "closure", "key", "refusal", "replaced", "with_loops"]
