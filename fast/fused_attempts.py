@@ -119,6 +119,8 @@ class FusedAttempts(DirectCalls):
             if got is not None and got.refused and not got.needed:
                 plan.fused = None  # (its trace refused for a reason no capacity changes: the stages run,
                 return None        # now and from now on, and no other rung is traced to learn it again)
+            if got is not None and got.any_rung:
+                return None  # (it would end so on every rung: the stages run this run, and decide)
             # the next rung: the first above this one that holds what the attempt counted
             needed = got.needed if got is not None else 0
             c = next((r for r in caps if r > c and r >= needed), None)

@@ -114,13 +114,16 @@ class Discard:
     good; empty for an attempt that ran. Why a value: *dropping the fused stage* is the caller's
     decision, not the program's refusal, which ``UnsupportedError`` raised further means (a run on
     the interpreter). ``needed``: the stacks held more entries than the rung has (they count on past
-    it, ``Emitter.push_limit``), this many."""
+    it, ``Emitter.push_limit``), this many. ``any_rung``: the attempt would end the same on every
+    rung (a stack ran empty with nothing moved out, a fault of the program that no capacity mends),
+    so the stages run it now and decide, and no rung above is compiled only to learn that."""
 
     rerecord: bool = False
     refused: str = ""
     #: the entries the attempt's stacks counted past its capacity (their high-water mark): the rung
     #: that holds the run; 0 where the attempt did not outgrow its rung
     needed: int = 0
+    any_rung: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,8 @@ def decode(codes: ErrorCodes, code: int, *, capacity: int, who: str, moved: int 
         if attempt and mark > capacity: return Discard(needed=mark)
         if code == 0: return Ok()
         kind, message = codes.lookup(code)
-        if attempt and kind in DISCARDED: return Discard(rerecord=kind == "unrecorded")
+        if attempt and kind in DISCARDED:
+            return Discard(rerecord=kind == "unrecorded", any_rung=kind == "underflow" and not moved)
         if kind == "overflow" or (kind == "underflow" and moved): return larger(capacity, who)
         return Raise(NonTerminationError(message) if kind == "nonterm" else KernelError(message))
     """
@@ -171,8 +175,8 @@ def decode(codes: ErrorCodes, code: int, *, capacity: int, who: str, moved: int 
         return OK
     kind, message = codes.lookup(code)
     message = codes.details.pop(code, message)  # (the values a failed Assert shows)
-    if attempt and kind in DISCARDED:
-        return Discard(rerecord=kind == "unrecorded")
+    if attempt and kind in DISCARDED:  # (an underflow with nothing moved out: no rung mends it)
+        return Discard(rerecord=kind == "unrecorded", any_rung=kind == "underflow" and not moved)
     # A nested loop's stack outgrew its chunk (overflow), or was swapped out at a point its backward
     # loop could not refill (underflow after moves): run again with a larger capacity.
     if kind == "overflow" or (kind == "underflow" and moved):

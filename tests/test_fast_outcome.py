@@ -50,7 +50,9 @@ def test_each_kind_of_code_has_one_meaning() -> None:
 def test_an_attempt_is_discarded_where_a_stage_would_retry() -> None:
     codes, c = _codes()
     assert decode(codes, c["overflow"], capacity=64, who="w", attempt=True) == Discard()
-    assert decode(codes, c["underflow"], capacity=64, who="w", attempt=True) == Discard()
+    # a stack that ran empty with nothing moved out would run empty on any rung; after moves, a rung may mend it
+    assert decode(codes, c["underflow"], capacity=64, who="w", attempt=True) == Discard(any_rung=True)
+    assert decode(codes, c["underflow"], capacity=64, who="w", attempt=True, moved=2) == Discard()
     assert decode(codes, c["unrecorded"], capacity=64, who="w", attempt=True) == Discard(rerecord=True)
     assert isinstance(decode(codes, c["kernel"], capacity=64, who="w", attempt=True), Raise)
 
@@ -169,10 +171,10 @@ def test_a_rung_holds_exactly_its_capacity() -> None:
 
 
 def test_a_pop_past_every_push_is_the_interpreters_error_from_any_rung() -> None:
-    """An attempt whose stack ran empty (``underflow``, nothing moved out) is discarded with no count
-    of entries (``Discard().needed == 0``): the capacity ladder climbs past its rung and the stages
-    decide, raising the ``KernelError`` of the pop as the reference interpreter does. The attempt ran
-    on the first of several rungs, so the next rung is chosen from that count."""
+    """An attempt whose stack ran empty (``underflow``, nothing moved out) is discarded as one that
+    would end so on every rung (``Discard.any_rung``): the stages run it at once and decide, raising
+    the ``KernelError`` of the pop as the reference interpreter does. The attempt ran on the first of
+    several rungs, and no rung above it is made or compiled only to learn the same."""
     import turnout as tn
 
     g = tn.Graph()
@@ -200,4 +202,6 @@ def test_a_pop_past_every_push_is_the_interpreters_error_from_any_rung() -> None
     sess = tn.Session(g, backend="fast", options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
     with pytest.raises(KernelError, match="StackPop node .*pop"):
         sess.run(total, {n: 3})
-    assert len(next(iter(sess.backend._plans.values())).ladder) > 1  # (the attempt had rungs above it)
+    plan = next(iter(sess.backend._plans.values()))
+    assert len(plan.ladder) > 1  # (the attempt had rungs above it)
+    assert sorted(plan.rungs) == plan.ladder[:1]  # (and climbed none of them)
