@@ -427,8 +427,9 @@ class SpmdPlan:
                 if capacity >= most:  # (the device memory limit or the budgets hold no more)
                     return Discard()
                 # nothing of this run is kept; run again with room for twice as many, or as many as fit
-                self.stack_capacity = max(self.stack_capacity, min(outcome.capacity, most))  # (later runs start there)
-                return Retry(min(outcome.capacity, most))
+                again = min(outcome.capacity, most)
+                self.stack_capacity = max(self.stack_capacity, again)  # (later runs start there)
+                return Retry(again)
             enforce(outcome)
             return comp, out, flags, state
 

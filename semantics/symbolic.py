@@ -321,6 +321,7 @@ def _cast(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
 Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Placeholder",  # not a rule: a Placeholder is an input of the query (its own z3 constant)
     "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Pow", "Log1p", "Expm1", "Erf", "Sin", "Cos",
+    "Tan", "Asin", "Acos", "Atan", "Atan2", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erfc", "Lgamma", "Digamma",
     "Floor", "Ceil", "Round", "Cumsum", "Cumprod", "Prod",
     "RandomDraw",  # Philox arithmetic: encodable, but no query needs it
     "Assert",  # a failing check is an error, which the encoding has no value for

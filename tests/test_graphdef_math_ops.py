@@ -107,10 +107,13 @@ def test_the_new_primitives_export_and_import_as_the_tensorflow_ops_of_their_nam
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [4], name="x")
-        parts = [tn.log1p(x), tn.expm1(x), tn.erf(x), tn.sin(x), tn.cos(x), tn.floor(x), tn.ceil(x), tn.round(x)]
+        parts = [tn.log1p(x), tn.expm1(x), tn.erf(x), tn.sin(x), tn.cos(x), tn.floor(x), tn.ceil(x), tn.round(x),
+                 tn.tan(x), tn.asin(x / 4), tn.acos(x / 4), tn.atan(x), tn.atan2(x, x + 1), tn.sinh(x), tn.cosh(x),
+                 tn.asinh(x), tn.acosh(x * x + 1), tn.atanh(x / 4), tn.erfc(x), tn.lgamma(x), tn.digamma(x)]
     ex = export_graph_def(g)
     ops = {nd.op for nd in ex.graph_def.node}
-    assert {"Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round"} <= ops
+    assert {"Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round", "Tan", "Asin", "Acos", "Atan", "Atan2",
+            "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erfc", "Lgamma", "Digamma"} <= ops
     imp = import_graph_def(ex.graph_def)
     xv = np.asarray([0.25, -1.5, 2.5, 3.5], np.float32)
     got = imp.run(tn.Session(imp.graph), [ex.tf_name(p) for p in parts], {ex.tf_name(x): xv})
@@ -187,3 +190,59 @@ def test_clip_by_value_inv_and_their_gradient_forms(backend: str) -> None:
     np.testing.assert_array_equal(inv, 1 / y)
     np.testing.assert_allclose(ig, -dy / (y * y), rtol=1e-6)
     np.testing.assert_array_equal(rg, ig)
+
+
+#: TensorFlow's trigonometric, hyperbolic and special-function ops, one primitive each: the numpy
+#: function each must match, and its input (edges included: the domain's ends, where TensorFlow
+#: gives +-inf or NaN)
+_TRIG = {
+    "Tan": (np.tan, [-1.2, 0.0, 0.7, 1.5]),
+    "Asin": (np.arcsin, [-1.0, -0.3, 0.9, 1.5]),
+    "Acos": (np.arccos, [-1.0, -0.3, 0.9, 1.5]),
+    "Atan": (np.arctan, [-np.inf, -3.0, 0.2, 40.0]),
+    "Sinh": (np.sinh, [-3.0, 1e-4, 0.5, 100.0]),
+    "Cosh": (np.cosh, [-3.0, 0.0, 0.5, 100.0]),
+    "Asinh": (np.arcsinh, [-30.0, -1e-4, 0.5, 1e6]),
+    "Acosh": (np.arccosh, [0.5, 1.0, 1.5, 1e6]),
+    "Atanh": (np.arctanh, [-1.0, -0.5, 0.25, 1.5]),
+    "Erfc": (np.vectorize(math.erfc), [-3.0, 0.0, 3.0, 9.0]),
+    # (lgamma is +inf at its poles, as TensorFlow's)
+    "Lgamma": (np.vectorize(lambda v: math.inf if v <= 0 and v == int(v) else math.lgamma(v)), [-2.0, -0.5, 0.0, 30.0]),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_trigonometric_hyperbolic_and_special_ops(backend: str) -> None:
+    g = GraphDef()
+    for op, (_, x) in _TRIG.items():
+        g.node(op.lower(), op, (g.const(f"x_{op}", np.asarray(x, np.float32)),), T=F32)
+    ys = np.asarray([0.0, -0.0, 0.0, 1.0, -1.0], np.float32)
+    xs = np.asarray([0.0, 0.0, -1.0, 0.0, -0.0], np.float32)
+    g.node("atan2", "Atan2", (g.const("y", ys), g.const("x", xs)), T=F32)
+    g.node("digamma", "Digamma", (g.const("d", np.asarray([-1.0, 0.0, 1.0, 0.5], np.float32)),), T=F32)
+    got = _run(g, [f"{op.lower()}:0" for op in _TRIG] + ["atan2:0", "digamma:0"], {}, backend)
+    with np.errstate(all="ignore"):
+        for (op, (f, x)), y in zip(_TRIG.items(), got):
+            np.testing.assert_allclose(y, np.asarray(f(np.asarray(x, np.float64)), np.float32), rtol=2e-6,
+                                       err_msg=op)
+    # atan2 keeps the signs of zeros: the angle of (-1, +0) is pi, of (+0, -0) is -0
+    np.testing.assert_array_equal(got[-2], np.arctan2(ys, xs))
+    assert np.signbit(got[-2][1]) and got[-2][2] == np.float32(np.pi)
+    euler = 0.5772156649015329
+    np.testing.assert_allclose(got[-1], [np.nan, np.nan, -euler, -euler - 2 * math.log(2.0)], rtol=1e-6)
+
+
+def test_digamma_has_no_gradient_and_says_why() -> None:
+    """TensorFlow's gradient of Digamma is polygamma(1, x), which Turnout does not build: a
+    GradientError naming the op, never a silent zero. Lgamma's gradient is digamma itself."""
+    import turnout as tn
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        (d,) = tn.gradients(tn.reduce_sum(tn.lgamma(x)), [x])
+        with pytest.raises(tn.GradientError, match="Digamma.*trigamma"):
+            tn.gradients(tn.reduce_sum(tn.digamma(x)), [x])
+    got = tn.Session(g).run(d, {x: np.asarray([1.0, 2.0, 0.5], np.float32)})
+    euler = 0.5772156649015329
+    np.testing.assert_allclose(got, [-euler, 1 - euler, -euler - 2 * math.log(2.0)], rtol=1e-6)

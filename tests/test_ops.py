@@ -23,6 +23,13 @@ P = np.array([[0.5, 1.0, 2.0], [4.0, 0.25, 9.0]], np.float32)  # positive, for l
 I = np.array([7, -7, 9, 0], np.int32)
 J = np.array([2, 2, -4, 3], np.int32)
 H = np.array([[0.5, 1.5, 2.5], [-0.5, -2.5, 3.7]], np.float32)  # halves, for round's ties to even
+U = np.array([[-0.9, -0.5, 0.0], [0.25, 0.6, 0.95]], np.float32)  # inside (-1, 1), for asin / acos / atanh
+_EULER = 0.5772156649015329
+#: digamma at halves and integers, in closed form: psi(1) = -gamma, psi(1/2) = -gamma - 2 log 2, and
+#: psi(x + 1) = psi(x) + 1 / x
+DIGAMMA_AT = {0.5: -_EULER - 2 * math.log(2.0), 1.0: -_EULER, 2.0: 1 - _EULER, 3.0: 1.5 - _EULER,
+              -0.5: -_EULER - 2 * math.log(2.0) + 2, 1.5: -_EULER - 2 * math.log(2.0) + 2}
+D = np.array(list(DIGAMMA_AT), np.float32)
 
 
 #: tests of reference-only machinery, or of graphs the fast backend rejects by design (UnsupportedError)
@@ -69,6 +76,18 @@ UNARY: list[tuple[str, Callable[[Any], Any], Callable[[np.ndarray], np.ndarray],
     ("erf", tn.erf, lambda x: np.vectorize(math.erf, otypes=[np.float32])(x), A),
     ("sin", tn.sin, np.sin, A),
     ("cos", tn.cos, np.cos, A),
+    ("tan", tn.tan, np.tan, U),
+    ("asin", tn.asin, np.arcsin, U),
+    ("acos", tn.acos, np.arccos, U),
+    ("atan", tn.atan, np.arctan, A),
+    ("sinh", tn.sinh, np.sinh, A),
+    ("cosh", tn.cosh, np.cosh, A),
+    ("asinh", tn.asinh, np.arcsinh, A),
+    ("acosh", tn.acosh, np.arccosh, P + 1),
+    ("atanh", tn.atanh, np.arctanh, U),
+    ("erfc", tn.erfc, lambda x: np.vectorize(math.erfc, otypes=[np.float32])(x), A),
+    ("lgamma", tn.lgamma, lambda x: np.vectorize(math.lgamma, otypes=[np.float32])(x), H),
+    ("digamma", tn.digamma, lambda x: np.asarray([DIGAMMA_AT[float(v)] for v in x], np.float32), D),
     ("floor", tn.floor, np.floor, H),
     ("ceil", tn.ceil, np.ceil, H),
     ("round", tn.round, np.round, H),
@@ -89,6 +108,7 @@ def test_unary_matches_numpy(backend: str, name: str, op: Any, ref: Any, x: np.n
 
 BINARY: list[tuple[str, Callable[[Any, Any], Any], Callable[[Any, Any], Any], Any, Any]] = [
     ("add", tn.add, np.add, A, B),
+    ("atan2", tn.atan2, np.arctan2, B, A),
     ("subtract", tn.subtract, np.subtract, A, B),
     ("multiply", tn.multiply, np.multiply, A, B),
     ("divide", tn.divide, np.divide, A, B),

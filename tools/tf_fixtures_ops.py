@@ -161,3 +161,30 @@ def orthogonal_init_rnn(tf: Any) -> list[dict[str, Any]]:
     train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
     feeds = {"xs:0": np.random.default_rng(141).normal(size=(5, 3)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [w.value(), u.value(), v.value()])
+
+
+@case
+def special_functions(tf: Any) -> list[dict[str, Any]]:
+    """A layer whose features are the trigonometric, hyperbolic and special functions (tan, asin,
+    acos, atan, atan2, sinh, cosh, asinh, acosh, atanh, erfc, lgamma) of one pre-activation, kept in
+    their domains, trained by SGD, so the GraphDef holds TensorFlow's gradients of each (lgamma's is
+    Digamma; asin's Sqrt and Reciprocal); digamma and atan2 at signed zeros among the outputs."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    w1 = tf.compat.v1.get_variable("w1", initializer=_weights((3, 4), 150, 0.5))
+    w2 = tf.compat.v1.get_variable("w2", initializer=_weights((4, 1), 151, 0.2))
+    h = tf.tanh(tf.matmul(x, w1))  # in (-1, 1)
+    pos = tf.abs(h) + 1.5
+    feats = (tf.tan(h) + tf.asin(0.9 * h) + tf.acos(0.9 * h) + tf.atan(3.0 * h) + tf.atan2(h, pos)
+             + tf.sinh(h) + tf.cosh(h) + tf.asinh(2.0 * h) + tf.acosh(pos) + tf.atanh(0.9 * h)
+             + tf.math.erfc(h) + tf.math.lgamma(pos))
+    loss = tf.reduce_mean(tf.square(tf.matmul(feats, w2) - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss)
+    edges = tf.constant([-1.0, 0.0, 0.5, 2.5], name="edges")
+    psi = tf.math.digamma(edges, name="psi")
+    zeros = tf.constant([0.0, -0.0, 0.0, -0.0], name="zeros")
+    angle = tf.atan2(zeros, tf.constant([1.0, 1.0, -1.0, -1.0]), name="angle")
+    rng = np.random.default_rng(152)
+    feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32), "y:0": rng.normal(size=(6, 1)).astype(np.float32)}
+    runs = _train_runs(feeds, loss, train, [w1.value(), w2.value()])
+    return runs + [{"feeds": {}, "fetches": [psi.name, angle.name]}]

@@ -57,7 +57,31 @@ from turnout.errors import (
 # Eager, not lazy: a lazy name would be shadowed by the submodule of the same name once it is imported.
 from turnout.gradients import gradients, memory_report
 from turnout.graph import Graph, Node, Tensor, get_default_graph, reset_default_graph
-from turnout.math_ops import ceil, cos, cumprod, cumsum, erf, expm1, floor, log1p, round, sin
+from turnout.math_ops import (
+    acos,
+    acosh,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceil,
+    cos,
+    cosh,
+    cumprod,
+    cumsum,
+    digamma,
+    erf,
+    erfc,
+    expm1,
+    floor,
+    lgamma,
+    log1p,
+    round,
+    sin,
+    sinh,
+    tan,
+)
 from turnout.nn_ops import avg_pool, conv2d, max_pool
 from turnout.ops import (
     abs,

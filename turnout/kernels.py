@@ -178,6 +178,44 @@ def _pow(a: Any, b: Any) -> Any:
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
+
+def _lgamma_of(v: float) -> float:
+    """``log |Gamma(v)|``, with TensorFlow's values where ``math.lgamma`` raises: inf at the poles
+    (0 and the negative integers) and NaN for NaN."""
+    if math.isnan(v):
+        return v
+    try:
+        return math.lgamma(v)
+    except ValueError:  # (a pole)
+        return math.inf
+
+
+def _digamma_of(v: float) -> float:
+    """The digamma function (numpy and ``math`` have none): NaN at the poles (0 and the negative
+    integers, as TensorFlow) and for NaN; below 0 by the reflection ``psi(1 - v) - pi / tan(pi v)``;
+    above, raised past 6 by ``psi(v) = psi(v + 1) - 1 / v`` and then the asymptotic series, whose
+    terms to ``v^-14`` leave an error below 1e-15 there."""
+    if math.isinf(v):
+        return v if v > 0 else math.nan
+    if math.isnan(v) or (v <= 0 and v == math.floor(v)):
+        return math.nan
+    if v < 0:
+        return _digamma_of(1.0 - v) - math.pi / math.tan(math.pi * v)
+    acc = 0.0
+    while v < 6.0:
+        acc -= 1.0 / v
+        v += 1.0
+    w = 1.0 / (v * v)
+    series = w * (1 / 12 - w * (1 / 120 - w * (1 / 252 - w * (1 / 240 - w * (1 / 132 - w * (691 / 32760 - w / 12))))))
+    return acc + math.log(v) - 0.5 / v - series
+
+
+def _by_element(f: Any) -> Any:
+    """An elementwise kernel from a function of one Python float, in the input's dtype (computed in
+    double precision, then rounded once)."""
+    uf = np.frompyfunc(f, 1, 1)
+    return lambda x: np.asarray(uf(np.asarray(x, dtype=np.float64)), dtype=np.result_type(x))
+
 KERNELS.update({
     "Add": _elementwise(np.add),
     "Sub": _elementwise(np.subtract),
@@ -202,6 +240,19 @@ KERNELS.update({
     "Erf": _elementwise(lambda x: np.asarray(_erf(x), dtype=np.result_type(x))),  # (numpy has no erf)
     "Sin": _elementwise(np.sin),
     "Cos": _elementwise(np.cos),
+    "Tan": _elementwise(np.tan),
+    "Asin": _elementwise(np.arcsin),
+    "Acos": _elementwise(np.arccos),
+    "Atan": _elementwise(np.arctan),
+    "Atan2": _elementwise(np.arctan2),
+    "Sinh": _elementwise(np.sinh),
+    "Cosh": _elementwise(np.cosh),
+    "Asinh": _elementwise(np.arcsinh),
+    "Acosh": _elementwise(np.arccosh),
+    "Atanh": _elementwise(np.arctanh),
+    "Erfc": _elementwise(_by_element(math.erfc)),
+    "Lgamma": _elementwise(_by_element(_lgamma_of)),
+    "Digamma": _elementwise(_by_element(_digamma_of)),
     "Floor": _elementwise(np.floor, flush=False),
     "Ceil": _elementwise(np.ceil, flush=False),
     "Round": _elementwise(np.round, flush=False),  # half to even, as TensorFlow's Round

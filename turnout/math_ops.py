@@ -53,6 +53,91 @@ def cos(x: Any, name: Optional[str] = None) -> Tensor:
 
 
 @checked
+def tan(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.tan(x)`` (floating dtypes only)."""
+    return _op1("Tan", x, name)
+
+
+@checked
+def asin(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arcsin(x)``: NaN outside [-1, 1] (floating dtypes only)."""
+    return _op1("Asin", x, name)
+
+
+@checked
+def acos(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arccos(x)``: NaN outside [-1, 1] (floating dtypes only)."""
+    return _op1("Acos", x, name)
+
+
+@checked
+def atan(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arctan(x)`` (floating dtypes only)."""
+    return _op1("Atan", x, name)
+
+
+@checked
+def atan2(y: Any, x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arctan2(y, x)``: the angle of the point ``(x, y)``, in ``[-pi, pi]``, with
+    ``y`` first as in numpy and TensorFlow; the two broadcast (floating dtypes only)."""
+    y = convert_to_tensor(y)
+    x = convert_to_tensor(x, dtype=y.dtype)
+    return y.graph.create_node("Atan2", [y, x], {}, name=name).outputs[0]
+
+
+@checked
+def sinh(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.sinh(x)`` (floating dtypes only)."""
+    return _op1("Sinh", x, name)
+
+
+@checked
+def cosh(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.cosh(x)`` (floating dtypes only)."""
+    return _op1("Cosh", x, name)
+
+
+@checked
+def asinh(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arcsinh(x)`` (floating dtypes only)."""
+    return _op1("Asinh", x, name)
+
+
+@checked
+def acosh(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arccosh(x)``: NaN below 1 (floating dtypes only)."""
+    return _op1("Acosh", x, name)
+
+
+@checked
+def atanh(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``np.arctanh(x)``: +-inf at +-1, NaN beyond (floating dtypes only)."""
+    return _op1("Atanh", x, name)
+
+
+@checked
+def erfc(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``math.erfc``: ``1 - erf(x)``, exact where ``erf(x)`` is near 1, so the tails of a
+    normal distribution keep their digits (floating dtypes only)."""
+    return _op1("Erfc", x, name)
+
+
+@checked
+def lgamma(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise ``math.lgamma``: ``log |Gamma(x)|``, +inf at the poles 0, -1, -2, ... as in
+    TensorFlow (floating dtypes only). Its gradient is ``digamma``."""
+    return _op1("Lgamma", x, name)
+
+
+@checked
+def digamma(x: Any, name: Optional[str] = None) -> Tensor:
+    """Elementwise digamma function, the derivative of ``lgamma``: NaN at the poles 0, -1, -2, ...
+    as in TensorFlow (floating dtypes only). It has no gradient in Turnout (TensorFlow's is
+    ``polygamma(1, x)``): ``tn.gradients`` through it raises ``GradientError``."""
+    return _op1("Digamma", x, name)
+
+
+@checked
 def floor(x: Any, name: Optional[str] = None) -> Tensor:
     """Elementwise ``np.floor(x)`` (floating dtypes only; no gradient: it is piecewise constant)."""
     return _op1("Floor", x, name)
@@ -93,4 +178,5 @@ def cumprod(x: Any, axis: int = 0, exclusive: bool = False, reverse: bool = Fals
                 reverse=bool(reverse))
 
 
-__all__ = ["ceil", "cos", "cumprod", "cumsum", "erf", "expm1", "floor", "log1p", "round", "sin"]
+__all__ = ["acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "cos", "cosh", "cumprod", "cumsum",
+           "digamma", "erf", "erfc", "expm1", "floor", "lgamma", "log1p", "round", "sin", "sinh", "tan"]

@@ -216,6 +216,14 @@ def _binary(op, specs, attrs):
     return [TensorSpec(d, _bcast(op, a.shape, b.shape))]
 
 
+@_rule("Atan2")
+def _binary_float(op, specs, attrs):
+    a, b = specs
+    d = _same_dtype(op, specs)
+    _floating(op, d)
+    return [TensorSpec(d, _bcast(op, a.shape, b.shape))]
+
+
 @_rule("Less", "LessEqual", "Greater", "GreaterEqual")
 def _compare(op, specs, attrs):
     a, b = specs
@@ -253,7 +261,8 @@ def _unary_numeric(op, specs, attrs):
     return [TensorSpec(specs[0].dtype, specs[0].shape)]
 
 
-@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round")
+@_rule("Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Log1p", "Expm1", "Erf", "Sin", "Cos", "Floor", "Ceil", "Round",
+       "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erfc", "Lgamma", "Digamma")
 def _unary_float(op, specs, attrs):
     _floating(op, specs[0].dtype)
     return [TensorSpec(specs[0].dtype, specs[0].shape)]

@@ -75,6 +75,7 @@ UNSUPPORTED: dict[str, str] = {
     "Recv": "Send and Recv are made by partitioning (turnout.devices), after gradients are built; "
             "differentiate the unpartitioned graph",
     "MaxPoolGrad": "a second derivative through max pooling (TensorFlow's MaxPoolGradGrad) is not built",
+    "Digamma": "its derivative is the trigamma function (TensorFlow's polygamma(1, x)), which is not built",
 }
 
 
@@ -222,6 +223,74 @@ def _sin(b, n, dys):
 @_grad("Cos")
 def _cos(b, n, dys):
     return [-(dys[0] * math_ops.sin(b.value(_in(n, 0))))]
+
+
+@_grad("Tan")
+def _tan(b, n, dys):
+    return [dys[0] / ops.square(math_ops.cos(b.value(_in(n, 0))))]  # d tan x = 1 / cos^2 x, as TensorFlow
+
+
+@_grad("Asin")
+def _asin(b, n, dys):
+    x = b.value(_in(n, 0))
+    return [dys[0] / ops.sqrt(1 - x * x)]  # d asin x = 1 / sqrt(1 - x^2)
+
+
+@_grad("Acos")
+def _acos(b, n, dys):
+    x = b.value(_in(n, 0))
+    return [-(dys[0] / ops.sqrt(1 - x * x))]  # d acos x = -1 / sqrt(1 - x^2)
+
+
+@_grad("Atan")
+def _atan(b, n, dys):
+    x = b.value(_in(n, 0))
+    return [dys[0] / (1 + x * x)]  # d atan x = 1 / (1 + x^2)
+
+
+@_grad("Atan2")
+def _atan2(b, n, dys):
+    y, x = n.inputs  # (TensorFlow's order: atan2(y, x) is the angle of the point (x, y))
+    yv, xv = b.value(y), b.value(x)
+    scaled = dys[0] / (xv * xv + yv * yv)  # d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)
+    return [b.unbroadcast(scaled * xv, y, n.outputs[0]), b.unbroadcast(-(scaled * yv), x, n.outputs[0])]
+
+
+@_grad("Sinh")
+def _sinh(b, n, dys):
+    return [dys[0] * math_ops.cosh(b.value(_in(n, 0)))]
+
+
+@_grad("Cosh")
+def _cosh(b, n, dys):
+    return [dys[0] * math_ops.sinh(b.value(_in(n, 0)))]
+
+
+@_grad("Asinh")
+def _asinh(b, n, dys):
+    return [dys[0] / math_ops.cosh(b.value(n.outputs[0]))]  # d asinh x = 1 / cosh(asinh x), as TensorFlow
+
+
+@_grad("Acosh")
+def _acosh(b, n, dys):
+    return [dys[0] / math_ops.sinh(b.value(n.outputs[0]))]  # d acosh x = 1 / sinh(acosh x), as TensorFlow
+
+
+@_grad("Atanh")
+def _atanh(b, n, dys):
+    x = b.value(_in(n, 0))
+    return [dys[0] / (1 - x * x)]  # d atanh x = 1 / (1 - x^2)
+
+
+@_grad("Erfc")
+def _erfc(b, n, dys):
+    x = b.value(_in(n, 0))
+    return [-(dys[0] * (ops.exp(-(x * x)) * (2 / np.sqrt(np.pi))))]  # d erfc x = -2 / sqrt(pi) e^(-x^2)
+
+
+@_grad("Lgamma")
+def _lgamma(b, n, dys):
+    return [dys[0] * math_ops.digamma(b.value(_in(n, 0)))]  # d lgamma x = digamma x
 
 
 def _select_where(b: Backward, n: Node, dy: Tensor, pick_x: Tensor) -> Grads:

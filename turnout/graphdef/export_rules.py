@@ -95,7 +95,10 @@ for _tn, _tf in [("Add", "AddV2"), ("Sub", "Sub"), ("Mul", "Mul"), ("Maximum", "
                  ("Log", "Log"), ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"),
                  ("Relu", "Relu"), ("ZerosLike", "ZerosLike"), ("OnesLike", "OnesLike"), ("Log1p", "Log1p"),
                  ("Expm1", "Expm1"), ("Erf", "Erf"), ("Sin", "Sin"), ("Cos", "Cos"), ("Floor", "Floor"),
-                 ("Ceil", "Ceil"), ("Round", "Round")]:
+                 ("Ceil", "Ceil"), ("Round", "Round"), ("Tan", "Tan"), ("Asin", "Asin"), ("Acos", "Acos"),
+                 ("Atan", "Atan"), ("Atan2", "Atan2"), ("Sinh", "Sinh"), ("Cosh", "Cosh"), ("Asinh", "Asinh"),
+                 ("Acosh", "Acosh"), ("Atanh", "Atanh"), ("Erfc", "Erfc"), ("Lgamma", "Lgamma"),
+                 ("Digamma", "Digamma")]:
     _rule(_tn)(_same(_tf))
 
 

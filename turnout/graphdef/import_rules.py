@@ -254,12 +254,15 @@ for _tf, _tn in [("Sub", "Sub"), ("Mul", "Mul"), ("RealDiv", "Div"), ("Maximum",
                  ("Minimum", "Minimum"), ("Pow", "Pow"), ("FloorMod", "FloorMod"), ("Less", "Less"),
                  ("LessEqual", "LessEqual"), ("Greater", "Greater"), ("GreaterEqual", "GreaterEqual"),
                  ("Equal", "Equal"), ("NotEqual", "NotEqual"), ("LogicalAnd", "LogicalAnd"),
-                 ("LogicalOr", "LogicalOr")]:
+                 ("LogicalOr", "LogicalOr"), ("Atan2", "Atan2")]:
     _rule(_tf)(_simple(_tn, 2))
 for _tf, _tn in [("Neg", "Neg"), ("Tanh", "Tanh"), ("Sigmoid", "Sigmoid"), ("Exp", "Exp"), ("Log", "Log"),
                  ("Sqrt", "Sqrt"), ("Square", "Square"), ("Abs", "Abs"), ("Sign", "Sign"), ("Relu", "Relu"),
                  ("LogicalNot", "LogicalNot"), ("Size", "Size"), ("Log1p", "Log1p"), ("Expm1", "Expm1"),
-                 ("Erf", "Erf"), ("Sin", "Sin"), ("Cos", "Cos"), ("Floor", "Floor"), ("Ceil", "Ceil")]:
+                 ("Erf", "Erf"), ("Sin", "Sin"), ("Cos", "Cos"), ("Floor", "Floor"), ("Ceil", "Ceil"),
+                 ("Tan", "Tan"), ("Asin", "Asin"), ("Acos", "Acos"), ("Atan", "Atan"), ("Sinh", "Sinh"),
+                 ("Cosh", "Cosh"), ("Asinh", "Asinh"), ("Acosh", "Acosh"), ("Atanh", "Atanh"), ("Erfc", "Erfc"),
+                 ("Lgamma", "Lgamma"), ("Digamma", "Digamma")]:
     _rule(_tf)(_simple(_tn, 1))
 _rule("SelectV2")(_simple("Select", 3))
 
