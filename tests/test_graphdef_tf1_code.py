@@ -109,7 +109,7 @@ def test_a_saver_s_nodes_are_left_out_and_name_where_the_weights_go() -> None:
     and their initializers stay), and a fetch of one says to use turnout.checkpoint."""
     from turnout.errors import NotFoundError
     from turnout.graphdef import parse_graph_def, unsupported_ops
-    from turnout.graphdef.saver_ops import saver_nodes
+    from turnout.graphdef.left_out import saver_nodes
 
     gd = parse_graph_def(DATA / "resnet_block_bn.pbtxt")
     left = saver_nodes(gd)
@@ -123,6 +123,43 @@ def test_a_saver_s_nodes_are_left_out_and_name_where_the_weights_go() -> None:
     with pytest.raises(NotFoundError, match="has no tensor 'nope:0'"):
         imp.tensor("nope:0")
     assert "conv1/kernel" in imp.graph.variables
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_summaries_are_left_out_and_their_values_listed_to_write_with_the_event_writer(backend: str,
+                                                                                      tmp_path: Path) -> None:
+    """A TF1 graph with ``summary.scalar``, ``summary.histogram`` and ``merge_all`` (the fixture
+    ``summaries_sgd``, made by TensorFlow) imports: the summary ops, their tag constants and the merged
+    summary are left out, ``summaries`` maps each tag to the tensor it read, whose fetched values go to
+    an event file; fetching the merged summary says so. (The fixture's training runs are checked with
+    TensorFlow's values by test_graphdef_import.py.)"""
+    from turnout.errors import NotFoundError
+    from turnout.graphdef import parse_graph_def, unsupported_ops
+    from turnout.graphdef.events import EventWriter
+    from turnout.graphdef.left_out import left_out
+
+    gd = parse_graph_def(DATA / "summaries_sgd.pbtxt")
+    parts = left_out(gd)
+    assert {n for n, p in parts.items() if p == "summary"} == {
+        "loss_1", "loss_1/tags", "weights", "weights/tag", "stats/weight_norm", "stats/weight_norm/tags",
+        "merged/merged"}
+    assert unsupported_ops(gd) == {}
+    imp = import_graph_def(gd)
+    # (the tags TensorFlow wrote: a summary's tag is its node's name, made unique: "loss" was the loss's)
+    assert imp.summaries == {"loss_1": "loss:0", "weights": "weights/ReadVariableOp:0",
+                             "stats/weight_norm": "stats/norm/Squeeze:0"}
+    with pytest.raises(NotFoundError, match="belongs to TensorFlow's summaries.*ImportedGraph.summaries.*EventWriter"):
+        imp.tensor("merged/merged:0")
+    sess = tn.Session(imp.graph, backend=backend)
+    imp.run(sess, [], targets=["init"])
+    x = np.asarray([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], np.float32)
+    y = np.asarray([[1.0], [-2.0]], np.float32)
+    loss, w, norm = imp.run(sess, list(imp.summaries.values()), {"x:0": x, "y:0": y})
+    np.testing.assert_allclose(norm, np.linalg.norm(w), rtol=1e-6)
+    np.testing.assert_allclose(loss, np.mean(np.square(x @ w - y)), rtol=1e-6)
+    with EventWriter(tmp_path) as ew:
+        ew.add_scalar("loss_1", float(loss), 0)
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

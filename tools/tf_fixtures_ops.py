@@ -188,3 +188,23 @@ def special_functions(tf: Any) -> list[dict[str, Any]]:
     feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32), "y:0": rng.normal(size=(6, 1)).astype(np.float32)}
     runs = _train_runs(feeds, loss, train, [w1.value(), w2.value()])
     return runs + [{"feeds": {}, "fetches": [psi.name, angle.name]}]
+
+
+@case
+def summaries_sgd(tf: Any) -> list[dict[str, Any]]:
+    """A linear model trained by SGD with TF1 summaries: a scalar of the loss, a histogram of the
+    weights and a scalar under a name scope, merged by ``summary.merge_all`` (the import leaves the
+    summaries out and lists the tensors they read)."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((3, 1), 160, 0.5))
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y), name="loss")
+    tf.compat.v1.summary.scalar("loss", loss)
+    tf.compat.v1.summary.histogram("weights", w)
+    with tf.name_scope("stats"):
+        tf.compat.v1.summary.scalar("weight_norm", tf.norm(w))
+    tf.compat.v1.summary.merge_all(name="merged")
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    rng = np.random.default_rng(161)
+    feeds = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "y:0": rng.normal(size=(4, 1)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w.value()])

@@ -43,13 +43,13 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_tensor_lists,
     protos,
 )
+from turnout.graphdef import left_out as leaving
 from turnout.graphdef.exporter import ExportedGraphDef
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
 from turnout.graphdef.import_context import ImportContext, Ref
 from turnout.graphdef.import_nodes import MALFORMED, import_nodes, order
 from turnout.graphdef.import_rules import IMPORT_RULES
 from turnout.graphdef.placement import colocation_targets, tf_device
-from turnout.graphdef.saver_ops import saver_nodes
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -68,14 +68,17 @@ class ImportedGraph:
     #: tf.cond ``pred_id`` nodes whose Switches read the predicate behind them: a feed of one would
     #: not reach those Switches, so ``run`` refuses it
     looked_through: frozenset[str] = frozenset()
-    #: the nodes of TensorFlow's Saver, which the import leaves out (``saver_ops``)
-    left_out: frozenset[str] = frozenset()
+    #: the nodes of TensorFlow's Saver and summaries, which the import leaves out, each with the part it
+    #: belongs to (``left_out``: ``"saver"`` or ``"summary"``)
+    left_out: dict[str, str] = field(default_factory=dict)
+    #: tag -> the TensorFlow name of the tensor each left-out scalar, histogram or tensor summary read
+    #: (``left_out.summary_values``): fetch them to write the summaries with ``EventWriter``
+    summaries: dict[str, str] = field(default_factory=dict)
 
     def _missing(self, what: str, name: str) -> NotFoundError:
-        if name.split(":")[0] in self.left_out:
-            return NotFoundError(f"{what} {name!r} belongs to TensorFlow's Saver, which the import leaves out: "
-                                 "read and write the Variables' checkpoints with turnout.checkpoint.restore_tf "
-                                 "and save_tf")
+        instead = leaving.why(self.left_out.get(name.split(":")[0]))
+        if instead is not None:
+            return NotFoundError(f"{what} {name!r} {instead}")
         return NotFoundError(f"the imported GraphDef has no {what} {name!r}")
 
     def tensor(self, name: str) -> Tensor:
@@ -153,13 +156,13 @@ def _parsed(gd: Any, data: bytes, where: str, text: bool) -> Any:
 
 def unsupported_ops(gd: Any) -> dict[str, list[str]]:
     """Op name -> the nodes that use it, for every op of ``gd`` that has no import rule (the nodes of
-    its Saver aside: the import leaves them out, ``saver_ops``), the bodies of the functions its nodes
+    its Saver and summaries aside: the import leaves them out, ``left_out``), the bodies of the functions its nodes
     call included (a node there is named ``<function>/<node>``; a function no node calls is not
     imported, as TensorFlow imports it whatever its ops: ``import_functions.called``)."""
     bad: dict[str, list[str]] = {}
-    saver = saver_nodes(gd)
+    dropped = leaving.left_out(gd)
     for nd in gd.node:
-        if nd.op not in IMPORT_RULES and nd.name not in saver:
+        if nd.op not in IMPORT_RULES and nd.name not in dropped:
             bad.setdefault(nd.op, []).append(nd.name)
     for f in import_functions.called(gd):
         for nd in f.node_def:
@@ -200,16 +203,18 @@ def _in_file(e: TurnoutError, source: Any) -> TurnoutError:
 
 
 def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
-    """``import_graph_def`` of a parsed message, less its Saver's nodes (``saver_ops``)."""
-    left_out = saver_nodes(gd)
-    if left_out:
+    """``import_graph_def`` of a parsed message, less its Saver's and summaries' nodes (``left_out``)."""
+    dropped = leaving.left_out(gd)
+    summaries = leaving.summary_values(gd)
+    if dropped:
         kept = type(gd)()
         kept.CopyFrom(gd)
         del kept.node[:]
-        kept.node.extend(nd for nd in gd.node if nd.name not in left_out)
+        kept.node.extend(nd for nd in gd.node if nd.name not in dropped)
         gd = kept
     imported = _import_kept(gd, graph, prefix)
-    imported.left_out = left_out
+    imported.left_out = dropped
+    imported.summaries = summaries
     return imported
 
 
