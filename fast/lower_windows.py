@@ -32,9 +32,10 @@ def _pads(axes: tuple[windows.Axis, windows.Axis]) -> list[tuple[int, int]]:
 def _conv(attrs: dict[str, Any], hw: Any, w: Any) -> Callable[[Any, Any], Any]:
     """``x, w -> Conv2D(x, w)`` for inputs of ``hw`` rows and columns."""
     axes = windows.spatial("Conv2D", attrs, hw, jnp.shape(w)[:2])
+    groups = windows.feature_groups("Conv2D", attrs)
     return lambda x, f: lax.conv_general_dilated(x, f, tuple(attrs["strides"]), _pads(axes),
                                                  rhs_dilation=tuple(attrs["dilations"]), dimension_numbers=_DIMS,
-                                                 precision=lax.Precision.HIGHEST)
+                                                 feature_group_count=groups, precision=lax.Precision.HIGHEST)
 
 
 @lowering_rule("Conv2D")

@@ -69,6 +69,66 @@ def test_windows_and_their_gradients_match_jax_on_every_route() -> None:
             np.testing.assert_allclose(a, np.asarray(b), rtol=1e-10, atol=1e-12, err_msg=f"{route}: output {k}")
 
 
+def test_grouped_and_depthwise_convolutions_and_their_gradients_match_jax_on_every_route() -> None:
+    """Law: a convolution of G feature groups (a filter with channels / G input channels, as in
+    TensorFlow) and a depthwise one (``tn.depthwise_conv2d``, a group per channel, its filter
+    (rows, columns, channels, multiplier)) equal JAX's ``feature_group_count`` convolutions, values
+    and ``jax.grad``, on every route; the depthwise output channel ``c * M + m`` is channel ``c``'s
+    filter ``m``."""
+    x, wg, wd = RNG.normal(size=(2, 6, 5, 4)), RNG.normal(size=(3, 2, 2, 6)), RNG.normal(size=(2, 3, 4, 2))
+    g = tn.Graph()
+    with g.as_default():
+        xp, gp = tn.placeholder(F, [None, 6, 5, 4]), tn.placeholder(F, [3, 2, 2, 6])
+        dp = tn.placeholder(F, [2, 3, 4, 2])
+        yg = tn.conv2d(xp, gp, [2, 1], "SAME", dilations=[1, 2])
+        yd = tn.depthwise_conv2d(xp, dp, 1, "VALID")
+        loss = tn.reduce_sum(tn.tanh(yg)) + tn.reduce_sum(yd * yd)
+        grads = tn.gradients(loss, [xp, gp, dp])
+
+    def jax_loss(x: Any, wg: Any, wd: Any) -> Any:
+        dims = ("NHWC", "HWIO", "NHWC")
+        yg = lax.conv_general_dilated(x, wg, (2, 1), "SAME", rhs_dilation=(1, 2), dimension_numbers=dims,
+                                      feature_group_count=2, precision=lax.Precision.HIGHEST)
+        yd = lax.conv_general_dilated(x, wd.reshape(2, 3, 1, 8), (1, 1), "VALID", dimension_numbers=dims,
+                                      feature_group_count=4, precision=lax.Precision.HIGHEST)
+        return jnp.sum(jnp.tanh(yg)) + jnp.sum(yd * yd), (yg, yd)
+
+    with jax.enable_x64(True):
+        (_, want), jgrads = jax.value_and_grad(jax_loss, (0, 1, 2), has_aux=True)(x, wg, wd)
+    # the depthwise channel order by hand: output channel c * M + m at one window
+    by_hand = sum(x[0, a, b, 1] * wd[a, b, 1, 1] for a in range(2) for b in range(3))
+    for route in ROUTES:
+        got = run_on(route, g, [yg, yd, *grads], {xp: x, gp: wg, dp: wd})
+        assert got[1][0, 0, 0, 1 * 2 + 1] == pytest.approx(by_hand, rel=1e-12)
+        for k, (a, b) in enumerate(zip(got, [*want, *jgrads], strict=True)):
+            np.testing.assert_allclose(a, np.asarray(b), rtol=1e-10, atol=1e-12, err_msg=f"{route}: output {k}")
+
+
+def test_grouped_convolutions_round_trip_through_a_graph_def_and_tn_save() -> None:
+    """TensorFlow reads a Conv2D's groups from its filter's shape: exported as plain Conv2D and its
+    backprops, imported back with the groups again; ``tn.save`` keeps the attribute."""
+    pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+    from turnout.graphdef import export_graph_def, import_graph_def
+
+    x, w = RNG.normal(size=(2, 5, 4, 6)), RNG.normal(size=(2, 2, 3, 4))
+    g = tn.Graph()
+    with g.as_default():
+        xp, wp = tn.placeholder(F, [None, 5, 4, 6], name="x"), tn.placeholder(F, [2, 2, 3, 4], name="w")
+        loss = tn.reduce_sum(tn.square(tn.conv2d(xp, wp, 1, "SAME")))
+        grads = tn.gradients(loss, [xp, wp])
+    want = tn.Session(g).run([loss, *grads], {xp: x, wp: w})
+    ex = export_graph_def(g)
+    imp = import_graph_def(ex.graph_def)
+    got = imp.run(tn.Session(imp.graph), [ex.tf_name(t) for t in [loss, *grads]],
+                  {ex.tf_name(xp): x, ex.tf_name(wp): w})
+    back = tn.loads(tn.dumps(g))
+    saved = tn.Session(back).run([back.tensor(t.name) for t in [loss, *grads]],
+                                 {back.tensor(xp.name): x, back.tensor(wp.name): w})
+    for a, b, c in zip(got, saved, want, strict=True):
+        np.testing.assert_allclose(a, c, rtol=1e-12)
+        np.testing.assert_array_equal(b, c)
+
+
 def test_same_padding_puts_the_odd_element_after() -> None:
     """Law (TensorFlow's SAME): ``ceil(n / stride)`` outputs; the padding a window needs is split with
     the odd element *after* the input. Rows 1..4, a window of 3 ones, stride 2: the windows are
@@ -136,6 +196,14 @@ def _build(make: Any) -> None:
     (lambda x, w: tn.max_pool(x, 6, 1, "VALID"), tn.ShapeError, "MaxPool: a window of 6"),
     (lambda x, w: tn.avg_pool(x, 2, 1.5, "VALID"), tn.ArgumentError, "avg_pool: strides"),
     (lambda x, w: tn.avg_pool(tn.cast(x, tn.int32), 2, 1, "VALID"), tn.DTypeError, "AvgPool"),
+    # feature groups: the filter's input channels must divide the image's; its outputs split as evenly
+    (lambda x, w: tn.conv2d(x, w[:, :, :2, :], 1, "SAME"), tn.ShapeError, "input's channels differ"),
+    (lambda x, w: tn.conv2d(x, w[:, :, :1, :], 1, "SAME"), tn.ShapeError, "not a multiple of groups=3"),
+    (lambda x, w: tn.depthwise_conv2d(x, tn.placeholder(F, [2, 2, None, 1]), 1, "SAME"), tn.ArgumentError,
+     "depthwise_conv2d: the filter's shape"),
+    (lambda x, w: x.graph.create_node("Conv2D", [x, w], {"strides": [1, 1], "dilations": [1, 1],
+                                                         "padding": "SAME", "groups": 0}), tn.ArgumentError,
+     "Conv2D: groups must be a positive int"),
 ])
 def test_bad_arguments_are_refused_when_built(make: Any, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):

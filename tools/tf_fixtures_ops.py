@@ -208,3 +208,26 @@ def summaries_sgd(tf: Any) -> list[dict[str, Any]]:
     rng = np.random.default_rng(161)
     feeds = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "y:0": rng.normal(size=(4, 1)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [w.value()])
+
+
+@case
+def depthwise_separable(tf: Any) -> list[dict[str, Any]]:
+    """A MobileNet-style block: a depthwise convolution (channel multiplier 2, stride 2, SAME), then a
+    pointwise one, then a grouped convolution (``conv2d`` whose filter has half the channels: two
+    feature groups), trained by momentum SGD; an NCHW-free, NHWC graph with TensorFlow's depthwise
+    gradient ops (``DepthwiseConv2dNativeBackpropInput`` / ``Filter``) and Conv2D's on grouped shapes."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 7, 6, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    dw = tf.compat.v1.get_variable("dw", initializer=_weights((3, 3, 3, 2), 170, 0.4))
+    pw = tf.compat.v1.get_variable("pw", initializer=_weights((1, 1, 6, 4), 171, 0.4))
+    gw = tf.compat.v1.get_variable("gw", initializer=_weights((2, 2, 2, 4), 172, 0.4))
+    head = tf.compat.v1.get_variable("head", initializer=_weights((4, 1), 173, 0.3))
+    h = tf.nn.relu(tf.nn.depthwise_conv2d(x, dw, [1, 2, 2, 1], "SAME"))
+    h = tf.nn.relu(tf.nn.conv2d(h, pw, 1, "VALID"))
+    h = tf.tanh(tf.nn.conv2d(h, gw, 1, "SAME"))  # (4 channels, a 2-channel filter: two groups)
+    out = tf.matmul(tf.reduce_mean(h, axis=[1, 2]), head)
+    loss = tf.reduce_mean(tf.square(out - y))
+    train = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+    rng = np.random.default_rng(174)
+    feeds = {"x:0": rng.normal(size=(2, 7, 6, 3)).astype(np.float32), "y:0": rng.normal(size=(2, 1)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [dw.value(), pw.value(), gw.value(), head.value()])

@@ -82,7 +82,7 @@ from turnout.math_ops import (
     sinh,
     tan,
 )
-from turnout.nn_ops import avg_pool, conv2d, max_pool
+from turnout.nn_ops import avg_pool, conv2d, depthwise_conv2d, max_pool
 from turnout.ops import (
     abs,
     add,

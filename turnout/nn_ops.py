@@ -19,7 +19,7 @@ import numpy as np
 from turnout.arguments import checked
 from turnout.errors import ArgumentError
 from turnout.graph import Tensor
-from turnout.ops import convert_to_tensor, transpose
+from turnout.ops import convert_to_tensor, reshape, transpose
 
 IntOrInts = Union[int, Sequence[int]]
 _FORMATS = ("NHWC", "NCHW")
@@ -70,10 +70,53 @@ def conv2d(x: Any, filters: Any, strides: IntOrInts, padding: str, dilations: In
     ``"SAME"`` gives ``ceil(size / stride)`` outputs per axis and splits the padding that needs,
     the odd element after. ``strides`` and ``dilations``: an int, or (rows, columns), or four in
     ``data_format`` with 1 for batch and channels. Its gradients are ``Conv2DBackpropInput`` and
-    ``Conv2DBackpropFilter``, TensorFlow's names."""
-    attrs = {"strides": _pair(strides, "Conv2D", "strides", data_format),
-             "dilations": _pair(dilations, "Conv2D", "dilations", data_format), "padding": padding}
+    ``Conv2DBackpropFilter``, TensorFlow's names.
+
+    A filter with fewer input channels than ``x`` has, a divisor of them, makes a grouped convolution,
+    as in TensorFlow: ``channels / filter_in`` groups, each convolving its share of the channels with
+    its share of the filter's output channels (``turnout.windows``; the counts must be known when the
+    graph is built)."""
+    x, filters = convert_to_tensor(x), convert_to_tensor(filters)
+    attrs: dict[str, Any] = {"strides": _pair(strides, "Conv2D", "strides", data_format),
+                             "dilations": _pair(dilations, "Conv2D", "dilations", data_format), "padding": padding}
+    groups = _groups(x, filters, data_format)
+    if groups > 1:
+        attrs["groups"] = groups
     return _window_op("Conv2D", x, [filters], attrs, data_format, name)
+
+
+def _groups(x: Tensor, filters: Tensor, data_format: str) -> int:
+    """The feature groups TensorFlow's Conv2D reads from the shapes: the image's channels over the
+    filter's input channels, where both are known and the second divides the first; else 1 (the
+    shape rule then says what does not fit)."""
+    axis = 3 if data_format == "NHWC" else 1
+    c = x.shape[axis] if x.shape is not None and len(x.shape) == 4 else None
+    f = filters.shape[2] if filters.shape is not None and len(filters.shape) == 4 else None
+    return c // f if c is not None and f and c != f and c % f == 0 else 1
+
+
+@checked
+def depthwise_conv2d(x: Any, filters: Any, strides: IntOrInts, padding: str, dilations: IntOrInts = 1,
+                     data_format: str = "NHWC", name: Optional[str] = None) -> Tensor:
+    """TensorFlow's ``tf.nn.depthwise_conv2d``: each channel ``c`` of ``x`` convolved with its own
+    filters ``filters[:, :, c, :]`` (rows, columns, channels, multiplier), output channel
+    ``c * multiplier + m`` for filter ``m``::
+
+        y[n, i, j, c * M + m] = sum over a, b of xp[n, i * sh + a * dh, j * sw + b * dw, c] * filters[a, b, c, m]
+
+    ``strides``, ``padding``, ``dilations`` and ``data_format`` as in ``conv2d``. One ``Conv2D``
+    with as many feature groups as channels, its filter read as (rows, columns, 1, channels * M): a
+    depthwise convolution is that grouped convolution, so its gradients are Conv2D's (TensorFlow's
+    ``DepthwiseConv2dNative`` imports to the same). The filter's shape must be known."""
+    filters = convert_to_tensor(filters)
+    fs = filters.shape
+    if fs is None or len(fs) != 4 or any(d is None for d in fs):
+        raise ArgumentError(f"depthwise_conv2d: the filter's shape (rows, columns, channels, multiplier) must be "
+                            f"known when the graph is built, got {fs}")
+    kh, kw, c, m = (int(d) for d in fs)  # type: ignore[arg-type]
+    attrs = {"strides": _pair(strides, "Conv2D", "strides", data_format),
+             "dilations": _pair(dilations, "Conv2D", "dilations", data_format), "padding": padding, "groups": c}
+    return _window_op("Conv2D", x, [reshape(filters, [kh, kw, 1, c * m])], attrs, data_format, name)
 
 
 def _pool(op: str, x: Any, ksize: IntOrInts, strides: IntOrInts, padding: str, data_format: str,
@@ -100,4 +143,4 @@ def avg_pool(x: Any, ksize: IntOrInts, strides: IntOrInts, padding: str, data_fo
     return _pool("AvgPool", x, ksize, strides, padding, data_format, name)
 
 
-__all__ = ["avg_pool", "conv2d", "max_pool"]
+__all__ = ["avg_pool", "conv2d", "depthwise_conv2d", "max_pool"]

@@ -600,7 +600,8 @@ def _c_any_dtype(v: Any, what: str) -> None:
 
 
 #: the window ops (turnout.windows): two ints each and the padding's name, which the shape rule checks
-_CONV: AttrRules = {"strides": (True, _c_int_list(1)), "dilations": (True, _c_int_list(1)), "padding": (True, _c_text)}
+_CONV: AttrRules = {"strides": (True, _c_int_list(1)), "dilations": (True, _c_int_list(1)), "padding": (True, _c_text),
+                    "groups": (False, _c_pos_int)}
 _POOL: AttrRules = {"ksize": (True, _c_int_list(1)), "strides": (True, _c_int_list(1)), "padding": (True, _c_text)}
 
 ATTR_RULES: dict[str, AttrRules] = {

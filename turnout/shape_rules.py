@@ -652,7 +652,15 @@ def _conv_shapes(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any], x:
     xs, ws = _image(op, "the input", x), _image(op, "the filter", w)
     if any(k is not None and k < 1 for k in ws[:2]):
         raise ShapeError(f"{op}: the filter must have at least one row and column, got shape {sh.fmt(w.shape)}")
-    _same_size(op, "the input's channels differ from the filter's input channels (axis 2)", xs[3], ws[2])
+    g = windows.feature_groups(op, attrs)
+    if g == 1:
+        _same_size(op, "the input's channels differ from the filter's input channels (axis 2)", xs[3], ws[2])
+    else:
+        _same_size(op, f"the input's channels differ from the filter's input channels (axis 2) times groups={g}",
+                   xs[3], None if ws[2] is None else ws[2] * g)
+        if ws[3] is not None and ws[3] % g:
+            raise ShapeError(f"{op}: the filter's output channels (axis 3), {ws[3]}, are not a multiple of "
+                             f"groups={g}")
     oh, ow = windows.out_hw(op, attrs, xs[1:3], ws[:2])
     out = (xs[0], oh, ow, ws[3])
     if dy is not None:

@@ -83,7 +83,25 @@ def _rows(dy: np.ndarray) -> np.ndarray:
     return dy.reshape(dy.shape[0] * dy.shape[1] * dy.shape[2], dy.shape[3])
 
 
+def _grouped(kernel: Any) -> Any:
+    """A convolution kernel over feature groups (``turnout.windows``): every input split into
+    ``groups`` equal parts along axis 3 (an image's channels, a filter's output channels), the kernel
+    run on each group's parts alone, and the results joined along axis 3 again. The same split serves
+    the three ops, because each reads its image by channels and its filter and gradient by output
+    channels."""
+    def k(xs: Sequence[Any], attrs: dict[str, Any]) -> list[Any]:
+        g = windows.feature_groups("Conv2D", attrs)
+        if g == 1:
+            return kernel(xs, attrs)  # type: ignore[no-any-return]
+        one = {a: v for a, v in attrs.items() if a != "groups"}
+        parts = zip(*(np.split(np.asarray(x), g, axis=3) for x in xs))
+        return [np.concatenate([kernel(list(p), one)[0] for p in parts], axis=3)]
+
+    return k
+
+
 @_k("Conv2D")
+@_grouped
 def _conv2d(xs, attrs):
     x, w = np.asarray(xs[0]), np.asarray(xs[1])
     axes, k, s, d = _geometry("Conv2D", attrs, x.shape[1:3], w.shape[:2])
@@ -93,6 +111,7 @@ def _conv2d(xs, attrs):
 
 
 @_k("Conv2DBackpropInput")
+@_grouped
 def _conv2d_backprop_input(xs, attrs):
     like, w, dy = np.asarray(xs[0]), np.asarray(xs[1]), np.asarray(xs[2])
     axes, k, s, d = _geometry("Conv2DBackpropInput", attrs, like.shape[1:3], w.shape[:2])
@@ -102,6 +121,7 @@ def _conv2d_backprop_input(xs, attrs):
 
 
 @_k("Conv2DBackpropFilter")
+@_grouped
 def _conv2d_backprop_filter(xs, attrs):
     x, like, dy = np.asarray(xs[0]), np.asarray(xs[1]), np.asarray(xs[2])
     axes, k, s, d = _geometry("Conv2DBackpropFilter", attrs, x.shape[1:3], like.shape[:2])

@@ -7,8 +7,16 @@ rather than computing it again.
 
 The attributes of the window ops (``turnout.primitives``): ``strides`` and ``dilations`` (conv only)
 or ``ksize`` (pooling only), each two positive ints (rows, columns), and ``padding``, ``"SAME"`` or
-``"VALID"``. ``check_attrs`` refuses anything else with an ``ArgumentError`` naming the op and the
-attribute, on every backend alike (the shape rule calls it when the graph is built).
+``"VALID"``; a convolution may have ``groups`` (``feature_groups``: absent means 1), a positive int.
+``check_attrs`` refuses anything else with an ``ArgumentError`` naming the op and the attribute, on
+every backend alike (the shape rule calls it when the graph is built).
+
+Feature groups: a convolution of ``groups`` G splits the input's channels and the filter's output
+channels into G equal parts and convolves part g of the input with part g of the filter alone, so
+the filter has ``channels / G`` input channels (XLA's ``feature_group_count``; TensorFlow's ``Conv2D``
+reads the same from the filter's shape). A depthwise convolution (``DepthwiseConv2dNative``) is the
+case ``G = channels``, its filter ``(rows, columns, channels, multiplier)`` read as
+``(rows, columns, 1, channels * multiplier)``.
 """
 
 from __future__ import annotations
@@ -44,10 +52,20 @@ def _pair(op: str, attrs: dict[str, Any], name: str) -> tuple[int, int]:
     return int(v[0]), int(v[1])
 
 
+def feature_groups(op: str, attrs: dict[str, Any]) -> int:
+    """The ``groups`` of a convolution (1 where absent, and for every pooling op)."""
+    g: Any = attrs.get("groups", 1)
+    if not isinstance(g, (int, np.integer)) or isinstance(g, (bool, np.bool_)) or g < 1:
+        raise ArgumentError(f"{op}: groups must be a positive int, got {g!r}")
+    return int(g)
+
+
 def check_attrs(op: str, attrs: dict[str, Any]) -> None:
     """Refuse a window op's attributes that are not two positive ints each, or an unknown padding."""
     _pair(op, attrs, "strides")
     _pair(op, attrs, "dilations" if op in CONV_OPS else "ksize")
+    if op in CONV_OPS:
+        feature_groups(op, attrs)
     if attrs.get("padding") not in PADDINGS:
         raise ArgumentError(f"{op}: padding must be 'SAME' or 'VALID', got {attrs.get('padding')!r}")
 
@@ -99,4 +117,5 @@ def out_hw(op: str, attrs: dict[str, Any], hw: Sequence[Optional[int]],
     return out[0], out[1]
 
 
-__all__ = ["CONV_OPS", "PADDINGS", "POOL_OPS", "Axis", "axis", "check_attrs", "out_hw", "spatial", "window"]
+__all__ = ["CONV_OPS", "PADDINGS", "POOL_OPS", "Axis", "axis", "check_attrs", "feature_groups", "out_hw", "spatial",
+           "window"]

@@ -21,7 +21,7 @@ import numpy as np
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _t, _var_attrs, _var_node
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _partial_shape, _t, _var_attrs, _var_node
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -85,17 +85,35 @@ def _window_op(ctx: ImportContext, op: str, ins: list[Tensor], attrs: dict[str, 
     return [ctx.create("Transpose", [y], {"perm": _TO_NCHW}).outputs[0]]
 
 
+def _grouped(ctx: ImportContext, image: Optional[list[Any]], filter_shape: Optional[list[Any]]) -> dict[str, Any]:
+    """The convolution's attributes with the feature groups TensorFlow reads from the shapes: the
+    image's channels (of its shape ``image``, in the NodeDef's layout) over the filter's input channels
+    (axis 2 of ``filter_shape``), where both are known; else one group, and the shape rule says what
+    does not fit."""
+    attrs = _attrs(ctx, pool=False)
+    c = image[1 if _nchw(ctx) else 3] if image is not None and len(image) == 4 else None
+    f = filter_shape[2] if filter_shape is not None and len(filter_shape) == 4 else None
+    if c is not None and f and c != f and c % f == 0:
+        attrs["groups"] = c // f
+    return attrs
+
+
+def _shape(t: Tensor) -> Optional[list[Any]]:
+    return None if t.shape is None else list(t.shape)
+
+
 @_rule("Conv2D")
 def _conv2d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    return _window_op(ctx, "Conv2D", [_in_nhwc(ctx, _t(ins[0]), 0), _t(ins[1])], _attrs(ctx, pool=False))
+    x, w = _t(ins[0]), _t(ins[1])
+    return _window_op(ctx, "Conv2D", [_in_nhwc(ctx, x, 0), w], _grouped(ctx, _shape(x), _shape(w)))
 
 
 @_rule("Conv2DBackpropInput")
 def _conv2d_backprop_input(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``(input_sizes, filter, out_backprop)``."""
     w, dy = _t(ins[1]), _t(ins[2])
-    return _window_op(ctx, "Conv2DBackpropInput", [_like(ctx, ins[0], dy.dtype, 0), w, _in_nhwc(ctx, dy, 2)],
-                      _attrs(ctx, pool=False))
+    attrs = _grouped(ctx, _partial_shape(ctx, ctx.data_inputs()[0]), _shape(w))
+    return _window_op(ctx, "Conv2DBackpropInput", [_like(ctx, ins[0], dy.dtype, 0), w, _in_nhwc(ctx, dy, 2)], attrs)
 
 
 @_rule("Conv2DBackpropFilter")
@@ -103,8 +121,51 @@ def _conv2d_backprop_filter(ctx: ImportContext, nd: Any, ins: list[Value]) -> Ou
     """``(input, filter_sizes, out_backprop)``; the filter is HWIO in both layouts."""
     x, dy = _t(ins[0]), _t(ins[2])
     like = _like(ctx, ins[1], dy.dtype, 1, image=False)
-    return [ctx.create("Conv2DBackpropFilter", [_in_nhwc(ctx, x, 0), like, _in_nhwc(ctx, dy, 2)],
-                       _attrs(ctx, pool=False)).outputs[0]]
+    attrs = _grouped(ctx, _shape(x), _partial_shape(ctx, ctx.data_inputs()[1]))
+    return [ctx.create("Conv2DBackpropFilter", [_in_nhwc(ctx, x, 0), like, _in_nhwc(ctx, dy, 2)], attrs).outputs[0]]
+
+
+# ---- depthwise convolution: Conv2D with a feature group per channel (``turnout.windows``) -------------
+def _depthwise(ctx: ImportContext, shape: Any) -> tuple[list[int], dict[str, Any]]:
+    """A depthwise filter's shape (rows, columns, channels, multiplier), which must be known, as the
+    grouped filter's (rows, columns, 1, channels * multiplier), and the convolution's attributes."""
+    if shape is None or len(shape) != 4 or any(d is None for d in shape):
+        raise UnsupportedError(f"{ctx.where()}: the depthwise filter's shape must be known when importing, "
+                               f"got {shape}")
+    kh, kw, c, m = (int(d) for d in shape)
+    return [kh, kw, 1, c * m], {**_attrs(ctx, pool=False), "groups": c}
+
+
+@_rule("DepthwiseConv2dNative")
+def _depthwise_conv2d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(input, filter)``: Conv2D of ``channels`` groups over the filter read as one group each."""
+    w = _t(ins[1])
+    grouped, attrs = _depthwise(ctx, w.shape)
+    flat = ctx.create("Reshape", [w], {"shape": grouped}, suffix="grouped_filter").outputs[0]
+    return _window_op(ctx, "Conv2D", [_in_nhwc(ctx, _t(ins[0]), 0), flat], attrs)
+
+
+@_rule("DepthwiseConv2dNativeBackpropInput")
+def _depthwise_backprop_input(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(input_sizes, filter, out_backprop)``: the grouped Conv2D's input gradient."""
+    w, dy = _t(ins[1]), _t(ins[2])
+    grouped, attrs = _depthwise(ctx, w.shape)
+    flat = ctx.create("Reshape", [w], {"shape": grouped}, suffix="grouped_filter").outputs[0]
+    return _window_op(ctx, "Conv2DBackpropInput", [_like(ctx, ins[0], dy.dtype, 0), flat, _in_nhwc(ctx, dy, 2)],
+                      attrs)
+
+
+@_rule("DepthwiseConv2dNativeBackpropFilter")
+def _depthwise_backprop_filter(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(input, filter_sizes, out_backprop)``: the grouped Conv2D's filter gradient, read back as a
+    depthwise filter (``filter_sizes`` must be known when importing)."""
+    x, dy = _t(ins[0]), _t(ins[2])
+    sizes = ctx.static_int_list(ctx.data_inputs()[1], "filter_sizes")
+    grouped, attrs = _depthwise(ctx, sizes)
+    zero = ctx.const(np.zeros(grouped, dy.dtype.numpy), [x], suffix="grouped_like")
+    dw = ctx.create("Conv2DBackpropFilter", [_in_nhwc(ctx, x, 0), zero, _in_nhwc(ctx, dy, 2)], attrs,
+                    suffix="grouped").outputs[0]
+    return [ctx.create("Reshape", [dw], {"shape": sizes}).outputs[0]]
 
 
 @_rule("MaxPool", "AvgPool")

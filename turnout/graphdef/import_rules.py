@@ -491,6 +491,10 @@ def _partial_shape(ctx: ImportContext, tname: str) -> list[Any] | None:
     nd = ctx.nodes.get(tname.split(":")[0])
     if nd is None:
         return None
+    if nd.op in ("Shape", "ShapeN"):  # (the shape of a tensor whose static shape is partly known)
+        k = int(tensor_name(tname).split(":")[1]) if nd.op == "ShapeN" else 0
+        x = ctx.values.get(tensor_name(ctx.data_inputs(nd)[k]))
+        return None if not isinstance(x, Tensor) or x.shape is None else list(x.shape)
     if nd.op == "Pack":
         out: list[Any] = []
         for t in ctx.data_inputs(nd):
