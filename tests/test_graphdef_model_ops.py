@@ -162,6 +162,31 @@ def test_unique_keeps_first_appearances_in_order(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_where_gives_the_coordinates_of_the_true_elements_in_row_major_order(backend: str) -> None:
+    """TensorFlow's one-argument ``Where``: an int64 row of coordinates per true (or non-zero)
+    element, in row-major order, as many as there are (none at all included), ``np.argwhere``; and
+    ``tf.boolean_mask``'s use of it: the rows squeezed and gathered."""
+    g = GraphDef()
+    g.node("w", "Where", (g.placeholder("m", BOOL, [3, 4]),), T=BOOL)
+    g.node("wf", "Where", (g.placeholder("f", F32, [2, 2, 3]),), T=F32)
+    g.node("idx", "Where", (g.placeholder("keep", BOOL, [5]),), T=BOOL)
+    g.node("flat_idx", "Squeeze", ("idx",), T=9, squeeze_dims=[1])
+    g.node("masked", "GatherV2", (g.placeholder("v", F32, [5]), "flat_idx", g.const("axis", np.int32(0))),
+           Tparams=F32, Tindices=9, Taxis=I32)
+    rng = np.random.default_rng(5)
+    for p in (0.5, 0.0, 1.0):
+        m = rng.uniform(size=(3, 4)) < p
+        f = np.where(rng.uniform(size=(2, 2, 3)) < p, rng.normal(size=(2, 2, 3)), 0.0).astype(np.float32)
+        keep = rng.uniform(size=5) < p
+        v = rng.normal(size=5).astype(np.float32)
+        w, wf, masked = _run(g, ["w:0", "wf:0", "masked:0"], {"m:0": m, "f:0": f, "keep:0": keep, "v:0": v}, backend)
+        assert w.dtype == np.int64 and w.shape == (int(m.sum()), 2)
+        np.testing.assert_array_equal(w, np.argwhere(m))
+        np.testing.assert_array_equal(wf, np.argwhere(f))
+        np.testing.assert_array_equal(masked, v[keep])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_einsum_equations(backend: str) -> None:
     """Contractions, a batch label kept, an outer product, a transpose and a sum of one operand."""
     rng = np.random.default_rng(3)

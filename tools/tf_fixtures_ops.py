@@ -231,3 +231,22 @@ def depthwise_separable(tf: Any) -> list[dict[str, Any]]:
     rng = np.random.default_rng(174)
     feeds = {"x:0": rng.normal(size=(2, 7, 6, 3)).astype(np.float32), "y:0": rng.normal(size=(2, 1)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [dw.value(), pw.value(), gw.value(), head.value()])
+
+
+@case
+def masked_loss(tf: Any) -> list[dict[str, Any]]:
+    """A softmax classifier whose loss skips the examples labelled -1 (``tf.boolean_mask`` of the
+    per-example losses: ``Where``, ``Squeeze``, ``GatherV2``; its gradient scatters back), trained by
+    SGD."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    labels = tf.compat.v1.placeholder(tf.int32, [None], name="labels")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((3, 4), 180, 0.5))
+    logits = tf.matmul(x, w)
+    keep = tf.greater_equal(labels, 0)
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0), logits=logits)
+    loss = tf.reduce_mean(tf.boolean_mask(per_example, keep))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(loss)
+    rng = np.random.default_rng(181)
+    feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32),
+             "labels:0": np.asarray([0, -1, 3, 2, -1, 1], np.int32)}
+    return _train_runs(feeds, loss, train, [w.value()])

@@ -190,6 +190,56 @@ def _unique(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [y, idx]
 
 
+@_rule("Where")
+def _where(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's one-argument ``Where`` (``tf.where(x)``, inside ``tf.boolean_mask``): the
+    coordinates of the true (non-zero) elements of ``x``, one int64 row each in row-major order, as
+    many rows as there are (a length known when the program runs). The formula of ``Unique``: a
+    running count gives each true element its row, the elements' flat indices are scattered to their
+    rows and the first ``count`` rows kept; the strides of ``x``'s shape (its rank must be known at
+    import, its sizes may be known only when it runs) split a flat index into coordinates."""
+    x = _t(ins[0])
+    if x.shape is None or len(x.shape) == 0:
+        raise UnsupportedError(f"{ctx.where()}: needs the condition's rank (1 or more) when importing, "
+                               f"got {x.shape}")
+    flat = ctx.create("Reshape", [x], {"shape": [-1]}, suffix="flat").outputs[0]
+    if x.dtype != dt.bool_:
+        flat = ctx.create("NotEqual", [flat, ctx.create("ZerosLike", [flat], suffix="zero").outputs[0]],
+                          suffix="nonzero").outputs[0]
+    mask = ctx.create("Cast", [flat], {"dtype": "int32"}, suffix="mask").outputs[0]
+    one = ctx.const(np.asarray(1, np.int32), [mask], suffix="one")
+    ones = ctx.create("OnesLike", [mask], suffix="ones").outputs[0]
+    flat_index = ctx.create("Sub", [ctx.create("Cumsum", [ones], {"axis": 0}, suffix="counted").outputs[0], one],
+                            suffix="flat_index").outputs[0]
+    row = ctx.create("Sub", [ctx.create("Cumsum", [mask], {"axis": 0}, suffix="count").outputs[0], one],
+                     suffix="row").outputs[0]
+    at = ctx.create("Mul", [row, mask], suffix="at").outputs[0]  # (a false element adds 0 to row 0)
+    index = ctx.create("Mul", [flat_index, mask], suffix="index").outputs[0]
+    rows = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [index], suffix="zeros").outputs[0], at, index],
+                      suffix="rows").outputs[0]
+    n = ctx.create("Sum", [mask], {"axis": None, "keepdims": False}, suffix="n").outputs[0]
+    kept = _getitem(ctx, rows, (slice(None, n, None),), None)
+    coords, stride = [], None
+    for k in reversed(range(len(x.shape))):
+        d = _size(ctx, x, k)
+        over = kept if stride is None else ctx.create("Div", [kept, stride], suffix=f"over{k}").outputs[0]
+        coords.append(ctx.create("FloorMod", [over, d], suffix=f"coord{k}").outputs[0])
+        stride = d if stride is None else ctx.create("Mul", [stride, d], suffix=f"stride{k}").outputs[0]
+    packed = ctx.create("Pack", coords[::-1], suffix="packed").outputs[0]
+    t = ctx.create("Transpose", [packed], {"perm": [1, 0]}, suffix="rows_first").outputs[0]
+    return [ctx.create("Cast", [t], {"dtype": "int64"}).outputs[0]]
+
+
+def _size(ctx: ImportContext, x: Tensor, k: int) -> Tensor:
+    """Axis ``k``'s size of ``x`` as an int32 scalar: a constant where the import knows it."""
+    assert x.shape is not None
+    d = x.shape[k]
+    if d is not None:
+        return ctx.const(np.asarray(int(d), np.int32), [x], suffix=f"dim{k}")
+    shape = ctx.create("Shape", [x], suffix=f"shape{k}").outputs[0]
+    return _getitem(ctx, shape, (k,), f"dim{k}")
+
+
 @_rule("ResourceGather")
 def _resource_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``tf.gather`` of a resource Variable (an embedding lookup): a read of the Variable, gathered
