@@ -159,3 +159,37 @@ def test_refusals_name_the_op_and_what_it_cannot_honour() -> None:
     with pytest.raises(tn.ArgumentError, match="Conv2D: padding must be 'SAME' or 'VALID', got 'FULL'"):
         import_graph_def(g.gd)
 
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resizing_an_integer_image_and_to_one_pixel(backend: str) -> None:
+    """TensorFlow's bilinear resize returns float32 of an int32 image; nearest keeps the dtype; with
+    ``align_corners`` and one output pixel the scale is the plain ratio (no division by zero), so
+    the pixel is the first one. (The interpolation itself is checked against TensorFlow by the
+    fixture ``image_resize``.)"""
+    from test_graphdef_model_ops import I32
+
+    img = np.arange(2 * 3 * 4 * 1, dtype=np.int32).reshape(2, 3, 4, 1)
+    g = GraphDef()
+    x = g.const("img", img)
+    g.node("bl", "ResizeBilinear", (x, g.const("s6", np.asarray([6, 8], np.int32))), T=I32)
+    g.node("nn", "ResizeNearestNeighbor", (x, g.const("s1", np.asarray([1, 1], np.int32))), T=I32,
+           align_corners=True)
+    bl, nn = _run(g, ["bl:0", "nn:0"], {}, backend)
+    assert bl.dtype == np.float32 and nn.dtype == np.int32
+    # legacy bilinear upsampling by exactly 2 along both axes: even pixels are the input's
+    np.testing.assert_array_equal(bl[:, ::2, ::2], img.astype(np.float32))
+    np.testing.assert_array_equal(bl[:, 1, 1], (img[:, 0, 0] + img[:, 0, 1] + img[:, 1, 0] + img[:, 1, 1]) / 4)
+    np.testing.assert_array_equal(nn, img[:, :1, :1])
+
+
+def test_resizing_needs_its_sizes_at_import_and_says_which() -> None:
+    g = GraphDef()
+    g.node("bl", "ResizeBilinear", (g.placeholder("x", F32, [1, 3, 4, 1]), g.placeholder("s", 3, [2])), T=F32)
+    with pytest.raises(UnsupportedError, match='ResizeBilinear node "bl": the size .* must be known when importing'):
+        import_graph_def(g.gd)
+    g = GraphDef()
+    g.node("nn", "ResizeNearestNeighbor", (g.placeholder("x", F32, [1, -1, 4, 1]),
+                                           g.const("s", np.asarray([2, 2], np.int32))), T=F32)
+    with pytest.raises(UnsupportedError, match="the image's rows and columns must be known"):
+        import_graph_def(g.gd)

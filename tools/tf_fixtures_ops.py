@@ -250,3 +250,29 @@ def masked_loss(tf: Any) -> list[dict[str, Any]]:
     feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32),
              "labels:0": np.asarray([0, -1, 3, 2, -1, 1], np.int32)}
     return _train_runs(feeds, loss, train, [w.value()])
+
+
+@case
+def image_resize(tf: Any) -> list[dict[str, Any]]:
+    """Feature maps resized up and down by bilinear and nearest-neighbour interpolation, each in
+    TF1's legacy form, with ``align_corners`` and with TF2's half-pixel centers, trained by SGD
+    (``ResizeBilinearGrad`` and ``ResizeNearestNeighborGrad`` in the gradient); the resized maps
+    fetched after training."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 5, 7, 2], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    k = tf.compat.v1.get_variable("k", initializer=_weights((1, 1, 2, 2), 190, 0.6))
+    head = tf.compat.v1.get_variable("head", initializer=_weights((12, 1), 191, 0.3))
+    h = tf.tanh(tf.nn.conv2d(x, k, 1, "SAME"))
+    maps = [tf.compat.v1.image.resize_bilinear(h, [8, 4]),
+            tf.compat.v1.image.resize_bilinear(h, [9, 13], align_corners=True),
+            tf.compat.v1.image.resize_bilinear(h, [3, 11], half_pixel_centers=True),
+            tf.compat.v1.image.resize_nearest_neighbor(h, [8, 4]),
+            tf.compat.v1.image.resize_nearest_neighbor(h, [9, 13], align_corners=True),
+            tf.compat.v1.image.resize_nearest_neighbor(h, [3, 11], half_pixel_centers=True)]
+    feats = tf.concat([tf.reduce_mean(m * m, axis=[1, 2]) for m in maps], axis=1)
+    loss = tf.reduce_mean(tf.square(tf.matmul(feats, head) - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    rng = np.random.default_rng(192)
+    feeds = {"x:0": rng.normal(size=(2, 5, 7, 2)).astype(np.float32), "y:0": rng.normal(size=(2, 1)).astype(np.float32)}
+    runs = _train_runs(feeds, loss, train, [k.value(), head.value()])
+    return runs + [{"feeds": feeds, "fetches": [m.name for m in maps]}]

@@ -292,3 +292,170 @@ def _variable_shape(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         return [ctx.create("Shape", [value]).outputs[0]]
     s = ctx.create("Shape", [value], suffix="int32").outputs[0]
     return [ctx.create("Cast", [s], {"dtype": ctx.dtype("out_type").name}).outputs[0]]
+
+
+# ---- image resizing: TensorFlow's interpolation as gathers of rows and columns ---------------------
+def _resize_sizes(ctx: ImportContext, k: int) -> tuple[int, int]:
+    """The (rows, columns) of input ``k`` (``size`` of a resize, or of its gradient's original image),
+    which must be known at import: the interpolation's indices and weights are constants."""
+    hw = ctx.static_int_list(ctx.data_inputs()[k], "the size")
+    if len(hw) != 2 or min(hw) < 1:
+        raise UnsupportedError(f"{ctx.where()}: the size must be two positive ints, got {hw}")
+    return hw[0], hw[1]
+
+
+def _in_sizes(ctx: ImportContext, image: Tensor) -> tuple[int, int]:
+    """The rows and columns of an NHWC ``image``, which must be known at import."""
+    if image.shape is None or len(image.shape) != 4 or image.shape[1] is None or image.shape[2] is None:
+        raise UnsupportedError(f"{ctx.where()}: the image's rows and columns must be known when importing, "
+                               f"got shape {image.shape}")
+    return int(image.shape[1]), int(image.shape[2])
+
+
+def _scale(ctx: ImportContext, size_in: int, size_out: int) -> np.float32:
+    """TensorFlow's ``CalculateResizeScale``, in float32 as its kernels compute it."""
+    if ctx.attr("align_corners", False) and size_out > 1:
+        return np.float32(size_in - 1) / np.float32(size_out - 1)
+    return np.float32(size_in) / np.float32(size_out)
+
+
+def bilinear_weights(size_in: int, size_out: int, scale: np.float32, half_pixel: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TensorFlow's ``compute_interpolation_weights`` of one axis: for each output index, the lower
+    and upper input indices and the weight of the upper one, in float32: the source position is
+    ``(i + 0.5) * scale - 0.5`` with half-pixel centers, else ``i * scale``; the lower index is its
+    floor, at least 0, the upper its ceiling, at most the last; the weight its fraction."""
+    i = np.arange(size_out, dtype=np.float32)
+    src = (i + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else i * scale
+    low = np.floor(src)
+    lower = np.maximum(low, 0).astype(np.int32)
+    upper = np.minimum(np.ceil(src), size_in - 1).astype(np.int32)
+    return lower, upper, (src - low).astype(np.float32)
+
+
+def nearest_index(size_in: int, size_out: int, scale: np.float32, half_pixel: bool, align: bool) -> np.ndarray:
+    """TensorFlow's nearest-neighbour source index of each output index, in float32: ``(i + 0.5) *
+    scale`` with half-pixel centers, else ``i * scale``; rounded half away from zero (C's ``roundf``,
+    not numpy's half-to-even) where ``align_corners``, else floored; at most the last index (and at
+    least 0)."""
+    i = np.arange(size_out, dtype=np.float32)
+    src = (i + np.float32(0.5)) * scale if half_pixel else i * scale
+    low = np.floor(src)
+    picked = np.where(src - low >= np.float32(0.5), low + 1, low) if align else low  # (src >= 0: roundf)
+    return np.clip(picked, 0, size_in - 1).astype(np.int32)
+
+
+class _Resize(_Formula):
+    """The formula helper of the resize rules: gathers and scatters along an image axis, and weights
+    shaped to broadcast along it."""
+
+    def const(self, v: np.ndarray) -> Tensor:
+        self.k += 1
+        return self.ctx.const(v, [self.anchor], suffix=f"k{self.k}")
+
+    def gather(self, x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
+        self.k += 1
+        return self.ctx.create("Gather", [x, self.const(idx)], {"axis": axis}, suffix=f"gather{self.k}").outputs[0]
+
+    def scatter(self, like: Tensor, idx: np.ndarray, upd: Tensor, axis: int) -> Tensor:
+        self.k += 1
+        return self.ctx.create("ScatterAddLike", [like, self.const(idx), upd], {"axis": axis},
+                               suffix=f"scatter{self.k}").outputs[0]
+
+    def weight(self, w: np.ndarray, axis: int, dtype: Any) -> Tensor:
+        """``w`` as a constant that broadcasts along ``axis`` (1: rows, 2: columns) of an NHWC image."""
+        return self.const(w.astype(dtype.numpy).reshape((-1, 1, 1) if axis == 1 else (-1, 1)))
+
+    def lerp(self, a: Tensor, b: Tensor, w: Tensor, last: bool = False) -> Tensor:
+        """``a + (b - a) * w``, TensorFlow's order of operations (``last``: the rule's result, which
+        carries the NodeDef's name)."""
+        step = self.op("Mul", self.op("Sub", b, a), w)
+        return self.ctx.create("Add", [a, step]).outputs[0] if last else self.op("Add", a, step)
+
+
+def _float_image(ctx: ImportContext, x: Tensor) -> Tensor:
+    """``x`` as float32 (TensorFlow's bilinear resize computes and returns float32 of any input)."""
+    if x.dtype.name == "float32":
+        return x
+    return ctx.create("Cast", [x], {"dtype": "float32"}, suffix="float").outputs[0]
+
+
+@_rule("ResizeBilinear")
+def _resize_bilinear(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(images, size)``: each output pixel interpolated between its four nearest input pixels,
+    columns first (``top = tl + (tr - tl) * x_w``, ``bottom`` alike, then ``top + (bottom - top) *
+    y_w``), TensorFlow's order, so float32 results match its kernel's."""
+    x = _float_image(ctx, _t(ins[0]))
+    (h, w), (oh, ow) = _in_sizes(ctx, x), _resize_sizes(ctx, 1)
+    half = bool(ctx.attr("half_pixel_centers", False))
+    y0, y1, yw = bilinear_weights(h, oh, _scale(ctx, h, oh), half)
+    x0, x1, xw = bilinear_weights(w, ow, _scale(ctx, w, ow), half)
+    f = _Resize(ctx, x)
+    top_rows, bottom_rows = f.gather(x, y0, 1), f.gather(x, y1, 1)
+    cw = f.weight(xw, 2, x.dtype)
+    top = f.lerp(f.gather(top_rows, x0, 2), f.gather(top_rows, x1, 2), cw)
+    bottom = f.lerp(f.gather(bottom_rows, x0, 2), f.gather(bottom_rows, x1, 2), cw)
+    return [f.lerp(top, bottom, f.weight(yw, 1, x.dtype), last=True)]
+
+
+@_rule("ResizeBilinearGrad")
+def _resize_bilinear_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(grads, original_image)``: the adjoint of ``ResizeBilinear``, each output pixel's gradient
+    added to its four input pixels by their weights (rows' shares first, then columns')."""
+    dy, orig = _t(ins[0]), _t(ins[1])
+    (h, w) = _in_sizes(ctx, orig)
+    if dy.shape is None or len(dy.shape) != 4 or dy.shape[1] is None or dy.shape[2] is None:
+        raise UnsupportedError(f"{ctx.where()}: the gradient's rows and columns must be known when importing")
+    oh, ow = int(dy.shape[1]), int(dy.shape[2])
+    half = bool(ctx.attr("half_pixel_centers", False))
+    y0, y1, yw = bilinear_weights(h, oh, _scale(ctx, h, oh), half)
+    x0, x1, xw = bilinear_weights(w, ow, _scale(ctx, w, ow), half)
+    f = _Resize(ctx, dy)
+    ry = f.weight(yw, 1, dy.dtype)
+    d_bottom = f.op("Mul", dy, ry)
+    d_top = f.op("Sub", dy, d_bottom)
+    cx = f.weight(xw, 2, dy.dtype)
+    like_rows = f.gather(_float_image(ctx, orig), np.zeros(oh, np.int32), 1)  # (N, OH, W, C): a shape only
+    like = _float_image(ctx, orig)
+
+    def columns(d: Tensor) -> Tensor:  # (N, OH, OW, C) -> (N, OH, W, C)
+        right = f.op("Mul", d, cx)
+        return f.op("Add", f.scatter(like_rows, x0, f.op("Sub", d, right), 2), f.scatter(like_rows, x1, right, 2))
+
+    rows = f.op("Add", f.scatter(like, y0, columns(d_top), 1), f.scatter(like, y1, columns(d_bottom), 1))
+    return [ctx.create("Cast", [rows], {"dtype": orig.dtype.name}).outputs[0] if orig.dtype != dy.dtype else
+            ctx.create("Identity", [rows]).outputs[0]]
+
+
+@_rule("ResizeNearestNeighbor")
+def _resize_nearest(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(images, size)``: each output pixel the input pixel ``nearest_index`` picks, in the input's
+    dtype."""
+    x = _t(ins[0])
+    (h, w), (oh, ow) = _in_sizes(ctx, x), _resize_sizes(ctx, 1)
+    half, align = bool(ctx.attr("half_pixel_centers", False)), bool(ctx.attr("align_corners", False))
+    f = _Resize(ctx, x)
+    rows = f.gather(x, nearest_index(h, oh, _scale(ctx, h, oh), half, align), 1)
+    cols = nearest_index(w, ow, _scale(ctx, w, ow), half, align)
+    return [ctx.create("Gather", [rows, f.const(cols)], {"axis": 2}).outputs[0]]
+
+
+@_rule("ResizeNearestNeighborGrad")
+def _resize_nearest_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(grads, size)``: each output pixel's gradient added to the input pixel it was read from
+    (``size``: the input's rows and columns)."""
+    dy = _t(ins[0])
+    h, w = _resize_sizes(ctx, 1)
+    if dy.shape is None or len(dy.shape) != 4 or dy.shape[1] is None or dy.shape[2] is None:
+        raise UnsupportedError(f"{ctx.where()}: the gradient's rows and columns must be known when importing")
+    oh, ow = int(dy.shape[1]), int(dy.shape[2])
+    half, align = bool(ctx.attr("half_pixel_centers", False)), bool(ctx.attr("align_corners", False))
+    f = _Resize(ctx, dy)
+    # zeros of the input's shape, the batch read from the gradient (a shape only)
+    first = f.gather(dy, np.zeros(1, np.int32), 1)
+    col_like = f.gather(first, np.zeros(w, np.int32), 2)  # (N, 1, W, C)
+    like = f.gather(col_like, np.zeros(h, np.int32), 1)  # (N, H, W, C)
+    rows_like = f.gather(col_like, np.zeros(oh, np.int32), 1)  # (N, OH, W, C)
+    cols = f.scatter(rows_like, nearest_index(w, ow, _scale(ctx, w, ow), half, align), dy, 2)
+    return [ctx.create("ScatterAddLike", [like, f.const(nearest_index(h, oh, _scale(ctx, h, oh), half, align)),
+                                          cols], {"axis": 1}).outputs[0]]
