@@ -643,7 +643,7 @@ def test_a_tensor_array_index_or_size_fed_as_a_vector_is_an_error_naming_it(rout
         ta = tn.TensorArray(tn.float64, size=3).write(0, f64(1.5)).write(1, f64(2.5))
         read, write = ta.read(k), ta.write(j, f64(3.5)).read(2)
         size = tn.TensorArray(tn.float64, size=n).size()
-        with pytest.raises(tn.ShapeError, match=r"TensorArrayRead: the index must be a scalar, got .* shape \[1\]"):
+        with pytest.raises(tn.ShapeError, match=r"TensorArrayRead: the index must be a scalar, got shape \[1\]"):
             ta.read(tn.constant([0]))
         with pytest.raises(tn.ShapeError, match=r"TensorArrayNew: the size must be a scalar"):
             tn.TensorArray(tn.float64, size=tn.constant([3]))
@@ -652,8 +652,7 @@ def test_a_tensor_array_index_or_size_fed_as_a_vector_is_an_error_naming_it(rout
         with pytest.raises(tn.GraphBuildError, match=r"TensorArray.read: index: .*1.5 is not a whole number"):
             ta.read(1.5)
     vec = np.array([0, 1], np.int32)
-    for fetch, feeds, words in [(read, {k: vec}, r"TensorArrayRead: the index must be a scalar, got a value of "
-                                                 r"shape \[2\]"),
+    for fetch, feeds, words in [(read, {k: vec}, r"TensorArrayRead: the index must be a scalar, got shape \[2\]"),
                                 (write, {j: vec}, "TensorArrayWrite: the index must be a scalar"),
                                 (size, {n: vec}, "TensorArrayNew: the size must be a scalar")]:
         with pytest.raises(tn.KernelError, match=words):

@@ -783,7 +783,7 @@ def scalar_operand_error(op: str, shapes: Sequence[Optional[tuple[Optional[int],
     for k, what in SCALAR_OPERANDS.get(op, {}).items():
         shape = shapes[k] if k < len(shapes) else None
         if shape is not None and tuple(shape) != ():
-            return f"{op}: the {what} must be a scalar, got a value of shape {sh.fmt(tuple(shape))}"
+            return f"{op}: the {what} must be a scalar, got shape {sh.fmt(tuple(shape))}"
     return None
 
 
