@@ -659,3 +659,29 @@ def test_a_tensor_array_index_or_size_fed_as_a_vector_is_an_error_naming_it(rout
             run_strictly(route, g, fetch, feeds)
     _close(run_strictly(route, g, [read, write, size], {k: np.int32(1), j: np.int32(2), n: np.int32(4)}), [2.5, 3.5, 4],
            f"scalar indices on {route}")
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_the_first_failure_of_a_program_is_the_error_on_every_route(route: str) -> None:
+    """A nested loop reads a TensorArray one slot past its end, and the gradient accumulates into that
+    slot after it: the fast executor over two devices, whose devices run ahead of the host, raised
+    the gradient's ``TensorArrayAccumulate`` error (its device came first in the table of error
+    words), where every other route raises the forward read's. A TensorArray of a vector size then
+    written had its write's error raised in place of its own. The lowest error code, the check traced
+    first, is now the one raised (``fast.runner._lowest_first``)."""
+    g = tn.Graph()
+    with g.as_default():
+        v, n = ph([2], name="v"), ph(None, name="n", dtype=tn.int32)
+        t = tn.TensorArray(tn.float64, size=2).unstack(v)
+
+        def outer(i: tn.Tensor, s: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            inner = tn.while_loop(lambda j, w: j < 2, lambda j, w: (j + 1, w * t.read(i + j)), [tn.constant(0), s])
+            return i + 1, inner[1]
+
+        _, s = tn.while_loop(lambda i, s: i < 2, outer, [tn.constant(0), f64(1.0)])
+        dv = grad(s, v)
+        written = tn.TensorArray(tn.float64, size=n).write(0, f64(1.0)).read(0)
+    with pytest.raises(tn.KernelError, match=r'TensorArrayRead node "while/body/while/body/ta_read".*out of range'):
+        run_on(route, g, dv, {v: np.ones(2)})
+    with pytest.raises(tn.KernelError, match=r"TensorArrayNew: the size must be a scalar"):
+        run_on(route, g, written, {n: np.array([2, 2], np.int32)})
