@@ -27,7 +27,7 @@ from turnout.fast.ranges import known_within
 from turnout.fast.values import MASK_DTYPE, TA, is_static
 from turnout.graph import Node
 from turnout.kernels import extremum_identity, sums_to
-from turnout.shape_rules import SHAPE_RULES, reduced_shape, spec_shape_error
+from turnout.shape_rules import SHAPE_RULES, reduced_shape, scalar_operand_error, spec_shape_error
 
 
 # ---- linear algebra and structure ------------------------------------------------------------------
@@ -356,10 +356,12 @@ def refused_by_shape_rule(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> O
     (``shape_rules.spec_shape_error``, the check the interpreters make at run time): the rule's
     message as an error raised if ``n`` runs, and zeros of ``n``'s static output types standing in,
     so a node on a branch that is not taken costs nothing. ``None`` when the rule takes them (or
-    an input is not an array: a TensorArray, a handle, a dead value)."""
-    if n.op not in SHAPE_RULES or not xs or not all(hasattr(x, "shape") and hasattr(x, "dtype") for x in xs):
-        return None
-    refused = spec_shape_error(n.op, [(np.dtype(x.dtype), tuple(x.shape)) for x in xs], n.attrs)
+    an input is not an array: a TensorArray, a handle, a dead value; an op with a TensorArray is
+    asked only whether its ``shape_rules.SCALAR_OPERANDS`` are scalars)."""
+    arrays = [hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, TA) for x in xs]
+    refused = scalar_operand_error(n.op, [tuple(x.shape) if a else None for x, a in zip(xs, arrays, strict=True)])
+    if refused is None and n.op in SHAPE_RULES and xs and all(arrays):
+        refused = spec_shape_error(n.op, [(np.dtype(x.dtype), tuple(x.shape)) for x in xs], n.attrs)
     if refused is None:
         return None
     ctx.check(np.asarray(False), f"{describe_node(n)}: {refused}")

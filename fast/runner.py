@@ -248,21 +248,20 @@ class StepRunner(HostControl):
 
     # ---- error words ------------------------------------------------------------------------------
     def _retire(self, errs: list[Any]) -> None:
-        """Wait for an iteration's segments (their error words) and act on its first error."""
+        """Wait for an iteration's segments (their error words) and act on its first error (the
+        lowest code, ``_lowest_first``)."""
         t0 = self.tl.now() if self.tl is not None else 0.0
         codes = [int(np.asarray(e.result()[2] if isinstance(e, Future) else e)) for e in errs]
         if self.tl is not None:
             self.tl.host("wait: parallel_iterations window", t0)
-        for c in codes:
-            if c:
-                self.check(c)
-                return
+        failed = _lowest_first(codes)
+        if failed:
+            self.check(failed[0])
 
     def finish(self) -> None:
-        """Act on the first error word of any device, once every call has returned."""
-        for st in self.state.values():
-            c = int(np.asarray(st["err"]))
-            if c and self.retry is None:
+        """Act on the error words of every device, once every call has returned, the lowest first."""
+        for c in _lowest_first([int(np.asarray(st["err"])) for st in self.state.values()]):
+            if self.retry is None:
                 self.check(c)
 
     def check(self, code: int) -> None:
@@ -274,6 +273,17 @@ class StepRunner(HostControl):
             self.retry = self.retry or got
         else:
             enforce(got)
+
+
+def _lowest_first(codes: list[int]) -> list[int]:
+    """The nonzero error words of several devices (or segments), the lowest code first. Why the
+    lowest, not the first device's: codes are numbered as their checks are traced, and the steps are
+    traced as the run first reaches them (a forward loop's checks before its gradient's), so where
+    devices that ran ahead of the host failed in two places, the error raised is the one the
+    interpreters raise, not that of whichever device came first in the table (a gradient's
+    accumulate past the end of a TensorArray, after the forward read that went there). The SPMD
+    program's words are read in this order too (``devices.spmd``)."""
+    return sorted(c for c in codes if c)
 
 
 __all__ = ["Called", "RunPolicy", "StepRunner"]

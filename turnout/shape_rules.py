@@ -779,14 +779,44 @@ def _need_ta(op: str, s: TensorSpec) -> None:
         raise DTypeError(f"{op}: expected a TensorArray, got a {s.dtype.name} tensor")
 
 
-def _need_index(op: str, s: TensorSpec) -> None:
-    if s.dtype != dt.int32 or (s.shape is not None and s.shape != ()):
-        raise DTypeError(f"{op}: the index must be an int32 scalar, got {s.dtype.name}{sh.fmt(s.shape)}")
+#: the operands of the TensorArray ops that must be scalars, by position, with what each is. Why a
+#: table: a fed size or index of unknown shape is known to be a vector only when it runs, and these
+#: ops' rules are not asked then (their other operand, a TensorArray, is no array), so numpy's
+#: "only 0-dimensional arrays can be converted to Python scalars" was the interpreters' message, and
+#: the fast backend gave up lowering the op. ``scalar_operand_error`` reads this table for every
+#: backend, at run time as at build time.
+SCALAR_OPERANDS: dict[str, dict[int, str]] = {
+    "TensorArrayNew": {0: "size"},
+    "TensorArrayWrite": {1: "index"},
+    "TensorArrayRead": {1: "index"},
+    "TensorArrayReadOrZeros": {1: "index"},
+    "TensorArrayAccumulate": {1: "index"},
+}
+
+
+def scalar_operand_error(op: str, shapes: Sequence[Optional[tuple[Optional[int], ...]]]) -> Optional[str]:
+    """The error of ``op`` whose operand of ``SCALAR_OPERANDS`` has a shape in ``shapes`` (one per
+    operand, None where unknown or not an array) that is not a scalar's, else None."""
+    for k, what in SCALAR_OPERANDS.get(op, {}).items():
+        shape = shapes[k] if k < len(shapes) else None
+        if shape is not None and tuple(shape) != ():
+            return f"{op}: the {what} must be a scalar, got shape {sh.fmt(tuple(shape))}"
+    return None
+
+
+def _need_index(op: str, s: TensorSpec, k: int = 1) -> None:
+    """Operand ``k`` of ``op`` is an int32 scalar (``SCALAR_OPERANDS`` names it)."""
+    what = SCALAR_OPERANDS[op][k]
+    if s.dtype != dt.int32:
+        raise DTypeError(f"{op}: the {what} must be an int32 scalar, got {s.dtype.name}{sh.fmt(s.shape)}")
+    bad = scalar_operand_error(op, [None] * k + [s.shape])
+    if bad is not None:
+        raise ShapeError(bad)
 
 
 @_rule("TensorArrayNew")
 def _ta_new(op, specs, attrs):
-    _need_index(op, specs[0])
+    _need_index(op, specs[0], 0)
     return [_ta_spec(dt.as_dtype(attrs["dtype"]), sh.as_shape(attrs.get("element_shape")))]
 
 
@@ -930,9 +960,14 @@ def concrete_shape_error(op: str, inputs: Sequence[Any], attrs: dict[str, Any]) 
     out of range". Every backend asks the same rule of the shapes the op meets (the interpreters in
     ``kernels.run_kernel``, the fast backend when it traces, ``spec_shape_error``), so the same
     program fails alike on every backend, with the message it gets when the shapes are known at
-    build time. Inputs that are not arrays (TensorArrays, handles) are not checked."""
+    build time. Inputs that are not arrays (TensorArrays, handles) are not checked, and an op with
+    one is asked only whether its ``SCALAR_OPERANDS`` are scalars."""
     if not inputs or op not in SHAPE_RULES:
         return None
+    if op in SCALAR_OPERANDS:  # checked whatever the other operands are (a TensorArray)
+        bad = scalar_operand_error(op, [x.shape if isinstance(x, (np.ndarray, np.generic)) else None for x in inputs])
+        if bad is not None:
+            return bad
     sig = []
     for x in inputs:
         if not isinstance(x, (np.ndarray, np.generic)):

@@ -40,12 +40,10 @@ class TensorArray:
                 raise GraphBuildError(f"{_tensor.name} is not a TensorArray value")
             self.tensor = _tensor
             return
-        from turnout.ops import convert_to_tensor
-
         if dtype is None or size is None:
             raise GraphBuildError("TensorArray needs a dtype and a size")
         d = dt.as_dtype(dtype)
-        n = convert_to_tensor(size, dtype=dt.int32)
+        n = _int_operand(size, "TensorArray", "size")
         es = sh.as_shape(element_shape)
         attrs: dict[str, Any] = {"dtype": d.name, "element_shape": None if es is None else list(es)}
         if dynamic_size:
@@ -66,15 +64,13 @@ class TensorArray:
     def write(self, index: Any, value: Any, name: Optional[str] = None) -> TensorArray:
         from turnout.ops import convert_to_tensor
 
-        i = convert_to_tensor(index, dtype=dt.int32)
+        i = _int_operand(index, "TensorArray.write", "index")
         v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) else value
         node = self.tensor.graph.create_node("TensorArrayWrite", [self.tensor, i, v], name=name or "ta_write")
         return TensorArray(_tensor=node.outputs[0])
 
     def read(self, index: Any, name: Optional[str] = None) -> Tensor:
-        from turnout.ops import convert_to_tensor
-
-        i = convert_to_tensor(index, dtype=dt.int32)
+        i = _int_operand(index, "TensorArray.read", "index")
         return self.tensor.graph.create_node("TensorArrayRead", [self.tensor, i], name=name or "ta_read").outputs[0]
 
     def stack(self, name: Optional[str] = None) -> Tensor:
@@ -163,6 +159,16 @@ class TensorArray:
 
     def __repr__(self) -> str:
         return f"<tn.TensorArray {self.tensor.name} of {self.dtype.name}{sh.fmt(self.element_shape)}>"
+
+
+def _int_operand(x: Any, builder: str, argument: str) -> Tensor:
+    """A size or an index of a TensorArray op: a tensor passes as it is, so that the op's shape rule
+    names a wrong dtype or shape with the op and the operand (``shape_rules.SCALAR_OPERANDS``); any
+    other value becomes an int32 tensor, or a GraphBuildError naming ``builder`` and ``argument``
+    (a tensor of another dtype was "expected a int32 tensor", naming neither)."""
+    from turnout.ops import convert_argument
+
+    return x if isinstance(x, Tensor) else convert_argument(x, builder, argument, dtype=dt.int32)
 
 
 def _length(v: Tensor) -> int:
