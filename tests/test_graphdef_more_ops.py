@@ -174,7 +174,8 @@ def _tf_linspace(start: float, stop: float, num: int) -> np.ndarray:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_lin_space_matches_tensorflows_kernel(backend: str) -> None:
-    """Exactly TensorFlow's values on the reference backend; the fast one within a last bit."""
+    """Exactly TensorFlow's values on the reference backend; the fast one within a last bit. No
+    gradient flows through it, as in TensorFlow."""
     g = GraphDef()
     start, stop = g.placeholder("a", F32, []), g.placeholder("b", F32, [])
     for n in (1, 2, 5, 7):
@@ -185,6 +186,9 @@ def test_lin_space_matches_tensorflows_kernel(backend: str) -> None:
         assert v[0] == want[0] and v[-1] == want[-1]
         # XLA may fuse ``start + step * i`` into one multiply-add, rounded once: a last-bit difference
         np.testing.assert_array_max_ulp(v, want, maxulp=0 if backend == "reference" else 1)
+    imp = import_graph_def(g.gd)
+    with imp.graph.as_default():  # no gradient, as TensorFlow registers none
+        assert tn.gradients(tn.reduce_sum(imp.tensor("l5:0")), [imp.tensor("a:0")]) == [None]
     bad = GraphDef()
     bad.node("l", "LinSpace", (bad.const("a", np.float32(0)), bad.const("b", np.float32(1)),
                                bad.placeholder("n", I32, [])), T=F32)

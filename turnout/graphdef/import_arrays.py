@@ -57,7 +57,8 @@ def _lin_space(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """TensorFlow's kernel: ``num`` values, ``start + step * i`` for ``i < num - 1`` with ``step =
     (stop - start) / (num - 1)`` in the values' type, then exactly ``stop`` (``num`` 1: ``[start]``).
     ``num`` must be known at import and positive (TensorFlow: "Requires num > 0"); start and stop are
-    floating scalars, known or not. (The fast backend's compiler may fuse ``start + step * i`` into
+    floating scalars, known or not. No gradient flows through it (a ``StopGradient``): TensorFlow
+    registers none. (The fast backend's compiler may fuse ``start + step * i`` into
     one multiply-add, rounded once: a value may then differ from TensorFlow's in its last bit.)"""
     start, stop = _t(ins[0]), _t(ins[1])
     _floating(ctx, start)
@@ -67,9 +68,9 @@ def _lin_space(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     for t in (start, stop):
         if t.shape is not None and len(t.shape) != 0:
             raise UnsupportedError(f"{ctx.where()}: start and stop must be scalars, got shape {list(t.shape)}")
-    first = ctx.create("Reshape", [start], {"shape": [1]}, suffix="first" if num > 1 else None).outputs[0]
+    first = ctx.create("Reshape", [start], {"shape": [1]}, suffix="first").outputs[0]
     if num == 1:
-        return [first]
+        return [ctx.create("StopGradient", [first]).outputs[0]]
     count = ctx.const(np.asarray(num - 1, start.dtype.numpy), [start], suffix="intervals")
     step = ctx.create("Div", [ctx.create("Sub", [stop, start], suffix="span").outputs[0], count],
                       suffix="step").outputs[0]
@@ -77,7 +78,8 @@ def _lin_space(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ramp = ctx.create("Add", [start, ctx.create("Mul", [step, steps], suffix="offsets").outputs[0]],
                       suffix="ramp").outputs[0]
     last = ctx.create("Reshape", [stop], {"shape": [1]}, suffix="last").outputs[0]
-    return [ctx.create("Concat", [ramp, last], {"axis": 0}).outputs[0]]
+    values = ctx.create("Concat", [ramp, last], {"axis": 0}, suffix="values").outputs[0]
+    return [ctx.create("StopGradient", [values]).outputs[0]]
 
 
 # ---- band and diagonals: a constant mask over the last two axes, under Select -----------------------
