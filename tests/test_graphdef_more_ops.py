@@ -197,6 +197,10 @@ def test_lin_space_matches_tensorflows_kernel(backend: str) -> None:
     zero.node("l", "LinSpace", (zero.const("a", np.float32(0)), zero.const("b", np.float32(1)),
                                 zero.const("n", np.int32(0))), T=F32)
     _refused(zero, 'LinSpace node "l": num must be > 0')
+    ints = GraphDef()
+    ints.node("l", "LinSpace", (ints.const("a", np.int32(0)), ints.const("b", np.int32(4)),
+                                ints.const("n", np.int32(3))), T=I32)
+    _refused(ints, 'LinSpace node "l": supported for floating inputs only, got int32')
 
 
 # ---- band and diagonals ----------------------------------------------------------------------------------
@@ -454,6 +458,10 @@ def test_in_top_k_with_ties_non_finite_rows_and_bad_targets(backend: str) -> Non
             top, top1 = _run(g, ["top:0", "top1:0"], {"t:0": t, "k:0": np.int32(k)}, backend)
             np.testing.assert_array_equal(top, _in_top_k(pred, t, k), err_msg=f"{targets} k={k}")
             np.testing.assert_array_equal(top1, _in_top_k(pred, t, 1))
+    bad = GraphDef()
+    bad.node("top", "InTopKV2", (bad.const("p", np.ones((2, 3), np.int32)), bad.const("t", np.zeros(2, np.int32)),
+                                 bad.const("k", np.int32(1))), T=I32)
+    _refused(bad, r'InTopKV2 node "top": needs floating predictions \[batch, classes\]')
 
 
 def _segments(data: np.ndarray, ids: np.ndarray, num: int, op: str) -> np.ndarray:
@@ -509,6 +517,35 @@ def test_unsorted_segment_gradients_share_ties_and_handle_zeros(backend: str) ->
             want = [seed[s] * np.prod([data[j] for j in range(6) if ids[j] == s and j != i])
                     for i, s in enumerate(ids)]
         np.testing.assert_array_equal(gx, want, err_msg=op)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_structure_formulas_keep_integer_types(backend: str) -> None:
+    """TensorFlow's kernels of these ops exist for integers too, and so do the imports: an empty
+    segment's maximum is the int32 minimum, a diagonal of ints, a band, a roll and a mirror pad."""
+    x = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    g = GraphDef()
+    xs = g.const("x", x)
+    g.node("band", "MatrixBandPart", (xs, g.const("lo", np.int32(0)), g.const("hi", np.int32(1))), T=I32)
+    g.node("part", "MatrixDiagPart", (xs,), T=I32)
+    g.node("roll", "Roll", (xs, g.const("s", np.int32(1)), g.const("a", np.int32(1))), T=I32)
+    g.node("pad", "MirrorPad", (xs, g.const("p", np.asarray([[1, 1], [0, 2]], np.int32))), T=I32, mode="REFLECT")
+    g.node("seg", "UnsortedSegmentMax", (g.const("d", np.asarray([3, -7, 2], np.int32)),
+                                          g.const("ids", np.asarray([0, 0, 2], np.int32)), g.const("n", np.int32(3))),
+           T=I32, Tindices=I32)
+    g.node("sadd", "TensorScatterAdd", (xs, g.const("i", np.asarray([[2, 3]], np.int32)),
+                                        g.const("u", np.asarray([100], np.int32))), T=I32, Tindices=I32)
+    band, part, roll, pad, seg, sadd = _run(g, ["band:0", "part:0", "roll:0", "pad:0", "seg:0", "sadd:0"], {}, backend)
+    i, j = np.arange(3)[:, None], np.arange(4)[None, :]
+    np.testing.assert_array_equal(band, np.where((i <= j) & (j - i <= 1), x, 0))
+    np.testing.assert_array_equal(part, np.diagonal(x))
+    np.testing.assert_array_equal(roll, np.roll(x, 1, axis=1))
+    np.testing.assert_array_equal(pad, np.pad(x, [(1, 1), (0, 2)], mode="reflect"))
+    np.testing.assert_array_equal(seg, [3, np.iinfo(np.int32).min, 2])
+    want = x.copy()
+    want[2, 3] += 100
+    np.testing.assert_array_equal(sadd, want)
+    assert all(v.dtype == np.int32 for v in (band, part, roll, pad, seg, sadd))
 
 
 # ---- Scatter* of TF1 reference variables -----------------------------------------------------------------
