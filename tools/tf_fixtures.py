@@ -565,6 +565,10 @@ import tf_fixtures_v2  # noqa: E402  (control flow v2: While, If, Case, a tf.fun
 
 CASES.update(tf_fixtures_v2.CASES)
 
+import tf_fixtures_more_ops  # noqa: E402  (mirror pads, block moves, diagonals, scatters: formulas over primitives)
+
+CASES.update(tf_fixtures_more_ops.CASES)
+
 
 def build(tf: Any, name: str, out: Path) -> tuple[str, list[dict[str, Any]]]:
     """The case's GraphDef as text and its runs with TensorFlow's values; a ``{"save": True}`` run

@@ -1,4 +1,5 @@
-"""Import rules of TensorFlow's element-wise math and activation ops, of the gradient ops
+"""Import rules of TensorFlow's element-wise math and activation ops (``Softsign``, ``Xlogy``,
+``Xdivy``, ``MulNoNan``, ``Rint`` among them), of the gradient ops
 ``tf.gradients`` emits for them (``RsqrtGrad``, ``EluGrad``, ...), and of the truncating divisions.
 
 Each rule is the formula TensorFlow's CPU kernel evaluates, written with Turnout primitives in the
@@ -261,3 +262,76 @@ def _truncate_mod(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     f = _Formula(ctx, x)
     r = f.op("FloorMod", x, y)
     return _select(ctx, _truncation_fix(f, x, y, r), f.op("Sub", r, y), r)
+
+
+# ---- softsign, and the products and quotients that read 0 where x (or y) is 0 -------------------------
+@_rule("Softsign")
+def _softsign(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x / (|x| + 1)``, TensorFlow's kernel: an infinity gives NaN there, and so here."""
+    x = _t(ins[0])
+    f = _floating(ctx, x)
+    return [ctx.create("Div", [x, f.op("Add", f.op("Abs", x), 1.0)]).outputs[0]]
+
+
+@_rule("SoftsignGrad")
+def _softsign_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``gradients / (|features| + 1)^2`` (the gradient first, then the forward input)."""
+    dy, x = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, x)
+    return [ctx.create("Div", [dy, f.op("Square", f.op("Add", f.op("Abs", x), 1.0))]).outputs[0]]
+
+
+def _where_x_is_zero(ctx: ImportContext, nd: Any, ins: list[Value], op: str) -> Outs:
+    """``0 where x == 0, else op(x, y)``, whatever y is there (NaN and 0 included). y reads 1 where x
+    is 0, so the untaken side makes no infinity or NaN, and none reaches a gradient: there both
+    partial derivatives are 0, as in TensorFlow's gradients of these ops."""
+    x, y = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, x)
+    zero = f.op("Equal", x, 0.0)
+    safe = ctx.create("Select", [zero, f.op("OnesLike", y), y], suffix="safe_y").outputs[0]
+    q = f.op("Mul", x, f.op("Log", safe)) if op == "Xlogy" else f.op("Div", x, safe)
+    return _select(ctx, zero, f.op("ZerosLike", q), q)
+
+
+@_rule("Xlogy")
+def _xlogy(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's Xlogy: ``0 where x == 0`` (so ``Xlogy(0, 0)`` and ``Xlogy(0, NaN)`` are 0), else
+    ``x * log(y)`` (``Xlogy(1, 0)`` is -inf; a NaN x gives NaN). Floating types only, as TensorFlow's
+    kernel. Gradients: ``log(y)`` and ``x / y`` where x is not 0, else 0."""
+    return _where_x_is_zero(ctx, nd, ins, "Xlogy")
+
+
+@_rule("Xdivy")
+def _xdivy(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's Xdivy: ``0 where x == 0`` (``Xdivy(0, 0)`` is 0), else ``x / y`` (``Xdivy(1, 0)``
+    is inf). Floating types only. Gradients: ``1 / y`` and ``-x / y^2`` where x is not 0, else 0."""
+    return _where_x_is_zero(ctx, nd, ins, "Xdivy")
+
+
+@_rule("MulNoNan")
+def _mul_no_nan(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's MulNoNan: ``+0 where y == 0`` even where x is infinite or NaN, else ``x * y``
+    (so ``MulNoNan(0, NaN)`` is NaN: only y is tested). Floating types only.
+
+    Built as ``p = (y == 0 ? finite(x) : x) * y`` (``finite(x)``: x, or 0 where it is infinite or
+    NaN), then ``p - stop_gradient(p)`` (+0) where y is 0, else p. The gradients are TensorFlow's:
+    ``dz * y`` for x (0 where y is 0) and ``dz * x`` for y, also where y is 0 (TensorFlow's
+    ``mul_no_nan(x, dz)``); where y is 0 and x is not finite it is 0 here, where TensorFlow's is
+    infinite or NaN."""
+    x, y = _t(ins[0]), _t(ins[1])
+    f = _floating(ctx, x)
+    zero = f.op("Equal", y, 0.0)
+    finite = f.op("Equal", f.op("Sub", x, x), 0.0)
+    xf = ctx.create("Select", [finite, x, f.op("ZerosLike", x)], suffix="finite_x").outputs[0]
+    p = f.op("Mul", ctx.create("Select", [zero, xf, x], suffix="safe_x").outputs[0], y)
+    plus_zero = f.op("Sub", p, f.op("StopGradient", p))
+    return _select(ctx, zero, plus_zero, p)
+
+
+@_rule("Rint")
+def _rint(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The nearest integer, halves to even (``Rint(2.5)`` is 2, ``Rint(-0.5)`` is -0): Turnout's
+    ``Round``. Floating types only, as TensorFlow's kernel; no gradient, as in TensorFlow."""
+    x = _t(ins[0])
+    _floating(ctx, x)
+    return [ctx.create("Round", [x]).outputs[0]]

@@ -1,7 +1,7 @@
 """Import rules of the ops TF1 training and decoding code emits beyond its control flow: the
 optimizers' fused updates (``Apply*``, dense, and ``SparseApply*`` for ``IndexedSlices`` gradients,
 with ``Unique``, ``ResourceScatterAdd``/``Sub`` and ``ResourceGather``), ``DynamicStitch``, softmax and
-its losses, and the decoders' ``ArgMax``/``ArgMin``, ``TopKV2`` and ``ReverseSequence``.
+its losses, the decoders' ``ArgMax``/``ArgMin``, ``TopKV2`` and ``ReverseSequence``, and ``InTopKV2``.
 
 Each is the formula TensorFlow's kernel computes, written on existing Turnout primitives
 (``import_rules._Formula``). Why a module of its own: ``import_rules`` holds the rules of the
@@ -264,6 +264,34 @@ def _top_k_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     k = ctx.attr("k") if nd.op == "TopK" else ctx.static_int_list(ctx.data_inputs()[1], "k")[0]
     n = ctx.create("TopK", ins[:1], {"k": int(k)})
     return [n.outputs[0], n.outputs[1]]
+
+
+@_rule("InTopKV2", "InTopK")
+def _in_top_k(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Whether each row's target class is among its ``k`` largest predictions, TensorFlow's kernel:
+    true when fewer than ``k`` predictions of the row are strictly larger than the target's (so
+    classes tied with it count in its favour), false when the row holds an infinity or a NaN, or
+    the target is outside ``[0, classes)``. The number of classes must be known at import; ``k``
+    (an input of InTopKV2, an attribute of InTopK) may be a run-time scalar."""
+    pred, targets = _t(ins[0]), _t(ins[1])
+    if pred.shape is None or len(pred.shape) != 2 or pred.shape[1] is None or not pred.dtype.is_floating:
+        raise UnsupportedError(f"{ctx.where()}: needs floating predictions [batch, classes] with the classes known "
+                               "when importing")
+    classes = int(pred.shape[1])
+    f = _Formula(ctx, targets)
+    k = ins[2] if nd.op == "InTopKV2" else f.c(int(ctx.attr("k")))
+    hot = f.op("Equal", ctx.create("ExpandDims", [targets], {"axis": -1}, suffix="col").outputs[0],
+               ctx.const(np.arange(classes).astype(targets.dtype.numpy), [targets], suffix="classes"))
+    zero = ctx.const(np.zeros((), pred.dtype.numpy), [pred], suffix="zero")
+    row = {"axis": [-1], "keepdims": False}
+    target = ctx.create("Sum", [f.op("Select", hot, pred, zero)], row, suffix="target").outputs[0]
+    above = f.op("Greater", pred, ctx.create("ExpandDims", [target], {"axis": -1}, suffix="target_col").outputs[0])
+    count = ctx.create("Sum", [ctx.create("Cast", [above], {"dtype": targets.dtype.name}, suffix="above_count"
+                                          ).outputs[0]], row, suffix="count").outputs[0]
+    finite = ctx.create("All", [f.op("Equal", f.op("Sub", pred, pred), zero)], row, suffix="finite").outputs[0]
+    inside = ctx.create("Any", [hot], row, suffix="in_range").outputs[0]
+    ok = f.op("LogicalAnd", finite, inside)
+    return [ctx.create("LogicalAnd", [ok, f.op("Less", count, k)]).outputs[0]]
 
 
 @_rule("ReverseSequence")

@@ -67,9 +67,11 @@ def _in_nhwc(ctx: ImportContext, t: Tensor, k: int) -> Tensor:
 def _like(ctx: ImportContext, sizes: Value, dtype: Any, k: int, image: bool = True) -> Tensor:
     """Zeros of the run-time shape ``sizes`` (input ``k``, an int32 vector): the ``like`` input of a
     gradient primitive, in NHWC where it is an ``image`` (a filter is HWIO in both layouts). Where
-    the sizes are known when importing, a Reshape gives it that static shape."""
+    the sizes are known when importing, a Reshape gives it that static shape; where some are (the
+    Shape of a tensor of a run-time batch), the Fill has them."""
     zero = ctx.const(np.asarray(0, dtype.numpy), [sizes], suffix=f"zero{k}")
-    like = ctx.create("Fill", [sizes, zero], suffix=f"like{k}").outputs[0]
+    like = ctx.create("Fill", [sizes, zero], suffix=f"like{k}",
+                      shapes=[_partial_shape(ctx, ctx.data_inputs()[k])]).outputs[0]
     static = ctx.static(ctx.data_inputs()[k])
     if static is not None:
         like = ctx.create("Reshape", [like], {"shape": [int(d) for d in np.ravel(static)]},

@@ -483,7 +483,8 @@ def _shape_entry(ctx: ImportContext, tname: str) -> int | None:
 
 def _partial_shape(ctx: ImportContext, tname: str) -> list[Any] | None:
     """What is known at import time of a run-time shape vector, entry by entry (None: known when it
-    runs; -1 too): a ConcatV2 or Pack of parts, some constant. An embedding's gradient reshapes its
+    runs; -1 too): a ConcatV2 or Pack of parts, some constant, or the Shape (ShapeN) of a tensor
+    whose static shape has some dimensions. An embedding's gradient reshapes its
     rows to ``concat([n], shape(params)[1:])``, whose row length is known."""
     v = ctx.static(tname)
     if v is not None:
@@ -598,17 +599,20 @@ def _gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 @_rule("UnsortedSegmentSum")
 def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Sum rows of ``data`` into ``num_segments`` rows (tf.gather's gradient): Turnout's
-    ScatterAddLike into zeros of shape [num_segments, *data.shape[rank(ids):]]."""
+    ScatterAddLike into zeros of shape [num_segments, *data.shape[rank(ids):]]. A constant where
+    every size is known at import; else a ``Fill`` of the run-time shape (a gradient accumulated in
+    a loop has a run-time count; ``UnsortedSegmentProd``'s gradient, data of a run-time batch)."""
     data, ids, n = (_t(x) for x in ins[:3])
-    if ids.shape is None or data.shape is None or any(d is None for d in data.shape[len(ids.shape):]):
-        raise UnsupportedError(f"{ctx.where()}: needs the static shapes of the data and the segment ids")
+    if ids.shape is None or data.shape is None or len(ids.shape) > len(data.shape):
+        raise UnsupportedError(f"{ctx.where()}: needs the ranks of the data and the segment ids")
     num = ctx.static(ctx.data_inputs()[2])
-    rest = [int(d or 0) for d in data.shape[len(ids.shape):]]  # (all known: checked above)
-    if num is not None:
+    rest = [_dim(ctx, data, k, f"dim{k}") for k in range(len(ids.shape), len(data.shape))]
+    if num is not None and all(isinstance(d, int) for d in rest):
         like = ctx.const(np.zeros([int(num), *rest], data.dtype.numpy), [data], suffix="zeros")
-    else:  # a run-time count (the dense shape of a gradient accumulated in a loop): zeros of that many rows
+    else:
         count = n if n.dtype == dt.int32 else ctx.create("Cast", [n], {"dtype": "int32"}, suffix="count").outputs[0]
-        dims = [count, *(ctx.const(np.asarray(d, np.int32), [count], suffix=f"dim{k}") for k, d in enumerate(rest))]
+        dims = [count, *(d if isinstance(d, Tensor) else ctx.const(np.asarray(d, np.int32), [count],
+                                                                     suffix=f"size{k}") for k, d in enumerate(rest))]
         shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
         zero = ctx.const(np.zeros((), data.dtype.numpy), [count], suffix="zero")
         like = ctx.create("Fill", [shape, zero], suffix="zeros").outputs[0]
@@ -848,6 +852,15 @@ def _pop(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if saved is not None:  # the range whose limit was pushed
         return [RangeMarker(saved[0], popped, saved[1], saved[2])]
     return [popped]
+
+
+@_rule("StackCloseV2")
+def _stack_close(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A no-op: a Turnout stack needs no closing (TensorFlow's frees the stack's memory). A NoOp after
+    the stack's parts, in their frame, stands for it, for the control edges that wait on the close."""
+    parts = _stack_parts(ctx, ins[0])
+    ctx.create("NoOp", [], control=ctx.ctrl_inputs() + [p.node for p in parts])
+    return []
 
 
 def _pushed_tensor(ctx: ImportContext) -> Tensor:

@@ -1,4 +1,4 @@
-"""Import rules of the structure ops of TF1 model code: Squeeze, Unpack, IdentityN,
+"""Import rules of the structure ops of TF1 model code: Squeeze, Unpack, IdentityN, Print,
 PlaceholderWithDefault, CheckNumerics, EnsureShape, Pad / PadV2, OneHot, Cumsum, the batched
 matrix products, Einsum, GatherNd and its gradient ScatterNd.
 
@@ -42,6 +42,14 @@ _last = last_suffix
 @_rule("IdentityN")
 def _identity_n(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Identity", [x], suffix=_last(k, len(ins), "out")).outputs[0] for k, x in enumerate(ins)]
+
+
+@_rule("Print")
+def _print(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TF1's ``tf.Print``: its first input, passed on (its gradient passes too, as TensorFlow's). The
+    log line it writes to standard error when it runs is dropped: Turnout has no string tensors, and a
+    print is no value of the program."""
+    return [ctx.create("Identity", [_t(ins[0])]).outputs[0]]
 
 
 @_rule("PlaceholderWithDefault")

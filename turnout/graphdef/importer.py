@@ -34,11 +34,13 @@ from turnout.errors import (
 from turnout.files import file_path
 from turnout.graph import Graph, Node, Tensor
 from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
+    import_arrays,
     import_functions,
     import_math,
     import_models,
     import_nn,
     import_random,
+    import_scatter,
     import_structure,
     import_tensor_lists,
     protos,

@@ -1,0 +1,620 @@
+"""Import rules of the TensorFlow ops common in TF1/TF2 models that are formulas over existing
+primitives (turnout.graphdef.import_math, import_arrays, import_scatter, import_models): Softsign,
+Xlogy, Xdivy, MulNoNan, Rint, Print, StackCloseV2, LinSpace, MatrixBandPart, the MatrixDiag family,
+TensorScatterAdd/Sub, Roll, MirrorPad, SpaceToDepth / DepthToSpace, SpaceToBatchND / BatchToSpaceND,
+InTopKV2, UnsortedSegmentMax/Min/Prod and the Scatter* updates of TF1 reference variables.
+
+Hand-written GraphDefs against numpy closed forms of TensorFlow's definitions (edge cases included:
+Xlogy(0, 0), MulNoNan(inf, 0), halves, ties and non-finite predictions), on both backends, and
+``tn.gradients`` of the imported graphs against the closed forms of TensorFlow's gradients. Needs
+the ``tf`` extra, not TensorFlow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.errors import KernelError, UnsupportedError
+
+pytest.importorskip("tensorboard.compat.proto.graph_pb2")
+
+from test_graphdef_model_ops import BACKENDS, F32, I32, GraphDef, _run  # noqa: E402
+
+from turnout.graphdef import import_graph_def  # noqa: E402
+
+
+def _grads(g: GraphDef, y: str, xs: list[str], feeds: dict[str, Any], backend: str,
+           seed: Any = None) -> list[Any]:
+    """``tn.gradients(sum(y * seed), xs)`` of the imported graph (``seed``: the upstream gradient)."""
+    imp = import_graph_def(g.gd)
+    out = imp.tensor(y)
+    with imp.graph.as_default():
+        total = tn.reduce_sum(out if seed is None else out * tn.constant(seed))
+        gs = tn.gradients(total, [imp.tensor(x) for x in xs])
+    return tn.Session(imp.graph, backend=backend).run(gs, {imp.tensor(k): v for k, v in feeds.items()})
+
+
+def _refused(g: GraphDef, pattern: str) -> None:
+    with pytest.raises(UnsupportedError, match=pattern):
+        import_graph_def(g.gd)
+
+
+# ---- element-wise formulas -------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softsign_its_gradient_op_and_gradient(backend: str) -> None:
+    """``x / (|x| + 1)``, NaN at the infinities as TensorFlow's kernel; SoftsignGrad and the gradient
+    of the imported op are ``dy / (|x| + 1)^2``."""
+    x = np.asarray([-np.inf, -3.0, -0.5, 0.0, 2.0, np.inf], np.float32)
+    dy = np.asarray([1.0, 2.0, -1.0, 0.5, 3.0, 1.0], np.float32)
+    g = GraphDef()
+    g.node("y", "Softsign", (g.const("x", x),), T=F32)
+    g.node("dx", "SoftsignGrad", (g.const("dy", dy), "x"), T=F32)
+    y, dx = _run(g, ["y:0", "dx:0"], {}, backend)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(y, x / (np.abs(x) + 1))
+    np.testing.assert_allclose(dx, dy / (np.abs(x) + 1) ** 2, rtol=1e-6)
+    g2 = GraphDef()
+    g2.node("y", "Softsign", (g2.placeholder("x", F32, [4]),), T=F32)
+    xv = np.asarray([-3.0, -0.5, 0.25, 2.0], np.float32)
+    (gx,) = _grads(g2, "y:0", ["x:0"], {"x:0": xv}, backend)
+    np.testing.assert_allclose(gx, 1 / (1 + np.abs(xv)) ** 2, rtol=1e-6)
+
+
+# x, y pairs: zeros against 0, NaN, a negative and inf; non-zero x against 0; ordinary; inf and NaN x
+XY = (np.asarray([0.0, 0.0, 0.0, 0.0, 1.0, 2.0, -1.0, np.inf, np.nan, -3.0], np.float32),
+      np.asarray([0.0, np.nan, -1.0, np.inf, 0.0, 3.0, 2.0, 0.0, 1.0, 0.0], np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_xlogy_and_xdivy_are_zero_where_x_is_zero_whatever_y(backend: str) -> None:
+    x, y = XY
+    g = GraphDef()
+    g.node("l", "Xlogy", (g.const("x", x), g.const("y", y)), T=F32)
+    g.node("d", "Xdivy", ("x", "y"), T=F32)
+    lg, dv = _run(g, ["l:0", "d:0"], {}, backend)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(lg, np.where(x == 0, 0.0, x * np.log(y)))
+        np.testing.assert_array_equal(dv, np.where(x == 0, 0.0, x / y))
+    assert lg[0] == 0 and lg[1] == 0 and dv[0] == 0 and lg[4] == -np.inf and dv[4] == np.inf
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_xlogy_and_xdivy_gradients_are_tensorflows(backend: str) -> None:
+    """TensorFlow's gradients: Xlogy's are ``log(y)`` and ``x / y`` where x != 0, else 0; Xdivy's
+    ``1 / y`` and ``-x / y^2`` where x != 0, else 0 (no NaN leaks from the untaken side)."""
+    x = np.asarray([0.0, 0.0, 1.5, -2.0, 0.5], np.float32)
+    y = np.asarray([0.0, 2.0, 3.0, 0.5, 4.0], np.float32)
+    for op in ("Xlogy", "Xdivy"):
+        g = GraphDef()
+        g.node("z", op, (g.placeholder("x", F32, [5]), g.placeholder("y", F32, [5])), T=F32)
+        gx, gy = _grads(g, "z:0", ["x:0", "y:0"], {"x:0": x, "y:0": y}, backend)
+        nz = x != 0
+        with np.errstate(all="ignore"):
+            if op == "Xlogy":
+                want_x, want_y = np.where(nz, np.log(y), 0.0), np.where(nz, x / y, 0.0)
+            else:
+                want_x, want_y = np.where(nz, 1 / y, 0.0), np.where(nz, -x / y ** 2, 0.0)
+        np.testing.assert_allclose(gx, want_x, rtol=1e-6, err_msg=op)
+        np.testing.assert_allclose(gy, want_y, rtol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mul_no_nan_is_plus_zero_where_y_is_zero_even_for_inf_and_nan(backend: str) -> None:
+    """``MulNoNan(inf, 0)`` and ``MulNoNan(NaN, 0)`` are 0 (+0, also for a negative x), but
+    ``MulNoNan(0, NaN)`` is NaN: only y is tested. Gradients, TensorFlow's: ``dz * y`` (0 where y
+    is 0) and ``dz * x``, also where y is 0."""
+    x, y = XY
+    g = GraphDef()
+    g.node("z", "MulNoNan", (g.const("x", x), g.const("y", y)), T=F32)
+    (z,) = _run(g, ["z:0"], {}, backend)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(z, np.where(y == 0, 0.0, x * y))
+    assert not np.signbit(z[-1]) and np.isnan(z[1]) and z[7] == 0.0
+    g2 = GraphDef()
+    g2.node("z", "MulNoNan", (g2.placeholder("x", F32, [4]), g2.placeholder("y", F32, [4])), T=F32)
+    xv = np.asarray([2.0, -3.0, 0.5, 4.0], np.float32)
+    yv = np.asarray([0.0, 0.0, 2.0, -1.5], np.float32)
+    dz = np.asarray([1.0, 2.0, 3.0, -1.0], np.float32)
+    gx, gy = _grads(g2, "z:0", ["x:0", "y:0"], {"x:0": xv, "y:0": yv}, backend, seed=dz)
+    np.testing.assert_array_equal(gx, np.where(yv == 0, 0.0, dz * yv))
+    np.testing.assert_array_equal(gy, dz * xv)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rint_rounds_halves_to_even(backend: str) -> None:
+    x = np.asarray([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7, -3.2], np.float32)
+    g = GraphDef()
+    g.node("y", "Rint", (g.const("x", x),), T=F32)
+    (y,) = _run(g, ["y:0"], {}, backend)
+    np.testing.assert_array_equal(y, np.rint(x))
+    assert np.signbit(y[2])  # rint(-0.5) is -0, as in TensorFlow
+    for op in ("Rint", "Softsign", "Xlogy", "MulNoNan"):
+        gi = GraphDef()
+        i = gi.const("i", np.asarray([1, 2], np.int32))
+        gi.node("y", op, (i, i) if op in ("Xlogy", "MulNoNan") else (i,), T=I32)
+        _refused(gi, f'{op} node "y": supported for floating inputs only')
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_print_passes_its_first_input_and_its_gradient(backend: str) -> None:
+    g = GraphDef()
+    x = g.placeholder("x", F32, [3])
+    g.node("sq", "Square", (x,), T=F32)
+    g.node("p", "Print", ("sq", x, g.const("n", np.int32(3))), T=F32, message="sq: ", first_n=-1, summarize=3)
+    xv = np.asarray([1.0, -2.0, 3.0], np.float32)
+    (p,) = _run(g, ["p:0"], {"x:0": xv}, backend)
+    np.testing.assert_array_equal(p, xv ** 2)
+    (gx,) = _grads(g, "p:0", ["x:0"], {"x:0": xv}, backend)
+    np.testing.assert_array_equal(gx, 2 * xv)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_close_is_a_no_op_that_control_edges_can_wait_on(backend: str) -> None:
+    g = GraphDef()
+    g.node("s", "StackV2", (g.const("max", np.int32(-1)),), elem_type=F32, stack_name="s")
+    g.node("push", "StackPushV2", ("s", g.const("v", np.float32(4.5))), T=F32)
+    g.node("pop", "StackPopV2", ("s", "^push"), elem_type=F32)
+    g.node("close", "StackCloseV2", ("s", "^pop"))
+    g.node("after", "Identity", ("pop", "^close"), T=F32)
+    assert _run(g, ["after:0"], {}, backend) == [4.5]
+
+
+# ---- LinSpace ------------------------------------------------------------------------------------------
+def _tf_linspace(start: float, stop: float, num: int) -> np.ndarray:
+    """TensorFlow's kernel in float32: ``start + step * i``, the last value exactly ``stop``."""
+    s, e = np.float32(start), np.float32(stop)
+    if num == 1:
+        return np.asarray([s])
+    step = (e - s) / np.float32(num - 1)
+    return np.asarray([s + step * np.float32(i) for i in range(num - 1)] + [e], np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lin_space_matches_tensorflows_kernel(backend: str) -> None:
+    """Exactly TensorFlow's values on the reference backend; the fast one within a last bit. No
+    gradient flows through it, as in TensorFlow."""
+    g = GraphDef()
+    start, stop = g.placeholder("a", F32, []), g.placeholder("b", F32, [])
+    for n in (1, 2, 5, 7):
+        g.node(f"l{n}", "LinSpace", (start, stop, g.const(f"n{n}", np.int32(n))), T=F32)
+    got = _run(g, ["l1:0", "l2:0", "l5:0", "l7:0"], {"a:0": np.float32(0.1), "b:0": np.float32(1.3)}, backend)
+    for n, v in zip((1, 2, 5, 7), got):
+        want = _tf_linspace(0.1, 1.3, n)
+        assert v[0] == want[0] and v[-1] == want[-1]
+        # XLA may fuse ``start + step * i`` into one multiply-add, rounded once: a last-bit difference
+        np.testing.assert_array_max_ulp(v, want, maxulp=0 if backend == "reference" else 1)
+    imp = import_graph_def(g.gd)
+    with imp.graph.as_default():  # no gradient, as TensorFlow registers none
+        assert tn.gradients(tn.reduce_sum(imp.tensor("l5:0")), [imp.tensor("a:0")]) == [None]
+    bad = GraphDef()
+    bad.node("l", "LinSpace", (bad.const("a", np.float32(0)), bad.const("b", np.float32(1)),
+                               bad.placeholder("n", I32, [])), T=F32)
+    _refused(bad, r'LinSpace node "l": num \(n:0\) must be known when importing')
+    zero = GraphDef()
+    zero.node("l", "LinSpace", (zero.const("a", np.float32(0)), zero.const("b", np.float32(1)),
+                                zero.const("n", np.int32(0))), T=F32)
+    _refused(zero, 'LinSpace node "l": num must be > 0')
+    ints = GraphDef()
+    ints.node("l", "LinSpace", (ints.const("a", np.int32(0)), ints.const("b", np.int32(4)),
+                                ints.const("n", np.int32(3))), T=I32)
+    _refused(ints, 'LinSpace node "l": supported for floating inputs only, got int32')
+
+
+# ---- band and diagonals ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matrix_band_part(backend: str) -> None:
+    """Entries outside the band are 0, even infinite ones; -1 keeps a whole side; gradient: the band."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x[0, 0, 3] = np.inf
+    g = GraphDef()
+    xs = g.const("x", x)
+    cases = {"b10": (1, 0), "b02": (0, 2), "bm1": (-1, 1), "all": (-1, -1), "diag": (0, 0)}
+    for name, (lo, hi) in cases.items():
+        g.node(name, "MatrixBandPart", (xs, g.const(f"{name}_lo", np.int32(lo)), g.const(f"{name}_hi", np.int32(hi))),
+               T=F32)
+    got = _run(g, [f"{n}:0" for n in cases], {}, backend)
+    i, j = np.arange(3)[:, None], np.arange(4)[None, :]
+    for (lo, hi), out in zip(cases.values(), got):
+        band = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
+        np.testing.assert_array_equal(out, np.where(band, x, 0.0))
+    g2 = GraphDef()
+    g2.node("y", "MatrixBandPart", (g2.placeholder("x", F32, [3, 4]), g2.const("lo", np.int32(1)),
+                                    g2.const("hi", np.int32(0))), T=F32)
+    (gx,) = _grads(g2, "y:0", ["x:0"], {"x:0": x[1]}, backend)
+    np.testing.assert_array_equal(gx, ((i - j <= 1) & (j - i <= 0)).astype(np.float32))
+    g3 = GraphDef()
+    g3.node("y", "MatrixBandPart", (g3.const("x", x), g3.const("lo", np.int32(4)), g3.const("hi", np.int32(0))), T=F32)
+    _refused(g3, 'MatrixBandPart node "y": num_lower 4 and num_upper 0 must be at most the rows 3')
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matrix_diag_diag_part_and_set_diag(backend: str) -> None:
+    """V1 and V3 (k = 0): a batch of diagonals made into matrices (V3 with its padding value),
+    the diagonals of wide and tall matrices read (a -0 stays -0) and replaced."""
+    d = np.asarray([[1.0, -2.0, 3.0], [4.0, 5.0, -0.0]], np.float32)
+    wide = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 5
+    wide[1, 2, 2] = -0.0
+    tall = np.transpose(wide, (0, 2, 1)).copy()
+    g = GraphDef()
+    k = g.const("k", np.int32(0))
+    g.node("diag", "MatrixDiag", (g.const("d", d),), T=F32)
+    g.node("diag3", "MatrixDiagV3", ("d", k, g.const("rows", np.int32(-1)), g.const("cols", np.int32(5)),
+                                     g.const("pad", np.float32(9.0))), T=F32, align="RIGHT_LEFT")
+    g.node("part_wide", "MatrixDiagPart", (g.const("wide", wide),), T=F32)
+    g.node("part_tall", "MatrixDiagPartV3", (g.const("tall", tall), k, g.const("pad0", np.float32(7.0))), T=F32)
+    g.node("set_wide", "MatrixSetDiag", ("wide", "d"), T=F32)
+    g.node("set_tall", "MatrixSetDiagV3", ("tall", "d", k), T=F32)
+    got = _run(g, ["diag:0", "diag3:0", "part_wide:0", "part_tall:0", "set_wide:0", "set_tall:0"], {}, backend)
+    diag, diag3, part_wide, part_tall, set_wide, set_tall = got
+    want = np.zeros((2, 3, 3), np.float32)
+    want3 = np.full((2, 3, 5), 9.0, np.float32)
+    for b in range(2):
+        for i in range(3):
+            want[b, i, i] = want3[b, i, i] = d[b, i]
+    np.testing.assert_array_equal(diag, want)
+    np.testing.assert_array_equal(diag3, want3)
+    np.testing.assert_array_equal(part_wide, np.diagonal(wide, axis1=1, axis2=2))
+    np.testing.assert_array_equal(part_tall, np.diagonal(tall, axis1=1, axis2=2))
+    assert np.signbit(part_wide[1, 2])
+    for x, out in ((wide, set_wide), (tall, set_tall)):
+        w = x.copy()
+        for b in range(2):
+            for i in range(3):
+                w[b, i, i] = d[b, i]
+        np.testing.assert_array_equal(out, w)
+    bad = GraphDef()
+    bad.node("p", "MatrixDiagPartV3", (bad.const("x", wide), bad.const("k", np.int32(1)),
+                                       bad.const("pad", np.float32(0))), T=F32)
+    _refused(bad, r'MatrixDiagPartV3 node "p": only the main diagonal \(k = 0\) is supported, got k = \[1\]')
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matrix_set_diag_gradients(backend: str) -> None:
+    """TensorFlow's: the gradient with its diagonal zeroed for the input, its diagonal for the diagonal."""
+    g = GraphDef()
+    g.node("y", "MatrixSetDiag", (g.placeholder("x", F32, [3, 4]), g.placeholder("d", F32, [3])), T=F32)
+    seed = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    gx, gd = _grads(g, "y:0", ["x:0", "d:0"], {"x:0": np.ones((3, 4), np.float32), "d:0": np.ones(3, np.float32)},
+                    backend, seed=seed)
+    np.testing.assert_array_equal(gx, np.where(np.eye(3, 4, dtype=bool), 0.0, seed))
+    np.testing.assert_array_equal(gd, np.diagonal(seed))
+
+
+# ---- scatters ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_scatter_add_and_sub(backend: str) -> None:
+    """Rows and single elements, repeated indices adding up; an index out of range is an error;
+    gradients: dy for the tensor, dy's rows at the indices (negated for Sub) for the updates."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    g = GraphDef()
+    xs = g.placeholder("x", F32, [4, 3])
+    rows = g.placeholder("rows", I32, [3, 1])
+    upd = g.placeholder("u", F32, [3, 3])
+    g.node("add", "TensorScatterAdd", (xs, rows, upd), T=F32, Tindices=I32)
+    g.node("sub", "TensorScatterSub", (xs, g.const("el", np.asarray([[0, 2], [3, 1], [0, 2]], np.int32)),
+                                       g.const("ev", np.asarray([1.0, 2.0, 4.0], np.float32))), T=F32, Tindices=I32)
+    u = np.arange(9, dtype=np.float32).reshape(3, 3) * 10
+    feeds = {"x:0": x, "rows:0": np.asarray([[1], [3], [1]], np.int32), "u:0": u}
+    add, sub = _run(g, ["add:0", "sub:0"], feeds, backend)
+    want_add, want_sub = x.copy(), x.copy()
+    np.add.at(want_add, [1, 3, 1], u)
+    np.subtract.at(want_sub, ([0, 3, 0], [2, 1, 2]), [1.0, 2.0, 4.0])
+    np.testing.assert_array_equal(add, want_add)
+    np.testing.assert_array_equal(sub, want_sub)
+    seed = np.arange(12, dtype=np.float32).reshape(4, 3) - 4
+    gx, gu = _grads(g, "add:0", ["x:0", "u:0"], feeds, backend, seed=seed)
+    np.testing.assert_array_equal(gx, seed)
+    np.testing.assert_array_equal(gu, seed[[1, 3, 1]])
+    with pytest.raises(KernelError, match="indices do not index into tensor shape"):
+        _run(g, ["add:0"], {**feeds, "rows:0": np.asarray([[1], [4], [0]], np.int32)}, backend)
+
+
+# ---- Roll and MirrorPad ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_roll_along_axes_with_repeated_and_negative_shifts(backend: str) -> None:
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    g = GraphDef()
+    g.node("r", "Roll", (g.placeholder("x", F32, [2, 3, 4]), g.const("s", np.asarray([1, -5, 2], np.int32)),
+                         g.const("a", np.asarray([2, 1, -1], np.int32))), T=F32)
+    (r,) = _run(g, ["r:0"], {"x:0": x}, backend)
+    np.testing.assert_array_equal(r, np.roll(x, (1, -5, 2), axis=(2, 1, 2)))
+    seed = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (gx,) = _grads(g, "r:0", ["x:0"], {"x:0": x}, backend, seed=seed)
+    np.testing.assert_array_equal(gx, np.roll(seed, (-3, 5), axis=(2, 1)))
+    bad = GraphDef()
+    bad.node("r", "Roll", (bad.const("x", x), bad.placeholder("s", I32, []), bad.const("a", np.int32(0))), T=F32)
+    _refused(bad, r'Roll node "r": the shift \(s:0\) must be known when importing')
+
+
+def _mirror_adjoint(grad: np.ndarray, pads: list[tuple[int, int]], mode: str) -> np.ndarray:
+    """The adjoint of ``np.pad(x, pads, mode)``: each padded entry's gradient added to its source."""
+    shape = [n - b - a for n, (b, a) in zip(grad.shape, pads)]
+    size = int(np.prod(shape))
+    src = np.pad(np.arange(size).reshape(shape), pads, mode=mode)
+    out = np.zeros(size, grad.dtype)
+    np.add.at(out, src.ravel(), grad.ravel())
+    return out.reshape(shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mirror_pad_reflect_and_symmetric_and_their_gradient(backend: str) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    pads = [(2, 1), (3, 3)]
+    g = GraphDef()
+    p = g.const("p", np.asarray(pads, np.int32))
+    xs = g.placeholder("x", F32, [3, 4])
+    g.node("refl", "MirrorPad", (xs, p), T=F32, mode="REFLECT")
+    g.node("sym", "MirrorPad", (xs, p), T=F32, mode="SYMMETRIC")
+    dy = np.arange(6 * 10, dtype=np.float32).reshape(6, 10) % 7
+    g.node("grad", "MirrorPadGrad", (g.const("dy", dy), p), T=F32, mode="SYMMETRIC")
+    refl, sym, grad = _run(g, ["refl:0", "sym:0", "grad:0"], {"x:0": x}, backend)
+    np.testing.assert_array_equal(refl, np.pad(x, pads, mode="reflect"))
+    np.testing.assert_array_equal(sym, np.pad(x, pads, mode="symmetric"))
+    np.testing.assert_array_equal(grad, _mirror_adjoint(dy, pads, "symmetric"))
+    (gx,) = _grads(g, "refl:0", ["x:0"], {"x:0": x}, backend, seed=dy[:, :10])
+    np.testing.assert_array_equal(gx, _mirror_adjoint(dy, pads, "reflect"))
+    bad = GraphDef()
+    bad.node("m", "MirrorPad", (bad.const("x", x), bad.const("p", np.asarray([[3, 0], [0, 0]], np.int32))), T=F32,
+             mode="REFLECT")
+    _refused(bad, r'MirrorPad node "m": paddings \(3, 0\) must be at most 2 for an axis of size 3 in REFLECT mode')
+
+
+# ---- block moves -----------------------------------------------------------------------------------------
+def _space_to_depth(x: np.ndarray, b: int) -> np.ndarray:
+    """TensorFlow's definition: ``out[n, h, w, (i * b + j) * c + k] = x[n, h * b + i, w * b + j, k]``."""
+    n, hh, ww, c = x.shape
+    out = np.zeros((n, hh // b, ww // b, b * b * c), x.dtype)
+    for h in range(hh // b):
+        for w in range(ww // b):
+            for i in range(b):
+                for j in range(b):
+                    out[:, h, w, (i * b + j) * c:(i * b + j + 1) * c] = x[:, h * b + i, w * b + j, :]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_space_to_depth_and_depth_to_space_invert_each_other(backend: str) -> None:
+    x = np.arange(2 * 4 * 6 * 3, dtype=np.float32).reshape(2, 4, 6, 3)
+    g = GraphDef()
+    g.node("s2d", "SpaceToDepth", (g.placeholder("x", F32, [-1, 4, 6, 3]),), T=F32, block_size=2)
+    g.node("back", "DepthToSpace", ("s2d",), T=F32, block_size=2)
+    s2d, back = _run(g, ["s2d:0", "back:0"], {"x:0": x}, backend)
+    np.testing.assert_array_equal(s2d, _space_to_depth(x, 2))
+    np.testing.assert_array_equal(back, x)
+    bad = GraphDef()
+    bad.node("s", "SpaceToDepth", (bad.const("x", x),), T=F32, block_size=2, data_format="NCHW")
+    _refused(bad, "SpaceToDepth node \"s\": data_format 'NCHW' is not supported")
+
+
+def _space_to_batch(x: np.ndarray, block: list[int], pads: list[tuple[int, int]]) -> np.ndarray:
+    """TensorFlow's definition, for two block axes: the zero-padded input's entry ``(n, h * b0 + i,
+    w * b1 + j, c)`` goes to batch ``(i * b1 + j) * N + n``, position ``(h, w, c)``."""
+    p = np.pad(x, [(0, 0), *pads, (0, 0)])
+    n, hh, ww, c = p.shape
+    b0, b1 = block
+    out = np.zeros((n * b0 * b1, hh // b0, ww // b1, c), x.dtype)
+    for i in range(b0):
+        for j in range(b1):
+            out[(i * b1 + j) * n:(i * b1 + j + 1) * n] = p[:, i::b0, j::b1, :]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_space_to_batch_nd_and_back_with_a_run_time_batch(backend: str) -> None:
+    """The pair around a dilated convolution: paddings then crops of the same sizes give the input
+    back; the batch is a run-time dimension; the V1 forms take ``block_size``."""
+    x = np.arange(2 * 5 * 4 * 3, dtype=np.float32).reshape(2, 5, 4, 3)
+    block, pads = [2, 3], [(1, 0), (1, 1)]
+    g = GraphDef()
+    xs = g.placeholder("x", F32, [-1, 5, 4, 3])
+    bs, ps = g.const("block", np.asarray(block, np.int32)), g.const("pads", np.asarray(pads, np.int32))
+    g.node("s2b", "SpaceToBatchND", (xs, bs, ps), T=F32)
+    g.node("b2s", "BatchToSpaceND", ("s2b", bs, ps), T=F32)
+    g.node("v1", "SpaceToBatch", (xs, g.const("p1", np.asarray([[1, 0], [0, 0]], np.int32))), T=F32, block_size=2)
+    g.node("v1back", "BatchToSpace", ("v1", "p1"), T=F32, block_size=2)
+    s2b, b2s, v1, v1back = _run(g, ["s2b:0", "b2s:0", "v1:0", "v1back:0"], {"x:0": x}, backend)
+    np.testing.assert_array_equal(s2b, _space_to_batch(x, block, pads))
+    np.testing.assert_array_equal(b2s, x)
+    np.testing.assert_array_equal(v1, _space_to_batch(x, [2, 2], [(1, 0), (0, 0)]))
+    np.testing.assert_array_equal(v1back, x)
+    seed = np.arange(s2b.size, dtype=np.float32).reshape(s2b.shape)
+    (gx,) = _grads(g, "s2b:0", ["x:0"], {"x:0": x}, backend, seed=seed)
+    want = np.zeros_like(x)  # the adjoint: each input entry's gradient is the seed where it went
+    probe = _space_to_batch(np.arange(x.size, dtype=np.float32).reshape(x.shape) + 1, block, pads)
+    np.add.at(want.reshape(-1), (probe[probe > 0] - 1).astype(int), seed[probe > 0])
+    np.testing.assert_array_equal(gx, want)
+    bad = GraphDef()
+    bad.node("s", "SpaceToBatchND", (bad.const("x", x), bad.const("b", np.asarray([2, 2], np.int32)),
+                                     bad.const("p", np.asarray([[0, 0], [0, 0]], np.int32))), T=F32)
+    _refused(bad, r'SpaceToBatchND node "s": the padded block axes \[5, 4\] must be multiples of the block_shape')
+
+
+# ---- InTopK and segment reductions ------------------------------------------------------------------------
+def _in_top_k(pred: np.ndarray, targets: np.ndarray, k: int) -> list[bool]:
+    """TensorFlow's kernel: false for a target out of range or a row with a non-finite entry, else
+    whether fewer than k predictions are strictly larger than the target's."""
+    out = []
+    for row, t in zip(pred, targets):
+        if not 0 <= t < len(row) or not np.isfinite(row).all():
+            out.append(False)
+        else:
+            out.append(int((row > row[t]).sum()) < k)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_top_k_with_ties_non_finite_rows_and_bad_targets(backend: str) -> None:
+    pred = np.asarray([[0.1, 0.3, 0.3, 0.2], [0.1, 0.2, np.nan, 0.3], [1.0, 2.0, 3.0, np.inf],
+                       [1.0, 1.0, 1.0, 1.0], [0.5, 0.4, 0.3, 0.2], [0.5, 0.4, 0.3, 0.2]], np.float32)
+    g = GraphDef()
+    g.node("top", "InTopKV2", (g.const("p", pred), g.placeholder("t", I32, [6]), g.placeholder("k", I32, [])), T=I32)
+    g.node("top1", "InTopK", ("p", "t"), T=I32, k=1)
+    for targets in ([2, 3, 0, 3, 2, 0], [1, 0, 1, 0, 5, -1]):
+        t = np.asarray(targets, np.int32)
+        for k in (1, 2, 3):
+            top, top1 = _run(g, ["top:0", "top1:0"], {"t:0": t, "k:0": np.int32(k)}, backend)
+            np.testing.assert_array_equal(top, _in_top_k(pred, t, k), err_msg=f"{targets} k={k}")
+            np.testing.assert_array_equal(top1, _in_top_k(pred, t, 1))
+    bad = GraphDef()
+    bad.node("top", "InTopKV2", (bad.const("p", np.ones((2, 3), np.int32)), bad.const("t", np.zeros(2, np.int32)),
+                                 bad.const("k", np.int32(1))), T=I32)
+    _refused(bad, r'InTopKV2 node "top": needs floating predictions \[batch, classes\]')
+
+
+def _segments(data: np.ndarray, ids: np.ndarray, num: int, op: str) -> np.ndarray:
+    fn = {"UnsortedSegmentMax": np.max, "UnsortedSegmentMin": np.min, "UnsortedSegmentProd": np.prod}[op]
+    empty = {"UnsortedSegmentMax": np.finfo(np.float32).min, "UnsortedSegmentMin": np.finfo(np.float32).max,
+             "UnsortedSegmentProd": 1.0}[op]
+    out = np.full((num, *data.shape[ids.ndim:]), empty, np.float32)
+    for s in range(num):
+        rows = data[ids == s]
+        if len(rows):
+            out[s] = fn(rows, axis=0)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unsorted_segment_max_min_prod(backend: str) -> None:
+    """Empty segments read the type's lowest (highest) value or 1; a negative id drops its row; an
+    id >= num_segments is an error; matrix ids reduce over both of their axes."""
+    data = np.asarray([[1.0, 5.0], [3.0, -2.0], [7.0, 0.5], [-1.0, 4.0], [2.0, 2.0]], np.float32)
+    g = GraphDef()
+    ids = g.placeholder("ids", I32, [5])
+    ops = ("UnsortedSegmentMax", "UnsortedSegmentMin", "UnsortedSegmentProd")
+    for op in ops:
+        g.node(op, op, (g.const(f"{op}_d", data), ids, g.const(f"{op}_n", np.int32(4))), T=F32, Tindices=I32)
+    g.node("mat", "UnsortedSegmentMax", (g.const("d2", data[:4].reshape(2, 2, 2)),
+                                          g.const("ids2", np.asarray([[1, 0], [1, 1]], np.int32)),
+                                          g.const("n2", np.int32(2))), T=F32, Tindices=I32)
+    idv = np.asarray([0, 2, 0, -1, 2], np.int32)
+    got = _run(g, [f"{op}:0" for op in ops] + ["mat:0"], {"ids:0": idv}, backend)
+    for op, out in zip(ops, got):
+        np.testing.assert_array_equal(out, _segments(data, idv, 4, op), err_msg=op)
+    np.testing.assert_array_equal(got[3], _segments(data[:4].reshape(2, 2, 2), np.asarray([[1, 0], [1, 1]]), 2,
+                                                    "UnsortedSegmentMax"))
+    with pytest.raises(KernelError, match=r"segment_ids must be < num_segments \(4\)"):
+        _run(g, ["UnsortedSegmentMax:0"], {"ids:0": np.asarray([0, 4, 0, 1, 1], np.int32)}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unsorted_segment_gradients_share_ties_and_handle_zeros(backend: str) -> None:
+    """TensorFlow's gradients: Max's to the elements equal to their segment's maximum, shared among
+    ties; Prod's the product of the segment's other elements (exact with a zero)."""
+    data = np.asarray([3.0, 1.0, 3.0, 2.0, 0.0, 5.0], np.float32)
+    ids = np.asarray([0, 0, 0, 1, 1, 1], np.int32)
+    seed = np.asarray([4.0, 10.0], np.float32)
+    for op in ("UnsortedSegmentMax", "UnsortedSegmentProd"):
+        g = GraphDef()
+        g.node("y", op, (g.placeholder("x", F32, [6]), g.const("ids", ids), g.const("n", np.int32(2))), T=F32,
+               Tindices=I32)
+        (gx,) = _grads(g, "y:0", ["x:0"], {"x:0": data}, backend, seed=seed)
+        if op == "UnsortedSegmentMax":
+            want = [2.0, 0.0, 2.0, 0.0, 0.0, 10.0]
+        else:
+            want = [seed[s] * np.prod([data[j] for j in range(6) if ids[j] == s and j != i])
+                    for i, s in enumerate(ids)]
+        np.testing.assert_array_equal(gx, want, err_msg=op)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_structure_formulas_keep_integer_types(backend: str) -> None:
+    """TensorFlow's kernels of these ops exist for integers too, and so do the imports: an empty
+    segment's maximum is the int32 minimum, a diagonal of ints, a band, a roll and a mirror pad."""
+    x = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    g = GraphDef()
+    xs = g.const("x", x)
+    g.node("band", "MatrixBandPart", (xs, g.const("lo", np.int32(0)), g.const("hi", np.int32(1))), T=I32)
+    g.node("part", "MatrixDiagPart", (xs,), T=I32)
+    g.node("roll", "Roll", (xs, g.const("s", np.int32(1)), g.const("a", np.int32(1))), T=I32)
+    g.node("pad", "MirrorPad", (xs, g.const("p", np.asarray([[1, 1], [0, 2]], np.int32))), T=I32, mode="REFLECT")
+    g.node("seg", "UnsortedSegmentMax", (g.const("d", np.asarray([3, -7, 2], np.int32)),
+                                          g.const("ids", np.asarray([0, 0, 2], np.int32)), g.const("n", np.int32(3))),
+           T=I32, Tindices=I32)
+    g.node("sadd", "TensorScatterAdd", (xs, g.const("i", np.asarray([[2, 3]], np.int32)),
+                                        g.const("u", np.asarray([100], np.int32))), T=I32, Tindices=I32)
+    band, part, roll, pad, seg, sadd = _run(g, ["band:0", "part:0", "roll:0", "pad:0", "seg:0", "sadd:0"], {}, backend)
+    i, j = np.arange(3)[:, None], np.arange(4)[None, :]
+    np.testing.assert_array_equal(band, np.where((i <= j) & (j - i <= 1), x, 0))
+    np.testing.assert_array_equal(part, np.diagonal(x))
+    np.testing.assert_array_equal(roll, np.roll(x, 1, axis=1))
+    np.testing.assert_array_equal(pad, np.pad(x, [(1, 1), (0, 2)], mode="reflect"))
+    np.testing.assert_array_equal(seg, [3, np.iinfo(np.int32).min, 2])
+    want = x.copy()
+    want[2, 3] += 100
+    np.testing.assert_array_equal(sadd, want)
+    assert all(v.dtype == np.int32 for v in (band, part, roll, pad, seg, sadd))
+
+
+# ---- Scatter* of TF1 reference variables -----------------------------------------------------------------
+def _variable(g: GraphDef, name: str, value: np.ndarray) -> str:
+    g.node(name, "VariableV2", dtype=F32, shape=list(value.shape))
+    g.node(f"{name}/Assign", "Assign", (name, g.const(f"{name}/init", value)), T=F32)
+    return name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_updates_of_reference_variables(backend: str) -> None:
+    """ScatterSub (TF1's GradientDescent on an embedding), ScatterAdd with a repeated row adding up,
+    ScatterUpdate with a repeated row (the last update wins, as TensorFlow's CPU kernel writes),
+    ScatterNdUpdate / ScatterNdAdd of single elements; each outputs the Variable's new value, and
+    the Variable keeps it."""
+    init = np.arange(12, dtype=np.float32).reshape(4, 3)
+    g = GraphDef()
+    for name in ("sub", "add", "upd", "ndu", "nda"):
+        _variable(g, f"v_{name}", init)
+    idx = g.const("idx", np.asarray([2, 0, 2], np.int32))
+    rows = g.const("rows", np.asarray([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 4.0, 5.0]], np.float32))
+    g.node("sub", "ScatterSub", ("v_sub", idx, rows), T=F32, Tindices=I32)
+    g.node("add", "ScatterAdd", ("v_add", idx, rows), T=F32, Tindices=I32)
+    g.node("upd", "ScatterUpdate", ("v_upd", idx, rows), T=F32, Tindices=I32)
+    el = g.const("el", np.asarray([[3, 1], [0, 0], [3, 1]], np.int32))
+    ev = g.const("ev", np.asarray([10.0, 20.0, 30.0], np.float32))
+    g.node("ndu", "ScatterNdUpdate", ("v_ndu", el, ev), T=F32, Tindices=I32)
+    g.node("nda", "ScatterNdAdd", ("v_nda", el, ev), T=F32, Tindices=I32)
+    imp = import_graph_def(g.gd)
+    sess = tn.Session(imp.graph, backend=backend)
+    got = imp.run(sess, ["sub:0", "add:0", "upd:0", "ndu:0", "nda:0"])
+    r = np.asarray([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 4.0, 5.0]], np.float32)
+    sub, add, upd, ndu, nda = init.copy(), init.copy(), init.copy(), init.copy(), init.copy()
+    np.subtract.at(sub, [2, 0, 2], r)
+    np.add.at(add, [2, 0, 2], r)
+    for i, row in zip([2, 0, 2], r):
+        upd[i] = row
+    for (a, b), v in zip([(3, 1), (0, 0), (3, 1)], [10.0, 20.0, 30.0]):
+        ndu[a, b] = v
+        nda[a, b] += v
+    for want, out, name in zip((sub, add, upd, ndu, nda), got, ("sub", "add", "upd", "ndu", "nda")):
+        np.testing.assert_array_equal(out, want, err_msg=name)
+    np.testing.assert_array_equal(imp.run(sess, ["v_sub:0"])[0], sub)  # the Variable holds it
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_refuses_rows_out_of_range(backend: str) -> None:
+    g = GraphDef()
+    _variable(g, "v", np.zeros((3, 2), np.float32))
+    g.node("s", "ScatterSub", ("v", g.placeholder("i", I32, [2]), g.const("u", np.ones((2, 2), np.float32))),
+           T=F32, Tindices=I32)
+    with pytest.raises(KernelError, match=r"indices must be in \[0, 3\)"):
+        _run(g, ["s:0"], {"i:0": np.asarray([0, 3], np.int32)}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_updates_read_from_another_reference_variable(backend: str) -> None:
+    """TF1 passes a Variable's ref where a value is due (``scatter_add(v, i, w)``): it is read."""
+    g = GraphDef()
+    _variable(g, "v", np.zeros((3, 2), np.float32))
+    w = np.asarray([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    _variable(g, "w", w)
+    g.node("s", "ScatterAdd", ("v", g.const("i", np.asarray([2, 0], np.int32)), "w"), T=F32, Tindices=I32)
+    (out,) = _run(g, ["s:0"], {}, backend)
+    np.testing.assert_array_equal(out, [w[1], [0.0, 0.0], w[0]])
+
+
+def test_scatter_of_a_value_that_is_not_a_ref_is_refused_naming_the_node() -> None:
+    g = GraphDef()
+    g.node("s", "ScatterAdd", (g.const("x", np.zeros((3, 2), np.float32)), g.const("i", np.asarray([0], np.int32)),
+                               g.const("u", np.ones((1, 2), np.float32))), T=F32, Tindices=I32)
+    _refused(g, 'ScatterAdd node "s": its ref input does not come from a VariableV2')

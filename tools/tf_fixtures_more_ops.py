@@ -1,0 +1,72 @@
+"""TensorFlow fixture cases for the ops common in TF1/TF2 models that import as formulas over existing
+primitives (turnout.graphdef.import_arrays, import_scatter, the new rules of import_math):
+registered and written by tools/tf_fixtures.py. Each model trains a few steps with a TF1 optimizer,
+so the GraphDef holds TensorFlow's gradient ops of them (``MirrorPadGrad``, ``SoftsignGrad``, the
+``Xlogy`` / ``Xdivy`` of Xlogy's gradient, ``BatchToSpaceND`` of SpaceToBatchND's, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tf_fixture_helpers import _train_runs, _weights
+
+CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
+
+
+def case(fn: Callable[[Any], list[dict[str, Any]]]) -> Callable[[Any], list[dict[str, Any]]]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+@case
+def dilated_conv_embedding(tf: Any) -> list[dict[str, Any]]:
+    """An embedding in a TF1 reference variable (``VariableV2``) whose rows are reshaped into a small
+    image, mirror-padded (REFLECT, then SYMMETRIC), through an atrous convolution
+    (``SpaceToBatchND``, ``Conv2D``, ``BatchToSpaceND``), ``SpaceToDepth`` / ``DepthToSpace``, a
+    ``Roll``, a softsign, then a matrix's band, diagonal and set diagonal, a ``TensorScatterAdd``,
+    an ``UnsortedSegmentMax`` and ``Prod``, an ``Xlogy`` cross entropy and a ``MulNoNan`` mask;
+    trained by SGD, which applies the embedding's sparse gradient with ``ScatterSub``. Beside it:
+    ``InTopKV2`` (with ties), ``LinSpace``, ``Rint`` and a ``tf.Print``."""
+    vocab, rows = 6, 3
+    ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
+    target = tf.compat.v1.placeholder(tf.float32, [None, 4], name="target")
+    emb = tf.compat.v1.Variable(_weights((vocab, 16), 160, 1.0), name="emb", use_resource=False)
+    filt = tf.compat.v1.Variable(_weights((2, 2, 1, 2), 161, 0.8), name="filt", use_resource=False)
+    w = tf.compat.v1.Variable(_weights((rows * 4, 4), 162, 0.5), name="w", use_resource=False)
+    img = tf.reshape(tf.nn.embedding_lookup(emb, ids), [-1, 4, 4, 1])
+    img = tf.pad(img, [[0, 0], [1, 1], [2, 1], [0, 0]], mode="REFLECT")  # 6 x 7
+    img = tf.pad(img, [[0, 0], [1, 1], [0, 1], [0, 0]], mode="SYMMETRIC")  # 8 x 8
+    conv = tf.nn.atrous_conv2d(img, filt, rate=2, padding="SAME")  # 8 x 8 x 2
+    deep = tf.nn.space_to_depth(conv, 2)  # 4 x 4 x 8
+    back = tf.nn.depth_to_space(tf.roll(deep, shift=[1, -1], axis=[1, 3]), 2)  # 8 x 8 x 2
+    feat = tf.nn.softsign(tf.reduce_mean(back, axis=[2, 3]))  # [batch, 8]
+    m = tf.reshape(feat, [-1, 2, 4])
+    band = tf.linalg.band_part(m, 0, 1) + tf.linalg.set_diag(m, tf.linalg.diag_part(m) * 2.0)
+    diag = tf.linalg.diag(tf.linalg.diag_part(band))  # [batch, 2, 2]
+    flat = tf.concat([tf.reshape(band, [-1, 8]), tf.reshape(diag, [-1, 4])], axis=1)  # [batch, 12]
+    flat = tf.tensor_scatter_nd_add(flat, [[0, 1], [1, 3], [0, 1]], [0.5, -0.25, 1.0])
+    out = tf.matmul(flat, w)  # [batch, 4]
+    segs = tf.constant([0, 1, 0, 2], name="segs")
+    seg_max = tf.math.unsorted_segment_max(tf.transpose(out), segs, 3)  # [3, batch]
+    seg_prod = tf.math.unsorted_segment_prod(tf.transpose(tf.tanh(out)), segs, 3)
+    probs = tf.nn.softmax(out)
+    xent = -tf.reduce_mean(tf.math.xlogy(target, probs))
+    mask = tf.cast(target > 0.3, tf.float32)
+    masked = tf.reduce_mean(tf.math.multiply_no_nan(tf.square(out), mask))
+    loss = xent + 0.1 * masked + 0.01 * tf.reduce_sum(tf.square(seg_max)) + 0.01 * tf.reduce_sum(seg_prod)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.2).minimize(loss)
+    labels = tf.compat.v1.placeholder(tf.int32, [None], name="labels")
+    top = tf.math.in_top_k(predictions=tf.round(out * 2.0), targets=labels, k=2, name="top")
+    ramp = tf.raw_ops.LinSpace(start=tf.reduce_min(out), stop=tf.reduce_max(out), num=5, name="ramp")
+    halves = tf.compat.v1.placeholder(tf.float32, [None], name="halves")
+    rint = tf.math.rint(halves, name="rint")
+    printed = tf.compat.v1.Print(loss, [loss, ids], message="loss: ", name="printed")
+    rng = np.random.default_rng(163)
+    feeds = {"ids:0": np.asarray([1, 4, 1], np.int32), "target:0": rng.dirichlet(np.ones(4), 3).astype(np.float32)}
+    runs = _train_runs(feeds, loss, train, [emb, filt, w])
+    tops = {**feeds, "labels:0": np.asarray([0, 3, 1], np.int32),
+            "halves:0": np.asarray([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7], np.float32)}
+    return runs + [{"feeds": tops, "fetches": [top.name, ramp.name, rint.name, printed.name, seg_max.name]}]

@@ -1,0 +1,212 @@
+"""Import rules of TensorFlow's scatters and segment reductions beyond the sums: ``TensorScatterAdd``
+/ ``TensorScatterSub``, ``UnsortedSegmentMax`` / ``Min`` / ``Prod``, and the TF1 reference-variable
+updates ``ScatterUpdate`` / ``ScatterAdd`` / ``ScatterSub`` and ``ScatterNdUpdate`` / ``ScatterNdAdd`` /
+``ScatterNdSub`` (TF1's ``GradientDescentOptimizer`` applies an embedding's sparse gradient to a
+``VariableV2`` with ``ScatterSub``).
+
+Each is ``ScatterAddLike`` (updates added into zeros at their rows) or a mask under ``Select``, with
+an ``Assert`` that the indices are in range (TensorFlow's kernels refuse them too), so no backend
+drops or wraps one silently. The ``Scatter*`` ops take a ref, as ``Assign`` does
+(``import_rules._ref_assign``): they update the Variable behind it and output its new value. Why a
+module of its own: the rules share the row indexing and the range checks, and none of them is a
+control-flow or TensorArray rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
+from turnout.graphdef.import_context import ImportContext, Ref, Value
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _ref, _t
+from turnout.graphdef.import_structure import _linear_index
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+
+def _int32(ctx: ImportContext, idx: Tensor, suffix: str) -> Tensor:
+    if idx.dtype == dt.int32:
+        return idx
+    return ctx.create("Cast", [idx], {"dtype": "int32"}, suffix=suffix).outputs[0]
+
+
+def _checked(ctx: ImportContext, ok: Tensor, x: Tensor, message: str, suffix: str) -> Tensor:
+    """``x`` once every entry of ``ok`` holds, else a ``KernelError`` with ``message``."""
+    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix=f"{suffix}_all").outputs[0]
+    return ctx.create("Assert", [every, x], {"message": f"{ctx.node.name}: {message}"}, suffix=suffix).outputs[0]
+
+
+def _rows_in_range(ctx: ImportContext, idx: Tensor, rows: int) -> Tensor:
+    """``idx`` (int32) once each entry is in ``[0, rows)``, TensorFlow's check of a scatter's indices."""
+    idx = _int32(ctx, idx, "indices")
+    lo = ctx.const(np.zeros((), np.int32), [idx], suffix="zero")
+    hi = ctx.const(np.asarray(rows, np.int32), [idx], suffix="rows")
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [idx, lo], suffix="ge").outputs[0],
+                                   ctx.create("Less", [idx, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
+    return _checked(ctx, ok, idx, f"indices must be in [0, {rows})", "check")
+
+
+def _full_shape(x: Tensor) -> list[int]:
+    """``x``'s shape for a Reshape: every dimension but the first is known (-1 there if it is not)."""
+    assert x.shape is not None
+    return [-1 if d is None else int(d) for d in x.shape]
+
+
+# ---- TensorScatterAdd / TensorScatterSub ----------------------------------------------------------------
+@_rule("TensorScatterAdd", "TensorScatterSub")
+def _tensor_scatter_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tensor`` with each update added (subtracted) at its index row ``indices[..., :K]`` (repeated
+    rows add up): ``ScatterAddLike`` along the linear indices of the first K axes flattened
+    (``import_structure._linear_index``, which checks the range), added to the tensor. Gradients, as
+    TensorFlow's: the gradient itself for ``tensor``, its rows at the indices (negated for Sub) for
+    ``updates``."""
+    x, idx, upd = (_t(v) for v in ins[:3])
+    lin, rest = _linear_index(ctx, idx, x, "tensor")
+    rows = ctx.create("Reshape", [x], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
+    summed = ctx.create("ScatterAddLike", [rows, lin, upd], {"axis": 0}, suffix="scattered").outputs[0]
+    dense = ctx.create("Reshape", [summed], {"shape": _full_shape(x)}, suffix="dense").outputs[0]
+    return [ctx.create("Add" if nd.op == "TensorScatterAdd" else "Sub", [x, dense]).outputs[0]]
+
+
+# ---- UnsortedSegmentMax / Min / Prod: a segment-by-element mask, reduced --------------------------------
+def _identity_of(op: str, dtype: dt.DType) -> Any:
+    """What TensorFlow gives an empty segment: the lowest value of the type for Max, the highest for
+    Min, 1 for Prod."""
+    if op == "UnsortedSegmentProd":
+        return np.ones((), dtype.numpy)
+    info = np.finfo(dtype.numpy) if dtype.is_floating else np.iinfo(dtype.numpy)
+    return np.asarray(info.min if op == "UnsortedSegmentMax" else info.max, dtype.numpy)
+
+
+@_rule("UnsortedSegmentMax", "UnsortedSegmentMin", "UnsortedSegmentProd")
+def _unsorted_segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``out[s] = reduce(data[i] for i where ids[i] == s)`` over ``num_segments`` segments, TensorFlow's
+    kernel: an empty segment reads the lowest value of the type (Max), the highest (Min) or 1 (Prod);
+    a negative id drops its row; an id >= num_segments is an error. Built as a mask ``ids == s`` of
+    shape ``[num_segments, *ids.shape]`` selecting the data (else the empty segment's value), reduced
+    over the ids' axes: memory ``num_segments`` times the data's, so meant for few segments.
+    ``num_segments`` and the ranks must be known at import. Gradients: Max / Min's go to the
+    elements equal to their segment's result, shared among ties; Prod's are the products of the
+    other elements of the segment, exact where it holds zeros (TensorFlow's)."""
+    data, ids = _t(ins[0]), _t(ins[1])
+    num = ctx.static_int_list(ctx.data_inputs()[2], "num_segments")
+    if len(num) != 1 or num[0] < 0:
+        raise UnsupportedError(f"{ctx.where()}: num_segments must be a scalar >= 0, got {num}")
+    if data.shape is None or ids.shape is None or len(ids.shape) > len(data.shape):
+        raise UnsupportedError(f"{ctx.where()}: needs the ranks of the data and the segment ids, the ids' at most "
+                               "the data's")
+    r, extra = len(ids.shape), len(data.shape) - len(ids.shape)
+    ids = _int32(ctx, ids, "ids")
+    hi = ctx.const(np.asarray(num[0], np.int32), [ids], suffix="num")
+    ids = _checked(ctx, ctx.create("Less", [ids, hi], suffix="below").outputs[0], ids,
+                   f"segment_ids must be < num_segments ({num[0]})", "check")
+    seg = ctx.const(np.arange(num[0], dtype=np.int32).reshape([num[0]] + [1] * r), [ids], suffix="segments")
+    mask = ctx.create("Equal", [ctx.create("ExpandDims", [ids], {"axis": 0}, suffix="ids_row").outputs[0], seg],
+                      suffix="mask").outputs[0]
+    for k in range(extra):
+        mask = ctx.create("ExpandDims", [mask], {"axis": -1}, suffix=f"mask{k}").outputs[0]
+    rows = ctx.create("ExpandDims", [data], {"axis": 0}, suffix="data_row").outputs[0]
+    fill = ctx.const(_identity_of(nd.op, data.dtype), [data], suffix="empty")
+    picked = ctx.create("Select", [mask, rows, fill], suffix="picked").outputs[0]
+    reduce = {"UnsortedSegmentMax": "Max", "UnsortedSegmentMin": "Min", "UnsortedSegmentProd": "Prod"}[nd.op]
+    return [ctx.create(reduce, [picked], {"axis": list(range(1, r + 1)), "keepdims": False}).outputs[0]]
+
+
+# ---- Scatter* of TF1 reference variables --------------------------------------------------------------
+def _scatter_rows(ctx: ImportContext, nd: Any, ins: list[Value]) -> tuple[Any, Tensor, Tensor, list[int]]:
+    """The ref, the int32 row indices into the Variable viewed as rows (its first axis; for the
+    ``Nd`` ops its first K axes flattened, K the indices' last dimension), the updates as rows of
+    that view, and the view's shape. The Variable's shape must be known at import."""
+    ref = _ref(ctx, ins[0])
+    idx, upd = (_value(ctx, v, k) for k, v in ((1, ins[1]), (2, ins[2])))
+    shape = ref.attrs["shape"]
+    if shape is None or not shape or any(d is None for d in shape):
+        raise UnsupportedError(f"{ctx.where()}: needs the variable's static shape, of rank >= 1")
+    shape = [int(d) for d in shape]
+    if upd.shape is not None and len(upd.shape) == 0:
+        raise UnsupportedError(f"{ctx.where()}: scalar updates are not supported (give one row per index)")
+    if nd.op.startswith("ScatterNd"):
+        like = ctx.const(np.zeros(shape, upd.dtype.numpy), [upd], suffix="zeros")
+        lin, rest = _linear_index(ctx, idx, like, "ref")
+        return ref, lin, upd, [int(np.prod(shape[:len(shape) - len(rest)])), *rest]
+    return ref, _rows_in_range(ctx, idx, shape[0]), upd, shape
+
+
+def _value(ctx: ImportContext, v: Value, k: int) -> Tensor:
+    """Input ``k`` of a ref op as a value: another Variable's ref (TensorFlow reads it) is read here
+    (``import_nodes`` reads refs for the ops that take none)."""
+    if isinstance(v, Ref):
+        return ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
+    return _t(v)
+
+
+def _dense(ctx: ImportContext, view: list[int], idx: Tensor, upd: Tensor, suffix: str) -> Tensor:
+    zeros = ctx.const(np.zeros(view, upd.dtype.numpy), [upd], suffix=f"{suffix}_zeros")
+    return ctx.create("ScatterAddLike", [zeros, idx, upd], {"axis": 0}, suffix=suffix).outputs[0]
+
+
+@_rule("ScatterAdd", "ScatterSub", "ScatterNdAdd", "ScatterNdSub")
+def _scatter_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``ref[indices] += updates`` (``-=``), repeated indices adding up, as TensorFlow's kernel: the
+    updates summed into zeros of the Variable's shape, added to it in one ``AssignAddVariable``
+    (``AssignSubVariable``). Outputs the Variable's new value (TensorFlow's ``output_ref``)."""
+    ref, idx, upd, view = _scatter_rows(ctx, nd, ins)
+    dense = _dense(ctx, view, idx, upd, "dense")
+    shape = ref.attrs["shape"]
+    if view != list(shape):
+        dense = ctx.create("Reshape", [dense], {"shape": [int(d) for d in shape]}, suffix="dense_shape").outputs[0]
+    op = "AssignSubVariable" if nd.op.endswith("Sub") else "AssignAddVariable"
+    return [ctx.create(op, [ref.handle, dense], ref.attrs).outputs[0]]
+
+
+def _last_of_each(ctx: ImportContext, idx: Tensor) -> Tensor:
+    """For each position of the vector ``idx``, whether no later position holds the same index: the
+    update that TensorFlow's CPU kernel, writing in order, leaves in place. Quadratic in the number
+    of updates (as ``Unique``), not in the Variable's rows."""
+    pos = ctx.create("Cumsum", [ctx.create("OnesLike", [idx], suffix="ones").outputs[0]], {"axis": 0},
+                     suffix="position").outputs[0]
+    col = {"axis": 1}
+    same = ctx.create("Equal", [ctx.create("ExpandDims", [idx], col, suffix="idx_col").outputs[0],
+                                ctx.create("ExpandDims", [idx], {"axis": 0}, suffix="idx_row").outputs[0]],
+                      suffix="same").outputs[0]
+    later = ctx.create("Less", [ctx.create("ExpandDims", [pos], col, suffix="pos_col").outputs[0],
+                                ctx.create("ExpandDims", [pos], {"axis": 0}, suffix="pos_row").outputs[0]],
+                       suffix="later").outputs[0]
+    again = ctx.create("Any", [ctx.create("LogicalAnd", [same, later], suffix="same_later").outputs[0]],
+                       {"axis": [1], "keepdims": False}, suffix="written_again").outputs[0]
+    return ctx.create("LogicalNot", [again], suffix="last").outputs[0]
+
+
+@_rule("ScatterUpdate", "ScatterNdUpdate")
+def _scatter_update(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``ref[indices] = updates``. TensorFlow leaves the order of repeated indices undefined; its CPU
+    kernel writes in order, so the last update of a row wins, and so here: the updates that are the
+    last of their row (``_last_of_each``) summed into zeros, taken where some update touches the row,
+    the old value elsewhere, assigned in one ``AssignVariable``. Outputs the Variable's new value."""
+    ref, idx, upd, view = _scatter_rows(ctx, nd, ins)
+    if idx.shape is None or upd.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the ranks of the indices and the updates")
+    rest = view[1:]
+    flat = ctx.create("Reshape", [idx], {"shape": [-1]}, suffix="flat_indices").outputs[0]
+    rows = ctx.create("Reshape", [upd], {"shape": [-1, *rest]}, suffix="flat_updates").outputs[0]
+    last = _last_of_each(ctx, flat)
+    for k in range(len(rest)):
+        last = ctx.create("ExpandDims", [last], {"axis": -1}, suffix=f"last{k}").outputs[0]
+    kept = ctx.create("Select", [last, rows, ctx.create("ZerosLike", [rows], suffix="no_update").outputs[0]],
+                      suffix="kept").outputs[0]
+    new = _dense(ctx, view, flat, kept, "scattered")
+    hit = _dense(ctx, view, flat, ctx.create("OnesLike", [rows], suffix="ones").outputs[0], "count")
+    touched = ctx.create("Greater", [hit, ctx.const(np.zeros((), upd.dtype.numpy), [hit], suffix="zero")],
+                         suffix="touched").outputs[0]
+    shape = [int(d) for d in ref.attrs["shape"]]
+    if view != shape:
+        new = ctx.create("Reshape", [new], {"shape": shape}, suffix="scattered_shape").outputs[0]
+        touched = ctx.create("Reshape", [touched], {"shape": shape}, suffix="touched_shape").outputs[0]
+    old = ctx.create("ReadVariable", [ref.handle], ref.attrs, suffix="old").outputs[0]
+    value = ctx.create("Select", [touched, new, old], suffix="value").outputs[0]
+    return [ctx.create("AssignVariable", [ref.handle, value], ref.attrs).outputs[0]]
