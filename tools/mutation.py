@@ -217,7 +217,7 @@ MODULES: dict[str, dict[str, Any]] = {
     # (and a run's budget over the checkpoint slots of a loop that recomputes, a Direct plan's one check)
     "fast/direct_call.py": {"module": "turnout.fast.direct_call",
                             "tests": [*_BACKEND_TESTS, "test_recompute.py", "test_fast_variable_store.py"]},
-    "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": _BACKEND_TESTS},
+    "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": ["test_mutants_fast_repeat.py", *_BACKEND_TESTS]},
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
