@@ -206,6 +206,10 @@ def _scatter_add_like(ctx, n, xs):
     upd = jnp.asarray(upd)
     idx = jnp.asarray(idx)
     ax = n.attrs.get("axis", 0) % max(jnp.ndim(like), 1)  # (``kernels._scatter_add_like``: from the end)
+    size = jnp.shape(like)[ax] if jnp.ndim(like) else 1
+    # (XLA would drop an update out of range: the interpreters' error instead, as Gather's)
+    ctx.check(jnp.all((idx >= -size) & (idx < size)),
+              f"{describe_node(n)}: ScatterAddLike: index out of range for axis {ax} of size {size}")
     out = jnp.moveaxis(jnp.zeros(jnp.shape(like), upd.dtype), ax, 0)
     upd_m = jnp.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
     return [jnp.moveaxis(out.at[idx].add(upd_m), 0, ax)]

@@ -210,6 +210,18 @@ def gather_from_an_empty_axis() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     return g, y, {x: np.zeros(0, np.float32), k: np.array([2], np.int32)}
 
 
+def scatter_add_out_of_range() -> tuple[tn.Graph, Any, dict[Any, Any]]:
+    """``ScatterAddLike`` (Gather's gradient, and the import's scatter formulas) at an index past its
+    axis: the fast backend's XLA scatter had dropped the update silently where the interpreters
+    failed; every route now refuses it as Gather does."""
+    g = tn.Graph()
+    with g.as_default():
+        k = tn.placeholder(tn.int32, [None], name="k")
+        like = tn.constant(np.zeros(4, np.float32))
+        y = g.create_node("ScatterAddLike", [like, k, tn.ones_like(tn.cast(k, tn.float32))], {}).outputs[0]
+    return g, y, {k: np.array([0, 4, 2], np.int32)}
+
+
 def argmax_of_an_empty_axis() -> tuple[tn.Graph, Any, dict[Any, Any]]:
     """The index of the largest of no values does not exist (a maximum over none is its identity,
     -inf, but no index holds it): every backend refuses it when it runs, as TensorFlow does. (This
@@ -288,6 +300,7 @@ CATALOGUE: dict[str, Mistake] = {
     "TensorArray writes of two shapes in a loop": Mistake(tensor_array_writes_of_two_shapes_in_a_loop,
                                                           tn.KernelError),
     "gather index out of range": Mistake(gather_out_of_range, tn.KernelError),
+    "scatter-add index out of range": Mistake(scatter_add_out_of_range, tn.KernelError),
     "pop of an index never pushed": Mistake(pop_of_an_index_never_pushed, tn.KernelError),
     "loop frame without LoopCond": Mistake(ill_formed_loop, tn.ValidationError),
     "index into an empty dimension": Mistake(index_into_an_empty_dimension, tn.KernelError),

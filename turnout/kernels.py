@@ -410,6 +410,9 @@ def _gather(xs, attrs):
 def _scatter_add_like(xs, attrs):
     like, idx, upd = xs
     ax = attrs.get("axis", 0) % max(np.ndim(like), 1)  # (a negative axis, as Gather's, counts from the end)
+    n = np.shape(like)[ax] if np.ndim(like) else 1
+    if np.any((np.asarray(idx) < -n) | (np.asarray(idx) >= n)):  # (as Gather: from -n, counted from the end)
+        raise KernelError(f"ScatterAddLike: index out of range for axis {ax} of size {n}: {idx}")
     out = np.zeros(np.shape(like), dtype=np.asarray(upd).dtype)
     moved = np.moveaxis(out, ax, 0)
     upd_m = np.asarray(upd)
