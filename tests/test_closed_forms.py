@@ -17,28 +17,20 @@ partitioned executor. A route gives the closed form, and the reference's values 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
 import pytest
+from case_table import Case, Cases, f64
 from route_table import ROUTES, run_on
 
 import turnout as tn
 
 pytest.importorskip("jax")
 
-Case = tuple[list[tn.Tensor], dict[tn.Tensor, Any], Optional[list[Any]]]
-CASES: dict[str, Callable[[], Case]] = {}
+CASES = Cases()
+case = CASES.case
 
-
-def case(f: Callable[[], Case]) -> Callable[[], Case]:
-    CASES[f.__name__] = f
-    return f
-
-
-def f64(v: float) -> tn.Tensor:
-    return tn.constant(v, tn.float64)
 
 
 @case

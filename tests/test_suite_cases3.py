@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from case_table import Case, Cases, f64, grad, ph
 from route_table import ROUTES, in_jax, run_on, run_strictly
 
 import turnout as tn
@@ -29,27 +30,11 @@ jax = pytest.importorskip("jax")
 lax = jax.lax
 jnp = jax.numpy
 
-Case = tuple[list[Any], dict[tn.Tensor, Any], list[Any]]
-CASES: dict[str, Callable[[], Case]] = {}
+CASES = Cases()
+case = CASES.case
 
 
-def case(f: Callable[[], Case]) -> Callable[[], Case]:
-    CASES[f.__name__] = f
-    return f
 
-
-def f64(v: Any) -> tn.Tensor:
-    return tn.constant(v, tn.float64)
-
-
-def ph(shape: Any = (), name: str = "x", dtype: Any = tn.float64) -> tn.Tensor:
-    return tn.placeholder(dtype, None if shape is None else list(shape), name=name)
-
-
-def grad(y: tn.Tensor, x: Any, **kw: Any) -> tn.Tensor:
-    (d,) = tn.gradients(y, [x], **kw)
-    assert d is not None
-    return d
 
 
 _ORACLE: dict[Any, Any] = {}

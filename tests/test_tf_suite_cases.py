@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pytest
+from case_table import Case, Cases, f64
 from route_table import ROUTES, run_on
 
 import turnout as tn
@@ -43,17 +44,9 @@ from turnout.session import RunOptions
 
 pytest.importorskip("jax")
 
-Case = tuple[list[tn.Tensor], dict[tn.Tensor, Any], Optional[list[Any]]]
-CASES: dict[str, Callable[[], Case]] = {}
+CASES = Cases()
+case = CASES.case
 
-
-def case(f: Callable[[], Case]) -> Callable[[], Case]:
-    CASES[f.__name__] = f
-    return f
-
-
-def f64(v: Any) -> tn.Tensor:
-    return tn.constant(v, tn.float64)
 
 
 Pair = collections.namedtuple("Pair", ["a", "b"])

@@ -28,33 +28,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from case_table import Case, Cases, f64, grad, ph
 from route_table import ROUTES, run_on
 
 import turnout as tn
 
 pytest.importorskip("jax")
 
-Case = tuple[list[Any], dict[tn.Tensor, Any], list[Any]]
-CASES: dict[str, Callable[[], Case]] = {}
+CASES = Cases()
+case = CASES.case
 
 
-def case(f: Callable[[], Case]) -> Callable[[], Case]:
-    CASES[f.__name__] = f
-    return f
 
-
-def f64(v: Any) -> tn.Tensor:
-    return tn.constant(v, tn.float64)
-
-
-def ph(shape: Any = (), name: str = "x", dtype: Any = tn.float64) -> tn.Tensor:
-    return tn.placeholder(dtype, None if shape is None else list(shape), name=name)
-
-
-def grad(y: tn.Tensor, x: Any, **kw: Any) -> tn.Tensor:
-    (d,) = tn.gradients(y, [x], **kw)
-    assert d is not None
-    return d
 
 
 @case
