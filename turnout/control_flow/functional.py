@@ -87,7 +87,7 @@ def _all_or_nothing(builder: F) -> F:
     def wrapper(fn: Any, elems: Any, *args: Any, **kwargs: Any) -> Any:
         if not callable(fn):
             raise GraphBuildError(f"{builder.__name__}: fn must be a callable, got {type(fn).__name__}")
-        graphs = [e.graph for e in nest.flatten(elems) if isinstance(e, Tensor)]
+        graphs = [e.graph for e in nest.flatten(elems, f"{builder.__name__}: elems") if isinstance(e, Tensor)]
         with (graphs[0] if graphs else get_default_graph())._all_or_nothing():
             return builder(fn, elems, *args, **kwargs)
 
