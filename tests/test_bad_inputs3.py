@@ -1,0 +1,316 @@
+"""Bad inputs, third battery: each a mistake that reached the user as a raw Python error or as a silent
+wrong answer, now a Turnout error naming the op and the argument, the same on every backend.
+
+Found by a battery of bad inputs against what users touch (files, ``Session.run``, the builders,
+``turnout.graph_replace``, ``turnout.jax.while_loop``); the cases the earlier batteries
+(``tests/test_bad_inputs.py``, ``tests/test_only_turnout_errors.py``, ``tests/test_bad_files.py``)
+already cover are not repeated. Each class of mistake is fixed where its kind of value enters:
+
+* a dict whose keys cannot be ordered (``{1: a, "b": b}``): ``nest.flatten`` sorts a dict's keys, and
+  Python's ``TypeError`` of the sort reached the user from ``Session.run``'s fetches, a loop's
+  variables, a branch's outputs and ``tn.gradients``' ``ys``; now an ``ArgumentError`` naming the keys;
+* a TensorFlow v2 function whose values disagree with the types it declares (its signature's
+  arguments and outputs, the calling op's ``Tin`` / ``Tout`` / ``T``): the import took the body's
+  dtypes, so a float32 output computed as int32 ran, silently, as an int32; now a ``DTypeError`` at
+  import naming the function, the argument and the node (``graphdef.import_functions``);
+* a GraphDef ``Const`` whose ``dtype`` attr disagrees with its tensor's: the tensor's dtype won,
+  silently (TensorFlow refuses it, "Type mismatch between value and dtype"); now a ``DTypeError``;
+* ``turnout.graph_replace.replaced`` given fetches or a map of the wrong kind: Python's
+  ``AttributeError``; now an ``ArgumentError`` naming the parameter;
+* ``turnout.jax.while_loop`` given a function of the wrong arity, a state of no arrays, or an array of
+  Python objects: Python's or JAX's ``TypeError``; now an ``ArgumentError``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+from turnout.session import BACKENDS
+
+#: every in-process backend (Ray needs a cluster)
+ALL_BACKENDS = sorted(b for b in BACKENDS if b != "ray")
+
+
+def session(g: tn.Graph, backend: str) -> tn.Session:
+    """A session of ``backend``; a partitioned one spreads the nodes over two devices."""
+    if backend not in ("partitioned", "fast-partitioned"):
+        return tn.Session(g, backend=backend)
+    devices = ["cpu:0", "cpu:1"]
+    return tn.Session(g, backend=backend, devices=devices,
+                      requests={n.name: devices[k % 2] for k, n in enumerate(g.nodes)})
+
+
+# ---- 1. a dict whose keys cannot be ordered ----------------------------------------------------------
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_fetches_in_a_dict_of_unorderable_keys_are_an_argument_error(backend: str) -> None:
+    """``{1: y, "b": y}``: a dict's leaves are taken in the order of its sorted keys, which ``1`` and
+    ``"b"`` have none of; the error names the keys, on every backend, before anything runs."""
+    g = tn.Graph()
+    with g.as_default():
+        y = tn.constant(2.0)
+    words = r"Session.run: fetches: a dict of keys 1 and 'b' cannot be ordered"
+    with session(g, backend) as s, pytest.raises(tn.ArgumentError, match=words):
+        s.run({1: y, "b": y})
+
+
+def _map_over_dict() -> Any:
+    return tn.map_fn(lambda d: d[1] + d["b"], {1: tn.constant([1]), "b": tn.constant([2])})
+
+
+def _loop_over_dict() -> Any:
+    return tn.while_loop(lambda d: d[1] < 3, lambda d: {1: d[1] + 1, "b": d["b"]},
+                         [{1: tn.constant(0), "b": tn.constant(0)}])
+
+
+def _cond_of_dict() -> Any:
+    return tn.cond(tn.constant(True), lambda: {1: tn.constant(0), "b": tn.constant(1)},
+                   lambda: {1: tn.constant(2), "b": tn.constant(3)})
+
+
+def _gradient_of_dict() -> Any:
+    x = tn.placeholder(tn.float32, [], name="x")
+    return tn.gradients({1: x * 2.0, "b": x}, [x])
+
+
+UNORDERABLE: list[tuple[str, Callable[[], Any], str]] = [
+    ("while_loop", _loop_over_dict, "while_loop: loop_vars"),
+    ("cond", _cond_of_dict, 'cond "cond": the output of true_fn'),
+    ("gradients", _gradient_of_dict, "gradients: ys"),
+    ("map_fn", _map_over_dict, "map_fn: elems"),
+]
+
+
+@pytest.mark.parametrize("case,build,where", UNORDERABLE, ids=[c[0] for c in UNORDERABLE])
+def test_a_builder_given_a_dict_of_unorderable_keys_names_them(case: str, build: Callable[[], Any], where: str) -> None:
+    with tn.Graph().as_default(), pytest.raises(tn.ArgumentError) as info:
+        build()
+    assert str(info.value).startswith(f"{where}: a dict of keys 1 and 'b' cannot be ordered"), str(info.value)
+
+
+def test_a_dict_of_keys_of_one_kind_still_flattens_in_sorted_order() -> None:
+    """The twin that must keep working: string keys, taken sorted (``"a"`` before ``"b"``)."""
+    g = tn.Graph()
+    with g.as_default():
+        out = tn.while_loop(lambda d: d["b"] < 3, lambda d: {"b": d["b"] + 1, "a": d["a"] * 2},
+                            [{"b": tn.constant(0), "a": tn.constant(1)}])
+    got = tn.Session(g).run(out)
+    assert (int(got[0]["a"]), int(got[0]["b"])) == (8, 3)
+
+
+# ---- 2. a TensorFlow v2 function whose values disagree with the types it declares ---------------------
+F32, I32, BOOL = 1, 3, 10
+
+
+def _graph_def() -> Any:
+    """An empty GraphDef message (the ``tf`` extra's protobufs)."""
+    from turnout.graphdef import protos
+
+    return protos.pb().graph_pb2.GraphDef()
+
+
+def _node(gd: Any, name: str, op: str, inputs: list[str], types: dict[str, int] | None = None,
+          lists: dict[str, list[int]] | None = None, funcs: dict[str, str | list[str]] | None = None) -> Any:
+    """A NodeDef of ``gd``: its type attrs, type-list attrs and function attrs."""
+    nd = gd.node.add()
+    nd.name, nd.op = name, op
+    nd.input.extend(inputs)
+    for k, v in (types or {}).items():
+        nd.attr[k].type = v
+    for k, vs in (lists or {}).items():
+        nd.attr[k].list.type.extend(vs)
+    for k, f in (funcs or {}).items():
+        if isinstance(f, list):
+            for name_ in f:
+                nd.attr[k].list.func.add().name = name_
+        else:
+            nd.attr[k].func.name = f
+    return nd
+
+
+def _function(gd: Any, name: str, arg: int, out: int, body_op: str) -> None:
+    """Function ``name(a: arg) -> o: out`` of one node: ``Neg`` of ``a``, or ``Cast`` of a float32 ``a``
+    to int32 (the body's own dtypes, whatever the signature declares)."""
+    f = gd.library.function.add()
+    f.signature.name = name
+    a = f.signature.input_arg.add()
+    a.name, a.type = "a", arg
+    o = f.signature.output_arg.add()
+    o.name, o.type = "o", out
+    nd = f.node_def.add()
+    nd.name, nd.op = "y", body_op
+    nd.input.append("a")
+    if body_op == "Cast":
+        nd.attr["SrcT"].type, nd.attr["DstT"].type = F32, I32
+    else:
+        nd.attr["T"].type = F32
+    f.ret["o"] = "y:y:0"
+
+
+def _call(tout: int = F32, tin: int = F32, arg: int = F32, out: int = F32, body_op: str = "Neg") -> Any:
+    """``call = PartitionedCall[f](x)`` of a float32 placeholder ``x``."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    _node(gd, "call", "PartitionedCall", ["x"], lists={"Tin": [tin], "Tout": [tout]}, funcs={"f": "f"})
+    _function(gd, "f", arg, out, body_op)
+    return gd
+
+
+def _conditional(op: str, body_op: str) -> Any:
+    """``c = op(p, x)`` over two branches ``t`` and ``e``, each declared float32 -> float32."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    _node(gd, "p", "Placeholder", [], types={"dtype": BOOL if op == "StatelessIf" else I32})
+    funcs: dict[str, str | list[str]] = ({"then_branch": "t", "else_branch": "e"} if op == "StatelessIf"
+                                         else {"branches": ["t", "e"]})
+    _node(gd, "c", op, ["p", "x"], lists={"Tin": [F32], "Tout": [F32]}, funcs=funcs)
+    _function(gd, "t", F32, F32, body_op)
+    _function(gd, "e", F32, F32, body_op)
+    return gd
+
+
+def _loop(t: int) -> Any:
+    """``w = StatelessWhile(x)`` with ``T=[t]``: ``x`` negated while it is above zero (cond ``0 < a``)."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    _node(gd, "w", "StatelessWhile", ["x"], lists={"T": [t]}, funcs={"cond": "cond", "body": "body"})
+    f = gd.library.function.add()
+    f.signature.name = "cond"
+    a = f.signature.input_arg.add()
+    a.name, a.type = "a", F32
+    o = f.signature.output_arg.add()
+    o.name, o.type = "p", BOOL
+    zero = f.node_def.add()
+    zero.name, zero.op = "zero", "Const"
+    zero.attr["dtype"].type = F32
+    zero.attr["value"].tensor.dtype = F32
+    zero.attr["value"].tensor.float_val.append(0.0)
+    lt = f.node_def.add()
+    lt.name, lt.op = "lt", "Less"
+    lt.input.extend(["zero:output:0", "a"])
+    lt.attr["T"].type = F32
+    f.ret["p"] = "lt:z:0"
+    _function(gd, "body", F32, F32, "Neg")
+    return gd
+
+
+BAD_SIGNATURES: list[tuple[str, Callable[[], Any], str]] = [
+    ("a function's body returns int32 for its float32 output", lambda: _call(body_op="Cast"),
+     r"PartitionedCall node \"call\": function 'f' declares output 'o' float32, but its body returns int32"),
+    ("a function is called with float32 for its int32 argument", lambda: _call(arg=I32),
+     r"PartitionedCall node \"call\": function 'f' declares argument 'a' int32, but the call passes float32"),
+    ("a call's Tout says int32 for a float32 output", lambda: _call(tout=I32),
+     r"PartitionedCall node \"call\": its Tout declares output 0 int32, but function 'f' returns float32"),
+    ("a call's Tin says int32 for a float32 input", lambda: _call(tin=I32),
+     r"PartitionedCall node \"call\": its Tin declares input 0 int32, but it reads float32"),
+    ("both branches of an If return int32 for float32", lambda: _conditional("StatelessIf", "Cast"),
+     r"StatelessIf node \"c\": function 't' declares output 'o' float32, but its body returns int32"),
+    ("both branches of a Case return int32 for float32", lambda: _conditional("Case", "Cast"),
+     r"Case node \"c\": function 't' declares output 'o' float32, but its body returns int32"),
+    ("a loop's T says int32 for a float32 input", lambda: _loop(I32),
+     r"StatelessWhile node \"w\": its T declares input 0 int32, but it reads float32"),
+]
+
+
+@pytest.mark.parametrize("case,make,words", BAD_SIGNATURES, ids=[c[0] for c in BAD_SIGNATURES])
+def test_a_v2_function_whose_values_disagree_with_its_declared_types_is_refused(case: str, make: Callable[[], Any],
+                                                                                words: str) -> None:
+    """Each imported silently, the body's dtype winning over the declared one (a float32 output ran as
+    an int32); TensorFlow refuses each when it instantiates the function or builds the op."""
+    pytest.importorskip("google.protobuf")
+    with pytest.raises(tn.DTypeError, match=words):
+        tn.import_graph_def(make().SerializeToString())
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_the_well_typed_twins_import_and_run_on_every_backend(backend: str) -> None:
+    """The call, the If, the Case and the loop the battery breaks, typed as they declare: ``-x``;
+    ``-x`` from either branch; ``x`` negated while above zero (once, for 1.5)."""
+    pytest.importorskip("google.protobuf")
+    x = np.float32(1.5)
+    for gd, fetch, extra in ((_call(), "call:0", {}), (_conditional("StatelessIf", "Neg"), "c:0", {"p:0": True}),
+                             (_conditional("Case", "Neg"), "c:0", {"p:0": np.int32(1)}), (_loop(F32), "w:0", {})):
+        imp = tn.import_graph_def(gd.SerializeToString())
+        feeds = {imp.tensor("x:0"): x, **{imp.tensor(k): v for k, v in extra.items()}}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the fast backend's fallback notice, if any
+            with session(imp.graph, backend) as s:
+                assert s.run(imp.tensor(fetch), feeds) == np.float32(-1.5), (backend, fetch)
+
+
+# ---- 3. a GraphDef Const whose dtype attr disagrees with its value ------------------------------------
+def test_a_graph_def_const_whose_dtype_disagrees_with_its_value_is_refused() -> None:
+    """``Const[dtype=float32]`` holding an int32 tensor imported as the int32 3, silently."""
+    pytest.importorskip("google.protobuf")
+    gd = _graph_def()
+    c = _node(gd, "c", "Const", [], types={"dtype": F32})
+    c.attr["value"].tensor.dtype = I32
+    c.attr["value"].tensor.int_val.append(3)
+    with pytest.raises(tn.DTypeError, match=r'Const node "c": its dtype attr is float32, but its value is int32'):
+        tn.import_graph_def(gd.SerializeToString())
+
+
+# ---- 4. turnout.graph_replace given arguments of the wrong kind -------------------------------------
+def _replace(fetches: Callable[[Any], Any], mapping: Callable[[Any, Any], Any]) -> Callable[[], Any]:
+    def go() -> Any:
+        from turnout.graph_replace import replaced
+
+        x = tn.placeholder(tn.float32, [], name="x")
+        return replaced(fetches(x * 2.0), mapping(x, tn.constant(1.0)))
+    return go
+
+
+BAD_REPLACE: list[tuple[str, Callable[[], Any], str]] = [
+    ("a key that is a name", _replace(lambda y: [y], lambda x, z: {"x:0": z}), "old_to_new"),
+    ("a value that is a number", _replace(lambda y: [y], lambda x, z: {x: 3.0}), "old_to_new"),
+    ("a map that is a list of pairs", _replace(lambda y: [y], lambda x, z: [(x, z)]), "old_to_new"),
+    ("a fetch that is a number", _replace(lambda y: [y, 3], lambda x, z: {x: z}), "fetches"),
+    ("fetches that are one tensor", _replace(lambda y: y, lambda x, z: {x: z}), "fetches"),
+]
+
+
+@pytest.mark.parametrize("case,call,param", BAD_REPLACE, ids=[c[0] for c in BAD_REPLACE])
+def test_graph_replace_given_arguments_of_the_wrong_kind_names_the_parameter(case: str, call: Callable[[], Any],
+                                                                             param: str) -> None:
+    with tn.Graph().as_default(), pytest.raises(tn.ArgumentError, match=f"graph_replace: {param} "):
+        call()
+
+
+# ---- 5. turnout.jax.while_loop given arguments of the wrong kind -------------------------------------
+BAD_JAX_LOOPS: list[tuple[str, Callable[[Any], Any], str]] = [
+    ("a body of no parameters", lambda wl: wl(lambda x: x < 3, lambda: 1.0, 0.0),
+     "body_fun is called with 1 positional argument, which it cannot take"),
+    ("a cond of two parameters", lambda wl: wl(lambda x, y: x < 3, lambda x: x + 1, 0.0),
+     "cond_fun is called with 1 positional argument, which it cannot take"),
+    ("a state of no arrays", lambda wl: wl(lambda x: True, lambda x: x, None),
+     "init_val holds no array"),
+    ("an array of Python objects", lambda wl: wl(lambda x: x[0] < 3, lambda x: x + 1, np.array([1, "a"], dtype=object)),
+     r"init_val is an array of dtype object"),
+    ("an array of strings", lambda wl: wl(lambda x: x[0] < 3, lambda x: x, {"s": np.array(["a"])}),
+     r"init_val\['s'\] is an array of dtype <U1"),
+]
+
+
+@pytest.mark.parametrize("case,call,words", BAD_JAX_LOOPS, ids=[c[0] for c in BAD_JAX_LOOPS])
+def test_jax_while_loop_given_arguments_of_the_wrong_kind_is_an_argument_error(case: str, call: Callable[[Any], Any],
+                                                                               words: str) -> None:
+    import turnout.jax as tj
+
+    with pytest.raises(tn.ArgumentError, match=f"while_loop: (.*; )?{words}"):
+        call(tj.while_loop)
+
+
+def test_a_type_error_raised_inside_a_jax_loop_body_is_the_user_s() -> None:
+    """The twin that must pass unchanged: a ``TypeError`` the body raises of its own (its arity fits)."""
+    import turnout.jax as tj
+
+    def body(x: Any) -> Any:
+        raise TypeError("the user's own")
+
+    with pytest.raises(TypeError, match="the user's own"):
+        tj.while_loop(lambda x: x < 3, body, 0.0)
