@@ -18,19 +18,25 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
 * ``turnout.graph_replace.replaced`` given fetches or a map of the wrong kind: Python's
   ``AttributeError``; now an ``ArgumentError`` naming the parameter;
 * ``turnout.jax.while_loop`` given a function of the wrong arity, a state of no arrays, or an array of
-  Python objects: Python's or JAX's ``TypeError``; now an ``ArgumentError``.
+  Python objects: Python's or JAX's ``TypeError``; now an ``ArgumentError``;
+* the checkpoint functions given a session that is none, names that are no list of strings (a string
+  was read as a list of its characters), values or a name map that are no mapping, or a value numpy
+  cannot make an array of: Python's ``AttributeError``, ``TypeError`` or ``ValueError``; now an
+  ``ArgumentError`` naming the function and the parameter.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import turnout as tn
+from turnout import checkpoint
 from turnout.session import BACKENDS
 
 #: every in-process backend (Ray needs a cluster)
@@ -314,3 +320,57 @@ def test_a_type_error_raised_inside_a_jax_loop_body_is_the_user_s() -> None:
 
     with pytest.raises(TypeError, match="the user's own"):
         tj.while_loop(lambda x: x < 3, body, 0.0)
+
+
+# ---- 6. the checkpoint functions given arguments of the wrong kind ------------------------------------
+def _saved(tmp: Path) -> tuple[tn.Session, str, str]:
+    """A session of one Variable ``w`` and the two checkpoints of it: Turnout's and TensorFlow's."""
+    g = tn.Graph()
+    with g.as_default():
+        tn.Variable(np.zeros((2, 3), np.float32), name="w")
+    s = tn.Session(g)
+    ours, theirs = str(tmp / "m.ckpt"), str(tmp / "tf")
+    checkpoint.save(s, ours)
+    checkpoint.save_tf(s, theirs)
+    return s, ours, theirs
+
+
+BAD_CHECKPOINT_CALLS: list[tuple[str, Callable[[tn.Session, str, str], Any], str]] = [
+    ("restore of no session", lambda s, ours, tf: checkpoint.restore(None, ours),
+     "checkpoint.restore: session must be a tn Session, got NoneType"),
+    ("restore_tf of no session", lambda s, ours, tf: checkpoint.restore_tf("s", tf),
+     "restore_tf: session must be a tn Session, got str"),
+    ("save_tf of no session", lambda s, ours, tf: checkpoint.save_tf(None, tf),
+     "save_tf: session must be a tn Session, got NoneType"),
+    ("save of variables that are an int", lambda s, ours, tf: checkpoint.save(s, ours, variables=5),
+     "checkpoint.save: variables must be a list of names, got int 5"),
+    ("save of variables that are one string", lambda s, ours, tf: checkpoint.save(s, ours, variables="w"),
+     "checkpoint.save: variables must be a list of names, got str 'w'"),
+    ("read_tf of names that are an int", lambda s, ours, tf: checkpoint.read_tf(tf, names=5),
+     "read_tf: names must be a list of names, got int 5"),
+    ("read_tf of a name that is an int", lambda s, ours, tf: checkpoint.read_tf(tf, names=["w", 3]),
+     "read_tf: names must be a list of names, got int 3 among them"),
+    ("write_tf of values that are a list", lambda s, ours, tf: checkpoint.write_tf(tf, [("w", np.zeros(2))]),
+     "write_tf: values must be a mapping from tensor names to arrays, got list"),
+    ("write_tf of a ragged value", lambda s, ours, tf: checkpoint.write_tf(tf, {"w": [[1.0], [1.0, 2.0]]}),
+     "write_tf: tensor 'w' is no array"),
+    ("restore_tf of a name map that is a list", lambda s, ours, tf: checkpoint.restore_tf(s, tf, name_map=[("w", "w")]),
+     "restore_tf: name_map must be a mapping from checkpoint names to Variable names, got list"),
+]
+
+
+@pytest.mark.parametrize("case,call,words", BAD_CHECKPOINT_CALLS, ids=[c[0] for c in BAD_CHECKPOINT_CALLS])
+def test_a_checkpoint_function_given_an_argument_of_the_wrong_kind_names_it(
+        case: str, call: Callable[[tn.Session, str, str], Any], words: str, tmp_path: Path) -> None:
+    s, ours, theirs = _saved(tmp_path)
+    with pytest.raises(tn.ArgumentError) as info:
+        call(s, ours, theirs)
+    assert str(info.value).startswith(words), str(info.value)
+
+
+def test_the_checkpoints_of_the_battery_read_back(tmp_path: Path) -> None:
+    """The twins that must keep working: each file the battery's calls meet holds ``w``'s zeros."""
+    s, ours, theirs = _saved(tmp_path)
+    assert checkpoint.restore(s, ours) == ["w"]
+    assert checkpoint.restore_tf(s, theirs, name_map={"w": "w"}) == ["w"]
+    np.testing.assert_array_equal(checkpoint.read_tf(theirs, names=["w"])["w"], np.zeros((2, 3), np.float32))
