@@ -19,6 +19,10 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
   ``AttributeError``; now an ``ArgumentError`` naming the parameter;
 * ``turnout.jax.while_loop`` given a function of the wrong arity, a state of no arrays, or an array of
   Python objects: Python's or JAX's ``TypeError``; now an ``ArgumentError``;
+* ``scan``, ``foldl``, ``foldr`` and ``map_fn`` given a function whose output does not fit the
+  accumulator (its structure, dtype or shape), or ``elems`` of no leading dimension: the error named
+  an inner op (``TensorArrayWrite``, ``while_loop "foldl"``) or no builder at all; now each names
+  the builder and what of it is at fault;
 * the checkpoint functions given a session that is none, names that are no list of strings (a string
   was read as a list of its characters), values or a name map that are no mapping, or a value numpy
   cannot make an array of: Python's ``AttributeError``, ``TypeError`` or ``ValueError``; now an
@@ -27,6 +31,7 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -322,7 +327,42 @@ def test_a_type_error_raised_inside_a_jax_loop_body_is_the_user_s() -> None:
         tj.while_loop(lambda x: x < 3, body, 0.0)
 
 
-# ---- 6. the checkpoint functions given arguments of the wrong kind ------------------------------------
+# ---- 6. the functional builders name themselves --------------------------------------------------------
+def _ints() -> tn.Tensor:
+    return tn.constant([1, 2])
+
+
+BAD_FOLDS: list[tuple[str, Callable[[], Any], type, str]] = [
+    ("scan: fn's output of another dtype", lambda: tn.scan(lambda a, x: tn.cast(a, tn.float32), _ints(),
+                                                             initializer=tn.constant(0)),
+     tn.DTypeError, "scan: output 0 of fn is float32, but the accumulator is int32"),
+    ("foldl: fn's output of another dtype", lambda: tn.foldl(lambda a, x: tn.cast(a, tn.float32), _ints(),
+                                                               initializer=tn.constant(0)),
+     tn.DTypeError, "foldl: output 0 of fn is float32, but the accumulator is int32"),
+    ("scan: fn's output of another shape", lambda: tn.scan(lambda a, x: tn.stack([a, x]), _ints(),
+                                                             initializer=tn.constant(0)),
+     tn.ShapeError, r"scan: output 0 of fn has shape \[2\], but the accumulator has shape \[\]"),
+    ("foldr: fn's output of another structure", lambda: tn.foldr(lambda a, x: (a, x), _ints(),
+                                                                   initializer=tn.constant(0)),
+     tn.GraphBuildError, "foldr: fn's output and the accumulator: structures differ"),
+    ("scan: elems a scalar", lambda: tn.scan(lambda a, x: a + x, tn.constant(1), initializer=tn.constant(0)),
+     tn.GraphBuildError, "scan: elems must have a leading dimension to iterate over"),
+    ("map_fn: elems of no tensor", lambda: tn.map_fn(lambda x: x, []),
+     tn.GraphBuildError, "map_fn: elems must contain at least one tensor"),
+    ("map_fn: elems of two lengths", lambda: tn.map_fn(lambda e: e[0] + e[1], (_ints(), tn.constant([1, 2, 3]))),
+     tn.ShapeError, "map_fn: elems must share their leading dimension"),
+]
+
+
+@pytest.mark.parametrize("case,build,error,words", BAD_FOLDS, ids=[c[0] for c in BAD_FOLDS])
+def test_a_functional_builder_names_itself_and_what_does_not_fit(case: str, build: Callable[[], Any], error: type,
+                                                                  words: str) -> None:
+    with tn.Graph().as_default(), pytest.raises(error) as info:
+        build()
+    assert re.match(words, str(info.value)), str(info.value)
+
+
+# ---- 7. the checkpoint functions given arguments of the wrong kind ------------------------------------
 def _saved(tmp: Path) -> tuple[tn.Session, str, str]:
     """A session of one Variable ``w`` and the two checkpoints of it: Turnout's and TensorFlow's."""
     g = tn.Graph()
