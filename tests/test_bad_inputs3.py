@@ -23,6 +23,9 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
   accumulator (its structure, dtype or shape), or ``elems`` of no leading dimension: the error named
   an inner op (``TensorArrayWrite``, ``while_loop "foldl"``) or no builder at all; now each names
   the builder and what of it is at fault;
+* ``None`` where a dtype is due (``tn.placeholder(None, [])``, ``tn.cast(x, None)``,
+  ``tn.zeros(shape, dtype=None)``): numpy reads ``None`` as float64, so each made a float64 tensor,
+  silently; now refused (``dtypes.as_dtype``);
 * the checkpoint functions given a session that is none, names that are no list of strings (a string
   was read as a list of its characters), values or a name map that are no mapping, or a value numpy
   cannot make an array of: Python's ``AttributeError``, ``TypeError`` or ``ValueError``; now an
@@ -362,7 +365,24 @@ def test_a_functional_builder_names_itself_and_what_does_not_fit(case: str, buil
     assert re.match(words, str(info.value)), str(info.value)
 
 
-# ---- 7. the checkpoint functions given arguments of the wrong kind ------------------------------------
+# ---- 7. None where a dtype is due ------------------------------------------------------------------
+NONE_DTYPES: list[tuple[str, Callable[[], Any]]] = [
+    ("placeholder", lambda: tn.placeholder(None, [])),
+    ("cast", lambda: tn.cast(tn.constant(1), None)),
+    ("zeros", lambda: tn.zeros([2], dtype=None)),
+    ("ones", lambda: tn.ones([2], dtype=None)),
+]
+
+
+@pytest.mark.parametrize("case,build", NONE_DTYPES, ids=[c[0] for c in NONE_DTYPES])
+def test_none_where_a_dtype_is_due_is_refused_not_float64(case: str, build: Callable[[], Any]) -> None:
+    """A ``GraphBuildError`` (an ``ArgumentError`` where the builder does not restate it), naming the
+    builder where it says which argument it converts."""
+    with tn.Graph().as_default(), pytest.raises(tn.GraphBuildError, match="a dtype is needed here, got None"):
+        build()
+
+
+# ---- 8. the checkpoint functions given arguments of the wrong kind ------------------------------------
 def _saved(tmp: Path) -> tuple[tn.Session, str, str]:
     """A session of one Variable ``w`` and the two checkpoints of it: Turnout's and TensorFlow's."""
     g = tn.Graph()
