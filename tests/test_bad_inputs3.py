@@ -15,6 +15,10 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
   import naming the function, the argument and the node (``graphdef.import_functions``);
 * a GraphDef ``Const`` whose ``dtype`` attr disagrees with its tensor's: the tensor's dtype won,
   silently (TensorFlow refuses it, "Type mismatch between value and dtype"); now a ``DTypeError``;
+* a GraphDef node with more or fewer data inputs than its op takes (an ``AddV2`` of one input ran as
+  an ``Identity``; an ``Identity`` of two read the first; a ``Pack`` whose ``N`` says 3 stacked 2):
+  each ran, silently; now a ``GraphBuildError`` naming the node, its op and the count
+  (``graphdef.arity``);
 * ``turnout.graph_replace.replaced`` given fetches or a map of the wrong kind: Python's
   ``AttributeError``; now an ``ArgumentError`` naming the parameter;
 * ``turnout.jax.while_loop`` given a function of the wrong arity, a state of no arrays, or an array of
@@ -267,6 +271,54 @@ def test_a_graph_def_const_whose_dtype_disagrees_with_its_value_is_refused() -> 
     c.attr["value"].tensor.int_val.append(3)
     with pytest.raises(tn.DTypeError, match=r'Const node "c": its dtype attr is float32, but its value is int32'):
         tn.import_graph_def(gd.SerializeToString())
+
+
+def _one_node(op: str, inputs: list[str], n: int | None = None) -> Any:
+    """A GraphDef of a float32 placeholder ``x``, the int32 scalar ``ax`` and node ``y = op(inputs)``."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    ax = _node(gd, "ax", "Const", [], types={"dtype": I32})
+    ax.attr["value"].tensor.dtype = I32
+    ax.attr["value"].tensor.int_val.append(0)
+    y = _node(gd, "y", op, inputs, types={"T": F32})
+    if n is not None:
+        y.attr["N"].i = n
+    return gd
+
+
+BAD_ARITIES: list[tuple[str, Callable[[], Any], str]] = [
+    ("an AddV2 of one input", lambda: _one_node("AddV2", ["x"]), r'AddV2 node "y" has 1 data input; AddV2 takes 2'),
+    ("an Identity of two inputs", lambda: _one_node("Identity", ["x", "x"]),
+     r'Identity node "y" has 2 data inputs; Identity takes 1'),
+    ("a Neg of no input", lambda: _one_node("Neg", []), r'Neg node "y" has 0 data inputs; Neg takes 1'),
+    ("a Select of two inputs", lambda: _one_node("Select", ["x", "x"]), r'Select node "y" has 2 data inputs; Select '
+                                                                         r"takes 3"),
+    ("a Pack whose N says 3 for 2", lambda: _one_node("Pack", ["x", "x"], n=3),
+     r'Pack node "y" has 2 data inputs; its N=3 makes Pack take 3'),
+    ("a ConcatV2 whose N says 1 for 2 values", lambda: _one_node("ConcatV2", ["x", "x", "ax"], n=1),
+     r'ConcatV2 node "y" has 3 data inputs; its N=1 makes ConcatV2 take 2'),
+]
+
+
+@pytest.mark.parametrize("case,make,words", BAD_ARITIES, ids=[c[0] for c in BAD_ARITIES])
+def test_a_graph_def_node_of_the_wrong_number_of_inputs_is_refused(case: str, make: Callable[[], Any],
+                                                                   words: str) -> None:
+    pytest.importorskip("google.protobuf")
+    with pytest.raises(tn.GraphBuildError, match=words):
+        tn.import_graph_def(make().SerializeToString())
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_the_well_formed_arities_import_and_run(backend: str) -> None:
+    """The twins: ``AddV2(x, x)``, ``AddN`` of one input (``N=1``: the input itself), ``Pack`` of two
+    with ``N=2``, ``ConcatV2`` of two vectors with ``N=2``."""
+    pytest.importorskip("google.protobuf")
+    cases = [(_one_node("AddV2", ["x", "x"]), 3.0), (_one_node("AddN", ["x"], n=1), 1.5),
+             (_one_node("Pack", ["x", "x"], n=2), [1.5, 1.5])]
+    for gd, want in cases:
+        imp = tn.import_graph_def(gd.SerializeToString())
+        with session(imp.graph, backend) as s:
+            np.testing.assert_array_equal(s.run(imp.tensor("y:0"), {imp.tensor("x:0"): np.float32(1.5)}), want)
 
 
 # ---- 4. turnout.graph_replace given arguments of the wrong kind -------------------------------------
