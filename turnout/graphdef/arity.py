@@ -1,4 +1,5 @@
-"""How many data inputs a GraphDef node of each op takes, checked before its import rule runs.
+"""How many data inputs a GraphDef node of each op takes, and of which dtype for the element-wise
+ops, checked before its import rule runs.
 
 Why: an import rule reads the inputs it needs by position, so a node with more inputs than its op
 takes imported with the extra ones ignored (an ``Identity`` of two read the first), and one with
@@ -7,13 +8,20 @@ TensorFlow refuses such a GraphDef ("expected 2 inputs"). The counts are TensorF
 for the ops of fixed arity and for those whose ``N`` attr gives the count (``VARIADIC``); the ops of
 neither table (a function call, ``IdentityN``, the optimizer updates) are not checked here, their
 rules reading what they need.
+
+The element-wise math ops (``ALL_T``) take every data input of the dtype their ``T`` attr declares;
+their rules compute in the inputs' dtype, so a ``Neg`` declared int32 that read a float32 imported as
+a float32 ``Neg``, where TensorFlow refuses the GraphDef ("expected int32, got float"). The other
+ops' type attrs are not compared (which input a ``T`` types is each op's own signature).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from turnout.errors import GraphBuildError
+from turnout.errors import DTypeError, GraphBuildError
+from turnout.graph import Tensor
+from turnout.graphdef import protos
 
 _UNARY = """Abs BiasAddGrad Ceil CheckNumerics Cos DiagPart Elu EnsureShape Enter Erf Exit Exp Expm1 Floor
 Identity Inv InvertPermutation IsFinite IsInf IsNan L2Loss LeakyRelu Log Log1p LogSoftmax LogicalNot
@@ -30,6 +38,14 @@ SoftmaxCrossEntropyWithLogits SoftplusGrad SparseSoftmaxCrossEntropyWithLogits S
 SquaredDifference Sub Sum Switch TanhGrad Tile TopKV2 Transpose TruncateDiv TruncateMod"""
 
 _TERNARY = """ClipByValue GatherV2 PadV2 Range Select SelectV2 Slice SplitV UnsortedSegmentSum ScatterNd"""
+
+#: the element-wise ops whose every data input is of the dtype their ``T`` attr declares
+ALL_T = frozenset("""Abs Ceil CheckNumerics Cos Elu Erf Exp Expm1 Floor Inv IsFinite IsInf IsNan L2Loss LeakyRelu
+Log Log1p LogSoftmax Neg OnesLike Reciprocal Relu Relu6 Round Rsqrt Selu Sigmoid Sign Sin Softmax Softplus Sqrt
+Square Tanh ZerosLike Add AddV2 AddN Sub Mul Div RealDiv DivNoNan FloorDiv FloorMod Mod TruncateDiv TruncateMod
+Maximum Minimum Pow SquaredDifference Equal NotEqual Less LessEqual Greater GreaterEqual MatMul BatchMatMul
+BatchMatMulV2 BiasAdd BiasAddV1 EluGrad InvGrad LeakyReluGrad ReciprocalGrad Relu6Grad ReluGrad RsqrtGrad
+SeluGrad SigmoidGrad SoftplusGrad SqrtGrad TanhGrad""".split())
 
 #: op -> its number of data inputs (control inputs aside)
 FIXED: dict[str, int] = {
@@ -64,4 +80,21 @@ def check_inputs(nd: Any, count: int) -> None:
                               f"{why}{nd.op} take{'' if why else 's'} {want}")
 
 
-__all__ = ["FIXED", "VARIADIC", "check_inputs"]
+def check_input_types(nd: Any, ins: list[Any]) -> None:
+    """Refuse an element-wise NodeDef ``nd`` (``ALL_T``) one of whose imported inputs ``ins`` is not of
+    the dtype its ``T`` attr declares, naming the node, the input and both dtypes. Only plain tensors
+    are compared (a TensorArray's flow, a TensorList, a Variable's ref stand for TensorFlow values
+    the import represents in its own way); a node without a ``T`` type declares nothing."""
+    if nd.op not in ALL_T or "T" not in nd.attr or nd.attr["T"].WhichOneof("value") != "type":
+        return
+    enum = nd.attr["T"].type
+    base = enum - 100 if enum > 100 else enum
+    want = protos.TF_TO_DTYPE.get(base)
+    for k, v in enumerate(ins):
+        if isinstance(v, Tensor) and not v.dtype.is_opaque and v.dtype != want:
+            declared = protos.TF_TYPE_NAMES.get(base, f"enum {base}")
+            raise DTypeError(f'{nd.op} node "{nd.name}": its T declares {declared}, but input {k} ({v.name}) is '
+                             f"{v.dtype.name}")
+
+
+__all__ = ["ALL_T", "FIXED", "VARIADIC", "check_input_types", "check_inputs"]
