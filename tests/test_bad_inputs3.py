@@ -18,7 +18,8 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
 * a GraphDef node with more or fewer data inputs than its op takes (an ``AddV2`` of one input ran as
   an ``Identity``; an ``Identity`` of two read the first; a ``Pack`` whose ``N`` says 3 stacked 2):
   each ran, silently; now a ``GraphBuildError`` naming the node, its op and the count
-  (``graphdef.arity``);
+  (``graphdef.arity``); and an element-wise math node whose ``T`` attr is not the dtype of its inputs
+  (a ``Neg`` declared int32 reading a float32) computed in the inputs' dtype; now a ``DTypeError``;
 * ``turnout.graph_replace.replaced`` given fetches or a map of the wrong kind: Python's
   ``AttributeError``; now an ``ArgumentError`` naming the parameter;
 * ``turnout.jax.while_loop`` given a function of the wrong arity, a state of no arrays, or an array of
@@ -30,6 +31,9 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
 * ``None`` where a dtype is due (``tn.placeholder(None, [])``, ``tn.cast(x, None)``,
   ``tn.zeros(shape, dtype=None)``): numpy reads ``None`` as float64, so each made a float64 tensor,
   silently; now refused (``dtypes.as_dtype``);
+* ``tn.memory_report(graph, platform=...)`` given a platform name it does not know (``"gpus"``,
+  ``"GPU"``): planned as a platform without host memory, so the report said what a CPU would do,
+  silently; now an ``ArgumentError`` listing the names;
 * the checkpoint functions given a session that is none, names that are no list of strings (a string
   was read as a list of its characters), values or a name map that are no mapping, or a value numpy
   cannot make an array of: Python's ``AttributeError``, ``TypeError`` or ``ValueError``; now an
@@ -308,6 +312,32 @@ def test_a_graph_def_node_of_the_wrong_number_of_inputs_is_refused(case: str, ma
         tn.import_graph_def(make().SerializeToString())
 
 
+def _typed_node(op: str, t: int, n_inputs: int) -> Any:
+    """``y = op(x, ...)`` of the float32 placeholder ``x``, its ``T`` attr saying ``t``."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    _node(gd, "y", op, ["x"] * n_inputs, types={"T": t})
+    return gd
+
+
+BAD_T: list[tuple[str, Callable[[], Any], str]] = [
+    ("a Neg declared int32 reading float32", lambda: _typed_node("Neg", I32, 1),
+     r'Neg node "y": its T declares int32, but input 0 \(x:0\) is float32'),
+    ("an AddV2 declared int32 reading float32", lambda: _typed_node("AddV2", I32, 2),
+     r'AddV2 node "y": its T declares int32, but input 0 \(x:0\) is float32'),
+    ("a Less declared bool reading float32", lambda: _typed_node("Less", BOOL, 2),
+     r'Less node "y": its T declares bool, but input 0 \(x:0\) is float32'),
+]
+
+
+@pytest.mark.parametrize("case,make,words", BAD_T, ids=[c[0] for c in BAD_T])
+def test_an_element_wise_node_whose_t_is_not_its_inputs_dtype_is_refused(case: str, make: Callable[[], Any],
+                                                                         words: str) -> None:
+    pytest.importorskip("google.protobuf")
+    with pytest.raises(tn.DTypeError, match=words):
+        tn.import_graph_def(make().SerializeToString())
+
+
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_the_well_formed_arities_import_and_run(backend: str) -> None:
     """The twins: ``AddV2(x, x)``, ``AddN`` of one input (``N=1``: the input itself), ``Pack`` of two
@@ -432,6 +462,20 @@ def test_none_where_a_dtype_is_due_is_refused_not_float64(case: str, build: Call
     builder where it says which argument it converts."""
     with tn.Graph().as_default(), pytest.raises(tn.GraphBuildError, match="a dtype is needed here, got None"):
         build()
+
+
+@pytest.mark.parametrize("name", ["gpus", "GPU", ""])
+def test_memory_report_of_an_unknown_platform_is_refused(name: str) -> None:
+    with tn.Graph().as_default() as g, pytest.raises(tn.ArgumentError, match=f"memory_report: platform {name!r} is "
+                                                                            "none of"):
+        tn.memory_report(g, platform=name)
+
+
+def test_memory_report_of_a_known_platform_plans_for_it() -> None:
+    """The twin: on ``"gpu"`` the plan has host memory to swap to, on ``"cpu"`` none."""
+    with tn.Graph().as_default() as g:
+        assert tn.memory_report(g, platform="gpu").plan.platform.host_memory
+        assert not tn.memory_report(g, platform="cpu").plan.platform.host_memory
 
 
 # ---- 8. the checkpoint functions given arguments of the wrong kind ------------------------------------
