@@ -38,6 +38,10 @@ already cover are not repeated. Each class of mistake is fixed where its kind of
   was read as a list of its characters), values or a name map that are no mapping, or a value numpy
   cannot make an array of: Python's ``AttributeError``, ``TypeError`` or ``ValueError``; now an
   ``ArgumentError`` naming the function and the parameter.
+
+One finding lives where its class is tested already: a runaway loop on the partitioned reference
+executor named the partitioner's control-loop ``Enter``, without the user's source line
+(``tests/test_error_parity.py``, which exempted that backend, now checks it there too).
 """
 
 from __future__ import annotations
@@ -265,7 +269,7 @@ def test_the_well_typed_twins_import_and_run_on_every_backend(backend: str) -> N
                 assert s.run(imp.tensor(fetch), feeds) == np.float32(-1.5), (backend, fetch)
 
 
-# ---- 3. a GraphDef Const whose dtype attr disagrees with its value ------------------------------------
+# ---- 3. GraphDef nodes: a Const's dtype, the number and dtypes of a node's inputs ----------------------
 def test_a_graph_def_const_whose_dtype_disagrees_with_its_value_is_refused() -> None:
     """``Const[dtype=float32]`` holding an int32 tensor imported as the int32 3, silently."""
     pytest.importorskip("google.protobuf")
@@ -447,7 +451,7 @@ def test_a_functional_builder_names_itself_and_what_does_not_fit(case: str, buil
     assert re.match(words, str(info.value)), str(info.value)
 
 
-# ---- 7. None where a dtype is due ------------------------------------------------------------------
+# ---- 7. None where a dtype is due, and a platform no one knows -------------------------------------
 NONE_DTYPES: list[tuple[str, Callable[[], Any]]] = [
     ("placeholder", lambda: tn.placeholder(None, [])),
     ("cast", lambda: tn.cast(tn.constant(1), None)),
