@@ -325,7 +325,8 @@ def _open_control_loops(cut: _Cut, spanning: dict[Frame, set[str]]) -> None:
     """Each spanning frame's control loop on each of its devices, outer frames first: its Enter and
     Merge now, so the Recvs made while copying can hang off the Merge; the rest once the LoopConds
     exist (``_close_control_loops``). A nested frame's Enter reads its parent's control Merge, the
-    outermost a dummy constant."""
+    outermost a dummy constant. The Enter carries the source line of the frame's first Enter: an
+    interpreter names a runaway loop by an Enter of the partition, and this may be its only one."""
     for f in sorted(spanning, key=len):
         for d in sorted(spanning[f], key=cut.placement.devices.index):
             outer = f[:-1]
@@ -335,8 +336,10 @@ def _open_control_loops(cut: _Cut, spanning: dict[Frame, set[str]]) -> None:
                 src = cut.make(d, "Const", [], {"value": np.asarray(0.0, np.float32), "dtype": "float32"},
                                f"_cloop/{f[-1]}/dummy", specs=[TensorSpec(dt.float32, ())]).outputs[0]
             pi = cut.fa.frames[f].parallel_iterations
+            first = min(cut.fa.frames[f].enters, key=lambda n: n.id, default=None)
             enter = cut.make(d, "Enter", [src], {"frame_name": f[-1], "is_constant": False, "parallel_iterations": pi},
-                             f"_cloop/{f[-1]}/enter", specs=[TensorSpec(dt.float32, ())])
+                             f"_cloop/{f[-1]}/enter", specs=[TensorSpec(dt.float32, ())],
+                             source=None if first is None else first.source)
             merge = cut.make(d, "Merge", [enter.outputs[0], BACK_EDGE], {}, f"_cloop/{f[-1]}/merge",
                              specs=[TensorSpec(dt.float32, ()), TensorSpec(dt.int32, ())])
             cut.parts[d].control_loops[f] = ControlLoop(f, d, enter, merge)

@@ -216,6 +216,27 @@ def check_arity(fn: Callable[..., Any], args: Sequence[Any], where: str, what: s
                             f"which it cannot take ({e})") from None
 
 
+def session_argument(session: Any, who: str) -> None:
+    """Refuse a ``session`` argument that is no ``tn.Session`` (anything without its ``graph`` and
+    ``variables``), naming ``who``. Why: the checkpoint functions read both at once, and ``None`` or a
+    path passed first reached the user as Python's ``AttributeError``."""
+    if not (hasattr(session, "graph") and hasattr(session, "variables")):
+        raise ArgumentError(f"{who}: session must be a tn Session, got {type(session).__name__}")
+
+
+def name_list(names: Any, who: str, param: str) -> list[str]:
+    """``names`` as a list of strings, or an ``ArgumentError`` naming ``who`` and ``param``: an int is
+    no list, and one string would be read as the list of its characters (``"wv"`` as ``["w", "v"]``)."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, abc.Iterable):
+        raise ArgumentError(f"{who}: {param} must be a list of names, got {type(names).__name__} {_short(names)}")
+    out = list(names)
+    bad = next((n for n in out if not isinstance(n, str)), None)
+    if bad is not None:
+        raise ArgumentError(f"{who}: {param} must be a list of names, got {type(bad).__name__} {_short(bad)} "
+                            "among them")
+    return out
+
+
 #: how many checked functions the current call is inside: an error names the argument of the
 #: outermost one, the function the user called (``tn.tanh(obj)``, not the ``tn.constant`` it calls)
 _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("turnout_checked_depth", default=0)

@@ -43,6 +43,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.arguments import name_list, session_argument
 from turnout.errors import SerializationError
 from turnout.files import file_path
 from turnout.shapes import too_large_to_index
@@ -63,12 +64,9 @@ def save(session: Any, path: str | os.PathLike[str], variables: Optional[Iterabl
     """Write the current values of ``session``'s Variables (all of the graph's, or the names given) to
     ``path``; returns the names saved. A Variable that no run has touched yet is saved with its
     initial value, so a checkpoint always holds every Variable asked for."""
-    if not (hasattr(session, "graph") and hasattr(session, "variables")):
-        from turnout.errors import ArgumentError
-
-        raise ArgumentError(f"checkpoint.save: session must be a tn Session, got {type(session).__name__}")
+    session_argument(session, "checkpoint.save")
     graph = session.graph
-    names = sorted(graph.variables) if variables is None else list(variables)
+    names = sorted(graph.variables) if variables is None else name_list(variables, "checkpoint.save", "variables")
     entries: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     offset = 0
@@ -204,6 +202,7 @@ def restore(session: Any, path: str | os.PathLike[str], strict: bool = True) -> 
     Every stored Variable must exist in the session's graph with the same dtype and shape, or nothing
     is restored (a checkpoint of another model is an error, not a partial load). With ``strict`` (the
     default) every Variable of the graph must also be in the checkpoint."""
+    session_argument(session, "checkpoint.restore")
     where = file_path(path, "checkpoint.restore")
     values = read(where)
     graph = session.graph

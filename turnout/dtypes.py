@@ -64,9 +64,13 @@ ALL: dict[str, DType] = {d.name: d for d in (bool_, int32, int64, float32, float
 
 
 def as_dtype(x: Any) -> DType:
-    """Converts a DType, a dtype name, a numpy dtype or a Python type to a DType."""
+    """Converts a DType, a dtype name, a numpy dtype or a Python type to a DType. ``None`` is refused:
+    numpy reads it as float64, so ``tn.placeholder(None, [])`` and ``tn.cast(x, None)`` made float64
+    tensors, silently (a caller whose dtype may be left out tests for None before it calls this)."""
     if isinstance(x, DType):
         return x
+    if x is None:
+        raise ArgumentError("a dtype is needed here, got None (write tn.float32, 'int32', np.int64 ...)")
     if isinstance(x, str):
         if x in ALL:
             return ALL[x]

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from turnout import primitives
-from turnout.errors import UnsupportedError, describe_node
+from turnout.errors import ArgumentError, UnsupportedError, describe_node
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor
 from turnout.validate import frame_analysis
 
@@ -138,7 +138,9 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
     """``fetches`` with each read of a key of ``old_to_new`` made a read of its value (module
     docstring): the nodes between them copied, named ``<what>/<name>``, on the same devices and with
     the same source lines. ``what`` also begins an error's message. Raises ``UnsupportedError``,
-    naming the node, for a node it cannot copy."""
+    naming the node, for a node it cannot copy, and ``ArgumentError`` for ``fetches`` or ``old_to_new``
+    of the wrong kind (a name or a number where a tensor is due)."""
+    _check_kinds(fetches, old_to_new, what)
     old = {key(o): n for o, n in old_to_new.items()}
     for o, t in old_to_new.items():
         if t.dtype != o.dtype or t.graph is not o.graph:
@@ -179,6 +181,24 @@ def replaced(fetches: Sequence[Tensor], old_to_new: Mapping[Tensor, Tensor], wha
     for c, i, t in back:
         c.close_back_edge(read(t), i)
     return [read(t) for t in fetches]
+
+
+def _check_kinds(fetches: object, old_to_new: object, what: str) -> None:
+    """Refuse ``fetches`` that are not a list or tuple of tensors and an ``old_to_new`` that is not a
+    mapping from tensors to tensors, naming the parameter. Why: each reached the user as Python's
+    ``AttributeError`` from deep in the copy (``'str' object has no attribute 'node'``)."""
+    if not isinstance(fetches, (list, tuple)):
+        raise ArgumentError(f"{what}: fetches must be a list or tuple of tensors, got {type(fetches).__name__}")
+    bad = next((f for f in fetches if not isinstance(f, Tensor)), None)
+    if bad is not None:
+        raise ArgumentError(f"{what}: fetches must be tensors, got {type(bad).__name__} {bad!r}")
+    if not isinstance(old_to_new, Mapping):
+        raise ArgumentError(f"{what}: old_to_new must be a mapping from tensors to tensors, got "
+                            f"{type(old_to_new).__name__}")
+    for o, n in old_to_new.items():
+        if not isinstance(o, Tensor) or not isinstance(n, Tensor):
+            raise ArgumentError(f"{what}: old_to_new must map tensors to tensors, got {type(o).__name__} {o!r} -> "
+                                f"{type(n).__name__} {n!r}")
 
 
 __all__ = ["NOT_COPIED", "between", "closure", "key", "refusal", "replaced", "with_loops"]

@@ -32,6 +32,7 @@ import numpy as np
 from jax import lax
 
 from turnout import checkpoint_schedule as schedule
+from turnout.arguments import check_arity
 from turnout.errors import ArgumentError, UnsupportedError
 
 T = TypeVar("T")
@@ -125,13 +126,28 @@ def state_bytes(init_val: Any) -> int:
 _ARRAYS = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
+#: the numpy dtype kinds no loop state holds: Python objects, strings, bytes and datetimes, none of which
+#: JAX carries (bfloat16 and the other ``ml_dtypes`` are of kind "V" and pass)
+_NOT_STATE_KINDS = "OUSMm"
+
+
 def _as_state(init_val: Any) -> Any:
-    """The state as arrays without weak types, or an ArgumentError naming the first leaf that is not one."""
+    """The state as arrays without weak types, or an ArgumentError naming the first leaf that is not one
+    (an array of objects or strings included), or saying that the state holds none. Why the last two:
+    JAX's ``TypeError`` for an object array, and the user's own for a state of ``None`` (a body adding
+    to it), named neither the loop nor ``init_val``."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(init_val)
+    if not leaves:
+        raise ArgumentError(f"while_loop: init_val holds no array (got {init_val!r}); a loop state is a pytree "
+                            "of at least one array")
     for path, leaf in leaves:
         if not isinstance(leaf, _ARRAYS):
             raise ArgumentError(f"while_loop: the loop state must be a pytree of arrays; init_val"
                                 f"{jax.tree_util.keystr(path)} is a {type(leaf).__name__}")
+        kind = getattr(leaf, "dtype", None)
+        if kind is not None and np.dtype(kind).kind in _NOT_STATE_KINDS:
+            raise ArgumentError(f"while_loop: the loop state must be a pytree of arrays of numbers or bools; "
+                                f"init_val{jax.tree_util.keystr(path)} is an array of dtype {np.dtype(kind)}")
     return jax.tree.map(lambda a: jnp.asarray(a, dtype=jnp.asarray(a).dtype), init_val)
 
 
@@ -160,6 +176,7 @@ def _traced(fn: Any, name: str, x0: Any) -> Any:
     an error the function raises of its own is the user's and passes as it is."""
     if not callable(fn):
         raise ArgumentError(f"while_loop: {name} must be a function, got {fn!r} ({type(fn).__name__})")
+    check_arity(fn, (x0,), "while_loop", name)
     try:
         return jax.eval_shape(fn, x0)
     except (jax.errors.JAXTypeError, jax.errors.JAXIndexError) as e:

@@ -55,6 +55,11 @@ KEEP, SWAP, RECOMPUTE = "keep", "swap", "recompute"
 #: the same order. The CPU has no memory apart from the device's: nothing to move to.
 HOST_BANDWIDTH: Mapping[str, float] = {"gpu": 25e9, "cuda": 25e9, "rocm": 25e9, "tpu": 25e9}
 
+#: the platform names a user may plan for (``tn.memory_report(..., platform=)``): the CPU and those of
+#: ``HOST_BANDWIDTH``. Why a list: any other name plans as a platform without host memory, so a
+#: misspelt ``"gpus"`` would report what the CPU does, silently.
+PLATFORM_NAMES: tuple[str, ...] = ("cpu", *HOST_BANDWIDTH)
+
 
 @dataclass(frozen=True)
 class Platform:
@@ -606,8 +611,8 @@ def over_budget(lp: LoopPlan, got: int, budget: int, whose: str, backend: str, w
 
 __all__ = [
     "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
-    "MemoryPlan", "Platform", "SavedBytes", "StackSize", "backend_platform", "check", "checkpoint_bytes",
-    "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops", "graph_plan",
-    "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares", "smallest_shared", "stack_sizes",
-    "swapped_loops"
+    "MemoryPlan", "PLATFORM_NAMES", "Platform", "SavedBytes", "StackSize", "backend_platform", "check",
+    "checkpoint_bytes", "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops",
+    "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares", "smallest_shared",
+    "stack_sizes", "swapped_loops"
 ]

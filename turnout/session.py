@@ -341,7 +341,7 @@ class Session:
                  ) -> tuple[list[Any], list[Tensor], list[Node], dict[Tensor, Any]]:
         """The fetches flattened (names resolved), the tensors and op targets among them, and the
         feeds checked and keyed by tensor: what ``run`` and ``explain`` take from their arguments."""
-        flat = [self._named(f) if isinstance(f, str) else f for f in nest.flatten(fetches)]
+        flat = [self._named(f) if isinstance(f, str) else f for f in nest.flatten(fetches, "Session.run: fetches")]
         tensors: list[Tensor] = []
         targets: list[Node] = []
         for f in flat:

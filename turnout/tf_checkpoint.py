@@ -39,6 +39,7 @@ from typing import Any, Literal, Optional
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.arguments import name_list, session_argument
 from turnout.crc32c import crc32c, mask, unmask
 from turnout.errors import ArgumentError, NotFoundError, SerializationError
 from turnout.files import file_path
@@ -445,12 +446,11 @@ def read_tf(prefix: str | os.PathLike[str], names: Optional[Iterable[str]] = Non
     checkpoint lacks). Every tensor's size, place and checksum are verified; a malformed or truncated
     file, or a dtype outside ``TF_DTYPES``, is a ``SerializationError`` naming the file and the
     tensor."""
-    if isinstance(names, (str, bytes)):
-        raise ArgumentError(f"read_tf: names must be a list of tensor names, got the string {names!r}")
+    if names is not None:
+        names = name_list(names, "read_tf", "names")
     prefix = file_path(prefix, "read_tf", "prefix")
     where, header, entries = _index(prefix)
     if names is not None:
-        names = list(names)
         missing = [n for n in names if n not in entries]
         if missing:
             raise NotFoundError(f"{where}: the checkpoint has no tensors named {missing}")
@@ -514,11 +514,14 @@ def write_tf(prefix: str | os.PathLike[str], values: Mapping[str, Any], num_shar
         raise ArgumentError(f"write_tf: num_shards must be an int from 1 to 99999, got {num_shards!r}")
     if not isinstance(block_bytes, int) or isinstance(block_bytes, bool) or block_bytes < 1:
         raise ArgumentError(f"write_tf: block_bytes must be a positive int, got {block_bytes!r}")
+    if not isinstance(values, Mapping):
+        raise ArgumentError(f"write_tf: values must be a mapping from tensor names to arrays, got "
+                            f"{type(values).__name__}")
     arrays: dict[bytes, tuple[str, np.ndarray]] = {}
     for name, value in values.items():
         if not isinstance(name, str) or not name:
             raise ArgumentError(f"write_tf: tensor names must be non-empty strings, got {name!r}")
-        arr = np.asarray(value)
+        arr = _array(name, value)
         arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)  # a big-endian array, by its values
         if arr.dtype not in _TF_NUMBER:
             raise ArgumentError(f"write_tf: tensor {name!r} has dtype {arr.dtype}, which a checkpoint cannot "
@@ -549,6 +552,15 @@ def write_tf(prefix: str | os.PathLike[str], values: Mapping[str, Any], num_shar
     return [arrays[k][0] for k in keys]
 
 
+def _array(name: str, value: Any) -> np.ndarray:
+    """``value`` as the array ``write_tf`` writes for tensor ``name``, or an ``ArgumentError`` naming
+    it where numpy makes none (a ragged list: numpy's ``ValueError`` reached the user)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise ArgumentError(f"write_tf: tensor {name!r} is no array: {e}") from None
+
+
 def _replace(path: str, chunks: list[bytes]) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -565,6 +577,9 @@ def _mapping(graph: Any, name_map: Optional[Mapping[str, str]], where: str) -> d
     Variable under its own name."""
     if name_map is None:
         return {n: n for n in sorted(graph.variables)}
+    if not isinstance(name_map, Mapping):
+        raise ArgumentError(f"{where}: name_map must be a mapping from checkpoint names to Variable names, got "
+                            f"{type(name_map).__name__}")
     out: dict[str, str] = {}
     for tf_name, tn_name in name_map.items():
         if not isinstance(tf_name, str) or not isinstance(tn_name, str):
@@ -588,6 +603,7 @@ def restore_tf(session: Any, prefix: str | os.PathLike[str], name_map: Optional[
     holds beyond those asked for are ignored, as ``Saver`` ignores them. With ``strict`` (the default)
     every Variable asked for must be in the checkpoint; each must match its Variable's dtype and shape.
     On any error nothing is restored."""
+    session_argument(session, "restore_tf")
     where = prefix = file_path(prefix, "restore_tf", "prefix")
     mapping = _mapping(session.graph, name_map, "restore_tf")
     listed = list_tf(prefix)
@@ -616,6 +632,7 @@ def save_tf(session: Any, prefix: str | os.PathLike[str], name_map: Optional[Map
     ``tf.compat.v1.train.Saver.restore`` loads; returns the checkpoint names written. Names as in
     ``restore_tf``: each Variable under its own name, or the ``name_map`` (checkpoint name -> Turnout
     Variable name) entries only. A Variable no run has touched is saved with its initial value."""
+    session_argument(session, "save_tf")
     mapping = _mapping(session.graph, name_map, "save_tf")
     values: dict[str, np.ndarray] = {}
     for tf_name, tn_name in mapping.items():

@@ -85,7 +85,7 @@ def _build(g: Any, p: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[],
             structures[branch] = out
             fname = "true_fn" if branch else "false_fn"
             flat = [convert_argument(to_graph_value(v), f'cond "{cname}"', f"output {i} of {fname}")
-                    for i, v in enumerate(nest.flatten(out))]
+                    for i, v in enumerate(nest.flatten(out, f'cond "{cname}": the output of {fname}'))]
             flat = [ctx.capture(t) for t in flat]
         info.branch_outputs[branch] = flat
     nest.assert_same_structure(structures[1], structures[0], f'cond "{cname}": true_fn and false_fn outputs')

@@ -44,7 +44,7 @@ from turnout import shapes as sh
 from turnout.arguments import check_arity, checked
 from turnout.control_flow.tensor_array import TensorArray, unstack, with_length
 from turnout.control_flow.while_loop import while_loop
-from turnout.errors import GraphBuildError, ShapeError
+from turnout.errors import DTypeError, GraphBuildError, ShapeError
 from turnout.graph import Tensor, get_default_graph
 from turnout.ops import concat, constant, convert_to_tensor, getitem, shape, stack
 
@@ -87,23 +87,24 @@ def _all_or_nothing(builder: F) -> F:
     def wrapper(fn: Any, elems: Any, *args: Any, **kwargs: Any) -> Any:
         if not callable(fn):
             raise GraphBuildError(f"{builder.__name__}: fn must be a callable, got {type(fn).__name__}")
-        graphs = [e.graph for e in nest.flatten(elems) if isinstance(e, Tensor)]
+        graphs = [e.graph for e in nest.flatten(elems, f"{builder.__name__}: elems") if isinstance(e, Tensor)]
         with (graphs[0] if graphs else get_default_graph())._all_or_nothing():
             return builder(fn, elems, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
 
-def _elems(elems: Any) -> tuple[list[Tensor], Tensor]:
+def _elems(elems: Any, who: str) -> tuple[list[Tensor], Tensor]:
+    """``elems``' tensors and their common length, checked for builder ``who`` (named in each error)."""
     flat = [convert_to_tensor(e) for e in nest.flatten(elems)]
     if not flat:
-        raise GraphBuildError("elems must contain at least one tensor")
+        raise GraphBuildError(f"{who}: elems must contain at least one tensor")
     for t in flat:
         if t.shape is not None and len(t.shape) == 0:
-            raise GraphBuildError(f"elems must have a leading dimension to iterate over; {t.name} is a scalar")
+            raise GraphBuildError(f"{who}: elems must have a leading dimension to iterate over; {t.name} is a scalar")
     known = [(t.name, t.shape[0]) for t in flat if t.shape is not None and t.shape[0] is not None]
     if len({n for _, n in known}) > 1:
-        raise ShapeError("elems must share their leading dimension (one element of each per step); got "
+        raise ShapeError(f"{who}: elems must share their leading dimension (one element of each per step); got "
                          + ", ".join(f"{name} with {n}" for name, n in known))
     n = getitem(shape(flat[0]), 0)
     return [flat[0], *[t if _same_length(flat[0], t) else with_length(t, n, _UNEQUAL_ELEMS, name="elems_length")
@@ -123,11 +124,11 @@ def _same_length(first: Tensor, t: Tensor) -> bool:
 
 
 def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: bool, kw: dict[str, Any],
-          reverse: bool = False) -> Any:
-    """The loop of ``scan`` (``keep``: every carry kept, stacked) and of ``foldl``/``foldr``: step
-    ``i`` reads element ``n - 1 - i`` when ``reverse``, else element ``i``, and ``scan`` writes its
-    carry to the same slot."""
-    flat, n = _elems(elems)
+          who: str, reverse: bool = False) -> Any:
+    """The loop of ``scan`` (``keep``: every carry kept, stacked) and of ``foldl``/``foldr`` (``who``,
+    named in its errors): step ``i`` reads element ``n - 1 - i`` when ``reverse``, else element ``i``,
+    and ``scan`` writes its carry to the same slot."""
+    flat, n = _elems(elems, who)
     xs = [unstack(t) for t in flat]
 
     def slot(i: Any) -> Any:
@@ -152,8 +153,9 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
         x = nest.pack_as(elems, [ta.read(j) for ta in xs])
         check_arity(fn, [carry, x], kw["name"], "fn")
         new = fn(carry, x)
-        nest.assert_same_structure(init, new, "the function's output and the accumulator")
+        nest.assert_same_structure(init, new, f"{who}: fn's output and the accumulator")
         flat_new = [convert_to_tensor(v) for v in nest.flatten(new)]
+        _fits_carry(who, flat_new, flat_init)
         if keep:  # a fold carries no TensorArrays
             tas = [ta.write(j, v) for ta, v in zip(tas, flat_new, strict=True)]
         return i + 1, nest.pack_as(init, flat_new), tas
@@ -163,6 +165,19 @@ def _fold(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any, keep: boo
         return carry
     count = _leading(flat)
     return nest.pack_as(init, [_stack_result(ta, n, count, t.shape) for ta, t in zip(tas, flat_init, strict=True)])
+
+
+def _fits_carry(who: str, new: list[Tensor], init: list[Tensor]) -> None:
+    """Refuse ``fn``'s outputs (``new``) whose dtype, or static shape, is not its accumulator's
+    (``init``), naming builder ``who``. Why here: the loop's own check, or ``scan``'s TensorArray
+    write, found it, naming an op the user never wrote (``TensorArrayWrite``, ``while_loop "foldl"``)."""
+    for k, (v, c) in enumerate(zip(new, init, strict=True)):
+        if v.dtype != c.dtype:
+            raise DTypeError(f"{who}: output {k} of fn is {v.dtype.name}, but the accumulator is {c.dtype.name} "
+                             f"({v.name}); fn must return what it takes")
+        if not sh.compatible(v.shape, c.shape):
+            raise ShapeError(f"{who}: output {k} of fn has shape {sh.fmt(v.shape)}, but the accumulator has shape "
+                             f"{sh.fmt(c.shape)} ({v.name}); fn must return what it takes")
 
 
 @checked
@@ -180,7 +195,7 @@ def scan(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, par
         raise GraphBuildError(f"scan: reverse must be True or False, got {reverse!r}")
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
               name=name or "scan", memory_budget=memory_budget)
-    return _fold(fn, elems, initializer, True, kw, bool(reverse))
+    return _fold(fn, elems, initializer, True, kw, "scan", bool(reverse))
 
 
 @checked
@@ -192,7 +207,7 @@ def foldl(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, pa
     ``memory_budget`` bounds the bytes the loop saves for its gradient, as ``tn.while_loop``'s does."""
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
               name=name or "foldl", memory_budget=memory_budget)
-    return _fold(fn, elems, initializer, False, kw)
+    return _fold(fn, elems, initializer, False, kw, "foldl")
 
 
 @checked
@@ -205,7 +220,7 @@ def foldr(fn: Callable[[Any, Any], Any], elems: Any, initializer: Any = None, pa
     starts from ``elems[-1]``. ``memory_budget`` as for ``foldl``."""
     kw = dict(parallel_iterations=parallel_iterations, back_prop=back_prop, swap_memory=swap_memory,
               name=name or "foldr", memory_budget=memory_budget)
-    return _fold(fn, elems, initializer, False, kw, reverse=True)
+    return _fold(fn, elems, initializer, False, kw, "foldr", reverse=True)
 
 
 @checked
@@ -219,7 +234,7 @@ def map_fn(fn: Callable[[Any], Any], elems: Any, dtype: Any = None, parallel_ite
     ``elems``' structure and dtypes. ``memory_budget`` bounds the bytes the loop saves for its
     gradient, as ``tn.while_loop``'s does.
     """
-    flat, n = _elems(elems)
+    flat, n = _elems(elems, "map_fn")
     xs = [unstack(t) for t in flat]
     if dtype is None:
         out_struct: Any = elems

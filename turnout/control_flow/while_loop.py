@@ -63,9 +63,9 @@ def _shapes_like(structure: Any, shapes: Any) -> list[Any]:
     """Flatten ``shapes`` up to the structure of ``structure``: a shape is itself a list or tuple
     (``[None, 3]``), so it is a leaf wherever ``structure`` has a tensor, not a nested structure."""
     if isinstance(structure, dict):
-        if not isinstance(shapes, dict) or sorted(shapes) != sorted(structure):
+        if not isinstance(shapes, dict) or set(shapes) != set(structure):
             raise GraphBuildError(f"while_loop: shape_invariants {shapes!r} do not match loop_vars")
-        return [s for k in sorted(structure) for s in _shapes_like(structure[k], shapes[k])]
+        return [s for k in nest.sorted_keys(structure) for s in _shapes_like(structure[k], shapes[k])]
     if isinstance(structure, (list, tuple)):
         if not isinstance(shapes, (list, tuple)) or len(shapes) != len(structure):
             raise GraphBuildError(f"while_loop: shape_invariants {shapes!r} do not match loop_vars")
@@ -116,7 +116,7 @@ def while_loop(
         raise GraphBuildError(f"while_loop: parallel_iterations must be a positive int, got {parallel_iterations!r}")
     if memory_budget is not None and not positive_int(memory_budget):
         raise ArgumentError(f"while_loop: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
-    leaves = nest.flatten(loop_vars)
+    leaves = nest.flatten(loop_vars, "while_loop: loop_vars")
     if not leaves:
         raise GraphBuildError("while_loop: loop_vars must contain at least one tensor")
     g = _graph_for(leaves)

@@ -82,7 +82,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, unconnected_gradients: str 
         raise GradientError(f'unconnected_gradients must be "none" or "zero", got {unconnected_gradients!r}')
     if memory_budget is not None and not positive_int(memory_budget):
         raise ArgumentError(f"gradients: memory_budget must be a positive int (bytes) or None, got {memory_budget!r}")
-    y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys)]
+    y_list = [ops.convert_to_tensor(y) for y in nest.flatten(ys, "gradients: ys")]
     x_list = [_as_x(x) for x in (xs if isinstance(xs, (list, tuple)) else [xs])]
     stops = [] if stop_gradients is None else nest.flatten(stop_gradients)
     for t in stops:
@@ -145,10 +145,11 @@ def _grad_ys_up_to(ys: Any, grad_ys: Any) -> list[Any]:
         if not nest.is_nested(s):
             return [v]
         if isinstance(s, dict):
-            if not isinstance(v, dict) or sorted(v) != sorted(s):
-                raise GradientError(f"gradients: grad_ys must have the structure of ys: a dict with keys {sorted(s)} "
+            keys = nest.sorted_keys(s)
+            if not isinstance(v, dict) or set(v) != set(keys):
+                raise GradientError(f"gradients: grad_ys must have the structure of ys: a dict with keys {keys} "
                                     f"where ys has one, got {type(v).__name__}")
-            return [w for k in sorted(s) for w in up_to(s[k], v[k])]
+            return [w for k in keys for w in up_to(s[k], v[k])]
         if not isinstance(v, (list, tuple)) or len(v) != len(s):
             n = len(v) if isinstance(v, (list, tuple)) else 1
             raise GradientError(f"gradients: {n} grad_ys for {len(s)} ys")

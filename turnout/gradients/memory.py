@@ -23,7 +23,7 @@ from turnout.arguments import checked
 from turnout.errors import ArgumentError, NotFoundError
 from turnout.gradients.stacks import bytes_per_iteration
 from turnout.graph import Graph
-from turnout.memory_plan import MemoryPlan, backend_platform, graph_plan
+from turnout.memory_plan import PLATFORM_NAMES, MemoryPlan, backend_platform, graph_plan
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,9 @@ def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int]
     RunOptions(memory_budget=memory_budget)  # checked as a run checks it
     if platform is not None and not isinstance(platform, str):
         raise ArgumentError(f"memory_report: platform must be a platform name such as 'cpu' or 'gpu', got {platform!r}")
+    if platform is not None and platform not in PLATFORM_NAMES:
+        raise ArgumentError(f"memory_report: platform {platform!r} is none of {list(PLATFORM_NAMES)} (JAX's platform "
+                            "names, lower case)")
     if isinstance(target, Graph):
         return _static_report(target, _plan(target, fetches, platform or "cpu", memory_budget))
     backend = getattr(target, "backend", None)

@@ -150,6 +150,7 @@ def call(ctx: ImportContext, fname: str, args: Sequence[Value], role: str) -> tu
     if len(args) != len(fdef.signature.input_arg):
         raise UnsupportedError(f"{ctx.where()}: calls {fname!r} with {len(args)} arguments; it takes "
                                f"{len(fdef.signature.input_arg)}")
+    _check_declared(ctx, f"function {fname!r} declares argument", "the call passes", args, fdef.signature.input_arg)
     nodes, arg_names, rets = function_nodes(fdef)
     sub = ctx.child(nodes, f"{ctx.prefix}{ctx.node.name}/{role}/", dict(zip(arg_names, args, strict=True)), fname)
     if ctx.flow_context is None:
@@ -162,7 +163,48 @@ def call(ctx: ImportContext, fname: str, args: Sequence[Value], role: str) -> tu
             raise GraphBuildError(f"{ctx.where()}: function {fname!r} returns {name!r}, which none of its "
                                   "nodes outputs")
         outs.append(sub.values[name])
+    _check_declared(ctx, f"function {fname!r} declares output", "its body returns", outs, fdef.signature.output_arg)
     return outs, [sub.control[n] for n in fdef.control_ret.values() if n in sub.control]
+
+
+def _check_declared(ctx: ImportContext, declares: str, but: str, values: Sequence[Value], args: Sequence[Any]) -> None:
+    """Refuse a function's arguments or outputs (``values``) whose dtypes are not those its signature
+    declares (``args``, its ``input_arg`` or ``output_arg``), naming the function and the argument
+    (``declares``: "function 'f' declares output"; ``but``: whose values these are). Why: each value
+    keeps the dtype its own node gives it, so a body computing an int32 for a float32 output imported
+    as an int32 and ran as one, silently; TensorFlow refuses such a function when it instantiates it."""
+    for v, a in zip(values, args, strict=True):
+        wrong = _mismatch(a.type, v)
+        if wrong is not None:
+            raise DTypeError(f"{ctx.where()}: {declares} {a.name!r} {_type_name(a.type)}, but {but} {wrong}")
+
+
+def _check_attr(ctx: ImportContext, key: str, what: str, values: Sequence[Value], but: str) -> None:
+    """Refuse the op's inputs or outputs (``values``, ``what`` naming one) whose dtypes disagree with its
+    type-list attr ``key`` (a call's ``Tin`` and ``Tout``, a loop's ``T``), as TensorFlow refuses such a
+    NodeDef; an op without the attr declares nothing."""
+    declared = ctx.attr(key)
+    if key not in ctx.node.attr or not isinstance(declared, list):
+        return
+    if len(declared) != len(values):
+        raise GraphBuildError(f"{ctx.where()}: its {key} declares {len(declared)} {what}s, but {but} "
+                              f"{len(values)}")
+    for k, (enum, v) in enumerate(zip(declared, values, strict=True)):
+        wrong = _mismatch(enum, v)
+        if wrong is not None:
+            raise DTypeError(f"{ctx.where()}: its {key} declares {what} {k} {_type_name(enum)}, but {but} {wrong}")
+
+
+def _mismatch(enum: int, v: Value) -> Optional[str]:
+    """The dtype name of value ``v`` where declared type ``enum`` cannot be it, else None. Only plain
+    tensors are compared: a resource, a TensorList (a variant) and a TensorArray stand for TensorFlow
+    values the import represents in its own way, and a type of 0 is an attr-typed argument."""
+    if not isinstance(v, Tensor) or v.dtype.is_opaque or v.dtype == dt.resource:
+        return None
+    base = enum - 100 if enum > 100 else enum
+    if base in (0, _DT_RESOURCE, protos.DT_VARIANT) or protos.TF_TO_DTYPE.get(base) == v.dtype:
+        return None
+    return v.dtype.name
 
 
 def _anchor_sources(sub: ImportContext, nodes: dict[str, Any], arg_names: list[str]) -> None:
@@ -269,6 +311,7 @@ def _while(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     is ``tn.ANY_SHAPE``, TensorFlow's ``TensorShape(None)``)."""
     cond_f, body_f = _func(ctx, "cond"), _func(ctx, "body")
     ins = [_typed(ctx, body_f, k, v) if isinstance(v, PendingList) else v for k, v in enumerate(ins)]
+    _check_attr(ctx, "T", "input", ins, "it reads")
     flat = _flat(ins, ctx.where())
     if not flat:
         raise UnsupportedError(f"{ctx.where()}: a loop of resources only carries nothing Turnout can loop over")
@@ -385,6 +428,7 @@ def _branches(ctx: ImportContext, args: Sequence[Value], fnames: list[str],
     outputs whose branches have stateful ops (an assignment) has a scalar each branch makes after
     them, to wait for."""
     _same_outputs(ctx, fnames)
+    _check_attr(ctx, "Tin", "input", args, "it reads")
     shaped: list[list[Value]] = []
     types = _optional_types(ctx, fnames)
 
@@ -402,8 +446,11 @@ def _branches(ctx: ImportContext, args: Sequence[Value], fnames: list[str],
     with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context):
         res = build([branch(k, f) for k, f in enumerate(fnames)])
     if not shaped:
+        _check_attr(ctx, "Tout", "output", [], f"function {fnames[0]!r} returns")
         return [], list(res)
-    return _unflat(shaped[0], list(res)), []
+    outs = _unflat(shaped[0], list(res))
+    _check_attr(ctx, "Tout", "output", outs, f"function {fnames[0]!r} returns")
+    return outs, []
 
 
 def _same_outputs(ctx: ImportContext, fnames: list[str]) -> None:
@@ -476,7 +523,9 @@ def _predicate(ctx: ImportContext, p: Value) -> Tensor:
 @_rule("PartitionedCall", "StatefulPartitionedCall")
 def _call(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """The function ``f`` called where the op stands: its body imported in its place."""
+    _check_attr(ctx, "Tin", "input", ins, "it reads")
     outs, waits = call(ctx, _func(ctx, "f"), ins, "call")
+    _check_attr(ctx, "Tout", "output", outs, f"function {_func(ctx, 'f')!r} returns")
     return _named(ctx, _after(outs, waits), waits)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from turnout.errors import GraphBuildError, TurnoutError
 from turnout.frames import kahn_order
 from turnout.graph import BACK_EDGE, Node
+from turnout.graphdef.arity import check_input_types, check_inputs
 from turnout.graphdef.flows import FlowAnalysis
 from turnout.graphdef.import_context import REF_OPS, ImportContext, Ref, Rule
 from turnout.graphdef.import_rules import IMPORT_RULES
@@ -46,11 +47,13 @@ def import_nodes(ctx: ImportContext, nodes: dict[str, Any], names: list[str], de
     for name in names:
         nd = nodes[name]
         ctx.node, ctx.created, ctx.device = nd, [], None
+        check_inputs(nd, len(ctx.data_inputs(nd)))
         ins = [_input(ctx, nodes, nd, t) for t in ctx.data_inputs(nd)]
         if nd.op not in REF_OPS:  # a ref read as a value: the Variable's value where this op runs (on the
             # Variable's device, by the colocation of resource ops; TensorFlow sends the value to the op)
             ins = [ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
                    if isinstance(v, Ref) else v for k, v in enumerate(ins)]
+        check_input_types(nd, ins)
         first, ctx.device = len(ctx.created), devices.get(name)
         try:
             outs = rules[nd.op](ctx, nd, ins)

@@ -14,7 +14,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.array_ops import equal_split_parts, slice_part, split_parts
 from turnout.composite import basic_index, dim, getitem, getitem_spec, index_with_new_axes
-from turnout.errors import UnsupportedError
+from turnout.errors import DTypeError, UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start, tensor_name
 from turnout.graphdef.import_context import (
@@ -55,8 +55,21 @@ def _const(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         return [_empty_ta(ctx, lab, [])]
     if ctx.attr("dtype") == 7:  # DT_STRING: an Assert's message, read when the Assert is imported
         return [Text(" ".join(v.decode("utf-8", "replace") for v in ctx.attr("value").string_val))]
+    _same_dtype(ctx)
     value = protos_value(ctx)
     return [ctx.create("Const", [], {"value": value, "dtype": dt.as_dtype(value.dtype).name}).outputs[0]]
+
+
+def _same_dtype(ctx: ImportContext) -> None:
+    """Refuse a Const whose ``dtype`` attr is not its value's dtype, as TensorFlow's kernel does ("Type
+    mismatch between value and dtype"). Why: the value's dtype won, so a float32 Const holding an int32
+    tensor imported as an int32, silently. (A Const without the attr declares nothing.)"""
+    from turnout.graphdef import protos
+
+    declared, value = ctx.attr("dtype"), ctx.attr("value")
+    if isinstance(declared, int) and value is not None and hasattr(value, "dtype") and value.dtype != declared:
+        raise DTypeError(f"{ctx.where()}: its dtype attr is {protos.TF_TYPE_NAMES.get(declared, f'enum {declared}')}, "
+                         f"but its value is {protos.TF_TYPE_NAMES.get(value.dtype, f'enum {value.dtype}')}")
 
 
 def protos_value(ctx: ImportContext) -> np.ndarray:
