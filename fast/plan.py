@@ -149,7 +149,10 @@ class Plan(StepPlan):
         self.nesting = nesting(program.items)
         #: the staged path: the program cut for one device (``fast.cut``), compiled segments and driven loops
         self.stages = one_device(program, fed, self.held)
-        self.fused = self._fused_stage() if any(st.driven is not None for st in self.stages) else None
+        #: the fused attempt, for a program whose stages drive a loop or keep gradient stacks (a stage
+        #: that pushes inside a loop compiled whole sizes its stacks by the ladder too, and has a lane)
+        self.fused = (self._fused_stage() if any(st.driven is not None for st in self.stages) or self.stack_nodes
+                      else None)
         self.fused_warm = False  # the fused stage has run once
         # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): its capacities,
         # smallest first, this plan's last; the plans of the rungs reached so far, by capacity; and

@@ -837,3 +837,25 @@ def test_a_lane_specialised_on_a_python_int_refuses_another_value_or_one_out_of_
     np.testing.assert_array_equal(sess.run(y, {n: 3}), [2.0, 2.0, 2.0])
     assert _route(sess) == "lane"
     np.testing.assert_array_equal(sess.run(y, {n: np.int32(2)}), [2.0, 2.0])
+
+
+def test_a_gradient_whose_stacks_live_in_a_cond_branch_takes_the_fused_lane() -> None:
+    """Regression (found by the ``dev`` profile of tests/test_routes.py): a program whose gradient
+    stacks are pushed only by a scan inside a ``cond`` branch is one stage with no driven loop. It had
+    no fused attempt, so every run took the general path with its stacks at the full chunk (1024
+    entries), and none took a lane. It now has one: its repeats take the lane, its stacks start on
+    the ladder's first rung, and its values are the reference's whichever branch runs."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+        fs = tn.placeholder(tn.float64, [2], name="fs")
+        y = tn.cond(x > 0, lambda: tn.constant(0.0, tn.float64),
+                    lambda: tn.reduce_sum(tn.scan(lambda c, e: c * e + e, fs, initializer=tn.constant(1.0, tn.float64))))
+        (d,) = tn.gradients(y, [fs])
+    fast, ref = _both(g)
+    for xv in (2, 2, 2, -1, -1, -1):
+        feed = {x: np.int32(xv), fs: np.array([0.5, 3.0])}
+        got = fast.run(d, feed)
+        np.testing.assert_array_equal(got, ref.run(d, feed))
+    stats = fast.last_result.stats
+    assert _route(fast) in ("lane", "hot") and stats.get("stack_capacity", 0) <= 128, stats
