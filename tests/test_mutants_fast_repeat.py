@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from turnout.fast import repeat as repeat_module
-from turnout.fast.repeat import Repeats
+from turnout.fast.repeat import HotFused, Repeats
 
 
 def _route() -> Any:
@@ -98,3 +98,40 @@ def test_remembering_the_same_route_again_keeps_its_lanes(made: Any) -> None:
     rep.remember(_route(), [x], feeds)  # (a new route for d's fetches and feeds)
     assert not rep.lanes
     assert [v[0] is other for v in rep.no_lane.values()] == [True]  # (routes compare by identity)
+
+
+def test_a_lane_is_given_only_for_the_run_that_recorded_the_route(made: Any) -> None:
+    """The session asks for a lane after its run: it gets one only where that run (the same feed
+    dict, the same fetch objects) recorded the route; another fetch list of the same length, or
+    another feed dict with the same fetches, gets none and makes none."""
+    rep, d, x, y = _repeats(), _route(), _tensor(1), _tensor(2)
+    feeds = {x: np.zeros(2)}
+    for fetches, asked in (([y], feeds), ([x], {x: np.zeros(2)})):
+        rep.remember(d, [x], feeds)
+        assert rep.lane_for(fetches, asked, dict(asked)) is None
+    assert made.calls == []
+    rep.remember(d, [x], feeds)
+    assert rep.lane_for([x], feeds, dict(feeds)) is not None and len(made.calls) == 1
+
+
+def test_a_fused_route_is_not_recognised_once_its_plan_left_the_rung() -> None:
+    """A repeat of a fused attempt goes to its lane only while the rung that held the last run is
+    still its plan's rung, nothing predicted an overflow and the rung's buffers are kept: after a
+    climb (or a descent) the general path must choose the rung."""
+    plan = SimpleNamespace()
+    top = SimpleNamespace(predict_overflow=False, rung=plan)
+    d = HotFused(plan, top, {}, [], (), False)  # type: ignore[arg-type]
+    backend = SimpleNamespace(graph=SimpleNamespace(version=0, edits=0), _checked_version=0, _timeline=None,
+                              _stack_bufs={id(plan): object()}, _dev_vars={})
+    rep = Repeats(backend)  # type: ignore[arg-type]
+    x = _tensor(1)
+    feeds = {x: np.zeros(2)}
+    rep.routes[rep.key([x], feeds)] = (d, 0)
+    assert rep.recognise([x], feeds, {}) is d
+    top.rung = SimpleNamespace()  # (the ladder's rung is another plan now)
+    assert rep.recognise([x], feeds, {}) is None
+    top.rung, top.predict_overflow = plan, True
+    assert rep.recognise([x], feeds, {}) is None
+    top.predict_overflow = False
+    del backend._stack_bufs[id(plan)]
+    assert rep.recognise([x], feeds, {}) is None
