@@ -849,8 +849,9 @@ def test_a_gradient_whose_stacks_live_in_a_cond_branch_takes_the_fused_lane() ->
     with g.as_default():
         x = tn.placeholder(tn.int32, [], name="x")
         fs = tn.placeholder(tn.float64, [2], name="fs")
+        one = tn.constant(1.0, tn.float64)
         y = tn.cond(x > 0, lambda: tn.constant(0.0, tn.float64),
-                    lambda: tn.reduce_sum(tn.scan(lambda c, e: c * e + e, fs, initializer=tn.constant(1.0, tn.float64))))
+                    lambda: tn.reduce_sum(tn.scan(lambda c, e: c * e + e, fs, initializer=one)))
         (d,) = tn.gradients(y, [fs])
     fast, ref = _both(g)
     for xv in (2, 2, 2, -1, -1, -1):
