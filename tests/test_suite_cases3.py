@@ -599,7 +599,7 @@ TYPE_ERRORS: list[tuple[str, Callable[[], Any], type, str]] = [
     ("scan carry structure", lambda: tn.scan(lambda c, e: (c, c), f64([1.0]), initializer=f64(0.0)),
      tn.GraphBuildError, "structures differ"),
     ("scan carry dtype", lambda: tn.scan(lambda c, e: tn.cast(c, tn.float32), f64([1.0]), initializer=f64(0.0)),
-     tn.DTypeError, "writing float32 into a TensorArray of float64"),
+     tn.DTypeError, "scan: output 0 of fn is float32, but the accumulator is float64"),
 ]
 
 
