@@ -21,6 +21,17 @@ class Cases(dict[str, Callable[[], Case]]):
         return f
 
 
+def run_case(cases: Cases, name: str, route: str) -> tuple[list[Any], Optional[list[Any]]]:
+    """Case ``name`` built in a fresh graph and run on ``route`` (``route_table.run_on``): what it
+    fetched, and what it expects."""
+    from route_table import run_on
+
+    g = tn.Graph()
+    with g.as_default():
+        fetches, feeds, want = cases[name]()
+    return list(run_on(route, g, fetches, feeds)), want
+
+
 def f64(v: Any) -> tn.Tensor:
     return tn.constant(v, tn.float64)
 

@@ -54,22 +54,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_only_turnout_errors import ALL_BACKENDS, session
 
 import turnout as tn
 from turnout import checkpoint
-from turnout.session import BACKENDS
-
-#: every in-process backend (Ray needs a cluster)
-ALL_BACKENDS = sorted(b for b in BACKENDS if b != "ray")
-
-
-def session(g: tn.Graph, backend: str) -> tn.Session:
-    """A session of ``backend``; a partitioned one spreads the nodes over two devices."""
-    if backend not in ("partitioned", "fast-partitioned"):
-        return tn.Session(g, backend=backend)
-    devices = ["cpu:0", "cpu:1"]
-    return tn.Session(g, backend=backend, devices=devices,
-                      requests={n.name: devices[k % 2] for k, n in enumerate(g.nodes)})
 
 
 # ---- 1. a dict whose keys cannot be ordered ----------------------------------------------------------

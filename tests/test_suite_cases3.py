@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from case_table import Case, Cases, f64, grad, ph
+from case_table import Case, Cases, f64, grad, ph, run_case
 from route_table import ROUTES, in_jax, run_on, run_strictly
 
 import turnout as tn
@@ -524,17 +524,10 @@ def _close(got: list[Any], want: list[Any], what: str) -> None:
         np.testing.assert_allclose(a64, b64, rtol=1e-9, atol=1e-12, err_msg=f"{what}: fetch {k}")
 
 
-def _run_case(name: str, route: str) -> tuple[list[Any], list[Any]]:
-    g = tn.Graph()
-    with g.as_default():
-        fetches, feeds, want = CASES[name]()
-    return list(run_on(route, g, fetches, feeds)), want
-
-
 @pytest.mark.parametrize("route", sorted(ROUTES))
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_suite_case_on_every_route(name: str, route: str) -> None:
-    got, want = _run_case(name, route)
+    got, want = run_case(CASES, name, route)
     _close(got, want, f"{name} on {route}")
 
 

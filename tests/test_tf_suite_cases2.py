@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from case_table import Case, Cases, f64, grad, ph
+from case_table import Case, Cases, f64, grad, ph, run_case
 from route_table import ROUTES, run_on
 
 import turnout as tn
@@ -386,20 +386,13 @@ def _close(got: list[Any], want: list[Any], what: str) -> None:
 _REFERENCE: dict[str, list[Any]] = {}
 
 
-def _run_case(name: str, route: str) -> tuple[list[Any], list[Any]]:
-    g = tn.Graph()
-    with g.as_default():
-        fetches, feeds, want = CASES[name]()
-    return list(run_on(route, g, fetches, feeds)), want
-
-
 @pytest.mark.parametrize("route", sorted(ROUTES))
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_closed_form_case_on_every_route(name: str, route: str) -> None:
-    got, want = _run_case(name, route)
+    got, want = run_case(CASES, name, route)
     _close(got, want, f"{name} on {route}, against its closed form")
     if name not in _REFERENCE:
-        _REFERENCE[name] = _run_case(name, "reference")[0]
+        _REFERENCE[name] = run_case(CASES, name, "reference")[0]
     _close(got, _REFERENCE[name], f"{name} on {route}, against the reference interpreter")
 
 
