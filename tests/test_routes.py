@@ -70,9 +70,11 @@ def _placed(**kw: Any) -> Callable[[tn.Graph, dict[str, str]], tn.Session]:
 ROUTES = [
     # (three runs: a plan whose first run learns its stacks' shapes traces its fused stage again in the
     # second, ``Plan.learn_stack_shapes``, and a plan specialised on fed values has its lane too)
+    # (a fused attempt whose stacks nothing pushed yet may not know their shapes, and keeps no buffers
+    # a lane could reuse: ``Plan.learn_stack_shapes``; its runs take the general path until one pushes)
     Route("one call (Direct or the fused attempt), then its lane", _fast(), 3,
           lambda s: s[0]["route"] == "general" and s[0]["executor"] == "compiled" and s[0]["stages"] == 1
-          and s[-1]["route"] in ("lane", "hot")),
+          and (s[-1]["route"] in ("lane", "hot") or _nothing_pushed(s))),
     Route("staged, chunks of one entry", _fast(options=tn.FastOptions(stack_chunk=1, stack_ladder=False)), 1,
           # (a stack inside a loop inside the fused program cannot be driven: its capacity doubles instead)
           lambda s: s[0]["executor"] == "compiled"
@@ -87,6 +89,11 @@ ROUTES = [
                                                                                requests=req), 1,
           lambda s: "firings_per_device" in s[0]),
 ]
+
+
+def _nothing_pushed(stats: list[dict[str, Any]]) -> bool:
+    """Every run was a fused attempt whose stacks held nothing (its loops ran no iteration)."""
+    return all(s["fused"] and s.get("stack_mark") == 0 for s in stats)
 
 
 def _runs(route: Route, sess: tn.Session, run: Callable[[bool], list[Any]]) -> list[Any]:
@@ -231,6 +238,27 @@ STRICT = {
     "several devices, partitioned reference":
         lambda s: s[0]["messages"] > 0 and len(s[0]["firings_per_device"]) == 3,
 }
+
+
+def test_a_loop_that_never_ran_over_a_batch_of_unknown_size_takes_the_general_path() -> None:
+    """Regression (found by the ``dev`` profile of the property test above): the gradient of a loop
+    whose predicate is false from the start, over a batch the graph does not size. Its body is never
+    traced, so its stacks' element shape stays unknown and no buffer is kept for a lane: every run is
+    a fused attempt on the general path, with the reference's values (the route property accepts
+    that, ``_nothing_pushed``). A loop that pushes teaches the shapes, and its repeats take the lane
+    (``test_each_route_is_forced_on_a_loop_with_its_gradient``)."""
+    g = tn.Graph()
+    with g.as_default():
+        f = tn.placeholder(tn.float64, [None], name="f")
+        _, y = tn.while_loop(lambda i, v: i < 0, lambda i, v: (i + 1, tn.tanh(v) * 2.0), [tn.constant(0), f])
+        (d,) = tn.gradients(tn.reduce_sum(y * y), [f])
+    fast, ref = tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
+    stats = []
+    for k in range(3):
+        feed = {f: np.array([0.5, -1.0, 2.0]) * (k + 1)}
+        np.testing.assert_array_equal(fast.run(d, feed), ref.run(d, feed))
+        stats.append(fast.last_result.stats)
+    assert [s["route"] for s in stats] == ["general"] * 3 and _nothing_pushed(stats), stats
 
 
 def test_each_route_is_forced_on_a_loop_with_its_gradient() -> None:
