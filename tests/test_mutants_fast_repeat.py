@@ -135,3 +135,23 @@ def test_a_fused_route_is_not_recognised_once_its_plan_left_the_rung() -> None:
     top.predict_overflow = False
     del backend._stack_bufs[id(plan)]
     assert rep.recognise([x], feeds, {}) is None
+
+
+def test_a_hot_run_reports_the_compiles_so_far_and_its_call_time() -> None:
+    """A repeat run by its lane after the session's checks (route ``"hot"``: a run with options)
+    reports what a general run reports: the backend's compiles so far (none new) and the seconds of
+    its one call."""
+    import turnout as tn
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        y = x * 2.0 + 1.0
+    sess = tn.Session(g, backend="fast")
+    for k in range(3):
+        sess.run(y, {x: np.arange(3, dtype=np.float32) + k}, options={})
+    stats = sess.last_result.stats
+    assert stats["route"] == "hot"
+    assert stats["compiles"] == sess.backend.compile_count == 1
+    (seconds,) = stats["stage_seconds"]
+    assert 0.0 < seconds < 60.0
