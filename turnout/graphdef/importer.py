@@ -42,6 +42,7 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_random,
     import_scatter,
     import_structure,
+    import_tensor_arrays,
     import_tensor_lists,
     protos,
 )
