@@ -16,6 +16,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from turnout import windows
 from turnout.arguments import checked
 from turnout.errors import ArgumentError
 from turnout.graph import Tensor
@@ -86,13 +87,11 @@ def conv2d(x: Any, filters: Any, strides: IntOrInts, padding: str, dilations: In
 
 
 def _groups(x: Tensor, filters: Tensor, data_format: str) -> int:
-    """The feature groups TensorFlow's Conv2D reads from the shapes: the image's channels over the
-    filter's input channels, where both are known and the second divides the first; else 1 (the
-    shape rule then says what does not fit)."""
+    """The feature groups of ``x`` convolved with ``filters`` (``windows.groups_of``)."""
     axis = 3 if data_format == "NHWC" else 1
     c = x.shape[axis] if x.shape is not None and len(x.shape) == 4 else None
     f = filters.shape[2] if filters.shape is not None and len(filters.shape) == 4 else None
-    return c // f if c is not None and f and c != f and c % f == 0 else 1
+    return windows.groups_of(c, f)
 
 
 @checked

@@ -60,6 +60,15 @@ def feature_groups(op: str, attrs: dict[str, Any]) -> int:
     return int(g)
 
 
+def groups_of(channels: Optional[int], filter_in: Optional[int]) -> int:
+    """The feature groups TensorFlow's ``Conv2D`` reads from the shapes: the image's channels over the
+    filter's input channels, where both are known and the second divides the first; else 1 (the
+    shape rule then says what does not fit)."""
+    if channels is None or not filter_in or channels == filter_in or channels % filter_in:
+        return 1
+    return channels // filter_in
+
+
 def check_attrs(op: str, attrs: dict[str, Any]) -> None:
     """Refuse a window op's attributes that are not two positive ints each, or an unknown padding."""
     _pair(op, attrs, "strides")
@@ -117,5 +126,5 @@ def out_hw(op: str, attrs: dict[str, Any], hw: Sequence[Optional[int]],
     return out[0], out[1]
 
 
-__all__ = ["CONV_OPS", "PADDINGS", "POOL_OPS", "Axis", "axis", "check_attrs", "feature_groups", "out_hw", "spatial",
-           "window"]
+__all__ = ["CONV_OPS", "PADDINGS", "POOL_OPS", "Axis", "axis", "check_attrs", "feature_groups", "groups_of", "out_hw",
+           "spatial", "window"]

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from turnout import dtypes as dt
+from turnout.composite import dim
+from turnout.composite import int32 as _int32
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
@@ -221,7 +223,7 @@ def _where(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     kept = _getitem(ctx, rows, (slice(None, n, None),), None)
     coords, stride = [], None
     for k in reversed(range(len(x.shape))):
-        d = _size(ctx, x, k)
+        d = _int_tensor(ctx, dim(ctx, x, k, f"dim{k}"), x, f"dim{k}")
         over = kept if stride is None else ctx.create("Div", [kept, stride], suffix=f"over{k}").outputs[0]
         coords.append(ctx.create("FloorMod", [over, d], suffix=f"coord{k}").outputs[0])
         stride = d if stride is None else ctx.create("Mul", [stride, d], suffix=f"stride{k}").outputs[0]
@@ -230,14 +232,9 @@ def _where(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Cast", [t], {"dtype": "int64"}).outputs[0]]
 
 
-def _size(ctx: ImportContext, x: Tensor, k: int) -> Tensor:
-    """Axis ``k``'s size of ``x`` as an int32 scalar: a constant where the import knows it."""
-    assert x.shape is not None
-    d = x.shape[k]
-    if d is not None:
-        return ctx.const(np.asarray(int(d), np.int32), [x], suffix=f"dim{k}")
-    shape = ctx.create("Shape", [x], suffix=f"shape{k}").outputs[0]
-    return _getitem(ctx, shape, (k,), f"dim{k}")
+def _int_tensor(ctx: ImportContext, d: Any, anchor: Tensor, suffix: str) -> Tensor:
+    """A size from ``composite.dim`` as an int32 tensor: a constant where the import knows it."""
+    return _int32(ctx, d, anchor, suffix) if isinstance(d, int) else d
 
 
 @_rule("ResourceGather")

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from turnout import windows
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
@@ -95,9 +96,8 @@ def _grouped(ctx: ImportContext, image: Optional[list[Any]], filter_shape: Optio
     attrs = _attrs(ctx, pool=False)
     c = image[1 if _nchw(ctx) else 3] if image is not None and len(image) == 4 else None
     f = filter_shape[2] if filter_shape is not None and len(filter_shape) == 4 else None
-    if c is not None and f and c != f and c % f == 0:
-        attrs["groups"] = c // f
-    return attrs
+    groups = windows.groups_of(c, f)
+    return {**attrs, "groups": groups} if groups > 1 else attrs
 
 
 def _shape(t: Tensor) -> Optional[list[Any]]:
@@ -417,8 +417,8 @@ def _resize_bilinear_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs
     d_bottom = f.op("Mul", dy, ry)
     d_top = f.op("Sub", dy, d_bottom)
     cx = f.weight(xw, 2, dy.dtype)
-    like_rows = f.gather(_float_image(ctx, orig), np.zeros(oh, np.int32), 1)  # (N, OH, W, C): a shape only
-    like = _float_image(ctx, orig)
+    like = _float_image(ctx, orig)  # (N, H, W, C): a shape only
+    like_rows = f.gather(like, np.zeros(oh, np.int32), 1)  # (N, OH, W, C): a shape only
 
     def columns(d: Tensor) -> Tensor:  # (N, OH, OW, C) -> (N, OH, W, C)
         right = f.op("Mul", d, cx)
