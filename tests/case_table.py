@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
+import numpy as np
+
 import turnout as tn
 
 Case = tuple[list[Any], dict[tn.Tensor, Any], Optional[list[Any]]]
@@ -30,6 +32,16 @@ def run_case(cases: Cases, name: str, route: str) -> tuple[list[Any], Optional[l
     with g.as_default():
         fetches, feeds, want = cases[name]()
     return list(run_on(route, g, fetches, feeds)), want
+
+
+def close(got: list[Any], want: list[Any], what: str, rtol: float) -> None:
+    """Each fetch equal to its expected value in float64, of the same shape, within ``rtol`` (and an
+    absolute 1e-12 for values at zero)."""
+    assert len(got) == len(want), what
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        assert a64.shape == b64.shape, f"{what}: fetch {k} has shape {a64.shape}, expected {b64.shape}"
+        np.testing.assert_allclose(a64, b64, rtol=rtol, atol=1e-12, err_msg=f"{what}: fetch {k}")
 
 
 def f64(v: Any) -> tn.Tensor:

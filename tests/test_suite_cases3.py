@@ -17,11 +17,12 @@ gradient. The bug tests at the end each name what was wrong before its fix.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pytest
-from case_table import Case, Cases, f64, grad, ph, run_case
+from case_table import Case, Cases, close, f64, grad, ph, run_case
 from route_table import ROUTES, in_jax, run_on, run_strictly
 
 import turnout as tn
@@ -516,12 +517,7 @@ def aliased_loop_variables_and_a_bool_predicate() -> Case:
             [xv ** 4, xv ** 4, 12 * xv ** 3, xv ** 2, xv, 2 * xv, 4, False, xv ** 4, 4 * xv ** 3])
 
 
-def _close(got: list[Any], want: list[Any], what: str) -> None:
-    assert len(got) == len(want), what
-    for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        assert a64.shape == b64.shape, f"{what}: fetch {k} has shape {a64.shape}, expected {b64.shape}"
-        np.testing.assert_allclose(a64, b64, rtol=1e-9, atol=1e-12, err_msg=f"{what}: fetch {k}")
+_close = partial(close, rtol=1e-9)
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

@@ -24,11 +24,12 @@ wrong before its fix.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pytest
-from case_table import Case, Cases, f64, grad, ph, run_case
+from case_table import Case, Cases, close, f64, grad, ph, run_case
 from route_table import ROUTES, run_on
 
 import turnout as tn
@@ -375,12 +376,7 @@ def shape_ops_with_minus_one_sizes_axes_and_gradients() -> Case:
              [[[1, 0], [0, 0], [0, 1]], [[0, 0], [1, 0], [0, 0]]], M, np.where(M > 5, M, 0), [-1, 0, 2]])
 
 
-def _close(got: list[Any], want: list[Any], what: str) -> None:
-    assert len(got) == len(want), what
-    for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        assert a64.shape == b64.shape, f"{what}: fetch {k} has shape {a64.shape}, expected {b64.shape}"
-        np.testing.assert_allclose(a64, b64, rtol=1e-6, atol=1e-12, err_msg=f"{what}: fetch {k}")
+_close = partial(close, rtol=1e-6)
 
 
 _REFERENCE: dict[str, list[Any]] = {}
