@@ -176,9 +176,6 @@ def _pow(a: Any, b: Any) -> Any:
     return np.power(a, b)
 
 
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
 def _lgamma_of(v: float) -> float:
     """``log |Gamma(v)|``, with TensorFlow's values where ``math.lgamma`` raises: inf at the poles
     (0 and the negative integers) and NaN for NaN."""
@@ -237,7 +234,7 @@ KERNELS.update({
     "Sqrt": _elementwise(np.sqrt),
     "Log1p": _elementwise(np.log1p),
     "Expm1": _elementwise(np.expm1),
-    "Erf": _elementwise(lambda x: np.asarray(_erf(x), dtype=np.result_type(x))),  # (numpy has no erf)
+    "Erf": _elementwise(_by_element(math.erf)),  # (numpy has no erf)
     "Sin": _elementwise(np.sin),
     "Cos": _elementwise(np.cos),
     "Tan": _elementwise(np.tan),
