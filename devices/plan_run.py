@@ -57,13 +57,15 @@ class DevicePlan(StepPlan):
         self.var_device = {name: device_of[n.id] for name, n in self.var_nodes.items()}
         self.threaded = bool(sched.segments) if threads == "always" else any(
             n.op in HOST_CALLBACK_OPS for seg in sched.segments for it in seg.items for n in item_nodes(it))
-        # stack key -> (device, dtype, (element shape, index shape)) for stacks whose pushes have static
-        # shapes: allocated on their device before the run, as the one-device backend does, so that a
-        # loop compiled whole on one device carries them from its first iteration (a stack made at its
-        # first push inside the loop would change the loop carry's type)
+        # stack key -> (device, dtype, (element shape, index shape), or None where its pushes' shapes are
+        # not static): in its device's state before the run, as the one-device backend does, allocated
+        # or pending, so that a loop compiled whole on one device carries it from its first iteration
+        # (a stack made inside the loop, at its first push or at a pop of a stack nothing pushed, would
+        # change the loop carry's type)
+        static = static_stack_shapes(list(nodes.values()))
         self.stack_alloc: dict[str, tuple[str, Any, Any]] = {
-            stk.state_key(sid): (device_of[sid], stack_dtype(nodes[sid]), shapes)
-            for sid, shapes in static_stack_shapes(list(nodes.values())).items() if sid in nodes}
+            stk.state_key(sid): (device_of[sid], stack_dtype(n), static.get(sid))
+            for sid, n in nodes.items() if n.op == "StackNew"}
         # the stacks' loops and swap_memory (``fast.device_stacks``)
         self.stack_info = stack_infos(nodes.values())
         #: per device, the bytes of the checkpoint slots (sized as the one-device backend sizes them,
@@ -88,7 +90,8 @@ class PlanRun(StepRunner):
             d = plan.var_device[name]
             state[d][var_key(name)] = jax.device_put(variables[name], jdev[d])
         for k, (d, dtype, shapes) in plan.stack_alloc.items():
-            state[d][k] = stk.StackValue(plan.capacity, dtype).allocate(*shapes, jdev[d])
+            pending = stk.StackValue(plan.capacity, dtype)
+            state[d][k] = pending if shapes is None else pending.allocate(*shapes, jdev[d])
         # full stack chunks to host memory or kept on their device, per loop's swap_memory (or the memory
         # plan's); the cap and the budgets, counted per device
         stacks = DeviceStacks(plan.stack_info, backend.devices, plan.capacity, backend.options.device_memory_limit,

@@ -275,15 +275,34 @@ class LayoutCalls:
                  bound: Any) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
         """One call: ``(outputs, live flags by key, the state entries that left it changed)``, the
         outputs with the trace's constants merged (copies: ``copy_static``), the flags device values."""
+        args, fn = self._fn(feeds, state, stacks)
+        res, tag = fn(*args.flat(feeds, state, stacks, bound))
+        return self._read(res, tag.spec)
+
+    def trace(self, feeds: Mapping[Key, Any], state: Mapping[str, Any], stacks: Mapping[str, Any],
+              bound: Any) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
+        """What a call would return, traced and not run: the results as ``jax.ShapeDtypeStruct``
+        (and the trace's constants), from arguments that may be the same. Why: a plan learns from
+        its traces (the constants its stacks' pushes pushed), and a step no run reached has taught
+        it nothing (``HostControl.learn_unrun``)."""
+        args, fn = self._fn(feeds, state, stacks)
+        res, tag = fn.trace(*args.flat(feeds, state, stacks, bound)).out_info
+        return self._read(res, tag.spec)
+
+    def _fn(self, feeds: Mapping[Key, Any], state: Mapping[str, Any], stacks: Mapping[str, Any]
+            ) -> tuple[CallArgs, Any]:
+        """The layout of a call's arguments and the jitted function of that layout."""
         # sorted: a state that gained an entry (a stack made at its first push) keeps one layout
         layout = (tuple(feeds), tuple(sorted(state)), tuple(sorted(stacks)))
         got = self.fns.get(layout)
         if got is None:
             args = CallArgs(*layout)
             got = self.fns[layout] = (args, tagged_call(args, self.body, self.jit))
-        args, fn = got
-        res, tag = fn(*args.flat(feeds, state, stacks, bound))
-        spec: CallSpec = tag.spec
+        return got
+
+    @staticmethod
+    def _read(res: tuple[Any, ...], spec: CallSpec) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
+        """A call's flat results read by the spec of its trace (see ``__call__``)."""
         out, flags, new = spec.split(res)
         out.update((k, copy_static(v)) for k, v in spec.static.items())
         lives: dict[Key, Any] = dict.fromkeys(spec.live, True)

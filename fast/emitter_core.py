@@ -261,6 +261,17 @@ class EmitterCore(ABC):
         prev = self.push_shapes.get(k)
         self.push_shapes[k] = got if prev is None or prev == got else MIXED
 
+    def pending_shape(self, n: Node, h: Handle) -> tuple[int, ...]:
+        """The element shape that StackPop ``n`` returns, traced where no push has made stack ``h``
+        (it raises underflow if it runs): the one shape a trace of the plan saw pushed there, else
+        its static shape with 0 for each unknown dimension. Why the pushed one: a backward loop
+        keeps its carries' shapes only with it where its forward loop ran no iteration in another
+        call (on another device, or driven from the host; ``HostControl.learn_unrun``)."""
+        got = self.push_shapes.get(stack_key(h))
+        if isinstance(got, tuple):
+            return got[0]
+        return tuple(d or 0 for d in (n.outputs[0].shape or ()))
+
     def pushed_constant(self, h: Handle, index: Any = None) -> Any:
         """The constant every push of stack ``h`` pushed, or every push under ``index`` where that is
         known while tracing (see ``note_push``), or ``None``. Every push of a forward loop is traced

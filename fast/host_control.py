@@ -23,11 +23,11 @@ import numpy as np
 
 from turnout.errors import NonTerminationError, describe_node, runaway_message
 from turnout.fast import plumbing
-from turnout.fast.cut import HostCond, HostLoop, Step
-from turnout.fast.host_env import HostEnv, Lazy, resolved, switched
+from turnout.fast.cut import HostCond, HostLoop, Segment, Step
+from turnout.fast.host_env import HostEnv, Lazy, abstract, resolved, switched
 from turnout.fast.outcome import Retry
 from turnout.fast.regions import Key, cond_exports, cond_outputs, key, pred_reader
-from turnout.fast.values import DEAD
+from turnout.fast.values import DEAD, wrap_static
 from turnout.kernels import truth
 
 if TYPE_CHECKING:
@@ -56,6 +56,9 @@ class HostControl:
     steps: Callable[[list[Step], HostEnv], None]
     on_workers: Callable[[Callable[[], None]], None]
     _retire: Callable[[list[Any]], None]
+    #: a segment's compiled function (``SegmentFn``), made on first use, and the iteration bound its calls take
+    fn_of: Callable[[Segment], Any]
+    max_iter: Any
 
     def cond(self, hc: HostCond, env: HostEnv) -> None:
         """A cond whose branches span devices: the host reads the predicate, runs the taken branch's
@@ -103,6 +106,8 @@ class HostControl:
         self.iteration = outer_iteration
         if self.retry is not None:
             return
+        if iters == 0 and hl.pushes:
+            self.learn_unrun(hl.body, switched(henv, r.switches, 1))
         if hl.pushes:
             self.on_workers(lambda: self.stacks.loop_ended(hl.pushes))
         name = str(r.frame[-1])
@@ -110,6 +115,46 @@ class HostControl:
         eenv = switched(henv, r.switches, 0)
         self.steps(hl.exit_side, eenv)
         env.wire(plumbing.exit_wires(r), eenv)
+
+    def learn_unrun(self, steps: list[Step], env: HostEnv) -> None:
+        """Trace, without running them, the segments of ``steps`` that no call has traced: the body
+        of a loop that pushes stacks and ran no iteration. Why: a plan's traces learn the constants
+        a stack's only push pushes (a forward value's shape, ``Emitter.note_push``), and a gradient
+        step traced later pops them as constants (the shape of a ``Fill`` must be known when
+        compiling); every push is traced before its pops on every other route, where a loop's body
+        is traced whatever its trip count. Best effort: a trace that fails teaches nothing and
+        changes nothing of the run (the body never runs), so its error is dropped."""
+        try:
+            self._learn_steps(steps, env)
+        except Exception:  # noqa: BLE001 (see above: an unreached body's trace must not fail the run)
+            return
+
+    def _learn_steps(self, steps: list[Step], env: HostEnv) -> None:
+        """``learn_unrun``'s walk: each segment traced on the abstract values before it, each cond's
+        branches and each loop's header, body and exit side once, joined as a run would."""
+        for s in steps:
+            if isinstance(s, HostCond):
+                for b, branch in s.branches.items():
+                    benv = switched(env, s.region.switches, int(b))
+                    self._learn_steps(branch, benv)
+                self._join(s, b, benv, env, cond_exports(s.region, self.program.fetch_keys))
+            elif isinstance(s, HostLoop):
+                base = env.child()
+                base.wire(plumbing.invariant_wires(s.region), env)
+                vals: list[tuple[Any, Optional[str]]] = [(env.vals[key(t)], None)
+                                                         for t, _ in plumbing.entries(s.region)]
+                henv = self._enter_iteration(s, base, vals, first=True)
+                self._learn_steps(s.header, henv)
+                self._learn_steps(s.body, switched(henv, s.region.switches, 1))
+                eenv = switched(henv, s.region.switches, 0)
+                self._learn_steps(s.exit_side, eenv)
+                env.wire(plumbing.exit_wires(s.region), eenv)
+            elif s.driven is None:
+                fn = self.fn_of(s)
+                env_in = {k: wrap_static(abstract(env.vals[k])) for k in s.reads if k in env.vals}
+                out, _, _ = fn.trace(env_in, abstract(self.state[s.device]), self.max_iter)
+                for k, v in out.items():
+                    env.set(k, v, s.device)
 
     def _iterate(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]]) -> tuple[HostEnv, int]:
         """Run iterations until the predicate is false, or until the run's ``Retry``: the environment

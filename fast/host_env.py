@@ -107,6 +107,13 @@ def resolved(v: Any) -> Any:
     return v.get() if isinstance(v, Lazy) else v
 
 
+def abstract(v: Any) -> Any:
+    """``v`` as a trace that runs nothing reads it: each JAX array its ``jax.ShapeDtypeStruct``,
+    a value not computed yet waited for; constants (numpy, dead, handles) as they are."""
+    return jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype) if isinstance(x, jax.Array) else x, resolved(v))
+
+
 def switched(env: HostEnv, switches: Sequence[Any], taken: int) -> HostEnv:
     """A child of ``env`` past ``switches``: each forwards its input to output ``taken``; the other
     output is dead (a cond's branch, a loop's body with 1, its exit side with 0)."""
@@ -128,4 +135,4 @@ def fetched(fetches: list[Tensor], vals: dict[Key, Any], lives: dict[Key, Any]) 
     return values
 
 
-__all__ = ["HostEnv", "Lazy", "fetched", "resolved", "switched", "where_of"]
+__all__ = ["HostEnv", "Lazy", "abstract", "fetched", "resolved", "switched", "where_of"]

@@ -101,8 +101,7 @@ def _stack_pop(ctx, n, xs):
     s0 = ctx.get_stack(n, h)
     if s0.pending:
         ctx.check(np.asarray(False), f"{describe_node(n)}: StackPop on an empty stack", code="underflow")
-        shape = tuple(d or 0 for d in (n.outputs[0].shape or ()))
-        return [jnp.zeros(shape, np_dtype(n.attrs["dtype"]))]
+        return [jnp.zeros(ctx.pending_shape(n, h), np_dtype(n.attrs["dtype"]))]
     const = ctx.pushed_constant(h)  # every push pushed this constant: the pop's value is known (a shape)
     dims = ctx.full.get(stk.state_key(h.name))
     if dims is not None:  # a counted stack after its chain: an entry at every position (``fast.counted_stacks``)

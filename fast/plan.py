@@ -193,9 +193,6 @@ class Plan(StepPlan):
         #: experiment's step (``benchmarks/paper/memory.py``)
         self.host_apart = stk.host_apart(jax.default_backend())
         self.prealloc = {i: v for i, v in static_stack_shapes(nodes).items() if i not in held_ids}
-        #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push_shape``),
-        #: or ``MIXED``: shared by every trace of the plan, read by ``learn_stack_shapes``
-        self.push_shapes: dict[str, Any] = {}
         self._lay_out_stacks()
         #: stacks the fused stage runs without an index record (``positional_stacks``), static or
         #: not (one whose shapes are known only when tracing makes no record at its first push);
@@ -365,11 +362,10 @@ class Plan(StepPlan):
 
     def emitter(self, state: dict[str, Any], max_iter: Any, **options: Any) -> Emitter:
         """``StepPlan.emitter`` with the backend's frame height and unrolling bound, and the plan's
-        held stacks and traced push shapes (``options``: ``stop_on_error``, ``free_pointers``,
+        held stacks (``options``: ``stop_on_error``, ``free_pointers``,
         ``push_limit``, see ``Emitter``)."""
         em = super().emitter(state, max_iter, frame_height=self.options.frame_height,
                              unroll_max=self.options.unroll_max, **options)
-        em.push_shapes = self.push_shapes
         em.held = self.held
         return em
 

@@ -168,9 +168,7 @@ class StepRunner(HostControl):
         """One call of ``seg`` on its device's ``state``. The stacks it pushes or pops are spilled or
         refilled first where the call needs it (``DeviceStacks.before``); a driven segment runs its
         loop chunk by chunk, moving its own chunks between its calls."""
-        if seg.fn is None:
-            # (a driven loop's pointers run free where each step's word is read before any pointer)
-            seg.fn = self.plan.compiled(seg, free_pointers=self.policy.check_each_step)
+        self.fn_of(seg)
         dev, t = seg.device, seg.traffic
         with self.stacks.device_oom(t, dev, seg.describe):
             if seg.driven is not None:
@@ -182,6 +180,13 @@ class StepRunner(HostControl):
         if t is not None:
             self.stacks.after(t, dev, new)
         return out, lives, new
+
+    def fn_of(self, seg: Segment) -> Any:
+        """``seg``'s compiled function, made on first use (a driven loop's pointers run free where
+        each step's word is read before any pointer)."""
+        if seg.fn is None:
+            seg.fn = self.plan.compiled(seg, free_pointers=self.policy.check_each_step)
+        return seg.fn
 
     def _traced(self, seg: Segment, env: HostEnv, out: dict[Key, Any], state: dict[str, Any], t0: float,
                 compiled: bool) -> None:

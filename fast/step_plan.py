@@ -46,8 +46,9 @@ class CompileCounter(Protocol):
 
 class StepPlan:
     """A program planned for one run signature and stack capacity: what its traces share (error
-    codes, the constants its stacks' only pushes pushed, the fed values it is specialised on, its
-    checkpoint slots) and the compiled function of each of its steps."""
+    codes, the constants its stacks' only pushes pushed and the shapes of their pushes, the fed
+    values it is specialised on, its checkpoint slots) and the compiled function of each of its
+    steps."""
 
     platform: str  # where the stacks live, for the memory plan (``budget_inputs``; set by a plan that reads it)
 
@@ -65,6 +66,11 @@ class StepPlan:
         #: (``Emitter.note_push``): a step traced later (a gradient's, perhaps on another device) pops
         #: them as constants
         self.pushed: dict[Any, Any] = {}
+        #: stack key -> (element shape, index shape) of its pushes as traced (``Emitter.note_push_shape``),
+        #: or ``MIXED``, shared by every trace of the plan: a pop traced where no push has made its
+        #: stack yet takes its shape (``Emitter.pending_shape``); the one-device plan lays its stacks
+        #: out by it (``Plan.learn_stack_shapes``)
+        self.push_shapes: dict[str, Any] = {}
         self.var_nodes, self.written_vars = variables_of(program_nodes(program))
         #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``)
         self.slots = slots
@@ -85,6 +91,7 @@ class StepPlan:
         em.fed = self.fed
         em.static = self.static_feeds
         em.pushed = self.pushed
+        em.push_shapes = self.push_shapes
         em.slot_capacity, em.learn_slots = self.slots.capacity, self.slots.learn
         return em
 

@@ -142,12 +142,13 @@ def test_every_name_a_module_exports_exists(module: str) -> None:
 
 
 # ---- devices/region_driver.py -----------------------------------------------------------------------------
-def test_a_driven_loop_whose_stacks_have_a_run_time_shape_falls_back_with_the_reason() -> None:
-    """Kills ``region_driver.emitter:ea2c19be`` (the driven loop's emitter built without the chunk
-    capacity). The loop on cpu:1 carries a vector whose length is fed, so its stacks cannot be allocated
-    before the run: the driver's trace makes them at their first push, one chunk long, finds that the
-    loop carry changes type and hands the program to the partitioned reference executor with that
-    reason, which must then give the reference's values (not crash on a stack without a size)."""
+def test_a_driven_loop_whose_stacks_have_a_run_time_shape_runs_compiled() -> None:
+    """The loop on cpu:1 carries a vector whose length is fed, so its stacks cannot be allocated
+    before the run: they start pending in the device's state (``DevicePlan.stack_alloc``), the driven
+    loop's trace makes them at their first push, one chunk long, and its full chunks are swapped to the
+    host between calls; the reference's values. (Before its stacks started in the state, the trace
+    made them inside the loop, the loop carry changed type, and the program ran on the partitioned
+    reference executor.)"""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float64, [None], name="x")
@@ -161,10 +162,14 @@ def test_a_driven_loop_whose_stacks_have_a_run_time_shape_falls_back_with_the_re
     feeds = {x: np.linspace(-1.0, 1.0, 5), n: np.int32(30)}
     want = tn.Session(g, devices=D3).run([y, z], feeds)
     sess = tn.Session(g, backend="fast", devices=D3, stack_chunk=CHUNK)
-    with pytest.warns(RuntimeWarning, match="changes type or shape across iterations"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
         got = sess.run([y, z], feeds)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+    stats = sess.last_result.stats
+    assert stats["executor"] == "fast partitioned" and stats["stack_capacity"] == CHUNK, stats
+    assert stats["stack_chunks_swapped"] > 0 and stats["stack_chunks_from_host"] > 0, stats
 
 
 @pytest.mark.parametrize("swap", [True, False])

@@ -261,6 +261,35 @@ def test_a_loop_that_never_ran_over_a_batch_of_unknown_size_takes_the_general_pa
     assert [s["route"] for s in stats] == ["general"] * 3 and _nothing_pushed(stats), stats
 
 
+def test_a_loop_that_never_ran_spanning_devices_teaches_its_pushes_to_the_gradient() -> None:
+    """Regression (found by the ``dev`` profile of
+    ``test_every_route_gives_the_reference_gradients_over_batches_of_unknown_size``): a forward loop
+    whose nodes span devices (driven from the host) and whose predicate is false from the start, over
+    a batch the graph does not size, its backward loop on one device. The backward loop's ``Fill``
+    pops the shape the forward body pushes; with no iteration run, the body was never traced, the
+    shape never learnt, and the run went to the partitioned reference executor for good. The host now
+    traces an unrun loop's body without running it (``HostControl.learn_unrun``): this run and the
+    later ones, which iterate, stay on the host-driven tier with the reference's values."""
+    g = tn.Graph()
+    with g.as_default():
+        f = tn.placeholder(tn.float64, [None], name="f")
+        n = tn.placeholder(tn.int32, [], name="n")
+        _, y = tn.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tn.tanh(v) * 2.0), [tn.constant(0), f])
+        (d,) = tn.gradients(tn.reduce_sum(y * y), [f])
+    req = {node.name: DEVICES[0] for node in g.nodes}
+    req.update({"while/gradient_sync/after_pushes": DEVICES[1], "gradients/while/next_iteration_1": DEVICES[1],
+                "while/gradient_sync/next_iteration": DEVICES[2]})
+    fast = tn.Session(g, backend="fast", devices=list(DEVICES), requests=req, whole_program="never")
+    ref = tn.Session(g, backend="reference")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for trips in (0, 0, 3, 0):
+            feed = {f: np.array([0.5, -1.0, 2.0]), n: trips}
+            np.testing.assert_allclose(fast.run(d, feed), ref.run(d, feed), rtol=1e-12, err_msg=f"{trips} trips")
+            stats = fast.last_result.stats
+            assert stats["tier"] == "host-driven" and stats["host_loops"] >= 1, stats
+
+
 def test_each_route_is_forced_on_a_loop_with_its_gradient() -> None:
     """The options of ``ROUTES`` really select their routes (the property tests above accept a
     degenerate placement as the one-device route): a loop with its gradient, its nodes placed round
