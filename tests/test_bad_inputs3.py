@@ -296,6 +296,67 @@ BAD_ARITIES: list[tuple[str, Callable[[], Any], str]] = [
 ]
 
 
+BAD_ARITIES += [
+    ("a Tan of two inputs", lambda: _one_node("Tan", ["x", "x"]), r'Tan node "y" has 2 data inputs; Tan takes 1'),
+    ("an Atan2 of one input", lambda: _one_node("Atan2", ["x"]), r'Atan2 node "y" has 1 data input; Atan2 takes 2'),
+    ("a FusedBatchNormV3 of six inputs", lambda: _one_node("FusedBatchNormV3", ["x"] * 6),
+     r'FusedBatchNormV3 node "y" has 6 data inputs; FusedBatchNormV3 takes 5'),
+    ("a FusedBatchNormGradV3 of five inputs", lambda: _one_node("FusedBatchNormGradV3", ["x"] * 5),
+     r'FusedBatchNormGradV3 node "y" has 5 data inputs; FusedBatchNormGradV3 takes 6'),
+    ("a PlaceholderWithDefault of two inputs", lambda: _one_node("PlaceholderWithDefault", ["x", "x"]),
+     r'PlaceholderWithDefault node "y" has 2 data inputs; PlaceholderWithDefault takes 1'),
+    ("an IdentityN whose T lists one type for two inputs", lambda: _listed_node("IdentityN", "T", 1, 2),
+     r'IdentityN node "y" has 2 data inputs; its T of 1 type makes IdentityN take 1'),
+    ("a Print whose U lists two types for one datum", lambda: _listed_node("Print", "U", 2, 2),
+     r'Print node "y" has 2 data inputs; its U of 2 types makes Print take 3'),
+]
+
+
+def _listed_node(op: str, attr: str, types: int, inputs: int) -> Any:
+    """``y = op(x, ...)`` of ``inputs`` inputs, its type-list attr ``attr`` listing ``types`` float32s."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    _node(gd, "y", op, ["x"] * inputs, lists={attr: [F32] * types})
+    return gd
+
+
+def test_every_supported_op_has_its_number_of_inputs() -> None:
+    """The import checks the input count of every op it supports: each is of fixed arity
+    (``arity.FIXED``) or counted by its ``N`` (``VARIADIC``) or by a type list (``BY_TYPE_LIST``).
+    Why a test: an op added to the import without its count would take extra inputs silently (a
+    ``Tan`` of two took the tangent of the first)."""
+    from turnout.graphdef import SUPPORTED_OPS, arity
+
+    counted = set(arity.FIXED) | set(arity.VARIADIC) | set(arity.BY_TYPE_LIST)
+    assert sorted(set(SUPPORTED_OPS) - counted) == []
+
+
+def test_the_input_tables_are_tensorflow_s() -> None:
+    """Where TensorFlow is installed (``TURNOUT_TF_PYTHON`` names its Python): for every supported op,
+    its number of inputs and the inputs its ``T`` types are those of TensorFlow's op registry
+    (``tools/tf_op_signatures.py``), and an op of variable arity is counted by ``N`` or a type list."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from turnout.graphdef import SUPPORTED_OPS, arity
+
+    python = os.environ.get("TURNOUT_TF_PYTHON")
+    if python is None:
+        pytest.skip("TensorFlow's Python is not given (set TURNOUT_TF_PYTHON)")
+    tool = Path(__file__).resolve().parent.parent / "tools" / "tf_op_signatures.py"
+    done = subprocess.run([python, str(tool)], input="\n".join(sorted(SUPPORTED_OPS)), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    sigs = json.loads(done.stdout)
+    wrong = [op for op, sg in sigs.items() if sg["inputs"] is not None
+             and (arity.FIXED.get(op) != sg["inputs"] or arity.t_inputs(op) != tuple(sg["t"]))]
+    unlisted = [op for op, sg in sigs.items() if sg["inputs"] is None
+                and op not in arity.VARIADIC and op not in arity.BY_TYPE_LIST]
+    assert (wrong, unlisted) == ([], [])
+
+
 @pytest.mark.parametrize("case,make,words", BAD_ARITIES, ids=[c[0] for c in BAD_ARITIES])
 def test_a_graph_def_node_of_the_wrong_number_of_inputs_is_refused(case: str, make: Callable[[], Any],
                                                                    words: str) -> None:
@@ -319,11 +380,30 @@ BAD_T: list[tuple[str, Callable[[], Any], str]] = [
      r'AddV2 node "y": its T declares int32, but input 0 \(x:0\) is float32'),
     ("a Less declared bool reading float32", lambda: _typed_node("Less", BOOL, 2),
      r'Less node "y": its T declares bool, but input 0 \(x:0\) is float32'),
+    ("an Atan2 declared int32 reading float32", lambda: _typed_node("Atan2", I32, 2),
+     r'Atan2 node "y": its T declares int32, but input 0 \(x:0\) is float32'),
+    ("a Tan declared bool reading float32", lambda: _typed_node("Tan", BOOL, 1),
+     r'Tan node "y": its T declares bool, but input 0 \(x:0\) is float32'),
+    ("a Reshape whose tensor is declared int32", lambda: _reshaped(I32),
+     r'Reshape node "y": its T declares int32, but input 0 \(x:0\) is float32'),
 ]
 
 
+def _reshaped(t: int) -> Any:
+    """``y = Reshape(x, [-1])`` of the float32 placeholder ``x``, its ``T`` attr saying ``t``: only
+    the tensor is typed by ``T`` (the shape by ``Tshape``)."""
+    gd = _graph_def()
+    _node(gd, "x", "Placeholder", [], types={"dtype": F32})
+    s = _node(gd, "s", "Const", [], types={"dtype": I32})
+    s.attr["value"].tensor.dtype = I32
+    s.attr["value"].tensor.tensor_shape.dim.add().size = 1
+    s.attr["value"].tensor.int_val.append(-1)
+    _node(gd, "y", "Reshape", ["x", "s"], types={"T": t, "Tshape": I32})
+    return gd
+
+
 @pytest.mark.parametrize("case,make,words", BAD_T, ids=[c[0] for c in BAD_T])
-def test_an_element_wise_node_whose_t_is_not_its_inputs_dtype_is_refused(case: str, make: Callable[[], Any],
+def test_a_node_whose_t_is_not_its_typed_inputs_dtype_is_refused(case: str, make: Callable[[], Any],
                                                                          words: str) -> None:
     pytest.importorskip("google.protobuf")
     with pytest.raises(tn.DTypeError, match=words):
@@ -336,7 +416,7 @@ def test_the_well_formed_arities_import_and_run(backend: str) -> None:
     with ``N=2``, ``ConcatV2`` of two vectors with ``N=2``."""
     pytest.importorskip("google.protobuf")
     cases = [(_one_node("AddV2", ["x", "x"]), 3.0), (_one_node("AddN", ["x"], n=1), 1.5),
-             (_one_node("Pack", ["x", "x"], n=2), [1.5, 1.5])]
+             (_one_node("Pack", ["x", "x"], n=2), [1.5, 1.5]), (_reshaped(F32), [1.5])]
     for gd, want in cases:
         imp = tn.import_graph_def(gd.SerializeToString())
         with session(imp.graph, backend) as s:

@@ -25,10 +25,11 @@ DATA = Path(__file__).parent / "data" / "tf"
 X = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 
 
-def _slice(g: GraphDef, name: str, x: str, begin: list[int], end: list[int], **masks: int) -> str:
+def _slice(g: GraphDef, name: str, x: str, begin: list[int], end: list[int], t: int = F32, **masks: int) -> str:
+    """``x[begin:end]`` as a StridedSlice of ``x``, whose dtype ``t`` declares."""
     consts = [g.const(f"{name}/{k}", np.asarray(v, np.int32)) for k, v in
               (("begin", begin), ("end", end), ("strides", [1] * len(begin)))]
-    return g.node(name, "StridedSlice", (x, *consts), T=F32, Index=I32, **masks)
+    return g.node(name, "StridedSlice", (x, *consts), T=t, Index=I32, **masks)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -77,7 +78,7 @@ def test_batch_matmul_gradient_sums_to_the_reshape_s_shape(backend: str) -> None
     batch = []
     for t in (x, y):
         s = g.node(f"{t}_shape", "Shape", (t,), T=F32, out_type=I32)
-        batch.append(_slice(g, f"{t}_batch", s, [0], [-2], begin_mask=1))
+        batch.append(_slice(g, f"{t}_batch", s, [0], [-2], t=I32, begin_mask=1))
     g.node("bga", "BroadcastGradientArgs", tuple(batch), T=I32)
     g.node("sum", "Sum", (dz, "bga:0"), T=F32, Tidx=I32)
     g.node("dx", "Reshape", ("sum", "x_shape"), T=F32, Tshape=I32)

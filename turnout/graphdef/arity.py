@@ -1,18 +1,19 @@
-"""How many data inputs a GraphDef node of each op takes, and of which dtype for the element-wise
-ops, checked before its import rule runs.
+"""How many data inputs a GraphDef node of each op takes, and of which dtype its ``T``-typed inputs
+are, checked before its import rule runs.
 
 Why: an import rule reads the inputs it needs by position, so a node with more inputs than its op
-takes imported with the extra ones ignored (an ``Identity`` of two read the first), and one with
-fewer imported as another op (an ``AddV2`` of one input ran as an ``Identity``), silently, where
-TensorFlow refuses such a GraphDef ("expected 2 inputs"). The counts are TensorFlow's op registry's,
-for the ops of fixed arity and for those whose ``N`` attr gives the count (``VARIADIC``); the ops of
-neither table (a function call, ``IdentityN``, the optimizer updates) are not checked here, their
-rules reading what they need.
+takes imported with the extra ones ignored (an ``Identity`` of two read the first, a ``Tan`` of two
+took the tangent of the first), and one with fewer imported as another op (an ``AddV2`` of one input
+ran as an ``Identity``), silently, where TensorFlow refuses such a GraphDef ("expected 2 inputs").
+Likewise a rule computes in its inputs' dtypes, so a ``Neg`` declared int32 that read a float32
+imported as a float32 ``Neg``, where TensorFlow refuses the GraphDef ("expected int32, got float").
 
-The element-wise math ops (``ALL_T``) take every data input of the dtype their ``T`` attr declares;
-their rules compute in the inputs' dtype, so a ``Neg`` declared int32 that read a float32 imported as
-a float32 ``Neg``, where TensorFlow refuses the GraphDef ("expected int32, got float"). The other
-ops' type attrs are not compared (which input a ``T`` types is each op's own signature).
+The tables are TensorFlow's op registry's, for every op the import supports: the number of inputs of
+each op of fixed arity (``FIXED``), the ops whose ``N`` attr gives the count (``VARIADIC``) or the
+length of a type list (``BY_TYPE_LIST``), and which inputs the ``T`` attr types (``t_inputs``).
+They are data, written by ``tools/tf_op_signatures.py --tables`` and checked against TensorFlow by
+it where TensorFlow is installed, so that Turnout never imports TensorFlow; a test fails when an op
+is supported and in none of the count tables.
 """
 
 from __future__ import annotations
@@ -23,78 +24,231 @@ from turnout.errors import DTypeError, GraphBuildError
 from turnout.graph import Tensor
 from turnout.graphdef import protos
 
-_UNARY = """Abs BiasAddGrad Ceil CheckNumerics Cos DiagPart Elu EnsureShape Enter Erf Exit Exp Expm1 Floor
-Identity Inv InvertPermutation IsFinite IsInf IsNan L2Loss LeakyRelu Log Log1p LogSoftmax LogicalNot
-LoopCond Neg NextIteration OnesLike Rank ReadVariableOp Reciprocal RefEnter RefExit RefIdentity
-RefNextIteration Relu Relu6 Round Rsqrt Selu Shape Sigmoid Sign Sin Size Snapshot Softmax Softplus Sqrt
-Square StopGradient Tanh Unique Unpack VariableShape ZerosLike Cast"""
-
-_BINARY = """Add AddV2 All Any ArgMax ArgMin BatchMatMul BatchMatMulV2 BatchMatMulV3 BiasAdd BiasAddV1
-BroadcastGradientArgs BroadcastTo Cumprod Cumsum Div DivNoNan EluGrad Equal ExpandDims Fill FloorDiv
-FloorMod GatherNd Greater GreaterEqual InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd
-LogicalOr MatMul Max Maximum Mean Min Minimum Mod Mul NotEqual Pad Pow Prod RealDiv ReciprocalGrad
-Relu6Grad ReluGrad Reshape ReverseSequence ReverseV2 RsqrtGrad SeluGrad SigmoidGrad
-SoftmaxCrossEntropyWithLogits SoftplusGrad SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad
-SquaredDifference Sub Sum Switch TanhGrad Tile TopKV2 Transpose TruncateDiv TruncateMod"""
-
-_TERNARY = """ClipByValue GatherV2 PadV2 Range Select SelectV2 Slice SplitV UnsortedSegmentSum ScatterNd"""
-
-#: the element-wise ops whose every data input is of the dtype their ``T`` attr declares
-ALL_T = frozenset("""Abs Ceil CheckNumerics Cos Elu Erf Exp Expm1 Floor Inv IsFinite IsInf IsNan L2Loss LeakyRelu
-Log Log1p LogSoftmax Neg OnesLike Reciprocal Relu Relu6 Round Rsqrt Selu Sigmoid Sign Sin Softmax Softplus Sqrt
-Square Tanh ZerosLike Add AddV2 AddN Sub Mul Div RealDiv DivNoNan FloorDiv FloorMod Mod TruncateDiv TruncateMod
-Maximum Minimum Pow SquaredDifference Equal NotEqual Less LessEqual Greater GreaterEqual MatMul BatchMatMul
-BatchMatMulV2 BiasAdd BiasAddV1 EluGrad InvGrad LeakyReluGrad ReciprocalGrad Relu6Grad ReluGrad RsqrtGrad
-SeluGrad SigmoidGrad SoftplusGrad SqrtGrad TanhGrad""".split())
+_BY_COUNT = {
+    0: """Const ControlTrigger NoOp OptionalNone Placeholder VarHandleOp Variable VariableV2""",
+    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Cast Ceil CheckNumerics Cos Cosh
+DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity Inv
+InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LeakyRelu Lgamma Log Log1p
+LogSoftmax LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg NextIteration OnesLike
+OptionalGetValue PlaceholderWithDefault Qr RandomStandardNormal RandomUniform Rank ReadVariableOp
+Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt Selu Shape
+Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign SpaceToDepth Sqrt Square Squeeze
+StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh TensorArrayCloseV3 TensorArrayV3
+TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIsInitializedOp
+VariableShape Where ZerosLike""",
+    2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
+AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
+BiasAddV1 BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan
+EluGrad EmptyTensorList Equal ExpandDims Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK
+InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag Max Maximum
+Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan NotEqual Pad Pow Prod RealDiv
+ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
+ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
+SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
+SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
+TanhGrad TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor TensorListPopBack
+TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose TruncateDiv TruncateMod
+Xdivy Xlogy""",
+    3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
+DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LinSpace
+MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3 MaxPoolGrad PadV2
+RandomUniformInt Range ResourceApplyGradientDescent ResourceScatterAdd ResourceScatterSub Roll
+ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub ScatterUpdate Select
+SelectV2 Slice SpaceToBatchND SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem
+TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax
+UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
+    4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArrayWriteV3""",
+    5: """ApplyAdagradV2 ApplyMomentum FusedBatchNorm FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormV2
+FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3 ResourceApplyAdagradV2 ResourceApplyMomentum
+ResourceSparseApplyAdagrad StridedSliceGrad""",
+    6: """FusedBatchNormGradV3 ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum""",
+    8: """ApplyRMSProp ResourceApplyRMSProp""",
+    9: """ResourceSparseApplyRMSProp""",
+    10: """ApplyAdam ResourceApplyAdam""",
+}
+_EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyGradientDescent ApplyMomentum
+ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh AvgPool BatchMatMul
+BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastGradientArgs Ceil CheckNumerics ClipByValue
+Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad
+EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm
+FusedBatchNormGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan
+L2Loss LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag
+MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration
+NotEqual OnesLike Pow Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad
+RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt
+RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
+SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
+Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
+TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
+_SOME_INPUTS_T = {
+    "ArgMax": (0,),
+    "ArgMin": (0,),
+    "AvgPoolGrad": (1,),
+    "BatchToSpace": (0,),
+    "BatchToSpaceND": (0,),
+    "BroadcastTo": (0,),
+    "Conv2DBackpropFilter": (0, 2),
+    "Conv2DBackpropInput": (1, 2),
+    "Cumprod": (0,),
+    "Cumsum": (0,),
+    "DepthwiseConv2dNativeBackpropFilter": (0, 2),
+    "DepthwiseConv2dNativeBackpropInput": (1, 2),
+    "ExpandDims": (0,),
+    "Fill": (1,),
+    "FusedBatchNormGradV2": (0, 1),
+    "FusedBatchNormGradV3": (0, 1),
+    "FusedBatchNormV2": (0,),
+    "FusedBatchNormV3": (0,),
+    "InTopK": (1,),
+    "InTopKV2": (1, 2),
+    "LinSpace": (0, 1),
+    "MatrixBandPart": (0,),
+    "MatrixDiagPartV2": (0, 2),
+    "MatrixDiagPartV3": (0, 2),
+    "MatrixDiagV2": (0, 4),
+    "MatrixDiagV3": (0, 4),
+    "MatrixSetDiagV2": (0, 1),
+    "MatrixSetDiagV3": (0, 1),
+    "Max": (0,),
+    "Mean": (0,),
+    "Min": (0,),
+    "MirrorPad": (0,),
+    "MirrorPadGrad": (0,),
+    "OneHot": (2, 3),
+    "Pad": (0,),
+    "PadV2": (0, 2),
+    "Prod": (0,),
+    "RandomUniformInt": (0,),
+    "RefSwitch": (0,),
+    "Reshape": (0,),
+    "ResizeBilinear": (0,),
+    "ResizeBilinearGrad": (1,),
+    "ResizeNearestNeighbor": (0,),
+    "ResizeNearestNeighborGrad": (0,),
+    "ResourceApplyAdagrad": (2, 3),
+    "ResourceApplyAdagradV2": (2, 3, 4),
+    "ResourceApplyAdam": (3, 4, 5, 6, 7, 8, 9),
+    "ResourceApplyGradientDescent": (1, 2),
+    "ResourceApplyMomentum": (2, 3, 4),
+    "ResourceApplyRMSProp": (3, 4, 5, 6, 7),
+    "ResourceSparseApplyAdagrad": (2, 3),
+    "ResourceSparseApplyAdagradV2": (2, 3, 4),
+    "ResourceSparseApplyMomentum": (2, 3, 5),
+    "ResourceSparseApplyRMSProp": (3, 4, 5, 6, 7),
+    "ReverseSequence": (0,),
+    "ReverseV2": (0,),
+    "Roll": (0,),
+    "ScatterAdd": (0, 2),
+    "ScatterNd": (1,),
+    "ScatterNdAdd": (0, 2),
+    "ScatterNdSub": (0, 2),
+    "ScatterNdUpdate": (0, 2),
+    "ScatterSub": (0, 2),
+    "ScatterUpdate": (0, 2),
+    "Select": (1, 2),
+    "SelectV2": (1, 2),
+    "Slice": (0,),
+    "SpaceToBatch": (0,),
+    "SpaceToBatchND": (0,),
+    "SparseSoftmaxCrossEntropyWithLogits": (0,),
+    "Split": (1,),
+    "SplitV": (0,),
+    "StackPushV2": (1,),
+    "StridedSlice": (0,),
+    "StridedSliceGrad": (4,),
+    "Sum": (0,),
+    "Switch": (0,),
+    "TensorArrayScatterV3": (2,),
+    "TensorArrayWriteV3": (2,),
+    "TensorScatterAdd": (0, 2),
+    "TensorScatterSub": (0, 2),
+    "TensorScatterUpdate": (0, 2),
+    "Tile": (0,),
+    "TopKV2": (0,),
+    "Transpose": (0,),
+    "UnsortedSegmentMax": (0,),
+    "UnsortedSegmentMin": (0,),
+    "UnsortedSegmentProd": (0,),
+    "UnsortedSegmentSum": (0,),
+}
 
 #: op -> its number of data inputs (control inputs aside)
-FIXED: dict[str, int] = {
-    **{op: 1 for op in _UNARY.split()},
-    **{op: 2 for op in _BINARY.split()},
-    **{op: 3 for op in _TERNARY.split()},
-    "OneHot": 4,
-    "StridedSlice": 4,
-    "StridedSliceGrad": 5,
-}
+FIXED: dict[str, int] = {op: n for n, ops in _BY_COUNT.items() for op in ops.split()}
 
 #: op -> (how many inputs each of the ``N`` counts, how many besides): ``ConcatV2`` takes ``N`` values
 #: and an axis, ``DynamicStitch`` ``N`` index tensors and ``N`` data tensors
 VARIADIC: dict[str, tuple[int, int]] = {
-    "AddN": (1, 0), "Pack": (1, 0), "Merge": (1, 0), "RefMerge": (1, 0), "ShapeN": (1, 0),
+    "AddN": (1, 0), "Pack": (1, 0), "Merge": (1, 0), "RefMerge": (1, 0), "ShapeN": (1, 0), "Einsum": (1, 0),
     "ConcatV2": (1, 1), "ConcatOffset": (1, 1), "DynamicStitch": (2, 0), "ParallelDynamicStitch": (2, 0),
 }
 
+#: op -> (the type-list attr whose length counts its inputs, how many besides): an ``If`` takes its
+#: predicate and one input per entry of ``Tin``
+BY_TYPE_LIST: dict[str, tuple[str, int]] = {
+    "Assert": ("T", 1), "Print": ("U", 1), "IdentityN": ("T", 0), "OptionalFromValue": ("Toutput_types", 0),
+    "If": ("Tin", 1), "StatelessIf": ("Tin", 1), "Case": ("Tin", 1), "StatelessCase": ("Tin", 1),
+    "While": ("T", 0), "StatelessWhile": ("T", 0), "PartitionedCall": ("Tin", 0),
+    "StatefulPartitionedCall": ("Tin", 0),
+}
+
+_EVERY = frozenset(_EVERY_INPUT_T.split())
+
+
+def t_inputs(op: str) -> tuple[int, ...]:
+    """The positions of ``op``'s inputs typed by its ``T`` attr (every input of an element-wise op;
+    a ``Reshape``'s tensor, not its shape)."""
+    if op in _EVERY:
+        return tuple(range(FIXED[op]))
+    return _SOME_INPUTS_T.get(op, ())
+
+
+def _expected(nd: Any) -> tuple[int, str] | None:
+    """How many data inputs NodeDef ``nd`` must have, and what of its attrs says so (None: unknown)."""
+    if nd.op in FIXED:
+        return FIXED[nd.op], ""
+    if nd.op in VARIADIC and "N" in nd.attr and nd.attr["N"].WhichOneof("value") == "i":
+        per, extra = VARIADIC[nd.op]
+        return per * nd.attr["N"].i + extra, f"its N={nd.attr['N'].i} makes "
+    if nd.op in BY_TYPE_LIST:
+        attr, extra = BY_TYPE_LIST[nd.op]
+        if attr in nd.attr and nd.attr[attr].WhichOneof("value") == "list":
+            n = len(nd.attr[attr].list.type)
+            return n + extra, f"its {attr} of {n} type{'' if n == 1 else 's'} makes "
+    return None
+
 
 def check_inputs(nd: Any, count: int) -> None:
-    """Refuse NodeDef ``nd`` with ``count`` data inputs where its op takes another number (``FIXED``,
-    or ``VARIADIC`` by its ``N`` attr, where it has one), naming the node, the op and both counts."""
-    if nd.op in FIXED:
-        want, why = FIXED[nd.op], ""
-    elif nd.op in VARIADIC and "N" in nd.attr and nd.attr["N"].WhichOneof("value") == "i":
-        per, extra = VARIADIC[nd.op]
-        want, why = per * nd.attr["N"].i + extra, f"its N={nd.attr['N'].i} makes "
-    else:
+    """Refuse NodeDef ``nd`` with ``count`` data inputs where its op takes another number (``FIXED``;
+    ``VARIADIC`` by its ``N`` attr; ``BY_TYPE_LIST`` by its type list), naming the node, the op and
+    both counts."""
+    got = _expected(nd)
+    if got is None:
         return
+    want, why = got
     if count != want:
         raise GraphBuildError(f'{nd.op} node "{nd.name}" has {count} data input{"" if count == 1 else "s"}; '
                               f"{why}{nd.op} take{'' if why else 's'} {want}")
 
 
 def check_input_types(nd: Any, ins: list[Any]) -> None:
-    """Refuse an element-wise NodeDef ``nd`` (``ALL_T``) one of whose imported inputs ``ins`` is not of
-    the dtype its ``T`` attr declares, naming the node, the input and both dtypes. Only plain tensors
-    are compared (a TensorArray's flow, a TensorList, a Variable's ref stand for TensorFlow values
-    the import represents in its own way); a node without a ``T`` type declares nothing."""
-    if nd.op not in ALL_T or "T" not in nd.attr or nd.attr["T"].WhichOneof("value") != "type":
+    """Refuse NodeDef ``nd`` one of whose imported inputs ``ins`` typed by its ``T`` attr
+    (``t_inputs``) is not of the dtype ``T`` declares, naming the node, the input and both dtypes.
+    Only plain tensors are compared (a TensorArray's flow, a TensorList, a Variable's ref stand for
+    TensorFlow values the import represents in its own way), and only where ``T`` is a dtype Turnout
+    has (a resource or variant ``T`` declares nothing here)."""
+    if "T" not in nd.attr or nd.attr["T"].WhichOneof("value") != "type":
         return
     enum = nd.attr["T"].type
     base = enum - 100 if enum > 100 else enum
     want = protos.TF_TO_DTYPE.get(base)
-    for k, v in enumerate(ins):
+    if want is None:
+        return
+    for k in t_inputs(nd.op):
+        v = ins[k] if k < len(ins) else None
         if isinstance(v, Tensor) and not v.dtype.is_opaque and v.dtype != want:
             declared = protos.TF_TYPE_NAMES.get(base, f"enum {base}")
             raise DTypeError(f'{nd.op} node "{nd.name}": its T declares {declared}, but input {k} ({v.name}) is '
                              f"{v.dtype.name}")
 
 
-__all__ = ["ALL_T", "FIXED", "VARIADIC", "check_input_types", "check_inputs"]
+__all__ = ["BY_TYPE_LIST", "FIXED", "VARIADIC", "check_input_types", "check_inputs", "t_inputs"]

@@ -53,7 +53,9 @@ def import_nodes(ctx: ImportContext, nodes: dict[str, Any], names: list[str], de
             # Variable's device, by the colocation of resource ops; TensorFlow sends the value to the op)
             ins = [ctx.create("ReadVariable", [v.handle], v.attrs, suffix=f"read{k}").outputs[0]
                    if isinstance(v, Ref) else v for k, v in enumerate(ins)]
-        check_input_types(nd, ins)
+        # (a TensorArray's flow carries the array here, not TensorFlow's float scalar)
+        check_input_types(nd, [None if ctx.flows.label(t) is not None else v
+                               for t, v in zip(ctx.data_inputs(nd), ins, strict=True)])
         first, ctx.device = len(ctx.created), devices.get(name)
         try:
             outs = rules[nd.op](ctx, nd, ins)
