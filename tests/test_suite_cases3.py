@@ -576,7 +576,7 @@ TYPE_ERRORS: list[tuple[str, Callable[[], Any], type, str]] = [
      tn.GraphBuildError, "body output and loop_vars: structures differ"),
     ("maximum_iterations float", lambda: tn.while_loop(lambda i: i < 3, lambda i: i + 1, [tn.constant(0)],
                                                        maximum_iterations=2.5),
-     tn.DTypeError, "maximum_iterations must be an int32 scalar"),
+     tn.DTypeError, "maximum_iterations must be an int32 or int64 scalar"),
     ("case index float", lambda: tn.case(tn.constant(1.0), [lambda: f64(1.0)]),
      tn.DTypeError, "branch_index must be an int32 scalar"),
     ("case branch dtypes", lambda: tn.case(tn.constant(1), [lambda: f64(1.0), lambda: tn.constant(1)]),

@@ -41,7 +41,7 @@ from turnout.control_flow.contexts import LoopVar, WhileContext, invariant_pivot
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
 from turnout.errors import ArgumentError, DTypeError, GraphBuildError, ShapeError
 from turnout.graph import BACK_EDGE, Tensor, TensorSpec, get_default_graph
-from turnout.ops import convert_argument, identity, logical_and
+from turnout.ops import cast, convert_argument, identity, logical_and, maximum, minimum
 
 
 def _call(fn: Callable[..., Any], structure: Any, values: Any, where: str, what: str) -> Any:
@@ -152,6 +152,29 @@ def _settle_element_shape(init: Tensor, lv: LoopVar, out: Tensor) -> None:
                                          sh.merge(have.elem_shape, body.elem_shape))
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def _iteration_bound(maximum_iterations: Any) -> Tensor:
+    """``maximum_iterations`` as the int32 scalar the loop's counter is compared with. An int64 bound
+    (a numpy integer, an int64 tensor; TensorFlow counts in its dtype) is saturated to int32: the
+    counter is int32, so a bound past its largest value bounds nothing a loop can reach, and one
+    below its smallest stops the loop at once, as the bound itself would. Why accept it: numpy's
+    integers are int64, and refusing ``maximum_iterations=np.int64(n)`` helped no one."""
+    if isinstance(maximum_iterations, (int, np.integer)) and not isinstance(maximum_iterations, (bool, np.bool_)):
+        return convert_argument(np.int32(np.clip(int(maximum_iterations), _INT32.min, _INT32.max)), "while_loop",
+                                "maximum_iterations")
+    if isinstance(maximum_iterations, (float, np.floating)):
+        raise DTypeError(f"while_loop: maximum_iterations must be an int32 or int64 scalar, got {maximum_iterations!r}")
+    bound = convert_argument(maximum_iterations, "while_loop", "maximum_iterations")
+    if bound.dtype not in (dt.int32, dt.int64) or (bound.shape is not None and bound.shape != ()):
+        raise DTypeError(f"while_loop: maximum_iterations must be an int32 or int64 scalar, got {bound!r}")
+    if bound.dtype == dt.int64:
+        bound = cast(minimum(maximum(bound, np.int64(_INT32.min)), np.int64(_INT32.max)), dt.int32,
+                     name="maximum_iterations")
+    return bound
+
+
 def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any, leaves: list[Any],
            parallel_iterations: int, maximum_iterations: Any, shape_invariants: Any, back_prop: bool,
            swap_memory: bool, name: Optional[str], memory_budget: Optional[int] = None) -> Any:
@@ -176,13 +199,7 @@ def _build(g: Any, cond: Callable[..., Any], body: Callable[..., Any], loop_vars
                     f"while_loop: shape invariant {sh.fmt(s)} does not fit the initial value {t.name} "
                     f"of shape {sh.fmt(t.shape)}"
                 )
-    max_iter = None
-    if maximum_iterations is not None:
-        if isinstance(maximum_iterations, (float, np.floating)):
-            raise DTypeError(f"while_loop: maximum_iterations must be an int32 scalar, got {maximum_iterations!r}")
-        max_iter = convert_argument(maximum_iterations, "while_loop", "maximum_iterations")
-        if max_iter.dtype != dt.int32 or (max_iter.shape is not None and max_iter.shape != ()):
-            raise DTypeError(f"while_loop: maximum_iterations must be an int32 scalar, got {max_iter!r}")
+    max_iter = None if maximum_iterations is None else _iteration_bound(maximum_iterations)
     deps = [n for group in g._control_deps for n in group]
     lname = g.unique_name(name or "while")
     frame = g.unique_frame_name(lname)
