@@ -118,7 +118,7 @@ def test_a_dict_of_keys_of_one_kind_still_flattens_in_sorted_order() -> None:
 
 
 # ---- 2. a TensorFlow v2 function whose values disagree with the types it declares ---------------------
-F32, I32, BOOL = 1, 3, 10
+F32, I32, BOOL, I64 = 1, 3, 10, 9
 
 
 def _graph_def() -> Any:
@@ -333,7 +333,7 @@ def test_every_supported_op_has_its_number_of_inputs() -> None:
 
 def test_the_input_tables_are_tensorflow_s() -> None:
     """Where TensorFlow is installed (``TURNOUT_TF_PYTHON`` names its Python): for every supported op,
-    its number of inputs and the inputs its ``T`` types are those of TensorFlow's op registry
+    its number of inputs and the inputs each type attr types are those of TensorFlow's op registry
     (``tools/tf_op_signatures.py``), and an op of variable arity is counted by ``N`` or a type list."""
     import json
     import os
@@ -351,7 +351,8 @@ def test_the_input_tables_are_tensorflow_s() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     sigs = json.loads(done.stdout)
     wrong = [op for op, sg in sigs.items() if sg["inputs"] is not None
-             and (arity.FIXED.get(op) != sg["inputs"] or arity.t_inputs(op) != tuple(sg["t"]))]
+             and (arity.FIXED.get(op) != sg["inputs"]
+                  or arity.typed_inputs(op) != {k: tuple(v) for k, v in sg["typed"].items()})]
     unlisted = [op for op, sg in sigs.items() if sg["inputs"] is None
                 and op not in arity.VARIADIC and op not in arity.BY_TYPE_LIST]
     assert (wrong, unlisted) == ([], [])
@@ -386,19 +387,21 @@ BAD_T: list[tuple[str, Callable[[], Any], str]] = [
      r'Tan node "y": its T declares bool, but input 0 \(x:0\) is float32'),
     ("a Reshape whose tensor is declared int32", lambda: _reshaped(I32),
      r'Reshape node "y": its T declares int32, but input 0 \(x:0\) is float32'),
+    ("a Reshape whose shape is declared int64", lambda: _reshaped(F32, tshape=I64),
+     r'Reshape node "y": its Tshape declares int64, but input 1 \(s:0\) is int32'),
 ]
 
 
-def _reshaped(t: int) -> Any:
-    """``y = Reshape(x, [-1])`` of the float32 placeholder ``x``, its ``T`` attr saying ``t``: only
-    the tensor is typed by ``T`` (the shape by ``Tshape``)."""
+def _reshaped(t: int, tshape: int = 3) -> Any:
+    """``y = Reshape(x, [-1])`` of the float32 placeholder ``x`` and an int32 shape, its ``T`` attr
+    saying ``t`` and its ``Tshape`` ``tshape``: ``T`` types the tensor, ``Tshape`` the shape."""
     gd = _graph_def()
     _node(gd, "x", "Placeholder", [], types={"dtype": F32})
     s = _node(gd, "s", "Const", [], types={"dtype": I32})
     s.attr["value"].tensor.dtype = I32
     s.attr["value"].tensor.tensor_shape.dim.add().size = 1
     s.attr["value"].tensor.int_val.append(-1)
-    _node(gd, "y", "Reshape", ["x", "s"], types={"T": t, "Tshape": I32})
+    _node(gd, "y", "Reshape", ["x", "s"], types={"T": t, "Tshape": tshape})
     return gd
 
 

@@ -290,15 +290,17 @@ def test_maximum_iterations_as_a_tensor(backend: str) -> None:
 @pytest.mark.parametrize("fed,want", [(4, 8), (0, 0), (2**40, 2 * 10**3), (-2**40, 0)])
 def test_an_int64_maximum_iterations_bounds_the_loop_as_its_int32_saturation(backend: str, fed: int,
                                                                               want: int) -> None:
-    """An int64 bound (a numpy integer, an int64 tensor) is the loop counter's int32 bound saturated:
-    past 2**31 - 1 it bounds nothing (the predicate stops this loop at 1 000 iterations), below -2**31
-    it stops the loop at once. Before, ``maximum_iterations=np.int64(4)`` was refused."""
+    """An int64 tensor bound is the loop counter's int32 bound saturated: past 2**31 - 1 it bounds
+    nothing (the predicate stops this loop at 1 000 iterations), below -2**31 it stops the loop at
+    once. A numpy int64 that fits int32 is its value (one that does not is refused, as a Python int
+    is: tests/test_bad_inputs.py). Before, ``maximum_iterations=np.int64(4)`` was refused."""
     g = tn.Graph()
     with g.as_default():
         m = tn.placeholder(tn.int64, [], name="m")
         s = tn.while_loop(lambda s: s < 2 * 10**3, lambda s: s + 2, tn.constant(0), maximum_iterations=m)
-        c = tn.while_loop(lambda s: s < 2 * 10**3, lambda s: s + 2, tn.constant(0), maximum_iterations=np.int64(fed))
-    assert [int(v) for v in run(backend, g, [s, c], {m: fed})] == [want, want]
+        c = tn.while_loop(lambda s: s < 2 * 10**3, lambda s: s + 2, tn.constant(0),
+                          maximum_iterations=np.int64(min(fed, 2**31 - 1)))
+    assert [int(v) for v in run(backend, g, [s, c], {m: fed})] == [want, want if fed >= 0 else 0]
 
 
 def test_parallel_iterations_do_not_change_results(backend: str) -> None:

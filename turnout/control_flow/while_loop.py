@@ -156,14 +156,14 @@ _INT32 = np.iinfo(np.int32)
 
 
 def _iteration_bound(maximum_iterations: Any) -> Tensor:
-    """``maximum_iterations`` as the int32 scalar the loop's counter is compared with. An int64 bound
-    (a numpy integer, an int64 tensor; TensorFlow counts in its dtype) is saturated to int32: the
-    counter is int32, so a bound past its largest value bounds nothing a loop can reach, and one
-    below its smallest stops the loop at once, as the bound itself would. Why accept it: numpy's
-    integers are int64, and refusing ``maximum_iterations=np.int64(n)`` helped no one."""
-    if isinstance(maximum_iterations, (int, np.integer)) and not isinstance(maximum_iterations, (bool, np.bool_)):
-        return convert_argument(np.int32(np.clip(int(maximum_iterations), _INT32.min, _INT32.max)), "while_loop",
-                                "maximum_iterations")
+    """``maximum_iterations`` as the int32 scalar the loop's counter is compared with. A constant must
+    fit int32 (a numpy integer that does is taken as its value: numpy's integers are int64, and
+    refusing ``maximum_iterations=np.int64(n)`` helped no one). An int64 tensor (TensorFlow counts in
+    its bound's dtype) is saturated to int32 when the loop runs: the counter is int32, so a bound past
+    its largest value bounds nothing the counter reaches, and one below its smallest stops the loop at
+    once, as the bound itself would."""
+    if isinstance(maximum_iterations, np.integer) and _INT32.min <= int(maximum_iterations) <= _INT32.max:
+        maximum_iterations = int(maximum_iterations)  # (a Python int converts to int32 where it fits)
     if isinstance(maximum_iterations, (float, np.floating)):
         raise DTypeError(f"while_loop: maximum_iterations must be an int32 or int64 scalar, got {maximum_iterations!r}")
     bound = convert_argument(maximum_iterations, "while_loop", "maximum_iterations")

@@ -1,16 +1,18 @@
-"""How many data inputs a GraphDef node of each op takes, and of which dtype its ``T``-typed inputs
-are, checked before its import rule runs.
+"""How many data inputs a GraphDef node of each op takes, and of which dtype its typed inputs are,
+checked before its import rule runs.
 
 Why: an import rule reads the inputs it needs by position, so a node with more inputs than its op
 takes imported with the extra ones ignored (an ``Identity`` of two read the first, a ``Tan`` of two
 took the tangent of the first), and one with fewer imported as another op (an ``AddV2`` of one input
 ran as an ``Identity``), silently, where TensorFlow refuses such a GraphDef ("expected 2 inputs").
 Likewise a rule computes in its inputs' dtypes, so a ``Neg`` declared int32 that read a float32
-imported as a float32 ``Neg``, where TensorFlow refuses the GraphDef ("expected int32, got float").
+imported as a float32 ``Neg``, and a ``Reshape`` whose ``Tshape`` says int64 read an int32 shape,
+where TensorFlow refuses the GraphDef ("expected int32, got float").
 
 The tables are TensorFlow's op registry's, for every op the import supports: the number of inputs of
 each op of fixed arity (``FIXED``), the ops whose ``N`` attr gives the count (``VARIADIC``) or the
-length of a type list (``BY_TYPE_LIST``), and which inputs the ``T`` attr types (``t_inputs``).
+length of a type list (``BY_TYPE_LIST``), and which inputs each type attr types (``typed_inputs``:
+``T``, ``Tidx``, ``Tshape`` and the like).
 They are data, written by ``tools/tf_op_signatures.py --tables`` and checked against TensorFlow by
 it where TensorFlow is installed, so that Turnout never imports TensorFlow; a test fails when an op
 is supported and in none of the count tables.
@@ -80,96 +82,117 @@ RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot So
 SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
 Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
 TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
-_SOME_INPUTS_T = {
-    "ArgMax": (0,),
-    "ArgMin": (0,),
-    "AvgPoolGrad": (1,),
-    "BatchToSpace": (0,),
-    "BatchToSpaceND": (0,),
-    "BroadcastTo": (0,),
-    "Conv2DBackpropFilter": (0, 2),
-    "Conv2DBackpropInput": (1, 2),
-    "Cumprod": (0,),
-    "Cumsum": (0,),
-    "DepthwiseConv2dNativeBackpropFilter": (0, 2),
-    "DepthwiseConv2dNativeBackpropInput": (1, 2),
-    "ExpandDims": (0,),
-    "Fill": (1,),
-    "FusedBatchNormGradV2": (0, 1),
-    "FusedBatchNormGradV3": (0, 1),
-    "FusedBatchNormV2": (0,),
-    "FusedBatchNormV3": (0,),
-    "InTopK": (1,),
-    "InTopKV2": (1, 2),
-    "LinSpace": (0, 1),
-    "MatrixBandPart": (0,),
-    "MatrixDiagPartV2": (0, 2),
-    "MatrixDiagPartV3": (0, 2),
-    "MatrixDiagV2": (0, 4),
-    "MatrixDiagV3": (0, 4),
-    "MatrixSetDiagV2": (0, 1),
-    "MatrixSetDiagV3": (0, 1),
-    "Max": (0,),
-    "Mean": (0,),
-    "Min": (0,),
-    "MirrorPad": (0,),
-    "MirrorPadGrad": (0,),
-    "OneHot": (2, 3),
-    "Pad": (0,),
-    "PadV2": (0, 2),
-    "Prod": (0,),
-    "RandomUniformInt": (0,),
-    "RefSwitch": (0,),
-    "Reshape": (0,),
-    "ResizeBilinear": (0,),
-    "ResizeBilinearGrad": (1,),
-    "ResizeNearestNeighbor": (0,),
-    "ResizeNearestNeighborGrad": (0,),
-    "ResourceApplyAdagrad": (2, 3),
-    "ResourceApplyAdagradV2": (2, 3, 4),
-    "ResourceApplyAdam": (3, 4, 5, 6, 7, 8, 9),
-    "ResourceApplyGradientDescent": (1, 2),
-    "ResourceApplyMomentum": (2, 3, 4),
-    "ResourceApplyRMSProp": (3, 4, 5, 6, 7),
-    "ResourceSparseApplyAdagrad": (2, 3),
-    "ResourceSparseApplyAdagradV2": (2, 3, 4),
-    "ResourceSparseApplyMomentum": (2, 3, 5),
-    "ResourceSparseApplyRMSProp": (3, 4, 5, 6, 7),
-    "ReverseSequence": (0,),
-    "ReverseV2": (0,),
-    "Roll": (0,),
-    "ScatterAdd": (0, 2),
-    "ScatterNd": (1,),
-    "ScatterNdAdd": (0, 2),
-    "ScatterNdSub": (0, 2),
-    "ScatterNdUpdate": (0, 2),
-    "ScatterSub": (0, 2),
-    "ScatterUpdate": (0, 2),
-    "Select": (1, 2),
-    "SelectV2": (1, 2),
-    "Slice": (0,),
-    "SpaceToBatch": (0,),
-    "SpaceToBatchND": (0,),
-    "SparseSoftmaxCrossEntropyWithLogits": (0,),
-    "Split": (1,),
-    "SplitV": (0,),
-    "StackPushV2": (1,),
-    "StridedSlice": (0,),
-    "StridedSliceGrad": (4,),
-    "Sum": (0,),
-    "Switch": (0,),
-    "TensorArrayScatterV3": (2,),
-    "TensorArrayWriteV3": (2,),
-    "TensorScatterAdd": (0, 2),
-    "TensorScatterSub": (0, 2),
-    "TensorScatterUpdate": (0, 2),
-    "Tile": (0,),
-    "TopKV2": (0,),
-    "Transpose": (0,),
-    "UnsortedSegmentMax": (0,),
-    "UnsortedSegmentMin": (0,),
-    "UnsortedSegmentProd": (0,),
-    "UnsortedSegmentSum": (0,),
+_TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
+    "All": {"Tidx": (1,)},
+    "Any": {"Tidx": (1,)},
+    "ArgMax": {"T": (0,), "Tidx": (1,)},
+    "ArgMin": {"T": (0,), "Tidx": (1,)},
+    "AssignAddVariableOp": {"dtype": (1,)},
+    "AssignSubVariableOp": {"dtype": (1,)},
+    "AssignVariableOp": {"dtype": (1,)},
+    "AvgPoolGrad": {"T": (1,)},
+    "BatchMatMulV3": {"Ta": (0,), "Tb": (1,)},
+    "BatchToSpace": {"T": (0,), "Tidx": (1,)},
+    "BatchToSpaceND": {"T": (0,), "Tblock_shape": (1,), "Tcrops": (2,)},
+    "BroadcastTo": {"T": (0,), "Tidx": (1,)},
+    "Cast": {"SrcT": (0,)},
+    "Conv2DBackpropFilter": {"T": (0, 2)},
+    "Conv2DBackpropInput": {"T": (1, 2)},
+    "Cumprod": {"T": (0,), "Tidx": (1,)},
+    "Cumsum": {"T": (0,), "Tidx": (1,)},
+    "DepthwiseConv2dNativeBackpropFilter": {"T": (0, 2)},
+    "DepthwiseConv2dNativeBackpropInput": {"T": (1, 2)},
+    "EmptyTensorList": {"shape_type": (0,)},
+    "ExpandDims": {"T": (0,), "Tdim": (1,)},
+    "Fill": {"T": (1,), "index_type": (0,)},
+    "FusedBatchNormGradV2": {"T": (0, 1), "U": (3, 4)},
+    "FusedBatchNormGradV3": {"T": (0, 1), "U": (3, 4, 5)},
+    "FusedBatchNormV2": {"T": (0,), "U": (1, 2, 3, 4)},
+    "FusedBatchNormV3": {"T": (0,), "U": (1, 2, 3, 4)},
+    "GatherNd": {"Tindices": (1,), "Tparams": (0,)},
+    "GatherV2": {"Taxis": (2,), "Tindices": (1,), "Tparams": (0,)},
+    "InTopK": {"T": (1,)},
+    "InTopKV2": {"T": (1, 2)},
+    "IsVariableInitialized": {"dtype": (0,)},
+    "LinSpace": {"T": (0, 1), "Tidx": (2,)},
+    "MatrixBandPart": {"T": (0,), "Tindex": (1, 2)},
+    "MatrixDiagPartV2": {"T": (0, 2)},
+    "MatrixDiagPartV3": {"T": (0, 2)},
+    "MatrixDiagV2": {"T": (0, 4)},
+    "MatrixDiagV3": {"T": (0, 4)},
+    "MatrixSetDiagV2": {"T": (0, 1)},
+    "MatrixSetDiagV3": {"T": (0, 1)},
+    "Max": {"T": (0,), "Tidx": (1,)},
+    "Mean": {"T": (0,), "Tidx": (1,)},
+    "Min": {"T": (0,), "Tidx": (1,)},
+    "MirrorPad": {"T": (0,), "Tpaddings": (1,)},
+    "MirrorPadGrad": {"T": (0,), "Tpaddings": (1,)},
+    "OneHot": {"T": (2, 3), "TI": (0,)},
+    "Pad": {"T": (0,), "Tpaddings": (1,)},
+    "PadV2": {"T": (0, 2), "Tpaddings": (1,)},
+    "PlaceholderWithDefault": {"dtype": (0,)},
+    "Prod": {"T": (0,), "Tidx": (1,)},
+    "RandomUniformInt": {"T": (0,), "Tout": (1, 2)},
+    "Range": {"Tidx": (0, 1, 2)},
+    "RefSwitch": {"T": (0,)},
+    "Reshape": {"T": (0,), "Tshape": (1,)},
+    "ResizeBilinear": {"T": (0,)},
+    "ResizeBilinearGrad": {"T": (1,)},
+    "ResizeNearestNeighbor": {"T": (0,)},
+    "ResizeNearestNeighborGrad": {"T": (0,)},
+    "ResourceApplyAdagrad": {"T": (2, 3)},
+    "ResourceApplyAdagradV2": {"T": (2, 3, 4)},
+    "ResourceApplyAdam": {"T": (3, 4, 5, 6, 7, 8, 9)},
+    "ResourceApplyGradientDescent": {"T": (1, 2)},
+    "ResourceApplyMomentum": {"T": (2, 3, 4)},
+    "ResourceApplyRMSProp": {"T": (3, 4, 5, 6, 7)},
+    "ResourceGather": {"Tindices": (1,)},
+    "ResourceScatterAdd": {"Tindices": (1,), "dtype": (2,)},
+    "ResourceScatterSub": {"Tindices": (1,), "dtype": (2,)},
+    "ResourceSparseApplyAdagrad": {"T": (2, 3), "Tindices": (4,)},
+    "ResourceSparseApplyAdagradV2": {"T": (2, 3, 4), "Tindices": (5,)},
+    "ResourceSparseApplyMomentum": {"T": (2, 3, 5), "Tindices": (4,)},
+    "ResourceSparseApplyRMSProp": {"T": (3, 4, 5, 6, 7), "Tindices": (8,)},
+    "ReverseSequence": {"T": (0,), "Tlen": (1,)},
+    "ReverseV2": {"T": (0,), "Tidx": (1,)},
+    "Roll": {"T": (0,), "Taxis": (2,), "Tshift": (1,)},
+    "ScatterAdd": {"T": (0, 2), "Tindices": (1,)},
+    "ScatterNd": {"T": (1,), "Tindices": (0, 2)},
+    "ScatterNdAdd": {"T": (0, 2), "Tindices": (1,)},
+    "ScatterNdSub": {"T": (0, 2), "Tindices": (1,)},
+    "ScatterNdUpdate": {"T": (0, 2), "Tindices": (1,)},
+    "ScatterSub": {"T": (0, 2), "Tindices": (1,)},
+    "ScatterUpdate": {"T": (0, 2), "Tindices": (1,)},
+    "Select": {"T": (1, 2)},
+    "SelectV2": {"T": (1, 2)},
+    "Slice": {"Index": (1, 2), "T": (0,)},
+    "SpaceToBatch": {"T": (0,), "Tpaddings": (1,)},
+    "SpaceToBatchND": {"T": (0,), "Tblock_shape": (1,), "Tpaddings": (2,)},
+    "SparseSoftmaxCrossEntropyWithLogits": {"T": (0,), "Tlabels": (1,)},
+    "Split": {"T": (1,)},
+    "SplitV": {"T": (0,), "Tlen": (1,)},
+    "StackPushV2": {"T": (1,)},
+    "StridedSlice": {"Index": (1, 2, 3), "T": (0,)},
+    "StridedSliceGrad": {"Index": (0, 1, 2, 3), "T": (4,)},
+    "Sum": {"T": (0,), "Tidx": (1,)},
+    "Switch": {"T": (0,)},
+    "TensorArrayScatterV3": {"T": (2,)},
+    "TensorArrayWriteV3": {"T": (2,)},
+    "TensorListFromTensor": {"element_dtype": (0,), "shape_type": (1,)},
+    "TensorListGetItem": {"Tshape": (2,)},
+    "TensorListPushBack": {"element_dtype": (1,)},
+    "TensorListReserve": {"shape_type": (0,)},
+    "TensorListSetItem": {"element_dtype": (2,)},
+    "TensorScatterAdd": {"T": (0, 2), "Tindices": (1,)},
+    "TensorScatterSub": {"T": (0, 2), "Tindices": (1,)},
+    "TensorScatterUpdate": {"T": (0, 2), "Tindices": (1,)},
+    "Tile": {"T": (0,), "Tmultiples": (1,)},
+    "TopKV2": {"T": (0,), "Tk": (1,)},
+    "Transpose": {"T": (0,), "Tperm": (1,)},
+    "UnsortedSegmentMax": {"T": (0,), "Tindices": (1,), "Tnumsegments": (2,)},
+    "UnsortedSegmentMin": {"T": (0,), "Tindices": (1,), "Tnumsegments": (2,)},
+    "UnsortedSegmentProd": {"T": (0,), "Tindices": (1,), "Tnumsegments": (2,)},
+    "UnsortedSegmentSum": {"T": (0,), "Tindices": (1,), "Tnumsegments": (2,)},
 }
 
 #: op -> its number of data inputs (control inputs aside)
@@ -194,12 +217,12 @@ BY_TYPE_LIST: dict[str, tuple[str, int]] = {
 _EVERY = frozenset(_EVERY_INPUT_T.split())
 
 
-def t_inputs(op: str) -> tuple[int, ...]:
-    """The positions of ``op``'s inputs typed by its ``T`` attr (every input of an element-wise op;
-    a ``Reshape``'s tensor, not its shape)."""
+def typed_inputs(op: str) -> dict[str, tuple[int, ...]]:
+    """``op``'s type attrs with the positions of the inputs each types: ``T`` for every input of an
+    element-wise op; a ``Reshape``'s ``T`` its tensor and its ``Tshape`` its shape."""
     if op in _EVERY:
-        return tuple(range(FIXED[op]))
-    return _SOME_INPUTS_T.get(op, ())
+        return {"T": tuple(range(FIXED[op]))}
+    return _TYPED_BY.get(op, {})
 
 
 def _expected(nd: Any) -> tuple[int, str] | None:
@@ -231,24 +254,25 @@ def check_inputs(nd: Any, count: int) -> None:
 
 
 def check_input_types(nd: Any, ins: list[Any]) -> None:
-    """Refuse NodeDef ``nd`` one of whose imported inputs ``ins`` typed by its ``T`` attr
-    (``t_inputs``) is not of the dtype ``T`` declares, naming the node, the input and both dtypes.
-    Only plain tensors are compared (a TensorArray's flow, a TensorList, a Variable's ref stand for
-    TensorFlow values the import represents in its own way), and only where ``T`` is a dtype Turnout
-    has (a resource or variant ``T`` declares nothing here)."""
-    if "T" not in nd.attr or nd.attr["T"].WhichOneof("value") != "type":
-        return
-    enum = nd.attr["T"].type
-    base = enum - 100 if enum > 100 else enum
-    want = protos.TF_TO_DTYPE.get(base)
-    if want is None:
-        return
-    for k in t_inputs(nd.op):
-        v = ins[k] if k < len(ins) else None
-        if isinstance(v, Tensor) and not v.dtype.is_opaque and v.dtype != want:
-            declared = protos.TF_TYPE_NAMES.get(base, f"enum {base}")
-            raise DTypeError(f'{nd.op} node "{nd.name}": its T declares {declared}, but input {k} ({v.name}) is '
-                             f"{v.dtype.name}")
+    """Refuse NodeDef ``nd`` one of whose imported inputs ``ins`` is not of the dtype the type attr
+    that types it declares (``typed_inputs``: ``T``, ``Tidx``, ``Tshape``, ...), naming the node,
+    the attr, the input and both dtypes. Only plain tensors are compared (a TensorArray's flow, a
+    TensorList, a Variable's ref stand for TensorFlow values the import represents in its own way),
+    and only where the attr is a dtype Turnout has (a resource or variant declares nothing here)."""
+    for attr, positions in typed_inputs(nd.op).items():
+        if attr not in nd.attr or nd.attr[attr].WhichOneof("value") != "type":
+            continue
+        enum = nd.attr[attr].type
+        base = enum - 100 if enum > 100 else enum
+        want = protos.TF_TO_DTYPE.get(base)
+        if want is None:
+            continue
+        for k in positions:
+            v = ins[k] if k < len(ins) else None
+            if isinstance(v, Tensor) and not v.dtype.is_opaque and v.dtype != want:
+                declared = protos.TF_TYPE_NAMES.get(base, f"enum {base}")
+                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {declared}, but input {k} '
+                                 f"({v.name}) is {v.dtype.name}")
 
 
-__all__ = ["BY_TYPE_LIST", "FIXED", "VARIADIC", "check_input_types", "check_inputs", "t_inputs"]
+__all__ = ["BY_TYPE_LIST", "FIXED", "VARIADIC", "check_input_types", "check_inputs", "typed_inputs"]
