@@ -387,9 +387,22 @@ BAD_T: list[tuple[str, Callable[[], Any], str]] = [
      r'Tan node "y": its T declares bool, but input 0 \(x:0\) is float32'),
     ("a Reshape whose tensor is declared int32", lambda: _reshaped(I32),
      r'Reshape node "y": its T declares int32, but input 0 \(x:0\) is float32'),
+    ("a Pack of two declared int32 reading float32", lambda: _one_node_typed("Pack", ["x", "x"], {"T": I32}, n=2),
+     r'Pack node "y": its T declares int32, but input 0 \(x:0\) is float32'),
+    ("a ConcatV2 whose axis is declared int64", lambda: _one_node_typed("ConcatV2", ["x", "x", "ax"],
+                                                                         {"T": F32, "Tidx": I64}, n=2),
+     r'ConcatV2 node "y": its Tidx declares int64, but input 2 \(ax:0\) is int32'),
     ("a Reshape whose shape is declared int64", lambda: _reshaped(F32, tshape=I64),
      r'Reshape node "y": its Tshape declares int64, but input 1 \(s:0\) is int32'),
 ]
+
+
+def _one_node_typed(op: str, inputs: list[str], types: dict[str, int], n: int) -> Any:
+    """``_one_node``'s graph with ``y``'s type attrs set to ``types`` and its ``N`` to ``n``."""
+    gd = _one_node(op, inputs, n=n)
+    for k, v in types.items():
+        gd.node[-1].attr[k].type = v
+    return gd
 
 
 def _reshaped(t: int, tshape: int = 3) -> Any:

@@ -217,11 +217,22 @@ BY_TYPE_LIST: dict[str, tuple[str, int]] = {
 _EVERY = frozenset(_EVERY_INPUT_T.split())
 
 
-def typed_inputs(op: str) -> dict[str, tuple[int, ...]]:
+def typed_inputs(op: str, count: int = 0) -> dict[str, tuple[int, ...]]:
     """``op``'s type attrs with the positions of the inputs each types: ``T`` for every input of an
-    element-wise op; a ``Reshape``'s ``T`` its tensor and its ``Tshape`` its shape."""
+    element-wise op; a ``Reshape``'s ``T`` its tensor and its ``Tshape`` its shape. For an op of
+    ``VARIADIC`` arity, of a node with ``count`` data inputs: ``T`` types every value (a
+    ``ConcatV2``'s ``Tidx`` its axis, a ``DynamicStitch``'s indices are int32; a ``ConcatOffset``'s
+    ``shape_type`` its shapes)."""
     if op in _EVERY:
         return {"T": tuple(range(FIXED[op]))}
+    if op == "ConcatV2":
+        return {"T": tuple(range(count - 1)), "Tidx": (count - 1,)} if count else {}
+    if op in ("DynamicStitch", "ParallelDynamicStitch"):
+        return {"T": tuple(range(count // 2, count))}
+    if op == "ConcatOffset":
+        return {"shape_type": tuple(range(1, count))}
+    if op in VARIADIC:
+        return {"T": tuple(range(count))}
     return _TYPED_BY.get(op, {})
 
 
@@ -259,7 +270,7 @@ def check_input_types(nd: Any, ins: list[Any]) -> None:
     the attr, the input and both dtypes. Only plain tensors are compared (a TensorArray's flow, a
     TensorList, a Variable's ref stand for TensorFlow values the import represents in its own way),
     and only where the attr is a dtype Turnout has (a resource or variant declares nothing here)."""
-    for attr, positions in typed_inputs(nd.op).items():
+    for attr, positions in typed_inputs(nd.op, len(ins)).items():
         if attr not in nd.attr or nd.attr[attr].WhichOneof("value") != "type":
             continue
         enum = nd.attr[attr].type
