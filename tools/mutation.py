@@ -203,7 +203,9 @@ MODULES: dict[str, dict[str, Any]] = {
                          "tests": ["test_fast_trace.py", "test_devices_fast.py", "test_mutants_s5.py"]},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
     "devices/spmd_emitter.py": {"module": "turnout.devices.spmd_emitter", "tests": _FAST_DEV_TESTS},
-    "fast/device_stacks.py": {"module": "turnout.fast.device_stacks", "tests": _SWAP_TESTS},
+    # (the host's pointer bookkeeping, on stand-in stores, ahead of the runs on forced devices)
+    "fast/device_stacks.py": {"module": "turnout.fast.device_stacks",
+                              "tests": ["test_mutants_fast_device_stacks.py", *_SWAP_TESTS]},
     "fast/runner.py": {"module": "turnout.fast.runner",
                        "tests": [*_SWAP_TESTS, "test_fast_fused.py", "test_routes.py"]},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": _COMPILED_PARTITION_TESTS}
