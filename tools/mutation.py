@@ -147,8 +147,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/outcome.py": {"module": "turnout.fast.outcome",
                         "tests": ["test_fast_outcome.py", "test_error_parity.py", "test_swap_memory.py",
                                   "test_fast_stack_pointers.py", "test_assert_data.py", "test_fast_fused.py"]},
+    # (the host's side between a driven loop's calls, on stand-ins, and small driven programs, ahead
+    # of the stack and swap tests)
     "fast/driven.py": {"module": "turnout.fast.driven",
-                       "tests": [*_STACK_TESTS, "test_devices_swap.py", "test_fast_trace.py"]},
+                       "tests": ["test_mutants_fast_driven.py", *_STACK_TESTS, "test_devices_swap.py",
+                                 "test_fast_trace.py"]},
     # the one calling convention: every compiled call's (one device, segments, SPMD, fused groups)
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_call_spec.py", *_BACKEND_TESTS, *_FAST_DEV_TESTS,
