@@ -387,7 +387,8 @@ def test_a_driven_loop_around_a_nested_loop_gives_the_closed_form(n: int, k: int
     """``x**(n k)`` and ``n k x**(n k - 1)``: the outer loop and its gradient are driven, each chunk
     measuring how many entries one outer iteration pushes or pops on the inner loop's stack, with no
     retry; a run whose inner loop would pass ``max_iterations`` stops with ``NonTerminationError``
-    (the bound reaches the nested loop inside each chunk)."""
+    (the bound reaches the nested loop inside each chunk). Kills ``driven._init:6d919179`` and
+    ``driven._chunk:1d05e61d`` (the emitter of ``init`` or ``chunk`` made without the bound)."""
     m = _nested()
     sess = m["sess"]
     y, dx = sess.run([m["y"], m["dx"]], {m["x"]: 1.5, m["n"]: n, m["k"]: k})
@@ -404,7 +405,9 @@ def test_a_driven_loop_around_a_nested_loop_gives_the_closed_form(n: int, k: int
 def test_a_driven_loop_over_a_variable_reads_its_value_of_each_run() -> None:
     """A Variable the driven loop reads sits in the state its calls are given beside the stacks and
     the error word (each call hands back only what it changed, ``_changed``): ``w**n`` and
-    ``n w**(n-1)``, then again after the Variable is assigned."""
+    ``n w**(n-1)``, then again after the Variable is assigned. Kills ``driven._init:e2a80668`` and
+    ``driven._finish:c6b0fed2`` (``_changed`` not given the call's state, which only an entry other
+    than the stacks and the error word reads)."""
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.int32, [], name="n")
@@ -426,7 +429,8 @@ def test_a_driven_loop_whose_carry_changes_shape_is_refused_by_name() -> None:
     """A loop variable whose shape changes across iterations (``shape_invariants``) has no XLA loop:
     the driven loop's ``init``, tracing its body for the first carry, refuses it with an
     ``UnsupportedError`` that names the loop (not "a loop"), which the session reports as it falls
-    back, or raises where falling back is off."""
+    back, or raises where falling back is off. Kills ``driven._init:5e238b68`` and
+    ``driven._init:0223646b`` (``discover`` not given the loop: the error said "a loop")."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float64, [], name="x")
@@ -449,7 +453,8 @@ def test_a_driven_loop_whose_entry_values_are_dead_does_not_run() -> None:
     iteration (``init`` hands back no carry), its exits are dead, and its stack is handed back as it
     came, pending, with the error word clear. No session reaches this (the host skips a branch it
     does not take), so the forward loop of ``test_a_driven_loop_and_its_gradient_give_the_closed_form``
-    is called directly, as the runner calls it (``DrivenLoop.run``)."""
+    is called directly, as the runner calls it (``DrivenLoop.run``). Kills ``driven._finish:fc70eead``
+    (``finish`` reading a carry that ``init`` did not make)."""
     from turnout.fast.values import DEAD
 
     m, sess = _power()
@@ -471,7 +476,7 @@ def test_a_driven_loop_whose_entry_values_are_dead_does_not_run() -> None:
 
 def test_the_module_exports_what_it_defines() -> None:
     """Every name in ``fast.driven.__all__`` is defined by the module (``tests/test_exports.py``'s law,
-    for this module alone)."""
+    for this module alone). Kills the ``__all__`` mutants (``driven.<module>:c10a357e``, ...)."""
     from test_exports import test_every_exported_name_exists
 
     test_every_exported_name_exists("turnout.fast.driven")
