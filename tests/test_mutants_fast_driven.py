@@ -6,8 +6,10 @@ checked on stand-ins: a chunk call that plays back the reports a test writes, an
 records what it is asked, so that each decision (when to stop, what to spill or refill, when no
 progress means larger chunks, what each guard and call is given) is seen alone. The traced bodies
 are checked on the smallest gradient that pushes a stack (``graphs.power_loop``, swapped, in chunks
-of four entries), against its closed form, and called directly where no session goes (a loop whose
-entry values are dead)."""
+of four entries) and on a few variants (a nested loop, a Variable, a loop variable that changes
+shape, a hand-built loop whose exit side holds a loop), against their closed forms or the
+reference, and called directly where no session goes (a loop whose entry values are dead).
+``tools/mutation_equivalents.toml`` says why the mutants no law here can kill change nothing."""
 
 from __future__ import annotations
 
@@ -446,6 +448,56 @@ def test_a_driven_loop_whose_carry_changes_shape_is_refused_by_name() -> None:
     sess = tn.Session(g, backend="fast", stack_chunk=CAP, host_stack_limit=CAP, fallback=False)
     with pytest.raises(tn.errors.UnsupportedError, match="loop frame 'grows/frame0'.* changes type or shape"):
         sess.run([y, dx, v], {x: 1.5, n: 10})
+
+
+def _exit_side_loop() -> tuple[tn.Graph, dict[str, Any]]:
+    """A hand-built loop (frame ``f``) of ``n`` steps ``y <- y x``, each step pushing ``y`` on a
+    stack, whose exit side (between its ``Switch`` and its ``Exit``) is a loop of its own (frame
+    ``g``) of ``k`` doublings: ``x**n 2**k``. No builder of the API puts anything there."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        k = tn.placeholder(tn.int32, [], name="k")
+        h = g.create_node("StackNew", (), {"elem_dtype": "float64", "elem_shape": []}, name="stk").outputs[0]
+
+        def const(v: Any, frame: str = "f") -> Any:
+            return tn.raw.enter(tn.constant(v), frame, is_constant=True)
+
+        mi, _ = tn.raw.merge([tn.raw.enter(tn.constant(0), "f"), tn.raw.BACK_EDGE])
+        my, _ = tn.raw.merge([tn.raw.enter(tn.ones_like(x), "f"), tn.raw.BACK_EDGE])
+        x_in, k_in, h_in = (tn.raw.enter(t, "f", is_constant=True) for t in (x, k, h))
+        p = tn.raw.loop_cond(mi < tn.raw.enter(n, "f", is_constant=True))
+        (_, ti), (fy, ty) = tn.raw.switch(mi, p), tn.raw.switch(my, p)
+        pushed = g.create_node("StackPush", [h_in, tn.reshape(ti, [1]), ty], name="push").outputs[0]
+        tn.raw.close_back_edge(mi, tn.raw.next_iteration(ti + const(1)))
+        tn.raw.close_back_edge(my, tn.raw.next_iteration(ty * x_in + pushed * const(np.float64(0.0))))
+        one, two = const(1), const(np.float64(2.0))
+        mj, _ = tn.raw.merge([tn.raw.enter(const(0), "g"), tn.raw.BACK_EDGE])
+        mv, _ = tn.raw.merge([tn.raw.enter(fy, "g"), tn.raw.BACK_EDGE])
+        pg = tn.raw.loop_cond(mj < tn.raw.enter(k_in, "g", is_constant=True))
+        (_, tj), (fv, tv) = tn.raw.switch(mj, pg), tn.raw.switch(mv, pg)
+        tn.raw.close_back_edge(mj, tn.raw.next_iteration(tj + tn.raw.enter(one, "g", is_constant=True)))
+        tn.raw.close_back_edge(mv, tn.raw.next_iteration(tv * tn.raw.enter(two, "g", is_constant=True)))
+        out = tn.raw.exit(tn.raw.exit(fv), name="out")
+    return g, {"x": x, "n": n, "k": k, "out": out}
+
+
+def test_a_driven_loop_whose_exit_side_holds_a_loop_bounds_it_too() -> None:
+    """``finish`` traces the loop's exit side, and a loop there is bounded by the run's iteration
+    bound like any other: ``x**n 2**k`` as the reference computes it, and ``NonTerminationError``
+    where the exit side's loop would pass ``max_iterations``. Kills ``driven._finish:349f80fe``
+    (``finish``'s emitter made without the bound)."""
+    g, t = _exit_side_loop()
+    sess = tn.Session(g, backend="fast", stack_chunk=CAP, host_stack_limit=CAP, fallback=False)
+    for k in (3, 2):
+        feeds = {t["x"]: 1.5, t["n"]: 10, t["k"]: k}
+        np.testing.assert_allclose(sess.run(t["out"], feeds), tn.Session(g).run(t["out"], feeds), rtol=1e-12)
+        assert sess.last_result.stats["fused"] is False
+    (seg,) = [s for plan in sess.backend._plans.values() for s in plan.stages if s.driven is not None]
+    assert seg.push and seg.driven.exit_side
+    with pytest.raises(tn.errors.NonTerminationError):
+        sess.run(t["out"], {t["x"]: 1.5, t["n"]: 10, t["k"]: 50}, options=tn.RunOptions(max_iterations=20))
 
 
 def test_a_driven_loop_whose_entry_values_are_dead_does_not_run() -> None:
