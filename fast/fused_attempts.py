@@ -80,8 +80,8 @@ class FusedAttempts(DirectCalls):
                          variables: dict[str, np.ndarray], max_iter: Any, budget: Optional[MemoryPlan] = None
                          ) -> Optional[tuple[list[Any], dict[str, Any]]]:
         """The fused attempt with stack buffers sized to what the runs use: ``plan``'s own capacity
-        (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``: 128, 256, 512,
-        1024 by default), each a plan of its own, made and compiled by the first run that needs it. A
+        (``stack_chunk``) is the last of a ladder of capacities (``capacity_ladder``: 128, 160, 200,
+        ..., 959, 1024 by default), each a plan of its own, made and compiled by the first run that needs it. A
         run starts at the rung that held the high-water marks of the last runs (``StackMarks``); an
         attempt that outgrows its rung counts on (``Plan.push_limit``) and says how many entries it
         needed, and the run goes at once to the first rung that holds them. Only a run past the top

@@ -43,21 +43,33 @@ NO_FOLD = frozenset(p for p in COMPUTE if p.startswith("TensorArray")) | {"Sleep
 FOLD_BYTES = 64 * 1024
 
 
-def fold(n: Node, xs: Sequence[Any]) -> Optional[list[Any]]:
+def fold(n: Node, xs: Sequence[Any]) -> Optional[list[Any] | KernelError]:
     """``n``'s outputs computed by the reference kernels when every input is known while tracing and
     ``n`` is pure compute (not in ``NO_FOLD``) with outputs of at most ``FOLD_BYTES`` (as its shapes
-    say, where they are static; as computed, where not); ``None`` otherwise, and when the kernel
-    refuses the values: the rule then lowers the node, and its check reports the error if the node
-    runs (a refusal at trace time would raise for a node on a branch that is never taken)."""
+    say, where they are static; as computed, where not); the kernel's ``KernelError`` where it
+    refuses the values, which it then refuses at every run (``lower_node`` makes that the node's
+    error where it runs: a refusal at trace time would raise for a node on a branch that is never
+    taken); ``None`` otherwise."""
     if n.op not in COMPUTE or n.op in NO_FOLD or not all(is_static(x) for x in xs):
         return None
     if any(_static_bytes(t.spec) > FOLD_BYTES for t in n.outputs):
         return None
     try:
         outs = [np.asarray(v) for v in kernels.run_kernel(n.op, [np.asarray(x) for x in xs], n.attrs)]
-    except KernelError:
-        return None
+    except KernelError as e:
+        return e
     return None if any(v.nbytes > FOLD_BYTES for v in outs) else outs
+
+
+def _refused_by_kernel(ctx: LoweringContext, n: Node, e: KernelError) -> list[Any]:
+    """A node whose inputs, all known while tracing, its kernel refuses: the kernel's message is the
+    node's error where it runs (``ctx.check``, as the interpreters raise it), and constant zeros of
+    its outputs' static shapes (an unknown dimension 0) stand in. Why constants: what reads them
+    (a TensorArray's size, a shape) stays known while tracing, so the program still compiles, and
+    its run raises the interpreters' error, not a fallback's warning (``tn.map_fn`` of a scalar
+    fed where the graph does not know the rank: the size it reads from the shape)."""
+    ctx.check(np.asarray(False), f"{describe_node(n)}: {e}")
+    return [np.zeros(tuple(d or 0 for d in (t.shape or ())), t.dtype.numpy) for t in n.outputs]
 
 
 def _static_bytes(spec: Any) -> int:
@@ -75,6 +87,8 @@ def lower_node(ctx: LoweringContext, n: Node, xs: Sequence[Any]) -> list[Any]:
     with no rule is an ``UnsupportedError`` naming the node and the reason (``UNSUPPORTED``); a rule
     that trips over its inputs (a ``TypeError``/``ValueError``/``IndexError`` from JAX) is one too."""
     outs = fold(n, xs)
+    if isinstance(outs, KernelError):
+        return _refused_by_kernel(ctx, n, outs)
     if outs is None:
         outs = refused_by_shape_rule(ctx, n, xs)
     if outs is not None:

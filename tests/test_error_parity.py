@@ -479,3 +479,20 @@ def test_a_runaway_loop_is_named_with_its_source_line_and_the_same_hint(backend:
     # (on the partitioned reference, the control loop's Enter the partitioner makes carries the source
     # line of the frame's first Enter, so its message names the user's line too)
     assert "created at test_error_parity.py" in text
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_kernel_refusing_values_known_while_tracing_gives_its_own_words(backend: str) -> None:
+    """A gather of a constant at a constant index out of range, in the branch a fed predicate takes:
+    the fast backend's trace knows both inputs, and the reference kernel refuses them there, so the
+    compiled program fails where the branch runs with the kernel's own message, index included, as
+    the interpreter does (``lower_node``: the fold's refusal); the other branch runs clean."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [])
+        y = tn.cond(p, lambda: tn.gather(tn.constant([1.0, 2.0, 3.0]), 7), lambda: tn.constant(0.0))
+    sess = tn.Session(g, backend=backend)
+    assert float(sess.run(y, {p: False})) == 0.0
+    with pytest.raises(tn.KernelError, match=r'Gather node "cond/true/Gather" .*Gather: index out of range for '
+                                             r"axis 0 of size 3: 7$"):
+        sess.run(y, {p: True})

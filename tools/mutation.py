@@ -218,7 +218,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/cut.py": {"module": "turnout.fast.cut",
                     "tests": list(dict.fromkeys([*_SWAP_TESTS, *_BACKEND_TESTS, "test_fast_held.py"]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
-       for m in ("stack_sizes", "run_state", "fused_attempts", "staged_stages")},
+       for m in ("run_state", "fused_attempts", "staged_stages")},
+    # the stacks as sizes: their laws on the pure functions first (milliseconds), then the runs
+    "fast/stack_sizes.py": {"module": "turnout.fast.stack_sizes",
+                            "tests": ["test_mutants_fast_stack_sizes.py", *_BACKEND_TESTS]},
     # (and a run's budget over the checkpoint slots of a loop that recomputes, a Direct plan's one check)
     "fast/direct_call.py": {"module": "turnout.fast.direct_call",
                             "tests": [*_BACKEND_TESTS, "test_recompute.py", "test_fast_variable_store.py"]},

@@ -32,8 +32,9 @@ GPU_COMMAND_BUFFERS = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONA
 INSIDE_STACK_BYTES: Mapping[str, int] = MappingProxyType({"cpu": 32 * 1024})
 
 #: the defaults of ``FastOptions.stack_first_rung`` and ``FastOptions.stack_rung_ratio``: the capacity
-#: ladder of the default chunk (1024) is 128, 256, 512, 1024 entries, so a run of the benchmark LSTM at
-#: T = 100, 200, 500 or 1000 holds buffers within 1.3x of what it pushes (``docs/fast_backend.rst``)
+#: ladder of the default chunk (1024) is 128, 160, 200, 250, ..., 959, 1024 entries (eleven rungs), so a
+#: run of the benchmark LSTM at T = 100, 200, 500 or 1000 holds buffers within 1.3x of what it pushes
+#: (``docs/fast_backend.rst``)
 STACK_FIRST_RUNG = 128
 STACK_RUNG_RATIO = 1.25
 #: the default of ``FastOptions.stack_descend_after``: runs in a row that fitted a lower rung before a
@@ -76,14 +77,14 @@ class FastOptions:
     last runs' high-water marks (the most entries a stack held), so the stacks a run uses, and the
     backend keeps, are sized to the runs' loops, at the price of one compilation per rung used;
     False: always ``stack_chunk`` entries.
-    ``stack_first_rung`` (default 128) and ``stack_rung_ratio`` (default 2, at least 1.1): the
+    ``stack_first_rung`` (default 128) and ``stack_rung_ratio`` (default 1.25, at least 1.1): the
     ladder's rungs are ``stack_first_rung`` entries, then each ``stack_rung_ratio`` times the last
-    (rounded up) while under ``stack_chunk``, then ``stack_chunk`` itself (128, 256, 512, 1024 by
-    default). An attempt that outgrows its rung counts on to ``stack_chunk`` entries, and the run goes
+    (rounded up) while under ``stack_chunk``, then ``stack_chunk`` itself (128, 160, 200, ..., 959,
+    1024 by default). An attempt that outgrows its rung counts on to ``stack_chunk`` entries, and the run goes
     at once to the first rung that holds what it counted (no rung between is compiled), so its
     buffers hold about ``stack_rung_ratio`` times the entries it pushes at most (or
     ``stack_first_rung``), and a plan compiles at most one fused program per rung it uses,
-    ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` at most (4 by default).
+    ``1 + ceil(log(stack_chunk / stack_first_rung) / log(stack_rung_ratio))`` at most (11 by default).
     A finer ratio sizes buffers more tightly for more compilations.
     ``host_stack_limit`` (default ``HOST_STACK_LIMIT``, 2**20): the top of the ladder instead of
     ``stack_chunk`` for a plan whose every gradient stack the fused call keeps in host memory (their
