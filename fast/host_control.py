@@ -117,8 +117,9 @@ class HostControl:
         env.wire(plumbing.exit_wires(r), eenv)
 
     def learn_unrun(self, steps: list[Step], env: HostEnv) -> None:
-        """Trace, without running them, the segments of ``steps`` that no call has traced: the body
-        of a loop that pushes stacks and ran no iteration. Why: a plan's traces learn the constants
+        """Trace, without running them, the segments of ``steps``: the body of a loop that pushes
+        stacks and ran no iteration (a segment traced before is not traced again: JAX keeps the
+        trace of each layout and type of its arguments). Why: a plan's traces learn the constants
         a stack's only push pushes (a forward value's shape, ``Emitter.note_push``), and a gradient
         step traced later pops them as constants (the shape of a ``Fill`` must be known when
         compiling); every push is traced before its pops on every other route, where a loop's body

@@ -67,8 +67,6 @@ class SegmentFn:
         self.fetched = fetched
         self.emitter = emitter
         self.calls = LayoutCalls(self._body, jit)
-        #: whether any call has traced it (a plan has learnt what its items push)
-        self.traced = False
 
     def __call__(self, env_in: dict[Key, Any], state: dict[str, Any], bound: Any
                  ) -> tuple[dict[Key, Any], dict[Key, Any], dict[str, Any]]:
@@ -86,7 +84,6 @@ class SegmentFn:
 
     def _body(self, feeds: dict[Key, Any], given: dict[str, Any], stacks: dict[str, Any], bound: Any) -> Traced:
         """The items run on the arguments: what leaves, in the terms of ``call_spec.Traced``."""
-        self.traced = True
         em = self.emitter({**given, **stacks}, bound)
         env = dict(feeds)
         em.run_items(self.items, env)
