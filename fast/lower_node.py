@@ -65,9 +65,8 @@ def _refused_by_kernel(ctx: LoweringContext, n: Node, e: KernelError) -> list[An
     """A node whose inputs, all known while tracing, its kernel refuses: the kernel's message is the
     node's error where it runs (``ctx.check``, as the interpreters raise it), and constant zeros of
     its outputs' static shapes (an unknown dimension 0) stand in. Why constants: what reads them
-    (a TensorArray's size, a shape) stays known while tracing, so the program still compiles, and
-    its run raises the interpreters' error, not a fallback's warning (``tn.map_fn`` of a scalar
-    fed where the graph does not know the rank: the size it reads from the shape)."""
+    (a TensorArray's size, a shape) stays known while tracing, where a traced stand-in could keep
+    it from compiling; and the message is the interpreters' own (a gather's index included)."""
     ctx.check(np.asarray(False), f"{describe_node(n)}: {e}")
     return [np.zeros(tuple(d or 0 for d in (t.shape or ())), t.dtype.numpy) for t in n.outputs]
 

@@ -299,7 +299,7 @@ def test_an_int64_maximum_iterations_bounds_the_loop_as_its_int32_saturation(bac
         m = tn.placeholder(tn.int64, [], name="m")
         s = tn.while_loop(lambda s: s < 2 * 10**3, lambda s: s + 2, tn.constant(0), maximum_iterations=m)
         c = tn.while_loop(lambda s: s < 2 * 10**3, lambda s: s + 2, tn.constant(0),
-                          maximum_iterations=np.int64(min(fed, 2**31 - 1)))
+                          maximum_iterations=np.int64(min(max(fed, -2**31), 2**31 - 1)))
     assert [int(v) for v in run(backend, g, [s, c], {m: fed})] == [want, want if fed >= 0 else 0]
 
 

@@ -162,8 +162,8 @@ def _iteration_bound(maximum_iterations: Any) -> Tensor:
     its bound's dtype) is saturated to int32 when the loop runs: the counter is int32, so a bound past
     its largest value bounds nothing the counter reaches, and one below its smallest stops the loop at
     once, as the bound itself would."""
-    if isinstance(maximum_iterations, np.integer) and _INT32.min <= int(maximum_iterations) <= _INT32.max:
-        maximum_iterations = int(maximum_iterations)  # (a Python int converts to int32 where it fits)
+    if isinstance(maximum_iterations, np.integer):
+        maximum_iterations = int(maximum_iterations)  # (as a Python int: int32 where it fits, else refused)
     if isinstance(maximum_iterations, (float, np.floating)):
         raise DTypeError(f"while_loop: maximum_iterations must be an int32 or int64 scalar, got {maximum_iterations!r}")
     bound = convert_argument(maximum_iterations, "while_loop", "maximum_iterations")
