@@ -20,6 +20,7 @@ is supported and in none of the count tables.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from turnout.errors import DTypeError, GraphBuildError
@@ -225,15 +226,26 @@ def typed_inputs(op: str, count: int = 0) -> dict[str, tuple[int, ...]]:
     ``shape_type`` its shapes)."""
     if op in _EVERY:
         return {"T": tuple(range(FIXED[op]))}
-    if op == "ConcatV2":
-        return {"T": tuple(range(count - 1)), "Tidx": (count - 1,)} if count else {}
-    if op in ("DynamicStitch", "ParallelDynamicStitch"):
-        return {"T": tuple(range(count // 2, count))}
-    if op == "ConcatOffset":
-        return {"shape_type": tuple(range(1, count))}
     if op in VARIADIC:
-        return {"T": tuple(range(count))}
+        return _VARIADIC_TYPED.get(op, _all_t)(count)
     return _TYPED_BY.get(op, {})
+
+
+def _all_t(count: int) -> dict[str, tuple[int, ...]]:
+    return {"T": tuple(range(count))}
+
+
+def _stitch(count: int) -> dict[str, tuple[int, ...]]:
+    return {"T": tuple(range(count // 2, count))}  # (the data; the indices before them are int32)
+
+
+#: the variadic ops whose inputs are not all typed by ``T``, by the number of inputs of a node
+_VARIADIC_TYPED: dict[str, Callable[[int], dict[str, tuple[int, ...]]]] = {
+    "ConcatV2": lambda count: {"T": tuple(range(count - 1)), "Tidx": (count - 1,)} if count else {},
+    "ConcatOffset": lambda count: {"shape_type": tuple(range(1, count))},
+    "DynamicStitch": _stitch,
+    "ParallelDynamicStitch": _stitch,
+}
 
 
 def _expected(nd: Any) -> tuple[int, str] | None:
