@@ -209,8 +209,9 @@ MODULES: dict[str, dict[str, Any]] = {
     # (the host's pointer bookkeeping, on stand-in stores, ahead of the runs on forced devices)
     "fast/device_stacks.py": {"module": "turnout.fast.device_stacks",
                               "tests": ["test_mutants_fast_device_stacks.py", *_SWAP_TESTS]},
+    # (the runner's laws on a stand-in plan and store first, then the runs on forced devices)
     "fast/runner.py": {"module": "turnout.fast.runner",
-                       "tests": [*_SWAP_TESTS, "test_fast_fused.py", "test_routes.py"]},
+                       "tests": ["test_mutants_fast_runner.py", *_SWAP_TESTS, "test_fast_fused.py", "test_routes.py"]},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": _COMPILED_PARTITION_TESTS}
        for m in ("compiled_partition", "fused_group")},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
