@@ -285,17 +285,15 @@ def check_input_types(nd: Any, ins: list[Any]) -> None:
     for attr, positions in typed_inputs(nd.op, len(ins)).items():
         if attr not in nd.attr or nd.attr[attr].WhichOneof("value") != "type":
             continue
-        enum = nd.attr[attr].type
-        base = enum - 100 if enum > 100 else enum
+        base = protos.base_type(nd.attr[attr].type)
         want = protos.TF_TO_DTYPE.get(base)
         if want is None:
             continue
         for k in positions:
             v = ins[k] if k < len(ins) else None
             if isinstance(v, Tensor) and not v.dtype.is_opaque and v.dtype != want:
-                declared = protos.TF_TYPE_NAMES.get(base, f"enum {base}")
-                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {declared}, but input {k} '
-                                 f"({v.name}) is {v.dtype.name}")
+                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {protos.type_name(base)}, but '
+                                 f"input {k} ({v.name}) is {v.dtype.name}")
 
 
 __all__ = ["BY_TYPE_LIST", "FIXED", "VARIADIC", "check_input_types", "check_inputs", "typed_inputs"]

@@ -176,7 +176,7 @@ def _check_declared(ctx: ImportContext, declares: str, but: str, values: Sequenc
     for v, a in zip(values, args, strict=True):
         wrong = _mismatch(a.type, v)
         if wrong is not None:
-            raise DTypeError(f"{ctx.where()}: {declares} {a.name!r} {_type_name(a.type)}, but {but} {wrong}")
+            raise DTypeError(f"{ctx.where()}: {declares} {a.name!r} {protos.type_name(a.type)}, but {but} {wrong}")
 
 
 def _check_attr(ctx: ImportContext, key: str, what: str, values: Sequence[Value], but: str) -> None:
@@ -192,7 +192,8 @@ def _check_attr(ctx: ImportContext, key: str, what: str, values: Sequence[Value]
     for k, (enum, v) in enumerate(zip(declared, values, strict=True)):
         wrong = _mismatch(enum, v)
         if wrong is not None:
-            raise DTypeError(f"{ctx.where()}: its {key} declares {what} {k} {_type_name(enum)}, but {but} {wrong}")
+            raise DTypeError(f"{ctx.where()}: its {key} declares {what} {k} {protos.type_name(enum)}, "
+                             f"but {but} {wrong}")
 
 
 def _mismatch(enum: int, v: Value) -> Optional[str]:
@@ -201,7 +202,7 @@ def _mismatch(enum: int, v: Value) -> Optional[str]:
     values the import represents in its own way, and a type of 0 is an attr-typed argument."""
     if not isinstance(v, Tensor) or v.dtype.is_opaque or v.dtype == dt.resource:
         return None
-    base = enum - 100 if enum > 100 else enum
+    base = protos.base_type(enum)
     if base in (0, _DT_RESOURCE, protos.DT_VARIANT) or protos.TF_TO_DTYPE.get(base) == v.dtype:
         return None
     return v.dtype.name
@@ -468,12 +469,8 @@ def _same_outputs(ctx: ImportContext, fnames: list[str]) -> None:
                                   f"{first!r} {len(types[first])}; every branch of a conditional returns as many")
         j = next((j for j, (a, b) in enumerate(zip(types[f], types[first], strict=True)) if a != b), None)
         if j is not None:
-            raise DTypeError(f"{ctx.where()}: output {j} of branch {f!r} is of dtype "
-                             f"{_type_name(types[f][j])}, of branch {first!r} {_type_name(types[first][j])}")
-
-
-def _type_name(enum: int) -> str:
-    return protos.TF_TYPE_NAMES.get(enum, f"enum {enum}")
+            raise DTypeError(f"{ctx.where()}: output {j} of branch {f!r} is of dtype {protos.type_name(types[f][j])}, "
+                             f"of branch {first!r} {protos.type_name(types[first][j])}")
 
 
 def _optional_types(ctx: ImportContext, fnames: list[str]) -> dict[int, dt.DType]:

@@ -68,8 +68,8 @@ def _same_dtype(ctx: ImportContext) -> None:
 
     declared, value = ctx.attr("dtype"), ctx.attr("value")
     if isinstance(declared, int) and value is not None and hasattr(value, "dtype") and value.dtype != declared:
-        raise DTypeError(f"{ctx.where()}: its dtype attr is {protos.TF_TYPE_NAMES.get(declared, f'enum {declared}')}, "
-                         f"but its value is {protos.TF_TYPE_NAMES.get(value.dtype, f'enum {value.dtype}')}")
+        raise DTypeError(f"{ctx.where()}: its dtype attr is {protos.type_name(declared)}, "
+                         f"but its value is {protos.type_name(value.dtype)}")
 
 
 def protos_value(ctx: ImportContext) -> np.ndarray:

@@ -58,13 +58,23 @@ def pb() -> Any:
     return p
 
 
+def base_type(enum: int) -> int:
+    """A TensorFlow DataType enum with its reference form (``*_REF``, the base plus 100) taken as the base."""
+    return enum - 100 if enum > 100 else enum
+
+
+def type_name(enum: int) -> str:
+    """A TensorFlow DataType enum's name (``float32``), or ``enum N`` for one Turnout does not name."""
+    return TF_TYPE_NAMES.get(enum, f"enum {enum}")
+
+
 def tf_dtype(enum: int, where: str) -> dt.DType:
     """The Turnout dtype of a TensorFlow DataType enum (reference types count as their base type)."""
-    base = enum - 100 if enum > 100 else enum
+    base = base_type(enum)
     try:
         return TF_TO_DTYPE[base]
     except KeyError:
-        name = TF_TYPE_NAMES.get(base, f"enum {base}")
+        name = type_name(base)
         raise UnsupportedError(f"{where}: TensorFlow dtype {name} has no Turnout counterpart "
                                "(supported: float32, float64, int32, int64, bool, resource)") from None
 
