@@ -95,9 +95,7 @@ class HostControl:
         variables stay where they are between iterations, and at most ``parallel_iterations``
         iterations run ahead of the ones whose error words have been read."""
         r = hl.region
-        base = env.child()
-        base.wire(plumbing.invariant_wires(r), env)
-        vals = [(resolved(env.vals[key(t)]), env.where.get(key(t))) for t, _ in plumbing.entries(r)]
+        base, vals = self._entered(hl, env)
         if any(v is DEAD for v, _ in vals):
             env.wire(plumbing.dead(plumbing.exit_keys(r)), env)
             return
@@ -140,11 +138,7 @@ class HostControl:
                     self._learn_steps(branch, benv)
                 self._join(s, b, benv, env, cond_exports(s.region, self.program.fetch_keys))
             elif isinstance(s, HostLoop):
-                base = env.child()
-                base.wire(plumbing.invariant_wires(s.region), env)
-                vals: list[tuple[Any, Optional[str]]] = [(env.vals[key(t)], None)
-                                                         for t, _ in plumbing.entries(s.region)]
-                henv = self._enter_iteration(s, base, vals, first=True)
+                henv = self._enter_iteration(s, *self._entered(s, env), first=True)
                 self._learn_steps(s.header, henv)
                 self._learn_steps(s.body, switched(henv, s.region.switches, 1))
                 eenv = switched(henv, s.region.switches, 0)
@@ -156,6 +150,14 @@ class HostControl:
                 out, _, _ = fn.trace(env_in, abstract(self.state[s.device]), self.max_iter)
                 for k, v in out.items():
                     env.set(k, v, s.device)
+
+    @staticmethod
+    def _entered(hl: HostLoop, env: HostEnv) -> tuple[HostEnv, list[tuple[Any, Optional[str]]]]:
+        """Loop ``hl`` entered from ``env``: the scope of its iterations (its invariants wired in) and
+        its loop variables' entry values with the devices they are on."""
+        base = env.child()
+        base.wire(plumbing.invariant_wires(hl.region), env)
+        return base, [(resolved(env.vals[key(t)]), env.where.get(key(t))) for t, _ in plumbing.entries(hl.region)]
 
     def _iterate(self, hl: HostLoop, base: HostEnv, vals: list[tuple[Any, Optional[str]]]) -> tuple[HostEnv, int]:
         """Run iterations until the predicate is false, or until the run's ``Retry``: the environment
