@@ -376,21 +376,29 @@ def test_a_traced_run_ahead_calls_inputs_are_its_producers_spans() -> None:
     """The inputs of a dispatched span are the spans that made the values it reads (and only those).
     Kills the inputs' comprehension in ``_traced`` changed."""
     tl = Timeline()
-    seen: list[Any] = []
-    real = tl.dispatched
-
-    def dispatched(track: str, name: str, done: Any, inputs: list[int], **args: Any) -> int:
-        seen.append(inputs)
-        return real(track, name, done, inputs, **args)
-
-    tl.dispatched = dispatched  # type: ignore[method-assign]
+    calls = _dispatches(tl)
     run = _runner(("a",), tl=tl)
     env = HostEnv({"fed": 1.0}, {"fed": "a"})
     run.segment(_seg("a", _fn({"x": np.ones(1)})), env)
     run.segment(_seg("a", _fn({"y": np.ones(1)}), index=1), env)
     run.segment(_seg("a", _fn({}), reads=["y", "x", "fed"], index=2), env)
     run.settle()
+    seen = [inputs for _, inputs in calls]
     assert seen[0] == [] and seen[2] == sorted([_kernel_span(tl, "segment 0"), _kernel_span(tl, "segment 1")])
+
+
+def _dispatches(tl: Timeline) -> list[tuple[Any, list[int]]]:
+    """What ``tl.dispatched`` is called with from now on, as ``(the value its span waits on, its
+    inputs)`` per call, in order; each call still goes to the timeline."""
+    calls: list[tuple[Any, list[int]]] = []
+    real = tl.dispatched
+
+    def dispatched(track: str, name: str, ready: Any, inputs: list[int], **args: Any) -> int:
+        calls.append((ready, inputs))
+        return real(track, name, ready, inputs, **args)
+
+    tl.dispatched = dispatched  # type: ignore[method-assign]
+    return calls
 
 
 def _kernel_span(tl: Timeline, prefix: str) -> int:
@@ -560,17 +568,11 @@ def test_a_dispatched_span_waits_on_the_error_word_its_call_returned() -> None:
     """A call dispatched to run ahead is timed by its own device's word (the state it returned), the
     value that is ready once the call has run. Kills ``runner._traced:f6db1de2`` (the span dispatched on None)."""
     tl = Timeline()
-    done: list[Any] = []
-    real = tl.dispatched
-
-    def dispatched(track: str, name: str, ready: Any, inputs: list[int], **args: Any) -> int:
-        done.append(ready)
-        return real(track, name, ready, inputs, **args)
-
-    tl.dispatched = dispatched  # type: ignore[method-assign]
+    calls = _dispatches(tl)
     run = _runner(("a",), tl=tl)
     run.segment(_seg("a", _fn({}, err=0)), HostEnv())
     run.settle()
+    done = [ready for ready, _ in calls]
     assert len(done) == 1 and done[0] is run.state["a"]["err"]
 
 
