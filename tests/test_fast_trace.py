@@ -201,12 +201,17 @@ def test_a_dispatched_call_is_timed_by_a_watcher_until_its_result_is_ready() -> 
         slow(x).block_until_ready()
         times.append(time.perf_counter() - t)
     alone = min(times)  # (a loaded machine only makes the traced calls longer)
+    before = set(threading.enumerate())  # (other tests' timelines may have watchers of their own)
+
+    def started() -> list[threading.Thread]:
+        return [th for th in threading.enumerate() if th not in before and th.name.startswith("turnout-trace-")]
+
     tl = Timeline()
     first = slow(x)
     one = tl.dispatched("dev:a", "one", first, [])
-    watchers = [th for th in threading.enumerate() if th.name == "turnout-trace-dev:a"]
+    watchers = started()
     try:
-        assert len(watchers) == 1 and watchers[0].daemon
+        assert [th.name for th in watchers] == ["turnout-trace-dev:a"] and watchers[0].daemon
         first.block_until_ready()  # (the host waits too, and lets the watcher run meanwhile)
     finally:
         tl.close()
@@ -217,7 +222,7 @@ def test_a_dispatched_call_is_timed_by_a_watcher_until_its_result_is_ready() -> 
     sa, sb = tl.spans[a], tl.spans[b]
     assert sa.dur_s > 0 and sb.dur_s > 0
     assert sb.start_s >= sa.start_s + sa.dur_s  # after the call before it on its track
-    assert not [th for th in threading.enumerate() if th.name.startswith("turnout-trace-")]
+    assert not started()  # (close ended every watcher this timeline started)
 
 
 def test_a_traced_run_takes_the_tier_its_untraced_twin_takes() -> None:

@@ -172,6 +172,7 @@ def test_a_run_acts_on_the_words_at_its_end_and_settles_its_timeline_however_it_
         run.run([_seg("a", _fn({}, err=5)), _seg("a", _fn({"w": 1}, log=after), index=1)], [])
     assert len(after) == 1, "devices run ahead: the word is read at the end"
     assert closed == [True]
+    Timeline.close(tl)  # (the real close, so that no watcher outlives the test)
     ok = _runner(("a",))
     ok.settle()  # no timeline: nothing to close
 
