@@ -23,7 +23,7 @@ sequence length ``T``:
   budgets above hold thousands of this model's states).
 - ``64 MiB unbounded``, ``256 MiB unbounded``: those budgets on the loop without its
   ``maximum_iterations`` (every other configuration has it), so that only the runs can tell how many
-  slots it needs: the fast backend sizes them from the runs' trip counts (``fast.slot_sizes``).
+  slots it needs: the fast backend sizes them from the runs' trip counts (``turnout.slot_sizes``).
 - ``run 16 MiB``, ``run sqrt``: the step built as ``store`` is (no budget where its gradient is built),
   the budget given to the run alone (``Session.run(..., memory_budget=)``): a run that outgrows the
   stacks is repeated on the gradient rebuilt to recompute under it (``turnout.rebuild``), as are the

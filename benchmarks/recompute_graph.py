@@ -14,7 +14,7 @@ and the loss sums them all. Per trip count, in one process,
 calls interleaved (``benchmarks.common.timed_interleaved``): ``store`` (no budget), ``sqrt`` (a budget
 of ``isqrt(2T)`` states), ``16`` (16 states) and ``64MiB`` (a budget of 64 MiB, which holds far more
 states than the loop runs steps: what it costs is how many slots the backend gives, sized to the
-runs or not, ``fast.slot_sizes``). With ``--devices N`` the graph's nodes are placed round robin over
+runs or not, ``turnout.slot_sizes``). With ``--devices N`` the graph's nodes are placed round robin over
 ``N`` CPU devices (the fast partitioned executor; ``--whole-program never`` for its per-device tiers,
 ``always`` for its SPMD program). Reported: ms per gradient (median and best of
 ``--repeat`` after the first call), the ratio of the best to ``store``'s, the schedule's extra forward

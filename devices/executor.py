@@ -43,6 +43,7 @@ from turnout.reference.executor import Interpreter, Plan, plan_of
 from turnout.reference.rules import Inbox, Tag, Token
 from turnout.run_schedule import RunSchedule, Step
 from turnout.session import RunOptions, RunResult
+from turnout.slot_sizes import FIRST_CAPACITY, SlotPlan, SlotSizes
 
 ORDERS = ("round_robin", "random", "threads")
 
@@ -83,8 +84,9 @@ class PartitionInterpreter(Interpreter):
     """The reference interpreter of one partition, stepped by a driver."""
 
     def __init__(self, device: str, plan: Plan, feeds: dict[tuple[int, int], Any], variables: dict[str, np.ndarray],
-                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> None:
-        super().__init__(plan, feeds, variables, options)
+                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int],
+                 slots: SlotPlan = SlotPlan()) -> None:
+        super().__init__(plan, feeds, variables, options, slots)
         self.device = device
         self.short = parse(device).short
         self.port = Port(self, rv)
@@ -267,7 +269,8 @@ class PartitionedRun:
     """One run of a partitioned graph: the interpreters, the rendezvous, the trace."""
 
     def __init__(self, parted: Partitioned, feeds: dict[tuple[int, int], Any], variables: dict[str, np.ndarray],
-                 options: RunOptions, plans: dict[str, Plan], fetches: Sequence[Tensor] = ()) -> None:
+                 options: RunOptions, plans: dict[str, Plan], fetches: Sequence[Tensor] = (),
+                 slots: SlotPlan = SlotPlan()) -> None:
         self.parted = parted
         self.fetches = list(fetches)
         self.rv = Rendezvous()
@@ -275,7 +278,7 @@ class PartitionedRun:
         self.parts: list[PartitionInterpreter] = []
         for d, part in parted.partitions.items():
             local_feeds = {(ph.id, 0): feeds[key] for key, ph in part.feeds.items()}
-            self.parts.append(PartitionInterpreter(d, plans[d], local_feeds, variables, options, self.rv, clock))
+            self.parts.append(PartitionInterpreter(d, plans[d], local_feeds, variables, options, self.rv, clock, slots))
         self.by_device = {p.device: p for p in self.parts}
 
     def run(self, order: str = "round_robin", seed: int = 0) -> None:
@@ -350,6 +353,9 @@ class PartitionedBackend:
         self._placement: Optional[tuple[int, Placement]] = None
         self._plans: dict[Any, tuple[Partitioned, dict[str, Plan]]] = {}
         self.last_run: Optional[PartitionedRun] = None
+        #: per run's partitions, the checkpoint slots a recomputed loop gets, learnt from its runs
+        #: (``turnout.slot_sizes``, as the one-device reference interpreter sizes them)
+        self.slot_sizes = SlotSizes()
         self.placement  # noqa: B018 - unknown devices and conflicts are reported when the Session is made
 
     @property
@@ -394,16 +400,21 @@ class PartitionedBackend:
         fed = check_feeds(self.graph, fetches, feeds)
         parted, plans = self.partitioned(fetches, set(fed))
         check_fed(parted)
-        run = PartitionedRun(parted, fed, variables, options, plans, fetches)
+        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        slots = self.slot_sizes.plan(key, [n for p in plans.values() for n in p.nodes], FIRST_CAPACITY)
+        run = PartitionedRun(parted, fed, variables, options, plans, fetches, slots)
         self.last_run = run
-        run.run(self.order, self.seed)
+        try:
+            run.run(self.order, self.seed)
+        finally:
+            self.slot_sizes.take()  # (what a run needed sizes the next, whether or not it finished)
         run.check_finished()
         values = run.values()
         counts: dict[tuple[str, tuple[Any, ...]], int] = {}
         for p in run.parts:
             for k, v in p.counts.items():
                 counts[k] = counts.get(k, 0) + v
-        stats = {"firings": sum(p.firings for p in run.parts),
+        stats = {"firings": sum(p.firings for p in run.parts), **slots.stats,
                  "firings_per_device": {p.device: p.firings for p in run.parts},
                  **run.rv.stats(), **_saved_stats(run.parts)}
         return RunResult(values=values, trace=run.trace(), counts=counts, stats=stats)

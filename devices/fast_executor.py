@@ -81,13 +81,13 @@ from turnout.fast.lane import Lane, write_variables
 from turnout.fast.outcome import MAX_CAPACITY, Discard, Retry
 from turnout.fast.regions import Key, Program, key, program_nodes
 from turnout.fast.shell import BackendShell, retried
-from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.timeline import Timeline
 from turnout.fast_options import FastOptions, fast_options
 from turnout.graph import Graph, Tensor
 from turnout.run_schedule import RunSchedule
 from turnout.run_schedule import Step as RunStep
 from turnout.session import RunOptions, RunResult
+from turnout.slot_sizes import SlotPlan
 
 #: when a plan dispatches its segments from per-device threads: ``"auto"``, when a segment holds a host
 #: callback (``devices.plan_run.HOST_CALLBACK_OPS``); ``"always"``, every plan with segments (to test that dispatch)
@@ -390,7 +390,7 @@ class FastPartitionedBackend(BackendShell):
     def _slot_plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], program: Program, capacity: int) -> SlotPlan:
         """The checkpoint slots a plan of ``program`` (the per-device tiers' or the SPMD program's)
         gives its recomputed loops at stack capacity ``capacity``: what this program's runs taught
-        (``fast.slot_sizes``), the one rule of every fast backend."""
+        (``turnout.slot_sizes``), the one rule of every fast backend."""
         return self.slot_sizes.plan(self._program_key(fetches, feeds), program_nodes(program), capacity)
 
     def _run_compiled(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any],

@@ -26,12 +26,12 @@ from turnout.fast.outcome import Retry
 from turnout.fast.plan import stack_dtype, stack_infos, static_stack_shapes
 from turnout.fast.regions import Key, Program, item_nodes, program_nodes
 from turnout.fast.runner import RunPolicy, StepRunner
-from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.step_plan import CompileCounter, StepPlan
 from turnout.fast.timeline import Timeline, device_track
 from turnout.fast.values import DEAD, wrap_static
 from turnout.fast.variable_store import start_entry
 from turnout.session import RunOptions
+from turnout.slot_sizes import SlotPlan
 
 if TYPE_CHECKING:
     from turnout.devices.fast_executor import FastPartitionedBackend
@@ -69,7 +69,7 @@ class DevicePlan(StepPlan):
         # the stacks' loops and swap_memory (``fast.device_stacks``)
         self.stack_info = stack_infos(nodes.values())
         #: per device, the bytes of the checkpoint slots (sized as the one-device backend sizes them,
-        #: ``fast.slot_sizes``: the backend's ``SlotSizes.plan``) its forward loops keep there, counted
+        #: ``turnout.slot_sizes``: the backend's ``SlotSizes.plan``) its forward loops keep there, counted
         #: with the stacks
         self.slot_bytes: dict[str, dict[str, int]] = self.slots.bytes_by_device(device_of)
 

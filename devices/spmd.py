@@ -77,7 +77,6 @@ from turnout.fast.lowering import LOWERING_RULES
 from turnout.fast.outcome import MAX_CAPACITY, Discard, ErrorCodes, Retry, decode, enforce, first
 from turnout.fast.regions import Key, WhileRegion, key, program_nodes, walk
 from turnout.fast.shell import retried
-from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.specialise import static_signature
 from turnout.fast.stack_sizes import stack_bytes, stack_infos, static_push_shapes, variables_of
 from turnout.fast.stacks import StackValue, state_key
@@ -88,6 +87,7 @@ from turnout.fast.variable_store import cached_copy, start_entry
 from turnout.graph import Graph, Node, Tensor
 from turnout.memory_plan import MemoryPlan
 from turnout.session import RunOptions, RunResult
+from turnout.slot_sizes import SlotPlan
 from turnout.validate import validate
 
 

@@ -21,8 +21,8 @@ from turnout.fast.lowering_base import (
     lowering_rule,
     np_dtype,
 )
-from turnout.fast.slot_sizes import slots_given
 from turnout.fast.values import Handle, is_static
+from turnout.slot_sizes import slots_given
 
 
 # ---- state: Variables and gradient stacks ----------------------------------------------------------

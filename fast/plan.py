@@ -46,7 +46,6 @@ from turnout.fast.cut import one_device
 from turnout.fast.emit import Emitter, stack_key, stack_key_of
 from turnout.fast.held import held_reads
 from turnout.fast.regions import CondRegion, Item, Key, Program, WhileRegion, key, nesting, program_nodes
-from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.stack_sizes import (
     StackMarks,
     capacity_ladder,
@@ -62,6 +61,7 @@ from turnout.fast.step_plan import CompileCounter, StepPlan
 from turnout.fast.values import Handle
 from turnout.fast.xla_options import compiler_options
 from turnout.graph import Node
+from turnout.slot_sizes import SlotPlan
 
 INT32_MAX = 2**31 - 1
 INT32_MAX_NP = np.int32(INT32_MAX)

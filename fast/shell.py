@@ -27,7 +27,6 @@ from turnout.fast.functionalize import program_key
 from turnout.fast.lowering_base import NeedsStatic, Specialise
 from turnout.fast.outcome import Retry
 from turnout.fast.regions import Key, key
-from turnout.fast.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.fast.step_plan import StepPlan
 from turnout.fast.variable_store import Deferred, initial_value, peeker
 from turnout.fast_options import FastOptions
@@ -35,6 +34,7 @@ from turnout.frames import FrameAnalysis
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import MemoryPlan, budgeted_loops
 from turnout.session import RunOptions, RunResult
+from turnout.slot_sizes import SlotPlan, SlotSizes, slot_notes
 from turnout.validate import validate
 
 R = TypeVar("R")
@@ -72,7 +72,7 @@ class BackendShell(ABC):
         #: the backend's options, fixed for its life (``turnout.fast_options.FastOptions``)
         self.options = options
         self.compile_count = 0  # traces made so far (tests and stats read it)
-        #: per program, the checkpoint slots a recomputed loop gets, learnt from its runs (``fast.slot_sizes``)
+        #: per program, the checkpoint slots a recomputed loop gets, learnt from its runs (``turnout.slot_sizes``)
         self.slot_sizes = SlotSizes()
         self._fallback: dict[Any, str] = {}  # run signature -> why its program cannot be compiled
         # run signature -> the fed tensors whose values decide shapes: its plans are specialised on them
@@ -119,7 +119,7 @@ class BackendShell(ABC):
     def _plan_key(self, sig: Any, fetches: list[Tensor], feeds: dict[Tensor, Any], cap: int,
                   static: dict[Key, np.ndarray]) -> tuple[Any, ...]:
         """What a plan is cached on: its run signature, stack chunk, the fed values it is specialised
-        on, and the checkpoint slots its program's runs taught (``fast.slot_sizes``)."""
+        on, and the checkpoint slots its program's runs taught (``turnout.slot_sizes``)."""
         return sig, cap, sp.static_signature(static), self.slot_sizes.capacity(self._program_key(fetches, feeds))
 
     def _run_or_fall_back(self, sig: Any, compiled: Callable[..., RunResult], fetches: list[Tensor],

@@ -28,11 +28,11 @@ from turnout.fast.emit import Emitter
 from turnout.fast.outcome import ErrorCodes, Outcome, decode
 from turnout.fast.regions import Key, Program, program_nodes
 from turnout.fast.segment import SegmentFn
-from turnout.fast.slot_sizes import SlotPlan
 from turnout.fast.stack_sizes import variables_of
 from turnout.fast_options import FastOptions
 from turnout.graph import Graph, Node
 from turnout.memory_plan import MemoryPlan
+from turnout.slot_sizes import SlotPlan
 
 
 class CompileCounter(Protocol):
@@ -72,7 +72,7 @@ class StepPlan:
         #: out by it (``Plan.learn_stack_shapes``)
         self.push_shapes: dict[str, Any] = {}
         self.var_nodes, self.written_vars = variables_of(program_nodes(program))
-        #: the checkpoint slots of the loops reversed from checkpoints (``fast.slot_sizes.SlotPlan``)
+        #: the checkpoint slots of the loops reversed from checkpoints (``turnout.slot_sizes.SlotPlan``)
         self.slots = slots
         self._budgets: dict[Optional[int], Optional[MemoryPlan]] = {}  # run budget -> its memory plan
 

@@ -39,6 +39,7 @@ from turnout.reference.rules import DEAD, Inbox, Tag, Token
 from turnout.reference.scheduler import ReadyQueue
 from turnout.reference.trace import Trace, fmt_tag
 from turnout.session import RunOptions, RunResult
+from turnout.slot_sizes import FIRST_CAPACITY, SlotPlan, SlotSizes
 
 
 @dataclass
@@ -190,8 +191,11 @@ class Interpreter:
     """One run: the state of the tagged-token machine."""
 
     def __init__(self, plan: Plan, feeds: dict[tuple[int, int], Any], variables: dict[str, np.ndarray],
-                 options: RunOptions) -> None:
+                 options: RunOptions, slots: SlotPlan = SlotPlan()) -> None:
         self.plan = plan
+        #: the checkpoint slots its recomputed loops get (``turnout.slot_sizes``: every one their budgets
+        #: hold, unless the backend learnt from earlier runs that fewer do)
+        self.slots = slots
         self.options = options
         self.variables = variables
         self.stacks: dict[str, dict[tuple[int, ...], Any]] = {}
@@ -449,9 +453,14 @@ class ReferenceBackend:
             raise ArgumentError(f"the reference backend takes no options, got {sorted(options)}")
         self.graph = graph
         self._plans: dict[Any, Plan] = {}
+        #: per plan, the checkpoint slots a recomputed loop gets, learnt from its runs (``turnout.slot_sizes``)
+        self.slot_sizes = SlotSizes()
+
+    def _key(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Any:
+        return (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
 
     def plan(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Plan:
-        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        key = self._key(fetches, fed)
         if key not in self._plans:
             self._plans[key] = make_plan(self.graph, fetches, fed)
         return self._plans[key]
@@ -466,14 +475,18 @@ class ReferenceBackend:
         for n in plan.nodes:
             if n.op == "Placeholder" and (n.id, 0) not in fed:
                 raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
-        interp = Interpreter(plan, fed, variables, options)
-        interp.run()
+        slots = self.slot_sizes.plan(self._key(fetches, set(fed)), plan.nodes, FIRST_CAPACITY)
+        interp = Interpreter(plan, fed, variables, options, slots)
+        try:
+            interp.run()
+        finally:
+            self.slot_sizes.take()  # (what a run needed sizes the next, whether or not it finished)
         values = interp.result(fetches)
         return RunResult(
             values=values,
             trace=interp.trace,
             counts=interp.counts,
-            stats={"firings": interp.firings, "stranded_inboxes": len(interp.stranded()),
+            stats={"firings": interp.firings, "stranded_inboxes": len(interp.stranded()), **slots.stats,
                    **({} if interp.saved is None else interp.saved.stats())},
         )
 

@@ -22,6 +22,7 @@ import numpy as np
 from turnout.errors import ExecutionError, KernelError, NonTerminationError, describe_node, runaway_message
 from turnout.graph import Node
 from turnout.kernels import run_kernel, truth
+from turnout.slot_sizes import slots_given
 
 if TYPE_CHECKING:
     from turnout.reference.executor import Interpreter
@@ -280,12 +281,28 @@ def _stack_push(it: Interpreter, node: Node, vals: list[Any]) -> Any:
 
 def _checkpoint_slots(it: Interpreter, node: Node, vals: list[Any]) -> Any:
     """The slots of a loop's checkpoints (``CheckpointSlots``: the most its budget holds, which the
-    slot buffers of the forward loop then take), counted where a memory budget applies as what the
-    loop saves (``SavedBytes.checkpoints``)."""
+    slot buffers of the forward loop then take), at most the run's slot capacity (``it.slots``, which
+    its backend learns from earlier runs' trip counts: ``turnout.slot_sizes``; every slot where it
+    has none), counted where a memory budget applies as what the loop saves
+    (``SavedBytes.checkpoints``). Why fewer may do: the gradient's values do not depend on the count,
+    only its cost does, and the buffers are allocated and zero-filled whole at every run."""
     (count,) = run_kernel(node.op, vals, node.attrs)
+    count = np.asarray(slots_given(int(count), it.slots.capacity), np.int32)
     if it.saved is not None:
         it.saved.checkpoints(node.attrs, int(count))
     return count
+
+
+def _checkpoint_trips(it: Interpreter, node: Node, vals: list[Any]) -> Any:
+    """The trip count of a loop its backward loop recomputes (``CheckpointTrips``), passed on; where
+    the run gave the loop fewer slots than its budget holds and it needed more (its trip count, up
+    to that count), the need goes to the run's learner (``it.slots.learn``), which sizes later runs."""
+    (trips,) = run_kernel(node.op, vals, node.attrs)
+    slots = int(node.attrs["slots"])
+    need = min(int(trips), slots)
+    if it.slots.learn is not None and need > slots_given(slots, it.slots.capacity):
+        it.slots.learn(need)
+    return trips
 
 
 def _stack_pop(it: Interpreter, node: Node, vals: list[Any]) -> Any:
@@ -334,6 +351,7 @@ FIRE: dict[str, Fire] = {
     "StackNew": fire_stack_new,
     "StackPush": _stateful(_stack_push),
     "CheckpointSlots": _stateful(_checkpoint_slots),
+    "CheckpointTrips": _stateful(_checkpoint_trips),
     "StackPop": _stateful(_stack_pop),
 }
 

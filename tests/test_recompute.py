@@ -26,6 +26,7 @@ import turnout as tn
 from turnout import checkpoint_schedule as schedule
 from turnout.control_flow.contexts import WhileContext
 from turnout.errors import UnsupportedError
+from turnout.slot_sizes import FIRST_CAPACITY
 
 X0 = np.array([0.1, -0.4, 0.7, 1.2], np.float32)
 W0 = np.array([1.1, 0.9, -1.2, 1.05], np.float32)
@@ -677,12 +678,16 @@ def test_a_loop_bounded_by_maximum_iterations_keeps_no_more_slots_than_its_bound
 
 def test_a_bound_a_compiled_backend_cannot_know_keeps_the_budgets_slots() -> None:
     """A ``maximum_iterations`` read from a Variable is known only when the run reads it: the buffers
-    keep the budget's count (a compiled backend could not size them), and the gradient is unchanged."""
+    are not bounded by it (a compiled backend could not size them by it) but keep what the backend
+    gives the loop, every slot the budget holds on the small-step system and at most
+    ``FIRST_CAPACITY`` on a first run of the reference interpreter (``turnout.slot_sizes``), and the
+    gradient is unchanged."""
     def from_variable(g: tn.Graph) -> Any:
         return tn.Variable(5, name="bound").read()
 
     mdl = _bounded(from_variable)
-    assert int(tn.Session(mdl["g"]).run(mdl["slots"])) == 1000
+    assert int(tn.Session(mdl["g"], backend="smallstep").run(mdl["slots"])) == 1000
+    assert int(tn.Session(mdl["g"]).run(mdl["slots"])) == FIRST_CAPACITY
     sess = tn.Session(mdl["g"])
     got = sess.run(mdl["grads"], {mdl["x"]: X0, mdl["n"]: 8, mdl["w"]: W0})
     for a, b in zip(got, run(model(None), "reference", 5), strict=True):

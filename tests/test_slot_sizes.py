@@ -1,10 +1,12 @@
 """The checkpoint slots of a recomputed loop, sized by the fast backend to what its runs need.
 
 A loop under its own ``memory_budget`` keeps checkpoints of its state in ``CheckpointSlots`` slots:
-every slot the budget holds on the interpreters; on the fast backends (one device, and the
+every slot the budget holds on the small-step system; on the fast backends (one device, and the
 partitioned executor's per-device tiers and SPMD program) at most the plan's slot capacity (its
 stack capacity, ``stack_chunk``, until a run needed more, then the smallest power of two holding
-what it needed, learnt from the ``CheckpointTrips`` the backward loop reads; ``fast.slot_sizes``).
+what it needed, learnt from the ``CheckpointTrips`` the backward loop reads; ``turnout.slot_sizes``),
+and on the reference interpreter, one device or partitioned, by the same rule from
+``FIRST_CAPACITY``.
 The gradient's values do not depend on the count: every case compares them with the store-everything
 gradients of the same loop, run by run, while the count changes between runs.
 
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 
 import turnout as tn
 from turnout.errors import DTypeError, GraphBuildError
+from turnout.slot_sizes import FIRST_CAPACITY
 
 pytest.importorskip("jax")
 
@@ -78,6 +81,33 @@ def test_the_primitives_are_the_budgets_count_and_the_trip_count_on_the_interpre
     for backend in ("reference", "smallstep"):
         got = tn.Session(m["g"], backend=backend).run([slots.outputs[0], trips.outputs[0]], feed(m, 7))
         assert [int(v) for v in got] == [64, 7]
+
+
+@pytest.mark.parametrize("devices", [None, ["cpu:0", "cpu:1"]], ids=["one device", "partitioned"])
+def test_the_reference_interpreter_sizes_the_slots_by_the_rule_of_the_compiled_backends(
+        devices: Optional[list[str]]) -> None:
+    """Law: on the reference interpreter, one device or partitioned, a plan's first run gives a loop
+    ``FIRST_CAPACITY`` slots of the 1000 its budget holds, and each later run the smallest power of
+    two holding the most any earlier run needed (its trip count), never fewer; the slots it gives are
+    what its accounting counts (``saved_bytes``), and the gradients are the store-everything ones
+    whatever the count. Why: the buffers are allocated and zero-filled whole at every run, so a budget
+    that holds far more states than the runs take made every run of the interpreter pay for them all."""
+    m = model(1000 * STATE)
+    sess = tn.Session(m["g"], backend="reference", **({"devices": devices} if devices else {}))
+    for n, want in ((70, FIRST_CAPACITY), (70, 128), (10, 128), (130, 128), (5, 256)):
+        check(sess.run(m["grads"], feed(m, n)), n)
+        assert slots_of(sess) == want, (n, sess.last_result.stats)
+        assert sess.last_result.stats["saved_bytes"] == {"rnn": want * STATE}
+
+
+def test_the_small_step_system_gives_every_slot_the_budget_holds() -> None:
+    """The small-step system, which specifies, sizes nothing: its runs keep every slot the budget
+    holds (100 here), however few the loop needed, and its gradients are the store-everything ones."""
+    m = model(100 * STATE)
+    (slots,) = [nd.outputs[0] for nd in m["g"].nodes if nd.op == "CheckpointSlots"]
+    got = tn.Session(m["g"], backend="smallstep").run([*m["grads"], slots], feed(m, 3))
+    check(got[:2], 3)
+    assert int(got[2]) == 100
 
 
 def test_a_run_gets_at_most_the_stack_capacity_and_the_next_run_what_it_needed() -> None:
@@ -142,7 +172,7 @@ def test_explain_says_how_many_slots_and_why() -> None:
 @pytest.mark.parametrize("whole_program, tier", [("always", "spmd"), ("never", "host-driven")])
 def test_the_partitioned_tiers_size_the_slots_as_the_one_device_backend(whole_program: str, tier: str) -> None:
     """The partitioned fast executor's tiers (the SPMD program, the per-device segments) size the
-    slots by the one rule (``fast.slot_sizes``): at most the plan's stack capacity (``stack_chunk=4``
+    slots by the one rule (``turnout.slot_sizes``): at most the plan's stack capacity (``stack_chunk=4``
     for the per-device tiers; the SPMD program's own, 64 at first), until a run needed more, then the
     smallest power of two that holds what it needed. The gradients are the store-everything ones at
     every count."""
@@ -192,7 +222,7 @@ def test_a_slot_plan_counts_each_loops_slots_on_its_own_device() -> None:
     """``SlotPlan.bytes_by_device``: each device holds the slots of the loops whose ``CheckpointSlots``
     it runs, as many as the plan gives them (``capacity``), not every loop's nor every slot the budgets
     hold."""
-    from turnout.fast.slot_sizes import SlotPlan
+    from turnout.slot_sizes import SlotPlan
 
     g = tn.Graph()
     with g.as_default():
@@ -297,7 +327,7 @@ def test_the_largest_need_of_the_runs_decides_a_power_of_two() -> None:
     """``SlotSizes``: what the runs reported (a loop inside another reports once per outer iteration,
     any order) becomes the smallest power of two holding the largest; ``take`` names the programs whose
     capacity grew, and a need the capacity holds already grows nothing."""
-    from turnout.fast.slot_sizes import SlotSizes
+    from turnout.slot_sizes import SlotSizes
 
     s = SlotSizes()
     learn, other = s.learner("p"), s.learner("q")
@@ -315,7 +345,7 @@ def test_the_largest_need_of_the_runs_decides_a_power_of_two() -> None:
 
 
 def test_the_notes_say_why_only_where_a_loop_gets_fewer_than_its_budget_holds() -> None:
-    from turnout.fast.slot_sizes import slot_notes
+    from turnout.slot_sizes import slot_notes
 
     assert slot_notes({"rnn": 64, "inner": 6}, {"rnn": 8, "inner": 6}, None) == (
         "loop 'rnn' keeps at most 8 checkpoint slots of the 64 its memory_budget holds (the plan's stack "

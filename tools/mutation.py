@@ -181,8 +181,8 @@ MODULES: dict[str, dict[str, Any]] = {
                            "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_dynamic_shapes.py",
                                      "test_fast_unrolled.py", "test_exports.py"]},
     # checkpoint slots sized to the runs' trip counts
-    "fast/slot_sizes.py": {"module": "turnout.fast.slot_sizes",
-                           "tests": ["test_slot_sizes.py", "test_recompute.py", "test_exports.py"]},
+    "turnout/slot_sizes.py": {"module": "turnout.slot_sizes",
+                              "tests": ["test_slot_sizes.py", "test_recompute.py", "test_exports.py"]},
     "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},

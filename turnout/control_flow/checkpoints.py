@@ -148,10 +148,11 @@ def fewest_slots(slots: int) -> int:
 
 def slot_count(w: WhileContext, cp: memory_plan.Checkpointing) -> Tensor:
     """How many slots the buffers of loop ``w`` get, as an int32 scalar of its outer context: a
-    ``CheckpointSlots`` node, the budget's ``slots`` on the interpreters, which a compiled backend may
-    size down to what the runs need (at least ``fewest_slots``); fewer still where the loop's
-    ``maximum_iterations`` bounds its trip count ``n`` (at most ``n`` states are ever kept, one before
-    each step, so ``max(1, maximum_iterations)`` slots hold them all and no thinning is ever due).
+    ``CheckpointSlots`` node, the budget's ``slots`` on the small-step system, which the other
+    backends size down to what the runs need (at least ``fewest_slots``, ``turnout.slot_sizes``);
+    fewer still where the loop's ``maximum_iterations`` bounds its trip count ``n`` (at most ``n``
+    states are ever kept, one before each step, so ``max(1, maximum_iterations)`` slots hold them
+    all and no thinning is ever due).
 
     Why not the budget's count as a constant: the buffers are allocated, and zero-filled, whole at
     every run, and a budget that holds far more states than the loop runs steps made every run pay

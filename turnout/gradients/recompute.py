@@ -44,10 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
-
 from turnout import checkpoint_schedule as schedule
-from turnout import memory_plan, nest, ops
+from turnout import math_ops, memory_plan, nest, ops
 from turnout.control_flow import checkpoints
 from turnout.control_flow.contexts import ControlFlowContext, LoopVar, WhileContext
 from turnout.control_flow.tensor_array import from_graph_value, to_graph_value
@@ -129,14 +127,18 @@ def loop_grad(b: Backward, w: WhileContext, dys: Sequence[Optional[Tensor]], cp:
                for k, e in w.invariants.items()]
     ct0 = [dys[i + 1] if dys[i + 1] is not None else b.zeros_like(lvs[i].enter.inputs[0]) for i in diff]
     acc0 = [b.zeros_like(e.inputs[0]) for e in invs]
-    slots = cp.slots
     # the arrays the body only writes are not checkpointed: a recomputed step is given the loop's
     # initial one, whose writes it drops (``checkpoints.accumulators``)
     st = State(checkpoints.checkpointed(w), {i: b.value(lvs[i].enter.inputs[0]) for i in w.accumulators})
     bufs0 = [b.value(exit_of(lv)) for lv in ck.bufs]
     n = checkpoints.trips(b.value(exit_of(w.counter)), w, cp)
     n_slots = b.value(ck.slots)  # the slots the buffers have (``checkpoints.slot_count``: at most ``slots``)
-    pos0 = ops.constant(np.arange(slots, dtype=np.int32)) * b.value(exit_of(ck.stride))  # (entries past them unused)
+    # one position a slot the buffers have (not a slot the budget holds: a constant of that many would sit
+    # in the graph, and every run would make and carry it, however few slots the backend gives); counted
+    # from a buffer's shape, which a compiled backend knows while tracing wherever the loop is (a count
+    # made of other constants may not be: a cond's branch exports only sizes as constants)
+    ones = ops.fill([ops.shape(bufs0[0])[0]], 1)
+    pos0 = math_ops.cumsum(ones, exclusive=True) * b.value(exit_of(ck.stride))
     init = [b.value(exit_of(ck.count)) - 1, n, pos0, *bufs0, *ct0, *acc0]
     nb, nc = len(bufs0), len(ct0)
     kept = Kept.of(b, w, ck, dys, diff, st)

@@ -1,10 +1,11 @@
-"""How many checkpoint slots a compiled backend gives a recomputed loop: learnt from its runs.
+"""How many checkpoint slots a backend gives a recomputed loop: learnt from its runs.
 
 A loop under its own memory budget keeps checkpoints of its state in slots (``CheckpointSlots``,
 ``turnout.control_flow.checkpoints``), buffers that every run allocates and zero-fills whole. The
-interpreters give it every slot its budget holds. The gradient's values do not depend on the count,
-only its cost does: too few slots and the backward loop recomputes more (about one forward pass more
-each time the count is squared away), too many and every run pays for memory it never writes (a
+small-step system, which specifies, gives it every slot its budget holds. The gradient's values do
+not depend on the count, only its cost does: too few slots and the backward loop recomputes more
+(about one forward pass more each time the count is squared away), too many and every run pays for
+memory it never writes (a
 256 MiB budget cost the LSTM step of 1000 iterations 3.6 times its store-everything time). So the
 backend sizes them as it sizes a gradient stack's buffer: a plan gives a loop at most its
 ``slot_capacity`` slots — the plan's stack capacity (``FastOptions.stack_chunk``, or the rung of
@@ -18,7 +19,13 @@ runs the same loops, so what one run learnt sizes them all.
 
 The one-device backend (``fast.backend``) and the fast partitioned executor's tiers
 (``devices.fast_executor``: the per-device segments and the SPMD program) size them alike: each keeps
-a ``SlotSizes`` and gives each plan the ``SlotPlan`` that ``SlotSizes.plan`` makes.
+a ``SlotSizes`` and gives each plan the ``SlotPlan`` that ``SlotSizes.plan`` makes. So do the
+reference interpreter and the partitioned reference executor (``reference.executor``,
+``devices.executor``), from ``FIRST_CAPACITY`` on a plan's first run, their ``CheckpointSlots`` and
+``CheckpointTrips`` rules reading the run's ``SlotPlan``: an interpreter too allocates and fills the
+buffers whole, and with every slot a 256 MiB budget made a run of 100 steps of a 4-float state
+take 8 s and 600 MB where it takes 0.6 s with 64 slots. Why this module is not in ``fast/``: the
+interpreters, which import no JAX, read it too.
 """
 
 from __future__ import annotations
@@ -32,10 +39,14 @@ from turnout.control_flow.checkpoints import fewest_slots
 from turnout.graph import Node
 from turnout.memory_plan import checkpoint_bytes
 
+#: the slot capacity of an interpreter's first run of a plan (the compiled backends start at the plan's
+#: stack capacity instead): the runs after one that needed more get the smallest power of two that holds it
+FIRST_CAPACITY = 64
+
 
 def slots_given(slots: int, capacity: Optional[int]) -> int:
     """How many slots a loop whose budget holds ``slots`` gets in a trace whose ``slot_capacity`` is
-    ``capacity``: all of them where it is ``None`` (the interpreters' count), else at most
+    ``capacity``: all of them where it is ``None`` (the small-step system's count), else at most
     ``capacity`` and at least ``checkpoints.fewest_slots``."""
     return slots if capacity is None else min(slots, max(capacity, fewest_slots(slots)))
 
@@ -141,4 +152,4 @@ def slot_notes(budgets: dict[str, int], given: dict[str, int], learnt: Optional[
                  for loop, most in budgets.items())
 
 
-__all__ = ["SlotPlan", "SlotSizes", "slot_notes", "slots_given"]
+__all__ = ["FIRST_CAPACITY", "SlotPlan", "SlotSizes", "slot_notes", "slots_given"]
