@@ -23,8 +23,8 @@ a ``SlotSizes`` and gives each plan the ``SlotPlan`` that ``SlotSizes.plan`` mak
 reference interpreter and the partitioned reference executor (``reference.executor``,
 ``devices.executor``), from ``FIRST_CAPACITY`` on a plan's first run, their ``CheckpointSlots`` and
 ``CheckpointTrips`` rules reading the run's ``SlotPlan``: an interpreter too allocates and fills the
-buffers whole, and with every slot a 256 MiB budget made a run of 100 steps of a 4-float state
-take 8 s and 600 MB where it takes 0.6 s with 64 slots. Why this module is not in ``fast/``: the
+buffers whole, so a budget that holds far more states than the runs take made every run pay for
+them all (docs/memory_budgets.rst has the figures). Why this module is not in ``fast/``: the
 interpreters, which import no JAX, read it too.
 """
 
