@@ -257,6 +257,32 @@ def test_the_well_typed_twins_import_and_run_on_every_backend(backend: str) -> N
                 assert s.run(imp.tensor(fetch), feeds) == np.float32(-1.5), (backend, fetch)
 
 
+def test_one_rule_says_where_a_declared_type_cannot_be_a_value() -> None:
+    """``arity.declared_mismatch``, the rule of the node checks (a type attr) and of the function
+    checks (a signature, a ``Tin``/``Tout``/``T`` list) alike: a plain tensor of another Turnout dtype
+    than the declared one is named; a ``_ref`` type is its base type; nothing is named where the
+    declared type says nothing Turnout can check (0, an attr-typed argument; a resource; a variant; a
+    type Turnout does not import, float16) or where the value stands for a TensorFlow value the
+    import represents in its own way (a resource, a TensorArray), or is no tensor. (The two checks
+    had rules of their own, which differed on the types Turnout does not import.)"""
+    pytest.importorskip("google.protobuf")
+    from turnout.graphdef.arity import declared_mismatch
+
+    g = tn.Graph()
+    with g.as_default():
+        f, i = tn.constant(1.0), tn.constant(1)
+        ta = tn.TensorArray(tn.float32, size=1).write(0, f).tensor
+        tn.Variable(np.float32(0.0), name="v")
+    handle = next(n.outputs[0] for n in g.nodes if n.op == "VarHandle")
+    assert declared_mismatch(1, i) == "int32" and declared_mismatch(3, f) == "float32"
+    assert declared_mismatch(101, i) == "int32" and declared_mismatch(101, f) is None  # (float32_ref)
+    for enum in (0, 20, 21, 19):
+        assert declared_mismatch(enum, i) is None, enum
+    assert declared_mismatch(1, f) is None and declared_mismatch(3, i) is None
+    for other in (handle, ta, None, 3):
+        assert declared_mismatch(3, other) is None, other
+
+
 # ---- 3. GraphDef nodes: a Const's dtype, the number and dtypes of a node's inputs ----------------------
 def test_a_graph_def_const_whose_dtype_disagrees_with_its_value_is_refused() -> None:
     """``Const[dtype=float32]`` holding an int32 tensor imported as the int32 3, silently."""

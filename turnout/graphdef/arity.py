@@ -285,15 +285,30 @@ def check_input_types(nd: Any, ins: list[Any]) -> None:
     for attr, positions in typed_inputs(nd.op, len(ins)).items():
         if attr not in nd.attr or nd.attr[attr].WhichOneof("value") != "type":
             continue
-        base = protos.base_type(nd.attr[attr].type)
-        want = protos.TF_TO_DTYPE.get(base)
-        if want is None:
-            continue
+        enum = nd.attr[attr].type
         for k in positions:
             v = ins[k] if k < len(ins) else None
-            if isinstance(v, Tensor) and not v.dtype.is_opaque and v.dtype != want:
-                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {protos.type_name(base)}, but '
-                                 f"input {k} ({v.name}) is {v.dtype.name}")
+            wrong = declared_mismatch(enum, v)
+            if wrong is not None and v is not None:
+                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {protos.type_name(enum)}, but '
+                                 f"input {k} ({v.name}) is {wrong}")
 
 
-__all__ = ["BY_TYPE_LIST", "FIXED", "VARIADIC", "check_input_types", "check_inputs", "typed_inputs"]
+def declared_mismatch(enum: int, v: Any) -> str | None:
+    """The dtype name of value ``v`` where the type it is declared to have (``enum``, a DataType: a
+    node's type attr, a function's argument or output, an entry of a type list) cannot be it, else
+    None. The one rule of the node checks above and of the function checks
+    (``import_functions``). Only plain tensors are compared: a TensorArray's flow, a TensorList, a
+    Variable's ref or resource stand for TensorFlow values the import represents in its own way; and
+    only where the declared type is one Turnout has (a resource, a variant, a type of 0, which an
+    attr-typed argument has, or a type Turnout does not import declares nothing it can check)."""
+    if not isinstance(v, Tensor) or v.dtype.is_opaque or v.dtype == protos.TF_TO_DTYPE[protos.DT_RESOURCE]:
+        return None
+    want = protos.TF_TO_DTYPE.get(protos.base_type(enum))
+    if want is None or want == protos.TF_TO_DTYPE[protos.DT_RESOURCE] or want == v.dtype:
+        return None
+    return v.dtype.name
+
+
+__all__ = ["BY_TYPE_LIST", "FIXED", "VARIADIC", "check_input_types", "check_inputs", "declared_mismatch",
+           "typed_inputs"]

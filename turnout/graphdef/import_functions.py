@@ -48,6 +48,7 @@ from turnout.control_flow.while_loop import while_loop as build_while_loop
 from turnout.errors import DTypeError, GraphBuildError, UnsupportedError
 from turnout.graph import Node, Tensor, TensorSpec
 from turnout.graphdef import protos
+from turnout.graphdef.arity import declared_mismatch
 from turnout.graphdef.import_context import Bundle, ImportContext, Rule, Value
 from turnout.graphdef.import_nodes import import_nodes, order
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
@@ -174,7 +175,7 @@ def _check_declared(ctx: ImportContext, declares: str, but: str, values: Sequenc
     keeps the dtype its own node gives it, so a body computing an int32 for a float32 output imported
     as an int32 and ran as one, silently; TensorFlow refuses such a function when it instantiates it."""
     for v, a in zip(values, args, strict=True):
-        wrong = _mismatch(a.type, v)
+        wrong = declared_mismatch(a.type, v)
         if wrong is not None:
             raise DTypeError(f"{ctx.where()}: {declares} {a.name!r} {protos.type_name(a.type)}, but {but} {wrong}")
 
@@ -190,22 +191,10 @@ def _check_attr(ctx: ImportContext, key: str, what: str, values: Sequence[Value]
         raise GraphBuildError(f"{ctx.where()}: its {key} declares {len(declared)} {what}s, but {but} "
                               f"{len(values)}")
     for k, (enum, v) in enumerate(zip(declared, values, strict=True)):
-        wrong = _mismatch(enum, v)
+        wrong = declared_mismatch(enum, v)
         if wrong is not None:
             raise DTypeError(f"{ctx.where()}: its {key} declares {what} {k} {protos.type_name(enum)}, "
                              f"but {but} {wrong}")
-
-
-def _mismatch(enum: int, v: Value) -> Optional[str]:
-    """The dtype name of value ``v`` where declared type ``enum`` cannot be it, else None. Only plain
-    tensors are compared: a resource, a TensorList (a variant) and a TensorArray stand for TensorFlow
-    values the import represents in its own way, and a type of 0 is an attr-typed argument."""
-    if not isinstance(v, Tensor) or v.dtype.is_opaque or v.dtype == dt.resource:
-        return None
-    base = protos.base_type(enum)
-    if base in (0, _DT_RESOURCE, protos.DT_VARIANT) or protos.TF_TO_DTYPE.get(base) == v.dtype:
-        return None
-    return v.dtype.name
 
 
 def _anchor_sources(sub: ImportContext, nodes: dict[str, Any], arg_names: list[str]) -> None:
@@ -461,7 +450,7 @@ def _same_outputs(ctx: ImportContext, fnames: list[str]) -> None:
     types = {f: [a.type for a in _function(ctx, f).signature.output_arg] for f in fnames}
     first = fnames[0]
     for f in fnames:
-        if _DT_RESOURCE in types[f]:
+        if protos.DT_RESOURCE in types[f]:
             raise UnsupportedError(f"{ctx.where()}: branch {f!r} returns a resource (a Variable chosen by a "
                                    "branch)")
         if len(types[f]) != len(types[first]):
@@ -500,10 +489,6 @@ def _stand_in(ctx: ImportContext, types: dict[int, dt.DType], j: int, shaped: li
     value = np.zeros(shape, types[j].numpy)
     attrs = {"value": value, "dtype": types[j].name, "gradient_filler": True}
     return ctx.graph.create_node("Const", (), attrs, name=f"{ctx.prefix}{ctx.node.name}/filler").outputs[0]
-
-
-#: TensorFlow's DataType enum of ``resource``
-_DT_RESOURCE = 20
 
 
 def _predicate(ctx: ImportContext, p: Value) -> Tensor:

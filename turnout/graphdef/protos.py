@@ -22,6 +22,8 @@ TF_TO_DTYPE: dict[int, dt.DType] = {
 }
 DTYPE_TO_TF: dict[str, int] = {d.name: e for e, d in TF_TO_DTYPE.items()}
 DT_VARIANT = 21
+#: TensorFlow's DataType enum of ``resource``
+DT_RESOURCE = 20
 DT_UINT64 = 23
 DT_STRING = 7
 TF_TYPE_NAMES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
