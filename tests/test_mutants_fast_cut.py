@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import turnout as tn
+from turnout import raw
 from turnout.fast import cut
 from turnout.fast.cut import HostCond, HostLoop, Schedule, Segment, Traffic
 from turnout.fast.functionalize import functionalize
@@ -503,3 +504,59 @@ def test_the_exports_are_the_modules_public_definitions() -> None:
     assert sorted(cut.__all__) == sorted(public | {"ONE", "Step"}) and len(set(cut.__all__)) == len(cut.__all__)
     assert typing.get_args(cut.Step) == (Segment, HostCond, HostLoop)
     assert isinstance(cut.schedule(_root_program([], []), {}, set()), Schedule)
+
+
+def test_a_loop_after_a_nested_host_loop_stays_compiled() -> None:
+    """A host loop nested in a host loop's body counts one more level of host loops, and each gives
+    its level back when it ends: a loop with stacks after the nested one, in the same body, stays
+    compiled whole, and once the outer host loop ends the root is at level 0 again, where the
+    backward loop is driven. Kills the host-loop depth set to 1 (instead of one more) when a host
+    loop starts (the root is left at level -1, and nothing there is driven)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: Any, h: Any) -> Any:
+            _, u = tn.while_loop(lambda j, u: j < 2, lambda j, u: (j + 1, tn.sin(u, name="span_b")),
+                                 [tn.constant(0), h], name="spanning")
+            _, v = tn.while_loop(lambda j, v: j < 2, lambda j, v: (j + 1, tn.tanh(v)), [tn.constant(0), u],
+                                 name="after")
+            return i + 1, v
+
+        _, y = tn.while_loop(lambda i, h: i < n, body, [tn.constant(0), x], name="outer")
+        (dx,) = tn.gradients(y, [x])
+    program = functionalize(g, [y, dx], [x, n])
+    fed = {x.node.id, n.node.id}
+    sched = cut.schedule(program, _by_name(program, lambda m: "b" if m.name.endswith("/span_b")
+                                           and not m.name.startswith("gradients") else "a"), fed)
+    outer = next(hl for hl in sched.host_loops if len(hl.region.frame) == 1)
+    assert len(sched.host_loops) == 2 and sched.host_loops[-1] is outer
+    after = [it for s in _segments(outer.body) for it in s.items
+             if isinstance(it, WhileRegion) and it.frame[-1].startswith("outer/body/after")]
+    assert len(after) == 1 and _stack_ops_of(after[0])
+    assert all(s.driven is None for s in _segments([outer]))
+    assert [s.driven is not None for s in sched.segments].count(True) == 1  # (the backward loop, at the root)
+
+
+def _stack_ops_of(loop: WhileRegion) -> set[str]:
+    return _stack_keys(loop, "StackPush") | _stack_keys(loop, "StackPop")
+
+
+def test_a_host_loop_without_loop_variables_lives_on_the_device_of_its_loop_cond() -> None:
+    """A loop built from the primitives may have no loop variable (its predicate and the value it
+    hands out are invariants: it runs no iteration here); spanning devices, it is a host loop whose
+    home is its LoopCond's device. Kills the home read from a first loop variable that is not there."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        p = raw.enter(tn.constant(False, name="f"), "frame", is_constant=True, name="p_in")
+        lc = raw.loop_cond(tn.logical_not(tn.logical_not(p, name="n1"), name="n2"), name="lc")
+        out = raw.exit(raw.switch(raw.enter(x, "frame", is_constant=True, name="x_in"), lc, name="sw")[0], name="out")
+        y = tn.add(out, 1.0, name="y")
+    program = functionalize(g, [y], [x])
+    (loop,) = _loops(program)
+    assert loop.loop_vars == []
+    (hl,) = cut.schedule(program, _by_name(program, lambda n: "b" if n.name in ("n2", "lc") else "a"),
+                         {x.node.id}).host_loops
+    assert hl.region is loop and hl.home == "b" and hl.devices == ["a", "b"]
