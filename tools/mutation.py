@@ -216,8 +216,10 @@ MODULES: dict[str, dict[str, Any]] = {
        for m in ("compiled_partition", "fused_group")},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
+    # (the cut's laws on small programs, milliseconds, ahead of the runs that reach it)
     "fast/cut.py": {"module": "turnout.fast.cut",
-                    "tests": list(dict.fromkeys([*_SWAP_TESTS, *_BACKEND_TESTS, "test_fast_held.py"]))},
+                    "tests": list(dict.fromkeys(["test_mutants_fast_cut.py", *_SWAP_TESTS, *_BACKEND_TESTS,
+                                                 "test_fast_held.py"]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
        for m in ("run_state", "fused_attempts", "staged_stages")},
     # the stacks as sizes: their laws on the pure functions first (milliseconds), then the runs
