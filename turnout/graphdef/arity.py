@@ -290,7 +290,8 @@ def check_input_types(nd: Any, ins: list[Any]) -> None:
             v = ins[k] if k < len(ins) else None
             wrong = declared_mismatch(enum, v)
             if wrong is not None and v is not None:
-                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {protos.type_name(enum)}, but '
+                declared = protos.type_name(protos.base_type(enum))
+                raise DTypeError(f'{nd.op} node "{nd.name}": its {attr} declares {declared}, but '
                                  f"input {k} ({v.name}) is {wrong}")
 
 
