@@ -158,7 +158,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                   "test_compiled_partition.py"]}
        for m in ("call_spec", "segment")},
     "fast/ranges.py": {"module": "turnout.fast.ranges",
-                       "tests": ["test_fast_ranges.py", "test_fast_counted_nests.py"]},
+                       "tests": ["test_mutants_fast_ranges.py", "test_fast_ranges.py", "test_fast_counted_nests.py",
+                                 "test_fast_counted_stacks.py"]},
     "fast/counted_stacks.py": {"module": "turnout.fast.counted_stacks",
                                "tests": ["test_fast_counted_stacks.py", "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
