@@ -139,8 +139,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                   "test_fast_dynamic_tensor_arrays.py", "test_fast_host_stacks.py"]},
     # the control-flow wiring that the emitter and the host's conds and loops both apply
     "fast/plumbing.py": {"module": "turnout.fast.plumbing",
-                         "tests": ["test_fast_plumbing.py", "test_fast_loop_forms.py", *_FAST_TESTS,
-                                   *_FAST_DEV_TESTS]},
+                         "tests": ["test_mutants_fast_plumbing.py", "test_fast_plumbing.py", "test_fast_loop_forms.py",
+                                   *_FAST_TESTS, *_FAST_DEV_TESTS]},
     "fast/facts.py": {"module": "turnout.fast.facts",
                       "tests": ["test_fast_counted_nests.py", "test_fast_counted_stacks.py", "test_fast_compile.py",
                                 *_FAST_TESTS]},
