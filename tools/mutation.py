@@ -139,8 +139,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                   "test_fast_dynamic_tensor_arrays.py", "test_fast_host_stacks.py"]},
     # the control-flow wiring that the emitter and the host's conds and loops both apply
     "fast/plumbing.py": {"module": "turnout.fast.plumbing",
-                         "tests": ["test_fast_plumbing.py", "test_fast_loop_forms.py", *_FAST_TESTS,
-                                   *_FAST_DEV_TESTS]},
+                         "tests": ["test_mutants_fast_plumbing.py", "test_fast_plumbing.py", "test_fast_loop_forms.py",
+                                   *_FAST_TESTS, *_FAST_DEV_TESTS]},
     "fast/facts.py": {"module": "turnout.fast.facts",
                       "tests": ["test_fast_counted_nests.py", "test_fast_counted_stacks.py", "test_fast_compile.py",
                                 *_FAST_TESTS]},
@@ -158,7 +158,8 @@ MODULES: dict[str, dict[str, Any]] = {
                                   "test_compiled_partition.py"]}
        for m in ("call_spec", "segment")},
     "fast/ranges.py": {"module": "turnout.fast.ranges",
-                       "tests": ["test_fast_ranges.py", "test_fast_counted_nests.py"]},
+                       "tests": ["test_mutants_fast_ranges.py", "test_fast_ranges.py", "test_fast_counted_nests.py",
+                                 "test_fast_counted_stacks.py"]},
     "fast/counted_stacks.py": {"module": "turnout.fast.counted_stacks",
                                "tests": ["test_fast_counted_stacks.py", "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
