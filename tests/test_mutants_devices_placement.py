@@ -426,15 +426,19 @@ def _respects(order: list[Node], g: Graph) -> bool:
 
 def _with_gradient() -> tuple[Graph, Node, Node]:
     """A loop, an op with a control input, and a backward op and its forward op (both read ``x``, the
-    backward op built last), so that the plain topological order puts the backward op first."""
+    backward op built last), so that the plain topological order puts the backward op first. The
+    loop's Merge is a backward op too (as a backward loop's are), of a source the plain order takes
+    first: free of it, the Merge would be ready before its Enter."""
     g = Graph()
     x = _op(g, "Const", name="x")
-    _loop(g, x)
+    _, merge, _, _ = _loop(g, x)
     k = _op(g, "Const", name="k", control=(x,))
     _op(g, "Add", x, k, name="two")
     fwd = _op(g, "Identity", x, name="fwd")
     back = _op(g, "Identity", x, name="back")
+    lone = _op(g, "Const", name="lone")
     g.gradient_of[back.id] = fwd.id
+    g.gradient_of[merge.id] = lone.id
     return g, back, fwd
 
 
@@ -450,6 +454,17 @@ def test_the_order_of_the_defaults_puts_every_forward_op_before_its_backward_ops
     assert sorted(n.id for n in got) == sorted(n.id for n in g.nodes) and _respects(got, g)
     p = place(g, D2)
     assert p.why(back) == "with its forward op fwd"
+
+
+def test_the_order_of_the_defaults_takes_the_nodes_free_at_the_start_in_the_plain_order() -> None:
+    """The reordering starts as the plain order does: the nodes that wait for nothing (sources) come
+    in the plain order's order, whatever their ids. It matters to placement: a group nobody placed
+    follows the member visited first, so the gradient-aware order keeps the plain order's choices
+    where no forward op asks otherwise. Kills the sort of the free nodes by id, or reversed."""
+    g, _, _ = _with_gradient()
+    sources = [n.id for n in topological_order(g) if not same_iteration_preds(n)]
+    assert sources != sorted(sources)  # (as built: the ids do not give the order)
+    assert [n.id for n in _order(g) if not same_iteration_preds(n)] == sources
 
 
 def test_without_gradients_or_when_the_forward_edges_close_a_cycle_the_order_is_the_plain_one() -> None:
