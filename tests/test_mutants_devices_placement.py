@@ -469,8 +469,9 @@ def test_the_order_of_the_defaults_takes_the_nodes_free_at_the_start_in_the_plai
 
 def test_without_gradients_or_when_the_forward_edges_close_a_cycle_the_order_is_the_plain_one() -> None:
     """With no backward ops, or when a forward op would have to come after its own backward op (the
-    backward op feeds it), ``_order`` is the plain topological order. Kills the no-gradient shortcut
-    inverted and the fallback on a cycle removed or inverted."""
+    backward op feeds it), ``_order`` is the plain topological order, and such a backward op, placed
+    before its forward op, follows its input instead. Kills the no-gradient shortcut inverted, the
+    fallback on a cycle removed or inverted, and a forward op not yet placed looked up (``or``)."""
     g, back, fwd = _with_gradient()
     g.gradient_of.clear()
     assert _order(g) == topological_order(g)
@@ -480,3 +481,5 @@ def test_without_gradients_or_when_the_forward_edges_close_a_cycle_the_order_is_
     f = _op(h, "Identity", b, name="f")
     h.gradient_of[b.id] = f.id
     assert _order(h) == topological_order(h)
+    p = place(h, D2, requests={"x": "cpu:1"})
+    assert (p[b], p.why(b)) == (CPU[1], "follows its input x:0")
