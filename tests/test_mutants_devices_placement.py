@@ -46,14 +46,15 @@ SOFT = " (allow_soft_placement)"
 @pytest.fixture(autouse=True)
 def _bounded() -> Iterator[None]:
     """A mutant that loops forever (a union-find root that never answers, a cycle of handle forwarders
-    walked without memory) fails its test within seconds instead of holding the campaign until its
-    timeout: SIGALRM raises inside the test; the handler and the timer are restored after it."""
+    walked without memory) fails its test within ten seconds (each test takes milliseconds) instead
+    of holding the campaign until its timeout: SIGALRM raises inside the test; the handler and the
+    timer are restored after it."""
 
     def stop(signum: int, frame: Any) -> None:
-        raise TimeoutError("placement did not finish within 5 s")
+        raise TimeoutError("placement did not finish within 10 s")
 
     old = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    signal.setitimer(signal.ITIMER_REAL, 10.0)
     try:
         yield
     finally:
