@@ -184,7 +184,9 @@ MODULES: dict[str, dict[str, Any]] = {
     # checkpoint slots sized to the runs' trip counts
     "turnout/slot_sizes.py": {"module": "turnout.slot_sizes",
                               "tests": ["test_slot_sizes.py", "test_recompute.py", "test_exports.py"]},
-    "devices/placement.py": {"module": "turnout.devices.placement", "tests": _DEV_TESTS, "select": _DEV_SELECT},
+    # (the laws of placement on graphs built node by node, ahead of the partitioned runs)
+    "devices/placement.py": {"module": "turnout.devices.placement",
+                             "tests": ["test_mutants_devices_placement.py", *_DEV_TESTS], "select": _DEV_SELECT},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/rendezvous.py": {"module": "turnout.devices.rendezvous", "tests": _DEV_TESTS, "select": _DEV_SELECT},
