@@ -39,7 +39,7 @@ from turnout.errors import (
 )
 from turnout.graph import Graph, Node, Tensor
 from turnout.memory_plan import device_saved_stats
-from turnout.reference.executor import Interpreter, Plan, plan_of
+from turnout.reference.executor import Interpreter, Plan, plan_of, run_key
 from turnout.reference.rules import Inbox, Tag, Token
 from turnout.run_schedule import RunSchedule, Step
 from turnout.session import RunOptions, RunResult
@@ -368,7 +368,7 @@ class PartitionedBackend:
 
     def partitioned(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> tuple[Partitioned, dict[str, Plan]]:
         """The partitions (and their interpreter plans) for these fetches and fed tensors, cached."""
-        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        key = run_key(self.graph, fetches, fed)
         if key not in self._plans:
             parted = partition(self.graph, self.placement, fetches, fed)
             check_partitions(parted)
@@ -400,7 +400,7 @@ class PartitionedBackend:
         fed = check_feeds(self.graph, fetches, feeds)
         parted, plans = self.partitioned(fetches, set(fed))
         check_fed(parted)
-        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        key = run_key(self.graph, fetches, fed)
         slots = self.slot_sizes.plan(key, [n for p in plans.values() for n in p.nodes], FIRST_CAPACITY)
         run = PartitionedRun(parted, fed, variables, options, plans, fetches, slots)
         self.last_run = run

@@ -54,6 +54,7 @@ from turnout.errors import (
 )
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import device_saved_stats
+from turnout.reference.executor import run_key
 from turnout.session import RunOptions, RunResult
 from turnout.store import check_variable
 
@@ -241,7 +242,7 @@ class RayBackend:
         return self.spec.task_of(device).name
 
     def _plan(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> tuple[Partitioned, dict[str, TaskPlan], Any]:
-        key = (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+        key = run_key(self.graph, fetches, fed)
         if key not in self._plans:
             parted = partition(self.graph, self.placement, fetches, fed)
             check_partitions(parted)

@@ -12,6 +12,7 @@ over: every fetch must have been produced, or it is a deadlock.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -442,6 +443,12 @@ def _rule_name(node: Node, rule: str, dead: bool) -> str:
     return rule
 
 
+def run_key(graph: Graph, fetches: Sequence[Tensor], fed: Iterable[tuple[int, int]]) -> Any:
+    """What a backend's plans of a run are cached and learnt under: the graph's version, the fetches
+    and the fed tensors (keys). The interpreter backends' plans, partitions and slot sizes all key so."""
+    return (graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
+
+
 class ReferenceBackend:
     """``tn.Session(graph, backend="reference")``: runs each request with a fresh Interpreter."""
 
@@ -456,11 +463,8 @@ class ReferenceBackend:
         #: per plan, the checkpoint slots a recomputed loop gets, learnt from its runs (``turnout.slot_sizes``)
         self.slot_sizes = SlotSizes()
 
-    def _key(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Any:
-        return (self.graph.version, tuple((t.node.id, t.index) for t in fetches), frozenset(fed))
-
     def plan(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Plan:
-        key = self._key(fetches, fed)
+        key = run_key(self.graph, fetches, fed)
         if key not in self._plans:
             self._plans[key] = make_plan(self.graph, fetches, fed)
         return self._plans[key]
@@ -475,7 +479,7 @@ class ReferenceBackend:
         for n in plan.nodes:
             if n.op == "Placeholder" and (n.id, 0) not in fed:
                 raise FeedError(f"{describe_node(n)} must be fed a value (feed_dict)")
-        slots = self.slot_sizes.plan(self._key(fetches, set(fed)), plan.nodes, FIRST_CAPACITY)
+        slots = self.slot_sizes.plan(run_key(self.graph, fetches, set(fed)), plan.nodes, FIRST_CAPACITY)
         interp = Interpreter(plan, fed, variables, options, slots)
         try:
             interp.run()
