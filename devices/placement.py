@@ -190,8 +190,9 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
     (why: a graph written for another machine, or with TensorFlow's looser colocation, still runs).
 
     In three steps: what each colocation group asks for (``_asked``), the device of each group that
-    asked (``_group_devices``), and every node in build order, a group that asked nothing following
-    its first node's forward op, input or control input (``_assign``).
+    asked (``_group_devices``), and every node in ``_order`` (a topological order that puts each
+    forward op before its gradient's ops), a group that asked nothing following its first node's
+    forward op, input or control input (``_assign``).
     """
     resolver = _Resolver(_device_list(devices), allow_soft_placement)
     groups = colocation_groups(graph, list(graph.nodes))
@@ -288,7 +289,7 @@ def _group_devices(hard: dict[int, list[tuple[Node, str]]], soft: dict[int, str]
 
 def _assign(graph: Graph, groups: _Groups, group_device: dict[int, tuple[str, str]], resolve: _Resolver
             ) -> tuple[dict[int, str], dict[int, str]]:
-    """Every node's device and the reason, in build order: a group that asked for nothing takes the
+    """Every node's device and the reason, in ``_order``: a group that asked for nothing takes the
     device of its first node's forward op, else its first placed input, else its first control input,
     else the first listed device."""
     device_of: dict[int, str] = {}
