@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from turnout import dtypes as dt
 from turnout.errors import DTypeError, GraphBuildError
 from turnout.graph import Tensor
 from turnout.graphdef import protos
@@ -303,10 +304,10 @@ def declared_mismatch(enum: int, v: Any) -> str | None:
     Variable's ref or resource stand for TensorFlow values the import represents in its own way; and
     only where the declared type is one Turnout has (a resource, a variant, a type of 0, which an
     attr-typed argument has, or a type Turnout does not import declares nothing it can check)."""
-    if not isinstance(v, Tensor) or v.dtype.is_opaque or v.dtype == protos.TF_TO_DTYPE[protos.DT_RESOURCE]:
+    if not isinstance(v, Tensor) or v.dtype.is_opaque:  # (a resource, a TensorArray, a TensorList: opaque)
         return None
     want = protos.TF_TO_DTYPE.get(protos.base_type(enum))
-    if want is None or want == protos.TF_TO_DTYPE[protos.DT_RESOURCE] or want == v.dtype:
+    if want is None or want == dt.resource or want == v.dtype:
         return None
     return v.dtype.name
 
