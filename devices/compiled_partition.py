@@ -78,6 +78,7 @@ from turnout.reference.rules import DEAD, Tag, Token, _where
 from turnout.reference.rules import _control_token as control_token
 from turnout.reference.trace import fmt_tag
 from turnout.session import RunOptions
+from turnout.slot_sizes import SlotPlan
 
 #: the rule name a fused group's ready item carries (and its trace events do not: members keep E-Op)
 FUSED = "E-Fused"
@@ -276,8 +277,8 @@ class CompiledPartition(PartitionInterpreter):
     """The reference interpreter of one partition, with its fused groups run as jitted functions."""
 
     def __init__(self, device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],
-                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> None:
-        super().__init__(device, prepared.plan, feeds, variables, options, rv, clock)
+                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int], slots: SlotPlan) -> None:
+        super().__init__(device, prepared.plan, feeds, variables, options, rv, clock, slots)
         self.prepared = prepared
         self.group_of = prepared.group_of
         self.gboxes: dict[tuple[int, Tag], _Box] = {}
@@ -422,10 +423,12 @@ class WholePartition:
     queue, mailbox and results."""
 
     def __init__(self, device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],
-                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> None:
+                 options: RunOptions, rv: Rendezvous, clock: itertools.count[int], slots: SlotPlan) -> None:
         self.device = device
         self.prepared = prepared
-        self.args = (device, prepared, feeds, variables, options, rv, clock)
+        self.args = (device, prepared, feeds, variables, options, rv, clock, slots)
+        #: what the whole program's run says of its checkpoint slots (the fast backend sizes them itself)
+        self._slot_stats: dict[str, Any] = {}
         self.feeds = feeds
         self.inner: Optional[CompiledPartition] = None
         self._produced: dict[Key, Token] = {}
@@ -465,6 +468,13 @@ class WholePartition:
         say what it held (``peak_device_stack_bytes``)."""
         return self.inner.saved if self.inner is not None else None
 
+    @property
+    def slot_stats(self) -> dict[str, Any]:
+        """The checkpoint slots the run gave: the fast backend's own sizing (``turnout.slot_sizes``,
+        learnt across this partition's runs) run whole, the task's ``SlotPlan`` once on
+        ``CompiledPartition``."""
+        return self.inner.slot_stats if self.inner is not None else self._slot_stats
+
     def start(self) -> None:
         """Run the partition whole, or hand it to ``CompiledPartition``."""
         p = self.prepared
@@ -481,7 +491,7 @@ class WholePartition:
     def _run_whole(self) -> None:
         p = self.prepared
         assert p.part is not None
-        _, _, feeds, variables, options, _, _ = self.args
+        _, _, feeds, variables, options, _, _, _ = self.args
         if p.whole is None:
             p.whole = FastBackend(p.part.graph, fallback=False)
         nodes = {n.id: n for n in p.part.graph.nodes}
@@ -495,6 +505,7 @@ class WholePartition:
             result = p.whole.run(fetches, fed, variables, options)
         for t, v in zip(fetches, result.values, strict=True):
             self._produced[(t.node.id, t.index)] = Token(v)
+        self._slot_stats = {k: result.stats[k] for k in ("checkpoint_slots", "checkpoint_bytes") if k in result.stats}
         self.stats["whole_runs"] += 1
         self.stats["peak_device_stack_bytes"] = int(result.stats.get("peak_device_stack_bytes", 0))
         self.stats["compiles"] += p.whole.compile_count - before
@@ -524,12 +535,13 @@ def _asks_for_firings(options: RunOptions) -> bool:
 
 
 def make(device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],
-         options: RunOptions, rv: Rendezvous, clock: itertools.count[int]) -> Any:
+         options: RunOptions, rv: Rendezvous, clock: itertools.count[int], slots: SlotPlan) -> Any:
     """One run's executor of a prepared partition: whole on the fast backend when it talks to no other
-    partition, else the interpreter with fused groups."""
+    partition (which sizes its checkpoint slots itself), else the interpreter with fused groups, whose
+    slots are ``slots``."""
     if prepared.whole_declined is None:
-        return WholePartition(device, prepared, feeds, variables, options, rv, clock)
-    return CompiledPartition(device, prepared, feeds, variables, options, rv, clock)
+        return WholePartition(device, prepared, feeds, variables, options, rv, clock, slots)
+    return CompiledPartition(device, prepared, feeds, variables, options, rv, clock, slots)
 
 
 FAST = ExecutorKind("fast", prepare, make, memory_budgets=True)

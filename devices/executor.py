@@ -94,6 +94,11 @@ class PartitionInterpreter(Interpreter):
         if options.trace:
             self.trace = DeviceTrace(device, clock)
 
+    @property
+    def slot_stats(self) -> dict[str, Any]:
+        """What this partition's run says of its loops' checkpoint slots (``SlotPlan.stats``)."""
+        return self.slots.stats
+
     def _trace_event(self, node: str, op: str, tag: Tag, dead: bool, rule: str) -> None:
         """A Send has no outputs, so its trace event takes its deadness from the token it sent."""
         if op == "Send":

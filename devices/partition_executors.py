@@ -34,6 +34,7 @@ from turnout.errors import UnsupportedError
 from turnout.graph import Node
 from turnout.reference.rules import Tag, Token
 from turnout.session import RunOptions
+from turnout.slot_sizes import SlotPlan
 
 
 class PartitionExecutor(Protocol):
@@ -43,8 +44,9 @@ class PartitionExecutor(Protocol):
     ``mailbox`` holds wake-ups from the rendezvous, and ``step()`` while ``queue`` is non-empty. Send
     and Recv go through the rendezvous given to the factory; ``firings`` counts steps (for
     ``max_firings``), ``produced`` holds the root-frame tokens (the fetches are read from it or from
-    ``feeds``), ``counts`` the firing counts per (node name, tag) and ``trace`` a ``DeviceTrace`` when
-    the run is traced."""
+    ``feeds``), ``counts`` the firing counts per (node name, tag), ``trace`` a ``DeviceTrace`` when
+    the run is traced, and ``slot_stats`` what the run's stats say of the checkpoint slots its
+    partition's recomputed loops got (``SlotPlan.stats``; nothing where it has none)."""
 
     device: str
     firings: int
@@ -55,6 +57,9 @@ class PartitionExecutor(Protocol):
     mailbox: deque[tuple[Node, Tag, str]]
     queue: Sized
 
+    @property
+    def slot_stats(self) -> dict[str, Any]: ...
+
     def start(self) -> None: ...
 
     def drain(self) -> None: ...
@@ -64,9 +69,11 @@ class PartitionExecutor(Protocol):
     def waiting_report(self) -> list[str]: ...
 
 
-#: ``make(device, prepared, feeds, variables, options, rendezvous, clock)``: one executor per run
+#: ``make(device, prepared, feeds, variables, options, rendezvous, clock, slots)``: one executor per run;
+#: ``slots``, the checkpoint slots its partition's recomputed loops get and where a run that needed more
+#: says so (``turnout.slot_sizes``; the task sizes them, ``TaskRunner.run``)
 Make = Callable[[str, Any, dict[tuple[int, int], Any], dict[str, np.ndarray], RunOptions, Rendezvous,
-                 "itertools.count[int]"], PartitionExecutor]
+                 "itertools.count[int]", SlotPlan], PartitionExecutor]
 
 
 @dataclass(frozen=True)

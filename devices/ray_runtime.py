@@ -56,6 +56,7 @@ from turnout.graph import Graph, Tensor
 from turnout.memory_plan import device_saved_stats
 from turnout.reference.executor import run_key
 from turnout.session import RunOptions, RunResult
+from turnout.slot_sizes import FIRST_CAPACITY, SlotSizes
 from turnout.store import check_variable
 
 
@@ -79,8 +80,8 @@ class TaskActor:
         self.runner.prepare(plan_key, plan, executor)
 
     def run(self, run_id: Any, plan_key: Any, feeds: dict[str, dict[tuple[int, int], Any]], options: RunOptions,
-            recv_timeout: float, detail: bool, store: Any) -> TaskOutcome:
-        return self.runner.run(run_id, plan_key, feeds, options, recv_timeout, detail, store)
+            recv_timeout: float, detail: bool, store: Any, slot_capacity: Optional[int] = None) -> TaskOutcome:
+        return self.runner.run(run_id, plan_key, feeds, options, recv_timeout, detail, store, slot_capacity)
 
     def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]], credits: list[tuple[str, Any, int]]) -> None:
         self.runner.deliver(run_id, items, credits)
@@ -205,6 +206,9 @@ class RayBackend:
         self._plan_ids = itertools.count()
         self._run_ids = itertools.count()
         self.last_stats: dict[str, Any] = {}
+        #: per fetch signature, the checkpoint slots a recomputed loop gets, learnt from the tasks' reports
+        #: of their runs (``turnout.slot_sizes``, as the partitioned reference executor learns them)
+        self.slot_sizes = SlotSizes()
         self.last_message_log: Optional[tuple[Counter[Any], Counter[Any]]] = None
         self.placement  # noqa: B018 - placement errors before any process starts
         self.variable_store = RemoteVariables(self)
@@ -265,10 +269,12 @@ class RayBackend:
             self._shipped.update((t, pid) for t in plans)
         run_id = (self.uid, next(self._run_ids))
         task_feeds = split_feeds(parted, self._task_of, fed)
+        capacity = self.slot_sizes.capacity(pid) or FIRST_CAPACITY
         refs = {t: self.actors[t].run.remote(run_id, pid, task_feeds.get(t, {}), options, self.recv_timeout,
-                                             self.detail, self.uid) for t in plans}
+                                             self.detail, self.uid, capacity) for t in plans}
         try:
             outcomes = self._wait_all(refs, run_id)
+            self._learn_slots(pid, outcomes)
             return self._result(parted, fetches, outcomes, options.trace)
         except BaseException:
             self._put_back(list(plans), run_id)
@@ -333,6 +339,14 @@ class RayBackend:
         self.pool.close(f"task {task} died during a run; the cluster's actors were stopped (start a new "
                         "Session and restore its Variables from a checkpoint)")
 
+    def _learn_slots(self, pid: Any, outcomes: dict[str, TaskOutcome]) -> None:
+        """What the tasks' loops needed sizes the next runs of these fetches (``SlotSizes.take``)."""
+        learn = self.slot_sizes.learner(pid)
+        for o in outcomes.values():
+            if o.slots_needed:
+                learn(o.slots_needed)
+        self.slot_sizes.take()
+
     def _result(self, parted: Partitioned, fetches: list[Tensor], outcomes: dict[str, TaskOutcome],
                 traced: bool = False) -> RunResult:
         got: dict[int, tuple[Any, bool]] = {}
@@ -361,6 +375,9 @@ class RayBackend:
             "waits_per_task": {t: o.waits for t, o in outcomes.items()},
             "partition_executor": self.partition_executor,
         }
+        for o in outcomes.values():
+            for k, per_loop in o.slot_stats.items():
+                stats.setdefault(k, {}).update(per_loop)
         stats.update(device_saved_stats({d: s for o in outcomes.values() for d, s in (o.saved or {}).items()}))
         per_device = {d: c for o in outcomes.values() for d, c in (o.executor_stats or {}).items()}
         if per_device:  # a compiled kind's counters (``compiled_partition``), summed and per device

@@ -48,6 +48,7 @@ from turnout.memory_plan import SavedBytes
 from turnout.reference.rules import Tag, Token
 from turnout.reference.trace import Event
 from turnout.session import RunOptions
+from turnout.slot_sizes import SlotPlan
 
 #: ``outbox(task, method, *args)``: send one fire-and-forget message to another task
 Outbox = Callable[..., None]
@@ -97,6 +98,11 @@ class TaskOutcome:
     #: device -> what its interpreter counted of the values its loops saved, under a memory budget
     #: (``memory_plan.SavedBytes``; the driver merges them, ``memory_plan.device_saved_stats``)
     saved: Optional[dict[str, SavedBytes]] = None
+    #: what the run's stats say of the checkpoint slots the task's loops got (``checkpoint_slots`` and
+    #: ``checkpoint_bytes``, per loop: ``SlotPlan.stats``), and the most slots a loop needed that it did
+    #: not get (its trip count; 0: none), which the driver learns from (``turnout.slot_sizes``)
+    slot_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    slots_needed: int = 0
 
 
 def split_by_task(parted: Partitioned, task_of: Callable[[str], str]) -> dict[str, TaskPlan]:
@@ -321,11 +327,15 @@ class TaskRunner:
 
     # ---- a run ----------------------------------------------------------------------------------------
     def run(self, run_id: Any, plan_key: Any, feeds: dict[str, dict[tuple[int, int], Any]], options: RunOptions,
-            recv_timeout: float = 60.0, detail: bool = False, store: Any = None) -> TaskOutcome:
+            recv_timeout: float = 60.0, detail: bool = False, store: Any = None,
+            slot_capacity: Optional[int] = None) -> TaskOutcome:
         """Run this task's partitions of ``plan_key`` with the given per-device feeds; returns the task's
         fetched tokens (with ``detail``, also firing counts and the keys sent and received, for tests).
         With ``options.trace``, each partition's events are stamped by the wall clock and returned for
-        the driver to merge (``cluster_trace``).
+        the driver to merge (``cluster_trace``). ``slot_capacity``: the most checkpoint slots a
+        recomputed loop gets (``turnout.slot_sizes``; None: every one its budget holds), which the
+        driver learns from the ``slots_needed`` of earlier runs: the loop and its backward loop may
+        sit on different tasks, so only the driver sees both.
         Raises what the partitions raise, RecvTimeoutError, or TaskFailedError if aborted."""
         plan, kind, prepared = self.plans[plan_key]
         rv = self._rendezvous(run_id)
@@ -341,8 +351,9 @@ class TaskRunner:
             with self._lock:  # a session runs one run at a time: its last run here is settled by now
                 for old in [r for r, (s, _) in self._before.items() if s == store]:
                     del self._before[old]
-            parts = [kind.make(d, prepared[d], feeds.get(d, {}), variables, options, rv, clock)
-                     for d in plan.partitions]
+            needed: list[int] = []
+            parts = [kind.make(d, prepared[d], feeds.get(d, {}), variables, options, rv, clock,
+                               _slot_plan(part, slot_capacity, needed)) for d, part in plan.partitions.items()]
             for p in parts:
                 p.start()
             busy, wait, waits = self._drive(parts, rv, options, recv_timeout)
@@ -365,7 +376,8 @@ class TaskRunner:
                                sum(rv.received.values()), rv.remote_sent, rv.peak_outstanding, log,
                                rv.remote_calls, rv.credit_calls, traces, busy, wait, waits,
                                {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None},
-                               {p.device: s for p in parts if (s := getattr(p, "saved", None)) is not None} or None)
+                               {p.device: s for p in parts if (s := getattr(p, "saved", None)) is not None} or None,
+                               _merged_slot_stats(parts), max(needed, default=0))
         except BaseException:
             if before is not None:  # the run failed here, or was aborted: it changes no Variable
                 _put_back(variables, before)
@@ -490,6 +502,24 @@ class TaskRunner:
             self.stores.pop(store, None)
         for n in names or ():
             self.stores.get(store, {}).pop(n, None)
+
+
+def _slot_plan(part: Partition, capacity: Optional[int], needed: list[int]) -> SlotPlan:
+    """The checkpoint slots of one partition's run: its ``CheckpointSlots`` nodes, at most ``capacity``
+    each (None: all their budgets hold). A need beyond what a loop got goes to ``needed`` from
+    whichever partition holds the loop's ``CheckpointTrips``, which need not be the one that holds its
+    slots."""
+    nodes = tuple(n for n in part.graph.nodes if n.op == "CheckpointSlots")
+    return SlotPlan(nodes) if capacity is None else SlotPlan(nodes, capacity, lambda n: needed.append(int(n)))
+
+
+def _merged_slot_stats(parts: Sequence[PartitionExecutor]) -> dict[str, dict[str, int]]:
+    """The task's ``checkpoint_slots`` and ``checkpoint_bytes``: each partition's, per loop."""
+    out: dict[str, dict[str, int]] = {}
+    for p in parts:
+        for k, per_loop in p.slot_stats.items():
+            out.setdefault(k, {}).update(per_loop)
+    return out
 
 
 def _put_back(variables: dict[str, np.ndarray], before: dict[str, np.ndarray]) -> None:

@@ -82,13 +82,14 @@ def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor,
                    recv_timeout: float = 10.0, only: Any = None, options: RunOptions | None = None,
                    executor: str = "reference", requests: dict[str, str] | None = None,
                    messages: list[tuple[str, str, str]] | None = None, frozen: bool = False,
-                   runners_out: dict[str, Any] | None = None) -> dict[str, Any]:
+                   runners_out: dict[str, Any] | None = None, slot_capacity: int | None = None) -> dict[str, Any]:
     """Run a graph on one ``TaskRunner`` per task, in threads of this process, wired by direct calls
     (no Ray): task -> TaskOutcome, or the exception it raised. ``only``: run just these tasks;
     ``executor``: the partition executor kind of every task; ``requests``: soft placement;
     ``messages``: a list that gets (sender, receiver, method) for every message; ``frozen``: deliver
     arrays read-only, as Ray's object store hands them over; ``runners_out``: a dict that gets the
-    runners (the run's id is 1)."""
+    runners (the run's id is 1); ``slot_capacity``: the most checkpoint slots a recomputed loop gets
+    (None: every one its budget holds), as a cluster session's driver says."""
     parted = partition(g, place(g, SPEC.devices, requests), fetches, {(t.node.id, t.index) for t in feeds})
     check_partitions(parted)
 
@@ -120,7 +121,8 @@ def run_in_process(g: tn.Graph, fetches: list[tn.Tensor], feeds: dict[tn.Tensor,
 
     def go(t: str) -> None:
         try:
-            out[t] = runners[t].run(1, 0, task_feeds.get(t, {}), options or RunOptions(), recv_timeout, detail=True)
+            out[t] = runners[t].run(1, 0, task_feeds.get(t, {}), options or RunOptions(), recv_timeout, detail=True,
+                                    slot_capacity=slot_capacity)
         except Exception as e:  # noqa: BLE001 - returned to the test
             out[t] = e
 

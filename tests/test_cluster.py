@@ -206,6 +206,29 @@ def test_a_run_budget_is_counted_per_device_on_every_task(executor: str) -> None
     assert errors and 'loop "loop"' in str(errors[0]), out
 
 
+@pytest.mark.parametrize("executor", ["reference", "fast"])
+def test_a_task_gives_a_recomputed_loop_the_slots_its_driver_says(executor: str) -> None:
+    """Law: a task gives each recomputed loop of its partitions at most the ``slot_capacity`` its
+    driver says (``turnout.slot_sizes.slots_given``; every slot the budget holds where None), reports
+    them in its outcome (``slot_stats``, per loop, as a run's stats say them), and reports what a loop
+    needed beyond them (its trip count: ``slots_needed``, 0 where it got enough) from whichever task
+    reads the loop's ``CheckpointTrips``; the gradient is the store-everything one whatever the count."""
+    from turnout.slot_sizes import slots_given
+
+    if executor == "fast":
+        pytest.importorskip("jax")
+    g, x, gx = gradient_across_tasks(20, budget=5000 * 20)  # 5,000 slots of 20 bytes
+    g0, x0, gx0 = gradient_across_tasks(20)
+    want = tn.Session(g0).run(gx0, {x0: X3})
+    for capacity in (None, 8, 32):
+        out = run_in_process(g, [gx], {x: X3}, executor=executor, slot_capacity=capacity)
+        np.testing.assert_allclose(fetched(out)[0], want, rtol=1e-5)
+        given = 5000 if capacity is None else slots_given(5000, capacity)
+        stats = [o.slot_stats for o in out.values() if o.slot_stats]
+        assert stats == [{"checkpoint_slots": {"loop": given}, "checkpoint_bytes": {"loop": given * 20}}], out
+        assert sum(o.slots_needed for o in out.values()) == (20 if given < 20 else 0)
+
+
 def test_a_partition_run_whole_counts_its_stacks_as_the_fast_backend() -> None:
     """A partition that talks to no other runs whole on the fast backend, which counts its own stack
     buffers against the run's budget: its peak in the task's stats (``peak_device_stack_bytes``), and

@@ -488,3 +488,28 @@ def test_a_run_budget_rebuilds_the_gradient_on_a_cluster(pool: TaskPool) -> None
         assert stats["rebuilt_gradients"] and stats["peak_saved_bytes"] <= BUDGET
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def test_a_cluster_session_sizes_the_checkpoint_slots_from_what_its_runs_needed(pool: TaskPool) -> None:
+    """Law: a cluster session gives a recomputed loop the slots the partitioned reference executor
+    would (``turnout.slot_sizes``): ``FIRST_CAPACITY`` on the first run of its fetches, then the
+    smallest power of two holding what a run needed, learnt by the driver from the tasks' reports
+    (the loop's ``CheckpointSlots`` and the ``CheckpointTrips`` its backward loop reads may sit on
+    different tasks); the gradients are the store-everything ones whatever the count. Why: a task
+    allocates and zero-fills every slot it gives at every run (here 5,000 of 20 bytes)."""
+    from cluster_programs import gradient_across_tasks
+
+    from turnout.slot_sizes import FIRST_CAPACITY
+
+    g, x, gx = gradient_across_tasks(70, budget=5000 * 20)
+    g0, x0, gx0 = gradient_across_tasks(70)
+    xv = np.array([0.3, -0.6, 0.9], np.float32)
+    want = tn.Session(g0).run(gx0, {x0: xv})
+    ref = tn.Session(g, backend="partitioned", devices=pool.spec.devices)
+    with tn.Session(g, cluster=pool) as sess:
+        for slots in (FIRST_CAPACITY, 128, 128):
+            np.testing.assert_allclose(sess.run(gx, {x: xv}), want, rtol=1e-5)
+            ref.run(gx, {x: xv})
+            assert sess.last_result.stats["checkpoint_slots"] == {"loop": slots}
+            assert sess.last_result.stats["checkpoint_bytes"] == {"loop": slots * 20}
+            assert ref.last_result.stats["checkpoint_slots"] == {"loop": slots}

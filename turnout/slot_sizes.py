@@ -22,10 +22,11 @@ The one-device backend (``fast.backend``) and the fast partitioned executor's ti
 a ``SlotSizes`` and gives each plan the ``SlotPlan`` that ``SlotSizes.plan`` makes. So do the
 reference interpreter and the partitioned reference executor (``reference.executor``,
 ``devices.executor``), from ``FIRST_CAPACITY`` on a plan's first run, their ``CheckpointSlots`` and
-``CheckpointTrips`` rules reading the run's ``SlotPlan``: an interpreter too allocates and fills the
-buffers whole, so a budget that holds far more states than the runs take made every run pay for
-them all (docs/memory_budgets.rst has the figures). Why this module is not in ``fast/``: the
-interpreters, which import no JAX, read it too.
+``CheckpointTrips`` rules reading the run's ``SlotPlan``, and a cluster session's driver
+(``devices.ray_runtime``), which sends its tasks the capacity and learns from what they report: an
+interpreter too allocates and fills the buffers whole, so a budget that holds far more states than
+the runs take made every run pay for them all (docs/memory_budgets.rst has the figures). Why this
+module is not in ``fast/``: the interpreters, which import no JAX, read it too.
 """
 
 from __future__ import annotations
