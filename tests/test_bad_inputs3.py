@@ -283,6 +283,18 @@ def test_one_rule_says_where_a_declared_type_cannot_be_a_value() -> None:
         assert declared_mismatch(3, other) is None, other
 
 
+def test_a_messages_type_name_says_a_reference_type_as_tensorflow_does() -> None:
+    """``protos.type_name``, the name every GraphDef message gives a declared type: a ``_ref`` type
+    (the base plus 100) is named as TensorFlow names it (``float32_ref``), not by its number, as the
+    function checks said it; a type Turnout does not name keeps its number, reference or not."""
+    pytest.importorskip("google.protobuf")
+    from turnout.graphdef import protos
+
+    assert [protos.type_name(e) for e in (1, 3, 101, 103, 120)] == [
+        "float32", "int32", "float32_ref", "int32_ref", "resource_ref"]
+    assert protos.type_name(99) == "enum 99" and protos.type_name(199) == "enum 199"
+
+
 # ---- 3. GraphDef nodes: a Const's dtype, the number and dtypes of a node's inputs ----------------------
 def test_a_graph_def_const_whose_dtype_disagrees_with_its_value_is_refused() -> None:
     """``Const[dtype=float32]`` holding an int32 tensor imported as the int32 3, silently."""

@@ -66,8 +66,11 @@ def base_type(enum: int) -> int:
 
 
 def type_name(enum: int) -> str:
-    """A TensorFlow DataType enum's name (``float32``), or ``enum N`` for one Turnout does not name."""
-    return TF_TYPE_NAMES.get(enum, f"enum {enum}")
+    """A TensorFlow DataType enum's name (``float32``; a reference type ``float32_ref``, as TensorFlow
+    names it), or ``enum N`` for one Turnout does not name."""
+    base = base_type(enum)
+    name = TF_TYPE_NAMES.get(base)
+    return f"enum {enum}" if name is None else name + ("_ref" if base != enum else "")
 
 
 def tf_dtype(enum: int, where: str) -> dt.DType:
