@@ -544,4 +544,12 @@ def make(device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict
     return CompiledPartition(device, prepared, feeds, variables, options, rv, clock, slots)
 
 
-FAST = ExecutorKind("fast", prepare, make, memory_budgets=True)
+def describe(part: Partition) -> str:
+    """What runs ``part``: one fast-backend program where it talks to no other partition (unless the
+    backend cannot compile it), else the interpreter with its arithmetic fused into jitted groups."""
+    if not any(n.op in ("Send", "Recv") for n in part.graph.nodes):
+        return "one fast-backend program (it talks to no other partition)"
+    return "the interpreter, its arithmetic fused into jitted groups"
+
+
+FAST = ExecutorKind("fast", prepare, make, memory_budgets=True, describe=describe)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout.devices.names import DeviceSpec, parse
-from turnout.devices.partition import Partitioned, check_partitions, partition
+from turnout.devices.partition import Partition, Partitioned, check_partitions, partition
 from turnout.devices.placement import Placement, place
 from turnout.devices.rendezvous import Rendezvous
 from turnout.devices.trace import DeviceTrace, PartitionedTrace
@@ -388,17 +388,14 @@ class PartitionedBackend:
         partition, with its ops, its Sends and Recvs and its control loops (the partitions a run of
         these fetches uses, made and cached as a run makes them). A run budget changes no step: it
         is counted on every device (the session adds the memory plan's lines)."""
-        parted, _ = self.partitioned(fetches, {(t.node.id, t.index) for t in feeds})
-        steps = []
-        for p in parted.partitions.values():
-            ops = [n.op for n in p.graph.nodes]
-            what = (f"the reference interpreter on {len(ops)} ops: {ops.count('Send')} Send, {ops.count('Recv')} Recv, "
-                    f"{len(p.control_loops)} control loop(s)")
-            steps.append(Step("partition", what, p.short))
-        notes: tuple[str, ...] = (f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",)
-        if memory_budget is not None:
-            notes += (f"the memory_budget of {memory_budget} bytes bounds what each device's gradient stacks hold",)
-        return RunSchedule("reference (partitioned)", tuple(steps), notes=notes)
+        fed = {(t.node.id, t.index) for t in feeds}
+        parted, plans = self.partitioned(fetches, fed)
+        steps = tuple(partition_step(p, "the reference interpreter") for p in parted.partitions.values())
+        notes = (f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices",
+                 *self.slot_sizes.notes(run_key(self.graph, fetches, fed),
+                                        [n for p in plans.values() for n in p.nodes]),
+                 *budget_notes(memory_budget))
+        return RunSchedule("reference (partitioned)", steps, notes=notes)
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
@@ -423,6 +420,22 @@ class PartitionedBackend:
                  "firings_per_device": {p.device: p.firings for p in run.parts},
                  **run.rv.stats(), **_saved_stats(run.parts)}
         return RunResult(values=values, trace=run.trace(), counts=counts, stats=stats)
+
+
+def partition_step(part: Partition, who: str) -> Step:
+    """A partition as a step of a schedule (``Session.explain``): on its device, what runs it
+    (``who``), its size, its Sends and Recvs and its control loops."""
+    ops = [n.op for n in part.graph.nodes]
+    return Step("partition", f"{who} on {len(ops)} ops: {ops.count('Send')} Send, {ops.count('Recv')} Recv, "
+                f"{len(part.control_loops)} control loop(s)", part.short)
+
+
+def budget_notes(memory_budget: Optional[int]) -> tuple[str, ...]:
+    """What a schedule of partitions says of a run's budget: it changes no step, and is counted on
+    every device."""
+    if memory_budget is None:
+        return ()
+    return (f"the memory_budget of {memory_budget} bytes bounds what each device's gradient stacks hold",)
 
 
 def _saved_stats(parts: Sequence[PartitionInterpreter]) -> dict[str, Any]:

@@ -80,7 +80,8 @@ Make = Callable[[str, Any, dict[tuple[int, int], Any], dict[str, np.ndarray], Ru
 class ExecutorKind:
     """An executor of partitions. ``prepare(partition)`` runs once per partition and fetch signature on
     the task (the reference interpreter builds its plan; a compiler would compile), and its result is
-    handed to ``make`` at every run. ``memory_budgets``: whether its executors count what their
+    handed to ``make`` at every run; ``describe(partition)`` says, in words, what runs it (a cluster
+    session's ``explain``). ``memory_budgets``: whether its executors count what their
     partition's loops save against a run's memory budget (``RunOptions.memory_budget``, a loop's
     own), stopping the run with ``ResourceExhaustedError`` where a device would go over, and expose
     the count as ``saved`` (``memory_plan.SavedBytes``); a cluster whose kind does not is refused a
@@ -90,13 +91,16 @@ class ExecutorKind:
     prepare: Callable[[Partition], Any]
     make: Make
     memory_budgets: bool = False
+    #: what runs a partition, in words (``Session.explain``'s schedule of a cluster)
+    describe: Callable[[Partition], str] = lambda part: "its executor"
 
 
 def _reference_plan(part: Partition) -> Any:
     return partition_plan(part.graph, frozenset(ph.id for ph in part.feeds.values()))
 
 
-REFERENCE = ExecutorKind("reference", _reference_plan, PartitionInterpreter, memory_budgets=True)
+REFERENCE = ExecutorKind("reference", _reference_plan, PartitionInterpreter, memory_budgets=True,
+                         describe=lambda part: "the reference interpreter")
 
 #: name -> ExecutorKind, or ``"module:attribute"`` naming one (imported on first use, in the task)
 PARTITION_EXECUTORS: dict[str, ExecutorKind | str] = {

@@ -38,7 +38,7 @@ import ray
 
 from turnout.devices.cluster import ClusterSpec
 from turnout.devices.cluster_trace import merge
-from turnout.devices.executor import check_fed, check_feeds, partition_plan
+from turnout.devices.executor import budget_notes, check_fed, check_feeds, partition_plan, partition_step
 from turnout.devices.partition import Partitioned, check_partitions, partition
 from turnout.devices.partition_executors import executor_kind
 from turnout.devices.placement import Placement, place
@@ -55,6 +55,7 @@ from turnout.errors import (
 from turnout.graph import Graph, Tensor
 from turnout.memory_plan import device_saved_stats
 from turnout.reference.executor import run_key
+from turnout.run_schedule import RunSchedule, Step
 from turnout.session import RunOptions, RunResult
 from turnout.slot_sizes import FIRST_CAPACITY, SlotSizes
 from turnout.store import check_variable
@@ -254,6 +255,26 @@ class RayBackend:
                 partition_plan(part.graph, frozenset(ph.id for ph in part.feeds.values()))
             self._plans[key] = (parted, split_by_task(parted, self._task_of), (self.uid, next(self._plan_ids)))
         return self._plans[key]
+
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: Any,
+                memory_budget: Optional[int] = None) -> RunSchedule:
+        """How a run of ``fetches`` executes (``Session.explain``), made on the driver alone (no task is
+        asked): one step per task, the partitions of its devices below it, each with what runs it (the
+        partition executor's kind, ``ExecutorKind.describe``); the notes say how many Send/Recv pairs
+        become messages between tasks, the checkpoint slots the next run gives, and the budget."""
+        fed = {(t.node.id, t.index) for t in feeds}
+        parted, plans, pid = self._plan(fetches, fed)
+        kind = executor_kind(self.partition_executor)
+        steps = tuple(Step("task", f"{len(plan.partitions)} partition(s) on the {kind.name!r} partition executor, "
+                           f"{len(plan.remote_out)} edge(s) out to other tasks", task,
+                           tuple(partition_step(p, kind.describe(p)) for p in plan.partitions.values()))
+                      for task, plan in plans.items())
+        between = sum(len(plan.remote_out) for plan in plans.values())
+        slots = [n for p in parted.partitions.values() for n in p.graph.nodes if n.op == "CheckpointSlots"]
+        notes = (f"{len(parted.transfers)} Send/Recv pair(s) carry values between devices, {between} of them as "
+                 "messages between tasks", *self.slot_sizes.notes(pid, slots),
+                 *budget_notes(memory_budget))
+        return RunSchedule("ray cluster", steps, notes=notes)
 
     # ---- a run ------------------------------------------------------------------------------------
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: Any, options: RunOptions) -> RunResult:

@@ -39,6 +39,7 @@ from turnout.reference import rules
 from turnout.reference.rules import DEAD, Inbox, Tag, Token
 from turnout.reference.scheduler import ReadyQueue
 from turnout.reference.trace import Trace, fmt_tag
+from turnout.run_schedule import INTERPRETER_STEP, RunSchedule, Step
 from turnout.session import RunOptions, RunResult
 from turnout.slot_sizes import FIRST_CAPACITY, SlotPlan, SlotSizes
 
@@ -468,6 +469,14 @@ class ReferenceBackend:
         if key not in self._plans:
             self._plans[key] = make_plan(self.graph, fetches, fed)
         return self._plans[key]
+
+    def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
+                memory_budget: Optional[int] = None) -> RunSchedule:
+        """How a run of ``fetches`` executes (``Session.explain``): the interpreter, one step; the notes
+        say how many checkpoint slots the next run gives each recomputed loop (``turnout.slot_sizes``)."""
+        fed = {(t.node.id, t.index) for t in feeds}
+        notes = self.slot_sizes.notes(run_key(self.graph, fetches, fed), self.plan(fetches, fed).nodes)
+        return RunSchedule("reference", (Step("interpreter", INTERPRETER_STEP),), notes=notes)
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:

@@ -7,6 +7,8 @@ nothing and change nothing a later run does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from graphs import power_loop, vector_loop_round_robin
@@ -181,6 +183,31 @@ def test_partitioned_reference_explains_its_partitions() -> None:
     got = tn.Session(g, devices=DEVICES, requests=req).explain(fetches, feeds)
     assert [s.kind for s in got.steps] == ["partition"] * 3
     assert all("Send" in s.what for s in got.steps)
+
+
+@pytest.mark.parametrize("devices", [None, DEVICES], ids=["one device", "partitioned"])
+def test_the_interpreters_say_how_many_checkpoint_slots_the_next_run_gives(devices: Any) -> None:
+    """The reference interpreter, one device or partitioned, explains what it sizes
+    (``turnout.slot_sizes``): a recomputed loop gets a first run's 64 of the 1000 slots its budget
+    holds, then what an earlier run needed, learnt; a budget that holds fewer than the first
+    capacity gives them all, and says nothing of learning."""
+    for budget, first, then in ((1000 * 24, "keeps at most 64 checkpoint slots of the 1000 its memory_budget holds "
+                                 "(a first run's 64;", "keeps at most 128 checkpoint slots of the 1000 its "
+                                 "memory_budget holds (learnt from an earlier run's trip count;"),
+                                (10 * 24, "keeps at most 10 checkpoint slots of the 10 its memory_budget holds",
+                                 "keeps at most 10 checkpoint slots of the 10 its memory_budget holds")):
+        g = tn.Graph()
+        with g.as_default():
+            x = tn.placeholder(tn.float32, [4], name="x")
+            _, y = tn.while_loop(lambda i, v: i < 70, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
+                                 name="rnn", memory_budget=budget)
+            (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+        sess = tn.Session(g, **({"devices": devices} if devices else {}))
+        feeds = {x: np.ones(4, np.float32)}
+        for want in (first, then):
+            notes = [n for n in sess.explain(gx, feeds).notes if "checkpoint slots" in n]
+            assert len(notes) == 1 and want in notes[0] and ("(" in notes[0]) == (budget > 10 * 24), notes
+            sess.run(gx, feeds)
 
 
 def test_explain_checks_its_arguments_as_run_does() -> None:

@@ -513,3 +513,36 @@ def test_a_cluster_session_sizes_the_checkpoint_slots_from_what_its_runs_needed(
             assert sess.last_result.stats["checkpoint_slots"] == {"loop": slots}
             assert sess.last_result.stats["checkpoint_bytes"] == {"loop": slots * 20}
             assert ref.last_result.stats["checkpoint_slots"] == {"loop": slots}
+
+
+@pytest.mark.parametrize("executor", ["reference", "fast"])
+def test_a_cluster_session_explains_its_tasks_and_their_partitions(pool: TaskPool, executor: str) -> None:
+    """``Session.explain`` on a cluster, made on the driver without asking any task: one ``task``
+    step per task, its devices' partitions below it with what runs each (the partition executor's
+    ``describe``: the reference interpreter, or on the fast kind the interpreter with fused groups
+    for a partition that talks to another); the notes say how many Send/Recv pairs are messages
+    between tasks and how many checkpoint slots the next run gives a recomputed loop, before a run
+    and after one that needed more."""
+    from cluster_programs import gradient_across_tasks
+
+    if executor == "fast":
+        pytest.importorskip("jax")
+    g, x, gx = gradient_across_tasks(70, budget=5000 * 20)
+    xv = np.array([0.3, -0.6, 0.9], np.float32)
+    with tn.Session(g, cluster=pool, partition_executor=executor) as sess:
+        before = sess.explain(gx, {x: xv})
+        assert before.backend == "ray cluster"
+        assert sorted(s.device for s in before.steps) == sorted({T0, T1}) and before.kinds() == {"task", "partition"}
+        assert sorted(len(s.steps) for s in before.steps) == [1, 2]  # (the loop on task 0, its body on task 1)
+        parts = [p for s in before.steps for p in s.steps]
+        assert all(p.device.startswith(s.device) for s in before.steps for p in s.steps)
+        who = "the reference interpreter" if executor == "reference" else "the interpreter, its arithmetic fused"
+        assert all(p.what.startswith(who) for p in parts), parts
+        assert any("messages between tasks" in n and not n.startswith("0 ") for n in before.notes), before.notes
+        assert any("keeps at most 64 checkpoint slots of the 5000 its memory_budget holds (a first run's 64;"
+                   in n for n in before.notes), before.notes
+        sess.run(gx, {x: xv})
+        after = sess.explain(gx, {x: xv}, memory_budget=10**7)
+        assert any("keeps at most 128 checkpoint slots of the 5000 its memory_budget holds (learnt from an earlier"
+                   in n for n in after.notes), after.notes
+        assert any("memory_budget of 10000000 bytes" in n for n in after.notes), after.notes

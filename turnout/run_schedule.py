@@ -18,7 +18,8 @@ The vocabulary of ``Step.kind`` (one word per way a piece of a run executes):
 - ``"host cond"`` / ``"host loop"``: a conditional or loop spanning devices, whose predicate the host
   reads; the steps below it run on their devices.
 - ``"spmd program"``: one ``shard_map`` program over every device, spanning loops in lockstep.
-- ``"partition"``: one device's partition of the partitioned reference executor.
+- ``"partition"``: one device's partition of the partitioned reference executor, or of a cluster's task.
+- ``"task"``: one task of a cluster (its process), the partitions of its devices below it.
 - ``"one device"``: a placed graph whose every node sits on one device, run by the one-device backend.
 """
 
@@ -31,7 +32,10 @@ from turnout.errors import ArgumentError
 
 #: the kinds a ``Step`` may have (see the module docstring)
 STEP_KINDS = ("interpreter", "compiled call", "driven loop", "staged", "host cond", "host loop", "spmd program",
-              "partition", "one device")
+              "partition", "one device", "task")
+
+#: what the interpreter's one step says (the reference interpreter, and a backend that plans nothing)
+INTERPRETER_STEP = "the graph's ops fire one by one as their inputs arrive"
 
 
 @dataclass(frozen=True)
@@ -97,4 +101,4 @@ class RunSchedule:
         return "\n".join(out)
 
 
-__all__ = ["STEP_KINDS", "RunSchedule", "Step"]
+__all__ = ["INTERPRETER_STEP", "STEP_KINDS", "RunSchedule", "Step"]

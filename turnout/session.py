@@ -22,7 +22,7 @@ from turnout.arguments import option_fields, positive_int
 from turnout.errors import ArgumentError, ExecutionError, FeedError, GraphBuildError
 from turnout.graph import Graph, Node, Tensor, fetched_tensor, get_default_graph
 from turnout.limits import DEFAULT_MAX_TENSOR_BYTES, allocation_limit, current_limit
-from turnout.run_schedule import RunSchedule, Step
+from turnout.run_schedule import INTERPRETER_STEP, RunSchedule, Step
 from turnout.store import VariableStore
 
 #: backend name -> "module:Class". Backends load lazily (the fast one imports jax).
@@ -312,8 +312,7 @@ class Session:
             fetched = done.fetches
         explain = getattr(self.backend, "explain", None)
         if explain is None:
-            schedule = RunSchedule(self.backend_name, (Step("interpreter", "the graph's ops fire one by one as their "
-                                                                           "inputs arrive"),))
+            schedule = RunSchedule(self.backend_name, (Step("interpreter", INTERPRETER_STEP),))
         elif getattr(self.backend, "memory_budgets", False) and memory_budget is not None:
             schedule = explain(fetched, feeds, self.variables, memory_budget=memory_budget)
         else:

@@ -123,6 +123,12 @@ class SlotSizes:
         sized = SlotPlan(slots, self.capacity(program) or capacity)
         return SlotPlan(slots, sized.capacity, self.learner(program)) if sized.learns else sized
 
+    def notes(self, program: Any, nodes: Iterable[Node], capacity: int = FIRST_CAPACITY) -> tuple[str, ...]:
+        """What ``Session.explain`` says of the slots an interpreter's plan of ``program`` made now
+        would give (``plan``, ``slot_notes``): ``capacity`` until a run teaches more."""
+        plan = self.plan(program, nodes, capacity)
+        return slot_notes(plan.budgets, plan.counts, self.capacity(program), f"a first run's {capacity}")
+
     def learner(self, program: Any) -> Callable[[Any], None]:
         """What a trace of ``program``'s plans calls with the slots a run needed (``ctx.learn_slots``)."""
         return partial(self._need, program)
@@ -143,11 +149,13 @@ class SlotSizes:
         return grown
 
 
-def slot_notes(budgets: dict[str, int], given: dict[str, int], learnt: Optional[int]) -> tuple[str, ...]:
+def slot_notes(budgets: dict[str, int], given: dict[str, int], learnt: Optional[int],
+               first: str = "the plan's stack capacity") -> tuple[str, ...]:
     """What ``Session.explain`` says of a plan's checkpoint slots: per loop reversed from checkpoints
     (``budgets``: the slots its budget holds; ``given``: the most the plan gives it), and whether that
-    was learnt from a run (``learnt``: the program's learnt capacity, or None)."""
-    why = "learnt from an earlier run's trip count" if learnt is not None else "the plan's stack capacity"
+    was learnt from a run (``learnt``: the program's learnt capacity, or None: ``first`` says where
+    the count comes from)."""
+    why = "learnt from an earlier run's trip count" if learnt is not None else first
     return tuple(f"loop {loop!r} keeps at most {given[loop]} checkpoint slots of the {most} its memory_budget holds"
                  + (f" ({why}; a longer run teaches more)" if given[loop] < most else "")
                  for loop, most in budgets.items())
