@@ -187,6 +187,10 @@ MODULES: dict[str, dict[str, Any]] = {
     # (the laws of placement on graphs built node by node, ahead of the partitioned runs)
     "devices/placement.py": {"module": "turnout.devices.placement",
                              "tests": ["test_mutants_devices_placement.py", *_DEV_TESTS], "select": _DEV_SELECT},
+    # (device names parsed and printed, on strings alone, ahead of the placement tests that read them)
+    "devices/names.py": {"module": "turnout.devices.names",
+                         "tests": ["test_mutants_devices_names.py", "test_devices.py",
+                                   "test_mutants_devices_placement.py"]},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     # (the rendezvous's laws called step by step with stand-in owners, ahead of the partitioned runs)
