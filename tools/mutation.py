@@ -173,7 +173,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
        for m in ("stacks", "stack_values", "chunk_store")},
-    "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
+    # (the chain's laws on hand-built regions and a stand-in emitter, ahead of the compiled cases)
+    "fast/case_chain.py": {"module": "turnout.fast.case_chain",
+                           "tests": ["test_mutants_fast_case_chain.py", *_CASE_TESTS]},
     # loops unrolled while tracing, and runs specialised on values or cut at computed shapes
     "fast/unrolled.py": {"module": "turnout.fast.unrolled",
                          "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py",
