@@ -173,7 +173,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
        for m in ("stacks", "stack_values", "chunk_store")},
-    "fast/case_chain.py": {"module": "turnout.fast.case_chain", "tests": _CASE_TESTS},
+    # (the chain's laws on hand-built regions and a stand-in emitter, ahead of the compiled cases)
+    "fast/case_chain.py": {"module": "turnout.fast.case_chain",
+                           "tests": ["test_mutants_fast_case_chain.py", *_CASE_TESTS]},
     # loops unrolled while tracing, and runs specialised on values or cut at computed shapes
     "fast/unrolled.py": {"module": "turnout.fast.unrolled",
                          "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py",
@@ -187,9 +189,15 @@ MODULES: dict[str, dict[str, Any]] = {
     # (the laws of placement on graphs built node by node, ahead of the partitioned runs)
     "devices/placement.py": {"module": "turnout.devices.placement",
                              "tests": ["test_mutants_devices_placement.py", *_DEV_TESTS], "select": _DEV_SELECT},
+    # (device names parsed and printed, on strings alone, ahead of the placement tests that read them)
+    "devices/names.py": {"module": "turnout.devices.names",
+                         "tests": ["test_mutants_devices_names.py", "test_devices.py",
+                                   "test_mutants_devices_placement.py"]},
     "devices/partition.py": {"module": "turnout.devices.partition", "tests": _DEV_TESTS, "select": _DEV_SELECT},
     "devices/executor.py": {"module": "turnout.devices.executor", "tests": _DEV_TESTS, "select": _DEV_SELECT},
-    "devices/rendezvous.py": {"module": "turnout.devices.rendezvous", "tests": _DEV_TESTS, "select": _DEV_SELECT},
+    # (the rendezvous's laws called step by step with stand-in owners, ahead of the partitioned runs)
+    "devices/rendezvous.py": {"module": "turnout.devices.rendezvous",
+                              "tests": ["test_mutants_devices_rendezvous.py", *_DEV_TESTS], "select": _DEV_SELECT},
     "devices/smallstep.py": {"module": "turnout.devices.smallstep",
                              "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py", "test_mutants_s5.py"]},
     "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
