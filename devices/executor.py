@@ -25,7 +25,7 @@ import numpy as np
 
 from turnout.devices.names import DeviceSpec, parse
 from turnout.devices.partition import Partition, Partitioned, check_partitions, partition
-from turnout.devices.placement import Placement, place
+from turnout.devices.placement import Placement, Placer
 from turnout.devices.rendezvous import Rendezvous
 from turnout.devices.trace import DeviceTrace, PartitionedTrace
 from turnout.errors import (
@@ -355,7 +355,7 @@ class PartitionedBackend:
         self.allow_soft_placement = allow_soft_placement
         self.order = order
         self.seed = seed
-        self._placement: Optional[tuple[int, Placement]] = None
+        self.placer = Placer(graph, self.devices, self.requests, allow_soft_placement)
         self._plans: dict[Any, tuple[Partitioned, dict[str, Plan]]] = {}
         self.last_run: Optional[PartitionedRun] = None
         #: per run's partitions, the checkpoint slots a recomputed loop gets, learnt from its runs
@@ -366,20 +366,13 @@ class PartitionedBackend:
     @property
     def placement(self) -> Placement:
         """The placement of the current graph version (recomputed when the graph grows)."""
-        if self._placement is None or self._placement[0] != self.graph.version:
-            self._placement = (self.graph.version, place(self.graph, self.devices, self.requests,
-                                                            self.allow_soft_placement))
-        return self._placement[1]
+        return self.placer()
 
     def partitioned(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> tuple[Partitioned, dict[str, Plan]]:
         """The partitions (and their interpreter plans) for these fetches and fed tensors, cached."""
         key = run_key(self.graph, fetches, fed)
         if key not in self._plans:
-            parted = partition(self.graph, self.placement, fetches, fed)
-            check_partitions(parted)
-            plans = {d: partition_plan(p.graph, frozenset(ph.id for ph in p.feeds.values()))
-                     for d, p in parted.partitions.items()}
-            self._plans[key] = (parted, plans)
+            self._plans[key] = partitions_of(self.graph, self.placement, fetches, fed)
         return self._plans[key]
 
     def explain(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
@@ -420,6 +413,17 @@ class PartitionedBackend:
                  "firings_per_device": {p.device: p.firings for p in run.parts},
                  **run.rv.stats(), **_saved_stats(run.parts)}
         return RunResult(values=values, trace=run.trace(), counts=counts, stats=stats)
+
+
+def partitions_of(graph: Graph, placement: Placement, fetches: list[Tensor], fed: set[tuple[int, int]]
+                  ) -> tuple[Partitioned, dict[str, Plan]]:
+    """The checked partitions of a run of ``fetches`` with ``fed`` tensors, and each partition's
+    interpreter plan (made here, so that a partition's errors come from where the run starts, the
+    driver of a cluster too)."""
+    parted = partition(graph, placement, fetches, fed)
+    check_partitions(parted)
+    return parted, {d: partition_plan(p.graph, frozenset(ph.id for ph in p.feeds.values()))
+                    for d, p in parted.partitions.items()}
 
 
 def partition_step(part: Partition, who: str) -> Step:

@@ -67,7 +67,7 @@ import numpy as np
 from turnout.devices.jax_device import jax_device
 from turnout.devices.names import DeviceSpec, canonical, parse
 from turnout.devices.one_device import OneDevice
-from turnout.devices.placement import Placement, place
+from turnout.devices.placement import Placement, Placer
 from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice, wants_whole_program
@@ -157,7 +157,7 @@ class FastPartitionedBackend(BackendShell):
             raise PlacementError("the fast partitioned executor needs at least one device (devices=[...])")
         self.devices = [canonical(d) for d in devices]
         self.jax_devices = {d: jax_device(d) for d in self.devices}
-        self._placement: Optional[tuple[int, Placement, frozenset[str]]] = None
+        self.placer = Placer(graph, self.devices, self.requests, allow_soft_placement)
         self._plans: dict[Any, DevicePlan] = {}
         #: the whole-program (SPMD) plan per run signature, None where the program is not eligible
         self._whole: dict[Any, Any] = {}
@@ -189,15 +189,7 @@ class FastPartitionedBackend(BackendShell):
     @property
     def placement(self) -> Placement:
         """The placement of the current graph version (the partitioned reference executor's rules)."""
-        return self._placed()[1]
-
-    def _placed(self) -> tuple[int, Placement, frozenset[str]]:
-        """(graph version, its placement, the devices that placement uses), made once per version: a
-        run asks which devices are used, and that must not cost a pass over the graph each time."""
-        if self._placement is None or self._placement[0] != self.graph.version:
-            placement = place(self.graph, self.devices, self.requests, self.allow_soft_placement)
-            self._placement = (self.graph.version, placement, frozenset(placement.device_of.values()))
-        return self._placement
+        return self.placer()
 
     def memory_records(self) -> list[dict[str, Any]]:
         """Gradient stack memory of the last run, one record per (loop, device): ``device_bytes`` (held
@@ -212,7 +204,7 @@ class FastPartitionedBackend(BackendShell):
         device, the SPMD program where that tier takes the run, else the per-device segments with the
         loops and conds the host drives (``devices.segments.steps_of``). ``memory_budget``: the run's
         (the SPMD program runs what it lets every device hold)."""
-        _, placement, used = self._placed()
+        placement, used = self.placer(), self.placer.used()
         if len(used) == 1:
             (device,) = used
             inner = self._single.explain(device, fetches, feeds, variables, memory_budget)
@@ -259,7 +251,7 @@ class FastPartitionedBackend(BackendShell):
         segments, each specialised on the fed values that decide shapes (``_run_specialised``), else
         (fallback) the partitioned reference executor."""
         refuse_firing_budget("fast partitioned executor", options)
-        _, _, used = self._placed()
+        used = self.placer.used()
         if len(used) == 1:
             self._single_ran = True
             return self._single.run(next(iter(used)), fetches, feeds, variables, options)
@@ -300,7 +292,7 @@ class FastPartitionedBackend(BackendShell):
         run's stacks outgrew what the ``device_memory_limit`` or the memory budgets let the program
         hold (its ``Discard``; the next run tries the tier again). ``NeedsStatic`` goes on to the
         specialisation loop (``BackendShell._specialised``)."""
-        _, placement, _ = self._placed()
+        placement = self.placer()
         whole = self._whole_program(sig, placement, fetches, feeds)
         if whole is None:
             return ""
@@ -345,7 +337,7 @@ class FastPartitionedBackend(BackendShell):
     def device_feed(self, value: Any) -> Any:
         """A fed ``jax.Array`` the session passes as it is: where the graph is placed on one device,
         as that tier's backend takes it (on that device); else None (read through numpy)."""
-        _, _, used = self._placed()
+        used = self.placer.used()
         return self._single.device_feed(next(iter(used)), value) if len(used) == 1 else None
 
     def _whole_program(self, sig: Any, placement: Placement, fetches: list[Tensor], feeds: dict[Tensor, Any]) -> Any:

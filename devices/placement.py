@@ -202,6 +202,32 @@ def place(graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[
     return Placement(graph, resolver.devs, device_of, reasons)
 
 
+class Placer:
+    """A backend's placement of its graph (``place``), made once per graph version: a backend asks at
+    every run, and a graph that grew since (an op fetch's proxy, a gradient built after the session)
+    is placed again. Every partitioned backend places through one, so they place alike."""
+
+    def __init__(self, graph: Graph, devices: Sequence[str | DeviceSpec], requests: Optional[Mapping[str, str]] = None,
+                 allow_soft_placement: bool = False) -> None:
+        self.graph = graph
+        self.args = (list(devices), dict(requests or {}), allow_soft_placement)
+        self._made: Optional[tuple[int, Placement, frozenset[str]]] = None
+
+    def _current(self) -> tuple[int, Placement, frozenset[str]]:
+        if self._made is None or self._made[0] != self.graph.version:
+            placement = place(self.graph, *self.args)
+            self._made = (self.graph.version, placement, frozenset(placement.device_of.values()))
+        return self._made
+
+    def __call__(self) -> Placement:
+        """The placement of the graph as it is now."""
+        return self._current()[1]
+
+    def used(self) -> frozenset[str]:
+        """The devices that placement puts a node on (a run asks: it must not cost a pass over the graph)."""
+        return self._current()[2]
+
+
 def _device_list(devices: Sequence[str | DeviceSpec]) -> list[str]:
     """The canonical names of ``devices``, in order; none, or one listed twice, is a PlacementError."""
     if not devices:

@@ -38,10 +38,10 @@ import ray
 
 from turnout.devices.cluster import ClusterSpec
 from turnout.devices.cluster_trace import merge
-from turnout.devices.executor import budget_notes, check_fed, check_feeds, partition_plan, partition_step
-from turnout.devices.partition import Partitioned, check_partitions, partition
+from turnout.devices.executor import budget_notes, check_fed, check_feeds, partition_step, partitions_of
+from turnout.devices.partition import Partitioned
 from turnout.devices.partition_executors import executor_kind
-from turnout.devices.placement import Placement, place
+from turnout.devices.placement import Placement, Placer
 from turnout.devices.task_runner import TaskOutcome, TaskPlan, TaskRunner, split_by_task, split_feeds
 from turnout.errors import (
     DeadFetchError,
@@ -201,7 +201,7 @@ class RayBackend:
         self.allow_soft_placement = allow_soft_placement  # (place() refuses a non-bool)
         self.recv_timeout = float(recv_timeout)
         self.detail = detail
-        self._placement: Optional[tuple[int, Placement]] = None
+        self.placer = Placer(graph, self.spec.devices, self.requests, allow_soft_placement)
         self._plans: dict[Any, tuple[Partitioned, dict[str, TaskPlan], Any]] = {}
         self._shipped: set[tuple[str, Any]] = set()
         self._plan_ids = itertools.count()
@@ -238,10 +238,7 @@ class RayBackend:
     @property
     def placement(self) -> Placement:
         """The placement over the cluster's devices, for the current graph version."""
-        if self._placement is None or self._placement[0] != self.graph.version:
-            self._placement = (self.graph.version, place(self.graph, self.spec.devices, self.requests,
-                                                            self.allow_soft_placement))
-        return self._placement[1]
+        return self.placer()
 
     def _task_of(self, device: str) -> str:
         return self.spec.task_of(device).name
@@ -249,10 +246,7 @@ class RayBackend:
     def _plan(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> tuple[Partitioned, dict[str, TaskPlan], Any]:
         key = run_key(self.graph, fetches, fed)
         if key not in self._plans:
-            parted = partition(self.graph, self.placement, fetches, fed)
-            check_partitions(parted)
-            for part in parted.partitions.values():  # validated here so errors come from the driver
-                partition_plan(part.graph, frozenset(ph.id for ph in part.feeds.values()))
+            parted, _ = partitions_of(self.graph, self.placement, fetches, fed)  # (errors come from the driver)
             self._plans[key] = (parted, split_by_task(parted, self._task_of), (self.uid, next(self._plan_ids)))
         return self._plans[key]
 

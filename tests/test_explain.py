@@ -14,7 +14,7 @@ import pytest
 from graphs import power_loop, vector_loop_round_robin
 
 import turnout as tn
-from turnout.run_schedule import STEP_KINDS, RunSchedule, Step
+from turnout.run_schedule import INTERPRETER_STEP, STEP_KINDS, RunSchedule, Step
 
 pytest.importorskip("jax")
 
@@ -32,7 +32,7 @@ def test_the_reference_interpreter_explains_itself_in_one_step() -> None:
     g, fetches, feeds, _ = _loop_with_gradient()
     got = tn.Session(g).explain(fetches, feeds)
     assert isinstance(got, RunSchedule) and got.kinds() == {"interpreter"}
-    assert "interpreter" in str(got)
+    assert str(got).splitlines()[:2] == ["backend 'reference':", f"  interpreter: {INTERPRETER_STEP}"]
 
 
 def test_fast_backend_names_the_fused_attempt_its_ladder_and_the_staged_path() -> None:

@@ -23,6 +23,7 @@ from turnout.devices.placement import (
     RESOURCE_MAKERS,
     RESOURCE_USERS,
     Placement,
+    Placer,
     _Groups,
     _order,
     colocation_groups,
@@ -484,3 +485,28 @@ def test_without_gradients_or_when_the_forward_edges_close_a_cycle_the_order_is_
     assert _order(h) == topological_order(h)
     p = place(h, D2, requests={"x": "cpu:1"})
     assert (p[b], p.why(b)) == (CPU[1], "follows its input x:0")
+
+
+# ---- one placement per graph version: Placer ----------------------------------------------------------
+def test_a_placer_places_each_version_of_the_graph_once() -> None:
+    """``Placer``, through which every partitioned backend places: the same ``Placement`` while the
+    graph is unchanged (no pass over the graph at each run), a new one once it grows (a node added
+    after the session was made is placed too), with the requests and soft placement it was given,
+    and ``used()`` the devices that placement puts a node on."""
+    g = Graph()
+    with g.device("cpu:1"):
+        a = _op(g, "Const", name="a")
+    b = _op(g, "Identity", a, name="b")
+    placer = Placer(g, D3, {"b": "cpu:2"})
+    first = placer()
+    assert placer() is first and first[b] == CPU[2] and placer.used() == {CPU[1], CPU[2]}  # (b as requested)
+    with g.device("cpu:0"):
+        c = _op(g, "Const", name="c")
+    again = placer()
+    assert again is not first and again[c] == CPU[0] and placer.used() == set(CPU)
+    with g.device("cpu:0"), g.colocate_with(a):
+        d = _op(g, "Identity", a, name="d")  # (scoped away from the op it must sit with)
+    with pytest.raises(PlacementError, match="conflicting placement"):
+        placer()
+    soft = Placer(g, D3, allow_soft_placement=True)()
+    assert soft[d] == soft[a]
