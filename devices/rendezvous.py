@@ -34,6 +34,7 @@ def key_of(node: Node, tag: Tag) -> Key:
 
 
 def fmt_key(key: Key) -> str:
+    """A key as the errors and reports print it: its edge and its tag."""
     return f"(edge {key[0]!r}, tag {fmt_tag(key[1])})"
 
 
@@ -116,8 +117,12 @@ class Rendezvous:
             return lines
 
     def unconsumed(self) -> list[Key]:
+        """The keys of messages sent and not yet taken by their Recv, in order (a finished run has
+        none: what is left names the edges whose Recv never fired)."""
         with self.cond:
             return sorted(self.messages, key=lambda k: (k[0], k[1]))
 
     def stats(self) -> dict[str, Any]:
+        """A run's counts of its messages: how many were sent, and the most of one edge waiting
+        unconsumed at a time (bounded by the edge's credit)."""
         return {"messages": sum(self.sent.values()), "peak_unconsumed_per_edge": self.peak_outstanding}
