@@ -171,6 +171,7 @@ class Cost:
 
     @property
     def overhead(self) -> float:
+        """``recomputed / n``: the extra forward passes the schedule costs (0.0 for ``n = 0``)."""
         return self.recomputed / self.n if self.n else 0.0
 
 

@@ -26,9 +26,15 @@ class Maker(Protocol):
     for the whole op), ``const`` a constant (in the frame of ``anchors``, where that matters)."""
 
     def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
-               suffix: Optional[str] = None) -> Node: ...
+               suffix: Optional[str] = None) -> Node:
+        """Create one ``op`` node; ``suffix=None`` for the node that stands for the whole op (it carries the op's
+        name), else a helper named with ``suffix``."""
+        ...
 
-    def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor: ...
+    def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
+        """A constant ``value``, placed in the frame of ``anchors`` (where the maker must place it itself, as an
+        import rule's does) and named with ``suffix``."""
+        ...
 
 
 class GraphMaker:
@@ -41,10 +47,14 @@ class GraphMaker:
 
     def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
                suffix: Optional[str] = None) -> Node:
+        """Create ``op`` through ``Graph.create_node``, which captures its inputs into the current cond branch or
+        loop body; named ``name`` for the op's own node, ``<scope>/<suffix>`` for a helper."""
         name = self.name if suffix is None else f"{self.scope}/{suffix}"
         return self.graph.create_node(op, list(inputs), attrs or {}, name=name)
 
     def const(self, value: Any, anchors: Sequence[Any] = (), suffix: Optional[str] = "const") -> Tensor:
+        """A ``Const`` of ``value``. ``anchors`` are not needed here: ``create_node`` puts an input-less node in the
+        current branch or loop body by a control dependency on its pivot."""
         arr = np.asarray(value)
         return self.create("Const", [], {"value": arr, "dtype": dt.as_dtype(arr.dtype).name},
                            suffix=suffix or "const").outputs[0]

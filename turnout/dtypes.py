@@ -24,26 +24,32 @@ class DType:
 
     @property
     def is_floating(self) -> bool:
+        """True for ``float32`` and ``float64``."""
         return self.name in ("float32", "float64")
 
     @property
     def is_integer(self) -> bool:
+        """True for ``int32`` and ``int64``."""
         return self.name in ("int32", "int64")
 
     @property
     def is_bool(self) -> bool:
+        """True for ``bool``."""
         return self.name == "bool"
 
     @property
     def is_numeric(self) -> bool:
+        """True for the floating and integer dtypes (arithmetic takes them; ``bool`` and the opaque types not)."""
         return self.is_floating or self.is_integer
 
     @property
     def is_opaque(self) -> bool:
+        """True for the handle and value types with no numpy dtype (``resource``, ``tensor_array``)."""
         return self.numpy is None
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element (0 for an opaque type), for the allocation guards and memory accounting."""
         return 0 if self.numpy is None else int(np.dtype(self.numpy).itemsize)
 
     def __repr__(self) -> str:

@@ -37,6 +37,9 @@ class FrameInfo:
 
 @dataclass
 class FrameAnalysis:
+    """What ``static_frames`` finds: the frame of every node (by node id), the static facts of every frame, and a
+    topological order of the nodes that ignores the NextIteration -> Merge back edges."""
+
     node_frame: dict[int, Frame]
     frames: dict[Frame, FrameInfo]
     order: list[Node]  # a topological order ignoring NextIteration -> Merge back edges

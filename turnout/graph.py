@@ -65,22 +65,27 @@ class Tensor:
 
     @property
     def dtype(self) -> _dt.DType:
+        """The element type, from the node's inferred spec."""
         return self.spec.dtype
 
     @property
     def shape(self) -> _sh.Shape:
+        """The static shape, from the node's inferred spec (None: unknown rank; None dims: unknown size)."""
         return self.spec.shape
 
     @property
     def graph(self) -> Graph:
+        """The graph of the node that produces this tensor."""
         return self.node.graph
 
     @property
     def op(self) -> Node:
+        """The node that produces this tensor (TensorFlow's name for it)."""
         return self.node
 
     @property
     def name(self) -> str:
+        """``node_name:index``, TensorFlow's naming of tensors."""
         return f"{self.node.name}:{self.index}"
 
     def __repr__(self) -> str:
@@ -210,10 +215,13 @@ class Node:
 
     @property
     def raw_inputs(self) -> tuple[Tensor | _PendingBackEdge, ...]:
+        """The input slots as they are, a pending back edge's marker included (``inputs`` raises on one): for the
+        passes that must see a loop still being built (validation, serialization, the gradient walk)."""
         return tuple(self._inputs)
 
     @property
     def has_pending_back_edge(self) -> bool:
+        """True for a Merge whose NextIteration input is not connected yet (a loop still being built)."""
         return any(isinstance(t, _PendingBackEdge) for t in self._inputs)
 
     def close_back_edge(self, tensor: Tensor, slot: Optional[int] = None) -> None:
@@ -240,6 +248,7 @@ class Node:
 
     @property
     def frame_name(self) -> Optional[str]:
+        """The ``frame_name`` attr of an Enter (None for other nodes)."""
         return self.attrs.get("frame_name")
 
     def __repr__(self) -> str:
@@ -299,6 +308,7 @@ class Graph:
     # ---- default graph ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Graph]:
+        """Within the ``with`` block, builders and op constructors add their nodes to this graph."""
         _default.stack.append(self)
         try:
             yield self
@@ -315,6 +325,7 @@ class Graph:
         return f"{prefix}/{name}"
 
     def unique_name(self, base: str) -> str:
+        """``base`` under the current name scope, made unique in this graph with a ``_k`` suffix."""
         base = self._in_scope(base)
         if base not in self._by_name and base not in self._name_counts:
             self._name_counts[base] = 0
@@ -326,10 +337,12 @@ class Graph:
                 return cand
 
     def unique_frame_name(self, base: str) -> str:
+        """A frame name no other loop of this graph has: two loops built with the same name must still be two frames."""
         return f"{base}/frame{next(self._frame_counter)}"
 
     @contextlib.contextmanager
     def name_scope(self, name: str) -> Iterator[None]:
+        """Within the ``with`` block, node names are prefixed with ``name/`` (nested scopes join)."""
         if not isinstance(name, str):  # (joined into node names: Python's TypeError from str.join)
             raise ArgumentError(f"name_scope: the name must be a string, got {name!r}")
         check_node_name(name, "name_scope")
@@ -473,6 +486,7 @@ class Graph:
 
     @property
     def current_context(self) -> Optional[ControlFlowContext]:
+        """The cond branch or loop body being built (None at the top level), into which new nodes go."""
         return self._context
 
     # ---- node creation ---------------------------------------------------------------------------
@@ -551,6 +565,7 @@ class Graph:
 
     # ---- lookup ----------------------------------------------------------------------------------
     def node(self, name: str) -> Node:
+        """The node named ``name``, or ``NotFoundError``."""
         try:
             return self._by_name[name]
         except KeyError:

@@ -68,6 +68,7 @@ class TensorArrayValue:
 
     @property
     def size(self) -> int:
+        """The number of slots, written or not."""
         return len(self.items)
 
 

@@ -43,6 +43,7 @@ def _is_namedtuple(x: Any) -> bool:
 
 
 def is_nested(x: Any) -> bool:
+    """True for a list, tuple (namedtuples too) or dict: a structure ``flatten`` enters, not a leaf."""
     return isinstance(x, (list, tuple, dict))
 
 
@@ -91,6 +92,8 @@ def structure_signature(x: Any) -> Any:
 
 
 def assert_same_structure(a: Any, b: Any, what: str) -> None:
+    """Raise ``GraphBuildError`` (``what`` names the caller) unless ``a`` and ``b`` have the same structure, lists
+    and tuples alike."""
     sa, sb = structure_signature(a), structure_signature(b)
     if sa != sb:
         raise GraphBuildError(f"{what}: structures differ: {_show(a)} vs {_show(b)}")
@@ -106,4 +109,5 @@ def _show(x: Any) -> str:
 
 
 def map_structure(fn: Any, x: Any) -> Any:
+    """``x`` with ``fn`` applied to every leaf."""
     return pack_as(x, [fn(v) for v in flatten(x)])

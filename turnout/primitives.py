@@ -194,6 +194,7 @@ TRANSFER = frozenset(p.name for p in _DECLS if p.kind == "transfer")
 
 
 def get(name: str) -> Primitive:
+    """The primitive named ``name``, or ``NotFoundError``."""
     try:
         return PRIMITIVES[name]
     except KeyError:

@@ -108,10 +108,15 @@ class RunResult:
 
 
 class Backend(Protocol):
+    """What ``Session`` needs of a backend: made from the graph and its options, it runs one step at a time."""
+
     def __init__(self, graph: Graph, **options: Any) -> None: ...
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
-            options: RunOptions) -> RunResult: ...
+            options: RunOptions) -> RunResult:
+        """Run one step: the values of ``fetches`` given ``feeds``; ``variables`` holds the session's Variable values
+        by name, and the step's assigns update it."""
+        ...
 
 
 def load_backend(name: str) -> type:

@@ -33,6 +33,8 @@ SHAPE_RULES.update(RANDOM_SHAPE_RULES)  # RandomDraw, with its kernel
 
 
 def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequence[Any] = ()) -> list[TensorSpec]:
+    """The output specs of ``op`` on ``inputs`` (``raw``: the input slots, a pending back edge included), from its
+    rule in ``SHAPE_RULES``; a negative dimension is refused."""
     try:
         rule = SHAPE_RULES[op]
     except KeyError:

@@ -61,6 +61,7 @@ def as_shape(s: Any) -> Shape:
 
 
 def is_fully_defined(s: Shape) -> bool:
+    """True when the rank and every dimension are known."""
     return s is not None and all(d is not None for d in s)
 
 
@@ -125,6 +126,7 @@ def broadcast(a: Shape, b: Shape) -> Shape:
 
 
 def num_elements(s: Shape) -> Optional[int]:
+    """The number of elements, None unless the shape is fully defined."""
     if not is_fully_defined(s):
         return None
     n = 1
@@ -134,22 +136,26 @@ def num_elements(s: Shape) -> Optional[int]:
 
 
 def fmt(s: Shape) -> str:
+    """``[2, ?]`` (``<unknown>`` for an unknown rank), for messages."""
     if s is None:
         return "<unknown>"
     return "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
 
 
 def from_value(v: Any) -> tuple[int, ...]:
+    """The shape of an array-like value, as ints."""
     import numpy as np
 
     return tuple(int(d) for d in np.shape(v))
 
 
 def rank(s: Shape) -> Optional[int]:
+    """The number of dimensions, None when the rank is unknown."""
     return None if s is None else len(s)
 
 
 def seq(s: Sequence[int]) -> tuple[int, ...]:
+    """A sequence of dimensions as a tuple of Python ints (numpy ints included)."""
     return tuple(int(d) for d in s)
 
 

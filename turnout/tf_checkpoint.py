@@ -216,6 +216,7 @@ class Entry:
 
     @property
     def dtype_name(self) -> str:
+        """A readable name of ``dtype`` (``"float32"``), for messages."""
         return tf_dtype_name(self.dtype)
 
 

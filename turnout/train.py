@@ -69,6 +69,9 @@ class Optimizer(ABC):
 
     @checked
     def apply_gradients(self, grads_and_vars: Sequence[tuple[Tensor, Variable]], after: Sequence[Any] = ()) -> Node:
+        """The op that updates each Variable by its gradient: one training step. Its updates wait on ``after`` and on
+        the gradients, so that what is fetched alongside (``minimize`` passes the loss) is computed before any
+        Variable changes."""
         what = f"{type(self).__name__}.apply_gradients: grads_and_vars"
         grads_and_vars = list(grads_and_vars)
         if not grads_and_vars:

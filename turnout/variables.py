@@ -53,12 +53,15 @@ class Variable:
 
     @property
     def handle(self) -> Tensor:
+        """The output of the Variable's ``VarHandle`` node, which its reads and assigns take."""
         return self.handle_node.outputs[0]
 
     def _attrs(self) -> dict[str, Any]:
         return {"dtype": self.dtype.name, "shape": list(self.shape), "var_name": self.name}
 
     def read(self, name: Optional[str] = None) -> Tensor:
+        """The Variable's value: a new ``ReadVariable`` on every call (order it after an assign with a control
+        dependency)."""
         return self._graph.create_node("ReadVariable", [self.handle], self._attrs(),
                                        name=name or f"{self.name}/read").outputs[0]
 
@@ -92,9 +95,11 @@ class Variable:
         return self._assign("AssignVariable", v, name)
 
     def assign_add(self, v: Any, name: Optional[str] = None) -> Tensor:
+        """Add ``v``; the result is the new value (as ``assign``)."""
         return self._assign("AssignAddVariable", v, name)
 
     def assign_sub(self, v: Any, name: Optional[str] = None) -> Tensor:
+        """Subtract ``v``; the result is the new value (as ``assign``)."""
         return self._assign("AssignSubVariable", v, name)
 
     def __repr__(self) -> str:

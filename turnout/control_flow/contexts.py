@@ -61,6 +61,7 @@ class ControlFlowContext(ABC):
         return c
 
     def add_node(self, node: Node) -> None:
+        """Record ``node`` as built in this context (``Graph.create_node`` calls it for every node)."""
         self.nodes.append(node)
 
     def forget_nodes_from(self, n0: int) -> None:
@@ -72,6 +73,7 @@ class ControlFlowContext(ABC):
         self._captured_ctrl = {k: n for k, n in self._captured_ctrl.items() if n.id < n0}
 
     def describe(self) -> str:
+        """Where a node of this context was created, in words, for error messages ("created inside ...")."""
         return self.kind
 
     # -- capture -----------------------------------------------------------------------------------
@@ -183,6 +185,7 @@ class CondContext(ControlFlowContext):
         info.branches[branch] = self
 
     def describe(self) -> str:
+        """``the true branch of cond "name"``, for error messages."""
         return f'the {"true" if self.branch else "false"} branch of cond "{self.info.name}"'
 
     def _make_capture(self, t: Tensor) -> Tensor:
@@ -194,6 +197,8 @@ class CondContext(ControlFlowContext):
         return sw.outputs[self.branch]
 
     def pivot_node_for_sources(self) -> Node:
+        """The node an op with no inputs (or only loop invariants) in this branch waits on, so that it runs only when
+        the branch is taken: the branch's pivot."""
         assert self.pivot is not None
         return self.pivot
 
@@ -250,9 +255,12 @@ class WhileContext(ControlFlowContext):
         self.accumulators: frozenset[int] = frozenset()
 
     def describe(self) -> str:
+        """``the body of while_loop "name" (frame ...)``, for error messages."""
         return f'the body of while_loop "{self.name}" (frame {self.frame_name})'
 
     def add_node(self, node: Node) -> None:
+        """``ControlFlowContext.add_node``; while the predicate is being built, also record ``node`` in
+        ``pred_nodes``."""
         super().add_node(node)
         if self.mode == "pred":
             self.pred_nodes.append(node)
@@ -285,12 +293,16 @@ class WhileContext(ControlFlowContext):
         return e.outputs[0]
 
     def pivot_node_for_sources(self) -> Node:
+        """The node an op with no inputs (or only loop invariants) waits on, so that it runs once per iteration and
+        never at the exit iteration: the counter's Merge while the predicate is built, its body input (after the
+        Switch) while the body is."""
         p = self.pivot_for_pred if self.mode == "pred" else self.pivot_for_body
         assert p is not None
         return p
 
     @property
     def counter(self) -> LoopVar:
+        """Loop variable 0: the iteration counter the builder adds (the trip count of the loop's gradient)."""
         return self.loop_vars[0]
 
     def add_loop_var(self, init: Tensor, prefix: str, **enter_attrs: Any) -> LoopVar:

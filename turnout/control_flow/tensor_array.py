@@ -52,16 +52,20 @@ class TensorArray:
 
     @property
     def dtype(self) -> dt.DType:
+        """The dtype of the elements."""
         return self.tensor.spec.elem_dtype  # type: ignore[return-value]
 
     @property
     def element_shape(self) -> sh.Shape:
+        """The shape of one element, as far as it is known when the graph is built."""
         return self.tensor.spec.elem_shape
 
     def _as_tensor(self) -> Tensor:
         return self.tensor
 
     def write(self, index: Any, value: Any, name: Optional[str] = None) -> TensorArray:
+        """The TensorArray with ``value`` written at ``index``. TensorArrays are values: keep the result
+        (``ta = ta.write(i, v)``), the array written to is unchanged."""
         from turnout.ops import convert_to_tensor
 
         i = _int_operand(index, "TensorArray.write", "index")
@@ -70,6 +74,7 @@ class TensorArray:
         return TensorArray(_tensor=node.outputs[0])
 
     def read(self, index: Any, name: Optional[str] = None) -> Tensor:
+        """The element at ``index``."""
         i = _int_operand(index, "TensorArray.read", "index")
         return self.tensor.graph.create_node("TensorArrayRead", [self.tensor, i], name=name or "ta_read").outputs[0]
 
@@ -115,6 +120,7 @@ class TensorArray:
         return TensorArray(_tensor=node.outputs[0])
 
     def size(self, name: Optional[str] = None) -> Tensor:
+        """The number of slots, as a run-time int32 scalar (a dynamic-size array's size is known only when it runs)."""
         return self.tensor.graph.create_node("TensorArraySize", [self.tensor], name=name or "ta_size").outputs[0]
 
     def gather(self, indices: Any, name: Optional[str] = None) -> Tensor:
@@ -240,6 +246,8 @@ def static_size(t: Tensor) -> Optional[int]:
 
 
 def unstack(value: Any, name: Optional[str] = None) -> TensorArray:
+    """A TensorArray whose elements are the slices of ``value`` along its first axis (``tf.TensorArray.unstack``),
+    the input ``scan`` and ``map_fn`` read their elements from."""
     from turnout.ops import convert_to_tensor
 
     v = convert_to_tensor(value)

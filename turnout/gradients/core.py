@@ -605,6 +605,8 @@ class Backward:
         return ops.sum_to_like(dy, self.zeros_like(x))
 
     def broadcast_to(self, dy: Tensor, x: Tensor) -> Tensor:
+        """``dy`` broadcast to ``x``'s shape (the gradient of a reduction, after ``keepdims``); ``dy`` itself when
+        the shapes are known and equal, else a run-time ``BroadcastLike``."""
         if sh.is_fully_defined(x.shape) and x.shape == dy.shape:
             return dy
         return ops.broadcast_like(dy, self.zeros_like(x))

@@ -59,9 +59,12 @@ class Grads:
         self._parts: dict[Key, list[Part]] = {}
 
     def add(self, t: Tensor, g: Part) -> None:
+        """Add the contribution ``g`` to the gradient of ``t``; it is summed with the others when first read."""
         self._parts.setdefault(key(t), []).append(g)
 
     def total(self, t: Tensor) -> Optional[Tensor]:
+        """The gradient of ``t``: its contributions summed (SlotGrads added into a dense one slotwise) and kept as
+        one, or None when nothing reaches ``t``."""
         parts = self._parts.get(key(t))
         if not parts:
             return None

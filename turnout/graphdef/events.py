@@ -68,10 +68,12 @@ class EventWriter:
         self._write(self.p.event_pb2.Event(wall_time=time.time(), graph_def=gd.SerializeToString()))
 
     def flush(self) -> None:
+        """Write what is buffered to the event file, so that TensorBoard sees it while training goes on."""
         if self._f is not None:
             self._f.flush()
 
     def close(self) -> None:
+        """Flush and close the event file; later writes raise ``ExecutionError``. Closing twice does nothing."""
         if self._f is not None:
             self._f.close()
             self._f = None

@@ -57,6 +57,7 @@ class ExportContext:
 
     # ---- names -------------------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
+        """A TensorFlow node name from ``base`` that no node of the GraphDef has yet, reserved."""
         name = tf_node_name(base)
         k, out = 0, name
         while out in self.used:
@@ -70,6 +71,7 @@ class ExportContext:
         return self.names[x.name]
 
     def frame(self, n: Optional[Node] = None) -> Frame:
+        """The frame of ``n`` (by default the node being exported)."""
         return self.fa.node_frame[(n or self.node).id]
 
     def parallel_iterations(self, frame: Frame) -> int:
@@ -110,6 +112,7 @@ class ExportContext:
         return f"{name}:0"
 
     def dtype_of(self, x: Tensor) -> Dt:
+        """``x``'s dtype as an attr value (``Dt``)."""
         return Dt(x.dtype)
 
 
@@ -143,6 +146,9 @@ class TfType:
 
 
 def set_attr(ctx: ExportContext, a: Any, v: Any) -> None:
+    """Write the attr value ``v`` (a ``TfType``, ``Dt``, ``Value``, ``Shape``, bool, int, float, str or list of ints
+    or ``Dt``) into the AttrValue proto ``a``. A dtype TensorFlow has no counterpart for raises ``UnsupportedError``
+    naming the node; a TensorArray value is written as its float flow."""
     if isinstance(v, TfType):
         a.type = v.enum
     elif isinstance(v, Dt):

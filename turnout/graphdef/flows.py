@@ -152,4 +152,5 @@ class FlowAnalysis:
         return True
 
     def label(self, tensor: str) -> Label | None:
+        """The TensorArray the flow ``tensor`` belongs to, None when it is no TensorArray flow."""
         return self.labels.get(self._find(tensor_name(tensor)))

@@ -147,6 +147,7 @@ class ImportContext:
 
     # ---- building --------------------------------------------------------------------------------
     def ctrl_inputs(self) -> list[Node]:
+        """The Turnout nodes the current NodeDef's control inputs (``^name``) stand for, those that have one."""
         return [self.control[i[1:]] for i in self.node.input if i.startswith("^") and i[1:] in self.control]
 
     def create(self, op: str, inputs: Sequence[Any], attrs: Optional[dict[str, Any]] = None,
@@ -224,10 +225,12 @@ class ImportContext:
                            control=ctrl).outputs[0]
 
     def where(self) -> str:
+        """``Op node "name"`` of the current NodeDef, the start of every import error."""
         return f'{self.node.op} node "{self.node.name}"'
 
     @staticmethod
     def describe(v: Any) -> str:
+        """What an imported value that is no tensor is, in words, for the error of an op that reads it as one."""
         if isinstance(v, Bundle):
             return "a TensorFlow stack or TensorList handle"
         if isinstance(v, Ref):
@@ -243,16 +246,21 @@ class ImportContext:
 
     # ---- attributes and constant folding ---------------------------------------------------------
     def attr(self, key: str, default: Any = None) -> Any:
+        """The current NodeDef's attr ``key`` as a Python value (``default`` when it has none)."""
         return protos.attr(self.node, key, default)
 
     @staticmethod
     def attr_of(nd: Any, key: str, default: Any = None) -> Any:
+        """The attr ``key`` of NodeDef ``nd`` as a Python value (``default`` when it has none)."""
         return protos.attr(nd, key, default)
 
     def dtype(self, key: str = "T") -> dt.DType:
+        """The Turnout dtype of the current NodeDef's type attr ``key``; a type Turnout has not raises, naming the
+        node."""
         return protos.tf_dtype(self.attr(key), self.where())
 
     def data_inputs(self, nd: Any = None) -> list[str]:
+        """The data inputs of ``nd`` (by default the current NodeDef) as tensor names, control inputs left out."""
         nd = nd if nd is not None else self.node
         return [tensor_name(i) for i in nd.input if not i.startswith("^")]
 
@@ -292,6 +300,8 @@ class ImportContext:
             self.initializing = before
 
     def static_int_list(self, tname: str, what: str) -> list[int]:
+        """The ints of ``tname``'s value known at import time, for an input that Turnout takes as a static attribute
+        (paddings, axes, a depth); ``UnsupportedError`` naming ``what`` when it is only known at run time."""
         v = self.static(tname)
         if v is None:
             raise UnsupportedError(f"{self.where()}: {what} ({tname}) must be known when importing; "
@@ -299,6 +309,7 @@ class ImportContext:
         return [int(x) for x in np.ravel(v)]
 
     def spec_shape(self, tname: str) -> Optional[tuple[Any, ...]]:
+        """The static shape of the imported tensor ``tname``, None when it has not been imported as a tensor."""
         v = self.values.get(tensor_name(tname))
         return v.shape if isinstance(v, Tensor) else None
 

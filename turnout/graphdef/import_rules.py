@@ -73,6 +73,7 @@ def _same_dtype(ctx: ImportContext) -> None:
 
 
 def protos_value(ctx: ImportContext) -> np.ndarray:
+    """The current NodeDef's ``value`` attr (a TensorProto) as a numpy array."""
     from turnout.graphdef import protos
 
     return protos.tensor_to_numpy(ctx.attr("value"), ctx.where())
