@@ -130,6 +130,7 @@ class FrameInstance:
         return f"loop frame {self.name!r} (instance {fmt_tag(self.parent_tag)}{by})"
 
     def tag(self, k: int) -> Tag:
+        """The tag of iteration ``k`` of this instance: the parent tag with ``(frame name, k)`` appended."""
         return (*self.parent_tag, (self.name, k))
 
     def start_iteration(self, k: int) -> None:
@@ -156,6 +157,8 @@ class FrameInstance:
             self.it.emit_control(enter, self.tag(k), tok)
 
     def enter_arrived(self) -> None:
+        """Count one more Enter of the frame as fired; once all have, the instance may retire iterations and complete
+        (``Interpreter.check_retire``)."""
         self.enters_seen += 1
         self.it.check_retire(self)
 
@@ -186,6 +189,8 @@ class FrameInstance:
 
     @property
     def complete(self) -> bool:
+        """True when the instance is done ([E-Frame-Done]): every Enter arrived, every started iteration retired,
+        nothing parked."""
         return self.enters_seen == self.enters_expected and self.oldest == self.started and not self.parked
 
 
@@ -220,6 +225,7 @@ class Interpreter:
 
     # ---- frames ----------------------------------------------------------------------------------
     def frame_of(self, tag: Tag) -> FrameInstance:
+        """The frame instance that tag ``tag`` is an iteration of (``tag`` is not the root tag)."""
         return self.frames[(tag[:-1], tag[-1][0])]
 
     def enter_frame(self, enter: Node, tag: Tag) -> FrameInstance:
@@ -282,10 +288,14 @@ class Interpreter:
             self.deliver(consumer, slot, tag, tok)
 
     def emit_control(self, node: Node, tag: Tag, tok: Token) -> None:
+        """Send ``tok`` on ``node``'s control edges, at ``tag``, to every node that waits on it."""
         for consumer in self.plan.control_consumers.get(node.id, ()):
             self.deliver(consumer, -1, tag, tok)
 
     def deliver(self, node: Node, slot: int, tag: Tag, tok: Token) -> None:
+        """Put token ``tok`` into input ``slot`` of ``node`` at ``tag`` (``slot`` -1: a control input), and make the
+        node ready when its arrive rule says so. A second live input of a Merge at one tag raises
+        ``MergeConflictError`` ([E-Merge-Conflict]); inputs after a Merge fired are ignored ([E-Merge-Live])."""
         key = (node.id, tag)
         if slot >= 0 and node.op == "Merge" and not tok.dead:
             if key in self.merge_live:
@@ -317,6 +327,9 @@ class Interpreter:
 
     # ---- the main loop ---------------------------------------------------------------------------
     def run(self) -> None:
+        """Run to quiescence: deliver the feeds, start the sources at the root tag, then fire ready (node, tag) pairs
+        in the scheduler's order until none is left. ``max_firings`` and ``max_seconds`` stop a runaway run with
+        ``NonTerminationError``."""
         for (nid, idx), value in self.feeds.items():
             for consumer, slot in self.plan.consumers.get((nid, idx), ()):
                 self.deliver(consumer, slot, (), Token(value))
@@ -350,6 +363,8 @@ class Interpreter:
                 f"(RunOptions.{option}; None: no limit)")
 
     def fire(self, node: Node, tag: Tag, rule: str) -> None:
+        """Fire ``node`` at ``tag``, exactly once: compute its outputs by its fire rule, record the firing (a trace
+        event under ``rule``, when tracing), route the outputs, and let its frame instance retire iterations."""
         key = (node.id, tag)
         if key in self.fired:
             raise ExecutionError(f"{describe_node(node)} fired twice at {fmt_tag(tag)} (exactly-once violated)")
@@ -377,6 +392,8 @@ class Interpreter:
 
     # ---- the end ---------------------------------------------------------------------------------
     def blocked_report(self) -> str:
+        """The nodes that got some inputs but never fired, with what they wait for, and the frame instances left with
+        parked values or missing Enters (the first 20 lines), for the error of a run that ended without its fetches."""
         lines = []
         for (nid, tag), box in sorted(self.inboxes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             if box is _FIRED or box.fired:
@@ -465,6 +482,7 @@ class ReferenceBackend:
         self.slot_sizes = SlotSizes()
 
     def plan(self, fetches: list[Tensor], fed: set[tuple[int, int]]) -> Plan:
+        """The plan of a run of ``fetches`` with the tensors ``fed``, made once per ``run_key`` and cached."""
         key = run_key(self.graph, fetches, fed)
         if key not in self._plans:
             self._plans[key] = make_plan(self.graph, fetches, fed)
@@ -480,6 +498,8 @@ class ReferenceBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
+        """Run one step on a fresh ``Interpreter`` and return its fetched values (its trace and firing counts too).
+        Feeds must be root-frame tensors, and every Placeholder the run needs must be fed."""
         fed = {(t.node.id, t.index): v for t, v in feeds.items()}
         plan = self.plan(fetches, set(fed))
         for t in feeds:

@@ -53,12 +53,14 @@ class Inbox:
     # Plain loops rather than all()/any() over generators: these two run at every token delivery and
     # every firing, and are the interpreter's hottest lines.
     def arrived_all(self, node: Node) -> bool:
+        """True when every data input and every control input of ``node`` has arrived at this tag."""
         for v in self.values:
             if v is None:
                 return False
         return len(self.control) == len(node.control_inputs)
 
     def any_dead(self) -> bool:
+        """True when a token arrived so far, data or control, is dead."""
         for v in self.values:
             if v is not None and v.dead:
                 return True
@@ -124,6 +126,7 @@ ARRIVE: dict[str, Arrive] = {"Merge": arrive_merge, "Send": arrive_transfer, "Re
 
 
 def arrive_rule(op: str) -> Arrive:
+    """The arrive rule of ``op`` (``ARRIVE``; ``arrive_ordinary`` for an op not listed)."""
     return ARRIVE.get(op, arrive_ordinary)
 
 
@@ -357,6 +360,7 @@ FIRE: dict[str, Fire] = {
 
 
 def fire_rule(op: str) -> Fire:
+    """The fire rule of ``op`` (``FIRE``; ``fire_compute`` for an op not listed)."""
     return FIRE.get(op, fire_compute)
 
 
@@ -419,4 +423,5 @@ ROUTE: dict[str, Route] = {"Enter": route_enter, "Exit": route_exit, "NextIterat
 
 
 def route_rule(op: str) -> Route:
+    """The route rule of ``op`` (``ROUTE``; ``route_same_tag`` for an op not listed)."""
     return ROUTE.get(op, route_same_tag)

@@ -24,9 +24,11 @@ class ReadyQueue:
         self._rng = random.Random(seed)
 
     def push(self, item: Any) -> None:
+        """Add a ready item."""
         self._items.append(item)
 
     def pop(self) -> Any:
+        """Take the next item by the policy: the oldest (fifo), the newest (lifo) or a seeded random one."""
         if self.policy == "fifo":
             return self._items.popleft()
         if self.policy == "lifo":

@@ -15,6 +15,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Event:
+    """One trace event: its place ``seq`` in the run, the node's name and op, its tag, whether its outputs were dead,
+    and the rule of ``specs/rules.toml`` it applied."""
+
     seq: int
     node: str
     op: str
@@ -28,6 +31,7 @@ BOOKKEEPING = ("E-Iter-Retire", "E-Frame-Done")
 
 
 def fmt_tag(tag: tuple[tuple[str, int], ...]) -> str:
+    """``frame:k/inner:j`` for a tag, ``root`` for the root tag: how tags appear in messages and traces."""
     return "/".join(f"{f}:{k}" for f, k in tag) or "root"
 
 
@@ -38,9 +42,11 @@ class Trace:
         self.events: list[Event] = []
 
     def record(self, node: str, op: str, tag: tuple[tuple[str, int], ...], dead: bool, rule: str) -> None:
+        """Append one event, numbered in order."""
         self.events.append(Event(len(self.events), node, op, tag, dead, rule))
 
     def live_firings(self) -> set[tuple[str, tuple[tuple[str, int], ...]]]:
+        """The (node, tag) pairs that fired live: what the deadness checks compare between executors."""
         return {(e.node, e.tag) for e in self.events if not e.dead}
 
     def summary(self) -> dict[str, Any]:
@@ -90,10 +96,12 @@ class Trace:
         return {"traceEvents": meta + out, "displayTimeUnit": "ns"}
 
     def save_chrome(self, path: str) -> None:
+        """Write ``to_chrome`` as JSON to ``path``."""
         with open(path, "w") as f:
             json.dump(self.to_chrome(), f)
 
     def as_dicts(self) -> list[dict[str, Any]]:
+        """The events as plain dicts, ready for JSON."""
         return [asdict(e) for e in self.events]
 
     def __len__(self) -> int:
