@@ -123,10 +123,12 @@ class Token:
 
     @staticmethod
     def live(value: Any, tag: Tag) -> Token:
+        """A live token carrying ``value`` at ``tag``."""
         return Token(value, False, tag)
 
     @staticmethod
     def dead(tag: Tag) -> Token:
+        """A dead token at ``tag`` (its value is None)."""
         return Token(None, True, tag)
 
     def __eq__(self, other: object) -> bool:
@@ -166,6 +168,8 @@ class Program:
     frame_origin: dict[Frame, str] = field(default_factory=dict)  # frame -> its first Enter, described
 
     def slot_source(self, nid: int, slot: int) -> str:
+        """The tensor that feeds input ``slot`` of node ``nid``, by name (``^node`` for a control slot), for the
+        report of a stalled node."""
         node = self.nodes[nid]
         nd = self.n_data[nid]
         if slot < nd:
@@ -209,6 +213,8 @@ class Config:
     _key_cache: list[Any] = field(default_factory=list, repr=False)
 
     def key(self) -> Hashable:
+        """The configuration as a hashable value (computed once): what equality and hashing compare, so that the
+        explorer recognizes a configuration it has seen."""
         if not self._key_cache:
             self._key_cache.append((
                 frozenset(self.pending.items()),
@@ -1156,6 +1162,8 @@ class SmallStepBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, Any],
             options: RunOptions) -> RunResult:
+        """Run one step by the transition system (``run``), with the run options' scheduler and limits, and put the
+        Variables' final values back into ``variables``."""
         limit = options.max_firings
         r = run(self.graph, fetches, feeds, scheduler=options.scheduler, seed=options.seed,
                 max_steps=limit if limit is not None else 10**9, variables=variables,

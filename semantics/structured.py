@@ -276,16 +276,20 @@ class StructuredForm:
             if n.op == "Switch" and self.cond_of.get(n.id) is info])
 
     def merges(self, info: CondInfo) -> list[Node]:
+        """The cond's Merges that take part in the run."""
         return self._cached("merges", info, lambda: [m for m in info.merges if m.id in self.needed])
 
     def enters(self, ctx: WhileContext) -> list[Node]:
+        """The loop's Enter nodes that take part in the run."""
         return self._cached("enters", ctx, lambda: [n for n in self._region_nodes(ctx) if n.id in self.while_of_enter])
 
     def exits(self, ctx: WhileContext) -> list[Node]:
+        """The Exits of the loop's variables that take part in the run."""
         return self._cached("exits", ctx, lambda: [
             lv.exit for lv in ctx.loop_vars if lv.exit is not None and lv.exit.id in self.needed])
 
     def loop_vars(self, ctx: WhileContext) -> list[Any]:
+        """The loop's variables whose Merge takes part in the run."""
         return self._cached("loop_vars", ctx, lambda: [lv for lv in ctx.loop_vars if lv.merge.id in self.needed])
 
 
@@ -309,6 +313,8 @@ class Walker(ABC):
         self.env: dict[Tag, dict[tuple[int, int], Any]] = {}
 
     def read(self, t: Tensor, tag: Tag) -> Any:
+        """The value of ``t`` at ``tag``; an entry not written yet is an internal error (the items run in dependency
+        order)."""
         try:
             return self.env[tag][(t.node.id, t.index)]
         except KeyError:
@@ -317,6 +323,7 @@ class Walker(ABC):
             ) from None
 
     def write(self, node: Node, index: int, tag: Tag, value: Any) -> None:
+        """Set output ``index`` of ``node`` at ``tag`` to ``value``."""
         self.env.setdefault(tag, {})[(node.id, index)] = value
 
     def loop_entry(self, ctx: WhileContext, tag: Tag) -> tuple[list[Node], dict[int, Any], list[Any], list[Any]]:
@@ -339,6 +346,8 @@ class Walker(ABC):
             self.write(lv.merge, 1, tj, value_index)
 
     def run_region(self, region: Region, tag: Tag, part: str = "all") -> None:
+        """Run the items of ``region`` (``part``: ``"test"`` or ``"body"`` of a loop frame, else ``"all"``) at
+        ``tag`` in order: each cond, loop and node by the subclass's meaning of it."""
         for it in self.form.items(region, part):
             if isinstance(it, CondItem):
                 self.cond(it.info, tag)
@@ -361,6 +370,8 @@ class Walker(ABC):
 
 
 def fmt_tag(tag: Tag) -> str:
+    """``frame:k/inner:j`` for a tag, ``root`` for the root tag (as ``turnout.reference.trace.fmt_tag``), for
+    messages."""
     return "/".join(f"{f}:{k}" for f, k in tag) or "root"
 
 

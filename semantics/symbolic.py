@@ -369,6 +369,9 @@ class UninterpretedTable:
         self._decls: dict[str, Any] = {}
 
     def apply(self, n: Node, ins: list[Sym], k: int, out: z3.SortRef) -> Sym:
+        """Output ``k`` of ``n`` applied to ``ins``: the z3 function of its (op, attrs, input sorts, ``k``, output
+        sort), declared on first use, so that the same op with the same attrs is the same function in every graph of
+        the query."""
         sig = repr((n.op, _norm(n.attrs), [str(x.sort()) for x in ins], k, str(out)))
         name = f"{n.op}_{hashlib.sha1(sig.encode()).hexdigest()[:10]}"
         if name not in self._decls:
@@ -561,9 +564,12 @@ class Encoding:
     conds: dict[int, list[tuple[Sym, Sym]]]
 
     def within_bound(self) -> Sym:
+        """The condition that no loop instance runs past the bound (true when none could)."""
         return z3.And(*[z3.Not(b) for b in self.beyond]) if self.beyond else z3.BoolVal(True)
 
     def assumptions(self) -> Sym:
+        """What a query assumes of its runs: every loop stops within the bound and every ``safe`` obligation holds
+        (no division by zero on a path taken)."""
         return z3.And(self.within_bound(), *self.safe)
 
 
