@@ -54,6 +54,7 @@ class Later:
         self.future: Future[list[Any]] = _copier().submit(fn, arrays)
 
     def get(self, i: int) -> Any:
+        """Array ``i`` of the copier's result, waiting for the copy to finish."""
         return self.future.result()[i]
 
 
@@ -68,6 +69,9 @@ class Pair:
         # the driver and the copier thread may both ask (a chunk copied back while the driver waits
         # for its copy to the host): read each field once, so that neither sees ``later`` cleared
         # before ``arrays`` is set
+        """The chunk's two buffers, waiting for the copier where they are still on their way. Safe to call from the
+        driver and the copier thread at once: each reads every field once, so neither sees ``later`` cleared before
+        ``arrays`` is set."""
         arrays = self.arrays
         if arrays is None:
             later = self.later
@@ -112,6 +116,8 @@ class Ledger:
 
     @property
     def device_bytes(self) -> int:
+        """The stack's bytes on the device now: its active buffer, a spare in flight, chunks kept there and
+        prefetched copies."""
         return self.active + self.spare + self.kept + self.prefetched
 
 
@@ -185,15 +191,18 @@ class ChunkStore:
 
     # ---- accounting -------------------------------------------------------------------------------
     def ledger(self, k: str) -> Ledger:
+        """The ledger of stack ``k``, made empty on first use."""
         lg = self.ledgers.get(k)
         if lg is None:
             lg = self.ledgers[k] = Ledger()
         return lg
 
     def device_bytes(self) -> int:
+        """The bytes every stack of the run holds on the device now, what the device memory cap is checked against."""
         return sum(lg.device_bytes for lg in self.ledgers.values())
 
     def host_bytes(self) -> int:
+        """The bytes every stack of the run holds in host memory now."""
         return sum(lg.host for lg in self.ledgers.values())
 
     def _peaks(self) -> None:
@@ -309,6 +318,8 @@ class ChunkStore:
 
     # ---- the forward loop: a stack outgrew its buffer ----------------------------------------------
     def has(self, k: str) -> bool:
+        """Whether stack ``k`` has full chunks taken out of its loop state (the backward loop brings them back as its
+        pops need them)."""
         return bool(self.chunks.get(k))
 
     def spill(self, full: dict[str, StackValue], pointers: Optional[dict[str, int]] = None) -> dict[str, StackValue]:

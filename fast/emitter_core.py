@@ -187,12 +187,16 @@ class EmitterCore(ABC):
         self.state["err"] = jax.lax.select(inner, jax.lax.add(err, np.int32(off)), err)
 
     def read_var(self, node: Node, h: Handle) -> Any:
+        """The traced value of the Variable behind handle ``h``, read by ``node``; an unknown Variable raises
+        ``UnsupportedError``."""
         try:
             return self.state[var_key(h.name)]
         except KeyError:
             raise UnsupportedError(f"fast backend: {describe_node(node)} reads unknown Variable {h.name!r}") from None
 
     def write_var(self, h: Handle, value: Any) -> None:
+        """Set the Variable behind handle ``h`` to ``value`` in the traced state. A Variable keeps its shape: a
+        compiled program's state has fixed shapes, so an assign that changes it raises ``UnsupportedError``."""
         old = self.state[var_key(h.name)]
         if jnp.shape(old) != jnp.shape(value):
             raise UnsupportedError(f"fast backend: Variable {h.name!r} changes shape from {jnp.shape(old)} to "
@@ -200,6 +204,8 @@ class EmitterCore(ABC):
         self.state[var_key(h.name)] = value
 
     def get_stack(self, node: Node, h: Handle) -> stk.StackValue:
+        """The gradient stack behind handle ``h``, read by ``node``: made pending on first use, of the trace's
+        ``capacity`` and the dtype a StackPush pushes (else the node's ``dtype`` attr)."""
         k = stack_key(h)
         if k not in self.state:
             dtype = node.inputs[2].dtype.numpy if node.op == "StackPush" else np.dtype(node.attrs["dtype"])
@@ -207,6 +213,7 @@ class EmitterCore(ABC):
         return self.state[k]  # type: ignore[no-any-return]
 
     def set_stack(self, h: Handle, s: stk.StackValue) -> None:
+        """Put the stack behind handle ``h`` back into the traced state after a push or pop."""
         self.state[stack_key(h)] = s
 
     def holds(self, h: Handle) -> bool:
@@ -319,6 +326,9 @@ class EmitterCore(ABC):
 
     # ---- items ----------------------------------------------------------------------------------
     def run_items(self, items: list[Item], env: Env) -> None:
+        """Trace ``items`` in order on ``env``: nodes by their lowering rules, conds and loops by the hooks
+        ``run_cond`` and ``run_while``; fed values the plan is specialised on are taken as constants first
+        (``take_static``)."""
         self.take_static(env)
         for it in items:
             if isinstance(it, Node):
@@ -346,6 +356,10 @@ class EmitterCore(ABC):
         each loop's form (``emit.Emitter.run_while``)."""
 
     def run_node(self, n: Node, env: Env) -> None:
+        """Trace node ``n`` on ``env``: skipped when its outputs were fed or a raised case chain computed it up front
+        (``known``); dead outputs where a control input or, for any op but Merge, a data input is dead ([E-Op-Dead]);
+        else its lowering rule's outputs, with their ranges noted. A read of a dynamic TensorArray's stack cuts the
+        run there (``_cut_at``)."""
         if n.id in self.fed or n.id in self.known:
             return
         xs = [env[key(t)] for t in n.inputs]

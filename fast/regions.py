@@ -33,6 +33,7 @@ EMPTY: Guard = frozenset()
 
 
 def key(t: Tensor) -> Key:
+    """The key of ``t`` in an environment: (node id, output index)."""
     return (t.node.id, t.index)
 
 
@@ -62,6 +63,7 @@ class CondRegion:
     exports: list[Key] = field(default_factory=list)
 
     def describe(self) -> str:
+        """``cond on <predicate>``, for messages."""
         return f"cond on {self.pred.name}"
 
 

@@ -75,9 +75,13 @@ class StackValue:
 
     @property
     def pending(self) -> bool:
+        """True while the stack has no buffer: no push yet, and no element shape known."""
         return self.buf is None
 
     def materialize(self, elem_shape: tuple[int, ...], index_shape: tuple[int, ...]) -> StackValue:
+        """This pending stack with zero buffers made inside a trace, once the first push fixes the element shape:
+        values of ``elem_shape`` (in host memory for a ``host`` stack), an index record of ``index_shape`` unless it
+        is positional, pointer 0."""
         record = jnp.zeros((self.capacity, *index_shape), jnp.int32) if self.record else None
         buf = placed(jnp.zeros((self.capacity, *elem_shape), self.dtype), self.host)
         return self.replace(buf, record, jnp.zeros((), jnp.int32))

@@ -94,6 +94,7 @@ class TA:
 
     @property
     def pending(self) -> bool:
+        """True while the array has no buffer: its element shape is not known yet (no write or declaration fixed it)."""
         return self.buf is None
 
     @property
@@ -126,12 +127,16 @@ class TA:
                   jnp.zeros((self.size,), MASK_DTYPE), written=self.written, length=self.length)
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """The pytree children: buffer and mask (none while pending) and, for a dynamic array, its ``length``; size,
+        dtype, element shape and the pending flag are static. ``full`` and ``written`` are left out, so they are lost
+        where the array crosses a ``lax`` boundary."""
         aux = (self.size, self.dtype.str, self.elem_shape, self.dynamic)
         slots = () if self.pending else (self.buf, self.mask)
         return slots + ((self.length,) if self.dynamic else ()), aux + (self.pending,)
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> TA:
+        """The array rebuilt from ``tree_flatten``'s parts (what the trace knew of its mask is lost)."""
         size, d, es, dynamic, pending = aux
         length = children[-1] if dynamic else None
         slots = children[:-1] if dynamic else children
@@ -152,10 +157,12 @@ class Stacked:
         self.buf, self.length = buf, length
 
     def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
+        """The pytree children: the buffer and its run-time ``length``."""
         return (self.buf, self.length), None
 
     @classmethod
     def tree_unflatten(cls, aux: None, children: tuple[Any, Any]) -> Stacked:
+        """The stack rebuilt from its buffer and ``length``."""
         return cls(*children)
 
 
@@ -169,10 +176,13 @@ class Handle:
     attrs_key: Any = None
 
     def tree_flatten(self) -> tuple[tuple[()], tuple[str, Any, Any]]:
+        """No children: the whole handle is static, so a compiled call is specialised on which Variable or stack it
+        names."""
         return (), (self.kind, self.name, self.attrs_key)
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[str, Any, Any], children: tuple[()]) -> Handle:
+        """The handle rebuilt from its static fields."""
         return cls(*aux)
 
 
@@ -186,10 +196,13 @@ class Static:
         self._key = (value.dtype.str, value.shape, value.tobytes())
 
     def tree_flatten(self) -> tuple[tuple[()], Any]:
+        """No children: the value itself is the static part (compared by dtype, shape and bytes), so it stays a
+        constant inside the next compiled stage."""
         return (), self
 
     @classmethod
     def tree_unflatten(cls, aux: Any, children: tuple[()]) -> np.ndarray:
+        """The numpy value itself: inside the stage the wrapper is gone, and the value folds as a constant."""
         return aux.value
 
     def __eq__(self, other: object) -> bool:
@@ -200,6 +213,8 @@ class Static:
 
 
 def wrap_static(v: Any) -> Any:
+    """``v`` wrapped as ``Static`` when it is a numpy value known at trace time (to cross a ``jax.jit`` boundary as a
+    constant), else ``v`` as it is."""
     return Static(v) if isinstance(v, np.ndarray) else v
 
 
