@@ -289,6 +289,9 @@ class CompiledPartition(PartitionInterpreter):
                       "interpreted_calls": 0, "dead_calls": 0, "compiles": 0, "check_reruns": 0}
 
     def deliver(self, node: Node, slot: int, tag: Tag, tok: Token) -> None:
+        """``Interpreter.deliver`` for a node outside any fused group; a token for a group's member goes into the
+        group's inbox at ``tag``, and the group's head is made ready (rule ``E-Fused``) once every input from outside
+        the group has arrived."""
         g = self.group_of.get(node.id)
         if g is None:
             super().deliver(node, slot, tag, tok)
@@ -309,6 +312,9 @@ class CompiledPartition(PartitionInterpreter):
             self._make_ready(g.head, tag, FUSED)
 
     def fire(self, node: Node, tag: Tag, rule: str) -> None:
+        """``Interpreter.fire``, or, for rule ``E-Fused``, the whole group at once: each member marked fired exactly
+        once, the group run compiled (or interpreted), each member's firing counted and traced as ``E-Op`` /
+        ``E-Op-Dead``, and its outputs routed as the interpreter routes them."""
         if rule != FUSED:
             super().fire(node, tag, rule)
             return
@@ -405,6 +411,7 @@ class CompiledPartition(PartitionInterpreter):
         return super().stranded() + [(self.prepared.groups[gid].head.id, tag) for gid, tag in self.gboxes]
 
     def blocked_report(self) -> str:
+        """``Interpreter.blocked_report``, with the fused groups still waiting for inputs from outside the group."""
         lines = [super().blocked_report()] if super().blocked_report() else []
         for (gid, tag), box in sorted(self.gboxes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             g = self.prepared.groups[gid]
@@ -439,26 +446,35 @@ class WholePartition:
     # the runner's view: this object's until it hands over to a CompiledPartition
     @property
     def queue(self) -> Any:
+        """The ready items: the ``CompiledPartition``'s once handed over, else none (a whole run leaves nothing to
+        fire)."""
         return self.inner.queue if self.inner is not None else ()
 
     @property
     def mailbox(self) -> Any:
+        """The rendezvous's wake-ups: the ``CompiledPartition``'s once handed over, else an empty mailbox (a whole
+        run has no Send or Recv)."""
         return self.inner.mailbox if self.inner is not None else self._mailbox
 
     @property
     def produced(self) -> dict[Key, Token]:
+        """The root-frame tokens the run produced: the fetches of the whole run, or the ``CompiledPartition``'s."""
         return self.inner.produced if self.inner is not None else self._produced
 
     @property
     def firings(self) -> int:
+        """The firings counted against ``max_firings``: the ``CompiledPartition``'s, 0 for a whole run (which is
+        never asked for a firing budget)."""
         return self.inner.firings if self.inner is not None else 0
 
     @property
     def counts(self) -> dict[tuple[str, Tag], int]:
+        """The firing counts per (node name, tag): the ``CompiledPartition``'s, none for a whole run."""
         return self.inner.counts if self.inner is not None else {}
 
     @property
     def trace(self) -> Any:
+        """The ``CompiledPartition``'s trace, None for a whole run (a traced run is never run whole)."""
         return self.inner.trace if self.inner is not None else None
 
     @property
@@ -511,14 +527,18 @@ class WholePartition:
         self.stats["compiles"] += p.whole.compile_count - before
 
     def drain(self) -> None:
+        """``CompiledPartition.drain`` once handed over; a whole run has no wake-ups."""
         if self.inner is not None:
             self.inner.drain()
 
     def step(self) -> None:
+        """Fire one ready item of the ``CompiledPartition``; the runner calls it only while ``queue`` holds some,
+        which a whole run never does."""
         assert self.inner is not None, "a partition run whole has nothing left to fire"
         self.inner.step()
 
     def waiting_report(self) -> list[str]:
+        """The nodes still waiting, as ``PartitionInterpreter.waiting_report``; none for a whole run."""
         return self.inner.waiting_report() if self.inner is not None else []
 
 

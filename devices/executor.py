@@ -67,16 +67,20 @@ class Port:
         self.last_sent_dead = False
 
     def arrive(self, node: Node, tag: Tag) -> Optional[str]:
+        """Whether a Send or Recv at ``tag`` may fire now (its rule), asked of the rendezvous; where it must wait,
+        its iteration is kept busy (``arm``) until the rendezvous wakes it."""
         rule = (self.rv.arrive_send if node.op == "Send" else self.rv.arrive_recv)(self.it, node, tag)
         if rule is None:
             self.it.arm(tag)
         return rule
 
     def send(self, node: Node, tag: Tag, tok: Token) -> None:
+        """Put a Send's token into the rendezvous, remembering whether it was dead (the Send's trace event says so)."""
         self.last_sent_dead = tok.dead
         self.rv.send(node, tag, tok)
 
     def take(self, node: Node, tag: Tag) -> Token:
+        """Take the token a Recv at ``tag`` receives from the rendezvous."""
         return self.rv.take(node, tag)
 
 
@@ -287,6 +291,8 @@ class PartitionedRun:
         self.by_device = {p.device: p for p in self.parts}
 
     def run(self, order: str = "round_robin", seed: int = 0) -> None:
+        """Start every partition, then drive them until none can fire: in turns (``round_robin`` or seeded
+        ``random``), or one thread per partition (``threads``)."""
         if not self.parts:  # nothing fetched (``run([])``): no partition has work
             return
         for p in self.parts:
@@ -307,6 +313,8 @@ class PartitionedRun:
             raise DeadlockError(f"{head}The partitioned run is stuck. Blocked:\n{body}")
 
     def values(self) -> list[Any]:
+        """The fetched values, each read on its partition (fed, or produced there); a dead fetch raises
+        ``DeadFetchError``."""
         out = []
         for (d, t), orig in zip(self.parted.fetches, self.fetches):
             it = self.by_device[d]
@@ -318,6 +326,7 @@ class PartitionedRun:
         return out
 
     def trace(self) -> Optional[PartitionedTrace]:
+        """The per-device traces merged in one ``PartitionedTrace``, None when the run was not traced."""
         tracks = {p.device: p.trace for p in self.parts if isinstance(p.trace, DeviceTrace)}
         return PartitionedTrace(tracks) if tracks else None  # type: ignore[arg-type]
 
@@ -392,6 +401,8 @@ class PartitionedBackend:
 
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
             options: RunOptions) -> RunResult:
+        """Run one step: partition the graph for these fetches (cached), run every partition on its own interpreter,
+        check that the run finished, and return the values with the summed firing counts and the per-device stats."""
         fed = check_feeds(self.graph, fetches, feeds)
         parted, plans = self.partitioned(fetches, set(fed))
         check_fed(parted)

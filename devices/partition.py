@@ -90,6 +90,7 @@ class Partition:
 
     @property
     def short(self) -> str:
+        """The device's short name (``cpu:1`` for a local device), for pictures, traces and reports."""
         return parse(self.device).short
 
 

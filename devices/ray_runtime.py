@@ -78,34 +78,46 @@ class TaskActor:
         return os.getpid()
 
     def prepare(self, plan_key: Any, plan: TaskPlan, executor: str) -> None:
+        """``TaskRunner.prepare`` in the task's process: keep ``plan`` under ``plan_key``, run by the executor kind
+        named ``executor``."""
         self.runner.prepare(plan_key, plan, executor)
 
     def run(self, run_id: Any, plan_key: Any, feeds: dict[str, dict[tuple[int, int], Any]], options: RunOptions,
             recv_timeout: float, detail: bool, store: Any, slot_capacity: Optional[int] = None) -> TaskOutcome:
+        """``TaskRunner.run`` in the task's process: run this task's partitions of one step and return its outcome."""
         return self.runner.run(run_id, plan_key, feeds, options, recv_timeout, detail, store, slot_capacity)
 
     def deliver(self, run_id: Any, items: list[tuple[Any, Any, bool]], credits: list[tuple[str, Any, int]]) -> None:
+        """``TaskRunner.deliver``: tokens (and piggybacked credits) from another task, fire-and-forget."""
         self.runner.deliver(run_id, items, credits)
 
     def credit(self, run_id: Any, items: list[tuple[str, Any, int]]) -> None:
+        """``TaskRunner.credit``: credits given back by a task that consumed this task's tokens."""
         self.runner.credit(run_id, items)
 
     def abort(self, run_id: Any, reason: str) -> None:
+        """``TaskRunner.abort``: stop this task's share of ``run_id`` because another task failed."""
         self.runner.abort(run_id, reason)
 
     def settle(self, run_id: Any, keep: bool) -> None:
+        """``TaskRunner.settle``: keep or put back this task's Variable updates of ``run_id``, as the whole run
+        ended."""
         self.runner.settle(run_id, keep)
 
     def get_variables(self, names: list[str], store: Any) -> dict[str, np.ndarray]:
+        """``TaskRunner.get_variables``: the values of the named Variables this task holds in ``store``."""
         return self.runner.get_variables(names, store)
 
     def set_variables(self, values: dict[str, np.ndarray], store: Any) -> None:
+        """``TaskRunner.set_variables``: overwrite Variables this task holds in ``store``."""
         self.runner.set_variables(values, store)
 
     def variable_names(self, store: Any) -> list[str]:
+        """``TaskRunner.variable_names``: the Variables this task has initialized in ``store``."""
         return self.runner.variable_names(store)
 
     def delete_variables(self, names: Optional[list[str]], store: Any) -> None:
+        """``TaskRunner.delete_variables``: forget the named Variables of ``store`` (all of them for None)."""
         self.runner.delete_variables(names, store)
 
 
@@ -154,6 +166,7 @@ class RemoteVariables(MutableMapping[str, np.ndarray]):
         return isinstance(name, str) and name in list(self)
 
     def clear(self) -> None:
+        """Forget every Variable of this session on every task; the next run initializes them again."""
         if self.backend.actors:
             ray.get([a.delete_variables.remote(None, self.backend.uid) for a in self.backend.actors.values()])
 
@@ -272,6 +285,9 @@ class RayBackend:
 
     # ---- a run ------------------------------------------------------------------------------------
     def run(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: Any, options: RunOptions) -> RunResult:
+        """Run one step on the cluster: ship each task its plan once, send each task its feeds, gather the tasks'
+        outcomes, and return the fetched values. A failed run stops the other tasks and has every task put its
+        Variables back (all or nothing, as in one process)."""
         if self.pool.closed is not None:
             raise TaskFailedError(self.pool.closed)
         fed = check_feeds(self.graph, fetches, feeds)

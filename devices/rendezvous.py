@@ -80,6 +80,8 @@ class Rendezvous:
             return None
 
     def send(self, node: Node, tag: Tag, tok: Token) -> None:
+        """Put a Send's token under its key, waking the Recv that waits for it; a key sent twice raises
+        ``ExecutionError`` (exactly-once)."""
         key = key_of(node, tag)
         with self.cond:
             if self.sent[key]:
@@ -91,6 +93,8 @@ class Rendezvous:
                 self._post(w[0], w[1], w[2], "E-Recv-Dead" if tok.dead else "E-Recv")
 
     def take(self, node: Node, tag: Tag) -> Token:
+        """Take the token a Recv at ``tag`` receives, giving its edge's credit back: the first Send blocked on that
+        edge and frame instance is woken."""
         key = key_of(node, tag)
         edge_inst = (node.attrs["edge"], tag[:-1])
         with self.cond:

@@ -34,6 +34,7 @@ class PartitionedConfig:
     configs: tuple[Config, ...]
 
     def key(self) -> Hashable:
+        """The partitions' configuration keys, in order: what equality and hashing compare."""
         return tuple(c.key() for c in self.configs)
 
     def __eq__(self, other: object) -> bool:

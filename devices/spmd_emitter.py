@@ -122,6 +122,8 @@ class SpmdEmitter(Emitter):
         return src, dst
 
     def read(self, env: Env, t: Tensor, reader: Node) -> Any:
+        """``t`` as ``reader``'s device holds it, moved there first (one ``ppermute``) when another device owns it
+        and has not sent it yet."""
         if self._where(env, t, reader) is not None:
             self._move_all(env, [(t, reader)])
         return self._local(env, t, reader)
@@ -181,6 +183,8 @@ class SpmdEmitter(Emitter):
 
     # -- checks and predicates -------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None:
+        """``EmitterCore.check``; while a stack op runs on every device (``mask`` set), only the owner's check
+        counts, since the other devices run it on zeros."""
         if self.mask is not None and not (is_static(ok) and bool(ok)):
             ok = jnp.asarray(ok, bool) | (self.idx != self.mask)
         super().check(ok, message, code, shows)
@@ -223,6 +227,9 @@ class SpmdEmitter(Emitter):
 
     # -- batches of ops ------------------------------------------------------------------------------
     def run_items(self, items: list[Any], env: Env) -> None:
+        """Trace ``items`` as batches: consecutive ops go into the open batch by their device until one reads what
+        another device computes in it, and each batch runs as one ``lax.switch`` (``_flush``); a cond or loop flushes
+        the batch and runs by the emitter's own rules."""
         self.take_static(env)
         batch: dict[int, list[Node]] = {}
         made: dict[Key, int] = {}  # outputs of the open batch -> the device computing them

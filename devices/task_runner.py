@@ -158,6 +158,8 @@ class TaskRendezvous(Rendezvous):
         self.events = 0  # bumped by every message; the idle loop's timeout restarts when it moves
 
     def attach(self, plan: TaskPlan, outbox: Outbox, run_id: Any) -> None:
+        """Set the rendezvous up for run ``run_id`` of ``plan``: its cross-task edges and their credits, and the
+        outbox its messages leave by."""
         with self.cond:
             self.plan = plan
             self.outbox = outbox
@@ -166,6 +168,8 @@ class TaskRendezvous(Rendezvous):
 
     # ---- messages from other tasks (any thread) -------------------------------------------------
     def deliver(self, key: Key, tok: Token) -> None:
+        """A token from another task under ``key``, waking the Recv that waits for it. A key delivered twice aborts
+        the run (raised in the run, since a fire-and-forget message has no caller to raise to)."""
         with self.cond:
             self.events += 1
             if key in self.messages or self.received[key]:
@@ -182,6 +186,8 @@ class TaskRendezvous(Rendezvous):
                 self.cond.notify_all()
 
     def credit(self, edge: str, inst: Tag, n: int) -> None:
+        """``n`` credits of ``edge`` in frame instance ``inst`` given back by the receiving task; Sends blocked on
+        that edge are woken while credit lasts."""
         with self.cond:
             self.events += 1
             edge_inst = (edge, inst)
@@ -194,12 +200,15 @@ class TaskRendezvous(Rendezvous):
             self.cond.notify_all()
 
     def abort(self, error: BaseException) -> None:
+        """Stop the run with ``error`` (another task failed), waking the task's idle wait so that it raises."""
         with self.cond:
             self.aborted = error
             self.cond.notify_all()
 
     # ---- the owning task's thread -----------------------------------------------------------------
     def send(self, node: Node, tag: Tag, tok: Token) -> None:
+        """``Rendezvous.send`` for a local edge; a Send on an edge to another task queues its token for that task
+        (sent by ``flush``), exactly once per key."""
         assert self.plan is not None and self.outbox is not None
         dst = self.plan.remote_out.get(node.attrs["edge"])
         if dst is None:
@@ -214,6 +223,8 @@ class TaskRendezvous(Rendezvous):
             self.pending.setdefault(dst, []).append((key, None if tok.dead else tok.value, tok.dead))
 
     def take(self, node: Node, tag: Tag) -> Token:
+        """``Rendezvous.take`` for a local edge; a Recv on an edge from another task takes the delivered token and
+        owes the sender a credit (given back by ``flush``)."""
         assert self.plan is not None
         edge = node.attrs["edge"]
         src = self.plan.remote_in.get(edge)

@@ -25,6 +25,8 @@ class DeviceTrace(Trace):
         self._clock = clock
 
     def record(self, node: str, op: str, tag: tuple[tuple[str, int], ...], dead: bool, rule: str) -> None:
+        """``Trace.record``, with ``seq`` from the clock shared by every partition of the run, so that the merged
+        traces keep one global order."""
         self.events.append(Event(next(self._clock), node, op, tag, dead, rule))
 
 
