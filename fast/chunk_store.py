@@ -66,12 +66,12 @@ class Pair:
         self.arrays, self.later, self.slot = arrays, later, slot
 
     def get(self) -> tuple[Any, Any]:
-        # the driver and the copier thread may both ask (a chunk copied back while the driver waits
-        # for its copy to the host): read each field once, so that neither sees ``later`` cleared
-        # before ``arrays`` is set
-        """The chunk's two buffers, waiting for the copier where they are still on their way. Safe to call from the
-        driver and the copier thread at once: each reads every field once, so neither sees ``later`` cleared before
-        ``arrays`` is set."""
+        """The chunk's two buffers, waiting for the copier where they are still on their way.
+
+        The driver and the copier thread may both ask (a chunk copied back while the driver waits for
+        its copy to the host): each field is read once, so that neither sees ``later`` cleared before
+        ``arrays`` is set.
+        """
         arrays = self.arrays
         if arrays is None:
             later = self.later
