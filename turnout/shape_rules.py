@@ -33,8 +33,8 @@ SHAPE_RULES.update(RANDOM_SHAPE_RULES)  # RandomDraw, with its kernel
 
 
 def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequence[Any] = ()) -> list[TensorSpec]:
-    """The output specs of ``op`` on ``inputs`` (``raw``: the input slots, a pending back edge included), from its
-    rule in ``SHAPE_RULES``; a negative dimension is refused."""
+    """The output specs of ``op`` on ``inputs``, by its rule in ``SHAPE_RULES`` (a primitive without one is a
+    ``GraphBuildError``); a negative dimension is refused (``_no_negative_size``). ``raw`` is not read here."""
     try:
         rule = SHAPE_RULES[op]
     except KeyError:
