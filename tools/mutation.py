@@ -198,7 +198,13 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/task_runner.py": {"module": "turnout.devices.task_runner", "tests": _CLUSTER_TESTS},
     "devices/ray_runtime.py": {"module": "turnout.devices.ray_runtime", "tests": _RAY_TESTS},
     "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
-    "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
+    # (each module's laws called directly, milliseconds, ahead of the runs on forced devices)
+    "devices/segments.py": {"module": "turnout.devices.segments",
+                            "tests": ["test_mutants_devices_segments.py", *_FAST_DEV_TESTS]},
+    "devices/jax_device.py": {"module": "turnout.devices.jax_device",
+                              "tests": ["test_mutants_devices_jax_device.py", *_FAST_DEV_TESTS]},
+    "devices/trace.py": {"module": "turnout.devices.trace",
+                         "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
        for m in ("host_control", "host_env")},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
