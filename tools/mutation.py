@@ -241,6 +241,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # one slot of a buffer at an index in range (the TensorArrays' and stacks' reads and writes): its
+    # laws on small buffers first, then the programs that index
+    "fast/indexing.py": {"module": "turnout.fast.indexing",
+                         "tests": ["test_mutants_fast_indexing.py", "test_fast_dynamic_tensor_arrays.py",
+                                   "test_fast_counted_stacks.py", "test_swap_memory.py"]},
     # the schedule a run of the one-device backend would take, read from its plan
     "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
     # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
