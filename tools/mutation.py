@@ -206,7 +206,13 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/task_runner.py": {"module": "turnout.devices.task_runner", "tests": _CLUSTER_TESTS},
     "devices/ray_runtime.py": {"module": "turnout.devices.ray_runtime", "tests": _RAY_TESTS},
     "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
-    "devices/segments.py": {"module": "turnout.devices.segments", "tests": _FAST_DEV_TESTS},
+    # (each module's laws called directly, milliseconds, ahead of the runs on forced devices)
+    "devices/segments.py": {"module": "turnout.devices.segments",
+                            "tests": ["test_mutants_devices_segments.py", *_FAST_DEV_TESTS]},
+    "devices/jax_device.py": {"module": "turnout.devices.jax_device",
+                              "tests": ["test_mutants_devices_jax_device.py", *_FAST_DEV_TESTS]},
+    "devices/trace.py": {"module": "turnout.devices.trace",
+                         "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
        for m in ("host_control", "host_env")},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
@@ -243,6 +249,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # one slot of a buffer at an index in range (the TensorArrays' and stacks' reads and writes): its
+    # laws on small buffers first, then the programs that index
+    "fast/indexing.py": {"module": "turnout.fast.indexing",
+                         "tests": ["test_mutants_fast_indexing.py", "test_fast_dynamic_tensor_arrays.py",
+                                   "test_fast_counted_stacks.py", "test_swap_memory.py"]},
     # the schedule a run of the one-device backend would take, read from its plan
     "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
     # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
