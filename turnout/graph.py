@@ -535,7 +535,7 @@ class Graph:
         seen: set[int] = set()
         ctrl = [c for c in ctrl if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
         if specs is None:
-            specs = infer(op, [t for t in ins if isinstance(t, Tensor)], attrs, ins)
+            specs = infer(op, [t for t in ins if isinstance(t, Tensor)], attrs)
         node = Node(
             self,
             len(self.nodes),

@@ -883,7 +883,7 @@ class _Builder:
         """Run the shape rule and check the recorded specs against it (``[W-Types]``: equal dtypes,
         compatible shapes); the node keeps its recorded specs, so the text round-trips exactly."""
         try:
-            inferred = infer(r.op, [t for t in ins if isinstance(t, Tensor)], r.attrs, ins)
+            inferred = infer(r.op, [t for t in ins if isinstance(t, Tensor)], r.attrs)
         except Exception as e:  # whatever the shape rule trips on, the document is at fault
             raise _Fail(f"the {r.op} shape rule rejects the inputs or attrs: {_msg(e)}") from None
         problem = spec_mismatch(r.outputs, inferred)

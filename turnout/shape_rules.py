@@ -32,9 +32,9 @@ _rule = registrar(SHAPE_RULES)
 SHAPE_RULES.update(RANDOM_SHAPE_RULES)  # RandomDraw, with its kernel
 
 
-def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], raw: Sequence[Any] = ()) -> list[TensorSpec]:
+def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> list[TensorSpec]:
     """The output specs of ``op`` on ``inputs``, by its rule in ``SHAPE_RULES`` (a primitive without one is a
-    ``GraphBuildError``); a negative dimension is refused (``_no_negative_size``). ``raw`` is not read here."""
+    ``GraphBuildError``); a negative dimension is refused (``_no_negative_size``)."""
     try:
         rule = SHAPE_RULES[op]
     except KeyError:

@@ -273,7 +273,7 @@ def _check_types(n: Node) -> None:
     if n.op == "Merge":
         return
     try:
-        specs = infer(n.op, list(n.inputs), n.attrs, n.raw_inputs)
+        specs = infer(n.op, list(n.inputs), n.attrs)
     except Exception as e:  # any failure of the rule means it does not accept this node
         detail = e.args[0] if isinstance(e, KeyError) and e.args else e
         raise _types_error(n, f"its inputs or attrs are not accepted by the {n.op} shape rule: {detail}") from e
