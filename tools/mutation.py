@@ -235,8 +235,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
-    # the schedule a run of the one-device backend would take, read from its plan
-    "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
+    # the schedule a run of the one-device backend would take, read from its plan (the words of each
+    # route and cut step on stand-in plans and cuts first, milliseconds, then the sessions' schedules)
+    "fast/explain.py": {"module": "turnout.fast.explain",
+                        "tests": ["test_mutants_fast_explain.py", "test_explain.py", "test_fast_host_stacks.py"]},
     # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
     "turnout/gradients/core.py": {"module": "turnout.gradients.core",
                                   "tests": ["test_gradients_second_order.py", "test_gradients_loops.py",
