@@ -234,6 +234,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": ["test_mutants_fast_repeat.py", *_BACKEND_TESTS]},
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
+    # what every plan of a cut program is (the one-device plan's and the partitioned executor's): its
+    # laws on a stand-in backend and small programs first, then the runs of both backends
+    "fast/step_plan.py": {"module": "turnout.fast.step_plan",
+                          "tests": ["test_mutants_fast_step_plan.py", *_BACKEND_TESTS, *_FAST_DEV_TESTS]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
     # the schedule a run of the one-device backend would take, read from its plan (the words of each
     # route and cut step on stand-in plans and cuts first, milliseconds, then the sessions' schedules)
