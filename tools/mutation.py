@@ -238,6 +238,11 @@ MODULES: dict[str, dict[str, Any]] = {
     # laws on a stand-in backend and small programs first, then the runs of both backends
     "fast/step_plan.py": {"module": "turnout.fast.step_plan",
                           "tests": ["test_mutants_fast_step_plan.py", *_BACKEND_TESTS, *_FAST_DEV_TESTS]},
+    # the keys of the run-time state and the stack a handle comes from: their laws on graphs built node
+    # by node first (milliseconds), then the runs that name stacks by them
+    "fast/state_keys.py": {"module": "turnout.fast.state_keys",
+                           "tests": ["test_mutants_fast_state_keys.py", "test_mutants_fast_cut.py",
+                                     "test_mutants_fast_stack_sizes.py", *_BACKEND_TESTS]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
     # the schedule a run of the one-device backend would take, read from its plan (the words of each
     # route and cut step on stand-in plans and cuts first, milliseconds, then the sessions' schedules)
