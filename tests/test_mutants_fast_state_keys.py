@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import test_exports
+
 from turnout.dtypes import float32
 from turnout.fast.state_keys import pushed_once, stack_key, stack_key_of, stack_source
 from turnout.fast.values import Handle
@@ -104,3 +106,10 @@ def test_the_stacks_pushed_once_are_counted_over_the_graph_once_per_version() ->
     assert again == frozenset({once.id, popped.id}) and pushed_once(g) is again
     _pushes(g, once, 1, "once_again")
     assert pushed_once(g) == frozenset({popped.id})
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """``tests/test_exports.py``'s law for this module alone: its ``__all__`` is a list of the names
+    it defines. Here so that a mutant of ``__all__`` (which runs every test of the module's list) is
+    killed by this file in seconds, not after the backend's runs."""
+    test_exports.test_every_exported_name_exists("turnout.fast.state_keys")

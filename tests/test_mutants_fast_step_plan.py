@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import test_exports
 
 import turnout as tn
 from turnout.errors import KernelError
@@ -203,3 +204,10 @@ def test_an_error_word_means_what_the_plans_table_and_capacity_say() -> None:
     top = StepPlan(_backend(), program, set(), MAX_CAPACITY, SlotPlan())
     big = top.outcome_of(top.codes.code("overflow", "full"), "SPMD tier")
     assert isinstance(big, Raise) and big.outgrown and str(big.error).startswith("SPMD tier: ")
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """``tests/test_exports.py``'s law for this module alone: its ``__all__`` is a list of the names
+    it defines. Here so that a mutant of ``__all__`` (which runs every test of the module's list) is
+    killed by this file in seconds, not after the backend's runs."""
+    test_exports.test_every_exported_name_exists("turnout.fast.step_plan")
