@@ -248,14 +248,25 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": ["test_mutants_fast_repeat.py", *_BACKEND_TESTS]},
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
+    # what every plan of a cut program is (the one-device plan's and the partitioned executor's): its
+    # laws on a stand-in backend and small programs first, then the runs of both backends
+    "fast/step_plan.py": {"module": "turnout.fast.step_plan",
+                          "tests": ["test_mutants_fast_step_plan.py", *_BACKEND_TESTS, *_FAST_DEV_TESTS]},
+    # the keys of the run-time state and the stack a handle comes from: their laws on graphs built node
+    # by node first (milliseconds), then the runs that name stacks by them
+    "fast/state_keys.py": {"module": "turnout.fast.state_keys",
+                           "tests": ["test_mutants_fast_state_keys.py", "test_mutants_fast_cut.py",
+                                     "test_mutants_fast_stack_sizes.py", *_BACKEND_TESTS]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
     # one slot of a buffer at an index in range (the TensorArrays' and stacks' reads and writes): its
     # laws on small buffers first, then the programs that index
     "fast/indexing.py": {"module": "turnout.fast.indexing",
                          "tests": ["test_mutants_fast_indexing.py", "test_fast_dynamic_tensor_arrays.py",
                                    "test_fast_counted_stacks.py", "test_swap_memory.py"]},
-    # the schedule a run of the one-device backend would take, read from its plan
-    "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
+    # the schedule a run of the one-device backend would take, read from its plan (the words of each
+    # route and cut step on stand-in plans and cuts first, milliseconds, then the sessions' schedules)
+    "fast/explain.py": {"module": "turnout.fast.explain",
+                        "tests": ["test_mutants_fast_explain.py", "test_explain.py", "test_fast_host_stacks.py"]},
     # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
     "turnout/gradients/core.py": {"module": "turnout.gradients.core",
                                   "tests": ["test_gradients_second_order.py", "test_gradients_loops.py",
