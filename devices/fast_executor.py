@@ -204,7 +204,7 @@ class FastPartitionedBackend(BackendShell):
         device, the SPMD program where that tier takes the run, else the per-device segments with the
         loops and conds the host drives (``devices.segments.steps_of``). ``memory_budget``: the run's
         (the SPMD program runs what it lets every device hold)."""
-        placement, used = self.placer(), self.placer.used()
+        placement, used = self.placer.placed()
         if len(used) == 1:
             (device,) = used
             inner = self._single.explain(device, fetches, feeds, variables, memory_budget)
@@ -241,7 +241,7 @@ class FastPartitionedBackend(BackendShell):
         return RunSchedule("fast (partitioned)", per_device, notes=notes)
 
     def _graph_stamp(self) -> int:
-        """``version``, not ``edits``: the placement is made per graph version (``_placed``)."""
+        """``version``, not ``edits``: the placement is made per graph version (``Placer``)."""
         return self.graph.version
 
     # ---- run --------------------------------------------------------------------------------------

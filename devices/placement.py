@@ -213,19 +213,21 @@ class Placer:
         self.args = (list(devices), dict(requests or {}), allow_soft_placement)
         self._made: Optional[tuple[int, Placement, frozenset[str]]] = None
 
-    def _current(self) -> tuple[int, Placement, frozenset[str]]:
+    def placed(self) -> tuple[Placement, frozenset[str]]:
+        """The placement of the graph as it is now, and the devices it puts a node on (a run asks for
+        both: one check of the version, no pass over the graph)."""
         if self._made is None or self._made[0] != self.graph.version:
             placement = place(self.graph, *self.args)
             self._made = (self.graph.version, placement, frozenset(placement.device_of.values()))
-        return self._made
+        return self._made[1], self._made[2]
 
     def __call__(self) -> Placement:
         """The placement of the graph as it is now."""
-        return self._current()[1]
+        return self.placed()[0]
 
     def used(self) -> frozenset[str]:
-        """The devices that placement puts a node on (a run asks: it must not cost a pass over the graph)."""
-        return self._current()[2]
+        """The devices the placement puts a node on."""
+        return self.placed()[1]
 
 
 def _device_list(devices: Sequence[str | DeviceSpec]) -> list[str]:
