@@ -232,7 +232,10 @@ MODULES: dict[str, dict[str, Any]] = {
                     "tests": list(dict.fromkeys(["test_mutants_fast_cut.py", *_SWAP_TESTS, *_BACKEND_TESTS,
                                                  "test_fast_held.py"]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
-       for m in ("run_state", "fused_attempts", "staged_stages")},
+       for m in ("run_state", "fused_attempts")},
+    # (the staged path's laws on two small programs, seconds, ahead of the backend's runs)
+    "fast/staged_stages.py": {"module": "turnout.fast.staged_stages",
+                              "tests": ["test_mutants_fast_staged_stages.py", *_BACKEND_TESTS]},
     # the stacks as sizes: their laws on the pure functions first (milliseconds), then the runs
     "fast/stack_sizes.py": {"module": "turnout.fast.stack_sizes",
                             "tests": ["test_mutants_fast_stack_sizes.py", *_BACKEND_TESTS]},
@@ -243,6 +246,12 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
     "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # (a call on the deep-stack thread: its limits, stack size and errors on plain functions, in
+    # milliseconds, ahead of the nested programs that take it)
+    "fast/deep.py": {"module": "turnout.fast.deep",
+                     "tests": ["test_mutants_fast_deep.py", "test_fast_compile.py", "test_fast_lane.py"],
+                     "select": "test_mutants_fast_deep or nested_conds_run or deeply_nested or thread_a_run"
+                               " or test_exports"},
     # the schedule a run of the one-device backend would take, read from its plan
     "fast/explain.py": {"module": "turnout.fast.explain", "tests": ["test_explain.py", "test_fast_host_stacks.py"]},
     # the gradient builder's second order (gradient stacks and their gates) and the recomputing gradient
