@@ -245,7 +245,13 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/repeat.py": {"module": "turnout.fast.repeat", "tests": ["test_mutants_fast_repeat.py", *_BACKEND_TESTS]},
     "fast/guards.py": {"module": "turnout.fast.guards",
                        "tests": ["test_fast_guards.py", *_BACKEND_TESTS, "test_session.py"]},
-    "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # (``decorated``: ``accepted``, under ``functools.cache``, is mutated too)
+    "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"],
+                            "decorated": True},
+    # ``to_jax`` (under ``@checked``, so ``decorated``): its laws on small programs first
+    "fast/api.py": {"module": "turnout.fast.api",
+                    "tests": ["test_mutants_fast_api.py", "test_fast.py", "test_mutants_fast2.py"],
+                    "select": "test_mutants_fast_api or to_jax or test_exports", "decorated": True},
     # (a call on the deep-stack thread: its limits, stack size and errors on plain functions, in
     # milliseconds, ahead of the nested programs that take it)
     "fast/deep.py": {"module": "turnout.fast.deep",
@@ -372,7 +378,8 @@ def mutants_of(path: str) -> list[Mutant]:
     os.chdir(ROOT)  # mutmut reads [tool.mutmut] from ./pyproject.toml
     try:
         src = open(path).read()
-        module, mutations, _, _ = fm.create_mutations(path, src)
+        with _decorated_too(fm, MODULES.get(path, {}).get("decorated", False)):
+            module, mutations, _, _ = fm.create_mutations(path, src)
     finally:
         os.chdir(cwd)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -401,6 +408,43 @@ def mutants_of(path: str) -> list[Mutant]:
         out.append(Mutant(path, mid, positions[m.original_node].start.line, fname,
                           _Lazy(src, path, module, m, fn, fm), span, context=context))
     return out
+
+
+class _decorated_too:
+    """While open (and ``on``), mutmut's visitor mutates the bodies of decorated functions too.
+
+    Why: mutmut skips every decorated function but for ``staticmethod`` and ``classmethod``, because
+    its trampolines would copy the function with its decorators; this wrapper applies each mutant
+    itself, so that reason does not hold here. The decorators themselves stay unmutated (mutmut skips
+    a ``Decorator`` node on its own: they run when the module loads). Opt-in per module
+    (``"decorated": True`` in ``MODULES``), so that the mutant sets of the other modules, and the
+    scores recorded for them, stay what they were."""
+
+    def __init__(self, fm: Any, on: bool) -> None:
+        self.visitor, self.on = fm.MutationVisitor, on
+        self.plain = self.visitor._skip_node_and_children
+
+    def __enter__(self) -> None:
+        if not self.on:
+            return
+        import libcst as cst
+        from libcst.metadata import PositionProvider
+
+        plain = self.plain
+
+        def skip(visitor: Any, node: Any) -> bool:
+            if isinstance(node, cst.FunctionDef) and node.decorators:
+                # every other reason still applies (a pragma on the def line, a name never mutated)
+                pos = visitor.get_metadata(PositionProvider, node, None)
+                if pos is not None and pos.start.line in visitor._ignored_node_lines:
+                    return bool(plain(visitor, node))
+                return bool(plain(visitor, node.with_changes(decorators=[])))
+            return bool(plain(visitor, node))
+
+        self.visitor._skip_node_and_children = skip
+
+    def __exit__(self, *exc: Any) -> None:
+        self.visitor._skip_node_and_children = self.plain
 
 
 def _with_probe(fn: Any, m: Any, fm: Any) -> Any:
