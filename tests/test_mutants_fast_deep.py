@@ -139,8 +139,10 @@ def _threading(**over: Any) -> SimpleNamespace:
 def test_the_worker_s_stack_fits_the_frames_and_the_size_is_put_back(limit: int,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker is started with a stack of at least ``_MIN_STACK`` and at least ``_STACK_PER_FRAME``
-    bytes per frame allowed (a raised limit backed by real stack), and the size for later threads is
-    put back at once. Kills the old size not read (None put back) and every broken ``max``."""
+    bytes per frame allowed (a raised limit backed by real stack), never less than the 8 MiB a main
+    thread has by default on Linux however shallow the program, and the size for later threads is
+    put back at once. Kills the old size not read (None put back), every broken ``max`` and the
+    floor shifted right (``64 >> 20``: 0 bytes, leaving the 4 MB of 2000 frames)."""
     asked: list[tuple[int, ...]] = []
 
     def stack_size(*size: int) -> int:
@@ -155,6 +157,9 @@ def test_the_worker_s_stack_fits_the_frames_and_the_size_is_put_back(limit: int,
     big = asked[1][0]
     assert big >= deep._MIN_STACK and big >= frames_for(nesting) * deep._STACK_PER_FRAME
     assert asked[2] == (before,) and threading.stack_size() == before
+    asked.clear()
+    call_deep(lambda: None, nesting=0)
+    assert asked[1][0] >= max(8 << 20, frames_for(0) * deep._STACK_PER_FRAME)
 
 
 def test_a_thread_that_cannot_start_leaves_nothing_behind(limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
