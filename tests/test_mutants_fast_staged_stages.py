@@ -20,6 +20,7 @@ interpreter.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,10 @@ class Seen:
     reads: list[list[Any]] = field(default_factory=list)  # each start_reads call's values
     outcomes: list[Any] = field(default_factory=list)     # each _run_stages result
     stats: list[dict[str, Any]] = field(default_factory=list)
+    budgets: list[Any] = field(default_factory=list)      # each _run_stages call's memory plan
+    records: list[dict[str, Any]] = field(default_factory=list)  # the backend's memory_records after
+    trace: Any = None    # the run's timeline (``trace=True``)
+    wall: float = 0.0    # the seconds of the whole ``Session.run``
     values: list[list[Any]] = field(default_factory=list)  # the fast backend's, then the reference's
     plan: Any = None         # the program's one plan
     predicted: bool = False  # its ``predict_overflow`` after the run
@@ -74,6 +79,7 @@ def _recorders(m: pytest.MonkeyPatch, seen: Seen) -> None:
     real = staged_stages.StagedStages._run_stages
 
     def run_stages(self: Any, *args: Any, **kw: Any) -> Any:
+        seen.budgets.append(args[5] if len(args) > 5 else kw.get("budget"))
         got = real(self, *args, **kw)
         seen.outcomes.append(got)
         return got
@@ -103,22 +109,27 @@ def _two_loops() -> tuple[tn.Graph, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def two_loops() -> Iterator[tuple[Seen, Seen, Any, tn.Session, tn.Session]]:
-    """The two-loop program run twice, recorded: 3 steps (one chunk of ``a``'s stack moves), then 1
-    step (none moves). With ``overlap_reads`` set, as on a GPU. Also the reference's runs."""
+    """The two-loop program run twice, recorded: 3 steps (one chunk of ``a``'s stack moves), traced,
+    then 1 step (none moves) under a run's memory budget. With ``overlap_reads`` set, as on a GPU.
+    Also the reference's runs."""
     g, t = _two_loops()
     fast = tn.Session(g, backend="fast", stack_chunk=2, stack_ladder=False, device_memory_limit=LIMIT,
                       fallback=False)
     ref = tn.Session(g)
     fast.backend.overlap_reads = True
     runs = []
-    for n in (3, 1):
+    for n, opts in ((3, {"trace": True}), (1, {"memory_budget": 1 << 20})):
         seen = Seen()
         feeds = {t["x0"]: np.float32(0.7), t["k"]: n}
         with pytest.MonkeyPatch.context() as m:
             _recorders(m, seen)
-            seen.values.append(fast.run(t["fetches"], feeds))
+            t0 = time.perf_counter()
+            seen.values.append(fast.run(t["fetches"], feeds, **opts))
+            seen.wall = time.perf_counter() - t0
         assert fast.last_result is not None
         seen.stats.append(fast.last_result.stats)
+        seen.trace = fast.last_result.trace
+        seen.records = fast.backend.memory_records()
         (seen.plan,) = fast.backend._plans.values()
         seen.predicted = seen.plan.predict_overflow
         seen.values.append(ref.run(t["fetches"], feeds))
@@ -143,13 +154,15 @@ def test_the_stages_give_the_reference_s_values_and_train_the_variable(two_loops
 def test_the_one_runner_reads_each_stage_s_word_at_once_on_the_one_device(two_loops: Any) -> None:
     """``StagedRun`` is the one runner (``StepRunner``) over the plan, on ``fast.cut.ONE``, with the
     policy of the one-device backend: errors named by ``WHO``, each stage's error word read as it
-    returns (``check_each_step``). Kills the policy's name set to None and its flag set to None,
-    False or left to its default."""
+    returns (``check_each_step``), the devices' JAX devices (none to copy to: one device), and the
+    backend's timeline where the run is traced. Kills the policy's name set to None and its flag set
+    to None, False or left to its default, the JAX devices set to None, and the timeline dropped."""
     first = two_loops[0]
     (run,) = first.runs
     plan = first.plan
     assert run.policy == RunPolicy(WHO, check_each_step=True)
     assert run.plan is plan and list(run.state) == [ONE] and run.jdev == {ONE: None}
+    assert run.tl is not None and run.tl is first.trace  # (a traced run: the backend's timeline)
 
 
 def test_the_store_holds_the_plan_s_stacks_and_checkpoint_slots_on_the_one_device(two_loops: Any) -> None:
@@ -157,7 +170,8 @@ def test_the_store_holds_the_plan_s_stacks_and_checkpoint_slots_on_the_one_devic
     its errors), at the plan's capacity, under the backend's device memory cap, and holds the
     checkpoint slots of the plan's recomputed loop (``SlotPlan.bytes``), which it counts against a
     budget. Kills the slots left out (None), the devices or the capacity set to None, the cap
-    dropped, and the label set to None."""
+    dropped, the run's memory plan not handed on, the executor's name set to None, and the label
+    set to None or to a name."""
     first = two_loops[0]
     ((args, kw),) = first.stores
     plan = first.plan
@@ -166,6 +180,9 @@ def test_the_store_holds_the_plan_s_stacks_and_checkpoint_slots_on_the_one_devic
     assert held == {ONE: plan.slots.bytes()} and held[ONE]["b"] > 0
     assert kw["who"] == WHO and kw["label"](ONE) == ""
     assert first.stats[0]["checkpoint_bytes"] == held[ONE]
+    second = two_loops[1]
+    ((args, _),) = second.stores
+    assert second.budgets[0] is not None and args[4] is second.budgets[0]
 
 
 def test_overflow_is_predicted_exactly_when_a_chunk_moved(two_loops: Any) -> None:
@@ -181,13 +198,24 @@ def test_overflow_is_predicted_exactly_when_a_chunk_moved(two_loops: Any) -> Non
 
 def test_the_stats_count_the_stages_and_time_each_call(two_loops: Any) -> None:
     """The stats of a staged run: the plan's number of stages, not the fused call, and the seconds
-    of each stage's call, one entry a call (``StagedRun.call``). Kills the count set to None and
-    ``fused`` set to True."""
+    of each stage's call, one entry a call (``StagedRun.call``), within the run's own time; the
+    backend's ``memory_records`` are the staged run's (loop ``a``'s one chunk kept on the device).
+    Kills the count set to None, ``fused`` set to True or None, a call's seconds added to its start
+    instead of subtracted, and the records set to None."""
     first = two_loops[0]
     stats, plan, (run,) = first.stats[0], first.plan, first.runs
     assert stats["stages"] == len(plan.stages) > 1 and stats["fused"] is False
     assert stats["stage_seconds"] == run.seconds and len(run.seconds) >= len(plan.stages)
-    assert all(isinstance(s, float) and s > 0 for s in run.seconds)
+    assert all(isinstance(s, float) and s > 0 for s in run.seconds) and sum(run.seconds) <= first.wall
+    (row,) = [r for r in first.records if r["loop"] == "a"]
+    assert row["chunks_kept_on_device"] == 1 == stats["stack_chunks_kept"]
+
+
+def test_the_module_exports_its_two_classes() -> None:
+    """``__all__`` names exactly the classes this module defines (what ``test_exports.py`` checks of
+    every module, here at once). Kills every mutant of the list."""
+    own = {n for n, v in vars(staged_stages).items() if isinstance(v, type) and v.__module__ == staged_stages.__name__}
+    assert own and sorted(staged_stages.__all__) == sorted(own)
 
 
 def test_the_fetched_values_copies_start_before_they_are_read(two_loops: Any) -> None:
