@@ -142,3 +142,17 @@ def test_stacks_keep_a_float64_program_s_dtype() -> None:
         got = to_jax(g, [x], dx)(np.float64(1.1))
         assert got.dtype == np.float64
         np.testing.assert_allclose(np.asarray(got), tn.Session(g).run(dx, {x: 1.1}), rtol=1e-12)
+
+
+def test_a_tensor_array_output_gives_its_buffer() -> None:
+    """A fetched TensorArray is its buffer of elements, as ``stack`` reads it (a JAX function returns
+    arrays, not the emitter's ``TA`` records). Kills the ``TA`` test made always false."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        ta = tn.TensorArray(tn.float32, size=3).write(0, x).write(1, x * 2.0).write(2, x * 3.0)
+        stacked = ta.stack()
+    got, want = to_jax(g, [x], [ta.tensor, stacked])(np.float32(1.5))
+    assert isinstance(got, jax.Array)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(want), tn.Session(g).run(stacked, {x: 1.5}))
