@@ -3,7 +3,8 @@ One tensor gives one value and a list or tuple a tuple; anything else, or a call
 number of inputs, is an ``ArgumentError`` naming ``to_jax``; an input may be any tensor (the graph
 above it is cut) and is converted to its dtype; Variables are read at their initial values, inside
 loops too, and assignments are dropped; gradient stacks are allocated, inside loops, with the
-program's dtypes; ``max_iterations`` bounds a loop; a fetch that is dead whenever the program runs
+program's dtypes; a TensorArray fetched is its buffer, of ``stack_capacity`` entries where its size
+is dynamic; ``max_iterations`` bounds a loop; a fetch that is dead whenever the program runs
 raises ``DeadFetchError`` naming it. Each law kills mutants of the full set of ``fast/api.py``
 (issue 40, part 3; ``python tools/mutation.py --module fast/api.py --all``, which mutates ``to_jax``
 although ``@checked`` decorates it: ``"decorated"`` in the tool's list).
@@ -156,3 +157,21 @@ def test_a_tensor_array_output_gives_its_buffer() -> None:
     assert isinstance(got, jax.Array)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     np.testing.assert_array_equal(np.asarray(want), tn.Session(g).run(stacked, {x: 1.5}))
+
+
+def test_a_dynamic_tensor_array_s_buffer_holds_stack_capacity_entries() -> None:
+    """A TensorArray of dynamic size gets a buffer of ``stack_capacity`` entries (the emitter's
+    capacity, as a gradient stack's), the elements written in front and its size beside it. Kills
+    the emitter's capacity set to None."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        ta = tn.TensorArray(tn.float32, size=0, dynamic_size=True, element_shape=[])
+        _, ta = tn.while_loop(lambda i, ta: i < 3, lambda i, ta: (i + 1, ta.write(i, x * tn.cast(i, tn.float32))),
+                              [tn.constant(0), ta])
+        stacked, size = ta.stack(), ta.size()
+    want, n = tn.Session(g).run([stacked, size], {x: 2.0})
+    for cap in (8, 16):
+        buf, got_n = to_jax(g, [x], [ta.tensor, size], stack_capacity=cap)(np.float32(2.0))
+        assert np.asarray(buf).shape == (cap,) and int(got_n) == n == 3
+        np.testing.assert_array_equal(np.asarray(buf)[:n], want)
