@@ -93,6 +93,8 @@ def test_an_input_may_be_any_tensor_and_is_converted_to_its_dtype(prog: dict[str
     np.testing.assert_allclose(np.asarray(got), tn.Session(g).run(prog["h"], {y: 1.5, n: 4}), rtol=1e-5)
     tripled = to_jax(g, [prog["x"]], y)(2)
     assert tripled.dtype == np.float32 and float(tripled) == 6.0
+    same = to_jax(g, [prog["x"]], prog["x"])(2)  # (the input itself: no op to promote it)
+    assert same.dtype == np.float32 and float(same) == 2.0
 
 
 def test_max_iterations_bounds_a_loop(prog: dict[str, Any]) -> None:
@@ -143,6 +145,17 @@ def test_stacks_keep_a_float64_program_s_dtype() -> None:
         got = to_jax(g, [x], dx)(np.float64(1.1))
         assert got.dtype == np.float64
         np.testing.assert_allclose(np.asarray(got), tn.Session(g).run(dx, {x: 1.1}), rtol=1e-12)
+
+
+def test_stacks_keep_a_float32_program_s_dtype_in_64_bit_mode(prog: dict[str, Any]) -> None:
+    """In 64-bit mode a float32 program's stacks stay float32 (their dtype is the pushed value's, not
+    NumPy's default float64), so the gradient is float32 and the reference's. Kills the stack's dtype
+    set to None (``np.dtype(None)`` is float64)."""
+    with jax.enable_x64(True):
+        got = to_jax(prog["g"], [prog["x"], prog["n"]], prog["dx"])(np.float32(0.5), np.int32(4))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), tn.Session(prog["g"]).run(prog["dx"], {prog["x"]: 0.5, prog["n"]: 4}),
+                               rtol=1e-5)
 
 
 def test_a_tensor_array_output_gives_its_buffer() -> None:
