@@ -67,18 +67,24 @@ def call_deep(fn: Callable[..., T], *args: Any, nesting: int) -> T:
             t = threading.Thread(target=work, name="turnout-fast-deep")
             t.start()
         except BaseException:
-            _active[0] -= 1
+            _leave()  # (a thread that cannot start leaves the limit as a finished call does)
             raise
         finally:
             threading.stack_size(old_size)
     t.join()
     with _limit_lock:
-        _active[0] -= 1
-        if _active[0] == 0:
-            sys.setrecursionlimit(_active[1])
+        _leave()
     if "error" in out:
         raise out["error"]
     return out["value"]  # type: ignore[no-any-return]
+
+
+def _leave() -> None:
+    """One deep call fewer in flight (called under ``_limit_lock``): the last one out puts back the
+    recursion limit the first one found."""
+    _active[0] -= 1
+    if _active[0] == 0:
+        sys.setrecursionlimit(_active[1])
 
 
 def on_deep_thread() -> bool:

@@ -75,6 +75,23 @@ def test_mutants_are_valid_modules_with_a_probe_after_the_docstring() -> None:
 
 
 @needs_mutmut
+def test_a_module_that_asks_has_its_decorated_functions_mutated_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mutmut skips decorated functions; a module marked ``"decorated"`` (``fast/xla_options.py``,
+    whose ``accepted`` is under ``functools.cache``) has their bodies mutated too, the decorator kept
+    unmutated above the probe, and only while its mutants are made: unmarked, the same module has
+    none there."""
+    marked = [m for m in mutation.mutants_of("fast/xla_options.py") if m.function == "accepted"]
+    assert marked and all(m.line > 51 for m in marked)
+    for m in marked:
+        fn = next(n for n in ast.walk(ast.parse(m.source)) if isinstance(n, ast.FunctionDef) and n.name == "accepted")
+        assert [ast.unparse(d) for d in fn.decorator_list] == ["functools.cache"]
+        assert ast.unparse(fn.body[1]) == f"{mutation.PROBE}()"  # (after the docstring)
+    monkeypatch.setitem(mutation.MODULES, "fast/xla_options.py",
+                        {**mutation.MODULES["fast/xla_options.py"], "decorated": False})
+    assert not [m for m in mutation.mutants_of("fast/xla_options.py") if m.function == "accepted"]
+
+
+@needs_mutmut
 def test_one_mutant_end_to_end() -> None:
     """In a fresh pytest process with the mutant loaded: FIFO turned into LIFO is killed by the
     scheduler test; a changed default seed passes it although ``__init__`` runs (survived, an

@@ -238,7 +238,10 @@ MODULES: dict[str, dict[str, Any]] = {
                     "tests": list(dict.fromkeys(["test_mutants_fast_cut.py", *_SWAP_TESTS, *_BACKEND_TESTS,
                                                  "test_fast_held.py"]))},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
-       for m in ("run_state", "fused_attempts", "staged_stages")},
+       for m in ("run_state", "fused_attempts")},
+    # (the staged path's laws on two small programs, seconds, ahead of the backend's runs)
+    "fast/staged_stages.py": {"module": "turnout.fast.staged_stages",
+                              "tests": ["test_mutants_fast_staged_stages.py", *_BACKEND_TESTS]},
     # the stacks as sizes: their laws on the pure functions first (milliseconds), then the runs
     "fast/stack_sizes.py": {"module": "turnout.fast.stack_sizes",
                             "tests": ["test_mutants_fast_stack_sizes.py", *_BACKEND_TESTS]},
@@ -257,7 +260,19 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/state_keys.py": {"module": "turnout.fast.state_keys",
                            "tests": ["test_mutants_fast_state_keys.py", "test_mutants_fast_cut.py",
                                      "test_mutants_fast_stack_sizes.py", *_BACKEND_TESTS]},
-    "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"]},
+    # (``decorated``: ``accepted``, under ``functools.cache``, is mutated too)
+    "fast/xla_options.py": {"module": "turnout.fast.xla_options", "tests": ["test_fast_xla_options.py"],
+                            "decorated": True},
+    # ``to_jax`` (under ``@checked``, so ``decorated``): its laws on small programs first
+    "fast/api.py": {"module": "turnout.fast.api",
+                    "tests": ["test_mutants_fast_api.py", "test_fast.py", "test_mutants_fast2.py"],
+                    "select": "test_mutants_fast_api or to_jax or test_exports", "decorated": True},
+    # (a call on the deep-stack thread: its limits, stack size and errors on plain functions, in
+    # milliseconds, ahead of the nested programs that take it)
+    "fast/deep.py": {"module": "turnout.fast.deep",
+                     "tests": ["test_mutants_fast_deep.py", "test_fast_compile.py", "test_fast_lane.py"],
+                     "select": "test_mutants_fast_deep or nested_conds_run or deeply_nested or thread_a_run"
+                               " or test_exports"},
     # one slot of a buffer at an index in range (the TensorArrays' and stacks' reads and writes): its
     # laws on small buffers first, then the programs that index
     "fast/indexing.py": {"module": "turnout.fast.indexing",
@@ -385,7 +400,8 @@ def mutants_of(path: str) -> list[Mutant]:
     os.chdir(ROOT)  # mutmut reads [tool.mutmut] from ./pyproject.toml
     try:
         src = open(path).read()
-        module, mutations, _, _ = fm.create_mutations(path, src)
+        with _decorated_too(fm, MODULES.get(path, {}).get("decorated", False)):
+            module, mutations, _, _ = fm.create_mutations(path, src)
     finally:
         os.chdir(cwd)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -414,6 +430,43 @@ def mutants_of(path: str) -> list[Mutant]:
         out.append(Mutant(path, mid, positions[m.original_node].start.line, fname,
                           _Lazy(src, path, module, m, fn, fm), span, context=context))
     return out
+
+
+class _decorated_too:
+    """While open (and ``on``), mutmut's visitor mutates the bodies of decorated functions too.
+
+    Why: mutmut skips every decorated function but for ``staticmethod`` and ``classmethod``, because
+    its trampolines would copy the function with its decorators; this wrapper applies each mutant
+    itself, so that reason does not hold here. The decorators themselves stay unmutated (mutmut skips
+    a ``Decorator`` node on its own: they run when the module loads). Opt-in per module
+    (``"decorated": True`` in ``MODULES``), so that the mutant sets of the other modules, and the
+    scores recorded for them, stay what they were."""
+
+    def __init__(self, fm: Any, on: bool) -> None:
+        self.visitor, self.on = fm.MutationVisitor, on
+        self.plain = self.visitor._skip_node_and_children
+
+    def __enter__(self) -> None:
+        if not self.on:
+            return
+        import libcst as cst
+        from libcst.metadata import PositionProvider
+
+        plain = self.plain
+
+        def skip(visitor: Any, node: Any) -> bool:
+            if isinstance(node, cst.FunctionDef) and node.decorators:
+                # every other reason still applies (a pragma on the def line, a name never mutated)
+                pos = visitor.get_metadata(PositionProvider, node, None)
+                if pos is not None and pos.start.line in visitor._ignored_node_lines:
+                    return bool(plain(visitor, node))
+                return bool(plain(visitor, node.with_changes(decorators=[])))
+            return bool(plain(visitor, node))
+
+        self.visitor._skip_node_and_children = skip
+
+    def __exit__(self, *exc: Any) -> None:
+        self.visitor._skip_node_and_children = self.plain
 
 
 def _with_probe(fn: Any, m: Any, fm: Any) -> Any:
