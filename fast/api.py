@@ -18,14 +18,14 @@ from typing import Any
 import jax.numpy as jnp
 
 from turnout.arguments import checked
-from turnout.errors import ArgumentError, DeadFetchError
+from turnout.errors import ArgumentError, DeadFetchError, UnsupportedError
 from turnout.fast import stacks as stk
 from turnout.fast.emit import Emitter, stack_key, var_key
 from turnout.fast.functionalize import functionalize
 from turnout.fast.outcome import ErrorCodes
 from turnout.fast.plan import stack_dtype
 from turnout.fast.regions import key
-from turnout.fast.values import DEAD, TA, Handle
+from turnout.fast.values import DEAD, TA, Handle, Stacked
 from turnout.fast.variable_store import initial_value
 from turnout.graph import Graph, Tensor
 
@@ -56,12 +56,21 @@ def to_jax(graph: Graph, inputs: Sequence[Tensor], outputs: Any, *, stack_capaci
             em.state[stack_key(Handle("stack", sn.id))] = stk.StackValue(stack_capacity, stack_dtype(sn))
         env = {key(t): jnp.asarray(a, t.dtype.numpy) for t, a in zip(ins, args, strict=True)}
         em.run_items(program.items, env)
-        res = []
-        for t in outs:
-            v = env[key(t)]
-            if v is DEAD:
-                raise DeadFetchError(f"output {t.name} is dead: it lies on a branch that never runs")
-            res.append(v.buf if isinstance(v, TA) else v)
+        res = [_output(t, env[key(t)]) for t in outs]
         return res[0] if single else tuple(res)
 
     return fn
+
+
+def _output(t: Tensor, v: Any) -> Any:
+    """The array a traced function returns for output ``t``: a TensorArray's buffer; refused where
+    none can be returned (a dead output, or the stack of a TensorArray of dynamic size, whose shape
+    is known only when the program runs: the fast backend cuts its run at such a read and finishes
+    it on the host, which a function traced by the caller's ``jax.jit`` cannot)."""
+    if v is DEAD:
+        raise DeadFetchError(f"output {t.name} is dead: it lies on a branch that never runs")
+    if isinstance(v, Stacked):
+        raise UnsupportedError(f"to_jax: output {t.name} stacks a TensorArray of dynamic size, whose shape is known "
+                               "only when the program runs; return the TensorArray itself (its buffer of "
+                               "stack_capacity entries, the elements in front) and its size() instead")
+    return v.buf if isinstance(v, TA) else v

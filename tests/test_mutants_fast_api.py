@@ -188,3 +188,27 @@ def test_a_dynamic_tensor_array_s_buffer_holds_stack_capacity_entries() -> None:
         buf, got_n = to_jax(g, [x], [ta.tensor, size], stack_capacity=cap)(np.float32(2.0))
         assert np.asarray(buf).shape == (cap,) and int(got_n) == n == 3
         np.testing.assert_array_equal(np.asarray(buf)[:n], want)
+
+
+def test_the_stack_of_a_dynamic_tensor_array_is_refused_by_name_not_returned_as_a_record() -> None:
+    """A TensorArray of dynamic size stacked (``stack()``) has a shape known only when the program
+    runs, which a function traced by ``jax.jit`` cannot return: ``to_jax``'s function refuses it with
+    ``UnsupportedError`` naming the output and what to return instead, under ``jax.jit`` too (it
+    returned the emitter's internal ``Stacked`` record, silently). Its buffer and size are returned."""
+    import jax
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        ta = tn.TensorArray(tn.float32, size=0, dynamic_size=True, element_shape=[])
+        _, ta = tn.while_loop(lambda i, ta: i < 3, lambda i, ta: (i + 1, ta.write(i, x)), [tn.constant(0), ta])
+        stacked = ta.stack()
+    said = (f"to_jax: output {stacked.name} stacks a TensorArray of dynamic size, whose shape is known only when "
+            "the program runs; return the TensorArray itself (its buffer of stack_capacity entries, the elements "
+            "in front) and its size() instead")
+    for f in (to_jax(g, [x], stacked), jax.jit(to_jax(g, [x], [stacked, ta.size()]))):
+        with pytest.raises(tn.UnsupportedError) as e:
+            f(np.float32(1.0))
+        assert str(e.value) == said
+    buf, n = to_jax(g, [x], [ta.tensor, ta.size()], stack_capacity=8)(np.float32(1.0))
+    assert int(n) == 3 and np.asarray(buf)[:3].tolist() == [1.0, 1.0, 1.0]
