@@ -187,8 +187,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "turnout/slot_sizes.py": {"module": "turnout.slot_sizes",
                               "tests": ["test_slot_sizes.py", "test_recompute.py", "test_exports.py"]},
     # (the laws of placement on graphs built node by node, ahead of the partitioned runs)
+    # (``decorated``: ``place``, under ``@checked``, is mutated too)
     "devices/placement.py": {"module": "turnout.devices.placement",
-                             "tests": ["test_mutants_devices_placement.py", *_DEV_TESTS], "select": _DEV_SELECT},
+                             "tests": ["test_mutants_devices_placement.py", *_DEV_TESTS], "select": _DEV_SELECT,
+                             "decorated": True},
     # (device names parsed and printed, on strings alone, ahead of the placement tests that read them)
     "devices/names.py": {"module": "turnout.devices.names",
                          "tests": ["test_mutants_devices_names.py", "test_devices.py",
