@@ -117,6 +117,17 @@ def test_a_path_that_does_not_load_is_refused_naming_it(path: str) -> None:
     assert str(e.value).startswith(f"partition executor {path!r}: cannot load {path!r} (")
 
 
+def test_a_path_is_cut_at_its_first_colon() -> None:
+    """Law: a path's module is what comes before its first ":" (no module name holds one), the rest is
+    the attribute; so a path with a second ":" loads its module and misses that attribute, and the
+    error's cause says so. Kills the path cut at its last ":" (``rpartition``: the module would then
+    be the whole path but the last part, and the cause a missing module)."""
+    path = "turnout.devices.partition_executors:REFERENCE:x"
+    with pytest.raises(UnsupportedError) as e:
+        executor_kind(path)
+    assert "has no attribute 'REFERENCE:x'" in str(e.value)
+
+
 def test_a_path_to_something_else_than_a_kind_is_refused_naming_its_type() -> None:
     """Law: a path that loads something other than an ``ExecutorKind`` is an UnsupportedError naming
     the executor, the path and the type it found. Kills the ``isinstance`` test negated and the
