@@ -204,7 +204,9 @@ MODULES: dict[str, dict[str, Any]] = {
                              "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py", "test_mutants_s5.py"]},
     "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
     "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace", "tests": _CLUSTER_TESTS},
-    "devices/partition_executors.py": {"module": "turnout.devices.partition_executors", "tests": _CLUSTER_TESTS},
+    # (the table of executor kinds called directly on a hand-built partition, ahead of the cluster runs)
+    "devices/partition_executors.py": {"module": "turnout.devices.partition_executors",
+                                       "tests": ["test_mutants_devices_partition_executors.py", *_CLUSTER_TESTS]},
     "devices/task_runner.py": {"module": "turnout.devices.task_runner", "tests": _CLUSTER_TESTS},
     "devices/ray_runtime.py": {"module": "turnout.devices.ray_runtime", "tests": _RAY_TESTS},
     "devices/fast_executor.py": {"module": "turnout.devices.fast_executor", "tests": _FAST_DEV_TESTS},
@@ -218,9 +220,10 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
        for m in ("host_control", "host_env")},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
-                           "tests": [*_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py", "test_routes.py",
-                                     "test_slot_sizes.py"]}
-       for m in ("plan_run", "one_device")},
+                           "tests": [*first, *_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py",
+                                     "test_routes.py", "test_slot_sizes.py"]}
+       # (the one-device tier on a stand-in backend, milliseconds, ahead of the runs on forced devices)
+       for m, first in (("plan_run", []), ("one_device", ["test_mutants_devices_one_device.py"]))},
     "fast/timeline.py": {"module": "turnout.fast.timeline",
                          "tests": ["test_fast_trace.py", "test_devices_fast.py", "test_mutants_s5.py"]},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},
@@ -231,8 +234,11 @@ MODULES: dict[str, dict[str, Any]] = {
     # (the runner's laws on a stand-in plan and store first, then the runs on forced devices)
     "fast/runner.py": {"module": "turnout.fast.runner",
                        "tests": ["test_mutants_fast_runner.py", *_SWAP_TESTS, "test_fast_fused.py", "test_routes.py"]},
-    **{f"devices/{m}.py": {"module": f"turnout.devices.{m}", "tests": _COMPILED_PARTITION_TESTS}
-       for m in ("compiled_partition", "fused_group")},
+    "devices/compiled_partition.py": {"module": "turnout.devices.compiled_partition",
+                                      "tests": _COMPILED_PARTITION_TESTS},
+    # (hand-built groups compiled and called directly, ahead of the partitions that fuse them)
+    "devices/fused_group.py": {"module": "turnout.devices.fused_group",
+                               "tests": ["test_mutants_devices_fused_group.py", *_COMPILED_PARTITION_TESTS]},
     "fast/backend.py": {"module": "turnout.fast.backend", "tests": _BACKEND_TESTS},
     "fast/plan.py": {"module": "turnout.fast.plan", "tests": _BACKEND_TESTS},
     # (the cut's laws on small programs, milliseconds, ahead of the runs that reach it)
