@@ -551,3 +551,30 @@ def test_the_firing_counts_are_one_per_node_and_tag_and_sum_to_the_firings() -> 
     assert sum(r.counts.values()) == r.stats["firings"]
     body = [tag for (name, tag) in r.counts if name.endswith("/body/Mul")]
     assert body == [(("while/frame0", k),) for k in range(5)], sorted(r.counts)
+
+
+def test_the_reference_backend_explains_its_run_as_one_interpreter_step_with_its_slots() -> None:
+    """``ReferenceBackend.explain`` (``Session.explain`` on the reference interpreter): one
+    ``interpreter`` step saying how the graph's ops fire, under the backend's own name, and a note per
+    recomputed loop on the checkpoint slots its next run gives (a first run's 64 of the 1000 its
+    budget holds, then the 128 a run of 70 steps taught, learnt under the run's key). Kills the
+    schedule's backend name, the step's words and the run's key mutated, which the
+    campaign's own list (it holds no explain test of ``tests/test_explain.py``) let through."""
+    from turnout.run_schedule import INTERPRETER_STEP
+
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 70, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
+                             name="rnn", memory_budget=1000 * 24)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    sess, feed = tn.Session(g), {x: np.ones(4, np.float32)}
+    got = sess.explain(gx, feed)
+    assert (got.backend, [(s.kind, s.what, s.device) for s in got.steps]) == (
+        "reference", [("interpreter", INTERPRETER_STEP, None)])
+    assert got.notes[0] == ("loop 'rnn' keeps at most 64 checkpoint slots of the 1000 its memory_budget holds "
+                            "(a first run's 64; a longer run teaches more)")
+    sess.run(gx, feed)  # (70 steps: the run's key learns 128)
+    assert sess.explain(gx, feed).notes[0] == (
+        "loop 'rnn' keeps at most 128 checkpoint slots of the 1000 its memory_budget holds (learnt from an earlier "
+        "run's trip count; a longer run teaches more)")
