@@ -762,3 +762,23 @@ def test_a_recomputed_loops_slots_are_counted_where_they_are_made() -> None:
     assert sess.last_result.stats["saved_bytes"] == {"rnn": 72}
     with pytest.raises(tn.ResourceExhaustedError, match='the checkpoints of loop "rnn" \\(3 slots of 24 bytes'):
         sess.run(gx, feeds, memory_budget=71)
+
+
+def test_the_checkpoint_slots_rule_gives_what_the_runs_slot_plan_allows() -> None:
+    """``[CheckpointSlots]`` on the reference interpreter: the count a recomputed loop's slots get is
+    its budget's count cut to the run's ``SlotPlan`` capacity (``slot_sizes.slots_given``): a first
+    run's 64 of the 1000 the budget holds, then, after a run of 70 steps needed more, 128; the
+    gradient is the same at every count. Kills the capacity dropped (every slot given), which the
+    rules' own list, holding no test of ``tests/test_slot_sizes.py``, let through."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < 70, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
+                             name="rnn", memory_budget=1000 * 24)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    (slots,) = [n.outputs[0] for n in g.nodes if n.op == "CheckpointSlots"]
+    sess, feed = tn.Session(g), {x: np.array([0.1, -0.4, 0.7, 1.2], np.float32)}
+    first, g1 = sess.run([slots, gx], feed)
+    second, g2 = sess.run([slots, gx], feed)
+    assert (int(first), int(second)) == (64, 128)
+    np.testing.assert_allclose(g1, g2, rtol=1e-6)
