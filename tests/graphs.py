@@ -161,3 +161,16 @@ def every_kind_of_node() -> tn.Graph:
         _, ta, s = tn.while_loop(lambda i, a, s: i < 3, body, [tn.constant(0), ta, x])
         tn.identity(ta.stack() + s, name="out")
     return g
+
+
+def recomputed_tanh_loop(steps: int, slots: int) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """``v <- tanh(v)`` for ``steps`` steps on a fed ``x`` of 4 float32s, named ``rnn``, under a loop
+    budget of ``slots`` checkpoint states (24 bytes each: the counter, the state, its position), and
+    the gradient of its sum w.r.t. ``x``: (graph, x, gradient). The loop the slot-sizing laws use."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        _, y = tn.while_loop(lambda i, v: i < steps, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
+                             name="rnn", memory_budget=slots * 24)
+        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    return g, x, gx

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from graphs import power_loop, vector_loop_round_robin
+from graphs import power_loop, recomputed_tanh_loop, vector_loop_round_robin
 
 import turnout as tn
 from turnout.run_schedule import INTERPRETER_STEP, STEP_KINDS, RunSchedule, Step
@@ -196,12 +196,7 @@ def test_the_interpreters_say_how_many_checkpoint_slots_the_next_run_gives(devic
                                  "memory_budget holds (learnt from an earlier run's trip count;"),
                                 (10 * 24, "keeps at most 10 checkpoint slots of the 10 its memory_budget holds",
                                  "keeps at most 10 checkpoint slots of the 10 its memory_budget holds")):
-        g = tn.Graph()
-        with g.as_default():
-            x = tn.placeholder(tn.float32, [4], name="x")
-            _, y = tn.while_loop(lambda i, v: i < 70, lambda i, v: (i + 1, tn.tanh(v) * 1.1), [tn.constant(0), x],
-                                 name="rnn", memory_budget=budget)
-            (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+        g, x, gx = recomputed_tanh_loop(70, slots=budget // 24)
         sess = tn.Session(g, **({"devices": devices} if devices else {}))
         feeds = {x: np.ones(4, np.float32)}
         for want in (first, then):

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import recomputed_tanh_loop
 
 import turnout as tn
 from turnout import raw
@@ -562,12 +563,7 @@ def test_the_reference_backend_explains_its_run_as_one_interpreter_step_with_its
     campaign's own list (it holds no explain test of ``tests/test_explain.py``) let through."""
     from turnout.run_schedule import INTERPRETER_STEP
 
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [4], name="x")
-        _, y = tn.while_loop(lambda i, v: i < 70, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
-                             name="rnn", memory_budget=1000 * 24)
-        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    g, x, gx = recomputed_tanh_loop(70, slots=1000)
     sess, feed = tn.Session(g), {x: np.ones(4, np.float32)}
     got = sess.explain(gx, feed)
     assert (got.backend, [(s.kind, s.what, s.device) for s in got.steps]) == (

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import recomputed_tanh_loop
 
 import turnout as tn
 from turnout import raw
@@ -770,12 +771,7 @@ def test_the_checkpoint_slots_rule_gives_what_the_runs_slot_plan_allows() -> Non
     run's 64 of the 1000 the budget holds, then, after a run of 70 steps needed more, 128; the
     gradient is the same at every count. Kills the capacity dropped (every slot given), which the
     rules' own list, holding no test of ``tests/test_slot_sizes.py``, let through."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [4], name="x")
-        _, y = tn.while_loop(lambda i, v: i < 70, lambda i, v: (i + 1, tn.tanh(v)), [tn.constant(0), x],
-                             name="rnn", memory_budget=1000 * 24)
-        (gx,) = tn.gradients(tn.reduce_sum(y), [x])
+    g, x, gx = recomputed_tanh_loop(70, slots=1000)
     (slots,) = [n.outputs[0] for n in g.nodes if n.op == "CheckpointSlots"]
     sess, feed = tn.Session(g), {x: np.array([0.1, -0.4, 0.7, 1.2], np.float32)}
     first, g1 = sess.run([slots, gx], feed)
