@@ -42,7 +42,14 @@ from turnout.devices.executor import budget_notes, check_fed, check_feeds, parti
 from turnout.devices.partition import Partitioned
 from turnout.devices.partition_executors import executor_kind
 from turnout.devices.placement import Placement, Placer
-from turnout.devices.task_runner import TaskOutcome, TaskPlan, TaskRunner, split_by_task, split_feeds
+from turnout.devices.task_runner import (
+    TaskOutcome,
+    TaskPlan,
+    TaskRunner,
+    merged_slot_stats,
+    split_by_task,
+    split_feeds,
+)
 from turnout.errors import (
     DeadFetchError,
     ExecutionError,
@@ -406,9 +413,7 @@ class RayBackend:
             "waits_per_task": {t: o.waits for t, o in outcomes.items()},
             "partition_executor": self.partition_executor,
         }
-        for o in outcomes.values():
-            for k, per_loop in o.slot_stats.items():
-                stats.setdefault(k, {}).update(per_loop)
+        stats.update(merged_slot_stats(o.slot_stats for o in outcomes.values()))
         stats.update(device_saved_stats({d: s for o in outcomes.values() for d, s in (o.saved or {}).items()}))
         per_device = {d: c for o in outcomes.values() for d, c in (o.executor_stats or {}).items()}
         if per_device:  # a compiled kind's counters (``compiled_partition``), summed and per device

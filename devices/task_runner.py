@@ -31,7 +31,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
@@ -388,7 +388,7 @@ class TaskRunner:
                                rv.remote_calls, rv.credit_calls, traces, busy, wait, waits,
                                {p.device: dict(s) for p in parts if (s := getattr(p, "stats", None)) is not None},
                                {p.device: s for p in parts if (s := getattr(p, "saved", None)) is not None} or None,
-                               _merged_slot_stats(parts), max(needed, default=0))
+                               merged_slot_stats(p.slot_stats for p in parts), max(needed, default=0))
         except BaseException:
             if before is not None:  # the run failed here, or was aborted: it changes no Variable
                 _put_back(variables, before)
@@ -524,11 +524,12 @@ def _slot_plan(part: Partition, capacity: Optional[int], needed: list[int]) -> S
     return SlotPlan(nodes) if capacity is None else SlotPlan(nodes, capacity, lambda n: needed.append(int(n)))
 
 
-def _merged_slot_stats(parts: Sequence[PartitionExecutor]) -> dict[str, dict[str, int]]:
-    """The task's ``checkpoint_slots`` and ``checkpoint_bytes``: each partition's, per loop."""
+def merged_slot_stats(reports: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """``checkpoint_slots`` and ``checkpoint_bytes``, per loop, of several reports (a task's
+    partitions; the driver's tasks): each loop's slots sit on one device, so the reports add loops."""
     out: dict[str, dict[str, int]] = {}
-    for p in parts:
-        for k, per_loop in p.slot_stats.items():
+    for report in reports:
+        for k, per_loop in report.items():
             out.setdefault(k, {}).update(per_loop)
     return out
 
