@@ -86,7 +86,7 @@ def _fold_exports(graph: Graph, seen: dict[Key, list[Any]], exports: list[Key], 
 
 
 #: ops whose value is the size of a value that exists: never negative, never more than is held
-_SIZE_OPS = frozenset({"Shape", "Size", "Rank", "TensorArraySize"})
+_SIZE_OPS = frozenset({"Shape", "Size", "TensorArraySize"})
 
 
 def _a_size(t: Tensor) -> bool:

@@ -153,7 +153,7 @@ def propagate(table: Ranges, n: Node, xs: Sequence[Any], outs: Sequence[Any]) ->
 #: ops through which an index may come from a loop's counter (``from_counter``), and ops whose
 #: values are known when tracing (shapes are static in XLA)
 _CARRIES = frozenset({"Identity", "Enter", "Switch"})
-_KNOWN = frozenset({"Const", "Shape", "Size", "Rank", "TensorArraySize"})
+_KNOWN = frozenset({"Const", "Shape", "Size", "TensorArraySize"})
 
 
 def from_counter(t: Any, merges: frozenset[int], limit: int = 16) -> bool:
