@@ -71,7 +71,7 @@ from turnout.devices.placement import Placement, Placer
 from turnout.devices.plan_run import WHO, DevicePlan, PlanRun
 from turnout.devices.segments import placed_schedule, steps_of
 from turnout.devices.spmd import spmd_choice, wants_whole_program
-from turnout.errors import ArgumentError, FeedError, PlacementError, UnsupportedError
+from turnout.errors import ArgumentError, FeedError, PlacementError
 from turnout.fast.emit import var_key
 from turnout.fast.explain import fallback_schedule
 from turnout.fast.functionalize import functionalize
@@ -302,11 +302,10 @@ class FastPartitionedBackend(BackendShell):
             f"device_memory_limit={self.options.device_memory_limit}"
         if room is not None and room < 1:
             return "the memory budgets hold no entry of the stacks on one device (with the checkpoint slots)"
-        try:
-            result = whole.run(feeds, variables, options, static, slots=slots, room=room)
-        except UnsupportedError as e:
+        result = whole.run(feeds, variables, options, static, slots=slots, room=room)
+        if isinstance(result, Discard) and result.refused:
             self._whole[sig] = None
-            self._whole_declined[sig] = str(e)
+            self._whole_declined[sig] = result.refused
             return ""
         if isinstance(result, Discard):
             return (f"this run's stacks outgrew the {min(whole.room, room or MAX_CAPACITY)} entries a stack that "

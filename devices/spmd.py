@@ -175,7 +175,7 @@ def spmd_choice(graph: Graph, placement: Placement, fetches: list[Tensor], fed: 
     stack bytes each device may hold (``SpmdPlan.room``); a limit that holds no entry of the stacks
     declines the program. ``only_spanning=False`` also accepts programs in which no loop spans two
     devices (benchmarks run one program on one device so). A program that turns out not to lower
-    raises ``UnsupportedError`` at its first ``SpmdPlan.run``."""
+    is refused by its first ``SpmdPlan.run``, which returns ``Discard(refused=...)``."""
     got = _analyse(graph, placement, list(fetches), list(fed), only_spanning)
     if isinstance(got, str):
         return got
@@ -369,7 +369,9 @@ class SpmdPlan:
         backend's ``SlotSizes.plan``; every slot their budgets hold where None, for a plan run on its
         own). ``room``: the entries a stack may hold under this run's memory budgets
         (``budget_room``; None: none apply). A run whose stacks outgrow ``room`` or the plan's
-        returns ``Discard`` (the class docstring)."""
+        returns ``Discard`` (the class docstring); so does a trace that meets an op or a value one
+        multi-device program cannot hold, with the reason as ``Discard.refused`` (nothing ran: the
+        caller runs the per-device tiers from then on), as the one-device fused attempt's does."""
         static = static or {}
         slots = slots if slots is not None else SlotPlan(tuple(n for n in program_nodes(self.program)
                                                                if n.op == "CheckpointSlots"))
@@ -414,7 +416,11 @@ class SpmdPlan:
                 validate(self.graph, self.fetches, list(feeds))
                 comp = self._compiled[sig] = self._build(feed_keys, tuple(copies), capacity, static, slots)
             called, compiles = tl.now() if tl is not None else 0.0, self.compile_count
-            res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
+            try:
+                res = comp.fn(*comp.args.flat(by_key, {"err": np.int32(0), **var_dev}, {}, mi))
+            except UnsupportedError as e:  # (raised by its trace, at the first call: the tier refuses the program)
+                del self._compiled[sig]
+                return Discard(refused=str(e))
             assert comp.spec is not None
             out, flags, state = comp.spec.split(res)
             words = np.asarray(state["err"])  # (the host waits for the program: its span is measured)

@@ -21,6 +21,7 @@ from strategies import gradient_cases, placements, programs_with_inputs
 import turnout as tn
 from turnout.devices import place
 from turnout.devices.spmd import SpmdPlan, spmd_choice
+from turnout.fast.outcome import Discard
 from turnout.session import RunOptions
 
 OPTS = RunOptions()
@@ -232,6 +233,36 @@ def test_ineligible_programs_say_why() -> None:
     far = place(g3, [_cpu(0), "cpu:99"])
     why = spmd_choice(g3, far, [z3], [x3], only_spanning=False)
     assert isinstance(why, str) and "cpu:99" in why
+
+
+def test_a_program_whose_trace_the_tier_refuses_is_a_discard_and_is_declined() -> None:
+    """A program the SPMD trace cannot lower (a TensorArray stacked with nothing written to it) is
+    the outcome ``Discard(refused=...)`` of ``SpmdPlan.run``, naming the node, as the one-device fused
+    attempt's refusal is: a value for the caller to act on, not an exception that steers it. Nothing
+    of the refused trace is kept, so a second run refuses again rather than calling a stale program.
+    The partitioned backend declines the tier for that signature and the run goes on where it can:
+    here the per-device tiers refuse it too, and it fails on the partitioned reference executor as
+    it fails on the reference interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device(_cpu(0)):
+            stacked = tn.TensorArray(tn.float32, size=2).stack(name="never_written")
+        with tn.device(_cpu(1)):
+            z = tn.reduce_sum(stacked) + tn.cast(n, tn.float32)
+    plan = _plan(g, [z], [n], 2, only_spanning=False)
+    for _ in range(2):
+        got = plan.run({n: np.int32(1)}, {}, OPTS)
+        assert isinstance(got, Discard) and 'node "never_written"' in got.refused, got
+        assert "nothing was written" in got.refused
+    with pytest.raises(tn.KernelError, match="never written") as ref:
+        tn.Session(g).run(z, {n: 1})
+    sess = tn.Session(g, backend="fast", devices=[_cpu(0), _cpu(1)], whole_program="always")
+    with pytest.raises(tn.KernelError, match="never written") as err, pytest.warns(RuntimeWarning, match="reference"):
+        sess.run(z, {n: 1})
+    assert type(err.value) is type(ref.value)
+    plan_text = str(sess.explain([z], {n: 1}))  # (the per-device tiers refuse it too: the interpreter runs it)
+    assert "fallback" in plan_text and 'node "never_written"' in plan_text, plan_text
 
 
 def test_gradient_of_a_loop_spanning_devices() -> None:
