@@ -67,7 +67,7 @@ from turnout.devices.rendezvous import Rendezvous
 from turnout.errors import ExecutionError, PlacementError, TurnoutError, UnsupportedError, describe_node
 from turnout.fast.backend import FastBackend
 from turnout.fast.call_spec import CallSpec, copy_static
-from turnout.fast.guards import refuse_firing_budget
+from turnout.fast.guards import asks_for_firings
 from turnout.fast.values import DEAD as FAST_DEAD
 from turnout.frames import kahn_order, node_id, same_iteration_preds
 from turnout.graph import Node
@@ -545,13 +545,7 @@ class WholePartition:
 def _asks_for_firings(options: RunOptions) -> bool:
     """A traced run (whose trace lists firings) or a ``max_firings`` budget: what a whole compiled program
     cannot give, so that run goes to ``CompiledPartition`` (later runs try the whole program again)."""
-    if options.trace:
-        return True
-    try:
-        refuse_firing_budget("compiled partition", options)
-    except UnsupportedError:
-        return True
-    return False
+    return options.trace or asks_for_firings(options)
 
 
 def make(device: str, prepared: Prepared, feeds: dict[Key, Any], variables: dict[str, np.ndarray],

@@ -33,10 +33,16 @@ def iteration_bound(options: RunOptions) -> np.int32:
 DEFAULT_BOUND = iteration_bound(RunOptions())
 
 
+def asks_for_firings(options: RunOptions) -> bool:
+    """Whether ``options`` set a ``max_firings`` budget of the user's own: one other than the default
+    (a guard the user did not choose, left to ``max_iterations``), which compiled code cannot honour."""
+    return options.max_firings is not None and options.max_firings != DEFAULT_MAX_FIRINGS
+
+
 def refuse_firing_budget(who: str, options: RunOptions) -> None:
-    """Compiled code counts loop iterations, not node firings: a ``max_firings`` budget other than the
-    default (a guard the user did not choose, left to ``max_iterations``) is refused, never ignored."""
-    if options.max_firings is not None and options.max_firings != DEFAULT_MAX_FIRINGS:
+    """Compiled code counts loop iterations, not node firings: a ``max_firings`` budget of the user's
+    own (``asks_for_firings``) is refused, never ignored."""
+    if asks_for_firings(options):
         raise UnsupportedError(
             f"{who}: RunOptions.max_firings={options.max_firings} cannot be honoured: compiled code counts loop "
             "iterations, not firings; bound loops with max_iterations (or run on backend='reference')")

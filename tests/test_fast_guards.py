@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 import turnout as tn
-from turnout.fast.guards import device_oom, fused_oom, iteration_bound
+from turnout.fast.guards import (
+    DEFAULT_MAX_FIRINGS,
+    asks_for_firings,
+    device_oom,
+    fused_oom,
+    iteration_bound,
+    refuse_firing_budget,
+)
 from turnout.fast.plan import INT32_MAX
 from turnout.session import RunOptions
 
@@ -24,6 +31,22 @@ def test_the_iteration_bound_is_the_option_or_the_largest_int32() -> None:
     for mi, want in ((None, INT32_MAX), (2**40, INT32_MAX), (INT32_MAX, INT32_MAX), (7, 7), (1, 1)):
         got = iteration_bound(RunOptions(max_iterations=mi))
         assert got == want and got.dtype == np.int32, (mi, got)
+
+
+def test_only_a_firing_budget_of_the_users_own_is_refused() -> None:
+    """Compiled code counts iterations, not firings: a ``max_firings`` the user set is refused by name
+    (``UnsupportedError``), while none and the default (a guard the user did not choose) pass."""
+    for firings, asked in ((None, False), (DEFAULT_MAX_FIRINGS, False), (1000, True), (DEFAULT_MAX_FIRINGS + 1, True)):
+        options = RunOptions(max_firings=firings)
+        assert asks_for_firings(options) is asked, firings
+        if asked:
+            with pytest.raises(tn.UnsupportedError) as err:
+                refuse_firing_budget("the tier", options)
+            assert str(err.value) == (f"the tier: RunOptions.max_firings={firings} cannot be honoured: compiled code "
+                                      "counts loop iterations, not firings; bound loops with max_iterations (or run "
+                                      "on backend='reference')")
+        else:
+            refuse_firing_budget("the tier", options)
 
 
 def test_a_device_out_of_memory_is_a_resource_exhausted_error_naming_what_ran() -> None:
