@@ -333,6 +333,12 @@ class FastPartitionedBackend(BackendShell):
         runs are not repeated by a lane)."""
         return self._single.lane_for(fetches, feeds, given, ops) if self._single_ran else None
 
+    def memory_platform(self) -> str:
+        """The platform whose memory the stacks use, which ``turnout.memory_plan`` plans for:
+        ``FastOptions.memory_platform`` where given, else that of the first of the backend's devices
+        (the mesh is of one kind: ``devices.spmd`` refuses mixed kinds)."""
+        return self.options.memory_platform or str(self.jax_devices[self.devices[0]].platform)
+
     def device_feed(self, value: Any) -> Any:
         """A fed ``jax.Array`` the session passes as it is: where the graph is placed on one device,
         as that tier's backend takes it (on that device); else None (read through numpy)."""
@@ -373,8 +379,8 @@ class FastPartitionedBackend(BackendShell):
             fed = {t.node.id for t in feeds}
             device_of = self.placement.device_of
             sched = placed_schedule(program, device_of, fed)
-            platform = self.jax_devices[self.devices[0]].platform
-            plan = self._plans[pkey] = DevicePlan(self, program, sched, fed, cap, device_of, self.threads, platform,
+            plan = self._plans[pkey] = DevicePlan(self, program, sched, fed, cap, device_of, self.threads,
+                                                  self.memory_platform(),
                                                   static, slots=self._slot_plan(fetches, feeds, program, cap))
         return plan
 
@@ -437,7 +443,7 @@ class FastPartitionedBackend(BackendShell):
 #: when the whole-program (SPMD) tier runs a program it accepts
 WHOLE_PROGRAM = ("auto", "always", "never")
 #: the fields of ``FastOptions`` the partitioned backend honours on every tier
-PARTITIONED_FIELDS = ("stack_chunk", "fallback", "device_memory_limit", "host_stack_limit")
+PARTITIONED_FIELDS = ("stack_chunk", "fallback", "device_memory_limit", "host_stack_limit", "memory_platform")
 
 
 def _slot_counts(slots: SlotPlan) -> dict[str, Any]:

@@ -305,8 +305,8 @@ class FastBackend(StagedStages):
 
     def memory_platform(self) -> str:
         """The platform whose memory the stacks use (``jax.default_backend()``'s name for the backend's
-        device): what ``turnout.memory_plan`` plans for."""
-        return str(self._home_device().platform)
+        device, or ``FastOptions.memory_platform`` where given): what ``turnout.memory_plan`` plans for."""
+        return self.options.memory_platform or str(self._home_device().platform)
 
     def _plan(self, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],
               cap: int, swapped: frozenset[str] = frozenset()) -> Plan:

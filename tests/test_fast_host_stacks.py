@@ -134,15 +134,12 @@ def test_a_swapping_loop_fits_a_device_cap_its_stacks_would_not() -> None:
     assert sess.last_result.stats["fused"] and sess.last_result.stats["peak_device_stack_bytes"] == 0
 
 
-def test_a_loop_a_memory_plan_swaps_keeps_its_stacks_in_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_loop_a_memory_plan_swaps_keeps_its_stacks_in_host_memory() -> None:
     """On a platform with a host memory space the planner swaps a loop over a run's budget; its
-    stacks then live in host memory in the fused call (here the platform is said to be a GPU: the
-    CPU has no such space, so its planner recomputes instead)."""
-    from turnout.fast.backend import FastBackend
-
-    monkeypatch.setattr(FastBackend, "memory_platform", lambda self: "gpu")
+    stacks then live in host memory in the fused call (here the plan is made for a GPU,
+    ``FastOptions.memory_platform``: the CPU has no such space, so its planner recomputes instead)."""
     g, x, n, y, dx = graphs.power_loop(swap_memory=False)
-    sess = tn.Session(g, backend="fast", stack_chunk=CHUNK)
+    sess = tn.Session(g, backend="fast", stack_chunk=CHUNK, memory_platform="gpu")
     budget = 4 * CHUNK * (8 + 4)
     np.testing.assert_allclose(sess.run([y, dx], {x: 1.0001, n: 300}, memory_budget=budget), power(300), rtol=1e-9)
     stats = sess.last_result.stats

@@ -28,6 +28,7 @@ BAD = [
     ("stack_rung_ratio", 1.0), ("stack_rung_ratio", 1.05), ("stack_rung_ratio", float("nan")),
     ("stack_rung_ratio", "2"), ("stack_rung_ratio", True),
     ("stack_descend_after", 0), ("stack_descend_after", 2.0), ("stack_descend_after", False),
+    ("memory_platform", "gpus"), ("memory_platform", "CPU"), ("memory_platform", 0),
 ]
 
 
@@ -43,7 +44,7 @@ def test_the_defaults_are_the_measured_values() -> None:
     assert (o.precompile_staged, o.stack_ladder) == (False, True)
     assert (o.stack_first_rung, o.stack_rung_ratio, o.stack_descend_after) == (128, 1.25, 8)
     assert (o.inside_stack_bytes, o.frame_height, o.gpu_command_buffers) == (None, FRAME_HEIGHT, GPU_COMMAND_BUFFERS)
-    assert o.inside_limit("cpu") == 32 * 1024 and o.inside_limit("gpu") == 0
+    assert o.inside_limit("cpu") == 32 * 1024 and o.inside_limit("gpu") == 0 and o.memory_platform is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.stack_chunk = 8  # type: ignore[misc]
 
@@ -79,3 +80,22 @@ def test_two_backends_in_one_process_keep_their_own_options() -> None:
     assert all(p.options.inside_stack_bytes == 0 and not p.inside for p in small.backend._plans.values())
     assert all(p.options == FastOptions() for p in plain.backend._plans.values())
     assert small.backend.options.stack_chunk == 128 and plain.backend.options.stack_chunk == 1024
+
+
+def test_the_memory_platform_is_what_both_fast_backends_plan_for() -> None:
+    """``memory_platform`` names the platform the memory planner plans for, on one device and on the
+    partitioned tiers alike (``memory_plan.backend_platform`` reads it, as ``tn.memory_report`` and
+    ``Session.explain`` do): under a run's budget a GPU's plan swaps the loop where the CPU's
+    recomputes it, and without the option each backend plans for its device's platform."""
+    from graphs import power_loop
+
+    from turnout.memory_plan import backend_platform
+
+    g, x, n, y, dx = power_loop(swap_memory=False)
+    feeds = {x: 1.0001, n: 300}
+    for kw in ({}, {"devices": ["cpu:0", "cpu:1"]}):
+        for platform, action in ((None, "recompute"), ("gpu", "swap")):
+            sess = tn.Session(g, backend="fast", memory_platform=platform, **kw)
+            assert backend_platform(sess.backend) == (platform or "cpu"), kw
+            notes = " ".join(sess.explain([y, dx], feeds, memory_budget=1200).notes)
+            assert f'loop "while": {action}' in notes and f"on {platform or 'cpu'}" in notes, (kw, platform, notes)

@@ -21,6 +21,7 @@ import numpy as np
 
 from turnout.arguments import option_fields, positive_int
 from turnout.errors import ArgumentError
+from turnout.memory_plan import PLATFORM_NAMES
 
 #: the command types asked for on a GPU (``fast.xla_options``): XLA's usual kinds, and loops and
 #: conditionals
@@ -106,6 +107,10 @@ class FastOptions:
     the interpreter).
     ``gpu_command_buffers``: the command types XLA is asked to run as command buffers on a GPU
     (default ``GPU_COMMAND_BUFFERS``, which includes loops and conditionals; None or "" asks nothing).
+    ``memory_platform``: the platform the memory planner (``turnout.memory_plan``) plans the stacks
+    for, one of ``memory_plan.PLATFORM_NAMES`` (default None: the platform of the backend's device).
+    ``"gpu"`` on the CPU makes and runs the plan a GPU gets (a loop over its budget swapped to host
+    memory, which on the CPU moves nothing and frees nothing), so that plan is tested where no GPU is.
     """
 
     stack_chunk: int = 1024
@@ -122,6 +127,7 @@ class FastOptions:
     frame_height: int = FRAME_HEIGHT
     unroll_max: int = UNROLL_MAX
     gpu_command_buffers: Optional[str] = GPU_COMMAND_BUFFERS
+    memory_platform: Optional[str] = None
 
     def __new__(cls, *args: Any, **fields: Any) -> FastOptions:
         # a misspelt option (or one too many) is refused by name, as RunOptions refuses it
@@ -159,6 +165,9 @@ class FastOptions:
         kinds = self.gpu_command_buffers
         if kinds is not None and not isinstance(kinds, str):
             raise ArgumentError(f"FastOptions.gpu_command_buffers must be a comma-separated str or None, got {kinds!r}")
+        if self.memory_platform is not None and self.memory_platform not in PLATFORM_NAMES:
+            raise ArgumentError(f"FastOptions.memory_platform must be None or one of {', '.join(PLATFORM_NAMES)}, "
+                                f"got {self.memory_platform!r}")
         # numpy integers become ints: the value is hashed and compared as part of plan keys
         for name in ("stack_chunk", "device_memory_limit", "inside_stack_bytes", "frame_height", "unroll_max",
                      "stack_first_rung", "stack_descend_after"):
