@@ -394,3 +394,22 @@ def test_the_spmd_program_keeps_a_swapping_loops_stacks_in_host_memory() -> None
     stats = run_checked(limited, m, 90)
     assert stats["tier"] == "spmd" and stats["stack_capacity"] == 100
     assert all(r.device_bytes == 12 * 100 and r.host_bytes == 3 * 8 * 100 for r in by_device(limited).values())
+
+
+def test_a_gpus_plan_swaps_the_chunks_of_a_loop_over_its_run_budget_on_the_per_device_tiers() -> None:
+    """Planned for a GPU (``memory_platform="gpu"``), a loop over the run's budget swaps where the
+    CPU's plan rebuilds its gradient to recompute: the per-device tiers move its full stack chunks to
+    host memory, and the gradients are the store-everything ones either way."""
+    from graphs import power_loop
+
+    g, x, n, y, dx = power_loop(swap_memory=False)
+    feeds = {x: 1.0001, n: 60}
+    want = tn.Session(g).run([y, dx], feeds)
+    spread = {nd.name: f"cpu:{k % 2}" for k, nd in enumerate(g.nodes)}
+    for platform, swapped in ((None, False), ("gpu", True)):
+        sess = tn.Session(g, backend="fast", devices=D3[:2], requests=spread, whole_program="never",
+                          memory_platform=platform)
+        np.testing.assert_allclose(sess.run([y, dx], feeds, memory_budget=300), want, rtol=1e-9)
+        stats = sess.last_result.stats
+        assert stats["tier"] == "host-driven" and bool(stats.get("rebuilt_gradients")) != swapped, stats
+        assert (stats["stack_chunks_swapped"] > 0) == swapped, stats
