@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import graphs
 import numpy as np
 import pytest
 from hypothesis import given
@@ -206,6 +207,33 @@ def test_planner_rules() -> None:
     assert "recomputation would be cheaper" in slow.reason
     fast_enough = one(10_000, 10**6, GPU, costs=mp.CostModel(iteration_seconds=1e-3))
     assert "hides behind" in fast_enough.reason
+
+
+def test_a_repeated_runs_time_per_iteration_is_the_cost_the_plan_weighs_swapping_against() -> None:
+    """``measured_costs`` reads a run's stats: the seconds of its one compiled call over twice the
+    iterations its stacks held (each iteration runs forward and backward once), and only for a repeated
+    run's lane, which compiles nothing; a first run (it compiled) and a run that pushed nothing measure
+    nothing. ``Session.explain`` and ``tn.memory_report`` weigh a swap's transfers against the session's
+    last such run (here the plan a GPU gets, ``memory_platform="gpu"``, on the CPU)."""
+    assert mp.measured_costs({"route": "lane", "stage_seconds": [0.003], "stack_mark": 50}) == mp.CostModel(3e-5, 50)
+    for stats in ({"route": "general", "stage_seconds": [0.003], "stack_mark": 50},
+                  {"route": "lane", "stage_seconds": [0.003], "stack_mark": 0},
+                  {"route": "hot", "stack_mark": 50}, {}):
+        assert mp.measured_costs(stats) == mp.CostModel(), stats
+    pytest.importorskip("jax")
+    g, x, n, y, dx = graphs.power_loop(swap_memory=False)
+    sess = tn.Session(g, backend="fast", memory_platform="gpu")
+    notes = " ".join(sess.explain([y, dx], {x: 1.0001, n: 300}, memory_budget=1200).notes)
+    assert 'loop "while": swap' in notes and "us of compute" not in notes  # (nothing measured yet)
+    for _ in range(2):
+        sess.run([y, dx], {x: 1.0001, n: 300})
+    stats = sess.last_result.stats
+    assert stats["route"] in ("lane", "hot") and stats["stack_mark"] == 300, stats
+    words = mp.CostModel(sum(stats["stage_seconds"]) / 600, 300).words()
+    assert "measured: the session's last run, 300 iterations each way" in words
+    notes = " ".join(sess.explain([y, dx], {x: 1.0001, n: 300}, memory_budget=1200).notes)
+    assert words in notes, notes
+    assert words in tn.memory_report(sess, [y, dx], memory_budget=1200).plan.loop("while").reason
 
 
 def test_a_run_budget_is_shared_by_bytes_per_iteration_after_the_loops_own() -> None:

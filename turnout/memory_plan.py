@@ -80,11 +80,39 @@ def platform(name: str) -> Platform:
 
 @dataclass(frozen=True)
 class CostModel:
-    """What the planner may know of a loop's cost: ``iteration_seconds``, the forward body's time per
-    iteration (None: not measured). With it, a plan says whether a swap's transfers hide behind the
-    compute (each iteration's bytes move while the next iteration runs)."""
+    """What the planner may know of a loop's cost: ``iteration_seconds``, the time of one iteration,
+    forward or backward (None: not known). With it, a plan says whether a swap's transfers hide behind
+    the compute (each iteration's bytes move while the next iteration runs). ``measured_over``: the
+    iterations of a run it was measured over (``measured_costs``); 0 where it was given."""
 
     iteration_seconds: Optional[float] = None
+    measured_over: int = 0
+
+    def words(self) -> str:
+        """How a plan line names the compute: its time per iteration, and where it comes from."""
+        assert self.iteration_seconds is not None
+        src = (f" (measured: the session's last run, {self.measured_over} iterations each way)"
+               if self.measured_over else "")
+        return f"{self.iteration_seconds * 1e6:.1f} us of compute{src}"
+
+
+#: the routes of the fast backend whose runs compile nothing (a repeated run's lane), so that their
+#: time is the program's alone
+_UNCOMPILED_ROUTES = frozenset({"lane", "hot"})
+
+
+def measured_costs(stats: Mapping[str, Any]) -> CostModel:
+    """The cost per iteration a run's stats measure (``Session.last_result.stats``): the seconds of
+    its compiled call (``stage_seconds``) over twice the most entries a gradient stack held
+    (``stack_mark``, the forward loop's iterations, each reversed once). Only a repeated run of the
+    fast backend's one compiled call is read (its lane: ``route`` ``"lane"`` or ``"hot"``), which
+    compiles nothing, so that its time is the program's. Where a run reverses several loops, it is the
+    whole run's time over the longest loop's iterations, which bounds each loop's from above. Nothing
+    (``CostModel()``) where the stats measure none of that."""
+    seconds, mark = stats.get("stage_seconds"), stats.get("stack_mark")
+    if stats.get("route") not in _UNCOMPILED_ROUTES or not seconds or not isinstance(mark, int) or mark < 1:
+        return CostModel()
+    return CostModel(float(sum(seconds)) / (2 * mark), mark)
 
 
 @dataclass(frozen=True)
@@ -288,7 +316,7 @@ def plan_loop(loop: str, stacks: int, e: Optional[int], budget: Optional[int], s
         elif secs is not None and costs.iteration_seconds is not None:
             hidden = secs <= costs.iteration_seconds
             why += (f"; {secs * 1e6:.1f} us of transfer per iteration each way "
-                    + ("hides behind" if hidden else "exceeds") + f" {costs.iteration_seconds * 1e6:.1f} us of compute"
+                    + ("hides behind" if hidden else "exceeds") + f" {costs.words()}"
                     + ("" if hidden else ": recomputation would be cheaper (a loop's own budget without "
                                           "swap_memory=True)"))
         return plan(SWAP, f"{why}: two chunks of {chunk} iterations on the device at any trip count (none in "
@@ -457,13 +485,13 @@ def run_plan(nodes: Iterable[Any], where: Platform, run_budget: Optional[int]) -
 
 
 def graph_plan(graph: Any, fetches: Optional[Sequence[Any]] = None, platform_name: str = "cpu",
-               run_budget: Optional[int] = None) -> MemoryPlan:
+               run_budget: Optional[int] = None, costs: CostModel = CostModel()) -> MemoryPlan:
     """The plan of a run of ``fetches`` (every loop of ``graph`` when None) on ``platform_name``
-    under ``run_budget``: what ``tn.memory_report`` and ``Session.explain`` print."""
+    under ``run_budget``, knowing ``costs``: what ``tn.memory_report`` and ``Session.explain`` print."""
     from turnout.graph import ancestors
 
     nodes = graph.nodes if fetches is None else list(ancestors(list(fetches)).values())
-    plan = plan_memory(stack_sizes(nodes), platform(platform_name), run_budget)
+    plan = plan_memory(stack_sizes(nodes), platform(platform_name), run_budget, costs)
     return dataclasses.replace(plan, loops=plan.loops + recomputed_loops(nodes))
 
 
@@ -613,6 +641,6 @@ __all__ = [
     "HOST_BANDWIDTH", "KEEP", "POSITION_BYTES", "RECOMPUTE", "SWAP", "Checkpointing", "CostModel", "LoopPlan",
     "MemoryPlan", "PLATFORM_NAMES", "Platform", "SavedBytes", "StackSize", "backend_platform", "check",
     "checkpoint_bytes", "checkpointing", "device_saved_stats", "entry_bytes", "recomputed", "recomputed_loops",
-    "graph_plan", "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares", "smallest_shared",
-    "stack_sizes", "swapped_loops"
+    "graph_plan", "measured_costs", "over_budget", "plan_loop", "plan_memory", "platform", "run_plan", "shares",
+    "smallest_shared", "stack_sizes", "swapped_loops"
 ]

@@ -322,9 +322,11 @@ class Session:
             schedule = explain(fetched, feeds, self.variables, memory_budget=memory_budget)
         else:
             schedule = explain(fetched, feeds, self.variables)
-        from turnout.memory_plan import backend_platform, graph_plan
+        from turnout.memory_plan import CostModel, backend_platform, graph_plan, measured_costs
 
-        plan = graph_plan(self.graph, fetched, backend_platform(self.backend), memory_budget)
+        last = self.last_result
+        costs = measured_costs(last.stats) if last is not None else CostModel()
+        plan = graph_plan(self.graph, fetched, backend_platform(self.backend), memory_budget, costs)
         if not plan.budgeted:
             return schedule  # type: ignore[no-any-return]
         from turnout import rebuild

@@ -23,7 +23,14 @@ from turnout.arguments import checked
 from turnout.errors import ArgumentError, NotFoundError
 from turnout.gradients.stacks import bytes_per_iteration
 from turnout.graph import Graph
-from turnout.memory_plan import PLATFORM_NAMES, MemoryPlan, backend_platform, graph_plan
+from turnout.memory_plan import (
+    PLATFORM_NAMES,
+    CostModel,
+    MemoryPlan,
+    backend_platform,
+    graph_plan,
+    measured_costs,
+)
 
 
 @dataclass(frozen=True)
@@ -210,20 +217,23 @@ def memory_report(target: Any, fetches: Any = None, memory_budget: Optional[int]
     where = platform or backend_platform(backend)
     last = getattr(target, "last_result", None)
     rebuilt = [str(x) for x in (last.stats.get("rebuilt_gradients") or [])] if last is not None else []
-    return RunMemoryReport(records, _static_report(graph, _plan(graph, fetches, where, memory_budget)), rebuilt)
+    costs = measured_costs(last.stats) if last is not None else CostModel()
+    return RunMemoryReport(records, _static_report(graph, _plan(graph, fetches, where, memory_budget, costs)), rebuilt)
 
 
-def _plan(graph: Graph, fetches: Any, where: str, budget: Optional[int]) -> MemoryPlan:
-    """``graph_plan`` of the tensors in ``fetches`` (a tensor or a structure of them; None: all loops)."""
+def _plan(graph: Graph, fetches: Any, where: str, budget: Optional[int], costs: CostModel = CostModel()
+          ) -> MemoryPlan:
+    """``graph_plan`` of the tensors in ``fetches`` (a tensor or a structure of them; None: all loops),
+    knowing ``costs`` (a session's measured cost per iteration, ``memory_plan.measured_costs``)."""
     if fetches is None:
-        return graph_plan(graph, None, where, budget)
+        return graph_plan(graph, None, where, budget, costs)
     from turnout import nest
     from turnout.graph import Tensor, fetched_tensor
 
     tensors = [fetched_tensor(f) if hasattr(f, "_as_tensor") else f for f in nest.flatten(fetches)]
     if not all(isinstance(t, Tensor) and t.graph is graph for t in tensors):
         raise ArgumentError("memory_report: fetches must be tensors of the graph (or a structure of them)")
-    return graph_plan(graph, tensors, where, budget)
+    return graph_plan(graph, tensors, where, budget, costs)
 
 
 def _static_report(graph: Graph, plan: Optional[MemoryPlan] = None) -> MemoryReport:
