@@ -114,14 +114,13 @@ class EmitterCore(ABC):
         #: budget holds, and nowhere, unless the plan sizes them (``Plan.emitter``)
         self.slot_capacity: Optional[int] = None
         self.learn_slots: Optional[Callable[[Any], None]] = None
-
-    # ---- LoweringContext ------------------------------------------------------------------------
         self.init_trace_state()
 
     def init_trace_state(self) -> None:  # noqa: B027 (a hook each layer extends, empty at the core)
         """The trace state of the layers above the core (each extends this, calling it first): the
         core's own is made by ``__init__``."""
 
+    # ---- LoweringContext ------------------------------------------------------------------------
     def check(self, ok: Any, message: str, code: str = "kernel", shows: Optional[Shows] = None) -> None:
         """The error word set to the code of ``message`` where ``ok`` does not hold. ``shows``: a
         message that depends on run-time values (an ``Assert``'s data), made on the host from them
