@@ -200,8 +200,10 @@ MODULES: dict[str, dict[str, Any]] = {
     # (the rendezvous's laws called step by step with stand-in owners, ahead of the partitioned runs)
     "devices/rendezvous.py": {"module": "turnout.devices.rendezvous",
                               "tests": ["test_mutants_devices_rendezvous.py", *_DEV_TESTS], "select": _DEV_SELECT},
+    # (the system's laws on two-op programs, milliseconds, ahead of the explorations of conds and loops)
     "devices/smallstep.py": {"module": "turnout.devices.smallstep",
-                             "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py", "test_mutants_s5.py"]},
+                             "tests": ["test_mutants_devices_smallstep.py", "test_mutants_devices3.py",
+                                       "test_devices_smallstep.py", "test_mutants_s5.py"]},
     "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
     # (the clock, the offsets and the merge on hand-written tracks, milliseconds, ahead of the cluster runs)
     "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace",
