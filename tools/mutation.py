@@ -204,7 +204,9 @@ MODULES: dict[str, dict[str, Any]] = {
     "devices/smallstep.py": {"module": "turnout.devices.smallstep",
                              "tests": ["test_mutants_devices_smallstep.py", "test_mutants_devices3.py",
                                        "test_devices_smallstep.py", "test_mutants_s5.py"]},
-    "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
+    # (specs read and refused word for word, milliseconds, ahead of the cluster runs)
+    "devices/cluster.py": {"module": "turnout.devices.cluster",
+                           "tests": ["test_mutants_devices_cluster.py", *_CLUSTER_TESTS]},
     # (the clock, the offsets and the merge on hand-written tracks, milliseconds, ahead of the cluster runs)
     "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace",
                                  "tests": ["test_mutants_devices_cluster_trace.py", *_CLUSTER_TESTS]},
