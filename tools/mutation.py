@@ -221,6 +221,11 @@ MODULES: dict[str, dict[str, Any]] = {
                             "tests": ["test_mutants_devices_segments.py", *_FAST_DEV_TESTS]},
     "devices/jax_device.py": {"module": "turnout.devices.jax_device",
                               "tests": ["test_mutants_devices_jax_device.py", *_FAST_DEV_TESTS]},
+    # (the start, stop and spec on stand-ins for Ray and psutil, milliseconds, then one real cluster
+    # whose sockets are checked: ``test_ray.py``'s other tests reach nothing here)
+    "devices/local_cluster.py": {"module": "turnout.devices.local_cluster",
+                                 "tests": ["test_mutants_devices_local_cluster.py", "test_ray.py"],
+                                 "select": "test_mutants_devices_local_cluster or loopback"},
     "devices/trace.py": {"module": "turnout.devices.trace",
                          "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
