@@ -200,10 +200,16 @@ MODULES: dict[str, dict[str, Any]] = {
     # (the rendezvous's laws called step by step with stand-in owners, ahead of the partitioned runs)
     "devices/rendezvous.py": {"module": "turnout.devices.rendezvous",
                               "tests": ["test_mutants_devices_rendezvous.py", *_DEV_TESTS], "select": _DEV_SELECT},
+    # (the system's laws on two-op programs, milliseconds, ahead of the explorations of conds and loops)
     "devices/smallstep.py": {"module": "turnout.devices.smallstep",
-                             "tests": ["test_mutants_devices3.py", "test_devices_smallstep.py", "test_mutants_s5.py"]},
-    "devices/cluster.py": {"module": "turnout.devices.cluster", "tests": _CLUSTER_TESTS},
-    "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace", "tests": _CLUSTER_TESTS},
+                             "tests": ["test_mutants_devices_smallstep.py", "test_mutants_devices3.py",
+                                       "test_devices_smallstep.py", "test_mutants_s5.py"]},
+    # (specs read and refused word for word, milliseconds, ahead of the cluster runs)
+    "devices/cluster.py": {"module": "turnout.devices.cluster",
+                           "tests": ["test_mutants_devices_cluster.py", *_CLUSTER_TESTS]},
+    # (the clock, the offsets and the merge on hand-written tracks, milliseconds, ahead of the cluster runs)
+    "devices/cluster_trace.py": {"module": "turnout.devices.cluster_trace",
+                                 "tests": ["test_mutants_devices_cluster_trace.py", *_CLUSTER_TESTS]},
     # (the table of executor kinds called directly on a hand-built partition, ahead of the cluster runs)
     "devices/partition_executors.py": {"module": "turnout.devices.partition_executors",
                                        "tests": ["test_mutants_devices_partition_executors.py", *_CLUSTER_TESTS]},
@@ -215,6 +221,11 @@ MODULES: dict[str, dict[str, Any]] = {
                             "tests": ["test_mutants_devices_segments.py", *_FAST_DEV_TESTS]},
     "devices/jax_device.py": {"module": "turnout.devices.jax_device",
                               "tests": ["test_mutants_devices_jax_device.py", *_FAST_DEV_TESTS]},
+    # (the start, stop and spec on stand-ins for Ray and psutil, milliseconds, then one real cluster
+    # whose sockets are checked: ``test_ray.py``'s other tests reach nothing here)
+    "devices/local_cluster.py": {"module": "turnout.devices.local_cluster",
+                                 "tests": ["test_mutants_devices_local_cluster.py", "test_ray.py"],
+                                 "select": "test_mutants_devices_local_cluster or loopback"},
     "devices/trace.py": {"module": "turnout.devices.trace",
                          "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
