@@ -167,9 +167,22 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
        for m in ("lowering", "lowering_base", "lower_structure", "lower_state")},
+    # one node lowered (fold, refuse, lower): its laws called directly with a stand-in trace first
+    "fast/lower_node.py": {"module": "turnout.fast.lower_node",
+                           "tests": ["test_mutants_fast_lower_node.py", "test_error_parity.py", "test_recompute.py",
+                                     *_FAST_TESTS]},
+    # the random draws' lowering rule (``decorated``: ``@lowering_rule`` registers it): its laws on
+    # tiny programs run on the fast backend against the reference, and called directly, first
+    "fast/lower_random.py": {"module": "turnout.fast.lower_random",
+                             "tests": ["test_mutants_fast_lower_random.py", "test_random.py", "test_tf_random.py"],
+                             "decorated": True},
     "fast/lower_tensor_arrays.py": {"module": "turnout.fast.lower_tensor_arrays",
                                     "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
                                               "test_error_parity.py", *_FAST_TESTS]},
+    # the window ops' lowering rules (``decorated``, as the random draws'): their laws on one program
+    # run on the fast backend against the reference, first
+    "fast/lower_windows.py": {"module": "turnout.fast.lower_windows",
+                              "tests": ["test_mutants_fast_lower_windows.py", "test_windows.py"], "decorated": True},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
        for m in ("stacks", "stack_values", "chunk_store")},
