@@ -180,9 +180,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/unrolled.py": {"module": "turnout.fast.unrolled",
                          "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py",
                                    "test_exports.py"]},
+    # (the specialising loop's laws on stand-in compiles and unrun graphs, milliseconds, ahead of the runs)
     "fast/specialise.py": {"module": "turnout.fast.specialise",
-                           "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_dynamic_shapes.py",
-                                     "test_fast_unrolled.py", "test_exports.py"]},
+                           "tests": ["test_mutants_fast_specialise.py", "test_fast_dynamic_tensor_arrays.py",
+                                     "test_fast_dynamic_shapes.py", "test_fast_unrolled.py", "test_exports.py"]},
     # checkpoint slots sized to the runs' trip counts
     "turnout/slot_sizes.py": {"module": "turnout.slot_sizes",
                               "tests": ["test_slot_sizes.py", "test_recompute.py", "test_exports.py"]},
