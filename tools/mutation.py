@@ -177,9 +177,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/case_chain.py": {"module": "turnout.fast.case_chain",
                            "tests": ["test_mutants_fast_case_chain.py", *_CASE_TESTS]},
     # loops unrolled while tracing, and runs specialised on values or cut at computed shapes
+    # (the unrolling's laws on stand-in emitters and small programs, milliseconds, ahead of the runs)
     "fast/unrolled.py": {"module": "turnout.fast.unrolled",
-                         "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py",
-                                   "test_exports.py"]},
+                         "tests": ["test_mutants_fast_unrolled.py", "test_fast_unrolled.py",
+                                   "test_fast_dynamic_shapes.py", "test_mutants_fast2.py", "test_exports.py"]},
     # (the specialising loop's laws on stand-in compiles and unrun graphs, milliseconds, ahead of the runs)
     "fast/specialise.py": {"module": "turnout.fast.specialise",
                            "tests": ["test_mutants_fast_specialise.py", "test_fast_dynamic_tensor_arrays.py",
