@@ -190,12 +190,14 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/case_chain.py": {"module": "turnout.fast.case_chain",
                            "tests": ["test_mutants_fast_case_chain.py", *_CASE_TESTS]},
     # loops unrolled while tracing, and runs specialised on values or cut at computed shapes
+    # (the unrolling's laws on stand-in emitters and small programs, milliseconds, ahead of the runs)
     "fast/unrolled.py": {"module": "turnout.fast.unrolled",
-                         "tests": ["test_fast_unrolled.py", "test_fast_dynamic_shapes.py", "test_mutants_fast2.py",
-                                   "test_exports.py"]},
+                         "tests": ["test_mutants_fast_unrolled.py", "test_fast_unrolled.py",
+                                   "test_fast_dynamic_shapes.py", "test_mutants_fast2.py", "test_exports.py"]},
+    # (the specialising loop's laws on stand-in compiles and unrun graphs, milliseconds, ahead of the runs)
     "fast/specialise.py": {"module": "turnout.fast.specialise",
-                           "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_dynamic_shapes.py",
-                                     "test_fast_unrolled.py", "test_exports.py"]},
+                           "tests": ["test_mutants_fast_specialise.py", "test_fast_dynamic_tensor_arrays.py",
+                                     "test_fast_dynamic_shapes.py", "test_fast_unrolled.py", "test_exports.py"]},
     # checkpoint slots sized to the runs' trip counts
     "turnout/slot_sizes.py": {"module": "turnout.slot_sizes",
                               "tests": ["test_slot_sizes.py", "test_recompute.py", "test_exports.py"]},
@@ -269,8 +271,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/cut.py": {"module": "turnout.fast.cut",
                     "tests": list(dict.fromkeys(["test_mutants_fast_cut.py", *_SWAP_TESTS, *_BACKEND_TESTS,
                                                  "test_fast_held.py"]))},
-    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _BACKEND_TESTS}
-       for m in ("run_state", "fused_attempts")},
+    "fast/fused_attempts.py": {"module": "turnout.fast.fused_attempts", "tests": _BACKEND_TESTS},
+    # (a run's first and last steps on a stand-in backend, milliseconds, ahead of the backend's runs)
+    "fast/run_state.py": {"module": "turnout.fast.run_state",
+                          "tests": ["test_mutants_fast_run_state.py", *_BACKEND_TESTS]},
     # (the staged path's laws on two small programs, seconds, ahead of the backend's runs)
     "fast/staged_stages.py": {"module": "turnout.fast.staged_stages",
                               "tests": ["test_mutants_fast_staged_stages.py", *_BACKEND_TESTS]},
@@ -337,10 +341,12 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/held.py": {"module": "turnout.fast.held",
                      "tests": ["test_mutants_fast_held.py", "test_fast_held.py", "test_fast_memory.py",
                                "test_fast_gradients.py"]},
+    # (the checks before a fused lane is made, on stand-ins, milliseconds, ahead of the training steps)
     "fast/fused_lane.py": {"module": "turnout.fast.fused_lane",
-                     "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
-                               "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
-                               "test_fast_positional_stacks.py", "test_fast_memory.py"]},
+                           "tests": ["test_mutants_fast_fused_lane.py", "test_fast_lane.py",
+                                     "test_fast_run_overhead.py", "test_session.py", "test_error_parity.py",
+                                     "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
+                                     "test_fast_positional_stacks.py", "test_fast_memory.py"]},
 }
 #: run for every module after its own tests: each module's ``__all__`` names only what it defines (a
 #: module-level mutant runs every test of its module; a function's, only those that reach it)
