@@ -31,7 +31,6 @@ from turnout.fast.timeline import Timeline
 from turnout.fast.variable_store import DeviceVariables, cached_copy, start_entry
 from turnout.graph import Tensor
 
-_NO_SPAN: AbstractContextManager[dict[str, Any]] = nullcontext({})
 #: how errors of this backend name it (``outcome.decode``)
 WHO = "fast backend"
 
@@ -84,9 +83,11 @@ class RunState(BackendShell):
         self.variable_store.settle()
 
     def _span(self, name: str, track: str, **args: Any) -> AbstractContextManager[dict[str, Any]]:
-        """A timeline span while tracing; otherwise nothing (one attribute read)."""
+        """A timeline span while tracing; otherwise nothing: a fresh dict for the caller's span
+        arguments, which it writes into (one dict shared by every run would be module state that
+        each run changes)."""
         tl = self._timeline
-        return tl.span(name, track, **args) if tl is not None else _NO_SPAN
+        return tl.span(name, track, **args) if tl is not None else nullcontext({})
 
     def _device_var(self, plan: Plan, name: str, variables: dict[str, np.ndarray]) -> Any:
         """The device copy of Variable ``name`` a run starts from: the one the last run handed back while

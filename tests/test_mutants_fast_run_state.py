@@ -79,13 +79,16 @@ def test_release_buffers_frees_stacks_and_copies_and_settles_the_variables() -> 
 
 def test_a_span_is_the_timelines_while_tracing_and_an_empty_context_otherwise() -> None:
     """``_span``: the timeline's span of that name, track and arguments while a trace is recorded;
-    else a context that yields a dict (what a span's caller writes its arguments into)."""
+    else a context that yields a fresh, empty dict (what a span's caller writes its arguments into)."""
     asked: list[Any] = []
     tl = SimpleNamespace(span=lambda name, track, **args: asked.append((name, track, args)) or "span")
     assert RunState._span(_backend(_timeline=tl), "stage", "device", n=3) == "span"  # type: ignore[arg-type]
     assert asked == [("stage", "device", {"n": 3})]
     with RunState._span(_backend(_timeline=None), "stage", "device") as got:  # type: ignore[arg-type]
-        assert isinstance(got, dict)  # (one dict shared by every untraced span: callers may have written to it)
+        assert got == {}
+        got["compiled"] = True  # (as a caller writes its arguments)
+    with RunState._span(_backend(_timeline=None), "stage", "device") as again:  # type: ignore[arg-type]
+        assert again == {} and again is not got  # (each untraced span its own dict: no state kept between runs)
 
 
 def _plan_with_variable() -> tuple[Any, np.ndarray]:
