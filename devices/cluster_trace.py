@@ -69,8 +69,10 @@ def clock_offsets(tracks: Mapping[str, list[Event]]) -> ClockOffsets:
 
     A Send and its Recv share the cut edge's name (``_send/<edge>``, ``_recv/<edge>``) and the tag, as
     their rendezvous key does. Each such pair across tasks says ``off[receiver] - off[sender] >= send -
-    recv + 1``; raising offsets until no constraint is violated (Bellman-Ford, at most one round per
-    task) finds the least solution; offsets are then shifted so that the smallest is 0."""
+    recv + 1``; raising offsets until no constraint is violated (Bellman-Ford: a least solution needs
+    at most one round of raises per task, and one more round that raises nothing confirms it) finds
+    the least solution; offsets are then shifted so that the smallest is 0. Where that round still
+    raises, the constraints hold a cycle no offsets satisfy: ``consistent`` is False."""
     sends: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[str, int]] = {}
     for device, events in tracks.items():
         for e in events:
