@@ -103,7 +103,8 @@ class LocalCluster:
         return sorted(out)
 
     def stop(self) -> None:
-        """Disconnect and shut down every node this helper started (idempotent)."""
+        """Disconnect and shut down every node this helper started, and give ``ENV`` back the value it
+        had before ``start`` (idempotent)."""
         import ray
 
         if ray.is_initialized():
@@ -111,8 +112,13 @@ class LocalCluster:
         if self.cluster is not None:
             self.cluster.shutdown()
             self.cluster = None
-        if getattr(self, "_env_before", "") is None:
-            os.environ.pop(ENV, None)
+        if hasattr(self, "_env_before"):  # (a cluster never started changed nothing)
+            before = self._env_before
+            del self._env_before
+            if before is None:
+                os.environ.pop(ENV, None)
+            else:
+                os.environ[ENV] = before  # (the user's own value, which ``start`` set to "0")
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -170,13 +170,18 @@ def test_stop_disconnects_shuts_down_and_restores_the_environment(ray: Any) -> N
     assert [name for name, _ in ray.calls] == ["init", "shutdown"] and c.shut == 1
 
 
-def test_stop_leaves_a_variable_that_was_set_before(ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A variable the user had set before the start is not removed by ``stop`` (it was theirs). Kills
-    ``stop`` popping it whatever it was before."""
-    monkeypatch.setenv(ENV, "0")
+@pytest.mark.parametrize("theirs", ["0", "1"])
+def test_stop_gives_back_a_variable_that_was_set_before(ray: Any, monkeypatch: pytest.MonkeyPatch, theirs: str) -> None:
+    """A variable the user had set before the start (``start`` sets it to "0") has the user's value
+    again after ``stop``, and a second stop leaves it so. Kills ``stop`` popping it whatever it was
+    before, or leaving the "0" of the start."""
+    monkeypatch.setenv(ENV, theirs)
     lc = LocalCluster(nodes=1).start()
+    assert os.environ[ENV] == "0"
     lc.stop()
-    assert os.environ.get(ENV) == "0"
+    assert os.environ.get(ENV) == theirs
+    lc.stop()
+    assert os.environ.get(ENV) == theirs
 
 
 def test_stopping_a_cluster_never_started_touches_nothing(ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,3 +251,14 @@ def test_pids_are_the_started_processes_and_their_children(ray: Any, monkeypatch
 def test_the_module_names_the_variable_it_sets() -> None:
     """``ENV`` is the variable Ray reads for its single-machine mode."""
     assert lc_module.ENV == "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def test_stop_does_not_fail_where_the_variable_it_set_is_gone(ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cleanup never fails on what it would undo: where ``ENV`` was unset before the start and
+    something removed it since, ``stop`` still ends the cluster and leaves it unset. Kills ``stop``
+    popping it without a default (a ``KeyError``)."""
+    monkeypatch.delenv(ENV, raising=False)
+    lc = LocalCluster(nodes=1).start()
+    del os.environ[ENV]
+    lc.stop()
+    assert ENV not in os.environ and lc.cluster is None
