@@ -13,6 +13,8 @@ compiles in well under a second; the hypothesis-driven runs of this tier are in 
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -21,7 +23,9 @@ import pytest
 import test_exports
 
 import turnout as tn
-from turnout.devices.plan_run import HOST_CALLBACK_OPS, WHO, DevicePlan
+from turnout.devices.plan_run import HOST_CALLBACK_OPS, WHO, DevicePlan, PlanRun
+from turnout.fast import stacks as stk
+from turnout.fast.regions import program_nodes
 
 D2 = ["cpu:0", "cpu:1"]
 
@@ -164,7 +168,9 @@ def test_a_traced_threaded_run_has_one_span_per_segment_call_on_its_devices_trac
     plan = _plans(sess)[0]
     want = {(seg.device, seg.describe()) for seg in plan.schedule.segments}
     assert {(s.track, s.name) for s in tl.spans} >= want
-    assert all(s.dur_s >= 0.0 for s in tl.spans)
+    # (each worker's span starts when its call starts, after the run began, and ends after it)
+    ours = [s for s in tl.spans if (s.track, s.name) in want]
+    assert all(s.start_s > 0.0 and s.dur_s >= 0.0 for s in ours), ours
     sess.close()
 
 
@@ -209,7 +215,138 @@ def test_a_threaded_run_whose_stack_outgrows_its_chunk_reruns_with_each_stack_on
     stats = sess.last_result.stats if sess.last_result is not None else {}
     assert stats["stack_capacity_retries"] > 0 and stats["stack_capacity"] >= 3, stats
     plan = _plans(sess)[-1]
-    assert plan.threaded and plan.stack_alloc
+    news = [n for n in program_nodes(plan.program) if n.op == "StackNew"]
+    assert plan.threaded and news and set(plan.stack_alloc) == {stk.state_key(n.id) for n in news}
     names = {tn.devices.parse(d).name for d in D2}
     assert {d for d, _, _ in plan.stack_alloc.values()} <= names
     sess.close()
+
+
+def test_a_traced_threaded_loops_spans_carry_their_iteration() -> None:
+    """Law: a worker's span of a segment inside a host-driven loop names the loop's iteration it ran
+    in, as the host thread's spans do: iterations 0, 1 and 2 of a 3-iteration loop spanning the two
+    devices. Kills the span's ``iteration`` dropped."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = tn.sleep(y * 2.0, 0.0)
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 3, body, [tn.constant(0), x])
+    sess = _session(g, "auto")
+    assert float(sess.run(y, {x: 1.0}, trace=True)) == 8.0
+    assert sess.last_result is not None
+    cpu1 = tn.devices.parse("cpu:1").name
+    its = sorted(s.args.get("iteration") for s in sess.last_result.trace.spans if s.track == cpu1)
+    assert set(its) >= {0, 1, 2}, its
+    sess.close()
+
+
+def test_a_threaded_runs_host_known_value_stays_static_on_the_other_device() -> None:
+    """Law: a value known on the host (a shape computed from a feed) reaches a worker as it is, not
+    copied to the worker's device: ``fill`` on cpu:1 needs its shape static. Kills the host value
+    (``where`` None) put on the device like a device value (``is not None`` turned ``is None``, ``and``
+    turned ``or``)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
+        with tn.device("cpu:0"):
+            s = tn.shape(x) * 2
+        with tn.device("cpu:1"):
+            y = tn.sleep(tn.fill(s, 1.5), 0.0)
+    sess = _session(g, "auto")
+    np.testing.assert_array_equal(sess.run(y, {x: np.zeros((2, 3), np.float32)}), np.full((4, 6), 1.5, np.float32))
+    assert _plans(sess)[0].threaded
+    sess.close()
+
+
+def test_a_threaded_runs_dead_fetch_is_the_dead_fetch_error() -> None:
+    """Law: a fetch a compiled cond leaves dead, made on a worker, is read through its live flag
+    (``Lazy(..., live=True)``): ``DeadFetchError``, never the zeros that stand for it. Kills the live
+    flag's ``Lazy`` made as a value's."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        c = tn.placeholder(tn.bool, [], name="c")
+        with tn.device("cpu:0"):
+            _, t = tn.raw.switch(tn.sleep(x, 0.0), c)
+            y = t * 2.0
+        with tn.device("cpu:1"):
+            z = x + 1.0
+    sess = _session(g, "auto")
+    np.testing.assert_allclose(sess.run([y, z], {x: 3.0, c: True}), [6.0, 4.0])
+    with pytest.raises(tn.DeadFetchError):
+        sess.run([y, z], {x: 3.0, c: False})
+    sess.close()
+
+
+def _bare_run(pools: dict[str, ThreadPoolExecutor]) -> PlanRun:
+    """A ``PlanRun`` with only what ``on_workers`` and ``drain`` read: its pools and its futures."""
+    run = PlanRun.__new__(PlanRun)
+    run.pools, run.futures = pools, []
+    return run
+
+
+def test_on_workers_waits_for_every_call_handed_out_then_drain_waits_for_it() -> None:
+    """Law: in a threaded run ``on_workers(fn)`` runs ``fn`` only once every call handed to a worker
+    so far has returned (here a call on device b, held until released), and ``drain`` waits for
+    ``fn`` too. Kills the wait turned into ``if f.done()``, and ``fn``'s future left out of the run's."""
+    pools = {"a": ThreadPoolExecutor(1), "b": ThreadPoolExecutor(1)}
+    release, ran = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    try:
+        run = _bare_run(pools)
+        held = pools["b"].submit(release.wait)
+        run.futures.append(held)
+
+        def fn() -> None:
+            seen.append(held.done())
+            threading.Event().wait(0.05)
+            ran.set()
+
+        run.on_workers(fn)
+        assert not ran.wait(0.2), "fn ran before the call it must wait for returned"
+        release.set()
+        run.drain()
+        assert ran.is_set() and seen == [True] and run.futures == []
+    finally:
+        release.set()
+        for p in pools.values():
+            p.shutdown(wait=True)
+
+
+def test_on_workers_without_pools_runs_fn_at_once() -> None:
+    """Law: a run with no workers runs ``fn`` on the calling thread, at once. Kills ``if not
+    self.pools`` inverted."""
+    run = _bare_run({})
+    got: list[int] = []
+    run.on_workers(lambda: got.append(1))
+    assert got == [1] and run.futures == []
+
+
+def test_drain_raises_the_first_failure_after_waiting_for_every_call() -> None:
+    """Law: ``drain`` waits for every call handed out, raises the first one's failure (not a later
+    one's, not none) and forgets them all. Kills the failure dropped (``first = None``, ``first and
+    e``), the test ``is not None`` inverted, and a non-None start."""
+    pools = {"a": ThreadPoolExecutor(1)}
+    try:
+        run = _bare_run(pools)
+        done: list[int] = []
+
+        def boom(msg: str) -> None:
+            raise ValueError(msg)
+
+        run.futures += [pools["a"].submit(boom, "first"), pools["a"].submit(boom, "second"),
+                        pools["a"].submit(done.append, 1)]
+        with pytest.raises(ValueError, match="^first$"):
+            run.drain()
+        assert done == [1] and run.futures == []
+        run.futures.append(pools["a"].submit(done.append, 2))
+        run.drain()  # no failure: nothing raised
+        assert done == [1, 2]
+    finally:
+        pools["a"].shutdown(wait=True)
