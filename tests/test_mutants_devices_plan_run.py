@@ -350,3 +350,21 @@ def test_drain_raises_the_first_failure_after_waiting_for_every_call() -> None:
         assert done == [1, 2]
     finally:
         pools["a"].shutdown(wait=True)
+
+
+def test_a_plan_specialised_on_a_fed_shape_compiles_with_that_feed_as_a_constant() -> None:
+    """Law: a ``fill`` on cpu:1 whose shape is a root feed compiles once the plan holds that feed as
+    a constant (``fast.specialise``: the plan's ``static_feeds``); each new value is a plan of its
+    own. Kills the plan made without the static feeds it was given."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device("cpu:1"):
+            y = tn.fill(tn.stack([n, 2]), 1.5)
+        with tn.device("cpu:0"):
+            z = y * 2.0
+    sess = _session(g, "auto")
+    for k in (3, 5):
+        np.testing.assert_array_equal(sess.run(z, {n: k}), np.full((k, 2), 3.0, np.float32))
+    assert any(p.static_feeds for p in _plans(sess))
+    sess.close()
