@@ -248,8 +248,10 @@ MODULES: dict[str, dict[str, Any]] = {
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
                            "tests": [*first, *_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py",
                                      "test_routes.py", "test_slot_sizes.py"]}
-       # (the one-device tier on a stand-in backend, milliseconds, ahead of the runs on forced devices)
-       for m, first in (("plan_run", []), ("one_device", ["test_mutants_devices_one_device.py"]))},
+       # (the one-device tier on a stand-in backend, the per-device tiers' run on two-op programs,
+       # milliseconds, ahead of the runs on forced devices)
+       for m, first in (("plan_run", ["test_mutants_devices_plan_run.py"]),
+                        ("one_device", ["test_mutants_devices_one_device.py"]))},
     "fast/timeline.py": {"module": "turnout.fast.timeline",
                          "tests": ["test_fast_trace.py", "test_devices_fast.py", "test_mutants_s5.py"]},
     "devices/spmd.py": {"module": "turnout.devices.spmd", "tests": _FAST_DEV_TESTS},

@@ -1,0 +1,370 @@
+"""Laws of one run of the fast partitioned executor's per-device tiers (``turnout.devices.plan_run``):
+the plan dispatches from per-device workers exactly where a segment holds a host callback (or
+``threads="always"``), each device's state (error word, Variables, stacks) lives on that device, and a
+threaded run gives the values, deadness, errors and trace spans the host thread gives. Each law kills
+mutants of the full set of ``devices/plan_run.py`` (issue 40, part 3; ``python tools/mutation.py
+--module devices/plan_run.py --all``): the host-callback set or the ``threads`` choice broken, a
+Variable or a stack placed on the wrong device, a worker that copies an input it should not (or not one
+it should), that drops its trace span or the run's error, the module's exports.
+
+The programs are two or three ops on two forced host devices (the conftest forces 8), so each run
+compiles in well under a second; the hypothesis-driven runs of this tier are in ``test_devices_fast.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+import test_exports
+
+import turnout as tn
+from turnout.devices.plan_run import HOST_CALLBACK_OPS, WHO, DevicePlan, PlanRun
+from turnout.fast import stacks as stk
+from turnout.fast.regions import program_nodes
+
+D2 = ["cpu:0", "cpu:1"]
+
+
+def _plans(sess: tn.Session) -> list[DevicePlan]:
+    """The per-device plans the session's fast partitioned backend made so far."""
+    return list(sess.backend._plans.values())
+
+
+def _chain(sleep: bool) -> tuple[tn.Graph, Any, Any]:
+    """``z = (x * 2 [+ sleep 0 s] on cpu:1) + 1 on cpu:0``: a value crossing devices both ways."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        with tn.device("cpu:1"):
+            y = x * 2.0
+            if sleep:
+                y = tn.sleep(y, 0.0)
+        with tn.device("cpu:0"):
+            z = y + 1.0
+    return g, x, z
+
+
+def _session(g: tn.Graph, threads: str) -> tn.Session:
+    return tn.Session(g, backend="fast", devices=D2, fallback=False, threads=threads, whole_program="never")
+
+
+def test_the_host_callback_ops_and_the_executors_name_are_the_documented_ones() -> None:
+    """Law: ``Sleep`` (and only it) is a host callback; errors name the "fast partitioned executor".
+    Kills the set's constants replaced (None, an empty set, a renamed op or name)."""
+    assert HOST_CALLBACK_OPS == frozenset({"Sleep"})
+    assert WHO == "fast partitioned executor"
+
+
+@pytest.mark.parametrize("sleep,threads,want", [(True, "auto", True), (False, "auto", False),
+                                                (False, "always", True)])
+def test_a_plan_dispatches_from_workers_exactly_where_a_segment_holds_a_host_callback(
+        sleep: bool, threads: str, want: bool) -> None:
+    """Law: ``threaded`` is "some segment holds a ``Sleep``" under ``threads="auto"`` and "there are
+    segments" under ``"always"``; only a threaded plan's run gets worker pools. Either way the values are
+    the reference's. Kills ``threaded`` inverted, its ``any`` or ``==`` swapped, the op set misnamed and
+    the pools taken for every plan (or none)."""
+    g, x, z = _chain(sleep)
+    sess = _session(g, threads)
+    np.testing.assert_allclose(sess.run(z, {x: np.array([1.0, 2.0], np.float32)}), [3.0, 5.0])
+    plans = _plans(sess)
+    assert len(plans) == 1 and plans[0].threaded is want
+    assert bool(sess.backend._pools) is want
+    sess.close()
+
+
+def test_a_plan_with_no_segments_is_not_threaded_even_when_always() -> None:
+    """Law: ``threads="always"`` threads a plan only when it has segments to dispatch: a program of
+    constants alone has none, so it runs on the host thread. Kills ``bool(sched.segments)`` replaced
+    by a constant True."""
+    g = tn.Graph()
+    with g.as_default():
+        with tn.device("cpu:1"):
+            c = tn.constant(np.float32(4.0))
+    sess = _session(g, "always")
+    assert float(sess.run(c)) == 4.0
+    plans = _plans(sess)
+    assert all(not p.threaded for p in plans if not p.schedule.segments)
+    sess.close()
+
+
+def test_each_variable_lives_on_its_device_and_keeps_its_assignments_in_a_threaded_run() -> None:
+    """Law: a Variable placed on cpu:1 is put there before the run (``var_device``), read and assigned
+    by the worker of cpu:1, and the assignment is what the next run reads. Kills ``var_device``
+    mapped to another device, the Variable's state put on the wrong device or left out, and the
+    worker's new state not kept."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        with tn.device("cpu:1"):
+            v = tn.Variable(np.float32(1.0), name="v")
+            up = v.assign_add(tn.sleep(x, 0.0))
+        with tn.device("cpu:0"):
+            z = up * 3.0
+    sess = _session(g, "auto")
+    assert float(sess.run(z, {x: 2.0})) == 9.0
+    assert float(sess.run(z, {x: 2.0})) == 15.0
+    plan = _plans(sess)[-1]
+    assert plan.threaded and set(plan.var_device.values()) == {tn.devices.parse("cpu:1").name}
+    sess.close()
+
+
+def test_a_threaded_runs_values_cross_devices_as_the_host_threads_do() -> None:
+    """Law: a threaded run's every fetch equals the host thread's, whether a segment's input comes from
+    the feed (a host value), from a worker on the same device or from one on the other device (a
+    ``Lazy`` copied over). Kills the worker's input resolution broken: a ``Lazy`` not resolved, a
+    device value not copied, a ``!=`` turned ``==``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        with tn.device("cpu:0"):
+            a = tn.sleep(x + 1.0, 0.0)
+        with tn.device("cpu:1"):
+            b = tn.sleep(a * x, 0.0)
+        with tn.device("cpu:0"):
+            c = tn.sleep(b - a, 0.0)
+        with tn.device("cpu:1"):
+            d = c + b
+    feed = np.array([1.0, 2.0, -3.0], np.float32)
+    want = tn.Session(g).run([a, b, c, d], {x: feed})
+    sess = _session(g, "auto")
+    got = sess.run([a, b, c, d], {x: feed})
+    for w, v in zip(want, got):
+        np.testing.assert_allclose(v, w)
+    assert _plans(sess)[0].threaded
+    sess.close()
+
+
+def test_a_threaded_runs_kernel_error_is_the_reference_error() -> None:
+    """Law: an error a segment raises in its device's error word, run on a worker, is raised after the
+    run as the reference's error type. Kills the worker's error word dropped from its result."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        with tn.device("cpu:1"):
+            s = tn.sleep(x, 0.0)
+            y = tn.assert_true(s > 0.0, s, "x must be positive")
+        with tn.device("cpu:0"):
+            z = y + 1.0
+    sess = _session(g, "auto")
+    assert float(sess.run(z, {x: 2.0})) == 3.0
+    with pytest.raises(tn.KernelError, match="x must be positive"):
+        sess.run(z, {x: -2.0})
+    sess.close()
+
+
+def test_a_traced_threaded_run_has_one_span_per_segment_call_on_its_devices_track() -> None:
+    """Law: in a traced threaded run each worker records its segment call on its device's track, named
+    as the segment. Kills the span dropped or put on another track."""
+    g, x, z = _chain(sleep=True)
+    sess = _session(g, "auto")
+    sess.run(z, {x: np.array([1.0, 2.0], np.float32)}, trace=True)
+    assert sess.last_result is not None
+    tl = sess.last_result.trace
+    plan = _plans(sess)[0]
+    want = {(seg.device, seg.describe()) for seg in plan.schedule.segments}
+    assert {(s.track, s.name) for s in tl.spans} >= want
+    # (each worker's span starts when its call starts, after the run began, and ends after it)
+    ours = [s for s in tl.spans if (s.track, s.name) in want]
+    assert all(s.start_s > 0.0 and s.dur_s >= 0.0 for s in ours), ours
+    sess.close()
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """Law: ``__all__`` names only what the module defines (``test_exports``'s law, for this module).
+    Kills an export renamed."""
+    test_exports.test_every_exported_name_exists("turnout.devices.plan_run")
+
+
+def test_jax_keeps_its_x64_default_after_a_threaded_run() -> None:
+    """Law: the worker's ``enable_x64`` is thread-local and scoped: the host's setting is unchanged
+    after a threaded run (no state leaks into later tests)."""
+    before = jax.config.jax_enable_x64
+    g, x, z = _chain(sleep=True)
+    sess = _session(g, "auto")
+    sess.run(z, {x: np.array([1.0, 2.0], np.float32)})
+    sess.close()
+    assert jax.config.jax_enable_x64 == before
+
+
+def test_a_threaded_run_whose_stack_outgrows_its_chunk_reruns_with_each_stack_on_its_device() -> None:
+    """Law: the gradient stacks of a loop spanning cpu:0 and cpu:1 are made before the run on the
+    device of their pushes (``stack_alloc``); a worker whose call outgrows its chunk (an inner loop of 3
+    pushes in a chunk of 1) hands back a ``Retry``, the run stops dispatching and runs again with a
+    larger chunk: the reference's values. Kills a stack put on a wrong device or allocated with wrong
+    shapes, and the worker's ``Retry`` dropped (or its error word taken from another device)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                _, y2 = tn.while_loop(lambda j, y: j < 3, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
+            with tn.device("cpu:0"):
+                return i + 1, y2 + 0.0
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 2, outer, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    sess = tn.Session(g, backend="fast", devices=D2, stack_chunk=1, threads="always")
+    np.testing.assert_allclose(sess.run([y, dx], {x: 1.01}), [1.01**6, 6 * 1.01**5], rtol=1e-12)
+    stats = sess.last_result.stats if sess.last_result is not None else {}
+    assert stats["stack_capacity_retries"] > 0 and stats["stack_capacity"] >= 3, stats
+    plan = _plans(sess)[-1]
+    news = [n for n in program_nodes(plan.program) if n.op == "StackNew"]
+    assert plan.threaded and news and set(plan.stack_alloc) == {stk.state_key(n.id) for n in news}
+    names = {tn.devices.parse(d).name for d in D2}
+    assert {d for d, _, _ in plan.stack_alloc.values()} <= names
+    sess.close()
+
+
+def test_a_traced_threaded_loops_spans_carry_their_iteration() -> None:
+    """Law: a worker's span of a segment inside a host-driven loop names the loop's iteration it ran
+    in, as the host thread's spans do: iterations 0, 1 and 2 of a 3-iteration loop spanning the two
+    devices. Kills the span's ``iteration`` dropped."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = tn.sleep(y * 2.0, 0.0)
+            return i + 1, y2
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 3, body, [tn.constant(0), x])
+    sess = _session(g, "auto")
+    assert float(sess.run(y, {x: 1.0}, trace=True)) == 8.0
+    assert sess.last_result is not None
+    cpu1 = tn.devices.parse("cpu:1").name
+    its = sorted(s.args.get("iteration") for s in sess.last_result.trace.spans if s.track == cpu1)
+    assert set(its) >= {0, 1, 2}, its
+    sess.close()
+
+
+def test_a_threaded_runs_host_known_value_stays_static_on_the_other_device() -> None:
+    """Law: a value known on the host (a shape computed from a feed) reaches a worker as it is, not
+    copied to the worker's device: ``fill`` on cpu:1 needs its shape static. Kills the host value
+    (``where`` None) put on the device like a device value (``is not None`` turned ``is None``, ``and``
+    turned ``or``)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
+        with tn.device("cpu:0"):
+            s = tn.shape(x) * 2
+        with tn.device("cpu:1"):
+            y = tn.sleep(tn.fill(s, 1.5), 0.0)
+    sess = _session(g, "auto")
+    np.testing.assert_array_equal(sess.run(y, {x: np.zeros((2, 3), np.float32)}), np.full((4, 6), 1.5, np.float32))
+    assert _plans(sess)[0].threaded
+    sess.close()
+
+
+def test_a_threaded_runs_dead_fetch_is_the_dead_fetch_error() -> None:
+    """Law: a fetch a compiled cond leaves dead, made on a worker, is read through its live flag
+    (``Lazy(..., live=True)``): ``DeadFetchError``, never the zeros that stand for it. Kills the live
+    flag's ``Lazy`` made as a value's."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+        c = tn.placeholder(tn.bool, [], name="c")
+        with tn.device("cpu:0"):
+            _, t = tn.raw.switch(tn.sleep(x, 0.0), c)
+            y = t * 2.0
+        with tn.device("cpu:1"):
+            z = x + 1.0
+    sess = _session(g, "auto")
+    np.testing.assert_allclose(sess.run([y, z], {x: 3.0, c: True}), [6.0, 4.0])
+    with pytest.raises(tn.DeadFetchError):
+        sess.run([y, z], {x: 3.0, c: False})
+    sess.close()
+
+
+def _bare_run(pools: dict[str, ThreadPoolExecutor]) -> PlanRun:
+    """A ``PlanRun`` with only what ``on_workers`` and ``drain`` read: its pools and its futures."""
+    run = PlanRun.__new__(PlanRun)
+    run.pools, run.futures = pools, []
+    return run
+
+
+def test_on_workers_waits_for_every_call_handed_out_then_drain_waits_for_it() -> None:
+    """Law: in a threaded run ``on_workers(fn)`` runs ``fn`` only once every call handed to a worker
+    so far has returned (here a call on device b, held until released), and ``drain`` waits for
+    ``fn`` too. Kills the wait turned into ``if f.done()``, and ``fn``'s future left out of the run's."""
+    pools = {"a": ThreadPoolExecutor(1), "b": ThreadPoolExecutor(1)}
+    release, ran = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    try:
+        run = _bare_run(pools)
+        held = pools["b"].submit(release.wait)
+        run.futures.append(held)
+
+        def fn() -> None:
+            seen.append(held.done())
+            threading.Event().wait(0.05)
+            ran.set()
+
+        run.on_workers(fn)
+        assert not ran.wait(0.2), "fn ran before the call it must wait for returned"
+        release.set()
+        run.drain()
+        assert ran.is_set() and seen == [True] and run.futures == []
+    finally:
+        release.set()
+        for p in pools.values():
+            p.shutdown(wait=True)
+
+
+def test_on_workers_without_pools_runs_fn_at_once() -> None:
+    """Law: a run with no workers runs ``fn`` on the calling thread, at once. Kills ``if not
+    self.pools`` inverted."""
+    run = _bare_run({})
+    got: list[int] = []
+    run.on_workers(lambda: got.append(1))
+    assert got == [1] and run.futures == []
+
+
+def test_drain_raises_the_first_failure_after_waiting_for_every_call() -> None:
+    """Law: ``drain`` waits for every call handed out, raises the first one's failure (not a later
+    one's, not none) and forgets them all. Kills the failure dropped (``first = None``, ``first and
+    e``), the test ``is not None`` inverted, and a non-None start."""
+    pools = {"a": ThreadPoolExecutor(1)}
+    try:
+        run = _bare_run(pools)
+        done: list[int] = []
+
+        def boom(msg: str) -> None:
+            raise ValueError(msg)
+
+        run.futures += [pools["a"].submit(boom, "first"), pools["a"].submit(boom, "second"),
+                        pools["a"].submit(done.append, 1)]
+        with pytest.raises(ValueError, match="^first$"):
+            run.drain()
+        assert done == [1] and run.futures == []
+        run.futures.append(pools["a"].submit(done.append, 2))
+        run.drain()  # no failure: nothing raised
+        assert done == [1, 2]
+    finally:
+        pools["a"].shutdown(wait=True)
+
+
+def test_a_plan_specialised_on_a_fed_shape_compiles_with_that_feed_as_a_constant() -> None:
+    """Law: a ``fill`` on cpu:1 whose shape is a root feed compiles once the plan holds that feed as
+    a constant (``fast.specialise``: the plan's ``static_feeds``); each new value is a plan of its
+    own. Kills the plan made without the static feeds it was given."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device("cpu:1"):
+            y = tn.fill(tn.stack([n, 2]), 1.5)
+        with tn.device("cpu:0"):
+            z = y * 2.0
+    sess = _session(g, "auto")
+    for k in (3, 5):
+        np.testing.assert_array_equal(sess.run(z, {n: k}), np.full((k, 2), 3.0, np.float32))
+    assert any(p.static_feeds for p in _plans(sess))
+    sess.close()
