@@ -12,13 +12,13 @@ The functions are called directly with a stand-in context that records its check
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from stand_ins import CheckRecorder
 
 import turnout as tn
 from turnout import kernels
@@ -27,20 +27,6 @@ from turnout.fast import lower_node as ln
 from turnout.fast.lowering_base import LOWERING_RULES, UNSUPPORTED
 from turnout.fast.values import is_static
 from turnout.primitives import COMPUTE
-
-
-@dataclass
-class _Ctx:
-    """A stand-in trace: records each ``check`` (the condition as numpy, the message)."""
-
-    fed: set[int] = field(default_factory=set)
-    checks: list[tuple[bool, str]] = field(default_factory=list)
-
-    def check(self, ok: Any, message: str, code: str = "kernel", shows: Any = None) -> None:
-        self.checks.append((bool(np.asarray(ok)), message))
-
-    def failed(self) -> list[str]:
-        return [m for ok, m in self.checks if not ok]
 
 
 def _fills() -> dict[str, Any]:
@@ -124,7 +110,7 @@ def test_a_kernels_refusal_of_known_values_is_the_nodes_error_word() -> None:
     with pytest.raises(KernelError) as e:
         kernels.run_kernel(n.op, xs, n.attrs)
     assert isinstance(ln.fold(n, xs), KernelError)
-    ctx = _Ctx()
+    ctx = CheckRecorder()
     (out,) = ln.lower_node(ctx, n, xs)
     assert ctx.failed() == [f"{describe_node(n)}: {e.value}"]
     assert is_static(out) and out.shape == (0, 2) and out.dtype == np.float32 and not out.any()
@@ -140,11 +126,11 @@ def test_a_shape_rules_refusal_of_traced_values_is_the_nodes_error_word() -> Non
         b = tn.placeholder(tn.float32, [None, None], name="b")
         m = tn.matmul(a, b)
     n = m.node
-    ctx = _Ctx()
+    ctx = CheckRecorder()
     (out,) = ln.lower_node(ctx, n, [jnp.ones((2, 3), jnp.float32), jnp.ones((2, 3), jnp.float32)])
     (msg,) = ctx.failed()
     assert msg.startswith(f"{describe_node(n)}: ") and out.shape == (0, 0) and out.dtype == np.float32
-    ctx = _Ctx()
+    ctx = CheckRecorder()
     x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((3, 2), np.float32)
     (out,) = ln.lower_node(ctx, n, [jnp.asarray(x), jnp.asarray(y)])
     assert ctx.failed() == [] and not is_static(out)
@@ -157,7 +143,7 @@ def test_a_primitive_without_a_rule_is_unsupported_naming_the_node_and_why() -> 
     for op, why in [("Send", UNSUPPORTED["Send"]), ("NoSuchOp", "no lowering rule")]:
         n = SimpleNamespace(op=op, name="n1", attrs={}, outputs=[], inputs=[], source=None)
         with pytest.raises(UnsupportedError) as e:
-            ln.lower_node(_Ctx(), n, [])
+            ln.lower_node(CheckRecorder(), n, [])
         assert str(e.value) == f"fast backend: cannot lower {describe_node(n)}: {why}"
 
 
@@ -171,7 +157,7 @@ def test_a_rule_that_trips_over_its_inputs_is_unsupported(monkeypatch: pytest.Mo
     monkeypatch.setitem(LOWERING_RULES, "Fake", rule)
     n = SimpleNamespace(op="Fake", name="n2", attrs={}, outputs=[], inputs=[], source=None)
     with pytest.raises(UnsupportedError) as e:
-        ln.lower_node(_Ctx(), n, [])
+        ln.lower_node(CheckRecorder(), n, [])
     assert str(e.value) == f"fast backend: cannot lower {describe_node(n)}: bad operand"
     assert e.value.__cause__ is None and e.value.__suppress_context__
 
@@ -193,7 +179,8 @@ def test_a_rules_turnout_error_and_values_pass_unchanged(monkeypatch: pytest.Mon
     monkeypatch.setitem(LOWERING_RULES, "Echo", echo)
     n = SimpleNamespace(op="Refuse", name="n3", attrs={}, outputs=[], inputs=[], source=None)
     with pytest.raises(FeedError) as e:
-        ln.lower_node(_Ctx(), n, [])
+        ln.lower_node(CheckRecorder(), n, [])
     assert e.value is raised
-    ctx, m, xs = _Ctx(), SimpleNamespace(op="Echo", name="n4", attrs={}, outputs=[], inputs=[], source=None), []
+    m = SimpleNamespace(op="Echo", name="n4", attrs={}, outputs=[], inputs=[], source=None)
+    ctx, xs = CheckRecorder(), []
     assert ln.lower_node(ctx, m, xs) == ["out"] and seen == [(ctx, m, xs)]

@@ -14,13 +14,13 @@ records its checks; one session on the fast backend checks the whole path agains
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from stand_ins import CheckRecorder
 
 import turnout as tn
 from turnout import random_rules, tf_random
@@ -34,18 +34,6 @@ KEYS = [(87654321, 7), (2**40 + 3, 2**33 + 5), (2**64 - 1, 2**64 - 1)]
 CALLS = [0, 1, 5, 2**32 - 1, 2**32, 2**32 + 1, 2**40 + 17, 2**63 - 1, 2**64 - 1]
 
 
-@dataclass
-class _Ctx:
-    """A stand-in trace: records each ``check`` (the condition as numpy, the message)."""
-
-    fed: set[int] = field(default_factory=set)
-    checks: list[tuple[bool, str]] = field(default_factory=list)
-
-    def check(self, ok: Any, message: str, code: str = "kernel", shows: Any = None) -> None:
-        self.checks.append((bool(np.asarray(ok)), message))
-
-    def failed(self) -> list[str]:
-        return [m for ok, m in self.checks if not ok]
 
 
 def _draw(dist: str, dtype: Any, shape: Any, seed: int = 3) -> Any:
@@ -63,7 +51,7 @@ def _draw(dist: str, dtype: Any, shape: Any, seed: int = 3) -> Any:
 
 def _lowered(n: Any, xs: list[Any], ctx: Any = None) -> Any:
     with jax.enable_x64(True):
-        (out,) = LOWERING_RULES["RandomDraw"](ctx or _Ctx(), n, xs)
+        (out,) = LOWERING_RULES["RandomDraw"](ctx or CheckRecorder(), n, xs)
         return np.asarray(out)
 
 
@@ -170,7 +158,7 @@ def test_a_draw_that_fails_when_run_records_the_interpreters_words() -> None:
     fails with the kernel's words; a negative counter (a stream run past 2**63 calls) and an empty
     integer range fail their checks with the interpreters' words too, naming the node."""
     n = _draw("RandomUniform", tn.float32, [1])
-    ctx = _Ctx()
+    ctx = CheckRecorder()
     xs = [np.asarray([2, -3], np.int32), np.asarray(0, np.int64)]
     got = _lowered(n, xs, ctx)
     assert got.shape == (0, 0) and got.dtype == np.float32
@@ -178,7 +166,7 @@ def test_a_draw_that_fails_when_run_records_the_interpreters_words() -> None:
         random_rules.kernel(xs, n.attrs)
     assert ctx.failed() == [f"{describe_node(n)}: {e.value}"]
 
-    ctx = _Ctx()
+    ctx = CheckRecorder()
     xs = [np.asarray([3], np.int32), np.asarray(-1, np.int64)]
     _lowered(n, xs, ctx)
     with pytest.raises(KernelError) as e:
@@ -187,7 +175,7 @@ def test_a_draw_that_fails_when_run_records_the_interpreters_words() -> None:
 
     n = _draw("RandomUniformInt", tn.int32, [1])
     for lo, hi in [(5, 5), (6, 5)]:
-        ctx = _Ctx()
+        ctx = CheckRecorder()
         xs = [np.asarray([3], np.int32), np.asarray(0, np.int64), np.asarray(lo, np.int32), np.asarray(hi, np.int32)]
         _lowered(n, xs, ctx)
         assert ctx.failed() == [f"{describe_node(n)}: RandomDraw: it needs minval < maxval"]
@@ -203,7 +191,7 @@ def test_an_empty_draw_is_zeros_and_never_refused() -> None:
         xs = [np.asarray([3, 0], np.int32), np.asarray(0, np.int64)]
         if dist == "RandomUniformInt":
             xs += [np.asarray(5, dtype.numpy), np.asarray(5, dtype.numpy)]
-        ctx = _Ctx()
+        ctx = CheckRecorder()
         got = _lowered(n, xs, ctx)
         (want,) = random_rules.kernel(xs, n.attrs)
         assert ctx.failed() == []
@@ -221,10 +209,10 @@ def test_a_shape_known_only_when_run_is_refused_or_specialised() -> None:
     n = next(m for m in g.nodes if m.op == "RandomDraw")
     xs = [jnp.asarray([3], jnp.int32), np.asarray(0, np.int64)]
     with pytest.raises(NeedsStatic) as e:
-        _lowered(n, xs, _Ctx(fed={s.node.id}))
+        _lowered(n, xs, CheckRecorder(fed={s.node.id}))
     assert e.value.keys == frozenset({(s.node.id, 0)})
     with pytest.raises(UnsupportedError) as refused:
-        _lowered(n, xs, _Ctx())
+        _lowered(n, xs, CheckRecorder())
     assert str(refused.value) == (f"fast backend: {describe_node(n)}: the shape of a random op must be known "
                                   "when compiling")
     with pytest.raises(ResourceExhaustedError, match=re.escape(describe_node(n))):
