@@ -157,6 +157,16 @@ def test_a_fused_run_starts_from_buffers_alone_and_skips_the_stacks_made_inside(
     assert state["f"] is kept_f and state["m"].shape == (4, 2) and not isinstance(state["m"], StackValue)
 
 
+def test_a_stack_made_inside_the_fused_call_leaves_out_only_itself() -> None:
+    """Whatever the order of the plan's stacks, one made inside the fused call leaves out itself
+    alone: the stacks listed after it still start from their buffers. Kills the loop stopping at the
+    first such stack (``break`` for ``continue``)."""
+    plan = _stack_plan()
+    plan.stack_slots = [(k, np.float32, ((2,), (1,))) for k in "imf"]
+    state = RunState._initial_state(_backend(), plan, {}, fused=True)  # type: ignore[arg-type]
+    assert set(state) == {var_key("v"), "m", "f"} and all(state[k].shape == (4, 2) for k in "mf")
+
+
 def test_only_stacks_with_a_buffer_are_kept() -> None:
     """The stacks kept for the next run: those of ``plan.kept`` in the state that have a value buffer
     (a ``StackValue`` with one, or a buffer alone); a pending one, or one the state lacks, is not."""
