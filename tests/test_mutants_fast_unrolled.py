@@ -59,15 +59,22 @@ def test_an_unrolled_loop_runs_its_bodies_and_exits_with_the_last_values(n: int)
     assert int(got[0]) == n and got[1].shape == (2 + n,)
 
 
-def test_an_unrolled_loop_inside_a_loop_runs_once_per_outer_iteration() -> None:
-    """A growing loop inside a loop of a fixed carry (a ``lax`` loop) is unrolled in its body, in its
-    own frame: the outer loop's values are the reference's for several trip counts."""
+def _nested() -> tuple[tn.Graph, tn.Tensor, tn.Tensor, tn.Tensor]:
+    """A loop of a fixed carry (a ``lax`` loop) run ``k`` times, a growing loop of two steps from
+    ``x * s`` in its body: (its graph, ``x``, ``k``, its sum)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, [2], name="x")
         k = tn.placeholder(tn.int32, [], name="k")
         out = tn.while_loop(lambda j, s: j < k, lambda j, s: (j + 1, s + tn.reduce_sum(_grow(2, x * s))),
                             [tn.constant(0), tn.constant(1.0)])[1]
+    return g, x, k, out
+
+
+def test_an_unrolled_loop_inside_a_loop_runs_once_per_outer_iteration() -> None:
+    """A growing loop inside a loop of a fixed carry (a ``lax`` loop) is unrolled in its body, in its
+    own frame: the outer loop's values are the reference's for several trip counts."""
+    g, x, k, out = _nested()
     for n in (0, 2):
         _both(g, out, {x: np.array([0.5, -1.0], np.float32), k: n})
 
@@ -77,12 +84,7 @@ def test_an_unrolled_loop_inside_a_loop_meets_the_iteration_budget(budget: int, 
     """``max_iterations`` bounds an unrolled loop's bodies inside a loop too: two bodies run under a
     budget of two, and under a budget of one the run raises the reference's ``NonTerminationError``,
     naming the inner loop. Kills the mutants of ``_budget``'s nested branch (its error code)."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [2], name="x")
-        k = tn.placeholder(tn.int32, [], name="k")
-        out = tn.while_loop(lambda j, s: j < k, lambda j, s: (j + 1, s + tn.reduce_sum(_grow(2, x * s))),
-                            [tn.constant(0), tn.constant(1.0)])[1]
+    g, x, k, out = _nested()
     feeds = {x: np.array([0.5, -1.0], np.float32), k: 1}
     if runs:
         _both(g, out, feeds, max_iterations=budget)
