@@ -3,7 +3,7 @@
 - ``ci`` (the default): derandomized, so every run of the default suite tries the same examples and a
   failure reproduces; few examples, no deadline (the first run of a graph pays for validation and
   planning), and the ``too_slow`` health check off (generated programs are deliberately nested).
-- ``dev``: random, a few more examples, prints statistics-friendly output; for local exploration.
+- ``dev``: random, six times the examples, prints statistics-friendly output; for local exploration.
 - ``nightly``: random, thousands of examples; select it with ``TURNOUT_HYPOTHESIS_PROFILE=nightly``.
 """
 
@@ -25,9 +25,11 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 # tests/ holds shared helper modules (programs.py, strategies.py) imported by bare name.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from example_counts import CI_EXAMPLES  # noqa: E402
+
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
-settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, suppress_health_check=_SLOW,
+settings.register_profile("ci", derandomize=True, max_examples=CI_EXAMPLES, deadline=None, suppress_health_check=_SLOW,
                           print_blob=True)
 settings.register_profile("dev", max_examples=300, deadline=None, suppress_health_check=_SLOW, print_blob=True)
 settings.register_profile("nightly", max_examples=5000, deadline=None, suppress_health_check=_SLOW,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -388,7 +389,7 @@ def test_ill_formed_graph_is_rejected_before_running(backend: str) -> None:
         run(g, backend, y)
 
 
-@settings(max_examples=15)
+@settings(max_examples=examples(15))
 @given(st.data())
 def test_generated_programs_agree_with_the_ast_interpreter(data: st.DataObject) -> None:
     """Generated nested loops / conds / cases / scans (tests/strategies.py): the fast backend gives the

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
@@ -168,7 +169,7 @@ def test_a_training_loop_of_fold_steps_matches_the_reference() -> None:
     assert _stack_codes(_plan(fast)) == []
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(hst.data())
 def test_generated_program_gradients_with_counted_stacks_agree(data: hst.DataObject) -> None:
     """The generated gradient programs of the property tests (``tests/strategies.py``) on the fast

@@ -16,6 +16,7 @@ from typing import Any
 import graphs
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -206,7 +207,7 @@ def test_nested_stack_outgrowing_its_chunk_is_rerun_with_a_larger_chunk() -> Non
     assert sess.last_result.stats["stack_capacity_retries"] > 0
 
 
-@settings(max_examples=10)
+@settings(max_examples=examples(10))
 @given(st.data())
 def test_generated_program_gradients_agree_with_the_reference(data: st.DataObject) -> None:
     """Gradients of generated float programs (nested loops, conds, scans; tests/strategies.py) on the
@@ -346,7 +347,7 @@ _BATCH_FALLBACKS = ("different types or shapes", "changes type or shape across i
 
 
 @pytest.mark.parametrize("float_shape", [[None], None], ids=["batch", "rank"])
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(data=st.data())
 def test_generated_gradients_over_batches_of_unknown_size_compile_and_agree(float_shape: Any, data: Any) -> None:
     """The generated gradient programs of the property tests, their float inputs declared as batches

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -264,7 +265,7 @@ def test_the_shares_never_sum_past_the_budget(weights: dict[str, Optional[int]],
 _WANT: dict[bool, dict[str, Any]] = {}
 
 
-@settings(max_examples=12)
+@settings(max_examples=examples(12))
 @given(n=st.integers(0, 25), extra=st.integers(0, 30 * (A_STATE + B_STATE)), nested=st.booleans())
 def test_any_trip_count_under_any_gradient_budget(n: int, extra: int, nested: bool) -> None:
     """Any budget that holds a state of each loop (the inner loop's too, where there is one): the

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -612,7 +613,7 @@ def test_a_loop_that_swaps_or_reads_its_tensor_array_keeps_its_stacks() -> None:
 
 
 # ---- property: any trip count, any budget -----------------------------------------------------------------
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(n=st.integers(0, 30), slots=st.integers(1, 12), slack=st.integers(0, STATE - 1),
        kind=st.sampled_from(["plain", "cond"]))
 def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: str) -> None:
@@ -778,7 +779,7 @@ def test_an_array_the_body_reads_keeps_its_stacks() -> None:
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(rows=st.integers(0, 25), slots=st.integers(1, 9), kind=st.sampled_from(["scan", "map", "writes"]),
        backend=st.sampled_from(["reference", "fast"]))
 def test_any_trip_count_of_an_accumulating_loop(rows: int, slots: int, kind: str, backend: str) -> None:

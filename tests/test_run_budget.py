@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -361,7 +362,7 @@ def test_a_training_step_under_a_run_budget_trains_as_without(backend: str) -> N
     assert budgeted.last_result.stats["rebuilt_gradients"]
 
 
-@settings(max_examples=10)
+@settings(max_examples=examples(10))
 @given(n=st.integers(0, 70), budget=st.integers(28, 4000))
 def test_any_budget_gives_the_store_everything_gradient_or_says_why(n: int, budget: int) -> None:
     """Under a random run budget: the store-everything gradient within it, or, where the budget
@@ -380,7 +381,7 @@ def test_any_budget_gives_the_store_everything_gradient_or_says_why(n: int, budg
     assert held(sess) <= budget
 
 
-@settings(max_examples=3)
+@settings(max_examples=examples(3))
 @given(n=st.integers(0, 40), budget=st.integers(200, 3000))
 @pytest.mark.parametrize("backend", ["smallstep", "partitioned", "fast"])
 def test_any_budget_on_the_other_backends(backend: str, n: int, budget: int) -> None:

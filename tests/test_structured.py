@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -402,7 +403,7 @@ def test_body_op_with_only_invariant_inputs_runs_once_per_trip() -> None:
 
 
 # ---- generated programs: the evaluator against the AST interpreter and the reference ------------------
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.data())
 def test_generated_programs_agree_with_the_ast_interpreter_and_the_reference(data: st.DataObject) -> None:
     """Values and loop trip counts equal those of ``tests/programs.interpret`` (a direct Python reading

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from example_counts import examples
 from hypothesis import given, settings
 from programs import Program, build
 from strategies import programs_with_inputs
@@ -91,7 +92,7 @@ def check_trace_rules(graph: tn.Graph, fetches: Any, feeds: dict[Any, Any] | Non
 
 
 # ---- the law on generated programs --------------------------------------------------------------------
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(programs_with_inputs(loops=True, conds=True, max_depth=2))
 def test_trace_rule_names_match_the_smallstep_firings(pi: tuple[Program, dict[str, Any]]) -> None:
     p, inputs = pi

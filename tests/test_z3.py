@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -321,7 +322,7 @@ def test_equivalence_checks_its_arguments() -> None:
 
 
 # ---- generated integer programs: predict == evaluate ------------------------------------------------
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(st.data())
 def test_predict_equals_evaluate_on_generated_int_programs(data: st.DataObject) -> None:
     import programs
