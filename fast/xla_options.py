@@ -59,10 +59,12 @@ def accepted(command_buffers: str) -> bool:
     return True
 
 
-def compiler_options(command_buffers: Optional[str] = GPU_COMMAND_BUFFERS) -> dict[str, Any]:
+def compiler_options(command_buffers: Optional[str] = GPU_COMMAND_BUFFERS, platform: Optional[str] = None
+                     ) -> dict[str, Any]:
     """The options a compiled function of the fast backend is given (see the module docstring) for
-    the backend's ``FastOptions.gpu_command_buffers``."""
-    opts = wanted(jax.default_backend(), command_buffers)
+    the backend's ``FastOptions.gpu_command_buffers`` on ``platform`` (JAX's name; None: JAX's
+    default backend, where the function runs)."""
+    opts = wanted(platform or jax.default_backend(), command_buffers)
     if opts and not accepted(opts["xla_gpu_enable_command_buffer"]):
         return {}
     return opts

@@ -121,16 +121,16 @@ def test_the_choice_is_checked_once_by_compiling_with_it(monkeypatch: pytest.Mon
     (this CPU build parses the option), dropped when it refuses a kind, and checked once per list."""
     from turnout.fast import xla_options
 
-    monkeypatch.setattr(xla_options.jax, "default_backend", lambda: "gpu")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     xla_options.accepted.cache_clear()
     try:
-        assert xla_options.compiler_options() == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
-        assert xla_options.compiler_options("FUSION,NOT_A_COMMAND_KIND") == {}
-        assert xla_options.compiler_options(None) == {}
+        assert xla_options.compiler_options() == {}  # (this process's platform: the CPU asks for nothing)
+        assert xla_options.compiler_options(platform="gpu") == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+        assert xla_options.compiler_options("FUSION,NOT_A_COMMAND_KIND", "gpu") == {}
+        assert xla_options.compiler_options(None, "gpu") == {}
         before = xla_options.accepted.cache_info()
-        assert xla_options.compiler_options() == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
-        assert xla_options.compiler_options("FUSION,NOT_A_COMMAND_KIND") == {}
+        assert xla_options.compiler_options(platform="gpu") == {"xla_gpu_enable_command_buffer": GPU_COMMAND_BUFFERS}
+        assert xla_options.compiler_options("FUSION,NOT_A_COMMAND_KIND", "gpu") == {}
         after = xla_options.accepted.cache_info()
         assert (after.misses, after.hits) == (before.misses, before.hits + 2)  # decided: no compile
     finally:
