@@ -171,6 +171,9 @@ class Specialise:
 #: ops through which a shape argument is not traced back to feeds: their value is not a function of
 #: the root frame's feeds alone (loop state, branches, effects)
 _NOT_FROM_FEEDS = frozenset({"Merge", "Switch", "NextIteration", "Exit", "LoopCond", "Placeholder", "Sleep"})
+#: ops whose value a trace always knows (every traced shape is static): nothing behind them needs a feed
+#: made static, whatever computed their input (a Variable, a loop's state)
+_STATIC_IN_A_TRACE = frozenset({"Shape", "Size"})
 
 
 def feeds_behind(t: Tensor, fed: set[int], through_switch: bool = False) -> Optional[frozenset[tuple[int, int]]]:
@@ -189,6 +192,8 @@ def feeds_behind(t: Tensor, fed: set[int], through_switch: bool = False) -> Opti
         seen.add((n.id, u.index))
         if n.id in fed:
             keys.add((n.id, u.index))
+        elif n.op in _STATIC_IN_A_TRACE:
+            continue
         elif through_switch and n.op == "Switch":
             work += list(n.inputs)
         elif (n.op in _NOT_FROM_FEEDS or n.op.startswith(("TensorArray", "Stack", "Assign", "Var"))

@@ -129,6 +129,28 @@ def test_static_shapes_are_not_specialised() -> None:
     assert sess.backend.compile_count == 1
 
 
+def test_a_shape_from_feeds_and_the_shape_of_computed_values_is_specialised() -> None:
+    """A shape the feeds decide together with the ``Shape`` of a value computed from a Variable (every
+    traced shape is static, so nothing behind a ``Shape`` needs a feed): the plan is specialised on
+    the feeds alone and compiles, inside a loop too, where the walk once stopped at the Variable and
+    the program ran on the interpreter."""
+    g = tn.Graph()
+    with g.as_default():
+        a = tn.placeholder(tn.int32, [], name="a")
+        s = tn.placeholder(tn.int32, [], name="s")
+        w = tn.Variable(np.arange(6, dtype=np.float32), name="w")
+        row = tn.tanh(w * 0.5)
+        n = tn.shape(row)[0]
+        _, acc = tn.while_loop(lambda i, c: i < 3,
+                               lambda i, c: (i + 1, c + tn.reduce_sum(tn.gather(row, tn.range(a, n, s)))),
+                               [tn.constant(0), tn.constant(0.0)])
+    sess = tn.Session(g, backend="fast")
+    for k, step in ((1, 2), (0, 4)):
+        feed = {a: np.int32(k), s: np.int32(step)}
+        np.testing.assert_allclose(compiled(sess, acc, feed), reference(g, acc, feed), rtol=1e-6)
+        assert sess.last_result.stats["specialized_on"] == ["a:0", "s:0"]
+
+
 def test_a_shape_decided_by_loop_state_still_falls_back() -> None:
     """Feeds cannot make a shape static when a loop variable decides it: that program runs on the
     interpreter fallback, with the reference's values."""

@@ -175,6 +175,20 @@ def test_dynamic_shape_argument_is_a_clear_error() -> None:
         import_graph_def(gd)
 
 
+@pytest.mark.parametrize("backend", ["reference", "smallstep", "fast"])
+def test_a_range_whose_fed_step_is_zero_is_a_kernel_error_on_every_backend(backend: str) -> None:
+    """A ``Range`` of a fed step imports as ``tn.range`` builds it, with its check: a step of 0 is the
+    range's ``KernelError`` when the program runs, on every backend (TensorFlow refuses it too), not a
+    division by zero or an endless range; the same graph with a step of 2 runs."""
+    imp = import_graph_def(DATA / "runtime_ranges_top_k.pbtxt")
+    sess = tn.Session(imp.graph, backend=backend)
+    ints = imp.tensor("ints:0")
+    feeds = {imp.tensor("x:0"): np.zeros((2, 6), np.float32), imp.tensor("a:0"): 3}
+    np.testing.assert_array_equal(sess.run(ints, {**feeds, imp.tensor("s:0"): 20}), [3, 23])
+    with pytest.raises(tn.KernelError, match="delta must not be 0"):
+        sess.run(ints, {**feeds, imp.tensor("s:0"): 0})
+
+
 def test_interop_page_lists_exactly_the_supported_ops() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "interop.rst").read_text()
     listed = set(re.findall(r"``(\w+)``", text.split("The supported ops", 1)[1].split("How the import", 1)[0]))

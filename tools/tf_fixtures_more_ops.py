@@ -70,3 +70,39 @@ def dilated_conv_embedding(tf: Any) -> list[dict[str, Any]]:
     tops = {**feeds, "labels:0": np.asarray([0, 3, 1], np.int32),
             "halves:0": np.asarray([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7], np.float32)}
     return runs + [{"feeds": tops, "fetches": [top.name, ramp.name, rint.name, printed.name, seg_max.name]}]
+
+
+@case
+def runtime_ranges_top_k(tf: Any) -> list[dict[str, Any]]:
+    """``tf.range`` of run-time start and step (ints and floats), a TensorArray gathered at a
+    run-time range that is not ``range(0, n)``, a loop whose body gathers at ``range(a, n, s)``, and
+    ``nn.top_k`` trained through (its gradient's ``Range`` steps by a dimension it reads from a
+    ``GatherV2`` of a static ``Shape``), trained by momentum."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 6], name="x")
+    a = tf.compat.v1.placeholder(tf.int32, [], name="a")
+    s = tf.compat.v1.placeholder(tf.int32, [], name="s")
+    f = tf.compat.v1.placeholder(tf.float32, [], name="f")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((6, 6), 170, 0.6))
+    h = tf.tanh(tf.matmul(x, w))
+    top, idx = tf.nn.top_k(h, k=3)
+    row = tf.reshape(h, [-1])
+    n = tf.shape(row)[0]
+
+    def body(i: Any, acc: Any) -> Any:  # (the range's bounds are fed: the fast backend specialises on them)
+        return i + 1, acc + tf.cast(i, tf.float32) * tf.reduce_sum(tf.gather(row, tf.range(a, n, s)))
+
+    _, picked = tf.while_loop(lambda i, acc: i < 3, body, [0, tf.constant(0.0)])
+    loss = tf.reduce_sum(top * top) + 0.1 * picked * picked
+    train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+    ints = tf.range(a, 3 * n, s, name="ints")
+    floats = tf.range(0.5, f, 1.5, name="floats")
+    steps = tf.range(f, 10.0, f, name="steps")
+    ta = tf.TensorArray(tf.float32, size=n, clear_after_read=False).unstack(row)
+    odd = ta.gather(tf.range(1, n, 2), name="odd")
+    from_a = ta.gather(tf.range(a, n, s), name="from_a")
+    feeds = {"x:0": np.random.default_rng(171).normal(size=(2, 6)).astype(np.float32),
+             "a:0": 1, "s:0": 3, "f:0": 4.0}
+    runs = _train_runs(feeds, loss, train, [w.value(), idx])
+    other = {**feeds, "a:0": 4, "s:0": 5, "f:0": 2.5}
+    return runs + [{"feeds": feeds, "fetches": [ints.name, floats.name, steps.name, odd.name, from_a.name]},
+                   {"feeds": other, "fetches": [ints.name, steps.name, from_a.name]}]

@@ -37,14 +37,17 @@ class Bundle:
 
 @dataclass(frozen=True)
 class RangeMarker:
-    """``Range(start, limit, delta)`` with run-time bounds: Turnout has no such op, so it is kept
-    symbolic: TensorArray gather / scatter read it as a whole prefix; another op reads it as the tensor
-    ``tn.range`` builds, where start and delta are known integers (``ImportContext._range_tensor``)."""
+    """``Range(start, limit, delta)`` with run-time bounds, kept symbolic: TensorArray gather / scatter
+    read ``range(0, n)`` as a whole prefix; another op reads it as the tensor ``tn.range`` builds
+    (``ImportContext._range_tensor``). ``start`` and ``delta`` are ints where known at import time;
+    where they are not, ``start_tensor`` / ``delta_tensor`` are the imported tensors that hold them."""
 
     start: Any
     limit: Any
     delta: Any
     limit_node: str
+    start_tensor: Any = None
+    delta_tensor: Any = None
 
 
 @dataclass(frozen=True)
@@ -176,22 +179,33 @@ class ImportContext:
         return n
 
     def _range_tensor(self, r: RangeMarker) -> Any:
-        """A Range of a run-time limit read as a tensor (not as TensorArray indices, which read the
+        """A Range of a run-time bound read as a tensor (not as TensorArray indices, which read the
         marker), built as ``tn.range`` builds it (``array_ops.range_part``) once per Range, its nodes
-        named after the NodeDef that reads it first (``<name>/_tn/range``). The marker itself (an
-        error below) where start or delta are run-time too, or the bounds are not integers (the
-        marker keeps them as ints)."""
+        named after the NodeDef that reads it first (``<name>/_tn/range``). A run-time ``delta`` is
+        checked not to be 0 when the program runs, as ``tn.range`` checks it. The marker itself (an
+        error below) where the limit is not an imported tensor of integers or floats, or a run-time
+        bound's dtype is not the limit's."""
         limit = r.limit
-        if r.start is None or r.delta is None or not isinstance(limit, Tensor) or not limit.dtype.is_integer:
+        if not isinstance(limit, Tensor) or not (limit.dtype.is_integer or limit.dtype.is_floating):
             return r
-        if r.delta == 0:
+        start = r.start if r.start is not None else r.start_tensor
+        delta = r.delta if r.delta is not None else r.delta_tensor
+        if any(isinstance(v, Tensor) and v.dtype != limit.dtype for v in (start, delta)):
+            return r
+        if isinstance(delta, int) and delta == 0:
             raise UnsupportedError(f"{self.where()}: reads a Range whose delta is 0")
         if id(r) not in self._ranges:
             m = _Within(self, "range")
-            start, delta = (m.const(np.asarray(v, limit.dtype.numpy), [limit], suffix=what)
-                            for v, what in ((r.start, "start"), (r.delta, "delta")))
-            self._ranges[id(r)] = (r, range_part(m, start, limit, delta, f"Range {r.limit_node}", check_delta=False))
+            start_t, delta_t = (v if isinstance(v, Tensor) else m.const(np.asarray(v, limit.dtype.numpy), [limit],
+                                                                        suffix=what)
+                                for v, what in ((start, "start"), (delta, "delta")))
+            self._ranges[id(r)] = (r, range_part(m, start_t, limit, delta_t, f"Range {r.limit_node}",
+                                                 check_delta=isinstance(delta, Tensor)))
         return self._ranges[id(r)][1]
+
+    def range_tensor(self, v: Any) -> Any:
+        """``v`` read as a tensor where it is a ``RangeMarker`` (``_range_tensor``); any other value as it is."""
+        return self._range_tensor(v) if isinstance(v, RangeMarker) else v
 
     def _refined(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
                  shapes: Sequence[Any]) -> Optional[list[TensorSpec]]:
@@ -347,7 +361,7 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
-    "ListDiff": None, "Sign": np.sign, "Transpose": None, "DiagPart": None, "Qr": None,
+    "ListDiff": None, "Sign": np.sign, "Transpose": None, "DiagPart": None, "Qr": None, "GatherV2": None,
 }
 
 #: the ops folding evaluates that have two outputs
@@ -424,6 +438,14 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
             return broadcast_gradient_args(vals[0], vals[1])[int(idx)]
         if op == "Transpose":
             return np.transpose(vals[0], [int(a) for a in np.ravel(vals[1])])
+        if op == "GatherV2":  # (an entry of a static shape: the last dimension, in top_k's gradient)
+            if protos.attr(nd, "batch_dims", 0):
+                return None
+            axis = int(vals[2])
+            n = vals[0].shape[axis]
+            if np.any(vals[1] < -n) or np.any(vals[1] >= n):  # (numpy wraps a negative index; TF refuses it)
+                return None
+            return np.take(vals[0], vals[1], axis=axis)
         if op == "DiagPart":  # (an input of shape [d..., d...]: its diagonal, of shape [d...])
             half = vals[0].shape[: vals[0].ndim // 2]
             n = int(np.prod(half))

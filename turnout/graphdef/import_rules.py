@@ -460,8 +460,13 @@ def _range(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         return [ctx.const(v, [x for x in ins if isinstance(x, Tensor)], suffix=None)]
     names = ctx.data_inputs()
     start, delta = ctx.static(names[0]), ctx.static(names[2])
-    return [RangeMarker(None if start is None else int(start), ins[1], None if delta is None else int(delta),
-                        names[1].split(":")[0])]
+    if any(v is not None and not np.issubdtype(np.asarray(v).dtype, np.integer) for v in (start, delta)):
+        start = delta = None  # (a float bound: the tensors hold it, not an int that would truncate it)
+    marker = RangeMarker(None if start is None else int(start), ins[1], None if delta is None else int(delta),
+                         names[1].split(":")[0], ins[0] if start is None else None, ins[2] if delta is None else None)
+    # (a run-time start or step: the tensor tn.range builds; only known ints stay symbolic, for the
+    # TensorArray indices and gradient stacks that read range(0, n) by its limit)
+    return [ctx.range_tensor(marker) if start is None or delta is None else marker]
 
 
 @_rule("Reshape")

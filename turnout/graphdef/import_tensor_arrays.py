@@ -80,11 +80,10 @@ def _ta_close(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 
 def _whole_prefix(ctx: ImportContext, idx: Value, tname: str) -> bool:
-    """Whether gather/scatter indices are ``range(0, n)`` (what TensorArray.stack / unstack emit)."""
+    """Whether gather/scatter indices are ``range(0, n)`` (what TensorArray.stack / unstack emit). Any
+    other run-time Range is a tensor of indices, as a gather reads it."""
     if isinstance(idx, RangeMarker):
-        if idx.start == 0 and idx.delta == 1:
-            return True
-        raise UnsupportedError(f"{ctx.where()}: a run-time Range of indices must start at 0 with step 1")
+        return idx.start == 0 and idx.delta == 1
     v = ctx.static(tname)
     return v is not None and np.array_equal(np.ravel(v), np.arange(np.size(v)))
 
