@@ -30,7 +30,7 @@ from turnout.fast.facts import (
     own_writes,
 )
 from turnout.fast.outcome import NONTERM
-from turnout.fast.regions import WhileRegion, key, loop_height, loop_number
+from turnout.fast.regions import WhileRegion, item_nodes, key, loop_height, loop_number
 from turnout.fast.tracing import jnp_tree
 from turnout.fast.values import DEAD, TA, is_static
 
@@ -252,7 +252,7 @@ class LightLoop:
         # The invariants the header reads (and the iteration bound) travel in the carry: the loop's
         # test then closes over nothing, so they are not passed to XLA's loop twice (once for the
         # test, once for the body).
-        self.hkeys = sorted({key(t) for n in r.header for t in n.inputs
+        self.hkeys = sorted({key(t) for it in r.header for n in item_nodes(it) for t in n.inputs
                              if key(t) in self.base and not is_static(self.base[key(t)])})
         # The nonterm code names this loop counted from the enclosing light loop (``NONTERM``): in a
         # nest it is the same constant at every level, so every level's check is the same kernel.

@@ -30,7 +30,7 @@ from turnout.fast.loops import CarryChanges
 from turnout.fast.lowering_base import NeedsStatic, feeds_behind
 from turnout.fast.outcome import NONTERM
 from turnout.fast.plumbing import dead, entries, exit_keys, exit_wires
-from turnout.fast.regions import Key, key, tensor_of
+from turnout.fast.regions import Key, item_nodes, key, tensor_of
 from turnout.fast.values import DEAD, is_static
 
 
@@ -104,7 +104,7 @@ def _feeds_deciding(em: LightLoops, loop: LightLoop) -> Optional[frozenset[Key]]
     r = loop.r
     entries = {key(m.outputs[0]): (e.inputs[0], em.read(loop.env, e.inputs[0], m)) for e, m, _, _, _ in r.loop_vars}
     entries.update({key(inv.outputs[0]): (inv.inputs[0], loop.base[key(inv.outputs[0])]) for inv in r.invariants})
-    read = {key(t) for n in r.header for t in n.inputs}
+    read = {key(t) for it in r.header for n in item_nodes(it) for t in n.inputs}  # (a cond's nodes too)
     keys: set[Key] = set()
     for k, (t, v) in entries.items():
         if k not in read or is_static(v):

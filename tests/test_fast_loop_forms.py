@@ -275,3 +275,30 @@ def test_a_carry_is_made_concrete_once_and_the_body_traced_for_it(element_shape:
     xv = np.array([1.0, -2.0], np.float32)
     np.testing.assert_array_equal(tn.Session(g, backend="fast").run(y, {x: xv}), tn.Session(g).run(y, {x: xv}))
     assert len(made) == (2 if element_shape is None else 0)  # (a settled carry: the body as it is, traced once)
+
+
+@pytest.mark.parametrize("trips", [0, 2])
+def test_a_loop_whose_predicate_holds_a_case_reads_the_cases_invariants(trips: int) -> None:
+    """A loop whose predicate runs a ``case`` (a cond region in the loop's header, not a node) that
+    reads an invariant of the loop, and whose loop variable changes shape (an input of unknown rank,
+    fed a vector, summed to a scalar), so it is unrolled: the light loop gathers the invariants its
+    header reads from every node of the header's items, a region's too. Found by the ``dev`` profile
+    of ``test_generated_gradients_over_batches_of_unknown_size_compile_and_agree``: the fast backend
+    raised ``AttributeError`` where the reference ran."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        x = tn.placeholder(tn.float64, None, name="x")
+
+        def cond(i: Any, v: Any) -> Any:
+            picked = tn.case(tn.constant(0), [lambda: n, lambda: n + 1], default=lambda: n + 2)
+            return tn.logical_and(i < 2, i < picked)
+
+        _, y = tn.while_loop(cond, lambda i, v: (i + 1, tn.reduce_sum(v) * 2.0), [tn.constant(0), x],
+                             parallel_iterations=1)
+        (dx,) = tn.gradients(y, [x])
+    feeds = {n: trips, x: np.array([1.0, -0.5])}
+    want = tn.Session(g).run([y, dx], feeds)
+    got = tn.Session(g, backend="fast").run([y, dx], feeds)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b)

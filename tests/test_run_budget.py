@@ -370,9 +370,10 @@ def test_any_budget_gives_the_store_everything_gradient_or_says_why(n: int, budg
     model per example: a forward loop holds one set of slots, made by the first budget rebuilt.)"""
     m = two_loops()
     sess = tn.Session(m["g"])
-    want = sess.run(m["grads"], m["feeds"](n))
+    # (interpreted runs of up to 70 recomputed steps: no wall-clock guard, which a loaded machine trips)
+    want = sess.run(m["grads"], m["feeds"](n), max_seconds=None)
     try:
-        got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget)
+        got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget, max_seconds=None)
     except ResourceExhaustedError as e:
         assert budget < 2 * (24 + 72) and ("holds no loop state" in str(e) or "none of it" in str(e)), str(e)
         return
@@ -390,9 +391,9 @@ def test_any_budget_on_the_other_backends(backend: str, n: int, budget: int) -> 
         pytest.importorskip("jax")
     n = min(n, 12) if backend == "smallstep" else n
     m = two_loops()
-    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](n))
+    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](n), max_seconds=None)
     sess = session(m, backend)
-    got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget)
+    got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget, max_seconds=None)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     assert held(sess) <= budget
