@@ -189,6 +189,20 @@ def test_a_range_whose_fed_step_is_zero_is_a_kernel_error_on_every_backend(backe
         sess.run(ints, {**feeds, imp.tensor("s:0"): 0})
 
 
+@pytest.mark.parametrize("backend", ["reference", "smallstep", "fast"])
+def test_a_partition_out_of_range_is_a_kernel_error_on_every_backend(backend: str) -> None:
+    """``DynamicPartition`` checks its partitions as TensorFlow's kernel does: a row sent to partition
+    3 of 3 is a ``KernelError`` naming the node, never a row dropped from every output."""
+    imp = import_graph_def(DATA / "sharded_embedding.pbtxt")
+    sess = tn.Session(imp.graph, backend=backend)
+    ids = np.asarray([1, 7, 3], np.int32)
+    pieces = [imp.tensor(f"DynamicPartition:{k}") for k in range(3)]
+    got = sess.run(pieces, {imp.tensor("ids:0"): ids, imp.tensor("parts:0"): np.asarray([2, 0, 2], np.int32)})
+    assert [len(p) for p in got] == [1, 0, 2]
+    with pytest.raises(tn.KernelError, match=r"partitions must be in \[0, 3\)"):
+        sess.run(pieces, {imp.tensor("ids:0"): ids, imp.tensor("parts:0"): np.asarray([0, 3, 1], np.int32)})
+
+
 def test_interop_page_lists_exactly_the_supported_ops() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "interop.rst").read_text()
     listed = set(re.findall(r"``(\w+)``", text.split("The supported ops", 1)[1].split("How the import", 1)[0]))

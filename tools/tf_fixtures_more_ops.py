@@ -106,3 +106,27 @@ def runtime_ranges_top_k(tf: Any) -> list[dict[str, Any]]:
     other = {**feeds, "a:0": 4, "s:0": 5, "f:0": 2.5}
     return runs + [{"feeds": feeds, "fetches": [ints.name, floats.name, steps.name, odd.name, from_a.name]},
                    {"feeds": other, "fetches": [ints.name, steps.name, from_a.name]}]
+
+
+@case
+def sharded_embedding(tf: Any) -> list[dict[str, Any]]:
+    """An embedding split over three shards by a ``fixed_size_partitioner`` and looked up with both
+    partition strategies (``DynamicPartition`` of the ids, ``ParallelDynamicStitch`` of the rows back
+    in order), a ``dynamic_partition`` of float rows trained through (its gradient stitches the
+    partitioned gradients), and a ``dynamic_stitch`` whose indices repeat (the later wins), trained by
+    Adagrad (``ResourceSparseApplyAdagrad`` on each shard)."""
+    ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
+    parts = tf.compat.v1.placeholder(tf.int32, [None], name="parts")
+    emb = tf.compat.v1.get_variable("emb", [10, 4], initializer=tf.compat.v1.random_normal_initializer(0.0, 0.5, 180),
+                                    partitioner=tf.compat.v1.fixed_size_partitioner(3))
+    by_mod = tf.compat.v1.nn.embedding_lookup(emb, ids, partition_strategy="mod")
+    by_div = tf.compat.v1.nn.embedding_lookup(emb, ids, partition_strategy="div")
+    rows = tf.tanh(by_mod + 0.5 * by_div)
+    pieces = tf.dynamic_partition(rows, parts, 3)
+    back = tf.dynamic_stitch([tf.range(tf.size(ids)), tf.constant([0, 0])], [rows * 2.0, pieces[0][:2] + 1.0])
+    loss = (tf.reduce_sum(tf.square(pieces[0])) + 0.5 * tf.reduce_sum(pieces[1]) - tf.reduce_sum(pieces[2] * rows[:1])
+            + 0.1 * tf.reduce_sum(back))
+    train = tf.compat.v1.train.AdagradOptimizer(0.1).minimize(loss)
+    feeds = {"ids:0": np.asarray([1, 7, 3, 9, 1, 0], np.int32), "parts:0": np.asarray([0, 2, 0, 1, 2, 0], np.int32)}
+    runs = _train_runs(feeds, loss, train, [v.value() for v in emb])
+    return runs + [{"feeds": feeds, "fetches": [by_mod.name, by_div.name, pieces[1].name, back.name]}]

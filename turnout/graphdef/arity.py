@@ -43,10 +43,10 @@ VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
 BiasAddV1 BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan
-EluGrad EmptyTensorList Equal ExpandDims Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK
-InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag Max Maximum
-Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan NotEqual Pad Pow Prod RealDiv
-ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
+DynamicPartition EluGrad EmptyTensorList Equal ExpandDims Fill FloorDiv FloorMod GatherNd Greater
+GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul
+MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan NotEqual Pad Pow
+Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
 ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
 SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
 SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
@@ -104,6 +104,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Cumsum": {"T": (0,), "Tidx": (1,)},
     "DepthwiseConv2dNativeBackpropFilter": {"T": (0, 2)},
     "DepthwiseConv2dNativeBackpropInput": {"T": (1, 2)},
+    "DynamicPartition": {"T": (0,)},
     "EmptyTensorList": {"shape_type": (0,)},
     "ExpandDims": {"T": (0,), "Tdim": (1,)},
     "Fill": {"T": (1,), "index_type": (0,)},

@@ -254,8 +254,8 @@ class ImportContext:
         if isinstance(v, Text):
             return "a string constant (Turnout has no string tensors; only Assert's message may read one)"
         if isinstance(v, RangeMarker):
-            return ("a Range with run-time start or delta, or of floats (a Range of a run-time limit is read as a "
-                    "tensor; one of run-time bounds only as TensorArray gather/scatter indices)")
+            return ("a Range of a run-time limit that this op cannot read as a tensor (its limit is not an imported "
+                    "tensor of numbers, or a run-time bound's dtype is not the limit's)")
         return "an output TensorFlow defines but the importer does not produce"
 
     # ---- attributes and constant folding ---------------------------------------------------------

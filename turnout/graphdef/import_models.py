@@ -22,6 +22,7 @@ from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
 from turnout.graphdef.import_context import Rule as _Rule
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _getitem, _t, _var_attrs, _var_node
+from turnout.graphdef.import_scatter import stitched, true_positions
 from turnout.nn import log_softmax_part, log_softmax_parts, softmax_part
 from turnout.tables import registrar
 
@@ -198,8 +199,9 @@ def _where(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     coordinates of the true (non-zero) elements of ``x``, one int64 row each in row-major order, as
     many rows as there are (a length known when the program runs). The formula of ``Unique``: a
     running count gives each true element its row, the elements' flat indices are scattered to their
-    rows and the first ``count`` rows kept; the strides of ``x``'s shape (its rank must be known at
-    import, its sizes may be known only when it runs) split a flat index into coordinates."""
+    rows and the first ``count`` rows kept (``import_scatter.true_positions``); the strides of ``x``'s
+    shape (its rank must be known at import, its sizes may be known only when it runs) split a flat
+    index into coordinates."""
     x = _t(ins[0])
     if x.shape is None or len(x.shape) == 0:
         raise UnsupportedError(f"{ctx.where()}: needs the condition's rank (1 or more) when importing, "
@@ -209,18 +211,7 @@ def _where(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         flat = ctx.create("NotEqual", [flat, ctx.create("ZerosLike", [flat], suffix="zero").outputs[0]],
                           suffix="nonzero").outputs[0]
     mask = ctx.create("Cast", [flat], {"dtype": "int32"}, suffix="mask").outputs[0]
-    one = ctx.const(np.asarray(1, np.int32), [mask], suffix="one")
-    ones = ctx.create("OnesLike", [mask], suffix="ones").outputs[0]
-    flat_index = ctx.create("Sub", [ctx.create("Cumsum", [ones], {"axis": 0}, suffix="counted").outputs[0], one],
-                            suffix="flat_index").outputs[0]
-    row = ctx.create("Sub", [ctx.create("Cumsum", [mask], {"axis": 0}, suffix="count").outputs[0], one],
-                     suffix="row").outputs[0]
-    at = ctx.create("Mul", [row, mask], suffix="at").outputs[0]  # (a false element adds 0 to row 0)
-    index = ctx.create("Mul", [flat_index, mask], suffix="index").outputs[0]
-    rows = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [index], suffix="zeros").outputs[0], at, index],
-                      suffix="rows").outputs[0]
-    n = ctx.create("Sum", [mask], {"axis": None, "keepdims": False}, suffix="n").outputs[0]
-    kept = _getitem(ctx, rows, (slice(None, n, None),), None)
+    kept = true_positions(ctx, mask, "true")
     coords, stride = [], None
     for k in reversed(range(len(x.shape))):
         d = _int_tensor(ctx, dim(ctx, x, k, f"dim{k}"), x, f"dim{k}")
@@ -357,11 +348,15 @@ def _sparse_softmax_xent(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("DynamicStitch", "ParallelDynamicStitch")
 def _dynamic_stitch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``merged[indices[m][i]] = data[m][i]`` with indices known at import time and vector data (how
-    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements.
+    """``merged[indices[m][i]] = data[m][i]``. With indices known at import time and vector data (how
+    tf.gradients computes a reduction's kept-dims shape from a run-time shape): a Pack of elements;
+    with indices known when it runs (``DynamicPartition`` undone): ``import_scatter.stitched``.
     A scalar index stitches its scalar datum whole (a reduction over one axis given as a scalar,
     ``tf.reduce_sum(x, axis=1)``, whose gradient stitches the scalar ``1`` in at that axis)."""
     n = len(ins) // 2
+    if any(ctx.static(t) is None for t in ctx.data_inputs()[:n]):  # (indices known when it runs)
+        vals = [_t(ctx.range_tensor(x)) for x in ins]
+        return [stitched(ctx, vals[:n], vals[n:])]
     index_lists = [ctx.static_int_list(t, "the indices") for t in ctx.data_inputs()[:n]]
     scalar = [v is not None and np.ndim(v) == 0 for v in (ctx.static(t) for t in ctx.data_inputs()[:n])]
     if ctx.static(f"{nd.name}:0") is not None:

@@ -1,8 +1,9 @@
 """Import rules of TensorFlow's scatters and segment reductions beyond the sums: ``TensorScatterAdd``
-/ ``TensorScatterSub``, ``UnsortedSegmentMax`` / ``Min`` / ``Prod``, and the TF1 reference-variable
+/ ``TensorScatterSub``, ``UnsortedSegmentMax`` / ``Min`` / ``Prod``, the TF1 reference-variable
 updates ``ScatterUpdate`` / ``ScatterAdd`` / ``ScatterSub`` and ``ScatterNdUpdate`` / ``ScatterNdAdd`` /
 ``ScatterNdSub`` (TF1's ``GradientDescentOptimizer`` applies an embedding's sparse gradient to a
-``VariableV2`` with ``ScatterSub``).
+``VariableV2`` with ``ScatterSub``), and ``DynamicPartition`` with the ``DynamicStitch`` of run-time
+indices that undoes it (a lookup in an embedding sharded by a partitioner).
 
 Each is ``ScatterAddLike`` (updates added into zeros at their rows) or a mask under ``Select``, with
 an ``Assert`` that the indices are in range (TensorFlow's kernels refuse them too), so no backend
@@ -22,7 +23,7 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _ref, _t
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _getitem, _ref, _t
 from turnout.graphdef.import_structure import _linear_index
 from turnout.tables import registrar
 
@@ -210,3 +211,93 @@ def _scatter_update(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     old = ctx.create("ReadVariable", [ref.handle], ref.attrs, suffix="old").outputs[0]
     value = ctx.create("Select", [touched, new, old], suffix="value").outputs[0]
     return [ctx.create("AssignVariable", [ref.handle, value], ref.attrs).outputs[0]]
+
+
+# ---- DynamicPartition, and the DynamicStitch of run-time indices ----------------------------------------
+def true_positions(ctx: ImportContext, mask: Tensor, suffix: str) -> Tensor:
+    """The positions of the ones of the int32 0/1 vector ``mask``, in order (as many as there are: a
+    length known when the program runs). A running count gives each one its slot; the positions are
+    scattered to their slots and the first ``count`` kept (a zero adds 0 to slot 0)."""
+    one = ctx.const(np.asarray(1, np.int32), [mask], suffix=f"{suffix}_one")
+    ones = ctx.create("OnesLike", [mask], suffix=f"{suffix}_ones").outputs[0]
+    pos = ctx.create("Sub", [ctx.create("Cumsum", [ones], {"axis": 0}, suffix=f"{suffix}_counted").outputs[0], one],
+                     suffix=f"{suffix}_position").outputs[0]
+    slot = ctx.create("Sub", [ctx.create("Cumsum", [mask], {"axis": 0}, suffix=f"{suffix}_count").outputs[0], one],
+                      suffix=f"{suffix}_slot").outputs[0]
+    at = ctx.create("Mul", [slot, mask], suffix=f"{suffix}_at").outputs[0]
+    value = ctx.create("Mul", [pos, mask], suffix=f"{suffix}_value").outputs[0]
+    slots = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [value], suffix=f"{suffix}_zeros").outputs[0],
+                                          at, value], suffix=f"{suffix}_slots").outputs[0]
+    n = ctx.create("Sum", [mask], {"axis": None, "keepdims": False}, suffix=f"{suffix}_n").outputs[0]
+    return _getitem(ctx, slots, (slice(None, n, None),), f"{suffix}_kept")
+
+
+def _rows_after(ctx: ImportContext, x: Tensor, lead: Tensor, what: str) -> list[int]:
+    """The static shape of ``x`` after the leading dimensions of ``lead`` (the rows a partition or a
+    stitch moves), which the import must know."""
+    if x.shape is None or lead.shape is None or len(x.shape) < len(lead.shape):
+        raise UnsupportedError(f"{ctx.where()}: needs the ranks of {what} (the ranks of its indices and more)")
+    rest = x.shape[len(lead.shape):]
+    if any(d is None for d in rest):
+        raise UnsupportedError(f"{ctx.where()}: needs the shape of {what} past its indices' dimensions, "
+                               f"got {x.shape}")
+    return [int(d) for d in rest if d is not None]
+
+
+@_rule("DynamicPartition")
+def _dynamic_partition(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``outputs[i] = data[partitions == i]``, the rows in order: the partitions flattened, checked to
+    be in ``[0, num_partitions)`` as TensorFlow's kernel checks them, and each output the rows at the
+    ``true_positions`` of its partition (a length known when the program runs)."""
+    data, parts = (_t(ctx.range_tensor(x)) for x in ins[:2])
+    rest = _rows_after(ctx, data, parts, "the data")
+    num = int(ctx.attr("num_partitions"))
+    flat = ctx.create("Reshape", [parts], {"shape": [-1]}, suffix="flat_partitions").outputs[0]
+    lo = ctx.const(np.zeros((), np.int32), [flat], suffix="zero")
+    hi = ctx.const(np.asarray(num, np.int32), [flat], suffix="num")
+    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [flat, lo], suffix="ge").outputs[0],
+                                   ctx.create("Less", [flat, hi], suffix="lt").outputs[0]],
+                    suffix="in_range").outputs[0]
+    flat = _checked(ctx, ok, flat, f"partitions must be in [0, {num})", "check")
+    rows = ctx.create("Reshape", [data], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
+    outs = []
+    for i in range(num):
+        k = ctx.const(np.asarray(i, np.int32), [flat], suffix=f"id{i}")
+        hit = ctx.create("Cast", [ctx.create("Equal", [flat, k], suffix=f"is{i}").outputs[0]], {"dtype": "int32"},
+                         suffix=f"hit{i}").outputs[0]
+        where = true_positions(ctx, hit, f"part{i}")
+        outs.append(ctx.create("Gather", [rows, where], {"axis": 0}, suffix=f"out{i}").outputs[0])
+    return outs
+
+
+def stitched(ctx: ImportContext, indices: list[Tensor], data: list[Tensor]) -> Tensor:
+    """``merged[indices[m][i]] = data[m][i]`` for indices known when the program runs: every index and
+    row flattened into one list in order, the last of each index kept (``_last_of_each``: where an
+    index repeats, the later wins, as in TensorFlow's ``DynamicStitch``), scattered into zeros of
+    ``max(indices) + 1`` rows (a row no index names stays zero)."""
+    rest = _rows_after(ctx, data[0], indices[0], "the data")
+    for x, idx in zip(data[1:], indices[1:], strict=True):
+        if _rows_after(ctx, x, idx, "the data") != rest:
+            raise UnsupportedError(f"{ctx.where()}: the data's rows differ in shape")
+    flat_idx = [ctx.create("Reshape", [_int32(ctx, idx, f"idx{m}")], {"shape": [-1]},
+                           suffix=f"flat_idx{m}").outputs[0] for m, idx in enumerate(indices)]
+    flat_rows = [ctx.create("Reshape", [x], {"shape": [-1, *rest]}, suffix=f"flat_rows{m}").outputs[0]
+                 for m, x in enumerate(data)]
+    idx, rows = flat_idx[0], flat_rows[0]
+    if len(flat_idx) > 1:
+        idx = ctx.create("Concat", flat_idx, {"axis": 0}, suffix="all_indices").outputs[0]
+        rows = ctx.create("Concat", flat_rows, {"axis": 0}, suffix="all_rows").outputs[0]
+    kept = true_positions(ctx, ctx.create("Cast", [_last_of_each(ctx, idx)], {"dtype": "int32"},
+                                          suffix="last_int").outputs[0], "kept")
+    idx = ctx.create("Gather", [idx, kept], {"axis": 0}, suffix="kept_indices").outputs[0]
+    rows = ctx.create("Gather", [rows, kept], {"axis": 0}, suffix="kept_rows").outputs[0]
+    # max(indices) + 1 rows, 0 where there is no index (a -1 beside them)
+    neg = ctx.const(np.asarray([-1], np.int32), [idx], suffix="minus_one")
+    top = ctx.create("Max", [ctx.create("Concat", [idx, neg], {"axis": 0}, suffix="with_minus_one").outputs[0]],
+                     {"axis": None, "keepdims": False}, suffix="top").outputs[0]
+    count = ctx.create("Add", [top, ctx.const(np.asarray(1, np.int32), [top], suffix="one")], suffix="count").outputs[0]
+    dims = [count, *(ctx.const(np.asarray(d, np.int32), [count], suffix=f"size{k}") for k, d in enumerate(rest))]
+    shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
+    zeros = ctx.create("Fill", [shape, ctx.const(np.zeros((), rows.dtype.numpy), [count], suffix="zero")],
+                       suffix="zeros").outputs[0]
+    return ctx.create("ScatterAddLike", [zeros, idx, rows]).outputs[0]
