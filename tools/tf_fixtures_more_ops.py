@@ -130,3 +130,23 @@ def sharded_embedding(tf: Any) -> list[dict[str, Any]]:
     feeds = {"ids:0": np.asarray([1, 7, 3, 9, 1, 0], np.int32), "parts:0": np.asarray([0, 2, 0, 1, 2, 0], np.int32)}
     runs = _train_runs(feeds, loss, train, [v.value() for v in emb])
     return runs + [{"feeds": feeds, "fetches": [by_mod.name, by_div.name, pieces[1].name, back.name]}]
+
+
+@case
+def reference_sparse_optimizers(tf: Any) -> list[dict[str, Any]]:
+    """TF1's default Variables (``VariableV2``, reference variables) holding embeddings, each trained
+    on its looked-up rows by a sparse optimizer update: ``SparseApplyAdagrad``,
+    ``SparseApplyMomentum`` (Nesterov) and ``SparseApplyRMSProp`` (with momentum), the reference
+    forms of the resource ops TF2's Variables use."""
+    ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
+    tables = [tf.compat.v1.Variable(_weights((6, 3), 190 + k, 0.7), name=f"table{k}", use_resource=False)
+              for k in range(3)]
+    rows = [tf.nn.embedding_lookup(t, ids) for t in tables]
+    losses = [tf.reduce_sum(tf.square(tf.tanh(r) - 0.25 * k)) for k, r in enumerate(rows)]
+    opts = [tf.compat.v1.train.AdagradOptimizer(0.2),
+            tf.compat.v1.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+            tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.5)]
+    train = tf.group(*[o.minimize(loss, var_list=[t]) for o, loss, t in zip(opts, losses, tables)])
+    loss = tf.add_n(losses, name="loss")
+    feeds = {"ids:0": np.asarray([0, 4, 2, 4], np.int32)}
+    return _train_runs(feeds, loss, train, tables)

@@ -64,10 +64,11 @@ UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
     4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum FusedBatchNorm FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormV2
 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3 ResourceApplyAdagradV2 ResourceApplyMomentum
-ResourceSparseApplyAdagrad StridedSliceGrad""",
-    6: """FusedBatchNormGradV3 ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum""",
+ResourceSparseApplyAdagrad SparseApplyAdagrad StridedSliceGrad""",
+    6: """FusedBatchNormGradV3 ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum SparseApplyAdagradV2
+SparseApplyMomentum""",
     8: """ApplyRMSProp ResourceApplyRMSProp""",
-    9: """ResourceSparseApplyRMSProp""",
+    9: """ResourceSparseApplyRMSProp SparseApplyRMSProp""",
     10: """ApplyAdam ResourceApplyAdam""",
 }
 _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyGradientDescent ApplyMomentum
@@ -171,6 +172,10 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Slice": {"Index": (1, 2), "T": (0,)},
     "SpaceToBatch": {"T": (0,), "Tpaddings": (1,)},
     "SpaceToBatchND": {"T": (0,), "Tblock_shape": (1,), "Tpaddings": (2,)},
+    "SparseApplyAdagrad": {"T": (0, 1, 2, 3), "Tindices": (4,)},
+    "SparseApplyAdagradV2": {"T": (0, 1, 2, 3, 4), "Tindices": (5,)},
+    "SparseApplyMomentum": {"T": (0, 1, 2, 3, 5), "Tindices": (4,)},
+    "SparseApplyRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7), "Tindices": (8,)},
     "SparseSoftmaxCrossEntropyWithLogits": {"T": (0,), "Tlabels": (1,)},
     "Split": {"T": (1,)},
     "SplitV": {"T": (0,), "Tlen": (1,)},

@@ -82,7 +82,8 @@ class Ref:
 REF_OPS = frozenset({"RefEnter", "RefExit", "RefIdentity", "RefSwitch", "RefMerge", "RefNextIteration", "Assign",
                      "AssignAdd", "AssignSub", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam",
                      "ApplyRMSProp", "ApplyAdagrad", "ApplyAdagradV2", "IsVariableInitialized", "ScatterUpdate",
-                     "ScatterAdd", "ScatterSub", "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub"})
+                     "ScatterAdd", "ScatterSub", "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub",
+                     "SparseApplyMomentum", "SparseApplyRMSProp", "SparseApplyAdagrad", "SparseApplyAdagradV2"})
 
 #: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | Ref | None (or BACK_EDGE for a Merge input not yet built)
 Value = Any

@@ -136,9 +136,8 @@ for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 
         return rule
 
     _rule(*_ops)(_make(_n, _f, False))
-    if _f not in (_sgd, _adam):  # (SGD's and Adam's sparse updates are ResourceScatterAdds; the
-        # reference forms, SparseApply* of a VariableV2, are not imported: no fixture exercises them)
-        _rule(*(o.replace("Apply", "SparseApply", 1) for o in _ops if o.startswith("Resource")))(_make(_n, _f, True))
+    if _f not in (_sgd, _adam):  # (SGD's and Adam's sparse updates are scatters: ``import_scatter``)
+        _rule(*(o.replace("Apply", "SparseApply", 1) for o in _ops))(_make(_n, _f, True))
 
 
 @_rule("ResourceScatterAdd", "ResourceScatterSub")
