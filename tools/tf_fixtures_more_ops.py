@@ -150,3 +150,26 @@ def reference_sparse_optimizers(tf: Any) -> list[dict[str, Any]]:
     loss = tf.add_n(losses, name="loss")
     feeds = {"ids:0": np.asarray([0, 4, 2, 4], np.int32)}
     return _train_runs(feeds, loss, train, tables)
+
+
+@case
+def sorted_segments(tf: Any) -> list[dict[str, Any]]:
+    """``tf.math.segment_sum`` and ``segment_mean`` over fed sorted ids (segment 1 empty in the first
+    feed), trained through (their gradients gather the output's gradient at the ids, the mean's
+    scaled by each segment's count) by SGD, and a run whose ids are not sorted (TensorFlow's kernel
+    refuses it)."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((3, 3), 200, 0.6))
+    h = tf.tanh(tf.matmul(x, w))
+    sums = tf.math.segment_sum(h, ids, name="sums")
+    means = tf.math.segment_mean(h * h, ids, name="means")
+    loss = tf.reduce_sum(sums * sums) + tf.reduce_sum(means)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    rng = np.random.default_rng(201)
+    feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32), "ids:0": np.asarray([0, 0, 2, 2, 2, 3], np.int32)}
+    other = {"x:0": rng.normal(size=(3, 3)).astype(np.float32), "ids:0": np.asarray([1, 1, 1], np.int32)}
+    unsorted = {"x:0": rng.normal(size=(3, 3)).astype(np.float32), "ids:0": np.asarray([0, 2, 1], np.int32)}
+    runs = _train_runs(feeds, loss, train, [w.value()])
+    return runs + [{"feeds": other, "fetches": [sums.name, means.name]},
+                   {"feeds": unsorted, "fetches": [sums.name], "error": "segment ids are not increasing"}]

@@ -48,9 +48,9 @@ GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd Log
 MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan NotEqual Pad Pow
 Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
 ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
-SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
-SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
-TanhGrad TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor TensorListPopBack
+SegmentMean SegmentSum SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad
+SpaceToBatch SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub
+Sum Switch TanhGrad TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor TensorListPopBack
 TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose TruncateDiv TruncateMod
 Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
@@ -167,6 +167,8 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "ScatterNdUpdate": {"T": (0, 2), "Tindices": (1,)},
     "ScatterSub": {"T": (0, 2), "Tindices": (1,)},
     "ScatterUpdate": {"T": (0, 2), "Tindices": (1,)},
+    "SegmentMean": {"T": (0,), "Tindices": (1,)},
+    "SegmentSum": {"T": (0,), "Tindices": (1,)},
     "Select": {"T": (1, 2)},
     "SelectV2": {"T": (1, 2)},
     "Slice": {"Index": (1, 2), "T": (0,)},

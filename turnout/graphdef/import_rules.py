@@ -622,20 +622,34 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     every size is known at import; else a ``Fill`` of the run-time shape (a gradient accumulated in
     a loop has a run-time count; ``UnsortedSegmentProd``'s gradient, data of a run-time batch)."""
     data, ids, n = (_t(x) for x in ins[:3])
-    if ids.shape is None or data.shape is None or len(ids.shape) > len(data.shape):
-        raise UnsupportedError(f"{ctx.where()}: needs the ranks of the data and the segment ids")
-    num = ctx.static(ctx.data_inputs()[2])
-    rest = [_dim(ctx, data, k, f"dim{k}") for k in range(len(ids.shape), len(data.shape))]
-    if num is not None and all(isinstance(d, int) for d in rest):
+    return [segment_sum(ctx, data, ids, n, ctx.static(ctx.data_inputs()[2]))]
+
+
+def segment_sum(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any) -> Tensor:
+    """The rows of ``data`` summed into ``n`` segments by ``ids`` (``num``: ``n``'s value where the
+    import knows it, else None), the formula of ``UnsortedSegmentSum``. The rank of the ids must be
+    known; the data's may be known only when the program runs (a gradient's ``ones`` of a computed
+    shape), its rows' shape then read from its ``Shape``."""
+    if ids.shape is None or (data.shape is not None and len(ids.shape) > len(data.shape)):
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the segment ids, at most the data's")
+    rest = [] if data.shape is None else [_dim(ctx, data, k, f"dim{k}") for k in range(len(ids.shape), len(data.shape))]
+    if num is not None and data.shape is not None and all(isinstance(d, int) for d in rest):
         like = ctx.const(np.zeros([int(num), *rest], data.dtype.numpy), [data], suffix="zeros")
     else:
         count = n if n.dtype == dt.int32 else ctx.create("Cast", [n], {"dtype": "int32"}, suffix="count").outputs[0]
-        dims = [count, *(d if isinstance(d, Tensor) else ctx.const(np.asarray(d, np.int32), [count],
-                                                                     suffix=f"size{k}") for k, d in enumerate(rest))]
-        shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
+        if data.shape is None:  # [count, *shape(data)[rank(ids):]]
+            lead = ctx.create("Reshape", [count], {"shape": [1]}, suffix="count_vector").outputs[0]
+            rows = _getitem(ctx, ctx.create("Shape", [data], suffix="data_shape").outputs[0],
+                            (slice(len(ids.shape), None, None),), "row_shape")
+            shape = ctx.create("Concat", [lead, rows], {"axis": 0}, suffix="shape").outputs[0]
+        else:
+            dims = [count, *(d if isinstance(d, Tensor)
+                             else ctx.const(np.asarray(d, np.int32), [count], suffix=f"size{k}")
+                             for k, d in enumerate(rest))]
+            shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
         zero = ctx.const(np.zeros((), data.dtype.numpy), [count], suffix="zero")
         like = ctx.create("Fill", [shape, zero], suffix="zeros").outputs[0]
-    return [ctx.create("ScatterAddLike", [like, ids, data]).outputs[0]]
+    return ctx.create("ScatterAddLike", [like, ids, data]).outputs[0]
 
 
 # ---- strided slices -------------------------------------------------------------------------------

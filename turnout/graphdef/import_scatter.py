@@ -2,8 +2,9 @@
 / ``TensorScatterSub``, ``UnsortedSegmentMax`` / ``Min`` / ``Prod``, the TF1 reference-variable
 updates ``ScatterUpdate`` / ``ScatterAdd`` / ``ScatterSub`` and ``ScatterNdUpdate`` / ``ScatterNdAdd`` /
 ``ScatterNdSub`` (TF1's ``GradientDescentOptimizer`` applies an embedding's sparse gradient to a
-``VariableV2`` with ``ScatterSub``), and ``DynamicPartition`` with the ``DynamicStitch`` of run-time
-indices that undoes it (a lookup in an embedding sharded by a partitioner).
+``VariableV2`` with ``ScatterSub``), ``DynamicPartition`` with the ``DynamicStitch`` of run-time
+indices that undoes it (a lookup in an embedding sharded by a partitioner), and the sorted segment
+reductions ``SegmentSum`` / ``SegmentMean``.
 
 Each is ``ScatterAddLike`` (updates added into zeros at their rows) or a mask under ``Select``, with
 an ``Assert`` that the indices are in range (TensorFlow's kernels refuse them too), so no backend
@@ -23,7 +24,7 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _getitem, _ref, _t
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _getitem, _ref, _t, segment_sum
 from turnout.graphdef.import_structure import _linear_index
 from turnout.tables import registrar
 
@@ -291,13 +292,52 @@ def stitched(ctx: ImportContext, indices: list[Tensor], data: list[Tensor]) -> T
                                           suffix="last_int").outputs[0], "kept")
     idx = ctx.create("Gather", [idx, kept], {"axis": 0}, suffix="kept_indices").outputs[0]
     rows = ctx.create("Gather", [rows, kept], {"axis": 0}, suffix="kept_rows").outputs[0]
-    # max(indices) + 1 rows, 0 where there is no index (a -1 beside them)
+    return segment_sum(ctx, rows, idx, _one_past_the_largest(ctx, idx), None)
+
+
+def _one_past_the_largest(ctx: ImportContext, idx: Tensor) -> Tensor:
+    """``max(idx) + 1`` of an int32 vector, 0 where it is empty (a -1 beside its entries)."""
     neg = ctx.const(np.asarray([-1], np.int32), [idx], suffix="minus_one")
     top = ctx.create("Max", [ctx.create("Concat", [idx, neg], {"axis": 0}, suffix="with_minus_one").outputs[0]],
                      {"axis": None, "keepdims": False}, suffix="top").outputs[0]
-    count = ctx.create("Add", [top, ctx.const(np.asarray(1, np.int32), [top], suffix="one")], suffix="count").outputs[0]
-    dims = [count, *(ctx.const(np.asarray(d, np.int32), [count], suffix=f"size{k}") for k, d in enumerate(rest))]
-    shape = ctx.create("Pack", dims, suffix="shape").outputs[0]
-    zeros = ctx.create("Fill", [shape, ctx.const(np.zeros((), rows.dtype.numpy), [count], suffix="zero")],
-                       suffix="zeros").outputs[0]
-    return ctx.create("ScatterAddLike", [zeros, idx, rows]).outputs[0]
+    return ctx.create("Add", [top, ctx.const(np.asarray(1, np.int32), [top], suffix="one")], suffix="count").outputs[0]
+
+
+# ---- SegmentSum, SegmentMean: sorted segments, as many as the largest id says --------------------------------
+def _sorted_ids(ctx: ImportContext, ids: Tensor) -> Tensor:
+    """The segment ids of a ``Segment*`` op as int32, checked as TensorFlow's CPU kernel checks them:
+    a vector, each at least 0 and none smaller than the one before."""
+    if ids.shape is None or len(ids.shape) != 1:
+        raise UnsupportedError(f"{ctx.where()}: the segment ids must be a vector, got shape {ids.shape}")
+    ids = _int32(ctx, ids, "ids")
+    zero = ctx.const(np.zeros((), np.int32), [ids], suffix="zero")
+    ids = _checked(ctx, ctx.create("GreaterEqual", [ids, zero], suffix="non_negative").outputs[0], ids,
+                   "segment ids must be >= 0", "check_sign")
+    before = _getitem(ctx, ids, (slice(None, -1, None),), "before")
+    after = _getitem(ctx, ids, (slice(1, None, None),), "after")
+    return _checked(ctx, ctx.create("LessEqual", [before, after], suffix="increasing").outputs[0], ids,
+                    "segment ids are not increasing", "check_order")
+
+
+@_rule("SegmentSum", "SegmentMean")
+def _segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``out[s]`` the sum (``SegmentSum``) or the mean (``SegmentMean``, 0 for an empty segment) of
+    the rows of ``data`` whose sorted id is ``s``, for ``s`` up to the largest id: the sum of
+    ``UnsortedSegmentSum`` (``segment_sum``) into ``max(ids) + 1`` segments, a length known when the
+    program runs; the mean divides it by each segment's count."""
+    data = _t(ins[0])
+    ids = _sorted_ids(ctx, _t(ins[1]))
+    n = _one_past_the_largest(ctx, ids)
+    total = segment_sum(ctx, data, ids, n, None)
+    if nd.op == "SegmentSum":
+        return [total]
+    if data.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the data")
+    ones = ctx.create("Cast", [ctx.create("OnesLike", [ids], suffix="ones").outputs[0]], {"dtype": data.dtype.name},
+                      suffix="ones_data").outputs[0]
+    count = segment_sum(ctx, ones, ids, n, None)
+    count = ctx.create("Maximum", [count, ctx.create("OnesLike", [count], suffix="at_least").outputs[0]],
+                       suffix="count_or_one").outputs[0]
+    for k in range(len(data.shape) - 1):
+        count = ctx.create("ExpandDims", [count], {"axis": -1}, suffix=f"count{k}").outputs[0]
+    return [ctx.create("Div", [total, count]).outputs[0]]
