@@ -38,6 +38,10 @@ ROUTES: dict[str, Callable[[tn.Graph], tn.Session]] = {
 COMPILED_ROUTES = {k: ROUTES[k] for k in ("reference", "fast", "fast, one device partitioned")}
 #: a bound on every loop of a case, so a wrong predicate fails instead of hanging
 GUARD = RunOptions(max_iterations=10_000)
+#: the wall-clock bound of an interpreted run that recomputes a loop under a budget (quadratic in its
+#: trip count with few slots): RunOptions' 10 s default is tripped by a machine loaded with other
+#: work, and a run that really does not end still fails, later
+SLOW_RUN = 120.0
 
 
 def run_on(route: str, g: tn.Graph, fetches: Any, feeds: Any = None) -> Any:

@@ -22,6 +22,7 @@ import pytest
 from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from route_table import SLOW_RUN
 
 import turnout as tn
 from turnout import checkpoint_schedule as schedule
@@ -76,6 +77,7 @@ def run(m: dict[str, Any], backend: str, n: int, **opts: Any) -> list[np.ndarray
         else:
             kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
             sessions[backend] = tn.Session(m["g"], backend=backend, **kw)
+    opts = {"max_seconds": SLOW_RUN, **opts}
     return list(sessions[backend].run(m["grads"], {m["x"]: X0, m["n"]: n, m["w"]: W0}, **opts))
 
 
@@ -745,7 +747,8 @@ def _run_acc(m: dict[str, Any], backend: str, rows: int) -> list[np.ndarray]:
     if sess is None:
         kw = {"devices": ["cpu:0", "cpu:1"]} if backend == "partitioned" else {}
         sess = m["sessions"][backend] = tn.Session(m["g"], backend=backend, **kw)
-    return list(sess.run(m["fetch"], {m["xs"]: xs, m["w"]: np.array([0.9, -1.1, 0.6], np.float32)}))
+    return list(sess.run(m["fetch"], {m["xs"]: xs, m["w"]: np.array([0.9, -1.1, 0.6], np.float32)},
+                         max_seconds=SLOW_RUN))
 
 
 @pytest.mark.parametrize("kind", ["scan", "map", "writes"])

@@ -19,6 +19,7 @@ import pytest
 from example_counts import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from route_table import SLOW_RUN
 
 import turnout as tn
 from turnout import raw
@@ -293,7 +294,7 @@ def test_a_run_whose_stacks_fit_builds_no_twin_and_later_runs_keep_the_rebuilt_o
     assert "rebuilt_gradients" not in sess.last_result.stats
     notes = sess.explain(m["grads"], m["feeds"](5), memory_budget=BUDGET).notes
     assert any("a run that outgrows the stacks of loop(s) ['a', 'b'] is repeated" in s for s in notes), notes
-    sess.run(m["grads"], m["feeds"](200), memory_budget=BUDGET)
+    sess.run(m["grads"], m["feeds"](200), memory_budget=BUDGET, max_seconds=SLOW_RUN)
     (line,) = sess.last_result.stats["rebuilt_gradients"]
     assert "test_run_budget.py" in line and f"memory_budget={BUDGET}" in line
     sess.run(m["grads"], m["feeds"](2), memory_budget=BUDGET)  # the same fetches under the same budget
@@ -370,10 +371,9 @@ def test_any_budget_gives_the_store_everything_gradient_or_says_why(n: int, budg
     model per example: a forward loop holds one set of slots, made by the first budget rebuilt.)"""
     m = two_loops()
     sess = tn.Session(m["g"])
-    # (interpreted runs of up to 70 recomputed steps: no wall-clock guard, which a loaded machine trips)
-    want = sess.run(m["grads"], m["feeds"](n), max_seconds=None)
+    want = sess.run(m["grads"], m["feeds"](n), max_seconds=SLOW_RUN)
     try:
-        got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget, max_seconds=None)
+        got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget, max_seconds=SLOW_RUN)
     except ResourceExhaustedError as e:
         assert budget < 2 * (24 + 72) and ("holds no loop state" in str(e) or "none of it" in str(e)), str(e)
         return
@@ -391,9 +391,9 @@ def test_any_budget_on_the_other_backends(backend: str, n: int, budget: int) -> 
         pytest.importorskip("jax")
     n = min(n, 12) if backend == "smallstep" else n
     m = two_loops()
-    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](n), max_seconds=None)
+    want = tn.Session(m["g"]).run(m["grads"], m["feeds"](n), max_seconds=SLOW_RUN)
     sess = session(m, backend)
-    got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget, max_seconds=None)
+    got = sess.run(m["grads"], m["feeds"](n), memory_budget=budget, max_seconds=SLOW_RUN)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
     assert held(sess) <= budget
