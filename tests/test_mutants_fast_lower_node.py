@@ -18,6 +18,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_exports
 from stand_ins import CheckRecorder
 
 import turnout as tn
@@ -184,3 +185,9 @@ def test_a_rules_turnout_error_and_values_pass_unchanged(monkeypatch: pytest.Mon
     m = SimpleNamespace(op="Echo", name="n4", attrs={}, outputs=[], inputs=[], source=None)
     ctx, xs = CheckRecorder(), []
     assert ln.lower_node(ctx, m, xs) == ["out"] and seen == [(ctx, m, xs)]
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """Law: ``__all__`` names only what the module defines (``test_exports``'s law, for this module).
+    Kills every mutant of ``__all__`` (a name renamed, or ``None``)."""
+    test_exports.test_every_exported_name_exists("turnout.fast.lower_node")
