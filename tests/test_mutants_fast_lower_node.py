@@ -100,8 +100,9 @@ def test_a_value_of_at_most_fold_bytes_is_folded_a_larger_one_never_computed(mon
 
 def test_a_kernels_refusal_of_known_values_is_the_nodes_error_word() -> None:
     """Law: a node whose known inputs its kernel refuses (a gather's index out of range) is not
-    refused while tracing: its check fails with the kernel's words naming the node, and numpy
-    zeros of its outputs' static shapes (an unknown dimension 0) and dtypes stand in."""
+    refused while tracing: its check, a boolean array False, fails with the kernel's words naming
+    the node (kills the condition given as None or ``np.asarray(None)``), and numpy zeros of its
+    outputs' static shapes (an unknown dimension 0) and dtypes stand in."""
     g = tn.Graph()
     with g.as_default():
         ix = tn.placeholder(tn.int32, [None], name="ix")
@@ -111,9 +112,13 @@ def test_a_kernels_refusal_of_known_values_is_the_nodes_error_word() -> None:
     with pytest.raises(KernelError) as e:
         kernels.run_kernel(n.op, xs, n.attrs)
     assert isinstance(ln.fold(n, xs), KernelError)
-    ctx = CheckRecorder()
+    ctx, oks = CheckRecorder(), []
+    record = ctx.check
+    ctx.check = lambda ok, message, code="kernel", shows=None: (oks.append(ok), record(ok, message, code, shows))
     (out,) = ln.lower_node(ctx, n, xs)
     assert ctx.failed() == [f"{describe_node(n)}: {e.value}"]
+    (ok,) = oks  # the condition a trace sets the error word by: a boolean array, False
+    assert isinstance(ok, np.ndarray) and ok.dtype == np.bool_ and ok.shape == () and not ok
     assert is_static(out) and out.shape == (0, 2) and out.dtype == np.float32 and not out.any()
 
 
