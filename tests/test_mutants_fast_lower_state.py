@@ -313,8 +313,8 @@ def test_a_counted_push_of_a_traced_value_is_written_unchecked() -> None:
     assert int(ctx.stacks["stack:4"].ptr) == 2 and [len(c) for c in ctx.made("note_push")] == [4]
 
 
-def _pop(ctx: _Stacks, index: Any = (1,)) -> Any:
-    n = _node(dtype="float32")
+def _pop(ctx: _Stacks, index: Any = (1,), dtype: str = "float32") -> Any:
+    n = _node(dtype=dtype)
     (out,) = LOWERING_RULES["StackPop"](ctx, n, [_H, jnp.asarray(index, jnp.int32)])
     return n, out
 
@@ -329,12 +329,12 @@ def test_a_pop_of_a_held_stack_is_its_held_value() -> None:
 def test_a_pop_of_a_stack_never_pushed_fails_as_underflow_with_zeros() -> None:
     """Law: a pop of a stack no push has made fails its check (the node's "StackPop on an empty
     stack", the code "underflow") and returns zeros of the shape a push would have given and the
-    node's dtype."""
-    ctx = _Stacks(stacks={"stack:4": StackValue(3, np.float32)})
-    n, out = _pop(ctx)
+    node's dtype (int32 here: not JAX's default float)."""
+    ctx = _Stacks(stacks={"stack:4": StackValue(3, np.int32)})
+    n, out = _pop(ctx, dtype="int32")
     assert ctx.checks() == [(False, f"{describe_node(n)}: StackPop on an empty stack", "underflow")]
     assert ctx.made("get_stack") == [(n, _H)] and ctx.made("pending_shape") == [(n, _H)]
-    assert out.shape == (2, 3) and out.dtype == np.float32 and not np.asarray(out).any()
+    assert out.shape == (2, 3) and out.dtype == np.int32 and not np.asarray(out).any()
 
 
 def test_a_pop_reads_the_top_entry_and_checks_it_and_its_index() -> None:

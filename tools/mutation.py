@@ -177,11 +177,12 @@ MODULES: dict[str, dict[str, Any]] = {
                              "tests": ["test_mutants_fast_lower_random.py", "test_random.py", "test_tf_random.py"],
                              "decorated": True},
     # the state's lowering rules (``decorated``): Variables, gradient stacks (held, counted, positional)
-    # and checkpoint slots; their laws called directly with a stand-in context first, then the stacks'
-    # programs on the fast backend
+    # and checkpoint slots; their laws called directly with a stand-in context first, then programs on
+    # the fast backend (Variables, counted and held stacks, learnt slot counts, the stacks' own files)
     "fast/lower_state.py": {"module": "turnout.fast.lower_state",
-                            "tests": ["test_mutants_fast_lower_state.py", "test_variables.py", *_STACK_TESTS,
-                                      "test_fast_counted_stacks.py", "test_recompute.py", "test_fast_gradients.py"],
+                            "tests": ["test_mutants_fast_lower_state.py", "test_variables.py",
+                                      "test_fast_counted_stacks.py", "test_fast_held.py", "test_slot_sizes.py",
+                                      *_STACK_TESTS],
                             "decorated": True},
     "fast/lower_tensor_arrays.py": {"module": "turnout.fast.lower_tensor_arrays",
                                     "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
