@@ -18,6 +18,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_exports
 from stand_ins import CheckRecorder
 
 import turnout as tn
@@ -99,8 +100,9 @@ def test_a_value_of_at_most_fold_bytes_is_folded_a_larger_one_never_computed(mon
 
 def test_a_kernels_refusal_of_known_values_is_the_nodes_error_word() -> None:
     """Law: a node whose known inputs its kernel refuses (a gather's index out of range) is not
-    refused while tracing: its check fails with the kernel's words naming the node, and numpy
-    zeros of its outputs' static shapes (an unknown dimension 0) and dtypes stand in."""
+    refused while tracing: its check, a boolean array False, fails with the kernel's words naming
+    the node (kills the condition given as None or ``np.asarray(None)``), and numpy zeros of its
+    outputs' static shapes (an unknown dimension 0) and dtypes stand in."""
     g = tn.Graph()
     with g.as_default():
         ix = tn.placeholder(tn.int32, [None], name="ix")
@@ -110,9 +112,13 @@ def test_a_kernels_refusal_of_known_values_is_the_nodes_error_word() -> None:
     with pytest.raises(KernelError) as e:
         kernels.run_kernel(n.op, xs, n.attrs)
     assert isinstance(ln.fold(n, xs), KernelError)
-    ctx = CheckRecorder()
+    ctx, oks = CheckRecorder(), []
+    record = ctx.check
+    ctx.check = lambda ok, message, code="kernel", shows=None: (oks.append(ok), record(ok, message, code, shows))
     (out,) = ln.lower_node(ctx, n, xs)
     assert ctx.failed() == [f"{describe_node(n)}: {e.value}"]
+    (ok,) = oks  # the condition a trace sets the error word by: a boolean array, False
+    assert isinstance(ok, np.ndarray) and ok.dtype == np.bool_ and ok.shape == () and not ok
     assert is_static(out) and out.shape == (0, 2) and out.dtype == np.float32 and not out.any()
 
 
@@ -184,3 +190,9 @@ def test_a_rules_turnout_error_and_values_pass_unchanged(monkeypatch: pytest.Mon
     m = SimpleNamespace(op="Echo", name="n4", attrs={}, outputs=[], inputs=[], source=None)
     ctx, xs = CheckRecorder(), []
     assert ln.lower_node(ctx, m, xs) == ["out"] and seen == [(ctx, m, xs)]
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """Law: ``__all__`` names only what the module defines (``test_exports``'s law, for this module).
+    Kills every mutant of ``__all__`` (a name renamed, or ``None``)."""
+    test_exports.test_every_exported_name_exists("turnout.fast.lower_node")

@@ -166,7 +166,7 @@ MODULES: dict[str, dict[str, Any]] = {
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
-       for m in ("lowering", "lowering_base", "lower_structure", "lower_state")},
+       for m in ("lowering", "lowering_base", "lower_structure")},
     # one node lowered (fold, refuse, lower): its laws called directly with a stand-in trace first
     "fast/lower_node.py": {"module": "turnout.fast.lower_node",
                            "tests": ["test_mutants_fast_lower_node.py", "test_error_parity.py", "test_recompute.py",
@@ -176,6 +176,14 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/lower_random.py": {"module": "turnout.fast.lower_random",
                              "tests": ["test_mutants_fast_lower_random.py", "test_random.py", "test_tf_random.py"],
                              "decorated": True},
+    # the state's lowering rules (``decorated``): Variables, gradient stacks (held, counted, positional)
+    # and checkpoint slots; their laws called directly with a stand-in context first, then programs on
+    # the fast backend (Variables, counted and held stacks, learnt slot counts, the stacks' own files)
+    "fast/lower_state.py": {"module": "turnout.fast.lower_state",
+                            "tests": ["test_mutants_fast_lower_state.py", "test_variables.py",
+                                      "test_fast_counted_stacks.py", "test_fast_held.py", "test_slot_sizes.py",
+                                      *_STACK_TESTS],
+                            "decorated": True},
     "fast/lower_tensor_arrays.py": {"module": "turnout.fast.lower_tensor_arrays",
                                     "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
                                               "test_error_parity.py", *_FAST_TESTS]},
