@@ -25,7 +25,11 @@ import test_exports
 import turnout as tn
 from turnout.devices.plan_run import HOST_CALLBACK_OPS, WHO, DevicePlan, PlanRun
 from turnout.fast import stacks as stk
+from turnout.fast.emit import var_key
 from turnout.fast.regions import program_nodes
+from turnout.fast.runner import RunPolicy
+from turnout.fast.timeline import Timeline
+from turnout.session import RunOptions
 
 D2 = ["cpu:0", "cpu:1"]
 
@@ -368,3 +372,124 @@ def test_a_plan_specialised_on_a_fed_shape_compiles_with_that_feed_as_a_constant
         np.testing.assert_array_equal(sess.run(z, {n: k}), np.full((k, 2), 3.0, np.float32))
     assert any(p.static_feeds for p in _plans(sess))
     sess.close()
+
+
+def _spanning_gradient() -> tuple[tn.Graph, Any, list[Any]]:
+    """A loop spanning cpu:0 and cpu:1 (an inner loop on cpu:1 reading a Variable placed there) and
+    its gradient: stacks on both devices, some of static element shape, one not (``x`` has no static
+    length, and the inner loop's carry takes its shape)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [None], name="x")
+        with tn.device("cpu:1"):
+            v = tn.Variable(np.float64(2.0), name="v")
+
+        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                _, y2 = tn.while_loop(lambda j, y: j < 3, lambda j, y: (j + 1, y * x * v), [tn.constant(0), y])
+            with tn.device("cpu:0"):
+                return i + 1, y2 + tn.cast(i, tn.float64)
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 2, outer, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(tn.reduce_sum(y), [x])
+    return g, x, [y, dx]
+
+
+def test_a_run_starts_with_each_devices_state_and_stacks_made_on_that_device() -> None:
+    """Law: a ``PlanRun`` starts from per-device state made on that device before any step: an int32
+    error word 0 on every device, each Variable's session entry (its initial value the first time)
+    on its device, each gradient stack on its pushes' device (allocated there where its shapes are
+    static, pending where not); its ``DeviceStacks`` has one store per device, labelled by the
+    device's short name and naming the executor, holding the plan's stack info, capacity, the
+    backend's ``device_memory_limit``, the run budget's memory plan and that device's checkpoint-slot
+    bytes; the runner gets the plan, the state, the devices, the options, ``WHO`` and the timeline.
+    Kills every argument of the state, the stacks' allocation and ``DeviceStacks``, and ``super().__init__``
+    dropped, swapped or ``None``."""
+    g, x, fetches = _spanning_gradient()
+    sess = tn.Session(g, backend="fast", devices=D2, fallback=False, whole_program="never",
+                      device_memory_limit=2**30)
+    got = sess.run(fetches, {x: np.array([1.0, 1.5])})
+    np.testing.assert_allclose(got, tn.Session(g).run(fetches, {x: np.array([1.0, 1.5])}))
+    backend, plan = sess.backend, _plans(sess)[-1]
+    cpu0, cpu1 = (tn.devices.parse(d).name for d in D2)
+    jdev = backend.jax_devices
+    plan.slot_bytes = {cpu0: {"outer": 64}, cpu1: {"inner": 128}}  # (none here: the wiring is the law)
+    options, tl, variables = RunOptions(memory_budget=2**20, max_iterations=77), Timeline(), {}
+    run = PlanRun(backend, plan, variables, options, tl)
+    assert set(run.state) == {cpu0, cpu1}
+    for d in (cpu0, cpu1):
+        err = run.state[d]["err"]
+        assert err.dtype == np.int32 and int(err) == 0 and err.devices() == {jdev[d]}
+    assert float(variables["v"]) == 2.0
+    held = run.state[cpu1][var_key("v")]
+    assert float(held) == 2.0 and held.devices() == {jdev[cpu1]}
+    assert var_key("v") not in run.state[cpu0]
+    shapes = {s for _, _, s in plan.stack_alloc.values()}
+    assert None in shapes and len(shapes) > 1 and {d for d, _, _ in plan.stack_alloc.values()} == {cpu0, cpu1}
+    for k, (d, dtype, sh) in plan.stack_alloc.items():
+        sv = run.state[d][k]
+        assert isinstance(sv, stk.StackValue) and sv.capacity == plan.capacity and sv.dtype == dtype
+        if sh is None:
+            assert sv.pending
+        else:
+            assert sv.buf.shape == (plan.capacity, *sh[0]) and sv.idx.shape == (plan.capacity, *sh[1])
+            assert sv.buf.devices() == sv.idx.devices() == sv.ptr.devices() == {jdev[d]}
+    stacks = run.stacks
+    assert stacks.capacity == plan.capacity and stacks.who == WHO
+    assert stacks.labels == {cpu0: "cpu:0", cpu1: "cpu:1"}
+    budget = plan.budget(2**20)
+    assert budget is not None
+    for d, store in stacks.stores.items():
+        assert store.info is plan.stack_info and store.limit == 2**30 and store.budget is budget
+        assert store.who == f"{WHO} (device {stacks.labels[d]})" and store.held == plan.slot_bytes[d]
+    assert run.plan is plan and run.program is plan.program and run.jdev is jdev
+    assert run.policy == RunPolicy(WHO) and run.tl is tl and run.max_iter_py == 77
+    assert not plan.threaded and run.pools == {} and run.futures == []
+    sess.close()
+
+
+def test_a_threaded_loop_of_one_iteration_in_flight_waits_on_each_devices_last_call() -> None:
+    """Law: a host-driven loop spanning both devices with ``parallel_iterations=1`` waits, before each
+    next iteration, for the last call handed to each device's worker (``last_fut``, read by the
+    window), and a kernel error of an iteration is raised as the reference's. Kills the worker's
+    future not recorded as its device's last call (the window then waits on ``None``)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = tn.assert_true(y < 100.0, tn.sleep(y * 2.0, 0.0), "y grew past 100")
+            with tn.device("cpu:0"):
+                return i + 1, y2 + 1.0
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 4, body, [tn.constant(0), x], parallel_iterations=1)
+    sess = _session(g, "auto")
+    assert float(sess.run(y, {x: 1.0})) == 31.0  # 1 -> 3 -> 7 -> 15 -> 31
+    assert _plans(sess)[0].threaded
+    with pytest.raises(tn.KernelError, match="y grew past 100"):
+        sess.run(y, {x: 60.0})
+    sess.close()
+
+
+def test_a_traced_worker_waits_for_its_devices_error_word_before_closing_its_span(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Law: a traced worker ends its segment's span only once the call has run: it waits for the
+    device's new error word (an int32 array), so the span is the call's run, not its dispatch. Kills
+    the wait given ``None`` (a no-op) or another key."""
+    waited: list[Any] = []
+    real = jax.block_until_ready
+
+    def recording(x: Any) -> Any:
+        waited.append(x)
+        return real(x)
+
+    monkeypatch.setattr(jax, "block_until_ready", recording)
+    g, x, z = _chain(sleep=True)
+    sess = _session(g, "auto")
+    sess.run(z, {x: np.array([1.0, 2.0], np.float32)}, trace=True)
+    sess.close()
+    errs = [w for w in waited if isinstance(w, jax.Array) and w.shape == () and w.dtype == np.int32]
+    assert waited and all(w is not None for w in waited) and len(errs) >= len(_plans(sess)[0].schedule.segments), waited
