@@ -493,3 +493,66 @@ def test_a_traced_worker_waits_for_its_devices_error_word_before_closing_its_spa
     sess.close()
     errs = [w for w in waited if isinstance(w, jax.Array) and w.shape == () and w.dtype == np.int32]
     assert waited and all(w is not None for w in waited) and len(errs) >= len(_plans(sess)[0].schedule.segments), waited
+
+
+def _static_loop_variable() -> tuple[tn.Graph, Any, Any, Any]:
+    """A loop spanning the devices whose variable ``k`` a segment on cpu:1 computes as a value known
+    when traced (``k2``, from the static size of ``y2``): ``y`` is ``x * 2 * 3 ** (n - 1)``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+
+        def body(i: tn.Tensor, k: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = tn.sleep(y * k, 0.0)
+                k2 = tn.cast(tn.size(y2), tn.float32) + 1.0
+            return i + 1, k2, y2
+
+        with tn.device("cpu:0"):
+            _, _, y = tn.while_loop(lambda i, k, y: i < n, body, [tn.constant(0), tn.constant(2.0), x])
+    return g, x, n, y
+
+
+def test_a_threaded_loops_variable_known_when_traced_enters_each_iteration_as_a_device_value() -> None:
+    """Law: in a threaded run a loop variable that a worker's segment computes as a value known when
+    traced enters the next iteration as a device value, as the host driver enters the values it
+    holds: the body's segments trace once for the loop, so a run of 4 iterations traces nothing that
+    a run of 1 did not, and the values are the reference's. Kills the loop variable's ``data`` flag
+    ignored (a static value per iteration: a trace more) and its value dropped."""
+    g, x, n, y = _static_loop_variable()
+    sess = _session(g, "auto")
+    feed = np.array([1.0, 2.0], np.float32)
+    np.testing.assert_allclose(sess.run(y, {x: feed, n: 1}), [2.0, 4.0])
+    traces = sess.backend.compile_count
+    np.testing.assert_allclose(sess.run(y, {x: feed, n: 4}), [54.0, 108.0])  # 2 * 3 ** 3
+    assert sess.backend.compile_count == traces and _plans(sess)[0].threaded
+    sess.close()
+
+
+def test_every_device_value_a_worker_hands_its_segment_lives_on_the_segments_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Law: a worker copies each input its segment reads to the segment's device before the call: a
+    loop variable known when traced, a value made on the other device and a value made on its own
+    device all reach the call committed to that device (the call never moves a value itself). Kills
+    the copies made to JAX's default device (``device_put`` without the device, or with ``None``)."""
+    seen: list[tuple[str, Any]] = []
+    real = PlanRun.call
+
+    def spying(self: PlanRun, seg: Any, env_in: dict[Any, Any], state: dict[str, Any]) -> Any:
+        seen.extend((seg.device, v) for v in env_in.values() if isinstance(v, jax.Array))
+        return real(self, seg, env_in, state)
+
+    monkeypatch.setattr(PlanRun, "call", spying)
+    g, x, n, y = _static_loop_variable()
+    sess = _session(g, "auto")
+    np.testing.assert_allclose(sess.run(y, {x: np.array([1.0, 2.0], np.float32), n: 3}), [18.0, 36.0])
+    jdev = sess.backend.jax_devices
+    sess.close()
+    g, x, z = _chain(sleep=True)
+    sess = _session(g, "auto")
+    np.testing.assert_allclose(sess.run(z, {x: np.array([1.0, 2.0], np.float32)}), [3.0, 5.0])
+    sess.close()
+    assert {d for d, _ in seen} == set(jdev)
+    wrong = [(d, v.devices(), v.committed) for d, v in seen if v.devices() != {jdev[d]} or not v.committed]
+    assert not wrong, wrong
