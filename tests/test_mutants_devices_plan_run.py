@@ -254,7 +254,7 @@ def test_a_threaded_runs_host_known_value_stays_static_on_the_other_device() -> 
     """Law: a value known on the host (a shape computed from a feed) reaches a worker as it is, not
     copied to the worker's device: ``fill`` on cpu:1 needs its shape static. Kills the host value
     (``where`` None) put on the device like a device value (``is not None`` turned ``is None``, ``and``
-    turned ``or``)."""
+    turned ``or``: the plan is then specialised on the feed to make the shape static again)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
@@ -264,7 +264,9 @@ def test_a_threaded_runs_host_known_value_stays_static_on_the_other_device() -> 
             y = tn.sleep(tn.fill(s, 1.5), 0.0)
     sess = _session(g, "auto")
     np.testing.assert_array_equal(sess.run(y, {x: np.zeros((2, 3), np.float32)}), np.full((4, 6), 1.5, np.float32))
-    assert _plans(sess)[0].threaded
+    # (one plan, not specialised on the feed: a device value there would need it)
+    plans = _plans(sess)
+    assert len(plans) == 1 and plans[0].threaded and not plans[0].static_feeds
     sess.close()
 
 
@@ -556,3 +558,32 @@ def test_every_device_value_a_worker_hands_its_segment_lives_on_the_segments_dev
     assert {d for d, _ in seen} == set(jdev)
     wrong = [(d, v.devices(), v.committed) for d, v in seen if v.devices() != {jdev[d]} or not v.committed]
     assert not wrong, wrong
+
+
+def test_a_host_conds_merge_index_reaches_a_worker_as_a_value_known_when_traced() -> None:
+    """Law: the index a cond's Merge outputs, where the host reads the predicate and joins the
+    branches, is known on the host; a worker on the other device hands it to its segment as it is,
+    not copied to the device, so a ``fill`` whose shape it gives compiles without specialising the
+    plan on the fed predicate: one plan, no static feeds, the reference's values for either branch.
+    Kills a value known on the host (``where`` None) put on the device (``and`` turned ``or``)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        c = tn.placeholder(tn.bool, [], name="c")
+        with tn.device("cpu:1"):
+            s = tn.sleep(x * 2.0, 0.0)
+            f, t = tn.raw.switch(s, c)
+        with tn.device("cpu:0"):
+            t2 = tn.sleep(t * 3.0, 0.0)
+            f2 = tn.sleep(f + 1.0, 0.0)
+            m, idx = tn.raw.merge([f2, t2])
+        with tn.device("cpu:1"):
+            z = tn.sleep(tn.fill(tn.stack([idx + 1, 2]), 1.0) * tn.reduce_sum(m), 0.0)
+    sess = _session(g, "auto")
+    ref = tn.Session(g)
+    feed = np.array([1.0, 2.0], np.float32)
+    for taken in (True, False, True):
+        np.testing.assert_allclose(sess.run(z, {x: feed, c: taken}), ref.run(z, {x: feed, c: taken}))
+    plans = _plans(sess)
+    assert len(plans) == 1 and plans[0].threaded and not plans[0].static_feeds
+    sess.close()
