@@ -26,6 +26,7 @@ import turnout as tn
 from turnout.devices.plan_run import HOST_CALLBACK_OPS, WHO, DevicePlan, PlanRun
 from turnout.fast import stacks as stk
 from turnout.fast.emit import var_key
+from turnout.fast.outcome import Retry
 from turnout.fast.regions import program_nodes
 from turnout.fast.runner import RunPolicy
 from turnout.fast.timeline import Timeline
@@ -535,9 +536,11 @@ def test_a_threaded_loops_variable_known_when_traced_enters_each_iteration_as_a_
 def test_every_device_value_a_worker_hands_its_segment_lives_on_the_segments_device(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Law: a worker copies each input its segment reads to the segment's device before the call: a
-    loop variable known when traced, a value made on the other device and a value made on its own
-    device all reach the call committed to that device (the call never moves a value itself). Kills
-    the copies made to JAX's default device (``device_put`` without the device, or with ``None``)."""
+    loop variable known when traced, a value made on the other device (a loop's entry among them) and
+    a value made on its own device all reach the call committed to that device (the call never moves
+    a value itself). Kills the copies made to JAX's default device (``device_put`` without the device,
+    or with ``None``) and a worker's output recorded as known on the host (``where`` None: a loop
+    entered with it would hand it on uncopied)."""
     seen: list[tuple[str, Any]] = []
     real = PlanRun.call
 
@@ -554,6 +557,24 @@ def test_every_device_value_a_worker_hands_its_segment_lives_on_the_segments_dev
     g, x, z = _chain(sleep=True)
     sess = _session(g, "auto")
     np.testing.assert_allclose(sess.run(z, {x: np.array([1.0, 2.0], np.float32)}), [3.0, 5.0])
+    sess.close()
+    # a loop entered with a value a worker made on the other device
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [2], name="x")
+        with tn.device("cpu:1"):
+            a = tn.sleep(x * 2.0, 0.0)
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:0"):
+                y2 = tn.sleep(y + 1.0, 0.0)
+            with tn.device("cpu:1"):
+                return i + 1, tn.sleep(y2 * 3.0, 0.0)
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 2, body, [tn.constant(0), a])
+    sess = _session(g, "auto")
+    np.testing.assert_allclose(sess.run(y, {x: np.array([1.0, 2.0], np.float32)}), [30.0, 48.0])
     sess.close()
     assert {d for d, _ in seen} == set(jdev)
     wrong = [(d, v.devices(), v.committed) for d, v in seen if v.devices() != {jdev[d]} or not v.committed]
@@ -586,4 +607,31 @@ def test_a_host_conds_merge_index_reaches_a_worker_as_a_value_known_when_traced(
         np.testing.assert_allclose(sess.run(z, {x: feed, c: taken}), ref.run(z, {x: feed, c: taken}))
     plans = _plans(sess)
     assert len(plans) == 1 and plans[0].threaded and not plans[0].static_feeds
+    sess.close()
+
+
+def test_a_workers_retry_becomes_the_runs_and_the_run_is_made_again_with_larger_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Law: a call that hands back a ``Retry`` on a worker (a driven loop's chunk that cannot run an
+    iteration; here the first call of the run, by a stand-in) makes that ``Retry`` the run's: the
+    worker's outputs are dead to whatever waits on them, nothing fails, and the run is made again
+    with the larger chunks, giving the reference's values. Kills the worker's ``Retry`` dropped
+    (``None``, ``and``: the fetch is then dead) and the error word it hands back read under another
+    key (the waiting calls then fail)."""
+    real = PlanRun.call
+    first: list[int] = []
+
+    def retry_once(self: PlanRun, seg: Any, env_in: dict[Any, Any], state: dict[str, Any]) -> Any:
+        if not first:
+            first.append(self.plan.capacity)
+            return Retry(2 * self.plan.capacity)
+        return real(self, seg, env_in, state)
+
+    monkeypatch.setattr(PlanRun, "call", retry_once)
+    g, x, z = _chain(sleep=True)
+    sess = _session(g, "auto")
+    np.testing.assert_allclose(sess.run(z, {x: np.array([1.0, 2.0], np.float32)}), [3.0, 5.0])
+    stats = sess.last_result.stats if sess.last_result is not None else {}
+    assert stats["stack_capacity_retries"] == 1 and stats["stack_capacity"] == 2 * first[0], stats
+    assert _plans(sess)[-1].threaded
     sess.close()
