@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_exports
 from stand_ins import CheckRecorder
 
 import turnout as tn
@@ -218,3 +219,26 @@ def test_a_shape_known_only_when_run_is_refused_or_specialised() -> None:
     with pytest.raises(ResourceExhaustedError, match=re.escape(describe_node(n))):
         with allocation_limit(1024):
             _lowered(n, [np.asarray([257], np.int32), np.asarray(0, np.int64)])
+
+
+@pytest.mark.parametrize("dtype,fits", [(tn.float32, 256), (tn.int64, 128)])
+def test_the_allocation_guard_counts_the_draws_own_dtype(dtype: Any, fits: int) -> None:
+    """Law: the allocation guard sizes a draw by its own dtype's bytes: under a 1024-byte limit a
+    draw of ``1024 // itemsize`` elements is made, one more is a ``ResourceExhaustedError`` naming
+    the node. Kills the guard given no dtype (``np.dtype(None)`` is float64's 8 bytes, refusing a
+    float32 draw of 256) or none of its arguments."""
+    dist = "RandomUniformInt" if dtype in (tn.int32, tn.int64) else "RandomUniform"
+    n = _draw(dist, dtype, [1])
+    extra = [np.asarray(-4, dtype.numpy), np.asarray(9, dtype.numpy)] if dist == "RandomUniformInt" else []
+    with allocation_limit(1024):
+        got = _lowered(n, [np.asarray([fits], np.int32), np.asarray(0, np.int64), *extra])
+        assert got.shape == (fits,) and got.dtype == dtype.numpy
+        with pytest.raises(ResourceExhaustedError, match=re.escape(describe_node(n))):
+            _lowered(n, [np.asarray([fits + 1], np.int32), np.asarray(0, np.int64), *extra])
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """Law: ``__all__`` names only what the module defines, ``philox`` (``test_exports``'s law, for this
+    module). Kills every mutant of ``__all__`` (``None``, the name renamed)."""
+    test_exports.test_every_exported_name_exists("turnout.fast.lower_random")
+    assert lower_random.__all__ == ["philox"]
