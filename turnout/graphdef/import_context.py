@@ -191,7 +191,8 @@ class ImportContext:
             return r
         start = r.start if r.start is not None else r.start_tensor
         delta = r.delta if r.delta is not None else r.delta_tensor
-        if any(isinstance(v, Tensor) and v.dtype != limit.dtype for v in (start, delta)):
+        if start is None or delta is None or any(isinstance(v, Tensor) and v.dtype != limit.dtype
+                                                 for v in (start, delta)):
             return r
         if isinstance(delta, int) and delta == 0:
             raise UnsupportedError(f"{self.where()}: reads a Range whose delta is 0")
