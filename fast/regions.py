@@ -140,9 +140,8 @@ class Program:
 
 
 def item_nodes(it: Item) -> list[Node]:
-    """Every node an item holds, at any depth (a region's structural nodes included); a node holds
-    itself."""
-    return it.nodes if isinstance(it, (CondRegion, WhileRegion)) else [it]
+    """Every node an item holds, at any depth (a region's structural nodes included)."""
+    return [it] if isinstance(it, Node) else it.nodes
 
 
 def program_nodes(program: Program) -> list[Node]:

@@ -288,6 +288,8 @@ def _deciding_case(monkeypatch: pytest.MonkeyPatch, behind: dict[int, Any], smal
     invs = [SimpleNamespace(inputs=[_t(v, 0, graph)], outputs=[_t(67 + v)]) for v in (3, 4)]
     r.invariants = invs
     r.header = [SimpleNamespace(inputs=[_t(20), _t(21)]), SimpleNamespace(inputs=[_t(70)])]
+    for h in r.header:  # (each stand-in node holds itself, as fast.regions.item_nodes reads an item)
+        h.nodes = [h]
     em = _Em({0: jnp.zeros(()), 1: np.asarray(1), 2: jnp.zeros(())})
     loop = _Loop(em, r, stop=3)
     loop.base = {(70, 0): jnp.zeros(()), (71, 0): jnp.zeros(())}
