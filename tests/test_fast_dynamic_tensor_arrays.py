@@ -231,8 +231,8 @@ def test_a_loop_spanning_two_devices_grows_its_array() -> None:
     assert sess.last_result is not None and sess.last_result.stats["stack_capacity_retries"] == 2
 
 
-# half the loaded profile's budget: each example compiles a program (the default run's time)
-@settings(deadline=None, max_examples=max(1, settings.default.max_examples // 2))
+# a quarter of the loaded profile's budget: each example compiles a program (the default run's time)
+@settings(deadline=None, max_examples=max(1, settings.default.max_examples // 4))
 @given(n=st.integers(0, 9), start=st.integers(0, 3), stride=st.sampled_from([1, 2]),
        chunk=st.sampled_from([1, 3, 1024]), use=st.sampled_from(["fetch", "reduce", "gradient", "size", "read"]),
        declared=st.booleans(), where=st.sampled_from(["body", "inner loop", "branch"]))

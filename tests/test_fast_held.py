@@ -244,8 +244,8 @@ def variable_loops(draw: Any) -> tuple[str, Any, Any, bool]:
             draw(st.booleans()))
 
 
-# a fifth of the loaded profile's budget: each program is trained on two backends and two routes
-@settings(max_examples=max(1, settings.default.max_examples // 5))
+# a tenth of the loaded profile's budget: each program is trained on two backends and two routes
+@settings(max_examples=max(1, settings.default.max_examples // 10))
 @given(variable_loops(), st.lists(st.integers(0, 6), min_size=2, max_size=3), st.booleans())
 def test_random_loops_reading_variables_train_as_the_reference(
         loop: tuple[str, Any, Any, bool], trips: list[int], staged: bool) -> None:

@@ -129,7 +129,7 @@ def test_a_trip_count_that_data_decide_is_not_compiled() -> None:
 
 
 # half the loaded profile's budget: each example compiles a program (the default run's time)
-@settings(deadline=None, max_examples=max(1, settings.default.max_examples // 2))
+@settings(deadline=None, max_examples=max(1, settings.default.max_examples // 4))
 @given(n=st.integers(0, 5), step=st.sampled_from([1, 2]), bound=st.sampled_from(["fed", "constant", "nested"]),
        use=st.sampled_from(["value", "gradient"]))
 def test_generated_growing_loops_agree_with_the_reference(n: int, step: int, bound: str, use: str) -> None:

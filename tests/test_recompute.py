@@ -629,8 +629,8 @@ def test_any_trip_count_under_any_budget(n: int, slots: int, slack: int, kind: s
         assert live_tanh(m["sessions"]["reference"]) == schedule.cost(n, slots).body_calls
 
 
-# an eighth of the loaded profile's budget (6 in the default run): each example compiles
-@settings(max_examples=max(1, settings.default.max_examples // 8))
+# a sixteenth of the loaded profile's budget (3 in the default run): each example compiles
+@settings(max_examples=max(1, settings.default.max_examples // 16))
 @given(n=st.integers(0, 40), slots=st.sampled_from([1, 2, 3, 5]),
        backend=st.sampled_from(["fast", "partitioned", "fast partitioned"]), kind=st.sampled_from(KINDS))
 def test_any_trip_count_on_the_compiled_and_partitioned_backends(n: int, slots: int, backend: str, kind: str) -> None:
@@ -782,7 +782,7 @@ def test_an_array_the_body_reads_keeps_its_stacks() -> None:
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
 
 
-@settings(max_examples=examples(20), deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(rows=st.integers(0, 25), slots=st.integers(1, 9), kind=st.sampled_from(["scan", "map", "writes"]),
        backend=st.sampled_from(["reference", "fast"]))
 def test_any_trip_count_of_an_accumulating_loop(rows: int, slots: int, kind: str, backend: str) -> None:
