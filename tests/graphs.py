@@ -174,3 +174,55 @@ def recomputed_tanh_loop(steps: int, slots: int) -> tuple[tn.Graph, tn.Tensor, t
                              name="rnn", memory_budget=slots * 24)
         (gx,) = tn.gradients(tn.reduce_sum(y), [x])
     return g, x, gx
+
+
+def inner_loop_on_the_second_device(inner: int, outer: int) -> tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, Any]]:
+    """``[y, dy/dx]`` of ``y = x**(inner * outer)`` at ``x = 1.01``: an outer loop of ``outer``
+    iterations on cpu:0 whose body runs an inner loop of ``inner`` multiplications on cpu:1, so the
+    inner loop's gradient pushes ``inner`` entries within one segment call there."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                _, y2 = tn.while_loop(lambda j, y: j < inner, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
+            with tn.device("cpu:0"):
+                return i + 1, y2 + 0.0
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < outer, body, [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    return g, [y, dx], {x: 1.01}
+
+
+def rnn_training_step() -> tuple[tn.Graph, dict[str, Any]]:
+    """A training step through a loop: a tanh recurrence over ``n`` fed steps (``x``, ``n``), its
+    weights ``w`` a Variable trained by SGD (``loss``, ``step``; ``h`` the last state); the gradient's
+    stacks make it a fused plan on the fast backend."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        w = tn.Variable(np.array([0.5, -0.4, 0.3, 0.2], np.float32), name="w")
+        _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(h * w.read() + x)),
+                             [tn.constant(0), tn.zeros([4], tn.float32)])
+        loss = tn.reduce_sum(h * h)
+        step = tn.train.SGD(0.1).minimize(loss)
+    return g, {"x": x, "n": n, "w": w, "h": h, "loss": loss, "step": step}
+
+
+def host_shape_filled_on_the_second_device(sleep: bool = False) -> tuple[tn.Graph, tn.Tensor, tn.Tensor]:
+    """``(graph, x, y)``: a shape computed from a fed ``x`` of shape [2, 3] on cpu:0 (a value known on
+    the host while tracing) read by a ``fill`` of 1.5 on cpu:1; ``sleep`` puts a zero ``Sleep`` (a host
+    callback) after the fill, which makes the partitioned executor dispatch from worker threads."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
+        with tn.device("cpu:0"):
+            s = tn.shape(x) * 2
+        with tn.device("cpu:1"):
+            y = tn.fill(s, 1.5)
+            if sleep:
+                y = tn.sleep(y, 0.0)
+    return g, x, y

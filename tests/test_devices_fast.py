@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from graphs import vector_loop_round_robin
+from graphs import inner_loop_on_the_second_device, vector_loop_round_robin
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import Built, assert_same_outcome, build, to_source
@@ -654,33 +654,13 @@ def test_the_fast_partitioned_executor_takes_the_fast_backend_s_options() -> Non
     assert sess.backend._single.backend.options is sess.backend.options  # the one-device tier: the same value
 
 
-def _inner_pushes_past_the_chunk() -> tuple[tn.Graph, list[tn.Tensor], dict[tn.Tensor, Any]]:
-    """y = x**15 through an outer loop of 3 iterations whose body spans cpu:0 and cpu:1, each running an
-    inner loop of 5 multiplications on cpu:1 compiled whole: its gradient pushes 5 entries within one
-    segment call."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-
-        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
-            with tn.device("cpu:1"):
-                _, y2 = tn.while_loop(lambda j, y: j < 5, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
-            with tn.device("cpu:0"):
-                return i + 1, y2 + 0.0
-
-        with tn.device("cpu:0"):
-            _, y = tn.while_loop(lambda i, y: i < 3, outer, [tn.constant(0), tn.ones_like(x)])
-        (dx,) = tn.gradients(y, [x])
-    return g, [y, dx], {x: 1.01}
-
-
 @pytest.mark.parametrize("threads", ["auto", "always"])
 def test_a_stack_outgrowing_its_chunk_within_one_call_reruns_the_plan(threads: str) -> None:
     """A stack that outgrows its chunk inside one segment call (an inner loop compiled whole, pushed 5
     times into a chunk of 1) gives the run a ``Retry``: the host stops dispatching, its loops and conds
     return, and the executor runs the plan again with the larger chunk, the values those of the
     reference, from the host thread and from per-device workers alike."""
-    g, fetches, feeds = _inner_pushes_past_the_chunk()
+    g, fetches, feeds = inner_loop_on_the_second_device(inner=5, outer=3)
     sess = tn.Session(g, backend="fast", devices=D2, stack_chunk=1, threads=threads)
     got = sess.run(fetches, feeds)
     np.testing.assert_allclose(got, [1.01**15, 15 * 1.01**14], rtol=1e-12)

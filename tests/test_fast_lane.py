@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import rnn_training_step
 
 import turnout as tn
 from turnout.errors import FeedError, KernelError, NonTerminationError, ValidationError
@@ -387,21 +388,6 @@ def test_a_lane_of_mixed_feeds_checks_each_one_as_the_session_does() -> None:
 
 
 # ---- the lane of a plan's fused attempt (a gradient through a loop: ``make_fused_lane``) --------------
-def _rnn_step(trips: int | None = 3) -> tuple[tn.Graph, dict[str, Any]]:
-    """A training step through a loop: ``[loss, train_op]`` of a tanh recurrence over ``n`` steps
-    (fed), its weights a Variable trained by SGD; the gradient's stacks make it a fused plan."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [4], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        w = tn.Variable(np.array([0.5, -0.4, 0.3, 0.2], np.float32), name="w")
-        _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(h * w.read() + x)),
-                             [tn.constant(0), tn.zeros([4], tn.float32)])
-        loss = tn.reduce_sum(h * h)
-        step = tn.train.SGD(0.1).minimize(loss)
-    return g, {"x": x, "n": n, "w": w, "h": h, "loss": loss, "step": step}
-
-
 def _both(g: tn.Graph) -> tuple[tn.Session, tn.Session]:
     return tn.Session(g, backend="fast"), tn.Session(g, backend="reference")
 
@@ -409,7 +395,7 @@ def _both(g: tn.Graph) -> tuple[tn.Session, tn.Session]:
 def test_a_repeated_training_step_through_a_loop_takes_the_fused_lane_and_trains_as_the_reference() -> None:
     """Runs two and later of the same signature take the fused attempt's lane; every run's loss and
     the trained Variable match the reference, and nothing is compiled after the first run."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     routes = []
@@ -485,7 +471,7 @@ def test_a_fused_lane_hands_a_run_that_outgrows_its_stacks_back_to_the_general_p
     """The lane runs on the stack capacity that held the last run (128 entries): a run of 300
     iterations outgrows it, the lane hands it back, and the general path climbs to the next rung
     and gives the reference's values; Variables are trained once per run, never twice."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     for trips in (3, 3, 3, 300, 300, 300, 4):
@@ -498,7 +484,7 @@ def test_a_fused_lane_hands_a_run_that_outgrows_its_stacks_back_to_the_general_p
 
 
 def _a_branch_tensor(g: tn.Graph, t: dict[str, Any]) -> tuple[tn.Tensor, tn.Tensor]:
-    """``(p, picked)``: a fed predicate ``p`` added to ``_rnn_step``'s graph, and a tensor of a cond's
+    """``(p, picked)``: a fed predicate ``p`` added to ``graphs.rnn_training_step``'s graph, and a tensor of a cond's
     true branch on it (``h * 2``), dead when ``p`` is false."""
     with g.as_default():
         p = tn.placeholder(tn.bool, [], name="p")
@@ -516,7 +502,7 @@ def test_a_fused_lane_sees_released_buffers_a_replaced_variable_and_a_dead_fetch
     """Each thing the fused lane depends on, changed between runs: stack buffers released
     (``release_buffers``), a Variable set from outside, a fetch on a branch that does not run. The
     run after each is the reference's, and a dead fetch is refused as on the general path."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     p, picked = _a_branch_tensor(g, t)
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
@@ -555,7 +541,7 @@ def test_a_fused_lane_returns_a_fetched_feed() -> None:
     lane failed on the first run, looking for it among the call's results (and before the flat call,
     the lane's repeat raised ``KeyError``). The lane returns the fed value, as the general path does,
     as an array or a Python number, and a dead fetch beside it is still refused."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     p, picked = _a_branch_tensor(g, t)
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
@@ -577,7 +563,7 @@ def test_a_fused_lane_returns_a_fetched_feed() -> None:
 def test_a_fused_lane_raises_a_runaway_loop_as_the_general_path_does() -> None:
     """The lane calls with the default iteration bound: a loop that runs past it raises
     ``NonTerminationError`` there, and no Variable is trained by that run."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast = tn.Session(g, backend="fast")
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     for _ in range(3):
@@ -595,7 +581,7 @@ def test_a_device_array_feed_takes_the_lane_until_it_is_deleted() -> None:
     deleted one is the session's ``FeedError``, never a crash inside JAX, and another live array of
     the same signature takes the lane again."""
     jax = pytest.importorskip("jax")
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     with g.as_default():
         doubled = t["x"] * 2.0
     fast, ref = _both(g)
@@ -622,7 +608,7 @@ def test_a_fused_lane_with_overlapped_reads_trains_as_the_reference(overlap: boo
     """``overlap_reads`` (on for a GPU; forced here) makes a lane start every read-back before
     waiting for the first; the fused lane's runs still give the reference's losses and Variables,
     and raise a runaway loop."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast, ref = _both(g)
     fast.backend.overlap_reads = overlap
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
@@ -643,7 +629,7 @@ def test_no_fused_lane_is_made_for_a_stage_not_compiled_again_yet() -> None:
     from turnout.fast.fused_lane import make_fused_lane
     from turnout.fast.repeat import HotFused
 
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast = tn.Session(g, backend="fast")
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     fetches = [t["loss"], t["step"]]
@@ -688,7 +674,7 @@ def test_a_fused_lane_is_made_once_per_signature(monkeypatch: Any) -> None:
         return inner(*a, **k)
 
     monkeypatch.setattr(repeat_module, "make_fused_lane", counted)
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast = tn.Session(g, backend="fast")
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     for k in range(5):
@@ -704,7 +690,7 @@ def test_lanes_of_replaced_routes_are_not_kept() -> None:
     """A Variable set from outside before every run sends every run to the general path, which records
     a new route for a fused plan each time; the backend keeps the lanes of the current routes only,
     not one per run, and every run trains as the reference does."""
-    g, t = _rnn_step()
+    g, t = rnn_training_step()
     fast, ref = _both(g)
     xv = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
     for k in range(8):

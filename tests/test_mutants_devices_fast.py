@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import host_shape_filled_on_the_second_device
 
 import turnout as tn
 
@@ -19,13 +20,7 @@ def test_a_value_known_on_the_host_stays_static_when_another_device_reads_it() -
     it so. It must not be recorded as living on cpu:0 and copied to cpu:1 as a device array: the fill
     would then have a run-time shape, which the fast backend does not compile (``fallback=False``
     makes that an error instead of a quiet run on the reference executor)."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
-        with tn.device("cpu:0"):
-            s = tn.shape(x) * 2
-        with tn.device("cpu:1"):
-            y = tn.fill(s, 1.5)
+    g, x, y = host_shape_filled_on_the_second_device()
     sess = tn.Session(g, backend="fast", devices=D2, fallback=False)
     got = sess.run(y, {x: np.zeros((2, 3), np.float32)})
     np.testing.assert_array_equal(got, np.full((4, 6), 1.5, np.float32))
@@ -49,13 +44,9 @@ def test_each_devices_segments_run_on_that_device(monkeypatch: pytest.MonkeyPatc
         runs.append(self)
 
     monkeypatch.setattr(plan_run.PlanRun, "__init__", keep)
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
-        with tn.device("cpu:0"):
-            s = tn.shape(x) * 2
-        with tn.device("cpu:1"):
-            y = tn.fill(s, 1.5) * 2.0
+    g, x, filled = host_shape_filled_on_the_second_device()
+    with g.as_default(), tn.device("cpu:1"):
+        y = filled * 2.0
     sess = tn.Session(g, backend="fast", devices=D2, fallback=False)
     np.testing.assert_array_equal(sess.run(y, {x: np.zeros((2, 3), np.float32)}), np.full((4, 6), 3.0))
     (run,) = runs

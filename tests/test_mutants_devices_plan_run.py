@@ -21,6 +21,7 @@ import jax
 import numpy as np
 import pytest
 import test_exports
+from graphs import host_shape_filled_on_the_second_device, inner_loop_on_the_second_device
 
 import turnout as tn
 from turnout.devices.plan_run import HOST_CALLBACK_OPS, WHO, DevicePlan, PlanRun
@@ -202,21 +203,9 @@ def test_a_threaded_run_whose_stack_outgrows_its_chunk_reruns_with_each_stack_on
     pushes in a chunk of 1) hands back a ``Retry``, the run stops dispatching and runs again with a
     larger chunk: the reference's values. Kills a stack put on a wrong device or allocated with wrong
     shapes, and the worker's ``Retry`` dropped (or its error word taken from another device)."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float64, [], name="x")
-
-        def outer(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
-            with tn.device("cpu:1"):
-                _, y2 = tn.while_loop(lambda j, y: j < 3, lambda j, y: (j + 1, y * x), [tn.constant(0), y])
-            with tn.device("cpu:0"):
-                return i + 1, y2 + 0.0
-
-        with tn.device("cpu:0"):
-            _, y = tn.while_loop(lambda i, y: i < 2, outer, [tn.constant(0), tn.ones_like(x)])
-        (dx,) = tn.gradients(y, [x])
+    g, fetches, feeds = inner_loop_on_the_second_device(inner=3, outer=2)
     sess = tn.Session(g, backend="fast", devices=D2, stack_chunk=1, threads="always")
-    np.testing.assert_allclose(sess.run([y, dx], {x: 1.01}), [1.01**6, 6 * 1.01**5], rtol=1e-12)
+    np.testing.assert_allclose(sess.run(fetches, feeds), [1.01**6, 6 * 1.01**5], rtol=1e-12)
     stats = sess.last_result.stats if sess.last_result is not None else {}
     assert stats["stack_capacity_retries"] > 0 and stats["stack_capacity"] >= 3, stats
     plan = _plans(sess)[-1]
@@ -256,13 +245,7 @@ def test_a_threaded_runs_host_known_value_stays_static_on_the_other_device() -> 
     copied to the worker's device: ``fill`` on cpu:1 needs its shape static. Kills the host value
     (``where`` None) put on the device like a device value (``is not None`` turned ``is None``, ``and``
     turned ``or``: the plan is then specialised on the feed to make the shape static again)."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, shape=[2, 3], name="x")
-        with tn.device("cpu:0"):
-            s = tn.shape(x) * 2
-        with tn.device("cpu:1"):
-            y = tn.sleep(tn.fill(s, 1.5), 0.0)
+    g, x, y = host_shape_filled_on_the_second_device(sleep=True)
     sess = _session(g, "auto")
     np.testing.assert_array_equal(sess.run(y, {x: np.zeros((2, 3), np.float32)}), np.full((4, 6), 1.5, np.float32))
     # (one plan, not specialised on the feed: a device value there would need it)

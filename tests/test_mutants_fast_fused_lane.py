@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
+from graphs import rnn_training_step
 
 import turnout as tn
 from turnout.errors import ResourceExhaustedError
@@ -153,21 +154,6 @@ def test_the_module_exports_what_it_defines() -> None:
     test_every_exported_name_exists("turnout.fast.fused_lane")
 
 
-def _training_step() -> tuple[tn.Graph, Any, Any, Any, Any]:
-    """A training step through a loop (a fused plan: the gradient's stacks): ``(graph, x, n, loss,
-    train op)`` of a tanh recurrence over ``n`` fed steps, its weights a Variable trained by SGD."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [4], name="x")
-        n = tn.placeholder(tn.int32, [], name="n")
-        w = tn.Variable(np.array([0.5, -0.4, 0.3, 0.2], np.float32), name="w")
-        _, h = tn.while_loop(lambda i, h: i < n, lambda i, h: (i + 1, tn.tanh(h * w.read() + x)),
-                             [tn.constant(0), tn.zeros([4], tn.float32)])
-        loss = tn.reduce_sum(h * h)
-        step = tn.train.SGD(0.1).minimize(loss)
-    return g, x, n, loss, step
-
-
 @pytest.mark.parametrize("message, raised", [("RESOURCE_EXHAUSTED: 8 GiB", ResourceExhaustedError),
                                              ("INTERNAL: a fault", jax.errors.JaxRuntimeError)])
 def test_a_fused_lanes_failing_call_raises_the_general_paths_error(monkeypatch: pytest.MonkeyPatch, message: str,
@@ -182,9 +168,10 @@ def test_a_fused_lanes_failing_call_raises_the_general_paths_error(monkeypatch: 
         return call
 
     monkeypatch.setattr(fused_lane, "ahead_of_time", failing)
-    g, x, n, loss, step = _training_step()
+    g, t = rnn_training_step()
     sess = tn.Session(g, backend="fast")
-    feed = {x: np.array([0.1, -0.2, 0.3, 0.05], np.float32), n: 3}
+    loss, step = t["loss"], t["step"]
+    feed = {t["x"]: np.array([0.1, -0.2, 0.3, 0.05], np.float32), t["n"]: 3}
     sess.run([loss, step], feed)
     with pytest.raises(raised, match=r"^fast backend: the device ran out of memory" if raised is ResourceExhaustedError
                        else "^INTERNAL: a fault$"):
