@@ -165,7 +165,7 @@ class ImportContext:
         NodeDef's name takes the NodeDef's ``_output_shapes`` so, where TensorFlow wrote them."""
         name = self.prefix + self.node.name + (f"/_tn/{suffix or op}" if suffix is not None else "")
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
-        inputs = [self._range_tensor(t) if isinstance(t, RangeMarker) else t for t in inputs]
+        inputs = [self.range_tensor(t) for t in inputs]
         for t in inputs:
             if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes, Ref)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')

@@ -43,14 +43,15 @@ def _checked(ctx: ImportContext, ok: Tensor, x: Tensor, message: str, suffix: st
     return ctx.create("Assert", [every, x], {"message": f"{ctx.node.name}: {message}"}, suffix=suffix).outputs[0]
 
 
-def _rows_in_range(ctx: ImportContext, idx: Tensor, rows: int) -> Tensor:
-    """``idx`` (int32) once each entry is in ``[0, rows)``, TensorFlow's check of a scatter's indices."""
-    idx = _int32(ctx, idx, "indices")
+def _rows_in_range(ctx: ImportContext, idx: Tensor, rows: int, what: str = "indices") -> Tensor:
+    """``idx`` (int32) once each entry is in ``[0, rows)``, TensorFlow's check of a scatter's indices
+    (or of a partition's ids, ``what``)."""
+    idx = _int32(ctx, idx, what)
     lo = ctx.const(np.zeros((), np.int32), [idx], suffix="zero")
     hi = ctx.const(np.asarray(rows, np.int32), [idx], suffix="rows")
     ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [idx, lo], suffix="ge").outputs[0],
                                    ctx.create("Less", [idx, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
-    return _checked(ctx, ok, idx, f"indices must be in [0, {rows})", "check")
+    return _checked(ctx, ok, idx, f"{what} must be in [0, {rows})", "check")
 
 
 def _full_shape(x: Tensor) -> list[int]:
@@ -254,12 +255,7 @@ def _dynamic_partition(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     rest = _rows_after(ctx, data, parts, "the data")
     num = int(ctx.attr("num_partitions"))
     flat = ctx.create("Reshape", [parts], {"shape": [-1]}, suffix="flat_partitions").outputs[0]
-    lo = ctx.const(np.zeros((), np.int32), [flat], suffix="zero")
-    hi = ctx.const(np.asarray(num, np.int32), [flat], suffix="num")
-    ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [flat, lo], suffix="ge").outputs[0],
-                                   ctx.create("Less", [flat, hi], suffix="lt").outputs[0]],
-                    suffix="in_range").outputs[0]
-    flat = _checked(ctx, ok, flat, f"partitions must be in [0, {num})", "check")
+    flat = _rows_in_range(ctx, flat, num, "partitions")
     rows = ctx.create("Reshape", [data], {"shape": [-1, *rest]}, suffix="rows").outputs[0]
     outs = []
     for i in range(num):
