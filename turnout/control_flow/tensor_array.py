@@ -30,11 +30,26 @@ class TensorArray:
     ``dynamic_size=True``: a write past the end grows the array to hold it (slots between stay
     unwritten), as TensorFlow's does, for outputs whose count a loop decides (a decoder's); ``size`` is
     then where it starts (0 is usual). The fast backend compiles it as a buffer of the run's capacity
-    with a run-time length, running again at twice the capacity when the writes outgrow it."""
+    with a run-time length, running again at twice the capacity when the writes outgrow it.
+
+    TensorFlow's three hints are taken, so TensorFlow 1 code runs as written, and change nothing a
+    program that TensorFlow runs can see: ``infer_shape`` (every element has one shape here either
+    way, a write of another shape a KernelError when it runs), ``clear_after_read`` (a read leaves its
+    slot as it was, so a second read, an error in TensorFlow after a clearing read, gives the element
+    again) and ``colocate_with_first_write_call`` (placement follows the program's placement rules)."""
 
     @checked
     def __init__(self, dtype: Any = None, size: Any = None, element_shape: Any = None,
-                 name: Optional[str] = None, *, dynamic_size: bool = False, _tensor: Optional[Tensor] = None) -> None:
+                 name: Optional[str] = None, *, dynamic_size: bool = False, infer_shape: bool = True,
+                 clear_after_read: Optional[bool] = None, colocate_with_first_write_call: bool = True,
+                 _tensor: Optional[Tensor] = None) -> None:
+        """An empty array of ``size`` slots of ``dtype`` (the hints: the class's docstring)."""
+        for hint, value in (("infer_shape", infer_shape), ("colocate_with_first_write_call",
+                                                             colocate_with_first_write_call)):
+            if not isinstance(value, bool):
+                raise GraphBuildError(f"TensorArray: {hint} must be a bool, got {value!r}")
+        if clear_after_read is not None and not isinstance(clear_after_read, bool):
+            raise GraphBuildError(f"TensorArray: clear_after_read must be a bool or None, got {clear_after_read!r}")
         if _tensor is not None:
             if _tensor.dtype != dt.tensor_array:
                 raise GraphBuildError(f"{_tensor.name} is not a TensorArray value")
@@ -154,6 +169,76 @@ class TensorArray:
             ta = ta.write(idx[k], v[k], name=name if k == n - 1 else None)
         return ta
 
+    def concat(self, name: Optional[str] = None) -> Tensor:
+        """The elements joined along their first axis (TensorFlow's ``TensorArray.concat``): of shape
+        ``[size * d0, *rest]`` for elements of shape ``[d0, *rest]``. Elements share one shape here, so
+        it is ``stack()`` with its first two axes merged, and gradients and every backend need nothing
+        new. A scalar element has no axis to join: a ShapeError."""
+        from turnout.ops import concat, shape, stack
+
+        es = self.element_shape
+        if es is not None and len(es) == 0:
+            raise ShapeError(f"TensorArray.concat of {self.tensor.name}: its elements are scalars, with no axis "
+                             "to join (stack them)")
+        stacked = self.stack(name=None if name is None else f"{name}_stack")
+        dims = stacked.shape
+        if dims is not None and all(d is not None for d in dims):
+            return _reshaped(stacked, [dims[0] * dims[1], *dims[2:]], name)  # type: ignore[operator]
+        s = shape(stacked)
+        return _reshaped(stacked, concat([stack([s[0] * s[1]]), s[2:]], 0), name)
+
+    def split(self, value: Any, lengths: Any, name: Optional[str] = None) -> TensorArray:
+        """A TensorArray whose slot ``i`` holds the next ``lengths[i]`` rows of ``value`` (TensorFlow's
+        ``TensorArray.split``), ``lengths`` an int vector of a length known while building. Elements
+        share one shape here, so every length must be the same (checked while building where
+        ``lengths`` is a constant, else when it runs: a KernelError), and their sum must be
+        ``value``'s number of rows; it is then ``unstack`` of ``value`` cut into equal pieces."""
+        from turnout.ops import assert_true, convert_to_tensor, equal, reduce_all
+
+        v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) else value
+        lens = self._index_vector(lengths, "split")
+        n = _length(lens)
+        where = f"TensorArray.split into {self.tensor.name}"
+        if v.shape is not None and len(v.shape) == 0:
+            raise ShapeError(f"{where}: a scalar has no rows to split")
+        known = np.asarray(lens.node.attrs["value"]).ravel() if lens.node.op == "Const" else None
+        if known is not None:
+            if len(set(known.tolist())) > 1:
+                raise ShapeError(f"{where}: lengths {known.tolist()} differ; a Turnout TensorArray's elements "
+                                 "share one shape")
+            piece = int(known[0]) if n else 0
+            if piece < 0:
+                raise ShapeError(f"{where}: a negative length {piece}")
+            rows = n * piece
+            if v.shape is not None and v.shape[0] is not None and v.shape[0] != rows:
+                raise ShapeError(f"{where}: lengths summing to {rows} for a value of {v.shape[0]} rows")
+            if v.shape is None or v.shape[0] is None:
+                v = with_length(v, _scalar(rows), f"{where}: the value's rows are not the lengths' sum")
+            rest = None if v.shape is None else v.shape[1:]
+            if rest is not None and all(d is not None for d in rest):
+                return self.unstack(_reshaped(v, [n, piece, *rest], None), name=name)  # type: ignore[list-item]
+            return self.unstack(_reshaped(v, _cut_shape(v, _scalar(n), _scalar(piece)), None), name=name)
+        piece_t = lens[0] if n else _scalar(0)
+        same = assert_true(reduce_all(equal(lens, piece_t)), v, f"{where}: the lengths differ; a Turnout "
+                           "TensorArray's elements share one shape", data=[lens], name="split_lengths_check")
+        checked_v = with_length(same, _scalar(n) * piece_t, f"{where}: the value's rows are not the lengths' sum")
+        return self.unstack(_reshaped(checked_v, _cut_shape(checked_v, _scalar(n), piece_t), None), name=name)
+
+    def identity(self, name: Optional[str] = None) -> TensorArray:
+        """The same array as a new value (TensorFlow's ``TensorArray.identity``): a point to hang control
+        edges on, as ``tn.identity`` is for a tensor."""
+        from turnout.ops import identity
+
+        return TensorArray(_tensor=identity(self.tensor, name=name or "ta_identity"))
+
+    def close(self, name: Optional[str] = None) -> Any:
+        """A node that does nothing (TensorFlow's ``TensorArray.close``, which frees the array's
+        resource): a TensorArray here is a value, freed when nothing reads it, so there is nothing to
+        close. Returned so that TensorFlow 1 code may run it or wait on it."""
+        from turnout.ops import no_op
+
+        return no_op(name=name or "ta_close")
+
     def _index_vector(self, indices: Any, what: str) -> Tensor:
         from turnout.ops import convert_to_tensor
 
@@ -175,6 +260,29 @@ def _int_operand(x: Any, builder: str, argument: str) -> Tensor:
     from turnout.ops import convert_argument
 
     return x if isinstance(x, Tensor) else convert_argument(x, builder, argument, dtype=dt.int32)
+
+
+def _scalar(k: int) -> Tensor:
+    from turnout.ops import constant
+
+    return constant(k, dtype=dt.int32)
+
+
+def _reshaped(x: Tensor, shape: Any, name: Optional[str]) -> Tensor:
+    """``x`` reshaped to ``shape``: a list of ints, known while building (``Reshape``, whose result
+    keeps its static shape), or an int32 vector computed when it runs (``ReshapeTo``)."""
+    from turnout.ops import reshape
+
+    if isinstance(shape, list):
+        return reshape(x, shape, name=name)
+    return x.graph.create_node("ReshapeTo", [x, shape], name=name or "ta_reshape").outputs[0]
+
+
+def _cut_shape(v: Tensor, n: Tensor, piece: Tensor) -> Tensor:
+    """``[n, piece, *v.shape[1:]]``, computed when it runs: ``v``'s rows as ``n`` pieces of ``piece``."""
+    from turnout.ops import concat, shape, stack
+
+    return concat([stack([n, piece]), shape(v)[1:]], 0)
 
 
 def _length(v: Tensor) -> int:
