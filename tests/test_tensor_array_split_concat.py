@@ -143,3 +143,18 @@ def test_tensorflows_hints_change_nothing_a_program_sees() -> None:
 def test_a_hint_that_is_not_a_bool_is_refused_naming_it(hint: str, value: object) -> None:
     with tn.Graph().as_default(), pytest.raises(GraphBuildError, match=hint):
         tn.TensorArray(tn.float32, size=2, **{hint: value})
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_imported_split_whose_lengths_miss_the_rows_fails_with_tensorflows_check(backend: str) -> None:
+    """TensorFlow's fixture ``tensor_array_split_concat`` with 5 rows cut into 2 pieces: TensorFlow
+    refuses it ("Expected sum of lengths to be equal to values.shape[0]", then its values, which
+    Turnout's Assert shows in its own form), and so does the imported graph on every backend."""
+    from pathlib import Path
+
+    from turnout.graphdef import import_graph_def
+
+    imp = import_graph_def(Path(__file__).parent / "data" / "tf" / "tensor_array_split_concat.pbtxt")
+    feeds = {imp.tensor("x:0"): np.ones((5, 3), np.float32), imp.tensor("n:0"): np.asarray(2, np.int32)}
+    with pytest.raises(KernelError, match=r"Expected sum of lengths to be equal to values\.shape\[0\]"):
+        tn.Session(imp.graph, backend=backend).run(imp.tensor("joined:0"), feeds)

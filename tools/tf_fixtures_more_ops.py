@@ -173,3 +173,35 @@ def sorted_segments(tf: Any) -> list[dict[str, Any]]:
     runs = _train_runs(feeds, loss, train, [w.value()])
     return runs + [{"feeds": other, "fetches": [sums.name, means.name]},
                    {"feeds": unsorted, "fetches": [sums.name], "error": "segment ids are not increasing"}]
+
+
+@case
+def tensor_array_split_concat(tf: Any) -> list[dict[str, Any]]:
+    """A TF1 loop fed by ``TensorArray.split`` (``TensorArraySplitV3``, lengths computed from a fed
+    count) that writes a step of each piece and joins them with ``concat`` (``TensorArrayConcatV3``,
+    whose lengths output is fetched too), trained by SGD: the gradients split the concat's gradient
+    into a gradient array and concat the split's back. (A run whose rows are no multiple of the
+    count fails in TensorFlow with a message that shows its values: tests/test_tensor_array_split_concat.py
+    checks Turnout's error for it.)"""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+    w = tf.compat.v1.get_variable("w", initializer=_weights((3, 3), 210, 0.6))
+    h = tf.tanh(tf.matmul(x, w))
+    piece = tf.shape(h)[0] // n
+    pieces = tf.TensorArray(tf.float32, size=n, infer_shape=True).split(h, tf.fill([n], piece))
+    out = tf.TensorArray(tf.float32, size=n)
+
+    def body(i: Any, out: Any) -> Any:
+        return i + 1, out.write(i, pieces.read(i) * tf.cast(i + 1, tf.float32))
+
+    _, out = tf.compat.v1.while_loop(lambda i, out: i < n, body, [tf.constant(0), out])
+    concat = out.concat()
+    joined = tf.identity(concat, name="joined")
+    lengths = tf.identity(concat.op.outputs[1], name="lengths")
+    loss = tf.reduce_sum(joined * joined, name="loss")
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss)
+    rng = np.random.default_rng(211)
+    feeds = {"x:0": rng.normal(size=(6, 3)).astype(np.float32), "n:0": np.asarray(3, np.int32)}
+    other = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "n:0": np.asarray(4, np.int32)}
+    runs = _train_runs(feeds, loss, train, [w.value()])
+    return runs + [{"feeds": other, "fetches": [joined.name, lengths.name]}]

@@ -50,9 +50,9 @@ Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear 
 ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
 SegmentMean SegmentSum SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad
 SpaceToBatch SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub
-Sum Switch TanhGrad TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor TensorListPopBack
-TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose TruncateDiv TruncateMod
-Xdivy Xlogy""",
+Sum Switch TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
+TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
+TruncateDiv TruncateMod Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
 DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LinSpace
 MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3 MaxPoolGrad PadV2
@@ -61,7 +61,8 @@ ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub Scatte
 SelectV2 Slice SpaceToBatchND SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem
 TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax
 UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
-    4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArrayWriteV3""",
+    4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArraySplitV3
+TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum FusedBatchNorm FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormV2
 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3 ResourceApplyAdagradV2 ResourceApplyMomentum
 ResourceSparseApplyAdagrad SparseApplyAdagrad StridedSliceGrad""",
@@ -187,6 +188,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Sum": {"T": (0,), "Tidx": (1,)},
     "Switch": {"T": (0,)},
     "TensorArrayScatterV3": {"T": (2,)},
+    "TensorArraySplitV3": {"T": (1,)},
     "TensorArrayWriteV3": {"T": (2,)},
     "TensorListFromTensor": {"element_dtype": (0,), "shape_type": (1,)},
     "TensorListGetItem": {"Tshape": (2,)},

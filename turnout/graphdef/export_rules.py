@@ -269,12 +269,14 @@ def _update_slot(ctx: ExportContext, n: Node) -> Outs:
 @_rule("Sum", "Prod", "Mean", "Max", "Min", "All", "Any")
 def _reduce(ctx: ExportContext, n: Node) -> Outs:
     axis = n.attrs.get("axis")
-    if axis is None:
-        shp = n.inputs[0].shape
-        if shp is None:
-            raise UnsupportedError(f"{describe_node(n)}: reducing all axes needs the input's rank")
-        axis = list(range(len(shp)))
-    a = ctx.const(_i32(axis if isinstance(axis, (list, tuple)) else [axis]), "axes")
+    if axis is None and n.inputs[0].shape is None:  # every axis of a rank known when it runs, as TF writes it
+        rank = ctx.add("Rank", [ctx.t(n.inputs[0])], {"T": ctx.dtype_of(n.inputs[0])}, suffix="rank")
+        bounds = [ctx.const(_i32(0), "axes_start"), f"{rank}:0", ctx.const(_i32(1), "axes_delta")]
+        a = f'{ctx.add("Range", bounds, {"Tidx": Dt(dt.int32)}, suffix="axes")}:0'
+    else:
+        if axis is None:
+            axis = list(range(len(n.inputs[0].shape or ())))
+        a = ctx.const(_i32(axis if isinstance(axis, (list, tuple)) else [axis]), "axes")
     attrs = {"T": _T(n), "Tidx": Dt(dt.int32), "keep_dims": bool(n.attrs.get("keepdims", False))}
     if n.op in ("All", "Any"):  # bool reductions: TensorFlow's take no type attribute
         del attrs["T"]

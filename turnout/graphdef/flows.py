@@ -68,10 +68,10 @@ class FlowAnalysis:
             if nd.op == "TensorArrayV3":
                 self._label(f"{n}:0", ("fwd", n))
                 self._union(f"{n}:0", f"{n}:1")
-            elif nd.op in ("TensorArrayWriteV3", "TensorArrayScatterV3"):
+            elif nd.op in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArraySplitV3"):
                 self._union(f"{n}:0", ins[3])
                 self._union(f"{n}:0", ins[0])
-            elif nd.op in ("TensorArrayReadV3", "TensorArrayGatherV3", "TensorArraySizeV3"):
+            elif nd.op in ("TensorArrayReadV3", "TensorArrayGatherV3", "TensorArrayConcatV3", "TensorArraySizeV3"):
                 self._union(ins[-1], ins[0])
         # A TensorArray made inside a loop body has its handle saved for the gradient loop on a stack
         # (tf.gradients' accumulator): what a pop of that stack gives is the pushed array.

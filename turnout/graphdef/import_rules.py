@@ -326,6 +326,7 @@ def _add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         for k, a in enumerate(arrays[1:]):
             acc = ctx.create("TensorArrayAdd", [acc, a], suffix=f"add{k}").outputs[0]
         return [Bundle((acc, ins[0].parts[1]))]  # type: ignore[union-attr]
+    ins = [ctx.range_tensor(x) for x in ins]  # (a Range of a run-time limit: reduced_shape's axes + rank)
     op = "TensorArrayAdd" if _t(ins[0]).dtype == dt.tensor_array else "Add"
     acc = ins[0]
     for k, x in enumerate(ins[1:]):
@@ -423,7 +424,18 @@ def _folded(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                       f"out{k}") for k, v in enumerate(vals)]
 
 
-_rule("Rank", "ListDiff")(_folded)
+_rule("ListDiff")(_folded)
+
+
+@_rule("Rank")
+def _rank_op(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Folded where the input's rank is known at import time; else the length of its shape, read when
+    it runs (the ``reduce_sum`` of a TensorArray's ``concat``, whose rank TensorFlow leaves unknown)."""
+    v = ctx.static(f"{nd.name}:0")
+    if v is not None:
+        return [ctx.const(v, [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+    shape = ctx.create("Shape", ins[:1], suffix="shape").outputs[0]
+    return [ctx.create("Size", [shape]).outputs[0]]
 
 
 @_rule("Prod")
@@ -577,9 +589,18 @@ def _transpose(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _reduce(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if isinstance(ins[1], BroadcastAxes):
         return [_sum_to_like(ctx, nd, _t(ins[0]), ins[1].like)]
-    axes = ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
+    axes = None if _every_axis(ctx, ins[1]) else ctx.static_int_list(ctx.data_inputs()[1], "the reduction axes")
     attrs = {"axis": axes, "keepdims": bool(ctx.attr("keep_dims", False))}
     return [ctx.create(nd.op, ins[:1], attrs).outputs[0]]
+
+
+def _every_axis(ctx: ImportContext, axes: Value) -> bool:
+    """Whether reduction axes are ``range(0, rank(x))`` of the reduced ``x`` itself, what TensorFlow
+    writes for a reduction over every axis of a tensor of unknown rank."""
+    if not isinstance(axes, RangeMarker) or axes.start != 0 or axes.delta != 1:
+        return False
+    limit = ctx.nodes[axes.limit_node]
+    return limit.op == "Rank" and ctx.data_inputs(limit)[0] == ctx.data_inputs()[0]
 
 
 @_rule("ConcatV2")
@@ -973,18 +994,23 @@ def _empty_ta(ctx: ImportContext, lab: tuple[str, str], anchors: Sequence[Value]
 def _written_shape(ctx: ImportContext, origin: str, declared: Any) -> Any:
     """The element shape of forward TensorArray ``origin``: what it declares, made more specific by
     what is written into it (TensorFlow's ``infer_shape``: scan and map_fn declare none, and their
-    gradient arrays take the shape of the forward writes) and the ``element_shape`` its gathers name."""
+    gradient arrays take the shape of the forward writes; a split's pieces have the value's shape but
+    for their length) and the ``element_shape`` its gathers name."""
     from turnout import shapes as sh
 
     es = declared
     for other in ctx.nodes.values():
-        if other.op not in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArrayGatherV3"):
+        if other.op not in ("TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArrayGatherV3", "TensorArraySplitV3"):
             continue
         names = ctx.data_inputs(other)
         if ctx.flows.label(names[0]) != ("fwd", origin):
             continue
         if other.op == "TensorArrayGatherV3":
             s = ctx.attr_of(other, "element_shape")
+        elif other.op == "TensorArraySplitV3":  # pieces of the value's rows: [?, *rest]
+            v = ctx.values.get(names[1])
+            s = v.shape if isinstance(v, Tensor) else None
+            s = (None, *s[1:]) if s is not None and len(s) else None
         else:
             v = ctx.values.get(names[2])
             s = v.shape if isinstance(v, Tensor) else None

@@ -1,5 +1,5 @@
 """Import rules of TensorFlow's TensorArray ops (``TensorArrayV3`` and its reads, writes, gathers,
-scatters, sizes and gradients): the value rides on the flow edge (``turnout.graphdef.flows``), and
+scatters, splits, concats, sizes and gradients): the value rides on the flow edge (``turnout.graphdef.flows``), and
 each op becomes the Turnout TensorArray primitive of the same meaning.
 
 Why a module of its own: these rules share their helpers (the written shape, the gradient arrays,
@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, RangeMarker, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _empty_ta, _t, _written_shape
+from turnout.graphdef.import_scatter import _checked, _int32
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -140,3 +142,88 @@ def _ta_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         assert lab is not None
         g = _empty_ta(ctx, lab, [ins[1]], fwd=_t(ins[0]))
     return [g, g]
+
+
+def _item(ctx: ImportContext, v: Tensor, k: int, suffix: str) -> Tensor:
+    return ctx.create("GetItem", [v], {"spec": [{"kind": "index", "value": k}]}, suffix=suffix).outputs[0]
+
+
+def _vector(ctx: ImportContext, x: Tensor, suffix: str) -> Tensor:
+    return ctx.create("Reshape", [x], {"shape": [1]}, suffix=suffix).outputs[0]
+
+
+@_rule("TensorArrayConcatV3")
+def _ta_concat(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The elements joined along their first axis, and their lengths (int64). Elements share one
+    shape here (what ``TensorArray.split`` into equal pieces and a loop's equal writes give), so it is
+    the stack, as ``TensorArrayGatherV3`` of the whole array reads it (a gradient array's unwritten
+    slot a zero), with its first two axes merged; each length is the elements' first dimension."""
+    ta = _t(ins[1])
+    es = ta.spec.elem_shape
+    if _is_grad(ctx) and es is not None and all(d is not None for d in es):
+        n = ctx.create("TensorArraySize", [ta], suffix="size").outputs[0]
+        dims = [n, *(ctx.const(np.asarray(d, np.int32), [n], suffix=f"dim{k}") for k, d in enumerate(es))]
+        shp = ctx.create("Pack", dims, suffix="shape").outputs[0]
+        stacked = ctx.create("TensorArrayStackOrZeros", [ta, shp], suffix="stack").outputs[0]
+    else:
+        es = _element_shape(ctx, 1)
+        stacked = ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix="stack",
+                             shapes=[None if es is None else [None, *es]]).outputs[0]
+    s = ctx.create("Shape", [stacked], suffix="stack_shape").outputs[0]
+    count, length = _item(ctx, s, 0, "count"), _item(ctx, s, 1, "length")
+    rows = ctx.create("Mul", [count, length], suffix="rows").outputs[0]
+    rest = ctx.create("GetItem", [s], {"spec": [{"kind": "slice", "start": 2, "stop": None, "step": None}]},
+                      suffix="rest").outputs[0]
+    shape = ctx.create("Concat", [_vector(ctx, rows, "rows_vector"), rest], {"axis": 0}, suffix="shape").outputs[0]
+    filled = ctx.create("Fill", [_vector(ctx, count, "count_vector"), length], suffix="lengths_int32").outputs[0]
+    lengths = ctx.create("Cast", [filled], {"dtype": "int64"}, suffix="lengths").outputs[0]
+    return [ctx.create("ReshapeTo", [stacked, shape], shapes=[_joined_shape(stacked.shape)]).outputs[0], lengths]
+
+
+def _joined_shape(stacked: Any) -> Any:
+    """The static shape of a stack ``[n, d0, *rest]`` with its first two axes merged, as far as it is
+    known (a gradient's ``Rank`` of the concat folds from it)."""
+    if stacked is None or len(stacked) < 2:
+        return None
+    n, d0, *rest = stacked
+    return [None if n is None or d0 is None else n * d0, *rest]
+
+
+@_rule("TensorArraySplitV3")
+def _ta_split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``value``'s rows cut into ``lengths`` pieces, written to a fresh array (what
+    ``TensorArray.split`` and the gradient of a concat emit): an unstack of ``value`` reshaped to
+    ``[count, length, ...]``. Elements share one shape here, so the lengths must all be the same (a
+    KernelError otherwise, where TensorFlow takes pieces of any length); their sum must be the
+    value's rows, and their count the array's size, as TensorFlow checks."""
+    flow, value = _t(ins[3]), _t(ins[1])
+    src = flow.node
+    while src.op in ("Identity", "Enter") and src.inputs:
+        src = src.inputs[0].node
+    if src.op != "TensorArrayNew":
+        raise UnsupportedError(f"{ctx.where()}: only a split into a fresh TensorArray is supported")
+    lens = _int32(ctx, _t(ins[2]), "lengths_int32")
+    count = ctx.create("Size", [lens], suffix="count").outputs[0]
+    first = ctx.create("GetItem", [lens], {"spec": [{"kind": "slice", "start": None, "stop": 1, "step": None}]},
+                       suffix="first").outputs[0]
+    zero = ctx.const(np.zeros(1, np.int32), [lens], suffix="zero")
+    piece = ctx.create("Sum", [ctx.create("Concat", [first, zero], {"axis": 0}, suffix="first_or_zero").outputs[0]],
+                       {"axis": None, "keepdims": False}, suffix="piece").outputs[0]
+    same = ctx.create("Equal", [lens, piece], suffix="same").outputs[0]
+    value = _checked(ctx, same, value, "lengths must all be the same: a Turnout TensorArray's elements share one "
+                     "shape", "same_lengths")
+    s = ctx.create("Shape", [value], suffix="value_shape").outputs[0]
+    total = ctx.create("Mul", [count, piece], suffix="total").outputs[0]
+    value = _checked(ctx, ctx.create("Equal", [total, _item(ctx, s, 0, "rows")], suffix="sums").outputs[0], value,
+                     "Expected sum of lengths to be equal to values.shape[0]", "sum_check")
+    size = ctx.create("TensorArraySize", [flow], suffix="size").outputs[0]
+    if not src.attrs.get("dynamic_size"):
+        value = _checked(ctx, ctx.create("Equal", [size, count], suffix="sizes").outputs[0], value,
+                         "TensorArray's size is not equal to the size of lengths", "size_check")
+    rest = ctx.create("GetItem", [s], {"spec": [{"kind": "slice", "start": 1, "stop": None, "step": None}]},
+                      suffix="rest").outputs[0]
+    shape = ctx.create("Concat", [_vector(ctx, count, "count_vector"), _vector(ctx, piece, "piece_vector"), rest],
+                       {"axis": 0}, suffix="shape").outputs[0]
+    known = None if value.shape is None else [None, None, *value.shape[1:]]
+    pieces = ctx.create("ReshapeTo", [value, shape], suffix="pieces", shapes=[known]).outputs[0]
+    return [ctx.create("TensorArrayUnstack", [pieces]).outputs[0]]
