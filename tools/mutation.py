@@ -192,6 +192,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/lower_windows.py": {"module": "turnout.fast.lower_windows",
                               "tests": ["test_mutants_fast_lower_windows.py", "test_windows.py"], "decorated": True},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
+    # the region tree's own functions (keys, a cond's outputs, walks, loop numbers and heights, nesting):
+    # their laws on hand-built regions first (milliseconds), then loops, nests and case chains compiled
+    "fast/regions.py": {"module": "turnout.fast.regions",
+                        "tests": ["test_mutants_fast_regions.py", "test_fast_loop_forms.py",
+                                  "test_fast_nested_compile.py", "test_fast_case_chain.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
        for m in ("stacks", "stack_values", "chunk_store")},
     # (the chain's laws on hand-built regions and a stand-in emitter, ahead of the compiled cases)
