@@ -192,6 +192,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/lower_windows.py": {"module": "turnout.fast.lower_windows",
                               "tests": ["test_mutants_fast_lower_windows.py", "test_windows.py"], "decorated": True},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
+    # the run-time values that are not plain arrays (DEAD, TensorArrays, stacks, handles, static values):
+    # their laws called directly first (milliseconds), then the programs that make and fetch them
+    "fast/values.py": {"module": "turnout.fast.values",
+                       "tests": ["test_mutants_fast_values.py", "test_fast_dynamic_tensor_arrays.py",
+                                 "test_fast_tensor_array_inplace.py"]},
     # the region tree's own functions (keys, a cond's outputs, walks, loop numbers and heights, nesting):
     # their laws on hand-built regions first (milliseconds), then loops, nests and case chains compiled
     "fast/regions.py": {"module": "turnout.fast.regions",
