@@ -197,6 +197,10 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/values.py": {"module": "turnout.fast.values",
                        "tests": ["test_mutants_fast_values.py", "test_fast_dynamic_tensor_arrays.py",
                                  "test_fast_tensor_array_inplace.py"]},
+    # what both compiled backends do around their runs (signature, fallback, specialisation, sized
+    # retry): its laws on a stand-in backend first (about a second), then the runs that specialise and cut
+    "fast/shell.py": {"module": "turnout.fast.shell",
+                      "tests": ["test_mutants_fast_shell.py", "test_fast_dynamic_shapes.py"]},
     # the region tree's own functions (keys, a cond's outputs, walks, loop numbers and heights, nesting):
     # their laws on hand-built regions first (milliseconds), then loops, nests and case chains compiled
     "fast/regions.py": {"module": "turnout.fast.regions",
