@@ -276,9 +276,10 @@ def user_source_line() -> Optional[str]:
 def user_stacklevel() -> int:
     """The ``stacklevel`` at which ``warnings.warn``, called by this function's caller, names the
     innermost stack frame outside Turnout (the user's ``sess.run`` line, as ``user_source_line`` finds
-    it), or the outermost frame where there is none (a run on ``fast.deep``'s thread). Why counted and
-    not fixed: a warning raised under a backend's run is reached through more or fewer of Turnout's
-    frames by the session's paths and the backends, and a fixed level named a line of Turnout."""
+    it; on ``fast.deep``'s worker thread, whose stack holds no frame of the user's, ``threading``'s),
+    or the outermost frame where there is none. Why counted and not fixed: a warning raised under a
+    backend's run is reached through more or fewer of Turnout's frames by the session's paths and the
+    backends, and a fixed level named a line of Turnout."""
     level, f = 1, sys._getframe(1)
     while f.f_back is not None and (os.path.abspath(f.f_code.co_filename).startswith(_INTERNAL_DIRS)
                                     or "contextlib" in f.f_code.co_filename):
