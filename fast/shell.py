@@ -31,7 +31,7 @@ from turnout.fast.step_plan import StepPlan
 from turnout.fast.variable_store import Deferred, initial_value, peeker
 from turnout.fast_options import FastOptions
 from turnout.frames import FrameAnalysis
-from turnout.graph import Graph, Tensor
+from turnout.graph import Graph, Tensor, user_stacklevel
 from turnout.memory_plan import MemoryPlan, budgeted_loops
 from turnout.session import RunOptions, RunResult
 from turnout.slot_sizes import SlotPlan, SlotSizes, slot_notes
@@ -137,7 +137,7 @@ class BackendShell(ABC):
                 raise
             self._fallback[sig] = str(e)
             warnings.warn(f"{e}; this program runs on {self.FALLBACK_TO} instead (at interpreter speed)",
-                          RuntimeWarning, stacklevel=5)
+                          RuntimeWarning, stacklevel=user_stacklevel())
             return self._run_reference(sig, fetches, feeds, variables, options)
 
     @abstractmethod

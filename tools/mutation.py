@@ -192,6 +192,20 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/lower_windows.py": {"module": "turnout.fast.lower_windows",
                               "tests": ["test_mutants_fast_lower_windows.py", "test_windows.py"], "decorated": True},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
+    # the run-time values that are not plain arrays (DEAD, TensorArrays, stacks, handles, static values):
+    # their laws called directly first (milliseconds), then the programs that make and fetch them
+    "fast/values.py": {"module": "turnout.fast.values",
+                       "tests": ["test_mutants_fast_values.py", "test_fast_dynamic_tensor_arrays.py",
+                                 "test_fast_tensor_array_inplace.py"]},
+    # what both compiled backends do around their runs (signature, fallback, specialisation, sized
+    # retry): its laws on a stand-in backend first (about a second), then the runs that specialise and cut
+    "fast/shell.py": {"module": "turnout.fast.shell",
+                      "tests": ["test_mutants_fast_shell.py", "test_fast_dynamic_shapes.py"]},
+    # the region tree's own functions (keys, a cond's outputs, walks, loop numbers and heights, nesting):
+    # their laws on hand-built regions first (milliseconds), then loops, nests and case chains compiled
+    "fast/regions.py": {"module": "turnout.fast.regions",
+                        "tests": ["test_mutants_fast_regions.py", "test_fast_loop_forms.py",
+                                  "test_fast_nested_compile.py", "test_fast_case_chain.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
        for m in ("stacks", "stack_values", "chunk_store")},
     # (the chain's laws on hand-built regions and a stand-in emitter, ahead of the compiled cases)

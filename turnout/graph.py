@@ -273,6 +273,20 @@ def user_source_line() -> Optional[str]:
     return None
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` at which ``warnings.warn``, called by this function's caller, names the
+    innermost stack frame outside Turnout (the user's ``sess.run`` line, as ``user_source_line`` finds
+    it; on ``fast.deep``'s worker thread, whose stack holds no frame of the user's, ``threading``'s),
+    or the outermost frame where there is none. Why counted and not fixed: a warning raised under a
+    backend's run is reached through more or fewer of Turnout's frames by the session's paths and the
+    backends, and a fixed level named a line of Turnout."""
+    level, f = 1, sys._getframe(1)
+    while f.f_back is not None and (os.path.abspath(f.f_code.co_filename).startswith(_INTERNAL_DIRS)
+                                    or "contextlib" in f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    return level
+
+
 class Graph:
     """A dataflow graph. Use ``with g.as_default():`` to build into it."""
 
