@@ -132,7 +132,11 @@ MODULES: dict[str, dict[str, Any]] = {
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
-       for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops")},
+       for m in ("emitter_core", "conds", "loops", "counted_nests", "light_loops")},
+    # the emitter's top: each loop's form (light, full or unrolled) chosen on a stand-in emitter first
+    # (milliseconds), then the loop forms and the unrolled loops on programs
+    "fast/emit.py": {"module": "turnout.fast.emit",
+                     "tests": ["test_mutants_fast_emit.py", "test_fast_loop_forms.py", "test_fast_unrolled.py"]},
     # what a trace makes of pending TensorArrays and stacks: dynamic ones and ones in host memory too
     "fast/tracing.py": {"module": "turnout.fast.tracing",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS,
