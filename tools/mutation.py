@@ -170,7 +170,12 @@ MODULES: dict[str, dict[str, Any]] = {
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
-       for m in ("lowering", "lowering_base", "lower_structure")},
+       for m in ("lowering", "lower_structure")},
+    # what every rule shares (the feeds behind a shape argument, the refusals, the guards): its laws
+    # called directly on stand-in nodes and contexts first (about a second), then the lowered programs
+    "fast/lowering_base.py": {"module": "turnout.fast.lowering_base",
+                              "tests": ["test_mutants_fast_lowering_base.py", "test_fast_runtime_values.py",
+                                        "test_error_parity.py", *_FAST_TESTS]},
     # one node lowered (fold, refuse, lower): its laws called directly with a stand-in trace first
     "fast/lower_node.py": {"module": "turnout.fast.lower_node",
                            "tests": ["test_mutants_fast_lower_node.py", "test_error_parity.py", "test_recompute.py",
