@@ -202,7 +202,10 @@ MODULES: dict[str, dict[str, Any]] = {
                               "tests": ["test_mutants_fast_lower_windows.py", "test_windows.py"], "decorated": True},
     "fast/functionalize.py": {"module": "turnout.fast.functionalize", "tests": _FAST_TESTS},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
-       for m in ("stacks", "stack_values", "chunk_store")},
+       for m in ("stack_values", "chunk_store")},
+    # the chunked loop and its report: chunk_loop called directly on a body that moves pointers, the
+    # report's decisions on hand-built reports, first (seconds), then the stacks' runs
+    "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": ["test_mutants_fast_stacks.py", *_STACK_TESTS]},
     # (the chain's laws on hand-built regions and a stand-in emitter, ahead of the compiled cases)
     "fast/case_chain.py": {"module": "turnout.fast.case_chain",
                            "tests": ["test_mutants_fast_case_chain.py", *_CASE_TESTS]},
