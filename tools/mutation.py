@@ -132,7 +132,11 @@ MODULES: dict[str, dict[str, Any]] = {
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
-       for m in ("emit", "emitter_core", "conds", "loops", "counted_nests", "light_loops")},
+       for m in ("emitter_core", "conds", "loops", "counted_nests", "light_loops")},
+    # the emitter's top: each loop's form (light, full or unrolled) chosen on a stand-in emitter first
+    # (milliseconds), then the loop forms and the unrolled loops on programs
+    "fast/emit.py": {"module": "turnout.fast.emit",
+                     "tests": ["test_mutants_fast_emit.py", "test_fast_loop_forms.py", "test_fast_unrolled.py"]},
     # what a trace makes of pending TensorArrays and stacks: dynamic ones and ones in host memory too
     "fast/tracing.py": {"module": "turnout.fast.tracing",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS,
@@ -166,7 +170,12 @@ MODULES: dict[str, dict[str, Any]] = {
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
-       for m in ("lowering", "lowering_base", "lower_structure")},
+       for m in ("lowering", "lower_structure")},
+    # what every rule shares (the feeds behind a shape argument, the refusals, the guards): its laws
+    # called directly on stand-in nodes and contexts first (about a second), then the lowered programs
+    "fast/lowering_base.py": {"module": "turnout.fast.lowering_base",
+                              "tests": ["test_mutants_fast_lowering_base.py", "test_fast_runtime_values.py",
+                                        "test_error_parity.py", *_FAST_TESTS]},
     # one node lowered (fold, refuse, lower): its laws called directly with a stand-in trace first
     "fast/lower_node.py": {"module": "turnout.fast.lower_node",
                            "tests": ["test_mutants_fast_lower_node.py", "test_error_parity.py", "test_recompute.py",
@@ -207,7 +216,10 @@ MODULES: dict[str, dict[str, Any]] = {
                         "tests": ["test_mutants_fast_regions.py", "test_fast_loop_forms.py",
                                   "test_fast_nested_compile.py", "test_fast_case_chain.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
-       for m in ("stacks", "stack_values", "chunk_store")},
+       for m in ("stack_values", "chunk_store")},
+    # the chunked loop and its report: chunk_loop called directly on a body that moves pointers, the
+    # report's decisions on hand-built reports, first (seconds), then the stacks' runs
+    "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": ["test_mutants_fast_stacks.py", *_STACK_TESTS]},
     # (the chain's laws on hand-built regions and a stand-in emitter, ahead of the compiled cases)
     "fast/case_chain.py": {"module": "turnout.fast.case_chain",
                            "tests": ["test_mutants_fast_case_chain.py", *_CASE_TESTS]},
