@@ -474,6 +474,7 @@ def test_a_run_is_retried_at_each_capacity_a_retry_names_in_64_bit_mode() -> Non
     inverted, the capacity and count made None, and the count moved by -1 or 2."""
     asked: list[tuple[int, bool]] = []
     answers: list[Any] = [Retry(8), Retry(32), "done"]
+    before = _x64()  # (another test of the worker's process may have left 64-bit mode on)
 
     def run_at(cap: int) -> Any:
         asked.append((cap, _x64()))
@@ -482,7 +483,7 @@ def test_a_run_is_retried_at_each_capacity_a_retry_names_in_64_bit_mode() -> Non
     assert retried(4, run_at) == ("done", 32, 2)
     assert asked == [(4, True), (8, True), (32, True)]
     assert retried(4, lambda cap: cap * 10) == (40, 4, 0)
-    assert not _x64()  # (64-bit mode is the call's only)
+    assert _x64() == before  # (64-bit mode is the call's only: restored after it)
 
 
 def test_the_module_exports_what_it_defines() -> None:
