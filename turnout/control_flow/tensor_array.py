@@ -196,7 +196,7 @@ class TensorArray:
         from turnout.ops import assert_true, convert_to_tensor, equal, reduce_all
 
         v = convert_to_tensor(value, dtype=self.dtype) if not isinstance(value, Tensor) else value
-        lens = self._index_vector(lengths, "split")
+        lens = self._index_vector(lengths, "split", "lengths")
         n = _length(lens)
         where = f"TensorArray.split into {self.tensor.name}"
         if v.shape is not None and len(v.shape) == 0:
@@ -239,12 +239,12 @@ class TensorArray:
 
         return no_op(name=name or "ta_close")
 
-    def _index_vector(self, indices: Any, what: str) -> Tensor:
+    def _index_vector(self, indices: Any, what: str, noun: str = "indices") -> Tensor:
         from turnout.ops import convert_to_tensor
 
         idx = convert_to_tensor(indices, dtype=dt.int32)
         if idx.shape is None or len(idx.shape) != 1 or idx.shape[0] is None:
-            raise GraphBuildError(f"TensorArray.{what}: indices must be an int32 vector whose length is known while "
+            raise GraphBuildError(f"TensorArray.{what}: {noun} must be an int32 vector whose length is known while "
                                   f"building, got {idx.name} of shape {sh.fmt(idx.shape)}")
         return idx
 
