@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turnout as tn
+from tests.example_counts import examples
 from tests.route_table import ROUTES, run_on
 from turnout.errors import GraphBuildError, KernelError, ShapeError
 
@@ -158,3 +161,27 @@ def test_an_imported_split_whose_lengths_miss_the_rows_fails_with_tensorflows_ch
     feeds = {imp.tensor("x:0"): np.ones((5, 3), np.float32), imp.tensor("n:0"): np.asarray(2, np.int32)}
     with pytest.raises(KernelError, match=r"Expected sum of lengths to be equal to values\.shape\[0\]"):
         tn.Session(imp.graph, backend=backend).run(imp.tensor("joined:0"), feeds)
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(n=st.integers(0, 4), piece=st.integers(0, 3), rest=st.lists(st.integers(0, 3), max_size=2),
+       backend=st.sampled_from(["reference", "fast"]))
+def test_split_then_concat_gives_the_value_back_and_stack_its_pieces(n: int, piece: int, rest: list[int],
+                                                                     backend: str) -> None:
+    """For any count, piece length and element shape (zeros included): the pieces of ``split`` stack
+    to the value cut into ``n`` pieces, and their ``concat`` is the value again, with the
+    gradient of a weighted sum of the concat the weights, on the oracle and the fast backend."""
+    rows = n * piece
+    xv = np.arange(rows * int(np.prod(rest)), dtype=np.float32).reshape(rows, *rest)
+    weights = np.linspace(-1.0, 1.0, xv.size, dtype=np.float32).reshape(xv.shape)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, *rest], name="x")
+        ta = tn.TensorArray(tn.float32, size=n).split(x, [piece] * n)
+        stacked, joined = ta.stack(), ta.concat()
+        gx, = tn.gradients(tn.reduce_sum(joined * tn.constant(weights)), [x])
+    got = tn.Session(g, backend=backend).run([stacked, joined, gx], {"x:0": xv})
+    # (no lengths say no piece length: an empty array's pieces are of length 0)
+    np.testing.assert_array_equal(got[0], xv.reshape(n, piece if n else 0, *rest))
+    np.testing.assert_array_equal(got[1], xv)
+    np.testing.assert_allclose(got[2], weights)
