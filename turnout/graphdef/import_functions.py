@@ -79,6 +79,7 @@ OUTPUT_ARGS: dict[str, tuple[str, ...]] = {
     "RefSwitch": ("output_false", "output_true"),
     "SoftmaxCrossEntropyWithLogits": ("loss", "backprop"),
     "SparseSoftmaxCrossEntropyWithLogits": ("loss", "backprop"),
+    "TensorArrayConcatV3": ("value", "lengths"),
     "TensorArrayV3": ("handle", "flow"),
     "TensorListPopBack": ("output_handle", "tensor"),
     "TensorArrayGradV3": ("grad_handle", "flow_out"),
