@@ -431,9 +431,8 @@ _rule("ListDiff")(_folded)
 def _rank_op(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Folded where the input's rank is known at import time; else the length of its shape, read when
     it runs (the ``reduce_sum`` of a TensorArray's ``concat``, whose rank TensorFlow leaves unknown)."""
-    v = ctx.static(f"{nd.name}:0")
-    if v is not None:
-        return [ctx.const(v, [x for x in ins if isinstance(x, Tensor)], suffix=None)]
+    if ctx.static(f"{nd.name}:0") is not None:
+        return _folded(ctx, nd, ins)
     shape = ctx.create("Shape", ins[:1], suffix="shape").outputs[0]
     return [ctx.create("Size", [shape]).outputs[0]]
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from turnout.composite import getitem
 from turnout.errors import UnsupportedError
-from turnout.graph import Tensor
+from turnout.graph import Node, Tensor
 from turnout.graphdef.import_context import ImportContext, RangeMarker, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _empty_ta, _t, _written_shape
 from turnout.graphdef.import_scatter import _checked, _int32
@@ -101,29 +102,49 @@ def _ta_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if not _whole_prefix(ctx, idx, ctx.data_inputs()[1]):
         stacked = ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix="stack").outputs[0]
         return [ctx.create("Gather", [stacked, idx], {"axis": 0}).outputs[0]]
+    if (isinstance(idx, RangeMarker) and ctx.nodes[idx.limit_node].op != "TensorArraySizeV3"
+            and not _zero_filled(ctx, ta)):
+        return [getitem(ctx, _stacked(ctx, ta, 2, "stack"), (slice(None, idx.limit, None),), None)]
+    return [_stacked(ctx, ta, 2)]
+
+
+def _zero_filled(ctx: ImportContext, ta: Tensor) -> bool:
+    """Whether ``ta`` is a gradient array of a fully known element shape, whose unwritten slots
+    TensorFlow reads as zero gradients."""
     es = ta.spec.elem_shape
-    if _is_grad(ctx) and es is not None and all(d is not None for d in es):
+    return _is_grad(ctx) and es is not None and all(d is not None for d in es)
+
+
+def _stacked(ctx: ImportContext, ta: Tensor, flow_input: int, suffix: str | None = None) -> Tensor:
+    """Every slot of ``ta`` stacked, as TensorFlow's whole-array gather and concat read them: a
+    gradient array of known element shape with zeros at its unwritten slots
+    (``TensorArrayStackOrZeros``), any other with the element shape its writes give
+    (``_element_shape`` of the op's input ``flow_input``) and zeros at unwritten slots where that
+    shape is known (``_ZEROS``)."""
+    if _zero_filled(ctx, ta):
+        es = ta.spec.elem_shape or ()
         n = ctx.create("TensorArraySize", [ta], suffix="size").outputs[0]
         dims = [n, *(ctx.const(np.asarray(d, np.int32), [n], suffix=f"dim{k}") for k, d in enumerate(es))]
         shp = ctx.create("Pack", dims, suffix="shape").outputs[0]
-        return [ctx.create("TensorArrayStackOrZeros", [ta, shp]).outputs[0]]
-    es = _element_shape(ctx, 2)
-    shapes = [None if es is None else [None, *es]]
-    if isinstance(idx, RangeMarker) and ctx.nodes[idx.limit_node].op != "TensorArraySizeV3":
-        stacked = ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix="stack", shapes=shapes).outputs[0]
-        spec = [{"kind": "slice", "start": None, "stop": {"input": 0}, "step": None}]
-        return [ctx.create("GetItem", [stacked, idx.limit], {"spec": spec}).outputs[0]]
-    return [ctx.create("TensorArrayStack", [ta], dict(_ZEROS), shapes=shapes).outputs[0]]
+        return ctx.create("TensorArrayStackOrZeros", [ta, shp], suffix=suffix).outputs[0]
+    es = _element_shape(ctx, flow_input)
+    return ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix=suffix,
+                      shapes=[None if es is None else [None, *es]]).outputs[0]
+
+
+def _fresh(flow: Tensor) -> Node | None:
+    """The ``TensorArrayNew`` that ``flow`` is, through Identity and Enter (an array nothing was
+    written to: the only one a scatter or a split fills here, by an unstack); None for any other."""
+    src = flow.node
+    while src.op in ("Identity", "Enter") and src.inputs:
+        src = src.inputs[0].node
+    return src if src.op == "TensorArrayNew" else None
 
 
 @_rule("TensorArrayScatterV3")
 def _ta_scatter(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Scatter ``range(0, n)`` into a fresh array: an unstack (the only scatter TensorFlow's builders emit)."""
-    flow = _t(ins[3])
-    src = flow.node
-    while src.op in ("Identity", "Enter") and src.inputs:
-        src = src.inputs[0].node
-    if src.op != "TensorArrayNew" or not _whole_prefix(ctx, ins[1], ctx.data_inputs()[1]):
+    if _fresh(_t(ins[3])) is None or not _whole_prefix(ctx, ins[1], ctx.data_inputs()[1]):
         raise UnsupportedError(f"{ctx.where()}: only a scatter of range(0, n) into a fresh TensorArray "
                                "(TensorArray.unstack) is supported")
     return [ctx.create("TensorArrayUnstack", [ins[2]]).outputs[0]]
@@ -144,10 +165,6 @@ def _ta_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [g, g]
 
 
-def _item(ctx: ImportContext, v: Tensor, k: int, suffix: str) -> Tensor:
-    return ctx.create("GetItem", [v], {"spec": [{"kind": "index", "value": k}]}, suffix=suffix).outputs[0]
-
-
 def _vector(ctx: ImportContext, x: Tensor, suffix: str) -> Tensor:
     return ctx.create("Reshape", [x], {"shape": [1]}, suffix=suffix).outputs[0]
 
@@ -158,22 +175,11 @@ def _ta_concat(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     shape here (what ``TensorArray.split`` into equal pieces and a loop's equal writes give), so it is
     the stack, as ``TensorArrayGatherV3`` of the whole array reads it (a gradient array's unwritten
     slot a zero), with its first two axes merged; each length is the elements' first dimension."""
-    ta = _t(ins[1])
-    es = ta.spec.elem_shape
-    if _is_grad(ctx) and es is not None and all(d is not None for d in es):
-        n = ctx.create("TensorArraySize", [ta], suffix="size").outputs[0]
-        dims = [n, *(ctx.const(np.asarray(d, np.int32), [n], suffix=f"dim{k}") for k, d in enumerate(es))]
-        shp = ctx.create("Pack", dims, suffix="shape").outputs[0]
-        stacked = ctx.create("TensorArrayStackOrZeros", [ta, shp], suffix="stack").outputs[0]
-    else:
-        es = _element_shape(ctx, 1)
-        stacked = ctx.create("TensorArrayStack", [ta], dict(_ZEROS), suffix="stack",
-                             shapes=[None if es is None else [None, *es]]).outputs[0]
+    stacked = _stacked(ctx, _t(ins[1]), 1, "stack")
     s = ctx.create("Shape", [stacked], suffix="stack_shape").outputs[0]
-    count, length = _item(ctx, s, 0, "count"), _item(ctx, s, 1, "length")
+    count, length = getitem(ctx, s, (0,), "count"), getitem(ctx, s, (1,), "length")
     rows = ctx.create("Mul", [count, length], suffix="rows").outputs[0]
-    rest = ctx.create("GetItem", [s], {"spec": [{"kind": "slice", "start": 2, "stop": None, "step": None}]},
-                      suffix="rest").outputs[0]
+    rest = getitem(ctx, s, (slice(2, None, None),), "rest")
     shape = ctx.create("Concat", [_vector(ctx, rows, "rows_vector"), rest], {"axis": 0}, suffix="shape").outputs[0]
     filled = ctx.create("Fill", [_vector(ctx, count, "count_vector"), length], suffix="lengths_int32").outputs[0]
     lengths = ctx.create("Cast", [filled], {"dtype": "int64"}, suffix="lengths").outputs[0]
@@ -197,15 +203,12 @@ def _ta_split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     KernelError otherwise, where TensorFlow takes pieces of any length); their sum must be the
     value's rows, and their count the array's size, as TensorFlow checks."""
     flow, value = _t(ins[3]), _t(ins[1])
-    src = flow.node
-    while src.op in ("Identity", "Enter") and src.inputs:
-        src = src.inputs[0].node
-    if src.op != "TensorArrayNew":
+    src = _fresh(flow)
+    if src is None:
         raise UnsupportedError(f"{ctx.where()}: only a split into a fresh TensorArray is supported")
     lens = _int32(ctx, _t(ins[2]), "lengths_int32")
     count = ctx.create("Size", [lens], suffix="count").outputs[0]
-    first = ctx.create("GetItem", [lens], {"spec": [{"kind": "slice", "start": None, "stop": 1, "step": None}]},
-                       suffix="first").outputs[0]
+    first = getitem(ctx, lens, (slice(None, 1, None),), "first")
     zero = ctx.const(np.zeros(1, np.int32), [lens], suffix="zero")
     piece = ctx.create("Sum", [ctx.create("Concat", [first, zero], {"axis": 0}, suffix="first_or_zero").outputs[0]],
                        {"axis": None, "keepdims": False}, suffix="piece").outputs[0]
@@ -214,14 +217,13 @@ def _ta_split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                      "shape", "same_lengths")
     s = ctx.create("Shape", [value], suffix="value_shape").outputs[0]
     total = ctx.create("Mul", [count, piece], suffix="total").outputs[0]
-    value = _checked(ctx, ctx.create("Equal", [total, _item(ctx, s, 0, "rows")], suffix="sums").outputs[0], value,
+    value = _checked(ctx, ctx.create("Equal", [total, getitem(ctx, s, (0,), "rows")], suffix="sums").outputs[0], value,
                      "Expected sum of lengths to be equal to values.shape[0]", "sum_check")
     size = ctx.create("TensorArraySize", [flow], suffix="size").outputs[0]
     if not src.attrs.get("dynamic_size"):
         value = _checked(ctx, ctx.create("Equal", [size, count], suffix="sizes").outputs[0], value,
                          "TensorArray's size is not equal to the size of lengths", "size_check")
-    rest = ctx.create("GetItem", [s], {"spec": [{"kind": "slice", "start": 1, "stop": None, "step": None}]},
-                      suffix="rest").outputs[0]
+    rest = getitem(ctx, s, (slice(1, None, None),), "rest")
     shape = ctx.create("Concat", [_vector(ctx, count, "count_vector"), _vector(ctx, piece, "piece_vector"), rest],
                        {"axis": 0}, suffix="shape").outputs[0]
     known = None if value.shape is None else [None, None, *value.shape[1:]]
