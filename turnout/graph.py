@@ -262,12 +262,17 @@ _INTERNAL_DIRS = tuple(
 )
 
 
+def _internal(filename: str) -> bool:
+    """Whether a frame of ``filename`` is Turnout's own (or a context manager's that Turnout entered)."""
+    return os.path.abspath(filename).startswith(_INTERNAL_DIRS) or "contextlib" in filename
+
+
 def user_source_line() -> Optional[str]:
     """file:line of the innermost stack frame outside Turnout: where the user created the op."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_INTERNAL_DIRS) and "contextlib" not in fn:
+        if not _internal(fn):
             return f"{os.path.basename(fn)}:{f.f_lineno}"
         f = f.f_back  # type: ignore[assignment]
     return None
@@ -281,8 +286,7 @@ def user_stacklevel() -> int:
     backend's run is reached through more or fewer of Turnout's frames by the session's paths and the
     backends, and a fixed level named a line of Turnout."""
     level, f = 1, sys._getframe(1)
-    while f.f_back is not None and (os.path.abspath(f.f_code.co_filename).startswith(_INTERNAL_DIRS)
-                                    or "contextlib" in f.f_code.co_filename):
+    while f.f_back is not None and _internal(f.f_code.co_filename):
         f, level = f.f_back, level + 1
     return level
 
