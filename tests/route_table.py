@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from long_run import LONG
 
 import turnout as tn
 from turnout.session import RunOptions
@@ -34,6 +35,29 @@ ROUTES: dict[str, Callable[[tn.Graph], tn.Session]] = {
     "fast, two devices": lambda g: tn.Session(g, backend="fast", devices=["cpu:0", "cpu:1"],
                                               requests=round_robin(g)),
 }
+#: the three executors, which every case of a case table runs on
+EXECUTORS = ("reference", "smallstep", "fast")
+#: the partitioned routes: one device through the partitioned backend, and two devices round robin
+PARTITIONED = tuple(sorted(set(ROUTES) - set(EXECUTORS)))
+
+
+def case_routes(names: Any, every_route: bool = LONG) -> list[tuple[str, str]]:
+    """The (case, route) pairs a case table runs: each case on the three executors and on one of the
+    partitioned routes, taken in turn down the sorted cases, so each partitioned route runs a third of
+    every table and a case added shifts no more than the cases after it; with ``every_route`` (by
+    default, in the long run: ``tests/long_run.py``), each case on every route.
+
+    Why not every pair by default: a case on two devices costs several times its run on one (two
+    programs compiled, Send/Recv between them), and the pairs left out say little the others do not:
+    the routes share their lowering and their partitioner, and ``tests/test_routes.py`` forces every
+    route on generated programs."""
+    pairs = []
+    for k, name in enumerate(sorted(names)):
+        partitioned = PARTITIONED if every_route else (PARTITIONED[k % len(PARTITIONED)],)
+        pairs += [(name, route) for route in sorted(EXECUTORS + partitioned)]
+    return pairs
+
+
 #: the routes the differential tests against JAX compare (the compiled ones and their oracle)
 COMPILED_ROUTES = {k: ROUTES[k] for k in ("reference", "fast", "fast, one device partitioned")}
 #: a bound on every loop of a case, so a wrong predicate fails instead of hanging

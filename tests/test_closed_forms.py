@@ -9,10 +9,12 @@ derivatives, ``grad_ys`` with ``stop_gradient``, ``scan`` with several accumulat
 of dynamic size, a loop variable that grows under a shape invariant, int64 counters and a matrix
 power (JAX's ``fori_loop`` tests). Written here from the behaviour those suites check, not copied.
 
-Every route runs each case: the reference interpreter, the small-step system, the fast backend, the
-fast backend through the partitioned executor on one device, and, over two devices with every node
-placed round robin (so loops and their gradients span both), the partitioned reference and the fast
-partitioned executor. A route gives the closed form, and the reference's values to float tolerance.
+Each case runs on the reference interpreter, the small-step system and the fast backend, and on one
+of the partitioned routes in turn (``case_routes`` in ``tests/route_table.py``; every one of them
+under ``TURNOUT_LONG=1``): the fast backend through the partitioned executor on one device,
+and, over two devices with every node placed round robin (so loops and their gradients span both),
+the partitioned reference and the fast partitioned executor. A route gives the closed form, and the
+reference's values to float tolerance.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 from case_table import Case, Cases, f64
-from route_table import ROUTES, run_on
+from route_table import case_routes, run_on
 
 import turnout as tn
 
@@ -217,8 +219,7 @@ def _close(got: list[Any], want: list[Any], what: str) -> None:
 _REFERENCE: dict[str, list[Any]] = {}
 
 
-@pytest.mark.parametrize("route", sorted(ROUTES))
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name,route", case_routes(CASES))
 def test_a_closed_form_case_on_every_route(name: str, route: str) -> None:
     got, want = _run(name, route)
     if want is not None:

@@ -22,6 +22,7 @@ import pytest
 from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from long_run import sweep
 from route_table import SLOW_RUN
 
 import turnout as tn
@@ -374,7 +375,7 @@ def states(n: int) -> list[np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("slots", range(1, 13))
+@pytest.mark.parametrize("slots", sweep(range(1, 13), [1, 2, 3, 4, 5, 8]))
 def test_the_forward_loop_keeps_the_schedules_checkpoints(slots: int) -> None:
     """After ``n`` steps the forward loop holds the states at the positions
     ``forward_checkpoints(n, slots)`` gives, in order, and its stride is the schedule's: for every

@@ -6,10 +6,11 @@ TensorFlow's ``control_flow_ops_py_test`` / ``while_v2_test`` / ``cond_v2_test``
 ``functional_ops_test`` / ``tensor_array_ops_test``, JAX's ``lax_control_flow_test`` and PyTorch's
 ``torch._higher_order_ops`` cond and while_loop tests. Each family names the suite test it comes from.
 
-Each family is one graph of several small programs, run on every route of ``tests/route_table.py``
-(the reference interpreter, the small-step system, the fast backend, the fast backend through the
-partitioned executor on one device, and the partitioned reference and fast executors over two CPU
-devices with every node placed round robin). A route gives the closed form (numpy), and where a
+Each family is one graph of several small programs, run on the routes ``case_routes`` of
+``tests/route_table.py`` gives it (the reference interpreter, the small-step system, the fast
+backend, and in turn one of the partitioned routes: the fast backend through the partitioned
+executor on one device, and the partitioned reference and fast executors over two CPU devices with
+every node placed round robin; all of them under ``TURNOUT_LONG=1``). A route gives the closed form (numpy), and where a
 family takes gradients, ``jax.grad`` of the same program written with ``lax`` gives the wanted
 gradient. The bug tests at the end each name what was wrong before its fix.
 """
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from case_table import Case, Cases, close, f64, grad, ph, run_case
-from route_table import ROUTES, in_jax, run_on, run_strictly
+from route_table import ROUTES, case_routes, in_jax, run_on, run_strictly
 
 import turnout as tn
 
@@ -520,8 +521,7 @@ def aliased_loop_variables_and_a_bool_predicate() -> Case:
 _close = partial(close, rtol=1e-9)
 
 
-@pytest.mark.parametrize("route", sorted(ROUTES))
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name,route", case_routes(CASES))
 def test_a_suite_case_on_every_route(name: str, route: str) -> None:
     got, want = run_case(CASES, name, route)
     _close(got, want, f"{name} on {route}")

@@ -6,7 +6,8 @@ The closed-form cases (``CASES``) are written here from the behaviour those suit
 and nested dicts, TensorFlow's ``foldl``/``foldr`` values, a reversed scan without an initializer,
 ``map_fn`` that changes dtype, a TensorArray read twice and differentiated, one grown past its size,
 ``case`` out of range falling to its default, gradients of a loop through ``stop_gradient`` and past
-a ``back_prop=False`` loop. Each runs on every route of ``tests/test_closed_forms.py``.
+a ``back_prop=False`` loop. Each runs on the routes of
+``tests/test_closed_forms.py`` (``case_routes``).
 
 The bug tests below them each name what was wrong; every one ended in a Turnout error, or in the
 right value, after its fix:
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 import pytest
 from case_table import Case, Cases, f64
-from route_table import ROUTES, run_on
+from route_table import ROUTES, case_routes, run_on
 
 import turnout as tn
 from turnout.session import RunOptions
@@ -123,8 +124,7 @@ def _run(g: tn.Graph, route: str, fetches: Any, feeds: Any = None) -> Any:
     return run_on(route, g, fetches, feeds)
 
 
-@pytest.mark.parametrize("route", sorted(ROUTES))
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name,route", case_routes(CASES))
 def test_a_tensorflow_suite_case_on_every_route(name: str, route: str) -> None:
     g = tn.Graph()
     with g.as_default():
