@@ -8,7 +8,8 @@ pass through C (JAX's C++ pytrees and jit dispatch) also use the C stack, and th
 may be small. A worker thread is given a large stack (``threading.stack_size``), so the raised limit
 is always backed by real stack. Results and exceptions cross back unchanged.
 
-JAX's configuration contexts are thread-local: the worker enters ``jax.enable_x64`` itself.
+JAX's configuration contexts are thread-local: the worker enters ``jax.enable_x64`` itself. So is
+the user's line a warning names: the worker runs as called from its caller's (``calls_from``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
+
+from turnout.graph import calls_from, user_site
 
 T = TypeVar("T")
 
@@ -47,10 +50,11 @@ def call_deep(fn: Callable[..., T], *args: Any, nesting: int) -> T:
     frames = frames_for(nesting)
     out: dict[str, Any] = {}
     x64 = bool(jax.config.read("jax_enable_x64"))
+    site = user_site()
 
     def work() -> None:
         try:
-            with jax.enable_x64(x64):
+            with jax.enable_x64(x64), calls_from(site):
                 out["value"] = fn(*args)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
             out["error"] = e

@@ -13,7 +13,6 @@ run (``_compile_run``), its reference executor and how its fallback is named, it
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
@@ -31,7 +30,7 @@ from turnout.fast.step_plan import StepPlan
 from turnout.fast.variable_store import Deferred, initial_value, peeker
 from turnout.fast_options import FastOptions
 from turnout.frames import FrameAnalysis
-from turnout.graph import Graph, Tensor, user_stacklevel
+from turnout.graph import Graph, Tensor, warn_user
 from turnout.memory_plan import MemoryPlan, budgeted_loops
 from turnout.session import RunOptions, RunResult
 from turnout.slot_sizes import SlotPlan, SlotSizes, slot_notes
@@ -136,8 +135,8 @@ class BackendShell(ABC):
             if not self.options.fallback:
                 raise
             self._fallback[sig] = str(e)
-            warnings.warn(f"{e}; this program runs on {self.FALLBACK_TO} instead (at interpreter speed)",
-                          RuntimeWarning, stacklevel=user_stacklevel())
+            warn_user(f"{e}; this program runs on {self.FALLBACK_TO} instead (at interpreter speed)",
+                      RuntimeWarning)
             return self._run_reference(sig, fetches, feeds, variables, options)
 
     @abstractmethod

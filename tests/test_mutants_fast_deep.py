@@ -26,6 +26,7 @@ import pytest
 
 from turnout.fast import deep
 from turnout.fast.deep import call_deep, frames_for, on_deep_thread
+from turnout.graph import calls_from, user_site, warn_user
 
 
 @pytest.fixture
@@ -183,3 +184,40 @@ def test_a_thread_that_cannot_start_leaves_nothing_behind(limit: int, monkeypatc
     sys.setrecursionlimit(limit + 50)
     call_deep(lambda: None, nesting=200)
     assert sys.getrecursionlimit() == limit + 50
+
+
+def test_a_warning_on_the_worker_names_the_line_that_made_the_deep_call(limit: int) -> None:
+    """Regression: a warning raised on the worker (the fast backend's fallback warning, for a program
+    nested past ``DEEP_NESTING``) named a line of ``threading``, the only frame outside Turnout on the
+    worker's stack. The worker runs as called from its caller's line (``calls_from``), so the warning
+    names the line that made the deep call; and the worker leaves no site behind on its thread."""
+    with pytest.warns(RuntimeWarning, match="on the worker") as caught:
+        line = sys._getframe().f_lineno + 1
+        call_deep(warn_user, "raised on the worker", RuntimeWarning, nesting=0)
+    assert (caught[0].filename, caught[0].lineno) == (__file__, line)
+
+
+def test_a_site_inherited_by_a_thread_is_put_back_when_its_block_ends() -> None:
+    """``calls_from`` lends a thread a site for its block alone, nested blocks included; outside them
+    the thread has none to lend. The thread's work stands for Turnout's own code (compiled under the
+    name of ``fast/deep.py``), so no frame of the user's is on its stack."""
+    here = user_site()
+    assert here is not None and here.filename == __file__ and here.module_globals is globals()
+    other = type(here)("elsewhere.py", 7, {})
+    out: list[Any] = []
+    source = """
+def work():
+    out.append(user_site())
+    with calls_from(other):
+        out.append(user_site())
+        with calls_from(here):
+            out.append(user_site())
+        out.append(user_site())
+    out.append(user_site())
+"""
+    scope = {"out": out, "user_site": user_site, "calls_from": calls_from, "other": other, "here": here}
+    exec(compile(source, deep.__file__, "exec"), scope)
+    t = threading.Thread(target=scope["work"])
+    t.start()
+    t.join()
+    assert out == [None, other, here, other, None]

@@ -265,7 +265,7 @@ def _fall_back_inside_turnout(s: _Shell, compiled: Any, fetches: list[Tensor]) -
 
 
 def test_the_fallback_warning_names_the_line_outside_turnout_that_led_to_it() -> None:
-    """The warning is attributed to the innermost frame outside Turnout (``graph.user_stacklevel``),
+    """The warning is attributed to the innermost frame outside Turnout (``graph.warn_user``),
     however many of Turnout's frames lie between: here none, then one (the line that called into it).
     Kills the level made None or left out."""
     g, t = _graph()

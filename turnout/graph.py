@@ -17,7 +17,9 @@ import itertools
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from turnout import dtypes as _dt
@@ -263,32 +265,68 @@ _INTERNAL_DIRS = tuple(
 
 
 def _internal(filename: str) -> bool:
-    """Whether a frame of ``filename`` is Turnout's own (or a context manager's that Turnout entered)."""
-    return os.path.abspath(filename).startswith(_INTERNAL_DIRS) or "contextlib" in filename
+    """Whether a frame of ``filename`` is Turnout's own (or a context manager's that Turnout entered,
+    or ``threading``'s, which starts the worker threads Turnout runs calls on)."""
+    return (os.path.abspath(filename).startswith(_INTERNAL_DIRS) or "contextlib" in filename
+            or filename == threading.__file__)
 
 
 def user_source_line() -> Optional[str]:
     """file:line of the innermost stack frame outside Turnout: where the user created the op."""
-    f = sys._getframe(1)
+    site = user_site()
+    return None if site is None else f"{os.path.basename(site.filename)}:{site.lineno}"
+
+
+@dataclass(frozen=True)
+class UserSite:
+    """Where the user's code called into Turnout: the innermost stack frame outside Turnout."""
+
+    filename: str
+    lineno: int
+    module_globals: dict[str, Any]
+
+
+_inherited = threading.local()
+
+
+def user_site() -> Optional[UserSite]:
+    """The innermost stack frame outside Turnout (the user's ``sess.run`` line, as
+    ``user_source_line`` finds it); on a worker thread that runs a call for the user's thread
+    (``calls_from``), whose stack holds no frame of the user's, the site that thread called from."""
+    f: Any = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not _internal(fn):
-            return f"{os.path.basename(fn)}:{f.f_lineno}"
-        f = f.f_back  # type: ignore[assignment]
-    return None
+        if not _internal(f.f_code.co_filename):
+            return UserSite(f.f_code.co_filename, f.f_lineno, f.f_globals)
+        f = f.f_back
+    return getattr(_inherited, "site", None)
 
 
-def user_stacklevel() -> int:
-    """The ``stacklevel`` at which ``warnings.warn``, called by this function's caller, names the
-    innermost stack frame outside Turnout (the user's ``sess.run`` line, as ``user_source_line`` finds
-    it; on ``fast.deep``'s worker thread, whose stack holds no frame of the user's, ``threading``'s),
-    or the outermost frame where there is none. Why counted and not fixed: a warning raised under a
-    backend's run is reached through more or fewer of Turnout's frames by the session's paths and the
-    backends, and a fixed level named a line of Turnout."""
-    level, f = 1, sys._getframe(1)
-    while f.f_back is not None and _internal(f.f_code.co_filename):
-        f, level = f.f_back, level + 1
-    return level
+@contextlib.contextmanager
+def calls_from(site: Optional[UserSite]) -> Iterator[None]:
+    """Run the block (on a worker thread) as called from ``site``, the calling thread's
+    ``user_site``: a warning the block raises names the user's line, not ``threading``'s."""
+    before = getattr(_inherited, "site", None)
+    _inherited.site = site
+    try:
+        yield
+    finally:
+        _inherited.site = before
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` of ``message`` attributed to the user's line (``user_site``), shown once per
+    line as ``warnings.warn`` shows it. Why not a ``stacklevel``: a warning raised under a backend's
+    run is reached through more or fewer of Turnout's frames by the session's paths and the backends
+    (a fixed level named a line of Turnout), and on a worker thread no level reaches the user's
+    frame at all."""
+    site = user_site()
+    if site is None:
+        warnings.warn(message, category, stacklevel=2)
+        return
+    registry = site.module_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, site.filename, site.lineno,
+                           module=site.module_globals.get("__name__"), registry=registry,
+                           module_globals=site.module_globals)
 
 
 class Graph:
