@@ -378,6 +378,12 @@ MODULES: dict[str, dict[str, Any]] = {
                      "tests": ["test_mutants_fast_held.py", "test_fast_held.py", "test_fast_memory.py",
                                "test_fast_gradients.py"]},
     # (the checks before a fused lane is made, on stand-ins, milliseconds, ahead of the training steps)
+    # the one generator of both lanes' source text: the call spec's laws first, then the lanes it writes
+    "fast/lane_text.py": {"module": "turnout.fast.lane_text",
+                          "tests": ["test_mutants_fast_lane_text.py", "test_fast_call_spec.py", "test_fast_lane.py",
+                                    "test_mutants_fast_fused_lane.py",
+                                    "test_fast_run_overhead.py", "test_fast_repeated_runs.py",
+                                    "test_fast_positional_stacks.py", "test_error_parity.py"]},
     "fast/fused_lane.py": {"module": "turnout.fast.fused_lane",
                            "tests": ["test_mutants_fast_fused_lane.py", "test_fast_lane.py",
                                      "test_fast_run_overhead.py", "test_session.py", "test_error_parity.py",
