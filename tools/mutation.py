@@ -196,8 +196,11 @@ MODULES: dict[str, dict[str, Any]] = {
                                       "test_fast_counted_stacks.py", "test_fast_held.py", "test_slot_sizes.py",
                                       *_STACK_TESTS],
                             "decorated": True},
+    # the TensorArray rules' helpers (indices, growth, declared shapes, dynamic stacks and sums): their
+    # laws called directly with a stand-in context (about a second) first, then the lowered programs
     "fast/lower_tensor_arrays.py": {"module": "turnout.fast.lower_tensor_arrays",
-                                    "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
+                                    "tests": ["test_mutants_fast_lower_tensor_arrays.py",
+                                              "test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
                                               "test_error_parity.py", *_FAST_TESTS]},
     # the window ops' lowering rules (``decorated``, as the random draws'): their laws on one program
     # run on the fast backend against the reference, first
