@@ -164,8 +164,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/ranges.py": {"module": "turnout.fast.ranges",
                        "tests": ["test_mutants_fast_ranges.py", "test_fast_ranges.py", "test_fast_counted_nests.py",
                                  "test_fast_counted_stacks.py"]},
+    # which gradient stacks are counted and the index arithmetic that reads them: the search on tiny
+    # hand-built programs and the arithmetic called directly (about a second) first, then the runs
     "fast/counted_stacks.py": {"module": "turnout.fast.counted_stacks",
-                               "tests": ["test_fast_counted_stacks.py", "test_fast_gradients.py"]},
+                               "tests": ["test_mutants_fast_counted_stacks.py", "test_fast_counted_stacks.py",
+                                         "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
@@ -193,8 +196,11 @@ MODULES: dict[str, dict[str, Any]] = {
                                       "test_fast_counted_stacks.py", "test_fast_held.py", "test_slot_sizes.py",
                                       *_STACK_TESTS],
                             "decorated": True},
+    # the TensorArray rules' helpers (indices, growth, declared shapes, dynamic stacks and sums): their
+    # laws called directly with a stand-in context (about a second) first, then the lowered programs
     "fast/lower_tensor_arrays.py": {"module": "turnout.fast.lower_tensor_arrays",
-                                    "tests": ["test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
+                                    "tests": ["test_mutants_fast_lower_tensor_arrays.py",
+                                              "test_fast_dynamic_tensor_arrays.py", "test_fast_runtime_values.py",
                                               "test_error_parity.py", *_FAST_TESTS]},
     # the window ops' lowering rules (``decorated``, as the random draws'): their laws on one program
     # run on the fast backend against the reference, first
