@@ -61,13 +61,13 @@ class LaneCall:
     sources: tuple[tuple[str, Optional[int]], ...]
     #: the call is a plan's fused attempt: it takes the rung's stack buffers (``stacks[b{m}]``) and
     #: gives the kept ones back (``p{i}`` at ``res[kept[i]]``), and an outgrown stack hands the run back
-    attempt: bool = False
-    kept: tuple[int, ...] = ()
+    attempt: bool
+    kept: tuple[int, ...]
     #: start every output's copy to the host before reading the first (``FastBackend.overlap_reads``)
-    overlap: bool = False
+    overlap: bool
     #: the feeds (places in ``sig``) whose values the call's plan is specialised on (``fast.specialise``):
     #: the lane checks each equals the value its trace took as a constant (``e{i}``)
-    fixed: tuple[int, ...] = ()
+    fixed: tuple[int, ...]
 
 
 def sources_of(spec: CallSpec, fetches: list[Tensor], fed: list[Any], ops: Optional[tuple[bool, ...]],

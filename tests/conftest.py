@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 # Several host devices for the partitioned fast executor's tests: XLA reads this flag once, when jax is
@@ -25,25 +25,39 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-# XLA's compilations, kept for this test process alone: the suite builds the same program many times
-# (a case on each route, a plan rebuilt by a later test), and a compilation read back from the cache
-# is the same executable, for a fraction of the time. The directory is fresh for each process (so
-# no run reads what an older JAX or another worker wrote, and two processes never write one file) and
-# removed when the process ends. Each compile request still reaches JAX's compiler front end, so what
-# a test counts of traces and compile requests is unchanged (``tests/test_fast_no_hidden_recompile.py``
-# counts a read from the cache as a compilation).
-_JAX_CACHE = tempfile.mkdtemp(prefix="turnout-tests-xla-")
-atexit.register(shutil.rmtree, _JAX_CACHE, True)
+# XLA's compilations, kept for one test file at a time: a file builds the same program many times (a
+# case on each route, a plan rebuilt by a later test), and a compilation read back from the cache is
+# the same executable, for a fraction of the time. Why per file: a file runs whole, in its own order,
+# on one worker (``--dist loadfile``), so what it reads back does not depend on which files a worker
+# ran before it, and a run repeats exactly. Each compile request still reaches JAX's compiler front
+# end, so what a test counts of traces and compile requests is unchanged
+# (``tests/test_fast_no_hidden_recompile.py`` counts a read from the cache as a compilation).
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point JAX's persistent compilation cache at this process's directory, caching every
-    compilation however short (JAX's defaults keep only those over a second)."""
+    """Cache every compilation however short (JAX's defaults keep only those over a second)."""
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", _JAX_CACHE)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _xla_cache_of_this_file() -> Iterator[None]:
+    """A fresh persistent compilation cache for the test file, removed when the file ends."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    where = tempfile.mkdtemp(prefix="turnout-tests-xla-")
+    jax.config.update("jax_compilation_cache_dir", where)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", None)
+        compilation_cache.reset_cache()
+        shutil.rmtree(where, ignore_errors=True)
+
 
 # tests/ holds shared helper modules (programs.py, strategies.py) imported by bare name.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

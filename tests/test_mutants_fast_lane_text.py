@@ -22,13 +22,13 @@ from turnout.fast.lane_text import check_source, sources_of
 PASSED = "passed"
 
 
-def _lane(sig: tuple[Any, ...], env: dict[str, Any]) -> Any:
-    """A lane of ``check_source(sig, 0)``'s checks alone, returning ``PASSED`` past them, its names
-    those of ``env`` plus a graph at version 3 with 5 edits."""
+def _lane(sig: tuple[Any, ...], env: dict[str, Any], n_vars: int = 0, fixed: tuple[int, ...] = ()) -> Any:
+    """A lane of ``check_source(sig, n_vars, fixed)``'s checks alone, returning ``PASSED`` past them,
+    its names those of ``env`` plus a graph at version 3 with 5 edits."""
     graph = SimpleNamespace(_version=3, _edits=5)
     names = {"graph": graph, "version": 3, "edits": 5, **env}
     text = "\n".join(["def make():", "    def lane(feed_dict, variables, run_bound=None):",
-                      *check_source(sig, 0), f"        return {PASSED!r}", "    return lane"])
+                      *check_source(sig, n_vars, fixed), f"        return {PASSED!r}", "    return lane"])
     exec(compile(text, "<lane checks>", "exec"), names)
     lane = names["make"]()
     lane.graph = graph
@@ -70,6 +70,39 @@ def test_a_lane_hands_back_a_run_whose_feeds_are_not_its_signature_s_count() -> 
     assert lane({}, None) is None
     assert lane({x: 2.0, y: 1.0}, None) is None
     assert lane(None, None) is None
+
+
+def test_a_feed_after_one_the_plan_is_specialised_on_is_checked_too() -> None:
+    """A Python int the plan took as a constant is compared with that constant (``x0``) and replaced
+    by its converted value (``e0``); the feeds after it are still checked, each in turn."""
+    x, y = object(), object()
+    f32 = (np.dtype(np.float32), np.float32)
+    env = {"t0": x, "c0": int, "d0": (np.dtype(np.int32), np.int32), "x0": 2, "e0": np.int32(2),
+           "t1": y, "c1": float, "d1": f32, "fits": lambda d, v: True}
+    lane = _lane(((x, int, None, None), (y, float, None, None)), env, fixed=(0,))
+    assert lane({x: 2, y: 1.0}, None) == PASSED
+    assert lane({x: 3, y: 1.0}, None) is None
+    assert lane({x: 2, y: "not a float"}, None) is None
+    assert lane({x: 2, object(): 1.0}, None) is None
+
+
+class _DeviceVariables:
+    """The stand-in store whose Variables' device copies a lane checks (``DeviceVariables``)."""
+
+    def __init__(self, slots: dict[str, Any]) -> None:
+        self._slots = slots
+
+
+def test_a_lane_that_reads_variables_hands_back_a_run_on_another_store_or_a_changed_entry() -> None:
+    """With Variables, a lane runs only on the store kind whose device copies it keeps, and only while
+    each Variable is still the entry its device copy was made from; otherwise it hands the run back."""
+    entry = object()
+    env = {"DeviceVariables": _DeviceVariables, "w0": "v", "dev_vars": {"v": (entry, "copy")}}
+    lane = _lane((), env, n_vars=1)
+    assert lane(None, _DeviceVariables({"v": entry})) == PASSED
+    assert lane(None, {"v": entry}) is None
+    assert lane(None, _DeviceVariables({"v": object()})) is None
+    assert lane(None, _DeviceVariables({})) is None
 
 
 def _spec(live: tuple[Any, ...] = (), out: tuple[Any, ...] = (), opaque: frozenset[Any] = frozenset(),
