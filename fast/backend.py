@@ -268,7 +268,7 @@ class FastBackend(StagedStages):
             self.repeats.remember(d, fetches, feeds)
         elif result.stats.get("fused") and self._last_fused is not None:
             top, rung = self._last_fused
-            if rung.learn_stack_shapes():  # (its stacks' shapes known now: the next run traces it again)
+            if rung.learn_stack_shapes():  # (a shape its pre-compile trace did not tell: the next run traces again)
                 self.repeats.forget()
             elif all(sn.id in rung.prealloc for sn in rung.stack_nodes) and self.options.keep_stack_buffers:
                 stats = {k: v for k, v in result.stats.items() if k not in ("compiles", "stage_seconds")}

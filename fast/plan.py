@@ -273,13 +273,14 @@ class Plan(StepPlan):
     def learn_stack_shapes(self) -> bool:
         """Take as static, for every stack ``prealloc`` lacks, the one shape a trace saw its pushes push
         (``push_shapes``), and lay the stacks out again; True when it did, and the
-        fused stage is then traced again by the next attempt, with those stacks allocated before it
-        and kept between runs. Why: a stack's shapes may be unknown in the graph (a placeholder of
+        fused stage is then traced again, with those stacks allocated before it and kept between runs
+        (the fused attempt learns them from a trace before it compiles:
+        ``FusedAttempts._learn_stack_shapes``). Why: a stack's shapes may be unknown in the graph (a placeholder of
         ``None`` batch, an imported TF1 model's loops) yet fixed for this plan, which is made for one
         signature of feeds; a stack made inside each call keeps a repeated run off its lane, which
         needs every stack's buffers kept (the imported LSTM training step took the general path at
         every run). False where a stack's shapes are still unknown, or differ between its pushes."""
-        pending = {sn.id: stack_key(Handle("stack", sn.id)) for sn in self.stack_nodes if sn.id not in self.prealloc}
+        pending = self.unlearnt_stacks()
         if not pending or any(not isinstance(self.push_shapes.get(k), tuple) for k in pending.values()):
             return False
         self.prealloc.update({i: self.push_shapes[k] for i, k in pending.items()})
@@ -287,6 +288,11 @@ class Plan(StepPlan):
         if self.fused is not None:
             self.fused.fns.pop("seg", None)
         return True
+
+    def unlearnt_stacks(self) -> dict[int, str]:
+        """The stacks whose shapes neither the graph nor a trace has told this plan yet (their
+        ``StackNew`` node's id -> state key): made inside each call until ``learn_stack_shapes``."""
+        return {sn.id: stack_key(Handle("stack", sn.id)) for sn in self.stack_nodes if sn.id not in self.prealloc}
 
     def record_every_stack(self) -> None:
         """From now on the fused stage keeps an index record for every stack (its function is traced

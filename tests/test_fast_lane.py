@@ -796,10 +796,10 @@ def test_a_fused_lane_of_a_specialised_plan_checks_the_value_it_is_specialised_o
             np.testing.assert_allclose(a, b, rtol=1e-6)
         routes.append(_route(sess))
     assert sess.last_result.stats["fused"] and sess.last_result.stats["specialized_on"] == ["n:0"]
-    # (a plan's first run learns its stacks' shapes, ``Plan.learn_stack_shapes``, and its second traces
-    # the fused stage again with them: the third of a size is the first on the lane; back to 2, the
+    # (a plan learns its stacks' shapes from a trace before its one compile,
+    # ``FusedAttempts._learn_stack_shapes``: the second run of a size is on the lane; back to 2, the
     # session still holds that size's lane)
-    assert routes == ["general", "general", "lane", "general", "general", "lane"]
+    assert routes == ["general", "lane", "lane", "general", "lane", "lane"]
 
 
 def test_a_lane_specialised_on_a_python_int_refuses_another_value_or_one_out_of_range() -> None:

@@ -124,9 +124,9 @@ def test_pops_out_of_order_are_refused_by_position_as_by_record(dynamic: bool) -
         sess.run(out, {n: 3})
     warm = [p for p in sess.backend._plans.values() if p.fused is not None and p.fused_warm]
     assert warm and all(p.positional for p in warm)  # pushed at their positions: no record needed
-    # (``dynamic``: known only when traced, and the refused run's plan, the last made, never learnt
-    # them; the first run's plan did, ``Plan.learn_stack_shapes``, as its lane needs)
-    assert bool(warm[-1].static) != dynamic
+    # (``dynamic``: the stacks' shapes are known only when traced; every plan, the refused run's too,
+    # learnt them from a trace before it compiled, ``FusedAttempts._learn_stack_shapes``)
+    assert all(p.static and not p.unlearnt_stacks() for p in warm)
 
 
 def test_stacks_under_a_cond_or_in_a_nested_loop_keep_their_records_and_run_fused() -> None:

@@ -68,8 +68,8 @@ def _placed(**kw: Any) -> Callable[[tn.Graph, dict[str, str]], tn.Session]:
 
 
 ROUTES = [
-    # (three runs: a plan whose first run learns its stacks' shapes traces its fused stage again in the
-    # second, ``Plan.learn_stack_shapes``, and a plan specialised on fed values has its lane too)
+    # (three runs: a plan specialised on fed values has its lane too, and a stack whose shapes only a
+    # trace tells is learnt before the compile, ``Plan.learn_stack_shapes``)
     # (a fused attempt whose stacks nothing pushed yet may not know their shapes, and keeps no buffers
     # a lane could reuse: ``Plan.learn_stack_shapes``; its runs take the general path until one pushes)
     Route("one call (Direct or the fused attempt), then its lane", _fast(), 3,
