@@ -95,9 +95,17 @@ class RunState(BackendShell):
         first time) put on the device, committed as a run's outputs are, or the next run compiles again.
         ``jax.device_put``, not ``jnp.asarray``: the latter compiles a small copy program for every new
         shape (about 35 ms each on the development machine, so a model's first run paid it once per
-        Variable shape); ``device_put`` copies the host array as it is."""
+        Variable shape); ``device_put`` copies the host array as it is.
+
+        A copy the last run handed back is committed too where it was not: a compiled call none of
+        whose arguments was committed (an initializer, which takes none) returns uncommitted arrays,
+        and a training step started from them compiled for them, then again for the committed ones
+        its own outputs are (for the imported TF1 LSTM step of ``benchmarks/tf_session.py``, run
+        after its initializer: a first run of 4.95 s against 2.76 s)."""
         dev = cached_copy(self._dev_vars, name, start_entry(variables, plan.var_nodes[name]))
-        return dev if dev is not None else stk.committed(jax.device_put(variables[name]))
+        if dev is None:
+            return stk.committed(jax.device_put(variables[name]))
+        return dev if getattr(dev, "committed", True) else stk.committed(dev)
 
     def _initial_state(self, plan: Plan, variables: dict[str, np.ndarray], fused: bool = False) -> dict[str, Any]:
         """The state a run starts from: the error word, the Variables' device copies, the stacks (the

@@ -175,3 +175,64 @@ def test_a_first_run_compiles_its_program_alone() -> None:
     ref = tn.Session(g)
     np.testing.assert_allclose(got, ref.run([loss, step], feeds)[0], rtol=2e-3)
     np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=2e-3)
+
+
+def test_a_training_step_after_an_initializer_compiles_its_program_once() -> None:
+    """An initializer (an assign of constants, as every imported TF1 model runs first) is a compiled
+    call with no committed argument, whose results JAX leaves uncommitted. A training step that
+    starts from those device copies and from committed ones (``b``, put on the device from its host
+    value) commits them all first, so its one XLA compilation serves its lane too: before, the step
+    compiled for the mix and its lane compiled again for the committed copies its own run handed
+    back."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [4, 7], name="x")
+        w = tn.Variable(np.zeros((7, 7), np.float32), name="w")
+        b = tn.Variable(np.full(7, 0.1, np.float32), name="b")
+        init = tn.group(w.assign(tn.constant(np.eye(7, dtype=np.float32) * 0.5)))
+        wr, br = w.read(), b.read()
+        _, h = tn.while_loop(lambda i, h: i < 5, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, wr) + br)),
+                             [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        step = tn.train.SGD(0.1).minimize(loss, var_list=[w, b])
+    feeds = {x: np.full((4, 7), 0.3, np.float32)}
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    sess.run(init)
+    ref.run(init)
+    with xla_compilations() as first:
+        sess.run([loss, step], feeds)
+    with xla_compilations() as later:
+        for _ in range(3):
+            sess.run([loss, step], feeds)
+    assert len(first) == 1 and later == [], (len(first), len(later))
+    assert sess.last_result.stats["route"] in ("lane", "hot")
+    for _ in range(4):
+        want = ref.run([loss, step], feeds)[0]
+    np.testing.assert_allclose(sess.run(loss, feeds), ref.run(loss, feeds), rtol=1e-5)
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.variables["b"], ref.variables["b"], rtol=1e-5, atol=1e-6)
+    assert np.isfinite(want)
+
+
+def test_stacks_of_a_batch_of_unknown_size_compile_the_program_once() -> None:
+    """A loop over a batch of ``None`` rows pushes values whose shapes only a trace tells: the plan
+    traces its fused stage before compiling it, learns them, and compiles once with those stacks
+    kept; the second run is on the lane and compiles nothing (before, it compiled the stage again)."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 5], name="x")
+        w = tn.placeholder(tn.float32, [5, 5], name="w")
+        _, h = tn.while_loop(lambda i, h: i < 4, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))), [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        gx, gw = tn.gradients(loss, [x, w])
+    feeds = {x: np.full((6, 5), 0.2, np.float32), w: np.eye(5, dtype=np.float32) * 0.7}
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    with xla_compilations() as first:
+        got = sess.run([loss, gx, gw], feeds)
+    with xla_compilations() as later:
+        for _ in range(3):
+            sess.run([loss, gx, gw], feeds)
+    assert len(first) == 1 and later == [], (len(first), len(later))
+    assert sess.last_result.stats["route"] in ("lane", "hot")
+    for a, b in zip(got, tn.Session(g).run([loss, gx, gw], feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
