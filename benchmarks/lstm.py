@@ -17,9 +17,11 @@ import turnout as tn
 from benchmarks.common import timed, timed_pair
 
 
-def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_memory: bool = False,
+def build(batch: Optional[int], inp: int, hidden: int, t_max: int, seed: int = 0, swap_memory: bool = False,
           memory_budget: Optional[int] = None, bounded: bool = False) -> dict[str, Any]:
-    """The LSTM training step's graph; ``swap_memory`` and ``memory_budget`` are its loop's (see
+    """The LSTM training step's graph; ``batch`` None leaves the batch to the feed (as a TF1 model's
+    placeholder of ``None`` rows does: the gradient stacks' shapes are then known only when a plan
+    traces them); ``swap_memory`` and ``memory_budget`` are its loop's (see
     benchmarks/paper/memory.py and benchmarks/lstm_budget.py: with a budget, its gradient recomputes
     from checkpoints instead of keeping stacks). ``bounded``: the loop also says it runs at most
     ``t_max`` steps (``maximum_iterations``, as TensorFlow's ``dynamic_rnn`` does), which bounds the
@@ -47,7 +49,8 @@ def build(batch: int, inp: int, hidden: int, t_max: int, seed: int = 0, swap_mem
             h2 = o * tn.tanh(c2)
             return t + 1, h2, c2, loss + tn.reduce_mean(h2 * h2)
 
-        zeros = tn.zeros([batch, hidden], tn.float32)
+        zeros = (tn.zeros([batch, hidden], tn.float32) if batch is not None
+                 else tn.fill(tn.stack([tn.shape(xs)[1], tn.constant(hidden)]), 0.0))
         _, _, _, loss = tn.while_loop(lambda t, h, c, loss: t < T, body,
                                       [tn.constant(0), zeros, zeros, tn.constant(0.0)], swap_memory=swap_memory,
                                       memory_budget=memory_budget, name="lstm",

@@ -1,0 +1,47 @@
+"""Laws of the fused attempt (``turnout.fast.fused_attempts``) that the backend's runs do not state
+on their own: what a traced run shows of it, and how a plan whose stacks' shapes only a trace tells
+compiles. Each law kills mutants of the full set of ``fast/fused_attempts.py`` (issue 40, part 3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import turnout as tn
+
+jax = pytest.importorskip("jax")
+
+
+def _batch_loop() -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
+    """A loop over a batch of ``None`` rows and its gradient: stacks whose shapes only a trace tells."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 3], name="x")
+        w = tn.placeholder(tn.float32, [3, 3], name="w")
+        _, h = tn.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))), [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        gx, gw = tn.gradients(loss, [x, w])
+    feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
+    return g, feeds, [loss, gx, gw]
+
+
+def test_a_traced_first_run_shows_the_shapes_trace_then_the_one_call_that_compiled() -> None:
+    """A traced first run of a plan whose stacks' shapes only a trace tells shows, on the compiled
+    stages' track, the trace that learnt them and then the fused attempt's one call, which compiled
+    and read an error word of 0; a traced repeat of the general path shows the call alone, compiling
+    nothing."""
+    g, feeds, fetches = _batch_loop()
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    got = sess.run(fetches, feeds, trace=True)
+    names = [s.name for s in sess.last_result.trace.spans if s.track == "compiled stages"]
+    assert names == ["fused attempt: its stacks' shapes traced", "fused attempt (whole program, one call)"]
+    (call,) = [s for s in sess.last_result.trace.spans if s.name.startswith("fused attempt (")]
+    assert call.args["compiled"] is True and call.args["error_word"] == 0
+    for a, b in zip(got, tn.Session(g).run(fetches, feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    sess.run(fetches, feeds, trace=True)
+    spans = [(s.name, s.args) for s in sess.last_result.trace.spans if s.track == "compiled stages"]
+    assert spans == [("fused attempt (whole program, one call)", {"compiled": False, "error_word": 0})]
