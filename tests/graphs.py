@@ -226,3 +226,27 @@ def host_shape_filled_on_the_second_device(sleep: bool = False) -> tuple[tn.Grap
             if sleep:
                 y = tn.sleep(y, 0.0)
     return g, x, y
+
+
+class BatchLoop(NamedTuple):
+    g: tn.Graph
+    x: tn.Tensor
+    w: tn.Tensor
+    loss: tn.Tensor
+    gx: tn.Tensor
+    gw: tn.Tensor
+
+
+def batch_loop(width: int, steps: int) -> BatchLoop:
+    """``h = tanh(h w)`` ``steps`` times from ``x``, a batch of ``None`` rows of ``width``, and the
+    gradients of ``sum(h * h)``: gradient stacks whose shapes the graph does not know, only a plan's
+    trace for one batch size."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, width], name="x")
+        w = tn.placeholder(tn.float32, [width, width], name="w")
+        _, h = tn.while_loop(lambda i, h: i < steps, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))),
+                             [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        gx, gw = tn.gradients(loss, [x, w])
+    return BatchLoop(g, x, w, loss, gx, gw)

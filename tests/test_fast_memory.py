@@ -18,6 +18,7 @@ from typing import Any
 import graphs
 import numpy as np
 import pytest
+from graphs import batch_loop
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -108,13 +109,7 @@ def test_stacks_of_shapes_known_only_when_traced_are_kept_from_the_first_run() -
     buffers are kept between runs and every later run repeats on a lane (the session's, or the
     backend's hot route) and compiles nothing. A plan of another batch learns its own. The values are
     the reference's at every run."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [None, 3], name="x")
-        w = tn.placeholder(tn.float32, [3, 3], name="w")
-        _, h = tn.while_loop(lambda i, h: i < 6, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))), [tn.constant(0), x])
-        loss = tn.reduce_sum(h * h)
-        gx, gw = tn.gradients(loss, [x, w])
+    g, x, w, loss, gx, gw = batch_loop(3, 6)
     assert any(nd.op == "StackPush" and nd.inputs[2].shape[0] is None for nd in g.nodes)
     rng = np.random.default_rng(0)
     wv = rng.standard_normal((3, 3)).astype(np.float32) * 0.5

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import batch_loop
 
 import turnout as tn
 
@@ -218,13 +219,7 @@ def test_stacks_of_a_batch_of_unknown_size_compile_the_program_once() -> None:
     """A loop over a batch of ``None`` rows pushes values whose shapes only a trace tells: the plan
     traces its fused stage before compiling it, learns them, and compiles once with those stacks
     kept; the second run is on the lane and compiles nothing (before, it compiled the stage again)."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [None, 5], name="x")
-        w = tn.placeholder(tn.float32, [5, 5], name="w")
-        _, h = tn.while_loop(lambda i, h: i < 4, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))), [tn.constant(0), x])
-        loss = tn.reduce_sum(h * h)
-        gx, gw = tn.gradients(loss, [x, w])
+    g, x, w, loss, gx, gw = batch_loop(5, 4)
     feeds = {x: np.full((6, 5), 0.2, np.float32), w: np.eye(5, dtype=np.float32) * 0.7}
     sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
     with xla_compilations() as first:

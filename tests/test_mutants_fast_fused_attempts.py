@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from graphs import batch_loop
 
 import turnout as tn
 
@@ -17,13 +18,7 @@ jax = pytest.importorskip("jax")
 
 def _batch_loop() -> tuple[tn.Graph, dict[Any, Any], list[Any]]:
     """A loop over a batch of ``None`` rows and its gradient: stacks whose shapes only a trace tells."""
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, [None, 3], name="x")
-        w = tn.placeholder(tn.float32, [3, 3], name="w")
-        _, h = tn.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))), [tn.constant(0), x])
-        loss = tn.reduce_sum(h * h)
-        gx, gw = tn.gradients(loss, [x, w])
+    g, x, w, loss, gx, gw = batch_loop(3, 3)
     feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
     return g, feeds, [loss, gx, gw]
 
