@@ -57,9 +57,8 @@ class FusedAttempts(DirectCalls):
         with self._span("fused attempt (whole program, one call)", "compiled stages") as args, fused_oom(WHO):
             before = self.compile_count
             try:
-                call_args = CallArgs(tuple(env_in), tuple(rest), tuple(stacks))
-                if "seg" not in st.fns or st.spec is None or st.spec.args != call_args:
-                    st.fns["seg"] = plan.fused_fn(call_args)
+                if "seg" not in st.fns:  # (a plan lays its call out one way: its stage's function is made once)
+                    st.fns["seg"] = plan.fused_fn(CallArgs(tuple(env_in), tuple(rest), tuple(stacks)))
                 res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
             except RungTooSmall as e:
                 return Discard(refused=str(e), needed=e.entries)

@@ -40,3 +40,23 @@ def test_a_traced_first_run_shows_the_shapes_trace_then_the_one_call_that_compil
     sess.run(fetches, feeds, trace=True)
     spans = [(s.name, s.args) for s in sess.last_result.trace.spans if s.track == "compiled stages"]
     assert spans == [("fused attempt (whole program, one call)", {"compiled": False, "error_word": 0})]
+
+
+def test_an_out_of_memory_in_the_fused_call_names_the_backend_and_the_whole_program() -> None:
+    """XLA's own out-of-memory in the fused attempt's call (a GPU's allocator: here its error, raised
+    by a stand-in of the rung's compiled function) is Turnout's ``ResourceExhaustedError``, naming the
+    fast backend, the device and the whole program, and suggesting ``swap_memory``."""
+    g, feeds, fetches = _batch_loop()
+    sess = tn.Session(g, backend="fast")
+    sess.run(fetches, feeds)
+    _, rung = sess.backend._last_fused
+    assert rung.fused is not None and "seg" in rung.fused.fns
+
+    def out_of_memory(*args: Any) -> Any:
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1024 bytes.")
+
+    rung.fused.fns["seg"] = out_of_memory
+    with pytest.raises(tn.ResourceExhaustedError,
+                       match=r"^fast backend: the device ran out of memory running the whole program \(its fused "
+                             r"call\): RESOURCE_EXHAUSTED: Out of memory.*swap_memory=True"):
+        sess.run(fetches, feeds, trace=True)  # (a traced run takes the general path, not the lane)
