@@ -60,3 +60,21 @@ def test_an_out_of_memory_in_the_fused_call_names_the_backend_and_the_whole_prog
                        match=r"^fast backend: the device ran out of memory running the whole program \(its fused "
                              r"call\): RESOURCE_EXHAUSTED: Out of memory.*swap_memory=True"):
         sess.run(fetches, feeds, trace=True)  # (a traced run takes the general path, not the lane)
+
+
+def test_a_counted_stack_longer_than_the_first_rung_learns_its_shapes_on_the_rung_that_holds_it() -> None:
+    """A loop of a constant 200 iterations over a batch of ``None`` rows: the trace that learns the
+    stacks' shapes on the first rung (128 entries) finds the counted stacks longer than the rung, so
+    the rung is passed over, not compiled, and the run climbs straight to the first rung that holds
+    200 entries, where its shapes are learnt and its one program compiled and run."""
+    g, x, w, loss, gx, gw = batch_loop(3, 200)
+    feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    got = sess.run([loss, gx, gw], feeds)
+    stats = sess.last_result.stats
+    assert stats["fused"] and stats["stack_capacity"] == 200, stats
+    top, rung = sess.backend._last_fused
+    assert sorted(top.rungs) == [128, 200] and top.rungs[128].fused is None and not rung.unlearnt_stacks()
+    assert sess.backend.compile_count == 3  # refused at 128 as its shapes are learnt; learnt, then compiled, at 200
+    for a, b in zip(got, tn.Session(g).run([loss, gx, gw], feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
