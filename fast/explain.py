@@ -45,8 +45,10 @@ def plan_schedule(plan: Plan, rungs: list[int], lane: bool = True) -> RunSchedul
         return RunSchedule("fast", (step,), otherwise, ("a repeated run of this signature is its lane: the same call, "
                                                         "without the general path's checks",) if lane else ())
     steps = _stages(plan)
+    dropped = (f"the whole program as one call was refused when traced ({plan.refused}): the stages run "
+               "instead",) if plan.refused else ()
     return RunSchedule("fast", steps if len(steps) == 1 else (Step("staged", "the stages in order", steps=steps),),
-                       otherwise)
+                       otherwise, dropped)
 
 
 def _rungs(rungs: list[int]) -> str:

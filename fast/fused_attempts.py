@@ -116,8 +116,8 @@ class FusedAttempts(DirectCalls):
                 self._stack_bufs.pop(id(p), None)
                 stk.return_freed_memory(self._home_device().platform)
             if got is not None and got.refused and not got.needed:
-                plan.fused = None  # (its trace refused for a reason no capacity changes: the stages run,
-                return None        # now and from now on, and no other rung is traced to learn it again)
+                plan.fused, plan.refused = None, got.refused  # (its trace refused for a reason no capacity
+                return None  # changes: the stages run, now and from now on, and no other rung is traced to learn it)
             if got is not None and got.any_rung:
                 return None  # (it would end so on every rung: the stages run this run, and decide)
             # the next rung: the first above this one that holds what the attempt counted
@@ -170,7 +170,7 @@ class FusedAttempts(DirectCalls):
             self._record_every_stack(plan)
             got = self._attempt(plan, fetches, feeds, variables, max_iter, budget)
         if isinstance(got, Discard) and got.refused:  # (its trace refused at this rung: the stages, or
-            plan.fused = None                            # the next rung, from now on)
+            plan.fused, plan.refused = None, got.refused  # the next rung, from now on)
         return got
 
     def _attempt(self, plan: Plan, fetches: list[Tensor], feeds: dict[Tensor, Any], variables: dict[str, np.ndarray],

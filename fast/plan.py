@@ -154,6 +154,9 @@ class Plan(StepPlan):
         self.fused = (self._fused_stage() if any(st.driven is not None for st in self.stages) or self.stack_nodes
                       else None)
         self.fused_warm = False  # the fused stage has run once
+        #: why the fused stage was dropped, where its trace refused (``Discard.refused``): what
+        #: ``Session.explain`` says of a plan that runs its stages instead
+        self.refused = ""
         # the capacity ladder of the fused attempt (``FastBackend._run_fused_sized``): its capacities,
         # smallest first, this plan's last; the plans of the rungs reached so far, by capacity; and
         # the rung that held the last run

@@ -7,11 +7,12 @@ nothing and change nothing a later run does.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
-from graphs import power_loop, recomputed_tanh_loop, vector_loop_round_robin
+from graphs import batch_loop, power_loop, recomputed_tanh_loop, vector_loop_round_robin
 
 import turnout as tn
 from turnout.run_schedule import INTERPRETER_STEP, STEP_KINDS, RunSchedule, Step
@@ -328,3 +329,22 @@ def test_a_loop_on_one_device_is_driven_there(swap: bool) -> None:
     (host,) = [st for st in got.steps if st.kind == "host loop"]
     assert host.what == "loop 'gradients/while/frame1' over cpu:1, cpu:2" and host.device == "cpu:2"
     np.testing.assert_allclose(sess.run([p.y, p.dx], {p.x: 1.5, p.n: 5}), [7.59375, 25.3125])
+
+
+def test_a_plan_whose_fused_trace_refused_says_why_its_stages_run() -> None:
+    """A loop of a constant 200 iterations with a stack chunk of 128: its counted stacks are longer
+    than every rung, so the fused trace refuses (``RungTooSmall``) and the run takes the stages. The
+    schedule of the next run is the stages, with a note that says why the one call was dropped; a
+    plan never refused has no such note."""
+    g, x, w, loss, gx, gw = batch_loop(3, 200)
+    feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
+    sess = tn.Session(g, backend="fast", stack_chunk=128)
+    before = sess.explain([loss, gx, gw], feeds)
+    assert before.steps[0].kind == "compiled call" and before.notes == (
+        "a repeated run of this signature calls the rung that held the last run directly (its lane)",)
+    sess.run([loss, gx, gw], feeds)
+    assert not sess.last_result.stats["fused"]
+    after = sess.explain([loss, gx, gw], feeds)
+    assert after.steps[0].kind == "staged" and len(after.notes) == 1
+    assert re.fullmatch(r"the whole program as one call was refused when traced \(stack:\d+: 200 entries for a "
+                        r"capacity of 128\): the stages run instead", after.notes[0]), after.notes
