@@ -314,10 +314,10 @@ MODULES: dict[str, dict[str, Any]] = {
                     "tests": list(dict.fromkeys(["test_mutants_fast_cut.py", *_SWAP_TESTS, *_BACKEND_TESTS,
                                                  "test_fast_held.py"]))},
     # (the attempt's traced spans, its out-of-memory and its climb past a rung a counted stack outgrows
-    # first, then the backend's runs and the XLA compilations a first run makes)
+    # first, then the backend's runs, the XLA compilations a first run makes, and what a refusal explains)
     "fast/fused_attempts.py": {"module": "turnout.fast.fused_attempts",
                                "tests": ["test_mutants_fast_fused_attempts.py", "test_fast_counted_stacks.py",
-                                         *_BACKEND_TESTS, "test_fast_no_hidden_recompile.py"]},
+                                         *_BACKEND_TESTS, "test_fast_no_hidden_recompile.py", "test_explain.py"]},
     # (a run's first and last steps on a stand-in backend, milliseconds, ahead of the backend's runs)
     "fast/run_state.py": {"module": "turnout.fast.run_state",
                           "tests": ["test_mutants_fast_run_state.py", *_BACKEND_TESTS]},
