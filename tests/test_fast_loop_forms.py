@@ -12,6 +12,7 @@ first (``LightLoops._emit_hoisted`` returns ``None``), with the interpreter's an
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -299,6 +300,8 @@ def test_a_loop_whose_predicate_holds_a_case_reads_the_cases_invariants(trips: i
         (dx,) = tn.gradients(y, [x])
     feeds = {n: trips, x: np.array([1.0, -0.5])}
     want = tn.Session(g).run([y, dx], feeds)
-    got = tn.Session(g, backend="fast").run([y, dx], feeds)
+    # (with trips, ``v`` goes from a vector to a scalar: the run is the interpreter's, and says so)
+    with pytest.warns(RuntimeWarning, match="changes type or shape across iterations") if trips else nullcontext():
+        got = tn.Session(g, backend="fast").run([y, dx], feeds)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b)
