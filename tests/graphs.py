@@ -3,7 +3,7 @@ sys.path, as for programs.py and strategies.py)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -237,13 +237,13 @@ class BatchLoop(NamedTuple):
     gw: tn.Tensor
 
 
-def batch_loop(width: int, steps: int) -> BatchLoop:
-    """``h = tanh(h w)`` ``steps`` times from ``x``, a batch of ``None`` rows of ``width``, and the
-    gradients of ``sum(h * h)``: gradient stacks whose shapes the graph does not know, only a plan's
-    trace for one batch size."""
+def batch_loop(width: int, steps: int, rows: Optional[int] = None) -> BatchLoop:
+    """``h = tanh(h w)`` ``steps`` times from ``x``, a batch of ``rows`` rows of ``width``, and the
+    gradients of ``sum(h * h)``. With ``rows`` None (the default), gradient stacks whose shapes the
+    graph does not know, only a plan's trace for one batch size."""
     g = tn.Graph()
     with g.as_default():
-        x = tn.placeholder(tn.float32, [None, width], name="x")
+        x = tn.placeholder(tn.float32, [rows, width], name="x")
         w = tn.placeholder(tn.float32, [width, width], name="w")
         _, h = tn.while_loop(lambda i, h: i < steps, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, w))),
                              [tn.constant(0), x])

@@ -8,7 +8,7 @@ nothing and change nothing a later run does.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -331,12 +331,14 @@ def test_a_loop_on_one_device_is_driven_there(swap: bool) -> None:
     np.testing.assert_allclose(sess.run([p.y, p.dx], {p.x: 1.5, p.n: 5}), [7.59375, 25.3125])
 
 
-def test_a_plan_whose_fused_trace_refused_says_why_its_stages_run() -> None:
+@pytest.mark.parametrize("rows", [None, 2])
+def test_a_plan_whose_fused_trace_refused_says_why_its_stages_run(rows: Optional[int]) -> None:
     """A loop of a constant 200 iterations with a stack chunk of 128: its counted stacks are longer
     than every rung, so the fused trace refuses (``RungTooSmall``) and the run takes the stages. The
     schedule of the next run is the stages, with a note that says why the one call was dropped; a
-    plan never refused has no such note."""
-    g, x, w, loss, gx, gw = batch_loop(3, 200)
+    plan never refused has no such note. On a batch of ``None`` rows the trace that refuses is the
+    one that learns the stacks' shapes; on a batch of 2, the call's own."""
+    g, x, w, loss, gx, gw = batch_loop(3, 200, rows)
     feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
     sess = tn.Session(g, backend="fast", stack_chunk=128)
     before = sess.explain([loss, gx, gw], feeds)
