@@ -189,4 +189,7 @@ def test_a_fused_trace_refused_for_a_reason_no_capacity_changes_is_traced_once(m
         np.testing.assert_allclose(got, [1.5**20, 20 * 1.5**19])
         assert not sess.last_result.stats["fused"]
     assert traces == [128]
-    assert [s.kind for s in sess.explain([p["y"], p["dx"]], {p["x"]: 1.5, p["n"]: 20}).steps] == ["staged"]
+    schedule = sess.explain([p["y"], p["dx"]], {p["x"]: 1.5, p["n"]: 20})
+    assert [s.kind for s in schedule.steps] == ["staged"]
+    assert schedule.notes == ("the whole program as one call was refused when traced (refused by the test): the "
+                              "stages run instead",)
