@@ -132,7 +132,13 @@ MODULES: dict[str, dict[str, Any]] = {
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
-       for m in ("emitter_core", "conds", "loops", "counted_nests", "light_loops")},
+       for m in ("emitter_core", "conds", "counted_nests", "light_loops")},
+    # the full while loop: its laws on tiny programs (hand-built loops whose sides read the LoopCond,
+    # counted and growing loops, a loop spanning two devices) and its carry check called directly first
+    # (seconds), then the loop forms and the fast backend's programs
+    "fast/loops.py": {"module": "turnout.fast.loops",
+                      "tests": ["test_mutants_fast_loops.py", "test_fast_loop_forms.py", "test_fast_counted_nests.py",
+                                *_FAST_TESTS]},
     # the emitter's top: each loop's form (light, full or unrolled) chosen on a stand-in emitter first
     # (milliseconds), then the loop forms and the unrolled loops on programs
     "fast/emit.py": {"module": "turnout.fast.emit",
@@ -221,8 +227,11 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/regions.py": {"module": "turnout.fast.regions",
                         "tests": ["test_mutants_fast_regions.py", "test_fast_loop_forms.py",
                                   "test_fast_nested_compile.py", "test_fast_case_chain.py"]},
-    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": _STACK_TESTS}
-       for m in ("stack_values", "chunk_store")},
+    "fast/chunk_store.py": {"module": "turnout.fast.chunk_store", "tests": _STACK_TESTS},
+    # a stack as a value (keys, buffers, bytes, memory kinds, push and pop, the drivers' scalars and
+    # zeros): its laws called directly on stacks of a few entries first (seconds), then the stacks' runs
+    "fast/stack_values.py": {"module": "turnout.fast.stack_values",
+                             "tests": ["test_mutants_fast_stack_values.py", *_STACK_TESTS]},
     # the chunked loop and its report: chunk_loop called directly on a body that moves pointers, the
     # report's decisions on hand-built reports, first (seconds), then the stacks' runs
     "fast/stacks.py": {"module": "turnout.fast.stacks", "tests": ["test_mutants_fast_stacks.py", *_STACK_TESTS]},
