@@ -426,6 +426,11 @@ class _Raiser:
             a, _ = self.anchor(e)
             phases["body" if (lck, True) in a else "exit" if (lck, False) in a else "header"].append(e)
         header = self.build_items(EMPTY, phases["header"])
+        for n in (n for it in header for n in _boundary(it)):  # (the header makes the predicate: it cannot read it)
+            if any(key(t) == lck for t in _data_inputs(n)):
+                raise UnsupportedError(f"fast backend: {describe_node(n)} reads the output of {describe_node(lc)} "
+                                       "in its loop's header, where the predicate is being made; only the loop's "
+                                       "Switches (and what they feed) may read it")
         body = self.build_items(frozenset({(lck, True)}), phases["body"])
         exit_side = self.build_items(frozenset({(lck, False)}), phases["exit"])
         header_ids = {n.id for it in header for n in self.nodes_of(it)}

@@ -259,3 +259,29 @@ def test_primitive_values_are_arrays(backend: str) -> None:
     g, n = counting_loop(2)
     v = run(backend, g, n["y"], {n["n"]: 2})
     assert isinstance(v, np.ndarray) and v.dtype == np.int32 and v.shape == ()
+
+
+def test_a_header_node_reading_the_loop_cond_runs_as_on_the_reference(backend: str) -> None:
+    """A hand-built loop whose header reads LoopCond's own output (``reads_lc``, a cast of it, switched
+    like a loop variable and added into the body) counts as the reference counts. The fast backend
+    cannot make that header (it makes the predicate the node reads): it refuses it by name and runs
+    the program on the interpreter, with the reference's value, where it raised a bare ``KeyError``."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        e = raw.enter(tn.constant(0), "count", name="enter_i")
+        n_in = raw.enter(n, "count", is_constant=True, name="enter_n")
+        m, _ = raw.merge([e, raw.BACK_EDGE], name="merge_i")
+        p = raw.loop_cond(tn.less(m, n_in), name="loop_cond")
+        f, t = raw.switch(m, p, name="switch_i")
+        _, one = raw.switch(tn.cast(p, tn.int32, name="reads_lc"), p, name="switch_flag")
+        raw.close_back_edge(m, raw.next_iteration(tn.add(t, one, name="body"), name="next_i"))
+        y = raw.exit(f, name="exit_i")
+    if backend == "fast":
+        with pytest.warns(RuntimeWarning, match=r'Cast node "reads_lc".* reads the output of LoopCond node '
+                                                 r'"loop_cond".* in its loop\'s header'):
+            assert int(run(backend, g, y, {n: 3})) == 3
+        with pytest.raises(tn.UnsupportedError, match="reads the output of LoopCond"):
+            tn.Session(g, backend="fast", fallback=False).run(y, {n: 3})
+    else:
+        assert int(run(backend, g, y, {n: 3})) == 3
