@@ -78,3 +78,14 @@ def test_a_counted_stack_longer_than_the_first_rung_learns_its_shapes_on_the_run
     assert sess.backend.compile_count == 3  # refused at 128 as its shapes are learnt; learnt, then compiled, at 200
     for a, b in zip(got, tn.Session(g).run([loss, gx, gw], feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_plan_whose_stacks_the_graph_sizes_is_not_traced_to_learn_them() -> None:
+    """The same loop on a batch of 2 rows: the graph says every stack's shapes, so the traced first
+    run shows the fused attempt's one call alone, no trace to learn them."""
+    g, x, w, loss, gx, gw = batch_loop(3, 3, rows=2)
+    feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    sess.run([loss, gx, gw], feeds, trace=True)
+    names = [s.name for s in sess.last_result.trace.spans if s.track == "compiled stages"]
+    assert names == ["fused attempt (whole program, one call)"] and sess.backend.compile_count == 1
