@@ -89,3 +89,49 @@ def test_a_plan_whose_stacks_the_graph_sizes_is_not_traced_to_learn_them() -> No
     sess.run([loss, gx, gw], feeds, trace=True)
     names = [s.name for s in sess.last_result.trace.spans if s.track == "compiled stages"]
     assert names == ["fused attempt (whole program, one call)"] and sess.backend.compile_count == 1
+
+
+def test_a_batch_of_unknown_size_read_with_a_variable_learns_its_shapes_from_the_whole_call() -> None:
+    """The trace that learns the stacks' shapes takes the call's whole layout (feeds, the Variables'
+    device copies, the stacks): a loop over a batch of ``None`` rows whose weights are a Variable
+    learns them, compiles once and trains as the reference does."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None, 3], name="x")
+        w = tn.Variable(np.eye(3, dtype=np.float32) * 0.8, name="w")
+        wr = w.read()
+        _, h = tn.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tn.tanh(tn.matmul(h, wr))), [tn.constant(0), x])
+        loss = tn.reduce_sum(h * h)
+        step = tn.train.SGD(0.1).minimize(loss, var_list=[w])
+    feeds = {x: np.full((2, 3), 0.4, np.float32)}
+    sess, ref = tn.Session(g, backend="fast", inside_stack_bytes=0), tn.Session(g)
+    sess.run([loss, step], feeds, trace=True)
+    names = [s.name for s in sess.last_result.trace.spans if s.track == "compiled stages"]
+    assert names == ["fused attempt: its stacks' shapes traced", "fused attempt (whole program, one call)"]
+    ref.run([loss, step], feeds)
+    np.testing.assert_allclose(sess.variables["w"], ref.variables["w"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_refusal_of_the_trace_that_learns_the_shapes_drops_the_one_call_with_its_reason(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the trace that would learn the stacks' shapes refuses (an ``UnsupportedError`` of the
+    fused body: here a stand-in's), the fused stage is dropped at once with that reason, which the
+    schedule then gives, and the run takes the stages with the reference's values."""
+    from turnout.errors import UnsupportedError
+    from turnout.fast.plan import Plan
+
+    def refusing(self: Plan, st: object) -> object:
+        def body(*args: object) -> object:
+            raise UnsupportedError("refused by the test")
+
+        return body
+
+    monkeypatch.setattr(Plan, "_fused_body", refusing)
+    g, feeds, fetches = _batch_loop()
+    sess = tn.Session(g, backend="fast")
+    got = sess.run(fetches, feeds)
+    assert not sess.last_result.stats["fused"]
+    assert sess.explain(fetches, feeds).notes == (
+        "the whole program as one call was refused when traced (refused by the test): the stages run instead",)
+    for a, b in zip(got, tn.Session(g).run(fetches, feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
