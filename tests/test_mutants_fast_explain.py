@@ -64,11 +64,12 @@ def test_a_fallback_names_its_backend_its_executor_and_its_reason() -> None:
 
 
 def _plan(fused: Any = None, direct_ok: bool = False, stages: Any = (), host: Any = (),
-          loops: Optional[dict[str, str]] = None, capacity: int = 64) -> Any:
-    """A stand-in ``Plan``: ``loops`` maps each stack to the frame name of its loop."""
+          loops: Optional[dict[str, str]] = None, capacity: int = 64, refused: str = "") -> Any:
+    """A stand-in ``Plan``: ``loops`` maps each stack to the frame name of its loop; ``refused``: why
+    its fused trace refused (empty: it never did)."""
     info = {k: SimpleNamespace(loop=lp) for k, lp in (loops or {}).items()}
     return SimpleNamespace(fused=fused, direct_ok=direct_ok, stages=list(stages), capacity=capacity, host=set(host),
-                           stack_info=info)
+                           stack_info=info, refused=refused)
 
 
 def test_a_direct_plan_is_one_call_and_its_lane() -> None:
@@ -114,6 +115,8 @@ def test_a_staged_plan_is_its_one_stage_or_its_stages_in_order() -> None:
     one = _call("cpu:0", 1, _op("a/Sin"))
     assert plan_schedule(_plan(stages=[one]), [64]) == RunSchedule(
         "fast", (Step("compiled call", "segment 1 on cpu:0: a/Sin"),), (INTERPRETER,))
+    assert plan_schedule(_plan(stages=[one], refused="why"), [64]).notes == (
+        "the whole program as one call was refused when traced (why): the stages run instead",)
     two = [one, _driven("cpu:0", "w", "s")]
     assert plan_schedule(_plan(stages=two, host={"s"}, capacity=16), [16]) == RunSchedule("fast", (Step(
         "staged", "the stages in order", steps=(
