@@ -271,13 +271,11 @@ class CountedNests(LoopEmitter):
                 continue
             dims = tuple(int(b) for b in bodies)
             s = self.state.get(cs.key)
-            if not isinstance(s, stk.StackValue):
-                continue
-            # (its head is a root item: every run that gets this far pushes them, into an empty stack
-            # whether or not its shapes are known yet, so a rung too small is passed over either way)
-            if math.prod(dims) > s.capacity and (s.pending or is_static(s.ptr) and int(s.ptr) == 0):
-                raise RungTooSmall(cs.key, math.prod(dims), s.capacity)
-            if s.pending or not is_static(s.ptr) or int(s.ptr) != 0:
+            if not isinstance(s, stk.StackValue) or not (s.pending or is_static(s.ptr) and int(s.ptr) == 0):
+                continue  # (not a stack known empty here)
+            if math.prod(dims) > s.capacity:  # (its head is a root item: every run that gets this far pushes
+                raise RungTooSmall(cs.key, math.prod(dims), s.capacity)  # them, its shapes known or not)
+            if s.pending:
                 continue
             if cs.key in self.resizable:  # (zeroing and carrying a buffer of the rung's capacity cost the call)
                 n = max(math.prod(dims), 1)

@@ -17,7 +17,8 @@ capacity to call it at, and what its outcome asks for next.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 
@@ -35,6 +36,20 @@ from turnout.fast.stack_sizes import StackMarks, capacity_ladder
 from turnout.fast.values import start_reads
 from turnout.graph import Tensor
 from turnout.memory_plan import MemoryPlan
+
+T = TypeVar("T")
+
+
+def _refused_as_discard(trace: Callable[[], T]) -> T | Discard:
+    """``trace()`` (a call or a trace of the fused stage's function), or the ``Discard`` its refusal
+    comes to: ``RungTooSmall`` (a counted stack longer than the rung, with the entries it needs) or
+    ``UnsupportedError``. Both must leave JAX's trace by raising; they stop here."""
+    try:
+        return trace()
+    except RungTooSmall as e:
+        return Discard(refused=str(e), needed=e.entries)
+    except UnsupportedError as e:
+        return Discard(refused=str(e))
 
 
 class FusedAttempts(DirectCalls):
@@ -56,14 +71,12 @@ class FusedAttempts(DirectCalls):
         rest, stacks = stk.split_state(state)
         with self._span("fused attempt (whole program, one call)", "compiled stages") as args, fused_oom(WHO):
             before = self.compile_count
-            try:
-                if "seg" not in st.fns:  # (a plan lays its call out one way: its stage's function is made once)
-                    st.fns["seg"] = plan.fused_fn(CallArgs(tuple(env_in), tuple(rest), tuple(stacks)))
-                res = st.fns["seg"](*env_in.values(), *rest.values(), *stacks.values(), max_iter)
-            except RungTooSmall as e:
-                return Discard(refused=str(e), needed=e.entries)
-            except UnsupportedError as e:
-                return Discard(refused=str(e))
+            if "seg" not in st.fns:  # (a plan lays its call out one way: its stage's function is made once)
+                st.fns["seg"] = plan.fused_fn(CallArgs(tuple(env_in), tuple(rest), tuple(stacks)))
+            fn = st.fns["seg"]
+            res = _refused_as_discard(lambda: fn(*env_in.values(), *rest.values(), *stacks.values(), max_iter))
+            if isinstance(res, Discard):
+                return res
             spec = st.spec
             assert spec is not None  # (set by its trace)
             out, flags, state = spec.split(res)
@@ -233,14 +246,11 @@ class FusedAttempts(DirectCalls):
         if "seg" in st.fns or not plan.unlearnt_stacks():
             return False
         rest, stacks = stk.split_state(state)
+        fn = plan.fused_fn(CallArgs(tuple(reads), tuple(rest), tuple(stacks)))
         with self._span("fused attempt: its stacks' shapes traced", "compiled stages"):
-            try:
-                fn = plan.fused_fn(CallArgs(tuple(reads), tuple(rest), tuple(stacks)))
-                fn.trace(*reads.values(), *rest.values(), *stacks.values(), max_iter)
-            except RungTooSmall as e:
-                return Discard(refused=str(e), needed=e.entries)
-            except UnsupportedError as e:
-                return Discard(refused=str(e))
+            got = _refused_as_discard(lambda: fn.trace(*reads.values(), *rest.values(), *stacks.values(), max_iter))
+        if isinstance(got, Discard):
+            return got
         if plan.learn_stack_shapes():
             return True
         st.fns["seg"] = fn  # (its trace is JAX's: the call compiles it without tracing it again)
