@@ -37,6 +37,7 @@ accounting against it while the run goes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -519,10 +520,14 @@ def recomputed(cp: Checkpointing) -> LoopPlan:
 COST_AT = (1_000, 10_000)
 
 
+@functools.lru_cache(maxsize=256)
 def recompute_cost(slots: int) -> str:
     """What reversing a loop in ``slots`` slots costs at the trip counts ``COST_AT``, in forward passes
     of the body recomputed (``checkpoint_schedule.cost``, exact: it runs the schedule), for a plan
-    line: a user weighing a budget sees what it buys without running it."""
+    line: a user weighing a budget sees what it buys without running it.
+
+    Cached: running the schedule at ``COST_AT`` takes about 0.1 s, and every run that plans its
+    memory writes the line of each recomputing loop again (``recomputed_loops``)."""
     first, *more = [f"{schedule.cost(n, slots).recomputed / n:.2g}" for n in COST_AT]
     rest = "".join(f", {p} at {n}" for p, n in zip(more, COST_AT[1:], strict=True))
     return f"its backward loop recomputes {first} forward passes at {COST_AT[0]} steps{rest}"
