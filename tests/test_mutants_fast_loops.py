@@ -385,3 +385,191 @@ def test_a_full_loop_with_a_pending_tensor_array_whose_carry_grows_is_unrolled_w
         out = ta.stack()
     for n in (1, 3):
         _both(g, [v, out], {k: n})
+
+
+def test_read_at_1_holds_the_nodes_whose_output_1_is_read_and_no_other() -> None:
+    """Law: ``read_at_1`` is the set of the program's nodes whose output 1 some node reads: a loop's
+    Switch (its output 1 feeds the body), not its Merge (whose output 1, the value index, nothing
+    reads here) nor its LoopCond (one output); found once, the same set on a second call."""
+    from types import SimpleNamespace
+
+    from turnout.fast.functionalize import functionalize
+    from turnout.fast.loops import LoopEmitter
+
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        y = tn.while_loop(lambda i: i < n, lambda i: i + 1, [tn.constant(0)], name="probe")[0]
+    em = SimpleNamespace(_read_at_1=None, program=functionalize(g, [y], [n]))
+    got = LoopEmitter.read_at_1(em)  # type: ignore[arg-type]
+    ops = {nd.id: nd.op for nd in g.nodes}
+    assert got and {ops[i] for i in got} == {"Switch"}
+    assert LoopEmitter.read_at_1(em) is got  # type: ignore[arg-type]
+
+
+class _StateEm:
+    """A stand-in emitter for ``discover``: its run-time state and the real carry check."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {"err": np.int32(0)}
+
+    _check_carry = staticmethod(lambda c0, out, region: None)
+
+
+def test_discover_leaves_the_emitters_state_as_it_found_it() -> None:
+    """Law: ``discover`` traces the body, which writes its own (traced) run-time state into the
+    emitter, and then gives the emitter back the state it had before: its caller (a light nest run
+    in a cond on its checks reads the error word next) reads no value of the body's trace."""
+    import jax.numpy as jnp
+
+    from turnout.fast.loops import LoopEmitter
+
+    em = _StateEm()
+    before = em.state
+
+    def body(c: Any) -> Any:
+        em.state = {"err": c[0]}
+        return (c[0] + 1, c[1] * 2.0)
+
+    c0 = (jnp.int32(0), jnp.zeros(2))
+    LoopEmitter.discover(em, body, c0)  # type: ignore[arg-type]
+    assert em.state is before
+
+
+def test_discover_gives_up_reconciling_after_eight_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Law: ``discover`` makes the carry concrete and traces the body again at most eight times, even
+    where every trace finds another pending value: its work is bounded (a body that needs more
+    rounds is then refused by the carry check, not traced without end)."""
+    import jax.numpy as jnp
+
+    from turnout.fast import loops
+
+    rounds: list[int] = []
+
+    def never_settles(c0: Any, shapes: Any) -> tuple[Any, bool]:
+        rounds.append(1)
+        return c0, True
+
+    monkeypatch.setattr(loops, "reconcile", never_settles)
+    c0 = (jnp.int32(0),)
+    loops.LoopEmitter.discover(_StateEm(), lambda c: (c[0] + 1,), c0)  # type: ignore[arg-type]
+    assert len(rounds) == 8
+
+
+def _invariant_twice(after: bool) -> tuple[tn.Graph, Any, list[Any]]:
+    """A loop on ``cpu:0`` adding ``x`` (computed on ``cpu:1``, read as a loop invariant) ``n`` times,
+    with a second variable computed on ``cpu:1`` (the loop spans both devices); with ``after``, ``x``
+    is added once more on ``cpu:0`` after the loop (a reader that runs after it, since it reads the
+    loop's result). Both variables are fetched."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        with tn.device("cpu:1"):
+            x = tn.cast(n, tn.float32) * 2.0  # (computed while running: a fed value or a constant is not moved)
+
+        def body(i: Any, a: Any, b: Any) -> Any:
+            with tn.device("cpu:1"):
+                b2 = b * 0.5 + 1.0
+            with tn.device("cpu:0"):
+                return i + 1, a + x, b2
+
+        with tn.device("cpu:0"):
+            _, a, b = tn.while_loop(lambda i, a, b: i < n, body, [tn.constant(0), tn.constant(1.0), tn.constant(2.0)])
+            y = a + x if after else a * 1.0
+    return g, n, [y, b]
+
+
+def test_an_invariant_moved_into_a_loop_is_not_moved_again_for_a_reader_after_it() -> None:
+    """Law: under the SPMD tier a loop invariant read from another device is moved once, in the
+    caller's environment: a reader on the loop's device after the loop reuses that copy, so the
+    program with the second reader traces as many moves as the one without it (the reference's
+    values)."""
+    from turnout.devices import place
+    from turnout.devices.spmd import spmd_choice
+    from turnout.session import RunOptions
+
+    moves = {}
+    for after in (False, True):
+        g, n, outs = _invariant_twice(after)
+        plan = spmd_choice(g, place(g, ["cpu:0", "cpu:1"]), outs, [n])
+        assert not isinstance(plan, str), plan
+        got = plan.run({n: np.int32(3)}, {}, RunOptions())
+        assert got.stats["tier"] == "spmd"
+        np.testing.assert_allclose([float(v) for v in got.values], [float(v) for v in tn.Session(g).run(outs, {n: 3})])
+        moves[after] = got.stats["moves_per_trace"]
+    assert moves[False] >= 1 and moves[True] == moves[False]
+
+
+def test_a_fused_attempts_loop_that_pushes_stops_at_its_first_error() -> None:
+    """Law: in a fused attempt a full loop that pushes onto a stack stops at the first error its body
+    sets (``Emitter.stop_on_error``): its stack then holds no more than the entries pushed up to the
+    error, within the first rung, so the run raises the interpreters' error from that rung and climbs
+    to no rung above it (run on, the loop would push past the rung, and the attempt would be
+    discarded for a larger one only to fail the same way)."""
+    from turnout.errors import KernelError
+
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.float32, [], name="n")
+        v = tn.placeholder(tn.float32, [2], name="v")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+
+        def body(i: Any, h: Any) -> Any:
+            p = g.create_node("StackPush", [stack, tn.reshape(i, [1]), tn.cast(i, tn.float32)], name="push").outputs[0]
+            return i + 1, h + p * 0.0 + v[i]  # (v[2] is out of range: the error at the third body)
+
+        # (a float bound: the trace cannot know the trip count, so the loop is never unrolled)
+        _, h = tn.while_loop(lambda i, h: tn.cast(i, tn.float32) * 2.0 < n * 2.0, body,
+                             [tn.constant(0), tn.constant(0.0)], name="push")
+    feeds = {n: 6.0, v: np.ones(2, np.float32)}
+    want = _outcome(tn.Session(g), h, feeds)
+    assert want[0] == "KernelError"
+    sess = tn.Session(g, backend="fast", fallback=False, options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
+    with pytest.raises(KernelError):
+        sess.run(h, feeds)
+    assert _outcome(sess, h, feeds) == want
+    plan = next(iter(sess.backend._plans.values()))
+    assert len(plan.ladder) > 1 and sorted(plan.rungs) == plan.ladder[:1]
+    assert plan.fused is not None and not plan.refused  # (the attempt ran: its trace refused nothing)
+
+
+def test_a_fused_attempts_loop_that_pops_stops_at_its_first_error() -> None:
+    """Law: in a fused attempt a full loop that pops (and pushes nothing) stops at the first error
+    its body sets too: the stack keeps the entries it had not popped yet, so the pushes made after
+    the loop count on from there, past the first rung here, and the attempt is discarded for the
+    rung that holds them (``Discard.needed``), where the run raises the interpreters' error. (Run
+    on, the loop would pop every entry, and the pushes after it would fit the first rung.)"""
+    from turnout.errors import KernelError
+
+    g = tn.Graph()
+    with g.as_default():
+        v = tn.placeholder(tn.float32, [2], name="v")
+        stack = g.create_node("StackNew", (), {"elem_dtype": "float32", "elem_shape": []}, name="stk").outputs[0]
+
+        def push_body(i: Any, h: Any) -> Any:
+            p = g.create_node("StackPush", [stack, tn.reshape(i, [1]), tn.cast(i, tn.float32)], name="push").outputs[0]
+            return i + 1, h + p * 0.0
+
+        _, h = tn.while_loop(lambda i, h: i < 3, push_body, [tn.constant(0), tn.constant(0.0)], name="pushes")
+        with tn.control_dependencies([h]):
+            top = tn.constant(2) + 0
+
+        def pop_body(j: Any, s: Any) -> Any:
+            popped = g.create_node("StackPop", [stack, tn.reshape(top - j, [1])], {"dtype": "float32"},
+                                   name="pop").outputs[0]
+            return j + 1, s + tn.reshape(popped, []) + v[j + 2]  # (v[2] is out of range: the first body fails)
+
+        _, total = tn.while_loop(lambda j, s: j * 2 < 6, pop_body, [tn.constant(0), tn.constant(0.0)], name="pops")
+        after = total
+        for k in range(3):
+            with tn.control_dependencies([after]):
+                after = g.create_node("StackPush", [stack, tn.constant([k]), after], name=f"again{k}").outputs[0]
+    feeds = {v: np.ones(2, np.float32)}
+    want = _outcome(tn.Session(g), after, feeds)
+    assert want[0] == "KernelError"
+    sess = tn.Session(g, backend="fast", fallback=False, options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
+    with pytest.raises(KernelError):
+        sess.run(after, feeds)
+    assert _outcome(sess, after, feeds) == want
+    plan = next(iter(sess.backend._plans.values()))
+    assert plan.fused is not None and not plan.refused and len(plan.rungs) == 2

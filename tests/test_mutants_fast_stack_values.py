@@ -402,6 +402,28 @@ def test_a_host_stacks_pop_brings_the_value_to_the_device() -> None:
     np.testing.assert_array_equal(np.asarray(hv), np.asarray(dv))
 
 
+def test_a_pop_without_free_stops_its_pointer_at_zero() -> None:
+    """Law: a pop runs its pointer free only when asked (``free`` is off by default, as in ``push``):
+    a pop of an empty stack, asked nothing, leaves the pointer at 0."""
+    out, _, ok, _ = sv.pop(_full(cap=4, ptr=0), np.array([7]))
+    assert not bool(ok) and int(out.ptr) == 0
+
+
+def test_a_device_stacks_pop_makes_no_memory_move_and_a_host_stacks_one() -> None:
+    """Law: a pop from a stack in device memory reads its entry as it is, with no move between
+    memories in the traced program; only a host stack's pop brings its entry to the device (one
+    ``device_put``)."""
+    def moves(host: bool) -> int:
+        s = _full(cap=4, ptr=2, host=host)
+
+        def f(buf: Any) -> Any:
+            return sv.pop(s.replace(buf, s.idx, s.ptr), np.array([101]))[1]
+
+        return [e.primitive.name for e in jax.make_jaxpr(f)(s.buf).jaxpr.eqns].count("device_put")
+
+    assert moves(False) == 0 and moves(True) == 1
+
+
 # --- scalars and zeros the drivers make --------------------------------------------------------------
 
 def test_scalars_are_int32_and_committed_to_the_device_of_what_they_go_with() -> None:
