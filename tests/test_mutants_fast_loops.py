@@ -500,14 +500,26 @@ def test_an_invariant_moved_into_a_loop_is_not_moved_again_for_a_reader_after_it
     assert moves[False] >= 1 and moves[True] == moves[False]
 
 
+def _fails_as_on_the_reference(g: tn.Graph, fetch: Any, feeds: dict[Any, Any]) -> Any:
+    """Run ``fetch`` on the fast backend (no fallback; a small ladder, rungs 4 and 8) and on the
+    reference: both raise the same ``KernelError``, and the fast backend's one plan is returned."""
+    from turnout.errors import KernelError
+
+    want = _outcome(tn.Session(g), fetch, feeds)
+    assert want[0] == "KernelError"
+    sess = tn.Session(g, backend="fast", fallback=False, options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
+    with pytest.raises(KernelError):
+        sess.run(fetch, feeds)
+    assert _outcome(sess, fetch, feeds) == want
+    return next(iter(sess.backend._plans.values()))
+
+
 def test_a_fused_attempts_loop_that_pushes_stops_at_its_first_error() -> None:
     """Law: in a fused attempt a full loop that pushes onto a stack stops at the first error its body
     sets (``Emitter.stop_on_error``): its stack then holds no more than the entries pushed up to the
     error, within the first rung, so the run raises the interpreters' error from that rung and climbs
     to no rung above it (run on, the loop would push past the rung, and the attempt would be
     discarded for a larger one only to fail the same way)."""
-    from turnout.errors import KernelError
-
     g = tn.Graph()
     with g.as_default():
         n = tn.placeholder(tn.float32, [], name="n")
@@ -521,14 +533,7 @@ def test_a_fused_attempts_loop_that_pushes_stops_at_its_first_error() -> None:
         # (a float bound: the trace cannot know the trip count, so the loop is never unrolled)
         _, h = tn.while_loop(lambda i, h: tn.cast(i, tn.float32) * 2.0 < n * 2.0, body,
                              [tn.constant(0), tn.constant(0.0)], name="push")
-    feeds = {n: 6.0, v: np.ones(2, np.float32)}
-    want = _outcome(tn.Session(g), h, feeds)
-    assert want[0] == "KernelError"
-    sess = tn.Session(g, backend="fast", fallback=False, options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
-    with pytest.raises(KernelError):
-        sess.run(h, feeds)
-    assert _outcome(sess, h, feeds) == want
-    plan = next(iter(sess.backend._plans.values()))
+    plan = _fails_as_on_the_reference(g, h, {n: 6.0, v: np.ones(2, np.float32)})
     assert len(plan.ladder) > 1 and sorted(plan.rungs) == plan.ladder[:1]
     assert plan.fused is not None and not plan.refused  # (the attempt ran: its trace refused nothing)
 
@@ -539,8 +544,6 @@ def test_a_fused_attempts_loop_that_pops_stops_at_its_first_error() -> None:
     the loop count on from there, past the first rung here, and the attempt is discarded for the
     rung that holds them (``Discard.needed``), where the run raises the interpreters' error. (Run
     on, the loop would pop every entry, and the pushes after it would fit the first rung.)"""
-    from turnout.errors import KernelError
-
     g = tn.Graph()
     with g.as_default():
         v = tn.placeholder(tn.float32, [2], name="v")
@@ -564,12 +567,5 @@ def test_a_fused_attempts_loop_that_pops_stops_at_its_first_error() -> None:
         for k in range(3):
             with tn.control_dependencies([after]):
                 after = g.create_node("StackPush", [stack, tn.constant([k]), after], name=f"again{k}").outputs[0]
-    feeds = {v: np.ones(2, np.float32)}
-    want = _outcome(tn.Session(g), after, feeds)
-    assert want[0] == "KernelError"
-    sess = tn.Session(g, backend="fast", fallback=False, options=tn.FastOptions(stack_chunk=8, stack_first_rung=4))
-    with pytest.raises(KernelError):
-        sess.run(after, feeds)
-    assert _outcome(sess, after, feeds) == want
-    plan = next(iter(sess.backend._plans.values()))
+    plan = _fails_as_on_the_reference(g, after, {v: np.ones(2, np.float32)})
     assert plan.fused is not None and not plan.refused and len(plan.rungs) == 2
