@@ -239,8 +239,8 @@ class FusedAttempts(DirectCalls):
         kept between runs, and the next run repeats on a lane. ``Discard`` where the trace refused, as
         the call's own trace would (``_call_fused``).
 
-        Why trace first: a trace costs a fraction of XLA's compile of it (for the imported
-        bidirectional GRU training step, 1.3 s of tracing against 4.1 s of lowering and compiling),
+        Why trace first: a trace costs less than XLA's lowering and compile of it (for the imported
+        bidirectional GRU training step, 1.3 s of tracing against about 2 s of lowering and compiling),
         and without it the first run compiled the stage with those stacks made inside the call and
         the second compiled it again with them kept."""
         if "seg" in st.fns or not plan.unlearnt_stacks():
