@@ -193,3 +193,16 @@ def test_a_run_that_starts_on_a_rung_passed_over_climbs_past_it_without_calling_
     assert sorted(top.rungs) == [128, 160, 200] and top.rungs[160].fused is None
     for a, b in zip(got, tn.Session(g).run([loss, gx, gw], feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_buffers_a_learning_run_allocates_are_kept_for_its_rung_alone() -> None:
+    """The stacks whose shapes a trace learnt are allocated before the call and kept between runs
+    as the buffers of the rung that ran, and of nothing else: the backend then holds one set of
+    buffers, the first rung's (128 entries)."""
+    g, feeds, fetches = _batch_loop()
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    sess.run(fetches, feeds)
+    _, rung = sess.backend._last_fused
+    assert not rung.unlearnt_stacks()
+    assert [b["capacity"] for b in sess.backend.stack_buffers()] == [rung.capacity] == [128]
+
