@@ -135,3 +135,74 @@ def test_a_refusal_of_the_trace_that_learns_the_shapes_drops_the_one_call_with_i
         "the whole program as one call was refused when traced (refused by the test): the stages run instead",)
     for a, b in zip(got, tn.Session(g).run(fetches, feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _doubling_loop() -> tuple[tn.Graph, Any, Any, Any, Any]:
+    """``y`` doubled while below a fed bound, and dy/dx: a loop whose trip count no feed says, so its
+    stacks' entries are known only once the fused attempt has counted them."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float64, [], name="x")
+        bound = tn.placeholder(tn.float64, [], name="bound")
+        _, y = tn.while_loop(lambda i, y: y < bound, lambda i, y: (i + 1, y * x), [tn.constant(0), tn.ones_like(x)])
+        (dx,) = tn.gradients(y, [x])
+    return g, x, bound, y, dx
+
+
+def test_a_climb_frees_the_rung_it_outgrew_before_handing_the_memory_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of the general path that outgrows the rung it started on (4 entries, on a ladder of 4, 8
+    and 16) drops that
+    rung's buffers, then hands the freed memory back once, for the home device's platform, before
+    the rung that holds its 12 entries runs; the values are the reference's."""
+    from turnout.fast import stacks
+
+    g, x, bound, y, dx = _doubling_loop()
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0, stack_chunk=16, stack_first_rung=4,
+                      stack_rung_ratio=2)
+    trims: list[tuple[str, list[int]]] = []  # (the platform, the capacities of the buffers held then)
+
+    def trim(platform: str) -> None:
+        trims.append((platform, [b["capacity"] for b in sess.backend.stack_buffers()]))
+
+    monkeypatch.setattr(stacks, "return_freed_memory", trim)
+    sess.run([y, dx], {x: 2.0, bound: 2.0 ** 3 - 0.5})
+    assert [b["capacity"] for b in sess.backend.stack_buffers()] == [4] and trims == []
+    feed = {x: 2.0, bound: 2.0 ** 12 - 0.5}
+    got = sess.run([y, dx], feed, trace=True)  # (the general path: a repeated run's lane hands an overflow back)
+    assert sess.last_result.stats["fused"] and sess.last_result.stats["stack_capacity"] == 16
+    assert trims == [(sess.backend._home_device().platform, [])]
+    np.testing.assert_allclose(got, tn.Session(g).run([y, dx], feed), rtol=1e-12)
+
+def test_a_run_that_starts_on_a_rung_passed_over_climbs_past_it_without_calling_it() -> None:
+    """A rung passed over (the trace that learns the stacks' shapes found the counted stacks longer
+    than it: no fused stage) is never called: a later run that starts there (its marks forgotten)
+    climbs to the next rung, passed over too, and on to the one that holds the 200 entries, which
+    runs the fused program with the reference's values."""
+    g, x, w, loss, gx, gw = batch_loop(3, 200)
+    feeds = {x: np.full((2, 3), 0.4, np.float32), w: np.eye(3, dtype=np.float32) * 0.8}
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    sess.run([loss, gx, gw], feeds)
+    top, _ = sess.backend._last_fused
+    assert top.rungs[128].fused is None and top.marks is not None
+    top.marks.recent.clear()
+    top.rung = None
+    assert top.marks.begin() == 128
+    got = sess.run([loss, gx, gw], feeds)
+    stats = sess.last_result.stats
+    assert stats["fused"] and stats["stack_capacity"] == 200, stats
+    assert sorted(top.rungs) == [128, 160, 200] and top.rungs[160].fused is None
+    for a, b in zip(got, tn.Session(g).run([loss, gx, gw], feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_buffers_a_learning_run_allocates_are_kept_for_its_rung_alone() -> None:
+    """The stacks whose shapes a trace learnt are allocated before the call and kept between runs
+    as the buffers of the rung that ran, and of nothing else: the backend then holds one set of
+    buffers, the first rung's (128 entries)."""
+    g, feeds, fetches = _batch_loop()
+    sess = tn.Session(g, backend="fast", inside_stack_bytes=0)
+    sess.run(fetches, feeds)
+    _, rung = sess.backend._last_fused
+    assert not rung.unlearnt_stacks()
+    assert [b["capacity"] for b in sess.backend.stack_buffers()] == [rung.capacity] == [128]
+
