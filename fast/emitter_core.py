@@ -164,8 +164,8 @@ class EmitterCore(ABC):
         is idempotent, and folding every stack after every root item made a model with many stacks
         and many root items trace, lower and compile one ``max`` per stack per item (about 20 000 for
         an imported bidirectional GRU, seconds of its first run)."""
-        held, folded = self.marks.pop(id(mark), (None, {}))
-        folded = dict(folded) if held is mark else {}
+        held, folded = self.marks.pop(id(mark), (None, {}))  # (popped: this call's to extend)
+        folded = folded if held is mark else {}
         for k, v in self.state.items():
             if k.startswith(stk.STACK_PREFIX) and isinstance(v, stk.StackValue) and v.ptr is not None \
                     and folded.get(k) is not v.ptr and not (is_static(v.ptr) and int(v.ptr) == 0):
