@@ -120,9 +120,7 @@ class FusedAttempts(DirectCalls):
                 # no rung is the plan's, and its repeated run's lane hands the next run back)
                 plan.rung = p if marks.note(got[1]["stack_mark"]) >= c else None
                 self._last_fused = (plan, p)
-                for other in plan.rungs.values():  # only the rung that ran keeps its buffers
-                    if other is not p:
-                        self._stack_bufs.pop(id(other), None)
+                self._keep_buffers_of(plan, p)
                 got[1]["stack_ladder"] = list(caps)
                 return got
             if p is not plan:
@@ -137,6 +135,18 @@ class FusedAttempts(DirectCalls):
             needed = got.needed if got is not None else 0
             c = next((r for r in caps if r > c and r >= needed), None)
         return None
+
+    def _keep_buffers_of(self, top: Plan, ran: Plan) -> None:
+        """Drop the kept stack buffers of every rung of ``top`` (``top`` itself included) but ``ran``,
+        the plan whose run just ended: a fused attempt on one of the rungs, or ``top``'s stages.
+
+        Why both ends: a run past the top rung reaches the stages from the rung its attempt started
+        on, without passing through ``top``'s rung, and the stages keep ``top``'s buffers at the chunk;
+        a rung's buffers held beside them, or theirs beside the rung's of a later shorter run, would
+        hold two capacities' worth of memory for the one run that can use it."""
+        for other in (*top.rungs.values(), top):
+            if other is not ran:
+                self._stack_bufs.pop(id(other), None)
 
     def _ladder(self, plan: Plan) -> list[int]:
         """The capacities of ``plan``'s rungs (``capacity_ladder`` with the options' first rung and

@@ -72,6 +72,7 @@ class StagedStages(FusedAttempts):
         if self.overlap_reads:
             start_reads([env.vals[key(t)] for t in fetches if key(t) in env.vals])
         values = self._finish(plan, fetches, env.vals, run.lives, run.state[ONE], variables)
+        self._keep_buffers_of(plan, plan)  # (the rungs' buffers go: this run held its own)
         self._records = stacks.records()
         return values, self._run_stats(plan, len(plan.stages), False, run.seconds, stacks.stats())
 

@@ -237,6 +237,26 @@ def test_an_attempt_that_outgrows_its_rung_goes_at_once_to_the_rung_that_holds_i
         assert sess.backend.compile_count == one.backend.compile_count
 
 
+def test_the_backend_keeps_the_buffers_of_the_plan_that_ran_last_alone() -> None:
+    """A run past the top rung goes from the first rung's attempt straight to the stages, which keep
+    the plan's own buffers (at the chunk) and drop the rung's; the next run takes the stages too (the
+    last one swapped), and the one after it fits the first rung again and drops the stages' buffers.
+    At every step the backend holds the buffers of the plan that ran, and no others."""
+    g, x, n, y, dx = graphs.power_loop()
+    ref = tn.Session(g, backend="reference")
+    sess = tn.Session(g, backend="fast", stack_chunk=100, stack_first_rung=16, stack_rung_ratio=1.5,
+                      inside_stack_bytes=0)
+    entry = 0
+    for trips, fused, rung in ((10, True, 16), (150, False, 100), (10, False, 100), (10, True, 16), (10, True, 16)):
+        feed = {x: 0.999, n: trips}
+        np.testing.assert_allclose(sess.run([y, dx], feed), ref.run([y, dx], feed), rtol=1e-12)
+        stats = sess.last_result.stats
+        assert stats["fused"] is fused and stats["stack_capacity"] == rung
+        assert [b["capacity"] for b in sess.backend.stack_buffers()] == [rung]
+        entry = entry or _entry_bytes(sess)  # (the stages keep each stack's index record too)
+        assert (sess.backend.held_bytes() == rung * entry) is fused
+
+
 def _nested_power(depth_first: bool = True) -> tuple[tn.Graph, Any, Any, Any, Any, Any]:
     """``y = x ** (n * m)`` by a loop of ``m`` iterations inside one of ``n`` (both fed), and dy/dx."""
     g = tn.Graph()
