@@ -374,7 +374,7 @@ def test_each_run_takes_the_rung_its_plans_marks_say(trips: list[int], window: i
     """Any sequence of trip counts, on a session that keeps running across examples (whatever came
     before is in the model too): each run has ``x**n``'s value and gradient, reports its trip count as
     its mark, and runs where the model of the marks' window says (``_RungModel``), through the lane
-    or the general path alike."""
+    or the general path alike, keeping the buffers of that run's plan alone."""
     if window not in _MARKED:
         g, x, n, y, dx = graphs.power_loop()
         sess = tn.Session(g, backend="fast", stack_chunk=40, stack_first_rung=8, stack_rung_ratio=1.5,
@@ -389,6 +389,8 @@ def test_each_run_takes_the_rung_its_plans_marks_say(trips: list[int], window: i
         assert (stats["fused"], stats["stack_capacity"]) == (fused, capacity), (t, stats.get("route"))
         if fused:
             assert stats["stack_mark"] == t
+        # the backend keeps the buffers of the plan that ran (a rung, or the stages at the chunk) alone
+        assert [b["capacity"] for b in sess.backend.stack_buffers()] in ([capacity], [])
 
 
 def test_stack_marks_choose_the_rung_that_holds_the_window() -> None:
