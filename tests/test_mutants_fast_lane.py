@@ -275,3 +275,26 @@ def test_no_lane_call_where_a_value_the_plan_is_specialised_on_is_not_a_host_fee
     assert _described(static={(9, 0): np.asarray(3, np.int32)})[0] is None
     assert _described(kind_b=jax.Array)[0] is None
     assert _described(static={})[0].fixed == ()
+
+
+def test_a_run_handed_back_to_the_general_path_keeps_the_lane_it_was_handed_back_by() -> None:
+    """A lane is made once per route and feed signature, under the graph's version (``lane.version``,
+    which ``Repeats.lane`` compares): a run it hands back (a Variable set from outside since) takes
+    the general path, which finds that lane again instead of making another, and the next run takes
+    it, with the reference's values."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [None], name="x")
+        v = tn.Variable(np.float32(2.0), name="v")
+        y = x * v.read()
+    sess, ref = tn.Session(g, backend="fast"), tn.Session(g)
+    a = np.arange(3, dtype=np.float32)
+    routes = []
+    for k in range(4):
+        if k == 2:
+            sess.variables["v"] = np.float32(3.0)
+            ref.variables["v"] = np.float32(3.0)
+        np.testing.assert_array_equal(sess.run(y, {x: a + k}), ref.run(y, {x: a + k}))
+        routes.append(sess.last_result.stats["route"])
+    assert routes == ["general", "lane", "general", "lane"]
+    assert len(sess._lanes[y]) == 1
