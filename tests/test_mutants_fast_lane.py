@@ -298,3 +298,35 @@ def test_a_run_handed_back_to_the_general_path_keeps_the_lane_it_was_handed_back
         routes.append(sess.last_result.stats["route"])
     assert routes == ["general", "lane", "general", "lane"]
     assert len(sess._lanes[y]) == 1
+
+
+class _Jitted:
+    """A jitted function's stand-in for ``ahead_of_time``: its lowering records the arguments and its
+    compilation returns ``executable``, counting a trace on ``backend`` when ``traces`` (a lowering
+    that traced again) or raising when ``fails``."""
+
+    def __init__(self, backend: Any, traces: bool = False, fails: bool = False) -> None:
+        self.backend, self.traces, self.fails = backend, traces, fails
+        self.executable, self.lowered_with = object(), None
+
+    def lower(self, *args: Any) -> Any:
+        if self.fails:
+            raise RuntimeError("cannot lower")
+        self.lowered_with = args
+        return SimpleNamespace(compile=self.compile)
+
+    def compile(self) -> Any:
+        self.backend.compile_count += self.traces
+        return self.executable
+
+
+def test_the_ahead_of_time_executable_is_the_compilation_that_ran_never_a_new_trace() -> None:
+    """``ahead_of_time`` gives the executable of ``fn`` lowered for the arguments given, and ``None``
+    where lowering raises, or traced again (``backend.compile_count`` moved): that executable is not
+    the one the run used, and the lane keeps the jitted function's route instead."""
+    backend = SimpleNamespace(compile_count=4)
+    fn = _Jitted(backend)
+    assert lane_module.ahead_of_time(fn, (1, 2), backend) is fn.executable
+    assert fn.lowered_with == (1, 2) and backend.compile_count == 4
+    assert lane_module.ahead_of_time(_Jitted(backend, traces=True), (1,), backend) is None
+    assert lane_module.ahead_of_time(_Jitted(backend, fails=True), (1,), backend) is None
