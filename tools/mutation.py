@@ -389,8 +389,12 @@ MODULES: dict[str, dict[str, Any]] = {
     "fast/variable_store.py": {"module": "turnout.fast.variable_store",
                                "tests": ["test_fast_variable_store.py", "test_fast_lane.py",
                                          "test_fast_run_overhead.py"]},
+    # the lane's helpers called directly with stand-ins (64-bit feeds, the C++ entry point, the
+    # ahead-of-time executable, dead fetches, the Variables' write-back, the feed signature, what a lane's
+    # text is written from) and three tiny repeated runs; then the repeated runs that make and take lanes
     "fast/lane.py": {"module": "turnout.fast.lane",
-                     "tests": ["test_fast_lane.py", "test_fast_run_overhead.py", "test_session.py",
+                     "tests": ["test_mutants_fast_lane.py", "test_fast_lane.py", "test_fast_run_overhead.py",
+                               "test_session.py",
                                "test_error_parity.py", "test_fast_hot_properties.py", "test_fast_repeated_runs.py",
                                "test_fast_positional_stacks.py", "test_fast_memory.py"]},
     "fast/held.py": {"module": "turnout.fast.held",
