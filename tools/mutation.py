@@ -177,9 +177,14 @@ MODULES: dict[str, dict[str, Any]] = {
                                          "test_fast_gradients.py"]},
     "fast/packing.py": {"module": "turnout.fast.packing",
                         "tests": ["test_fast_packing.py", "test_fast_run_overhead.py", "test_fast_lane.py"]},
-    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
-                        "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]}
-       for m in ("lowering", "lower_structure")},
+    # the arithmetic rules' laws (a checked condition known to hold, integer division, modulo and powers
+    # refused or computed as the reference does, every elementwise rule compiled with the reference's
+    # values, no fallback) first (seconds), then the programs fed run-time values
+    "fast/lowering.py": {"module": "turnout.fast.lowering",
+                         "tests": ["test_mutants_fast_lowering.py", "test_fast_runtime_values.py",
+                                   "test_error_parity.py", *_FAST_TESTS]},
+    "fast/lower_structure.py": {"module": "turnout.fast.lower_structure",
+                                "tests": ["test_fast_runtime_values.py", "test_error_parity.py", *_FAST_TESTS]},
     # what every rule shares (the feeds behind a shape argument, the refusals, the guards): its laws
     # called directly on stand-in nodes and contexts first (about a second), then the lowered programs
     "fast/lowering_base.py": {"module": "turnout.fast.lowering_base",
