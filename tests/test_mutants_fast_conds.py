@@ -145,3 +145,26 @@ def test_fold_exports_makes_again_a_size_that_every_live_branch_traced_as_one_co
     assert all(a is b for a, b in zip(vals, given, strict=True))  # the given list is left as it was
     one = {k(s1): [two]}
     assert conds._fold_exports(g, one, [k(s1)], [None])[0] is two
+
+
+def test_a_conds_exports_are_found_once_per_region_in_a_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Law: ``_exports`` searches a cond's branches for what it hands out once per region and trace.
+    A raised case chain runs its outer conds again in each of its functions, and a search at every
+    visit made tracing a case of ``n`` branches cubic in ``n``; counted here in searches, exactly."""
+    searched: list[int] = []
+    search = conds.cond_exports
+
+    def counting(r: Any, fetch_set: Any) -> Any:
+        searched.append(id(r))
+        return search(r, fetch_set)
+
+    monkeypatch.setattr(conds, "cond_exports", counting)
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [], name="i")
+        x = tn.placeholder(tn.float32, [3], name="x")
+        y = tn.case([(tn.equal(i, k), (lambda k=k: x * float(k + 1))) for k in range(6)], default=lambda: x - 1.0)
+    got = _both(g, y, {i: np.int32(3), x: np.ones(3, np.float32)})
+    np.testing.assert_allclose(got, np.full(3, 4.0))
+    assert len(searched) >= 6 and len(searched) == len(set(searched))
+

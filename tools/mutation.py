@@ -137,8 +137,8 @@ MODULES: dict[str, dict[str, Any]] = {
     # branch taken at trace time or as lax.cond, dead fetches, a case chain as one lax.switch) and the
     # module's small functions called directly first (seconds), then the loop forms and fast programs
     "fast/conds.py": {"module": "turnout.fast.conds",
-                      "tests": ["test_mutants_fast_conds.py", "test_fast_loop_forms.py", "test_fast_counted_nests.py",
-                                *_FAST_TESTS]},
+                      "tests": ["test_mutants_fast_conds.py", "test_fast_case_chain.py", "test_fast_loop_forms.py",
+                                "test_fast_counted_nests.py", *_FAST_TESTS]},
     # the full while loop: its laws on tiny programs (hand-built loops whose sides read the LoopCond,
     # counted and growing loops, a loop spanning two devices) and its carry check called directly first
     # (seconds), then the loop forms and the fast backend's programs
