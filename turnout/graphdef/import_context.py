@@ -240,6 +240,14 @@ class ImportContext:
         return self.create("Const", [], {"value": arr, "dtype": dt.as_dtype(arr.dtype).name}, suffix=suffix,
                            control=ctrl).outputs[0]
 
+    def checked(self, ok: Tensor, x: Tensor, message: str, suffix: str) -> Tensor:
+        """``x`` once every entry of ``ok`` holds, else a ``KernelError`` with ``message`` when the
+        program runs: an ``Assert`` that passes ``x`` on. Where TensorFlow's kernel refuses an input
+        (an index out of range), the imported graph refuses it too, on every backend, rather than
+        wrap or drop it as a Turnout op would."""
+        every = self.create("All", [ok], {"axis": None, "keepdims": False}, suffix=f"{suffix}_all").outputs[0]
+        return self.create("Assert", [every, x], {"message": f"{self.node.name}: {message}"}, suffix=suffix).outputs[0]
+
     def where(self) -> str:
         """``Op node "name"`` of the current NodeDef, the start of every import error."""
         return f'{self.node.op} node "{self.node.name}"'

@@ -21,7 +21,16 @@ from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
 from turnout.graphdef.import_context import Rule as _Rule
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _getitem, _t, _var_attrs, _var_node
+from turnout.graphdef.import_rules import (
+    IMPORT_RULES,
+    Outs,
+    _Formula,
+    _getitem,
+    _t,
+    _var_attrs,
+    _var_node,
+    non_negative,
+)
 from turnout.graphdef.import_scatter import stitched, true_positions
 from turnout.nn import log_softmax_part, log_softmax_parts, softmax_part
 from turnout.tables import registrar
@@ -235,7 +244,8 @@ def _resource_gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         raise UnsupportedError(f"{ctx.where()}: batch_dims is not supported")
     attrs = _var_attrs(ctx, _var_node(ctx, ctx.data_inputs()[0]))
     value = ctx.create("ReadVariable", ins[:1], attrs, suffix="read").outputs[0]
-    return [ctx.create("Gather", [value, ins[1]], {"axis": 0}).outputs[0]]
+    idx = non_negative(ctx, ins[1], ctx.data_inputs()[1], "indices")
+    return [ctx.create("Gather", [value, idx], {"axis": 0}).outputs[0]]
 
 
 @_rule("ArgMax", "ArgMin")

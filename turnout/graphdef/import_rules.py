@@ -627,12 +627,31 @@ def _fill(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Fill", ins[:2]).outputs[0]]
 
 
+def non_negative(ctx: ImportContext, v: Value, tname: str, what: str) -> Value:
+    """The indices ``v`` once none of its entries is negative. TensorFlow's gathers refuse a negative
+    index (its CPU kernels say it is not in ``[0, n)``), where Turnout's ``Gather`` counts one from the
+    end, as numpy does: without the check an imported lookup of ``-1`` would read the last row instead
+    of failing. Left as it is where the import knows every entry (``tname``'s folded value), or where
+    it is a ``Range`` that starts at 0 or later and counts up."""
+    known = ctx.static(tname)
+    if known is not None and bool(np.all(np.asarray(known) >= 0)):
+        return v
+    if isinstance(v, RangeMarker) and isinstance(v.start, int) and isinstance(v.delta, int) \
+            and v.start >= 0 and v.delta > 0:
+        return v
+    idx = _t(ctx.range_tensor(v))
+    zero = ctx.const(np.zeros((), idx.dtype.numpy), [idx], suffix=f"{what}_zero")
+    ok = ctx.create("GreaterEqual", [idx, zero], suffix=f"{what}_non_negative").outputs[0]
+    return ctx.checked(ok, idx, f"{what} must be >= 0 (TensorFlow refuses a negative index)", f"{what}_check")
+
+
 @_rule("GatherV2")
 def _gather(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     (axis,) = ctx.static_int_list(ctx.data_inputs()[2], "the axis")
     if ctx.attr("batch_dims", 0):
         raise UnsupportedError(f"{ctx.where()}: batch_dims is not supported")
-    return [ctx.create("Gather", ins[:2], {"axis": axis}).outputs[0]]
+    idx = non_negative(ctx, ins[1], ctx.data_inputs()[1], "indices")
+    return [ctx.create("Gather", [ins[0], idx], {"axis": axis}).outputs[0]]
 
 
 @_rule("UnsortedSegmentSum")
@@ -642,7 +661,28 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     every size is known at import; else a ``Fill`` of the run-time shape (a gradient accumulated in
     a loop has a run-time count; ``UnsortedSegmentProd``'s gradient, data of a run-time batch)."""
     data, ids, n = (_t(x) for x in ins[:3])
+    data, ids = _negative_ids_dropped(ctx, data, ids, ctx.data_inputs()[1])
     return [segment_sum(ctx, data, ids, n, ctx.static(ctx.data_inputs()[2]))]
+
+
+def _negative_ids_dropped(ctx: ImportContext, data: Tensor, ids: Tensor, tname: str) -> tuple[Tensor, Tensor]:
+    """The data and segment ids of an ``UnsortedSegmentSum`` with every row whose id is negative
+    dropped, as TensorFlow's kernel drops it (an id of -1 is how a model leaves a padding row out),
+    where ``ScatterAddLike`` would count it from the end: the row is zeroed and its id made 0. Left as
+    they are where the import knows every id (``tname``'s folded value) and none is negative; where
+    the ranks are unknown, a negative id is refused instead (an error, never a row added elsewhere)."""
+    known = ctx.static(tname)
+    if known is not None and bool(np.all(np.asarray(known) >= 0)):
+        return data, ids
+    if data.shape is None or ids.shape is None:
+        return data, _t(non_negative(ctx, ids, tname, "segment_ids"))
+    zero = ctx.const(np.zeros((), ids.dtype.numpy), [ids], suffix="id_zero")
+    negative = ctx.create("Less", [ids, zero], suffix="negative_ids").outputs[0]
+    ids = ctx.create("Select", [negative, zero, ids], suffix="kept_ids").outputs[0]
+    for k in range(len(data.shape) - len(negative.shape or ())):
+        negative = ctx.create("ExpandDims", [negative], {"axis": -1}, suffix=f"dropped{k}").outputs[0]
+    nothing = ctx.const(np.zeros((), data.dtype.numpy), [data], suffix="dropped_zero")
+    return ctx.create("Select", [negative, nothing, data], suffix="kept_rows").outputs[0], ids
 
 
 def segment_sum(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any) -> Tensor:

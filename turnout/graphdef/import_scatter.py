@@ -37,12 +37,6 @@ def _int32(ctx: ImportContext, idx: Tensor, suffix: str) -> Tensor:
     return ctx.create("Cast", [idx], {"dtype": "int32"}, suffix=suffix).outputs[0]
 
 
-def _checked(ctx: ImportContext, ok: Tensor, x: Tensor, message: str, suffix: str) -> Tensor:
-    """``x`` once every entry of ``ok`` holds, else a ``KernelError`` with ``message``."""
-    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix=f"{suffix}_all").outputs[0]
-    return ctx.create("Assert", [every, x], {"message": f"{ctx.node.name}: {message}"}, suffix=suffix).outputs[0]
-
-
 def _rows_in_range(ctx: ImportContext, idx: Tensor, rows: int, what: str = "indices") -> Tensor:
     """``idx`` (int32) once each entry is in ``[0, rows)``, TensorFlow's check of a scatter's indices
     (or of a partition's ids, ``what``)."""
@@ -51,7 +45,7 @@ def _rows_in_range(ctx: ImportContext, idx: Tensor, rows: int, what: str = "indi
     hi = ctx.const(np.asarray(rows, np.int32), [idx], suffix="rows")
     ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [idx, lo], suffix="ge").outputs[0],
                                    ctx.create("Less", [idx, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
-    return _checked(ctx, ok, idx, f"{what} must be in [0, {rows})", "check")
+    return ctx.checked(ok, idx, f"{what} must be in [0, {rows})", "check")
 
 
 def _full_shape(x: Tensor) -> list[int]:
@@ -106,7 +100,7 @@ def _unsorted_segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     r, extra = len(ids.shape), len(data.shape) - len(ids.shape)
     ids = _int32(ctx, ids, "ids")
     hi = ctx.const(np.asarray(num[0], np.int32), [ids], suffix="num")
-    ids = _checked(ctx, ctx.create("Less", [ids, hi], suffix="below").outputs[0], ids,
+    ids = ctx.checked(ctx.create("Less", [ids, hi], suffix="below").outputs[0], ids,
                    f"segment_ids must be < num_segments ({num[0]})", "check")
     seg = ctx.const(np.arange(num[0], dtype=np.int32).reshape([num[0]] + [1] * r), [ids], suffix="segments")
     mask = ctx.create("Equal", [ctx.create("ExpandDims", [ids], {"axis": 0}, suffix="ids_row").outputs[0], seg],
@@ -276,7 +270,7 @@ def stitched(ctx: ImportContext, indices: list[Tensor], data: list[Tensor]) -> T
     for x, idx in zip(data[1:], indices[1:], strict=True):
         if _rows_after(ctx, x, idx, "the data") != rest:
             raise UnsupportedError(f"{ctx.where()}: the data's rows differ in shape")
-    flat_idx = [ctx.create("Reshape", [_int32(ctx, idx, f"idx{m}")], {"shape": [-1]},
+    flat_idx = [ctx.create("Reshape", [_non_negative_int32(ctx, idx, m)], {"shape": [-1]},
                            suffix=f"flat_idx{m}").outputs[0] for m, idx in enumerate(indices)]
     flat_rows = [ctx.create("Reshape", [x], {"shape": [-1, *rest]}, suffix=f"flat_rows{m}").outputs[0]
                  for m, x in enumerate(data)]
@@ -289,6 +283,16 @@ def stitched(ctx: ImportContext, indices: list[Tensor], data: list[Tensor]) -> T
     idx = ctx.create("Gather", [idx, kept], {"axis": 0}, suffix="kept_indices").outputs[0]
     rows = ctx.create("Gather", [rows, kept], {"axis": 0}, suffix="kept_rows").outputs[0]
     return segment_sum(ctx, rows, idx, _one_past_the_largest(ctx, idx), None)
+
+
+def _non_negative_int32(ctx: ImportContext, idx: Tensor, m: int) -> Tensor:
+    """The ``m``-th index tensor of a ``DynamicStitch`` as int32, refused where an index is negative
+    (TensorFlow's kernel bounds each index by ``[0, max + 1)``; ``ScatterAddLike`` would count it from
+    the end)."""
+    idx = _int32(ctx, idx, f"idx{m}")
+    zero = ctx.const(np.zeros((), np.int32), [idx], suffix=f"idx{m}_zero")
+    return ctx.checked(ctx.create("GreaterEqual", [idx, zero], suffix=f"idx{m}_non_negative").outputs[0], idx,
+                       "indices must be >= 0", f"idx{m}_check")
 
 
 def _one_past_the_largest(ctx: ImportContext, idx: Tensor) -> Tensor:
@@ -307,11 +311,11 @@ def _sorted_ids(ctx: ImportContext, ids: Tensor) -> Tensor:
         raise UnsupportedError(f"{ctx.where()}: the segment ids must be a vector, got shape {ids.shape}")
     ids = _int32(ctx, ids, "ids")
     zero = ctx.const(np.zeros((), np.int32), [ids], suffix="zero")
-    ids = _checked(ctx, ctx.create("GreaterEqual", [ids, zero], suffix="non_negative").outputs[0], ids,
+    ids = ctx.checked(ctx.create("GreaterEqual", [ids, zero], suffix="non_negative").outputs[0], ids,
                    "segment ids must be >= 0", "check_sign")
     before = _getitem(ctx, ids, (slice(None, -1, None),), "before")
     after = _getitem(ctx, ids, (slice(1, None, None),), "after")
-    return _checked(ctx, ctx.create("LessEqual", [before, after], suffix="increasing").outputs[0], ids,
+    return ctx.checked(ctx.create("LessEqual", [before, after], suffix="increasing").outputs[0], ids,
                     "segment ids are not increasing", "check_order")
 
 

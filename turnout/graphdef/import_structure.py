@@ -310,10 +310,8 @@ def _linear_index(ctx: ImportContext, idx: Tensor, like: Tensor, what: str) -> t
                              for j, d in enumerate(sizes)], suffix="sizes").outputs[0]
     ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [idx, lo], suffix="ge").outputs[0],
                                    ctx.create("Less", [idx, hi], suffix="lt").outputs[0]], suffix="in_range").outputs[0]
-    every = ctx.create("All", [ok], {"axis": None, "keepdims": False}, suffix="all_in_range").outputs[0]
     shown = ",".join("?" if d is None else str(d) for d in like.shape)
-    message = f"{ctx.node.name}: indices do not index into {what} shape [{shown}]"
-    idx = ctx.create("Assert", [every, idx], {"message": message}, suffix="check").outputs[0]
+    idx = ctx.checked(ok, idx, f"indices do not index into {what} shape [{shown}]", "check")
     rest = [int(d or 0) for d in like.shape[1:]]  # (all known: checked above)
     strides = [int(np.prod(rest[j:k - 1])) for j in range(k)]
     flat = ctx.const(np.asarray(strides, np.int32), [idx], suffix="strides")

@@ -18,7 +18,7 @@ from turnout.errors import UnsupportedError
 from turnout.graph import Node, Tensor
 from turnout.graphdef.import_context import ImportContext, RangeMarker, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _empty_ta, _t, _written_shape
-from turnout.graphdef.import_scatter import _checked, _int32
+from turnout.graphdef.import_scatter import _int32
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -213,15 +213,15 @@ def _ta_split(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     piece = ctx.create("Sum", [ctx.create("Concat", [first, zero], {"axis": 0}, suffix="first_or_zero").outputs[0]],
                        {"axis": None, "keepdims": False}, suffix="piece").outputs[0]
     same = ctx.create("Equal", [lens, piece], suffix="same").outputs[0]
-    value = _checked(ctx, same, value, "lengths must all be the same: a Turnout TensorArray's elements share one "
+    value = ctx.checked(same, value, "lengths must all be the same: a Turnout TensorArray's elements share one "
                      "shape", "same_lengths")
     s = ctx.create("Shape", [value], suffix="value_shape").outputs[0]
     total = ctx.create("Mul", [count, piece], suffix="total").outputs[0]
-    value = _checked(ctx, ctx.create("Equal", [total, getitem(ctx, s, (0,), "rows")], suffix="sums").outputs[0], value,
+    value = ctx.checked(ctx.create("Equal", [total, getitem(ctx, s, (0,), "rows")], suffix="sums").outputs[0], value,
                      "Expected sum of lengths to be equal to values.shape[0]", "sum_check")
     size = ctx.create("TensorArraySize", [flow], suffix="size").outputs[0]
     if not src.attrs.get("dynamic_size"):
-        value = _checked(ctx, ctx.create("Equal", [size, count], suffix="sizes").outputs[0], value,
+        value = ctx.checked(ctx.create("Equal", [size, count], suffix="sizes").outputs[0], value,
                          "TensorArray's size is not equal to the size of lengths", "size_check")
     rest = getitem(ctx, s, (slice(1, None, None),), "rest")
     shape = ctx.create("Concat", [_vector(ctx, count, "count_vector"), _vector(ctx, piece, "piece_vector"), rest],
