@@ -306,13 +306,16 @@ LOWERING_RULES.update({"ArgMax": _arg_reduce(jnp.argmax), "ArgMin": _arg_reduce(
 
 @lowering_rule("TopK")
 def _top_k(ctx, n, xs):
-    """``lax.top_k``: largest first, the lower index first among equal values, as the kernel."""
+    """``lax.top_k``: largest first, a NaN above every number, the lower index first among equal
+    values, as the kernel. ``lax.top_k`` orders ``0.0`` above ``-0.0``, which are equal: it ranks
+    the input with its zeros made one, and the values are read back from the input, signs kept."""
     x = jnp.asarray(xs[0])
     k = int(n.attrs["k"])
     if x.ndim == 0 or x.shape[-1] < k:
         raise UnsupportedError(f"fast backend: {describe_node(n)}: fewer than k={k} entries in shape {list(x.shape)}")
-    values, idx = jax.lax.top_k(x, k)
-    return [values, idx.astype(jnp.int32)]
+    ranked = jnp.where(x == 0, jnp.zeros_like(x), x) if jnp.issubdtype(x.dtype, jnp.floating) else x
+    _, idx = jax.lax.top_k(ranked, k)
+    return [jnp.take_along_axis(x, idx, axis=-1), idx.astype(jnp.int32)]
 
 
 @lowering_rule("ReverseSequence")

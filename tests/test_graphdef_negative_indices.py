@@ -110,3 +110,17 @@ def test_a_tensorflow_made_embedding_refuses_a_padding_id_it_cannot_look_up(back
     ids[1, 2] = -1
     with pytest.raises(KernelError, match=r"indices must be >= 0"):
         sess.run([imp.tensor(f) for f in run["fetches"]], {**feeds, imp.tensor("ids:0"): ids})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_segment_sum_of_known_negative_ids_over_data_of_unknown_rank_drops_their_rows(backend: str) -> None:
+    """The ids folded at import, one of them ``-1``, and data whose rank is known only when the
+    program runs: the row of ``-1`` is still dropped (it goes to a segment past the last, left out),
+    whatever the data's rank."""
+    g = GraphDef()
+    ids = g.const("ids", np.asarray([0, -1, 1, 1], np.int32))
+    g.node("sums", "UnsortedSegmentSum", (g.node("x", "Placeholder", dtype=F32), ids, g.const("n", np.int32(2))),
+           T=F32, Tindices=I32)
+    for data in (np.asarray([1.0, 2.0, 3.0, 4.0], np.float32), np.arange(8, dtype=np.float32).reshape(4, 2)):
+        (got,) = _run(g, ["sums:0"], {"x:0": data}, backend)
+        np.testing.assert_array_equal(got, np.stack([data[0], data[2] + data[3]]))

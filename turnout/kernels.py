@@ -573,13 +573,16 @@ KERNELS.update({"ArgMax": _arg_reduction(np.argmax, "ArgMax"), "ArgMin": _arg_re
 
 @_k("TopK")
 def _top_k(xs, attrs):
-    """The ``k`` largest along the last axis, largest first; among equal values the lower index first."""
+    """The ``k`` largest along the last axis, largest first; among equal values (``-0.0`` and ``0.0``
+    among them) the lower index first; a NaN above every number, as XLA's ``top_k`` orders it (numpy's
+    sort would put it last, so the interpreters and the compiled backends would pick other entries)."""
     x = np.asarray(xs[0])
     k = int(attrs["k"])
     if x.ndim == 0 or k > x.shape[-1] or k < 0:
         raise KernelError(f"TopK: input must have at least k={k} entries along its last axis, "
                           f"got shape {list(x.shape)}")
-    idx = np.argsort(-x, axis=-1, kind="stable")[..., :k].astype(np.int32)
+    keys = (-x, ~np.isnan(x)) if x.dtype.kind == "f" else (-x,)  # (the last key sorts first; lexsort is stable)
+    idx = np.lexsort(keys, axis=-1)[..., :k].astype(np.int32)
     return [np.take_along_axis(x, idx, axis=-1), idx]
 
 

@@ -661,28 +661,29 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     every size is known at import; else a ``Fill`` of the run-time shape (a gradient accumulated in
     a loop has a run-time count; ``UnsortedSegmentProd``'s gradient, data of a run-time batch)."""
     data, ids, n = (_t(x) for x in ins[:3])
-    data, ids = _negative_ids_dropped(ctx, data, ids, ctx.data_inputs()[1])
-    return [segment_sum(ctx, data, ids, n, ctx.static(ctx.data_inputs()[2]))]
-
-
-def _negative_ids_dropped(ctx: ImportContext, data: Tensor, ids: Tensor, tname: str) -> tuple[Tensor, Tensor]:
-    """The data and segment ids of an ``UnsortedSegmentSum`` with every row whose id is negative
-    dropped, as TensorFlow's kernel drops it (an id of -1 is how a model leaves a padding row out),
-    where ``ScatterAddLike`` would count it from the end: the row is zeroed and its id made 0. Left as
-    they are where the import knows every id (``tname``'s folded value) and none is negative; where
-    the ranks are unknown, a negative id is refused instead (an error, never a row added elsewhere)."""
-    known = ctx.static(tname)
+    num = ctx.static(ctx.data_inputs()[2])
+    known = ctx.static(ctx.data_inputs()[1])
     if known is not None and bool(np.all(np.asarray(known) >= 0)):
-        return data, ids
-    if data.shape is None or ids.shape is None:
-        return data, _t(non_negative(ctx, ids, tname, "segment_ids"))
+        return [segment_sum(ctx, data, ids, n, num)]
+    return [_negative_ids_dropped(ctx, data, ids, n, num)]
+
+
+def _negative_ids_dropped(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any) -> Tensor:
+    """``UnsortedSegmentSum`` of ids that may be negative: TensorFlow's kernel drops the row of a
+    negative id (an id of -1 is how a model leaves a padding row out), where ``ScatterAddLike``
+    would count it from the end. Such a row is summed into one more segment, past the last, which
+    the result leaves out; an id at or past ``n`` is still refused (an ``Assert``: the extra segment
+    must not take it). Whatever the ranks of the data, and with gradients through it as ever."""
+    n_ids = n if n.dtype == ids.dtype else ctx.create("Cast", [n], {"dtype": ids.dtype.name}, suffix="n_ids").outputs[0]
+    ids = ctx.checked(ctx.create("Less", [ids, n_ids], suffix="below_n").outputs[0], ids,
+                      "segment ids must be < num_segments", "ids_check")
     zero = ctx.const(np.zeros((), ids.dtype.numpy), [ids], suffix="id_zero")
     negative = ctx.create("Less", [ids, zero], suffix="negative_ids").outputs[0]
-    ids = ctx.create("Select", [negative, zero, ids], suffix="kept_ids").outputs[0]
-    for k in range(len(data.shape) - len(negative.shape or ())):
-        negative = ctx.create("ExpandDims", [negative], {"axis": -1}, suffix=f"dropped{k}").outputs[0]
-    nothing = ctx.const(np.zeros((), data.dtype.numpy), [data], suffix="dropped_zero")
-    return ctx.create("Select", [negative, nothing, data], suffix="kept_rows").outputs[0], ids
+    ids = ctx.create("Select", [negative, n_ids, ids], suffix="dropped_to_the_end").outputs[0]
+    one = ctx.const(np.ones((), n.dtype.numpy), [n], suffix="one")
+    more = ctx.create("Add", [n, one], suffix="n_and_one").outputs[0]
+    total = segment_sum(ctx, data, ids, more, None if num is None else int(num) + 1)
+    return _getitem(ctx, total, (slice(None, -1, None),), "segments")
 
 
 def segment_sum(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any) -> Tensor:
