@@ -172,9 +172,20 @@ def _mod(a: Any, b: Any) -> Any:
 
 
 def _pow(a: Any, b: Any) -> Any:
+    """IEEE's ``pow``, as XLA computes it. numpy's float loop takes a square root for an exponent of
+    0.5 that is the same for every element (a scalar), which is NaN at ``-inf`` and ``-0.0`` at
+    ``-0.0`` where ``pow`` gives ``inf`` and ``0.0``: those two are put right, so the answer depends
+    neither on the exponent's shape nor on the backend."""
     if np.issubdtype(np.asarray(a).dtype, np.integer) and np.any(np.asarray(b) < 0):
         raise KernelError("Pow: integers to negative integer powers are not allowed")
-    return np.power(a, b)
+    r = np.power(a, b)
+    if np.asarray(r).dtype.kind == "f":
+        half = np.asarray(b) == 0.5
+        if np.any(half):
+            a_ = np.asarray(a)
+            r = np.where(half & (a_ == -np.inf), np.inf, r)
+            r = np.where(half & (a_ == 0), np.zeros((), np.asarray(r).dtype), r)
+    return r
 
 
 def _lgamma_of(v: float) -> float:

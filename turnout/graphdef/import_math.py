@@ -37,6 +37,14 @@ def _select(ctx: ImportContext, cond: Tensor, a: Tensor, b: Tensor) -> Outs:
     return [ctx.create("Select", [cond, a, b]).outputs[0]]
 
 
+def _zero_where_dy_is(ctx: ImportContext, f: _Formula, dy: Tensor, grad: Tensor) -> Outs:
+    """``grad``, but 0 where the incoming gradient ``dy`` is 0: TensorFlow's ``SqrtGrad``,
+    ``RsqrtGrad`` and ``ReciprocalGrad`` kernels give 0 there whatever the forward output is, so the
+    gradient of ``where(x > 0, sqrt(x), x)`` at a negative x is finite (``0 * 0.5 / nan`` would be
+    NaN, and the NaN would reach the taken side's sum)."""
+    return _select(ctx, f.op("Equal", dy, 0.0), f.op("ZerosLike", dy), grad)
+
+
 # ---- powers and reciprocals -------------------------------------------------------------------------
 @_rule("Rsqrt")
 def _rsqrt(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
@@ -47,18 +55,18 @@ def _rsqrt(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("RsqrtGrad")
 def _rsqrt_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``-0.5 * (dy * y) * (y * y)`` from the forward output y (TensorFlow's order)."""
+    """``-0.5 * (dy * y) * (y * y)`` from the forward output y (TensorFlow's order), 0 where dy is."""
     y, dy = _t(ins[0]), _t(ins[1])
     f = _floating(ctx, y)
-    return [ctx.create("Mul", [f.op("Mul", -0.5, f.op("Mul", dy, y)), f.op("Mul", y, y)]).outputs[0]]
+    return _zero_where_dy_is(ctx, f, dy, f.op("Mul", f.op("Mul", -0.5, f.op("Mul", dy, y)), f.op("Mul", y, y)))
 
 
 @_rule("SqrtGrad")
 def _sqrt_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``0.5 * dy / y`` from the forward output y."""
+    """``0.5 * dy / y`` from the forward output y, 0 where dy is."""
     y, dy = _t(ins[0]), _t(ins[1])
     f = _floating(ctx, y)
-    return [ctx.create("Div", [f.op("Mul", 0.5, dy), y]).outputs[0]]
+    return _zero_where_dy_is(ctx, f, dy, f.op("Div", f.op("Mul", 0.5, dy), y))
 
 
 @_rule("Reciprocal", "Inv")
@@ -70,10 +78,10 @@ def _reciprocal(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("ReciprocalGrad", "InvGrad")
 def _reciprocal_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``-dy * y * y`` from the forward output y."""
+    """``-dy * y * y`` from the forward output y, 0 where dy is."""
     y, dy = _t(ins[0]), _t(ins[1])
     f = _floating(ctx, y)
-    return [ctx.create("Mul", [f.op("Mul", f.op("Neg", dy), y), y]).outputs[0]]
+    return _zero_where_dy_is(ctx, f, dy, f.op("Mul", f.op("Mul", f.op("Neg", dy), y), y))
 
 
 @_rule("Round")
@@ -144,9 +152,12 @@ def _clip_by_value(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 # ---- activations ------------------------------------------------------------------------------------
 @_rule("Relu6")
 def _relu6(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``min(6, max(0, x))``, the bounds first: a tie's gradient goes to a ``Maximum``'s or
+    ``Minimum``'s first input, so x gets none at 0 and at 6, as TensorFlow's ``Relu6Grad`` gives
+    (``0 < x < 6``); a NaN stays NaN."""
     x = _t(ins[0])
     f = _Formula(ctx, x)
-    return [ctx.create("Minimum", [f.op("Maximum", x, 0), f.c(6)]).outputs[0]]
+    return [ctx.create("Minimum", [f.c(6), f.op("Maximum", f.c(0), x)]).outputs[0]]
 
 
 @_rule("Relu6Grad")
@@ -183,10 +194,12 @@ _SELU_SCALE, _SELU_SCALE_ALPHA = 1.0507009873554804934193349852946, 1.7580993408
 
 @_rule("Elu", "Selu")
 def _elu(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``exp(x) - 1`` below zero, else x; SELU scales the two sides (TensorFlow's kernels)."""
+    """``exp(x) - 1`` below zero, else x; SELU scales the two sides (TensorFlow's kernels). The
+    exponential reads ``min(x, 0)``: the side not taken above zero never overflows, so its zero
+    gradient times ``exp(x)`` is never ``0 * inf`` (a NaN gradient at x = 89 in float32)."""
     x = _t(ins[0])
     f = _floating(ctx, x)
-    neg, below = f.op("Less", x, 0.0), f.op("Sub", f.op("Exp", x), 1.0)
+    neg, below = f.op("Less", x, 0.0), f.op("Sub", f.op("Exp", f.op("Minimum", x, 0.0)), 1.0)
     if nd.op == "Selu":
         return _select(ctx, neg, f.op("Mul", _SELU_SCALE_ALPHA, below), f.op("Mul", _SELU_SCALE, x))
     return _select(ctx, neg, below, x)
@@ -207,11 +220,14 @@ def _elu_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 @_rule("Softplus")
 def _softplus(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """TensorFlow's kernel: x above ``-t``, ``exp(x)`` below ``t``, else ``log1p(exp(x))``, with
-    ``t = log(eps) + 2`` of the dtype (where the other two forms are already exact)."""
+    ``t = log(eps) + 2`` of the dtype (where the other two forms are already exact). The
+    exponential reads ``min(x, -t)``, what the two forms below ``-t`` need: above, it never
+    overflows, so the zero gradient of the side not taken is never ``0 * inf`` (a NaN gradient at
+    large x; TensorFlow's is 1)."""
     x = _t(ins[0])
     f = _floating(ctx, x)
     t = float(np.log(np.finfo(x.dtype.numpy).eps) + 2)
-    e = f.op("Exp", x)
+    e = f.op("Exp", f.op("Minimum", x, -t))
     small = ctx.create("Select", [f.op("Less", x, t), e, f.op("Log1p", e)], suffix="small").outputs[0]
     return _select(ctx, f.op("Greater", x, -t), x, small)
 
