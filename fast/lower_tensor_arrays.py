@@ -183,7 +183,7 @@ def _ta_stack(ctx, n, xs):
         if ta.size:
             raise UnsupportedError(f"fast backend: {describe_node(n)} stacks a TensorArray nothing was written to")
         raise UnsupportedError(f"fast backend: {describe_node(n)}: empty TensorArray with an unknown element shape")
-    if not _declared(n.inputs[0]):  # (an empty array's element shape is known only from a write)
+    if not _declared(n.inputs[0]) and n.attrs.get("element_shape") is None:  # (else known only from a write)
         ctx.check(ta.sized() > 0, f"{describe_node(n)}: TensorArrayStack: empty TensorArray with an unknown "
                   "element shape")
     if n.attrs.get("unwritten_zeros"):  # (the kernel's ``_stack_with_zeros``)

@@ -211,6 +211,24 @@ def tensor_arrays_in_loops_and_conds() -> Case:
 
 
 @case
+def tensor_array_that_a_zero_trip_loop_leaves_empty() -> Case:
+    """TensorFlow 1's stack of an array no iteration wrote: ``[0, *element_shape]``, of the element
+    shape the loop body's writes give while the graph is built (TensorFlow 1's ``TensorArray`` learns
+    it from a write), and its gradient zero; the same loop run twice stacks both rows."""
+    x, n = ph(name="x"), ph(name="n", dtype=tn.int32)
+
+    def stacked(count: Any) -> tn.Tensor:
+        ta = tn.TensorArray(tn.float64, size=count)
+        _, ta = tn.while_loop(lambda i, t: i < count, lambda i, t: (i + 1, t.write(i, tn.stack([x, x * x]))),
+                              [tn.constant(0), ta])
+        return ta.stack()
+
+    empty, two = stacked(n), stacked(n + 2)
+    return ([empty, grad(tn.reduce_sum(empty) + x, x), two], {x: 3.0, n: 0},
+            [np.zeros((0, 2)), 1.0, [[3.0, 9.0], [3.0, 9.0]]])
+
+
+@case
 def tensor_arrays_of_dynamic_size() -> Case:
     x, m = ph(name="x"), ph(name="m", dtype=tn.int32)
     tb = tn.TensorArray(tn.float64, size=0, dynamic_size=True)

@@ -771,8 +771,8 @@ def _ta_stack(xs, attrs):
         return [_stack_with_zeros(ta, missing)]
     if missing:
         raise KernelError(f"TensorArrayStack: slots {missing[:5]} were never written")
-    if not ta.items:
-        es = ta.element_shape
+    if not ta.items:  # (the element shape the array declares, else the one its writes have while building)
+        es = ta.element_shape if ta.element_shape is not None else attrs.get("element_shape")
         if es is None or any(d is None for d in es):
             raise KernelError("TensorArrayStack: empty TensorArray with an unknown element shape")
         return [np.zeros((0, *es), dtype=_np(ta.dtype))]

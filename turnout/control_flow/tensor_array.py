@@ -97,10 +97,15 @@ class TensorArray:
         """The elements stacked, of shape ``[size, *element_shape]`` when the size is known while
         building (an array of constant size, not ``dynamic_size``, whatever loops and conds carried it;
         or an unstack of a tensor whose leading dimension is known), as TensorFlow 1's ``stack`` is.
+        An array no write reached (a loop that ran no iteration) stacks to ``[0, *element_shape]``
+        where the writes building it give the element shape, as in TensorFlow 1; else it is an error.
         Why: with ``[?, *element_shape]`` a loop variable that meets the stack (``v + stack``, a
         ``[2, 1, 3]`` and a ``[?, 1]`` giving ``[2, ?, 3]``) no longer fit its own entry shape."""
         size = static_size(self.tensor)
-        attrs = {} if size is None else {"static_size": size}
+        attrs: dict[str, Any] = {} if size is None else {"static_size": size}
+        es = self.element_shape
+        if es is not None and all(d is not None for d in es):  # (what an array that stays empty stacks to)
+            attrs["element_shape"] = list(es)
         return self.tensor.graph.create_node("TensorArrayStack", [self.tensor], attrs,
                                              name=name or "ta_stack").outputs[0]
 
