@@ -618,3 +618,25 @@ def test_scatter_of_a_value_that_is_not_a_ref_is_refused_naming_the_node() -> No
     g.node("s", "ScatterAdd", (g.const("x", np.zeros((3, 2), np.float32)), g.const("i", np.asarray([0], np.int32)),
                                g.const("u", np.ones((1, 2), np.float32))), T=F32, Tindices=I32)
     _refused(g, 'ScatterAdd node "s": its ref input does not come from a VariableV2')
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_broadcast_args_folds_to_the_shape_both_broadcast_to(backend: str) -> None:
+    """``BroadcastArgs`` of a known ``Shape`` and a constant (what TensorFlow 2's ``linspace`` and
+    ``broadcast_to`` of computed shapes write): folded at import to numpy's broadcast shape, which a
+    ``BroadcastTo`` then reads; two shapes that do not broadcast are a ``ShapeError`` at import."""
+    from turnout.errors import ShapeError
+
+    g = GraphDef()
+    x = g.placeholder("x", F32, [3, 1])
+    g.node("shape", "Shape", (x,), T=F32, out_type=I32)
+    g.node("both", "BroadcastArgs", ("shape", g.const("other", np.asarray([2, 1, 4], np.int32))), T=I32)
+    g.node("y", "BroadcastTo", (x, "both"), T=F32, Tidx=I32)
+    xv = np.arange(3, dtype=np.float32).reshape(3, 1)
+    (got,) = _run(g, ["y:0"], {"x:0": xv}, backend)
+    np.testing.assert_array_equal(got, np.broadcast_to(xv, (2, 3, 4)))
+    bad = GraphDef()
+    bad.node("both", "BroadcastArgs", (bad.const("a", np.asarray([2], np.int32)),
+                                       bad.const("b", np.asarray([3], np.int32))), T=I32)
+    with pytest.raises(ShapeError, match=r'BroadcastArgs node "both": shapes \[2\] and \[3\] do not broadcast'):
+        import_graph_def(bad.gd)

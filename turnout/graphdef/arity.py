@@ -42,7 +42,7 @@ TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIs
 VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
-BiasAddV1 BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan
+BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan
 DynamicPartition EluGrad EmptyTensorList Equal ExpandDims Fill FloorDiv FloorMod GatherNd Greater
 GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul
 MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan NotEqual Pad Pow
@@ -74,7 +74,7 @@ SparseApplyMomentum""",
 }
 _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyGradientDescent ApplyMomentum
 ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh AvgPool BatchMatMul
-BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastGradientArgs Ceil CheckNumerics ClipByValue
+BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs Ceil CheckNumerics ClipByValue
 Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad
 EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm
 FusedBatchNormGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan

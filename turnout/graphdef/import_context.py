@@ -372,6 +372,8 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
     "ListDiff": None, "Sign": np.sign, "Transpose": None, "DiagPart": None, "Qr": None, "GatherV2": None,
+    "BroadcastArgs": lambda a, b: np.asarray(np.broadcast_shapes(tuple(int(d) for d in a), tuple(int(d) for d in b)),
+                                             a.dtype),
 }
 
 #: the ops folding evaluates that have two outputs

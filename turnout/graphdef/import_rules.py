@@ -14,7 +14,7 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout.array_ops import equal_split_parts, slice_part, split_parts
 from turnout.composite import basic_index, dim, getitem, getitem_spec, index_with_new_axes
-from turnout.errors import DTypeError, UnsupportedError
+from turnout.errors import DTypeError, ShapeError, UnsupportedError
 from turnout.graph import BACK_EDGE, Tensor
 from turnout.graphdef.flows import gradient_flow_start, tensor_name
 from turnout.graphdef.import_context import (
@@ -1234,6 +1234,18 @@ def _concat_offset(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         off = ctx.create("Add", [off, part], suffix=None if k == n_out - 1 else f"out{k}").outputs[0]
         outs.append(off)
     return outs
+
+
+@_rule("BroadcastArgs")
+def _broadcast_args(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The shape two shapes broadcast to (TensorFlow 2's ``linspace`` and ``broadcast_to`` of
+    computed shapes write it): folded, since Turnout takes the shapes it feeds as static attributes;
+    two known shapes that do not broadcast are a ``ShapeError`` naming them."""
+    known = [k for k in (ctx.static(t) for t in ctx.data_inputs()) if k is not None]
+    if len(known) == 2 and ctx.static(f"{nd.name}:0") is None:
+        shown = " and ".join(str([int(d) for d in np.ravel(k)]) for k in known)
+        raise ShapeError(f"{ctx.where()}: shapes {shown} do not broadcast")
+    return _folded(ctx, nd, ins)
 
 
 @_rule("InvertPermutation")
