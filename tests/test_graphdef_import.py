@@ -137,7 +137,7 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "EnsureShape", "Pad", "PadV2", "OneHot", "Cumsum", "GatherNd", "ScatterNd",
                # sparse (IndexedSlices) updates of embeddings, einsum
                "Unique", "ResourceScatterAdd", "ResourceSparseApplyMomentum", "ResourceSparseApplyAdagrad",
-               "ResourceSparseApplyRMSProp", "Einsum",
+               "ResourceSparseApplyRMSProp", "Einsum", "ResourceApplyCenteredRMSProp",
                # convolutional networks: windows, their gradients, batch normalisation in both modes
                "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
                "AvgPoolGrad", "FusedBatchNormV3", "FusedBatchNormGradV3", "VariableShape"]:

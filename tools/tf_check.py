@@ -88,6 +88,9 @@ def main(argv: list[str]) -> int:
     request, result = Path(argv[0]), Path(argv[1])
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's own CPU kernels refuse the gradient of a dilated convolution (Conv2DBackpropFilter
+    # with a dilation above 1); its oneDNN kernels, on by default only on some processors, compute it
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     import tensorflow as tf
 
     tf.compat.v1.disable_v2_behavior()

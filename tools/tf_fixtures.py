@@ -617,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     # TF1's RNN cells live in the Keras 2 package (tf_keras), which TensorFlow uses when this is set
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    # TensorFlow's own CPU kernels refuse the gradient of a dilated convolution (Conv2DBackpropFilter
+    # with a dilation above 1); its oneDNN kernels, on by default only on some processors, compute it
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     import tensorflow as tf
 
     tf.compat.v1.disable_v2_behavior()

@@ -266,3 +266,93 @@ def while_training_loop(tf: Any) -> list[dict[str, Any]]:
     watched = [w.value(), b.value(), ema.average(w).value(), ema.average(b).value()]
     runs = [{"feeds": feeds, "fetches": [last.name], "targets": [train.name]} for _ in range(2)]
     return _saved(runs + [{"feeds": {**feeds, "steps:0": 0}, "fetches": [last.name, *names(watched)]}])
+
+
+def _seeded_init(tf: Any, seed: int) -> Any:
+    """A seeded constant initializer (the GraphDef holds the initial values)."""
+    def init(shape: Any, dtype: Any = None, partition_info: Any = None) -> Any:
+        rng = np.random.default_rng(seed)
+        return tf.constant((rng.uniform(-1.0, 1.0, [int(d) for d in shape]) * 0.3).astype(np.float32))
+
+    return init
+
+
+@case
+def act_halting(tf: Any) -> list[dict[str, Any]]:
+    """Adaptive computation time: a ``tf.while_loop`` whose predicate the data decides (``reduce_any``
+    of the rows still running, at most 6 steps), rows that halted kept by TF1's row ``where``, the
+    halting probabilities accumulated, a ponder cost of the step count; Adam under an
+    ``exponential_decay`` (staircase) of the global step."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, 4], name="x")
+    y = v1.placeholder(tf.float32, [None, 1], name="y")
+    wh = v1.get_variable("wh", [4, 4], initializer=_seeded_init(tf, 1))
+    wp = v1.get_variable("wp", [4, 1], initializer=_seeded_init(tf, 2))
+    wo = v1.get_variable("wo", [4, 1], initializer=_seeded_init(tf, 3))
+    step = v1.train.get_or_create_global_step()
+
+    def body(n: Any, h: Any, halt: Any, acc: Any) -> Any:
+        h2 = tf.tanh(tf.matmul(h, wh) + x)
+        p = tf.sigmoid(tf.matmul(h2, wp))
+        running = tf.cast(halt < 0.9, tf.float32)
+        return n + 1, v1.where(tf.squeeze(halt < 0.9, 1), h2, h), halt + running * p, acc + running * p * h2
+
+    rows = tf.shape(x)[0]
+    n, _, _, acc = tf.while_loop(lambda n, h, halt, acc: tf.logical_and(tf.reduce_any(halt < 0.9), n < 6), body,
+                                 [0, tf.zeros_like(x), tf.zeros([rows, 1]), tf.zeros_like(x)])
+    loss = tf.reduce_mean(tf.square(tf.matmul(acc, wo) - y)) + 0.01 * tf.cast(n, tf.float32)
+    rate = v1.train.exponential_decay(0.1, step, 2, 0.5, staircase=True)
+    train = v1.train.AdamOptimizer(rate).minimize(loss, global_step=step)
+    rng = np.random.default_rng(11)
+    feeds = {"x:0": rng.normal(size=(5, 4)).astype(np.float32), "y:0": rng.normal(size=(5, 1)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [wh.value(), wp.value(), wo.value(), step.value()])
+
+
+@case
+def text_cnn(tf: Any) -> list[dict[str, Any]]:
+    """A text classifier: an embedding lookup, ``tf.nn.conv1d`` (an ``ExpandDims``, a ``Conv2D`` and a
+    ``Squeeze``), max over time, a dense head, sparse softmax cross entropy plus an L2 penalty of
+    every trainable variable (``add_n`` of ``l2_loss``), Nesterov momentum."""
+    v1 = tf.compat.v1
+    ids = v1.placeholder(tf.int32, [None, 7], name="ids")
+    labels = v1.placeholder(tf.int32, [None], name="labels")
+    emb = v1.get_variable("emb", [11, 5], initializer=_seeded_init(tf, 4))
+    kernel = v1.get_variable("kernel", [3, 5, 6], initializer=_seeded_init(tf, 5))
+    w = v1.get_variable("w", [6, 3], initializer=_seeded_init(tf, 6))
+    b = v1.get_variable("b", [3], initializer=v1.zeros_initializer())
+    seen = tf.nn.relu(tf.nn.conv1d(tf.nn.embedding_lookup(emb, ids), kernel, stride=1, padding="VALID"))
+    logits = tf.matmul(tf.reduce_max(seen, axis=1), w) + b
+    loss = (tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+            + 1e-3 * tf.add_n([tf.nn.l2_loss(v) for v in v1.trainable_variables()]))
+    train = v1.train.MomentumOptimizer(0.2, 0.9, use_nesterov=True).minimize(loss)
+    rng = np.random.default_rng(12)
+    feeds = {"ids:0": rng.integers(0, 11, size=(4, 7)).astype(np.int32), "labels:0": np.array([0, 2, 1, 2], np.int32)}
+    return _train_runs(feeds, loss, train, [emb.value(), kernel.value(), w.value()])
+
+
+@case
+def returns_scan(tf: Any) -> list[dict[str, Any]]:
+    """A policy-gradient step: discounted returns by a ``tf.scan`` over the reversed rewards, a
+    baseline through ``stop_gradient``, a reverse exclusive ``cumsum``, the log-probabilities of the
+    actions taken (``log_softmax``, ``one_hot``), an entropy bonus and a ``reduce_logsumexp`` term;
+    centered RMSProp (``ResourceApplyCenteredRMSProp``)."""
+    v1 = tf.compat.v1
+    obs = v1.placeholder(tf.float32, [None, 3], name="obs")
+    acts = v1.placeholder(tf.int32, [None], name="acts")
+    rew = v1.placeholder(tf.float32, [None], name="rew")
+    w1 = v1.get_variable("w1", [3, 8], initializer=_seeded_init(tf, 7))
+    w2 = v1.get_variable("w2", [8, 2], initializer=_seeded_init(tf, 8))
+    returns = tf.reverse(tf.scan(lambda c, r: c * 0.9 + r, tf.reverse(rew, [0]), initializer=0.0), [0])
+    later = tf.math.cumsum(rew, reverse=True, exclusive=True)
+    advantage = returns - tf.stop_gradient(tf.reduce_mean(returns)) + 0.1 * later
+    logits = tf.matmul(tf.tanh(tf.matmul(obs, w1)), w2)
+    logp = tf.nn.log_softmax(logits)
+    chosen = tf.reduce_sum(logp * tf.one_hot(acts, 2), axis=1)
+    entropy = -tf.reduce_sum(tf.exp(logp) * logp, axis=1)
+    loss = (-tf.reduce_mean(chosen * advantage) - 0.01 * tf.reduce_mean(entropy)
+            + 0.001 * tf.reduce_logsumexp(logits))
+    train = v1.train.RMSPropOptimizer(0.05, momentum=0.5, centered=True).minimize(loss)
+    rng = np.random.default_rng(13)
+    feeds = {"obs:0": rng.normal(size=(6, 3)).astype(np.float32), "acts:0": np.array([0, 1, 1, 0, 1, 0], np.int32),
+             "rew:0": rng.normal(size=(6,)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [w1.value(), w2.value()])

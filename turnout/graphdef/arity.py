@@ -42,15 +42,16 @@ TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIs
 VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
-BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan
-DynamicPartition EluGrad EmptyTensorList Equal ExpandDims Fill FloorDiv FloorMod GatherNd Greater
-GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul
-MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan NotEqual Pad Pow
-Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
-ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
-SegmentMean SegmentSum SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad
-SpaceToBatch SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub
-Sum Switch TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
+BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum
+DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal ExpandDims Fill
+FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual ListDiff
+LogicalAnd LogicalOr MatMul MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod
+Mul MulNoNan NotEqual Pad Pow Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape
+ResizeBilinear ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather
+ReverseSequence ReverseV2 RsqrtGrad SegmentMean SegmentSum SeluGrad SigmoidGrad
+SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
+SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
+TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
 TruncateDiv TruncateMod Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
@@ -69,23 +70,24 @@ ResourceSparseApplyAdagrad SparseApplyAdagrad StridedSliceGrad""",
     6: """FusedBatchNormGradV3 ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum SparseApplyAdagradV2
 SparseApplyMomentum""",
     8: """ApplyRMSProp ResourceApplyRMSProp""",
-    9: """ResourceSparseApplyRMSProp SparseApplyRMSProp""",
-    10: """ApplyAdam ResourceApplyAdam""",
+    9: """ApplyCenteredRMSProp ResourceApplyCenteredRMSProp ResourceSparseApplyRMSProp SparseApplyRMSProp""",
+    10: """ApplyAdam ResourceApplyAdam ResourceSparseApplyCenteredRMSProp SparseApplyCenteredRMSProp""",
 }
-_EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyGradientDescent ApplyMomentum
-ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh AvgPool BatchMatMul
-BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs Ceil CheckNumerics ClipByValue
-Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad
-EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm
-FusedBatchNormGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan
-L2Loss LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag
-MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration
-NotEqual OnesLike Pow Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad
-RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt
-RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
-SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
-Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
-TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
+_EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyCenteredRMSProp
+ApplyGradientDescent ApplyMomentum ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2
+Atanh AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs
+BroadcastGradientArgs Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace
+DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc
+Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad Greater GreaterEqual
+Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LeakyRelu LeakyReluGrad Less
+LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart MatrixSetDiag
+MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow Qr
+RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit
+RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad
+Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus
+SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze
+StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where
+Xdivy Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},
@@ -148,6 +150,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "ResourceApplyAdagrad": {"T": (2, 3)},
     "ResourceApplyAdagradV2": {"T": (2, 3, 4)},
     "ResourceApplyAdam": {"T": (3, 4, 5, 6, 7, 8, 9)},
+    "ResourceApplyCenteredRMSProp": {"T": (4, 5, 6, 7, 8)},
     "ResourceApplyGradientDescent": {"T": (1, 2)},
     "ResourceApplyMomentum": {"T": (2, 3, 4)},
     "ResourceApplyRMSProp": {"T": (3, 4, 5, 6, 7)},
@@ -156,6 +159,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "ResourceScatterSub": {"Tindices": (1,), "dtype": (2,)},
     "ResourceSparseApplyAdagrad": {"T": (2, 3), "Tindices": (4,)},
     "ResourceSparseApplyAdagradV2": {"T": (2, 3, 4), "Tindices": (5,)},
+    "ResourceSparseApplyCenteredRMSProp": {"T": (4, 5, 6, 7, 8), "Tindices": (9,)},
     "ResourceSparseApplyMomentum": {"T": (2, 3, 5), "Tindices": (4,)},
     "ResourceSparseApplyRMSProp": {"T": (3, 4, 5, 6, 7), "Tindices": (8,)},
     "ReverseSequence": {"T": (0,), "Tlen": (1,)},
@@ -177,6 +181,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "SpaceToBatchND": {"T": (0,), "Tblock_shape": (1,), "Tpaddings": (2,)},
     "SparseApplyAdagrad": {"T": (0, 1, 2, 3), "Tindices": (4,)},
     "SparseApplyAdagradV2": {"T": (0, 1, 2, 3, 4), "Tindices": (5,)},
+    "SparseApplyCenteredRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7, 8), "Tindices": (9,)},
     "SparseApplyMomentum": {"T": (0, 1, 2, 3, 5), "Tindices": (4,)},
     "SparseApplyRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7), "Tindices": (8,)},
     "SparseSoftmaxCrossEntropyWithLogits": {"T": (0,), "Tlabels": (1,)},

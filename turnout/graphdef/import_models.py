@@ -122,6 +122,18 @@ def _rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> An
     return [ms2, mom2], mom2
 
 
+def _centered_rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """RMSProp that also keeps the mean gradient ``mg`` and divides by the variance's root, TensorFlow's
+    ``ApplyCenteredRMSProp``: ms += (g^2 - ms)(1 - rho); mg += (g - mg)(1 - rho);
+    mom = momentum mom + lr g / sqrt(ms - mg^2 + eps); var -= mom."""
+    (mg, ms, mom), (lr, rho, momentum, eps) = slots, s
+    ms2 = f.op("Add", ms, f.op("Mul", f.op("Sub", f.op("Mul", g, g), ms), f.op("Sub", 1.0, rho)))
+    mg2 = f.op("Add", mg, f.op("Mul", f.op("Sub", g, mg), f.op("Sub", 1.0, rho)))
+    denom = f.op("Add", f.op("Sub", ms2, f.op("Mul", mg2, mg2)), eps)
+    mom2 = f.op("Add", f.op("Mul", momentum, mom), f.op("Div", f.op("Mul", lr, g), f.op("Sqrt", denom)))
+    return [mg2, ms2, mom2], mom2
+
+
 def _adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
     """accum += g^2 (when update_slots); var -= lr g / sqrt(accum) (V2: / (sqrt(accum) + eps))."""
     (accum,), lr = slots, s[0]
@@ -136,6 +148,7 @@ for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 
                      (("ResourceApplyMomentum", "ApplyMomentum"), 2, _momentum),
                      (("ResourceApplyAdam", "ApplyAdam"), 3, _adam),
                      (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop),
+                     (("ResourceApplyCenteredRMSProp", "ApplyCenteredRMSProp"), 4, _centered_rmsprop),
                      (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2,
                       _adagrad)]:
     def _make(n: int, formula: Any, sparse: bool) -> _Rule:
