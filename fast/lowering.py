@@ -184,6 +184,12 @@ def _pow_rule(ctx, n, xs):
     return [jnp.power(a, b).astype(jnp.result_type(*xs))]
 
 
+def _sign(x: Any) -> Any:
+    """``sign``, with ``+0.0`` for both zeros as the kernel (numpy) and TensorFlow give it; XLA's
+    keeps a zero's sign (``sign(-0.0)`` is ``-0.0``). (An integer zero is zero either way.)"""
+    return jnp.where(x == 0, jnp.zeros_like(x), jnp.sign(x))
+
+
 def _in_double(f: Any) -> Any:
     """``f`` computed in float64 for a float32 input, rounded once: XLA's float32 ``lgamma`` and
     ``digamma`` are tens of ulps off near their roots (3e-6 relative at lgamma(1.5)), where the
@@ -195,7 +201,7 @@ LOWERING_RULES.update({
     "Add": _ew(jnp.add), "Sub": _ew(jnp.subtract), "Mul": _ew(jnp.multiply),
     "Div": _div_rule, "FloorMod": _mod_rule, "Pow": _pow_rule,
     "Maximum": _ew(jnp.maximum), "Minimum": _ew(jnp.minimum), "Neg": _ew(jnp.negative),
-    "Abs": _ew(jnp.abs), "Sign": _ew(jnp.sign), "Square": _ew(jnp.square),
+    "Abs": _ew(jnp.abs), "Sign": _ew(_sign), "Square": _ew(jnp.square),
     "Relu": _ew(lambda x: jnp.maximum(x, jnp.zeros((), jnp.result_type(x)))),
     "Tanh": _ew(jnp.tanh), "Sigmoid": _ew(lambda x: 1 / (1 + jnp.exp(-x))),
     "Exp": _ew(jnp.exp), "Log": _ew(jnp.log), "Sqrt": _ew(jnp.sqrt),

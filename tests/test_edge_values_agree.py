@@ -87,3 +87,31 @@ def test_pow_is_ieee_pow_whatever_the_exponents_shape(backend: str) -> None:
         finite_or_zero = ~np.isnan(want)
         np.testing.assert_array_equal(np.signbit(out[finite_or_zero]), np.signbit(want[finite_or_zero]),
                                       err_msg=f"x ** {e}: signs")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_signed_zeros_of_sign_and_floor_mod_are_tensorflows(backend: str) -> None:
+    """``sign`` of either zero is ``+0.0`` (numpy's and TensorFlow's; XLA's keeps the sign), and a
+    float ``FloorMod`` is C's ``fmod`` moved into the divisor's sign where it is not zero
+    (TensorFlow's and XLA's; numpy's gives a zero remainder the divisor's sign)."""
+    import math
+
+    x_val = np.asarray([-0.0, 0.0, -1.0, 7.0, -0.0, 1.0, -1.0, 5.5, -5.5, INF, 3.0], np.float32)
+    y_val = np.asarray([1.0, -1.0, 0.5, -7.0, INF, -INF, INF, -2.0, 2.0, 2.0, 0.0], np.float32)
+    g = tn.Graph()
+    with g.as_default():
+        x, y = tn.placeholder(tn.float32, [11]), tn.placeholder(tn.float32, [11])
+        outs = [tn.sign(x), tn.mod(x, y)]
+    sign, mod = tn.Session(g, backend=backend).run(outs, {x: x_val, y: y_val})
+
+    def floor_mod(a: float, b: float) -> float:
+        if math.isnan(a) or math.isnan(b) or math.isinf(a) or b == 0:
+            return NAN
+        r = math.fmod(a, b)
+        return r + b if r != 0 and (r < 0) != (b < 0) else r
+
+    want = np.asarray([floor_mod(float(a), float(b)) for a, b in zip(x_val, y_val)], np.float32)
+    np.testing.assert_array_equal(mod, want)
+    np.testing.assert_array_equal(np.signbit(mod[~np.isnan(want)]), np.signbit(want[~np.isnan(want)]))
+    np.testing.assert_array_equal(np.signbit(sign[:2]), [False, False])
+    np.testing.assert_array_equal(sign, np.sign(x_val))

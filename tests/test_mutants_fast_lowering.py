@@ -16,7 +16,7 @@ import pytest
 
 import turnout as tn
 from turnout.errors import KernelError
-from turnout.fast.lowering import _holds
+from turnout.fast.lowering import _holds, _sign
 from turnout.fast.values import is_static
 
 
@@ -162,3 +162,16 @@ def test_an_integer_relu_keeps_every_integer(dtype: Any) -> None:
     v = np.array([big, -3, 0], np.int64 if dtype == tn.int64 else np.int32)
     fast = tn.Session(g, backend="fast", fallback=False)
     np.testing.assert_array_equal(fast.run(y, {x: v}), tn.Session(g).run(y, {x: v}))
+
+
+def test_sign_gives_both_zeros_a_positive_zero_and_keeps_integers() -> None:
+    """``sign`` as the kernel and TensorFlow give it: ``+0.0`` for ``0.0`` and ``-0.0`` (XLA's keeps
+    the zero's sign), -1, 1 and NaN elsewhere, traced or not; integer signs as ``jnp.sign``'s."""
+    x = np.asarray([-0.0, 0.0, -3.5, 2.0, -np.inf, np.nan], np.float32)
+    for got in (np.asarray(_sign(jax.numpy.asarray(x))), np.asarray(jax.jit(_sign)(x))):
+        np.testing.assert_array_equal(got, [0.0, 0.0, -1.0, 1.0, -1.0, np.nan])
+        assert not np.signbit(got[:2]).any() and got.dtype == np.float32
+    ints = np.asarray([-4, 0, 9], np.int32)
+    got_i = np.asarray(_sign(jax.numpy.asarray(ints)))
+    np.testing.assert_array_equal(got_i, [-1, 0, 1])
+    assert got_i.dtype == np.int32

@@ -166,9 +166,15 @@ def _div(a: Any, b: Any) -> Any:
 
 
 def _mod(a: Any, b: Any) -> Any:
-    if np.issubdtype(np.asarray(a).dtype, np.integer) and np.any(np.asarray(b) == 0):
-        raise KernelError("FloorMod: integer modulo by zero")
-    return np.mod(a, b)
+    """The floored remainder. Floats: C's ``fmod``, moved into the divisor's sign where it is not
+    zero, as TensorFlow's kernel and XLA compute it; numpy's ``mod`` gives a zero remainder the
+    divisor's sign instead (``-1.0 % 0.5`` is ``0.0`` there, ``-0.0`` here)."""
+    if np.issubdtype(np.asarray(a).dtype, np.integer):
+        if np.any(np.asarray(b) == 0):
+            raise KernelError("FloorMod: integer modulo by zero")
+        return np.mod(a, b)
+    r = np.fmod(a, b)
+    return np.where((r != 0) & ((r < 0) != (np.asarray(b) < 0)), r + b, r)
 
 
 def _pow(a: Any, b: Any) -> Any:
