@@ -118,8 +118,8 @@ def dropout_wrapper_rnn(tf: Any) -> list[dict[str, Any]]:
 def embedding_sparse_optimizers(tf: Any) -> list[dict[str, Any]]:
     """A bag-of-embeddings classifier whose embedding gradients are ``IndexedSlices`` (a gather's
     gradient): each optimizer's sparse path after deduplicating the ids with ``Unique`` and
-    ``UnsortedSegmentSum`` (Momentum's, Adagrad's and RMSProp's sparse apply ops, Adam's scatter
-    adds: SGD's path is that scatter add alone), a sparse softmax and a
+    ``UnsortedSegmentSum`` (Momentum's, Adagrad's and RMSProp's sparse apply ops, centered RMSProp's
+    too, Adam's scatter adds: SGD's path is that scatter add alone), a sparse softmax and a
     ``softmax_cross_entropy_with_logits_v2`` loss."""
     vocab, dim, classes = 7, 3, 4
     ids = tf.compat.v1.placeholder(tf.int32, [None, None], name="ids")
@@ -127,7 +127,8 @@ def embedding_sparse_optimizers(tf: Any) -> list[dict[str, Any]]:
     opts = {"momentum": tf.compat.v1.train.MomentumOptimizer(0.3, 0.9),
             "adagrad": tf.compat.v1.train.AdagradOptimizer(0.3),
             "adam": tf.compat.v1.train.AdamOptimizer(0.1),
-            "rmsprop": tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.2)}
+            "rmsprop": tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.2),
+            "centered": tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.2, centered=True)}
     losses, steps, watched = [], [], []
     for k, (name, opt) in enumerate(opts.items()):
         emb = tf.compat.v1.get_variable(f"emb_{name}", initializer=_weights((vocab, dim), 100 + k, 1.0))

@@ -136,16 +136,17 @@ def sharded_embedding(tf: Any) -> list[dict[str, Any]]:
 def reference_sparse_optimizers(tf: Any) -> list[dict[str, Any]]:
     """TF1's default Variables (``VariableV2``, reference variables) holding embeddings, each trained
     on its looked-up rows by a sparse optimizer update: ``SparseApplyAdagrad``,
-    ``SparseApplyMomentum`` (Nesterov) and ``SparseApplyRMSProp`` (with momentum), the reference
-    forms of the resource ops TF2's Variables use."""
+    ``SparseApplyMomentum`` (Nesterov), ``SparseApplyRMSProp`` (with momentum) and
+    ``SparseApplyCenteredRMSProp``, the reference forms of the resource ops TF2's Variables use."""
     ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
     tables = [tf.compat.v1.Variable(_weights((6, 3), 190 + k, 0.7), name=f"table{k}", use_resource=False)
-              for k in range(3)]
+              for k in range(4)]
     rows = [tf.nn.embedding_lookup(t, ids) for t in tables]
     losses = [tf.reduce_sum(tf.square(tf.tanh(r) - 0.25 * k)) for k, r in enumerate(rows)]
     opts = [tf.compat.v1.train.AdagradOptimizer(0.2),
             tf.compat.v1.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
-            tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.5)]
+            tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.5),
+            tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.5, centered=True)]
     train = tf.group(*[o.minimize(loss, var_list=[t]) for o, loss, t in zip(opts, losses, tables)])
     loss = tf.add_n(losses, name="loss")
     feeds = {"ids:0": np.asarray([0, 4, 2, 4], np.int32)}

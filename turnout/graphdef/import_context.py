@@ -81,9 +81,10 @@ class Ref:
 #: ops whose inputs may be refs; every other op reads a ref input's Variable when it runs
 REF_OPS = frozenset({"RefEnter", "RefExit", "RefIdentity", "RefSwitch", "RefMerge", "RefNextIteration", "Assign",
                      "AssignAdd", "AssignSub", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam",
-                     "ApplyRMSProp", "ApplyAdagrad", "ApplyAdagradV2", "IsVariableInitialized", "ScatterUpdate",
-                     "ScatterAdd", "ScatterSub", "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub",
-                     "SparseApplyMomentum", "SparseApplyRMSProp", "SparseApplyAdagrad", "SparseApplyAdagradV2"})
+                     "ApplyRMSProp", "ApplyCenteredRMSProp", "ApplyAdagrad", "ApplyAdagradV2",
+                     "IsVariableInitialized", "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterNdUpdate",
+                     "ScatterNdAdd", "ScatterNdSub", "SparseApplyMomentum", "SparseApplyRMSProp",
+                     "SparseApplyCenteredRMSProp", "SparseApplyAdagrad", "SparseApplyAdagradV2"})
 
 #: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | Ref | None (or BACK_EDGE for a Merge input not yet built)
 Value = Any
