@@ -639,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
             old = json.loads((out / f"{name}.json").read_text())
             for r_old, r_new in zip(old["runs"], runs):
                 for e_old, e_new in zip(r_old.get("expected", []), r_new.get("expected", [])):
-                    if not np.allclose(e_old, e_new, rtol=1e-5, atol=1e-6):
+                    if not np.allclose(e_old, e_new, rtol=1e-5, atol=1e-6, equal_nan=True):
                         print(f"{name}: TensorFlow now gives {e_new}, the fixture says {e_old}")
                         bad += 1
             continue
