@@ -6,7 +6,9 @@ law kills mutants of the full set of ``fast/conds.py`` (issue 40, part 3; ``pyth
 
 Each law runs a tiny program on the fast backend, compiled with ``fallback=False`` (so a refusal
 raises rather than sending the run to the interpreter), against the reference interpreter; where a
-law is about a small function of the module, it is called directly.
+law is about a small function of the module, it is called directly, and where it is about one step
+of ``run_cond`` that no program reaches (a predicate dead while tracing, a Merge one branch gives
+nothing), ``run_cond`` runs on the fast backend's own emitter with the environment the law names.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import turnout as tn
 from turnout import raw
 from turnout.fast import conds
 from turnout.fast.conds import SMALL_DECISION, small_decision
-from turnout.fast.regions import key
+from turnout.fast.emit import Emitter
+from turnout.fast.functionalize import functionalize
+from turnout.fast.outcome import ErrorCodes
+from turnout.fast.regions import CondRegion, Key, cond_outputs, key, pred_reader
 from turnout.fast.values import DEAD
 
 
@@ -168,3 +173,113 @@ def test_a_conds_exports_are_found_once_per_region_in_a_trace(monkeypatch: pytes
     np.testing.assert_allclose(got, np.full(3, 4.0))
     assert len(searched) >= 6 and len(searched) == len(set(searched))
 
+
+# ---- run_cond and its branches on the fast backend's own emitter ----------------------------------
+
+
+class _Recording(Emitter):
+    """The fast backend's emitter, noting each value a structural node reads (``read``) and each
+    predicate read (``predicate``) with the node named as its reader."""
+
+    def __init__(self, program: Any) -> None:
+        super().__init__(program, ErrorCodes(), 64, np.int32(100))
+        self.state = {"err": np.int32(0)}
+        self.reads: list[tuple[Any, Any]] = []
+        self.preds: list[tuple[Any, Any]] = []
+
+    def read(self, env: Any, t: Any, reader: Any) -> Any:
+        self.reads.append((t, reader))
+        return super().read(env, t, reader)
+
+    def predicate(self, env: Any, t: Any, user: Any) -> Any:
+        self.preds.append((t, user))
+        return super().predicate(env, t, user)
+
+
+def _two_merge_cond() -> tuple[Any, ...]:
+    """A cond on fed ``p`` joining two values (two Merges), with a fetched value inside its true
+    branch (handed out besides the Merges): the graph, its region, its tensors."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        x = tn.placeholder(tn.float32, [3], name="x")
+        inner: list[Any] = []
+
+        def taken() -> Any:
+            inner.append(tn.identity(x * 2.0, name="inner"))
+            return inner[0] + 1.0
+
+        y, z = tn.cond(p, lambda: [taken(), x * 4.0], lambda: [x - 1.0, x * 3.0])
+    program = functionalize(g, [y, z, inner[0]], [p, x])
+    r = next(it for it in program.items if isinstance(it, CondRegion))
+    return program, r, p, x, y, z, inner[0]
+
+
+def test_a_cond_whose_predicate_is_dead_kills_each_merge_value_and_index_and_each_export() -> None:
+    """Law [E-Switch-Dead], [E-Merge-AllDead]: a cond whose predicate is dead while tracing runs
+    neither branch; each of its Merges' value and index and each value it hands out besides them (a
+    fetched branch value) is dead after it, every other value of the environment is left as it was,
+    and the predicate is read as its first Switch reads it."""
+    program, r, p, x, y, z, inner = _two_merge_cond()
+    em = _Recording(program)
+    env: dict[Key, Any] = {key(p): DEAD, key(x): np.ones(3, np.float32)}
+    before = dict(env)
+    em.run_cond(r, env)
+    outs = cond_outputs(r, em._exports(r))
+    assert key(inner) in outs and len(outs) == 2 * 2 + 1
+    assert em.preds == [(r.pred, pred_reader(r))] and em.reads == []
+    assert set(env) == set(before) | set(outs)
+    assert all(env[k] is DEAD for k in outs)
+    assert all(env[k] is before[k] for k in before)
+
+
+@pytest.mark.parametrize("b", [False, True])
+def test_a_merge_the_branch_that_ran_gives_nothing_is_dead_and_the_next_merge_still_joins(b: bool) -> None:
+    """Law [E-Merge-AllDead] after one branch (``plumbing.branch_joins``): a Merge to which branch
+    ``b`` gives no input is dead after that branch, value and index, and the Merges after it still
+    take that branch's values, each read as its own Merge passes it on (the SPMD tier moves a value
+    to its reader's device)."""
+    program, r, p, x, y, z, _ = _two_merge_cond()
+    (m0, s0), (m1, s1) = r.merges
+    one_sided = CondRegion(r.pred, r.scope, r.switches, [(m0, {not b: s0[not b]}), (m1, s1)], r.branches,
+                           r.nodes)
+    em = _Recording(program)
+    xs = np.arange(3, dtype=np.float32)
+    env: dict[Key, Any] = {key(p): np.bool_(b), key(x): xs}
+    em.run_cond(one_sided, env)
+    assert env[key(m0.outputs[0])] is DEAD and env[key(m0.outputs[1])] is DEAD
+    want = {key(y): xs * 2.0 + 1.0 if b else xs - 1.0, key(z): xs * 4.0 if b else xs * 3.0}
+    np.testing.assert_allclose(np.asarray(env[key(m1.outputs[0])]), want[key(m1.outputs[0])])
+    assert int(env[key(m1.outputs[1])]) == s1[b]
+    assert [rd for rd in em.reads if rd[1] in (m0, m1)] == [(m1.inputs[s1[b]], m1)]
+
+
+@pytest.mark.parametrize(("outer", "inner", "live"), [(True, True, True), (True, False, False), (False, True, False)])
+def test_a_fetched_value_of_a_cond_nested_in_a_branch_is_live_only_where_both_conds_took_its_side(
+        outer: bool, inner: bool, live: bool) -> None:
+    """Law [T5-Deadness-Soundness] through two conds: a value fetched from the true branch of a cond
+    nested in the true branch of another leaves both ``lax.cond`` with the live flag the inner one
+    gave it, so fetching it raises ``DeadFetchError`` when either predicate is false, on the fast
+    backend (compiled) as on the reference."""
+    g = tn.Graph()
+    with g.as_default():
+        p = tn.placeholder(tn.bool, [], name="p")
+        q = tn.placeholder(tn.bool, [], name="q")
+        x = tn.placeholder(tn.float32, [3], name="x")
+        w: list[Any] = []
+
+        def deep() -> Any:
+            w.append(tn.identity(x * 2.0, name="w"))
+            return w[0] + 1.0
+
+        y = tn.cond(p, lambda: tn.cond(q, deep, lambda: x - 1.0), lambda: x * 3.0)
+    feeds = {p: outer, q: inner, x: np.arange(3, dtype=np.float32)}
+    ref, fast = tn.Session(g), tn.Session(g, backend="fast", fallback=False)
+    np.testing.assert_allclose(fast.run(y, feeds), ref.run(y, feeds))
+    for sess in (ref, fast):
+        if live:
+            np.testing.assert_allclose(sess.run(w[0], feeds), np.arange(3) * 2.0)
+        else:
+            with pytest.raises(tn.DeadFetchError):
+                sess.run([y, w[0]], feeds)
+    assert fast.last_result is not None and fast.last_result.stats["executor"] == "compiled"
