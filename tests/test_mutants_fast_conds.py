@@ -536,3 +536,33 @@ def test_the_modules_export_list_names_each_public_name_it_defines_once() -> Non
             defined |= {t.id for t in targets if isinstance(t, ast.Name)}
     public = {n for n in defined if not n.startswith("_")}
     assert len(cmod.__all__) == len(set(cmod.__all__)) and set(cmod.__all__) == public
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_gradient_merge_of_a_chain_traced_on_one_level_and_constant_on_a_later_one_stays_traced(k: int) -> None:
+    """Law: a gradient's Merge on a raised case chain's outermost cond (a stand-in on its true side,
+    the inner cond's Merge on its false side) that level 1 gives as a traced value and the default
+    level as a constant is no constant after the ``lax.switch``: once one level gave a traced value
+    the constants of later levels are no longer collected, and the value is the taken level's, as
+    on the reference."""
+    g = tn.Graph()
+    with g.as_default():
+        i = tn.placeholder(tn.int32, [], name="i")
+        x = tn.placeholder(tn.float32, [], name="x")
+        p0 = tn.equal(i, 0)
+        x_f, x_t = raw.switch(x, p0)
+        i_f, _ = raw.switch(i, p0)
+        p1 = tn.equal(i_f, 1)
+        y_f, y_t = raw.switch(x_f, p1)
+        with tn.control_dependencies([tn.identity(y_f)]):
+            three = tn.constant(3.0)
+        inner, _ = raw.merge([three, y_t * 2.0])
+        with tn.control_dependencies([tn.identity(x_t)]):
+            filler = g.create_node("Const", (), {"value": np.asarray(0.0, np.float32), "dtype": "float32",
+                                                 "gradient_filler": True}, name="filler").outputs[0]
+        out, _ = raw.merge([inner, filler])
+    feeds = {i: np.int32(k), x: np.float32(1.5)}
+    want = tn.Session(g).run(out, feeds)
+    sess = tn.Session(g, backend="fast", fallback=False)
+    np.testing.assert_allclose(sess.run(out, feeds), want)
+    assert sess.last_result is not None and sess.last_result.stats["executor"] == "compiled"
