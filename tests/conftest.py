@@ -21,16 +21,6 @@ from typing import Any
 # unpartitioned tests run exactly as on a one-device process.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-# XLA's backend (LLVM) optimisation level 0 for the tests: a test file compiles hundreds of small
-# programs and runs each a few times, so compiling is much of its time (tests/test_recompute.py took
-# 116 s at level 0 against 147 s at the default, four other compiled files 253 s against 284 s, one
-# process each, 2026-12-07). What Turnout emits is the HLO, above that level and unchanged by it:
-# fusion, buffer assignment and donation are XLA's HLO passes; and XLA's CPU backend reorders no
-# float operation at any level (fast math is off), so values are the same. Figures are taken by
-# benchmarks/, at XLA's default level; a run that names a level in XLA_FLAGS
-# (``XLA_FLAGS=--xla_backend_optimization_level=3 pytest ...``) keeps it.
-if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
