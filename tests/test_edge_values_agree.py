@@ -49,14 +49,17 @@ def test_top_k_orders_nans_first_and_equal_values_by_index_on_every_backend(back
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_top_k_of_integers_keeps_ties_in_index_order(backend: str) -> None:
-    x_val = np.asarray([[3, 1, 3, 2, -5, 3]], np.int32)
+    """Ties by index, and the type's least and greatest values in their places (a key of ``-x``
+    would overflow at the least and rank it first)."""
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    x_val = np.asarray([[3, lo, 3, 2, -5, 3, hi]], np.int32)
     g = tn.Graph()
     with g.as_default():
-        x = tn.placeholder(tn.int32, [1, 6])
-        values, indices = g.create_node("TopK", [x], {"k": 4}).outputs
+        x = tn.placeholder(tn.int32, [1, 7])
+        values, indices = g.create_node("TopK", [x], {"k": 7}).outputs
     got_v, got_i = tn.Session(g, backend=backend).run([values, indices], {x: x_val})
-    np.testing.assert_array_equal(got_i, [[0, 2, 5, 3]])
-    np.testing.assert_array_equal(got_v, [[3, 3, 3, 2]])
+    np.testing.assert_array_equal(got_i, [[6, 0, 2, 5, 3, 4, 1]])
+    np.testing.assert_array_equal(got_v, [[hi, 3, 3, 3, 2, -5, lo]])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -598,7 +598,9 @@ def _top_k(xs, attrs):
     if x.ndim == 0 or k > x.shape[-1] or k < 0:
         raise KernelError(f"TopK: input must have at least k={k} entries along its last axis, "
                           f"got shape {list(x.shape)}")
-    keys = (-x, ~np.isnan(x)) if x.dtype.kind == "f" else (-x,)  # (the last key sorts first; lexsort is stable)
+    # (the last key sorts first; lexsort is stable; an integer's ``~x`` orders it as ``-x`` would,
+    # without the overflow of ``-x`` at the type's least value)
+    keys = (-x, ~np.isnan(x)) if x.dtype.kind == "f" else (np.invert(x),)
     idx = np.lexsort(keys, axis=-1)[..., :k].astype(np.int32)
     return [np.take_along_axis(x, idx, axis=-1), idx]
 
