@@ -627,14 +627,19 @@ def _fill(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Fill", ins[:2]).outputs[0]]
 
 
-def non_negative(ctx: ImportContext, v: Value, tname: str, what: str) -> Value:
+def _known_non_negative(ctx: ImportContext, tname: str) -> bool:
+    """Whether the import folds ``tname`` and finds no negative entry (then no check is needed)."""
+    known = ctx.static(tname)
+    return known is not None and bool(np.all(np.asarray(known) >= 0))
+
+
+def non_negative(ctx: ImportContext, v: Value, tname: Optional[str], what: str) -> Value:
     """The indices ``v`` once none of its entries is negative. TensorFlow's gathers refuse a negative
     index (its CPU kernels say it is not in ``[0, n)``), where Turnout's ``Gather`` counts one from the
     end, as numpy does: without the check an imported lookup of ``-1`` would read the last row instead
-    of failing. Left as it is where the import knows every entry (``tname``'s folded value), or where
-    it is a ``Range`` that starts at 0 or later and counts up."""
-    known = ctx.static(tname)
-    if known is not None and bool(np.all(np.asarray(known) >= 0)):
+    of failing. Left as it is where the import knows every entry (``tname``'s folded value, when the
+    indices are a NodeDef's input), or where it is a ``Range`` that starts at 0 or later and counts up."""
+    if tname is not None and _known_non_negative(ctx, tname):
         return v
     if isinstance(v, RangeMarker) and isinstance(v.start, int) and isinstance(v.delta, int) \
             and v.start >= 0 and v.delta > 0:
@@ -662,8 +667,7 @@ def _segment_sum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     a loop has a run-time count; ``UnsortedSegmentProd``'s gradient, data of a run-time batch)."""
     data, ids, n = (_t(x) for x in ins[:3])
     num = ctx.static(ctx.data_inputs()[2])
-    known = ctx.static(ctx.data_inputs()[1])
-    if known is not None and bool(np.all(np.asarray(known) >= 0)):
+    if _known_non_negative(ctx, ctx.data_inputs()[1]):
         return [segment_sum(ctx, data, ids, n, num)]
     return [_negative_ids_dropped(ctx, data, ids, n, num)]
 

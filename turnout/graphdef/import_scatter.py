@@ -24,7 +24,7 @@ from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Ref, Value
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _getitem, _ref, _t, segment_sum
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _getitem, _ref, _t, non_negative, segment_sum
 from turnout.graphdef.import_structure import _linear_index
 from turnout.tables import registrar
 
@@ -270,8 +270,10 @@ def stitched(ctx: ImportContext, indices: list[Tensor], data: list[Tensor]) -> T
     for x, idx in zip(data[1:], indices[1:], strict=True):
         if _rows_after(ctx, x, idx, "the data") != rest:
             raise UnsupportedError(f"{ctx.where()}: the data's rows differ in shape")
-    flat_idx = [ctx.create("Reshape", [_non_negative_int32(ctx, idx, m)], {"shape": [-1]},
-                           suffix=f"flat_idx{m}").outputs[0] for m, idx in enumerate(indices)]
+    # (TensorFlow's kernel bounds each index by ``[0, max + 1)``; a scatter would count -1 from the end)
+    checked = [_t(non_negative(ctx, _int32(ctx, idx, f"idx{m}"), None, "indices")) for m, idx in enumerate(indices)]
+    flat_idx = [ctx.create("Reshape", [idx], {"shape": [-1]}, suffix=f"flat_idx{m}").outputs[0]
+                for m, idx in enumerate(checked)]
     flat_rows = [ctx.create("Reshape", [x], {"shape": [-1, *rest]}, suffix=f"flat_rows{m}").outputs[0]
                  for m, x in enumerate(data)]
     idx, rows = flat_idx[0], flat_rows[0]
@@ -283,16 +285,6 @@ def stitched(ctx: ImportContext, indices: list[Tensor], data: list[Tensor]) -> T
     idx = ctx.create("Gather", [idx, kept], {"axis": 0}, suffix="kept_indices").outputs[0]
     rows = ctx.create("Gather", [rows, kept], {"axis": 0}, suffix="kept_rows").outputs[0]
     return segment_sum(ctx, rows, idx, _one_past_the_largest(ctx, idx), None)
-
-
-def _non_negative_int32(ctx: ImportContext, idx: Tensor, m: int) -> Tensor:
-    """The ``m``-th index tensor of a ``DynamicStitch`` as int32, refused where an index is negative
-    (TensorFlow's kernel bounds each index by ``[0, max + 1)``; ``ScatterAddLike`` would count it from
-    the end)."""
-    idx = _int32(ctx, idx, f"idx{m}")
-    zero = ctx.const(np.zeros((), np.int32), [idx], suffix=f"idx{m}_zero")
-    return ctx.checked(ctx.create("GreaterEqual", [idx, zero], suffix=f"idx{m}_non_negative").outputs[0], idx,
-                       "indices must be >= 0", f"idx{m}_check")
 
 
 def _one_past_the_largest(ctx: ImportContext, idx: Tensor) -> Tensor:
