@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tf_fixture_helpers import _saved, _train_runs, names
+from tf_fixture_helpers import _saved, _seeded, _train_runs, names
 
 CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
 
@@ -268,15 +268,6 @@ def while_training_loop(tf: Any) -> list[dict[str, Any]]:
     return _saved(runs + [{"feeds": {**feeds, "steps:0": 0}, "fetches": [last.name, *names(watched)]}])
 
 
-def _seeded_init(tf: Any, seed: int) -> Any:
-    """A seeded constant initializer (the GraphDef holds the initial values)."""
-    def init(shape: Any, dtype: Any = None, partition_info: Any = None) -> Any:
-        rng = np.random.default_rng(seed)
-        return tf.constant((rng.uniform(-1.0, 1.0, [int(d) for d in shape]) * 0.3).astype(np.float32))
-
-    return init
-
-
 @case
 def act_halting(tf: Any) -> list[dict[str, Any]]:
     """Adaptive computation time: a ``tf.while_loop`` whose predicate the data decides (``reduce_any``
@@ -286,9 +277,9 @@ def act_halting(tf: Any) -> list[dict[str, Any]]:
     v1 = tf.compat.v1
     x = v1.placeholder(tf.float32, [None, 4], name="x")
     y = v1.placeholder(tf.float32, [None, 1], name="y")
-    wh = v1.get_variable("wh", [4, 4], initializer=_seeded_init(tf, 1))
-    wp = v1.get_variable("wp", [4, 1], initializer=_seeded_init(tf, 2))
-    wo = v1.get_variable("wo", [4, 1], initializer=_seeded_init(tf, 3))
+    wh = v1.get_variable("wh", [4, 4], initializer=_seeded(tf, 1))
+    wp = v1.get_variable("wp", [4, 1], initializer=_seeded(tf, 2))
+    wo = v1.get_variable("wo", [4, 1], initializer=_seeded(tf, 3))
     step = v1.train.get_or_create_global_step()
 
     def body(n: Any, h: Any, halt: Any, acc: Any) -> Any:
@@ -316,9 +307,9 @@ def text_cnn(tf: Any) -> list[dict[str, Any]]:
     v1 = tf.compat.v1
     ids = v1.placeholder(tf.int32, [None, 7], name="ids")
     labels = v1.placeholder(tf.int32, [None], name="labels")
-    emb = v1.get_variable("emb", [11, 5], initializer=_seeded_init(tf, 4))
-    kernel = v1.get_variable("kernel", [3, 5, 6], initializer=_seeded_init(tf, 5))
-    w = v1.get_variable("w", [6, 3], initializer=_seeded_init(tf, 6))
+    emb = v1.get_variable("emb", [11, 5], initializer=_seeded(tf, 4))
+    kernel = v1.get_variable("kernel", [3, 5, 6], initializer=_seeded(tf, 5))
+    w = v1.get_variable("w", [6, 3], initializer=_seeded(tf, 6))
     b = v1.get_variable("b", [3], initializer=v1.zeros_initializer())
     seen = tf.nn.relu(tf.nn.conv1d(tf.nn.embedding_lookup(emb, ids), kernel, stride=1, padding="VALID"))
     logits = tf.matmul(tf.reduce_max(seen, axis=1), w) + b
@@ -340,8 +331,8 @@ def returns_scan(tf: Any) -> list[dict[str, Any]]:
     obs = v1.placeholder(tf.float32, [None, 3], name="obs")
     acts = v1.placeholder(tf.int32, [None], name="acts")
     rew = v1.placeholder(tf.float32, [None], name="rew")
-    w1 = v1.get_variable("w1", [3, 8], initializer=_seeded_init(tf, 7))
-    w2 = v1.get_variable("w2", [8, 2], initializer=_seeded_init(tf, 8))
+    w1 = v1.get_variable("w1", [3, 8], initializer=_seeded(tf, 7))
+    w2 = v1.get_variable("w2", [8, 2], initializer=_seeded(tf, 8))
     returns = tf.reverse(tf.scan(lambda c, r: c * 0.9 + r, tf.reverse(rew, [0]), initializer=0.0), [0])
     later = tf.math.cumsum(rew, reverse=True, exclusive=True)
     advantage = returns - tf.stop_gradient(tf.reduce_mean(returns)) + 0.1 * later
