@@ -15,7 +15,7 @@ import pytest
 from test_bad_inputs import ALL_BACKENDS, session
 
 import turnout as tn
-from turnout import train
+from turnout import serialize, train
 
 
 @pytest.fixture(params=ALL_BACKENDS)
@@ -113,6 +113,40 @@ def test_an_optimizer_argument_of_the_wrong_kind_is_an_argument_error(call: Call
         v, loss = _loss()
         with pytest.raises(tn.ArgumentError, match=words):
             call(v, loss)
+
+
+# ---- device scopes -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["cpu-1", "/device:CPU", "cpu:one", "/job:w/device:CPU:0/extra", "  "])
+def test_a_device_scope_that_names_no_device_is_refused_where_it_is_written(name: str) -> None:
+    """A malformed ``tn.device`` name was refused only by the partitioned backends' placement and
+    ignored by every other one, so one graph ran on some backends and failed on others: the scope
+    refuses it when it is opened, before any op is made under it."""
+    with tn.Graph().as_default() as g:
+        with pytest.raises(tn.PlacementError, match="cannot parse device name|non-empty string"):
+            with tn.device(name):
+                tn.constant(1.0)
+        assert not g.nodes
+
+
+@pytest.mark.parametrize("name", ["cpu:1", "/cpu:0", "GPU:0", "/job:worker/task:1/device:CPU:0",
+                                  "/job:worker/replica:0/task:0/device:cpu:2"])
+def test_a_device_scope_that_names_a_device_places_its_ops_there(name: str) -> None:
+    with tn.Graph().as_default():
+        with tn.device(name):
+            c = tn.constant(1.0)
+    assert c.node.device == name
+
+
+def test_a_saved_graph_whose_node_names_no_device_is_a_serialization_error() -> None:
+    """A saved graph is outside data: a node's device that placement could not read is refused when
+    the file is read, naming the node's field, as ``tn.device`` refuses it when a graph is built."""
+    with tn.Graph().as_default() as g:
+        with tn.device("cpu:1"):
+            tn.constant(1.0, name="c")
+    text = serialize.dumps(g)
+    assert serialize.loads(text).node("c").device == "cpu:1"
+    with pytest.raises(tn.SerializationError, match="device.*cannot parse device name 'cpu-1'"):
+        serialize.loads(text.replace('"cpu:1"', '"cpu-1"'))
 
 
 # ---- constructors and functions called with arguments missing or misspelt ---------------------------

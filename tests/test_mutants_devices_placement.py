@@ -250,12 +250,14 @@ def test_a_device_list_is_canonical_nonempty_and_without_repeats() -> None:
 @pytest.mark.parametrize("soft", [False, True])
 def test_a_device_name_that_does_not_parse_is_an_error_naming_the_node_and_the_source(soft: bool) -> None:
     """A scope or a request that is no device name stays an error with soft placement too, and says
-    which node asked, and how (scope or request). Kills the node or the wording dropped."""
+    which node asked, and how (scope or request). Kills the node or the wording dropped. (A
+    ``tn.device`` scope refuses such a name itself, so the node's device is written directly, as a
+    graph built by other means than the scope may carry it.)"""
     with pytest.raises(PlacementError) as bad:
         canonical("cpu:x")
     g = Graph()
-    with g.device("cpu:x"):
-        a = _op(g, "Const", name="a")
+    a = _op(g, "Const", name="a")
+    a.device = "cpu:x"
     with pytest.raises(PlacementError) as e:
         place(g, D2, allow_soft_placement=soft)
     assert str(e.value) == f"{describe_node(a)} is scoped to device 'cpu:x': {bad.value}"

@@ -448,10 +448,15 @@ class Graph:
     @contextlib.contextmanager
     def device(self, name: Optional[str]) -> Iterator[None]:
         """Ops created inside are placed on device ``name`` (a string; ``None`` clears an outer scope).
-        Why its kind is checked here: a scope is read only by placement, so a name that is no string
-        was an error on the partitioned backends alone, and ignored by the others."""
+        Why it is checked here: a scope is read only by placement, so a name that is no string, or no
+        device name at all (``"cpu-1"``), was an error on the partitioned backends alone and ignored by
+        the others; it is refused where the user wrote it, on every backend."""
+        from turnout.devices.names import parse
+
         if name is not None and not isinstance(name, str):
             raise ArgumentError(f"device: the name must be a string such as 'cpu:1' (or None), got {name!r}")
+        if name is not None:
+            parse(name)
         self._devices.append(name)
         try:
             yield

@@ -39,7 +39,8 @@ import numpy as np
 from turnout import dtypes as dt
 from turnout import primitives
 from turnout import shapes as sh
-from turnout.errors import ArgumentError, SerializationError, TurnoutError, ValidationError
+from turnout.devices.names import parse as parse_device
+from turnout.errors import ArgumentError, PlacementError, SerializationError, TurnoutError, ValidationError
 from turnout.files import file_path
 from turnout.graph import BACK_EDGE, Graph, Node, Tensor, TensorSpec, _PendingBackEdge
 from turnout.memory_plan import PER_LOOP
@@ -318,6 +319,16 @@ def _check_name(v: Any, what: str) -> str:
         raise _Fail(f"{what} must be a non-empty string, got {_kind(v)} {_short(v)}")
     if len(v) > MAX_NAME_CHARS:
         raise _Fail(f"{what} of {len(v)} characters exceeds the limit of {MAX_NAME_CHARS}")
+    return v
+
+
+def _check_device(v: str) -> str:
+    """A node's device must be a name placement reads (``cpu:1``, ``/job:worker/task:1/device:CPU:0``),
+    as ``tn.device`` requires of the graphs it builds."""
+    try:
+        parse_device(v)
+    except PlacementError as e:
+        raise _Fail(str(e)) from None
     return v
 
 
@@ -748,7 +759,7 @@ class _Record:
             field = "device"
             device = rec["device"]
             if device is not None:
-                _check_name(device, "device")
+                _check_device(_check_name(device, "device"))
             field = "outputs"
             if not isinstance(rec["outputs"], list) or len(rec["outputs"]) > 64:
                 raise _Fail(f"outputs must be a list of output specs, got {_kind(rec['outputs'])}")
