@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from turnout.errors import FeedError, UnsupportedError, describe_node
+from turnout.errors import FeedError, GradientError, UnsupportedError, describe_node, prevent_gradient_message
 
 # (importing the rule modules files their rules in ``LOWERING_RULES``)
 from turnout.fast import (  # noqa: F401
@@ -130,6 +130,27 @@ def _sleep(ctx, n, xs):
 @lowering_rule("StopGradient")
 def _stop_gradient(ctx, n, xs):
     return [xs[0] if is_static(xs[0]) else jax.lax.stop_gradient(xs[0])]
+
+
+@lowering_rule("PreventGradient")
+def _prevent_gradient(ctx, n, xs):
+    # The value passes. A JAX derivative through it (a graph made a JAX function by ``to_jax``, under
+    # ``jax.grad``) is refused as ``tn.gradients`` refuses one: whoever wrote the op said its gradient
+    # would be wrong. A custom JVP runs its rule only where a tangent flows in, so values that are not
+    # differentiated pass as they do through an identity.
+    if is_static(xs[0]):
+        return [xs[0]]
+    reason = prevent_gradient_message(n)
+
+    @jax.custom_jvp
+    def passes(x: Any) -> Any:
+        return x
+
+    @passes.defjvp
+    def refused(primals: Any, tangents: Any) -> Any:
+        raise GradientError(reason)
+
+    return [passes(xs[0])]
 
 
 @lowering_rule("NoOp")

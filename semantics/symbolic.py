@@ -176,7 +176,7 @@ def _checkpoint_slots(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
     return [literal(n.attrs["slots"], _out(n))]
 
 
-@_rule("Identity", "StopGradient", "Sleep", "CheckpointTrips")
+@_rule("Identity", "StopGradient", "PreventGradient", "Sleep", "CheckpointTrips")
 def _identity(ex: _SymExec, n: Node, ins: list[Sym]) -> list[Sym]:
     return [ins[0]]
 
@@ -341,8 +341,8 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
 
 #: Kept interpreted even with ``uninterpreted=True``: the Boolean structure and value plumbing, so
 #: ``cond(~p, g, f)`` is still recognised as ``cond(p, f, g)``.
-_ALWAYS_INTERPRETED = frozenset({"Const", "Identity", "StopGradient", "LogicalAnd", "LogicalOr", "LogicalNot",
-                                 "Select", "NoOp"})
+_ALWAYS_INTERPRETED = frozenset({"Const", "Identity", "StopGradient", "PreventGradient", "LogicalAnd", "LogicalOr",
+                                 "LogicalNot", "Select", "NoOp"})
 _STATEFUL = frozenset({"VarHandle", "ReadVariable", "AssignVariable", "AssignAddVariable", "AssignSubVariable",
                        "StackNew", "StackPush", "StackPop", "Send", "Recv"})
 
@@ -470,7 +470,7 @@ class _SymExec(Walker):
         give equal outputs, and nothing more is assumed. Constants and identities keep their meaning."""
         if n.op == "Const":
             return [self.table.constant(n.attrs["value"], sort_of(_out(n), True))]
-        if n.op in ("Identity", "StopGradient"):
+        if n.op in ("Identity", "StopGradient", "PreventGradient"):
             return [ins[0]]
         if n.op == "NoOp":
             return []

@@ -287,6 +287,8 @@ CASES: dict[str, Case] = {
 
 #: rules checked elsewhere, with where and why not here
 ELSEWHERE = {
+    "PreventGradient": "a rule that refuses, by design: tests/test_prevent_gradient.py checks the refusal, on "
+                       "every path through it, and the gradients of the paths around it",
     "ReadVariable": "the gradient w.r.t. a Variable (tests/test_variables.py, tests/test_train.py): a read of "
                     "state has no input array to perturb",
     "StackPop": "a pop exists only in a backward loop: its rule is what makes second-order gradients through "

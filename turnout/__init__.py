@@ -126,6 +126,7 @@ from turnout.ops import (
     ones_like,
     placeholder,
     pow,
+    prevent_gradient,
     reduce_all,
     reduce_any,
     reduce_max,

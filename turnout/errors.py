@@ -30,6 +30,13 @@ def dead_fetch_message(name: str, node: Any, note: str = "") -> str:
             f"this run{note}")
 
 
+def prevent_gradient_message(node: Any) -> str:
+    """A gradient through a ``PreventGradient``: the one message ``tn.gradients`` and a JAX derivative
+    of the compiled graph give, naming the op and quoting the reason its author wrote."""
+    reason = node.attrs.get("message") or "(no reason given)"
+    return f"{describe_node(node)}: its gradient is explicitly disabled: {reason}"
+
+
 def merge_conflict_message(node: Any, tag: str) -> str:
     """[E-Merge-Conflict]: the one message every interpreter gives, whichever input came first, so
     that the outcome of a conflicting run does not depend on the schedule."""

@@ -138,7 +138,7 @@ def _const(xs, attrs):
     return [np.asarray(attrs["value"], dtype=_np(attrs["dtype"]))]
 
 
-@_k("Identity", "StopGradient")
+@_k("Identity", "StopGradient", "PreventGradient")
 def _identity(xs, attrs):
     return [xs[0]]
 

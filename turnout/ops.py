@@ -502,6 +502,14 @@ def stop_gradient(x: Any, name: Optional[str] = None) -> Tensor:
 
 
 @checked
+def prevent_gradient(x: Any, message: str = "", name: Optional[str] = None) -> Tensor:
+    """The same value, but a gradient through it is a ``GradientError`` quoting ``message``: for an op
+    whose gradient would be wrong (TensorFlow's ``PreventGradient``, which its fused losses write
+    before their second derivative)."""
+    return _op1("PreventGradient", x, name, message=message)
+
+
+@checked
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False, name: Optional[str] = None) -> Tensor:
     """Matrix product of two rank-2 tensors, optionally transposing either operand first; of batches
     of matrices (rank 3 or more) it is ``np.matmul``'s: one product per batch entry, the batch

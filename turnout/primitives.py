@@ -98,6 +98,8 @@ _DECLS: list[Primitive] = [
     _P("Select", "compute"),
     _P("Cast", "compute"),
     _P("StopGradient", "compute", False, "identity whose gradient is not propagated"),
+    _P("PreventGradient", "compute", False,
+       "identity whose gradient is refused: a gradient through it is an error quoting attr message"),
     # linear algebra and structure
     _P("MatMul", "compute"),
     _P("Reshape", "compute"),

@@ -618,6 +618,7 @@ _POOL: AttrRules = {"ksize": (True, _c_int_list(1)), "strides": (True, _c_int_li
 ATTR_RULES: dict[str, AttrRules] = {
     "Const": {"value": (True, _c_ndarray), "dtype": (True, _c_value_dtype), "gradient_filler": (False, _c_bool),
               "gradient_shape": (False, _c_bool)},
+    "PreventGradient": {"message": (False, _c_text)},
     "Assert": {"message": (True, _c_text), "shown": (False, _c_shown), "summarize": (False, _c_int)},
     "Placeholder": {"dtype": (True, _c_value_dtype), "shape": (False, _c_shape)},
     "Enter": {"frame_name": (True, _c_name), "is_constant": (True, _c_bool),

@@ -145,7 +145,7 @@ def _same_elements(what: str, a: TensorSpec, b: TensorSpec) -> None:
                          "hold one dtype")
 
 
-@_rule("Enter", "Exit", "NextIteration", "Identity", "StopGradient", "Sleep")
+@_rule("Enter", "Exit", "NextIteration", "Identity", "StopGradient", "PreventGradient", "Sleep")
 def _identity(op, specs, attrs):
     return [specs[0]]
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout import math_ops, ops
-from turnout.errors import GradientError, describe_node
+from turnout.errors import GradientError, describe_node, prevent_gradient_message
 from turnout.gradients.grads import SlotGrad
 from turnout.graph import Node, Tensor
 from turnout.tables import registrar
@@ -90,6 +90,13 @@ def _in(n: Node, i: int) -> Tensor:
 @_grad("Identity", "Sleep")
 def _identity(b, n, dys):
     return [dys[0]]  # d x = dy (a Sleep's gradient does not wait: only the forward op stands for I/O)
+
+
+@_grad("PreventGradient")
+def _prevent_gradient(b, n, dys):
+    # TensorFlow's PreventGradient: the author of the op it guards said its gradient would be wrong (a
+    # fused kernel's second derivative), so a gradient path through it is refused, not built
+    raise GradientError(prevent_gradient_message(n))
 
 
 @_grad("Assert")

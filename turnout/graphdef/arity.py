@@ -34,10 +34,10 @@ _BY_COUNT = {
 DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity Inv
 InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LeakyRelu Lgamma Log Log1p
 LogSoftmax LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg NextIteration OnesLike
-OptionalGetValue PlaceholderWithDefault Qr RandomStandardNormal RandomUniform Rank ReadVariableOp
-Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt Selu Shape
-Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign SpaceToDepth Sqrt Square Squeeze
-StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh TensorArrayCloseV3 TensorArrayV3
+OptionalGetValue PlaceholderWithDefault PreventGradient Qr RandomStandardNormal RandomUniform Rank
+ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt
+Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign SpaceToDepth Sqrt Square
+Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh TensorArrayCloseV3 TensorArrayV3
 TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIsInitializedOp
 VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
@@ -81,13 +81,13 @@ DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Ente
 Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad Greater GreaterEqual
 Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LeakyRelu LeakyReluGrad Less
 LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart MatrixSetDiag
-MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow Qr
-RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit
-RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad
-Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus
-SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze
-StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where
-Xdivy Xlogy ZerosLike"""
+MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow
+PreventGradient Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad
+RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt
+RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
+SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
+Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
+TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},

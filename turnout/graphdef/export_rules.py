@@ -72,6 +72,11 @@ def _same(tf_op: str) -> _Rule:
 for _op in ("Exit", "NextIteration", "Switch", "Identity", "StopGradient"):
     _rule(_op)(_same(_op))
 _rule("CheckpointTrips")(_same("Identity"))
+
+
+@_rule("PreventGradient")
+def _prevent_gradient(ctx: ExportContext, n: Node) -> Outs:
+    return [f'{ctx.add("PreventGradient", _ins(ctx, n), {"T": _T(n), "message": n.attrs.get("message", "")})}:0']
 _rule("LoopCond")(_same("LoopCond"))
 
 

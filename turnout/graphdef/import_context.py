@@ -367,6 +367,7 @@ DEAD = _Dead()
 
 _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Identity": lambda x: x, "Snapshot": lambda x: x, "StopGradient": lambda x: x,
+    "PreventGradient": lambda x: x,
     "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "Maximum": np.maximum,
     "Minimum": np.minimum, "FloorDiv": np.floor_divide, "FloorMod": np.mod, "Neg": np.negative,
     "Prod": None, "Pack": None, "ConcatV2": None, "Range": None, "StridedSlice": None, "Cast": None,

@@ -120,6 +120,15 @@ for _tf, _tn in [("Enter", "Enter"), ("RefEnter", "Enter"), ("Exit", "Exit"), ("
     _rule(_tf)(_pass(_tn))
 
 
+@_rule("PreventGradient")
+def _prevent_gradient(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow 1's fused losses (``SparseSoftmaxCrossEntropyWithLogits``) and ``CTCLoss`` wrap the
+    backprop they save in it, so their gradients' graphs hold one: the value passes, and
+    ``tn.gradients`` through it (a second derivative of the loss) is refused with its message, as
+    TensorFlow refuses it."""
+    return [ctx.create("PreventGradient", [_t(ins[0])], {"message": ctx.attr("message", "")}).outputs[0]]
+
+
 @_rule("Switch", "RefSwitch")
 def _switch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Switch on the predicate itself, not on tf.cond's ``pred_id`` Identity of it: the same value
