@@ -347,3 +347,35 @@ def returns_scan(tf: Any) -> list[dict[str, Any]]:
     feeds = {"obs:0": rng.normal(size=(6, 3)).astype(np.float32), "acts:0": np.array([0, 1, 1, 0, 1, 0], np.int32),
              "rew:0": rng.normal(size=(6,)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [w1.value(), w2.value()])
+
+
+@case
+def cifar10_lrn(tf: Any) -> list[dict[str, Any]]:
+    """The TF1 CIFAR-10 tutorial's network, small: conv -> relu -> max pool -> ``tf.nn.lrn`` with the
+    tutorial's ``depth_radius=4, bias=1, alpha=0.001/9, beta=0.75`` -> conv -> relu -> another
+    ``lrn`` (a radius smaller than the channels) -> max pool, a dense head with weight decay,
+    sparse softmax cross entropy, and gradient descent at a staircase ``exponential_decay`` rate of
+    the global step: the training graph holds ``LRN`` and ``LRNGrad``."""
+    v1 = tf.compat.v1
+    images = v1.placeholder(tf.float32, [None, 6, 6, 3], name="images")
+    labels = v1.placeholder(tf.int32, [None], name="labels")
+    k1 = v1.get_variable("conv1/weights", [3, 3, 3, 6], initializer=_seeded(tf, 9))
+    b1 = v1.get_variable("conv1/biases", [6], initializer=v1.constant_initializer(0.1))
+    k2 = v1.get_variable("conv2/weights", [3, 3, 6, 5], initializer=_seeded(tf, 10))
+    w = v1.get_variable("local/weights", [20, 3], initializer=_seeded(tf, 11))
+    h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(images, k1, [1, 1, 1, 1], "SAME"), b1))
+    h = tf.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME")
+    h = tf.nn.lrn(h, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75)
+    h = tf.nn.relu(tf.nn.conv2d(h, k2, [1, 1, 1, 1], "SAME"))
+    h = tf.nn.lrn(h, 1, bias=2.0, alpha=0.3, beta=0.5)
+    h = tf.nn.max_pool2d(h, ksize=3, strides=2, padding="SAME")
+    logits = tf.matmul(tf.reshape(h, [-1, 20]), w)
+    loss = (tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+            + 0.004 * tf.nn.l2_loss(w))
+    step = v1.train.get_or_create_global_step()
+    rate = v1.train.exponential_decay(0.5, step, 2, 0.5, staircase=True)
+    train = v1.train.GradientDescentOptimizer(rate).minimize(loss, global_step=step)
+    rng = np.random.default_rng(14)
+    feeds = {"images:0": (rng.normal(size=(4, 6, 6, 3)) * 2).astype(np.float32),
+             "labels:0": np.array([0, 2, 1, 2], np.int32)}
+    return _train_runs(feeds, loss, train, [k1.value(), k2.value(), w.value()])

@@ -32,7 +32,7 @@ _BY_COUNT = {
     0: """Const ControlTrigger NoOp OptionalNone Placeholder VarHandleOp Variable VariableV2""",
     1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Cast Ceil CheckNumerics Cos Cosh
 DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity Inv
-InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LeakyRelu Lgamma Log Log1p
+InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu Lgamma Log Log1p
 LogSoftmax LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg NextIteration OnesLike
 OptionalGetValue PlaceholderWithDefault PreventGradient Qr RandomStandardNormal RandomUniform Rank
 ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt
@@ -55,13 +55,13 @@ TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromT
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
 TruncateDiv TruncateMod Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
-DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LinSpace
-MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3 MaxPoolGrad PadV2
-RandomUniformInt Range ResourceApplyGradientDescent ResourceScatterAdd ResourceScatterSub Roll
-ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub ScatterUpdate Select
-SelectV2 Slice SpaceToBatchND SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem
-TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax
-UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
+DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LRNGrad
+LinSpace MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3
+MaxPoolGrad PadV2 RandomUniformInt Range ResourceApplyGradientDescent ResourceScatterAdd
+ResourceScatterSub Roll ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub
+ScatterUpdate Select SelectV2 Slice SpaceToBatchND SplitV TensorArrayGatherV3 TensorArrayReadV3
+TensorListGetItem TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate
+UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
     4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArraySplitV3
 TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum FusedBatchNorm FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormV2
@@ -79,12 +79,12 @@ Atanh AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastA
 BroadcastGradientArgs Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace
 DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc
 Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad Greater GreaterEqual
-Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LeakyRelu LeakyReluGrad Less
-LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart MatrixSetDiag
-MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow
-PreventGradient Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad
-RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt
-RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
+Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad LeakyRelu
+LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart
+MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual
+OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal
+ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint
+Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
 SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
 Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
 TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""

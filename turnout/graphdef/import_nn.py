@@ -1,7 +1,7 @@
 """Import rules of the ops of TF1 convolutional networks: ``Conv2D`` with its gradients
 ``Conv2DBackpropInput`` / ``Conv2DBackpropFilter``, ``MaxPool`` / ``MaxPoolGrad``, ``AvgPool`` /
-``AvgPoolGrad``, batch normalisation (``FusedBatchNorm``, V2, V3 and their gradients) and
-``VariableShape``.
+``AvgPoolGrad``, batch normalisation (``FusedBatchNorm``, V2, V3 and their gradients), local
+response normalisation (``LRN``, ``LRNGrad``) and ``VariableShape``.
 
 The window ops map one to one onto Turnout's window primitives (``turnout.windows``). Where
 TensorFlow passes a gradient's result shape as a tensor (``input_sizes``, ``filter_sizes``,
@@ -9,7 +9,9 @@ TensorFlow passes a gradient's result shape as a tensor (``input_sizes``, ``filt
 sizes, which no backend reads but for its shape. An NCHW op is its NHWC primitive between transposes.
 Batch normalisation is no primitive: it is the formula TensorFlow's CPU kernel computes, written on
 means, sums and square roots (``import_rules._Formula``), in training mode (batch statistics, the
-running statistics' update by ``exponential_avg_factor``) and in inference mode.
+running statistics' update by ``exponential_avg_factor``) and in inference mode. Local response
+normalisation is the formula of TensorFlow's CPU kernel too: the sums of squares over a window of
+channels are a product with a band matrix.
 """
 
 from __future__ import annotations
@@ -283,6 +285,47 @@ def _fused_batch_norm_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Out
     if _nchw(ctx):
         dx = ctx.create("Transpose", [dx], {"perm": _TO_NCHW}, suffix="nchw").outputs[0]
     return [f.last(dx), dscale, doffset, f.empty(4), f.empty(5)]
+
+
+# ---- local response normalisation: TensorFlow's CPU kernel's formula, over the channels ----------------
+def _lrn_norm(ctx: ImportContext, f: _Formula, x: Tensor) -> tuple[Tensor, Tensor, float, float]:
+    """``(bias + alpha * window_sum(x * x), band, alpha, beta)`` for an NHWC ``x``: the sum over the
+    ``depth_radius`` channels each side is a product with the band matrix of ones where two channels
+    are that near (TensorFlow's CPU kernel contracts with that matrix too), so the channel count
+    must be known when importing."""
+    channels = x.shape[-1] if x.shape is not None and len(x.shape) == 4 else None
+    if channels is None:
+        raise UnsupportedError(f"{ctx.where()}: local response normalisation needs a 4-D input whose channel "
+                               f"count is known at import, got shape {_shape(x)}")
+    radius = int(ctx.attr("depth_radius", 5))
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 0.5))
+    k = np.arange(channels)
+    band = ctx.const((np.abs(k[:, None] - k[None, :]) <= radius).astype(x.dtype.numpy), [x], suffix="band")
+    sums = ctx.create("MatMul", [f.op("Mul", x, x), band], suffix="window_sums").outputs[0]
+    return f.op("Add", f.op("Mul", sums, alpha), float(ctx.attr("bias", 1.0))), band, alpha, beta
+
+
+@_rule("LRN")
+def _lrn(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``x * (bias + alpha * sum of x**2 over the window) ** -beta`` (``tf.nn.lrn``, the CIFAR-10 and
+    AlexNet models' normalisation)."""
+    x = _t(ins[0])
+    f = _Norm(ctx, x)
+    norm, _, _, beta = _lrn_norm(ctx, f, x)
+    return [f.last(f.op("Mul", x, f.op("Pow", norm, -beta)))]
+
+
+@_rule("LRNGrad")
+def _lrn_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``(dy, x, y)`` -> ``dx = dy * norm ** -beta - 2 alpha beta x * window_sum(dy * y / norm)``, as
+    TensorFlow's kernel computes it from the forward output ``y`` (the window is symmetric, so the
+    sum over the outputs a channel feeds is the same band product)."""
+    dy, x, y = (_t(v) for v in ins[:3])
+    f = _Norm(ctx, x)
+    norm, band, alpha, beta = _lrn_norm(ctx, f, x)
+    spread = ctx.create("MatMul", [f.op("Div", f.op("Mul", dy, y), norm), band], suffix="spread").outputs[0]
+    dx = f.op("Sub", f.op("Mul", dy, f.op("Pow", norm, -beta)), f.op("Mul", f.op("Mul", x, spread), 2.0 * alpha * beta))
+    return [f.last(dx)]
 
 
 @_rule("VariableShape")
