@@ -140,7 +140,12 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "ResourceSparseApplyRMSProp", "Einsum", "ResourceApplyCenteredRMSProp",
                # convolutional networks: windows, their gradients, batch normalisation in both modes
                "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool",
-               "AvgPoolGrad", "FusedBatchNormV3", "FusedBatchNormGradV3", "VariableShape"]:
+               "AvgPoolGrad", "FusedBatchNormV3", "FusedBatchNormGradV3", "VariableShape", "LRN", "LRNGrad",
+               # TF1's other optimizers, dense and sparse, reference and resource
+               "ApplyAdadelta", "ResourceSparseApplyAdadelta", "ApplyProximalGradientDescent",
+               "SparseApplyProximalGradientDescent", "ResourceApplyProximalAdagrad",
+               "ResourceSparseApplyProximalAdagrad", "ApplyFtrl", "SparseApplyFtrlV2", "ResourceApplyFtrlV2",
+               "ResourceSparseApplyFtrl"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

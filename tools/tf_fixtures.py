@@ -592,7 +592,7 @@ def build(tf: Any, name: str, out: Path) -> tuple[str, list[dict[str, Any]]]:
                 continue
             if "error" in r:  # a run that TensorFlow refuses (an Assert): the message must be TF's
                 try:
-                    sess.run(r["fetches"], feed_dict=r["feeds"])
+                    sess.run(r["fetches"] + r.get("targets", []), feed_dict=r["feeds"])
                 except tf.errors.InvalidArgumentError as e:
                     assert r["error"] in e.message, e.message
                     # the whole line TensorFlow printed (an Assert's data, as it shows them), which

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tf_fixture_helpers import _train_runs, _weights
+from tf_fixture_helpers import _train_runs, _weights, names
 
 CASES: dict[str, Callable[[Any], list[dict[str, Any]]]] = {}
 
@@ -151,6 +151,118 @@ def reference_sparse_optimizers(tf: Any) -> list[dict[str, Any]]:
     loss = tf.add_n(losses, name="loss")
     feeds = {"ids:0": np.asarray([0, 4, 2, 4], np.int32)}
     return _train_runs(feeds, loss, train, tables)
+
+
+@case
+def more_optimizers(tf: Any) -> list[dict[str, Any]]:
+    """TF1's other optimizers on one least-squares loss, each on a reference variable (``Apply*``) and
+    a resource variable (``ResourceApply*``), and on embedding rows (their sparse updates, reference
+    and resource): Adadelta, proximal gradient descent and proximal Adagrad (L1 and L2), FTRL
+    (``ApplyFtrl``; an ``l1`` that zeroes weights; ``ApplyFtrlV2`` with a learning-rate power other
+    than -0.5 and L2 shrinkage), and ``ResourceApplyFtrl`` with ``multiply_linear_by_lr`` written
+    with ``tf.raw_ops`` (no TF1 optimizer sets it)."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, 3], name="x")
+    y = v1.placeholder(tf.float32, [None, 2], name="y")
+    ids = v1.placeholder(tf.int32, [None], name="ids")
+    opts = {"adadelta": lambda: v1.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-4),
+            "proximal_sgd": lambda: v1.train.ProximalGradientDescentOptimizer(0.1, 0.05, 0.2),
+            "proximal_adagrad": lambda: v1.train.ProximalAdagradOptimizer(0.3, l1_regularization_strength=0.05,
+                                                                          l2_regularization_strength=0.2),
+            "ftrl": lambda: v1.train.FtrlOptimizer(0.3, l1_regularization_strength=0.01,
+                                                   l2_regularization_strength=0.1),
+            "ftrl_l1": lambda: v1.train.FtrlOptimizer(0.3, l1_regularization_strength=0.6),
+            "ftrl_v2": lambda: v1.train.FtrlOptimizer(0.3, learning_rate_power=-0.7, l1_regularization_strength=0.01,
+                                                      l2_regularization_strength=0.1,
+                                                      l2_shrinkage_regularization_strength=0.05)}
+    losses, steps, watched = [], [], []
+    for k, (name, make) in enumerate(opts.items()):
+        for resource in (False, True):
+            tag = f"{name}_{'resource' if resource else 'ref'}"
+            w = v1.Variable(_weights((3, 2), 300 + 2 * k + resource), name=f"w_{tag}", use_resource=resource)
+            emb = v1.Variable(_weights((5, 2), 320 + 2 * k + resource), name=f"emb_{tag}", use_resource=resource)
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+            loss += tf.reduce_sum(tf.square(tf.tanh(tf.nn.embedding_lookup(emb, ids)) - 0.3))
+            losses.append(tf.identity(loss, name=f"loss_{tag}"))
+            steps.append(make().minimize(loss))
+            watched += [w.value(), emb.value()]
+    var = v1.Variable(_weights((3, 2), 340), name="w_raw", use_resource=True)
+    accum = v1.Variable(np.full((3, 2), 0.1, np.float32), name="accum_raw", use_resource=True)
+    linear = v1.Variable(np.zeros((3, 2), np.float32), name="linear_raw", use_resource=True)
+    raw_loss = tf.reduce_mean(tf.square(tf.matmul(x, var) - y), name="loss_raw")
+    (grad,) = tf.gradients(raw_loss, [var])
+    steps.append(tf.raw_ops.ResourceApplyFtrl(var=var.handle, accum=accum.handle, linear=linear.handle, grad=grad,
+                                              lr=0.3, l1=0.02, l2=0.1, lr_power=-0.5, multiply_linear_by_lr=True))
+    total = tf.add_n([*losses, raw_loss], name="total")
+    rng = np.random.default_rng(341)
+    feeds = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "y:0": rng.normal(size=(4, 2)).astype(np.float32),
+             "ids:0": np.asarray([0, 3, 4], np.int32)}
+    return _train_runs(feeds, total, tf.group(*steps), [*losses, *watched, var.value(), accum.value(), linear.value()])
+
+
+@case
+def optimizer_hyperparameters(tf: Any) -> list[dict[str, Any]]:
+    """Fed hyperparameters of the proximal and FTRL updates (``tf.raw_ops`` on resource variables),
+    values TensorFlow's kernels branch on or refuse among them: proximal gradient descent with a
+    negative ``l1`` (its kernel then skips the soft threshold), proximal Adagrad at a rate of 0
+    (refused, dense and sparse), and FTRL at a positive learning-rate power (refused by the sparse
+    kernel alone: the dense one computes with it)."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, 3], name="x")
+    y = v1.placeholder(tf.float32, [None, 2], name="y")
+    ids = v1.placeholder(tf.int32, [None], name="ids")
+    l1 = v1.placeholder(tf.float32, [], name="l1")
+    lr = v1.placeholder(tf.float32, [], name="lr")
+    power = v1.placeholder(tf.float32, [], name="power")
+
+    def weights(name: str, seed: int, shape: tuple[int, ...] = (3, 2), fill: float | None = None) -> Any:
+        value = _weights(shape, seed) if fill is None else np.full(shape, fill, np.float32)
+        return v1.Variable(value, name=name, use_resource=True)
+
+    def dense_loss(w: Any) -> Any:
+        return tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+
+    def rows_loss(emb: Any) -> Any:
+        return tf.reduce_sum(tf.square(tf.tanh(tf.nn.embedding_lookup(emb, ids)) - 0.3))
+
+    w_prox, w_ada, w_ftrl = weights("w_prox", 400), weights("w_ada", 401), weights("w_ftrl", 402)
+    e_ada, e_ftrl = weights("e_ada", 403, (5, 2)), weights("e_ftrl", 404, (5, 2))
+    acc = {k: weights(f"accum_{k}", 0, s, 0.1) for k, s in [("w_ada", (3, 2)), ("w_ftrl", (3, 2)),
+                                                           ("e_ada", (5, 2)), ("e_ftrl", (5, 2))]}
+    lin = {k: weights(f"linear_{k}", 0, s, 0.0) for k, s in [("w_ftrl", (3, 2)), ("e_ftrl", (5, 2))]}
+    losses = [dense_loss(w_prox), dense_loss(w_ada), dense_loss(w_ftrl), rows_loss(e_ada), rows_loss(e_ftrl)]
+    grads = [tf.gradients(loss, [w])[0] for loss, w in zip(losses, [w_prox, w_ada, w_ftrl, e_ada, e_ftrl])]
+    raw = tf.raw_ops
+    prox = raw.ResourceApplyProximalGradientDescent(var=w_prox.handle, alpha=0.1, l1=l1, l2=0.2, delta=grads[0])
+    ada = raw.ResourceApplyProximalAdagrad(var=w_ada.handle, accum=acc["w_ada"].handle, lr=lr, l1=0.01, l2=0.1,
+                                           grad=grads[1])
+    ftrl = raw.ResourceApplyFtrl(var=w_ftrl.handle, accum=acc["w_ftrl"].handle, linear=lin["w_ftrl"].handle,
+                                 grad=grads[2], lr=0.3, l1=0.01, l2=0.1, lr_power=power)
+    ada_rows = raw.ResourceSparseApplyProximalAdagrad(var=e_ada.handle, accum=acc["e_ada"].handle, lr=lr, l1=0.01,
+                                                      l2=0.1, grad=grads[3].values, indices=grads[3].indices)
+    ftrl_rows = raw.ResourceSparseApplyFtrl(var=e_ftrl.handle, accum=acc["e_ftrl"].handle,
+                                            linear=lin["e_ftrl"].handle, grad=grads[4].values,
+                                            indices=grads[4].indices, lr=0.3, l1=0.01, l2=0.1, lr_power=power)
+    total = tf.add_n(losses, name="total")
+    rng = np.random.default_rng(405)
+    data = {"x:0": rng.normal(size=(4, 3)).astype(np.float32), "y:0": rng.normal(size=(4, 2)).astype(np.float32),
+            "ids:0": np.asarray([0, 3, 4], np.int32)}
+
+    def fed(l1v: float, lrv: float, powv: float) -> dict[str, Any]:
+        return {**data, "l1:0": np.float32(l1v), "lr:0": np.float32(lrv), "power:0": np.float32(powv)}
+
+    every = tf.group(prox, ada, ftrl, ada_rows, ftrl_rows)
+    watched = [w.value() for w in (w_prox, w_ada, w_ftrl, e_ada, e_ftrl)]
+    runs = _train_runs(fed(0.05, 0.3, -0.5), total, every, watched, steps=2)
+    return runs + [
+        {"feeds": fed(-1.0, 0.3, -0.5), "fetches": [], "targets": [prox.name]},
+        {"feeds": fed(0.05, 0.3, 0.5), "fetches": [], "targets": [ftrl.name]},
+        {"feeds": fed(0.05, 0.3, -0.5), "fetches": names(watched[:3])},
+        {"feeds": fed(0.05, 0.0, -0.5), "fetches": [], "targets": [ada.name], "error": "lr is not a positive scalar"},
+        {"feeds": fed(0.05, 0.0, -0.5), "fetches": [], "targets": [ada_rows.name],
+         "error": "lr is not a positive scalar"},
+        {"feeds": fed(0.05, 0.3, 0.5), "fetches": [], "targets": [ftrl_rows.name],
+         "error": "lr_power is not a non-positive scalar"}]
 
 
 @case

@@ -64,30 +64,36 @@ TensorListGetItem TensorListSetItem TensorScatterAdd TensorScatterSub TensorScat
 UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
     4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArraySplitV3
 TensorArrayWriteV3""",
-    5: """ApplyAdagradV2 ApplyMomentum FusedBatchNorm FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormV2
-FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3 ResourceApplyAdagradV2 ResourceApplyMomentum
+    5: """ApplyAdagradV2 ApplyMomentum ApplyProximalGradientDescent FusedBatchNorm FusedBatchNormGrad
+FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3
+ResourceApplyAdagradV2 ResourceApplyMomentum ResourceApplyProximalGradientDescent
 ResourceSparseApplyAdagrad SparseApplyAdagrad StridedSliceGrad""",
-    6: """FusedBatchNormGradV3 ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum SparseApplyAdagradV2
-SparseApplyMomentum""",
-    8: """ApplyRMSProp ResourceApplyRMSProp""",
-    9: """ApplyCenteredRMSProp ResourceApplyCenteredRMSProp ResourceSparseApplyRMSProp SparseApplyRMSProp""",
-    10: """ApplyAdam ResourceApplyAdam ResourceSparseApplyCenteredRMSProp SparseApplyCenteredRMSProp""",
+    6: """ApplyProximalAdagrad FusedBatchNormGradV3 ResourceApplyProximalAdagrad ResourceSparseApplyAdagradV2
+ResourceSparseApplyMomentum ResourceSparseApplyProximalGradientDescent SparseApplyAdagradV2
+SparseApplyMomentum SparseApplyProximalGradientDescent""",
+    7: """ApplyAdadelta ResourceApplyAdadelta ResourceSparseApplyProximalAdagrad SparseApplyProximalAdagrad""",
+    8: """ApplyFtrl ApplyRMSProp ResourceApplyFtrl ResourceApplyRMSProp ResourceSparseApplyAdadelta
+SparseApplyAdadelta""",
+    9: """ApplyCenteredRMSProp ApplyFtrlV2 ResourceApplyCenteredRMSProp ResourceApplyFtrlV2
+ResourceSparseApplyFtrl ResourceSparseApplyRMSProp SparseApplyFtrl SparseApplyRMSProp""",
+    10: """ApplyAdam ResourceApplyAdam ResourceSparseApplyCenteredRMSProp ResourceSparseApplyFtrlV2
+SparseApplyCenteredRMSProp SparseApplyFtrlV2""",
 }
-_EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyCenteredRMSProp
-ApplyGradientDescent ApplyMomentum ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2
-Atanh AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs
-BroadcastGradientArgs Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace
-DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc
-Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad Greater GreaterEqual
-Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad LeakyRelu
-LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart
-MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual
-OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal
-ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint
-Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
-SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
-Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
-TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
+_EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdadelta ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyCenteredRMSProp
+ApplyFtrl ApplyFtrlV2 ApplyGradientDescent ApplyMomentum ApplyProximalAdagrad
+ApplyProximalGradientDescent ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh
+AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs
+Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart Digamma
+Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod
+FusedBatchNorm FusedBatchNormGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation
+IsFinite IsInf IsNan L2Loss LRN LRNGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log
+Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum
+Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal
+RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration
+Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad
+Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign
+SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze StopGradient Sub Tan Tanh
+TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},
@@ -147,20 +153,30 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "ResizeBilinearGrad": {"T": (1,)},
     "ResizeNearestNeighbor": {"T": (0,)},
     "ResizeNearestNeighborGrad": {"T": (0,)},
+    "ResourceApplyAdadelta": {"T": (3, 4, 5, 6)},
     "ResourceApplyAdagrad": {"T": (2, 3)},
     "ResourceApplyAdagradV2": {"T": (2, 3, 4)},
     "ResourceApplyAdam": {"T": (3, 4, 5, 6, 7, 8, 9)},
     "ResourceApplyCenteredRMSProp": {"T": (4, 5, 6, 7, 8)},
+    "ResourceApplyFtrl": {"T": (3, 4, 5, 6, 7)},
+    "ResourceApplyFtrlV2": {"T": (3, 4, 5, 6, 7, 8)},
     "ResourceApplyGradientDescent": {"T": (1, 2)},
     "ResourceApplyMomentum": {"T": (2, 3, 4)},
+    "ResourceApplyProximalAdagrad": {"T": (2, 3, 4, 5)},
+    "ResourceApplyProximalGradientDescent": {"T": (1, 2, 3, 4)},
     "ResourceApplyRMSProp": {"T": (3, 4, 5, 6, 7)},
     "ResourceGather": {"Tindices": (1,)},
     "ResourceScatterAdd": {"Tindices": (1,), "dtype": (2,)},
     "ResourceScatterSub": {"Tindices": (1,), "dtype": (2,)},
+    "ResourceSparseApplyAdadelta": {"T": (3, 4, 5, 6), "Tindices": (7,)},
     "ResourceSparseApplyAdagrad": {"T": (2, 3), "Tindices": (4,)},
     "ResourceSparseApplyAdagradV2": {"T": (2, 3, 4), "Tindices": (5,)},
     "ResourceSparseApplyCenteredRMSProp": {"T": (4, 5, 6, 7, 8), "Tindices": (9,)},
+    "ResourceSparseApplyFtrl": {"T": (3, 5, 6, 7, 8), "Tindices": (4,)},
+    "ResourceSparseApplyFtrlV2": {"T": (3, 5, 6, 7, 8, 9), "Tindices": (4,)},
     "ResourceSparseApplyMomentum": {"T": (2, 3, 5), "Tindices": (4,)},
+    "ResourceSparseApplyProximalAdagrad": {"T": (2, 3, 4, 5), "Tindices": (6,)},
+    "ResourceSparseApplyProximalGradientDescent": {"T": (1, 2, 3, 4), "Tindices": (5,)},
     "ResourceSparseApplyRMSProp": {"T": (3, 4, 5, 6, 7), "Tindices": (8,)},
     "ReverseSequence": {"T": (0,), "Tlen": (1,)},
     "ReverseV2": {"T": (0,), "Tidx": (1,)},
@@ -179,10 +195,15 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Slice": {"Index": (1, 2), "T": (0,)},
     "SpaceToBatch": {"T": (0,), "Tpaddings": (1,)},
     "SpaceToBatchND": {"T": (0,), "Tblock_shape": (1,), "Tpaddings": (2,)},
+    "SparseApplyAdadelta": {"T": (0, 1, 2, 3, 4, 5, 6), "Tindices": (7,)},
     "SparseApplyAdagrad": {"T": (0, 1, 2, 3), "Tindices": (4,)},
     "SparseApplyAdagradV2": {"T": (0, 1, 2, 3, 4), "Tindices": (5,)},
     "SparseApplyCenteredRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7, 8), "Tindices": (9,)},
+    "SparseApplyFtrl": {"T": (0, 1, 2, 3, 5, 6, 7, 8), "Tindices": (4,)},
+    "SparseApplyFtrlV2": {"T": (0, 1, 2, 3, 5, 6, 7, 8, 9), "Tindices": (4,)},
     "SparseApplyMomentum": {"T": (0, 1, 2, 3, 5), "Tindices": (4,)},
+    "SparseApplyProximalAdagrad": {"T": (0, 1, 2, 3, 4, 5), "Tindices": (6,)},
+    "SparseApplyProximalGradientDescent": {"T": (0, 1, 2, 3, 4), "Tindices": (5,)},
     "SparseApplyRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7), "Tindices": (8,)},
     "SparseSoftmaxCrossEntropyWithLogits": {"T": (0,), "Tlabels": (1,)},
     "Split": {"T": (1,)},

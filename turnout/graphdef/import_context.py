@@ -84,7 +84,10 @@ REF_OPS = frozenset({"RefEnter", "RefExit", "RefIdentity", "RefSwitch", "RefMerg
                      "ApplyRMSProp", "ApplyCenteredRMSProp", "ApplyAdagrad", "ApplyAdagradV2",
                      "IsVariableInitialized", "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterNdUpdate",
                      "ScatterNdAdd", "ScatterNdSub", "SparseApplyMomentum", "SparseApplyRMSProp",
-                     "SparseApplyCenteredRMSProp", "SparseApplyAdagrad", "SparseApplyAdagradV2"})
+                     "SparseApplyCenteredRMSProp", "SparseApplyAdagrad", "SparseApplyAdagradV2",
+                     "ApplyAdadelta", "SparseApplyAdadelta", "ApplyProximalGradientDescent",
+                     "SparseApplyProximalGradientDescent", "ApplyProximalAdagrad", "SparseApplyProximalAdagrad",
+                     "ApplyFtrl", "SparseApplyFtrl", "ApplyFtrlV2", "SparseApplyFtrlV2"})
 
 #: Tensor | Bundle | RangeMarker | Text | BroadcastAxes | Ref | None (or BACK_EDGE for a Merge input not yet built)
 Value = Any

@@ -39,11 +39,52 @@ _rule = registrar(IMPORT_RULES)
 
 
 # ---- optimizers' update ops: TensorFlow's fused kernels, as the update formulas they compute -------
+#: the optimizers whose update op takes the gradient (and a sparse one its indices right after it)
+#: at this position, before its scalars; the others take it last (a sparse one its indices after it)
+_GRADIENT_AT = {"Momentum": 3, "Ftrl": 3, "FtrlV2": 3}
+
+
+#: the hyperparameter checks of TensorFlow's kernels (an InvalidArgument error when the op runs), by
+#: the optimizer and whether its update is sparse (the dense FTRL and every proximal gradient descent
+#: kernel make none): (the scalar's position among the op's scalars, the comparison with 0 it must
+#: pass, TensorFlow's words, with the shape it shows, a scalar's)
+_NON_NEGATIVE_L1_L2 = [(1, "GreaterEqual", "l1 regularization strength is not a non-negative scalar: []"),
+                       (2, "GreaterEqual", "l2 regularization strength is not a non-negative scalar: []")]
+_FTRL_CHECKS = [(0, "Greater", "lr is not a positive scalar (or zero if multiply_linear_by_lr is set): []"),
+                *_NON_NEGATIVE_L1_L2, (-1, "LessEqual", "lr_power is not a non-positive scalar: []")]
+_SCALAR_CHECKS: dict[tuple[str, bool], list[tuple[int, str, str]]] = {
+    **{("ProximalAdagrad", sparse): [(0, "Greater", "lr is not a positive scalar: []"), *_NON_NEGATIVE_L1_L2]
+       for sparse in (False, True)},
+    ("Ftrl", True): _FTRL_CHECKS,
+    ("FtrlV2", True): [*_FTRL_CHECKS, (3, "GreaterEqual", "l2 shrinkage regularization strength is not a "
+                                                          "non-negative scalar: []")],
+}
+
+
+def _checked_scalars(ctx: ImportContext, f: _Formula, family: str, sparse: bool, scalars: list[Tensor]) -> list[Tensor]:
+    """``scalars`` through the checks ``_SCALAR_CHECKS`` lists for the op (a ``KernelError`` with
+    TensorFlow's words where one fails, on every backend); ``multiply_linear_by_lr`` lets FTRL's rate
+    be 0."""
+    out = list(scalars)
+    for at, compare, words in _SCALAR_CHECKS.get((family, sparse), []):
+        if at == 0 and family.startswith("Ftrl") and ctx.attr("multiply_linear_by_lr", False):
+            compare = "GreaterEqual"
+        ok = f.op(compare, out[at], 0.0)
+        out[at] = ctx.checked(ok, out[at], words, f"check{at % len(out)}")
+    return out
+
+
+def _family(op: str) -> str:
+    """``ResourceSparseApplyFtrlV2`` -> ``FtrlV2``."""
+    return op.removeprefix("Resource").removeprefix("Sparse").removeprefix("Apply")
+
+
 def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
-                  formula: Any, sparse: bool = False) -> Outs:
+                  formula: Any, sparse: bool = False, reads_var: bool = False) -> Outs:
     """The resource form of an ``Apply*`` op: read the variable's slots (inputs 1..n_slots-1), compute
     ``formula(f, slots, scalars, grad) -> (new slot values, the variable's decrement)`` and assign
-    them; the op's control output waits for every assign.
+    them; the op's control output waits for every assign. ``reads_var``: the formula's first slot is
+    the variable's own value (the proximal and FTRL updates compute the new value, not a step).
 
     ``sparse`` (a ``SparseApply*`` op, the update of an ``IndexedSlices`` gradient): the input after
     the gradient's rows is their indices. The formula runs densely on the rows
@@ -53,11 +94,12 @@ def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
     kernel would apply them one after the other."""
     names = ctx.data_inputs()
     touched = None
-    if sparse:  # the indices follow the gradient: last, but for Momentum's (..., grad, indices, momentum)
-        at = 4 if nd.op.endswith("ApplyMomentum") else len(ins) - 1
-        indices, ins, names = ins[at], [*ins[:at], *ins[at + 1:]], [*names[:at], *names[at + 1:]]
-    if nd.op.endswith("ApplyMomentum"):  # (var, accum, lr, grad, momentum): the gradient comes before momentum
-        ins, names = [*ins[:3], ins[4], ins[3]], [*names[:3], names[4], names[3]]
+    at = _GRADIENT_AT.get(_family(nd.op))
+    if sparse:  # the indices follow the gradient
+        k = len(ins) - 1 if at is None else at + 1
+        indices, ins, names = ins[k], [*ins[:k], *ins[k + 1:]], [*names[:k], *names[k + 1:]]
+    if at is not None:  # the gradient moved after the scalars, where the formulas read it
+        ins, names = [*ins[:at], *ins[at + 1:], ins[at]], [*names[:at], *names[at + 1:], names[at]]
     grad = _t(ins[-1])
     handles = [x.handle if isinstance(x, Ref) else x for x in ins[:n_slots]]
     slot_attrs = [x.attrs if isinstance(x, Ref) else _var_attrs(ctx, _var_node(ctx, t))
@@ -73,8 +115,11 @@ def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
         grad = ctx.create("ScatterAddLike", [zeros, indices, grad], suffix="dense").outputs[0]
     reads = [ctx.create("ReadVariable", [h], a, suffix=f"read{k}").outputs[0]
              for k, (h, a) in enumerate(zip(handles[1:], slot_attrs[1:]))]
+    if reads_var:
+        reads.insert(0, ctx.create("ReadVariable", [handles[0]], slot_attrs[0], suffix="read_var").outputs[0])
     f = _Formula(ctx, grad)
-    new_slots, decrement = formula(f, reads, [_t(x) for x in ins[n_slots:-1]], grad)
+    scalars = _checked_scalars(ctx, f, _family(nd.op), sparse, [_t(x) for x in ins[n_slots:-1]])
+    new_slots, decrement = formula(f, reads, scalars, grad)
     if touched is not None:
         new_slots = [f.op("Select", touched, v, old) for v, old in zip(new_slots, reads)]
         decrement = f.op("Select", touched, decrement, zeros)
@@ -144,22 +189,88 @@ def _adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> An
     return [acc], f.op("Div", f.op("Mul", lr, g), denom)
 
 
-for _ops, _n, _f in [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 1, _sgd),
-                     (("ResourceApplyMomentum", "ApplyMomentum"), 2, _momentum),
-                     (("ResourceApplyAdam", "ApplyAdam"), 3, _adam),
-                     (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop),
-                     (("ResourceApplyCenteredRMSProp", "ApplyCenteredRMSProp"), 4, _centered_rmsprop),
-                     (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2,
-                      _adagrad)]:
-    def _make(n: int, formula: Any, sparse: bool) -> _Rule:
+def _adadelta(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """TensorFlow's ApplyAdadelta kernel: accum = rho accum + (1 - rho) g^2;
+    update = sqrt(accum_update + eps) / sqrt(accum + eps) g; accum_update = rho accum_update + (1 - rho)
+    update^2; var -= lr update."""
+    (accum, accum_update), (lr, rho, eps) = slots, s
+    acc = f.op("Add", f.op("Mul", accum, rho), f.op("Mul", f.op("Mul", g, g), f.op("Sub", 1.0, rho)))
+    ratio = f.op("Div", f.op("Sqrt", f.op("Add", accum_update, eps)), f.op("Sqrt", f.op("Add", acc, eps)))
+    update = f.op("Mul", ratio, g)
+    upd = f.op("Add", f.op("Mul", accum_update, rho), f.op("Mul", f.op("Mul", update, update), f.op("Sub", 1.0, rho)))
+    return [acc, upd], f.op("Mul", update, lr)
+
+
+def _shrunk(f: _Formula, var: Tensor, prox: Tensor, rate: Tensor, l1: Tensor, l2: Tensor) -> Tensor:
+    """The proximal step's decrement: the new value ``sign(prox) max(|prox| - rate l1, 0) / (1 + rate
+    l2)`` where ``l1 > 0``, else ``prox / (1 + rate l2)`` (TensorFlow's kernels' branch, which the
+    proximal gradient descent kernels take for a negative ``l1`` too), as ``var - new``."""
+    soft = f.op("Mul", f.op("Sign", prox), f.op("Maximum", f.op("Sub", f.op("Abs", prox), f.op("Mul", rate, l1)), 0.0))
+    kept = f.op("Select", f.op("Greater", f.op("Add", f.op("ZerosLike", prox), l1), 0.0), soft, prox)
+    return f.op("Sub", var, f.op("Div", kept, f.op("Add", 1.0, f.op("Mul", rate, l2))))
+
+
+def _proximal_sgd(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """ApplyProximalGradientDescent: prox = var - alpha g, then the soft threshold (``_shrunk``)."""
+    (var,), (alpha, l1, l2) = slots, s
+    return [], _shrunk(f, var, f.op("Sub", var, f.op("Mul", g, alpha)), alpha, l1, l2)
+
+
+def _proximal_adagrad(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """ApplyProximalAdagrad: accum += g^2; rate = lr / sqrt(accum); prox = var - rate g, then the soft
+    threshold at that rate (``_shrunk``)."""
+    (var, accum), (lr, l1, l2) = slots, s
+    acc = f.op("Add", accum, f.op("Mul", g, g))
+    rate = f.op("Div", lr, f.op("Sqrt", acc))
+    return [acc], _shrunk(f, var, f.op("Sub", var, f.op("Mul", g, rate)), rate, l1, l2)
+
+
+def _ftrl(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
+    """TensorFlow's ApplyFtrl / ApplyFtrlV2 kernel (FTRL-proximal): with ``new = accum + g^2`` and
+    ``p = -lr_power``, ``sigma = (new^p - accum^p) / lr``; ``linear += g' - sigma var`` (``g' = g +
+    2 l2_shrinkage var`` for V2); the new value is ``(l1 sign(linear) - linear) / (new^p / lr + 2 l2)``
+    where ``|linear| > l1``, else 0. ``multiply_linear_by_lr`` keeps ``linear`` times ``lr``: the
+    same update with ``g' lr`` added, ``l1 lr`` the threshold and ``new^p + 2 l2 lr`` the divisor."""
+    (var, accum, linear), (lr, l1, l2, *shrinkage, lr_power) = slots, s
+    new = f.op("Add", accum, f.op("Mul", g, g))
+    p = f.op("Neg", lr_power)
+    grown = f.op("Sub", f.op("Pow", new, p), f.op("Pow", accum, p))
+    shrunk_g = f.op("Add", g, f.op("Mul", f.op("Mul", 2.0, shrinkage[0]), var)) if shrinkage else g
+    if f.ctx.attr("multiply_linear_by_lr", False):
+        lin = f.op("Add", linear, f.op("Sub", f.op("Mul", shrunk_g, lr), f.op("Mul", grown, var)))
+        threshold = f.op("Mul", l1, lr)
+        divisor = f.op("Add", f.op("Pow", new, p), f.op("Mul", f.op("Mul", 2.0, l2), lr))
+    else:
+        lin = f.op("Add", linear, f.op("Sub", shrunk_g, f.op("Mul", f.op("Div", grown, lr), var)))
+        threshold, divisor = l1, f.op("Add", f.op("Div", f.op("Pow", new, p), lr), f.op("Mul", 2.0, l2))
+    value = f.op("Div", f.op("Sub", f.op("Mul", threshold, f.op("Sign", lin)), lin), divisor)
+    kept = f.op("Greater", f.op("Abs", lin), threshold)
+    return [new, lin], f.op("Sub", var, f.op("Select", kept, value, f.op("ZerosLike", value)))
+
+
+#: (the ops, how many of their inputs are the variable and its slots, the formula, whether it reads the
+#: variable's value)
+_UPDATES = [(("ResourceApplyGradientDescent", "ApplyGradientDescent"), 1, _sgd, False),
+            (("ResourceApplyMomentum", "ApplyMomentum"), 2, _momentum, False),
+            (("ResourceApplyAdam", "ApplyAdam"), 3, _adam, False),
+            (("ResourceApplyRMSProp", "ApplyRMSProp"), 3, _rmsprop, False),
+            (("ResourceApplyCenteredRMSProp", "ApplyCenteredRMSProp"), 4, _centered_rmsprop, False),
+            (("ResourceApplyAdagrad", "ResourceApplyAdagradV2", "ApplyAdagrad", "ApplyAdagradV2"), 2, _adagrad, False),
+            (("ResourceApplyAdadelta", "ApplyAdadelta"), 3, _adadelta, False),
+            (("ResourceApplyProximalGradientDescent", "ApplyProximalGradientDescent"), 1, _proximal_sgd, True),
+            (("ResourceApplyProximalAdagrad", "ApplyProximalAdagrad"), 2, _proximal_adagrad, True),
+            (("ResourceApplyFtrl", "ResourceApplyFtrlV2", "ApplyFtrl", "ApplyFtrlV2"), 3, _ftrl, True)]
+
+for _ops, _n, _f, _reads in _UPDATES:
+    def _make(n: int, formula: Any, sparse: bool, reads_var: bool) -> _Rule:
         def rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-            return _apply_update(ctx, nd, ins, n, formula, sparse)
+            return _apply_update(ctx, nd, ins, n, formula, sparse, reads_var)
 
         return rule
 
-    _rule(*_ops)(_make(_n, _f, False))
+    _rule(*_ops)(_make(_n, _f, False, _reads))
     if _f not in (_sgd, _adam):  # (SGD's and Adam's sparse updates are scatters: ``import_scatter``)
-        _rule(*(o.replace("Apply", "SparseApply", 1) for o in _ops))(_make(_n, _f, True))
+        _rule(*(o.replace("Apply", "SparseApply", 1) for o in _ops))(_make(_n, _f, True, _reads))
 
 
 @_rule("ResourceScatterAdd", "ResourceScatterSub")
