@@ -103,3 +103,12 @@ def test_an_lrn_whose_channel_count_is_unknown_at_import_is_refused_naming_it() 
     g.node("out", "LRN", (g.placeholder("x", F32, [-1, 2, 3, -1]),), depth_radius=2, T=F32)
     with pytest.raises(UnsupportedError, match=r"out.*channel count is known at import"):
         import_graph_def(g.gd)
+
+
+def test_a_negative_depth_radius_is_refused_naming_the_node() -> None:
+    """TensorFlow's kernel refuses a ``depth_radius`` outside ``[0, 2**31)``; a negative one would make
+    an empty window here, and a normalisation by ``bias`` alone."""
+    g = GraphDef()
+    g.node("out", "LRN", (g.placeholder("x", F32, [-1, 2, 3, 4]),), depth_radius=-1, T=F32)
+    with pytest.raises(tn.GraphBuildError, match=r'LRN node "out": depth_radius -1 is not in'):
+        import_graph_def(g.gd)

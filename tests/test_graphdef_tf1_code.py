@@ -177,3 +177,62 @@ def test_dynamic_rnn_stopping_before_the_time_dimension_stacks_zeros(backend: st
     np.testing.assert_array_equal(pred[1], np.broadcast_to(bias, pred[1].shape))
     np.testing.assert_array_equal(pred[0, 2], bias)
     assert not np.array_equal(pred[0, 1], bias)
+
+
+def test_an_input_pipeline_is_left_out_and_its_batches_are_placeholders_to_feed() -> None:
+    """``input_pipelines`` reads a ``tf.data`` iterator and a queue pipeline: the dataset, iterator,
+    queue and reader ops and the producer queue's slicing are left out, the two get-next nodes the
+    model reads are placeholders of their declared dtypes and shapes (the batching queue's dequeue of
+    4 adds that batch dimension), a fetch of the pipeline says to feed them, and ``init_all``, which
+    grouped the iterator's initializer with the Variables', still initialises the Variables."""
+    from turnout.errors import NotFoundError
+    from turnout.graphdef import parse_graph_def, unsupported_ops
+    from turnout.graphdef.input_pipeline import pipeline_nodes
+
+    gd = parse_graph_def(DATA / "input_pipelines.pbtxt")
+    left = pipeline_nodes(gd)
+    assert {"IteratorV2", "MakeIterator", "MapDataset", "batch/fifo_queue", "input_producer/input_producer_Dequeue",
+            "input_producer/GatherV2", "batch/n"} <= left
+    assert "IteratorGetNext" not in left and "batch" not in left and "w" not in left
+    assert unsupported_ops(gd) == {}
+    imp = import_graph_def(gd)
+    assert imp.batches == ["IteratorGetNext:0", "IteratorGetNext:1", "batch:0", "batch:1"]
+    got = [(imp.tensor(b).node.op, imp.tensor(b).dtype.name, imp.tensor(b).shape) for b in imp.batches]
+    assert got == [("Placeholder", "float32", (None, 3)), ("Placeholder", "int32", (None,)),
+                   ("Placeholder", "float32", (4, 3)), ("Placeholder", "float32", (4,))]
+    for name in ("MakeIterator", "input_producer/input_producer_Dequeue:0"):
+        with pytest.raises(NotFoundError, match="belongs to the input pipeline.*ImportedGraph.batches"):
+            imp.tensor(name)
+    sess = tn.Session(imp.graph)
+    sess.run(imp.node("init_all"))
+    assert np.asarray(sess.run(imp.tensor("w/Read/ReadVariableOp:0"))).shape == (3, 2)
+
+
+def _queue_graph(op: str, shapes: list[list[int]] | None) -> GraphDef:
+    g = GraphDef()
+    q = g.node("queue", "FIFOQueueV2", component_types=[F32])
+    if shapes is not None:
+        for s in shapes:
+            g.gd.node[-1].attr["shapes"].list.shape.add().dim.extend([])
+            for d in s:
+                g.gd.node[-1].attr["shapes"].list.shape[-1].dim.add().size = d
+    deq = g.node("deq", op, (q, g.const("n", np.int32(3))) if "Many" in op or "UpTo" in op else (q,))
+    g.gd.node[-1].attr["component_types"].list.type.append(F32)
+    g.node("out", "Mul", (f"{deq}:0", g.const("two", np.float32(2.0))), T=F32)
+    return g
+
+
+@pytest.mark.parametrize("op, shapes, expected", [
+    ("QueueDequeueManyV2", [[2]], (3, 2)), ("QueueDequeueUpToV2", [[2]], (None, 2)),
+    ("QueueDequeueV2", [[2]], (2,)), ("QueueDequeueManyV2", None, None)])
+def test_a_queue_s_dequeue_is_a_placeholder_of_its_batch(op: str, shapes: list[list[int]] | None,
+                                                        expected: tuple[int | None, ...] | None) -> None:
+    """A dequeue of many is batched by its count where that is a constant, by an unknown size for up
+    to; a single dequeue has the queue's shape; a queue that declares no shapes gives a placeholder
+    of unknown shape. The model computes on what is fed, on both backends."""
+    imp = import_graph_def(_queue_graph(op, shapes).gd)
+    assert imp.batches == ["deq:0"] and imp.tensor("deq:0").shape == expected
+    x = np.ones((3, 2), np.float32) if expected != (2,) else np.ones(2, np.float32)
+    for backend in BACKENDS:
+        (got,) = imp.run(tn.Session(imp.graph, backend=backend), ["out:0"], {"deq:0": x})
+        np.testing.assert_array_equal(got, 2 * x)

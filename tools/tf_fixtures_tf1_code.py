@@ -379,3 +379,36 @@ def cifar10_lrn(tf: Any) -> list[dict[str, Any]]:
     feeds = {"images:0": (rng.normal(size=(4, 6, 6, 3)) * 2).astype(np.float32),
              "labels:0": np.array([0, 2, 1, 2], np.int32)}
     return _train_runs(feeds, loss, train, [k1.value(), k2.value(), w.value()])
+
+
+@case
+def input_pipelines(tf: Any) -> list[dict[str, Any]]:
+    """A TF1 training script that reads its data inside the graph: a ``tf.data`` pipeline
+    (``from_tensor_slices``, ``map``, ``batch``, ``repeat``) through an initializable iterator, whose
+    initializer ``init_all`` groups with the Variables', and a queue pipeline
+    (``slice_input_producer`` and ``train.batch``: a ``FIFOQueueV2`` and ``QueueDequeueManyV2``)
+    feeding a second head. The runs feed the get-next nodes' outputs (TensorFlow takes a feed of any
+    tensor), which is how a user runs the imported model: the import leaves the pipelines out."""
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(15)
+    xs, ys = rng.normal(size=(8, 3)).astype(np.float32), rng.integers(0, 2, size=(8,)).astype(np.int32)
+    ds = tf.data.Dataset.from_tensor_slices((xs, ys)).map(lambda x, y: (x * 2.0, y)).batch(4).repeat()
+    it = v1.data.make_initializable_iterator(ds)
+    x, y = it.get_next()
+    qx, qy = v1.train.batch(v1.train.slice_input_producer([xs, ys.astype(np.float32)], shuffle=False), batch_size=4)
+    w = v1.get_variable("w", [3, 2], initializer=_seeded(tf, 16))
+    v = v1.get_variable("v", [3, 1], initializer=_seeded(tf, 17))
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=tf.matmul(x, w)))
+    loss += tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(qx, v), 1) - qy))
+    train = v1.train.GradientDescentOptimizer(0.3).minimize(loss)
+    init_all = tf.group(v1.global_variables_initializer(), it.initializer, name="init_all")
+    names_fed = [x.name, y.name, qx.name, qy.name]
+
+    def batch(k: int) -> dict[str, Any]:
+        rows = slice(4 * (k % 2), 4 * (k % 2) + 4)
+        return dict(zip(names_fed, [xs[rows] * 2.0, ys[rows], xs[rows], ys[rows].astype(np.float32)], strict=True))
+
+    runs = [{"feeds": {}, "fetches": [], "targets": [init_all.name]}]
+    runs += [{"feeds": batch(k), "fetches": [loss.name], "targets": [train.name]} for k in range(3)]
+    runs.append({"feeds": batch(1), "fetches": [loss.name, w.value().name, v.value().name]})
+    return runs

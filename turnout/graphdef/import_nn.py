@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import windows
-from turnout.errors import UnsupportedError
+from turnout.errors import GraphBuildError, UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _Formula, _partial_shape, _t, _var_attrs, _var_node
@@ -298,6 +298,8 @@ def _lrn_norm(ctx: ImportContext, f: _Formula, x: Tensor) -> tuple[Tensor, Tenso
         raise UnsupportedError(f"{ctx.where()}: local response normalisation needs a 4-D input whose channel "
                                f"count is known at import, got shape {_shape(x)}")
     radius = int(ctx.attr("depth_radius", 5))
+    if not 0 <= radius < 2**31:  # (TensorFlow's kernel refuses it too)
+        raise GraphBuildError(f"{ctx.where()}: depth_radius {radius} is not in [0, 2**31)")
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 0.5))
     k = np.arange(channels)
     band = ctx.const((np.abs(k[:, None] - k[None, :]) <= radius).astype(x.dtype.numpy), [x], suffix="band")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections import Counter
+from collections import ChainMap, Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,7 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_tensor_lists,
     protos,
 )
+from turnout.graphdef import input_pipeline as pipeline
 from turnout.graphdef import left_out as leaving
 from turnout.graphdef.exporter import ExportedGraphDef
 from turnout.graphdef.flows import FlowAnalysis, tensor_name
@@ -77,6 +78,9 @@ class ImportedGraph:
     #: tag -> the TensorFlow name of the tensor each left-out scalar, histogram or tensor summary read
     #: (``left_out.summary_values``): fetch them to write the summaries with ``EventWriter``
     summaries: dict[str, str] = field(default_factory=dict)
+    #: the TensorFlow names of the tensors that stand for the left-out input pipeline's batches (each
+    #: output of each get-next node, ``input_pipeline.batches``): feed them
+    batches: list[str] = field(default_factory=list)
 
     def _missing(self, what: str, name: str) -> NotFoundError:
         instead = leaving.why(self.left_out.get(name.split(":")[0]))
@@ -165,7 +169,7 @@ def unsupported_ops(gd: Any) -> dict[str, list[str]]:
     bad: dict[str, list[str]] = {}
     dropped = leaving.left_out(gd)
     for nd in gd.node:
-        if nd.op not in IMPORT_RULES and nd.name not in dropped:
+        if nd.op not in IMPORT_RULES and nd.name not in dropped and nd.op not in pipeline.BATCH_RULES:
             bad.setdefault(nd.op, []).append(nd.name)
     for f in import_functions.called(gd):
         for nd in f.node_def:
@@ -206,19 +210,39 @@ def _in_file(e: TurnoutError, source: Any) -> TurnoutError:
 
 
 def _import(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
-    """``import_graph_def`` of a parsed message, less its Saver's and summaries' nodes (``left_out``)."""
+    """``import_graph_def`` of a parsed message, less its Saver's, summaries' and input pipeline's
+    nodes (``left_out``), its get-next nodes made placeholders (``input_pipeline``)."""
     dropped = leaving.left_out(gd)
     summaries = leaving.summary_values(gd)
-    if dropped:
-        kept = type(gd)()
-        kept.CopyFrom(gd)
-        del kept.node[:]
-        kept.node.extend(nd for nd in gd.node if nd.name not in dropped)
-        gd = kept
+    batches = pipeline.batches(gd, dropped)
+    if dropped or batches:
+        gd = _kept(gd, dropped)
     imported = _import_kept(gd, graph, prefix)
     imported.left_out = dropped
     imported.summaries = summaries
+    imported.batches = batches
     return imported
+
+
+def _kept(gd: Any, dropped: dict[str, str]) -> Any:
+    """``gd`` without the ``dropped`` nodes and the control edges from them (a group that ran the
+    iterator's initializer), each get-next node without its inputs (``input_pipeline.batch_node``)."""
+    nodes = {nd.name: nd for nd in gd.node}
+    kept = type(gd)()
+    kept.CopyFrom(gd)
+    del kept.node[:]
+    for nd in gd.node:
+        if nd.name in dropped:
+            continue
+        if nd.op in pipeline.GET_NEXT_OPS:
+            kept.node.add().CopyFrom(pipeline.batch_node(nd, nodes, dropped))
+            continue
+        copy = kept.node.add()
+        copy.CopyFrom(nd)
+        if any(i.startswith("^") and i[1:] in dropped for i in nd.input):
+            del copy.input[:]
+            copy.input.extend(i for i in nd.input if not (i.startswith("^") and i[1:] in dropped))
+    return kept
 
 
 def _import_kept(gd: Any, graph: Optional[Graph], prefix: str) -> ImportedGraph:
@@ -271,7 +295,7 @@ def _import_once(nodes: dict[str, Any], flows: FlowAnalysis, g: Graph, prefix: s
 
     ctx = ImportContext(g, nodes, flows, prefix)
     ctx.relaxed, ctx.library = relaxed, library
-    made = import_nodes(ctx, nodes, order(nodes, ctx.flows), devices)
+    made = import_nodes(ctx, nodes, order(nodes, ctx.flows), devices, ChainMap(pipeline.BATCH_RULES, IMPORT_RULES))
     relax: dict[str, list[Any]] = {}
     for merge, _slot, src in ctx.back_edges:
         v = ctx.values.get(src)

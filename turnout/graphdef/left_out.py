@@ -1,4 +1,4 @@
-"""The parts of a TF1 graph the import leaves out: its Saver's ops and its summaries.
+"""The parts of a TF1 graph the import leaves out: its Saver's ops, its summaries and its input pipeline.
 
 Why leave them out: a TF1 training script makes a ``tf.compat.v1.train.Saver`` and its summaries
 (``tf.compat.v1.summary.scalar``, ``histogram``, ``merge_all``) before it writes its GraphDef, so the
@@ -10,12 +10,16 @@ does outside the graph, with the same files: the weights by ``turnout.checkpoint
 (``summary_values``). Turnout has no string tensors to run them with. So the import drops those ops,
 what reads them (the restore assigns, ``save/restore_all``, the merged summary) and the strings only
 they read (their constants); a fetch of one is a ``NotFoundError`` that says what to do instead
-(``why``). What they read (a Variable's read, a loss) stays: the model uses it too.
+(``why``). What they read (a Variable's read, a loss) stays: the model uses it too. The input
+pipeline (``input_pipeline``) is left out above the batches it gives the model, which become
+placeholders.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
+
+from turnout.graphdef.input_pipeline import pipeline_nodes
 
 #: the ops by which a Saver reads and writes checkpoint files (V2 and TF1's older V1 forms)
 SAVER_OPS = frozenset({"SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename", "ShardedFilespec",
@@ -32,13 +36,16 @@ INSTEAD = {
     "summary": "belongs to TensorFlow's summaries, which the import leaves out: fetch the values they read "
                "(ImportedGraph.summaries: tag -> tensor name) and write them with "
                "turnout.graphdef.events.EventWriter",
+    "input": "belongs to the input pipeline (tf.data or a queue), which the import leaves out: feed the batches "
+             "it would give to the get-next node's outputs (ImportedGraph.batches lists them)",
 }
 
 
 def left_out(gd: Any) -> dict[str, str]:
-    """Node name -> the part (``"saver"`` or ``"summary"``) of every node of ``gd`` the import leaves
-    out: ``saver_nodes`` and ``summary_nodes``."""
-    return {**{n: "summary" for n in summary_nodes(gd)}, **{n: "saver" for n in saver_nodes(gd)}}
+    """Node name -> the part (``"saver"``, ``"summary"`` or ``"input"``) of every node of ``gd`` the
+    import leaves out: ``saver_nodes``, ``summary_nodes`` and ``input_pipeline.pipeline_nodes``."""
+    return {**{n: "input" for n in pipeline_nodes(gd)}, **{n: "summary" for n in summary_nodes(gd)},
+            **{n: "saver" for n in saver_nodes(gd)}}
 
 
 def why(part: Optional[str]) -> Optional[str]:
