@@ -137,6 +137,15 @@ def test_a_device_scope_that_names_a_device_places_its_ops_there(name: str) -> N
     assert c.node.device == name
 
 
+def test_an_empty_device_name_keeps_the_outer_scope_as_in_tensorflow() -> None:
+    with tn.Graph().as_default():
+        with tn.device("cpu:1"), tn.device(""):
+            inner = tn.constant(1.0)
+        with tn.device(""):
+            bare = tn.constant(1.0)
+    assert (inner.node.device, bare.node.device) == ("cpu:1", None)
+
+
 def test_a_saved_graph_whose_node_names_no_device_is_a_serialization_error() -> None:
     """A saved graph is outside data: a node's device that placement could not read is refused when
     the file is read, naming the node's field, as ``tn.device`` refuses it when a graph is built."""

@@ -447,7 +447,8 @@ class Graph:
 
     @contextlib.contextmanager
     def device(self, name: Optional[str]) -> Iterator[None]:
-        """Ops created inside are placed on device ``name`` (a string; ``None`` clears an outer scope).
+        """Ops created inside are placed on device ``name`` (a string; ``None`` clears an outer scope,
+        and ``""`` names no device, so the outer scope holds, as in TensorFlow).
         Why it is checked here: a scope is read only by placement, so a name that is no string, or no
         device name at all (``"cpu-1"``), was an error on the partitioned backends alone and ignored by
         the others; it is refused where the user wrote it, on every backend."""
@@ -455,7 +456,9 @@ class Graph:
 
         if name is not None and not isinstance(name, str):
             raise ArgumentError(f"device: the name must be a string such as 'cpu:1' (or None), got {name!r}")
-        if name is not None:
+        if name == "":
+            name = self._devices[-1] if self._devices else None
+        elif name is not None:
             parse(name)
         self._devices.append(name)
         try:
