@@ -236,3 +236,27 @@ def test_a_queue_s_dequeue_is_a_placeholder_of_its_batch(op: str, shapes: list[l
     for backend in BACKENDS:
         (got,) = imp.run(tn.Session(imp.graph, backend=backend), ["out:0"], {"deq:0": x})
         np.testing.assert_array_equal(got, 2 * x)
+
+
+def test_a_batch_component_of_a_dtype_turnout_lacks_is_an_error_only_where_it_is_read() -> None:
+    """A pipeline that passes a file name (a string) along with each batch: the model that reads only
+    the numbers imports and runs, the string is not among the batches to feed, and a model reading it
+    is refused naming what it is."""
+    g = GraphDef()
+    it = g.node("it", "IteratorV2")
+    g.node("next", "IteratorGetNext", (it,))
+    g.gd.node[-1].attr["output_types"].list.type.extend([7, F32])
+    for dims in ([], [2]):
+        g.gd.node[-1].attr["output_shapes"].list.shape.add().dim.extend([])
+        for d in dims:
+            g.gd.node[-1].attr["output_shapes"].list.shape[-1].dim.add().size = d
+    g.node("out", "Mul", ("next:1", g.const("two", np.float32(2.0))), T=F32)
+    imp = import_graph_def(g.gd)
+    assert imp.batches == ["next:1"]
+    (got,) = imp.run(tn.Session(imp.graph), ["out:0"], {"next:1": np.ones(2, np.float32)})
+    np.testing.assert_array_equal(got, [2.0, 2.0])
+    with pytest.raises(UnsupportedError, match="a TensorFlow string tensor"):
+        imp.tensor("next:0")
+    g.node("reads_name", "Identity", ("next:0",), T=7)
+    with pytest.raises(UnsupportedError, match=r'reads_name.*a TensorFlow string tensor \(Turnout has no string'):
+        import_graph_def(g.gd)

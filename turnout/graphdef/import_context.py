@@ -59,6 +59,14 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Foreign:
+    """A run-time value of a TensorFlow dtype Turnout has no counterpart of (``dtype``, its name): a
+    string component of an input pipeline's batch, which the model may leave unread."""
+
+    dtype: str
+
+
+@dataclass(frozen=True)
 class BroadcastAxes:
     """The axes along which operand ``like`` of a broadcasting op was broadcast, when its shape is
     known only at run time (a BroadcastGradientArgs output): accepted only by the Sum that
@@ -171,7 +179,7 @@ class ImportContext:
         ctrl = list(self.ctrl_inputs()) if control is None else list(control)
         inputs = [self.range_tensor(t) for t in inputs]
         for t in inputs:
-            if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes, Ref)) or t is None:
+            if isinstance(t, (Bundle, RangeMarker, Text, BroadcastAxes, Ref, Foreign)) or t is None:
                 raise UnsupportedError(f'{self.where()}: an input of this op is {self.describe(t)}')
         if shapes is None and suffix is None:
             shapes = self.relaxed.get(self.node.name) or protos.attr(self.node, "_output_shapes")
@@ -267,6 +275,8 @@ class ImportContext:
             return "run-time broadcast axes (supported only as the axes of tf.gradients' Sum)"
         if isinstance(v, Text):
             return "a string constant (Turnout has no string tensors; only Assert's message may read one)"
+        if isinstance(v, Foreign):
+            return f"a TensorFlow {v.dtype} tensor (Turnout has no {v.dtype} tensors)"
         if isinstance(v, RangeMarker):
             return ("a Range of a run-time limit that this op cannot read as a tensor (its limit is not an imported "
                     "tensor of numbers, or a run-time bound's dtype is not the limit's)")

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from turnout.graphdef.import_context import ImportContext, Rule, Value
-from turnout.graphdef.protos import tensor_to_numpy, tf_dtype
+from turnout.graphdef.import_context import Foreign, ImportContext, Rule, Value
+from turnout.graphdef.protos import TF_TO_DTYPE, base_type, tensor_to_numpy, tf_dtype, type_name
 
 #: the ops that give the model a batch: kept, as placeholders
 GET_NEXT_OPS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "QueueDequeueV2", "QueueDequeueManyV2",
@@ -130,11 +130,17 @@ def _components(nd: Any, nodes: dict[str, Any]) -> tuple[list[int], list[Any]]:
 
 def _batch(ctx: ImportContext, nd: Any, ins: list[Value]) -> Sequence[Value]:
     """A get-next node as ``batch_node`` left it: one ``Placeholder`` per component of its batch, of
-    the dtype and shape written on it, for the user to feed."""
+    the dtype and shape written on it, for the user to feed; a component of a dtype Turnout lacks (a
+    string) is ``Foreign``, an error only where the model reads it."""
     shapes = ctx.attr("output_shapes", [])
-    return [ctx.create("Placeholder", [], {"dtype": tf_dtype(t, ctx.where()).name, "shape": s},
-                       suffix=f"component_{k}").outputs[0]
-            for k, (t, s) in enumerate(zip(ctx.attr("output_types", []), shapes, strict=True))]
+    out: list[Value] = []
+    for k, (t, s) in enumerate(zip(ctx.attr("output_types", []), shapes, strict=True)):
+        if base_type(t) not in TF_TO_DTYPE:
+            out.append(Foreign(type_name(t)))
+            continue
+        out.append(ctx.create("Placeholder", [], {"dtype": tf_dtype(t, ctx.where()).name, "shape": s},
+                              suffix=f"component_{k}").outputs[0])
+    return out
 
 
 #: the import rules of the get-next nodes ``batch_node`` rewrote, beside ``IMPORT_RULES``: not among the
@@ -144,13 +150,13 @@ BATCH_RULES: dict[str, Rule] = dict.fromkeys(GET_NEXT_OPS, _batch)
 
 def batches(gd: Any, dropped: Any) -> list[str]:
     """The TensorFlow names of the tensors a user feeds for the left-out pipeline: each output of each
-    get-next node that is not ``dropped`` (one whose batches go only into the pipeline is)."""
+    get-next node that is not ``dropped`` (one whose batches go only into the pipeline is), but those
+    of a dtype Turnout lacks, which cannot be fed."""
     out = []
     for nd in gd.node:
         if nd.op in GET_NEXT_OPS and nd.name not in dropped:
-            n = len(nd.attr["output_types"].list.type if nd.op.startswith("Iterator")
-                    else nd.attr["component_types"].list.type)
-            out += [f"{nd.name}:{k}" for k in range(n)]
+            types = nd.attr["output_types" if nd.op.startswith("Iterator") else "component_types"].list.type
+            out += [f"{nd.name}:{k}" for k, t in enumerate(types) if base_type(t) in TF_TO_DTYPE]
     return out
 
 
