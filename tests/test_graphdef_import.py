@@ -146,7 +146,9 @@ def test_fixtures_cover_the_issue_s_op_list() -> None:
                "ApplyAdadelta", "ResourceSparseApplyAdadelta", "ApplyProximalGradientDescent",
                "SparseApplyProximalGradientDescent", "ResourceApplyProximalAdagrad",
                "ResourceSparseApplyProximalAdagrad", "ApplyFtrl", "SparseApplyFtrlV2", "ResourceApplyFtrlV2",
-               "ResourceSparseApplyFtrl"]:
+               "ResourceSparseApplyFtrl",
+               # the fused recurrent cells of TF1's contrib.rnn, with their gradient ops
+               "LSTMBlockCell", "LSTMBlockCellGrad", "GRUBlockCell", "GRUBlockCellGrad"]:
         assert op in used, op
     assert used <= SUPPORTED_OPS
 

@@ -412,3 +412,74 @@ def input_pipelines(tf: Any) -> list[dict[str, Any]]:
     runs += [{"feeds": batch(k), "fetches": [loss.name], "targets": [train.name]} for k in range(3)]
     runs.append({"feeds": batch(1), "fetches": [loss.name, w.value().name, v.value().name]})
     return runs
+
+
+def _block_cell_gradients(tf: Any) -> None:
+    """The gradients TF1 registered for ``LSTMBlockCell`` and ``GRUBlockCell`` (its ``contrib.rnn``
+    kept them; TensorFlow 2 registers none), so ``tf.gradients`` writes the training graph a TF1
+    script wrote: the cell's gradient op, then the products that take ``dicfo`` (or ``d_c_bar`` and
+    ``d_r_bar_u_bar``) back to the inputs and the weights."""
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import gen_rnn_ops
+
+    def lstm(op: Any, *grad: Any) -> Any:
+        x, cs_prev, h_prev, w, wci, wcf, wco, b = op.inputs
+        i, cs, f, o, ci, co, _ = op.outputs
+        n_in = int(x.shape[1])
+        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = gen_rnn_ops.lstm_block_cell_grad(
+            x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad=grad[1], h_grad=grad[6],
+            use_peephole=op.get_attr("use_peephole"))
+        xh_grad = tf.matmul(dicfo, w, transpose_b=True)
+        w_grad = tf.matmul(tf.concat([x, h_prev], 1), dicfo, transpose_a=True)
+        return (xh_grad[:, :n_in], cs_prev_grad, xh_grad[:, n_in:], w_grad, wci_grad, wcf_grad, wco_grad,
+                tf.raw_ops.BiasAddGrad(out_backprop=dicfo))
+
+    def gru(op: Any, *grad: Any) -> Any:
+        x, h_prev, w_ru, w_c, b_ru, b_c = op.inputs
+        r, u, c, _ = op.outputs
+        d_x, d_h_prev, d_c_bar, d_r_bar_u_bar = gen_rnn_ops.gru_block_cell_grad(
+            x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, grad[3])
+        w_ru_grad = tf.matmul(tf.concat([x, h_prev], 1), d_r_bar_u_bar, transpose_a=True)
+        w_c_grad = tf.matmul(tf.concat([x, h_prev * r], 1), d_c_bar, transpose_a=True)
+        return (d_x, d_h_prev, w_ru_grad, w_c_grad, tf.reduce_sum(d_r_bar_u_bar, 0), tf.reduce_sum(d_c_bar, 0))
+
+    for name, fn in (("LSTMBlockCell", lstm), ("GRUBlockCell", gru)):
+        try:
+            ops.RegisterGradient(name)(fn)
+        except KeyError:  # (registered by an earlier case of this process)
+            pass
+
+
+@case
+def block_cells(tf: Any) -> list[dict[str, Any]]:
+    """A TF1 language model's step on the fused cells of ``contrib.rnn``: an embedding, three steps of
+    ``LSTMBlockCell`` with peepholes and a cell clip, three of ``GRUBlockCell`` over them, a softmax
+    head; SGD through TF1's gradients of the cells (``LSTMBlockCellGrad``, ``GRUBlockCellGrad``)."""
+    v1 = tf.compat.v1
+    _block_cell_gradients(tf)
+    ids = v1.placeholder(tf.int32, [None, 3], name="ids")
+    labels = v1.placeholder(tf.int32, [None], name="labels")
+    emb = v1.get_variable("emb", [7, 4], initializer=_seeded(tf, 18))
+    w = v1.get_variable("lstm/w", [4 + 5, 20], initializer=_seeded(tf, 19))
+    b = v1.get_variable("lstm/b", [20], initializer=v1.constant_initializer(0.1))
+    peep = [v1.get_variable(f"lstm/{k}", [5], initializer=_seeded(tf, 20 + j))
+            for j, k in enumerate(("wci", "wcf", "wco"))]
+    w_ru = v1.get_variable("gru/w_ru", [5 + 3, 6], initializer=_seeded(tf, 23))
+    w_c = v1.get_variable("gru/w_c", [5 + 3, 3], initializer=_seeded(tf, 24))
+    b_ru = v1.get_variable("gru/b_ru", [6], initializer=v1.constant_initializer(1.0))
+    b_c = v1.get_variable("gru/b_c", [3], initializer=v1.zeros_initializer())
+    out = v1.get_variable("out", [3, 7], initializer=_seeded(tf, 25))
+    xs = tf.nn.embedding_lookup(emb, ids)
+    batch = tf.shape(ids)[0]
+    cs, h, g = tf.zeros([batch, 5]), tf.zeros([batch, 5]), tf.zeros([batch, 3])
+    for t in range(3):
+        _, cs, _, _, _, _, h = tf.raw_ops.LSTMBlockCell(x=xs[:, t], cs_prev=cs, h_prev=h, w=w, wci=peep[0],
+                                                        wcf=peep[1], wco=peep[2], b=b, forget_bias=1.0,
+                                                        cell_clip=2.0, use_peephole=True)
+        _, _, _, g = tf.raw_ops.GRUBlockCell(x=h, h_prev=g, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c)
+    logits = tf.matmul(g, out)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    train = v1.train.GradientDescentOptimizer(0.5).minimize(loss)
+    rng = np.random.default_rng(26)
+    feeds = {"ids:0": rng.integers(0, 7, size=(4, 3)).astype(np.int32), "labels:0": np.array([1, 5, 0, 6], np.int32)}
+    return _train_runs(feeds, loss, train, [w.value(), *(p.value() for p in peep), w_ru.value(), w_c.value()])

@@ -68,16 +68,17 @@ TensorArrayWriteV3""",
 FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3
 ResourceApplyAdagradV2 ResourceApplyMomentum ResourceApplyProximalGradientDescent
 ResourceSparseApplyAdagrad SparseApplyAdagrad StridedSliceGrad""",
-    6: """ApplyProximalAdagrad FusedBatchNormGradV3 ResourceApplyProximalAdagrad ResourceSparseApplyAdagradV2
-ResourceSparseApplyMomentum ResourceSparseApplyProximalGradientDescent SparseApplyAdagradV2
-SparseApplyMomentum SparseApplyProximalGradientDescent""",
+    6: """ApplyProximalAdagrad FusedBatchNormGradV3 GRUBlockCell ResourceApplyProximalAdagrad
+ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum ResourceSparseApplyProximalGradientDescent
+SparseApplyAdagradV2 SparseApplyMomentum SparseApplyProximalGradientDescent""",
     7: """ApplyAdadelta ResourceApplyAdadelta ResourceSparseApplyProximalAdagrad SparseApplyProximalAdagrad""",
-    8: """ApplyFtrl ApplyRMSProp ResourceApplyFtrl ResourceApplyRMSProp ResourceSparseApplyAdadelta
-SparseApplyAdadelta""",
+    8: """ApplyFtrl ApplyRMSProp LSTMBlockCell ResourceApplyFtrl ResourceApplyRMSProp
+ResourceSparseApplyAdadelta SparseApplyAdadelta""",
     9: """ApplyCenteredRMSProp ApplyFtrlV2 ResourceApplyCenteredRMSProp ResourceApplyFtrlV2
 ResourceSparseApplyFtrl ResourceSparseApplyRMSProp SparseApplyFtrl SparseApplyRMSProp""",
-    10: """ApplyAdam ResourceApplyAdam ResourceSparseApplyCenteredRMSProp ResourceSparseApplyFtrlV2
-SparseApplyCenteredRMSProp SparseApplyFtrlV2""",
+    10: """ApplyAdam GRUBlockCellGrad ResourceApplyAdam ResourceSparseApplyCenteredRMSProp
+ResourceSparseApplyFtrlV2 SparseApplyCenteredRMSProp SparseApplyFtrlV2""",
+    16: """LSTMBlockCellGrad""",
 }
 _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdadelta ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyCenteredRMSProp
 ApplyFtrl ApplyFtrlV2 ApplyGradientDescent ApplyMomentum ApplyProximalAdagrad
@@ -85,15 +86,16 @@ ApplyProximalGradientDescent ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub 
 AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs
 Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart Digamma
 Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod
-FusedBatchNorm FusedBatchNormGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation
-IsFinite IsInf IsNan L2Loss LRN LRNGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log
-Log1p LogSoftmax MatMul MatrixDiag MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum
-Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal
-RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration
-Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad
-Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign
-SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze StopGradient Sub Tan Tanh
-TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
+FusedBatchNorm FusedBatchNormGrad GRUBlockCell GRUBlockCellGrad Greater GreaterEqual Identity Inv
+InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad LSTMBlockCell LSTMBlockCellGrad
+LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag
+MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration
+NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal
+ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint
+Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
+SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
+Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
+TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},

@@ -40,6 +40,7 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_models,
     import_nn,
     import_random,
+    import_rnn_cells,
     import_scatter,
     import_structure,
     import_tensor_arrays,
