@@ -260,3 +260,31 @@ def test_a_batch_component_of_a_dtype_turnout_lacks_is_an_error_only_where_it_is
     g.node("reads_name", "Identity", ("next:0",), T=7)
     with pytest.raises(UnsupportedError, match=r'reads_name.*a TensorFlow string tensor \(Turnout has no string'):
         import_graph_def(g.gd)
+
+
+@pytest.mark.parametrize("enum, name, lo, hi", [(4, "uint8", 0, 255), (6, "int8", -128, 127),
+                                                (5, "int16", -2**15, 2**15 - 1), (17, "uint16", 0, 2**16 - 1)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_narrow_integer_placeholder_read_by_casts_is_fed_as_int32(enum: int, name: str, lo: int, hi: int,
+                                                                    backend: str) -> None:
+    """A ``uint8`` frame placeholder (TF1 reinforcement-learning code feeds its frames so) read only
+    by a ``Cast``: every value of the type casts exactly; a value out of its range is a
+    ``KernelError`` naming the range, where TensorFlow refuses to feed it."""
+    g = GraphDef()
+    g.node("frames", "Placeholder", dtype=enum, shape=[3])
+    g.node("x", "Cast", ("frames",), SrcT=enum, DstT=F32)
+    imp = import_graph_def(g.gd)
+    sess = tn.Session(imp.graph, backend=backend)
+    edge = np.asarray([lo, 0, hi], np.int32)
+    np.testing.assert_array_equal(imp.run(sess, ["x:0"], {"frames:0": edge})[0], edge.astype(np.float32))
+    with pytest.raises(tn.KernelError, match=rf"out of the range of {name}, \[{lo}, {hi}\], was fed"):
+        imp.run(sess, ["x:0"], {"frames:0": np.asarray([lo - 1, 0, hi], np.int32)})
+
+
+def test_a_narrow_integer_placeholder_with_arithmetic_on_it_is_refused_naming_the_reader() -> None:
+    """``frames + frames`` in uint8 wraps at 256 where int32 would not: refused, not widened."""
+    g = GraphDef()
+    g.node("frames", "Placeholder", dtype=4, shape=[3])
+    g.node("twice", "AddV2", ("frames", "frames"), T=4)
+    with pytest.raises(UnsupportedError, match=r'uint8 .* but AddV2 node "twice" reads it'):
+        import_graph_def(g.gd)

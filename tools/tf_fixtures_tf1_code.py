@@ -483,3 +483,26 @@ def block_cells(tf: Any) -> list[dict[str, Any]]:
     rng = np.random.default_rng(26)
     feeds = {"ids:0": rng.integers(0, 7, size=(4, 3)).astype(np.int32), "labels:0": np.array([1, 5, 0, 6], np.int32)}
     return _train_runs(feeds, loss, train, [w.value(), *(p.value() for p in peep), w_ru.value(), w_c.value()])
+
+
+@case
+def dqn_uint8_frames(tf: Any) -> list[dict[str, Any]]:
+    """A DQN step as TF1 reinforcement-learning code writes it: stacked frames fed as ``uint8``
+    (``Cast`` to float32, ``/ 255``), a convolution and a dense head for the Q-values, the Q of the
+    actions taken (``one_hot``), a Huber loss against fed targets, RMSProp."""
+    v1 = tf.compat.v1
+    frames = v1.placeholder(tf.uint8, [None, 6, 6, 2], name="frames")
+    actions = v1.placeholder(tf.int32, [None], name="actions")
+    targets = v1.placeholder(tf.float32, [None], name="targets")
+    k = v1.get_variable("conv/kernel", [3, 3, 2, 4], initializer=_seeded(tf, 27))
+    w = v1.get_variable("q/w", [36, 3], initializer=_seeded(tf, 28))
+    x = tf.cast(frames, tf.float32) / 255.0
+    h = tf.nn.relu(tf.nn.conv2d(x, k, [1, 2, 2, 1], "SAME"))
+    q = tf.matmul(tf.reshape(h, [-1, 36]), w)
+    chosen = tf.reduce_sum(q * tf.one_hot(actions, 3), axis=1)
+    loss = tf.reduce_mean(v1.losses.huber_loss(targets, chosen, reduction=v1.losses.Reduction.NONE))
+    train = v1.train.RMSPropOptimizer(0.01, decay=0.95, epsilon=0.01).minimize(loss)
+    rng = np.random.default_rng(29)
+    feeds = {"frames:0": rng.integers(0, 256, size=(5, 6, 6, 2)).astype(np.uint8),
+             "actions:0": np.array([0, 2, 1, 1, 0], np.int32), "targets:0": rng.normal(size=(5,)).astype(np.float32)}
+    return _train_runs(feeds, loss, train, [q, k.value(), w.value()])

@@ -81,7 +81,22 @@ def protos_value(ctx: ImportContext) -> np.ndarray:
 
 @_rule("Placeholder")
 def _placeholder(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """A placeholder of a narrow integer type Turnout has no dtype of (``protos.NARROW_INTS``: a uint8
+    image) is an int32 one, which holds each of its values exactly, where every op that reads it is a
+    ``Cast`` (which checks the range, ``_cast``): arithmetic in the narrow type would wrap where int32
+    does not, so a placeholder read otherwise is refused."""
+    from turnout.graphdef import protos
+
     shape = ctx.attr("shape")
+    enum = protos.base_type(int(ctx.attr("dtype", 0)))
+    if enum in protos.NARROW_INTS:
+        readers = [o for o in ctx.nodes.values() if any(i.split(":")[0] == nd.name for i in ctx.data_inputs(o))]
+        other = next((o for o in readers if o.op != "Cast"), None)
+        if other is not None:
+            raise UnsupportedError(f"{ctx.where()}: its dtype {protos.type_name(enum)} has no Turnout counterpart; "
+                                   f"a placeholder of it is imported (as int32) only where casts alone read it, "
+                                   f'but {other.op} node "{other.name}" reads it')
+        return [ctx.create("Placeholder", [], {"dtype": "int32", "shape": shape}).outputs[0]]
     return [ctx.create("Placeholder", [], {"dtype": ctx.dtype("dtype").name, "shape": shape}).outputs[0]]
 
 
@@ -389,7 +404,21 @@ def _relu_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Cast")
 def _cast(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    return [ctx.create("Cast", ins[:1], {"dtype": ctx.dtype("DstT").name}).outputs[0]]
+    """A cast from a narrow integer type (a placeholder ``_placeholder`` imported as int32) first checks
+    that each value is one of that type's: a feed out of its range is a ``KernelError`` when the
+    program runs, as TensorFlow refuses to feed it."""
+    from turnout.graphdef import protos
+
+    x = _t(ins[0])
+    bounds = protos.NARROW_INTS.get(protos.base_type(int(ctx.attr("SrcT", 0))))
+    if bounds is not None and x.dtype == dt.int32:
+        lo, hi = (ctx.const(np.asarray(b, np.int32), [x], suffix=f"bound{k}") for k, b in enumerate(bounds))
+        ok = ctx.create("LogicalAnd", [ctx.create("GreaterEqual", [x, lo], suffix="above").outputs[0],
+                                       ctx.create("LessEqual", [x, hi], suffix="below").outputs[0]],
+                        suffix="in_range").outputs[0]
+        name = protos.type_name(protos.base_type(int(ctx.attr("SrcT"))))
+        x = ctx.checked(ok, x, f"a value out of the range of {name}, [{bounds[0]}, {bounds[1]}], was fed", "range")
+    return [ctx.create("Cast", [x], {"dtype": ctx.dtype("DstT").name}).outputs[0]]
 
 
 @_rule("MatMul")

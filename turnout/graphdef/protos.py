@@ -27,7 +27,10 @@ DT_RESOURCE = 20
 DT_UINT64 = 23
 DT_STRING = 7
 TF_TYPE_NAMES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
-                 9: "int64", 10: "bool", 14: "bfloat16", 19: "float16", 20: "resource", 21: "variant"}
+                 9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16", 19: "float16", 20: "resource", 21: "variant"}
+#: the narrow integer DataTypes Turnout has no dtype of, with the range of their values: an input
+#: placeholder of one of them (a uint8 image, an Atari frame) is fed as int32, where only casts read it
+NARROW_INTS = {4: (0, 255), 5: (-2**15, 2**15 - 1), 6: (-128, 127), 17: (0, 2**16 - 1)}
 
 
 def pb() -> Any:
