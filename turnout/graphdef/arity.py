@@ -62,8 +62,8 @@ ResourceScatterSub Roll ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNd
 ScatterUpdate Select SelectV2 Slice SpaceToBatchND SplitV TensorArrayGatherV3 TensorArrayReadV3
 TensorListGetItem TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate
 UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
-    4: """ApplyAdagrad OneHot ResourceApplyAdagrad StridedSlice TensorArrayScatterV3 TensorArraySplitV3
-TensorArrayWriteV3""",
+    4: """ApplyAdagrad OneHot ResourceApplyAdagrad SparseToDense StridedSlice TensorArrayScatterV3
+TensorArraySplitV3 TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum ApplyProximalGradientDescent FusedBatchNorm FusedBatchNormGrad
 FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3
 ResourceApplyAdagradV2 ResourceApplyMomentum ResourceApplyProximalGradientDescent
@@ -208,6 +208,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "SparseApplyProximalGradientDescent": {"T": (0, 1, 2, 3, 4), "Tindices": (5,)},
     "SparseApplyRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7), "Tindices": (8,)},
     "SparseSoftmaxCrossEntropyWithLogits": {"T": (0,), "Tlabels": (1,)},
+    "SparseToDense": {"T": (2, 3), "Tindices": (0, 1)},
     "Split": {"T": (1,)},
     "SplitV": {"T": (0,), "Tlen": (1,)},
     "StackPushV2": {"T": (1,)},

@@ -354,3 +354,54 @@ def _scatter_nd(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     summed = ctx.create("ScatterAddLike", [rows, lin, upd], {"axis": 0}, suffix="sum").outputs[0]
     assert like.shape is not None
     return [ctx.create("Reshape", [summed], {"shape": [-1 if d is None else int(d) for d in like.shape]}).outputs[0]]
+
+
+@_rule("SparseToDense")
+def _sparse_to_dense(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.sparse_to_dense`` (TF1's one-hot labels of old tutorials): ``default_value`` everywhere but
+    at each index row of ``sparse_indices`` (a vector or a scalar: indices into a 1-D output), which
+    holds its entry of ``sparse_values`` (or the one scalar value). The indices are checked as
+    TensorFlow's kernel checks them: inside the output (``_linear_index``) and, with
+    ``validate_indices`` (the default), in strictly increasing row-major order; without it a
+    repeated index, whose value TensorFlow leaves unspecified, is refused too. The output's shape
+    must be known at import."""
+    idx, values, default = _t(ins[0]), _t(ins[2]), _t(ins[3])
+    shape = ctx.static(ctx.data_inputs()[1])
+    if shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the output shape when importing")
+    dims = [int(d) for d in np.ravel(shape)]
+    if idx.shape is None or len(idx.shape) > 2:
+        raise UnsupportedError(f"{ctx.where()}: needs indices of rank 0, 1 or 2, got shape {idx.shape}")
+    if len(idx.shape) < 2:
+        idx = ctx.create("Reshape", [idx], {"shape": [-1, 1]}, suffix="index_rows").outputs[0]
+    if idx.shape is None or idx.shape[-1] != len(dims):
+        raise UnsupportedError(f"{ctx.where()}: needs each index row to name all {len(dims)} dimensions of the "
+                               f"output, got indices of shape {idx.shape}")
+    like = ctx.const(np.zeros(dims, values.dtype.numpy), [values], suffix="zeros")
+    lin, _ = _linear_index(ctx, idx, like, "output")
+    upd = ctx.create("Add", [ctx.create("ZerosLike", [ctx.create("Cast", [lin], {"dtype": values.dtype.name},
+                                                                  suffix="lin_float").outputs[0]],
+                                        suffix="value_zeros").outputs[0], values], suffix="values").outputs[0]
+    flat = ctx.create("Reshape", [like], {"shape": [-1]}, suffix="flat").outputs[0]
+    placed = ctx.create("ScatterAddLike", [flat, lin, upd], {"axis": 0}, suffix="placed").outputs[0]
+    ones = ctx.create("OnesLike", [lin], suffix="ones").outputs[0]
+    count = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [ctx.create("Cast", [flat], {"dtype": "int32"},
+                                                                               suffix="flat_int").outputs[0]],
+                                                     suffix="count_zeros").outputs[0], lin, ones], {"axis": 0},
+                       suffix="count").outputs[0]
+    if ctx.attr("validate_indices", True):
+        later, earlier = (_getitem(ctx, lin, (s,), f"lin_{k}") for k, s in
+                          (("later", slice(1, None)), ("earlier", slice(None, -1))))
+        ok = ctx.create("Greater", [later, earlier], suffix="increasing").outputs[0]
+        words = "indices are not in strictly increasing row-major order (an index out of order or repeated)"
+    else:
+        one = ctx.const(np.asarray(1, np.int32), [count], suffix="one")
+        ok = ctx.create("LessEqual", [count, one], suffix="once").outputs[0]
+        words = "an index is repeated (its value would be unspecified)"
+    count = ctx.checked(ok, count, words, "order")
+    hit = ctx.create("Greater", [count, ctx.const(np.asarray(0, np.int32), [count], suffix="zero")],
+                     suffix="hit").outputs[0]
+    fill = ctx.create("Add", [ctx.create("ZerosLike", [placed], suffix="fill_zeros").outputs[0], default],
+                      suffix="fill").outputs[0]
+    dense = ctx.create("Select", [hit, placed, fill], suffix="dense").outputs[0]
+    return [ctx.create("Reshape", [dense], {"shape": dims}).outputs[0]]
