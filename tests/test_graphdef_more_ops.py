@@ -640,3 +640,22 @@ def test_broadcast_args_folds_to_the_shape_both_broadcast_to(backend: str) -> No
                                        bad.const("b", np.asarray([3], np.int32))), T=I32)
     with pytest.raises(ShapeError, match=r'BroadcastArgs node "both": shapes \[2\] and \[3\] do not broadcast'):
         import_graph_def(bad.gd)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_bucketize_counts_the_boundaries_a_value_is_not_below(backend: str) -> None:
+    """``Bucketize`` as TensorFlow's kernel (``std::upper_bound``): equal boundaries both passed at a
+    tie, a NaN past all of them, an integer compared as float32, a float64 compared with the float32
+    boundaries widened (10.1 in float64 is below float32's 10.1). The expected buckets are TensorFlow
+    2.21's for the same inputs, which are numpy's ``searchsorted(side="right")`` but for the NaN."""
+    g = GraphDef()
+    bounds = [-1.5, 0.0, 0.0, 2.0, 10.1]
+    for name, t in (("x", F32), ("i", I32), ("d", 2)):
+        g.node(f"b{name}", "Bucketize", (g.placeholder(name, t, [-1]),), T=t)
+        g.gd.node[-1].attr["boundaries"].list.f.extend(bounds)
+    xv = np.array([-2, -1.5, -0.0, 0.0, 1, 2, 10.1, 11, np.nan, np.inf, -np.inf], np.float32)
+    iv = np.array([-2, -1, 0, 1, 2, 10, 11], np.int32)
+    dv = np.array([10.1, 10.100000381469727, 10.1000004, -1.5], np.float64)
+    got = _run(g, ["bx:0", "bi:0", "bd:0"], {"x:0": xv, "i:0": iv, "d:0": dv}, backend)
+    assert [a.tolist() for a in got] == [[0, 1, 3, 3, 3, 4, 5, 5, 5, 5, 0], [0, 1, 3, 3, 4, 4, 5], [4, 5, 5, 1]]
+    assert got[0].tolist()[:8] == np.searchsorted(np.float32(bounds), xv[:8], side="right").tolist()

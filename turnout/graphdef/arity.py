@@ -30,7 +30,7 @@ from turnout.graphdef import protos
 
 _BY_COUNT = {
     0: """Const ControlTrigger NoOp OptionalNone Placeholder VarHandleOp Variable VariableV2""",
-    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Cast Ceil CheckNumerics Cos Cosh
+    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Bucketize Cast Ceil CheckNumerics Cos Cosh
 DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity Inv
 InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu Lgamma Log Log1p
 LogSoftmax LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg NextIteration OnesLike
@@ -84,18 +84,18 @@ _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdadelta ApplyAdagrad ApplyAda
 ApplyFtrl ApplyFtrlV2 ApplyGradientDescent ApplyMomentum ApplyProximalAdagrad
 ApplyProximalGradientDescent ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh
 AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs
-Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart Digamma
-Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod
-FusedBatchNorm FusedBatchNormGrad GRUBlockCell GRUBlockCellGrad Greater GreaterEqual Identity Inv
-InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad LSTMBlockCell LSTMBlockCellGrad
-LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul MatrixDiag
-MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration
-NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal
-ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint
-Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax
-SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad
-Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod
-TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
+Bucketize Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart
+Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv
+FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell GRUBlockCellGrad Greater GreaterEqual
+Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad LSTMBlockCell
+LSTMBlockCellGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul
+MatrixDiag MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg
+NextIteration NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank
+RealDiv Reciprocal ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad
+ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size
+Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad
+SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK
+TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},

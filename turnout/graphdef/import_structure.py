@@ -405,3 +405,22 @@ def _sparse_to_dense(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
                       suffix="fill").outputs[0]
     dense = ctx.create("Select", [hit, placed, fill], suffix="dense").outputs[0]
     return [ctx.create("Reshape", [dense], {"shape": dims}).outputs[0]]
+
+
+@_rule("Bucketize")
+def _bucketize(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.raw_ops.Bucketize`` (bucketized feature columns): each value's bucket, the number of
+    ``boundaries`` it is not below (``std::upper_bound``, TensorFlow's kernel: a NaN is past every
+    boundary), counted over a last axis of the boundaries. The kernel compares in the wider of float32
+    (the attr's type) and the input's type: an integer input is compared as float32."""
+    x = _t(ins[0])
+    bounds = np.asarray(ctx.attr("boundaries", []) or [], np.float32)
+    if x.dtype != dt.float64:
+        x = x if x.dtype == dt.float32 else ctx.create("Cast", [x], {"dtype": "float32"}, suffix="as_float").outputs[0]
+    else:
+        bounds = bounds.astype(np.float64)
+    col = ctx.create("ExpandDims", [x], {"axis": -1}, suffix="column").outputs[0]
+    below = ctx.create("Less", [col, ctx.const(bounds, [x], suffix="boundaries")], suffix="below").outputs[0]
+    passed = ctx.create("Cast", [ctx.create("LogicalNot", [below], suffix="passed").outputs[0]], {"dtype": "int32"},
+                        suffix="counted").outputs[0]
+    return [ctx.create("Sum", [passed], {"axis": [-1], "keepdims": False}).outputs[0]]
