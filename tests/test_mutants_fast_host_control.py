@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import turnout as tn
+from turnout import raw
 from turnout.devices.plan_run import PlanRun
 from turnout.fast import plumbing
 from turnout.fast.cut import HostCond, HostLoop, Segment, Step
@@ -395,3 +396,82 @@ def test_a_value_a_branch_did_not_make_is_present_and_dead_after_the_join(monkey
     env2 = env.child()
     HostControl._join(hc, b, benv, env2, exports)
     assert key(inside[0]) in env2.vals and env2.vals[key(inside[0])] is DEAD
+
+
+@pytest.mark.parametrize("sleep", [False, True])
+def test_a_loop_variable_whose_next_value_is_a_constant_enters_as_a_device_value(sleep: bool) -> None:
+    """Law: a loop variable whose NextIteration value is known at trace time (a constant of the body)
+    enters the next iteration as a device value, on the host thread and from per-device workers
+    alike (there a ``Lazy`` marked as data), so each segment compiles once for the loop, not once
+    for the constant's iteration as well."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor, s: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                y2 = y * s
+                if sleep:
+                    y2 = tn.sleep(y2, 0.0)
+                s2 = tn.constant(1.5)
+            return i + 1, y2, s2
+
+        with tn.device("cpu:0"):
+            i, y, s = tn.while_loop(lambda i, y, s: i < 4, body, [tn.constant(0), x, tn.constant(2.0)],
+                                    name="span")
+    sess = _both(g, [i, y, s], {x: 1.0}, D2, whole_program="never")
+    stats = sess.last_result.stats
+    assert stats["host_iterations"] == {"span/frame0": 4}
+    assert stats["compiles"] == stats["segments"]
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_when_a_pushing_loop_ends_its_stacks_are_noted_and_its_newest_chunk_stays(swap: bool) -> None:
+    """Law: when a host loop that pushes stacks ends, the stores note what they hold (the memory
+    report's bytes: all on the device without ``swap_memory``, the spilled chunks on the host with
+    it), and the newest spilled chunk of each stack stays on the device for the backward loop,
+    which brings back one chunk fewer per stack than went to the host."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        w = tn.placeholder(tn.float32, shape=[], name="w")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:1"):
+                h = tn.tanh(y * w)
+            return i + 1, h
+
+        with tn.device("cpu:0"):
+            _, y = tn.while_loop(lambda i, y: i < 12, body, [tn.constant(0), x], name="fwd", swap_memory=swap)
+        dx, dw = tn.gradients(y, [x, w])
+    sess = _both(g, [y, dx, dw], {x: np.float32(0.3), w: np.float32(0.7)}, D2, stack_chunk=4)
+    (rec,) = sess.backend.memory_records()
+    assert rec["loop"] == "fwd" and rec["stacks"] >= 1
+    if swap:
+        assert rec["chunks_to_host"] > 0 and rec["host_bytes"] > 0
+        assert rec["chunks_from_host"] == rec["chunks_to_host"] - rec["stacks"]
+    else:
+        assert rec["host_bytes"] == 0 and rec["device_bytes"] == rec["peak_device_bytes"] > 0
+
+
+def test_a_loops_exit_side_runs_in_the_scope_of_its_last_header() -> None:
+    """Law: the nodes between a loop's Switch and its Exit (the exit side, which a raw loop may have)
+    run once, after the last predicate read, on the values of the last header, and the Exit passes
+    on what they give."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device("cpu:0"):
+            e = raw.enter(x, "loop")
+            ten = raw.enter(tn.constant(10.0), "loop", is_constant=True)
+            two = raw.enter(tn.constant(2.0), "loop", is_constant=True)
+            m, _ = raw.merge([e, raw.BACK_EDGE])
+            f, t = raw.switch(m, raw.loop_cond(m < ten))
+        with tn.device("cpu:1"):
+            nxt = t * two
+            out = f - two  # the exit side
+        with tn.device("cpu:0"):
+            raw.close_back_edge(m, raw.next_iteration(nxt))
+            y = raw.exit(out)
+    sess = _both(g, [y], {x: 1.0}, D2)
+    assert sess.last_result.stats["host_iterations"] == {"loop": 4}
