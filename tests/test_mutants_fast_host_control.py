@@ -105,7 +105,8 @@ def test_a_loop_spanning_devices_runs_its_trip_count_from_the_host(n: int) -> No
 def _nest(outer: int, inner: int, grad: bool = False) -> tuple[tn.Graph, Any, Any, list[Any]]:
     """An outer loop (counter on cpu:0, ``n`` fed) whose body runs a cond whose branches sit on cpu:1
     and cpu:2, then an inner loop of ``inner`` trips spanning cpu:1 and cpu:2, then an add on cpu:2
-    named ``after``: every control structure of the body decided on the host."""
+    named ``after`` and a loop of two halvings all on cpu:2 (compiled whole in its segment): every
+    control structure of the body but the last decided on the host."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, shape=[], name="x")
@@ -136,7 +137,9 @@ def _nest(outer: int, inner: int, grad: bool = False) -> tuple[tn.Graph, Any, An
                 _, y4 = tn.while_loop(lambda j, z: j < inner, ibody, [tn.constant(0), y3], name="inner")
             with tn.device("cpu:2"):
                 y5 = tn.add(y4, 0.25, name="after")
-            return i + 1, y5
+                _, y6 = tn.while_loop(lambda k, v: k < 2, lambda k, v: (k + 1, v * 0.5), [tn.constant(0), y5],
+                                      name="compiled")
+            return i + 1, y6
 
         with tn.device("cpu:0"):
             i, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="outer")
@@ -178,20 +181,22 @@ def test_every_predicate_the_host_reads_is_one_host_span_with_the_value_read() -
         y3 = y2 * y2 if y2 > 0.5 else y2 * 3.0
         for _ in range(inner):
             y3 = np.sin(y3)
-        y = y3 + 0.25
+        y = (y3 + 0.25) * 0.25
     after = [s.args["iteration"] for t in tl.tracks() for s in tl.track_spans(t)
              if t != "host" and "outer/body/after" in s.name]
     assert after == list(range(outer))
 
 
-def _captured(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[Any, ...]]:
-    """The arguments of every call of ``HostControl.<name>`` in the runs that follow."""
+def _captured(monkeypatch: pytest.MonkeyPatch, name: str, result: bool = False) -> list[tuple[Any, ...]]:
+    """The positional arguments of every call of ``HostControl.<name>`` in the runs that follow
+    (and, with ``result``, what it returned, last)."""
     seen: list[tuple[Any, ...]] = []
     orig = getattr(HostControl, name)
 
-    def keep(self: Any, *args: Any) -> Any:
-        seen.append((self, *args))
-        return orig(self, *args)
+    def keep(self: Any, *args: Any, **kwargs: Any) -> Any:
+        got = orig(self, *args, **kwargs)
+        seen.append((self, *args, got) if result else (self, *args))
+        return got
 
     monkeypatch.setattr(HostControl, name, keep)
     return seen
@@ -269,14 +274,31 @@ def test_a_loop_that_pushes_and_runs_no_iteration_traces_its_whole_body(monkeypa
     monkeypatch.setattr(SegmentFn, "trace", trace)
     g, x, n, fetches = _nest(2, 2, grad=True)
     sess = _both(g, fetches, {x: 0.3, n: 0}, D3)
-    assert sess.last_result.stats["host_iterations"] == {"outer/frame0": 0, "gradients/outer/frame2": 0}
+    ran = sess.last_result.stats["host_iterations"]  # the forward loop and its gradient's, no trip
+    assert len(ran) == 2 and ran["outer/frame0"] == 0 and set(ran.values()) == {0}
     (run, steps, env), = seen
     segs = _segments(steps)
     assert any(isinstance(s, HostCond) for s in steps) and any(isinstance(s, HostLoop) for s in steps)
     assert segs and all(s.fn is not None and s.fn in traced for s in segs)
     traced.clear()
-    run._learn_steps(steps, env.child())
+    entered = _captured(monkeypatch, "_enter_iteration", result=True)
+    walked = env.child()
+    run._learn_steps(steps, walked)
     assert {id(f) for f in traced} == {id(s.fn) for s in segs}
+    # joined as a run would: the branch the walk traced last gives the cond's Merges, a loop's
+    # Exits pass on its exit side's values, and a loop is entered at its first iteration (each
+    # Merge's index says the Enter)
+    for s in steps:
+        if isinstance(s, HostCond):
+            merged = [key(m.outputs[0]) for m, _ in s.region.merges]
+            assert merged and all(walked.vals[k] is not DEAD for k in merged)
+        elif isinstance(s, HostLoop):
+            exits = plumbing.exit_keys(s.region)
+            assert exits and all(walked.vals[k] is not DEAD for k in exits)
+    assert entered
+    for _, hl, _, _, henv in entered:
+        for _, m, _, es, _ in hl.region.loop_vars:
+            assert int(henv.vals[key(m.outputs[1])]) == es
 
 
 @pytest.mark.parametrize("sleep", [False, True])
@@ -454,10 +476,12 @@ def test_when_a_pushing_loop_ends_its_stacks_are_noted_and_its_newest_chunk_stay
         assert rec["host_bytes"] == 0 and rec["device_bytes"] == rec["peak_device_bytes"] > 0
 
 
-def test_a_loops_exit_side_runs_in_the_scope_of_its_last_header() -> None:
+def test_a_loops_exit_side_runs_in_the_scope_of_its_last_header(monkeypatch: pytest.MonkeyPatch) -> None:
     """Law: the nodes between a loop's Switch and its Exit (the exit side, which a raw loop may have)
     run once, after the last predicate read, on the values of the last header, and the Exit passes
-    on what they give."""
+    on what they give; the walk that traces an unrun loop (``_learn_steps``) traces the exit side
+    too, and its Exit is live."""
+    seen = _captured(monkeypatch, "loop")
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, shape=[], name="x")
@@ -475,3 +499,33 @@ def test_a_loops_exit_side_runs_in_the_scope_of_its_last_header() -> None:
             y = raw.exit(out)
     sess = _both(g, [y], {x: 1.0}, D2)
     assert sess.last_result.stats["host_iterations"] == {"loop": 4}
+    (run, hl, env), = seen
+    assert hl.exit_side
+    walked = env.child()
+    run._learn_steps([hl], walked)
+    assert walked.vals[key(y)] is not DEAD
+
+
+def test_a_loops_merge_index_says_the_enter_first_and_the_next_iteration_after() -> None:
+    """Law ([E-Merge-Live] at a loop's header): the index output of a loop variable's Merge is the
+    Enter's slot at the first iteration and the NextIteration's after; a body that reads it sees
+    the same sequence on the host-driven loop as on the reference."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+        with tn.device("cpu:0"):
+            e = raw.enter(x, "loop")
+            hundred = raw.enter(tn.constant(100.0), "loop", is_constant=True)
+            two = raw.enter(tn.constant(2.0), "loop", is_constant=True)
+            tens = raw.enter(tn.constant(10.0), "loop", is_constant=True)
+            m, idx = raw.merge([e, raw.BACK_EDGE])
+            p = raw.loop_cond(m < hundred)
+            f, t = raw.switch(m, p)
+            _, t_i = raw.switch(idx, p)
+        with tn.device("cpu:1"):
+            nxt = t * two + tn.cast(t_i, tn.float32) * tens
+        with tn.device("cpu:0"):
+            raw.close_back_edge(m, raw.next_iteration(nxt))
+            y = raw.exit(f)
+    sess = _both(g, [y], {x: 1.0}, D2)
+    assert sess.last_result.stats["host_iterations"] == {"loop": 5}
