@@ -33,15 +33,17 @@ from turnout.fast.values import DEAD
 
 D2 = ["cpu:0", "cpu:1"]
 D3 = ["cpu:0", "cpu:1", "cpu:2"]
+GUARD = 100  # more iterations than any loop here runs
 
 
 def _both(g: tn.Graph, fetches: list[Any], feeds: dict[Any, Any], devices: list[str],
           **options: Any) -> tn.Session:
     """The partitioned fast run (no fallback, traced) checked against the reference run; the
-    session, for its stats and trace."""
-    want = tn.Session(g).run(fetches, feeds)
+    session, for its stats and trace. Both under ``max_iterations``, so that a loop that would
+    not stop fails at once."""
+    want = tn.Session(g).run(fetches, feeds, max_iterations=GUARD)
     sess = tn.Session(g, backend="fast", devices=devices, fallback=False, **options)
-    got = sess.run(fetches, feeds, trace=True)
+    got = sess.run(fetches, feeds, trace=True, max_iterations=GUARD)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5)
     assert sess.last_result is not None and sess.last_result.stats["executor"] == "fast partitioned"
@@ -529,3 +531,17 @@ def test_a_loops_merge_index_says_the_enter_first_and_the_next_iteration_after()
             y = raw.exit(f)
     sess = _both(g, [y], {x: 1.0}, D2)
     assert sess.last_result.stats["host_iterations"] == {"loop": 5}
+
+
+def test_a_loop_of_n_trips_runs_under_max_iterations_n_and_stops_under_n_minus_1() -> None:
+    """Law: ``max_iterations`` bounds the bodies a host loop runs: a loop of ``n`` trips runs under
+    ``max_iterations=n`` and is a ``NonTerminationError`` under ``n - 1`` (before its last body), as
+    on the reference."""
+    n = 3
+    g, x, i, y = _spanning(n)
+    sess = tn.Session(g, backend="fast", devices=D2, fallback=False, whole_program="never")
+    for s in (tn.Session(g), sess):
+        with pytest.raises(tn.NonTerminationError, match=f"max_iterations={n - 1}"):
+            s.run(y, {x: 1.0}, max_iterations=n - 1)
+    _both(g, [i, y], {x: 1.0}, D2, whole_program="never")
+    assert float(sess.run(y, {x: 1.0}, max_iterations=n)) == 2.0**n
