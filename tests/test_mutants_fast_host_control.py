@@ -545,3 +545,30 @@ def test_a_loop_of_n_trips_runs_under_max_iterations_n_and_stops_under_n_minus_1
             s.run(y, {x: 1.0}, max_iterations=n - 1)
     _both(g, [i, y], {x: 1.0}, D2, whole_program="never")
     assert float(sess.run(y, {x: 1.0}, max_iterations=n)) == 2.0**n
+
+
+def test_a_host_known_loop_variable_enters_on_the_loops_home_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Law: a loop variable known on the host (the counter's constant 0) enters the loop as a device
+    value on the loop's home device (that of its Merges, here cpu:1, not JAX's default device), and
+    the environment says so: every device value of an iteration's Merges lives where the environment
+    records it, which is what spares a segment there a copy at each call."""
+    entered = _captured(monkeypatch, "_enter_iteration", result=True)
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, shape=[], name="x")
+
+        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
+            with tn.device("cpu:2"):
+                y2 = y * 2.0
+            return i + 1, y2
+
+        with tn.device("cpu:1"):
+            i, y = tn.while_loop(lambda i, y: i < 3, body, [tn.constant(0), x], name="span")
+    _both(g, [i, y], {x: 3.0}, ["cpu:1", "cpu:2"], whole_program="never")
+    assert entered
+    counter = key(entered[0][1].region.loop_vars[0][1].outputs[0])  # the Merge of ``i``, entered from 0
+    assert entered[0][4].where[counter] == entered[0][1].home != tn.devices.parse("cpu:0").name
+    for run, hl, _, _, henv in entered:
+        for _, m, _, _, _ in hl.region.loop_vars:
+            v, w = henv.vals[key(m.outputs[0])], henv.where.get(key(m.outputs[0]))
+            assert w is not None and v.devices() == {run.jdev[w]}
