@@ -303,8 +303,13 @@ MODULES: dict[str, dict[str, Any]] = {
                                  "select": "test_mutants_devices_local_cluster or loopback"},
     "devices/trace.py": {"module": "turnout.devices.trace",
                          "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
-    **{f"fast/{m}.py": {"module": f"turnout.fast.{m}", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]}
-       for m in ("host_control", "host_env")},
+    "fast/host_env.py": {"module": "turnout.fast.host_env", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]},
+    # (the host's conds and loops: tiny programs on the partitioned fast backend without fallback,
+    # against the reference, and the host's methods called again on a run's own conds and loops,
+    # ahead of the runs on forced devices)
+    "fast/host_control.py": {"module": "turnout.fast.host_control",
+                             "tests": ["test_mutants_fast_host_control.py", "test_fast_plumbing.py",
+                                       *_FAST_DEV_TESTS]},
     **{f"devices/{m}.py": {"module": f"turnout.devices.{m}",
                            "tests": [*first, *_FAST_DEV_TESTS, "test_fast_trace.py", "test_devices_swap.py",
                                      "test_routes.py", "test_slot_sizes.py"]}
