@@ -71,6 +71,21 @@ def _spanning(n: int, sleep: bool = False, parallel_iterations: int = 10) -> tup
     return g, x, i, y
 
 
+def _cond_on_three_devices(x: tn.Tensor, p: tn.Tensor) -> tn.Tensor:
+    """``x * 10`` on cpu:1 where ``p`` holds, else ``x - 10`` on cpu:2: a cond whose branches live on
+    other devices than its predicate, which the host runs."""
+
+    def yes() -> tn.Tensor:
+        with tn.device("cpu:1"):
+            return x * 10.0
+
+    def no() -> tn.Tensor:
+        with tn.device("cpu:2"):
+            return x - 10.0
+
+    return tn.cond(p, yes, no)
+
+
 @pytest.mark.parametrize("v", [2.0, -2.0])
 def test_a_cond_whose_branches_span_devices_gives_the_taken_branchs_value(v: float) -> None:
     """Law: the host reads the predicate and runs the taken branch's steps; the Merge forwards that
@@ -80,16 +95,7 @@ def test_a_cond_whose_branches_span_devices_gives_the_taken_branchs_value(v: flo
         x = tn.placeholder(tn.float32, shape=[], name="x")
         with tn.device("cpu:0"):
             p = x > 0.0
-
-        def yes() -> tn.Tensor:
-            with tn.device("cpu:1"):
-                return x * 10.0
-
-        def no() -> tn.Tensor:
-            with tn.device("cpu:2"):
-                return x - 10.0
-
-        z = tn.cond(p, yes, no)
+        z = _cond_on_three_devices(x, p)
     sess = _both(g, [z], {x: v}, D3)
     assert sess.last_result.stats["host_conds"] == 1
 
@@ -341,16 +347,7 @@ def _vector_predicates() -> tuple[tn.Graph, Any, Any, Any, Any, Any]:
         x = tn.placeholder(tn.float32, shape=[], name="x")
         with tn.device("cpu:0"):
             p = tn.placeholder(tn.bool, shape=None, name="p")
-
-        def yes() -> tn.Tensor:
-            with tn.device("cpu:1"):
-                return x * 10.0
-
-        def no() -> tn.Tensor:
-            with tn.device("cpu:2"):
-                return x - 10.0
-
-        z = tn.cond(p, yes, no)
+        z = _cond_on_three_devices(x, p)
         n = tn.placeholder(tn.int32, shape=None, name="n")
 
         def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
