@@ -94,7 +94,8 @@ def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
     kernel would apply them one after the other."""
     names = ctx.data_inputs()
     touched = None
-    at = _GRADIENT_AT.get(_family(nd.op))
+    family = _family(nd.op)
+    at = _GRADIENT_AT.get(family)
     if sparse:  # the indices follow the gradient
         k = len(ins) - 1 if at is None else at + 1
         indices, ins, names = ins[k], [*ins[:k], *ins[k + 1:]], [*names[:k], *names[k + 1:]]
@@ -118,7 +119,7 @@ def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
     if reads_var:
         reads.insert(0, ctx.create("ReadVariable", [handles[0]], slot_attrs[0], suffix="read_var").outputs[0])
     f = _Formula(ctx, grad)
-    scalars = _checked_scalars(ctx, f, _family(nd.op), sparse, [_t(x) for x in ins[n_slots:-1]])
+    scalars = _checked_scalars(ctx, f, family, sparse, [_t(x) for x in ins[n_slots:-1]])
     new_slots, decrement = formula(f, reads, scalars, grad)
     if touched is not None:
         new_slots = [f.op("Select", touched, v, old) for v, old in zip(new_slots, reads)]
@@ -131,6 +132,11 @@ def _apply_update(ctx: ImportContext, nd: Any, ins: list[Value], n_slots: int,
         return [ctx.create("Identity", [update.outputs[0]], control=ctx.ctrl_inputs() + done).outputs[0]]
     ctx.create("NoOp", [], control=ctx.ctrl_inputs() + done + [update])
     return []
+
+
+def _toward(f: _Formula, old: Tensor, target: Tensor, decay: Tensor) -> Tensor:
+    """``old + (target - old)(1 - decay)``: a moving average's step, as TensorFlow's kernels write it."""
+    return f.op("Add", old, f.op("Mul", f.op("Sub", target, old), f.op("Sub", 1.0, decay)))
 
 
 def _sgd(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
@@ -150,8 +156,8 @@ def _adam(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
     """TensorFlow's ApplyAdam kernel: m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2);
     var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) (Nesterov: m replaced by (1 - b1) g + b1 m)."""
     (m, v), (b1p, b2p, lr, b1, b2, eps) = slots, s
-    m2 = f.op("Add", m, f.op("Mul", f.op("Sub", g, m), f.op("Sub", 1.0, b1)))
-    v2 = f.op("Add", v, f.op("Mul", f.op("Sub", f.op("Mul", g, g), v), f.op("Sub", 1.0, b2)))
+    m2 = _toward(f, m, g, b1)
+    v2 = _toward(f, v, f.op("Mul", g, g), b2)
     lr_t = f.op("Div", f.op("Mul", lr, f.op("Sqrt", f.op("Sub", 1.0, b2p))), f.op("Sub", 1.0, b1p))
     mm = m2
     if f.ctx.attr("use_nesterov", False):
@@ -162,7 +168,7 @@ def _adam(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
 def _rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tensor) -> Any:
     """ms += (g^2 - ms)(1 - rho); mom = momentum mom + lr g / sqrt(ms + eps); var -= mom."""
     (ms, mom), (lr, rho, momentum, eps) = slots, s
-    ms2 = f.op("Add", ms, f.op("Mul", f.op("Sub", f.op("Mul", g, g), ms), f.op("Sub", 1.0, rho)))
+    ms2 = _toward(f, ms, f.op("Mul", g, g), rho)
     mom2 = f.op("Add", f.op("Mul", momentum, mom), f.op("Div", f.op("Mul", lr, g), f.op("Sqrt", f.op("Add", ms2, eps))))
     return [ms2, mom2], mom2
 
@@ -172,8 +178,8 @@ def _centered_rmsprop(f: _Formula, slots: list[Tensor], s: list[Tensor], g: Tens
     ``ApplyCenteredRMSProp``: ms += (g^2 - ms)(1 - rho); mg += (g - mg)(1 - rho);
     mom = momentum mom + lr g / sqrt(ms - mg^2 + eps); var -= mom."""
     (mg, ms, mom), (lr, rho, momentum, eps) = slots, s
-    ms2 = f.op("Add", ms, f.op("Mul", f.op("Sub", f.op("Mul", g, g), ms), f.op("Sub", 1.0, rho)))
-    mg2 = f.op("Add", mg, f.op("Mul", f.op("Sub", g, mg), f.op("Sub", 1.0, rho)))
+    ms2 = _toward(f, ms, f.op("Mul", g, g), rho)
+    mg2 = _toward(f, mg, g, rho)
     denom = f.op("Add", f.op("Sub", ms2, f.op("Mul", mg2, mg2)), eps)
     mom2 = f.op("Add", f.op("Mul", momentum, mom), f.op("Div", f.op("Mul", lr, g), f.op("Sqrt", denom)))
     return [mg2, ms2, mom2], mom2

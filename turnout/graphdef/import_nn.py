@@ -214,10 +214,6 @@ class _Norm(_Formula):
         """TensorFlow's unused reserve outputs: an empty vector."""
         return self.ctx.const(np.zeros((0,), self.anchor.dtype.numpy), [self.anchor], suffix=f"reserve{k}")
 
-    def last(self, t: Tensor) -> Tensor:
-        """``t`` through the Identity that carries the NodeDef's name (its first output)."""
-        return self.ctx.create("Identity", [t]).outputs[0]
-
 
 def _epsilon(ctx: ImportContext) -> float:
     return float(ctx.attr("epsilon", 1e-4))
@@ -312,7 +308,7 @@ def _lrn(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``x * (bias + alpha * sum of x**2 over the window) ** -beta`` (``tf.nn.lrn``, the CIFAR-10 and
     AlexNet models' normalisation)."""
     x = _t(ins[0])
-    f = _Norm(ctx, x)
+    f = _Formula(ctx, x)
     norm, _, _, beta = _lrn_norm(ctx, f, x)
     return [f.last(f.op("Mul", x, f.op("Pow", norm, -beta)))]
 
@@ -323,7 +319,7 @@ def _lrn_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     TensorFlow's kernel computes it from the forward output ``y`` (the window is symmetric, so the
     sum over the outputs a channel feeds is the same band product)."""
     dy, x, y = (_t(v) for v in ins[:3])
-    f = _Norm(ctx, x)
+    f = _Formula(ctx, x)
     norm, band, alpha, beta = _lrn_norm(ctx, f, x)
     spread = ctx.create("MatMul", [f.op("Div", f.op("Mul", dy, y), norm), band], suffix="spread").outputs[0]
     dx = f.op("Sub", f.op("Mul", dy, f.op("Pow", norm, -beta)), f.op("Mul", f.op("Mul", x, spread), 2.0 * alpha * beta))

@@ -50,10 +50,6 @@ class _Cell(_Formula):
         """``1 - y^2``: a tanh's derivative from its output."""
         return self.op("Sub", 1.0, self.op("Mul", y, y))
 
-    def last(self, t: Tensor) -> Tensor:
-        """``t`` through the Identity that carries the NodeDef's name (its first output)."""
-        return self.ctx.create("Identity", [t]).outputs[0]
-
 
 def _sizes(ctx: ImportContext, w: Tensor, gates: int) -> tuple[int, int]:
     """The input's and the cell's widths, read off the weight matrix ``w`` (``[input + cell, gates *

@@ -1312,6 +1312,11 @@ class _Formula:
         self.k += 1
         return self.ctx.const(np.asarray(v, self.anchor.dtype.numpy), [self.anchor], suffix=f"c{self.k}")
 
+    def last(self, t: Tensor) -> Tensor:
+        """``t`` through the Identity that carries the NodeDef's name (its first output): the node a
+        rule creates last takes that name, so a formula's result ends in it."""
+        return self.ctx.create("Identity", [t]).outputs[0]
+
 
 # ---- TF1 reference variables: a VariableV2 is a Turnout Variable; its ref is the handle -----------
 @_rule("VariableV2", "Variable")

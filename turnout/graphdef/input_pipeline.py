@@ -101,13 +101,19 @@ def batch_node(nd: Any, nodes: dict[str, Any], dropped: Any) -> Any:
     return out
 
 
+def _types(nd: Any) -> list[int]:
+    """The DataTypes of a get-next node's outputs: an iterator's ``output_types``, a dequeue's
+    ``component_types``."""
+    return list(nd.attr["output_types" if nd.op.startswith("Iterator") else "component_types"].list.type)
+
+
 def _components(nd: Any, nodes: dict[str, Any]) -> tuple[list[int], list[Any]]:
     """The dtypes and shapes (``TensorShapeProto``, or None where unknown) of a get-next node's outputs:
     an iterator's are its attrs; a dequeue's are its queue's component shapes, under a batch
     dimension for a dequeue of many (its count where that is a constant; unknown for ``UpTo``)."""
+    types = _types(nd)
     if nd.op.startswith("Iterator"):
-        return list(nd.attr["output_types"].list.type), list(nd.attr["output_shapes"].list.shape)
-    types = list(nd.attr["component_types"].list.type)
+        return types, list(nd.attr["output_shapes"].list.shape)
     queue = nodes.get(nd.input[0].split(":")[0]) if nd.input else None
     shapes = list(queue.attr["shapes"].list.shape) if queue is not None and "shapes" in queue.attr else []
     if len(shapes) != len(types):
@@ -155,7 +161,7 @@ def batches(gd: Any, dropped: Any) -> list[str]:
     out = []
     for nd in gd.node:
         if nd.op in GET_NEXT_OPS and nd.name not in dropped:
-            types = nd.attr["output_types" if nd.op.startswith("Iterator") else "component_types"].list.type
+            types = _types(nd)
             out += [f"{nd.name}:{k}" for k, t in enumerate(types) if base_type(t) in TF_TO_DTYPE]
     return out
 
