@@ -659,3 +659,42 @@ def test_bucketize_counts_the_boundaries_a_value_is_not_below(backend: str) -> N
     got = _run(g, ["bx:0", "bi:0", "bd:0"], {"x:0": xv, "i:0": iv, "d:0": dv}, backend)
     assert [a.tolist() for a in got] == [[0, 1, 3, 3, 3, 4, 5, 5, 5, 5, 0], [0, 1, 3, 3, 4, 4, 5], [4, 5, 5, 1]]
     assert got[0].tolist()[:8] == np.searchsorted(np.float32(bounds), xv[:8], side="right").tolist()
+
+
+def _pad_graph(value: Any = None) -> GraphDef:
+    """``Pad`` (``PadV2`` of ``value``) of a fed ``x`` at fed paddings: known only when it runs."""
+    g = GraphDef()
+    g.placeholder("x", F32, [-1, 3])
+    g.placeholder("p", I32, [2, 2])
+    if value is None:
+        g.node("y", "Pad", ("x", "p"), T=F32)
+    else:
+        g.node("y", "PadV2", ("x", "p", g.const("v", np.float32(value))), T=F32)
+    return g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pad_at_run_time_paddings_is_numpys_zero_pad_and_its_gradient_the_slice(backend: str) -> None:
+    """Law (TensorFlow's Pad): ``x`` at ``[before : before + size]`` of zeros of the padded shape, at
+    paddings known only when the graph runs (``nce_loss``'s gradient pads at the batch size); its
+    gradient reads that window back."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+    for pads in ([[1, 0], [2, 1]], [[0, 0], [0, 0]], [[0, 3], [1, 0]]):
+        (y,) = _run(_pad_graph(), ["y:0"], {"x:0": x, "p:0": np.asarray(pads, np.int32)}, backend)
+        np.testing.assert_array_equal(y, np.pad(x, pads))
+        seed = np.arange(np.pad(x, pads).size, dtype=np.float32).reshape(np.pad(x, pads).shape)
+        (dx,) = _grads(_pad_graph(), "y:0", ["x:0"], {"x:0": x, "p:0": np.asarray(pads, np.int32)}, backend, seed)
+        (b0, _), (b1, _) = pads
+        np.testing.assert_array_equal(dx, seed[b0:b0 + 2, b1:b1 + 3])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pad_at_run_time_paddings_refuses_a_negative_one(backend: str) -> None:
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(KernelError, match="Pad: paddings must be non-negative"):
+        _run(_pad_graph(), ["y:0"], {"x:0": x, "p:0": np.asarray([[0, -1], [0, 0]], np.int32)}, backend)
+
+
+def test_pad_v2_of_a_nonzero_value_at_run_time_paddings_is_refused() -> None:
+    _refused(_pad_graph(2.0), "a pad value other than zero needs paddings known when importing")
+    import_graph_def(_pad_graph(0.0).gd)  # (a zero PadV2 is a Pad)

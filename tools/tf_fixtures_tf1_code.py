@@ -506,3 +506,101 @@ def dqn_uint8_frames(tf: Any) -> list[dict[str, Any]]:
     feeds = {"frames:0": rng.integers(0, 256, size=(5, 6, 6, 2)).astype(np.uint8),
              "actions:0": np.array([0, 2, 1, 1, 0], np.int32), "targets:0": rng.normal(size=(5,)).astype(np.float32)}
     return _train_runs(feeds, loss, train, [q, k.value(), w.value()])
+
+
+@case
+def categorical_sampling(tf: Any) -> list[dict[str, Any]]:
+    """``Multinomial`` as TF1 code draws it: a REINFORCE step whose policy samples an action per state
+    (``tf.multinomial``, seeded by the graph seed alone) and trains, with Adam, on the log-probability of
+    fed actions weighted by fed returns; and a character model's sampling loop (a ``tf.while_loop``
+    that feeds each drawn character back, ``tf.random.categorical`` of the logits over a temperature,
+    seeded, written into a TensorArray), plus several samples a row of a fed batch. Each run draws anew,
+    so the runs check the counter's advance too."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(31)
+    obs = v1.placeholder(tf.float32, [None, 4], name="obs")
+    taken = v1.placeholder(tf.int32, [None], name="taken")
+    returns = v1.placeholder(tf.float32, [None], name="returns")
+    w = v1.get_variable("policy/w", [4, 3], initializer=_seeded(tf, 32))
+    logits = tf.matmul(obs, w)
+    action = tf.squeeze(v1.multinomial(logits, 1), axis=1, name="action")
+    logp = -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=taken, logits=logits)
+    loss = -tf.reduce_mean(logp * returns, name="pg_loss")
+    train = v1.train.AdamOptimizer(0.05).minimize(loss)
+    emb = v1.get_variable("charrnn/emb", [5, 3], initializer=_seeded(tf, 33))
+    wh = v1.get_variable("charrnn/wh", [3, 3], initializer=_seeded(tf, 34))
+    wo = v1.get_variable("charrnn/wo", [3, 5], initializer=_seeded(tf, 35))
+    temperature = v1.placeholder(tf.float32, [], name="temperature")
+
+    def step(i: Any, char: Any, h: Any, out: Any) -> Any:
+        h = tf.tanh(tf.matmul(tf.nn.embedding_lookup(emb, char), wh) + h)
+        nxt = tf.random.categorical(tf.matmul(h, wo) / temperature, 1, seed=36, dtype=tf.int32)[:, 0]
+        return i + 1, nxt, h, out.write(i, nxt)
+
+    start = tf.zeros([2], tf.int32)
+    chars = tf.TensorArray(tf.int32, size=6)
+    _, _, _, chars = tf.while_loop(lambda i, *_: i < 6, step, [0, start, tf.zeros([2, 3]), chars])
+    text = tf.transpose(chars.stack(), name="text")
+    many = tf.random.categorical(logits * 0.5, 7, seed=37, name="many")
+    rng = np.random.default_rng(38)
+    feeds = {"obs:0": rng.normal(size=(5, 4)).astype(np.float32), "taken:0": np.array([0, 2, 1, 1, 0], np.int32),
+             "returns:0": rng.normal(size=(5,)).astype(np.float32), "temperature:0": np.float32(0.8)}
+    fetches = [loss.name, action.name, text.name, many.name]
+    return [{"feeds": feeds, "fetches": fetches, "targets": [train.name]} for _ in range(3)] + [
+        {"feeds": feeds, "fetches": [*fetches, *names([w.value()])]}]
+
+
+@case
+def word2vec_nce(tf: Any) -> list[dict[str, Any]]:
+    """The skip-gram model of TensorFlow's word2vec tutorial, as its TF1 script writes it: a
+    ``random_uniform`` embedding, ``truncated_normal`` NCE weights and zero biases, ``tf.nn.nce_loss``
+    (negative classes from ``LogUniformCandidateSampler``, unique, seeded by the graph seed), SGD at
+    rate 1, and the cosine similarity of a few validation words to every word. Each run draws new
+    negatives."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(51)
+    vocab, dim, sampled = 40, 6, 5
+    inputs = v1.placeholder(tf.int32, [None], name="inputs")
+    labels = v1.placeholder(tf.int64, [None, 1], name="labels")
+    embeddings = tf.Variable(v1.random_uniform([vocab, dim], -1.0, 1.0), name="embeddings")
+    weights = tf.Variable(v1.truncated_normal([vocab, dim], stddev=1.0 / np.sqrt(dim)), name="nce_weights")
+    biases = tf.Variable(tf.zeros([vocab]), name="nce_biases")
+    embed = tf.nn.embedding_lookup(embeddings, inputs)
+    loss = tf.reduce_mean(v1.nn.nce_loss(weights=weights, biases=biases, labels=labels, inputs=embed,
+                                         num_sampled=sampled, num_classes=vocab), name="nce_loss")
+    train = v1.train.GradientDescentOptimizer(1.0).minimize(loss)
+    norm = tf.sqrt(tf.reduce_sum(tf.square(embeddings), 1, keepdims=True))
+    valid = tf.nn.embedding_lookup(embeddings / norm, tf.constant([1, 3, 5]))
+    similarity = tf.matmul(valid, embeddings / norm, transpose_b=True, name="similarity")
+    rng = np.random.default_rng(52)
+    feeds = {"inputs:0": rng.integers(0, vocab, size=8).astype(np.int32),
+             "labels:0": rng.integers(0, vocab, size=(8, 1)).astype(np.int64)}
+    runs = _train_runs(feeds, loss, train, [embeddings.value(), weights.value(), biases.value()])
+    return [*runs, {"feeds": feeds, "fetches": [similarity.name]}]
+
+
+@case
+def sampled_softmax_lm(tf: Any) -> list[dict[str, Any]]:
+    """A language model's output layer trained by ``tf.nn.sampled_softmax_loss`` as TF1 code writes it
+    (the NMT and PTB tutorials' choice for large vocabularies): an embedding, a tanh layer, the sampled
+    softmax over a log-uniform sample of the vocabulary with the accidental hits removed
+    (``ComputeAccidentalHits`` and ``SparseToDense``), SGD; the full softmax's loss for evaluation.
+    The fed labels repeat a class the sampler draws often, so hits occur."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(61)
+    vocab, dim, sampled = 30, 5, 6
+    words = v1.placeholder(tf.int32, [None], name="words")
+    labels = v1.placeholder(tf.int64, [None, 1], name="labels")
+    emb = v1.get_variable("emb", [vocab, dim], initializer=_seeded(tf, 62))
+    w1 = v1.get_variable("w1", [dim, dim], initializer=_seeded(tf, 63))
+    out_w = v1.get_variable("out_w", [vocab, dim], initializer=_seeded(tf, 64))
+    out_b = v1.get_variable("out_b", [vocab], initializer=tf.zeros_initializer())
+    h = tf.tanh(tf.matmul(tf.nn.embedding_lookup(emb, words), w1))
+    loss = tf.reduce_mean(tf.nn.sampled_softmax_loss(out_w, out_b, labels, h, sampled, vocab), name="sampled_loss")
+    train = v1.train.GradientDescentOptimizer(0.5).minimize(loss)
+    logits = tf.matmul(h, out_w, transpose_b=True) + out_b
+    full = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels[:, 0], logits=logits),
+                          name="full_loss")
+    feeds = {"words:0": np.array([3, 7, 1, 0, 12, 5], np.int32),
+             "labels:0": np.array([[0], [1], [0], [2], [0], [17]], np.int64)}
+    return _train_runs(feeds, loss, train, [emb.value(), out_w.value()]) + [{"feeds": feeds, "fetches": [full.name]}]

@@ -133,3 +133,27 @@ def v2_cond_in_loop_training(tf: Any) -> list[dict[str, Any]]:
         runs.append({"feeds": feeds, "fetches": [loss.name], "targets": [train.name]})
     runs.append({"feeds": feeds, "fetches": [loss.name, h.name, w.value().name]})
     return runs
+
+
+@case
+def v2_sampling_loop(tf: Any) -> list[dict[str, Any]]:
+    """A sampling loop of control flow v2 (a ``While`` over library functions): each step draws the
+    next token by ``tf.random.categorical`` of a table row chosen by the last token, seeded, and sums
+    the tokens; and a cond whose taken branch samples (its untaken one draws nothing). Three runs, each
+    drawing anew."""
+    with control_flow_v2():
+        tf.compat.v1.set_random_seed(41)
+        table = tf.constant(_weights((4, 4), 42, 2.0))
+        start = tf.compat.v1.placeholder(tf.int32, [None], name="start")
+
+        def step(i: Any, tok: Any, acc: Any) -> Any:
+            nxt = tf.random.categorical(tf.gather(table, tok), 1, dtype=tf.int32, seed=43)[:, 0]
+            return i + 1, nxt, acc * 4 + nxt
+
+        _, last, code = tf.while_loop(lambda i, t, a: i < 5, step, [0, start, tf.zeros_like(start)])
+        flag = tf.compat.v1.placeholder(tf.bool, [], name="flag")
+        picked = tf.cond(flag, lambda: tf.random.categorical(table, 3, seed=44)[0],
+                         lambda: tf.zeros([3], tf.int64), name="pick")
+    feeds = {"start:0": np.array([0, 3, 1], np.int32), "flag:0": True}
+    fetches = [tf.identity(last, name="last").name, tf.identity(code, name="code").name, picked.name]
+    return [{"feeds": {**feeds, "flag:0": k != 1}, "fetches": fetches} for k in range(3)]

@@ -34,6 +34,8 @@ from turnout.control_flow.contexts import CondContext, WhileContext
 from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import Graph, Node, Tensor, get_default_graph
 from turnout.ops import constant, control_dependencies, convert_to_tensor, identity
+from turnout.random_categorical import LOGIT_DTYPES, SAMPLE_DTYPES, Create, categorical_part, reserved_outputs
+from turnout.random_samplers import log_uniform_part, per_sample
 from turnout.specs import TensorSpec
 from turnout.variables import Variable
 
@@ -106,53 +108,76 @@ def loop_token(ctx: Any, prefix: str) -> tuple[Optional[Tensor], Callable[[Tenso
     return lv.body_input.outputs[0], close
 
 
-#: how a construction creates a node: (op, inputs, attrs, suffix, static output dims or None) -> Node
-Create = Callable[[str, Sequence[Tensor], dict[str, Any], str, Optional[list[int]]], Node]
-
-
 def draw_part(create: Create, counter: Tensor, shape: Tensor, bounds: Sequence[Tensor], attrs: dict[str, Any],
               dims: Optional[list[int]]) -> tuple[Tensor, Tensor]:
+    """One execution of a stateful random op that is one draw: ``RandomDraw`` from the counter's
+    read, in ``execution``; the counter moves 256 calls for each value drawn. Shared by
+    ``stateful_draw`` and the GraphDef importer."""
+    def draw(read: Tensor) -> Tensor:
+        return create("RandomDraw", [shape, read, *bounds], attrs, "draw", dims).outputs[0]
+
+    return execution(create, counter, draw, lambda d: create("Size", [d], {}, "size", None).outputs[0])
+
+
+def execution(create: Create, counter: Tensor, body: Callable[[Tensor], Tensor],
+              outputs: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
     """One execution of a stateful random op: ``read`` the counter (the handle of an int64 scalar
-    Variable, or that handle entered into loop frames), ``RandomDraw`` from it, and ``assign_add``
-    the calls the draw reserves. Returns the draw and the assign's output, on which whatever reads
-    the draw must wait. Shared by ``stateful_draw`` and the GraphDef importer."""
+    Variable, or that handle entered into loop frames), compute the op's value from it (``body``,
+    given the read: the Philox call its draws start at), and ``assign_add`` the calls the execution
+    reserves, 256 for each of ``outputs(value)`` (an int32 scalar). The advance is computed from the
+    value, so it waits on the value and so on the counter's read, in every executor and in
+    TensorFlow's run of an export (where nothing else orders a Variable's read and its update).
+    Returns the value and the assign's output, on which whatever reads the value must wait."""
     handle = counter.node
     while handle.op == "Enter":  # (an imported loop enters the handle, as TensorFlow does)
         handle = handle.inputs[0].node
     var = {"dtype": dt.int64.name, "shape": [], "var_name": handle.attrs["var_name"]}
     read = create("ReadVariable", [counter], var, "read", None).outputs[0]
-    drawn = create("RandomDraw", [shape, read, *bounds], attrs, "draw", dims).outputs[0]
-    n = create("Size", [drawn], {}, "size", None).outputs[0]
-    n64 = create("Cast", [n], {"dtype": dt.int64.name}, "size64", None).outputs[0]
+    value = body(read)
+    n64 = create("Cast", [outputs(value)], {"dtype": dt.int64.name}, "size64", None).outputs[0]
     per = create("Const", [], {"value": np.int64(tf_random.reserved_calls(1)), "dtype": dt.int64.name},
                  "per_output", None).outputs[0]
     reserved = create("Mul", [n64, per], {}, "reserved", None).outputs[0]
     advanced = create("AssignAddVariable", [counter, reserved], var, "advance", None).outputs[0]
-    return drawn, advanced
+    return value, advanced
 
 
 def stateful_draw(distribution: str, shape: Any, dtype: Any, seed: Optional[int], name: str,
                   bounds: Sequence[Tensor] = ()) -> Tensor:
-    """One stateful random op built where the graph is being built: its counter Variable, the
-    ``draw_part`` (after the loops' token, module docstring), and the draw, waiting on the assign."""
-    g = get_default_graph()
-    key = get_seed(seed, g)
+    """One stateful random op built where the graph is being built: ``draw_part`` in
+    ``_stateful``."""
     d = dt.as_dtype(dtype)
     shp, static = _shape_input(shape, name)
+
+    def part(create: Create, counter: Tensor, attrs: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        return draw_part(create, counter, shp, bounds, {"distribution": distribution, "dtype": d.name, **attrs},
+                         static)
+
+    return _stateful(part, seed, name)
+
+
+def _stateful(part: Callable[[Create, Tensor, dict[str, Any]], tuple[Any, Tensor]], seed: Optional[int],
+              name: str) -> Any:
+    """A stateful random op's counter Variable, ``part`` (its read, its draw, its advance: after the
+    loops' token, module docstring, with the op's seeds as attrs), and its value (a tensor, or a tuple
+    of them for an op of several outputs), each waiting on the assign."""
+    g = get_default_graph()
+    key = get_seed(seed, g)
     prefix = g.unique_name(name)
-    attrs = {"distribution": distribution, "dtype": d.name, "seed": int(key[0]), "seed2": int(key[1])}
 
     def create(op: str, inputs: Sequence[Tensor], a: dict[str, Any], suffix: str, dims: Optional[list[int]]) -> Node:
-        spec = None if dims is None else [TensorSpec(d, tuple(dims))]
+        spec = None if dims is None or op != "RandomDraw" else [TensorSpec(dt.as_dtype(a["dtype"]), tuple(dims))]
         return g.create_node(op, list(inputs), a, name=f"{prefix}/{suffix}", specs=spec)
 
     counter = Variable(np.int64(0), name=f"{prefix}/counter", trainable=False)
     token, close = loop_token(g.current_context, prefix)
     with control_dependencies([token.node] if token is not None else []):
-        drawn, advanced = draw_part(create, counter.handle, shp, bounds, attrs, static)
+        value, advanced = part(create, counter.handle, {"seed": int(key[0]), "seed2": int(key[1])})
     close(advanced)
     with control_dependencies([advanced.node]):
-        return identity(drawn, name=prefix)
+        if isinstance(value, tuple):
+            return tuple(identity(v, name=f"{prefix}/out{k}") for k, v in enumerate(value))
+        return identity(value, name=prefix)
 
 
 def _shape_input(shape: Any, name: str) -> tuple[Tensor, Optional[list[int]]]:
@@ -225,5 +250,95 @@ def truncated_normal(shape: Any, mean: Any = 0.0, stddev: Any = 1.0, dtype: Any 
     return stateful_draw("TruncatedNormal", shape, d, seed, who) * s + m
 
 
-__all__ = ["DEFAULT_GRAPH_SEED", "draw_part", "get_seed", "normal", "set_random_seed", "stateful_draw",
-           "truncated_normal", "uniform"]
+@checked
+def categorical(logits: Any, num_samples: Any, dtype: Any = dt.int64, seed: Optional[int] = None,
+                name: Optional[str] = None) -> Tensor:
+    """Class indices drawn from the categorical distributions whose unnormalised log-probabilities
+    are the rows of ``logits`` (``[batch, classes]``, float32 or float64): ``num_samples`` of them a
+    row (an int or an int32 scalar tensor), ``[batch, num_samples]`` of ``dtype`` (int64 or int32),
+    drawn anew at each execution: ``tf.random.categorical`` (``tf.multinomial``), TensorFlow's
+    ``Multinomial`` with TensorFlow's numbers (``turnout.random_categorical``). A non-finite logit's
+    class is never drawn; a row of none but non-finite logits gives ``classes``, as TensorFlow's
+    kernel does."""
+    who = name or "categorical"
+    x = convert_to_tensor(logits)
+    if x.dtype.name not in LOGIT_DTYPES:
+        raise ArgumentError(f"{who}: logits must be float32 or float64, got {x.dtype.name}")
+    if x.shape is not None and len(x.shape) != 2:
+        raise ArgumentError(f"{who}: logits must be a matrix [batch, classes], got shape {list(x.shape)}")
+    if x.shape is not None and x.shape[1] == 0:
+        raise ArgumentError(f"{who}: logits must have at least one class, got shape {list(x.shape)}")
+    out = dt.as_dtype(dtype)
+    if out.name not in SAMPLE_DTYPES:
+        raise ArgumentError(f"{who}: dtype must be int32 or int64, got {out.name}")
+    count = _sample_count(num_samples, who)
+    known = None if x.shape is None or x.shape[0] is None or not _is_int(num_samples) else [x.shape[0], num_samples]
+
+    def part(create: Create, counter: Tensor, seeds: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        return execution(create, counter, lambda read: categorical_part(create, read, x, count, out.name, seeds, known),
+                         lambda samples: reserved_outputs(create, samples))
+
+    return _stateful(part, seed, who)
+
+
+@checked
+def log_uniform_candidate_sampler(true_classes: Any, num_true: int, num_sampled: int, unique: bool, range_max: int,
+                                  seed: Optional[int] = None,
+                                  name: Optional[str] = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Classes drawn from the log-uniform (Zipfian) distribution over ``[0, range_max)``, class ``c``
+    with probability ``log((c + 2) / (c + 1)) / log(range_max + 1)``:
+    ``tf.random.log_uniform_candidate_sampler``, the negative classes of ``tf.nn.nce_loss`` and
+    ``sampled_softmax_loss``, with TensorFlow's numbers, drawn anew at each execution
+    (``turnout.random_samplers``). Returns ``(sampled_candidates``, int64
+    ``[num_sampled]``; ``true_expected_count``, float32 shaped as ``true_classes`` (an int64 ``[batch,
+    num_true]``); ``sampled_expected_count``, float32 ``[num_sampled])``; with ``unique`` the samples
+    are distinct and the counts those of the tries it took. Nothing flows back through them."""
+    who = name or "log_uniform_candidate_sampler"
+    classes = convert_to_tensor(true_classes)
+    if classes.dtype != dt.int64:
+        raise ArgumentError(f"{who}: true_classes must be int64, got {classes.dtype.name}")
+    if classes.shape is not None and len(classes.shape) != 2:
+        raise ArgumentError(f"{who}: true_classes must be a matrix [batch, num_true], got shape {list(classes.shape)}")
+    for arg, v, low in (("num_true", num_true, 1), ("num_sampled", num_sampled, 1), ("range_max", range_max, 1)):
+        if not _is_int(v) or not low <= int(v) < 2**31:
+            raise ArgumentError(f"{who}: {arg} must be an int in [{low}, 2**31), got {v!r}")
+    if classes.shape is not None and classes.shape[1] is not None and classes.shape[1] != num_true:
+        raise ArgumentError(f"{who}: true_classes has {classes.shape[1]} columns, num_true is {num_true}")
+    if not isinstance(unique, bool):
+        raise ArgumentError(f"{who}: unique must be a bool, got {unique!r}")
+    if unique and num_sampled > range_max:
+        raise ArgumentError(f"{who}: Sampler's range is too small: {num_sampled} unique samples of {range_max} classes")
+
+    def part(create: Create, counter: Tensor, attrs: dict[str, Any]) -> tuple[Any, Tensor]:
+        counts: list[Tensor] = []
+
+        def body(read: Tensor) -> Tensor:
+            sampled, true_count, sampled_count = log_uniform_part(read, classes, num_true, num_sampled, unique,
+                                                                  range_max, attrs)
+            counts.extend([true_count, sampled_count])
+            return sampled
+
+        sampled, advanced = execution(create, counter, body, lambda s: per_sample(create, s))
+        return (sampled, *counts), advanced
+
+    return _stateful(part, seed, who)  # type: ignore[no-any-return]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _sample_count(num_samples: Any, who: str) -> Tensor:
+    """``num_samples`` as an int32 scalar tensor: a Python int >= 0, or a tensor of that type."""
+    if _is_int(num_samples):
+        if not 0 <= int(num_samples) <= np.iinfo(np.int32).max:
+            raise ArgumentError(f"{who}: num_samples must be an int in [0, 2**31), got {num_samples!r}")
+        return constant(np.int32(num_samples), name="num_samples")
+    if not isinstance(num_samples, Tensor) or num_samples.dtype != dt.int32 or (
+            num_samples.shape is not None and num_samples.shape != ()):
+        raise ArgumentError(f"{who}: num_samples must be an int or an int32 scalar tensor, got {num_samples!r}")
+    return num_samples
+
+
+__all__ = ["DEFAULT_GRAPH_SEED", "categorical", "draw_part", "execution", "log_uniform_candidate_sampler",
+           "get_seed", "normal", "set_random_seed", "stateful_draw", "truncated_normal", "uniform"]

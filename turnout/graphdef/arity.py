@@ -33,23 +33,23 @@ _BY_COUNT = {
     1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Bucketize Cast Ceil CheckNumerics Cos Cosh
 DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity Inv
 InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu Lgamma Log Log1p
-LogSoftmax LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg NextIteration OnesLike
-OptionalGetValue PlaceholderWithDefault PreventGradient Qr RandomStandardNormal RandomUniform Rank
-ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt
-Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign SpaceToDepth Sqrt Square
-Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh TensorArrayCloseV3 TensorArrayV3
-TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIsInitializedOp
-VariableShape Where ZerosLike""",
+LogSoftmax LogUniformCandidateSampler LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg
+NextIteration OnesLike OptionalGetValue PlaceholderWithDefault PreventGradient Qr
+RandomStandardNormal RandomUniform Rank ReadVariableOp Reciprocal RefEnter RefExit RefIdentity
+RefNextIteration Relu Relu6 Rint Round Rsqrt Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax
+Softplus Softsign SpaceToDepth Sqrt Square Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan
+Tanh TensorArrayCloseV3 TensorArrayV3 TensorListElementShape TensorListLength TopK TruncatedNormal
+Unique Unpack VarIsInitializedOp VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
-BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo Conv2D Cumprod Cumsum
-DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal ExpandDims Fill
-FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual ListDiff
-LogicalAnd LogicalOr MatMul MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod
-Mul MulNoNan NotEqual Pad Pow Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape
-ResizeBilinear ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather
-ReverseSequence ReverseV2 RsqrtGrad SegmentMean SegmentSum SeluGrad SigmoidGrad
-SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
+BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits Conv2D Cumprod
+Cumsum DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal ExpandDims
+Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual
+ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad
+MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod RealDiv ReciprocalGrad RefSwitch
+Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad ResizeNearestNeighbor
+ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad SegmentMean SegmentSum
+SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
 SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
 TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
@@ -142,6 +142,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Min": {"T": (0,), "Tidx": (1,)},
     "MirrorPad": {"T": (0,), "Tpaddings": (1,)},
     "MirrorPadGrad": {"T": (0,), "Tpaddings": (1,)},
+    "Multinomial": {"T": (0,)},
     "OneHot": {"T": (2, 3), "TI": (0,)},
     "Pad": {"T": (0,), "Tpaddings": (1,)},
     "PadV2": {"T": (0, 2), "Tpaddings": (1,)},
@@ -235,6 +236,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "UnsortedSegmentProd": {"T": (0,), "Tindices": (1,), "Tnumsegments": (2,)},
     "UnsortedSegmentSum": {"T": (0,), "Tindices": (1,), "Tnumsegments": (2,)},
 }
+
 
 #: op -> its number of data inputs (control inputs aside)
 FIXED: dict[str, int] = {op: n for n, ops in _BY_COUNT.items() for op in ops.split()}

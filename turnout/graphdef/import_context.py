@@ -387,6 +387,7 @@ _FOLD: dict[str, Optional[Callable[..., Any]]] = {
     "Fill": None, "Reshape": None, "BroadcastGradientArgs": None, "Size": None, "Rank": None, "Shape": None,
     "InvertPermutation": lambda p: np.argsort(p).astype(p.dtype), "ConcatOffset": None, "DynamicStitch": None,
     "ListDiff": None, "Sign": np.sign, "Transpose": None, "DiagPart": None, "Qr": None, "GatherV2": None,
+    "ExpandDims": lambda x, axis: np.expand_dims(x, int(axis)),
     "BroadcastArgs": lambda a, b: np.asarray(np.broadcast_shapes(tuple(int(d) for d in a), tuple(int(d) for d in b)),
                                              a.dtype),
 }

@@ -22,10 +22,12 @@ from typing import Any, Optional
 import numpy as np
 
 from turnout import tf_random
-from turnout.errors import UnsupportedError
+from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import BACK_EDGE, Node, Tensor
 from turnout.graphdef.import_context import FOLDED_OPS, ImportContext, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
+from turnout.random_categorical import LOGIT_DTYPES, Create, categorical_part, reserved_outputs
+from turnout.random_samplers import log_uniform_part, per_sample
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -168,11 +170,133 @@ def _random(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 
 def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
-    """``random.draw_part`` under the node's name, on a counter Variable of its own, keyed by the node's
-    ``(seed, seed2)`` (TensorFlow's fresh key for an unseeded op is drawn once, here)."""
+    """``random.draw_part`` of the node's distribution, in ``_execution``."""
     from turnout.random import draw_part
 
-    shape, bounds = ins[0], ins[1:]
+    op = nd.op
+    dtype = ctx.dtype("Tout" if op == "RandomUniformInt" else "dtype")
+    if np.dtype(dtype.numpy) not in [np.dtype(d) for d in tf_random.DTYPES[op]]:
+        raise UnsupportedError(f"{ctx.where()}: dtype {dtype.name} is not supported")
+    static = ctx.static(ctx.data_inputs()[0])
+    dims = None if static is None else [int(d) for d in np.ravel(static)]
+
+    def part(create: Create, handle: Tensor, seeds: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        attrs = {"distribution": op, "dtype": dtype.name, **seeds}
+        return draw_part(create, handle, ins[0], ins[1:], attrs, dims)  # type: ignore[arg-type]
+
+    return _execution(ctx, ins, part)
+
+
+@_rule("Multinomial")
+def _multinomial(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.random.categorical``: ``random_categorical.categorical_part`` in ``random.execution``, in
+    ``_execution``."""
+    from turnout.random import execution
+
+    logits, count = ins
+    if not isinstance(logits, Tensor) or logits.dtype.name not in LOGIT_DTYPES:
+        raise UnsupportedError(f"{ctx.where()}: logits of dtype {ctx.dtype('T').name} are not supported "
+                               f"(Turnout has {' and '.join(LOGIT_DTYPES)})")
+    if logits.shape is not None and len(logits.shape) != 2:
+        raise ArgumentError(f"{ctx.where()}: logits should be a matrix, got shape {list(logits.shape)}")
+    if not isinstance(count, Tensor) or count.dtype.name != "int32" or (count.shape is not None and count.shape != ()):
+        raise ArgumentError(f"{ctx.where()}: num_samples should be an int32 scalar")
+    out = ctx.dtype("output_dtype").name
+    known = ctx.static(ctx.data_inputs()[1])
+    dims = None if known is None or logits.shape is None or logits.shape[0] is None else [logits.shape[0], int(known)]
+
+    def part(create: Create, handle: Tensor, seeds: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        return execution(create, handle, lambda read: categorical_part(create, read, logits, count, out, seeds, dims),
+                         lambda samples: reserved_outputs(create, samples))
+
+    return [_execution(ctx, ins, part)]
+
+
+@_rule("LogUniformCandidateSampler")
+def _log_uniform_sampler(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.random.log_uniform_candidate_sampler``: ``random_samplers.log_uniform_part`` (a loop of
+    tries) in ``execution``, its three outputs waiting on the advance. Inside a TensorFlow v1 while
+    loop it is refused (its loop of tries would have to be built in the frames of the GraphDef)."""
+    from turnout.random import execution
+
+    (classes,) = ins
+    if not isinstance(classes, Tensor) or classes.dtype.name != "int64":
+        raise ArgumentError(f"{ctx.where()}: true_classes must be an int64 tensor")
+    if classes.shape is not None and len(classes.shape) != 2:
+        raise ArgumentError(f"{ctx.where()}: true_classes must be a matrix, got shape {list(classes.shape)}")
+    num_true, num_sampled, range_max = (int(ctx.attr(a)) for a in ("num_true", "num_sampled", "range_max"))
+    unique = bool(ctx.attr("unique"))
+    if range_max <= 0 or num_sampled < 0 or (unique and num_sampled > range_max):
+        raise ArgumentError(f"{ctx.where()}: Sampler's range is too small (range_max {range_max}, num_sampled "
+                            f"{num_sampled}, unique {unique})")
+    anchors = [classes, *(c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs)]
+    if not _in_builder(ctx) and any(loop_enter(t) is not None for t in anchors):
+        raise UnsupportedError(f"{ctx.where()}: a candidate sampler inside a TensorFlow v1 while loop is not built")
+
+    def part(create: Create, handle: Tensor, seeds: dict[str, Any]) -> tuple[Any, Tensor]:
+        counts: list[Tensor] = []
+
+        def body(read: Tensor) -> Tensor:
+            with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context), \
+                    ctx.graph.name_scope(f"{ctx.prefix}{nd.name}"):
+                sampled, *rest = log_uniform_part(read, classes, num_true, num_sampled, unique, range_max, seeds)
+            counts.extend(rest)
+            return sampled
+
+        sampled, advanced = execution(create, handle, body, lambda s: per_sample(create, s))
+        return (sampled, *counts), advanced
+
+    return list(_execution(ctx, ins, part))
+
+
+@_rule("ComputeAccidentalHits")
+def _accidental_hits(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """Where a row's true class was also sampled (``sampled_softmax_loss`` removes those logits): for
+    each true class, in row-major order, that is among the samples, its row (int32), the position of
+    its last occurrence among the samples (int64: the kernel's map from class to position keeps the
+    last) and ``-FLT_MAX``; as many as there are hits, a length known when the program runs
+    (``import_scatter.true_positions``). Not random: it reads what a sampler drew."""
+    from turnout.graphdef.import_scatter import true_positions
+
+    true, sampled = (x for x in ins)
+    num_true = int(ctx.attr("num_true"))
+    if not isinstance(true, Tensor) or not isinstance(sampled, Tensor) or true.dtype.name != "int64" \
+            or sampled.dtype.name != "int64":
+        raise ArgumentError(f"{ctx.where()}: true_candidates and sampled_candidates must be int64 tensors")
+    if true.shape is not None and (len(true.shape) != 2 or true.shape[1] not in (None, num_true)):
+        raise ArgumentError(f"{ctx.where()}: true_candidates must be a batch_size * num_true matrix, got shape "
+                            f"{list(true.shape)}")
+    if sampled.shape is not None and len(sampled.shape) != 1:
+        raise ArgumentError(f"{ctx.where()}: sampled_candidates must be a vector, got shape {list(sampled.shape)}")
+    ones = ctx.create("OnesLike", [sampled], suffix="ones").outputs[0]
+    counted = ctx.create("Cumsum", [ctx.create("Cast", [ones], {"dtype": "int32"}, suffix="ones32").outputs[0]],
+                         {"axis": 0}, suffix="counted").outputs[0]
+    minus_one = ctx.const(np.asarray(-1, np.int32), [sampled], suffix="minus_one")
+    position = ctx.create("Add", [counted, minus_one], suffix="position").outputs[0]
+    same = ctx.create("Equal", [ctx.create("ExpandDims", [true], {"axis": 2}, suffix="column").outputs[0], sampled],
+                      suffix="same").outputs[0]
+    where = ctx.create("Select", [same, position, minus_one], suffix="where").outputs[0]
+    last = ctx.create("Max", [where], {"axis": 2, "keepdims": False}, suffix="last").outputs[0]
+    flat = ctx.create("Reshape", [last], {"shape": [-1]}, suffix="flat").outputs[0]
+    hit = ctx.create("Cast", [ctx.create("GreaterEqual", [flat, ctx.const(np.asarray(0, np.int32), [flat],
+                                                                          suffix="zero")], suffix="found").outputs[0]],
+                     {"dtype": "int32"}, suffix="hit").outputs[0]
+    kept = true_positions(ctx, hit, "hits")
+    width = ctx.const(np.asarray(num_true, np.int32), [kept], suffix="num_true")
+    rows = ctx.create("Div", [kept, width], suffix="out0").outputs[0]
+    ids = ctx.create("Cast", [ctx.create("Gather", [flat, kept], {"axis": 0}, suffix="ids32").outputs[0]],
+                     {"dtype": "int64"}, suffix="out1").outputs[0]
+    lowest = ctx.const(np.asarray(-np.finfo(np.float32).max, np.float32), [kept], suffix="lowest")
+    weights = ctx.create("Fill", [ctx.create("Shape", [kept], suffix="hits_shape").outputs[0], lowest]).outputs[0]
+    return [rows, ids, weights]
+
+
+def _execution(ctx: ImportContext, ins: list[Value],
+               part: Callable[[Create, Tensor, dict[str, Any]], tuple[Any, Tensor]]) -> Any:
+    """One execution of a stateful random op under the node's name: ``part`` (its counter's read, its
+    draw and its advance) on a counter Variable of its own, keyed by the node's ``(seed, seed2)``
+    (TensorFlow's fresh key for an unseeded op is drawn once, here), after the token of the loops
+    around it; its value (a tensor, or a tuple of them) waits on the advance."""
     anchors = [x for x in ins if isinstance(x, Tensor)] + [c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs]
     # (a function body inside a builder: its values lie in the builder's frames, which it threads
     # tokens through; a call at the top level, in a TensorFlow v1 frame or none, is read as the GraphDef)
@@ -180,19 +304,11 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
     if enter is not None and any(in_loop_cond(t) for t in anchors):
         raise UnsupportedError(f"{ctx.where()}: a random op in a cond inside a TensorFlow while loop is not built "
                                "(its draws could not be ordered across iterations)")
-    op = nd.op
-    dtype = ctx.dtype("Tout" if op == "RandomUniformInt" else "dtype")
-    if np.dtype(dtype.numpy) not in [np.dtype(d) for d in tf_random.DTYPES[op]]:
-        raise UnsupportedError(f"{ctx.where()}: dtype {dtype.name} is not supported")
     seed, seed2 = tf_random.stream_seeds(int(ctx.attr("seed", 0)), int(ctx.attr("seed2", 0)))
-    name = f"{ctx.prefix}{nd.name}/counter"
+    name = f"{ctx.prefix}{ctx.node.name}/counter"
     counter = _counter(ctx, name)
     token, close = _token(ctx, enter)
     ctx.graph.variables[name] = counter
-    static = ctx.static(ctx.data_inputs()[0])
-    dims = None if static is None else [int(d) for d in np.ravel(static)]
-    attrs = {"distribution": op, "dtype": dtype.name, "seed": seed, "seed2": seed2}
-
     handle = counter.outputs[0] if enter is None else _entered(ctx, counter.outputs[0], enter)
 
     def create(o: str, inputs: Any, a: dict[str, Any], suffix: str, shape_: Any) -> Any:
@@ -200,10 +316,13 @@ def _stateful(ctx: ImportContext, nd: Any, ins: list[Value]) -> Tensor:
         return ctx.create(o, inputs, a, suffix=suffix, shapes=None if shape_ is None else [shape_],
                           control=[*ctx.ctrl_inputs(), *wait])
 
-    drawn, advanced = draw_part(create, handle, shape, bounds, attrs, dims)
+    value, advanced = part(create, handle, {"seed": seed, "seed2": seed2})
     if close is not None:
         close(advanced)
-    return ctx.create("Identity", [drawn], control=[*ctx.ctrl_inputs(), advanced.node]).outputs[0]
+    if isinstance(value, tuple):  # (several outputs: the last takes the node's name)
+        return tuple(ctx.create("Identity", [v], suffix=None if k == len(value) - 1 else f"out{k}",
+                                control=[*ctx.ctrl_inputs(), advanced.node]).outputs[0] for k, v in enumerate(value))
+    return ctx.create("Identity", [value], control=[*ctx.ctrl_inputs(), advanced.node]).outputs[0]
 
 
 def _token(ctx: ImportContext, enter: Optional[Node]) -> tuple[Optional[Tensor], Optional[Callable[[Tensor], None]]]:

@@ -1,5 +1,6 @@
 """Import rules of the structure ops of TF1 model code: Squeeze, Unpack, IdentityN, Print,
-PlaceholderWithDefault, CheckNumerics, EnsureShape, Pad / PadV2, OneHot, Cumsum, the batched
+PlaceholderWithDefault, CheckNumerics, EnsureShape, Pad / PadV2 (at paddings known at import, or
+zero pads at run-time ones), OneHot, Cumsum, the batched
 matrix products, Einsum, GatherNd and its gradient ScatterNd.
 
 Each is existing Turnout primitives put together (``GetItem`` for squeezes and unstacks, ``Concat``
@@ -19,11 +20,11 @@ import numpy as np
 
 from turnout import dtypes as dt
 from turnout.array_ops import one_hot_part, squeeze_axes, unstack_parts
-from turnout.composite import last_suffix
+from turnout.composite import checked_that, getitem, getitem_spec, last_suffix
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _dim, _getitem, _like_shape, _t
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _dim, _getitem, _like_shape, _partial_shape, _t
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -155,8 +156,10 @@ def _pad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     attribute of these ops: ``MirrorPad`` is another op). The value is 0 for Pad."""
     x = _t(ins[0])
     names = ctx.data_inputs()
-    pads = ctx.static_int_list(names[1], "the paddings")
     r = _rank(ctx, x)
+    if ctx.static(names[1]) is None:
+        return [_pad_at_run_time(ctx, nd, x, _t(ins[1]), r)]
+    pads = ctx.static_int_list(names[1], "the paddings")
     assert x.shape is not None
     if len(pads) != 2 * r or min(pads, default=0) < 0:
         raise UnsupportedError(f"{ctx.where()}: paddings {pads} must be {r} non-negative [before, after] pairs")
@@ -177,6 +180,37 @@ def _pad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         cur = ctx.create("Concat", blocks, {"axis": a}, suffix=None if a == padded[-1] else f"axis{a}",
                          shapes=[list(shape)]).outputs[0]
     return [cur]
+
+
+def _pad_at_run_time(ctx: ImportContext, nd: Any, x: Tensor, paddings: Tensor, r: int) -> Tensor:
+    """A zero pad of paddings known only at run time (the gradient of a ``Slice`` whose begin is
+    computed, as ``nce_loss``'s of its true and sampled weights): ``x`` written, as a slice's gradient
+    is, at ``[before : before + size]`` on each axis of zeros of the padded shape (``GetItemGrad`` into
+    a ``Fill``). TensorFlow's kernel refuses a negative padding, and so does a ``KernelError`` here. A
+    pad value other than zero, at run-time paddings, is refused."""
+    value = np.zeros((), x.dtype.numpy) if nd.op == "Pad" else ctx.static(ctx.data_inputs()[2])
+    if value is None or np.any(np.asarray(value) != 0):
+        raise UnsupportedError(f"{ctx.where()}: a pad value other than zero needs paddings known when importing")
+    if paddings.dtype != dt.int32:
+        paddings = ctx.create("Cast", [paddings], {"dtype": "int32"}, suffix="paddings32").outputs[0]
+    zero = ctx.const(np.asarray(0, np.int32), [paddings], suffix="zero")
+    ok = ctx.create("All", [ctx.create("GreaterEqual", [paddings, zero], suffix="nonnegative").outputs[0]],
+                    {"axis": None, "keepdims": False}, suffix="all_nonnegative").outputs[0]
+    paddings = checked_that(ctx, ok, paddings, f"Pad: paddings must be non-negative (node {nd.name})", "checked")
+    grown = ctx.create("Sum", [paddings], {"axis": 1, "keepdims": False}, suffix="grown").outputs[0]
+    shape = ctx.create("Shape", [x], suffix="shape").outputs[0]
+    padded = ctx.create("Add", [shape, grown], suffix="padded_shape").outputs[0]
+    zeros = ctx.create("Fill", [padded, ctx.const(np.zeros((), x.dtype.numpy), [x], suffix="zero_value")],
+                       suffix="zeros").outputs[0]
+    key = []
+    for k in range(r):
+        before = getitem(ctx, paddings, (k, 0), f"before{k}")
+        size = _dim(ctx, x, k, f"size{k}")
+        size_t = size if isinstance(size, Tensor) else ctx.const(np.asarray(size, np.int32), [x], suffix=f"size{k}")
+        key.append(slice(before, ctx.create("Add", [before, size_t], suffix=f"stop{k}").outputs[0], None))
+    dyn: list[Tensor] = []
+    spec = getitem_spec(tuple(key), dyn)
+    return ctx.create("GetItemGrad", [zeros, x, *dyn], {"spec": spec}).outputs[0]
 
 
 def _block(ctx: ImportContext, x: Tensor, axis: int, n: int, value: Any, fill: Value | None, suffix: str) -> Tensor:
@@ -364,12 +398,12 @@ def _sparse_to_dense(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     TensorFlow's kernel checks them: inside the output (``_linear_index``) and, with
     ``validate_indices`` (the default), in strictly increasing row-major order; without it a
     repeated index, whose value TensorFlow leaves unspecified, is refused too. The output's shape
-    must be known at import."""
+    must be known at import past its first axis (``sampled_softmax_loss`` removes its accidental hits
+    into ``[batch, num_sampled]``, the batch known when it runs)."""
     idx, values, default = _t(ins[0]), _t(ins[2]), _t(ins[3])
-    shape = ctx.static(ctx.data_inputs()[1])
-    if shape is None:
-        raise UnsupportedError(f"{ctx.where()}: needs the output shape when importing")
-    dims = [int(d) for d in np.ravel(shape)]
+    dims = _partial_shape(ctx, ctx.data_inputs()[1])
+    if dims is None or any(d is None for d in dims[1:]):
+        raise UnsupportedError(f"{ctx.where()}: needs the output shape past its first axis when importing")
     if idx.shape is None or len(idx.shape) > 2:
         raise UnsupportedError(f"{ctx.where()}: needs indices of rank 0, 1 or 2, got shape {idx.shape}")
     if len(idx.shape) < 2:
@@ -377,7 +411,11 @@ def _sparse_to_dense(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if idx.shape is None or idx.shape[-1] != len(dims):
         raise UnsupportedError(f"{ctx.where()}: needs each index row to name all {len(dims)} dimensions of the "
                                f"output, got indices of shape {idx.shape}")
-    like = ctx.const(np.zeros(dims, values.dtype.numpy), [values], suffix="zeros")
+    if dims[0] is not None:
+        like = ctx.const(np.zeros(dims, values.dtype.numpy), [values], suffix="zeros")
+    else:
+        zero = ctx.const(np.zeros((), values.dtype.numpy), [values], suffix="zero")
+        like = ctx.create("Fill", [_shape32(ctx, _t(ins[1])), zero], suffix="zeros", shapes=[dims]).outputs[0]
     lin, _ = _linear_index(ctx, idx, like, "output")
     upd = ctx.create("Add", [ctx.create("ZerosLike", [ctx.create("Cast", [lin], {"dtype": values.dtype.name},
                                                                   suffix="lin_float").outputs[0]],
@@ -404,7 +442,16 @@ def _sparse_to_dense(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     fill = ctx.create("Add", [ctx.create("ZerosLike", [placed], suffix="fill_zeros").outputs[0], default],
                       suffix="fill").outputs[0]
     dense = ctx.create("Select", [hit, placed, fill], suffix="dense").outputs[0]
+    if dims[0] is None:
+        return [ctx.create("ReshapeTo", [dense, _shape32(ctx, _t(ins[1]))], shapes=[dims]).outputs[0]]
     return [ctx.create("Reshape", [dense], {"shape": dims}).outputs[0]]
+
+
+def _shape32(ctx: ImportContext, shape: Tensor) -> Tensor:
+    """A run-time shape vector as the int32 one ``Fill`` and ``ReshapeTo`` take."""
+    if shape.dtype == dt.int32:
+        return shape
+    return ctx.create("Cast", [shape], {"dtype": "int32"}, suffix="shape32").outputs[0]
 
 
 @_rule("Bucketize")
