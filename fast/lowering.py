@@ -15,7 +15,8 @@ have rules that the region emitter (``emit``) applies as part of a Cond or While
 
 The rules live in modules by the kind of op they lower: here sources, control flow and elementwise
 ops; ``fast.lower_structure`` (linear algebra, indexing, reductions, shapes),
-``fast.lower_windows`` (convolution and pooling), ``fast.lower_random`` (RandomDraw), ``fast.lower_tensor_arrays`` and
+``fast.lower_windows`` (convolution and pooling), ``fast.lower_linalg`` (inverse, Cholesky, triangular
+solve), ``fast.lower_random`` (RandomDraw), ``fast.lower_tensor_arrays`` and
 ``fast.lower_state`` (Variables and gradient stacks). Each files its rules in the one table of
 ``fast.lowering_base``, and importing this module imports them all, so ``LOWERING_RULES`` read from
 here holds every rule.
@@ -37,6 +38,7 @@ from turnout.errors import FeedError, GradientError, UnsupportedError, describe_
 # (importing the rule modules files their rules in ``LOWERING_RULES``)
 from turnout.fast import (  # noqa: F401
     counted_stacks,
+    lower_linalg,
     lower_random,
     lower_state,
     lower_structure,

@@ -327,7 +327,9 @@ Z3_UNSUPPORTED: frozenset[str] = frozenset({
     "Assert",  # a failing check is an error, which the encoding has no value for
     "ArgMax", "ArgMin", "TopK", "ReverseSequence",
     "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPool", "MaxPoolGrad", "AvgPool", "AvgPoolGrad",
-    "MatMul", "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
+    "MatMul", "MatrixInverse", "Cholesky", "MatrixTriangularSolve", "MatrixSolve", "MatrixDeterminant",
+    "LogMatrixDeterminant",
+    "Reshape", "ReshapeTo", "Transpose", "ExpandDims", "Concat", "Pack", "GetItem", "GetItemGrad", "Gather",
     "ScatterAddLike", "UpdateSlot", "Tile", "Sum", "Mean", "Max", "Min", "All", "Any", "ZerosLike", "OnesLike", "Fill",
     "Shape",
     "Size",

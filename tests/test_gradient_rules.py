@@ -281,6 +281,29 @@ CASES: dict[str, Case] = {
     "AvgPool": Case([_arr(1, 4, 3, 2)], lambda x: tn.avg_pool(x, [2, 3], [2, 1], "SAME"), _jax_avg_pool),
     "AvgPoolGrad": Case([_arr(1, 2, 3, 2)], lambda dy: _window("AvgPoolGrad", POOL, tn.zeros([1, 4, 3, 2], F), dy * dy),
                         lambda dy: jax.vjp(_jax_avg_pool, jnp.zeros((1, 4, 3, 2)))[1](dy * dy)[0]),
+    # linear algebra, of well-conditioned matrices (3 on the diagonal); the Cholesky case symmetrises its
+    # input, as the factor's gradient is TensorFlow's symmetric one
+    "MatrixInverse": Case([_arr(2, 3, 3)], lambda x: tn.linalg.inv(x + 3.0 * tn.constant(np.eye(3)))
+                          + tn.linalg.inv(x + 3.0 * tn.constant(np.eye(3)), adjoint=True) * 2.0,
+                          lambda x: jnp.linalg.inv(x + 3.0 * jnp.eye(3))
+                          + jnp.linalg.inv(jnp.swapaxes(x, -1, -2) + 3.0 * jnp.eye(3)) * 2.0),
+    "Cholesky": Case([_arr(3, 3)],
+                     lambda x: tn.linalg.cholesky((x + tn.transpose(x)) * 0.5 + 3.0 * tn.constant(np.eye(3))),
+                     lambda x: jnp.linalg.cholesky((x + x.T) * 0.5 + 3.0 * jnp.eye(3))),
+    "MatrixTriangularSolve": Case([_arr(2, 3, 3), _arr(3, 2)], lambda a, b: tn.linalg.triangular_solve(
+        a + 3.0 * tn.constant(np.eye(3)), b) + tn.linalg.triangular_solve(a + 3.0 * tn.constant(np.eye(3)), b * b,
+                                                                          lower=False, adjoint=True),
+        lambda a, b: jax.scipy.linalg.solve_triangular(a + 3.0 * jnp.eye(3), jnp.broadcast_to(b, (2, 3, 2)), lower=True)
+        + jax.scipy.linalg.solve_triangular(a + 3.0 * jnp.eye(3), jnp.broadcast_to(b * b, (2, 3, 2)), lower=False,
+                                            trans=1)),
+    "MatrixSolve": Case([_arr(2, 3, 3), _arr(2, 3, 2)], lambda a, b: tn.linalg.solve(
+        a + 3.0 * tn.constant(np.eye(3)), b) + tn.linalg.solve(a + 3.0 * tn.constant(np.eye(3)), b * b, adjoint=True),
+        lambda a, b: jnp.linalg.solve(a + 3.0 * jnp.eye(3), b)
+        + jnp.linalg.solve(jnp.swapaxes(a, -1, -2) + 3.0 * jnp.eye(3), b * b)),
+    "MatrixDeterminant": Case([_arr(2, 3, 3)], lambda x: tn.linalg.det(x + 2.0 * tn.constant(np.eye(3))),
+                              lambda x: jnp.linalg.det(x + 2.0 * jnp.eye(3))),
+    "LogMatrixDeterminant": Case([_arr(2, 3, 3)], lambda x: tn.linalg.slogdet(x + 2.0 * tn.constant(np.eye(3)))[1],
+                                 lambda x: jnp.linalg.slogdet(x + 2.0 * jnp.eye(3))[1]),
     "TensorArrayStackOrZeros": Case([_arr(2)], _ta_stack_or_zeros,
                                     lambda x: jnp.zeros((3, 2)).at[2].set(jnp.tanh(x))),
 }

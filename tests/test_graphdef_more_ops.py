@@ -698,3 +698,32 @@ def test_pad_at_run_time_paddings_refuses_a_negative_one(backend: str) -> None:
 def test_pad_v2_of_a_nonzero_value_at_run_time_paddings_is_refused() -> None:
     _refused(_pad_graph(2.0), "a pad value other than zero needs paddings known when importing")
     import_graph_def(_pad_graph(0.0).gd)  # (a zero PadV2 is a Pad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_band_and_diagonal_ops_of_matrices_whose_size_is_known_only_when_they_run(backend: str) -> None:
+    """Law: TensorFlow's values at run-time sizes too (``tf.eye(n)`` of a computed ``n``, the Cholesky
+    factor's gradient of a fed kernel matrix): the band, the diagonal made, read and replaced; a
+    non-square matrix there, and a band count past the rows, are ``KernelError``s when they run."""
+    g = GraphDef()
+    x = g.placeholder("x", F32, [-1, -1])
+    d = g.placeholder("d", F32, [-1])
+    k = g.const("k", np.int32(0))
+    g.node("band", "MatrixBandPart", (x, g.const("lo", np.int32(1)), g.const("hi", np.int32(0))), T=F32)
+    g.node("eye", "MatrixDiagV3", (d, k, g.const("rows", np.int32(-1)), g.const("cols", np.int32(-1)),
+                                   g.const("pad", np.float32(0.0))), T=F32, align="RIGHT_LEFT")
+    g.node("part", "MatrixDiagPartV3", (x, k, g.const("pad2", np.float32(0.0))), T=F32)
+    g.node("set", "MatrixSetDiagV3", (x, d, k), T=F32)
+    v = np.arange(16, dtype=np.float32).reshape(4, 4) - 3
+    dv = np.asarray([1.0, -2.0, 5.0, 0.5], np.float32)
+    band, eye, part, put = _run(g, ["band:0", "eye:0", "part:0", "set:0"], {"x:0": v, "d:0": dv}, backend)
+    np.testing.assert_array_equal(band, np.tril(v) - np.tril(v, -2))
+    np.testing.assert_array_equal(eye, np.diag(dv))
+    np.testing.assert_array_equal(part, np.diagonal(v))
+    want = v.copy()
+    np.fill_diagonal(want, dv)
+    np.testing.assert_array_equal(put, want)
+    with pytest.raises(KernelError, match="must be square"):
+        _run(g, ["part:0"], {"x:0": np.zeros((2, 3), np.float32), "d:0": dv}, backend)
+    with pytest.raises(KernelError, match="num_lower \\(1\\) must be at most the rows"):
+        _run(g, ["band:0"], {"x:0": np.zeros((0, 3), np.float32), "d:0": dv}, backend)

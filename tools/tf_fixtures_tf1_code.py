@@ -604,3 +604,51 @@ def sampled_softmax_lm(tf: Any) -> list[dict[str, Any]]:
     feeds = {"words:0": np.array([3, 7, 1, 0, 12, 5], np.int32),
              "labels:0": np.array([[0], [1], [0], [2], [0], [17]], np.int64)}
     return _train_runs(feeds, loss, train, [emb.value(), out_w.value()]) + [{"feeds": feeds, "fetches": [full.name]}]
+
+
+@case
+def gp_regression(tf: Any) -> list[dict[str, Any]]:
+    """A Gaussian-process regression written as TF1 code writes it: an RBF kernel of fed inputs with
+    a trained log lengthscale, log signal and log noise, ``tf.linalg.cholesky`` of the kernel matrix,
+    ``cholesky_solve`` (two ``MatrixTriangularSolve``) for the weights, the negative log marginal
+    likelihood with ``tf.linalg.logdet``, Adam on it (TensorFlow's gradients of the Cholesky factor
+    and the solves); the predictive mean at fed test points, and their predictive covariance through
+    ``tf.linalg.inv`` (``MatrixInverse``, with ``adjoint``) and a ``triangular_solve`` of the upper
+    triangle; ``slogdet``, ``solve`` and ``det`` of the kernel matrix, and their gradients."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float64, [None, 2], name="x")
+    y = v1.placeholder(tf.float64, [None, 1], name="y")
+    xs = v1.placeholder(tf.float64, [None, 2], name="xs")
+    jitter = v1.placeholder(tf.float64, [], name="jitter")
+    log_ell = v1.get_variable("log_lengthscale", initializer=tf.constant(0.1, tf.float64))
+    log_sf = v1.get_variable("log_signal", initializer=tf.constant(-0.2, tf.float64))
+    log_sn = v1.get_variable("log_noise", initializer=tf.constant(-1.0, tf.float64))
+
+    def rbf(a: Any, b: Any) -> Any:
+        d = tf.reduce_sum(tf.square(a[:, None, :] - b[None, :, :]), axis=-1)
+        return tf.exp(2.0 * log_sf) * tf.exp(-0.5 * d / tf.exp(2.0 * log_ell))
+
+    n = tf.shape(x)[0]
+    k = rbf(x, x) + (tf.exp(2.0 * log_sn) * jitter) * tf.eye(n, dtype=tf.float64)
+    chol = tf.linalg.cholesky(k)
+    alpha = tf.linalg.cholesky_solve(chol, y)
+    nll = tf.add(0.5 * tf.reduce_sum(y * alpha) + 0.5 * tf.linalg.logdet(k),
+                 0.5 * tf.cast(n, tf.float64) * np.log(2 * np.pi), name="nll")
+    train = v1.train.AdamOptimizer(0.05).minimize(nll)
+    ks = rbf(xs, x)
+    mean = tf.matmul(ks, alpha, name="mean")
+    cov = tf.subtract(rbf(xs, xs), tf.matmul(ks, tf.matmul(tf.linalg.inv(k, adjoint=True), ks, transpose_b=True)),
+                      name="cov")
+    upper = tf.linalg.triangular_solve(tf.transpose(chol), y, lower=False, name="upper_solve")
+    sign, logabs = tf.linalg.slogdet(k)
+    direct = tf.linalg.solve(k, y, name="direct_solve")
+    det = tf.linalg.det(k[:2, :2], name="det")
+    probes = tf.gradients(tf.reduce_sum(direct) + logabs + det, [log_ell, log_sn])
+    rng = np.random.default_rng(71)
+    pts = rng.normal(size=(6, 2))
+    feeds = {"x:0": pts, "y:0": np.sin(pts[:, :1]) + 0.1 * rng.normal(size=(6, 1)),
+             "xs:0": rng.normal(size=(3, 2)), "jitter:0": 1.0}
+    runs = _train_runs(feeds, nll, train, [log_ell.value(), log_sf.value(), log_sn.value()])
+    runs.append({"feeds": feeds, "fetches": [mean.name, cov.name, upper.name, sign.name, logabs.name, direct.name,
+                                              det.name, *names(probes)]})
+    return runs

@@ -9,7 +9,7 @@ backend (JAX) and the z3 encodings load on first use.
 
 from typing import Any as _Any
 
-from turnout import nn, random, raw
+from turnout import linalg, nn, random, raw
 from turnout.array_ops import (
     argmax,
     argmin,

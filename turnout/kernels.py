@@ -22,6 +22,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout.errors import KernelError, ResourceExhaustedError
 from turnout.limits import check_allocation
+from turnout.linalg_rules import LINALG_KERNELS
 from turnout.random_rules import RANDOM_KERNELS
 from turnout.shape_rules import concrete_shape_error, reduced_shape
 from turnout.summarize import assert_message
@@ -74,6 +75,7 @@ class TensorArrayValue:
 
 _k = registrar(KERNELS)
 KERNELS.update(WINDOW_KERNELS)  # convolution and pooling, in a module of their own
+KERNELS.update(LINALG_KERNELS)  # inverse, Cholesky, triangular solve
 KERNELS.update(RANDOM_KERNELS)  # RandomDraw, with its shape rule
 
 #: Bytes counted per TensorArray slot by the allocation guard (one reference in the slot table).

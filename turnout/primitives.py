@@ -102,6 +102,21 @@ _DECLS: list[Primitive] = [
        "identity whose gradient is refused: a gradient through it is an error quoting attr message"),
     # linear algebra and structure
     _P("MatMul", "compute"),
+    _P("MatrixInverse", "compute", True,
+       "the inverse of each square matrix of the last two axes (of its transpose with attr adjoint); a zero "
+       "pivot of its LU factorisation is a KernelError"),
+    _P("Cholesky", "compute", True,
+       "the lower factor L of each symmetric positive-definite matrix A = L L^T of the last two axes, read from "
+       "A's lower triangle; one that is not positive definite is a KernelError"),
+    _P("MatrixTriangularSolve", "compute", True,
+       "x with tri(a) x = b (tri(a)^T x = b with attr adjoint), tri the attr lower (else upper) triangle of each "
+       "square matrix a; the batch axes of a and b broadcast"),
+    _P("MatrixSolve", "compute", True,
+       "x with a x = b (a^T x = b with attr adjoint) for each square matrix a and right-hand side b of the same "
+       "batch; a zero pivot of a's LU factorisation is a KernelError"),
+    _P("MatrixDeterminant", "compute", True, "the determinant of each square matrix of the last two axes"),
+    _P("LogMatrixDeterminant", "compute", True,
+       "the sign and the log of the magnitude of the determinant of each square matrix of the last two axes"),
     _P("Reshape", "compute"),
     _P("ReshapeTo", "compute", True, "reshape x to a run-time shape (an int32 vector; one -1 takes the rest)"),
     _P("Transpose", "compute"),

@@ -17,6 +17,7 @@ from turnout import dtypes as dt
 from turnout import shapes as sh
 from turnout import windows
 from turnout.errors import DTypeError, GraphBuildError, ShapeError
+from turnout.linalg_rules import LINALG_SHAPE_RULES
 from turnout.random_rules import RANDOM_SHAPE_RULES
 from turnout.specs import TensorSpec
 from turnout.tables import registrar
@@ -30,6 +31,7 @@ SHAPE_RULES: dict[str, Rule] = {}
 
 _rule = registrar(SHAPE_RULES)
 SHAPE_RULES.update(RANDOM_SHAPE_RULES)  # RandomDraw, with its kernel
+SHAPE_RULES.update(LINALG_SHAPE_RULES)  # inverse, Cholesky, triangular solve, with their kernels
 
 
 def infer(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> list[TensorSpec]:

@@ -383,6 +383,89 @@ def _matmul(b, n, dys):
     return [b.unbroadcast(g, x, n.outputs[0]) for g, x in zip(gs, (a, c))]  # batch axes one side broadcast
 
 
+def _triangular(x: Tensor, attrs: dict[str, Any], rhs: Tensor) -> Tensor:
+    return x.graph.create_node("MatrixTriangularSolve", [x, rhs], dict(attrs)).outputs[0]
+
+
+@_grad("MatrixInverse")
+def _matrix_inverse(b, n, dys):
+    # TensorFlow's: y = A^-1 gives dA = -y^T dy y^T (with adjoint, y = A^-T: dA = -y dy^T y)
+    y = b.value(n.outputs[0])
+    if n.attrs.get("adjoint", False):
+        return [ops.negative(ops.matmul(y, ops.matmul(dys[0], y, transpose_a=True)))]
+    return [ops.negative(ops.matmul(y, ops.matmul(dys[0], y, transpose_b=True), transpose_a=True))]
+
+
+@_grad("Cholesky")
+def _cholesky(b, n, dys):
+    # TensorFlow's: with L^-1 from a triangular solve, P = Phi(L^T dL) (the lower triangle, the diagonal
+    # halved), dA = sym(L^-T P L^-1) (the average of it and its transpose: A is read as symmetric)
+    from turnout.linalg import eye_like, lower_like
+
+    low = b.value(n.outputs[0])
+    eye = eye_like(low)
+    inverse = _triangular(low, {"lower": True, "adjoint": False}, eye)
+    middle = ops.matmul(low, dys[0], transpose_a=True)
+    middle = (middle - middle * eye * ops.constant(0.5, low.dtype)) * lower_like(low)
+    grad = ops.matmul(ops.matmul(inverse, middle, transpose_a=True), inverse)
+    return [(grad + ops.transpose(grad, _swap_last(grad))) * ops.constant(0.5, low.dtype)]
+
+
+@_grad("MatrixTriangularSolve")
+def _triangular_solve(b, n, dys):
+    # TensorFlow's: db solves the transposed system; dA = -db x^T (adjoint: -x db^T), in A's triangle
+    from turnout.linalg import lower_like
+
+    a, rhs = n.inputs
+    av, x = b.value(a), b.value(n.outputs[0])
+    lower, adjoint = bool(n.attrs.get("lower", True)), bool(n.attrs.get("adjoint", False))
+    db = _triangular(av, {"lower": lower, "adjoint": not adjoint}, dys[0])
+    da = ops.matmul(x, db, transpose_b=True) if adjoint else ops.matmul(db, x, transpose_b=True)
+    da = ops.negative(da) * lower_like(da, lower)
+    if all(t.shape is not None and len(t.shape) == 2 for t in (a, rhs)):
+        return [da, db]
+    return [b.unbroadcast(g, t, n.outputs[0]) for g, t in zip((da, db), (a, rhs))]
+
+
+@_grad("MatrixSolve")
+def _matrix_solve(b, n, dys):
+    # TensorFlow's: db solves the transposed system; dA = -db x^T (adjoint: -x db^T)
+    a = b.value(n.inputs[0])
+    x = b.value(n.outputs[0])
+    adjoint = bool(n.attrs.get("adjoint", False))
+    db = a.graph.create_node("MatrixSolve", [a, dys[0]], {"adjoint": not adjoint}).outputs[0]
+    da = ops.matmul(x, db, transpose_b=True) if adjoint else ops.matmul(db, x, transpose_b=True)
+    return [ops.negative(da), db]
+
+
+@_grad("MatrixDeterminant")
+def _matrix_determinant(b, n, dys):
+    # TensorFlow's: d det(A) / dA = det(A) A^-T (a singular A fails in the inverse, as there)
+    a, det = b.value(n.inputs[0]), b.value(n.outputs[0])
+    return [_per_matrix(dys[0] * det) * a.graph.create_node("MatrixInverse", [a], {"adjoint": True}).outputs[0]]
+
+
+@_grad("LogMatrixDeterminant")
+def _log_matrix_determinant(b, n, dys):
+    # TensorFlow's: d log|det(A)| / dA = A^-T; the sign has no gradient
+    if dys[1] is None:
+        return [None]
+    a = b.value(n.inputs[0])
+    return [_per_matrix(dys[1]) * a.graph.create_node("MatrixInverse", [a], {"adjoint": True}).outputs[0]]
+
+
+def _per_matrix(g: Tensor) -> Tensor:
+    """A value per matrix with two axes of size 1 added, to scale each matrix."""
+    return ops.expand_dims(ops.expand_dims(g, -1), -1)
+
+
+def _swap_last(x: Tensor) -> list[int]:
+    if x.shape is None:
+        raise GradientError("Cholesky's gradient needs the rank of its input")
+    r = len(x.shape)
+    return [*range(r - 2), r - 1, r - 2]
+
+
 @_grad("Reshape")
 def _reshape(b, n, dys):
     return [b.reshape_like(dys[0], _in(n, 0))]

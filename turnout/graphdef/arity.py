@@ -30,28 +30,29 @@ from turnout.graphdef import protos
 
 _BY_COUNT = {
     0: """Const ControlTrigger NoOp OptionalNone Placeholder VarHandleOp Variable VariableV2""",
-    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Bucketize Cast Ceil CheckNumerics Cos Cosh
-DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity Inv
-InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu Lgamma Log Log1p
-LogSoftmax LogUniformCandidateSampler LogicalNot LoopCond MatrixDiag MatrixDiagPart MaxPool Neg
-NextIteration OnesLike OptionalGetValue PlaceholderWithDefault PreventGradient Qr
-RandomStandardNormal RandomUniform Rank ReadVariableOp Reciprocal RefEnter RefExit RefIdentity
-RefNextIteration Relu Relu6 Rint Round Rsqrt Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax
-Softplus Softsign SpaceToDepth Sqrt Square Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan
-Tanh TensorArrayCloseV3 TensorArrayV3 TensorListElementShape TensorListLength TopK TruncatedNormal
-Unique Unpack VarIsInitializedOp VariableShape Where ZerosLike""",
+    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Bucketize Cast Ceil CheckNumerics Cholesky
+Cos Cosh DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity
+Inv InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu Lgamma Log
+Log1p LogMatrixDeterminant LogSoftmax LogUniformCandidateSampler LogicalNot LoopCond
+MatrixDeterminant MatrixDiag MatrixDiagPart MatrixInverse MaxPool Neg NextIteration OnesLike
+OptionalGetValue PlaceholderWithDefault PreventGradient Qr RandomStandardNormal RandomUniform Rank
+ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt
+Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign SpaceToDepth Sqrt Square
+Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh TensorArrayCloseV3 TensorArrayV3
+TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIsInitializedOp
+VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
 BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits Conv2D Cumprod
 Cumsum DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal ExpandDims
 Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual
-ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag Max Maximum Mean Min Minimum MirrorPad
-MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod RealDiv ReciprocalGrad RefSwitch
-Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad ResizeNearestNeighbor
-ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad SegmentMean SegmentSum
-SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
-SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
-TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
+ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag MatrixSolve MatrixTriangularSolve Max Maximum
+Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod RealDiv
+ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
+ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
+SegmentMean SegmentSum SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad
+SpaceToBatch SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub
+Sum Switch TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
 TruncateDiv TruncateMod Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
@@ -84,13 +85,14 @@ _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdadelta ApplyAdagrad ApplyAda
 ApplyFtrl ApplyFtrlV2 ApplyGradientDescent ApplyMomentum ApplyProximalAdagrad
 ApplyProximalGradientDescent ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh
 AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs
-Bucketize Ceil CheckNumerics ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative DiagPart
-Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor FloorDiv
-FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell GRUBlockCellGrad Greater GreaterEqual
-Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad LSTMBlockCell
-LSTMBlockCellGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p LogSoftmax MatMul
-MatrixDiag MatrixDiagPart MatrixSetDiag MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg
-NextIteration NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank
+Bucketize Ceil CheckNumerics Cholesky ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative
+DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor
+FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell GRUBlockCellGrad Greater
+GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad
+LSTMBlockCell LSTMBlockCellGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p
+LogMatrixDeterminant LogSoftmax MatMul MatrixDeterminant MatrixDiag MatrixDiagPart MatrixInverse
+MatrixSetDiag MatrixSolve MatrixTriangularSolve MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan
+Neg NextIteration NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank
 RealDiv Reciprocal ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad
 ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size
 Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad

@@ -502,6 +502,16 @@ def _top_k(ctx: ExportContext, n: Node) -> Outs:
     return [f"{name}:0", f"{name}:1"]
 
 
+@_rule("MatrixInverse", "Cholesky", "MatrixTriangularSolve", "MatrixSolve", "MatrixDeterminant",
+       "LogMatrixDeterminant")
+def _linalg(ctx: ExportContext, n: Node) -> Outs:
+    """TensorFlow's op of the same name (its ``adjoint`` and ``lower`` attrs are Turnout's)."""
+    attrs: dict[str, Any] = {"T": _T(n)}
+    attrs.update({a: bool(n.attrs.get(a, a == "lower")) for a in ("adjoint", "lower") if a in n.attrs})
+    name = ctx.add(n.op, _ins(ctx, n), attrs)
+    return [f"{name}:{k}" for k in range(len(n.outputs))]
+
+
 @_rule("ReverseSequence")
 def _reverse_sequence(ctx: ExportContext, n: Node) -> Outs:
     attrs = {"T": _T(n), "Tlen": _T(n, 1), "seq_dim": int(n.attrs["seq_axis"]),

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from turnout.composite import checked_that
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
@@ -94,6 +95,48 @@ def _mask(ctx: ImportContext, value: np.ndarray, anchor: Tensor, suffix: str) ->
     return ctx.const(np.asarray(value, np.bool_), [anchor], suffix=suffix)
 
 
+def _counts(ctx: ImportContext, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Row and column numbers (from 1) of each entry of ``x``'s innermost matrices, as running sums of
+    ones: the masks of a matrix whose size is known only when it runs."""
+    ones = ctx.create("OnesLike", [x], suffix="ones").outputs[0]
+    rows = ctx.create("Cumsum", [ones], {"axis": -2}, suffix="row_number").outputs[0]
+    return rows, ctx.create("Cumsum", [ones], {"axis": -1}, suffix="column_number").outputs[0]
+
+
+def _sizes_known(x: Tensor) -> bool:
+    return x.shape is not None and len(x.shape) >= 2 and x.shape[-1] is not None and x.shape[-2] is not None
+
+
+def _counts_fit(ctx: ImportContext, x: Tensor, lo: int, hi: int) -> Tensor:
+    """``x`` once ``num_lower`` is at most its rows and ``num_upper`` its columns, as TensorFlow checks."""
+    assert x.shape is not None
+    shape = ctx.create("Shape", [x], suffix="shape").outputs[0]
+    ok = None
+    for side, count, k in (("lower", lo, 2), ("upper", hi, 1)):
+        size = _getitem(ctx, shape, (len(x.shape) - k,), f"{side}_size")
+        fits = ctx.create("LessEqual", [ctx.const(np.asarray(count, np.int32), [x], suffix=f"{side}_limit"), size],
+                          suffix=f"{side}_fits").outputs[0]
+        ok = fits if ok is None else ctx.create("LogicalAnd", [ok, fits], suffix="fit").outputs[0]
+    assert ok is not None
+    return checked_that(ctx, ok, x, f"MatrixBandPart: num_lower ({lo}) must be at most the rows and num_upper "
+                        f"({hi}) at most the columns", "counts")
+
+
+def _run_time_band(ctx: ImportContext, x: Tensor, lo: int, hi: int) -> Tensor:
+    """The band mask of ``MatrixBandPart`` over matrices of run-time size."""
+    rows, cols = _counts(ctx, x)
+    keep = None
+    for side, count, a, b in (("lower", lo, rows, cols), ("upper", hi, cols, rows)):
+        if count < 0:
+            continue
+        gap = ctx.create("Sub", [a, b], suffix=f"{side}_gap").outputs[0]
+        bound = ctx.const(np.asarray(count, x.dtype.numpy), [x], suffix=f"{side}_count")
+        inside = ctx.create("LessEqual", [gap, bound], suffix=f"{side}_inside").outputs[0]
+        keep = inside if keep is None else ctx.create("LogicalAnd", [keep, inside], suffix="band").outputs[0]
+    assert keep is not None
+    return keep
+
+
 @_rule("MatrixBandPart")
 def _matrix_band_part(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Entry ``(i, j)`` of each innermost matrix kept where ``(num_lower < 0 or i - j <= num_lower)
@@ -101,8 +144,14 @@ def _matrix_band_part(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     band reads 0). ``num_lower`` and ``num_upper`` must be known at import, at most the rows
     (columns), as TensorFlow checks. Gradient: the band of the gradient, as TensorFlow's."""
     x = _t(ins[0])
-    m, n = _matrix_dims(ctx, x)
     lo, hi = _int(ctx, 1, "num_lower"), _int(ctx, 2, "num_upper")
+    if not _sizes_known(x):
+        if lo < 0 and hi < 0:
+            return [ctx.create("Identity", [x]).outputs[0]]
+        x = _counts_fit(ctx, x, lo, hi)
+        zeros = ctx.create("ZerosLike", [x], suffix="zeros").outputs[0]
+        return [ctx.create("Select", [_run_time_band(ctx, x, lo, hi), x, zeros]).outputs[0]]
+    m, n = _matrix_dims(ctx, x)
     if lo > m or hi > n:
         raise UnsupportedError(f"{ctx.where()}: num_lower {lo} and num_upper {hi} must be at most the rows {m} "
                                f"and the columns {n}")
@@ -137,8 +186,10 @@ def _matrix_diag(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     elsewhere (0 for V1; V2 / V3's ``padding_value``, a scalar, known or not). V2 / V3 need ``k = 0``
     and ``num_rows`` / ``num_cols`` known at import (-1: n), with ``min(rows, cols) = n``."""
     d = _t(ins[0])
-    if d.shape is None or not d.shape or d.shape[-1] is None:
-        raise UnsupportedError(f"{ctx.where()}: needs the diagonal's last dimension when importing")
+    if d.shape is None or not d.shape:
+        raise UnsupportedError(f"{ctx.where()}: needs the diagonal's rank when importing")
+    if d.shape[-1] is None:
+        return [_square_diag_at_run_time(ctx, nd, d, ins)]
     size = int(d.shape[-1])
     rows = cols = size
     if nd.op != "MatrixDiag":
@@ -157,6 +208,28 @@ def _matrix_diag(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Select", [eye, _on_diagonal(ctx, d, rows, cols), pad]).outputs[0]]
 
 
+def _square_diag_at_run_time(ctx: ImportContext, nd: Any, d: Tensor, ins: list[Value]) -> Tensor:
+    """A main diagonal of a length known only when it runs (``tf.eye(n)`` of a computed ``n``): square
+    ``[..., n, n]`` (V2 / V3's ``num_rows`` and ``num_cols`` must be -1), its identity pattern made where
+    the running row and column counts of the square's ones meet."""
+    pad = ctx.const(np.zeros((), d.dtype.numpy), [d], suffix="zero")
+    if nd.op != "MatrixDiag":
+        _k_is_zero(ctx, 1)
+        if _int(ctx, 2, "num_rows") > 0 or _int(ctx, 3, "num_cols") > 0:
+            raise UnsupportedError(f"{ctx.where()}: num_rows and num_cols need the diagonal's length when importing")
+        pad = _t(ins[4])
+        if pad.shape is not None and len(pad.shape) != 0:
+            raise UnsupportedError(f"{ctx.where()}: padding_value must be a scalar, got shape {list(pad.shape)}")
+    row = ctx.create("ExpandDims", [d], {"axis": -2}, suffix="row").outputs[0]
+    square = ctx.create("Mul", [ctx.create("ExpandDims", [d], {"axis": -1}, suffix="column").outputs[0], row],
+                        suffix="square").outputs[0]
+    ones = ctx.create("OnesLike", [square], suffix="ones").outputs[0]
+    counts = [ctx.create("Cumsum", [ones], {"axis": axis}, suffix=f"count{axis}").outputs[0] for axis in (-2, -1)]
+    eye = ctx.create("Equal", counts, suffix="eye").outputs[0]
+    spread = ctx.create("Mul", [row, ones], suffix="spread").outputs[0]
+    return ctx.create("Select", [eye, spread, pad]).outputs[0]
+
+
 @_rule("MatrixDiagPart", "MatrixDiagPartV2", "MatrixDiagPartV3")
 def _matrix_diag_part(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``[..., m, n]`` -> the main diagonal ``[..., min(m, n)]``: each matrix flattened, and its
@@ -165,9 +238,11 @@ def _matrix_diag_part(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     dimension may be unknown at import. Gradient: the gradient on the diagonal, zeros elsewhere,
     as TensorFlow's."""
     x = _t(ins[0])
-    m, n = _matrix_dims(ctx, x)
     if nd.op != "MatrixDiagPart":
         _k_is_zero(ctx, 1)
+    if not _sizes_known(x):
+        return [_run_time_diag_part(ctx, _square(ctx, x))]
+    m, n = _matrix_dims(ctx, x)
     assert x.shape is not None
     batch = [-1 if d is None else int(d) for d in x.shape[:-2]]
     if batch.count(-1) > 1:
@@ -178,14 +253,45 @@ def _matrix_diag_part(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Gather", [flat, where], {"axis": len(batch)}).outputs[0]]
 
 
+def _square(ctx: ImportContext, x: Tensor) -> Tensor:
+    """``x`` once its innermost matrices are square: where their size is known only when it runs, the
+    diagonal ops are built for square ones (TensorFlow's gradients of the Cholesky factor and of
+    ``tf.linalg.logdet`` make only such), and another is a ``KernelError``."""
+    if x.shape is None or len(x.shape) < 2:
+        raise UnsupportedError(f"{ctx.where()}: needs an input of rank >= 2 with a known rank")
+    shape = ctx.create("Shape", [x], suffix="shape").outputs[0]
+    rows, cols = (_getitem(ctx, shape, (len(x.shape) - k,), f"size{k}") for k in (2, 1))
+    square = ctx.create("Equal", [rows, cols], suffix="is_square").outputs[0]
+    return checked_that(ctx, square, x, f"{ctx.node.op}: a matrix whose size is known only when it runs must be "
+                        "square", "square")
+
+
+def _run_time_diag_part(ctx: ImportContext, x: Tensor) -> Tensor:
+    """The main diagonal of square matrices of run-time size: each row's entry on the diagonal, the
+    others made zero, summed (a diagonal ``-0`` reads ``+0`` here, unlike the gather at known sizes)."""
+    rows, cols = _counts(ctx, x)
+    eye = ctx.create("Equal", [rows, cols], suffix="eye").outputs[0]
+    only = ctx.create("Select", [eye, x, ctx.create("ZerosLike", [x], suffix="zeros").outputs[0]],
+                      suffix="diagonal_only").outputs[0]
+    return ctx.create("Sum", [only], {"axis": [-1], "keepdims": False}).outputs[0]
+
+
 @_rule("MatrixSetDiag", "MatrixSetDiagV2", "MatrixSetDiagV3")
 def _matrix_set_diag(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """``x`` with its main diagonal replaced by ``diagonal`` (``[..., min(m, n)]``). V2 / V3 need
     ``k = 0``. Gradients: the gradient off the diagonal for ``x``, its diagonal for ``diagonal``."""
     x, d = _t(ins[0]), _t(ins[1])
-    m, n = _matrix_dims(ctx, x)
     if nd.op != "MatrixSetDiag":
         _k_is_zero(ctx, 2)
+    if not _sizes_known(x):
+        x = _square(ctx, x)
+        rows, cols = _counts(ctx, x)
+        eye = ctx.create("Equal", [rows, cols], suffix="eye").outputs[0]
+        spread = ctx.create("Mul", [ctx.create("ExpandDims", [d], {"axis": -2}, suffix="row").outputs[0],
+                                    ctx.create("OnesLike", [x], suffix="spread_ones").outputs[0]],
+                            suffix="spread").outputs[0]
+        return [ctx.create("Select", [eye, spread, x]).outputs[0]]
+    m, n = _matrix_dims(ctx, x)
     eye = _mask(ctx, np.eye(m, n, dtype=np.bool_), x, "eye")
     return [ctx.create("Select", [eye, _on_diagonal(ctx, d, m, n), x]).outputs[0]]
 

@@ -393,6 +393,18 @@ def _top_k_rule(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [n.outputs[0], n.outputs[1]]
 
 
+_LINALG_ATTRS = {"MatrixInverse": ("adjoint",), "Cholesky": (), "MatrixTriangularSolve": ("adjoint", "lower"),
+                 "MatrixSolve": ("adjoint",), "MatrixDeterminant": (), "LogMatrixDeterminant": ()}
+
+
+@_rule(*_LINALG_ATTRS)
+def _linalg(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The primitive of the same name (``turnout.linalg_rules``), with the node's ``adjoint`` and
+    ``lower`` attrs."""
+    attrs: dict[str, Any] = {a: bool(ctx.attr(a, a == "lower")) for a in _LINALG_ATTRS[nd.op]}
+    return list(ctx.create(nd.op, ins, attrs).outputs)
+
+
 @_rule("InTopKV2", "InTopK")
 def _in_top_k(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """Whether each row's target class is among its ``k`` largest predictions, TensorFlow's kernel:
