@@ -59,19 +59,25 @@ def _one_matrix(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> 
     return [TensorSpec(specs[0].dtype, _square(op, specs[0]))]
 
 
-def _triangular_solve(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
-    """``[..., M, M]`` and ``[..., M, K]`` of one dtype, batch axes broadcast: ``[..., M, K]``."""
+def _matrix_and_rhs(op: str, specs: Sequence[TensorSpec]) -> tuple[dt.DType, sh.Shape, sh.Shape]:
+    """A solve's operands, checked: a batch of square matrices and right-hand sides of its dtype, each
+    of rank 2 or more; their dtype and shapes."""
     if len(specs) != 2:
         raise ShapeError(f"{op}: takes a matrix and a right-hand side, got {len(specs)} inputs")
     a, b = specs
     sa = _square(op, a, "matrix")
     if b.dtype != a.dtype:
         raise DTypeError(f"{op}: the matrix is {a.dtype.name} and the right-hand side {b.dtype.name}")
-    sb = b.shape
-    if sb is not None and len(sb) < 2:
-        raise ShapeError(f"{op}: the right-hand side must be a matrix or a batch of them, got {sh.fmt(sb)}")
+    if b.shape is not None and len(b.shape) < 2:
+        raise ShapeError(f"{op}: the right-hand side must be a matrix or a batch of them, got {sh.fmt(b.shape)}")
+    return a.dtype, sa, b.shape
+
+
+def _triangular_solve(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
+    """``[..., M, M]`` and ``[..., M, K]`` of one dtype, batch axes broadcast: ``[..., M, K]``."""
+    d, sa, sb = _matrix_and_rhs(op, specs)
     if sa is None or sb is None:
-        return [TensorSpec(a.dtype, None)]
+        return [TensorSpec(d, None)]
     if sa[-1] is not None and sb[-2] is not None and sa[-1] != sb[-2]:
         raise ShapeError(f"{op}: a {sh.fmt(sa)} matrix cannot solve a right-hand side of {sh.fmt(sb)} rows")
     try:
@@ -79,25 +85,19 @@ def _triangular_solve(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any
     except ValueError as e:
         raise ShapeError(f"{op}: the batch axes {e}") from None
     assert batch is not None
-    return [TensorSpec(a.dtype, (*batch, sa[-1] if sa[-1] is not None else sb[-2], sb[-1]))]
+    return [TensorSpec(d, (*batch, sa[-1] if sa[-1] is not None else sb[-2], sb[-1]))]
 
 
 def _solve(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
     """``[..., M, M]`` and ``[..., M, K]``, one dtype, the same batch axes: ``[..., M, K]``."""
-    if len(specs) != 2:
-        raise ShapeError(f"{op}: takes a matrix and a right-hand side, got {len(specs)} inputs")
-    a, b = specs
-    sa = _square(op, a, "matrix")
-    if b.dtype != a.dtype:
-        raise DTypeError(f"{op}: the matrix is {a.dtype.name} and the right-hand side {b.dtype.name}")
-    sb = b.shape
-    if sb is not None and len(sb) < 2:
-        raise ShapeError(f"{op}: the right-hand side must be a matrix or a batch of them, got {sh.fmt(sb)}")
+    d, sa, sb = _matrix_and_rhs(op, specs)
     if sa is None or sb is None:
-        return [TensorSpec(a.dtype, sb)]
+        return [TensorSpec(d, sb)]
     if len(sa) != len(sb) or not sh.compatible(tuple(sa[:-1]), tuple(sb[:-1])):
         raise ShapeError(f"{op}: a {sh.fmt(sa)} matrix cannot solve a right-hand side of shape {sh.fmt(sb)}")
-    return [TensorSpec(a.dtype, sh.merge(tuple(sa[:-1]), tuple(sb[:-1])) + (sb[-1],))]  # type: ignore[operator]
+    merged = sh.merge(tuple(sa[:-1]), tuple(sb[:-1]))
+    assert merged is not None
+    return [TensorSpec(d, (*merged, sb[-1]))]
 
 
 def _determinants(op: str, specs: Sequence[TensorSpec], attrs: dict[str, Any]) -> list[TensorSpec]:
