@@ -251,3 +251,39 @@ def test_a_fed_identity_in_front_of_a_cond_chooses_its_branch(backend: str) -> N
     imp = import_graph_def(g.gd)
     with pytest.raises(tn.FeedError, match=r"feed 'cond/pred_id:0'.*feed the predicate itself"):
         imp.run(tn.Session(imp.graph, backend=backend), [f"{out}:0"], {"cond/pred_id:0": False})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_einsum_contractions_are_batched_matmuls_at_run_time_sizes(backend: str) -> None:
+    """Law: a two-operand einsum with a summed label (attention's scores and values, a dense layer of
+    a batch, a dot product, a label of one operand summed alone) is ``np.einsum``'s, at batch sizes
+    known only when it runs, and ``tn.gradients`` of it is numpy's product rule."""
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    k = rng.normal(size=(2, 3, 6, 5)).astype(np.float32)
+    k2 = rng.normal(size=(2, 6, 4, 5)).astype(np.float32)
+    w = rng.normal(size=(5, 7)).astype(np.float32)
+    v = rng.normal(size=(5,)).astype(np.float32)
+    g = GraphDef()
+    xq, xk = g.placeholder("q", F32, [-1, 3, 4, 5]), g.placeholder("k", F32, [-1, 3, -1, 5])
+    xk2 = g.placeholder("k2", F32, [-1, -1, 4, 5])
+    xw, xv = g.const("w", w), g.const("v", v)
+    cases = {"scores": ("bhqd,bhkd->bhqk", (xq, xk)), "mha": ("bqhd,bkhd->bhqk", (xq, xk2)),
+             "dense": ("abcd,de->abce", (xq, xw)), "dot": ("i,i->", (xv, xv)), "alone": ("bhqd,d->hq", (xq, xv)),
+             "swapped": ("de,bhqd->ebqh", (xw, xq))}
+    for name, (eq, ins) in cases.items():
+        g.node(name, "Einsum", ins, T=F32, N=len(ins), equation=eq)
+    feeds = {"q:0": q, "k:0": k, "k2:0": k2}
+    got = _run(g, [f"{n}:0" for n in cases], feeds, backend)
+    vals = {"q": q, "k": k, "k2": k2, "w": w, "v": v}
+    for (eq, ins), out in zip(cases.values(), got):
+        want = np.einsum(eq, *(vals[i] for i in ins))
+        assert out.shape == want.shape, eq
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=eq)
+    imp = import_graph_def(g.gd)
+    with imp.graph.as_default():
+        dq, dk = tn.gradients(tn.reduce_sum(imp.tensor("scores:0") ** 2), [imp.tensor("q:0"), imp.tensor("k:0")])
+    gq, gk = tn.Session(imp.graph, backend=backend).run([dq, dk], {imp.tensor(n): x for n, x in feeds.items()})
+    s = np.einsum("bhqd,bhkd->bhqk", q, k)
+    np.testing.assert_allclose(gq, np.einsum("bhqk,bhkd->bhqd", 2 * s, k), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gk, np.einsum("bhqk,bhqd->bhkd", 2 * s, q), rtol=1e-4, atol=1e-4)

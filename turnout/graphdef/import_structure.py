@@ -289,10 +289,12 @@ def _batch_matmul(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 @_rule("Einsum")
 def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``tf.einsum`` of one or two operands (its gradients are Einsums too): each operand transposed
-    to the order of its labels among all labels (the output's first, then the summed ones) and given
-    axes of size 1 for the labels it lacks, the two multiplied with broadcasting and the summed labels'
-    axes reduced. No ellipsis, and no label twice in one operand (a diagonal)."""
+    """``tf.einsum`` of one or two operands (its gradients are Einsums too). Two operands that share a
+    summed label are a contraction, a batched ``MatMul`` (``_contraction``: attention's ``bhqd,bhkd->bhqk``
+    costs its product, not a ``[b, h, q, k, d]`` intermediate); otherwise each operand is transposed to
+    the order of its labels among all labels (the output's first, then the summed ones) and given axes
+    of size 1 for the labels it lacks, the two multiplied with broadcasting and the summed labels' axes
+    reduced. No ellipsis, and no label twice in one operand (a diagonal)."""
     eq = ctx.attr("equation")
     eq = eq.decode() if isinstance(eq, bytes) else str(eq)
     eq = eq.replace(" ", "")
@@ -305,11 +307,14 @@ def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     labels = list(out) + [c for c in dict.fromkeys("".join(terms)) if c not in out]
     if any(c not in "".join(terms) for c in out):
         raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: an output label no operand has")
+    for k, (term, x) in enumerate(zip(terms, ins)):
+        if _rank(ctx, _t(x)) != len(term):
+            raise UnsupportedError(f"{ctx.where()}: operand {k} has rank {_rank(ctx, _t(x))}, the equation {len(term)}")
+    if len(terms) == 2 and set(terms[0]) & set(terms[1]) - set(out):
+        return [_contraction(ctx, terms, out, [_t(x) for x in ins])]
     parts = []
     for k, (term, x) in enumerate(zip(terms, ins)):
         x = _t(x)
-        if _rank(ctx, x) != len(term):
-            raise UnsupportedError(f"{ctx.where()}: operand {k} has rank {_rank(ctx, x)}, the equation {len(term)}")
         order = sorted(range(len(term)), key=lambda j: labels.index(term[j]))
         if order != list(range(len(term))):
             x = ctx.create("Transpose", [x], {"perm": order}, suffix=f"perm{k}").outputs[0]
@@ -322,6 +327,70 @@ def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if not summed:
         return [ctx.create("Identity", [prod]).outputs[0]]
     return [ctx.create("Sum", [prod], {"axis": summed, "keepdims": False}).outputs[0]]
+
+
+def _contraction(ctx: ImportContext, terms: list[str], out: str, xs: list[Tensor]) -> Tensor:
+    """A two-operand einsum with summed labels as one batched ``MatMul``: the labels of both operands
+    and the output are the batch, those of both only are contracted, those of one only and the output
+    are its free ones (one only and not in the output: summed first). Each operand is transposed to
+    (batch, free, contracted) or (batch, contracted, free) and its free and contracted axes merged,
+    the product split back into the free axes and transposed to the output's order."""
+    ta, tb = terms
+    for k, t in enumerate(terms):  # (a label of one operand, summed: reduced before the product)
+        alone = [j for j, c in enumerate(t) if c not in terms[1 - k] and c not in out]
+        if alone:
+            xs[k] = ctx.create("Sum", [xs[k]], {"axis": alone, "keepdims": False}, suffix=f"alone{k}").outputs[0]
+            terms[k] = "".join(c for c in t if c not in terms[1 - k] and c in out or c in terms[1 - k])
+    ta, tb = terms
+    batch = [c for c in out if c in ta and c in tb]
+    summed = [c for c in ta if c in tb and c not in out]
+    free_a, free_b = [c for c in ta if c not in tb], [c for c in tb if c not in ta]
+    a = _grouped(ctx, xs[0], ta, [batch, free_a, summed], "a")
+    b = _grouped(ctx, xs[1], tb, [batch, summed, free_b], "b")
+    prod = ctx.create("MatMul", [a, b], {"transpose_a": False, "transpose_b": False}, suffix="contracted").outputs[0]
+    sizes = [_dim(ctx, xs[0], ta.index(c), f"size_{c}") if c in ta else _dim(ctx, xs[1], tb.index(c), f"size_{c}")
+             for c in [*batch, *free_a, *free_b]]
+    split = _reshaped(ctx, prod, sizes, "split")
+    order = [c for c in [*batch, *free_a, *free_b]]
+    perm = [order.index(c) for c in out]
+    if perm == list(range(len(perm))):
+        return ctx.create("Identity", [split]).outputs[0]
+    return ctx.create("Transpose", [split], {"perm": perm}).outputs[0]
+
+
+def _grouped(ctx: ImportContext, x: Tensor, term: str, groups: list[list[str]], name: str) -> Tensor:
+    """``x`` (labelled by ``term``) transposed to the labels of ``groups`` in order, the first group's
+    axes kept and each later group merged into one axis (an empty group: an axis of size 1)."""
+    order = [term.index(c) for g in groups for c in g]
+    if order != list(range(len(order))):
+        x = ctx.create("Transpose", [x], {"perm": order}, suffix=f"{name}_perm").outputs[0]
+    labels = [c for g in groups for c in g]
+    sizes: list[Any] = [_dim(ctx, x, labels.index(c), f"{name}_{c}") for c in groups[0]]
+    for k, g in enumerate(groups[1:]):
+        parts = [_dim(ctx, x, labels.index(c), f"{name}_{c}") for c in g]
+        sizes.append(_product(ctx, parts, x, f"{name}_group{k}"))
+    return _reshaped(ctx, x, sizes, f"{name}_merged")
+
+
+def _product(ctx: ImportContext, parts: list[Any], anchor: Tensor, suffix: str) -> Any:
+    """The product of axis sizes (ints, or int32 scalars known when the program runs)."""
+    if all(isinstance(p, int) for p in parts):
+        return int(np.prod(parts, dtype=np.int64))
+    tensors = [p if isinstance(p, Tensor) else ctx.const(np.asarray(p, np.int32), [anchor], suffix=f"{suffix}_{k}")
+               for k, p in enumerate(parts)]
+    packed = ctx.create("Pack", tensors, suffix=f"{suffix}_sizes").outputs[0]
+    return ctx.create("Prod", [packed], {"axis": [0], "keepdims": False}, suffix=suffix).outputs[0]
+
+
+def _reshaped(ctx: ImportContext, x: Tensor, sizes: list[Any], suffix: str) -> Tensor:
+    """``x`` reshaped to ``sizes`` (ints, or int32 scalars known when the program runs)."""
+    if all(isinstance(d, int) for d in sizes):
+        return ctx.create("Reshape", [x], {"shape": [int(d) for d in sizes]}, suffix=suffix).outputs[0]
+    parts = [d if isinstance(d, Tensor) else ctx.const(np.asarray(d, np.int32), [x], suffix=f"{suffix}_{k}")
+             for k, d in enumerate(sizes)]
+    shape = ctx.create("Pack", parts, suffix=f"{suffix}_shape").outputs[0]
+    known = [d if isinstance(d, int) else None for d in sizes]
+    return ctx.create("ReshapeTo", [x, shape], suffix=suffix, shapes=[known]).outputs[0]
 
 
 def _linear_index(ctx: ImportContext, idx: Tensor, like: Tensor, what: str) -> tuple[Tensor, list[int]]:
