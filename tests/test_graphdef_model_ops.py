@@ -287,3 +287,25 @@ def test_einsum_contractions_are_batched_matmuls_at_run_time_sizes(backend: str)
     s = np.einsum("bhqd,bhkd->bhqk", q, k)
     np.testing.assert_allclose(gq, np.einsum("bhqk,bhkd->bhqd", 2 * s, k), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(gk, np.einsum("bhqk,bhqd->bhkd", 2 * s, q), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_einsum_with_an_ellipsis_is_numpys(backend: str) -> None:
+    """Law: ``...`` stands for the axes an operand's labels leave, right-aligned and broadcast across
+    operands (Keras's ``EinsumDense`` writes ``...b,bc->...c``), in contractions and products alike."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    w = rng.normal(size=(4, 5)).astype(np.float32)
+    y = rng.normal(size=(1, 4, 3)).astype(np.float32)
+    g = GraphDef()
+    xx, xw, xy = g.placeholder("x", F32, [-1, 3, 4]), g.const("w", w), g.const("y", y)
+    cases = {"dense": ("...b,bc->...c", (xx, xw)), "batched": ("...ij,...jk->...ik", (xx, xy)),
+             "outer": ("...i,j->...ij", (xx, g.const("v", w[:, 0]))), "one": ("...ij->...ji", (xx,))}
+    for name, (eq, ins) in cases.items():
+        g.node(name, "Einsum", ins, T=F32, N=len(ins), equation=eq)
+    got = _run(g, [f"{n}:0" for n in cases], {"x:0": x}, backend)
+    vals = {"x": x, "w": w, "y": y, "v": w[:, 0]}
+    for (eq, ins), out in zip(cases.values(), got):
+        want = np.einsum(eq, *(vals[i] for i in ins))
+        assert out.shape == want.shape, eq
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=eq)

@@ -294,14 +294,17 @@ def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     costs its product, not a ``[b, h, q, k, d]`` intermediate); otherwise each operand is transposed to
     the order of its labels among all labels (the output's first, then the summed ones) and given axes
     of size 1 for the labels it lacks, the two multiplied with broadcasting and the summed labels' axes
-    reduced. No ellipsis, and no label twice in one operand (a diagonal)."""
+    reduced. An ellipsis is spelled out in labels of its own (``_without_ellipsis``); no label twice in
+    one operand (a diagonal), no implicit output."""
     eq = ctx.attr("equation")
     eq = eq.decode() if isinstance(eq, bytes) else str(eq)
     eq = eq.replace(" ", "")
-    if "." in eq or "->" not in eq:
-        raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: an ellipsis or an implicit output is not supported")
+    if "->" not in eq:
+        raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: an implicit output is not supported")
     lhs, out = eq.split("->")
     terms = lhs.split(",")
+    if "." in eq:
+        terms, out = _without_ellipsis(ctx, eq, terms, out, [_t(x) for x in ins])
     if len(terms) != len(ins) or len(terms) > 2 or any(len(set(t)) != len(t) for t in [*terms, out]):
         raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: one or two operands, each label once per operand")
     labels = list(out) + [c for c in dict.fromkeys("".join(terms)) if c not in out]
@@ -329,6 +332,27 @@ def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Sum", [prod], {"axis": summed, "keepdims": False}).outputs[0]]
 
 
+def _without_ellipsis(ctx: ImportContext, eq: str, terms: list[str], out: str,
+                      xs: list[Tensor]) -> tuple[list[str], str]:
+    """The equation with each ``...`` spelled out in labels of its own (letters the equation does not
+    use): an operand's ``...`` stands for the axes its other labels leave, right-aligned with the
+    other operands' (numpy's broadcasting), and the output's for the longest of them."""
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    counts = []
+    for k, (term, x) in enumerate(zip(terms, xs)):
+        if term.count("...") > 1 or term.replace("...", "").count(".") or (term.count("...") == 0 and "." in term):
+            raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: a malformed ellipsis")
+        counts.append(_rank(ctx, x) - len(term.replace("...", "")) if "..." in term else 0)
+        if counts[-1] < 0:
+            raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: operand {k} has too few axes for its labels")
+    longest = max(counts)
+    if longest > len(free):
+        raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: too many axes under the ellipsis")
+    labels = free[:longest]
+    spelled = [t.replace("...", "".join(labels[longest - n:])) for t, n in zip(terms, counts)]
+    return spelled, out.replace("...", "".join(labels))
+
+
 def _contraction(ctx: ImportContext, terms: list[str], out: str, xs: list[Tensor]) -> Tensor:
     """A two-operand einsum with summed labels as one batched ``MatMul``: the labels of both operands
     and the output are the batch, those of both only are contracted, those of one only and the output
@@ -348,8 +372,10 @@ def _contraction(ctx: ImportContext, terms: list[str], out: str, xs: list[Tensor
     a = _grouped(ctx, xs[0], ta, [batch, free_a, summed], "a")
     b = _grouped(ctx, xs[1], tb, [batch, summed, free_b], "b")
     prod = ctx.create("MatMul", [a, b], {"transpose_a": False, "transpose_b": False}, suffix="contracted").outputs[0]
-    sizes = [_dim(ctx, xs[0], ta.index(c), f"size_{c}") if c in ta else _dim(ctx, xs[1], tb.index(c), f"size_{c}")
-             for c in [*batch, *free_a, *free_b]]
+    # (a batch label may be 1 in one operand and broadcast: its size is the product's)
+    sizes = [*(_dim(ctx, prod, k, f"size_{c}") for k, c in enumerate(batch)),
+             *(_dim(ctx, xs[0], ta.index(c), f"size_{c}") for c in free_a),
+             *(_dim(ctx, xs[1], tb.index(c), f"size_{c}") for c in free_b)]
     split = _reshaped(ctx, prod, sizes, "split")
     order = [c for c in [*batch, *free_a, *free_b]]
     perm = [order.index(c) for c in out]
