@@ -727,3 +727,38 @@ def test_band_and_diagonal_ops_of_matrices_whose_size_is_known_only_when_they_ru
         _run(g, ["part:0"], {"x:0": np.zeros((2, 3), np.float32), "d:0": dv}, backend)
     with pytest.raises(KernelError, match="num_lower \\(1\\) must be at most the rows"):
         _run(g, ["band:0"], {"x:0": np.zeros((0, 3), np.float32), "d:0": dv}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sparse_segment_reductions_and_their_gradient_ops(backend: str) -> None:
+    """Law (TensorFlow's kernels): ``out[s]`` combines the rows ``data[indices[i]]`` with sorted
+    ``ids[i] == s``: summed, averaged, or summed over the root of the count; an empty segment is 0;
+    ``num_segments`` pads to that many. The gradient ops spread each segment's row back to the indices,
+    divided alike. Unsorted ids and a negative index are ``KernelError`` s."""
+    data = np.arange(12, dtype=np.float32).reshape(4, 3) - 4
+    idx, ids = np.array([3, 0, 3, 1], np.int32), np.array([0, 0, 2, 2], np.int32)
+    g = GraphDef()
+    d, i, s = g.const("data", data), g.placeholder("i", I32, [-1]), g.placeholder("s", I32, [-1])
+    for op in ("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN"):
+        g.node(op, op, (d, i, s), T=F32, Tidx=I32)
+        g.node(f"{op}N", f"{op}WithNumSegments", (d, i, s, g.const(f"{op}_n", np.int32(5))), T=F32, Tidx=I32)
+        g.node(f"{op}Grad", f"{op}Grad", (g.const(f"{op}_g", data[:3]), i, s, g.const(f"{op}_rows", np.int32(6))),
+               T=F32, Tidx=I32)
+    names = [f"{op}{k}:0" for op in ("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN")
+             for k in ("", "N", "Grad")]
+    got = dict(zip(names, _run(g, names, {"i:0": idx, "s:0": ids}, backend)))
+    counts = np.array([2, 0, 2], np.float32)
+    for op, div in (("SparseSegmentSum", np.ones(3)), ("SparseSegmentMean", np.maximum(counts, 1)),
+                    ("SparseSegmentSqrtN", np.sqrt(np.maximum(counts, 1)))):
+        want = np.zeros((3, 3), np.float32)
+        np.add.at(want, ids, data[idx])
+        want /= div[:, None]
+        np.testing.assert_allclose(got[f"{op}:0"], want, rtol=1e-6)
+        np.testing.assert_allclose(got[f"{op}N:0"], np.concatenate([want, np.zeros((2, 3))]), rtol=1e-6)
+        back = np.zeros((6, 3), np.float32)
+        np.add.at(back, idx, (data[:3] / div[:, None])[ids])
+        np.testing.assert_allclose(got[f"{op}Grad:0"], back, rtol=1e-6)
+    with pytest.raises(KernelError, match="segment ids are not increasing"):
+        _run(g, ["SparseSegmentSum:0"], {"i:0": idx, "s:0": np.array([0, 2, 1, 2], np.int32)}, backend)
+    with pytest.raises(KernelError):
+        _run(g, ["SparseSegmentMean:0"], {"i:0": np.array([3, -1, 3, 1], np.int32), "s:0": ids}, backend)

@@ -652,3 +652,63 @@ def gp_regression(tf: Any) -> list[dict[str, Any]]:
     runs.append({"feeds": feeds, "fetches": [mean.name, cov.name, upper.name, sign.name, logabs.name, direct.name,
                                               det.name, *names(probes)]})
     return runs
+
+
+@case
+def ctc_speech(tf: Any) -> list[dict[str, Any]]:
+    """A speech model's CTC training step as TF1 code writes it (DeepSpeech's shape): fed time-major
+    features of fed lengths, a bidirectional GRU, a dense layer to the characters plus blank,
+    ``tf.nn.ctc_loss`` of ``SparseTensor`` labels (a repeated character among them), Adam; and a second
+    loss with ``ctc_merge_repeated=False`` and ``ignore_longer_outputs_than_inputs`` over a batch entry
+    whose labels outrun its length, evaluated only."""
+    v1 = tf.compat.v1
+    v1.set_random_seed(80)
+    feats = v1.placeholder(tf.float32, [None, None, 3], name="feats")
+    lengths = v1.placeholder(tf.int32, [None], name="lengths")
+    idx = v1.placeholder(tf.int64, [None, 2], name="label_indices")
+    vals = v1.placeholder(tf.int32, [None], name="label_values")
+    shape = v1.placeholder(tf.int64, [2], name="label_shape")
+    fw, bw = v1.nn.rnn_cell.GRUCell(4), v1.nn.rnn_cell.GRUCell(4)
+    (of, ob), _ = v1.nn.bidirectional_dynamic_rnn(fw, bw, feats, sequence_length=lengths, dtype=tf.float32,
+                                                  time_major=True)
+    w = v1.get_variable("out/w", [8, 5], initializer=_seeded(tf, 81))
+    logits = tf.einsum("tbh,hc->tbc", tf.concat([of, ob], -1), w)
+    labels = tf.SparseTensor(idx, vals, shape)
+    loss = tf.reduce_mean(v1.nn.ctc_loss(labels, logits, lengths), name="ctc")
+    other = v1.nn.ctc_loss(labels, logits, lengths, ctc_merge_repeated=False, ignore_longer_outputs_than_inputs=True)
+    train = v1.train.AdamOptimizer(0.05).minimize(loss)
+    rng = np.random.default_rng(82)
+    feeds = {"feats:0": rng.normal(size=(7, 3, 3)).astype(np.float32), "lengths:0": np.array([7, 5, 3], np.int32),
+             "label_indices:0": np.array([[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0]], np.int64),
+             "label_values:0": np.array([1, 1, 3, 2, 0, 3], np.int32), "label_shape:0": np.array([3, 3], np.int64)}
+    runs = _train_runs(feeds, loss, train, [w.value()])
+    late = {**feeds, "label_indices:0": np.array([[0, 0], [1, 0], [2, 0], [2, 1], [2, 2], [2, 3]], np.int64),
+            "label_values:0": np.array([1, 2, 0, 1, 2, 3], np.int32), "label_shape:0": np.array([3, 4], np.int64)}
+    return [*runs, {"feeds": late, "fetches": [other.name]}]
+
+
+@case
+def embedding_lookup_sparse(tf: Any) -> list[dict[str, Any]]:
+    """Sparse features as TF1 wide-and-deep code embeds them: ``tf.nn.embedding_lookup_sparse`` of
+    ``SparseTensor`` ids (a row with no id, a repeated id) with each combiner (``sum``, ``mean``,
+    ``sqrtn``; weighted by a ``SparseTensor`` of weights for one), concatenated into a dense layer, a
+    sigmoid loss, SGD (the gradients ``SparseSegment*Grad``)."""
+    v1 = tf.compat.v1
+    idx = v1.placeholder(tf.int64, [None, 2], name="ids_indices")
+    vals = v1.placeholder(tf.int64, [None], name="ids_values")
+    wts = v1.placeholder(tf.float32, [None], name="weights")
+    shape = v1.placeholder(tf.int64, [2], name="ids_shape")
+    y = v1.placeholder(tf.float32, [None, 1], name="y")
+    emb = v1.get_variable("emb", [9, 3], initializer=_seeded(tf, 91))
+    ids = tf.SparseTensor(idx, vals, shape)
+    parts = [tf.nn.embedding_lookup_sparse(emb, ids, None, combiner=c) for c in ("sum", "mean", "sqrtn")]
+    parts.append(tf.nn.embedding_lookup_sparse(emb, ids, tf.SparseTensor(idx, wts, shape), combiner="mean"))
+    h = tf.concat(parts, 1)
+    w = v1.get_variable("w", [12, 1], initializer=_seeded(tf, 92))
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=tf.matmul(h, w)), name="loss")
+    train = v1.train.GradientDescentOptimizer(0.5).minimize(loss)
+    feeds = {"ids_indices:0": np.array([[0, 0], [0, 1], [0, 2], [2, 0], [3, 0], [3, 1]], np.int64),
+             "ids_values:0": np.array([1, 4, 4, 8, 0, 2], np.int64),
+             "weights:0": np.array([0.5, 1.0, 2.0, 1.5, 1.0, 3.0], np.float32),
+             "ids_shape:0": np.array([4, 3], np.int64), "y:0": np.array([[1.0], [0.0], [1.0], [0.0]], np.float32)}
+    return _train_runs(feeds, loss, train, [emb.value(), w.value(), h])

@@ -60,10 +60,13 @@ DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2 
 LinSpace MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3
 MaxPoolGrad PadV2 RandomUniformInt Range ResourceApplyGradientDescent ResourceScatterAdd
 ResourceScatterSub Roll ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub
-ScatterUpdate Select SelectV2 Slice SpaceToBatchND SplitV TensorArrayGatherV3 TensorArrayReadV3
-TensorListGetItem TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate
-UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
-    4: """ApplyAdagrad OneHot ResourceApplyAdagrad SparseToDense StridedSlice TensorArrayScatterV3
+ScatterUpdate Select SelectV2 Slice SpaceToBatchND SparseSegmentMean SparseSegmentSqrtN
+SparseSegmentSum SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem TensorListSetItem
+TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax UnsortedSegmentMin
+UnsortedSegmentProd UnsortedSegmentSum""",
+    4: """ApplyAdagrad CTCLoss OneHot ResourceApplyAdagrad SparseSegmentMeanGrad
+SparseSegmentMeanWithNumSegments SparseSegmentSqrtNGrad SparseSegmentSqrtNWithNumSegments
+SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense StridedSlice TensorArrayScatterV3
 TensorArraySplitV3 TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum ApplyProximalGradientDescent FusedBatchNorm FusedBatchNormGrad
 FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3
@@ -111,6 +114,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "BatchToSpace": {"T": (0,), "Tidx": (1,)},
     "BatchToSpaceND": {"T": (0,), "Tblock_shape": (1,), "Tcrops": (2,)},
     "BroadcastTo": {"T": (0,), "Tidx": (1,)},
+    "CTCLoss": {"T": (0,)},
     "Cast": {"SrcT": (0,)},
     "Conv2DBackpropFilter": {"T": (0, 2)},
     "Conv2DBackpropInput": {"T": (1, 2)},
@@ -210,6 +214,15 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "SparseApplyProximalAdagrad": {"T": (0, 1, 2, 3, 4, 5), "Tindices": (6,)},
     "SparseApplyProximalGradientDescent": {"T": (0, 1, 2, 3, 4), "Tindices": (5,)},
     "SparseApplyRMSProp": {"T": (0, 1, 2, 3, 4, 5, 6, 7), "Tindices": (8,)},
+    "SparseSegmentMean": {"T": (0,), "Tidx": (1,), "Tsegmentids": (2,)},
+    "SparseSegmentMeanGrad": {"T": (0,), "Tidx": (1,), "Tsegmentids": (2,)},
+    "SparseSegmentMeanWithNumSegments": {"T": (0,), "Tidx": (1,), "Tnumsegments": (3,), "Tsegmentids": (2,)},
+    "SparseSegmentSqrtN": {"T": (0,), "Tidx": (1,), "Tsegmentids": (2,)},
+    "SparseSegmentSqrtNGrad": {"T": (0,), "Tidx": (1,), "Tsegmentids": (2,)},
+    "SparseSegmentSqrtNWithNumSegments": {"T": (0,), "Tidx": (1,), "Tnumsegments": (3,), "Tsegmentids": (2,)},
+    "SparseSegmentSum": {"T": (0,), "Tidx": (1,), "Tsegmentids": (2,)},
+    "SparseSegmentSumGrad": {"T": (0,), "Tidx": (1,), "Tsegmentids": (2,)},
+    "SparseSegmentSumWithNumSegments": {"T": (0,), "Tidx": (1,), "Tnumsegments": (3,), "Tsegmentids": (2,)},
     "SparseSoftmaxCrossEntropyWithLogits": {"T": (0,), "Tlabels": (1,)},
     "SparseToDense": {"T": (2, 3), "Tindices": (0, 1)},
     "Split": {"T": (1,)},

@@ -230,7 +230,7 @@ def _log_uniform_sampler(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         raise ArgumentError(f"{ctx.where()}: Sampler's range is too small (range_max {range_max}, num_sampled "
                             f"{num_sampled}, unique {unique})")
     anchors = [classes, *(c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs)]
-    if not _in_builder(ctx) and any(loop_enter(t) is not None for t in anchors):
+    if not in_builder(ctx) and any(loop_enter(t) is not None for t in anchors):
         raise UnsupportedError(f"{ctx.where()}: a candidate sampler inside a TensorFlow v1 while loop is not built")
 
     def part(create: Create, handle: Tensor, seeds: dict[str, Any]) -> tuple[Any, Tensor]:
@@ -300,7 +300,7 @@ def _execution(ctx: ImportContext, ins: list[Value],
     anchors = [x for x in ins if isinstance(x, Tensor)] + [c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs]
     # (a function body inside a builder: its values lie in the builder's frames, which it threads
     # tokens through; a call at the top level, in a TensorFlow v1 frame or none, is read as the GraphDef)
-    enter = None if _in_builder(ctx) else next((e for e in map(loop_enter, anchors) if e is not None), None)
+    enter = None if in_builder(ctx) else next((e for e in map(loop_enter, anchors) if e is not None), None)
     if enter is not None and any(in_loop_cond(t) for t in anchors):
         raise UnsupportedError(f"{ctx.where()}: a random op in a cond inside a TensorFlow while loop is not built "
                                "(its draws could not be ordered across iterations)")
@@ -330,13 +330,13 @@ def _token(ctx: ImportContext, enter: Optional[Node]) -> tuple[Optional[Tensor],
     as the next iteration's: a builder's (in a v2 function body), a v1 frame's, or none at the root."""
     from turnout.random import loop_token
 
-    if _in_builder(ctx):
+    if in_builder(ctx):
         with ctx.graph._in_context(ctx.flow_context):
             return loop_token(ctx.flow_context, f"{ctx.prefix}{ctx.node.name}")
     return _frame_token(ctx, enter) if enter is not None else (None, None)
 
 
-def _in_builder(ctx: ImportContext) -> bool:
+def in_builder(ctx: ImportContext) -> bool:
     """Whether the op is imported inside a builder's loop or branch (a v2 function body)."""
     return ctx.capture and ctx.flow_context is not None
 
@@ -368,4 +368,4 @@ def _initializer_fold(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.const(v, anchors, suffix=None if k == n_out - 1 else f"out{k}") for k, v in enumerate(vals)]
 
 
-__all__ = ["in_loop_cond", "initializer_only", "loop_enter"]
+__all__ = ["in_builder", "in_loop_cond", "initializer_only", "loop_enter"]

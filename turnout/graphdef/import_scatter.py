@@ -333,3 +333,70 @@ def _segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     for k in range(len(data.shape) - 1):
         count = ctx.create("ExpandDims", [count], {"axis": -1}, suffix=f"count{k}").outputs[0]
     return [ctx.create("Div", [total, count]).outputs[0]]
+
+
+# ---- SparseSegmentSum / Mean / SqrtN (embedding_lookup_sparse, feature columns) and their gradients ----------
+_SPARSE_SEGMENT = {"SparseSegmentSum": "sum", "SparseSegmentMean": "mean", "SparseSegmentSqrtN": "sqrtn"}
+
+
+@_rule(*_SPARSE_SEGMENT, *(f"{op}WithNumSegments" for op in _SPARSE_SEGMENT))
+def _sparse_segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``out[s]`` the sum, the mean or the sum over the square root of the count of the rows
+    ``data[indices[i]]`` whose sorted ``segment_ids[i]`` is ``s`` (``tf.nn.embedding_lookup_sparse``'s
+    combiners): the gathered rows summed into ``max(ids) + 1`` segments, or ``num_segments``; an
+    empty segment is 0. The indices are checked (``non_negative``, then the gather's range), and the
+    ids as ``Segment*``'s are, each below ``num_segments`` where it is given."""
+    data, idx = _t(ins[0]), _t(non_negative(ctx, ins[1], ctx.data_inputs()[1], "indices"))
+    ids = _sorted_ids(ctx, _t(ins[2]))
+    combiner = _SPARSE_SEGMENT[nd.op.replace("WithNumSegments", "")]
+    if nd.op.endswith("WithNumSegments"):
+        n = _int32(ctx, _t(ins[3]), "num_segments")
+        ids = ctx.checked(ctx.create("Less", [ids, n], suffix="below").outputs[0], ids,
+                          "segment ids must be < num_segments", "check_count")
+        known = ctx.static(ctx.data_inputs()[3])
+        num = None if known is None else int(known)
+    else:
+        n, num = _one_past_the_largest(ctx, ids), None
+    rows = ctx.create("Gather", [data, _int32(ctx, idx, "indices32")], {"axis": 0}, suffix="rows").outputs[0]
+    total = segment_sum(ctx, rows, ids, n, num)
+    if combiner == "sum":
+        return [total]
+    return [ctx.create("Div", [total, _per_segment(ctx, data, ids, n, num, combiner, total)]).outputs[0]]
+
+
+def _per_segment(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any, combiner: str,
+                 like: Tensor) -> Tensor:
+    """Each segment's divisor, its count (``mean``) or the count's square root (``sqrtn``), at least 1,
+    with axes of size 1 to broadcast over ``like``'s rows."""
+    if data.shape is None:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the data")
+    ones = ctx.create("Cast", [ctx.create("OnesLike", [ids], suffix="ones").outputs[0]], {"dtype": data.dtype.name},
+                      suffix="ones_data").outputs[0]
+    count = segment_sum(ctx, ones, ids, n, num)
+    count = ctx.create("Maximum", [count, ctx.create("OnesLike", [count], suffix="at_least").outputs[0]],
+                       suffix="count_or_one").outputs[0]
+    if combiner == "sqrtn":
+        count = ctx.create("Sqrt", [count], suffix="root").outputs[0]
+    for k in range(len(data.shape) - 1):
+        count = ctx.create("ExpandDims", [count], {"axis": -1}, suffix=f"count{k}").outputs[0]
+    return count
+
+
+@_rule("SparseSegmentSumGrad", "SparseSegmentMeanGrad", "SparseSegmentSqrtNGrad")
+def _sparse_segment_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The gradient of a sparse segment reduction with respect to its data (``output_dim0`` rows): each
+    segment's gradient row, divided as the reduction divided it, added at every index that read into
+    that segment."""
+    grad, idx, ids, rows = _t(ins[0]), _t(ins[1]), _int32(ctx, _t(ins[2]), "ids32"), _t(ins[3])
+    combiner = _SPARSE_SEGMENT[nd.op[:-len("Grad")]]
+    picked = ctx.create("Gather", [grad, ids], {"axis": 0}, suffix="picked").outputs[0]
+    if combiner != "sum":
+        n = ctx.create("Shape", [grad], suffix="grad_shape").outputs[0]
+        segments = _getitem(ctx, n, (0,), "segments")
+        divisor = _per_segment(ctx, grad, ids, segments, None, combiner, grad)
+        picked = ctx.create("Div", [picked, ctx.create("Gather", [divisor, ids], {"axis": 0}, suffix="by").outputs[0]],
+                            suffix="scaled").outputs[0]
+    known = ctx.static(ctx.data_inputs()[3])
+    idx = _t(non_negative(ctx, idx, ctx.data_inputs()[1], "indices"))
+    return [segment_sum(ctx, picked, _int32(ctx, idx, "indices32"), _int32(ctx, rows, "rows32"),
+                        None if known is None else int(known))]
