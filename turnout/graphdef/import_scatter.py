@@ -323,16 +323,7 @@ def _segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     total = segment_sum(ctx, data, ids, n, None)
     if nd.op == "SegmentSum":
         return [total]
-    if data.shape is None:
-        raise UnsupportedError(f"{ctx.where()}: needs the rank of the data")
-    ones = ctx.create("Cast", [ctx.create("OnesLike", [ids], suffix="ones").outputs[0]], {"dtype": data.dtype.name},
-                      suffix="ones_data").outputs[0]
-    count = segment_sum(ctx, ones, ids, n, None)
-    count = ctx.create("Maximum", [count, ctx.create("OnesLike", [count], suffix="at_least").outputs[0]],
-                       suffix="count_or_one").outputs[0]
-    for k in range(len(data.shape) - 1):
-        count = ctx.create("ExpandDims", [count], {"axis": -1}, suffix=f"count{k}").outputs[0]
-    return [ctx.create("Div", [total, count]).outputs[0]]
+    return [ctx.create("Div", [total, _per_segment(ctx, data, ids, n, None, "mean")]).outputs[0]]
 
 
 # ---- SparseSegmentSum / Mean / SqrtN (embedding_lookup_sparse, feature columns) and their gradients ----------
@@ -361,13 +352,12 @@ def _sparse_segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     total = segment_sum(ctx, rows, ids, n, num)
     if combiner == "sum":
         return [total]
-    return [ctx.create("Div", [total, _per_segment(ctx, data, ids, n, num, combiner, total)]).outputs[0]]
+    return [ctx.create("Div", [total, _per_segment(ctx, data, ids, n, num, combiner)]).outputs[0]]
 
 
-def _per_segment(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any, combiner: str,
-                 like: Tensor) -> Tensor:
+def _per_segment(ctx: ImportContext, data: Tensor, ids: Tensor, n: Tensor, num: Any, combiner: str) -> Tensor:
     """Each segment's divisor, its count (``mean``) or the count's square root (``sqrtn``), at least 1,
-    with axes of size 1 to broadcast over ``like``'s rows."""
+    with axes of size 1 to broadcast over rows shaped as ``data``'s."""
     if data.shape is None:
         raise UnsupportedError(f"{ctx.where()}: needs the rank of the data")
     ones = ctx.create("Cast", [ctx.create("OnesLike", [ids], suffix="ones").outputs[0]], {"dtype": data.dtype.name},
@@ -393,7 +383,7 @@ def _sparse_segment_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     if combiner != "sum":
         n = ctx.create("Shape", [grad], suffix="grad_shape").outputs[0]
         segments = _getitem(ctx, n, (0,), "segments")
-        divisor = _per_segment(ctx, grad, ids, segments, None, combiner, grad)
+        divisor = _per_segment(ctx, grad, ids, segments, None, combiner)
         picked = ctx.create("Div", [picked, ctx.create("Gather", [divisor, ids], {"axis": 0}, suffix="by").outputs[0]],
                             suffix="scaled").outputs[0]
     known = ctx.static(ctx.data_inputs()[3])
