@@ -762,3 +762,55 @@ def test_sparse_segment_reductions_and_their_gradient_ops(backend: str) -> None:
         _run(g, ["SparseSegmentSum:0"], {"i:0": idx, "s:0": np.array([0, 2, 1, 2], np.int32)}, backend)
     with pytest.raises(KernelError):
         _run(g, ["SparseSegmentMean:0"], {"i:0": np.array([3, -1, 3, 1], np.int32), "s:0": ids}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sorted_segment_extremes_and_products_read_zero_for_an_empty_segment(backend: str) -> None:
+    """Law (TensorFlow's sorted kernels): ``out[s]`` the max, min or product of the rows with id ``s``
+    up to the largest id; an empty segment is 0 (the product's 1)."""
+    data = np.asarray([[1.0, -2.0], [3.0, 0.5], [-4.0, 2.0], [0.25, 8.0]], np.float32)
+    ids = np.asarray([0, 0, 2, 2], np.int32)
+    g = GraphDef()
+    d, s = g.const("d", data), g.placeholder("s", I32, [-1])
+    for op in ("SegmentMax", "SegmentMin", "SegmentProd"):
+        g.node(op, op, (d, s), T=F32, Tindices=I32)
+    mx, mn, pr = _run(g, ["SegmentMax:0", "SegmentMin:0", "SegmentProd:0"], {"s:0": ids}, backend)
+    np.testing.assert_array_equal(mx, [[3.0, 0.5], [0.0, 0.0], [0.25, 8.0]])
+    np.testing.assert_array_equal(mn, [[1.0, -2.0], [0.0, 0.0], [-4.0, 2.0]])
+    np.testing.assert_array_equal(pr, [[3.0, -1.0], [1.0, 1.0], [-1.0, 16.0]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dense_bincount_counts_weighs_and_drops_past_its_size(backend: str) -> None:
+    """Law (``tf.math.bincount``): counts (or summed weights; 1 where any with ``binary_output``) of
+    each value below ``size``; larger values dropped, a negative one an error."""
+    g = GraphDef()
+    a, n = g.placeholder("a", I32, [-1]), g.placeholder("n", I32, [])
+    w = g.const("w", np.asarray([0.5, 1.0, 2.0, 4.0, 8.0], np.float32))
+    g.node("counts", "DenseBincount", (a, n, g.const("none", np.zeros(0, np.int32))), T=I32, Tidx=I32,
+           binary_output=False)
+    g.node("weighed", "DenseBincount", (a, n, w), T=F32, Tidx=I32, binary_output=False)
+    g.node("binary", "DenseBincount", (a, n, g.const("none2", np.zeros(0, np.int32))), T=I32, Tidx=I32,
+           binary_output=True)
+    arr = np.asarray([1, 3, 1, 9, 0], np.int32)
+    counts, weighed, binary = _run(g, ["counts:0", "weighed:0", "binary:0"], {"a:0": arr, "n:0": 5}, backend)
+    assert counts.tolist() == [1, 2, 0, 1, 0] and binary.tolist() == [1, 1, 0, 1, 0]
+    np.testing.assert_array_equal(weighed, [8.0, 2.5, 0.0, 1.0, 0.0])
+    with pytest.raises(KernelError, match="Input arr must be non-negative"):
+        _run(g, ["counts:0"], {"a:0": np.asarray([1, -1], np.int32), "n:0": 3}, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_slice_of_a_shape_folds_where_it_picks_known_dimensions(backend: str) -> None:
+    """Law: ``shape(x)[-1]`` of a batch of unknown size is known at import when the last dimension is
+    (``tf.sort`` and ``tf.argsort`` take it as ``TopKV2``'s ``k``)."""
+    g = GraphDef()
+    x = g.placeholder("x", F32, [-1, 4])
+    g.node("shape", "Shape", (x,), T=F32, out_type=I32)
+    k = g.node("k", "StridedSlice", ("shape", g.const("b", np.asarray([-1], np.int32)),
+                                     g.const("e", np.asarray([0], np.int32)), g.const("st", np.asarray([1], np.int32))),
+               T=I32, Index=I32, shrink_axis_mask=1, end_mask=1)
+    g.node("top", "TopKV2", (x, k), T=F32, sorted=True)
+    xv = np.asarray([[3.0, -1.0, 2.0, 0.5], [0.0, 4.0, -2.0, 1.0]], np.float32)
+    (top,) = _run(g, ["top:0"], {"x:0": xv}, backend)
+    np.testing.assert_array_equal(top, -np.sort(-xv, axis=1))

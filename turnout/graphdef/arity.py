@@ -50,20 +50,21 @@ ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag MatrixSolve MatrixTriangularS
 Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod RealDiv
 ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
 ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
-SegmentMean SegmentSum SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad
-SpaceToBatch SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub
-Sum Switch TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
+SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum SeluGrad SigmoidGrad
+SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
+SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
+TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
 TruncateDiv TruncateMod Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
-DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LRNGrad
-LinSpace MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3
-MaxPoolGrad PadV2 RandomUniformInt Range ResourceApplyGradientDescent ResourceScatterAdd
-ResourceScatterSub Roll ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub
-ScatterUpdate Select SelectV2 Slice SpaceToBatchND SparseSegmentMean SparseSegmentSqrtN
-SparseSegmentSum SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem TensorListSetItem
-TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax UnsortedSegmentMin
-UnsortedSegmentProd UnsortedSegmentSum""",
+DenseBincount DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2
+InTopKV2 LRNGrad LinSpace MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2
+MatrixSetDiagV3 MaxPoolGrad PadV2 RandomUniformInt Range ResourceApplyGradientDescent
+ResourceScatterAdd ResourceScatterSub Roll ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub
+ScatterNdUpdate ScatterSub ScatterUpdate Select SelectV2 Slice SpaceToBatchND SparseSegmentMean
+SparseSegmentSqrtN SparseSegmentSum SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem
+TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax
+UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
     4: """ApplyAdagrad CTCLoss OneHot ResourceApplyAdagrad SparseSegmentMeanGrad
 SparseSegmentMeanWithNumSegments SparseSegmentSqrtNGrad SparseSegmentSqrtNWithNumSegments
 SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense StridedSlice TensorArrayScatterV3
@@ -120,6 +121,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Conv2DBackpropInput": {"T": (1, 2)},
     "Cumprod": {"T": (0,), "Tidx": (1,)},
     "Cumsum": {"T": (0,), "Tidx": (1,)},
+    "DenseBincount": {"T": (2,), "Tidx": (0, 1)},
     "DepthwiseConv2dNativeBackpropFilter": {"T": (0, 2)},
     "DepthwiseConv2dNativeBackpropInput": {"T": (1, 2)},
     "DynamicPartition": {"T": (0,)},
@@ -197,7 +199,10 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "ScatterNdUpdate": {"T": (0, 2), "Tindices": (1,)},
     "ScatterSub": {"T": (0, 2), "Tindices": (1,)},
     "ScatterUpdate": {"T": (0, 2), "Tindices": (1,)},
+    "SegmentMax": {"T": (0,), "Tindices": (1,)},
     "SegmentMean": {"T": (0,), "Tindices": (1,)},
+    "SegmentMin": {"T": (0,), "Tindices": (1,)},
+    "SegmentProd": {"T": (0,), "Tindices": (1,)},
     "SegmentSum": {"T": (0,), "Tindices": (1,)},
     "Select": {"T": (1, 2)},
     "SelectV2": {"T": (1, 2)},

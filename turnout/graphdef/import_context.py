@@ -399,6 +399,30 @@ TWO_OUTPUTS = frozenset({"BroadcastGradientArgs", "ListDiff", "Qr"})
 FOLDED_OPS = frozenset(_FOLD)
 
 
+def _sliced_shape(ctx: ImportContext, nd: Any) -> Optional[np.ndarray]:
+    """A ``StridedSlice`` of a ``Shape`` whose slice picks only dimensions known at import (the
+    ``shape(x)[-1]`` of ``tf.sort`` and ``tf.argsort`` of a batch of unknown size), folded; None
+    otherwise."""
+    src = tensor_name(ctx.data_inputs(nd)[0])
+    shape_nd = ctx.nodes.get(src.rpartition(":")[0])
+    if shape_nd is None or shape_nd.op not in ("Shape", "ShapeN"):
+        return None
+    k = int(src.rpartition(":")[2]) if shape_nd.op == "ShapeN" else 0
+    dims = ctx.spec_shape(ctx.data_inputs(shape_nd)[k])
+    bounds = [ctx.static(t) for t in ctx.data_inputs(nd)[1:4]]
+    if dims is None or any(b is None for b in bounds):
+        return None
+    key = strided_slice_index(nd, *([int(x) for x in np.ravel(b)] for b in bounds))  # type: ignore[arg-type]
+    try:
+        picked = np.asarray([-1 if d is None else int(d) for d in dims], np.int64)[key]
+    except (IndexError, ValueError):
+        return None
+    if (np.asarray(picked) < 0).any():
+        return None
+    dtype = np.int64 if protos.attr(shape_nd, "out_type") == 9 else np.int32
+    return np.asarray(picked, dtype)
+
+
 def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
     node_name, _, idx = tname.rpartition(":")
     nd = ctx.nodes.get(node_name)
@@ -417,6 +441,10 @@ def _fold(ctx: ImportContext, tname: str) -> Optional[np.ndarray]:
         out = {"Shape": np.asarray(shp, np.int32), "Size": np.asarray(int(np.prod(shp)), np.int32),
                "Rank": np.asarray(len(shp), np.int32)}[op]
         return out.astype(np.int64) if protos.attr(nd, "out_type") == 9 else out
+    if op == "StridedSlice":
+        part = _sliced_shape(ctx, nd)
+        if part is not None:
+            return part
     if op in tf_random.DTYPES:
         return _draw(ctx, nd) if ctx.initializing else None
     if ctx.initializing:

@@ -103,15 +103,47 @@ def _unsorted_segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ids = ctx.checked(ctx.create("Less", [ids, hi], suffix="below").outputs[0], ids,
                    f"segment_ids must be < num_segments ({num[0]})", "check")
     seg = ctx.const(np.arange(num[0], dtype=np.int32).reshape([num[0]] + [1] * r), [ids], suffix="segments")
+    return [_masked_reduce(ctx, nd.op.replace("Unsorted", ""), data, ids, seg, r, extra, None)]
+
+
+def _masked_reduce(ctx: ImportContext, op: str, data: Tensor, ids: Tensor, seg: Tensor, r: int, extra: int,
+                   empty: Any) -> Tensor:
+    """``Segment{Max,Min,Prod}`` by a mask ``ids == s`` (``seg``: the segment numbers, ``[n, 1...]``)
+    selecting the data, else the reduction's identity, reduced over the ids' axes; an empty segment
+    then reads ``empty`` where it is given (the sorted ops' 0)."""
     mask = ctx.create("Equal", [ctx.create("ExpandDims", [ids], {"axis": 0}, suffix="ids_row").outputs[0], seg],
                       suffix="mask").outputs[0]
     for k in range(extra):
         mask = ctx.create("ExpandDims", [mask], {"axis": -1}, suffix=f"mask{k}").outputs[0]
     rows = ctx.create("ExpandDims", [data], {"axis": 0}, suffix="data_row").outputs[0]
-    fill = ctx.const(_identity_of(nd.op, data.dtype), [data], suffix="empty")
+    fill = ctx.const(_identity_of(f"Unsorted{op}", data.dtype), [data], suffix="identity")
     picked = ctx.create("Select", [mask, rows, fill], suffix="picked").outputs[0]
-    reduce = {"UnsortedSegmentMax": "Max", "UnsortedSegmentMin": "Min", "UnsortedSegmentProd": "Prod"}[nd.op]
-    return [ctx.create(reduce, [picked], {"axis": list(range(1, r + 1)), "keepdims": False}).outputs[0]]
+    axes = {"axis": list(range(1, r + 1)), "keepdims": False}
+    reduce = {"SegmentMax": "Max", "SegmentMin": "Min", "SegmentProd": "Prod"}[op]
+    if empty is None:
+        return ctx.create(reduce, [picked], axes).outputs[0]
+    out = ctx.create(reduce, [picked], axes, suffix="reduced").outputs[0]
+    hit = ctx.create("Any", [mask], axes, suffix="hit").outputs[0]  # (broadcasts over the rows' axes)
+    return ctx.create("Select", [hit, out, ctx.const(np.asarray(empty, data.dtype.numpy), [data], suffix="empty")]
+                      ).outputs[0]
+
+
+@_rule("SegmentMax", "SegmentMin", "SegmentProd")
+def _sorted_segment(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``out[s]`` the largest, smallest or product of the rows whose sorted id is ``s``, for ``s`` up to
+    the largest id (a count known when the program runs): ``UnsortedSegment*``'s mask over those
+    segments, an empty segment 0 (TensorFlow's sorted kernels; 1 for the product)."""
+    data, ids = _t(ins[0]), _sorted_ids(ctx, _t(ins[1]))
+    if data.shape is None or ids.shape is None or len(ids.shape) != 1:
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the data and vector segment ids")
+    n = _one_past_the_largest(ctx, ids)
+    ones = ctx.create("Fill", [ctx.create("Reshape", [n], {"shape": [1]}, suffix="n_vector").outputs[0],
+                               ctx.const(np.asarray(1, np.int32), [ids], suffix="one")], suffix="ones").outputs[0]
+    counted = ctx.create("Cumsum", [ones], {"axis": 0}, suffix="counted").outputs[0]
+    back = ctx.const(np.asarray(1, np.int32), [ids], suffix="one_back")
+    numbers = ctx.create("Sub", [counted, back], suffix="numbers").outputs[0]
+    seg = ctx.create("ExpandDims", [numbers], {"axis": -1}, suffix="segments").outputs[0]
+    return [_masked_reduce(ctx, nd.op, data, ids, seg, 1, len(data.shape) - 1, 1 if nd.op == "SegmentProd" else 0)]
 
 
 # ---- Scatter* of TF1 reference variables --------------------------------------------------------------
@@ -296,15 +328,21 @@ def _one_past_the_largest(ctx: ImportContext, idx: Tensor) -> Tensor:
 
 
 # ---- SegmentSum, SegmentMean: sorted segments, as many as the largest id says --------------------------------
+def _non_negative_vector(ctx: ImportContext, x: Tensor, message: str) -> Tensor:
+    """An integer vector as int32, once none of its entries is negative (a ``KernelError`` with
+    ``message`` otherwise)."""
+    x = _int32(ctx, x, "as_int32")
+    zero = ctx.const(np.zeros((), np.int32), [x], suffix="zero")
+    return ctx.checked(ctx.create("GreaterEqual", [x, zero], suffix="non_negative").outputs[0], x, message,
+                       "check_sign")
+
+
 def _sorted_ids(ctx: ImportContext, ids: Tensor) -> Tensor:
     """The segment ids of a ``Segment*`` op as int32, checked as TensorFlow's CPU kernel checks them:
     a vector, each at least 0 and none smaller than the one before."""
     if ids.shape is None or len(ids.shape) != 1:
         raise UnsupportedError(f"{ctx.where()}: the segment ids must be a vector, got shape {ids.shape}")
-    ids = _int32(ctx, ids, "ids")
-    zero = ctx.const(np.zeros((), np.int32), [ids], suffix="zero")
-    ids = ctx.checked(ctx.create("GreaterEqual", [ids, zero], suffix="non_negative").outputs[0], ids,
-                   "segment ids must be >= 0", "check_sign")
+    ids = _non_negative_vector(ctx, ids, "segment ids must be >= 0")
     before = _getitem(ctx, ids, (slice(None, -1, None),), "before")
     after = _getitem(ctx, ids, (slice(1, None, None),), "after")
     return ctx.checked(ctx.create("LessEqual", [before, after], suffix="increasing").outputs[0], ids,
@@ -390,3 +428,35 @@ def _sparse_segment_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     idx = _t(non_negative(ctx, idx, ctx.data_inputs()[1], "indices"))
     return [segment_sum(ctx, picked, _int32(ctx, idx, "indices32"), _int32(ctx, rows, "rows32"),
                         None if known is None else int(known))]
+
+
+@_rule("DenseBincount")
+def _dense_bincount(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """``tf.math.bincount`` of a vector: ``out[v]`` the number of entries equal to ``v`` (or the sum of
+    their weights; with ``binary_output``, 1 where any), for ``v < size``, a larger entry dropped and
+    a negative one an error, as TensorFlow's kernel. Weights of no elements (TensorFlow's stand-in for
+    none) count ones."""
+    arr, size, weights = _t(ins[0]), _t(ins[1]), _t(ins[2])
+    if arr.shape is None or len(arr.shape) != 1:
+        raise UnsupportedError(f"{ctx.where()}: supported for a vector input, got shape {arr.shape}")
+    arr = _non_negative_vector(ctx, arr, "Input arr must be non-negative!")
+    out_dtype = ctx.dtype("T")
+    if weights.shape is not None and len(weights.shape) == 1 and weights.shape[0] == 0:
+        weights = ctx.create("Cast", [ctx.create("OnesLike", [arr], suffix="ones").outputs[0]],
+                             {"dtype": out_dtype.name}, suffix="unit_weights").outputs[0]
+    size = _int32(ctx, size, "size32")
+    inside = ctx.create("Less", [arr, size], suffix="inside").outputs[0]
+    kept = ctx.create("Select", [inside, weights, ctx.create("ZerosLike", [weights], suffix="dropped").outputs[0]],
+                      suffix="kept").outputs[0]
+    at = ctx.create("Select", [inside, arr, ctx.create("ZerosLike", [arr], suffix="nowhere").outputs[0]],
+                    suffix="at").outputs[0]
+    size_vector = ctx.create("Reshape", [size], {"shape": [1]}, suffix="size_vector").outputs[0]
+    empty = ctx.const(np.zeros((), out_dtype.numpy), [arr], suffix="empty")
+    bins = ctx.create("Fill", [size_vector, empty], suffix="bins").outputs[0]
+    counts = ctx.create("ScatterAddLike", [bins, at, kept], {"axis": 0},
+                        suffix=None if not ctx.attr("binary_output", False) else "counts").outputs[0]
+    if not ctx.attr("binary_output", False):
+        return [counts]
+    some = ctx.create("Greater", [counts, ctx.create("ZerosLike", [counts], suffix="none").outputs[0]],
+                      suffix="some").outputs[0]
+    return [ctx.create("Cast", [some], {"dtype": out_dtype.name}).outputs[0]]
