@@ -814,3 +814,52 @@ def test_a_slice_of_a_shape_folds_where_it_picks_known_dimensions(backend: str) 
     xv = np.asarray([[3.0, -1.0, 2.0, 0.5], [0.0, 4.0, -2.0, 1.0]], np.float32)
     (top,) = _run(g, ["top:0"], {"x:0": xv}, backend)
     np.testing.assert_array_equal(top, -np.sort(-xv, axis=1))
+
+
+def _grid(lo: float, hi: float, size: int, k: int, n: int) -> float:
+    """The kernel's sampling position ``k`` of ``n`` between ``lo`` and ``hi`` (the middle for one)."""
+    return lo * (size - 1) + k * ((hi - lo) * (size - 1) / (n - 1)) if n > 1 else 0.5 * (lo + hi) * (size - 1)
+
+
+def _crop_kernel(image: np.ndarray, boxes: np.ndarray, index: np.ndarray, crop: tuple[int, int],
+                 extrapolation: float) -> np.ndarray:
+    """TensorFlow's ``CropAndResize`` CPU kernel, its loops written out."""
+    _, h, w, c = image.shape
+    out = np.zeros((len(boxes), *crop, c), np.float32)
+    for b, (y1, x1, y2, x2) in enumerate(boxes):
+        for i in range(crop[0]):
+            y = _grid(y1, y2, h, i, crop[0])
+            for j in range(crop[1]):
+                x = _grid(x1, x2, w, j, crop[1])
+                if not (0 <= y <= h - 1 and 0 <= x <= w - 1):
+                    out[b, i, j] = extrapolation
+                    continue
+                t, bo, le, ri = int(np.floor(y)), int(np.ceil(y)), int(np.floor(x)), int(np.ceil(x))
+                img = image[index[b]]
+                top = img[t, le] + (img[t, ri] - img[t, le]) * (x - le)
+                bottom = img[bo, le] + (img[bo, ri] - img[bo, le]) * (x - le)
+                out[b, i, j] = top + (bottom - top) * (y - t)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_crop_and_resize_is_the_kernels_bilinear_sampling(backend: str) -> None:
+    """Law: each box sampled on its grid (its middle for one sample), bilinear inside the image and
+    ``extrapolation_value`` outside; a box index past the batch is a ``KernelError``."""
+    rng = np.random.default_rng(9)
+    image = rng.normal(size=(2, 5, 6, 2)).astype(np.float32)
+    boxes = np.asarray([[0.1, 0.2, 0.8, 0.7], [-0.3, 0.0, 0.9, 1.2], [0.5, 0.5, 0.5, 0.5]], np.float32)
+    index = np.asarray([1, 0, 1], np.int32)
+    g = GraphDef()
+    im, bx = g.placeholder("im", F32, [-1, 5, 6, 2]), g.placeholder("bx", F32, [-1, 4])
+    ix = g.placeholder("ix", I32, [-1])
+    g.node("grid", "CropAndResize", (im, bx, ix, g.const("s1", np.asarray([3, 4], np.int32))), T=F32,
+           extrapolation_value=-1.5, method="bilinear")
+    g.node("one", "CropAndResize", (im, bx, ix, g.const("s2", np.asarray([1, 2], np.int32))), T=F32,
+           extrapolation_value=0.0, method="bilinear")
+    feeds = {"im:0": image, "bx:0": boxes, "ix:0": index}
+    grid, one = _run(g, ["grid:0", "one:0"], feeds, backend)
+    np.testing.assert_allclose(grid, _crop_kernel(image, boxes, index, (3, 4), -1.5), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(one, _crop_kernel(image, boxes, index, (1, 2), 0.0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(KernelError, match="box_index has values outside"):
+        _run(g, ["grid:0"], {**feeds, "ix:0": np.asarray([1, 2, 0], np.int32)}, backend)

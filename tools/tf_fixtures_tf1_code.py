@@ -712,3 +712,30 @@ def embedding_lookup_sparse(tf: Any) -> list[dict[str, Any]]:
              "weights:0": np.array([0.5, 1.0, 2.0, 1.5, 1.0, 3.0], np.float32),
              "ids_shape:0": np.array([4, 3], np.int64), "y:0": np.array([[1.0], [0.0], [1.0], [0.0]], np.float32)}
     return _train_runs(feeds, loss, train, [emb.value(), w.value(), h])
+
+
+@case
+def roi_crops(tf: Any) -> list[dict[str, Any]]:
+    """A two-stage detector's region head as TF1 code writes it: convolution features, fed boxes (one
+    reaching past the image, sampled at ``extrapolation_value``) cropped and resized by
+    ``tf.image.crop_and_resize`` to 3 x 3, a dense head, SGD (``CropAndResizeGradImage``), and the
+    gradient with respect to the boxes fetched (``CropAndResizeGradBoxes``); a 1 x 4 crop too."""
+    v1 = tf.compat.v1
+    images = v1.placeholder(tf.float32, [None, 6, 7, 2], name="images")
+    boxes = v1.placeholder(tf.float32, [None, 4], name="boxes")
+    index = v1.placeholder(tf.int32, [None], name="box_index")
+    k = v1.get_variable("conv/k", [3, 3, 2, 3], initializer=_seeded(tf, 101))
+    feats = tf.nn.relu(tf.nn.conv2d(images, k, [1, 1, 1, 1], "SAME"))
+    crops = tf.image.crop_and_resize(feats, boxes, index, [3, 3], extrapolation_value=0.5)
+    thin = tf.image.crop_and_resize(images, boxes, index, [1, 4])
+    w = v1.get_variable("head/w", [27, 2], initializer=_seeded(tf, 102))
+    scores = tf.matmul(tf.reshape(crops, [-1, 27]), w)
+    loss = tf.add(tf.reduce_mean(tf.square(scores)), tf.reduce_sum(thin) * 0.01, name="roi_loss")
+    train = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    (dboxes,) = tf.gradients(loss, [boxes])
+    rng = np.random.default_rng(103)
+    feeds = {"images:0": rng.normal(size=(2, 6, 7, 2)).astype(np.float32),
+             "boxes:0": np.array([[0.1, 0.2, 0.7, 0.9], [0.0, 0.0, 1.0, 1.0], [0.5, -0.2, 1.3, 0.6]], np.float32),
+             "box_index:0": np.array([0, 1, 1], np.int32)}
+    runs = _train_runs(feeds, loss, train, [k.value(), w.value()])
+    return [*runs, {"feeds": feeds, "fetches": [dboxes.name, crops.name, thin.name]}]

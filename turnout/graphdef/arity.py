@@ -65,10 +65,10 @@ ScatterNdUpdate ScatterSub ScatterUpdate Select SelectV2 Slice SpaceToBatchND Sp
 SparseSegmentSqrtN SparseSegmentSum SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem
 TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax
 UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
-    4: """ApplyAdagrad CTCLoss OneHot ResourceApplyAdagrad SparseSegmentMeanGrad
-SparseSegmentMeanWithNumSegments SparseSegmentSqrtNGrad SparseSegmentSqrtNWithNumSegments
-SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense StridedSlice TensorArrayScatterV3
-TensorArraySplitV3 TensorArrayWriteV3""",
+    4: """ApplyAdagrad CTCLoss CropAndResize CropAndResizeGradBoxes CropAndResizeGradImage OneHot
+ResourceApplyAdagrad SparseSegmentMeanGrad SparseSegmentMeanWithNumSegments SparseSegmentSqrtNGrad
+SparseSegmentSqrtNWithNumSegments SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense
+StridedSlice TensorArrayScatterV3 TensorArraySplitV3 TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum ApplyProximalGradientDescent FusedBatchNorm FusedBatchNormGrad
 FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3
 ResourceApplyAdagradV2 ResourceApplyMomentum ResourceApplyProximalGradientDescent
@@ -119,6 +119,8 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Cast": {"SrcT": (0,)},
     "Conv2DBackpropFilter": {"T": (0, 2)},
     "Conv2DBackpropInput": {"T": (1, 2)},
+    "CropAndResize": {"T": (0,)},
+    "CropAndResizeGradBoxes": {"T": (1,)},
     "Cumprod": {"T": (0,), "Tidx": (1,)},
     "Cumsum": {"T": (0,), "Tidx": (1,)},
     "DenseBincount": {"T": (2,), "Tidx": (0, 1)},

@@ -32,7 +32,7 @@ from turnout.control_flow.while_loop import while_loop
 from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_random import in_builder, loop_enter
+from turnout.graphdef.import_random import with_builders
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
 from turnout.nn import log_softmax
 from turnout.tables import registrar
@@ -55,12 +55,9 @@ def _ctc_loss(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         raise ArgumentError(f"{ctx.where()}: inputs must be float32 or float64, got {x.dtype.name}")
     if ctx.attr("preprocess_collapse_repeated", False):
         raise UnsupportedError(f"{ctx.where()}: preprocess_collapse_repeated=True is not built")
-    if not in_builder(ctx) and any(loop_enter(t) is not None for t in ins):
-        raise UnsupportedError(f"{ctx.where()}: a CTCLoss inside a TensorFlow v1 while loop is not built")
     merge = bool(ctx.attr("ctc_merge_repeated", True))
     ignore = bool(ctx.attr("ignore_longer_outputs_than_inputs", False))
-    with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context), \
-            ctx.graph.name_scope(f"{ctx.prefix}{nd.name}"):
+    with with_builders(ctx, ins):
         loss = _loss(x, indices, values, lengths, int(x.shape[2]), merge, ignore)
         (grad,) = _gradients(loss, x)
     return [ctx.create("Identity", [loss], suffix="loss").outputs[0], ctx.create("Identity", [grad]).outputs[0]]

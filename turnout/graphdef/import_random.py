@@ -16,7 +16,8 @@ the loops around the op are builders' loops, so it takes their tokens as ``tn.ra
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import numpy as np
@@ -230,15 +231,12 @@ def _log_uniform_sampler(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
         raise ArgumentError(f"{ctx.where()}: Sampler's range is too small (range_max {range_max}, num_sampled "
                             f"{num_sampled}, unique {unique})")
     anchors = [classes, *(c.outputs[0] for c in ctx.ctrl_inputs() if c.outputs)]
-    if not in_builder(ctx) and any(loop_enter(t) is not None for t in anchors):
-        raise UnsupportedError(f"{ctx.where()}: a candidate sampler inside a TensorFlow v1 while loop is not built")
 
     def part(create: Create, handle: Tensor, seeds: dict[str, Any]) -> tuple[Any, Tensor]:
         counts: list[Tensor] = []
 
         def body(read: Tensor) -> Tensor:
-            with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context), \
-                    ctx.graph.name_scope(f"{ctx.prefix}{nd.name}"):
+            with with_builders(ctx, anchors):
                 sampled, *rest = log_uniform_part(read, classes, num_true, num_sampled, unique, range_max, seeds)
             counts.extend(rest)
             return sampled
@@ -336,6 +334,20 @@ def _token(ctx: ImportContext, enter: Optional[Node]) -> tuple[Optional[Tensor],
     return _frame_token(ctx, enter) if enter is not None else (None, None)
 
 
+@contextmanager
+def with_builders(ctx: ImportContext, anchors: list[Any]) -> Iterator[None]:
+    """Builders (``tn`` ops, ``while_loop``, ``tn.gradients``) creating their nodes in the import graph,
+    in the flow context of the node being imported and under its name: how a rule whose op holds a
+    loop (a sampler's tries, CTC's forward variables) or differentiates its formula (a gradient op)
+    is written. Inside a TensorFlow v1 while loop the builders' frames would not be the GraphDef's:
+    refused, naming the op."""
+    if not in_builder(ctx) and any(isinstance(t, Tensor) and loop_enter(t) is not None for t in anchors):
+        raise UnsupportedError(f"{ctx.where()}: {ctx.node.op} inside a TensorFlow v1 while loop is not built")
+    with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context), \
+            ctx.graph.name_scope(f"{ctx.prefix}{ctx.node.name}"):
+        yield
+
+
 def in_builder(ctx: ImportContext) -> bool:
     """Whether the op is imported inside a builder's loop or branch (a v2 function body)."""
     return ctx.capture and ctx.flow_context is not None
@@ -368,4 +380,4 @@ def _initializer_fold(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.const(v, anchors, suffix=None if k == n_out - 1 else f"out{k}") for k, v in enumerate(vals)]
 
 
-__all__ = ["in_builder", "in_loop_cond", "initializer_only", "loop_enter"]
+__all__ = ["in_builder", "in_loop_cond", "initializer_only", "loop_enter", "with_builders"]
