@@ -863,3 +863,44 @@ def test_crop_and_resize_is_the_kernels_bilinear_sampling(backend: str) -> None:
     np.testing.assert_allclose(one, _crop_kernel(image, boxes, index, (1, 2), 0.0), rtol=1e-5, atol=1e-6)
     with pytest.raises(KernelError, match="box_index has values outside"):
         _run(g, ["grid:0"], {**feeds, "ix:0": np.asarray([1, 2, 0], np.int32)}, backend)
+
+
+def _conv3d_numpy(x: np.ndarray, w: np.ndarray, strides: tuple[int, int, int], dilations: tuple[int, int, int],
+                  pads: list[tuple[int, int]], out: tuple[int, int, int]) -> np.ndarray:
+    """``y[n, d, i, j, o] = sum x_padded[n, d*s + a*r, ...] * w[a, b, c, ch, o]``: the definition."""
+    xp = np.pad(x, [(0, 0), *pads, (0, 0)])
+    y = np.zeros((x.shape[0], *out, w.shape[4]), np.float64)
+    for d, i, j in np.ndindex(*out):
+        for a, b, c in np.ndindex(*w.shape[:3]):
+            patch = xp[:, d * strides[0] + a * dilations[0], i * strides[1] + b * dilations[1],
+                       j * strides[2] + c * dilations[2]]
+            y[:, d, i, j] += patch @ w[a, b, c]
+    return y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_conv3d_is_the_cross_correlation_over_depth_rows_and_columns(backend: str) -> None:
+    """Law: ``Conv3D`` (NDHWC, DHWIO) is the 3-D cross-correlation with TensorFlow's padding per axis,
+    here with a depth dilation and strides; its gradient ops are the correlation's transposes (checked
+    by the sum they take with the upstream gradient: ``<conv(x, w), g>`` equals ``<x, dx>`` and
+    ``<w, dw>``)."""
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(2, 5, 4, 3, 2)).astype(np.float32)
+    w = rng.normal(size=(2, 2, 3, 2, 3)).astype(np.float32)
+    g = GraphDef()
+    xs, ws = g.placeholder("x", F32, [-1, 5, 4, 3, 2]), g.const("w", w)
+    g.node("y", "Conv3D", (xs, ws), T=F32, strides=[1, 1, 2, 1, 1], dilations=[1, 2, 1, 1, 1], padding="SAME",
+           data_format="NDHWC")
+    (y,) = _run(g, ["y:0"], {"x:0": x}, backend)
+    # SAME: depth 5 with a dilated tap span of 3 pads 1 before, 1 after; rows 4 / 2 pad 0+1; columns 3 pad 1+1
+    want = _conv3d_numpy(x, w, (1, 2, 1), (2, 1, 1), [(1, 1), (0, 1), (1, 1)], (5, 2, 3))
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    up = rng.normal(size=y.shape).astype(np.float32)
+    g.node("dx", "Conv3DBackpropInputV2", (g.const("xsize", np.asarray(x.shape, np.int32)), ws, g.const("up", up)),
+           T=F32, strides=[1, 1, 2, 1, 1], dilations=[1, 2, 1, 1, 1], padding="SAME", data_format="NDHWC")
+    g.node("dw", "Conv3DBackpropFilterV2", (xs, g.const("wsize", np.asarray(w.shape, np.int32)), "up"),
+           T=F32, strides=[1, 1, 2, 1, 1], dilations=[1, 2, 1, 1, 1], padding="SAME", data_format="NDHWC")
+    dx, dw = _run(g, ["dx:0", "dw:0"], {"x:0": x}, backend)
+    inner = float((want * up).sum())
+    np.testing.assert_allclose(float((x * dx).sum()), inner, rtol=1e-4)
+    np.testing.assert_allclose(float((w * dw).sum()), inner, rtol=1e-4)

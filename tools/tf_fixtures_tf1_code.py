@@ -739,3 +739,23 @@ def roi_crops(tf: Any) -> list[dict[str, Any]]:
              "box_index:0": np.array([0, 1, 1], np.int32)}
     runs = _train_runs(feeds, loss, train, [k.value(), w.value()])
     return [*runs, {"feeds": feeds, "fetches": [dboxes.name, crops.name, thin.name]}]
+
+
+@case
+def conv3d_video(tf: Any) -> list[dict[str, Any]]:
+    """A video (or volume) classifier as TF1 code writes it: ``layers.conv3d`` with ``same`` padding and
+    strides over rows and columns, a ``valid`` one over depth, relu, global average pooling, a dense
+    head, Adam (``Conv3DBackpropInputV2`` and ``Conv3DBackpropFilterV2``); a fed batch of clips."""
+    v1 = tf.compat.v1
+    clips = v1.placeholder(tf.float32, [None, 5, 6, 6, 2], name="clips")
+    labels = v1.placeholder(tf.int32, [None], name="labels")
+    h = v1.layers.conv3d(clips, 3, 3, strides=(1, 2, 2), padding="same", activation=tf.nn.relu, name="c1",
+                         kernel_initializer=_seeded(tf, 111))
+    h = v1.layers.conv3d(h, 4, (2, 1, 1), padding="valid", activation=tf.nn.relu, name="c2",
+                         kernel_initializer=_seeded(tf, 112))
+    logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2, 3]), 3, name="head", kernel_initializer=_seeded(tf, 113))
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), name="loss")
+    train = v1.train.AdamOptimizer(0.05).minimize(loss)
+    rng = np.random.default_rng(114)
+    feeds = {"clips:0": rng.normal(size=(2, 5, 6, 6, 2)).astype(np.float32), "labels:0": np.array([2, 0], np.int32)}
+    return _train_runs(feeds, loss, train, [h, *(v.value() for v in v1.trainable_variables()[:2])])

@@ -43,12 +43,12 @@ TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIs
 VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
-BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits Conv2D Cumprod
-Cumsum DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal ExpandDims
-Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less LessEqual
-ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag MatrixSolve MatrixTriangularSolve Max Maximum
-Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod RealDiv
-ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
+BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits Conv2D Conv3D
+Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal
+ExpandDims Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less
+LessEqual ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag MatrixSolve MatrixTriangularSolve Max
+Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod
+RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
 ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
 SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum SeluGrad SigmoidGrad
 SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
@@ -57,14 +57,14 @@ TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromT
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
 TruncateDiv TruncateMod Xdivy Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
-DenseBincount DepthwiseConv2dNativeBackpropFilter DepthwiseConv2dNativeBackpropInput GatherV2
-InTopKV2 LRNGrad LinSpace MatrixBandPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2
-MatrixSetDiagV3 MaxPoolGrad PadV2 RandomUniformInt Range ResourceApplyGradientDescent
-ResourceScatterAdd ResourceScatterSub Roll ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub
-ScatterNdUpdate ScatterSub ScatterUpdate Select SelectV2 Slice SpaceToBatchND SparseSegmentMean
-SparseSegmentSqrtN SparseSegmentSum SplitV TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem
-TensorListSetItem TensorScatterAdd TensorScatterSub TensorScatterUpdate UnsortedSegmentMax
-UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
+Conv3DBackpropFilterV2 Conv3DBackpropInputV2 DenseBincount DepthwiseConv2dNativeBackpropFilter
+DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LRNGrad LinSpace MatrixBandPart
+MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3 MaxPoolGrad PadV2 RandomUniformInt
+Range ResourceApplyGradientDescent ResourceScatterAdd ResourceScatterSub Roll ScatterAdd ScatterNd
+ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub ScatterUpdate Select SelectV2 Slice
+SpaceToBatchND SparseSegmentMean SparseSegmentSqrtN SparseSegmentSum SplitV TensorArrayGatherV3
+TensorArrayReadV3 TensorListGetItem TensorListSetItem TensorScatterAdd TensorScatterSub
+TensorScatterUpdate UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
     4: """ApplyAdagrad CTCLoss CropAndResize CropAndResizeGradBoxes CropAndResizeGradImage OneHot
 ResourceApplyAdagrad SparseSegmentMeanGrad SparseSegmentMeanWithNumSegments SparseSegmentSqrtNGrad
 SparseSegmentSqrtNWithNumSegments SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense
@@ -89,19 +89,20 @@ _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdadelta ApplyAdagrad ApplyAda
 ApplyFtrl ApplyFtrlV2 ApplyGradientDescent ApplyMomentum ApplyProximalAdagrad
 ApplyProximalGradientDescent ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh
 AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs
-Bucketize Ceil CheckNumerics Cholesky ClipByValue Conv2D Cos Cosh DepthToSpace DepthwiseConv2dNative
-DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc Exit Exp Expm1 Floor
-FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell GRUBlockCellGrad Greater
-GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan L2Loss LRN LRNGrad
-LSTMBlockCell LSTMBlockCellGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma ListDiff Log Log1p
-LogMatrixDeterminant LogSoftmax MatMul MatrixDeterminant MatrixDiag MatrixDiagPart MatrixInverse
-MatrixSetDiag MatrixSolve MatrixTriangularSolve MaxPool MaxPoolGrad Maximum Minimum Mod Mul MulNoNan
-Neg NextIteration NotEqual OnesLike Pow PreventGradient Qr RandomStandardNormal RandomUniform Rank
-RealDiv Reciprocal ReciprocalGrad RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Relu6Grad
-ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad Shape Sigmoid SigmoidGrad Sign Sin Sinh Size
-Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus SoftplusGrad Softsign SoftsignGrad
-SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze StopGradient Sub Tan Tanh TanhGrad TopK
-TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where Xdivy Xlogy ZerosLike"""
+Bucketize Ceil CheckNumerics Cholesky ClipByValue Conv2D Conv3D Cos Cosh DepthToSpace
+DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc
+Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell
+GRUBlockCellGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan
+L2Loss LRN LRNGrad LSTMBlockCell LSTMBlockCellGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma
+ListDiff Log Log1p LogMatrixDeterminant LogSoftmax MatMul MatrixDeterminant MatrixDiag
+MatrixDiagPart MatrixInverse MatrixSetDiag MatrixSolve MatrixTriangularSolve MaxPool MaxPoolGrad
+Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow PreventGradient Qr
+RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit
+RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad
+Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus
+SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze
+StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where
+Xdivy Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},
@@ -119,6 +120,8 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "Cast": {"SrcT": (0,)},
     "Conv2DBackpropFilter": {"T": (0, 2)},
     "Conv2DBackpropInput": {"T": (1, 2)},
+    "Conv3DBackpropFilterV2": {"T": (0, 2)},
+    "Conv3DBackpropInputV2": {"T": (1, 2), "Tshape": (0,)},
     "CropAndResize": {"T": (0,)},
     "CropAndResizeGradBoxes": {"T": (1,)},
     "Cumprod": {"T": (0,), "Tidx": (1,)},

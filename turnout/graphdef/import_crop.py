@@ -148,8 +148,9 @@ def _positions(boxes: Tensor, axis: int, size: Tensor, n: Any) -> tuple[Tensor, 
     else:
         steps = ops.cast(array_ops.range(n), dt.float32)
         gaps = ops.cast(ops.maximum(n - 1, ops.constant(1)), dt.float32)
-    # (the kernel's arithmetic, in its order: start * last + i * scale; the middle for one sample)
-    pos = start * last + steps * ((stop - start) * last / gaps)
+    # (the kernel's arithmetic, in its order: start * last + i * ((stop - start) * (last / gaps)); the
+    # middle for one sample)
+    pos = start * last + steps * ((stop - start) * (last / gaps))
     if isinstance(n, int) and n == 1:
         pos = middle
     elif not isinstance(n, int):

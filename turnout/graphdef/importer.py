@@ -35,6 +35,7 @@ from turnout.files import file_path
 from turnout.graph import Graph, Node, Tensor
 from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_arrays,
+    import_conv3d,
     import_crop,
     import_ctc,
     import_functions,

@@ -1,0 +1,116 @@
+"""Import rules of TensorFlow's ``Conv3D`` (``tf.nn.conv3d``, ``layers.conv3d``: video and volume
+models) and its two gradient ops, as ``Conv2D`` s over depth slices.
+
+A 3-D cross-correlation is a sum over the filter's depth taps of 2-D ones: output depth ``d`` adds,
+for each tap ``k``, the ``Conv2D`` of input depth ``d * stride + k * dilation - pad`` (a depth inside
+the input; the padding's are zeros and add nothing) with the filter's slice ``k``, the rows and
+columns padded, strided and dilated as the ``Conv2D`` does it (``turnout.windows``, TensorFlow's
+rule per axis); the depth's padding is the same rule's. So the op needs its input's depth and its
+filter's known at import (the slices are unrolled), and NDHWC data. Its gradient ops are
+``tn.gradients`` of that sum with the upstream gradient held constant (the sum is linear in the input
+and in the filter, so zeros of the sizes the op is given stand for the other operand).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout import dtypes as dt
+from turnout import ops, windows
+from turnout.errors import UnsupportedError
+from turnout.graph import Tensor
+from turnout.graphdef.flows import tensor_name
+from turnout.graphdef.import_context import ImportContext, Value
+from turnout.graphdef.import_random import with_builders
+from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _partial_shape
+from turnout.nn_ops import conv2d
+from turnout.tables import registrar
+
+_rule = registrar(IMPORT_RULES)
+
+
+def _geometry(ctx: ImportContext) -> tuple[list[int], list[int], str]:
+    """The op's strides and dilations (depth, rows, columns) and padding, NDHWC only."""
+    fmt = ctx.attr("data_format", b"NDHWC")
+    if (fmt.decode() if isinstance(fmt, bytes) else str(fmt)) != "NDHWC":
+        raise UnsupportedError(f"{ctx.where()}: only data_format NDHWC is built, got {fmt!r}")
+    strides = [int(v) for v in ctx.attr("strides")]
+    dilations = [int(v) for v in (ctx.attr("dilations", None) or [1, 1, 1, 1, 1])]
+    padding = ctx.attr("padding")
+    padding = padding.decode() if isinstance(padding, bytes) else str(padding)
+    if strides[0] != 1 or strides[4] != 1 or dilations[0] != 1 or dilations[4] != 1:
+        raise UnsupportedError(f"{ctx.where()}: strides and dilations along the batch or the channels are not built")
+    return strides[1:4], dilations[1:4], padding
+
+
+def conv3d(x: Tensor, w: Tensor, strides: list[int], dilations: list[int], padding: str) -> Tensor:
+    """``Conv3D`` of NDHWC ``x`` and DHWIO ``w`` as a sum of ``Conv2D`` s over depth slices (module
+    docstring); ``x``'s depth and ``w``'s must be known."""
+    if x.shape is None or len(x.shape) != 5 or x.shape[1] is None or w.shape is None or len(w.shape) != 5 \
+            or w.shape[0] is None:
+        raise UnsupportedError(f"Conv3D: needs the input's depth and the filter's when importing, got {x.shape} "
+                               f"and {w.shape}")
+    depth, taps = int(x.shape[1]), int(w.shape[0])
+    ax = windows.axis("Conv3D", depth, taps, strides[0], dilations[0], padding)
+    planes = []
+    for d in range(ax.out):
+        terms = [conv2d(x[:, k_in], w[k], strides[1:], padding, dilations[1:])
+                 for k in range(taps) if 0 <= (k_in := d * strides[0] + k * dilations[0] - ax.before) < depth]
+        if not terms:  # (every tap in the padding: a plane of zeros of the 2-D output's shape)
+            terms = [conv2d(x[:, 0] * ops.constant(np.zeros((), x.dtype.numpy)), w[0], strides[1:], padding,
+                            dilations[1:])]
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        planes.append(total)
+    return ops.stack(planes, axis=1)
+
+
+def _gradient(out: Tensor, grads: Tensor, x: Tensor) -> Tensor:
+    from turnout.gradients import gradients
+
+    (g,) = gradients(ops.reduce_sum(out * ops.stop_gradient(grads)), [x])
+    return ops.zeros_like(x) if g is None else g
+
+
+def _zeros(ctx: ImportContext, k: int, like: Value) -> Tensor:
+    """Zeros of the sizes input ``k`` gives (a shape vector: known at import as far as it can be)."""
+    sizes = ctx.values.get(tensor_name(ctx.data_inputs()[k]))
+    known = _partial_shape(ctx, ctx.data_inputs()[k])
+    if not isinstance(sizes, Tensor) or known is None or not isinstance(like, Tensor):
+        raise UnsupportedError(f"{ctx.where()}: needs the rank of the sizes when importing")
+    if sizes.dtype != dt.int32:
+        sizes = ctx.create("Cast", [sizes], {"dtype": "int32"}, suffix="sizes32").outputs[0]
+    zero = ctx.const(np.zeros((), like.dtype.numpy), [sizes], suffix="zero")
+    return ctx.create("Fill", [sizes, zero], suffix="zeros", shapes=[known]).outputs[0]
+
+
+@_rule("Conv3D")
+def _conv3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    strides, dilations, padding = _geometry(ctx)
+    with with_builders(ctx, ins):
+        out = conv3d(ins[0], ins[1], strides, dilations, padding)  # type: ignore[arg-type]
+    return [ctx.create("Identity", [out]).outputs[0]]
+
+
+@_rule("Conv3DBackpropInputV2")
+def _conv3d_input_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    strides, dilations, padding = _geometry(ctx)
+    x = _zeros(ctx, 0, ins[1])
+    with with_builders(ctx, ins):
+        g = _gradient(conv3d(x, ins[1], strides, dilations, padding), ins[2], x)  # type: ignore[arg-type]
+    return [ctx.create("Identity", [g]).outputs[0]]
+
+
+@_rule("Conv3DBackpropFilterV2")
+def _conv3d_filter_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    strides, dilations, padding = _geometry(ctx)
+    w = _zeros(ctx, 1, ins[0])
+    with with_builders(ctx, ins):
+        g = _gradient(conv3d(ins[0], w, strides, dilations, padding), ins[2], w)  # type: ignore[arg-type]
+    return [ctx.create("Identity", [g]).outputs[0]]
+
+
+__all__ = ["conv3d"]
