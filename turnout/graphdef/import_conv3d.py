@@ -95,21 +95,16 @@ def _conv3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Identity", [out]).outputs[0]]
 
 
-@_rule("Conv3DBackpropInputV2")
-def _conv3d_input_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+@_rule("Conv3DBackpropInputV2", "Conv3DBackpropFilterV2")
+def _conv3d_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The gradient with respect to the input (``...InputV2``: its sizes are input 0) or the filter
+    (``...FilterV2``: input 1), zeros of those sizes standing for it."""
     strides, dilations, padding = _geometry(ctx)
-    x = _zeros(ctx, 0, ins[1])
+    k = 0 if nd.op == "Conv3DBackpropInputV2" else 1
+    wrt = _zeros(ctx, k, ins[1 - k])
+    x, w = (wrt, ins[1]) if k == 0 else (ins[0], wrt)
     with with_builders(ctx, ins):
-        g = _gradient(conv3d(x, ins[1], strides, dilations, padding), ins[2], x)  # type: ignore[arg-type]
-    return [ctx.create("Identity", [g]).outputs[0]]
-
-
-@_rule("Conv3DBackpropFilterV2")
-def _conv3d_filter_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    strides, dilations, padding = _geometry(ctx)
-    w = _zeros(ctx, 1, ins[0])
-    with with_builders(ctx, ins):
-        g = _gradient(conv3d(ins[0], w, strides, dilations, padding), ins[2], w)  # type: ignore[arg-type]
+        g = _gradient(conv3d(x, w, strides, dilations, padding), ins[2], wrt)  # type: ignore[arg-type]
     return [ctx.create("Identity", [g]).outputs[0]]
 
 
