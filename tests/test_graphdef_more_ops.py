@@ -904,3 +904,24 @@ def test_conv3d_is_the_cross_correlation_over_depth_rows_and_columns(backend: st
     inner = float((want * up).sum())
     np.testing.assert_allclose(float((x * dx).sum()), inner, rtol=1e-4)
     np.testing.assert_allclose(float((w * dw).sum()), inner, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_xlog1py_is_zero_where_x_is_zero_and_its_gradients_are_tensorflows(backend: str) -> None:
+    """Law: ``0 where x == 0`` (whatever y, -1 and NaN included), else ``x * log1p(y)``; gradients
+    ``log1p(y)`` and ``x / (1 + y)`` where x != 0, else 0."""
+    x = np.asarray([0.0, 0.0, 1.5, -2.0, 1.0], np.float32)
+    y = np.asarray([-1.0, np.nan, 3.0, 0.5, -1.0], np.float32)
+    g = GraphDef()
+    g.node("z", "Xlog1py", (g.placeholder("x", F32, [5]), g.placeholder("y", F32, [5])), T=F32)
+    (z,) = _run(g, ["z:0"], {"x:0": x, "y:0": y}, backend)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(z, np.where(x == 0, 0.0, x * np.log1p(y)), rtol=1e-6)
+    assert z[0] == 0 and z[1] == 0 and z[4] == -np.inf
+    xs, ys = x[:4], np.asarray([-0.5, 2.0, 3.0, 0.5], np.float32)
+    g2 = GraphDef()
+    g2.node("z", "Xlog1py", (g2.placeholder("x", F32, [4]), g2.placeholder("y", F32, [4])), T=F32)
+    gx, gy = _grads(g2, "z:0", ["x:0", "y:0"], {"x:0": xs, "y:0": ys}, backend)
+    nz = xs != 0
+    np.testing.assert_allclose(gx, np.where(nz, np.log1p(ys), 0.0), rtol=1e-6)
+    np.testing.assert_allclose(gy, np.where(nz, xs / (1 + ys), 0.0), rtol=1e-6)

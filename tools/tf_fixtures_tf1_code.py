@@ -744,8 +744,9 @@ def roi_crops(tf: Any) -> list[dict[str, Any]]:
 @case
 def conv3d_video(tf: Any) -> list[dict[str, Any]]:
     """A video (or volume) classifier as TF1 code writes it: ``layers.conv3d`` with ``same`` padding and
-    strides over rows and columns, a ``valid`` one over depth, relu, global average pooling, a dense
-    head, Adam (``Conv3DBackpropInputV2`` and ``Conv3DBackpropFilterV2``); a fed batch of clips."""
+    strides over rows and columns, a ``valid`` one over depth, relu, 3-D max and average pooling
+    added, global average pooling, a dense head, Adam (``Conv3DBackpropInputV2``,
+    ``Conv3DBackpropFilterV2``, ``MaxPool3DGrad``, ``AvgPool3DGrad``); a fed batch of clips."""
     v1 = tf.compat.v1
     clips = v1.placeholder(tf.float32, [None, 5, 6, 6, 2], name="clips")
     labels = v1.placeholder(tf.int32, [None], name="labels")
@@ -753,6 +754,8 @@ def conv3d_video(tf: Any) -> list[dict[str, Any]]:
                          kernel_initializer=_seeded(tf, 111))
     h = v1.layers.conv3d(h, 4, (2, 1, 1), padding="valid", activation=tf.nn.relu, name="c2",
                          kernel_initializer=_seeded(tf, 112))
+    h = v1.layers.max_pooling3d(h, 2, (1, 2, 2), padding="same") + v1.layers.average_pooling3d(h, 2, (1, 2, 2),
+                                                                                                padding="same")
     logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2, 3]), 3, name="head", kernel_initializer=_seeded(tf, 113))
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), name="loss")
     train = v1.train.AdamOptimizer(0.05).minimize(loss)

@@ -30,41 +30,42 @@ from turnout.graphdef import protos
 
 _BY_COUNT = {
     0: """Const ControlTrigger NoOp OptionalNone Placeholder VarHandleOp Variable VariableV2""",
-    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool BiasAddGrad Bucketize Cast Ceil CheckNumerics Cholesky
-Cos Cosh DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor Identity
-Inv InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu Lgamma Log
-Log1p LogMatrixDeterminant LogSoftmax LogUniformCandidateSampler LogicalNot LoopCond
-MatrixDeterminant MatrixDiag MatrixDiagPart MatrixInverse MaxPool Neg NextIteration OnesLike
-OptionalGetValue PlaceholderWithDefault PreventGradient Qr RandomStandardNormal RandomUniform Rank
-ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu Relu6 Rint Round Rsqrt
-Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign SpaceToDepth Sqrt Square
-Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh TensorArrayCloseV3 TensorArrayV3
-TensorListElementShape TensorListLength TopK TruncatedNormal Unique Unpack VarIsInitializedOp
-VariableShape Where ZerosLike""",
+    1: """Abs Acos Acosh Asin Asinh Atan Atanh AvgPool AvgPool3D BiasAddGrad Bucketize Cast Ceil CheckNumerics
+Cholesky Cos Cosh DepthToSpace DiagPart Digamma Elu EnsureShape Enter Erf Erfc Exit Exp Expm1 Floor
+Identity Inv InvertPermutation IsFinite IsInf IsNan IsVariableInitialized L2Loss LRN LeakyRelu
+Lgamma Log Log1p LogMatrixDeterminant LogSoftmax LogUniformCandidateSampler LogicalNot LoopCond
+MatrixDeterminant MatrixDiag MatrixDiagPart MatrixInverse MaxPool MaxPool3D Neg NextIteration
+OnesLike OptionalGetValue PlaceholderWithDefault PreventGradient Qr RandomStandardNormal
+RandomUniform Rank ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNextIteration Relu
+Relu6 Rint Round Rsqrt Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign
+SpaceToDepth Sqrt Square Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh
+TensorArrayCloseV3 TensorArrayV3 TensorListElementShape TensorListLength TopK TruncatedNormal Unique
+Unpack VarIsInitializedOp VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
-AssignVariableOp Atan2 AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3 BatchToSpace BiasAdd
-BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits Conv2D Conv3D
-Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad EmptyTensorList Equal
-ExpandDims Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad LeakyReluGrad Less
-LessEqual ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag MatrixSolve MatrixTriangularSolve Max
-Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan Multinomial NotEqual Pad Pow Prod
-RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape ResizeBilinear ResizeBilinearGrad
-ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather ReverseSequence ReverseV2 RsqrtGrad
-SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum SeluGrad SigmoidGrad
-SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
+AssignVariableOp Atan2 AvgPool3DGrad AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3
+BatchToSpace BiasAdd BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits
+Conv2D Conv3D Cumprod Cumsum DepthwiseConv2dNative Div DivNoNan DynamicPartition EluGrad
+EmptyTensorList Equal ExpandDims Fill FloorDiv FloorMod GatherNd Greater GreaterEqual InTopK InvGrad
+LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag MatrixSolve
+MatrixTriangularSolve Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan
+Multinomial NotEqual Pad Pow Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape
+ResizeBilinear ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather
+ReverseSequence ReverseV2 RsqrtGrad SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum
+SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
 SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
 TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
 TensorListPopBack TensorListPushBack TensorListReserve TensorListStack Tile TopKV2 Transpose
-TruncateDiv TruncateMod Xdivy Xlogy""",
+TruncateDiv TruncateMod Xdivy Xlog1py Xlogy""",
     3: """ApplyGradientDescent BatchToSpaceND ClipByValue Conv2DBackpropFilter Conv2DBackpropInput
 Conv3DBackpropFilterV2 Conv3DBackpropInputV2 DenseBincount DepthwiseConv2dNativeBackpropFilter
 DepthwiseConv2dNativeBackpropInput GatherV2 InTopKV2 LRNGrad LinSpace MatrixBandPart
-MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3 MaxPoolGrad PadV2 RandomUniformInt
-Range ResourceApplyGradientDescent ResourceScatterAdd ResourceScatterSub Roll ScatterAdd ScatterNd
-ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub ScatterUpdate Select SelectV2 Slice
-SpaceToBatchND SparseSegmentMean SparseSegmentSqrtN SparseSegmentSum SplitV TensorArrayGatherV3
-TensorArrayReadV3 TensorListGetItem TensorListSetItem TensorScatterAdd TensorScatterSub
-TensorScatterUpdate UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum""",
+MatrixDiagPartV2 MatrixDiagPartV3 MatrixSetDiagV2 MatrixSetDiagV3 MaxPool3DGrad MaxPoolGrad PadV2
+RandomUniformInt Range ResourceApplyGradientDescent ResourceScatterAdd ResourceScatterSub Roll
+ScatterAdd ScatterNd ScatterNdAdd ScatterNdSub ScatterNdUpdate ScatterSub ScatterUpdate Select
+SelectV2 Slice SpaceToBatchND SparseSegmentMean SparseSegmentSqrtN SparseSegmentSum SplitV
+TensorArrayGatherV3 TensorArrayReadV3 TensorListGetItem TensorListSetItem TensorScatterAdd
+TensorScatterSub TensorScatterUpdate UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd
+UnsortedSegmentSum""",
     4: """ApplyAdagrad CTCLoss CropAndResize CropAndResizeGradBoxes CropAndResizeGradImage OneHot
 ResourceApplyAdagrad SparseSegmentMeanGrad SparseSegmentMeanWithNumSegments SparseSegmentSqrtNGrad
 SparseSegmentSqrtNWithNumSegments SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense
@@ -88,21 +89,21 @@ ResourceSparseApplyFtrlV2 SparseApplyCenteredRMSProp SparseApplyFtrlV2""",
 _EVERY_INPUT_T = """Abs Acos Acosh Add AddV2 ApplyAdadelta ApplyAdagrad ApplyAdagradV2 ApplyAdam ApplyCenteredRMSProp
 ApplyFtrl ApplyFtrlV2 ApplyGradientDescent ApplyMomentum ApplyProximalAdagrad
 ApplyProximalGradientDescent ApplyRMSProp Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh
-AvgPool BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs BroadcastGradientArgs
-Bucketize Ceil CheckNumerics Cholesky ClipByValue Conv2D Conv3D Cos Cosh DepthToSpace
-DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal Erf Erfc
-Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell
+AvgPool AvgPool3D BatchMatMul BatchMatMulV2 BiasAdd BiasAddGrad BiasAddV1 BroadcastArgs
+BroadcastGradientArgs Bucketize Ceil CheckNumerics Cholesky ClipByValue Conv2D Conv3D Cos Cosh
+DepthToSpace DepthwiseConv2dNative DiagPart Digamma Div DivNoNan Elu EluGrad EnsureShape Enter Equal
+Erf Erfc Exit Exp Expm1 Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad GRUBlockCell
 GRUBlockCellGrad Greater GreaterEqual Identity Inv InvGrad InvertPermutation IsFinite IsInf IsNan
 L2Loss LRN LRNGrad LSTMBlockCell LSTMBlockCellGrad LeakyRelu LeakyReluGrad Less LessEqual Lgamma
 ListDiff Log Log1p LogMatrixDeterminant LogSoftmax MatMul MatrixDeterminant MatrixDiag
-MatrixDiagPart MatrixInverse MatrixSetDiag MatrixSolve MatrixTriangularSolve MaxPool MaxPoolGrad
-Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow PreventGradient Qr
-RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit
+MatrixDiagPart MatrixInverse MatrixSetDiag MatrixSolve MatrixTriangularSolve MaxPool MaxPool3D
+MaxPoolGrad Maximum Minimum Mod Mul MulNoNan Neg NextIteration NotEqual OnesLike Pow PreventGradient
+Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad RefEnter RefExit
 RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad
 Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus
 SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze
 StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where
-Xdivy Xlogy ZerosLike"""
+Xdivy Xlog1py Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},
@@ -111,6 +112,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "AssignAddVariableOp": {"dtype": (1,)},
     "AssignSubVariableOp": {"dtype": (1,)},
     "AssignVariableOp": {"dtype": (1,)},
+    "AvgPool3DGrad": {"T": (1,)},
     "AvgPoolGrad": {"T": (1,)},
     "BatchMatMulV3": {"Ta": (0,), "Tb": (1,)},
     "BatchToSpace": {"T": (0,), "Tidx": (1,)},
@@ -151,6 +153,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "MatrixSetDiagV2": {"T": (0, 1)},
     "MatrixSetDiagV3": {"T": (0, 1)},
     "Max": {"T": (0,), "Tidx": (1,)},
+    "MaxPool3DGrad": {"T": (2,), "TInput": (0, 1)},
     "Mean": {"T": (0,), "Tidx": (1,)},
     "Min": {"T": (0,), "Tidx": (1,)},
     "MirrorPad": {"T": (0,), "Tpaddings": (1,)},

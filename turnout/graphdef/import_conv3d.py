@@ -1,5 +1,6 @@
 """Import rules of TensorFlow's ``Conv3D`` (``tf.nn.conv3d``, ``layers.conv3d``: video and volume
-models) and its two gradient ops, as ``Conv2D`` s over depth slices.
+models) and its two gradient ops, as ``Conv2D`` s over depth slices; and of the 3-D pools
+(``MaxPool3D``, ``AvgPool3D`` and their gradients) as 2-D pools of the slices.
 
 A 3-D cross-correlation is a sum over the filter's depth taps of 2-D ones: output depth ``d`` adds,
 for each tap ``k``, the ``Conv2D`` of input depth ``d * stride + k * dilation - pad`` (a depth inside
@@ -9,6 +10,13 @@ rule per axis); the depth's padding is the same rule's. So the op needs its inpu
 filter's known at import (the slices are unrolled), and NDHWC data. Its gradient ops are
 ``tn.gradients`` of that sum with the upstream gradient held constant (the sum is linear in the input
 and in the filter, so zeros of the sizes the op is given stand for the other operand).
+
+A 3-D max pool is the largest, over the window's depth taps inside the input, of the 2-D max pools of
+those slices (the maximum is separable; taken tap by tap in depth order, the first largest element in
+row-major order of depth, rows, columns gets a tie's gradient, as TensorFlow's kernel gives it); a
+3-D average pool is the mean, over those taps, of the 2-D average pools (each slice's window holds as
+many elements inside the input, so the mean of their means is the mean over the 3-D window's
+elements inside the input). Their gradient ops are ``tn.gradients`` of these formulas.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from turnout.graphdef.flows import tensor_name
 from turnout.graphdef.import_context import ImportContext, Value
 from turnout.graphdef.import_random import with_builders
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _partial_shape
-from turnout.nn_ops import conv2d
+from turnout.nn_ops import avg_pool, conv2d, max_pool
 from turnout.tables import registrar
 
 _rule = registrar(IMPORT_RULES)
@@ -108,4 +116,53 @@ def _conv3d_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.create("Identity", [g]).outputs[0]]
 
 
-__all__ = ["conv3d"]
+def pool3d(op: str, x: Tensor, ksize: list[int], strides: list[int], padding: str) -> Tensor:
+    """``MaxPool3D`` / ``AvgPool3D`` of NDHWC ``x`` (module docstring); ``x``'s depth must be known."""
+    if x.shape is None or len(x.shape) != 5 or x.shape[1] is None:
+        raise UnsupportedError(f"{op}: needs the input's depth when importing, got {x.shape}")
+    depth = int(x.shape[1])
+    ax = windows.axis(op, depth, ksize[0], strides[0], 1, padding)
+    pool = max_pool if op == "MaxPool3D" else avg_pool
+    planes = []
+    for d in range(ax.out):
+        taps = [pool(x[:, k_in], ksize[1:], strides[1:], padding)
+                for k in range(ksize[0]) if 0 <= (k_in := d * strides[0] + k - ax.before) < depth]
+        total = taps[0]
+        for t in taps[1:]:
+            total = ops.maximum(total, t) if op == "MaxPool3D" else total + t
+        planes.append(total if op == "MaxPool3D" else total / ops.constant(np.asarray(len(taps), x.dtype.numpy)))
+    return ops.stack(planes, axis=1)
+
+
+def _pool_geometry(ctx: ImportContext) -> tuple[list[int], list[int], str]:
+    fmt = ctx.attr("data_format", b"NDHWC")
+    if (fmt.decode() if isinstance(fmt, bytes) else str(fmt)) != "NDHWC":
+        raise UnsupportedError(f"{ctx.where()}: only data_format NDHWC is built, got {fmt!r}")
+    ksize, strides = [int(v) for v in ctx.attr("ksize")], [int(v) for v in ctx.attr("strides")]
+    if ksize[0] != 1 or ksize[4] != 1 or strides[0] != 1 or strides[4] != 1:
+        raise UnsupportedError(f"{ctx.where()}: windows along the batch or the channels are not built")
+    padding = ctx.attr("padding")
+    return ksize[1:4], strides[1:4], padding.decode() if isinstance(padding, bytes) else str(padding)
+
+
+@_rule("MaxPool3D", "AvgPool3D")
+def _pool3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    ksize, strides, padding = _pool_geometry(ctx)
+    with with_builders(ctx, ins):
+        out = pool3d(nd.op, ins[0], ksize, strides, padding)  # type: ignore[arg-type]
+    return [ctx.create("Identity", [out]).outputs[0]]
+
+
+@_rule("MaxPool3DGrad", "AvgPool3DGrad")
+def _pool3d_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """The pool's gradient: of the max pool at its original input (input 0), of the average pool at
+    zeros of its input's sizes (input 0; the pool is linear); the upstream gradient is the last input."""
+    ksize, strides, padding = _pool_geometry(ctx)
+    op = nd.op[:-len("Grad")]
+    x = ins[0] if op == "MaxPool3D" else _zeros(ctx, 0, ins[-1])
+    with with_builders(ctx, ins):
+        g = _gradient(pool3d(op, x, ksize, strides, padding), ins[-1], x)  # type: ignore[arg-type]
+    return [ctx.create("Identity", [g]).outputs[0]]
+
+
+__all__ = ["conv3d", "pool3d"]

@@ -305,8 +305,11 @@ def _where_x_is_zero(ctx: ImportContext, nd: Any, ins: list[Value], op: str) -> 
     f = _floating(ctx, x)
     zero = f.op("Equal", x, 0.0)
     safe = ctx.create("Select", [zero, f.op("OnesLike", y), y], suffix="safe_y").outputs[0]
-    q = f.op("Mul", x, f.op("Log", safe)) if op == "Xlogy" else f.op("Div", x, safe)
+    q = f.op("Div", x, safe) if op == "Xdivy" else f.op("Mul", x, f.op(_LOGS[op], safe))
     return _select(ctx, zero, f.op("ZerosLike", q), q)
+
+
+_LOGS = {"Xlogy": "Log", "Xlog1py": "Log1p"}
 
 
 @_rule("Xlogy")
@@ -315,6 +318,13 @@ def _xlogy(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ``x * log(y)`` (``Xlogy(1, 0)`` is -inf; a NaN x gives NaN). Floating types only, as TensorFlow's
     kernel. Gradients: ``log(y)`` and ``x / y`` where x is not 0, else 0."""
     return _where_x_is_zero(ctx, nd, ins, "Xlogy")
+
+
+@_rule("Xlog1py")
+def _xlog1py(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
+    """TensorFlow's Xlog1py: ``0 where x == 0``, else ``x * log1p(y)`` (``Xlog1py(1, -1)`` is -inf).
+    Floating types only. Gradients: ``log1p(y)`` and ``x / (1 + y)`` where x is not 0, else 0."""
+    return _where_x_is_zero(ctx, nd, ins, "Xlog1py")
 
 
 @_rule("Xdivy")
