@@ -11,6 +11,7 @@ the ``tf`` extra, not TensorFlow."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -925,3 +926,48 @@ def test_xlog1py_is_zero_where_x_is_zero_and_its_gradients_are_tensorflows(backe
     nz = xs != 0
     np.testing.assert_allclose(gx, np.where(nz, np.log1p(ys), 0.0), rtol=1e-6)
     np.testing.assert_allclose(gy, np.where(nz, xs / (1 + ys), 0.0), rtol=1e-6)
+
+
+def _greedy_nms(boxes: np.ndarray, scores: np.ndarray, limit: int, iou: float, threshold: float) -> list[int]:
+    """TensorFlow's kernel: by decreasing score (ties: lower index), keep a box above the threshold
+    overlapping no kept box by more than ``iou``."""
+    def overlap(a: np.ndarray, b: np.ndarray) -> float:
+        ya, xa, yb, xb = min(a[0], a[2]), min(a[1], a[3]), max(a[0], a[2]), max(a[1], a[3])
+        yc, xc, yd, xd = min(b[0], b[2]), min(b[1], b[3]), max(b[0], b[2]), max(b[1], b[3])
+        area_a, area_b = (yb - ya) * (xb - xa), (yd - yc) * (xd - xc)
+        if area_a <= 0 or area_b <= 0:
+            return 0.0
+        inter = max(min(yb, yd) - max(ya, yc), 0) * max(min(xb, xd) - max(xa, xc), 0)
+        return inter / (area_a + area_b - inter)
+    kept: list[int] = []
+    for i in sorted(range(len(scores)), key=lambda k: (-scores[k], k)):
+        if len(kept) < limit and scores[i] > threshold and all(overlap(boxes[i], boxes[k]) <= iou for k in kept):
+            kept.append(i)
+    return kept
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_max_suppression_is_the_kernels_greedy_selection(backend: str) -> None:
+    """Law: ``NonMaxSuppressionV3`` / ``V5`` (no soft suppression) keep boxes greedily by score, as
+    the kernel: corners in either order, a box of no area overlapping nothing, ties by index. The
+    kept count is known only when it runs: the fast backend runs this on the interpreter, saying so."""
+    rng = np.random.default_rng(21)
+    g = GraphDef()
+    b, s = g.placeholder("b", F32, [12, 4]), g.placeholder("s", F32, [12])
+    g.node("v3", "NonMaxSuppressionV3", (b, s, g.const("n3", np.int32(6)), g.const("i3", np.float32(0.3)),
+                                         g.const("t3", np.float32(0.2))), T=F32, T_threshold=F32)
+    g.node("v5", "NonMaxSuppressionV5", (b, s, g.const("n5", np.int32(12)), g.const("i5", np.float32(0.5)),
+                                         g.const("t5", np.float32(-1.0)), g.const("sigma", np.float32(0.0))),
+           T=F32, pad_to_max_output_size=False)
+    for _ in range(3):
+        corner = rng.uniform(0, 1, size=(12, 2)).astype(np.float32)
+        boxes = np.concatenate([corner, corner + rng.uniform(0.05, 0.5, size=(12, 2)).astype(np.float32)], 1)
+        boxes[4] = boxes[4][[2, 3, 0, 1]]
+        boxes[7, 2] = boxes[7, 0]
+        scores = np.round(rng.uniform(0, 1, size=12), 1).astype(np.float32)
+        fallback = pytest.warns(RuntimeWarning, match="known only at run time") if backend == "fast" else nullcontext()
+        with fallback:
+            v3, v5, v5s, v5n = _run(g, ["v3:0", "v5:0", "v5:1", "v5:2"], {"b:0": boxes, "s:0": scores}, backend)
+        assert v3.tolist() == _greedy_nms(boxes, scores, 6, 0.3, 0.2)
+        assert v5.tolist() == _greedy_nms(boxes, scores, 12, 0.5, -1.0) and int(v5n) == len(v5)
+        np.testing.assert_array_equal(v5s, scores[v5])

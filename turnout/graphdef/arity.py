@@ -71,12 +71,13 @@ ResourceApplyAdagrad SparseSegmentMeanGrad SparseSegmentMeanWithNumSegments Spar
 SparseSegmentSqrtNWithNumSegments SparseSegmentSumGrad SparseSegmentSumWithNumSegments SparseToDense
 StridedSlice TensorArrayScatterV3 TensorArraySplitV3 TensorArrayWriteV3""",
     5: """ApplyAdagradV2 ApplyMomentum ApplyProximalGradientDescent FusedBatchNorm FusedBatchNormGrad
-FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3
+FusedBatchNormGradV2 FusedBatchNormV2 FusedBatchNormV3 MatrixDiagV2 MatrixDiagV3 NonMaxSuppressionV3
 ResourceApplyAdagradV2 ResourceApplyMomentum ResourceApplyProximalGradientDescent
 ResourceSparseApplyAdagrad SparseApplyAdagrad StridedSliceGrad""",
-    6: """ApplyProximalAdagrad FusedBatchNormGradV3 GRUBlockCell ResourceApplyProximalAdagrad
-ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum ResourceSparseApplyProximalGradientDescent
-SparseApplyAdagradV2 SparseApplyMomentum SparseApplyProximalGradientDescent""",
+    6: """ApplyProximalAdagrad FusedBatchNormGradV3 GRUBlockCell NonMaxSuppressionV5
+ResourceApplyProximalAdagrad ResourceSparseApplyAdagradV2 ResourceSparseApplyMomentum
+ResourceSparseApplyProximalGradientDescent SparseApplyAdagradV2 SparseApplyMomentum
+SparseApplyProximalGradientDescent""",
     7: """ApplyAdadelta ResourceApplyAdadelta ResourceSparseApplyProximalAdagrad SparseApplyProximalAdagrad""",
     8: """ApplyFtrl ApplyRMSProp LSTMBlockCell ResourceApplyFtrl ResourceApplyRMSProp
 ResourceSparseApplyAdadelta SparseApplyAdadelta""",
@@ -159,6 +160,8 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "MirrorPad": {"T": (0,), "Tpaddings": (1,)},
     "MirrorPadGrad": {"T": (0,), "Tpaddings": (1,)},
     "Multinomial": {"T": (0,)},
+    "NonMaxSuppressionV3": {"T": (0, 1), "T_threshold": (3, 4)},
+    "NonMaxSuppressionV5": {"T": (0, 1, 3, 4, 5)},
     "OneHot": {"T": (2, 3), "TI": (0,)},
     "Pad": {"T": (0,), "Tpaddings": (1,)},
     "PadV2": {"T": (0, 2), "Tpaddings": (1,)},

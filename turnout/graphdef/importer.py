@@ -41,6 +41,7 @@ from turnout.graphdef import (  # noqa: F401  (their rules join IMPORT_RULES)
     import_functions,
     import_math,
     import_models,
+    import_nms,
     import_nn,
     import_random,
     import_rnn_cells,
