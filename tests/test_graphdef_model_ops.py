@@ -162,6 +162,19 @@ def test_unique_keeps_first_appearances_in_order(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_unique_with_counts_counts_each_distinct_value(backend: str) -> None:
+    """``tf.unique_with_counts``: ``Unique``'s outputs and how often each distinct value appears."""
+    g = GraphDef()
+    g.node("u", "UniqueWithCounts", (g.placeholder("x", I32, [-1]),), T=I32)
+    for x in ([5, 3, 5, 0, 3, 3, 7], [4, 4]):
+        y, idx, count = _run(g, ["u:0", "u:1", "u:2"], {"x:0": np.asarray(x, np.int32)}, backend)
+        want = list(dict.fromkeys(x))
+        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(idx, [want.index(v) for v in x])
+        np.testing.assert_array_equal(count, [x.count(v) for v in want])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_where_gives_the_coordinates_of_the_true_elements_in_row_major_order(backend: str) -> None:
     """TensorFlow's one-argument ``Where``: an int64 row of coordinates per true (or non-zero)
     element, in row-major order, as many as there are (none at all included), ``np.argwhere``; and

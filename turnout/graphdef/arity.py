@@ -40,7 +40,7 @@ RandomUniform Rank ReadVariableOp Reciprocal RefEnter RefExit RefIdentity RefNex
 Relu6 Rint Round Rsqrt Selu Shape Sigmoid Sign Sin Sinh Size Snapshot Softmax Softplus Softsign
 SpaceToDepth Sqrt Square Squeeze StackCloseV2 StackPopV2 StackV2 StopGradient Tan Tanh
 TensorArrayCloseV3 TensorArrayV3 TensorListElementShape TensorListLength TopK TruncatedNormal Unique
-Unpack VarIsInitializedOp VariableShape Where ZerosLike""",
+UniqueWithCounts Unpack VarIsInitializedOp VariableShape Where ZerosLike""",
     2: """Add AddV2 All Any ArgMax ArgMin Assign AssignAdd AssignAddVariableOp AssignSub AssignSubVariableOp
 AssignVariableOp Atan2 AvgPool3DGrad AvgPoolGrad BatchMatMul BatchMatMulV2 BatchMatMulV3
 BatchToSpace BiasAdd BiasAddV1 BroadcastArgs BroadcastGradientArgs BroadcastTo ComputeAccidentalHits
@@ -103,8 +103,8 @@ Qr RandomStandardNormal RandomUniform Rank RealDiv Reciprocal ReciprocalGrad Ref
 RefIdentity RefNextIteration Relu Relu6 Relu6Grad ReluGrad Rint Round Rsqrt RsqrtGrad Selu SeluGrad
 Shape Sigmoid SigmoidGrad Sign Sin Sinh Size Snapshot Softmax SoftmaxCrossEntropyWithLogits Softplus
 SoftplusGrad Softsign SoftsignGrad SpaceToDepth Sqrt SqrtGrad Square SquaredDifference Squeeze
-StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique Unpack Where
-Xdivy Xlog1py Xlogy ZerosLike"""
+StopGradient Sub Tan Tanh TanhGrad TopK TruncateDiv TruncateMod TruncatedNormal Unique
+UniqueWithCounts Unpack Where Xdivy Xlog1py Xlogy ZerosLike"""
 _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "All": {"Tidx": (1,)},
     "Any": {"Tidx": (1,)},

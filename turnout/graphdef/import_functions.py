@@ -86,6 +86,7 @@ OUTPUT_ARGS: dict[str, tuple[str, ...]] = {
     "TopK": ("values", "indices"),
     "TopKV2": ("values", "indices"),
     "Unique": ("y", "idx"),
+    "UniqueWithCounts": ("y", "idx", "count"),
 }
 
 #: the NodeDef op of a function's argument (TensorFlow's own name for it)

@@ -294,9 +294,10 @@ def _resource_scatter_add(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs
     return []
 
 
-@_rule("Unique")
+@_rule("Unique", "UniqueWithCounts")
 def _unique(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``y, idx = unique(x)`` of a vector: ``y`` its distinct values in order of first appearance,
+    """``y, idx = unique(x)`` of a vector (``UniqueWithCounts``: and each value's count): ``y`` its
+    distinct values in order of first appearance,
     ``x == y[idx]`` (how the optimizers deduplicate an ``IndexedSlices`` gradient's indices). With
     ``eq = x[:, None] == x[None, :]``, element ``i`` is a first appearance when the first ``j`` with
     ``eq[i, j]`` is ``i``; ``idx`` counts the first appearances before that ``j``; ``y`` scatters
@@ -325,10 +326,21 @@ def _unique(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     padded = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [x], suffix="zeros").outputs[0], idx, kept],
                         suffix="padded").outputs[0]
     n = ctx.create("Sum", [is_first], {"axis": None, "keepdims": False}, suffix="count").outputs[0]
-    y = _getitem(ctx, padded, (slice(None, n, None),), None)
+    y = _getitem(ctx, padded, (slice(None, n, None),), None if nd.op == "Unique" else "y")
+    if nd.op == "UniqueWithCounts":  # (each distinct value's count: ones summed at its idx)
+        ones = ctx.create("OnesLike", [idx], suffix="one_each").outputs[0]
+        counted = ctx.create("ScatterAddLike", [ctx.create("ZerosLike", [idx], suffix="no_count").outputs[0], idx,
+                                                ones], {"axis": 0}, suffix="counted").outputs[0]
+        counts = _getitem(ctx, counted, (slice(None, n, None),), "counts")
     if out_idx != "int32":
         idx = ctx.create("Cast", [idx], {"dtype": out_idx}, suffix="idx").outputs[0]
-    return [y, idx]
+        if nd.op == "UniqueWithCounts":
+            counts = ctx.create("Cast", [counts], {"dtype": out_idx}, suffix="counts_cast").outputs[0]
+    if nd.op == "Unique":
+        return [y, idx]
+    values = ctx.create("Identity", [y], suffix="values").outputs[0]
+    index = ctx.create("Identity", [idx], suffix="index").outputs[0]
+    return [values, index, ctx.create("Identity", [counts]).outputs[0]]
 
 
 @_rule("Where")
