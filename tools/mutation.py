@@ -303,7 +303,9 @@ MODULES: dict[str, dict[str, Any]] = {
                                  "select": "test_mutants_devices_local_cluster or loopback"},
     "devices/trace.py": {"module": "turnout.devices.trace",
                          "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
-    "fast/host_env.py": {"module": "turnout.fast.host_env", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]},
+    # (the environment's laws called directly, milliseconds, ahead of the runs on forced devices)
+    "fast/host_env.py": {"module": "turnout.fast.host_env",
+                         "tests": ["test_mutants_fast_host_env.py", "test_fast_plumbing.py", *_FAST_DEV_TESTS]},
     # (the host's conds and loops: tiny programs on the partitioned fast backend without fallback,
     # against the reference, and the host's methods called again on a run's own conds and loops,
     # ahead of the runs on forced devices)
