@@ -221,11 +221,14 @@ def test_fetched_values_come_to_the_host_in_the_fetches_order() -> None:
 
 
 def test_a_dead_fetch_raises_naming_the_tensor_whether_dead_or_flagged_dead() -> None:
-    """A fetch whose value is ``DEAD``, or whose live flag (waited for where it is a ``Lazy``) is
-    false, raises ``DeadFetchError`` with the one message every backend gives, naming the tensor."""
+    """A fetch whose value is ``DEAD`` or absent from the environment, or whose live flag (waited
+    for where it is a ``Lazy``) is false, raises ``DeadFetchError`` with the one message every
+    backend gives, naming the tensor."""
     a, b = _fetch_graph()
     with pytest.raises(DeadFetchError, match=r"fetched tensor a:0 is dead: Placeholder node \"a\""):
         fetched([a], {key(a): DEAD}, {})
+    with pytest.raises(DeadFetchError, match=r"fetched tensor b:0 is dead"):
+        fetched([a, b], {key(a): 1.0}, {})
     flagged = Lazy(_done({}, {key(b): False}), key(b), live=True)
     with pytest.raises(DeadFetchError, match=r"fetched tensor b:0 is dead"):
         fetched([a, b], {key(a): 1.0, key(b): np.zeros(2)}, {key(b): flagged})
