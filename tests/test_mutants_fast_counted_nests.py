@@ -1,0 +1,197 @@
+"""Laws of counted nests while tracing (``turnout.fast.counted_nests``): which inner bounds the head of
+a nest can know (and so check before the nest), and what the counted stacks' pushes and pops record.
+Each law kills mutants of the full set of ``fast/counted_nests.py`` (issue 40, part 3; ``python
+tools/mutation.py --module fast/counted_nests.py --all``) in milliseconds, ahead of the fast
+backend's programs of its list.
+
+The bookkeeping of counted stacks (``note_push_range``, ``skip_push``, ``read_skipped``,
+``pop_range``) is called directly on a stand-in emitter that holds only the state those methods read
+and write. The bounds are read off the ``Direct`` call's trace of a two-level nest
+(``tests/test_fast_counted_nests.py``'s observation): a nest whose checks are made before it is
+entered has no loop body that selects a new error word.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from test_fast_counted_nests import _traced_bodies
+
+import turnout as tn
+from turnout.errors import UnsupportedError
+from turnout.fast import counted_nests as cn
+from turnout.fast.counted_nests import CountedNests
+from turnout.fast.ranges import Ranges
+from turnout.fast.state_keys import stack_key
+from turnout.fast.values import Handle
+
+A, B = Handle("stack", "a"), Handle("stack", "b")
+
+
+def _emitter() -> Any:
+    """A stand-in for the emitter: the counted stacks' state as ``init_trace_state`` leaves it, and
+    the trace's integer ranges."""
+    return SimpleNamespace(pushed_counted=set(), push_ranges={}, skipped=set(), ranges=Ranges())
+
+
+def _traced(em: Any, lo: int, hi: int) -> Any:
+    """A traced integer (a JAX array, not a constant of the trace) known to lie in ``[lo, hi]``."""
+    v = jax.numpy.asarray(lo, jax.numpy.int32) + 0
+    em.ranges.add(v, lo, hi)
+    return v
+
+
+def test_the_module_exports_what_it_defines() -> None:
+    """``counted_nests.__all__`` names exactly the module's public names, each once
+    (``tests/test_exports.py``'s law, for this module alone, and none of its own left out). Kills
+    the ``__all__`` mutants without running the fast backend's programs of the list."""
+    tree = ast.parse(inspect.getsource(cn))
+    defined = [n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))]
+    defined += [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+    own = {name for name in defined if not name.startswith("_")}
+    assert sorted(cn.__all__) == sorted(own) and len(set(cn.__all__)) == len(cn.__all__)
+
+
+def test_a_counted_stacks_range_is_the_hull_of_every_traced_push() -> None:
+    """``note_push_range``: every entry of a counted stack lies in the smallest range holding the
+    range of each trace of its push, so the range grows at both ends as pushes are traced; each
+    stack keeps its own, and every noted push marks its stack pushed."""
+    em = _emitter()
+    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
+    assert em.push_ranges == {stack_key(A): (2, 4)} and em.pushed_counted == {stack_key(A)}
+    CountedNests.note_push_range(em, A, _traced(em, 3, 6))
+    assert em.push_ranges[stack_key(A)] == (2, 6)
+    CountedNests.note_push_range(em, A, _traced(em, 1, 5))
+    assert em.push_ranges[stack_key(A)] == (1, 6)
+    CountedNests.note_push_range(em, B, np.int32(9))  # (a constant's range is its value)
+    assert em.push_ranges == {stack_key(A): (1, 6), stack_key(B): (9, 9)}
+    assert em.pushed_counted == {stack_key(A), stack_key(B)}
+
+
+def test_one_push_of_unknown_range_leaves_the_stacks_range_unknown_for_good() -> None:
+    """A push whose value has no known range (a float, a traced value nobody bounded) makes the
+    stack's range unknown (``None``), and a later push of known range does not bring it back: the
+    entries it pushed may lie anywhere. A stack whose first push is unknown is unknown too."""
+    em = _emitter()
+    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
+    CountedNests.note_push_range(em, A, jax.numpy.asarray(7, jax.numpy.int32) + 0)
+    assert stack_key(A) in em.push_ranges and em.push_ranges[stack_key(A)] is None
+    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
+    assert em.push_ranges[stack_key(A)] is None
+    CountedNests.note_push_range(em, B, np.float32(1.0))
+    assert em.push_ranges[stack_key(B)] is None and em.pushed_counted == {stack_key(A), stack_key(B)}
+
+
+def test_a_pop_from_a_counted_stack_gets_the_range_of_everything_pushed() -> None:
+    """``pop_range``: a value popped from a counted stack lies in the stack's range, when known; a
+    stack whose range is unknown, or another stack's, tells nothing."""
+    em = _emitter()
+    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
+    CountedNests.note_push_range(em, B, np.float32(1.0))
+    popped, other, unknown = (jax.numpy.asarray(k, jax.numpy.int32) + 0 for k in range(3))
+    CountedNests.pop_range(em, A, popped)
+    CountedNests.pop_range(em, Handle("stack", "c"), other)
+    CountedNests.pop_range(em, B, unknown)
+    assert em.ranges.get(popped) == (2, 4)
+    assert em.ranges.get(other) is None and em.ranges.get(unknown) is None
+
+
+def _pop_node() -> Any:
+    """A node to name in an error (the pop that would read the stack)."""
+    g = tn.Graph()
+    with g.as_default():
+        return tn.placeholder(tn.int32, [], name="the_pop").node
+
+
+def test_a_pop_after_a_skipped_push_refuses_the_fused_trace_naming_the_pop() -> None:
+    """``skip_push`` marks the stack pushed and skipped; a pop of that stack then raises
+    ``UnsupportedError`` naming the pop and why (a later trace contradicted the constant), so the
+    staged path runs. A pop of a stack whose pushes all wrote is not refused."""
+    em = _emitter()
+    node = _pop_node()
+    CountedNests.read_skipped(em, node, A)
+    CountedNests.skip_push(em, A)
+    assert em.pushed_counted == {stack_key(A)} and em.skipped == {stack_key(A)}
+    CountedNests.read_skipped(em, node, B)
+    with pytest.raises(UnsupportedError, match=r'Placeholder node "the_pop"') as e:
+        CountedNests.read_skipped(em, node, A)
+    assert str(e.value).endswith("pops a stack whose pushes pushed a constant in one trace and another value "
+                                 "in a later one")
+
+
+def _nest(bound: Callable[[Any, Any, Any], Any]) -> tuple[tn.Graph, Any, Any, Any]:
+    """A loop ``outer`` of ``n`` bodies, each running a loop ``inner`` of ``bound(x, ta, i)``
+    bodies, computed in the outer body from the fed ``[3]`` vector ``x``, a TensorArray ``ta`` of
+    size 4 (both entered unchanged) and the outer counter ``i``."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [3], name="x")
+        n = tn.placeholder(tn.int32, [], name="n")
+        ta = tn.TensorArray(tn.float32, size=4)
+
+        def outer(i: Any, acc: Any) -> Any:
+            b = bound(x, ta, i)
+            _, a = tn.while_loop(lambda j, a: j < b, lambda j, a: (j + 1, a + 1.0), [tn.constant(0), acc],
+                                 name="inner")
+            return i + 1, a
+
+        _, y = tn.while_loop(lambda i, acc: i < n, outer, [tn.constant(0), tn.constant(0.0)], name="outer")
+    return g, x, n, y
+
+
+def _length(x: Any) -> Any:
+    return tn.shape(x)[0]
+
+
+#: inner bounds computed in the outer body by each of ``BOUND_OPS`` (with ``Shape`` and ``GetItem``
+#: to reach a static value from the entered vector), all known when tracing
+KNOWN_BOUNDS = {
+    "Const": lambda x, ta, i: tn.constant(3),
+    "Identity": lambda x, ta, i: tn.identity(_length(x)),
+    "Shape, GetItem": lambda x, ta, i: _length(x),
+    "Size": lambda x, ta, i: tn.size(x),
+    "TensorArraySize": lambda x, ta, i: ta.size(),
+    "Add": lambda x, ta, i: _length(x) + 1,
+    "Sub": lambda x, ta, i: _length(x) - 1,
+    "Mul": lambda x, ta, i: _length(x) * 2,
+    "Maximum": lambda x, ta, i: tn.maximum(_length(x), 2),
+    "Minimum": lambda x, ta, i: tn.minimum(_length(x), 2),
+}
+
+
+def _selects(g: tn.Graph, x: Any, n: Any, y: Any) -> int:
+    """How many ``select_n`` the loop bodies of the nest's trace hold (each a new error word)."""
+    bodies = _traced_bodies(g, y, {x: np.zeros(3, np.float32), n: np.int32(2)})
+    assert len(bodies) == 2
+    return len([e for b in bodies for e in b.eqns if e.primitive.name == "select_n"])
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_BOUNDS))
+def test_an_inner_bound_computed_by_bound_ops_from_entered_values_is_checked_before_the_nest(name: str) -> None:
+    """An inner loop's bound made in the outer body by ops with no effects and static results
+    (``BOUND_OPS``) from values entered unchanged is known at the head of the nest, so both loops'
+    checks are made before it and no body writes the error word; the values and the runaway error
+    are the reference interpreter's."""
+    g, x, n, y = _nest(KNOWN_BOUNDS[name])
+    assert _selects(g, x, n, y) == 0
+    feed = {x: np.zeros(3, np.float32), n: np.int32(2)}
+    want = tn.Session(g).run(y, feed)
+    assert float(tn.Session(g, backend="fast").run(y, feed)) == float(want)
+    for mi in (1, 2):
+        with pytest.raises(tn.NonTerminationError):
+            tn.Session(g, backend="fast").run(y, {x: np.zeros(3, np.float32), n: np.int32(8)}, max_iterations=mi)
+
+
+def test_an_inner_bound_that_reads_the_outer_counter_is_checked_after_its_loop() -> None:
+    """The same nest with a bound that reads the outer loop's counter (not known at the head): the
+    inner loop checks itself after it runs, which writes the error word in the bodies (the
+    observation above can fail)."""
+    g, x, n, y = _nest(lambda x, ta, i: _length(x) + i)
+    assert _selects(g, x, n, y) > 0
