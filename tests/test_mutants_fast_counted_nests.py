@@ -5,10 +5,10 @@ tools/mutation.py --module fast/counted_nests.py --all``) in milliseconds, ahead
 backend's programs of its list.
 
 The bookkeeping of counted stacks (``note_push_range``, ``skip_push``, ``read_skipped``,
-``pop_range``) is called directly on a stand-in emitter that holds only the state those methods read
-and write. The bounds are read off the ``Direct`` call's trace of a two-level nest
-(``tests/test_fast_counted_nests.py``'s observation): a nest whose checks are made before it is
-entered has no loop body that selects a new error word.
+``pop_range``) is called directly on a fresh emitter, outside any trace. The bounds are read off
+the ``Direct`` call's trace of a two-level nest (``tests/test_fast_counted_nests.py``'s
+observation): a nest whose checks are made before it is entered has no loop body that selects a new
+error word.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import inspect
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -27,8 +26,9 @@ from test_fast_counted_nests import _traced_bodies
 import turnout as tn
 from turnout.errors import UnsupportedError
 from turnout.fast import counted_nests as cn
-from turnout.fast.counted_nests import CountedNests
-from turnout.fast.ranges import Ranges
+from turnout.fast.emit import Emitter
+from turnout.fast.functionalize import functionalize
+from turnout.fast.outcome import ErrorCodes
 from turnout.fast.state_keys import stack_key
 from turnout.fast.values import Handle
 
@@ -36,9 +36,12 @@ A, B = Handle("stack", "a"), Handle("stack", "b")
 
 
 def _emitter() -> Any:
-    """A stand-in for the emitter: the counted stacks' state as ``init_trace_state`` leaves it, and
-    the trace's integer ranges."""
-    return SimpleNamespace(pushed_counted=set(), push_ranges={}, skipped=set(), ranges=Ranges())
+    """A fresh emitter over a one-placeholder program: the counted stacks' state as
+    ``init_trace_state`` leaves it, and the trace's integer ranges."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.int32, [], name="x")
+    return Emitter(functionalize(g, [x], [x]), ErrorCodes(), 16, np.int32(100))
 
 
 def _traced(em: Any, lo: int, hi: int) -> Any:
@@ -64,13 +67,13 @@ def test_a_counted_stacks_range_is_the_hull_of_every_traced_push() -> None:
     range of each trace of its push, so the range grows at both ends as pushes are traced; each
     stack keeps its own, and every noted push marks its stack pushed."""
     em = _emitter()
-    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
+    em.note_push_range(A, _traced(em, 2, 4))
     assert em.push_ranges == {stack_key(A): (2, 4)} and em.pushed_counted == {stack_key(A)}
-    CountedNests.note_push_range(em, A, _traced(em, 3, 6))
+    em.note_push_range(A, _traced(em, 3, 6))
     assert em.push_ranges[stack_key(A)] == (2, 6)
-    CountedNests.note_push_range(em, A, _traced(em, 1, 5))
+    em.note_push_range(A, _traced(em, 1, 5))
     assert em.push_ranges[stack_key(A)] == (1, 6)
-    CountedNests.note_push_range(em, B, np.int32(9))  # (a constant's range is its value)
+    em.note_push_range(B, np.int32(9))  # (a constant's range is its value)
     assert em.push_ranges == {stack_key(A): (1, 6), stack_key(B): (9, 9)}
     assert em.pushed_counted == {stack_key(A), stack_key(B)}
 
@@ -80,12 +83,12 @@ def test_one_push_of_unknown_range_leaves_the_stacks_range_unknown_for_good() ->
     stack's range unknown (``None``), and a later push of known range does not bring it back: the
     entries it pushed may lie anywhere. A stack whose first push is unknown is unknown too."""
     em = _emitter()
-    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
-    CountedNests.note_push_range(em, A, jax.numpy.asarray(7, jax.numpy.int32) + 0)
+    em.note_push_range(A, _traced(em, 2, 4))
+    em.note_push_range(A, jax.numpy.asarray(7, jax.numpy.int32) + 0)
     assert stack_key(A) in em.push_ranges and em.push_ranges[stack_key(A)] is None
-    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
+    em.note_push_range(A, _traced(em, 2, 4))
     assert em.push_ranges[stack_key(A)] is None
-    CountedNests.note_push_range(em, B, np.float32(1.0))
+    em.note_push_range(B, np.float32(1.0))
     assert em.push_ranges[stack_key(B)] is None and em.pushed_counted == {stack_key(A), stack_key(B)}
 
 
@@ -93,12 +96,12 @@ def test_a_pop_from_a_counted_stack_gets_the_range_of_everything_pushed() -> Non
     """``pop_range``: a value popped from a counted stack lies in the stack's range, when known; a
     stack whose range is unknown, or another stack's, tells nothing."""
     em = _emitter()
-    CountedNests.note_push_range(em, A, _traced(em, 2, 4))
-    CountedNests.note_push_range(em, B, np.float32(1.0))
+    em.note_push_range(A, _traced(em, 2, 4))
+    em.note_push_range(B, np.float32(1.0))
     popped, other, unknown = (jax.numpy.asarray(k, jax.numpy.int32) + 0 for k in range(3))
-    CountedNests.pop_range(em, A, popped)
-    CountedNests.pop_range(em, Handle("stack", "c"), other)
-    CountedNests.pop_range(em, B, unknown)
+    em.pop_range(A, popped)
+    em.pop_range(Handle("stack", "c"), other)
+    em.pop_range(B, unknown)
     assert em.ranges.get(popped) == (2, 4)
     assert em.ranges.get(other) is None and em.ranges.get(unknown) is None
 
@@ -116,12 +119,12 @@ def test_a_pop_after_a_skipped_push_refuses_the_fused_trace_naming_the_pop() -> 
     staged path runs. A pop of a stack whose pushes all wrote is not refused."""
     em = _emitter()
     node = _pop_node()
-    CountedNests.read_skipped(em, node, A)
-    CountedNests.skip_push(em, A)
+    em.read_skipped(node, A)
+    em.skip_push(A)
     assert em.pushed_counted == {stack_key(A)} and em.skipped == {stack_key(A)}
-    CountedNests.read_skipped(em, node, B)
+    em.read_skipped(node, B)
     with pytest.raises(UnsupportedError, match=r'Placeholder node "the_pop"') as e:
-        CountedNests.read_skipped(em, node, A)
+        em.read_skipped(node, A)
     assert str(e.value).endswith("pops a stack whose pushes pushed a constant in one trace and another value "
                                  "in a later one")
 
