@@ -198,3 +198,43 @@ def test_an_inner_bound_that_reads_the_outer_counter_is_checked_after_its_loop()
     observation above can fail)."""
     g, x, n, y = _nest(lambda x, ta, i: _length(x) + i)
     assert _selects(g, x, n, y) > 0
+
+
+def _from_start(bound: Callable[[Any], Any]) -> tuple[tn.Graph, Any, Any, Any]:
+    """A loop ``outer`` of ``n`` bodies, each running a loop ``inner`` whose counter starts at 2 and
+    runs while below ``bound(m)`` (``m`` fed)."""
+    g = tn.Graph()
+    with g.as_default():
+        n = tn.placeholder(tn.int32, [], name="n")
+        m = tn.placeholder(tn.int32, [], name="m")
+
+        def outer(i: Any, acc: Any) -> Any:
+            b = bound(m)
+            _, a = tn.while_loop(lambda j, a: j < b, lambda j, a: (j + 1, a + 1.0), [tn.constant(2), acc],
+                                 name="inner")
+            return i + 1, a
+
+        _, y = tn.while_loop(lambda i, acc: i < n, outer, [tn.constant(0), tn.constant(0.0)], name="outer")
+    return g, n, m, y
+
+
+def _outcome(backend: str, g: tn.Graph, y: Any, feed: dict[Any, Any], mi: int) -> tuple[str, Any]:
+    try:
+        return "value", float(tn.Session(g, backend=backend).run(y, feed, max_iterations=mi))
+    except tn.TurnoutError as e:  # the error and what it names (the interpreters add the tag it ran at)
+        return type(e).__name__, str(e).split(" (")[0]
+
+
+@pytest.mark.parametrize("bound", ["constant", "fed"])
+def test_a_counter_from_start_runs_bound_minus_start_bodies_as_the_hoisted_check_counts(bound: str) -> None:
+    """A counted loop whose counter starts at 2 runs ``bound - 2`` bodies, none where the bound is
+    below 2: the check made before the nest (its bodies write no error word) compares that number,
+    not the bound, with ``max_iterations``, for a constant bound (a number known when tracing) and a
+    fed one (computed in the trace) alike; values and the loop named are the reference's."""
+    g, n, m, y = _from_start((lambda m: tn.constant(5)) if bound == "constant" else (lambda m: m))
+    feed = {n: np.int32(2), m: np.int32(5)}
+    bodies = _traced_bodies(g, y, feed)
+    assert len(bodies) == 2 and not [e for b in bodies for e in b.eqns if e.primitive.name == "select_n"]
+    for mv, mi in [(5, 3), (5, 2), (1, 3), (6, 3)]:  # 3 bodies under 3 and under 2; none; 4 under 3
+        run = {n: np.int32(2), m: np.int32(mv)}
+        assert _outcome("fast", g, y, run, mi) == _outcome("reference", g, y, run, mi), (mv, mi)
