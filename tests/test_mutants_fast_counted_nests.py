@@ -192,11 +192,22 @@ def test_an_inner_bound_computed_by_bound_ops_from_entered_values_is_checked_bef
             tn.Session(g, backend="fast").run(y, {x: np.zeros(3, np.float32), n: np.int32(8)}, max_iterations=mi)
 
 
-def test_an_inner_bound_that_reads_the_outer_counter_is_checked_after_its_loop() -> None:
-    """The same nest with a bound that reads the outer loop's counter (not known at the head): the
-    inner loop checks itself after it runs, which writes the error word in the bodies (the
-    observation above can fail)."""
-    g, x, n, y = _nest(lambda x, ta, i: _length(x) + i)
+#: inner bounds the head of the nest does not follow: one reads the outer counter (not known at the
+#: head), the others are made by an op outside ``BOUND_OPS`` or by a ``GetItem`` whose index is a tensor
+UNFOLLOWED_BOUNDS = {
+    "the outer counter": lambda x, ta, i: _length(x) + i,
+    "Sum": lambda x, ta, i: tn.reduce_sum(tn.shape(x)),
+    "Abs": lambda x, ta, i: tn.abs(_length(x)),
+    "GetItem at a tensor": lambda x, ta, i: tn.shape(x)[tn.constant(0)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNFOLLOWED_BOUNDS))
+def test_an_inner_bound_the_head_does_not_follow_is_checked_after_its_loop(name: str) -> None:
+    """The same nest with a bound the head does not follow (``UNFOLLOWED_BOUNDS``): the inner loop
+    checks itself after it runs, which writes the error word in the bodies (so the observation
+    above can fail)."""
+    g, x, n, y = _nest(UNFOLLOWED_BOUNDS[name])
     assert _selects(g, x, n, y) > 0
 
 
@@ -238,3 +249,32 @@ def test_a_counter_from_start_runs_bound_minus_start_bodies_as_the_hoisted_check
     for mv, mi in [(5, 3), (5, 2), (1, 3), (6, 3)]:  # 3 bodies under 3 and under 2; none; 4 under 3
         run = {n: np.int32(2), m: np.int32(mv)}
         assert _outcome("fast", g, y, run, mi) == _outcome("reference", g, y, run, mi), (mv, mi)
+
+
+def test_a_gradients_nest_reads_its_inner_bound_from_the_stack_of_forward_trip_counts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gradient of a counted nest runs a backward nest whose inner bound is popped, in the outer
+    body, from the stack onto which every forward iteration pushed the inner loop's trip count (one
+    constant): the head knows it, so the backward nest's checks are made before it as the forward
+    nest's are (both chains of two loops); values and gradient are the reference's."""
+    g = tn.Graph()
+    with g.as_default():
+        x = tn.placeholder(tn.float32, [], name="x")
+
+        def outer(i: Any, y: Any) -> Any:
+            _, z = tn.while_loop(lambda j, z: j < 3, lambda j, z: (j + 1, z * x), [tn.constant(0), y], name="inner")
+            return i + 1, z
+
+        _, y = tn.while_loop(lambda i, y: i < 2, outer, [tn.constant(0), x], name="outer")
+        (dx,) = tn.gradients(y, [x])
+    hoisted: list[int] = []
+    checks = cn.CountedNests._hoist_checks
+
+    def spy(self: Any, chain: list[Any]) -> None:
+        hoisted.append(len(chain))
+        checks(self, chain)
+
+    monkeypatch.setattr(cn.CountedNests, "_hoist_checks", spy)
+    got = tn.Session(g, backend="fast").run([y, dx], {x: 1.5})
+    np.testing.assert_allclose(got, tn.Session(g).run([y, dx], {x: 1.5}), rtol=1e-6)
+    assert hoisted == [2, 2]
