@@ -278,3 +278,25 @@ def test_a_gradients_nest_reads_its_inner_bound_from_the_stack_of_forward_trip_c
     got = tn.Session(g, backend="fast").run([y, dx], {x: 1.5})
     np.testing.assert_allclose(got, tn.Session(g).run([y, dx], {x: 1.5}), rtol=1e-6)
     assert hoisted == [2, 2]
+
+
+def _added(adds: int) -> Callable[[Any, Any, Any], Any]:
+    """An inner bound ``len(x) + 1 + ... + 1`` with ``adds`` Adds: the bound is the top Add (depth 0
+    of the head's walk), and its deepest op, the Shape of the entered ``x``, lies ``adds + 1`` below."""
+
+    def bound(x: Any, ta: Any, i: Any) -> Any:
+        v = _length(x)
+        for _ in range(adds):
+            v = v + 1
+        return v
+
+    return bound
+
+
+@pytest.mark.parametrize("adds, known", [(cn.BOUND_DEPTH - 1, True), (cn.BOUND_DEPTH, False)])
+def test_a_bound_is_followed_through_bound_depth_ops_and_no_further(adds: int, known: bool) -> None:
+    """``BOUND_DEPTH`` caps how deep the head follows an inner bound's expression: a bound whose
+    deepest op lies ``BOUND_DEPTH`` ops below it is known at the head (no body writes the error
+    word), one whose deepest op lies one further is not, and its loop checks itself after it runs."""
+    g, x, n, y = _nest(_added(adds))
+    assert (_selects(g, x, n, y) == 0) == known
