@@ -132,7 +132,12 @@ MODULES: dict[str, dict[str, Any]] = {
                                          *_PARTITION_TESTS, "test_properties.py"]},
     **{f"fast/{m}.py": {"module": f"turnout.fast.{m}",
                         "tests": ["test_fast_loop_forms.py", "test_fast_counted_nests.py", *_FAST_TESTS]}
-       for m in ("emitter_core", "counted_nests", "light_loops")},
+       for m in ("emitter_core", "light_loops")},
+    # (the counted stacks' bookkeeping called directly, and the bounds a nest's head can know read off
+    # two-level nests' traces, seconds, ahead of the loop forms and the fast programs)
+    "fast/counted_nests.py": {"module": "turnout.fast.counted_nests",
+                              "tests": ["test_mutants_fast_counted_nests.py", "test_fast_loop_forms.py",
+                                        "test_fast_counted_nests.py", *_FAST_TESTS]},
     # conditionals while tracing: tiny conds and cases on the fast backend against the reference (a
     # branch taken at trace time or as lax.cond, dead fetches, a case chain as one lax.switch) and the
     # module's small functions called directly first (seconds), then the loop forms and fast programs
@@ -303,7 +308,9 @@ MODULES: dict[str, dict[str, Any]] = {
                                  "select": "test_mutants_devices_local_cluster or loopback"},
     "devices/trace.py": {"module": "turnout.devices.trace",
                          "tests": ["test_mutants_devices_trace.py", *_DEV_TESTS], "select": _DEV_SELECT},
-    "fast/host_env.py": {"module": "turnout.fast.host_env", "tests": ["test_fast_plumbing.py", *_FAST_DEV_TESTS]},
+    # (the environment's laws called directly, milliseconds, ahead of the runs on forced devices)
+    "fast/host_env.py": {"module": "turnout.fast.host_env",
+                         "tests": ["test_mutants_fast_host_env.py", "test_fast_plumbing.py", *_FAST_DEV_TESTS]},
     # (the host's conds and loops: tiny programs on the partitioned fast backend without fallback,
     # against the reference, and the host's methods called again on a run's own conds and loops,
     # ahead of the runs on forced devices)
