@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import turnout as tn
-from turnout.errors import KernelError, UnsupportedError
+from turnout.errors import ArgumentError, DTypeError, KernelError, ShapeError, UnsupportedError
 
 pytest.importorskip("tensorboard.compat.proto.graph_pb2")
 
@@ -971,3 +971,42 @@ def test_non_max_suppression_is_the_kernels_greedy_selection(backend: str) -> No
         assert v3.tolist() == _greedy_nms(boxes, scores, 6, 0.3, 0.2)
         assert v5.tolist() == _greedy_nms(boxes, scores, 12, 0.5, -1.0) and int(v5n) == len(v5)
         np.testing.assert_array_equal(v5s, scores[v5])
+
+
+def _bad_node(op: str, ins: list[tuple[str, int, list[int]]], **attrs: Any) -> GraphDef:
+    g = GraphDef()
+    names = [g.placeholder(n, t, shape) for n, t, shape in ins]
+    g.node("bad", op, tuple(names), **attrs)
+    return g
+
+
+_I64 = 9
+
+
+@pytest.mark.parametrize(("graph", "error", "match"), [
+    (lambda: _bad_node("Multinomial", [("l", F32, [2, 3, 4]), ("n", I32, [])], T=F32), ArgumentError,
+     "logits should be a matrix"),
+    (lambda: _bad_node("LogUniformCandidateSampler", [("t", I32, [-1, 1])], num_true=1, num_sampled=2, unique=True,
+                       range_max=5), ArgumentError, "true_classes must be an int64 tensor"),
+    (lambda: _bad_node("LogUniformCandidateSampler", [("t", _I64, [-1, 1])], num_true=1, num_sampled=9, unique=True,
+                       range_max=5), ArgumentError, "Sampler's range is too small"),
+    (lambda: _bad_node("CTCLoss", [("x", F32, [3, 4]), ("i", _I64, [-1, 2]), ("v", I32, [-1]), ("l", I32, [-1])]),
+     ArgumentError, "inputs must be 3-D"),
+    (lambda: _bad_node("Cholesky", [("x", I32, [2, 2])], T=I32), DTypeError, "must be float32 or float64"),
+    (lambda: _bad_node("MatrixSolve", [("a", F32, [3, 3]), ("b", F32, [2, 1])], T=F32), ShapeError, "cannot solve"),
+    (lambda: _bad_node("CropAndResize", [("im", F32, [1, 4, 4, 1]), ("b", F32, [-1, 4]), ("i", I32, [-1]),
+                                         ("s", I32, [2])], T=F32, method="nearest"), UnsupportedError,
+     "only method='bilinear' is built"),
+    (lambda: _bad_node("Conv3D", [("x", F32, [1, -1, 3, 3, 2]), ("w", F32, [1, 1, 1, 2, 2])], T=F32,
+                       strides=[1, 1, 1, 1, 1], padding="SAME"), UnsupportedError, "needs the input's depth"),
+    (lambda: _bad_node("NonMaxSuppressionV3", [("b", F32, [-1, 4]), ("s", F32, [-1]), ("k", I32, []),
+                                               ("i", F32, []), ("t", F32, [])], T=F32), UnsupportedError,
+     "needs the number of boxes"),
+    (lambda: _bad_node("DenseBincount", [("a", I32, [2, 2]), ("n", I32, []), ("w", I32, [0])], T=I32, Tidx=I32),
+     UnsupportedError, "supported for a vector input"),
+], ids=["multinomial_rank", "sampler_dtype", "sampler_range", "ctc_rank", "cholesky_dtype", "solve_rows",
+        "crop_method", "conv3d_depth", "nms_count", "bincount_rank"])
+def test_bad_nodes_of_this_sessions_rules_are_errors_naming_the_node(graph: Any, error: type, match: str) -> None:
+    """Law: a node the rule cannot build is a Turnout error naming it (never numpy's or a parser's)."""
+    with pytest.raises(error, match=f'node "bad".*{match}'):
+        import_graph_def(graph().gd)

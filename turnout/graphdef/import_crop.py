@@ -46,9 +46,13 @@ def _built(ctx: ImportContext, nd: Any, ins: list[Value], make: Any) -> Any:
 @_rule("CropAndResize")
 def _crop_and_resize(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     image, boxes, box_ind, size = ins
-    crop = ctx.static_int_list(ctx.data_inputs()[3], "the crop size")
     extrapolation = float(ctx.attr("extrapolation_value", 0.0))
-    out = _built(ctx, nd, ins, lambda: crops(image, boxes, box_ind, crop, extrapolation))  # type: ignore[arg-type]
+
+    def make() -> Tensor:
+        crop = ctx.static_int_list(ctx.data_inputs()[3], "the crop size")
+        return crops(image, boxes, box_ind, crop, extrapolation)  # type: ignore[arg-type]
+
+    out = _built(ctx, nd, ins, make)
     return [ctx.create("Identity", [out]).outputs[0]]
 
 
