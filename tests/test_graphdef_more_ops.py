@@ -1010,3 +1010,17 @@ def test_bad_nodes_of_this_sessions_rules_are_errors_naming_the_node(graph: Any,
     """Law: a node the rule cannot build is a Turnout error naming it (never numpy's or a parser's)."""
     with pytest.raises(error, match=f'node "bad".*{match}'):
         import_graph_def(graph().gd)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_old_reverse_flips_the_dimensions_its_bools_name(backend: str) -> None:
+    """Law (TensorFlow 1's ``Reverse``): ``x`` reversed along each dimension whose ``dims`` entry is
+    true, as ``ReverseV2`` along those axes."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    g = GraphDef()
+    xs = g.const("x", x)
+    g.node("r", "Reverse", (xs, g.const("d", np.asarray([True, False, True]))), T=F32)
+    g.node("none", "Reverse", (xs, g.const("n", np.asarray([False, False, False]))), T=F32)
+    r, none = _run(g, ["r:0", "none:0"], {}, backend)
+    np.testing.assert_array_equal(r, x[::-1, :, ::-1])
+    np.testing.assert_array_equal(none, x)

@@ -50,7 +50,7 @@ LeakyReluGrad Less LessEqual ListDiff LogicalAnd LogicalOr MatMul MatrixSetDiag 
 MatrixTriangularSolve Max Maximum Mean Min Minimum MirrorPad MirrorPadGrad Mod Mul MulNoNan
 Multinomial NotEqual Pad Pow Prod RealDiv ReciprocalGrad RefSwitch Relu6Grad ReluGrad Reshape
 ResizeBilinear ResizeBilinearGrad ResizeNearestNeighbor ResizeNearestNeighborGrad ResourceGather
-ReverseSequence ReverseV2 RsqrtGrad SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum
+Reverse ReverseSequence ReverseV2 RsqrtGrad SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum
 SeluGrad SigmoidGrad SoftmaxCrossEntropyWithLogits SoftplusGrad SoftsignGrad SpaceToBatch
 SparseSoftmaxCrossEntropyWithLogits Split SqrtGrad SquaredDifference StackPushV2 Sub Sum Switch
 TanhGrad TensorArrayConcatV3 TensorArrayGradV3 TensorArraySizeV3 TensorListFromTensor
@@ -200,6 +200,7 @@ _TYPED_BY: dict[str, dict[str, tuple[int, ...]]] = {
     "ResourceSparseApplyProximalAdagrad": {"T": (2, 3, 4, 5), "Tindices": (6,)},
     "ResourceSparseApplyProximalGradientDescent": {"T": (1, 2, 3, 4), "Tindices": (5,)},
     "ResourceSparseApplyRMSProp": {"T": (3, 4, 5, 6, 7), "Tindices": (8,)},
+    "Reverse": {"T": (0,)},
     "ReverseSequence": {"T": (0,), "Tlen": (1,)},
     "ReverseV2": {"T": (0,), "Tidx": (1,)},
     "Roll": {"T": (0,), "Taxis": (2,), "Tshift": (1,)},

@@ -243,13 +243,22 @@ def _one_hot(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [one_hot_part(ctx, idx, depth, on, off, r if axis == -1 else axis)]
 
 
-@_rule("ReverseV2")
+@_rule("ReverseV2", "Reverse")
 def _reverse(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    """``tf.reverse``: ``x[..., ::-1, ...]`` along the static ``axis`` list, one ``GetItem`` (numpy's
-    basic index with step -1), whose gradient is the same reversal."""
+    """``tf.reverse``: ``x[..., ::-1, ...]`` along the static ``axis`` list (the old ``Reverse``: a
+    bool per dimension), one ``GetItem`` (numpy's basic index with step -1), whose gradient is the
+    same reversal."""
     x = _t(ins[0])
-    axes = ctx.static_int_list(ctx.data_inputs()[1], "the axes")
     rank = None if x.shape is None else len(x.shape)
+    if nd.op == "Reverse":
+        dims = ctx.static(ctx.data_inputs()[1])
+        if dims is None:
+            raise UnsupportedError(f"{ctx.where()}: the dims must be known when importing")
+        if rank is not None and np.size(dims) != rank:
+            raise UnsupportedError(f"{ctx.where()}: dims has {np.size(dims)} entries for a tensor of rank {rank}")
+        axes = [k for k, flip in enumerate(np.ravel(dims)) if flip]
+    else:
+        axes = ctx.static_int_list(ctx.data_inputs()[1], "the axes")
     if rank is None and any(a < 0 for a in axes):
         raise UnsupportedError(f"{ctx.where()}: a negative axis needs the rank, unknown at import")
     bad = [a for a in axes if rank is not None and not -rank <= a < rank]
