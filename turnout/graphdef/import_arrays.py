@@ -340,8 +340,7 @@ def _roll(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _mirror_pads(ctx: ImportContext, x: Tensor) -> tuple[list[tuple[int, int]], bool]:
     """MirrorPad's (MirrorPadGrad's) ``paddings`` (input 1), one ``(before, after)`` pair per axis,
     and whether the mode is REFLECT (else SYMMETRIC)."""
-    mode = ctx.attr("mode")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = str(ctx.attr("mode"))  # (string attrs come decoded: protos.attr)
     if mode not in ("REFLECT", "SYMMETRIC"):
         raise UnsupportedError(f"{ctx.where()}: mode {mode!r} is not supported (REFLECT or SYMMETRIC)")
     flat = ctx.static_int_list(ctx.data_inputs()[1], "the paddings")
@@ -410,8 +409,7 @@ def _mirror_pad_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 
 # ---- blocks of space moved into depth or into the batch: reshapes around a Transpose ------------------
 def _nhwc_only(ctx: ImportContext) -> None:
-    fmt = ctx.attr("data_format", "NHWC")
-    fmt = fmt.decode() if isinstance(fmt, bytes) else str(fmt)
+    fmt = str(ctx.attr("data_format", "NHWC"))
     if fmt != "NHWC":
         raise UnsupportedError(f"{ctx.where()}: data_format {fmt!r} is not supported (NHWC only, as TensorFlow's "
                                "CPU kernel)")

@@ -30,8 +30,8 @@ from turnout import ops, windows
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
 from turnout.graphdef.flows import tensor_name
+from turnout.graphdef.import_builders import held_gradient, with_builders
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_random import with_builders
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _partial_shape
 from turnout.nn_ops import avg_pool, conv2d, max_pool
 from turnout.tables import registrar
@@ -39,18 +39,17 @@ from turnout.tables import registrar
 _rule = registrar(IMPORT_RULES)
 
 
-def _geometry(ctx: ImportContext) -> tuple[list[int], list[int], str]:
-    """The op's strides and dilations (depth, rows, columns) and padding, NDHWC only."""
-    fmt = ctx.attr("data_format", b"NDHWC")
-    if (fmt.decode() if isinstance(fmt, bytes) else str(fmt)) != "NDHWC":
-        raise UnsupportedError(f"{ctx.where()}: only data_format NDHWC is built, got {fmt!r}")
-    strides = [int(v) for v in ctx.attr("strides")]
-    dilations = [int(v) for v in (ctx.attr("dilations", None) or [1, 1, 1, 1, 1])]
-    padding = ctx.attr("padding")
-    padding = padding.decode() if isinstance(padding, bytes) else str(padding)
-    if strides[0] != 1 or strides[4] != 1 or dilations[0] != 1 or dilations[4] != 1:
-        raise UnsupportedError(f"{ctx.where()}: strides and dilations along the batch or the channels are not built")
-    return strides[1:4], dilations[1:4], padding
+def _window(ctx: ImportContext, first: str, second: str) -> tuple[list[int], list[int], str]:
+    """The op's two five-entry window attrs ``first`` and ``second`` (strides and dilations, or ksize
+    and strides) over depth, rows and columns, and its padding; NDHWC data only, and no window along
+    the batch or the channels (a missing ``dilations`` is ones)."""
+    if ctx.attr("data_format", "NDHWC") != "NDHWC":
+        raise UnsupportedError(f"{ctx.where()}: only data_format NDHWC is built, got {ctx.attr('data_format')!r}")
+    one, two = ([int(v) for v in (ctx.attr(k) or [1, 1, 1, 1, 1] if k == "dilations" else ctx.attr(k))]
+                for k in (first, second))
+    if one[0] != 1 or one[4] != 1 or two[0] != 1 or two[4] != 1:
+        raise UnsupportedError(f"{ctx.where()}: {first} and {second} along the batch or the channels are not built")
+    return one[1:4], two[1:4], str(ctx.attr("padding"))
 
 
 def conv3d(x: Tensor, w: Tensor, strides: list[int], dilations: list[int], padding: str) -> Tensor:
@@ -76,13 +75,6 @@ def conv3d(x: Tensor, w: Tensor, strides: list[int], dilations: list[int], paddi
     return ops.stack(planes, axis=1)
 
 
-def _gradient(out: Tensor, grads: Tensor, x: Tensor) -> Tensor:
-    from turnout.gradients import gradients
-
-    (g,) = gradients(ops.reduce_sum(out * ops.stop_gradient(grads)), [x])
-    return ops.zeros_like(x) if g is None else g
-
-
 def _zeros(ctx: ImportContext, k: int, like: Value) -> Tensor:
     """Zeros of the sizes input ``k`` gives (a shape vector: known at import as far as it can be)."""
     sizes = ctx.values.get(tensor_name(ctx.data_inputs()[k]))
@@ -97,7 +89,7 @@ def _zeros(ctx: ImportContext, k: int, like: Value) -> Tensor:
 
 @_rule("Conv3D")
 def _conv3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    strides, dilations, padding = _geometry(ctx)
+    strides, dilations, padding = _window(ctx, "strides", "dilations")
     with with_builders(ctx, ins):
         out = conv3d(ins[0], ins[1], strides, dilations, padding)  # type: ignore[arg-type]
     return [ctx.create("Identity", [out]).outputs[0]]
@@ -107,12 +99,12 @@ def _conv3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _conv3d_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """The gradient with respect to the input (``...InputV2``: its sizes are input 0) or the filter
     (``...FilterV2``: input 1), zeros of those sizes standing for it."""
-    strides, dilations, padding = _geometry(ctx)
+    strides, dilations, padding = _window(ctx, "strides", "dilations")
     k = 0 if nd.op == "Conv3DBackpropInputV2" else 1
     wrt = _zeros(ctx, k, ins[1 - k])
     x, w = (wrt, ins[1]) if k == 0 else (ins[0], wrt)
     with with_builders(ctx, ins):
-        g = _gradient(conv3d(x, w, strides, dilations, padding), ins[2], wrt)  # type: ignore[arg-type]
+        g = held_gradient(conv3d(x, w, strides, dilations, padding), ins[2], wrt)  # type: ignore[arg-type]
     return [ctx.create("Identity", [g]).outputs[0]]
 
 
@@ -134,20 +126,9 @@ def pool3d(op: str, x: Tensor, ksize: list[int], strides: list[int], padding: st
     return ops.stack(planes, axis=1)
 
 
-def _pool_geometry(ctx: ImportContext) -> tuple[list[int], list[int], str]:
-    fmt = ctx.attr("data_format", b"NDHWC")
-    if (fmt.decode() if isinstance(fmt, bytes) else str(fmt)) != "NDHWC":
-        raise UnsupportedError(f"{ctx.where()}: only data_format NDHWC is built, got {fmt!r}")
-    ksize, strides = [int(v) for v in ctx.attr("ksize")], [int(v) for v in ctx.attr("strides")]
-    if ksize[0] != 1 or ksize[4] != 1 or strides[0] != 1 or strides[4] != 1:
-        raise UnsupportedError(f"{ctx.where()}: windows along the batch or the channels are not built")
-    padding = ctx.attr("padding")
-    return ksize[1:4], strides[1:4], padding.decode() if isinstance(padding, bytes) else str(padding)
-
-
 @_rule("MaxPool3D", "AvgPool3D")
 def _pool3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
-    ksize, strides, padding = _pool_geometry(ctx)
+    ksize, strides, padding = _window(ctx, "ksize", "strides")
     with with_builders(ctx, ins):
         out = pool3d(nd.op, ins[0], ksize, strides, padding)  # type: ignore[arg-type]
     return [ctx.create("Identity", [out]).outputs[0]]
@@ -157,11 +138,11 @@ def _pool3d(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
 def _pool3d_grad(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     """The pool's gradient: of the max pool at its original input (input 0), of the average pool at
     zeros of its input's sizes (input 0; the pool is linear); the upstream gradient is the last input."""
-    ksize, strides, padding = _pool_geometry(ctx)
+    ksize, strides, padding = _window(ctx, "ksize", "strides")
     op = nd.op[:-len("Grad")]
     x = ins[0] if op == "MaxPool3D" else _zeros(ctx, 0, ins[-1])
     with with_builders(ctx, ins):
-        g = _gradient(pool3d(op, x, ksize, strides, padding), ins[-1], x)  # type: ignore[arg-type]
+        g = held_gradient(pool3d(op, x, ksize, strides, padding), ins[-1], x)  # type: ignore[arg-type]
     return [ctx.create("Identity", [g]).outputs[0]]
 
 

@@ -23,8 +23,8 @@ from turnout import array_ops, math_ops, ops
 from turnout import dtypes as dt
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
+from turnout.graphdef.import_builders import held_gradient, with_builders
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_random import with_builders
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs, _partial_shape
 from turnout.tables import registrar
 
@@ -36,8 +36,8 @@ def _built(ctx: ImportContext, nd: Any, ins: list[Value], make: Any) -> Any:
     TensorFlow v1 loop and for a method other than bilinear."""
     if not all(isinstance(t, Tensor) for t in ins):
         raise UnsupportedError(f"{ctx.where()}: every input must be a tensor")
-    method = ctx.attr("method", b"bilinear")
-    if (method.decode() if isinstance(method, bytes) else str(method)) != "bilinear":
+    method = ctx.attr("method", "bilinear")
+    if method != "bilinear":
         raise UnsupportedError(f"{ctx.where()}: only method='bilinear' is built, got {method!r}")
     with with_builders(ctx, ins):
         return make()
@@ -69,7 +69,7 @@ def _crop_grad_image(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     image = ctx.create("Fill", [size, zero], suffix="image", shapes=[known]).outputs[0]
 
     def make() -> Tensor:
-        return _gradient(crops(image, boxes, box_ind, _crop_size(grads), 0.0), grads, image)  # type: ignore[arg-type]
+        return held_gradient(crops(image, boxes, box_ind, _crop_size(grads), 0.0), grads, image)  # type: ignore[arg-type]
 
     return [ctx.create("Identity", [_built(ctx, nd, ins, make)]).outputs[0]]
 
@@ -79,7 +79,7 @@ def _crop_grad_boxes(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     grads, image, boxes, box_ind = ins
 
     def make() -> Tensor:
-        return _gradient(crops(image, boxes, box_ind, _crop_size(grads), 0.0), grads, boxes)  # type: ignore[arg-type]
+        return held_gradient(crops(image, boxes, box_ind, _crop_size(grads), 0.0), grads, boxes)  # type: ignore[arg-type]
 
     return [ctx.create("Identity", [_built(ctx, nd, ins, make)]).outputs[0]]
 
@@ -91,15 +91,6 @@ def _crop_size(grads: Value) -> list[Any]:
         raise UnsupportedError(f"CropAndResize's gradient: needs gradients of rank 4, got {grads.shape}")
     return [int(d) if d is not None else ops.gather(ops.shape(grads), ops.constant(k))
             for k, d in ((1, grads.shape[1]), (2, grads.shape[2]))]
-
-
-def _gradient(out: Tensor, grads: Tensor, x: Tensor) -> Tensor:
-    """``d sum(out * grads) / d x`` with ``grads`` held constant (an upstream gradient may itself depend
-    on ``x``: the gradient op's value is the product with it, not its derivative)."""
-    from turnout.gradients import gradients
-
-    (g,) = gradients(ops.reduce_sum(out * ops.stop_gradient(ops.cast(grads, out.dtype))), [x])
-    return ops.zeros_like(x) if g is None else ops.cast(g, x.dtype)
 
 
 def crops(image: Tensor, boxes: Tensor, box_ind: Tensor, crop: list[Any], extrapolation: float) -> Tensor:
@@ -135,8 +126,7 @@ def crops(image: Tensor, boxes: Tensor, box_ind: Tensor, crop: list[Any], extrap
     lower = at(bottom, left) + (at(bottom, right) - at(bottom, left)) * xl
     mixed = upper + (lower - upper) * ops.expand_dims(ops.expand_dims(y_lerp, 2), 3)
     inside = ops.logical_and(ops.expand_dims(ops.expand_dims(y_in, 2), 3), ops.expand_dims(ops.expand_dims(x_in, 1), 3))
-    return ops.where(ops.logical_and(inside, ops.ones_like(mixed) > 0), mixed,
-                     ops.fill(ops.shape(mixed), ops.constant(np.float32(extrapolation))))
+    return ops.where(inside, mixed, ops.constant(np.float32(extrapolation)))
 
 
 def _positions(boxes: Tensor, axis: int, size: Tensor, n: Any) -> tuple[Tensor, Tensor]:
@@ -158,8 +148,7 @@ def _positions(boxes: Tensor, axis: int, size: Tensor, n: Any) -> tuple[Tensor, 
     if isinstance(n, int) and n == 1:
         pos = middle
     elif not isinstance(n, int):
-        one = ops.logical_and(ops.equal(n, ops.constant(1)), ops.ones_like(pos) > 0)
-        pos = ops.where(one, middle + ops.zeros_like(pos), pos)
+        pos = ops.where(ops.equal(n, ops.constant(1)), middle, pos)
     return pos, ops.logical_and(ops.greater_equal(pos, ops.constant(np.float32(0))), ops.less_equal(pos, last))
 
 

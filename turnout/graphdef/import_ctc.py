@@ -31,8 +31,8 @@ from turnout import dtypes as dt
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import Tensor
+from turnout.graphdef.import_builders import held_gradient, with_builders
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_random import with_builders
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
 from turnout.nn import log_softmax
 from turnout.tables import registrar
@@ -59,14 +59,8 @@ def _ctc_loss(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     ignore = bool(ctx.attr("ignore_longer_outputs_than_inputs", False))
     with with_builders(ctx, ins):
         loss = _loss(x, indices, values, lengths, int(x.shape[2]), merge, ignore)
-        (grad,) = _gradients(loss, x)
+        grad = held_gradient(loss, ops.ones_like(loss), x)
     return [ctx.create("Identity", [loss], suffix="loss").outputs[0], ctx.create("Identity", [grad]).outputs[0]]
-
-
-def _gradients(loss: Tensor, x: Tensor) -> list[Tensor]:
-    from turnout.gradients import gradients
-
-    return [g if g is not None else ops.zeros_like(x) for g in gradients(ops.reduce_sum(loss), [x])]
 
 
 def _loss(x: Tensor, indices: Tensor, values: Tensor, lengths: Tensor, classes: int, merge: bool,
@@ -96,10 +90,9 @@ def _loss(x: Tensor, indices: Tensor, values: Tensor, lengths: Tensor, classes: 
 
     def at(t: Tensor) -> Tensor:  # the log-probability of each extended label at step t
         row = ops.expand_dims(ops.gather(logp, t), 1)
-        return ops.reduce_sum(ops.where(picks, row + ops.zeros_like(ops.cast(picks, x.dtype)),
-                                        ops.zeros_like(ops.cast(picks, x.dtype))), axis=2)
+        return ops.reduce_sum(ops.where(picks, row, ops.constant(np.zeros((), x.dtype.numpy))), axis=2)
 
-    first = ops.where(ops.less(s + ops.zeros_like(extended), ops.constant(2)), at(ops.constant(0)), none)
+    first = ops.where(ops.less(s, ops.constant(2)), at(ops.constant(0)), none)
 
     def body(t: Tensor, alpha: Tensor) -> list[Tensor]:
         minus = ops.fill(ops.stack([batch, 1]), ops.constant(-np.inf, x.dtype))
@@ -107,7 +100,7 @@ def _loss(x: Tensor, indices: Tensor, values: Tensor, lengths: Tensor, classes: 
         two = ops.concat([minus, minus, alpha[:, :-2]], 1)
         total = _log_sum_exp([ops.where(stay, alpha, none), one, ops.where(skip, two, none)]) + at(t)
         running = ops.expand_dims(ops.less(t, lengths), 1)
-        return [t + 1, ops.where(ops.logical_and(running, ops.ones_like(stay)), total, alpha)]
+        return [t + 1, ops.where(running, total, alpha)]
 
     _, alpha = while_loop(lambda t, a: ops.less(t, steps), body, [ops.constant(1), first], name="forward")
     last = ops.expand_dims(2 * used, 1)
@@ -189,8 +182,7 @@ def _extended(labels: Tensor, size: Tensor, blank: int) -> Tensor:
     col = ops.maximum(ops.floordiv(s - 1, ops.constant(2)), ops.constant(0))
     odd = ops.equal(ops.mod(s, ops.constant(2)), ops.constant(1))
     picked = ops.gather(labels, col, axis=1)
-    return ops.where(ops.logical_and(ops.expand_dims(odd, 0), ops.ones_like(picked) > 0), picked,
-                     ops.fill(ops.shape(picked), ops.constant(blank)))
+    return ops.where(ops.expand_dims(odd, 0), picked, ops.constant(np.int32(blank)))
 
 
 __all__: list[str] = []

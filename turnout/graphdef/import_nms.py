@@ -21,8 +21,8 @@ from turnout import ops
 from turnout.control_flow.while_loop import while_loop
 from turnout.errors import UnsupportedError
 from turnout.graph import Tensor
+from turnout.graphdef.import_builders import with_builders
 from turnout.graphdef.import_context import ImportContext, Value
-from turnout.graphdef.import_random import with_builders
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
 from turnout.graphdef.import_scatter import true_positions
 from turnout.tables import registrar

@@ -16,8 +16,7 @@ the loops around the op are builders' loops, so it takes their tokens as ``tn.ra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -25,6 +24,7 @@ import numpy as np
 from turnout import tf_random
 from turnout.errors import ArgumentError, UnsupportedError
 from turnout.graph import BACK_EDGE, Node, Tensor
+from turnout.graphdef.import_builders import in_builder, in_loop_cond, loop_enter, with_builders
 from turnout.graphdef.import_context import FOLDED_OPS, ImportContext, Value
 from turnout.graphdef.import_rules import IMPORT_RULES, Outs
 from turnout.random_categorical import LOGIT_DTYPES, Create, categorical_part, reserved_outputs
@@ -65,52 +65,6 @@ def _guard_path(ctx: ImportContext, nd: Any, slot: int) -> bool:
     if nd.op in ("Switch", "RefSwitch"):
         return slot == 0 and ctx.initial_value(ctx.data_inputs(nd)[1]) is not None
     return nd.op in ("Merge", "RefMerge")
-
-
-def loop_enter(t: Tensor) -> Optional[Node]:
-    """The Enter into the innermost loop frame ``t`` lies in, or None at the root: walking back from
-    it along first inputs (data, else control), the first Enter met with the Exits passed on the way
-    matched (a node without inputs, reached first, is in the root frame)."""
-    depth, n = 0, t.node
-    while True:
-        if n.op == "Enter":
-            if depth == 0:
-                return n
-            depth -= 1
-        elif n.op == "Exit":
-            depth += 1
-        up = _upstream(n)
-        if up is None:
-            return None
-        n = up
-
-
-def in_loop_cond(t: Tensor) -> bool:
-    """Whether ``t`` lies in a branch of a cond inside the innermost loop around it: walking back
-    along first inputs, a cond's Switch (one whose predicate is not a LoopCond) is met before the
-    loop's own Switch or Enter, counting the cond Merges passed on the way."""
-    open_conds, n = 0, t.node
-    while n.op != "Enter":
-        if n.op == "Switch":
-            if n.raw_inputs[1].node.op == "LoopCond":  # type: ignore[union-attr]
-                return False
-            if open_conds == 0:
-                return True
-            open_conds -= 1
-        elif n.op == "Merge" and not n.has_pending_back_edge:
-            open_conds += 1
-        up = _upstream(n)
-        if up is None:
-            return False
-        n = up
-    return False
-
-
-def _upstream(n: Node) -> Optional[Node]:
-    """The node of ``n``'s first input (data, else control; None for a node without inputs): the
-    step of the walks above, which follow a value back to the frame it was made in."""
-    ins = [x for x in n.raw_inputs if isinstance(x, Tensor)] or [c.outputs[0] for c in n.control_inputs if c.outputs]
-    return ins[0].node if ins else None
 
 
 def _frame_token(ctx: ImportContext, enter: Node) -> tuple[Tensor, Callable[[Tensor], None]]:
@@ -334,25 +288,6 @@ def _token(ctx: ImportContext, enter: Optional[Node]) -> tuple[Optional[Tensor],
     return _frame_token(ctx, enter) if enter is not None else (None, None)
 
 
-@contextmanager
-def with_builders(ctx: ImportContext, anchors: list[Any]) -> Iterator[None]:
-    """Builders (``tn`` ops, ``while_loop``, ``tn.gradients``) creating their nodes in the import graph,
-    in the flow context of the node being imported and under its name: how a rule whose op holds a
-    loop (a sampler's tries, CTC's forward variables) or differentiates its formula (a gradient op)
-    is written. Inside a TensorFlow v1 while loop the builders' frames would not be the GraphDef's:
-    refused, naming the op."""
-    if not in_builder(ctx) and any(isinstance(t, Tensor) and loop_enter(t) is not None for t in anchors):
-        raise UnsupportedError(f"{ctx.where()}: {ctx.node.op} inside a TensorFlow v1 while loop is not built")
-    with ctx.graph.as_default(), ctx.graph._in_context(ctx.flow_context), \
-            ctx.graph.name_scope(f"{ctx.prefix}{ctx.node.name}"):
-        yield
-
-
-def in_builder(ctx: ImportContext) -> bool:
-    """Whether the op is imported inside a builder's loop or branch (a v2 function body)."""
-    return ctx.capture and ctx.flow_context is not None
-
-
 def _counter(ctx: ImportContext, name: str) -> Node:
     """The op's counter Variable, at the root of the graph (a VarHandle made inside a builder's loop
     would be a value of each iteration, not one Variable)."""
@@ -380,4 +315,4 @@ def _initializer_fold(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     return [ctx.const(v, anchors, suffix=None if k == n_out - 1 else f"out{k}") for k, v in enumerate(vals)]
 
 
-__all__ = ["in_builder", "in_loop_cond", "initializer_only", "loop_enter", "with_builders"]
+__all__ = ["initializer_only"]

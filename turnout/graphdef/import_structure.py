@@ -305,9 +305,7 @@ def _einsum(ctx: ImportContext, nd: Any, ins: list[Value]) -> Outs:
     of size 1 for the labels it lacks, the two multiplied with broadcasting and the summed labels' axes
     reduced. An ellipsis is spelled out in labels of its own (``_without_ellipsis``); no label twice in
     one operand (a diagonal), no implicit output."""
-    eq = ctx.attr("equation")
-    eq = eq.decode() if isinstance(eq, bytes) else str(eq)
-    eq = eq.replace(" ", "")
+    eq = str(ctx.attr("equation")).replace(" ", "")
     if "->" not in eq:
         raise UnsupportedError(f"{ctx.where()}: equation {eq!r}: an implicit output is not supported")
     lhs, out = eq.split("->")
