@@ -50,22 +50,23 @@ def _both(g: tn.Graph, fetches: list[Any], feeds: dict[Any, Any], devices: list[
     return sess
 
 
-def _spanning(n: int, sleep: bool = False, parallel_iterations: int = 10) -> tuple[tn.Graph, Any, Any, Any]:
-    """``y = x * 2**n`` by a loop named ``span`` whose counter sits on cpu:0 and whose multiply sits
-    on cpu:1 (then a zero ``Sleep``, a host callback, where ``sleep``: the run then dispatches from
+def _spanning(n: int, sleep: bool = False, parallel_iterations: int = 10, home: str = "cpu:0",
+              on: str = "cpu:1") -> tuple[tn.Graph, Any, Any, Any]:
+    """``y = x * 2**n`` by a loop named ``span`` whose counter sits on ``home`` and whose multiply sits
+    on ``on`` (then a zero ``Sleep``, a host callback, where ``sleep``: the run then dispatches from
     per-device workers)."""
     g = tn.Graph()
     with g.as_default():
         x = tn.placeholder(tn.float32, shape=[], name="x")
 
         def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
-            with tn.device("cpu:1"):
+            with tn.device(on):
                 y2 = y * 2.0
                 if sleep:
                     y2 = tn.sleep(y2, 0.0)
             return i + 1, y2
 
-        with tn.device("cpu:0"):
+        with tn.device(home):
             i, y = tn.while_loop(lambda i, y: i < n, body, [tn.constant(0), x], name="span",
                                  parallel_iterations=parallel_iterations)
     return g, x, i, y
@@ -550,17 +551,7 @@ def test_a_host_known_loop_variable_enters_on_the_loops_home_device(monkeypatch:
     the environment says so: every device value of an iteration's Merges lives where the environment
     records it, which is what spares a segment there a copy at each call."""
     entered = _captured(monkeypatch, "_enter_iteration", result=True)
-    g = tn.Graph()
-    with g.as_default():
-        x = tn.placeholder(tn.float32, shape=[], name="x")
-
-        def body(i: tn.Tensor, y: tn.Tensor) -> tuple[tn.Tensor, tn.Tensor]:
-            with tn.device("cpu:2"):
-                y2 = y * 2.0
-            return i + 1, y2
-
-        with tn.device("cpu:1"):
-            i, y = tn.while_loop(lambda i, y: i < 3, body, [tn.constant(0), x], name="span")
+    g, x, i, y = _spanning(3, home="cpu:1", on="cpu:2")
     _both(g, [i, y], {x: 3.0}, ["cpu:1", "cpu:2"], whole_program="never")
     assert entered
     counter = key(entered[0][1].region.loop_vars[0][1].outputs[0])  # the Merge of ``i``, entered from 0
